@@ -1,0 +1,16 @@
+"""Backends plug in under the cluster: numpy (in-process simulator, default), mpi, cupy."""
+
+from __future__ import annotations
+
+BACKENDS = ("numpy", "mpi", "cupy")
+
+
+def make_backend(name: str, world_size: int, **options):
+    """Create the backend called `name` for `world_size` ranks; heavy imports happen only here."""
+    if name == "numpy":
+        from zerosim.backends.numpy_sim import NumpyBackend
+
+        return NumpyBackend(world_size, **options)
+    if name in BACKENDS:
+        raise NotImplementedError(f"backend {name!r} is not built yet")
+    raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}")

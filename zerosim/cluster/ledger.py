@@ -1,0 +1,152 @@
+"""What a rank holds: every buffer is allocated and freed here, with a kind, so memory is a measurement.
+
+Memory figures, tests and the replay read the ledger (current, peak, timeline per kind); nothing
+computes an engine's memory from a formula of its own.
+
+Standard kinds (any string is allowed; these are the ones the engines use):
+
+    params       compute-format (fp16/bf16) parameters        grads        compute-format gradients
+    master       fp32 master weights                          grad32       fp32 gradient shard
+    optim:<x>    optimizer state x (optim:m, optim:v, ...)    activations  saved forward values
+    comm         buffers a collective stages data in
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LedgerError(RuntimeError):
+    """Misuse of a ledger: double free, reading a freed buffer, a name already live."""
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """One allocation or free, with the rank's totals right after it."""
+
+    seq: int
+    action: str  # "alloc" or "free"
+    name: str
+    kind: str
+    nbytes: int
+    total: int  # all kinds, after this event
+    kind_total: int  # this kind, after this event
+    phase: str  # the phase label current when it happened (see MemoryLedger.phase)
+
+
+class Buffer:
+    """A named array owned by one rank's ledger. Reading `.array` after `free` raises `LedgerError`."""
+
+    __slots__ = ("name", "kind", "shape", "dtype", "nbytes", "_array", "_ledger")
+
+    def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger"):
+        self.name, self.kind = name, kind
+        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._array, self._ledger = array, ledger
+
+    @property
+    def freed(self) -> bool:
+        return self._array is None
+
+    @property
+    def array(self):
+        if self._array is None:
+            raise LedgerError(f"rank {self._ledger.rank}: buffer {self.name!r} ({self.kind}) was freed; it cannot be read")
+        return self._array
+
+    def free(self) -> None:
+        self._ledger.free(self)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"{self.nbytes} B"
+        return f"Buffer({self.name!r}, kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, {state})"
+
+
+@dataclass
+class MemoryLedger:
+    """Allocations of one rank: current and peak bytes per kind and in total, and a timeline.
+
+    `empty` creates the storage; the numpy simulator passes `numpy.empty`, the meta backend a
+    function that makes data-less arrays, so the same accounting runs at any scale.
+    """
+
+    rank: int
+    empty: callable = np.empty
+    live: dict = field(default_factory=dict)  # name -> Buffer
+    timeline: list = field(default_factory=list)  # [LedgerEvent]
+    phase_label: str = ""
+    keep_timeline: bool = True
+    _current: dict = field(default_factory=dict)  # kind -> bytes
+    _peak: dict = field(default_factory=dict)  # kind -> bytes
+    _total: int = 0
+    _peak_total: int = 0
+    _seq: int = 0
+
+    # -- allocation ------------------------------------------------------------------------------
+    def alloc(self, name: str, shape, dtype, kind: str, fill=None) -> Buffer:
+        """Allocate a new buffer `name` of `shape` and `dtype`; `fill` sets every element if given."""
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
+        array = self.empty(shape, dtype=np.dtype(dtype))
+        if fill is not None:
+            array[...] = fill
+        return self.adopt(name, array, kind)
+
+    def adopt(self, name: str, array, kind: str) -> Buffer:
+        """Register an array that was just made (say, a collective's output) as a buffer of this rank."""
+        if name in self.live:
+            raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick another name")
+        buf = Buffer(name, kind, array, self)
+        self.live[name] = buf
+        self._change(buf, +1, "alloc")
+        return buf
+
+    def free(self, buf_or_name) -> None:
+        """Free a buffer by handle or name. Freeing twice is an error that names the buffer."""
+        name = buf_or_name if isinstance(buf_or_name, str) else buf_or_name.name
+        buf = self.live.get(name)
+        if buf is None or (not isinstance(buf_or_name, str) and buf is not buf_or_name):
+            raise LedgerError(f"rank {self.rank}: buffer {name!r} is not live (already freed, or never allocated)")
+        del self.live[name]
+        self._change(buf, -1, "free")
+        buf._array = None
+
+    def get(self, name: str) -> Buffer:
+        try:
+            return self.live[name]
+        except KeyError:
+            raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
+
+    def _change(self, buf: Buffer, sign: int, action: str) -> None:
+        kind_total = self._current.get(buf.kind, 0) + sign * buf.nbytes
+        self._current[buf.kind] = kind_total
+        self._total += sign * buf.nbytes
+        if sign > 0:
+            self._peak[buf.kind] = max(self._peak.get(buf.kind, 0), kind_total)
+            self._peak_total = max(self._peak_total, self._total)
+        self._seq += 1
+        if self.keep_timeline:
+            self.timeline.append(LedgerEvent(self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label))
+
+    # -- questions -------------------------------------------------------------------------------
+    def current(self, kind: str | None = None) -> int:
+        """Bytes live now, of one kind or (kind=None) in total."""
+        return self._total if kind is None else self._current.get(kind, 0)
+
+    def peak(self, kind: str | None = None) -> int:
+        """Most bytes ever live at once, of one kind or (kind=None) in total."""
+        return self._peak_total if kind is None else self._peak.get(kind, 0)
+
+    def by_kind(self) -> dict:
+        """{kind: bytes live now}, kinds with nothing live left out."""
+        return {k: v for k, v in self._current.items() if v}
+
+    def peak_by_kind(self) -> dict:
+        return dict(self._peak)
+
+    def reset_peaks(self) -> None:
+        """Start peak tracking afresh from what is live now (e.g. after initialisation)."""
+        self._peak = dict(self._current)
+        self._peak_total = self._total

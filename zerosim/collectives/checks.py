@@ -1,0 +1,40 @@
+"""Input checks every collective runs on every rank before any data moves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.precision import format_of
+
+
+def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
+    """Validate one array per local rank; agree on (length, dtype) with every rank; return arrays.
+
+    Raises ValueError naming the rank and the problem: wrong count, not 1-D, unknown dtype, or a
+    length/dtype that differs from rank 0's.
+    """
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{what} takes a list with one array per local rank, got {type(tensors).__name__}")
+    if len(tensors) != cluster.local_size:
+        raise ValueError(
+            f"{what} got {len(tensors)} arrays but this process hosts {cluster.local_size} rank(s) "
+            f"of a world of {cluster.world_size}: pass one array per local rank"
+        )
+    arrays = []
+    for rank, t in zip(cluster.ranks, tensors):
+        a = t if hasattr(t, "dtype") and hasattr(t, "shape") else np.asarray(t)
+        if flat and a.ndim != 1:
+            raise ValueError(f"{what}: rank {rank.index} passed shape {a.shape}; collectives cut flat buffers, so flatten first")
+        try:
+            fmt = format_of(a)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{what}: rank {rank.index}: {e}") from None
+        arrays.append((rank.index, a, fmt))
+    return arrays
+
+
+def require_same(values, what: str, field: str) -> None:
+    first = values[0]
+    for r, v in enumerate(values):
+        if v != first:
+            raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same {field}")

@@ -1,0 +1,63 @@
+"""Naive twins of the ring collectives: gather everything in one place, then reduce.
+
+They share no code with ring.py beyond the operator definitions, so a test that the two agree
+checks the ring's chunk bookkeeping. Two orders are offered:
+
+- ``order="ring"``: each chunk summed in NCCL's ring order ``((x[c+1] + x[c+2]) + ...) + x[c]``
+  with a rounding to the wire dtype after every add; must equal the ring bit for bit.
+- ``order="float64"``: everything summed exactly-ish in float64 (no intermediate rounding), the
+  yardstick for error bounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.collectives.ops import get_op
+from zerosim.collectives.shards import ShardLayout
+from zerosim.precision import cast, format_of, get_format
+
+
+def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> np.ndarray:
+    """The full reduction of `tensors` (one flat array per rank, all N ranks), in the stated order."""
+    n = len(tensors)
+    reduce_op = get_op(op)
+    wire_fmt = get_format(wire) if wire is not None else format_of(tensors[0])
+    xs = [reduce_op.pre(np.asarray(t), n, wire_fmt) for t in tensors]
+    layout = ShardLayout(xs[0].shape[0], n)
+    if order == "float64":
+        stacked = np.stack([x.astype(np.float64) for x in xs])
+        total = stacked.max(axis=0) if op == "max" else stacked.sum(axis=0)
+        return reduce_op.post(total, n) if op == "avg" else total
+    if order != "ring":
+        raise ValueError(f"unknown order {order!r}; choose 'ring' or 'float64'")
+    out = np.empty(layout.length, dtype=wire_fmt.dtype)
+    for c in range(n):
+        start, stop = layout.real_bounds(c)
+        if start == stop:
+            continue
+        acc = xs[(c + 1) % n][start:stop]
+        for k in range(2, n + 1):  # ranks c+2, ..., c+N (= c): the path the partial sum travels
+            own = xs[(c + k) % n][start:stop].astype(np.float64)
+            both = np.maximum(acc.astype(np.float64), own) if op == "max" else acc.astype(np.float64) + own
+            acc = cast(both, wire_fmt)  # exact sum of two wire values, rounded once
+        out[start:stop] = acc
+    return reduce_op.post(out, n)
+
+
+def naive_reduce_scatter(tensors, op: str = "sum", wire=None, order: str = "ring") -> list:
+    """Naive twin of `reduce_scatter`: the full reduction, then cut into each rank's real shard."""
+    full = naive_reduce(tensors, op, wire, order)
+    layout = ShardLayout(full.shape[0], len(tensors))
+    return [full[slice(*layout.real_bounds(r))] for r in range(len(tensors))]
+
+
+def naive_all_gather(shards) -> list:
+    """Naive twin of `all_gather`: concatenate, hand everyone a copy."""
+    full = np.concatenate([np.asarray(s) for s in shards])
+    return [full.copy() for _ in shards]
+
+
+def naive_all_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> list:
+    full = naive_reduce([np.asarray(t).reshape(-1) for t in tensors], op, wire, order)
+    return [full.reshape(np.shape(tensors[0])).copy() for _ in tensors]

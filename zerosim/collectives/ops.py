@@ -1,0 +1,69 @@
+"""Reduction operators, including the three ways real systems average gradients over N ranks.
+
+    sum            ring sum in the wire dtype
+    max            elementwise maximum (exact in any order)
+    avg            the seeds' protocol: sum in the wire dtype, then cast to fp32 and divide by N there
+    avg_predivide  DeepSpeed ZeRO-1/2: divide each rank's tensor by N in its own dtype, then sum
+    avg_premul     NCCL's ncclAvg (and FSDP): multiply by 1/N rounded to the wire dtype, then sum
+
+Each rounds where the real system rounds. Products and quotients are formed in float64 and rounded
+once, which is what a correctly rounded hardware multiply/divide gives (float64 holds the exact
+product of two values of <= 24 bits; a float64 quotient rounded again to <= 24 bits is innocuous
+double rounding since 53 >= 2*24 + 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zerosim.precision import Format, cast, get_format
+
+
+@dataclass(frozen=True)
+class ReduceOp:
+    name: str
+    combine: np.ufunc  # applied hop by hop as combine(received_partial, own_chunk), rounding to the wire dtype
+    description: str
+
+    def pre(self, x: np.ndarray, n: int, wire: Format) -> np.ndarray:
+        """Turn one rank's input into what it puts on the wire (in the wire dtype)."""
+        if self.name == "avg_predivide":
+            own = get_format(x.dtype)
+            x = cast(x.astype(np.float64) / n, own)  # divided in the gradient's own dtype
+        x = x if x.dtype == wire.dtype else cast(x, wire)
+        if self.name == "avg_premul":
+            scale = cast(1.0 / n, wire).astype(np.float64)  # 1/N rounded to the wire dtype, as NCCL does
+            x = cast(x.astype(np.float64) * scale, wire)
+        return x
+
+    @property
+    def changes_input(self) -> bool:
+        return self.name in ("avg_predivide", "avg_premul")
+
+    def post(self, y: np.ndarray, n: int) -> np.ndarray:
+        """Finish a reduced result: only "avg" does anything, in fp32 (or wider, if the wire is wider)."""
+        if self.name != "avg":
+            return y
+        wide = np.float64 if y.dtype == np.float64 else np.float32
+        return y.astype(wide) / wide(n)
+
+
+OPS = {
+    op.name: op
+    for op in (
+        ReduceOp("sum", np.add, "sum, rounded to the wire dtype at every hop"),
+        ReduceOp("max", np.maximum, "elementwise maximum"),
+        ReduceOp("avg", np.add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
+        ReduceOp("avg_predivide", np.add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)"),
+        ReduceOp("avg_premul", np.add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)"),
+    )
+}
+
+
+def get_op(name: str) -> ReduceOp:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"unknown reduction op {name!r}; choose one of {', '.join(OPS)}") from None

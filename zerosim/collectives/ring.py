@@ -1,0 +1,239 @@
+"""Ring collectives in NCCL's order, written against the backend protocol only.
+
+Letters: N ranks on a ring (rank r sends to r+1 and receives from r-1, mod N); a flat buffer of L
+elements is padded to N*s and cut into N chunks of s elements (see shards.py).
+
+reduce-scatter, N-1 steps. At step k rank r sends the partial sum of chunk (r-1-k) mod N and adds
+its own copy of chunk (r-2-k) mod N to what it received. The partial sum for chunk c therefore starts
+at rank c+1 and walks the ring, ending at rank c, which owns it:
+
+    chunk c = ((x[c+1] + x[c+2]) + ...) + x[c]          every + rounded to the wire dtype
+
+all-gather, N-1 steps: at step k rank r forwards shard (r-k) mod N to rank r+1.
+all-reduce = reduce-scatter, then all-gather: 2(N-1) steps.
+broadcast: a chain root -> root+1 -> ... -> root-1, each link carrying the whole buffer once.
+
+Each rank sends exactly (N-1)/N of the padded buffer per reduce-scatter or all-gather phase.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.collectives.checks import check_inputs, require_same
+from zerosim.collectives.ops import get_op
+from zerosim.collectives.shards import ShardLayout
+from zerosim.precision import cast, get_format
+
+
+def _chunk_bounds(layout: ShardLayout, counts) -> list:
+    """[start, stop) of each rank's chunk in the staged buffer: equal padded chunks, or `counts`."""
+    if counts is None:
+        return [layout.bounds(c) for c in range(layout.world_size)]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    return [(int(offsets[c]), int(offsets[c + 1])) for c in range(len(counts))]
+
+
+def _stage(cluster, call: int, arrays, op, wire, length: int, padded: int):
+    """Each rank's input as a wire-dtype buffer of `padded` elements. Zero-copy when nothing changes."""
+    staged, temps = [], []
+    for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
+        if fmt == wire and not op.changes_input and padded == length:
+            staged.append(a)  # read only: the ring never writes into its inputs
+            continue
+        buf = rank.ledger.alloc(f"call{call}.staged", padded, wire.dtype, "comm")
+        buf.array[:length] = op.pre(a, cluster.world_size, wire)
+        buf.array[length:] = 0
+        staged.append(buf.array)
+        temps.append(buf)
+    return staged, temps
+
+
+def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
+    """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype)."""
+    n = cluster.world_size
+    me = [rank.index for rank in cluster.ranks]
+    size = [stop - start for (start, stop) in bounds]
+    chunk = lambda i, c: staged[i][bounds[c][0] : bounds[c][1]]  # noqa: E731  rank i's own copy of chunk c
+    results = [np.empty(size[r], dtype=wire.dtype) for r in me]  # (size[r],) wire dtype: rank r's chunk r
+    if n == 1:
+        results[0][...] = chunk(0, 0)
+        return results, []
+    temps, acc = [], []  # two partial-sum buffers per rank, used in turn, big enough for any chunk
+    for rank in cluster.ranks:
+        pair = [rank.ledger.alloc(f"call{call}.acc{j}", max(size), wire.dtype, "comm") for j in range(2)]
+        temps.extend(pair)
+        acc.append([b.array for b in pair])
+    send_to = [(r + 1) % n for r in me]
+    recv_from = [(r - 1) % n for r in me]
+    for k in range(n - 1):
+        sends = []
+        for i, r in enumerate(me):
+            c = (r - 1 - k) % n  # the partial sum of chunk c leaves rank r at step k
+            sends.append(chunk(i, c) if k == 0 else acc[i][(k - 1) % 2][: size[c]])
+            cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name)
+        received = cluster.backend.exchange(sends, send_to, recv_from)
+        for i, r in enumerate(me):
+            c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
+            target = results[i] if k == n - 2 else acc[i][k % 2][: size[c]]
+            op.combine(received[i], chunk(i, c), out=target)  # partial + own, one rounding
+    return results, temps
+
+
+def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
+    """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output."""
+    n = cluster.world_size
+    me = [rank.index for rank in cluster.ranks]
+    full = [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
+    part = lambda i, c: full[i][bounds[c][0] : bounds[c][1]]  # noqa: E731
+    for i, r in enumerate(me):
+        part(i, r)[...] = shards[i]
+    send_to = [(r + 1) % n for r in me]
+    recv_from = [(r - 1) % n for r in me]
+    for k in range(n - 1):
+        sends = []
+        for i, r in enumerate(me):
+            c = (r - k) % n
+            sends.append(part(i, c))
+            cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name)
+        received = cluster.backend.exchange(sends, send_to, recv_from)
+        for i, r in enumerate(me):
+            part(i, (r - 1 - k) % n)[...] = received[i]
+    return full
+
+
+def _free(temps) -> None:
+    for b in temps:
+        b.free()
+
+
+def _wire_format(arrays, wire):
+    return get_format(wire) if wire is not None else arrays[0][2]
+
+
+def _check_counts(counts, n: int, what: str) -> list:
+    counts = [int(c) for c in counts]
+    if len(counts) != n or min(counts, default=0) < 0:
+        raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {counts}")
+    return counts
+
+
+def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, _name: str = "reduce_scatter") -> list:
+    """Ring reduce-scatter of one flat array per local rank; rank r receives chunk r of the reduction.
+
+    Any length L works (also L < N and L == 0): buffers are zero-padded to a multiple of N, and rank
+    r's result holds only its real elements (`ShardLayout(L, N).real_size(r)`), so padding never
+    leaks. With `counts` (N integers summing to L) chunk r has `counts[r]` elements instead, as in
+    MPI's Reduce_scatter; ZeRO uses this for one layer's window of a sharded flat buffer.
+
+    `wire` is the format on the wire (default: the inputs' own); inputs are rounded to it first, and
+    every hop rounds to it. `op` is one of "sum", "max", "avg", "avg_predivide", "avg_premul" (see
+    `zerosim.collectives.ops`). Returns one array per local rank (in the wire dtype, fp32 for "avg");
+    temporary buffers go through each rank's ledger as kind "comm".
+    """
+    what = _name.replace("_", "-")
+    reduce_op = get_op(op)
+    arrays = check_inputs(cluster, tensors, what)
+    wire_fmt = _wire_format(arrays, wire)
+    meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
+    require_same([m[0] for m in meta], what, "length")
+    require_same([m[1] for m in meta], what, "dtype")
+    length, n = meta[0][0], cluster.world_size
+    layout = ShardLayout(length, n)
+    if counts is not None:
+        counts = _check_counts(counts, n, what)
+        if sum(counts) != length:
+            raise ValueError(f"{what}: counts {counts} add up to {sum(counts)}, but the buffers hold {length} elements")
+    padded = length if counts is not None else layout.padded
+    bounds = _chunk_bounds(layout, counts)
+    call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
+    staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
+    results, acc = _ring_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
+    _free(temps + acc)
+    cluster.trace.end(call)
+    keep = [c for c in counts] if counts is not None else layout.real_sizes()
+    return [reduce_op.post(chunk[: keep[rank.index]], n) for rank, chunk in zip(cluster.ranks, results)]
+
+
+def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: str = "all_gather") -> list:
+    """Ring all-gather: every rank receives the concatenation of all ranks' shards, in rank order.
+
+    Without `counts`, shards must be equal in size or follow reduce-scatter's layout for an unpadded
+    length L (ceil(L/N) each, the last ones shorter or empty; they travel padded to equal size and
+    the result has exactly L elements). With `counts`, rank r's shard must hold `counts[r]` elements
+    (an all-gather-v; ZeRO-3 uses it to gather one layer's window). Other sizes are a clear error.
+    """
+    what = _name.replace("_", "-")
+    arrays = check_inputs(cluster, shards, what)
+    wire_fmt = _wire_format(arrays, wire)
+    meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
+    require_same([m[1] for m in meta], what, "dtype")
+    sizes, n = [m[0] for m in meta], cluster.world_size
+    if counts is not None:
+        counts = _check_counts(counts, n, what)
+        if sizes != counts:
+            raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {counts}")
+        bounds, total, length = _chunk_bounds(None, counts), sum(counts), sum(counts)
+    else:
+        try:
+            layout = ShardLayout.from_shard_sizes(sizes)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+        bounds, total, length = _chunk_bounds(layout, None), layout.padded, layout.length
+    call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag)
+    padded = []
+    for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
+        x = a if fmt == wire_fmt else cast(a, wire_fmt)
+        want = bounds[rank.index][1] - bounds[rank.index][0]
+        if x.shape[0] != want:  # a short last shard travels padded with zeros
+            x = np.concatenate([x, np.zeros(want - x.shape[0], dtype=wire_fmt.dtype)])
+        padded.append(x)
+    full = _ring_all_gather(cluster, padded, bounds, total, wire_fmt, call)
+    cluster.trace.end(call)
+    return [f[:length] for f in full]
+
+
+def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "") -> list:
+    """Ring all-reduce = reduce-scatter then all-gather (2(N-1) steps); any shape, returned as given.
+
+    With op="avg" the division by N happens after the gather, in fp32, so the wire carries the wire
+    dtype in both phases.
+    """
+    arrays = check_inputs(cluster, tensors, "all-reduce", flat=False)
+    shape = arrays[0][1].shape
+    flat = [a.reshape(-1) for (_, a, _) in arrays]
+    reduce_op = get_op(op)
+    summed = reduce_scatter(cluster, flat, op="sum" if op == "avg" else op, wire=wire, tag=tag, _name="all_reduce")
+    full = all_gather(cluster, summed, tag=tag, _name="all_reduce")
+    return [reduce_op.post(f, cluster.world_size).reshape(shape) for f in full]
+
+
+def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
+    """Chain broadcast of rank `root`'s array: every rank gets a copy. Non-root arrays give only shape
+    and dtype (they are the receive buffers, as in NCCL); they must match the root's."""
+    n = cluster.world_size
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < n:
+        raise ValueError(f"broadcast: root must be a rank in 0..{n - 1}, got {root!r}")
+    arrays = check_inputs(cluster, tensors, "broadcast", flat=False)
+    meta = cluster.backend.all_meta([(a.shape, fmt.name) for (_, a, fmt) in arrays])
+    require_same([m[0] for m in meta], "broadcast", "shape")
+    require_same([m[1] for m in meta], "broadcast", "dtype")
+    fmt = arrays[0][2]
+    shape = arrays[0][1].shape
+    count = int(np.prod(shape, dtype=np.int64))
+    call = cluster.trace.begin("broadcast", "copy", n, count, fmt.name, tag)
+    me = [rank.index for rank in cluster.ranks]
+    out = [a.reshape(-1).copy() if r == root else np.empty(count, dtype=fmt.dtype) for (r, a, _) in arrays]
+    for k in range(n - 1):
+        src, dst = (root + k) % n, (root + k + 1) % n
+        sends = [out[i] if r == src else None for i, r in enumerate(me)]
+        send_to = [dst if r == src else None for r in me]
+        recv_from = [src if r == dst else None for r in me]
+        if src in me:
+            cluster.trace.hop(call, k, src, dst, -1, count, fmt.itemsize, fmt.name)
+        received = cluster.backend.exchange(sends, send_to, recv_from)
+        for i, r in enumerate(me):
+            if r == dst:
+                out[i][...] = received[i]
+    cluster.trace.end(call)
+    return [o.reshape(shape) for o in out]
