@@ -26,16 +26,17 @@ class Cluster:
         backend: ``"numpy"`` (all ranks in this process), ``"mpi"`` or ``"cupy"``.
         trace: ``"hop"`` (one event per send) or ``"call"`` (one summary per collective and rank).
         timeline: keep each ledger's alloc/free timeline (turn off for very long runs).
+        keep_values: copy every chunk that crosses a link into the trace (for teaching; small runs only).
     """
 
-    def __init__(self, world_size: int, backend: str = "numpy", trace: str = "hop", timeline: bool = True, **backend_options):
+    def __init__(self, world_size: int, backend: str = "numpy", trace: str = "hop", timeline: bool = True, keep_values: bool = False, **backend_options):
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")
         self.world_size = world_size
-        self.trace = Trace(trace)
+        self.trace = Trace(trace, keep_values=keep_values)
         self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, keep_timeline=timeline)) for i in self.backend.local_ranks]
 
     def __repr__(self) -> str:

@@ -146,6 +146,25 @@ class MemoryLedger:
     def peak_by_kind(self) -> dict:
         return dict(self._peak)
 
+    def by_phase(self, since: int = 0) -> list:
+        """[(phase, peak total bytes within it, {kind: bytes live at its end})] in timeline order.
+
+        Consecutive events with the same phase label form one phase; only phases from timeline event
+        `since` on are reported (what was live before still counts). Needs the timeline.
+        """
+        phases, live, before = [], {}, 0
+        for n, e in enumerate(self.timeline):
+            if n < since:
+                live[e.kind], before = e.kind_total, e.total
+                continue
+            if not phases or phases[-1][0] != e.phase:
+                phases.append([e.phase, before, None])  # a phase starts holding what the last one left
+            before = e.total
+            live[e.kind] = e.kind_total
+            phases[-1][1] = max(phases[-1][1], e.total)
+            phases[-1][2] = {k: v for k, v in live.items() if v}
+        return [tuple(p) for p in phases]
+
     def reset_peaks(self) -> None:
         """Start peak tracking afresh from what is live now (e.g. after initialisation)."""
         self._peak = dict(self._current)

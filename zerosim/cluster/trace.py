@@ -27,6 +27,7 @@ class Event:
     bytes: int
     dtype: str  # format name on the wire
     tag: str = ""  # caller's label, e.g. "layer 2 grads"
+    values: object = None  # a copy of what travelled, when the trace keeps values (teaching runs)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Call:
 @dataclass
 class Trace:
     granularity: str = "hop"
+    keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
     events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
 
@@ -59,10 +61,11 @@ class Trace:
         self.calls.append(call)
         return call.call
 
-    def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str) -> None:
+    def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
         c = self.calls[call]
         if self.granularity == "hop":
-            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag))
+            values = data.copy() if (self.keep_values and data is not None) else None
+            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values))
         else:
             acc = self._pending[src]
             acc[0] += elements

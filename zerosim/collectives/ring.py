@@ -71,7 +71,7 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
         for i, r in enumerate(me):
             c = (r - 1 - k) % n  # the partial sum of chunk c leaves rank r at step k
             sends.append(chunk(i, c) if k == 0 else acc[i][(k - 1) % 2][: size[c]])
-            cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name)
+            cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
         received = cluster.backend.exchange(sends, send_to, recv_from)
         for i, r in enumerate(me):
             c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
@@ -95,7 +95,7 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
         for i, r in enumerate(me):
             c = (r - k) % n
             sends.append(part(i, c))
-            cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name)
+            cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name, sends[-1])
         received = cluster.backend.exchange(sends, send_to, recv_from)
         for i, r in enumerate(me):
             part(i, (r - 1 - k) % n)[...] = received[i]
@@ -230,7 +230,7 @@ def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
         send_to = [dst if r == src else None for r in me]
         recv_from = [src if r == dst else None for r in me]
         if src in me:
-            cluster.trace.hop(call, k, src, dst, -1, count, fmt.itemsize, fmt.name)
+            cluster.trace.hop(call, k, src, dst, -1, count, fmt.itemsize, fmt.name, out[me.index(src)])
         received = cluster.backend.exchange(sends, send_to, recv_from)
         for i, r in enumerate(me):
             if r == dst:

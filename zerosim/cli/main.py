@@ -1,0 +1,39 @@
+"""`zerosim` entry point: one subcommand per job, each in its own module.
+
+    zerosim replay   seed 004's worked example, live, step by step (the main job)
+    zerosim train    train an MLP on a synthetic task with any stage, ranks, precision, optimizer
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zerosim.cli import replay_cmd, train_cmd
+
+COMMANDS = {"replay": replay_cmd, "train": train_cmd}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with no GPU.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__))
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command].run(args) or 0
+    except (ValueError, FloatingPointError) as e:
+        print(f"zerosim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

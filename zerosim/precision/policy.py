@@ -1,0 +1,80 @@
+"""Which format each tensor of training lives in: the mixed-precision policy, as data.
+
+    compute    params, activations and gradients in forward/backward (fp16/bf16/fp32)
+    master     the optimizer's copy of the weights (fp32), or None: updates land on the compute copy
+    reduce     the format gradients travel in during reduction (None: the compute format)
+    loss_scale multiply the loss by S before backward, divide the fp32 gradient by S after (fp16's
+               underflow fix, seed 002); 1.0 turns it off
+    average    how the N local gradients become one: "avg" sums on the wire and divides by N in fp32
+               after the cast (the seeds' protocol), "avg_predivide" divides by N in the gradient dtype
+               first (DeepSpeed ZeRO-1/2), "avg_premul" multiplies by 1/N in the wire dtype (NCCL avg, FSDP)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from zerosim.precision.formats import Format, get_format
+
+AVERAGES = ("avg", "avg_predivide", "avg_premul")
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    compute: str = "fp16"  # forward/backward format
+    master: str | None = "fp32"  # None = "pure": no master copy, the lost-update lesson
+    reduce: str | None = None  # wire format for gradients; None = compute
+    loss_scale: float = 1.0  # static loss scale S (1.0: off)
+    average: str = "avg"  # see module docstring
+
+    def __post_init__(self):
+        get_format(self.compute)
+        if self.master is not None and get_format(self.master).bits < 32:
+            raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; use fp32 or None")
+        if self.reduce is not None:
+            get_format(self.reduce)
+        if not self.loss_scale > 0:
+            raise ValueError(f"loss_scale must be positive, got {self.loss_scale}")
+        if self.average not in AVERAGES:
+            raise ValueError(f"unknown averaging {self.average!r}; choose one of {AVERAGES}")
+
+    @property
+    def compute_format(self) -> Format:
+        return get_format(self.compute)
+
+    @property
+    def master_format(self) -> Format | None:
+        return None if self.master is None else get_format(self.master)
+
+    @property
+    def reduce_format(self) -> Format:
+        return get_format(self.reduce or self.compute)
+
+    @property
+    def update_format(self) -> Format:
+        """Format the optimizer does its arithmetic in: the master's, or fp32 when there is no master
+        (a 16-bit weight is widened, updated in fp32, and rounded straight back)."""
+        return self.master_format or (self.compute_format if self.compute_format.bits >= 32 else get_format("fp32"))
+
+    def with_(self, **changes) -> "MixedPrecision":
+        return replace(self, **changes)
+
+
+PRESETS = {
+    "fp32": MixedPrecision(compute="fp32", master=None),
+    "fp64": MixedPrecision(compute="fp64", master=None),  # the float64 yardstick
+    "fp16-mixed": MixedPrecision(compute="fp16", master="fp32"),
+    "bf16-mixed": MixedPrecision(compute="bf16", master="fp32"),
+    "fp16-pure": MixedPrecision(compute="fp16", master=None),
+    "bf16-pure": MixedPrecision(compute="bf16", master=None),
+}
+
+
+def get_precision(p: "str | MixedPrecision") -> MixedPrecision:
+    """A preset by name ("fp32", "fp16-mixed", "bf16-mixed", "fp16-pure", "bf16-pure") or a policy as is."""
+    if isinstance(p, MixedPrecision):
+        return p
+    try:
+        return PRESETS[p]
+    except KeyError:
+        raise ValueError(f"unknown precision preset {p!r}; choose one of {', '.join(PRESETS)}") from None

@@ -1,0 +1,115 @@
+"""Tell a replay (the dict from `replay()`) in seed 004's order, as plain text for a terminal."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _num(x: float) -> str:
+    """Shortest decimal that reads back to the same float64 (so fp16 2.099609375 prints in full)."""
+    return np.format_float_positional(x, trim="-") if abs(x) < 1e6 else repr(x)
+
+
+def _vec(xs) -> str:
+    return "[" + ", ".join(_num(x) for x in xs) + "]"
+
+
+def _fp32(x: float) -> str:
+    """An fp32 value as fp32 prints it, with its exact value: '2.1 (exactly 2.0999999046325684)'."""
+    short = np.format_float_positional(np.float32(x), trim="-")
+    exact = _num(x)
+    return short if short == exact else f"{short} (exactly {exact})"
+
+
+def _kinds(holds: dict) -> str:
+    return ", ".join(f"{k} {v} B" for k, v in holds.items()) or "nothing"
+
+
+def narrate(r: dict) -> str:
+    out = []
+    say = out.append
+    names, stage = r["weights"], r["stage"]
+    say(f"zerosim replay: {r['example']}; ZeRO stage {stage}, {r['precision']}, "
+        f"Adam lr {r['optimizer']['lr']}, betas {tuple(r['optimizer']['betas'])}, eps {r['optimizer']['eps']}, "
+        f"activation checkpointing {'on' if r['checkpoint'] else 'off'}")
+    say("")
+    say("Setup")
+    say(f"  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
+    say(f"  weights {names} = {_vec(r['initial_params'])} in 16 bits")
+    for g, owns in enumerate(r["owners"]):
+        what = "the fp32 master, m and v" + (" and the 16-bit weights" if stage == 3 else "")
+        say(f"  GPU {g} owns {', '.join(owns)}: it keeps {what} for them")
+    for inp in r["inputs"]:
+        say(f"  GPU {inp['gpu']} gets x = {_vec(inp['x'])}, t = {_num(inp['target'])}")
+    for s in r["steps"]:
+        say("")
+        say(f"=== Step {s['step']} ===")
+        say("1. Each GPU computes a full gradient on its own sample")
+        for g in s["gpus"]:
+            say(f"  GPU {g['gpu']}:")
+            for f in g["forward"]:
+                say(f"    forward  {f['name']:<7} -> {_vec(np.ravel(f['out']))}")
+            say(f"    loss = 0.5*(y - t)^2 = {_num(g['loss'])}")
+            for f in g["recompute"]:
+                say(f"    recompute {f['name']:<6} -> {_vec(np.ravel(f['out']))}  (checkpointing dropped it in forward)")
+            for b in g["backward"]:
+                grads = ", ".join(f"d{k} {_vec(np.ravel(v))}" for k, v in b["grads"].items())
+                if grads:
+                    say(f"    backward {b['name']:<7} -> {grads}")
+            say(f"    local gradient {names} = {_vec(g['local_grads'])}")
+        say("")
+        if stage == 3:
+            say("  Stage 3: no GPU holds a whole layer, so each use of a layer gathers it first (from the trace):")
+            for h in s["stage3_gathers"]:
+                what = f"{_vec(h['values'])}" if h["elements"] else "nothing (it owns none of this layer)"
+                say(f"    all-gather [{h['tag']}] GPU {h['src']} -> GPU {h['dst']}: {what}")
+            n_calls = len({h["call"] for h in s["stage3_gathers"]})
+            say(f"  {n_calls} all-gathers: forward, recompute under checkpointing, and backward each gather again")
+            say("")
+        label = "reduce-scatter per layer during backward" if stage >= 2 else ("all-reduce" if stage == 0 else "reduce-scatter")
+        say(f"2. Gradients: {label}, ring in NCCL's order, chunk by chunk (from the trace)")
+        for h in s["reduce_scatter"]:
+            if h["collective"] == "all_gather":
+                continue
+            vals = f" carrying {_vec(h['values'])}" if h["values"] is not None else ""
+            vals = vals if h["elements"] else f" (nothing: GPU {h['chunk']} owns none of this layer)"
+            tag = f" [{h['tag']}]" if h["tag"] else ""
+            say(f"  {h['collective']}{tag} step {h['step']}: GPU {h['src']} -> GPU {h['dst']}, chunk {h['chunk']}, "
+                f"{h['elements']} x {h['dtype']} = {h['bytes']} B{vals}")
+        for g in s["gpus"]:
+            say(f"  GPU {g['gpu']} ends with the averaged gradient for {', '.join(g['owns'])}: {_vec(g['averaged_shard'])} "
+                f"(sum cast to fp32, divided by 2)")
+        say("")
+        say("3. Each GPU updates only its own weights with Adam, in fp32")
+        for g in s["gpus"]:
+            a = g["adam"]
+            for j, name in enumerate(g["owns"]):
+                say(f"  GPU {g['gpu']} {name}: g = {_num(g['averaged_shard'][j])}, m = {_fp32(a['m'][j])}, v = {_fp32(a['v'][j])}, "
+                    f"m_hat = {_fp32(a['m_hat'][j])}, v_hat = {_fp32(a['v_hat'][j])}")
+                say(f"       new fp32 master = {_fp32(g['master'][j])}; its 16-bit copy is really {_num(g['compute_shard'][j])}")
+        say("")
+        if stage == 3:
+            say("4. No all-gather: each GPU keeps only its own 16-bit shard; the next forward gathers layers again")
+            for g in s["gpus"]:
+                say(f"  GPU {g['gpu']} holds {', '.join(g['owns'])} = {_vec(g['params_after'])}")
+        elif stage == 0:
+            say("4. No all-gather: every GPU ran the same update on the whole model")
+            for g in s["gpus"]:
+                say(f"  GPU {g['gpu']} holds {_vec(g['params_after'])}")
+        else:
+            say("4. All-gather of the new 16-bit weights (from the trace)")
+            for h in s["all_gather"]:
+                vals = f" carrying {_vec(h['values'])}" if h["values"] is not None else ""
+                say(f"  step {h['step']}: GPU {h['src']} -> GPU {h['dst']}, shard {h['chunk']}, {h['bytes']} B{vals}")
+            for g in s["gpus"]:
+                say(f"  GPU {g['gpu']} now holds {names} = {_vec(g['params_after'])}")
+        say("")
+        say("Memory per GPU, phase by phase (from each rank's ledger)")
+        for g, phases in enumerate(s["memory"]):
+            say(f"  GPU {g}:")
+            for p in phases:
+                say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
+        say(f"  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
+    say("")
+    say(f"fp32 masters after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {_fp32(v)}" for n, v in zip(names, r["master"])))
+    return "\n".join(out)

@@ -1,0 +1,58 @@
+"""The flat parameter buffer every stage shares: P parameters in layer order, padded to N*s.
+
+Rank r owns elements [r*s, (r+1)*s) of the padded buffer at every stage (the shard arithmetic comes
+from `ShardLayout`); the stages differ only in *which* buffers they cut this way. A layer occupies a
+window [a, b) of the flat buffer, which may straddle shards: its per-layer collectives at stages 2
+and 3 move window ∩ shard_r for each rank r (the counts below), so rank r is still the owner of the
+same elements, and every element is still summed in the same ring order as at stage 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.collectives import ShardLayout
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    num_params: int  # P
+    world_size: int  # N
+    windows: tuple  # ((a, b), ...) per layer, in the flat buffer
+
+    @classmethod
+    def for_model(cls, model, world_size: int) -> "FlatLayout":
+        return cls(model.num_params, world_size, tuple(model.layer_window(i) for i in range(len(model.layers))))
+
+    @property
+    def shards(self) -> ShardLayout:
+        return ShardLayout(self.num_params, self.world_size)
+
+    @property
+    def shard_size(self) -> int:
+        """s = ceil(P / N): elements each rank owns, padding included."""
+        return self.shards.shard_size
+
+    @property
+    def padded(self) -> int:
+        """N * s."""
+        return self.shards.padded
+
+    def own(self, rank: int) -> slice:
+        """Rank's shard in the padded flat buffer."""
+        return slice(*self.shards.bounds(rank))
+
+    def counts(self, layer: int) -> list:
+        """Elements of layer `layer`'s window that each rank owns (window ∩ shard_r), in rank order."""
+        a, b = self.windows[layer]
+        s = self.shard_size
+        return [max(0, min(b, (r + 1) * s) - max(a, r * s)) for r in range(self.world_size)]
+
+    def owned_piece(self, layer: int, rank: int) -> tuple:
+        """(start, stop) of window ∩ shard_rank, in the rank's shard coordinates (0..s)."""
+        a, b = self.windows[layer]
+        s = self.shard_size
+        lo, hi = max(a, rank * s), min(b, (rank + 1) * s)
+        if hi <= lo:
+            return 0, 0
+        return lo - rank * s, hi - rank * s
