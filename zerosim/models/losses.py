@@ -1,0 +1,89 @@
+"""Losses: half mean squared error and softmax cross-entropy, each a forward/backward pair.
+
+Letters: B batch, D_out outputs (C classes for cross-entropy).
+
+Precision: the loss and dL/dy are computed in fp32 (float64 when y is float64), from y widened
+exactly. dy = cast(scale * (dL/dy), fmt): one rounding to the compute format, after the loss scale
+is applied (a power-of-two scale multiplies exactly, so it only moves small values out of fp16's
+subnormal range — the point of loss scaling).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.models.layers import acc_dtype
+from zerosim.precision import cast, format_of, get_format
+
+
+def _acc_of(y: np.ndarray) -> type:
+    return acc_dtype(format_of(y))
+
+
+class Loss:
+    """forward(y, target) -> (loss: float, cache tuple);  backward(cache, fmt, scale=1.0) -> dy in fmt."""
+
+    name = "loss"
+
+    def forward(self, y: np.ndarray, target: np.ndarray) -> tuple[float, tuple]:
+        raise NotImplementedError
+
+    def backward(self, cache: tuple, fmt, scale: float = 1.0) -> np.ndarray:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class HalfMSE(Loss):
+    """L = 0.5 * mean over the batch of sum over outputs (y - t)^2; one sample gives seed 004's 0.5 (y - t)^2."""
+
+    name = "mse"
+
+    def forward(self, y, target):
+        acc = _acc_of(y)
+        diff = y.astype(acc) - cast(target, acc).reshape(y.shape)  # (B, D_out) in acc; the cache
+        loss = 0.5 * np.sum(diff * diff, dtype=acc) / y.shape[0]
+        return float(loss), (diff,)
+
+    def backward(self, cache, fmt, scale=1.0):
+        (diff,) = cache
+        g = diff / diff.dtype.type(diff.shape[0])  # dL/dy = (y - t) / B, in acc
+        return cast(g * diff.dtype.type(scale), get_format(fmt))
+
+
+class SoftmaxCrossEntropy(Loss):
+    """L = mean over the batch of -log softmax(y)[label]; targets are integer labels (B,)."""
+
+    name = "xent"
+
+    def forward(self, y, target):
+        acc = _acc_of(y)
+        labels = np.asarray(target, dtype=np.int64).reshape(y.shape[0])  # (B,)
+        z = y.astype(acc)
+        z = z - z.max(axis=1, keepdims=True)  # shift so exp cannot overflow; softmax is unchanged
+        e = np.exp(z)  # (B, C)
+        s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
+        rows = np.arange(y.shape[0])
+        loss = np.mean(np.log(s[:, 0]) - z[rows, labels], dtype=acc)
+        return float(loss), (e / s, labels)  # cache: probabilities (B, C) in acc, labels (B,)
+
+    def backward(self, cache, fmt, scale=1.0):
+        p, labels = cache
+        g = p.copy()  # dL/dy = (softmax(y) - onehot(label)) / B
+        g[np.arange(len(labels)), labels] -= 1
+        g = g / p.dtype.type(p.shape[0])
+        return cast(g * p.dtype.type(scale), get_format(fmt))
+
+
+LOSSES = {"mse": HalfMSE, "xent": SoftmaxCrossEntropy}
+
+
+def get_loss(name: "str | Loss") -> Loss:
+    """A loss by name: "mse" (half MSE) or "xent" (softmax cross-entropy); a `Loss` passes through."""
+    if isinstance(name, Loss):
+        return name
+    try:
+        return LOSSES[name]()
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}") from None
