@@ -1,0 +1,37 @@
+"""Optimizers on flat shards, their state held in a rank's MemoryLedger.
+
+    opt = get_optimizer("adam", lr=0.1)
+    state = opt.init_state(rank.ledger, shard_size, prefix="layer0.")   # {name: Buffer}, kind optim:<name>
+    opt.step(w_shard, g_shard, state, t)                                  # in place, t = 1, 2, ...
+
+Elementwise optimizers (Adam, AdamW, SGD, Lion, Adan) give bitwise the same result on a whole
+buffer as on any slicing of it, so ZeRO can shard them at every stage. Muon orthogonalises whole
+matrices (`step_matrix`) and allows only stages 0 and 1 (`Muon.why_not_sharded`).
+"""
+
+from zerosim.optim.adam import Adam, AdamW
+from zerosim.optim.adan import Adan
+from zerosim.optim.base import Optimizer
+from zerosim.optim.lion import Lion
+from zerosim.optim.muon import CUBIC, QUINTIC, Muon, newton_schulz
+from zerosim.optim.sgd import SGD
+
+OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon)}
+
+
+def get_optimizer(name: str, **hyper) -> Optimizer:
+    """Build optimizer `name` (one of OPTIMIZERS) with hyperparameters, e.g. get_optimizer("adam", lr=0.1)."""
+    cls = OPTIMIZERS.get(name.lower() if isinstance(name, str) else name)
+    if cls is None:
+        raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+    known = tuple(cls.__dataclass_fields__)
+    unknown = sorted(set(hyper) - set(known))
+    if unknown:
+        raise ValueError(f"{name} has no hyperparameter(s) {unknown}; it takes {list(known)}")
+    return cls(**hyper)
+
+
+__all__ = [
+    "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "OPTIMIZERS", "Optimizer", "QUINTIC", "SGD",
+    "get_optimizer", "newton_schulz",
+]

@@ -1,0 +1,131 @@
+"""What every optimizer shares: state in the ledger, argument checks, scalars rounded once.
+
+An optimizer is a small frozen dataclass of hyperparameters. It holds no arrays: its state lives in
+buffers of the rank that owns the shard (`init_state`), and `step` updates a weight shard in place.
+
+Numerics, common to all optimizers (each file lists its own operation order):
+
+- All array arithmetic happens in `w.dtype`, one NumPy operation at a time, each rounded once.
+- Every scalar coefficient (lr, beta, 1 - beta, 1 - beta**t, ...) is formed in float64 from the
+  Python hyperparameters and then rounded *once* to `w.dtype`, as PyTorch passes Python doubles to
+  an fp32 kernel. So `1 - 0.9` becomes fp32 0.1 (not fp32(1) - fp32(0.9) = 0.10000002).
+- Nothing mixes elements, so stepping a flat buffer equals stepping any of its slices, bit for bit:
+  this is what lets ZeRO shard optimizer state at every stage.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import ClassVar
+
+import numpy as np
+
+from zerosim.precision import cast, get_format
+
+
+def scalar(x: float, dtype) -> np.generic:
+    """`x` (float64) rounded once to `dtype`, as a NumPy scalar of that dtype (never promotes arrays)."""
+    return cast(np.float64(x), dtype)[()]  # NOTE: not dtype(x): ml_dtypes rounds float64 twice
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def check_nonneg(value: float, name: str) -> None:
+    """lr, eps, weight decay: finite and >= 0 (lr = 0 is allowed: a step that moves nothing)."""
+    if not (_is_real(value) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def check_betas(betas, n: int, name: str = "betas") -> tuple:
+    """`betas` as a tuple of n numbers in [0, 1) (a list is accepted and turned into a tuple)."""
+    if not (isinstance(betas, (tuple, list)) and len(betas) == n):
+        raise ValueError(f"{name} must be a tuple of {n} numbers, got {betas!r}")
+    for i, b in enumerate(betas):
+        if not (_is_real(b) and 0.0 <= b < 1.0):
+            raise ValueError(f"{name}[{i}] must lie in [0, 1), got {b!r}")
+    return tuple(float(b) for b in betas)
+
+
+def check_step_args(w, g, state: dict, names: tuple, t) -> dict:
+    """Validate a step's arguments and return {name: ndarray}; raises before anything is modified."""
+    if not isinstance(w, np.ndarray) or not isinstance(g, np.ndarray):
+        raise TypeError(f"w and g must be numpy arrays, got {type(w).__name__} and {type(g).__name__}")
+    get_format(w.dtype)  # a clear error for integer or unknown dtypes
+    if g.shape != w.shape or g.dtype != w.dtype:
+        raise ValueError(f"g must match w: w is {w.shape} {w.dtype}, g is {g.shape} {g.dtype}")
+    if not w.flags.writeable:
+        raise ValueError("w is read-only; the optimizer updates it in place")
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+        raise TypeError(f"t must be an integer step count, got {t!r}")
+    if t < 1:
+        raise ValueError(f"t is the 1-based step count, so t >= 1; got {t}")
+    if not isinstance(state, dict) or set(state) != set(names):
+        got = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"state must hold exactly {list(names)}, got {got}")
+    arrays = {}
+    for n in names:
+        a = state[n].array if hasattr(state[n], "array") else state[n]  # a ledger Buffer or its array
+        if not isinstance(a, np.ndarray) or a.shape != w.shape or a.dtype != w.dtype:
+            desc = f"{a.shape} {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ValueError(f"state[{n!r}] must match w ({w.shape} {w.dtype}), got {desc}")
+        if not a.flags.writeable:
+            raise ValueError(f"state[{n!r}] is read-only; the optimizer updates it in place")
+        arrays[n] = a
+    return arrays
+
+
+class Optimizer:
+    """Base of the optimizers: subclasses are frozen dataclasses that define `_update`.
+
+    Attributes:
+        name: registry name ("adam", ...).
+        state_names: one fp32 (or `dtype`) buffer per name, each the size of the weight shard.
+        elementwise: True when element i's update reads only element i (shardable at every stage).
+        allowed_stages: the ZeRO stages this optimizer can run under.
+        why_not_sharded: why some stages are refused ("" when every stage is allowed).
+    """
+
+    name: ClassVar[str] = ""
+    state_names: ClassVar[tuple] = ()
+    elementwise: ClassVar[bool] = True
+    allowed_stages: ClassVar[tuple] = (0, 1, 2, 3)
+    why_not_sharded: ClassVar[str] = ""  # elementwise: each rank can update its own slice alone
+
+    def state_bytes_per_param(self, dtype=np.float32) -> int:
+        """Optimizer-state bytes per parameter (Adam in fp32: 2 x 4 = 8, seed 001's "4k bytes")."""
+        return len(self.state_names) * np.dtype(dtype).itemsize
+
+    def init_state(self, ledger, size: int, dtype=np.float32, prefix: str = "") -> dict:
+        """Allocate the zero-filled state for a shard of `size` params in `ledger`: {name: Buffer}.
+
+        Each buffer is named f"{prefix}{name}" and has kind f"optim:{name}", so the ledger reports
+        optimizer memory per state tensor.
+        """
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"size must be an integer >= 0, got {size!r}")
+        get_format(dtype)
+        # (size,) `dtype` state shard, owned by this rank
+        return {n: ledger.alloc(f"{prefix}{n}", int(size), dtype, kind=f"optim:{n}", fill=0) for n in self.state_names}
+
+    def check_stage(self, stage: int) -> None:
+        """Raise ValueError (with `why_not_sharded`) if this optimizer cannot run at ZeRO `stage`."""
+        if stage not in self.allowed_stages:
+            raise ValueError(
+                f"{self.name} cannot run at ZeRO stage {stage} (allowed: {self.allowed_stages}): {self.why_not_sharded}"
+            )
+
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict, t: int, record: dict | None = None) -> None:
+        """Update `w` and `state` in place from gradient `g` at 1-based step `t`.
+
+        `state` maps each of `state_names` to an array (or ledger Buffer) shaped and typed like `w`.
+        Arguments are checked before anything changes. If `record` is a dict, copies of the
+        intermediates are stored in it (the keys each optimizer documents).
+        """
+        arrays = check_step_args(w, g, state, self.state_names, t)
+        self._update(w, g, arrays, int(t), record)
+
+    def _update(self, w, g, s, t, record) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
