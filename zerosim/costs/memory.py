@@ -1,0 +1,153 @@
+"""Per-rank model-state memory of ZeRO stages 0-3, from named parts.
+
+Letters: Ψ parameters, N ranks (data-parallel degree), K bytes of optimizer state per parameter.
+
+Mixed-precision training keeps, per parameter: a 16-bit compute copy (2 bytes), a 16-bit gradient
+(2, or 4 with fp32 gradient accumulation), an fp32 master (4) and the optimizer's state (K bytes,
+8 for Adam). The ZeRO paper folds master and state into one K = 12; here they are separate parts, so
+the paper's K is `master + K` below. Which parts a stage shards:
+
+    stage 0   nothing (plain data parallel)         (2 + 2 + 4 + K)Ψ
+    stage 1   master + optimizer state (P_os)       (2 + 2)Ψ + (4 + K)Ψ/N
+    stage 2   ... and gradients (P_os+g)            2Ψ + (2 + 4 + K)Ψ/N
+    stage 3   ... and 16-bit parameters (P_os+g+p)  (2 + 2 + 4 + K)Ψ/N
+
+A sharded part holds ceil(Ψ/N) elements per rank, as the engines' flat buffers are zero-padded to a
+multiple of N (shard arithmetic from `ShardLayout`, the one place it lives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.collectives.shards import ShardLayout
+
+GB = 1e9  # the ZeRO paper's and the seeds' GB: 10**9 bytes (DeepSpeed's estimators print GiB, 2**30)
+
+
+@dataclass(frozen=True)
+class OptimizerState:
+    name: str
+    states: tuple  # ((ledger kind, bytes per parameter), ...): the tensors the optimizer keeps
+
+    @property
+    def k(self) -> int:
+        """K: optimizer-state bytes per parameter (fp32 master not included)."""
+        return sum(nbytes for _, nbytes in self.states)
+
+
+OPTIMIZERS = {
+    # Adam keeps first and second moments m, v in fp32 (seed 001: "8 bytes/param regardless of the model's precision").
+    "adam": OptimizerState("adam", (("optim:m", 4), ("optim:v", 4))),
+    # AdamW: the same two moments; decoupled weight decay needs no extra state.
+    "adamw": OptimizerState("adamw", (("optim:m", 4), ("optim:v", 4))),
+    # Plain SGD: the update is the gradient itself, no state (seed 001: "memory overhead is zero").
+    "sgd": OptimizerState("sgd", ()),
+    # SGD with momentum: one fp32 momentum buffer.
+    "sgd_momentum": OptimizerState("sgd_momentum", (("optim:momentum", 4),)),
+    # Lion: one fp32 momentum, applied through its sign (seed 001: 4 bytes/param, 12 in total).
+    "lion": OptimizerState("lion", (("optim:m", 4),)),
+    # Adan: m, v (gradient-difference moment), n in fp32 = 12, plus the cached previous gradient g_{t-1}
+    # at 2 bytes (16-bit), as seed 001 counts it (22 bytes/param in total, 22P/N at stage 3).
+    # NOTE: an implementation that caches g_{t-1} in fp32 needs 4 bytes there, K = 16.
+    "adan": OptimizerState("adan", (("optim:m", 4), ("optim:v", 4), ("optim:n", 4), ("optim:prev_grad", 2))),
+}
+
+PADDINGS = ("none", "shards", "all")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    optimizer: str = "adam"  # a key of OPTIMIZERS
+    param_bytes: int = 2  # 16-bit (fp16/bf16) compute copy of the parameters
+    master_bytes: int = 4  # fp32 master weights
+    fp32_grad_accum: bool = False  # True: gradients kept (accumulated) in fp32, 4Ψ instead of 2Ψ
+    # "shards": a sharded part holds ceil(Ψ/N) elements (the engines' padded flat buffers);
+    # "none": exactly Ψ/N (the papers' formulas, possibly fractional bytes);
+    # "all": every buffer, replicated ones too, holds the padded flat length N*ceil(Ψ/N).
+    padding: str = "shards"
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {sorted(OPTIMIZERS)}")
+        if self.padding not in PADDINGS:
+            raise ValueError(f"padding must be one of {PADDINGS}, got {self.padding!r}")
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 if self.fp32_grad_accum else 2
+
+
+# Which parts each stage shards: (params, grads, master and optimizer state).
+SHARDED = {0: (False, False, False), 1: (False, False, True), 2: (False, True, True), 3: (True, True, True)}
+
+
+@dataclass(frozen=True)
+class ModelStateMemory:
+    """Bytes one rank holds for model states at one stage, by part. Activations are not included."""
+
+    stage: int
+    ranks: int  # N
+    params: float  # 16-bit parameters: 2Ψ, or 2Ψ/N at stage 3
+    grads: float  # gradients: 2Ψ (4Ψ with fp32 accumulation), /N from stage 2
+    master: float  # fp32 master: 4Ψ, /N from stage 1
+    optimizer: tuple  # ((ledger kind, bytes), ...): K·Ψ split by tensor, /N from stage 1
+    grad_kind: str = "grads"  # the ledger kind of the gradient buffer ("grad32" when fp32)
+
+    @property
+    def optimizer_total(self) -> float:
+        return sum(b for _, b in self.optimizer)
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.master + self.optimizer_total
+
+    @property
+    def by_kind(self) -> dict:
+        """Bytes per ledger kind (params, grads or grad32, master, optim:<x>), for comparing with a MemoryLedger."""
+        return {"params": self.params, self.grad_kind: self.grads, "master": self.master, **dict(self.optimizer)}
+
+    def gb(self) -> float:
+        return self.total / GB
+
+
+def _elements(params: int, ranks: int, sharded: bool, padding: str) -> float:
+    """Elements of one part a rank holds: Ψ replicated, ceil(Ψ/N) (or Ψ/N unpadded) sharded."""
+    layout = ShardLayout(params, ranks)
+    if sharded:
+        return layout.shard_size if padding != "none" else params / ranks
+    return layout.padded if padding == "all" else params
+
+
+def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | None = None) -> ModelStateMemory:
+    """Per-rank model-state bytes at `stage`: the ZeRO paper's (2 + 2 + K)Ψ, sharded stage by stage.
+
+    stage 0: (2 + g + 4 + K)Ψ;  stage 1: (2 + g)Ψ + (4 + K)Ψ/N;  stage 2: 2Ψ + (g + 4 + K)Ψ/N;
+    stage 3: (2 + g + 4 + K)Ψ/N, with g = 2 (4 with fp32 gradient accumulation) and K from OPTIMIZERS.
+    With Adam, K + 4 = 12 and Ψ = 7.5e9, N = 64 this gives the paper's 120 / 31.4 / 16.6 / 1.9 GB.
+    """
+    config = config or MemoryConfig()  # defaults: Adam, 16-bit params and grads, fp32 master, padded shards
+    psi = int(params)
+    if psi != params or psi < 0:
+        raise ValueError(f"params must be a non-negative whole number, got {params!r}")
+    if stage not in SHARDED:
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    shard_p, shard_g, shard_os = SHARDED[stage]
+    p, g, os_ = (_elements(psi, ranks, s, config.padding) for s in (shard_p, shard_g, shard_os))
+    opt = OPTIMIZERS[config.optimizer]
+    return ModelStateMemory(
+        stage=stage,
+        ranks=ranks,
+        params=config.param_bytes * p,  # (Ψ,) or (ceil(Ψ/N),) 16-bit
+        grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32
+        master=config.master_bytes * os_,  # fp32 master, sharded from stage 1
+        optimizer=tuple((kind, nbytes * os_) for kind, nbytes in opt.states),
+        grad_kind="grad32" if config.fp32_grad_accum else "grads",
+    )
+
+
+def model_state_memory_by_stage(params, ranks: int, config: MemoryConfig | None = None) -> tuple:
+    """`model_state_memory` for stages 0, 1, 2, 3, in that order."""
+    return tuple(model_state_memory(params, ranks, stage, config) for stage in range(4))
