@@ -2,18 +2,28 @@
 
 The public surface, bottom layer first:
 
-    precision    FORMATS, get_format, cast, ulp, lost_update
+    precision    FORMATS, get_format, cast, ulp, lost_update, MixedPrecision
     cluster      Cluster, Rank, MemoryLedger, Trace
     collectives  reduce_scatter, all_gather, all_reduce, broadcast (also methods on Cluster)
+    optim        Adam, AdamW, SGD, Lion, Adan, Muon
+    models       TinyNet (seed 004), MLP
+    zero         ZeroEngine (stages 0-3)
+    reference    Reference (the single-device oracle), replay
 """
 
 from zerosim.cluster import Buffer, Cluster, LedgerError, MemoryLedger, Rank, Trace
 from zerosim.collectives import ShardLayout, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.precision import FORMATS, Format, cast, get_format, lost_update, ulp
+from zerosim.models import MLP, TinyNet
+from zerosim.optim import SGD, Adam, AdamW, Adan, Lion, Muon, get_optimizer
+from zerosim.precision import FORMATS, Format, MixedPrecision, cast, get_format, get_precision, lost_update, ulp
+from zerosim.reference import Reference
+from zerosim.zero import ZeroEngine
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Buffer", "Cluster", "FORMATS", "Format", "LedgerError", "MemoryLedger", "Rank", "ShardLayout", "Trace",
-    "all_gather", "all_reduce", "broadcast", "cast", "get_format", "lost_update", "reduce_scatter", "ulp",
+    "Adam", "AdamW", "Adan", "Buffer", "Cluster", "FORMATS", "Format", "LedgerError", "Lion", "MLP", "MemoryLedger",
+    "MixedPrecision", "Muon", "Rank", "Reference", "SGD", "ShardLayout", "TinyNet", "Trace", "ZeroEngine",
+    "all_gather", "all_reduce", "broadcast", "cast", "get_format", "get_optimizer", "get_precision", "lost_update",
+    "reduce_scatter", "ulp",
 ]

@@ -28,16 +28,33 @@ def ulp(x, fmt) -> np.ndarray:
     return np.where(np.isfinite(mag), spacing, np.nan)
 
 
+def _sum_round_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b in float64, rounded to odd: exact when representable, else the odd neighbour of the sum.
+
+    TwoSum (Knuth) gives the exact error e of s = fl(a + b); when e != 0 the exact sum lies strictly
+    between s and its neighbour toward e, and round-to-odd keeps whichever of the two is odd. That
+    sticky bit makes the later rounding to a <= 24-bit format a single correct rounding (see cast.py).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = a + b
+        bb = s - a
+        e = (a - (s - bb)) + (b - bb)
+    inexact = (e != 0) & np.isfinite(s)
+    even = (s.view(np.uint64) & np.uint64(1)) == 0
+    toward = np.where(e > 0, np.inf, -np.inf)
+    return np.where(inexact & even, np.nextafter(s, toward), s)
+
+
 def lost_update(w, delta, fmt) -> np.ndarray:
     """Mask of the entries where adding a nonzero `delta` to `w` in format `fmt` leaves `w` unchanged.
 
-    The sum is formed in float64 and rounded once to `fmt`, as an FMA-free hardware add would: the
-    float64 sum of two values of 32 bits or fewer is exact unless their exponents are more than 29
-    apart, and then the dropped part lies far below half an ulp of `fmt` and cannot change the result.
+    The sum is rounded once to `fmt`, as a hardware add would: it is formed exactly (float64 plus
+    the TwoSum error term, kept as a sticky bit), so an update just above half an ulp is kept even
+    when float64 alone would have rounded it onto the midpoint.
     """
-    w64, d64 = to_float64(w), to_float64(delta)
-    if w64.shape != d64.shape and not (w64.ndim == 0 or d64.ndim == 0):
-        np.broadcast_shapes(w64.shape, d64.shape)  # raises a clear shape error if they cannot pair up
-    w_fmt = to_float64(cast(w64, fmt))
-    after = to_float64(cast(w_fmt + d64, fmt))
+    w64, d64 = np.broadcast_arrays(to_float64(w), to_float64(delta))
+    f = get_format(fmt)
+    w_fmt = to_float64(cast(w64, f))
+    exactish = w_fmt + d64 if f.bits == 64 else _sum_round_to_odd(w_fmt, d64)  # fp64: the plain sum is the rounding
+    after = to_float64(cast(exactish, f))
     return (after == w_fmt) & (d64 != 0)
