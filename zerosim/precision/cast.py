@@ -55,7 +55,8 @@ def _nearest(x: np.ndarray, f: Format) -> np.ndarray:
         x = _float64_to_float32_round_to_odd(x)
     elif x.dtype != np.float32 and x.dtype != np.float64:
         x = x.astype(np.float32)  # every 16- and 8-bit format widens to float32 exactly
-    return x.astype(f.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
+        return x.astype(f.dtype)
 
 
 def _stochastic(x: np.ndarray, f: Format, rng: np.random.Generator) -> np.ndarray:

@@ -2,10 +2,13 @@
 
 In the simulator all N ranks share this process, but ZeRO-2/3 talk *inside* backward: rank 0 cannot
 reduce layer 3's gradients until every rank has computed them. So each rank's forward/backward runs
-in its own thread, and a collective is a rendezvous: every rank deposits its array, the last to
-arrive runs the collective for all of them, and each takes its result. The numbers do not depend on
-thread timing (the collective sees all inputs at once); if any rank raises, the rendezvous is broken
-so the others stop instead of waiting forever, and the first error is re-raised.
+in its own thread, and the threads take turns with a baton, like coroutines: rank i runs until it
+reaches a collective, leaves its array there and hands the baton to rank i+1; the last rank runs the
+collective for everyone and hands the baton back to rank 0, which carries on with its result.
+
+Only one rank computes at a time, so the simulator never fights itself for cores (numpy's BLAS may
+still use them all inside one rank), and the order of everything is fixed: runs are reproducible. If
+a rank raises, every other rank is woken and stopped, and the first error is re-raised.
 """
 
 from __future__ import annotations
@@ -13,25 +16,40 @@ from __future__ import annotations
 import threading
 
 
+class _Stopped(Exception):
+    """Raised inside a rank's thread when another rank failed."""
+
+
 class Lockstep:
     def __init__(self, size: int):
         self.size = size
         self._inputs = [None] * size
         self._results = None
-        self._fn = None
-        self._barrier = threading.Barrier(size, action=self._run) if size > 1 else None
+        self._baton = [threading.Semaphore(0) for _ in range(size)]
+        self._failed = False
 
-    def _run(self) -> None:
-        inputs, self._inputs = self._inputs, [None] * self.size
-        self._results = self._fn(inputs)
+    def _wait(self, i: int) -> None:
+        self._baton[i].acquire()
+        if self._failed:
+            raise _Stopped
+
+    def _pass(self, i: int) -> None:
+        self._baton[(i + 1) % self.size].release()
 
     def collective(self, i: int, value, fn):
-        """Rank i's part of a collective: blocks until all ranks call, returns fn(all values)[i]."""
-        if self._barrier is None:
+        """Rank i's part of a collective: waits until all ranks call, returns fn(all values)[i]."""
+        if self.size == 1:
             return fn([value])[0]
         self._inputs[i] = value
-        self._fn = fn  # every rank passes the same operation
-        self._barrier.wait()
+        if i == self.size - 1:  # everyone is here: run it once for all, then wake rank 0
+            inputs, self._inputs = self._inputs, [None] * self.size
+            self._results = fn(inputs)
+            result = self._results[i]
+            self._pass(i)
+            self._wait(i)  # resume when rank N-2 reaches the next collective (or finishes)
+            return result
+        self._pass(i)
+        self._wait(i)
         return self._results[i]
 
     def run(self, fn) -> list:
@@ -39,22 +57,29 @@ class Lockstep:
         if self.size == 1:
             return [fn(0)]
         results, errors = [None] * self.size, []
+        self._failed = False
 
         def body(i):
             try:
+                self._wait(i)
                 results[i] = fn(i)
-            except threading.BrokenBarrierError:
+                if i < self.size - 1:
+                    self._pass(i)
+            except _Stopped:
                 pass  # another rank failed first; its error is the one to report
             except BaseException as e:  # noqa: BLE001 - handed to the caller below
                 errors.append((i, e))
-                self._barrier.abort()
+                self._failed = True
+                for sem in self._baton:
+                    sem.release(self.size)
 
-        threads = [threading.Thread(target=body, args=(i,), name=f"rank-{i}") for i in range(self.size)]
+        threads = [threading.Thread(target=body, args=(i,), name=f"rank-{i}", daemon=True) for i in range(self.size)]
         for t in threads:
             t.start()
+        self._baton[0].release()
         for t in threads:
             t.join()
+        self._baton = [threading.Semaphore(0) for _ in range(self.size)]  # fresh for the next run
         if errors:
-            i, e = errors[0]
-            raise e
+            raise errors[0][1]
         return results

@@ -1,0 +1,93 @@
+"""`zerosim replay --json` gives seed 004's numbers, read from the live run (table rows from the seed).
+
+Exact equality where the arithmetic is exact in fp16/fp32 (the gradients: small multiples of 0.5);
+elsewhere the tolerance is the fp32 rounding budget of the operations that made the value.
+"""
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+from zerosim.cli.main import main
+
+U32 = 2.0**-24  # fp32 unit roundoff
+
+
+def gamma(k):
+    return k * U32 / (1 - k * U32)  # Higham's bound for k roundings
+
+
+def run_json(*args):
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["replay", "--json", *args]) == 0
+    return json.loads(out.getvalue())
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3])
+def replayed(request):
+    return request.param, run_json("--stage", str(request.param))
+
+
+def test_local_gradients(replayed):
+    _, r = replayed
+    g0, g1 = r["steps"][0]["gpus"]
+    assert g0["local_grads"] == [0, 0, 0, -4.5]  # GPU 0: h = -7, ReLU kills w1, w2, w3; dL/dy = -4.5
+    assert g1["local_grads"] == [-11, -5.5, -5.5, -5.5]  # GPU 1: h = 1, dL/dy = -5.5, x = [2, 1]
+    assert (g0["loss"], g1["loss"]) == (10.125, 15.125)
+
+
+def test_averaged_shards(replayed):
+    _, r = replayed
+    g0, g1 = r["steps"][0]["gpus"]
+    assert g0["owns"] == ["w1", "w2"] and g1["owns"] == ["w3", "w4"]
+    assert g0["averaged_shard"] == [-5.5, -2.75]  # (0 - 11)/2, (0 - 5.5)/2: exact in fp16 and fp32
+    assert g1["averaged_shard"] == [-2.75, -5.0]  # (0 - 5.5)/2, (-4.5 - 5.5)/2
+
+
+SEED_ADAM = {  # per weight: m, v, fp32 master (seed 004, step 3), and the real fp16 copy of the master
+    "w1": (-0.55, 0.03025, 2.1, 2.099609375),
+    "w2": (-0.275, 0.0075625, -2.9, -2.900390625),
+    "w3": (-0.275, 0.0075625, 1.1, 1.099609375),
+    "w4": (-0.5, 0.025, 0.6, 0.60009765625),
+}
+
+
+def test_adam_states_and_masters(replayed):
+    _, r = replayed
+    for gpu in r["steps"][0]["gpus"]:
+        for j, name in enumerate(gpu["owns"]):
+            m, v, master, fp16 = SEED_ADAM[name]
+            # m = fl(fl(0.1) * g): two roundings; v = fl(fl(0.001) * fl(g*g)): three
+            assert abs(gpu["adam"]["m"][j] - m) <= gamma(2) * abs(m)
+            assert abs(gpu["adam"]["v"][j] - v) <= gamma(3) * abs(v)
+            # the update lr*m_hat/(sqrt(v_hat)+eps) = 0.1 takes ~8 roundings, the subtraction one more
+            assert abs(gpu["master"][j] - master) <= gamma(8) * 0.1 + U32 * abs(master)
+            assert gpu["compute_shard"][j] == fp16  # exact: the fp16 truth
+    assert r["final_params"][0][:4] == [2.099609375, -2.900390625, 1.099609375, 0.60009765625] if r["stage"] < 3 else True
+
+
+def test_stage_specific_communication(replayed):
+    stage, r = replayed
+    step = r["steps"][0]
+    if stage == 3:
+        assert step["all_gather"] == []  # no all-gather after the step
+        assert len({h["call"] for h in step["stage3_gathers"]}) == 5  # seed 004: L1, L2, L1 (recompute), L2, L1
+    else:
+        gathered = sorted((h["src"], tuple(h["values"])) for h in step["all_gather"])
+        assert gathered == [(0, (2.099609375, -2.900390625)), (1, (1.099609375, 0.60009765625))]
+
+
+def test_pure_precision_and_tiny_lr_flags_reach_the_run():
+    r = run_json("--precision", "fp16-pure", "--lr", "1e-5", "--steps", "3")
+    assert len(r["steps"]) == 3
+    # 1e-5 is far below half an fp16 ulp at every seed weight (>= 2**-12 at 0.5): nothing moves
+    assert r["final_params"][0][:4] == [2.0, -3.0, 1.0, 0.5]
+
+
+def test_bad_arguments_are_clear_errors(capsys):
+    assert main(["replay", "--steps", "0"]) == 2
+    assert "steps must be a positive integer" in capsys.readouterr().err
