@@ -11,6 +11,14 @@ def make_backend(name: str, world_size: int, **options):
         from zerosim.backends.numpy_sim import NumpyBackend
 
         return NumpyBackend(world_size, **options)
+    if name == "mpi":
+        from zerosim.backends.mpi import MpiBackend  # mpi4py itself is imported only when the backend is made
+
+        return MpiBackend(world_size, **options)
+    if name == "cupy":
+        from zerosim.backends.cupy_nccl import CupyBackend  # cupy itself is imported only when the backend is made
+
+        return CupyBackend(world_size, **options)
     if name in BACKENDS:
         raise NotImplementedError(f"backend {name!r} is not built yet")
     raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}")

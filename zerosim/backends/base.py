@@ -4,9 +4,10 @@ A backend hosts some ranks of a world (all of them in the numpy simulator, one p
 MPI, one per GPU under CuPy/NCCL) and offers three things:
 
 - `empty(shape, dtype)`: storage on the rank's device;
-- `exchange(sends, send_to, recv_from)`: every local rank sends one array to one peer and receives
-  one array from another, all at once (a ring step). Received arrays are read-only and valid until the
-  next exchange;
+- `exchange(sends, send_to, recv_from, recv_like=None)`: every local rank sends one array to one peer
+  and receives one array from another, all at once (a ring step). Received arrays are read-only and
+  valid until the next exchange. `recv_like[i]` is the (count, dtype) local rank i is about to receive
+  (None where it receives nothing): the ring always knows it, and MPI then needs no probe;
 - `all_meta(items)`: every rank's small description of its input (lengths, dtypes), so that bad input
   is caught on every rank before any data moves.
 
@@ -28,7 +29,7 @@ class Backend(Protocol):
 
     def empty(self, shape, dtype) -> np.ndarray: ...
 
-    def exchange(self, sends: Sequence, send_to: Sequence, recv_from: Sequence) -> list: ...
+    def exchange(self, sends: Sequence, send_to: Sequence, recv_from: Sequence, recv_like: Sequence | None = None) -> list: ...
 
     def all_meta(self, items: Sequence) -> list: ...
 

@@ -20,7 +20,7 @@ class NumpyBackend:
     def empty(self, shape, dtype) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
 
-    def exchange(self, sends, send_to, recv_from) -> list:
+    def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
         outbox = {}
         for src, (array, dst) in enumerate(zip(sends, send_to)):
             if dst is not None:
@@ -34,6 +34,10 @@ class NumpyBackend:
                 received.append(outbox[(src, dst)])
             except KeyError:
                 raise RuntimeError(f"rank {dst} waits for a message from rank {src} that was never sent") from None
+        for dst, (array, like) in enumerate(zip(received, recv_like or [None] * len(received))):
+            # the promise the MPI backend relies on, checked here where every rank is at hand
+            if like is not None and (array.size, np.dtype(array.dtype)) != (like[0], np.dtype(like[1])):
+                raise RuntimeError(f"rank {dst} expected {like[0]} {np.dtype(like[1])} elements but was sent {array.size} {array.dtype}")
         return received
 
     def all_meta(self, items) -> list:

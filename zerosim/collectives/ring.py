@@ -72,7 +72,8 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
             c = (r - 1 - k) % n  # the partial sum of chunk c leaves rank r at step k
             sends.append(chunk(i, c) if k == 0 else acc[i][(k - 1) % 2][: size[c]])
             cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
-        received = cluster.backend.exchange(sends, send_to, recv_from)
+        recv_like = [(size[(r - 2 - k) % n], wire.dtype) for r in me]  # both ends know what arrives
+        received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
             c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
             target = results[i] if k == n - 2 else acc[i][k % 2][: size[c]]
@@ -96,10 +97,24 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
             c = (r - k) % n
             sends.append(part(i, c))
             cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name, sends[-1])
-        received = cluster.backend.exchange(sends, send_to, recv_from)
+        recv_like = [(bounds[(r - 1 - k) % n][1] - bounds[(r - 1 - k) % n][0], wire.dtype) for r in me]
+        received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
             part(i, (r - 1 - k) % n)[...] = received[i]
     return full
+
+
+def _native_reduce_scatter(cluster, staged, op, wire, bounds, call):
+    """MPI's own reduce-scatter (backend option native=True), for speed.
+
+    NOTE: MPI picks the order of additions, not NCCL's ring, so results may differ in the last bits.
+    The trace records what a ring would send (step -1): the backend does not say what MPI sent.
+    """
+    counts = [stop - start for (start, stop) in bounds]
+    for rank in cluster.ranks:
+        cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[rank.index], wire.itemsize, wire.name)
+    name = "max" if op.combine is np.maximum else "sum"  # the averaging variants scale before or after
+    return [cluster.backend.native_reduce_scatter(s, counts=counts, op=name) for s in staged], []
 
 
 def _free(temps) -> None:
@@ -112,6 +127,8 @@ def _wire_format(arrays, wire):
 
 
 def _check_counts(counts, n: int, what: str) -> list:
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
+        raise ValueError(f"{what}: counts must be integers (one per rank), got {list(counts)}")
     counts = [int(c) for c in counts]
     if len(counts) != n or min(counts, default=0) < 0:
         raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {counts}")
@@ -148,7 +165,10 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     bounds = _chunk_bounds(layout, counts)
     call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
-    results, acc = _ring_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
+    if getattr(cluster.backend, "native", False):  # MPI's own reduce-scatter: fast, another order
+        results, acc = _native_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
+    else:
+        results, acc = _ring_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
     _free(temps + acc)
     cluster.trace.end(call)
     keep = [c for c in counts] if counts is not None else layout.real_sizes()
@@ -200,6 +220,7 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "") -> l
     dtype in both phases.
     """
     arrays = check_inputs(cluster, tensors, "all-reduce", flat=False)
+    require_same([tuple(m) for m in cluster.backend.all_meta([a.shape for (_, a, _) in arrays])], "all-reduce", "shape")
     shape = arrays[0][1].shape
     flat = [a.reshape(-1) for (_, a, _) in arrays]
     reduce_op = get_op(op)
@@ -231,7 +252,8 @@ def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
         recv_from = [src if r == dst else None for r in me]
         if src in me:
             cluster.trace.hop(call, k, src, dst, -1, count, fmt.itemsize, fmt.name, out[me.index(src)])
-        received = cluster.backend.exchange(sends, send_to, recv_from)
+        recv_like = [(count, fmt.dtype) if r == dst else None for r in me]
+        received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
             if r == dst:
                 out[i][...] = received[i]

@@ -1,0 +1,194 @@
+"""Ring collectives on the MPI backend equal the numpy simulator bit for bit, at any N and length.
+
+    mpiexec -n 2 python tests/mpi/collectives_check.py
+    mpiexec -n 4 python tests/mpi/collectives_check.py
+
+Letters: N ranks (= processes), L elements per rank's flat buffer. Covers reduce-scatter (every
+averaging variant, a wider wire, all-reduce's counts), all-gather (reduce-scatter's uneven layout,
+equal shards, counts), all-reduce, broadcast from every root; fp32, fp16, bf16 and fp8; L = 0,
+L < N, L not a multiple of N. Also: the backend's exchange with and without `recv_like`, bad input
+caught on every rank, MPI's native reductions within their rounding bound, and `gather_reports`.
+Exits non-zero if any check fails on any rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness import main, make_inputs
+from zerosim import Cluster, ShardLayout, get_format
+from zerosim.backends.mpi import gather_reports, local_reports
+
+FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
+OPS = ("sum", "max", "avg", "avg_predivide", "avg_premul")
+
+
+def lengths(n: int) -> list:
+    """Zero, shorter than N, not a multiple of N, a multiple of N, and a few thousand."""
+    return sorted({0, 1, n - 1, n + 1, 2 * n, 7 * n + 3, 1000, 4099})
+
+
+def uneven_counts(seed: int, n: int, length: int) -> list:
+    """N chunk sizes adding up to L, some of them zero (the same on every process)."""
+    cuts = np.sort(np.random.default_rng([seed, n, length]).integers(0, length + 1, n - 1))
+    return np.diff(np.concatenate([[0], cuts, [length]])).astype(int).tolist()
+
+
+def reduce_scatter_cases(h) -> None:
+    n = h.world_size
+    for fmt in FORMATS:
+        spread = 3 if fmt.startswith("fp8") else 6  # keep fp8 sums mostly finite (E4M3's max is 448)
+        for length in lengths(n):
+            xs = make_inputs(1, n, length, fmt, spread)
+            for op in OPS:
+                h.compare(f"reduce-scatter {fmt} {op} L={length}", lambda c, t: c.reduce_scatter(t, op=op), xs)
+            if fmt != "fp32":
+                h.compare(f"reduce-scatter {fmt} on an fp32 wire L={length}", lambda c, t: c.reduce_scatter(t, wire="fp32"), xs)
+            counts = uneven_counts(2, n, length)
+            h.compare(f"reduce-scatter {fmt} counts={counts}", lambda c, t: c.reduce_scatter(t, counts=counts), xs)
+
+
+def all_gather_cases(h) -> None:
+    n = h.world_size
+    for fmt in FORMATS:
+        for length in lengths(n):
+            layout = ShardLayout(length, n)
+            full = make_inputs(3, 1, length, fmt)[0]
+            shards = [full[slice(*layout.real_bounds(r))] for r in range(n)]  # the last ones short or empty
+            h.compare(f"all-gather {fmt} uneven shards of L={length}", lambda c, t: c.all_gather(t), shards)
+            equal = make_inputs(4, n, layout.shard_size, fmt)
+            h.compare(f"all-gather {fmt} equal shards of {layout.shard_size}", lambda c, t: c.all_gather(t), equal)
+            counts = uneven_counts(5, n, length)
+            starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+            pieces = [full[starts[r] : starts[r + 1]] for r in range(n)]
+            h.compare(f"all-gather {fmt} counts={counts}", lambda c, t: c.all_gather(t, counts=counts), pieces)
+        if fmt != "fp32":
+            xs = make_inputs(6, n, 5, "fp32")
+            h.compare(f"all-gather fp32 shards on a {fmt} wire", lambda c, t: c.all_gather(t, wire=fmt), xs)
+
+
+def all_reduce_cases(h) -> None:
+    n = h.world_size
+    for fmt in FORMATS:
+        for length in lengths(n):
+            xs = make_inputs(7, n, length, fmt, 3 if fmt.startswith("fp8") else 6)
+            for op in ("sum", "avg", "max"):
+                h.compare(f"all-reduce {fmt} {op} L={length}", lambda c, t: c.all_reduce(t, op=op), xs)
+        grid = [x.reshape(3, 5) for x in make_inputs(8, n, 15, fmt)]
+        h.compare(f"all-reduce {fmt} of a (3, 5) array", lambda c, t: c.all_reduce(t), grid)
+
+
+def broadcast_cases(h) -> None:
+    n = h.world_size
+    for fmt in FORMATS:
+        for length in lengths(n):
+            xs = make_inputs(9, n, length, fmt)
+            for root in range(n):
+                h.compare(f"broadcast {fmt} L={length} from {root}", lambda c, t: c.broadcast(t, root=root), xs)
+        grid = [x.reshape(2, 3) for x in make_inputs(10, n, 6, fmt)]
+        h.compare(f"broadcast {fmt} of a (2, 3) array", lambda c, t: c.broadcast(t, root=n - 1), grid)
+
+
+def call_granularity_cases(h) -> None:
+    """The "call" trace (one summary per rank and collective) agrees too."""
+    n = h.world_size
+    xs = make_inputs(11, n, 4099, "bf16")
+    h.compare("all-reduce bf16, call-level trace", lambda c, t: c.all_reduce(t), xs, trace="call")
+    h.compare("broadcast bf16, call-level trace", lambda c, t: c.broadcast(t, root=0), xs, trace="call")
+
+
+def exchange_cases(h) -> None:
+    """The backend alone: a ring shift, with the probe and with `recv_like`; one-sided steps; a wrong recv_like."""
+    mpi, _ = h.clusters()
+    backend, n, r = mpi.backend, h.world_size, h.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    for fmt in ("fp64", *FORMATS, "fp8_e5m2"):
+        dtype = get_format(fmt).dtype
+        for size in (0, 1, 33):
+            xs = make_inputs(12, n, size, fmt)
+            (probed,) = backend.exchange([xs[r]], [right], [left])
+            h.check(f"exchange {fmt} x{size}, probed", np.array(probed), xs[left])
+            (told,) = backend.exchange([xs[r]], [right], [left], recv_like=[(size, dtype)])
+            h.check(f"exchange {fmt} x{size}, recv_like", np.array(told), xs[left])
+    xs = make_inputs(13, n, 9, "bf16")
+    for like in (None, [(9, xs[0].dtype)]):  # a chain step 0 -> 1: rank 0 only sends, rank 1 only receives
+        sends, send_to, recv_from = [xs[r] if r == 0 else None], [1 if r == 0 else None], [0 if r == 1 else None]
+        got = backend.exchange(sends, send_to, recv_from, recv_like=like if r == 1 else None)
+        h.check(f"one-sided exchange, recv_like={like is not None}", np.array(got[0]) if r == 1 else got[0], xs[0] if r == 1 else None)
+    h.expect_error(
+        "exchange with a recv_like that promises too many elements",
+        RuntimeError,
+        lambda: backend.exchange([xs[r]], [right], [left], recv_like=[(10, xs[0].dtype)]),
+        f"rank {r} expected 10 bfloat16 elements from rank {left} but got 9",
+    )
+
+
+def bad_input_cases(h) -> None:
+    """Input that differs on one rank is caught on every rank, before any data moves (so nobody hangs)."""
+    mpi, sim = h.clusters()
+    n, r = h.world_size, h.rank
+    xs = [np.zeros(8 if q != n - 1 else 9, dtype=np.float32) for q in range(n)]
+    for name, cluster, local in (("mpi", mpi, [xs[r]]), ("simulator", sim, xs)):
+        h.expect_error(
+            f"reduce-scatter with one longer buffer ({name})", ValueError, lambda: cluster.reduce_scatter(local), f"rank {n - 1} has length 9"
+        )
+    ys = [np.zeros(8, dtype=np.float32 if q != n - 1 else np.float16) for q in range(n)]
+    h.expect_error("all-reduce with one fp16 buffer (mpi)", ValueError, lambda: mpi.all_reduce([ys[r]]), f"rank {n - 1} has dtype fp16")
+    h.expect_error("two arrays for one local rank", ValueError, lambda: mpi.all_reduce([xs[0], xs[0]]), "this process hosts 1 rank(s)")
+    h.expect_error(
+        "Cluster(N + 1) under mpiexec -n N", ValueError, lambda: Cluster(n + 1, backend="mpi"),
+        f"Cluster({n + 1}, backend='mpi') but mpiexec started {n} processes",
+    )
+
+
+def native_cases(h) -> None:
+    """MPI's own reductions: within (N-1) roundings of the exact sum; exactly the ring's when N = 2."""
+    native, sim = h.clusters(native=True)
+    backend, n, r = native.backend, h.world_size, h.rank
+    for fmt in ("fp32", "fp64"):
+        f = get_format(fmt)
+        xs = make_inputs(14, n, 16 * n, fmt)
+        exact = np.sum([x.astype(np.float64) for x in xs], axis=0)
+        magnitude = np.sum([np.abs(x.astype(np.float64)) for x in xs], axis=0)
+        gamma = (n - 1) * f.unit_roundoff / (1 - (n - 1) * f.unit_roundoff)  # Higham's bound for n-1 additions
+        chunk = slice(r * 16, (r + 1) * 16)
+        got = backend.native_reduce_scatter(xs[r])
+        h.check_close(f"native reduce-scatter {fmt}", got, exact[chunk], gamma * magnitude[chunk])
+        h.check_close(f"native all-reduce {fmt}", backend.native_all_reduce(xs[r]), exact, gamma * magnitude)
+        counts = uneven_counts(15, n, 16 * n)
+        start = sum(counts[:r])
+        got_v = backend.native_reduce_scatter(xs[r], counts=counts)
+        mine = slice(start, start + counts[r])
+        h.check_close(f"native reduce-scatter {fmt} counts={counts}", got_v, exact[mine], gamma * magnitude[mine])
+        if n == 2:  # one addition: a + b == b + a, so any order gives the ring's bits
+            h.check(f"native reduce-scatter {fmt} at N=2 equals the ring", got, sim.reduce_scatter(xs)[r])
+    for fmt in ("fp16", "bf16"):
+        x = make_inputs(16, n, 2 * n, fmt)[r]
+        refuse = lambda: backend.native_reduce_scatter(x)  # noqa: E731
+        h.expect_error(f"native reduce-scatter {fmt} is refused", TypeError, refuse, "fp32 and fp64 only")
+    mpi, _ = h.clusters()
+    h.expect_error("native off by default", RuntimeError, lambda: mpi.backend.native_all_reduce(np.zeros(2, np.float32)), "native=True")
+
+
+def report_cases(h) -> None:
+    """gather_reports on rank 0 equals the simulator's reports for all ranks; None elsewhere."""
+    for options in ({}, {"trace": "call"}):
+        mpi, sim = h.clusters(**options)
+        mpi.trace.clear()
+        sim.trace.clear()
+        xs = make_inputs(17, h.world_size, 1001, "fp16")
+        mpi.all_reduce([xs[h.rank]])
+        sim.all_reduce(xs)
+        gathered = gather_reports(mpi)
+        want = local_reports(sim) if h.rank == 0 else None
+        h.check(f"gather_reports {options}", gathered, want)
+
+
+def body(h) -> None:
+    for cases in (reduce_scatter_cases, all_gather_cases, all_reduce_cases, broadcast_cases, call_granularity_cases,
+                  exchange_cases, bad_input_cases, native_cases, report_cases):
+        cases(h)
+
+
+if __name__ == "__main__":
+    main(body, "collectives_check")

@@ -1,0 +1,329 @@
+"""The MPI backend: one process per rank; a ring step is one send and one receive per process.
+
+    mpiexec -n 4 python train.py          # inside: Cluster(4, backend="mpi")
+
+Letters: N ranks = N processes of MPI_COMM_WORLD; this process hosts exactly one rank, `comm.rank`.
+
+The ring algorithms in `zerosim.collectives` run unchanged on top of `exchange`, so every hop adds in
+NCCL's order and rounds to the wire dtype exactly as the numpy simulator does: the results are equal
+bit for bit. What travels is bytes, never numbers MPI could convert: fp32/fp64 as MPI_FLOAT/DOUBLE,
+and every other format (fp16, bf16, fp8) as a view of unsigned integers of the same width, since MPI
+has no bf16 or fp8 type and must not touch the bit patterns.
+
+How a receiver knows what arrives: the message tag names the dtype (an index into `_WIRE_DTYPES`)
+and a matched probe (`Mprobe`) gives the element count, so `exchange` needs nothing beyond the
+protocol. A caller that already knows (count, dtype), as the ring does, may pass `recv_like` and skip
+the probe: then each step is one `Sendrecv` into a preallocated buffer.
+
+`native=True` also offers MPI's own reductions (`native_reduce_scatter`, `native_all_reduce`) for
+fp32/fp64. NOTE: MPI picks its own algorithm (recursive halving, pairwise exchange, ...), so it may
+add in another order than NCCL's ring and differ in the last bits; it is an option for speed, never
+the reference.
+
+Failure: a rank that raises while the others wait in a receive would leave them hanging forever.
+`run_guarded(fn)` and the `sys.excepthook` this backend installs print
+``zerosim: rank R failed: <ExceptionType>: <message>`` and call `MPI_Abort`, which ends the whole job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import traceback
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+INSTALL_HINT = "the mpi backend needs mpi4py and an MPI library: pip install -e '.[mpi]'"
+
+# Every dtype a rank may send, by tag: the tag of a message is its dtype's index here.
+_WIRE_DTYPES = tuple(
+    np.dtype(d)
+    for d in (
+        np.float64, np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+        np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, np.bool_,
+    )
+)
+_TAG_OF = {d: i for i, d in enumerate(_WIRE_DTYPES)}
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # MPI reduces these as IEEE numbers
+
+
+def import_mpi():
+    """mpi4py's MPI module (initialising MPI), or an ImportError that says how to install it."""
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError, OSError) as e:  # no mpi4py, or no libmpi for it to load
+        raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
+    return MPI
+
+
+def find_mpiexec() -> str | None:
+    """The mpiexec that belongs to this Python (the mpich wheel puts it next to the interpreter), else PATH's."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+def _transport(MPI, dtype: np.dtype):
+    """(numpy view dtype, MPI datatype) a dtype travels as: fp32/fp64 as themselves, all else as uint bits."""
+    if dtype == np.float32:
+        return dtype, MPI.FLOAT
+    if dtype == np.float64:
+        return dtype, MPI.DOUBLE
+    uint = np.dtype(f"uint{8 * dtype.itemsize}")
+    return uint, {1: MPI.UINT8_T, 2: MPI.UINT16_T, 4: MPI.UINT32_T, 8: MPI.UINT64_T}[dtype.itemsize]
+
+
+def _tag(dtype) -> int:
+    try:
+        return _TAG_OF[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"the mpi backend cannot send dtype {np.dtype(dtype)}; it sends {[str(d) for d in _WIRE_DTYPES]}") from None
+
+
+class MpiBackend:
+    """One rank per process over MPI_COMM_WORLD (or `comm`), implementing `zerosim.backends.base.Backend`.
+
+    Args:
+        world_size: N; must equal the number of processes mpiexec started.
+        native: allow `native_reduce_scatter` / `native_all_reduce` (MPI's own reductions, fp32/fp64 only).
+        abort_on_error: install a `sys.excepthook` that ends the whole job when this rank raises.
+        comm: the communicator to run on (default MPI_COMM_WORLD); it is duplicated, so zerosim's
+            messages never mix with the program's own.
+    """
+
+    name = "mpi"
+
+    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = True, comm=None):
+        MPI = import_mpi()
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if comm.size != world_size:
+            started = f"{comm.size} process" + ("es" if comm.size != 1 else "")
+            raise ValueError(
+                f"Cluster({world_size}, backend='mpi') but mpiexec started {started}; "
+                f"launch with `mpiexec -n {world_size} ...` (one process per rank)"
+            )
+        self._MPI = MPI
+        self.comm = comm.Dup()
+        self.world_size = world_size
+        self.rank = comm.rank
+        self.local_ranks = [comm.rank]
+        self.native = native
+        self._recv_bufs = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]  # used in turn
+        self._turn = 0
+        if abort_on_error and comm.size > 1:
+            install_abort_hook(comm)
+
+    def __repr__(self) -> str:
+        return f"MpiBackend(rank {self.rank} of {self.world_size}, native={self.native})"
+
+    # -- the protocol -----------------------------------------------------------------------------
+    def empty(self, shape, dtype) -> np.ndarray:
+        return np.empty(shape, dtype=dtype)
+
+    def to_numpy(self, array) -> np.ndarray:
+        return np.asarray(array)
+
+    def all_meta(self, items) -> list:
+        (item,) = self._one("all_meta", items)
+        return self.comm.allgather(item)
+
+    def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
+        """Send `sends[0]` to rank `send_to[0]` and receive from `recv_from[0]` (either may be None).
+
+        Returns [received] (a flat read-only array, valid until the next exchange but one) or [None].
+        `recv_like=[(count, dtype)]` says what will arrive, which saves a probe.
+        """
+        (send,), (dst,), (src,) = self._one("exchange", sends), self._one("exchange", send_to), self._one("exchange", recv_from)
+        like = None if recv_like is None else self._one("exchange", recv_like)[0]
+        MPI = self._MPI
+        if (send is None) != (dst is None):
+            raise ValueError(f"exchange: rank {self.rank} has {'no array' if send is None else 'an array'} to send but send_to={dst}")
+        if send is not None:
+            send = np.ascontiguousarray(send).reshape(-1)
+            view, mpi_type = _transport(MPI, send.dtype)
+            outgoing, send_tag = [send.view(view), mpi_type], _tag(send.dtype)
+        else:
+            outgoing, dst, send_tag = None, MPI.PROC_NULL, 0
+        if src is None:
+            if outgoing is not None:
+                self.comm.Send(outgoing, dest=dst, tag=send_tag)
+            return [None]
+        status = MPI.Status()
+        if like is not None:  # the caller knows what comes: one Sendrecv, no probe
+            count, dtype = int(like[0]), np.dtype(like[1])
+            view, mpi_type = _transport(MPI, dtype)
+            incoming = self._recv_buffer(count * dtype.itemsize).view(view)
+            self.comm.Sendrecv(outgoing, dst, send_tag, [incoming, mpi_type], src, MPI.ANY_TAG, status)
+            got_dtype, got_count = _WIRE_DTYPES[status.Get_tag()], status.Get_count(mpi_type)
+            if (got_dtype, got_count) != (dtype, count):
+                raise RuntimeError(
+                    f"rank {self.rank} expected {count} {dtype} elements from rank {src} but got {got_count} {got_dtype}"
+                )
+        else:  # ask the message itself: the tag names the dtype, the probe counts elements
+            request = self.comm.Isend(outgoing, dest=dst, tag=send_tag) if outgoing is not None else None
+            message = self.comm.Mprobe(source=src, tag=MPI.ANY_TAG, status=status)
+            dtype = _WIRE_DTYPES[status.Get_tag()]
+            view, mpi_type = _transport(MPI, dtype)
+            incoming = self._recv_buffer(status.Get_count(MPI.BYTE)).view(view)
+            message.Recv([incoming, mpi_type])
+            if request is not None:
+                request.Wait()
+        received = incoming.view(dtype)
+        received.flags.writeable = False
+        return [received]
+
+    def _one(self, what: str, items) -> list:
+        items = list(items)
+        if len(items) != 1:
+            raise ValueError(f"{what}: the mpi backend hosts one rank per process, so it takes a list of 1, got {len(items)}")
+        return items
+
+    def _recv_buffer(self, nbytes: int) -> np.ndarray:
+        """Bytes to receive into; two buffers used in turn, so the previous step's array may be sent on.
+
+        NOTE: transport memory, like NCCL's own FIFOs: not a rank buffer, so not in the ledger.
+        """
+        self._turn ^= 1
+        buf = self._recv_bufs[self._turn]
+        if buf.nbytes < nbytes:
+            buf = self._recv_bufs[self._turn] = np.empty(max(nbytes, 2 * buf.nbytes), dtype=np.uint8)
+        return buf[:nbytes]
+
+    # -- MPI's own collectives (native=True) ------------------------------------------------------
+    def native_reduce_scatter(self, array, counts=None, op: str = "sum") -> np.ndarray:
+        """MPI_Reduce_scatter(_block) of this rank's flat (L,) array: returns chunk `rank` (counts[rank],).
+
+        Without `counts` L must be a multiple of N (the ring's padded buffer). `op` is "sum" or "max".
+        NOTE: MPI chooses the order of additions, which may differ from NCCL's ring in the last bits.
+        """
+        array, mpi_type, mpi_op = self._native_args("native_reduce_scatter", array, op)
+        n, length = self.world_size, array.shape[0]
+        if counts is None:
+            if length % n:
+                raise ValueError(f"native_reduce_scatter: length {length} is not a multiple of N={n}; pad it or pass counts")
+            counts = [length // n] * n
+        counts = [int(c) for c in counts]
+        if len(counts) != n or sum(counts) != length or min(counts) < 0:
+            raise ValueError(f"native_reduce_scatter: counts {counts} must be {n} non-negative sizes adding up to {length}")
+        out = np.empty(counts[self.rank], dtype=array.dtype)  # (counts[r],) this rank's chunk
+        if len(set(counts)) == 1:
+            self.comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=mpi_op)
+        else:
+            self.comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
+        return out
+
+    def native_all_reduce(self, array, op: str = "sum") -> np.ndarray:
+        """MPI_Allreduce of this rank's array (any shape). Same NOTE on the order as `native_reduce_scatter`."""
+        flat, mpi_type, mpi_op = self._native_args("native_all_reduce", array, op)
+        out = np.empty_like(flat)
+        self.comm.Allreduce([flat, mpi_type], [out, mpi_type], op=mpi_op)
+        return out.reshape(np.shape(array))
+
+    def _native_args(self, what: str, array, op: str):
+        if not self.native:
+            raise RuntimeError(f"{what}: MPI's own collectives are off; ask for them: Cluster(..., backend='mpi', native=True)")
+        array = np.ascontiguousarray(array).reshape(-1)
+        if array.dtype not in _NATIVE_DTYPES:
+            raise TypeError(
+                f"{what}: MPI's own reductions support fp32 and fp64 only, not {array.dtype}: MPI has no bf16 or fp8 type, "
+                "and a reduction on a 16-bit view would add bit patterns, not numbers; use the ring (native=False) for 16-bit formats"
+            )
+        ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX}
+        if op not in ops:
+            raise ValueError(f"{what}: op must be one of {list(ops)}, got {op!r} (the averaging variants scale before or after)")
+        return array, _transport(self._MPI, array.dtype)[1], ops[op]
+
+
+# -- failure: one rank's exception ends the job ------------------------------------------------------
+def failure_message(rank: int, exc: BaseException) -> str:
+    return f"zerosim: rank {rank} failed: {type(exc).__name__}: {exc}"
+
+
+def abort_job(exc: BaseException, comm=None, print_traceback: bool = True) -> None:
+    """Print the rank's traceback and ``zerosim: rank R failed: ...`` to stderr, then MPI_Abort(1)."""
+    comm = import_mpi().COMM_WORLD if comm is None else comm
+    if print_traceback:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(failure_message(comm.rank, exc), file=sys.stderr, flush=True)
+    comm.Abort(1)  # mpiexec then kills every other process of the job
+
+
+def run_guarded(fn, *args, comm=None, **kwargs):
+    """Call fn(*args, **kwargs); if it raises (or exits non-zero), end the whole MPI job.
+
+    Without this, a rank that dies leaves its ring neighbours waiting forever in a receive.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except SystemExit as e:
+        if e.code in (None, 0):
+            raise
+        abort_job(RuntimeError(f"exited with status {e.code}"), comm, print_traceback=False)
+    except BaseException as e:  # KeyboardInterrupt too: the other ranks would hang all the same
+        abort_job(e, comm)
+
+
+def install_abort_hook(comm=None) -> None:
+    """Make an uncaught exception on this rank abort the job (chained after the current excepthook)."""
+    if getattr(sys.excepthook, "_zerosim_abort", False):
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)  # the usual traceback first
+        abort_job(exc, comm, print_traceback=False)
+
+    hook._zerosim_abort = True
+    sys.excepthook = hook
+
+
+# -- one report from many processes -----------------------------------------------------------------
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank's ledger and trace say: bytes live and peak by kind, bytes it sent by collective."""
+
+    rank: int
+    current: dict  # kind -> bytes live now (kinds with nothing live left out)
+    peak: dict  # kind -> most bytes ever live at once
+    current_total: int
+    peak_total: int
+    bytes_sent: int
+    bytes_sent_by_collective: dict = field(default_factory=dict)
+
+
+def local_reports(cluster) -> list:
+    """A `RankReport` for each rank this process hosts (all N in the simulator)."""
+    reports = []
+    for rank in cluster.ranks:
+        ledger, r = rank.ledger, rank.index
+        by_collective = {}
+        for e in cluster.trace.events:
+            if e.src == r:
+                by_collective[e.collective] = by_collective.get(e.collective, 0) + e.bytes
+        reports.append(RankReport(
+            r, ledger.by_kind(), ledger.peak_by_kind(), ledger.current(), ledger.peak(), cluster.trace.bytes_sent(r), by_collective
+        ))
+    return reports
+
+
+def gather_reports(cluster, root: int = 0):
+    """Every rank's `RankReport`, in rank order, on `root`; None on the other processes.
+
+    Collective under MPI: every process must call it. With the numpy simulator all ranks are local,
+    so it simply returns them (this process is every rank, root included).
+    """
+    mine = local_reports(cluster)
+    comm = getattr(cluster.backend, "comm", None)
+    if comm is None:
+        return mine
+    gathered = comm.gather(mine, root=root)
+    if gathered is None:
+        return None
+    return sorted((r for part in gathered for r in part), key=lambda report: report.rank)
+
+
+def world_size_from_environment() -> int:
+    """The number of processes mpiexec started (1 when run without mpiexec)."""
+    return import_mpi().COMM_WORLD.Get_size()
