@@ -96,3 +96,23 @@ def test_stays_within_the_derived_distance_of_float64_adam(widths, n, stage, pre
     lr = ELEMENTWISE["adam"]["lr"]
     tolerance = 2 * steps * ADAM_STEP_BOUND * lr * (1 + 1e-6)  # 1e-6: the fp32 rounding of the master itself
     assert np.max(np.abs(engine.full_master().astype(np.float64) - exact.master()), initial=0) <= tolerance
+
+
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 6),
+    stage=st.sampled_from([0, 1]),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_muon_at_stages_0_and_1_equals_the_oracle_bitwise(widths, n, stage, precision, seed):
+    # Stage 1 shards Muon's momentum and all-gathers it for Newton-Schulz; the oracle runs whole matrices.
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(seed))
+    data = make_regression(np.random.default_rng(seed + 1), 2 * n, 3, widths)
+    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("muon", lr=0.02), precision, params=params)
+    ref = Reference(model, get_optimizer("muon", lr=0.02), precision, world_size=n, params=params)
+    for s in range(2):
+        assert engine.step(data[s * n : (s + 1) * n]) == ref.step(data[s * n : (s + 1) * n])
+    assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
+    assert np.array_equal(bits(engine.full_optimizer_state()["b"]), bits(ref.optimizer_state()["b"]))

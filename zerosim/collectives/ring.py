@@ -201,14 +201,19 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
             raise ValueError(f"{what}: {e}") from None
         bounds, total, length = _chunk_bounds(layout, None), layout.padded, layout.length
     call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag)
-    padded = []
+    padded, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
-        x = a if fmt == wire_fmt else cast(a, wire_fmt)
         want = bounds[rank.index][1] - bounds[rank.index][0]
-        if x.shape[0] != want:  # a short last shard travels padded with zeros
-            x = np.concatenate([x, np.zeros(want - x.shape[0], dtype=wire_fmt.dtype)])
-        padded.append(x)
+        if fmt == wire_fmt and a.shape[0] == want:
+            padded.append(a)  # read only
+            continue
+        buf = rank.ledger.alloc(f"call{call}.staged", want, wire_fmt.dtype, "comm")  # re-typed and/or padded copy
+        buf.array[: a.shape[0]] = a if fmt == wire_fmt else cast(a, wire_fmt)
+        buf.array[a.shape[0] :] = 0  # a short last shard travels padded with zeros
+        padded.append(buf.array)
+        temps.append(buf)
     full = _ring_all_gather(cluster, padded, bounds, total, wire_fmt, call)
+    _free(temps)
     cluster.trace.end(call)
     return [f[:length] for f in full]
 
@@ -233,7 +238,7 @@ def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
     """Chain broadcast of rank `root`'s array: every rank gets a copy. Non-root arrays give only shape
     and dtype (they are the receive buffers, as in NCCL); they must match the root's."""
     n = cluster.world_size
-    if not isinstance(root, (int, np.integer)) or not 0 <= root < n:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < n:
         raise ValueError(f"broadcast: root must be a rank in 0..{n - 1}, got {root!r}")
     arrays = check_inputs(cluster, tensors, "broadcast", flat=False)
     meta = cluster.backend.all_meta([(a.shape, fmt.name) for (_, a, fmt) in arrays])

@@ -109,18 +109,32 @@ class Muon(Optimizer):
             raise ValueError(f"step_matrix needs a 2-D weight matrix, got {getattr(w2d, 'shape', type(w2d).__name__)}")
         state = {k: _as_matrix(v, w2d.shape) for k, v in state.items()} if isinstance(state, dict) else state
         s = check_step_args(w2d, g2d, state, self.state_names, t)
-        dt, (rows, cols) = w2d.dtype, w2d.shape
-        mu = scalar(self.momentum, dt)
         b = s["b"]
-        b *= mu
-        b += g2d
-        u = g2d + mu * b if self.nesterov else b.copy()
-        o = newton_schulz(u, self.ns_steps, self.ns_coefficients)
-        w2d *= scalar(1.0 - self.lr * self.weight_decay, dt)
-        update = scalar(self.lr * max(1.0, rows / cols) ** 0.5, dt) * o
-        w2d -= update
+        self.momentum_(b, g2d)
+        update, u, o = self.direction(g2d, b)
+        self.apply_(w2d, update)
         if record is not None:
             record.update(b=b.copy(), u=u, o=o, update=update)
+
+    # The three parts of step_matrix, for ZeRO-1 (zero/stage1.py): the momentum and the final update are
+    # elementwise, so each rank does its own shard; only `direction` needs the whole matrix.
+    def momentum_(self, b: np.ndarray, g: np.ndarray) -> None:
+        """b = mu*b + g in place (elementwise)."""
+        mu = scalar(self.momentum, b.dtype)
+        b *= mu
+        b += g
+
+    def direction(self, g2d: np.ndarray, b2d: np.ndarray) -> tuple:
+        """(update, u, o) for one whole matrix: u = g + mu*b (Nesterov) or b, o = NS(u), update = c*o."""
+        dt, (rows, cols) = g2d.dtype, g2d.shape
+        u = g2d + scalar(self.momentum, dt) * b2d if self.nesterov else b2d.copy()
+        o = newton_schulz(u, self.ns_steps, self.ns_coefficients)
+        return scalar(self.lr * max(1.0, rows / cols) ** 0.5, dt) * o, u, o
+
+    def apply_(self, w: np.ndarray, update: np.ndarray) -> None:
+        """w = w*(1 - lr*wd) - update in place (elementwise)."""
+        w *= scalar(1.0 - self.lr * self.weight_decay, w.dtype)
+        w -= update
 
 
 def _as_matrix(a, shape):

@@ -16,6 +16,7 @@ import numpy as np
 
 from zerosim.collectives import ShardLayout, get_op, naive_reduce
 from zerosim.models.run import forward_backward
+from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
 
 
@@ -84,7 +85,10 @@ class Reference:
         self.t += 1
         p = self.precision
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
-        self.optimizer.step(w, g, self.state, self.t)
+        if self.optimizer.elementwise:
+            self.optimizer.step(w, g, self.state, self.t)
+        else:  # Muon: each parameter as a whole matrix
+            step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
         self.params = cast(w, p.compute_format)
         return list(losses)
 

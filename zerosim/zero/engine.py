@@ -107,11 +107,11 @@ class ZeroEngine:
         with cluster.phase("optimizer step"):
             grads32 = self._averaged_gradients()
             self.t += 1
+            records = [{} if record is not None else None for _ in cluster.ranks]
+            stage.update_all(grads32, self.t, records)
             for i, rank in enumerate(cluster.ranks):
-                opt_record = {} if record is not None else None
-                stage.update(i, grads32[i], self.t, opt_record)
                 if record is not None:
-                    record["ranks"][i]["optim"] = opt_record
+                    record["ranks"][i]["optim"] = records[i]
                     record["ranks"][i]["grad32"] = grads32[i].copy()
                 rank.ledger.free("grad32")
         before = len(cluster.trace.calls)

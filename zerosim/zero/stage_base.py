@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast
 
 
@@ -96,8 +97,16 @@ class Stage:
         rank = self.cluster.ranks[i]
         return self.params[i].array if self.shards_params else self.params[i].array[self.region(rank.index)]
 
-    def update(self, i: int, g32: np.ndarray, t: int, record: dict | None) -> None:
-        """Optimizer step on rank i's region in fp32, then cast to the compute format (seed 004 step 3)."""
+    def update_all(self, grads32: list, t: int, records: list) -> None:
+        """Every local rank's update (one rank at a time; no rank needs another's data here)."""
+        for i, g32 in enumerate(grads32):
+            self.update(i, g32, t, records[i])
+
+    def update(self, i: int, g32: np.ndarray, t: int, record: dict | None, step=None) -> None:
+        """Optimizer step on rank i's region in fp32, then cast to the compute format (seed 004 step 3).
+
+        `step(w, state)` replaces the optimizer's own step (ZeRO-1 Muon uses it).
+        """
         state = {k: b.array for k, b in self.opt_state[i].items()}
         scratch = None
         if self.master_buf:
@@ -105,7 +114,12 @@ class Stage:
         else:  # "pure": widen the 16-bit weights, update, round straight back (where updates get lost)
             scratch = self.cluster.ranks[i].ledger.adopt("update scratch", self.master(i), "scratch")
             w = scratch.array
-        self.optimizer.step(w, g32, state, t, record)
+        if step is not None:
+            step(w, state)
+        elif self.optimizer.elementwise:
+            self.optimizer.step(w, g32, state, t, record)
+        else:  # a matrix optimizer on whole parameters: only where the region is the whole model
+            step_by_matrix(self.optimizer, self.model.specs, w, g32, state, t)
         self._own_params(i)[...] = cast(w, self.precision.compute_format)
         if scratch is not None:
             scratch.free()
