@@ -13,12 +13,33 @@ import numpy as np
 class NumpyBackend:
     name = "numpy"
 
+    POOL_BYTES = 1 << 30  # at most this much freed storage is kept for reuse (1 GiB)
+
     def __init__(self, world_size: int):
         self.world_size = world_size
         self.local_ranks = list(range(world_size))
+        self._pool = {}  # nbytes -> [flat uint8 storage]
+        self._pooled = 0  # bytes held in the pool
 
     def empty(self, shape, dtype) -> np.ndarray:
+        """Storage for a ledger buffer, reusing freed storage of the same size when there is some.
+
+        NOTE: fresh large arrays cost a page fault per 4 KiB on first touch; a collective allocates
+        its working buffers on every call, so reuse is what keeps the simulated ring near numpy's speed.
+        """
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        free = self._pool.get(nbytes)
+        if free:
+            self._pooled -= nbytes
+            return free.pop().view(dtype).reshape(shape)
         return np.empty(shape, dtype=dtype)
+
+    def recycle(self, array: np.ndarray) -> None:
+        """Take back the storage of a freed ledger buffer (the ledger no longer hands it out)."""
+        if isinstance(array, np.ndarray) and array.flags.c_contiguous and 0 < array.nbytes <= self.POOL_BYTES - self._pooled:
+            self._pool.setdefault(array.nbytes, []).append(array.reshape(-1).view(np.uint8))
+            self._pooled += array.nbytes
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
         outbox = {}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
+
 from zerosim.backends import make_backend
 from zerosim.cluster.ledger import MemoryLedger
 from zerosim.cluster.rank import Rank
@@ -30,14 +32,16 @@ class Cluster:
     """
 
     def __init__(self, world_size: int, backend: str = "numpy", trace: str = "hop", timeline: bool = True, keep_values: bool = False, **backend_options):
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        world_size = int(world_size)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")
         self.world_size = world_size
         self.trace = Trace(trace, keep_values=keep_values)
-        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, keep_timeline=timeline)) for i in self.backend.local_ranks]
+        recycle = getattr(self.backend, "recycle", None)
+        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline)) for i in self.backend.local_ranks]
 
     def __repr__(self) -> str:
         return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={[r.index for r in self.ranks]})"

@@ -39,10 +39,10 @@ class LedgerEvent:
 class Buffer:
     """A named array owned by one rank's ledger. Reading `.array` after `free` raises `LedgerError`."""
 
-    __slots__ = ("name", "kind", "shape", "dtype", "nbytes", "_array", "_ledger")
+    __slots__ = ("name", "kind", "shape", "dtype", "nbytes", "_array", "_ledger", "owned")
 
-    def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger"):
-        self.name, self.kind = name, kind
+    def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger", owned: bool = False):
+        self.name, self.kind, self.owned = name, kind, owned  # owned: storage came from the ledger's allocator
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._array, self._ledger = array, ledger
@@ -75,6 +75,7 @@ class MemoryLedger:
 
     rank: int
     empty: callable = np.empty
+    recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
     live: dict = field(default_factory=dict)  # name -> Buffer
     timeline: list = field(default_factory=list)  # [LedgerEvent]
     phase_label: str = ""
@@ -92,13 +93,13 @@ class MemoryLedger:
         array = self.empty(shape, dtype=np.dtype(dtype))
         if fill is not None:
             array[...] = fill
-        return self.adopt(name, array, kind)
+        return self.adopt(name, array, kind, _owned=True)
 
-    def adopt(self, name: str, array, kind: str) -> Buffer:
+    def adopt(self, name: str, array, kind: str, _owned: bool = False) -> Buffer:
         """Register an array that was just made (say, a collective's output) as a buffer of this rank."""
         if name in self.live:
             raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick another name")
-        buf = Buffer(name, kind, array, self)
+        buf = Buffer(name, kind, array, self, owned=_owned)
         self.live[name] = buf
         self._change(buf, +1, "alloc")
         return buf
@@ -111,6 +112,8 @@ class MemoryLedger:
             raise LedgerError(f"rank {self.rank}: buffer {name!r} is not live (already freed, or never allocated)")
         del self.live[name]
         self._change(buf, -1, "free")
+        if buf.owned and self.recycle is not None:
+            self.recycle(buf._array)
         buf._array = None
 
     def get(self, name: str) -> Buffer:
@@ -164,6 +167,22 @@ class MemoryLedger:
             phases[-1][1] = max(phases[-1][1], e.total)
             phases[-1][2] = {k: v for k, v in live.items() if v}
         return [tuple(p) for p in phases]
+
+    def peaks_by_phase(self, since: int = 0) -> list:
+        """[(phase, {kind: bytes live at the phase's peak moment})]: what made up each phase's peak."""
+        out, live = [], {}
+        for n, e in enumerate(self.timeline):
+            live[e.kind] = e.kind_total
+            if n < since:
+                continue
+            snapshot = {k: v for k, v in live.items() if v}
+            if not out or out[-1][0] != e.phase:
+                before = {k: v for k, v in live.items() if v}
+                before[e.kind] = e.kind_total - (e.nbytes if e.action == "alloc" else -e.nbytes)
+                out.append([e.phase, {k: v for k, v in before.items() if v}])
+            if sum(snapshot.values()) > sum(out[-1][1].values()):
+                out[-1][1] = snapshot
+        return [tuple(p) for p in out]
 
     def reset_peaks(self) -> None:
         """Start peak tracking afresh from what is live now (e.g. after initialisation)."""

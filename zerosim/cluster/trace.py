@@ -27,7 +27,7 @@ class Event:
     bytes: int
     dtype: str  # format name on the wire
     tag: str = ""  # caller's label, e.g. "layer 2 grads"
-    values: object = None  # a copy of what travelled, when the trace keeps values (teaching runs)
+    values: object = field(default=None, compare=False)  # a copy of what travelled, when the trace keeps values
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,7 @@ class Trace:
     def clear(self) -> None:
         self.events.clear()
         self.calls.clear()
+        self._pending.clear()
 
     def __len__(self) -> int:
         return len(self.events)

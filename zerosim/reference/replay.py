@@ -59,6 +59,15 @@ def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int =
            betas=(0.9, 0.999), eps: float = 1e-8) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
 
+    See `replay_live` for the arguments; this returns only the (JSON-ready) numbers.
+    """
+    return replay_live(stage, precision, lr, steps, checkpoint, betas, eps)[1]
+
+
+def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
+                betas=(0.9, 0.999), eps: float = 1e-8) -> tuple:
+    """(engine, numbers): the replay's live engine (its cluster, trace and ledgers) and every number it narrates.
+
     The seed's settings are the defaults: weights [2, -3, 1, 0.5], samples x=[1, 3] t=5 on GPU 0 and
     x=[2, 1] t=7 on GPU 1, Adam lr 0.1, betas 0.9/0.999, eps 1e-8, fp16 compute with fp32 masters,
     activation checkpointing on. Each step reuses the same two samples.
@@ -122,4 +131,4 @@ def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int =
         })
     result["master"] = _f(engine.full_master())
     result["final_params"] = [_f(engine.compute_params(i)) for i in range(2)]
-    return result
+    return engine, result

@@ -1,0 +1,206 @@
+"""MemoryLedger: allocations by kind, current and peak bytes, the timeline, misuse errors, and what
+collectives leave behind. Every byte count below is elements * itemsize worked by hand."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from zerosim import Cluster, LedgerError, MemoryLedger, all_gather, all_reduce, broadcast, reduce_scatter
+
+
+def test_alloc_and_free_track_current_and_peak_per_kind_and_total():
+    led = MemoryLedger(rank=3)
+    p = led.alloc("w16", (10,), np.float16, "params")  # 10 * 2 = 20 B
+    m = led.alloc("w32", (10,), np.float32, "master")  # 10 * 4 = 40 B
+    g = led.alloc("g16", (2, 5), np.float16, "grads", fill=0)  # 10 * 2 = 20 B
+    assert (p.nbytes, m.nbytes, g.nbytes) == (20, 40, 20)
+    assert (p.name, p.kind, p.shape, p.dtype) == ("w16", "params", (10,), np.dtype(np.float16))
+    assert (m.dtype, g.shape) == (np.dtype(np.float32), (2, 5))
+    assert (g.array == 0).all() and g.array.dtype == np.float16
+    assert led.current() == 80 and led.peak() == 80
+    assert (led.current("params"), led.current("master"), led.current("grads"), led.current("optim:m")) == (20, 40, 20, 0)
+    led.free(g)
+    led.free("w32")  # by name works too
+    assert led.current() == 20 and led.peak() == 80
+    assert led.current("master") == 0 and led.peak("master") == 40
+    assert led.by_kind() == {"params": 20}  # kinds with nothing live are left out
+    assert led.peak_by_kind() == {"params": 20, "master": 40, "grads": 20}
+    led.alloc("w32b", 10, np.float32, "master")  # a scalar shape means a flat buffer
+    assert led.current() == 60 and led.peak() == 80 and led.peak("master") == 40
+    assert led.get("w32b").shape == (10,) and set(led.live) == {"w16", "w32b"}
+
+
+def test_peak_total_is_the_most_live_at_once_not_the_sum_of_kind_peaks():
+    led = MemoryLedger(0)
+    a = led.alloc("a", 100, np.uint8, "activations")  # 100 B
+    led.free(a)
+    led.alloc("b", 60, np.uint8, "comm")  # 60 B, never alongside a
+    assert led.peak() == 100 and led.peak("activations") + led.peak("comm") == 160
+    led.reset_peaks()
+    assert led.peak() == 60 and led.peak("activations") == 0 and led.peak("comm") == 60
+
+
+def test_timeline_records_every_event_with_totals_and_phase():
+    c = Cluster(1)
+    led = c.ranks[0].ledger
+    with c.phase("forward layer 1"):
+        a = led.alloc("act1", 8, np.float32, "activations")  # 32 B
+        with c.phase("inner"):
+            led.alloc("tmp", 4, np.float16, "comm")  # 8 B
+        led.free("tmp")
+    led.free(a)
+    rows = [(e.seq, e.action, e.name, e.kind, e.nbytes, e.total, e.kind_total, e.phase) for e in led.timeline]
+    assert rows == [
+        (1, "alloc", "act1", "activations", 32, 32, 32, "forward layer 1"),
+        (2, "alloc", "tmp", "comm", 8, 40, 8, "inner"),
+        (3, "free", "tmp", "comm", 8, 32, 0, "forward layer 1"),  # the label came back after the inner block
+        (4, "free", "act1", "activations", 32, 0, 0, ""),
+    ]
+    assert led.phase_label == ""
+
+
+def test_timeline_can_be_turned_off_without_changing_the_accounting():
+    led = Cluster(2, timeline=False).ranks[1].ledger
+    led.alloc("x", 16, np.float64, "master")
+    assert led.timeline == [] and led.current() == 128 and led.peak("master") == 128
+
+
+def test_double_free_names_the_buffer():
+    led = MemoryLedger(1)
+    b = led.alloc("adam_m", 4, np.float32, "optim:m")
+    b.free()
+    with pytest.raises(LedgerError, match="'adam_m'.*not live"):
+        b.free()
+    with pytest.raises(LedgerError, match="'adam_m'"):
+        led.free("adam_m")
+    assert led.current() == 0 and len(led.timeline) == 2  # the failed frees changed nothing
+
+
+def test_reading_a_freed_buffer_names_it():
+    led = MemoryLedger(2)
+    b = led.alloc("grad_shard", 4, np.float32, "grad32")
+    _ = b.array
+    led.free(b)
+    assert b.freed
+    with pytest.raises(LedgerError, match="rank 2: buffer 'grad_shard' .*freed"):
+        _ = b.array
+
+
+def test_a_stale_handle_cannot_free_a_new_buffer_of_the_same_name():
+    led = MemoryLedger(0)
+    old = led.alloc("x", 4, np.float32, "comm")
+    old.free()
+    new = led.alloc("x", 8, np.float32, "comm")
+    with pytest.raises(LedgerError, match="'x'"):
+        old.free()
+    assert not new.freed and led.current() == 32
+
+
+def test_name_clash_and_unknown_name_are_ledger_errors():
+    led = MemoryLedger(0)
+    led.alloc("p", 2, np.float16, "params")
+    with pytest.raises(LedgerError, match="'p' is already live"):
+        led.alloc("p", 2, np.float16, "params")
+    with pytest.raises(LedgerError, match="no live buffer named 'q'"):
+        led.get("q")
+    assert led.current() == 4
+
+
+def test_adopt_registers_an_existing_array():
+    led = MemoryLedger(0)
+    arr = np.zeros((3, 4), ml_dtypes.bfloat16)
+    b = led.adopt("out", arr, "params")
+    assert b.array is arr and b.nbytes == 24 and led.current("params") == 24
+
+
+def test_custom_empty_is_used_for_storage():
+    made = []
+
+    def empty(shape, dtype):
+        made.append((shape, dtype))
+        return np.zeros(shape, dtype)
+
+    led = MemoryLedger(0, empty=empty)
+    led.alloc("x", (2, 3), np.float16, "params")
+    assert made == [((2, 3), np.dtype(np.float16))]
+
+
+# -- what collectives leave behind --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize(
+    "length, dtype, wire, op",
+    [
+        (10, np.float32, "bf16", "sum"),  # the wire format differs: inputs are cast into a staging buffer
+        (10, np.float16, None, "sum"),  # 10 is not a multiple of 3, 4 or 8: a padded copy (n = 2 needs none)
+        (16, np.float32, None, "avg_premul"),  # the op rewrites the input before it goes on the wire
+    ],
+)
+def test_reduce_scatter_frees_its_staging_and_records_a_comm_peak(n, length, dtype, wire, op):
+    c = Cluster(n)
+    for r in c.ranks:  # something the rank already holds, which must be untouched
+        r.ledger.alloc("params", length, np.float16, "params")
+    reduce_scatter(c, [np.ones(length, dtype) for _ in range(n)], op=op, wire=wire)
+    wire_bytes = np.dtype(dtype if wire is None else ml_dtypes.bfloat16).itemsize
+    padded = n * -(-length // n)
+    for r in c.ranks:
+        led = r.ledger
+        assert led.current() == 2 * length and led.current("comm") == 0  # only the params remain
+        assert set(led.live) == {"params"}
+        staged = not (wire is None and op == "sum" and padded == length)
+        if staged:  # the whole padded buffer was copied in the wire dtype, so at least that much was live
+            assert led.peak("comm") >= padded * wire_bytes
+        comm = [e for e in led.timeline if e.kind == "comm"]
+        assert sum(e.nbytes for e in comm if e.action == "alloc") == sum(e.nbytes for e in comm if e.action == "free")
+
+
+def test_staging_costs_memory_that_a_zero_copy_call_does_not():
+    """Same shapes, same world: casting to another wire format needs a staged copy of the padded buffer."""
+    n, length = 4, 64
+
+    def comm_peak(wire):
+        c = Cluster(n)
+        reduce_scatter(c, [np.ones(length, np.float16) for _ in range(n)], wire=wire)
+        return [r.ledger.peak("comm") for r in c.ranks]
+
+    plain, staged = comm_peak(None), comm_peak("fp32")
+    assert all(p > 0 for p in plain)  # the ring's partial sums travel in comm buffers too
+    assert all(s - p >= length * 2 for s, p in zip(staged, plain))  # at least a staged copy more (here fp32 vs fp16 partials too)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_every_collective_leaves_zero_bytes_live(n):
+    c = Cluster(n)
+    x = [np.ones(7, np.float32) for _ in range(n)]
+    reduce_scatter(c, x, wire="fp16")
+    all_reduce(c, x, op="avg_predivide")
+    all_gather(c, [np.ones(2, np.float32)] * n)
+    broadcast(c, x, root=n - 1)
+    reduce_scatter(c, x, counts=[7] + [0] * (n - 1))
+    for r in c.ranks:
+        assert r.ledger.current() == 0 and r.ledger.live == {}
+
+
+@pytest.mark.parametrize(
+    "shard_sizes, dtype, wire",
+    [
+        ([3, 3, 3, 1], np.float32, None),  # a 10-element buffer's last shard travels padded to 3
+        ([2, 2, 2, 2], np.float16, "fp32"),  # the shards are cast to the wire format before they travel
+    ],
+)
+def test_all_gather_stages_through_the_ledger_too(shard_sizes, dtype, wire):
+    """A padded or re-typed copy of a shard is a buffer the rank holds while the ring runs, so it goes
+    through the ledger as "comm" (as reduce-scatter's staging does) and is freed afterwards."""
+    n = len(shard_sizes)
+    c = Cluster(n)
+    all_gather(c, [np.ones(k, dtype) for k in shard_sizes], wire=wire)
+    wire_bytes = np.dtype(dtype if wire is None else np.float32).itemsize
+    s = max(shard_sizes)
+    for r in c.ranks:
+        staged = wire is not None or shard_sizes[r.index] < s
+        assert r.ledger.current() == 0
+        if staged:
+            assert r.ledger.peak("comm") >= s * wire_bytes, (r.index, r.ledger.peak_by_kind())

@@ -1,0 +1,146 @@
+"""ZeRO training on the MPI backend gives the simulator's numbers, bit for bit (issue 4, items 1 and 3).
+
+- tests/mpi/training_check.py under `mpiexec -n 2` and `-n 4`: stages 0-3 x fp32 / fp16-mixed /
+  bf16-mixed x Adam / Adan x checkpointing off / on (and a few variants), 3 steps each, every rank
+  comparing its loss, fp32 master shard, optimizer state, 16-bit params, trace and ledger with the
+  numpy simulator's.
+- `zerosim train --backend mpi` under `mpiexec -n 4` prints exactly what `zerosim train --backend
+  numpy --ranks 4` prints: the same "step N loss X" lines, the same per-rank memory and bytes table,
+  and with --json the same losses and per-rank statistics.
+
+Each launch is a subprocess in its own process group, killed whole on timeout; the timeouts are
+generous (a slow or oversubscribed machine must not fail a test). Skipped, with the reason, when
+mpi4py or mpiexec is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "mpi"
+RUN_TIMEOUT = 900  # seconds for a whole launch; training_check takes ~3 s at N = 2 and ~12 s at N = 4 on two cores
+CLI = [sys.executable, "-m", "zerosim.cli.main", "train"]
+STEP_LINE = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$")
+
+pytestmark = pytest.mark.mpi
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run(args, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks)."""
+    args = [str(a) for a in args]
+    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(args)} did not finish within {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, f"{' '.join(result.args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def mpiexec() -> str:
+    """The mpiexec to launch with, once MPI has shown it can start a rank; else skip saying why."""
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip(f"mpi4py is not installed; {INSTALL_HINT}")
+    launcher = find_mpiexec()
+    if launcher is None:
+        pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
+    probe = _run([launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
+    return launcher
+
+
+# -- item 1: training steps of every stage, compared rank by rank -------------------------------------
+@pytest.mark.parametrize("n", [2, 4])
+def test_training_equals_the_simulator_bit_for_bit(mpiexec, n):
+    stdout = _ok(_run([mpiexec, "-n", n, sys.executable, SCRIPTS / "training_check.py"]))
+    summary = re.search(rf"training_check: N={n}: (\d+) checks on each rank, all passed", stdout)
+    assert summary, stdout
+    assert int(summary.group(1)) > 1000, stdout  # the whole grid ran, not an early exit
+
+
+# -- item 3: the command line, mpi against numpy ---------------------------------------------------------
+def _train_both(mpiexec, n: int, options: list) -> tuple:
+    """(stdout of `mpiexec -n N zerosim train --backend mpi ...`, stdout of `zerosim train --backend numpy --ranks N ...`)."""
+    mpi = _ok(_run([mpiexec, "-n", n, *CLI, "--backend", "mpi", *options]))
+    sim = _ok(_run([*CLI, "--backend", "numpy", "--ranks", n, *options]))
+    return mpi, sim
+
+
+def _header_and_rest(stdout: str, backend: str, n: int) -> tuple:
+    header, _, rest = stdout.partition("\n")
+    assert header.startswith("zerosim train: ") and f"{n} ranks on {backend}," in header, stdout
+    return header.replace(f"on {backend},", "on <backend>,"), rest
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--stage", "3", "--precision", "bf16-mixed", "--optimizer", "adam", "--widths", "5,6,3"],
+        ["--stage", "1", "--precision", "fp16-mixed", "--optimizer", "adan", "--widths", "4,3,3,2", "--checkpoint"],
+    ],
+    ids=["stage3-bf16-adam", "stage1-fp16-adan-checkpoint"],
+)
+def test_train_command_prints_the_simulators_losses(mpiexec, options):
+    """The "step N loss X" lines are identical strings, and so is the per-rank peak memory / bytes table."""
+    n, steps = 4, 6
+    args = [*options, "--steps", steps, "--print-every", 1, "--batch", 8, "--seed", 3]
+    mpi, sim = _train_both(mpiexec, n, args)
+    mpi_header, mpi_rest = _header_and_rest(mpi, "mpi", n)
+    sim_header, sim_rest = _header_and_rest(sim, "numpy", n)
+    assert mpi_header == sim_header
+    mpi_steps = [line for line in mpi_rest.splitlines() if STEP_LINE.match(line)]
+    sim_steps = [line for line in sim_rest.splitlines() if STEP_LINE.match(line)]
+    assert [int(STEP_LINE.match(line).group(1)) for line in sim_steps] == list(range(1, steps + 1)), sim
+    assert mpi_steps == sim_steps
+    assert mpi_rest == sim_rest  # the memory / bytes table too, and nothing printed twice by other ranks
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--stage", "0", "--precision", "fp32", "--optimizer", "adam", "--widths", "5,6,3", "--checkpoint"],
+        ["--stage", "2", "--precision", "bf16-mixed", "--optimizer", "adan", "--widths", "4,3,3,2"],
+        ["--stage", "3", "--precision", "fp16-mixed", "--optimizer", "adam", "--widths", "5,6,3", "--task", "classification", "--checkpoint"],
+    ],
+    ids=["stage0-fp32-adam-checkpoint", "stage2-bf16-adan", "stage3-fp16-adam-classification-checkpoint"],
+)
+def test_train_command_json_equals_the_simulators(mpiexec, options):
+    """--json: the same losses and, for every rank, the same bytes sent and peak memory (in total and by kind)."""
+    n, steps = 4, 4
+    mpi, sim = _train_both(mpiexec, n, [*options, "--steps", steps, "--json", "--batch", 8])
+    mpi_header, mpi_json = _header_and_rest(mpi, "mpi", n)
+    sim_header, sim_json = _header_and_rest(sim, "numpy", n)
+    assert mpi_header == sim_header
+    got, want = json.loads(mpi_json), json.loads(sim_json)
+    assert len(want["losses"]) == steps and [s["rank"] for s in want["ranks"]] == list(range(n)), sim
+    assert all(s["bytes_sent"] > 0 and s["peak_bytes"] > 0 for s in want["ranks"]), sim
+    assert got["losses"] == want["losses"]  # floats parsed from their shortest repr: equal iff bitwise equal
+    for g, w in zip(got["ranks"], want["ranks"], strict=True):
+        assert (g["rank"], g["bytes_sent"], g["peak_bytes"], g["peak_by_kind"]) == (w["rank"], w["bytes_sent"], w["peak_bytes"], w["peak_by_kind"])
+    assert mpi_json == sim_json  # and the very same text

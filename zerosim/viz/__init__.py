@@ -1,0 +1,6 @@
+"""Figures drawn from what the cluster recorded (trace events, ledger timelines), never from formulas."""
+
+from zerosim.viz.ledger_figure import ledger_figure
+from zerosim.viz.ring_figure import ring_figure
+
+__all__ = ["ledger_figure", "ring_figure"]
