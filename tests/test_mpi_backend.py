@@ -8,20 +8,14 @@ tested always.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
+from mpi_launch import SCRIPTS, launcher_or_skip, run
+from zerosim.backends.mpi import INSTALL_HINT
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "mpi"
 RUN_TIMEOUT = 900  # seconds for a whole check script; it takes ~10 s on two cores at N = 4
 FAILURE_TIMEOUT = 60  # seconds before we give up on a job that should have aborted...
 FAILURE_PROMISE = 30  # ...and the promise: a failing rank ends the job within this
@@ -29,36 +23,9 @@ FAILURE_PROMISE = 30  # ...and the promise: a failing rank ends the job within t
 pytestmark = pytest.mark.mpi
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _run(args, timeout: float) -> subprocess.CompletedProcess:
-    """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks)."""
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(map(str, args))} did not finish within {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
-    """The mpiexec to launch with, once MPI has shown it can start a rank; else skip saying why."""
-    if importlib.util.find_spec("mpi4py") is None:
-        pytest.skip(f"mpi4py is not installed; {INSTALL_HINT}")
-    launcher = find_mpiexec()
-    if launcher is None:
-        pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
-    probe = _run([launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
-    return launcher
+    return launcher_or_skip()
 
 
 def test_zerosim_imports_without_mpi4py():
@@ -74,7 +41,7 @@ def test_zerosim_imports_without_mpi4py():
         "else:\n"
         "    sys.exit('no ImportError')\n"
     )
-    result = _run([sys.executable, "-c", code], timeout=120)
+    result = run([sys.executable, "-c", code], timeout=120)
     assert result.returncode == 0, result.stderr
     assert INSTALL_HINT in result.stdout
 
@@ -87,14 +54,14 @@ def test_world_size_must_equal_the_number_of_processes(mpiexec):
         "except ValueError as e:\n"
         "    print(e)\n"
     )
-    result = _run([mpiexec, "-n", "2", sys.executable, "-c", code], timeout=120)
+    result = run([mpiexec, "-n", "2", sys.executable, "-c", code], timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("Cluster(4, backend='mpi') but mpiexec started 2 processes") == 2, result.stdout
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_collectives_equal_the_simulator_bit_for_bit(mpiexec, n):
-    result = _run([mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / "collectives_check.py")], timeout=RUN_TIMEOUT)
+    result = run([mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / "collectives_check.py")], timeout=RUN_TIMEOUT)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert f"collectives_check: N={n}:" in result.stdout and "all passed" in result.stdout, result.stdout
 
@@ -103,7 +70,7 @@ def test_collectives_equal_the_simulator_bit_for_bit(mpiexec, n):
 def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
     """Rank 1 raises at ring step 2 of an all-reduce while ranks 0, 2, 3 wait on it: the job must end."""
     start = time.monotonic()
-    result = _run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=FAILURE_TIMEOUT)
+    result = run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=FAILURE_TIMEOUT)
     elapsed = time.monotonic() - start
     assert elapsed < FAILURE_PROMISE, f"the job took {elapsed:.1f} s to end"
     assert result.returncode != 0

@@ -15,45 +15,20 @@ mpi4py or mpiexec is missing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
+from mpi_launch import SCRIPTS, launcher_or_skip, run
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "mpi"
 RUN_TIMEOUT = 900  # seconds for a whole launch; training_check takes ~3 s at N = 2 and ~12 s at N = 4 on two cores
 CLI = [sys.executable, "-m", "zerosim.cli.main", "train"]
 STEP_LINE = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$")
 
 pytestmark = pytest.mark.mpi
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _run(args, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks)."""
-    args = [str(a) for a in args]
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(args)} did not finish within {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def _ok(result: subprocess.CompletedProcess) -> str:
@@ -63,22 +38,13 @@ def _ok(result: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
-    """The mpiexec to launch with, once MPI has shown it can start a rank; else skip saying why."""
-    if importlib.util.find_spec("mpi4py") is None:
-        pytest.skip(f"mpi4py is not installed; {INSTALL_HINT}")
-    launcher = find_mpiexec()
-    if launcher is None:
-        pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
-    probe = _run([launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
-    return launcher
+    return launcher_or_skip()
 
 
 # -- item 1: training steps of every stage, compared rank by rank -------------------------------------
 @pytest.mark.parametrize("n", [2, 4])
 def test_training_equals_the_simulator_bit_for_bit(mpiexec, n):
-    stdout = _ok(_run([mpiexec, "-n", n, sys.executable, SCRIPTS / "training_check.py"]))
+    stdout = _ok(run([mpiexec, "-n", n, sys.executable, SCRIPTS / "training_check.py"], RUN_TIMEOUT))
     summary = re.search(rf"training_check: N={n}: (\d+) checks on each rank, all passed", stdout)
     assert summary, stdout
     assert int(summary.group(1)) > 1000, stdout  # the whole grid ran, not an early exit
@@ -87,8 +53,8 @@ def test_training_equals_the_simulator_bit_for_bit(mpiexec, n):
 # -- item 3: the command line, mpi against numpy ---------------------------------------------------------
 def _train_both(mpiexec, n: int, options: list) -> tuple:
     """(stdout of `mpiexec -n N zerosim train --backend mpi ...`, stdout of `zerosim train --backend numpy --ranks N ...`)."""
-    mpi = _ok(_run([mpiexec, "-n", n, *CLI, "--backend", "mpi", *options]))
-    sim = _ok(_run([*CLI, "--backend", "numpy", "--ranks", n, *options]))
+    mpi = _ok(run([mpiexec, "-n", n, *CLI, "--backend", "mpi", *options], RUN_TIMEOUT))
+    sim = _ok(run([*CLI, "--backend", "numpy", "--ranks", n, *options], RUN_TIMEOUT))
     return mpi, sim
 
 

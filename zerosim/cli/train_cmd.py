@@ -32,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--ranks", type=int, default=None, help="simulated ranks (default 4; under MPI the process count)")
     p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default numpy)")
+    p.add_argument("--native", action="store_true",
+                   help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; fp32 only)")
     p.add_argument("--precision", choices=sorted(PRESETS), default="bf16-mixed", help="mixed-precision preset (default bf16-mixed)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
@@ -63,7 +65,10 @@ def run(args) -> int:
 
         ranks = world_size_from_environment()
     ranks = 4 if ranks is None else ranks
-    cluster = Cluster(ranks, backend=args.backend, trace="call", timeline=False)
+    if args.native and args.backend != "mpi":
+        raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
+    options = {"native": True} if args.native else {}
+    cluster = Cluster(ranks, backend=args.backend, trace="call", timeline=False, **options)
     talk = cluster.ranks[0].index == 0  # only global rank 0 prints
 
     rng = np.random.default_rng(args.seed)

@@ -34,7 +34,7 @@ def narrate(r: dict) -> str:
         f"activation checkpointing {'on' if r['checkpoint'] else 'off'}")
     say("")
     say("Setup")
-    say(f"  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
+    say("  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
     say(f"  weights {names} = {_vec(r['initial_params'])} in 16 bits")
     for g, owns in enumerate(r["owners"]):
         what = "the fp32 master, m and v" + (" and the 16-bit weights" if stage == 3 else "")
@@ -109,7 +109,7 @@ def narrate(r: dict) -> str:
             say(f"  GPU {g}:")
             for p in phases:
                 say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
-        say(f"  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
+        say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
     say("")
     say(f"fp32 masters after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {_fp32(v)}" for n, v in zip(names, r["master"])))
     return "\n".join(out)
