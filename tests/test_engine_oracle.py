@@ -27,14 +27,14 @@ def bits(a):
     return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
-def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average="avg"):
+def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average="avg", reduce=None):
     rng = np.random.default_rng(seed)
     model = MLP(widths, activation="gelu" if seed % 2 else "relu")
     params = model.init_params(np.random.default_rng(seed + 1))
     data = make_regression(rng, n * steps, 3, widths)
     from zerosim.precision import get_precision
 
-    policy = get_precision(precision).with_(average=average)
+    policy = get_precision(precision).with_(average=average, reduce=reduce)
     engine = ZeroEngine(model, Cluster(n), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy, checkpoint=checkpoint, params=params)
     ref = Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), policy, world_size=n, params=params)
     for s in range(steps):
@@ -53,10 +53,11 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average=
     steps=st.integers(1, 3),
     checkpoint=st.booleans(),
     average=st.sampled_from(["avg", "avg_predivide", "avg_premul"]),
+    reduce=st.sampled_from([None, "fp32"]),  # FSDP's reduce_dtype: 16-bit compute, fp32 on the wire
     seed=st.integers(0, 2**16),
 )
-def test_every_stage_equals_the_oracle_bitwise(widths, n, stage, precision, opt, steps, checkpoint, average, seed):
-    engine, ref, *_ = run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average)
+def test_every_stage_equals_the_oracle_bitwise(widths, n, stage, precision, opt, steps, checkpoint, average, reduce, seed):
+    engine, ref, *_ = run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average, reduce)
     assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
     want_state = ref.optimizer_state()
     for name, got in engine.full_optimizer_state().items():

@@ -84,7 +84,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     batches = TinyNet.seed_batches()
     result = {
         "example": "seed 004: four weights, two GPUs",
-        "stage": stage, "precision": policy.compute + ("-mixed" if policy.master else "-pure") if policy.compute != "fp32" else "fp32",
+        "stage": stage, "precision": precision if isinstance(precision, str) else repr(policy),
         "world_size": 2, "checkpoint": checkpoint,
         "optimizer": {"name": "adam", "lr": lr, "betas": list(betas), "eps": eps},
         "weights": names, "owners": owners,

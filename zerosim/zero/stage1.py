@@ -20,29 +20,10 @@ class Stage1(Stage):
 
     def reduce_gradients(self) -> None:
         if not self.optimizer.elementwise:
-            return self._all_reduce_gradients()
+            return self.all_reduce_gradients()  # Muon needs whole matrices: see the module docstring
         shards = self.cluster.reduce_scatter([g.array for g in self.grads], op=self.reduce_op, wire=self.precision.reduce_format, tag="grads")
-        self._reduced = []
-        for rank, g, shard in zip(self.cluster.ranks, self.grads, shards):
-            own = g.array[self.layout.own(rank.index)]
-            if shard.dtype == own.dtype:
-                own[...] = shard  # lands in the rank's own slice of its gradient buffer (DeepSpeed does the same)
-                self._reduced.append(own)
-            else:
-                self._reduced.append(shard)
-
-    def reduced_gradient(self, i: int):
-        return self._reduced[i]
-
-    def _all_reduce_gradients(self) -> None:
-        reduced = self.cluster.all_reduce([g.array for g in self.grads], op=self.reduce_op, wire=self.precision.reduce_format, tag="grads")
-        self._reduced = []
-        for g, r in zip(self.grads, reduced):
-            if r.dtype == g.array.dtype:
-                g.array[...] = r
-                self._reduced.append(g.array)
-            else:
-                self._reduced.append(r)
+        for i, (rank, g, shard) in enumerate(zip(self.cluster.ranks, self.grads, shards)):
+            self.keep_reduced(i, shard, g.array[self.layout.own(rank.index)])  # lands in its own slice
 
     def update_all(self, grads32: list, t: int, records: list) -> None:
         if self.optimizer.elementwise:

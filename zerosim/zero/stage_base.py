@@ -18,6 +18,7 @@ import numpy as np
 
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast
+from zerosim.precision.cast import has_values
 
 
 class Stage:
@@ -29,6 +30,8 @@ class Stage:
         self.cluster, self.layout, self.model = engine.cluster, engine.layout, engine.model
         self.precision, self.optimizer = engine.precision, engine.optimizer
         self.params, self.grads, self.master_buf, self.opt_state = [], [], [], []
+        self._reduced = [None] * self.cluster.local_size  # each rank's reduced gradient (a view or a buffer)
+        self._transient = []  # buffers freed at the end of the step
 
     # -- buffers ---------------------------------------------------------------------------------
     def region(self, rank_index: int) -> slice:
@@ -83,9 +86,33 @@ class Stage:
     def reduce_gradients(self) -> None:
         raise NotImplementedError
 
+    def keep_reduced(self, i: int, result: np.ndarray, place: np.ndarray) -> None:
+        """Keep rank i's reduced gradient: in place, in `place` (its own part of its gradient buffer), as
+        DDP and DeepSpeed do; or, when it travelled in another format, as a buffer of its own until the
+        end of the step."""
+        if result.dtype == place.dtype:
+            place[...] = result
+            self._reduced[i] = place
+        else:
+            buf = self.cluster.ranks[i].ledger.adopt("grads (wire format)", result, "grads")
+            self._transient.append(buf)
+            self._reduced[i] = buf.array
+
+    def all_reduce_gradients(self) -> None:
+        """Plain data parallel: every rank gets the whole reduced gradient."""
+        reduced = self.cluster.all_reduce([g.array for g in self.grads], op=self.reduce_op, wire=self.precision.reduce_format, tag="grads")
+        for i, (g, r) in enumerate(zip(self.grads, reduced)):
+            self.keep_reduced(i, r, g.array)
+
+    def finish_step(self) -> None:
+        """Free what only this step needed."""
+        for buf in self._transient:
+            buf.free()
+        self._transient = []
+
     def reduced_gradient(self, i: int) -> np.ndarray:
         """Rank i's reduced gradient over its region (wire dtype), read by the update."""
-        raise NotImplementedError
+        return self._reduced[i]
 
     def master(self, i: int) -> np.ndarray:
         """Rank i's fp32 (update-format) weights over its region; without a master, its params widened."""
@@ -116,6 +143,8 @@ class Stage:
             w = scratch.array
         if step is not None:
             step(w, state)
+        elif not has_values(w):
+            pass  # meta backend: no values to update; every buffer the update touches is already accounted
         elif self.optimizer.elementwise:
             self.optimizer.step(w, g32, state, t, record)
         else:  # a matrix optimizer on whole parameters: only where the region is the whole model
