@@ -117,6 +117,11 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     return out
 
 
+def has_values(x) -> bool:
+    """False for the meta backend's arrays (shape and dtype, no data): nothing to round or to check for NaN."""
+    return not getattr(x, "is_meta", False)
+
+
 def to_float64(x) -> np.ndarray:
     """Widen any supported float array to float64 (always exact)."""
     a = _as_float_array(x)

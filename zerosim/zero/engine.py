@@ -117,6 +117,7 @@ class ZeroEngine:
         before = len(cluster.trace.calls)
         with cluster.phase("refresh params"):
             stage.refresh_params()
+            stage.finish_step()
         if record is not None:
             record["calls"]["refresh"] = list(range(before, len(cluster.trace.calls)))
             record["losses"] = list(losses)
@@ -136,6 +137,7 @@ class ZeroEngine:
             if bad:
                 for b in wide:
                     b.free()
+                self.stage.finish_step()
                 raise FloatingPointError(
                     f"rank {rank.index}: {bad} reduced gradient element(s) are NaN or inf"
                     + (f" (loss scale {self.precision.loss_scale} may be too large)" if self.precision.loss_scale != 1 else "")
