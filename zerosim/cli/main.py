@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from zerosim.cli import replay_cmd, train_cmd
@@ -33,6 +34,9 @@ def main(argv=None) -> int:
     except (ValueError, FloatingPointError) as e:
         print(f"zerosim {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
