@@ -1,8 +1,8 @@
-"""Backends plug in under the cluster: numpy (in-process simulator, default), mpi, cupy."""
+"""Backends plug in under the cluster: numpy (in-process simulator, default), meta (shapes, no data), mpi, cupy."""
 
 from __future__ import annotations
 
-BACKENDS = ("numpy", "mpi", "cupy")
+BACKENDS = ("numpy", "meta", "mpi", "cupy")
 
 
 def make_backend(name: str, world_size: int, **options):
@@ -11,6 +11,10 @@ def make_backend(name: str, world_size: int, **options):
         from zerosim.backends.numpy_sim import NumpyBackend
 
         return NumpyBackend(world_size, **options)
+    if name == "meta":
+        from zerosim.backends.meta import MetaBackend
+
+        return MetaBackend(world_size, **options)
     if name == "mpi":
         from zerosim.backends.mpi import MpiBackend  # mpi4py itself is imported only when the backend is made
 

@@ -102,6 +102,8 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     f = get_format(fmt)
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; choose one of {ROUNDINGS}")
+    if not has_values(x):
+        return x.astype(f.dtype)  # the meta backend's data-less array: nothing to round, only the dtype changes
     a = _as_float_array(x)
     if rounding == "stochastic":
         if not isinstance(rng, np.random.Generator):

@@ -21,8 +21,9 @@ import numpy as np
 from zerosim.collectives import get_op
 from zerosim.models.run import forward_backward
 from zerosim.precision import cast, get_precision
+from zerosim.precision.cast import has_values
 from zerosim.zero.flat import FlatLayout
-from zerosim.zero.lockstep import Lockstep
+from zerosim.zero.lockstep import Lockstep, choose_schedule
 from zerosim.zero.stages import STAGES
 
 
@@ -55,18 +56,19 @@ class ZeroEngine:
         init = model.init_params() if params is None else np.asarray(params)
         if init.shape != (model.num_params,):
             raise ValueError(f"params must have shape ({model.num_params},) for this model, got {init.shape}")
-        if not np.all(np.isfinite(init)):
+        if has_values(init) and not np.all(np.isfinite(init)):  # a meta model's params have no values to check
             raise ValueError("initial params contain NaN or inf")
         self.t = 0  # optimizer steps taken
         self.stage = STAGES[stage](self)
-        padded = np.zeros(self.layout.padded, dtype=np.float64)
+        padded = np.zeros(self.layout.padded, dtype=np.float64, like=init)  # like=: a meta init gives a meta buffer
         padded[: model.num_params] = init.astype(np.float64)
         with cluster.phase("init"):
             for rank in cluster.ranks:
                 self.stage.init_rank(rank, padded)
         for rank in cluster.ranks:
             rank.ledger.reset_peaks()
-        self._lockstep = Lockstep(cluster.local_size)
+        # stages 2 and 3 talk inside backward (per-layer reduce-scatter; stage 3 gathers too)
+        self._lockstep = Lockstep(cluster.local_size, choose_schedule(cluster.backend, self.stage.shards_grads or self.stage.shards_params))
 
     # -- the step --------------------------------------------------------------------------------
     def step(self, batches, record: dict | None = None) -> list:
@@ -133,7 +135,7 @@ class ZeroEngine:
         wide = []
         for i, rank in enumerate(self.cluster.ranks):
             g = self.stage.reduced_gradient(i)
-            bad = int(np.count_nonzero(~np.isfinite(g.astype(np.float64))))
+            bad = int(np.count_nonzero(~np.isfinite(g.astype(np.float64)))) if has_values(g) else 0
             if bad:
                 for b in wide:
                     b.free()
@@ -157,8 +159,7 @@ class ZeroEngine:
         for rank, b in zip(self.cluster.ranks, batches):
             if not (isinstance(b, (list, tuple)) and len(b) == 2):
                 raise ValueError(f"rank {rank.index}: a micro-batch is an (x, target) pair")
-            x = np.asarray(b[0])
-            if not np.all(np.isfinite(x.astype(np.float64))):
+            if has_values(b[0]) and not np.all(np.isfinite(np.asarray(b[0]).astype(np.float64))):  # meta: no values
                 raise ValueError(f"rank {rank.index}: the micro-batch input contains NaN or inf")
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------

@@ -9,6 +9,7 @@ same elements, and every element is still summed in the same ring order as at st
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from zerosim.collectives import ShardLayout
@@ -42,11 +43,12 @@ class FlatLayout:
         """Rank's shard in the padded flat buffer."""
         return slice(*self.shards.bounds(rank))
 
-    def counts(self, layer: int) -> list:
+    @functools.cache  # every rank asks for every layer, O(N) each: at N = 1024 that adds up
+    def counts(self, layer: int) -> tuple:
         """Elements of layer `layer`'s window that each rank owns (window ∩ shard_r), in rank order."""
         a, b = self.windows[layer]
         s = self.shard_size
-        return [max(0, min(b, (r + 1) * s) - max(a, r * s)) for r in range(self.world_size)]
+        return tuple(max(0, min(b, (r + 1) * s) - max(a, r * s)) for r in range(self.world_size))
 
     def owned_piece(self, layer: int, rank: int) -> tuple:
         """(start, stop) of window ∩ shard_rank, in the rank's shard coordinates (0..s)."""

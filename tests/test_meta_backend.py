@@ -1,0 +1,280 @@
+"""The meta backend against the numpy simulator: same shapes, same trace, same ledgers, no data.
+
+The numpy backend is what we can see; the meta backend must record exactly what it records (except
+the ring's own working buffers, kind "comm", and activations, which the meta model leaves out), so
+that what it reports at 7B-175B scale can be trusted.
+"""
+
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zerosim import MLP, Adam, Cluster, MixedPrecision, ZeroEngine
+from zerosim.backends.meta import MetaArray, MetaDataError, is_meta
+from zerosim.collectives import all_gather, all_reduce, reduce_scatter
+from zerosim.costs import get_preset
+from zerosim.models import make_regression
+from zerosim.models.meta import MetaModel
+from zerosim.precision import cast
+from zerosim.precision.cast import has_values
+from zerosim.zero.lockstep import Lockstep
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NOT_ENGINE = ("comm", "activations")  # the ring's scratch (simulator's own) and activations (left out by the meta model)
+
+
+# ---------------------------------------------------------------- MetaArray answers like numpy
+
+INDEXES = [  # (shape, key): numpy's answer on a real array is the expected shape
+    ((10,), slice(2, 7)),
+    ((10,), slice(None, None, 3)),
+    ((10,), slice(8, 100)),  # past the end: clipped, as numpy does
+    ((10,), slice(5, 2)),  # empty
+    ((4, 6), (slice(1, 3), 2)),
+    ((4, 6), 3),
+    ((4, 6), Ellipsis),
+    ((2, 3, 4), (Ellipsis, slice(1, None))),
+    ((5,), None),
+]
+
+
+@pytest.mark.parametrize("shape, key", INDEXES)
+def test_indexing_gives_numpys_shape(shape, key):
+    assert MetaArray(shape, np.float16)[key].shape == np.zeros(shape)[key].shape
+
+
+@pytest.mark.parametrize("shape, new", [((12,), (3, 4)), ((12,), (-1, 6)), ((3, 4), (12,)), ((3, 4), -1), ((0,), (0, 5))])
+def test_reshape_like_numpy(shape, new):
+    assert MetaArray(shape, np.float32).reshape(new).shape == np.zeros(shape).reshape(new).shape
+
+
+def test_reshape_to_a_wrong_size_is_an_error():
+    with pytest.raises(ValueError, match="cannot reshape"):
+        MetaArray((12,), np.float32).reshape(5, 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, BF16])
+def test_size_and_bytes(dtype):
+    a = MetaArray((3, 5), dtype)
+    assert (a.ndim, a.size, a.itemsize, a.nbytes, len(a)) == (2, 15, np.dtype(dtype).itemsize, 15 * np.dtype(dtype).itemsize, 3)
+    assert a.T.shape == (5, 3)
+    assert a.astype(np.float32).dtype == np.float32 and a.astype(np.float32).shape == (3, 5)
+    assert a.copy().shape == a.shape and a.copy() is not a
+
+
+ARITH = [  # (operation, operand dtypes): the result dtype numpy gives (NEP 50 weak scalars included)
+    (lambda a, b: a + b, (np.float16, np.float16)),
+    (lambda a, b: a * b, (np.float16, np.float32)),
+    (lambda a, b: a / np.float32(4), (np.float16, np.float16)),
+    (lambda a, b: a * 0.5, (BF16, BF16)),
+    (lambda a, b: a / b, (BF16, np.float32)),
+    (lambda a, b: np.sqrt(a), (np.float32, np.float32)),
+    (lambda a, b: a <= 0, (np.float16, np.float16)),
+    (lambda a, b: -a, (np.float64, np.float64)),
+]
+
+
+@pytest.mark.parametrize("op, dtypes", ARITH)
+def test_arithmetic_gives_numpys_shape_and_dtype(op, dtypes):
+    real = op(np.ones((2, 3), dtypes[0]), np.ones(3, dtypes[1]))
+    meta = op(MetaArray((2, 3), dtypes[0]), MetaArray((3,), dtypes[1]))
+    assert (meta.shape, meta.dtype) == (real.shape, real.dtype)
+
+
+def test_arithmetic_with_a_real_array():
+    meta = MetaArray((2, 3), np.float16) * np.ones(3, np.float32)
+    assert (meta.shape, meta.dtype) == ((2, 3), np.float32)
+
+
+def test_in_place_keeps_the_target():
+    a = MetaArray((4,), np.float32)
+    b = a
+    b *= np.float32(0.5)
+    b += MetaArray((4,), np.float32)
+    assert b is a and a.dtype == np.float32
+
+
+def test_assignment_writes_nothing_but_checks_the_index():
+    a = MetaArray((4,), np.float16)
+    a[1:3] = 7.0
+    a[...] = 0
+    with pytest.raises(IndexError):
+        a[9] = 1.0
+
+
+@pytest.mark.parametrize("ask", [np.asarray, float, bool, lambda a: a.tolist(), lambda a: np.sum(a)])
+def test_asking_for_values_is_a_clear_error(ask):
+    with pytest.raises(MetaDataError):
+        ask(MetaArray((3,), np.float32))
+
+
+def test_numpy_creation_with_like_gives_meta():
+    proto = MetaArray((1,), np.float32)
+    z = np.zeros(10, dtype=np.float64, like=proto)
+    assert is_meta(z) and z.shape == (10,) and z.dtype == np.float64
+    c = np.concatenate([MetaArray((3,), np.float16), MetaArray((4,), np.float16)])
+    assert c.shape == (7,) and c.dtype == np.float16
+
+
+@pytest.mark.parametrize("fmt", ["fp64", "fp32", "fp16", "bf16", "fp8_e4m3"])
+def test_cast_of_meta_changes_only_the_dtype(fmt):
+    a = MetaArray((5,), np.float32)
+    out = cast(a, fmt)
+    assert is_meta(out) and out.shape == (5,) and out.dtype == cast(np.zeros(1, np.float32), fmt).dtype
+    assert not has_values(a) and has_values(np.zeros(1))
+
+
+def test_the_backend_allocates_meta_through_the_ledger():
+    c = Cluster(3, backend="meta")
+    buf = c.ranks[1].ledger.alloc("x", 1000, np.float16, "params", fill=0)
+    assert is_meta(buf.array) and c.ranks[1].ledger.current("params") == 2000
+
+
+# ---------------------------------------------------------------- collectives: the same trace, O(N)
+
+def _pair(n, granularity):
+    return Cluster(n, trace=granularity), Cluster(n, backend="meta", trace=granularity)
+
+
+def _same_trace(a, b):
+    assert a.trace.calls == b.trace.calls
+    assert a.trace.events == b.trace.events  # every field but the copied values
+
+
+@given(n=st.integers(1, 7), length=st.integers(0, 40), dtype=st.sampled_from([np.float32, np.float16, BF16]),
+       wire=st.sampled_from([None, "fp32"]), op=st.sampled_from(["sum", "avg", "avg_premul", "avg_predivide"]),
+       granularity=st.sampled_from(["hop", "call"]))
+def test_reduce_scatter_and_all_reduce_trace_like_the_ring(n, length, dtype, wire, op, granularity):
+    real, meta = _pair(n, granularity)
+    got_real = reduce_scatter(real, [np.ones(length, dtype) for _ in range(n)], op=op, wire=wire)
+    got_meta = reduce_scatter(meta, [MetaArray((length,), dtype) for _ in range(n)], op=op, wire=wire)
+    assert [(g.shape, g.dtype) for g in got_meta] == [(g.shape, g.dtype) for g in got_real]
+    got_real = all_reduce(real, [np.ones((length, 1), dtype) for _ in range(n)], op=op, wire=wire)
+    got_meta = all_reduce(meta, [MetaArray((length, 1), dtype) for _ in range(n)], op=op, wire=wire)
+    assert [(g.shape, g.dtype) for g in got_meta] == [(g.shape, g.dtype) for g in got_real]
+    _same_trace(real, meta)
+
+
+@given(n=st.integers(1, 7), data=st.data(), granularity=st.sampled_from(["hop", "call"]))
+def test_all_gather_and_counts_trace_like_the_ring(n, data, granularity):
+    counts = data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    length = data.draw(st.integers(0, 30))
+    real, meta = _pair(n, granularity)
+    s = -(-length // n)
+    uneven = [max(0, min(length, (r + 1) * s) - r * s) for r in range(n)]  # reduce-scatter's real shard sizes
+    for sizes, kw in ((counts, {"counts": counts}), (uneven, {}), (uneven, {"wire": "fp32"})):
+        got_real = all_gather(real, [np.ones(k, np.float16) for k in sizes], **kw)
+        got_meta = all_gather(meta, [MetaArray((k,), np.float16) for k in sizes], **kw)
+        assert [(g.shape, g.dtype) for g in got_meta] == [(g.shape, g.dtype) for g in got_real]
+    counts_rs = data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    total = sum(counts_rs)
+    reduce_scatter(real, [np.ones(total, np.float16) for _ in range(n)], counts=counts_rs)
+    reduce_scatter(meta, [MetaArray((total,), np.float16) for _ in range(n)], counts=counts_rs)
+    _same_trace(real, meta)
+
+
+def test_call_granularity_is_one_event_per_rank_at_1024_ranks():
+    n, s = 1024, 1000
+    c = Cluster(n, backend="meta", trace="call")
+    reduce_scatter(c, [MetaArray((n * s,), np.float16)] * n, tag="g")
+    all_gather(c, [MetaArray((s,), np.float16)] * n, tag="p")
+    assert len(c.trace.events) == 2 * n
+    assert {e.bytes for e in c.trace.events} == {(n - 1) * s * 2}  # (N-1)/N of the buffer, per phase
+
+
+def test_meta_inputs_are_checked():
+    c = Cluster(3, backend="meta")
+    with pytest.raises(ValueError, match="one array per local rank"):
+        reduce_scatter(c, [MetaArray((6,), np.float16)] * 2)
+    with pytest.raises(ValueError, match="same dtype"):
+        reduce_scatter(c, [MetaArray((6,), np.float16)] * 2 + [MetaArray((6,), np.float32)])
+    with pytest.raises(ValueError, match="length"):
+        reduce_scatter(c, [MetaArray((6,), np.float16)] * 2 + [MetaArray((5,), np.float16)])
+    with pytest.raises(ValueError, match="add up"):
+        reduce_scatter(c, [MetaArray((6,), np.float16)] * 3, counts=[1, 1, 1])
+    with pytest.raises(ValueError, match="flatten"):
+        all_gather(c, [MetaArray((2, 3), np.float16)] * 3)
+
+
+# ---------------------------------------------------------------- engines: the same ledgers and trace
+
+def meta_twin(model) -> MetaModel:
+    """A meta model with exactly `model`'s flat layout: one layer per layer, same window sizes."""
+    return MetaModel([(layer.name, b - a) for layer, (a, b) in zip(model.layers, map(model.layer_window, range(len(model.layers))))])
+
+
+def _engine_events(ledger):
+    return [(e.action, e.name, e.kind, e.nbytes, e.phase) for e in ledger.timeline if e.kind not in NOT_ENGINE]
+
+
+@given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=4), n=st.integers(1, 6), stage=st.integers(0, 3),
+       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]),
+       granularity=st.sampled_from(["hop", "call"]))
+def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, precision, granularity):
+    mlp = MLP(widths)
+    real = ZeroEngine(mlp, Cluster(n, trace=granularity), stage, Adam(lr=1e-3), precision)
+    real.step(make_regression(np.random.default_rng(0), n, 2, widths))
+    twin = meta_twin(mlp)
+    meta = ZeroEngine(twin, Cluster(n, backend="meta", trace=granularity), stage, Adam(lr=1e-3), precision)
+    meta.step(twin.batches(n, 2))
+    for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
+        assert _engine_events(b.ledger) == _engine_events(a.ledger)  # every alloc and free, in order, same phase
+        drop = lambda d: {k: v for k, v in d.items() if k not in NOT_ENGINE}  # noqa: E731
+        assert drop(b.ledger.peak_by_kind()) == drop(a.ledger.peak_by_kind())
+    _same_trace(real.cluster, meta.cluster)
+
+
+def test_meta_loss_has_no_value():
+    twin = meta_twin(MLP([2, 3]))
+    losses = ZeroEngine(twin, Cluster(2, backend="meta"), 1, Adam()).step(twin.batches(2))
+    assert all(np.isnan(x) for x in losses)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_7_5b_step_on_64_ranks_allocates_nothing(stage):
+    model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
+    tracemalloc.start()
+    engine = ZeroEngine(model, Cluster(64, backend="meta", trace="call", timeline=False), stage, Adam())
+    engine.step(model.batches(64))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 64e6  # bookkeeping only (the real model states would be 1.9-120 GB per rank, x64)
+    assert engine.cluster.ranks[63].ledger.peak() > 1.8e9
+
+
+def test_block_units_merge_each_transformer_block():
+    preset = get_preset("gpt2-small")
+    modules, blocks = MetaModel.from_preset(preset), MetaModel.from_preset(preset, unit="block")
+    assert modules.num_params == blocks.num_params == preset.total
+    assert [layer.name for layer in blocks.layers] == ["wte", "wpe"] + [f"h.{i}" for i in range(12)] + ["ln_f"]
+    assert blocks.layers[2].count == 12 * 768**2 + 13 * 768  # the GPT-2 block: 12d² + 13d
+
+
+# ---------------------------------------------------------------- the lockstep schedules
+
+def test_sequential_schedule_refuses_a_collective():
+    lock = Lockstep(3, "sequential")
+    with pytest.raises(RuntimeError, match="threads"):
+        lock.run(lambda i: lock.collective(i, i, lambda xs: xs))
+
+
+def test_meta_schedule_runs_each_collective_once_for_every_rank():
+    lock, runs = Lockstep(4, "meta"), []
+
+    def fn(xs):
+        runs.append(list(xs))
+        return [f"r{r}" for r in range(len(xs))]
+
+    assert lock.run(lambda i: [lock.collective(i, f"x{i}", fn) for _ in range(2)]) == [[f"r{i}"] * 2 for i in range(4)]
+    assert runs == [["x0"] * 4] * 2  # rank 0 reached each first; its input stood in for all
+
+
+def test_engine_picks_its_schedule():
+    twin = meta_twin(MLP([2, 3]))
+    assert ZeroEngine(MLP([2, 3]), Cluster(2), 1, Adam())._lockstep.schedule == "sequential"
+    assert ZeroEngine(MLP([2, 3]), Cluster(2), 2, Adam())._lockstep.schedule == "threads"
+    assert ZeroEngine(twin, Cluster(2, backend="meta"), 3, Adam())._lockstep.schedule == "meta"
