@@ -2,6 +2,8 @@
 
     zerosim replay   seed 004's worked example, live, step by step (the main job)
     zerosim train    train an MLP on a synthetic task with any stage, ranks, precision, optimizer
+    zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
+    zerosim figures  draw the ZeRO-paper-style memory figure into figures/
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ import argparse
 import os
 import sys
 
-from zerosim.cli import replay_cmd, train_cmd
+from zerosim.cli import figures_cmd, memory_cmd, replay_cmd, train_cmd
 
-COMMANDS = {"replay": replay_cmd, "train": train_cmd}
+COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

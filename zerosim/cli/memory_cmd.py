@@ -1,0 +1,174 @@
+"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backend's ledgers.
+
+    zerosim memory --params 7.5e9 --ranks 64        # the ZeRO paper's Figure 1
+    zerosim memory --model gpt3-175b --ranks 1024   # a preset, by its layer sizes
+    zerosim memory --params 7e9 --ranks 8 --json    # for machines
+
+The same engines that train the small models run one step of a model given by its layer sizes on
+data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
+the formula from `zerosim.costs` stands beside it. Below the table: the byte-per-parameter
+conventions the seeds, the ZeRO paper and DeepSpeed use, side by side, and seed 001's erratum.
+Activations are left out (the meta model has parameter counts, not shapes).
+"""
+
+from __future__ import annotations
+
+import json
+
+HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
+OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan")
+PRECISIONS = ("fp16-mixed", "bf16-mixed")
+MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the resting model states
+GB = 1e9
+
+
+def add_model_arguments(p, default_ranks: int = 64) -> None:
+    """--params/--model, --layers, --ranks, --optimizer, --precision, --unit (shared with `zerosim figures`)."""
+    from zerosim.costs import PRESETS
+
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--params", type=float, default=None, help="Ψ, parameters, e.g. 7.5e9 (default: 7.5e9, the ZeRO paper's)")
+    which.add_argument("--model", choices=sorted(PRESETS), default=None, help="a preset model, by its layer sizes")
+    p.add_argument("--layers", type=int, default=64, help="with --params: equal layers to split Ψ into (default 64)")
+    p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam, K = 8 + 4 master)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp16-mixed", help="mixed-precision preset (default fp16-mixed)")
+    p.add_argument("--unit", choices=("module", "block"), default="block",
+                   help="gather/reduce unit for presets: one module or one transformer block (default block, as FSDP wraps)")
+
+
+def add_arguments(p) -> None:
+    add_model_arguments(p)
+    p.add_argument("--no-step", action="store_true", help="resting state after initialisation only (skip the step and its peaks)")
+    p.add_argument("--json", action="store_true", help="print the same numbers as JSON")
+
+
+def model_from_args(args):
+    """The MetaModel that --params/--layers or --model/--unit describe."""
+    from zerosim.costs import get_preset
+    from zerosim.models.meta import MetaModel
+
+    if args.ranks < 1 or args.layers < 1:
+        raise ValueError("--ranks and --layers must be at least 1")
+    if args.model is not None:
+        return MetaModel.from_preset(get_preset(args.model), unit=args.unit)
+    params = 7.5e9 if args.params is None else args.params
+    if params != int(params) or params < 1:
+        raise ValueError(f"--params must be a whole number of parameters, got {params!r}")
+    return MetaModel.from_params(int(params), layers=args.layers)
+
+
+def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str = "fp16-mixed", step: bool = True,
+                     stages=(0, 1, 2, 3)) -> list:
+    """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
+
+    Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes},
+    "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
+    (params, grads, master, optim:*), peak the most any rank held at once during it (fp32 gradient
+    shards and gathered layers included), sent the most bytes any rank put on the wire.
+    """
+    from zerosim.cluster import Cluster
+    from zerosim.optim import get_optimizer
+    from zerosim.zero import ZeroEngine
+
+    out = []
+    for stage in stages:
+        cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+        engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision)
+        if step:
+            engine.step(model.batches(ranks))
+        resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
+        peaks = [r.ledger.peak() for r in cluster.ranks]
+        top = max(range(ranks), key=peaks.__getitem__)
+        sent = [0] * ranks
+        for e in cluster.trace.events:
+            sent[e.src] += e.bytes
+        out.append({
+            "stage": stage,
+            "resting": resting[0],
+            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same
+            "peak": peaks[top],
+            "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
+            "sent": max(sent),
+        })
+    return out
+
+
+def report(args) -> dict:
+    """Everything the command prints, as data (what --json emits)."""
+    from zerosim.costs import (MemoryConfig, comm_volume, conventions_table, model_state_memory, seed001_formulas,
+                               seed001_printed_table)
+
+    model = model_from_args(args)
+    P, N = model.num_params, args.ranks
+    measured = measure_by_stage(model, N, args.optimizer, args.precision, step=not args.no_step)
+    config = MemoryConfig(optimizer=args.optimizer, padding="all")  # the engines pad every flat buffer
+    for row in measured:
+        formula = model_state_memory(P, N, row["stage"], config)
+        row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
+        row["formula_total"] = formula.total
+        row["formula_unpadded_total"] = model_state_memory(P, N, row["stage"], MemoryConfig(optimizer=args.optimizer, padding="none")).total
+        row["ledger_total"] = sum(row["resting"].values())
+        row["sent_formula"] = comm_volume(P, N, row["stage"])
+    printed, own = seed001_printed_table(), seed001_formulas(7e9, 8)
+    return {
+        "model": model.name, "params": P, "layers": len(model.layers), "largest_layer": model.largest_layer, "ranks": N,
+        "optimizer": args.optimizer, "precision": args.precision, "unit": args.unit if args.model else "layer",
+        "step": not args.no_step, "activations": "left out (parameter counts only; see zerosim.costs.activation_memory)",
+        "stages": measured,
+        "conventions": [{"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}
+                        for r in conventions_table(P, N, model.largest_layer)],
+        "seed001_erratum": {
+            "printed_gb": list(printed.gb()), "formulas_gb": list(own.gb()), "stages": list(printed.erratum),
+            "note": "seed 001's printed table (7B on 8 GPUs) disagrees with its own formulas 4P + 12P/N and 2P + 14P/N",
+        },
+    }
+
+
+def format_report(r: dict) -> str:
+    from zerosim.costs import conventions_table, format_table
+
+    kinds = []
+    for row in r["stages"]:
+        kinds += [k for k in row["resting"] if k not in kinds]
+    lines = [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ("
+        + (r["model"] if r["unit"] == "layer" else f"{r['model']}, {r['layers']} {r['unit']}s") + f"), N = {r['ranks']} ranks, "
+        f"{r['optimizer']}, {r['precision']}",
+        "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"
+        + (" after one step" if r["step"] else " after initialisation") + ";",
+        "'formula' is zerosim.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
+        "",
+        f"{'stage':5s} " + " ".join(f"{k:>10s}" for k in kinds)
+        + " | " + " ".join(f"{h:>9s}" for h in ("ledger", "formula")) + " | " + " ".join(f"{h:>9s}" for h in ("peak", "sent", "2Ψ or 3Ψ")),
+    ]
+    for row in r["stages"]:
+        cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
+        same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
+        lines.append(f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | "
+                     f"{row['peak'] / GB:9.3f} {row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}{same}")
+    lines += [
+        "",
+        "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
+        "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
+        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times 2 bytes. Activations are left",
+        "out: the meta model has parameter counts, not shapes (see zerosim.costs.activation_memory).",
+    ]
+    if r["optimizer"] == "adan":
+        lines.append("NOTE: Adan keeps g_prev in fp32 here (4 bytes/param); the formula counts it at 2, as seed 001 does.")
+    lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
+    lines.append(format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"])))
+    e = r["seed001_erratum"]
+    lines += [
+        "",
+        f"NOTE: seed 001's printed table for 7B on 8 GPUs says {e['printed_gb'][1]:g} GB (ZeRO-1) and {e['printed_gb'][2]:g} GB (ZeRO-2).",
+        f"Its own formulas, 4P + 12P/N and 2P + 14P/N, give {e['formulas_gb'][1]:g} and {e['formulas_gb'][2]:g} GB, and so do the ledgers",
+        "(zerosim memory --params 7e9 --ranks 8). The printed figures disagree with its formulas: an erratum, not a target.",
+    ]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    r = report(args)
+    print(json.dumps(r, indent=1) if args.json else format_report(r))
+    return 0
