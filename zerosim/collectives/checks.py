@@ -38,3 +38,12 @@ def require_same(values, what: str, field: str) -> None:
     for r, v in enumerate(values):
         if v != first:
             raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same {field}")
+
+
+def check_counts(counts, n: int, what: str) -> list:
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
+        raise ValueError(f"{what}: counts must be integers (one per rank), got {list(counts)}")
+    counts = [int(c) for c in counts]
+    if len(counts) != n or min(counts, default=0) < 0:
+        raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {counts}")
+    return counts

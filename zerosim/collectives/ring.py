@@ -20,18 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives.checks import check_inputs, require_same
+from zerosim.collectives.checks import check_counts, check_inputs, require_same
+from zerosim.collectives.meta_path import meta_all_gather, meta_reduce_scatter
+from zerosim.collectives.native import native_reduce_scatter
 from zerosim.collectives.ops import get_op
-from zerosim.collectives.shards import ShardLayout
+from zerosim.collectives.shards import ShardLayout, chunk_bounds
 from zerosim.precision import cast, get_format
-
-
-def _chunk_bounds(layout: ShardLayout, counts) -> list:
-    """[start, stop) of each rank's chunk in the staged buffer: equal padded chunks, or `counts`."""
-    if counts is None:
-        return [layout.bounds(c) for c in range(layout.world_size)]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-    return [(int(offsets[c]), int(offsets[c + 1])) for c in range(len(counts))]
 
 
 def _stage(cluster, call: int, arrays, op, wire, length: int, padded: int):
@@ -104,100 +98,6 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
     return full
 
 
-def _native_reduce_scatter(cluster, staged, op, wire, bounds, call):
-    """MPI's own reduce-scatter (backend option native=True), for speed.
-
-    NOTE: MPI picks the order of additions, not NCCL's ring, so results may differ in the last bits.
-    The trace records what a ring would send (step -1): the backend does not say what MPI sent.
-    """
-    counts = [stop - start for (start, stop) in bounds]
-    for rank in cluster.ranks:
-        cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[rank.index], wire.itemsize, wire.name)
-    name = "max" if op.combine is np.maximum else "sum"  # the averaging variants scale before or after
-    return [cluster.backend.native_reduce_scatter(s, counts=counts, op=name) for s in staged], []
-
-
-def _meta_inputs(cluster, tensors, what: str) -> tuple:
-    """The meta backend's input check: one flat array per local rank, one format; (lengths, format)."""
-    if not isinstance(tensors, (list, tuple)) or len(tensors) != cluster.local_size:
-        raise ValueError(f"{what} takes a list with one array per local rank ({cluster.local_size})")
-    if any(len(t.shape) != 1 for t in tensors):
-        raise ValueError(f"{what}: collectives cut flat buffers, so flatten first")
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) != 1:
-        raise ValueError(f"{what}: every rank must pass the same dtype, got {sorted(map(str, dtypes))}")
-    return [t.shape[0] for t in tensors], get_format(dtypes.pop())
-
-
-def _meta_ring(cluster, call: int, sizes: list, wire, lag: int) -> None:
-    """Trace what the ring would send over chunks of `sizes`, without running it (no data to move).
-
-    At ring step k rank r sends chunk (r - lag - k) mod N: lag 1 for reduce-scatter, 0 for all-gather
-    (see the module docstring). Over the N−1 steps rank r sends every chunk but (r - lag + 1) mod N:
-    reduce-scatter never sends chunk r (it receives its final sum), all-gather never sends shard r+1
-    (the last to reach it). "hop" granularity records the same events as the ring, O(N²); "call"
-    one event per rank with that total, O(N).
-    NOTE: the ring's working buffers ("comm") are the simulator's own, not the engine's (NCCL's are
-    fixed-size), so the meta path does not put them in the ledgers.
-    """
-    n, trace = cluster.world_size, cluster.trace
-    if n == 1:
-        return  # the ring sends nothing
-    if trace.granularity == "hop":
-        for k in range(n - 1):
-            for rank in cluster.ranks:
-                c = (rank.index - lag - k) % n
-                trace.hop(call, k, rank.index, (rank.index + 1) % n, c, sizes[c], wire.itemsize, wire.name)
-        return
-    total = sum(sizes)
-    for rank in cluster.ranks:
-        trace.hop(call, -1, rank.index, -1, -1, total - sizes[(rank.index - lag + 1) % n], wire.itemsize, wire.name)
-
-
-def _meta_reduce_scatter(cluster, tensors, op, wire, tag, counts, _name) -> list:
-    """`reduce_scatter` on the meta backend: the same checks, trace and result shapes, no ring."""
-    what, n = _name.replace("_", "-"), cluster.world_size
-    reduce_op = get_op(op)
-    lengths, fmt = _meta_inputs(cluster, tensors, what)
-    require_same(lengths, what, "length")
-    wire_fmt = get_format(wire) if wire is not None else fmt
-    layout = ShardLayout(lengths[0], n)
-    if counts is not None:
-        counts = _check_counts(counts, n, what)
-        if sum(counts) != layout.length:
-            raise ValueError(f"{what}: counts {counts} add up to {sum(counts)}, but the buffers hold {layout.length} elements")
-    bounds = _chunk_bounds(layout, counts)
-    sizes = [stop - start for start, stop in bounds]
-    call = cluster.trace.begin(_name, op, n, sum(sizes), wire_fmt.name, tag)
-    _meta_ring(cluster, call, sizes, wire_fmt, lag=1)
-    cluster.trace.end(call)
-    keep = counts if counts is not None else layout.real_sizes()
-    made = {k: reduce_op.post(cluster.backend.empty((k,), wire_fmt.dtype), n) for k in set(keep)}  # no data: ranks share
-    return [made[keep[r.index]] for r in cluster.ranks]
-
-
-def _meta_all_gather(cluster, shards, wire, tag, counts, _name) -> list:
-    """`all_gather` on the meta backend. With `counts`, lengths come from counts: under the "meta"
-    lockstep one rank's shard stands in for every rank's (see `zerosim.zero.lockstep`)."""
-    what, n = _name.replace("_", "-"), cluster.world_size
-    sizes, fmt = _meta_inputs(cluster, shards, what)
-    wire_fmt = get_format(wire) if wire is not None else fmt
-    if counts is not None:
-        counts = _check_counts(counts, n, what)
-        bounds, length = _chunk_bounds(None, counts), sum(counts)
-    else:
-        try:
-            layout = ShardLayout.from_shard_sizes(sizes)
-        except ValueError as e:
-            raise ValueError(f"{what}: {e}") from None
-        bounds, length = _chunk_bounds(layout, None), layout.length
-    chunk = [stop - start for start, stop in bounds]
-    call = cluster.trace.begin(_name, "gather", n, sum(chunk), wire_fmt.name, tag)
-    _meta_ring(cluster, call, chunk, wire_fmt, lag=0)
-    cluster.trace.end(call)
-    return [cluster.backend.empty((length,), wire_fmt.dtype)] * cluster.local_size  # no data: ranks may share it
-
-
 def _free(temps) -> None:
     for b in temps:
         b.free()
@@ -205,15 +105,6 @@ def _free(temps) -> None:
 
 def _wire_format(arrays, wire):
     return get_format(wire) if wire is not None else arrays[0][2]
-
-
-def _check_counts(counts, n: int, what: str) -> list:
-    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
-        raise ValueError(f"{what}: counts must be integers (one per rank), got {list(counts)}")
-    counts = [int(c) for c in counts]
-    if len(counts) != n or min(counts, default=0) < 0:
-        raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {counts}")
-    return counts
 
 
 def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, _name: str = "reduce_scatter") -> list:
@@ -230,7 +121,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     temporary buffers go through each rank's ledger as kind "comm".
     """
     if not getattr(cluster.backend, "has_data", True):  # meta backend: shapes only, O(N) per call
-        return _meta_reduce_scatter(cluster, tensors, op, wire, tag, counts, _name)
+        return meta_reduce_scatter(cluster, tensors, op, wire, tag, counts, _name)
     what = _name.replace("_", "-")
     reduce_op = get_op(op)
     arrays = check_inputs(cluster, tensors, what)
@@ -241,15 +132,15 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     length, n = meta[0][0], cluster.world_size
     layout = ShardLayout(length, n)
     if counts is not None:
-        counts = _check_counts(counts, n, what)
+        counts = check_counts(counts, n, what)
         if sum(counts) != length:
             raise ValueError(f"{what}: counts {counts} add up to {sum(counts)}, but the buffers hold {length} elements")
     padded = length if counts is not None else layout.padded
-    bounds = _chunk_bounds(layout, counts)
+    bounds = chunk_bounds(layout, counts)
     call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
     if getattr(cluster.backend, "native", False):  # MPI's own reduce-scatter: fast, another order
-        results, acc = _native_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
+        results, acc = native_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
     else:
         results, acc = _ring_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
     _free(temps + acc)
@@ -267,7 +158,7 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
     (an all-gather-v; ZeRO-3 uses it to gather one layer's window). Other sizes are a clear error.
     """
     if not getattr(cluster.backend, "has_data", True):  # meta backend: shapes only, O(N) per call
-        return _meta_all_gather(cluster, shards, wire, tag, counts, _name)
+        return meta_all_gather(cluster, shards, wire, tag, counts, _name)
     what = _name.replace("_", "-")
     arrays = check_inputs(cluster, shards, what)
     wire_fmt = _wire_format(arrays, wire)
@@ -275,16 +166,16 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
     require_same([m[1] for m in meta], what, "dtype")
     sizes, n = [m[0] for m in meta], cluster.world_size
     if counts is not None:
-        counts = _check_counts(counts, n, what)
+        counts = check_counts(counts, n, what)
         if sizes != counts:
             raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {counts}")
-        bounds, total, length = _chunk_bounds(None, counts), sum(counts), sum(counts)
+        bounds, total, length = chunk_bounds(None, counts), sum(counts), sum(counts)
     else:
         try:
             layout = ShardLayout.from_shard_sizes(sizes)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
-        bounds, total, length = _chunk_bounds(layout, None), layout.padded, layout.length
+        bounds, total, length = chunk_bounds(layout, None), layout.padded, layout.length
     call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag)
     padded, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):

@@ -77,3 +77,11 @@ class ShardLayout:
                 f"{layout.real_sizes()} (ceil(length/N) each, padding only at the end) or all equal"
             )
         return layout
+
+
+def chunk_bounds(layout: ShardLayout, counts) -> list:
+    """[start, stop) of each rank's chunk in the staged buffer: equal padded chunks, or `counts`."""
+    if counts is None:
+        return [layout.bounds(c) for c in range(layout.world_size)]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    return [(int(offsets[c]), int(offsets[c + 1])) for c in range(len(counts))]
