@@ -44,7 +44,7 @@ OPTIMIZERS = {
     # Plain SGD: the update is the gradient itself, no state (seed 001: "memory overhead is zero").
     "sgd": OptimizerState("sgd", ()),
     # SGD with momentum: one fp32 momentum buffer.
-    "sgd_momentum": OptimizerState("sgd_momentum", (("optim:momentum", 4),)),
+    "sgd_momentum": OptimizerState("sgd_momentum", (("optim:b", 4),)),
     # Lion: one fp32 momentum, applied through its sign (seed 001: 4 bytes/param, 12 in total).
     "lion": OptimizerState("lion", (("optim:m", 4),)),
     # Adan: m, v (gradient-difference moment), n in fp32 = 12, plus the cached previous gradient g_{t-1}
