@@ -73,3 +73,18 @@ def test_bad_engine_arguments(kwargs, message):
 def test_unknown_optimizer_name():
     with pytest.raises(ValueError, match="unknown optimizer 'adamax'"):
         get_optimizer("adamax")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rounding="up"), "unknown rounding 'up'"),
+        (dict(master="fp16"), "master copy in fp16 would lose the updates"),
+        (dict(average="mean"), "unknown averaging 'mean'"),
+        (dict(loss_scale=0), "loss_scale must be positive"),
+        (dict(compute="fp12"), "unknown floating-point format 'fp12'"),
+    ],
+)
+def test_bad_precision_policies(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MixedPrecision(**kwargs)

@@ -48,7 +48,7 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, average=
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
     n=st.integers(1, 8),
     stage=st.integers(0, 3),
-    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),  # sr: draws per element, not per shard
     opt=st.sampled_from(sorted(ELEMENTWISE)),
     steps=st.integers(1, 3),
     checkpoint=st.booleans(),

@@ -59,7 +59,7 @@ def _nearest(x: np.ndarray, f: Format) -> np.ndarray:
         return x.astype(f.dtype)
 
 
-def _stochastic(x: np.ndarray, f: Format, rng: np.random.Generator) -> np.ndarray:
+def _stochastic(x: np.ndarray, f: Format, u: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
     mag = np.abs(x64)
     near = _nearest(mag, f)  # |x| rounded to nearest, in the target format
@@ -75,15 +75,15 @@ def _stochastic(x: np.ndarray, f: Format, rng: np.random.Generator) -> np.ndarra
     gap = hi - lo
     with np.errstate(invalid="ignore", divide="ignore"):
         p_up = np.where(gap > 0, (mag - lo) / gap, 0.0)
-    u = rng.random(mag.shape)
-    rounded = np.where(u < p_up, hi, lo)
+    rounded = np.where(u < p_up, hi, lo)  # u: uniforms in [0, 1), one per element
     # Beyond the largest finite number there is no "next" value: keep round-to-nearest's answer.
     beyond = ~np.isfinite(mag) | (mag > f.max)
     rounded = np.where(beyond, near64, rounded)
     return _nearest(np.copysign(rounded, x64), f)  # exact: every value is already representable
 
 
-def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False) -> np.ndarray:
+def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False,
+         uniforms: np.ndarray | None = None) -> np.ndarray:
     """Round `x` to format `fmt` and return an array of that format's dtype.
 
     Args:
@@ -91,7 +91,9 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
         fmt: a format name (``"fp64" "fp32" "fp16" "bf16" "fp8_e4m3" "fp8_e5m2"``), dtype or `Format`.
         rounding: ``"nearest"`` (round to nearest, ties to even; one rounding even from float64) or
             ``"stochastic"`` (unbiased; needs `rng`).
-        rng: a `numpy.random.Generator`, required for stochastic rounding so runs are reproducible.
+        rng: a `numpy.random.Generator`, required for stochastic rounding so runs are reproducible...
+        uniforms: ...or the uniform [0, 1) draws themselves, one per element (the engines pass
+            `counter_uniforms`, which depend on an element's index, not on how the buffer is sharded).
         saturate: clamp finite values beyond the format's max to ±max (and ±inf to ±max), as NVIDIA's
             ``cvt.satfinite`` does for fp8. Without it overflow follows the format: inf where the
             format has inf, NaN for ``fp8_e4m3`` (E4M3FN has no inf).
@@ -106,9 +108,15 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
         return x.astype(f.dtype)  # the meta backend's data-less array: nothing to round, only the dtype changes
     a = _as_float_array(x)
     if rounding == "stochastic":
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError("stochastic rounding needs rng=numpy.random.default_rng(seed), so runs can be repeated")
-        out = _stochastic(a, f, rng)
+        if uniforms is not None:
+            u = np.asarray(uniforms, dtype=np.float64)
+            if u.shape != a.shape:
+                raise ValueError(f"uniforms must have the shape of x, {a.shape}; got {u.shape}")
+        elif isinstance(rng, np.random.Generator):
+            u = rng.random(a.shape)
+        else:
+            raise ValueError("stochastic rounding needs rng=numpy.random.default_rng(seed) (or uniforms=...), so runs can be repeated")
+        out = _stochastic(a, f, u)
     else:
         out = _nearest(a, f)
     if saturate:

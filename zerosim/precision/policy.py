@@ -5,6 +5,9 @@
     reduce     the format gradients travel in during reduction (None: the compute format)
     loss_scale multiply the loss by S before backward, divide the fp32 gradient by S after (fp16's
                underflow fix, seed 002); 1.0 turns it off
+    rounding   how the updated weights are rounded into the compute format: "nearest", or "stochastic"
+               (unbiased: a too-small update still moves a weight with the right probability, the
+               standard remedy for pure 16-bit training); draws come from `counter_uniforms(seed, ...)`
     average    how the N local gradients become one: "avg" sums on the wire and divides by N in fp32
                after the cast (the seeds' protocol), "avg_predivide" divides by N in the gradient dtype
                first (DeepSpeed ZeRO-1/2), "avg_premul" multiplies by 1/N in the wire dtype (NCCL avg, FSDP)
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from zerosim.precision.cast import cast
+from zerosim.precision.counter_random import counter_uniforms
 from zerosim.precision.formats import Format, get_format
 
 AVERAGES = ("avg", "avg_predivide", "avg_premul")
@@ -26,6 +31,8 @@ class MixedPrecision:
     reduce: str | None = None  # wire format for gradients; None = compute
     loss_scale: float = 1.0  # static loss scale S (1.0: off)
     average: str = "avg"  # see module docstring
+    rounding: str = "nearest"  # of the updated weights into the compute format; or "stochastic"
+    seed: int = 0  # for stochastic rounding's counter-based draws
 
     def __post_init__(self):
         get_format(self.compute)
@@ -37,6 +44,8 @@ class MixedPrecision:
             raise ValueError(f"loss_scale must be positive, got {self.loss_scale}")
         if self.average not in AVERAGES:
             raise ValueError(f"unknown averaging {self.average!r}; choose one of {AVERAGES}")
+        if self.rounding not in ("nearest", "stochastic"):
+            raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 
     @property
     def compute_format(self) -> Format:
@@ -59,6 +68,12 @@ class MixedPrecision:
     def with_(self, **changes) -> "MixedPrecision":
         return replace(self, **changes)
 
+    def round_weights(self, w, step: int, start: int):
+        """Updated weights `w` (flat elements start.. of the model's flat vector) into the compute format."""
+        if self.rounding == "nearest":
+            return cast(w, self.compute_format)
+        return cast(w, self.compute_format, "stochastic", uniforms=counter_uniforms(self.seed, step, start, w.shape[0]))
+
 
 PRESETS = {
     "fp32": MixedPrecision(compute="fp32", master=None),
@@ -67,6 +82,8 @@ PRESETS = {
     "bf16-mixed": MixedPrecision(compute="bf16", master="fp32"),
     "fp16-pure": MixedPrecision(compute="fp16", master=None),
     "bf16-pure": MixedPrecision(compute="bf16", master=None),
+    "fp16-pure-sr": MixedPrecision(compute="fp16", master=None, rounding="stochastic"),  # the remedy, measured
+    "bf16-pure-sr": MixedPrecision(compute="bf16", master=None, rounding="stochastic"),
 }
 
 

@@ -89,7 +89,7 @@ class Reference:
             self.optimizer.step(w, g, self.state, self.t)
         else:  # Muon: each parameter as a whole matrix
             step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
-        self.params = cast(w, p.compute_format)
+        self.params = p.round_weights(w, self.t, 0)
         return list(losses)
 
     def master(self) -> np.ndarray:

@@ -85,7 +85,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     result = {
         "example": "seed 004: four weights, two GPUs",
         "stage": stage, "precision": precision if isinstance(precision, str) else repr(policy),
-        "world_size": 2, "checkpoint": checkpoint,
+        "world_size": 2, "checkpoint": checkpoint, "has_master": policy.master is not None, "compute": policy.compute,
         "optimizer": {"name": "adam", "lr": lr, "betas": list(betas), "eps": eps},
         "weights": names, "owners": owners,
         "initial_params": _f(engine.compute_params(0)[: model.num_params]) if stage < 3 else _f(model.init_params()),

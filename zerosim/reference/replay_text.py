@@ -37,7 +37,7 @@ def narrate(r: dict) -> str:
     say("  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
     say(f"  weights {names} = {_vec(r['initial_params'])} in 16 bits")
     for g, owns in enumerate(r["owners"]):
-        what = "the fp32 master, m and v" + (" and the 16-bit weights" if stage == 3 else "")
+        what = ("the fp32 master, m and v" if r["has_master"] else "m and v") + (" and the 16-bit weights" if stage == 3 else "")
         say(f"  GPU {g} owns {', '.join(owns)}: it keeps {what} for them")
     for inp in r["inputs"]:
         say(f"  GPU {inp['gpu']} gets x = {_vec(inp['x'])}, t = {_num(inp['target'])}")
@@ -86,7 +86,10 @@ def narrate(r: dict) -> str:
             for j, name in enumerate(g["owns"]):
                 say(f"  GPU {g['gpu']} {name}: g = {_num(g['averaged_shard'][j])}, m = {_fp32(a['m'][j])}, v = {_fp32(a['v'][j])}, "
                     f"m_hat = {_fp32(a['m_hat'][j])}, v_hat = {_fp32(a['v_hat'][j])}")
-                say(f"       new fp32 master = {_fp32(g['master'][j])}; its 16-bit copy is really {_num(g['compute_shard'][j])}")
+                if r["has_master"]:
+                    say(f"       new fp32 master = {_fp32(g['master'][j])}; its 16-bit copy is really {_num(g['compute_shard'][j])}")
+                else:
+                    say(f"       no master copy: the update lands on the {r['compute']} weight itself, now {_num(g['compute_shard'][j])}")
         say("")
         if stage == 3:
             say("4. No all-gather: each GPU keeps only its own 16-bit shard; the next forward gathers layers again")
@@ -111,5 +114,6 @@ def narrate(r: dict) -> str:
                 say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
         say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
     say("")
-    say(f"fp32 masters after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {_fp32(v)}" for n, v in zip(names, r["master"])))
+    what = "fp32 masters" if r["has_master"] else f"{r['compute']} weights (there is no master copy)"
+    say(f"{what} after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {_fp32(v)}" for n, v in zip(names, r["master"])))
     return "\n".join(out)

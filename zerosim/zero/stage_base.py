@@ -149,7 +149,8 @@ class Stage:
             self.optimizer.step(w, g32, state, t, record)
         else:  # a matrix optimizer on whole parameters: only where the region is the whole model
             step_by_matrix(self.optimizer, self.model.specs, w, g32, state, t)
-        self._own_params(i)[...] = cast(w, self.precision.compute_format)
+        start = self.region(self.cluster.ranks[i].index).start  # w's place in the flat vector (stochastic draws)
+        self._own_params(i)[...] = self.precision.round_weights(w, t, start)
         if scratch is not None:
             scratch.free()
         if record is not None:
