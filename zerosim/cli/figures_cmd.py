@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from zerosim.cli.memory_cmd import add_model_arguments, measure_by_stage, model_from_args
+from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
+from zerosim.costs.measured import measure_by_stage
 
 HELP = "write the ZeRO-paper-style memory-by-stage bar chart (PNG) into figures/"
 PAPER_FIG1 = (120, 31.4, 16.6, 1.9)  # Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N = 64, K = 12

@@ -18,7 +18,6 @@ import json
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan")
 PRECISIONS = ("fp16-mixed", "bf16-mixed")
-MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the resting model states
 GB = 1e9
 
 
@@ -58,42 +57,6 @@ def model_from_args(args):
     return MetaModel.from_params(int(params), layers=args.layers)
 
 
-def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str = "fp16-mixed", step: bool = True,
-                     stages=(0, 1, 2, 3)) -> list:
-    """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
-
-    Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes},
-    "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
-    (params, grads, master, optim:*), peak the most any rank held at once during it (fp32 gradient
-    shards and gathered layers included), sent the most bytes any rank put on the wire.
-    """
-    from zerosim.cluster import Cluster
-    from zerosim.optim import get_optimizer
-    from zerosim.zero import ZeroEngine
-
-    out = []
-    for stage in stages:
-        cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
-        engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision)
-        if step:
-            engine.step(model.batches(ranks))
-        resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
-        peaks = [r.ledger.peak() for r in cluster.ranks]
-        top = max(range(ranks), key=peaks.__getitem__)
-        sent = [0] * ranks
-        for e in cluster.trace.events:
-            sent[e.src] += e.bytes
-        out.append({
-            "stage": stage,
-            "resting": resting[0],
-            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same
-            "peak": peaks[top],
-            "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
-            "sent": max(sent),
-        })
-    return out
-
-
 def report(args) -> dict:
     """Everything the command prints, as data (what --json emits)."""
     from zerosim.costs import (MemoryConfig, comm_volume, conventions_table, model_state_memory, seed001_formulas,
@@ -101,6 +64,8 @@ def report(args) -> dict:
 
     model = model_from_args(args)
     P, N = model.num_params, args.ranks
+    from zerosim.costs.measured import measure_by_stage
+
     measured = measure_by_stage(model, N, args.optimizer, args.precision, step=not args.no_step)
     config = MemoryConfig(optimizer=args.optimizer, padding="all")  # the engines pad every flat buffer
     for row in measured:

@@ -1,6 +1,6 @@
 """Per-rank memory by ZeRO stage, stacked by kind: the ZeRO paper's Figure 1, drawn from ledgers.
 
-`memory_by_stage_figure(stages)` takes what `zerosim.cli.memory_cmd.measure_by_stage` returns (one
+`memory_by_stage_figure(stages)` takes what `zerosim.costs.measured.measure_by_stage` returns (one
 dict per stage with the resting bytes by ledger kind) and draws one bar per stage, a segment per
 kind, the total printed on top. It reads measurements only; the caller may pass the paper's printed
 numbers (`printed`) to show beside the bars.
