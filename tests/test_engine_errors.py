@@ -81,10 +81,72 @@ def test_unknown_optimizer_name():
         (dict(rounding="up"), "unknown rounding 'up'"),
         (dict(master="fp16"), "master copy in fp16 would lose the updates"),
         (dict(average="mean"), "unknown averaging 'mean'"),
-        (dict(loss_scale=0), "loss_scale must be positive"),
+        (dict(loss_scale=0), "loss_scale must be a positive finite number"),
+        (dict(loss_scale=float("inf")), "loss_scale must be a positive finite number"),
+        (dict(seed=1.5), "seed must be an integer"),
         (dict(compute="fp12"), "unknown floating-point format 'fp12'"),
     ],
 )
 def test_bad_precision_policies(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MixedPrecision(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda x, t: (x, t.T), r"rank 1: half-MSE needs targets of shape \(batch, outputs\) = \(3, 2\), got \(2, 3\)"),
+        (lambda x, t: (x.ravel(), t), r"rank 1: the input must have shape \(batch, 4\)"),
+        (lambda x, t: (x[:, :3], t), r"rank 1: the input must have shape \(batch, 4\), got \(3, 3\)"),
+        (lambda x, t: (x, t * np.nan), "rank 1: the targets contain NaN"),
+    ],
+)
+def test_malformed_micro_batches_name_the_rank_and_run_nothing(bad, message):
+    from zerosim.models import make_regression
+
+    engine = ZeroEngine(MLP([4, 5, 2]), Cluster(2), 3, Adam(lr=0.1))
+    batches = make_regression(np.random.default_rng(0), 2, 3, [4, 5, 2])
+    before = snapshot(engine)
+    with pytest.raises(ValueError, match=message):
+        engine.step([batches[0], bad(*batches[1])])
+    assert same(before, snapshot(engine)) and engine.t == 0
+    engine.step(batches)  # and the engine still works
+    assert engine.t == 1
+
+
+def test_class_labels_are_checked():
+    from zerosim.models import make_classification
+
+    engine = ZeroEngine(MLP([4, 3], loss="xent"), Cluster(2), 1, Adam(lr=0.1))
+    (x0, l0), (x1, l1) = make_classification(np.random.default_rng(0), 2, 5, [4, 3])
+    with pytest.raises(ValueError, match=r"rank 0: class labels must lie in \[0, 3\)"):
+        engine.step([(x0, l0 + 3), (x1, l1)])
+    with pytest.raises(ValueError, match="rank 1: cross-entropy needs integer class labels"):
+        engine.step([(x0, l0), (x1, l1.astype(np.float32))])
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_rank_failing_mid_backward_leaves_nothing_behind(stage, monkeypatch):
+    # Rank 1 raises inside its layer-0 backward, while its layer-2 gradients were already reduced
+    # (stage 2/3) and layer 0 was gathered (stage 3): every buffer of the failed step must be freed.
+    from zerosim.models import layers, make_regression
+
+    engine = ZeroEngine(MLP([4, 5, 2]), Cluster(2), stage, Adam(lr=0.1))
+    batches = make_regression(np.random.default_rng(0), 2, 3, [4, 5, 2])
+    real = layers.Linear.backward
+    calls = {"n": 0}
+
+    def flaky(self, p, dy, cache, fmt):
+        calls["n"] += 1
+        if calls["n"] == 4:  # rank 0: fc1, fc0; rank 1: fc1, then fc0 fails
+            raise RuntimeError("injected failure in backward")
+        return real(self, p, dy, cache, fmt)
+
+    monkeypatch.setattr(layers.Linear, "backward", flaky)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        engine.step(batches)
+    for rank in engine.cluster.ranks:
+        assert set(rank.ledger.live) == {"params", "grads", "master", "m", "v"}, rank.ledger.live.keys()
+    monkeypatch.setattr(layers.Linear, "backward", real)
+    engine.step(batches)
+    assert engine.t == 1

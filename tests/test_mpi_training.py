@@ -110,3 +110,14 @@ def test_train_command_json_equals_the_simulators(mpiexec, options):
     for g, w in zip(got["ranks"], want["ranks"], strict=True):
         assert (g["rank"], g["bytes_sent"], g["peak_bytes"], g["peak_by_kind"]) == (w["rank"], w["bytes_sent"], w["peak_bytes"], w["peak_by_kind"])
     assert mpi_json == sim_json  # and the very same text
+
+
+def test_bad_input_on_one_rank_stops_every_rank(mpiexec):
+    out = _ok(run([mpiexec, "-n", 2, sys.executable, SCRIPTS / "agreement_check.py"], RUN_TIMEOUT))
+    for r in (0, 1):
+        assert f"rank {r}: ValueError: rank 1: the micro-batch input contains NaN or inf; nothing was run" in out, out
+        line = next(l for l in out.splitlines() if l.startswith(f"rank {r}: FloatingPointError: "))
+        assert "no parameter or optimizer state was changed" in line, out
+    lines = [l.split(": ", 1)[1] for l in out.splitlines() if "FloatingPointError" in l]
+    assert len(lines) == 2 and lines[0] == lines[1], out  # both ranks decided together, with the same verdict
+    assert "no error" not in out, out

@@ -26,7 +26,7 @@ def run_json(*args):
     return json.loads(out.getvalue())
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3])
+@pytest.fixture(scope="module", params=[0, 1, 2, 3])
 def replayed(request):
     return request.param, run_json("--stage", str(request.param))
 
@@ -40,8 +40,12 @@ def test_local_gradients(replayed):
 
 
 def test_averaged_shards(replayed):
-    _, r = replayed
+    stage, r = replayed
     g0, g1 = r["steps"][0]["gpus"]
+    if stage == 0:  # plain data parallel: every GPU holds and updates everything
+        assert g0["owns"] == g1["owns"] == ["w1", "w2", "w3", "w4"]
+        assert g0["averaged_shard"] == g1["averaged_shard"] == [-5.5, -2.75, -2.75, -5.0]
+        return
     assert g0["owns"] == ["w1", "w2"] and g1["owns"] == ["w3", "w4"]
     assert g0["averaged_shard"] == [-5.5, -2.75]  # (0 - 11)/2, (0 - 5.5)/2: exact in fp16 and fp32
     assert g1["averaged_shard"] == [-2.75, -5.0]  # (0 - 5.5)/2, (-4.5 - 5.5)/2
@@ -72,7 +76,9 @@ def test_adam_states_and_masters(replayed):
 def test_stage_specific_communication(replayed):
     stage, r = replayed
     step = r["steps"][0]
-    if stage == 3:
+    if stage == 0:
+        assert step["all_gather"] == [] and {h["collective"] for h in step["reduce_scatter"]} == {"all_reduce"}
+    elif stage == 3:
         assert step["all_gather"] == []  # no all-gather after the step
         assert len({h["call"] for h in step["stage3_gathers"]}) == 5  # seed 004: L1, L2, L1 (recompute), L2, L1
     else:

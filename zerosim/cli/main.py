@@ -12,9 +12,16 @@ import argparse
 import os
 import sys
 
+from zerosim.backends.cupy_nccl import BackendUnavailable
 from zerosim.cli import figures_cmd, memory_cmd, replay_cmd, train_cmd
 
 COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd}
+
+
+def _in_mpi_job() -> bool:
+    """True when this process is one rank of several under mpiexec (mpi4py already initialised MPI)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +40,11 @@ def main(argv=None) -> int:
         return 2
     try:
         return COMMANDS[args.command].run(args) or 0
-    except (ValueError, FloatingPointError) as e:
+    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, BackendUnavailable) as e:
+        if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
+            from zerosim.backends.mpi import abort_job
+
+            abort_job(e, print_traceback=False)
         print(f"zerosim {args.command}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong

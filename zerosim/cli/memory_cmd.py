@@ -14,6 +14,7 @@ Activations are left out (the meta model has parameter counts, not shapes).
 from __future__ import annotations
 
 import json
+import math
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan")
@@ -52,7 +53,7 @@ def model_from_args(args):
     if args.model is not None:
         return MetaModel.from_preset(get_preset(args.model), unit=args.unit)
     params = 7.5e9 if args.params is None else args.params
-    if params != int(params) or params < 1:
+    if not math.isfinite(params) or params > 2**62 or params != int(params) or params < 1:
         raise ValueError(f"--params must be a whole number of parameters, got {params!r}")
     return MetaModel.from_params(int(params), layers=args.layers)
 

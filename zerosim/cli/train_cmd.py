@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from zerosim.precision import PRESETS
+from zerosim.precision import PRESETS, get_precision
 
 HELP = "train an MLP on a synthetic task (stage, ranks, precision, optimizer, steps)"
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan", "muon")
@@ -65,8 +65,12 @@ def run(args) -> int:
 
         ranks = world_size_from_environment()
     ranks = 4 if ranks is None else ranks
+    if args.print_every < 1 or args.seed < 0 or args.lr < 0:
+        raise ValueError("--print-every must be >= 1, --seed >= 0 and --lr >= 0")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
+    if args.native and get_precision(args.precision).reduce_format.name not in ("fp32", "fp64"):
+        raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop --native")
     options = {"native": True} if args.native else {}
     cluster = Cluster(ranks, backend=args.backend, trace="call", timeline=False, **options)
     talk = cluster.ranks[0].index == 0  # only global rank 0 prints

@@ -31,6 +31,10 @@ class Loss:
     def backward(self, cache: tuple, fmt, scale: float = 1.0) -> np.ndarray:
         raise NotImplementedError
 
+    def check_target(self, target, batch: int, outputs: int) -> None:
+        """Raise ValueError saying what is wrong if `target` cannot be this loss's target for a
+        (batch, outputs) prediction (called before anything runs, so nothing is half-done)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -39,6 +43,15 @@ class HalfMSE(Loss):
     """L = 0.5 * mean over the batch of sum over outputs (y - t)^2; one sample gives seed 004's 0.5 (y - t)^2."""
 
     name = "mse"
+
+    def check_target(self, target, batch, outputs):
+        t = np.asarray(target)
+        if t.shape != (batch, outputs):
+            raise ValueError(f"half-MSE needs targets of shape (batch, outputs) = ({batch}, {outputs}), got {t.shape}")
+        if t.dtype.kind not in "iuf" and t.dtype.name != "bfloat16":
+            raise ValueError(f"half-MSE needs numeric targets, got dtype {t.dtype}")
+        if not np.all(np.isfinite(t.astype(np.float64))):
+            raise ValueError("the targets contain NaN or inf")
 
     def forward(self, y, target):
         acc = _acc_of(y)
@@ -56,6 +69,13 @@ class SoftmaxCrossEntropy(Loss):
     """L = mean over the batch of -log softmax(y)[label]; targets are integer labels (B,)."""
 
     name = "xent"
+
+    def check_target(self, target, batch, outputs):
+        t = np.asarray(target)
+        if t.shape != (batch,) or t.dtype.kind not in "iu":
+            raise ValueError(f"cross-entropy needs integer class labels of shape ({batch},), got {t.dtype} {t.shape}")
+        if batch and (t.min() < 0 or t.max() >= outputs):
+            raise ValueError(f"class labels must lie in [0, {outputs}), got {t.min()}..{t.max()}")
 
     def forward(self, y, target):
         acc = _acc_of(y)

@@ -55,6 +55,29 @@ class Model:
             self._windows.append((start, offset))
         self.num_params = offset
 
+    @property
+    def input_width(self) -> int | None:
+        """D_in of the first layer that has a weight matrix (None if there is none)."""
+        ws = [s.shape for s in self.specs if s.name == "w" and len(s.shape) == 2]
+        return ws[0][1] if ws else None
+
+    @property
+    def output_width(self) -> int | None:
+        """D_out of the last layer that has a weight matrix (None if there is none)."""
+        ws = [s.shape for s in self.specs if s.name == "w" and len(s.shape) == 2]
+        return ws[-1][0] if ws else None
+
+    def check_batch(self, x, target) -> None:
+        """Raise ValueError saying what is wrong with a micro-batch (x (B, D_in), target) for this model."""
+        x = np.asarray(x)
+        if x.ndim != 2 or (self.input_width is not None and x.shape[1] != self.input_width):
+            raise ValueError(f"the input must have shape (batch, {self.input_width}), got {x.shape}")
+        if x.dtype.kind not in "iuf" and x.dtype.name != "bfloat16":
+            raise ValueError(f"the input must be numeric, got dtype {x.dtype}")
+        if not np.all(np.isfinite(x.astype(np.float64))):
+            raise ValueError("the micro-batch input contains NaN or inf")
+        self.loss.check_target(target, x.shape[0], self.output_width)
+
     def layer_window(self, i: int) -> tuple[int, int]:
         """[start, stop) of layer i's parameters in the flat vector (start == stop for parameter-free layers)."""
         return self._windows[i]

@@ -4,7 +4,8 @@
     master     the optimizer's copy of the weights (fp32), or None: updates land on the compute copy
     reduce     the format gradients travel in during reduction (None: the compute format)
     loss_scale multiply the loss by S before backward, divide the fp32 gradient by S after (fp16's
-               underflow fix, seed 002); 1.0 turns it off
+               underflow fix, seed 002); 1.0 turns it off. NOTE: use a power of two, as AMP's scalers
+               do: then scaling is exact; any other S adds a rounding (the product is formed in fp32)
     rounding   how the updated weights are rounded into the compute format: "nearest", or "stochastic"
                (unbiased: a too-small update still moves a weight with the right probability, the
                standard remedy for pure 16-bit training); draws come from `counter_uniforms(seed, ...)`
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from zerosim.precision.cast import cast
@@ -40,8 +42,10 @@ class MixedPrecision:
             raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; use fp32 or None")
         if self.reduce is not None:
             get_format(self.reduce)
-        if not self.loss_scale > 0:
-            raise ValueError(f"loss_scale must be positive, got {self.loss_scale}")
+        if not (self.loss_scale > 0 and math.isfinite(self.loss_scale)):
+            raise ValueError(f"loss_scale must be a positive finite number, got {self.loss_scale}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if self.average not in AVERAGES:
             raise ValueError(f"unknown averaging {self.average!r}; choose one of {AVERAGES}")
         if self.rounding not in ("nearest", "stochastic"):

@@ -79,13 +79,14 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     cluster = Cluster(2, keep_values=True)
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)
     names = list(TinyNet.NAMES)
-    layout = engine.layout
-    owners = [names[layout.own(r).start : min(layout.own(r).stop, model.num_params)] for r in range(2)]
+    regions = [engine.stage.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)
+    owners = [names[g.start : min(g.stop, model.num_params)] for g in regions]
     batches = TinyNet.seed_batches()
     result = {
         "example": "seed 004: four weights, two GPUs",
         "stage": stage, "precision": precision if isinstance(precision, str) else repr(policy),
         "world_size": 2, "checkpoint": checkpoint, "has_master": policy.master is not None, "compute": policy.compute,
+        "update": policy.update_format.name, "reduce": policy.reduce_format.name,
         "optimizer": {"name": "adam", "lr": lr, "betas": list(betas), "eps": eps},
         "weights": names, "owners": owners,
         "initial_params": _f(engine.compute_params(0)[: model.num_params]) if stage < 3 else _f(model.init_params()),
@@ -106,7 +107,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
                 a, z = model.layer_window(b["layer"])
                 local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
             opt = rec["ranks"][i]["optim"]
-            own = layout.own(rank.index)
+            own = regions[rank.index]
             real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
             gpus.append({
                 "gpu": rank.index, "loss": ev["loss"], "prediction": ev["prediction"],

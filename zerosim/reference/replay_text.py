@@ -35,9 +35,15 @@ def narrate(r: dict) -> str:
     say("")
     say("Setup")
     say("  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
-    say(f"  weights {names} = {_vec(r['initial_params'])} in 16 bits")
+    compute, upd, wire = r["compute"], r["update"], r["reduce"]
+    exact = _fp32 if upd == "fp32" else (lambda x: _num(x))  # how to print update-format values
+    say(f"  weights {names} = {_vec(r['initial_params'])} in {compute}")
     for g, owns in enumerate(r["owners"]):
-        what = ("the fp32 master, m and v" if r["has_master"] else "m and v") + (" and the 16-bit weights" if stage == 3 else "")
+        what = (f"the {upd} master, m and v" if r["has_master"] else "m and v") + (f" and the {compute} weights" if stage == 3 else "")
+        if stage == 0:
+            say(f"  GPU {g} keeps everything for {', '.join(owns)}: the {compute} weights and gradients, "
+                + (f"the {upd} master, m and v" if r["has_master"] else "m and v") + " (plain data parallel)")
+            continue
         say(f"  GPU {g} owns {', '.join(owns)}: it keeps {what} for them")
     for inp in r["inputs"]:
         say(f"  GPU {inp['gpu']} gets x = {_vec(inp['x'])}, t = {_num(inp['target'])}")
@@ -78,21 +84,21 @@ def narrate(r: dict) -> str:
                 f"{h['elements']} x {h['dtype']} = {h['bytes']} B{vals}")
         for g in s["gpus"]:
             say(f"  GPU {g['gpu']} ends with the averaged gradient for {', '.join(g['owns'])}: {_vec(g['averaged_shard'])} "
-                f"(sum cast to fp32, divided by 2)")
+                f"(summed in {wire}, cast to {upd}, divided by 2)")
         say("")
-        say("3. Each GPU updates only its own weights with Adam, in fp32")
+        say(f"3. Each GPU updates {'every weight (the same update everywhere)' if stage == 0 else 'only its own weights'} with Adam, in {upd}")
         for g in s["gpus"]:
             a = g["adam"]
             for j, name in enumerate(g["owns"]):
-                say(f"  GPU {g['gpu']} {name}: g = {_num(g['averaged_shard'][j])}, m = {_fp32(a['m'][j])}, v = {_fp32(a['v'][j])}, "
-                    f"m_hat = {_fp32(a['m_hat'][j])}, v_hat = {_fp32(a['v_hat'][j])}")
+                say(f"  GPU {g['gpu']} {name}: g = {_num(g['averaged_shard'][j])}, m = {exact(a['m'][j])}, v = {exact(a['v'][j])}, "
+                    f"m_hat = {exact(a['m_hat'][j])}, v_hat = {exact(a['v_hat'][j])}")
                 if r["has_master"]:
-                    say(f"       new fp32 master = {_fp32(g['master'][j])}; its 16-bit copy is really {_num(g['compute_shard'][j])}")
+                    say(f"       new {upd} master = {exact(g['master'][j])}; its {compute} copy is really {_num(g['compute_shard'][j])}")
                 else:
                     say(f"       no master copy: the update lands on the {r['compute']} weight itself, now {_num(g['compute_shard'][j])}")
         say("")
         if stage == 3:
-            say("4. No all-gather: each GPU keeps only its own 16-bit shard; the next forward gathers layers again")
+            say(f"4. No all-gather: each GPU keeps only its own {compute} shard; the next forward gathers layers again")
             for g in s["gpus"]:
                 say(f"  GPU {g['gpu']} holds {', '.join(g['owns'])} = {_vec(g['params_after'])}")
         elif stage == 0:
@@ -100,7 +106,7 @@ def narrate(r: dict) -> str:
             for g in s["gpus"]:
                 say(f"  GPU {g['gpu']} holds {_vec(g['params_after'])}")
         else:
-            say("4. All-gather of the new 16-bit weights (from the trace)")
+            say(f"4. All-gather of the new {compute} weights (from the trace)")
             for h in s["all_gather"]:
                 vals = f" carrying {_vec(h['values'])}" if h["values"] is not None else ""
                 say(f"  step {h['step']}: GPU {h['src']} -> GPU {h['dst']}, shard {h['chunk']}, {h['bytes']} B{vals}")
@@ -114,6 +120,6 @@ def narrate(r: dict) -> str:
                 say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
         say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
     say("")
-    what = "fp32 masters" if r["has_master"] else f"{r['compute']} weights (there is no master copy)"
-    say(f"{what} after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {_fp32(v)}" for n, v in zip(names, r["master"])))
+    what = f"{upd} masters" if r["has_master"] else f"{compute} weights (there is no master copy)"
+    say(f"{what} after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {exact(v)}" for n, v in zip(names, r["master"])))
     return "\n".join(out)

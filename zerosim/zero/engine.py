@@ -20,6 +20,7 @@ import numpy as np
 
 from zerosim.collectives import get_op
 from zerosim.models.run import forward_backward
+from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
 from zerosim.precision.cast import has_values
 from zerosim.zero.flat import FlatLayout
@@ -42,12 +43,11 @@ class ZeroEngine:
     """
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False, params=None):
-        if stage not in STAGES:
+        if type(stage) is not int or stage not in STAGES:
             raise ValueError(f"ZeRO stage must be one of {sorted(STAGES)}, got {stage!r}")
-        allowed = getattr(optimizer, "allowed_stages", (0, 1, 2, 3))
-        if stage not in allowed:
-            why = getattr(optimizer, "why_not_sharded", "")
-            raise ValueError(f"{optimizer.name} cannot run at ZeRO stage {stage} (allowed: {allowed}). {why}")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or get_optimizer('adam')), got {optimizer!r}")
+        optimizer.check_stage(stage)
         self.model, self.cluster, self.stage_number = model, cluster, stage
         self.optimizer = optimizer
         self.precision = get_precision(precision)
@@ -62,6 +62,9 @@ class ZeroEngine:
         self.stage = STAGES[stage](self)
         padded = np.zeros(self.layout.padded, dtype=np.float64, like=init)  # like=: a meta init gives a meta buffer
         padded[: model.num_params] = init.astype(np.float64)
+        if has_values(init) and not np.all(np.isfinite(cast(padded, self.precision.compute_format).astype(np.float64))):
+            raise ValueError(f"initial params overflow {self.precision.compute}: its largest finite value is "
+                             f"{self.precision.compute_format.max:g}, the params reach {np.abs(init).max():g}")
         with cluster.phase("init"):
             for rank in cluster.ranks:
                 self.stage.init_rank(rank, padded)
@@ -99,11 +102,15 @@ class ZeroEngine:
                 loss_scale=self.precision.loss_scale, record=events,
             )
 
-        with cluster.phase("forward/backward"):
-            stage.begin_step()
-            losses = self._lockstep.run(one_rank)
-        with cluster.phase("reduce gradients"):
-            stage.reduce_gradients()
+        try:
+            with cluster.phase("forward/backward"):
+                stage.begin_step()
+                losses = self._lockstep.run(one_rank)
+            with cluster.phase("reduce gradients"):
+                stage.reduce_gradients()
+        except BaseException:
+            self._free_transients()  # nothing of a failed step stays behind to break the next one
+            raise
         if record is not None:
             record["calls"]["backward"] = list(range(first_call, len(cluster.trace.calls)))
         with cluster.phase("optimizer step"):
@@ -125,6 +132,26 @@ class ZeroEngine:
             record["losses"] = list(losses)
         return losses
 
+    def _free_transients(self) -> None:
+        """Free every buffer a step allocated (activations, gathered layers, layer gradients, staging),
+        keeping the model states the stage owns: params, gradients, master, optimizer state."""
+        stage = self.stage
+        keep = {id(b) for b in stage.params + stage.grads + stage.master_buf}
+        keep |= {id(b) for state in stage.opt_state for b in state.values()}
+        stage._transient = []
+        for rank in self.cluster.ranks:
+            for buf in list(rank.ledger.live.values()):
+                if id(buf) not in keep:
+                    buf.free()
+
+    def _agree(self, problems: list, what: str, error=ValueError) -> None:
+        """Raise `error` on every rank if any rank found a problem (one entry per local rank, None if
+        fine): all ranks decide together, so under MPI none is left waiting in a collective."""
+        everyone = self.cluster.backend.all_meta(problems)
+        bad = [(r, p) for r, p in enumerate(everyone) if p]
+        if bad:
+            raise error("; ".join(f"rank {r}: {p}" for r, p in bad) + what)
+
     def _averaged_gradients(self) -> list:
         """Each rank's reduced 16-bit gradient region, widened and averaged: g32 = cast32(g) / N / S.
 
@@ -132,19 +159,21 @@ class ZeroEngine:
         """
         n, upd = self.cluster.world_size, self.precision.update_format
         average = get_op(self.precision.average)
+        problems = []
+        for i in range(self.cluster.local_size):
+            g = self.stage.reduced_gradient(i)
+            bad = int(np.count_nonzero(~np.isfinite(g.astype(np.float64)))) if has_values(g) else 0
+            problems.append(f"{bad} reduced gradient element(s) are NaN or inf" if bad else None)
+        try:
+            scale = self.precision.loss_scale
+            self._agree(problems, (f" (loss scale {scale} may be too large)" if scale != 1 else "")
+                        + "; no parameter or optimizer state was changed", FloatingPointError)
+        except FloatingPointError:
+            self._free_transients()
+            raise
         wide = []
         for i, rank in enumerate(self.cluster.ranks):
             g = self.stage.reduced_gradient(i)
-            bad = int(np.count_nonzero(~np.isfinite(g.astype(np.float64)))) if has_values(g) else 0
-            if bad:
-                for b in wide:
-                    b.free()
-                self.stage.finish_step()
-                raise FloatingPointError(
-                    f"rank {rank.index}: {bad} reduced gradient element(s) are NaN or inf"
-                    + (f" (loss scale {self.precision.loss_scale} may be too large)" if self.precision.loss_scale != 1 else "")
-                    + "; no parameter or optimizer state was changed"
-                )
             g32 = average.post(g, n) if average.name == "avg" else g
             g32 = cast(g32, upd) if g32.dtype != upd.dtype else g32.copy()
             if self.precision.loss_scale != 1:
@@ -156,11 +185,18 @@ class ZeroEngine:
         if not isinstance(batches, (list, tuple)) or len(batches) != self.cluster.local_size:
             got = len(batches) if isinstance(batches, (list, tuple)) else type(batches).__name__
             raise ValueError(f"step needs one (x, target) micro-batch per local rank ({self.cluster.local_size}), got {got}")
-        for rank, b in zip(self.cluster.ranks, batches):
+        problems = []
+        for b in batches:
             if not (isinstance(b, (list, tuple)) and len(b) == 2):
-                raise ValueError(f"rank {rank.index}: a micro-batch is an (x, target) pair")
-            if has_values(b[0]) and not np.all(np.isfinite(np.asarray(b[0]).astype(np.float64))):  # meta: no values
-                raise ValueError(f"rank {rank.index}: the micro-batch input contains NaN or inf")
+                problems.append("a micro-batch is an (x, target) pair")
+                continue
+            try:
+                if has_values(b[0]):  # a meta batch has shapes only
+                    self.model.check_batch(b[0], b[1])
+                problems.append(None)
+            except ValueError as e:
+                problems.append(str(e))
+        self._agree(problems, "; nothing was run")
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------
     def master_shards(self) -> list:
