@@ -45,6 +45,8 @@ class Call:
 
 @dataclass
 class Trace:
+    """Every hop of every collective (or one summary per call and rank), in order, with byte counts."""
+
     granularity: str = "hop"
     keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
     events: list = field(default_factory=list)  # [Event]
@@ -57,11 +59,13 @@ class Trace:
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "") -> int:
+        """Open a collective call; returns its number, which `hop` and `end` take."""
         call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag)
         self.calls.append(call)
         return call.call
 
     def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
+        """Record one send (at "call" granularity: add it to the sender's summary)."""
         c = self.calls[call]
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
@@ -72,6 +76,7 @@ class Trace:
             acc[1] += elements * itemsize
 
     def end(self, call: int) -> None:
+        """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
             c = self.calls[call]
             for src, (elements, nbytes) in sorted(self._pending.items()):
@@ -80,6 +85,7 @@ class Trace:
 
     # -- questions -------------------------------------------------------------------------------
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
+        """The events of one collective kind, one call and/or one tag (None: any)."""
         return [
             e for e in self.events
             if (collective is None or e.collective == collective) and (call is None or e.call == call) and (tag is None or e.tag == tag)

@@ -59,5 +59,6 @@ def naive_all_gather(shards) -> list:
 
 
 def naive_all_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> list:
+    """Naive twin of `all_reduce`: the full reduction in the stated order, a copy for every rank."""
     full = naive_reduce([np.asarray(t).reshape(-1) for t in tensors], op, wire, order)
     return [full.reshape(np.shape(tensors[0])).copy() for _ in tensors]

@@ -23,6 +23,8 @@ from zerosim.precision import Format, cast, get_format
 
 @dataclass(frozen=True)
 class ReduceOp:
+    """A reduction: how two partial results combine on the ring, and what happens before and after."""
+
     name: str
     combine: np.ufunc  # applied hop by hop as combine(received_partial, own_chunk), rounding to the wire dtype
     description: str
@@ -63,6 +65,7 @@ OPS = {
 
 
 def get_op(name: str) -> ReduceOp:
+    """The `ReduceOp` called `name` ("sum", "max", "avg", "avg_predivide", "avg_premul")."""
     try:
         return OPS[name]
     except KeyError:

@@ -16,6 +16,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ShardLayout:
+    """How a flat buffer of `length` elements is padded and cut into `world_size` equal shards."""
+
     length: int  # real elements in the flat buffer
     world_size: int  # N
 

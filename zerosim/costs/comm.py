@@ -66,6 +66,8 @@ def comm_volume(params, ranks: int, stage: int, grad_wire_bytes: int = 2, param_
 
 @dataclass(frozen=True)
 class Link:
+    """An interconnect under the alpha-beta model: per-direction bandwidth B and per-step latency alpha."""
+
     name: str
     bandwidth: float  # B: bytes/s one rank sends while it receives (per direction)
     alpha: float  # α: seconds per ring step (latency); typical values, our assumption
@@ -92,6 +94,8 @@ LINKS = {
 
 @dataclass(frozen=True)
 class CommTime:
+    """Time of one step's collectives for one rank: latency (steps x alpha) plus transfer (bytes / B)."""
+
     stage: int
     latency: float  # seconds: steps · α summed over collectives
     transfer: float  # seconds: bytes / B summed over collectives

@@ -58,6 +58,8 @@ PADDINGS = ("none", "shards", "all")
 
 @dataclass(frozen=True)
 class MemoryConfig:
+    """What the memory formula counts: the optimizer, byte sizes, fp32 gradient accumulation, padding."""
+
     optimizer: str = "adam"  # a key of OPTIMIZERS
     param_bytes: int = 2  # 16-bit (fp16/bf16) compute copy of the parameters
     master_bytes: int = 4  # fp32 master weights

@@ -88,6 +88,7 @@ PRESETS = {
 
 
 def get_preset(name: str) -> ModelPreset:
+    """A model preset by name (a key of PRESETS), with a clear error listing the known ones."""
     try:
         return PRESETS[name]
     except KeyError:

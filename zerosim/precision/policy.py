@@ -28,6 +28,12 @@ AVERAGES = ("avg", "avg_predivide", "avg_premul")
 
 @dataclass(frozen=True)
 class MixedPrecision:
+    """A mixed-precision policy: which format each tensor of training lives in (see the module docstring).
+
+    Example: ``MixedPrecision(compute="bf16", master="fp32", reduce="fp32")`` reduces bf16 gradients in
+    fp32, as FSDP's ``reduce_dtype`` does.
+    """
+
     compute: str = "fp16"  # forward/backward format
     master: str | None = "fp32"  # None = "pure": no master copy, the lost-update lesson
     reduce: str | None = None  # wire format for gradients; None = compute

@@ -26,6 +26,7 @@ def _kinds(holds: dict) -> str:
 
 
 def narrate(r: dict) -> str:
+    """The replay's numbers (the dict `replay()` returns) as text, in seed 004's order."""
     out = []
     say = out.append
     names, stage = r["weights"], r["stage"]

@@ -17,6 +17,8 @@ from zerosim.collectives import ShardLayout
 
 @dataclass(frozen=True)
 class FlatLayout:
+    """The model's flat parameter buffer on N ranks: shards, and each layer's window and per-rank counts."""
+
     num_params: int  # P
     world_size: int  # N
     windows: tuple  # ((a, b), ...) per layer, in the flat buffer
