@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Adam, Cluster, MixedPrecision, ZeroEngine
-from zerosim.backends.meta import MetaArray, MetaDataError, is_meta
+from zerosim.backends.meta import MetaArray, MetaDataError
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.costs import get_preset
 from zerosim.models import make_regression
@@ -115,7 +115,7 @@ def test_asking_for_values_is_a_clear_error(ask):
 def test_numpy_creation_with_like_gives_meta():
     proto = MetaArray((1,), np.float32)
     z = np.zeros(10, dtype=np.float64, like=proto)
-    assert is_meta(z) and z.shape == (10,) and z.dtype == np.float64
+    assert not has_values(z) and z.shape == (10,) and z.dtype == np.float64
     c = np.concatenate([MetaArray((3,), np.float16), MetaArray((4,), np.float16)])
     assert c.shape == (7,) and c.dtype == np.float16
 
@@ -124,14 +124,14 @@ def test_numpy_creation_with_like_gives_meta():
 def test_cast_of_meta_changes_only_the_dtype(fmt):
     a = MetaArray((5,), np.float32)
     out = cast(a, fmt)
-    assert is_meta(out) and out.shape == (5,) and out.dtype == cast(np.zeros(1, np.float32), fmt).dtype
+    assert not has_values(out) and out.shape == (5,) and out.dtype == cast(np.zeros(1, np.float32), fmt).dtype
     assert not has_values(a) and has_values(np.zeros(1))
 
 
 def test_the_backend_allocates_meta_through_the_ledger():
     c = Cluster(3, backend="meta")
     buf = c.ranks[1].ledger.alloc("x", 1000, np.float16, "params", fill=0)
-    assert is_meta(buf.array) and c.ranks[1].ledger.current("params") == 2000
+    assert not has_values(buf.array) and c.ranks[1].ledger.current("params") == 2000
 
 
 # ---------------------------------------------------------------- collectives: the same trace, O(N)

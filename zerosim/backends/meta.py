@@ -26,11 +26,6 @@ class MetaDataError(TypeError):
     """Something asked a MetaArray for values it does not have."""
 
 
-def is_meta(x) -> bool:
-    """True for a data-less array (duck-typed, so lower layers need not import this module)."""
-    return getattr(x, "is_meta", False) is True
-
-
 def _shape_of(shape) -> tuple:
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
