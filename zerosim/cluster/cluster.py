@@ -41,7 +41,9 @@ class Cluster:
         self.world_size = world_size
         self.trace = Trace(trace, keep_values=keep_values)
         recycle = getattr(self.backend, "recycle", None)
-        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline)) for i in self.backend.local_ranks]
+        sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
+        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
+                      for i in self.backend.local_ranks]
 
     def __repr__(self) -> str:
         return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={[r.index for r in self.ranks]})"

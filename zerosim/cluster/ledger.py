@@ -34,6 +34,7 @@ class LedgerEvent:
     total: int  # all kinds, after this event
     kind_total: int  # this kind, after this event
     phase: str  # the phase label current when it happened (see MemoryLedger.phase)
+    rank: int = -1  # whose ledger
 
 
 class Buffer:
@@ -76,6 +77,7 @@ class MemoryLedger:
     rank: int
     empty: callable = np.empty
     recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
+    sink: object = None  # called with every LedgerEvent (the cluster's trace log), when the timeline is kept
     live: dict = field(default_factory=dict)  # name -> Buffer
     timeline: list = field(default_factory=list)  # [LedgerEvent]
     phase_label: str = ""
@@ -131,7 +133,10 @@ class MemoryLedger:
             self._peak_total = max(self._peak_total, self._total)
         self._seq += 1
         if self.keep_timeline:
-            self.timeline.append(LedgerEvent(self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label))
+            event = LedgerEvent(self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label, self.rank)
+            self.timeline.append(event)
+            if self.sink is not None:
+                self.sink(event)
 
     # -- questions -------------------------------------------------------------------------------
     def current(self, kind: str | None = None) -> int:

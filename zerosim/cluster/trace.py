@@ -1,14 +1,17 @@
-"""What crossed a link: one event per hop of every collective, recorded as data.
+"""What happened, recorded as data: every hop of every collective, and one ordered log of typed events.
 
-Narration, figures, communication-volume checks and notebooks all read these events. At large
-world sizes one event per hop is too many (a ring over 1024 ranks has 1023 steps), so granularity
-is a choice: ``"hop"`` records every send, ``"call"`` one summary event per collective and rank.
+Narration, figures, communication-volume checks, the timeline and notebooks all read these events.
+At large world sizes one event per hop is too many (a ring over 1024 ranks has 1023 steps), so
+granularity is a choice: ``"hop"`` records every send, ``"call"`` one summary event per collective
+and rank. `log` holds, in order, every `Call`, the engines' `Compute` / `OptimizerStep` /
+`StepBoundary` events (events.py) and, when the cluster keeps ledger timelines, every alloc and free.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 
 GRANULARITIES = ("hop", "call")
 
@@ -41,6 +44,10 @@ class Call:
     elements: int  # per-rank input length (padded buffer length for reduce-scatter / all-reduce)
     dtype: str
     tag: str = ""
+    purpose: str = ""  # what an engine called it for (events.PURPOSES): "gather params", "reduce grads", ...
+    layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
+    step: int = 0  # the optimizer step it belongs to (0: outside an engine step)
+    micro: int = 0  # the micro-step within that step
 
 
 @dataclass
@@ -51,17 +58,36 @@ class Trace:
     keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
     events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
+    log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
         self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
+        self._about = {}  # what the calls being made now are for (see `about`)
+
+    # -- recording (used by the engines) ---------------------------------------------------------
+    @contextmanager
+    def about(self, **fields):
+        """Label every collective call begun inside the block: purpose, layers, step, micro (see `Call`)."""
+        previous, self._about = self._about, {**self._about, **fields}
+        try:
+            yield
+        finally:
+            self._about = previous
+
+    def record(self, event) -> None:
+        """Append a typed event (events.py, or a ledger's alloc/free) to the ordered log."""
+        self.log.append(event)
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "") -> int:
         """Open a collective call; returns its number, which `hop` and `end` take."""
         call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag)
+        if self._about:
+            call = replace(call, **self._about)
         self.calls.append(call)
+        self.log.append(call)
         return call.call
 
     def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
@@ -108,9 +134,14 @@ class Trace:
             out[e.collective] += e.bytes
         return dict(out)
 
+    def of_type(self, kind, since: int = 0) -> list:
+        """The log's events of one type (e.g. `Compute`), from log position `since` on."""
+        return [e for e in self.log[since:] if isinstance(e, kind)]
+
     def clear(self) -> None:
         self.events.clear()
         self.calls.clear()
+        self.log.clear()
         self._pending.clear()
 
     def __len__(self) -> int:

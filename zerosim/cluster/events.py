@@ -1,0 +1,69 @@
+"""What happened during a step, as typed events: one ordered log the replay, figures, timeline and tests read.
+
+The engine drives a step layer by layer across every local rank; each thing it does lands in
+`Trace.log` in the order it happened (the order is deterministic: nothing runs in threads).
+
+    Compute      one layer's forward / recompute / backward (or the loss) on one rank, with its FLOPs
+                 and the bytes it read and wrote, and the collective calls it had to wait for
+    Call         one collective call over all ranks (its hops are in `Trace.events`, as before), with
+                 what it was for: gathering a unit's params, reducing its grads, refreshing params ...
+    LedgerEvent  one alloc or free in a rank's ledger (defined in ledger.py; the same objects)
+    OptimizerStep one rank's update of its region of the flat vector, with the intermediates when kept
+
+Letters: N ranks, K micro-steps per step (gradient accumulation), t the optimizer step (1-based).
+Values (activations, gradients, optimizer intermediates) are copied into events only when the
+cluster keeps values (`Cluster(..., keep_values=True)`, small teaching runs); otherwise `values` is None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PASSES = ("forward", "recompute", "backward", "loss")
+PURPOSES = (
+    "gather params",  # stage 3: a unit's parameters, before its forward, recompute or backward
+    "reduce grads",  # the gradients: all-reduce (stage 0), reduce-scatter (1), per unit (2, 3)
+    "refresh params",  # stage 1/2: the all-gather of the updated 16-bit params after the step
+    "optimizer",  # a collective the optimizer itself needs (ZeRO-1 Muon's momentum all-gather)
+    "check",  # a tiny agreement collective (overflow flag, gradient norm)
+    "",  # a collective called directly, outside an engine
+)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One layer's computation on one rank (or the loss): what the timeline charges to the compute stream."""
+
+    rank: int
+    step: int  # the optimizer step this belongs to (1-based: engine.t + 1 while it runs)
+    micro: int  # micro-step within the step, 0..K-1
+    layer: int  # index into model.layers; -1 for the loss
+    name: str  # the layer's name ("fc0", "h.3.attn", "loss")
+    kind: str  # one of PASSES
+    flops: int  # floating-point operations (a multiply-add counts 2)
+    bytes_read: int  # inputs + params (+ saved tensors in backward)
+    bytes_written: int  # outputs (+ gradients in backward)
+    needs: tuple = ()  # Call numbers this computation waited for (stage 3: its unit's gather)
+    values: dict | None = field(default=None, compare=False)  # {"out", "grads", "dx", "loss"} when kept
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    """One rank's optimizer update of flat elements [start, stop) (its shard; everything at stage 0)."""
+
+    rank: int
+    step: int  # t after the update (1-based)
+    start: int
+    stop: int
+    optimizer: str  # "adam", ...
+    needs: tuple = ()  # Call numbers it waited for (the last gradient reduction)
+    values: dict | None = field(default=None, compare=False)  # {"grad32", "m", "v", ..., "compute_after"}
+
+
+@dataclass(frozen=True)
+class StepBoundary:
+    """Where a step begins or ends in the log: `what` is "begin" or "end"."""
+
+    step: int
+    what: str
+    micro_steps: int  # K
