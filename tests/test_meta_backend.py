@@ -21,7 +21,6 @@ from zerosim.models import make_regression
 from zerosim.models.meta import MetaModel
 from zerosim.precision import cast
 from zerosim.precision.cast import has_values
-from zerosim.zero.lockstep import Lockstep
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NOT_ENGINE = ("comm", "activations")  # the ring's scratch (simulator's own) and activations (left out by the meta model)
@@ -252,29 +251,3 @@ def test_block_units_merge_each_transformer_block():
     assert modules.num_params == blocks.num_params == preset.total
     assert [layer.name for layer in blocks.layers] == ["wte", "wpe"] + [f"h.{i}" for i in range(12)] + ["ln_f"]
     assert blocks.layers[2].count == 12 * 768**2 + 13 * 768  # the GPT-2 block: 12d² + 13d
-
-
-# ---------------------------------------------------------------- the lockstep schedules
-
-def test_sequential_schedule_refuses_a_collective():
-    lock = Lockstep(3, "sequential")
-    with pytest.raises(RuntimeError, match="threads"):
-        lock.run(lambda i: lock.collective(i, i, lambda xs: xs))
-
-
-def test_meta_schedule_runs_each_collective_once_for_every_rank():
-    lock, runs = Lockstep(4, "meta"), []
-
-    def fn(xs):
-        runs.append(list(xs))
-        return [f"r{r}" for r in range(len(xs))]
-
-    assert lock.run(lambda i: [lock.collective(i, f"x{i}", fn) for _ in range(2)]) == [[f"r{i}"] * 2 for i in range(4)]
-    assert runs == [["x0"] * 4] * 2  # rank 0 reached each first; its input stood in for all
-
-
-def test_engine_picks_its_schedule():
-    twin = meta_twin(MLP([2, 3]))
-    assert ZeroEngine(MLP([2, 3]), Cluster(2), 1, Adam())._lockstep.schedule == "sequential"
-    assert ZeroEngine(MLP([2, 3]), Cluster(2), 2, Adam())._lockstep.schedule == "threads"
-    assert ZeroEngine(twin, Cluster(2, backend="meta"), 3, Adam())._lockstep.schedule == "meta"

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from zerosim.cluster import MemoryLedger
 from zerosim.models import MLP, Model, ReLU, TinyNet, forward_backward, loss_and_grad, make_classification, make_regression, predict
+from zerosim.models.schedule import needs_params, schedule
 from zerosim.precision import cast, get_format
 
 # Finite differences as in test_layers.py: h = 1e-6 gives error ~h^2 |f'''| + u |f| / h < 1e-8 here; 1e-6 tolerates.
@@ -76,9 +77,9 @@ SEED_TABLE = [
 def test_seed_004_table(gpu, h, a, y, loss, grads, fmt, checkpoint):
     m = TinyNet()
     x, t = TinyNet.seed_batches()[gpu]
-    record = []
-    got_loss, g = loss_and_grad(m, m.init_params(), x, t, fmt, checkpoint=checkpoint, record=record)
-    outs = [e["out"] for e in record if e["event"] == "forward"]
+    events = []
+    got_loss, g = loss_and_grad(m, m.init_params(), x, t, fmt, checkpoint=checkpoint, events=events)
+    outs = [done.values["out"] for op, done in events if op.kind == "forward"]
     assert [float(o[0, 0]) for o in outs] == [h, a, y] and all(o.dtype == get_format(fmt).dtype for o in outs)
     assert got_loss == loss and g.dtype == get_format(fmt).dtype and g.tolist() == grads
 
@@ -91,9 +92,9 @@ def test_seed_004_checkpointing_gathers_layer_1_again():
     x, t = TinyNet.seed_batches()[1]
     for checkpoint, expected in [(False, [0, 2, 2, 0]), (True, [0, 2, 0, 2, 0])]:
         log = []
-        get = lambda i: log.append(("get", i)) or m.unflatten(w, i)
-        forward_backward(m, x, t, "fp16", get, release_params=lambda i: log.append(("release", i)), checkpoint=checkpoint)
-        assert log == [(kind, i) for i in expected for kind in ("get", "release")]
+        forward_backward(m, x, t, "fp16", lambda i: log.append(i) or m.unflatten(w, i), checkpoint=checkpoint)
+        assert log == expected
+        assert [op.layer for op in schedule(m, checkpoint) if needs_params(m, op)] == expected  # what an engine gathers
 
 
 # -- whole-model gradients ----------------------------------------------------------------------
@@ -173,10 +174,10 @@ def test_checkpointing_fetches_recomputed_layers_again():
     x, t = mlp_task(m, np.random.default_rng(7), 2)
     counts = {}
     for checkpoint in (False, True):
-        calls, record = [], []
-        forward_backward(m, x, t, "bf16", lambda i: calls.append(i) or m.unflatten(w, i), checkpoint=checkpoint, record=record)
+        calls, events = [], []
+        forward_backward(m, x, t, "bf16", lambda i: calls.append(i) or m.unflatten(w, i), checkpoint=checkpoint, events=events)
         counts[checkpoint] = calls
-        recomputed = [e["layer"] for e in record if e["event"] == "recompute"]
+        recomputed = [op.layer for op, _ in events if op.kind == "recompute"]
     assert recomputed == [4, 2, 0]  # each (fc, act) block re-runs its fc; the last fc alone is not re-run
     assert sorted(counts[True]) == sorted(counts[False] + recomputed)
 
@@ -187,12 +188,13 @@ def test_low_precision_run_rounds_and_differs_from_fp32():
     m = MLP([6, 8, 3], activation="gelu")
     x, t = mlp_task(m, np.random.default_rng(8), 4)
     theta = m.init_params()
-    record = []
-    loss16, g16 = loss_and_grad(m, theta, x, t, "fp16", record=record)
+    events = []
+    loss16, g16 = loss_and_grad(m, theta, x, t, "fp16", events=events)
     loss32, g32 = loss_and_grad(m, theta, x, t, "fp32")
-    for e in record:
-        if e["event"] == "forward":
-            assert e["out"].dtype == np.float16 and np.array_equal(cast(e["out"].astype(np.float64), "fp16"), e["out"])
+    for op, done in events:
+        if op.kind == "forward":
+            out = done.values["out"]
+            assert out.dtype == np.float16 and np.array_equal(cast(out.astype(np.float64), "fp16"), out)
     assert loss16 != loss32 and not np.array_equal(g16.astype(np.float32), g32)
     assert np.allclose(g16.astype(np.float32), g32, rtol=1e-2, atol=1e-2)  # close: fp16 keeps ~3 digits
 
@@ -217,9 +219,9 @@ def test_get_params_in_the_wrong_format_is_refused():
 def test_predict_is_the_forward_pass():
     m = MLP([3, 4, 2], activation="gelu")
     x, t = mlp_task(m, np.random.default_rng(10), 5)
-    record = []
-    loss_and_grad(m, m.init_params(), x, t, "bf16", record=record)
-    forward_out = [e["out"] for e in record if e["event"] == "forward"][-1]
+    events = []
+    loss_and_grad(m, m.init_params(), x, t, "bf16", events=events)
+    forward_out = [done.values["out"] for op, done in events if op.kind == "forward"][-1]
     assert predict(m, m.init_params(), x, "bf16").tobytes() == forward_out.tobytes()
 
 

@@ -9,7 +9,14 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
   valid until the next exchange. `recv_like[i]` is the (count, dtype) local rank i is about to receive
   (None where it receives nothing): the ring always knows it, and MPI then needs no probe;
 - `all_meta(items)`: every rank's small description of its input (lengths, dtypes), so that bad input
-  is caught on every rank before any data moves.
+  is caught on every rank before any data moves;
+- `count_nonfinite(array)` / `all_finite(array)`: how many NaN/inf an array holds, read where the
+  array lives (the meta backend's arrays hold no values, so none).
+
+A backend may also run a collective's data movement itself: `reduce_scatter_phase(cluster, staged,
+op, wire, bounds, call)` and `all_gather_phase(cluster, shards, bounds, total, wire, call)`, in place
+of the ring's (the meta backend records what the ring would send without moving anything; MPI's
+`native=True` calls MPI's own reduce-scatter).
 
 The ring algorithms in `zerosim.collectives` are written against this protocol only, so they run
 unchanged on every backend.
@@ -33,4 +40,26 @@ class Backend(Protocol):
 
     def all_meta(self, items: Sequence) -> list: ...
 
+    def count_nonfinite(self, array) -> int: ...
+
+    def all_finite(self, array) -> bool: ...
+
     def to_numpy(self, array) -> np.ndarray: ...
+
+
+def count_nonfinite(array) -> int:
+    """NaN and inf elements of a host array of any format (16-bit and fp8 widened exactly first)."""
+    a = np.asarray(array)
+    if a.dtype.kind in "iub":
+        return 0
+    return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
+
+
+class HostArrays:
+    """The value checks for backends whose arrays numpy can read (numpy, MPI; CuPy after a copy)."""
+
+    def count_nonfinite(self, array) -> int:
+        return count_nonfinite(self.to_numpy(array))
+
+    def all_finite(self, array) -> bool:
+        return self.count_nonfinite(array) == 0

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from zerosim.backends.base import HostArrays
+
 from zerosim.precision import FORMATS, Format
 
 INSTALL_HINT = "the cupy backend needs CuPy (pip install -e '.[gpu]') and an NVIDIA GPU with CUDA"
@@ -109,7 +111,7 @@ class Wire:
         return elements * self.host.itemsize // _NCCL_BYTES[self.nccl_name]
 
 
-class CupyBackend:
+class CupyBackend(HostArrays):
     """Ranks on NVIDIA GPUs with NCCL point-to-point messages; implements `zerosim.backends.base.Backend`.
 
     Args:

@@ -182,12 +182,14 @@ _FUNCTIONS = {
 class MetaBackend:
     """All N ranks in this process, holding MetaArrays; implements `zerosim.backends.base.Backend`.
 
-    Nothing moves in `exchange` (there is nothing to move); the collectives take their meta fast
-    path (`has_data` is False), which records what the ring would send without running its N−1 steps.
+    The collectives run their usual checks and staging on these arrays (no data: nothing is copied),
+    and this backend answers the data movement itself (`reduce_scatter_phase`, `all_gather_phase`):
+    it records in the trace what the ring would send, computed from the chunk sizes in O(N) per call
+    instead of running the ring's N−1 steps for each of N ranks (a million Python iterations per
+    collective at N = 1024).
     """
 
     name = "meta"
-    has_data = False  # collectives and engines ask this instead of the backend's name
 
     def __init__(self, world_size: int):
         self.world_size = world_size
@@ -197,7 +199,7 @@ class MetaBackend:
         return MetaArray(shape, dtype)
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
-        """What each rank receives: a MetaArray like the one its peer sent (the ring's own loop, at small N)."""
+        """What each rank receives: a MetaArray like the one its peer sent (used by broadcast)."""
         outbox = {(src, dst): a for src, (a, dst) in enumerate(zip(sends, send_to)) if dst is not None}
         return [None if src is None else outbox[(src, dst)].copy() for dst, src in enumerate(recv_from)]
 
@@ -206,3 +208,48 @@ class MetaBackend:
 
     def to_numpy(self, array):
         raise MetaDataError(f"the meta backend holds no data ({array!r})")
+
+    def count_nonfinite(self, array) -> int:
+        """No values, so none of them is NaN or inf (a data-less array cannot overflow)."""
+        return 0
+
+    def all_finite(self, array) -> bool:
+        return True
+
+    # -- the collectives' data movement, answered from sizes alone -------------------------------------
+    def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
+        """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result."""
+        sizes = [stop - start for start, stop in bounds]
+        _trace_ring(cluster, call, sizes, wire, lag=1)
+        made = {}  # no data: ranks with equal chunk sizes may share one array
+        return [made.setdefault(sizes[r.index], MetaArray((sizes[r.index],), wire.dtype)) for r in cluster.ranks], []
+
+    def all_gather_phase(self, cluster, shards, bounds, total, wire, call) -> list:
+        """Trace what the ring's all-gather sends; every rank's (total,) result."""
+        _trace_ring(cluster, call, [stop - start for start, stop in bounds], wire, lag=0)
+        return [MetaArray((total,), wire.dtype)] * cluster.local_size
+
+
+def _trace_ring(cluster, call: int, sizes: list, wire, lag: int) -> None:
+    """Record what the ring would send over chunks of `sizes`, without running it.
+
+    At ring step k rank r sends chunk (r - lag - k) mod N: lag 1 for reduce-scatter, 0 for all-gather
+    (zerosim/collectives/ring.py). Over the N−1 steps rank r sends every chunk but (r - lag + 1) mod N:
+    reduce-scatter never sends chunk r (it receives its final sum), all-gather never sends shard r+1
+    (the last to reach it). "hop" granularity records the same events as the ring, O(N²); "call" one
+    event per rank with that total, O(N).
+    NOTE: the ring's partial-sum buffers ("comm") are the simulator's own working memory, not the
+    engine's (NCCL's are fixed-size FIFOs), so no ledger sees them here.
+    """
+    n, trace = cluster.world_size, cluster.trace
+    if n == 1:
+        return  # the ring sends nothing
+    if trace.granularity == "hop":
+        for k in range(n - 1):
+            for rank in cluster.ranks:
+                c = (rank.index - lag - k) % n
+                trace.hop(call, k, rank.index, (rank.index + 1) % n, c, sizes[c], wire.itemsize, wire.name)
+        return
+    total = sum(sizes)
+    for rank in cluster.ranks:
+        trace.hop(call, -1, rank.index, -1, -1, total - sizes[(rank.index - lag + 1) % n], wire.itemsize, wire.name)

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from zerosim.backends.base import HostArrays
+
 INSTALL_HINT = "the mpi backend needs mpi4py and an MPI library: pip install -e '.[mpi]'"
 
 # Every dtype a rank may send, by tag: the tag of a message is its dtype's index here.
@@ -82,7 +84,7 @@ def _tag(dtype) -> int:
         raise TypeError(f"the mpi backend cannot send dtype {np.dtype(dtype)}; it sends {[str(d) for d in _WIRE_DTYPES]}") from None
 
 
-class MpiBackend:
+class MpiBackend(HostArrays):
     """One rank per process over MPI_COMM_WORLD (or `comm`), implementing `zerosim.backends.base.Backend`.
 
     Args:
@@ -112,6 +114,8 @@ class MpiBackend:
         self.native = native
         self._recv_bufs = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]  # used in turn
         self._turn = 0
+        if native:  # the collectives then hand their reduce-scatter to MPI (see reduce_scatter_phase)
+            self.reduce_scatter_phase = self._native_reduce_scatter_phase
         if abort_on_error and comm.size > 1:
             install_abort_hook(comm)
 
@@ -213,6 +217,18 @@ class MpiBackend:
         else:
             self.comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
         return out
+
+    def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
+        """The collectives' reduce-scatter data movement done by MPI's own Reduce_scatter (native=True).
+
+        NOTE: MPI picks the order of additions, not NCCL's ring, so results may differ in the last bits.
+        The trace records what a ring would send (step -1): MPI does not say what it sent.
+        """
+        counts = [stop - start for (start, stop) in bounds]
+        for rank in cluster.ranks:
+            cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[rank.index], wire.itemsize, wire.name)
+        name = "max" if op.combine is np.maximum else "sum"  # the averaging variants scale before or after
+        return [self.native_reduce_scatter(s, counts=counts, op=name) for s in staged], []
 
     def native_all_reduce(self, array, op: str = "sum") -> np.ndarray:
         """MPI_Allreduce of this rank's array (any shape). Same NOTE on the order as `native_reduce_scatter`."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.backends.base import HostArrays
 
-class NumpyBackend:
+
+class NumpyBackend(HostArrays):
     name = "numpy"
 
     POOL_BYTES = 1 << 30  # at most this much freed storage is kept for reuse (1 GiB)

@@ -1,19 +1,34 @@
-"""One rank: its index in the world and the ledger of everything it holds."""
+"""One rank: its index in the world, the ledger of everything it holds, and the training state it owns.
+
+State lives here, on the rank, not in parallel lists on an engine: a ZeRO engine puts the rank's
+16-bit params (whole or its shard), its gradient buffer, its fp32 master and optimizer state (whole
+at stage 0, its shard at stages 1-3) and the micro-batch it is working on into these fields; every
+array among them is a buffer of `ledger`, so memory stays a measurement.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zerosim.cluster.ledger import MemoryLedger
+from zerosim.cluster.ledger import Buffer, MemoryLedger
 
 
 @dataclass
 class Rank:
-    """One rank: its global index, its memory ledger, and any per-rank state an engine keeps."""
+    """One rank: its global index, its memory ledger, and the model states an engine gives it."""
 
     index: int  # global rank, 0..N-1
     ledger: MemoryLedger
-    state: dict = field(default_factory=dict)  # per-rank engine state lives on the rank, not in globals
+    params: Buffer | None = None  # (N*s,) or (s,) compute format: the weights forward/backward read
+    grads: Buffer | None = None  # (N*s,) or (s,) accumulation format: gradients until the step
+    master: Buffer | None = None  # (N*s,) or (s,) fp32 master weights (None: "pure" 16-bit training)
+    optim: dict = field(default_factory=dict)  # {state name: Buffer} over the same region as master
+    work: object = None  # the micro-batch in flight (a zerosim.models.run.Pass), during a step
+    reduced: object = None  # this step's reduced gradient over the rank's region (a view), once reduced
+
+    def model_states(self) -> list:
+        """The buffers that outlive a step: params, grads, master and optimizer state."""
+        return [b for b in (self.params, self.grads, self.master, *self.optim.values()) if b is not None]
 
     def __repr__(self) -> str:
         return f"Rank({self.index}, {self.ledger.current()} B live)"

@@ -14,6 +14,12 @@ all-reduce = reduce-scatter, then all-gather: 2(N-1) steps.
 broadcast: a chain root -> root+1 -> ... -> root-1, each link carrying the whole buffer once.
 
 Each rank sends exactly (N-1)/N of the padded buffer per reduce-scatter or all-gather phase.
+
+The public functions check their inputs on every rank, stage them (pad, cast to the wire format),
+and then move the data with the ring below — unless the backend moves it itself
+(`reduce_scatter_phase` / `all_gather_phase`: the meta backend, which only records what the ring
+would send; MPI's own reduce-scatter with `native=True`). Either way the checks, the trace's calls
+and the results' shapes are the same code.
 """
 
 from __future__ import annotations
@@ -21,8 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.collectives.checks import check_counts, check_inputs, require_same
-from zerosim.collectives.meta_path import meta_all_gather, meta_reduce_scatter
-from zerosim.collectives.native import native_reduce_scatter
 from zerosim.collectives.ops import get_op
 from zerosim.collectives.shards import ShardLayout, chunk_bounds
 from zerosim.precision import cast, get_format
@@ -120,8 +124,6 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     `zerosim.collectives.ops`). Returns one array per local rank (in the wire dtype, fp32 for "avg");
     temporary buffers go through each rank's ledger as kind "comm".
     """
-    if not getattr(cluster.backend, "has_data", True):  # meta backend: shapes only, O(N) per call
-        return meta_reduce_scatter(cluster, tensors, op, wire, tag, counts, _name)
     what = _name.replace("_", "-")
     reduce_op = get_op(op)
     arrays = check_inputs(cluster, tensors, what)
@@ -139,10 +141,8 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     bounds = chunk_bounds(layout, counts)
     call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
-    if getattr(cluster.backend, "native", False):  # MPI's own reduce-scatter: fast, another order
-        results, acc = native_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
-    else:
-        results, acc = _ring_reduce_scatter(cluster, staged, reduce_op, wire_fmt, bounds, call)
+    phase = getattr(cluster.backend, "reduce_scatter_phase", _ring_reduce_scatter)  # the backend's own, or the ring
+    results, acc = phase(cluster, staged, reduce_op, wire_fmt, bounds, call)
     _free(temps + acc)
     cluster.trace.end(call)
     keep = [c for c in counts] if counts is not None else layout.real_sizes()
@@ -157,8 +157,6 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
     the result has exactly L elements). With `counts`, rank r's shard must hold `counts[r]` elements
     (an all-gather-v; ZeRO-3 uses it to gather one layer's window). Other sizes are a clear error.
     """
-    if not getattr(cluster.backend, "has_data", True):  # meta backend: shapes only, O(N) per call
-        return meta_all_gather(cluster, shards, wire, tag, counts, _name)
     what = _name.replace("_", "-")
     arrays = check_inputs(cluster, shards, what)
     wire_fmt = _wire_format(arrays, wire)
@@ -188,7 +186,8 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
         buf.array[a.shape[0] :] = 0  # a short last shard travels padded with zeros
         padded.append(buf.array)
         temps.append(buf)
-    full = _ring_all_gather(cluster, padded, bounds, total, wire_fmt, call)
+    phase = getattr(cluster.backend, "all_gather_phase", _ring_all_gather)  # the backend's own, or the ring
+    full = phase(cluster, padded, bounds, total, wire_fmt, call)
     _free(temps)
     cluster.trace.end(call)
     return [f[:length] for f in full]
@@ -200,12 +199,7 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "") -> l
     With op="avg" the division by N happens after the gather, in fp32, so the wire carries the wire
     dtype in both phases.
     """
-    if not getattr(cluster.backend, "has_data", True):  # meta backend: flatten by shape alone
-        if not isinstance(tensors, (list, tuple)) or len({t.shape for t in tensors}) > 1:
-            raise ValueError("all-reduce: every rank must pass one array of the same shape")
-        arrays = [(r.index, t, None) for r, t in zip(cluster.ranks, tensors)]
-    else:
-        arrays = check_inputs(cluster, tensors, "all-reduce", flat=False)
+    arrays = check_inputs(cluster, tensors, "all-reduce", flat=False)
     require_same([tuple(m) for m in cluster.backend.all_meta([a.shape for (_, a, _) in arrays])], "all-reduce", "shape")
     shape = arrays[0][1].shape
     flat = [a.reshape(-1) for (_, a, _) in arrays]

@@ -15,9 +15,10 @@ fp64 — see `acc_dtype`). Widening fmt -> acc is exact, so every output below i
 With fmt = fp32 the same code runs and the casts change nothing; with fmt = fp64 everything is
 float64, the reference that finite differences check.
 
-What is saved: every layer here saves exactly its input, `cache = (x,)` (seed 001 §4: a linear layer
-needs its input for dW; an elementwise op needs its input for sigma'(x)). Weights are *not* saved:
-backward receives them again, which is why ZeRO-3 gathers a layer's weights a second time.
+What is saved: every layer here saves exactly its input, `cache = {"input": x}` (seed 001 §4: a
+linear layer needs its input for dW; an elementwise op needs its input for sigma'(x)). Weights are
+*not* saved: backward receives them again, which is why ZeRO-3 gathers a layer's weights a second
+time. (The plain function pairs below keep a tuple `(x,)`; the Layer objects name it.)
 """
 
 from __future__ import annotations
@@ -109,12 +110,14 @@ class Layer:
     """One op; its parameters are declared by name and shape, in the order they sit in the flat vector.
 
     forward(p, x, fmt) -> (y, cache);  backward(p, dy, cache, fmt) -> (dx, grads by name).
-    `p` holds the layer's parameters in fmt ({} for parameter-free layers). A cache is a tuple of arrays,
-    so the driver can account every saved byte.
+    `p` holds the layer's parameters in fmt ({} for parameter-free layers). A cache is a dict
+    {name: array} of what backward needs, so the driver can account every saved byte by name.
+    `flops(x_shape, kind)` counts the floating-point operations of "forward" or "backward" for an
+    input of x_shape (a multiply-add counts 2), for the compute events the timeline reads.
     """
 
     name: str = "layer"
-    saves_input_only: bool = True  # cache == (x,): recomputation can rebuild it without running the layer
+    saves_input_only: bool = True  # cache == {"input": x}: recomputation can rebuild it without running the layer
 
     def __init__(self, name: str):
         self.name = name
@@ -129,6 +132,10 @@ class Layer:
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Initial float32 parameters by name (none by default)."""
         return {}
+
+    def flops(self, x_shape: tuple, kind: str) -> int:
+        """Floating-point operations of one "forward" or "backward" on an input of `x_shape` (default 0)."""
+        return 0
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{v}" for k, v in self.param_shapes.items())
@@ -146,11 +153,19 @@ class Linear(Layer):
             self.param_shapes["b"] = (d_out,)
 
     def forward(self, p, x, fmt):
-        return linear_forward(x, p["w"], p.get("b"), fmt)
+        y, (x,) = linear_forward(x, p["w"], p.get("b"), fmt)
+        return y, {"input": x}
 
     def backward(self, p, dy, cache, fmt):
-        dx, dw, db = linear_backward(dy, cache, p["w"], fmt)
+        dx, dw, db = linear_backward(dy, (cache["input"],), p["w"], fmt)
         return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
+
+    def flops(self, x_shape, kind):
+        rows = int(np.prod(x_shape[:-1], dtype=np.int64))  # B (or B*L tokens)
+        matmul = 2 * rows * self.d_in * self.d_out  # x @ w.T: one multiply-add per (row, in, out)
+        if kind == "forward":
+            return matmul + (rows * self.d_out if self.bias else 0)
+        return 2 * matmul + (rows * self.d_out if self.bias else 0)  # dx = dy @ w and dw = dy.T @ x; db sums dy
 
     def init(self, rng):
         # Scaled normal, Var(w) = 1/D_in, keeps activations O(1) through the depth; zero bias (as nanoGPT).
@@ -165,10 +180,14 @@ class ReLU(Layer):
         super().__init__(name)
 
     def forward(self, p, x, fmt):
-        return relu_forward(x, fmt)
+        y, (x,) = relu_forward(x, fmt)
+        return y, {"input": x}
 
     def backward(self, p, dy, cache, fmt):
-        return relu_backward(dy, cache, fmt), {}
+        return relu_backward(dy, (cache["input"],), fmt), {}
+
+    def flops(self, x_shape, kind):
+        return int(np.prod(x_shape, dtype=np.int64))  # one comparison (forward) or one select (backward) per element
 
 
 class GELU(Layer):
@@ -178,7 +197,15 @@ class GELU(Layer):
         super().__init__(name)
 
     def forward(self, p, x, fmt):
-        return gelu_forward(x, fmt)
+        y, (x,) = gelu_forward(x, fmt)
+        return y, {"input": x}
 
     def backward(self, p, dy, cache, fmt):
-        return gelu_backward(dy, cache, fmt), {}
+        return gelu_backward(dy, (cache["input"],), fmt), {}
+
+    # tanh-form GELU per element: u = k(x + c x^3) is 4 ops, tanh ~ 1, 0.5 x (1 + t) is 3 (8 forward);
+    # backward re-forms u and t and the slope 0.5(1+t) + 0.5 x (1 - t^2) du/dx, then dy * slope (~16).
+    GELU_FLOPS = {"forward": 8, "backward": 16}
+
+    def flops(self, x_shape, kind):
+        return self.GELU_FLOPS[kind] * int(np.prod(x_shape, dtype=np.int64))

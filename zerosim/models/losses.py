@@ -21,15 +21,19 @@ def _acc_of(y: np.ndarray) -> type:
 
 
 class Loss:
-    """forward(y, target) -> (loss: float, cache tuple);  backward(cache, fmt, scale=1.0) -> dy in fmt."""
+    """forward(y, target) -> (loss: float, cache {name: array});  backward(cache, fmt, scale=1.0) -> dy in fmt."""
 
     name = "loss"
 
     def forward(self, y: np.ndarray, target: np.ndarray) -> tuple[float, tuple]:
         raise NotImplementedError
 
-    def backward(self, cache: tuple, fmt, scale: float = 1.0) -> np.ndarray:
+    def backward(self, cache: dict, fmt, scale: float = 1.0) -> np.ndarray:
         raise NotImplementedError
+
+    def flops(self, y_shape: tuple) -> int:
+        """Operations of the loss's forward and backward together, for the compute events (a few per element)."""
+        return 4 * int(np.prod(y_shape, dtype=np.int64))
 
     def check_target(self, target, batch: int, outputs: int) -> None:
         """Raise ValueError saying what is wrong if `target` cannot be this loss's target for a
@@ -57,10 +61,10 @@ class HalfMSE(Loss):
         acc = _acc_of(y)
         diff = y.astype(acc) - cast(target, acc).reshape(y.shape)  # (B, D_out) in acc; the cache
         loss = 0.5 * np.sum(diff * diff, dtype=acc) / y.shape[0]
-        return float(loss), (diff,)
+        return float(loss), {"y - t": diff}
 
     def backward(self, cache, fmt, scale=1.0):
-        (diff,) = cache
+        diff = cache["y - t"]
         g = diff / diff.dtype.type(diff.shape[0])  # dL/dy = (y - t) / B, in acc
         return cast(g * diff.dtype.type(scale), get_format(fmt))
 
@@ -86,10 +90,10 @@ class SoftmaxCrossEntropy(Loss):
         s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
         rows = np.arange(y.shape[0])
         loss = np.mean(np.log(s[:, 0]) - z[rows, labels], dtype=acc)
-        return float(loss), (e / s, labels)  # cache: probabilities (B, C) in acc, labels (B,)
+        return float(loss), {"probabilities": e / s, "labels": labels}  # (B, C) in acc, (B,) int64
 
     def backward(self, cache, fmt, scale=1.0):
-        p, labels = cache
+        p, labels = cache["probabilities"], cache["labels"]
         g = p.copy()  # dL/dy = (softmax(y) - onehot(label)) / B
         g[np.arange(len(labels)), labels] -= 1
         g = g / p.dtype.type(p.shape[0])

@@ -51,11 +51,16 @@ class MetaLayer(Layer):
         self.param_shapes = {"w": (self.count,)} if self.count else {}
 
     def forward(self, p, x, fmt):
-        return x, ()  # nothing saved: activations are left out (see the module docstring)
+        return x, {}  # nothing saved: activations are left out (see the module docstring)
 
     def backward(self, p, dy, cache, fmt):
         grads = {"w": _meta((self.count,), get_format(fmt).dtype)} if self.count else {}  # (count,) compute fmt
         return dy, grads
+
+    def flops(self, x_shape, kind):
+        # A weight of `count` parameters applied to each of the x_shape[0] rows (tokens): 2 per
+        # parameter and row forward, twice that backward (input and weight gradients): the 6·Ψ·tokens rule.
+        return (2 if kind == "forward" else 4) * self.count * int(x_shape[0])
 
 
 class MetaLoss(Loss):
@@ -64,10 +69,10 @@ class MetaLoss(Loss):
     name = "meta"
 
     def forward(self, y, target):
-        return math.nan, (y,)  # y is (B, 0): the cache holds 0 bytes
+        return math.nan, {"y": y}  # y is (B, 0): the cache holds 0 bytes
 
     def backward(self, cache, fmt, scale=1.0):
-        (y,) = cache
+        y = cache["y"]
         return _meta(y.shape, get_format(fmt).dtype)
 
 
@@ -111,6 +116,10 @@ class MetaModel(Model):
         return cls([(f"layer.{i}", q + (i < r)) for i in range(layers)], name=f"{layers} equal layers")
 
     # -- what the engines call, without data --------------------------------------------------------
+    def check_batch(self, x, target) -> None:
+        """A meta micro-batch is an (x, target) with x of shape (B, 0), B >= 1: there are no values to check."""
+        if len(getattr(x, "shape", ())) != 2 or x.shape[0] < 1:
+            raise ValueError(f"a meta micro-batch is x of shape (batch, 0) with batch >= 1 (see MetaModel.batches), got {getattr(x, 'shape', x)!r}")
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
 

@@ -72,6 +72,8 @@ class Model:
         x = np.asarray(x)
         if x.ndim != 2 or (self.input_width is not None and x.shape[1] != self.input_width):
             raise ValueError(f"the input must have shape (batch, {self.input_width}), got {x.shape}")
+        if x.shape[0] < 1:
+            raise ValueError("a micro-batch needs at least one sample, got an empty one (its loss would be NaN)")
         if x.dtype.kind not in "iuf" and x.dtype.name != "bfloat16":
             raise ValueError(f"the input must be numeric, got dtype {x.dtype}")
         if not np.all(np.isfinite(x.astype(np.float64))):

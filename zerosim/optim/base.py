@@ -49,14 +49,25 @@ def check_betas(betas, n: int, name: str = "betas") -> tuple:
     return tuple(float(b) for b in betas)
 
 
+def _is_array(a) -> bool:
+    """A numpy array, or an array-like with a shape and a dtype (the meta backend's data-less arrays:
+    the same optimizer code runs on them, and only shapes and dtypes come out)."""
+    return isinstance(a, np.ndarray) or (hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "__array_ufunc__"))
+
+
+def _writeable(a) -> bool:
+    flags = getattr(a, "flags", None)
+    return flags is None or flags.writeable
+
+
 def check_step_args(w, g, state: dict, names: tuple, t) -> dict:
     """Validate a step's arguments and return {name: ndarray}; raises before anything is modified."""
-    if not isinstance(w, np.ndarray) or not isinstance(g, np.ndarray):
+    if not _is_array(w) or not _is_array(g):
         raise TypeError(f"w and g must be numpy arrays, got {type(w).__name__} and {type(g).__name__}")
     get_format(w.dtype)  # a clear error for integer or unknown dtypes
     if g.shape != w.shape or g.dtype != w.dtype:
         raise ValueError(f"g must match w: w is {w.shape} {w.dtype}, g is {g.shape} {g.dtype}")
-    if not w.flags.writeable:
+    if not _writeable(w):
         raise ValueError("w is read-only; the optimizer updates it in place")
     if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
         raise TypeError(f"t must be an integer step count, got {t!r}")
@@ -68,10 +79,10 @@ def check_step_args(w, g, state: dict, names: tuple, t) -> dict:
     arrays = {}
     for n in names:
         a = state[n].array if hasattr(state[n], "array") else state[n]  # a ledger Buffer or its array
-        if not isinstance(a, np.ndarray) or a.shape != w.shape or a.dtype != w.dtype:
-            desc = f"{a.shape} {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
+        if not _is_array(a) or a.shape != w.shape or a.dtype != w.dtype:
+            desc = f"{a.shape} {a.dtype}" if _is_array(a) else type(a).__name__
             raise ValueError(f"state[{n!r}] must match w ({w.shape} {w.dtype}), got {desc}")
-        if not a.flags.writeable:
+        if not _writeable(a):
             raise ValueError(f"state[{n!r}] is read-only; the optimizer updates it in place")
         arrays[n] = a
     return arrays

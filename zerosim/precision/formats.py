@@ -125,5 +125,6 @@ def get_format(fmt: "str | Format | np.dtype | type") -> Format:
 
 
 def format_of(array: np.ndarray) -> Format:
-    """The `Format` of an array's dtype (a clear error for integer or unknown dtypes)."""
-    return get_format(np.asarray(array).dtype)
+    """The `Format` of an array's dtype (a clear error for integer or unknown dtypes); reads only the
+    dtype, so data-less (meta) arrays answer too."""
+    return get_format(array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype)

@@ -9,6 +9,10 @@
     rounding   how the updated weights are rounded into the compute format: "nearest", or "stochastic"
                (unbiased: a too-small update still moves a weight with the right probability, the
                standard remedy for pure 16-bit training); draws come from `counter_uniforms(seed, ...)`
+    grad_accum the format gradients accumulate in across the K micro-steps of gradient accumulation:
+               None (default) keeps them in the compute format (a rank's own gradients, stages 0/1)
+               or the wire format (the reduced shard, stages 2/3); "fp32" accumulates in fp32, as
+               DeepSpeed's `data_types.grad_accum_dtype` and Megatron-LM's fp32 `main_grad` do
     average    how the N local gradients become one: "avg" sums on the wire and divides by N in fp32
                after the cast (the seeds' protocol), "avg_predivide" divides by N in the gradient dtype
                first (DeepSpeed ZeRO-1/2), "avg_premul" multiplies by 1/N in the wire dtype (NCCL avg, FSDP)
@@ -41,6 +45,7 @@ class MixedPrecision:
     average: str = "avg"  # see module docstring
     rounding: str = "nearest"  # of the updated weights into the compute format; or "stochastic"
     seed: int = 0  # for stochastic rounding's counter-based draws
+    grad_accum: str | None = None  # accumulation format across micro-steps (None: compute / wire; or "fp32")
 
     def __post_init__(self):
         get_format(self.compute)
@@ -54,6 +59,8 @@ class MixedPrecision:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if self.average not in AVERAGES:
             raise ValueError(f"unknown averaging {self.average!r}; choose one of {AVERAGES}")
+        if self.grad_accum is not None and get_format(self.grad_accum).bits < get_format(self.compute).bits:
+            raise ValueError(f"grad_accum {self.grad_accum} is narrower than the compute format {self.compute}; use None or fp32")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 

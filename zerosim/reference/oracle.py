@@ -1,10 +1,12 @@
 """The single-device oracle: what every ZeRO stage must equal, bit for bit.
 
-One device runs each micro-batch's forward/backward the same way the ranks do, reduces the N
-gradients with the naive twin in the ring's order and dtypes (`naive_reduce(order="ring")`, which
-shares no code with the ring), averages and unscales in fp32, and runs the same optimizer over the
-whole flat vector. Because the optimizers are elementwise and the reduction order is the ring's,
-the fp32 masters and optimizer states equal every stage's exactly.
+One device runs each micro-batch's forward/backward the same way the ranks do (the same schedule of
+ops, models/schedule.py), reduces the N gradients with the naive twin in the ring's order and dtypes
+(`naive_reduce(order="ring")`, which shares no code with the ring or the engines' sharding),
+accumulates, averages and unscales with the same definitions the engines use (zero/averaging.py: the
+one place they are written), and runs the same optimizer over the whole flat vector. Because the
+optimizers are elementwise and the reduction order is the ring's, the fp32 masters, optimizer states
+and 16-bit params equal every stage's exactly.
 
 `Reference.float64(...)` is the second check: the same micro-batches in float64 end to end, no
 rounding to speak of, to measure how far low precision drifts.
@@ -14,19 +16,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives import ShardLayout, get_op, naive_reduce
+from zerosim.collectives import ShardLayout, naive_reduce
 from zerosim.models.run import forward_backward
+from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
+from zerosim.zero import averaging
 
 
 class Reference:
-    """One device, N micro-batches per step, the same numerics as a ZeRO engine on N ranks."""
+    """One device, N × K micro-batches per step, the same numerics as a ZeRO engine on N ranks.
 
-    def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None):
+    Args:
+        model, optimizer, precision: as for `ZeroEngine`.
+        world_size: N, the ranks whose micro-batches one step takes (and whose padding it copies).
+        params: initial fp32 weights (P,); default `model.init_params()`.
+        accumulation_steps: K micro-batches per rank per step.
+        reduce_every_micro_step: where the sums happen with K > 1 — False (stages 0/1): each rank's K
+            gradients are accumulated locally, then reduced once; True (stages 2/3): the N gradients
+            of each micro-step are reduced, and the reduced results accumulated. In 16-bit formats the
+            two orders give different bits (tests/test_accumulation.py shows by how much).
+    """
+
+    def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
+                 accumulation_steps: int = 1, reduce_every_micro_step: bool = False):
+        if not hasattr(model, "layers") or not hasattr(model, "num_params"):
+            raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3)), got {optimizer!r}")
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         self.model, self.optimizer = model, optimizer
         self.precision = get_precision(precision)
-        self.world_size = world_size
+        self.world_size, self.accumulation_steps = world_size, accumulation_steps
+        self.reduce_every_micro_step = reduce_every_micro_step
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -40,9 +65,9 @@ class Reference:
         self.t = 0
 
     @classmethod
-    def float64(cls, model, optimizer, world_size: int = 1, params=None) -> "Reference":
+    def float64(cls, model, optimizer, world_size: int = 1, params=None, accumulation_steps: int = 1) -> "Reference":
         """The float64 yardstick: compute, reduction and optimizer all in float64."""
-        return cls(model, optimizer, "fp64", world_size, params)
+        return cls(model, optimizer, "fp64", world_size, params, accumulation_steps)
 
     def layer_params(self, layer: int) -> dict:
         return {s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape) for s in self.model.specs if s.layer == layer}
@@ -56,46 +81,66 @@ class Reference:
                 if s.layer == layer:
                     grad[s.offset : s.offset + s.size] = np.asarray(grads[s.name]).reshape(-1)
 
-        loss = forward_backward(
-            self.model, x, target, self.precision.compute_format, get_params=self.layer_params,
-            on_grads=keep, loss_scale=self.precision.loss_scale,
-        )
+        loss = forward_backward(self.model, x, target, self.precision.compute_format, self.layer_params,
+                                on_grads=keep, loss_scale=self.precision.loss_scale)
         return loss, grad
 
+    def _reduce(self, grads: list) -> np.ndarray:
+        """N flat gradients -> their reduction in the ring's order and wire format (no averaging yet)."""
+        p = self.precision
+        return naive_reduce(grads, op=averaging.wire_op(p), wire=p.reduce_format, order="ring")
+
     def reduce(self, grads: list) -> np.ndarray:
-        """N micro-batch gradients -> the averaged, unscaled gradient in the update format (N*s,)."""
-        p, n = self.precision, len(grads)
-        op = "sum" if p.average == "avg" else p.average
-        total = naive_reduce(grads, op=op, wire=p.reduce_format, order="ring")
-        g = get_op("avg").post(total, n) if p.average == "avg" else total
-        upd = p.update_format
-        g = cast(g, upd) if g.dtype != upd.dtype else g
-        if p.loss_scale != 1:
-            g = (g / upd.dtype.type(p.loss_scale)).astype(upd.dtype)
-        return g
+        """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
+        return averaging.finish(self._reduce(grads), self.precision, len(grads))
 
     def step(self, batches) -> list:
-        """One step on len(batches) == world_size micro-batches; returns their losses."""
-        if len(batches) != self.world_size:
-            raise ValueError(f"the reference was built for {self.world_size} micro-batches per step, got {len(batches)}")
-        losses, grads = zip(*(self.gradient(x, t) for x, t in batches))
-        g = self.reduce(list(grads))
+        """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
+        Returns each rank's loss (the mean over its K micro-batches)."""
+        K, N, p = self.accumulation_steps, self.world_size, self.precision
+        if len(batches) != N:
+            raise ValueError(f"the reference was built for {N} ranks' micro-batches per step, got {len(batches)}")
+        micro = [[b] if K == 1 and len(b) == 2 and not isinstance(b[0], (list, tuple)) else list(b) for b in batches]
+        if any(len(m) != K for m in micro):
+            raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
+        losses = [[] for _ in range(N)]
+        acc = None
+        for k in range(K):
+            grads = []
+            for r in range(N):
+                loss, g = self.gradient(*micro[r][k])
+                losses[r].append(loss)
+                grads.append(g)
+            if self.reduce_every_micro_step:  # stages 2/3: reduce now, accumulate the reduced gradient
+                reduced = self._reduce(grads)
+                acc = reduced.astype(averaging.accum_format(p, reduced=True).dtype) if acc is None else acc
+                averaging.accumulate(acc, reduced, first=k == 0)
+            else:  # stages 0/1: each rank accumulates its own; one reduction at the end
+                fmt = averaging.accum_format(p, reduced=False).dtype
+                acc = [np.zeros(self.padded, fmt) for _ in range(N)] if acc is None else acc
+                for a, g in zip(acc, grads):
+                    averaging.accumulate(a, g, first=k == 0)
+        reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
+        g = averaging.finish(reduced, p, N, K)
         if not np.all(np.isfinite(g)):
             raise FloatingPointError("reduced gradient contains NaN or inf; no state was changed")
         self.t += 1
-        p = self.precision
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
         if self.optimizer.elementwise:
             self.optimizer.step(w, g, self.state, self.t)
         else:  # Muon: each parameter as a whole matrix
             step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
         self.params = p.round_weights(w, self.t, 0)
-        return list(losses)
+        return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
 
     def master(self) -> np.ndarray:
         """(P,) update-format weights: the fp32 master, or the compute params widened when there is none."""
         w = self.master_buf if self.master_buf is not None else self.params.astype(self.precision.update_format.dtype)
         return w[: self.model.num_params].copy()
+
+    def compute_params(self) -> np.ndarray:
+        """(P,) compute-format weights, as every rank holds them after the step."""
+        return self.params[: self.model.num_params].copy()
 
     def optimizer_state(self) -> dict:
         return {k: v[: self.model.num_params].copy() for k, v in self.state.items()}

@@ -1,8 +1,9 @@
 """Replay seed 004's worked example on the live cluster and collect every number it narrates.
 
-Nothing here is typed in: the forward values and gradients come from the model's record, the chunks
-from the cluster's trace (which keeps the values that crossed each link), m, v, m̂, v̂ and the new
-weights from the optimizer's record, and memory from each rank's ledger. `replay()` returns plain
+Nothing here is typed in: every number is read from the typed events the engine wrote into the
+cluster's trace (the cluster keeps values): the forward values and gradients from each rank's
+`Compute` events, the chunks from the collective calls' hops, m, v, m̂, v̂ and the new weights from
+the `OptimizerStep` events, and memory from each rank's ledger. `replay()` returns plain
 data (JSON-ready); `replay_text.narrate()` tells it in the article's order.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.cluster import Cluster
+from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
 from zerosim.models.tinynet import TinyNet
 from zerosim.optim import Adam
 from zerosim.precision import get_precision
@@ -35,18 +36,18 @@ def _hops(trace, calls: list) -> list:
     return out
 
 
-def _model_events(events: list, names: list) -> dict:
-    """Split one GPU's model record into forward / recompute / backward entries with plain numbers."""
-    out = {"forward": [], "recompute": [], "backward": [], "checkpoint": [], "loss": None}
+def _model_events(events: list) -> dict:
+    """One GPU's `Compute` events as forward / recompute / backward entries with plain numbers."""
+    out = {"forward": [], "recompute": [], "backward": [], "loss": None}
     for ev in events:
-        kind = ev["event"]
-        if kind == "loss":
-            out["loss"] = float(ev["value"])
-            out["prediction"] = _f(ev["out"])
-        elif kind == "backward":
-            out["backward"].append({"layer": ev["layer"], "name": ev["name"], "grads": {k: _f(v) for k, v in ev["grads"].items()}, "dx": _f(ev["dx"])})
-        elif kind in ("forward", "recompute", "checkpoint"):
-            out[kind].append({"layer": ev["layer"], "name": ev.get("name", ""), "out": _f(ev["out"])})
+        v = ev.values
+        if ev.kind == "loss":
+            out["loss"] = float(v["loss"])
+            out["prediction"] = _f(v["out"])
+        elif ev.kind == "backward":
+            out["backward"].append({"layer": ev.layer, "name": ev.name, "grads": {k: _f(g) for k, g in v["grads"].items()}, "dx": _f(v["dx"])})
+        else:  # forward or recompute
+            out[ev.kind].append({"layer": ev.layer, "name": ev.name, "out": _f(v["out"])})
     return out
 
 
@@ -79,7 +80,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     cluster = Cluster(2, keep_values=True)
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)
     names = list(TinyNet.NAMES)
-    regions = [engine.stage.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)
+    regions = [engine.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)
     owners = [names[g.start : min(g.stop, model.num_params)] for g in regions]
     batches = TinyNet.seed_batches()
     result = {
@@ -94,19 +95,21 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         "memory_at_start": [_memory(r.ledger) for r in cluster.ranks],
         "steps": [],
     }
+    trace = cluster.trace
     for step in range(1, steps + 1):
-        first_event = len(cluster.trace.events)
+        first_event, first_log = len(trace.events), len(trace.log)
         timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
-        rec = {}
-        engine.step(batches, record=rec)
+        engine.step(batches)
+        computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
+        calls = {p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p] for p in ("reduce grads", "gather params", "refresh params")}
         gpus = []
         for i, rank in enumerate(cluster.ranks):
-            ev = _model_events(rec["ranks"][i]["model"], names)
+            ev = _model_events([e for e in computes if e.rank == rank.index])
             local = np.zeros(model.num_params)
             for b in ev["backward"]:
                 a, z = model.layer_window(b["layer"])
                 local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
-            opt = rec["ranks"][i]["optim"]
+            (opt,) = [e.values for e in optim if e.rank == rank.index]
             own = regions[rank.index]
             real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
             gpus.append({
@@ -114,21 +117,20 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
                 "forward": ev["forward"], "recompute": ev["recompute"], "backward": ev["backward"],
                 "local_grads": local.tolist(),
                 "owns": owners[rank.index],
-                "averaged_shard": _f(rec["ranks"][i]["grad32"][real]),
+                "averaged_shard": _f(opt["grad32"][real]),
                 "adam": {k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt},
                 "master": _f(engine.master_shards()[i][real]),
                 "compute_shard": _f(opt["compute_after"][real]),
                 "params_after": _f(engine.compute_params(i)[: model.num_params]) if stage < 3 else _f(engine.compute_params(i)[real]),
             })
-        calls_back, calls_refresh = rec["calls"]["backward"], rec["calls"]["refresh"]
         result["steps"].append({
             "step": step,
             "gpus": gpus,
-            "reduce_scatter": _hops(cluster.trace, calls_back),
-            "all_gather": _hops(cluster.trace, calls_refresh),
-            "stage3_gathers": [h for h in _hops(cluster.trace, calls_back) if h["collective"] == "all_gather"],
+            "reduce_scatter": _hops(trace, calls["reduce grads"]),
+            "all_gather": _hops(trace, calls["refresh params"]),
+            "stage3_gathers": _hops(trace, calls["gather params"]),
             "memory": [_memory(r.ledger, start) for r, start in zip(cluster.ranks, timeline_start)],
-            "bytes_sent": [sum(e.bytes for e in cluster.trace.events[first_event:] if e.src == r) for r in range(2)],
+            "bytes_sent": [sum(e.bytes for e in trace.events[first_event:] if e.src == r) for r in range(2)],
         })
     result["master"] = _f(engine.full_master())
     result["final_params"] = [_f(engine.compute_params(i)) for i in range(2)]

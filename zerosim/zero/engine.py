@@ -1,31 +1,42 @@
-"""ZeroEngine: one training step of ZeRO stage 0, 1, 2 or 3 on a cluster.
+"""ZeroEngine: one training step of ZeRO stage 0, 1, 2 or 3, driven layer by layer across all local ranks.
 
-The step is the same at every stage (seeds 000/003/004):
+The step (seeds 000/003/004), as `step` below reads:
 
-    forward/backward of one micro-batch per rank   (16-bit params; stage 3 gathers each layer first)
-    reduce the 16-bit gradients                     (stage 0 all-reduce, 1 reduce-scatter, 2/3 per layer)
-    update the rank's shard in fp32                 (g32 = cast32(g16 sum) / N / S; optimizer on the master)
-    refresh the 16-bit params                       (cast; stage 1/2 all-gather, stage 3 keeps the shard)
+    for each micro-step k of K (gradient accumulation):
+        for each op of the schedule (forward, loss, recompute, backward; one layer at a time):
+            stage 3: all-gather the layer's params, one call over every rank     (gather.py)
+            the layer's compute on every rank                                    (models/run.py)
+            stage 3: free the gathered copy; after backward, stage 2/3: reduce-scatter
+            the layer's gradients at once, or stage 0/1: keep them locally       (reduce.py)
+    stage 0: all-reduce the gradients; stage 1: reduce-scatter them               (reduce.py)
+    g32 = cast_fp32(reduced) / (N·K) / S                                          (averaging.py)
+    each rank updates its region in fp32 and casts it back to 16 bits            (update.py)
+    stage 1/2: all-gather the new 16-bit params                                   (gather.py)
 
-The stages differ only in which buffers they shard and when they talk; that difference lives in the
-`Stage` classes of stages.py. Every buffer goes through the rank's ledger; the engine never touches
-another rank's data except through collectives.
+No threads and no callbacks: a collective is one call over every local rank (all N in the
+simulator, one under MPI), so the same code runs on every backend. Everything that happens is a
+typed event in `cluster.trace.log` (cluster/events.py), every buffer goes through a rank's ledger,
+and a rank's state lives on its `Rank`. The stages differ only in their plan (plan.py).
 
-Letters: P parameters, N ranks, s = ceil(P/N) elements per shard, N*s the padded flat length.
+Letters: P parameters, N ranks, K micro-steps, s = ceil(P/N), Ψ = N*s the padded flat length.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives import get_op
-from zerosim.models.run import forward_backward
+from zerosim.cluster import Compute, StepBoundary
+from zerosim.models.run import Pass
+from zerosim.models.schedule import needs_params, schedule
 from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
-from zerosim.precision.cast import has_values
+from zerosim.zero import averaging
 from zerosim.zero.flat import FlatLayout
-from zerosim.zero.lockstep import Lockstep, choose_schedule
-from zerosim.zero.stages import STAGES
+from zerosim.zero.gather import gather_unit, refresh_params, release_unit, unit_params
+from zerosim.zero.plan import PLANS
+from zerosim.zero.reduce import keep_grads, reduce_all, reduce_unit
+from zerosim.zero.state import init_rank, master_of, region
+from zerosim.zero.update import update_all
 
 
 class ZeroEngine:
@@ -33,116 +44,144 @@ class ZeroEngine:
 
     Args:
         model: a `zerosim.models.Model` (TinyNet, MLP, ...).
-        cluster: a `zerosim.Cluster`; one micro-batch per local rank per step.
+        cluster: a `zerosim.Cluster`.
         stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters).
         optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
-        precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure") or
-            a `MixedPrecision`.
+        precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
+            or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
         checkpoint: recompute activations in backward instead of keeping them (seed 004).
         params: initial fp32 weights (P,); default `model.init_params()`.
+        accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
     """
 
-    def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False, params=None):
-        if type(stage) is not int or stage not in STAGES:
-            raise ValueError(f"ZeRO stage must be one of {sorted(STAGES)}, got {stage!r}")
+    def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False,
+                 params=None, accumulation_steps: int = 1):
+        if type(stage) is not int or stage not in PLANS:
+            raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)}, got {stage!r}")
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or get_optimizer('adam')), got {optimizer!r}")
+        if not hasattr(model, "layers") or not hasattr(model, "num_params"):
+            raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
+        if type(accumulation_steps) is not int or accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         optimizer.check_stage(stage)
-        self.model, self.cluster, self.stage_number = model, cluster, stage
-        self.optimizer = optimizer
-        self.precision = get_precision(precision)
-        self.checkpoint = checkpoint
+        self.model, self.cluster, self.stage_number, self.plan = model, cluster, stage, PLANS[stage]
+        self.optimizer, self.precision = optimizer, get_precision(precision)
+        self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
         self.layout = FlatLayout.for_model(model, cluster.world_size)
+        self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
         init = model.init_params() if params is None else np.asarray(params)
+        backend = cluster.backend
         if init.shape != (model.num_params,):
             raise ValueError(f"params must have shape ({model.num_params},) for this model, got {init.shape}")
-        if has_values(init) and not np.all(np.isfinite(init)):  # a meta model's params have no values to check
+        if not backend.all_finite(init):
             raise ValueError("initial params contain NaN or inf")
-        self.t = 0  # optimizer steps taken
-        self.stage = STAGES[stage](self)
-        padded = np.zeros(self.layout.padded, dtype=np.float64, like=init)  # like=: a meta init gives a meta buffer
+        padded = backend.empty((self.layout.padded,), np.float64)  # (Ψ,) float64, zero padding at the end
         padded[: model.num_params] = init.astype(np.float64)
-        if has_values(init) and not np.all(np.isfinite(cast(padded, self.precision.compute_format).astype(np.float64))):
+        padded[model.num_params :] = 0
+        if not backend.all_finite(cast(padded, self.precision.compute_format)):
             raise ValueError(f"initial params overflow {self.precision.compute}: its largest finite value is "
                              f"{self.precision.compute_format.max:g}, the params reach {np.abs(init).max():g}")
+        self.t = 0  # optimizer steps taken
+        self._after_refresh = ()  # the refresh all-gather the next step's first computation waits for
+        self._last_reduce = ()  # the last gradient reduce-scatter of a micro-step (ZeRO-2/3): the optimizer waits for it
         with cluster.phase("init"):
             for rank in cluster.ranks:
-                self.stage.init_rank(rank, padded)
+                init_rank(rank, self.plan, self.layout, self.precision, optimizer, padded)
         for rank in cluster.ranks:
             rank.ledger.reset_peaks()
-        # stages 2 and 3 talk inside backward (per-layer reduce-scatter; stage 3 gathers too)
-        self._lockstep = Lockstep(cluster.local_size, choose_schedule(cluster.backend, self.stage.shards_grads or self.stage.shards_params))
 
     # -- the step --------------------------------------------------------------------------------
-    def step(self, batches, record: dict | None = None) -> list:
-        """One training step: `batches` holds one (x, target) micro-batch per local rank.
+    def step(self, batches) -> list:
+        """One training step. `batches` holds, per local rank, one (x, target) micro-batch, or a list of
+        `accumulation_steps` of them. Returns each local rank's loss (unscaled; the mean over its micro-batches).
 
-        Returns the per-rank (unscaled) losses. If `record` is a dict, it is filled with what the
-        replay narrates: per-rank model events, collective call ids and optimizer intermediates.
-        Raises before touching any state if the batches are malformed; raises FloatingPointError,
-        before any parameter or optimizer state changes, if a reduced gradient is not finite.
+        Raises before touching any state if the batches are malformed; raises FloatingPointError, before
+        any parameter or optimizer state changes, if a reduced gradient is not finite.
         """
-        self._check_batches(batches)
-        cluster, stage, fmt = self.cluster, self.stage, self.precision.compute_format
-        if record is not None:
-            record.update(ranks=[{"model": []} for _ in cluster.ranks], calls={})
-        first_call = len(cluster.trace.calls)
-
-        def one_rank(i):
-            rank = cluster.ranks[i]
-            x, target = batches[i]
-            events = record["ranks"][i]["model"] if record is not None else None
-            rank.ledger.phase_label = "forward/backward"
-            return forward_backward(
-                self.model, x, target, fmt,
-                get_params=lambda layer: stage.get_params(i, layer),
-                release_params=lambda layer: stage.release_params(i, layer),
-                on_grads=lambda layer, grads: stage.on_grads(i, layer, grads),
-                checkpoint=self.checkpoint, ledger=rank.ledger,
-                loss_scale=self.precision.loss_scale, record=events,
-            )
-
+        micro = self._check_batches(batches)  # micro[i][k]: local rank i's k-th (x, target)
+        cluster, plan, trace = self.cluster, self.plan, self.cluster.trace
+        t, K = self.t + 1, self.accumulation_steps
+        trace.record(StepBoundary(t, "begin", K))
         try:
-            with cluster.phase("forward/backward"):
-                stage.begin_step()
-                losses = self._lockstep.run(one_rank)
-            with cluster.phase("reduce gradients"):
-                stage.reduce_gradients()
+            with trace.about(step=t):
+                losses = [self._micro_step(k, [m[k] for m in micro]) for k in range(K)]  # 1. forward, backward
+                with cluster.phase("reduce gradients"):
+                    reduced = reduce_all(self) or self._last_reduce  # 2. stage 0 all-reduce, stage 1 reduce-scatter
+                with cluster.phase("optimizer step"):
+                    grads32 = self._averaged_gradients()  # cast to fp32, / (N·K), / S: averaging.py
         except BaseException:
             self._free_transients()  # nothing of a failed step stays behind to break the next one
             raise
-        if record is not None:
-            record["calls"]["backward"] = list(range(first_call, len(cluster.trace.calls)))
-        with cluster.phase("optimizer step"):
-            grads32 = self._averaged_gradients()
-            self.t += 1
-            records = [{} if record is not None else None for _ in cluster.ranks]
-            stage.update_all(grads32, self.t, records)
-            for i, rank in enumerate(cluster.ranks):
-                if record is not None:
-                    record["ranks"][i]["optim"] = records[i]
-                    record["ranks"][i]["grad32"] = grads32[i].copy()
+        self.t = t
+        with cluster.phase("optimizer step"), trace.about(step=t, micro=K - 1):
+            update_all(self, grads32, needs=reduced)  # 3. each rank updates its own region in fp32
+            for rank in cluster.ranks:
                 rank.ledger.free("grad32")
-        before = len(cluster.trace.calls)
-        with cluster.phase("refresh params"):
-            stage.refresh_params()
-            stage.finish_step()
-        if record is not None:
-            record["calls"]["refresh"] = list(range(before, len(cluster.trace.calls)))
-            record["losses"] = list(losses)
+        with cluster.phase("refresh params"), trace.about(step=t, micro=K - 1):
+            self._after_refresh = refresh_params(self) if plan.refreshes_params else ()  # 4. stage 1/2 all-gather
+        self._finish_step()
+        trace.record(StepBoundary(t, "end", K))
+        return [float(np.mean(np.asarray(per_rank, dtype=np.float64))) for per_rank in zip(*losses)]
+
+    def _micro_step(self, k: int, batches: list) -> list:
+        """Micro-step k: every op of the schedule, layer by layer, on every local rank; the ranks' losses."""
+        cluster, plan, model, trace = self.cluster, self.plan, self.model, self.cluster.trace
+        policy, keep = self.precision, trace.keep_values
+        for rank, (x, target) in zip(cluster.ranks, batches):
+            rank.work = Pass(model, x, target, policy.compute_format, ledger=rank.ledger, loss_scale=policy.loss_scale, keep_values=keep)
+        waits = {rank.index: self._after_refresh for rank in cluster.ranks} if k == 0 else {}
+        self._last_reduce = ()
+        with cluster.phase("forward/backward"), trace.about(micro=k):
+            for op in self.ops:
+                reads = needs_params(model, op)
+                gathered = gather_unit(self, op.layer) if reads and plan.shards_params else ()  # ZeRO-3: gather first
+                for rank in cluster.ranks:
+                    done = rank.work.run(op, unit_params(self, rank, op.layer) if reads else {})
+                    if op.computes:
+                        name = model.layers[op.layer].name if op.layer >= 0 else "loss"
+                        trace.record(Compute(rank.index, self.t + 1, k, op.layer, name, op.kind, done.flops, done.bytes_read,
+                                             done.bytes_written, gathered + waits.pop(rank.index, ()), done.values))
+                    if done.grads:
+                        keep_grads(self, rank, op.layer, done.grads, first=k == 0)
+                if gathered:
+                    release_unit(self, op.layer)  # ZeRO-3: free it right after use
+                if op.kind == "backward" and plan.shards_grads:
+                    self._last_reduce = reduce_unit(self, op.layer, first=k == 0) or self._last_reduce  # ZeRO-2/3
+        losses = [rank.work.loss for rank in cluster.ranks]
+        for rank in cluster.ranks:
+            rank.work = None
         return losses
+
+    def _averaged_gradients(self) -> list:
+        """Each rank's reduced gradient region, as the optimizer reads it (averaging.finish), adopted as
+        kind "grad32". Checks every rank first: a non-finite gradient stops the step with nothing updated."""
+        policy, backend = self.precision, self.cluster.backend
+        problems = []
+        for rank in self.cluster.ranks:
+            bad = backend.count_nonfinite(rank.reduced)
+            problems.append(f"{bad} reduced gradient element(s) are NaN or inf" if bad else None)
+        scale = policy.loss_scale
+        self._agree(problems, (f" (loss scale {scale} may be too large)" if scale != 1 else "")
+                    + "; no parameter or optimizer state was changed", FloatingPointError)
+        n, k = self.cluster.world_size, self.accumulation_steps
+        return [rank.ledger.adopt("grad32", averaging.finish(rank.reduced, policy, n, k), "grad32").array for rank in self.cluster.ranks]
+
+    def _finish_step(self) -> None:
+        for rank in self.cluster.ranks:
+            rank.reduced = None
+            if "grads (wire format)" in rank.ledger.live:
+                rank.ledger.free("grads (wire format)")
 
     def _free_transients(self) -> None:
         """Free every buffer a step allocated (activations, gathered layers, layer gradients, staging),
-        keeping the model states the stage owns: params, gradients, master, optimizer state."""
-        stage = self.stage
-        keep = {id(b) for b in stage.params + stage.grads + stage.master_buf}
-        keep |= {id(b) for state in stage.opt_state for b in state.values()}
-        stage._transient = []
+        keeping the model states on each rank: params, gradients, master, optimizer state."""
         for rank in self.cluster.ranks:
+            keep = {id(b) for b in rank.model_states()}
             for buf in list(rank.ledger.live.values()):
                 if id(buf) not in keep:
                     buf.free()
+            rank.work = rank.reduced = None
 
     def _agree(self, problems: list, what: str, error=ValueError) -> None:
         """Raise `error` on every rank if any rank found a problem (one entry per local rank, None if
@@ -152,70 +191,68 @@ class ZeroEngine:
         if bad:
             raise error("; ".join(f"rank {r}: {p}" for r, p in bad) + what)
 
-    def _averaged_gradients(self) -> list:
-        """Each rank's reduced 16-bit gradient region, widened and averaged: g32 = cast32(g) / N / S.
-
-        Checks every rank before returning, so a non-finite gradient stops the step with nothing updated.
-        """
-        n, upd = self.cluster.world_size, self.precision.update_format
-        average = get_op(self.precision.average)
-        problems = []
-        for i in range(self.cluster.local_size):
-            g = self.stage.reduced_gradient(i)
-            bad = int(np.count_nonzero(~np.isfinite(g.astype(np.float64)))) if has_values(g) else 0
-            problems.append(f"{bad} reduced gradient element(s) are NaN or inf" if bad else None)
-        try:
-            scale = self.precision.loss_scale
-            self._agree(problems, (f" (loss scale {scale} may be too large)" if scale != 1 else "")
-                        + "; no parameter or optimizer state was changed", FloatingPointError)
-        except FloatingPointError:
-            self._free_transients()
-            raise
-        wide = []
-        for i, rank in enumerate(self.cluster.ranks):
-            g = self.stage.reduced_gradient(i)
-            g32 = average.post(g, n) if average.name == "avg" else g
-            g32 = cast(g32, upd) if g32.dtype != upd.dtype else g32.copy()
-            if self.precision.loss_scale != 1:
-                g32 = (g32 / upd.dtype.type(self.precision.loss_scale)).astype(upd.dtype)  # unscale in fp32
-            wide.append(rank.ledger.adopt("grad32", g32, "grad32"))
-        return [b.array for b in wide]
-
-    def _check_batches(self, batches) -> None:
-        if not isinstance(batches, (list, tuple)) or len(batches) != self.cluster.local_size:
+    def _check_batches(self, batches) -> list:
+        """Per local rank, the list of its K micro-batches; raises (on every rank) before anything runs."""
+        local, K = self.cluster.local_size, self.accumulation_steps
+        if not isinstance(batches, (list, tuple)) or len(batches) != local:
             got = len(batches) if isinstance(batches, (list, tuple)) else type(batches).__name__
-            raise ValueError(f"step needs one (x, target) micro-batch per local rank ({self.cluster.local_size}), got {got}")
-        problems = []
+            what = "one (x, target) micro-batch" if K == 1 else f"a list of {K} (x, target) micro-batches"
+            raise ValueError(f"step needs {what} per local rank ({local}), got {got}")
+        micro, problems = [], []
         for b in batches:
-            if not (isinstance(b, (list, tuple)) and len(b) == 2):
-                problems.append("a micro-batch is an (x, target) pair")
+            pairs = [b] if K == 1 and _is_pair(b) else b
+            if not isinstance(pairs, (list, tuple)) or len(pairs) != K or not all(_is_pair(p) for p in pairs):
+                want = "an (x, target) pair" if K == 1 else f"a list of {K} (x, target) pairs (accumulation_steps={K})"
+                micro.append(None)
+                problems.append(f"each rank's micro-batches must be {want}")
                 continue
+            micro.append(list(pairs))
             try:
-                if has_values(b[0]):  # a meta batch has shapes only
-                    self.model.check_batch(b[0], b[1])
+                for x, target in pairs:
+                    self.model.check_batch(x, target)
                 problems.append(None)
             except ValueError as e:
                 problems.append(str(e))
         self._agree(problems, "; nothing was run")
+        return micro
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------
+    def region(self, rank_index: int) -> slice:
+        """The part of the padded flat vector rank `rank_index` updates: its shard, or everything at stage 0."""
+        return region(self.plan, self.layout, rank_index)
+
     def master_shards(self) -> list:
         """Each local rank's fp32 master region (its shard; the whole buffer at stage 0)."""
-        return [self.stage.master(i).copy() for i in range(self.cluster.local_size)]
+        return [master_of(r, self.plan, self.layout, self.precision).copy() for r in self.cluster.ranks]
 
     def optimizer_shards(self) -> list:
         """Each local rank's optimizer state {name: array} over the same region as `master_shards`."""
-        return [{k: v.array.copy() for k, v in self.stage.opt_state[i].items()} for i in range(self.cluster.local_size)]
+        return [{k: v.array.copy() for k, v in r.optim.items()} for r in self.cluster.ranks]
 
     def compute_params(self, i: int) -> np.ndarray:
-        """Rank i's 16-bit params as it holds them (full flat buffer at stages 0-2, its shard at stage 3)."""
-        return self.stage.params[i].array.copy()
+        """Local rank i's 16-bit params as it holds them (full flat buffer at stages 0-2, its shard at stage 3)."""
+        return self.cluster.ranks[i].params.array.copy()
 
     def full_master(self) -> np.ndarray:
         """The whole fp32 master vector (P,), assembled from the local ranks (simulator only)."""
-        return self.stage.assemble([self.stage.master(i) for i in range(self.cluster.local_size)])
+        return self._assemble([master_of(r, self.plan, self.layout, self.precision) for r in self.cluster.ranks])
 
     def full_optimizer_state(self) -> dict:
         """{state name: (P,) array} assembled from the local ranks (simulator only)."""
-        names = self.optimizer.state_names
-        return {k: self.stage.assemble([self.stage.opt_state[i][k].array for i in range(self.cluster.local_size)]) for k in names}
+        return {k: self._assemble([r.optim[k].array for r in self.cluster.ranks]) for k in self.optimizer.state_names}
+
+    def full_params(self) -> np.ndarray:
+        """The whole 16-bit params vector (P,): rank 0's copy at stages 0-2, the shards joined at stage 3."""
+        if self.plan.shards_params:
+            return self._assemble([r.params.array for r in self.cluster.ranks])
+        return self.cluster.ranks[0].params.array[: self.model.num_params].copy()
+
+    def _assemble(self, regions: list) -> np.ndarray:
+        if self.cluster.local_size != self.cluster.world_size:
+            raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
+        full = regions[0] if not self.plan.shards_optimizer else np.concatenate(regions)
+        return full[: self.model.num_params].copy()
+
+
+def _is_pair(b) -> bool:
+    return isinstance(b, (list, tuple)) and len(b) == 2 and not isinstance(b[0], (list, tuple))

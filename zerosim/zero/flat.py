@@ -27,7 +27,7 @@ class FlatLayout:
     def for_model(cls, model, world_size: int) -> "FlatLayout":
         return cls(model.num_params, world_size, tuple(model.layer_window(i) for i in range(len(model.layers))))
 
-    @property
+    @functools.cached_property  # asked on every collective: build it once (a frozen dataclass still has a __dict__)
     def shards(self) -> ShardLayout:
         return ShardLayout(self.num_params, self.world_size)
 

@@ -1,0 +1,57 @@
+"""Parameters on the move: ZeRO-3 gathers a unit before each use and frees it after; stages 1/2 refresh.
+
+Letters: N ranks, s = ceil(P/N); a unit (model layer) occupies the window [a, b) of the flat vector,
+and rank r owns window ∩ [r*s, (r+1)*s) of it (flat.py). Each function runs ONE collective call over
+every local rank at once: the list-of-arrays rank API (one array per local rank in, one out).
+"""
+
+from __future__ import annotations
+
+
+def gathered_name(layer: int) -> str:
+    return f"layer {layer} params (gathered)"
+
+
+def gather_unit(engine, layer: int) -> tuple:
+    """ZeRO-3: all-gather unit `layer`'s window from every rank's shard (seed 004 Stage 3, "gather").
+
+    Each rank adopts its (b - a,) compute-format copy into its ledger as kind "params"; returns the
+    call number, which the computation that reads it waits for.
+    """
+    cluster, layout = engine.cluster, engine.layout
+    pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in cluster.ranks]
+    calls = len(cluster.trace.calls)
+    name = f"{engine.model.layers[layer].name} params"
+    with cluster.trace.about(purpose="gather params", layers=(layer,)):
+        windows = cluster.all_gather(pieces, counts=layout.counts(layer), tag=name)
+    for rank, window in zip(cluster.ranks, windows):
+        rank.ledger.adopt(gathered_name(layer), window, "params")  # (b-a,) compute fmt, until released
+    return tuple(range(calls, len(cluster.trace.calls)))
+
+
+def release_unit(engine, layer: int) -> None:
+    """ZeRO-3: free every rank's gathered copy of unit `layer` right after its use (seed 004: "free")."""
+    for rank in engine.cluster.ranks:
+        rank.ledger.free(gathered_name(layer))
+
+
+def unit_params(engine, rank, layer: int) -> dict:
+    """Layer `layer`'s weights by name as `rank` reads them: views of its whole params buffer
+    (stages 0-2), or of the copy ZeRO-3 just gathered."""
+    model = engine.model
+    if engine.plan.shards_params:
+        return model.unflatten(rank.ledger.get(gathered_name(layer)).array, layer)
+    return model.unflatten(rank.params.array[: model.num_params], layer)  # views, no copy
+
+
+def refresh_params(engine) -> tuple:
+    """Stages 1/2: all-gather the updated 16-bit shards so every rank holds the whole model again
+    (seed 004 step 4). Returns the call number."""
+    cluster, layout = engine.cluster, engine.layout
+    calls = len(cluster.trace.calls)
+    own = [rank.params.array[layout.own(rank.index)] for rank in cluster.ranks]
+    with cluster.trace.about(purpose="refresh params", layers=()):
+        full = cluster.all_gather(own, tag="params")
+    for rank, f in zip(cluster.ranks, full):
+        rank.params.array[...] = f
+    return tuple(range(calls, len(cluster.trace.calls)))
