@@ -63,7 +63,16 @@ def test_every_stage_equals_the_oracle_bitwise(widths, n, stage, precision, opt,
     want_state = ref.optimizer_state()
     for name, got in engine.full_optimizer_state().items():
         assert np.array_equal(bits(got), bits(want_state[name])), name
-    # and every rank's 16-bit params are the cast of the master (stage 3: its shard of it)
+    # and every rank's 16-bit params after the refresh: the oracle's, whole (stages 0-2) or its shard (3)
+    want16 = ref.compute_params()
+    for i, rank in enumerate(engine.cluster.ranks):
+        held = engine.compute_params(i)
+        if stage < 3:
+            assert np.array_equal(bits(held[: len(want16)]), bits(want16)), f"rank {i}"
+        else:
+            own = engine.region(rank.index)
+            real = max(0, min(own.stop, len(want16)) - own.start)
+            assert np.array_equal(bits(held[:real]), bits(want16[own.start : own.start + real])), f"rank {i}"
     assert engine.t == ref.t == steps
 
 

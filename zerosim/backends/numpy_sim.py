@@ -44,23 +44,18 @@ class NumpyBackend(HostArrays):
             self._pooled += array.nbytes
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
-        outbox = {}
-        for src, (array, dst) in enumerate(zip(sends, send_to)):
-            if dst is not None:
-                outbox[(src, dst)] = array
         received = []
         for dst, src in enumerate(recv_from):
             if src is None:
                 received.append(None)
-                continue
-            try:
-                received.append(outbox[(src, dst)])
-            except KeyError:
-                raise RuntimeError(f"rank {dst} waits for a message from rank {src} that was never sent") from None
-        for dst, (array, like) in enumerate(zip(received, recv_like or [None] * len(received))):
-            # the promise the MPI backend relies on, checked here where every rank is at hand
-            if like is not None and (array.size, np.dtype(array.dtype)) != (like[0], np.dtype(like[1])):
-                raise RuntimeError(f"rank {dst} expected {like[0]} {np.dtype(like[1])} elements but was sent {array.size} {array.dtype}")
+            elif send_to[src] == dst and sends[src] is not None:
+                received.append(sends[src])  # every rank is here: hand over the reference
+            else:
+                raise RuntimeError(f"rank {dst} waits for a message from rank {src} that was never sent")
+        if recv_like is not None:  # the promise the MPI backend relies on, checked here where every rank is at hand
+            for dst, (array, like) in enumerate(zip(received, recv_like)):
+                if like is not None and (array.size != like[0] or array.dtype != like[1]):
+                    raise RuntimeError(f"rank {dst} expected {like[0]} {np.dtype(like[1])} elements but was sent {array.size} {array.dtype}")
         return received
 
     def all_meta(self, items) -> list:

@@ -52,10 +52,10 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
     n = cluster.world_size
     me = [rank.index for rank in cluster.ranks]
     size = [stop - start for (start, stop) in bounds]
-    chunk = lambda i, c: staged[i][bounds[c][0] : bounds[c][1]]  # noqa: E731  rank i's own copy of chunk c
+    own = [[x[a:b] for (a, b) in bounds] for x in staged]  # own[i][c]: rank i's own copy of chunk c (views)
     results = [np.empty(size[r], dtype=wire.dtype) for r in me]  # (size[r],) wire dtype: rank r's chunk r
     if n == 1:
-        results[0][...] = chunk(0, 0)
+        results[0][...] = own[0][0]
         return results, []
     temps, acc = [], []  # two partial-sum buffers per rank, used in turn, big enough for any chunk
     for rank in cluster.ranks:
@@ -64,18 +64,23 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
         acc.append([b.array for b in pair])
     send_to = [(r + 1) % n for r in me]
     recv_from = [(r - 1) % n for r in me]
+    hops = cluster.trace.granularity == "hop"
     for k in range(n - 1):
         sends = []
         for i, r in enumerate(me):
             c = (r - 1 - k) % n  # the partial sum of chunk c leaves rank r at step k
-            sends.append(chunk(i, c) if k == 0 else acc[i][(k - 1) % 2][: size[c]])
-            cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
+            sends.append(own[i][c] if k == 0 else acc[i][(k - 1) % 2][: size[c]])
+            if hops:
+                cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
         recv_like = [(size[(r - 2 - k) % n], wire.dtype) for r in me]  # both ends know what arrives
         received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
             c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
             target = results[i] if k == n - 2 else acc[i][k % 2][: size[c]]
-            op.combine(received[i], chunk(i, c), out=target)  # partial + own, one rounding
+            op.combine(received[i], own[i][c], out=target)  # partial + own, one rounding
+    if not hops:  # one summary per rank: over the N-1 steps rank r sent every chunk but its own (r)
+        for r in me:
+            cluster.trace.hop(call, -1, r, -1, -1, sum(size) - size[r], wire.itemsize, wire.name)
     return results, temps
 
 
@@ -84,21 +89,27 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
     n = cluster.world_size
     me = [rank.index for rank in cluster.ranks]
     full = [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
-    part = lambda i, c: full[i][bounds[c][0] : bounds[c][1]]  # noqa: E731
+    part = [[f[a:b] for (a, b) in bounds] for f in full]  # part[i][c]: shard c's place in rank i's output (views)
     for i, r in enumerate(me):
-        part(i, r)[...] = shards[i]
+        part[i][r][...] = shards[i]
     send_to = [(r + 1) % n for r in me]
     recv_from = [(r - 1) % n for r in me]
+    hops = cluster.trace.granularity == "hop"
     for k in range(n - 1):
         sends = []
         for i, r in enumerate(me):
             c = (r - k) % n
-            sends.append(part(i, c))
-            cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name, sends[-1])
+            sends.append(part[i][c])
+            if hops:
+                cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name, sends[-1])
         recv_like = [(bounds[(r - 1 - k) % n][1] - bounds[(r - 1 - k) % n][0], wire.dtype) for r in me]
         received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
-            part(i, (r - 1 - k) % n)[...] = received[i]
+            part[i][(r - 1 - k) % n][...] = received[i]
+    if not hops:  # one summary per rank: rank r forwarded every shard but r+1's (the last to reach it)
+        for r in me:
+            c = (r + 1) % n
+            cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize, wire.name)
     return full
 
 
