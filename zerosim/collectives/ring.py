@@ -106,7 +106,7 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
         received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
         for i, r in enumerate(me):
             part[i][(r - 1 - k) % n][...] = received[i]
-    if not hops:  # one summary per rank: rank r forwarded every shard but r+1's (the last to reach it)
+    if not hops and n > 1:  # one summary per rank: rank r forwarded every shard but r+1's (the last to reach it)
         for r in me:
             c = (r + 1) % n
             cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize, wire.name)
