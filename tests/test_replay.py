@@ -96,3 +96,44 @@ def test_pure_precision_and_tiny_lr_flags_reach_the_run():
 def test_bad_arguments_are_clear_errors(capsys):
     assert main(["replay", "--steps", "0"]) == 2
     assert "steps must be a positive integer" in capsys.readouterr().err
+
+
+# -- what a learner must not be misled by (issue: teaching that a lecturer can stand behind) ----------
+
+def test_stage0_all_reduce_names_its_two_phases_and_what_each_chunk_carries():
+    r = run_json("--stage", "0")
+    hops = r["steps"][0]["reduce_scatter"]
+    # seed 004: GPU 0's gradients [0, 0, 0, -4.5], GPU 1's [-11, -5.5, -5.5, -5.5]; chunk 1 = w3, w4
+    assert [(h["phase"], h["step"], h["src"], h["chunk"], h["values"]) for h in hops] == [
+        ("reduce-scatter", 0, 0, 1, [0, -4.5]),  # GPU 0's own gradients for w3, w4
+        ("reduce-scatter", 0, 1, 0, [-11, -5.5]),  # GPU 1's own gradients for w1, w2
+        ("all-gather", 0, 0, 0, [-11, -5.5]),  # the summed chunk 0: 0 + -11, 0 + -5.5
+        ("all-gather", 0, 1, 1, [-5.5, -10]),  # the summed chunk 1: 0 + -5.5, -4.5 + -5.5
+    ]
+    text = io.StringIO()
+    with redirect_stdout(text):
+        main(["replay", "--stage", "0"])
+    assert "reduce-scatter phase, step 0" in text.getvalue() and "all-gather phase, step 0" in text.getvalue()
+    assert "carrying the summed chunk [-5.5, -10]" in text.getvalue()
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_the_inconsistent_model_before_the_all_gather(stage):
+    # Seed 004: after the update and before the all-gather GPU 0 holds [2.1, -2.9, 1.0, 0.5] (new w1, w2;
+    # old w3, w4) and GPU 1 [2.0, -3.0, 1.1, 0.6] — in fp16, 2.1 is really 2.099609375 and so on.
+    g0, g1 = run_json("--stage", str(stage))["steps"][0]["gpus"]
+    assert g0["params_before_refresh"] == [2.099609375, -2.900390625, 1.0, 0.5]
+    assert g1["params_before_refresh"] == [2.0, -3.0, 1.099609375, 0.60009765625]
+
+
+def test_each_peak_is_explained_by_the_buffers_live_at_it():
+    peaks = {}
+    for stage in (1, 2, 3):
+        phases = run_json("--stage", str(stage))["steps"][0]["memory"][0]
+        for p in phases:
+            assert sum(b["bytes"] for b in p["at_peak"]) == p["peak_bytes"]  # the named buffers add up to the peak
+        peaks[stage] = max(p["peak_bytes"] for p in phases)
+    # Stage 1 peaks in forward with 40 B of model states (8 params + 8 grads + 8 master + 8 m + 8 v) and the
+    # checkpointed input (4) and the loss cache (4); stage 2 holds a 4 B gradient shard instead of 8 B, and
+    # at its peak (backward of layer 2) layer 2's fresh gradients (4 B) and two saved inputs (4 + 2 B).
+    assert peaks == {1: 48, 2: 46, 3: 46}

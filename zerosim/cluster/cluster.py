@@ -41,6 +41,7 @@ class Cluster:
         self.world_size = world_size
         self.trace = Trace(trace, keep_values=keep_values)
         recycle = getattr(self.backend, "recycle", None)
+        self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
         self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
                       for i in self.backend.local_ranks]

@@ -189,6 +189,24 @@ class MemoryLedger:
                 out[-1][1] = snapshot
         return [tuple(p) for p in out]
 
+    def live_at_peaks(self, since: int = 0) -> list:
+        """[(phase, [(name, kind, bytes), ...])]: the buffers live at the moment of each phase's peak.
+
+        Phases as in `by_phase` (from timeline event `since` on; what was live before still counts).
+        Ties keep the first moment the peak was reached. Needs the timeline.
+        """
+        live, out = {}, []
+        for n, e in enumerate(self.timeline):
+            if n >= since and (not out or out[-1][0] != e.phase):
+                out.append([e.phase, sum(b for _, b in live.values()), dict(live)])  # a phase starts with what was live
+            if e.action == "alloc":
+                live[e.name] = (e.kind, e.nbytes)
+            else:
+                live.pop(e.name, None)
+            if n >= since and e.total > out[-1][1]:
+                out[-1][1], out[-1][2] = e.total, dict(live)
+        return [(phase, [(name, kind, nbytes) for name, (kind, nbytes) in held.items()]) for phase, _, held in out]
+
     def reset_peaks(self) -> None:
         """Start peak tracking afresh from what is live now (e.g. after initialisation)."""
         self._peak = dict(self._current)

@@ -57,11 +57,10 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
     if n == 1:
         results[0][...] = own[0][0]
         return results, []
-    temps, acc = [], []  # two partial-sum buffers per rank, used in turn, big enough for any chunk
-    for rank in cluster.ranks:
-        pair = [rank.ledger.alloc(f"call{call}.acc{j}", max(size), wire.dtype, "comm") for j in range(2)]
-        temps.extend(pair)
-        acc.append([b.array for b in pair])
+    # Two partial-sum buffers per rank, used in turn, big enough for any chunk (none needed for N = 2:
+    # the one step adds straight into the result). NOTE: transport memory, like NCCL's fixed per-peer
+    # FIFO buffers, allocated once and reused: it grows with no tensor and sits in no rank's ledger.
+    acc = [[_fifo(cluster, i, j, max(size), wire.dtype) for j in range(2)] for i in range(len(me))] if n > 2 else None
     send_to = [(r + 1) % n for r in me]
     recv_from = [(r - 1) % n for r in me]
     hops = cluster.trace.granularity == "hop"
@@ -81,7 +80,16 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
     if not hops:  # one summary per rank: over the N-1 steps rank r sent every chunk but its own (r)
         for r in me:
             cluster.trace.hop(call, -1, r, -1, -1, sum(size) - size[r], wire.itemsize, wire.name)
-    return results, temps
+    return results, []
+
+
+def _fifo(cluster, i: int, j: int, count: int, dtype) -> np.ndarray:
+    """Local rank i's j-th ring working buffer as (count,) of dtype, grown when a call needs more."""
+    key, nbytes = (i, j), count * np.dtype(dtype).itemsize
+    buf = cluster.fifo.get(key)
+    if buf is None or buf.nbytes < nbytes:
+        buf = cluster.fifo[key] = np.empty(max(nbytes, 1), np.uint8)
+    return buf[:nbytes].view(dtype)
 
 
 def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):

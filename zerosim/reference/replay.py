@@ -24,12 +24,20 @@ def _f(x) -> float | list:
     return float(a) if a.ndim == 0 else a.tolist()
 
 
+def _phase(call) -> str:
+    """Which ring phase a call is: an all-reduce is recorded as two calls, its reduce-scatter and its all-gather."""
+    if call.collective == "broadcast":
+        return "broadcast"
+    return "all-gather" if call.op == "gather" else "reduce-scatter"
+
+
 def _hops(trace, calls: list) -> list:
     out = []
     for e in trace.events:
         if e.call in calls:
             out.append({
-                "call": e.call, "collective": e.collective, "tag": e.tag, "step": e.step, "src": e.src, "dst": e.dst,
+                "call": e.call, "collective": e.collective, "phase": _phase(trace.calls[e.call]), "tag": e.tag,
+                "step": e.step, "src": e.src, "dst": e.dst,
                 "chunk": e.chunk, "elements": e.elements, "bytes": e.bytes, "dtype": e.dtype,
                 "values": _f(e.values) if e.values is not None else None,
             })
@@ -52,7 +60,10 @@ def _model_events(events: list) -> dict:
 
 
 def _memory(ledger, since: int = 0) -> list:
-    return [{"phase": phase, "peak_bytes": int(peak), "holds": {k: int(v) for k, v in holds.items()}}
+    """Per phase: its peak, what was live at that moment (by buffer name), and what it ends holding."""
+    at_peak = dict(ledger.live_at_peaks(since))
+    return [{"phase": phase, "peak_bytes": int(peak), "holds": {k: int(v) for k, v in holds.items()},
+             "at_peak": [{"name": n, "kind": k, "bytes": int(b)} for n, k, b in at_peak[phase]]}
             for phase, peak, holds in ledger.by_phase(since)]
 
 
@@ -121,6 +132,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
                 "adam": {k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt},
                 "master": _f(engine.master_shards()[i][real]),
                 "compute_shard": _f(opt["compute_after"][real]),
+                "params_before_refresh": _f(opt["params_held"][: model.num_params]) if "params_held" in opt else None,
                 "params_after": _f(engine.compute_params(i)[: model.num_params]) if stage < 3 else _f(engine.compute_params(i)[real]),
             })
         result["steps"].append({

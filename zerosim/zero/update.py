@@ -52,6 +52,7 @@ def _update(engine, rank, g32, needs, step=None) -> None:
     if keep:
         values["master"] = np.array(w)
         values["compute_after"] = own_params(rank, plan, layout).copy()
+        values["params_held"] = rank.params.array.copy()  # all this rank holds, before any refresh (seed 004's inconsistent model)
     engine.cluster.trace.record(OptimizerStep(rank.index, t, mine.start, mine.stop, opt.name, needs, values))
 
 
