@@ -40,6 +40,9 @@ def main(argv=None) -> int:
         return 2
     try:
         return COMMANDS[args.command].run(args) or 0
+    except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, BackendUnavailable) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
             from zerosim.backends.mpi import abort_job
@@ -47,9 +50,6 @@ def main(argv=None) -> int:
             abort_job(e, print_traceback=False)
         print(f"zerosim {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

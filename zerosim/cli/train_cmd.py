@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 
-import numpy as np
 
 from zerosim.precision import PRESETS, get_precision
 
@@ -40,7 +39,11 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default="16,64,64,4", help="MLP layer sizes, input first (default 16,64,64,4)")
     p.add_argument("--task", choices=("regression", "classification"), default="regression", help="synthetic task (default regression)")
-    p.add_argument("--batch", type=int, default=16, help="samples per micro-batch, one micro-batch per rank (default 16)")
+    p.add_argument("--batch", type=int, default=16, help="samples per micro-batch (default 16)")
+    p.add_argument("--accumulation-steps", type=int, default=1,
+                   help="K micro-batches per rank per step, gradients accumulated (default 1)")
+    p.add_argument("--grad-accum", choices=("compute", "fp32"), default="compute",
+                   help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
@@ -50,15 +53,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from zerosim.cluster import Cluster
     from zerosim.models import MLP
-    from zerosim.models.data import make_classification, make_regression
-    from zerosim.optim import get_optimizer
-    from zerosim.zero import ZeroEngine
+    from zerosim.zero.trainer import TrainConfig, train
 
     widths = _widths(args.widths)
-    if args.steps < 1 or args.batch < 1:
-        raise ValueError("--steps and --batch must be positive")
+    if args.steps < 1 or args.batch < 1 or args.accumulation_steps < 1:
+        raise ValueError("--steps, --batch and --accumulation-steps must be positive")
     ranks = args.ranks
     if args.backend == "mpi" and ranks is None:
         from zerosim.backends.mpi import world_size_from_environment
@@ -71,43 +71,43 @@ def run(args) -> int:
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
     if args.native and get_precision(args.precision).reduce_format.name not in ("fp32", "fp64"):
         raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop --native")
-    options = {"native": True} if args.native else {}
-    cluster = Cluster(ranks, backend=args.backend, trace="call", timeline=False, **options)
-    talk = cluster.ranks[0].index == 0  # only global rank 0 prints
+    precision = get_precision(args.precision)
+    if args.grad_accum == "fp32":
+        precision = precision.with_(grad_accum="fp32")
+    config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
+                         backend_options={"native": True} if args.native else {}, precision=precision,
+                         optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
+                         accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint)
+    talk = _is_rank_zero(args.backend)  # only global rank 0 prints
+    params = MLP(widths).num_params
+    if talk and not args.json:
+        accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
+        print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
+              f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}", flush=True)
+    bar = tqdm(total=args.steps, disable=not talk or args.json or not sys.stderr.isatty(), desc="training", unit="step")
 
-    rng = np.random.default_rng(args.seed)
-    classify = args.task == "classification"
-    model = MLP(widths, loss="xent" if classify else "mse")
-    params = model.init_params(np.random.default_rng(args.seed + 1))
-    pool_size = ranks * min(args.steps, 32)  # a fixed pool of micro-batches, cycled
-    make = make_classification if classify else make_regression
-    pool = make(rng, pool_size, args.batch, widths)
-    engine = ZeroEngine(model, cluster, args.stage, get_optimizer(args.optimizer, lr=args.lr), args.precision,
-                        checkpoint=args.checkpoint, params=params)
-    if talk:
-        print(f"zerosim train: MLP {widths} ({model.num_params} params), {args.task}, ZeRO stage {args.stage}, "
-              f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}", flush=True)
-    history = []
-    bar = tqdm(range(1, args.steps + 1), disable=not talk or not sys.stderr.isatty(), desc="training", unit="step")
-    for step in bar:
-        base = ((step - 1) * ranks) % pool_size
-        batches = [pool[base + r.index] for r in cluster.ranks]
-        local = engine.step(batches)
-        losses = [l for part in cluster.backend.all_meta([local]) for l in part] if cluster.local_size == 1 else local
-        mean = float(np.mean(np.asarray(losses, dtype=np.float64)))
-        history.append(mean)
+    def on_step(step, mean):
+        bar.update(1)
         bar.set_postfix(loss=f"{mean:.6g}")
         if talk and not args.json and (step % args.print_every == 0 or step == 1 or step == args.steps):
-            bar.write(f"step {step:>5}  loss {mean!r}") if not bar.disable else print(f"step {step:>5}  loss {mean!r}", flush=True)
-    stats = cluster.backend.all_meta([
-        {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
-        for r in cluster.ranks
-    ])
+            line = f"step {step:>5}  loss {mean!r}"
+            bar.write(line) if not bar.disable else print(line, flush=True)
+
+    result = train(config, on_step)
+    bar.close()
     if talk:
         if args.json:
-            print(json.dumps({"losses": history, "ranks": stats}, indent=1))
+            print(json.dumps({"losses": result.losses, "ranks": result.ranks}, indent=1))
         else:
             print("rank  peak memory (B)  bytes sent")
-            for s in stats:
+            for s in result.ranks:
                 print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}")
     return 0
+
+
+def _is_rank_zero(backend: str) -> bool:
+    if backend != "mpi":
+        return True
+    from zerosim.backends.mpi import import_mpi
+
+    return import_mpi().COMM_WORLD.Get_rank() == 0
