@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from zerosim import Cluster  # noqa: E402
-from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec  # noqa: E402
+from zerosim.backends.launch import INSTALL_HINT, find_mpiexec  # noqa: E402
 
 LENGTH = 2**22  # L, elements per rank
 WORLD_SIZES = (2, 4)
@@ -58,7 +58,7 @@ def simulator_seconds(n: int, repeats: int) -> float:
 
 def mpi_worker(repeats: int) -> None:
     """Runs on every rank under mpiexec; rank 0 prints seconds and bitwise agreement with the simulator as JSON."""
-    from zerosim.backends.mpi import run_guarded
+    from zerosim.backends.mpi_failure import run_guarded
 
     def work():
         from mpi4py import MPI
@@ -73,9 +73,9 @@ def mpi_worker(repeats: int) -> None:
         same = lambda got: bool(comm.allreduce(np.array_equal(got.view(np.uint32), want.view(np.uint32)), op=MPI.LAND))  # noqa: E731
         report = {
             "ring": best_of(lambda: ring.reduce_scatter([x]), repeats, comm.Barrier),
-            "native": best_of(lambda: native.native_reduce_scatter(x), repeats, comm.Barrier),
+            "native": best_of(lambda: native.native_reduce_scatter([x])[0], repeats, comm.Barrier),
             "ring_same": same(ring.reduce_scatter([x])[0]),
-            "native_same": same(native.native_reduce_scatter(x)),
+            "native_same": same(native.native_reduce_scatter([x])[0]),
         }
         if r == 0:
             print(json.dumps(report), flush=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
+from zerosim.backends.launch import INSTALL_HINT, find_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "mpi"

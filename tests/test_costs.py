@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from zerosim.costs import (
     LINKS,
-    OPTIMIZERS,
+    OPTIMIZER_STATES,
     PRESETS,
     ActivationShape,
     MemoryConfig,
@@ -99,7 +99,7 @@ BYTES_PER_PARAM_STAGE0 = [
     ("sgd", 8),  # 2 + 2 + 4, no state
     ("sgd_momentum", 12),  # + one fp32 momentum
     ("lion", 12),  # seed 001: "a total of 12 bytes/param"
-    ("adan", 22),  # seed 001: 20 + 2 for the cached previous gradient
+    ("adan", 24),  # 2 + 2 + 4 + m, v, n, g_prev in fp32 (seed 001 counts g_prev at 2: 22, its own row below)
 ]
 
 
@@ -108,8 +108,13 @@ def test_bytes_per_parameter_by_optimizer(opt, per_param):
     assert model_state_memory(1000, 8, 0, MemoryConfig(optimizer=opt)).total == per_param * 1000
 
 
-def test_adan_stage3_is_22P_over_N_as_seed001_says():
-    assert model_state_memory(8000, 8, 3, MemoryConfig(optimizer="adan")).total == 22 * 8000 / 8
+def test_adan_stage3_is_24P_over_N_and_seed001s_row_says_22():
+    assert model_state_memory(8000, 8, 3, MemoryConfig(optimizer="adan")).total == 24 * 8000 / 8
+    from zerosim.costs.conventions import conventions_table, seed001_adan
+
+    assert seed001_adan(8000, 8).bytes == (22 * 8000, 4 * 8000 + 18 * 1000, 2 * 8000 + 20 * 1000, 22 * 1000)  # seed 001: 22 B/param
+    assert any(r.name.startswith("seed 001 Adan") for r in conventions_table(8000, 8, optimizer="adan"))
+    assert not any(r.name.startswith("seed 001 Adan") for r in conventions_table(8000, 8))
 
 
 def test_fp32_gradient_accumulation_doubles_the_gradient_part():
@@ -130,7 +135,7 @@ def test_bad_inputs_are_refused():
 
 psis = st.integers(min_value=0, max_value=10**12)
 worlds = st.integers(min_value=1, max_value=4096)
-configs = st.builds(MemoryConfig, optimizer=st.sampled_from(sorted(OPTIMIZERS)), fp32_grad_accum=st.booleans(),
+configs = st.builds(MemoryConfig, optimizer=st.sampled_from(sorted(OPTIMIZER_STATES)), fp32_grad_accum=st.booleans(),
                     padding=st.sampled_from(["none", "shards"]))
 
 
@@ -151,7 +156,7 @@ def test_stage0_does_not_depend_on_ranks(psi, n1, n2, config):
     assert model_state_memory(psi, n1, 0, config).total == model_state_memory(psi, n2, 0, config).total
 
 
-@given(psis, worlds, st.sampled_from(sorted(OPTIMIZERS)), st.booleans())
+@given(psis, worlds, st.sampled_from(sorted(OPTIMIZER_STATES)), st.booleans())
 def test_parts_by_kind_sum_to_the_total(psi, n, opt, fp32_grads):
     config = MemoryConfig(optimizer=opt, fp32_grad_accum=fp32_grads, padding="shards")  # whole bytes: sums are exact
     for m in model_state_memory_by_stage(psi, n, config):
@@ -161,7 +166,7 @@ def test_parts_by_kind_sum_to_the_total(psi, n, opt, fp32_grads):
 @given(psis, worlds, st.sampled_from([1, 2, 3]))
 def test_padding_makes_each_sharded_part_a_multiple_of_n_elements(psi, n, stage):
     m = model_state_memory(psi, n, stage, MemoryConfig(optimizer="adan", padding="shards"))
-    sharded = [("master", m.master, 4)] + [(k, b, 4 if k != "optim:prev_grad" else 2) for k, b in m.optimizer]
+    sharded = [("master", m.master, 4)] + [(k, b, 4) for k, b in m.optimizer]
     if stage >= 2:
         sharded.append(("grads", m.grads, 2))
     if stage == 3:
@@ -285,3 +290,11 @@ def test_every_preset_has_named_positive_layers():
 def test_conventions_table_prints_every_row():
     text = format_table(conventions_table(7.5e9, 64, largest_layer=117_187_500))
     assert "31.406" in text and "16.641" in text and "1.875" in text and "DeepSpeed" in text
+
+
+def test_every_shardable_optimizer_has_its_state_counted_under_the_ledgers_names():
+    from zerosim.optim import OPTIMIZERS
+
+    for name, cls in OPTIMIZERS.items():
+        if cls.elementwise:  # each with its defaults (SGD: no momentum, so no state)
+            assert {kind for kind, _ in OPTIMIZER_STATES[name].states} == {f"optim:{s}" for s in cls().state_names}, name

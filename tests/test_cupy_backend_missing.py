@@ -14,7 +14,8 @@ import pytest
 
 from zerosim import Cluster
 from zerosim.backends import make_backend
-from zerosim.backends.cupy_nccl import BackendUnavailable, launched_by_mpiexec
+from zerosim.backends.cupy_probe import BackendUnavailable
+from zerosim.backends.launch import launched_by_mpiexec
 
 NEEDS = "the cupy backend needs CuPy (pip install -e '.[gpu]') and an NVIDIA GPU with CUDA"
 

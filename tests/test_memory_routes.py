@@ -108,19 +108,10 @@ def test_a_step_leaves_the_resting_state_as_it_was():
 
 # ---------------------------------------------------------------- real data (numpy backend) vs the formula
 
-# The engine's optimizer state vs costs.OPTIMIZERS, where they differ on purpose (say so, do not hide it):
-# Adan keeps g_prev in the state dtype, fp32, here (zerosim/optim/adan.py: 16 bytes/param); costs counts it
-# at 2 bytes as seed 001 does ("optim:prev_grad", K = 14). Everything else matches kind for kind.
-ENGINE_KINDS = {"adan": {"optim:prev_grad": ("optim:g_prev", 2)}}  # costs kind -> (ledger kind, byte factor)
-
-
 def formula_as_ledger(params, ranks, stage, optimizer) -> dict:
-    want = {}
-    for kind, nbytes in model_state_memory(params, ranks, stage, MemoryConfig(optimizer=optimizer, padding="all")).by_kind.items():
-        kind, factor = ENGINE_KINDS.get(optimizer, {}).get(kind, (kind, 1))
-        if nbytes:
-            want[kind] = nbytes * factor
-    return want
+    """costs' parts by kind, named as the ledger names them (every optimizer, Adan included, kind for kind)."""
+    by_kind = model_state_memory(params, ranks, stage, MemoryConfig(optimizer=optimizer, padding="all")).by_kind
+    return {kind: nbytes for kind, nbytes in by_kind.items() if nbytes}
 
 
 @given(

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from mpi_launch import SCRIPTS, launcher_or_skip, run
-from zerosim.backends.mpi import INSTALL_HINT
+from zerosim.backends.launch import INSTALL_HINT
 
 RUN_TIMEOUT = 900  # seconds for a whole check script; it takes ~10 s on two cores at N = 4
 FAILURE_TIMEOUT = 60  # seconds before we give up on a job that should have aborted...

@@ -101,8 +101,8 @@ def test_train_command_json_equals_the_simulators(mpiexec, options):
     n, steps = 4, 4
     mpi_json, sim_json = _train_both(mpiexec, n, [*options, "--steps", steps, "--json", "--batch", 8])
     got, want = json.loads(mpi_json), json.loads(sim_json)  # stdout is JSON alone: no header before it
-    assert len(want["losses"]) == steps and [s["rank"] for s in want["ranks"]] == list(range(n)), sim
-    assert all(s["bytes_sent"] > 0 and s["peak_bytes"] > 0 for s in want["ranks"]), sim
+    assert len(want["losses"]) == steps and [s["rank"] for s in want["ranks"]] == list(range(n)), sim_json
+    assert all(s["bytes_sent"] > 0 and s["peak_bytes"] > 0 for s in want["ranks"]), sim_json
     assert got["losses"] == want["losses"]  # floats parsed from their shortest repr: equal iff bitwise equal
     for g, w in zip(got["ranks"], want["ranks"], strict=True):
         assert (g["rank"], g["bytes_sent"], g["peak_bytes"], g["peak_by_kind"]) == (w["rank"], w["bytes_sent"], w["peak_bytes"], w["peak_by_kind"])

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster
-from zerosim.backends.cupy_nccl import BackendUnavailable, CupyBackend, import_cupy, launched_by_mpiexec
+from zerosim.backends.cupy_nccl import CupyBackend
+from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+from zerosim.backends.launch import launched_by_mpiexec
 from zerosim.collectives import ShardLayout
 from zerosim.precision import cast, get_format
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from harness import main, make_inputs
 from zerosim import Cluster, ShardLayout, get_format
-from zerosim.backends.mpi import gather_reports, local_reports
+from zerosim.cluster.report import gather_reports, local_reports
 
 FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
 OPS = ("sum", "max", "avg", "avg_predivide", "avg_premul")
@@ -152,22 +152,22 @@ def native_cases(h) -> None:
         magnitude = np.sum([np.abs(x.astype(np.float64)) for x in xs], axis=0)
         gamma = (n - 1) * f.unit_roundoff / (1 - (n - 1) * f.unit_roundoff)  # Higham's bound for n-1 additions
         chunk = slice(r * 16, (r + 1) * 16)
-        got = backend.native_reduce_scatter(xs[r])
+        (got,) = backend.native_reduce_scatter([xs[r]])
         h.check_close(f"native reduce-scatter {fmt}", got, exact[chunk], gamma * magnitude[chunk])
-        h.check_close(f"native all-reduce {fmt}", backend.native_all_reduce(xs[r]), exact, gamma * magnitude)
+        h.check_close(f"native all-reduce {fmt}", backend.native_all_reduce([xs[r]])[0], exact, gamma * magnitude)
         counts = uneven_counts(15, n, 16 * n)
         start = sum(counts[:r])
-        got_v = backend.native_reduce_scatter(xs[r], counts=counts)
+        (got_v,) = backend.native_reduce_scatter([xs[r]], counts=counts)
         mine = slice(start, start + counts[r])
         h.check_close(f"native reduce-scatter {fmt} counts={counts}", got_v, exact[mine], gamma * magnitude[mine])
         if n == 2:  # one addition: a + b == b + a, so any order gives the ring's bits
             h.check(f"native reduce-scatter {fmt} at N=2 equals the ring", got, sim.reduce_scatter(xs)[r])
     for fmt in ("fp16", "bf16"):
         x = make_inputs(16, n, 2 * n, fmt)[r]
-        refuse = lambda: backend.native_reduce_scatter(x)  # noqa: E731
+        refuse = lambda: backend.native_reduce_scatter([x])  # noqa: E731
         h.expect_error(f"native reduce-scatter {fmt} is refused", TypeError, refuse, "fp32 and fp64 only")
     mpi, _ = h.clusters()
-    h.expect_error("native off by default", RuntimeError, lambda: mpi.backend.native_all_reduce(np.zeros(2, np.float32)), "native=True")
+    h.expect_error("native off by default", RuntimeError, lambda: mpi.backend.native_all_reduce([np.zeros(2, np.float32)]), "native=True")
 
 
 def report_cases(h) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from harness import main
 from zerosim import Cluster, MLP, ZeroEngine, get_optimizer
-from zerosim.backends.mpi import gather_reports, local_reports
+from zerosim.cluster.report import gather_reports, local_reports
 from zerosim.models import make_classification, make_regression
 from zerosim.precision import get_precision
 

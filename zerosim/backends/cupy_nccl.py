@@ -19,9 +19,8 @@ Where a rank's arrays live (`arrays=`):
   NCCL's own collectives; the ring module cannot run on these until it takes its array namespace
   (numpy or cupy) from the backend.
 
-bf16: CuPy has no bfloat16 dtype, so a bf16 buffer lives on the device as uint16 (the same two bytes)
-and NCCL is told NCCL_BFLOAT16, so that its own reductions add numbers, not bit patterns. fp8 travels
-as bytes (NCCL_UINT8): NCCL's fp8 types are not exposed by CuPy, so NCCL never reduces fp8 here.
+How each format travels (bf16 as uint16 on the device, fp8 as bytes): nccl_types.py. NCCL's own
+collectives: nccl_collectives.py. Whether CuPy and NCCL are here at all: cupy_probe.py.
 
 Nothing here imports cupy or mpi4py until a backend is created: `import zerosim` never loads them.
 See docs/nccl_mapping.md for every NCCL call this file makes, with its arguments.
@@ -29,89 +28,21 @@ See docs/nccl_mapping.md for every NCCL call this file makes, with its arguments
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
 from zerosim.backends.base import HostArrays
+from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.nccl_collectives import NcclCollectives
+from zerosim.backends.nccl_types import NCCL_2_10_3, Wire, _key, wire_for
 
-from zerosim.precision import FORMATS, Format
-
-INSTALL_HINT = "the cupy backend needs CuPy (pip install -e '.[gpu]') and an NVIDIA GPU with CUDA"
-NCCL_HINT = (
-    "CuPy could not load NCCL (cupy.cuda.nccl.available is False); install it with "
-    "`python -m cupyx.tools.install_library --cuda 12.x --library nccl`, or put libnccl.so.2 on LD_LIBRARY_PATH"
-)
-MPI_LAUNCH_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # set by Open MPI's and MPICH/Hydra's mpiexec
-NCCL_2_10_3 = 21003  # ncclAvg and ncclBfloat16 arrived in NCCL 2.10.3 (version code 2*10000 + 10*100 + 3)
-_NCCL_BYTES = {"NCCL_FLOAT64": 8, "NCCL_FLOAT32": 4, "NCCL_FLOAT16": 2, "NCCL_BFLOAT16": 2, "NCCL_UINT8": 1}
-_NCCL_TYPE_OF = {"fp64": "NCCL_FLOAT64", "fp32": "NCCL_FLOAT32", "fp16": "NCCL_FLOAT16", "bf16": "NCCL_BFLOAT16"}
-_NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg_premul": "NCCL_AVG"}
 _HEADER_TAG = 4242  # mpi4py tag of the (dtype, count) note that precedes each message under mpiexec
 
 
-class BackendUnavailable(RuntimeError):
-    """The cupy backend cannot start here; the message says what is missing and how to get it."""
-
-
-def import_cupy():
-    """Return (cupy, cupy.cuda.nccl, device_count), or raise `BackendUnavailable` naming what is missing."""
-    try:
-        import cupy
-    except ModuleNotFoundError as e:
-        if e.name != "cupy":
-            raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is installed but failed to import: {e}") from e
-        raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is not installed") from e
-    except Exception as e:  # e.g. a CuPy wheel whose CUDA libraries cannot be loaded
-        raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is installed but failed to import: {type(e).__name__}: {e}") from e
-    try:
-        count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as e:  # CUDARuntimeError: cudaErrorNoDevice, cudaErrorInsufficientDriver, no libcuda, ...
-        raise BackendUnavailable(f"{INSTALL_HINT}; no CUDA device was found: {type(e).__name__}: {e}") from e
-    if count < 1:
-        raise BackendUnavailable(f"{INSTALL_HINT}; no CUDA device was found: cupy.cuda.runtime.getDeviceCount() returned {count}")
-    try:
-        from cupy.cuda import nccl
-    except Exception as e:
-        raise BackendUnavailable(f"{INSTALL_HINT}, and NCCL: {NCCL_HINT} ({type(e).__name__}: {e})") from e
-    if not getattr(nccl, "available", False):
-        raise BackendUnavailable(f"{INSTALL_HINT}, and NCCL: {NCCL_HINT}")
-    return cupy, nccl, count
-
-
-def launched_by_mpiexec() -> bool:
-    """True when an mpiexec started this process as one of several (read from its environment, no MPI import)."""
-    return any(os.environ.get(k, "1") not in ("", "1") for k in MPI_LAUNCH_ENV)
-
-
-def _key(dtype) -> str:
-    """A dtype as a short picklable name: the format name for zerosim's formats, else numpy's `str`."""
-    dtype = np.dtype(dtype)
-    for f in FORMATS.values():
-        if f.dtype == dtype:
-            return f.name
-    return dtype.str
-
-
-@dataclass(frozen=True)
-class Wire:
-    """How one dtype travels: the host dtype the ring holds, the dtype CuPy stores, the NCCL datatype."""
-
-    host: np.dtype  # e.g. ml_dtypes.bfloat16
-    device: np.dtype  # e.g. uint16 for bf16 (CuPy has no bfloat16): same bytes, a 2-byte view
-    nccl_name: str  # "NCCL_BFLOAT16", ...; "NCCL_UINT8" when the elements travel as raw bytes
-    nccl_type: int  # the constant itself, from cupy.cuda.nccl
-    reducible: bool  # NCCL adds these as numbers (never raw bytes, never fp8)
-
-    def nccl_count(self, elements: int) -> int:
-        """NCCL's `count` argument for `elements` host elements (bytes when travelling as NCCL_UINT8)."""
-        return elements * self.host.itemsize // _NCCL_BYTES[self.nccl_name]
-
-
-class CupyBackend(HostArrays):
+class CupyBackend(HostArrays, NcclCollectives):
     """Ranks on NVIDIA GPUs with NCCL point-to-point messages; implements `zerosim.backends.base.Backend`.
 
     Args:
@@ -268,68 +199,10 @@ class CupyBackend(HostArrays):
             received.append(host)
         return received
 
-    # -- NCCL's own collectives (the optional hook) ---------------------------------------------
-    # NOTE: NCCL picks its own algorithm (ring, tree, NVLS, CollNet) and splits buffers over channels,
-    # so the order of additions can differ from zerosim's ring for N > 2; for N = 2 each element is a
-    # single addition and equals the ring bit for bit. The ring stays the reference.
-    def native_reduce_scatter(self, tensors, op: str = "sum", fmt=None) -> list:
-        """ncclReduceScatter of one flat (N*s,) array per local rank; rank r gets chunk r, (s,).
-
-        `op`: "sum", "max", "min", "prod", or "avg_premul" (ncclAvg: each input times 1/N rounded to
-        the datatype, then summed). The caller pads to a multiple of N, as the ring's staging does.
-        """
-        nccl_op = self._nccl_op(op)
-        n = self.world_size
-
-        def check(length):
-            if length % n:
-                raise ValueError(f"native_reduce_scatter: length {length} is not a multiple of N={n}; pad it first")
-
-        def call(comm, send, recv, wire, length, stream):
-            comm.reduceScatter(send, recv, wire.nccl_count(length // n), wire.nccl_type, nccl_op, stream)
-
-        return self._native("native_reduce_scatter", tensors, fmt, lambda length: length // n, call, reduce=True, check=check)
-
-    def native_all_reduce(self, tensors, op: str = "sum", fmt=None) -> list:
-        """ncclAllReduce of one flat (L,) array per local rank; `op` as in `native_reduce_scatter`."""
-        nccl_op = self._nccl_op(op)
-
-        def call(comm, send, recv, wire, length, stream):
-            comm.allReduce(send, recv, wire.nccl_count(length), wire.nccl_type, nccl_op, stream)
-
-        return self._native("native_all_reduce", tensors, fmt, lambda length: length, call, reduce=True)
-
-    def native_all_gather(self, tensors, fmt=None) -> list:
-        """ncclAllGather of one equal-size (s,) shard per local rank; every rank gets (N*s,) in rank order."""
-
-        def call(comm, send, recv, wire, length, stream):
-            comm.allGather(send, recv, wire.nccl_count(length), wire.nccl_type, stream)
-
-        return self._native("native_all_gather", tensors, fmt, lambda length: length * self.world_size, call)
-
-    def native_broadcast(self, tensors, root: int, fmt=None) -> list:
-        """ncclBroadcast of rank `root`'s flat array; the others' arrays give only length and dtype."""
-
-        def call(comm, send, recv, wire, length, stream):
-            comm.broadcast(send, recv, wire.nccl_count(length), wire.nccl_type, int(root), stream)
-
-        return self._native("native_broadcast", tensors, fmt, lambda length: length, call)
-
     # -- helpers ----------------------------------------------------------------------------------
     def wire(self, dtype_or_key) -> Wire:
         """How a dtype (or a format, or a format name such as "bf16") travels through NCCL."""
-        if isinstance(dtype_or_key, Format):
-            dtype = dtype_or_key.dtype
-        elif isinstance(dtype_or_key, str) and dtype_or_key in FORMATS:
-            dtype = FORMATS[dtype_or_key].dtype
-        else:
-            dtype = np.dtype(dtype_or_key)
-        name = _key(dtype)
-        nccl_name = _NCCL_TYPE_OF.get(name, "NCCL_UINT8")
-        if name == "bf16" and not self.has_bf16:
-            nccl_name = "NCCL_UINT8"  # NCCL < 2.10.3: the bits still travel, but NCCL cannot add them
-        device = dtype if dtype.kind in "biuf" else np.dtype(f"uint{8 * dtype.itemsize}")  # bf16 -> uint16, fp8 -> uint8
-        return Wire(dtype, device, nccl_name, getattr(self._nccl, nccl_name), nccl_name != "NCCL_UINT8")
+        return wire_for(self._nccl, dtype_or_key, self.has_bf16)
 
     def _logical(self, array, fmt=None) -> np.dtype:
         """The dtype an array stands for: `fmt` if given; uint16 on the device means bf16 (see top)."""
@@ -377,47 +250,6 @@ class CupyBackend(HostArrays):
                 raise RuntimeError(f"rank {self.local_ranks[j]} waits for a message from rank {src} that was never sent")
             notes.append((_key(out[i][1].host), int(out[i][0].size)))
         return notes
-
-    def _native(self, what: str, tensors, fmt, out_length, call, reduce: bool = False, check=None) -> list:
-        """Run `call` for every local rank inside one NCCL group; outputs of `out_length(L)` elements."""
-        if len(tensors) != len(self.local_ranks):
-            raise ValueError(f"{what}: got {len(tensors)} arrays but this process hosts {len(self.local_ranks)} rank(s)")
-        staged = [self._to_device(i, t, fmt) for i, t in enumerate(tensors)]
-        meta = self.all_meta([(int(buf.size), _key(wire.host)) for buf, wire in staged])
-        if len(set(meta)) != 1:
-            raise ValueError(f"{what}: every rank must pass the same length and dtype, got {meta}")
-        length, wire = meta[0][0], staged[0][1]
-        if reduce and not wire.reducible:
-            raise TypeError(f"{what}: NCCL cannot reduce {wire.host} here (it travels as {wire.nccl_name}); use the ring")
-        if check is not None:
-            check(length)  # before the group: a half-issued group would leave the other GPUs waiting
-        outs = []
-        for i in range(len(staged)):
-            with self._on(i):
-                outs.append(self._cp.empty(out_length(length), dtype=wire.device))
-        self._nccl.groupStart()  # one process driving several GPUs must group its per-GPU calls
-        try:
-            for i, comm in enumerate(self._comms):
-                if length:
-                    call(comm, staged[i][0].data.ptr, outs[i].data.ptr, wire, length, self._streams[i].ptr)
-        finally:
-            self._nccl.groupEnd()
-        for s in self._streams:
-            s.synchronize()
-        if self.arrays == "device":
-            return outs
-        results = []
-        for i, o in enumerate(outs):
-            with self._on(i) as stream:
-                results.append(o.get(stream=stream).view(wire.host))
-        return results
-
-    def _nccl_op(self, op: str) -> int:
-        if op not in _NCCL_OPS:
-            raise ValueError(f"unknown NCCL reduction {op!r}; choose one of {list(_NCCL_OPS)}")
-        if op == "avg_premul" and not self.has_avg:
-            raise RuntimeError(f"ncclAvg needs NCCL >= 2.10.3 (found version code {self.nccl_version}) and a CuPy that exposes NCCL_AVG")
-        return getattr(self._nccl, _NCCL_OPS[op])
 
     @contextmanager
     def _on(self, i: int):

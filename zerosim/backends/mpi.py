@@ -20,25 +20,19 @@ fp32/fp64. NOTE: MPI picks its own algorithm (recursive halving, pairwise exchan
 add in another order than NCCL's ring and differ in the last bits; it is an option for speed, never
 the reference.
 
-Failure: a rank that raises while the others wait in a receive would leave them hanging forever.
-`run_guarded(fn)` and the `sys.excepthook` this backend installs print
-``zerosim: rank R failed: <ExceptionType>: <message>`` and call `MPI_Abort`, which ends the whole job.
+Failure: a rank that raises while the others wait in a receive would leave them hanging forever;
+mpi_failure.py ends the whole job instead (`run_guarded`, or `abort_on_error=True` for an excepthook).
 """
 
 from __future__ import annotations
-
-import os
-import shutil
-import sys
-import traceback
-from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 
 from zerosim.backends.base import HostArrays
+from zerosim.backends.launch import import_mpi
+from zerosim.backends.mpi_failure import install_abort_hook
 
-INSTALL_HINT = "the mpi backend needs mpi4py and an MPI library: pip install -e '.[mpi]'"
 
 # Every dtype a rank may send, by tag: the tag of a message is its dtype's index here.
 _WIRE_DTYPES = tuple(
@@ -50,21 +44,6 @@ _WIRE_DTYPES = tuple(
 )
 _TAG_OF = {d: i for i, d in enumerate(_WIRE_DTYPES)}
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # MPI reduces these as IEEE numbers
-
-
-def import_mpi():
-    """mpi4py's MPI module (initialising MPI), or an ImportError that says how to install it."""
-    try:
-        from mpi4py import MPI
-    except (ImportError, RuntimeError, OSError) as e:  # no mpi4py, or no libmpi for it to load
-        raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
-    return MPI
-
-
-def find_mpiexec() -> str | None:
-    """The mpiexec that belongs to this Python (the mpich wheel puts it next to the interpreter), else PATH's."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
 
 
 def _transport(MPI, dtype: np.dtype):
@@ -90,14 +69,15 @@ class MpiBackend(HostArrays):
     Args:
         world_size: N; must equal the number of processes mpiexec started.
         native: allow `native_reduce_scatter` / `native_all_reduce` (MPI's own reductions, fp32/fp64 only).
-        abort_on_error: install a `sys.excepthook` that ends the whole job when this rank raises.
+        abort_on_error: install a `sys.excepthook` that ends the whole job when this rank raises
+            (off by default: a library should not change the interpreter's global hooks unasked).
         comm: the communicator to run on (default MPI_COMM_WORLD); it is duplicated, so zerosim's
             messages never mix with the program's own.
     """
 
     name = "mpi"
 
-    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = True, comm=None):
+    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = False, comm=None):
         MPI = import_mpi()
         comm = MPI.COMM_WORLD if comm is None else comm
         if comm.size != world_size:
@@ -196,12 +176,14 @@ class MpiBackend(HostArrays):
         return buf[:nbytes]
 
     # -- MPI's own collectives (native=True) ------------------------------------------------------
-    def native_reduce_scatter(self, array, counts=None, op: str = "sum") -> np.ndarray:
-        """MPI_Reduce_scatter(_block) of this rank's flat (L,) array: returns chunk `rank` (counts[rank],).
+    def native_reduce_scatter(self, tensors, op: str = "sum", counts=None) -> list:
+        """MPI_Reduce_scatter(_block) of this rank's flat (L,) array, given as the rank API's list of one:
+        returns [chunk `rank`], (counts[rank],). The CuPy backend's `native_reduce_scatter` has this signature too.
 
         Without `counts` L must be a multiple of N (the ring's padded buffer). `op` is "sum" or "max".
         NOTE: MPI chooses the order of additions, which may differ from NCCL's ring in the last bits.
         """
+        (array,) = self._one("native_reduce_scatter", tensors)
         array, mpi_type, mpi_op = self._native_args("native_reduce_scatter", array, op)
         n, length = self.world_size, array.shape[0]
         if counts is None:
@@ -216,7 +198,7 @@ class MpiBackend(HostArrays):
             self.comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=mpi_op)
         else:
             self.comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
-        return out
+        return [out]
 
     def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
         """The collectives' reduce-scatter data movement done by MPI's own Reduce_scatter (native=True).
@@ -228,14 +210,15 @@ class MpiBackend(HostArrays):
         for rank in cluster.ranks:
             cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[rank.index], wire.itemsize, wire.name)
         name = "max" if op.combine is np.maximum else "sum"  # the averaging variants scale before or after
-        return [self.native_reduce_scatter(s, counts=counts, op=name) for s in staged], []
+        return self.native_reduce_scatter(staged, op=name, counts=counts), []
 
-    def native_all_reduce(self, array, op: str = "sum") -> np.ndarray:
-        """MPI_Allreduce of this rank's array (any shape). Same NOTE on the order as `native_reduce_scatter`."""
+    def native_all_reduce(self, tensors, op: str = "sum") -> list:
+        """MPI_Allreduce of this rank's array (any shape), as a list of one. Same NOTE as `native_reduce_scatter`."""
+        (array,) = self._one("native_all_reduce", tensors)
         flat, mpi_type, mpi_op = self._native_args("native_all_reduce", array, op)
         out = np.empty_like(flat)
         self.comm.Allreduce([flat, mpi_type], [out, mpi_type], op=mpi_op)
-        return out.reshape(np.shape(array))
+        return [out.reshape(np.shape(array))]
 
     def _native_args(self, what: str, array, op: str):
         if not self.native:
@@ -250,96 +233,3 @@ class MpiBackend(HostArrays):
         if op not in ops:
             raise ValueError(f"{what}: op must be one of {list(ops)}, got {op!r} (the averaging variants scale before or after)")
         return array, _transport(self._MPI, array.dtype)[1], ops[op]
-
-
-# -- failure: one rank's exception ends the job ------------------------------------------------------
-def failure_message(rank: int, exc: BaseException) -> str:
-    return f"zerosim: rank {rank} failed: {type(exc).__name__}: {exc}"
-
-
-def abort_job(exc: BaseException, comm=None, print_traceback: bool = True) -> None:
-    """Print the rank's traceback and ``zerosim: rank R failed: ...`` to stderr, then MPI_Abort(1)."""
-    comm = import_mpi().COMM_WORLD if comm is None else comm
-    if print_traceback:
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    print(failure_message(comm.rank, exc), file=sys.stderr, flush=True)
-    comm.Abort(1)  # mpiexec then kills every other process of the job
-
-
-def run_guarded(fn, *args, comm=None, **kwargs):
-    """Call fn(*args, **kwargs); if it raises (or exits non-zero), end the whole MPI job.
-
-    Without this, a rank that dies leaves its ring neighbours waiting forever in a receive.
-    """
-    try:
-        return fn(*args, **kwargs)
-    except SystemExit as e:
-        if e.code in (None, 0):
-            raise
-        abort_job(RuntimeError(f"exited with status {e.code}"), comm, print_traceback=False)
-    except BaseException as e:  # KeyboardInterrupt too: the other ranks would hang all the same
-        abort_job(e, comm)
-
-
-def install_abort_hook(comm=None) -> None:
-    """Make an uncaught exception on this rank abort the job (chained after the current excepthook)."""
-    if getattr(sys.excepthook, "_zerosim_abort", False):
-        return
-    previous = sys.excepthook
-
-    def hook(exc_type, exc, tb):
-        previous(exc_type, exc, tb)  # the usual traceback first
-        abort_job(exc, comm, print_traceback=False)
-
-    hook._zerosim_abort = True
-    sys.excepthook = hook
-
-
-# -- one report from many processes -----------------------------------------------------------------
-@dataclass(frozen=True)
-class RankReport:
-    """What one rank's ledger and trace say: bytes live and peak by kind, bytes it sent by collective."""
-
-    rank: int
-    current: dict  # kind -> bytes live now (kinds with nothing live left out)
-    peak: dict  # kind -> most bytes ever live at once
-    current_total: int
-    peak_total: int
-    bytes_sent: int
-    bytes_sent_by_collective: dict = field(default_factory=dict)
-
-
-def local_reports(cluster) -> list:
-    """A `RankReport` for each rank this process hosts (all N in the simulator)."""
-    reports = []
-    for rank in cluster.ranks:
-        ledger, r = rank.ledger, rank.index
-        by_collective = {}
-        for e in cluster.trace.events:
-            if e.src == r:
-                by_collective[e.collective] = by_collective.get(e.collective, 0) + e.bytes
-        reports.append(RankReport(
-            r, ledger.by_kind(), ledger.peak_by_kind(), ledger.current(), ledger.peak(), cluster.trace.bytes_sent(r), by_collective
-        ))
-    return reports
-
-
-def gather_reports(cluster, root: int = 0):
-    """Every rank's `RankReport`, in rank order, on `root`; None on the other processes.
-
-    Collective under MPI: every process must call it. With the numpy simulator all ranks are local,
-    so it simply returns them (this process is every rank, root included).
-    """
-    mine = local_reports(cluster)
-    comm = getattr(cluster.backend, "comm", None)
-    if comm is None:
-        return mine
-    gathered = comm.gather(mine, root=root)
-    if gathered is None:
-        return None
-    return sorted((r for part in gathered for r in part), key=lambda report: report.rank)
-
-
-def world_size_from_environment() -> int:
-    """The number of processes mpiexec started (1 when run without mpiexec)."""
-    return import_mpi().COMM_WORLD.Get_size()

@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-from zerosim.backends.cupy_nccl import BackendUnavailable
+from zerosim.backends.cupy_probe import BackendUnavailable
+from zerosim.backends.launch import launched_by_mpiexec
 from zerosim.cli import figures_cmd, memory_cmd, replay_cmd, train_cmd
 
 COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd}
@@ -38,6 +39,14 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if launched_by_mpiexec():  # one rank of several: a failure anywhere must end the whole job, not hang it
+        from zerosim.backends.mpi_failure import run_guarded
+
+        return run_guarded(_run, args)
+    return _run(args)
+
+
+def _run(args) -> int:
     try:
         return COMMANDS[args.command].run(args) or 0
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
@@ -45,7 +54,7 @@ def main(argv=None) -> int:
         return 0
     except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, BackendUnavailable) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
-            from zerosim.backends.mpi import abort_job
+            from zerosim.backends.mpi_failure import abort_job
 
             abort_job(e, print_traceback=False)
         print(f"zerosim {args.command}: error: {e}", file=sys.stderr)

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import math
 
+from zerosim.costs import GB
+from zerosim.optim import OPTIMIZERS
+
+ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)  # what every stage can shard
+
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
-OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan")
 PRECISIONS = ("fp16-mixed", "bf16-mixed")
-GB = 1e9
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
@@ -31,7 +34,7 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
     which.add_argument("--model", choices=sorted(PRESETS), default=None, help="a preset model, by its layer sizes")
     p.add_argument("--layers", type=int, default=64, help="with --params: equal layers to split Ψ into (default 64)")
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam, K = 8 + 4 master)")
+    p.add_argument("--optimizer", choices=ELEMENTWISE, default="adam", help="optimizer (default adam, K = 8 + 4 master)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp16-mixed", help="mixed-precision preset (default fp16-mixed)")
     p.add_argument("--unit", choices=("module", "block"), default="block",
                    help="gather/reduce unit for presets: one module or one transformer block (default block, as FSDP wraps)")
@@ -83,7 +86,7 @@ def report(args) -> dict:
         "step": not args.no_step, "activations": "left out (parameter counts only; see zerosim.costs.activation_memory)",
         "stages": measured,
         "conventions": [{"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}
-                        for r in conventions_table(P, N, model.largest_layer)],
+                        for r in conventions_table(P, N, model.largest_layer, args.optimizer)],
         "seed001_erratum": {
             "printed_gb": list(printed.gb()), "formulas_gb": list(own.gb()), "stages": list(printed.erratum),
             "note": "seed 001's printed table (7B on 8 GPUs) disagrees with its own formulas 4P + 12P/N and 2P + 14P/N",
@@ -120,10 +123,8 @@ def format_report(r: dict) -> str:
         "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times 2 bytes. Activations are left",
         "out: the meta model has parameter counts, not shapes (see zerosim.costs.activation_memory).",
     ]
-    if r["optimizer"] == "adan":
-        lines.append("NOTE: Adan keeps g_prev in fp32 here (4 bytes/param); the formula counts it at 2, as seed 001 does.")
     lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
-    lines.append(format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"])))
+    lines.append(format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"])))
     e = r["seed001_erratum"]
     lines += [
         "",

@@ -11,10 +11,10 @@ import json
 import sys
 
 
+from zerosim.optim import OPTIMIZERS
 from zerosim.precision import PRESETS, get_precision
 
 HELP = "train an MLP on a synthetic task (stage, ranks, precision, optimizer, steps)"
-OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adan", "muon")
 
 
 def _widths(text: str) -> list:
@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     p.add_argument("--native", action="store_true",
                    help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; fp32 only)")
     p.add_argument("--precision", choices=sorted(PRESETS), default="bf16-mixed", help="mixed-precision preset (default bf16-mixed)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam", help="optimizer (default adam)")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default="16,64,64,4", help="MLP layer sizes, input first (default 16,64,64,4)")
@@ -61,7 +61,7 @@ def run(args) -> int:
         raise ValueError("--steps, --batch and --accumulation-steps must be positive")
     ranks = args.ranks
     if args.backend == "mpi" and ranks is None:
-        from zerosim.backends.mpi import world_size_from_environment
+        from zerosim.backends.launch import world_size_from_environment
 
         ranks = world_size_from_environment()
     ranks = 4 if ranks is None else ranks
@@ -108,6 +108,6 @@ def run(args) -> int:
 def _is_rank_zero(backend: str) -> bool:
     if backend != "mpi":
         return True
-    from zerosim.backends.mpi import import_mpi
+    from zerosim.backends.launch import world_rank_from_environment
 
-    return import_mpi().COMM_WORLD.Get_rank() == 0
+    return world_rank_from_environment() == 0

@@ -26,7 +26,7 @@ from zerosim.costs.conventions import (
 )
 from zerosim.costs.memory import (
     GB,
-    OPTIMIZERS,
+    OPTIMIZER_STATES,
     MemoryConfig,
     ModelStateMemory,
     OptimizerState,
@@ -38,7 +38,7 @@ from zerosim.costs.presets import PRESETS, ModelPreset, get_preset
 __all__ = [
     "GB",
     "LINKS",
-    "OPTIMIZERS",
+    "OPTIMIZER_STATES",
     "PRESETS",
     "ActivationMemory",
     "ActivationShape",

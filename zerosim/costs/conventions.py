@@ -47,6 +47,16 @@ def seed001_formulas(P, N) -> ConventionRow:
     return ConventionRow("seed 001 formulas (16P)", b, "2 + 2 + 12: the paper's accounting with K = 12")
 
 
+def seed001_adan(P, N) -> ConventionRow:
+    """Seed 001's Adan: 2 + 2 + 4 + 12 (m, v, n) + 2 (g_prev in 16 bits) = 22 bytes/param at stage 0.
+
+    zerosim's Adan keeps g_prev in fp32 (4 bytes: 24 bytes/param); the seed's 2 assumes a 16-bit copy.
+    Sharded as the seed's other formulas: 4P + 18P/N; 2P + 20P/N; 22P/N.
+    """
+    b = (22 * P, 4 * P + 18 * P / N, 2 * P + 20 * P / N, 22 * P / N)
+    return ConventionRow("seed 001 Adan (g_prev in 16 bits)", b, "22 bytes/param; zerosim keeps g_prev in fp32: 24")
+
+
 SEED001_PRINTED_GB = (112.0, 21.5, 15.75, 14.0)  # seed 001's table "For 8 GPUs and a 7B model", as printed
 
 
@@ -110,9 +120,12 @@ def deepspeed_estimators(P, N, largest_layer=None) -> ConventionRow:
                          "counts fp32 grads too (18 = 2+4+4+8); ZeRO-3 adds 4L; prints GiB")
 
 
-def conventions_table(params, ranks: int, largest_layer=None) -> list:
-    """The rows above for Ψ = params on N = ranks; seed 001's printed row only for its own 7B / 8 case."""
-    rows = [zerosim_parts(params, ranks), zero_paper(params, ranks), seed001_formulas(params, ranks)]
+def conventions_table(params, ranks: int, largest_layer=None, optimizer: str = "adam") -> list:
+    """The rows above for Ψ = params on N = ranks; seed 001's printed row only for its own 7B / 8 case,
+    and its Adan row beside zerosim's when the optimizer is Adan."""
+    rows = [zerosim_parts(params, ranks, MemoryConfig(optimizer=optimizer)), zero_paper(params, ranks), seed001_formulas(params, ranks)]
+    if optimizer == "adan":
+        rows.append(seed001_adan(params, ranks))
     if (params, ranks) == (7e9, 8):
         rows.append(seed001_printed_table())
     rows += [seed003_table(params, ranks), seed000_general(params, ranks), seed000_printed_stages(params, ranks),

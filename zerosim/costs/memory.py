@@ -36,7 +36,7 @@ class OptimizerState:
         return sum(nbytes for _, nbytes in self.states)
 
 
-OPTIMIZERS = {
+OPTIMIZER_STATES = {  # the state each optimizer keeps, by ledger kind (zerosim.optim.OPTIMIZERS has the optimizers)
     # Adam keeps first and second moments m, v in fp32 (seed 001: "8 bytes/param regardless of the model's precision").
     "adam": OptimizerState("adam", (("optim:m", 4), ("optim:v", 4))),
     # AdamW: the same two moments; decoupled weight decay needs no extra state.
@@ -47,10 +47,10 @@ OPTIMIZERS = {
     "sgd_momentum": OptimizerState("sgd_momentum", (("optim:b", 4),)),
     # Lion: one fp32 momentum, applied through its sign (seed 001: 4 bytes/param, 12 in total).
     "lion": OptimizerState("lion", (("optim:m", 4),)),
-    # Adan: m, v (gradient-difference moment), n in fp32 = 12, plus the cached previous gradient g_{t-1}
-    # at 2 bytes (16-bit), as seed 001 counts it (22 bytes/param in total, 22P/N at stage 3).
-    # NOTE: an implementation that caches g_{t-1} in fp32 needs 4 bytes there, K = 16.
-    "adan": OptimizerState("adan", (("optim:m", 4), ("optim:v", 4), ("optim:n", 4), ("optim:prev_grad", 2))),
+    # Adan: m, v (gradient-difference moment), n and the cached previous gradient g_prev, all in fp32, as
+    # zerosim/optim/adan.py keeps them: K = 16 (24 bytes/param at stage 0). Seed 001 counts g_prev at
+    # 2 bytes (16-bit, 22 bytes/param): a labelled row of the conventions table (conventions.seed001_adan).
+    "adan": OptimizerState("adan", (("optim:m", 4), ("optim:v", 4), ("optim:n", 4), ("optim:g_prev", 4))),
 }
 
 PADDINGS = ("none", "shards", "all")
@@ -60,7 +60,7 @@ PADDINGS = ("none", "shards", "all")
 class MemoryConfig:
     """What the memory formula counts: the optimizer, byte sizes, fp32 gradient accumulation, padding."""
 
-    optimizer: str = "adam"  # a key of OPTIMIZERS
+    optimizer: str = "adam"  # a key of OPTIMIZER_STATES
     param_bytes: int = 2  # 16-bit (fp16/bf16) compute copy of the parameters
     master_bytes: int = 4  # fp32 master weights
     fp32_grad_accum: bool = False  # True: gradients kept (accumulated) in fp32, 4Ψ instead of 2Ψ
@@ -70,8 +70,8 @@ class MemoryConfig:
     padding: str = "shards"
 
     def __post_init__(self):
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {sorted(OPTIMIZERS)}")
+        if self.optimizer not in OPTIMIZER_STATES:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {sorted(OPTIMIZER_STATES)}")
         if self.padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, got {self.padding!r}")
 
@@ -125,7 +125,7 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     """Per-rank model-state bytes at `stage`: the ZeRO paper's (2 + 2 + K)Ψ, sharded stage by stage.
 
     stage 0: (2 + g + 4 + K)Ψ;  stage 1: (2 + g)Ψ + (4 + K)Ψ/N;  stage 2: 2Ψ + (g + 4 + K)Ψ/N;
-    stage 3: (2 + g + 4 + K)Ψ/N, with g = 2 (4 with fp32 gradient accumulation) and K from OPTIMIZERS.
+    stage 3: (2 + g + 4 + K)Ψ/N, with g = 2 (4 with fp32 gradient accumulation) and K from OPTIMIZER_STATES.
     With Adam, K + 4 = 12 and Ψ = 7.5e9, N = 64 this gives the paper's 120 / 31.4 / 16.6 / 1.9 GB.
     """
     config = config or MemoryConfig()  # defaults: Adam, 16-bit params and grads, fp32 master, padded shards
@@ -138,7 +138,7 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
         raise ValueError(f"ranks must be >= 1, got {ranks}")
     shard_p, shard_g, shard_os = SHARDED[stage]
     p, g, os_ = (_elements(psi, ranks, s, config.padding) for s in (shard_p, shard_g, shard_os))
-    opt = OPTIMIZERS[config.optimizer]
+    opt = OPTIMIZER_STATES[config.optimizer]
     return ModelStateMemory(
         stage=stage,
         ranks=ranks,

@@ -8,7 +8,8 @@ numbers (`printed`) to show beside the bars.
 
 from __future__ import annotations
 
-GB = 1e9
+from zerosim.costs import GB
+
 STAGE_NAMES = {0: "baseline\n(data parallel)", 1: "ZeRO-1\n$P_{os}$", 2: "ZeRO-2\n$P_{os+g}$", 3: "ZeRO-3\n$P_{os+g+p}$"}
 KIND_STYLE = {  # kind -> (label, colour): 16-bit states blue, fp32 states warm, as the paper shades them
     "params": ("16-bit params", "#4c72b0"),

@@ -1,0 +1,55 @@
+"""When one MPI rank fails, end the whole job: otherwise its ring neighbours wait forever in a receive.
+
+Opt-in: `run_guarded(fn)` around a rank's program (the CLI does this under mpiexec), or
+`install_abort_hook()` (what `MpiBackend(..., abort_on_error=True)` does) for uncaught exceptions.
+Either prints ``zerosim: rank R failed: <ExceptionType>: <message>`` and calls `MPI_Abort`.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from zerosim.backends.launch import import_mpi
+
+
+def failure_message(rank: int, exc: BaseException) -> str:
+    return f"zerosim: rank {rank} failed: {type(exc).__name__}: {exc}"
+
+
+def abort_job(exc: BaseException, comm=None, print_traceback: bool = True) -> None:
+    """Print the rank's traceback and ``zerosim: rank R failed: ...`` to stderr, then MPI_Abort(1)."""
+    comm = import_mpi().COMM_WORLD if comm is None else comm
+    if print_traceback:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(failure_message(comm.rank, exc), file=sys.stderr, flush=True)
+    comm.Abort(1)  # mpiexec then kills every other process of the job
+
+
+def run_guarded(fn, *args, comm=None, **kwargs):
+    """Call fn(*args, **kwargs); if it raises (or exits non-zero), end the whole MPI job.
+
+    Without this, a rank that dies leaves its ring neighbours waiting forever in a receive.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except SystemExit as e:
+        if e.code in (None, 0):
+            raise
+        abort_job(RuntimeError(f"exited with status {e.code}"), comm, print_traceback=False)
+    except BaseException as e:  # KeyboardInterrupt too: the other ranks would hang all the same
+        abort_job(e, comm)
+
+
+def install_abort_hook(comm=None) -> None:
+    """Make an uncaught exception on this rank abort the job (chained after the current excepthook)."""
+    if getattr(sys.excepthook, "_zerosim_abort", False):
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)  # the usual traceback first
+        abort_job(exc, comm, print_traceback=False)
+
+    hook._zerosim_abort = True
+    sys.excepthook = hook
