@@ -76,3 +76,23 @@ def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
     assert result.returncode != 0
     assert "zerosim: rank 1 failed: RuntimeError: injected failure at ring step 2" in result.stderr, result.stderr
     assert "finished, which it must not" not in result.stderr
+
+
+def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
+    """Rank 1 stops answering (SIGSTOP) before an all-reduce: with a 2 s watchdog the job ends, naming it,
+    soon after the timeout — not after FAILURE_TIMEOUT, and not never."""
+    timeout = 2.0
+    start = time.monotonic()
+    result = run([mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)], timeout=FAILURE_TIMEOUT)
+    elapsed = time.monotonic() - start
+    assert elapsed < timeout + FAILURE_PROMISE, f"the job took {elapsed:.1f} s to end"
+    assert result.returncode != 0
+    assert "SilentRank: rank 1 has not answered for 2 s" in result.stderr, result.stderr
+    assert "finished, which it must not" not in result.stderr
+
+
+def test_ranks_that_disagree_on_an_argument_are_told_which(mpiexec):
+    result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=FAILURE_TIMEOUT)
+    assert result.returncode != 0
+    assert "the ranks disagree on steps (--steps): rank 0 has 3, rank 1 has 5" in result.stderr, result.stderr
+    assert "peak_by_kind" not in result.stderr + result.stdout  # not a dump of the statistics

@@ -429,7 +429,7 @@ def test_muon_refuses_flat_steps_and_sharded_stages():
     assert "X X^T" in opt.why_not_sharded and "stages 2" in opt.why_not_sharded
     opt.check_stage(1)
     for stage in (2, 3):
-        with pytest.raises(ValueError, match="shard the gradient"):
+        with pytest.raises(ValueError, match="which this stage shards across ranks"):
             opt.check_stage(stage)
     for name, cls in OPTIMIZERS.items():
         if name != "muon":

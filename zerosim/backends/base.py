@@ -11,7 +11,9 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
 - `all_meta(items)`: every rank's small description of its input (lengths, dtypes), so that bad input
   is caught on every rank before any data moves;
 - `count_nonfinite(array)` / `all_finite(array)`: how many NaN/inf an array holds, read where the
-  array lives (the meta backend's arrays hold no values, so none).
+  array lives (the meta backend's arrays hold no values, so none);
+- `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
+  so engines refuse a run that cannot fit before allocating any of it.
 
 A backend may also run a collective's data movement itself: `reduce_scatter_phase(cluster, staged,
 op, wire, bounds, call)` and `all_gather_phase(cluster, shards, bounds, total, wire, call)`, in place
@@ -24,6 +26,7 @@ unchanged on every backend.
 
 from __future__ import annotations
 
+import os
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -55,8 +58,27 @@ def count_nonfinite(array) -> int:
     return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
 
 
+def available_bytes() -> int | None:
+    """Host memory the kernel says a new allocation can get (MemAvailable), or None when it cannot tell."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 class HostArrays:
-    """The value checks for backends whose arrays numpy can read (numpy, MPI; CuPy after a copy)."""
+    """What backends whose arrays live in host memory share (numpy, MPI; CuPy in its default "host" mode)."""
+
+    def available_bytes(self) -> int | None:
+        """Bytes a new allocation can get on this process's host (None: unknown)."""
+        return available_bytes()
 
     def count_nonfinite(self, array) -> int:
         return count_nonfinite(self.to_numpy(array))

@@ -11,6 +11,7 @@ import sys
 
 INSTALL_HINT = "the mpi backend needs mpi4py and an MPI library: pip install -e '.[mpi]'"
 MPI_LAUNCH_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # set by Open MPI's and MPICH/Hydra's mpiexec
+MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
 def import_mpi():
@@ -31,6 +32,16 @@ def find_mpiexec() -> str | None:
 def launched_by_mpiexec() -> bool:
     """True when an mpiexec started this process as one of several (read from its environment, no MPI import)."""
     return any(os.environ.get(k, "1") not in ("", "1") for k in MPI_LAUNCH_ENV)
+
+
+def launched_rank() -> int | None:
+    """This process's rank as mpiexec's environment says (no MPI import), or None when not launched by it."""
+    if not launched_by_mpiexec():
+        return None
+    for var in MPI_RANK_ENV:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
 
 
 def world_size_from_environment() -> int:

@@ -216,6 +216,10 @@ class MetaBackend:
     def all_finite(self, array) -> bool:
         return True
 
+    def available_bytes(self) -> None:
+        """No limit: a MetaArray allocates nothing, so any size can be accounted."""
+        return None
+
     # -- the collectives' data movement, answered from sizes alone -------------------------------------
     def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
         """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result."""

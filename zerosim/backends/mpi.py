@@ -26,12 +26,15 @@ mpi_failure.py ends the whole job instead (`run_guarded`, or `abort_on_error=Tru
 
 from __future__ import annotations
 
+import os
+import time
+
 import ml_dtypes
 import numpy as np
 
 from zerosim.backends.base import HostArrays
 from zerosim.backends.launch import import_mpi
-from zerosim.backends.mpi_failure import install_abort_hook
+from zerosim.backends.mpi_failure import SilentRank, install_abort_hook
 
 
 # Every dtype a rank may send, by tag: the tag of a message is its dtype's index here.
@@ -43,6 +46,12 @@ _WIRE_DTYPES = tuple(
     )
 )
 _TAG_OF = {d: i for i, d in enumerate(_WIRE_DTYPES)}
+_META_TAG = 1000  # all_meta's messages, on their own communicator
+_PING_TAG, _PONG_TAG = 1001, 1002  # the watchdog's "whom are you waiting on?" and its answer, on the same one
+PING_PATIENCE = 2.0  # seconds a pinged rank has to answer before it is named as the silent one
+DEFAULT_TIMEOUT = 60.0  # seconds the watchdog waits for a silent peer
+
+
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # MPI reduces these as IEEE numbers
 
 
@@ -71,13 +80,15 @@ class MpiBackend(HostArrays):
         native: allow `native_reduce_scatter` / `native_all_reduce` (MPI's own reductions, fp32/fp64 only).
         abort_on_error: install a `sys.excepthook` that ends the whole job when this rank raises
             (off by default: a library should not change the interpreter's global hooks unasked).
+        timeout: the watchdog's patience, in seconds: a peer that sends nothing for this long is named
+            in a `SilentRank` error (default: $ZEROSIM_MPI_TIMEOUT, else 60).
         comm: the communicator to run on (default MPI_COMM_WORLD); it is duplicated, so zerosim's
             messages never mix with the program's own.
     """
 
     name = "mpi"
 
-    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = False, comm=None):
+    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = False, comm=None, timeout: float | None = None):
         MPI = import_mpi()
         comm = MPI.COMM_WORLD if comm is None else comm
         if comm.size != world_size:
@@ -87,7 +98,12 @@ class MpiBackend(HostArrays):
                 f"launch with `mpiexec -n {world_size} ...` (one process per rank)"
             )
         self._MPI = MPI
+        self.timeout = float(os.environ.get("ZEROSIM_MPI_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else float(timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"the MPI watchdog's timeout must be a positive number of seconds, got {self.timeout}")
         self.comm = comm.Dup()
+        self._meta = comm.Dup()  # all_meta's and the watchdog's own channel: never matched by a ring step's receive
+        self._waiting_on, self._pongs = None, []  # whom this rank waits on now (for pings), answers in flight
         self.world_size = world_size
         self.rank = comm.rank
         self.local_ranks = [comm.rank]
@@ -110,8 +126,83 @@ class MpiBackend(HostArrays):
         return np.asarray(array)
 
     def all_meta(self, items) -> list:
+        """Every rank's item, in rank order: rank 0 collects them (naming any rank that stays silent past
+        the watchdog's timeout) and sends the list back to everyone."""
         (item,) = self._one("all_meta", items)
-        return self.comm.allgather(item)
+        if self.world_size == 1:
+            return [item]
+        if self.rank == 0:
+            everyone = [item] + [self._recv_object(r) for r in range(1, self.world_size)]
+            for r in range(1, self.world_size):
+                self._wait([self._meta.isend(everyone, dest=r, tag=_META_TAG)], r, "all_meta")
+            return everyone
+        self._wait([self._meta.isend(item, dest=0, tag=_META_TAG)], 0, "all_meta")
+        return self._recv_object(0)
+
+    # -- the watchdog: a peer that stops answering is named, not waited for forever -----------------
+    def _wait(self, requests: list, peer: int, what: str, statuses=None) -> None:
+        """Complete `requests` (a message to or from `peer`) under the watchdog."""
+        MPI = self._MPI
+        self._poll(lambda: True if MPI.Request.Testall(requests, statuses) else None, peer, what)
+
+    def _probe(self, source: int, what: str, status=None):
+        """A matched probe for the next message from `source`, under the watchdog: a buffer message on the
+        ring's channel (with `status`), or else a pickled object on all_meta's."""
+        if status is None:
+            return self._poll(lambda: self._meta.improbe(source=source, tag=_META_TAG), source, what)  # its recv() unpickles
+        return self._poll(lambda: self.comm.Improbe(source=source, tag=self._MPI.ANY_TAG, status=status), source, what)
+
+    def _poll(self, ready, peer: int, what: str):
+        """Call `ready()` until it gives something other than None; meanwhile answer other ranks' pings.
+
+        After `timeout` seconds, find who is really silent — `peer` may itself be waiting on another
+        rank — and raise `SilentRank` naming it. NOTE: the sleep between polls grows to 1 ms, so a
+        waiting rank does not spin a core as MPI's own blocking waits do.
+        """
+        deadline, pause = time.monotonic() + self.timeout, 0.0
+        self._waiting_on = peer
+        try:
+            while (value := ready()) is None:
+                self._answer_pings()
+                if time.monotonic() > deadline:
+                    silent, chain = self._find_silent(peer)
+                    via = "" if chain == [silent] else f" (rank {self.rank} waits on " + ", which waits on ".join(f"rank {r}" for r in chain) + ")"
+                    raise SilentRank(f"rank {silent} has not answered for {self.timeout:g} s ({what}){via}: it has stopped, hung "
+                                     f"or died; raise the watchdog's timeout with MpiBackend(timeout=...) or ZEROSIM_MPI_TIMEOUT")
+                time.sleep(pause)
+                pause = min(1e-3, 2 * pause + 1e-6)
+            return value
+        finally:
+            self._waiting_on = None
+
+    def _answer_pings(self) -> None:
+        """Tell every rank that pinged us whom we are waiting on (None: no one)."""
+        status = self._MPI.Status()
+        while self._meta.Iprobe(source=self._MPI.ANY_SOURCE, tag=_PING_TAG, status=status):
+            asker = status.Get_source()
+            self._meta.recv(source=asker, tag=_PING_TAG)
+            self._pongs = [r for r in self._pongs if not r.Test()] + [self._meta.isend(self._waiting_on, dest=asker, tag=_PONG_TAG)]
+
+    def _find_silent(self, peer: int) -> tuple:
+        """Follow the chain of waits from `peer`: the first rank that does not answer a ping within
+        PING_PATIENCE seconds (or that waits on no one, or closes a cycle) is the silent one."""
+        chain = [peer]
+        while True:
+            rank = chain[-1]
+            self._pongs.append(self._meta.isend(None, dest=rank, tag=_PING_TAG))
+            deadline, answer = time.monotonic() + PING_PATIENCE, None
+            while (message := self._meta.improbe(source=rank, tag=_PONG_TAG)) is None and time.monotonic() < deadline:
+                self._answer_pings()
+                time.sleep(1e-3)
+            if message is None:
+                return rank, chain  # it cannot even answer a ping: stopped, hung, or busy for longer than we wait
+            answer = message.recv()
+            if answer is None or answer in chain or answer == self.rank:
+                return rank, chain  # alive and waiting on no one (still computing?), or a cycle of waits
+            chain.append(answer)
+
+    def _recv_object(self, source: int):
+        return self._probe(source, "all_meta").recv()
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
         """Send `sends[0]` to rank `send_to[0]` and receive from `recv_from[0]` (either may be None).
@@ -130,30 +221,32 @@ class MpiBackend(HostArrays):
             outgoing, send_tag = [send.view(view), mpi_type], _tag(send.dtype)
         else:
             outgoing, dst, send_tag = None, MPI.PROC_NULL, 0
+        request = self.comm.Isend(outgoing, dest=dst, tag=send_tag) if outgoing is not None else None
         if src is None:
-            if outgoing is not None:
-                self.comm.Send(outgoing, dest=dst, tag=send_tag)
+            if request is not None:
+                self._wait([request], dst, "exchange")
             return [None]
         status = MPI.Status()
-        if like is not None:  # the caller knows what comes: one Sendrecv, no probe
+        if like is not None:  # the caller knows what comes: receive straight into a buffer, no probe
             count, dtype = int(like[0]), np.dtype(like[1])
             view, mpi_type = _transport(MPI, dtype)
             incoming = self._recv_buffer(count * dtype.itemsize).view(view)
-            self.comm.Sendrecv(outgoing, dst, send_tag, [incoming, mpi_type], src, MPI.ANY_TAG, status)
+            self._wait([self.comm.Irecv([incoming, mpi_type], source=src, tag=MPI.ANY_TAG)], src, "exchange", [status])
+            if request is not None:
+                self._wait([request], dst, "exchange")
             got_dtype, got_count = _WIRE_DTYPES[status.Get_tag()], status.Get_count(mpi_type)
             if (got_dtype, got_count) != (dtype, count):
                 raise RuntimeError(
                     f"rank {self.rank} expected {count} {dtype} elements from rank {src} but got {got_count} {got_dtype}"
                 )
         else:  # ask the message itself: the tag names the dtype, the probe counts elements
-            request = self.comm.Isend(outgoing, dest=dst, tag=send_tag) if outgoing is not None else None
-            message = self.comm.Mprobe(source=src, tag=MPI.ANY_TAG, status=status)
+            message = self._probe(src, "exchange", status)
             dtype = _WIRE_DTYPES[status.Get_tag()]
             view, mpi_type = _transport(MPI, dtype)
             incoming = self._recv_buffer(status.Get_count(MPI.BYTE)).view(view)
             message.Recv([incoming, mpi_type])
             if request is not None:
-                request.Wait()
+                self._wait([request], dst, "exchange")
         received = incoming.view(dtype)
         received.flags.writeable = False
         return [received]

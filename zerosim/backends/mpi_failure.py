@@ -13,6 +13,10 @@ import traceback
 from zerosim.backends.launch import import_mpi
 
 
+class SilentRank(RuntimeError):
+    """A peer sent nothing for longer than the MPI backend's watchdog allows (stopped, hung or dead)."""
+
+
 def failure_message(rank: int, exc: BaseException) -> str:
     return f"zerosim: rank {rank} failed: {type(exc).__name__}: {exc}"
 
@@ -37,8 +41,13 @@ def run_guarded(fn, *args, comm=None, **kwargs):
         if e.code in (None, 0):
             raise
         abort_job(RuntimeError(f"exited with status {e.code}"), comm, print_traceback=False)
-    except BaseException as e:  # KeyboardInterrupt too: the other ranks would hang all the same
-        abort_job(e, comm)
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line, from rank 0, and the job ends
+        comm = import_mpi().COMM_WORLD if comm is None else comm
+        if comm.rank == 0:
+            print("zerosim: interrupted", file=sys.stderr, flush=True)
+        comm.Abort(130)
+    except BaseException as e:  # the other ranks would wait for this one forever
+        abort_job(e, comm, print_traceback=not isinstance(e, SilentRank))  # a silent peer: the message says it all
 
 
 def install_abort_hook(comm=None) -> None:

@@ -13,7 +13,7 @@ import os
 import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
-from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.launch import launched_by_mpiexec, launched_rank
 from zerosim.cli import figures_cmd, memory_cmd, replay_cmd, train_cmd
 
 COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd}
@@ -49,10 +49,14 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     try:
         return COMMANDS[args.command].run(args) or 0
+    except KeyboardInterrupt:  # Ctrl-C: one line (from one rank under mpiexec) and the shell's usual status
+        if launched_rank() in (None, 0):
+            print(f"zerosim {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, BackendUnavailable) as e:
+    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, MemoryError, BackendUnavailable) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
             from zerosim.backends.mpi_failure import abort_job
 

@@ -21,6 +21,8 @@ from zerosim.optim import OPTIMIZERS
 
 ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)  # what every stage can shard
 
+MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
+
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
 PRECISIONS = ("fp16-mixed", "bf16-mixed")
 
@@ -36,8 +38,8 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
     p.add_argument("--optimizer", choices=ELEMENTWISE, default="adam", help="optimizer (default adam, K = 8 + 4 master)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp16-mixed", help="mixed-precision preset (default fp16-mixed)")
-    p.add_argument("--unit", choices=("module", "block"), default="block",
-                   help="gather/reduce unit for presets: one module or one transformer block (default block, as FSDP wraps)")
+    p.add_argument("--unit", choices=("module", "block"), default=None,
+                   help="with --model: gather/reduce unit, one module or one transformer block (default block, as FSDP wraps)")
 
 
 def add_arguments(p) -> None:
@@ -54,10 +56,14 @@ def model_from_args(args):
     if args.ranks < 1 or args.layers < 1:
         raise ValueError("--ranks and --layers must be at least 1")
     if args.model is not None:
-        return MetaModel.from_preset(get_preset(args.model), unit=args.unit)
+        return MetaModel.from_preset(get_preset(args.model), unit=args.unit or "block")
+    if args.unit is not None:
+        raise ValueError("--unit chooses how a --model preset is cut into units; with --params the model is --layers equal layers")
     params = 7.5e9 if args.params is None else args.params
-    if not math.isfinite(params) or params > 2**62 or params != int(params) or params < 1:
-        raise ValueError(f"--params must be a whole number of parameters, got {params!r}")
+    if not math.isfinite(params) or params != int(params) or params < 1:
+        raise ValueError(f"--params must be a whole number of parameters >= 1, got {params!r}")
+    if params > MAX_PARAMS:
+        raise ValueError(f"--params {params:g} is more than {MAX_PARAMS:g} parameters, beyond any model trained so far")
     return MetaModel.from_params(int(params), layers=args.layers)
 
 
@@ -82,7 +88,7 @@ def report(args) -> dict:
     printed, own = seed001_printed_table(), seed001_formulas(7e9, 8)
     return {
         "model": model.name, "params": P, "layers": len(model.layers), "largest_layer": model.largest_layer, "ranks": N,
-        "optimizer": args.optimizer, "precision": args.precision, "unit": args.unit if args.model else "layer",
+        "optimizer": args.optimizer, "precision": args.precision, "unit": (args.unit or "block") if args.model else "layer",
         "step": not args.no_step, "activations": "left out (parameter counts only; see zerosim.costs.activation_memory)",
         "stages": measured,
         "conventions": [{"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}

@@ -8,6 +8,7 @@ bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend mpi` (rank 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 
@@ -53,20 +54,23 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from zerosim.models import MLP
     from zerosim.zero.trainer import TrainConfig, train
 
     widths = _widths(args.widths)
-    if args.steps < 1 or args.batch < 1 or args.accumulation_steps < 1:
-        raise ValueError("--steps, --batch and --accumulation-steps must be positive")
+    for flag, value in (("--steps", args.steps), ("--batch", args.batch), ("--accumulation-steps", args.accumulation_steps)):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
     ranks = args.ranks
     if args.backend == "mpi" and ranks is None:
         from zerosim.backends.launch import world_size_from_environment
 
         ranks = world_size_from_environment()
     ranks = 4 if ranks is None else ranks
-    if args.print_every < 1 or args.seed < 0 or args.lr < 0:
-        raise ValueError("--print-every must be >= 1, --seed >= 0 and --lr >= 0")
+    for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
+                                  ("--seed", args.seed, args.seed >= 0, ">= 0"),
+                                  ("--lr", args.lr, math.isfinite(args.lr) and args.lr >= 0, "a finite number >= 0")):
+        if not ok:
+            raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
     if args.native and get_precision(args.precision).reduce_format.name not in ("fp32", "fp64"):
@@ -79,11 +83,13 @@ def run(args) -> int:
                          optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint)
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
-    params = MLP(widths).num_params
-    if talk and not args.json:
-        accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
-        print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
-              f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}", flush=True)
+
+    def on_start(params):
+        if talk and not args.json:
+            accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
+            print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
+                  f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}", flush=True)
+
     bar = tqdm(total=args.steps, disable=not talk or args.json or not sys.stderr.isatty(), desc="training", unit="step")
 
     def on_step(step, mean):
@@ -93,7 +99,7 @@ def run(args) -> int:
             line = f"step {step:>5}  loss {mean!r}"
             bar.write(line) if not bar.disable else print(line, flush=True)
 
-    result = train(config, on_step)
+    result = train(config, on_step, on_start)
     bar.close()
     if talk:
         if args.json:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from zerosim.backends import make_backend
+from zerosim.cluster.budget import check_world_size
 from zerosim.cluster.ledger import MemoryLedger
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Trace
@@ -35,6 +36,8 @@ class Cluster:
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
+        if isinstance(backend, str) and backend in ("numpy", "meta"):  # every rank lives in this process
+            check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")

@@ -161,7 +161,10 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
     phase = getattr(cluster.backend, "reduce_scatter_phase", _ring_reduce_scatter)  # the backend's own, or the ring
-    results, acc = phase(cluster, staged, reduce_op, wire_fmt, bounds, call)
+    # NOTE: a 16-bit sum may overflow to inf on the wire, as on a GPU, silently: engines detect it afterwards
+    # (count_nonfinite, loss scaling); numpy's warning would only be noise
+    with np.errstate(over="ignore", invalid="ignore"):
+        results, acc = phase(cluster, staged, reduce_op, wire_fmt, bounds, call)
     _free(temps + acc)
     cluster.trace.end(call)
     keep = [c for c in counts] if counts is not None else layout.real_sizes()

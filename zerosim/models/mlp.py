@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim.models.layers import GELU, Linear, ReLU
 from zerosim.models.losses import get_loss
 from zerosim.models.model import Model
@@ -17,6 +19,8 @@ class MLP(Model):
     """
 
     def __init__(self, widths, activation: str = "relu", loss: str = "mse", bias: bool = True):
+        if not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in widths):
+            raise ValueError(f"MLP widths must be whole numbers of units, got {list(widths)}")
         widths = [int(w) for w in widths]
         if len(widths) < 2 or min(widths) < 1:
             raise ValueError(f"an MLP needs at least two positive widths [D_in, ..., D_out], got {widths}")

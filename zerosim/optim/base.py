@@ -124,9 +124,9 @@ class Optimizer:
     def check_stage(self, stage: int) -> None:
         """Raise ValueError (with `why_not_sharded`) if this optimizer cannot run at ZeRO `stage`."""
         if stage not in self.allowed_stages:
-            raise ValueError(
-                f"{self.name} cannot run at ZeRO stage {stage} (allowed: {self.allowed_stages}): {self.why_not_sharded}"
-            )
+            allowed = " or ".join(map(str, self.allowed_stages))
+            raise ValueError(f"{self.name} cannot run at ZeRO stage {stage}: it needs whole weight matrices, which this stage "
+                             f"shards across ranks; use stage {allowed} (why: {type(self).__name__}.why_not_sharded)")
 
     def step(self, w: np.ndarray, g: np.ndarray, state: dict, t: int, record: dict | None = None) -> None:
         """Update `w` and `state` in place from gradient `g` at 1-based step `t`.

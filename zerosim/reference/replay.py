@@ -9,6 +9,8 @@ data (JSON-ready); `replay_text.narrate()` tells it in the article's order.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
@@ -67,6 +69,20 @@ def _memory(ledger, since: int = 0) -> list:
             for phase, peak, holds in ledger.by_phase(since)]
 
 
+def _check_no_overflow(lr: float, steps: int, betas, fmt) -> None:
+    """Refuse, before running, a learning rate whose Adam steps could push a weight past `fmt`'s largest value.
+
+    Adam's step is bounded per weight (Kingma & Ba 2015, §2.1): |Δ| <= lr·(1−β1)/√(1−β2) when
+    1−β1 > √(1−β2), else |Δ| <= lr. The seed's weights start within |w| <= 3, so after `steps` steps
+    |w| <= 3 + steps·bound: if that can pass fmt.max, the 16-bit copies could become inf.
+    """
+    b1, b2 = betas
+    bound = lr * max(1.0, (1 - b1) / math.sqrt(1 - b2))
+    if not math.isfinite(lr) or 3 + steps * bound > fmt.max:
+        raise ValueError(f"--lr {lr:g} could move a weight by up to {bound:g} per step, past {fmt.name}'s largest finite "
+                         f"value {fmt.max:g} within {steps} step(s): its {fmt.name} weights would become inf; use a smaller --lr")
+
+
 def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
            betas=(0.9, 0.999), eps: float = 1e-8) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
@@ -87,6 +103,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     policy = get_precision(precision)
+    _check_no_overflow(lr, steps, betas, policy.compute_format)
     model = TinyNet()
     cluster = Cluster(2, keep_values=True)
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.cluster import Compute, StepBoundary
+from zerosim.cluster.budget import check_fits, gb
 from zerosim.models.run import Pass
 from zerosim.models.schedule import needs_params, schedule
 from zerosim.optim import Optimizer
@@ -35,7 +36,7 @@ from zerosim.zero.flat import FlatLayout
 from zerosim.zero.gather import gather_unit, refresh_params, release_unit, unit_params
 from zerosim.zero.plan import PLANS
 from zerosim.zero.reduce import keep_grads, reduce_all, reduce_unit
-from zerosim.zero.state import init_rank, master_of, region
+from zerosim.zero.state import init_rank, master_of, region, state_bytes
 from zerosim.zero.update import update_all
 
 
@@ -70,6 +71,8 @@ class ZeroEngine:
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
         self.layout = FlatLayout.for_model(model, cluster.world_size)
         self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
+        check_engine_fits(model, cluster.world_size, cluster.local_size, stage, optimizer, self.precision,
+                          cluster.backend.available_bytes())  # before any large allocation
         init = model.init_params() if params is None else np.asarray(params)
         backend = cluster.backend
         if init.shape != (model.num_params,):
@@ -252,6 +255,17 @@ class ZeroEngine:
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
         full = regions[0] if not self.plan.shards_optimizer else np.concatenate(regions)
         return full[: self.model.num_params].copy()
+
+
+def check_engine_fits(model, world_size: int, local_size: int, stage: int, optimizer, precision, have) -> None:
+    """Raise `OutOfMemory` before anything is allocated if the model states of the `local_size` ranks this
+    process hosts (and the initial weights) cannot fit in `have` bytes (None: no limit, the meta backend)."""
+    plan, layout, policy = PLANS[stage], FlatLayout.for_model(model, world_size), get_precision(precision)
+    per_rank = state_bytes(plan, layout, policy, optimizer)
+    check_fits(12 * layout.padded + local_size * per_rank,  # + the fp32 init (P,) and its float64 padded copy
+               f"ZeRO-{stage} for {model.num_params:,} parameters on {local_size:,} rank(s) in this process "
+               f"({gb(per_rank)} of model states per rank, plus the initial weights)",
+               "account it without allocating on the meta backend (Cluster(N, backend='meta'), zerosim memory)", have)
 
 
 def _is_pair(b) -> bool:

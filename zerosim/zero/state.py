@@ -33,6 +33,16 @@ def init_rank(rank, plan, layout, policy, optimizer, padded64) -> None:
     rank.optim = optimizer.init_state(led, mine.stop - mine.start, dtype=policy.update_format.dtype)
 
 
+def state_bytes(plan, layout, policy, optimizer) -> int:
+    """Bytes `init_rank` allocates on one rank, from shapes and dtypes alone (for the memory guard)."""
+    upd = policy.update_format.dtype
+    mine = layout.shard_size if plan.shards_optimizer else layout.padded  # the region it updates
+    params = (layout.shard_size if plan.shards_params else layout.padded) * policy.compute_format.itemsize
+    grads = (layout.shard_size if plan.shards_grads else layout.padded) * accum_format(policy, reduced=plan.shards_grads).itemsize
+    master = mine * policy.master_format.itemsize if policy.master_format is not None else 0
+    return params + grads + master + mine * optimizer.state_bytes_per_param(upd)
+
+
 def own_params(rank, plan, layout) -> np.ndarray:
     """The 16-bit params this rank updates (a view): its whole buffer at stages 0 and 3, its shard at 1/2."""
     return rank.params.array if plan.shards_params or not plan.shards_optimizer else rank.params.array[layout.own(rank.index)]

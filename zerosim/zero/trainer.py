@@ -11,15 +11,16 @@ Letters: N ranks, K micro-steps per step (gradient accumulation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from zerosim.cluster import Cluster
+from zerosim.cluster.budget import available_bytes, check_fits
 from zerosim.models import MLP
 from zerosim.models.data import make_classification, make_regression
 from zerosim.optim import get_optimizer
-from zerosim.zero.engine import ZeroEngine
+from zerosim.zero.engine import ZeroEngine, check_engine_fits
 
 TASKS = ("regression", "classification")
 
@@ -54,6 +55,19 @@ class TrainConfig:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
 
 
+def _check_ranks_agree(cluster, config: TrainConfig) -> None:
+    """Under MPI each process parsed its own arguments: refuse, naming the field, if they differ."""
+    if cluster.local_size == cluster.world_size:
+        return  # one process hosts every rank: one config
+    mine = {f.name: getattr(config, f.name) for f in fields(config)}
+    everyone = cluster.backend.all_meta([mine])
+    for name in mine:
+        values = [c[name] for c in everyone]
+        if any(v != values[0] for v in values):
+            held = ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values))
+            raise ValueError(f"the ranks disagree on {name} (--{name.replace('_', '-')}): {held}")
+
+
 @dataclass
 class TrainResult:
     """The mean loss after each step, and each rank's memory and traffic at the end (rank order)."""
@@ -63,23 +77,37 @@ class TrainResult:
     params: int
 
 
-def train(config: TrainConfig, on_step=None) -> TrainResult:
-    """Run `config.steps` steps; `on_step(step, mean_loss)` is called after each (for progress bars).
+def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
+    """Run `config.steps` steps; `on_start(num_params)` is called once every check has passed, before the
+    first step, and `on_step(step, mean_loss)` after each (for headers and progress bars).
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
-    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     widths = [int(w) for w in config.widths]
     classify = config.task == "classification"
     model = MLP(widths, loss="xent" if classify else "mse")
-    engine = ZeroEngine(model, cluster, config.stage, get_optimizer(config.optimizer, lr=config.lr), config.precision,
+    optimizer = get_optimizer(config.optimizer, lr=config.lr)
+    optimizer.check_stage(config.stage)
+    local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
+    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())  # before any rank exists
+    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
+    _check_ranks_agree(cluster, config)
+    engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
                         checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
                         accumulation_steps=config.accumulation_steps)
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
+    # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
+    # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
+    per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
+    need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
+    check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
+               "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
     make = make_classification if classify else make_regression
     pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
+    if on_start is not None:
+        on_start(model.num_params)
     losses = []
     for step in range(1, config.steps + 1):
         base = ((step - 1) * per_step) % pool_size
