@@ -4,6 +4,7 @@ These run the installed `zerosim` entry point in a subprocess, as a user's shell
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,3 +66,38 @@ def test_sizes_that_cannot_fit_are_refused_at_once(args, message):
     assert result.returncode == 2
     assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _run_with_terminal_stderr(cmd):
+    """Run `cmd` with stderr on a pseudo-terminal (as in a user's shell); (return code, what it wrote there)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a size: 100 columns
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=120)
+    os.close(master)
+    return p.returncode, b"".join(chunks).decode(errors="replace")
+
+
+def test_long_runs_show_progress_on_a_terminal_and_nothing_otherwise():
+    cmd = [*ZEROSIM, "memory", "--model", "gpt2-small", "--ranks", "8"]
+    code, terminal = _run_with_terminal_stderr(cmd)
+    assert code == 0 and "params on 8 ranks" in terminal and "stage" in terminal  # tqdm's bar, by stage
+    quiet = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # stderr is a pipe: a script
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    code, terminal = _run_with_terminal_stderr([*cmd, "--json"])
+    assert code == 0 and terminal == ""  # --json is for machines: no bar even on a terminal

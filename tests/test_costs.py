@@ -119,7 +119,7 @@ def test_adan_stage3_is_24P_over_N_and_seed001s_row_says_22():
 
 def test_fp32_gradient_accumulation_doubles_the_gradient_part():
     m = model_state_memory(1000, 4, 0, MemoryConfig(fp32_grad_accum=True))
-    assert m.by_kind["grad32"] == 4000 and m.total == 18 * 1000
+    assert m.by_kind["grads"] == 4000 and m.total == 18 * 1000  # the engines keep fp32-accumulated grads as "grads"
 
 
 def test_bad_inputs_are_refused():

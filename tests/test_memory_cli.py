@@ -69,3 +69,16 @@ def test_figures_writes_the_memory_png(capsys, tmp_path):
     assert code == 0 and str(path) in out
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_pure_fp32_gives_seed_002s_row_for_gpt3(capsys):
+    # Seed 002: pure fp32 keeps params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per parameter "on every
+    # replica": 175B x 16 = 2800 GB. The preset has 174,604,259,328 parameters: 16 x that = 2793.668 GB,
+    # on every replica, whatever N (8 here: 174,604,259,328 = 8 x 21,825,532,416, so no padding).
+    code, out, _ = run(capsys, "memory", "--model", "gpt3-175b", "--ranks", "8", "--precision", "fp32", "--json")
+    r = json.loads(out)
+    stage0 = r["stages"][0]
+    assert code == 0 and stage0["ledger_total"] == stage0["formula_total"] == 16 * 174_604_259_328
+    assert stage0["sent"] == stage0["sent_formula"]  # fp32 on the wire: 4 bytes per element
+    row = next(c for c in r["conventions"] if c["name"].startswith("seed 002 pure fp32"))
+    assert row["bytes"][0] == 16 * 174_604_259_328 and row["bytes"][1:] == [None, None, None]

@@ -11,6 +11,7 @@ ledgers after one step of the real engines; the paper's printed totals stand bes
 from __future__ import annotations
 
 import os
+import sys
 
 from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
 from zerosim.costs.measured import measure_by_stage
@@ -29,7 +30,7 @@ def run(args) -> int:
     from zerosim.viz.memory_figure import memory_by_stage_figure
 
     model = model_from_args(args)
-    stages = measure_by_stage(model, args.ranks, args.optimizer, args.precision)
+    stages = measure_by_stage(model, args.ranks, args.optimizer, args.precision, show_progress=sys.stderr.isatty())
     paper = model.num_params == 7_500_000_000 and args.ranks == 64 and args.optimizer == "adam"
     title = (f"Per-rank memory by ZeRO stage: Ψ = {model.num_params / 1e9:.4g}B ({model.name}), N = {args.ranks}, "
              f"{args.optimizer}, {args.precision}\nmeasured by the meta backend's ledgers after one step")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 from zerosim.costs import GB
 from zerosim.optim import OPTIMIZERS
@@ -24,7 +25,7 @@ ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas"
-PRECISIONS = ("fp16-mixed", "bf16-mixed")
+PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
@@ -76,15 +77,17 @@ def report(args) -> dict:
     P, N = model.num_params, args.ranks
     from zerosim.costs.measured import measure_by_stage
 
-    measured = measure_by_stage(model, N, args.optimizer, args.precision, step=not args.no_step)
-    config = MemoryConfig(optimizer=args.optimizer, padding="all")  # the engines pad every flat buffer
+    measured = measure_by_stage(model, N, args.optimizer, args.precision, step=not args.no_step,
+                                show_progress=not args.json and sys.stderr.isatty())
+    config = MemoryConfig.for_precision(args.precision, optimizer=args.optimizer, padding="all")  # the engines pad every flat buffer
     for row in measured:
         formula = model_state_memory(P, N, row["stage"], config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
-        row["formula_unpadded_total"] = model_state_memory(P, N, row["stage"], MemoryConfig(optimizer=args.optimizer, padding="none")).total
+        row["formula_unpadded_total"] = model_state_memory(P, N, row["stage"], MemoryConfig.for_precision(args.precision, optimizer=args.optimizer, padding="none")).total
         row["ledger_total"] = sum(row["resting"].values())
-        row["sent_formula"] = comm_volume(P, N, row["stage"])
+        wire = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
+        row["sent_formula"] = comm_volume(P, N, row["stage"], grad_wire_bytes=wire, param_wire_bytes=wire)
     printed, own = seed001_printed_table(), seed001_formulas(7e9, 8)
     return {
         "model": model.name, "params": P, "layers": len(model.layers), "largest_layer": model.largest_layer, "ranks": N,
@@ -92,7 +95,7 @@ def report(args) -> dict:
         "step": not args.no_step, "activations": "left out (parameter counts only; see zerosim.costs.activation_memory)",
         "stages": measured,
         "conventions": [{"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}
-                        for r in conventions_table(P, N, model.largest_layer, args.optimizer)],
+                        for r in conventions_table(P, N, model.largest_layer, args.optimizer, args.precision)],
         "seed001_erratum": {
             "printed_gb": list(printed.gb()), "formulas_gb": list(own.gb()), "stages": list(printed.erratum),
             "note": "seed 001's printed table (7B on 8 GPUs) disagrees with its own formulas 4P + 12P/N and 2P + 14P/N",
@@ -126,11 +129,11 @@ def format_report(r: dict) -> str:
         "",
         "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
         "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
-        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times 2 bytes. Activations are left",
+        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes. Activations are left",
         "out: the meta model has parameter counts, not shapes (see zerosim.costs.activation_memory).",
     ]
     lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
-    lines.append(format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"])))
+    lines.append(format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"], r["precision"])))
     e = r["seed001_erratum"]
     lines += [
         "",

@@ -7,6 +7,7 @@ intermediates and the ledgers. Try --precision fp16-pure with a tiny --lr to wat
 from __future__ import annotations
 
 import json
+import sys
 
 from zerosim.precision import PRESETS
 from zerosim.reference.replay import replay
@@ -25,6 +26,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    result = replay(stage=args.stage, precision=args.precision, lr=args.lr, steps=args.steps, checkpoint=not args.no_checkpoint)
+    result = replay(stage=args.stage, precision=args.precision, lr=args.lr, steps=args.steps, checkpoint=not args.no_checkpoint,
+                    show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50)
     print(json.dumps(result, indent=1) if args.json else narrate(result))
     return 0

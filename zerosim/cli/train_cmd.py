@@ -52,7 +52,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from tqdm import tqdm
+    from zerosim.progress import progress
 
     from zerosim.zero.trainer import TrainConfig, train
 
@@ -90,7 +90,7 @@ def run(args) -> int:
             print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
                   f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}", flush=True)
 
-    bar = tqdm(total=args.steps, disable=not talk or args.json or not sys.stderr.isatty(), desc="training", unit="step")
+    bar = progress(total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty())
 
     def on_step(step, mean):
         bar.update(1)

@@ -8,7 +8,7 @@ instead (the meta backend accounts any size without allocating).
 
 from __future__ import annotations
 
-from zerosim.backends.base import available_bytes  # noqa: F401 (re-exported: the host's free memory)
+from zerosim.backends.base import available_bytes  # noqa: F401 (the host's free memory, for callers before a backend exists)
 
 GB = 1e9
 MAX_IN_PROCESS_RANKS = 2**20  # 1,048,576: more than any data-parallel job; each rank costs ~10 µs and ~750 B here

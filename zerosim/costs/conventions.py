@@ -27,7 +27,8 @@ def zerosim_parts(P, N, config: MemoryConfig | None = None) -> ConventionRow:
     """This package's named parts (`memory.py`): 2 + 2 + 4 + K with Adam's K = 8, shards padded to ceil(P/N)."""
     config = config or MemoryConfig()
     rows = model_state_memory_by_stage(P, N, config)
-    return ConventionRow(f"zerosim parts ({config.optimizer})", tuple(m.total for m in rows),
+    what = "pure fp32" if config.master_bytes == 0 else f"{config.param_bytes}-byte params"
+    return ConventionRow(f"zerosim parts ({config.optimizer}, {what})", tuple(m.total for m in rows),
                          "named parts; the paper's numbers for Adam, shards padded to ceil(Ψ/N)")
 
 
@@ -55,6 +56,12 @@ def seed001_adan(P, N) -> ConventionRow:
     """
     b = (22 * P, 4 * P + 18 * P / N, 2 * P + 20 * P / N, 22 * P / N)
     return ConventionRow("seed 001 Adan (g_prev in 16 bits)", b, "22 bytes/param; zerosim keeps g_prev in fp32: 24")
+
+
+def seed002_pure_fp32(P, N) -> ConventionRow:
+    """Seed 002's pure fp32 training: params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes/param, no master,
+    "on every replica" — plain data parallel, so it gives no ZeRO figures (GPT-3 175B: 2800 GB)."""
+    return ConventionRow("seed 002 pure fp32 (4+4+8)", (16 * P, None, None, None), "on every replica: 175B x 16 = 2800 GB")
 
 
 SEED001_PRINTED_GB = (112.0, 21.5, 15.75, 14.0)  # seed 001's table "For 8 GPUs and a 7B model", as printed
@@ -120,10 +127,13 @@ def deepspeed_estimators(P, N, largest_layer=None) -> ConventionRow:
                          "counts fp32 grads too (18 = 2+4+4+8); ZeRO-3 adds 4L; prints GiB")
 
 
-def conventions_table(params, ranks: int, largest_layer=None, optimizer: str = "adam") -> list:
+def conventions_table(params, ranks: int, largest_layer=None, optimizer: str = "adam", precision: str = "fp16-mixed") -> list:
     """The rows above for Ψ = params on N = ranks; seed 001's printed row only for its own 7B / 8 case,
-    and its Adan row beside zerosim's when the optimizer is Adan."""
-    rows = [zerosim_parts(params, ranks, MemoryConfig(optimizer=optimizer)), zero_paper(params, ranks), seed001_formulas(params, ranks)]
+    its Adan row beside zerosim's when the optimizer is Adan, seed 002's when the precision is fp32."""
+    rows = [zerosim_parts(params, ranks, MemoryConfig.for_precision(precision, optimizer=optimizer)), zero_paper(params, ranks),
+            seed001_formulas(params, ranks)]
+    if precision == "fp32":
+        rows.append(seed002_pure_fp32(params, ranks))
     if optimizer == "adan":
         rows.append(seed001_adan(params, ranks))
     if (params, ranks) == (7e9, 8):

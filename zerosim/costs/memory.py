@@ -79,6 +79,16 @@ class MemoryConfig:
     def grad_bytes(self) -> int:
         return 4 if self.fp32_grad_accum else 2
 
+    @classmethod
+    def for_precision(cls, precision: str, **fields) -> "MemoryConfig":
+        """The byte sizes a precision preset implies: "fp16-mixed" / "bf16-mixed" (2-byte params and grads,
+        fp32 master) or "fp32" (4-byte params and grads, no master: seed 002's "pure fp32")."""
+        if precision in ("fp16-mixed", "bf16-mixed"):
+            return cls(**fields)
+        if precision == "fp32":
+            return cls(param_bytes=4, master_bytes=0, fp32_grad_accum=True, **fields)
+        raise ValueError(f"no memory formula for precision {precision!r}; choose fp16-mixed, bf16-mixed or fp32")
+
 
 # Which parts each stage shards: (params, grads, master and optimizer state).
 SHARDED = {0: (False, False, False), 1: (False, False, True), 2: (False, True, True), 3: (True, True, True)}
@@ -94,7 +104,7 @@ class ModelStateMemory:
     grads: float  # gradients: 2Ψ (4Ψ with fp32 accumulation), /N from stage 2
     master: float  # fp32 master: 4Ψ, /N from stage 1
     optimizer: tuple  # ((ledger kind, bytes), ...): K·Ψ split by tensor, /N from stage 1
-    grad_kind: str = "grads"  # the ledger kind of the gradient buffer ("grad32" when fp32)
+    grad_kind: str = "grads"  # the ledger kind of the gradient buffer (fp32-accumulated gradients too, as the engines keep them)
 
     @property
     def optimizer_total(self) -> float:
@@ -146,7 +156,6 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
         grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32
         master=config.master_bytes * os_,  # fp32 master, sharded from stage 1
         optimizer=tuple((kind, nbytes * os_) for kind, nbytes in opt.states),
-        grad_kind="grad32" if config.fp32_grad_accum else "grads",
     )
 
 

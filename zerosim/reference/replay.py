@@ -17,6 +17,7 @@ from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
 from zerosim.models.tinynet import TinyNet
 from zerosim.optim import Adam
 from zerosim.precision import get_precision
+from zerosim.progress import progress
 from zerosim.zero import ZeroEngine
 
 
@@ -84,16 +85,16 @@ def _check_no_overflow(lr: float, steps: int, betas, fmt) -> None:
 
 
 def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
-           betas=(0.9, 0.999), eps: float = 1e-8) -> dict:
+           betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
 
     See `replay_live` for the arguments; this returns only the (JSON-ready) numbers.
     """
-    return replay_live(stage, precision, lr, steps, checkpoint, betas, eps)[1]
+    return replay_live(stage, precision, lr, steps, checkpoint, betas, eps, show_progress)[1]
 
 
 def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
-                betas=(0.9, 0.999), eps: float = 1e-8) -> tuple:
+                betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False) -> tuple:
     """(engine, numbers): the replay's live engine (its cluster, trace and ledgers) and every number it narrates.
 
     The seed's settings are the defaults: weights [2, -3, 1, 0.5], samples x=[1, 3] t=5 on GPU 0 and
@@ -124,7 +125,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         "steps": [],
     }
     trace = cluster.trace
-    for step in range(1, steps + 1):
+    for step in progress(range(1, steps + 1), "replaying", enabled=show_progress, unit="step"):
         first_event, first_log = len(trace.events), len(trace.log)
         timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
         engine.step(batches)

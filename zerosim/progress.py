@@ -1,0 +1,26 @@
+"""Progress bars for long runs: on stderr in a terminal, as a widget in Jupyter, silent otherwise.
+
+    for stage in progress(range(4), "stages"):   # shown only where someone is watching
+        ...
+
+Scripts that parse output (`--json`, a pipe, a CI log) see nothing: the bar is on when stderr is a
+terminal or the code runs in a Jupyter kernel, unless `enabled` says otherwise. tqdm.auto picks the
+terminal or the notebook rendering.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def watched() -> bool:
+    """True when a person is likely watching: stderr is a terminal, or this is a Jupyter kernel."""
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
+
+
+def progress(iterable=None, desc: str = "", total: int | None = None, enabled: bool | None = None, unit: str = "it"):
+    """A tqdm bar over `iterable` (or a manual one with `total`), disabled unless `enabled` or `watched()`."""
+    from tqdm.auto import tqdm
+
+    show = watched() if enabled is None else enabled
+    return tqdm(iterable, desc=desc, total=total, disable=not show, unit=unit, leave=False, file=sys.stderr)
