@@ -23,3 +23,22 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# -- the bad-input census: README's table of bad-input cases by category comes from these marks ------
+# `@pytest.mark.bad_input("category")` marks a test whose cases feed bad input and check the clear error;
+# `unchanged=True` when the test also checks that nothing changed (state, files) before the error.
+# tests/test_bad_input_table.py counts every collected case per category (parametrized cases each count).
+def pytest_collection_modifyitems(config, items):
+    import json
+
+    path = os.environ.get("ZEROSIM_BAD_INPUT_CENSUS")
+    if not path:
+        return
+    census = []
+    for item in items:
+        mark = item.get_closest_marker("bad_input")
+        if mark is not None:
+            census.append({"test": item.nodeid, "category": mark.args[0], "unchanged": bool(mark.kwargs.get("unchanged"))})
+    with open(path, "w") as f:
+        json.dump(census, f)

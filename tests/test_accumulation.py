@@ -177,6 +177,7 @@ def test_stage1_and_stage2_differ_in_16bit_accumulation_and_stay_within_the_boun
 
 # ---------------------------------------------------------------- bad input
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
 def test_accumulation_needs_k_micro_batches_per_rank():
     engine = ZeroEngine(MLP([3, 2]), Cluster(2), 1, Adam(), accumulation_steps=2)
     one_each = make_regression(np.random.default_rng(0), 2, 2, [3, 2])
@@ -185,6 +186,7 @@ def test_accumulation_needs_k_micro_batches_per_rank():
     assert engine.t == 0
 
 
+@pytest.mark.bad_input("engine arguments")
 @pytest.mark.parametrize("k", [0, -1, 1.5, True])
 def test_accumulation_steps_must_be_a_positive_integer(k):
     with pytest.raises(ValueError, match="accumulation_steps"):

@@ -372,17 +372,20 @@ def test_shape_kept_and_input_untouched():
     assert cast(np.float32(1.5), "fp16").shape == ()
 
 
+@pytest.mark.bad_input("formats and casts")
 @pytest.mark.parametrize("bad_fmt", ["fp12", "int8"])
 def test_unknown_format_is_value_error(bad_fmt):
     with pytest.raises(ValueError, match="unknown floating-point format"):
         cast([1.0], bad_fmt)
 
 
+@pytest.mark.bad_input("formats and casts")
 def test_unknown_rounding_is_value_error():
     with pytest.raises(ValueError, match="unknown rounding 'truncate'"):
         cast([1.0], "fp16", rounding="truncate")
 
 
+@pytest.mark.bad_input("formats and casts")
 @pytest.mark.parametrize("x", [np.array(["a"]), np.array([1 + 2j]), np.array([object()], dtype=object)])
 def test_non_float_input_is_clear_error(x):
     with pytest.raises((ValueError, TypeError), match="format"):

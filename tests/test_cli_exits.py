@@ -61,6 +61,7 @@ def test_train_json_is_json_alone():
     (["--batch", "10000000"], "the data pool (4 micro-batches of 10,000,000 samples)"),
     (["--ranks", "1000000"], "on 1,000,000 rank(s) in this process"),
 ])
+@pytest.mark.bad_input("sizes that cannot fit", unchanged=True)
 def test_sizes_that_cannot_fit_are_refused_at_once(args, message):
     result = subprocess.run([*ZEROSIM, "train", "--steps", "1", *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

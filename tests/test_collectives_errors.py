@@ -92,6 +92,7 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input("collectives", unchanged=True)
 @pytest.mark.parametrize("what, n, call, arrays, exc, message", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_a_clear_error_and_changes_nothing(what, n, call, arrays, exc, message):
     c = Cluster(n)
@@ -106,6 +107,7 @@ def test_numpy_integer_root_is_a_rank():
     assert all(np.array_equal(o, [0.0, 2.0]) for o in out)
 
 
+@pytest.mark.bad_input("collectives")
 @pytest.mark.parametrize("method", ["reduce_scatter", "all_gather", "all_reduce"])
 def test_cluster_methods_raise_the_same_errors(method):
     c = Cluster(2)
@@ -114,17 +116,20 @@ def test_cluster_methods_raise_the_same_errors(method):
     assert c.trace.calls == []
 
 
+@pytest.mark.bad_input("cluster and backends")
 @pytest.mark.parametrize("bad", [0, -1, 2.0, "4", True, None])
 def test_world_size_must_be_a_positive_int(bad):
     with pytest.raises((ValueError, TypeError), match="world_size must be a positive integer"):
         Cluster(bad)
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         Cluster(2, backend="tpu")
 
 
+@pytest.mark.bad_input("collectives")
 def test_non_integer_counts_are_rejected():
     """Regression (found while writing these tests): counts used to go through int(), which truncates,
     so counts=[1.5, 2.5] became [1, 2], added up to the buffer's 3 elements, and were accepted."""

@@ -122,6 +122,7 @@ def test_fp32_gradient_accumulation_doubles_the_gradient_part():
     assert m.by_kind["grads"] == 4000 and m.total == 18 * 1000  # the engines keep fp32-accumulated grads as "grads"
 
 
+@pytest.mark.bad_input("cost formulas")
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="optimizer"):
         MemoryConfig(optimizer="adagrad")

@@ -60,6 +60,7 @@ def test_importing_zerosim_never_imports_cupy():
     assert out.strip() == "[]"
 
 
+@pytest.mark.bad_input("cluster and backends")
 @pytest.mark.parametrize("make", [lambda: Cluster(4, backend="cupy"), lambda: make_backend("cupy", 2)])
 def test_without_cupy_the_error_says_cupy_is_not_installed(monkeypatch, make):
     monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` now raises ModuleNotFoundError
@@ -67,6 +68,7 @@ def test_without_cupy_the_error_says_cupy_is_not_installed(monkeypatch, make):
         make()
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_without_a_device_the_error_gives_cudas_reason(monkeypatch):
     fake_cupy(monkeypatch, CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected"))
     with pytest.raises(BackendUnavailable) as info:
@@ -76,6 +78,7 @@ def test_without_a_device_the_error_gives_cudas_reason(monkeypatch):
     )
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_with_zero_devices_the_error_says_so(monkeypatch):
     fake_cupy(monkeypatch, 0)
     with pytest.raises(BackendUnavailable) as info:
@@ -83,18 +86,21 @@ def test_with_zero_devices_the_error_says_so(monkeypatch):
     assert str(info.value) == f"{NEEDS}; no CUDA device was found: cupy.cuda.runtime.getDeviceCount() returned 0"
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_without_nccl_the_error_says_how_to_install_it(monkeypatch):
     fake_cupy(monkeypatch, 2, nccl_available=False)
     with pytest.raises(BackendUnavailable, match=r"NCCL.*cupyx\.tools\.install_library --cuda 12\.x --library nccl"):
         Cluster(2, backend="cupy")
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_more_ranks_than_gpus_in_one_process_is_a_clear_error(monkeypatch):
     fake_cupy(monkeypatch, 2)
     with pytest.raises(ValueError, match=r"Cluster\(4, backend='cupy'\) drives one GPU per rank .* CuPy sees 2 GPU\(s\)"):
         Cluster(4, backend="cupy")
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_bad_options_fail_before_cupy_is_touched(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(ValueError, match="launch must be"):

@@ -17,6 +17,7 @@ def same(a, b):
     return all(x.keys() == y.keys() and all(np.array_equal(x[k], y[k], equal_nan=True) for k in x) for x, y in zip(a, b))
 
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
 def test_wrong_number_of_micro_batches():
     engine = ZeroEngine(TinyNet(), Cluster(2), 1, Adam(lr=0.1))
     before = snapshot(engine)
@@ -25,6 +26,7 @@ def test_wrong_number_of_micro_batches():
     assert same(before, snapshot(engine)) and engine.t == 0
 
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
 def test_nan_input_is_refused_before_anything_runs():
     engine = ZeroEngine(TinyNet(), Cluster(2), 2, Adam(lr=0.1))
     before = snapshot(engine)
@@ -35,6 +37,7 @@ def test_nan_input_is_refused_before_anything_runs():
     assert same(before, snapshot(engine))
 
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_overflowing_gradients_change_no_parameter_or_state(stage):
     # fp16 max is 65504: a loss scale of 2**20 overflows the fp16 gradients to inf
@@ -49,6 +52,7 @@ def test_overflowing_gradients_change_no_parameter_or_state(stage):
     assert all(k in ("params", "grads", "master", "optim:m", "optim:v") for k in engine.cluster.ranks[0].ledger.by_kind())
 
 
+@pytest.mark.bad_input("engine arguments")
 @pytest.mark.parametrize("stage", [2, 3])
 def test_muon_is_refused_where_gradients_are_sharded(stage):
     with pytest.raises(ValueError, match=f"muon cannot run at ZeRO stage {stage}.*whole"):
@@ -64,12 +68,14 @@ def test_muon_is_refused_where_gradients_are_sharded(stage):
         (dict(params=np.array([1, np.inf, 0, 0], np.float32)), "NaN or inf"),
     ],
 )
+@pytest.mark.bad_input("engine arguments")
 def test_bad_engine_arguments(kwargs, message):
     args = dict(stage=1, precision="fp16-mixed") | kwargs
     with pytest.raises(ValueError, match=message):
         ZeroEngine(TinyNet(), Cluster(2), args.pop("stage"), Adam(lr=0.1), **args)
 
 
+@pytest.mark.bad_input("optimizers")
 def test_unknown_optimizer_name():
     with pytest.raises(ValueError, match="unknown optimizer 'adamax'"):
         get_optimizer("adamax")
@@ -87,6 +93,7 @@ def test_unknown_optimizer_name():
         (dict(compute="fp12"), "unknown floating-point format 'fp12'"),
     ],
 )
+@pytest.mark.bad_input("precision policies")
 def test_bad_precision_policies(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MixedPrecision(**kwargs)
@@ -101,6 +108,7 @@ def test_bad_precision_policies(kwargs, message):
         (lambda x, t: (x, t * np.nan), "rank 1: the targets contain NaN"),
     ],
 )
+@pytest.mark.bad_input("engine steps", unchanged=True)
 def test_malformed_micro_batches_name_the_rank_and_run_nothing(bad, message):
     from zerosim.models import make_regression
 
@@ -114,6 +122,7 @@ def test_malformed_micro_batches_name_the_rank_and_run_nothing(bad, message):
     assert engine.t == 1
 
 
+@pytest.mark.bad_input("engine steps")
 def test_class_labels_are_checked():
     from zerosim.models import make_classification
 
@@ -125,6 +134,7 @@ def test_class_labels_are_checked():
         engine.step([(x0, l0), (x1, l1.astype(np.float32))])
 
 
+@pytest.mark.bad_input("engine steps", unchanged=True)
 @pytest.mark.parametrize("stage", [2, 3])
 def test_a_rank_failing_mid_backward_leaves_nothing_behind(stage, monkeypatch):
     # Rank 1 raises inside its layer-0 backward, while its layer-2 gradients were already reduced

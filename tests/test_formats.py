@@ -93,12 +93,14 @@ def test_dtype_and_format_objects_resolve(name, bits, e_bits, m_bits, has_inf, f
     assert format_of(np.zeros(3, dtype=dtype)) is f
 
 
+@pytest.mark.bad_input("formats and casts")
 @pytest.mark.parametrize("bad", ["fp12", "float128", "int8", ""])
 def test_unknown_format_name_is_a_clear_value_error(bad):
     with pytest.raises(ValueError, match="unknown floating-point format"):
         get_format(bad)
 
 
+@pytest.mark.bad_input("formats and casts")
 @pytest.mark.parametrize("dtype", [np.int32, np.uint16, np.complex64, np.bool_])
 def test_non_float_dtype_is_a_value_error_naming_it(dtype):
     with pytest.raises(ValueError, match=str(np.dtype(dtype))):
@@ -107,6 +109,7 @@ def test_non_float_dtype_is_a_value_error_naming_it(dtype):
         format_of(np.zeros(2, dtype=dtype))
 
 
+@pytest.mark.bad_input("formats and casts")
 def test_unreadable_format_object_is_a_type_error():
     with pytest.raises(TypeError, match="cannot read a floating-point format"):
         get_format(object())

@@ -88,6 +88,7 @@ def test_reading_a_freed_buffer_names_it():
         _ = b.array
 
 
+@pytest.mark.bad_input("ledgers", unchanged=True)
 def test_a_stale_handle_cannot_free_a_new_buffer_of_the_same_name():
     led = MemoryLedger(0)
     old = led.alloc("x", 4, np.float32, "comm")
@@ -98,6 +99,7 @@ def test_a_stale_handle_cannot_free_a_new_buffer_of_the_same_name():
     assert not new.freed and led.current() == 32
 
 
+@pytest.mark.bad_input("ledgers")
 def test_name_clash_and_unknown_name_are_ledger_errors():
     led = MemoryLedger(0)
     led.alloc("p", 2, np.float16, "params")

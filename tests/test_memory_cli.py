@@ -58,6 +58,7 @@ def test_memory_with_lion_has_one_optimizer_state(capsys):
     (("--params", "1.5"), "whole number"),
     (("--ranks", "0"), "at least 1"),
 ])
+@pytest.mark.bad_input("command line")
 def test_memory_bad_arguments_are_clear_errors(capsys, argv, message):
     code, _, err = run(capsys, "memory", *argv)
     assert code == 2 and message in err

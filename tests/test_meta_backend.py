@@ -51,6 +51,7 @@ def test_reshape_like_numpy(shape, new):
     assert MetaArray(shape, np.float32).reshape(new).shape == np.zeros(shape).reshape(new).shape
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_reshape_to_a_wrong_size_is_an_error():
     with pytest.raises(ValueError, match="cannot reshape"):
         MetaArray((12,), np.float32).reshape(5, 3)
@@ -105,6 +106,7 @@ def test_assignment_writes_nothing_but_checks_the_index():
         a[9] = 1.0
 
 
+@pytest.mark.bad_input("cluster and backends")
 @pytest.mark.parametrize("ask", [np.asarray, float, bool, lambda a: a.tolist(), lambda a: np.sum(a)])
 def test_asking_for_values_is_a_clear_error(ask):
     with pytest.raises(MetaDataError):

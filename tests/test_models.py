@@ -208,6 +208,7 @@ def test_loss_scale_scales_gradients_not_the_loss():
     assert loss1 == loss2 and np.array_equal(g2, 1024 * g1)  # a power of two scales fp32 exactly
 
 
+@pytest.mark.bad_input("models")
 def test_get_params_in_the_wrong_format_is_refused():
     m = TinyNet()
     x, t = TinyNet.seed_batches()[0]

@@ -46,6 +46,7 @@ def test_zerosim_imports_without_mpi4py():
     assert INSTALL_HINT in result.stdout
 
 
+@pytest.mark.bad_input("MPI jobs")
 def test_world_size_must_equal_the_number_of_processes(mpiexec):
     code = (
         "from zerosim import Cluster\n"
@@ -78,6 +79,7 @@ def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
     assert "finished, which it must not" not in result.stderr
 
 
+@pytest.mark.bad_input("MPI jobs")
 def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
     """Rank 1 stops answering (SIGSTOP) before an all-reduce: with a 2 s watchdog the job ends, naming it,
     soon after the timeout — not after FAILURE_TIMEOUT, and not never."""
@@ -91,6 +93,7 @@ def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
     assert "finished, which it must not" not in result.stderr
 
 
+@pytest.mark.bad_input("MPI jobs")
 def test_ranks_that_disagree_on_an_argument_are_told_which(mpiexec):
     result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=FAILURE_TIMEOUT)
     assert result.returncode != 0

@@ -109,6 +109,7 @@ def test_train_command_json_equals_the_simulators(mpiexec, options):
     assert mpi_json == sim_json  # and the very same text
 
 
+@pytest.mark.bad_input("MPI jobs", unchanged=True)
 def test_bad_input_on_one_rank_stops_every_rank(mpiexec):
     out = _ok(run([mpiexec, "-n", 2, sys.executable, SCRIPTS / "agreement_check.py"], RUN_TIMEOUT))
     for r in (0, 1):

@@ -418,6 +418,7 @@ def test_muon_step_matrix_matches_reference_with_flat_ledger_state(shape):
         assert np.abs(state["b"].array.reshape(shape) - b_ref).max() <= MUON_TOL  # momentum reached the buffer
 
 
+@pytest.mark.bad_input("optimizers")
 def test_muon_refuses_flat_steps_and_sharded_stages():
     opt, w = Muon(), np.ones(6, np.float32)
     with pytest.raises(TypeError, match="step_matrix"):
@@ -467,6 +468,7 @@ def _bad_calls(opt):
     return [(d, {"w": w, "g": g, "state": good, "t": 2, **kw}, exc) for d, kw, exc in calls]
 
 
+@pytest.mark.bad_input("optimizers", unchanged=True)
 @pytest.mark.parametrize("name, hyper", ELEMENTWISE, ids=CASE_IDS)
 def test_bad_step_arguments_raise_before_mutation(name, hyper):
     opt = get_optimizer(name, **hyper)
@@ -499,6 +501,7 @@ BAD_HYPER = [
 ]
 
 
+@pytest.mark.bad_input("optimizers")
 @pytest.mark.parametrize("name, hyper", BAD_HYPER)
 def test_bad_configuration_is_refused(name, hyper):
     with pytest.raises(ValueError):

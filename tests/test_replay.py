@@ -93,6 +93,7 @@ def test_pure_precision_and_tiny_lr_flags_reach_the_run():
     assert r["final_params"][0][:4] == [2.0, -3.0, 1.0, 0.5]
 
 
+@pytest.mark.bad_input("command line")
 def test_bad_arguments_are_clear_errors(capsys):
     assert main(["replay", "--steps", "0"]) == 2
     assert "steps must be a positive integer" in capsys.readouterr().err

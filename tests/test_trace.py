@@ -11,6 +11,7 @@ from zerosim import Cluster, Trace, all_gather, broadcast, reduce_scatter
 from zerosim.cluster import Call, Event
 
 
+@pytest.mark.bad_input("cluster and backends")
 def test_unknown_granularity_is_a_clear_error():
     with pytest.raises(ValueError, match="granularity 'step'"):
         Trace("step")
