@@ -119,3 +119,10 @@ def test_bad_input_on_one_rank_stops_every_rank(mpiexec):
     lines = [l.split(": ", 1)[1] for l in out.splitlines() if "FloatingPointError" in l]
     assert len(lines) == 2 and lines[0] == lines[1], out  # both ranks decided together, with the same verdict
     assert "no error" not in out, out
+
+
+@pytest.mark.parametrize("n", [2])
+def test_a_resumed_mpi_run_equals_the_uninterrupted_simulator(mpiexec, n, tmp_path):
+    stdout = _ok(run([mpiexec, "-n", n, sys.executable, SCRIPTS / "checkpoint_check.py", tmp_path], RUN_TIMEOUT))
+    summary = re.search(rf"checkpoint_check: N={n}: (\d+) checks on each rank, all passed", stdout)
+    assert summary and int(summary.group(1)) >= 8 * 6, stdout  # 4 stages x 2 precisions x (2 losses, master, params, m, v)

@@ -34,8 +34,8 @@ def readme_blocks(text: str) -> list:
 
 
 def fresh_copy(dest: Path) -> Path:
-    """The project's tracked files (what a clone holds), without any virtual environment."""
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    """The project's files as a clone of this working tree would hold them (tracked, or new and not ignored)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
     files = listed.stdout.split() if listed.returncode == 0 and listed.stdout else None
     if files is None:  # not a git checkout: everything but environments and caches
         shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info"))

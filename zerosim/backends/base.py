@@ -55,7 +55,9 @@ def count_nonfinite(array) -> int:
     a = np.asarray(array)
     if a.dtype.kind in "iub":
         return 0
-    return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
+    if a.dtype.kind != "f":  # bf16 and fp8 (ml_dtypes): fp32 holds each of their values exactly
+        a = a.astype(np.float32)
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
 
 
 def available_bytes() -> int | None:

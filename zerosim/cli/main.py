@@ -4,6 +4,7 @@
     zerosim train    train an MLP on a synthetic task with any stage, ranks, precision, optimizer
     zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
     zerosim figures  draw the ZeRO-paper-style memory figure into figures/
+    zerosim checkpoint  inspect or consolidate a sharded checkpoint
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import figures_cmd, memory_cmd, replay_cmd, train_cmd
+from zerosim.cli import checkpoint_cmd, figures_cmd, memory_cmd, replay_cmd, train_cmd
 
-COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd}
+COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd, "checkpoint": checkpoint_cmd}
 
 
 def _in_mpi_job() -> bool:

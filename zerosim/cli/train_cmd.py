@@ -47,6 +47,10 @@ def add_arguments(p) -> None:
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
+    p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and every --save-every steps)")
+    p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
 
@@ -81,21 +85,27 @@ def run(args) -> int:
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
-                         accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint)
+                         accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
+                         save=args.save, save_every=args.save_every, resume=args.resume)
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
-    def on_start(params):
+    first = [1]
+
+    def on_start(params, first_step):
+        first[0] = first_step
+        bar.reset(total=args.steps - first_step + 1)
         if talk and not args.json:
             accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
             print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
-                  f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}", flush=True)
+                  f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}"
+                  + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
     bar = progress(total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty())
 
     def on_step(step, mean):
         bar.update(1)
         bar.set_postfix(loss=f"{mean:.6g}")
-        if talk and not args.json and (step % args.print_every == 0 or step == 1 or step == args.steps):
+        if talk and not args.json and (step % args.print_every == 0 or step == first[0] or step == args.steps):
             line = f"step {step:>5}  loss {mean!r}"
             bar.write(line) if not bar.disable else print(line, flush=True)
 
@@ -103,7 +113,7 @@ def run(args) -> int:
     bar.close()
     if talk:
         if args.json:
-            print(json.dumps({"losses": result.losses, "ranks": result.ranks}, indent=1))
+            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks}, indent=1))
         else:
             print("rank  peak memory (B)  bytes sent")
             for s in result.ranks:

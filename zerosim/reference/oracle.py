@@ -133,6 +133,24 @@ class Reference:
         self.params = p.round_weights(w, self.t, 0)
         return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
 
+    def set_state(self, params, master, optimizer_state: dict, t: int) -> None:
+        """Start from a saved state (e.g. a checkpoint's `SavedState`): (P,) 16-bit params, (P,) master (or
+        None without one), {name: (P,)} optimizer state, and the step count t."""
+        P = self.model.num_params
+
+        def padded(v, dtype):
+            out = np.zeros(self.padded, dtype)
+            out[:P] = np.asarray(v)
+            return out
+
+        self.params = padded(params, self.precision.compute_format.dtype)
+        if self.master_buf is not None:
+            self.master_buf = padded(master, self.master_buf.dtype)
+        if set(optimizer_state) != set(self.state):
+            raise ValueError(f"optimizer state must hold {sorted(self.state)}, got {sorted(optimizer_state)}")
+        self.state = {k: padded(v, self.state[k].dtype) for k, v in optimizer_state.items()}
+        self.t = int(t)
+
     def master(self) -> np.ndarray:
         """(P,) update-format weights: the fp32 master, or the compute params widened when there is none."""
         w = self.master_buf if self.master_buf is not None else self.params.astype(self.precision.update_format.dtype)

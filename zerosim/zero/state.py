@@ -17,11 +17,11 @@ def region(plan, layout, rank_index: int) -> slice:
     return layout.own(rank_index) if plan.shards_optimizer else slice(0, layout.padded)
 
 
-def init_rank(rank, plan, layout, policy, optimizer, padded64) -> None:
-    """Allocate `rank`'s params, grads, master and optimizer state from the (Ψ,) float64 initial weights."""
+def init_rank(rank, plan, layout, policy, optimizer, padded_init) -> None:
+    """Allocate `rank`'s params, grads, master and optimizer state from the (Ψ,) initial weights (float64 or float32)."""
     led, fmt = rank.ledger, policy.compute_format
     own, mine = layout.own(rank.index), region(plan, layout, rank.index)
-    src = padded64[own] if plan.shards_params else padded64
+    src = padded_init[own] if plan.shards_params else padded_init
     rank.params = led.alloc("params", src.shape[0], fmt.dtype, "params")  # (s,) or (Ψ,) compute format
     rank.params.array[...] = cast(src, fmt)
     grad_fmt = accum_format(policy, reduced=plan.shards_grads)
@@ -29,7 +29,7 @@ def init_rank(rank, plan, layout, policy, optimizer, padded64) -> None:
     rank.grads = led.alloc("grads", grad_len, grad_fmt.dtype, "grads", fill=0)  # (s,) or (Ψ,); padding stays 0
     if policy.master_format is not None:
         rank.master = led.alloc("master", mine.stop - mine.start, policy.master_format.dtype, "master")  # (s,) or (Ψ,) fp32
-        rank.master.array[...] = cast(padded64[mine], policy.master_format)
+        rank.master.array[...] = cast(padded_init[mine], policy.master_format)
     rank.optim = optimizer.init_state(led, mine.stop - mine.start, dtype=policy.update_format.dtype)
 
 

@@ -43,6 +43,9 @@ class TrainConfig:
     accumulation_steps: int = 1  # K
     seed: int = 0  # data (seed) and initial weights (seed + 1)
     checkpoint: bool = False
+    save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
+    save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
+    resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -53,6 +56,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if isinstance(self.save_every, bool) or not isinstance(self.save_every, (int, np.integer)) or self.save_every < 0:
+            raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
+        if self.save_every and self.save is None:
+            raise ValueError("save_every needs a folder to save into (save=...)")
 
 
 def _check_ranks_agree(cluster, config: TrainConfig) -> None:
@@ -72,14 +79,15 @@ def _check_ranks_agree(cluster, config: TrainConfig) -> None:
 class TrainResult:
     """The mean loss after each step, and each rank's memory and traffic at the end (rank order)."""
 
-    losses: list
+    losses: list  # the mean loss of steps first_step, first_step + 1, ..., steps
     ranks: list  # [{"rank", "peak_bytes", "peak_by_kind", "bytes_sent"}] for every rank of the world
     params: int
+    first_step: int = 1  # > 1 when the run resumed from a checkpoint
 
 
 def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
-    """Run `config.steps` steps; `on_start(num_params)` is called once every check has passed, before the
-    first step, and `on_step(step, mean_loss)` after each (for headers and progress bars).
+    """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
+    passed, before the first step, and `on_step(step, mean_loss)` after each (headers, progress bars).
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
@@ -92,9 +100,15 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
     check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())  # before any rank exists
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
-    engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
-                        checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
-                        accumulation_steps=config.accumulation_steps)
+    if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
+        engine = ZeroEngine.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
+                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint)
+        if engine.t >= config.steps:
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.t}; --steps {config.steps} asks for no more")
+    else:
+        engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
+                            checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
+                            accumulation_steps=config.accumulation_steps)
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -106,10 +120,11 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
                "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
     make = make_classification if classify else make_regression
     pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
+    first = engine.t + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
-        on_start(model.num_params)
+        on_start(model.num_params, first)
     losses = []
-    for step in range(1, config.steps + 1):
+    for step in range(engine.t + 1, config.steps + 1):
         base = ((step - 1) * per_step) % pool_size
         mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
         local = engine.step(mine)
@@ -117,8 +132,10 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
         losses.append(float(np.mean(np.asarray(every, dtype=np.float64))))
         if on_step is not None:
             on_step(step, losses[-1])
+        if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
+            engine.save(config.save)
     stats = cluster.backend.all_meta([
         {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
         for r in cluster.ranks
     ])
-    return TrainResult(losses, stats, model.num_params)
+    return TrainResult(losses, stats, model.num_params, first)

@@ -1,0 +1,86 @@
+"""One unsharded fp32 file from a sharded checkpoint (DeepSpeed's `zero_to_fp32` analogue), and `inspect`.
+
+`consolidate(DIR, OUT)` writes the fp32 master weights — or, without a master, the 16-bit weights
+widened — and the optimizer state, padding removed, one tensor per parameter named by its layer
+(`fc0.w`, `fc0.w.optim.m`, ...), shaped as the model holds it. `inspect(DIR)` says who owns which
+range of the flat vector, where the padding is, and how many bytes each file holds: exactly what
+`zero_to_fp32` users debug when offsets and padding disagree.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from zerosim.checkpoint.files import write_tensors
+from zerosim.checkpoint.load import read_state
+
+
+def consolidated(directory: str, tag: str | None = None) -> dict:
+    """{name: array}: every parameter's fp32 weights and optimizer state, named by layer, unpadded."""
+    state = read_state(directory, tag=tag)
+    weights = state.master if state.master is not None else state.params.astype(np.float32)
+    out = {}
+    for layer_index, name, shape in state.manifest["model"]["params"]:
+        layer_name = state.manifest["model"]["layers"][layer_index][0]
+        start = _offset(state.manifest, layer_index, name)
+        size = int(np.prod(shape, dtype=np.int64))
+        key = f"{layer_name}.{name}"
+        out[key] = weights[start : start + size].reshape(shape)
+        for k, v in state.optimizer.items():
+            out[f"{key}.optim.{k}"] = v[start : start + size].reshape(shape)
+    return out
+
+
+def _offset(manifest: dict, layer: int, name: str) -> int:
+    """A parameter's offset in the flat vector: its layer's window start plus the sizes of the ones before it."""
+    start = manifest["model"]["layers"][layer][1]
+    for li, n, shape in manifest["model"]["params"]:
+        if li == layer:
+            if n == name:
+                return start
+            start += int(np.prod(shape, dtype=np.int64))
+    raise KeyError(f"no parameter {name!r} in layer {layer}")
+
+
+def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
+    """Write `consolidated(DIR)` to the safetensors file `out` (atomically); returns what it wrote."""
+    tensors = consolidated(directory, tag)
+    state_meta = read_state(directory, tag=tag).manifest
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    write_tensors(out, {k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                  metadata={"optimizer": state_meta["optimizer"]["name"], "step": str(state_meta["optimizer"]["step"]),
+                            "saved_stage": str(state_meta["stage"]), "saved_world_size": str(state_meta["world_size"])})
+    return tensors
+
+
+def inspect(directory: str, tag: str | None = None) -> str:
+    """The layout as text: per rank file, its bytes and the flat range it owns, padding, and whose params."""
+    state = read_state(directory, tag=tag)
+    m = state.manifest
+    P, lay = m["layout"]["num_params"], m["layout"]
+    lines = [f"{state.folder}: ZeRO stage {m['stage']}, {m['world_size']} ranks, {P:,} parameters, step {m['optimizer']['step']}",
+             f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} ({lay['padding']} padding "
+             f"element(s) at the end, [{P:,}, {lay['padded']:,}))", ""]
+    for entry, (start, stop) in zip(m["files"], lay["regions"]):
+        real = max(0, min(stop, P) - start)
+        pad = (stop - start) - real
+        names = _params_in(m, start, min(stop, P))
+        lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; owns [{start:,}, {stop:,}): {real:,} real"
+                     + (f" + {pad:,} padding" if pad else "") + f"; {', '.join(names) if names else 'no parameters'}")
+        lines.append("    " + ", ".join(f"{k} ({fmt})" for k, fmt in entry["tensors"].items()))
+    return "\n".join(lines)
+
+
+def _params_in(manifest: dict, start: int, stop: int) -> list:
+    """Names of the parameters overlapping [start, stop), with the part held when it straddles shards."""
+    out = []
+    for layer_index, name, shape in manifest["model"]["params"]:
+        a = _offset(manifest, layer_index, name)
+        b = a + int(np.prod(shape, dtype=np.int64))
+        lo, hi = max(a, start), min(b, stop)
+        if lo < hi:
+            label = f"{manifest['model']['layers'][layer_index][0]}.{name}"
+            out.append(label if (lo, hi) == (a, b) else f"{label}[{lo - a}:{hi - a}]")
+    return out

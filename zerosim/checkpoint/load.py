@@ -1,0 +1,179 @@
+"""Load a checkpoint: check every file first, put the state back together, and reshard it to any N and stage.
+
+    engine = ZeroEngine.load("ckpt", Cluster(4), model)                  # as saved (N may differ)
+    engine = ZeroEngine.load("ckpt", Cluster(3), model, stage=3)         # N ranks at stage 3 from any save
+
+Letters: P parameters; N, s the saving run's ranks and shard size; M the loading run's ranks.
+Nothing is built until the manifest and every rank file have passed their checks (present, the
+recorded size, the recorded CRC-32, the expected model, format version, precision and stage), so a
+bad checkpoint is refused before anything is loaded. The saved state is first put back together as
+whole (P,) vectors — padding removed — and then cut for the M new ranks by the new layout: resharding
+from N to M ranks and from stage s to s′ is that second cut. (A real system reads only the byte
+ranges each new rank needs; here each process reads every file, which is simple and checks them all.)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from zerosim.checkpoint.files import CheckpointError, read_checked, read_tensors
+from zerosim.checkpoint.manifest import check_model, read_manifest
+from zerosim.precision import MixedPrecision, get_precision
+
+
+@dataclass
+class SavedState:
+    """A checked checkpoint: each saved rank's tensors, and (computed when asked) the whole (P,) vectors in
+    the order of the model's flat parameters, padding removed."""
+
+    manifest: dict
+    folder: str
+    files: dict  # {saved rank: {"params", "master", "optim.<name>": array}}
+
+    @property
+    def t(self) -> int:
+        """Optimizer steps taken."""
+        return int(self.manifest["optimizer"]["step"])
+
+    @property
+    def precision(self) -> MixedPrecision:
+        return MixedPrecision(**self.manifest["precision"])
+
+    def _whole(self, name: str, sharded: bool) -> np.ndarray:
+        m = self.manifest
+        parts = [self.files[r][name] for r in range(m["world_size"])] if sharded else [self.files[0][name]]
+        return (np.concatenate(parts) if len(parts) > 1 else parts[0])[: m["layout"]["num_params"]]  # padding removed
+
+    @functools.cached_property
+    def params(self) -> np.ndarray:
+        """(P,) compute format: the 16-bit weights every rank computes with."""
+        return self._whole("params", sharded=self.manifest["stage"] == 3)
+
+    @functools.cached_property
+    def master(self) -> np.ndarray | None:
+        """(P,) fp32 master (None: "pure" training, no master)."""
+        return self._whole("master", sharded=self.manifest["stage"] >= 1) if "master" in self.files[0] else None
+
+    @functools.cached_property
+    def optimizer(self) -> dict:
+        """{state name: (P,) update format}."""
+        names = [k[len("optim."):] for k in self.files[0] if k.startswith("optim.")]
+        return {k: self._whole(f"optim.{k}", sharded=self.manifest["stage"] >= 1) for k in names}
+
+
+def resolve(directory: str, tag: str | None = None) -> str:
+    """The checkpoint folder: DIR/<tag>, or the one DIR/latest names, or DIR itself if it holds a manifest."""
+    if tag is not None:
+        return os.path.join(directory, tag)
+    if os.path.exists(os.path.join(directory, "manifest.json")):
+        return directory
+    latest = os.path.join(directory, "latest")
+    try:
+        with open(latest) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        raise CheckpointError(f"{directory}: no checkpoint here (neither a manifest.json nor a 'latest' file)") from None
+    return os.path.join(directory, name)
+
+
+def read_files(folder: str, manifest: dict) -> dict:
+    """{rank: {name: array}}: every rank file present, of its recorded size and CRC-32 (checked before any
+    is parsed) — or a CheckpointError naming the file."""
+    raw = {}
+    for entry in manifest["files"]:
+        path = os.path.join(folder, entry["file"])
+        if not os.path.exists(path):
+            raise CheckpointError(f"{path}: missing (rank {entry['rank']} of {manifest['world_size']}'s file)")
+        raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["crc32"])
+    return {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"])) for e in manifest["files"]}
+
+
+def read_state(directory: str, model=None, tag: str | None = None) -> SavedState:
+    """Check and read a checkpoint; with `model`, refuse one saved from another model."""
+    folder = resolve(directory, tag)
+    manifest = read_manifest(folder)
+    if model is not None:
+        check_model(manifest, model, os.path.join(folder, "manifest.json"))
+    return SavedState(manifest, folder, read_files(folder, manifest))
+
+
+def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = None, precision=None,
+         expect_stage: int | None = None, tag: str | None = None, accumulation_steps: int | None = None,
+         checkpoint: bool = False):
+    """A `ZeroEngine` on `cluster` holding the saved state, at `stage` (default: the saved one).
+
+    optimizer: default the saved one (name and hyperparameters); another optimizer of the same kind may
+        change hyperparameters (a new lr on resume); another kind is refused (its state differs).
+    precision: must be the saved policy if given (a check: states cannot change format on load).
+    expect_stage: refuse a checkpoint saved at another stage (`stage` itself may differ: that reshards).
+    accumulation_steps, checkpoint: as for `ZeroEngine` (run settings, not state; default the saved K).
+    """
+    from zerosim.optim import get_optimizer
+    from zerosim.zero.engine import ZeroEngine
+
+    state = read_state(directory, model, tag)
+    m, where = state.manifest, os.path.join(state.folder, "manifest.json")
+    saved_policy = state.precision
+    if precision is not None and get_precision(precision) != saved_policy:
+        raise CheckpointError(f"{where}: saved with precision {saved_policy}, not the {get_precision(precision)} asked for")
+    if expect_stage is not None and m["stage"] != expect_stage:
+        raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
+    saved_opt = m["optimizer"]
+    if optimizer is None:
+        optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
+                                                        for k, v in saved_opt["hyperparameters"].items()})
+    elif optimizer.name != saved_opt["name"]:
+        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume {optimizer.name}")
+    saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
+    if set(optimizer.state_names) != set(saved_names):
+        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps {sorted(optimizer.state_names)}")
+    init = _initial_weights(state, model.num_params)
+    engine = ZeroEngine(model, cluster, m["stage"] if stage is None else stage, optimizer, saved_policy,
+                        params=init, accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint)
+    put_state(engine, state)
+    return engine
+
+
+def _initial_weights(state: SavedState, P: int) -> np.ndarray:
+    """(P,) weights to build the engine from (they are overwritten by `put_state` at once): the master, or
+    the 16-bit weights widened; read straight from the saved files when that needs no concatenation."""
+    if state.master is None:
+        return state.params.astype(np.float64)
+    return state.master
+
+
+def put_state(engine, state: SavedState) -> None:
+    """Overwrite every local rank's params, master and optimizer state with `state`, cut by the engine's layout.
+
+    Same world size and stage as saved: each rank takes its own saved file's tensors as they are; otherwise
+    the whole vectors are cut anew (resharding)."""
+    layout, P, m = engine.layout, engine.model.num_params, state.manifest
+    if (m["world_size"], m["stage"]) == (layout.world_size, engine.stage_number):
+        for rank in engine.cluster.ranks:
+            saved = state.files[rank.index]
+            rank.params.array[...] = saved["params"]
+            if rank.master is not None:
+                rank.master.array[...] = saved["master"]
+            for k, buf in rank.optim.items():
+                buf.array[...] = saved[f"optim.{k}"]
+        engine.t = state.t
+        return
+
+    def cut(dest: np.ndarray, whole: np.ndarray, start: int) -> None:
+        """dest = whole[start : start + len(dest)], zero where that runs past P (the new layout's padding)."""
+        real = max(0, min(dest.shape[0], P - start))
+        dest[:real] = whole[start : start + real]
+        dest[real:] = 0
+
+    for rank in engine.cluster.ranks:
+        mine = engine.region(rank.index)
+        cut(rank.params.array, state.params, layout.own(rank.index).start if engine.plan.shards_params else 0)
+        if rank.master is not None:
+            cut(rank.master.array, state.master, mine.start)
+        for k, buf in rank.optim.items():
+            cut(buf.array, state.optimizer[k], mine.start)
+    engine.t = state.t

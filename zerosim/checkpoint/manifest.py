@@ -1,0 +1,98 @@
+"""The checkpoint's manifest: everything needed to check, inspect, resume and reshard a saved run.
+
+    DIR/latest                     the tag of the newest complete checkpoint (written last, atomically)
+    DIR/<tag>/manifest.json        this file's contents (below)
+    DIR/<tag>/rank00000.safetensors   what rank 0 owned: its 16-bit params (whole or shard), fp32 master
+    DIR/<tag>/rank00001.safetensors   and optimizer state over its region, ...
+
+The layout follows DeepSpeed's (a folder per tag, a `latest` file naming the newest: deepspeed/runtime/
+engine.py, `save_checkpoint` / `load_checkpoint`), so an interrupted save never touches the checkpoint
+`latest` names. Manifest fields: format and version; the model (class, parameter count, every layer's
+window and every parameter's name and shape — a checkpoint of another model is refused); stage and
+world size; the flat layout (P, s, padded length, padding, each rank's region); the precision policy
+(its fields: compute, master, reduce, loss scale, averaging, rounding, seed, grad_accum); the optimizer
+(name, hyperparameters) and its step t; the loss scaler's state (static: the policy's scale); the
+stochastic-rounding counter (draws are a hash of (seed, step, element), so the seed and t resume them);
+and one entry per rank file: name, bytes, CRC-32, and each tensor's format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from zerosim.checkpoint.files import CheckpointError
+
+FORMAT, VERSION = "zerosim-checkpoint", 1
+
+
+def rank_file(rank: int) -> str:
+    return f"rank{rank:05d}.safetensors"
+
+
+def model_spec(model) -> dict:
+    """The model as the manifest records it: enough to refuse a checkpoint of another model."""
+    return {
+        "class": type(model).__name__,
+        "num_params": int(model.num_params),
+        "layers": [[layer.name, *model.layer_window(i), type(layer).__name__] for i, layer in enumerate(model.layers)],
+        "params": [[s.layer, s.name, list(s.shape)] for s in model.specs],
+    }
+
+
+def optimizer_spec(optimizer) -> dict:
+    hyper = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(optimizer)}
+    return {"name": optimizer.name, "hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}}
+
+
+def make_manifest(engine, files: list) -> dict:
+    layout, p = engine.layout, engine.precision
+    regions = [engine.region(r) for r in range(layout.world_size)]
+    return {
+        "format": FORMAT, "version": VERSION,
+        "model": model_spec(engine.model),
+        "stage": engine.stage_number, "world_size": layout.world_size,
+        "layout": {"num_params": layout.num_params, "shard_size": layout.shard_size, "padded": layout.padded,
+                   "padding": layout.padded - layout.num_params, "regions": [[r.start, r.stop] for r in regions]},
+        "precision": dataclasses.asdict(p),
+        "optimizer": {**optimizer_spec(engine.optimizer), "step": engine.t},
+        "accumulation_steps": engine.accumulation_steps,
+        "loss_scaler": {"kind": "static", "scale": p.loss_scale},
+        "stochastic_rounding": {"seed": p.seed, "next_step": engine.t + 1},
+        "files": files,
+    }
+
+
+def read_manifest(folder: str) -> dict:
+    """The manifest of the checkpoint in `folder`, checked for format and version."""
+    path = os.path.join(folder, "manifest.json")
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no manifest — not a zerosim checkpoint, or its save never finished") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable manifest ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format {m.get('format') if isinstance(m, dict) else None!r})")
+    if m.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version {VERSION}")
+    return m
+
+
+def check_model(manifest: dict, model, path: str) -> None:
+    """Refuse a checkpoint of another model, naming the first difference."""
+    saved, here = manifest["model"], model_spec(model)
+    for key in ("num_params", "layers", "params"):
+        if saved[key] != here[key]:
+            what = {"num_params": "parameter count", "layers": "layers (names, windows and kinds)", "params": "parameter shapes"}[key]
+            a, b = (saved[key], here[key]) if key == "num_params" else (_first_diff(saved[key], here[key]))
+            raise CheckpointError(f"{path}: saved from another model: its {what} differ (saved {a}, this model {b})")
+
+
+def _first_diff(a: list, b: list) -> tuple:
+    for x, y in zip(a, b):
+        if x != y:
+            return x, y
+    return f"{len(a)} entries", f"{len(b)} entries"
