@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerosim import Cluster, all_gather, all_reduce, broadcast, reduce_scatter
+from zerosim import Cluster, all_gather, all_reduce, broadcast, cast, reduce_scatter
 from zerosim.collectives import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
 
 DTYPES = {"fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -400,3 +400,28 @@ def test_all_reduce_keeps_any_shape():
         assert o.shape == (2, 3, 4) and (o == 10).all()  # 1 + 2 + 3 + 4, exact
     scalars = all_reduce(Cluster(2), [np.float32(1.5), np.float32(2.25)])  # 0-d in, 0-d out
     assert all(o.shape == () and o.dtype == np.float32 and float(o) == 3.75 for o in scalars)  # exact in fp32
+
+
+# ---------------------------------------------------------------- the chunk-order shortcut = the ring
+
+@given(n=st.integers(1, 9), length=st.integers(0, 50), dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e5m2"]),
+       op=st.sampled_from(["sum", "max", "avg", "avg_predivide", "avg_premul"]), uneven=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, uneven, seed):
+    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/ring.py, _local_reduce_scatter)
+    # instead of hop by hop; the same additions in the same order must give the same bits, and every rank
+    # the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
+    from zerosim.collectives.ring import _local_reduce_scatter, _phases, _ring_reduce_scatter
+
+    rng = np.random.default_rng(seed)
+    raw = rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))
+    xs = [cast(row, dtype) for row in raw]
+    counts = list(rng.multinomial(length, [1 / n] * n)) if uneven else None
+    hop, call = Cluster(n, trace="hop"), Cluster(n, trace="call")
+    assert _phases(hop)[0] is _ring_reduce_scatter and _phases(call)[0] is _local_reduce_scatter
+    for a, b in zip(reduce_scatter(hop, xs, op=op, counts=counts), reduce_scatter(call, xs, op=op, counts=counts)):
+        assert a.dtype == b.dtype and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+    shards = [cast(rng.standard_normal(c if uneven else -(-length // n)), dtype) for c in (counts or [0] * n)]
+    for a, b in zip(all_gather(hop, shards, counts=counts if uneven else None), all_gather(call, shards, counts=counts if uneven else None)):
+        assert np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+    for r in range(n):
+        assert hop.trace.bytes_sent(r) == call.trace.bytes_sent(r)

@@ -221,14 +221,14 @@ class MetaBackend:
         return None
 
     # -- the collectives' data movement, answered from sizes alone -------------------------------------
-    def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
+    def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None) -> tuple:
         """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result."""
         sizes = [stop - start for start, stop in bounds]
         _trace_ring(cluster, call, sizes, wire, lag=1)
         made = {}  # no data: ranks with equal chunk sizes may share one array
         return [made.setdefault(sizes[r.index], MetaArray((sizes[r.index],), wire.dtype)) for r in cluster.ranks], []
 
-    def all_gather_phase(self, cluster, shards, bounds, total, wire, call) -> list:
+    def all_gather_phase(self, cluster, shards, bounds, total, wire, call, out=None) -> list:
         """Trace what the ring's all-gather sends; every rank's (total,) result."""
         _trace_ring(cluster, call, [stop - start for start, stop in bounds], wire, lag=0)
         return [MetaArray((total,), wire.dtype)] * cluster.local_size

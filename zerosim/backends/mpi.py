@@ -293,7 +293,7 @@ class MpiBackend(HostArrays):
             self.comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
         return [out]
 
-    def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call) -> tuple:
+    def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None) -> tuple:
         """The collectives' reduce-scatter data movement done by MPI's own Reduce_scatter (native=True).
 
         NOTE: MPI picks the order of additions, not NCCL's ring, so results may differ in the last bits.

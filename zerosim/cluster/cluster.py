@@ -71,17 +71,17 @@ class Cluster:
     # -- collectives ---------------------------------------------------------------------------
     # NOTE: the ring algorithms live one layer up, in zerosim.collectives, and take the cluster as
     # an argument; these methods are the convenience front door, so they import at call time.
-    def reduce_scatter(self, tensors, op: str = "sum", wire=None, tag: str = "", counts=None):
+    def reduce_scatter(self, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, out=None):
         """Ring reduce-scatter: rank r gets chunk r of the reduction. See `zerosim.collectives.reduce_scatter`."""
         from zerosim.collectives import reduce_scatter
 
-        return reduce_scatter(self, tensors, op=op, wire=wire, tag=tag, counts=counts)
+        return reduce_scatter(self, tensors, op=op, wire=wire, tag=tag, counts=counts, out=out)
 
-    def all_gather(self, shards, wire=None, tag: str = "", counts=None):
+    def all_gather(self, shards, wire=None, tag: str = "", counts=None, out=None):
         """Ring all-gather: every rank gets the concatenation of all shards. See `zerosim.collectives.all_gather`."""
         from zerosim.collectives import all_gather
 
-        return all_gather(self, shards, wire=wire, tag=tag, counts=counts)
+        return all_gather(self, shards, wire=wire, tag=tag, counts=counts, out=out)
 
     def all_reduce(self, tensors, op: str = "sum", wire=None, tag: str = ""):
         """Reduce-scatter then all-gather, 2(N-1) steps. See `zerosim.collectives.all_reduce`."""

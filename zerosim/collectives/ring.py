@@ -47,13 +47,14 @@ def _stage(cluster, call: int, arrays, op, wire, length: int, padded: int):
     return staged, temps
 
 
-def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call):
-    """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype)."""
+def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call, out=None):
+    """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype),
+    written into `out[i]` when given."""
     n = cluster.world_size
     me = [rank.index for rank in cluster.ranks]
     size = [stop - start for (start, stop) in bounds]
     own = [[x[a:b] for (a, b) in bounds] for x in staged]  # own[i][c]: rank i's own copy of chunk c (views)
-    results = [np.empty(size[r], dtype=wire.dtype) for r in me]  # (size[r],) wire dtype: rank r's chunk r
+    results = out or [np.empty(size[r], dtype=wire.dtype) for r in me]  # (size[r],) wire dtype: rank r's chunk r
     if n == 1:
         results[0][...] = own[0][0]
         return results, []
@@ -92,11 +93,11 @@ def _fifo(cluster, i: int, j: int, count: int, dtype) -> np.ndarray:
     return buf[:nbytes].view(dtype)
 
 
-def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
-    """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output."""
+def _ring_all_gather(cluster, shards, bounds, total: int, wire, call, out=None):
+    """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when given)."""
     n = cluster.world_size
     me = [rank.index for rank in cluster.ranks]
-    full = [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
+    full = out or [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
     part = [[f[a:b] for (a, b) in bounds] for f in full]  # part[i][c]: shard c's place in rank i's output (views)
     for i, r in enumerate(me):
         part[i][r][...] = shards[i]
@@ -121,6 +122,58 @@ def _ring_all_gather(cluster, shards, bounds, total: int, wire, call):
     return full
 
 
+def _local_reduce_scatter(cluster, staged, op, wire, bounds, call, out=None):
+    """The ring's reduce-scatter when every rank lives in this process and a send is a reference (the numpy
+    simulator with a per-call trace): the same additions in the same order, chunk by chunk —
+    chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], each add rounded to the wire dtype — without a Python
+    step per hop. Bit for bit the ring's (a test checks); only the per-hop events are not recorded."""
+    n = cluster.world_size
+    results = []
+    for c, (a, b) in enumerate(bounds):  # staged[r]: rank r's (padded) input, in rank order
+        acc = out[c] if out else np.empty(b - a, dtype=wire.dtype)  # (size[c],) wire dtype: rank c's result
+        if n == 1:
+            acc[...] = staged[0][a:b]
+        else:
+            op.combine(staged[(c + 1) % n][a:b], staged[(c + 2) % n][a:b], out=acc)
+            for k in range(3, n + 1):  # the partial sum travels on: ranks c+3, ..., c+N (= c)
+                op.combine(acc, staged[(c + k) % n][a:b], out=acc)
+        results.append(acc)
+    if n > 1:
+        sizes = [stop - start for start, stop in bounds]
+        for r in range(n):  # what rank r sent over the N-1 steps: every chunk but its own
+            cluster.trace.hop(call, -1, r, -1, -1, sum(sizes) - sizes[r], wire.itemsize, wire.name)
+    return results, []
+
+
+def _local_all_gather(cluster, shards, bounds, total: int, wire, call, out=None):
+    """The ring's all-gather when every rank lives here and a send is a reference: each rank's output is
+    the shards joined in rank order (the ring's result), copied once per rank, no Python step per hop."""
+    n = cluster.world_size
+    joined = out[0] if out else np.empty(total, dtype=wire.dtype)  # (total,) wire dtype
+    for (a, b), shard in zip(bounds, shards):
+        joined[a:b] = shard
+    if n > 1:
+        for r in range(n):  # rank r forwarded every shard but r+1's, the last to reach it
+            c = (r + 1) % n
+            cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize, wire.name)
+    if out:
+        for o in out[1:]:
+            o[...] = joined
+        return out
+    return [joined] + [joined.copy() for _ in range(n - 1)]
+
+
+def _phases(cluster) -> tuple:
+    """(reduce-scatter phase, all-gather phase): the backend's own; the chunk-order shortcut when every rank
+    is here, sends are references and the trace keeps one summary per call; else the ring, hop by hop."""
+    backend = cluster.backend
+    local = (getattr(backend, "sends_by_reference", False) and cluster.local_size == cluster.world_size
+             and cluster.trace.granularity == "call" and not cluster.trace.keep_values)
+    rs = getattr(backend, "reduce_scatter_phase", _local_reduce_scatter if local else _ring_reduce_scatter)
+    ag = getattr(backend, "all_gather_phase", _local_all_gather if local else _ring_all_gather)
+    return rs, ag
+
+
 def _free(temps) -> None:
     for b in temps:
         b.free()
@@ -130,7 +183,8 @@ def _wire_format(arrays, wire):
     return get_format(wire) if wire is not None else arrays[0][2]
 
 
-def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, _name: str = "reduce_scatter") -> list:
+def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, out=None,
+                   _name: str = "reduce_scatter") -> list:
     """Ring reduce-scatter of one flat array per local rank; rank r receives chunk r of the reduction.
 
     Any length L works (also L < N and L == 0): buffers are zero-padded to a multiple of N, and rank
@@ -141,7 +195,9 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     `wire` is the format on the wire (default: the inputs' own); inputs are rounded to it first, and
     every hop rounds to it. `op` is one of "sum", "max", "avg", "avg_predivide", "avg_premul" (see
     `zerosim.collectives.ops`). Returns one array per local rank (in the wire dtype, fp32 for "avg");
-    temporary buffers go through each rank's ledger as kind "comm".
+    temporary buffers go through each rank's ledger as kind "comm". `out` (one array per local rank,
+    of its result's shape, in the wire dtype; not with "avg", whose result is a new fp32 array) receives
+    the results in place of new arrays: a ZeRO engine passes its own gradient shard.
     """
     what = _name.replace("_", "-")
     reduce_op = get_op(op)
@@ -158,26 +214,49 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
             raise ValueError(f"{what}: counts {counts} add up to {sum(counts)}, but the buffers hold {length} elements")
     padded = length if counts is not None else layout.padded
     bounds = chunk_bounds(layout, counts)
+    if out is not None:
+        out = _check_out(cluster, out, [stop - start for start, stop in bounds], wire_fmt, what, reduce_op.name == "avg")
     call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
-    phase = getattr(cluster.backend, "reduce_scatter_phase", _ring_reduce_scatter)  # the backend's own, or the ring
+    phase = _phases(cluster)[0]  # the backend's own, the chunk-order shortcut, or the ring
     # NOTE: a 16-bit sum may overflow to inf on the wire, as on a GPU, silently: engines detect it afterwards
     # (count_nonfinite, loss scaling); numpy's warning would only be noise
     with np.errstate(over="ignore", invalid="ignore"):
-        results, acc = phase(cluster, staged, reduce_op, wire_fmt, bounds, call)
+        results, acc = phase(cluster, staged, reduce_op, wire_fmt, bounds, call, out=out)
     _free(temps + acc)
     cluster.trace.end(call)
+    if out is not None:  # a backend that made new arrays (MPI's own reduce-scatter): copy them in
+        for o, r in zip(out, results):
+            if r is not o:
+                o[...] = r
+        return out
     keep = [c for c in counts] if counts is not None else layout.real_sizes()
     return [reduce_op.post(chunk[: keep[rank.index]], n) for rank, chunk in zip(cluster.ranks, results)]
 
 
-def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: str = "all_gather") -> list:
+def _check_out(cluster, out, sizes: list, wire, what: str, averaging: bool) -> list:
+    """`out` as a list of writable destination arrays, one per local rank, of each result's size and the wire dtype."""
+    if averaging:
+        raise ValueError(f"{what}: out= cannot hold op 'avg' results (a new fp32 array, divided after the cast); reduce with 'sum'")
+    if not isinstance(out, (list, tuple)) or len(out) != cluster.local_size:
+        raise ValueError(f"{what}: out must be a list of {cluster.local_size} array(s), one per local rank")
+    for rank, o in zip(cluster.ranks, out):
+        want = sizes[rank.index]
+        flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
+        if getattr(o, "shape", None) != (want,) or o.dtype != wire.dtype or (flags is not None and not flags.writeable):
+            raise ValueError(f"{what}: out for rank {rank.index} must be a writable ({want},) {wire.name} array, "
+                             f"got {getattr(o, 'shape', type(o).__name__)} {getattr(o, 'dtype', '')}")
+    return list(out)
+
+
+def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None, _name: str = "all_gather") -> list:
     """Ring all-gather: every rank receives the concatenation of all ranks' shards, in rank order.
 
     Without `counts`, shards must be equal in size or follow reduce-scatter's layout for an unpadded
     length L (ceil(L/N) each, the last ones shorter or empty; they travel padded to equal size and
     the result has exactly L elements). With `counts`, rank r's shard must hold `counts[r]` elements
     (an all-gather-v; ZeRO-3 uses it to gather one layer's window). Other sizes are a clear error.
+    `out` (one array per local rank, of the result's shape and the wire dtype) receives the results.
     """
     what = _name.replace("_", "-")
     arrays = check_inputs(cluster, shards, what)
@@ -196,6 +275,10 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         bounds, total, length = chunk_bounds(layout, None), layout.padded, layout.length
+    if out is not None:
+        if total != length:
+            raise ValueError(f"{what}: out= needs shards that are not padded (equal sizes, or counts), got a padded {total} for {length}")
+        out = _check_out(cluster, out, [length] * n, wire_fmt, what, False)
     call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag)
     padded, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
@@ -208,10 +291,15 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, _name: st
         buf.array[a.shape[0] :] = 0  # a short last shard travels padded with zeros
         padded.append(buf.array)
         temps.append(buf)
-    phase = getattr(cluster.backend, "all_gather_phase", _ring_all_gather)  # the backend's own, or the ring
-    full = phase(cluster, padded, bounds, total, wire_fmt, call)
+    phase = _phases(cluster)[1]  # the backend's own, the chunk-order shortcut, or the ring
+    full = phase(cluster, padded, bounds, total, wire_fmt, call, out=out)
     _free(temps)
     cluster.trace.end(call)
+    if out is not None:
+        for o, f in zip(out, full):
+            if f is not o:
+                o[...] = f
+        return out
     return [f[:length] for f in full]
 
 
