@@ -7,6 +7,7 @@ time order that never overlap, in the integer nanoseconds Perfetto reads them as
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def ns(us) -> int:
 
 def test_every_event_has_the_fields_its_phase_requires(result, tmp_path):
     path = write_chrome_trace(result, tmp_path / "step.json")
-    doc = json.loads(open(path).read())
+    doc = json.loads(Path(path).read_text())
     events = doc["traceEvents"]
     assert isinstance(events, list) and events
     named_threads, named_processes, tracks = set(), set(), {}
@@ -67,7 +68,7 @@ def test_every_event_has_the_fields_its_phase_requires(result, tmp_path):
 
 
 def test_times_are_the_simulated_ones(result, tmp_path):
-    doc = json.loads(open(write_chrome_trace(result, tmp_path / "t.json")).read())
+    doc = json.loads(Path(write_chrome_trace(result, tmp_path / "t.json")).read_text())
     xs = [ev for ev in doc["traceEvents"] if ev["ph"] == "X"]
     first_comm = result.track(0, "comm")[0]
     ev = next(e for e in xs if e["pid"] == 1 and e["name"] == first_comm.label)
@@ -76,7 +77,7 @@ def test_times_are_the_simulated_ones(result, tmp_path):
 
 
 def test_a_subset_of_ranks(result, tmp_path):
-    doc = json.loads(open(write_chrome_trace(result, tmp_path / "one.json", ranks=[2])).read())
+    doc = json.loads(Path(write_chrome_trace(result, tmp_path / "one.json", ranks=[2])).read_text())
     assert {ev["pid"] for ev in doc["traceEvents"]} == {3}  # rank 2 is pid 3
 
 

@@ -26,7 +26,8 @@ Identical ranks. At 1024 ranks the per-rank work (one Compute per rank per layer
 ranks of a data-parallel step usually do identical work, so one row could stand for every rank with
 the same sequence of compute durations (group ranks by that sequence, simulate one per group,
 take the max over groups where a call waits for every rank). Not done here: the log itself already
-holds one event per rank, and one pass over it is fast enough (benchmarks/).
+holds one event per rank, and one pass over it is fast enough (GPT-3 175B, 1024 ranks, stage 3 with
+block units: ~205k events in ~0.5 s; the engine's own step that writes them takes longer).
 """
 
 from __future__ import annotations
