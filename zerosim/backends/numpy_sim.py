@@ -7,6 +7,8 @@ it keeps the simulator close to the speed of plain numpy.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from zerosim.backends.base import HostArrays
@@ -31,7 +33,7 @@ class NumpyBackend(HostArrays):
         its working buffers on every call, so reuse is what keeps the simulated ring near numpy's speed.
         """
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod((shape,) if isinstance(shape, (int, np.integer)) else shape) * dtype.itemsize
         free = self._pool.get(nbytes)
         if free:
             self._pooled -= nbytes

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import math
+
 import numpy as np
 
 from zerosim.checkpoint.files import write_tensors
@@ -25,7 +27,7 @@ def consolidated(directory: str, tag: str | None = None) -> dict:
     for layer_index, name, shape in state.manifest["model"]["params"]:
         layer_name = state.manifest["model"]["layers"][layer_index][0]
         start = _offset(state.manifest, layer_index, name)
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         key = f"{layer_name}.{name}"
         out[key] = weights[start : start + size].reshape(shape)
         for k, v in state.optimizer.items():
@@ -40,7 +42,7 @@ def _offset(manifest: dict, layer: int, name: str) -> int:
         if li == layer:
             if n == name:
                 return start
-            start += int(np.prod(shape, dtype=np.int64))
+            start += math.prod(shape)
     raise KeyError(f"no parameter {name!r} in layer {layer}")
 
 
@@ -78,7 +80,7 @@ def _params_in(manifest: dict, start: int, stop: int) -> list:
     out = []
     for layer_index, name, shape in manifest["model"]["params"]:
         a = _offset(manifest, layer_index, name)
-        b = a + int(np.prod(shape, dtype=np.int64))
+        b = a + math.prod(shape)
         lo, hi = max(a, start), min(b, stop)
         if lo < hi:
             label = f"{manifest['model']['layers'][layer_index][0]}.{name}"

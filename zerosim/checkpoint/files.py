@@ -20,6 +20,8 @@ import json
 import os
 import zlib
 
+import math
+
 import numpy as np
 
 from zerosim.precision import get_format
@@ -115,7 +117,7 @@ def read_tensors(data: bytes, formats: dict, path: str) -> dict:
             entry = header[name]
             dtype = np.dtype(_ST_DTYPES[entry["dtype"]])
             begin, end = entry["data_offsets"]
-            count = int(np.prod(entry["shape"], dtype=np.int64))
+            count = math.prod(entry["shape"])
             if not 0 <= begin <= end <= len(body) or end - begin != count * dtype.itemsize:
                 raise CheckpointError(f"{path}: tensor {name!r} does not fit its declared place in the file")
             out[name] = decode(np.frombuffer(body[begin:end], dtype.newbyteorder("<")).reshape(entry["shape"]), fmt)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 
 
@@ -45,7 +47,7 @@ class Buffer:
     def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger", owned: bool = False):
         self.name, self.kind, self.owned = name, kind, owned  # owned: storage came from the ledger's allocator
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self._array, self._ledger = array, ledger
 
     @property

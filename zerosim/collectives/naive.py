@@ -7,6 +7,9 @@ checks the ring's chunk bookkeeping. Two orders are offered:
   with a rounding to the wire dtype after every add; must equal the ring bit for bit.
 - ``order="float64"``: everything summed exactly-ish in float64 (no intermediate rounding), the
   yardstick for error bounds.
+- ``order="ring-native"``: the ring's order, each add done natively in the wire dtype by NumPy (as fast
+  as NumPy can add in that order; the speed yardstick of benchmarks/engine.py). The same bits as
+  ``"ring"`` (a test checks): an add of two wire values rounded once either way.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> np
         stacked = np.stack([x.astype(np.float64) for x in xs])
         total = stacked.max(axis=0) if op == "max" else stacked.sum(axis=0)
         return reduce_op.post(total, n) if op == "avg" else total
+    if order == "ring-native":
+        return reduce_op.post(_ring_native(xs, layout, reduce_op, wire_fmt), n)
     if order != "ring":
-        raise ValueError(f"unknown order {order!r}; choose 'ring' or 'float64'")
+        raise ValueError(f"unknown order {order!r}; choose 'ring', 'ring-native' or 'float64'")
     out = np.empty(layout.length, dtype=wire_fmt.dtype)
     for c in range(n):
         start, stop = layout.real_bounds(c)
@@ -43,6 +48,24 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> np
             acc = cast(both, wire_fmt)  # exact sum of two wire values, rounded once
         out[start:stop] = acc
     return reduce_op.post(out, n)
+
+
+def _ring_native(xs: list, layout, reduce_op, wire_fmt) -> np.ndarray:
+    """Chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], NumPy ops in the wire dtype, into one (L,) array."""
+    n = len(xs)
+    out = np.empty(layout.length, dtype=wire_fmt.dtype)
+    for c in range(n):
+        start, stop = layout.real_bounds(c)
+        if start == stop:
+            continue
+        acc = out[start:stop]
+        if n == 1:
+            acc[...] = xs[0][start:stop]
+            continue
+        reduce_op.combine(xs[(c + 1) % n][start:stop], xs[(c + 2) % n][start:stop], out=acc)
+        for k in range(3, n + 1):
+            reduce_op.combine(acc, xs[(c + k) % n][start:stop], out=acc)
+    return out
 
 
 def naive_reduce_scatter(tensors, op: str = "sum", wire=None, order: str = "ring") -> list:

@@ -24,6 +24,8 @@ and the results' shapes are the same code.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from zerosim.collectives.checks import check_counts, check_inputs, require_same
@@ -331,7 +333,7 @@ def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
     require_same([m[1] for m in meta], "broadcast", "dtype")
     fmt = arrays[0][2]
     shape = arrays[0][1].shape
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     call = cluster.trace.begin("broadcast", "copy", n, count, fmt.name, tag)
     me = [rank.index for rank in cluster.ranks]
     out = [a.reshape(-1).copy() if r == root else np.empty(count, dtype=fmt.dtype) for (r, a, _) in arrays]

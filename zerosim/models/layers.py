@@ -161,7 +161,7 @@ class Linear(Layer):
         return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
 
     def flops(self, x_shape, kind):
-        rows = int(np.prod(x_shape[:-1], dtype=np.int64))  # B (or B*L tokens)
+        rows = math.prod(x_shape[:-1])  # B (or B*L tokens)
         matmul = 2 * rows * self.d_in * self.d_out  # x @ w.T: one multiply-add per (row, in, out)
         if kind == "forward":
             return matmul + (rows * self.d_out if self.bias else 0)
@@ -187,7 +187,7 @@ class ReLU(Layer):
         return relu_backward(dy, (cache["input"],), fmt), {}
 
     def flops(self, x_shape, kind):
-        return int(np.prod(x_shape, dtype=np.int64))  # one comparison (forward) or one select (backward) per element
+        return math.prod(x_shape)  # one comparison (forward) or one select (backward) per element
 
 
 class GELU(Layer):
@@ -208,4 +208,4 @@ class GELU(Layer):
     GELU_FLOPS = {"forward": 8, "backward": 16}
 
     def flops(self, x_shape, kind):
-        return self.GELU_FLOPS[kind] * int(np.prod(x_shape, dtype=np.int64))
+        return self.GELU_FLOPS[kind] * math.prod(x_shape)

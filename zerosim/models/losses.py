@@ -10,6 +10,8 @@ subnormal range — the point of loss scaling).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from zerosim.models.layers import acc_dtype
@@ -33,7 +35,7 @@ class Loss:
 
     def flops(self, y_shape: tuple) -> int:
         """Operations of the loss's forward and backward together, for the compute events (a few per element)."""
-        return 4 * int(np.prod(y_shape, dtype=np.int64))
+        return 4 * math.prod(y_shape)
 
     def check_target(self, target, batch: int, outputs: int) -> None:
         """Raise ValueError saying what is wrong if `target` cannot be this loss's target for a

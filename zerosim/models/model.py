@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 from zerosim.models.layers import Layer
@@ -49,7 +51,7 @@ class Model:
         for i, layer in enumerate(self.layers):
             start = offset
             for name, shape in layer.param_shapes.items():
-                size = int(np.prod(shape, dtype=np.int64))
+                size = math.prod(shape)
                 self.specs.append(ParamSpec(i, name, tuple(shape), offset, size))
                 offset += size
             self._windows.append((start, offset))

@@ -36,10 +36,13 @@ class Reference:
             gradients are accumulated locally, then reduced once; True (stages 2/3): the N gradients
             of each micro-step are reduced, and the reduced results accumulated. In 16-bit formats the
             two orders give different bits (tests/test_accumulation.py shows by how much).
+        reduction: "ring" (default): each add formed exactly in float64 and rounded once to the wire
+            format — code that shares nothing with the engines' ring; "ring-native": the same adds by NumPy
+            in the wire dtype, the same bits and faster (the speed yardstick in benchmarks/engine.py).
     """
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
-                 accumulation_steps: int = 1, reduce_every_micro_step: bool = False):
+                 accumulation_steps: int = 1, reduce_every_micro_step: bool = False, reduction: str = "ring"):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -52,6 +55,9 @@ class Reference:
         self.precision = get_precision(precision)
         self.world_size, self.accumulation_steps = world_size, accumulation_steps
         self.reduce_every_micro_step = reduce_every_micro_step
+        if reduction not in ("ring", "ring-native"):
+            raise ValueError(f"reduction must be 'ring' or 'ring-native', got {reduction!r}")
+        self.reduction = reduction
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -88,7 +94,7 @@ class Reference:
     def _reduce(self, grads: list) -> np.ndarray:
         """N flat gradients -> their reduction in the ring's order and wire format (no averaging yet)."""
         p = self.precision
-        return naive_reduce(grads, op=averaging.wire_op(p), wire=p.reduce_format, order="ring")
+        return naive_reduce(grads, op=averaging.wire_op(p), wire=p.reduce_format, order=self.reduction)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""

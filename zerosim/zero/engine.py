@@ -136,7 +136,9 @@ class ZeroEngine:
         policy, keep = self.precision, trace.keep_values
         for rank, (x, target) in zip(cluster.ranks, batches):
             rank.work = Pass(model, x, target, policy.compute_format, ledger=rank.ledger, loss_scale=policy.loss_scale, keep_values=keep)
-        waits = {rank.index: self._after_refresh for rank in cluster.ranks} if k == 0 else {}
+        # the previous step's refresh, if the trace still holds it (a user may have cleared the trace since)
+        refresh = tuple(c for c in self._after_refresh if c < len(trace.calls) and trace.calls[c].purpose == "refresh params")
+        waits = {rank.index: refresh for rank in cluster.ranks} if k == 0 else {}
         self._last_reduce = ()
         with cluster.phase("forward/backward"), trace.about(micro=k):
             for op in self.ops:

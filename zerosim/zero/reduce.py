@@ -41,14 +41,17 @@ def reduce_unit(engine, layer: int, first: bool) -> tuple:
     if b <= a:
         return ()
     held = [rank.ledger.get(grads_name(layer)) for rank in cluster.ranks]
+    places = [rank.grads.array[slice(*layout.owned_piece(layer, rank.index))] for rank in cluster.ranks]  # views of each shard
+    op, wire = averaging.wire_op(policy), policy.reduce_format
+    direct = first and places[0].dtype == wire.dtype and op != "avg"  # the result lands in the shard itself: no copy
     calls = len(cluster.trace.calls)
     name = f"{engine.model.layers[layer].name} grads"
     with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
-        pieces = cluster.reduce_scatter([h.array for h in held], op=averaging.wire_op(policy), wire=policy.reduce_format,
-                                        counts=layout.counts(layer), tag=name)
-    for rank, piece, h in zip(cluster.ranks, pieces, held):
-        lo, hi = layout.owned_piece(layer, rank.index)
-        averaging.accumulate(rank.grads.array[lo:hi], piece, first)
+        pieces = cluster.reduce_scatter([h.array for h in held], op=op, wire=wire, counts=layout.counts(layer), tag=name,
+                                        out=places if direct else None)
+    for place, piece, h in zip(places, pieces, held):
+        if not direct:
+            averaging.accumulate(place, piece, first)
         h.free()  # seed 004 stage 2, step 1c: freed at once
     return tuple(range(calls, len(cluster.trace.calls)))
 
