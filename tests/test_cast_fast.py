@@ -13,6 +13,7 @@ uniforms that sit exactly at, and one ulp either side of, the probability of rou
 from __future__ import annotations
 
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -148,6 +149,19 @@ def test_shapes_and_layouts_match_twin(shape_case, rounding):
         for name in ("bf16", "fp8_e4m3", "fp16"):
             got, want = cast(x, name, rounding, **kw), cast_reference(x, name, rounding, **kw)
             assert_same_bits(got, want, x)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_overflow_and_nan_are_answers_not_warnings(name, rounding):
+    """Overflow to inf/NaN and NaN in, NaN out are each format's defined answers: no RuntimeWarning."""
+    x = np.array([1e39, -1e300, 7e4, 500.0, np.inf, -np.inf, np.nan, 1e-300])
+    x32 = np.array([3.4e38, -3e38, 7e4, 500.0, np.inf, -np.inf, np.nan, 1e-40], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for a in (x, x32):
+            for saturate in (False, True):
+                cast(a, name, rounding, rng=np.random.default_rng(0), saturate=saturate)
 
 
 # Hypothesis: arrays of any float64 at all, and arrays crowded around one format's midpoints.

@@ -10,7 +10,8 @@ float32 everywhere), and tests/test_cast_fast.py checks that both give the same 
 rounds through float32 to nearest as ml_dtypes does, and then repairs the only elements double
 rounding can get wrong. Why only those: round-to-nearest is monotone, and every midpoint m between two
 neighbours of a target format narrower than float32 is itself a float32 (it needs at most 12 bits and
-lies within float32's exponent range). So if x < m then RN32(x) <= m, and RN32(x) = m only when x
+lies within float32's exponent range; so is the overflow threshold, halfway from the largest number
+to the next power of two). So if x < m then RN32(x) <= m, and RN32(x) = m only when x
 rounds onto m; the same for x > m. Where RN32(x) is not a midpoint it lies between the same two
 neighbours as x, on the same side of m, and the second rounding is the correct one. Where RN32(x) is
 a midpoint (rare: about one element in 2**16 of random data), the naive twin rounds again.
@@ -55,6 +56,8 @@ def _midpoint_suspects(y: np.ndarray, f: Format) -> np.ndarray:
     return suspects
 
 
+# Overflow to inf/NaN and NaN in, NaN out are the formats' defined answers, not floating-point errors.
+@np.errstate(over="ignore", invalid="ignore")
 def nearest_fast(a: np.ndarray, f: Format) -> np.ndarray:
     """`a` (an array of one of our formats) rounded to nearest, ties to even, once, into `f`; the same
     bits as `nearest_reference`."""
@@ -72,8 +75,7 @@ def nearest_fast(a: np.ndarray, f: Format) -> np.ndarray:
             out[nan] = nearest_reference(a[nan], f)
         return out
     y = a.astype(np.float32)  # round to nearest even: right wherever it is not a midpoint of f
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
-        out = y.astype(f.dtype)
+    out = y.astype(f.dtype)
     suspects = _midpoint_suspects(y, f)  # y is scratch from here on
     if suspects.any():
         out[suspects] = nearest_reference(a[suspects], f)  # round to odd, then to nearest: once

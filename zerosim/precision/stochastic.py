@@ -8,7 +8,7 @@ u < p_up = (|x| - lo) / (hi - lo). Its bits are the contract; this file reaches 
 Letters: n elements; W the working format (float32 when x and the target fit in it, else float64)
 with F fraction bits; the target f has m fraction bits; d = F - m bits of x's fraction are dropped.
 
-Where f's quantum is 2**-d times x's own (x zero, or f.smallest_normal <= |x| <= f.max), the bit
+Where f's spacing is 2**d times x's own (x zero, or f.smallest_normal <= |x| <= f.max), the bit
 pattern of x splits into kept bits (the pattern of lo, sign included) and the dropped integer
 D < 2**d, and p_up = D / 2**d exactly. For an integer D, u < D / 2**d  <=>  floor(u * 2**d) < D  <=>
 D + r >= 2**d with r = 2**d - 1 - floor(u * 2**d). So adding r to the pattern carries into the kept
@@ -16,7 +16,8 @@ bits exactly where the naive twin rounds up, and clearing the low d bits leaves 
 answer (a carry out of the fraction steps the exponent, as the next number up does). It is the usual
 add-random-bits-and-truncate stochastic rounding, with the random bits taken from u so that the result
 equals the naive twin's for the same uniforms. Elements outside that range (f's subnormals, beyond
-f.max, inf, NaN) are few; the naive twin rounds them.
+f.max, inf, NaN) are few; the naive twin rounds them. (bf16's subnormals are float32's own, with the
+same 16 dropped bits: in float32 the formula holds for them too.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import numpy as np
 
 from zerosim.precision.cast_reference import stochastic_reference
 from zerosim.precision.formats import Format, get_format
-
 
 BLOCK = 2**15  # elements rounded at a time: one block's temporaries stay in a core's L2 cache
 
@@ -73,6 +73,7 @@ def _outside_carry_range(x: np.ndarray, f: Format, w: Format, scratch: np.ndarra
     return slow if slow.any() else None
 
 
+@np.errstate(over="ignore", invalid="ignore")  # inf/NaN in, or beyond f.max: the format's defined answers
 def stochastic_fast(a: np.ndarray, f: Format, u: np.ndarray) -> np.ndarray:
     """`a` rounded stochastically into `f` with uniforms `u` (float64, a's shape): the same bits as
     `stochastic_reference(a, f, u)`."""
@@ -100,8 +101,8 @@ def stochastic_fast(a: np.ndarray, f: Format, u: np.ndarray) -> np.ndarray:
             return stochastic_reference(a, f, u.reshape(a.shape))
         np.add(x[blk].view(w.uint_dtype), res, out=res)  # (b,) W bits, low d bits: D + r
         np.bitwise_and(res, keep, out=res)
-        with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN inputs made junk; replaced below
-            np.copyto(out[blk], res.view(w.dtype), casting="unsafe")  # exact where the formula holds
+        np.copyto(out[blk], res.view(w.dtype), casting="unsafe")  # exact where the formula holds; junk
+        # for inf/NaN inputs and beyond f.max, replaced here:
         _naive_where_outside(out[blk], a_flat[blk], x[blk], f, w, u[blk], scratch=res.view(w.dtype))
     return out.reshape(a.shape)
 
