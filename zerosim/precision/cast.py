@@ -56,13 +56,18 @@ def _midpoint_suspects(y: np.ndarray, f: Format) -> np.ndarray:
     return suspects
 
 
-# Overflow to inf/NaN and NaN in, NaN out are the formats' defined answers, not floating-point errors.
-@np.errstate(over="ignore", invalid="ignore")
 def nearest_fast(a: np.ndarray, f: Format) -> np.ndarray:
     """`a` (an array of one of our formats) rounded to nearest, ties to even, once, into `f`; the same
     bits as `nearest_reference`."""
     if a.dtype != np.float64 or f.bits >= 32:
         return nearest_reference(a, f)  # one rounding already: a copy, a widening, or float32 -> narrower
+    return _float64_to_narrow(a, f)
+
+
+# Overflow to inf/NaN and NaN in, NaN out are the formats' defined answers, not floating-point errors.
+@np.errstate(over="ignore", invalid="ignore")
+def _float64_to_narrow(a: np.ndarray, f: Format) -> np.ndarray:
+    """float64 `a` rounded to nearest, once, into a format `f` narrower than float32."""
     if f.name == "fp16":
         # NumPy converts float64 -> float16 directly with one rounding to nearest even
         # (numpy/_core/src/multiarray/lowlevel_strided_loops.c.src casts with npy_doublebits_to_halfbits,
