@@ -1,6 +1,7 @@
 """The naive twin of `cast`: zerosim's first implementation, kept unchanged as the yardstick.
 
-It is slow (6-10x ml_dtypes' astype; stochastic rounding 60x its own round-to-nearest) but each step
+It is slow (from float64 several times ml_dtypes' astype, and its stochastic rounding tens of times
+its own round to nearest: `python benchmarks/casts.py --reference` measures both), but each step
 reads as the definition. `cast` (the clever twin) must give the same bits for every input, and
 tests/test_cast_fast.py checks that it does. `cast` also hands this twin the few elements its fast
 formulas do not cover (see zerosim/precision/stochastic.py).
