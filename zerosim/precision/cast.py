@@ -3,83 +3,101 @@
 NOTE: ml_dtypes converts float64 to bfloat16 and fp8 *through float32*, rounding twice. Double
 rounding is wrong near ties: 1 + 2**-8 + 2**-40 is just above the midpoint between bf16's 1.0 and
 1.0078125, so it must round up, but float32 first rounds it to exactly the midpoint 1 + 2**-8, and
-the second rounding then ties to even, down to 1.0. We avoid that with the classic fix: the first
-step (float64 -> float32) rounds *to odd*, which keeps a sticky bit for everything it drops. Rounding
-to odd with p' >= p + 2 bits followed by round-to-nearest to p bits equals one correct rounding
-(Boldo & Melquiond, "When double rounding is odd", 2005); float32 has p' = 24 and every target below
-it has p <= 11.
+the second rounding then ties to even, down to 1.0.
 
-Stochastic rounding rounds |x| up to the next representable number with probability equal to the
-distance from the number below, divided by the gap: its expectation is x itself.
+This file is the fast twin; zerosim/precision/cast_reference.py is the naive one (round to odd into
+float32 everywhere), and tests/test_cast_fast.py checks that both give the same bits. The fast one
+rounds through float32 to nearest as ml_dtypes does, and then repairs the only elements double
+rounding can get wrong. Why only those: round-to-nearest is monotone, and every midpoint m between two
+neighbours of a target format narrower than float32 is itself a float32 (it needs at most 12 bits and
+lies within float32's exponent range; so is the overflow threshold, halfway from the largest number
+to the next power of two). So if x < m then RN32(x) <= m, and RN32(x) = m only when x
+rounds onto m; the same for x > m. Where RN32(x) is not a midpoint it lies between the same two
+neighbours as x, on the same side of m, and the second rounding is the correct one. Where RN32(x) is
+a midpoint (rare: about one element in 2**16 of random data), the naive twin rounds again.
+
+Stochastic rounding lives in zerosim/precision/stochastic.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from zerosim.precision.cast_inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
+from zerosim.precision.cast_reference import nearest_reference, saturate_reference
 from zerosim.precision.formats import Format, get_format
+from zerosim.precision.stochastic import stochastic_fast
 
-ROUNDINGS = ("nearest", "stochastic")
+__all__ = ["ROUNDINGS", "cast", "has_values", "to_float64"]
 
-
-def _as_float_array(x) -> np.ndarray:
-    """`x` as an array of one of our formats' dtypes; integers widen to float64 (exact below 2**53)."""
-    a = np.asarray(x)
-    if a.dtype.kind in "biu":
-        return a.astype(np.float64)
-    get_format(a.dtype)  # raises a clear error for object, complex, string, ... dtypes
-    return a
+_F32_FRACTION_BITS = 23
 
 
-def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
-    """float64 -> float32, rounding toward zero and setting the last bit when anything was dropped."""
-    y = x.astype(np.float32)  # round to nearest even
-    back = y.astype(np.float64)
-    inexact = (back != x) & np.isfinite(x)
-    if not inexact.any():
-        return y
-    # Truncate: where nearest went away from zero (in magnitude), step one float32 back toward zero.
-    went_up = inexact & (np.abs(back) > np.abs(x))
-    y = np.where(went_up, np.nextafter(y, np.float32(0)), y)
-    # Make the last significand bit 1 (the sticky bit) where the result was inexact.
-    bits = y.view(np.uint32) | np.where(inexact, np.uint32(1), np.uint32(0))
-    return bits.view(np.float32)
+def _midpoint_suspects(y: np.ndarray, f: Format) -> np.ndarray:
+    """Where the float32 array `y` may be a midpoint of two neighbours in the narrower format `f`
+    (bool, y's shape): every midpoint is flagged, and few other values are.
+
+    NOTE: overwrites `y` (the caller's scratch): a fresh temporary costs more than the test itself.
+    """
+    bits = y.view(np.uint32)
+    dropped = _F32_FRACTION_BITS - f.mantissa_bits  # float32 fraction bits f has no room for (normal range)
+    low, half = np.uint32(2**dropped - 1), np.uint32(2 ** (dropped - 1))
+    if f.min_exponent == get_format("fp32").min_exponent:  # bf16: its subnormals are float32's too
+        # A midpoint keeps f's bits, then a 1, then zeros: 1.xxx1000...0 * 2**e (0.xxx1000...0 * 2**-126).
+        return np.bitwise_and(bits, low, out=bits) == half
+    suspects = (bits & low) == half  # the same, in f's normal range
+    # Below f's smallest normal s (fp8: 2**-6, 2**-14) the quantum q stops shrinking, so the test above
+    # misses midpoints there. s + |y| moves them into [s, 2s), whose quantum is q too, and is exact for
+    # them (they are multiples of q/2): there the same test finds them. For |y| >= s it flags a random
+    # value about once in 2**dropped: harmless, the naive twin rounds it right.
+    np.abs(y, out=y)
+    np.add(y, np.float32(f.smallest_normal), out=y)
+    suspects |= np.bitwise_and(bits, low, out=bits) == half
+    return suspects
 
 
-def _nearest(x: np.ndarray, f: Format) -> np.ndarray:
-    if x.dtype == f.dtype:
-        return x.copy()
-    if f.name == "fp64":
-        return x.astype(np.float64)
-    if x.dtype == np.float64 and f.bits < 32:
-        x = _float64_to_float32_round_to_odd(x)
-    elif x.dtype != np.float32 and x.dtype != np.float64:
-        x = x.astype(np.float32)  # every 16- and 8-bit format widens to float32 exactly
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
-        return x.astype(f.dtype)
+def nearest_fast(a: np.ndarray, f: Format) -> np.ndarray:
+    """`a` (an array of one of our formats) rounded to nearest, ties to even, once, into `f`; the same
+    bits as `nearest_reference`."""
+    if a.dtype != np.float64 or f.bits >= 32:
+        return nearest_reference(a, f)  # one rounding already: a copy, a widening, or float32 -> narrower
+    return _float64_to_narrow(a, f)
 
 
-def _stochastic(x: np.ndarray, f: Format, u: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    mag = np.abs(x64)
-    near = _nearest(mag, f)  # |x| rounded to nearest, in the target format
-    near64 = near.astype(np.float64)
-    bits = near.view(f.uint_dtype).astype(np.int64)
-    # The two representable neighbours lo <= |x| <= hi, found by stepping the bit pattern by one.
-    step_down = near64 > mag
-    step_up = near64 < mag
-    other_bits = np.where(step_down, bits - 1, np.where(step_up, bits + 1, bits))
-    other = other_bits.astype(f.uint_dtype).view(f.dtype).astype(np.float64)
-    lo = np.where(step_down, other, near64)
-    hi = np.where(step_down, near64, other)
-    gap = hi - lo
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_up = np.where(gap > 0, (mag - lo) / gap, 0.0)
-    rounded = np.where(u < p_up, hi, lo)  # u: uniforms in [0, 1), one per element
-    # Beyond the largest finite number there is no "next" value: keep round-to-nearest's answer.
-    beyond = ~np.isfinite(mag) | (mag > f.max)
-    rounded = np.where(beyond, near64, rounded)
-    return _nearest(np.copysign(rounded, x64), f)  # exact: every value is already representable
+# Overflow to inf/NaN and NaN in, NaN out are the formats' defined answers, not floating-point errors.
+@np.errstate(over="ignore", invalid="ignore")
+def _float64_to_narrow(a: np.ndarray, f: Format) -> np.ndarray:
+    """float64 `a` rounded to nearest, once, into a format `f` narrower than float32."""
+    if f.name == "fp16":
+        # NumPy converts float64 -> float16 directly with one rounding to nearest even
+        # (numpy/_core/src/multiarray/lowlevel_strided_loops.c.src casts with npy_doublebits_to_halfbits,
+        # numpy/_core/src/common/half_private.hpp FromDoubleBits; or the hardware's vcvtpd2ph).
+        out = a.astype(np.float16)
+        # NOTE: it keeps a signalling NaN's payload as it is, where float32 first quiets it; the
+        # naive twin goes through float32, and NaNs are rare: let it decide them, so every bit agrees.
+        nan = np.isnan(a)
+        if nan.any():
+            out[nan] = nearest_reference(a[nan], f)
+        return out
+    y = a.astype(np.float32)  # round to nearest even: right wherever it is not a midpoint of f
+    out = y.astype(f.dtype)
+    suspects = _midpoint_suspects(y, f)  # y is scratch from here on
+    if suspects.any():
+        out[suspects] = nearest_reference(a[suspects], f)  # round to odd, then to nearest: once
+    return out
+
+
+def saturate_fast(a: np.ndarray, out: np.ndarray, f: Format) -> np.ndarray:
+    """`out` (a rounded into f) with |a| > f.max clamped to ±f.max, as `saturate_reference`; two
+    reductions first, since most arrays have nothing to clamp."""
+    if a.size and a.dtype in (np.float32, np.float64):
+        # fmax/fmin skip NaN, which never saturates; an all-NaN array gives NaN and falls through
+        if float(np.fmax.reduce(a, axis=None)) <= f.max and float(np.fmin.reduce(a, axis=None)) >= -f.max:
+            return out
+    return saturate_reference(a, out, f)
+
+
+FAST_KERNELS = CastKernels(nearest_fast, stochastic_fast, saturate_fast)
 
 
 def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False,
@@ -101,38 +119,9 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     >>> float(cast(1 + 2**-8 + 2**-40, "bf16"))
     1.0078125
     """
-    f = get_format(fmt)
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"unknown rounding {rounding!r}; choose one of {ROUNDINGS}")
-    if not has_values(x):
-        return x.astype(f.dtype)  # the meta backend's data-less array: nothing to round, only the dtype changes
-    a = _as_float_array(x)
-    if rounding == "stochastic":
-        if uniforms is not None:
-            u = np.asarray(uniforms, dtype=np.float64)
-            if u.shape != a.shape:
-                raise ValueError(f"uniforms must have the shape of x, {a.shape}; got {u.shape}")
-        elif isinstance(rng, np.random.Generator):
-            u = rng.random(a.shape)
-        else:
-            raise ValueError("stochastic rounding needs rng=numpy.random.default_rng(seed) (or uniforms=...), so runs can be repeated")
-        out = _stochastic(a, f, u)
-    else:
-        out = _nearest(a, f)
-    if saturate:
-        wide = a.astype(np.float64)
-        over = np.abs(wide) > f.max
-        if over.any():
-            out = np.where(over, np.copysign(f.max, wide), out.astype(np.float64)).astype(f.dtype)
-    return out
-
-
-def has_values(x) -> bool:
-    """False for the meta backend's arrays (shape and dtype, no data): nothing to round or to check for NaN."""
-    return not getattr(x, "is_meta", False)
+    return cast_with(FAST_KERNELS, x, fmt, rounding, rng, saturate, uniforms)
 
 
 def to_float64(x) -> np.ndarray:
     """Widen any supported float array to float64 (always exact)."""
-    a = _as_float_array(x)
-    return a.astype(np.float64)
+    return as_float_array(x).astype(np.float64)
