@@ -57,9 +57,7 @@ def expected_bytes(stage, P, N, r, g, p) -> int:
 
 
 def check_against_formulas(trace, stage, P, N, g, p):
-    sent = [0] * N  # trace.bytes_sent(r) for every r, in one pass over the events
-    for e in trace.events:
-        sent[e.src] += e.bytes
+    sent = trace.sent_totals(N)  # trace.bytes_sent(r) for every r, in one pass (events and closed-form summaries)
     assert sent[N - 1] == trace.bytes_sent(N - 1)
     assert sent == [expected_bytes(stage, P, N, r, g, p) for r in range(N)]
     if stage in (0, 1):  # padded buffers: the padded formula, per rank
@@ -98,8 +96,8 @@ def test_meta_trace_at_scale_equals_the_formula(name, n, stages):
     model = MetaModel.from_preset(get_preset(name), unit="block")
     for stage in stages:
         engine = ZeroEngine(model, Cluster(n, backend="meta", trace="call", timeline=False), stage, Adam())
-        engine.step(model.batches(n))
-        assert len(engine.cluster.trace.events) == n * len(engine.cluster.trace.calls)  # one event per rank per call
+        engine.step(model.batches(engine.cluster))
+        assert not engine.cluster.trace.events and len(engine.cluster.trace.ring_calls) == len(engine.cluster.trace.calls)  # closed form
         check_against_formulas(engine.cluster.trace, stage, model.num_params, n, 2, 2)
 
 

@@ -31,7 +31,7 @@ def ledger_route(model, ranks, stage, step=True, **cluster):
     """Per-rank resting bytes by kind, from the meta backend's ledgers (one dict per rank)."""
     engine = ZeroEngine(model, Cluster(ranks, backend="meta", trace="call", timeline=False, **cluster), stage, Adam())
     if step:
-        engine.step(model.batches(ranks))
+        engine.step(model.batches(engine.cluster))
     return [resting(r.ledger) for r in engine.cluster.ranks]
 
 

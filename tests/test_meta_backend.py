@@ -130,7 +130,7 @@ def test_cast_of_meta_changes_only_the_dtype(fmt):
 
 
 def test_the_backend_allocates_meta_through_the_ledger():
-    c = Cluster(3, backend="meta")
+    c = Cluster(3, backend="meta", hosted="all")
     buf = c.ranks[1].ledger.alloc("x", 1000, np.float16, "params", fill=0)
     assert not has_values(buf.array) and c.ranks[1].ledger.current("params") == 2000
 
@@ -138,7 +138,7 @@ def test_the_backend_allocates_meta_through_the_ledger():
 # ---------------------------------------------------------------- collectives: the same trace, O(N)
 
 def _pair(n, granularity):
-    return Cluster(n, trace=granularity), Cluster(n, backend="meta", trace=granularity)
+    return Cluster(n, trace=granularity), Cluster(n, backend="meta", hosted="all", trace=granularity)
 
 
 def _same_trace(a, b):
@@ -180,7 +180,7 @@ def test_all_gather_and_counts_trace_like_the_ring(n, data, granularity):
 
 def test_call_granularity_is_one_event_per_rank_at_1024_ranks():
     n, s = 1024, 1000
-    c = Cluster(n, backend="meta", trace="call")
+    c = Cluster(n, backend="meta", hosted="all", trace="call")
     reduce_scatter(c, [MetaArray((n * s,), np.float16)] * n, tag="g")
     all_gather(c, [MetaArray((s,), np.float16)] * n, tag="p")
     assert len(c.trace.events) == 2 * n
@@ -188,7 +188,7 @@ def test_call_granularity_is_one_event_per_rank_at_1024_ranks():
 
 
 def test_meta_inputs_are_checked():
-    c = Cluster(3, backend="meta")
+    c = Cluster(3, backend="meta", hosted="all")
     with pytest.raises(ValueError, match="one array per local rank"):
         reduce_scatter(c, [MetaArray((6,), np.float16)] * 2)
     with pytest.raises(ValueError, match="same dtype"):
@@ -220,7 +220,7 @@ def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, pre
     real = ZeroEngine(mlp, Cluster(n, trace=granularity), stage, Adam(lr=1e-3), precision)
     real.step(make_regression(np.random.default_rng(0), n, 2, widths))
     twin = meta_twin(mlp)
-    meta = ZeroEngine(twin, Cluster(n, backend="meta", trace=granularity), stage, Adam(lr=1e-3), precision)
+    meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all", trace=granularity), stage, Adam(lr=1e-3), precision)
     meta.step(twin.batches(n, 2))
     for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
         assert _engine_events(b.ledger) == _engine_events(a.ledger)  # every alloc and free, in order, same phase
@@ -231,7 +231,7 @@ def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, pre
 
 def test_meta_loss_has_no_value():
     twin = meta_twin(MLP([2, 3]))
-    losses = ZeroEngine(twin, Cluster(2, backend="meta"), 1, Adam()).step(twin.batches(2))
+    losses = ZeroEngine(twin, Cluster(2, backend="meta", hosted="all"), 1, Adam()).step(twin.batches(2))
     assert all(np.isnan(x) for x in losses)
 
 
@@ -239,7 +239,7 @@ def test_meta_loss_has_no_value():
 def test_a_7_5b_step_on_64_ranks_allocates_nothing(stage):
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
     tracemalloc.start()
-    engine = ZeroEngine(model, Cluster(64, backend="meta", trace="call", timeline=False), stage, Adam())
+    engine = ZeroEngine(model, Cluster(64, backend="meta", hosted="all", trace="call", timeline=False), stage, Adam())
     engine.step(model.batches(64))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -253,3 +253,39 @@ def test_block_units_merge_each_transformer_block():
     assert modules.num_params == blocks.num_params == preset.total
     assert [layer.name for layer in blocks.layers] == ["wte", "wpe"] + [f"h.{i}" for i in range(12)] + ["ln_f"]
     assert blocks.layers[2].count == 12 * 768**2 + 13 * 768  # the GPT-2 block: 12d² + 13d
+
+
+# ---------------------------------------------------------------- one representative rank stands for all
+
+@given(layers=st.lists(st.integers(0, 40), min_size=1, max_size=5), n=st.integers(1, 12), stage=st.integers(0, 3),
+       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]),
+       optimizer=st.sampled_from(["adam", "sgd", "lion", "adan"]), k=st.integers(1, 2))
+def test_the_representative_rank_accounts_for_every_rank(layers, n, stage, precision, optimizer, k):
+    # The meta backend's default hosts rank 0 only and summarises the ring in closed form: its ledger must be
+    # every rank's ledger (event by event), and the trace's bytes every rank's bytes, exactly as when all N
+    # ranks are hosted ("all", which the tests above hold equal to the numpy simulator).
+    from zerosim import get_optimizer
+
+    model = MetaModel([(f"l{i}", c) for i, c in enumerate(layers)])
+    runs = {}
+    for hosted in ("all", "representative"):
+        cluster = Cluster(n, backend="meta", hosted=hosted, trace="call")
+        engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, accumulation_steps=k)
+        engine.step([[batch] * k for batch in model.batches(cluster)] if k > 1 else model.batches(cluster))
+        runs[hosted] = cluster
+    every, lone = runs["all"], runs["representative"]
+    assert len(lone.ranks) == 1 and every.trace.calls == lone.trace.calls
+    stand_in = lone.ranks[0].ledger
+    everything = lambda led: [(e.action, e.name, e.kind, e.nbytes, e.phase) for e in led.timeline]  # noqa: E731  staging too
+    for rank in every.ranks:
+        assert everything(rank.ledger) == everything(stand_in), rank.index
+        assert rank.ledger.peak_by_kind() == stand_in.peak_by_kind() and rank.ledger.peak() == stand_in.peak()
+    assert every.trace.sent_totals(n) == lone.trace.sent_totals(n) == [every.trace.bytes_sent(r) for r in range(n)]
+    assert [lone.trace.bytes_sent(r, collective="all_gather") for r in range(n)] == [every.trace.bytes_sent(r, collective="all_gather") for r in range(n)]
+    assert every.trace.volume_by_collective() == lone.trace.volume_by_collective()
+
+
+def test_a_representative_rank_keeps_a_per_call_trace():
+    with pytest.raises(ValueError, match="representative rank keeps one summary per call"):
+        Cluster(8, backend="meta", trace="hop")
+    assert Cluster(8, backend="meta").trace.granularity == "call" and Cluster(8, backend="meta", hosted="all").trace.granularity == "hop"

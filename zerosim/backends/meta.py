@@ -16,6 +16,7 @@ silently compute on nothing fails loudly instead.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -190,10 +191,17 @@ class MetaBackend:
     """
 
     name = "meta"
+    HOSTED = ("representative", "all")
 
-    def __init__(self, world_size: int):
-        self.world_size = world_size
-        self.local_ranks = list(range(world_size))
+    def __init__(self, world_size: int, hosted: str = "representative"):
+        if hosted not in self.HOSTED:
+            raise ValueError(f"hosted must be one of {self.HOSTED}, got {hosted!r}")
+        self.world_size, self.hosted = world_size, hosted
+        # "representative": one rank (0) stands for all. Every rank of a ZeRO engine allocates the same buffers
+        # (same shapes: shards are padded to equal size) and its bytes on the wire follow in closed form from
+        # the chunk sizes, so one rank's ledger and the trace's summaries answer for every rank in O(layers)
+        # (tests/test_meta_backend.py checks this against "all" on a sweep of shapes). "all": every rank, O(N·layers).
+        self.local_ranks = [0] if hosted == "representative" else list(range(world_size))
 
     def empty(self, shape, dtype) -> MetaArray:
         return MetaArray(shape, dtype)
@@ -223,15 +231,27 @@ class MetaBackend:
     # -- the collectives' data movement, answered from sizes alone -------------------------------------
     def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None) -> tuple:
         """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result."""
-        sizes = [stop - start for start, stop in bounds]
+        sizes = _sizes(bounds)
         _trace_ring(cluster, call, sizes, wire, lag=1)
         made = {}  # no data: ranks with equal chunk sizes may share one array
         return [made.setdefault(sizes[r.index], MetaArray((sizes[r.index],), wire.dtype)) for r in cluster.ranks], []
 
     def all_gather_phase(self, cluster, shards, bounds, total, wire, call, out=None) -> list:
         """Trace what the ring's all-gather sends; every rank's (total,) result."""
-        _trace_ring(cluster, call, [stop - start for start, stop in bounds], wire, lag=0)
+        _trace_ring(cluster, call, _sizes(bounds), wire, lag=0)
         return [MetaArray((total,), wire.dtype)] * cluster.local_size
+
+
+def _sizes(bounds) -> tuple:
+    """Chunk sizes of `bounds` — cached when they are the collectives' own cached tuple (no import of theirs here)."""
+    if isinstance(bounds, tuple):
+        return _sizes_cached(bounds)
+    return tuple(stop - start for start, stop in bounds)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sizes_cached(bounds: tuple) -> tuple:
+    return tuple(stop - start for start, stop in bounds)
 
 
 def _trace_ring(cluster, call: int, sizes: list, wire, lag: int) -> None:
@@ -248,6 +268,9 @@ def _trace_ring(cluster, call: int, sizes: list, wire, lag: int) -> None:
     n, trace = cluster.world_size, cluster.trace
     if n == 1:
         return  # the ring sends nothing
+    if cluster.local_size < n:  # representative ranks: the whole ring's bytes, in closed form, for every rank
+        trace.ring_summary(call, sizes, wire.itemsize, lag)
+        return
     if trace.granularity == "hop":
         for k in range(n - 1):
             for rank in cluster.ranks:

@@ -27,12 +27,14 @@ class Cluster:
     Args:
         world_size: number of ranks N (>= 1).
         backend: ``"numpy"`` (all ranks in this process), ``"mpi"`` or ``"cupy"``.
-        trace: ``"hop"`` (one event per send) or ``"call"`` (one summary per collective and rank).
+        trace: ``"hop"`` (one event per send) or ``"call"`` (one summary per collective and rank); default
+            "hop", or "call" on the meta backend's representative rank (which summarises in closed form).
         timeline: keep each ledger's alloc/free timeline (turn off for very long runs).
         keep_values: copy every chunk that crosses a link into the trace (for teaching; small runs only).
     """
 
-    def __init__(self, world_size: int, backend: str = "numpy", trace: str = "hop", timeline: bool = True, keep_values: bool = False, **backend_options):
+    def __init__(self, world_size: int, backend: str = "numpy", trace: str | None = None, timeline: bool = True, keep_values: bool = False,
+                 **backend_options):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
@@ -42,7 +44,11 @@ class Cluster:
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")
         self.world_size = world_size
-        self.trace = Trace(trace, keep_values=keep_values)
+        representative = len(self.backend.local_ranks) < world_size and self.backend.name == "meta"
+        if representative and trace == "hop":
+            raise ValueError("the meta backend's representative rank keeps one summary per call (trace='call'); "
+                             "pass hosted='all' to host every rank and record every hop")
+        self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log

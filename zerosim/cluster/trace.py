@@ -65,6 +65,7 @@ class Trace:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
         self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
+        self.ring_calls = {}  # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
 
     # -- recording (used by the engines) ---------------------------------------------------------
     @contextmanager
@@ -101,6 +102,38 @@ class Trace:
             acc[0] += elements
             acc[1] += elements * itemsize
 
+    def ring_summary(self, call: int, sizes: tuple, itemsize: int, lag: int) -> None:
+        """Record a whole ring phase in closed form, for every rank of the world at once (the meta backend's
+        representative ranks): over the N−1 steps rank r sends every chunk but (r − lag + 1) mod N
+        (lag 1: reduce-scatter, 0: all-gather). O(1) to record; `bytes_sent` and `sent_by_rank` answer from it."""
+        if self.granularity != "call":
+            raise ValueError('a closed-form ring summary needs trace granularity "call"')
+        if len(sizes) > 1:
+            self.ring_calls[call] = (tuple(sizes), itemsize, lag)
+
+    def sent_by_rank(self, call: int) -> dict:
+        """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
+        if call in self.ring_calls:
+            sizes, itemsize, lag = self.ring_calls[call]
+            n, total = len(sizes), sum(sizes)
+            return {r: (total - sizes[(r - lag + 1) % n]) * itemsize for r in range(n)}
+        out = defaultdict(int)
+        for e in self.select(call=call):
+            out[e.src] += e.bytes
+        return dict(out)
+
+    def sent_totals(self, world_size: int) -> list:
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in NumPy."""
+        import numpy as np
+
+        totals = np.zeros(world_size, dtype=np.int64)
+        for e in self.events:
+            totals[e.src] += e.bytes
+        for sizes, itemsize, lag in self.ring_calls.values():
+            s = np.asarray(sizes, dtype=np.int64)
+            totals += (s.sum() - np.roll(s, lag - 1)) * itemsize  # rank r skips chunk (r − lag + 1) mod N
+        return totals.tolist()
+
     def end(self, call: int) -> None:
         """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
@@ -118,8 +151,13 @@ class Trace:
         ]
 
     def bytes_sent(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
-        """Bytes `rank` put on the wire (over all calls, or those selected)."""
-        return sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
+        """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
+        from_events = sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
+        return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
+
+    def _closed(self, collective, call, tag) -> list:
+        return [c for c in self.ring_calls if (call is None or c == call) and (collective is None or self.calls[c].collective == collective)
+                and (tag is None or self.calls[c].tag == tag)]
 
     def bytes_received(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
         """Bytes that arrived at `rank` (needs "hop" granularity: summaries do not say who received)."""
@@ -132,6 +170,8 @@ class Trace:
         out = defaultdict(int)
         for e in self.events:
             out[e.collective] += e.bytes
+        for c, (sizes, itemsize, _) in self.ring_calls.items():
+            out[self.calls[c].collective] += (len(sizes) - 1) * sum(sizes) * itemsize  # each chunk sent by N−1 ranks
         return dict(out)
 
     def of_type(self, kind, since: int = 0) -> list:
@@ -142,6 +182,7 @@ class Trace:
         self.events.clear()
         self.calls.clear()
         self.log.clear()
+        self.ring_calls.clear()
         self._pending.clear()
 
     def __len__(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from zerosim.precision import format_of
@@ -40,10 +42,21 @@ def require_same(values, what: str, field: str) -> None:
             raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same {field}")
 
 
-def check_counts(counts, n: int, what: str) -> list:
+def check_counts(counts, n: int, what: str) -> tuple:
+    """`counts` as a tuple of N non-negative ints, or a ValueError saying what is wrong (cached per tuple)."""
+    try:
+        return _valid_counts(tuple(counts), n)
+    except TypeError:  # unhashable elements: certainly not integers
+        raise ValueError(f"{what}: counts must be integers (one per rank), got {list(counts)}") from None
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_counts(counts: tuple, n: int) -> tuple:
     if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
-        raise ValueError(f"{what}: counts must be integers (one per rank), got {list(counts)}")
-    counts = [int(c) for c in counts]
+        raise ValueError(f"counts must be integers (one per rank), got {list(counts)}")
+    counts = tuple(int(c) for c in counts)
     if len(counts) != n or min(counts, default=0) < 0:
-        raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {counts}")
+        raise ValueError(f"counts must be {n} non-negative integers (one per rank), got {list(counts)}")
     return counts

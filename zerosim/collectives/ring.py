@@ -213,7 +213,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     if counts is not None:
         counts = check_counts(counts, n, what)
         if sum(counts) != length:
-            raise ValueError(f"{what}: counts {counts} add up to {sum(counts)}, but the buffers hold {length} elements")
+            raise ValueError(f"{what}: counts {list(counts)} add up to {sum(counts)}, but the buffers hold {length} elements")
     padded = length if counts is not None else layout.padded
     bounds = chunk_bounds(layout, counts)
     if out is not None:
@@ -251,7 +251,7 @@ def _check_out(cluster, out, sizes: list, wire, what: str, averaging: bool) -> l
     return list(out)
 
 
-def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None, _name: str = "all_gather") -> list:
+def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None, _name: str = "all_gather", _length=None) -> list:
     """Ring all-gather: every rank receives the concatenation of all ranks' shards, in rank order.
 
     Without `counts`, shards must be equal in size or follow reduce-scatter's layout for an unpadded
@@ -259,6 +259,8 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None,
     the result has exactly L elements). With `counts`, rank r's shard must hold `counts[r]` elements
     (an all-gather-v; ZeRO-3 uses it to gather one layer's window). Other sizes are a clear error.
     `out` (one array per local rank, of the result's shape and the wire dtype) receives the results.
+    NOTE: on the meta backend's representative rank the other ranks' sizes are not seen: they are taken
+    to be `counts`, or equal to the representative's (or reduce-scatter's layout of `_length`).
     """
     what = _name.replace("_", "-")
     arrays = check_inputs(cluster, shards, what)
@@ -266,12 +268,15 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None,
     meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
     require_same([m[1] for m in meta], what, "dtype")
     sizes, n = [m[0] for m in meta], cluster.world_size
+    partial = len(sizes) < n  # a representative rank (meta backend) sees only the ranks it hosts
     if counts is not None:
         counts = check_counts(counts, n, what)
-        if sizes != counts:
-            raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {counts}")
+        if sizes != ([counts[r.index] for r in cluster.ranks] if partial else list(counts)):
+            raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {list(counts)}")
         bounds, total, length = chunk_bounds(None, counts), sum(counts), sum(counts)
     else:
+        if partial:  # the ranks it stands for: reduce-scatter's layout of _length, or equal shards
+            sizes = ShardLayout(_length, n).real_sizes() if _length is not None else sizes[:1] * n
         try:
             layout = ShardLayout.from_shard_sizes(sizes)
         except ValueError as e:
@@ -317,7 +322,7 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "") -> l
     flat = [a.reshape(-1) for (_, a, _) in arrays]
     reduce_op = get_op(op)
     summed = reduce_scatter(cluster, flat, op="sum" if op == "avg" else op, wire=wire, tag=tag, _name="all_reduce")
-    full = all_gather(cluster, summed, tag=tag, _name="all_reduce")
+    full = all_gather(cluster, summed, tag=tag, _name="all_reduce", _length=flat[0].shape[0])
     return [reduce_op.post(f, cluster.world_size).reshape(shape) for f in full]
 
 

@@ -9,6 +9,8 @@ Collectives and ZeRO engines both take their offsets from here.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,9 +83,29 @@ class ShardLayout:
         return layout
 
 
-def chunk_bounds(layout: ShardLayout, counts) -> list:
-    """[start, stop) of each rank's chunk in the staged buffer: equal padded chunks, or `counts`."""
+def chunk_bounds(layout: ShardLayout, counts) -> tuple:
+    """[start, stop) of each rank's chunk in the staged buffer: equal padded chunks, or `counts`.
+
+    Cached per layout and per counts tuple: an engine asks for the same few layouts thousands of times
+    (one per layer), and at N = 4096 building them is most of a meta step's work.
+    """
     if counts is None:
-        return [layout.bounds(c) for c in range(layout.world_size)]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-    return [(int(offsets[c]), int(offsets[c + 1])) for c in range(len(counts))]
+        return _equal_bounds(layout.shard_size, layout.world_size)
+    return _bounds_of_counts(tuple(counts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _equal_bounds(shard_size: int, n: int) -> tuple:
+    return tuple((c * shard_size, (c + 1) * shard_size) for c in range(n))
+
+
+@functools.lru_cache(maxsize=4096)
+def _bounds_of_counts(counts: tuple) -> tuple:
+    offsets = [0, *itertools.accumulate(counts)]
+    return tuple(zip(offsets[:-1], offsets[1:]))
+
+
+@functools.lru_cache(maxsize=4096)
+def chunk_sizes(bounds: tuple) -> tuple:
+    """Each chunk's element count, for bounds from `chunk_bounds` (cached: the same tuples come back)."""
+    return tuple(stop - start for start, stop in bounds)

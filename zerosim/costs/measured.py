@@ -29,17 +29,15 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str 
         cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
         engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision)
         if step:
-            engine.step(model.batches(ranks))
+            engine.step(model.batches(cluster))  # one per rank this process hosts (the representative: 1)
         resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
-        peaks = [r.ledger.peak() for r in cluster.ranks]
-        top = max(range(ranks), key=peaks.__getitem__)
-        sent = [0] * ranks
-        for e in cluster.trace.events:
-            sent[e.src] += e.bytes
+        peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
+        top = max(range(len(peaks)), key=peaks.__getitem__)
+        sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
         out.append({
             "stage": stage,
             "resting": resting[0],
-            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same
+            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
             "peak": peaks[top],
             "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
             "sent": max(sent),

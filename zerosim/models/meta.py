@@ -2,7 +2,7 @@
 
     model = MetaModel.from_preset(get_preset("gpt3-175b"))            # 579 modules, Ψ ≈ 174.6e9
     engine = ZeroEngine(model, Cluster(1024, backend="meta", trace="call"), 3, Adam())
-    engine.step(model.batches(1024))                                  # fills ledgers and trace
+    engine.step(model.batches(engine.cluster))                        # fills ledgers and trace
 
 Each layer owns one flat weight of its parameter count and does no arithmetic: forward hands its
 input on, backward hands dy back and makes a gradient of the weight's shape in the compute dtype.
@@ -143,10 +143,13 @@ class MetaModel(Model):
         """(P,) fp32 MetaArray: there are no initial values to draw."""
         return _meta((self.num_params,), np.float32)
 
-    def batches(self, ranks: int, batch: int = 1) -> list:
-        """One (x, target) micro-batch per rank: x is (B, 0) fp32 (no features: activations left out)."""
+    def batches(self, ranks, batch: int = 1) -> list:
+        """One (x, target) micro-batch per rank: x is (B, 0) fp32 (no features: activations left out).
+
+        `ranks`: how many, or a Cluster — one per rank it hosts (1 on the meta backend's representative rank)."""
+        count = ranks.local_size if hasattr(ranks, "local_size") else ranks
         x = _meta((batch, 0), np.float32)
-        return [(x, None)] * ranks
+        return [(x, None)] * count
 
     @property
     def largest_layer(self) -> int:

@@ -61,7 +61,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
         raise TypeError(f"overlap must be True or False, got {overlap!r}")
     log, events = _log_and_events(trace)
     n = _world_size(log)
-    busiest = _busiest_bytes(events)
+    busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
     rate, hbm, link = hw.device.rate(hw.compute), hw.device.hbm, hw.link
     param_bytes = get_format(hw.compute).bits // 8
     states = {}  # optimizer name -> number of fp32 state buffers
@@ -129,12 +129,14 @@ def _world_size(log) -> int:
     return max(ranks) + 1 if ranks else 0
 
 
-def _busiest_bytes(events) -> dict:
-    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops."""
+def _busiest_bytes(events, ring_calls: dict) -> dict:
+    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops, or from
+    its closed-form ring summaries (the meta backend's representative rank): the rank that skips the
+    smallest chunk sends the most."""
     sent = defaultdict(int)
     for e in events:
         sent[(e.call, e.src)] += e.bytes
-    busiest = {}
+    busiest = {call: (sum(sizes) - min(sizes)) * itemsize for call, (sizes, itemsize, _) in ring_calls.items()}
     for (call, _), b in sent.items():
         if b > busiest.get(call, -1):
             busiest[call] = b

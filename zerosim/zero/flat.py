@@ -45,12 +45,16 @@ class FlatLayout:
         """Rank's shard in the padded flat buffer."""
         return slice(*self.shards.bounds(rank))
 
-    @functools.cache  # every rank asks for every layer, O(N) each: at N = 1024 that adds up
+    @functools.cache  # every rank asks for every layer, O(N) each: at N = 4096 that adds up
     def counts(self, layer: int) -> tuple:
         """Elements of layer `layer`'s window that each rank owns (window ∩ shard_r), in rank order."""
         a, b = self.windows[layer]
         s = self.shard_size
-        return tuple(max(0, min(b, (r + 1) * s) - max(a, r * s)) for r in range(self.world_size))
+        counts = [0] * self.world_size  # only the shards the window overlaps hold any of it
+        if b > a:
+            for r in range(a // s, (b - 1) // s + 1):
+                counts[r] = min(b, (r + 1) * s) - max(a, r * s)
+        return tuple(counts)
 
     def owned_piece(self, layer: int, rank: int) -> tuple:
         """(start, stop) of window ∩ shard_rank, in the rank's shard coordinates (0..s)."""
