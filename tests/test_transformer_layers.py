@@ -60,8 +60,8 @@ def test_embedding_backward_is_a_scatter_add():
 
 @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
 def test_embedding_backward_accumulates_in_fp32_and_rounds_once(fmt):
-    # 1024 copies of token 0, each with gradient 1: a 16-bit running sum would stall at 256 (bf16) or
-    # 2048 (fp16 is fine here), the fp32 scatter-add gives 1024 exactly for both.
+    # 1024 copies of token 0, each with gradient 1: a bf16 running sum would stall at 256 (256 + 1 is a
+    # tie that rounds back to 256); the fp32 scatter-add reaches 1024, which both formats hold exactly.
     ids = np.zeros((4, 256), np.int64)
     dy = cast(np.ones((4, 256, 2)), fmt)
     dwte, dwpe = embedding_backward(dy, (ids,), 3, 256, fmt)
@@ -125,6 +125,7 @@ def test_attention_backward_matches_finite_differences(kind):
 
 def test_relu_mask_is_one_bit_per_element_and_gives_relus_backward():
     x1 = cast(np.random.default_rng(6).standard_normal((3, 5, 7)), "fp16")  # 105 elements
+    x1[0, 0, :3] = [0.0, -0.0, 2.0**-24]  # the kink: zeros are off, the smallest subnormal is on
     bits = pack_mask(x1, "fp16")
     assert bits.dtype == np.uint8 and bits.shape == (14,)  # ceil(105 / 8) bytes
     assert np.array_equal(unpack_mask(bits, x1.shape), x1.astype(np.float32) > 0)
