@@ -1,0 +1,115 @@
+"""GPT: token + position embedding, n_layers pre-LN transformer blocks, final LayerNorm and LM head.
+
+Letters: B batch, L sequence length (<= seq_len), d = d_model, H = n_heads, V = vocab.
+
+Units (each layer of the Model is one ZeRO unit; stage 3 gathers it before each use):
+
+    unit="block"      embed · block0 · block1 · ... · head                 (FSDP's one-block wrap)
+    unit="sublayer"   embed · block0.attn · block0.ffn · block1.attn · ... · head
+
+Activation checkpointing (seed 001 §5e, "Activation checkpointing and selective recomputation"),
+as the Model's checkpoint blocks; the engine runs with checkpoint=gpt.checkpointing:
+
+    "none"       nothing recomputed: every unit keeps its cache
+    "block"      keep each transformer block's input, recompute the block in backward
+    "subblock"   keep the attention and the FFN sub-blocks' inputs (needs unit="sublayer")
+    "every-k"    keep the input of every k-th block, k = round(√n_layers): seed 001's optimum,
+                 O(n_layers/k + k) memory; a checkpoint block recomputes k blocks at once
+
+The embedding and the head are checkpoint blocks of their own (the head is recomputed too).
+Attention: "standard" (P kept), "selective" (P dropped, rebuilt from Q and K in backward: seed
+001's selective retention, bitwise the same gradients) or "flash" (tiled, no L² buffer at all).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.models.attention_block import AttentionBlock, check_heads, check_mode
+from zerosim.models.embedding import Embedding
+from zerosim.models.ffn import FFNBlock, check_activation
+from zerosim.models.flash_attention import BLOCK
+from zerosim.models.lm_head import LMHead
+from zerosim.models.lm_loss import LMCrossEntropy
+from zerosim.models.model import Model
+from zerosim.models.transformer import TransformerBlock
+
+UNITS = ("block", "sublayer")
+CHECKPOINTS = ("none", "block", "subblock", "every-k")
+
+
+def every_k(n_layers: int) -> int:
+    """Seed 001: checkpoints every k = √n_layers blocks minimise n_layers/k + k; rounded, at least 1."""
+    return max(1, round(math.sqrt(n_layers)))
+
+
+class GPT(Model):
+    """A GPT-2-shaped decoder over token ids (B, L) with next-token targets (B, L)."""
+
+    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, seq_len: int, unit: str = "block",
+                 activation: str = "gelu", attention: str = "standard", checkpoint: str = "none", flash_block: int = BLOCK):
+        for name, value in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
+                            ("seq_len", seq_len), ("flash_block", flash_block)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_heads(d_model, n_heads)
+        check_mode(attention)
+        check_activation(activation)
+        if unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+        if checkpoint not in CHECKPOINTS:
+            raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
+        if checkpoint == "subblock" and unit != "sublayer":
+            raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
+                             "unit='sublayer' (with unit='block' the two halves are one layer)")
+        layers = [Embedding(vocab, seq_len, d_model)]
+        per_block = []  # [start, stop) layer range of each transformer block
+        for i in range(n_layers):
+            start = len(layers)
+            if unit == "block":
+                layers.append(TransformerBlock(d_model, n_heads, activation, attention, n_layers, flash_block, name=f"block{i}"))
+            else:
+                layers.append(AttentionBlock(d_model, n_heads, attention, n_layers, flash_block, name=f"block{i}.attn"))
+                layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))
+            per_block.append((start, len(layers)))
+        layers.append(LMHead(d_model, vocab))
+        n = len(layers)
+        if checkpoint == "subblock":
+            middle = [(i, i + 1) for i in range(1, n - 1)]
+        elif checkpoint == "every-k":
+            k = every_k(n_layers)
+            middle = [(per_block[i][0], per_block[min(i + k, n_layers) - 1][1]) for i in range(0, n_layers, k)]
+        else:  # "block", and "none" (where the blocks are not used)
+            middle = per_block
+        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=[(0, 1), *middle, (n - 1, n)])
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
+        self.unit, self.activation, self.attention, self.checkpoint = unit, activation, attention, checkpoint
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
+        return self.checkpoint != "none"
+
+    def check_batch(self, x, target) -> None:
+        """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L)."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.dtype.kind not in "iu":
+            raise ValueError(f"GPT input must be integer token ids of shape (batch, length), got {x.dtype} {x.shape}")
+        B, L = x.shape
+        if B < 1 or L < 1:
+            raise ValueError(f"a micro-batch needs at least one sequence of at least one token, got shape {x.shape}")
+        if L > self.seq_len:
+            raise ValueError(f"sequences of {L} tokens are longer than the model's seq_len = {self.seq_len}")
+        if x.min() < 0 or x.max() >= self.vocab:
+            raise ValueError(f"token ids must lie in [0, {self.vocab}), got {x.min()}..{x.max()}")
+        t = np.asarray(target)
+        if t.shape != x.shape:
+            raise ValueError(f"targets must have the input's shape {x.shape} (one next token per position), got {t.shape}")
+        self.loss.check_target(t, B, self.vocab)
+
+    def __repr__(self) -> str:
+        return (f"GPT(vocab={self.vocab}, d_model={self.d_model}, n_heads={self.n_heads}, n_layers={self.n_layers}, "
+                f"seq_len={self.seq_len}, unit={self.unit!r}, activation={self.activation!r}, "
+                f"attention={self.attention!r}, checkpoint={self.checkpoint!r}, P={self.num_params})")
