@@ -19,8 +19,9 @@ with MAX across ranks, stage_1_and_2.py: has_overflow). The two dynamic machines
   The scale is a Python float. On overflow it first spends `hysteresis` (DynamicLossScaler's
   `delayed_shift`): only when the hysteresis left is 1 does the scale drop, to
   max(scale / scale_factor, min_scale) — and at min_scale it raises. It grows when
-  (cur_iter - last_overflow_iter - 1) is a positive multiple of scale_window: at the
-  (scale_window + 1)-th consecutive clean step, one later than torch's rule would.
+  (cur_iter - last_overflow_iter - 1) is a positive multiple of scale_window: first at the
+  (scale_window + 1)-th clean step after an overflow (or the start) - one step later than
+  torch's rule - then every scale_window steps.
 
 Unscaling (`unscale`): both frameworks multiply by the fp32 reciprocal of the scale, formed in
 double — torch: GradScaler.unscale_ `self._scale.double().reciprocal().float()`, then
