@@ -126,6 +126,8 @@ def test_deepspeed_defaults_grow_at_the_1001st_clean_step():
     assert (s.scale, s.scale_window, s.hysteresis, s.min_scale) == (2.0**16, 1000, 2, 1.0)  # the fp16 config defaults
     assert run(s, [o] * 1000)[-1] == (False, 2.0**16)  # iters 0..999: stable 0..999, never a positive multiple of 1000
     assert run(s, [o]) == [(False, 2.0**17)]  # iter 1000: stable 1000
+    assert run(s, [o] * 999)[-1] == (False, 2.0**17)  # iters 1001..1999
+    assert run(s, [o]) == [(False, 2.0**18)]  # iter 2000: then every 1000 steps
 
 
 def test_deepspeed_min_scale_floor_and_the_error_at_the_minimum():
