@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives.ops import get_op
+from zerosim.collectives.ops import get_op, saturates
 from zerosim.collectives.shards import ShardLayout
 from zerosim.precision import cast, format_of, get_format
 
@@ -45,7 +45,8 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> np
         for k in range(2, n + 1):  # ranks c+2, ..., c+N (= c): the path the partial sum travels
             own = xs[(c + k) % n][start:stop].astype(np.float64)
             both = np.maximum(acc.astype(np.float64), own) if op == "max" else acc.astype(np.float64) + own
-            acc = cast(both, wire_fmt)  # exact sum of two wire values, rounded once
+            # exact sum of two wire values, rounded once; fp8 sums saturate (NCCL: ops.py)
+            acc = cast(both, wire_fmt, saturate=op != "max" and saturates(wire_fmt))
         out[start:stop] = acc
     return reduce_op.post(out, n)
 

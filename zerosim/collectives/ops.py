@@ -10,10 +10,19 @@ Each rounds where the real system rounds. Products and quotients are formed in f
 once, which is what a correctly rounded hardware multiply/divide gives (float64 holds the exact
 product of two values of <= 24 bits; a float64 quotient rounded again to <= 24 bits is innocuous
 double rounding since 53 >= 2*24 + 2).
+
+fp8 sums saturate. NCCL (>= 2.24, sm90 and newer only) adds two fp8 values as
+`__nv_fp8_e4m3(__hadd(__half(x), __half(y)))` (src/device/reduce_kernel.h, SPECIALIZE_REDUCE for
+FuncSum, also used by PreMulSum), and CUDA's fp8-from-half constructor converts with
+__NV_SATFINITE (cuda_fp8.hpp): a sum beyond the largest finite value, or an inf (e5m2 inf + x, or
+an fp16 overflow of the intermediate), becomes +-max (448 / 57344), while NaN stays NaN. The fp16
+intermediate rounds first; that double rounding is innocuous (fp16 has 11 >= 2p + 2 bits for p <= 4), so the exact sum
+rounded once with saturation gives the same bits (tests/test_fp8_wire.py checks all 2 x 65,536 pairs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +35,7 @@ class ReduceOp:
     """A reduction: how two partial results combine on the ring, and what happens before and after."""
 
     name: str
-    combine: np.ufunc  # applied hop by hop as combine(received_partial, own_chunk), rounding to the wire dtype
+    combine: Callable  # applied hop by hop as combine(received_partial, own_chunk, out=...), rounding to the wire dtype
     description: str
 
     def pre(self, x: np.ndarray, n: int, wire: Format) -> np.ndarray:
@@ -52,14 +61,32 @@ class ReduceOp:
         return y.astype(wide) / wide(n)
 
 
+def saturates(fmt: Format) -> bool:
+    """True for the formats whose sums NCCL saturates to +-max instead of overflowing (fp8)."""
+    return fmt.bits == 8
+
+
+def add(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """a + b rounded once to their dtype, as np.add, except that fp8 sums saturate as NCCL's do."""
+    fmt = get_format(a.dtype)
+    if not saturates(fmt):
+        return np.add(a, b, out=out)
+    with np.errstate(invalid="ignore"):  # inf - inf = NaN is the defined answer
+        total = cast(a.astype(np.float64) + b.astype(np.float64), fmt, saturate=True)  # exact sum, one rounding
+    if out is None:
+        return total
+    out[...] = total
+    return out
+
+
 OPS = {
     op.name: op
     for op in (
-        ReduceOp("sum", np.add, "sum, rounded to the wire dtype at every hop"),
+        ReduceOp("sum", add, "sum, rounded to the wire dtype at every hop"),
         ReduceOp("max", np.maximum, "elementwise maximum"),
-        ReduceOp("avg", np.add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
-        ReduceOp("avg_predivide", np.add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)"),
-        ReduceOp("avg_premul", np.add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)"),
+        ReduceOp("avg", add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
+        ReduceOp("avg_predivide", add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)"),
+        ReduceOp("avg_premul", add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)"),
     )
 }
 
