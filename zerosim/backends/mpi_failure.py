@@ -8,6 +8,7 @@ Either prints ``zerosim: rank R failed: <ExceptionType>: <message>`` and calls `
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 
 from zerosim.backends.launch import import_mpi
@@ -27,6 +28,9 @@ def abort_job(exc: BaseException, comm=None, print_traceback: bool = True) -> No
     if print_traceback:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     print(failure_message(comm.rank, exc), file=sys.stderr, flush=True)
+    # NOTE: mpiexec forwards a rank's stderr through its proxy, which MPI_Abort tears down at once: give the
+    # proxy a moment to pass the line on (on a loaded machine it was lost now and then without this)
+    time.sleep(0.2)
     comm.Abort(1)  # mpiexec then kills every other process of the job
 
 
