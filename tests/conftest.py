@@ -5,7 +5,12 @@ HYPOTHESIS_PROFILE=thorough runs many more (random) examples for a deeper local 
 
 import os
 
-from hypothesis import HealthCheck, settings
+# One BLAS thread: OpenBLAS splits any product over M*N*K > 262,144 across threads, which on a shared
+# 2-core machine made a 128x32x128 product take ~1000x longer. Set before numpy is first imported.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
     "ci",
