@@ -1,4 +1,10 @@
-"""Every notebook in notebooks/ runs from top to bottom without an error (they are part of the product).
+"""Every notebook in notebooks/ runs from top to bottom and shows what it teaches (they are part of the product).
+
+Each notebook is executed once here. Then: every cell tagged "figure" must hold a drawn image in its
+outputs (notebook 03's 7.5B figure once vanished because a figure function switched matplotlib's
+backend, and a test that only ran the cells passed), and the numbers each notebook teaches must be in
+its printed output. The notebooks also assert their numbers themselves, so a cell that computes a
+different number fails the run.
 
 Needs the `notebooks` extra (nbclient, nbformat, ipykernel), which the README's test command installs;
 in CI a missing extra is a failure, not a skip.
@@ -18,13 +24,66 @@ else:
     nbclient = pytest.importorskip("nbclient", reason="install the notebooks extra: pip install -e '.[notebooks]'")
     nbformat = pytest.importorskip("nbformat")
 
+FIGURES = {  # notebook -> images its figure cells must show
+    "01_worked_example.ipynb": 6,  # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
+    "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
+    "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
+    "07_exercises.ipynb": 0,
+}
+TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
+    "01_worked_example.ipynb": [
+        "backward  layer1  -> dw = [-11.   -5.5]",  # seed 004: GPU 1's dL/dw1, dL/dw2
+        "new w  w1  2.0999999046325684                  2.099999999818182",  # fp32 beside float64, not the same
+        "fp32 2.0999999046325684   -> fp16 2.099609375",  # the fp16 truth
+        "GPU 0 before the all-gather: [ 2.09960938 -2.90039062  1.          0.5       ]",  # seed 004's inconsistent model
+        "GPU 0's peak: stage 1 48 B, stage 2 46 B",
+        "all-gather [layer2 params] rank 1 -> rank 0: [1.0, 0.5]",
+    ],
+    "02_ring_and_rounding.ipynb": [
+        "ring: [2052.0, 2052.0, 2048.0, 2048.0]",
+        "float64:                [2051.0, 2051.0, 2051.0, 2051.0]",
+        "fp16: spacing at 1.0 = 0.000977,  1.0 + 1e-5 lost? True",
+        "fp16 nearest 1.0",
+    ],
+    "03_memory_by_stage.ipynb": [
+        "stage 3: peak 0.857 MB in forward/backward; stacking each kind's own peak would say 1.024 MB",
+        "stage 3:    1.875 GB resting",
+        "ERRATUM",
+    ],
+    "07_exercises.ipynb": ["counterexample", "passed"],
+}
+_executed = {}
+
+
+def executed(path):
+    """The notebook after running every cell (once per test session)."""
+    if path not in _executed:
+        nb = nbformat.read(path, as_version=4)
+        client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+        client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
+        _executed[path] = nb
+    return _executed[path]
+
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no .ipynb files"
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(FIGURES), "a notebook without a line in FIGURES and TAUGHT is not checked"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path):
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
-    client.execute()  # raises CellExecutionError naming the cell on any error
+def test_notebook_runs_and_shows_its_figures(path):
+    nb = executed(path)
+    images = 0
+    for n, cell in enumerate(nb.cells):
+        if "figure" in cell.metadata.get("tags", []):
+            shown = sum("image/png" in out.get("data", {}) for out in cell.outputs)
+            assert shown, f"{path.name}: cell {n} should show a figure and shows none"
+            images += shown
+    assert images == FIGURES[path.name]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_prints_the_numbers_it_teaches(path):
+    text = "".join(out.get("text", "") for cell in executed(path).cells if cell.cell_type == "code" for out in cell.outputs)
+    for line in TAUGHT[path.name]:
+        assert line in text, f"{path.name} no longer prints {line!r}"

@@ -1,11 +1,18 @@
-"""Draw the figures the README shows, from what the simulator records, into figures/.
+"""Draw the figures the README and the notebooks show, from live runs, into figures/ (one PNG each).
 
-    zerosim figures                                  # figures/memory_by_stage.png: the ZeRO paper's Fig. 1
-    zerosim figures --model gpt3-175b --ranks 1024 --out /tmp/figs
+    zerosim figures                          # every figure below
+    zerosim figures --only ring_steps        # one of them (repeat --only for several)
+    zerosim figures --model gpt3-175b --ranks 1024 --out /tmp/figs   # memory_by_stage for another model
 
-memory_by_stage.png: per-rank model states by stage, stacked by kind, for Ψ = 7.5B on N = 64 ranks
-with Adam (the ZeRO paper's Figure 1) unless told otherwise. The bars are the meta backend's
-ledgers after one step of the real engines; the paper's printed totals stand beside them.
+    memory_by_stage   per-rank model states by stage, stacked by kind (the ZeRO paper's Figure 1): the meta
+                      backend's ledgers after one step, for Ψ = 7.5B on N = 64 with Adam unless told otherwise;
+                      --log draws points on a log axis instead (stacked bars on a log axis would mislead)
+    peak_by_stage     an MLP's rank 0 at the moment of its peak, by kind, stage by stage
+    spacing           each format's spacing against magnitude; the lost 1e-5 update (seed 000)
+    dataflow          the mixed-precision loop with the casts where the run made them (seeds 000/002)
+    ownership         who holds which W, G and OS on 4 GPUs, per stage, from the ledgers (seed 001)
+    ring_steps        a ring all-reduce on 4 ranks, chunk by chunk, rounding marked (seed 001)
+    zero3_sequence    ZeRO-3's per-layer gather / compute / free / reduce-scatter on seed 004 (seeds 003/004)
 """
 
 from __future__ import annotations
@@ -14,19 +21,13 @@ import os
 import sys
 
 from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
-from zerosim.costs.measured import measure_by_stage
 
-HELP = "write the ZeRO-paper-style memory-by-stage bar chart (PNG) into figures/"
+HELP = "draw every seed figure (PNG) from live runs into figures/"
 PAPER_FIG1 = (120, 31.4, 16.6, 1.9)  # Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N = 64, K = 12
 
 
-def add_arguments(p) -> None:
-    add_model_arguments(p)
-    p.add_argument("--out", default="figures", help="directory to write into (default figures/)")
-    p.add_argument("--log", action="store_true", help="logarithmic y axis")
-
-
-def run(args) -> int:
+def _memory_by_stage(args):
+    from zerosim.costs.measured import measure_by_stage
     from zerosim.viz.memory_figure import memory_by_stage_figure
 
     model = model_from_args(args)
@@ -34,9 +35,81 @@ def run(args) -> int:
     paper = model.num_params == 7_500_000_000 and args.ranks == 64 and args.optimizer == "adam"
     title = (f"Per-rank memory by ZeRO stage: Ψ = {model.num_params / 1e9:.4g}B ({model.name}), N = {args.ranks}, "
              f"{args.optimizer}, {args.precision}\nmeasured by the meta backend's ledgers after one step")
-    fig = memory_by_stage_figure(stages, title=title, printed=PAPER_FIG1 if paper else None, log=args.log)
+    return memory_by_stage_figure(stages, title=title, printed=PAPER_FIG1 if paper else None, log=args.log)
+
+
+def _peak_by_stage(args):
+    from zerosim.viz.peak_figure import mlp_runs, peak_by_stage_figure
+
+    runs = mlp_runs()
+    return peak_by_stage_figure(runs, title="MLP [32, 256, 256, 256, 8] on 4 ranks, bf16-mixed, Adam:\n"
+                                            "what rank 0 holds at the moment of its peak").figure
+
+
+def _spacing(args):
+    from zerosim.viz.spacing_figure import spacing_figure
+
+    return spacing_figure().figure
+
+
+def _dataflow(args):
+    from zerosim.viz.dataflow_figure import dataflow_figure
+
+    return dataflow_figure()
+
+
+def _ownership(args):
+    from zerosim.viz.ownership_figure import ownership_figure
+
+    return ownership_figure()
+
+
+def _ring_steps(args):
+    from zerosim.viz.ring_figure import ring_steps_figure
+
+    return ring_steps_figure()
+
+
+def _zero3_sequence(args):
+    from zerosim.reference import replay_live
+    from zerosim.viz.zero3_figure import zero3_figure
+
+    engine, _ = replay_live(stage=3)
+    return zero3_figure(engine.cluster.trace, title="Seed 004 at ZeRO-3 on GPU 0: every use of a layer gathers it, "
+                                                   "and frees it right after").figure
+
+
+FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
+    "memory_by_stage": _memory_by_stage,
+    "peak_by_stage": _peak_by_stage,
+    "spacing": _spacing,
+    "dataflow": _dataflow,
+    "ownership": _ownership,
+    "ring_steps": _ring_steps,
+    "zero3_sequence": _zero3_sequence,
+}
+
+
+def add_arguments(p) -> None:
+    add_model_arguments(p)
+    p.add_argument("--out", default="figures", help="directory to write into (default figures/)")
+    p.add_argument("--only", action="append", choices=sorted(FIGURES), metavar="NAME",
+                   help=f"draw only this figure (repeatable): {', '.join(FIGURES)}")
+    p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of stacked bars")
+
+
+def run(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
+    import matplotlib.pyplot as plt
+
+    names = args.only or list(FIGURES)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "memory_by_stage.png")
-    fig.savefig(path)
-    print(f"wrote {path}")
+    for name in names:
+        fig = FIGURES[name](args)
+        path = os.path.join(args.out, f"{name}.png")
+        fig.savefig(path)
+        plt.close(fig)
+        print(f"wrote {path}")
     return 0

@@ -1,7 +1,19 @@
-"""Figures drawn from what the cluster recorded (trace events, ledger timelines), never from formulas."""
+"""Figures drawn from what the cluster recorded (trace events, ledger timelines), never from formulas.
 
+One colour per memory kind, format and chunk across all of them (palette.py). None of them picks a
+matplotlib backend: in a notebook they show inline, and `zerosim figures` writes them as PNGs.
+"""
+
+from zerosim.viz.dataflow_figure import dataflow_figure
 from zerosim.viz.ledger_figure import ledger_figure
 from zerosim.viz.memory_figure import memory_by_stage_figure
-from zerosim.viz.ring_figure import ring_figure
+from zerosim.viz.ownership_figure import ownership_figure
+from zerosim.viz.peak_figure import peak_by_stage_figure
+from zerosim.viz.ring_figure import ring_figure, ring_steps_figure
+from zerosim.viz.spacing_figure import spacing_figure
+from zerosim.viz.zero3_figure import zero3_figure
 
-__all__ = ["ledger_figure", "memory_by_stage_figure", "ring_figure"]
+__all__ = [
+    "dataflow_figure", "ledger_figure", "memory_by_stage_figure", "ownership_figure", "peak_by_stage_figure",
+    "ring_figure", "ring_steps_figure", "spacing_figure", "zero3_figure",
+]

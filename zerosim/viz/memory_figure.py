@@ -4,68 +4,86 @@
 dict per stage with the resting bytes by ledger kind) and draws one bar per stage, a segment per
 kind, the total printed on top. It reads measurements only; the caller may pass the paper's printed
 numbers (`printed`) to show beside the bars.
+
+A stage that holds less than a twentieth of the tallest bar (ZeRO-3's 1.9 GB beside 120 GB) would be
+a sliver, so it is drawn again, at its own scale, in an inset. With `log=True` there are no bars at
+all: a stacked bar on a log axis lies (a segment's length there depends on what lies under it), so
+each kind is a point per stage, with the total as a black line.
 """
 
 from __future__ import annotations
 
 from zerosim.costs import GB
+from zerosim.viz.palette import PEAK_TICK, kind_colour, kind_label, kind_order
 
 STAGE_NAMES = {0: "baseline\n(data parallel)", 1: "ZeRO-1\n$P_{os}$", 2: "ZeRO-2\n$P_{os+g}$", 3: "ZeRO-3\n$P_{os+g+p}$"}
-KIND_STYLE = {  # kind -> (label, colour): 16-bit states blue, fp32 states warm, as the paper shades them
-    "params": ("16-bit params", "#4c72b0"),
-    "grads": ("16-bit grads", "#8fb0e0"),
-    "grad32": ("fp32 grads", "#8fb0e0"),
-    "master": ("fp32 master params", "#dd8452"),
-    "optim:m": ("Adam m (fp32)", "#c44e52"),
-    "optim:v": ("Adam v (fp32)", "#e59a9c"),
-}
-OTHER_COLOURS = ("#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+INSET_BELOW = 1 / 20  # a stage under this fraction of the tallest gets an inset at its own scale
+
+
+def _stack(ax, xs, stages, order, width, labels: bool) -> list:
+    """Stacked bars of `stages` at `xs`, one segment per kind (gid "kind:<kind>"); returns the totals."""
+    bottom = [0.0] * len(stages)
+    for kind in order:
+        heights = [s["resting"].get(kind, 0) / GB for s in stages]
+        bars = ax.bar(xs, heights, width, bottom=bottom, label=kind_label(kind) if labels else None,
+                      color=kind_colour(kind), edgecolor="white", linewidth=0.6)
+        for bar in bars:
+            bar.set_gid(f"kind:{kind}")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    return bottom
 
 
 def memory_by_stage_figure(stages: list, title: str = "", printed: tuple | None = None, log: bool = False):
-    """A matplotlib Figure: one stacked bar per stage (GB per rank by kind), totals on top.
+    """A matplotlib Figure: per-rank model states by stage (GB by kind), totals on top.
 
     Args:
         stages: [{"stage": int, "resting": {kind: bytes}}, ...] in stage order.
         title: the figure's title.
         printed: optional published totals in GB, one per stage, written under each measured total.
-        log: a logarithmic y axis (stage 3 is often ~100x smaller than stage 0).
+        log: points on a logarithmic axis instead of stacked bars (see the module's note).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kinds = []
-    for s in stages:
-        kinds += [k for k in s["resting"] if k not in kinds]
-    order = [k for k in KIND_STYLE if k in kinds] + sorted(k for k in kinds if k not in KIND_STYLE)
-    extra = iter(OTHER_COLOURS * 4)
-    style = {k: KIND_STYLE.get(k) or (k.replace("optim:", "optimizer ") + " (fp32)", next(extra)) for k in order}
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=150)
+    order = kind_order(k for s in stages for k in s["resting"])
+    fig, ax = plt.subplots(figsize=(9.5, 4.8), dpi=150)
     x = list(range(len(stages)))
-    bottom = [0.0] * len(stages)
-    for kind in order:
-        heights = [s["resting"].get(kind, 0) / GB for s in stages]
-        label, colour = style[kind]
-        ax.bar(x, heights, 0.6, bottom=bottom, label=label, color=colour, edgecolor="white", linewidth=0.6)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    top = max(bottom) if bottom else 1.0
-    for i, total in enumerate(bottom):
-        text = f"{total:.4g} GB"
-        if printed is not None:
-            text += f"\n(paper: {printed[i]:g})"
-        ax.annotate(text, (x[i], total), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=9)
-    ax.set_xticks(x, [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}") for s in stages])
-    ax.set_ylabel("model states per rank (GB, 1e9 bytes)")
+    totals = [sum(s["resting"].values()) / GB for s in stages]
     if log:
+        for j, kind in enumerate(order):  # kinds side by side: equal sizes (master, m, v) must not hide each other
+            ys = [s["resting"].get(kind, 0) / GB for s in stages]
+            dodge = (j - (len(order) - 1) / 2) * 0.08
+            (line,) = ax.plot([i + dodge for i in x], ys, "o-", color=kind_colour(kind), label=kind_label(kind), lw=1.2, ms=5)
+            line.set_gid(f"kind:{kind}")
+        ax.plot(x, totals, "s-", color=PEAK_TICK, label="total per rank", lw=1.6, ms=6)
         ax.set_yscale("log")
+        ax.set_ylim(min(v for s in stages for v in s["resting"].values() if v) / GB / 2, max(totals) * 3)
     else:
-        ax.set_ylim(0, top * 1.22)
+        _stack(ax, x, stages, order, 0.6, labels=True)
+        ax.set_ylim(0, max(totals) * 1.22)
+    for i, total in enumerate(totals):
+        text = f"{total:.4g} GB" + (f"\n(paper: {printed[i]:g})" if printed is not None else "")
+        ax.annotate(text, (x[i], total), xytext=(0, 12 if log else 6), textcoords="offset points", ha="center", va="bottom", fontsize=9)
+    ax.set_xticks(x, [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}") for s in stages])
+    ax.set_xlim(-0.6, len(stages) - 0.4)
+    ax.set_ylabel("model states per rank (GB, 1e9 bytes)" + (", log scale" if log else ""))
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=8, loc="upper right")
+    small = [i for i, t in enumerate(totals) if t < INSET_BELOW * max(totals)]
+    if small and not log:
+        _inset(ax, [stages[i] for i in small], order)
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _inset(ax, stages: list, order: list) -> None:
+    """The stages too small to see, again at their own scale, top right of the main axes."""
+    inset = ax.inset_axes([0.66, 0.38, 0.3, 0.5])
+    totals = _stack(inset, list(range(len(stages))), stages, order, 0.5, labels=False)
+    inset.set_ylim(0, max(totals) * 1.3)
+    inset.set_xlim(-0.6, len(stages) - 0.4)
+    inset.set_xticks(range(len(stages)), [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}").split("\n")[0] for s in stages], fontsize=8)
+    inset.tick_params(axis="y", labelsize=7)
+    inset.set_title("zoomed in: GB per rank", fontsize=8)
+    inset.set_gid("inset")

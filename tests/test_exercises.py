@@ -1,0 +1,139 @@
+"""The exercises grade fairly: every reference solution passes, every planted bug is caught with a
+counterexample a learner can read, a correct solution written differently passes too, and the package's
+own pieces are back in place after any grading."""
+
+import subprocess
+import sys
+
+import pytest
+
+from zerosim import exercises
+from zerosim.cli.main import main
+from zerosim.zero import averaging, engine, gather, reduce
+
+# exercise -> planted bug -> (the case it must fail on, words its counterexample must say)
+CAUGHT = {
+    "ring_chunk": {
+        "off by one": (1, "rank 0 ends holding the sum of chunk 1"),  # (r - k) mod N: everything lands one rank early
+        "the wrong way round": (2, "at step 1 rank 0 would send chunk 2"),  # same as NCCL's at N = 2; N = 3 shows it
+    },
+    "shard_offset": {
+        # lengths 0 and 1 on 1 rank pass (cases 1-6 are L = 0 on 1..5 ranks, then L = 1 on 1 rank); L = 1 on 2 fails
+        "floor instead of ceil": (7, "rank 0's shard is [0, 0), but the ring reduce-scatter gives rank 0 the elements [0, 1)"),
+        "padding counted as data": (7, "rank 1's shard is [1, 2)"),
+    },
+    "stage2_free": {
+        "never frees": (1, "rank 0 still holds 'layer 2 grads' (20 B)"),  # fc1 of [3, 4, 2]: 4*2 + 2 fp16 values
+        "frees before sending": (1, "LedgerError: rank 0: buffer 'layer 2 grads' (grads) was freed"),
+    },
+    "refresh_params": {
+        "everyone sends shard 0": (1, "after step 1, rank 0's 16-bit params[13]"),  # 26 params: rank 1's shard starts at 13
+        "never writes back": (1, "(element 13 is in rank 1's shard)"),
+    },
+    "average_dtype": {
+        "divides in 16 bits": (2, "(float16, N = 3)"),  # halving is exact in fp16; thirds are not
+        "sums, never divides": (1, "(float16, N = 2): your answer[0] is 0.0615234375; the oracle's is 0.03076171875"),
+    },
+    "unscale_once": {
+        "unscales twice": (1, "your answer[0] is 0.0002818107604980469; the oracle's is 0.28857421875"),  # 1024 times too small
+        "unscales in fp16": (1, "your answer[2] is 3.5762786865234375e-07"),  # below fp16's 6.1e-5: subnormal spacing 6e-8
+        "forgets the micro-steps": (2, "K = 2"),  # with K = 1 the mistake cannot show
+    },
+}
+
+RIGHT_BUT_DIFFERENT = {  # correct solutions not written like the reference: the grader checks behaviour, not text
+    "ring_chunk": "def chunk_sent(rank, step, world_size):\n    return (rank + world_size - 1 - step) % world_size\n",
+    "shard_offset": "import math\n\ndef shard_bounds(length, world_size, rank):\n    s = math.ceil(length / world_size)\n"
+                    "    start = min(length, rank * s)\n    return start, min(length, start + s)\n",
+    "average_dtype": "import numpy as np\n\ndef average(summed, world_size):\n"
+                     "    return (summed.astype(np.float64) / world_size).astype(np.float32)\n",  # 53 >= 2*24 + 2: one rounding's worth
+    "unscale_once": "import numpy as np\n\ndef finish(summed, world_size, micro_steps, loss_scale):\n"
+                    "    return summed.astype(np.float32) / np.float32(loss_scale) / np.float32(world_size * micro_steps)\n",
+}
+
+
+def test_there_are_at_least_six_exercises_each_with_a_planted_bug():
+    assert len(exercises.EXERCISES) >= 6
+    assert set(CAUGHT) == set(exercises.EXERCISES)
+    for name, ex in exercises.EXERCISES.items():
+        assert ex.planted and set(ex.planted) == set(CAUGHT[name]), name
+
+
+@pytest.mark.parametrize("name", list(exercises.EXERCISES))
+def test_the_reference_solution_passes_every_case(name):
+    result = exercises.check(name, exercises.get(name).solution)
+    assert result.passed and result.counterexample is None, str(result)
+    assert result.cases == len(list(exercises.get(name).cases()))
+
+
+@pytest.mark.parametrize("name, bug", [(n, b) for n, bugs in CAUGHT.items() for b in bugs])
+def test_every_planted_bug_is_caught_with_a_readable_counterexample(name, bug):
+    ex = exercises.get(name)
+    result = exercises.check(name, ex.planted[bug])
+    case, words = CAUGHT[name][bug]
+    assert not result.passed
+    assert result.cases == case, str(result)
+    assert words in result.counterexample, str(result)
+    described = list(ex.cases())[case - 1]["what"]
+    assert result.counterexample.startswith(described)  # it says which case: sizes, ranks, stage, format
+
+
+@pytest.mark.parametrize("name", list(exercises.EXERCISES))
+def test_the_stub_says_it_is_not_written_yet(name):
+    result = exercises.check(name, exercises.get(name).stub)
+    assert not result.passed and result.cases == 1 and "is not written yet" in result.counterexample
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_BUT_DIFFERENT))
+def test_a_correct_solution_written_differently_passes(name):
+    assert exercises.check(name, RIGHT_BUT_DIFFERENT[name]).passed
+
+
+def test_grading_puts_the_packages_own_pieces_back():
+    for name in ("stage2_free", "refresh_params", "average_dtype", "unscale_once"):
+        for source in exercises.get(name).planted.values():
+            exercises.check(name, source)  # some of these raise deep inside an engine step
+    assert engine.reduce_unit is reduce.reduce_unit
+    assert engine.refresh_params is gather.refresh_params
+    assert averaging.finish.__module__ == "zerosim.zero.averaging" and averaging.finish.__name__ == "finish"
+
+
+def test_a_learner_checks_their_own_file(tmp_path, capsys):
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text(exercises.get("refresh_params").solution)
+    bad.write_text(exercises.get("refresh_params").planted["never writes back"])
+    assert main(["exercise", "check", "refresh_params", "--file", str(good)]) == 0
+    assert "refresh_params: passed all 3 cases" in capsys.readouterr().out
+    assert main(["exercise", "check", "refresh_params", "--file", str(bad)]) == 1
+    assert "counterexample" in capsys.readouterr().out
+
+
+def test_show_gives_a_file_to_start_from_and_list_names_them_all(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "exercise", "show", "ring_chunk"], capture_output=True, text=True)
+    start = tmp_path / "my_solution.py"
+    start.write_text(out.stdout)
+    checked = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "exercise", "check", "ring_chunk", "--file", str(start)],
+                             capture_output=True, text=True)
+    assert checked.returncode == 1 and "chunk_sent is not written yet" in checked.stdout
+    listed = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "exercise", "list"], capture_output=True, text=True).stdout
+    assert all(name in listed for name in exercises.EXERCISES)
+
+
+@pytest.mark.bad_input("exercises")
+@pytest.mark.parametrize("argv, message", [
+    (["exercise", "check", "ring_chunk", "--planted", "nope"], "ring_chunk has no planted bug 'nope'"),
+    (["exercise", "check", "ring_chunk", "--file", "notes.txt"], "--file must name a .py file"),
+])
+def test_bad_exercise_arguments_are_clear_errors(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.bad_input("exercises")
+def test_a_file_without_the_function_is_a_clear_error(tmp_path):
+    f = tmp_path / "empty.py"
+    f.write_text("x = 1\n")
+    with pytest.raises(ValueError, match=r"defines no function chunk_sent\(\.\.\.\)"):
+        exercises.check("ring_chunk", str(f))
+    with pytest.raises(ValueError, match="no exercise 'nope'; there are: ring_chunk"):
+        exercises.get("nope")

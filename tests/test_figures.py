@@ -1,0 +1,279 @@
+"""The figures teach what the runs did, and can be trusted at a glance.
+
+Each test checks a drawn figure (its artists, in display coordinates after a draw) against something
+independent: the ledger's own peak, seed 001's and seed 004's tables, a hand table of spacings, the
+inputs and outputs of a collective. The figures' colours are checked against the one palette.
+"""
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+
+import zerosim
+from zerosim import Cluster
+from zerosim.cli.main import main
+from zerosim.costs.measured import measure_by_stage
+from zerosim.models import MLP
+from zerosim.models.meta import MetaModel
+from zerosim.viz import (dataflow_figure, ledger_figure, memory_by_stage_figure, ownership_figure, peak_by_stage_figure,
+                         ring_figure, ring_steps_figure, spacing_figure, zero3_figure)
+from zerosim.viz.dataflow_figure import observe
+from zerosim.viz.ownership_figure import measure_ownership
+from zerosim.viz.palette import LOSS, PEAK_TICK, kind_colour
+from zerosim.viz.peak_figure import mlp_runs
+from zerosim.viz.zero3_figure import zero3_sequence
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def seed_stage1():
+    return zerosim.reference.replay_live(stage=1)[0]
+
+
+@pytest.fixture(scope="module")
+def seed_stage3():
+    return zerosim.reference.replay_live(stage=3)[0]
+
+
+@pytest.fixture(scope="module")
+def paper_stages():
+    return measure_by_stage(MetaModel.from_params(7_500_000_000, layers=64), ranks=64)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return mlp_runs()  # notebook 03's MLP [32, 256, 256, 256, 8], 4 ranks, bf16-mixed, one Adam step per stage
+
+
+def ring_example():
+    """Notebook 02's reduce-scatter: rank 0 holds 2048 everywhere, ranks 1-3 hold 1, in fp16."""
+    cluster = Cluster(4, keep_values=True)
+    x = [np.full(4, 2048, np.float16)] + [np.ones(4, np.float16) for _ in range(3)]
+    return cluster, x, cluster.reduce_scatter(x)
+
+
+def drawn(fig_or_ax):
+    fig = getattr(fig_or_ax, "figure", fig_or_ax)
+    fig.canvas.draw()
+    return fig
+
+
+def every_figure(seed_stage1, seed_stage3, paper_stages, mlp):
+    cluster, x, out = ring_example()
+    return {
+        "memory_by_stage": lambda: memory_by_stage_figure(paper_stages, printed=(120, 31.4, 16.6, 1.9)),
+        "memory_by_stage --log": lambda: memory_by_stage_figure(paper_stages, log=True),
+        "peak_by_stage": lambda: peak_by_stage_figure(mlp),
+        "ledger": lambda: ledger_figure(seed_stage1.cluster),
+        "ring": lambda: ring_figure(cluster.trace, 0, inputs=x, outputs=out),
+        "ring_steps": ring_steps_figure,
+        "spacing": spacing_figure,
+        "dataflow": dataflow_figure,
+        "ownership": ownership_figure,
+        "zero3_sequence": lambda: zero3_figure(seed_stage3.cluster.trace),
+    }
+
+
+# -- no figure function picks a backend (notebook 03's 7.5B figure never appeared because one did) ------
+
+def test_no_figure_function_switches_the_backend(monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp):
+    plt.close(plt.figure())  # pyplot settles on its backend at its first figure; from here on nothing may change it
+    switched, switch = [], plt.switch_backend
+    monkeypatch.setattr(matplotlib, "use", lambda *a, **k: switched.append(a))
+    monkeypatch.setattr(plt, "switch_backend", lambda *a, **k: switched.append(a) or switch(*a, **k))
+    for name, draw in every_figure(seed_stage1, seed_stage3, paper_stages, mlp).items():
+        draw()
+        assert not switched, f"{name} switched matplotlib's backend: {switched}"
+
+
+# -- one colour per memory kind, in every figure -------------------------------------------------------
+
+def _colour(artist):
+    if isinstance(artist, Line2D):
+        return to_rgb(artist.get_markerfacecolor() if artist.get_linestyle() in ("None", "") else artist.get_color())
+    return to_rgb(artist.get_facecolor())
+
+
+@pytest.mark.parametrize("name", ["memory_by_stage", "memory_by_stage --log", "peak_by_stage", "ledger", "ownership",
+                                  "zero3_sequence"])
+def test_every_memory_kind_is_drawn_in_the_palettes_colour(name, seed_stage1, seed_stage3, paper_stages, mlp):
+    fig = drawn(every_figure(seed_stage1, seed_stage3, paper_stages, mlp)[name]())
+    kinds = fig.findobj(lambda a: str(a.get_gid()).startswith("kind:"))
+    assert kinds, f"{name} marks no artist with its memory kind"
+    for artist in kinds:
+        kind = artist.get_gid().removeprefix("kind:")
+        assert _colour(artist) == to_rgb(kind_colour(kind)), f"{name}: {kind} drawn in {_colour(artist)}"
+
+
+def test_the_palette_gives_each_kind_its_own_colour():
+    kinds = ["params", "grads", "grad32", "master", "optim:m", "optim:v", "activations", "comm", "scratch"]
+    assert len({kind_colour(k) for k in kinds}) == len(kinds)
+    assert kind_colour("optim:something new") == kind_colour("optim:something new")  # the same colour every time
+
+
+# -- the MLP chart stacks the true peak moment ---------------------------------------------------------
+
+P_MLP = (32 * 256 + 256) + 2 * (256 * 256 + 256) + (256 * 8 + 8)  # 142,088 parameters
+
+
+def test_mlp_peak_bars_are_the_ledgers_true_peaks(mlp):
+    ax = peak_by_stage_figure(mlp)
+    for i, (label, ledger) in enumerate(mlp):
+        segments = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_gid() and abs(p.get_x() + p.get_width() / 2 - i) < 1e-9]
+        top = max(p.get_y() + p.get_height() for p in segments)
+        assert top * 1e6 == pytest.approx(ledger.peak(), rel=1e-12), label  # the bar's top is the ledger's own peak
+        per_kind_peaks = sum(ledger.peak_by_kind().values())
+        if label in ("stage 2", "stage 3"):  # the old chart stacked these, which never happen at once
+            assert per_kind_peaks > 1.15 * ledger.peak()
+    # by hand, bf16 = 2 B, fp32 = 4 B per parameter, 4 ranks:
+    assert mlp[0][1].peak() == 20 * P_MLP  # stage 0 in the optimizer step: 2 + 2 + 4 + 4 + 4 + the fp32 gradient 4
+    assert mlp[1][1].peak() == 8 * P_MLP  # stage 1: 2 + 2 (whole) + (4 + 4 + 4 + 4) / 4 (its shard, and its fp32 gradient)
+
+
+# -- notebook 01's ledger chart: a legend over no bar, a black tick at each peak -----------------------
+
+def test_ledger_figure_legend_covers_no_bar_and_ticks_mark_each_peak(seed_stage1):
+    cluster = seed_stage1.cluster
+    ax = ledger_figure(cluster)
+    fig = drawn(ax)
+    legend = ax.get_legend().get_window_extent()
+    bars = [p for p in ax.patches if str(p.get_gid()).startswith("kind:")]
+    assert bars and not any(legend.overlaps(b.get_window_extent()) for b in bars)
+    ticks = [c for c in fig.findobj(lambda a: a.get_gid() == "peak")]
+    peaks = [peak for r in cluster.ranks for (_, peak, _) in r.ledger.by_phase()]
+    drawn_peaks = sorted(float(seg[0][1]) for t in ticks for seg in t.get_segments())
+    assert drawn_peaks == sorted(peaks)  # one tick per (phase, GPU), at the phase's peak
+    assert all(to_rgb(t.get_color()[0]) == to_rgb(PEAK_TICK) for t in ticks)
+
+
+# -- the 4-rank ring figure --------------------------------------------------------------------------
+
+def _boxes(ax):
+    out = []
+    for t in ax.texts:
+        patch = t.get_bbox_patch()
+        out.append((t.get_text(), (patch or t).get_window_extent()))
+    return out
+
+
+def test_ring_figure_labels_do_not_overlap_and_show_the_rounding_and_the_shards():
+    cluster, x, out = ring_example()
+    ax = ring_figure(cluster.trace, 0, inputs=x, outputs=out)
+    drawn(ax)
+    boxes = _boxes(ax)
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), f"labels overlap: {a!r} and {b!r}"
+    texts = {t.get_text(): t for t in ax.texts}
+    # chunk 2 starts at rank 3: rank 0 adds its 2048 to rank 3's 1 = 2049, a tie fp16 rounds to 2048
+    loss = [t for s, t in texts.items() if s.startswith("chunk 2: 1 + 2048") and "2049 → 2048" in s]
+    assert loss and to_rgb(loss[0].get_color()) == to_rgb(LOSS)
+    # the final shards, as the call returned them (notebook 02: 2052, 2052, 2048, 2048)
+    finals = {int(s.split()[2].rstrip(":")): s for s in texts if s.startswith("owns chunk")}
+    assert sorted(finals) == [0, 1, 2, 3]
+    for r, s in finals.items():
+        assert s.endswith(f"{float(out[r][0]):g} in fp16") or s.endswith(f"= {float(out[r][0]):g}")
+
+
+def test_ring_steps_figure_draws_both_halves_of_the_all_reduce():
+    fig = drawn(ring_steps_figure())
+    top, bottom = fig.axes
+    assert any("2049 → 2048" in t.get_text() for t in top.texts)
+    assert sum(t.get_text() == "holds [2052, 2052, 2048, 2048]" for t in bottom.texts) == 4  # every rank, the whole sum
+
+
+# -- zerosim figures --log: no stacked bars on a log axis; ZeRO-3's bar visible -------------------------
+
+def test_log_memory_figure_draws_no_bars(paper_stages):
+    fig = drawn(memory_by_stage_figure(paper_stages, log=True))
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log"
+    assert not [p for p in ax.patches if isinstance(p, Rectangle) and p.get_height() > 0]
+
+
+def test_zero3_bar_is_visible(paper_stages):
+    fig = drawn(memory_by_stage_figure(paper_stages))
+    (inset,) = [c for a in fig.axes for c in a.child_axes if c.get_gid() == "inset"]
+    segments = [p for p in inset.patches if str(p.get_gid()).startswith("kind:")]
+    heights = [p.get_window_extent().height for p in segments]
+    assert sum(heights) >= 60  # pixels; in the main axes 1.875 GB of 146 is ~8 px, its five kinds ~1-3 px each
+    assert min(heights) >= 5
+
+
+# -- one figure per seed diagram ------------------------------------------------------------------------
+
+def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
+    ax = spacing_figure()
+    lines = {a.get_gid(): a for a in ax.lines if a.get_gid()}
+    # spacing at 1.0 (the gap above it) = 2**-mantissa_bits; 1 + 1e-5 survives only where 1e-5 > half of it
+    table = {"fp32": (2.0**-23, "kept"), "bf16": (2.0**-7, "lost"), "fp16": (2.0**-10, "lost"),
+             "fp8_e4m3": (2.0**-3, "lost"), "fp8_e5m2": (2.0**-2, "lost")}
+    for fmt, (spacing, fate) in table.items():
+        x, y = lines[f"format:{fmt}"].get_data()
+        assert y[np.searchsorted(x, 1.0)] == spacing
+        assert lines[f"{fate}:{fmt}"].get_ydata()[0] == spacing
+
+
+def test_dataflow_casts_are_where_the_run_made_them():
+    # seed 002's two pictures; the fp32 run has no cast at all
+    assert observe("fp16-mixed") == {
+        "name": "fp16-mixed", "data": "fp32", "master": "fp32", "update": "fp32", "params": "fp16", "activations": "fp16",
+        "grads": "fp16", "wire": "fp16", "grad32": "fp32", "state": "fp32", "loss_scale": 1.0}
+    fig = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed", "fp32"])
+    casts = [sorted(t.get_text() for t in ax.texts if t.get_gid() == "cast") for ax in fig.axes]
+    assert casts == [
+        ["cast fp16 → fp32", "cast fp32 → fp16", "cast fp32 → fp16"],  # gradients up; master and micro-batch down
+        ["cast bf16 → fp32", "cast fp32 → bf16", "cast fp32 → bf16"],
+        [],
+    ]
+    assert any("× S = 1024" in t.get_text() for t in fig.axes[0].texts)
+
+
+SHARDED = {0: set(), 1: {"master", "optim:m", "optim:v"}, 2: {"grads", "master", "optim:m", "optim:v"},
+           3: {"params", "grads", "master", "optim:m", "optim:v"}}  # seed 001's diagrams, stage by stage
+
+
+def test_ownership_follows_seed_001_from_the_ledgers():
+    stages = measure_ownership(MLP([16, 32, 32, 8]), 4)
+    for st in stages:
+        for r, row in enumerate(st["ranks"]):
+            for kind, (frac, offset) in row.items():
+                assert (frac, offset) == ((0.25, r / 4) if kind in SHARDED[st["stage"]] else (1.0, 0.0)), (st["stage"], r, kind)
+    fig = ownership_figure(MLP([16, 32, 32, 8]), 4)
+    widths = sorted({round(p.get_width(), 9) for ax in fig.axes for p in ax.patches if str(p.get_gid()).startswith("kind:")})
+    assert widths == [0.25, 1.0]
+
+
+def test_zero3_sequence_is_seed_004s(seed_stage3):
+    seq = zero3_sequence(seed_stage3.cluster.trace, rank=0)
+    # seed 004, stage 3: layer 1 for forward, layer 2 for forward, layer 1 to recompute a, layer 2 for backward,
+    # layer 1 for backward; each gathered copy freed right after (layer1 = 0, layer2 = 2 in TinyNet's layers)
+    assert [(s["layer"], s["computes"], s["values"]) for s in seq["spans"]] == [
+        (0, ["forward"], [2, -3]), (2, ["forward"], [1, 0.5]), (0, ["recompute"], [2, -3]),
+        (2, ["backward"], [1, 0.5]), (0, ["backward"], [2, -3])]
+    reduces = [layer for _, what, layer, _ in seq["events"] if what == "reduce"]
+    assert reduces == [2, 0]  # each layer's gradients reduce-scattered right after its backward
+    ax = zero3_figure(seed_stage3.cluster.trace)
+    assert len([p for p in ax.patches if p.get_gid() == "kind:params"]) == 5
+
+
+def test_figures_only_writes_the_named_figures(tmp_path, capsys):
+    assert main(["figures", "--out", str(tmp_path), "--only", "spacing", "--only", "zero3_sequence"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spacing.png", "zero3_sequence.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in tmp_path.iterdir())
+
+
+@pytest.mark.bad_input("command line")
+def test_figures_unknown_name_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["figures", "--only", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err

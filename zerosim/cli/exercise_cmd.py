@@ -1,0 +1,62 @@
+"""Exercises: write one small function of ZeRO yourself, and let the package's own checks grade it.
+
+    zerosim exercise list                                 # the exercises, one line each
+    zerosim exercise show ring_chunk > my_solution.py     # the task (as comments) and the function to fill in
+    zerosim exercise check ring_chunk --file my_solution.py
+    zerosim exercise check ring_chunk --reference         # the shipped solution (it passes)
+    zerosim exercise check ring_chunk --planted "off by one"   # a planted bug (the grader catches it)
+
+`check` exits 0 when every case passes, 1 with the first counterexample otherwise.
+"""
+
+from __future__ import annotations
+
+HELP = "write one small function of ZeRO yourself; the package's own checks grade it"
+
+
+def add_arguments(p) -> None:
+    from zerosim.exercises import EXERCISES
+
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.add_parser("list", help="the exercises, one line each")
+    show = actions.add_parser("show", help="an exercise's task and the function to fill in (a file to start from)")
+    show.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
+    show.add_argument("--solution", action="store_true", help="show the reference solution instead")
+    check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails")
+    check.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
+    which = check.add_mutually_exclusive_group(required=True)
+    which.add_argument("--file", help="your solution: a .py file defining the exercise's function")
+    which.add_argument("--reference", action="store_true", help="grade the shipped reference solution")
+    which.add_argument("--planted", metavar="BUG", help="grade one of the exercise's planted bugs (see `show`)")
+
+
+def run(args) -> int:
+    from zerosim import exercises
+
+    if args.action in (None, "list"):
+        width = max(map(len, exercises.EXERCISES))
+        for name, ex in exercises.EXERCISES.items():
+            print(f"{name:<{width}}  {ex.title}")
+        print("\nzerosim exercise show NAME > my_solution.py, fill it in, then zerosim exercise check NAME --file my_solution.py")
+        return 0
+    ex = exercises.get(args.name)
+    if args.action == "show":
+        if args.solution:
+            print(ex.solution, end="")
+            return 0
+        print("".join(f"# {line}\n" for line in ex.task.splitlines()) + "#\n# planted bugs the grader catches: "
+              + ", ".join(ex.planted) + "\n\n" + ex.stub, end="")
+        return 0
+    if args.reference:
+        solution = ex.solution
+    elif args.planted is not None:
+        if args.planted not in ex.planted:
+            raise ValueError(f"{ex.name} has no planted bug {args.planted!r}; it has: {', '.join(map(repr, ex.planted))}")
+        solution = ex.planted[args.planted]
+    else:
+        solution = args.file
+        if not solution.endswith(".py"):
+            raise ValueError(f"--file must name a .py file, got {solution!r}")
+    result = exercises.check(ex.name, solution)
+    print(result)
+    return 0 if result.passed else 1

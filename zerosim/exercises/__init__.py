@@ -1,0 +1,54 @@
+"""Exercises: a learner writes one small function, and the package's own checks grade it.
+
+    from zerosim import exercises
+    print(exercises.get("ring_chunk").stub)                  # what to fill in
+    print(exercises.check("ring_chunk", my_chunk_sent))      # a function, its source, or a file's path
+
+or from a shell: `zerosim exercise list`, `zerosim exercise show NAME`, `zerosim exercise check NAME
+--file my_solution.py`. Each exercise puts the learner's function where the package's own piece goes
+(the ring's chunk index, the shard arithmetic, the stage-2 free, the refresh all-gather, the averaging,
+the unscaling), runs cases smallest first against the oracle or the naive twin, and reports the first
+counterexample. Each ships a reference solution that passes and planted bugs the grader catches.
+
+    ring_chunk      which chunk rank r sends at step k of a ring reduce-scatter         ring_chunk.py
+    shard_offset    a shard's [start, stop) with padding                                shard_offset.py
+    stage2_free     reduce-scatter a layer's gradients, keep your piece, free them      stage2_free.py
+    refresh_params  the all-gather after the update                                     refresh_params.py
+    average_dtype   divide by N in fp32, after the cast                                 average_dtype.py
+    unscale_once    divide by N·K and by the loss scale once, in fp32                   unscale_once.py
+"""
+
+from __future__ import annotations
+
+import os
+
+from zerosim.exercises import average_dtype, refresh_params, ring_chunk, shard_offset, stage2_free, unscale_once
+from zerosim.exercises.grading import Exercise, Result, load
+
+EXERCISES = {m.EXERCISE.name: m.EXERCISE for m in (ring_chunk, shard_offset, stage2_free, refresh_params, average_dtype, unscale_once)}
+
+
+def get(name: str) -> Exercise:
+    """The exercise called `name` (a ValueError listing them otherwise)."""
+    try:
+        return EXERCISES[name]
+    except KeyError:
+        raise ValueError(f"no exercise {name!r}; there are: {', '.join(EXERCISES)}") from None
+
+
+def check(name: str, solution) -> Result:
+    """Grade `solution` for exercise `name`: a function, the source of a file defining it, or a file's path."""
+    ex = get(name)
+    if callable(solution):
+        fn = solution
+    elif isinstance(solution, (str, os.PathLike)) and str(solution).endswith(".py") and "\n" not in str(solution):
+        with open(solution) as f:
+            fn = load(f.read(), ex.function, str(solution))
+    elif isinstance(solution, str):
+        fn = load(solution, ex.function)
+    else:
+        raise TypeError(f"a solution is a function, its source, or a .py file's path; got {type(solution).__name__}")
+    return ex.grade(fn)
+
+
+__all__ = ["EXERCISES", "Exercise", "Result", "check", "get", "load"]

@@ -1,0 +1,81 @@
+"""Exercise: dividing by N in the right dtype — the averaged gradient the fp32 optimizer reads.
+
+Graded inside a real ZeRO-1 engine (fp16 and bf16 on the wire, N = 2 to 5): the learner's function
+takes the place of the engine's averaging for two training steps; each answer must equal the package's
+(zero/averaging.py) bit for bit, and the run must end equal to the single-device oracle.
+"""
+
+from __future__ import annotations
+
+from zerosim.exercises.engine_cases import describe, run_case
+from zerosim.exercises.finish_cases import finish_with
+from zerosim.exercises.grading import Exercise
+
+TASK = """\
+After the reduce-scatter a rank holds its shard of the *sum* of N ranks' gradients, in the 16-bit wire
+format. The optimizer runs in fp32 on the *average*. The seeds' protocol (seed 000, ZeRO-1 step by step):
+cast the sum to fp32 first, then divide by N there — in 16 bits, most quotients would round to 11 (fp16)
+or 8 (bf16) significant bits. Write average(summed, world_size)."""
+
+STUB = '''\
+import numpy as np
+
+
+def average(summed, world_size):
+    """summed: this rank's shard of the reduced gradient, the sum over world_size ranks, in fp16 or bf16.
+    Return the average gradient as the fp32 optimizer reads it (an np.float32 array)."""
+    raise NotImplementedError
+'''
+
+SOLUTION = '''\
+import numpy as np
+
+
+def average(summed, world_size):
+    return summed.astype(np.float32) / np.float32(world_size)  # the cast is exact; one rounding, in fp32
+'''
+
+PLANTED = {
+    "divides in 16 bits": '''\
+import numpy as np
+
+
+def average(summed, world_size):
+    return (summed / world_size).astype(np.float32)
+''',
+    "sums, never divides": '''\
+import numpy as np
+
+
+def average(summed, world_size):
+    return summed.astype(np.float32)
+''',
+}
+
+CASES = [
+    {"stage": 1, "n": 2, "widths": (3, 4, 2)},
+    {"stage": 1, "n": 3, "widths": (3, 4, 2)},
+    {"stage": 1, "n": 3, "widths": (3, 4, 2), "precision": "bf16-mixed"},
+    {"stage": 1, "n": 5, "widths": (4, 6, 3), "precision": "bf16-mixed"},
+]
+
+
+def cases():
+    for case in CASES:
+        yield {**case, "what": describe(case)}
+
+
+def _call(fn, reduced, policy, world_size, micro_steps):
+    return fn(reduced, world_size)
+
+
+def _applies(policy, micro_steps) -> bool:  # the plain average: no loss scale, no accumulation (unscale_once has those)
+    return policy.average == "avg" and micro_steps == 1 and policy.loss_scale == 1
+
+
+def check(fn, case) -> None:
+    run_case(case, patch=finish_with(fn, _call, _applies))
+
+
+EXERCISE = Exercise("average_dtype", "dividing by N in the right dtype: the averaged gradient the fp32 optimizer reads",
+                    "average", TASK, STUB, SOLUTION, PLANTED, cases, check)

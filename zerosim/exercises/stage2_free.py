@@ -1,0 +1,111 @@
+"""Exercise: the stage-2 gradient free — reduce-scatter a layer's gradients, keep your piece, free the rest.
+
+Graded inside real ZeRO-2 and ZeRO-3 engines: the learner's function takes the place of the engine's
+per-layer reduction (zero/reduce.py, `reduce_unit`) for two training steps; after every call no rank may
+still hold the layer's gradients, and after every step each rank's params and the fp32 masters must equal
+the single-device oracle's, bit for bit.
+"""
+
+from __future__ import annotations
+
+from zerosim.exercises.engine_cases import describe, run_case
+from zerosim.exercises.grading import Counterexample, Exercise, replaced
+
+TASK = """\
+ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
+layer's fresh gradients; the layer is reduce-scattered at once, each rank adds the piece it owns to its
+gradient shard, and the layer's gradients are freed — so at most one layer's are ever live (seed 004,
+stage 2, step 1c). Write reduce_layer_grads(held, reduce_scatter, add_to_shard) for one layer."""
+
+STUB = '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    """One layer, after its backward on every rank (ZeRO-2/3).
+
+    held: one ledger Buffer per rank holding the layer's fresh gradients (held[r].array; held[r].free()).
+    reduce_scatter(arrays): one array per rank in, one piece per rank out (rank r's part of the sum).
+    add_to_shard(r, piece): add rank r's piece into its gradient shard.
+    """
+    raise NotImplementedError
+'''
+
+SOLUTION = '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    pieces = reduce_scatter([h.array for h in held])
+    for r, piece in enumerate(pieces):
+        add_to_shard(r, piece)
+        held[r].free()  # its piece is in the shard: nobody needs the layer's gradients any more
+'''
+
+PLANTED = {
+    "never frees": '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    pieces = reduce_scatter([h.array for h in held])
+    for r, piece in enumerate(pieces):
+        add_to_shard(r, piece)
+''',
+    "frees before sending": '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    for h in held:
+        h.free()
+    pieces = reduce_scatter([h.array for h in held])
+    for r, piece in enumerate(pieces):
+        add_to_shard(r, piece)
+''',
+}
+
+CASES = [
+    {"stage": 2, "n": 2, "widths": (3, 4, 2)},
+    {"stage": 2, "n": 3, "widths": (3, 5, 2)},  # 32 params on 3 ranks: padded to 33, and a layer straddles two shards
+    {"stage": 2, "n": 2, "k": 2, "widths": (3, 4, 2)},  # accumulation: the shard adds up over micro-steps
+    {"stage": 3, "n": 4, "widths": (4, 6, 3)},
+]
+
+
+def cases():
+    for case in CASES:
+        yield {**case, "what": describe(case)}
+
+
+def _in_engine(fn):
+    """The engine's per-layer reduction (zero/reduce.py, reduce_unit) with `fn` doing the work."""
+    from zerosim.zero import averaging
+    from zerosim.zero.reduce import grads_name
+
+    def reduce_unit(engine, layer: int, first: bool) -> tuple:
+        cluster, layout, policy = engine.cluster, engine.layout, engine.precision
+        a, b = layout.windows[layer]
+        if b <= a:
+            return ()
+        held = [rank.ledger.get(grads_name(layer)) for rank in cluster.ranks]
+        calls = len(cluster.trace.calls)
+
+        def reduce_scatter(arrays):
+            with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
+                return cluster.reduce_scatter(arrays, op=averaging.wire_op(policy), wire=policy.reduce_format,
+                                              counts=layout.counts(layer), tag=f"{engine.model.layers[layer].name} grads")
+
+        def add_to_shard(r: int, piece) -> None:
+            lo, hi = layout.owned_piece(layer, r)
+            averaging.accumulate(cluster.ranks[r].grads.array[lo:hi], piece, first)
+
+        fn(held, reduce_scatter, add_to_shard)
+        for r, h in enumerate(held):
+            if not h.freed:
+                raise Counterexample(f"after layer {layer} ({engine.model.layers[layer].name}) was reduce-scattered, rank {r} still "
+                                     f"holds {h.name!r} ({h.nbytes} B); free each layer's gradients once its pieces are in the "
+                                     f"shards, or every layer's pile up and ZeRO-2 saves nothing")
+        if len(cluster.trace.calls) == calls:
+            raise Counterexample(f"layer {layer}'s gradients were never reduce-scattered")
+        return tuple(range(calls, len(cluster.trace.calls)))
+
+    return reduce_unit
+
+
+def check(fn, case) -> None:
+    from zerosim.zero import engine
+
+    run_case(case, patch=lambda: replaced(engine, "reduce_unit", _in_engine(fn)))
+
+
+EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, free them",
+                    "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check)

@@ -1,0 +1,127 @@
+"""The mixed-precision step as a loop of boxes, with each cast where the run made it (seeds 000/002).
+
+`observe(precision)` runs one step of seed 004's example (TinyNet, two ranks, ZeRO-1, Adam) and reads
+the format of every stage of the loop from what the run recorded: the micro-batch and the forward
+activations and gradients from the `Compute` events, the wire from the gradient `Call`, the fp32
+gradient, optimizer state, master and the new 16-bit weights from the `OptimizerStep` event, the
+loss scale from the engine's policy. `dataflow_figure` draws one loop per precision and writes
+"cast a → b" on exactly the arrows where the format changed — none at all for plain fp32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.precision import get_format, get_precision
+from zerosim.viz.palette import LOSS, format_colour
+
+
+def _fmt(array) -> str:
+    return get_format(np.asarray(array).dtype).name
+
+
+def observe(precision) -> dict:
+    """The formats one step of seed 004's example really used, read from its events (see the module)."""
+    from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
+    from zerosim.models.tinynet import TinyNet
+    from zerosim.optim import Adam
+    from zerosim.zero import ZeroEngine
+
+    policy = get_precision(precision)
+    cluster = Cluster(2, keep_values=True)
+    engine = ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), policy, checkpoint=True)
+    batches = TinyNet.seed_batches()
+    engine.step(batches)
+    trace = cluster.trace
+    forward = next(e for e in trace.of_type(Compute) if e.rank == 0 and e.kind == "forward")
+    backward = next(e for e in trace.of_type(Compute) if e.rank == 0 and e.kind == "backward" and e.values["grads"])
+    wire = next(c for c in trace.of_type(Call) if c.purpose == "reduce grads")
+    opt = next(e.values for e in trace.of_type(OptimizerStep) if e.rank == 0)
+    return {
+        "name": precision if isinstance(precision, str) else repr(policy),
+        "data": _fmt(batches[0][0]),
+        "master": _fmt(opt["master"]) if cluster.ranks[0].master is not None else None,  # None: "pure", no master
+        "update": _fmt(opt["master"]),  # the weights the optimizer updates (the master, or a widened scratch copy)
+        "params": _fmt(opt["compute_after"]),
+        "activations": _fmt(forward.values["out"]),
+        "grads": _fmt(next(iter(backward.values["grads"].values()))),
+        "wire": wire.dtype,
+        "grad32": _fmt(opt["grad32"]),
+        "state": _fmt(opt["m"]),
+        "loss_scale": engine.precision.loss_scale,
+    }
+
+
+def _box(ax, xy, text, fmt: str):
+    return ax.text(*xy, text, ha="center", va="center", fontsize=8.5, zorder=3,
+                   bbox=dict(boxstyle="round,pad=0.45", fc="white", ec=format_colour(fmt), lw=2.2))
+
+
+# where an arrow leaves and enters a box, as fractions of the box: (from, to) per direction
+SIDES = {"right": ((1, 0.5), (0, 0.5)), "left": ((0, 0.5), (1, 0.5)), "down": ((0.5, 0), (0.5, 1)), "up": ((0.5, 1), (0.5, 0))}
+
+
+def _arrow(ax, a, b, way: str, src: str, dst: str, what: str = "") -> None:
+    """An arrow from box a to box b; "cast src → dst" (gid "cast") beside it when the format changes there."""
+    start, end = SIDES[way]
+    ax.annotate("", xy=end, xycoords=b.get_bbox_patch(), xytext=start, textcoords=a.get_bbox_patch(), zorder=2,
+                arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.3, shrinkA=2, shrinkB=2))
+    cast = src != dst
+    label = "\n".join(x for x in (f"cast {src} → {dst}" if cast else "", what) if x)
+    if not label:
+        return
+    (xa, ya), (xb, yb) = a.get_position(), b.get_position()
+    vertical = way in ("up", "down")
+    mid = ((xa + xb) / 2 + (0.2 if vertical else 0), (ya + yb) / 2 + (0 if vertical else 0.32))
+    t = ax.text(*mid, label, ha="left" if vertical else "center", va="center", fontsize=8, zorder=4,
+                color=LOSS if cast else "0.3", fontweight="bold" if cast else "normal")
+    t.set_gid("cast" if cast else "note")
+
+
+def _loop(ax, o: dict) -> None:
+    """One precision's step as a loop: top row forward (left to right), bottom row backward (right to left)."""
+    s = o["loss_scale"]
+    master = o["master"] or o["update"]
+    m = _box(ax, (0.9, 2.3), f"{master} {'master weights' if o['master'] else 'weights, widened'}\n(the authoritative copy)", master)
+    w = _box(ax, (3.3, 2.3), f"{o['params']} weights\n(the compute copy)", o["params"])
+    f = _box(ax, (5.7, 2.3), f"forward\n{o['activations']} activations", o["activations"])
+    loss = _box(ax, (8.1, 2.3), "loss" + (f" × S = {s:g}\n(scaled up: no underflow)" if s != 1 else "\n(no loss scaling)"),
+                o["activations"])
+    x = _box(ax, (5.7, 3.6), f"micro-batch x\n({o['data']})", o["data"])
+    bw = _box(ax, (8.1, 0.5), f"backward\n{o['grads']} gradients", o["grads"])
+    rs = _box(ax, (5.7, 0.5), f"reduce-scatter\n{o['wire']} on the wire", o["wire"])
+    g32 = _box(ax, (3.3, 0.5), f"{o['grad32']} gradient shard\n÷ N" + (f", ÷ S = {s:g}" if s != 1 else ""), o["grad32"])
+    opt = _box(ax, (0.9, 0.5), f"Adam in {o['update']}\nm, v in {o['state']}", o["state"])
+    _arrow(ax, m, w, "right", master, o["params"], "" if o["master"] else "(rounded in place: no master)")
+    _arrow(ax, w, f, "right", o["params"], o["activations"])
+    _arrow(ax, x, f, "down", o["data"], o["activations"])
+    _arrow(ax, f, loss, "right", o["activations"], o["activations"])
+    _arrow(ax, loss, bw, "down", o["activations"], o["grads"], "backward")
+    _arrow(ax, bw, rs, "left", o["grads"], o["wire"])
+    _arrow(ax, rs, g32, "left", o["wire"], o["grad32"])
+    _arrow(ax, g32, opt, "left", o["grad32"], o["update"])
+    _arrow(ax, opt, m, "up", o["update"], master, "update")
+    ax.set_xlim(-0.4, 9.4)
+    ax.set_ylim(-0.1, 4.1)
+    ax.axis("off")
+    ax.set_title(f"{o['name']}" + (f", static loss scale S = {s:g}" if s != 1 else ""), fontsize=10, loc="left")
+
+
+def dataflow_figure(precisions=None):
+    """One loop per precision (default: fp16-mixed with S = 1024 and bf16-mixed, as seed 002 draws them),
+    from `observe`. Cast labels carry the gid "cast". Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if precisions is None:
+        precisions = [get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed"]
+    observed = [observe(p) for p in precisions]
+    for o, p in zip(observed, precisions):
+        if not isinstance(p, str):
+            o["name"] = f"{get_precision(p).compute} compute, {get_precision(p).master or 'no'} master"
+    fig, axes = plt.subplots(len(observed), 1, figsize=(10.5, 3.3 * len(observed)), dpi=120, squeeze=False)
+    fig.suptitle("The mixed-precision step as the run did it: every box's format and every cast read from its events",
+                 fontsize=10)
+    for ax, o in zip(axes[:, 0], observed):
+        _loop(ax, o)
+    fig.tight_layout()
+    return fig
