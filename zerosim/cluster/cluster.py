@@ -89,11 +89,11 @@ class Cluster:
 
         return all_gather(self, shards, wire=wire, tag=tag, counts=counts, out=out)
 
-    def all_reduce(self, tensors, op: str = "sum", wire=None, tag: str = ""):
+    def all_reduce(self, tensors, op: str = "sum", wire=None, tag: str = "", counts=None):
         """Reduce-scatter then all-gather, 2(N-1) steps. See `zerosim.collectives.all_reduce`."""
         from zerosim.collectives import all_reduce
 
-        return all_reduce(self, tensors, op=op, wire=wire, tag=tag)
+        return all_reduce(self, tensors, op=op, wire=wire, tag=tag, counts=counts)
 
     def broadcast(self, tensors, root: int, tag: str = ""):
         """Chain broadcast from `root` around the ring. See `zerosim.collectives.broadcast`."""

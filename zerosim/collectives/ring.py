@@ -310,19 +310,20 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None,
     return [f[:length] for f in full]
 
 
-def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "") -> list:
+def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None) -> list:
     """Ring all-reduce = reduce-scatter then all-gather (2(N-1) steps); any shape, returned as given.
 
     With op="avg" the division by N happens after the gather, in fp32, so the wire carries the wire
-    dtype in both phases.
+    dtype in both phases. With `counts` (flat inputs only) chunk r holds `counts[r]` elements in both
+    phases: a ZeRO engine's bucket keeps each element with the rank that owns it in the whole buffer.
     """
     arrays = check_inputs(cluster, tensors, "all-reduce", flat=False)
     require_same([tuple(m) for m in cluster.backend.all_meta([a.shape for (_, a, _) in arrays])], "all-reduce", "shape")
     shape = arrays[0][1].shape
     flat = [a.reshape(-1) for (_, a, _) in arrays]
     reduce_op = get_op(op)
-    summed = reduce_scatter(cluster, flat, op="sum" if op == "avg" else op, wire=wire, tag=tag, _name="all_reduce")
-    full = all_gather(cluster, summed, tag=tag, _name="all_reduce", _length=flat[0].shape[0])
+    summed = reduce_scatter(cluster, flat, op="sum" if op == "avg" else op, wire=wire, tag=tag, counts=counts, _name="all_reduce")
+    full = all_gather(cluster, summed, tag=tag, counts=counts, _name="all_reduce", _length=None if counts is not None else flat[0].shape[0])
     return [reduce_op.post(f, cluster.world_size).reshape(shape) for f in full]
 
 

@@ -102,9 +102,9 @@ def _in_engine(fn):
 
 
 def check(fn, case) -> None:
-    from zerosim.zero import engine
+    from zerosim.zero import reduce
 
-    run_case(case, patch=lambda: replaced(engine, "reduce_unit", _in_engine(fn)))
+    run_case(case, patch=lambda: replaced(reduce, "reduce_unit", _in_engine(fn)))
 
 
 EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, free them",

@@ -33,9 +33,11 @@ from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
 from zerosim.zero import averaging
 from zerosim.zero.flat import FlatLayout
-from zerosim.zero.gather import gather_unit, refresh_params, release_unit, unit_params
+from zerosim.zero.comm_schedule import get_comm_schedule
+from zerosim.zero.fetch import ParamFetcher
+from zerosim.zero.gather import refresh_params, unit_params
 from zerosim.zero.plan import PLANS
-from zerosim.zero.reduce import keep_grads, reduce_all, reduce_unit
+from zerosim.zero.reduce import GradBucket, final_reduction, keep_grads, reduce_all
 from zerosim.zero.state import init_rank, master_of, region, state_bytes
 from zerosim.zero.update import update_all
 
@@ -53,10 +55,13 @@ class ZeroEngine:
         checkpoint: recompute activations in backward instead of keeping them (seed 004).
         params: initial fp32 weights (P,); default `model.init_params()`.
         accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
+        comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
+            under DeepSpeed's and FSDP's names), "deepspeed", "fsdp", or None (seed 004's schedule: one
+            collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit.
     """
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False,
-                 params=None, accumulation_steps: int = 1):
+                 params=None, accumulation_steps: int = 1, comm=None):
         if type(stage) is not int or stage not in PLANS:
             raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)}, got {stage!r}")
         if not isinstance(optimizer, Optimizer):
@@ -66,6 +71,7 @@ class ZeroEngine:
         if type(accumulation_steps) is not int or accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         optimizer.check_stage(stage)
+        self.comm = get_comm_schedule(comm)
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, stage, PLANS[stage]
         self.optimizer, self.precision = optimizer, get_precision(precision)
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
@@ -139,11 +145,14 @@ class ZeroEngine:
         # the previous step's refresh, if the trace still holds it (a user may have cleared the trace since)
         refresh = tuple(c for c in self._after_refresh if c < len(trace.calls) and trace.calls[c].purpose == "refresh params")
         waits = {rank.index: refresh for rank in cluster.ranks} if k == 0 else {}
-        self._last_reduce = ()
+        fetch = ParamFetcher(self, self.ops) if plan.shards_params else None  # ZeRO-3: gathers, prefetch, frees (fetch.py)
+        # ZeRO-2/3: reduce-scatter as grads come; stages 0/1 with buckets: reduce them during the last backward
+        whole = final_reduction(self) if self.comm.reduce_bucket_size and k == self.accumulation_steps - 1 else None
+        bucket = GradBucket(self, k == 0, whole) if plan.shards_grads or whole else None
         with cluster.phase("forward/backward"), trace.about(micro=k):
-            for op in self.ops:
+            for i, op in enumerate(self.ops):
                 reads = needs_params(model, op)
-                gathered = gather_unit(self, op.layer) if reads and plan.shards_params else ()  # ZeRO-3: gather first
+                gathered = fetch.before(i) if reads and fetch and i in fetch.use_of else ()  # ZeRO-3: gathered first
                 for rank in cluster.ranks:
                     done = rank.work.run(op, unit_params(self, rank, op.layer) if reads else {})
                     if op.computes:
@@ -153,9 +162,12 @@ class ZeroEngine:
                     if done.grads:
                         keep_grads(self, rank, op.layer, done.grads, first=k == 0)
                 if gathered:
-                    release_unit(self, op.layer)  # ZeRO-3: free it right after use
-                if op.kind == "backward" and plan.shards_grads:
-                    self._last_reduce = reduce_unit(self, op.layer, first=k == 0) or self._last_reduce  # ZeRO-2/3
+                    fetch.after(i)  # ZeRO-3: free it unless it is needed again soon
+                if op.kind == "backward" and bucket:
+                    bucket.add(op.layer)  # sent when the bucket is full
+            if fetch:
+                fetch.finish()
+            self._last_reduce = bucket.flush() if bucket else ()
         losses = [rank.work.loss for rank in cluster.ranks]
         for rank in cluster.ranks:
             rank.work = None

@@ -48,9 +48,12 @@ class FlatLayout:
     @functools.cache  # every rank asks for every layer, O(N) each: at N = 4096 that adds up
     def counts(self, layer: int) -> tuple:
         """Elements of layer `layer`'s window that each rank owns (window ∩ shard_r), in rank order."""
-        a, b = self.windows[layer]
+        return self.range_counts(*self.windows[layer])
+
+    def range_counts(self, a: int, b: int) -> tuple:
+        """Elements of the flat range [a, b) that each rank owns ([a, b) ∩ shard_r), in rank order."""
         s = self.shard_size
-        counts = [0] * self.world_size  # only the shards the window overlaps hold any of it
+        counts = [0] * self.world_size  # only the shards the range overlaps hold any of it
         if b > a:
             for r in range(a // s, (b - 1) // s + 1):
                 counts[r] = min(b, (r + 1) * s) - max(a, r * s)
@@ -58,7 +61,10 @@ class FlatLayout:
 
     def owned_piece(self, layer: int, rank: int) -> tuple:
         """(start, stop) of window ∩ shard_rank, in the rank's shard coordinates (0..s)."""
-        a, b = self.windows[layer]
+        return self.owned_range(*self.windows[layer], rank)
+
+    def owned_range(self, a: int, b: int, rank: int) -> tuple:
+        """(start, stop) of [a, b) ∩ shard_rank, in the rank's shard coordinates (0..s); (0, 0) if empty."""
         s = self.shard_size
         lo, hi = max(a, rank * s), min(b, (rank + 1) * s)
         if hi <= lo:

@@ -7,6 +7,8 @@ every local rank at once: the list-of-arrays rank API (one array per local rank 
 
 from __future__ import annotations
 
+from zerosim.zero.comm_schedule import allgather_pieces
+
 
 def gathered_name(layer: int) -> str:
     return f"layer {layer} params (gathered)"
@@ -46,12 +48,19 @@ def unit_params(engine, rank, layer: int) -> dict:
 
 def refresh_params(engine) -> tuple:
     """Stages 1/2: all-gather the updated 16-bit shards so every rank holds the whole model again
-    (seed 004 step 4). Returns the call number."""
+    (seed 004 step 4): one call, or with an `allgather_bucket_size` one call per piece, every rank sending
+    the same piece of its shard (comm_schedule.allgather_pieces, as DeepSpeed's `all_gather_dp_groups`).
+    Returns the call numbers."""
     cluster, layout = engine.cluster, engine.layout
-    calls = len(cluster.trace.calls)
-    own = [rank.params.array[layout.own(rank.index)] for rank in cluster.ranks]
-    with cluster.trace.about(purpose="refresh params", layers=()):
-        full = cluster.all_gather(own, tag="params")
-    for rank, f in zip(cluster.ranks, full):
-        rank.params.array[...] = f
+    calls, s = len(cluster.trace.calls), layout.shard_size
+    pieces = allgather_pieces(s, cluster.world_size, engine.comm.allgather_bucket_size)
+    for lo, hi in pieces:
+        own = [rank.params.array[layout.own(rank.index)][lo:hi] for rank in cluster.ranks]
+        with cluster.trace.about(purpose="refresh params", layers=()):
+            full = cluster.all_gather(own, tag="params" if len(pieces) == 1 else f"params [{lo}:{hi}) of each shard")
+        for rank, f in zip(cluster.ranks, full):
+            if len(pieces) == 1:
+                rank.params.array[...] = f
+            else:  # (N*(hi-lo),) rank r's piece goes to [r*s + lo, r*s + hi)
+                rank.params.array.reshape(cluster.world_size, s)[:, lo:hi] = f.reshape(cluster.world_size, hi - lo)
     return tuple(range(calls, len(cluster.trace.calls)))

@@ -1,0 +1,99 @@
+"""`zerosim timeline`: one step's time at real scale, the knobs, the trace and figure files, and the sweep
+that measures seed 003's claim. Expected numbers are derived by hand in the comments."""
+
+import json
+
+import pytest
+
+from zerosim.cli.main import main
+from zerosim.models.meta import MetaModel
+from zerosim.costs import get_preset
+from zerosim.timeline import Hardware
+from zerosim.timeline.sweep import crossover, latency_bound_ranks, sweep
+from zerosim.zero.comm_schedule import CommSchedule
+
+
+def run_json(capsys, *argv):
+    assert main(["timeline", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_step_is_compute_plus_exposed_and_overlap_hides_the_rest(capsys):
+    # One representative rank: its compute stream idles only while it waits for communication, so the step
+    # is compute + exposed, and communication = hidden + exposed (the overlapped part comes off the step).
+    r = run_json(capsys, "--model", "gpt2-small", "--ranks", "16", "--comm", "fsdp", "--forward-prefetch", "--tokens", "8192")
+    assert r["step_s"] == pytest.approx(r["compute_s"] + r["exposed_comm_s"], rel=1e-12)
+    assert r["step_s"] == pytest.approx(r["compute_s"] + r["comm_s"] - r["overlapped_s"], rel=1e-12)
+    assert r["overlapped_s"] > 0.5 * r["comm_s"]  # prefetch and reduce-scatters behind backward hide most of it
+    off = run_json(capsys, "--model", "gpt2-small", "--ranks", "16", "--comm", "fsdp", "--forward-prefetch", "--tokens", "8192",
+                   "--no-overlap")
+    assert off["exposed_comm_s"] == pytest.approx(off["comm_s"], rel=1e-12)  # one stream: nothing hidden
+    assert off["step_s"] == pytest.approx(off["compute_s"] + off["comm_s"], rel=1e-12)
+    assert off["compute_s"] == pytest.approx(r["compute_s"], rel=1e-12)  # the same work, only serialised
+
+
+def test_seed004_schedule_gathers_each_unit_twice_and_reduces_it_once(capsys):
+    # gpt2-small in block units: 15 units (wte, wpe, 12 blocks, ln_f; the head is tied); ZeRO-3 without prefetch
+    # gathers each in forward and again in backward (2·15 = 30) and reduce-scatters each once (15).
+    r = run_json(capsys, "--model", "gpt2-small", "--ranks", "8")
+    assert r["units"] == 15
+    assert r["by_purpose"]["gather params"]["calls"] == 30
+    assert r["by_purpose"]["reduce grads"]["calls"] == 15
+
+
+def test_prefetch_raises_the_params_peak(capsys):
+    # ZeRO-3, N = 8, gpt2-small in blocks: units in use order are the token embedding (50257·768 = 38,597,376),
+    # the position embedding (1024·768 = 786,432), 12 blocks (7,087,872 each), the final LayerNorm (the head is
+    # tied to the token embedding). Seed 004's schedule holds
+    # one gathered unit at a time: its peak has the token embedding. FSDP (one ahead, forward and backward)
+    # holds two: the largest pair in use order is the token embedding with the position embedding, so the
+    # peak grows by exactly 786,432 fp16 elements.
+    seed = run_json(capsys, "--model", "gpt2-small", "--ranks", "8")
+    fsdp = run_json(capsys, "--model", "gpt2-small", "--ranks", "8", "--comm", "fsdp", "--forward-prefetch")
+    assert round((fsdp["params_peak_gb"] - seed["params_peak_gb"]) * 1e9) == 786_432 * 2
+
+
+def test_trace_and_figure_files(tmp_path, capsys):
+    trace, figure = tmp_path / "step.json", tmp_path / "step.png"
+    assert main(["timeline", "--model", "gpt2-small", "--ranks", "8", "--trace", str(trace), "--figure", str(figure)]) == 0
+    out = capsys.readouterr().out
+    assert "ui.perfetto.dev" in out and str(figure) in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["ph"] for e in events} >= {"X", "M"}
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_sweep_finds_seed003s_crossover_where_the_formula_puts_it():
+    # GPT-3 175B in blocks (Φ = 12·12288² + 13·12288 = 1,812,099,072), H100 (R = 989.4e12 FLOP/s fp16 dense),
+    # InfiniBand NDR (β = 50e9 B/s, α = 5 µs), T = 20,480 tokens: T/R − 1/β = 2.06994e-11 − 2e-11 = 6.994e-13 s,
+    # so N* = 1 + 2Φ·6.994e-13/α = 1 + 2.5347e-3/5e-6 ≈ 508: the gathers hide below it and stop hiding above.
+    model = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
+    hw = Hardware("h100", "ib_ndr", "fp16")
+    assert latency_bound_ranks(model.largest_layer, 20480, hw) == pytest.approx(507.96, abs=0.01)
+    assert latency_bound_ranks(model.largest_layer, 2048, hw) is None  # T < R/β = 19,788: bandwidth exposes it at any N
+    rows = {r.ranks: r for r in sweep(model, (256, 512, 1024, 2048), stages=(3,), links=("ib_ndr",),
+                                      comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)}
+    assert rows[512].exposed == pytest.approx(rows[256].exposed, rel=0.1)  # below N*: flat
+    assert rows[1024].exposed > 3 * rows[512].exposed  # above N*: the ring's latency shows
+    # Past N* the communication stream is the bottleneck, so every call's extra latency lands on the step:
+    # 99 units × 3 calls (a gather in forward, a gather and a reduce-scatter in backward), each (N−1)·α, grow
+    # by 1024·α from N = 1024 to 2048: 297 · 1024 · 5 µs = 1.52 s. A few calls at the step's ends still
+    # overlap compute, hence the 5 %.
+    grow = rows[2048].exposed - rows[1024].exposed
+    assert grow == pytest.approx(297 * 1024 * 5e-6, rel=0.05)
+    assert crossover(list(rows.values()), 3, "ib_ndr") is None  # never half the step within 2048
+
+
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("argv, words", [
+    (["--tokens", "0"], "--tokens must be a positive integer"),
+    (["--reduce-bucket-size", "1.5"], "--reduce-bucket-size must be a whole number"),
+    (["--trace", "out.txt"], "expected a .json file name"),
+    (["--figure", "out.jpg"], "expected a .png file name"),
+    (["--sweep", "--sweep-ranks", "8,x"], "--sweep-ranks must be comma-separated integers"),
+    (["--sweep", "--sweep-ranks", "0"], "rank counts >= 1"),
+    (["--sweep", "--trace", "t.json"], "run without --sweep"),
+])
+def test_bad_arguments_are_named(argv, words, capsys):
+    assert main(["timeline", "--model", "gpt2-small", *argv]) == 2
+    assert words in capsys.readouterr().err

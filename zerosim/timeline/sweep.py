@@ -1,0 +1,105 @@
+"""Time at scale: one meta-backend step per (N, stage, link), simulated, and where communication takes over.
+
+Letters: N ranks, Φ a unit's parameters, T tokens per rank per micro-step, R the device's dense 16-bit
+rate (FLOP/s), β bytes/s per direction, α seconds per ring step.
+
+The meta backend runs the real engine's schedule on data-less arrays, hosting one representative rank
+(its log holds rank 0's computes; every call spans all N), so a 175B step on 4096 ranks takes well under
+a second to record and simulate. Each row is rank 0's view: its compute, and the communication its
+compute did not hide.
+
+Why exposed communication grows with N (ZeRO-3, one unit gathered ahead). A unit's forward takes
+2ΦT/R; its gather (N−1)α + (N−1)/N·2Φ/β. The gather hides behind the previous unit's forward when
+
+    2ΦT/R  >=  (N−1)α + 2Φ/β·(N−1)/N,
+
+so bandwidth alone needs T >= R/β tokens per rank (H100 over InfiniBand NDR: 989e12/50e9 ≈ 19,800),
+and past that the ring's latency (N−1)α takes over at N ≈ 1 + 2Φ(T/R − 1/β)/α. Backward carries a
+gather and a reduce-scatter on the one communication stream (2× the bytes) against 2× the compute, so
+the same bound holds there. `crossover` finds the first N of a sweep where exposed communication is
+more than the compute; `latency_bound_ranks` gives the formula's N.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.timeline.devices import Hardware
+from zerosim.timeline.simulate import simulate
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One simulated step (rank 0's view), seconds."""
+
+    ranks: int
+    stage: int
+    link: str
+    step: float  # the step's time, from its first computation to the end of its refresh
+    compute: float  # rank 0's compute stream busy
+    comm: float  # the communication stream busy
+    exposed: float  # communication while rank 0's compute idled
+
+    @property
+    def exposed_fraction(self) -> float:
+        return self.exposed / self.step if self.step else 0.0
+
+
+def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision: str = "fp16-mixed",
+              tokens: int = 2048, optimizer: str = "adam", steps: int = 1):
+    """Run `steps` steps of `model` (a MetaModel) on `ranks` meta ranks, `tokens` per rank each, and simulate
+    them; returns (Timeline, engine). One step holds everything a step does, its closing refresh included."""
+    from zerosim import Cluster, ZeroEngine
+    from zerosim.optim import get_optimizer
+
+    if type(tokens) is not int or tokens < 1:
+        raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm)
+    for _ in range(steps):
+        engine.step(model.batches(cluster, batch=tokens))
+    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
+
+
+def row_of(result, ranks: int, stage: int, link: str) -> SweepRow:
+    """Rank 0's numbers from a simulated step."""
+    if len(result.step_times) > 1:
+        raise ValueError("row_of reads a one-step timeline (its busy times are totals over the log)")
+    return SweepRow(ranks, stage, link, result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0]),
+                    float(result.exposed_comm[0]))
+
+
+def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), device: str = "h100", comm=None,
+          precision: str = "fp16-mixed", tokens: int = 2048, progress=None) -> list:
+    """SweepRows for every (link, stage, N). `progress(done, total)` is called after each."""
+    from zerosim.precision import get_precision
+
+    compute = get_precision(precision).compute
+    rows, total = [], len(links) * len(stages) * len(ranks_list)
+    for link in links:
+        hw = Hardware(device, link, compute)
+        for stage in stages:
+            for n in ranks_list:
+                result, _ = meta_step(model, n, stage, hw, comm, precision, tokens)
+                rows.append(row_of(result, n, stage, link))
+                if progress is not None:
+                    progress(len(rows), total)
+    return rows
+
+
+def crossover(rows, stage: int, link: str) -> int | None:
+    """The smallest N of the sweep at which exposed communication exceeds compute (for `stage`, `link`), or None."""
+    for row in sorted((r for r in rows if r.stage == stage and r.link == link), key=lambda r: r.ranks):
+        if row.exposed > row.compute:
+            return row.ranks
+    return None
+
+
+def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware) -> float | None:
+    """N at which a unit's gather, (N−1)α + 2Φ/β (large N), equals its forward 2ΦT/R: 1 + 2Φ(T/R − 1/β)/α.
+    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it."""
+    rate, link = hardware.device.rate(hardware.compute), hardware.link
+    slack = 2 * unit_params * (tokens / rate - 1 / link.bandwidth)  # seconds of compute left after the bytes
+    if slack <= 0:
+        return None
+    return 1 + slack / link.alpha
