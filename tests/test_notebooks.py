@@ -28,6 +28,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "01_worked_example.ipynb": 6,  # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
     "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
+    "05_time_and_overlap.ipynb": 4,  # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
     "07_exercises.ipynb": 0,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
@@ -49,6 +50,12 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "stage 3: peak 0.857 MB in forward/backward; stacking each kind's own peak would say 1.024 MB",
         "stage 3:    1.875 GB resting",
         "ERRATUM",
+    ],
+    "05_time_and_overlap.ipynb": [
+        "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α
+        "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
+        "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
+        "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
 }

@@ -13,6 +13,8 @@
     ownership         who holds which W, G and OS on 4 GPUs, per stage, from the ledgers (seed 001)
     ring_steps        a ring all-reduce on 4 ranks, chunk by chunk, rounding marked (seed 001)
     zero3_sequence    ZeRO-3's per-layer gather / compute / free / reduce-scatter on seed 004 (seeds 003/004)
+    timeline          one ZeRO-3 step of Llama-7B on 64 ranks over InfiniBand, without and with prefetch (seed 003)
+    timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512")
 """
 
 from __future__ import annotations
@@ -79,6 +81,35 @@ def _zero3_sequence(args):
                                                    "and frees it right after").figure
 
 
+def _timeline(args):
+    from zerosim.costs import get_preset
+    from zerosim.models.meta import MetaModel
+    from zerosim.timeline import Hardware
+    from zerosim.timeline.sweep import meta_step
+    from zerosim.viz.timeline_figure import timelines_figure
+    from zerosim.zero.comm_schedule import CommSchedule
+
+    llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
+    runs = {}
+    for name, comm in (("seed 004: each unit gathered right before its use", None),
+                       ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True))):
+        result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
+        runs[f"{name}: step {result.step_time:.2f} s, exposed {result.exposed_comm[0]:.2f} s"] = result
+    return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 tokens per rank")
+
+
+def _timeline_sweep(args):
+    from zerosim.costs import get_preset
+    from zerosim.models.meta import MetaModel
+    from zerosim.timeline.sweep import sweep
+    from zerosim.viz.sweep_figure import sweep_figure
+    from zerosim.zero.comm_schedule import CommSchedule
+
+    gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
+    rows = sweep(gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)
+    return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)")
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -87,6 +118,8 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "ownership": _ownership,
     "ring_steps": _ring_steps,
     "zero3_sequence": _zero3_sequence,
+    "timeline": _timeline,
+    "timeline_sweep": _timeline_sweep,
 }
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from zerosim.precision import get_format
+from zerosim.timeline.devices import get_link
 
 RING_PHASES = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2, "broadcast": 1}
 
@@ -48,7 +49,9 @@ def ring_collective_time(collective: str, buffer_bytes: float, world_size: int, 
     """A whole collective over a Ψ-byte buffer cut into N equal chunks: phases·[(N−1)·α + (N−1)·(Ψ/N)/β].
 
     (Ψ: the buffer each rank holds before a reduce-scatter or all-reduce, and after an all-gather.)
+    `link`: a `zerosim.costs.Link` or its name in `zerosim.costs.LINKS` ("nvlink4", "ib_ndr", ...).
     """
+    link = get_link(link)
     if collective not in RING_PHASES:
         raise ValueError(f"unknown collective {collective!r}; choose one of {sorted(RING_PHASES)}")
     n = int(world_size)

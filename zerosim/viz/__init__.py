@@ -12,10 +12,10 @@ from zerosim.viz.peak_figure import peak_by_stage_figure
 from zerosim.viz.ring_figure import ring_figure, ring_steps_figure
 from zerosim.viz.spacing_figure import spacing_figure
 from zerosim.viz.sweep_figure import sweep_figure
-from zerosim.viz.timeline_figure import timeline_figure
+from zerosim.viz.timeline_figure import timeline_figure, timelines_figure
 from zerosim.viz.zero3_figure import zero3_figure
 
 __all__ = [
     "dataflow_figure", "ledger_figure", "memory_by_stage_figure", "ownership_figure", "peak_by_stage_figure",
-    "ring_figure", "ring_steps_figure", "spacing_figure", "sweep_figure", "timeline_figure", "zero3_figure",
+    "ring_figure", "ring_steps_figure", "spacing_figure", "sweep_figure", "timeline_figure", "timelines_figure", "zero3_figure",
 ]

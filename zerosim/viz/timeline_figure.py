@@ -32,9 +32,10 @@ def _unit(span: float):
     return UNITS[-1]
 
 
-def timeline_figure(result, ranks=None, ax=None, title: str | None = None):
+def timeline_figure(result, ranks=None, ax=None, title: str | None = None, span: float | None = None):
     """Draw `result` (a `Timeline`): rows "rank r compute" / "rank r comm" for `ranks` (default all up to
-    8, else the first 4), bars coloured by purpose, exposed communication hatched. Returns the axes."""
+    8, else the first 4), bars coloured by purpose, exposed communication hatched. `span`: seconds the time
+    axis covers (default the result's own; pass the longest when panels share an axis). Returns the axes."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -42,7 +43,8 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None):
     if ranks is None:
         ranks = list(range(n)) if n <= 8 else list(range(4))
     ranks = list(ranks)
-    scale, unit = _unit(result.span)
+    span = result.span if span is None else span
+    scale, unit = _unit(span)
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.9 + 0.75 * len(ranks)))
     rows, seen = [], set()
@@ -63,7 +65,7 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None):
                     seen.add(EXPOSED)
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.4, -0.6)  # rank 0 on top
-    ax.set_xlim(0, max(result.span / scale, 1e-12))
+    ax.set_xlim(0, max(span / scale, 1e-12))
     ax.set_xlabel(f"time ({unit})")
     hw = result.hardware
     shown = "" if len(ranks) == n else f", ranks {ranks[0]}..{ranks[-1]} of {n}"
@@ -75,3 +77,20 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None):
         handles.append(Patch(facecolor="none", edgecolor="#d62728", hatch="////", label=EXPOSED + " (under compute)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # outside: hides no bar
     return ax
+
+
+def timelines_figure(results: dict, rank: int = 0, title: str | None = None):
+    """Several simulated steps one above the other on one time axis, `{panel title: Timeline}`, rank `rank`'s
+    two streams each (e.g. the same step without and with prefetch). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(11, 0.6 + 2.0 * len(results)), sharex=True, squeeze=False)
+    span = max(r.span for r in results.values())
+    for ax, (name, result) in zip(axes[:, 0], results.items()):
+        timeline_figure(result, ranks=[rank], ax=ax, title=name, span=span)
+    for ax in axes[:-1, 0]:
+        ax.set_xlabel("")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
