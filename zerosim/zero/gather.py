@@ -57,10 +57,10 @@ def refresh_params(engine) -> tuple:
     for lo, hi in pieces:
         own = [rank.params.array[layout.own(rank.index)][lo:hi] for rank in cluster.ranks]
         with cluster.trace.about(purpose="refresh params", layers=()):
-            full = cluster.all_gather(own, tag="params" if len(pieces) == 1 else f"params [{lo}:{hi}) of each shard")
-        for rank, f in zip(cluster.ranks, full):
-            if len(pieces) == 1:
-                rank.params.array[...] = f
-            else:  # (N*(hi-lo),) rank r's piece goes to [r*s + lo, r*s + hi)
-                rank.params.array.reshape(cluster.world_size, s)[:, lo:hi] = f.reshape(cluster.world_size, hi - lo)
+            if len(pieces) == 1:  # straight into each rank's (Ψ,) params: no N fresh copies of the model
+                cluster.all_gather(own, tag="params", out=[rank.params.array for rank in cluster.ranks])
+                continue
+            full = cluster.all_gather(own, tag=f"params [{lo}:{hi}) of each shard")
+        for rank, f in zip(cluster.ranks, full):  # (N*(hi-lo),) rank r's piece goes to [r*s + lo, r*s + hi)
+            rank.params.array.reshape(cluster.world_size, s)[:, lo:hi] = f.reshape(cluster.world_size, hi - lo)
     return tuple(range(calls, len(cluster.trace.calls)))
