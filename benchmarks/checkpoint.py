@@ -2,7 +2,7 @@
 
 A ZeRO-3 engine on N = 8 ranks with an MLP of ~10M parameters (bf16-mixed Adam: 14 bytes per parameter
 across the ranks: 16-bit params, fp32 master, m and v). zerosim's save writes one safetensors file per
-rank (temp name + rename), checksums each (CRC-32), writes the manifest and `latest`; reading checks
+rank (temp name + rename), checksums each (XXH3-64), writes the manifest and `latest`; reading checks
 every size and checksum and reads every file (`read_state`); `ZeroEngine.load` also builds a new
 engine on a new cluster holding the state (allocating every rank's buffers: page faults included).
 The yardstick writes each rank's same arrays with `numpy.save` into .npy files and reads them back.

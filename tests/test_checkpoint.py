@@ -180,7 +180,7 @@ def test_a_corrupted_file_fails_its_checksum(checkpoint):
     data = bytearray(Path(path).read_bytes())
     data[-3] ^= 0x01  # one bit of one weight, same size
     Path(path).write_bytes(bytes(data))
-    refused(directory, model, r"rank00000\.safetensors: its CRC-32 differs from the manifest's")
+    refused(directory, model, r"rank00000\.safetensors: its xxh3_64 checksum differs from the manifest's")
 
 
 @pytest.mark.bad_input("checkpoint files", unchanged=True)

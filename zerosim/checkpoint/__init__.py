@@ -1,6 +1,6 @@
 """Sharded checkpoints: save and resume every stage, consolidate to one fp32 file, reshard from N to M ranks.
 
-    files        safetensors files written atomically, CRC-32 checksums, bf16/fp8 stored as their bits
+    files        safetensors files written atomically, XXH3-64 checksums, bf16/fp8 stored as their bits
     manifest     what a checkpoint records (model, layout, precision, optimizer, step, files)
     save         engine.save(DIR): one file per rank, the manifest, DIR/latest
     load         ZeroEngine.load(DIR, cluster, model, ...): check everything, then rebuild at any N, stage

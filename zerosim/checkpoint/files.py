@@ -1,4 +1,4 @@
-"""Checkpoint files on disk: tensors in safetensors files, written atomically, checked by CRC-32.
+"""Checkpoint files on disk: tensors in safetensors files, written atomically, checked by XXH3-64.
 
 Why safetensors: the tensor format the PyTorch / Hugging Face ecosystem reads everywhere, with no
 pickle (loading cannot run code), a JSON header and raw little-endian bytes; `safetensors.numpy`
@@ -9,20 +9,22 @@ name is written beside it in the manifest, which restores the view on load.
 Atomic: each file is written under a temporary name in the same folder and renamed into place
 (`os.replace`), so a reader sees the old file or the new one, never half of one.
 
-Checked: the manifest records each file's size and CRC-32 (zlib's, as zip and gzip use). It catches
-truncation and accidental corruption at twice SHA-256's speed (2.2 vs 1.1 GB/s measured here); it
-is no defence against deliberate tampering — nor would a digest be, since the manifest sits beside it.
+Checked: the manifest records each file's size and XXH3-64 checksum ("xxh3_64:<16 hex digits>", the
+xxhash library's, as zstd and lz4 use the xxHash family). It catches truncation and accidental
+corruption at ~15 GB/s here, seven times zlib's CRC-32 (2.2 GB/s), so a checkpoint of a 10M-parameter
+model is checked in milliseconds, not a third of its save time; the algorithm's name leads the digest so
+another can follow without breaking old manifests. Neither is a defence against deliberate tampering — nor
+would a cryptographic digest be, since the manifest sits beside the files.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import zlib
-
 import math
+import os
 
 import numpy as np
+import xxhash
 
 from zerosim.precision import get_format
 
@@ -58,7 +60,7 @@ def write_atomic(path: str, write) -> None:
 
 
 def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tuple:
-    """Write {name: array} to a safetensors file atomically; returns ({name: format name}, bytes, CRC-32).
+    """Write {name: array} to a safetensors file atomically; returns ({name: format name}, bytes, checksum).
 
     The file's bytes are made in memory, hashed there and written once (no second read to checksum them).
     """
@@ -67,12 +69,17 @@ def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tup
     encoded = {name: encode(a) for name, a in tensors.items()}
     data = save({k: v for k, (v, _) in encoded.items()}, metadata=metadata)
     write_atomic(path, lambda tmp: _write_bytes(tmp, data))
-    return {name: fmt for name, (_, fmt) in encoded.items()}, len(data), crc32(data)
+    return {name: fmt for name, (_, fmt) in encoded.items()}, len(data), checksum(data)
 
 
-def crc32(data: bytes) -> str:
-    """zlib's CRC-32 of `data`, as 8 hex digits."""
-    return f"{zlib.crc32(data):08x}"
+CHECKSUMS = {  # algorithm -> its digest of some bytes, as hex digits
+    "xxh3_64": lambda data: xxhash.xxh3_64_hexdigest(data),
+}
+
+
+def checksum(data, algorithm: str = "xxh3_64") -> str:
+    """"<algorithm>:<hex digest>" of `data` (bytes or a buffer)."""
+    return f"{algorithm}:{CHECKSUMS[algorithm](data)}"
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -80,17 +87,25 @@ def _write_bytes(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def read_checked(path: str, size: int, digest: str) -> bytes:
-    """A file's bytes, read once and checked against the manifest's size and CRC-32 — or a CheckpointError."""
+def read_checked(path: str, size: int, digest: str) -> bytearray:
+    """A file's bytes, read once into a writable buffer and checked against the manifest's size and checksum
+    ("<algorithm>:<hex>") — or a CheckpointError. Writable, so a loading engine can take the tensors in it
+    as its own states without another copy."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            actual = os.fstat(f.fileno()).st_size
+            if actual != size:
+                raise CheckpointError(f"{path}: {actual} bytes, the manifest says {size}: truncated or replaced")
+            data = bytearray(size)
+            if f.readinto(data) != size:
+                raise CheckpointError(f"{path}: fewer bytes could be read than the manifest's {size}: truncated while reading")
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
-    if len(data) != size:
-        raise CheckpointError(f"{path}: {len(data)} bytes, the manifest says {size}: truncated or replaced")
-    if crc32(data) != digest:
-        raise CheckpointError(f"{path}: its CRC-32 differs from the manifest's: the file is corrupted")
+    algorithm = digest.split(":", 1)[0]
+    if algorithm not in CHECKSUMS:
+        raise CheckpointError(f"{path}: the manifest's checksum {digest!r} uses an algorithm this version does not know")
+    if checksum(data, algorithm) != digest:
+        raise CheckpointError(f"{path}: its {algorithm} checksum differs from the manifest's: the file is corrupted")
     return data
 
 
@@ -103,8 +118,8 @@ def read_tensors(data: bytes, formats: dict, path: str) -> dict:
     """{name: array} from a safetensors file's bytes, each viewed back as `formats[name]`; a clear error otherwise.
 
     The layout is safetensors' own: an 8-byte little-endian header length, a JSON header giving each
-    tensor's dtype, shape and [begin, end) byte offsets, then the data. Read here as read-only views
-    of `data` (the bytes already checked against the manifest's CRC-32), so nothing is copied twice.
+    tensor's dtype, shape and [begin, end) byte offsets, then the data. Read here as views of `data` (the
+    bytes already checked against the manifest's checksum; writable if `data` is), so nothing is copied.
     """
     try:
         (size,) = np.frombuffer(data[:8], "<u8")

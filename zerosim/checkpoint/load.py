@@ -5,7 +5,7 @@
 
 Letters: P parameters; N, s the saving run's ranks and shard size; M the loading run's ranks.
 Nothing is built until the manifest and every rank file have passed their checks (present, the
-recorded size, the recorded CRC-32, the expected model, format version, precision and stage), so a
+recorded size, the recorded checksum, the expected model, format version, precision and stage), so a
 bad checkpoint is refused before anything is loaded. The saved state is first put back together as
 whole (P,) vectors — padding removed — and then cut for the M new ranks by the new layout: resharding
 from N to M ranks and from stage s to s′ is that second cut. (A real system reads only the byte
@@ -81,14 +81,14 @@ def resolve(directory: str, tag: str | None = None) -> str:
 
 
 def read_files(folder: str, manifest: dict) -> dict:
-    """{rank: {name: array}}: every rank file present, of its recorded size and CRC-32 (checked before any
+    """{rank: {name: array}}: every rank file present, of its recorded size and checksum (checked before any
     is parsed) — or a CheckpointError naming the file."""
     raw = {}
     for entry in manifest["files"]:
         path = os.path.join(folder, entry["file"])
         if not os.path.exists(path):
             raise CheckpointError(f"{path}: missing (rank {entry['rank']} of {manifest['world_size']}'s file)")
-        raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["crc32"])
+        raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["checksum"])
     return {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"])) for e in manifest["files"]}
 
 
@@ -114,6 +114,7 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     """
     from zerosim.optim import get_optimizer
     from zerosim.zero.engine import ZeroEngine
+    from zerosim.zero.state import FILLED_LATER, GivenStates
 
     state = read_state(directory, model, tag)
     m, where = state.manifest, os.path.join(state.folder, "manifest.json")
@@ -131,19 +132,18 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
     if set(optimizer.state_names) != set(saved_names):
         raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps {sorted(optimizer.state_names)}")
-    init = _initial_weights(state, model.num_params)
-    engine = ZeroEngine(model, cluster, m["stage"] if stage is None else stage, optimizer, saved_policy,
-                        params=init, accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint)
-    put_state(engine, state)
+    stage = m["stage"] if stage is None else stage
+    if (m["world_size"], m["stage"]) == (cluster.world_size, stage):
+        # the saved layout: each rank takes its file's tensors (writable views of the bytes just checked) as its states
+        params = GivenStates({r.index: state.files[r.index] for r in cluster.ranks})
+    else:
+        params = FILLED_LATER  # every state allocated unwritten; put_state cuts the whole vectors anew
+    engine = ZeroEngine(model, cluster, stage, optimizer, saved_policy, params=params,
+                        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint)
+    if params is FILLED_LATER:
+        put_state(engine, state)
+    engine.t = state.t
     return engine
-
-
-def _initial_weights(state: SavedState, P: int) -> np.ndarray:
-    """(P,) weights to build the engine from (they are overwritten by `put_state` at once): the master, or
-    the 16-bit weights widened; read straight from the saved files when that needs no concatenation."""
-    if state.master is None:
-        return state.params.astype(np.float64)
-    return state.master
 
 
 def put_state(engine, state: SavedState) -> None:

@@ -13,7 +13,7 @@ world size; the flat layout (P, s, padded length, padding, each rank's region); 
 (its fields: compute, master, reduce, loss scale, averaging, rounding, seed, grad_accum); the optimizer
 (name, hyperparameters) and its step t; the loss scaler's state (static: the policy's scale); the
 stochastic-rounding counter (draws are a hash of (seed, step, element), so the seed and t resume them);
-and one entry per rank file: name, bytes, CRC-32, and each tensor's format.
+and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format.
 """
 
 from __future__ import annotations

@@ -109,17 +109,17 @@ class Optimizer:
         """Optimizer-state bytes per parameter (Adam in fp32: 2 x 4 = 8, seed 001's "4k bytes")."""
         return len(self.state_names) * np.dtype(dtype).itemsize
 
-    def init_state(self, ledger, size: int, dtype=np.float32, prefix: str = "") -> dict:
+    def init_state(self, ledger, size: int, dtype=np.float32, prefix: str = "", fill=0) -> dict:
         """Allocate the zero-filled state for a shard of `size` params in `ledger`: {name: Buffer}.
 
         Each buffer is named f"{prefix}{name}" and has kind f"optim:{name}", so the ledger reports
-        optimizer memory per state tensor.
+        optimizer memory per state tensor. `fill=None` leaves them unwritten (a checkpoint load fills them).
         """
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise ValueError(f"size must be an integer >= 0, got {size!r}")
         get_format(dtype)
         # (size,) `dtype` state shard, owned by this rank
-        return {n: ledger.alloc(f"{prefix}{n}", int(size), dtype, kind=f"optim:{n}", fill=0) for n in self.state_names}
+        return {n: ledger.alloc(f"{prefix}{n}", int(size), dtype, kind=f"optim:{n}", fill=fill) for n in self.state_names}
 
     def check_stage(self, stage: int) -> None:
         """Raise ValueError (with `why_not_sharded`) if this optimizer cannot run at ZeRO `stage`."""

@@ -38,7 +38,7 @@ from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.gather import refresh_params, unit_params
 from zerosim.zero.plan import PLANS
 from zerosim.zero.reduce import GradBucket, final_reduction, keep_grads, reduce_all
-from zerosim.zero.state import init_rank, master_of, region, state_bytes
+from zerosim.zero.state import FILLED_LATER, GivenStates, check_given, init_rank, master_of, region, state_bytes
 from zerosim.zero.update import update_all
 
 
@@ -53,7 +53,9 @@ class ZeroEngine:
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
         checkpoint: recompute activations in backward instead of keeping them (seed 004).
-        params: initial fp32 weights (P,); default `model.init_params()`.
+        params: initial fp32 weights (P,); default `model.init_params()`. (`zero.state.FILLED_LATER`: allocate
+            the states unwritten for the caller to fill; `zero.state.GivenStates`: take each rank's states as
+            given — `zerosim.checkpoint` loads with these.)
         accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
         comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
             under DeepSpeed's and FSDP's names), "deepspeed", "fsdp", or None (seed 004's schedule: one
@@ -79,14 +81,28 @@ class ZeroEngine:
         self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
         check_engine_fits(model, cluster.world_size, cluster.local_size, stage, optimizer, self.precision,
                           cluster.backend.available_bytes())  # before any large allocation
+        given = params if isinstance(params, GivenStates) else None  # a checkpoint's states, taken as they are
+        for rank in cluster.ranks if given is not None else ():
+            check_given(rank.index, self.plan, self.layout, self.precision, optimizer, given.get(rank.index, {}))
+        padded = None if params is FILLED_LATER or given is not None else self._initial_padded(params)  # (Ψ,) float64 or float32
+        self.t = 0  # optimizer steps taken
+        self._after_refresh = ()  # the refresh all-gather the next step's first computation waits for
+        self._last_reduce = ()  # the last gradient reduce-scatter of a micro-step (ZeRO-2/3): the optimizer waits for it
+        with cluster.phase("init"):
+            for rank in cluster.ranks:
+                init_rank(rank, self.plan, self.layout, self.precision, optimizer, padded, given and given[rank.index])
+        for rank in cluster.ranks:
+            rank.ledger.reset_peaks()
+
+    def _initial_padded(self, params) -> np.ndarray:
+        """(Ψ,) the initial weights, zero padding at the end: float64, or float32 when they are fp32 already
+        (a cast from fp32 rounds once too, and the copy is half the size). Checked before anything is allocated."""
+        model, backend = self.model, self.cluster.backend
         init = model.init_params() if params is None else np.asarray(params)
-        backend = cluster.backend
         if init.shape != (model.num_params,):
             raise ValueError(f"params must have shape ({model.num_params},) for this model, got {init.shape}")
         if not backend.all_finite(init):
             raise ValueError("initial params contain NaN or inf")
-        # (Ψ,) the initial weights, zero padding at the end: float64, or float32 when they are fp32 already
-        # (a cast from fp32 rounds once too, and the copy is half the size)
         wide = np.float32 if init.dtype == np.float32 else np.float64
         padded = backend.empty((self.layout.padded,), wide)
         padded[: model.num_params] = init.astype(wide)
@@ -94,14 +110,7 @@ class ZeroEngine:
         if not backend.all_finite(cast(padded, self.precision.compute_format)):
             raise ValueError(f"initial params overflow {self.precision.compute}: its largest finite value is "
                              f"{self.precision.compute_format.max:g}, the params reach {np.abs(init).max():g}")
-        self.t = 0  # optimizer steps taken
-        self._after_refresh = ()  # the refresh all-gather the next step's first computation waits for
-        self._last_reduce = ()  # the last gradient reduce-scatter of a micro-step (ZeRO-2/3): the optimizer waits for it
-        with cluster.phase("init"):
-            for rank in cluster.ranks:
-                init_rank(rank, self.plan, self.layout, self.precision, optimizer, padded)
-        for rank in cluster.ranks:
-            rank.ledger.reset_peaks()
+        return padded
 
     # -- the step --------------------------------------------------------------------------------
     def step(self, batches) -> list:
