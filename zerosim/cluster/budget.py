@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from zerosim.backends.base import available_bytes  # noqa: F401 (the host's free memory, for callers before a backend exists)
 
-GB = 1e9
+GB = 1e9  # the ZeRO paper's and the seeds' GB: 10**9 bytes (DeepSpeed's estimators print GiB, 2**30)
 MAX_IN_PROCESS_RANKS = 2**20  # 1,048,576: more than any data-parallel job; each rank costs ~10 µs and ~750 B here
 
 

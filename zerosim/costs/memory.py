@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.cluster.budget import GB  # noqa: F401 (re-exported: zerosim.costs.GB)
 from zerosim.collectives.shards import ShardLayout
-
-GB = 1e9  # the ZeRO paper's and the seeds' GB: 10**9 bytes (DeepSpeed's estimators print GiB, 2**30)
 
 
 @dataclass(frozen=True)
