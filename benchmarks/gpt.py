@@ -11,7 +11,8 @@
    For each strategy, the FLOPs of one step's compute events (the trace: forward, recompute, backward,
    loss), beside the step without checkpointing: the extra is the recompute (block, subblock, every-k) or
    the P rebuilt inside the attention backward (selective, flash). Counted twice: on the small GPT the
-   timing runs (real data), and at seed 001's 7B shape on the meta backend (the same units' FLOP counts).
+   timing runs (real data), and at seed 001's 7B shape on the meta backend (`zerosim.costs.measured.
+   strategy_costs`: the same units' FLOP counts, no data).
 
     python benchmarks/gpt.py [--repeats 7] [--stage 3]
 """
@@ -31,12 +32,12 @@ from zerosim import Adam, Cluster, Reference, ZeroEngine  # noqa: E402
 from zerosim.cluster import Compute  # noqa: E402
 from zerosim.models import GPT, make_sequence_task  # noqa: E402
 from zerosim.models.gpt import STRATEGIES, strategy_options  # noqa: E402
-from zerosim.models.meta_gpt import MetaGPT  # noqa: E402
+from zerosim.costs.measured import strategy_costs  # noqa: E402
 
 N = 4
 SHAPE = dict(vocab=64, d_model=128, n_heads=4, n_layers=4, seq_len=64)  # 0.8M params; B = 8 sequences per rank
 BATCH = 8
-SEED001 = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32, seq_len=2048)  # seed 001's 7B shape, B = 4
+SEED001 = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32)  # seed 001's 7B shape; B = 4, L = 2048
 
 
 def timed(fn) -> float:
@@ -73,17 +74,15 @@ def step_flops(model, cluster, batches) -> dict:
 
 
 def flops_by_strategy():
-    """{strategy: (small GPT's {kind: FLOPs}, 7B's {kind: FLOPs})}."""
+    """{strategy: (the small GPT's extra, its recompute FLOPs, the 7B shape's extra, its recompute FLOPs)}."""
     rng = np.random.default_rng(1)
     small_batch = [(rng.integers(0, SHAPE["vocab"], (BATCH, SHAPE["seq_len"])),) * 2]
-    rows = {}
-    for name in STRATEGIES:
-        small = step_flops(GPT(**SHAPE, **strategy_options(name)), Cluster(1, trace="call", timeline=False), small_batch)
-        twin = MetaGPT(GPT(**SEED001, **strategy_options(name)))
-        cluster = Cluster(1, backend="meta", timeline=False)
-        big = step_flops(twin, cluster, twin.batches(cluster, 4))
-        rows[name] = (small, big)
-    return rows
+    small = {name: step_flops(GPT(**SHAPE, **strategy_options(name)), Cluster(1, trace="call", timeline=False), small_batch)
+             for name in STRATEGIES}
+    plain = sum(small["none"].values())
+    big = {r["strategy"]: r for r in strategy_costs(4, 2048, **SEED001)}  # the meta backend's step
+    return {name: (sum(small[name].values()) / plain - 1, small[name].get("recompute", 0),
+                   big[name]["extra"], big[name]["flops"].get("recompute", 0)) for name in STRATEGIES}
 
 
 def main():
@@ -102,14 +101,8 @@ def main():
     print()
     print("Extra FLOPs per step over no checkpointing (compute events; seed 001: block checkpointing ≈ 1/3):")
     print(f"{'strategy':<10} {'small GPT: recompute':>21} {'extra':>7}   {'7B shape: recompute':>21} {'extra':>7}")
-    rows = flops_by_strategy()
-    base = {i: sum(rows["none"][i].values()) for i in (0, 1)}
-    for name, pair in rows.items():
-        cells = []
-        for i, by_kind in enumerate(pair):
-            extra = (sum(by_kind.values()) - base[i]) / base[i]
-            cells.append(f"{by_kind.get('recompute', 0):>21.4g} {extra:>7.3f}")
-        print(f"{name:<10} {cells[0]}   {cells[1]}")
+    for name, (extra, recompute, extra_7b, recompute_7b) in flops_by_strategy().items():
+        print(f"{name:<10} {recompute:>21.4g} {extra:>7.3f}   {recompute_7b:>21.4g} {extra_7b:>7.3f}")
 
 
 if __name__ == "__main__":

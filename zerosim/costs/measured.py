@@ -1,6 +1,7 @@
 """Memory and communication of ZeRO stages measured, not computed: one step of the real engines on the
 meta backend (shapes and dtypes, no data), read back from the ledgers and the trace; and a GPT's
-activations, one micro-batch through its data-less twin (models/meta_gpt.py), read back by name.
+activations, one micro-batch through its data-less twin (models/meta_gpt.py), read back by name, with
+each checkpointing strategy's peak and FLOPs (the compute events') side by side.
 
 This is the second route to the numbers in memory.py and comm.py; tests check that the two agree.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.cluster import Cluster, MemoryLedger
+from zerosim.cluster import Cluster, Compute, MemoryLedger
 from zerosim.models.run import forward_backward
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_precision
@@ -97,3 +98,36 @@ def _activation_ledger(model, batch: int, seq_len: int, precision: str, checkpoi
     forward_backward(model, ids, target, fmt, lambda i: model.unflatten(flat, i), ledger=ledger,
                      checkpoint=checkpointing and model.checkpointing)
     return ledger
+
+
+def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", strategies=None, **shape) -> list:
+    """Seed 001's checkpointing strategies side by side: one step of the GPT's twin per strategy, on the meta backend.
+
+    `shape`: GPT's vocab, d_model, n_heads, n_layers (its position table is seq_len long). Returns, per
+    strategy (default all of `zerosim.models.gpt.STRATEGIES`), {"strategy", "peak" (activation bytes),
+    "peak_at" (the buffer that reached it), "flops": {kind: FLOPs} of one rank's compute events
+    ("forward", "recompute", "backward", "loss"), "extra": the step's FLOPs over the plain step's, minus one}.
+    """
+    from zerosim.models import GPT
+    from zerosim.models.gpt import STRATEGIES, strategy_options
+    from zerosim.models.meta_gpt import MetaGPT
+    from zerosim.optim import Adam
+
+    rows = []
+    for name in strategies or STRATEGIES:
+        model = MetaGPT(GPT(seq_len=seq_len, **shape, **strategy_options(name)))
+        cluster = Cluster(1, backend="meta")
+        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(model.batches(cluster, batch))
+        ledger, flops = cluster.ranks[0].ledger, {}
+        for e in cluster.trace.log:
+            if isinstance(e, Compute):
+                flops[e.kind] = flops.get(e.kind, 0) + e.flops
+        peak = ledger.peak("activations")
+        top = next(e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak)
+        rows.append({"strategy": name, "peak": peak, "peak_at": top.name, "flops": flops})
+    plain = next((sum(r["flops"].values()) for r in rows if r["strategy"] == "none"), None)
+    if plain is None:  # the yardstick: the same shape without checkpointing
+        plain = sum(strategy_costs(batch, seq_len, precision, ("none",), **shape)[0]["flops"].values())
+    for r in rows:
+        r["extra"] = sum(r["flops"].values()) / plain - 1
+    return rows
