@@ -90,6 +90,7 @@ def test_the_table_shows_the_activation_columns(capsys):
     (("--model", "gpt2-small", "--batch", "4"), "--batch describe activations: add --seq-len"),
     (("--model", "gpt2-small", "--checkpoint", "block"), "--checkpoint describe activations: add --seq-len"),
     (("--model", "gpt2-small", "--seq-len", "8", "--unit", "module"), "measured per transformer block"),
+    (("--model", "gpt2-small", "--seq-len", "8", "--unit", "block", "--checkpoint", "subblock"), "drop --unit block"),
     (("--model", "gpt2-small", "--seq-len", "8", "--no-step"), "--no-step skips it"),
     (("--model", "gpt2-small", "--seq-len", "8", "--heads", "4"), "--heads and --vocab go with --d-model"),
     (("--model", "gpt2-small", "--seq-len", "8", "--d-model", "64", "--heads", "4", "--layers", "2"), "drop --params / --model"),

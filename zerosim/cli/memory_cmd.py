@@ -94,6 +94,9 @@ def gpt_from_args(args, seq_len: int):
     options = strategy_options(args.checkpoint or "none")
     if args.unit == "module":
         raise ValueError("activations are measured per transformer block: drop --unit module")
+    if args.unit == "block" and options.get("unit") == "sublayer":
+        raise ValueError("--checkpoint subblock keeps the attention and FFN inputs apart, so its units are the two "
+                         "sub-blocks: drop --unit block")
     if args.d_model is not None:
         if args.params is not None or args.model is not None:
             raise ValueError("--d-model describes the model itself: drop --params / --model")
