@@ -19,8 +19,8 @@ from zerosim.cli.main import main
 from zerosim.costs.measured import measure_by_stage
 from zerosim.models import MLP
 from zerosim.models.meta import MetaModel
-from zerosim.viz import (dataflow_figure, ledger_figure, memory_by_stage_figure, ownership_figure, peak_by_stage_figure,
-                         ring_figure, ring_steps_figure, spacing_figure, zero3_figure)
+from zerosim.viz import (dataflow_figure, l_squared_figure, ledger_figure, memory_by_stage_figure, ownership_figure,
+                         peak_by_stage_figure, ring_figure, ring_steps_figure, spacing_figure, strategies_figure, zero3_figure)
 from zerosim.viz.dataflow_figure import observe
 from zerosim.viz.ownership_figure import measure_ownership
 from zerosim.viz.palette import LOSS, PEAK_TICK, kind_colour
@@ -50,6 +50,25 @@ def paper_stages():
 
 
 @pytest.fixture(scope="module")
+def seed001_lengths():
+    """(L, what one block saves by name) at seed 001's 7B shape, B = 4, fp16: the meta ledgers (zerosim figures' rows)."""
+    from zerosim.cli.figures_cmd import SEED001_7B
+    from zerosim.costs.measured import measure_activations
+    from zerosim.models import GPT
+    from zerosim.models.meta_gpt import MetaGPT
+
+    return [(L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block) for L in (512, 1024, 2048, 4096, 8192)]
+
+
+@pytest.fixture(scope="module")
+def seed001_strategies():
+    from zerosim.cli.figures_cmd import SEED001_7B
+    from zerosim.costs.measured import strategy_costs
+
+    return strategy_costs(4, 2048, **SEED001_7B)
+
+
+@pytest.fixture(scope="module")
 def mlp():
     return mlp_runs()  # notebook 03's MLP [32, 256, 256, 256, 8], 4 ranks, bf16-mixed, one Adam step per stage
 
@@ -67,9 +86,11 @@ def drawn(fig_or_ax):
     return fig
 
 
-def every_figure(seed_stage1, seed_stage3, paper_stages, mlp):
+def every_figure(seed_stage1, seed_stage3, paper_stages, mlp, lengths=None, strategies=None):
     cluster, x, out = ring_example()
     return {
+        **({"l_squared": lambda: l_squared_figure(lengths)} if lengths else {}),
+        **({"activation_strategies": lambda: strategies_figure(strategies)} if strategies else {}),
         "memory_by_stage": lambda: memory_by_stage_figure(paper_stages, printed=(120, 31.4, 16.6, 1.9)),
         "memory_by_stage --log": lambda: memory_by_stage_figure(paper_stages, log=True),
         "peak_by_stage": lambda: peak_by_stage_figure(mlp),
@@ -85,12 +106,13 @@ def every_figure(seed_stage1, seed_stage3, paper_stages, mlp):
 
 # -- no figure function picks a backend (notebook 03's 7.5B figure never appeared because one did) ------
 
-def test_no_figure_function_switches_the_backend(monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp):
+def test_no_figure_function_switches_the_backend(monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
+                                                seed001_strategies):
     plt.close(plt.figure())  # pyplot settles on its backend at its first figure; from here on nothing may change it
     switched, switch = [], plt.switch_backend
     monkeypatch.setattr(matplotlib, "use", lambda *a, **k: switched.append(a))
     monkeypatch.setattr(plt, "switch_backend", lambda *a, **k: switched.append(a) or switch(*a, **k))
-    for name, draw in every_figure(seed_stage1, seed_stage3, paper_stages, mlp).items():
+    for name, draw in every_figure(seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies).items():
         draw()
         assert not switched, f"{name} switched matplotlib's backend: {switched}"
 
@@ -104,9 +126,10 @@ def _colour(artist):
 
 
 @pytest.mark.parametrize("name", ["memory_by_stage", "memory_by_stage --log", "peak_by_stage", "ledger", "ownership",
-                                  "zero3_sequence"])
-def test_every_memory_kind_is_drawn_in_the_palettes_colour(name, seed_stage1, seed_stage3, paper_stages, mlp):
-    fig = drawn(every_figure(seed_stage1, seed_stage3, paper_stages, mlp)[name]())
+                                  "zero3_sequence", "l_squared", "activation_strategies"])
+def test_every_memory_kind_is_drawn_in_the_palettes_colour(name, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
+                                                           seed001_strategies):
+    fig = drawn(every_figure(seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies)[name]())
     kinds = fig.findobj(lambda a: str(a.get_gid()).startswith("kind:"))
     assert kinds, f"{name} marks no artist with its memory kind"
     for artist in kinds:
@@ -277,3 +300,36 @@ def test_figures_unknown_name_is_a_clear_error(capsys):
     with pytest.raises(SystemExit):
         main(["figures", "--only", "nope"])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+# -- seed 001 §5: the L² term and the checkpointing strategies, from the meta ledgers -------------------
+
+def test_l_squared_figure_draws_the_ledgers_bytes_and_its_labels_never_meet(seed001_lengths):
+    ax = l_squared_figure(seed001_lengths)
+    fig = drawn(ax)
+    linear, p = (line for line in ax.lines if line.get_gid() == "kind:activations")
+    for (L, per_block), x, y_rest, y_p in zip(seed001_lengths, linear.get_xdata(), linear.get_ydata(), p.get_ydata()):
+        B, H, d = 4, 32, 4096
+        assert x == L and y_p * 1e9 == pytest.approx(B * H * L * L * 2, rel=1e-12)  # seed 001: B·H·L²·2 bytes
+        assert y_rest * 1e9 == pytest.approx(14 * B * L * d * 2 + 4 * B * L * 4, rel=1e-12)  # 14·B·L·d·2 + LN statistics
+    assert [round(v, 2) for v in p.get_ydata()] == [0.07, 0.27, 1.07, 4.29, 17.18]  # "≈ 1.07 GB", "≈ 17.2 GB per layer"
+    boxes = [(t.get_text(), t.get_window_extent()) for t in ax.texts]
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), f"labels overlap: {a!r} and {b!r}"
+    legend = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    assert not any(legend.overlaps(box) for _, box in boxes)
+
+
+def test_strategies_figure_bars_are_the_measured_peaks_and_flops(seed001_strategies):
+    fig = drawn(strategies_figure(seed001_strategies))
+    mem, flops = fig.axes
+    memory_bars = [p for p in mem.patches if p.get_gid() == "kind:activations"]
+    assert [b.get_width() * 1e9 for b in memory_bars] == pytest.approx([r["peak"] for r in seed001_strategies], rel=1e-12)
+    assert [b.get_width() for b in flops.patches] == pytest.approx([100 * r["extra"] for r in seed001_strategies], rel=1e-12)
+    from zerosim.viz.palette import KINDS
+    assert to_rgb(flops.patches[0].get_facecolor()) not in {to_rgb(colour) for _, colour in KINDS.values()}  # FLOPs: no kind's
+    block = next(r for r in seed001_strategies if r["strategy"] == "block")
+    assert abs(block["extra"] - 1 / 3) < 0.001  # seed 001: "approximately 1/3 extra compute"
+    labels = [t.get_window_extent() for ax in fig.axes for t in ax.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])

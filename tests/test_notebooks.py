@@ -28,6 +28,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "01_worked_example.ipynb": 6,  # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
     "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
+    "04_transformer_activations.ipynb": 2,  # one layer's activations against L; the strategies' peaks beside their FLOPs
     "05_time_and_overlap.ipynb": 4,  # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
     "07_exercises.ipynb": 0,
 }
@@ -50,6 +51,19 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "stage 3: peak 0.857 MB in forward/backward; stacking each kind's own peak would say 1.024 MB",
         "stage 3:    1.875 GB resting",
         "ERRATUM",
+    ],
+    "04_transformer_activations.ipynb": [
+        "block0.P                 (2, 4, 8, 8)    float16    1024   B·H·L²",  # the ledger's P, by seed 001's name
+        "one block: 8448 bytes = 14·B·L·d·2 + B·H·L²·2 + 4·B·L·4 = 7168 + 1024 + 256",
+        "linear terms, one layer             939,524,096 bytes",  # seed 001 §6: "≈ 940 MB"
+        "P, one layer                      1,073,741,824 bytes",  # "≈ 1072 MB"
+        "32 layers                        64,428,703,744 bytes",  # "≈ 64 GB"
+        "peak: states + activations      175,970,942,976 bytes",  # "≈ 176 GB"
+        "L = 8192: P 17,179,869,184 bytes per layer,   549.8 GB over 32 layers",  # "≈ 17.2 GB per layer", "≈ 550 GB"
+        "L 2048 -> 4096 adds 133,148,180,480 bytes (133.1 GB)",  # the seed's "roughly 128 GB"
+        "block              4.094 GB  block31.x2                  1.179e+14  +33.3%",  # seed 001: "≈ 1/3"
+        "selective  gradients bitwise equal to the plain run's: True",
+        "checkpoint none  stage 3: model states  13.317 GB + activations 66.143 GB",
     ],
     "05_time_and_overlap.ipynb": [
         "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α

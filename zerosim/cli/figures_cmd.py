@@ -15,6 +15,8 @@
     zero3_sequence    ZeRO-3's per-layer gather / compute / free / reduce-scatter on seed 004 (seeds 003/004)
     timeline          one ZeRO-3 step of Llama-7B on 64 ranks over InfiniBand, without and with prefetch (seed 003)
     timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512")
+    l_squared         one layer's activations against L at seed 001's 7B shape: P (B·H·L²) overtakes the rest (seed 001)
+    activation_strategies  each checkpointing strategy's peak activations and extra FLOPs at the 7B shape (seed 001)
 """
 
 from __future__ import annotations
@@ -110,6 +112,29 @@ def _timeline_sweep(args):
     return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)")
 
 
+SEED001_7B = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32)  # seed 001 §6's "7B-class" shape; V: GPT-2's
+
+
+def _l_squared(args):
+    from zerosim.costs.measured import measure_activations
+    from zerosim.models import GPT
+    from zerosim.models.meta_gpt import MetaGPT
+    from zerosim.viz.activations_figure import l_squared_figure
+
+    rows = [(L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block) for L in (512, 1024, 2048, 4096, 8192)]
+    return l_squared_figure(rows, title="What one layer saves, seed 001's 7B shape (d 4096, H 32), B = 4, fp16:\n"
+                                        "measured by the meta backend's ledgers").figure
+
+
+def _activation_strategies(args):
+    from zerosim.costs.measured import strategy_costs
+    from zerosim.viz.activations_figure import strategies_figure
+
+    return strategies_figure(strategy_costs(4, 2048, **SEED001_7B),
+                             title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, fp16: "
+                                   "one rank's ledger and compute events")
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -120,6 +145,8 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "zero3_sequence": _zero3_sequence,
     "timeline": _timeline,
     "timeline_sweep": _timeline_sweep,
+    "l_squared": _l_squared,
+    "activation_strategies": _activation_strategies,
 }
 
 

@@ -1,8 +1,11 @@
-"""Train an MLP on a small synthetic task with any ZeRO stage, rank count, precision and optimizer.
+"""Train an MLP, or a small GPT, on a synthetic task with any ZeRO stage, rank count, precision and optimizer.
 
 Each rank gets its own micro-batch every step (drawn from a fixed pool made by a random teacher MLP,
-so every backend sees the same data). Prints the mean loss as it goes, then per-rank peak memory and
-bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend mpi` (rank 0 prints).
+or of random strings a GPT learns to copy, reverse or sort, so every backend sees the same data).
+Prints the mean loss as it goes (a GPT's answer accuracy on held-out strings too), then per-rank peak
+memory and bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend mpi` (rank 0 prints).
+
+    zerosim train --model gpt --task reverse --stage 3 --ranks 2 --steps 150
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import math
 import sys
 
 
+from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS
 from zerosim.precision import PRESETS, get_precision
 
-HELP = "train an MLP on a synthetic task (stage, ranks, precision, optimizer, steps)"
+MLP_WIDTHS = "16,64,64,4"
+
+HELP = "train an MLP or a GPT on a synthetic task (stage, ranks, precision, optimizer, steps)"
 
 
 def _widths(text: str) -> list:
@@ -28,6 +34,28 @@ def _widths(text: str) -> list:
     return widths
 
 
+GPT_FLAGS = {  # flag -> what it sets (TrainConfig's field of the same name)
+    "--vocab": "V tokens: V - 1 symbols and the separator (default 6)",
+    "--length": "string length n; sequences of 2n tokens (default 3)",
+    "--d-model": "model width (default 16)",
+    "--heads": "attention heads (default 2)",
+    "--layers": "transformer blocks (default 1)",
+}
+
+
+def gpt_options(args) -> dict:
+    """TrainConfig's GPT fields the command line set ({} for the MLP); refuses flags that do not go together."""
+    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in (*GPT_FLAGS, "--attention")}
+    given = {flag: value for flag, value in given.items() if value is not None}
+    if args.model == "mlp":
+        if given:
+            raise ValueError(f"{', '.join(given)} describe the GPT: add --model gpt")
+        return {}
+    if args.widths != MLP_WIDTHS:
+        raise ValueError("--widths sizes the MLP; the GPT's shape is --d-model, --heads, --layers (--vocab, --length)")
+    return {"model": "gpt", "eval_every": args.print_every, **{flag[2:].replace("-", "_"): v for flag, v in given.items()}}
+
+
 def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--ranks", type=int, default=None, help="simulated ranks (default 4; under MPI the process count)")
@@ -38,8 +66,9 @@ def add_arguments(p) -> None:
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam", help="optimizer (default adam)")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
-    p.add_argument("--widths", default="16,64,64,4", help="MLP layer sizes, input first (default 16,64,64,4)")
-    p.add_argument("--task", choices=("regression", "classification"), default="regression", help="synthetic task (default regression)")
+    p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
+    p.add_argument("--task", choices=("regression", "classification", *SEQUENCE_TASKS), default=None,
+                   help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
     p.add_argument("--batch", type=int, default=16, help="samples per micro-batch (default 16)")
     p.add_argument("--accumulation-steps", type=int, default=1,
                    help="K micro-batches per rank per step, gradients accumulated (default 1)")
@@ -53,6 +82,14 @@ def add_arguments(p) -> None:
                    help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
+    # -- --model gpt: its own flags, together (defaults: zerosim.zero.trainer.TrainConfig) ------------------
+    g = p.add_argument_group("--model gpt", "a small GPT learns to copy, reverse or sort strings (--task); "
+                             "--checkpoint keeps each block's input and recomputes the block")
+    g.add_argument("--model", choices=("mlp", "gpt"), default="mlp", help="the model (default mlp)")
+    for flag, what in GPT_FLAGS.items():
+        g.add_argument(flag, type=int, default=None, help=f"with --model gpt: {what}")
+    g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
+                   help="with --model gpt: keep P, rebuild it from Q and K, or tile it away (default standard)")
 
 
 def run(args) -> int:
@@ -86,7 +123,7 @@ def run(args) -> int:
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
-                         save=args.save, save_every=args.save_every, resume=args.resume)
+                         save=args.save, save_every=args.save_every, resume=args.resume, **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
     first = [1]
@@ -96,7 +133,9 @@ def run(args) -> int:
         bar.reset(total=args.steps - first_step + 1)
         if talk and not args.json:
             accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
-            print(f"zerosim train: MLP {widths} ({params} params), {args.task}, ZeRO stage {args.stage}, "
+            what = (f"GPT(vocab={config.vocab}, d_model={config.d_model}, heads={config.heads}, layers={config.layers})"
+                    if config.model == "gpt" else f"MLP {widths}")
+            print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {args.stage}, "
                   f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}"
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
@@ -109,11 +148,17 @@ def run(args) -> int:
             line = f"step {step:>5}  loss {mean!r}"
             bar.write(line) if not bar.disable else print(line, flush=True)
 
-    result = train(config, on_step, on_start)
+    def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at
+        if talk and not args.json:
+            line = f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings (chance {1 / (config.vocab - 1):.3f})"
+            bar.write(line) if not bar.disable else print(line, flush=True)
+
+    result = train(config, on_step, on_start, on_eval)
     bar.close()
     if talk:
         if args.json:
-            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks}, indent=1))
+            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model == "gpt" else {}
+            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt}, indent=1))
         else:
             print("rank  peak memory (B)  bytes sent")
             for s in result.ranks:

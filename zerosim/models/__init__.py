@@ -11,7 +11,8 @@
     embedding  token + position embedding          layernorm   LayerNorm (input and statistics saved)
     attention  causal attention, its softmax       flash_attention   the tiled, memory-efficient twin
     attention_block, ffn, transformer, lm_head     the units: AttentionBlock, FFNBlock, TransformerBlock, LMHead
-    gpt        GPT;  sequence_data  make_sequence_task (copy, reverse, sort)
+    gpt        GPT, STRATEGIES (seed 001's checkpointing strategies);  sequence_data  make_sequence_task
+    meta_gpt   MetaGPT: the GPT's units as data-less twins, for activations at real scale (meta backend)
 """
 
 from zerosim.models.attention import (attention_backward, attention_forward, softmax_backward,

@@ -65,6 +65,9 @@ class Embedding(Layer):
         """{"input": ((B, L), ids_dtype)}: the ids as given (the driver passes integers uncast)."""
         return {"input": (tuple(x_shape), np.dtype(ids_dtype))}
 
+    def output_shape(self, x_shape):
+        return (*x_shape, self.d)  # (B, L) ids -> (B, L, d)
+
     def flops(self, x_shape, kind):
         tokens = int(np.prod(x_shape, dtype=np.int64))  # B·L
         # forward: one add per output element; backward: one scatter-add into wte and one add into wpe per element

@@ -39,6 +39,24 @@ from zerosim.models.transformer import TransformerBlock
 UNITS = ("block", "sublayer")
 CHECKPOINTS = ("none", "block", "subblock", "every-k")
 
+# Seed 001 §5e's strategies by one name each (`zerosim memory --checkpoint`, notebook 04, benchmarks/gpt.py),
+# as the GPT options that build them. "selective" and "flash" are attention modes, the rest checkpoint blocks.
+STRATEGIES = {
+    "none": {},  # every unit keeps its cache
+    "block": {"checkpoint": "block"},  # each block's input kept, the block recomputed
+    "subblock": {"unit": "sublayer", "checkpoint": "subblock"},  # the attention and FFN inputs kept
+    "selective": {"attention": "selective"},  # only P dropped, rebuilt from Q and K
+    "every-k": {"checkpoint": "every-k"},  # every k = √layers blocks' input kept
+    "flash": {"attention": "flash"},  # tiled attention: an fp32 log-sum-exp per row instead of P
+}
+
+
+def strategy_options(name: str) -> dict:
+    """The GPT keyword arguments of seed 001's strategy `name` (a key of STRATEGIES)."""
+    if name not in STRATEGIES:
+        raise ValueError(f"checkpointing strategy must be one of {tuple(STRATEGIES)}, got {name!r}")
+    return dict(STRATEGIES[name])
+
 
 def every_k(n_layers: int) -> int:
     """Seed 001: checkpoints every k = √n_layers blocks minimise n_layers/k + k; rounded, at least 1."""

@@ -137,6 +137,10 @@ class Layer:
         """Floating-point operations of one "forward" or "backward" on an input of `x_shape` (default 0)."""
         return 0
 
+    def output_shape(self, x_shape: tuple) -> tuple:
+        """The shape forward gives for an input of `x_shape` (default: the same; the meta twins read it)."""
+        return tuple(x_shape)
+
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{v}" for k, v in self.param_shapes.items())
         return f"{type(self).__name__}({self.name!r}{', ' + shapes if shapes else ''})"

@@ -51,6 +51,9 @@ class LMHead(Layer):
         acc = np.dtype(acc_dtype(f))
         return {"final LN input": ((B, L, d), f.dtype), "LN mean": ((B, L), acc), "LN rstd": ((B, L), acc)}
 
+    def output_shape(self, x_shape):
+        return (*x_shape[:-1], self.vocab)  # (B, L, d) -> (B, L, V) logits
+
     def flops(self, x_shape, kind):
         rows = int(np.prod(x_shape[:-1], dtype=np.int64))  # B·L tokens
         total = layernorm_flops(rows, self.d, kind) + linear_flops(rows, self.d, self.vocab, kind, bias=False)

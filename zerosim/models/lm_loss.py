@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.models.layers import acc_dtype
 from zerosim.models.losses import SoftmaxCrossEntropy
+from zerosim.precision import get_format
 
 
 class LMCrossEntropy(SoftmaxCrossEntropy):
@@ -35,6 +37,12 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
         labels = cache["labels"]  # (B, L): its shape gives dy's
         dy = super().backward({"probabilities": cache["probabilities"], "labels": labels.reshape(-1)}, fmt, scale)
         return dy.reshape(*labels.shape, dy.shape[-1])  # (B, L, V) fmt
+
+    def saved_spec(self, y_shape, y_dtype) -> dict:
+        """{name: (shape, dtype)} of exactly what forward keeps for logits of y_shape = (B, L, V) in y_dtype."""
+        B, L, V = y_shape
+        acc = np.dtype(acc_dtype(get_format(np.dtype(y_dtype))))  # fp32, or float64 under fp64
+        return {"probabilities": ((B * L, V), acc), "labels": ((B, L), np.dtype(np.int64))}
 
     def __repr__(self) -> str:
         return "LMCrossEntropy()"

@@ -9,9 +9,10 @@ input on, backward hands dy back and makes a gradient of the weight's shape in t
 The engines see the same hooks as for a real model (get_params / release_params / on_grads, layer
 by layer), so they gather, reduce and free exactly as they would.
 
-Activation memory is LEFT OUT: the micro-batch is a (B, 0) array, so every saved activation holds
-0 bytes. A preset gives parameter counts, not shapes (B, L, d); `zerosim.costs.activations` gives
-the estimate (≈ 14·B·L·d + B·H·L² per layer) from those.
+Activation memory is LEFT OUT here: the micro-batch is a (B, 0) array, so every saved activation
+holds 0 bytes. Layer sizes are not shapes (B, L, d); for a transformer's activations, measured by
+name, use `MetaGPT` (meta_gpt.py: the GPT's own units as data-less twins; `MetaGPT.from_preset` for
+a GPT-2-layout preset). `zerosim.costs.activations` gives seed 001's estimate beside it.
 
 Units: "module" makes one layer per preset entry (a module's own parameters, as DeepSpeed ZeRO-3
 fetches them); "block" merges the entries of each numbered block (h.7.*, layers.7.*) into one

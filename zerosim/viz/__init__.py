@@ -4,6 +4,7 @@ One colour per memory kind, format and chunk across all of them (palette.py). No
 matplotlib backend: in a notebook they show inline, and `zerosim figures` writes them as PNGs.
 """
 
+from zerosim.viz.activations_figure import l_squared_figure, strategies_figure
 from zerosim.viz.dataflow_figure import dataflow_figure
 from zerosim.viz.ledger_figure import ledger_figure
 from zerosim.viz.memory_figure import memory_by_stage_figure
@@ -16,6 +17,6 @@ from zerosim.viz.timeline_figure import timeline_figure, timelines_figure
 from zerosim.viz.zero3_figure import zero3_figure
 
 __all__ = [
-    "dataflow_figure", "ledger_figure", "memory_by_stage_figure", "ownership_figure", "peak_by_stage_figure",
+    "dataflow_figure", "l_squared_figure", "strategies_figure", "ledger_figure", "memory_by_stage_figure", "ownership_figure", "peak_by_stage_figure",
     "ring_figure", "ring_steps_figure", "spacing_figure", "sweep_figure", "timeline_figure", "timelines_figure", "zero3_figure",
 ]

@@ -2,11 +2,13 @@
 
     result = train(TrainConfig(widths=(16, 64, 64, 4), stage=2, ranks=4, steps=100))
     result.losses[-1], result.ranks[0]["peak_bytes"]
+    result = train(TrainConfig(model="gpt", task="reverse", stage=3, ranks=2))   # a GPT on a sequence task
+    result.accuracy[-1]                                                            # (step, answer accuracy)
 
 Each rank gets its own micro-batches every step, drawn in order from a fixed pool made by a random
-teacher (so every backend sees the same data and the MPI run equals the simulator's); `zerosim
-train` is this function plus argument parsing and printing.
-Letters: N ranks, K micro-steps per step (gradient accumulation).
+teacher, or of random strings to copy, reverse or sort (so every backend sees the same data and the
+MPI run equals the simulator's); `zerosim train` is this function plus argument parsing and printing.
+Letters: N ranks, K micro-steps per step (gradient accumulation), V vocabulary, n string length.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import numpy as np
 
 from zerosim.cluster import Cluster
 from zerosim.cluster.budget import available_bytes, check_fits
-from zerosim.models import MLP
+from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import make_classification, make_regression
+from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
+from zerosim.precision import get_precision
 from zerosim.optim import get_optimizer
 from zerosim.zero.engine import ZeroEngine, check_engine_fits
 
-TASKS = ("regression", "classification")
+TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
+MODELS = ("mlp", "gpt")
+EVAL_SEQUENCES = 256  # held-out strings the GPT's answer accuracy is measured on (a 1/√256 ≈ 6% standard error at most)
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class TrainConfig:
     """What to train, where, and how (every field has the CLI's default)."""
 
     widths: tuple = (16, 64, 64, 4)  # MLP layer sizes, input first
-    task: str = "regression"  # or "classification" (softmax cross-entropy on a teacher's argmax)
+    task: str | None = None  # MLP: "regression" (default) or "classification"; GPT: "copy" (default), "reverse", "sort"
     stage: int = 2  # ZeRO stage
     ranks: int = 4  # N
     backend: str = "numpy"  # "numpy", "mpi" or "cupy"
@@ -46,10 +52,31 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~60 steps
+    model: str = "mlp"  # "mlp" or "gpt"
+    vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
+    length: int = 3  # n: strings of n symbols; a sequence is 2n tokens
+    d_model: int = 16
+    heads: int = 2
+    layers: int = 1  # transformer blocks
+    attention: str = "standard"  # or "selective", "flash" (checkpoint=True keeps each block's input: "block")
+    eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
+        object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
+        if self.task not in tasks:
+            other = "the GPT learns copy, reverse or sort" if self.model == "mlp" else "the MLP learns regression or classification"
+            raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
+        if self.model == "gpt":
+            for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if self.vocab < 3:
+                raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
         for name in ("steps", "batch", "ranks", "accumulation_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -83,17 +110,39 @@ class TrainResult:
     ranks: list  # [{"rank", "peak_bytes", "peak_by_kind", "bytes_sent"}] for every rank of the world
     params: int
     first_step: int = 1  # > 1 when the run resumed from a checkpoint
+    accuracy: list = field(default_factory=list)  # GPT: [(step, answer accuracy on held-out strings)]
+    chance: float | None = None  # GPT: 1/(V - 1), the accuracy of a guess
 
 
-def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
+def build_model(config: TrainConfig):
+    """The model `config` describes: an MLP of `widths`, or a GPT sized for its sequence task."""
+    if config.model == "gpt":
+        return GPT(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
+                   attention=config.attention, checkpoint="block" if config.checkpoint else "none")
+    return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
+
+
+def answer_accuracy(model, engine, held_out, fmt) -> float | None:
+    """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
+    with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
+    if engine.plan.shards_params and engine.cluster.local_size < engine.cluster.world_size:
+        return None
+    x, target = held_out  # (S, 2n) ids and next tokens
+    guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
+    answer = answer_positions(x.shape[1] // 2)
+    return float(np.mean(guess[:, answer] == target[:, answer]))
+
+
+def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> TrainResult:
     """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
-    passed, before the first step, and `on_step(step, mean_loss)` after each (headers, progress bars).
+    passed, before the first step, and `on_step(step, mean_loss)` after each (headers, progress bars);
+    for a GPT, `on_eval(step, accuracy)` after the steps its answer accuracy is measured at.
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
     widths = [int(w) for w in config.widths]
-    classify = config.task == "classification"
-    model = MLP(widths, loss="xent" if classify else "mse")
+    classify, gpt = config.task == "classification", config.model == "gpt"
+    model = build_model(config)
     optimizer = get_optimizer(config.optimizer, lr=config.lr)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
@@ -112,18 +161,27 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
-    # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
-    # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
-    per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
-    need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
+    if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
+        L = 2 * config.length
+        need = (pool_size + EVAL_SEQUENCES) * config.batch * L * 16 + cluster.local_size * config.batch * L * 8 * (
+            (config.layers + 1) * (16 * config.d_model + config.heads * L) + 2 * config.vocab)
+    else:  # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
+        # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
+        per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
+        need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
     check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
                "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
-    make = make_classification if classify else make_regression
-    pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
+    if gpt:  # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
+        pool = make_sequence_task(np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task)
+        held_out = make_sequence_task(np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task)[0]
+        fmt = get_precision(config.precision).compute_format
+    else:
+        make = make_classification if classify else make_regression
+        pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
     first = engine.t + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
         on_start(model.num_params, first)
-    losses = []
+    losses, accuracy = [], []
     for step in range(engine.t + 1, config.steps + 1):
         base = ((step - 1) * per_step) % pool_size
         mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
@@ -132,10 +190,16 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
         losses.append(float(np.mean(np.asarray(every, dtype=np.float64))))
         if on_step is not None:
             on_step(step, losses[-1])
+        if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
+            acc = answer_accuracy(model, engine, held_out, fmt)
+            if acc is not None:
+                accuracy.append((step, acc))
+                if on_eval is not None:
+                    on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
             engine.save(config.save)
     stats = cluster.backend.all_meta([
         {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
         for r in cluster.ranks
     ])
-    return TrainResult(losses, stats, model.num_params, first)
+    return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None)

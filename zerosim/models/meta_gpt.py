@@ -1,0 +1,178 @@
+"""MetaGPT: the GPT's own units as data-less twins, so the meta backend measures activations at 7B-175B scale.
+
+    gpt = GPT(50257, 4096, 32, 32, 2048)                       # seed 001's 7B shape (nothing allocated)
+    model = MetaGPT(gpt)
+    engine = ZeroEngine(model, Cluster(1, backend="meta"), 0, Adam(), "fp16-mixed")
+    engine.step(model.batches(engine.cluster, batch=4))         # ledgers: "block0.P", "block0.x1", ...
+
+Letters: B batch, L sequence length, d model width, V vocabulary, P parameters.
+
+A twin (`MetaUnit`) answers every call a real unit answers, from shapes alone, by asking the real
+unit: forward saves a MetaArray for each entry of `unit.saved_spec(x_shape, fmt)` — the same names,
+shapes and dtypes the real forward saves — and hands on a MetaArray of `unit.output_shape(x_shape)`;
+backward makes a gradient of each parameter's shape in the compute format; `flops` is the unit's own.
+So the driver (models/run.py) adopts the same named buffers into the ledger, in the same order, and
+the trace gets the same compute events (FLOPs and bytes), as for a real run —
+tests/test_meta_gpt.py holds the two equal, buffer by buffer, on small shapes.
+
+NOTE: a twin's backward reads its input's shape from the first entry of the cache: every unit saves
+its input first ("input", "block input", "pre-FFN input", "final LN input"), the same convention
+`Pass.run` uses for the backward FLOPs; integer ids (the embedding) have no gradient, as for real.
+
+`MetaGPT.from_preset` takes a GPT-2-layout preset (costs/presets.py): the same units, with the
+preset's parameter count. GPT-2 and GPT-3 tie the head to the token embedding, so there the head
+unit owns only the final LayerNorm (its product still reads W_head = wte: the FLOPs and the saved
+tensors are the untied head's). ZeRO-3 would gather wte a second time for the tied head; that gather
+is not modelled (the preset route never had a head entry to gather).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.models.gpt import GPT
+from zerosim.models.layers import Layer
+from zerosim.models.lm_loss import LMCrossEntropy
+from zerosim.models.model import Model
+from zerosim.precision import get_format
+
+
+def _meta(shape, dtype):
+    from zerosim.backends.meta import MetaArray  # NOTE: imported here; models must not need the backends to load
+
+    return MetaArray(shape, dtype)
+
+
+class MetaUnit(Layer):
+    """A data-less twin of a real unit: the same name, parameters, saved tensors, output shape and FLOPs."""
+
+    def __init__(self, unit: Layer, param_shapes: dict | None = None):
+        super().__init__(unit.name)
+        self.unit = unit
+        self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
+        self.saves_input_only = unit.saves_input_only
+
+    def forward(self, p, x, fmt):
+        f = get_format(fmt)
+        if self.unit.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
+            cache = {"input": x}
+        else:
+            cache = {name: _meta(shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
+        return _meta(self.unit.output_shape(x.shape), f.dtype), cache
+
+    def backward(self, p, dy, cache, fmt):
+        dtype = get_format(fmt).dtype
+        x = next(iter(cache.values()))  # the unit's input, saved first (see the module docstring)
+        dx = None if np.dtype(x.dtype).kind in "iu" else _meta(x.shape, dtype)
+        return dx, {name: _meta(shape, dtype) for name, shape in self.param_shapes.items()}
+
+    def flops(self, x_shape, kind):
+        return self.unit.flops(x_shape, kind)
+
+    def output_shape(self, x_shape):
+        return self.unit.output_shape(x_shape)
+
+    def __repr__(self) -> str:
+        return f"MetaUnit({self.unit!r})"
+
+
+class MetaLMLoss(LMCrossEntropy):
+    """The LM loss without values: NaN, and the real loss's cache (`LMCrossEntropy.saved_spec`) as MetaArrays."""
+
+    name = "meta-lm-xent"
+
+    def forward(self, y, target):
+        return math.nan, {name: _meta(shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()}
+
+    def backward(self, cache, fmt, scale=1.0):
+        BL, V = cache["probabilities"].shape
+        return _meta((*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute format
+
+
+class MetaGPT(Model):
+    """`gpt`'s units as twins (same flat layout, checkpoint blocks and names), for the meta backend.
+
+    Args:
+        gpt: a `GPT`; its shape, units, attention, activation and checkpoint strategy are this model's.
+        tied_head: the head owns only its LayerNorm (GPT-2 / GPT-3 reuse wte as W_head; see the module docstring).
+        name: what reports call it (default: the GPT's repr without P).
+    """
+
+    def __init__(self, gpt: GPT, tied_head: bool = False, name: str | None = None):
+        if not isinstance(gpt, GPT):
+            raise TypeError(f"MetaGPT twins a zerosim.models.GPT, got {type(gpt).__name__}")
+        units = [MetaUnit(u) for u in gpt.layers]
+        if tied_head:
+            head = gpt.layers[-1]
+            units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != "w_head"})
+        super().__init__(units, MetaLMLoss(), checkpoint_blocks=gpt.checkpoint_blocks)
+        self.gpt, self.tied_head = gpt, tied_head
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = gpt.vocab, gpt.d_model, gpt.n_heads, gpt.n_layers, gpt.seq_len
+        self.unit, self.activation, self.attention, self.checkpoint = gpt.unit, gpt.activation, gpt.attention, gpt.checkpoint
+        self.name = name or f"GPT d={gpt.d_model} H={gpt.n_heads} layers={gpt.n_layers}"
+        self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
+        for spec in self.specs:
+            self._specs_of.setdefault(spec.layer, []).append(spec)
+
+    @classmethod
+    def from_preset(cls, preset, **gpt_options) -> "MetaGPT":
+        """The GPT of a GPT-2-layout preset's shape (`preset.shape`), with the preset's parameter count.
+
+        `gpt_options`: GPT's unit, activation, attention, checkpoint (the shape comes from the preset)."""
+        shape = getattr(preset, "shape", None)
+        if shape is None or shape.layout != "gpt2":
+            why = "it gives parameter counts only" if shape is None else f"its blocks are {shape.layout}'s, not GPT-2's"
+            raise ValueError(f"activations are measured on zerosim's GPT (GPT-2 layout); preset {preset.name!r} "
+                             f"has no such shape ({why})")
+        gpt = GPT(shape.vocab, shape.d_model, shape.n_heads, shape.n_layers, shape.n_ctx, **gpt_options)
+        model = cls(gpt, tied_head=shape.tied, name=preset.name)
+        if model.num_params != preset.total:  # the preset's layer list and the GPT's units count the same tensors
+            raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has {model.num_params:,}")
+        return model
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
+        return self.checkpoint != "none"
+
+    @property
+    def largest_layer(self) -> int:
+        return max(b - a for a, b in map(self.layer_window, range(len(self.layers))))
+
+    # -- what the engines call, without data --------------------------------------------------------
+    def check_batch(self, x, target) -> None:
+        """Shapes and dtypes only (there are no values): integer ids (B, L), L <= seq_len, targets alike."""
+        shape, kind = tuple(getattr(x, "shape", ())), np.dtype(getattr(x, "dtype", np.float64)).kind
+        if len(shape) != 2 or kind not in "iu" or min(shape) < 1:
+            raise ValueError(f"a GPT micro-batch is integer token ids of shape (batch, length) >= 1 "
+                             f"(see MetaGPT.batches), got {getattr(x, 'dtype', '?')} {shape}")
+        if shape[1] > self.seq_len:
+            raise ValueError(f"sequences of {shape[1]} tokens are longer than the model's seq_len = {self.seq_len}")
+        if tuple(getattr(target, "shape", ())) != shape or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu":
+            raise ValueError(f"targets must be integer token ids of the input's shape {shape}, got {target!r}")
+
+    def layer_specs(self, i: int) -> list:
+        return self._specs_of.get(i, [])
+
+    def pack(self, i: int, tensors: dict):
+        start, stop = self.layer_window(i)
+        dtype = next(iter(tensors.values())).dtype if tensors else np.float32
+        return _meta((stop - start,), dtype)  # (window,) in the gradient's dtype
+
+    def init_params(self, rng=None):
+        """(P,) fp32 MetaArray: there are no initial values to draw."""
+        return _meta((self.num_params,), np.float32)
+
+    def batches(self, ranks, batch: int = 1, seq_len: int | None = None) -> list:
+        """One (ids, targets) micro-batch per rank, both (B, L) int64 MetaArrays (L defaults to seq_len).
+
+        `ranks`: how many, or a Cluster — one per rank it hosts (1 on the meta backend's representative rank)."""
+        count = ranks.local_size if hasattr(ranks, "local_size") else ranks
+        L = self.seq_len if seq_len is None else seq_len
+        ids = _meta((batch, L), np.int64)
+        return [(ids, ids)] * count
+
+    def __repr__(self) -> str:
+        return f"MetaGPT({self.name!r}, {self.gpt!r}{', tied head' if self.tied_head else ''})"
