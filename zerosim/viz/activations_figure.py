@@ -45,10 +45,10 @@ def l_squared_figure(rows: list, title: str = "", ax=None):
     ax.set_xticks(Ls, [f"{L:,}" for L in Ls])
     ax.set_xlim(Ls[0] / 1.5, Ls[-1] * 1.5)
     ax.set_ylim(min(min(p), min(rest)) / GB / 4, max(max(p), max(rest)) / GB * 3)
-    for L, b in zip(Ls, p):  # P below right of its points, the linear terms above left: no two labels meet
-        ax.annotate(f"P {b / GB:.3g} GB", (L, b / GB), xytext=(7, -6), textcoords="offset points", ha="left", va="top", fontsize=8)
-    for L, b in zip(Ls, rest):
-        ax.annotate(f"{b / GB:.3g} GB", (L, b / GB), xytext=(-7, 6), textcoords="offset points", ha="right", va="bottom", fontsize=8)
+    for L, b, r in zip(Ls, p, rest):  # at each L the larger value labelled above left, the smaller below right:
+        for text, v, above in ((f"P {b / GB:.3g} GB", b, b > r), (f"{r / GB:.3g} GB", r, r >= b)):  # no label on a line
+            ax.annotate(text, (L, v / GB), xytext=(-7, 6) if above else (7, -6), textcoords="offset points",
+                        ha="right" if above else "left", va="bottom" if above else "top", fontsize=8)
     over = [i for i in range(1, len(rows)) if p[i - 1] <= rest[i - 1] and p[i] > rest[i]]
     if over:  # where P overtakes the rest, between two measured lengths
         i = over[0]
