@@ -112,15 +112,15 @@ def nccl_all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "",
     n, count = cluster.world_size, flat[0][1].shape[0]
     loops = nccl_ring_allreduce_chunks(count, n, wire_fmt.itemsize, chunk_bytes)
     out = [np.empty(count, dtype=wire_fmt.dtype) for _ in flat]  # (count,) wire dtype per local rank
-    first = cluster.trace.begin("nccl_all_reduce", op, n, loops[0].length if loops else 0, wire_fmt.name, tag)
+    first = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, loops[0].length if loops else 0, wire_fmt.name, tag)
     staged, temps = _stage(cluster, first, flat, reduce_op, wire_fmt, count, count)
     for k, loop in enumerate(loops):
         lo, hi = loop.offset, loop.offset + loop.length
         bounds = [(a - lo, b - lo) for (a, b) in loop.chunks]  # loop-relative
-        call = first if k == 0 else cluster.trace.begin("nccl_all_reduce", op, n, hi - lo, wire_fmt.name, tag)
+        call = first if k == 0 else cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
         mine, _ = _ring_reduce_scatter(cluster, [x[lo:hi] for x in staged], reduce_op, wire_fmt, bounds, call)
         cluster.trace.end(call)
-        call = cluster.trace.begin("nccl_all_reduce", op, n, hi - lo, wire_fmt.name, tag)
+        call = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
         full = _ring_all_gather(cluster, mine, bounds, hi - lo, wire_fmt, call)
         cluster.trace.end(call)
         for o, f in zip(out, full):
