@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from zerosim.cluster import Cluster
+from zerosim.cluster import Cluster, GradClip
 from zerosim.cluster.budget import available_bytes, check_fits
 from zerosim.models import MLP
 from zerosim.models.data import make_classification, make_regression
@@ -46,6 +46,7 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -83,11 +84,24 @@ class TrainResult:
     ranks: list  # [{"rank", "peak_bytes", "peak_by_kind", "bytes_sent"}] for every rank of the world
     params: int
     first_step: int = 1  # > 1 when the run resumed from a checkpoint
+    scales: list = field(default_factory=list)  # the loss scale each step's loss was multiplied by
+    skipped: list = field(default_factory=list)  # the steps the loss scaler skipped (an inf/NaN gradient)
+    norms: list = field(default_factory=list)  # the global gradient norm of each step that clipped (None: skipped)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What `on_step` hears besides the loss: the loss scale the step used, whether the scaler skipped it,
+    and the global gradient norm when clipping (None otherwise, or when skipped)."""
+
+    scale: float
+    skipped: bool
+    norm: float | None
 
 
 def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
     """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
-    passed, before the first step, and `on_step(step, mean_loss)` after each (headers, progress bars).
+    passed, before the first step, and `on_step(step, mean_loss, StepInfo)` after each (headers, progress bars).
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
@@ -102,13 +116,13 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
         engine = ZeroEngine.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
-                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint)
-        if engine.t >= config.steps:
-            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.t}; --steps {config.steps} asks for no more")
+                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint, clip_grad=config.clip_grad)
+        if engine.iteration >= config.steps:
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} asks for no more")
     else:
         engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
                             checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
-                            accumulation_steps=config.accumulation_steps)
+                            accumulation_steps=config.accumulation_steps, clip_grad=config.clip_grad)
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -120,22 +134,29 @@ def train(config: TrainConfig, on_step=None, on_start=None) -> TrainResult:
                "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
     make = make_classification if classify else make_regression
     pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
-    first = engine.t + 1  # 1, or the step after a resumed checkpoint's
+    first = engine.iteration + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
         on_start(model.num_params, first)
-    losses = []
-    for step in range(engine.t + 1, config.steps + 1):
+    losses, scales, skipped, norms = [], [], [], []
+    for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
         base = ((step - 1) * per_step) % pool_size
         mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
+        scales.append(engine.scaler.scale)
+        t, since = engine.t, len(cluster.trace.log)
         local = engine.step(mine)
+        if engine.t == t:
+            skipped.append(step)
+        if config.clip_grad is not None:
+            clipped = cluster.trace.of_type(GradClip, since)
+            norms.append(clipped[-1].norm if clipped else None)
         every = [x for part in cluster.backend.all_meta([local]) for x in part] if cluster.local_size == 1 else local
         losses.append(float(np.mean(np.asarray(every, dtype=np.float64))))
         if on_step is not None:
-            on_step(step, losses[-1])
+            on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
             engine.save(config.save)
     stats = cluster.backend.all_meta([
         {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
         for r in cluster.ranks
     ])
-    return TrainResult(losses, stats, model.num_params, first)
+    return TrainResult(losses, stats, model.num_params, first, scales, skipped, norms)
