@@ -138,8 +138,8 @@ class ZeroEngine:
         cluster, plan, trace = self.cluster, self.plan, self.cluster.trace
         i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
-        try:
-            with trace.about(step=i):
+        try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow check below finds it
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
                 losses = [self._micro_step(k, [m[k] for m in micro]) for k in range(K)]  # 1. forward, backward
                 with cluster.phase("reduce gradients"):
                     reduced = reduce_all(self) or self._last_reduce  # 2. stage 0 all-reduce, stage 1 reduce-scatter
