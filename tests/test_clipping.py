@@ -5,7 +5,7 @@ The engine's norm comes from each rank's sum of squares over its shard and a SUM
 twin in the ring's order, so the two are the same bits at every stage (stage 0 too, where every rank
 holds the whole gradient and must still count each element once). Against the norm of the whole
 gradient computed another way -- float64 of the exact squares, correctly rounded sums -- the
-distance is bounded by NORM_BOUND(N), derived below. torch's clip coefficient is checked on a table
+distance is bounded by `clipping.norm_error_bound(N)`, derived in its docstring. torch's clip coefficient is checked on a table
 of values worked out by hand from torch's expression.
 """
 
@@ -20,34 +20,7 @@ from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import GradClip, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.clipping import clip_coefficient
-
-U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs
-
-
-def gamma(k: int, u: float) -> float:
-    """Higham's gamma_k = k u / (1 - k u): the relative error bound of k roundings."""
-    return k * u / (1 - k * u)
-
-
-def norm_bound(n: int) -> float:
-    """A bound on |norm - n64| / n64: the engine's norm against sqrt of the float64 sum of the exact squares.
-
-    Each rank: the exact squares of fp32 values (48 bits fit float64) summed by math.fsum, correctly rounded
-    to float64 (u64), then to fp32 (u32): partial_r = T_r (1 + e1), |e1| <= u32 + u64 + u32 u64. The ring adds
-    N non-negative fp32 partials with N - 1 roundings: total = T (1 + e2), |e2| <= (1 + e1)(1 + gamma_{N-1}) - 1.
-    sqrt(1 + e2) = 1 + e3, |e3| <= |e2| / (1 + sqrt(1 - |e2|)); the fp32 sqrt rounds once more:
-    |norm - sqrt(T)| <= e4 sqrt(T), e4 = (1 + e3)(1 + u32) - 1. The yardstick n64 = sqrt(fl64(T)) rounded in
-    float64 has |n64 - sqrt(T)| <= e5 sqrt(T), e5 = (1 + u64/2)(1 + u64) - 1 (fsum's rounding halves under
-    the sqrt). So |norm - n64| <= (e4 + e5) sqrt(T) <= (e4 + e5) / (1 - e5) n64.
-    """
-    e1 = U32 + U64 + U32 * U64
-    e2 = (1 + e1) * (1 + gamma(n - 1, U32)) - 1
-    e3 = e2 / (1 + math.sqrt(1 - e2))
-    e4 = (1 + e3) * (1 + U32) - 1
-    e5 = (1 + U64 / 2) * (1 + U64) - 1
-    return (e4 + e5) / (1 - e5)
-
+from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
 
 def bits(a):
     a = np.ascontiguousarray(a)

@@ -15,6 +15,7 @@ import numpy as np
 from zerosim.cluster import Compute
 from zerosim.models import MLP
 from zerosim.optim import SGD
+from zerosim.precision import get_format
 from zerosim.reference.oracle import Reference
 
 
@@ -36,6 +37,16 @@ def flushed_fraction(got: np.ndarray, reference: np.ndarray) -> float:
     if not alive.any():
         return 0.0
     return float(np.count_nonzero(np.asarray(got, dtype=np.float64)[alive] == 0) / np.count_nonzero(alive))
+
+
+def flushed_share(values, fmt, scale: float = 1.0) -> float:
+    """Of the nonzero `values` (exact, e.g. fp32), the share that rounds to 0 in `fmt` once multiplied by `scale`:
+    |S·v| at or below half the smallest subnormal (the half itself is a tie, to the even 0)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[v != 0]
+    if not v.size:
+        return 0.0
+    return float(np.mean(np.abs(v * scale) <= get_format(fmt).smallest_subnormal / 2))
 
 
 def backward_values(trace, what: str = "grads", since: int = 0) -> np.ndarray:

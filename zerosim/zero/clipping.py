@@ -16,7 +16,7 @@ powers). Letters: N ranks, s = ceil(P/N), Ψ = N*s; rank r owns flat elements [r
 At stage 0 every rank holds the whole gradient but sums only its own shard, so each element counts
 once; at every stage the partials, and so the norm, are the same bits. The oracle sums the same
 shards of its unsharded gradient in the same order (`shard_partials`), so it gets the same norm; the
-distance to the norm summed any other way is bounded in tests/test_clipping.py (NORM_BOUND).
+distance to the norm of the whole gradient in float64 is bounded by `norm_error_bound(N)`.
 
 torch evaluates `max_norm / (total_norm + 1e-6)` on fp32 tensors: `total_norm + 1e-6` rounds the
 scalar to fp32 and the sum to fp32; `float / tensor` is `tensor.reciprocal() * float`
@@ -36,6 +36,7 @@ import numpy as np
 from zerosim.collectives import ShardLayout
 
 EPS = 1e-6  # torch's clip_grad_norm_: max_norm / (total_norm + 1e-6)
+U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs of fp32 and float64
 
 
 def sum_of_squares(g: np.ndarray) -> np.ndarray:
@@ -70,6 +71,27 @@ def clip_coefficient(norm: float, max_norm: float, dtype=np.float32) -> float:
 def apply(g: np.ndarray, coef: float) -> None:
     """g *= coef in g's dtype, in place (`torch._foreach_mul_`)."""
     g *= g.dtype.type(coef)
+
+
+def norm_error_bound(n: int) -> float:
+    """A bound on |norm - n64| / n64: the sharded fp32 norm over N ranks against n64 = sqrt of the float64 sum of
+    the exact squares (math.fsum), for an fp32 gradient.
+
+    Each rank: the exact squares summed by math.fsum, correctly rounded to float64 (u64), then to fp32 (u32):
+    partial_r = T_r (1 + e1), |e1| <= u32 + u64 + u32 u64. The ring adds N non-negative fp32 partials with N - 1
+    roundings: total = T (1 + e2), |e2| <= (1 + e1)(1 + gamma_{N-1}) - 1, gamma_k = k u32 / (1 - k u32) (Higham).
+    sqrt(1 + e2) = 1 + e3, |e3| <= |e2| / (1 + sqrt(1 - |e2|)); the fp32 sqrt rounds once more:
+    |norm - sqrt(T)| <= e4 sqrt(T), e4 = (1 + e3)(1 + u32) - 1. The yardstick n64 = sqrt(fl64(T)) rounded in
+    float64 has |n64 - sqrt(T)| <= e5 sqrt(T), e5 = (1 + u64/2)(1 + u64) - 1 (fsum's rounding halves under the
+    sqrt). So |norm - n64| <= (e4 + e5) sqrt(T) <= (e4 + e5) / (1 - e5) n64: about (N + 3) u32 / 2.
+    """
+    e1 = U32 + U64 + U32 * U64
+    gamma = (n - 1) * U32 / (1 - (n - 1) * U32)
+    e2 = (1 + e1) * (1 + gamma) - 1
+    e3 = e2 / (1 + math.sqrt(1 - e2))
+    e4 = (1 + e3) * (1 + U32) - 1
+    e5 = (1 + U64 / 2) * (1 + U64) - 1
+    return (e4 + e5) / (1 - e5)
 
 
 def check_max_norm(max_norm) -> float | None:
