@@ -144,6 +144,7 @@ class ZeroEngine:
                 with cluster.phase("reduce gradients"):
                     reduced = reduce_all(self) or self._last_reduce  # 2. stage 0 all-reduce, stage 1 reduce-scatter
                 with cluster.phase("optimizer step"):
+                    checked = len(trace.calls)  # the overflow flag's and the norm's all-reduces come next
                     decision = overflow_decision(self)  # 3. any inf/NaN on any rank? the loss scaler decides
                     grads32 = None if decision.skip else self._averaged_gradients(decision.scale_before)  # averaging.py
                     if grads32 is not None and self.clip_grad is not None:
@@ -158,7 +159,8 @@ class ZeroEngine:
             return self._mean_losses(losses)
         self.t += 1
         with cluster.phase("optimizer step"), trace.about(step=i, micro=K - 1):
-            update_all(self, grads32, needs=reduced)  # 4. each rank updates its own region in fp32
+            needs = tuple(reduced) + tuple(range(checked, len(trace.calls)))  # the update waits for all of them
+            update_all(self, grads32, needs=needs)  # 4. each rank updates its own region in fp32
             for rank in cluster.ranks:
                 rank.ledger.free("grad32")
         with cluster.phase("refresh params"), trace.about(step=i, micro=K - 1):
