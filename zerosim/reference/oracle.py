@@ -129,23 +129,9 @@ class Reference:
         if any(len(m) != K for m in micro):
             raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
         losses = [[] for _ in range(N)]
-        acc = None
-        for k in range(K):
-            grads = []
-            for r in range(N):
-                loss, g = self.gradient(*micro[r][k])
-                losses[r].append(loss)
-                grads.append(g)
-            if self.reduce_every_micro_step:  # stages 2/3: reduce now, accumulate the reduced gradient
-                reduced = self._reduce(grads)
-                acc = reduced.astype(averaging.accum_format(p, reduced=True).dtype) if acc is None else acc
-                averaging.accumulate(acc, reduced, first=k == 0)
-            else:  # stages 0/1: each rank accumulates its own; one reduction at the end
-                fmt = averaging.accum_format(p, reduced=False).dtype
-                acc = [np.zeros(self.padded, fmt) for _ in range(N)] if acc is None else acc
-                for a, g in zip(acc, grads):
-                    averaging.accumulate(a, g, first=k == 0)
-        reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
+        with np.errstate(over="ignore", invalid="ignore"):  # NOTE: overflow is silent, as on a GPU; found below
+            acc = self._accumulate(micro, losses, K, N, p)
+            reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
         found = not np.all(np.isfinite(reduced.astype(np.float64)))
         if skips_steps(self.scaler):
             decision = self.scaler.update(found)  # the engines' flag, seen whole
@@ -169,6 +155,27 @@ class Reference:
             step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
         self.params = p.round_weights(w, self.t, 0)
         return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
+
+    def _accumulate(self, micro, losses, K: int, N: int, p):
+        """The K micro-steps of N ranks: forward/backward, then each rank's own accumulation (stages 0/1) or the
+        reduction of every micro-step and its accumulation (stages 2/3). Returns the accumulator."""
+        acc = None
+        for k in range(K):
+            grads = []
+            for r in range(N):
+                loss, g = self.gradient(*micro[r][k])
+                losses[r].append(loss)
+                grads.append(g)
+            if self.reduce_every_micro_step:  # stages 2/3: reduce now, accumulate the reduced gradient
+                reduced = self._reduce(grads)
+                acc = reduced.astype(averaging.accum_format(p, reduced=True).dtype) if acc is None else acc
+                averaging.accumulate(acc, reduced, first=k == 0)
+            else:  # stages 0/1: each rank accumulates its own; one reduction at the end
+                fmt = averaging.accum_format(p, reduced=False).dtype
+                acc = [np.zeros(self.padded, fmt) for _ in range(N)] if acc is None else acc
+                for a, g in zip(acc, grads):
+                    averaging.accumulate(a, g, first=k == 0)
+        return acc
 
     def set_state(self, params, master, optimizer_state: dict, t: int) -> None:
         """Start from a saved state (e.g. a checkpoint's `SavedState`): (P,) 16-bit params, (P,) master (or
