@@ -6,7 +6,7 @@ reduce-scatters over every rank, the ledgers and the trace. The ratio is what si
 cluster costs. Two regimes: a 919k-parameter MLP on N = 8 (compute-bound) and a ~10k-parameter MLP
 on N = 64 (Python per rank, per layer). Two yardsticks: the oracle as the tests use it (each add of
 the reduction formed exactly in float64, then rounded: slow) and the same-arithmetic oracle that adds
-natively in the wire dtype (`Reference(reduction="ring-native")`, the same bits, as fast as NumPy).
+natively in the wire dtype (`Reference(order="ring-native")`, the same bits, as fast as NumPy).
 Targets: <= 1.3 and <= 2 against the native one (issue 14); <= 1.0 and <= 2 against the exact one (issue 8).
 
 Measured in one run, engine and oracle in turns (alternating, so both see the same machine load),
@@ -47,7 +47,7 @@ def measure(widths, n, batch, precision, repeats):
     batches = make_regression(np.random.default_rng(0), n, batch, widths)
     engine = ZeroEngine(model, Cluster(n, trace="call", timeline=False), 3, Adam(lr=1e-3), precision, params=params)
     exact = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params)
-    native = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params, reduction="ring-native")
+    native = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params, order="ring-native")
     for run in (engine, exact, native):  # warm up (first-touch allocations, BLAS)
         run.step(batches)
     t_engine, t_exact, t_native = [], [], []

@@ -1,7 +1,7 @@
 """A GPT step on N = 4 simulated ranks ÷ the oracle's step on the same micro-batches; recompute FLOPs per strategy.
 
 1. Time. The engine (ZeRO stage 0-3 over 4 ranks: the ring, the per-unit gathers and reduce-scatters, the
-   ledgers and the trace) against the same-arithmetic oracle, `Reference(reduction="ring-native")`: the
+   ledgers and the trace) against the same-arithmetic oracle, `Reference(order="ring-native")`: the
    same 4 forward/backward passes through the same units, one reduction in the ring's order with NumPy's
    adds in the wire dtype (the same bits: checked), one optimizer step (benchmarks/engine.py explains the
    yardstick). Measured in one run, engine and oracle in turns (both see the same machine load), median
@@ -51,7 +51,7 @@ def measure(stage, precision, repeats):
     params = model.init_params()
     batches = make_sequence_task(np.random.default_rng(0), N, BATCH, SHAPE["seq_len"] // 2, SHAPE["vocab"], "copy")
     engine = ZeroEngine(model, Cluster(N, trace="call", timeline=False), stage, Adam(lr=1e-3), precision, params=params)
-    native = Reference(model, Adam(lr=1e-3), precision, world_size=N, params=params, reduction="ring-native")
+    native = Reference(model, Adam(lr=1e-3), precision, world_size=N, params=params, order="ring-native")
     for run in (engine, native):  # warm up (first-touch allocations, BLAS)
         run.step(batches)
     t_engine, t_native = [], []

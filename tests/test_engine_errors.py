@@ -86,9 +86,16 @@ def test_unknown_optimizer_name():
     [
         (dict(rounding="up"), "unknown rounding 'up'"),
         (dict(master="fp16"), "master copy in fp16 would lose the updates"),
-        (dict(average="mean"), "unknown averaging 'mean'"),
+        (dict(reduction="mean"), "unknown reduction recipe 'mean'"),
+        (dict(reduction="avg_premul"), "unknown reduction recipe 'avg_premul'; choose one of"),  # a collective op, not a recipe
         (dict(loss_scale=0), "loss_scale must be a positive finite number"),
         (dict(loss_scale=float("inf")), "loss_scale must be a positive finite number"),
+        (dict(loss_scale="apex"), "unknown loss_scale 'apex'; give a number > 0 or one of torch, dynamic, deepspeed"),
+        (dict(loss_scale="torch", loss_scale_options={"growth_interval": 0}), "growth_interval must be an integer >= 1"),
+        (dict(loss_scale="torch", loss_scale_options={"window": 5}), "do not fit loss scale 'torch'"),
+        (dict(loss_scale="deepspeed", loss_scale_options={"hysteresis": 0}), "hysteresis must be an integer >= 1"),
+        (dict(unscale="multiply"), "unknown unscale 'multiply'"),
+        (dict(allreduce="tree"), "unknown allreduce 'tree'"),
         (dict(seed=1.5), "seed must be an integer"),
         (dict(compute="fp12"), "unknown floating-point format 'fp12'"),
     ],

@@ -1,9 +1,11 @@
 """ZeRO training on the MPI backend gives the simulator's numbers, bit for bit (issue 4, items 1 and 3).
 
 - tests/mpi/training_check.py under `mpiexec -n 2` and `-n 4`: stages 0-3 x fp32 / fp16-mixed /
-  bf16-mixed x Adam / Adan x checkpointing off / on (and a few variants), 3 steps each, every rank
-  comparing its loss, fp32 master shard, optimizer state, 16-bit params, trace and ledger with the
-  numpy simulator's.
+  bf16-mixed x Adam / Adan x checkpointing off / on (and variants: the frameworks' gradient recipes,
+  NCCL's all-reduce chunk map, dynamic loss scaling with overflows injected on one rank, gradient
+  clipping), 3 steps each, every rank comparing its loss, fp32 master shard, optimizer state, 16-bit
+  params, step count, loss-scaler state and decisions, clipped norms, trace and ledger with the numpy
+  simulator's.
 - `zerosim train --backend mpi` under `mpiexec -n 4` prints exactly what `zerosim train --backend
   numpy --ranks 4` prints: the same "step N loss X" lines, the same per-rank memory and bytes table,
   and with --json the same losses and per-rank statistics.
@@ -93,8 +95,9 @@ def test_train_command_prints_the_simulators_losses(mpiexec, options):
         ["--stage", "0", "--precision", "fp32", "--optimizer", "adam", "--widths", "5,6,3", "--checkpoint"],
         ["--stage", "2", "--precision", "bf16-mixed", "--optimizer", "adan", "--widths", "4,3,3,2"],
         ["--stage", "3", "--precision", "fp16-mixed", "--optimizer", "adam", "--widths", "5,6,3", "--task", "classification", "--checkpoint"],
+        ["--stage", "3", "--precision", "fp16-mixed", "--widths", "5,6,3", "--loss-scale", "torch", "--clip-grad", "0.1", "--reduction", "fsdp2"],
     ],
-    ids=["stage0-fp32-adam-checkpoint", "stage2-bf16-adan", "stage3-fp16-adam-classification-checkpoint"],
+    ids=["stage0-fp32-adam-checkpoint", "stage2-bf16-adan", "stage3-fp16-adam-classification-checkpoint", "stage3-fp16-dynamic-clip-fsdp2"],
 )
 def test_train_command_json_equals_the_simulators(mpiexec, options):
     """--json: the same losses and, for every rank, the same bytes sent and peak memory (in total and by kind)."""

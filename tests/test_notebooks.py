@@ -30,6 +30,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
     "04_transformer_activations.ipynb": 2,  # one layer's activations against L; the strategies' peaks beside their FLOPs
     "05_time_and_overlap.ipynb": 4,  # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
+    "06_precision_lab.ipynb": 4,  # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
     "07_exercises.ipynb": 0,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
@@ -70,6 +71,19 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
         "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
         "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
+    ],
+    "06_precision_lab.ipynb": [
+        "at or below 2**-25 (0 in fp16): 42.4% at S = 1, 0.01% at S = 2**16",  # Micikevicius's picture, from a real backward
+        "S = 2**0   58.95% of the weight gradients are 0 in fp16 but not in fp32",
+        "S = 2**16   0.00% of the weight gradients are 0 in fp16 but not in fp32",
+        "static S = 2**16: 31 reduced gradient element(s) are NaN or inf",
+        "torch's GradScaler, growth_interval 10: skipped [1, 2, 25, 45]",  # backs off at once
+        "DeepSpeed's DynamicLossScaler, scale_window 10: skipped [1, 2, 3, 25, 45]",  # hysteresis 2
+        "Attempted loss scale: 65536, but hysteresis is 2. Reducing hysteresis to 1",
+        "stage 0: norm 2.181190252304077  (oracle 2.181190252304077)",
+        "seeds 0.500244140625   deepspeed-zero12 0.5",  # DeepSpeed's copy back into fp16
+        "seeds 3 x 2**-24   fsdp2 4 x 2**-24",  # FSDP2's pre-divide at N = 6
+        "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
 }

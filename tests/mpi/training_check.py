@@ -8,8 +8,9 @@ of N*s elements has padding and layers straddle shard borders), S steps per run.
 
 Every process builds the same model, initial weights and micro-batches from fixed seeds. For each
 configuration -- ZeRO stage 0-3 x precision fp32 / fp16-mixed / bf16-mixed x optimizer Adam / Adan
-x activation checkpointing off / on, plus a few variants (gradient averaging, loss scale, GELU,
-classification) -- it trains twice: once on `Cluster(N, backend="mpi")` with only its own rank's
+x activation checkpointing off / on, plus a few variants (the frameworks' gradient recipes, static
+and dynamic loss scales with overflows injected on one rank at chosen steps, gradient clipping, NCCL's
+all-reduce chunk map, GELU, classification) -- it trains twice: once on `Cluster(N, backend="mpi")` with only its own rank's
 micro-batch, and once on the in-process simulator `Cluster(N)` with all N micro-batches. After
 every step it compares, for its own rank r only:
 
@@ -17,6 +18,7 @@ every step it compares, for its own rank r only:
     rank r's fp32 master region               (engine.master_shards)
     rank r's optimizer state, each buffer     (engine.optimizer_shards)
     rank r's 16-bit (compute-format) params   (engine.compute_params: full buffer, or the shard at stage 3)
+    the step count t, the loss scaler's state and its decision (skipped or not), the clipped norm
     the trace: every collective call, and every event rank r sent (so its bytes sent)
     rank r's ledger timeline and its report (bytes live and peak, by kind and in total; bytes sent by collective)
 
@@ -32,6 +34,7 @@ import numpy as np
 
 from harness import main
 from zerosim import Cluster, MLP, ZeroEngine, get_optimizer
+from zerosim.cluster import GradClip, LossScaleUpdate
 from zerosim.cluster.report import gather_reports, local_reports
 from zerosim.models import make_classification, make_regression
 from zerosim.precision import get_precision
@@ -53,22 +56,26 @@ class Config:
     optimizer: str
     checkpoint: bool
     widths: tuple
-    average: str = "avg"
-    loss_scale: float = 1.0
+    reduction: str = "seeds"
+    loss_scale: float | str = 1.0
     activation: str = "relu"
     task: str = "regression"
+    scale_options: tuple = ()  # the dynamic scaler's options, e.g. (("growth_interval", 2),)
+    inject: tuple = ()  # steps at which one rank's micro-batch overflows fp16 (rank step % N: a huge target)
+    clip_grad: float | None = None
+    allreduce: str = "ring"
 
     def __str__(self) -> str:
-        extras = "".join(
-            f" {k}={getattr(self, k)}" for k, default in (("average", "avg"), ("loss_scale", 1.0), ("activation", "relu"), ("task", "regression"))
-            if getattr(self, k) != default
-        )
+        defaults = (("reduction", "seeds"), ("loss_scale", 1.0), ("activation", "relu"), ("task", "regression"),
+                    ("scale_options", ()), ("inject", ()), ("clip_grad", None), ("allreduce", "ring"))
+        extras = "".join(f" {k}={getattr(self, k)}" for k, default in defaults if getattr(self, k) != default)
         return (f"stage {self.stage} {self.precision} {self.optimizer} {'checkpoint' if self.checkpoint else 'no-checkpoint'} "
                 f"MLP{list(self.widths)}{extras}")
 
     @property
     def policy(self):
-        return get_precision(self.precision).with_(average=self.average, loss_scale=self.loss_scale)
+        return get_precision(self.precision).with_(reduction=self.reduction, loss_scale=self.loss_scale,
+                                                   loss_scale_options=self.scale_options, allreduce=self.allreduce)
 
 
 def configs() -> list:
@@ -80,11 +87,23 @@ def configs() -> list:
                 for checkpoint in (False, True):
                     widths = WIDTHS[(stage + k + checkpoint) % len(WIDTHS)]
                     grid.append(Config(stage, precision, optimizer, checkpoint, tuple(widths)))
+    torch2, deepspeed2 = (("growth_interval", 2),), (("scale_window", 2), ("hysteresis", 1))  # grow within three steps
     variants = [
-        Config(1, "bf16-mixed", "adam", False, (6, 5, 3), average="avg_predivide"),  # DeepSpeed ZeRO-1/2's averaging
-        Config(2, "fp16-mixed", "adam", True, (4, 3, 3, 2), average="avg_premul", loss_scale=1024.0),  # NCCL avg + loss scale
+        Config(1, "bf16-mixed", "adam", False, (6, 5, 3), reduction="deepspeed-zero12"),  # DeepSpeed ZeRO-1/2's recipe
+        Config(2, "fp16-mixed", "adam", True, (4, 3, 3, 2), reduction="fsdp2", loss_scale=1024.0),  # FSDP2's split division
+        Config(0, "fp16-mixed", "adam", False, (6, 5, 3), reduction="ddp", allreduce="nccl"),  # DDP, NCCL's chunk map
         Config(3, "bf16-mixed", "adan", True, (6, 5, 3), activation="gelu"),
         Config(3, "fp16-mixed", "adam", False, (4, 3, 3, 2), task="classification"),
+        # dynamic loss scaling: one rank's micro-batch overflows at the injected steps; every rank must skip
+        Config(0, "fp16-mixed", "adam", False, (6, 5, 3), loss_scale="torch", scale_options=torch2, inject=(2,)),
+        Config(1, "fp16-mixed", "adan", True, (4, 3, 3, 2), loss_scale="deepspeed", scale_options=deepspeed2, inject=(1, 3)),
+        Config(2, "fp16-mixed", "adam", False, (6, 5, 3), loss_scale="deepspeed", reduction="deepspeed-zero12", inject=(2,)),
+        Config(3, "fp16-mixed", "adam", True, (4, 3, 3, 2), loss_scale="torch", scale_options=torch2, inject=(1,),
+               reduction="fsdp2", clip_grad=0.05),
+        # clipping by the global norm over the shards
+        Config(0, "bf16-mixed", "adam", False, (6, 5, 3), clip_grad=0.05),
+        Config(1, "fp32", "adan", False, (4, 3, 3, 2), clip_grad=0.5),
+        Config(2, "fp16-mixed", "adam", True, (6, 5, 3), clip_grad=0.05, loss_scale=256.0),
     ]
     return grid + variants
 
@@ -95,12 +114,19 @@ def build(config: Config, n: int, seed: int):
     model = MLP(list(config.widths), activation=config.activation, loss="xent" if config.task == "classification" else "mse")
     params = model.init_params(np.random.default_rng([seed, n, 1]))
     make = make_classification if config.task == "classification" else make_regression
-    return model, params, make(rng, STEPS * n, BATCH, list(config.widths))
+    data = make(rng, STEPS * n, BATCH, list(config.widths))
+    for step in config.inject:  # one rank's target far beyond fp16: its scaled gradient overflows, the others' do not
+        x, t = data[(step - 1) * n + step % n]
+        t = t.copy()
+        t[0, 0] = 6e4
+        data[(step - 1) * n + step % n] = (x, t)
+    return model, params, data
 
 
 def engine_on(cluster, model, params, config: Config) -> ZeroEngine:
     optimizer = get_optimizer(config.optimizer, **OPTIMIZERS[config.optimizer])
-    return ZeroEngine(model, cluster, config.stage, optimizer, config.policy, checkpoint=config.checkpoint, params=params)
+    return ZeroEngine(model, cluster, config.stage, optimizer, config.policy, checkpoint=config.checkpoint, params=params,
+                      clip_grad=config.clip_grad)
 
 
 def train_and_compare(h, config: Config, seed: int) -> None:
@@ -121,11 +147,21 @@ def train_and_compare(h, config: Config, seed: int) -> None:
         h.check(f"{name}: optimizer state shard", got_engine.optimizer_shards()[0], want_engine.optimizer_shards()[r])
         h.check(f"{name}: compute-format params", got_engine.compute_params(0), want_engine.compute_params(r))
         h.check(f"{name}: step count", got_engine.t, want_engine.t)
+        h.check(f"{name}: loss scaler state", got_engine.scaler.state_dict(), want_engine.scaler.state_dict())
+        h.check(f"{name}: scaler decisions and clipped norms", _decisions(mpi), _decisions(sim))
         h.check_same_rank_state(name, mpi, sim)
+    if config.inject and config.loss_scale in ("torch", "deepspeed"):  # the injected overflows did make every rank skip
+        skipped = [e.step for e in sim.trace.of_type(LossScaleUpdate) if e.skipped]
+        h.check(f"{config}: the injected overflows were skipped", set(config.inject) <= set(skipped), True)
     if n > 1:
         h.check(f"{config}: rank {r} sent bytes", local_reports(mpi)[0].bytes_sent > 0, True)
     gathered = gather_reports(mpi)  # every process must call it
     h.check(f"{config}: gather_reports on rank 0", gathered, local_reports(sim) if r == 0 else None)
+
+
+def _decisions(cluster) -> list:
+    """The loss scaler's decisions and the clipping norms, as the trace recorded them (the same on every rank)."""
+    return [e for e in cluster.trace.log if isinstance(e, (LossScaleUpdate, GradClip))]
 
 
 def body(h) -> None:

@@ -12,6 +12,9 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
   is caught on every rank before any data moves;
 - `count_nonfinite(array)` / `all_finite(array)`: how many NaN/inf an array holds, read where the
   array lives (the meta backend's arrays hold no values, so none);
+- `read_scalar(array, default)`: the first element of a small array as a Python float on the host (the
+  overflow flag and the gradient norm, as DeepSpeed's `.item()` reads them); `default` where the
+  backend holds no values (`holds_values` False: the meta backend);
 - `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
   so engines refuse a run that cannot fit before allocating any of it.
 
@@ -36,6 +39,7 @@ class Backend(Protocol):
     name: str
     world_size: int
     local_ranks: list  # global indices of the ranks this process hosts
+    holds_values: bool  # False: arrays with shape and dtype only (meta)
 
     def empty(self, shape, dtype) -> np.ndarray: ...
 
@@ -48,6 +52,8 @@ class Backend(Protocol):
     def all_finite(self, array) -> bool: ...
 
     def to_numpy(self, array) -> np.ndarray: ...
+
+    def read_scalar(self, array, default: float) -> float: ...
 
 
 def count_nonfinite(array) -> int:
@@ -78,6 +84,8 @@ def available_bytes() -> int | None:
 class HostArrays:
     """What backends whose arrays live in host memory share (numpy, MPI; CuPy in its default "host" mode)."""
 
+    holds_values = True
+
     def available_bytes(self) -> int | None:
         """Bytes a new allocation can get on this process's host (None: unknown)."""
         return available_bytes()
@@ -87,3 +95,7 @@ class HostArrays:
 
     def all_finite(self, array) -> bool:
         return self.count_nonfinite(array) == 0
+
+    def read_scalar(self, array, default: float) -> float:
+        """The first element of `array`, on the host, as a Python float (`default` is for data-less backends)."""
+        return float(np.asarray(self.to_numpy(array), dtype=np.float64).reshape(-1)[0])

@@ -22,7 +22,7 @@ import numpy as np
 
 from zerosim.checkpoint.files import CheckpointError, read_checked, read_tensors
 from zerosim.checkpoint.manifest import check_model, read_manifest
-from zerosim.precision import MixedPrecision, get_precision
+from zerosim.precision import MixedPrecision, get_precision, loss_scaler_from_state_dict
 
 
 @dataclass
@@ -41,7 +41,21 @@ class SavedState:
 
     @property
     def precision(self) -> MixedPrecision:
-        return MixedPrecision(**self.manifest["precision"])
+        return policy_from_manifest(self.manifest["precision"], os.path.join(self.folder, "manifest.json"))
+
+    @property
+    def iteration(self) -> int:
+        """Calls of `step` run (skipped steps included); t for a checkpoint that did not record it."""
+        return int(self.manifest.get("iteration", self.t))
+
+    def loss_scaler(self, policy):
+        """The saved loss scaler, in its saved state (a static scale is the policy's own)."""
+        saved = self.manifest.get("loss_scaler") or {}
+        fresh = policy.make_scaler()
+        if saved.get("kind") != fresh.kind:
+            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is {saved.get('kind')!r}, "
+                                  f"but its precision policy names {fresh.kind!r}")
+        return fresh if fresh.kind == "static" else loss_scaler_from_state_dict(saved)
 
     def _whole(self, name: str, sharded: bool) -> np.ndarray:
         m = self.manifest
@@ -63,6 +77,20 @@ class SavedState:
         """{state name: (P,) update format}."""
         names = [k[len("optim."):] for k in self.files[0] if k.startswith("optim.")]
         return {k: self._whole(f"optim.{k}", sharded=self.manifest["stage"] >= 1) for k in names}
+
+
+def policy_from_manifest(fields: dict, where: str) -> MixedPrecision:
+    """The saved precision policy. A manifest written before the gradient recipes had names holds an `average`
+    ("avg" is today's "seeds", unscaled by dividing as it then was); other averages have no recipe to resume."""
+    fields = dict(fields)
+    if "average" in fields:
+        average = fields.pop("average")
+        if average != "avg":
+            raise CheckpointError(f"{where}: saved with averaging {average!r}, which zerosim now offers only as the named "
+                                  f"recipes of docs/recipes.md; its gradients would not reduce the same way")
+        fields.setdefault("reduction", "seeds")
+        fields.setdefault("unscale", "divide")
+    return MixedPrecision(**fields)
 
 
 def resolve(directory: str, tag: str | None = None) -> str:
@@ -103,14 +131,15 @@ def read_state(directory: str, model=None, tag: str | None = None) -> SavedState
 
 def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = None, precision=None,
          expect_stage: int | None = None, tag: str | None = None, accumulation_steps: int | None = None,
-         checkpoint: bool = False):
+         checkpoint: bool = False, clip_grad: float | None = None):
     """A `ZeroEngine` on `cluster` holding the saved state, at `stage` (default: the saved one).
 
     optimizer: default the saved one (name and hyperparameters); another optimizer of the same kind may
         change hyperparameters (a new lr on resume); another kind is refused (its state differs).
     precision: must be the saved policy if given (a check: states cannot change format on load).
     expect_stage: refuse a checkpoint saved at another stage (`stage` itself may differ: that reshards).
-    accumulation_steps, checkpoint: as for `ZeroEngine` (run settings, not state; default the saved K).
+    accumulation_steps, checkpoint, clip_grad: as for `ZeroEngine` (run settings, not state; default the saved K).
+    The loss scaler resumes in its saved state, and the iteration count with it.
     """
     from zerosim.optim import get_optimizer
     from zerosim.zero.engine import ZeroEngine
@@ -138,11 +167,13 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         params = GivenStates({r.index: state.files[r.index] for r in cluster.ranks})
     else:
         params = FILLED_LATER  # every state allocated unwritten; put_state cuts the whole vectors anew
+    scaler = state.loss_scaler(saved_policy)  # checked before anything is built
     engine = ZeroEngine(model, cluster, stage, optimizer, saved_policy, params=params,
-                        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint)
+                        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint,
+                        clip_grad=clip_grad)
     if params is FILLED_LATER:
         put_state(engine, state)
-    engine.t = state.t
+    engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
     return engine
 
 

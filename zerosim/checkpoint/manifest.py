@@ -10,9 +10,12 @@ engine.py, `save_checkpoint` / `load_checkpoint`), so an interrupted save never 
 `latest` names. Manifest fields: format and version; the model (class, parameter count, every layer's
 window and every parameter's name and shape — a checkpoint of another model is refused); stage and
 world size; the flat layout (P, s, padded length, padding, each rank's region); the precision policy
-(its fields: compute, master, reduce, loss scale, averaging, rounding, seed, grad_accum); the optimizer
-(name, hyperparameters) and its step t; the loss scaler's state (static: the policy's scale); the
-stochastic-rounding counter (draws are a hash of (seed, step, element), so the seed and t resume them);
+(its fields: compute, master, reduce, loss scale and its options, unscaling, the gradient recipe, the
+all-reduce's chunk map, rounding, seed, grad_accum); the optimizer (name, hyperparameters) and its step
+t, and the iterations run (skipped steps count there, not in t); the loss scaler's state (its
+`state_dict`: a dynamic scaler's current scale and counters, so a resumed run scales as the
+uninterrupted one would); the stochastic-rounding counter (draws are a hash of (seed, step, element),
+so the seed and t resume them);
 and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format.
 """
 
@@ -57,8 +60,9 @@ def make_manifest(engine, files: list) -> dict:
                    "padding": layout.padded - layout.num_params, "regions": [[r.start, r.stop] for r in regions]},
         "precision": dataclasses.asdict(p),
         "optimizer": {**optimizer_spec(engine.optimizer), "step": engine.t},
+        "iteration": engine.iteration,
         "accumulation_steps": engine.accumulation_steps,
-        "loss_scaler": {"kind": "static", "scale": p.loss_scale},
+        "loss_scaler": engine.scaler.state_dict(),
         "stochastic_rounding": {"seed": p.seed, "next_step": engine.t + 1},
         "files": files,
     }

@@ -28,13 +28,14 @@ def rank_tensors(rank) -> dict:
 
 
 def save(engine, directory: str, tag: str | None = None) -> str:
-    """Save `engine`'s state under DIR/<tag> (default f"step{t:06d}") and point DIR/latest at it.
+    """Save `engine`'s state under DIR/<tag> (default f"step{iteration:06d}": calls of `step`, which are the
+    optimizer steps t unless the loss scaler skipped some) and point DIR/latest at it.
 
     Refuses, before writing anything, a tag that already exists. Returns the checkpoint's folder.
     Collective under MPI: every process calls it.
     """
     cluster = engine.cluster
-    tag = f"step{engine.t:06d}" if tag is None else str(tag)
+    tag = f"step{engine.iteration:06d}" if tag is None else str(tag)
     if not tag or os.sep in tag or tag in (".", "..", "latest"):
         raise ValueError(f"a checkpoint tag is a plain folder name, got {tag!r}")
     folder = os.path.join(directory, tag)

@@ -18,6 +18,7 @@ import sys
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
 from zerosim.cli import checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, replay_cmd, timeline_cmd, train_cmd
+from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd, "checkpoint": checkpoint_cmd,
             "exercise": exercise_cmd, "timeline": timeline_cmd}
@@ -60,7 +61,8 @@ def _run(args) -> int:
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, MemoryError, BackendUnavailable) as e:
+    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, MemoryError, BackendUnavailable,
+            LossScaleAtMinimum) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
             from zerosim.backends.mpi_failure import abort_job
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.precision import PRESETS
+from zerosim.precision import LOSS_SCALERS, PRESETS
 from zerosim.reference.replay import replay
 from zerosim.reference.replay_text import narrate
 
@@ -22,11 +22,20 @@ def add_arguments(p) -> None:
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
     p.add_argument("--steps", type=int, default=1, help="training steps on the same two samples (default 1)")
     p.add_argument("--no-checkpoint", action="store_true", help="keep activations instead of recomputing them")
+    p.add_argument("--loss-scale", default=None, metavar="S",
+                   help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, deepspeed): "
+                        "narrates the scaled and unscaled gradients, and a skipped step on overflow")
     p.add_argument("--json", action="store_true", help="print the same values as JSON")
 
 
 def run(args) -> int:
+    scale = args.loss_scale
+    if scale is not None and scale.lower() not in LOSS_SCALERS:
+        try:
+            scale = float(scale)
+        except ValueError:
+            raise ValueError(f"--loss-scale takes a number > 0 or one of {', '.join(LOSS_SCALERS)}, got {scale!r}") from None
     result = replay(stage=args.stage, precision=args.precision, lr=args.lr, steps=args.steps, checkpoint=not args.no_checkpoint,
-                    show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50)
+                    show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50, loss_scale=scale)
     print(json.dumps(result, indent=1) if args.json else narrate(result))
     return 0

@@ -90,6 +90,7 @@ def add_arguments(p) -> None:
         g.add_argument(flag, type=int, default=None, help=f"with --model gpt: {what}")
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
                    help="with --model gpt: keep P, rebuild it from Q and K, or tile it away (default standard)")
+    add_precision_arguments(p)
 
 
 def run(args) -> int:
@@ -119,11 +120,13 @@ def run(args) -> int:
     precision = get_precision(args.precision)
     if args.grad_accum == "fp32":
         precision = precision.with_(grad_accum="fp32")
+    precision = precision_from_arguments(args, precision)
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
-                         save=args.save, save_every=args.save_every, resume=args.resume, **gpt_options(args))
+                         save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
+                         **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
     first = [1]
@@ -137,15 +140,16 @@ def run(args) -> int:
                     if config.model == "gpt" else f"MLP {widths}")
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {args.stage}, "
                   f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}"
+                  + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
     bar = progress(total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty())
 
-    def on_step(step, mean):
+    def on_step(step, mean, info):
         bar.update(1)
         bar.set_postfix(loss=f"{mean:.6g}")
-        if talk and not args.json and (step % args.print_every == 0 or step == first[0] or step == args.steps):
-            line = f"step {step:>5}  loss {mean!r}"
+        if talk and not args.json and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped):
+            line = f"step {step:>5}  loss {mean!r}" + step_note(precision, info)
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at
@@ -158,8 +162,12 @@ def run(args) -> int:
     if talk:
         if args.json:
             gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model == "gpt" else {}
-            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt}, indent=1))
+            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
+                              **precision_json(precision, result)}, indent=1))
         else:
+            summary = precision_summary(precision, result)
+            if summary:
+                print(summary)
             print("rank  peak memory (B)  bytes sent")
             for s in result.ranks:
                 print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}")
@@ -172,3 +180,95 @@ def _is_rank_zero(backend: str) -> bool:
     from zerosim.backends.launch import world_rank_from_environment
 
     return world_rank_from_environment() == 0
+
+
+# -- loss scaling, clipping and the gradient recipe (issue 11): parsed here, done by the library ----------------
+def add_precision_arguments(p) -> None:
+    from zerosim.precision.policy import ALLREDUCES, REDUCTIONS
+
+    p.add_argument("--loss-scale", default=None, metavar="S",
+                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) or "
+                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: the preset's, 1)")
+    p.add_argument("--scale-window", type=int, default=None, metavar="N",
+                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, deepspeed scale_window 1000)")
+    p.add_argument("--clip-grad", type=float, default=None, metavar="MAX_NORM",
+                   help="clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_)")
+    p.add_argument("--reduction", choices=REDUCTIONS, default=None,
+                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), fsdp2 (stages 2/3)")
+    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring (default) or nccl")
+
+
+def precision_from_arguments(args, precision):
+    """The preset with --loss-scale, --scale-window, --reduction and --allreduce applied (the policy checks them)."""
+    changes = {}
+    if args.loss_scale is not None:
+        scale = args.loss_scale
+        try:
+            scale = float(scale)
+        except ValueError:
+            pass
+        changes["loss_scale"] = scale
+    if args.scale_window is not None:
+        kind = changes.get("loss_scale", precision.loss_scale)
+        if not isinstance(kind, str):
+            raise ValueError("--scale-window needs a dynamic --loss-scale (torch, dynamic or deepspeed)")
+        changes["loss_scale_options"] = {"scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window}
+    if args.reduction is not None:
+        changes["reduction"] = args.reduction
+    if args.allreduce is not None:
+        changes["allreduce"] = args.allreduce
+    if args.clip_grad is not None and not (math.isfinite(args.clip_grad) and args.clip_grad > 0):
+        raise ValueError(f"--clip-grad must be a finite number > 0, got {args.clip_grad}")
+    return precision.with_(**changes) if changes else precision
+
+
+def describe_precision_options(args, precision) -> str:
+    """The header's words for the options above, when they are not the defaults."""
+    words = []
+    if precision.dynamic:
+        words.append(f"dynamic loss scale ({_scaler_name(precision)}, from {precision.make_scaler().scale:g})")
+    elif precision.loss_scale != 1:
+        words.append(f"loss scale {precision.loss_scale:g}")
+    if precision.reduction != "seeds":
+        words.append(f"reduction {precision.reduction}")
+    if precision.allreduce != "ring":
+        words.append(f"{precision.allreduce} all-reduce")
+    if args.clip_grad is not None:
+        words.append(f"clip grad norm {args.clip_grad:g}")
+    return "".join(", " + w for w in words)
+
+
+def _scaler_name(precision) -> str:
+    kind = precision.make_scaler().kind
+    return {"torch": "torch's GradScaler", "deepspeed": "DeepSpeed's DynamicLossScaler"}.get(kind, kind)
+
+
+def step_note(precision, info) -> str:
+    """What a step line adds: the scale it used (dynamic scaling), a skip, the gradient norm (clipping)."""
+    note = f"  scale {info.scale:g}" if precision.dynamic else ""
+    if info.skipped:
+        note += "  skipped (inf/NaN gradient; the scale backs off)"
+    elif info.norm is not None:
+        note += f"  grad norm {info.norm!r}"
+    return note
+
+
+def precision_summary(precision, result) -> str:
+    """After the run: the loss scale at the start and the end, and every skipped step."""
+    if not precision.dynamic and not result.skipped:
+        return ""
+    scales = result.scales
+    skipped = ", ".join(map(str, result.skipped)) or "none"
+    return (f"loss scale ({_scaler_name(precision)}): {scales[0]:g} at step {result.first_step}, "
+            f"{scales[-1]:g} at step {result.first_step + len(scales) - 1}; "
+            f"skipped {len(result.skipped)} of {len(scales)} steps: {skipped}")
+
+
+def precision_json(precision, result) -> dict:
+    """--json's extra fields, present only when they say something."""
+    out = {}
+    if precision.dynamic:
+        out.update(scales=result.scales, skipped=result.skipped)
+    if any(n is not None for n in result.norms):
+        out["grad_norms"] = result.norms
+    return out

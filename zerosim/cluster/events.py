@@ -9,6 +9,8 @@ The engine drives a step layer by layer across every local rank; each thing it d
                  what it was for: gathering a unit's params, reducing its grads, refreshing params ...
     LedgerEvent  one alloc or free in a rank's ledger (defined in ledger.py; the same objects)
     OptimizerStep one rank's update of its region of the flat vector, with the intermediates when kept
+    LossScaleUpdate what the loss scaler decided after the overflow check: skip or not, the scale before/after
+    GradClip     the global gradient norm every rank agreed on, and the coefficient it scaled the gradient by
 
 Letters: N ranks, K micro-steps per step (gradient accumulation), t the optimizer step (1-based).
 Values (activations, gradients, optimizer intermediates) are copied into events only when the
@@ -35,7 +37,7 @@ class Compute:
     """One layer's computation on one rank (or the loss): what the timeline charges to the compute stream."""
 
     rank: int
-    step: int  # the optimizer step this belongs to (1-based: engine.t + 1 while it runs)
+    step: int  # the iteration it belongs to (1-based: engine.iteration + 1 while it runs; t + 1 unless steps were skipped)
     micro: int  # micro-step within the step, 0..K-1
     layer: int  # index into model.layers; -1 for the loss
     name: str  # the layer's name ("fc0", "h.3.attn", "loss")
@@ -67,3 +69,31 @@ class StepBoundary:
     step: int
     what: str
     micro_steps: int  # K
+
+
+@dataclass(frozen=True)
+class LossScaleUpdate:
+    """The loss scaler's decision at the end of a step's backward, the same on every rank (they agreed on
+    `found_inf` through a MAX all-reduce of one flag: `needs`)."""
+
+    step: int  # the iteration (engine.step call, 1-based); skipped iterations take no optimizer step
+    t: int  # optimizer steps taken after this decision (unchanged when skipped)
+    scaler: str  # "torch", "deepspeed" or "static"
+    found_inf: bool  # some rank's reduced gradient held inf or NaN
+    skipped: bool  # the update was skipped: masters, optimizer state, t and the 16-bit params unchanged
+    scale_before: float  # the scale this step's loss was multiplied by
+    scale_after: float  # the scale of the next step
+    message: str = ""  # DeepSpeed's "OVERFLOW! ... Skipping step" line, when it has one
+    needs: tuple = ()  # the Call number(s) of the flag's all-reduce
+
+
+@dataclass(frozen=True)
+class GradClip:
+    """Gradient clipping by global norm: the norm (from a SUM all-reduce of each rank's sum of squares over
+    its shard, `needs`) and the coefficient every rank multiplied its gradient by (1.0: left as it was)."""
+
+    step: int  # the iteration (engine.step call)
+    norm: float  # the global L2 norm of the unscaled, averaged fp32 gradient
+    max_norm: float
+    coef: float  # clamp(max_norm / (norm + 1e-6), max=1)
+    needs: tuple = ()

@@ -79,6 +79,11 @@ def fsdp2_divide_factors(world_size: int, dtype, all_reduce_size: int = 1, facto
     return FSDP2DivideFactors(None, factor, "sum", "sum")  # "Prefer post-multiplying": less data
 
 
+def _as_array(x):
+    """x as an array; one that already is (a data-less meta array too) as given."""
+    return x if hasattr(x, "dtype") and hasattr(x, "astype") else np.asarray(x)
+
+
 def _opmath(fmt):
     """The type torch computes a 16- or 32-bit elementwise op in (at::opmath_type): fp32, or fp64."""
     return np.float64 if fmt.name == "fp64" else np.float32
@@ -90,7 +95,7 @@ def torch_scalar_mul(x: np.ndarray, s: float) -> np.ndarray:
     fmt = format_of(x)
     op = _opmath(fmt)
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN gradients pass through, as on a GPU
-        y = np.asarray(x).astype(op) * cast(np.float64(s), get_format(op))[()]  # product in opmath
+        y = _as_array(x).astype(op) * cast(np.float64(s), get_format(op))[()]  # product in opmath
     return y if fmt.dtype == y.dtype else cast(y, fmt)
 
 
@@ -104,7 +109,7 @@ def torch_scalar_div(x: np.ndarray, d: float, device: str = "cuda") -> np.ndarra
     d_op = cast(np.float64(d), get_format(op))[()]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if device == "cuda":
-            y = np.asarray(x).astype(op) * (op(1) / d_op)  # inv_b = opmath_t(1.0) / b, then MulFunctor
+            y = _as_array(x).astype(op) * (op(1) / d_op)  # inv_b = opmath_t(1.0) / b, then MulFunctor
         else:
-            y = np.asarray(x).astype(op) / d_op
+            y = _as_array(x).astype(op) / d_op
     return y if fmt.dtype == y.dtype else cast(y, fmt)

@@ -21,42 +21,48 @@ from zerosim.collectives.shards import ShardLayout
 from zerosim.precision import cast, format_of, get_format
 
 
-def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring") -> np.ndarray:
-    """The full reduction of `tensors` (one flat array per rank, all N ranks), in the stated order."""
+def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunks=None) -> np.ndarray:
+    """The full reduction of `tensors` (one flat array per rank, all N ranks), in the stated order.
+
+    `chunks`: which rank's chunk each element belongs to, as (c, start, stop) triples covering the
+    array — the sum of chunk c starts at rank c+1 and ends at rank c. Default: the N equal shards of
+    `ShardLayout` (zerosim's reduce-scatter); NCCL's ring all-reduce has its own map
+    (`nccl_ring_allreduce_chunks`)."""
     n = len(tensors)
     reduce_op = get_op(op)
+    is_max = reduce_op.name == "max"
     wire_fmt = get_format(wire) if wire is not None else format_of(tensors[0])
     xs = [reduce_op.pre(np.asarray(t), n, wire_fmt) for t in tensors]
     layout = ShardLayout(xs[0].shape[0], n)
+    if chunks is None:
+        chunks = [(c, *layout.real_bounds(c)) for c in range(n)]
     if order == "float64":
         stacked = np.stack([x.astype(np.float64) for x in xs])
-        total = stacked.max(axis=0) if op == "max" else stacked.sum(axis=0)
-        return reduce_op.post(total, n) if op == "avg" else total
+        total = stacked.max(axis=0) if is_max else stacked.sum(axis=0)
+        return reduce_op.post(total, n) if reduce_op.name == "avg" else total
     if order == "ring-native":
-        return reduce_op.post(_ring_native(xs, layout, reduce_op, wire_fmt), n)
+        return reduce_op.post(_ring_native(xs, layout, reduce_op, wire_fmt, chunks), n)
     if order != "ring":
         raise ValueError(f"unknown order {order!r}; choose 'ring', 'ring-native' or 'float64'")
     out = np.empty(layout.length, dtype=wire_fmt.dtype)
-    for c in range(n):
-        start, stop = layout.real_bounds(c)
+    for c, start, stop in chunks:
         if start == stop:
             continue
         acc = xs[(c + 1) % n][start:stop]
         for k in range(2, n + 1):  # ranks c+2, ..., c+N (= c): the path the partial sum travels
             own = xs[(c + k) % n][start:stop].astype(np.float64)
-            both = np.maximum(acc.astype(np.float64), own) if op == "max" else acc.astype(np.float64) + own
+            both = np.maximum(acc.astype(np.float64), own) if is_max else acc.astype(np.float64) + own
             # exact sum of two wire values, rounded once; fp8 sums saturate (NCCL: ops.py)
-            acc = cast(both, wire_fmt, saturate=op != "max" and saturates(wire_fmt))
+            acc = cast(both, wire_fmt, saturate=not is_max and saturates(wire_fmt))
         out[start:stop] = acc
     return reduce_op.post(out, n)
 
 
-def _ring_native(xs: list, layout, reduce_op, wire_fmt) -> np.ndarray:
+def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks) -> np.ndarray:
     """Chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], NumPy ops in the wire dtype, into one (L,) array."""
     n = len(xs)
     out = np.empty(layout.length, dtype=wire_fmt.dtype)
-    for c in range(n):
-        start, stop = layout.real_bounds(c)
+    for c, start, stop in chunks:
         if start == stop:
             continue
         acc = out[start:stop]

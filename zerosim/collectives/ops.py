@@ -6,6 +6,12 @@
     avg_predivide  DeepSpeed ZeRO-1/2: divide each rank's tensor by N in its own dtype, then sum
     avg_premul     NCCL's ncclAvg (and FSDP): multiply by 1/N rounded to the wire dtype, then sum
 
+A `ReduceOp` may carry its own preparation of each rank's input, in the input's dtype before the cast
+to the wire (`before_wire`) and in the wire dtype after it (`on_wire`): that is how the gradient
+recipes of zero/averaging.py (DDP's and DeepSpeed's divisions, FSDP2's pre-divide) reach the wire,
+while the collectives stay ignorant of ZeRO. Every collective accepts a `ReduceOp` wherever it
+accepts an op's name.
+
 Each rounds where the real system rounds. Products and quotients are formed in float64 and rounded
 once, which is what a correctly rounded hardware multiply/divide gives (float64 holds the exact
 product of two values of <= 24 bits; a float64 quotient rounded again to <= 24 bits is innocuous
@@ -30,6 +36,22 @@ import numpy as np
 from zerosim.precision import Format, cast, get_format
 
 
+def divide_exactly(x: np.ndarray, n: int) -> np.ndarray:
+    """x / n correctly rounded to x's own dtype (avg_predivide)."""
+    return cast(x.astype(np.float64) / n, get_format(x.dtype))
+
+
+def premul_reciprocal(x: np.ndarray, n: int) -> np.ndarray:
+    """NCCL's ncclAvg pre-op: x * fl(1/N) in x's dtype, the scalar rounded double -> float -> dtype as
+    src/enqueue.cc does (`__float2half(float(1.0 / comm->nRanks))`; double stays `1.0 / nRanks`), the
+    product rounded once (`__hmul`)."""
+    fmt = get_format(x.dtype)
+    if fmt.bits == 64:
+        return x * (1.0 / n)
+    scale = cast(np.float64(np.float32(1.0 / n)), fmt).astype(np.float64)
+    return cast(x.astype(np.float64) * scale, fmt)  # the exact product (<= 24 x 24 bits) rounded once
+
+
 @dataclass(frozen=True)
 class ReduceOp:
     """A reduction: how two partial results combine on the ring, and what happens before and after."""
@@ -37,21 +59,21 @@ class ReduceOp:
     name: str
     combine: Callable  # applied hop by hop as combine(received_partial, own_chunk, out=...), rounding to the wire dtype
     description: str
+    before_wire: Callable | None = None  # (x, N) -> x in its own dtype: each rank's input before the cast to the wire
+    on_wire: Callable | None = None  # (x, N) -> x in the wire dtype: after the cast, before the first hop
 
     def pre(self, x: np.ndarray, n: int, wire: Format) -> np.ndarray:
         """Turn one rank's input into what it puts on the wire (in the wire dtype)."""
-        if self.name == "avg_predivide":
-            own = get_format(x.dtype)
-            x = cast(x.astype(np.float64) / n, own)  # divided in the gradient's own dtype
+        if self.before_wire is not None:
+            x = self.before_wire(x, n)
         x = x if x.dtype == wire.dtype else cast(x, wire)
-        if self.name == "avg_premul":
-            scale = cast(1.0 / n, wire).astype(np.float64)  # 1/N rounded to the wire dtype, as NCCL does
-            x = cast(x.astype(np.float64) * scale, wire)
+        if self.on_wire is not None:
+            x = self.on_wire(x, n)
         return x
 
     @property
     def changes_input(self) -> bool:
-        return self.name in ("avg_predivide", "avg_premul")
+        return self.before_wire is not None or self.on_wire is not None
 
     def post(self, y: np.ndarray, n: int) -> np.ndarray:
         """Finish a reduced result: only "avg" does anything, in fp32 (or wider, if the wire is wider)."""
@@ -85,14 +107,17 @@ OPS = {
         ReduceOp("sum", add, "sum, rounded to the wire dtype at every hop"),
         ReduceOp("max", np.maximum, "elementwise maximum"),
         ReduceOp("avg", add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
-        ReduceOp("avg_predivide", add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)"),
-        ReduceOp("avg_premul", add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)"),
+        ReduceOp("avg_predivide", add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)", before_wire=divide_exactly),
+        ReduceOp("avg_premul", add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)", on_wire=premul_reciprocal),
     )
 }
 
 
-def get_op(name: str) -> ReduceOp:
-    """The `ReduceOp` called `name` ("sum", "max", "avg", "avg_predivide", "avg_premul")."""
+def get_op(name: "str | ReduceOp") -> ReduceOp:
+    """The `ReduceOp` called `name` ("sum", "max", "avg", "avg_predivide", "avg_premul"), or `name` itself if it
+    is a `ReduceOp` already (a recipe's own)."""
+    if isinstance(name, ReduceOp):
+        return name
     try:
         return OPS[name]
     except KeyError:

@@ -195,8 +195,8 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     MPI's Reduce_scatter; ZeRO uses this for one layer's window of a sharded flat buffer.
 
     `wire` is the format on the wire (default: the inputs' own); inputs are rounded to it first, and
-    every hop rounds to it. `op` is one of "sum", "max", "avg", "avg_predivide", "avg_premul" (see
-    `zerosim.collectives.ops`). Returns one array per local rank (in the wire dtype, fp32 for "avg");
+    every hop rounds to it. `op` is one of "sum", "max", "avg", "avg_predivide", "avg_premul", or a
+    `ReduceOp` (see `zerosim.collectives.ops`). Returns one array per local rank (in the wire dtype, fp32 for "avg");
     temporary buffers go through each rank's ledger as kind "comm". `out` (one array per local rank,
     of its result's shape, in the wire dtype; not with "avg", whose result is a new fp32 array) receives
     the results in place of new arrays: a ZeRO engine passes its own gradient shard.
@@ -218,7 +218,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     bounds = chunk_bounds(layout, counts)
     if out is not None:
         out = _check_out(cluster, out, [stop - start for start, stop in bounds], wire_fmt, what, reduce_op.name == "avg")
-    call = cluster.trace.begin(_name, op, n, padded, wire_fmt.name, tag)
+    call = cluster.trace.begin(_name, reduce_op.name, n, padded, wire_fmt.name, tag)
     staged, temps = _stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded)
     phase = _phases(cluster)[0]  # the backend's own, the chunk-order shortcut, or the ring
     # NOTE: a 16-bit sum may overflow to inf on the wire, as on a GPU, silently: engines detect it afterwards
@@ -322,7 +322,7 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "", coun
     shape = arrays[0][1].shape
     flat = [a.reshape(-1) for (_, a, _) in arrays]
     reduce_op = get_op(op)
-    summed = reduce_scatter(cluster, flat, op="sum" if op == "avg" else op, wire=wire, tag=tag, counts=counts, _name="all_reduce")
+    summed = reduce_scatter(cluster, flat, op="sum" if reduce_op.name == "avg" else reduce_op, wire=wire, tag=tag, counts=counts, _name="all_reduce")
     full = all_gather(cluster, summed, tag=tag, counts=counts, _name="all_reduce", _length=None if counts is not None else flat[0].shape[0])
     return [reduce_op.post(f, cluster.world_size).reshape(shape) for f in full]
 

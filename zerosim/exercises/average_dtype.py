@@ -70,7 +70,7 @@ def _call(fn, reduced, policy, world_size, micro_steps):
 
 
 def _applies(policy, micro_steps) -> bool:  # the plain average: no loss scale, no accumulation (unscale_once has those)
-    return policy.average == "avg" and micro_steps == 1 and policy.loss_scale == 1
+    return policy.reduction == "seeds" and micro_steps == 1 and policy.loss_scale == 1
 
 
 def check(fn, case) -> None:

@@ -20,8 +20,8 @@ def finish_with(fn, call, applies):
 
     original = averaging.finish
 
-    def finish(reduced, policy, world_size, micro_steps=1):
-        want = original(reduced, policy, world_size, micro_steps)
+    def finish(reduced, policy, world_size, micro_steps=1, scale=None):
+        want = original(reduced, policy, world_size, micro_steps, scale)
         if not applies(policy, micro_steps):
             return want
         got = call(fn, reduced.copy(), policy, world_size, micro_steps)

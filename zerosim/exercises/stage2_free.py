@@ -81,12 +81,12 @@ def _in_engine(fn):
 
         def reduce_scatter(arrays):
             with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
-                return cluster.reduce_scatter(arrays, op=averaging.wire_op(policy), wire=policy.reduce_format,
+                return cluster.reduce_scatter(arrays, op=averaging.reduce_op(policy, cluster.world_size), wire=policy.reduce_format,
                                               counts=layout.counts(layer), tag=f"{engine.model.layers[layer].name} grads")
 
         def add_to_shard(r: int, piece) -> None:
             lo, hi = layout.owned_piece(layer, r)
-            averaging.accumulate(cluster.ranks[r].grads.array[lo:hi], piece, first)
+            averaging.accumulate(cluster.ranks[r].grads.array[lo:hi], averaging.after_reduce(piece, policy, cluster.world_size), first)
 
         fn(held, reduce_scatter, add_to_shard)
         for r, h in enumerate(held):

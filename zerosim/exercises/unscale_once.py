@@ -85,7 +85,7 @@ def _call(fn, reduced, policy, world_size, micro_steps):
 
 
 def _applies(policy, micro_steps) -> bool:
-    return policy.average == "avg"
+    return policy.reduction == "seeds"
 
 
 def check(fn, case) -> None:

@@ -292,7 +292,7 @@ def unscale(g32: np.ndarray, scale: float, how: str = "reciprocal") -> np.ndarra
     if how not in UNSCALE_HOWS:
         raise ValueError(f"unknown unscale method {how!r}; choose one of {UNSCALE_HOWS}")
     scale = _positive(scale, "scale")
-    g = np.asarray(g32)
+    g = g32 if hasattr(g32, "dtype") else np.asarray(g32)  # as given: a data-less (meta) array stays one
     if g.dtype not in (np.float32, np.float64):
         raise ValueError(f"unscale works on fp32 gradients (torch refuses fp16: 'Attempting to unscale FP16 "
                          f"gradients'); got {g.dtype}")

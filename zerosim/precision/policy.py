@@ -3,9 +3,14 @@
     compute    params, activations and gradients in forward/backward (fp16/bf16/fp32)
     master     the optimizer's copy of the weights (fp32), or None: updates land on the compute copy
     reduce     the format gradients travel in during reduction (None: the compute format)
-    loss_scale multiply the loss by S before backward, divide the fp32 gradient by S after (fp16's
-               underflow fix, seed 002); 1.0 turns it off. NOTE: use a power of two, as AMP's scalers
-               do: then scaling is exact; any other S adds a rounding (the product is formed in fp32)
+    loss_scale multiply the loss by S before backward, unscale the fp32 gradient after (fp16's underflow
+               fix, seed 002). A number is a static S (1.0 turns it off; an overflow raises
+               FloatingPointError); "torch" (= "dynamic") is PyTorch's GradScaler and "deepspeed" DeepSpeed's
+               DynamicLossScaler: S changes from step to step and an overflow skips the step
+               (precision/loss_scaling.py; `loss_scale_options` go to the scaler, e.g. growth_interval).
+               NOTE: use a power of two, as AMP's scalers do: then scaling is exact; any other S adds a rounding
+    unscale    how the fp32 gradient is unscaled: "reciprocal" multiplies by fl32(1/S), as torch's
+               GradScaler and DeepSpeed do; "divide" divides by S (the two differ when S is no power of two)
     rounding   how the updated weights are rounded into the compute format: "nearest", or "stochastic"
                (unbiased: a too-small update still moves a weight with the right probability, the
                standard remedy for pure 16-bit training); draws come from `counter_uniforms(seed, ...)`
@@ -13,21 +18,29 @@
                None (default) keeps them in the compute format (a rank's own gradients, stages 0/1)
                or the wire format (the reduced shard, stages 2/3); "fp32" accumulates in fp32, as
                DeepSpeed's `data_types.grad_accum_dtype` and Megatron-LM's fp32 `main_grad` do
-    average    how the N local gradients become one: "avg" sums on the wire and divides by N in fp32
-               after the cast (the seeds' protocol), "avg_predivide" divides by N in the gradient dtype
-               first (DeepSpeed ZeRO-1/2), "avg_premul" multiplies by 1/N in the wire dtype (NCCL avg, FSDP)
+    reduction  the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
+               the code it follows (zero/averaging.py, docs/recipes.md): "seeds" sums on the wire and divides
+               by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
+               (stages 1/2), "fsdp2" (stages 2/3): what DistributedDataParallel, DeepSpeed ZeRO-1/2 and FSDP2 do
+    allreduce  the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then all-gather over the N
+               shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map, one channel:
+               collectives/nccl_allreduce.py), which is what DDP's ncclAllReduce does
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 from zerosim.precision.cast import cast
 from zerosim.precision.counter_random import counter_uniforms
 from zerosim.precision.formats import Format, get_format
+from zerosim.precision.loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 
-AVERAGES = ("avg", "avg_predivide", "avg_premul")
+# what each name means is written in zerosim/zero/averaging.py (RECIPES), the one place; listed here to check input
+REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "fsdp2")
+ALLREDUCES = ("ring", "nccl")
 
 
 @dataclass(frozen=True)
@@ -41,8 +54,11 @@ class MixedPrecision:
     compute: str = "fp16"  # forward/backward format
     master: str | None = "fp32"  # None = "pure": no master copy, the lost-update lesson
     reduce: str | None = None  # wire format for gradients; None = compute
-    loss_scale: float = 1.0  # static loss scale S (1.0: off)
-    average: str = "avg"  # see module docstring
+    loss_scale: float | str = 1.0  # a static S (1.0: off), or "torch" / "dynamic" / "deepspeed"
+    loss_scale_options: tuple = ()  # ((name, value), ...) for the scaler, e.g. (("growth_interval", 100),)
+    unscale: str = "reciprocal"  # or "divide"
+    reduction: str = "seeds"  # the gradient recipe, see module docstring
+    allreduce: str = "ring"  # or "nccl": the all-reduce's chunk map
     rounding: str = "nearest"  # of the updated weights into the compute format; or "stochastic"
     seed: int = 0  # for stochastic rounding's counter-based draws
     grad_accum: str | None = None  # accumulation format across micro-steps (None: compute / wire; or "fp32")
@@ -53,16 +69,51 @@ class MixedPrecision:
             raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; use fp32 or None")
         if self.reduce is not None:
             get_format(self.reduce)
-        if not (self.loss_scale > 0 and math.isfinite(self.loss_scale)):
-            raise ValueError(f"loss_scale must be a positive finite number, got {self.loss_scale}")
+        self._check_loss_scale()
+        if self.unscale not in UNSCALE_HOWS:
+            raise ValueError(f"unknown unscale {self.unscale!r}; choose one of {UNSCALE_HOWS}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if self.average not in AVERAGES:
-            raise ValueError(f"unknown averaging {self.average!r}; choose one of {AVERAGES}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"unknown reduction recipe {self.reduction!r}; choose one of {REDUCTIONS}")
+        if self.allreduce not in ALLREDUCES:
+            raise ValueError(f"unknown allreduce {self.allreduce!r}; choose one of {ALLREDUCES}")
         if self.grad_accum is not None and get_format(self.grad_accum).bits < get_format(self.compute).bits:
             raise ValueError(f"grad_accum {self.grad_accum} is narrower than the compute format {self.compute}; use None or fp32")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
+
+    def _check_loss_scale(self) -> None:
+        """A number > 0 or a scaler's name, with options the scaler accepts; options kept as sorted pairs
+        (a dict, or the lists a JSON manifest gives back, become a tuple: policies compare equal)."""
+        s, opts = self.loss_scale, self.loss_scale_options
+        if isinstance(s, str):
+            if s.lower() not in LOSS_SCALERS:
+                raise ValueError(f"unknown loss_scale {s!r}; give a number > 0 or one of {', '.join(LOSS_SCALERS)}")
+            object.__setattr__(self, "loss_scale", s.lower())
+        elif isinstance(s, bool) or not isinstance(s, numbers.Real) or not (s > 0 and math.isfinite(s)):
+            raise ValueError(f"loss_scale must be a positive finite number or a scaler's name, got {s!r}")
+        else:
+            object.__setattr__(self, "loss_scale", float(s))
+        pairs = opts.items() if isinstance(opts, dict) else opts
+        try:
+            pairs = tuple(sorted((str(k), v) for k, v in pairs))
+        except (TypeError, ValueError):
+            raise ValueError(f"loss_scale_options must be name/value pairs or a dict, got {opts!r}") from None
+        object.__setattr__(self, "loss_scale_options", pairs)
+        try:
+            self.make_scaler()  # the scaler checks its own options
+        except TypeError as e:
+            raise ValueError(f"loss_scale_options {dict(pairs)} do not fit loss scale {self.loss_scale!r}: {e}") from None
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the loss scale changes from step to step (a named scaler), so an overflow skips the step."""
+        return isinstance(self.loss_scale, str)
+
+    def make_scaler(self):
+        """A fresh loss scaler for this policy (precision/loss_scaling.py): static, torch's or DeepSpeed's."""
+        return get_loss_scaler(self.loss_scale, **dict(self.loss_scale_options))
 
     @property
     def compute_format(self) -> Format:

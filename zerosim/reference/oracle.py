@@ -2,11 +2,13 @@
 
 One device runs each micro-batch's forward/backward the same way the ranks do (the same schedule of
 ops, models/schedule.py), reduces the N gradients with the naive twin in the ring's order and dtypes
-(`naive_reduce(order="ring")`, which shares no code with the ring or the engines' sharding),
-accumulates, averages and unscales with the same definitions the engines use (zero/averaging.py: the
-one place they are written), and runs the same optimizer over the whole flat vector. Because the
-optimizers are elementwise and the reduction order is the ring's, the fp32 masters, optimizer states
-and 16-bit params equal every stage's exactly.
+(`naive_reduce(order="ring")`, which shares no code with the ring or the engines' sharding; NCCL's
+all-reduce chunk map with allreduce="nccl"), accumulates, averages and unscales with the same
+definitions the engines use (zero/averaging.py: the one place they are written, the policy's recipe
+included), skips the steps its own loss scaler skips (an inf or NaN anywhere in the reduced gradient),
+clips by the global norm summed over the same N shards in the same order (zero/clipping.py), and runs
+the same optimizer over the whole flat vector. Because the optimizers are elementwise and the reduction
+order is the ring's, the fp32 masters, optimizer states and 16-bit params equal every stage's exactly.
 
 `Reference.float64(...)` is the second check: the same micro-batches in float64 end to end, no
 rounding to speak of, to measure how far low precision drifts.
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives import ShardLayout, naive_reduce
+from zerosim.collectives import ShardLayout, naive_reduce, nccl_ring_allreduce_chunks
 from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
-from zerosim.zero import averaging
+from zerosim.zero import averaging, clipping
+from zerosim.zero.step_checks import skips_steps
 
 
 class Reference:
@@ -36,13 +39,19 @@ class Reference:
             gradients are accumulated locally, then reduced once; True (stages 2/3): the N gradients
             of each micro-step are reduced, and the reduced results accumulated. In 16-bit formats the
             two orders give different bits (tests/test_accumulation.py shows by how much).
-        reduction: "ring" (default): each add formed exactly in float64 and rounded once to the wire
-            format — code that shares nothing with the engines' ring; "ring-native": the same adds by NumPy
-            in the wire dtype, the same bits and faster (the speed yardstick in benchmarks/engine.py).
+        order: how the naive twin adds, in the ring's order: "ring" (default): each add formed exactly in
+            float64 and rounded once to the wire format — code that shares nothing with the engines' ring;
+            "ring-native": the same adds by NumPy in the wire dtype, the same bits and faster (the speed
+            yardstick in benchmarks/engine.py). (Which recipe reduces is the policy's `reduction`.)
+        clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
+
+    `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
+    clipped step.
     """
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
-                 accumulation_steps: int = 1, reduce_every_micro_step: bool = False, reduction: str = "ring"):
+                 accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
+                 clip_grad: float | None = None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -55,9 +64,10 @@ class Reference:
         self.precision = get_precision(precision)
         self.world_size, self.accumulation_steps = world_size, accumulation_steps
         self.reduce_every_micro_step = reduce_every_micro_step
-        if reduction not in ("ring", "ring-native"):
-            raise ValueError(f"reduction must be 'ring' or 'ring-native', got {reduction!r}")
-        self.reduction = reduction
+        if order not in ("ring", "ring-native"):
+            raise ValueError(f"order must be 'ring' or 'ring-native', got {order!r}")
+        self.order = order
+        self.clip_grad = clipping.check_max_norm(clip_grad)
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -68,7 +78,9 @@ class Reference:
         self.master_buf = cast(wide, p.master_format) if p.master_format is not None else None  # (N*s,) fp32
         upd = p.update_format.dtype
         self.state = {k: np.zeros(self.padded, dtype=upd) for k in optimizer.state_names}
-        self.t = 0
+        self.t = 0  # optimizer steps taken (skipped steps take none)
+        self.scaler = p.make_scaler()
+        self.decisions, self.norms = [], []
 
     @classmethod
     def float64(cls, model, optimizer, world_size: int = 1, params=None, accumulation_steps: int = 1) -> "Reference":
@@ -88,17 +100,24 @@ class Reference:
                     grad[s.offset : s.offset + s.size] = np.asarray(grads[s.name]).reshape(-1)
 
         loss = forward_backward(self.model, x, target, self.precision.compute_format, self.layer_params,
-                                on_grads=keep, loss_scale=self.precision.loss_scale)
+                                on_grads=keep, loss_scale=self.scaler.scale)
         return loss, grad
 
     def _reduce(self, grads: list) -> np.ndarray:
-        """N flat gradients -> their reduction in the ring's order and wire format (no averaging yet)."""
-        p = self.precision
-        return naive_reduce(grads, op=averaging.wire_op(p), wire=p.reduce_format, order=self.reduction)
+        """N flat gradients -> their reduction in the ring's order and wire format, as the recipe keeps it
+        (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
+        p, n = self.precision, len(grads)
+        chunks = None
+        if p.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them; the padding stays 0
+            real = self.model.num_params
+            loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
+            chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
+        reduced = naive_reduce(grads, op=averaging.reduce_op(p, n), wire=p.reduce_format, order=self.order, chunks=chunks)
+        return averaging.after_reduce(reduced, p, n)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
-        return averaging.finish(self._reduce(grads), self.precision, len(grads))
+        return averaging.finish(self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale)
 
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
@@ -110,6 +129,36 @@ class Reference:
         if any(len(m) != K for m in micro):
             raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
         losses = [[] for _ in range(N)]
+        with np.errstate(over="ignore", invalid="ignore"):  # NOTE: overflow is silent, as on a GPU; found below
+            acc = self._accumulate(micro, losses, K, N, p)
+            reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
+        found = not np.all(np.isfinite(reduced.astype(np.float64)))
+        if skips_steps(self.scaler):
+            decision = self.scaler.update(found)  # the engines' flag, seen whole
+            self.decisions.append(decision)
+            if decision.skip:
+                return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
+        elif found:
+            raise FloatingPointError("reduced gradient contains NaN or inf; no state was changed")
+        else:
+            self.decisions.append(self.scaler.update(False))
+        g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before)
+        if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
+            total = naive_reduce(clipping.shard_partials(g, N), op="sum", order="ring")
+            self.norms.append(clipping.norm_of(total))
+            clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
+        self.t += 1
+        w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
+        if self.optimizer.elementwise:
+            self.optimizer.step(w, g, self.state, self.t)
+        else:  # Muon: each parameter as a whole matrix
+            step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
+        self.params = p.round_weights(w, self.t, 0)
+        return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
+
+    def _accumulate(self, micro, losses, K: int, N: int, p):
+        """The K micro-steps of N ranks: forward/backward, then each rank's own accumulation (stages 0/1) or the
+        reduction of every micro-step and its accumulation (stages 2/3). Returns the accumulator."""
         acc = None
         for k in range(K):
             grads = []
@@ -126,18 +175,7 @@ class Reference:
                 acc = [np.zeros(self.padded, fmt) for _ in range(N)] if acc is None else acc
                 for a, g in zip(acc, grads):
                     averaging.accumulate(a, g, first=k == 0)
-        reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
-        g = averaging.finish(reduced, p, N, K)
-        if not np.all(np.isfinite(g)):
-            raise FloatingPointError("reduced gradient contains NaN or inf; no state was changed")
-        self.t += 1
-        w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
-        if self.optimizer.elementwise:
-            self.optimizer.step(w, g, self.state, self.t)
-        else:  # Muon: each parameter as a whole matrix
-            step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
-        self.params = p.round_weights(w, self.t, 0)
-        return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
+        return acc
 
     def set_state(self, params, master, optimizer_state: dict, t: int) -> None:
         """Start from a saved state (e.g. a checkpoint's `SavedState`): (P,) 16-bit params, (P,) master (or

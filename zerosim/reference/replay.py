@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
+from zerosim.cluster import Call, Cluster, Compute, LossScaleUpdate, OptimizerStep
 from zerosim.models.tinynet import TinyNet
 from zerosim.optim import Adam
 from zerosim.precision import get_precision
@@ -84,26 +84,38 @@ def _check_no_overflow(lr: float, steps: int, betas, fmt) -> None:
                          f"value {fmt.max:g} within {steps} step(s): its {fmt.name} weights would become inf; use a smaller --lr")
 
 
+def _scale_record(policy, scale: float, decided: list) -> dict:
+    """The step's loss scaling: S, how the fp32 gradient is unscaled (the reciprocal fl32(1/S) both frameworks
+    multiply by), and, with a dynamic scaler, whether an inf/NaN made it skip the step and the next S."""
+    d = decided[-1] if decided else None
+    return {"scale": scale, "scaler": d.scaler if d else "static", "unscale": policy.unscale,
+            "inverse": float(np.float32(1.0 / scale)), "found_inf": bool(d and d.found_inf), "skipped": bool(d and d.skipped),
+            "scale_after": d.scale_after if d else scale, "message": d.message if d else ""}
+
+
 def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
-           betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False) -> dict:
+           betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False, loss_scale=None) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
 
     See `replay_live` for the arguments; this returns only the (JSON-ready) numbers.
     """
-    return replay_live(stage, precision, lr, steps, checkpoint, betas, eps, show_progress)[1]
+    return replay_live(stage, precision, lr, steps, checkpoint, betas, eps, show_progress, loss_scale)[1]
 
 
 def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
-                betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False) -> tuple:
+                betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False, loss_scale=None) -> tuple:
     """(engine, numbers): the replay's live engine (its cluster, trace and ledgers) and every number it narrates.
 
     The seed's settings are the defaults: weights [2, -3, 1, 0.5], samples x=[1, 3] t=5 on GPU 0 and
     x=[2, 1] t=7 on GPU 1, Adam lr 0.1, betas 0.9/0.999, eps 1e-8, fp16 compute with fp32 masters,
-    activation checkpointing on. Each step reuses the same two samples.
+    activation checkpointing on. Each step reuses the same two samples. `loss_scale` replaces the policy's:
+    a number, or "torch" / "dynamic" / "deepspeed" (then a step whose gradients overflow is skipped).
     """
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     policy = get_precision(precision)
+    if loss_scale is not None:
+        policy = policy.with_(loss_scale=loss_scale)
     _check_no_overflow(lr, steps, betas, policy.compute_format)
     model = TinyNet()
     cluster = Cluster(2, keep_values=True)
@@ -128,8 +140,10 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     for step in progress(range(1, steps + 1), "replaying", enabled=show_progress, unit="step"):
         first_event, first_log = len(trace.events), len(trace.log)
         timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
+        scale = engine.scaler.scale  # the S this step's loss is multiplied by
         engine.step(batches)
         computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
+        decided = trace.of_type(LossScaleUpdate, first_log)  # dynamic scaling: skipped or not, and the next S
         calls = {p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p] for p in ("reduce grads", "gather params", "refresh params")}
         gpus = []
         for i, rank in enumerate(cluster.ranks):
@@ -138,23 +152,26 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
             for b in ev["backward"]:
                 a, z = model.layer_window(b["layer"])
                 local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
-            (opt,) = [e.values for e in optim if e.rank == rank.index]
+            opt = next((e.values for e in optim if e.rank == rank.index), None)  # None: the loss scaler skipped the step
             own = regions[rank.index]
             real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
+            mine = slice(own.start, own.start + real.stop) if opt is not None and len(opt["reduced"]) == engine.layout.padded else real
             gpus.append({
                 "gpu": rank.index, "loss": ev["loss"], "prediction": ev["prediction"],
                 "forward": ev["forward"], "recompute": ev["recompute"], "backward": ev["backward"],
                 "local_grads": local.tolist(),
                 "owns": owners[rank.index],
-                "averaged_shard": _f(opt["grad32"][real]),
-                "adam": {k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt},
+                "reduced_shard": _f(opt["reduced"][mine]) if opt else None,  # summed, still loss-scaled, in the reduced format
+                "averaged_shard": _f(opt["grad32"][real]) if opt else None,
+                "adam": {k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt} if opt else None,
                 "master": _f(engine.master_shards()[i][real]),
-                "compute_shard": _f(opt["compute_after"][real]),
-                "params_before_refresh": _f(opt["params_held"][: model.num_params]) if "params_held" in opt else None,
+                "compute_shard": _f(opt["compute_after"][real]) if opt else None,
+                "params_before_refresh": _f(opt["params_held"][: model.num_params]) if opt and "params_held" in opt else None,
                 "params_after": _f(engine.compute_params(i)[: model.num_params]) if stage < 3 else _f(engine.compute_params(i)[real]),
             })
         result["steps"].append({
             "step": step,
+            "loss_scale": _scale_record(policy, scale, decided),
             "gpus": gpus,
             "reduce_scatter": _hops(trace, calls["reduce grads"]),
             "all_gather": _hops(trace, calls["refresh params"]),

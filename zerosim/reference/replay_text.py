@@ -58,6 +58,45 @@ def _when_sharding_grads_pays(phases: list, at_start: list, n: int) -> str:
             f"  layer's fp16 gradients (zerosim memory --params 7.5e9 --ranks 64).")
 
 
+def _say_memory(say, s: dict, r: dict, stage: int) -> None:
+    say("Memory per GPU, phase by phase (from each rank's ledger)")
+    for g, phases in enumerate(s["memory"]):
+        say(f"  GPU {g}:")
+        for p in phases:
+            say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
+        top = max(phases, key=lambda p: p["peak_bytes"])
+        say(f"    the {top['peak_bytes']} B peak ({top['phase']}) is: " + ", ".join(f"{b['name']} {b['bytes']} B" for b in top["at_peak"]))
+    say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
+    if stage >= 2:
+        say(_when_sharding_grads_pays(s["memory"][0], r["memory_at_start"][0], r["world_size"]))
+
+
+_SCALERS = {"torch": "torch's GradScaler", "deepspeed": "DeepSpeed's DynamicLossScaler", "static": "the static scale"}
+
+
+def _say_unscale(say, s: dict, ls: dict, wire: str, upd: str, compute: str) -> None:
+    """Loss scaling, told from the step's numbers: scaled gradients, the reduced sum, the unscaled average."""
+    S = ls["scale"]
+    say(f"  Loss scaling ({_SCALERS[ls['scaler']]}): the loss was multiplied by S = {_num(S)} before backward, so every gradient")
+    say(f"  above is S x dL/dw, rounded to {compute}: small ones no longer flush to zero.")
+    how = (f"multiplied by fl32(1/S) = {_num(ls['inverse'])}, as torch's GradScaler and DeepSpeed do" if ls["unscale"] == "reciprocal"
+           else f"divided by S = {_num(S)}")
+    for g in s["gpus"]:
+        say(f"  GPU {g['gpu']} reduced (still scaled, {wire}): {_vec(g['reduced_shard'])} -> cast to {upd}, divided by 2, {how}: "
+            f"{_vec(g['averaged_shard'])}")
+    if ls["scaler"] != "static" and ls["scale_after"] != S:
+        say(f"  No overflow; the scaler grows S to {_num(ls['scale_after'])} for the next step")
+
+
+def _say_skip(say, ls: dict) -> None:
+    """A step the dynamic loss scaler skipped."""
+    say(f"  Overflow: at S = {_num(ls['scale'])} some reduced gradient holds inf or NaN. Every GPU checked its own part and")
+    say("  they agreed through a MAX all-reduce of a one-element flag (DeepSpeed's has_overflow).")
+    say(f"  {_SCALERS[ls['scaler']]} skips the step: no master, m, v or weight changes, and Adam's step count stays;")
+    say(f"  S goes from {_num(ls['scale'])} to {_num(ls['scale_after'])} for the next step." + (f"\n  {ls['message']}" if ls["message"] else ""))
+    say("")
+
+
 def narrate(r: dict) -> str:
     """The replay's numbers (the dict `replay()` returns) as text, in seed 004's order."""
     out = []
@@ -110,9 +149,17 @@ def narrate(r: dict) -> str:
         say(f"2. Gradients: {label}, ring in NCCL's order, chunk by chunk (from the trace)")
         for h in s["reduce_scatter"]:
             say(f"  {_hop_line(h)}")
+        ls = s.get("loss_scale") or {"scale": 1.0, "scaler": "static", "skipped": False}
+        if ls["skipped"]:
+            _say_skip(say, ls)
+            _say_memory(say, s, r, stage)
+            continue
+        scaled = ls["scale"] != 1 or ls["scaler"] != "static"
         for g in s["gpus"]:
-            say(f"  GPU {g['gpu']} ends with the averaged gradient for {', '.join(g['owns'])}: {_vec(g['averaged_shard'])} "
-                f"(summed in {wire}, cast to {upd}, divided by 2)")
+            how = f"summed in {wire}, cast to {upd}, divided by 2" + (", unscaled" if scaled else "")
+            say(f"  GPU {g['gpu']} ends with the averaged gradient for {', '.join(g['owns'])}: {_vec(g['averaged_shard'])} ({how})")
+        if scaled:
+            _say_unscale(say, s, ls, wire, upd, compute)
         say("")
         say(f"3. Each GPU updates {'every weight (the same update everywhere)' if stage == 0 else 'only its own weights'} with Adam, in {upd}")
         for g in s["gpus"]:
@@ -144,16 +191,7 @@ def narrate(r: dict) -> str:
             for g in s["gpus"]:
                 say(f"  GPU {g['gpu']} now holds {', '.join(names)} = {_vec(g['params_after'])}")
         say("")
-        say("Memory per GPU, phase by phase (from each rank's ledger)")
-        for g, phases in enumerate(s["memory"]):
-            say(f"  GPU {g}:")
-            for p in phases:
-                say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {_kinds(p['holds'])}")
-            top = max(phases, key=lambda p: p["peak_bytes"])
-            say(f"    the {top['peak_bytes']} B peak ({top['phase']}) is: " + ", ".join(f"{b['name']} {b['bytes']} B" for b in top["at_peak"]))
-        say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
-        if stage >= 2:
-            say(_when_sharding_grads_pays(s["memory"][0], r["memory_at_start"][0], r["world_size"]))
+        _say_memory(say, s, r, stage)
     say("")
     what = f"{upd} masters" if r["has_master"] else f"{compute} weights (there is no master copy)"
     say(f"{what} after {len(r['steps'])} step(s): " + ", ".join(f"{n} = {exact(v)}" for n, v in zip(names, r["master"])))

@@ -5,40 +5,158 @@ the oracle call these functions, so the arithmetic below is the single definitio
 
     accumulate   acc = g (first micro-step) or acc + g, rounded to the accumulation format
                  ("grad_accum": the compute format by default, or fp32), as `param.grad += g` does
-    reduce       the collective's op: "sum" for "avg" (divide later, in fp32 — the seeds' protocol);
-                 "avg_predivide" divides by N in the gradient's dtype first (DeepSpeed ZeRO-1/2);
-                 "avg_premul" multiplies by 1/N rounded to the wire dtype (NCCL's ncclAvg, FSDP)
-    finish       g32 = cast_fp32(reduced), then / (N·K) for "avg" (one division; / K for the others,
-                 which already divided by N), then / S to unscale — all in fp32
+    reduce       the recipe's collective op (`reduce_op`): what each rank does to its gradient before
+                 the first hop — nothing, a division by N, or FSDP2's pre-divide — then a sum on the wire
+    after        what the recipe does to each reduced piece as it arrives (`after_reduce`): DeepSpeed's
+                 copy back into the 16-bit buffer, FSDP2's post-divide and cast to the parameter's dtype
+    finish       g32 = cast_fp32(reduced), then / (N·K) ("seeds": one division) or / K (the recipes that
+                 divided by N already), then unscale by S — all in fp32
+
+The recipes, by the name of the code they follow (docs/recipes.md has each step with its source;
+divide_factors.py has torch's scalar multiply and divide, bit for bit, on CUDA and CPU):
+
+    seeds             sum in the wire dtype, cast to fp32, divide by N (the seeds' protocol; any stage)
+    ddp               DDP (torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense,
+                      `at::mul_out(bucket_view, grad, 1. / div_factor_)`): multiply by fl32(1/N) in fp32,
+                      rounded to the gradient's dtype, then an all-reduce SUM in that dtype. Stage 0.
+    deepspeed-zero12  DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py: average_tensor
+                      `tensor.div_(world_size)` on CUDA, then allreduce_bucket's `dist.reduce` in
+                      `communication_data_type` and the copy back into the 16-bit buffer, which rounds
+                      once more when the wire is wider). Stages 1/2.
+    fsdp2             FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce,
+                      _get_gradient_divide_factors): fp32/bf16 reduce with NCCL's AVG (PreMulSum by
+                      fl(1/N)); fp16 divides by a power of two `pre` before and by N/pre after, both
+                      `div_` on CUDA; then `.to(orig_dtype)` (the fp32 master's dtype). Stages 2/3.
 
 Where in the step each happens differs by stage (stages 0/1 accumulate locally and reduce once at
 the boundary; stages 2/3 reduce every micro-step and accumulate the reduced shard, as DeepSpeed
-does); what happens is written only here.
+does); what happens is written only here. NOTE: DeepSpeed ZeRO-3's recipe (per-parameter partitions,
+stage3.py: __avg_scatter_grads) needs a layout zerosim does not have; it is not offered (README).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from zerosim.collectives import get_op
-from zerosim.precision import Format, cast, get_format
+from zerosim.collectives import ReduceOp, fsdp2_divide_factors, get_op, torch_scalar_div, torch_scalar_mul
+from zerosim.collectives.ops import add, premul_reciprocal
+from zerosim.precision import Format, cast, get_format, unscale
+from zerosim.precision.policy import REDUCTIONS
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One framework's way from the ranks' gradients to the optimizer's: see the module docstring."""
+
+    name: str
+    stages: tuple  # the ZeRO stages where the framework it follows does this
+    follows: str  # the function of the framework's code it follows
+    op: Callable  # (policy, N) -> the collective's ReduceOp
+    after: Callable | None  # (reduced piece, policy, N) -> the gradient as the framework keeps it; None: as reduced
+    divides_by_n: bool  # False: finish divides by N (after the cast to fp32); True: the recipe divided already
+
+    def reduced_format(self, policy) -> Format:
+        """The format `after` leaves the reduced gradient in (what stages 2/3 accumulate it in)."""
+        if self.name == "deepspeed-zero12":
+            return policy.compute_format  # copied back into the 16-bit buffer
+        if self.name == "fsdp2":
+            return policy.master_format or policy.compute_format  # `.to(orig_dtype)`: the sharded parameter's dtype
+        return policy.reduce_format
+
+
+def _ddp_op(policy, n: int) -> ReduceOp:
+    return ReduceOp("ddp_sum", add, "x * fl32(1/N) rounded to x's dtype (DDP's bucket copy), then sum",
+                    before_wire=lambda x, n: torch_scalar_mul(x, 1.0 / n))
+
+
+def _deepspeed_zero12_op(policy, n: int) -> ReduceOp:
+    return ReduceOp("ds_predivide_sum", add, "x.div_(N) on CUDA in x's dtype, cast to the wire, then sum",
+                    before_wire=lambda x, n: torch_scalar_div(x, n, "cuda"))
+
+
+def _deepspeed_zero12_after(piece, policy, n: int):
+    """allreduce_bucket: the reduced tensor is copied back into the 16-bit bucket (`tensor.copy_(...)`)."""
+    fmt = policy.compute_format
+    return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
+
+
+def _fsdp2_op(policy, n: int) -> ReduceOp:
+    f = fsdp2_divide_factors(n, policy.reduce_format.name)
+    if f.reduce_scatter_op == "avg":  # NCCL's ncclAvg: PreMulSum by fl(1/N), rounded to the wire dtype
+        return ReduceOp("fsdp2_avg", add, "NCCL AVG: x * fl(1/N) in the wire dtype, then sum", on_wire=premul_reciprocal)
+    if f.pre is None or f.pre == 1:
+        return get_op("sum")
+    return ReduceOp("fsdp2_predivide_sum", add, f"x.div_({f.pre:g}) on CUDA in the wire dtype, then sum",
+                    on_wire=lambda x, n, pre=f.pre: torch_scalar_div(x, pre, "cuda"))
+
+
+def _fsdp2_after(piece, policy, n: int):
+    """foreach_reduce: `_div_if_needed(reduce_output, postdivide_factor)`, then `.to(orig_dtype)`."""
+    f = fsdp2_divide_factors(n, policy.reduce_format.name)
+    if f.post is not None and f.post != 1:
+        piece = torch_scalar_div(piece, f.post, "cuda")
+    orig = policy.master_format or policy.compute_format
+    return piece if piece.dtype == orig.dtype else cast(piece, orig)
+
+
+RECIPES = {
+    r.name: r
+    for r in (
+        Recipe("seeds", (0, 1, 2, 3), "the seeds' protocol (seed 000, ZeRO-1 step by step)", lambda p, n: get_op("sum"), None, False),
+        Recipe("ddp", (0,), "torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense", _ddp_op, None, True),
+        Recipe("deepspeed-zero12", (1, 2), "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
+               _deepspeed_zero12_op, _deepspeed_zero12_after, True),
+        Recipe("fsdp2", (2, 3), "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
+               _fsdp2_op, _fsdp2_after, True),
+    )
+}
+assert tuple(RECIPES) == REDUCTIONS, "precision/policy.py lists the recipes' names to check input"
+
+
+def recipe(policy) -> Recipe:
+    """The policy's gradient recipe."""
+    return RECIPES[policy.reduction]
+
+
+def check_recipe(policy, stage: int, buckets: bool = False) -> None:
+    """Raise ValueError unless the policy's recipe (and all-reduce chunk map) can run at `stage`."""
+    r = recipe(policy)
+    if stage not in r.stages:
+        fits = ", ".join(name for name, x in RECIPES.items() if stage in x.stages)
+        raise ValueError(f"reduction {r.name!r} follows {r.follows}, which runs at ZeRO stage(s) "
+                         f"{'/'.join(map(str, r.stages))}, not {stage}; at stage {stage} choose one of: {fits}")
+    if r.name == "ddp" and policy.reduce_format != policy.compute_format:
+        raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
+                         f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")
+    if policy.allreduce == "nccl" and buckets:
+        raise ValueError("allreduce='nccl' all-reduces the whole gradient in one call: NCCL's chunk map of each bucket "
+                         "would differ (and so would the bits); drop reduce_bucket_size")
 
 
 def accum_format(policy, reduced: bool) -> Format:
     """The format gradients accumulate in across micro-steps.
 
     `reduced=False`: a rank's own (local) gradients, stages 0/1 — the compute format, or fp32.
-    `reduced=True`: the reduced shard, stages 2/3 — the wire format, or fp32 (never narrower than
-    what the reduction produced: an fp32 reduction is not thrown away into bf16).
+    `reduced=True`: the reduced shard, stages 2/3 — the format the recipe leaves it in (the wire
+    format for "seeds": an fp32 reduction is not thrown away into bf16), or fp32.
     """
     if policy.grad_accum is not None:
         return get_format(policy.grad_accum)
-    return policy.reduce_format if reduced else policy.compute_format
+    return recipe(policy).reduced_format(policy) if reduced else policy.compute_format
 
 
-def wire_op(policy) -> str:
-    """The collective's op for this policy's averaging: plain sum for "avg" (divided by N after the cast)."""
-    return "sum" if policy.average == "avg" else policy.average
+def reduce_op(policy, world_size: int) -> ReduceOp:
+    """The collective's op for this policy's recipe: a sum, with the recipe's division before it (if any)."""
+    return recipe(policy).op(policy, world_size)
+
+
+def after_reduce(piece: np.ndarray, policy, world_size: int) -> np.ndarray:
+    """A reduced piece as the recipe keeps it (a copy back into 16 bits, a post-divide); itself when nothing."""
+    after = recipe(policy).after
+    return piece if after is None else after(piece, policy, world_size)
 
 
 def accumulate(acc: np.ndarray, g: np.ndarray, first: bool) -> None:
@@ -55,16 +173,20 @@ def accumulate(acc: np.ndarray, g: np.ndarray, first: bool) -> None:
         acc[...] = cast(acc.astype(np.float64) + g.astype(np.float64), get_format(acc.dtype))  # exact sum, one rounding
 
 
-def finish(reduced: np.ndarray, policy, world_size: int, micro_steps: int = 1) -> np.ndarray:
+def finish(reduced: np.ndarray, policy, world_size: int, micro_steps: int = 1, scale: float | None = None) -> np.ndarray:
     """The optimizer's gradient: `reduced` (the reduced, accumulated gradient) in the update format,
-    averaged over N ranks and K micro-steps and unscaled by S. Returns a new array."""
+    averaged over N ranks and K micro-steps and unscaled by S (`scale`; default the policy's static scale),
+    as `policy.unscale` says: times fl32(1/S) (both frameworks) or divided by S. Returns a new array."""
     upd = policy.update_format
-    divisor = world_size * micro_steps if policy.average == "avg" else micro_steps
-    if policy.average == "avg" or divisor != 1:
+    divisor = micro_steps if recipe(policy).divides_by_n else world_size * micro_steps
+    if divisor != 1 or not recipe(policy).divides_by_n:
         g = get_op("avg").post(reduced, divisor)  # widen to fp32 (exact), then one division
     else:
         g = reduced
     g = cast(g, upd) if g.dtype != upd.dtype else g.copy()
-    if policy.loss_scale != 1:
-        g = (g / upd.dtype.type(policy.loss_scale)).astype(upd.dtype)  # unscale in fp32
+    scale = policy.loss_scale if scale is None else scale
+    if isinstance(scale, str):
+        raise ValueError(f"finish needs the current loss scale of the {scale!r} scaler (scale=...)")
+    if scale != 1:
+        g = unscale(g, scale, policy.unscale)  # in fp32: g * fl32(1/S), or g / S
     return g

@@ -9,7 +9,10 @@ The step (seeds 000/003/004), as `step` below reads:
             stage 3: free the gathered copy; after backward, stage 2/3: reduce-scatter
             the layer's gradients at once, or stage 0/1: keep them locally       (reduce.py)
     stage 0: all-reduce the gradients; stage 1: reduce-scatter them               (reduce.py)
-    g32 = cast_fp32(reduced) / (N·K) / S                                          (averaging.py)
+    did any rank's gradient overflow? MAX all-reduce of a flag; the scaler decides (step_checks.py)
+        skip: nothing changes but the loss scale; the step ends here
+    g32 = cast_fp32(reduced) / (N·K) / S, as the policy's recipe says             (averaging.py)
+    clipping: SUM all-reduce of the shards' squares, g32 *= clip_coef             (step_checks.py)
     each rank updates its region in fp32 and casts it back to 16 bits            (update.py)
     stage 1/2: all-gather the new 16-bit params                                   (gather.py)
 
@@ -31,7 +34,7 @@ from zerosim.models.run import Pass
 from zerosim.models.schedule import needs_params, schedule
 from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
-from zerosim.zero import averaging
+from zerosim.zero import averaging, clipping
 from zerosim.zero.flat import FlatLayout
 from zerosim.zero.comm_schedule import get_comm_schedule
 from zerosim.zero.fetch import ParamFetcher
@@ -39,6 +42,7 @@ from zerosim.zero.gather import refresh_params, unit_params
 from zerosim.zero.plan import PLANS
 from zerosim.zero.reduce import GradBucket, final_reduction, keep_grads, reduce_all
 from zerosim.zero.state import FILLED_LATER, GivenStates, check_given, init_rank, master_of, region, state_bytes
+from zerosim.zero.step_checks import clip_gradients, overflow_decision
 from zerosim.zero.update import update_all
 
 
@@ -60,10 +64,15 @@ class ZeroEngine:
         comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
             under DeepSpeed's and FSDP's names), "deepspeed", "fsdp", or None (seed 004's schedule: one
             collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit.
+        clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
+            max_norm, computed over the shards: step_checks.py), or None.
+
+    The loss scaler (static, torch's or DeepSpeed's: the policy's `loss_scale`) is `engine.scaler`; `engine.t`
+    counts optimizer steps (a skipped step takes none), `engine.iteration` the calls of `step`.
     """
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False,
-                 params=None, accumulation_steps: int = 1, comm=None):
+                 params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None):
         if type(stage) is not int or stage not in PLANS:
             raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)}, got {stage!r}")
         if not isinstance(optimizer, Optimizer):
@@ -74,8 +83,11 @@ class ZeroEngine:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         optimizer.check_stage(stage)
         self.comm = get_comm_schedule(comm)
+        self.clip_grad = clipping.check_max_norm(clip_grad)
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, stage, PLANS[stage]
         self.optimizer, self.precision = optimizer, get_precision(precision)
+        averaging.check_recipe(self.precision, stage, self.comm.reduce_bucket_size is not None)
+        self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
         self.layout = FlatLayout.for_model(model, cluster.world_size)
         self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
@@ -86,6 +98,7 @@ class ZeroEngine:
             check_given(rank.index, self.plan, self.layout, self.precision, optimizer, given.get(rank.index, {}))
         padded = None if params is FILLED_LATER or given is not None else self._initial_padded(params)  # (Ψ,) float64 or float32
         self.t = 0  # optimizer steps taken
+        self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._after_refresh = ()  # the refresh all-gather the next step's first computation waits for
         self._last_reduce = ()  # the last gradient reduce-scatter of a micro-step (ZeRO-2/3): the optimizer waits for it
         with cluster.phase("init"):
@@ -117,32 +130,47 @@ class ZeroEngine:
         """One training step. `batches` holds, per local rank, one (x, target) micro-batch, or a list of
         `accumulation_steps` of them. Returns each local rank's loss (unscaled; the mean over its micro-batches).
 
-        Raises before touching any state if the batches are malformed; raises FloatingPointError, before
-        any parameter or optimizer state changes, if a reduced gradient is not finite.
+        Raises before touching any state if the batches are malformed. If a reduced gradient is not finite,
+        a dynamic loss scaler skips the step (nothing changes but the scale); a static scale raises
+        FloatingPointError, before any parameter or optimizer state changes.
         """
         micro = self._check_batches(batches)  # micro[i][k]: local rank i's k-th (x, target)
         cluster, plan, trace = self.cluster, self.plan, self.cluster.trace
-        t, K = self.t + 1, self.accumulation_steps
-        trace.record(StepBoundary(t, "begin", K))
-        try:
-            with trace.about(step=t):
+        i, K = self.iteration + 1, self.accumulation_steps
+        trace.record(StepBoundary(i, "begin", K))
+        try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow check below finds it
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
                 losses = [self._micro_step(k, [m[k] for m in micro]) for k in range(K)]  # 1. forward, backward
                 with cluster.phase("reduce gradients"):
                     reduced = reduce_all(self) or self._last_reduce  # 2. stage 0 all-reduce, stage 1 reduce-scatter
                 with cluster.phase("optimizer step"):
-                    grads32 = self._averaged_gradients()  # cast to fp32, / (N·K), / S: averaging.py
+                    checked = len(trace.calls)  # the overflow flag's and the norm's all-reduces come next
+                    decision = overflow_decision(self)  # 3. any inf/NaN on any rank? the loss scaler decides
+                    grads32 = None if decision.skip else self._averaged_gradients(decision.scale_before)  # averaging.py
+                    if grads32 is not None and self.clip_grad is not None:
+                        clip_gradients(self, grads32)  # global norm over the shards, then g *= clip_coef
         except BaseException:
             self._free_transients()  # nothing of a failed step stays behind to break the next one
             raise
-        self.t = t
-        with cluster.phase("optimizer step"), trace.about(step=t, micro=K - 1):
-            update_all(self, grads32, needs=reduced)  # 3. each rank updates its own region in fp32
+        self.iteration = i
+        if decision.skip:  # masters, optimizer state, t and the 16-bit params stay as they were
+            self._free_transients()
+            trace.record(StepBoundary(i, "end", K))
+            return self._mean_losses(losses)
+        self.t += 1
+        with cluster.phase("optimizer step"), trace.about(step=i, micro=K - 1):
+            needs = tuple(reduced) + tuple(range(checked, len(trace.calls)))  # the update waits for all of them
+            update_all(self, grads32, needs=needs)  # 4. each rank updates its own region in fp32
             for rank in cluster.ranks:
                 rank.ledger.free("grad32")
-        with cluster.phase("refresh params"), trace.about(step=t, micro=K - 1):
-            self._after_refresh = refresh_params(self) if plan.refreshes_params else ()  # 4. stage 1/2 all-gather
+        with cluster.phase("refresh params"), trace.about(step=i, micro=K - 1):
+            self._after_refresh = refresh_params(self) if plan.refreshes_params else ()  # 5. stage 1/2 all-gather
         self._finish_step()
-        trace.record(StepBoundary(t, "end", K))
+        trace.record(StepBoundary(i, "end", K))
+        return self._mean_losses(losses)
+
+    @staticmethod
+    def _mean_losses(losses: list) -> list:
         return [float(np.mean(np.asarray(per_rank, dtype=np.float64))) for per_rank in zip(*losses)]
 
     def _micro_step(self, k: int, batches: list) -> list:
@@ -150,7 +178,7 @@ class ZeroEngine:
         cluster, plan, model, trace = self.cluster, self.plan, self.model, self.cluster.trace
         policy, keep = self.precision, trace.keep_values
         for rank, (x, target) in zip(cluster.ranks, batches):
-            rank.work = Pass(model, x, target, policy.compute_format, ledger=rank.ledger, loss_scale=policy.loss_scale, keep_values=keep)
+            rank.work = Pass(model, x, target, policy.compute_format, ledger=rank.ledger, loss_scale=self.scaler.scale, keep_values=keep)
         # the previous step's refresh, if the trace still holds it (a user may have cleared the trace since)
         refresh = tuple(c for c in self._after_refresh if c < len(trace.calls) and trace.calls[c].purpose == "refresh params")
         waits = {rank.index: refresh for rank in cluster.ranks} if k == 0 else {}
@@ -166,7 +194,7 @@ class ZeroEngine:
                     done = rank.work.run(op, unit_params(self, rank, op.layer) if reads else {})
                     if op.computes:
                         name = model.layers[op.layer].name if op.layer >= 0 else "loss"
-                        trace.record(Compute(rank.index, self.t + 1, k, op.layer, name, op.kind, done.flops, done.bytes_read,
+                        trace.record(Compute(rank.index, self.iteration + 1, k, op.layer, name, op.kind, done.flops, done.bytes_read,
                                              done.bytes_written, gathered + waits.pop(rank.index, ()), done.values))
                     if done.grads:
                         keep_grads(self, rank, op.layer, done.grads, first=k == 0)
@@ -182,19 +210,12 @@ class ZeroEngine:
             rank.work = None
         return losses
 
-    def _averaged_gradients(self) -> list:
-        """Each rank's reduced gradient region, as the optimizer reads it (averaging.finish), adopted as
-        kind "grad32". Checks every rank first: a non-finite gradient stops the step with nothing updated."""
-        policy, backend = self.precision, self.cluster.backend
-        problems = []
-        for rank in self.cluster.ranks:
-            bad = backend.count_nonfinite(rank.reduced)
-            problems.append(f"{bad} reduced gradient element(s) are NaN or inf" if bad else None)
-        scale = policy.loss_scale
-        self._agree(problems, (f" (loss scale {scale} may be too large)" if scale != 1 else "")
-                    + "; no parameter or optimizer state was changed", FloatingPointError)
-        n, k = self.cluster.world_size, self.accumulation_steps
-        return [rank.ledger.adopt("grad32", averaging.finish(rank.reduced, policy, n, k), "grad32").array for rank in self.cluster.ranks]
+    def _averaged_gradients(self, scale: float) -> list:
+        """Each rank's reduced gradient region, as the optimizer reads it (averaging.finish: averaged, and
+        unscaled by the loss scale this step used), adopted as kind "grad32"."""
+        policy, n, k = self.precision, self.cluster.world_size, self.accumulation_steps
+        return [rank.ledger.adopt("grad32", averaging.finish(rank.reduced, policy, n, k, scale), "grad32").array
+                for rank in self.cluster.ranks]
 
     def _finish_step(self) -> None:
         for rank in self.cluster.ranks:

@@ -13,6 +13,7 @@ A bucket over [lo, hi) moves [lo, hi) ∩ shard_r for each rank r, so no element
 
 from __future__ import annotations
 
+from zerosim.collectives import nccl_all_reduce
 from zerosim.zero import averaging
 
 
@@ -116,15 +117,16 @@ def reduce_units(engine, layers: list, first: bool) -> tuple:
         sends = [b.array for b in bucket]
     counts = layout.range_counts(lo, hi)
     places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in cluster.ranks]  # views of each shard
-    op, wire = averaging.wire_op(policy), policy.reduce_format
-    direct = first and places[0].dtype == wire.dtype and op != "avg"  # the result lands in the shard itself: no copy
+    n, op, wire = cluster.world_size, averaging.reduce_op(policy, cluster.world_size), policy.reduce_format
+    kept = averaging.recipe(policy).after is None  # the recipe keeps the reduced piece as it arrives
+    direct = first and kept and places[0].dtype == wire.dtype  # the result lands in the shard itself: no copy
     calls = len(cluster.trace.calls)
     name = " + ".join(engine.model.layers[x].name for x in reversed(layers)) + " grads"
     with cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
         pieces = cluster.reduce_scatter(sends, op=op, wire=wire, counts=counts, tag=name, out=places if direct else None)
     for place, piece in zip(places, pieces):
         if not direct:
-            averaging.accumulate(place, piece, first)
+            averaging.accumulate(place, averaging.after_reduce(piece, policy, n), first)
     for h in held if bucket is None else [[b] for b in bucket]:
         for buf in h:
             buf.free()  # seed 004 stage 2, step 1c: freed at once
@@ -158,14 +160,19 @@ def reduce_range(engine, lo: int, hi: int, how: str, layers: tuple) -> tuple:
     in place, or into a "grads (wire format)" buffer when it travelled in another format, and sets each
     rank's `reduced`. Returns the call numbers."""
     cluster, layout, policy = engine.cluster, engine.layout, engine.precision
-    calls = len(cluster.trace.calls)
-    wire, op = policy.reduce_format, averaging.wire_op(policy)
+    calls, n = len(cluster.trace.calls), cluster.world_size
+    wire, op = policy.reduce_format, averaging.reduce_op(policy, n)
     whole = (lo, hi) == (0, layout.padded)
     counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
-    collective = cluster.all_reduce if how == "all_reduce" else cluster.reduce_scatter
     with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
-        out = collective([r.grads.array[lo:hi] for r in cluster.ranks], op=op, wire=wire, tag="grads", counts=counts)
+        if how == "all_reduce" and policy.allreduce == "nccl":  # NCCL's own chunk map, over the P real elements
+            hi = engine.model.num_params  # (the padding [P, Ψ) is zero on every rank and stays so)
+            out = nccl_all_reduce(cluster, [r.grads.array[lo:hi] for r in cluster.ranks], op=op, wire=wire, tag="grads")
+        else:
+            collective = cluster.all_reduce if how == "all_reduce" else cluster.reduce_scatter
+            out = collective([r.grads.array[lo:hi] for r in cluster.ranks], op=op, wire=wire, tag="grads", counts=counts)
     for rank, result in zip(cluster.ranks, out):
+        result = averaging.after_reduce(result, policy, n)
         grads = rank.grads.array
         own = slice(0, layout.padded) if how == "all_reduce" else layout.own(rank.index)
         region = slice(lo, hi) if how == "all_reduce" else _shifted(own, layout.owned_range(lo, hi, rank.index))

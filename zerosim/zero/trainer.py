@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from zerosim.cluster import Cluster
+from zerosim.cluster import Cluster, GradClip
 from zerosim.cluster.budget import available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import make_classification, make_regression
@@ -61,6 +61,7 @@ class TrainConfig:
     layers: int = 1  # transformer blocks
     attention: str = "standard"  # or "selective", "flash" (checkpoint=True keeps each block's input: "block")
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
+    clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -112,6 +113,19 @@ class TrainResult:
     first_step: int = 1  # > 1 when the run resumed from a checkpoint
     accuracy: list = field(default_factory=list)  # GPT: [(step, answer accuracy on held-out strings)]
     chance: float | None = None  # GPT: 1/(V - 1), the accuracy of a guess
+    scales: list = field(default_factory=list)  # the loss scale each step's loss was multiplied by
+    skipped: list = field(default_factory=list)  # the steps the loss scaler skipped (an inf/NaN gradient)
+    norms: list = field(default_factory=list)  # the global gradient norm of each step that clipped (None: skipped)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What `on_step` hears besides the loss: the loss scale the step used, whether the scaler skipped it,
+    and the global gradient norm when clipping (None otherwise, or when skipped)."""
+
+    scale: float
+    skipped: bool
+    norm: float | None
 
 
 def build_model(config: TrainConfig):
@@ -135,7 +149,7 @@ def answer_accuracy(model, engine, held_out, fmt) -> float | None:
 
 def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> TrainResult:
     """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
-    passed, before the first step, and `on_step(step, mean_loss)` after each (headers, progress bars);
+    passed, before the first step, and `on_step(step, mean_loss, StepInfo)` after each (headers, progress bars);
     for a GPT, `on_eval(step, accuracy)` after the steps its answer accuracy is measured at.
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
@@ -151,13 +165,13 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
         engine = ZeroEngine.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
-                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint)
-        if engine.t >= config.steps:
-            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.t}; --steps {config.steps} asks for no more")
+                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint, clip_grad=config.clip_grad)
+        if engine.iteration >= config.steps:
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} asks for no more")
     else:
         engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
                             checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
-                            accumulation_steps=config.accumulation_steps)
+                            accumulation_steps=config.accumulation_steps, clip_grad=config.clip_grad)
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -178,18 +192,25 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     else:
         make = make_classification if classify else make_regression
         pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
-    first = engine.t + 1  # 1, or the step after a resumed checkpoint's
+    first = engine.iteration + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
         on_start(model.num_params, first)
-    losses, accuracy = [], []
-    for step in range(engine.t + 1, config.steps + 1):
+    losses, accuracy, scales, skipped, norms = [], [], [], [], []
+    for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
         base = ((step - 1) * per_step) % pool_size
         mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
+        scales.append(engine.scaler.scale)
+        t, since = engine.t, len(cluster.trace.log)
         local = engine.step(mine)
+        if engine.t == t:
+            skipped.append(step)
+        if config.clip_grad is not None:
+            clipped = cluster.trace.of_type(GradClip, since)
+            norms.append(clipped[-1].norm if clipped else None)
         every = [x for part in cluster.backend.all_meta([local]) for x in part] if cluster.local_size == 1 else local
         losses.append(float(np.mean(np.asarray(every, dtype=np.float64))))
         if on_step is not None:
-            on_step(step, losses[-1])
+            on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
         if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
             acc = answer_accuracy(model, engine, held_out, fmt)
             if acc is not None:
@@ -202,4 +223,5 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
         {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
         for r in cluster.ranks
     ])
-    return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None)
+    return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None,
+                       scales, skipped, norms)

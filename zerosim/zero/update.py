@@ -31,7 +31,8 @@ def _update(engine, rank, g32, needs, step=None) -> None:
     `step(w, state)` replaces the optimizer's own step (ZeRO-1 Muon uses it)."""
     plan, layout, policy, opt, t = engine.plan, engine.layout, engine.precision, engine.optimizer, engine.t
     keep = engine.cluster.trace.keep_values
-    values = {"grad32": g32.copy()} if keep else None
+    # the gradient as the optimizer reads it, and as it was reduced (still loss-scaled, in the reduced format)
+    values = {"grad32": g32.copy(), "reduced": np.array(rank.reduced)} if keep else None
     state = {k: b.array for k, b in rank.optim.items()}
     scratch = None
     if rank.master is not None:

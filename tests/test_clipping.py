@@ -1,0 +1,135 @@
+"""Gradient clipping by global norm over sharded gradients (issue 11, Must show 3).
+
+The engine's norm comes from each rank's sum of squares over its shard and a SUM all-reduce
+(zero/step_checks.py); the oracle sums the same N shards of its unsharded gradient with the naive
+twin in the ring's order, so the two are the same bits at every stage (stage 0 too, where every rank
+holds the whole gradient and must still count each element once). Against the norm of the whole
+gradient computed another way -- float64 of the exact squares, correctly rounded sums -- the
+distance is bounded by `clipping.norm_error_bound(N)`, derived in its docstring. torch's clip coefficient is checked on a table
+of values worked out by hand from torch's expression.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
+from zerosim.cluster import GradClip, OptimizerStep
+from zerosim.models import make_regression
+from zerosim.precision import get_precision
+from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
+
+def bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view(f"uint{a.dtype.itemsize * 8}")
+
+
+@given(
+    widths=st.lists(st.integers(1, 7), min_size=2, max_size=4),
+    n=st.integers(1, 8),
+    stage=st.integers(0, 3),
+    k=st.integers(1, 2),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    max_norm=st.sampled_from([1e-3, 0.05, 1.0, 1e6]),  # clips hard, clips, maybe, never (coefficient 1)
+    steps=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_the_sharded_norm_is_the_oracles_at_every_stage(widths, n, stage, k, precision, max_norm, steps, seed):
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(seed))
+    data = make_regression(np.random.default_rng(seed + 1), steps * n * k, 3, widths)
+    policy = get_precision(precision)
+    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), policy, params=params, accumulation_steps=k,
+                        clip_grad=max_norm)
+    ref = Reference(model, get_optimizer("adam", lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k,
+                    reduce_every_micro_step=stage >= 2, clip_grad=max_norm)
+    for s in range(steps):
+        mine = data[s * n * k : (s + 1) * n * k]
+        batches = [mine[r * k : (r + 1) * k] for r in range(n)]
+        assert engine.step(batches) == ref.step(batches)
+    clipped = engine.cluster.trace.of_type(GradClip)
+    assert [c.norm for c in clipped] == ref.norms  # exactly: the same partials, added in the same order
+    assert all(c.coef == clip_coefficient(c.norm, max_norm) for c in clipped)
+    assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
+    for name, got in engine.full_optimizer_state().items():
+        assert np.array_equal(bits(got), bits(ref.optimizer_state()[name])), name
+
+
+@given(
+    widths=st.lists(st.integers(1, 8), min_size=2, max_size=4),
+    n=st.integers(1, 8),
+    stage=st.integers(0, 3),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_norm_is_within_the_derived_bound_of_the_float64_norm(widths, n, stage, precision, seed):
+    # max_norm 1e30 never clips (the coefficient is exactly 1), so each rank's grad32 is the unclipped gradient
+    model = MLP(widths)
+    data = make_regression(np.random.default_rng(seed + 1), n, 3, widths)
+    engine = ZeroEngine(model, Cluster(n, keep_values=True), stage, get_optimizer("sgd", lr=0.0), precision,
+                        params=model.init_params(np.random.default_rng(seed)), clip_grad=1e30)
+    engine.step(data)
+    (clip,) = engine.cluster.trace.of_type(GradClip)
+    steps = sorted(engine.cluster.trace.of_type(OptimizerStep), key=lambda e: e.rank)
+    whole = steps[0].values["grad32"] if stage == 0 else np.concatenate([e.values["grad32"] for e in steps])
+    g64 = whole.astype(np.float64)
+    n64 = math.sqrt(math.fsum((g64 * g64).tolist()))
+    assert clip.coef == 1.0
+    assert abs(clip.norm - n64) <= norm_bound(n) * n64, (clip.norm, n64, norm_bound(n))
+    assert norm_bound(n) < 1e-6  # tight: counting stage 0's whole gradient on every rank (x sqrt(N)) breaks it at N >= 2
+
+
+# torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, on fp32 tensors. `t + 1e-6` rounds 1e-6 to fp32
+# (9.99999997e-07) and the sum to fp32; `max_norm / t` is `t.reciprocal() * max_norm` (torch/_tensor.py: __rdiv__):
+# fl32(1/d), then fl32(r * fl32(max_norm)).
+CLIP_TABLE = [
+    # norm, max_norm, coefficient, why
+    (0.5, 1.0, 1.0, "below max_norm: 1/(0.5 + 1e-6) * 1 ~ 1.999996 clamps to 1"),
+    (0.0, 1.0, 1.0, "a zero gradient: 1/1e-6 clamps to 1"),
+    (2.0, 1.0, 0.5 - 2.0**-22,
+     "d = fl32(2 + 1e-6): the fp32 spacing at 2 is 2**-22 = 2.38e-7, 1e-6 is 4.19 of them -> d = 2 + 2**-20; "
+     "1/d = 0.5 (1 - 2**-21 + ...) = 0.5 - 2**-22 + 2**-43, the spacing below 0.5 is 2**-25 -> 0.5 - 2**-22"),
+    (1.0, 0.1, 13421760 * 2.0**-27,
+     "d = 1 + 2**-20 (8.39 spacings of 2**-23 round to 8); r = fl32(1 - 2**-20 + 2**-40) = 1 - 2**-20; "
+     "fl32(0.1) = 13421773 * 2**-27; r * that = (13421773 - 12.80000019) * 2**-27 -> 13421760 * 2**-27 = 0.09999990463"),
+    (3.0, 1.0, 11184807 * 2.0**-25,
+     "d = 3 + 2**-20 (spacing 2**-22 at 3: 4.19 -> 4); 1/d = 1/3 - 2**-20/9 + ... = 0.33333322736, the spacing in "
+     "[0.25, 0.5) is 2**-25: 11184807.44 spacings -> 11184807 * 2**-25 = 0.33333322405815125"),
+]
+
+
+@pytest.mark.parametrize("norm, max_norm, want, why", CLIP_TABLE, ids=[row[-1][:24] for row in CLIP_TABLE])
+def test_torch_clip_coefficient_table(norm, max_norm, want, why):
+    assert clip_coefficient(norm, max_norm) == want, why
+
+
+def test_clipping_scales_every_ranks_gradient_before_the_optimizer():
+    # At max_norm = norm / 2 every rank's fp32 gradient, as its optimizer reads it, is the unclipped one times
+    # torch's coefficient (0.5 * (1 - ~1e-6)), one fp32 rounding per element (`_foreach_mul_`): stage 2, 3 ranks.
+    widths, n = [4, 6, 3], 3
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(0))
+    data = make_regression(np.random.default_rng(1), n, 4, widths)
+
+    def grads(max_norm):
+        engine = ZeroEngine(model, Cluster(n, keep_values=True), 2, get_optimizer("sgd", lr=1.0), "fp32", params=params,
+                            clip_grad=max_norm)
+        engine.step(data)
+        (clip,) = engine.cluster.trace.of_type(GradClip)
+        return clip, [e.values["grad32"] for e in sorted(engine.cluster.trace.of_type(OptimizerStep), key=lambda e: e.rank)]
+
+    c0, free = grads(1e30)
+    c1, half = grads(c0.norm / 2)
+    assert c1.norm == c0.norm and 0.5 * (1 - 1e-5) < c1.coef < 0.5
+    for got, g in zip(half, free):
+        assert np.array_equal(bits(got), bits(g * np.float32(c1.coef)))
+
+
+@pytest.mark.bad_input("engine arguments")
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1.0", True])
+def test_bad_max_norm_is_refused_before_anything_is_built(bad):
+    with pytest.raises(ValueError, match="clip_grad .* must be a finite number > 0 or None"):
+        ZeroEngine(MLP([2, 2]), Cluster(2), 1, get_optimizer("adam"), "fp32", clip_grad=bad)

@@ -1,0 +1,104 @@
+"""Gradient clipping by global norm when every rank holds only part of the gradient.
+
+torch's `clip_grad_norm_` (torch/nn/utils/clip_grad.py: _get_total_norm, _clip_grads_with_norm_) on a
+whole gradient, computed the way ZeRO computes it on shards (DeepSpeed's get_grad_norm_direct sums
+its partition's squares and all-reduces the sum; FSDP2's DTensor norm all-reduces the shards' p-th
+powers). Letters: N ranks, s = ceil(P/N), Ψ = N*s; rank r owns flat elements [r*s, (r+1)*s).
+
+    partial_r = fl32(sum of g_i^2 over rank r's shard)   the squares exact in float64 (24 + 24 <= 53
+                                                          bits), summed exactly (math.fsum: correctly
+                                                          rounded to float64), then rounded to fp32
+    total     = SUM all-reduce of the N partials          fp32 on the ring: ((p[1] + p[2]) + ...) + p[0]
+    norm      = fl32(sqrt(total))
+    clip_coef = max_norm / (norm + 1e-6), clamped to 1     as torch evaluates it (below)
+    g        *= clip_coef                                   every rank, its whole region, before the optimizer
+
+At stage 0 every rank holds the whole gradient but sums only its own shard, so each element counts
+once; at every stage the partials, and so the norm, are the same bits. The oracle sums the same
+shards of its unsharded gradient in the same order (`shard_partials`), so it gets the same norm; the
+distance to the norm of the whole gradient in float64 is bounded by `norm_error_bound(N)`.
+
+torch evaluates `max_norm / (total_norm + 1e-6)` on fp32 tensors: `total_norm + 1e-6` rounds the
+scalar to fp32 and the sum to fp32; `float / tensor` is `tensor.reciprocal() * float`
+(torch/_tensor.py: Tensor.__rdiv__), two more roundings; `torch.clamp(clip_coef, max=1.0)`; then
+`torch._foreach_mul_(grads, clip_coef_clamped)`, one rounding per element (a multiply by 1 changes
+nothing). DeepSpeed ZeRO folds clipping into its unscale instead (stage_1_and_2.py:
+unscale_and_clip_grads, `clip = ((total_norm / S) + 1e-6) / clip_grad`, then `mul_(1. / (clip * S))`,
+on the norm of the *scaled* gradient): other roundings, not modelled here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.collectives import ShardLayout
+
+EPS = 1e-6  # torch's clip_grad_norm_: max_norm / (total_norm + 1e-6)
+U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs of fp32 and float64
+
+
+def sum_of_squares(g: np.ndarray) -> np.ndarray:
+    """(1,) the sum of g's squares in g's dtype (fp32, or fp64): the exact squares summed by math.fsum (the
+    float64 nearest the exact sum, whatever the order or memory alignment: a BLAS dot product is neither),
+    then rounded to g's dtype."""
+    wide = g.astype(np.float64)
+    return np.array([math.fsum((wide * wide).tolist())], dtype=np.float64).astype(g.dtype)
+
+
+def shard_partials(g: np.ndarray, world_size: int) -> list:
+    """The N ranks' partials of an unsharded (Ψ,) gradient: rank r's over [r*s, (r+1)*s) (the oracle's side)."""
+    layout = ShardLayout(g.shape[0], world_size)
+    return [sum_of_squares(g[slice(*layout.bounds(r))]) for r in range(world_size)]
+
+
+def norm_of(total) -> float:
+    """The global norm from the all-reduced sum of squares, rounded in the gradient's dtype."""
+    t = np.asarray(total).reshape(-1)[:1]
+    return float(np.sqrt(t)[0])
+
+
+def clip_coefficient(norm: float, max_norm: float, dtype=np.float32) -> float:
+    """torch's clamp(max_norm / (norm + 1e-6), max=1) in `dtype` (fp32; fp64 for the float64 yardstick)."""
+    f = np.dtype(dtype).type
+    denominator = f(norm) + f(EPS)  # `total_norm + 1e-6`: the scalar in fp32, the sum in fp32
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        coef = (f(1) / denominator) * f(max_norm)  # `max_norm / t` is `t.reciprocal() * max_norm`
+    return float(min(coef, f(1))) if not np.isnan(coef) else float(coef)  # torch.clamp(.., max=1.0); NaN stays NaN
+
+
+def apply(g: np.ndarray, coef: float) -> None:
+    """g *= coef in g's dtype, in place (`torch._foreach_mul_`)."""
+    g *= g.dtype.type(coef)
+
+
+def norm_error_bound(n: int) -> float:
+    """A bound on |norm - n64| / n64: the sharded fp32 norm over N ranks against n64 = sqrt of the float64 sum of
+    the exact squares (math.fsum), for an fp32 gradient.
+
+    Each rank: the exact squares summed by math.fsum, correctly rounded to float64 (u64), then to fp32 (u32):
+    partial_r = T_r (1 + e1), |e1| <= u32 + u64 + u32 u64. The ring adds N non-negative fp32 partials with N - 1
+    roundings: total = T (1 + e2), |e2| <= (1 + e1)(1 + gamma_{N-1}) - 1, gamma_k = k u32 / (1 - k u32) (Higham).
+    sqrt(1 + e2) = 1 + e3, |e3| <= |e2| / (1 + sqrt(1 - |e2|)); the fp32 sqrt rounds once more:
+    |norm - sqrt(T)| <= e4 sqrt(T), e4 = (1 + e3)(1 + u32) - 1. The yardstick n64 = sqrt(fl64(T)) rounded in
+    float64 has |n64 - sqrt(T)| <= e5 sqrt(T), e5 = (1 + u64/2)(1 + u64) - 1 (fsum's rounding halves under the
+    sqrt). So |norm - n64| <= (e4 + e5) sqrt(T) <= (e4 + e5) / (1 - e5) n64: about (N + 3) u32 / 2.
+    """
+    e1 = U32 + U64 + U32 * U64
+    gamma = (n - 1) * U32 / (1 - (n - 1) * U32)
+    e2 = (1 + e1) * (1 + gamma) - 1
+    e3 = e2 / (1 + math.sqrt(1 - e2))
+    e4 = (1 + e3) * (1 + U32) - 1
+    e5 = (1 + U64 / 2) * (1 + U64) - 1
+    return (e4 + e5) / (1 - e5)
+
+
+def check_max_norm(max_norm) -> float | None:
+    """`clip_grad` as a finite number > 0, or None (no clipping); a clear error otherwise."""
+    if max_norm is None:
+        return None
+    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(max_norm) or max_norm <= 0:
+        raise ValueError(f"clip_grad (the max_norm of clip_grad_norm_) must be a finite number > 0 or None, got {max_norm!r}")
+    return float(max_norm)
