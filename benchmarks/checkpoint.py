@@ -5,7 +5,8 @@ across the ranks: 16-bit params, fp32 master, m and v). zerosim's save writes on
 rank (temp name + rename), checksums each (XXH3-64), writes the manifest and `latest`; reading checks
 every size and checksum and reads every file (`read_state`); `ZeroEngine.load` also builds a new
 engine on a new cluster holding the state (allocating every rank's buffers: page faults included).
-The yardstick writes each rank's same arrays with `numpy.save` into .npy files and reads them back.
+The yardstick writes each rank's same arrays with `numpy.save` into .npy files and reads them all back
+(holding them all at the end, as `read_state` does).
 Two ratios: the checkpoint's own I/O (save + read) and the whole round trip (save + load into a new
 engine). Target: <= 3 for the I/O.
 
@@ -60,9 +61,9 @@ def main():
                 for r, t in enumerate(tensors):
                     for name, a in t.items():
                         np.save(os.path.join(d, f"{r}.{name}.npy"), a)
-                for r, t in enumerate(tensors):
-                    for name in t:
-                        np.load(os.path.join(d, f"{r}.{name}.npy"))
+                # kept until every file is read, as read_state returns every rank's tensors (memory that must
+                # be fresh pages, not the one array's pages reused over and over)
+                return [np.load(os.path.join(d, f"{r}.{name}.npy")) for r, t in enumerate(tensors) for name in t]
 
             save_time = timed(lambda: engine.save(folder))
             io.append(save_time + timed(lambda: read_state(folder, model)))
