@@ -9,8 +9,9 @@ the reduction formed exactly in float64, then rounded: slow) and the same-arithm
 natively in the wire dtype (`Reference(order="ring-native")`, the same bits, as fast as NumPy).
 Targets: <= 1.3 and <= 2 against the native one (issue 14); <= 1.0 and <= 2 against the exact one (issue 8).
 
-Measured in one run, engine and oracle in turns (alternating, so both see the same machine load),
-median of --repeats, BLAS pinned to one thread (set before numpy loads).
+Measured in one run, engine and oracles in turns (each round in a new seeded order, so all see the same
+machine load and none always follows the same run), median of --repeats, BLAS pinned to one thread (set
+before numpy loads). Every run has taken the same steps when the masters are compared (the script checks).
 
     python benchmarks/engine.py [--repeats 7]
 """
@@ -21,6 +22,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import random  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -50,13 +52,15 @@ def measure(widths, n, batch, precision, repeats):
     native = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params, order="ring-native")
     for run in (engine, exact, native):  # warm up (first-touch allocations, BLAS)
         run.step(batches)
-    t_engine, t_exact, t_native = [], [], []
-    for _ in range(repeats):  # in turns
-        t_engine.append(timed(lambda: engine.step(batches)))
-        t_exact.append(timed(lambda: exact.step(batches)))
-        t_native.append(timed(lambda: native.step(batches)))
+    times = {run: [] for run in (engine, exact, native)}
+    order = random.Random(0)
+    for _ in range(repeats):  # in turns, in a new (seeded) order each round: no one always follows the same run
+        runs = list(times)
+        order.shuffle(runs)
+        for run in runs:
+            times[run].append(timed(lambda: run.step(batches)))
     assert np.array_equal(native.master(), exact.master()) and np.array_equal(engine.full_master(), native.master())
-    return model.num_params, statistics.median(t_engine), statistics.median(t_exact), statistics.median(t_native)
+    return model.num_params, statistics.median(times[engine]), statistics.median(times[exact]), statistics.median(times[native])
 
 
 def main():

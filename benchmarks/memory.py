@@ -4,7 +4,10 @@ Each case runs in a fresh Python process: build an MLP of ~P parameters, a `Clus
 take one step. The yardstick is the ledgers' peak *total over all ranks at one moment* — every buffer every
 rank holds, summed, at the worst instant of init + step, replayed from the trace's ordered LedgerEvents
 (not the sum of each rank's own peak, which would flatter the ratio). The measure is the process's peak RSS
-minus its RSS just before the cluster was made (imports, the model and the data already there).
+during init + step minus its RSS just before the cluster was made (imports, the model and the data already
+there). Two things would flatter it, and are undone first: memory the setup freed but the C heap kept (the
+cluster would reuse it unseen: `malloc_trim(0)` hands it back), and an earlier peak (Linux's high-water
+mark is reset through /proc/self/clear_refs, so the peak is the step's own). Linux with glibc only.
 
     python benchmarks/memory.py [--quick]
 
@@ -30,10 +33,27 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def peak_rss_bytes() -> int:
+    """The high-water mark of RSS since the last `start_measuring` (VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def start_measuring() -> int:
+    """Give the heap's free memory back to the OS, reset the RSS high-water mark, and return the RSS now."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # else the setup's freed memory is reused by the cluster, unseen
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    return rss_bytes()
+
+
 def one_case(widths, ranks, stage) -> dict:
     """Runs in the child process."""
-    import resource
-
     import numpy as np
 
     from zerosim import MLP, Adam, Cluster, ZeroEngine
@@ -42,11 +62,11 @@ def one_case(widths, ranks, stage) -> dict:
 
     model = MLP(widths)
     data = make_regression(np.random.default_rng(0), ranks, 8, widths)
-    before = rss_bytes()
+    before = start_measuring()
     cluster = Cluster(ranks, trace="call")
     engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-3), "bf16-mixed")
     engine.step(data)
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    peak_rss = peak_rss_bytes()
     total = top = 0
     for ev in cluster.trace.log:  # every rank's allocations and frees, in the order they happened
         if type(ev) is LedgerEvent:

@@ -91,6 +91,43 @@ def test_uneven_parameter_count_straddles_shards(stage):
     assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
 
 
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 5),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),
+    opt=st.sampled_from(sorted(ELEMENTWISE)),
+    k=st.integers(1, 2),
+    every_micro_step=st.booleans(),
+    block=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(widths, n, precision, opt, k, every_micro_step, block, seed):
+    # Reference(order="ring-native") is benchmarks/engine.py's yardstick: NumPy's adds in the wire dtype
+    # and the optimizer stepped in blocks of STEP_BLOCK elements. Both must leave every bit where the exact
+    # oracle (float64 adds rounded once, one whole-vector step) leaves it; blocks of 1..9 elements make the
+    # block borders fall everywhere on these small models.
+    import zerosim.reference.oracle as oracle
+
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(seed))
+    data = make_regression(np.random.default_rng(seed + 1), n * k * 2, 3, widths)
+    runs = [Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), precision, world_size=n, params=params,
+                      accumulation_steps=k, reduce_every_micro_step=every_micro_step, order=how)
+            for how in ("ring", "ring-native")]
+    saved, oracle.STEP_BLOCK = oracle.STEP_BLOCK, block
+    try:
+        for step in range(2):
+            batches = [data[(step * n + r) * k : (step * n + r + 1) * k] for r in range(n)]
+            assert runs[0].step(batches) == runs[1].step(batches)
+    finally:
+        oracle.STEP_BLOCK = saved
+    exact, native = runs
+    assert np.array_equal(bits(exact.master()), bits(native.master()))
+    assert np.array_equal(bits(exact.compute_params()), bits(native.compute_params()))
+    for name, got in native.optimizer_state().items():
+        assert np.array_equal(bits(got), bits(exact.optimizer_state()[name])), name
+
+
 U32 = 2.0**-24  # fp32 unit roundoff
 
 

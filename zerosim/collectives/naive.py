@@ -61,6 +61,7 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunk
 def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks) -> np.ndarray:
     """Chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], NumPy ops in the wire dtype, into one (L,) array."""
     n = len(xs)
+    combine = reduce_op.combiner(wire_fmt)
     out = np.empty(layout.length, dtype=wire_fmt.dtype)
     for c, start, stop in chunks:
         if start == stop:
@@ -69,9 +70,9 @@ def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks) -> np.ndarray:
         if n == 1:
             acc[...] = xs[0][start:stop]
             continue
-        reduce_op.combine(xs[(c + 1) % n][start:stop], xs[(c + 2) % n][start:stop], out=acc)
+        combine(xs[(c + 1) % n][start:stop], xs[(c + 2) % n][start:stop], out=acc)
         for k in range(3, n + 1):
-            reduce_op.combine(acc, xs[(c + k) % n][start:stop], out=acc)
+            combine(acc, xs[(c + k) % n][start:stop], out=acc)
     return out
 
 

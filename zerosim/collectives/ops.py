@@ -71,6 +71,13 @@ class ReduceOp:
             x = self.on_wire(x, n)
         return x
 
+    def combiner(self, wire: Format) -> Callable:
+        """`combine` resolved once for a wire format: the bare ufunc where it is one (every sum that does
+        not saturate is exactly `np.add`), so a ring of many small chunks pays no per-hop dispatch."""
+        if self.combine is add and not saturates(wire):
+            return np.add
+        return self.combine
+
     @property
     def changes_input(self) -> bool:
         return self.before_wire is not None or self.on_wire is not None

@@ -67,6 +67,7 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call, out=None):
     send_to = [(r + 1) % n for r in me]
     recv_from = [(r - 1) % n for r in me]
     hops = cluster.trace.granularity == "hop"
+    combine = op.combiner(wire)
     for k in range(n - 1):
         sends = []
         for i, r in enumerate(me):
@@ -79,7 +80,7 @@ def _ring_reduce_scatter(cluster, staged, op, wire, bounds, call, out=None):
         for i, r in enumerate(me):
             c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
             target = results[i] if k == n - 2 else acc[i][k % 2][: size[c]]
-            op.combine(received[i], own[i][c], out=target)  # partial + own, one rounding
+            combine(received[i], own[i][c], out=target)  # partial + own, one rounding
     if not hops:  # one summary per rank: over the N-1 steps rank r sent every chunk but its own (r)
         for r in me:
             cluster.trace.hop(call, -1, r, -1, -1, sum(size) - size[r], wire.itemsize, wire.name)
@@ -130,15 +131,16 @@ def _local_reduce_scatter(cluster, staged, op, wire, bounds, call, out=None):
     chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], each add rounded to the wire dtype — without a Python
     step per hop. Bit for bit the ring's (a test checks); only the per-hop events are not recorded."""
     n = cluster.world_size
+    combine = op.combiner(wire)
     results = []
     for c, (a, b) in enumerate(bounds):  # staged[r]: rank r's (padded) input, in rank order
         acc = out[c] if out else np.empty(b - a, dtype=wire.dtype)  # (size[c],) wire dtype: rank c's result
         if n == 1:
             acc[...] = staged[0][a:b]
-        else:
-            op.combine(staged[(c + 1) % n][a:b], staged[(c + 2) % n][a:b], out=acc)
+        elif b > a:  # an empty chunk (counts of 0: a ZeRO layer window outside rank c's shard) adds nothing
+            combine(staged[(c + 1) % n][a:b], staged[(c + 2) % n][a:b], out=acc)
             for k in range(3, n + 1):  # the partial sum travels on: ranks c+3, ..., c+N (= c)
-                op.combine(acc, staged[(c + k) % n][a:b], out=acc)
+                combine(acc, staged[(c + k) % n][a:b], out=acc)
         results.append(acc)
     if n > 1:
         sizes = [stop - start for start, stop in bounds]

@@ -15,6 +15,7 @@ Numerics, common to all optimizers (each file lists its own operation order):
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import ClassVar
@@ -26,6 +27,14 @@ from zerosim.precision import cast, get_format
 
 def scalar(x: float, dtype) -> np.generic:
     """`x` (float64) rounded once to `dtype`, as a NumPy scalar of that dtype (never promotes arrays)."""
+    x = float(x)  # the float64 the Python hyperparameter is; the sign keeps -0.0 apart from 0.0 in the cache
+    return _rounded(x, math.copysign(1.0, x), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rounded(x: float, sign: float, dtype: np.dtype) -> np.generic:
+    # Cached: a ZeRO engine steps one shard per rank, so the same coefficients are rounded N times a step
+    # (NumPy scalars are immutable: sharing one is safe).
     return cast(np.float64(x), dtype)[()]  # NOTE: not dtype(x): ml_dtypes rounds float64 twice
 
 

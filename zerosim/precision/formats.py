@@ -89,6 +89,8 @@ FORMATS: dict[str, Format] = {
     )
 }
 
+_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
+
 # Names people type for the same thing; they resolve to the canonical names above.
 _ALIASES = {
     "float64": "fp64", "double": "fp64",
@@ -114,6 +116,9 @@ def get_format(fmt: "str | Format | np.dtype | type") -> Format:
         if key in FORMATS:
             return FORMATS[key]
         raise ValueError(f"unknown floating-point format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    found = _BY_DTYPE.get(fmt) if isinstance(fmt, np.dtype) else None
+    if found is not None:  # the hot path (collectives and casts resolve an array's dtype per call)
+        return found
     try:
         dtype = np.dtype(fmt)
     except TypeError:
