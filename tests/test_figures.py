@@ -250,7 +250,8 @@ def test_dataflow_casts_are_where_the_run_made_them():
     # seed 002's two pictures; the fp32 run has no cast at all
     assert observe("fp16-mixed") == {
         "name": "fp16-mixed", "data": "fp32", "master": "fp32", "update": "fp32", "params": "fp16", "activations": "fp16",
-        "grads": "fp16", "wire": "fp16", "grad32": "fp32", "state": "fp32", "loss_scale": 1.0}
+        "grads": "fp16", "wire": "fp16", "grad32": "fp32", "state": "fp32", "loss_scale": 1.0, "scaler": "static",
+        "unscale": "reciprocal"}
     fig = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed", "fp32"])
     casts = [sorted(t.get_text() for t in ax.texts if t.get_gid() == "cast") for ax in fig.axes]
     assert casts == [
@@ -259,6 +260,12 @@ def test_dataflow_casts_are_where_the_run_made_them():
         [],
     ]
     assert any("× S = 1024" in t.get_text() for t in fig.axes[0].texts)
+    assert any("× 1/S" in t.get_text() for t in fig.axes[0].texts)  # unscaled by the reciprocal, as torch and DeepSpeed
+    # a dynamic scaler: the first step that updated, at the scale it used (its LossScaleUpdate event). Seed 004's
+    # gradients reach 11 (fp16-mixed: 11·2**16 > 65504), so DeepSpeed's 2**16 overflows; hysteresis 2 keeps S
+    # once, then it halves to 2**15 (11·2**15 = 360448 still overflows), 2**14, 2**13, 2**12: 11·2**12 = 45056 fits
+    (ax,) = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale="deepspeed")]).axes
+    assert ax.get_title(loc="left").endswith("deepspeed's dynamic loss scale, this step S = 4096")
 
 
 SHARDED = {0: set(), 1: {"master", "optim:m", "optim:v"}, 2: {"grads", "master", "optim:m", "optim:v"},

@@ -4,7 +4,8 @@
 the format of every stage of the loop from what the run recorded: the micro-batch and the forward
 activations and gradients from the `Compute` events, the wire from the gradient `Call`, the fp32
 gradient, optimizer state, master and the new 16-bit weights from the `OptimizerStep` event, the
-loss scale from the engine's policy. `dataflow_figure` draws one loop per precision and writes
+loss scale the step used and its scaler from the `LossScaleUpdate` event, how it unscaled from the
+policy. `dataflow_figure` draws one loop per precision and writes
 "cast a → b" on exactly the arrows where the format changed — none at all for plain fp32.
 """
 
@@ -22,7 +23,7 @@ def _fmt(array) -> str:
 
 def observe(precision) -> dict:
     """The formats one step of seed 004's example really used, read from its events (see the module)."""
-    from zerosim.cluster import Call, Cluster, Compute, OptimizerStep
+    from zerosim.cluster import Call, Cluster, Compute, LossScaleUpdate, OptimizerStep
     from zerosim.models.tinynet import TinyNet
     from zerosim.optim import Adam
     from zerosim.zero import ZeroEngine
@@ -31,12 +32,16 @@ def observe(precision) -> dict:
     cluster = Cluster(2, keep_values=True)
     engine = ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), policy, checkpoint=True)
     batches = TinyNet.seed_batches()
-    engine.step(batches)
     trace = cluster.trace
+    for _ in range(64):  # a dynamic scaler may skip the first steps (an overflow): draw the first step that updated
+        engine.step(batches)
+        if trace.of_type(OptimizerStep):
+            break
     forward = next(e for e in trace.of_type(Compute) if e.rank == 0 and e.kind == "forward")
     backward = next(e for e in trace.of_type(Compute) if e.rank == 0 and e.kind == "backward" and e.values["grads"])
     wire = next(c for c in trace.of_type(Call) if c.purpose == "reduce grads")
     opt = next(e.values for e in trace.of_type(OptimizerStep) if e.rank == 0)
+    scaled = trace.of_type(LossScaleUpdate)
     return {
         "name": precision if isinstance(precision, str) else repr(policy),
         "data": _fmt(batches[0][0]),
@@ -48,7 +53,9 @@ def observe(precision) -> dict:
         "wire": wire.dtype,
         "grad32": _fmt(opt["grad32"]),
         "state": _fmt(opt["m"]),
-        "loss_scale": engine.precision.loss_scale,
+        "loss_scale": scaled[-1].scale_before if scaled else engine.scaler.scale,  # what this step's loss was multiplied by
+        "scaler": scaled[-1].scaler if scaled else "static",
+        "unscale": engine.precision.unscale,  # "reciprocal": × fl32(1/S), as torch and DeepSpeed; or "divide"
     }
 
 
@@ -90,7 +97,8 @@ def _loop(ax, o: dict) -> None:
     x = _box(ax, (5.7, 3.6), f"micro-batch x\n({o['data']})", o["data"])
     bw = _box(ax, (8.1, 0.5), f"backward\n{o['grads']} gradients", o["grads"])
     rs = _box(ax, (5.7, 0.5), f"reduce-scatter\n{o['wire']} on the wire", o["wire"])
-    g32 = _box(ax, (3.3, 0.5), f"{o['grad32']} gradient shard\n÷ N" + (f", ÷ S = {s:g}" if s != 1 else ""), o["grad32"])
+    unscale = "× 1/S" if o["unscale"] == "reciprocal" else "÷ S"  # S itself is in the loss box and the title
+    g32 = _box(ax, (3.3, 0.5), f"{o['grad32']} gradient shard\n÷ N" + (f", {unscale}" if s != 1 else ""), o["grad32"])
     opt = _box(ax, (0.9, 0.5), f"Adam in {o['update']}\nm, v in {o['state']}", o["state"])
     _arrow(ax, m, w, "right", master, o["params"], "" if o["master"] else "(rounded in place: no master)")
     _arrow(ax, w, f, "right", o["params"], o["activations"])
@@ -104,7 +112,8 @@ def _loop(ax, o: dict) -> None:
     ax.set_xlim(-0.4, 9.4)
     ax.set_ylim(-0.1, 4.1)
     ax.axis("off")
-    ax.set_title(f"{o['name']}" + (f", static loss scale S = {s:g}" if s != 1 else ""), fontsize=10, loc="left")
+    kind = "static loss scale" if o["scaler"] == "static" else f"{o['scaler']}'s dynamic loss scale, this step"
+    ax.set_title(f"{o['name']}" + (f", {kind} S = {s:g}" if s != 1 else ""), fontsize=10, loc="left")
 
 
 def dataflow_figure(precisions=None):
