@@ -90,8 +90,11 @@ def configs() -> list:
     torch2, deepspeed2 = (("growth_interval", 2),), (("scale_window", 2), ("hysteresis", 1))  # grow within three steps
     variants = [
         Config(1, "bf16-mixed", "adam", False, (6, 5, 3), reduction="deepspeed-zero12"),  # DeepSpeed ZeRO-1/2's recipe
-        Config(2, "fp16-mixed", "adam", True, (4, 3, 3, 2), reduction="fsdp2", loss_scale=1024.0),  # FSDP2's split division
+        Config(3, "fp16-mixed", "adam", True, (4, 3, 3, 2), reduction="fsdp2", loss_scale=1024.0),  # FSDP2's split division
         Config(0, "fp16-mixed", "adam", False, (6, 5, 3), reduction="ddp", allreduce="nccl"),  # DDP, NCCL's chunk map
+        Config(3, "fp16-mixed", "adam", True, (6, 5, 3), reduction="deepspeed-zero3"),  # per-parameter partitions
+        Config(3, "fp16-mixed", "adan", False, (4, 3, 3, 2), reduction="deepspeed-zero3", loss_scale="deepspeed",
+               scale_options=(("scale_window", 2), ("hysteresis", 1)), inject=(2,), clip_grad=0.05),
         Config(3, "bf16-mixed", "adan", True, (6, 5, 3), activation="gelu"),
         Config(3, "fp16-mixed", "adam", False, (4, 3, 3, 2), task="classification"),
         # dynamic loss scaling: one rank's micro-batch overflows at the injected steps; every rank must skip

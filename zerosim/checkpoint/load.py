@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.checkpoint.files import CheckpointError, read_checked, read_tensors
-from zerosim.checkpoint.manifest import check_model, read_manifest
+from zerosim.checkpoint.manifest import check_model, read_manifest, saved_layout
 from zerosim.precision import MixedPrecision, get_precision, loss_scaler_from_state_dict
 
 
@@ -59,8 +59,10 @@ class SavedState:
 
     def _whole(self, name: str, sharded: bool) -> np.ndarray:
         m = self.manifest
-        parts = [self.files[r][name] for r in range(m["world_size"])] if sharded else [self.files[0][name]]
-        return (np.concatenate(parts) if len(parts) > 1 else parts[0])[: m["layout"]["num_params"]]  # padding removed
+        if not sharded:
+            return self.files[0][name][: m["layout"]["num_params"]]  # padding removed
+        whole = np.concatenate([self.files[r][name] for r in range(m["world_size"])])  # (Ψ,) the shards in rank order
+        return saved_layout(m).unarrange(whole)  # (P,) model order, padding removed
 
     @functools.cached_property
     def params(self) -> np.ndarray:
@@ -182,7 +184,7 @@ def put_state(engine, state: SavedState) -> None:
 
     Same world size and stage as saved: each rank takes its own saved file's tensors as they are; otherwise
     the whole vectors are cut anew (resharding)."""
-    layout, P, m = engine.layout, engine.model.num_params, state.manifest
+    layout, m = engine.layout, state.manifest
     if (m["world_size"], m["stage"]) == (layout.world_size, engine.stage_number):
         for rank in engine.cluster.ranks:
             saved = state.files[rank.index]
@@ -195,10 +197,8 @@ def put_state(engine, state: SavedState) -> None:
         return
 
     def cut(dest: np.ndarray, whole: np.ndarray, start: int) -> None:
-        """dest = whole[start : start + len(dest)], zero where that runs past P (the new layout's padding)."""
-        real = max(0, min(dest.shape[0], P - start))
-        dest[:real] = whole[start : start + real]
-        dest[real:] = 0
+        """dest = the new layout's (Ψ,) arrangement of `whole` (P,) from `start`: padding zero."""
+        dest[...] = layout.arrange(whole)[start : start + dest.shape[0]]
 
     for rank in engine.cluster.ranks:
         mine = engine.region(rank.index)

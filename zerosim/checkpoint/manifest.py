@@ -9,7 +9,8 @@ The layout follows DeepSpeed's (a folder per tag, a `latest` file naming the new
 engine.py, `save_checkpoint` / `load_checkpoint`), so an interrupted save never touches the checkpoint
 `latest` names. Manifest fields: format and version; the model (class, parameter count, every layer's
 window and every parameter's name and shape — a checkpoint of another model is refused); stage and
-world size; the flat layout (P, s, padded length, padding, each rank's region); the precision policy
+world size; the layout (its kind: zerosim's flat shards, or DeepSpeed ZeRO-3's per-parameter chunks with
+each parameter's chunk size; FSDP2's dim-0 chunks; P, s, padded length, padding, each rank's region); the precision policy
 (its fields: compute, master, reduce, loss scale and its options, unscaling, the gradient recipe, the
 all-reduce's chunk map, rounding, seed, grad_accum); the optimizer (name, hyperparameters) and its step
 t, and the iterations run (skipped steps count there, not in t); the loss scaler's state (its
@@ -23,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
 from zerosim.checkpoint.files import CheckpointError
+from zerosim.zero.flat import FlatLayout
+from zerosim.zero.partition import ParamLayout
 
 FORMAT, VERSION = "zerosim-checkpoint", 1
 
@@ -56,8 +60,10 @@ def make_manifest(engine, files: list) -> dict:
         "format": FORMAT, "version": VERSION,
         "model": model_spec(engine.model),
         "stage": engine.stage_number, "world_size": layout.world_size,
-        "layout": {"num_params": layout.num_params, "shard_size": layout.shard_size, "padded": layout.padded,
-                   "padding": layout.padded - layout.num_params, "regions": [[r.start, r.stop] for r in regions]},
+        "layout": {"kind": layout.kind, "num_params": layout.num_params, "shard_size": layout.shard_size,
+                   "padded": layout.padded, "padding": layout.padded - layout.num_params,
+                   "regions": [[r.start, r.stop] for r in regions],
+                   **({"split": layout.split, "chunks": list(layout.chunks)} if layout.kind != "flat" else {})},
         "precision": dataclasses.asdict(p),
         "optimizer": {**optimizer_spec(engine.optimizer), "step": engine.t},
         "iteration": engine.iteration,
@@ -100,3 +106,14 @@ def _first_diff(a: list, b: list) -> tuple:
         if x != y:
             return x, y
     return f"{len(a)} entries", f"{len(b)} entries"
+
+
+def saved_layout(manifest: dict):
+    """The layout the checkpoint was saved in (a manifest without a kind predates per-parameter layouts: flat)."""
+    lay, n = manifest["layout"], manifest["world_size"]
+    windows = tuple((a, b) for _, a, b, _ in manifest["model"]["layers"])
+    if lay.get("kind", "flat") == "per-parameter":
+        shapes = [shape for _, _, shape in manifest["model"]["params"]]
+        rows = tuple(shape[0] if shape else 1 for shape in shapes) if lay.get("split") == "dim 0" else None
+        return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, n, rows)
+    return FlatLayout(lay["num_params"], n, windows)

@@ -21,7 +21,8 @@
     reduction  the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
                the code it follows (zero/averaging.py, docs/recipes.md): "seeds" sums on the wire and divides
                by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
-               (stages 1/2), "fsdp2" (stages 2/3): what DistributedDataParallel, DeepSpeed ZeRO-1/2 and FSDP2 do
+               (stages 1/2), "deepspeed-zero3" (stage 3, on per-parameter partitions), "fsdp2" (stages 2/3): what
+               DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
     allreduce  the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then all-gather over the N
                shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map, one channel:
                collectives/nccl_allreduce.py), which is what DDP's ncclAllReduce does
@@ -33,13 +34,15 @@ import math
 import numbers
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from zerosim.precision.cast import cast
 from zerosim.precision.counter_random import counter_uniforms
 from zerosim.precision.formats import Format, get_format
 from zerosim.precision.loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 
 # what each name means is written in zerosim/zero/averaging.py (RECIPES), the one place; listed here to check input
-REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "fsdp2")
+REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2")
 ALLREDUCES = ("ring", "nccl")
 
 
@@ -136,11 +139,19 @@ class MixedPrecision:
     def with_(self, **changes) -> "MixedPrecision":
         return replace(self, **changes)
 
-    def round_weights(self, w, step: int, start: int):
-        """Updated weights `w` (flat elements start.. of the model's flat vector) into the compute format."""
+    def round_weights(self, w, step: int, start):
+        """Updated weights `w` into the compute format. `start`: where w sits in the model's flat vector, for
+        stochastic rounding's draws — an index (elements start..), or ((offset in w, model index, count), ...)
+        runs (per-parameter partitions: zero/partition.py); elements no run covers are padding."""
         if self.rounding == "nearest":
             return cast(w, self.compute_format)
-        return cast(w, self.compute_format, "stochastic", uniforms=counter_uniforms(self.seed, step, start, w.shape[0]))
+        if isinstance(start, numbers.Integral):
+            uniforms = counter_uniforms(self.seed, step, int(start), w.shape[0])
+        else:
+            uniforms = np.zeros(w.shape[0])  # (len,) float64; padding keeps 0 (a zero weight rounds to itself)
+            for offset, first, count in start:
+                uniforms[offset : offset + count] = counter_uniforms(self.seed, step, first, count)
+        return cast(w, self.compute_format, "stochastic", uniforms=uniforms)
 
 
 PRESETS = {

@@ -24,6 +24,7 @@ from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
 from zerosim.zero import averaging, clipping
+from zerosim.zero.partition import layout_for
 from zerosim.zero.step_checks import skips_steps
 
 
@@ -85,6 +86,7 @@ class Reference:
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
+        self.layout = layout_for(model, world_size, self.precision)  # who owns which element: the ring order of its sum
         wide = np.zeros(self.padded, dtype=np.float64)
         wide[: model.num_params] = init.astype(np.float64)
         p = self.precision
@@ -126,6 +128,8 @@ class Reference:
             real = self.model.num_params
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
+        elif self.layout.kind != "flat":  # per-parameter owners (DeepSpeed ZeRO-3: zero/partition.py); padding anywhere
+            chunks = self.layout.owner_chunks() + [(0, self.model.num_params, self.padded)]
         reduced = naive_reduce(grads, op=averaging.reduce_op(p, n), wire=p.reduce_format, order=self.order, chunks=chunks)
         return averaging.after_reduce(reduced, p, n)
 
@@ -158,7 +162,7 @@ class Reference:
             self.decisions.append(self.scaler.update(False))
         g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before)
         if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
-            total = naive_reduce(clipping.shard_partials(g, N), op="sum", order="ring")
+            total = naive_reduce(clipping.shard_partials(g, N, self.layout.owner_chunks()), op="sum", order="ring")
             self.norms.append(clipping.norm_of(total))
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1

@@ -26,12 +26,22 @@ divide_factors.py has torch's scalar multiply and divide, bit for bit, on CUDA a
     fsdp2             FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce,
                       _get_gradient_divide_factors): fp32/bf16 reduce with NCCL's AVG (PreMulSum by
                       fl(1/N)); fp16 divides by a power of two `pre` before and by N/pre after, both
-                      `div_` on CUDA; then `.to(orig_dtype)` (the fp32 master's dtype). Stages 2/3.
+                      `div_` on CUDA; then `.to(orig_dtype)` (the fp32 master's dtype). On FSDP2's own layout:
+                      each parameter cut on dim 0 (partition.py). Stage 3 (FSDP2 keeps parameters sharded at
+                      rest; zerosim's stage 2 keeps them whole on every rank, which FSDP2 never does).
+
+    deepspeed-zero3   DeepSpeed ZeRO-3 (deepspeed/runtime/zero/stage3.py: __avg_scatter_grads, partition_grads;
+                      deepspeed/runtime/comm/coalesced_collectives.py: reduce_scatter_coalesced): `g.to(
+                      communication_data_type)`, the interleaved buffer's `div_(world_sz)` on CUDA in that
+                      dtype, a reduce-scatter SUM, `.to(gradient_accumulation_dtype)` (the grad_accum format,
+                      else the 16-bit one). On DeepSpeed's own layout: each parameter cut in N chunks of
+                      ceil(n/N) (zero/partition.py), so an element's owner — and its ring order — is not the
+                      flat layout's. Stage 3.
 
 Where in the step each happens differs by stage (stages 0/1 accumulate locally and reduce once at
 the boundary; stages 2/3 reduce every micro-step and accumulate the reduced shard, as DeepSpeed
-does); what happens is written only here. NOTE: DeepSpeed ZeRO-3's recipe (per-parameter partitions,
-stage3.py: __avg_scatter_grads) needs a layout zerosim does not have; it is not offered (README).
+does); what happens is written only here. A recipe names the layout its framework shards by
+(`partition`): zerosim's flat shards, DeepSpeed ZeRO-3's per-parameter chunks, or FSDP2's dim-0 chunks.
 """
 
 from __future__ import annotations
@@ -57,11 +67,14 @@ class Recipe:
     op: Callable  # (policy, N) -> the collective's ReduceOp
     after: Callable | None  # (reduced piece, policy, N) -> the gradient as the framework keeps it; None: as reduced
     divides_by_n: bool  # False: finish divides by N (after the cast to fp32); True: the recipe divided already
+    partition: str = "flat"  # the layout its framework shards by: "flat" (flat.py), "per-parameter" or "per-parameter dim 0" (partition.py)
 
     def reduced_format(self, policy) -> Format:
         """The format `after` leaves the reduced gradient in (what stages 2/3 accumulate it in)."""
         if self.name == "deepspeed-zero12":
             return policy.compute_format  # copied back into the 16-bit buffer
+        if self.name == "deepspeed-zero3":  # `.to(gradient_accumulation_dtype)`: data_types.grad_accum_dtype, else the model's
+            return get_format(policy.grad_accum) if policy.grad_accum is not None else policy.compute_format
         if self.name == "fsdp2":
             return policy.master_format or policy.compute_format  # `.to(orig_dtype)`: the sharded parameter's dtype
         return policy.reduce_format
@@ -80,6 +93,19 @@ def _deepspeed_zero12_op(policy, n: int) -> ReduceOp:
 def _deepspeed_zero12_after(piece, policy, n: int):
     """allreduce_bucket: the reduced tensor is copied back into the 16-bit bucket (`tensor.copy_(...)`)."""
     fmt = policy.compute_format
+    return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
+
+
+def _deepspeed_zero3_op(policy, n: int) -> ReduceOp:
+    # __avg_scatter_grads casts to communication_data_type first; reduce_scatter_coalesced then divides the
+    # interleaved buffer: `tensor_partition_flat_buffer.div_(world_sz)  # pre-divide` (on CUDA, in the wire dtype)
+    return ReduceOp("ds3_predivide_sum", add, "cast to the wire, x.div_(N) on CUDA in the wire dtype, then sum",
+                    on_wire=lambda x, n: torch_scalar_div(x, n, "cuda"))
+
+
+def _deepspeed_zero3_after(piece, policy, n: int):
+    """__avg_scatter_grads: `g.to(self.gradient_accumulation_dtype)` when the wire differs from it."""
+    fmt = recipe(policy).reduced_format(policy)
     return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
 
 
@@ -109,8 +135,10 @@ RECIPES = {
         Recipe("ddp", (0,), "torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense", _ddp_op, None, True),
         Recipe("deepspeed-zero12", (1, 2), "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
                _deepspeed_zero12_op, _deepspeed_zero12_after, True),
-        Recipe("fsdp2", (2, 3), "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
-               _fsdp2_op, _fsdp2_after, True),
+        Recipe("deepspeed-zero3", (3,), "deepspeed/runtime/zero/stage3.py: __avg_scatter_grads (coalesced_collectives.py: "
+               "reduce_scatter_coalesced)", _deepspeed_zero3_op, _deepspeed_zero3_after, True, "per-parameter"),
+        Recipe("fsdp2", (3,), "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
+               _fsdp2_op, _fsdp2_after, True, "per-parameter dim 0"),
     )
 }
 assert tuple(RECIPES) == REDUCTIONS, "precision/policy.py lists the recipes' names to check input"

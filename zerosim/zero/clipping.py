@@ -47,10 +47,14 @@ def sum_of_squares(g: np.ndarray) -> np.ndarray:
     return np.array([math.fsum((wide * wide).tolist())], dtype=np.float64).astype(g.dtype)
 
 
-def shard_partials(g: np.ndarray, world_size: int) -> list:
-    """The N ranks' partials of an unsharded (Ψ,) gradient: rank r's over [r*s, (r+1)*s) (the oracle's side)."""
-    layout = ShardLayout(g.shape[0], world_size)
-    return [sum_of_squares(g[slice(*layout.bounds(r))]) for r in range(world_size)]
+def shard_partials(g: np.ndarray, world_size: int, chunks=None) -> list:
+    """The N ranks' partials of an unsharded (Ψ,) gradient: rank r's over [r*s, (r+1)*s) (the oracle's side), or
+    over the (r, start, stop) `chunks` it owns (per-parameter partitions; math.fsum makes the order immaterial)."""
+    if chunks is None:
+        layout = ShardLayout(g.shape[0], world_size)
+        return [sum_of_squares(g[slice(*layout.bounds(r))]) for r in range(world_size)]
+    mine = [[g[a:b] for c, a, b in chunks if c == r] for r in range(world_size)]
+    return [sum_of_squares(np.concatenate(m) if m else g[:0]) for m in mine]
 
 
 def norm_of(total) -> float:

@@ -21,7 +21,8 @@ simulator, one under MPI), so the same code runs on every backend. Everything th
 typed event in `cluster.trace.log` (cluster/events.py), every buffer goes through a rank's ledger,
 and a rank's state lives on its `Rank`. The stages differ only in their plan (plan.py).
 
-Letters: P parameters, N ranks, K micro-steps, s = ceil(P/N), Ψ = N*s the padded flat length.
+Letters: P parameters, N ranks, K micro-steps, s = ceil(P/N), Ψ = N*s the padded flat length (with the
+per-parameter partitions of `deepspeed-zero3` and `fsdp2`, s = Σ c_p over the parameters: partition.py).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from zerosim.models.schedule import needs_params, schedule
 from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
 from zerosim.zero import averaging, clipping
-from zerosim.zero.flat import FlatLayout
 from zerosim.zero.comm_schedule import get_comm_schedule
 from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.gather import refresh_params, unit_params
+from zerosim.zero.partition import layout_for
 from zerosim.zero.plan import PLANS
 from zerosim.zero.reduce import GradBucket, final_reduction, keep_grads, reduce_all
 from zerosim.zero.state import FILLED_LATER, GivenStates, check_given, init_rank, master_of, region, state_bytes
@@ -89,7 +90,10 @@ class ZeroEngine:
         averaging.check_recipe(self.precision, stage, self.comm.reduce_bucket_size is not None)
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
-        self.layout = FlatLayout.for_model(model, cluster.world_size)
+        if averaging.recipe(self.precision).partition != "flat" and not cluster.backend.holds_values:
+            raise ValueError(f"reduction {self.precision.reduction!r} shards by per-parameter partitions, which the meta "
+                             "backend does not account (it accounts zerosim's flat layout); use the numpy or mpi backend")
+        self.layout = layout_for(model, cluster.world_size, self.precision)  # flat.py, or per-parameter (partition.py)
         self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
         check_engine_fits(model, cluster.world_size, cluster.local_size, stage, optimizer, self.precision,
                           cluster.backend.available_bytes())  # before any large allocation
@@ -117,9 +121,12 @@ class ZeroEngine:
         if not backend.all_finite(init):
             raise ValueError("initial params contain NaN or inf")
         wide = np.float32 if init.dtype == np.float32 else np.float64
-        padded = backend.empty((self.layout.padded,), wide)
-        padded[: model.num_params] = init.astype(wide)
-        padded[model.num_params :] = 0
+        if self.layout.kind != "flat":  # in the layout's shard order (partition.py), padding zero
+            padded = self.layout.arrange(init.astype(wide))
+        else:
+            padded = backend.empty((self.layout.padded,), wide)
+            padded[: model.num_params] = init.astype(wide)
+            padded[model.num_params :] = 0
         if not backend.all_finite(cast(padded, self.precision.compute_format)):
             raise ValueError(f"initial params overflow {self.precision.compute}: its largest finite value is "
                              f"{self.precision.compute_format.max:g}, the params reach {np.abs(init).max():g}")
@@ -315,13 +322,14 @@ class ZeroEngine:
         if self.cluster.local_size != self.cluster.world_size:
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
         full = regions[0] if not self.plan.shards_optimizer else np.concatenate(regions)
-        return full[: self.model.num_params].copy()
+        return np.array(self.layout.unarrange(full))  # (P,) model order, padding dropped
 
 
 def check_engine_fits(model, world_size: int, local_size: int, stage: int, optimizer, precision, have) -> None:
     """Raise `OutOfMemory` before anything is allocated if the model states of the `local_size` ranks this
     process hosts (and the initial weights) cannot fit in `have` bytes (None: no limit, the meta backend)."""
-    plan, layout, policy = PLANS[stage], FlatLayout.for_model(model, world_size), get_precision(precision)
+    plan, policy = PLANS[stage], get_precision(precision)
+    layout = layout_for(model, world_size, policy)
     per_rank = state_bytes(plan, layout, policy, optimizer)
     check_fits(12 * layout.padded + local_size * per_rank,  # + the fp32 init (P,) and its float64 padded copy
                f"ZeRO-{stage} for {model.num_params:,} parameters on {local_size:,} rank(s) in this process "

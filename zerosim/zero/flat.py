@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from zerosim.collectives import ShardLayout
 
 
@@ -22,6 +24,7 @@ class FlatLayout:
     num_params: int  # P
     world_size: int  # N
     windows: tuple  # ((a, b), ...) per layer, in the flat buffer
+    kind = "flat"
 
     @classmethod
     def for_model(cls, model, world_size: int) -> "FlatLayout":
@@ -70,3 +73,27 @@ class FlatLayout:
         if hi <= lo:
             return 0, 0
         return lo - rank * s, hi - rank * s
+
+    # -- the packing between the model's order and the shards' (partition.py has a layout where it is not identity)
+    def to_wire(self, lo: int, hi: int, x, out=None):
+        """[lo, hi) of the model's vector as its collective moves it: itself (shards are model order here)."""
+        return x
+
+    def from_wire(self, lo: int, hi: int, y):
+        return y
+
+    def arrange(self, x: np.ndarray) -> np.ndarray:
+        """(P,) -> (Ψ,): zero padding at the end (a new array)."""
+        return self.shards.pad(x)
+
+    def unarrange(self, y: np.ndarray) -> np.ndarray:
+        """(Ψ,) -> (P,): the padding dropped (a view)."""
+        return y[: self.num_params]
+
+    def owner_chunks(self) -> None:
+        """None: `naive_reduce`'s default chunks are these shards."""
+        return None
+
+    def draw_index(self, region: slice) -> int:
+        """Where `region` starts in the model's vector, for stochastic rounding's draws."""
+        return region.start

@@ -17,7 +17,8 @@ def gathered_name(layer: int) -> str:
 def gather_unit(engine, layer: int) -> tuple:
     """ZeRO-3: all-gather unit `layer`'s window from every rank's shard (seed 004 Stage 3, "gather").
 
-    Each rank adopts its (b - a,) compute-format copy into its ledger as kind "params"; returns the
+    Each rank adopts its (b - a,) compute-format copy (N·Σc_p in shard order with per-parameter partitions,
+    padding included, as DeepSpeed gathers it) into its ledger as kind "params"; returns the
     call number, which the computation that reads it waits for.
     """
     cluster, layout = engine.cluster, engine.layout
@@ -41,8 +42,8 @@ def unit_params(engine, rank, layer: int) -> dict:
     """Layer `layer`'s weights by name as `rank` reads them: views of its whole params buffer
     (stages 0-2), or of the copy ZeRO-3 just gathered."""
     model = engine.model
-    if engine.plan.shards_params:
-        return model.unflatten(rank.ledger.get(gathered_name(layer)).array, layer)
+    if engine.plan.shards_params:  # the gathered unit in shard order: model order again (a copy for per-parameter chunks)
+        return model.unflatten(engine.layout.from_wire(*engine.layout.windows[layer], rank.ledger.get(gathered_name(layer)).array), layer)
     return model.unflatten(rank.params.array[: model.num_params], layer)  # views, no copy
 
 

@@ -116,6 +116,10 @@ def reduce_units(engine, layers: list, first: bool) -> tuple:
                 buf.free()
         sends = [b.array for b in bucket]
     counts = layout.range_counts(lo, hi)
+    interleaved = []
+    if layout.kind != "flat":  # per-parameter chunks (partition.py): reduce_scatter_coalesced's interleaved buffer
+        interleaved = [rank.ledger.alloc("grads (interleaved)", sum(counts), x.dtype, "grads") for rank, x in zip(cluster.ranks, sends)]
+        sends = [layout.to_wire(lo, hi, x, out=buf.array) for x, buf in zip(sends, interleaved)]  # (N*Σc_p,) compute fmt
     places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in cluster.ranks]  # views of each shard
     n, op, wire = cluster.world_size, averaging.reduce_op(policy, cluster.world_size), policy.reduce_format
     kept = averaging.recipe(policy).after is None  # the recipe keeps the reduced piece as it arrives
@@ -127,7 +131,7 @@ def reduce_units(engine, layers: list, first: bool) -> tuple:
     for place, piece in zip(places, pieces):
         if not direct:
             averaging.accumulate(place, averaging.after_reduce(piece, policy, n), first)
-    for h in held if bucket is None else [[b] for b in bucket]:
+    for h in (held if bucket is None else [[b] for b in bucket]) + [interleaved]:
         for buf in h:
             buf.free()  # seed 004 stage 2, step 1c: freed at once
     return tuple(range(calls, len(cluster.trace.calls)))

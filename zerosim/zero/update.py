@@ -47,7 +47,7 @@ def _update(engine, rank, g32, needs, step=None) -> None:
     else:  # a matrix optimizer on whole parameters: only where the region is the whole model
         step_by_matrix(opt, engine.model.specs, w, g32, state, t)
     mine = region(plan, layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
-    own_params(rank, plan, layout)[...] = policy.round_weights(w, t, mine.start)
+    own_params(rank, plan, layout)[...] = policy.round_weights(w, t, layout.draw_index(mine))
     if scratch is not None:
         scratch.free()
     if keep:
