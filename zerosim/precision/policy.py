@@ -21,7 +21,7 @@
     reduction  the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
                the code it follows (zero/averaging.py, docs/recipes.md): "seeds" sums on the wire and divides
                by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
-               (stages 1/2), "deepspeed-zero3" (stage 3, on per-parameter partitions), "fsdp2" (stages 2/3): what
+               (stages 1/2), "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
                DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
     allreduce  the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then all-gather over the N
                shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map, one channel:
