@@ -196,15 +196,19 @@ def put_state(engine, state: SavedState) -> None:
         engine.t = state.t
         return
 
-    def cut(dest: np.ndarray, whole: np.ndarray, start: int) -> None:
-        """dest = the new layout's (Ψ,) arrangement of `whole` (P,) from `start`: padding zero."""
-        dest[...] = layout.arrange(whole)[start : start + dest.shape[0]]
+    # each saved (P,) vector in the new layout's (Ψ,) order, padding zero: once, then every rank cuts its part
+    params = layout.arrange(state.params)
+    master = layout.arrange(state.master) if state.master is not None else None
+    optim = {k: layout.arrange(v) for k, v in state.optimizer.items()}
+
+    def cut(dest: np.ndarray, arranged: np.ndarray, start: int) -> None:
+        dest[...] = arranged[start : start + dest.shape[0]]
 
     for rank in engine.cluster.ranks:
         mine = engine.region(rank.index)
-        cut(rank.params.array, state.params, layout.own(rank.index).start if engine.plan.shards_params else 0)
+        cut(rank.params.array, params, layout.own(rank.index).start if engine.plan.shards_params else 0)
         if rank.master is not None:
-            cut(rank.master.array, state.master, mine.start)
+            cut(rank.master.array, master, mine.start)
         for k, buf in rank.optim.items():
-            cut(buf.array, state.optimizer[k], mine.start)
+            cut(buf.array, optim[k], mine.start)
     engine.t = state.t
