@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from zerosim import Cluster  # noqa: E402
+from zerosim import Cluster, reduce_scatter  # noqa: E402
 from zerosim.backends.launch import INSTALL_HINT, find_mpiexec  # noqa: E402
 
 LENGTH = 2**22  # L, elements per rank
@@ -61,8 +61,8 @@ def median_of(fn, repeats: int, sync=lambda: None) -> float:
 
 def simulator_seconds(n: int, repeats: int) -> float:
     cluster, xs = Cluster(n, trace="call", timeline=False), inputs(n)
-    cluster.reduce_scatter(xs)  # untimed: first touch
-    return median_of(lambda: (cluster.reduce_scatter(xs), cluster.trace.clear()), repeats)
+    reduce_scatter(cluster, xs)  # untimed: first touch
+    return median_of(lambda: (reduce_scatter(cluster, xs), cluster.trace.clear()), repeats)
 
 
 def mpi_worker(repeats: int) -> None:
@@ -78,12 +78,12 @@ def mpi_worker(repeats: int) -> None:
         x = xs[r]
         ring = Cluster(n, backend="mpi", trace="call", timeline=False)
         native = Cluster(n, backend="mpi", trace="call", timeline=False, native=True).backend
-        want = Cluster(n, timeline=False).reduce_scatter(xs)[r]  # this rank's chunk, as the simulator has it
+        want = reduce_scatter(Cluster(n, timeline=False), xs)[r]  # this rank's chunk, as the simulator has it
         same = lambda got: bool(comm.allreduce(np.array_equal(got.view(np.uint32), want.view(np.uint32)), op=MPI.LAND))  # noqa: E731
         report = {
-            "ring": median_of(lambda: (ring.reduce_scatter([x]), ring.trace.clear()), repeats, comm.Barrier),
+            "ring": median_of(lambda: (reduce_scatter(ring, [x]), ring.trace.clear()), repeats, comm.Barrier),
             "native": median_of(lambda: native.native_reduce_scatter([x])[0], repeats, comm.Barrier),
-            "ring_same": same(ring.reduce_scatter([x])[0]),
+            "ring_same": same(reduce_scatter(ring, [x])[0]),
             "native_same": same(native.native_reduce_scatter([x])[0]),
         }
         if r == 0:

@@ -19,6 +19,7 @@ from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
+from zerosim import checkpoint as ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPTIMIZERS = {"adam": dict(lr=1e-2), "adamw": dict(lr=1e-2, weight_decay=0.1), "sgd": dict(lr=1e-2, momentum=0.9),
@@ -55,8 +56,8 @@ def test_resume_is_the_same_run(tmp_path_factory, widths, n, stage, precision, o
     for b in steps[:before]:
         assert whole.step(b) == first.step(b)
     folder = tmp_path_factory.mktemp("ckpt")
-    first.save(str(folder))
-    resumed = ZeroEngine.load(str(folder), Cluster(n), model)  # optimizer and precision from the manifest
+    ckpt.save(first, str(folder))
+    resumed = ckpt.load(str(folder), Cluster(n), model)  # optimizer and precision from the manifest
     assert same_state(resumed, first)
     for b in steps[before:]:
         assert resumed.step(b) == whole.step(b)
@@ -72,15 +73,16 @@ def test_resume_in_a_fresh_process(tmp_path):
     whole = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-2), "fp16-mixed")
     for b in steps[:2]:
         whole.step(b)
-    whole.save(str(tmp_path / "ckpt"))
+    ckpt.save(whole, str(tmp_path / "ckpt"))
     for b in steps[2:]:
         whole.step(b)
     script = f"""
 import numpy as np
-from zerosim import MLP, Cluster, ZeroEngine
+from zerosim import MLP, Cluster
+from zerosim import checkpoint as ckpt
 from zerosim.models import make_regression
 data = make_regression(np.random.default_rng(5), {n} * 4, 3, {widths})  # the same micro-batches as batches(..., 5)
-engine = ZeroEngine.load({str(tmp_path / 'ckpt')!r}, Cluster({n}), MLP({widths}))
+engine = ckpt.load({str(tmp_path / 'ckpt')!r}, Cluster({n}), MLP({widths}))
 for s in (2, 3):
     engine.step(data[s * {n} : (s + 1) * {n}])
 np.save({str(tmp_path / 'master.npy')!r}, engine.full_master())
@@ -104,8 +106,8 @@ def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(tmp_
     for b in batches(widths, n, 2, seed + 1):
         saved.step(b)
     folder = str(tmp_path_factory.mktemp("ckpt"))
-    saved.save(folder)
-    loaded = ZeroEngine.load(folder, Cluster(m), model, stage=new_stage)
+    ckpt.save(saved, folder)
+    loaded = ckpt.load(folder, Cluster(m), model, stage=new_stage)
     whole = consolidated(folder)  # the zero_to_fp32 route: one unsharded file's contents
     state = read_state(folder)
     master = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
@@ -133,7 +135,7 @@ def test_consolidated_stage3_with_padding_is_the_oracles_master(tmp_path):
     for b in batches(widths, n, 3, 0):
         engine.step(b)
         ref.step(b)
-    engine.save(str(tmp_path))
+    ckpt.save(engine, str(tmp_path))
     whole = consolidated(str(tmp_path))
     flat = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
     assert flat.shape == (32,) and np.array_equal(bits(flat), bits(ref.master()))
@@ -146,14 +148,14 @@ def checkpoint(tmp_path):
     model = MLP([4, 6, 3])
     engine = ZeroEngine(model, Cluster(3), 2, Adam(lr=1e-2), "bf16-mixed")
     engine.step(batches([4, 6, 3], 3, 1, 0)[0])
-    folder = engine.save(str(tmp_path / "ckpt"))
+    folder = ckpt.save(engine, str(tmp_path / "ckpt"))
     return str(tmp_path / "ckpt"), folder, model
 
 
 def refused(directory, model, match, **options):
     cluster = Cluster(2)
     with pytest.raises(CheckpointError, match=match):
-        ZeroEngine.load(directory, cluster, model, **options)
+        ckpt.load(directory, cluster, model, **options)
     assert all(r.ledger.current() == 0 and not r.ledger.live for r in cluster.ranks)  # nothing was built
 
 
@@ -222,9 +224,9 @@ def test_a_checkpoint_the_caller_did_not_expect_is_refused(checkpoint, options, 
 def test_an_existing_tag_is_not_overwritten(checkpoint):
     directory, folder, model = checkpoint
     before = {f: Path(folder, f).read_bytes() for f in os.listdir(folder)}
-    engine = ZeroEngine.load(directory, Cluster(3), model)
+    engine = ckpt.load(directory, Cluster(3), model)
     with pytest.raises(ValueError, match="already exists: pass another tag"):
-        engine.save(directory)  # the same step: the same default tag
+        ckpt.save(engine, directory)  # the same step: the same default tag
     assert {f: Path(folder, f).read_bytes() for f in os.listdir(folder)} == before
 
 
@@ -238,11 +240,11 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_intact(tmp_path):
     assert os.path.exists(tmp_path / "step000002" / "rank00000.safetensors")
     assert not os.path.exists(tmp_path / "step000002" / "manifest.json")
     model = MLP([4, 6, 3])
-    engine = ZeroEngine.load(str(tmp_path), Cluster(2), model)
+    engine = ckpt.load(str(tmp_path), Cluster(2), model)
     want = np.load(tmp_path / "step1_master.npy")
     assert engine.t == 1 and np.array_equal(bits(engine.full_master()), bits(want))
     with pytest.raises(CheckpointError, match="no manifest"):
-        ZeroEngine.load(str(tmp_path), Cluster(2), model, tag="step000002")
+        ckpt.load(str(tmp_path), Cluster(2), model, tag="step000002")
 
 
 # ---------------------------------------------------------------- the command line

@@ -385,12 +385,12 @@ def test_broadcast_from_every_root(n, shape, name):
 def test_cluster_methods_pass_every_argument_through():
     n, xs = 3, make_inputs(9, 3, 10, "fp32")
     counts = [5, 0, 5]
-    assert_lists_same_bits(Cluster(n).reduce_scatter(xs, op="avg_premul", wire="bf16"), reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"))
-    assert_lists_same_bits(Cluster(n).reduce_scatter(xs, counts=counts), ring_order(xs, count_bounds(counts)))
-    assert_lists_same_bits(Cluster(n).all_reduce(xs, op="max", wire="fp16"), all_reduce(Cluster(n), xs, op="max", wire="fp16"))
+    assert_lists_same_bits(reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"), reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"))
+    assert_lists_same_bits(reduce_scatter(Cluster(n), xs, counts=counts), ring_order(xs, count_bounds(counts)))
+    assert_lists_same_bits(all_reduce(Cluster(n), xs, op="max", wire="fp16"), all_reduce(Cluster(n), xs, op="max", wire="fp16"))
     shards = [x[:4] for x in xs]
-    assert_lists_same_bits(Cluster(n).all_gather(shards, wire="bf16"), [np.concatenate(shards).astype(ml_dtypes.bfloat16)] * n)
-    assert_lists_same_bits(Cluster(n).broadcast(xs, root=2), [xs[2]] * n)
+    assert_lists_same_bits(all_gather(Cluster(n), shards, wire="bf16"), [np.concatenate(shards).astype(ml_dtypes.bfloat16)] * n)
+    assert_lists_same_bits(broadcast(Cluster(n), xs, root=2), [xs[2]] * n)
 
 
 def test_all_reduce_keeps_any_shape():
@@ -407,17 +407,18 @@ def test_all_reduce_keeps_any_shape():
 @given(n=st.integers(1, 9), length=st.integers(0, 50), dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e5m2"]),
        op=st.sampled_from(["sum", "max", "avg", "avg_predivide", "avg_premul"]), uneven=st.booleans(), seed=st.integers(0, 2**16))
 def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, uneven, seed):
-    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/ring.py, _local_reduce_scatter)
+    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/fast.py, the ring's in-process twin)
     # instead of hop by hop; the same additions in the same order must give the same bits, and every rank
     # the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
-    from zerosim.collectives.ring import _local_reduce_scatter, _phases, _ring_reduce_scatter
+    from zerosim.collectives import fast, ring
+    from zerosim.collectives.staging import phases
 
     rng = np.random.default_rng(seed)
     raw = rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))
     xs = [cast(row, dtype) for row in raw]
     counts = list(rng.multinomial(length, [1 / n] * n)) if uneven else None
     hop, call = Cluster(n, trace="hop"), Cluster(n, trace="call")
-    assert _phases(hop)[0] is _ring_reduce_scatter and _phases(call)[0] is _local_reduce_scatter
+    assert phases(hop)[0] is ring.reduce_scatter_phase and phases(call)[0] is fast.reduce_scatter_phase
     for a, b in zip(reduce_scatter(hop, xs, op=op, counts=counts), reduce_scatter(call, xs, op=op, counts=counts)):
         assert a.dtype == b.dtype and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
     shards = [cast(rng.standard_normal(c if uneven else -(-length // n)), dtype) for c in (counts or [0] * n)]

@@ -5,6 +5,8 @@ Letters: N ranks, P parameters, s = ceil(P/N), Ψ = N*s; a unit's window [a, b) 
 Every expected count and byte figure below is derived by hand in its row's comment.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,7 +18,8 @@ from zerosim.costs import Link
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
 from zerosim.timeline import Device, Hardware, simulate
-from zerosim.zero.comm_schedule import CommSchedule, allgather_pieces, buckets, get_comm_schedule
+from zerosim.zero.buckets import GradBucket
+from zerosim.zero.comm_schedule import CommSchedule, allgather_pieces, get_comm_schedule
 
 from test_accumulation import bits, micro_batches  # the same bit view and per-rank micro-batches
 
@@ -103,11 +106,27 @@ def test_buckets_decide_which_reduce_calls_run(stage, n, size, expected):
     assert reduce_calls(stage, n, CommSchedule(reduce_bucket_size=size)) == expected
 
 
+def buckets_sent(sizes: list, limit) -> list:
+    """The buckets GradBucket sends for units of these sizes, arriving in this order (units are adjacent windows)."""
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    ctx = SimpleNamespace(layout=SimpleNamespace(windows=[(a, b) for a, b in zip(offsets, offsets[1:])]))
+    sent = []
+    bucket = GradBucket(ctx, limit, first=True, reduce_one=lambda c, unit, first: sent.append([unit]),
+                        reduce_many=lambda c, units, first: sent.append(list(units)))
+    for unit in range(len(sizes)):
+        bucket.reduce(unit)
+    bucket.flush()
+    return sent
+
+
 def test_a_bucket_is_sent_before_the_unit_that_would_overflow_it():
     # DeepSpeed's rule (stage_1_and_2.py): sizes 5, 5, 5 with limit 10 -> [0, 1] then [2]; 11 alone -> alone
-    assert buckets([5, 5, 5], 10) == [[0, 1], [2]]
-    assert buckets([3, 11, 3], 10) == [[0], [1], [2]]
-    assert buckets([3, 4], None) == [[0], [1]]
+    assert buckets_sent([5, 5, 5], 10) == [[0, 1], [2]]
+    assert buckets_sent([3, 11, 3], 10) == [[0], [1], [2]]
+    assert buckets_sent([3, 4], None) == [[0], [1]]
+    assert buckets_sent([3, 0, 4], 100) == [[0, 2]]  # a unit without weights joins no bucket
 
 
 # (shard size s, N, allgather_bucket_size, pieces): DeepSpeed's all_gather_dp_groups, max(1, s·N // size) pieces

@@ -16,7 +16,7 @@ from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import LossScaleAtMinimum, get_precision
-from zerosim.zero.averaging import RECIPES
+from zerosim.zero.recipes import RECIPES
 
 HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the format at any scale >= 4 (batch 3)
 # small windows, so that growth and DeepSpeed's hysteresis happen within a few steps; a start at 2**10, where

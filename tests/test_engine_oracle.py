@@ -59,7 +59,7 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     data=st.data(),
 )
 def test_every_stage_equals_the_oracle_bitwise(widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, data):
-    from zerosim.zero.averaging import RECIPES
+    from zerosim.zero.recipes import RECIPES
 
     # every recipe where the framework it follows runs it (docs/recipes.md), NCCL's all-reduce chunk map at stage 0
     reduction = data.draw(st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction")

@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 import zerosim
-from zerosim import Cluster
+from zerosim import Cluster, reduce_scatter
 from zerosim.cli.main import main
 from zerosim.costs.measured import measure_by_stage
 from zerosim.models import MLP
@@ -77,7 +77,7 @@ def ring_example():
     """Notebook 02's reduce-scatter: rank 0 holds 2048 everywhere, ranks 1-3 hold 1, in fp16."""
     cluster = Cluster(4, keep_values=True)
     x = [np.full(4, 2048, np.float16)] + [np.ones(4, np.float16) for _ in range(3)]
-    return cluster, x, cluster.reduce_scatter(x)
+    return cluster, x, reduce_scatter(cluster, x)
 
 
 def drawn(fig_or_ax):

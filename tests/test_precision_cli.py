@@ -17,7 +17,7 @@ from zerosim import MLP, Reference, get_optimizer
 from zerosim.cli.main import main
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.trainer import TrainConfig, train
+from zerosim.train import TrainConfig, train
 
 
 def run(*argv) -> tuple:

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
-from zerosim.collectives import fsdp2_divide_factors
+from zerosim.zero.divide_factors import fsdp2_divide_factors
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.averaging import RECIPES
+from zerosim.zero.recipes import RECIPES
 
 from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
 

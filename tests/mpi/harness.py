@@ -9,7 +9,7 @@ rank failed). An exception is different: `main` runs the body under `run_guarded
 job at once instead of leaving the other ranks waiting.
 
     h = Harness()
-    h.compare("reduce-scatter fp16 L=7", lambda c, xs: c.reduce_scatter(xs), inputs)
+    h.compare("reduce-scatter fp16 L=7", lambda c, xs: reduce_scatter(c, xs), inputs)
     sys.exit(h.finish())
 
 Later checks (training steps of ZeRO stages) plug in the same way: `fn(cluster, local_inputs)`
@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from zerosim import Cluster, cast
+from zerosim import Cluster, cast, reduce_scatter
 from zerosim.backends.launch import import_mpi
 from zerosim.backends.mpi_failure import run_guarded
 from zerosim.cluster.report import local_reports

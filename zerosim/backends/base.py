@@ -15,6 +15,8 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
 - `read_scalar(array, default)`: the first element of a small array as a Python float on the host (the
   overflow flag and the gradient norm, as DeepSpeed's `.item()` reads them); `default` where the
   backend holds no values (`holds_values` False: the meta backend);
+- `evaluate(fn, array, default)`: `fn` of the array's values on the host (a shard's sum of squares), or
+  `default` where the backend holds none — so callers never ask which backend they run on;
 - `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
   so engines refuse a run that cannot fit before allocating any of it.
 
@@ -54,6 +56,8 @@ class Backend(Protocol):
     def to_numpy(self, array) -> np.ndarray: ...
 
     def read_scalar(self, array, default: float) -> float: ...
+
+    def evaluate(self, fn, array, default): ...
 
 
 def count_nonfinite(array) -> int:
@@ -99,3 +103,7 @@ class HostArrays:
     def read_scalar(self, array, default: float) -> float:
         """The first element of `array`, on the host, as a Python float (`default` is for data-less backends)."""
         return float(np.asarray(self.to_numpy(array), dtype=np.float64).reshape(-1)[0])
+
+    def evaluate(self, fn, array, default):
+        """`fn` of the array's values, on the host (`default` is for data-less backends)."""
+        return fn(self.to_numpy(array))

@@ -229,6 +229,10 @@ class MetaBackend:
         """No values to read: `default` (no overflow found, a norm that clips nothing)."""
         return default
 
+    def evaluate(self, fn, array, default):
+        """No values to compute on: `default`."""
+        return default
+
     def available_bytes(self) -> None:
         """No limit: a MetaArray allocates nothing, so any size can be accounted."""
         return None

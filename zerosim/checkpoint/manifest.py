@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 
 from zerosim.checkpoint.files import CheckpointError
-from zerosim.zero.flat import FlatLayout
-from zerosim.zero.partition import ParamLayout
+from zerosim.zero.layouts import from_description
 
 FORMAT, VERSION = "zerosim-checkpoint", 1
 
@@ -54,16 +52,14 @@ def optimizer_spec(optimizer) -> dict:
 
 
 def make_manifest(engine, files: list) -> dict:
-    layout, p = engine.layout, engine.precision
+    layout = engine.layout
+    p = engine.precision.with_(reduction=engine.recipe.reduction, allreduce=engine.recipe.allreduce)  # the recipe too
     regions = [engine.region(r) for r in range(layout.world_size)]
     return {
         "format": FORMAT, "version": VERSION,
         "model": model_spec(engine.model),
         "stage": engine.stage_number, "world_size": layout.world_size,
-        "layout": {"kind": layout.kind, "num_params": layout.num_params, "shard_size": layout.shard_size,
-                   "padded": layout.padded, "padding": layout.padded - layout.num_params,
-                   "regions": [[r.start, r.stop] for r in regions],
-                   **({"split": layout.split, "chunks": list(layout.chunks)} if layout.kind != "flat" else {})},
+        "layout": {**layout.describe(), "regions": [[r.start, r.stop] for r in regions]},
         "precision": dataclasses.asdict(p),
         "optimizer": {**optimizer_spec(engine.optimizer), "step": engine.t},
         "iteration": engine.iteration,
@@ -109,11 +105,7 @@ def _first_diff(a: list, b: list) -> tuple:
 
 
 def saved_layout(manifest: dict):
-    """The layout the checkpoint was saved in (a manifest without a kind predates per-parameter layouts: flat)."""
-    lay, n = manifest["layout"], manifest["world_size"]
+    """The layout the checkpoint was saved in (zero/layouts.py reads the layout's own description back)."""
     windows = tuple((a, b) for _, a, b, _ in manifest["model"]["layers"])
-    if lay.get("kind", "flat") == "per-parameter":
-        shapes = [shape for _, _, shape in manifest["model"]["params"]]
-        rows = tuple(shape[0] if shape else 1 for shape in shapes) if lay.get("split") == "dim 0" else None
-        return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, n, rows)
-    return FlatLayout(lay["num_params"], n, windows)
+    shapes = [shape for _, _, shape in manifest["model"]["params"]]
+    return from_description(manifest["layout"], manifest["world_size"], windows, shapes)

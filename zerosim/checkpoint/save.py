@@ -1,4 +1,4 @@
-"""engine.save(DIR): one file per rank with what that rank owns, one manifest, then `latest`.
+"""save(engine, DIR): one file per rank with what that rank owns, one manifest, then `latest`.
 
 Under MPI each process writes its own rank's file (one writer per rank); rank 0 writes the manifest
 once every file is complete and checksummed, and `latest` last. Every file is written under a
@@ -40,7 +40,7 @@ def save(engine, directory: str, tag: str | None = None) -> str:
         raise ValueError(f"a checkpoint tag is a plain folder name, got {tag!r}")
     folder = os.path.join(directory, tag)
     exists = f"{folder} already exists: pass another tag, or remove it" if os.path.exists(folder) else None
-    engine._agree([exists] * cluster.local_size, "; nothing was written")
+    cluster.agree([exists] * cluster.local_size, "; nothing was written")
     os.makedirs(folder, exist_ok=True)
     entries = []
     for rank in cluster.ranks:

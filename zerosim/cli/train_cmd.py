@@ -82,7 +82,7 @@ def add_arguments(p) -> None:
                    help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
-    # -- --model gpt: its own flags, together (defaults: zerosim.zero.trainer.TrainConfig) ------------------
+    # -- --model gpt: its own flags, together (defaults: zerosim.train.TrainConfig) ------------------
     g = p.add_argument_group("--model gpt", "a small GPT learns to copy, reverse or sort strings (--task); "
                              "--checkpoint keeps each block's input and recomputes the block")
     g.add_argument("--model", choices=("mlp", "gpt"), default="mlp", help="the model (default mlp)")
@@ -96,7 +96,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from zerosim.progress import progress
 
-    from zerosim.zero.trainer import TrainConfig, train
+    from zerosim.train import TrainConfig, train
 
     widths = _widths(args.widths)
     for flag, value in (("--steps", args.steps), ("--batch", args.batch), ("--accumulation-steps", args.accumulation_steps)):

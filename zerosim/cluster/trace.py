@@ -16,6 +16,26 @@ from dataclasses import dataclass, field, replace
 GRANULARITIES = ("hop", "call")
 
 
+class Handle(tuple):
+    """What a collective returns besides its results: the numbers of the calls it recorded in the trace, in order
+    (an all-reduce records two, its reduce-scatter and all-gather phases). Work that must wait for the collective
+    names its handle (`Compute.needs`, `OptimizerStep.needs`: handles joined with +), and the timeline starts that
+    work when those calls have ended — as FSDP2 waits on the work handle its all-gather returned. A handle is a
+    tuple of call numbers, so the events that name it stay plain data; `generation` says which trace it belongs
+    to (`Trace.clear` starts a new one, and `Trace.live` forgets handles of an older one)."""
+
+    def __new__(cls, calls=(), generation: int = 0):
+        handle = super().__new__(cls, calls)
+        handle.generation = generation
+        return handle
+
+    def __add__(self, other) -> "Handle":
+        return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
+
+    def __getnewargs__(self):
+        return (tuple(self), self.generation)
+
+
 @dataclass(frozen=True)
 class Event:
     """One send from `src` to `dst` (or, at "call" granularity, everything `src` sent in one call)."""
@@ -66,6 +86,7 @@ class Trace:
         self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         self.ring_calls = {}  # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
 
     # -- recording (used by the engines) ---------------------------------------------------------
     @contextmanager
@@ -90,6 +111,16 @@ class Trace:
         self.calls.append(call)
         self.log.append(call)
         return call.call
+
+    def handle(self, *calls: int) -> Handle:
+        """A `Handle` naming `calls` (numbers `begin` returned) of this trace."""
+        return Handle(calls, self.generation)
+
+    def live(self, handle) -> Handle:
+        """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since)."""
+        if getattr(handle, "generation", self.generation) != self.generation or any(c >= len(self.calls) for c in handle):
+            return Handle((), self.generation)
+        return handle
 
     def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
         """Record one send (at "call" granularity: add it to the sender's summary)."""
@@ -179,6 +210,7 @@ class Trace:
         return [e for e in self.log[since:] if isinstance(e, kind)]
 
     def clear(self) -> None:
+        self.generation += 1
         self.events.clear()
         self.calls.clear()
         self.log.clear()

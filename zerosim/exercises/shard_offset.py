@@ -54,12 +54,12 @@ def cases():
 
 def check(fn, case) -> None:
     from zerosim.cluster import Cluster
-    from zerosim.collectives import naive_reduce
+    from zerosim.collectives import naive_reduce, reduce_scatter
 
     length, n = case["length"], case["n"]
     xs = [np.arange(length, dtype=np.float32) + 100 * r for r in range(n)]  # distinct values: a shifted cut shows
     full = naive_reduce(xs, order="float64")  # (L,) the whole reduction, no sharding involved
-    got = Cluster(n).reduce_scatter(xs)  # the package's ring: rank r's real elements
+    got = reduce_scatter(Cluster(n), xs)  # the package's ring: rank r's real elements
     end = 0
     for r in range(n):
         bounds = fn(length, n, r)

@@ -49,7 +49,8 @@ def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1):
     """Run `steps` steps of `model` (a MetaModel) on `ranks` meta ranks, `tokens` per rank each, and simulate
     them; returns (Timeline, engine). One step holds everything a step does, its closing refresh included."""
-    from zerosim import Cluster, ZeroEngine
+    from zerosim.cluster import Cluster
+    from zerosim.zero import ZeroEngine
     from zerosim.optim import get_optimizer
 
     if type(tokens) is not int or tokens < 1:

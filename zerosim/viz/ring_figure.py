@@ -155,11 +155,11 @@ def ring_steps_figure(world_size: int = 4):
     import matplotlib.pyplot as plt
 
     from zerosim.cluster import Cluster
-    from zerosim.collectives import ShardLayout
+    from zerosim.collectives import ShardLayout, all_reduce
 
     cluster = Cluster(world_size, keep_values=True)
     x = [np.full(world_size, 2048, np.float16)] + [np.ones(world_size, np.float16) for _ in range(world_size - 1)]
-    full = cluster.all_reduce(x, tag="2048 + 1 + 1 + 1")
+    full = all_reduce(cluster, x, tag="2048 + 1 + 1 + 1")
     layout = ShardLayout(world_size, world_size)
     owned = [f[slice(*layout.bounds(r))] for r, f in enumerate(full)]  # what the reduce-scatter half left on each rank
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 * (0.95 * world_size + 1.6)), dpi=110)

@@ -139,10 +139,6 @@ class CommSchedule:
         """A copy with some knobs changed (validated again)."""
         return replace(self, **changes)
 
-    @property
-    def prefetches(self) -> bool:
-        return bool(self.prefetch_bucket_size or self.prefetch_forward or self.prefetch_backward)
-
 
 def get_comm_schedule(schedule) -> CommSchedule:
     """A `CommSchedule`, or a name: "seed" (the default: no buckets, no prefetch), "deepspeed", "fsdp"."""
@@ -155,25 +151,6 @@ def get_comm_schedule(schedule) -> CommSchedule:
     if schedule == "fsdp":
         return CommSchedule.fsdp()
     raise ValueError(f"comm schedule must be a CommSchedule or one of 'seed', 'deepspeed', 'fsdp', got {schedule!r}")
-
-
-def buckets(sizes: list, limit: int | None) -> list:
-    """Group consecutive items of `sizes` (elements each) into buckets of at most `limit` elements, as
-    DeepSpeed's `reduce_independent_p_g_buckets_and_remove_grads` does (deepspeed/runtime/zero/
-    stage_1_and_2.py): the bucket is sent *before* an item that would overflow it, so only an item larger
-    than `limit` makes a bucket larger than `limit`. Returns lists of indices. None: one item per bucket."""
-    if limit is None:
-        return [[i] for i in range(len(sizes))]
-    out, current, filled = [], [], 0
-    for i, size in enumerate(sizes):
-        if current and filled + size > limit:
-            out.append(current)
-            current, filled = [], 0
-        current.append(i)
-        filled += size
-    if current:
-        out.append(current)
-    return out
 
 
 def allgather_pieces(shard_size: int, world_size: int, limit: int | None) -> list:

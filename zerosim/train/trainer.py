@@ -17,13 +17,14 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from zerosim import checkpoint as ckpt
 from zerosim.cluster import Cluster, GradClip
 from zerosim.cluster.budget import available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import make_classification, make_regression
 from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
-from zerosim.precision import get_precision
 from zerosim.optim import get_optimizer
+from zerosim.precision import get_precision
 from zerosim.zero.engine import ZeroEngine, check_engine_fits
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
@@ -139,7 +140,7 @@ def build_model(config: TrainConfig):
 def answer_accuracy(model, engine, held_out, fmt) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
     with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
-    if engine.plan.shards_params and engine.cluster.local_size < engine.cluster.world_size:
+    if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
         return None
     x, target = held_out  # (S, 2n) ids and next tokens
     guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
@@ -164,8 +165,9 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
-        engine = ZeroEngine.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
-                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint, clip_grad=config.clip_grad)
+        engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
+                           accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
+                           clip_grad=config.clip_grad)
         if engine.iteration >= config.steps:
             raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} asks for no more")
     else:
@@ -218,7 +220,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            engine.save(config.save)
+            ckpt.save(engine, config.save)
     stats = cluster.backend.all_meta([
         {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
         for r in cluster.ranks
