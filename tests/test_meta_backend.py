@@ -221,7 +221,7 @@ def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, pre
     real.step(make_regression(np.random.default_rng(0), n, 2, widths))
     twin = meta_twin(mlp)
     meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all", trace=granularity), stage, Adam(lr=1e-3), precision)
-    meta.step(twin.batches(n, 2))
+    meta.step(twin.batches(meta.cluster, 2))
     for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
         assert _engine_events(b.ledger) == _engine_events(a.ledger)  # every alloc and free, in order, same phase
         drop = lambda d: {k: v for k, v in d.items() if k not in NOT_ENGINE}  # noqa: E731
@@ -231,7 +231,8 @@ def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, pre
 
 def test_meta_loss_has_no_value():
     twin = meta_twin(MLP([2, 3]))
-    losses = ZeroEngine(twin, Cluster(2, backend="meta", hosted="all"), 1, Adam()).step(twin.batches(2))
+    cluster = Cluster(2, backend="meta", hosted="all")
+    losses = ZeroEngine(twin, cluster, 1, Adam()).step(twin.batches(cluster))
     assert all(np.isnan(x) for x in losses)
 
 
@@ -240,7 +241,7 @@ def test_a_7_5b_step_on_64_ranks_allocates_nothing(stage):
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
     tracemalloc.start()
     engine = ZeroEngine(model, Cluster(64, backend="meta", hosted="all", trace="call", timeline=False), stage, Adam())
-    engine.step(model.batches(64))
+    engine.step(model.batches(engine.cluster))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 64e6  # bookkeeping only (the real model states would be 1.9-120 GB per rank, x64)

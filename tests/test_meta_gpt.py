@@ -69,7 +69,7 @@ def test_the_twin_is_data_less_and_refuses_nonsense():
     losses = engine.step(twin.batches(engine.cluster, 3))
     assert all(np.isnan(x) for x in losses)
     with pytest.raises(ValueError, match="longer than the model's seq_len = 6"):
-        twin.check_batch(*twin.batches(1, 2, seq_len=7)[0])
+        twin.check_batch(*twin.batches(engine.cluster, 2, seq_len=7)[0])
     with pytest.raises(TypeError, match="twins a zerosim.models.GPT"):
         MetaGPT(twin)
     with pytest.raises(ValueError, match="no such shape"):

@@ -186,7 +186,7 @@ def test_the_meta_backend_records_what_the_numpy_engine_records(widths, n, name,
     real.step(make_regression(np.random.default_rng(0), n, 2, widths))
     twin = meta_twin(mlp)
     meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all", trace="call"), stage, get_optimizer("adam"), policy, clip_grad=clip)
-    meta.step(twin.batches(n, 2))
+    meta.step(twin.batches(meta.cluster, 2))
     assert real.t == meta.t == 1  # nothing skipped (a small S; the meta backend sees no values, so no overflow)
     for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
         assert _engine_events(b.ledger) == _engine_events(a.ledger)

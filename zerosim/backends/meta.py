@@ -54,6 +54,11 @@ class MetaArray(NDArrayOperatorsMixin):
     __slots__ = ("shape", "dtype")
     is_meta = True
 
+    def __array_namespace__(self, api_version=None):
+        """The array namespace new arrays "like this one" come from (the array API standard's hook): data-less ones.
+        Code that makes arrays from its inputs' namespace (the meta models) never imports this backend."""
+        return META_NAMESPACE
+
     def __init__(self, shape, dtype):
         self.shape = shape if type(shape) is tuple and all(type(n) is int for n in shape) else _shape_of(shape)
         self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
@@ -180,6 +185,19 @@ _FUNCTIONS = {
 }
 
 
+class _MetaNamespace:
+    """The array namespace of MetaArrays: `empty` and `zeros` make data-less arrays (shape and dtype only)."""
+
+    @staticmethod
+    def empty(shape, dtype=np.float64) -> MetaArray:
+        return MetaArray(shape, dtype)
+
+    zeros = empty
+
+
+META_NAMESPACE = _MetaNamespace()
+
+
 class MetaBackend:
     """All N ranks in this process, holding MetaArrays; implements `zerosim.backends.base.Backend`.
 
@@ -232,6 +250,10 @@ class MetaBackend:
     def evaluate(self, fn, array, default):
         """No values to compute on: `default`."""
         return default
+
+    def asarray(self, array, dtype) -> MetaArray:
+        """A data-less array of `array`'s shape in `dtype`: nothing is read or allocated."""
+        return MetaArray(np.shape(array), dtype)
 
     def available_bytes(self) -> None:
         """No limit: a MetaArray allocates nothing, so any size can be accounted."""

@@ -93,7 +93,7 @@ def _activation_ledger(model, batch: int, seq_len: int, precision: str, checkpoi
     fmt = get_precision(precision).compute_format
     flat = MetaArray((model.num_params,), fmt.dtype)  # (P,) compute format, no data
     ledger = MemoryLedger(0, empty=MetaArray)
-    ids, target = model.batches(1, batch, seq_len)[0]
+    ids, target = model.batches(1, batch, seq_len, empty=MetaArray)[0]
     model.check_batch(ids, target)
     forward_backward(model, ids, target, fmt, lambda i: model.unflatten(flat, i), ledger=ledger,
                      checkpoint=checkpointing and model.checkpointing)

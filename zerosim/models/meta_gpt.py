@@ -35,14 +35,11 @@ import numpy as np
 from zerosim.models.gpt import GPT
 from zerosim.models.layers import Layer
 from zerosim.models.lm_loss import LMCrossEntropy
+from zerosim.models.meta import like, source_arrays, zeros_without_memory
 from zerosim.models.model import Model
 from zerosim.precision import get_format
 
 
-def _meta(shape, dtype):
-    from zerosim.backends.meta import MetaArray  # NOTE: imported here; models must not need the backends to load
-
-    return MetaArray(shape, dtype)
 
 
 class MetaUnit(Layer):
@@ -59,14 +56,14 @@ class MetaUnit(Layer):
         if self.unit.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
             cache = {"input": x}
         else:
-            cache = {name: _meta(shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
-        return _meta(self.unit.output_shape(x.shape), f.dtype), cache
+            cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
+        return like(x, self.unit.output_shape(x.shape), f.dtype), cache
 
     def backward(self, p, dy, cache, fmt):
         dtype = get_format(fmt).dtype
         x = next(iter(cache.values()))  # the unit's input, saved first (see the module docstring)
-        dx = None if np.dtype(x.dtype).kind in "iu" else _meta(x.shape, dtype)
-        return dx, {name: _meta(shape, dtype) for name, shape in self.param_shapes.items()}
+        dx = None if np.dtype(x.dtype).kind in "iu" else like(dy, x.shape, dtype)
+        return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
 
     def flops(self, x_shape, kind):
         return self.unit.flops(x_shape, kind)
@@ -84,11 +81,11 @@ class MetaLMLoss(LMCrossEntropy):
     name = "meta-lm-xent"
 
     def forward(self, y, target):
-        return math.nan, {name: _meta(shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()}
+        return math.nan, {name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()}
 
     def backward(self, cache, fmt, scale=1.0):
         BL, V = cache["probabilities"].shape
-        return _meta((*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute format
+        return like(cache["probabilities"], (*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute fmt
 
 
 class MetaGPT(Model):
@@ -158,20 +155,21 @@ class MetaGPT(Model):
 
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)
-        dtype = next(iter(tensors.values())).dtype if tensors else np.float32
-        return _meta((stop - start,), dtype)  # (window,) in the gradient's dtype
+        g = next(iter(tensors.values()))
+        return like(g, (stop - start,), g.dtype)  # (window,) in the gradient's dtype
 
     def init_params(self, rng=None):
-        """(P,) fp32 MetaArray: there are no initial values to draw."""
-        return _meta((self.num_params,), np.float32)
+        """(P,) fp32 zeros that take no memory: there are no initial values to draw."""
+        return zeros_without_memory(self.num_params)
 
-    def batches(self, ranks, batch: int = 1, seq_len: int | None = None) -> list:
-        """One (ids, targets) micro-batch per rank, both (B, L) int64 MetaArrays (L defaults to seq_len).
+    def batches(self, ranks, batch: int = 1, seq_len: int | None = None, empty=None) -> list:
+        """One (ids, targets) micro-batch per rank, both (B, L) int64 data-less arrays (L defaults to seq_len).
 
-        `ranks`: how many, or a Cluster — one per rank it hosts (1 on the meta backend's representative rank)."""
-        count = ranks.local_size if hasattr(ranks, "local_size") else ranks
+        `ranks`: a Cluster — one per rank it hosts (1 on the meta backend's representative rank), made by its
+        backend — or how many, made by `empty` (the meta backend's constructor)."""
+        count, empty = source_arrays(ranks, empty)
         L = self.seq_len if seq_len is None else seq_len
-        ids = _meta((batch, L), np.int64)
+        ids = empty((batch, L), np.int64)
         return [(ids, ids)] * count
 
     def __repr__(self) -> str:

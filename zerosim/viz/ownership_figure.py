@@ -28,7 +28,7 @@ def measure_ownership(model, world_size: int = 4, precision: str = "fp16-mixed")
     held, engines = [], []
     for stage in range(4):
         engine = ZeroEngine(model, Cluster(world_size), stage, Adam(lr=1e-3), precision)
-        engine.step(model.batches(world_size) if hasattr(model, "batches") else _batches(model, world_size))
+        engine.step(model.batches(engine.cluster) if hasattr(model, "batches") else _batches(model, world_size))
         held.append([r.ledger.by_kind() for r in engine.cluster.ranks])
         engines.append(engine)
     whole = held[0][0]  # stage 0: every rank holds every kind whole

@@ -4,15 +4,15 @@
 
     for each micro-step k of K (gradient accumulation):
         for each op of the schedule (forward, loss, recompute, backward; one layer at a time):
-            gather(layer)             all-gather the layer's params, one call over every rank   (fetch.py, gather.py)
-            compute                   the layer's forward or backward on every rank              (compute.py)
-            release(layer)            free the gathered copy (unless prefetch keeps it)          (fetch.py)
-            reduce_scatter(grads)     as backward finishes a layer (in buckets)                  (buckets.py, reduce.py)
-    all_reduce_overflow               any inf/NaN on any rank? a MAX all-reduce; the scaler decides  (step_checks.py)
+            gather(layer)          all-gather the layer's params, one call over every rank   (fetch.py, gather.py)
+            compute                the layer's forward or backward on every rank              (compute.py)
+            release(layer)         free the gathered copy (unless prefetch keeps it)          (fetch.py)
+            reduce_scatter(grads)  as backward finishes a layer (in buckets)                  (buckets.py, reduce.py)
+    all_reduce_overflow            any inf/NaN on any rank? a MAX all-reduce; the scaler decides  (step_checks.py)
         skip: nothing changes but the loss scale; the step ends here
-    average                           g32 = cast_fp32(reduced) / (N·K) / S, as the recipe says   (update.py, averaging.py)
-    all_reduce_norm                   clipping: SUM all-reduce of the shards' squares, g *= coef (step_checks.py)
-    update                            each rank updates its region in fp32, casts it to 16 bits  (update.py)
+    average                        g32 = cast_fp32(reduced) / (N·K) / S, as the recipe says   (update.py)
+    all_reduce_norm                clipping: SUM all-reduce of the shards' squares, g *= coef (step_checks.py)
+    update                         each rank updates its region in fp32, casts it to 16 bits  (update.py)
 
 and the plan (plan.py) says what the other stages do instead: stages 0/1 keep gradients whole and
 reduce them once backward is done (`reduce_gradients`: stage 0 all-reduces, stage 1 reduce-scatters);
@@ -86,8 +86,8 @@ class ZeroEngine:
                  states: dict | None = None, hooks: Hooks | None = None):
         plan = get_plan(stage)
         if not isinstance(optimizer, Optimizer):
-            raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or get_optimizer('adam')), "
-                            f"got {optimizer!r}")
+            raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
+                            f"get_optimizer('adam')), got {optimizer!r}")
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if type(accumulation_steps) is not int or accumulation_steps < 1:
@@ -108,7 +108,8 @@ class ZeroEngine:
         check_engine_fits(model, cluster.world_size, cluster.local_size, stage, optimizer, self.precision,
                           cluster.backend.available_bytes(), self.recipe)  # before any large allocation
         for rank in cluster.ranks if states is not None else ():
-            check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer, states.get(rank.index, {}))
+            check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
+                        states.get(rank.index, {}))
         padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers))
         self.t = 0  # optimizer steps taken
@@ -132,7 +133,7 @@ class ZeroEngine:
         if not backend.all_finite(init):
             raise ValueError("initial params contain NaN or inf")
         wide = np.float32 if init.dtype == np.float32 else np.float64
-        padded = self.layout.arrange(init.astype(wide), empty=backend.empty)
+        padded = self.layout.arrange(backend.asarray(init, wide), empty=backend.empty)  # the backend's arrays
         if not backend.all_finite(cast(padded, self.precision.compute_format)):
             raise ValueError(f"initial params overflow {self.precision.compute}: its largest finite value is "
                              f"{self.precision.compute_format.max:g}, the params reach {np.abs(init).max():g}")
@@ -145,8 +146,8 @@ class ZeroEngine:
         any state changes; an overflow raises FloatingPointError (a static loss scale) or skips the step (a
         dynamic one: nothing changes but the scale)."""
         micro = micro_batches(self.model, self.cluster, batches, self.accumulation_steps)  # micro[i][k]: (x, target)
-        ctx, plan, trace, phase, K = self.ctx, self.plan, self.cluster.trace, self.cluster.phase, self.accumulation_steps
-        i = self.iteration + 1
+        ctx, plan, trace, phase = self.ctx, self.plan, self.cluster.trace, self.cluster.phase
+        i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
         try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
             with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):

@@ -3,11 +3,11 @@
 Letters: P parameters, N ranks, s the shard (ceil(P/N) with the flat layout; Σ c_p with the per-parameter
 ones: partition.py), Ψ = N*s the padded length, K = optimizer-state bytes per parameter (Adam: 8).
 
-    stage  held as shards                     each use of a unit    as backward ends a unit   end of backward   after the update
-    0      -                                   -                     -                         all-reduce        -
-    1      master, optimizer state             -                     -                         reduce-scatter    all-gather params
-    2      + grads                             -                     reduce-scatter its grads  -                 all-gather params
-    3      + params                            gather it, then free  reduce-scatter its grads  -                 -
+    stage  held as shards     each use of a unit    as backward ends a unit   end of backward   after the update
+    0      -                   -                     -                         all-reduce        -
+    1      master, optimizer   -                     -                         reduce-scatter    all-gather params
+    2      + grads             -                     reduce-scatter its grads  -                 all-gather params
+    3      + params            gather it, then free  reduce-scatter its grads  -                 -
 
 Whatever a rank does not hold as a shard it holds whole (Ψ elements). `sizes` turns a plan and a layout
 into every buffer's length — the one place the engine, its memory guard, the checkpoint code and
