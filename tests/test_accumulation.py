@@ -13,15 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Adam, Cluster, Reference, SGD, ZeroEngine
 from zerosim.cluster import Compute, LedgerEvent, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def micro_batches(rng, n, k, batch, widths):

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
 from zerosim.models import make_regression
@@ -24,11 +26,6 @@ from zerosim import checkpoint as ckpt
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPTIMIZERS = {"adam": dict(lr=1e-2), "adamw": dict(lr=1e-2, weight_decay=0.1), "sgd": dict(lr=1e-2, momentum=0.9),
               "lion": dict(lr=1e-3), "adan": dict(lr=1e-2)}
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def same_state(a: ZeroEngine, b: ZeroEngine) -> bool:

@@ -12,6 +12,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError
 from zerosim.cluster import LossScaleUpdate
@@ -25,11 +27,6 @@ POLICIES = {
     "torch": get_precision("fp16-mixed").with_(loss_scale="torch", loss_scale_options={"growth_interval": 3}),
     "deepspeed": get_precision("fp16-mixed").with_(loss_scale="deepspeed", loss_scale_options={"scale_window": 3}),
 }
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def decisions(engine) -> list:

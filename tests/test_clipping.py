@@ -16,16 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import GradClip, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
 from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
-
 
 @given(
     widths=st.lists(st.integers(1, 7), min_size=2, max_size=4),

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
@@ -23,11 +25,6 @@ HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the form
 # these small MLPs' own gradients rarely overflow, so that most overflows are the injected ones
 SCALERS = {"torch": (("growth_interval", 2), ("init_scale", 2.0**10)),
            "deepspeed": (("hysteresis", 2), ("init_scale", 2.0**10), ("scale_window", 2))}
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def snapshot(engine) -> dict:

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, TinyNet, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
 
@@ -20,11 +22,6 @@ ELEMENTWISE = {
     "lion": dict(lr=1e-3),
     "adan": dict(lr=1e-2),
 }
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reduction="seeds", reduce=None, loss_scale=1.0,

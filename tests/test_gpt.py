@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Adam, Cluster, MemoryLedger, Reference, ZeroEngine
 from zerosim.models import GPT, answer_positions, loss_and_grad, make_sequence_task, predict
 from zerosim.models.gpt import every_k
@@ -16,11 +18,6 @@ from zerosim.models.gpt import every_k
 # below 1e-8 for these O(1) losses; 1e-6 tolerates and still catches any wrong gradient.
 FD_STEP = 1e-6
 FD_TOL = 1e-6
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def tokens(rng, B, L, vocab):

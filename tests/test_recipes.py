@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.zero.divide_factors import fsdp2_divide_factors
 from zerosim.models import make_regression
@@ -20,11 +22,6 @@ from zerosim.precision import get_precision
 from zerosim.zero.recipes import RECIPES
 
 from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def linear_step(policy, stage: int, xs: list, ts: list) -> tuple:
