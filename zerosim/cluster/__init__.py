@@ -1,4 +1,14 @@
-"""Cluster, Rank, MemoryLedger, Trace: what each rank holds and what crossed a link."""
+"""Cluster, Rank, MemoryLedger, Trace: what each rank holds and what crossed a link.
+
+    cluster.py   Cluster: the ranks this process hosts, their ledgers, the trace, the backend (no collectives:
+                 they are functions one layer up, zerosim.collectives)
+    rank.py      Rank: one rank's model states
+    ledger.py    MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
+    trace.py     Trace: every hop and the ordered log; Handle, the calls one collective recorded
+    events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip, StepBoundary)
+    report.py    per-rank reports gathered on rank 0
+    budget.py    will it fit? refuse a run before allocating it
+"""
 
 from zerosim.cluster.cluster import Cluster
 from zerosim.cluster.events import Compute, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
