@@ -45,7 +45,7 @@ class Compute:
     flops: int  # floating-point operations (a multiply-add counts 2)
     bytes_read: int  # inputs + params (+ saved tensors in backward)
     bytes_written: int  # outputs (+ gradients in backward)
-    needs: tuple = ()  # Call numbers this computation waited for (stage 3: its unit's gather)
+    needs: tuple = ()  # the handles it waited for, as Call numbers (stage 3: its unit's gather; trace.Handle)
     values: dict | None = field(default=None, compare=False)  # {"out", "grads", "dx", "loss"} when kept
 
 
@@ -58,7 +58,7 @@ class OptimizerStep:
     start: int
     stop: int
     optimizer: str  # "adam", ...
-    needs: tuple = ()  # Call numbers it waited for (the last gradient reduction)
+    needs: tuple = ()  # the handles it waited for, as Call numbers (the last gradient reduction, the checks)
     values: dict | None = field(default=None, compare=False)  # {"grad32", "m", "v", ..., "compute_after"}
 
 

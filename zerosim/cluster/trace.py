@@ -66,7 +66,7 @@ class Call:
     tag: str = ""
     purpose: str = ""  # what an engine called it for (events.PURPOSES): "gather params", "reduce grads", ...
     layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
-    step: int = 0  # the optimizer step it belongs to (0: outside an engine step)
+    step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
 
 
