@@ -8,7 +8,7 @@
 
 A `ReduceOp` may carry its own preparation of each rank's input, in the input's dtype before the cast
 to the wire (`before_wire`) and in the wire dtype after it (`on_wire`): that is how the gradient
-recipes of zero/averaging.py (DDP's and DeepSpeed's divisions, FSDP2's pre-divide) reach the wire,
+recipes of zero/recipes.py (DDP's and DeepSpeed's divisions, FSDP2's pre-divide) reach the wire,
 while the collectives stay ignorant of ZeRO. Every collective accepts a `ReduceOp` wherever it
 accepts an op's name.
 

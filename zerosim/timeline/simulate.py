@@ -5,7 +5,8 @@ and communication. The log (`Trace.log`) is every rank's program in the order it
 rules, one pass over it (O(events) plus O(N) per collective):
 
     Compute / OptimizerStep on rank r   starts when r's previous compute has ended and every call
-                                        in its `needs` has ended; lasts the roofline (cost.py)
+                                        its `needs` names (the handles the collectives returned) has
+                                        ended; lasts the roofline (cost.py)
     Call (one phase of a collective)    is issued on rank r when r's program reaches it, i.e. when
                                         r's compute before it in the log has ended; starts when
                                         every rank has issued it and the communication stream is
