@@ -24,6 +24,7 @@ Stage numbers appear here and nowhere else in the engine: the rest of zero/ asks
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 BUFFERS = ("params", "grads", "master", "optimizer")  # a rank's model states: 16-bit params, grads, fp32 master, state
@@ -41,11 +42,13 @@ class Plan:
 
     def shards(self, buffer: str) -> bool:
         """True when each rank holds only its shard of `buffer` (one of BUFFERS)."""
+        if buffer in self.sharded:
+            return True
         if buffer not in BUFFERS:
             raise ValueError(f"unknown buffer {buffer!r}; a rank's model states are {BUFFERS}")
-        return buffer in self.sharded
+        return False
 
-    @property
+    @functools.cached_property  # asked for every rank and layer: answered once (a frozen dataclass keeps a __dict__)
     def gathers_params(self) -> bool:
         """Stage 3: a unit's params are all-gathered before each use and freed after it."""
         return self.shards("params")
