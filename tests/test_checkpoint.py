@@ -20,7 +20,6 @@ from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
 from zerosim.models import make_regression
-from zerosim.precision import get_precision
 from zerosim import checkpoint as ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

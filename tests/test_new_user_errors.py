@@ -13,7 +13,6 @@ import pytest
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.cli.main import main
 from zerosim.cluster.budget import OutOfMemory
-from zerosim.models import make_regression
 
 
 def snapshot(engine):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(os.environ.get(INNER) == "1", reason="the README
 
 def readme_blocks(text: str) -> list:
     """[(language, code, runnable)] for every fenced block, in order."""
-    blocks, skip = [], False
+    blocks = []
     for m in re.finditer(r"(<!-- not run here[^>]*-->\s*)?```(\w+)\n(.*?)```", text, re.S):
         blocks.append((m.group(2), m.group(3), m.group(1) is None))
     return blocks

@@ -5,7 +5,6 @@ as a 1/N shard, and which collective runs when. `buffer_sizes` is then checked a
 hand, and against what the ledgers of a numpy and a meta-backend engine actually hold after init.
 """
 
-import numpy as np
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine

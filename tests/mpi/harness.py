@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from zerosim import Cluster, cast, reduce_scatter
+from zerosim import Cluster, cast
 from zerosim.backends.launch import import_mpi
 from zerosim.backends.mpi_failure import run_guarded
 from zerosim.cluster.report import local_reports

@@ -144,7 +144,7 @@ def report(args) -> dict:
     from zerosim.costs import (MemoryConfig, comm_volume, conventions_table, model_state_memory, seed001_formulas,
                                seed001_printed_table)
 
-    from zerosim.costs.measured import measure_activations, measure_by_stage
+    from zerosim.costs.measured import measure_by_stage
 
     model, micro = model_from_args(args), micro_batch_from_args(args)
     P, N = model.num_params, args.ranks

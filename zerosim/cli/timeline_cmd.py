@@ -13,7 +13,6 @@ are rank 0's, which stands for every rank (they all do the same work). Open --tr
 from __future__ import annotations
 
 import json
-import sys
 
 from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
 
@@ -52,7 +51,7 @@ def add_arguments(p) -> None:
 
 def comm_from_args(args):
     """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
-    from zerosim.zero.comm_schedule import CommSchedule, get_comm_schedule
+    from zerosim.zero.comm_schedule import get_comm_schedule
 
     comm = get_comm_schedule(args.comm)
     changes = {}
