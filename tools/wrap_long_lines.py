@@ -8,7 +8,8 @@ Three passes, each on the lines `ruff check --select E501` reports:
    indent (a comment line is re-wrapped); `# noqa` and `# type:` comments stay where they are;
 2. a one-line string literal inside brackets is cut at a space, outside any f-string field, into two
    adjacent literals — Python joins them back into the same value;
-3. a code line is re-formatted by `ruff format --range` (that statement only).
+3. a code line is re-formatted by `ruff format --range` (that statement only; never a line inside a multi-line
+   string, whose docstring ruff would re-indent).
 
 A file whose syntax tree (docstrings aside, compared with their whitespace collapsed) would change is left
 as it was and named. Docstring lines and other long strings are listed for a hand.
@@ -48,7 +49,11 @@ def tree(source: str) -> str:
         body = getattr(node, "body", None)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
             first = body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 first.value.value = " ".join(first.value.value.split())
     return ast.dump(module)
 
@@ -117,19 +122,25 @@ def split_strings(source: str, rows: list) -> str:
     return "\n".join(lines)
 
 
+def in_long_strings(source: str) -> set:
+    """Lines inside a string that spans several lines (a docstring, a text block)."""
+    return {row for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.STRING and tok.end[0] > tok.start[0] for row in range(tok.start[0], tok.end[0] + 1)}
+
+
 def main(paths: list) -> int:
     before = {}
-    for _ in range(3):  # comments and strings, until nothing more moves
-        found = long_lines(paths)
-        for path, rows in found.items():
-            source = open(path).read()
-            before.setdefault(path, source)
-            new = split_strings(move_comments(source, rows), rows)
-            open(path, "w").write(new)
-    for path, rows in long_lines(paths).items():  # code: ruff format, statement by statement
-        before.setdefault(path, open(path).read())
-        for row in sorted(set(rows), reverse=True):
-            ruff("format", "--line-length", str(WIDTH), "--range", f"{row}:1-{row + 1}:1", "--no-cache", path)
+    for _ in range(2):  # a statement ruff re-formats may leave a string or comment to move on the next round
+        for _ in range(3):  # comments and strings, until nothing more moves
+            for path, rows in long_lines(paths).items():
+                source = open(path).read()
+                before.setdefault(path, source)
+                open(path, "w").write(split_strings(move_comments(source, rows), rows))
+        for path, rows in long_lines(paths).items():  # code: ruff format, statement by statement
+            before.setdefault(path, open(path).read())
+            inside = in_long_strings(open(path).read())
+            for row in sorted(set(rows) - inside, reverse=True):
+                ruff("format", "--line-length", str(WIDTH), "--range", f"{row}:1-{row + 1}:1", "--no-cache", path)
     changed = 0
     for path, source in before.items():
         new = open(path).read()
