@@ -31,22 +31,17 @@ def add_arguments(p) -> None:
     p.add_argument("--tokens", type=int, default=2048, help="tokens per rank per step (default 2048: one sequence)")
     k = p.add_argument_group("knobs (DeepSpeed's and FSDP's names; sizes in elements)")
     k.add_argument("--comm", choices=("seed", "deepspeed", "fsdp"), default="seed",
-                   help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's "
-                        "(default seed)")
+                   help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's (default seed)")
     k.add_argument("--reduce-bucket-size", type=float, default=None, help="DeepSpeed reduce_bucket_size, e.g. 5e8")
-    k.add_argument("--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages "
-                                                                             "1/2)")
+    k.add_argument("--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages 1/2)")
     k.add_argument("--prefetch-bucket-size", type=float, default=None, help="DeepSpeed stage3_prefetch_bucket_size")
     k.add_argument("--max-live-parameters", type=float, default=None, help="DeepSpeed stage3_max_live_parameters")
     k.add_argument("--max-reuse-distance", type=float, default=None, help="DeepSpeed stage3_max_reuse_distance")
-    k.add_argument("--forward-prefetch", action="store_true", help="FSDP forward_prefetch: gather the next unit during "
-                                                                   "this one's forward")
+    k.add_argument("--forward-prefetch", action="store_true", help="FSDP forward_prefetch: gather the next unit during this one's forward")
     k.add_argument("--backward-prefetch", choices=("pre", "post", "none"), default=None, help="FSDP backward_prefetch")
-    k.add_argument("--limit-all-gathers", choices=("on", "off"), default=None, help="FSDP limit_all_gathers (at most 2 "
-                                                                                    "gathered units)")
+    k.add_argument("--limit-all-gathers", choices=("on", "off"), default=None, help="FSDP limit_all_gathers (at most 2 gathered units)")
     k.add_argument("--no-overlap", action="store_true", help="DeepSpeed overlap_comm=False: one stream per rank")
-    p.add_argument("--sweep", action="store_true", help="step time and exposed communication vs N "
-                                                        f"({', '.join(map(str, SWEEP_RANKS))}) "
+    p.add_argument("--sweep", action="store_true", help=f"step time and exposed communication vs N ({', '.join(map(str, SWEEP_RANKS))}) "
                    "for stages 1-3 on nvlink4 and ib_ndr")
     p.add_argument("--sweep-ranks", default=None, help="with --sweep: comma-separated N (default the list above)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -60,13 +55,9 @@ def comm_from_args(args):
 
     comm = get_comm_schedule(args.comm)
     changes = {}
-    for flag, field in (
-        ("reduce_bucket_size", "reduce_bucket_size"),
-        ("allgather_bucket_size", "allgather_bucket_size"),
-        ("prefetch_bucket_size", "prefetch_bucket_size"),
-        ("max_live_parameters", "max_live_parameters"),
-        ("max_reuse_distance", "max_reuse_distance"),
-    ):
+    for flag, field in (("reduce_bucket_size", "reduce_bucket_size"), ("allgather_bucket_size", "allgather_bucket_size"),
+                        ("prefetch_bucket_size", "prefetch_bucket_size"), ("max_live_parameters", "max_live_parameters"),
+                        ("max_reuse_distance", "max_reuse_distance")):
         v = getattr(args, flag)
         if v is not None:
             if v != int(v) or v < 0:
@@ -91,13 +82,8 @@ def describe_comm(comm) -> str:
 
     if comm == CommSchedule():
         return "seed 004's: one collective per unit, gather right before a use, no prefetch"
-    parts = [
-        f"{f}={getattr(comm, f):,}"
-        if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
-        else f"{f}={getattr(comm, f)}"
-        for f in comm.__dataclass_fields__
-        if getattr(comm, f) != getattr(CommSchedule(), f)
-    ]
+    parts = [f"{f}={getattr(comm, f):,}" if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
+             else f"{f}={getattr(comm, f)}" for f in comm.__dataclass_fields__ if getattr(comm, f) != getattr(CommSchedule(), f)]
     return ", ".join(parts)
 
 
@@ -143,27 +129,12 @@ def one_report(args, model, comm) -> tuple:
         calls[iv.category] = (seconds + iv.end - iv.start, count + 1)
     step, compute, exposed = result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0])
     return {
-        "model": model.name,
-        "params": model.num_params,
-        "units": len(model.layers),
-        "ranks": args.ranks,
-        "stage": args.stage,
-        "precision": args.precision,
-        "device": hw.device.name,
-        "link": hw.link.name,
-        "link_note": hw.link.note,
-        "tokens_per_rank": args.tokens,
-        "comm": describe_comm(comm),
-        "overlap": comm.overlap_comm,
-        "step_s": step,
-        "compute_s": compute,
-        "comm_s": float(result.comm_busy[0]),
-        "exposed_comm_s": exposed,
+        "model": model.name, "params": model.num_params, "units": len(model.layers), "ranks": args.ranks, "stage": args.stage,
+        "precision": args.precision, "device": hw.device.name, "link": hw.link.name, "link_note": hw.link.note,
+        "tokens_per_rank": args.tokens, "comm": describe_comm(comm), "overlap": comm.overlap_comm,
+        "step_s": step, "compute_s": compute, "comm_s": float(result.comm_busy[0]), "exposed_comm_s": exposed,
         "overlapped_s": float(result.comm_busy[0]) - exposed,
-        "busy_fraction": {
-            "compute": compute / step if step else 0.0,
-            "comm": float(result.comm_busy[0]) / step if step else 0.0,
-        },
+        "busy_fraction": {"compute": compute / step if step else 0.0, "comm": float(result.comm_busy[0]) / step if step else 0.0},
         "by_purpose": {k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())},
         "params_peak_gb": engine.cluster.ranks[0].ledger.peak("params") / 1e9,
         "peak_gb": engine.cluster.ranks[0].ledger.peak() / 1e9,
@@ -174,8 +145,7 @@ def format_one(r: dict) -> str:
     pct = lambda x: f"{100 * x / r['step_s']:.0f} %" if r["step_s"] else "-"  # noqa: E731
     unit = lambda s: f"{s * 1e3:10.2f} ms" if s < 1 else f"{s:10.3f} s "  # noqa: E731
     lines = [
-        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, "
-        f"ZeRO-{r['stage']}, "
+        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, ZeRO-{r['stage']}, "
         f"{r['precision']}, {r['tokens_per_rank']:,} tokens per rank",
         f"  {r['device']} over {r['link']} ({r['link_note']})",
         f"  schedule: {r['comm']}" + ("" if r["overlap"] else "; no overlap: one stream per rank"),
@@ -184,8 +154,7 @@ def format_one(r: dict) -> str:
         f"  compute        {unit(r['compute_s'])}  ({pct(r['compute_s'])} of the step: rank 0's compute stream)",
         f"  communication  {unit(r['comm_s'])}  (the communication stream, the same on every rank)",
         f"    hidden       {unit(r['overlapped_s'])}  (ran while compute ran)",
-        f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: "
-        "compute waited for it)",
+        f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: compute waited for it)",
         "",
         "communication by purpose:",
     ]
@@ -212,15 +181,10 @@ def _run_one(args, model, comm) -> int:
         matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
         from zerosim.viz import timeline_figure
 
-        ax = timeline_figure(result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, "
-                                                      f"{r['link']}")
+        ax = timeline_figure(result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, {r['link']}")
         ax.figure.savefig(args.figure, dpi=120, bbox_inches="tight")
         written.append(f"figure: {args.figure}")
-    print(
-        json.dumps(r, indent=1)
-        if args.json
-        else "\n".join([format_one(r), ""] + written if written else [format_one(r)])
-    )
+    print(json.dumps(r, indent=1) if args.json else "\n".join([format_one(r), ""] + written if written else [format_one(r)]))
     return 0
 
 
@@ -232,80 +196,44 @@ def sweep_report(args, model, comm) -> dict:
     from zerosim.timeline.sweep import crossover, latency_bound_ranks, sweep
 
     ranks, links, stages = sweep_ranks(args), ("nvlink4", "ib_ndr"), (1, 2, 3)
-    bar = progress(
-        total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False
-    )
+    bar = progress(total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False)
     rows = sweep(model, ranks, stages, links, args.device, comm, args.precision, args.tokens,
                  progress=lambda done, total: bar.update(1))
     bar.close()
     compute = get_precision(args.precision).compute
     return {
-        "model": model.name,
-        "params": model.num_params,
-        "largest_unit": model.largest_layer,
-        "device": args.device,
+        "model": model.name, "params": model.num_params, "largest_unit": model.largest_layer, "device": args.device,
         "device_name": Hardware(args.device).device.name,
-        "precision": args.precision,
-        "tokens_per_rank": args.tokens,
-        "comm": describe_comm(comm),
-        "rows": [
-            {
-                "ranks": r.ranks,
-                "stage": r.stage,
-                "link": r.link,
-                "step_s": r.step,
-                "compute_s": r.compute,
-                "comm_s": r.comm,
-                "exposed_comm_s": r.exposed,
-            }
-            for r in rows
-        ],
+        "precision": args.precision, "tokens_per_rank": args.tokens, "comm": describe_comm(comm),
+        "rows": [{"ranks": r.ranks, "stage": r.stage, "link": r.link, "step_s": r.step, "compute_s": r.compute,
+                  "comm_s": r.comm, "exposed_comm_s": r.exposed} for r in rows],
         "exposed_over_half": {f"{link} stage {s}": crossover(rows, s, link) for link in links for s in stages},
-        "hiding_fails_at": {
-            link: latency_bound_ranks(model.largest_layer, args.tokens, Hardware(args.device, link, compute))
-            for link in links
-        },
-        "bandwidth_tokens": {
-            link: Hardware(args.device, link, compute).device.rate(compute)
-            / Hardware(args.device, link, compute).link.bandwidth
-            for link in links
-        },
+        "hiding_fails_at": {link: latency_bound_ranks(model.largest_layer, args.tokens, Hardware(args.device, link, compute))
+                            for link in links},
+        "bandwidth_tokens": {link: Hardware(args.device, link, compute).device.rate(compute) / Hardware(args.device, link, compute).link.bandwidth
+                             for link in links},
     }, rows
 
 
 def format_sweep(r: dict) -> str:
-    lines = [
-        f"zerosim timeline --sweep: {r['model']} (Ψ = {r['params']:,}; largest unit {r['largest_unit']:,}), "
-        f"{r['device']}, "
-        f"{r['precision']}, {r['tokens_per_rank']:,} tokens per rank",
-        f"  schedule: {r['comm']}",
-        "",
-        f"{'link':8s} {'stage':>5s} "
-        + " ".join(f"{n:>9,d}" for n in sorted({x["ranks"] for x in r["rows"]}))
-        + "   <- N",
-    ]
+    lines = [f"zerosim timeline --sweep: {r['model']} (Ψ = {r['params']:,}; largest unit {r['largest_unit']:,}), {r['device']}, "
+             f"{r['precision']}, {r['tokens_per_rank']:,} tokens per rank", f"  schedule: {r['comm']}", "",
+             f"{'link':8s} {'stage':>5s} " + " ".join(f"{n:>9,d}" for n in sorted({x['ranks'] for x in r['rows']})) + "   <- N",
+             ]
     for link in ("nvlink4", "ib_ndr"):
         for s in (1, 2, 3):
             row = sorted((x for x in r["rows"] if x["link"] == link and x["stage"] == s), key=lambda x: x["ranks"])
-            lines.append(
-                f"{link:8s} {s:5d} " + " ".join(f"{x['exposed_comm_s'] / x['step_s'] * 100:8.0f}%" for x in row)
-            )
+            lines.append(f"{link:8s} {s:5d} " + " ".join(f"{x['exposed_comm_s'] / x['step_s'] * 100:8.0f}%" for x in row))
     lines += ["", "Each cell: the share of the step that is exposed communication (compute waiting), rank 0.", ""]
     for link in ("nvlink4", "ib_ndr"):
         need, n = r["bandwidth_tokens"][link], r["hiding_fails_at"][link]
         if n is None:
-            lines.append(f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank "
-                         "(R/β), "
+            lines.append(f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank (R/β), "
                          f"this run has {r['tokens_per_rank']:,}.")
         else:
-            lines.append(f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the "
-                         "largest unit "
+            lines.append(f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the largest unit "
                          "(zerosim.timeline.sweep).")
-        over = [
-            k.split()[-1] + ":" + (f"{v:,}" if v else "none")
-            for k, v in r["exposed_over_half"].items()
-            if k.startswith(link)
-        ]
+        over = [k.split()[-1] + ":" + (f"{v:,}" if v else "none") for k, v in r["exposed_over_half"].items() if k.startswith(link)]
         lines.append(f"  first N with more than half the step exposed, by stage: {', '.join(over)}")
     return "\n".join(lines)
 
@@ -319,8 +247,7 @@ def _run_sweep(args, model, comm) -> int:
         matplotlib.use("Agg")
         from zerosim.viz.sweep_figure import sweep_figure
 
-        fig = sweep_figure(rows, title=f"{r['model']}, {r['tokens_per_rank']:,} tokens per rank, {r['device_name']}; "
-                                       f"{r['comm']}")
+        fig = sweep_figure(rows, title=f"{r['model']}, {r['tokens_per_rank']:,} tokens per rank, {r['device_name']}; {r['comm']}")
         fig.savefig(args.figure, dpi=120, bbox_inches="tight")
         if not args.json:
             print(f"\nfigure: {args.figure}")

@@ -34,26 +34,20 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str 
     shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off).
     """
     out = []
-    for stage in progress(
-        stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
-    ):
+    for stage in progress(stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"):
         cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
         engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
                             checkpoint=getattr(model, "checkpointing", False))
         if step:  # one micro-batch per rank this process hosts (the representative: 1)
             engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
-        resting = [
-            {k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
-            for r in cluster.ranks
-        ]
+        resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
         peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
         top = max(range(len(peaks)), key=peaks.__getitem__)
         sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
         out.append({
             "stage": stage,
             "resting": resting[0],
-            # padded buffers: every rank holds the same (hosted ones)
-            "ranks_agree": all(r == resting[0] for r in resting),
+            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
             "peak": peaks[top],
             "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
             "sent": max(sent),
@@ -83,10 +77,7 @@ def measure_activations(model, batch: int, seq_len: int, precision: str = "fp16-
     strategy; checkpointing only decides how long it lives); the peak from a pass with the model's own.
     Activations do not depend on the ZeRO stage or on N: every rank keeps its own.
     """
-    plain, own = (
-        _activation_ledger(model, batch, seq_len, precision, False),
-        _activation_ledger(model, batch, seq_len, precision, True),
-    )
+    plain, own = _activation_ledger(model, batch, seq_len, precision, False), _activation_ledger(model, batch, seq_len, precision, True)
     allocs = [e for e in plain.timeline if e.action == "alloc"]
     peak = own.peak("activations")
     top = next(e for e in own.timeline if e.action == "alloc" and e.kind_total == peak)  # the first moment of the peak
@@ -126,17 +117,13 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     for name in strategies or STRATEGIES:
         model = MetaGPT(GPT(seq_len=seq_len, **shape, **strategy_options(name)))
         cluster = Cluster(1, backend="meta")
-        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(
-            model.batches(cluster, batch)
-        )
+        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(model.batches(cluster, batch))
         ledger, flops = cluster.ranks[0].ledger, {}
         for e in cluster.trace.log:
             if isinstance(e, Compute):
                 flops[e.kind] = flops.get(e.kind, 0) + e.flops
         peak = ledger.peak("activations")
-        top = next(
-            e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak
-        )
+        top = next(e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak)
         rows.append({"strategy": name, "peak": peak, "peak_at": top.name, "flops": flops})
     plain = next((sum(r["flops"].values()) for r in rows if r["strategy"] == "none"), None)
     if plain is None:  # the yardstick: the same shape without checkpointing

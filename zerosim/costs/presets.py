@@ -45,9 +45,7 @@ class ModelPreset:
         return max(n for _, n in self.layers)
 
 
-def gpt2_like(
-    name: str, d: int, n_layers: int, n_heads: int, vocab: int = 50257, n_ctx: int = 1024, note: str = ""
-) -> ModelPreset:
+def gpt2_like(name: str, d: int, n_layers: int, n_heads: int, vocab: int = 50257, n_ctx: int = 1024, note: str = "") -> ModelPreset:
     """GPT-2 architecture: per block 12d² + 13d (LayerNorms 2·2d, qkv d·3d + 3d, proj d² + d,
     fc d·4d + 4d, proj 4d·d + d); plus token (V·d) and position (n_ctx·d) embeddings and a final LayerNorm."""
     layers = [("wte", vocab * d), ("wpe", n_ctx * d)]
@@ -61,14 +59,10 @@ def gpt2_like(
             (f"h.{i}.mlp.c_proj", 4 * d * d + d),
         ]
     layers.append(("ln_f", 2 * d))
-    return ModelPreset(
-        name, tuple(layers), note, TransformerShape("gpt2", d, n_heads, n_layers, vocab, n_ctx, tied=True)
-    )
+    return ModelPreset(name, tuple(layers), note, TransformerShape("gpt2", d, n_heads, n_layers, vocab, n_ctx, tied=True))
 
 
-def llama_like(
-    name: str, d: int, n_layers: int, n_heads: int, ffn: int, vocab: int, n_ctx: int, note: str = ""
-) -> ModelPreset:
+def llama_like(name: str, d: int, n_layers: int, n_heads: int, ffn: int, vocab: int, n_ctx: int, note: str = "") -> ModelPreset:
     """LLaMA architecture: no biases, RMSNorm (weight only), SwiGLU FFN (gate, up, down), untied lm_head."""
     layers = [("embed_tokens", vocab * d)]
     for i in range(n_layers):
@@ -84,9 +78,7 @@ def llama_like(
             (f"layers.{i}.mlp.down_proj", ffn * d),
         ]
     layers += [("norm", d), ("lm_head", vocab * d)]
-    return ModelPreset(
-        name, tuple(layers), note, TransformerShape("llama", d, n_heads, n_layers, vocab, n_ctx, tied=False)
-    )
+    return ModelPreset(name, tuple(layers), note, TransformerShape("llama", d, n_heads, n_layers, vocab, n_ctx, tied=False))
 
 
 def given_total(name: str, total: int, n_blocks: int, note: str) -> ModelPreset:
@@ -103,11 +95,9 @@ PRESETS = {
         gpt2_like("gpt2-medium", 1024, 24, 16, note="HF gpt2-medium: 354,823,168 params (the '355M')"),
         gpt2_like("gpt2-large", 1280, 36, 20, note="HF gpt2-large: 774,030,080 params"),
         gpt2_like("gpt2-xl", 1600, 48, 25, note="HF gpt2-xl: 1,557,611,200 params (the '1.5B')"),
-        llama_like("llama-7b", 4096, 32, 32, ffn=11008, vocab=32000, n_ctx=2048, note="LLaMA-7B shape: 6,738,415,616 "
-                                                                                      "params"),
+        llama_like("llama-7b", 4096, 32, 32, ffn=11008, vocab=32000, n_ctx=2048, note="LLaMA-7B shape: 6,738,415,616 params"),
         gpt2_like("gpt3-6.7b", 4096, 32, 32, n_ctx=2048,
-                  note="Brown et al. 2020 Table 2.1, GPT-3 6.7B (d 4096, 32 heads, 32 layers): seed 001's '7B-class' "
-                       "shape; "
+                  note="Brown et al. 2020 Table 2.1, GPT-3 6.7B (d 4096, 32 heads, 32 layers): seed 001's '7B-class' shape; "
                        "6,658,404,352 params in GPT-2 layout"),
         gpt2_like("gpt3-175b", 12288, 96, 96, n_ctx=2048,
                   note="Brown et al. 2020 GPT-3 shape in GPT-2 layout (tied, biases): ≈ 174.6e9, the '175B'"),

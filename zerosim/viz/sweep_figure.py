@@ -21,13 +21,8 @@ def sweep_figure(rows, title: str | None = None):
     for link, stage in series:
         line = sorted((r for r in rows if r.link == link and r.stage == stage), key=lambda r: r.ranks)
         n = [r.ranks for r in line]
-        style = dict(
-            color=STAGE_COLOURS.get(stage, "black"),
-            linestyle=LINK_STYLES.get(link, "-"),
-            marker="o",
-            markersize=3.5,
-            label=f"ZeRO-{stage}, {LINK_NAMES.get(link, link)}",
-        )
+        style = dict(color=STAGE_COLOURS.get(stage, "black"), linestyle=LINK_STYLES.get(link, "-"), marker="o", markersize=3.5,
+                     label=f"ZeRO-{stage}, {LINK_NAMES.get(link, link)}")
         left.plot(n, [r.step for r in line], **style)
         right.plot(n, [100 * r.exposed_fraction for r in line], **style)
     ticks = sorted({r.ranks for r in rows})
