@@ -98,17 +98,14 @@ def test_repeat_kv_hands_each_group_its_head_and_its_backward_sums_the_group():
 
 
 def test_repeat_kv_backward_sums_in_fp32_and_rounds_once():
-    # Four heads' gradients 1, 2**-11, 2**-11, 2**-11 (fp16: ulp(1) = 2**-10). Added one by one in fp16, each
-    # 2**-11 is a tie that rounds back to 1; summed in fp32 they make 1 + 3·2**-11, a tie between 1 + 2**-10 and
-    # 1 + 2**-9 that rounds to the even 1 + 2**-9.
+    # Four heads' gradients 1, 2**-8, 2**-8, 2**-8 in bf16 (ulp(1) = 2**-7). Added one by one in bf16, each 2**-8
+    # is a tie that rounds back to 1 (NumPy reduces ml_dtypes' bf16 in bf16, element by element); summed in fp32
+    # they make 1 + 3·2**-8, a tie between 1 + 2**-7 and 1 + 2**-6 that rounds to the even 1 + 2**-6.
     dx = np.zeros((1, 4, 1, 1))
-    dx[0, :, 0, 0] = [1.0, 2.0**-11, 2.0**-11, 2.0**-11]
-    dx16 = cast(dx, "fp16")
-    one_by_one = dx16[0, 0]
-    for h in (1, 2, 3):
-        one_by_one = one_by_one + dx16[0, h]  # fp16 + fp16 in NumPy: rounded to fp16 at every add
-    assert float(one_by_one[0, 0]) == 1.0
-    assert float(repeat_kv_backward(dx16, 4, "fp16")[0, 0, 0, 0]) == 1 + 2.0**-9
+    dx[0, :, 0, 0] = [1.0, 2.0**-8, 2.0**-8, 2.0**-8]
+    dx16 = cast(dx, "bf16")
+    assert float(dx16.reshape(1, 1, 4, 1, 1).sum(axis=2)[0, 0, 0, 0]) == 1.0  # the 16-bit sum, for contrast
+    assert float(repeat_kv_backward(dx16, 4, "bf16")[0, 0, 0, 0]) == 1 + 2.0**-6
 
 
 def test_swiglu_backward_matches_finite_differences():
