@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 
-from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
+from zerosim.cli.model_args import add_model_arguments, model_from_args
 
 HELP = "draw every seed figure (PNG) from live runs into figures/"
 PAPER_FIG1 = (120, 31.4, 16.6, 1.9)  # Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N = 64, K = 12

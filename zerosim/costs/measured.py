@@ -20,12 +20,16 @@ from zerosim.zero import ZeroEngine
 MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the resting model states
 
 
-def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str = "fp16-mixed", step: bool = True,
-                     stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None) -> list:
+def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+                     stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
+                     comm=None, clip_grad: float | None = None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
     ledgers then hold too ("activations" in peak_by_kind); None for a `MetaModel` (no activations).
+    `comm`: a CommSchedule (buckets and prefetch change the peak); `clip_grad`: clipping by the global norm. One
+    micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
+    does not change with K).
 
     Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes},
     "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
@@ -37,7 +41,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision: str 
     for stage in progress(stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"):
         cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
         engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
-                            checkpoint=getattr(model, "checkpointing", False))
+                            checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
         if step:  # one micro-batch per rank this process hosts (the representative: 1)
             engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
         resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
