@@ -107,9 +107,16 @@ def _timeline_sweep(args):
     from zerosim.viz.sweep_figure import sweep_figure
     from zerosim.zero.comm_schedule import CommSchedule
 
+    from zerosim.cli.fit_lines import judge
+    from zerosim.costs.gpus import get_gpu
+    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+
     gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
     rows = sweep(gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)
-    return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)")
+    gpu = get_gpu("h100-80gb")  # ZeRO-1/2 need ~740 / ~380 GB per rank here: they are marked, not drawn as steps
+    fits = [judge(r.peak, r.stage, r.ranks, gpu, ALLOCATOR_RESERVE)["fits"] for r in rows]
+    return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)",
+                        fits=fits, gpu=gpu.name)
 
 
 SEED001_7B = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32)  # seed 001 §6's "7B-class" shape; V: GPT-2's
