@@ -39,24 +39,32 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     """
     out = []
     for stage in progress(stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"):
-        cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
-        engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
-                            checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
-        if step:  # one micro-batch per rank this process hosts (the representative: 1)
-            engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
-        resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
-        peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
-        top = max(range(len(peaks)), key=peaks.__getitem__)
-        sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
-        out.append({
-            "stage": stage,
-            "resting": resting[0],
-            "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
-            "peak": peaks[top],
-            "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
-            "sent": max(sent),
-        })
+        out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad)[0])
     return out
+
+
+def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None) -> tuple:
+    """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
+    step's events, so the same run can be placed in time (zerosim.timeline.simulate)."""
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
+                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
+    if step:  # one micro-batch per rank this process hosts (the representative: 1)
+        engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
+    resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
+    peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
+    top = max(range(len(peaks)), key=peaks.__getitem__)
+    sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
+    row = {
+        "stage": stage,
+        "resting": resting[0],
+        "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
+        "peak": peaks[top],
+        "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
+        "sent": max(sent),
+    }
+    return row, cluster, engine
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,17 @@ class MetaGPT(Model):
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
 
+    def unflatten(self, flat, i: int) -> dict:
+        """Layer i's parameters by name: on a MetaArray, arrays of their shapes in flat's dtype — what Model.unflatten
+        gives (a slice, then a reshape), built directly, since the engines ask for them before every op."""
+        if not getattr(flat, "is_meta", False):
+            return super().unflatten(flat, i)
+        start, stop = self.layer_window(i)
+        if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
+                             f"got shape {flat.shape}")
+        return {s.name: _meta(s.shape, flat.dtype) for s in self.layer_specs(i)}
+
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)
         dtype = next(iter(tensors.values())).dtype if tensors else np.float32

@@ -79,6 +79,45 @@ def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
 
 
+@dataclass(frozen=True)
+class StepTime:
+    """One step of K micro-steps, rank 0's view, seconds; `simulated`: the micro-step counts actually simulated."""
+
+    step: float
+    compute: float
+    exposed: float
+    simulated: tuple
+
+
+def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
+              optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
+              tokens: int = 2048, first: StepTime | None = None) -> StepTime:
+    """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
+
+    The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
+    communication (every micro-step but the last starts and ends with both streams in the same state;
+    tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
+    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
+    `first`: the K = 1 step when it was simulated already (the planner's memory run)."""
+    def run(K):
+        result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
+                              micro_batch=micro_batch, accumulation_steps=K)
+        return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
+
+    K = accumulation_steps
+    one = first if first is not None else run(1)
+    if K == 1:
+        return one
+    two = run(2)
+    line = (a + (K - 1) * (b - a) for a, b in zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed)))
+    return StepTime(*line, (1, 2))
+
+
+def step_time_of(result) -> StepTime:
+    """The StepTime of a simulated one-step Timeline (rank 0's view)."""
+    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (1,))
+
+
 def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow:
     """Rank 0's numbers from a simulated step."""
     if len(result.step_times) > 1:
