@@ -84,8 +84,8 @@ def read_ds_config(source, world_size: int, hidden_size: int | None = None,
 
     `hidden_size`: the model's, for the "auto" bucket sizes. Raises ValueError naming the key for a wrong type, an
     unknown stage or key, offload, or batch sizes that disagree."""
-    where = "the DeepSpeed config" if isinstance(source, dict) else str(source)
-    if isinstance(source, dict):
+    where = "the DeepSpeed config" if isinstance(source, (dict, list)) else str(source)
+    if isinstance(source, (dict, list)):
         raw = source
     else:
         try:
@@ -173,13 +173,8 @@ class _Reader:
             raise ValueError(f"{self.where}: zero_optimization.stage must be 0, 1, 2 or 3, got {obj.get('stage')!r}")
         out = {}
         for key in ZERO:
-            if key == "stage3_param_persistence_threshold" and obj.get(key) == "auto":
-                value = "auto"
-            elif key in ("reduce_bucket_size", "stage3_prefetch_bucket_size") and obj.get(key) == "auto":
-                value = "auto"
-            else:
-                value = self.value(ZERO, "zero_optimization.", key, obj)
-            if value == "auto":
+            value = self.value(ZERO, "zero_optimization.", key, obj)
+            if value == "auto":  # the HF Trainer fills these three from the model's hidden_size
                 value = self.auto_bucket(key, stage)
             elif key in obj:
                 self.report_zero(key, value, obj[key], stage)
