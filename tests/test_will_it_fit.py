@@ -92,6 +92,8 @@ def test_memory_says_whether_llama_3_8b_fits_an_h100_at_8192_tokens(capsys):
     assert stage3["activations"] == 32 * layer + L * 8 + (d * L * 2 + L * 4) + (L * 128256 * 4 + L * 8)
     verdicts = r["gpu"]["by_stage"]
     assert [v["stage"] for v in verdicts] == [0, 1, 2, 3] and not any(v["fits"] for v in verdicts)
+    for row in r["stages"]:  # what was live at the peak's moment stacks up to the peak; each kind's own peak does not
+        assert sum(row["at_peak"].values()) == row["peak"] < sum(row["peak_by_kind"].values())
     for v, row in zip(verdicts, r["stages"]):
         assert v["measured"] == row["peak"] and v["total"] == row["peak"] + v["overheads_total"]
         assert v["margin"] == get_gpu("h100-80gb").capacity - v["total"]

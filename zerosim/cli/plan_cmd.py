@@ -129,10 +129,10 @@ def _peak_rate(device: str, precision: str) -> float:
 def _row(r, s, rate) -> dict:
     tokens = s["per_rank"] * s["seq_len"]  # per GPU per step
     by = {label: 0 for label, _ in KINDS}
-    for kind, nbytes in r.peak_by_kind.items():
+    for kind, nbytes in r.at_peak.items():
         by[kind_group(kind)] += nbytes
     out = {"stage": r.stage, "strategy": r.strategy, "micro_batch": r.micro_batch, "accumulation": r.accumulation,
-           "peak": r.peak, "peak_by_kind": r.peak_by_kind, "by_group": by, "overheads": r.overheads, "total": r.total,
+           "peak": r.peak, "at_peak": r.at_peak, "by_group": by, "overheads": r.overheads, "total": r.total,
            "capacity": r.capacity, "margin": r.margin, "fits": r.fits, "step_s": r.step_s, "compute_s": r.compute_s,
            "exposed_s": r.exposed_s}
     if r.step_s:

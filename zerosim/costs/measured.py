@@ -31,10 +31,11 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
     does not change with K).
 
-    Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes},
-    "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
+    Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
+    bytes}, "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
     (params, grads, master, optim:*), peak the most any rank held at once during it (fp32 gradient
-    shards and gathered layers included), sent the most bytes any rank put on the wire. A progress bar
+    shards and gathered layers included), peak_by_kind each kind's own peak, at_peak what was live at the
+    moment of the peak (it sums to peak), sent the most bytes any rank put on the wire. A progress bar
     shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off).
     """
     out = []
@@ -48,6 +49,8 @@ def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precis
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.timeline.simulate)."""
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+    for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied into the trace): what was live at its peak
+        r.ledger.keep_timeline = True
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
@@ -62,9 +65,21 @@ def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precis
         "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
         "peak": peaks[top],
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
+        "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
         "sent": max(sent),
     }
     return row, cluster, engine
+
+
+def at_peak_by_kind(ledger) -> dict:
+    """{kind: bytes} live at the first moment the ledger's total peaked, from its timeline: what a bar of the peak
+    stacks (each kind's own peak, `peak_by_kind`, comes at its own moment: stacking those overstates the peak)."""
+    live, best, most = {}, {}, -1
+    for e in ledger.timeline:
+        live[e.kind] = e.kind_total
+        if e.total > most:
+            most, best = e.total, {k: v for k, v in live.items() if v}
+    return best
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class PlanRow:
     micro_batch: int  # B
     accumulation: int  # K
     peak: int  # rank 0's ledger peak, bytes
-    peak_by_kind: dict  # {kind: bytes} at the moment of the peak
+    at_peak: dict  # {kind: bytes} live at the moment of the peak (sums to peak)
     resting: int  # the model states left after the step, bytes
     overheads: int  # the labelled estimates (costs.overheads), bytes
     capacity: int  # the GPU's, bytes
@@ -128,7 +128,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                                                    comm=schedule)
                 resting = sum(m["resting"].values())
                 extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["peak_by_kind"], resting, extra, g.capacity)
+                row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, g.capacity)
                 if progress is not None:
                     progress(f"ZeRO-{stage} {strategy} B={B}")
                 if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage

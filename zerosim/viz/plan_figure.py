@@ -23,13 +23,13 @@ def plan_figure(plan, top: int = 10):
     GB = 1e9
     height = 2.0 + 0.38 * len(rows)
     fig, (mem, time) = plt.subplots(1, 2, figsize=(12, height), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
-    kinds = kind_order({k for r in rows for k in r.peak_by_kind})
+    kinds = kind_order({k for r in rows for k in r.at_peak})
     labels = [f"ZeRO-{r.stage} {r.strategy}, B {r.micro_batch} × K {r.accumulation}" for r in rows]
     y = list(range(len(rows)))[::-1]  # the fastest at the top
     for yi, r in zip(y, rows):
         left = 0.0
         for k in kinds:
-            w = r.peak_by_kind.get(k, 0) / GB
+            w = r.at_peak.get(k, 0) / GB
             if w:
                 mem.barh(yi, w, left=left, color=kind_colour(k), gid=f"kind:{k}", height=0.7,
                          label=kind_label(k) if yi == y[0] or k not in {b.get_gid()[5:] for b in mem.patches[:-1] if b.get_gid()} else None)
