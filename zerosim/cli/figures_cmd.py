@@ -14,9 +14,12 @@
     ring_steps        a ring all-reduce on 4 ranks, chunk by chunk, rounding marked (seed 001)
     zero3_sequence    ZeRO-3's per-layer gather / compute / free / reduce-scatter on seed 004 (seeds 003/004)
     timeline          one ZeRO-3 step of Llama-7B on 64 ranks over InfiniBand, without and with prefetch (seed 003)
-    timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512")
+    timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512"); the
+                      configurations that do not fit an H100 are marked, not drawn as steps that ran
     l_squared         one layer's activations against L at seed 001's 7B shape: P (B·H·L²) overtakes the rest (seed 001)
     activation_strategies  each checkpointing strategy's peak activations and extra FLOPs at the 7B shape (seed 001)
+    will_it_fit       Llama-3-8B on 8 GPUs: one rank's peak by stage and strategy, estimates on top, against 3 GPUs
+    plan              zerosim plan's answer for Llama-3-70B on 64 H100s: memory by kind against the GPU, step times
 """
 
 from __future__ import annotations
@@ -142,6 +145,29 @@ def _activation_strategies(args):
                                    "one rank's ledger and compute events")
 
 
+def _will_it_fit(args):
+    from zerosim.costs.gpus import get_gpu
+    from zerosim.costs.measured import measure_by_stage
+    from zerosim.models.gpt import strategy_options
+    from zerosim.models.hf_config import read_hf_config, shipped_config
+    from zerosim.models.meta_llama import MetaLlama
+    from zerosim.viz.fit_figure import fit_figure
+
+    config = read_hf_config(shipped_config("llama-3-8b"))
+    runs = {f"checkpoint {s!r}": measure_by_stage(MetaLlama.from_config(config, 4096, **strategy_options(s)), 8, "adam",
+                                                  "bf16-mixed", micro_batch=(1, 4096)) for s in ("none", "flash", "block")}
+    return fit_figure(runs, [get_gpu(g) for g in ("rtx3090", "a100-80gb", "h200")], 8,
+                      title="Llama-3-8B on 8 GPUs: one rank at its peak (B = 1, L = 4,096, bf16-mixed, Adam)")
+
+
+def _plan(args):
+    from zerosim.costs import get_preset
+    from zerosim.timeline.plan import plan
+    from zerosim.viz.plan_figure import plan_figure
+
+    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -154,6 +180,8 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "timeline_sweep": _timeline_sweep,
     "l_squared": _l_squared,
     "activation_strategies": _activation_strategies,
+    "will_it_fit": _will_it_fit,
+    "plan": _plan,
 }
 
 
