@@ -101,6 +101,7 @@ def test_memory_says_whether_llama_3_8b_fits_an_h100_at_8192_tokens(capsys):
     text = capsys.readouterr().out
     assert "Will a rank fit on one H100 SXM5 80GB? Capacity 85.52 GB" in text
     assert "does not fit: 115.31 GB short" in text  # stage 3: 189.98 GB measured + 10.85 GB estimated - 85.52 GB
+    assert (round(verdicts[3]["measured"] / GB, 2), round(verdicts[3]["overheads_total"] / GB, 2)) == (189.98, 10.85)
     assert "try --checkpoint flash, block or every-k" in text  # activations are most of it: what to try
 
 
