@@ -51,8 +51,24 @@ def planner(config):
 
 def command():
     """The whole command in a fresh process, imports included, as a user runs it."""
-    argv = [sys.executable, "-m", "zerosim.cli.main", "plan", "--model", "llama-3-70b", "--gpus", str(RANKS),
-            "--gpus-per-node", str(PER_NODE), "--gpu", GPU, "--seq-len", str(L), "--global-batch", str(GLOBAL)]
+    argv = [
+        sys.executable,
+        "-m",
+        "zerosim.cli.main",
+        "plan",
+        "--model",
+        "llama-3-70b",
+        "--gpus",
+        str(RANKS),
+        "--gpus-per-node",
+        str(PER_NODE),
+        "--gpu",
+        GPU,
+        "--seq-len",
+        str(L),
+        "--global-batch",
+        str(GLOBAL),
+    ]
     t = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True)
     return time.perf_counter() - t
@@ -69,8 +85,9 @@ def exhaustive(config):
         row, _, _ = measure_stage(model, RANKS, stage, "adam", "bf16-mixed", micro_batch=(B, L), comm=comm)
         need = row["peak"] + sum(o.bytes for o in runtime_overheads(row["peak"], RANKS, stage, None, ALLOCATOR_RESERVE))
         if need <= g.capacity:
-            result, _ = meta_step(model, RANKS, stage, hw, comm, "bf16-mixed", micro_batch=(B, L),
-                                  accumulation_steps=per_rank // B)
+            result, _ = meta_step(
+                model, RANKS, stage, hw, comm, "bf16-mixed", micro_batch=(B, L), accumulation_steps=per_rank // B
+            )
             found.append((stage, strategy, B, result.step_time))
     found.sort(key=lambda r: (r[3], r[0], r[2]))
     return time.perf_counter() - t, found
@@ -82,22 +99,27 @@ def main():
     p.add_argument("--no-baseline", action="store_true", help="skip the exhaustive yardstick")
     args = p.parse_args()
     config = get_preset("llama-3-70b").config
-    print(f"zerosim plan: Llama-3-70B, {RANKS} × H100 80GB ({PER_NODE} per node), L = {L}, {GLOBAL} sequences per step; "
-          f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load {os.getloadavg()[0]:.2f}; in turns")
+    print(
+        f"zerosim plan: Llama-3-70B, {RANKS} × H100 80GB ({PER_NODE} per node), L = {L}, {GLOBAL} sequences per step; "
+        f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load {os.getloadavg()[0]:.2f}; in turns"
+    )
     ours, base, cli = [], [], []
     for i in range(args.repeats):
         ours.append(planner(config))
         cli.append(command())
         if not args.no_baseline and i == 0:
             base.append(exhaustive(config))
-    ours_s = statistics.median(t for t, _ in ours)
-    print(f"  planner              {ours_s:7.2f} s  (median of {args.repeats}; runs {', '.join(f'{t:.2f}' for t, _ in ours)})"
-          f"  top row: ZeRO-{ours[0][1][0][0]} {ours[0][1][0][1]} B = {ours[0][1][0][2]}, {ours[0][1][0][3]:.2f} s")
+    ours_s, top = statistics.median(t for t, _ in ours), ours[0][1][0]
+    print(
+        f"  planner              {ours_s:7.2f} s  (median of {args.repeats}; runs "
+        f"{', '.join(f'{t:.2f}' for t, _ in ours)})  top row: ZeRO-{top[0]} {top[1]} B = {top[2]}, {top[3]:.2f} s"
+    )
     print(f"  `zerosim plan`, a fresh process end to end: {statistics.median(cli):.2f} s (median of {args.repeats})")
     if base:
         t, found = base[0]
         same = [(a[:3]) for a in ours[0][1]] == [b[:3] for b in found] and all(
-            abs(a[3] - b[3]) <= 1e-12 * b[3] for a, b in zip(ours[0][1], found))
+            abs(a[3] - b[3]) <= 1e-12 * b[3] for a, b in zip(ours[0][1], found)
+        )
         print(f"  exhaustive yardstick {t:7.2f} s  ({len(found)} configurations fit)")
         print(f"  the same ranking and step times both ways: {'yes' if same else 'NO'}")
         print(f"  ratio yardstick / planner: {t / ours_s:.1f}x")

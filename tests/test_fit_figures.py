@@ -18,9 +18,18 @@ from zerosim.viz.palette import kind_colour
 from zerosim.viz.plan_figure import plan_figure
 
 GB = 1e9
-CONFIG = read_hf_config({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
-                         "intermediate_size": 1536, "num_hidden_layers": 8, "vocab_size": 32000,
-                         "max_position_embeddings": 4096})
+CONFIG = read_hf_config(
+    {
+        "model_type": "llama",
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+)
 GPUS = [get_gpu("rtx3090"), get_gpu("a100-40gb")]
 
 
@@ -32,8 +41,12 @@ def close_figures():
 
 @pytest.fixture(scope="module")
 def runs():
-    return {s: measure_by_stage(MetaLlama.from_config(CONFIG, 4096, **strategy_options(s)), 4, "adam", "bf16-mixed",
-                                micro_batch=(8, 4096)) for s in ("none", "block")}
+    return {
+        s: measure_by_stage(
+            MetaLlama.from_config(CONFIG, 4096, **strategy_options(s)), 4, "adam", "bf16-mixed", micro_batch=(8, 4096)
+        )
+        for s in ("none", "block")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +91,7 @@ def test_plan_figure_rows_are_the_plans(small_plan):
     timed = sorted(p.get_width() for p in bars(time))
     assert timed == pytest.approx(sorted(r.step_s for r in fitting), rel=1e-12)  # a bar for each that fits, none else
     ends = sorted({round(p.get_x() + p.get_width(), 9) for p in bars(memory)})
-    misses = sorted((r for r in small_plan.rows if not r.fits), key=lambda r: r.total)[:max(2, 6 - len(fitting))]
+    misses = sorted((r for r in small_plan.rows if not r.fits), key=lambda r: r.total)[: max(2, 6 - len(fitting))]
     for r in [*fitting, *misses]:
         assert round(r.total / GB, 9) in ends  # measured at the peak's moment, then the estimates
     assert memory.get_lines()[0].get_xdata()[0] == pytest.approx(small_plan.settings["capacity"] / GB)

@@ -36,13 +36,16 @@ def test_shipped_configs_count_the_published_parameters(name, published, source)
     assert twin.num_params == published  # and the data-less model's flat layout holds exactly as many
 
 
-@pytest.mark.parametrize("name, printed", [
-    # Brown et al. 2020, Table 2.1 prints parameters to one decimal of a billion. GPT-2's layout counts
-    # 174,604,259,328 and 6,658,404,352: the paper's 175.0B is its rounding of 174.6B (its text says "175 billion"),
-    # so the check is at the precision the paper's own count has: the nearest billion, and 6.7B to a tenth.
-    ("gpt3-175b", 175),
-    ("gpt3-6.7b", 6.7),
-])
+@pytest.mark.parametrize(
+    "name, printed",
+    [
+        # Brown et al. 2020, Table 2.1 prints parameters to one decimal of a billion. GPT-2's layout counts
+        # 174,604,259,328 and 6,658,404,352: the paper's 175.0B is its rounding of 174.6B (its text says "175 billion"),
+        # so the check is at the precision the paper's own count has: the nearest billion, and 6.7B to a tenth.
+        ("gpt3-175b", 175),
+        ("gpt3-6.7b", 6.7),
+    ],
+)
 def test_gpt3_shapes_round_to_the_paper_s_counts(name, printed):
     total = read_hf_config(shipped_config(name)).num_params
     assert round(total / 1e9, 0 if name == "gpt3-175b" else 1) == printed
@@ -60,7 +63,15 @@ LLAMA3_8B = json.loads(shipped_config("llama-3-8b").read_text())
 
 def test_llama_3_8b_reads_as_its_config_says():
     c = read_hf_config(LLAMA3_8B, name="llama-3-8b")
-    assert (c.vocab, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff) == (128256, 4096, 32, 32, 8, 128, 14336)
+    assert (c.vocab, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff) == (
+        128256,
+        4096,
+        32,
+        32,
+        8,
+        128,
+        14336,
+    )
     assert (c.max_positions, c.tied, c.qkv_bias, c.rope_theta, c.rms_eps) == (8192, False, False, 500000.0, 1e-5)
     statuses = {k.key: k.status for k in c.keys}
     assert set(statuses) == set(LLAMA3_8B)  # every key of the file reported, none invented
@@ -80,8 +91,17 @@ def test_keys_left_out_take_transformers_defaults():
 
 def test_qwen2_has_qkv_biases_and_a_llama_attention_bias_gives_o_proj_one():
     # Qwen2Attention (transformers, models/qwen2/modular_qwen2.py): q/k/v bias=True, o_proj bias=False.
-    q = read_hf_config({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-                        "intermediate_size": 96, "num_hidden_layers": 1, "vocab_size": 10})
+    q = read_hf_config(
+        {
+            "model_type": "qwen2",
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 96,
+            "num_hidden_layers": 1,
+            "vocab_size": 10,
+        }
+    )
     assert q.qkv_bias and not q.o_bias
     assert dict(q.layers)["layers.0.self_attn.k_proj"] == 64 * 32 + 32  # K: 2 heads of 16, and their bias
     b = read_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "attention_bias": True})
@@ -98,21 +118,27 @@ def test_what_is_not_modelled_is_listed_with_why():
 
 
 @pytest.mark.bad_input("model configs")
-@pytest.mark.parametrize("config, match", [
-    ({"model_type": "mixtral", "num_local_experts": 8}, "'mixtral' is not one zerosim builds.*mixture of experts"),
-    ({"model_type": "llama", "num_local_experts": 8}, "num_local_experts make this a mixture of experts"),
-    ({"model_type": "llama", "vision_config": {}}, "vision_config make this a multimodal model"),
-    ({"model_type": "bert"}, "'bert' is not one zerosim builds"),
-    ({"hidden_size": 64}, "no model_type"),
-    ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size must be an integer >= 1, got '4096'"),
-    ({"model_type": "llama", "num_hidden_layers": True}, "num_hidden_layers must be an integer"),
-    ({"model_type": "llama", "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
-    ({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5}, "multiple of num_key_value_heads 5"),
-    ({"model_type": "llama", "hidden_act": "gelu"}, "SwiGLU uses SiLU"),
-    ({"model_type": "llama", "mlp_bias": True}, "mlp_bias true"),
-    ({"model_type": "llama", "rms_norm_eps": -1}, "rms_norm_eps must be a positive number"),
-    ({"model_type": "gpt2", "n_inner": 100}, "FFN of 4·n_embd"),
-])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"model_type": "mixtral", "num_local_experts": 8}, "'mixtral' is not one zerosim builds.*mixture of experts"),
+        ({"model_type": "llama", "num_local_experts": 8}, "num_local_experts make this a mixture of experts"),
+        ({"model_type": "llama", "vision_config": {}}, "vision_config make this a multimodal model"),
+        ({"model_type": "bert"}, "'bert' is not one zerosim builds"),
+        ({"hidden_size": 64}, "no model_type"),
+        ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size must be an integer >= 1, got '4096'"),
+        ({"model_type": "llama", "num_hidden_layers": True}, "num_hidden_layers must be an integer"),
+        ({"model_type": "llama", "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
+        (
+            {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5},
+            "multiple of num_key_value_heads 5",
+        ),
+        ({"model_type": "llama", "hidden_act": "gelu"}, "SwiGLU uses SiLU"),
+        ({"model_type": "llama", "mlp_bias": True}, "mlp_bias true"),
+        ({"model_type": "llama", "rms_norm_eps": -1}, "rms_norm_eps must be a positive number"),
+        ({"model_type": "gpt2", "n_inner": 100}, "FFN of 4·n_embd"),
+    ],
+)
 def test_models_zerosim_cannot_build_and_wrong_types_are_refused(config, match):
     with pytest.raises(ValueError, match=match):
         read_hf_config(config)

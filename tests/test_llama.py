@@ -2,7 +2,6 @@
 derived, a comment per row), its data-less twin recording what it records, every ZeRO stage equal to the oracle
 bit for bit, and a short run that learns to copy."""
 
-import math
 from collections import Counter
 
 import numpy as np
@@ -11,17 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import Adam, Cluster, MemoryLedger, Reference, ZeroEngine
-from zerosim.models import answer_positions, loss_and_grad, make_sequence_task, predict
+from zerosim.models import loss_and_grad
 from zerosim.models.gpt import STRATEGIES, strategy_options
 from zerosim.models.hf_config import read_hf_config
 from zerosim.models.llama import Llama
 from zerosim.models.meta_llama import MetaLlama
 
-from test_gpt import FD_STEP, FD_TOL, bits, tokens  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_gpt import (
+    FD_STEP,
+    FD_TOL,
+    assert_learns_to_copy,
+    assert_steps_equal_the_oracle,  # noqa: E402
+    tokens,
+)
 from test_meta_gpt import compute_events, ledger_events  # noqa: E402
 
 
 # -- layout -----------------------------------------------------------------------------------------
+
 
 def test_parameter_count_and_units():
     V, d, H, G, F, n, L = 11, 16, 4, 2, 40, 3, 8
@@ -31,8 +37,12 @@ def test_parameter_count_and_units():
         # o_proj d·d, gate/up/down 3·d·F; final norm d, untied lm_head V·d. No biases, no position table.
         assert m.num_params == V * d + n * (2 * d + 2 * d * d + 2 * d * (d * G // H) + 3 * d * F) + d + V * d
     assert [u.name for u in Llama(V, d, H, 2, L).layers] == ["embed", "block0", "block1", "head"]
-    assert [u.name for u in Llama(V, d, H, 1, L, unit="sublayer").layers] == ["embed", "block0.attn", "block0.ffn",
-                                                                              "head"]
+    assert [u.name for u in Llama(V, d, H, 1, L, unit="sublayer").layers] == [
+        "embed",
+        "block0.attn",
+        "block0.ffn",
+        "head",
+    ]
 
 
 def test_block_and_sublayer_units_are_the_same_model():
@@ -46,9 +56,19 @@ def test_block_and_sublayer_units_are_the_same_model():
 
 
 def test_from_config_builds_the_config_s_shape():
-    config = read_hf_config({"model_type": "qwen2", "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
-                             "intermediate_size": 24, "num_hidden_layers": 2, "vocab_size": 9,
-                             "max_position_embeddings": 32, "rope_theta": 1e6})
+    config = read_hf_config(
+        {
+            "model_type": "qwen2",
+            "hidden_size": 16,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 24,
+            "num_hidden_layers": 2,
+            "vocab_size": 9,
+            "max_position_embeddings": 32,
+            "rope_theta": 1e6,
+        }
+    )
     m = Llama.from_config(config, seq_len=8)
     assert m.num_params == config.num_params and (m.seq_len, m.rope_theta, m.qkv_bias) == (8, 1e6, True)
     with pytest.raises(ValueError, match="ties its LM head"):
@@ -56,14 +76,17 @@ def test_from_config_builds_the_config_s_shape():
 
 
 @pytest.mark.bad_input("models")
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(n_kv_heads=3), "must split evenly over n_kv_heads = 3"),
-    (dict(n_heads=3), "does not split into n_heads = 3 heads: give head_dim"),
-    (dict(head_dim=3), "head_dim must be even"),
-    (dict(checkpoint="subblock"), "unit='sublayer'"),
-    (dict(attention="sparse"), "attention must be one of"),
-    (dict(n_layers=0), "n_layers must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_kv_heads=3), "must split evenly over n_kv_heads = 3"),
+        (dict(n_heads=3), "does not split into n_heads = 3 heads: give head_dim"),
+        (dict(head_dim=3), "head_dim must be even"),
+        (dict(checkpoint="subblock"), "unit='sublayer'"),
+        (dict(attention="sparse"), "attention must be one of"),
+        (dict(n_layers=0), "n_layers must be a positive integer"),
+    ],
+)
 def test_bad_configurations_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Llama(**(dict(vocab=5, d_model=8, n_heads=2, n_layers=1, seq_len=4) | kwargs))
@@ -79,7 +102,9 @@ def test_whole_model_gradient_matches_finite_differences(unit, attention):
     for k in rng.choice(m.num_params, 40, replace=False):  # 40 coordinates from every unit's window
         e = np.zeros_like(theta)
         e[k] = FD_STEP
-        fd = (loss_and_grad(m, theta + e, x, t, "fp64")[0] - loss_and_grad(m, theta - e, x, t, "fp64")[0]) / (2 * FD_STEP)
+        fd = (loss_and_grad(m, theta + e, x, t, "fp64")[0] - loss_and_grad(m, theta - e, x, t, "fp64")[0]) / (
+            2 * FD_STEP
+        )
         assert abs(fd - g[k]) <= FD_TOL * (1 + abs(g[k])), (k, fd, g[k])
 
 
@@ -130,8 +155,13 @@ STRATEGY_TABLE = [
     ("block", PER_TENSOR, [("block input", BLD2, "")], EMBED + 4 * BLD2 + BLD2, EMBED + 3 * BLD2 + LAYER),
     # subblock: each half's input is a checkpoint; 8 of them and the head's at the loss; the peak is the last
     # SwiGLU half's backward: 7 inputs beside that half's tensors
-    ("subblock", PER_TENSOR, [("block input", BLD2, "attn"), ("block input", BLD2, "ffn")],
-     EMBED + 8 * BLD2 + BLD2, EMBED + 7 * BLD2 + FFN_HALF),
+    (
+        "subblock",
+        PER_TENSOR,
+        [("block input", BLD2, "attn"), ("block input", BLD2, "ffn")],
+        EMBED + 8 * BLD2 + BLD2,
+        EMBED + 7 * BLD2 + FFN_HALF,
+    ),
     # every-k, k = round(√4) = 2: blocks 0 and 2 start the two checkpoints; the peak is the second group's
     # backward: the first group's input beside blocks 2 and 3's tensors
     ("every-k", PER_TENSOR, [("block input", BLD2, "")], EMBED + 2 * BLD2 + BLD2, EMBED + BLD2 + 2 * LAYER),
@@ -147,7 +177,9 @@ def measured(model, fmt="bf16"):
     return ledger
 
 
-@pytest.mark.parametrize("strategy, tensors, checkpoints, at_loss, peak", STRATEGY_TABLE, ids=[r[0] for r in STRATEGY_TABLE])
+@pytest.mark.parametrize(
+    "strategy, tensors, checkpoints, at_loss, peak", STRATEGY_TABLE, ids=[r[0] for r in STRATEGY_TABLE]
+)
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
 def test_the_ledger_holds_the_hand_derived_table_for_each_strategy(strategy, tensors, checkpoints, at_loss, peak, fmt):
     model = Llama(V, D, H, 4, L, d_ff=F, n_kv_heads=G, flash_block=3, **strategy_options(strategy))
@@ -160,8 +192,13 @@ def test_the_ledger_holds_the_hand_derived_table_for_each_strategy(strategy, ten
         outside = {"embed.block input": EMBED, "head.block input": BLD2}
     else:
         outside = {}
-    outside |= {"embed.input": EMBED, "head.final norm input": BLD2, "head.final norm rstd": STAT,
-                "loss.probabilities": B * L * V * 4, "loss.labels": B * L * 8}
+    outside |= {
+        "embed.input": EMBED,
+        "head.final norm input": BLD2,
+        "head.final norm rstd": STAT,
+        "loss.probabilities": B * L * V * 4,
+        "loss.labels": B * L * 8,
+    }
     assert {n: b for n, b in allocs if not n.startswith("block")} == outside
     assert not any(word in n for n, _ in allocs for word in ("cos", "sin", "rope"))  # rotary keeps nothing
     loss_alloc = next(e for e in ledger.timeline if e.name == "loss.probabilities")
@@ -171,21 +208,44 @@ def test_the_ledger_holds_the_hand_derived_table_for_each_strategy(strategy, ten
 
 # -- the data-less twin ------------------------------------------------------------------------------
 
-@given(strategy=st.sampled_from(tuple(STRATEGIES)), n=st.integers(1, 3), stage=st.integers(0, 3),
-       heads=st.sampled_from([(2, 1), (2, 2), (4, 2), (4, 1)]), dh=st.sampled_from([2, 4]), n_layers=st.integers(1, 3),
-       L_=st.integers(1, 6), B_=st.integers(1, 3), precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32"]),
-       qkv_bias=st.booleans(), flash_block=st.integers(1, 4))
-def test_the_meta_twin_records_what_the_real_llama_records(strategy, n, stage, heads, dh, n_layers, L_, B_, precision,
-                                                           qkv_bias, flash_block):
+
+@given(
+    strategy=st.sampled_from(tuple(STRATEGIES)),
+    n=st.integers(1, 3),
+    stage=st.integers(0, 3),
+    heads=st.sampled_from([(2, 1), (2, 2), (4, 2), (4, 1)]),
+    dh=st.sampled_from([2, 4]),
+    n_layers=st.integers(1, 3),
+    L_=st.integers(1, 6),
+    B_=st.integers(1, 3),
+    precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32"]),
+    qkv_bias=st.booleans(),
+    flash_block=st.integers(1, 4),
+)
+def test_the_meta_twin_records_what_the_real_llama_records(
+    strategy, n, stage, heads, dh, n_layers, L_, B_, precision, qkv_bias, flash_block
+):
     h, g = heads
-    llama = Llama(9, 2 * h * dh, h, n_layers, 6, d_ff=6, n_kv_heads=g, head_dim=dh, qkv_bias=qkv_bias,
-                  flash_block=flash_block, **strategy_options(strategy))
+    llama = Llama(
+        9,
+        2 * h * dh,
+        h,
+        n_layers,
+        6,
+        d_ff=6,
+        n_kv_heads=g,
+        head_dim=dh,
+        qkv_bias=qkv_bias,
+        flash_block=flash_block,
+        **strategy_options(strategy),
+    )
     rng = np.random.default_rng(L_)
     real = ZeroEngine(llama, Cluster(n), stage, Adam(), precision, checkpoint=llama.checkpointing)
     real.step([(rng.integers(0, 9, (B_, L_)), rng.integers(0, 9, (B_, L_))) for _ in range(n)])
     twin = MetaLlama(llama)
-    meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all"), stage, Adam(), precision,
-                      checkpoint=twin.checkpointing)
+    meta = ZeroEngine(
+        twin, Cluster(n, backend="meta", hosted="all"), stage, Adam(), precision, checkpoint=twin.checkpointing
+    )
     meta.step(twin.batches(meta.cluster, B_, L_))
     for rank in meta.cluster.ranks:
         # every alloc and free in order — "block0.Q", "block0.K", "block0.gate", ... — same bytes, same phase
@@ -195,9 +255,18 @@ def test_the_meta_twin_records_what_the_real_llama_records(strategy, n, stage, h
 
 
 def test_a_tied_twin_counts_the_head_s_weight_once():
-    config = read_hf_config({"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
-                             "intermediate_size": 24, "num_hidden_layers": 1, "vocab_size": 50,
-                             "tie_word_embeddings": True})
+    config = read_hf_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 16,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 24,
+            "num_hidden_layers": 1,
+            "vocab_size": 50,
+            "tie_word_embeddings": True,
+        }
+    )
     twin = MetaLlama.from_config(config, seq_len=8)
     untied = MetaLlama(Llama.from_config(config.with_(tied=False), seq_len=8))
     assert twin.num_params == config.num_params == untied.num_params - 50 * 16
@@ -207,38 +276,45 @@ def test_a_tied_twin_counts_the_head_s_weight_once():
 
 # -- ZeRO ----------------------------------------------------------------------------------------------
 
-@given(n=st.integers(1, 4), stage=st.integers(0, 3), heads=st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2), (4, 1)]),
-       dh=st.sampled_from([2, 4]), n_layers=st.integers(1, 2), L_=st.integers(1, 5),
-       precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]), strategy=st.sampled_from(tuple(STRATEGIES)),
-       qkv_bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_every_stage_equals_the_oracle_bitwise_on_llama(n, stage, heads, dh, n_layers, L_, precision, strategy, qkv_bias,
-                                                        seed):
+
+@given(
+    n=st.integers(1, 4),
+    stage=st.integers(0, 3),
+    heads=st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2), (4, 1)]),
+    dh=st.sampled_from([2, 4]),
+    n_layers=st.integers(1, 2),
+    L_=st.integers(1, 5),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    strategy=st.sampled_from(tuple(STRATEGIES)),
+    qkv_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_every_stage_equals_the_oracle_bitwise_on_llama(
+    n, stage, heads, dh, n_layers, L_, precision, strategy, qkv_bias, seed
+):
     h, g = heads
     rng = np.random.default_rng(seed)
-    model = Llama(7, 2 * h * dh, h, n_layers, 5, d_ff=10, n_kv_heads=g, head_dim=dh, qkv_bias=qkv_bias, flash_block=2,
-                  **strategy_options(strategy))
+    model = Llama(
+        7,
+        2 * h * dh,
+        h,
+        n_layers,
+        5,
+        d_ff=10,
+        n_kv_heads=g,
+        head_dim=dh,
+        qkv_bias=qkv_bias,
+        flash_block=2,
+        **strategy_options(strategy),
+    )
     params = model.init_params(rng)
-    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), precision, checkpoint=model.checkpointing, params=params)
+    engine = ZeroEngine(
+        model, Cluster(n), stage, Adam(lr=1e-2), precision, checkpoint=model.checkpointing, params=params
+    )
     ref = Reference(model, Adam(lr=1e-2), precision, world_size=n, params=params)
-    for _ in range(2):
-        batches = [tokens(rng, 2, L_, 7) for _ in range(n)]
-        assert engine.step(batches) == ref.step(batches)
-    assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
-    for name, got in engine.full_optimizer_state().items():
-        assert np.array_equal(bits(got), bits(ref.optimizer_state()[name])), name
-    assert np.array_equal(bits(engine.full_params()), bits(ref.compute_params()[: model.num_params]))
+    assert_steps_equal_the_oracle(engine, ref, lambda: [tokens(rng, 2, L_, 7) for _ in range(n)])
 
 
 def test_llama_learns_the_copy_task_through_zero_3():
-    V_, n = 6, 3  # 5 symbols and the separator; strings of 3, so sequences of 6
-    model = Llama(V_, 16, 4, 1, 2 * n, d_ff=32, n_kv_heads=2, rope_theta=100.0)
-    engine = ZeroEngine(model, Cluster(2), 3, Adam(lr=1e-2), "bf16-mixed")
-    rng = np.random.default_rng(7)
-    losses = [np.mean(engine.step(make_sequence_task(rng, 2, 16, n, V_, "copy"))) for _ in range(160)]
-    assert abs(losses[0] - math.log(V_)) < 0.05  # N(0, 0.02²) init: near-uniform predictions
-    # As the GPT's test: (n − 1)/(2n)·log 5 = 0.54 is the floor of the random symbols; 0.8 is far below log 6 = 1.79
-    assert np.mean(losses[-10:]) < 0.8
-    x, t = make_sequence_task(np.random.default_rng(8), 1, 64, n, V_, "copy")[0]
-    guess = predict(model, engine.full_master(), x, "bf16").argmax(-1)
-    answer = answer_positions(n)
-    assert np.mean(guess[:, answer] == t[:, answer]) > 0.9  # chance is 1/5
+    V_, n = 6, 3  # 5 symbols and the separator; strings of 3, so sequences of 6; the GPT's test, with GQA and RoPE
+    assert_learns_to_copy(Llama(V_, 16, 4, 1, 2 * n, d_ff=32, n_kv_heads=2, rope_theta=100.0), V_, n)

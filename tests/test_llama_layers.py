@@ -24,10 +24,13 @@ FP64 = get_format("fp64")
 
 def random_params(unit, rng, scale=0.5):
     """float64 params with O(1) entries (norm weights near 1), so every term of the backward matters."""
-    return {k: (1.0 if k.endswith(".w") else 0.0) + scale * rng.standard_normal(s) for k, s in unit.param_shapes.items()}
+    return {
+        k: (1.0 if k.endswith(".w") else 0.0) + scale * rng.standard_normal(s) for k, s in unit.param_shapes.items()
+    }
 
 
 # -- function pairs, float64 finite differences ---------------------------------------------------------
+
 
 def test_rmsnorm_backward_matches_finite_differences():
     rng = np.random.default_rng(1)
@@ -157,8 +160,9 @@ UNITS = [
 ]
 
 
-@pytest.mark.parametrize("unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-"
-                                                      f"{getattr(u, 'kv_heads', '')}")
+@pytest.mark.parametrize(
+    "unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-{getattr(u, 'kv_heads', '')}"
+)
 def test_unit_backward_matches_finite_differences(unit):
     rng = np.random.default_rng(8)
     check_unit_by_fd(unit, rng.standard_normal((2, 5, 8)), random_params(unit, rng))
@@ -169,8 +173,9 @@ def test_token_embedding_unit_backward_matches_finite_differences():
     check_unit_by_fd(unit, np.array([[0, 3, 3], [4, 1, 3]]), random_params(unit, np.random.default_rng(9)))
 
 
-@pytest.mark.parametrize("unit", [u for u in UNITS if hasattr(u, "saved_spec")] + [TokenEmbedding(5, 8)],
-                         ids=lambda u: type(u).__name__)
+@pytest.mark.parametrize(
+    "unit", [u for u in UNITS if hasattr(u, "saved_spec")] + [TokenEmbedding(5, 8)], ids=lambda u: type(u).__name__
+)
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])
 def test_saved_spec_is_exactly_what_forward_saves(unit, fmt):
     rng = np.random.default_rng(10)
@@ -204,6 +209,7 @@ def test_gqa_with_one_group_per_head_is_multi_head_attention():
 
 # -- FLOPs ----------------------------------------------------------------------------------------------
 
+
 def test_flop_counts_follow_the_hand_derived_table():
     B, L, d, H, G, dh, F = 2, 5, 8, 4, 2, 2, 12
     rows = B * L
@@ -216,9 +222,24 @@ def test_flop_counts_follow_the_hand_derived_table():
     assert attn.flops((B, L, d), "forward") == fwd
     # backward: RMSNorm 9 + 2 (rebuilt output), both GEMMs twice, rotary 3, four core products, the softmax 4 per
     # score and the 1/√d_h of dQ and dK, the residual, and repeat_kv's sums: (n_rep − 1) adds per K and V element
-    bwd = (11 * rows * d + 2 * qkv + 3 * rows * (H + G) * dh + 4 * gemm + 4 * B * H * L * L + 2 * B * H * L * dh
-           + 2 * o + rows * d + 2 * (H // G - 1) * rows * G * dh)
+    bwd = (
+        11 * rows * d
+        + 2 * qkv
+        + 3 * rows * (H + G) * dh
+        + 4 * gemm
+        + 4 * B * H * L * L
+        + 2 * B * H * L * dh
+        + 2 * o
+        + rows * d
+        + 2 * (H // G - 1) * rows * G * dh
+    )
     assert attn.flops((B, L, d), "backward") == bwd
     ffn = SwiGLUFFN(d, F)
-    assert ffn.flops((B, L, d), "forward") == 4 * rows * d + 2 * rows * d * 2 * F + 5 * rows * F + 2 * rows * F * d + rows * d
-    assert ffn.flops((B, L, d), "backward") == 11 * rows * d + 4 * rows * d * 2 * F + 11 * rows * F + 4 * rows * F * d + rows * d
+    assert (
+        ffn.flops((B, L, d), "forward")
+        == 4 * rows * d + 2 * rows * d * 2 * F + 5 * rows * F + 2 * rows * F * d + rows * d
+    )
+    assert (
+        ffn.flops((B, L, d), "backward")
+        == 11 * rows * d + 4 * rows * d * 2 * F + 11 * rows * F + 4 * rows * F * d + rows * d
+    )

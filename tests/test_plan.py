@@ -40,20 +40,28 @@ SCHEDULES = {
     "seed": get_comm_schedule("seed"),
     "fsdp": get_comm_schedule("fsdp"),
     # DeepSpeed's rules with sizes this model's units (~0.2M parameters) cross: buckets of several units, prefetch
-    "deepspeed": get_comm_schedule("deepspeed").with_(reduce_bucket_size=200_000, prefetch_bucket_size=100_000,
-                                                      max_live_parameters=400_000, max_reuse_distance=300_000),
+    "deepspeed": get_comm_schedule("deepspeed").with_(
+        reduce_bucket_size=200_000,
+        prefetch_bucket_size=100_000,
+        max_live_parameters=400_000,
+        max_reuse_distance=300_000,
+    ),
 }
 
 
-@pytest.mark.parametrize("stage, schedule, strategy", list(itertools.product(
-    (0, 1, 2, 3), SCHEDULES, ("none", "block", "subblock", "flash"))))
+@pytest.mark.parametrize(
+    "stage, schedule, strategy",
+    list(itertools.product((0, 1, 2, 3), SCHEDULES, ("none", "block", "subblock", "flash"))),
+)
 def test_a_step_of_k_micro_steps_is_the_line_through_one_and_two(stage, schedule, strategy):
     model, hw = small(strategy), Hardware("h100", "ib_ndr", "bf16")
     for K in (3, 5):
-        full, _ = meta_step(model, 16, stage, hw, SCHEDULES[schedule], "bf16-mixed", micro_batch=(2, 256),
-                            accumulation_steps=K)
-        line = step_time(model, 16, stage, hw, SCHEDULES[schedule], "bf16-mixed", micro_batch=(2, 256),
-                         accumulation_steps=K)
+        full, _ = meta_step(
+            model, 16, stage, hw, SCHEDULES[schedule], "bf16-mixed", micro_batch=(2, 256), accumulation_steps=K
+        )
+        line = step_time(
+            model, 16, stage, hw, SCHEDULES[schedule], "bf16-mixed", micro_batch=(2, 256), accumulation_steps=K
+        )
         assert line.simulated == (1, 2)
         assert line.step == pytest.approx(full.step_time, rel=LINE_TOL, abs=0)
         assert line.compute == pytest.approx(float(full.compute_busy[0]), rel=LINE_TOL, abs=0)
@@ -69,7 +77,9 @@ def test_the_peak_does_not_change_with_the_accumulation_steps(stage, accumulate)
     peaks = []
     for K in (1, 2, 4):
         cluster = Cluster(8, backend="meta")
-        engine = ZeroEngine(model, cluster, stage, get_optimizer("adam"), precision, checkpoint=True, accumulation_steps=K)
+        engine = ZeroEngine(
+            model, cluster, stage, get_optimizer("adam"), precision, checkpoint=True, accumulation_steps=K
+        )
         batches = model.batches(cluster, 2, 256)
         engine.step(batches if K == 1 else [[b] * K for b in batches])
         peaks.append(cluster.ranks[0].ledger.peak_by_kind())
@@ -78,16 +88,26 @@ def test_the_peak_does_not_change_with_the_accumulation_steps(stage, accumulate)
 
 def test_pruning_drops_only_what_could_not_fit():
     # Against an exhaustive search: every stage × strategy × micro-batch measured, none skipped.
-    config = read_hf_config({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
-                             "num_key_value_heads": 2, "intermediate_size": 1536, "num_hidden_layers": 8,
-                             "vocab_size": 32000, "max_position_embeddings": 4096})
+    config = read_hf_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "intermediate_size": 1536,
+            "num_hidden_layers": 8,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        }
+    )
     p = plan(config, 4, 8, "rtx3090", 4096, 64, stages=(0, 3), strategies=("none", "block", "flash"))
     capacity = p.settings["capacity"]
     exhaustive = set()
     for stage, strategy, B in itertools.product((0, 3), ("none", "block", "flash"), (1, 2, 4, 8, 16)):
         model = MetaLlama.from_config(config, 4096, **strategy_options(strategy))
-        row, _, _ = measure_stage(model, 4, stage, "adam", "bf16-mixed", micro_batch=(B, 4096),
-                                  comm=get_comm_schedule("deepspeed"))  # the planner's default schedule
+        row, _, _ = measure_stage(
+            model, 4, stage, "adam", "bf16-mixed", micro_batch=(B, 4096), comm=get_comm_schedule("deepspeed")
+        )  # the planner's default schedule
         need = row["peak"] + sum(o.bytes for o in runtime_overheads(row["peak"], 4, stage, None, ALLOCATOR_RESERVE))
         if need <= capacity:
             exhaustive.add((stage, strategy, B))
@@ -138,23 +158,30 @@ def test_llama_3_70b_on_64_h100s_top_row_is_reproduced():
     assert [(st, round(b / 1e9, 1)) for st, b in p.pruned] == [(0, 1128.9), (1, 295.4), (2, 156.5)]
     top, verdict, time = reproduce(p, "--model llama-3-70b")
     assert (top.stage, top.strategy, top.micro_batch, top.accumulation) == (3, "block", 4, 4)
-    assert (round(top.step_s, 1), round(top.peak / 1e9, 2), round(top.overheads / 1e9, 2), round(top.margin / 1e9, 2)) == (
-        41.9, 56.92, 4.19, 24.41)
+    assert (
+        round(top.step_s, 1),
+        round(top.peak / 1e9, 2),
+        round(top.overheads / 1e9, 2),
+        round(top.margin / 1e9, 2),
+    ) == (41.9, 56.92, 4.19, 24.41)
     eight = next(r for r in p.rows if (r.strategy, r.micro_batch) == ("block", 8))
     assert not eight.fits and round(eight.total / 1e9, 1) == 96.6
     check_reproduced(top, verdict, time)
 
 
 @pytest.mark.bad_input("command line")
-@pytest.mark.parametrize("argv, message", [
-    (("--global-batch", "100"), "a global batch of 100 sequences does not split over 64 ranks"),
-    (("--seq-len", "9000"), "longer than llama-3-70b's 8192 positions"),
-    (("--strategies", "block,fast"), "--strategies: unknown 'fast'"),
-    (("--stages", "3,4"), "--stages must list values among (0, 1, 2, 3)"),
-    (("--micro-batches", "0"), "--micro-batches must be at least 1"),
-    (("--top", "0"), "--top must be at least 1"),
-    (("--figure", "plan.svg"), "expected a .png file name"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--global-batch", "100"), "a global batch of 100 sequences does not split over 64 ranks"),
+        (("--seq-len", "9000"), "longer than llama-3-70b's 8192 positions"),
+        (("--strategies", "block,fast"), "--strategies: unknown 'fast'"),
+        (("--stages", "3,4"), "--stages must list values among (0, 1, 2, 3)"),
+        (("--micro-batches", "0"), "--micro-batches must be at least 1"),
+        (("--top", "0"), "--top must be at least 1"),
+        (("--figure", "plan.svg"), "expected a .png file name"),
+    ],
+)
 def test_bad_plans_are_clear_errors(capsys, argv, message):
     base = {"--gpus": "64", "--gpu": "h100-80gb", "--seq-len": "4096", "--global-batch": "1024"}
     for flag, value in zip(argv[::2], argv[1::2]):

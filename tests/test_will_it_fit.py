@@ -10,8 +10,14 @@ import pytest
 from zerosim.cli.main import main
 from zerosim.costs import GB
 from zerosim.costs.gpus import GPUS, get_gpu
-from zerosim.costs.overheads import (CUDA_CONTEXT, NCCL_BUFFERS, DeepSpeedBuckets, deepspeed_bucket_bytes, fit,
-                                     runtime_overheads)
+from zerosim.costs.overheads import (
+    CUDA_CONTEXT,
+    NCCL_BUFFERS,
+    DeepSpeedBuckets,
+    deepspeed_bucket_bytes,
+    fit,
+    runtime_overheads,
+)
 from zerosim.models.hf_config import read_hf_config, shipped_config
 
 MIB = 2**20
@@ -36,22 +42,27 @@ def test_gpu_capacities_are_the_driver_totals(key, mib, datasheet):
 def test_the_estimates_are_rows_of_their_own_with_their_basis():
     rows = runtime_overheads(peak=40 * 10**9, ranks=8, stage=2, deepspeed=DeepSpeedBuckets(5 * 10**8, True, True))
     by = {r.name: r.bytes for r in rows}
-    assert by == {"CUDA context": 287_047_680,  # pytorch/pytorch#86509, lazy loading
-                  "NCCL buffers": 1_060_000_000,  # NVIDIA/nccl#1685, 8xH100
-                  "DeepSpeed gradient buckets": 2 * 5 * 10**8 * 2,  # buf_0 and buf_1 (overlap_comm), 16-bit: 2 GB
-                  "allocator reserve": 2 * 10**9}  # 5 % of the 40 GB peak
+    assert by == {
+        "CUDA context": 287_047_680,  # pytorch/pytorch#86509, lazy loading
+        "NCCL buffers": 1_060_000_000,  # NVIDIA/nccl#1685, 8xH100
+        "DeepSpeed gradient buckets": 2 * 5 * 10**8 * 2,  # buf_0 and buf_1 (overlap_comm), 16-bit: 2 GB
+        "allocator reserve": 2 * 10**9,
+    }  # 5 % of the 40 GB peak
     assert all(r.basis for r in rows)
     alone = {r.name for r in runtime_overheads(peak=10, ranks=1, stage=0)}
     assert alone == {"CUDA context", "allocator reserve"}  # one rank: no NCCL; no DeepSpeed config: no buckets
 
 
-@pytest.mark.parametrize("stage, overlap, contiguous, copies", [
-    (0, True, True, 0),  # stage 0: DeepSpeed's ZeRO optimizer is not used
-    (1, False, True, 1),  # buf_0 (stage_1_and_2.py, setup_buckets)
-    (2, True, True, 2),  # buf_0 and buf_1 "to avoid data access conflict when overlap_comm is enabled"
-    (2, True, False, 0),  # contiguous_gradients false: no IPG buffer
-    (3, True, True, 1),  # stage3.py: one IPG bucket buffer per dtype, overlap or not
-])
+@pytest.mark.parametrize(
+    "stage, overlap, contiguous, copies",
+    [
+        (0, True, True, 0),  # stage 0: DeepSpeed's ZeRO optimizer is not used
+        (1, False, True, 1),  # buf_0 (stage_1_and_2.py, setup_buckets)
+        (2, True, True, 2),  # buf_0 and buf_1 "to avoid data access conflict when overlap_comm is enabled"
+        (2, True, False, 0),  # contiguous_gradients false: no IPG buffer
+        (3, True, True, 1),  # stage3.py: one IPG bucket buffer per dtype, overlap or not
+    ],
+)
 def test_deepspeed_bucket_buffers(stage, overlap, contiguous, copies):
     assert deepspeed_bucket_bytes(stage, DeepSpeedBuckets(10**6, contiguous, overlap)) == copies * 10**6 * 2
 
@@ -68,6 +79,7 @@ def test_the_verdict_is_peak_plus_estimates_against_the_capacity():
 
 
 # -- zerosim memory on Llama-3-8B: issue 23's command ----------------------------------------------------
+
 
 def run_json(*argv):
     out = io.StringIO()
@@ -106,16 +118,45 @@ def test_memory_says_whether_llama_3_8b_fits_an_h100_at_8192_tokens(capsys):
 
 
 def test_with_block_checkpointing_it_fits_from_stage_1():
-    r = run_json("memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "8192", "--gpu", "h100-80gb",
-                 "--checkpoint", "block", "--precision", "bf16-mixed")
+    r = run_json(
+        "memory",
+        "--model",
+        "llama-3-8b",
+        "--ranks",
+        "8",
+        "--seq-len",
+        "8192",
+        "--gpu",
+        "h100-80gb",
+        "--checkpoint",
+        "block",
+        "--precision",
+        "bf16-mixed",
+    )
     assert [v["fits"] for v in r["gpu"]["by_stage"]] == [False, True, True, True]
 
 
 # -- zerosim timeline: the verdict, and the sweep that marks what cannot run -------------------------------
 
+
 def test_timeline_judges_its_step_and_takes_the_gpus_compute_rates():
-    r = run_json("timeline", "--model", "llama-2-7b", "--ranks", "16", "--gpus-per-node", "8", "--gpu", "a100-40gb",
-                 "--seq-len", "1024", "--batch", "1", "--checkpoint", "block")
+    r = run_json(
+        "timeline",
+        "--model",
+        "llama-2-7b",
+        "--ranks",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "a100-40gb",
+        "--seq-len",
+        "1024",
+        "--batch",
+        "1",
+        "--checkpoint",
+        "block",
+    )
     assert r["device"] == "A100 40GB SXM" and r["link"].startswith("InfiniBand")  # 16 ranks over 8 per node
     assert r["fit"]["measured"] == r["peak"] and r["fit"]["capacity"] == 40_960 * MIB
 
@@ -129,5 +170,7 @@ def test_the_sweep_marks_what_does_not_fit():
     assert rows[3, 64]["fits"] and rows[3, 1024]["fits"]  # ZeRO-3: 16Ψ/N = 43.7 GB and 2.7 GB of states
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["timeline", "--model", "gpt3-175b", "--sweep", "--sweep-ranks", "64,1024", "--tokens", "2048"]) == 0
+        assert (
+            main(["timeline", "--model", "gpt3-175b", "--sweep", "--sweep-ranks", "64,1024", "--tokens", "2048"]) == 0
+        )
     assert "✗ " in out.getvalue() and "it does not fit, so no such step could run" in out.getvalue()

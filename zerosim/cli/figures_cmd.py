@@ -154,8 +154,9 @@ def _will_it_fit(args):
     from zerosim.viz.fit_figure import fit_figure
 
     config = read_hf_config(shipped_config("llama-3-8b"))
-    runs = {f"checkpoint {s!r}": measure_by_stage(MetaLlama.from_config(config, 4096, **strategy_options(s)), 8, "adam",
-                                                  "bf16-mixed", micro_batch=(1, 4096)) for s in ("none", "flash", "block")}
+    runs = {f"checkpoint {s!r}": measure_by_stage(MetaLlama.from_config(config, 4096, **strategy_options(s)), 8,
+                                                  "adam", "bf16-mixed", micro_batch=(1, 4096))
+            for s in ("none", "flash", "block")}
     return fit_figure(runs, [get_gpu(g) for g in ("rtx3090", "a100-80gb", "h200")], 8,
                       title="Llama-3-8B on 8 GPUs: one rank at its peak (B = 1, L = 4,096, bf16-mixed, Adam)")
 

@@ -27,17 +27,23 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.cli.fit_lines import fit_lines, judge
-from zerosim.cli.model_args import (add_activation_arguments, add_gpu_arguments, add_model_arguments,  # noqa: F401
-                                    add_schedule_arguments, model_from_args, setup)
-from zerosim.costs import GB
+from zerosim.cli.fit_lines import judge
+from zerosim.cli.model_args import (
+    add_activation_arguments,
+    add_gpu_arguments,
+    add_model_arguments,
+    add_schedule_arguments,
+    setup,
+)
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
 
 
 def add_arguments(p) -> None:
     add_model_arguments(p)
-    p.add_argument("--no-step", action="store_true", help="resting state after initialisation only (skip the step and its peaks)")
+    p.add_argument(
+        "--no-step", action="store_true", help="resting state after initialisation only (skip the step and its peaks)"
+    )
     p.add_argument("--json", action="store_true", help="print the same numbers as JSON")
     add_activation_arguments(p)
     add_gpu_arguments(p)
@@ -46,24 +52,41 @@ def add_arguments(p) -> None:
 
 def report(args) -> dict:
     """Everything the command prints, as data (what --json emits)."""
-    from zerosim.costs import (MemoryConfig, comm_volume, conventions_table, model_state_memory, seed001_formulas,
-                               seed001_printed_table)
+    from zerosim.costs import (
+        MemoryConfig,
+        comm_volume,
+        conventions_table,
+        model_state_memory,
+        seed001_formulas,
+        seed001_printed_table,
+    )
     from zerosim.costs.measured import measure_by_stage
 
     s = setup(args)
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
-    measured = measure_by_stage(model, N, s.optimizer, s.precision, step=not args.no_step, stages=stages,
-                                show_progress=not args.json and sys.stderr.isatty(), micro_batch=micro, comm=s.comm,
-                                clip_grad=s.clip_grad)
+    measured = measure_by_stage(
+        model,
+        N,
+        s.optimizer,
+        s.precision,
+        step=not args.no_step,
+        stages=stages,
+        show_progress=not args.json and sys.stderr.isatty(),
+        micro_batch=micro,
+        comm=s.comm,
+        clip_grad=s.clip_grad,
+    )
     name = s.precision_name
     config = MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="all")  # the engines pad every flat buffer
     for row in measured:
         formula = model_state_memory(P, N, row["stage"], config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
-        row["formula_unpadded_total"] = model_state_memory(P, N, row["stage"], MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="none")).total
+        row["formula_unpadded_total"] = model_state_memory(
+            P, N, row["stage"], MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="none")
+        ).total
         row["ledger_total"] = sum(row["resting"].values())
         wire = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
         row["sent_formula"] = comm_volume(P, N, row["stage"], grad_wire_bytes=wire, param_wire_bytes=wire)
@@ -71,26 +94,56 @@ def report(args) -> dict:
             row["activations"] = row["peak_by_kind"].get("activations", 0)
             row["total"] = row["ledger_total"] + row["activations"]
     printed, own = seed001_printed_table(), seed001_formulas(7e9, 8)
-    fits = ([judge(row["peak"], row["stage"], N, s.gpu, s.reserve, s.ds.buckets if s.ds else None) for row in measured]
-            if s.gpu is not None else None)
+    fits = (
+        [judge(row["peak"], row["stage"], N, s.gpu, s.reserve, s.ds.buckets if s.ds else None) for row in measured]
+        if s.gpu is not None
+        else None
+    )
     return {
-        "model": model.name, "params": P, "layers": len(model.layers), "largest_layer": model.largest_layer, "ranks": N,
-        "optimizer": s.optimizer, "precision": name,
+        "model": model.name,
+        "params": P,
+        "layers": len(model.layers),
+        "largest_layer": model.largest_layer,
+        "ranks": N,
+        "optimizer": s.optimizer,
+        "precision": name,
         "unit": getattr(model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer"),
-        "step": not args.no_step, "activations": None if micro is None else _activations(model, micro, args, s.precision),
+        "step": not args.no_step,
+        "activations": None if micro is None else _activations(model, micro, args, s.precision),
         "stages": measured,
-        "gpu": None if s.gpu is None else {"key": s.gpu.key, "name": s.gpu.name, "capacity": s.gpu.capacity,
-                                           "datasheet": s.gpu.datasheet, "by_stage": fits},
+        "gpu": None
+        if s.gpu is None
+        else {
+            "key": s.gpu.key,
+            "name": s.gpu.name,
+            "capacity": s.gpu.capacity,
+            "datasheet": s.gpu.datasheet,
+            "by_stage": fits,
+        },
         "config": None if s.config is None else _keys(s.config.keys),
-        "ds_config": None if s.ds is None else {
-            "stage": s.ds.stage, "micro_batch": s.ds.micro_batch, "accumulation_steps": s.ds.accumulation_steps,
-            "train_batch_size": s.ds.train_batch_size, "clip_grad": s.ds.clip_grad, "precision": name,
-            "loss_scale": s.ds.precision.loss_scale, "wire": s.ds.precision.reduce_format.name,
-            "optimizer": s.ds.optimizer, "comm": _comm(s.comm), "keys": _keys(s.ds.keys)},
-        "conventions": [{"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}
-                        for r in conventions_table(P, N, model.largest_layer, s.optimizer, name)],
+        "ds_config": None
+        if s.ds is None
+        else {
+            "stage": s.ds.stage,
+            "micro_batch": s.ds.micro_batch,
+            "accumulation_steps": s.ds.accumulation_steps,
+            "train_batch_size": s.ds.train_batch_size,
+            "clip_grad": s.ds.clip_grad,
+            "precision": name,
+            "loss_scale": s.ds.precision.loss_scale,
+            "wire": s.ds.precision.reduce_format.name,
+            "optimizer": s.ds.optimizer,
+            "comm": _comm(s.comm),
+            "keys": _keys(s.ds.keys),
+        },
+        "conventions": [
+            {"name": r.name, "bytes": list(r.bytes), "note": r.note, "erratum": list(r.erratum)}
+            for r in conventions_table(P, N, model.largest_layer, s.optimizer, name)
+        ],
         "seed001_erratum": {
-            "printed_gb": list(printed.gb()), "formulas_gb": list(own.gb()), "stages": list(printed.erratum),
+            "printed_gb": list(printed.gb()),
+            "formulas_gb": list(own.gb()),
+            "stages": list(printed.erratum),
             "note": "seed 001's printed table (7B on 8 GPUs) disagrees with its own formulas 4P + 12P/N and 2P + 14P/N",
         },
     }
@@ -117,17 +170,36 @@ def _activations(model, micro: tuple, args, precision) -> dict:
     B, L = micro
     a = measure_activations(model, B, L, precision)
     width = get_precision(precision).compute_format.dtype.itemsize  # bytes per activation element
-    P = B * model.n_heads * L * L if model.attention == "standard" else 0  # the softmax output, kept with "standard" only
-    out = {"seq_len": L, "batch": B, "checkpoint": args.checkpoint or "none", "d_model": model.d_model,
-           "heads": model.n_heads, "blocks": model.n_layers, "vocab": model.vocab, "bytes_per_element": width,
-           "per_block": a.per_block, "per_block_total": a.per_block_total, "outside_blocks": a.outside,
-           "peak": a.peak, "peak_at": a.peak_at, "layout": "llama" if isinstance(model, MetaLlama) else "gpt2"}
+    P = (
+        B * model.n_heads * L * L if model.attention == "standard" else 0
+    )  # the softmax output, kept with "standard" only
+    out = {
+        "seq_len": L,
+        "batch": B,
+        "checkpoint": args.checkpoint or "none",
+        "d_model": model.d_model,
+        "heads": model.n_heads,
+        "blocks": model.n_layers,
+        "vocab": model.vocab,
+        "bytes_per_element": width,
+        "per_block": a.per_block,
+        "per_block_total": a.per_block_total,
+        "outside_blocks": a.outside,
+        "peak": a.peak,
+        "peak_at": a.peak_at,
+        "layout": "llama" if isinstance(model, MetaLlama) else "gpt2",
+    }
     if out["layout"] == "llama":
         # llama_block.py: (2d + 2·H·d_h + 2·G·d_h + 3F)·B·L elements (x, Q, K, V, O, h, gate, up, SwiGLU's h) + P,
         # in the compute format, + two fp32 RMSNorm statistics per token
         q, kv = model.n_heads * model.head_dim, model.n_kv_heads * model.head_dim
-        out |= {"kv_heads": model.n_kv_heads, "head_dim": model.head_dim, "d_ff": model.d_ff,
-                "formula_per_layer": ((2 * model.d_model + 2 * q + 2 * kv + 3 * model.d_ff) * B * L + P) * width + 8 * B * L}
+        out |= {
+            "kv_heads": model.n_kv_heads,
+            "head_dim": model.head_dim,
+            "d_ff": model.d_ff,
+            "formula_per_layer": ((2 * model.d_model + 2 * q + 2 * kv + 3 * model.d_ff) * B * L + P) * width
+            + 8 * B * L,
+        }
     else:  # seed 001 §5e: "14·B·L·d + B·H·L²" per layer, without the B·H·L² when P is not kept (selective, flash)
         out["seed001_per_layer"] = (14 * B * L * model.d_model + P) * width
     return out

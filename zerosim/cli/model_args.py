@@ -23,52 +23,107 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
     from zerosim.costs import PRESETS
 
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--params", type=float, default=None, help="Ψ, parameters, e.g. 7.5e9 (default: 7.5e9, the ZeRO paper's)")
-    which.add_argument("--model", choices=sorted(PRESETS), default=None,
-                       help="a preset: a config shipped with zerosim (zerosim/models/hf_configs)")
-    which.add_argument("--config", default=None, metavar="CONFIG.json",
-                       help="a model's Hugging Face config.json (llama, mistral, qwen2 or gpt2), read locally")
-    p.add_argument("--layers", type=int, default=None,
-                   help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks")
+    which.add_argument(
+        "--params", type=float, default=None, help="Ψ, parameters, e.g. 7.5e9 (default: 7.5e9, the ZeRO paper's)"
+    )
+    which.add_argument(
+        "--model",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a preset: a config shipped with zerosim (zerosim/models/hf_configs)",
+    )
+    which.add_argument(
+        "--config",
+        default=None,
+        metavar="CONFIG.json",
+        help="a model's Hugging Face config.json (llama, mistral, qwen2 or gpt2), read locally",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks",
+    )
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
     p.add_argument("--optimizer", choices=ELEMENTWISE, default=None, help="optimizer (default adam, K = 8 + 4 master)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
-    p.add_argument("--unit", choices=("module", "block"), default=None,
-                   help="with --model/--config: gather/reduce unit, one module or one transformer block (default block)")
+    p.add_argument(
+        "--unit",
+        choices=("module", "block"),
+        default=None,
+        help="with --model/--config: gather/reduce unit, one module or one transformer block (default block)",
+    )
 
 
 def add_activation_arguments(p) -> None:
     """--seq-len, --batch, --checkpoint and a GPT shape by hand (--d-model, --heads, --vocab)."""
     from zerosim.models.gpt import STRATEGIES
 
-    act = p.add_argument_group("activations (seed 001 §5-6)", "measured on zerosim's GPT or Llama at the model's "
-                               "shape: a --model or --config, or --d-model with --heads and --layers")
-    act.add_argument("--seq-len", type=int, default=None, metavar="L", help="tokens per sequence: count activations too")
-    act.add_argument("--batch", type=int, default=None, metavar="B",
-                     help="with --seq-len: sequences per micro-batch on each rank (default 1)")
-    act.add_argument("--checkpoint", choices=tuple(STRATEGIES), default=None,
-                     help="with --seq-len: the checkpointing strategy (default none)")
-    act.add_argument("--d-model", type=int, default=None, metavar="D", help="with --seq-len: a GPT of this width (untied head)")
+    act = p.add_argument_group(
+        "activations (seed 001 §5-6)",
+        "measured on zerosim's GPT or Llama at the model's "
+        "shape: a --model or --config, or --d-model with --heads and --layers",
+    )
+    act.add_argument(
+        "--seq-len", type=int, default=None, metavar="L", help="tokens per sequence: count activations too"
+    )
+    act.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --seq-len: sequences per micro-batch on each rank (default 1)",
+    )
+    act.add_argument(
+        "--checkpoint",
+        choices=tuple(STRATEGIES),
+        default=None,
+        help="with --seq-len: the checkpointing strategy (default none)",
+    )
+    act.add_argument(
+        "--d-model", type=int, default=None, metavar="D", help="with --seq-len: a GPT of this width (untied head)"
+    )
     act.add_argument("--heads", type=int, default=None, metavar="H", help="with --d-model: attention heads")
-    act.add_argument("--vocab", type=int, default=None, metavar="V", help="with --d-model: vocabulary (default 50257, GPT-2's)")
+    act.add_argument(
+        "--vocab", type=int, default=None, metavar="V", help="with --d-model: vocabulary (default 50257, GPT-2's)"
+    )
 
 
 def add_schedule_arguments(p, stage: bool = False) -> None:
     """--ds-config, --comm and the knobs under DeepSpeed's and FSDP's names (sizes in elements)."""
-    p.add_argument("--ds-config", default=None, metavar="DS_CONFIG.json",
-                   help="a DeepSpeed config: its stage, buckets, prefetch, precision, batch and clipping "
-                        "(every key listed as modelled or not)")
+    p.add_argument(
+        "--ds-config",
+        default=None,
+        metavar="DS_CONFIG.json",
+        help="a DeepSpeed config: its stage, buckets, prefetch, precision, batch and clipping "
+        "(every key listed as modelled or not)",
+    )
     k = p.add_argument_group("knobs (DeepSpeed's and FSDP's names; sizes in elements)")
-    k.add_argument("--comm", choices=("seed", "deepspeed", "fsdp"), default=None,
-                   help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's (default seed)")
+    k.add_argument(
+        "--comm",
+        choices=("seed", "deepspeed", "fsdp"),
+        default=None,
+        help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's (default seed)",
+    )
     k.add_argument("--reduce-bucket-size", type=float, default=None, help="DeepSpeed reduce_bucket_size, e.g. 5e8")
-    k.add_argument("--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages 1/2)")
+    k.add_argument(
+        "--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages 1/2)"
+    )
     k.add_argument("--prefetch-bucket-size", type=float, default=None, help="DeepSpeed stage3_prefetch_bucket_size")
     k.add_argument("--max-live-parameters", type=float, default=None, help="DeepSpeed stage3_max_live_parameters")
     k.add_argument("--max-reuse-distance", type=float, default=None, help="DeepSpeed stage3_max_reuse_distance")
-    k.add_argument("--forward-prefetch", action="store_true", help="FSDP forward_prefetch: gather the next unit during this one's forward")
+    k.add_argument(
+        "--forward-prefetch",
+        action="store_true",
+        help="FSDP forward_prefetch: gather the next unit during this one's forward",
+    )
     k.add_argument("--backward-prefetch", choices=("pre", "post", "none"), default=None, help="FSDP backward_prefetch")
-    k.add_argument("--limit-all-gathers", choices=("on", "off"), default=None, help="FSDP limit_all_gathers (at most 2 gathered units)")
+    k.add_argument(
+        "--limit-all-gathers",
+        choices=("on", "off"),
+        default=None,
+        help="FSDP limit_all_gathers (at most 2 gathered units)",
+    )
     k.add_argument("--no-overlap", action="store_true", help="DeepSpeed overlap_comm=False: one stream per rank")
 
 
@@ -77,10 +132,19 @@ def add_gpu_arguments(p) -> None:
     from zerosim.costs.gpus import GPUS
     from zerosim.costs.overheads import ALLOCATOR_RESERVE
 
-    p.add_argument("--gpu", choices=tuple(GPUS), default=None,
-                   help="say whether a rank fits on this GPU and by how much (its driver-reported capacity)")
-    p.add_argument("--reserve", type=float, default=ALLOCATOR_RESERVE, metavar="FRACTION",
-                   help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})")
+    p.add_argument(
+        "--gpu",
+        choices=tuple(GPUS),
+        default=None,
+        help="say whether a rank fits on this GPU and by how much (its driver-reported capacity)",
+    )
+    p.add_argument(
+        "--reserve",
+        type=float,
+        default=ALLOCATOR_RESERVE,
+        metavar="FRACTION",
+        help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+    )
 
 
 @dataclass(frozen=True)
@@ -105,8 +169,17 @@ def micro_batch_from_args(args) -> tuple | None:
     """(B, L) each rank's micro-batch when --seq-len asks for activations, else None (and no activation flag)."""
     L = getattr(args, "seq_len", None)
     if L is None:
-        stray = [flag for flag, name in (("--batch", "batch"), ("--checkpoint", "checkpoint"), ("--d-model", "d_model"),
-                                         ("--heads", "heads"), ("--vocab", "vocab")) if getattr(args, name, None) is not None]
+        stray = [
+            flag
+            for flag, name in (
+                ("--batch", "batch"),
+                ("--checkpoint", "checkpoint"),
+                ("--d-model", "d_model"),
+                ("--heads", "heads"),
+                ("--vocab", "vocab"),
+            )
+            if getattr(args, name, None) is not None
+        ]
         if stray:
             raise ValueError(f"{', '.join(stray)} describe activations: add --seq-len L (tokens per sequence)")
         return None
@@ -139,24 +212,32 @@ def decoder_from_args(args, config, seq_len: int):
     if args.unit == "module":
         raise ValueError("activations are measured per transformer block: drop --unit module")
     if args.unit == "block" and options.get("unit") == "sublayer":
-        raise ValueError("--checkpoint subblock keeps the attention and FFN inputs apart, so its units are the two "
-                         "sub-blocks: drop --unit block")
+        raise ValueError(
+            "--checkpoint subblock keeps the attention and FFN inputs apart, so its units are the two "
+            "sub-blocks: drop --unit block"
+        )
     if args.d_model is not None:
         if args.params is not None or args.model is not None or args.config is not None:
             raise ValueError("--d-model describes the model itself: drop --params / --model / --config")
         if args.heads is None or args.layers is None:
             raise ValueError("--d-model needs --heads (attention heads) and --layers (transformer blocks)")
-        gpt = GPT(50257 if args.vocab is None else args.vocab, args.d_model, args.heads, args.layers, seq_len, **options)
+        gpt = GPT(
+            50257 if args.vocab is None else args.vocab, args.d_model, args.heads, args.layers, seq_len, **options
+        )
         return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}")
     if args.heads is not None or args.vocab is not None:
         raise ValueError("--heads and --vocab go with --d-model (a --model or --config has its own)")
     if config is None:
-        raise ValueError("--seq-len needs a transformer shape: a --model preset, a --config, or --d-model/--heads/--layers; "
-                         "--params gives a parameter count only")
+        raise ValueError(
+            "--seq-len needs a transformer shape: a --model preset, a --config, or --d-model/--heads/--layers; "
+            "--params gives a parameter count only"
+        )
     if seq_len > config.max_positions:
         what = "position table (n_positions)" if config.layout == "gpt2" else "max_position_embeddings"
-        raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {what} of {config.max_positions} tokens"
-                         + (" (rope scaling is not modelled)" if config.layout == "llama" else ""))
+        raise ValueError(
+            f"--seq-len {seq_len} is longer than {config.name}'s {what} of {config.max_positions} tokens"
+            + (" (rope scaling is not modelled)" if config.layout == "llama" else "")
+        )
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     return twin.from_config(config, seq_len, **options)
 
@@ -180,7 +261,9 @@ def model_from_args(args, config=None):
         preset = preset_from_config(config) if config is not None else get_preset(args.model)
         return MetaModel.from_preset(preset, unit=args.unit or "block")
     if args.unit is not None:
-        raise ValueError("--unit chooses how a --model preset is cut into units; with --params the model is --layers equal layers")
+        raise ValueError(
+            "--unit chooses how a --model preset is cut into units; with --params the model is --layers equal layers"
+        )
     params = 7.5e9 if args.params is None else args.params
     if not math.isfinite(params) or params != int(params) or params < 1:
         raise ValueError(f"--params must be a whole number of parameters >= 1, got {params!r}")
@@ -195,8 +278,13 @@ def comm_from_args(args):
 
     comm = get_comm_schedule(args.comm)
     changes = {}
-    for flag in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
-                 "max_reuse_distance"):
+    for flag in (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "prefetch_bucket_size",
+        "max_live_parameters",
+        "max_reuse_distance",
+    ):
         v = getattr(args, flag)
         if v is not None:
             if v != int(v) or v < 0:
@@ -217,10 +305,23 @@ def comm_from_args(args):
 
 
 def _knobs_given(args) -> list:
-    flags = [f"--{f.replace('_', '-')}" for f in ("comm", "reduce_bucket_size", "allgather_bucket_size",
-                                                   "prefetch_bucket_size", "max_live_parameters", "max_reuse_distance",
-                                                   "backward_prefetch", "limit_all_gathers") if getattr(args, f, None) is not None]
-    return flags + [f for f, on in (("--forward-prefetch", args.forward_prefetch), ("--no-overlap", args.no_overlap)) if on]
+    flags = [
+        f"--{f.replace('_', '-')}"
+        for f in (
+            "comm",
+            "reduce_bucket_size",
+            "allgather_bucket_size",
+            "prefetch_bucket_size",
+            "max_live_parameters",
+            "max_reuse_distance",
+            "backward_prefetch",
+            "limit_all_gathers",
+        )
+        if getattr(args, f, None) is not None
+    ]
+    return flags + [
+        f for f, on in (("--forward-prefetch", args.forward_prefetch), ("--no-overlap", args.no_overlap)) if on
+    ]
 
 
 def setup(args) -> Setup:
@@ -233,12 +334,16 @@ def setup(args) -> Setup:
     if getattr(args, "ds_config", None) is not None:
         knobs = _knobs_given(args)
         if knobs:
-            raise ValueError(f"{', '.join(knobs)} and --ds-config both set the schedule: the DeepSpeed config's "
-                             "zero_optimization keys set it; drop the flags or edit the config")
-        trainer = TrainerArgs(per_device_train_batch_size=args.batch,
-                              gradient_accumulation_steps=getattr(args, "accumulation_steps", None),
-                              fp16=None if args.precision is None else args.precision == "fp16-mixed",
-                              bf16=None if args.precision is None else args.precision == "bf16-mixed")
+            raise ValueError(
+                f"{', '.join(knobs)} and --ds-config both set the schedule: the DeepSpeed config's "
+                "zero_optimization keys set it; drop the flags or edit the config"
+            )
+        trainer = TrainerArgs(
+            per_device_train_batch_size=args.batch,
+            gradient_accumulation_steps=getattr(args, "accumulation_steps", None),
+            fp16=None if args.precision is None else args.precision == "fp16-mixed",
+            bf16=None if args.precision is None else args.precision == "bf16-mixed",
+        )
         ds = read_ds_config(args.ds_config, args.ranks, config.d_model if config else args.d_model, trainer)
         _agree(args, ds)
         args.precision, args.optimizer = ds.precision_name, ds.optimizer
@@ -248,11 +353,20 @@ def setup(args) -> Setup:
     reserve = getattr(args, "reserve", None)
     if reserve is not None and not 0 <= reserve < 1:
         raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
-    return Setup(model, micro_batch_from_args(args), ds.comm if ds else comm_from_args(args),
-                 ds.precision if ds else args.precision, args.precision, args.optimizer,
-                 ds.accumulation_steps if ds else (getattr(args, "accumulation_steps", None) or 1),
-                 ds.clip_grad if ds else None, config, ds,
-                 get_gpu(args.gpu) if getattr(args, "gpu", None) else None, reserve if reserve is not None else 0.05)
+    return Setup(
+        model,
+        micro_batch_from_args(args),
+        ds.comm if ds else comm_from_args(args),
+        ds.precision if ds else args.precision,
+        args.precision,
+        args.optimizer,
+        ds.accumulation_steps if ds else (getattr(args, "accumulation_steps", None) or 1),
+        ds.clip_grad if ds else None,
+        config,
+        ds,
+        get_gpu(args.gpu) if getattr(args, "gpu", None) else None,
+        reserve if reserve is not None else 0.05,
+    )
 
 
 def _agree(args, ds) -> None:
@@ -271,5 +385,8 @@ def _agree(args, ds) -> None:
     if stage is not None and stage != ds.stage:
         clash.append(f"--stage {stage} vs zero_optimization.stage {ds.stage}")
     if clash:
-        raise ValueError("the flags disagree with the DeepSpeed config: " + "; ".join(clash)
-                         + " (set the config's value to \"auto\" to take the flag, as with the HF Trainer)")
+        raise ValueError(
+            "the flags disagree with the DeepSpeed config: "
+            + "; ".join(clash)
+            + ' (set the config\'s value to "auto" to take the flag, as with the HF Trainer)'
+        )

@@ -19,14 +19,21 @@ import sys
 from zerosim.costs import GB
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
-KINDS = (("W", "params"), ("G", "grads"), ("OS", "master and optim:*"), ("grad32", "grad32"), ("activ.", "activations"),
-         ("other", "comm, scratch"))
+KINDS = (
+    ("W", "params"),
+    ("G", "grads"),
+    ("OS", "master and optim:*"),
+    ("grad32", "grad32"),
+    ("activ.", "activations"),
+    ("other", "comm, scratch"),
+)
 
 
 def kind_group(kind: str) -> str:
     """The column a ledger kind is counted in."""
     return {"params": "W", "grads": "G", "master": "OS", "grad32": "grad32", "activations": "activ."}.get(
-        kind, "OS" if kind.startswith("optim:") else "other")
+        kind, "OS" if kind.startswith("optim:") else "other"
+    )
 
 
 def add_arguments(p) -> None:
@@ -36,31 +43,67 @@ def add_arguments(p) -> None:
     from zerosim.models.gpt import STRATEGIES
 
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", choices=sorted(k for k, v in PRESETS.items() if v.config is not None),
-                       help="a shipped config (zerosim/models/hf_configs)")
+    which.add_argument(
+        "--model",
+        choices=sorted(k for k, v in PRESETS.items() if v.config is not None),
+        help="a shipped config (zerosim/models/hf_configs)",
+    )
     which.add_argument("--config", metavar="CONFIG.json", help="a model's Hugging Face config.json, read locally")
     p.add_argument("--gpus", type=int, required=True, help="GPUs: data-parallel ranks N")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8): more ranks than this "
-                   "put the ring across nodes, at InfiniBand NDR's speed")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="GPUs per node (default 8): more ranks than this put the ring across nodes, at InfiniBand NDR's speed",
+    )
     p.add_argument("--gpu", choices=tuple(GPUS), required=True, help="the GPU: its capacity and compute rates")
     p.add_argument("--seq-len", type=int, required=True, metavar="L", help="tokens per sequence")
-    p.add_argument("--global-batch", type=int, required=True, metavar="SEQUENCES",
-                   help="sequences per optimizer step over all GPUs (= GPUs × micro-batch × accumulation steps)")
-    p.add_argument("--precision", choices=("bf16-mixed", "fp16-mixed", "fp32"), default="bf16-mixed",
-                   help="mixed-precision preset (default bf16-mixed)")
-    p.add_argument("--optimizer", choices=("adam", "adamw", "sgd", "sgd_momentum", "lion", "adan"), default="adam",
-                   help="optimizer (default adam)")
-    p.add_argument("--comm", choices=("deepspeed", "fsdp", "seed"), default="deepspeed",
-                   help="the schedule: DeepSpeed's defaults (buckets, prefetch; the default), FSDP's, or seed 004's")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        required=True,
+        metavar="SEQUENCES",
+        help="sequences per optimizer step over all GPUs (= GPUs × micro-batch × accumulation steps)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("bf16-mixed", "fp16-mixed", "fp32"),
+        default="bf16-mixed",
+        help="mixed-precision preset (default bf16-mixed)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=("adam", "adamw", "sgd", "sgd_momentum", "lion", "adan"),
+        default="adam",
+        help="optimizer (default adam)",
+    )
+    p.add_argument(
+        "--comm",
+        choices=("deepspeed", "fsdp", "seed"),
+        default="deepspeed",
+        help="the schedule: DeepSpeed's defaults (buckets, prefetch; the default), FSDP's, or seed 004's",
+    )
     p.add_argument("--stages", default="0,1,2,3", help="stages to try, comma-separated (default 0,1,2,3)")
-    p.add_argument("--strategies", default=None, help=f"checkpointing strategies to try (default all: {', '.join(STRATEGIES)})")
-    p.add_argument("--micro-batches", default=None, help="micro-batches to try (default every divisor of the "
-                   "sequences each GPU takes per step)")
-    p.add_argument("--reserve", type=float, default=ALLOCATOR_RESERVE, metavar="FRACTION",
-                   help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})")
+    p.add_argument(
+        "--strategies", default=None, help=f"checkpointing strategies to try (default all: {', '.join(STRATEGIES)})"
+    )
+    p.add_argument(
+        "--micro-batches",
+        default=None,
+        help="micro-batches to try (default every divisor of the sequences each GPU takes per step)",
+    )
+    p.add_argument(
+        "--reserve",
+        type=float,
+        default=ALLOCATOR_RESERVE,
+        metavar="FRACTION",
+        help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+    )
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--figure", default=None, metavar="OUT.png", help="draw memory by kind and step time per configuration")
+    p.add_argument(
+        "--figure", default=None, metavar="OUT.png", help="draw memory by kind and step time per configuration"
+    )
 
 
 def _ints(text: str, flag: str, allowed=None) -> tuple:
@@ -69,8 +112,9 @@ def _ints(text: str, flag: str, allowed=None) -> tuple:
     except ValueError:
         raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
     if not values or (allowed is not None and not set(values) <= set(allowed)) or min(values) < 0:
-        raise ValueError(f"{flag} must list {'values among ' + str(allowed) if allowed else 'positive integers'}, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"{flag} must list {'values among ' + str(allowed) if allowed else 'positive integers'}, got {text!r}"
+        )
     return values
 
 
@@ -102,16 +146,30 @@ def report(args) -> tuple:
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
     bar = progress(total=None, desc="planning", enabled=not args.json and sys.stderr.isatty(), unit="config")
-    p = plan(config, args.gpus, args.gpus_per_node, args.gpu, args.seq_len, args.global_batch, args.precision,
-             args.optimizer, args.comm, _ints(args.stages, "--stages", (0, 1, 2, 3)), _strategies(args.strategies),
-             micro, args.reserve, progress=lambda label: bar.update(1))
+    p = plan(
+        config,
+        args.gpus,
+        args.gpus_per_node,
+        args.gpu,
+        args.seq_len,
+        args.global_batch,
+        args.precision,
+        args.optimizer,
+        args.comm,
+        _ints(args.stages, "--stages", (0, 1, 2, 3)),
+        _strategies(args.strategies),
+        micro,
+        args.reserve,
+        progress=lambda label: bar.update(1),
+    )
     bar.close()
     flag = f"--config {args.config}" if args.config else f"--model {args.model}"
     s = p.settings
     rate = _peak_rate(s["device"], args.precision)
     rows = [_row(r, s, rate) for r in p.fitting]
     return {
-        "settings": {k: v for k, v in s.items()}, "link": p.link,
+        "settings": {k: v for k, v in s.items()},
+        "link": p.link,
         "fitting": rows,
         "did_not_fit": [_row(r, s, rate) for r in p.rows if not r.fits],
         "pruned": [{"stage": st, "model_states": b} for st, b in p.pruned],
@@ -131,10 +189,23 @@ def _row(r, s, rate) -> dict:
     by = {label: 0 for label, _ in KINDS}
     for kind, nbytes in r.at_peak.items():
         by[kind_group(kind)] += nbytes
-    out = {"stage": r.stage, "strategy": r.strategy, "micro_batch": r.micro_batch, "accumulation": r.accumulation,
-           "peak": r.peak, "at_peak": r.at_peak, "by_group": by, "overheads": r.overheads, "total": r.total,
-           "capacity": r.capacity, "margin": r.margin, "fits": r.fits, "step_s": r.step_s, "compute_s": r.compute_s,
-           "exposed_s": r.exposed_s}
+    out = {
+        "stage": r.stage,
+        "strategy": r.strategy,
+        "micro_batch": r.micro_batch,
+        "accumulation": r.accumulation,
+        "peak": r.peak,
+        "at_peak": r.at_peak,
+        "by_group": by,
+        "overheads": r.overheads,
+        "total": r.total,
+        "capacity": r.capacity,
+        "margin": r.margin,
+        "fits": r.fits,
+        "step_s": r.step_s,
+        "compute_s": r.compute_s,
+        "exposed_s": r.exposed_s,
+    }
     if r.step_s:
         out["tokens_per_s_per_gpu"] = tokens / r.step_s
         out["mfu"] = 6 * s["params"] * tokens / (r.step_s * rate)  # 6Ψ FLOPs per token (no recompute, no attention)
@@ -144,28 +215,42 @@ def _row(r, s, rate) -> dict:
 def format_plan(r: dict) -> str:
     s = r["settings"]
     across = s["ranks"]
-    link = ("the ring crosses nodes: InfiniBand NDR" if r["link"] == "ib_ndr" else "one node: NVLink 4")
-    lines = [f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
-             f"({s['gpus_per_node']} per node; {link})",
-             f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
-             f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU", ""]
+    link = "the ring crosses nodes: InfiniBand NDR" if r["link"] == "ib_ndr" else "one node: NVLink 4"
+    lines = [
+        f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
+        f"({s['gpus_per_node']} per node; {link})",
+        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
+        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
+        "",
+    ]
     if r["pruned"]:
         lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
         lines += [f"  ZeRO-{p['stage']}: {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
     if not r["fitting"]:
-        lines += ["Nothing tried fits. Closest:"] + [_line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]]
-        lines += ["", "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least."]
+        lines += ["Nothing tried fits. Closest:"] + [
+            _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
+        ]
+        lines += [
+            "",
+            "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
+        ]
         return "\n".join(lines)
-    head = (f"{'#':>2s}  {'stage':5s} {'strategy':9s} {'B × K':>7s}  {'step time':>10s} {'tok/s/GPU':>10s} {'MFU':>5s}  "
-            f"{'peak GB':>8s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS))
-    lines += ["Fits, fastest first (per GPU; GB = 1e9 bytes; peak = the ledger's, measured; +est. = CUDA, NCCL, allocator):",
-              head]
-    for i, x in enumerate(r["fitting"][:s.get("top", 10)], 1):
-        lines.append(f"{i:>2d}  {x['stage']:<5d} {x['strategy']:9s} {x['micro_batch']:>3d} × {x['accumulation']:<3d} "
-                     f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
-                     f"{x['peak'] / GB:8.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
-                     + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS))
+    head = (
+        f"{'#':>2s}  {'stage':5s} {'strategy':9s} {'B × K':>7s}  {'step time':>10s} {'tok/s/GPU':>10s} {'MFU':>5s}  "
+        f"{'peak GB':>8s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
+    )
+    lines += [
+        "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = the ledger's, measured; +est. = CUDA, NCCL, allocator):",
+        head,
+    ]
+    for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
+        lines.append(
+            f"{i:>2d}  {x['stage']:<5d} {x['strategy']:9s} {x['micro_batch']:>3d} × {x['accumulation']:<3d} "
+            f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
+            f"{x['peak'] / GB:8.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
+            + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS)
+        )
     more = len(r["fitting"]) - s.get("top", 10)
     if more > 0:
         lines.append(f"    ... {more} more that fit (--top, or --json for all)")
@@ -173,19 +258,24 @@ def format_plan(r: dict) -> str:
         lines += ["", "Tried and did not fit (each strategy stops at its first micro-batch that does not):"]
         lines += [_line(x) for x in r["did_not_fit"]]
     top = r["fitting"][0]
-    lines += ["", "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient shard of",
-              "the step; activ.: saved for backward. B × K: micro-batch × accumulation steps per GPU.",
-              "MFU: 6Ψ FLOPs per token over the step time and the GPU's dense peak (recompute and attention not counted).",
-              "",
-              f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}, "
-              "is what these two commands measure:"] + [f"  {c}" for c in r["reproduce"]]
+    lines += [
+        "",
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient shard of",
+        "the step; activ.: saved for backward. B × K: micro-batch × accumulation steps per GPU.",
+        "MFU: 6Ψ FLOPs per token over the step time and the GPU's dense peak (recompute and attention not counted).",
+        "",
+        f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}, "
+        "is what these two commands measure:",
+    ] + [f"  {c}" for c in r["reproduce"]]
     return "\n".join(lines)
 
 
 def _line(x: dict) -> str:
-    return (f"  ZeRO-{x['stage']} {x['strategy']:9s} B = {x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
-            f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
-            f"{-x['margin'] / GB:.2f} GB short")
+    return (
+        f"  ZeRO-{x['stage']} {x['strategy']:9s} B = {x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
+        f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
+        f"{-x['margin'] / GB:.2f} GB short"
+    )
 
 
 def run(args) -> int:

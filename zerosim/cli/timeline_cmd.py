@@ -20,11 +20,15 @@ the sweep marks every configuration that would not fit instead of plotting it as
 from __future__ import annotations
 
 import json
-import sys
 
 from zerosim.cli.fit_lines import judge, verdict_word
-from zerosim.cli.model_args import (add_activation_arguments, add_gpu_arguments, add_model_arguments,
-                                    add_schedule_arguments, setup)
+from zerosim.cli.model_args import (
+    add_activation_arguments,
+    add_gpu_arguments,
+    add_model_arguments,
+    add_schedule_arguments,
+    setup,
+)
 from zerosim.costs import GB
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -37,18 +41,33 @@ def add_arguments(p) -> None:
 
     add_model_arguments(p, default_ranks=64)
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (default 3)")
-    p.add_argument("--device", choices=sorted(DEVICES), default=None, help="every rank's accelerator (default: --gpu's, or h100)")
-    p.add_argument("--link", choices=sorted(LINKS), default=None,
-                   help="the ring's link (default nvlink4; ib_ndr when --gpus-per-node puts the ring across nodes)")
-    p.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
-                   help="GPUs per node: a ring over more ranks than this crosses nodes and runs at ib_ndr's speed")
+    p.add_argument(
+        "--device", choices=sorted(DEVICES), default=None, help="every rank's accelerator (default: --gpu's, or h100)"
+    )
+    p.add_argument(
+        "--link",
+        choices=sorted(LINKS),
+        default=None,
+        help="the ring's link (default nvlink4; ib_ndr when --gpus-per-node puts the ring across nodes)",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        metavar="G",
+        help="GPUs per node: a ring over more ranks than this crosses nodes and runs at ib_ndr's speed",
+    )
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
     add_gpu_arguments(p)
     add_schedule_arguments(p)
-    p.add_argument("--sweep", action="store_true", help=f"step time and exposed communication vs N ({', '.join(map(str, SWEEP_RANKS))}) "
-                   "for stages 1-3 on nvlink4 and ib_ndr")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help=f"step time and exposed communication vs N ({', '.join(map(str, SWEEP_RANKS))}) "
+        "for stages 1-3 on nvlink4 and ib_ndr",
+    )
     p.add_argument("--sweep-ranks", default=None, help="with --sweep: comma-separated N (default the list above)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write a Chrome / Perfetto trace (ranks 0-3)")
@@ -60,13 +79,19 @@ def describe_comm(comm) -> str:
 
     if comm == CommSchedule():
         return "seed 004's: one collective per unit, gather right before a use, no prefetch"
-    parts = [f"{f}={getattr(comm, f):,}" if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
-             else f"{f}={getattr(comm, f)}" for f in comm.__dataclass_fields__ if getattr(comm, f) != getattr(CommSchedule(), f)]
+    parts = [
+        f"{f}={getattr(comm, f):,}"
+        if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
+        else f"{f}={getattr(comm, f)}"
+        for f in comm.__dataclass_fields__
+        if getattr(comm, f) != getattr(CommSchedule(), f)
+    ]
     return ", ".join(parts)
 
 
 def link_for(ranks: int, gpus_per_node: int | None, link: str | None) -> str:
-    """The ring's link: --link, or ib_ndr when the ring spans nodes (a flat ring runs at its slowest hop), else nvlink4."""
+    """The ring's link: --link, or ib_ndr when the ring spans nodes (a flat ring runs at its slowest hop), else
+    nvlink4."""
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
     if link is not None:
@@ -87,8 +112,10 @@ def _check(args) -> None:
     if args.tokens is not None and (type(args.tokens) is not int or args.tokens < 1):
         raise ValueError(f"--tokens must be a positive integer, got {args.tokens!r}")
     if args.tokens is not None and args.seq_len is not None:
-        raise ValueError("--tokens sets the work of a model without shapes; with --seq-len the work is "
-                         "--batch × --seq-len × --accumulation-steps tokens per rank: drop --tokens")
+        raise ValueError(
+            "--tokens sets the work of a model without shapes; with --seq-len the work is "
+            "--batch × --seq-len × --accumulation-steps tokens per rank: drop --tokens"
+        )
     if args.accumulation_steps is not None and args.accumulation_steps < 1:
         raise ValueError(f"--accumulation-steps must be at least 1, got {args.accumulation_steps}")
     for path, ext in ((args.trace, ".json"), (args.figure, ".png")):
@@ -127,12 +154,24 @@ def one_report(args, s) -> tuple:
 
     model, comm = s.model, s.comm
     stage = args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
-    hw = Hardware(device_for(args, s.gpu), link_for(args.ranks, args.gpus_per_node, args.link),
-                  get_precision(s.precision).compute)
+    hw = Hardware(
+        device_for(args, s.gpu), link_for(args.ranks, args.gpus_per_node, args.link), get_precision(s.precision).compute
+    )
     K = s.accumulation
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
-    result, engine = meta_step(model, args.ranks, stage, hw, comm, s.precision, args.tokens or 2048, s.optimizer,
-                               micro_batch=s.micro, accumulation_steps=K, clip_grad=s.clip_grad)
+    result, engine = meta_step(
+        model,
+        args.ranks,
+        stage,
+        hw,
+        comm,
+        s.precision,
+        args.tokens or 2048,
+        s.optimizer,
+        micro_batch=s.micro,
+        accumulation_steps=K,
+        clip_grad=s.clip_grad,
+    )
     calls = {}
     for iv in result.track(0, "comm"):
         seconds, count = calls.get(iv.category, (0.0, 0))
@@ -141,18 +180,39 @@ def one_report(args, s) -> tuple:
     ledger = engine.cluster.ranks[0].ledger
     peak = ledger.peak()
     return {
-        "model": model.name, "params": model.num_params, "units": len(model.layers), "ranks": args.ranks, "stage": stage,
-        "precision": s.precision_name, "optimizer": s.optimizer, "device": hw.device.name, "link": hw.link.name,
-        "link_note": hw.link.note, "micro_batch": None if s.micro is None else {"batch": s.micro[0], "seq_len": s.micro[1]},
-        "checkpoint": args.checkpoint or "none" if s.micro else None, "accumulation_steps": K,
-        "tokens_per_rank": per_micro * K, "comm": describe_comm(comm), "overlap": comm.overlap_comm,
-        "step_s": step, "compute_s": compute, "comm_s": float(result.comm_busy[0]), "exposed_comm_s": exposed,
+        "model": model.name,
+        "params": model.num_params,
+        "units": len(model.layers),
+        "ranks": args.ranks,
+        "stage": stage,
+        "precision": s.precision_name,
+        "optimizer": s.optimizer,
+        "device": hw.device.name,
+        "link": hw.link.name,
+        "link_note": hw.link.note,
+        "micro_batch": None if s.micro is None else {"batch": s.micro[0], "seq_len": s.micro[1]},
+        "checkpoint": args.checkpoint or "none" if s.micro else None,
+        "accumulation_steps": K,
+        "tokens_per_rank": per_micro * K,
+        "comm": describe_comm(comm),
+        "overlap": comm.overlap_comm,
+        "step_s": step,
+        "compute_s": compute,
+        "comm_s": float(result.comm_busy[0]),
+        "exposed_comm_s": exposed,
         "overlapped_s": float(result.comm_busy[0]) - exposed,
-        "busy_fraction": {"compute": compute / step if step else 0.0, "comm": float(result.comm_busy[0]) / step if step else 0.0},
+        "busy_fraction": {
+            "compute": compute / step if step else 0.0,
+            "comm": float(result.comm_busy[0]) / step if step else 0.0,
+        },
         "by_purpose": {k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())},
-        "params_peak_gb": ledger.peak("params") / 1e9, "peak_gb": peak / 1e9, "peak": peak,
+        "params_peak_gb": ledger.peak("params") / 1e9,
+        "peak_gb": peak / 1e9,
+        "peak": peak,
         "peak_by_kind": {k: v for k, v in ledger.peak_by_kind().items() if v},
-        "fit": None if s.gpu is None else judge(peak, stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
+        "fit": None
+        if s.gpu is None
+        else judge(peak, stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
     }, result
 
 
@@ -160,9 +220,12 @@ def format_one(r: dict) -> str:
     pct = lambda x: f"{100 * x / r['step_s']:.0f} %" if r["step_s"] else "-"  # noqa: E731
     unit = lambda s: f"{s * 1e3:10.2f} ms" if s < 1 else f"{s:10.3f} s "  # noqa: E731
     mb = r["micro_batch"]
-    work = (f"{r['tokens_per_rank']:,} tokens per rank" if mb is None else
-            f"{mb['batch']} × {mb['seq_len']:,} tokens × {r['accumulation_steps']} micro-steps per rank, "
-            f"checkpoint {r['checkpoint']!r}")
+    work = (
+        f"{r['tokens_per_rank']:,} tokens per rank"
+        if mb is None
+        else f"{mb['batch']} × {mb['seq_len']:,} tokens × {r['accumulation_steps']} micro-steps per rank, "
+        f"checkpoint {r['checkpoint']!r}"
+    )
     lines = [
         f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, ZeRO-{r['stage']}, "
         f"{r['precision']}",
@@ -180,15 +243,22 @@ def format_one(r: dict) -> str:
     ]
     for purpose, v in r["by_purpose"].items():
         lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}")
-    lines += ["", f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
-              "(prefetch raises it: gathered units wait in memory)"]
+    lines += [
+        "",
+        f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
+        "(prefetch raises it: gathered units wait in memory)",
+    ]
     if r["fit"] is not None:
         f = r["fit"]
-        lines.append(f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
-                     f"{f['overheads_total'] / GB:.2f} GB estimated (CUDA, NCCL, allocator) = {f['total'] / GB:.2f} GB: "
-                     f"{verdict_word(f)}")
-    lines += ["Time is the α-β ring and the device's dense peak (a ceiling; launch overheads, contention and NCCL's",
-              "protocols left out: see zerosim.timeline.simulate)."]
+        lines.append(
+            f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
+            f"{f['overheads_total'] / GB:.2f} GB estimated (CUDA, NCCL, allocator) = {f['total'] / GB:.2f} GB: "
+            f"{verdict_word(f)}"
+        )
+    lines += [
+        "Time is the α-β ring and the device's dense peak (a ceiling; launch overheads, contention and NCCL's",
+        "protocols left out: see zerosim.timeline.simulate).",
+    ]
     return "\n".join(lines)
 
 
@@ -206,10 +276,16 @@ def _run_one(args, s) -> int:
         matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
         from zerosim.viz import timeline_figure
 
-        ax = timeline_figure(result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, {r['link']}")
+        ax = timeline_figure(
+            result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, {r['link']}"
+        )
         ax.figure.savefig(args.figure, dpi=120, bbox_inches="tight")
         written.append(f"figure: {args.figure}")
-    print(json.dumps(r, indent=1) if args.json else "\n".join([format_one(r), ""] + written if written else [format_one(r)]))
+    print(
+        json.dumps(r, indent=1)
+        if args.json
+        else "\n".join([format_one(r), ""] + written if written else [format_one(r)])
+    )
     return 0
 
 
@@ -233,49 +309,104 @@ def sweep_report(args, s) -> dict:
     device = device_for(args, s.gpu)
     gpu = sweep_gpu(s, device)
     ranks, links, stages = sweep_ranks(args), ("nvlink4", "ib_ndr"), (1, 2, 3)
-    bar = progress(total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False)
-    rows = sweep(model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1))
+    bar = progress(
+        total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False
+    )
+    rows = sweep(
+        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1)
+    )
     bar.close()
     compute = get_precision(s.precision).compute
     fits = [judge(r.peak, r.stage, r.ranks, gpu, s.reserve) for r in rows]
-    return {
-        "model": model.name, "params": model.num_params, "largest_unit": model.largest_layer, "device": device,
-        "device_name": Hardware(device).device.name, "gpu": gpu.name, "capacity": gpu.capacity,
-        "precision": s.precision_name, "tokens_per_rank": tokens, "comm": describe_comm(comm),
-        "rows": [{"ranks": r.ranks, "stage": r.stage, "link": r.link, "step_s": r.step, "compute_s": r.compute,
-                  "comm_s": r.comm, "exposed_comm_s": r.exposed, "peak": r.peak, "needs": f["total"], "fits": f["fits"]}
-                 for r, f in zip(rows, fits)],
-        "exposed_over_half": {f"{link} stage {st}": crossover(rows, st, link) for link in links for st in stages},
-        "hiding_fails_at": {link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute))
-                            for link in links},
-        "bandwidth_tokens": {link: Hardware(device, link, compute).device.rate(compute) / Hardware(device, link, compute).link.bandwidth
-                             for link in links},
-    }, rows, [f["fits"] for f in fits]
+    return (
+        {
+            "model": model.name,
+            "params": model.num_params,
+            "largest_unit": model.largest_layer,
+            "device": device,
+            "device_name": Hardware(device).device.name,
+            "gpu": gpu.name,
+            "capacity": gpu.capacity,
+            "precision": s.precision_name,
+            "tokens_per_rank": tokens,
+            "comm": describe_comm(comm),
+            "rows": [
+                {
+                    "ranks": r.ranks,
+                    "stage": r.stage,
+                    "link": r.link,
+                    "step_s": r.step,
+                    "compute_s": r.compute,
+                    "comm_s": r.comm,
+                    "exposed_comm_s": r.exposed,
+                    "peak": r.peak,
+                    "needs": f["total"],
+                    "fits": f["fits"],
+                }
+                for r, f in zip(rows, fits)
+            ],
+            "exposed_over_half": {f"{link} stage {st}": crossover(rows, st, link) for link in links for st in stages},
+            "hiding_fails_at": {
+                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute))
+                for link in links
+            },
+            "bandwidth_tokens": {
+                link: Hardware(device, link, compute).device.rate(compute)
+                / Hardware(device, link, compute).link.bandwidth
+                for link in links
+            },
+        },
+        rows,
+        [f["fits"] for f in fits],
+    )
 
 
 def format_sweep(r: dict) -> str:
-    lines = [f"zerosim timeline --sweep: {r['model']} (Ψ = {r['params']:,}; largest unit {r['largest_unit']:,}), {r['device']}, "
-             f"{r['precision']}, {r['tokens_per_rank']:,} tokens per rank", f"  schedule: {r['comm']}", "",
-             f"{'link':8s} {'stage':>5s} " + " ".join(f"{n:>9,d}" for n in sorted({x['ranks'] for x in r['rows']})) + "   <- N",
-             ]
+    lines = [
+        f"zerosim timeline --sweep: {r['model']} (Ψ = {r['params']:,}; largest unit {r['largest_unit']:,}), "
+        f"{r['device']}, {r['precision']}, {r['tokens_per_rank']:,} tokens per rank",
+        f"  schedule: {r['comm']}",
+        "",
+        f"{'link':8s} {'stage':>5s} "
+        + " ".join(f"{n:>9,d}" for n in sorted({x["ranks"] for x in r["rows"]}))
+        + "   <- N",
+    ]
     for link in ("nvlink4", "ib_ndr"):
         for st in (1, 2, 3):
             row = sorted((x for x in r["rows"] if x["link"] == link and x["stage"] == st), key=lambda x: x["ranks"])
-            lines.append(f"{link:8s} {st:5d} " + " ".join(f"{x['exposed_comm_s'] / x['step_s'] * 100:8.0f}%" if x["fits"]
-                                                           else f"{'✗ ' + format(x['needs'] / 1e9, '.0f') + ' GB':>9s}"
-                                                           for x in row))
-    lines += ["", "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
-              f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
-              f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.", ""]
+            lines.append(
+                f"{link:8s} {st:5d} "
+                + " ".join(
+                    f"{x['exposed_comm_s'] / x['step_s'] * 100:8.0f}%"
+                    if x["fits"]
+                    else f"{'✗ ' + format(x['needs'] / 1e9, '.0f') + ' GB':>9s}"
+                    for x in row
+                )
+            )
+    lines += [
+        "",
+        "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
+        f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
+        f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.",
+        "",
+    ]
     for link in ("nvlink4", "ib_ndr"):
         need, n = r["bandwidth_tokens"][link], r["hiding_fails_at"][link]
         if n is None:
-            lines.append(f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank (R/β), "
-                         f"this run has {r['tokens_per_rank']:,}.")
+            lines.append(
+                f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank (R/β), "
+                f"this run has {r['tokens_per_rank']:,}."
+            )
         else:
-            lines.append(f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the largest unit "
-                         "(zerosim.timeline.sweep).")
-        over = [k.split()[-1] + ":" + (f"{v:,}" if v else "none") for k, v in r["exposed_over_half"].items() if k.startswith(link)]
+            lines.append(
+                f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the largest unit "
+                "(zerosim.timeline.sweep)."
+            )
+        over = [
+            k.split()[-1] + ":" + (f"{v:,}" if v else "none")
+            for k, v in r["exposed_over_half"].items()
+            if k.startswith(link)
+        ]
         lines.append(f"  first N with more than half the step exposed, by stage: {', '.join(over)}")
     return "\n".join(lines)
 
@@ -289,8 +420,12 @@ def _run_sweep(args, s) -> int:
         matplotlib.use("Agg")
         from zerosim.viz.sweep_figure import sweep_figure
 
-        fig = sweep_figure(rows, title=f"{r['model']}, {r['tokens_per_rank']:,} tokens per rank, {r['device_name']}; {r['comm']}",
-                           fits=fits, gpu=r["gpu"])
+        fig = sweep_figure(
+            rows,
+            title=f"{r['model']}, {r['tokens_per_rank']:,} tokens per rank, {r['device_name']}; {r['comm']}",
+            fits=fits,
+            gpu=r["gpu"],
+        )
         fig.savefig(args.figure, dpi=120, bbox_inches="tight")
         if not args.json:
             print(f"\nfigure: {args.figure}")

@@ -55,8 +55,9 @@ def gpt_options(args) -> dict:
             raise ValueError(f"{', '.join(given)} describe the GPT or the Llama: add --model gpt or --model llama")
         return {}
     if args.widths != MLP_WIDTHS:
-        raise ValueError(f"--widths sizes the MLP; the {args.model.upper() if args.model == 'gpt' else 'Llama'}'s shape is "
-                         "--d-model, --heads, --layers (--vocab, --length)")
+        name = "GPT" if args.model == "gpt" else "Llama"
+        raise ValueError(f"--widths sizes the MLP; the {name}'s shape is --d-model, --heads, --layers "
+                         "(--vocab, --length)")
     if "--kv-heads" in given and args.model != "llama":
         raise ValueError("--kv-heads sets the Llama's grouped-query attention: add --model llama")
     return {"model": args.model, "eval_every": args.print_every,
@@ -96,7 +97,8 @@ def add_arguments(p) -> None:
     for flag, what in GPT_FLAGS.items():
         g.add_argument(flag, type=int, default=None, help=f"with --model gpt or llama: {what}")
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
-                   help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away (default standard)")
+                   help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
+                        "(default standard)")
     add_precision_arguments(p)
 
 

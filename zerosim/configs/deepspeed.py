@@ -22,25 +22,15 @@ Offload is refused until zerosim models it.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import dataclass
 
 from zerosim.configs.ds_keys import BF16, FP16, OPTIMIZERS, TOP, TOP_OBJECTS, WHY_OBJECT, ZERO, ZERO_ALIASES
 from zerosim.costs.overheads import DeepSpeedBuckets
+from zerosim.models.hf_config import KeyStatus, read_json_object  # a key's fate, as for a model's config.json
 from zerosim.precision import MixedPrecision
 from zerosim.zero.comm_schedule import CommSchedule
-
-
-@dataclass(frozen=True)
-class KeyStatus:
-    """What zerosim did with one key of the config ("zero_optimization.stage", ...)."""
-
-    key: str
-    value: object
-    status: str  # "modelled", "no effect" or "not modelled"
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,8 +44,13 @@ class TrainerArgs:
     bf16: bool | None = None  # [False]; --precision bf16-mixed
 
 
-TRAINER_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_grad_norm": 1.0,
-                    "fp16": False, "bf16": False}
+TRAINER_DEFAULTS = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "max_grad_norm": 1.0,
+    "fp16": False,
+    "bf16": False,
+}
 
 
 @dataclass(frozen=True)
@@ -78,25 +73,14 @@ class DeepSpeedRun:
         return [k for k in self.keys if k.status == status]
 
 
-def read_ds_config(source, world_size: int, hidden_size: int | None = None,
-                   trainer: TrainerArgs = TrainerArgs()) -> DeepSpeedRun:
+def read_ds_config(
+    source, world_size: int, hidden_size: int | None = None, trainer: TrainerArgs = TrainerArgs()
+) -> DeepSpeedRun:
     """A `DeepSpeedRun` from a ds_config.json path or a parsed dict, for `world_size` ranks (see the module docstring).
 
     `hidden_size`: the model's, for the "auto" bucket sizes. Raises ValueError naming the key for a wrong type, an
     unknown stage or key, offload, or batch sizes that disagree."""
-    where = "the DeepSpeed config" if isinstance(source, (dict, list)) else str(source)
-    if isinstance(source, (dict, list)):
-        raw = source
-    else:
-        try:
-            with open(source, encoding="utf-8") as f:
-                raw = json.load(f)
-        except OSError as e:
-            raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where} is not JSON: {e.msg} at line {e.lineno}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: a DeepSpeed config is one JSON object, got {type(raw).__name__}")
+    raw, where = read_json_object(source, "the DeepSpeed config", "a DeepSpeed config is one JSON object")
     return _Reader(raw, where, world_size, hidden_size, trainer).run()
 
 
@@ -117,14 +101,23 @@ class _Reader:
         if v == "auto" and "auto" in kind:
             return "auto"
         base = kind.split("|")[0]
-        ok = {"int": lambda: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v == int(v),
-              "bool": lambda: isinstance(v, bool),
-              "float": lambda: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v),
-              "str": lambda: isinstance(v, str),
-              "object": lambda: isinstance(v, dict), "offload": lambda: isinstance(v, dict)}[base]()
+        ok = {
+            "int": lambda: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v == int(v),
+            "bool": lambda: isinstance(v, bool),
+            "float": lambda: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v),
+            "str": lambda: isinstance(v, str),
+            "object": lambda: isinstance(v, dict),
+            "offload": lambda: isinstance(v, dict),
+        }[base]()
         if not ok:
-            what = {"int": "a whole number", "bool": "true or false", "float": "a number", "str": "a string",
-                    "object": "an object", "offload": "an object"}[base]
+            what = {
+                "int": "a whole number",
+                "bool": "true or false",
+                "float": "a number",
+                "str": "a string",
+                "object": "an object",
+                "offload": "an object",
+            }[base]
             extra = ' or "auto"' if "auto" in kind else ""
             raise ValueError(f"{self.where}: {name} must be {what}{extra}, got {v!r}")
         return int(v) if base == "int" else float(v) if base == "float" else v
@@ -133,8 +126,12 @@ class _Reader:
         self.keys.append(KeyStatus(key, value, status, note))
 
     def auto(self, name: str, value, source: str, given) -> object:
-        self.report(name, "auto", "modelled", f"auto -> {value!r} ({source}"
-                    + ("" if given else ", TrainingArguments' default") + ")")
+        self.report(
+            name,
+            "auto",
+            "modelled",
+            f"auto -> {value!r} ({source}" + ("" if given else ", TrainingArguments' default") + ")",
+        )
         return value
 
     def trainer_value(self, field: str):
@@ -149,15 +146,19 @@ class _Reader:
         clip = self.section_clip()
         optimizer = self.section_optimizer(zero["stage"])
         self.section_rest()
-        comm = CommSchedule.deepspeed(reduce_bucket_size=zero["reduce_bucket_size"] or 1,
-                                      stage3_prefetch_bucket_size=zero["stage3_prefetch_bucket_size"],
-                                      stage3_max_live_parameters=zero["stage3_max_live_parameters"] or 1,
-                                      stage3_max_reuse_distance=zero["stage3_max_reuse_distance"],
-                                      overlap_comm=zero["overlap_comm"])
-        buckets = DeepSpeedBuckets(zero["reduce_bucket_size"], zero["contiguous_gradients"], zero["overlap_comm"],
-                                   4 if name == "fp32" else 2)  # the IPG buffers hold the parameters' dtype
-        return DeepSpeedRun(zero["stage"], comm, precision, name, micro, gas, total, clip, optimizer, buckets,
-                            tuple(self.keys))
+        comm = CommSchedule.deepspeed(
+            reduce_bucket_size=zero["reduce_bucket_size"] or 1,
+            stage3_prefetch_bucket_size=zero["stage3_prefetch_bucket_size"],
+            stage3_max_live_parameters=zero["stage3_max_live_parameters"] or 1,
+            stage3_max_reuse_distance=zero["stage3_max_reuse_distance"],
+            overlap_comm=zero["overlap_comm"],
+        )
+        buckets = DeepSpeedBuckets(
+            zero["reduce_bucket_size"], zero["contiguous_gradients"], zero["overlap_comm"], 4 if name == "fp32" else 2
+        )  # the IPG buffers hold the parameters' dtype
+        return DeepSpeedRun(
+            zero["stage"], comm, precision, name, micro, gas, total, clip, optimizer, buckets, tuple(self.keys)
+        )
 
     def section_zero(self) -> dict:
         obj = self.raw.get("zero_optimization", {})
@@ -166,8 +167,10 @@ class _Reader:
         obj = {ZERO_ALIASES.get(k, k): v for k, v in obj.items()}  # DeepSpeed accepts field names and "stage3_" aliases
         unknown = [k for k in obj if k not in ZERO]
         if unknown:
-            raise ValueError(f"{self.where}: zero_optimization.{unknown[0]} is not a DeepSpeed ZeRO key "
-                             "(DeepSpeedZeroConfig refuses unknown keys too)")
+            raise ValueError(
+                f"{self.where}: zero_optimization.{unknown[0]} is not a DeepSpeed ZeRO key "
+                "(DeepSpeedZeroConfig refuses unknown keys too)"
+            )
         stage = self.value(ZERO, "zero_optimization.", "stage", obj)
         if stage not in (0, 1, 2, 3):
             raise ValueError(f"{self.where}: zero_optimization.stage must be 0, 1, 2 or 3, got {obj.get('stage')!r}")
@@ -185,8 +188,10 @@ class _Reader:
 
     def auto_bucket(self, key: str, stage: int):
         if self.hidden is None:
-            raise ValueError(f"{self.where}: zero_optimization.{key} is \"auto\", which the HF Trainer fills from the "
-                             "model's hidden_size: give the model's shape (--config or --model)")
+            raise ValueError(
+                f'{self.where}: zero_optimization.{key} is "auto", which the HF Trainer fills from the '
+                "model's hidden_size: give the model's shape (--config or --model)"
+            )
         h = self.hidden
         if key == "reduce_bucket_size":
             return self.auto(f"zero_optimization.{key}", h * h, "hidden_size²", True)
@@ -195,8 +200,9 @@ class _Reader:
             return ZERO[key][1]
         if key == "stage3_prefetch_bucket_size":
             return self.auto(f"zero_optimization.{key}", int(0.9 * h * h), "0.9·hidden_size², truncated", True)
-        self.report(f"zero_optimization.{key}", "auto", "not modelled", f"auto -> {10 * h} (10·hidden_size); "
-                    + ZERO[key][3])
+        self.report(
+            f"zero_optimization.{key}", "auto", "not modelled", f"auto -> {10 * h} (10·hidden_size); " + ZERO[key][3]
+        )
         return 10 * h
 
     def report_zero(self, key, value, raw_value, stage):
@@ -207,8 +213,10 @@ class _Reader:
             if device in ("none", None, False):
                 self.report(name, raw_value, "no effect", "device none: no offload")
                 return
-            raise ValueError(f"{self.where}: {name} ({note}) is not modelled yet: zerosim would need CPU/NVMe memory "
-                             "and PCIe traffic it does not simulate; remove it or set its device to \"none\"")
+            raise ValueError(
+                f"{self.where}: {name} ({note}) is not modelled yet: zerosim would need CPU/NVMe memory "
+                'and PCIe traffic it does not simulate; remove it or set its device to "none"'
+            )
         if key == "reduce_scatter" and value is False:
             status, note = "not modelled", "false makes DeepSpeed all-reduce instead; zerosim reduce-scatters"
         elif key == "allgather_partitions" and value is False:
@@ -242,14 +250,18 @@ class _Reader:
                 value = self.value(table, f"{section}.", key, obj)
                 status, note = table[key][2], table[key][3]
                 if status == "refused" and value:
-                    raise ValueError(f"{self.where}: {section}.{key} ({note}) is not modelled: zerosim keeps an fp32 "
-                                     "master and fp32 optimizer states")
+                    raise ValueError(
+                        f"{self.where}: {section}.{key} ({note}) is not modelled: zerosim keeps an fp32 "
+                        "master and fp32 optimizer states"
+                    )
                 if status == "refused" or (section == "fp16" and not enabled):
                     status, note = "no effect", note if status != "refused" else "false: " + note
                 self.report(f"{section}.{key}", obj[key], status, note)
         if on["fp16"] and on["bf16"]:
-            raise ValueError(f"{self.where}: fp16 and bf16 are both enabled; DeepSpeed refuses that too "
-                             "('bfloat16 and fp16 modes cannot be simultaneously enabled')")
+            raise ValueError(
+                f"{self.where}: fp16 and bf16 are both enabled; DeepSpeed refuses that too "
+                "('bfloat16 and fp16 modes cannot be simultaneously enabled')"
+            )
         wire = self.value(TOP, "", "communication_data_type", self.raw)
         if wire is not None and wire.lower() not in ("fp32", "fp16", "bf16"):
             raise ValueError(f"{self.where}: communication_data_type must be fp32, fp16 or bf16, got {wire!r}")
@@ -266,13 +278,21 @@ class _Reader:
                 scale = static
             else:  # DeepSpeed's DynamicLossScaler with the config's options (precision/loss_scaling.py)
                 scale = "deepspeed"
-                options = (("init_scale", 2.0 ** self.value(FP16, "fp16.", "initial_scale_power", fp16)),
-                           ("scale_window", self.value(FP16, "fp16.", "loss_scale_window", fp16)),
-                           ("hysteresis", self.value(FP16, "fp16.", "hysteresis", fp16)),
-                           ("min_scale", float(self.value(FP16, "fp16.", "min_loss_scale", fp16))),
-                           ("consecutive_hysteresis", self.value(FP16, "fp16.", "consecutive_hysteresis", fp16)))
-        policy = MixedPrecision(compute=compute, master="fp32", reduce=wire and wire.lower(), loss_scale=scale,
-                                loss_scale_options=options, grad_accum=accum)
+                options = (
+                    ("init_scale", 2.0 ** self.value(FP16, "fp16.", "initial_scale_power", fp16)),
+                    ("scale_window", self.value(FP16, "fp16.", "loss_scale_window", fp16)),
+                    ("hysteresis", self.value(FP16, "fp16.", "hysteresis", fp16)),
+                    ("min_scale", float(self.value(FP16, "fp16.", "min_loss_scale", fp16))),
+                    ("consecutive_hysteresis", self.value(FP16, "fp16.", "consecutive_hysteresis", fp16)),
+                )
+        policy = MixedPrecision(
+            compute=compute,
+            master="fp32",
+            reduce=wire and wire.lower(),
+            loss_scale=scale,
+            loss_scale_options=options,
+            grad_accum=accum,
+        )
         return policy, f"{compute}-mixed"
 
     def section_data_types(self):
@@ -289,20 +309,30 @@ class _Reader:
         return "fp32" if obj.get("grad_accum_dtype") == "fp32" else None
 
     def section_batch(self) -> tuple:
-        vals = {k: self.value(TOP, "", k, self.raw) for k in
-                ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
-        for key, field in (("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
-                           ("gradient_accumulation_steps", "gradient_accumulation_steps")):
+        vals = {
+            k: self.value(TOP, "", k, self.raw)
+            for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+        }
+        for key, field in (
+            ("train_micro_batch_size_per_gpu", "per_device_train_batch_size"),
+            ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+        ):
             if vals[key] == "auto":
                 value, given = self.trainer_value(field)
                 vals[key] = self.auto(key, value, f"the Trainer's {field}", given)
             elif key in self.raw:
                 self.report(key, vals[key], "modelled", TOP[key][3])
-        total, micro, gas = vals["train_batch_size"], vals["train_micro_batch_size_per_gpu"], vals["gradient_accumulation_steps"]
+        total, micro, gas = (
+            vals["train_batch_size"],
+            vals["train_micro_batch_size_per_gpu"],
+            vals["gradient_accumulation_steps"],
+        )
         if total == "auto":  # trainer_config_process: world_size × per-device batch × accumulation
             if micro is None or gas is None:
-                raise ValueError(f"{self.where}: train_batch_size is \"auto\": give train_micro_batch_size_per_gpu and "
-                                 "gradient_accumulation_steps (or \"auto\") too")
+                raise ValueError(
+                    f'{self.where}: train_batch_size is "auto": give train_micro_batch_size_per_gpu and '
+                    'gradient_accumulation_steps (or "auto") too'
+                )
             total = self.auto("train_batch_size", self.N * micro * gas, "ranks × micro-batch × accumulation", True)
         elif "train_batch_size" in self.raw:
             self.report("train_batch_size", total, "modelled", TOP["train_batch_size"][3])
@@ -318,15 +348,21 @@ class _Reader:
         elif micro is not None and total is None and gas is None:
             total, gas = micro * self.N, 1
         elif total is None and micro is None:
-            raise ValueError(f"{self.where}: give train_batch_size or train_micro_batch_size_per_gpu "
-                             "(DeepSpeed needs one of them)")
-        for name, v in (("train_batch_size", total), ("train_micro_batch_size_per_gpu", micro),
-                        ("gradient_accumulation_steps", gas)):
+            raise ValueError(
+                f"{self.where}: give train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs one of them)"
+            )
+        for name, v in (
+            ("train_batch_size", total),
+            ("train_micro_batch_size_per_gpu", micro),
+            ("gradient_accumulation_steps", gas),
+        ):
             if v < 1:
                 raise ValueError(f"{self.where}: {name} comes to {v}, it must be at least 1 on {self.N} ranks")
         if total != micro * gas * self.N:
-            raise ValueError(f"{self.where}: train_batch_size {total} is not train_micro_batch_size_per_gpu {micro} × "
-                             f"gradient_accumulation_steps {gas} × {self.N} ranks = {micro * gas * self.N}")
+            raise ValueError(
+                f"{self.where}: train_batch_size {total} is not train_micro_batch_size_per_gpu {micro} × "
+                f"gradient_accumulation_steps {gas} × {self.N} ranks = {micro * gas * self.N}"
+            )
         return micro, gas, total
 
     def section_clip(self):
@@ -345,7 +381,7 @@ class _Reader:
         if obj is None:  # no optimizer in the config: the HF Trainer's AdamW (integrations/deepspeed.py)
             return "adamw"
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-            raise ValueError(f"{self.where}: optimizer must be an object with a \"type\" string, got {obj!r}")
+            raise ValueError(f'{self.where}: optimizer must be an object with a "type" string, got {obj!r}')
         kind = obj["type"].lower()
         params = obj.get("params", {})
         if kind == "sgd":
@@ -353,19 +389,31 @@ class _Reader:
         elif kind in OPTIMIZERS:
             name = OPTIMIZERS[kind]
         else:
-            raise ValueError(f"{self.where}: optimizer type {obj['type']!r} is not one zerosim models "
-                             f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})")
+            raise ValueError(
+                f"{self.where}: optimizer type {obj['type']!r} is not one zerosim models "
+                f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})"
+            )
         if name == "muon" and stage > 1:
             raise ValueError(f"{self.where}: Muon updates whole matrices: zerosim runs it at stages 0 and 1 only")
         self.report("optimizer.type", obj["type"], "modelled", f"zerosim's {name!r}: its state's bytes per parameter")
-        for key, v in (params.items() if isinstance(params, dict) else ()):
+        for key, v in params.items() if isinstance(params, dict) else ():
             self.report(f"optimizer.params.{key}", v, "no effect", "the update's numbers, not its memory or time")
         return name
 
     def section_rest(self) -> None:
-        done = {"zero_optimization", "fp16", "bf16", "bfloat16", "optimizer", "data_types", "train_batch_size",
-                "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-                "communication_data_type"}
+        done = {
+            "zero_optimization",
+            "fp16",
+            "bf16",
+            "bfloat16",
+            "optimizer",
+            "data_types",
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+            "gradient_clipping",
+            "communication_data_type",
+        }
         for key, v in self.raw.items():
             if key in done:
                 continue
@@ -378,5 +426,9 @@ class _Reader:
             elif key in TOP_OBJECTS:
                 self.report(key, v, TOP_OBJECTS[key], WHY_OBJECT.get(key, ""))
             else:
-                self.report(key, v, "not modelled", "unknown to zerosim: if it changes memory or time, the numbers "
-                                                    "here do not show it")
+                self.report(
+                    key,
+                    v,
+                    "not modelled",
+                    "unknown to zerosim: if it changes memory or time, the numbers here do not show it",
+                )

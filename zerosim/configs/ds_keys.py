@@ -23,10 +23,19 @@ ZERO = {
     "reduce_scatter": ("bool", True, "modelled", "zerosim reduce-scatters (true); false is not modelled"),
     "reduce_bucket_size": ("int|auto", 500_000_000, "modelled", "CommSchedule.reduce_bucket_size; the bucket estimate"),
     "use_multi_rank_bucket_allreduce": ("bool", True, "not modelled", "merged all-reduce of several ranks' buckets"),
-    "allgather_partitions": ("bool", True, "modelled", "zerosim all-gathers (true); false (broadcasts) is not modelled"),
-    "allgather_bucket_size": ("int", 500_000_000, "modelled",
-                              "ignored, as DeepSpeed ignores it with current torch (runtime/utils.py, "
-                              "all_gather_dp_groups: one all_gather_into_tensor per partition)"),
+    "allgather_partitions": (
+        "bool",
+        True,
+        "modelled",
+        "zerosim all-gathers (true); false (broadcasts) is not modelled",
+    ),
+    "allgather_bucket_size": (
+        "int",
+        500_000_000,
+        "modelled",
+        "ignored, as DeepSpeed ignores it with current torch (runtime/utils.py, "
+        "all_gather_dp_groups: one all_gather_into_tensor per partition)",
+    ),
     "overlap_comm": ("bool|null", None, "modelled", "CommSchedule.overlap_comm (null: true at stage 3 only)"),
     "load_from_fp32_weights": ("bool", True, "no effect", "checkpoint loading"),
     "elastic_checkpoint": ("bool", False, "no effect", "checkpoint layout"),
@@ -38,8 +47,12 @@ ZERO = {
     "cpu_offload_use_pin_memory": ("bool|null", None, "no effect", "deprecated offload flag"),
     "cpu_offload": ("bool|null", None, "refused", "deprecated offload flag"),
     "stage3_prefetch_bucket_size": ("int|auto", 50_000_000, "modelled", "CommSchedule.prefetch_bucket_size"),
-    "stage3_param_persistence_threshold": ("int|auto", 100_000, "not modelled",
-                                           "ZeRO-3 keeps parameters smaller than this whole on every rank"),
+    "stage3_param_persistence_threshold": (
+        "int|auto",
+        100_000,
+        "not modelled",
+        "ZeRO-3 keeps parameters smaller than this whole on every rank",
+    ),
     "stage3_model_persistence_threshold": ("int", sys.maxsize, "not modelled", "a cap on persistent parameters"),
     "stage3_max_live_parameters": ("int", 1_000_000_000, "modelled", "CommSchedule.max_live_parameters"),
     "stage3_max_reuse_distance": ("int", 1_000_000_000, "modelled", "CommSchedule.max_reuse_distance"),
@@ -67,7 +80,9 @@ ZERO = {
     "leaf_module": ("object", None, "no effect", "ZeRO-3 leaf modules (hook placement)"),
 }
 # DeepSpeedZeroConfig's field names for the "stage3_*" aliases (populate_by_name: both spellings are accepted)
-ZERO_ALIASES = {k[len("stage3_"):]: k for k in ZERO if k.startswith("stage3_") and k != "stage3_gather_fp16_weights_on_model_save"}
+ZERO_ALIASES = {
+    k[len("stage3_") :]: k for k in ZERO if k.startswith("stage3_") and k != "stage3_gather_fp16_weights_on_model_save"
+}
 
 FP16 = {
     "enabled": ("bool|auto", False, "modelled", "fp16 mixed precision"),
@@ -93,7 +108,12 @@ TOP = {
     "train_batch_size": ("int|auto", None, "modelled", "micro-batch × accumulation × ranks (checked)"),
     "train_micro_batch_size_per_gpu": ("int|auto", None, "modelled", "sequences per rank per micro-step (--batch)"),
     "gradient_accumulation_steps": ("int|auto", None, "modelled", "micro-steps per step"),
-    "gradient_clipping": ("float|auto", 1.0, "modelled", "clipping by the global norm (0: off); DeepSpeed's default 1.0"),
+    "gradient_clipping": (
+        "float|auto",
+        1.0,
+        "modelled",
+        "clipping by the global norm (0: off); DeepSpeed's default 1.0",
+    ),
     "communication_data_type": ("str|null", None, "modelled", "the gradients' wire format"),
     "zero_allow_untested_optimizer": ("bool", False, "no effect", "a permission, not a size"),
     "zero_force_ds_cpu_optimizer": ("bool", True, "no effect", "offload only"),
@@ -112,17 +132,35 @@ TOP = {
 # Top-level objects: "no effect" (logging, monitoring, checkpoint paths) or "not modelled" (features that change
 # what a step does, zerosim leaves out). Listed by their whole object.
 TOP_OBJECTS = {
-    "scheduler": "no effect", "tensorboard": "no effect", "wandb": "no effect", "csv_monitor": "no effect",
-    "comet": "no effect", "flops_profiler": "no effect", "checkpoint": "no effect", "aio": "no effect",
-    "timers": "no effect", "logging": "no effect", "comms_logger": "no effect", "monitor_config": "no effect",
-    "activation_checkpointing": "not modelled", "pipeline": "not modelled", "tensor_parallel": "not modelled",
-    "sequence_parallel_size": "not modelled", "compression_training": "not modelled", "data_efficiency": "not modelled",
-    "curriculum_learning": "not modelled", "progressive_layer_drop": "not modelled", "eigenvalue": "not modelled",
-    "torch_autocast": "not modelled", "amp": "not modelled", "compile": "not modelled", "elasticity": "not modelled",
+    "scheduler": "no effect",
+    "tensorboard": "no effect",
+    "wandb": "no effect",
+    "csv_monitor": "no effect",
+    "comet": "no effect",
+    "flops_profiler": "no effect",
+    "checkpoint": "no effect",
+    "aio": "no effect",
+    "timers": "no effect",
+    "logging": "no effect",
+    "comms_logger": "no effect",
+    "monitor_config": "no effect",
+    "activation_checkpointing": "not modelled",
+    "pipeline": "not modelled",
+    "tensor_parallel": "not modelled",
+    "sequence_parallel_size": "not modelled",
+    "compression_training": "not modelled",
+    "data_efficiency": "not modelled",
+    "curriculum_learning": "not modelled",
+    "progressive_layer_drop": "not modelled",
+    "eigenvalue": "not modelled",
+    "torch_autocast": "not modelled",
+    "amp": "not modelled",
+    "compile": "not modelled",
+    "elasticity": "not modelled",
 }
 WHY_OBJECT = {
-    "activation_checkpointing": "DeepSpeed's own checkpointing API (deepspeed.checkpointing); the model's checkpointing "
-                                "is --checkpoint",
+    "activation_checkpointing": "DeepSpeed's own checkpointing API (deepspeed.checkpointing); the model's "
+    "checkpointing is --checkpoint",
     "amp": "NVIDIA apex amp (cannot be used with ZeRO)",
 }
 

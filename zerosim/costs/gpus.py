@@ -37,18 +37,51 @@ class GPU:
     source: str
 
 
-GPUS = {g.key: g for g in (
-    GPU("rtx3090", "GeForce RTX 3090 24GB", 24_576 * MIB, "24 GB GDDR6X", "rtx3090",
-        "NVIDIA GeForce RTX 3090 product page / GA102 whitepaper; nvidia-smi total 24576MiB"),
-    GPU("a100-40gb", "A100 SXM4 40GB", 40_960 * MIB, "40 GB HBM2", "a100-40gb",
-        "NVIDIA A100 datasheet (40GB SXM column); nvidia-smi total 40960MiB"),
-    GPU("a100-80gb", "A100 SXM4 80GB", 81_920 * MIB, "80 GB HBM2e", "a100",
-        "NVIDIA A100 datasheet (80GB SXM column); nvidia-smi total 81920MiB"),
-    GPU("h100-80gb", "H100 SXM5 80GB", 81_559 * MIB, "80 GB HBM3", "h100",
-        "NVIDIA H100 datasheet (SXM); nvidia-smi total 81559MiB"),
-    GPU("h200", "H200 SXM 141GB", 143_771 * MIB, "141 GB HBM3e", "h200",
-        "NVIDIA H200 datasheet (SXM); nvidia-smi total 143771MiB"),
-)}
+GPUS = {
+    g.key: g
+    for g in (
+        GPU(
+            "rtx3090",
+            "GeForce RTX 3090 24GB",
+            24_576 * MIB,
+            "24 GB GDDR6X",
+            "rtx3090",
+            "NVIDIA GeForce RTX 3090 product page / GA102 whitepaper; nvidia-smi total 24576MiB",
+        ),
+        GPU(
+            "a100-40gb",
+            "A100 SXM4 40GB",
+            40_960 * MIB,
+            "40 GB HBM2",
+            "a100-40gb",
+            "NVIDIA A100 datasheet (40GB SXM column); nvidia-smi total 40960MiB",
+        ),
+        GPU(
+            "a100-80gb",
+            "A100 SXM4 80GB",
+            81_920 * MIB,
+            "80 GB HBM2e",
+            "a100",
+            "NVIDIA A100 datasheet (80GB SXM column); nvidia-smi total 81920MiB",
+        ),
+        GPU(
+            "h100-80gb",
+            "H100 SXM5 80GB",
+            81_559 * MIB,
+            "80 GB HBM3",
+            "h100",
+            "NVIDIA H100 datasheet (SXM); nvidia-smi total 81559MiB",
+        ),
+        GPU(
+            "h200",
+            "H200 SXM 141GB",
+            143_771 * MIB,
+            "141 GB HBM3e",
+            "h200",
+            "NVIDIA H200 datasheet (SXM); nvidia-smi total 143771MiB",
+        ),
+    )
+}
 
 
 def get_gpu(gpu) -> GPU:

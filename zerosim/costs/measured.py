@@ -49,13 +49,14 @@ def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precis
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.timeline.simulate)."""
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
-    for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied into the trace): what was live at its peak
+    for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
-    resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")} for r in cluster.ranks]
+    resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
+               for r in cluster.ranks]
     peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
     top = max(range(len(peaks)), key=peaks.__getitem__)
     sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised

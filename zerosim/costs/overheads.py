@@ -64,8 +64,9 @@ def deepspeed_bucket_bytes(stage: int, buckets: DeepSpeedBuckets) -> int:
     return copies * buckets.reduce_bucket_size * buckets.element_bytes
 
 
-def runtime_overheads(peak: int, ranks: int, stage: int, deepspeed: DeepSpeedBuckets | None = None,
-                      reserve: float = ALLOCATOR_RESERVE) -> list:
+def runtime_overheads(
+    peak: int, ranks: int, stage: int, deepspeed: DeepSpeedBuckets | None = None, reserve: float = ALLOCATOR_RESERVE
+) -> list:
     """The estimates for one rank whose ledger peaked at `peak` bytes, as `Overhead` rows (none are measured)."""
     if not 0 <= reserve < 1:
         raise ValueError(f"the allocator reserve is a fraction of the peak in [0, 1), got {reserve!r}")
@@ -74,12 +75,22 @@ def runtime_overheads(peak: int, ranks: int, stage: int, deepspeed: DeepSpeedBuc
         rows.append(Overhead("NCCL buffers", NCCL_BUFFERS, "estimate: 8xH100 node, measured (NVIDIA/nccl#1685)"))
     if deepspeed is not None and stage > 0:
         b = deepspeed
-        rows.append(Overhead("DeepSpeed gradient buckets", deepspeed_bucket_bytes(stage, b),
-                             f"from the config: reduce_bucket_size {b.reduce_bucket_size:,} x {b.element_bytes} B"
-                             + (" x 2 (overlap_comm)" if stage in (1, 2) and b.overlap_comm and b.contiguous_gradients
-                                else "") + ("" if b.contiguous_gradients else " (off: contiguous_gradients false)")))
-    rows.append(Overhead("allocator reserve", int(reserve * peak),
-                         f"assumption: {reserve:.0%} of the measured peak (fragmentation varies by workload)"))
+        rows.append(
+            Overhead(
+                "DeepSpeed gradient buckets",
+                deepspeed_bucket_bytes(stage, b),
+                f"from the config: reduce_bucket_size {b.reduce_bucket_size:,} x {b.element_bytes} B"
+                + (" x 2 (overlap_comm)" if stage in (1, 2) and b.overlap_comm and b.contiguous_gradients else "")
+                + ("" if b.contiguous_gradients else " (off: contiguous_gradients false)"),
+            )
+        )
+    rows.append(
+        Overhead(
+            "allocator reserve",
+            int(reserve * peak),
+            f"assumption: {reserve:.0%} of the measured peak (fragmentation varies by workload)",
+        )
+    )
     return rows
 
 

@@ -69,15 +69,21 @@ def _shipped() -> dict:
     presets = {}
     for name in shipped_configs():
         config = read_hf_config(shipped_config(name), name=name)
-        presets[name] = preset_from_config(config, f"zerosim/models/hf_configs/{name}.json (sources: that folder's "
-                                                   f"README): {config.num_params:,} params")
+        presets[name] = preset_from_config(
+            config,
+            f"zerosim/models/hf_configs/{name}.json (sources: that folder's README): {config.num_params:,} params",
+        )
     return presets
 
 
 PRESETS = {
     **_shipped(),
-    "zero-paper-7.5b": given_total("zero-paper-7.5b", 7_500_000_000, 64,
-                                   note="ZeRO paper Fig. 1 gives only Ψ = 7.5e9; 64 equal blocks of 117,187,500 are our split"),
+    "zero-paper-7.5b": given_total(
+        "zero-paper-7.5b",
+        7_500_000_000,
+        64,
+        note="ZeRO paper Fig. 1 gives only Ψ = 7.5e9; 64 equal blocks of 117,187,500 are our split",
+    ),
 }
 
 

@@ -45,7 +45,8 @@ from zerosim.models.tinynet import TinyNet
 from zerosim.models.transformer import TransformerBlock
 
 __all__ = [
-    "AttentionBlock", "DecoderConfig", "Embedding", "FFNBlock", "GELU", "GPT", "HalfMSE", "LMCrossEntropy", "LMHead", "Layer", "Linear", "Llama",
+    "AttentionBlock", "DecoderConfig", "Embedding", "FFNBlock", "GELU", "GPT", "HalfMSE", "LMCrossEntropy", "LMHead",
+    "Layer", "Linear", "Llama",
     "Loss", "MLP", "Model", "ParamSpec", "ReLU", "SoftmaxCrossEntropy", "TinyNet", "TransformerBlock",
     "acc_dtype", "answer_positions", "attention_backward", "attention_forward", "embedding_backward",
     "embedding_forward", "flash_attention_backward", "flash_attention_forward", "forward_backward", "gelu_backward",

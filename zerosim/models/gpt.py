@@ -63,6 +63,17 @@ def every_k(n_layers: int) -> int:
     return max(1, round(math.sqrt(n_layers)))
 
 
+def check_units(unit: str, checkpoint: str) -> None:
+    """A unit layout and a checkpointing arrangement that go together (the GPT's and the Llama's)."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
+    if checkpoint == "subblock" and unit != "sublayer":
+        raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
+                         "unit='sublayer' (with unit='block' the two halves are one layer)")
+
+
 def strategy_blocks(per_block: list, n_units: int, checkpoint: str) -> list:
     """The checkpoint blocks of a decoder whose units are the embedding (unit 0), the transformer blocks
     (per_block: the [start, stop) units of each) and the head (the last unit), for strategy `checkpoint`.
@@ -98,7 +109,20 @@ def check_token_batch(model, x, target) -> None:
     model.loss.check_target(t, B, model.vocab)
 
 
-class GPT(Model):
+class Decoder(Model):
+    """What the GPT and the Llama share: token ids in, a checkpointing strategy by name (`checkpoint`)."""
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
+        return self.checkpoint != "none"
+
+    def check_batch(self, x, target) -> None:
+        """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L)."""
+        check_token_batch(self, x, target)
+
+
+class GPT(Decoder):
     """A GPT-2-shaped decoder over token ids (B, L) with next-token targets (B, L)."""
 
     def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, seq_len: int, unit: str = "block",
@@ -110,13 +134,7 @@ class GPT(Model):
         check_heads(d_model, n_heads)
         check_mode(attention)
         check_activation(activation)
-        if unit not in UNITS:
-            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-        if checkpoint not in CHECKPOINTS:
-            raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
-        if checkpoint == "subblock" and unit != "sublayer":
-            raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
-                             "unit='sublayer' (with unit='block' the two halves are one layer)")
+        check_units(unit, checkpoint)
         layers = [Embedding(vocab, seq_len, d_model)]
         per_block = []  # [start, stop) layer range of each transformer block
         for i in range(n_layers):
@@ -128,18 +146,10 @@ class GPT(Model):
                 layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))
             per_block.append((start, len(layers)))
         layers.append(LMHead(d_model, vocab))
-        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint))
+        super().__init__(layers, LMCrossEntropy(),
+                         checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint))
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
         self.unit, self.activation, self.attention, self.checkpoint = unit, activation, attention, checkpoint
-
-    @property
-    def checkpointing(self) -> bool:
-        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
-        return self.checkpoint != "none"
-
-    def check_batch(self, x, target) -> None:
-        """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L)."""
-        check_token_batch(self, x, target)
 
     def __repr__(self) -> str:
         return (f"GPT(vocab={self.vocab}, d_model={self.d_model}, n_heads={self.n_heads}, n_layers={self.n_layers}, "

@@ -38,9 +38,21 @@ import math
 
 import numpy as np
 
-from zerosim.models.attention import MODES, attention_backward, attention_flops, attention_forward, merge_heads, split_heads
+from zerosim.models.attention import (
+    MODES,
+    attention_backward,
+    attention_flops,
+    attention_forward,
+    merge_heads,
+    split_heads,
+)
 from zerosim.models.embedding import INIT_STD
-from zerosim.models.flash_attention import BLOCK, flash_attention_backward, flash_attention_flops, flash_attention_forward
+from zerosim.models.flash_attention import (
+    BLOCK,
+    flash_attention_backward,
+    flash_attention_flops,
+    flash_attention_forward,
+)
 from zerosim.models.layers import Layer, acc_dtype
 from zerosim.models.prenorm import residual_add
 from zerosim.models.rmsnorm import RMS_EPS, rmsnorm_backward, rmsnorm_flops, rmsnorm_forward, rmsnorm_output
@@ -55,8 +67,10 @@ def check_gqa(heads: int, kv_heads: int, head_dim: int) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if heads % kv_heads:
-        raise ValueError(f"n_heads = {heads} query heads must split evenly over n_kv_heads = {kv_heads} "
-                         "key/value heads (grouped-query attention)")
+        raise ValueError(
+            f"n_heads = {heads} query heads must split evenly over n_kv_heads = {kv_heads} "
+            "key/value heads (grouped-query attention)"
+        )
     if head_dim % 2:
         raise ValueError(f"rotary embeddings pair the two halves of a head: head_dim must be even, got {head_dim}")
 
@@ -75,11 +89,16 @@ def repeat_kv_backward(dx: np.ndarray, n_rep: int, fmt) -> np.ndarray:
     return cast(dx.reshape(B, H // n_rep, n_rep, L, dh).sum(axis=2, dtype=acc), fmt)
 
 
-def gqa_param_shapes(d: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool = False,
-                     o_bias: bool = False) -> dict:
+def gqa_param_shapes(
+    d: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool = False, o_bias: bool = False
+) -> dict:
     """The sub-block's parameters in flat order (HF's names; Qwen2 has q/k/v biases, Llama none)."""
-    shapes = {"norm1.w": (d,), "q_proj": (heads * head_dim, d), "k_proj": (kv_heads * head_dim, d),
-              "v_proj": (kv_heads * head_dim, d)}
+    shapes = {
+        "norm1.w": (d,),
+        "q_proj": (heads * head_dim, d),
+        "k_proj": (kv_heads * head_dim, d),
+        "v_proj": (kv_heads * head_dim, d),
+    }
     if qkv_bias:
         shapes |= {"q_bias": (heads * head_dim,), "k_bias": (kv_heads * head_dim,), "v_bias": (kv_heads * head_dim,)}
     shapes["o_proj"] = (d, heads * head_dim)
@@ -96,10 +115,21 @@ class LlamaAttention(Layer):
 
     saves_input_only = False
 
-    def __init__(self, d: int, heads: int, kv_heads: int | None = None, head_dim: int | None = None,
-                 attention: str = "standard", n_layers: int = 1, rope_theta: float = ROPE_THETA,
-                 rms_eps: float = RMS_EPS, qkv_bias: bool = False, o_bias: bool = False, block: int = BLOCK,
-                 name: str = "attn"):
+    def __init__(
+        self,
+        d: int,
+        heads: int,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        attention: str = "standard",
+        n_layers: int = 1,
+        rope_theta: float = ROPE_THETA,
+        rms_eps: float = RMS_EPS,
+        qkv_bias: bool = False,
+        o_bias: bool = False,
+        block: int = BLOCK,
+        name: str = "attn",
+    ):
         super().__init__(name)
         kv_heads = heads if kv_heads is None else kv_heads
         head_dim = (d // heads if heads and d % heads == 0 else 0) if head_dim is None else head_dim
@@ -129,8 +159,8 @@ class LlamaAttention(Layer):
         qkv = tokens_linear_forward(ln, w, b, f)  # (B, L, (H+2G)·d_h) fmt
         cos, sin = rope_tables(x.shape[1], self.head_dim, self.rope_theta, f)  # (L, d_h) fmt each
         q = rope_forward(split_heads(qkv[..., :wq], self.heads), cos, sin, f)  # (B, H, L, d_h) fmt
-        k = rope_forward(split_heads(qkv[..., wq:wq + wkv], self.kv_heads), cos, sin, f)  # (B, G, L, d_h) fmt
-        v = split_heads(qkv[..., wq + wkv:], self.kv_heads)  # (B, G, L, d_h) fmt
+        k = rope_forward(split_heads(qkv[..., wq : wq + wkv], self.kv_heads), cos, sin, f)  # (B, G, L, d_h) fmt
+        v = split_heads(qkv[..., wq + wkv :], self.kv_heads)  # (B, G, L, d_h) fmt
         cache = {"block input": x, "norm1 rstd": rstd, "Q": q, "K": k, "V": v}
         k_rep, v_rep = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)  # (B, H, L, d_h): rebuilt, not kept
         if self.attention == "flash":
@@ -153,8 +183,9 @@ class LlamaAttention(Layer):
         do_heads = split_heads(do, self.heads)
         k_rep, v_rep = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)
         if self.attention == "flash":
-            dq, dk_rep, dv_rep = flash_attention_backward(do_heads, (q, k_rep, v_rep, split_heads(o, self.heads),
-                                                                     cache["LSE"]), f, self.block)
+            dq, dk_rep, dv_rep = flash_attention_backward(
+                do_heads, (q, k_rep, v_rep, split_heads(o, self.heads), cache["LSE"]), f, self.block
+            )
         else:
             dq, dk_rep, dv_rep = attention_backward(do_heads, (q, k_rep, v_rep, cache.get("P")), f)
         cos, sin = rope_tables(x.shape[1], self.head_dim, self.rope_theta, f)  # the forward's tables, rebuilt
@@ -168,9 +199,9 @@ class LlamaAttention(Layer):
         dln, dw, db = tokens_linear_backward(dqkv, ln, w, f)
         dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f)
         wq, wkv = self._widths()
-        grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq:wq + wkv], "v_proj": dw[wq + wkv:]}
+        grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq : wq + wkv], "v_proj": dw[wq + wkv :]}
         if self.qkv_bias:
-            grads |= {"q_bias": db[:wq], "k_bias": db[wq:wq + wkv], "v_bias": db[wq + wkv:]}
+            grads |= {"q_bias": db[:wq], "k_bias": db[wq : wq + wkv], "v_bias": db[wq + wkv :]}
         grads["o_proj"] = dw_o
         if self.o_bias:
             grads["o_bias"] = db_o
@@ -182,8 +213,13 @@ class LlamaAttention(Layer):
         B, L, _ = x_shape
         acc, act = np.dtype(acc_dtype(f)), f.dtype
         kv = (B, self.kv_heads, L, self.head_dim)
-        spec = {"block input": (tuple(x_shape), act), "norm1 rstd": ((B, L), acc),
-                "Q": ((B, self.heads, L, self.head_dim), act), "K": (kv, act), "V": (kv, act)}
+        spec = {
+            "block input": (tuple(x_shape), act),
+            "norm1 rstd": ((B, L), acc),
+            "Q": ((B, self.heads, L, self.head_dim), act),
+            "K": (kv, act),
+            "V": (kv, act),
+        }
         if self.attention == "standard":
             spec["P"] = ((B, self.heads, L, L), act)
         spec["attention output"] = ((B, L, self.heads * self.head_dim), act)
@@ -197,10 +233,19 @@ class LlamaAttention(Layer):
         B, L, d = x_shape
         rows, (wq, wkv) = B * L, self._widths()
         H, dh = self.heads, self.head_dim
-        core = (flash_attention_flops(B, H, L, dh, kind, self.block) if self.attention == "flash"
-                else attention_flops(B, H, L, dh, kind, self.attention))
-        total = (rmsnorm_flops(rows, d, kind) + linear_flops(rows, d, wq + 2 * wkv, kind, self.qkv_bias) + core
-                 + rope_flops(rows * (wq + wkv), kind) + linear_flops(rows, wq, d, kind, self.o_bias) + rows * d)
+        core = (
+            flash_attention_flops(B, H, L, dh, kind, self.block)
+            if self.attention == "flash"
+            else attention_flops(B, H, L, dh, kind, self.attention)
+        )
+        total = (
+            rmsnorm_flops(rows, d, kind)
+            + linear_flops(rows, d, wq + 2 * wkv, kind, self.qkv_bias)
+            + core
+            + rope_flops(rows * (wq + wkv), kind)
+            + linear_flops(rows, wq, d, kind, self.o_bias)
+            + rows * d
+        )
         if kind == "backward":
             total += rmsnorm_flops(rows, d, "rebuild output") + 2 * (self.n_rep - 1) * rows * wkv  # dK, dV sums
         return total

@@ -32,30 +32,103 @@ MODEL_TYPES = (*LLAMA_TYPES, "gpt2")
 
 # Defaults of the transformers config classes, for keys a file leaves out.
 DEFAULTS = {
-    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                  num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
-                  max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10000.0,
-                  attention_bias=False, mlp_bias=False, attention_dropout=0.0),
-    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                    num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
-                    max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10000.0,
-                    sliding_window=4096, attention_dropout=0.0),
-    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
-                  num_attention_heads=32, num_key_value_heads=32, hidden_act="silu", max_position_embeddings=32768,
-                  rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10000.0, use_sliding_window=False,
-                  sliding_window=4096, max_window_layers=28, attention_dropout=0.0),
-    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
-                 activation_function="gelu_new", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
-                 layer_norm_epsilon=1e-5, tie_word_embeddings=True),
+    "llama": dict(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=None,
+        head_dim=None,
+        hidden_act="silu",
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+    ),
+    "mistral": dict(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=None,
+        hidden_act="silu",
+        max_position_embeddings=4096 * 32,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        sliding_window=4096,
+        attention_dropout=0.0,
+    ),
+    "qwen2": dict(
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=22016,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=28,
+        attention_dropout=0.0,
+    ),
+    "gpt2": dict(
+        vocab_size=50257,
+        n_positions=1024,
+        n_embd=768,
+        n_layer=12,
+        n_head=12,
+        n_inner=None,
+        activation_function="gelu_new",
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+        attn_pdrop=0.1,
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+    ),
 }
 
 # Keys that change nothing in a training step's memory or FLOPs (ids, inference-only settings, bookkeeping).
 NO_EFFECT = {
-    "architectures", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "initializer_range",
-    "transformers_version", "_name_or_path", "torch_dtype", "dtype", "use_cache", "pretraining_tp", "rope_scaling",
-    "max_sequence_length", "n_ctx", "summary_activation", "summary_first_dropout", "summary_proj_to_labels",
-    "summary_type", "summary_use_proj", "task_specific_params", "scale_attn_weights", "use_mrope", "max_window_layers",
-    "layer_types", "rope_parameters", "output_attentions", "output_hidden_states", "return_dict",
+    "architectures",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "initializer_range",
+    "transformers_version",
+    "_name_or_path",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "pretraining_tp",
+    "rope_scaling",
+    "max_sequence_length",
+    "n_ctx",
+    "summary_activation",
+    "summary_first_dropout",
+    "summary_proj_to_labels",
+    "summary_type",
+    "summary_use_proj",
+    "task_specific_params",
+    "scale_attn_weights",
+    "use_mrope",
+    "max_window_layers",
+    "layer_types",
+    "rope_parameters",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
 }
 WHY_NO_EFFECT = {
     "torch_dtype": "the checkpoint's storage type; training formats come from --precision or the DeepSpeed config",
@@ -94,7 +167,7 @@ class KeyStatus:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """The decoder shape a config.json describes (Letters: d width, H heads, G key/value heads, F FFN width, V vocab)."""
+    """The decoder shape a config.json describes (d width, H heads, G key/value heads, F FFN width, V vocab)."""
 
     name: str
     model_type: str  # "llama", "mistral", "qwen2" or "gpt2"
@@ -115,7 +188,7 @@ class DecoderConfig:
 
     @property
     def layout(self) -> str:
-        """"llama" (zerosim's Llama) or "gpt2" (zerosim's GPT)."""
+        """ "llama" (zerosim's Llama) or "gpt2" (zerosim's GPT)."""
         return "gpt2" if self.model_type == "gpt2" else "llama"
 
     @property
@@ -126,18 +199,30 @@ class DecoderConfig:
         if self.layout == "gpt2":
             out = [("wte", V * d), ("wpe", self.max_positions * d)]
             for i in range(self.n_layers):
-                out += [(f"h.{i}.ln_1", 2 * d), (f"h.{i}.attn.c_attn", d * 3 * d + 3 * d), (f"h.{i}.attn.c_proj", d * d + d),
-                        (f"h.{i}.ln_2", 2 * d), (f"h.{i}.mlp.c_fc", d * F + F), (f"h.{i}.mlp.c_proj", F * d + d)]
+                out += [
+                    (f"h.{i}.ln_1", 2 * d),
+                    (f"h.{i}.attn.c_attn", d * 3 * d + 3 * d),
+                    (f"h.{i}.attn.c_proj", d * d + d),
+                    (f"h.{i}.ln_2", 2 * d),
+                    (f"h.{i}.mlp.c_fc", d * F + F),
+                    (f"h.{i}.mlp.c_proj", F * d + d),
+                ]
             return tuple(out + [("ln_f", 2 * d)] + ([] if self.tied else [("lm_head", V * d)]))
         q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         out = [("embed_tokens", V * d)]
         for i in range(self.n_layers):
             a = f"layers.{i}.self_attn"
-            out += [(f"layers.{i}.input_layernorm", d), (f"{a}.q_proj", q * d + q * self.qkv_bias),
-                    (f"{a}.k_proj", kv * d + kv * self.qkv_bias), (f"{a}.v_proj", kv * d + kv * self.qkv_bias),
-                    (f"{a}.o_proj", q * d + d * self.o_bias), (f"layers.{i}.post_attention_layernorm", d),
-                    (f"layers.{i}.mlp.gate_proj", d * F), (f"layers.{i}.mlp.up_proj", d * F),
-                    (f"layers.{i}.mlp.down_proj", F * d)]
+            out += [
+                (f"layers.{i}.input_layernorm", d),
+                (f"{a}.q_proj", q * d + q * self.qkv_bias),
+                (f"{a}.k_proj", kv * d + kv * self.qkv_bias),
+                (f"{a}.v_proj", kv * d + kv * self.qkv_bias),
+                (f"{a}.o_proj", q * d + d * self.o_bias),
+                (f"layers.{i}.post_attention_layernorm", d),
+                (f"layers.{i}.mlp.gate_proj", d * F),
+                (f"layers.{i}.mlp.up_proj", d * F),
+                (f"layers.{i}.mlp.down_proj", F * d),
+            ]
         return tuple(out + [("norm", d)] + ([] if self.tied else [("lm_head", V * d)]))
 
     @property
@@ -166,13 +251,12 @@ def shipped_config(name: str):
     return resources.files("zerosim.models") / "hf_configs" / f"{name}.json"
 
 
-def read_hf_config(source, name: str | None = None) -> DecoderConfig:
-    """A `DecoderConfig` from a config.json path or an already-parsed dict (see the module docstring).
-
-    Raises ValueError naming the file and the key for an unreadable file, a wrong type or a model not built."""
-    where = "the config" if isinstance(source, dict) else str(source)
-    if isinstance(source, dict):
-        raw = dict(source)
+def read_json_object(source, what: str, one_object: str) -> tuple:
+    """(the dict, where it came from) from a JSON file's path (or a resource) or an already-parsed value; a clear
+    ValueError naming the file when it cannot be read, is not JSON, or is not one object (`one_object` says so)."""
+    where = what if isinstance(source, (dict, list)) else str(source)
+    if isinstance(source, (dict, list)):
+        raw = dict(source) if isinstance(source, dict) else source
     else:
         try:
             text = source.read_text() if hasattr(source, "read_text") else open(source, encoding="utf-8").read()
@@ -182,7 +266,15 @@ def read_hf_config(source, name: str | None = None) -> DecoderConfig:
         except json.JSONDecodeError as e:
             raise ValueError(f"{where} is not JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
+        raise ValueError(f"{where}: {one_object}, got {type(raw).__name__}")
+    return raw, where
+
+
+def read_hf_config(source, name: str | None = None) -> DecoderConfig:
+    """A `DecoderConfig` from a config.json path or an already-parsed dict (see the module docstring).
+
+    Raises ValueError naming the file and the key for an unreadable file, a wrong type or a model not built."""
+    raw, where = read_json_object(source, "the config", "a config.json holds one JSON object")
     name = name or (os.path.basename(where)[:-5] if where.endswith(".json") else "config")
     if "model_type" not in raw:
         raise ValueError(f"{where} has no model_type: is it a Hugging Face config.json?")
@@ -231,8 +323,14 @@ def _statuses(raw, modelled: dict, not_modelled: dict) -> tuple:
         elif key in NO_EFFECT:
             out.append(KeyStatus(key, value, "no effect", WHY_NO_EFFECT.get(key, "")))
         else:
-            out.append(KeyStatus(key, value, "not modelled", "unknown to zerosim: if it changes memory or FLOPs, "
-                                                             "the numbers here do not show it"))
+            out.append(
+                KeyStatus(
+                    key,
+                    value,
+                    "not modelled",
+                    "unknown to zerosim: if it changes memory or FLOPs, the numbers here do not show it",
+                )
+            )
     return tuple(out)
 
 
@@ -253,11 +351,28 @@ def _read_llama(values, raw, name, where) -> DecoderConfig:
     theta = rope.get("rope_theta", values.get("rope_theta", 10000.0))
     bias = _bool(values, "attention_bias", where) if mt == "llama" else False
     qkv_bias = bias or mt == "qwen2"  # Qwen2Attention: q/k/v bias=True, o_proj bias=False (modular_qwen2.py)
-    modelled = {k: "" for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-                                "tie_word_embeddings", "attention_bias", "mlp_bias")}
-    modelled |= {"max_position_embeddings": "the longest --seq-len accepted", "rms_norm_eps": "the RMSNorms' eps",
-                 "rope_theta": "the rotary base θ"}
+    modelled = {
+        k: ""
+        for k in (
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "hidden_act",
+            "tie_word_embeddings",
+            "attention_bias",
+            "mlp_bias",
+        )
+    }
+    modelled |= {
+        "max_position_embeddings": "the longest --seq-len accepted",
+        "rms_norm_eps": "the RMSNorms' eps",
+        "rope_theta": "the rotary base θ",
+    }
     not_modelled = {}
     if float(values.get("attention_dropout") or 0.0) > 0:
         not_modelled["attention_dropout"] = "dropout on P keeps a mask for backward: not counted"
@@ -265,18 +380,33 @@ def _read_llama(values, raw, name, where) -> DecoderConfig:
         modelled["attention_dropout"] = "0: no dropout, nothing to keep"
     window = values.get("sliding_window")
     if mt == "mistral" and window is not None:
-        not_modelled["sliding_window"] = (f"attention here is full causal; past {window} tokens the real model attends "
-                                          "to a window only (fewer FLOPs with flash attention)")
+        not_modelled["sliding_window"] = (
+            f"attention here is full causal; past {window} tokens the real model attends "
+            "to a window only (fewer FLOPs with flash attention)"
+        )
     elif mt == "qwen2" and values.get("use_sliding_window"):
         not_modelled["use_sliding_window"] = "sliding-window layers are not modelled: attention here is full causal"
         not_modelled["sliding_window"] = "see use_sliding_window"
     else:
         modelled |= {"sliding_window": "unused (use_sliding_window is false)", "use_sliding_window": ""}
-    return DecoderConfig(name, mt, _int(values, "vocab_size", where), d, _int(values, "num_hidden_layers", where), H, G,
-                         head_dim, _int(values, "intermediate_size", where), _int(values, "max_position_embeddings", where),
-                         _bool(values, "tie_word_embeddings", where), qkv_bias, bias,
-                         _float({"rope_theta": theta}, "rope_theta", where), _float(values, "rms_norm_eps", where),
-                         _statuses(raw, modelled, not_modelled))
+    return DecoderConfig(
+        name,
+        mt,
+        _int(values, "vocab_size", where),
+        d,
+        _int(values, "num_hidden_layers", where),
+        H,
+        G,
+        head_dim,
+        _int(values, "intermediate_size", where),
+        _int(values, "max_position_embeddings", where),
+        _bool(values, "tie_word_embeddings", where),
+        qkv_bias,
+        bias,
+        _float({"rope_theta": theta}, "rope_theta", where),
+        _float(values, "rms_norm_eps", where),
+        _statuses(raw, modelled, not_modelled),
+    )
 
 
 def _read_gpt2(values, raw, name, where) -> DecoderConfig:
@@ -289,18 +419,38 @@ def _read_gpt2(values, raw, name, where) -> DecoderConfig:
     act = values["activation_function"]
     if act not in ("gelu_new", "gelu_pytorch_tanh", "relu", "gelu"):
         raise ValueError(f"{where}: activation_function {act!r}: zerosim's GPT has GELU (tanh form) or ReLU")
-    modelled = {k: "" for k in ("model_type", "vocab_size", "n_embd", "n_head", "n_layer", "n_inner",
-                                "tie_word_embeddings")}
-    modelled |= {"n_positions": "the position table (the longest --seq-len)", "layer_norm_epsilon": "",
-                 "activation_function": "GELU, tanh form" if act != "relu" else "ReLU"}
-    not_modelled = {k: "dropout keeps a mask for backward: not counted" for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")
-                    if float(values.get(k) or 0.0) > 0}
+    modelled = {
+        k: "" for k in ("model_type", "vocab_size", "n_embd", "n_head", "n_layer", "n_inner", "tie_word_embeddings")
+    }
+    modelled |= {
+        "n_positions": "the position table (the longest --seq-len)",
+        "layer_norm_epsilon": "",
+        "activation_function": "GELU, tanh form" if act != "relu" else "ReLU",
+    }
+    not_modelled = {
+        k: "dropout keeps a mask for backward: not counted"
+        for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")
+        if float(values.get(k) or 0.0) > 0
+    }
     if act == "gelu":
         not_modelled["activation_function"] = "erf GELU: zerosim computes the tanh form (same memory and FLOPs)"
     for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
         if k not in not_modelled:
             modelled[k] = "0: no dropout"
-    return DecoderConfig(name, "gpt2", _int(values, "vocab_size", where), d, _int(values, "n_layer", where), H, H, d // H,
-                         F, _int(values, "n_positions", where), _bool(values, "tie_word_embeddings", where),
-                         qkv_bias=True, o_bias=True, rms_eps=_float(values, "layer_norm_epsilon", where),
-                         keys=_statuses(raw, modelled, not_modelled))
+    return DecoderConfig(
+        name,
+        "gpt2",
+        _int(values, "vocab_size", where),
+        d,
+        _int(values, "n_layer", where),
+        H,
+        H,
+        d // H,
+        F,
+        _int(values, "n_positions", where),
+        _bool(values, "tie_word_embeddings", where),
+        qkv_bias=True,
+        o_bias=True,
+        rms_eps=_float(values, "layer_norm_epsilon", where),
+        keys=_statuses(raw, modelled, not_modelled),
+    )

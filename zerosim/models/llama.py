@@ -21,13 +21,12 @@ import math
 import numpy as np
 
 from zerosim.models.flash_attention import BLOCK
-from zerosim.models.gpt import CHECKPOINTS, UNITS, check_token_batch, strategy_blocks
+from zerosim.models.attention_block import check_mode
+from zerosim.models.gpt import Decoder, check_units, strategy_blocks
 from zerosim.models.gqa_attention import LlamaAttention, check_gqa
-from zerosim.models.attention import MODES
 from zerosim.models.llama_block import LlamaBlock
 from zerosim.models.llama_ends import LlamaHead, TokenEmbedding
 from zerosim.models.lm_loss import LMCrossEntropy
-from zerosim.models.model import Model
 from zerosim.models.rmsnorm import RMS_EPS
 from zerosim.models.rotary import ROPE_THETA
 from zerosim.models.swiglu import SwiGLUFFN
@@ -38,15 +37,36 @@ def default_ffn(d_model: int) -> int:
     return 8 * math.ceil(8 * d_model / 3 / 8)
 
 
-class Llama(Model):
+class Llama(Decoder):
     """A Llama-family decoder over token ids (B, L) with next-token targets (B, L)."""
 
-    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, seq_len: int, d_ff: int | None = None,
-                 n_kv_heads: int | None = None, head_dim: int | None = None, rope_theta: float = ROPE_THETA,
-                 rms_eps: float = RMS_EPS, qkv_bias: bool = False, o_bias: bool = False, unit: str = "block",
-                 attention: str = "standard", checkpoint: str = "none", flash_block: int = BLOCK):
-        for name, value in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
-                            ("seq_len", seq_len), ("flash_block", flash_block)):
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        seq_len: int,
+        d_ff: int | None = None,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        rope_theta: float = ROPE_THETA,
+        rms_eps: float = RMS_EPS,
+        qkv_bias: bool = False,
+        o_bias: bool = False,
+        unit: str = "block",
+        attention: str = "standard",
+        checkpoint: str = "none",
+        flash_block: int = BLOCK,
+    ):
+        for name, value in (
+            ("vocab", vocab),
+            ("d_model", d_model),
+            ("n_heads", n_heads),
+            ("n_layers", n_layers),
+            ("seq_len", seq_len),
+            ("flash_block", flash_block),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -56,30 +76,31 @@ class Llama(Model):
             head_dim = d_model // n_heads
         d_ff = default_ffn(d_model) if d_ff is None else d_ff
         check_gqa(n_heads, n_kv_heads, head_dim)
-        if attention not in MODES:
-            raise ValueError(f"attention must be one of {MODES}, got {attention!r}")
-        if unit not in UNITS:
-            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-        if checkpoint not in CHECKPOINTS:
-            raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
-        if checkpoint == "subblock" and unit != "sublayer":
-            raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
-                             "unit='sublayer' (with unit='block' the two halves are one layer)")
+        check_mode(attention)
+        check_units(unit, checkpoint)
         common = dict(rope_theta=rope_theta, rms_eps=rms_eps, qkv_bias=qkv_bias, o_bias=o_bias, block=flash_block)
         layers = [TokenEmbedding(vocab, d_model)]
         per_block = []  # [start, stop) layer range of each decoder layer
         for i in range(n_layers):
             start = len(layers)
             if unit == "block":
-                layers.append(LlamaBlock(d_model, n_heads, n_kv_heads, head_dim, d_ff, attention, n_layers,
-                                         name=f"block{i}", **common))
+                layers.append(
+                    LlamaBlock(
+                        d_model, n_heads, n_kv_heads, head_dim, d_ff, attention, n_layers, name=f"block{i}", **common
+                    )
+                )
             else:
-                layers.append(LlamaAttention(d_model, n_heads, n_kv_heads, head_dim, attention, n_layers,
-                                             name=f"block{i}.attn", **common))
+                layers.append(
+                    LlamaAttention(
+                        d_model, n_heads, n_kv_heads, head_dim, attention, n_layers, name=f"block{i}.attn", **common
+                    )
+                )
                 layers.append(SwiGLUFFN(d_model, d_ff, n_layers, rms_eps, name=f"block{i}.ffn"))
             per_block.append((start, len(layers)))
         layers.append(LlamaHead(d_model, vocab, rms_eps))
-        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint))
+        super().__init__(
+            layers, LMCrossEntropy(), checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint)
+        )
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
         self.n_kv_heads, self.head_dim, self.d_ff = n_kv_heads, head_dim, d_ff
         self.rope_theta, self.rms_eps, self.qkv_bias, self.o_bias = float(rope_theta), rms_eps, qkv_bias, o_bias
@@ -90,27 +111,36 @@ class Llama(Model):
         """The Llama of a `DecoderConfig` (hf_config.py) of layout "llama"; `options`: unit, attention, checkpoint,
         flash_block. `seq_len` defaults to the config's max_position_embeddings."""
         if config.layout != "llama":
-            raise ValueError(f"{config.name!r} is a {config.model_type!r} model with GPT-2's blocks, not a Llama: "
-                             "build zerosim.models.GPT for it")
+            raise ValueError(
+                f"{config.name!r} is a {config.model_type!r} model with GPT-2's blocks, not a Llama: "
+                "build zerosim.models.GPT for it"
+            )
         if config.tied:
-            raise ValueError(f"{config.name!r} ties its LM head to the token embedding (tie_word_embeddings): a real "
-                             "Llama here has an untied head (one parameter in two ZeRO units is not built); "
-                             "the data-less twin MetaLlama counts a tied head")
-        return cls(config.vocab, config.d_model, config.n_heads, config.n_layers,
-                   config.max_positions if seq_len is None else seq_len, config.d_ff, config.n_kv_heads,
-                   config.head_dim, config.rope_theta, config.rms_eps, config.qkv_bias, config.o_bias, **options)
-
-    @property
-    def checkpointing(self) -> bool:
-        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
-        return self.checkpoint != "none"
-
-    def check_batch(self, x, target) -> None:
-        """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L)."""
-        check_token_batch(self, x, target)
+            raise ValueError(
+                f"{config.name!r} ties its LM head to the token embedding (tie_word_embeddings): a real "
+                "Llama here has an untied head (one parameter in two ZeRO units is not built); "
+                "the data-less twin MetaLlama counts a tied head"
+            )
+        return cls(
+            config.vocab,
+            config.d_model,
+            config.n_heads,
+            config.n_layers,
+            config.max_positions if seq_len is None else seq_len,
+            config.d_ff,
+            config.n_kv_heads,
+            config.head_dim,
+            config.rope_theta,
+            config.rms_eps,
+            config.qkv_bias,
+            config.o_bias,
+            **options,
+        )
 
     def __repr__(self) -> str:
-        return (f"Llama(vocab={self.vocab}, d_model={self.d_model}, n_heads={self.n_heads}, "
-                f"n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, d_ff={self.d_ff}, n_layers={self.n_layers}, "
-                f"seq_len={self.seq_len}, unit={self.unit!r}, attention={self.attention!r}, "
-                f"checkpoint={self.checkpoint!r}, P={self.num_params})")
+        return (
+            f"Llama(vocab={self.vocab}, d_model={self.d_model}, n_heads={self.n_heads}, "
+            f"n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, d_ff={self.d_ff}, n_layers={self.n_layers}, "
+            f"seq_len={self.seq_len}, unit={self.unit!r}, attention={self.attention!r}, "
+            f"checkpoint={self.checkpoint!r}, P={self.num_params})"
+        )

@@ -27,12 +27,37 @@ class LlamaBlock(Layer):
 
     saves_input_only = False
 
-    def __init__(self, d: int, heads: int, kv_heads: int, head_dim: int, ffn: int, attention: str = "standard",
-                 n_layers: int = 1, rope_theta: float = ROPE_THETA, rms_eps: float = RMS_EPS, qkv_bias: bool = False,
-                 o_bias: bool = False, block: int = BLOCK, name: str = "block"):
+    def __init__(
+        self,
+        d: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        ffn: int,
+        attention: str = "standard",
+        n_layers: int = 1,
+        rope_theta: float = ROPE_THETA,
+        rms_eps: float = RMS_EPS,
+        qkv_bias: bool = False,
+        o_bias: bool = False,
+        block: int = BLOCK,
+        name: str = "block",
+    ):
         super().__init__(name)
-        self.attn = LlamaAttention(d, heads, kv_heads, head_dim, attention, n_layers, rope_theta, rms_eps, qkv_bias,
-                                   o_bias, block, name=f"{name}.attn")
+        self.attn = LlamaAttention(
+            d,
+            heads,
+            kv_heads,
+            head_dim,
+            attention,
+            n_layers,
+            rope_theta,
+            rms_eps,
+            qkv_bias,
+            o_bias,
+            block,
+            name=f"{name}.attn",
+        )
         self.ffn = SwiGLUFFN(d, ffn, n_layers, rms_eps, name=f"{name}.ffn")
         self.attention = attention
         self.param_shapes = {**self.attn.param_shapes, **self.ffn.param_shapes}

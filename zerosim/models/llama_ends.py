@@ -7,7 +7,8 @@ models/llama/modeling_llama.py: `LlamaModel.embed_tokens` (V, d), `LlamaModel.no
 tie it; Llama 2/3 8B-70B, Mistral 7B and Qwen2.5 7B do not).
 
     embedding   y = wte[ids]  (an exact copy of fmt values)      backward: dwte[v] = Σ_{ids = v} dy  (acc, one rounding)
-    head        logits = cast(RMSNorm(x) W_headᵀ, fmt)           saved: "final norm input" (B, L, d), "final norm rstd" (B, L)
+    head        logits = cast(RMSNorm(x) W_headᵀ, fmt)           saved: "final norm input" (B, L, d),
+                                                                 "final norm rstd" (B, L)
 
 A tied head would make one parameter live in two units, which ZeRO-3 gathers twice and the flat layout does
 not express; the real models here are untied, and the data-less twin counts a tied head's weight once
@@ -40,7 +41,7 @@ def token_embedding_backward(dy: np.ndarray, ids: np.ndarray, vocab: int, fmt) -
 
 
 class TokenEmbedding(Layer):
-    """"embed_tokens" (V, d): token ids (B, L) -> (B, L, d). Saves the ids."""
+    """ "embed_tokens" (V, d): token ids (B, L) -> (B, L, d). Saves the ids."""
 
     saves_input_only = True  # cache == {"input": ids}
 
@@ -109,5 +110,7 @@ class LlamaHead(Layer):
         return total + (rmsnorm_flops(rows, self.d, "rebuild output") if kind == "backward" else 0)
 
     def init(self, rng):
-        return {"norm.w": np.ones(self.d, np.float32),
-                "lm_head": (INIT_STD * rng.standard_normal((self.vocab, self.d))).astype(np.float32)}
+        return {
+            "norm.w": np.ones(self.d, np.float32),
+            "lm_head": (INIT_STD * rng.standard_normal((self.vocab, self.d))).astype(np.float32),
+        }

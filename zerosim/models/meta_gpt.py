@@ -143,7 +143,8 @@ class MetaGPT(Model):
         if seq_len is not None and seq_len > config.max_positions:
             raise ValueError(f"sequences of {seq_len} tokens are longer than {config.name}'s position table "
                              f"(n_positions = {config.max_positions})")
-        activation = "relu" if any(k.key == "activation_function" and k.value == "relu" for k in config.keys) else "gelu"
+        relu = any(k.key == "activation_function" and k.value == "relu" for k in config.keys)
+        activation = "relu" if relu else "gelu"
         gpt = GPT(config.vocab, config.d_model, config.n_heads, config.n_layers, config.max_positions,
                   activation=activation, **gpt_options)
         return cls(gpt, tied_head=config.tied, name=config.name)

@@ -45,13 +45,19 @@ class MetaLlama(MetaGPT):
         Model.__init__(self, units, MetaLMLoss(), checkpoint_blocks=llama.checkpoint_blocks)
         self.gpt = self.llama = llama  # MetaGPT's methods read self.gpt for nothing but repr; both names kept
         self.tied_head = tied_head
-        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (llama.vocab, llama.d_model, llama.n_heads,
-                                                                               llama.n_layers, llama.seq_len)
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
+            llama.vocab,
+            llama.d_model,
+            llama.n_heads,
+            llama.n_layers,
+            llama.seq_len,
+        )
         self.n_kv_heads, self.head_dim, self.d_ff = llama.n_kv_heads, llama.head_dim, llama.d_ff
         self.unit, self.attention, self.checkpoint = llama.unit, llama.attention, llama.checkpoint
         self.activation = "silu"
-        self.name = name or (f"Llama d={llama.d_model} H={llama.n_heads} KV={llama.n_kv_heads} "
-                             f"layers={llama.n_layers} F={llama.d_ff}")
+        self.name = name or (
+            f"Llama d={llama.d_model} H={llama.n_heads} KV={llama.n_kv_heads} layers={llama.n_layers} F={llama.d_ff}"
+        )
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
         for spec in self.specs:
             self._specs_of.setdefault(spec.layer, []).append(spec)
@@ -67,8 +73,9 @@ class MetaLlama(MetaGPT):
         llama = Llama.from_config(untied, seq_len, **llama_options)
         model = cls(llama, tied_head=config.tied, name=config.name)
         if model.num_params != config.num_params:  # the config's own count and the twin's flat layout agree
-            raise ValueError(f"{config.name!r}: the config counts {config.num_params:,} parameters, "
-                             f"its Llama {model.num_params:,}")
+            raise ValueError(
+                f"{config.name!r}: the config counts {config.num_params:,} parameters, its Llama {model.num_params:,}"
+            )
         return model
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ def rope_tables(length: int, head_dim: int, theta: float, fmt) -> tuple[np.ndarr
         raise ValueError(f"rotary embeddings pair the two halves of a head: head_dim must be even, got {head_dim}")
     f = get_format(fmt)
     acc = acc_dtype(f)
-    inv_freq = (1.0 / (acc(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(acc) / acc(head_dim))))
+    inv_freq = 1.0 / (acc(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(acc) / acc(head_dim)))
     freqs = np.arange(length, dtype=np.int64).astype(acc)[:, None] * inv_freq.astype(acc)[None, :]  # (L, d_h/2)
     emb = np.concatenate([freqs, freqs], axis=-1)  # (L, d_h) acc
     return cast(np.cos(emb), f), cast(np.sin(emb), f)

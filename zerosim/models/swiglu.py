@@ -86,7 +86,10 @@ class SwiGLUFFN(Layer):
         f = get_format(fmt)
         ln, (_, rstd) = rmsnorm_forward(x, p["norm2.w"], f, self.rms_eps)  # (B, L, d) fmt, dropped after the GEMM
         gu = tokens_linear_forward(ln, np.concatenate([p["gate_proj"], p["up_proj"]]), None, f)  # (B, L, 2F) fmt
-        gate, up = np.ascontiguousarray(gu[..., :self.ffn]), np.ascontiguousarray(gu[..., self.ffn:])  # (B, L, F) each
+        gate, up = (
+            np.ascontiguousarray(gu[..., : self.ffn]),
+            np.ascontiguousarray(gu[..., self.ffn :]),
+        )  # (B, L, F) each
         h = swiglu_forward(gate, up, f)  # (B, L, F) fmt
         cache = {"pre-FFN input": x, "norm2 rstd": rstd, "gate": gate, "up": up, "h": h}
         return residual_add(x, tokens_linear_forward(h, p["down_proj"], None, f), f), cache
@@ -98,10 +101,11 @@ class SwiGLUFFN(Layer):
         dgate, dup = swiglu_backward(dh, gate, up, f)
         norm_cache = (x, cache["norm2 rstd"])
         ln = rmsnorm_output(norm_cache, p["norm2.w"], f)  # the GEMM's input, bitwise the forward's
-        dln, dw_gu, _ = tokens_linear_backward(np.concatenate([dgate, dup], axis=-1), ln,
-                                               np.concatenate([p["gate_proj"], p["up_proj"]]), f)
+        dln, dw_gu, _ = tokens_linear_backward(
+            np.concatenate([dgate, dup], axis=-1), ln, np.concatenate([p["gate_proj"], p["up_proj"]]), f
+        )
         dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm2.w"], f)
-        grads = {"norm2.w": dw_norm, "gate_proj": dw_gu[:self.ffn], "up_proj": dw_gu[self.ffn:], "down_proj": dw_down}
+        grads = {"norm2.w": dw_norm, "gate_proj": dw_gu[: self.ffn], "up_proj": dw_gu[self.ffn :], "down_proj": dw_down}
         return residual_add(dy, dx_norm, f), grads
 
     def saved_spec(self, x_shape, fmt) -> dict:
@@ -109,22 +113,34 @@ class SwiGLUFFN(Layer):
         f = get_format(fmt)
         B, L, d = x_shape
         wide = (B, L, self.ffn)
-        return {"pre-FFN input": ((B, L, d), f.dtype), "norm2 rstd": ((B, L), np.dtype(acc_dtype(f))),
-                "gate": (wide, f.dtype), "up": (wide, f.dtype), "h": (wide, f.dtype)}
+        return {
+            "pre-FFN input": ((B, L, d), f.dtype),
+            "norm2 rstd": ((B, L), np.dtype(acc_dtype(f))),
+            "gate": (wide, f.dtype),
+            "up": (wide, f.dtype),
+            "h": (wide, f.dtype),
+        }
 
     def flops(self, x_shape, kind):
         """The RMSNorm, the gate/up GEMM, SwiGLU (SWIGLU_FLOPS per element), down_proj and the residual add;
         backward also rebuilds the norm's output for the gate/up GEMM."""
         B, L, d = x_shape
         rows, F = B * L, self.ffn
-        total = (rmsnorm_flops(rows, d, kind) + linear_flops(rows, d, 2 * F, kind, bias=False)
-                 + SWIGLU_FLOPS[kind] * rows * F + linear_flops(rows, F, d, kind, bias=False) + rows * d)
+        total = (
+            rmsnorm_flops(rows, d, kind)
+            + linear_flops(rows, d, 2 * F, kind, bias=False)
+            + SWIGLU_FLOPS[kind] * rows * F
+            + linear_flops(rows, F, d, kind, bias=False)
+            + rows * d
+        )
         return total + (rmsnorm_flops(rows, d, "rebuild output") if kind == "backward" else 0)
 
     def init(self, rng):
         """Norm weight 1; weights N(0, 0.02²), down_proj N(0, (0.02/√(2·n_layers))²) (a residual projection)."""
         F, d = self.ffn, self.d
-        return {"norm2.w": np.ones(d, np.float32),
-                "gate_proj": (INIT_STD * rng.standard_normal((F, d))).astype(np.float32),
-                "up_proj": (INIT_STD * rng.standard_normal((F, d))).astype(np.float32),
-                "down_proj": (INIT_STD / math.sqrt(2 * self.n_layers) * rng.standard_normal((d, F))).astype(np.float32)}
+        return {
+            "norm2.w": np.ones(d, np.float32),
+            "gate_proj": (INIT_STD * rng.standard_normal((F, d))).astype(np.float32),
+            "up_proj": (INIT_STD * rng.standard_normal((F, d))).astype(np.float32),
+            "down_proj": (INIT_STD / math.sqrt(2 * self.n_layers) * rng.standard_normal((d, F))).astype(np.float32),
+        }

@@ -75,21 +75,38 @@ class Plan:
         """The `zerosim memory` and `zerosim timeline` command lines that reproduce `row` (model_flag: "--model X"
         or "--config PATH")."""
         s = self.settings
-        common = (f"{model_flag} --ranks {s['ranks']} --seq-len {s['seq_len']} --batch {row.micro_batch} "
-                  f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
-                  f"--comm {s['comm']}")
-        return (f"zerosim memory {common}",
-                f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-                f"--gpus-per-node {s['gpus_per_node']}")
+        common = (
+            f"{model_flag} --ranks {s['ranks']} --seq-len {s['seq_len']} --batch {row.micro_batch} "
+            f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
+            f"--comm {s['comm']}"
+        )
+        return (
+            f"zerosim memory {common}",
+            f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
+            f"--gpus-per-node {s['gpus_per_node']}",
+        )
 
 
 def divisors(n: int) -> tuple:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
-def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str = "bf16-mixed",
-         optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
-         reserve: float = ALLOCATOR_RESERVE, progress=None) -> Plan:
+def plan(
+    config,
+    ranks: int,
+    gpus_per_node: int,
+    gpu,
+    seq_len: int,
+    global_batch: int,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adam",
+    comm: str = "deepspeed",
+    stages=(0, 1, 2, 3),
+    strategies=None,
+    micro_batches=None,
+    reserve: float = ALLOCATOR_RESERVE,
+    progress=None,
+) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured."""
     from zerosim.costs.measured import measure_stage
@@ -100,13 +117,19 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     from zerosim.zero.comm_schedule import get_comm_schedule
 
     g = get_gpu(gpu)
-    for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
-                    ("global_batch", global_batch)):
+    for name, v in (
+        ("ranks", ranks),
+        ("gpus_per_node", gpus_per_node),
+        ("seq_len", seq_len),
+        ("global_batch", global_batch),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if global_batch % ranks:
-        raise ValueError(f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
-                         f"(each rank takes micro-batch × accumulation sequences per step)")
+        raise ValueError(
+            f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
+            f"(each rank takes micro-batch × accumulation sequences per step)"
+        )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
     per_rank = global_batch // ranks
@@ -124,8 +147,9 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         for strategy in strategies:
             model = twin.from_config(config, seq_len, **strategy_options(strategy))
             for B in batches:
-                m, cluster, engine = measure_stage(model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len),
-                                                   comm=schedule)
+                m, cluster, engine = measure_stage(
+                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule
+                )
                 resting = sum(m["resting"].values())
                 extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
                 row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, g.capacity)
@@ -136,8 +160,18 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                     break
                 if row.fits:
                     one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm))  # the same run
-                    t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len), row.accumulation,
-                                  first=one)
+                    t = step_time(
+                        model,
+                        ranks,
+                        stage,
+                        hw,
+                        schedule,
+                        precision,
+                        optimizer,
+                        (B, seq_len),
+                        row.accumulation,
+                        first=one,
+                    )
                     row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
                 stage_rows.append(row)
                 if not row.fits:
@@ -146,9 +180,24 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 break
         rows += stage_rows
     fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
-    settings = {"model": config.name, "params": config.num_params, "ranks": ranks, "gpus_per_node": gpus_per_node,
-                "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
-                "global_batch": global_batch, "per_rank": per_rank, "precision": precision, "optimizer": optimizer,
-                "comm": comm, "reserve": reserve, "strategies": strategies, "micro_batches": batches,
-                "stages": tuple(stages)}
+    settings = {
+        "model": config.name,
+        "params": config.num_params,
+        "ranks": ranks,
+        "gpus_per_node": gpus_per_node,
+        "gpu": g.key,
+        "gpu_name": g.name,
+        "capacity": g.capacity,
+        "device": g.device,
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "per_rank": per_rank,
+        "precision": precision,
+        "optimizer": optimizer,
+        "comm": comm,
+        "reserve": reserve,
+        "strategies": strategies,
+        "micro_batches": batches,
+        "stages": tuple(stages),
+    }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, link)

@@ -109,7 +109,8 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     if K == 1:
         return one
     two = run(2)
-    line = (a + (K - 1) * (b - a) for a, b in zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed)))
+    pairs = zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed))
+    line = (a + (K - 1) * (b - a) for a, b in pairs)
     return StepTime(*line, (1, 2))
 
 

@@ -47,8 +47,10 @@ def fit_figure(runs: dict, gpus, ranks: int, reserve: float = 0.05, title: str |
     handles.append(Patch(facecolor=ESTIMATE, hatch="///", edgecolor="white", label="estimates: CUDA, NCCL, allocator"))
     from matplotlib.lines import Line2D
 
-    handles += [Line2D([], [], color="black", linestyle=style, label=f"{g.name}: {g.capacity / GB:.1f} GB")
-                for g, style in zip(gpus, GPU_STYLES)]
+    handles += [
+        Line2D([], [], color="black", linestyle=style, label=f"{g.name}: {g.capacity / GB:.1f} GB")
+        for g, style in zip(gpus, GPU_STYLES)
+    ]
     axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)

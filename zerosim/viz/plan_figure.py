@@ -18,7 +18,7 @@ def plan_figure(plan, top: int = 10):
     import matplotlib.pyplot as plt
 
     fits = list(plan.fitting[:top])
-    misses = sorted((r for r in plan.rows if not r.fits), key=lambda r: r.total)[:max(2, top - len(fits))]
+    misses = sorted((r for r in plan.rows if not r.fits), key=lambda r: r.total)[: max(2, top - len(fits))]
     rows = fits + misses
     GB = 1e9
     height = 2.0 + 0.38 * len(rows)
@@ -31,11 +31,28 @@ def plan_figure(plan, top: int = 10):
         for k in kinds:
             w = r.at_peak.get(k, 0) / GB
             if w:
-                mem.barh(yi, w, left=left, color=kind_colour(k), gid=f"kind:{k}", height=0.7,
-                         label=kind_label(k) if yi == y[0] or k not in {b.get_gid()[5:] for b in mem.patches[:-1] if b.get_gid()} else None)
+                mem.barh(
+                    yi,
+                    w,
+                    left=left,
+                    color=kind_colour(k),
+                    gid=f"kind:{k}",
+                    height=0.7,
+                    label=kind_label(k)
+                    if yi == y[0] or k not in {b.get_gid()[5:] for b in mem.patches[:-1] if b.get_gid()}
+                    else None,
+                )
             left += w
-        mem.barh(yi, r.overheads / GB, left=left, color=ESTIMATE, hatch="///", edgecolor="white", height=0.7,
-                 label="estimates (CUDA, NCCL, allocator)" if yi == y[0] else None)
+        mem.barh(
+            yi,
+            r.overheads / GB,
+            left=left,
+            color=ESTIMATE,
+            hatch="///",
+            edgecolor="white",
+            height=0.7,
+            label="estimates (CUDA, NCCL, allocator)" if yi == y[0] else None,
+        )
         if not r.fits:
             mem.text(left + r.overheads / GB, yi, f"  {r.total / GB:.0f} GB: does not fit", va="center", fontsize=8)
     cap = plan.settings["capacity"] / GB
@@ -50,8 +67,9 @@ def plan_figure(plan, top: int = 10):
     for h, n in zip(handles, names):
         if n and n not in seen:
             seen[n] = h
-    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))  # below both panels: it covers no bar
+    fig.legend(
+        seen.values(), seen.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0)
+    )  # below both panels: it covers no bar
     for yi, r in zip(y, rows):
         if r.step_s is not None:
             time.barh(yi, r.step_s, color="#4c72b0", height=0.7)
@@ -63,7 +81,10 @@ def plan_figure(plan, top: int = 10):
     time.set_xlabel("simulated step time (s), fewer is better")
     time.set_title("one step (B sequences × K micro-steps per GPU)", fontsize=9)
     s = plan.settings
-    fig.suptitle(f"{s['model']} on {s['ranks']} × {s['gpu_name']}: {s['global_batch']:,} sequences of {s['seq_len']:,} "
-                 f"tokens per step, {s['precision']}", fontsize=10)
+    fig.suptitle(
+        f"{s['model']} on {s['ranks']} × {s['gpu_name']}: {s['global_batch']:,} sequences of {s['seq_len']:,} "
+        f"tokens per step, {s['precision']}",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.45 / height, 1, 1))  # room for the legend below
     return fig

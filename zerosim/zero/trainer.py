@@ -138,7 +138,7 @@ def build_model(config: TrainConfig):
         from zerosim.models.llama import Llama
 
         return Llama(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
-                     n_kv_heads=config.kv_heads, rope_theta=100.0,  # a short sequence: a small base turns positions apart
+                     n_kv_heads=config.kv_heads, rope_theta=100.0,  # short sequences: a small base turns them apart
                      attention=config.attention, checkpoint="block" if config.checkpoint else "none")
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
