@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with no GPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__))
+        # the docstring as written: its example commands stay one per line
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                                            formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
