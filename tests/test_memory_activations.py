@@ -83,8 +83,8 @@ def test_the_table_shows_the_activation_columns(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (("--params", "7e9", "--seq-len", "2048"), "--seq-len needs a transformer shape"),
-    (("--model", "llama-7b", "--seq-len", "2048"), "no such shape"),
-    (("--model", "gpt2-small", "--seq-len", "2048"), "longer than gpt2-small's context of 1024 tokens"),
+    (("--model", "llama-7b", "--seq-len", "4096"), "longer than llama-7b's max_position_embeddings of 2048 tokens"),
+    (("--model", "gpt2-small", "--seq-len", "2048"), "longer than gpt2-small's position table (n_positions) of 1024"),
     (("--model", "gpt2-small", "--seq-len", "0"), "--seq-len and --batch must be at least 1"),
     (("--model", "gpt2-small", "--seq-len", "8", "--batch", "0"), "--seq-len and --batch must be at least 1"),
     (("--model", "gpt2-small", "--batch", "4"), "--batch describe activations: add --seq-len"),

@@ -32,6 +32,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "05_time_and_overlap.ipynb": 4,  # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
     "06_precision_lab.ipynb": 4,  # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
     "07_exercises.ipynb": 0,
+    "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -86,6 +87,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
+    "09_will_it_fit.ipynb": [
+        "parameters: 8,030,261,248",  # the published count, from the shipped config.json
+        "q_proj 16,777,216   k_proj 4,194,304   v_proj 4,194,304   (a quarter: GQA)",
+        "stage 3: model states   16.06 GB per rank",  # 16Ψ/8
+        "  K                       8.389 MB",  # B·G·L·d_h·2 at 8 key/value heads: a quarter of Q
+        "block     3        20.08         fits         fits         fits",  # the only way onto an RTX 3090
+        "A100 80GB, ZeRO-2, no checkpointing: 82.72 GB measured + 5.48 GB estimated = 88.20 GB of 85.90: does not fit",
+        "   ZeRO-3 subblock  B = 1 × K = 8   step  31.85 s     25.1 GB of 25.8",  # the planner's answer for the 3090
+    ],
 }
 _executed = {}
 

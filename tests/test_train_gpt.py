@@ -59,8 +59,9 @@ def test_the_text_output_names_the_gpt_and_its_accuracy():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--vocab", "8"), "--vocab describe the GPT: add --model gpt"),
-    (("--attention", "flash"), "--attention describe the GPT: add --model gpt"),
+    (("--vocab", "8"), "--vocab describe the GPT or the Llama: add --model gpt or --model llama"),
+    (("--attention", "flash"), "--attention describe the GPT or the Llama: add --model gpt"),
+    (("--model", "gpt", "--kv-heads", "1"), "--kv-heads sets the Llama's grouped-query attention: add --model llama"),
     (("--task", "copy"), "the GPT learns copy, reverse or sort"),
     (("--model", "gpt", "--task", "regression"), "the MLP learns regression or classification"),
     (("--model", "gpt", "--widths", "4,8,2"), "--widths sizes the MLP"),

@@ -1,11 +1,13 @@
-"""Train an MLP, or a small GPT, on a synthetic task with any ZeRO stage, rank count, precision and optimizer.
+"""Train an MLP, a small GPT or a small Llama on a synthetic task with any ZeRO stage, rank count, precision
+and optimizer.
 
 Each rank gets its own micro-batch every step (drawn from a fixed pool made by a random teacher MLP,
-or of random strings a GPT learns to copy, reverse or sort, so every backend sees the same data).
-Prints the mean loss as it goes (a GPT's answer accuracy on held-out strings too), then per-rank peak
+or of random strings a GPT or Llama learns to copy, reverse or sort, so every backend sees the same data).
+Prints the mean loss as it goes (a decoder's answer accuracy on held-out strings too), then per-rank peak
 memory and bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend mpi` (rank 0 prints).
 
     zerosim train --model gpt --task reverse --stage 3 --ranks 2 --steps 150
+    zerosim train --model llama --heads 4 --kv-heads 2 --stage 3 --ranks 2 --steps 60
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from zerosim.precision import PRESETS, get_precision
 
 MLP_WIDTHS = "16,64,64,4"
 
-HELP = "train an MLP or a GPT on a synthetic task (stage, ranks, precision, optimizer, steps)"
+HELP = "train an MLP, a GPT or a Llama on a synthetic task (stage, ranks, precision, optimizer, steps)"
 
 
 def _widths(text: str) -> list:
@@ -40,6 +42,7 @@ GPT_FLAGS = {  # flag -> what it sets (TrainConfig's field of the same name)
     "--d-model": "model width (default 16)",
     "--heads": "attention heads (default 2)",
     "--layers": "transformer blocks (default 1)",
+    "--kv-heads": "Llama's key/value heads (grouped-query attention; default one per query head)",
 }
 
 
@@ -49,11 +52,16 @@ def gpt_options(args) -> dict:
     given = {flag: value for flag, value in given.items() if value is not None}
     if args.model == "mlp":
         if given:
-            raise ValueError(f"{', '.join(given)} describe the GPT: add --model gpt")
+            raise ValueError(f"{', '.join(given)} describe the GPT or the Llama: add --model gpt or --model llama")
         return {}
     if args.widths != MLP_WIDTHS:
-        raise ValueError("--widths sizes the MLP; the GPT's shape is --d-model, --heads, --layers (--vocab, --length)")
-    return {"model": "gpt", "eval_every": args.print_every, **{flag[2:].replace("-", "_"): v for flag, v in given.items()}}
+        name = "GPT" if args.model == "gpt" else "Llama"
+        raise ValueError(f"--widths sizes the MLP; the {name}'s shape is --d-model, --heads, --layers "
+                         "(--vocab, --length)")
+    if "--kv-heads" in given and args.model != "llama":
+        raise ValueError("--kv-heads sets the Llama's grouped-query attention: add --model llama")
+    return {"model": args.model, "eval_every": args.print_every,
+            **{flag[2:].replace("-", "_"): v for flag, v in given.items()}}
 
 
 def add_arguments(p) -> None:
@@ -82,14 +90,15 @@ def add_arguments(p) -> None:
                    help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
-    # -- --model gpt: its own flags, together (defaults: zerosim.train.TrainConfig) ------------------
-    g = p.add_argument_group("--model gpt", "a small GPT learns to copy, reverse or sort strings (--task); "
-                             "--checkpoint keeps each block's input and recomputes the block")
-    g.add_argument("--model", choices=("mlp", "gpt"), default="mlp", help="the model (default mlp)")
+    # -- --model gpt / llama: their own flags, together (defaults: zerosim.train.TrainConfig) ------------------
+    g = p.add_argument_group("--model gpt or llama", "a small GPT or Llama learns to copy, reverse or sort strings "
+                             "(--task); --checkpoint keeps each block's input and recomputes the block")
+    g.add_argument("--model", choices=("mlp", "gpt", "llama"), default="mlp", help="the model (default mlp)")
     for flag, what in GPT_FLAGS.items():
-        g.add_argument(flag, type=int, default=None, help=f"with --model gpt: {what}")
+        g.add_argument(flag, type=int, default=None, help=f"with --model gpt or llama: {what}")
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
-                   help="with --model gpt: keep P, rebuild it from Q and K, or tile it away (default standard)")
+                   help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
+                        "(default standard)")
     add_precision_arguments(p)
 
 
@@ -136,8 +145,9 @@ def run(args) -> int:
         bar.reset(total=args.steps - first_step + 1)
         if talk and not args.json:
             accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
-            what = (f"GPT(vocab={config.vocab}, d_model={config.d_model}, heads={config.heads}, layers={config.layers})"
-                    if config.model == "gpt" else f"MLP {widths}")
+            kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
+            what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
+                    f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {args.stage}, "
                   f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}"
                   + describe_precision_options(args, precision)
@@ -161,7 +171,7 @@ def run(args) -> int:
     bar.close()
     if talk:
         if args.json:
-            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model == "gpt" else {}
+            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model != "mlp" else {}
             print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
                               **precision_json(precision, result)}, indent=1))
         else:

@@ -129,6 +129,23 @@ class MetaGPT(Model):
             raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has {model.num_params:,}")
         return model
 
+    @classmethod
+    def from_config(cls, config, seq_len: int | None = None, **gpt_options) -> "MetaGPT":
+        """The twin of the GPT a GPT-2 `DecoderConfig` (hf_config.py) describes, its head tied if the config ties it.
+
+        The position table is the config's n_positions long (it is parameters); `seq_len`, when given, is only
+        checked against it. `gpt_options`: GPT's unit, attention, checkpoint."""
+        if config.layout != "gpt2":
+            raise ValueError(f"{config.name!r} has Llama's blocks: use MetaLlama.from_config")
+        if seq_len is not None and seq_len > config.max_positions:
+            raise ValueError(f"sequences of {seq_len} tokens are longer than {config.name}'s position table "
+                             f"(n_positions = {config.max_positions})")
+        relu = any(k.key == "activation_function" and k.value == "relu" for k in config.keys)
+        activation = "relu" if relu else "gelu"
+        gpt = GPT(config.vocab, config.d_model, config.n_heads, config.n_layers, config.max_positions,
+                  activation=activation, **gpt_options)
+        return cls(gpt, tied_head=config.tied, name=config.name)
+
     @property
     def checkpointing(self) -> bool:
         """Whether the engine should run with checkpoint=True (any strategy but "none")."""
@@ -152,6 +169,17 @@ class MetaGPT(Model):
 
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
+
+    def unflatten(self, flat, i: int) -> dict:
+        """Layer i's parameters by name: on a MetaArray, arrays of their shapes in flat's dtype — what Model.unflatten
+        gives (a slice, then a reshape), built directly, since the engines ask for them before every op."""
+        if not getattr(flat, "is_meta", False):
+            return super().unflatten(flat, i)
+        start, stop = self.layer_window(i)
+        if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
+                             f"got shape {flat.shape}")
+        return {s.name: _meta(s.shape, flat.dtype) for s in self.layer_specs(i)}
 
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)

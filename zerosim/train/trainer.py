@@ -28,7 +28,7 @@ from zerosim.precision import get_precision
 from zerosim.zero.engine import ZeroEngine, check_engine_fits
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
-MODELS = ("mlp", "gpt")
+MODELS = ("mlp", "gpt", "llama")  # gpt and llama: decoders over token ids that learn the sequence tasks
 EVAL_SEQUENCES = 256  # held-out strings the GPT's answer accuracy is measured on (a 1/√256 ≈ 6% standard error at most)
 
 
@@ -54,13 +54,14 @@ class TrainConfig:
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
     # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~60 steps
-    model: str = "mlp"  # "mlp" or "gpt"
+    model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
     vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
     length: int = 3  # n: strings of n symbols; a sequence is 2n tokens
     d_model: int = 16
     heads: int = 2
     layers: int = 1  # transformer blocks
     attention: str = "standard"  # or "selective", "flash" (checkpoint=True keeps each block's input: "block")
+    kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
 
@@ -72,7 +73,7 @@ class TrainConfig:
         if self.task not in tasks:
             other = "the GPT learns copy, reverse or sort" if self.model == "mlp" else "the MLP learns regression or classification"
             raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
-        if self.model == "gpt":
+        if self.model in ("gpt", "llama"):
             for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
                 value = getattr(self, name)
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -134,6 +135,12 @@ def build_model(config: TrainConfig):
     if config.model == "gpt":
         return GPT(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
                    attention=config.attention, checkpoint="block" if config.checkpoint else "none")
+    if config.model == "llama":
+        from zerosim.models.llama import Llama
+
+        return Llama(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
+                     n_kv_heads=config.kv_heads, rope_theta=100.0,  # short sequences: a small base turns them apart
+                     attention=config.attention, checkpoint="block" if config.checkpoint else "none")
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
@@ -156,7 +163,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
     widths = [int(w) for w in config.widths]
-    classify, gpt = config.task == "classification", config.model == "gpt"
+    classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
     optimizer = get_optimizer(config.optimizer, lr=config.lr)
     optimizer.check_stage(config.stage)
