@@ -179,7 +179,7 @@ class MetaGPT(Model):
         if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
             raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
                              f"got shape {flat.shape}")
-        return {s.name: _meta(s.shape, flat.dtype) for s in self.layer_specs(i)}
+        return {s.name: like(flat, s.shape, flat.dtype) for s in self.layer_specs(i)}
 
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)
