@@ -103,8 +103,11 @@ def mpi_seconds(mpiexec: str, n: int, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timed calls per measurement; the median counts (default {REPEATS})")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"simulator / mpiexec turns per N (default {ROUNDS})")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per measurement; the median counts "
+                                                                     f"(default {REPEATS})")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"simulator / mpiexec turns per N (default {ROUNDS})"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the MPI side, under mpiexec
     args = parser.parse_args()
     if args.worker:
@@ -120,7 +123,8 @@ def main() -> None:
 
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     size = f"{LENGTH:,} fp32 elements per rank ({LENGTH * 4 >> 20} MiB)"
-    print(f"reduce-scatter, {size}; median of {args.repeats} calls, {args.rounds} rounds in turns (simulator, mpiexec); "
+    print(f"reduce-scatter, {size}; median of {args.repeats} calls, {args.rounds} rounds in turns (simulator, "
+          "mpiexec); "
           f"{os.cpu_count()} CPU cores; BLAS threads {threads}")
     print(f"{'N':>2}  {'backend':<48} {'seconds':>9} {'vs simulator':>13}  {'same bits':>9}")
     for n in WORLD_SIZES:
@@ -131,7 +135,9 @@ def main() -> None:
                 mpis.append(mpi_seconds(mpiexec, n, args.repeats))
         sim = statistics.median(sims)
         rows = [("numpy simulator ring (1 process)", sim, 1.0, True)]
-        for key, name in (("ring", f"mpi ring, point-to-point ({n} processes)"), ("native", f"mpi native Reduce_scatter_block ({n} processes)")):
+        for key, name in (("ring", f"mpi ring, point-to-point ({n} processes)"), ("native", "mpi native "
+                                                                                            "Reduce_scatter_block "
+                                                                                            f"({n} processes)")):
             if mpis:
                 ratio = statistics.median(m[key] / s for m, s in zip(mpis, sims))  # within each round
                 rows.append((name, statistics.median(m[key] for m in mpis), ratio, all(m[f"{key}_same"] for m in mpis)))

@@ -27,7 +27,9 @@ def _env() -> dict:
 def run(args, timeout: float) -> subprocess.CompletedProcess:
     """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks)."""
     args = [str(a) for a in args]
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -44,7 +46,10 @@ def launcher_or_skip() -> str:
     launcher = find_mpiexec()
     if launcher is None:
         pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
-    probe = run([launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120)
+    probe = run(
+        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120
+    )
     if probe.returncode != 0:
-        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
+        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): "
+                    f"{probe.stderr.strip()[-500:]}")
     return launcher

@@ -46,8 +46,15 @@ def sources(*folders: str, skip: tuple = ()) -> dict:
 # ------------------------------------------------------------------------------------------ the checkers
 def counts_trace_calls(source: str) -> list:
     """Lines calling len(<anything>.calls)."""
-    return [n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len"
-            and n.args and isinstance(n.args[0], ast.Attribute) and n.args[0].attr == "calls"]
+    return [
+        n.lineno
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "id", "") == "len"
+        and n.args
+        and isinstance(n.args[0], ast.Attribute)
+        and n.args[0].attr == "calls"
+    ]
 
 
 def _names_stage(node) -> bool:

@@ -28,9 +28,12 @@ OPTIMIZERS = {"adam": dict(lr=1e-2), "adamw": dict(lr=1e-2, weight_decay=0.1), "
 
 
 def same_state(a: ZeroEngine, b: ZeroEngine) -> bool:
-    return (np.array_equal(bits(a.full_master()), bits(b.full_master()))
-            and all(np.array_equal(bits(x), bits(b.full_optimizer_state()[k])) for k, x in a.full_optimizer_state().items())
-            and np.array_equal(bits(a.full_params()), bits(b.full_params())) and a.t == b.t)
+    return (
+        np.array_equal(bits(a.full_master()), bits(b.full_master()))
+        and all(np.array_equal(bits(x), bits(b.full_optimizer_state()[k])) for k, x in a.full_optimizer_state().items())
+        and np.array_equal(bits(a.full_params()), bits(b.full_params()))
+        and a.t == b.t
+    )
 
 
 def batches(widths, n, steps, seed):
@@ -40,9 +43,16 @@ def batches(widths, n, steps, seed):
 
 # ---------------------------------------------------------------- resume is the same run
 
-@given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=3), n=st.integers(1, 4), stage=st.integers(0, 3),
-       precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]), opt=st.sampled_from(sorted(OPTIMIZERS)),
-       before=st.integers(1, 3), after=st.integers(1, 2), seed=st.integers(0, 2**16))
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 4),
+    stage=st.integers(0, 3),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),
+    opt=st.sampled_from(sorted(OPTIMIZERS)),
+    before=st.integers(1, 3),
+    after=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
 def test_resume_is_the_same_run(tmp_path_factory, widths, n, stage, precision, opt, before, after, seed):
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed))
@@ -92,13 +102,22 @@ np.save({str(tmp_path / 'params.npy')!r}, engine.full_params().view(np.uint16))
 
 # ---------------------------------------------------------------- resharding N -> M, stage s -> s'
 
-@given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=3), n=st.integers(1, 5), m=st.integers(1, 5),
-       stage=st.integers(0, 3), new_stage=st.integers(0, 3), precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
-       seed=st.integers(0, 2**16))
-def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(tmp_path_factory, widths, n, m, stage, new_stage,
-                                                                           precision, seed):
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 5),
+    m=st.integers(1, 5),
+    stage=st.integers(0, 3),
+    new_stage=st.integers(0, 3),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(
+    tmp_path_factory, widths, n, m, stage, new_stage, precision, seed
+):
     model = MLP(widths)
-    saved = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), precision, params=model.init_params(np.random.default_rng(seed)))
+    saved = ZeroEngine(
+        model, Cluster(n), stage, Adam(lr=1e-2), precision, params=model.init_params(np.random.default_rng(seed))
+    )
     for b in batches(widths, n, 2, seed + 1):
         saved.step(b)
     folder = str(tmp_path_factory.mktemp("ckpt"))
@@ -109,7 +128,9 @@ def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(tmp_
     master = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
     assert np.array_equal(bits(loaded.full_master()), bits(master))
     for k in ("m", "v"):
-        want = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}.optim.{k}"].reshape(-1) for s in model.specs])
+        want = np.concatenate(
+            [whole[f"{model.layers[s.layer].name}.{s.name}.optim.{k}"].reshape(-1) for s in model.specs]
+        )
         assert np.array_equal(bits(loaded.full_optimizer_state()[k]), bits(want))
     assert np.array_equal(bits(loaded.full_params()), bits(state.params)) and loaded.t == 2
     # continuing on M ranks equals the oracle on M ranks started from the same state
@@ -198,7 +219,8 @@ def test_a_manifest_of_another_format_is_refused(checkpoint, edit, match):
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 @pytest.mark.parametrize("other, match", [
     (MLP([4, 6, 2]), r"saved from another model: its parameter count differ \(saved 51, this model 44\)"),
-    (MLP([4, 6, 3], activation="gelu"), r"layers \(names, windows and kinds\) differ \(saved \['act0', 30, 30, 'ReLU'\], this model \['act0', 30, 30, 'GELU'\]\)"),
+    (MLP([4, 6, 3], activation="gelu"), r"layers \(names, windows and kinds\) differ \(saved \['act0', 30, 30, "
+                                        r"'ReLU'\], this model \['act0', 30, 30, 'GELU'\]\)"),
 ])
 def test_a_checkpoint_of_another_model_is_refused(checkpoint, other, match):
     directory, _, model = checkpoint

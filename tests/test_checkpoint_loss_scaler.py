@@ -72,12 +72,33 @@ def test_train_with_dynamic_scaling_saves_and_resumes_the_same_run(tmp_path):
     def run(*argv):
         out = io.StringIO()
         with redirect_stdout(out):
-            assert main(["train", "--json", "--steps", "8", "--stage", "2", "--precision", "fp16-mixed", "--loss-scale", "torch",
-                         "--scale-window", "2", "--widths", "8,16,4", *argv]) == 0
+            assert (
+                main(
+                    [
+                        "train",
+                        "--json",
+                        "--steps",
+                        "8",
+                        "--stage",
+                        "2",
+                        "--precision",
+                        "fp16-mixed",
+                        "--loss-scale",
+                        "torch",
+                        "--scale-window",
+                        "2",
+                        "--widths",
+                        "8,16,4",
+                        *argv,
+                    ]
+                )
+                == 0
+            )
         return json.loads(out.getvalue())
 
     whole = run()
-    assert whole["skipped"] and whole["skipped"][0] < 4 < whole["skipped"][-1]  # it overflowed before the save at step 4, and after
+    # it overflowed before the save at step 4, and after
+    assert whole["skipped"] and whole["skipped"][0] < 4 < whole["skipped"][-1]
     run("--save", str(tmp_path), "--save-every", "4")
     (tmp_path / "latest").write_text("step000004\n")
     resumed = run("--resume", str(tmp_path))
@@ -103,7 +124,8 @@ def test_a_manifest_from_before_the_recipes_is_read_or_refused(tmp_path):
     assert (loaded.precision.reduction, loaded.precision.unscale) == ("seeds", "divide")
     manifest["precision"]["average"] = "avg_premul"
     open(path, "w").write(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="saved with averaging 'avg_premul', which zerosim now offers only as the named recipes"):
+    with pytest.raises(CheckpointError, match="saved with averaging 'avg_premul', which zerosim now offers only as the "
+                                              "named recipes"):
         ckpt.load(str(tmp_path), Cluster(2), model)
 
 

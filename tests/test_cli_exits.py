@@ -38,7 +38,9 @@ def test_ctrl_c_exits_130_with_one_line():
 @pytest.mark.mpi
 def test_ctrl_c_under_mpiexec_exits_130_with_one_line_from_one_rank():
     mpiexec = launcher_or_skip()
-    code, err = interrupt_after_first_step([mpiexec, "-n", "2", *ZEROSIM, "train", "--backend", "mpi", "--steps", "1000000", "--print-every", "1"])
+    code, err = interrupt_after_first_step(
+        [mpiexec, "-n", "2", *ZEROSIM, "train", "--backend", "mpi", "--steps", "1000000", "--print-every", "1"]
+    )
     assert code == 130
     assert err.count("zerosim train: interrupted") == 1 and "Traceback" not in err, err
 
@@ -65,7 +67,9 @@ def test_train_json_is_json_alone():
 def test_sizes_that_cannot_fit_are_refused_at_once(args, message):
     result = subprocess.run([*ZEROSIM, "train", "--steps", "1", *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, result.stderr
+    assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, (
+        result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 

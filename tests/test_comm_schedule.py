@@ -25,15 +25,29 @@ from test_accumulation import bits, micro_batches  # the same bit view and per-r
 
 
 SCHEDULES = st.one_of(
-    st.builds(CommSchedule, reduce_bucket_size=st.one_of(st.none(), st.integers(1, 120)),
-              allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
-              prefetch_forward=st.integers(0, 3), prefetch_backward=st.integers(0, 3),
-              prefetch_after_compute=st.booleans(), max_gathered_units=st.one_of(st.none(), st.integers(1, 3))),
-    st.builds(CommSchedule.deepspeed, reduce_bucket_size=st.integers(1, 120), allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
-              stage3_prefetch_bucket_size=st.integers(0, 100), stage3_max_live_parameters=st.integers(1, 200),
-              stage3_max_reuse_distance=st.integers(0, 200)),
-    st.builds(CommSchedule.fsdp, backward_prefetch=st.sampled_from(["BACKWARD_PRE", "BACKWARD_POST", None]),
-              forward_prefetch=st.booleans(), limit_all_gathers=st.booleans()),
+    st.builds(
+        CommSchedule,
+        reduce_bucket_size=st.one_of(st.none(), st.integers(1, 120)),
+        allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
+        prefetch_forward=st.integers(0, 3),
+        prefetch_backward=st.integers(0, 3),
+        prefetch_after_compute=st.booleans(),
+        max_gathered_units=st.one_of(st.none(), st.integers(1, 3)),
+    ),
+    st.builds(
+        CommSchedule.deepspeed,
+        reduce_bucket_size=st.integers(1, 120),
+        allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
+        stage3_prefetch_bucket_size=st.integers(0, 100),
+        stage3_max_live_parameters=st.integers(1, 200),
+        stage3_max_reuse_distance=st.integers(0, 200),
+    ),
+    st.builds(
+        CommSchedule.fsdp,
+        backward_prefetch=st.sampled_from(["BACKWARD_PRE", "BACKWARD_POST", None]),
+        forward_prefetch=st.booleans(),
+        limit_all_gathers=st.booleans(),
+    ),
 )
 
 
@@ -55,7 +69,15 @@ def test_any_schedule_leaves_every_bit_equal_to_the_oracle(widths, n, k, stage, 
     policy = get_precision(precision)
     engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, checkpoint=checkpoint, params=params,
                         accumulation_steps=k, comm=comm)
-    ref = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k, reduce_every_micro_step=stage >= 2)
+    ref = Reference(
+        model,
+        Adam(lr=1e-2),
+        policy,
+        world_size=n,
+        params=params,
+        accumulation_steps=k,
+        reduce_every_micro_step=stage >= 2,
+    )
     for _ in range(2):
         data = micro_batches(rng, n, k, 3, widths)
         assert engine.step(data) == ref.step(data)
@@ -177,21 +199,38 @@ PEAK_ROWS = [
     # One element to prefetch: each walk stops after one gathered unit (272 >= 1), so the forward holds two.
     # At F3 the walk passes B3 (unit 3 live: not counted, but marked needed at B3, so not freed) and
     # gathers unit 2; at B3 it gathers unit 1: units 3, 2 and 1 live at once.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=1, stage3_max_reuse_distance=0), 3,
-     "one element to prefetch, yet three live in backward: live units passed on the walk are not counted"),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=1, stage3_max_reuse_distance=0),
+        3,
+        "one element to prefetch, yet three live in backward: live units passed on the walk are not counted",
+    ),
     # 273: at F0 units 1 (272 < 273, go on) and 2 (544, stop) are gathered: the unit that crosses the limit
     # still is. At F1 unit 3 (272, go on), then B3, B2, B1 are live and passed (marked needed: none freed
     # before its backward), and unit 0 is gathered for B0: all four live.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=273, stage3_max_reuse_distance=0), 4,
-     "273 elements: the unit crossing the limit is gathered, and live units passed do not count"),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=273, stage3_max_reuse_distance=0),
+        4,
+        "273 elements: the unit crossing the limit is gathered, and live units passed do not count",
+    ),
     # max live 600: at F0 budget 600 - 272 = 328 gathers units 1 (272 < 328) and 2 (544): three live;
     # unit 0 freed. F1: budget 600 - 544 = 56 gathers unit 3; F3 and B3 have no budget; never more than three.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=10**6, stage3_max_live_parameters=600, stage3_max_reuse_distance=0), 3,
-     "max live 600 bounds the prefetch: min(600 - live, bucket)"),
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=544), 1,
-     "no prefetch; after forward 2 the reuse (backward 2) lies 272 + 272 = 544 elements on: not within 544, freed"),
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=545), 2,
-     "545: unit 2 is kept for its backward, and unit 3 joins it"),
+    (
+        CommSchedule.deepspeed(
+            stage3_prefetch_bucket_size=10**6, stage3_max_live_parameters=600, stage3_max_reuse_distance=0
+        ),
+        3,
+        "max live 600 bounds the prefetch: min(600 - live, bucket)",
+    ),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=544),
+        1,
+        "no prefetch; after forward 2 the reuse (backward 2) lies 272 + 272 = 544 elements on: not within 544, freed",
+    ),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=545),
+        2,
+        "545: unit 2 is kept for its backward, and unit 3 joins it",
+    ),
 ]
 
 
@@ -255,8 +294,12 @@ def test_latency_makes_hiding_impossible():
 
 def test_names_give_the_presets():
     assert get_comm_schedule(None) == CommSchedule() == get_comm_schedule("seed")
-    assert get_comm_schedule("deepspeed") == CommSchedule(reduce_bucket_size=500_000_000, prefetch_bucket_size=50_000_000,
-                                                          max_live_parameters=1_000_000_000, max_reuse_distance=1_000_000_000)
+    assert get_comm_schedule("deepspeed") == CommSchedule(
+        reduce_bucket_size=500_000_000,
+        prefetch_bucket_size=50_000_000,
+        max_live_parameters=1_000_000_000,
+        max_reuse_distance=1_000_000_000,
+    )
     assert get_comm_schedule("fsdp") == CommSchedule(prefetch_backward=1, max_gathered_units=2)
 
 

@@ -136,7 +136,9 @@ def test_whole_model_gradient_matches_finite_differences(unit, activation, atten
     for k in rng.choice(m.num_params, 40, replace=False):
         e = np.zeros_like(theta)
         e[k] = FD_STEP
-        fd = (loss_and_grad(m, theta + e, x, t, "fp64")[0] - loss_and_grad(m, theta - e, x, t, "fp64")[0]) / (2 * FD_STEP)
+        fd = (loss_and_grad(m, theta + e, x, t, "fp64")[0] - loss_and_grad(m, theta - e, x, t, "fp64")[0]) / (
+            2 * FD_STEP
+        )
         assert abs(fd - g[k]) <= FD_TOL * (1 + abs(g[k])), (k, fd, g[k])
 
 
@@ -144,7 +146,9 @@ def test_whole_model_gradient_matches_finite_differences(unit, activation, atten
        attention=st.sampled_from(["standard", "selective", "flash"]), activation=st.sampled_from(["gelu", "relu"]),
        fmt=st.sampled_from(["fp16", "bf16", "fp32"]), n_layers=st.integers(1, 4), L=st.integers(1, 6),
        seed=st.integers(0, 2**16))
-def test_checkpointing_and_selective_attention_change_no_bit(unit, checkpoint, attention, activation, fmt, n_layers, L, seed):
+def test_checkpointing_and_selective_attention_change_no_bit(
+    unit, checkpoint, attention, activation, fmt, n_layers, L, seed
+):
     if checkpoint == "subblock":
         unit = "sublayer"
     rng = np.random.default_rng(seed)
@@ -262,11 +266,20 @@ def test_block_checkpointing_recomputes_every_unit_but_the_embedding():
 
 # -- ZeRO -------------------------------------------------------------------------------------------
 
-@given(n=st.integers(1, 4), stage=st.integers(0, 3), heads=st.sampled_from([1, 2]), dh=st.sampled_from([2, 4]),
-       n_layers=st.integers(1, 2), L=st.integers(1, 5), precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
-       unit=st.sampled_from(["block", "sublayer"]), checkpoint=st.sampled_from(["none", "block", "subblock", "every-k"]),
-       attention=st.sampled_from(["standard", "selective", "flash"]), activation=st.sampled_from(["gelu", "relu"]),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 4),
+    stage=st.integers(0, 3),
+    heads=st.sampled_from([1, 2]),
+    dh=st.sampled_from([2, 4]),
+    n_layers=st.integers(1, 2),
+    L=st.integers(1, 5),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    unit=st.sampled_from(["block", "sublayer"]),
+    checkpoint=st.sampled_from(["none", "block", "subblock", "every-k"]),
+    attention=st.sampled_from(["standard", "selective", "flash"]),
+    activation=st.sampled_from(["gelu", "relu"]),
+    seed=st.integers(0, 2**16),
+)
 def test_every_stage_equals_the_oracle_bitwise_on_gpt(n, stage, heads, dh, n_layers, L, precision, unit, checkpoint,
                                                       attention, activation, seed):
     if checkpoint == "subblock":
@@ -275,7 +288,9 @@ def test_every_stage_equals_the_oracle_bitwise_on_gpt(n, stage, heads, dh, n_lay
     model = GPT(7, heads * dh, heads, n_layers, 5, unit=unit, activation=activation, attention=attention,
                 checkpoint=checkpoint, flash_block=2)
     params = model.init_params(rng)
-    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), precision, checkpoint=model.checkpointing, params=params)
+    engine = ZeroEngine(
+        model, Cluster(n), stage, Adam(lr=1e-2), precision, checkpoint=model.checkpointing, params=params
+    )
     ref = Reference(model, Adam(lr=1e-2), precision, world_size=n, params=params)
     assert_steps_equal_the_oracle(engine, ref, lambda: [tokens(rng, 2, L, 7) for _ in range(n)])
 

@@ -61,7 +61,8 @@ def test_a_stage_3_step_names_its_handles():
     log = engine.cluster.trace.log
     calls = {e.call: e for e in log if isinstance(e, Call)}
     for e in log:
-        if isinstance(e, Compute) and e.kind != "loss" and e.name.startswith("fc"):  # reads weights: waits for their gather
+        # reads weights: waits for their gather
+        if isinstance(e, Compute) and e.kind != "loss" and e.name.startswith("fc"):
             (waited,) = e.needs
             assert calls[waited].purpose == "gather params" and calls[waited].tag == f"{e.name} params"
             assert log.index(calls[waited]) < log.index(e)

@@ -85,7 +85,9 @@ def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
     soon after the timeout — not after FAILURE_TIMEOUT, and not never."""
     timeout = 2.0
     start = time.monotonic()
-    result = run([mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)], timeout=FAILURE_TIMEOUT)
+    result = run(
+        [mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)], timeout=FAILURE_TIMEOUT
+    )
     elapsed = time.monotonic() - start
     assert elapsed < timeout + FAILURE_PROMISE, f"the job took {elapsed:.1f} s to end"
     assert result.returncode != 0

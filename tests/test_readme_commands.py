@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 INNER = "ZEROSIM_README_RUN"
 
-pytestmark = pytest.mark.skipif(os.environ.get(INNER) == "1", reason="the README's own test command is running this suite")
+pytestmark = pytest.mark.skipif(os.environ.get(INNER) == "1", reason="the README's own test command is running this "
+                                                                     "suite")
 
 
 def readme_blocks(text: str) -> list:
@@ -35,7 +36,9 @@ def readme_blocks(text: str) -> list:
 
 def fresh_copy(dest: Path) -> Path:
     """The project's files as a clone of this working tree would hold them (tracked, or new and not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    )
     files = listed.stdout.split() if listed.returncode == 0 and listed.stdout else None
     if files is None:  # not a git checkout: everything but environments and caches
         shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info"))
@@ -67,8 +70,12 @@ def test_every_readme_command_runs_as_written(tmp_path):
             if not runnable:
                 not_run.append(line)
                 continue
-            result = subprocess.run(["bash", "-c", line], cwd=project, env=env, capture_output=True, text=True, timeout=900)
-            assert result.returncode == 0, f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            result = subprocess.run(
+                ["bash", "-c", line], cwd=project, env=env, capture_output=True, text=True, timeout=900
+            )
+            assert result.returncode == 0, (
+                f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
             ran.append((line, result.stdout))
     assert len(ran) >= 6, ran  # the quick start's two, memory, figures, the MPI install and run
     main_out = ran[0][1]
@@ -84,6 +91,8 @@ def test_the_readme_python_snippet_starts_unsolved(tmp_path):
     result = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     # its first print: the engine's and the oracle's per-rank losses, "[a, b, c, d] [a, b, c, d]"
-    engine_losses, oracle_losses = (json.loads(part) for part in re.findall(r"\[[^\]]*\]", result.stdout.splitlines()[0]))
+    engine_losses, oracle_losses = (
+        json.loads(part) for part in re.findall(r"\[[^\]]*\]", result.stdout.splitlines()[0])
+    )
     assert engine_losses == oracle_losses
     assert all(0.1 < loss < 100 for loss in engine_losses), engine_losses

@@ -44,7 +44,11 @@ def gpu_cluster(n: int, arrays: str = "host") -> Cluster:
 def inputs(n: int, length: int, fmt: str, seed: int = 0, integers: bool = False) -> list:
     """One (L,) array per rank in `fmt`: normal values, or small integers whose sums are exact in any order."""
     rng = np.random.default_rng([seed, n, length])
-    draw = (lambda: rng.integers(-8, 9, length).astype(np.float64)) if integers else (lambda: rng.standard_normal(length) * 3)
+    draw = (
+        (lambda: rng.integers(-8, 9, length).astype(np.float64))
+        if integers
+        else (lambda: rng.standard_normal(length) * 3)
+    )
     return [cast(draw(), fmt) for _ in range(n)]
 
 

@@ -43,7 +43,11 @@ def reduce_scatter_cases(h) -> None:
             for op in OPS:
                 h.compare(f"reduce-scatter {fmt} {op} L={length}", lambda c, t: reduce_scatter(c, t, op=op), xs)
             if fmt != "fp32":
-                h.compare(f"reduce-scatter {fmt} on an fp32 wire L={length}", lambda c, t: reduce_scatter(c, t, wire="fp32"), xs)
+                h.compare(
+                    f"reduce-scatter {fmt} on an fp32 wire L={length}",
+                    lambda c, t: reduce_scatter(c, t, wire="fp32"),
+                    xs,
+                )
             counts = uneven_counts(2, n, length)
             h.compare(f"reduce-scatter {fmt} counts={counts}", lambda c, t: reduce_scatter(c, t, counts=counts), xs)
 
@@ -114,7 +118,11 @@ def exchange_cases(h) -> None:
     for like in (None, [(9, xs[0].dtype)]):  # a chain step 0 -> 1: rank 0 only sends, rank 1 only receives
         sends, send_to, recv_from = [xs[r] if r == 0 else None], [1 if r == 0 else None], [0 if r == 1 else None]
         got = backend.exchange(sends, send_to, recv_from, recv_like=like if r == 1 else None)
-        h.check(f"one-sided exchange, recv_like={like is not None}", np.array(got[0]) if r == 1 else got[0], xs[0] if r == 1 else None)
+        h.check(
+            f"one-sided exchange, recv_like={like is not None}",
+            np.array(got[0]) if r == 1 else got[0],
+            xs[0] if r == 1 else None,
+        )
     h.expect_error(
         "exchange with a recv_like that promises too many elements",
         RuntimeError,
@@ -130,11 +138,24 @@ def bad_input_cases(h) -> None:
     xs = [np.zeros(8 if q != n - 1 else 9, dtype=np.float32) for q in range(n)]
     for name, cluster, local in (("mpi", mpi, [xs[r]]), ("simulator", sim, xs)):
         h.expect_error(
-            f"reduce-scatter with one longer buffer ({name})", ValueError, lambda: reduce_scatter(cluster, local), f"rank {n - 1} has length 9"
+            f"reduce-scatter with one longer buffer ({name})",
+            ValueError,
+            lambda: reduce_scatter(cluster, local),
+            f"rank {n - 1} has length 9",
         )
     ys = [np.zeros(8, dtype=np.float32 if q != n - 1 else np.float16) for q in range(n)]
-    h.expect_error("all-reduce with one fp16 buffer (mpi)", ValueError, lambda: all_reduce(mpi, [ys[r]]), f"rank {n - 1} has dtype fp16")
-    h.expect_error("two arrays for one local rank", ValueError, lambda: all_reduce(mpi, [xs[0], xs[0]]), "this process hosts 1 rank(s)")
+    h.expect_error(
+        "all-reduce with one fp16 buffer (mpi)",
+        ValueError,
+        lambda: all_reduce(mpi, [ys[r]]),
+        f"rank {n - 1} has dtype fp16",
+    )
+    h.expect_error(
+        "two arrays for one local rank",
+        ValueError,
+        lambda: all_reduce(mpi, [xs[0], xs[0]]),
+        "this process hosts 1 rank(s)",
+    )
     h.expect_error(
         "Cluster(N + 1) under mpiexec -n N", ValueError, lambda: Cluster(n + 1, backend="mpi"),
         f"Cluster({n + 1}, backend='mpi') but mpiexec started {n} processes",
@@ -167,7 +188,12 @@ def native_cases(h) -> None:
         refuse = lambda: backend.native_reduce_scatter([x])  # noqa: E731
         h.expect_error(f"native reduce-scatter {fmt} is refused", TypeError, refuse, "fp32 and fp64 only")
     mpi, _ = h.clusters()
-    h.expect_error("native off by default", RuntimeError, lambda: mpi.backend.native_all_reduce([np.zeros(2, np.float32)]), "native=True")
+    h.expect_error(
+        "native off by default",
+        RuntimeError,
+        lambda: mpi.backend.native_all_reduce([np.zeros(2, np.float32)]),
+        "native=True",
+    )
 
 
 def report_cases(h) -> None:

@@ -178,10 +178,16 @@ def _concatenate(arrays, axis=0, **kwargs) -> MetaArray:
 
 # numpy functions a MetaArray answers (with `like=meta` for the creation functions: NEP 35).
 _FUNCTIONS = {
-    np.empty: _creation, np.zeros: _creation, np.ones: _creation,
-    np.empty_like: _like, np.zeros_like: _like, np.ones_like: _like,
+    np.empty: _creation,
+    np.zeros: _creation,
+    np.ones: _creation,
+    np.empty_like: _like,
+    np.zeros_like: _like,
+    np.ones_like: _like,
     np.concatenate: _concatenate,
-    np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
 }
 
 

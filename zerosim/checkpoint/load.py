@@ -56,7 +56,8 @@ class SavedState:
         saved = self.manifest.get("loss_scaler") or {}
         fresh = policy.make_scaler()
         if saved.get("kind") != fresh.kind:
-            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is {saved.get('kind')!r}, "
+            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is "
+                                  f"{saved.get('kind')!r}, "
                                   f"but its precision policy names {fresh.kind!r}")
         return fresh if fresh.kind == "static" else loss_scaler_from_state_dict(saved)
 
@@ -96,7 +97,8 @@ def policy_from_manifest(fields: dict, where: str) -> MixedPrecision:
     if "average" in fields:
         average = fields.pop("average")
         if average != "avg":
-            raise CheckpointError(f"{where}: saved with averaging {average!r}, which zerosim now offers only as the named "
+            raise CheckpointError(f"{where}: saved with averaging {average!r}, which zerosim now offers only as the "
+                                  "named "
                                   f"recipes of docs/recipes.md; its gradients would not reduce the same way")
         fields.setdefault("reduction", "seeds")
         fields.setdefault("unscale", "divide")
@@ -114,7 +116,9 @@ def resolve(directory: str, tag: str | None = None) -> str:
         with open(latest) as f:
             name = f.read().strip()
     except FileNotFoundError:
-        raise CheckpointError(f"{directory}: no checkpoint here (neither a manifest.json nor a 'latest' file)") from None
+        raise CheckpointError(
+            f"{directory}: no checkpoint here (neither a manifest.json nor a 'latest' file)"
+        ) from None
     return os.path.join(directory, name)
 
 
@@ -127,7 +131,10 @@ def read_files(folder: str, manifest: dict) -> dict:
         if not os.path.exists(path):
             raise CheckpointError(f"{path}: missing (rank {entry['rank']} of {manifest['world_size']}'s file)")
         raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["checksum"])
-    return {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"])) for e in manifest["files"]}
+    return {
+        e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"]))
+        for e in manifest["files"]
+    }
 
 
 def read_state(directory: str, model=None, tag: str | None = None) -> SavedState:
@@ -155,7 +162,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     m, where = state.manifest, os.path.join(state.folder, "manifest.json")
     saved_policy = state.precision
     if precision is not None and get_precision(precision) != saved_policy:
-        raise CheckpointError(f"{where}: saved with precision {saved_policy}, not the {get_precision(precision)} asked for")
+        raise CheckpointError(f"{where}: saved with precision {saved_policy}, not the {get_precision(precision)} asked "
+                              "for")
     if expect_stage is not None and m["stage"] != expect_stage:
         raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
     saved_opt = m["optimizer"]
@@ -163,15 +171,25 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
                                                         for k, v in saved_opt["hyperparameters"].items()})
     elif optimizer.name != saved_opt["name"]:
-        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume {optimizer.name}")
+        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume "
+                              f"{optimizer.name}")
     saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
     if set(optimizer.state_names) != set(saved_names):
-        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps {sorted(optimizer.state_names)}")
+        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps "
+                              f"{sorted(optimizer.state_names)}")
     stage = m["stage"] if stage is None else stage
     scaler = state.loss_scaler(saved_policy)  # checked before anything is built
-    engine = ZeroEngine(model, cluster, stage, optimizer, saved_policy, states=rank_states(state, cluster, model, stage),
-                        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1), checkpoint=checkpoint,
-                        clip_grad=clip_grad)
+    engine = ZeroEngine(
+        model,
+        cluster,
+        stage,
+        optimizer,
+        saved_policy,
+        states=rank_states(state, cluster, model, stage),
+        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1),
+        checkpoint=checkpoint,
+        clip_grad=clip_grad,
+    )
     engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
     return engine
 
@@ -180,7 +198,8 @@ def rank_states(state: SavedState, cluster, model, stage: int) -> dict:
     """{local rank: {"params", "master", "optim.<name>": array}}: what each local rank of a ZeRO-`stage` engine on
     `cluster` starts from. At the saved world size and stage, its saved file's tensors as they are (writable views
     of the bytes just checked: no copy); otherwise cut anew from the whole vectors by the new layout (resharding:
-    each saved (P,) vector arranged once in the new layout's (Ψ,) order, padding zero, then every rank's part copied)."""
+    each saved (P,) vector arranged once in the new layout's (Ψ,) order, padding zero, then every rank's part
+    copied)."""
     m = state.manifest
     if (m["world_size"], m["stage"]) == (cluster.world_size, stage):
         return {r.index: state.files[r.index] for r in cluster.ranks}
@@ -193,5 +212,7 @@ def rank_states(state: SavedState, cluster, model, stage: int) -> dict:
     for rank in cluster.ranks:
         first = layout.own(rank.index).start if plan.shards("params") else 0
         cut = {"params": slice(first, first + sizes["params"])}  # the rest: the region it updates
-        out[rank.index] = {name: v[cut.get(name, plan.region(layout, rank.index))].copy() for name, v in arranged.items()}
+        out[rank.index] = {
+            name: v[cut.get(name, plan.region(layout, rank.index))].copy() for name, v in arranged.items()
+        }
     return out

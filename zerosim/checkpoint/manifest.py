@@ -10,7 +10,8 @@ engine.py, `save_checkpoint` / `load_checkpoint`), so an interrupted save never 
 `latest` names. Manifest fields: format and version; the model (class, parameter count, every layer's
 window and every parameter's name and shape — a checkpoint of another model is refused); stage and
 world size; the layout (its kind: zerosim's flat shards, or DeepSpeed ZeRO-3's per-parameter chunks with
-each parameter's chunk size; FSDP2's dim-0 chunks; P, s, padded length, padding, each rank's region); the precision policy
+each parameter's chunk size; FSDP2's dim-0 chunks; P, s, padded length, padding, each rank's region); the precision
+policy
 (its fields: compute, master, reduce, loss scale and its options, unscaling, the gradient recipe, the
 all-reduce's chunk map, rounding, seed, grad_accum); the optimizer (name, hyperparameters) and its step
 t, and the iterations run (skipped steps count there, not in t); the loss scaler's state (its
@@ -48,7 +49,10 @@ def model_spec(model) -> dict:
 
 def optimizer_spec(optimizer) -> dict:
     hyper = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(optimizer)}
-    return {"name": optimizer.name, "hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}}
+    return {
+        "name": optimizer.name,
+        "hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()},
+    }
 
 
 def make_manifest(engine, files: list) -> dict:
@@ -81,9 +85,11 @@ def read_manifest(folder: str) -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: unreadable manifest ({e})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format {m.get('format') if isinstance(m, dict) else None!r})")
+        raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format "
+                              f"{m.get('format') if isinstance(m, dict) else None!r})")
     if m.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version {VERSION}")
+        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version "
+                              f"{VERSION}")
     return m
 
 
@@ -92,7 +98,11 @@ def check_model(manifest: dict, model, path: str) -> None:
     saved, here = manifest["model"], model_spec(model)
     for key in ("num_params", "layers", "params"):
         if saved[key] != here[key]:
-            what = {"num_params": "parameter count", "layers": "layers (names, windows and kinds)", "params": "parameter shapes"}[key]
+            what = {
+                "num_params": "parameter count",
+                "layers": "layers (names, windows and kinds)",
+                "params": "parameter shapes",
+            }[key]
             a, b = (saved[key], here[key]) if key == "num_params" else (_first_diff(saved[key], here[key]))
             raise CheckpointError(f"{path}: saved from another model: its {what} differ (saved {a}, this model {b})")
 

@@ -45,8 +45,12 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     entries = []
     for rank in cluster.ranks:
         path = os.path.join(folder, rank_file(rank.index))
-        formats, nbytes, digest = write_tensors(path, rank_tensors(rank), metadata={"rank": str(rank.index), "tag": tag})
-        entries.append({"rank": rank.index, "file": rank_file(rank.index), "bytes": nbytes, "checksum": digest, "tensors": formats})
+        formats, nbytes, digest = write_tensors(
+            path, rank_tensors(rank), metadata={"rank": str(rank.index), "tag": tag}
+        )
+        entries.append(
+            {"rank": rank.index, "file": rank_file(rank.index), "bytes": nbytes, "checksum": digest, "tensors": formats}
+        )
     everyone = sorted(cluster.backend.all_meta(entries), key=lambda e: e["rank"])  # one per rank of the world
     if 0 in (rank.index for rank in cluster.ranks):
         manifest = make_manifest(engine, everyone)

@@ -96,11 +96,14 @@ def _timeline(args):
 
     llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
     runs = {}
-    for name, comm in (("seed 004: each unit gathered right before its use", None),
-                       ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True))):
+    for name, comm in (
+        ("seed 004: each unit gathered right before its use", None),
+        ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True)),
+    ):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
         runs[f"{name}: step {result.step_time:.2f} s, exposed {result.exposed_comm[0]:.2f} s"] = result
-    return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 tokens per rank")
+    return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 "
+                                        "tokens per rank")
 
 
 def _timeline_sweep(args):
@@ -115,7 +118,9 @@ def _timeline_sweep(args):
     from zerosim.costs.overheads import ALLOCATOR_RESERVE
 
     gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
-    rows = sweep(gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)
+    rows = sweep(
+        gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480
+    )
     gpu = get_gpu("h100-80gb")  # ZeRO-1/2 need ~740 / ~380 GB per rank here: they are marked, not drawn as steps
     fits = [judge(r.peak, r.stage, r.ranks, gpu, ALLOCATOR_RESERVE)["fits"] for r in rows]
     return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)",
@@ -131,7 +136,10 @@ def _l_squared(args):
     from zerosim.models.meta_gpt import MetaGPT
     from zerosim.viz.activations_figure import l_squared_figure
 
-    rows = [(L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block) for L in (512, 1024, 2048, 4096, 8192)]
+    rows = [
+        (L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block)
+        for L in (512, 1024, 2048, 4096, 8192)
+    ]
     return l_squared_figure(rows, title="What one layer saves, seed 001's 7B shape (d 4096, H 32), B = 4, fp16:\n"
                                         "measured by the meta backend's ledgers").figure
 
@@ -141,7 +149,8 @@ def _activation_strategies(args):
     from zerosim.viz.activations_figure import strategies_figure
 
     return strategies_figure(strategy_costs(4, 2048, **SEED001_7B),
-                             title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, fp16: "
+                             title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, "
+                                   "fp16: "
                                    "one rank's ledger and compute events")
 
 
@@ -191,7 +200,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default="figures", help="directory to write into (default figures/)")
     p.add_argument("--only", action="append", choices=sorted(FIGURES), metavar="NAME",
                    help=f"draw only this figure (repeatable): {', '.join(FIGURES)}")
-    p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of stacked bars")
+    p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of "
+                                                      "stacked bars")
 
 
 def run(args) -> int:

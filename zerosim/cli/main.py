@@ -22,8 +22,16 @@ from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, 
                          train_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
-COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd, "checkpoint": checkpoint_cmd,
-            "exercise": exercise_cmd, "timeline": timeline_cmd, "plan": plan_cmd}
+COMMANDS = {
+    "replay": replay_cmd,
+    "train": train_cmd,
+    "memory": memory_cmd,
+    "figures": figures_cmd,
+    "checkpoint": checkpoint_cmd,
+    "exercise": exercise_cmd,
+    "timeline": timeline_cmd,
+    "plan": plan_cmd,
+}
 
 
 def _in_mpi_job() -> bool:
@@ -33,7 +41,8 @@ def _in_mpi_job() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with no GPU.")
+    parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with "
+                                                                 "no GPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         # the docstring as written: its example commands stay one per line
@@ -65,8 +74,17 @@ def _run(args) -> int:
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, MemoryError, BackendUnavailable,
-            LossScaleAtMinimum) as e:
+    except (
+        ValueError,
+        TypeError,
+        FloatingPointError,
+        OverflowError,
+        OSError,
+        ImportError,
+        MemoryError,
+        BackendUnavailable,
+        LossScaleAtMinimum,
+    ) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
             from zerosim.backends.mpi_failure import abort_job
 

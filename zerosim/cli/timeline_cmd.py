@@ -227,7 +227,8 @@ def format_one(r: dict) -> str:
         f"checkpoint {r['checkpoint']!r}"
     )
     lines = [
-        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, ZeRO-{r['stage']}, "
+        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, "
+        f"ZeRO-{r['stage']}, "
         f"{r['precision']}",
         f"  {work}",
         f"  {r['device']} over {r['link']} ({r['link_note']})",
@@ -237,7 +238,8 @@ def format_one(r: dict) -> str:
         f"  compute        {unit(r['compute_s'])}  ({pct(r['compute_s'])} of the step: rank 0's compute stream)",
         f"  communication  {unit(r['comm_s'])}  (the communication stream, the same on every rank)",
         f"    hidden       {unit(r['overlapped_s'])}  (ran while compute ran)",
-        f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: compute waited for it)",
+        f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: "
+        "compute waited for it)",
         "",
         "communication by purpose:",
     ]

@@ -67,10 +67,13 @@ def gpt_options(args) -> dict:
 def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--ranks", type=int, default=None, help="simulated ranks (default 4; under MPI the process count)")
-    p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default numpy)")
+    p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default "
+                                                                                        "numpy)")
     p.add_argument("--native", action="store_true",
-                   help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; fp32 only)")
-    p.add_argument("--precision", choices=sorted(PRESETS), default="bf16-mixed", help="mixed-precision preset (default bf16-mixed)")
+                   help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; "
+                        "fp32 only)")
+    p.add_argument("--precision", choices=sorted(PRESETS), default="bf16-mixed", help="mixed-precision preset (default "
+                                                                                      "bf16-mixed)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam", help="optimizer (default adam)")
     p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
@@ -84,7 +87,8 @@ def add_arguments(p) -> None:
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
-    p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and every --save-every steps)")
+    p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and "
+                                                               "every --save-every steps)")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
@@ -108,7 +112,11 @@ def run(args) -> int:
     from zerosim.train import TrainConfig, train
 
     widths = _widths(args.widths)
-    for flag, value in (("--steps", args.steps), ("--batch", args.batch), ("--accumulation-steps", args.accumulation_steps)):
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--batch", args.batch),
+        ("--accumulation-steps", args.accumulation_steps),
+    ):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     ranks = args.ranks
@@ -125,7 +133,8 @@ def run(args) -> int:
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
     if args.native and get_precision(args.precision).reduce_format.name not in ("fp32", "fp64"):
-        raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop --native")
+        raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop "
+                         "--native")
     precision = get_precision(args.precision)
     if args.grad_accum == "fp32":
         precision = precision.with_(grad_accum="fp32")
@@ -144,7 +153,9 @@ def run(args) -> int:
         first[0] = first_step
         bar.reset(total=args.steps - first_step + 1)
         if talk and not args.json:
-            accum = f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
+            accum = (
+                f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
+            )
             kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
                     f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
@@ -153,18 +164,25 @@ def run(args) -> int:
                   + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
-    bar = progress(total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty())
+    bar = progress(
+        total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
+    )
 
     def on_step(step, mean, info):
         bar.update(1)
         bar.set_postfix(loss=f"{mean:.6g}")
-        if talk and not args.json and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped):
+        if (
+            talk
+            and not args.json
+            and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped)
+        ):
             line = f"step {step:>5}  loss {mean!r}" + step_note(precision, info)
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at
         if talk and not args.json:
-            line = f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings (chance {1 / (config.vocab - 1):.3f})"
+            line = (f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings "
+                    f"(chance {1 / (config.vocab - 1):.3f})")
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     result = train(config, on_step, on_start, on_eval)
@@ -197,15 +215,20 @@ def add_precision_arguments(p) -> None:
     from zerosim.precision.policy import ALLREDUCES, REDUCTIONS
 
     p.add_argument("--loss-scale", default=None, metavar="S",
-                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) or "
-                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: the preset's, 1)")
+                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "
+                        "or "
+                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: "
+                        "the preset's, 1)")
     p.add_argument("--scale-window", type=int, default=None, metavar="N",
-                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, deepspeed scale_window 1000)")
+                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, "
+                        "deepspeed scale_window 1000)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="MAX_NORM",
                    help="clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_)")
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
-                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), deepspeed-zero3 and fsdp2 (stage 3, per-parameter partitions)")
-    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring (default) or nccl")
+                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), "
+                        "deepspeed-zero3 and fsdp2 (stage 3, per-parameter partitions)")
+    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring "
+                                                                         "(default) or nccl")
 
 
 def precision_from_arguments(args, precision):
@@ -222,7 +245,9 @@ def precision_from_arguments(args, precision):
         kind = changes.get("loss_scale", precision.loss_scale)
         if not isinstance(kind, str):
             raise ValueError("--scale-window needs a dynamic --loss-scale (torch, dynamic or deepspeed)")
-        changes["loss_scale_options"] = {"scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window}
+        changes["loss_scale_options"] = {
+            "scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window
+        }
     if args.reduction is not None:
         changes["reduction"] = args.reduction
     if args.allreduce is not None:

@@ -16,5 +16,20 @@ from zerosim.cluster.ledger import Buffer, LedgerError, LedgerEvent, MemoryLedge
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Call, Event, Handle, Trace
 
-__all__ = ["Buffer", "Call", "Cluster", "Compute", "Event", "GradClip", "Handle", "LedgerError", "LedgerEvent", "LossScaleUpdate",
-           "MemoryLedger", "OptimizerStep", "Rank", "StepBoundary", "Trace"]
+__all__ = [
+    "Buffer",
+    "Call",
+    "Cluster",
+    "Compute",
+    "Event",
+    "GradClip",
+    "Handle",
+    "LedgerError",
+    "LedgerEvent",
+    "LossScaleUpdate",
+    "MemoryLedger",
+    "OptimizerStep",
+    "Rank",
+    "StepBoundary",
+    "Trace",
+]

@@ -34,8 +34,15 @@ class Cluster:
         keep_values: copy every chunk that crosses a link into the trace (for teaching; small runs only).
     """
 
-    def __init__(self, world_size: int, backend: str = "numpy", trace: str | None = None, timeline: bool = True, keep_values: bool = False,
-                 **backend_options):
+    def __init__(
+        self,
+        world_size: int,
+        backend: str = "numpy",
+        trace: str | None = None,
+        timeline: bool = True,
+        keep_values: bool = False,
+        **backend_options,
+    ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
@@ -43,7 +50,8 @@ class Cluster:
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
-            raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")
+            raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster "
+                             f"was asked for {world_size}")
         self.world_size = world_size
         representative = len(self.backend.local_ranks) < world_size and self.backend.name == "meta"
         if representative and trace == "hop":
@@ -53,11 +61,14 @@ class Cluster:
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
-        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
-                      for i in self.backend.local_ranks]
+        self.ranks = [
+            Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
+            for i in self.backend.local_ranks
+        ]
 
     def __repr__(self) -> str:
-        return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={[r.index for r in self.ranks]})"
+        local = [r.index for r in self.ranks]
+        return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={local})"
 
     @property
     def local_size(self) -> int:

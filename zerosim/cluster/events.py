@@ -37,7 +37,8 @@ class Compute:
     """One layer's computation on one rank (or the loss): what the timeline charges to the compute stream."""
 
     rank: int
-    step: int  # the iteration it belongs to (1-based: engine.iteration + 1 while it runs; t + 1 unless steps were skipped)
+    # the iteration it belongs to (1-based: engine.iteration + 1 while it runs; t + 1 unless steps were skipped)
+    step: int
     micro: int  # micro-step within the step, 0..K-1
     layer: int  # index into model.layers; -1 for the loss
     name: str  # the layer's name ("fc0", "h.3.attn", "loss")

@@ -85,7 +85,8 @@ class Trace:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
         self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
-        self.ring_calls = {}  # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        self.ring_calls = {}
         self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
 
     # -- recording (used by the engines) ---------------------------------------------------------
@@ -118,16 +119,22 @@ class Trace:
 
     def live(self, handle) -> Handle:
         """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since)."""
-        if getattr(handle, "generation", self.generation) != self.generation or any(c >= len(self.calls) for c in handle):
+        if getattr(handle, "generation", self.generation) != self.generation or any(
+            c >= len(self.calls) for c in handle
+        ):
             return Handle((), self.generation)
         return handle
 
-    def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
+    def hop(
+        self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None
+    ) -> None:
         """Record one send (at "call" granularity: add it to the sender's summary)."""
         c = self.calls[call]
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
-            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values))
+            self.events.append(
+                Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values)
+            )
         else:
             acc = self._pending[src]
             acc[0] += elements
@@ -154,7 +161,8 @@ class Trace:
         return dict(out)
 
     def sent_totals(self, world_size: int) -> list:
-        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in NumPy."""
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in
+        NumPy."""
         import numpy as np
 
         totals = np.zeros(world_size, dtype=np.int64)
@@ -177,20 +185,32 @@ class Trace:
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
         """The events of one collective kind, one call and/or one tag (None: any)."""
         return [
-            e for e in self.events
-            if (collective is None or e.collective == collective) and (call is None or e.call == call) and (tag is None or e.tag == tag)
+            e
+            for e in self.events
+            if (collective is None or e.collective == collective)
+            and (call is None or e.call == call)
+            and (tag is None or e.tag == tag)
         ]
 
-    def bytes_sent(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
+    def bytes_sent(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
         """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
         from_events = sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
         return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
 
     def _closed(self, collective, call, tag) -> list:
-        return [c for c in self.ring_calls if (call is None or c == call) and (collective is None or self.calls[c].collective == collective)
-                and (tag is None or self.calls[c].tag == tag)]
+        return [
+            c
+            for c in self.ring_calls
+            if (call is None or c == call)
+            and (collective is None or self.calls[c].collective == collective)
+            and (tag is None or self.calls[c].tag == tag)
+        ]
 
-    def bytes_received(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
+    def bytes_received(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
         """Bytes that arrived at `rank` (needs "hop" granularity: summaries do not say who received)."""
         if self.granularity != "hop":
             raise ValueError('bytes_received needs trace granularity "hop"; "call" summaries record senders only')

@@ -47,7 +47,8 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     if counts is not None:
         counts = check_counts(counts, n, what)
         if sum(counts) != length:
-            raise ValueError(f"{what}: counts {list(counts)} add up to {sum(counts)}, but the buffers hold {length} elements")
+            raise ValueError(f"{what}: counts {list(counts)} add up to {sum(counts)}, but the buffers hold {length} "
+                             "elements")
     padded = length if counts is not None else layout.padded
     bounds = chunk_bounds(layout, counts)
     if out is not None:
@@ -68,10 +69,14 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
                 o[...] = r
         return Collected(out, handle)
     keep = [c for c in counts] if counts is not None else layout.real_sizes()
-    return Collected([reduce_op.post(chunk[: keep[rank.index]], n) for rank, chunk in zip(cluster.ranks, results)], handle)
+    return Collected(
+        [reduce_op.post(chunk[: keep[rank.index]], n) for rank, chunk in zip(cluster.ranks, results)], handle
+    )
 
 
-def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None, _name: str = "all_gather", _length=None) -> list:
+def all_gather(
+    cluster, shards, wire=None, tag: str = "", counts=None, out=None, _name: str = "all_gather", _length=None
+) -> list:
     """Ring all-gather: every rank receives the concatenation of all ranks' shards, in rank order.
 
     Without `counts`, shards must be equal in size or follow reduce-scatter's layout for an unpadded
@@ -104,7 +109,8 @@ def all_gather(cluster, shards, wire=None, tag: str = "", counts=None, out=None,
         bounds, total, length = chunk_bounds(layout, None), layout.padded, layout.length
     if out is not None:
         if total != length:
-            raise ValueError(f"{what}: out= needs shards that are not padded (equal sizes, or counts), got a padded {total} for {length}")
+            raise ValueError(f"{what}: out= needs shards that are not padded (equal sizes, or counts), got a padded "
+                             f"{total} for {length}")
         out = check_out(cluster, out, [length] * n, wire_fmt, what, False)
     call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag)
     padded, temps = [], []
@@ -143,8 +149,23 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "", coun
     shape = arrays[0][1].shape
     flat = [a.reshape(-1) for (_, a, _) in arrays]
     reduce_op = get_op(op)
-    summed = reduce_scatter(cluster, flat, op="sum" if reduce_op.name == "avg" else reduce_op, wire=wire, tag=tag, counts=counts, _name="all_reduce")
-    full = all_gather(cluster, summed, tag=tag, counts=counts, _name="all_reduce", _length=None if counts is not None else flat[0].shape[0])
+    summed = reduce_scatter(
+        cluster,
+        flat,
+        op="sum" if reduce_op.name == "avg" else reduce_op,
+        wire=wire,
+        tag=tag,
+        counts=counts,
+        _name="all_reduce",
+    )
+    full = all_gather(
+        cluster,
+        summed,
+        tag=tag,
+        counts=counts,
+        _name="all_reduce",
+        _length=None if counts is not None else flat[0].shape[0],
+    )
     return Collected([reduce_op.post(f, cluster.world_size).reshape(shape) for f in full], summed.handle + full.handle)
 
 

@@ -114,8 +114,18 @@ OPS = {
         ReduceOp("sum", add, "sum, rounded to the wire dtype at every hop"),
         ReduceOp("max", np.maximum, "elementwise maximum"),
         ReduceOp("avg", add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
-        ReduceOp("avg_predivide", add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)", before_wire=divide_exactly),
-        ReduceOp("avg_premul", add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)", on_wire=premul_reciprocal),
+        ReduceOp(
+            "avg_predivide",
+            add,
+            "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)",
+            before_wire=divide_exactly,
+        ),
+        ReduceOp(
+            "avg_premul",
+            add,
+            "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)",
+            on_wire=premul_reciprocal,
+        ),
     )
 }
 

@@ -61,7 +61,8 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
 
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None):
-    """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when given)."""
+    """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when
+    given)."""
     n = cluster.world_size
     me = [rank.index for rank in cluster.ranks]
     full = out or [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output

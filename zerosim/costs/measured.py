@@ -39,7 +39,9 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off).
     """
     out = []
-    for stage in progress(stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"):
+    for stage in progress(
+        stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
+    ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad)[0])
     return out
 
@@ -105,7 +107,10 @@ def measure_activations(model, batch: int, seq_len: int, precision: str = "fp16-
     strategy; checkpointing only decides how long it lives); the peak from a pass with the model's own.
     Activations do not depend on the ZeRO stage or on N: every rank keeps its own.
     """
-    plain, own = _activation_ledger(model, batch, seq_len, precision, False), _activation_ledger(model, batch, seq_len, precision, True)
+    plain, own = (
+        _activation_ledger(model, batch, seq_len, precision, False),
+        _activation_ledger(model, batch, seq_len, precision, True),
+    )
     allocs = [e for e in plain.timeline if e.action == "alloc"]
     peak = own.peak("activations")
     top = next(e for e in own.timeline if e.action == "alloc" and e.kind_total == peak)  # the first moment of the peak
@@ -145,13 +150,17 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     for name in strategies or STRATEGIES:
         model = MetaGPT(GPT(seq_len=seq_len, **shape, **strategy_options(name)))
         cluster = Cluster(1, backend="meta")
-        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(model.batches(cluster, batch))
+        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(
+            model.batches(cluster, batch)
+        )
         ledger, flops = cluster.ranks[0].ledger, {}
         for e in cluster.trace.log:
             if isinstance(e, Compute):
                 flops[e.kind] = flops.get(e.kind, 0) + e.flops
         peak = ledger.peak("activations")
-        top = next(e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak)
+        top = next(
+            e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak
+        )
         rows.append({"strategy": name, "peak": peak, "peak_at": top.name, "flops": flops})
     plain = next((sum(r["flops"].values()) for r in rows if r["strategy"] == "none"), None)
     if plain is None:  # the yardstick: the same shape without checkpointing

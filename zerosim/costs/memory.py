@@ -101,7 +101,8 @@ class ModelStateMemory:
     grads: float  # gradients: 2Ψ (4Ψ with fp32 accumulation), /N from stage 2
     master: float  # fp32 master: 4Ψ, /N from stage 1
     optimizer: tuple  # ((ledger kind, bytes), ...): K·Ψ split by tensor, /N from stage 1
-    grad_kind: str = "grads"  # the ledger kind of the gradient buffer (fp32-accumulated gradients too, as the engines keep them)
+    # the ledger kind of the gradient buffer (fp32-accumulated gradients too, as the engines keep them)
+    grad_kind: str = "grads"
 
     @property
     def optimizer_total(self) -> float:
@@ -144,7 +145,9 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     if ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
     # which parts the stage shards: its plan's (zero/plan.py), sized here by the formula's own padding convention
-    sizes = PLANS[stage].sizes(_elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding))
+    sizes = PLANS[stage].sizes(
+        _elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding)
+    )
     p, g = sizes["params"], sizes["grads"]
     opt = OPTIMIZER_STATES[config.optimizer]
     return ModelStateMemory(

@@ -25,7 +25,10 @@ import os
 from zerosim.exercises import average_dtype, refresh_params, ring_chunk, shard_offset, stage2_free, unscale_once
 from zerosim.exercises.grading import Exercise, Result, load
 
-EXERCISES = {m.EXERCISE.name: m.EXERCISE for m in (ring_chunk, shard_offset, stage2_free, refresh_params, average_dtype, unscale_once)}
+EXERCISES = {
+    m.EXERCISE.name: m.EXERCISE
+    for m in (ring_chunk, shard_offset, stage2_free, refresh_params, average_dtype, unscale_once)
+}
 
 
 def get(name: str) -> Exercise:

@@ -69,7 +69,8 @@ def _call(fn, reduced, policy, world_size, micro_steps):
     return fn(reduced, world_size)
 
 
-def _applies(reduction: str, policy, micro_steps) -> bool:  # the plain average: no loss scale, no accumulation (unscale_once has those)
+# the plain average: no loss scale, no accumulation (unscale_once has those)
+def _applies(reduction: str, policy, micro_steps) -> bool:
     return reduction == "seeds" and micro_steps == 1 and policy.loss_scale == 1
 
 

@@ -2,7 +2,8 @@
 
 Each case trains a tiny MLP for two steps with an engine and with the single-device oracle on the same
 micro-batches (`grading.train_against_oracle`); the learner's function takes one of the engine's named
-extension points (`zerosim.zero.Hooks`), so nothing in the package is patched. Letters: N ranks, K micro-steps per step (gradient accumulation).
+extension points (`zerosim.zero.Hooks`), so nothing in the package is patched. Letters: N ranks, K micro-steps
+per step (gradient accumulation).
 """
 
 from __future__ import annotations
@@ -44,4 +45,5 @@ def run_case(case: dict, hooks=None, precision=None, lr: float = 1e-2, data_scal
 def describe(case: dict) -> str:
     k = case.get("k", 1)
     return (f"ZeRO-{case['stage']}, MLP {list(case['widths'])} on {case['n']} ranks"
-            + (f", {k} micro-steps per step" if k > 1 else "") + f", {case.get('precision', 'fp16-mixed')}, {STEPS} Adam steps")
+            + (f", {k} micro-steps per step" if k > 1 else "") + f", {case.get('precision', 'fp16-mixed')}, {STEPS} "
+                                                                 "Adam steps")

@@ -32,7 +32,9 @@ class Result:
     def __str__(self) -> str:
         if self.passed:
             return f"{self.exercise}: passed all {self.cases} cases"
-        return f"{self.exercise}: failed on case {self.cases} — counterexample:\n  " + self.counterexample.replace("\n", "\n  ")
+        return f"{self.exercise}: failed on case {self.cases} — counterexample:\n  " + self.counterexample.replace(
+            "\n", "\n  "
+        )
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,12 @@ class Exercise:
             except Counterexample as e:
                 return Result(self.name, False, n, f"{describe(case)}: {e}")
             except NotImplementedError:
-                return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised NotImplementedError)")
+                return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised "
+                                                   "NotImplementedError)")
             except Exception as e:  # the learner's code failed: say where, in their words
                 where = _learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
-                return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: {e}{where}")
+                return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: "
+                                                   f"{e}{where}")
         return Result(self.name, True, n)
 
 
@@ -102,7 +106,9 @@ def first_difference(got, want, what: str, where=None) -> str | None:
     if same.all():
         return None
     i = int(np.flatnonzero(~same)[0])
-    return f"{what}[{i}] is {float(got.flat[i])!r}; the oracle's is {float(want.flat[i])!r}" + (where(i) if where else "")
+    return f"{what}[{i}] is {float(got.flat[i])!r}; the oracle's is {float(want.flat[i])!r}" + (
+        where(i) if where else ""
+    )
 
 
 def train_against_oracle(make_engine, reference, batches: list) -> None:
@@ -119,8 +125,16 @@ def train_against_oracle(make_engine, reference, batches: list) -> None:
         for r in range(engine.cluster.world_size):
             held = engine.compute_params(r)[: engine.model.num_params] if not engine.plan.shards("params") else None
             s = engine.layout.shard_size
-            problem = first_difference(held, params, f"after step {step}, rank {r}'s 16-bit params",
-                                       lambda i: f" (element {i} is in rank {i // s}'s shard)") if held is not None else None
+            problem = (
+                first_difference(
+                    held,
+                    params,
+                    f"after step {step}, rank {r}'s 16-bit params",
+                    lambda i: f" (element {i} is in rank {i // s}'s shard)",
+                )
+                if held is not None
+                else None
+            )
             if problem:
                 raise Counterexample(problem)
         problem = first_difference(engine.full_master(), master, f"after step {step}, the fp32 master")

@@ -1,7 +1,8 @@
 """Exercise: the all-gather after the update — make every rank's 16-bit model whole and equal again.
 
 Graded inside real ZeRO-1 and ZeRO-2 engines: the learner's function takes the place of the engine's
-refresh (zero/gather.py, `refresh`, through the engine's `Hooks.refresh`) for two training steps, on shapes with and without padding;
+refresh (zero/gather.py, `refresh`, through the engine's `Hooks.refresh`) for two training steps, on shapes with
+and without padding;
 after every step each rank's 16-bit params and the fp32 masters must equal the single-device oracle's,
 bit for bit (a rank left with a stale shard computes the second step's gradients from the wrong model).
 """

@@ -1,7 +1,8 @@
 """Exercise: the stage-2 gradient free — reduce-scatter a layer's gradients, keep your piece, free the rest.
 
 Graded inside real ZeRO-2 and ZeRO-3 engines: the learner's function takes the place of the engine's
-per-layer reduction (zero/reduce.py, `reduce_unit`, through the engine's `Hooks.reduce_unit`) for two training steps; after every call no rank may
+per-layer reduction (zero/reduce.py, `reduce_unit`, through the engine's `Hooks.reduce_unit`) for two training
+steps; after every call no rank may
 still hold the layer's gradients, and after every step each rank's params and the fp32 masters must equal
 the single-device oracle's, bit for bit.
 """
@@ -67,7 +68,8 @@ def cases():
 
 
 def _in_engine(fn):
-    """The engine's per-layer reduction (zero/reduce.py, reduce_unit: its `Hooks.reduce_unit`) with `fn` doing the work."""
+    """The engine's per-layer reduction (zero/reduce.py, reduce_unit: its `Hooks.reduce_unit`) with `fn` doing the
+    work."""
     from zerosim.collectives import reduce_scatter as ring_reduce_scatter
     from zerosim.zero import averaging
     from zerosim.zero.reduce import grads_name
@@ -79,9 +81,14 @@ def _in_engine(fn):
 
         def reduce_scatter(arrays):
             with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
-                pieces = ring_reduce_scatter(cluster, arrays, op=averaging.reduce_op(policy, cluster.world_size, recipe),
-                                             wire=policy.reduce_format, counts=layout.counts(layer),
-                                             tag=f"{ctx.names[layer]} grads")
+                pieces = ring_reduce_scatter(
+                    cluster,
+                    arrays,
+                    op=averaging.reduce_op(policy, cluster.world_size, recipe),
+                    wire=policy.reduce_format,
+                    counts=layout.counts(layer),
+                    tag=f"{ctx.names[layer]} grads",
+                )
             handles.append(pieces.handle)
             return pieces
 
@@ -94,7 +101,8 @@ def _in_engine(fn):
         for r, h in enumerate(held):
             if not h.freed:
                 raise Counterexample(f"after layer {layer} ({ctx.names[layer]}) was reduce-scattered, rank {r} still "
-                                     f"holds {h.name!r} ({h.nbytes} B); free each layer's gradients once its pieces are in "
+                                     f"holds {h.name!r} ({h.nbytes} B); free each layer's gradients once its pieces "
+                                     "are in "
                                      f"the shards, or every layer's pile up and ZeRO-2 saves nothing")
         if not handles:
             raise Counterexample(f"layer {layer}'s gradients were never reduce-scattered")
@@ -109,5 +117,6 @@ def check(fn, case) -> None:
     run_case(case, hooks=Hooks(reduce_unit=_in_engine(fn)))
 
 
-EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, free them",
+EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, "
+                                   "free them",
                     "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check)

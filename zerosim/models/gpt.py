@@ -125,8 +125,19 @@ class Decoder(Model):
 class GPT(Decoder):
     """A GPT-2-shaped decoder over token ids (B, L) with next-token targets (B, L)."""
 
-    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, seq_len: int, unit: str = "block",
-                 activation: str = "gelu", attention: str = "standard", checkpoint: str = "none", flash_block: int = BLOCK):
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        seq_len: int,
+        unit: str = "block",
+        activation: str = "gelu",
+        attention: str = "standard",
+        checkpoint: str = "none",
+        flash_block: int = BLOCK,
+    ):
         for name, value in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
                             ("seq_len", seq_len), ("flash_block", flash_block)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -140,7 +151,9 @@ class GPT(Decoder):
         for i in range(n_layers):
             start = len(layers)
             if unit == "block":
-                layers.append(TransformerBlock(d_model, n_heads, activation, attention, n_layers, flash_block, name=f"block{i}"))
+                layers.append(
+                    TransformerBlock(d_model, n_heads, activation, attention, n_layers, flash_block, name=f"block{i}")
+                )
             else:
                 layers.append(AttentionBlock(d_model, n_heads, attention, n_layers, flash_block, name=f"block{i}.attn"))
                 layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))

@@ -100,7 +100,8 @@ class MetaModel(Model):
     def __init__(self, units, name: str = "meta"):
         units = tuple((str(n), int(c)) for n, c in units)
         if not units or min(c for _, c in units) < 0:
-            raise ValueError(f"a meta model needs at least one layer and non-negative parameter counts, got {units[:3]}...")
+            raise ValueError("a meta model needs at least one layer and non-negative parameter counts, got "
+                             f"{units[:3]}...")
         super().__init__([MetaLayer(n, c) for n, c in units], MetaLoss())
         self.name = name
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups (Model scans every spec, O(layers))
@@ -137,7 +138,8 @@ class MetaModel(Model):
     def check_batch(self, x, target) -> None:
         """A meta micro-batch is an (x, target) with x of shape (B, 0), B >= 1: there are no values to check."""
         if len(getattr(x, "shape", ())) != 2 or x.shape[0] < 1:
-            raise ValueError(f"a meta micro-batch is x of shape (batch, 0) with batch >= 1 (see MetaModel.batches), got {getattr(x, 'shape', x)!r}")
+            raise ValueError("a meta micro-batch is x of shape (batch, 0) with batch >= 1 (see MetaModel.batches), "
+                             f"got {getattr(x, 'shape', x)!r}")
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
 
@@ -149,7 +151,8 @@ class MetaModel(Model):
         if len(flat) == stop - start:
             return {"w": flat}
         if len(flat) != self.num_params:
-            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got shape {flat.shape}")
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got "
+                             f"shape {flat.shape}")
         return {"w": flat[start:stop]}
 
     def pack(self, i: int, tensors: dict):

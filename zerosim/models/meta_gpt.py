@@ -81,7 +81,9 @@ class MetaLMLoss(LMCrossEntropy):
     name = "meta-lm-xent"
 
     def forward(self, y, target):
-        return math.nan, {name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()}
+        return math.nan, {
+            name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()
+        }
 
     def backward(self, cache, fmt, scale=1.0):
         BL, V = cache["probabilities"].shape
@@ -106,8 +108,19 @@ class MetaGPT(Model):
             units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != "w_head"})
         super().__init__(units, MetaLMLoss(), checkpoint_blocks=gpt.checkpoint_blocks)
         self.gpt, self.tied_head = gpt, tied_head
-        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = gpt.vocab, gpt.d_model, gpt.n_heads, gpt.n_layers, gpt.seq_len
-        self.unit, self.activation, self.attention, self.checkpoint = gpt.unit, gpt.activation, gpt.attention, gpt.checkpoint
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
+            gpt.vocab,
+            gpt.d_model,
+            gpt.n_heads,
+            gpt.n_layers,
+            gpt.seq_len,
+        )
+        self.unit, self.activation, self.attention, self.checkpoint = (
+            gpt.unit,
+            gpt.activation,
+            gpt.attention,
+            gpt.checkpoint,
+        )
         self.name = name or f"GPT d={gpt.d_model} H={gpt.n_heads} layers={gpt.n_layers}"
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
         for spec in self.specs:
@@ -126,7 +139,8 @@ class MetaGPT(Model):
         gpt = GPT(shape.vocab, shape.d_model, shape.n_heads, shape.n_layers, shape.n_ctx, **gpt_options)
         model = cls(gpt, tied_head=shape.tied, name=preset.name)
         if model.num_params != preset.total:  # the preset's layer list and the GPT's units count the same tensors
-            raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has {model.num_params:,}")
+            raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has "
+                             f"{model.num_params:,}")
         return model
 
     @classmethod
@@ -164,7 +178,10 @@ class MetaGPT(Model):
                              f"(see MetaGPT.batches), got {getattr(x, 'dtype', '?')} {shape}")
         if shape[1] > self.seq_len:
             raise ValueError(f"sequences of {shape[1]} tokens are longer than the model's seq_len = {self.seq_len}")
-        if tuple(getattr(target, "shape", ())) != shape or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu":
+        if (
+            tuple(getattr(target, "shape", ())) != shape
+            or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu"
+        ):
             raise ValueError(f"targets must be integer token ids of the input's shape {shape}, got {target!r}")
 
     def layer_specs(self, i: int) -> list:

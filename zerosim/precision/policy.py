@@ -25,8 +25,9 @@
                by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
                (stages 1/2), "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
                DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
-    allreduce  (the recipe's too) the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then all-gather over the N
-               shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map, one channel:
+    allreduce  (the recipe's too) the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then
+               all-gather over the N shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map,
+               one channel:
                collectives/nccl_allreduce.py), which is what DDP's ncclAllReduce does
 """
 
@@ -71,7 +72,8 @@ class MixedPrecision:
     def __post_init__(self):
         get_format(self.compute)
         if self.master is not None and get_format(self.master).bits < 32:
-            raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; use fp32 or None")
+            raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; "
+                             "use fp32 or None")
         if self.reduce is not None:
             get_format(self.reduce)
         self._check_loss_scale()
@@ -84,7 +86,8 @@ class MixedPrecision:
         if self.allreduce not in ALLREDUCES:
             raise ValueError(f"unknown allreduce {self.allreduce!r}; choose one of {ALLREDUCES}")
         if self.grad_accum is not None and get_format(self.grad_accum).bits < get_format(self.compute).bits:
-            raise ValueError(f"grad_accum {self.grad_accum} is narrower than the compute format {self.compute}; use None or fp32")
+            raise ValueError(f"grad_accum {self.grad_accum} is narrower than the compute format {self.compute}; "
+                             "use None or fp32")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 
@@ -109,7 +112,8 @@ class MixedPrecision:
         try:
             self.make_scaler()  # the scaler checks its own options
         except TypeError as e:
-            raise ValueError(f"loss_scale_options {dict(pairs)} do not fit loss scale {self.loss_scale!r}: {e}") from None
+            raise ValueError(f"loss_scale_options {dict(pairs)} do not fit loss scale {self.loss_scale!r}: "
+                             f"{e}") from None
 
     @property
     def dynamic(self) -> bool:

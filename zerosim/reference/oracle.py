@@ -64,7 +64,8 @@ class Reference:
         order: how the naive twin adds, in the ring's order: "ring" (default): each add formed exactly in
             float64 and rounded once to the wire format — code that shares nothing with the engines' ring;
             "ring-native": the same adds by NumPy in the wire dtype, and an elementwise optimizer stepped in
-            cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py). (Which recipe reduces is the policy's `reduction`.)
+            cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py).
+            (Which recipe reduces is `recipe`'s.)
         clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
 
@@ -113,7 +114,11 @@ class Reference:
         return cls(model, optimizer, "fp64", world_size, params, accumulation_steps)
 
     def layer_params(self, layer: int) -> dict:
-        return {s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape) for s in self.model.specs if s.layer == layer}
+        return {
+            s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape)
+            for s in self.model.specs
+            if s.layer == layer
+        }
 
     def gradient(self, x, target) -> tuple:
         """(loss, flat (N*s,) gradient in the compute format) of one micro-batch."""
@@ -145,7 +150,9 @@ class Reference:
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
-        return averaging.finish(self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale, recipe=self.recipe)
+        return averaging.finish(
+            self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale, recipe=self.recipe
+        )
 
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.

@@ -71,7 +71,11 @@ class TrainConfig:
         tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
         object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
         if self.task not in tasks:
-            other = "the GPT learns copy, reverse or sort" if self.model == "mlp" else "the MLP learns regression or classification"
+            other = (
+                "the GPT learns copy, reverse or sort"
+                if self.model == "mlp"
+                else "the MLP learns regression or classification"
+            )
             raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
         if self.model in ("gpt", "llama"):
             for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
@@ -86,7 +90,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if isinstance(self.save_every, bool) or not isinstance(self.save_every, (int, np.integer)) or self.save_every < 0:
+        if (
+            isinstance(self.save_every, bool)
+            or not isinstance(self.save_every, (int, np.integer))
+            or self.save_every < 0
+        ):
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
@@ -168,7 +176,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     optimizer = get_optimizer(config.optimizer, lr=config.lr)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
-    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())  # before any rank exists
+    # before any rank exists
+    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
@@ -176,11 +185,20 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                            accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
                            clip_grad=config.clip_grad)
         if engine.iteration >= config.steps:
-            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} asks for no more")
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
+                             "asks for no more")
     else:
-        engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
-                            checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
-                            accumulation_steps=config.accumulation_steps, clip_grad=config.clip_grad)
+        engine = ZeroEngine(
+            model,
+            cluster,
+            config.stage,
+            optimizer,
+            config.precision,
+            checkpoint=config.checkpoint,
+            params=model.init_params(np.random.default_rng(config.seed + 1)),
+            accumulation_steps=config.accumulation_steps,
+            clip_grad=config.clip_grad,
+        )
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -195,8 +213,12 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
                "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
     if gpt:  # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
-        pool = make_sequence_task(np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task)
-        held_out = make_sequence_task(np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task)[0]
+        pool = make_sequence_task(
+            np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task
+        )
+        held_out = make_sequence_task(
+            np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task
+        )[0]
         fmt = get_precision(config.precision).compute_format
     else:
         make = make_classification if classify else make_regression
@@ -228,9 +250,16 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
             ckpt.save(engine, config.save)
-    stats = cluster.backend.all_meta([
-        {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
-        for r in cluster.ranks
-    ])
+    stats = cluster.backend.all_meta(
+        [
+            {
+                "rank": r.index,
+                "peak_bytes": r.ledger.peak(),
+                "peak_by_kind": r.ledger.peak_by_kind(),
+                "bytes_sent": cluster.trace.bytes_sent(r.index),
+            }
+            for r in cluster.ranks
+        ]
+    )
     return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None,
                        scales, skipped, norms)

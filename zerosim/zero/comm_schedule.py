@@ -82,7 +82,9 @@ class CommSchedule:
         for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                      "max_reuse_distance", "max_gathered_units"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "max_reuse_distance" else 0)):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "max_reuse_distance" else 0)
+            ):
                 raise ValueError(f"CommSchedule.{name} must be a positive integer (elements) or None, got {v!r}")
         for name in ("prefetch_forward", "prefetch_backward"):
             v = getattr(self, name)
@@ -110,12 +112,16 @@ class CommSchedule:
                 raise ValueError(f"{name} must be a whole number of elements, got {v!r}")
             return v
 
-        return cls(reduce_bucket_size=whole("reduce_bucket_size", reduce_bucket_size),
-                   allgather_bucket_size=None if allgather_bucket_size is None else whole("allgather_bucket_size", allgather_bucket_size),
-                   prefetch_bucket_size=whole("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size) or None,
-                   max_live_parameters=whole("stage3_max_live_parameters", stage3_max_live_parameters),
-                   max_reuse_distance=whole("stage3_max_reuse_distance", stage3_max_reuse_distance),
-                   overlap_comm=overlap_comm)
+        return cls(
+            reduce_bucket_size=whole("reduce_bucket_size", reduce_bucket_size),
+            allgather_bucket_size=None
+            if allgather_bucket_size is None
+            else whole("allgather_bucket_size", allgather_bucket_size),
+            prefetch_bucket_size=whole("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size) or None,
+            max_live_parameters=whole("stage3_max_live_parameters", stage3_max_live_parameters),
+            max_reuse_distance=whole("stage3_max_reuse_distance", stage3_max_reuse_distance),
+            overlap_comm=overlap_comm,
+        )
 
     @classmethod
     def fsdp(cls, backward_prefetch: str | None = "BACKWARD_PRE", forward_prefetch: bool = False,

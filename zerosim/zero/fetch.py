@@ -90,7 +90,11 @@ class ParamFetcher:
         the way are marked needed for that use. The queue is consumed: no use is considered twice."""
         comm = self.comm
         live = sum(self.size[layer] for layer in self.live)
-        budget = comm.prefetch_bucket_size if comm.max_live_parameters is None else min(comm.max_live_parameters - live, comm.prefetch_bucket_size)
+        budget = (
+            comm.prefetch_bucket_size
+            if comm.max_live_parameters is None
+            else min(comm.max_live_parameters - live, comm.prefetch_bucket_size)
+        )
         self.queue = max(self.queue, u + 1)
         fetching = 0
         while self.queue < len(self.uses) and fetching < budget:

@@ -111,7 +111,8 @@ class ParamLayout:
             last += 1
         covered = sum(self.sizes[first:last])
         if hi > lo and (first == len(self.sizes) or self.offsets[first] != lo or covered != hi - lo):
-            raise ValueError(f"[{lo}, {hi}) is not a run of whole parameters: per-parameter partitions move whole parameters")
+            raise ValueError(f"[{lo}, {hi}) is not a run of whole parameters: per-parameter partitions move whole "
+                             "parameters")
         return range(first, last)
 
     def counts(self, layer: int) -> tuple:

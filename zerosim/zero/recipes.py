@@ -82,7 +82,9 @@ def _deepspeed_zero3_after(piece, policy, n: int):
 def _fsdp2_op(policy, n: int) -> ReduceOp:
     f = fsdp2_divide_factors(n, policy.reduce_format.name)
     if f.reduce_scatter_op == "avg":  # NCCL's ncclAvg: PreMulSum by fl(1/N), rounded to the wire dtype
-        return ReduceOp("fsdp2_avg", add, "NCCL AVG: x * fl(1/N) in the wire dtype, then sum", on_wire=premul_reciprocal)
+        return ReduceOp(
+            "fsdp2_avg", add, "NCCL AVG: x * fl(1/N) in the wire dtype, then sum", on_wire=premul_reciprocal
+        )
     if f.pre is None or f.pre == 1:
         return get_op("sum")
     return ReduceOp("fsdp2_predivide_sum", add, f"x.div_({f.pre:g}) on CUDA in the wire dtype, then sum",
@@ -117,17 +119,49 @@ def _params_sharded(plan) -> bool:  # DeepSpeed ZeRO-3, FSDP2: parameters sharde
 RECIPES = {
     r.name: r
     for r in (
-        Recipe("seeds", _anywhere, "the seeds' protocol (seed 000, ZeRO-1 step by step)", lambda p, n: get_op("sum"),
-               None, False),
-        Recipe("ddp", _unsharded, "torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense", _ddp_op,
-               None, True),
-        Recipe("deepspeed-zero12", _zero12, "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
-               _deepspeed_zero12_op, _deepspeed_zero12_after, True),
-        Recipe("deepspeed-zero3", _params_sharded, "deepspeed/runtime/zero/stage3.py: __avg_scatter_grads "
-               "(coalesced_collectives.py: reduce_scatter_coalesced)", _deepspeed_zero3_op, _deepspeed_zero3_after, True,
-               "per-parameter"),
-        Recipe("fsdp2", _params_sharded, "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
-               _fsdp2_op, _fsdp2_after, True, "per-parameter dim 0"),
+        Recipe(
+            "seeds",
+            _anywhere,
+            "the seeds' protocol (seed 000, ZeRO-1 step by step)",
+            lambda p, n: get_op("sum"),
+            None,
+            False,
+        ),
+        Recipe(
+            "ddp",
+            _unsharded,
+            "torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense",
+            _ddp_op,
+            None,
+            True,
+        ),
+        Recipe(
+            "deepspeed-zero12",
+            _zero12,
+            "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
+            _deepspeed_zero12_op,
+            _deepspeed_zero12_after,
+            True,
+        ),
+        Recipe(
+            "deepspeed-zero3",
+            _params_sharded,
+            "deepspeed/runtime/zero/stage3.py: __avg_scatter_grads "
+            "(coalesced_collectives.py: reduce_scatter_coalesced)",
+            _deepspeed_zero3_op,
+            _deepspeed_zero3_after,
+            True,
+            "per-parameter",
+        ),
+        Recipe(
+            "fsdp2",
+            _params_sharded,
+            "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
+            _fsdp2_op,
+            _fsdp2_after,
+            True,
+            "per-parameter dim 0",
+        ),
     )
 }
 assert tuple(RECIPES) == REDUCTIONS, "precision/policy.py lists the recipes' names to check input"
@@ -183,7 +217,8 @@ class GradientRecipe:
         if not r.runs_at(plan):
             fits = ", ".join(name for name, x in RECIPES.items() if x.runs_at(plan))
             raise ValueError(f"reduction {r.name!r} follows {r.follows}, which runs at ZeRO stage(s) "
-                             f"{'/'.join(map(str, r.stages))}, not {plan.stage}; at stage {plan.stage} choose one of: {fits}")
+                             f"{'/'.join(map(str, r.stages))}, not {plan.stage}; at stage {plan.stage} choose one of: "
+                             f"{fits}")
         if r.name == "ddp" and policy.reduce_format != policy.compute_format:
             raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
                              f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")

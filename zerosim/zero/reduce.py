@@ -112,7 +112,9 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
             out = nccl_all_reduce(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
         else:
             collective = all_reduce if how == "all_reduce" else reduce_scatter
-            out = collective(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts)
+            out = collective(
+                cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts
+            )
     for rank, result in zip(ranks, out):
         result = averaging.after_reduce(result, policy, n, recipe)
         grads, own = rank.grads.array, _region(layout, rank.index, how)

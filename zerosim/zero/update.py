@@ -68,7 +68,8 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> N
     if keep:
         values["master"] = np.array(w)
         values["compute_after"] = own_params(rank, plan, layout).copy()
-        values["params_held"] = rank.params.array.copy()  # all it holds, before any refresh (seed 004's inconsistent model)
+        # all it holds, before any refresh (seed 004's inconsistent model)
+        values["params_held"] = rank.params.array.copy()
     ctx.cluster.trace.record(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values))
 
 
