@@ -68,6 +68,7 @@ class Call:
     layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
     step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
+    group: int = 0  # ranks a group when the call runs over several groups of the world at once (0: the world)
 
 
 @dataclass
@@ -104,9 +105,10 @@ class Trace:
         self.log.append(event)
 
     # -- recording (used by the collectives) -----------------------------------------------------
-    def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "") -> int:
-        """Open a collective call; returns its number, which `hop` and `end` take."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag)
+    def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
+              group: int = 0) -> int:
+        """Open a collective call; returns its number, which `hop` and `end` take (`group`: see `Call.group`)."""
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, group=group)
         if self._about:
             call = replace(call, **self._about)
         self.calls.append(call)
