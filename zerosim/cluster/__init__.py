@@ -5,13 +5,14 @@
     rank.py      Rank: one rank's model states
     ledger.py    MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
     trace.py     Trace: every hop and the ordered log; Handle, the calls one collective recorded
-    events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip, StepBoundary)
+    events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip,
+                 Fp8ScaleUpdate, StepBoundary)
     report.py    per-rank reports gathered on rank 0
     budget.py    will it fit? refuse a run before allocating it
 """
 
 from zerosim.cluster.cluster import Cluster
-from zerosim.cluster.events import Compute, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
+from zerosim.cluster.events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
 from zerosim.cluster.ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Call, Event, Handle, Trace
@@ -22,6 +23,7 @@ __all__ = [
     "Cluster",
     "Compute",
     "Event",
+    "Fp8ScaleUpdate",
     "GradClip",
     "Handle",
     "LedgerError",

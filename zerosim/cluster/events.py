@@ -11,6 +11,7 @@ The engine drives a step layer by layer across every local rank; each thing it d
     OptimizerStep one rank's update of its region of the flat vector, with the intermediates when kept
     LossScaleUpdate what the loss scaler decided after the overflow check: skip or not, the scale before/after
     GradClip     the global gradient norm every rank agreed on, and the coefficient it scaled the gradient by
+    Fp8ScaleUpdate what an fp8 scaling recipe decided for one unit's weights: the amax, the scale before/after
 
 Letters: N ranks, K micro-steps per step (gradient accumulation), t the optimizer step (1-based).
 Values (activations, gradients, optimizer intermediates) are copied into events only when the
@@ -97,4 +98,20 @@ class GradClip:
     norm: float  # the global L2 norm of the unscaled, averaged fp32 gradient
     max_norm: float
     coef: float  # clamp(max_norm / (norm + 1e-6), max=1)
+    needs: tuple = ()
+
+
+@dataclass(frozen=True)
+class Fp8ScaleUpdate:
+    """An fp8 scaling recipe's decision for one unit's weights (precision/fp8_recipes.py), the same on every rank:
+    they agreed on the amax through one MAX all-reduce (`needs`)."""
+
+    step: int  # the iteration (engine.step call)
+    layer: int  # the unit whose weights it scales
+    recipe: str  # "torchao", "current", "delayed"
+    role: str  # "forward" (weights) or "backward"
+    fmt: str  # the fp8 format of that role
+    amax: float  # the amax the new scale came from (0.0: none)
+    scale_before: float
+    scale_after: float  # a delayed recipe's next step casts with it; the others cast this step with it
     needs: tuple = ()

@@ -29,6 +29,7 @@ from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
+from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.recipes import GradientRecipe
@@ -68,6 +69,8 @@ class Reference:
             (Which recipe reduces is `recipe`'s.)
         clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
+        wire: a `zeropp.Wire`, as `ZeroEngine(wire=...)`: each unit computes with its weights quantized as the
+            stage-3 gather sends them (wire_oracle.py).
 
     `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
     clipped step.
@@ -75,7 +78,7 @@ class Reference:
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
-                 clip_grad: float | None = None, recipe=None):
+                 clip_grad: float | None = None, recipe=None, wire=None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -107,6 +110,7 @@ class Reference:
         self.t = 0  # optimizer steps taken (skipped steps take none)
         self.scaler = p.make_scaler()
         self.decisions, self.norms = [], []
+        self.wire = None if wire is None or not wire.gathers_quantized else WireOracle(wire, self.layout, world_size)
 
     @classmethod
     def float64(cls, model, optimizer, world_size: int = 1, params=None, accumulation_steps: int = 1) -> "Reference":
@@ -114,6 +118,10 @@ class Reference:
         return cls(model, optimizer, "fp64", world_size, params, accumulation_steps)
 
     def layer_params(self, layer: int) -> dict:
+        if self.wire is not None:  # the weights as the quantized gather delivers them
+            P, fmt = self.model.num_params, self.precision.compute_format
+            window = self.wire.window(self._arranged[0], self._arranged[1], layer, fmt)
+            return self.model.unflatten(self.layout.from_wire(*self.layout.windows[layer], window), layer)
         return {
             s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape)
             for s in self.model.specs
@@ -164,6 +172,11 @@ class Reference:
         if any(len(m) != K for m in micro):
             raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
         losses = [[] for _ in range(N)]
+        if self.wire is not None:  # shard-order copies the step's gathers cut, and its fp8 scales
+            P = self.model.num_params
+            high = self.master_buf if self.master_buf is not None else self.params
+            self._arranged = (self.layout.arrange(self.params[:P]), self.layout.arrange(high[:P]))
+            self.wire.begin_step(self._arranged[1])
         with np.errstate(over="ignore", invalid="ignore"):  # NOTE: overflow is silent, as on a GPU; found below
             acc = self._accumulate(micro, losses, K, N, p)
             reduced = acc if self.reduce_every_micro_step else self._reduce(acc)

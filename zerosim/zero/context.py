@@ -21,6 +21,7 @@ class Context:
     policy: object  # precision.MixedPrecision: the formats
     recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
     names: tuple  # each unit's (model layer's) name, for the trace's tags
+    wire: object = None  # zeropp.WireState: weights gathered in fewer bits (qwZ, fp8), or None
 
     @property
     def ranks(self) -> list:

@@ -50,6 +50,7 @@ from zerosim.zero.reduce import reduce_gradients
 from zerosim.zero.state import check_given, init_rank, master_of, state_bytes
 from zerosim.zero.step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.zero.update import average, update
+from zerosim.zero.zeropp import Wire, WireState
 
 
 class ZeroEngine:
@@ -76,6 +77,7 @@ class ZeroEngine:
             from these arrays, adopted as they are, instead of from `params` (what `zerosim.checkpoint.load`
             passes; shapes and dtypes must be the ones the rank would allocate).
         hooks: `Hooks` replacing named pieces of the step (hooks.py; the exercises plug in there).
+        wire: a `zeropp.Wire`: stage 3's weight gathers in fewer bits (DeepSpeed's qwZ, torchao's fp8 all-gather).
 
     The loss scaler (static, torch's or DeepSpeed's: the policy's `loss_scale`) is `engine.scaler`; `engine.t`
     counts optimizer steps (a skipped step takes none), `engine.iteration` the calls of `step`.
@@ -83,7 +85,7 @@ class ZeroEngine:
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None, recipe=None,
-                 states: dict | None = None, hooks: Hooks | None = None):
+                 states: dict | None = None, hooks: Hooks | None = None, wire=None):
         plan = get_plan(stage)
         if not isinstance(optimizer, Optimizer):
             raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
@@ -111,7 +113,12 @@ class ZeroEngine:
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
         padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
-        self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers))
+        if wire is not None:
+            if not isinstance(wire, Wire):
+                raise TypeError(f"wire must be a zerosim.zero.zeropp.Wire, got {wire!r}")
+            wire.check(plan, self.layout)
+        self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
+                           None if wire is None else WireState(wire))
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it

@@ -21,6 +21,10 @@ def gather(ctx, layer: int) -> Handle:
 
     Each rank adopts its (b - a,) compute-format copy (N·Σc_p in shard order with per-parameter partitions,
     padding included, as DeepSpeed gathers it) into its ledger as kind "params", until `release`."""
+    if ctx.wire is not None and ctx.wire.wire.gathers_quantized:  # ZeRO++ qwZ or torchao's fp8 all-gather
+        from zerosim.zero.zeropp import gather_quantized
+
+        return gather_quantized(ctx, layer, gathered_name(layer))
     layout, ranks = ctx.layout, ctx.ranks
     pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
     with ctx.cluster.trace.about(purpose="gather params", layers=(layer,)):

@@ -1,0 +1,143 @@
+"""Fewer bits on the wire at ZeRO-3: the gather of a unit's weights quantized, by DeepSpeed's and torchao's names.
+
+    engine = ZeroEngine(model, cluster, 3, Adam(), "bf16-mixed", wire=Wire(zero_quantized_weights=True))
+    engine = ZeroEngine(model, cluster, 3, Adam(), "bf16-mixed", wire=Wire(fp8_all_gather="torchao"))
+
+`Wire` names the options as the frameworks do: DeepSpeed's `zero_quantized_weights` (ZeRO++ qwZ: int8 groups of
+the 16-bit shard, collectives/quantized.py), torchao's `enable_fsdp_float8_all_gather` (`fp8_all_gather`: the fp32
+master shard cast straight to e4m3 with one scale per unit, agreed through one MAX all-reduce of every unit's amax
+before the step's first gather, as `precompute_float8_dynamic_scale_for_fsdp` does after each optimizer step; or a
+Transformer Engine recipe by name: "current", "delayed", "mxfp8"). The weights a unit computes with are what the
+receiver dequantizes; the master, the optimizer and the gradients stay as they were (both frameworks quantize the
+copy that travels, not the weight that is updated). DeepSpeed's `zero_quantized_gradients` (qgZ) runs as a
+collective (collectives/qgz.py, `all_to_all_quant_reduce`) beside the engine; the engine's reduce-scatter is not
+replaced by it (see docs/recipes.md).
+
+Each step's fp8 scales are a buffer of each rank's ledger ("fp8 scales", freed with the step); a recipe's decisions
+are `Fp8ScaleUpdate` events in the trace, as the loss scaler's are `LossScaleUpdate`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zerosim.cluster import Handle
+from zerosim.cluster.events import Fp8ScaleUpdate
+from zerosim.collectives.quantized import fp8_all_gather, fp8_amax_all_reduce, mxfp8_all_gather, qwz_all_gather
+from zerosim.precision.fp8_recipes import FP8_RECIPES, get_fp8_recipe
+
+SCALES = "fp8 scales"
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What travels in fewer bits (module docstring). Defaults: nothing does."""
+
+    zero_quantized_weights: bool = False  # DeepSpeed ZeRO++ qwZ: the stage-3 gather in int8
+    weight_groups: object = "deepspeed"  # qwZ's groups: CUDAQuantizer's adaptive count, or a fixed group size
+    fp8_all_gather: str | None = None  # torchao's fp8 all-gather: "torchao" (its own), or "current", "delayed", "mxfp8"
+
+    def __post_init__(self):
+        if self.zero_quantized_weights and self.fp8_all_gather is not None:
+            raise ValueError("choose one quantized gather: zero_quantized_weights (DeepSpeed) or fp8_all_gather "
+                             "(torchao), not both")
+        if self.fp8_all_gather is not None and self.fp8_all_gather not in FP8_RECIPES:
+            raise ValueError(f"fp8_all_gather must be one of {tuple(FP8_RECIPES)}, got {self.fp8_all_gather!r}")
+        if self.weight_groups != "deepspeed" and (isinstance(self.weight_groups, bool)
+                                                  or not isinstance(self.weight_groups, int) or self.weight_groups < 1):
+            raise ValueError(f"weight_groups must be 'deepspeed' or a positive group size, got {self.weight_groups!r}")
+
+    @property
+    def gathers_quantized(self) -> bool:
+        return self.zero_quantized_weights or self.fp8_all_gather is not None
+
+    def check(self, plan, layout) -> None:
+        """Raise before anything runs if this wire cannot run on `plan` and `layout` (every unit, every rank)."""
+        if self.gathers_quantized and not plan.gathers_params:
+            raise ValueError(f"quantized weight gathers run where ZeRO gathers weights: stage 3, not {plan.stage}")
+        if self.zero_quantized_weights and self.weight_groups == "deepspeed":
+            from zerosim.collectives.quantized import group_count
+
+            for layer in range(len(layout.windows)):
+                counts = layout.counts(layer)
+                if sum(counts) == 0:
+                    continue
+                for r, m in enumerate(counts):
+                    try:
+                        group_count(m, "deepspeed")
+                    except ValueError as e:
+                        raise ValueError(f"layer {layer}, rank {r}'s piece of {m} elements: {e}; pass "
+                                         "weight_groups=<group size> (zerosim's fixed groups) to run it") from None
+
+
+@dataclass
+class WireState:
+    """What a wire keeps across steps, the same on every rank: one fp8 recipe per unit (a delayed one's history)."""
+
+    wire: Wire
+    recipes: dict = field(default_factory=dict)  # layer -> recipe state machine
+
+    def recipe(self, layer: int):
+        if layer not in self.recipes:
+            self.recipes[layer] = get_fp8_recipe(self.wire.fp8_all_gather)
+        return self.recipes[layer]
+
+
+def gather_quantized(ctx, layer: int, adopt_as: str) -> Handle:
+    """ZeRO-3's gather of unit `layer`, quantized as the wire says; each rank adopts the dequantized (b - a,)
+    compute-format window as `adopt_as` (kind "params"), as gather.gather does."""
+    wire, layout, ranks, cluster = ctx.wire.wire, ctx.layout, ctx.ranks, ctx.cluster
+    counts = layout.counts(layer)
+    out_format = ctx.policy.compute_format
+    with cluster.trace.about(purpose="gather params", layers=(layer,)):
+        if wire.zero_quantized_weights:
+            pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
+            got = qwz_all_gather(cluster, pieces, counts, wire.weight_groups, out_format, f"{ctx.names[layer]} params")
+        else:
+            pieces = [_master(ctx, rank)[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
+            if wire.fp8_all_gather == "mxfp8":
+                got = mxfp8_all_gather(cluster, pieces, counts, out_format, f"{ctx.names[layer]} params")
+            else:
+                scale = _scales(ctx)[layer]
+                fmt = ctx.wire.recipe(layer).fmt("forward")
+                got = fp8_all_gather(cluster, pieces, scale, counts, out_format, fmt, f"{ctx.names[layer]} params")
+    for rank, window in zip(ranks, got):
+        rank.ledger.adopt(adopt_as, window, "params")
+    return got.handle
+
+
+def _master(ctx, rank):
+    """The high-precision shard torchao casts: the fp32 master (FSDP2's sharded parameter), else the params."""
+    return rank.master.array if rank.master is not None else rank.params.array
+
+
+def _scales(ctx) -> np.ndarray:
+    """This step's per-unit fp8 scales: made by the step's first fp8 gather (one MAX all-reduce of every unit's
+    amax over every rank, then each unit's recipe decides), kept in each rank's ledger until the step ends."""
+    first = ctx.ranks[0].ledger.live.get(SCALES)
+    if first is not None:
+        return first.array
+    layout, cluster, state = ctx.layout, ctx.cluster, ctx.wire
+    layers = range(len(layout.windows))
+    pieces = [[_master(ctx, rank)[slice(*layout.owned_piece(x, rank.index))] for x in layers] for rank in ctx.ranks]
+    with cluster.trace.about(purpose="gather params", layers=()):
+        amax = fp8_amax_all_reduce(cluster, pieces, tag="fp8 amax (every unit)")
+    values = amax[0] if cluster.backend.holds_values else np.zeros(len(layers), np.float32)
+    scales = np.empty(len(layers), np.float32)
+    step = max((c.step for c in cluster.trace.calls[-1:]), default=0)
+    for x in layers:
+        recipe = state.recipe(x)
+        if recipe.kind == "delayed":
+            scales[x] = recipe.scale("forward")  # this step casts with the scale the earlier steps made
+            recipe.record("forward", values[x])
+            decision = recipe.update("forward", values[x])  # ...and this step's amax makes the next one's
+        else:
+            decision = recipe.update("forward", values[x])
+            scales[x] = decision.scale_after
+        cluster.trace.record(Fp8ScaleUpdate(step, x, decision.recipe, decision.role, decision.fmt, decision.amax,
+                                            decision.scale_before, decision.scale_after, tuple(amax.handle)))
+    for rank in ctx.ranks:
+        rank.ledger.adopt(SCALES, scales.copy(), "comm")  # (units,) fp32, until the step ends
+    return scales
