@@ -9,7 +9,9 @@ torchao (pytorch/ao at 36027d8, 2026-08), the fp8 all-gather of FSDP2:
     S         float8_utils.py: amax_to_scale / fsdp_utils.py: precompute_float8_dynamic_scale_for_fsdp:
               fl32(fl64(max_fp8 / fl64(clamp(amax, EPS = 1e-12)))) — the clamp in amax's dtype, the division in
               float64 ("torch.compile and eager show different numerics for 1.0 / float32"), then one more rounding
-              to fp32; an fp16 amax clamps S at 65504 first
+              to fp32; an fp16 amax clamps S at 65504 first. For an fp32 (or 16-bit) amax the two roundings give
+              the one correctly rounded fp32 quotient (53 >= 2·24 + 2 bits: Figueroa 1995), so torchao's S equals
+              Transformer Engine's except at amax 0
     q         float8_training_tensor.py: _ToFloat8ConstrFunc.forward: fp8(clamp(fl32(fl32(x) · S), ±max_fp8))
               (float8_utils.py: to_fp8_saturated), round to nearest even
     received  _FromFloat8ConstrFunc.forward: `_data.to(orig_dtype) / _scale`: fl_orig(fl32(q / S))
