@@ -172,7 +172,7 @@ def test_mxfp8_block_by_hand():
     (8000, 1),  # ceil(8000/8000) = 1 and 8000 % 8 == 0
     (16000, 2),  # 2 groups of 8000
     (64000, 8),  # 8 of 8000
-    (8008, 2),  # ceil = 2 and 8008 % 16 == 0 -> 2 groups of 4004
+    (8008, 7),  # ceil = 2; 8008 % 16, % 24, ..., % 48 != 0; 8008 = 56 * 143 -> 7 groups of 1144
     (24, 1),  # small: one group
 ])
 def test_deepspeed_group_count(numel, groups):
