@@ -47,14 +47,14 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
 
 
 def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
-                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None) -> tuple:
+                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.timeline.simulate)."""
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
-                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad)
+                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire)
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}

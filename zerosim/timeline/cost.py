@@ -65,7 +65,9 @@ def equal_chunk_bytes(call) -> int:
     """Bytes each rank sends in one phase of `call` (a `zerosim.cluster.Call`) if its buffer were cut into
     N equal chunks: (N−1)·ceil(elements/N)·itemsize (a broadcast sends the whole buffer once).
     Used when the trace holds no per-rank bytes for the call (a log built by hand)."""
-    itemsize = get_format(call.dtype).bits // 8
+    from zerosim.collectives.wire import wire_itemsize
+
+    itemsize = wire_itemsize(call.dtype)
     if call.collective == "broadcast":
         return call.elements * itemsize
     n = call.world_size

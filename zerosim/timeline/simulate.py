@@ -92,7 +92,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
                 if ev.optimizer not in states:
                     states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
                 # the reduced gradient's format
-                grad = get_format(call_dtype[ev.needs[-1]]).bits // 8 if ev.needs else param_bytes
+                grad = _float_bytes(call_dtype[ev.needs[-1]], param_bytes) if ev.needs else param_bytes
                 took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
             ready[r] = start + took
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
@@ -103,7 +103,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             start = max(max(ready), comm_free)  # every rank has issued it, and the comm stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
-            end = start + phase_time(ev.world_size, sent, link)
+            end = start + phase_time(ev.group or ev.world_size, sent, link)  # an all-to-all over groups: g - 1 steps
             comm_free = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
             if not overlap:
@@ -111,6 +111,14 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
     return Timeline(log, n, hw, overlap, comp, calls)
+
+
+def _float_bytes(dtype: str, default: int) -> int:
+    """Bytes of a float format by name; `default` for an integer payload (a quantized call's int8 / int4x2)."""
+    try:
+        return get_format(dtype).bits // 8
+    except ValueError:
+        return default
 
 
 def _log_and_events(trace):

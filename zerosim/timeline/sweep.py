@@ -58,7 +58,7 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 
 def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
-              accumulation_steps: int = 1, clip_grad: float | None = None):
+              accumulation_steps: int = 1, clip_grad: float | None = None, wire=None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -74,7 +74,7 @@ def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
-                        clip_grad=clip_grad)
+                        clip_grad=clip_grad, wire=wire)  # wire: zeropp.Wire, stage 3's gathers in fewer bits
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
     return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
