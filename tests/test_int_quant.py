@@ -8,7 +8,8 @@ import pytest
 from zerosim.precision import cast
 from zerosim.precision.fp8_blocks import mxfp8_dequantize, mxfp8_quantize
 from zerosim.precision.fp8_recipes import DelayedScaling, Float8CurrentScaling, get_fp8_recipe
-from zerosim.precision.fp8_scaling import amax_of, axiswise_scales, scaled_cast, te_scale, torchao_received, torchao_scale
+from zerosim.precision.fp8_scaling import (
+    amax_of, axiswise_scales, scaled_cast, te_scale, torchao_received, torchao_scale)
 from zerosim.precision.int_quant import (
     deepspeed_groups, dequantize, group_scales, pack_int4, quantize, swizzle_order, to_integers, unpack_int4)
 

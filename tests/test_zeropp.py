@@ -89,7 +89,7 @@ def test_qgz_sums_over_nodes_not_ranks_and_loco_feeds_the_error_back():
     rng = np.random.default_rng(0)
     grads = [rng.standard_normal(128).astype(np.float16) for _ in range(w)]
     exact = np.sum([g.astype(np.float64) for g in grads], axis=0) / 2
-    loco, errs, drift = LocoState(err_beta=0.8, reset_T=1024), [], []
+    loco, drift = LocoState(err_beta=0.8, reset_T=1024), []
     c = Cluster(w)
     plain = np.concatenate(all_to_all_quant_reduce(c, grads, shape, d)).astype(np.float64)
     total = np.zeros(128)

@@ -119,7 +119,7 @@ class Reference:
 
     def layer_params(self, layer: int) -> dict:
         if self.wire is not None:  # the weights as the quantized gather delivers them
-            P, fmt = self.model.num_params, self.precision.compute_format
+            fmt = self.precision.compute_format
             window = self.wire.window(self._arranged[0], self._arranged[1], layer, fmt)
             return self.model.unflatten(self.layout.from_wire(*self.layout.windows[layer], window), layer)
         return {

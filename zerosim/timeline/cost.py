@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 
-from zerosim.precision import get_format
 from zerosim.timeline.devices import get_link
 
 RING_PHASES = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2, "broadcast": 1}
