@@ -36,3 +36,8 @@ def snapshot(engine) -> dict:
         "optimizer": [{k: bits(v).copy() for k, v in s.items()} for s in engine.optimizer_shards()],
         "params": [bits(engine.compute_params(i)).copy() for i in range(engine.cluster.local_size)],
     }
+
+
+def by_gid(ax, gid: str) -> list:
+    """The artists of a figure's axes that carry gid `gid` (figures mark what they draw with gids)."""
+    return [a for a in ax.get_children() if a.get_gid() == gid]

@@ -4,6 +4,8 @@ double rounding named element by element (issue 26, Must show 1)."""
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from zerosim.precision import cast
 from zerosim.precision.fp8_blocks import mxfp8_dequantize, mxfp8_quantize
@@ -196,3 +198,23 @@ def test_swizzle_order_is_the_kernels_example():
 def test_quantize_refuses_bf16_it_would_reinterpret():
     with pytest.raises(TypeError, match="fp16"):
         quantize(np.ones(8, ml_dtypes.bfloat16), 8, 1)
+
+
+def naive_first_group_count(numel: int, start: int) -> int:
+    """CUDAQuantizer.quantize's loop as written (runtime/zero/partition_parameters.py)."""
+    groups = start
+    while groups < numel:
+        if numel % (8 * groups) == 0:
+            break
+        groups += 1
+    return groups
+
+
+@given(numel=st.one_of(st.integers(1, 200_000), st.sampled_from([8 * 99991, 8 * 8009 * 3, 16 * 8000 + 8])))
+def test_the_group_search_equals_cudaquantizers_loop(numel):
+    import math
+
+    from zerosim.precision.int_quant import _first_group_count
+
+    start = math.ceil(numel / 8000)
+    assert _first_group_count(numel, start) == naive_first_group_count(numel, start)

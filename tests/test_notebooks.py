@@ -37,6 +37,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "06_precision_lab.ipynb": 4,
     "07_exercises.ipynb": 0,
     "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
+    "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -101,6 +102,17 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "block     3        20.08         fits         fits         fits",  # the only way onto an RTX 3090
         "A100 80GB, ZeRO-2, no checkpointing: 82.72 GB measured + 5.48 GB estimated = 88.20 GB of 85.90: does not fit",
         "   ZeRO-3 subblock  B = 1 × K = 8   step  31.85 s     25.1 GB of 25.8",  # the planner's answer for the 3090
+    ],
+    "10_fewer_bits.ipynb": [
+        # one int8 group by hand: s = 256 / (2·1) = 128; 1.0 -> 128 clamps to 127; 0.3 (fp16 0.29993) -> 38.39 -> 38
+        "integers [127, -64, 32, 38], scale sent 0.0078125, received [0.9921875, -0.5, 0.25, 0.296875]",
+        "(Σ/W): slope 3.875 (d = 4)",  # DeepSpeed's qgZ returns Σ/n: d = 4 times the slope against Σ/n (0.9687)
+        "unquantized  trace 10,800 B   hand 10,800 B",  # 2 gathers · 2 bytes · (N − 1) · s = 2 · 2 · 3 · 900
+        "fp8 torchao  trace  5,424 B   hand  5,424 B",  # 2 · 3 · 900 e4m3 bytes + 2 · 3 · ceil(3/4) · 4 amax bytes
+        "trace 672 B, hand 672 B",  # qgZ, M = 1024, G = 64, d = 4, n = 2: 3/4·(512 + 256) + 1/2·(128 + 64)
+        "unquantized  gather params  14.98 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
+        "qwZ int8     gather params   9.02 s in 396 calls",  # integers and scales: two calls a gather
+        "fp8 torchao  gather params   8.01 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
     ],
 }
 _executed = {}

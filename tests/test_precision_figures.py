@@ -17,16 +17,13 @@ from zerosim.precision import MixedPrecision, get_precision
 from zerosim.reference.recipe_error import recipe_errors
 from zerosim.reference.underflow import log2_histogram
 from zerosim.viz import clip_figure, loss_scale_figure, recipe_figure, underflow_figure
+from helpers import by_gid
 
 
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
     plt.close("all")
-
-
-def by_gid(ax, gid: str) -> list:
-    return [a for a in ax.get_children() if a.get_gid() == gid]
 
 
 def test_underflow_histogram_counts_binary_exponents():

@@ -168,3 +168,27 @@ def test_wire_refused_before_anything_runs():
         all_to_all_quant_reduce(Cluster(4), [np.ones(32, ml_dtypes.bfloat16)] * 4, (8, 4), 2)
     with pytest.raises(ValueError, match="falls back"):
         all_to_all_quant_reduce(Cluster(4), [np.ones(12, np.float16)] * 4, (3, 4), 2)
+
+
+@pytest.mark.slow
+def test_the_readmes_1024_gpu_wire_times(capsys):
+    """The README's numbers: GPT-3 175B, ZeRO-3, 1,024 H100s over IB NDR, the seconds of `gather params` by wire and
+    the unchanged `reduce grads`. Why they are what they are: fp8 sends half the bytes of the fp16 gather (plus 8,184
+    bytes of amaxes); qwZ the same bytes plus its scales, in two calls a gather, so 198 more ring all-gathers of
+    1,023 latencies of 5 µs each: 198 · 1023 · 5e-6 = 1.013 s more than fp8 (their bytes differ by 0.2 %)."""
+    import json
+
+    from zerosim.cli.main import main
+
+    base = ["timeline", "--model", "gpt3-175b", "--ranks", "1024", "--link", "ib_ndr", "--json"]
+    got = {}
+    for name, flags in [("unquantized", []), ("qwZ", ["--zero-quantized-weights", "--weight-groups", "2048"]),
+                        ("fp8", ["--fp8-all-gather"])]:
+        assert main(base + flags) == 0
+        got[name] = json.loads(capsys.readouterr().out)["by_purpose"]
+    assert {k: round(v["gather params"]["seconds"], 2) for k, v in got.items()} == {
+        "unquantized": 14.98, "qwZ": 9.02, "fp8": 8.01}
+    assert {round(v["reduce grads"]["seconds"], 2) for v in got.values()} == {7.49}
+    assert [v["gather params"]["calls"] for v in got.values()] == [198, 396, 200]
+    extra = got["qwZ"]["gather params"]["seconds"] - got["fp8"]["gather params"]["seconds"]
+    assert abs(extra - 198 * 1023 * 5e-6) < 0.005 * extra  # the rest: qwZ's 0.2 % more bytes, fp8's amax calls

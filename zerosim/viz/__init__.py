@@ -17,11 +17,13 @@ from zerosim.viz.spacing_figure import spacing_figure
 from zerosim.viz.sweep_figure import sweep_figure
 from zerosim.viz.timeline_figure import timeline_figure, timelines_figure
 from zerosim.viz.underflow_figure import underflow_figure
+from zerosim.viz.wire_figure import drift_figure, wire_loss_figure, wire_time_figure
 from zerosim.viz.zero3_figure import zero3_figure
 
 __all__ = [
     "clip_figure",
     "dataflow_figure",
+    "drift_figure",
     "l_squared_figure",
     "ledger_figure",
     "loss_scale_figure",
@@ -37,5 +39,7 @@ __all__ = [
     "timeline_figure",
     "timelines_figure",
     "underflow_figure",
+    "wire_loss_figure",
+    "wire_time_figure",
     "zero3_figure",
 ]

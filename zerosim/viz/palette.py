@@ -40,6 +40,16 @@ FORMATS = {  # number formats: the spacing and dataflow figures
     "fp8_e4m3": "#c44e52",
     "fp8_e5m2": "#8172b3",
 }
+WIRES = {  # what travels in a gather or a reduction (viz/wire_figure.py): the same colour in every figure of the wires
+    "float64": "#000000",  # the exact yardstick, as the fp64 format
+    "unquantized": "#4c72b0",  # the 16-bit wire, as the params' colour
+    "qwZ int8": "#55a868",
+    "fp8 torchao": "#c44e52",  # e4m3, as the fp8_e4m3 format
+    "fp8 delayed": "#8172b3",
+    "mxfp8": "#937860",
+    "qgZ int4": "#dd8452",
+    "qgZ int4 + LoCo": "#da8bc3",
+}
 CHUNKS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 PEAK_TICK = "black"  # the tick that marks a peak, wherever one is drawn
 LOSS = "#d62728"  # a value rounding lost (2049 -> 2048), wherever one is marked
@@ -68,6 +78,13 @@ def kind_order(kinds) -> list:
 def format_colour(name: str) -> str:
     """The colour of a number format ("fp32", "bf16", "fp16", "fp8_e4m3", ...)."""
     return FORMATS.get(name, SPARE[zlib.crc32(name.encode()) % len(SPARE)])
+
+
+def wire_colour(name: str) -> str:
+    """The colour of a wire ("unquantized", "qwZ int8", "qgZ int4 + LoCo", ...; WIRES) in every figure."""
+    if name not in WIRES:
+        raise ValueError(f"no colour for wire {name!r}; the wires are {', '.join(WIRES)}")
+    return WIRES[name]
 
 
 def chunk_colour(chunk: int) -> str:
