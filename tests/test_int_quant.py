@@ -182,7 +182,7 @@ def test_deepspeed_group_count(numel, groups):
     assert deepspeed_groups(numel) == groups
 
 
-@pytest.mark.bad_input("value", unchanged=True)
+@pytest.mark.bad_input("formats and casts", unchanged=True)
 @pytest.mark.parametrize("numel", [0, 12, 100])
 def test_deepspeed_group_count_refuses_what_cudaquantizer_asserts(numel):
     with pytest.raises(ValueError, match="CUDAQuantizer"):
@@ -194,7 +194,7 @@ def test_swizzle_order_is_the_kernels_example():
     assert swizzle_order(4, 1, 4) == [0, 1, 2, 3]
 
 
-@pytest.mark.bad_input("type", unchanged=True)
+@pytest.mark.bad_input("formats and casts", unchanged=True)
 def test_quantize_refuses_bf16_it_would_reinterpret():
     with pytest.raises(TypeError, match="fp16"):
         quantize(np.ones(8, ml_dtypes.bfloat16), 8, 1)

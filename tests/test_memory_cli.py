@@ -83,3 +83,46 @@ def test_pure_fp32_gives_seed_002s_row_for_gpt3(capsys):
     assert stage0["sent"] == stage0["sent_formula"]  # fp32 on the wire: 4 bytes per element
     row = next(c for c in r["conventions"] if c["name"].startswith("seed 002 pure fp32"))
     assert row["bytes"][0] == 16 * 174_604_259_328 and row["bytes"][1:] == [None, None, None]
+
+
+def test_memory_counts_the_quantized_gathers_bytes_and_what_lands(capsys):
+    """GPT-2 small on 8 ranks: Ψ = 124,439,808 = 8 · 15,554,976 (s), 15 units, the largest the embedding's
+    38,597,376 elements, over the shards of ranks 0, 1 (s each) and 2 (7,487,424). Stage 3 sends two gathers and
+    one reduce-scatter, each (N−1)·s elements a rank:
+      fp16:           3 · 2 B · 7s                                   = 653,308,992
+      fp8 (torchao):  2 · 1 B · 7s + 2 B · 7s + the amax all-reduce of 15 fp32 (2 · 7 · ceil(15/8) · 4 = 112)
+                                                                     = 435,539,440
+    and while the embedding lands, before it is dequantized (kind "comm"):
+      fp8:            its 38,597,376 e4m3 bytes + the amax all-reduce's staged 8 · ceil(15/8) fp32 (64 B)
+      qwZ, 64:        int8 padded to whole groups, 2 · 15,555,008 + 7,487,424 (243,047 + 243,047 + 116,991
+                      groups), and 4 B a group = 38,597,440 + 2,412,340 = 41,009,780"""
+    rows = {}
+    for name, flags in [("fp16", ()), ("fp8", ("--fp8-all-gather",)),
+                        ("qwZ", ("--zero-quantized-weights", "--weight-groups", "64"))]:
+        code, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--json", *flags)
+        assert code == 0
+        rows[name] = json.loads(out)
+    s = 15_554_976
+    three = {k: r["stages"][3] for k, r in rows.items()}
+    assert three["fp16"]["sent"] == 3 * 2 * 7 * s == 653_308_992
+    assert three["fp8"]["sent"] == 2 * 7 * s + 2 * 7 * s + 112
+    assert "comm" not in three["fp16"]["peak_by_kind"]
+    assert three["fp8"]["peak_by_kind"]["comm"] == 38_597_376 + 64
+    assert three["qwZ"]["peak_by_kind"]["comm"] == 2 * 15_555_008 + 7_487_424 + 4 * (2 * 243_047 + 116_991)
+    for k in ("fp8", "qwZ"):  # stages 0-2 gather no weights: their rows are the unquantized run's
+        assert rows[k]["stages"][:3] == rows["fp16"]["stages"][:3]
+    assert rows["fp8"]["wire"] == "e4m3, one scale a unit (torchao's enable_fsdp_float8_all_gather)"
+    code, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--fp8-all-gather")
+    assert "Stage 3 gathers its weights as e4m3, one scale a unit (torchao's enable_fsdp_float8_all_gather)." in out
+    assert "dequantized (kind 'comm') peaks at 0.039 GB a rank." in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--weight-groups", "64"), "--weight-groups sets qwZ's group size: add --zero-quantized-weights"),
+    (("--zero-quantized-weights", "--fp8-all-gather"), "choose one quantized gather"),
+    (("--zero-quantized-weights", "--weight-groups", "0"), "weight_groups must be 'deepspeed' or a positive"),
+])
+@pytest.mark.bad_input("command line")
+def test_memory_wire_flags_refused_clearly(capsys, argv, message):
+    code, _, err = run(capsys, "memory", "--params", "1e6", "--ranks", "4", *argv)
+    assert code == 2 and message in err

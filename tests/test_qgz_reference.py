@@ -51,7 +51,7 @@ def test_a_model_qgz_takes_nothing_from_runs_as_the_plain_oracle():
     assert ref.quantized == () and ref.master().tobytes() == plain.master().tobytes()
 
 
-@pytest.mark.bad_input("value", unchanged=True)
+@pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("precision, n, d, message", [
     ("bf16-mixed", 8, 4, "read fp16"),  # both kernels read the gradient through a __half*
     (FP16, 8, 8, "at least 2"),  # one node: DeepSpeed falls back to reduce_scatter_coalesced

@@ -49,7 +49,7 @@ def test_time_bars_stack_the_purposes_and_write_the_total():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["gather params", "reduce grads"]
 
 
-@pytest.mark.bad_input("value", unchanged=True)
+@pytest.mark.bad_input("figures", unchanged=True)
 def test_an_unknown_wire_has_no_colour():
     with pytest.raises(ValueError, match="no colour for wire 'int2'"):
         wire_colour("int2")

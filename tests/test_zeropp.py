@@ -154,7 +154,7 @@ def test_qwz_bytes_per_rank_in_the_trace():
     assert scales == 2 * 4 * (fc0_groups + fc1_groups)
 
 
-@pytest.mark.bad_input("value", unchanged=True)
+@pytest.mark.bad_input("engine arguments", unchanged=True)
 def test_wire_refused_before_anything_runs():
     with pytest.raises(ValueError, match="not both"):
         Wire(zero_quantized_weights=True, fp8_all_gather="torchao")
@@ -192,3 +192,20 @@ def test_the_readmes_1024_gpu_wire_times(capsys):
     assert [v["gather params"]["calls"] for v in got.values()] == [198, 396, 200]
     extra = got["qwZ"]["gather params"]["seconds"] - got["fp8"]["gather params"]["seconds"]
     assert abs(extra - 198 * 1023 * 5e-6) < 0.005 * extra  # the rest: qwZ's 0.2 % more bytes, fp8's amax calls
+
+
+def test_what_lands_before_dequantizing_is_in_the_ledger():
+    """MLP([64, 64, 8]) on 4 ranks (fc0: 4160 elements in pieces 1170, 1170, 1170, 650): while fc0 lands each rank
+    holds, beside the dequantized window, kind "comm":
+      qwZ, groups of 64: int8 1216 · 3 + 704 (whole groups) and 4 B for each of 19 · 3 + 11 groups = 4352 + 272
+      MXFP8:             4160 e4m3 bytes and one E8M0 byte a block of 32: 37 · 3 + 21 = 132
+    and nothing of it after the step."""
+    for wire, landed in ((Wire(zero_quantized_weights=True, weight_groups=64), 4352 + 272),
+                         (Wire(fp8_all_gather="mxfp8"), 4160 + 132)):
+        c = Cluster(4)
+        ZeroEngine(MLP([64, 64, 8]), c, 3, Adam(), "fp16-mixed", wire=wire).step(
+            [(np.ones((2, 64)), np.ones((2, 8)))] * 4
+        )
+        for rank in c.ranks:
+            assert rank.ledger.peak_by_kind()["comm"] == landed
+            assert not any(name.endswith("(received, quantized)") for name in rank.ledger.live)

@@ -7,6 +7,7 @@
     zerosim memory --d-model 4096 --heads 32 --layers 32 --seq-len 8192 --batch 4 --ranks 1  # seed 001's L = 8192 row
     zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192 --gpu h100-80gb               # will it fit?
     zerosim memory --config config.json --ds-config ds_config.json --ranks 8 --seq-len 4096 --gpu a100-80gb
+    zerosim memory --model gpt3-175b --ranks 1024 --fp8-all-gather                  # stage 3's gathers in e4m3
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -28,6 +29,7 @@ import json
 import sys
 
 from zerosim.cli.fit_lines import judge
+from zerosim.cli.wire_args import add_wire_arguments, wire_from_args
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -48,6 +50,7 @@ def add_arguments(p) -> None:
     add_activation_arguments(p)
     add_gpu_arguments(p)
     add_schedule_arguments(p)
+    add_wire_arguments(p)
 
 
 def report(args) -> dict:
@@ -66,6 +69,10 @@ def report(args) -> dict:
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
+    quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
+    if quantized is not None and 3 not in stages:
+        raise ValueError(f"--zero-quantized-weights and --fp8-all-gather quantize ZeRO-3's weight gathers; the "
+                         f"DeepSpeed config runs stage {stages[0]}")
     measured = measure_by_stage(
         model,
         N,
@@ -77,6 +84,7 @@ def report(args) -> dict:
         micro_batch=micro,
         comm=s.comm,
         clip_grad=s.clip_grad,
+        wire=quantized,
     )
     name = s.precision_name
     config = MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="all")  # the engines pad every flat buffer
@@ -109,6 +117,7 @@ def report(args) -> dict:
         "precision": name,
         "unit": getattr(model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer"),
         "step": not args.no_step,
+        "wire": None if quantized is None else quantized.describe(),  # stage 3's weight gathers
         "activations": None if micro is None else _activations(model, micro, args, s.precision),
         "stages": measured,
         "gpu": None

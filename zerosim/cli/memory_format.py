@@ -50,6 +50,14 @@ def format_report(r: dict) -> str:
         "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
         "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
     ]
+    if r.get("wire"):
+        three = next((row for row in r["stages"] if row["stage"] == 3), None)
+        landed = three["peak_by_kind"].get("comm", 0) if three else 0
+        lines += [
+            f"Stage 3 gathers its weights as {r['wire']}.",
+            "Its 'sent' counts the payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; what lands before it is",
+            f"dequantized (kind 'comm') peaks at {landed / GB:.3f} GB a rank.",
+        ]
     lines += (
         _activation_lines(act)
         if act

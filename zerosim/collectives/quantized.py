@@ -60,7 +60,7 @@ def qwz_all_gather(cluster, pieces, counts=None, groups="deepspeed", out_format=
     n, backend = cluster.world_size, cluster.backend
     sizes = backend.all_meta([int(np.shape(p)[0]) for p in pieces])
     counts = tuple(counts) if counts is not None else (tuple(sizes) if len(sizes) == n else (sizes[0],) * n)
-    padded = [_padded(m, groups) for m in counts]  # elements each rank sends (whole groups)
+    padded = [padded_count(m, groups) for m in counts]  # elements each rank sends (whole groups)
     ngroups = [group_count(m, groups) if m or groups == "deepspeed" else 0 for m in counts]
     if backend.holds_values:
         quant = [qwz_piece(p, groups) for p in pieces]
@@ -85,7 +85,8 @@ def qwz_all_gather(cluster, pieces, counts=None, groups="deepspeed", out_format=
     return Collected(out, ints.handle + scl.handle)
 
 
-def _padded(m: int, groups) -> int:
+def padded_count(m: int, groups) -> int:
+    """Elements a piece of m sends: m with DeepSpeed's groups, else zero-padded to whole groups of `groups`."""
     return m if groups == "deepspeed" else group_count(m, groups) * groups
 
 

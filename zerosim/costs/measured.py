@@ -22,12 +22,13 @@ MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the rest
 
 def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
-                     comm=None, clip_grad: float | None = None) -> list:
+                     comm=None, clip_grad: float | None = None, wire=None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
     ledgers then hold too ("activations" in peak_by_kind); None for a `MetaModel` (no activations).
-    `comm`: a CommSchedule (buckets and prefetch change the peak); `clip_grad`: clipping by the global norm. One
+    `comm`: a CommSchedule (buckets and prefetch change the peak); `clip_grad`: clipping by the global norm; `wire`:
+    a zeropp.Wire for stage 3's weight gathers (the other stages gather no weights and run without it). One
     micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
     does not change with K).
 
@@ -42,7 +43,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     for stage in progress(
         stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
     ):
-        out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad)[0])
+        out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
+                                 wire if stage == 3 else None)[0])
     return out
 
 

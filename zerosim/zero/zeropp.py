@@ -25,7 +25,9 @@ import numpy as np
 
 from zerosim.cluster import Handle
 from zerosim.cluster.events import Fp8ScaleUpdate
-from zerosim.collectives.quantized import fp8_all_gather, fp8_amax_all_reduce, mxfp8_all_gather, qwz_all_gather
+from zerosim.collectives.quantized import (
+    fp8_all_gather, fp8_amax_all_reduce, group_count, mxfp8_all_gather, padded_count, qwz_all_gather)
+from zerosim.precision.fp8_blocks import BLOCK
 from zerosim.precision.fp8_recipes import FP8_RECIPES, get_fp8_recipe
 
 SCALES = "fp8 scales"
@@ -49,6 +51,20 @@ class Wire:
                                                   or not isinstance(self.weight_groups, int) or self.weight_groups < 1):
             raise ValueError(f"weight_groups must be 'deepspeed' or a positive group size, got {self.weight_groups!r}")
 
+    def describe(self) -> str:
+        """The wire in words, by the frameworks' names (what the CLI prints)."""
+        if self.zero_quantized_weights:
+            groups = "CUDAQuantizer's adaptive groups" if self.weight_groups == "deepspeed" else (
+                f"groups of {self.weight_groups:,}")
+            return f"int8 with fp32 scales (DeepSpeed ZeRO++ qwZ, {groups})"
+        if self.fp8_all_gather == "mxfp8":
+            return "MXFP8: e4m3 with an E8M0 scale a block of 32 (Transformer Engine's MXFP8BlockScaling)"
+        if self.fp8_all_gather is not None:
+            who = ("torchao's enable_fsdp_float8_all_gather" if self.fp8_all_gather == "torchao"
+                   else f"Transformer Engine's {self.fp8_all_gather} scaling")
+            return f"e4m3, one scale a unit ({who})"
+        return "unquantized"
+
     @property
     def gathers_quantized(self) -> bool:
         return self.zero_quantized_weights or self.fp8_all_gather is not None
@@ -58,8 +74,6 @@ class Wire:
         if self.gathers_quantized and not plan.gathers_params:
             raise ValueError(f"quantized weight gathers run where ZeRO gathers weights: stage 3, not {plan.stage}")
         if self.zero_quantized_weights and self.weight_groups == "deepspeed":
-            from zerosim.collectives.quantized import group_count
-
             for layer in range(len(layout.windows)):
                 counts = layout.counts(layer)
                 if sum(counts) == 0:
@@ -91,6 +105,7 @@ def gather_quantized(ctx, layer: int, adopt_as: str) -> Handle:
     wire, layout, ranks, cluster = ctx.wire.wire, ctx.layout, ctx.ranks, ctx.cluster
     counts = layout.counts(layer)
     out_format = ctx.policy.compute_format
+    held = [_receive_buffers(rank.ledger, wire, counts) for rank in ranks]
     with cluster.trace.about(purpose="gather params", layers=(layer,)):
         if wire.zero_quantized_weights:
             pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
@@ -103,9 +118,31 @@ def gather_quantized(ctx, layer: int, adopt_as: str) -> Handle:
                 scale = _scales(ctx)[layer]
                 fmt = ctx.wire.recipe(layer).fmt("forward")
                 got = fp8_all_gather(cluster, pieces, scale, counts, out_format, fmt, f"{ctx.names[layer]} params")
-    for rank, window in zip(ranks, got):
+    for rank, window, bufs in zip(ranks, got, held):
         rank.ledger.adopt(adopt_as, window, "params")
+        for b in bufs:  # dequantized: the received integers (or fp8) and scales are let go
+            b.free()
     return got.handle
+
+
+RECEIVED = "(received, quantized)"
+
+
+def _receive_buffers(ledger, wire: Wire, counts) -> list:
+    """What a rank holds while a quantized gather lands, beside the dequantized window it then adopts: the whole
+    unit's payload and scales from every rank (kind "comm"). DeepSpeed all-gathers qwZ's int8 and fp32 scales into
+    buffers of their own and dequantizes from them (partition_parameters.py: _all_gather_coalesced,
+    AllGatherCoalescedHandle.wait); torchao's fp8 all-gather lands in an fp8 buffer before its cast
+    (float8/fsdp_utils.py: fsdp_post_all_gather). Counted, not written: the collective returns its own arrays."""
+    if wire.zero_quantized_weights:
+        g = wire.weight_groups
+        sizes = [("int8", sum(padded_count(m, g) for m in counts), np.int8),
+                 ("scales", sum(group_count(m, g) if m or g == "deepspeed" else 0 for m in counts), np.float32)]
+    elif wire.fp8_all_gather == "mxfp8":
+        sizes = [("fp8", sum(counts), np.uint8), ("e8m0 scales", sum(-(-m // BLOCK) for m in counts), np.uint8)]
+    else:
+        sizes = [("fp8", sum(counts), np.uint8)]
+    return [ledger.alloc(f"gather {what} {RECEIVED}", n, dtype, "comm") for what, n, dtype in sizes]
 
 
 def _master(ctx, rank):

@@ -1,0 +1,28 @@
+"""The flags that send ZeRO-3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py),
+for `zerosim timeline` and `zerosim memory`."""
+
+from __future__ import annotations
+
+
+def add_wire_arguments(p) -> None:
+    """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py)."""
+    p.add_argument("--zero-quantized-weights", action="store_true",
+                   help="DeepSpeed ZeRO++ qwZ: gather the 16-bit weights as int8 in CUDAQuantizer's groups (stage 3)")
+    p.add_argument("--weight-groups", type=int, default=None, metavar="SIZE",
+                   help="qwZ with fixed groups of SIZE elements instead of CUDAQuantizer's adaptive count")
+    p.add_argument("--fp8-all-gather", nargs="?", const="torchao", default=None,
+                   choices=("torchao", "current", "delayed", "mxfp8"),
+                   help="torchao's enable_fsdp_float8_all_gather: the fp32 master shard cast to e4m3 (stage 3); "
+                        "a Transformer Engine recipe by name instead of torchao's dynamic scale")
+
+
+def wire_from_args(args):
+    """A zeropp.Wire from the flags, or None."""
+    from zerosim.zero.zeropp import Wire
+
+    if args.weight_groups is not None and not args.zero_quantized_weights:
+        raise ValueError("--weight-groups sets qwZ's group size: add --zero-quantized-weights")
+    if not args.zero_quantized_weights and args.fp8_all_gather is None:
+        return None
+    return Wire(zero_quantized_weights=args.zero_quantized_weights, fp8_all_gather=args.fp8_all_gather,
+                weight_groups="deepspeed" if args.weight_groups is None else args.weight_groups)
