@@ -166,22 +166,45 @@ def _div_cuda(x16: np.ndarray, n: int) -> np.ndarray:
     return (x16.astype(np.float32) * inv).astype(np.float16)
 
 
-def naive_all_to_all_quant_reduce(grads, shape, gpus_per_node: int) -> list:
-    """Naive twin (no LoCo): for each destination partition p, each node's d quantized pieces of p dequantized and
-    added in fp16 here, requantized, then the n node sums dequantized, added and divided by n."""
+def naive_all_to_all_quant_reduce(grads, shape, gpus_per_node: int, loco: LocoState | None = None,
+                                  key: str = "") -> list:
+    """Naive twin: for each destination partition p, each node's d quantized pieces of p dequantized and added in
+    fp16 here, requantized, then the n node sums dequantized, added and divided by n. No swizzle and no all-to-all:
+    partitions are named, not moved. With LoCo, the errors are kept per (rank, partition) in `loco.buffers[key]`
+    (a layout of its own: hand the twin a LocoState of its own): every group lies inside one partition, so
+    quantizing a partition's error alone gives the same int8 as the collective's whole buffer."""
     w, d = len(grads), gpus_per_node
     n = w // d
     g = check_qgz(shape, w, n)
     m = int(np.prod(shape))
     per, gp = m // w, g // w
+    beta = np.float32(loco.err_beta) if loco is not None else None
+    reset = loco is not None and (key not in loco.buffers or loco.idx > loco.reset_T)
+    if reset:
+        loco.idx = 0
+    kept = {} if loco is None else loco.buffers.setdefault(key, {})
+    new = {}
+
+    def send(x16, err_key):  # one quantization, with LoCo's error added first and updated after
+        if loco is None:
+            return dequantize(quantize(x16, 4, gp))
+        err = np.zeros(per, np.float16) if reset else dequantize(kept[err_key])
+        x16 = _add16(x16, err)
+        q = quantize(x16, 4, gp)
+        new[err_key] = quantize(_loco_update(x16, q, err, beta), 8, gp)
+        return dequantize(q)
+
     out = []
-    for p in range(w):
+    for p in range(w):  # partition p: rank p's result; it is summed by local rank p % d of each node
         node_sums = []
         for i in range(n):
             acc = np.zeros(per, np.float16)
             for j in range(d):
                 piece = np.asarray(grads[i * d + j])[p * per : (p + 1) * per]
-                acc = _add16(acc, dequantize(quantize(piece, 4, gp)))
-            node_sums.append(dequantize(quantize(acc, 4, gp)))
+                acc = _add16(acc, send(piece, ("intra", i * d + j, p)))
+            node_sums.append(send(acc, ("inter", i * d + p % d, p)))
         out.append(_sum_nodes(np.stack(node_sums), n))
+    if loco is not None:
+        kept.update(new)
+        loco.idx += 1
     return out
