@@ -227,3 +227,22 @@ def test_qgz_with_loco_equals_its_naive_twin_over_steps(nodes, d, rows, reset_t,
         want = naive_all_to_all_quant_reduce(grads, shape, d, loco=twin, key="w")
         assert all(same_bits(a, b) for a, b in zip(got, want))
         assert ours.idx == twin.idx
+
+
+@pytest.mark.bad_input("collectives", unchanged=True)
+def test_qgz_on_the_meta_backend_sends_what_it_sends_with_values():
+    """The same four calls and bytes with and without values (the meta path builds its payloads by size); LoCo,
+    which keeps values between calls, is refused there."""
+    w, d, shape = 8, 4, (16, 8)
+    grads = [np.random.default_rng(r).standard_normal(128).astype(np.float16) for r in range(w)]
+    values, meta = Cluster(w), Cluster(w, backend="meta")
+    all_to_all_quant_reduce(values, grads, shape, d)
+    out = all_to_all_quant_reduce(meta, [meta.backend.empty((128,), np.float16) for _ in meta.ranks], shape, d)
+    assert [(x.elements, x.dtype, x.group) for x in meta.trace.calls] == [
+        (x.elements, x.dtype, x.group) for x in values.trace.calls]
+    assert meta.trace.bytes_sent(0) == values.trace.bytes_sent(0) == 112  # the meta backend hosts rank 0 only
+    # rank 0: 3/4 of 64 int4 bytes and of 16 scales in the node (48 + 48), 1/2 of 16 bytes and 4 scales across (8 + 8)
+    assert [o.shape for o in out] == [(16,)] * len(meta.ranks)
+    with pytest.raises(ValueError, match="LoCo's error feedback needs values"):
+        all_to_all_quant_reduce(meta, [meta.backend.empty((128,), np.float16) for _ in meta.ranks], shape, d,
+                                loco=LocoState())

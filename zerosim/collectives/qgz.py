@@ -105,6 +105,8 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
     order = swizzle_order(w, n, d)
     nodes = tuple(tuple(range(i * d, (i + 1) * d)) for i in range(n))
     across = tuple(tuple(range(k, w, d)) for k in range(d))
+    if not cluster.backend.holds_values:
+        return _meta(cluster, m, g, d, nodes, across, loco, tag)
     beta = np.float32(loco.err_beta) if loco is not None else None
     reset = loco is not None and (key not in loco.buffers or loco.idx > loco.reset_T)
     if reset:
@@ -148,6 +150,24 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
             loco.buffers.setdefault(key, {})[rank.index] = (quantize(e_in, 8, g), quantize(e_out, 8, g // d))
     if loco is not None:
         loco.idx += 1
+    return Collected(out, got_q.handle + got_s.handle + fin_q.handle + fin_s.handle)
+
+
+def _meta(cluster, m: int, g: int, d: int, nodes, across, loco, tag: str) -> list:
+    """The meta backend (no values): the same four all-to-alls with data-less payloads of the same sizes — (M/2,)
+    int4 bytes and (G,) fp32 scales in the node, (M/2d,) and (G/d,) across nodes — and (M/W,) fp16 results."""
+    if loco is not None:
+        raise ValueError("LoCo's error feedback needs values: run qgZ with loco on a cluster that holds them")
+    b = cluster.backend
+    got_q = all_to_all(cluster, [b.empty((m // 2,), np.uint8) for _ in cluster.ranks], groups=nodes,
+                       tag=f"{tag} (int4, in node)", wire="int4x2")
+    got_s = all_to_all(cluster, [b.empty((g,), np.float32) for _ in cluster.ranks], groups=nodes,
+                       tag=f"{tag} (scales, in node)")
+    fin_q = all_to_all(cluster, [b.empty((m // (2 * d),), np.uint8) for _ in cluster.ranks], groups=across,
+                       tag=f"{tag} (int4, across nodes)", wire="int4x2")
+    fin_s = all_to_all(cluster, [b.empty((g // d,), np.float32) for _ in cluster.ranks], groups=across,
+                       tag=f"{tag} (scales, across nodes)")
+    out = [b.empty((m // cluster.world_size,), np.float16) for _ in cluster.ranks]
     return Collected(out, got_q.handle + got_s.handle + fin_q.handle + fin_s.handle)
 
 
