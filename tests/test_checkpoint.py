@@ -223,8 +223,11 @@ def test_an_existing_tag_is_not_overwritten(checkpoint):
     directory, folder, model = checkpoint
     before = {f: Path(folder, f).read_bytes() for f in os.listdir(folder)}
     engine = ZeroEngine.load(directory, Cluster(3), model)
-    with pytest.raises(ValueError, match="already exists: pass another tag"):
-        engine.save(directory)  # the same step: the same default tag
+    assert engine.save(directory) == folder  # the same state under the same tag: nothing to write
+    engine.step(batches([4, 6, 3], 3, 1, 5)[0])
+    with pytest.raises(ValueError, match="step000001 already holds another checkpoint .iteration 1.; nothing was written") as e:
+        engine.save(directory, tag="step000001")  # another state under that tag
+    assert str(e.value).count("already holds") == 1  # said once, not once per rank
     assert {f: Path(folder, f).read_bytes() for f in os.listdir(folder)} == before
 
 
