@@ -45,13 +45,23 @@ def run_guarded(fn, *args, comm=None, **kwargs):
         if e.code in (None, 0):
             raise
         abort_job(RuntimeError(f"exited with status {e.code}"), comm, print_traceback=False)
-    except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line, from rank 0, and the job ends
-        comm = import_mpi().COMM_WORLD if comm is None else comm
-        if comm.rank == 0:
-            print("zerosim: interrupted", file=sys.stderr, flush=True)
-        comm.Abort(130)
+    except KeyboardInterrupt:  # Ctrl-C on mpiexec reaches every rank; SIGINT to one rank reaches only it
+        interrupt_job("zerosim: interrupted", comm)
     except BaseException as e:  # the other ranks would wait for this one forever
         abort_job(e, comm, print_traceback=not isinstance(e, SilentRank))  # a silent peer: the message says it all
+
+
+def interrupt_job(line: str, comm=None) -> None:
+    """End the whole job with status 130 (the shell's for SIGINT); rank 0 prints `line`.
+
+    Ctrl-C on mpiexec reaches every rank at once, and each ends up here: rank 0's line is the one line. SIGINT
+    sent to one rank reaches only that one while the others wait on it in a collective: it must end the job
+    itself, at once — left to the watchdog, the job took 62 s and exited 1."""
+    comm = import_mpi().COMM_WORLD if comm is None else comm
+    if comm.rank == 0:
+        print(line, file=sys.stderr, flush=True)
+        time.sleep(0.2)  # let mpiexec's proxy pass the line on before MPI_Abort tears it down (as abort_job does)
+    comm.Abort(130)
 
 
 def install_abort_hook(comm=None) -> None:

@@ -14,6 +14,7 @@ ranges each new rank needs; here each process reads every file, which is simple 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -174,7 +175,11 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
                               + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
     if precision is not None and get_precision(precision) != saved_policy:
-        raise CheckpointError(f"{where}: saved with precision {saved_policy}, not the {get_precision(precision)} asked for")
+        asked = get_precision(precision)
+        differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]
+        raise CheckpointError(f"{where}: saved with precision " + ", ".join(f"{k}={getattr(saved_policy, k)!r}" for k in differ)
+                              + ", not the " + ", ".join(f"{k}={getattr(asked, k)!r}" for k in differ) + " asked for "
+                              "(states cannot change format on load)")
     if expect_stage is not None and m["stage"] != expect_stage:
         raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
     saved_opt = m["optimizer"]

@@ -55,6 +55,10 @@ def _run(args) -> int:
     try:
         return COMMANDS[args.command].run(args) or 0
     except KeyboardInterrupt:  # Ctrl-C: one line (from one rank under mpiexec) and the shell's usual status
+        if _in_mpi_job():  # the other ranks wait on this one: end the whole job with 130 now (not at the watchdog)
+            from zerosim.backends.mpi_failure import interrupt_job
+
+            interrupt_job(f"zerosim {args.command}: interrupted")
         if launched_rank() in (None, 0):
             print(f"zerosim {args.command}: interrupted", file=sys.stderr)
         return 130

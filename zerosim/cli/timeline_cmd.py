@@ -13,6 +13,8 @@ are rank 0's, which stands for every rank (they all do the same work). Open --tr
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 
 from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
@@ -50,6 +52,17 @@ def add_arguments(p) -> None:
     p.add_argument("--figure", default=None, metavar="OUT.png", help="write the Gantt chart (or the sweep's figure)")
 
 
+# What 0 would mean for these knobs is not "off": DeepSpeed's reduce_bucket_size 0 sends each parameter on its own
+# (stage_1_and_2.py: the bucket is sent before any parameter that would overflow it), and stage3_max_live_parameters
+# 0 stops every prefetch (partitioned_param_coordinator.py) — not what leaving the knob unset does, which is what a 0
+# here used to mean, silently. stage3_prefetch_bucket_size 0 does stop prefetching, in DeepSpeed and here.
+ZERO_REFUSED = {
+    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, or leave it out",
+    "allgather_bucket_size": "a bucket of 0 elements: give 1 for the smallest pieces, or leave it out",
+    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, or leave it out",
+}
+
+
 def comm_from_args(args):
     """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
     from zerosim.zero.comm_schedule import CommSchedule, get_comm_schedule
@@ -61,9 +74,12 @@ def comm_from_args(args):
                         ("max_reuse_distance", "max_reuse_distance")):
         v = getattr(args, flag)
         if v is not None:
-            if v != int(v) or v < 0:
-                raise ValueError(f"--{flag.replace('_', '-')} must be a whole number of elements, got {v:g}")
-            changes[field] = int(v) or None  # 0 turns a knob off, as in DeepSpeed's configs
+            name = f"--{flag.replace('_', '-')}"
+            if not math.isfinite(v) or v != int(v) or v < 0:
+                raise ValueError(f"{name} must be a whole number of elements, got {v:g}")
+            if v == 0 and flag in ZERO_REFUSED:
+                raise ValueError(f"{name} 0: {ZERO_REFUSED[flag]}")
+            changes[field] = int(v) or None  # 0 turns prefetching off (stage3_prefetch_bucket_size 0, as in DeepSpeed)
     if args.forward_prefetch:
         changes["prefetch_forward"] = 1
     if args.backward_prefetch is not None:
@@ -94,8 +110,22 @@ def _check(args) -> None:
     for path, ext in ((args.trace, ".json"), (args.figure, ".png")):
         if path is not None and not path.endswith(ext):
             raise ValueError(f"{path!r}: expected a {ext} file name")
+        if path is not None:
+            check_writable(path)
     if args.sweep and args.trace:
         raise ValueError("--trace writes one step's trace; run without --sweep for it")
+
+
+def check_writable(path: str) -> None:
+    """Refuse, before the run, an output file that could not be written: its folder missing or not writable, or a
+    folder in its place (the run takes seconds to minutes; the error would come at the end)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{path}: its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{path}: cannot write there (permission denied)")
 
 
 def sweep_ranks(args) -> tuple:
