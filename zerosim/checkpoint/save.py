@@ -60,6 +60,8 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     if verdict not in ("absent", "same"):
         raise ValueError(verdict)
     if verdict == "same":  # this state is saved there already
+        if writer:
+            clean_incomplete(directory, None)  # a `latest` a killed save left half written under its temporary name
         if writer and read_latest(directory) != tag:
             write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
         backend.all_meta([None] * cluster.local_size)
