@@ -6,7 +6,7 @@ Each row is what a user passed and the words the answer must hold; the old answe
 import numpy as np
 import pytest
 
-from zerosim import MLP, Adam, Cluster, Muon, Reference, ZeroEngine
+from zerosim import MLP, Adam, Cluster, Muon, ZeroEngine
 from zerosim.cli.main import main
 from zerosim.models import GPT, make_regression
 from zerosim.precision import DeepSpeedLossScaler, MixedPrecision, StaticLossScale, TorchGradScaler, cast
@@ -80,8 +80,8 @@ def test_what_the_format_rules_still_allow():
     (["--prefetch-bucket-size", "nan"], "--prefetch-bucket-size must be a whole number of elements, got nan"),  # was raw
     (["--max-reuse-distance", "inf"], "--max-reuse-distance must be a whole number of elements, got inf"),
     (["--trace", "/proc/zerosim-step.json"], "/proc/zerosim-step.json: cannot write"),  # was: named a temporary file
-    (["--trace", "no/such/folder/step.json"], "no/such/folder/step.json: its folder"),
-    (["--figure", "no/such/folder/step.png"], "no/such/folder/step.png: its folder"),
+    (["--trace", "/proc/version/step.json"], "/proc/version/step.json: /proc/version is a file, not a folder"),
+    (["--figure", "/proc/version/step.png"], "/proc/version/step.png: /proc/version is a file, not a folder"),
 ])
 def test_timeline_options_that_would_be_ignored_or_fail_late_are_refused(flags, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -117,15 +117,24 @@ def _check(args) -> None:
 
 
 def check_writable(path: str) -> None:
-    """Refuse, before the run, an output file that could not be written: its folder missing or not writable, or a
-    folder in its place (the run takes seconds to minutes; the error would come at the end)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Refuse, before the run, an output file that could not be written (the run takes seconds to minutes; the
+    error would come at its end): a folder in its place, or no writable folder to make it in. Missing folders
+    on the way are made when the file is written (`prepare_output`)."""
     if os.path.isdir(path):
         raise ValueError(f"{path}: a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):  # the nearest folder that exists will hold the new ones
+        folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
-        raise ValueError(f"{path}: its folder {folder} does not exist")
+        raise ValueError(f"{path}: {folder} is a file, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ValueError(f"{path}: cannot write there (permission denied)")
+
+
+def prepare_output(path: str) -> str:
+    """Make the folders `path` needs; returns `path`."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return path
 
 
 def sweep_ranks(args) -> tuple:
@@ -204,7 +213,7 @@ def _run_one(args, model, comm) -> int:
     if args.trace:
         from zerosim.timeline import write_chrome_trace
 
-        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))
+        write_chrome_trace(result, prepare_output(args.trace), ranks=range(min(4, result.world_size)))
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -213,7 +222,7 @@ def _run_one(args, model, comm) -> int:
         from zerosim.viz import timeline_figure
 
         ax = timeline_figure(result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, {r['link']}")
-        ax.figure.savefig(args.figure, dpi=120, bbox_inches="tight")
+        ax.figure.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
         written.append(f"figure: {args.figure}")
     print(json.dumps(r, indent=1) if args.json else "\n".join([format_one(r), ""] + written if written else [format_one(r)]))
     return 0
@@ -279,7 +288,7 @@ def _run_sweep(args, model, comm) -> int:
         from zerosim.viz.sweep_figure import sweep_figure
 
         fig = sweep_figure(rows, title=f"{r['model']}, {r['tokens_per_rank']:,} tokens per rank, {r['device_name']}; {r['comm']}")
-        fig.savefig(args.figure, dpi=120, bbox_inches="tight")
+        fig.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0
