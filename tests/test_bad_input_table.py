@@ -14,6 +14,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bad-input-table -->", "<!-- /bad-input-table -->"
 
@@ -24,7 +26,7 @@ def census() -> list:
         path = os.path.join(tmp, "census.json")
         env = dict(os.environ, ZEROSIM_BAD_INPUT_CENSUS=path)
         result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")],
-                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         with open(path) as f:
             return json.load(f)
@@ -44,6 +46,7 @@ def readme_table(text: str) -> str:
     return text[start:stop].strip()
 
 
+@pytest.mark.slow  # collects the whole suite in a process of its own
 def test_the_readme_table_is_the_suites_count():
     cases = census()
     assert len(cases) > 100  # the marks are there: a broken census would give an empty table

@@ -131,6 +131,7 @@ def test_sigint_to_one_rank_ends_the_whole_job_with_130(rank):
     assert ("zerosim train: interrupted" in err) if rank == 0 else (f"rank {rank}" in err and "MPI_Abort" in err), err
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_the_pipe_is_not_an_error():
     # `zerosim replay --json | head -1`: zerosim must exit 0 and say nothing on stderr
     shell = f"set -o pipefail; {' '.join(ZEROSIM)} replay --json --steps 40 | head -1"
@@ -139,11 +140,13 @@ def test_a_reader_that_leaves_the_pipe_is_not_an_error():
     assert result.stdout == "{\n" and result.stderr == ""
 
 
+@pytest.mark.slow
 def test_train_json_is_json_alone():
     result = subprocess.run([*ZEROSIM, "train", "--steps", "3", "--json"], capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
     assert result.returncode == 0 and len(json.loads(result.stdout)["losses"]) == 3  # json.loads of all of stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--widths", "100000,100000,4"], "10,000,500,004 parameters on 4 rank(s) in this process"),
     (["--batch", "10000000"], "the data pool (4 micro-batches of 10,000,000 samples)"),
@@ -182,6 +185,7 @@ def _run_with_terminal_stderr(cmd):
     return p.returncode, b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_long_runs_show_progress_on_a_terminal_and_nothing_otherwise():
     cmd = [*ZEROSIM, "memory", "--model", "gpt2-small", "--ranks", "8"]
     code, terminal = _run_with_terminal_stderr(cmd)

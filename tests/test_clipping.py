@@ -27,6 +27,7 @@ def bits(a):
     return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 7), min_size=2, max_size=4),
     n=st.integers(1, 8),

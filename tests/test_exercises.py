@@ -98,6 +98,7 @@ def test_grading_puts_the_packages_own_pieces_back():
     assert averaging.finish.__module__ == "zerosim.zero.averaging" and averaging.finish.__name__ == "finish"
 
 
+@pytest.mark.slow
 def test_a_learner_checks_their_own_file(tmp_path, capsys):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(exercises.get("refresh_params").solution)
@@ -108,6 +109,7 @@ def test_a_learner_checks_their_own_file(tmp_path, capsys):
     assert "counterexample" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_show_gives_a_file_to_start_from_and_list_names_them_all(tmp_path):
     out = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "exercise", "show", "ring_chunk"], capture_output=True, text=True)
     start = tmp_path / "my_solution.py"
@@ -155,6 +157,7 @@ WAYWARD = {  # file -> (the one line the grade must hold, the case it fails on; 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.bad_input("exercises")
 @pytest.mark.parametrize("filename", sorted(WAYWARD))
 def test_a_wayward_file_is_one_clear_line_and_a_failing_grade(filename, tmp_path, capfd):

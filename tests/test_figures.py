@@ -106,6 +106,7 @@ def every_figure(seed_stage1, seed_stage3, paper_stages, mlp, lengths=None, stra
 
 # -- no figure function picks a backend (notebook 03's 7.5B figure never appeared because one did) ------
 
+@pytest.mark.slow
 def test_no_figure_function_switches_the_backend(monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
                                                 seed001_strategies):
     plt.close(plt.figure())  # pyplot settles on its backend at its first figure; from here on nothing may change it
@@ -207,6 +208,7 @@ def test_ring_figure_labels_do_not_overlap_and_show_the_rounding_and_the_shards(
         assert s.endswith(f"{float(out[r][0]):g} in fp16") or s.endswith(f"= {float(out[r][0]):g}")
 
 
+@pytest.mark.slow
 def test_ring_steps_figure_draws_both_halves_of_the_all_reduce():
     fig = drawn(ring_steps_figure())
     top, bottom = fig.axes
@@ -234,6 +236,7 @@ def test_zero3_bar_is_visible(paper_stages):
 
 # -- one figure per seed diagram ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
     ax = spacing_figure()
     lines = {a.get_gid(): a for a in ax.lines if a.get_gid()}
@@ -296,6 +299,7 @@ def test_zero3_sequence_is_seed_004s(seed_stage3):
     assert len([p for p in ax.patches if p.get_gid() == "kind:params"]) == 5
 
 
+@pytest.mark.slow
 def test_figures_only_writes_the_named_figures(tmp_path, capsys):
     assert main(["figures", "--out", str(tmp_path), "--only", "spacing", "--only", "zero3_sequence"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spacing.png", "zero3_sequence.png"]

@@ -265,6 +265,7 @@ def test_block_checkpointing_recomputes_every_unit_but_the_embedding():
 
 # -- ZeRO -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @given(n=st.integers(1, 4), stage=st.integers(0, 3), heads=st.sampled_from([1, 2]), dh=st.sampled_from([2, 4]),
        n_layers=st.integers(1, 2), L=st.integers(1, 5), precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
        unit=st.sampled_from(["block", "sublayer"]), checkpoint=st.sampled_from(["none", "block", "subblock", "every-k"]),
@@ -289,6 +290,7 @@ def test_every_stage_equals_the_oracle_bitwise_on_gpt(n, stage, heads, dh, n_lay
     assert np.array_equal(bits(engine.full_params()), bits(ref.compute_params()[: model.num_params]))
 
 
+@pytest.mark.slow
 def test_gpt_learns_the_copy_task_through_zero_3():
     V_, n = 6, 3  # 5 symbols and the separator; strings of 3, so sequences of 6
     model = GPT(V_, 16, 2, 1, 2 * n)  # copying is attention to a fixed offset back: one block suffices

@@ -43,6 +43,7 @@ STRATEGIES = [  # (GPT options): seed 001's strategies, as `zerosim memory --che
 ]
 
 
+@pytest.mark.slow
 @given(options=st.sampled_from(STRATEGIES), n=st.integers(1, 3), stage=st.integers(0, 3), heads=st.sampled_from([1, 2]),
        n_layers=st.integers(1, 4), L=st.integers(1, 6), B=st.integers(1, 3), activation=st.sampled_from(["gelu", "relu"]),
        precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32"]), flash_block=st.integers(1, 4))

@@ -126,6 +126,7 @@ def test_a_gathered_unit_holds_its_padded_chunks():
 COMMS = [None, "deepspeed", CommSchedule(reduce_bucket_size=40, prefetch_bucket_size=30, max_reuse_distance=100)]
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),
        widths=st.lists(st.integers(1, 7), min_size=2, max_size=4), n=st.integers(1, 5), k=st.integers(1, 2),
@@ -171,6 +172,7 @@ def test_a_gpt_trains_on_per_parameter_partitions_like_the_oracle():
 
 # ---------------------------------------------------------------- checkpoints
 
+@pytest.mark.slow
 @settings(max_examples=12)
 @given(recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]), n=st.integers(1, 5), m=st.integers(1, 5), seed=st.integers(0, 2**16))
 def test_a_per_parameter_checkpoint_resumes_and_reshards(tmp_path_factory, recipe, n, m, seed):

@@ -146,6 +146,7 @@ UNITS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-{getattr(u, 'activation', '')}")
 def test_unit_backward_matches_finite_differences(unit):
     rng = np.random.default_rng(8)
