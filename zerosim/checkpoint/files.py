@@ -85,7 +85,7 @@ _ST_CODES = {np.dtype(t): code for code, t in _ST_DTYPES.items()}
 _ST_RANK = {code: i for i, code in enumerate(_ST_DTYPES)}
 
 
-def serialize(tensors: dict, metadata: dict | None = None) -> bytearray:
+def serialize(tensors: dict, metadata: dict | None = None) -> memoryview:
     """The bytes of a safetensors file holding {name: array} (little-endian numpy arrays of the dtypes above).
 
     Written here rather than by `safetensors.numpy.save`, whose Rust writer puts `__metadata__`'s keys in a
@@ -110,13 +110,14 @@ def serialize(tensors: dict, metadata: dict | None = None) -> bytearray:
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
-    out = bytearray(8 + len(text) + offset)  # the whole file, filled in place: each tensor's bytes copied once
-    out[:8], out[8 : 8 + len(text)] = len(text).to_bytes(8, "little"), text
-    body = np.frombuffer(out, np.uint8)[8 + len(text):]
+    out = np.empty(8 + len(text) + offset, np.uint8)  # the whole file, filled in place: each tensor's bytes copied once
+    out[:8] = np.frombuffer(len(text).to_bytes(8, "little"), np.uint8)
+    out[8 : 8 + len(text)] = np.frombuffer(text, np.uint8)
+    body = out[8 + len(text):]
     for name in order:
         begin, end = header[name]["data_offsets"]
         body[begin:end] = arrays[name].reshape(-1).view(np.uint8)
-    return out
+    return memoryview(out)
 
 
 CHECKSUMS = {  # algorithm -> its digest of some bytes, as hex digits

@@ -50,29 +50,33 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     tag = check_tag(f"step{engine.iteration:06d}" if tag is None else str(tag))
     folder = os.path.join(directory, tag)
     writer = 0 in (rank.index for rank in cluster.ranks)  # the process of rank 0 writes the manifest and `latest`
-    data = {rank.index: tensor_bytes(rank_tensors(rank), metadata={"rank": str(rank.index), "tag": tag}) for rank in cluster.ranks}
-    entries = [{"rank": r, "file": rank_file(r), "bytes": len(b), "checksum": checksum(b), "tensors": formats}
-               for r, (formats, b) in data.items()]
-    everyone = sorted(backend.all_meta(entries), key=lambda e: e["rank"])  # one per rank of the world
-    manifest = make_manifest(engine, everyone)
-    verdict = _existing(directory, folder, manifest) if writer else None
-    verdict = backend.all_meta([verdict] * cluster.local_size)[0]  # rank 0's, decided once (one message, not one per rank)
-    if verdict not in ("absent", "same"):
-        raise ValueError(verdict)
-    if verdict == "same":  # this state is saved there already
+    found = _found(directory, folder) if writer else None
+    found = backend.all_meta([found] * cluster.local_size)[0]  # rank 0's, decided once (one message, not one per rank)
+    if found == "complete":  # is it this very state? Compare manifests: every file's checksum, and the rest
+        entries = [_entry(r, tensor_bytes(t, metadata)) for r, t, metadata in _states(cluster, tag)]
+        manifest = make_manifest(engine, sorted(backend.all_meta(entries), key=lambda e: e["rank"]))
+        same = _holds(folder, manifest) if writer else None
+        same = backend.all_meta([same] * cluster.local_size)[0]
+        if same is not True:
+            raise ValueError(same)
         if writer:
             clean_incomplete(directory, None)  # a `latest` a killed save left half written under its temporary name
-        if writer and read_latest(directory) != tag:
-            write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
+            if read_latest(directory) != tag:
+                write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
         backend.all_meta([None] * cluster.local_size)
         return folder
+    if found != "absent":
+        raise ValueError(found)
     if writer:
         clean_incomplete(directory, folder)  # what a killed save of this tag left, before anyone writes again
         os.makedirs(folder, exist_ok=True)
     backend.all_meta([None] * cluster.local_size)  # the folder is clean and exists before any rank writes
-    for r, (_, b) in data.items():
-        write_atomic(os.path.join(folder, rank_file(r)), lambda tmp, b=b: write_bytes(tmp, b))
-    backend.all_meta([None] * cluster.local_size)  # every rank file is in place before the manifest commits them
+    entries = []
+    for r, tensors, metadata in _states(cluster, tag):  # one rank's bytes at a time: made, hashed, written, let go
+        formats, data = tensor_bytes(tensors, metadata)
+        write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, data))
+        entries.append(_entry(r, (formats, data)))
+    manifest = make_manifest(engine, sorted(backend.all_meta(entries), key=lambda e: e["rank"]))  # every file in place
     if writer:
         write_atomic(os.path.join(folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
         write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
@@ -80,24 +84,37 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     return folder
 
 
-def _existing(directory: str, folder: str, manifest: dict) -> str:
-    """"absent" (nothing there, or an incomplete folder to reuse), "same" (this state is saved there), or the
-    reason to refuse."""
+def _states(cluster, tag: str):
+    """(rank, its tensors, its file's metadata) for each local rank."""
+    return ((rank.index, rank_tensors(rank), {"rank": str(rank.index), "tag": tag}) for rank in cluster.ranks)
+
+
+def _entry(rank: int, encoded: tuple) -> dict:
+    formats, data = encoded
+    return {"rank": rank, "file": rank_file(rank), "bytes": len(data), "checksum": checksum(data), "tensors": formats}
+
+
+def _found(directory: str, folder: str) -> str:
+    """What is at the tag's place: "absent" (nothing, or a folder a killed save left without its manifest: reused),
+    "complete" (a checkpoint), or the reason to refuse."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
     if not os.path.exists(folder):
         return "absent"
     if not os.path.isdir(folder):
         return f"{folder}: a file is in the way of the checkpoint folder; nothing was written"
-    if not is_complete(folder):
-        return "absent"
+    return "complete" if is_complete(folder) else "absent"
+
+
+def _holds(folder: str, manifest: dict):
+    """True when the complete checkpoint in `folder` is this state (its manifest is this one), else the refusal."""
     try:
         with open(os.path.join(folder, MANIFEST)) as f:
             saved = json.load(f)
     except (OSError, ValueError):
         saved = None
     if saved == json.loads(json.dumps(manifest)):
-        return "same"
+        return True
     at = f" (iteration {saved.get('iteration')})" if isinstance(saved, dict) else ""
     return (f"{folder} already holds another checkpoint{at}; nothing was written: save under another tag or "
             f"folder, or remove it")
