@@ -28,8 +28,8 @@ def run(args, timeout: float, env: dict | None = None) -> subprocess.CompletedPr
     """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks). `env`: more
     environment variables. The timeout only stops a job that hangs: no test may depend on how fast a job runs."""
     args = [str(a) for a in args]
-    proc = subprocess.Popen(args, cwd=REPO, env={**_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(args, cwd=REPO, env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -46,7 +46,8 @@ def launcher_or_skip() -> str:
     launcher = find_mpiexec()
     if launcher is None:
         pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
-    probe = run([launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=900)
+    barrier = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"
+    probe = run([launcher, "-n", "1", sys.executable, "-c", barrier], timeout=900)
     if probe.returncode != 0:
         pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
     return launcher

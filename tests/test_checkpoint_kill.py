@@ -14,7 +14,6 @@ chosen by count, not by a clock, so the test means the same on a loaded machine.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -152,4 +151,5 @@ def test_killed_at_random_moments_the_run_resumes_and_continues_bit_for_bit(unin
         assert out["losses"] == losses[start:], f"{what}: the losses differ from the uninterrupted run's"
         assert files(directory) == saved, f"{what}: the checkpoints differ from the uninterrupted run's"
         resumed_after.append(start)
-    assert set(resumed_after) == set(range(STEPS)), resumed_after  # from scratch, and after every checkpoint but the last
+    # from scratch, and after every checkpoint but the last
+    assert set(resumed_after) == set(range(STEPS)), resumed_after

@@ -108,7 +108,7 @@ def test_a_damaged_latest_file_is_named(ckpt, latest):
     assert snapshot(ckpt) == before
 
 
-# ---------------------------------------------------------------- 2. incomplete tags are absent; a later save reuses them
+# ------------------------------------------------------- 2. incomplete tags are absent; a later save reuses them
 
 def killed_midway(directory: Path, tag: str) -> None:
     """What a save of `tag` killed midway leaves: rank files, one of them half written under its temporary name,
@@ -190,7 +190,8 @@ EDITS = [  # (edit, the words the error must hold); the checkpoint: N = 3, stage
     (edit("optimizer.step", 1000), "iteration is 2, below optimizer.step 1000"),
     (edit("iteration", -1), "iteration must be an integer >= 0, got -1"),
     (edit("optimizer.step", 2.5), "optimizer.step must be an integer, got 2.5"),
-    (edit("stochastic_rounding.next_step", 9), r"stochastic_rounding.next_step is 9; it must be optimizer.step \+ 1 = 3"),
+    (edit("stochastic_rounding.next_step", 9),
+     r"stochastic_rounding.next_step is 9; it must be optimizer.step \+ 1 = 3"),
     (edit("stage", DELETE), "stage is missing"),
     (edit("files", DELETE), "files is missing"),
     (edit("optimizer", DELETE), "optimizer.name is missing"),
@@ -198,7 +199,8 @@ EDITS = [  # (edit, the words the error must hold); the checkpoint: N = 3, stage
     (edit("world_size", 6), r"layout.shard_size is 17, but 51 parameters at ZeRO stage 2 on world_size 6 give 9"),
     (edit("world_size", 0), "world_size must be an integer >= 1, got 0"),
     # N = 3 divides P = 51: stage 3's regions are stage 2's, so the edit shows in the files: stage 3 shards the params
-    (edit("stage", 3), r"stage is 3, but rank00000.safetensors holds 'params' of shape \(51,\); stage 3 on 3 ranks keeps \(17,\)"),
+    (edit("stage", 3),
+     r"stage is 3, but rank00000.safetensors holds 'params' of shape \(51,\); stage 3 on 3 ranks keeps \(17,\)"),
     (edit("stage", 0), r"layout.regions is \[\[0, 17\], .*world_size 3 give \[\[0, 51\]"),
     (edit("stage", 7), r"stage must be one of \[0, 1, 2, 3\], got 7"),
     (edit("files.1.rank", 2), r"files\[1\].rank is 2; the files are listed in rank order"),
@@ -255,7 +257,8 @@ def test_zerosim_writes_what_safetensors_writes_and_reads_back():
     from zerosim.checkpoint.files import serialize
 
     rng = np.random.default_rng(0)
-    tensors = {"params": rng.integers(0, 2**16, 7).astype(np.uint16), "master": rng.standard_normal(5).astype(np.float32),
+    tensors = {"params": rng.integers(0, 2**16, 7).astype(np.uint16),
+               "master": rng.standard_normal(5).astype(np.float32),
                "optim.m": rng.standard_normal((2, 3)), "h": rng.standard_normal(3).astype(np.float16),
                "b": rng.integers(0, 255, 9).astype(np.uint8), "empty": np.zeros(0, np.float32)}
     assert serialize(tensors) == save(tensors)

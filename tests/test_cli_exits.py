@@ -142,7 +142,8 @@ def test_a_reader_that_leaves_the_pipe_is_not_an_error():
 
 @pytest.mark.slow
 def test_train_json_is_json_alone():
-    result = subprocess.run([*ZEROSIM, "train", "--steps", "3", "--json"], capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
+    result = subprocess.run([*ZEROSIM, "train", "--steps", "3", "--json"], capture_output=True, text=True,
+                            timeout=SAFETY_TIMEOUT)
     assert result.returncode == 0 and len(json.loads(result.stdout)["losses"]) == 3  # json.loads of all of stdout
 
 
@@ -150,11 +151,13 @@ def test_train_json_is_json_alone():
 @pytest.mark.parametrize("args, message", [
     (["--widths", "100000,100000,4"], "10,000,500,004 parameters on 4 rank(s) in this process"),
     (["--batch", "10000000"], "the data pool (4 micro-batches of 10,000,000 samples)"),
-    (["--widths", "4,100000,4", "--ranks", "4096", "--stage", "0"], "900,004 parameters on 4,096 rank(s) in this process"),
+    (["--widths", "4,100000,4", "--ranks", "4096", "--stage", "0"],
+     "900,004 parameters on 4,096 rank(s) in this process"),
 ])
 @pytest.mark.bad_input("sizes that cannot fit", unchanged=True)
 def test_sizes_that_cannot_fit_are_refused_at_once(args, message):
-    result = subprocess.run([*ZEROSIM, "train", "--steps", "1", *args], capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
+    result = subprocess.run([*ZEROSIM, "train", "--steps", "1", *args], capture_output=True, text=True,
+                            timeout=SAFETY_TIMEOUT)
     assert result.returncode == 2
     assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

@@ -20,7 +20,8 @@ def test_an_int_for_the_cluster_names_cluster():
 
 @pytest.mark.bad_input("cluster and backends")
 @pytest.mark.parametrize("ask, words", [
-    (lambda t: t.bytes_sent(0, collective="allgather"), "no collective 'allgather'; the trace records reduce_scatter, all_gather"),
+    (lambda t: t.bytes_sent(0, collective="allgather"),
+     "no collective 'allgather'; the trace records reduce_scatter, all_gather"),
     (lambda t: t.bytes_sent(9), r"no rank 9: the cluster's ranks are 0..3"),  # was: 0 for both
     (lambda t: t.bytes_sent(-1), r"no rank -1"),
     (lambda t: t.bytes_received(4), r"no rank 4"),
@@ -36,7 +37,8 @@ def test_trace_questions_about_what_does_not_exist_are_refused(ask, words):
 
 @pytest.mark.bad_input("precision policies")
 @pytest.mark.parametrize("make, words", [
-    (lambda: DeepSpeedLossScaler(consecutive_hysteresis="no"), "consecutive_hysteresis must be True or False, got 'no'"),
+    (lambda: DeepSpeedLossScaler(consecutive_hysteresis="no"),
+     "consecutive_hysteresis must be True or False, got 'no'"),
     (lambda: DeepSpeedLossScaler(raise_error_at_min_scale="false"), "raise_error_at_min_scale must be True or False"),
     (lambda: MixedPrecision(loss_scale="deepspeed", loss_scale_options={"consecutive_hysteresis": "no"}),
      "consecutive_hysteresis must be True or False"),  # was: read as bool("no") == True
@@ -77,7 +79,8 @@ def test_what_the_format_rules_still_allow():
     (["--reduce-bucket-size", "0"], "--reduce-bucket-size 0: a bucket of 0 elements"),  # was: silently unset
     (["--max-live-parameters", "0"], "--max-live-parameters 0: no parameter could be live"),  # was: silently unlimited
     (["--allgather-bucket-size", "0", "--stage", "2"], "--allgather-bucket-size 0: a bucket of 0 elements"),
-    (["--prefetch-bucket-size", "nan"], "--prefetch-bucket-size must be a whole number of elements, got nan"),  # was raw
+    (["--prefetch-bucket-size", "nan"],
+     "--prefetch-bucket-size must be a whole number of elements, got nan"),  # was: NumPy's words about NaN
     (["--max-reuse-distance", "inf"], "--max-reuse-distance must be a whole number of elements, got inf"),
     (["--trace", "/proc/zerosim-step.json"], "/proc/zerosim-step.json: cannot write"),  # was: named a temporary file
     (["--trace", "/proc/version/step.json"], "/proc/version/step.json: /proc/version is a file, not a folder"),
@@ -92,13 +95,15 @@ def test_timeline_options_that_would_be_ignored_or_fail_late_are_refused(flags, 
 
 
 def test_prefetch_bucket_size_0_still_turns_prefetching_off(capsys):
-    assert main(["timeline", "--model", "gpt2-small", "--ranks", "8", "--comm", "deepspeed", "--prefetch-bucket-size", "0"]) == 0
+    assert main(["timeline", "--model", "gpt2-small", "--ranks", "8", "--comm", "deepspeed",
+                 "--prefetch-bucket-size", "0"]) == 0
     assert "prefetch_bucket_size" not in capsys.readouterr().out.split("schedule:")[1].splitlines()[0]
 
 
 @pytest.mark.bad_input("MPI jobs")
 @pytest.mark.parametrize("value, words", [
-    ("abc", "ZEROSIM_MPI_TIMEOUT='abc': the MPI watchdog's timeout must be a number of seconds >= 1"),  # was: float('abc')
+    # was: "could not convert string to float: 'abc'", naming no variable
+    ("abc", "ZEROSIM_MPI_TIMEOUT='abc': the MPI watchdog's timeout must be a number of seconds >= 1"),
     ("1e-9", "ZEROSIM_MPI_TIMEOUT='1e-9': .* got 1e-09: a shorter wait names ranks that are only slow"),  # was accepted
     ("nan", "ZEROSIM_MPI_TIMEOUT='nan'"),
 ])

@@ -69,7 +69,8 @@ def test_collectives_equal_the_simulator_bit_for_bit(mpiexec, n):
 @pytest.mark.parametrize("mode", ["hook", "guarded"])
 def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
     """Rank 1 raises at ring step 2 of an all-reduce while ranks 0, 2, 3 wait on it: the job must end."""
-    result = run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=RUN_TIMEOUT, env=NO_WATCHDOG)
+    result = run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=RUN_TIMEOUT,
+                 env=NO_WATCHDOG)
     assert result.returncode != 0
     assert "zerosim: rank 1 failed: RuntimeError: injected failure at ring step 2" in result.stderr, result.stderr
     assert "finished, which it must not" not in result.stderr
@@ -80,7 +81,8 @@ def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
     """Rank 1 stops answering (SIGSTOP) before an all-reduce: with a 2 s watchdog the job ends, naming it, and
     does not hang (RUN_TIMEOUT would end the test, failing)."""
     timeout = 2.0
-    result = run([mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)], timeout=RUN_TIMEOUT)
+    result = run([mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)],
+                 timeout=RUN_TIMEOUT)
     assert result.returncode != 0
     assert "SilentRank: rank 1 has not answered for 2 s" in result.stderr, result.stderr
     assert "finished, which it must not" not in result.stderr
@@ -88,7 +90,8 @@ def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
 
 @pytest.mark.bad_input("MPI jobs")
 def test_ranks_that_disagree_on_an_argument_are_told_which(mpiexec):
-    result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=RUN_TIMEOUT, env=NO_WATCHDOG)
+    result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=RUN_TIMEOUT,
+                 env=NO_WATCHDOG)
     assert result.returncode != 0
     assert "the ranks disagree on steps (--steps): rank 0 has 3, rank 1 has 5" in result.stderr, result.stderr
     assert "peak_by_kind" not in result.stderr + result.stdout  # not a dump of the statistics

@@ -96,7 +96,8 @@ def executed(path):
     """The notebook after running every cell (once per test session)."""
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+        client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3",  # per cell; only a hang reaches it
+                                         resources={"metadata": {"path": str(path.parent)}})
         client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
         _executed[path] = nb
     return _executed[path]

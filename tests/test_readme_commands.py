@@ -39,7 +39,8 @@ def fresh_copy(dest: Path) -> Path:
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
     files = listed.stdout.split() if listed.returncode == 0 and listed.stdout else None
     if files is None:  # not a git checkout: everything but environments and caches
-        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "scratch"))
+        skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "scratch")
+        shutil.copytree(ROOT, dest, ignore=skip)
         return dest
     for f in files:
         if (ROOT / f).exists():  # a file deleted in the working tree but not yet in the index
@@ -73,13 +74,16 @@ def check_replay(out: str, readme: str, project: Path) -> None:
 
 def check_gpt(out: str, readme: str, project: Path, line: str) -> None:
     first, last, chance = numbers(line.split("# accuracy", 1)[1])
-    accuracy = [(float(a), float(c)) for a, c in re.findall(r"answer accuracy ([\d.]+) on held-out strings \(chance ([\d.]+)\)", out)]
-    assert round(accuracy[0][0], 2) == first and round(accuracy[-1][0], 2) == last and round(accuracy[0][1], 2) == chance, accuracy
+    said = re.findall(r"answer accuracy ([\d.]+) on held-out strings \(chance ([\d.]+)\)", out)
+    accuracy = [(float(a), float(c)) for a, c in said]
+    rounded = (round(accuracy[0][0], 2), round(accuracy[-1][0], 2), round(accuracy[0][1], 2))
+    assert rounded == (first, last, chance), said
 
 
 def check_memory_75b(out: str, readme: str, project: Path) -> None:
     row = re.search(r"\| zerosim: formulas = meta ledgers \|(.*)\|", readme).group(1)
-    ledger = [float(re.split(r"\s+", line.split("|")[1].strip())[0]) for line in out.splitlines() if re.match(r"^[0-3]\s+\d", line)]
+    ledger = [float(re.split(r"\s+", line.split("|")[1].strip())[0])  # the "ledger" column, stage by stage
+              for line in out.splitlines() if re.match(r"^[0-3]\s+\d", line)]
     assert ledger == numbers(row), (ledger, row)  # 120, 31.406, 16.641, 1.875 GB per rank
 
 
@@ -94,7 +98,8 @@ def stage_row(out: str, stage: int) -> list:
 
 
 def check_memory_67b(out: str, readme: str, project: Path) -> None:
-    states, with_block = re.search(r"holds ([\d.]+) GB of model states .*?, ([\d.]+) GB with\s+block checkpointing", readme, re.S).groups()
+    quoted = r"holds ([\d.]+) GB of model states .*?, ([\d.]+) GB with\s+block checkpointing"
+    states, with_block = re.search(quoted, readme, re.S).groups()
     row = stage_row(out, 3)  # stage, params, grads, master, m, v, ledger, formula, activ., total, peak, sent, formula
     assert round(row[6], 1) == float(states) and round(row[8], 1) == float(with_block), row
 
@@ -122,7 +127,8 @@ def check_sweep(out: str, readme: str, project: Path) -> None:
     n_star = re.search(r"\*\*N\\\* ≈ (\d+)\*\*", readme).group(1)
     assert f"ib_ndr: ZeRO-3's gathers stop hiding past N ≈ {n_star}:" in out
     nvlink = int(re.search(r"over NVLink\s+N\\\* ≈ ([\d,]+)", readme).group(1).replace(",", ""))
-    printed = int(re.search(r"nvlink4: ZeRO-3's gathers stop hiding past N ≈ ([\d,]+)", out).group(1).replace(",", ""))
+    printed = int(re.search(r"nvlink4: ZeRO-3's gathers stop hiding past N ≈ ([\d,]+)", out).group(1)
+                  .replace(",", ""))
     assert round(printed, -3) == nvlink, printed
 
 
@@ -135,7 +141,8 @@ def check_resume(out: str, readme: str, project: Path, line: str) -> None:
     header = out.splitlines()[0]
     stage, ranks = re.search(r"ZeRO stage (\d), (\d) ranks", line.split("#", 1)[1]).groups() if "ZeRO stage" in line \
         else re.search(r"on (\d) ranks at stage (\d)", line.split("#", 1)[1]).groups()[::-1]
-    assert f"ZeRO stage {stage}, {ranks} ranks on numpy" in header and "resumed from scratch/ckpt at step 6" in header, header
+    assert f"ZeRO stage {stage}, {ranks} ranks on numpy" in header, header
+    assert "resumed from scratch/ckpt at step 6" in header, header
     assert out.splitlines()[1].startswith("step     7"), out  # "continues at step 7"
 
 
@@ -144,7 +151,8 @@ def check_inspect(out: str, readme: str, project: Path) -> None:
 
 
 def check_consolidate(out: str, readme: str, project: Path) -> None:
-    assert out.startswith("wrote scratch/full.safetensors: 18 tensors") and (project / "scratch" / "full.safetensors").is_file()
+    assert out.startswith("wrote scratch/full.safetensors: 18 tensors")
+    assert (project / "scratch" / "full.safetensors").is_file()
 
 
 def check_mpi_train(out: str, readme: str, project: Path, line: str) -> None:
@@ -177,7 +185,8 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
 
 
 def run_line(line: str, project: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", line], cwd=project, env=user_env(), capture_output=True, text=True, timeout=SAFETY_TIMEOUT)
+    return subprocess.run(["bash", "-c", line], cwd=project, env=user_env(), capture_output=True, text=True,
+                          timeout=SAFETY_TIMEOUT)
 
 
 def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tmp_path):
@@ -198,14 +207,15 @@ def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tm
                 assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
                 assert int(re.search(r"(\d+) tests collected", result.stdout).group(1)) > 1000, result.stdout[-500:]
                 lane = run_line(fast_lane + " --collect-only -q", project)
-                picked, total, left_out = map(int, re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", lane.stdout).groups())
+                counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", lane.stdout)
+                picked, total, left_out = map(int, counted.groups())
                 assert picked > 1000 and left_out > 0 and picked + left_out == total, lane.stdout[-500:]
                 ran.append(line)
                 continue
             result = run_line(line, project)
             assert result.returncode == 0, f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
             matching = [check for pattern, check in CHECKS if re.search(pattern, line)]
-            assert len(matching) == 1, f"README command {line!r} has {len(matching)} checks of what it prints (want one)"
+            assert len(matching) == 1, f"README command {line!r}: {len(matching)} checks of what it prints (want one)"
             check = matching[0]
             used.add(check)
             if "line" in check.__code__.co_varnames[: check.__code__.co_argcount]:
@@ -225,13 +235,15 @@ def test_the_readme_sweep_claims_beside_the_command(tmp_path):
     # The paragraph after the sweep command quotes three more runs: seed 004's schedule (no --comm fsdp), 32k tokens,
     # and one 2,048-token sequence per rank.
     text = (ROOT / "README.md").read_text()
-    base = [sys.executable, "-m", "zerosim.cli.main", "timeline", "--model", "gpt3-175b", "--sweep", "--forward-prefetch"]
+    base = [sys.executable, "-m", "zerosim.cli.main", "timeline", "--model", "gpt3-175b", "--sweep",
+            "--forward-prefetch"]
 
     def ib3(*flags):
         out = subprocess.run([*base, *flags], capture_output=True, text=True, timeout=SAFETY_TIMEOUT).stdout
         return out, [int(x) for x in re.search(r"^ib_ndr\s+3\s+(.*?)\s*$", out, re.M).group(1).replace("%", "").split()]
 
-    low, high = map(int, re.search(r"Without `--comm fsdp` nothing is prefetched in backward, and (\d+)–(\d+) % of the step", text).groups())
+    quoted = r"Without `--comm fsdp` nothing is prefetched in backward, and (\d+)–(\d+) % of the step"
+    low, high = map(int, re.search(quoted, text).groups())
     _, seed = ib3("--tokens", "20480")
     assert min(seed) == low and max(seed) == high, seed
     n32k = int(re.search(r"N\\\* ≈ ([\d,]+) at 32k tokens", text).group(1).replace(",", ""))
@@ -242,12 +254,13 @@ def test_the_readme_sweep_claims_beside_the_command(tmp_path):
     out, one_sequence = ib3("--tokens", "2048", "--comm", "fsdp")
     assert min(one_sequence) == low and max(one_sequence) == high and "ib_ndr: no N hides" in out, one_sequence
     # and the seconds in parentheses, from --json
-    sweep = json.loads(subprocess.run([*base, "--tokens", "20480", "--comm", "fsdp", "--json"], capture_output=True, text=True,
-                                      timeout=SAFETY_TIMEOUT).stdout)
+    sweep = json.loads(subprocess.run([*base, "--tokens", "20480", "--comm", "fsdp", "--json"], capture_output=True,
+                                      text=True, timeout=SAFETY_TIMEOUT).stdout)
     exposed = {r["ranks"]: r["exposed_comm_s"] for r in sweep["rows"] if r["link"] == "ib_ndr" and r["stage"] == 3}
-    lo, hi, s1024, s2048, s4096 = numbers(re.search(r"with `--json`, in seconds: ([\d.]+)–([\d.]+),\s+then ([\d.]+), ([\d.]+) and ([\d.]+)\)",
-                                                    text).group(0).split(":", 1)[1])
-    assert (round(min(exposed[n] for n in (64, 128, 256, 512)), 2), round(max(exposed[n] for n in (64, 128, 256, 512)), 2)) == (lo, hi)
+    quoted = r"with `--json`, in seconds: ([\d.]+)–([\d.]+),\s+then ([\d.]+), ([\d.]+) and ([\d.]+)\)"
+    lo, hi, s1024, s2048, s4096 = numbers(re.search(quoted, text).group(0).split(":", 1)[1])
+    flat = [exposed[n] for n in (64, 128, 256, 512)]
+    assert (round(min(flat), 2), round(max(flat), 2)) == (lo, hi)
     assert (round(exposed[1024], 2), round(exposed[2048], 1), round(exposed[4096], 1)) == (s1024, s2048, s4096)
 
 
@@ -257,7 +270,8 @@ def test_the_readme_python_snippet_prints_what_its_comments_say(tmp_path):
     # comment says `# → VALUE` must print VALUE (the loss-scaling lines printed t = 0 and [] before: the first step
     # overflowed and was skipped).
     (snippet,) = [code for lang, code, _ in readme_blocks((ROOT / "README.md").read_text()) if lang == "python"]
-    result = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=SAFETY_TIMEOUT, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+                            cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     printed = result.stdout.splitlines()
     prints = [line for line in snippet.splitlines() if line.lstrip().startswith("print(")]
@@ -265,5 +279,6 @@ def test_the_readme_python_snippet_prints_what_its_comments_say(tmp_path):
     engine_losses, oracle_losses = (json.loads(part) for part in re.findall(r"\[[^\]]*\]", printed[0]))
     assert engine_losses == oracle_losses
     assert all(0.1 < loss < 100 for loss in engine_losses), engine_losses
-    quoted = [(line.split("# → ", 1)[1].split(";", 1)[0].strip(), out) for line, out in zip(prints, printed) if "# → " in line]
+    quoted = [(line.split("# → ", 1)[1].split(";", 1)[0].strip(), out)  # (what the comment says, what was printed)
+              for line, out in zip(prints, printed) if "# → " in line]
     assert len(quoted) >= 4 and all(value == out for value, out in quoted), quoted

@@ -48,7 +48,8 @@ def test_a_resume_that_leaves_everything_out_continues_the_saved_run(saved):
 def test_the_python_config_follows_the_same_rule(saved):
     directory, whole = saved
     config = TrainConfig(widths=(8, 16, 4), seed=3, steps=4, resume=directory)
-    assert (config.stage, config.ranks, config.optimizer, config.lr, config.accumulation_steps) == (3, 2, "lion", 1e-3, 2)
+    settings = (config.stage, config.ranks, config.optimizer, config.lr, config.accumulation_steps)
+    assert settings == (3, 2, "lion", 1e-3, 2)
     assert config.precision.compute == "fp16"
     assert train(config).losses == whole[2:]
     fresh = TrainConfig()  # no resume: the defaults
@@ -59,13 +60,15 @@ def test_the_python_config_follows_the_same_rule(saved):
 def test_zeroengine_load_keeps_the_saved_stage_and_takes_the_clusters_ranks(saved):
     directory, _ = saved
     engine = ZeroEngine.load(directory, Cluster(2), MLP([8, 16, 4]))
-    assert (engine.stage_number, engine.cluster.world_size, engine.optimizer.name, engine.accumulation_steps) == (3, 2, "lion", 2)
+    kept = (engine.stage_number, engine.cluster.world_size, engine.optimizer.name, engine.accumulation_steps)
+    assert kept == (3, 2, "lion", 2)
     assert ZeroEngine.load(directory, Cluster(3), MLP([8, 16, 4]), stage=1).stage_number == 1  # asked for: resharded
 
 
 def test_a_stage_or_rank_count_given_reshards(saved):
     directory, _ = saved
-    code, resumed = run("--resume", directory, "--steps", "4", "--widths", "8,16,4", "--seed", "3", "--stage", "1", "--ranks", "3")
+    code, resumed = run("--resume", directory, "--steps", "4", "--widths", "8,16,4", "--seed", "3",
+                        "--stage", "1", "--ranks", "3")
     assert code == 0 and resumed["first_step"] == 3 and len(resumed["ranks"]) == 3
 
 

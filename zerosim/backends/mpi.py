@@ -70,7 +70,8 @@ def watchdog_timeout(timeout: float | None = None) -> float:
             raise ValueError(f"{where}: the MPI watchdog's timeout must be a number of seconds >= {MIN_TIMEOUT:g} "
                              "(or inf), e.g. ZEROSIM_MPI_TIMEOUT=120") from None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= MIN_TIMEOUT:
-        raise ValueError(f"{where}: the MPI watchdog's timeout must be a number of seconds >= {MIN_TIMEOUT:g} (or inf), "
+        raise ValueError(f"{where}: the MPI watchdog's timeout must be a number of seconds >= {MIN_TIMEOUT:g} "
+                         "(or inf), "
                          f"got {timeout!r}: a shorter wait names ranks that are only slow as silent")
     return float(timeout)
 

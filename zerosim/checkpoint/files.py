@@ -74,7 +74,8 @@ def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tup
 def tensor_bytes(tensors: dict, metadata: dict | None = None) -> tuple:
     """({name: format name}, the safetensors file's bytes) for {name: array}: the same state gives the same bytes."""
     encoded = {name: encode(a) for name, a in tensors.items()}
-    return {name: fmt for name, (_, fmt) in encoded.items()}, serialize({k: v for k, (v, _) in encoded.items()}, metadata)
+    formats = {name: fmt for name, (_, fmt) in encoded.items()}
+    return formats, serialize({name: stored for name, (stored, _) in encoded.items()}, metadata)
 
 
 # safetensors dtype codes of what `encode` stores (https://github.com/huggingface/safetensors, README "Format"),
@@ -106,7 +107,8 @@ def serialize(tensors: dict, metadata: dict | None = None) -> memoryview:
         header["__metadata__"] = {str(k): str(metadata[k]) for k in sorted(metadata)}
     for name in order:
         a = arrays[name]
-        header[name] = {"dtype": _ST_CODES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        header[name] = {"dtype": _ST_CODES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)

@@ -105,8 +105,10 @@ def resolve(directory: str, tag: str | None = None) -> str:
 def clean_incomplete(directory: str, folder: str | None) -> None:
     """Remove what a killed save left behind: the rank files and temporary files in the incomplete `folder`
     (None: none to clean), and `latest`'s temporary files in DIR. Nothing else is touched (zerosim did not write it)."""
-    leftovers = [os.path.join(folder, n) for n in _listing(folder) if _TEMP.match(n) or _RANK_FILE.match(n)] if folder else []
-    leftovers += [os.path.join(directory, n) for n in _listing(directory) if n.startswith(LATEST + ".tmp-") and _TEMP.match(n)]
+    leftovers = [os.path.join(folder, n) for n in _listing(folder) if _TEMP.match(n) or _RANK_FILE.match(n)] \
+        if folder else []
+    leftovers += [os.path.join(directory, n) for n in _listing(directory)
+                  if n.startswith(LATEST + ".tmp-") and _TEMP.match(n)]
     for path in leftovers:
         if os.path.isfile(path):
             os.remove(path)

@@ -118,7 +118,8 @@ def read_files(folder: str, manifest: dict) -> dict:
         if not os.path.exists(path):
             raise CheckpointError(f"{path}: missing (rank {entry['rank']} of {manifest['world_size']}'s file)")
         raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["checksum"])
-    files = {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"])) for e in manifest["files"]}
+    files = {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"]))
+             for e in manifest["files"]}
     for e in manifest["files"]:
         check_lengths(manifest, files[e["rank"]], e["file"], os.path.join(folder, "manifest.json"))
     return files
@@ -165,7 +166,7 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
 
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
-    if not cluster.backend.holds_values:  # checked first: a meta cluster would load everything, then fail its first step
+    if not cluster.backend.holds_values:  # checked first: on a meta cluster it loaded, then failed its first step
         raise ValueError(f"a checkpoint holds values, which the {cluster.backend.name} backend does not keep; "
                          "load it on a numpy (or mpi) cluster — the meta backend accounts memory and traffic only")
     state = read_state(directory, model, tag)
@@ -177,8 +178,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     if precision is not None and get_precision(precision) != saved_policy:
         asked = get_precision(precision)
         differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]
-        raise CheckpointError(f"{where}: saved with precision " + ", ".join(f"{k}={getattr(saved_policy, k)!r}" for k in differ)
-                              + ", not the " + ", ".join(f"{k}={getattr(asked, k)!r}" for k in differ) + " asked for "
+        saved, wanted = (", ".join(f"{k}={getattr(p, k)!r}" for k in differ) for p in (saved_policy, asked))
+        raise CheckpointError(f"{where}: saved with precision {saved}, not the {wanted} asked for "
                               "(states cannot change format on load)")
     if expect_stage is not None and m["stage"] != expect_stage:
         raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
@@ -188,7 +189,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
             optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
                                                             for k, v in saved_opt["hyperparameters"].items()})
         except (TypeError, ValueError) as e:
-            raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer ({e})") from None
+            raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer "
+                                  f"({e})") from None
     elif optimizer.name != saved_opt["name"]:
         raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume {optimizer.name}")
     saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
@@ -202,7 +204,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         params = FILLED_LATER  # every state allocated unwritten; put_state cuts the whole vectors anew
     scaler = state.loss_scaler(saved_policy)  # checked before anything is built
     engine = ZeroEngine(model, cluster, stage, optimizer, saved_policy, params=params,
-                        accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None else accumulation_steps,
+                        accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None
+                        else accumulation_steps,
                         checkpoint=checkpoint,
                         clip_grad=clip_grad)
     if params is FILLED_LATER:

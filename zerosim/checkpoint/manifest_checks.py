@@ -93,11 +93,13 @@ def _check_model(c: _Checker) -> None:
     for i, layer in enumerate(layers):
         if not (isinstance(layer, list) and len(layer) == 4 and isinstance(layer[0], str) and _is(layer[1], int)
                 and _is(layer[2], int) and 0 <= layer[1] <= layer[2] <= p):
-            c.fail(f"model.layers[{i}]", f"must be [name, start, stop, kind] with 0 <= start <= stop <= {p}, got {layer!r}")
+            c.fail(f"model.layers[{i}]", f"must be [name, start, stop, kind] with 0 <= start <= stop <= {p}, "
+                   f"got {layer!r}")
     total = 0
     for i, spec in enumerate(params):
         if not (isinstance(spec, list) and len(spec) == 3 and _is(spec[0], int) and 0 <= spec[0] < len(layers)
-                and isinstance(spec[1], str) and isinstance(spec[2], list) and all(_is(d, int) and d >= 0 for d in spec[2])):
+                and isinstance(spec[1], str) and isinstance(spec[2], list)
+                and all(_is(d, int) and d >= 0 for d in spec[2])):
             c.fail(f"model.params[{i}]", f"must be [layer index, name, shape], got {spec!r}")
         total += math.prod(spec[2])
     if total != p:
@@ -139,7 +141,8 @@ def _check_files(c: _Checker, n: int) -> None:
             c.fail(key, f"must be a JSON object, got {entry!r}")
         for field, kind in (("rank", int), ("file", str), ("bytes", int), ("checksum", str), ("tensors", dict)):
             if not _is(entry.get(field), kind):
-                c.fail(f"{key}.{field}", "is missing" if field not in entry else f"must be {_KIND_WORDS[kind]}, got {entry[field]!r}")
+                c.fail(f"{key}.{field}", "is missing" if field not in entry
+                       else f"must be {_KIND_WORDS[kind]}, got {entry[field]!r}")
         if entry["rank"] != r:
             c.fail(f"{key}.rank", f"is {entry['rank']}; the files are listed in rank order, so it must be {r}")
         if not _FILE.match(entry["file"]) or entry["file"] != f"rank{r:05d}.safetensors":
@@ -147,10 +150,12 @@ def _check_files(c: _Checker, n: int) -> None:
         if entry["bytes"] < 8:
             c.fail(f"{key}.bytes", f"must be at least 8 (a safetensors header's length), got {entry['bytes']}")
         if entry["checksum"].split(":", 1)[0] not in CHECKSUMS:
-            c.fail(f"{key}.checksum", f"must be '<algorithm>:<hex>' with an algorithm this version knows ({', '.join(CHECKSUMS)}), "
+            c.fail(f"{key}.checksum", "must be '<algorithm>:<hex>' with an algorithm this version knows "
+                   f"({', '.join(CHECKSUMS)}), "
                    f"got {entry['checksum']!r}")
         if set(entry["tensors"]) != set(files[0]["tensors"]):
-            c.fail(f"{key}.tensors", f"names {sorted(entry['tensors'])}; rank 0's file holds {sorted(files[0]['tensors'])}")
+            c.fail(f"{key}.tensors", f"names {sorted(entry['tensors'])}; "
+                   f"rank 0's file holds {sorted(files[0]['tensors'])}")
 
 
 def _short(value) -> str:

@@ -32,7 +32,8 @@ def saved_optimizer(directory: str, tag: str | None = None):
         return get_optimizer(saved["name"], **{k: tuple(v) if isinstance(v, list) else v
                                                for k, v in saved["hyperparameters"].items()})
     except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved['name']} optimizer ({e})") from None
+        raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved['name']} optimizer "
+                              f"({e})") from None
 
 
 def saved_settings(directory: str, tag: str | None = None) -> dict:

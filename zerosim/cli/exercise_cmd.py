@@ -53,7 +53,8 @@ def run(args) -> int:
         print("".join(f"# {line}\n" for line in ex.task.splitlines()) + "#\n# planted bugs the grader catches: "
               + ", ".join(ex.planted) + "\n\n" + ex.stub, end="")
         return 0
-    if args.time_limit is not None and (args.file is None or not (math.isfinite(args.time_limit) and args.time_limit > 0)):
+    limit = args.time_limit
+    if limit is not None and (args.file is None or not (math.isfinite(limit) and limit > 0)):
         raise ValueError(f"--time-limit takes a number of seconds > 0 and goes with --file, got {args.time_limit:g}"
                          + ("" if args.file else " without --file"))
     if args.reference:

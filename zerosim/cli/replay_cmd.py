@@ -20,8 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1, the article's first)")
     p.add_argument("--precision", choices=sorted(PRESETS), default="fp16-mixed", help="mixed-precision preset (default fp16-mixed)")
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
-    p.add_argument("--steps", type=int, default=1, help=f"training steps on the same two samples, 1..{MAX_STEPS} (default 1; "
-                   "a bar on a terminal from 50)")
+    p.add_argument("--steps", type=int, default=1,
+                   help=f"training steps on the same two samples, 1..{MAX_STEPS} (default 1; a bar on a terminal "
+                        "from 50)")
     p.add_argument("--no-checkpoint", action="store_true", help="keep activations instead of recomputing them")
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, deepspeed): "

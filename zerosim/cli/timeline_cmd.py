@@ -57,9 +57,11 @@ def add_arguments(p) -> None:
 # 0 stops every prefetch (partitioned_param_coordinator.py) — not what leaving the knob unset does, which is what a 0
 # here used to mean, silently. stage3_prefetch_bucket_size 0 does stop prefetching, in DeepSpeed and here.
 ZERO_REFUSED = {
-    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, or leave it out",
+    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, "
+                          "or leave it out",
     "allgather_bucket_size": "a bucket of 0 elements: give 1 for the smallest pieces, or leave it out",
-    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, or leave it out",
+    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, "
+                           "or leave it out",
 }
 
 

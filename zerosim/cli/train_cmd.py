@@ -61,14 +61,15 @@ def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage (default 2; with --resume the saved stage, and a stage you give reshards)")
     p.add_argument("--ranks", type=int, default=None,
-                   help=f"simulated ranks, 1..{MAX_SIMULATED_RANKS} (default 4; with --resume the saved count, and a count you "
-                        "give reshards; under MPI the process count)")
+                   help=f"simulated ranks, 1..{MAX_SIMULATED_RANKS} (default 4; with --resume the saved count, and a "
+                        "count you give reshards; under MPI the process count)")
     p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default numpy)")
     p.add_argument("--native", action="store_true",
                    help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; fp32 only)")
     p.add_argument("--precision", choices=sorted(PRESETS), default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
-    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="optimizer (default adam; with --resume the saved one)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
+                   help="optimizer (default adam; with --resume the saved one)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2; with --resume the saved one)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
@@ -76,7 +77,8 @@ def add_arguments(p) -> None:
                    help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
     p.add_argument("--batch", type=int, default=16, help="samples per micro-batch (default 16)")
     p.add_argument("--accumulation-steps", type=int, default=None,
-                   help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the saved K)")
+                   help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the "
+                        "saved K)")
     p.add_argument("--grad-accum", choices=("compute", "fp32"), default="compute",
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
@@ -84,10 +86,11 @@ def add_arguments(p) -> None:
     p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and every --save-every steps)")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
     p.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; a save "
-                        "that never finished is skipped); --steps counts from the start of the run. What you leave out is "
-                        "the saved run's: stage, ranks, precision, optimizer, lr, K (--seed, --batch, --task: give the "
-                        "saved run's); --stage or --ranks reshards, another --precision or --optimizer is refused")
+                   help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
+                        "a save that never finished is skipped); --steps counts from the start of the run. What you "
+                        "leave out is the saved run's: stage, ranks, precision, optimizer, lr, K (--seed, --batch, "
+                        "--task: give the saved run's); --stage or --ranks reshards, another --precision or "
+                        "--optimizer is refused")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
     # -- --model gpt: its own flags, together (defaults: zerosim.zero.trainer.TrainConfig) ------------------
@@ -112,16 +115,17 @@ def run(args) -> int:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     ranks = args.ranks
     if ranks is not None and not 1 <= ranks <= MAX_SIMULATED_RANKS and args.backend == "numpy":
-        raise ValueError(f"--ranks must be 1..{MAX_SIMULATED_RANKS}, got {ranks}: the numpy backend runs every rank in this "
-                         f"process, and a ring over N ranks moves N·(N-1) chunks per collective (zerosim memory and "
-                         f"zerosim timeline account more ranks on the meta backend)")
+        raise ValueError(f"--ranks must be 1..{MAX_SIMULATED_RANKS}, got {ranks}: the numpy backend runs every rank in "
+                         "this process, and a ring over N ranks moves N·(N-1) chunks per collective (zerosim memory "
+                         "and zerosim timeline account more ranks on the meta backend)")
     if args.backend == "mpi" and ranks is None:
         from zerosim.backends.launch import world_size_from_environment
 
         ranks = world_size_from_environment()
     for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
                                   ("--seed", args.seed, args.seed >= 0, ">= 0"),
-                                  ("--lr", args.lr, args.lr is None or (math.isfinite(args.lr) and args.lr >= 0), "a finite number >= 0")):
+                                  ("--lr", args.lr, args.lr is None or (math.isfinite(args.lr) and args.lr >= 0),
+                                   "a finite number >= 0")):
         if not ok:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":

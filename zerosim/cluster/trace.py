@@ -148,7 +148,7 @@ class Trace:
     # -- questions -------------------------------------------------------------------------------
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
         """The events of one collective kind, one call and/or one tag (None: any)."""
-        if collective is not None and collective not in COLLECTIVES:  # a typo ("allgather") would select nothing: 0 bytes
+        if collective is not None and collective not in COLLECTIVES:  # a typo ("allgather") selected nothing: 0 B
             raise ValueError(f"no collective {collective!r}; the trace records {', '.join(COLLECTIVES)}")
         return [
             e for e in self.events

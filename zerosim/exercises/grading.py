@@ -66,8 +66,8 @@ class Exercise:
             except NotImplementedError:
                 return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised NotImplementedError)")
             except SystemExit as e:  # sys.exit() in the learner's function must not end the grader
-                return Result(self.name, False, n, f"{describe(case)}: your {self.function} called sys.exit({e.code!r}); "
-                                                   "return a value instead")
+                return Result(self.name, False, n, f"{describe(case)}: your {self.function} called "
+                                                   f"sys.exit({e.code!r}); return a value instead")
             except Exception as e:  # the learner's code failed: say where, in their words
                 where = _learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
                 return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: {e}{where}")
@@ -105,7 +105,8 @@ def load(source: str, function: str, filename: str = "<exercise>"):
     try:
         exec(code, namespace)  # the learner's own file: running it is the point
     except SystemExit as e:
-        raise NotRunnable(f"{filename} called sys.exit({e.code!r}) while it was loaded; define the function only") from None
+        raise NotRunnable(f"{filename} called sys.exit({e.code!r}) while it was loaded; "
+                          "define the function only") from None
     except Exception as e:  # an import that fails, a name error at the top level, ...
         where = _learner_line(e, filename)
         raise NotRunnable(f"{filename}{where or ''}: loading it raised {type(e).__name__}: {e}") from None

@@ -176,7 +176,8 @@ class DeepSpeedLossScaler:
         self.raise_error_at_min_scale = _flag_option(raise_error_at_min_scale, "raise_error_at_min_scale")
         self.cur_scale = _scale(init_scale, "init_scale")
         if self.cur_scale < self.min_scale:  # DeepSpeed would raise the scale to min_scale at the first overflow
-            raise ValueError(f"init_scale {init_scale!r} is below min_scale {min_scale!r}; the scale never goes below its minimum")
+            raise ValueError(f"init_scale {init_scale!r} is below min_scale {min_scale!r}; "
+                             "the scale never goes below its minimum")
         self.cur_iter = 0
         self.last_overflow_iter = -1
         self.cur_hysteresis = self.hysteresis

@@ -117,8 +117,8 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     a number, or "torch" / "dynamic" / "deepspeed" (then a step whose gradients overflow is skipped).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}: the replay narrates every step "
-                         "(about 60 lines each, with each step's ledger); `zerosim train` runs long trainings")
+        raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}: the replay narrates every "
+                         "step (about 60 lines each, with each step's ledger); `zerosim train` runs long trainings")
     policy = get_precision(precision)
     if loss_scale is not None:
         policy = policy.with_(loss_scale=loss_scale)

@@ -75,7 +75,7 @@ class ZeroEngine:
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool | None = None,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None):
-        if not isinstance(cluster, Cluster):  # first: an int for the cluster failed later, an AttributeError naming nothing
+        if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
             checkpoint = bool(getattr(model, "checkpointing", False))

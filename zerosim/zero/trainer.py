@@ -90,8 +90,9 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.backend == "numpy" and self.ranks > MAX_SIMULATED_RANKS:
-            raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it runs "
-                             "every rank in this process (the meta backend accounts more: zerosim memory, zerosim timeline)")
+            raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
+                             "runs every rank in this process (the meta backend accounts more: zerosim memory, "
+                             "zerosim timeline)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, (int, np.integer)) or self.save_every < 0:
@@ -103,7 +104,8 @@ class TrainConfig:
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
 # 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
 MAX_SIMULATED_RANKS = 4096
-RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2, "accumulation_steps": 1}
+RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
+                "accumulation_steps": 1}
 
 
 def run_defaults(resume: str | None) -> dict:
