@@ -21,6 +21,9 @@ SCRIPTS = REPO / "tests" / "mpi"
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    # The watchdog names a rank that sends nothing for this long; on a starved machine a healthy rank still importing
+    # numpy can take a minute, so a test job waits an hour (a test about the watchdog sets its own, after start-up)
+    env.setdefault("ZEROSIM_MPI_TIMEOUT", "3600")
     return env
 
 

@@ -51,16 +51,23 @@ def run_guarded(fn, *args, comm=None, **kwargs):
         abort_job(e, comm, print_traceback=not isinstance(e, SilentRank))  # a silent peer: the message says it all
 
 
+INTERRUPT_GRACE = 2.0  # seconds a rank other than 0 waits for rank 0 to end the job itself after a SIGINT
+
+
 def interrupt_job(line: str, comm=None) -> None:
     """End the whole job with status 130 (the shell's for SIGINT); rank 0 prints `line`.
 
-    Ctrl-C on mpiexec reaches every rank at once, and each ends up here: rank 0's line is the one line. SIGINT
-    sent to one rank reaches only that one while the others wait on it in a collective: it must end the job
-    itself, at once — left to the watchdog, the job took 62 s and exited 1."""
+    Ctrl-C on mpiexec reaches every rank at once: rank 0 prints the one line and aborts the job (its MPI_Abort ends
+    the others). SIGINT sent to one rank reaches only that one while the others wait on it in a collective: it must
+    end the job itself — left to the watchdog, the job took 62 s and exited 1. A rank other than 0 cannot tell which
+    case it is in, so it gives rank 0 INTERRUPT_GRACE seconds to speak and end the job, then ends it itself (MPICH
+    then prints its own line naming the rank)."""
     comm = import_mpi().COMM_WORLD if comm is None else comm
     if comm.rank == 0:
         print(line, file=sys.stderr, flush=True)
         time.sleep(0.2)  # let mpiexec's proxy pass the line on before MPI_Abort tears it down (as abort_job does)
+    else:
+        time.sleep(INTERRUPT_GRACE)
     comm.Abort(130)
 
 

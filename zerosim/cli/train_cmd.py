@@ -83,7 +83,9 @@ def add_arguments(p) -> None:
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
-    p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and every --save-every steps)")
+    p.add_argument("--save", metavar="DIR", default=None,
+                   help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
+                        "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "

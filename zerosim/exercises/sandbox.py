@@ -7,8 +7,9 @@ may take the grader down or leave it hanging. The file is loaded and graded in a
 (`CHILD NAME FILE FD`), which reports on its own pipe (FD) as it goes: one
 JSON line when the file is loaded, one before each case, one with the result. The parent waits on that
 pipe with a deadline that restarts at every line: a case (or the loading) that runs past `time_limit`
-seconds has its child killed and becomes the failing case; a child that dies without a result is named
-with its exit status. Either way the answer is a `Result` with one line saying what happened.
+seconds has its child killed and becomes the failing case (the clock starts once the child has imported
+what it needs, so a slow machine's start-up is not the learner's time); a child that dies without a result is
+named with its exit status. Either way the answer is a `Result` with one line saying what happened.
 
 The learner's prints still reach the terminal (the child shares stdout and stderr); the protocol has a pipe
 of its own so that nothing they print can be mistaken for it.
@@ -51,9 +52,10 @@ def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:
 
 def _follow(child, fd: int, name: str, path: str, limit: float) -> Result:
     """Read the child's reports until its result; a silence longer than `limit` ends it."""
-    buffer, doing, case = b"", "loading it", 0
+    buffer, doing, case, started = b"", "loading it", 0, False
     while True:
-        ready, _, _ = select.select([fd], [], [], limit)
+        # no limit until the child has started (its own imports are not the learner's time), then `limit` per step
+        ready, _, _ = select.select([fd], [], [], limit if started else None)
         if not ready:  # the deadline passed with no word from the child
             where = "loading your file" if case == 0 else f"case {case} ({doing})"
             return Result(name, False, case, f"{where} did not finish within {limit:g} s: does your code loop forever? "
@@ -68,7 +70,9 @@ def _follow(child, fd: int, name: str, path: str, limit: float) -> Result:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             report = json.loads(line)
-            if report["event"] == "case":
+            if report["event"] == "ready":
+                started = True
+            elif report["event"] == "case":
                 case, doing = report["n"], report["what"]
             elif report["event"] == "usage":  # the file defines no such function: the learner's own mistake of usage
                 raise ValueError(report["message"])
@@ -87,6 +91,7 @@ def _child(name: str, path: str, fd: int) -> None:
         out.flush()
 
     ex = exercises.get(name)
+    say(event="ready")  # from here on the clock runs: loading the learner's file, then each case
     try:
         with open(path) as f:
             source = f.read()
