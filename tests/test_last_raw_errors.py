@@ -10,6 +10,7 @@ from zerosim import MLP, Adam, Cluster, Muon, ZeroEngine
 from zerosim.cli.main import main
 from zerosim.models import GPT, make_regression
 from zerosim.precision import DeepSpeedLossScaler, MixedPrecision, StaticLossScale, TorchGradScaler, cast
+from zerosim.zero.trainer import TrainConfig
 
 
 @pytest.mark.bad_input("engine arguments")
@@ -45,6 +46,8 @@ def test_trace_questions_about_what_does_not_exist_are_refused(ask, words):
     (lambda: cast(np.ones(2), "fp8_e4m3", saturate="no"), "saturate must be True or False"),
     (lambda: Muon(nesterov="no"), "nesterov must be True or False"),
     (lambda: ZeroEngine(MLP([4, 3]), Cluster(2), 1, Adam(), checkpoint="no"), "checkpoint must be True, False or None"),
+    (lambda: MLP([4, 3], bias="no"), "bias must be True or False, got 'no'"),
+    (lambda: TrainConfig(checkpoint="no"), "checkpoint must be True or False, got 'no'"),
 ])
 def test_yes_no_options_given_as_strings_are_refused(make, words):
     with pytest.raises((ValueError, TypeError), match=words):
@@ -124,8 +127,6 @@ def test_more_simulated_ranks_than_the_simulator_can_run_are_refused_at_once(cap
     assert main(["train", "--ranks", "100000", "--steps", "1", "--save", "ckpt"]) == 2
     err = capsys.readouterr().err
     assert "--ranks must be 1..4096, got 100000" in err and err.count("\n") == 1
-    from zerosim.zero.trainer import TrainConfig
-
     with pytest.raises(ValueError, match="ranks must be at most 4096 on the numpy backend"):
         TrainConfig(ranks=100000)  # Python says the same
     assert not list(tmp_path.iterdir())

@@ -93,6 +93,8 @@ class TrainConfig:
             raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
                              "runs every rank in this process (the meta backend accounts more: zerosim memory, "
                              "zerosim timeline)")
+        if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
+            raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, (int, np.integer)) or self.save_every < 0:
