@@ -126,6 +126,7 @@ def _colour(artist):
     return to_rgb(artist.get_facecolor())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["memory_by_stage", "memory_by_stage --log", "peak_by_stage", "ledger", "ownership",
                                   "zero3_sequence", "l_squared", "activation_strategies"])
 def test_every_memory_kind_is_drawn_in_the_palettes_colour(name, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
@@ -165,6 +166,7 @@ def test_mlp_peak_bars_are_the_ledgers_true_peaks(mlp):
 
 # -- notebook 01's ledger chart: a legend over no bar, a black tick at each peak -----------------------
 
+@pytest.mark.slow
 def test_ledger_figure_legend_covers_no_bar_and_ticks_mark_each_peak(seed_stage1):
     cluster = seed_stage1.cluster
     ax = ledger_figure(cluster)
@@ -218,6 +220,7 @@ def test_ring_steps_figure_draws_both_halves_of_the_all_reduce():
 
 # -- zerosim figures --log: no stacked bars on a log axis; ZeRO-3's bar visible -------------------------
 
+@pytest.mark.slow
 def test_log_memory_figure_draws_no_bars(paper_stages):
     fig = drawn(memory_by_stage_figure(paper_stages, log=True))
     (ax,) = fig.axes
@@ -249,6 +252,7 @@ def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
         assert lines[f"{fate}:{fmt}"].get_ydata()[0] == spacing
 
 
+@pytest.mark.slow
 def test_dataflow_casts_are_where_the_run_made_them():
     # seed 002's two pictures; the fp32 run has no cast at all
     assert observe("fp16-mixed") == {
