@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from zerosim import Cluster  # noqa: E402
+from zerosim import Cluster, reduce_scatter  # noqa: E402
 from zerosim.backends.launch import INSTALL_HINT, find_mpiexec  # noqa: E402
 
 LENGTH = 2**22  # L, elements per rank
@@ -61,8 +61,8 @@ def median_of(fn, repeats: int, sync=lambda: None) -> float:
 
 def simulator_seconds(n: int, repeats: int) -> float:
     cluster, xs = Cluster(n, trace="call", timeline=False), inputs(n)
-    cluster.reduce_scatter(xs)  # untimed: first touch
-    return median_of(lambda: (cluster.reduce_scatter(xs), cluster.trace.clear()), repeats)
+    reduce_scatter(cluster, xs)  # untimed: first touch
+    return median_of(lambda: (reduce_scatter(cluster, xs), cluster.trace.clear()), repeats)
 
 
 def mpi_worker(repeats: int) -> None:
@@ -78,12 +78,12 @@ def mpi_worker(repeats: int) -> None:
         x = xs[r]
         ring = Cluster(n, backend="mpi", trace="call", timeline=False)
         native = Cluster(n, backend="mpi", trace="call", timeline=False, native=True).backend
-        want = Cluster(n, timeline=False).reduce_scatter(xs)[r]  # this rank's chunk, as the simulator has it
+        want = reduce_scatter(Cluster(n, timeline=False), xs)[r]  # this rank's chunk, as the simulator has it
         same = lambda got: bool(comm.allreduce(np.array_equal(got.view(np.uint32), want.view(np.uint32)), op=MPI.LAND))  # noqa: E731
         report = {
-            "ring": median_of(lambda: (ring.reduce_scatter([x]), ring.trace.clear()), repeats, comm.Barrier),
+            "ring": median_of(lambda: (reduce_scatter(ring, [x]), ring.trace.clear()), repeats, comm.Barrier),
             "native": median_of(lambda: native.native_reduce_scatter([x])[0], repeats, comm.Barrier),
-            "ring_same": same(ring.reduce_scatter([x])[0]),
+            "ring_same": same(reduce_scatter(ring, [x])[0]),
             "native_same": same(native.native_reduce_scatter([x])[0]),
         }
         if r == 0:
@@ -103,8 +103,11 @@ def mpi_seconds(mpiexec: str, n: int, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"timed calls per measurement; the median counts (default {REPEATS})")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"simulator / mpiexec turns per N (default {ROUNDS})")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per measurement; the median counts "
+                                                                     f"(default {REPEATS})")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"simulator / mpiexec turns per N (default {ROUNDS})"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the MPI side, under mpiexec
     args = parser.parse_args()
     if args.worker:
@@ -120,7 +123,8 @@ def main() -> None:
 
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     size = f"{LENGTH:,} fp32 elements per rank ({LENGTH * 4 >> 20} MiB)"
-    print(f"reduce-scatter, {size}; median of {args.repeats} calls, {args.rounds} rounds in turns (simulator, mpiexec); "
+    print(f"reduce-scatter, {size}; median of {args.repeats} calls, {args.rounds} rounds in turns (simulator, "
+          "mpiexec); "
           f"{os.cpu_count()} CPU cores; BLAS threads {threads}")
     print(f"{'N':>2}  {'backend':<48} {'seconds':>9} {'vs simulator':>13}  {'same bits':>9}")
     for n in WORLD_SIZES:
@@ -131,7 +135,9 @@ def main() -> None:
                 mpis.append(mpi_seconds(mpiexec, n, args.repeats))
         sim = statistics.median(sims)
         rows = [("numpy simulator ring (1 process)", sim, 1.0, True)]
-        for key, name in (("ring", f"mpi ring, point-to-point ({n} processes)"), ("native", f"mpi native Reduce_scatter_block ({n} processes)")):
+        for key, name in (("ring", f"mpi ring, point-to-point ({n} processes)"), ("native", "mpi native "
+                                                                                            "Reduce_scatter_block "
+                                                                                            f"({n} processes)")):
             if mpis:
                 ratio = statistics.median(m[key] / s for m, s in zip(mpis, sims))  # within each round
                 rows.append((name, statistics.median(m[key] for m in mpis), ratio, all(m[f"{key}_same"] for m in mpis)))

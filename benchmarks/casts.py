@@ -75,7 +75,8 @@ def measure(x: np.ndarray, target: str, u: np.ndarray, repeats: int, reference: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log2-sizes", type=int, nargs="+", default=[16, 22], help="element counts 2**k (default 16 22)")
+    parser.add_argument("--log2-sizes", type=int, nargs="+", default=[16, 22], help="element counts 2**k (default 16 "
+                                                                                    "22)")
     parser.add_argument("--repeats", type=int, default=7, help="timed turns; the median counts (default 7, at least 5)")
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     parser.add_argument("--reference", action="store_true", help="also time the naive twin cast_reference (slow)")
@@ -88,7 +89,8 @@ def main(argv=None) -> int:
     print(f"median of {args.repeats} turns; ratios within one run: nearest / astype (target <= {NEAREST_TARGET:g}), "
           f"stochastic / nearest (target <= {STOCHASTIC_TARGET:g})")
     ref_cols = f" {'twin/fast nearest':>17} {'twin/fast sr':>12}" if args.reference else ""
-    print(f"{'size':>6} {'from':>4} {'to':>8} {'astype ms':>10} {'nearest/astype':>14} {'sr/nearest':>10}  ok {ref_cols}")
+    print(f"{'size':>6} {'from':>4} {'to':>8} {'astype ms':>10} {'nearest/astype':>14} {'sr/nearest':>10}  ok "
+          f"{ref_cols}")
     rng = np.random.default_rng(args.seed)
     for k in args.log2_sizes:
         x64 = rng.standard_normal(2**k)  # (n,) float64

@@ -70,7 +70,10 @@ def main():
                 base.append(timed(numpy_round_trip))
             save_time = timed(lambda: engine.save(folder))
             io.append(save_time + timed(lambda: read_state(folder, model)))
-            full.append(save_time + timed(lambda: ZeroEngine.load(folder, Cluster(args.ranks, trace="call", timeline=False), model)))
+            full.append(
+                save_time
+                + timed(lambda: ZeroEngine.load(folder, Cluster(args.ranks, trace="call", timeline=False), model))
+            )
             if i % 2 == 0:
                 base.append(timed(numpy_round_trip))
             shutil.rmtree(folder)  # the same disk state for every round: no pile of dirty pages from earlier rounds
@@ -84,7 +87,8 @@ def main():
     print(f"checkpoint round trip, MLP {WIDTHS}: {model.num_params:,} params, ZeRO-3 on {args.ranks} ranks, "
           f"{nbytes / 1e6:.1f} MB; median of {args.repeats} in turns; BLAS threads {threads}")
     print(f"  numpy.save + numpy.load of the same arrays              {t_base * 1e3:8.1f} ms")
-    print(f"  zerosim save + read_state (checksums checked)           {t_io * 1e3:8.1f} ms   ratio {r_io:5.2f} (target <= 3)")
+    print(f"  zerosim save + read_state (checksums checked)           {t_io * 1e3:8.1f} ms   ratio {r_io:5.2f} (target "
+          "<= 3)")
     print(f"  zerosim save + ZeroEngine.load (a new engine built)     {t_full * 1e3:8.1f} ms   ratio {r_full:5.2f}")
 
 

@@ -10,7 +10,8 @@ order, and its axis-0 loop over 16-bit types is slow: it would flatter the ring.
     python benchmarks/collectives.py --quick          # a smaller sweep
 
 Measured in turns (ring, yardstick, yardstick, ring, ...: who goes first alternates), median of --repeats,
-BLAS on one thread, one summary trace event per rank and call (`trace="call"`: per-hop events are for teaching runs). Targets (issue 14):
+BLAS on one thread, one summary trace event per rank and call (`trace="call"`: per-hop events are for teaching
+runs). Targets (issue 14):
 ratio <= 1.2 at 2**22 elements per rank for N = 2..64, <= 2 at 2**16 per rank for N = 64; the sizes
 between (2**18, 2**20) are printed too. Then the same for fp32 with an event per hop (`trace="hop"`,
 what `Cluster(N)` keeps by default): the ring runs hop by hop there, a Python step per rank and hop.
@@ -57,7 +58,9 @@ def measure(dtype, n: int, elements: int, repeats: int, trace: str = "call") -> 
 
     got = ring()  # untimed: first touch and lazy imports are not the subject; then check the bits
     chunk_order_sum(xs, out)
-    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(got, out)), "the yardstick must add as the ring does"
+    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(got, out)), (
+        "the yardstick must add as the ring does"
+    )
     times = {ring: [], chunk_order_sum: []}
     args = {ring: (), chunk_order_sum: (xs, out)}
     for i in range(repeats):  # in turns, who goes first alternating (the second of a pair finds caches the first left)
@@ -75,21 +78,27 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     worlds = (2, 8, 64) if args.quick else (2, 4, 8, 16, 32, 64)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    print(f"ring reduce-scatter ÷ the same adds in chunk order (NumPy), median of {args.repeats} in turns; BLAS threads {threads}")
+    print(f"ring reduce-scatter ÷ the same adds in chunk order (NumPy), median of {args.repeats} in turns; BLAS "
+          f"threads {threads}")
     print(f"{'elements/rank':>14} {'dtype':>6} " + " ".join(f"{'N=' + str(n):>7}" for n in worlds) + "   target")
     for log2, target in ((22, 1.2), (20, None), (18, None), (16, 2.0)):
         for name, dtype in DTYPES.items():
             if args.quick and (name != "fp32" or log2 != 22):
                 continue
             ratios = [measure(dtype, n, (2**log2 // n) * n, args.repeats) for n in worlds]
-            print(f"{'2**' + str(log2):>14} {name:>6} " + " ".join(f"{t_ring / t_base:7.2f}" for t_ring, t_base in ratios)
-                  + ("" if target is None else f"   <= {target:g}" + ("" if log2 == 22 else " at N=64")))
+            print(
+                f"{'2**' + str(log2):>14} {name:>6} "
+                + " ".join(f"{t_ring / t_base:7.2f}" for t_ring, t_base in ratios)
+                + ("" if target is None else f"   <= {target:g}" + ("" if log2 == 22 else " at N=64"))
+            )
     if args.quick:
         return 0
     print('with an event per hop (trace="hop", the default of Cluster(N)): the ring hop by hop ÷ the same yardstick')
     for log2 in (22, 16):
         ratios = [measure(DTYPES["fp32"], n, (2**log2 // n) * n, args.repeats, trace="hop") for n in worlds]
-        print(f"{'2**' + str(log2):>14} {'fp32':>6} " + " ".join(f"{t_ring / t_base:7.2f}" for t_ring, t_base in ratios))
+        print(
+            f"{'2**' + str(log2):>14} {'fp32':>6} " + " ".join(f"{t_ring / t_base:7.2f}" for t_ring, t_base in ratios)
+        )
     return 0
 
 

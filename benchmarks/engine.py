@@ -60,7 +60,12 @@ def measure(widths, n, batch, precision, repeats):
         for run in runs:
             times[run].append(timed(lambda: run.step(batches)))
     assert np.array_equal(native.master(), exact.master()) and np.array_equal(engine.full_master(), native.master())
-    return model.num_params, statistics.median(times[engine]), statistics.median(times[exact]), statistics.median(times[native])
+    return (
+        model.num_params,
+        statistics.median(times[engine]),
+        statistics.median(times[exact]),
+        statistics.median(times[native]),
+    )
 
 
 def main():
@@ -74,7 +79,8 @@ def main():
           f" {'exact ms':>9} {'ratio':>6} {'target':>7}")
     for widths, n, batch, t_native, t_exact in CASES:
         params, te, tx, tn = measure(widths, n, batch, args.precision, args.repeats)
-        print(f"{str(widths):<22} {params:>9,} {n:>4} {te * 1e3:>10.1f} {tn * 1e3:>10.1f} {te / tn:>6.2f} {'<= ' + str(t_native):>7}"
+        print(f"{str(widths):<22} {params:>9,} {n:>4} {te * 1e3:>10.1f} {tn * 1e3:>10.1f} {te / tn:>6.2f} "
+              f"{'<= ' + str(t_native):>7}"
               f" {tx * 1e3:>9.1f} {te / tx:>6.2f} {'<= ' + str(t_exact):>7}")
 
 

@@ -77,8 +77,10 @@ def flops_by_strategy():
     """{strategy: (the small GPT's extra, its recompute FLOPs, the 7B shape's extra, its recompute FLOPs)}."""
     rng = np.random.default_rng(1)
     small_batch = [(rng.integers(0, SHAPE["vocab"], (BATCH, SHAPE["seq_len"])),) * 2]
-    small = {name: step_flops(GPT(**SHAPE, **strategy_options(name)), Cluster(1, trace="call", timeline=False), small_batch)
-             for name in STRATEGIES}
+    small = {
+        name: step_flops(GPT(**SHAPE, **strategy_options(name)), Cluster(1, trace="call", timeline=False), small_batch)
+        for name in STRATEGIES
+    }
     plain = sum(small["none"].values())
     big = {r["strategy"]: r for r in strategy_costs(4, 2048, **SEED001)}  # the meta backend's step
     return {name: (sum(small[name].values()) / plain - 1, small[name].get("recompute", 0),

@@ -25,7 +25,8 @@ import subprocess
 import sys
 
 TARGET = 1.5
-MODELS = {"1M": [512] * 5, "10M": [1600] * 5}  # 4 square layers: 4·(512² + 512) = 1,050,624; 4·(1600² + 1600) = 10,246,400
+# 4 square layers: 4·(512² + 512) = 1,050,624; 4·(1600² + 1600) = 10,246,400
+MODELS = {"1M": [512] * 5, "10M": [1600] * 5}
 
 
 def rss_bytes() -> int:
@@ -86,18 +87,26 @@ def main():
         print(json.dumps(one_case(MODELS[name], int(ranks), int(stage))))
         return
     print(f"peak RSS of one step (init + step) minus RSS before the cluster, ÷ the ledgers' peak total over all ranks; "
-          f"bf16-mixed, Adam, batch 8 per rank; BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; a fresh process per case")
+          f"bf16-mixed, Adam, batch 8 per rank; BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; a fresh process per "
+          "case")
     print(f"{'model':>6s} {'N':>4s} {'stage':>5s} {'ledgers MB':>11s} {'RSS MB':>9s} {'ratio':>6s}")
     worst = 0.0
     for name in ["1M"] if args.quick else list(MODELS):
         for ranks in (8, 64):
             for stage in range(4):
-                out = subprocess.run([sys.executable, __file__, "--child", f"{name},{ranks},{stage}"], capture_output=True, text=True,
-                                     check=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", f"{name},{ranks},{stage}"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 r = json.loads(out.stdout)
                 ratio = r["rss"] / r["ledgers"]
                 worst = max(worst, ratio)
-                print(f"{name:>6s} {ranks:4d} {stage:5d} {r['ledgers'] / 1e6:11.1f} {r['rss'] / 1e6:9.1f} {ratio:6.2f}", flush=True)
+                print(
+                    f"{name:>6s} {ranks:4d} {stage:5d} {r['ledgers'] / 1e6:11.1f} {r['rss'] / 1e6:9.1f} {ratio:6.2f}",
+                    flush=True,
+                )
     print(f"worst ratio {worst:.2f}: {'within' if worst <= TARGET else 'OVER'} the {TARGET} target")
 
 

@@ -59,12 +59,14 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--unit", choices=("block", "module"), default="block")
     p.add_argument("--hosted", choices=("representative", "all"), default="representative")
-    p.add_argument("--all-up-to", type=int, default=1024, help="largest N of the sweep at which every rank is hosted too")
+    p.add_argument("--all-up-to", type=int, default=1024, help="largest N of the sweep at which every rank is hosted "
+                                                               "too")
     args = p.parse_args()
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     print(f"meta backend, one step (init + step), Adam, fp16-mixed, unit={args.unit}, hosted={args.hosted}; "
           f"median of {args.repeats} (wall and CPU seconds); BLAS threads {threads}")
-    head = f"{'model':16s} {'Ψ':>10s} {'units':>5s} {'N':>5s} {'stage':>5s} {'calls':>6s} {'GB/rank':>8s} {'formula':>8s} {'wall':>7s} {'cpu':>7s}"
+    head = (f"{'model':16s} {'Ψ':>10s} {'units':>5s} {'N':>5s} {'stage':>5s} {'calls':>6s} {'GB/rank':>8s} "
+            f"{'formula':>8s} {'wall':>7s} {'cpu':>7s}")
     print(head)
     print("-" * len(head))
     for name, ranks, stages, target in CASES:
@@ -74,7 +76,9 @@ def main():
             runs = [timed(lambda: account(model, ranks, stage, args.hosted)) for _ in range(args.repeats)]
             cluster = runs[-1][0]
             led = cluster.ranks[-1].ledger
-            resting = sum(v for k, v in led.by_kind().items() if k in ("params", "grads", "master") or k.startswith("optim:"))
+            resting = sum(
+                v for k, v in led.by_kind().items() if k in ("params", "grads", "master") or k.startswith("optim:")
+            )
             formula = model_state_memory(model.num_params, ranks, stage).total
             wall, cpu = statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs)
             wall_total, cpu_total = wall_total + wall, cpu_total + cpu
@@ -89,7 +93,8 @@ def main():
 def sweep(args) -> None:
     """GPT-3 175B, stage 3, over N: the representative rank, and every rank hosted (up to --all-up-to), in turns."""
     model = MetaModel.from_preset(get_preset("gpt3-175b"), unit=args.unit)
-    print(f"\nsweep over N: gpt3-175b stage 3, one representative rank ÷ every rank hosted, in turns, median of {args.repeats}")
+    print("\nsweep over N: gpt3-175b stage 3, one representative rank ÷ every rank hosted, in turns, median of "
+          f"{args.repeats}")
     head = f"{'N':>5s} {'repr wall':>10s} {'repr cpu':>9s} {'all wall':>9s} {'all cpu':>8s} {'all ÷ repr':>10s}"
     print(head)
     print("-" * len(head))

@@ -47,7 +47,8 @@ def main():
     p.add_argument("--no-baseline", action="store_true", help="skip the all-ranks yardstick (slow at 4096 ranks)")
     args = p.parse_args()
     model, hw = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
-    print(f"GPT-3 175B in {len(model.layers)} block units, ZeRO-3, N = {args.ranks}, comm={args.comm}, H100 + InfiniBand NDR; "
+    print(f"GPT-3 175B in {len(model.layers)} block units, ZeRO-3, N = {args.ranks}, comm={args.comm}, H100 + "
+          "InfiniBand NDR; "
           f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; median of {args.repeats}, in turns")
     ours, base = [], []
     for _ in range(args.repeats):

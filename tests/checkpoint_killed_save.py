@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim import checkpoint as ckpt
 from zerosim.models import make_regression
 
 directory = sys.argv[1]
@@ -20,7 +21,7 @@ widths, n = [4, 6, 3], 3
 engine = ZeroEngine(MLP(widths), Cluster(n), 2, Adam(lr=1e-2), "bf16-mixed")
 data = make_regression(np.random.default_rng(0), 2 * n, 3, widths)
 engine.step(data[:n])
-engine.save(directory)
+ckpt.save(engine, directory)
 np.save(os.path.join(directory, "step1_master.npy"), engine.full_master())
 engine.step(data[n:])
 
@@ -38,5 +39,5 @@ def write_then_die(*args, **kwargs):
 
 
 saving.write_bytes = write_then_die
-engine.save(directory)
+ckpt.save(engine, directory)
 print("the save finished, which it must not", file=sys.stderr)

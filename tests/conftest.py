@@ -44,6 +44,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         mark = item.get_closest_marker("bad_input")
         if mark is not None:
-            census.append({"test": item.nodeid, "category": mark.args[0], "unchanged": bool(mark.kwargs.get("unchanged"))})
+            census.append(
+                {"test": item.nodeid, "category": mark.args[0], "unchanged": bool(mark.kwargs.get("unchanged"))}
+            )
     with open(path, "w") as f:
         json.dump(census, f)

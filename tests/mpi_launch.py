@@ -49,8 +49,10 @@ def launcher_or_skip() -> str:
     launcher = find_mpiexec()
     if launcher is None:
         pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
-    barrier = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"
-    probe = run([launcher, "-n", "1", sys.executable, "-c", barrier], timeout=900)
+    probe = run(
+        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=900
+    )
     if probe.returncode != 0:
-        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): {probe.stderr.strip()[-500:]}")
+        pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): "
+                    f"{probe.stderr.strip()[-500:]}")
     return launcher

@@ -13,15 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Adam, Cluster, Reference, SGD, ZeroEngine
 from zerosim.cluster import Compute, LedgerEvent, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def micro_batches(rng, n, k, batch, widths):
@@ -46,8 +43,18 @@ def test_accumulating_stages_equal_the_oracle_bitwise(widths, n, k, stage, preci
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed + 1))
     policy = get_precision(precision).with_(grad_accum=grad_accum)
-    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, checkpoint=checkpoint, params=params, accumulation_steps=k)
-    ref = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k, reduce_every_micro_step=stage >= 2)
+    engine = ZeroEngine(
+        model, Cluster(n), stage, Adam(lr=1e-2), policy, checkpoint=checkpoint, params=params, accumulation_steps=k
+    )
+    ref = Reference(
+        model,
+        Adam(lr=1e-2),
+        policy,
+        world_size=n,
+        params=params,
+        accumulation_steps=k,
+        reduce_every_micro_step=stage >= 2,
+    )
     for _ in range(2):
         data = micro_batches(rng, n, k, 3, widths)
         assert engine.step(data) == ref.step(data)  # per rank: the mean of its K micro-batch losses

@@ -164,7 +164,9 @@ def test_hex_table(key):
     cls_name, formula = key
     got = [bits(w) for (w, _, _) in run(make(cls_name, formula), W0, GRADS)]
     assert got == HEX_TABLE[key]
-    ref = REFERENCES[formula](as_f32(W0), [as_f32(g) for g in GRADS], 1e-2, (0.9, 0.999), 1e-8, 0.1 if cls_name == "adamw" else 0.0)
+    ref = REFERENCES[formula](
+        as_f32(W0), [as_f32(g) for g in GRADS], 1e-2, (0.9, 0.999), 1e-8, 0.1 if cls_name == "adamw" else 0.0
+    )
     assert [bits(as_f32(w)) for (w, _, _) in ref] == HEX_TABLE[key]  # the table is the formula's
 
 
@@ -210,7 +212,9 @@ def test_formula_equals_the_reference_bit_for_bit(formula, case):
     # gradients over six orders of magnitude, signs mixed, one exact zero
     grads = [(rng.standard_normal(n) * 10.0 ** rng.integers(-4, 3, n)).astype(np.float32) for _ in range(4)]
     grads[1][3] = 0.0
-    opt = (AdamW(lr=lr, betas=betas, weight_decay=wd, formula=formula) if wd else Adam(lr=lr, betas=betas, formula=formula))
+    opt = (
+        AdamW(lr=lr, betas=betas, weight_decay=wd, formula=formula) if wd else Adam(lr=lr, betas=betas, formula=formula)
+    )
     got = run(opt, w0, grads)
     ref = REFERENCES[formula](w0, grads, lr, betas, 1e-8, wd)
     for (w, m, v), (rw, rm, rv) in zip(got, ref):
@@ -222,7 +226,11 @@ def test_the_three_formulas_give_different_bits():
     w0 = rng.standard_normal(64).astype(np.float32)
     grads = [rng.standard_normal(64).astype(np.float32) for _ in range(3)]
     finals = {f: bits(run(Adam(lr=1e-2, formula=f), w0, grads)[-1][0]) for f in ("seed", "torch", "deepspeed")}
-    assert finals["seed"] != finals["torch"] and finals["torch"] != finals["deepspeed"] and finals["seed"] != finals["deepspeed"]
+    assert (
+        finals["seed"] != finals["torch"]
+        and finals["torch"] != finals["deepspeed"]
+        and finals["seed"] != finals["deepspeed"]
+    )
 
 
 @pytest.mark.parametrize("formula", ["torch", "deepspeed"])
@@ -232,7 +240,10 @@ def test_sharding_invariance(formula):
     w0 = rng.standard_normal(23).astype(np.float32)
     grads = [rng.standard_normal(23).astype(np.float32) for _ in range(3)]
     whole = run(AdamW(lr=1e-2, formula=formula), w0, grads)[-1][0]
-    parts = [run(AdamW(lr=1e-2, formula=formula), w0[a:b], [g[a:b] for g in grads])[-1][0] for a, b in ((0, 5), (5, 6), (6, 23))]
+    parts = [
+        run(AdamW(lr=1e-2, formula=formula), w0[a:b], [g[a:b] for g in grads])[-1][0]
+        for a, b in ((0, 5), (5, 6), (6, 23))
+    ]
     assert bits(whole) == bits(np.concatenate(parts))
 
 

@@ -25,8 +25,14 @@ def census() -> list:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "census.json")
         env = dict(os.environ, ZEROSIM_BAD_INPUT_CENSUS=path)
-        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")],
-                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         with open(path) as f:
             return json.load(f)
@@ -34,7 +40,10 @@ def census() -> list:
 
 def table(cases: list) -> str:
     total, unchanged = Counter(c["category"] for c in cases), Counter(c["category"] for c in cases if c["unchanged"])
-    rows = ["| bad input, by what it reaches | cases with a clear error | of which also check nothing changed |", "|---|---|---|"]
+    rows = [
+        "| bad input, by what it reaches | cases with a clear error | of which also check nothing changed |",
+        "|---|---|---|",
+    ]
     for category in sorted(total, key=lambda c: (-total[c], c)):
         rows.append(f"| {category} | {total[category]} | {unchanged[category]} |")
     rows.append(f"| **all** | **{sum(total.values())}** | **{sum(unchanged.values())}** |")
@@ -50,7 +59,9 @@ def readme_table(text: str) -> str:
 def test_the_readme_table_is_the_suites_count():
     cases = census()
     assert len(cases) > 100  # the marks are there: a broken census would give an empty table
-    assert readme_table((ROOT / "README.md").read_text()) == table(cases), "refresh it: python tests/test_bad_input_table.py"
+    assert readme_table((ROOT / "README.md").read_text()) == table(cases), (
+        "refresh it: python tests/test_bad_input_table.py"
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, inputs) -> None:
     diff = np.flatnonzero(bits(got).reshape(-1) != bits(want).reshape(-1))
     if diff.size:
         x = np.asarray(inputs).reshape(-1)
-        first = [(repr(x[i]), hex(int(bits(got).reshape(-1)[i])), hex(int(bits(want).reshape(-1)[i]))) for i in diff[:5]]
+        first = [
+            (repr(x[i]), hex(int(bits(got).reshape(-1)[i])), hex(int(bits(want).reshape(-1)[i]))) for i in diff[:5]
+        ]
         raise AssertionError(f"{diff.size} of {got.size} differ; first (input, fast, naive): {first}")
 
 
@@ -83,14 +85,50 @@ def boundary_values(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.concatenate([x, -x]), np.concatenate([lo, -lo]), np.concatenate([hi, -hi])
 
 
-SPECIALS = np.concatenate([
-    np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
-              1.7976931348623157e308, -1.7976931348623157e308, 3.4028235677973366e38, 3.4028235677973362e38 * 1.0000001,
-              2.0**-149, 2.0**-150, 2.0**-150 * (1 + 2.0**-40), 2.0**-126, 2.0**-127 * 3, 1e-45, 65520.0, 464.0, 61440.0]),
-    # NaN payloads: quiet and signalling, both signs, payload bits high and low
-    np.array([0x7FF8000000000001, 0x7FF0000000000001, 0xFFF0000000000001, 0x7FF4000000000000, 0x7FFFFFFFFFFFFFFF,
-              0x7FF0000020000000, 0xFFF8000000000000, 0x7FF0000000002000], dtype=np.uint64).view(np.float64),
-])
+SPECIALS = np.concatenate(
+    [
+        np.array(
+            [
+                0.0,
+                -0.0,
+                np.inf,
+                -np.inf,
+                np.nan,
+                -np.nan,
+                5e-324,
+                -5e-324,
+                2.2250738585072014e-308,
+                1.7976931348623157e308,
+                -1.7976931348623157e308,
+                3.4028235677973366e38,
+                3.4028235677973362e38 * 1.0000001,
+                2.0**-149,
+                2.0**-150,
+                2.0**-150 * (1 + 2.0**-40),
+                2.0**-126,
+                2.0**-127 * 3,
+                1e-45,
+                65520.0,
+                464.0,
+                61440.0,
+            ]
+        ),
+        # NaN payloads: quiet and signalling, both signs, payload bits high and low
+        np.array(
+            [
+                0x7FF8000000000001,
+                0x7FF0000000000001,
+                0xFFF0000000000001,
+                0x7FF4000000000000,
+                0x7FFFFFFFFFFFFFFF,
+                0x7FF0000020000000,
+                0xFFF8000000000000,
+                0x7FF0000000002000,
+            ],
+            dtype=np.uint64,
+        ).view(np.float64),
+    ]
+)
 
 
 def random_float64(n: int, seed: int) -> np.ndarray:
@@ -215,7 +253,9 @@ def test_stochastic_to_fp32_and_same_format_matches_twin(source):
     x, u = np.concatenate([x, SPECIALS]), np.concatenate([u, np.full(SPECIALS.size, 0.25)])
     with np.errstate(over="ignore", invalid="ignore"):
         a = x if source == "fp64" else x.astype(np.float32)
-        assert_same_bits(cast(a, "fp32", "stochastic", uniforms=u), cast_reference(a, "fp32", "stochastic", uniforms=u), a)
+        assert_same_bits(
+            cast(a, "fp32", "stochastic", uniforms=u), cast_reference(a, "fp32", "stochastic", uniforms=u), a
+        )
 
 
 @pytest.mark.parametrize("name", list(DTYPES) + ["fp64"])
@@ -251,10 +291,14 @@ def test_stochastic_across_blocks_matches_twin():
     u = np.random.default_rng(12).random(n)
     with np.errstate(over="ignore", invalid="ignore"):
         for a in (x, x.astype(np.float32)):
-            assert_same_bits(cast(a, "bf16", "stochastic", uniforms=u), cast_reference(a, "bf16", "stochastic", uniforms=u), a)
+            assert_same_bits(
+                cast(a, "bf16", "stochastic", uniforms=u), cast_reference(a, "bf16", "stochastic", uniforms=u), a
+            )
             v = u.copy()
             v[2 * BLOCK + 5] = 1.0
-            assert_same_bits(cast(a, "bf16", "stochastic", uniforms=v), cast_reference(a, "bf16", "stochastic", uniforms=v), a)
+            assert_same_bits(
+                cast(a, "bf16", "stochastic", uniforms=v), cast_reference(a, "bf16", "stochastic", uniforms=v), a
+            )
 
 
 def test_engine_weight_rounding_matches_twin():
@@ -272,7 +316,9 @@ def test_stochastic_matches_twin_property(x, name, data):
     u = data.draw(hnp.arrays(np.float64, x.shape, elements=st.floats(0.0, 1.0, exclude_max=True)))
     with np.errstate(over="ignore", invalid="ignore"):
         for a in (x, x.astype(np.float32)):
-            assert_same_bits(cast(a, name, "stochastic", uniforms=u), cast_reference(a, name, "stochastic", uniforms=u), a)
+            assert_same_bits(
+                cast(a, name, "stochastic", uniforms=u), cast_reference(a, name, "stochastic", uniforms=u), a
+            )
 
 
 # -- counter-based uniforms -----------------------------------------------------------------------

@@ -15,25 +15,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
 from zerosim.models import make_regression
-from zerosim.precision import get_precision
+from zerosim import checkpoint as ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPTIMIZERS = {"adam": dict(lr=1e-2), "adamw": dict(lr=1e-2, weight_decay=0.1), "sgd": dict(lr=1e-2, momentum=0.9),
               "lion": dict(lr=1e-3), "adan": dict(lr=1e-2)}
 
 
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
-
-
 def same_state(a: ZeroEngine, b: ZeroEngine) -> bool:
-    return (np.array_equal(bits(a.full_master()), bits(b.full_master()))
-            and all(np.array_equal(bits(x), bits(b.full_optimizer_state()[k])) for k, x in a.full_optimizer_state().items())
-            and np.array_equal(bits(a.full_params()), bits(b.full_params())) and a.t == b.t)
+    return (
+        np.array_equal(bits(a.full_master()), bits(b.full_master()))
+        and all(np.array_equal(bits(x), bits(b.full_optimizer_state()[k])) for k, x in a.full_optimizer_state().items())
+        and np.array_equal(bits(a.full_params()), bits(b.full_params()))
+        and a.t == b.t
+    )
 
 
 def batches(widths, n, steps, seed):
@@ -44,9 +44,16 @@ def batches(widths, n, steps, seed):
 # ---------------------------------------------------------------- resume is the same run
 
 @pytest.mark.slow
-@given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=3), n=st.integers(1, 4), stage=st.integers(0, 3),
-       precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]), opt=st.sampled_from(sorted(OPTIMIZERS)),
-       before=st.integers(1, 3), after=st.integers(1, 2), seed=st.integers(0, 2**16))
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 4),
+    stage=st.integers(0, 3),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),
+    opt=st.sampled_from(sorted(OPTIMIZERS)),
+    before=st.integers(1, 3),
+    after=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
 def test_resume_is_the_same_run(tmp_path_factory, widths, n, stage, precision, opt, before, after, seed):
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed))
@@ -56,8 +63,8 @@ def test_resume_is_the_same_run(tmp_path_factory, widths, n, stage, precision, o
     for b in steps[:before]:
         assert whole.step(b) == first.step(b)
     folder = tmp_path_factory.mktemp("ckpt")
-    first.save(str(folder))
-    resumed = ZeroEngine.load(str(folder), Cluster(n), model)  # optimizer and precision from the manifest
+    ckpt.save(first, str(folder))
+    resumed = ckpt.load(str(folder), Cluster(n), model)  # optimizer and precision from the manifest
     assert same_state(resumed, first)
     for b in steps[before:]:
         assert resumed.step(b) == whole.step(b)
@@ -73,15 +80,16 @@ def test_resume_in_a_fresh_process(tmp_path):
     whole = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-2), "fp16-mixed")
     for b in steps[:2]:
         whole.step(b)
-    whole.save(str(tmp_path / "ckpt"))
+    ckpt.save(whole, str(tmp_path / "ckpt"))
     for b in steps[2:]:
         whole.step(b)
     script = f"""
 import numpy as np
-from zerosim import MLP, Cluster, ZeroEngine
+from zerosim import MLP, Cluster
+from zerosim import checkpoint as ckpt
 from zerosim.models import make_regression
 data = make_regression(np.random.default_rng(5), {n} * 4, 3, {widths})  # the same micro-batches as batches(..., 5)
-engine = ZeroEngine.load({str(tmp_path / 'ckpt')!r}, Cluster({n}), MLP({widths}))
+engine = ckpt.load({str(tmp_path / 'ckpt')!r}, Cluster({n}), MLP({widths}))
 for s in (2, 3):
     engine.step(data[s * {n} : (s + 1) * {n}])
 np.save({str(tmp_path / 'master.npy')!r}, engine.full_master())
@@ -97,24 +105,35 @@ np.save({str(tmp_path / 'params.npy')!r}, engine.full_params().view(np.uint16))
 # ---------------------------------------------------------------- resharding N -> M, stage s -> s'
 
 @pytest.mark.slow
-@given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=3), n=st.integers(1, 5), m=st.integers(1, 5),
-       stage=st.integers(0, 3), new_stage=st.integers(0, 3), precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
-       seed=st.integers(0, 2**16))
-def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(tmp_path_factory, widths, n, m, stage, new_stage,
-                                                                           precision, seed):
+@given(
+    widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    n=st.integers(1, 5),
+    m=st.integers(1, 5),
+    stage=st.integers(0, 3),
+    new_stage=st.integers(0, 3),
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]),
+    seed=st.integers(0, 2**16),
+)
+def test_reshard_gives_the_consolidated_state_and_continues_like_the_oracle(
+    tmp_path_factory, widths, n, m, stage, new_stage, precision, seed
+):
     model = MLP(widths)
-    saved = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), precision, params=model.init_params(np.random.default_rng(seed)))
+    saved = ZeroEngine(
+        model, Cluster(n), stage, Adam(lr=1e-2), precision, params=model.init_params(np.random.default_rng(seed))
+    )
     for b in batches(widths, n, 2, seed + 1):
         saved.step(b)
     folder = str(tmp_path_factory.mktemp("ckpt"))
-    saved.save(folder)
-    loaded = ZeroEngine.load(folder, Cluster(m), model, stage=new_stage)
+    ckpt.save(saved, folder)
+    loaded = ckpt.load(folder, Cluster(m), model, stage=new_stage)
     whole = consolidated(folder)  # the zero_to_fp32 route: one unsharded file's contents
     state = read_state(folder)
     master = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
     assert np.array_equal(bits(loaded.full_master()), bits(master))
     for k in ("m", "v"):
-        want = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}.optim.{k}"].reshape(-1) for s in model.specs])
+        want = np.concatenate(
+            [whole[f"{model.layers[s.layer].name}.{s.name}.optim.{k}"].reshape(-1) for s in model.specs]
+        )
         assert np.array_equal(bits(loaded.full_optimizer_state()[k]), bits(want))
     assert np.array_equal(bits(loaded.full_params()), bits(state.params)) and loaded.t == 2
     # continuing on M ranks equals the oracle on M ranks started from the same state
@@ -136,7 +155,7 @@ def test_consolidated_stage3_with_padding_is_the_oracles_master(tmp_path):
     for b in batches(widths, n, 3, 0):
         engine.step(b)
         ref.step(b)
-    engine.save(str(tmp_path))
+    ckpt.save(engine, str(tmp_path))
     whole = consolidated(str(tmp_path))
     flat = np.concatenate([whole[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
     assert flat.shape == (32,) and np.array_equal(bits(flat), bits(ref.master()))
@@ -149,14 +168,14 @@ def checkpoint(tmp_path):
     model = MLP([4, 6, 3])
     engine = ZeroEngine(model, Cluster(3), 2, Adam(lr=1e-2), "bf16-mixed")
     engine.step(batches([4, 6, 3], 3, 1, 0)[0])
-    folder = engine.save(str(tmp_path / "ckpt"))
+    folder = ckpt.save(engine, str(tmp_path / "ckpt"))
     return str(tmp_path / "ckpt"), folder, model
 
 
 def refused(directory, model, match, **options):
     cluster = Cluster(2)
     with pytest.raises(CheckpointError, match=match):
-        ZeroEngine.load(directory, cluster, model, **options)
+        ckpt.load(directory, cluster, model, **options)
     assert all(r.ledger.current() == 0 and not r.ledger.live for r in cluster.ranks)  # nothing was built
 
 
@@ -203,7 +222,8 @@ def test_a_manifest_of_another_format_is_refused(checkpoint, edit, match):
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 @pytest.mark.parametrize("other, match", [
     (MLP([4, 6, 2]), r"saved from another model: its parameter count differ \(saved 51, this model 44\)"),
-    (MLP([4, 6, 3], activation="gelu"), r"layers \(names, windows and kinds\) differ \(saved \['act0', 30, 30, 'ReLU'\], this model \['act0', 30, 30, 'GELU'\]\)"),
+    (MLP([4, 6, 3], activation="gelu"), r"layers \(names, windows and kinds\) differ \(saved \['act0', 30, 30, "
+                                        r"'ReLU'\], this model \['act0', 30, 30, 'GELU'\]\)"),
 ])
 def test_a_checkpoint_of_another_model_is_refused(checkpoint, other, match):
     directory, _, model = checkpoint
@@ -225,11 +245,11 @@ def test_a_checkpoint_the_caller_did_not_expect_is_refused(checkpoint, options, 
 def test_an_existing_tag_is_not_overwritten(checkpoint):
     directory, folder, model = checkpoint
     before = {f: Path(folder, f).read_bytes() for f in os.listdir(folder)}
-    engine = ZeroEngine.load(directory, Cluster(3), model)
-    assert engine.save(directory) == folder  # the same state under the same tag: nothing to write
+    engine = ckpt.load(directory, Cluster(3), model)
+    assert ckpt.save(engine, directory) == folder  # the same state under the same tag: nothing to write
     engine.step(batches([4, 6, 3], 3, 1, 5)[0])
     with pytest.raises(ValueError, match="step000001 already holds another checkpoint .iteration 1.; nothing was") as e:
-        engine.save(directory, tag="step000001")  # another state under that tag
+        ckpt.save(engine, directory, tag="step000001")  # another state under that tag
     assert str(e.value).count("already holds") == 1  # said once, not once per rank
     assert {f: Path(folder, f).read_bytes() for f in os.listdir(folder)} == before
 
@@ -245,11 +265,11 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_intact(tmp_path):
     assert os.path.exists(tmp_path / "step000002" / "rank00000.safetensors")
     assert not os.path.exists(tmp_path / "step000002" / "manifest.json")
     model = MLP([4, 6, 3])
-    engine = ZeroEngine.load(str(tmp_path), Cluster(2), model)
+    engine = ckpt.load(str(tmp_path), Cluster(2), model)
     want = np.load(tmp_path / "step1_master.npy")
     assert engine.t == 1 and np.array_equal(bits(engine.full_master()), bits(want))
     with pytest.raises(CheckpointError, match="no manifest"):
-        ZeroEngine.load(str(tmp_path), Cluster(2), model, tag="step000002")
+        ckpt.load(str(tmp_path), Cluster(2), model, tag="step000002")
 
 
 # ---------------------------------------------------------------- the command line

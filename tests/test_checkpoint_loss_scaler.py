@@ -12,11 +12,14 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
+from zerosim import checkpoint as ckpt
 
 WIDTHS = [8, 16, 4]
 # S starts at 2**16, where this MLP's first gradients overflow fp16; small windows make it grow again within the run
@@ -24,11 +27,6 @@ POLICIES = {
     "torch": get_precision("fp16-mixed").with_(loss_scale="torch", loss_scale_options={"growth_interval": 3}),
     "deepspeed": get_precision("fp16-mixed").with_(loss_scale="deepspeed", loss_scale_options={"scale_window": 3}),
 }
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def decisions(engine) -> list:
@@ -53,8 +51,8 @@ def test_a_resumed_dynamic_scaling_run_is_the_uninterrupted_run(tmp_path, scaler
     first = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), POLICIES[scaler], params=params)
     for b in batches[:cut]:
         first.step(b)
-    first.save(str(tmp_path))
-    resumed = ZeroEngine.load(str(tmp_path), Cluster(n), model, stage=new_stage)
+    ckpt.save(first, str(tmp_path))
+    resumed = ckpt.load(str(tmp_path), Cluster(n), model, stage=new_stage)
     assert resumed.scaler.state_dict() == first.scaler.state_dict()
     assert (resumed.t, resumed.iteration) == (first.t, cut) and first.t < cut
     for b in batches[cut:]:
@@ -74,12 +72,33 @@ def test_train_with_dynamic_scaling_saves_and_resumes_the_same_run(tmp_path):
     def run(*argv):
         out = io.StringIO()
         with redirect_stdout(out):
-            assert main(["train", "--json", "--steps", "8", "--stage", "2", "--precision", "fp16-mixed", "--loss-scale", "torch",
-                         "--scale-window", "2", "--widths", "8,16,4", *argv]) == 0
+            assert (
+                main(
+                    [
+                        "train",
+                        "--json",
+                        "--steps",
+                        "8",
+                        "--stage",
+                        "2",
+                        "--precision",
+                        "fp16-mixed",
+                        "--loss-scale",
+                        "torch",
+                        "--scale-window",
+                        "2",
+                        "--widths",
+                        "8,16,4",
+                        *argv,
+                    ]
+                )
+                == 0
+            )
         return json.loads(out.getvalue())
 
     whole = run()
-    assert whole["skipped"] and whole["skipped"][0] < 4 < whole["skipped"][-1]  # it overflowed before the save at step 4, and after
+    # it overflowed before the save at step 4, and after
+    assert whole["skipped"] and whole["skipped"][0] < 4 < whole["skipped"][-1]
     run("--save", str(tmp_path), "--save-every", "4")
     (tmp_path / "latest").write_text("step000004\n")
     resumed = run("--resume", str(tmp_path))
@@ -93,7 +112,7 @@ def test_a_manifest_from_before_the_recipes_is_read_or_refused(tmp_path):
     # dividing, as then); the other averages are refused, naming what is wrong.
     model = MLP(WIDTHS)
     engine = ZeroEngine(model, Cluster(2), 1, get_optimizer("adam"), "fp16-mixed")
-    folder = engine.save(str(tmp_path))
+    folder = ckpt.save(engine, str(tmp_path))
     path = f"{folder}/manifest.json"
     manifest = json.loads(open(path).read())
     for key in ("reduction", "unscale", "allreduce", "loss_scale_options"):
@@ -101,22 +120,23 @@ def test_a_manifest_from_before_the_recipes_is_read_or_refused(tmp_path):
     manifest["precision"]["average"] = "avg"
     manifest["loss_scaler"] = {"kind": "static", "scale": 1.0}
     open(path, "w").write(json.dumps(manifest))
-    loaded = ZeroEngine.load(str(tmp_path), Cluster(2), model)
+    loaded = ckpt.load(str(tmp_path), Cluster(2), model)
     assert (loaded.precision.reduction, loaded.precision.unscale) == ("seeds", "divide")
     manifest["precision"]["average"] = "avg_premul"
     open(path, "w").write(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="saved with averaging 'avg_premul', which zerosim now offers only as the named recipes"):
-        ZeroEngine.load(str(tmp_path), Cluster(2), model)
+    with pytest.raises(CheckpointError, match="saved with averaging 'avg_premul', which zerosim now offers only as the "
+                                              "named recipes"):
+        ckpt.load(str(tmp_path), Cluster(2), model)
 
 
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 def test_a_scaler_that_does_not_match_the_policy_is_refused(tmp_path):
     model = MLP(WIDTHS)
-    folder = ZeroEngine(model, Cluster(2), 1, get_optimizer("adam"), POLICIES["torch"]).save(str(tmp_path))
+    folder = ckpt.save(ZeroEngine(model, Cluster(2), 1, get_optimizer("adam"), POLICIES["torch"]), str(tmp_path))
     manifest = json.loads(open(f"{folder}/manifest.json").read())
     manifest["loss_scaler"]["kind"] = "deepspeed"
     open(f"{folder}/manifest.json", "w").write(json.dumps(manifest))
     cluster = Cluster(2)
     with pytest.raises(CheckpointError, match="its loss scaler is 'deepspeed', but its precision policy names 'torch'"):
-        ZeroEngine.load(str(tmp_path), cluster, model)
+        ckpt.load(str(tmp_path), cluster, model)
     assert all(not r.ledger.live for r in cluster.ranks)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zerosim import checkpoint as checkpoints
 from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.checkpoint import CheckpointError, consolidate
 from zerosim.cli.main import main
@@ -49,9 +50,9 @@ def ckpt(tmp_path):
     """A folder of two complete checkpoints (steps 1 and 2), `latest` naming step 2."""
     directory = tmp_path / "ckpt"
     engine = trained(1)
-    engine.save(str(directory))
+    checkpoints.save(engine, str(directory))
     engine.step(batch(1))
-    engine.save(str(directory))
+    checkpoints.save(engine, str(directory))
     return directory
 
 
@@ -104,7 +105,7 @@ def test_a_damaged_latest_file_is_named(ckpt, latest):
     (ckpt / "latest").write_bytes(latest)
     before = snapshot(ckpt)
     with pytest.raises(CheckpointError, match=r"ckpt/latest: does not hold a checkpoint tag"):
-        ZeroEngine.load(str(ckpt), Cluster(N), MLP(WIDTHS))
+        checkpoints.load(str(ckpt), Cluster(N), MLP(WIDTHS))
     assert snapshot(ckpt) == before
 
 
@@ -123,15 +124,15 @@ def killed_midway(directory: Path, tag: str) -> None:
 def test_an_incomplete_tag_is_absent_and_the_next_save_writes_it_as_an_uninterrupted_run_would(tmp_path):
     whole = tmp_path / "whole"
     engine = trained(2)
-    engine.save(str(whole / "x"))  # an uninterrupted run's step-2 checkpoint, to compare bytes with
+    checkpoints.save(engine, str(whole / "x"))  # an uninterrupted run's step-2 checkpoint, to compare bytes with
     directory = tmp_path / "ckpt"
     first = trained(1)
-    first.save(str(directory))
+    checkpoints.save(first, str(directory))
     killed_midway(directory, "step000002")
-    resumed = ZeroEngine.load(str(directory), Cluster(N), MLP(WIDTHS))  # step 1: step 2 never finished
+    resumed = checkpoints.load(str(directory), Cluster(N), MLP(WIDTHS))  # step 1: step 2 never finished
     assert resumed.t == 1
     resumed.step(batch(1))
-    resumed.save(str(directory))  # no "already exists": the incomplete folder is reused
+    checkpoints.save(resumed, str(directory))  # no "already exists": the incomplete folder is reused
     assert snapshot(directory / "step000002") == snapshot(whole / "x" / "step000002")  # bit for bit, nothing stale
     assert not list(directory.glob("*.tmp-*")) and (directory / "latest").read_text() == "step000002\n"
 
@@ -140,21 +141,21 @@ def test_latest_naming_an_incomplete_tag_or_missing_falls_back_to_the_newest_com
     model = MLP(WIDTHS)
     killed_midway(ckpt, "step000003")
     (ckpt / "latest").write_text("step000003\n")  # never written by a save before its manifest; by hand, say
-    assert ZeroEngine.load(str(ckpt), Cluster(N), model).t == 2
+    assert checkpoints.load(str(ckpt), Cluster(N), model).t == 2
     (ckpt / "latest").unlink()  # a first save killed between its manifest and `latest`
-    assert ZeroEngine.load(str(ckpt), Cluster(N), model).t == 2
+    assert checkpoints.load(str(ckpt), Cluster(N), model).t == 2
     with pytest.raises(CheckpointError, match="no manifest"):
-        ZeroEngine.load(str(ckpt), Cluster(N), model, tag="step000003")  # asked for by name: refused, not replaced
+        checkpoints.load(str(ckpt), Cluster(N), model, tag="step000003")  # asked for by name: refused, not replaced
 
 
 def test_a_complete_tag_latest_does_not_name_yet_is_kept_when_the_resumed_run_saves_the_same_state(ckpt):
     # killed after step 2's manifest, before `latest`: the run resumes at step 1 and saves step 2 again
     (ckpt / "latest").write_text("step000001\n")
     before = snapshot(ckpt / "step000002")
-    resumed = ZeroEngine.load(str(ckpt), Cluster(N), MLP(WIDTHS))
+    resumed = checkpoints.load(str(ckpt), Cluster(N), MLP(WIDTHS))
     assert resumed.t == 1
     resumed.step(batch(1))
-    resumed.save(str(ckpt))
+    checkpoints.save(resumed, str(ckpt))
     assert snapshot(ckpt / "step000002") == before and (ckpt / "latest").read_text() == "step000002\n"
 
 
@@ -164,7 +165,7 @@ def test_a_complete_tag_holding_another_state_is_refused_once(ckpt):
     other = trained(0)
     other.step(batch(7))  # iteration 1, another state
     with pytest.raises(ValueError) as e:
-        other.save(str(ckpt))
+        checkpoints.save(other, str(ckpt))
     assert str(e.value).count("already holds another checkpoint") == 1 and "rank" not in str(e.value)
     assert snapshot(ckpt) == before
 
@@ -224,7 +225,7 @@ def test_a_hand_edited_manifest_is_refused_naming_the_file_and_the_key(ckpt, cha
     before = snapshot(ckpt)
     cluster = Cluster(N)
     with pytest.raises(CheckpointError, match=f"step000002/manifest.json: .*{words}"):
-        ZeroEngine.load(str(ckpt), cluster, MLP(WIDTHS))
+        checkpoints.load(str(ckpt), cluster, MLP(WIDTHS))
     assert all(r.ledger.current() == 0 and not r.ledger.live for r in cluster.ranks)  # nothing was built
     assert snapshot(ckpt) == before
 
@@ -233,11 +234,11 @@ def test_a_hand_edited_manifest_is_refused_naming_the_file_and_the_key(ckpt, cha
 
 SAVE_IN_A_FRESH_PROCESS = """
 import sys, numpy as np
-from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim import MLP, Adam, Cluster, ZeroEngine, checkpoint
 from zerosim.models import make_regression
 engine = ZeroEngine(MLP([4, 6, 3]), Cluster(3), 2, Adam(lr=1e-2), "bf16-mixed")
 engine.step(make_regression(np.random.default_rng(100), 3, 3, [4, 6, 3]))
-engine.save(sys.argv[1])
+checkpoint.save(engine, sys.argv[1])
 """
 
 

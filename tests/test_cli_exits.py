@@ -76,7 +76,9 @@ def test_the_child_gets_sigints_default_even_when_the_test_runs_with_it_ignored(
 @pytest.mark.slow
 def test_ctrl_c_under_mpiexec_exits_130_with_one_line_from_one_rank():
     mpiexec = launcher_or_skip()
-    code, err = interrupt_after_first_step([mpiexec, "-n", "2", *ZEROSIM, "train", "--backend", "mpi", "--steps", "1000000", "--print-every", "1"])
+    code, err = interrupt_after_first_step(
+        [mpiexec, "-n", "2", *ZEROSIM, "train", "--backend", "mpi", "--steps", "1000000", "--print-every", "1"]
+    )
     assert code == 130
     assert err.count("zerosim train: interrupted") == 1 and "Traceback" not in err, err
 
@@ -162,7 +164,9 @@ def test_sizes_that_cannot_fit_are_refused_at_once(args, message):
     result = subprocess.run([*ZEROSIM, "train", "--steps", "1", *args], capture_output=True, text=True,
                             timeout=SAFETY_TIMEOUT)
     assert result.returncode == 2
-    assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, result.stderr
+    assert message in result.stderr and "this machine has" in result.stderr and "GB available" in result.stderr, (
+        result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 

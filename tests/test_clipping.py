@@ -5,8 +5,8 @@ The engine's norm comes from each rank's sum of squares over its shard and a SUM
 twin in the ring's order, so the two are the same bits at every stage (stage 0 too, where every rank
 holds the whole gradient and must still count each element once). Against the norm of the whole
 gradient computed another way -- float64 of the exact squares, correctly rounded sums -- the
-distance is bounded by `clipping.norm_error_bound(N)`, derived in its docstring. torch's clip coefficient is checked on a table
-of values worked out by hand from torch's expression.
+distance is bounded by `clipping.norm_error_bound(N)`, derived in its docstring. torch's clip coefficient is checked
+on a table of values worked out by hand from torch's expression.
 """
 
 import math
@@ -16,16 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import GradClip, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
 from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
-
 
 @pytest.mark.slow
 @given(
@@ -43,8 +40,16 @@ def test_the_sharded_norm_is_the_oracles_at_every_stage(widths, n, stage, k, pre
     params = model.init_params(np.random.default_rng(seed))
     data = make_regression(np.random.default_rng(seed + 1), steps * n * k, 3, widths)
     policy = get_precision(precision)
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), policy, params=params, accumulation_steps=k,
-                        clip_grad=max_norm)
+    engine = ZeroEngine(
+        model,
+        Cluster(n),
+        stage,
+        get_optimizer("adam", lr=1e-2),
+        policy,
+        params=params,
+        accumulation_steps=k,
+        clip_grad=max_norm,
+    )
     ref = Reference(model, get_optimizer("adam", lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k,
                     reduce_every_micro_step=stage >= 2, clip_grad=max_norm)
     for s in range(steps):
@@ -80,7 +85,8 @@ def test_the_norm_is_within_the_derived_bound_of_the_float64_norm(widths, n, sta
     n64 = math.sqrt(math.fsum((g64 * g64).tolist()))
     assert clip.coef == 1.0
     assert abs(clip.norm - n64) <= norm_bound(n) * n64, (clip.norm, n64, norm_bound(n))
-    assert norm_bound(n) < 1e-6  # tight: counting stage 0's whole gradient on every rank (x sqrt(N)) breaks it at N >= 2
+    # tight: counting stage 0's whole gradient on every rank (x sqrt(N)) breaks it at N >= 2
+    assert norm_bound(n) < 1e-6
 
 
 # torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, on fp32 tensors. `t + 1e-6` rounds 1e-6 to fp32
@@ -90,15 +96,28 @@ CLIP_TABLE = [
     # norm, max_norm, coefficient, why
     (0.5, 1.0, 1.0, "below max_norm: 1/(0.5 + 1e-6) * 1 ~ 1.999996 clamps to 1"),
     (0.0, 1.0, 1.0, "a zero gradient: 1/1e-6 clamps to 1"),
-    (2.0, 1.0, 0.5 - 2.0**-22,
-     "d = fl32(2 + 1e-6): the fp32 spacing at 2 is 2**-22 = 2.38e-7, 1e-6 is 4.19 of them -> d = 2 + 2**-20; "
-     "1/d = 0.5 (1 - 2**-21 + ...) = 0.5 - 2**-22 + 2**-43, the spacing below 0.5 is 2**-25 -> 0.5 - 2**-22"),
-    (1.0, 0.1, 13421760 * 2.0**-27,
-     "d = 1 + 2**-20 (8.39 spacings of 2**-23 round to 8); r = fl32(1 - 2**-20 + 2**-40) = 1 - 2**-20; "
-     "fl32(0.1) = 13421773 * 2**-27; r * that = (13421773 - 12.80000019) * 2**-27 -> 13421760 * 2**-27 = 0.09999990463"),
-    (3.0, 1.0, 11184807 * 2.0**-25,
-     "d = 3 + 2**-20 (spacing 2**-22 at 3: 4.19 -> 4); 1/d = 1/3 - 2**-20/9 + ... = 0.33333322736, the spacing in "
-     "[0.25, 0.5) is 2**-25: 11184807.44 spacings -> 11184807 * 2**-25 = 0.33333322405815125"),
+    (
+        2.0,
+        1.0,
+        0.5 - 2.0**-22,
+        "d = fl32(2 + 1e-6): the fp32 spacing at 2 is 2**-22 = 2.38e-7, 1e-6 is 4.19 of them -> d = 2 + 2**-20; "
+        "1/d = 0.5 (1 - 2**-21 + ...) = 0.5 - 2**-22 + 2**-43, the spacing below 0.5 is 2**-25 -> 0.5 - 2**-22",
+    ),
+    (
+        1.0,
+        0.1,
+        13421760 * 2.0**-27,
+        "d = 1 + 2**-20 (8.39 spacings of 2**-23 round to 8); r = fl32(1 - 2**-20 + 2**-40) = 1 - 2**-20; "
+        "fl32(0.1) = 13421773 * 2**-27; r * that = (13421773 - 12.80000019) * 2**-27 -> 13421760 * 2**-27 = "
+        "0.09999990463",
+    ),
+    (
+        3.0,
+        1.0,
+        11184807 * 2.0**-25,
+        "d = 3 + 2**-20 (spacing 2**-22 at 3: 4.19 -> 4); 1/d = 1/3 - 2**-20/9 + ... = 0.33333322736, the spacing in "
+        "[0.25, 0.5) is 2**-25: 11184807.44 spacings -> 11184807 * 2**-25 = 0.33333322405815125",
+    ),
 ]
 
 
@@ -120,7 +139,9 @@ def test_clipping_scales_every_ranks_gradient_before_the_optimizer():
                             clip_grad=max_norm)
         engine.step(data)
         (clip,) = engine.cluster.trace.of_type(GradClip)
-        return clip, [e.values["grad32"] for e in sorted(engine.cluster.trace.of_type(OptimizerStep), key=lambda e: e.rank)]
+        return clip, [
+            e.values["grad32"] for e in sorted(engine.cluster.trace.of_type(OptimizerStep), key=lambda e: e.rank)
+        ]
 
     c0, free = grads(1e30)
     c1, half = grads(c0.norm / 2)

@@ -70,18 +70,23 @@ CASES = [
     # unknown op / unknown format
     ("rs unknown op", 2, lambda c, x: rs(c, x, op="mean"), ones(2, 4), ValueError, r"unknown reduction op 'mean'"),
     ("ar unknown op", 2, lambda c, x: ar(c, x, op="prod"), ones(2, 4), ValueError, r"unknown reduction op 'prod'"),
-    ("rs unknown wire", 2, lambda c, x: rs(c, x, wire="fp12"), ones(2, 4), ValueError, r"unknown floating-point format 'fp12'"),
-    ("ag unknown wire", 2, lambda c, x: ag(c, x, wire="tf32"), ones(2, 4), ValueError, r"unknown floating-point format 'tf32'"),
-    ("ar unknown wire", 2, lambda c, x: ar(c, x, wire="fp4"), ones(2, 4), ValueError, r"unknown floating-point format 'fp4'"),
+    ("rs unknown wire", 2, lambda c, x: rs(c, x, wire="fp12"), ones(2, 4), ValueError, r"unknown floating-point format "
+                                                                                       r"'fp12'"),
+    ("ag unknown wire", 2, lambda c, x: ag(c, x, wire="tf32"), ones(2, 4), ValueError, r"unknown floating-point format "
+                                                                                       r"'tf32'"),
+    ("ar unknown wire", 2, lambda c, x: ar(c, x, wire="fp4"), ones(2, 4), ValueError, r"unknown floating-point format "
+                                                                                      r"'fp4'"),
     # invalid all-gather shard sizes: neither all equal nor ceil(L/N) each with the short ones last
     ("ag short shard first", 3, ag, sizes(2, 1, 2), ValueError, r"mismatched shard sizes \[2, 1, 2\].*\[2, 2, 1\]"),
     ("ag growing shards", 3, ag, sizes(1, 2, 2), ValueError, r"mismatched shard sizes"),
     ("ag too-short tail", 4, ag, sizes(3, 3, 0, 0), ValueError, r"mismatched shard sizes"),
     # bad counts
-    ("rs counts wrong number", 3, lambda c, x: rs(c, x, counts=[3, 3]), ones(3, 6), ValueError, r"counts must be 3 non-negative"),
+    ("rs counts wrong number", 3, lambda c, x: rs(c, x, counts=[3, 3]), ones(3, 6), ValueError, r"counts must be 3 "
+                                                                                                r"non-negative"),
     ("rs counts negative", 3, lambda c, x: rs(c, x, counts=[-1, 4, 3]), ones(3, 6), ValueError, r"non-negative"),
     ("rs counts wrong sum", 2, lambda c, x: rs(c, x, counts=[1, 1]), ones(2, 4), ValueError, r"add up to 2.*hold 4"),
-    ("ag counts vs sizes", 2, lambda c, x: ag(c, x, counts=[2, 1]), sizes(1, 2), ValueError, r"sizes \[1, 2\]; counts say \[2, 1\]"),
+    ("ag counts vs sizes", 2, lambda c, x: ag(c, x, counts=[2, 1]), sizes(1, 2), ValueError, r"sizes \[1, 2\]; counts "
+                                                                                             r"say \[2, 1\]"),
     ("ag counts wrong number", 2, lambda c, x: ag(c, x, counts=[1, 1, 1]), ones(2, 1), ValueError, r"counts must be 2"),
     # bad broadcast root
     ("bc root negative", 3, bc(-1), ones(3, 2), ValueError, r"root must be a rank in 0..2, got -1"),
@@ -108,11 +113,11 @@ def test_numpy_integer_root_is_a_rank():
 
 
 @pytest.mark.bad_input("collectives")
-@pytest.mark.parametrize("method", ["reduce_scatter", "all_gather", "all_reduce"])
-def test_cluster_methods_raise_the_same_errors(method):
+@pytest.mark.parametrize("collective", [reduce_scatter, all_gather, all_reduce])
+def test_a_wrong_array_count_is_refused_before_anything_is_recorded(collective):
     c = Cluster(2)
     with pytest.raises(ValueError, match="got 1 arrays"):
-        getattr(c, method)(ones(1, 4))
+        collective(c, ones(1, 4))
     assert c.trace.calls == []
 
 

@@ -22,8 +22,18 @@ from hypothesis import strategies as st
 from zerosim import Cluster, all_gather, all_reduce, broadcast, cast, reduce_scatter
 from zerosim.collectives import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
 
-DTYPES = {"fp32": np.dtype(np.float32), "fp64": np.dtype(np.float64), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
-UNIT_ROUNDOFF = {"fp64": Fraction(1, 2**53), "fp32": Fraction(1, 2**24), "bf16": Fraction(1, 2**8), "fp16": Fraction(1, 2**11)}
+DTYPES = {
+    "fp32": np.dtype(np.float32),
+    "fp64": np.dtype(np.float64),
+    "fp16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+}
+UNIT_ROUNDOFF = {
+    "fp64": Fraction(1, 2**53),
+    "fp32": Fraction(1, 2**24),
+    "bf16": Fraction(1, 2**8),
+    "fp16": Fraction(1, 2**11),
+}
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 OPS = ["sum", "max", "avg", "avg_predivide", "avg_premul"]
 EXAMPLES = max(60, settings.default.max_examples)
@@ -71,7 +81,9 @@ def assert_same_bits(got, want) -> None:
     u = UINT[got.dtype.itemsize]
     both_nan = np.isnan(got.astype(np.float64)) & np.isnan(want.astype(np.float64))
     same = (got.view(u) == want.view(u)) | both_nan
-    assert same.all(), f"{(~same).sum()} elements differ; first at {np.flatnonzero(~same)[:5]}: {got[~same][:5]} vs {want[~same][:5]}"
+    assert same.all(), (
+        f"{(~same).sum()} elements differ; first at {np.flatnonzero(~same)[:5]}: {got[~same][:5]} vs {want[~same][:5]}"
+    )
 
 
 def assert_lists_same_bits(got: list, want: list) -> None:
@@ -149,7 +161,13 @@ def gamma(k: int, u: Fraction) -> Fraction:
 
 
 @settings(max_examples=EXAMPLES)
-@given(st.integers(1, 8), st.integers(0, 70), st.sampled_from(["fp32", "fp64"]), st.integers(0, 2**32 - 1), st.sampled_from([None, "bf16"]))
+@given(
+    st.integers(1, 8),
+    st.integers(0, 70),
+    st.sampled_from(["fp32", "fp64"]),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([None, "bf16"]),
+)
 def test_ring_sum_is_within_recursive_summation_bound_of_exact_sum(n, length, name, seed, wire):
     """|ring - exact| <= gamma_{N-1} * sum|x_i|: each chunk is a recursive sum of N terms, N-1 adds,
     each rounding with relative error <= u (additions never lose anything to underflow).
@@ -219,7 +237,9 @@ def test_fp16_row_2048_plus_three_ones():
     assert [float(o[0]) for o in out] == [2052.0, 2052.0, 2048.0, 2048.0]
     for o, v in zip(out, [2052, 2052, 2048, 2048]):
         assert_same_bits(o, np.full(per_chunk, v, dtype=np.float16))
-    assert_same_bits(all_reduce(Cluster(n), xs)[3], np.repeat(np.array([2052, 2052, 2048, 2048], np.float16), per_chunk))
+    assert_same_bits(
+        all_reduce(Cluster(n), xs)[3], np.repeat(np.array([2052, 2052, 2048, 2048], np.float16), per_chunk)
+    )
     # float64 (or fp32) has room for 2051: the same inputs widened sum exactly
     assert [float(o[0]) for o in reduce_scatter(Cluster(n), xs, wire="fp32")] == [2051.0] * 4
 
@@ -293,8 +313,14 @@ def test_three_averages_row_bf16():
     got = {op: np.concatenate(reduce_scatter(Cluster(3), xs, op=op)) for op in ("avg", "avg_predivide", "avg_premul")}
     assert got["avg"].dtype == np.float32
     assert got["avg"].tolist() == [float(np.float32(4.625) / np.float32(3))] * 3
-    assert got["avg_predivide"].dtype == ml_dtypes.bfloat16 and got["avg_predivide"].astype(np.float64).tolist() == [1.53125] * 3
-    assert got["avg_premul"].dtype == ml_dtypes.bfloat16 and got["avg_premul"].astype(np.float64).tolist() == [1.546875] * 3
+    assert (
+        got["avg_predivide"].dtype == ml_dtypes.bfloat16
+        and got["avg_predivide"].astype(np.float64).tolist() == [1.53125] * 3
+    )
+    assert (
+        got["avg_premul"].dtype == ml_dtypes.bfloat16
+        and got["avg_premul"].astype(np.float64).tolist() == [1.546875] * 3
+    )
 
 
 @settings(max_examples=EXAMPLES)
@@ -334,7 +360,9 @@ def test_reduce_scatter_v_follows_counts(case):
     # cut by counts, must agree bit for bit as well.
     ints = [np.random.default_rng(seed + r).integers(-50, 50, length).astype(DTYPES[name]) for r in range(n)]
     full = naive_reduce(ints, order="ring")
-    assert_lists_same_bits(reduce_scatter(Cluster(n), ints, counts=counts), [full[a:b] for a, b in count_bounds(counts)])
+    assert_lists_same_bits(
+        reduce_scatter(Cluster(n), ints, counts=counts), [full[a:b] for a, b in count_bounds(counts)]
+    )
 
 
 @settings(max_examples=EXAMPLES)
@@ -386,12 +414,19 @@ def test_broadcast_from_every_root(n, shape, name):
 def test_cluster_methods_pass_every_argument_through():
     n, xs = 3, make_inputs(9, 3, 10, "fp32")
     counts = [5, 0, 5]
-    assert_lists_same_bits(Cluster(n).reduce_scatter(xs, op="avg_premul", wire="bf16"), reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"))
-    assert_lists_same_bits(Cluster(n).reduce_scatter(xs, counts=counts), ring_order(xs, count_bounds(counts)))
-    assert_lists_same_bits(Cluster(n).all_reduce(xs, op="max", wire="fp16"), all_reduce(Cluster(n), xs, op="max", wire="fp16"))
+    assert_lists_same_bits(
+        reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"),
+        reduce_scatter(Cluster(n), xs, op="avg_premul", wire="bf16"),
+    )
+    assert_lists_same_bits(reduce_scatter(Cluster(n), xs, counts=counts), ring_order(xs, count_bounds(counts)))
+    assert_lists_same_bits(
+        all_reduce(Cluster(n), xs, op="max", wire="fp16"), all_reduce(Cluster(n), xs, op="max", wire="fp16")
+    )
     shards = [x[:4] for x in xs]
-    assert_lists_same_bits(Cluster(n).all_gather(shards, wire="bf16"), [np.concatenate(shards).astype(ml_dtypes.bfloat16)] * n)
-    assert_lists_same_bits(Cluster(n).broadcast(xs, root=2), [xs[2]] * n)
+    assert_lists_same_bits(
+        all_gather(Cluster(n), shards, wire="bf16"), [np.concatenate(shards).astype(ml_dtypes.bfloat16)] * n
+    )
+    assert_lists_same_bits(broadcast(Cluster(n), xs, root=2), [xs[2]] * n)
 
 
 def test_all_reduce_keeps_any_shape():
@@ -405,24 +440,34 @@ def test_all_reduce_keeps_any_shape():
 
 # ---------------------------------------------------------------- the chunk-order shortcut = the ring
 
-@given(n=st.integers(1, 9), length=st.integers(0, 50), dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e5m2"]),
-       op=st.sampled_from(["sum", "max", "avg", "avg_predivide", "avg_premul"]), uneven=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 9),
+    length=st.integers(0, 50),
+    dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e5m2"]),
+    op=st.sampled_from(["sum", "max", "avg", "avg_predivide", "avg_premul"]),
+    uneven=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, uneven, seed):
-    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/ring.py, _local_reduce_scatter)
+    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/fast.py, the ring's in-process twin)
     # instead of hop by hop; the same additions in the same order must give the same bits, and every rank
     # the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
-    from zerosim.collectives.ring import _local_reduce_scatter, _phases, _ring_reduce_scatter
+    from zerosim.collectives import fast, ring
+    from zerosim.collectives.staging import phases
 
     rng = np.random.default_rng(seed)
     raw = rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))
     xs = [cast(row, dtype) for row in raw]
     counts = list(rng.multinomial(length, [1 / n] * n)) if uneven else None
     hop, call = Cluster(n, trace="hop"), Cluster(n, trace="call")
-    assert _phases(hop)[0] is _ring_reduce_scatter and _phases(call)[0] is _local_reduce_scatter
+    assert phases(hop)[0] is ring.reduce_scatter_phase and phases(call)[0] is fast.reduce_scatter_phase
     for a, b in zip(reduce_scatter(hop, xs, op=op, counts=counts), reduce_scatter(call, xs, op=op, counts=counts)):
         assert a.dtype == b.dtype and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
     shards = [cast(rng.standard_normal(c if uneven else -(-length // n)), dtype) for c in (counts or [0] * n)]
-    for a, b in zip(all_gather(hop, shards, counts=counts if uneven else None), all_gather(call, shards, counts=counts if uneven else None)):
+    for a, b in zip(
+        all_gather(hop, shards, counts=counts if uneven else None),
+        all_gather(call, shards, counts=counts if uneven else None),
+    ):
         assert np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
     for r in range(n):
         assert hop.trace.bytes_sent(r) == call.trace.bytes_sent(r)

@@ -56,7 +56,12 @@ def test_each_rank_sends_n_minus_1_over_n_per_phase(n):
                 assert c.trace.bytes_received(r, call=call) == want
             assert all(e.dtype == wire_name for e in c.trace.select(call=call))
             info = c.trace.calls[call]
-            assert (info.collective, info.world_size, info.elements, info.dtype) == ("reduce_scatter", n, n * -(-length // n), wire_name)
+            assert (info.collective, info.world_size, info.elements, info.dtype) == (
+                "reduce_scatter",
+                n,
+                n * -(-length // n),
+                wire_name,
+            )
 
             call = len(c.trace.calls)
             all_gather(c, shards)  # shards from reduce-scatter: the last ones short or empty, sent padded

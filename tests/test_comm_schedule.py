@@ -5,6 +5,8 @@ Letters: N ranks, P parameters, s = ceil(P/N), Ψ = N*s; a unit's window [a, b) 
 Every expected count and byte figure below is derived by hand in its row's comment.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,21 +18,36 @@ from zerosim.costs import Link
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
 from zerosim.timeline import Device, Hardware, simulate
-from zerosim.zero.comm_schedule import CommSchedule, allgather_pieces, buckets, get_comm_schedule
+from zerosim.zero.buckets import GradBucket
+from zerosim.zero.comm_schedule import CommSchedule, allgather_pieces, get_comm_schedule
 
 from test_accumulation import bits, micro_batches  # the same bit view and per-rank micro-batches
 
 
 SCHEDULES = st.one_of(
-    st.builds(CommSchedule, reduce_bucket_size=st.one_of(st.none(), st.integers(1, 120)),
-              allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
-              prefetch_forward=st.integers(0, 3), prefetch_backward=st.integers(0, 3),
-              prefetch_after_compute=st.booleans(), max_gathered_units=st.one_of(st.none(), st.integers(1, 3))),
-    st.builds(CommSchedule.deepspeed, reduce_bucket_size=st.integers(1, 120), allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
-              stage3_prefetch_bucket_size=st.integers(0, 100), stage3_max_live_parameters=st.integers(1, 200),
-              stage3_max_reuse_distance=st.integers(0, 200)),
-    st.builds(CommSchedule.fsdp, backward_prefetch=st.sampled_from(["BACKWARD_PRE", "BACKWARD_POST", None]),
-              forward_prefetch=st.booleans(), limit_all_gathers=st.booleans()),
+    st.builds(
+        CommSchedule,
+        reduce_bucket_size=st.one_of(st.none(), st.integers(1, 120)),
+        allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
+        prefetch_forward=st.integers(0, 3),
+        prefetch_backward=st.integers(0, 3),
+        prefetch_after_compute=st.booleans(),
+        max_gathered_units=st.one_of(st.none(), st.integers(1, 3)),
+    ),
+    st.builds(
+        CommSchedule.deepspeed,
+        reduce_bucket_size=st.integers(1, 120),
+        allgather_bucket_size=st.one_of(st.none(), st.integers(1, 90)),
+        stage3_prefetch_bucket_size=st.integers(0, 100),
+        stage3_max_live_parameters=st.integers(1, 200),
+        stage3_max_reuse_distance=st.integers(0, 200),
+    ),
+    st.builds(
+        CommSchedule.fsdp,
+        backward_prefetch=st.sampled_from(["BACKWARD_PRE", "BACKWARD_POST", None]),
+        forward_prefetch=st.booleans(),
+        limit_all_gathers=st.booleans(),
+    ),
 )
 
 
@@ -53,7 +70,15 @@ def test_any_schedule_leaves_every_bit_equal_to_the_oracle(widths, n, k, stage, 
     policy = get_precision(precision)
     engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, checkpoint=checkpoint, params=params,
                         accumulation_steps=k, comm=comm)
-    ref = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k, reduce_every_micro_step=stage >= 2)
+    ref = Reference(
+        model,
+        Adam(lr=1e-2),
+        policy,
+        world_size=n,
+        params=params,
+        accumulation_steps=k,
+        reduce_every_micro_step=stage >= 2,
+    )
     for _ in range(2):
         data = micro_batches(rng, n, k, 3, widths)
         assert engine.step(data) == ref.step(data)
@@ -104,11 +129,27 @@ def test_buckets_decide_which_reduce_calls_run(stage, n, size, expected):
     assert reduce_calls(stage, n, CommSchedule(reduce_bucket_size=size)) == expected
 
 
+def buckets_sent(sizes: list, limit) -> list:
+    """The buckets GradBucket sends for units of these sizes, arriving in this order (units are adjacent windows)."""
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    ctx = SimpleNamespace(layout=SimpleNamespace(windows=[(a, b) for a, b in zip(offsets, offsets[1:])]))
+    sent = []
+    bucket = GradBucket(ctx, limit, first=True, reduce_one=lambda c, unit, first: sent.append([unit]),
+                        reduce_many=lambda c, units, first: sent.append(list(units)))
+    for unit in range(len(sizes)):
+        bucket.reduce(unit)
+    bucket.flush()
+    return sent
+
+
 def test_a_bucket_is_sent_before_the_unit_that_would_overflow_it():
     # DeepSpeed's rule (stage_1_and_2.py): sizes 5, 5, 5 with limit 10 -> [0, 1] then [2]; 11 alone -> alone
-    assert buckets([5, 5, 5], 10) == [[0, 1], [2]]
-    assert buckets([3, 11, 3], 10) == [[0], [1], [2]]
-    assert buckets([3, 4], None) == [[0], [1]]
+    assert buckets_sent([5, 5, 5], 10) == [[0, 1], [2]]
+    assert buckets_sent([3, 11, 3], 10) == [[0], [1], [2]]
+    assert buckets_sent([3, 4], None) == [[0], [1]]
+    assert buckets_sent([3, 0, 4], 100) == [[0, 2]]  # a unit without weights joins no bucket
 
 
 # (shard size s, N, allgather_bucket_size, pieces): DeepSpeed's all_gather_dp_groups, max(1, s·N // size) pieces
@@ -159,21 +200,38 @@ PEAK_ROWS = [
     # One element to prefetch: each walk stops after one gathered unit (272 >= 1), so the forward holds two.
     # At F3 the walk passes B3 (unit 3 live: not counted, but marked needed at B3, so not freed) and
     # gathers unit 2; at B3 it gathers unit 1: units 3, 2 and 1 live at once.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=1, stage3_max_reuse_distance=0), 3,
-     "one element to prefetch, yet three live in backward: live units passed on the walk are not counted"),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=1, stage3_max_reuse_distance=0),
+        3,
+        "one element to prefetch, yet three live in backward: live units passed on the walk are not counted",
+    ),
     # 273: at F0 units 1 (272 < 273, go on) and 2 (544, stop) are gathered: the unit that crosses the limit
     # still is. At F1 unit 3 (272, go on), then B3, B2, B1 are live and passed (marked needed: none freed
     # before its backward), and unit 0 is gathered for B0: all four live.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=273, stage3_max_reuse_distance=0), 4,
-     "273 elements: the unit crossing the limit is gathered, and live units passed do not count"),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=273, stage3_max_reuse_distance=0),
+        4,
+        "273 elements: the unit crossing the limit is gathered, and live units passed do not count",
+    ),
     # max live 600: at F0 budget 600 - 272 = 328 gathers units 1 (272 < 328) and 2 (544): three live;
     # unit 0 freed. F1: budget 600 - 544 = 56 gathers unit 3; F3 and B3 have no budget; never more than three.
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=10**6, stage3_max_live_parameters=600, stage3_max_reuse_distance=0), 3,
-     "max live 600 bounds the prefetch: min(600 - live, bucket)"),
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=544), 1,
-     "no prefetch; after forward 2 the reuse (backward 2) lies 272 + 272 = 544 elements on: not within 544, freed"),
-    (CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=545), 2,
-     "545: unit 2 is kept for its backward, and unit 3 joins it"),
+    (
+        CommSchedule.deepspeed(
+            stage3_prefetch_bucket_size=10**6, stage3_max_live_parameters=600, stage3_max_reuse_distance=0
+        ),
+        3,
+        "max live 600 bounds the prefetch: min(600 - live, bucket)",
+    ),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=544),
+        1,
+        "no prefetch; after forward 2 the reuse (backward 2) lies 272 + 272 = 544 elements on: not within 544, freed",
+    ),
+    (
+        CommSchedule.deepspeed(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=545),
+        2,
+        "545: unit 2 is kept for its backward, and unit 3 joins it",
+    ),
 ]
 
 
@@ -237,8 +295,12 @@ def test_latency_makes_hiding_impossible():
 
 def test_names_give_the_presets():
     assert get_comm_schedule(None) == CommSchedule() == get_comm_schedule("seed")
-    assert get_comm_schedule("deepspeed") == CommSchedule(reduce_bucket_size=500_000_000, prefetch_bucket_size=50_000_000,
-                                                          max_live_parameters=1_000_000_000, max_reuse_distance=1_000_000_000)
+    assert get_comm_schedule("deepspeed") == CommSchedule(
+        reduce_bucket_size=500_000_000,
+        prefetch_bucket_size=50_000_000,
+        max_live_parameters=1_000_000_000,
+        max_reuse_distance=1_000_000_000,
+    )
     assert get_comm_schedule("fsdp") == CommSchedule(prefetch_backward=1, max_gathered_units=2)
 
 

@@ -97,7 +97,9 @@ def test_meta_trace_at_scale_equals_the_formula(name, n, stages):
     for stage in stages:
         engine = ZeroEngine(model, Cluster(n, backend="meta", trace="call", timeline=False), stage, Adam())
         engine.step(model.batches(engine.cluster))
-        assert not engine.cluster.trace.events and len(engine.cluster.trace.ring_calls) == len(engine.cluster.trace.calls)  # closed form
+        assert not engine.cluster.trace.events and len(engine.cluster.trace.ring_calls) == len(
+            engine.cluster.trace.calls
+        )  # closed form
         check_against_formulas(engine.cluster.trace, stage, model.num_params, n, 2, 2)
 
 

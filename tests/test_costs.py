@@ -112,7 +112,8 @@ def test_adan_stage3_is_24P_over_N_and_seed001s_row_says_22():
     assert model_state_memory(8000, 8, 3, MemoryConfig(optimizer="adan")).total == 24 * 8000 / 8
     from zerosim.costs.conventions import conventions_table, seed001_adan
 
-    assert seed001_adan(8000, 8).bytes == (22 * 8000, 4 * 8000 + 18 * 1000, 2 * 8000 + 20 * 1000, 22 * 1000)  # seed 001: 22 B/param
+    # seed 001: 22 B/param
+    assert seed001_adan(8000, 8).bytes == (22 * 8000, 4 * 8000 + 18 * 1000, 2 * 8000 + 20 * 1000, 22 * 1000)
     assert any(r.name.startswith("seed 001 Adan") for r in conventions_table(8000, 8, optimizer="adan"))
     assert not any(r.name.startswith("seed 001 Adan") for r in conventions_table(8000, 8))
 
@@ -298,4 +299,6 @@ def test_every_shardable_optimizer_has_its_state_counted_under_the_ledgers_names
 
     for name, cls in OPTIMIZERS.items():
         if cls.elementwise:  # each with its defaults (SGD: no momentum, so no state)
-            assert {kind for kind, _ in OPTIMIZER_STATES[name].states} == {f"optim:{s}" for s in cls().state_names}, name
+            assert {kind for kind, _ in OPTIMIZER_STATES[name].states} == {f"optim:{s}" for s in cls().state_names}, (
+                name
+            )

@@ -96,7 +96,9 @@ def test_without_nccl_the_error_says_how_to_install_it(monkeypatch):
 @pytest.mark.bad_input("cluster and backends")
 def test_more_ranks_than_gpus_in_one_process_is_a_clear_error(monkeypatch):
     fake_cupy(monkeypatch, 2)
-    with pytest.raises(ValueError, match=r"Cluster\(4, backend='cupy'\) drives one GPU per rank .* CuPy sees 2 GPU\(s\)"):
+    with pytest.raises(
+        ValueError, match=r"Cluster\(4, backend='cupy'\) drives one GPU per rank .* CuPy sees 2 GPU\(s\)"
+    ):
         Cluster(4, backend="cupy")
 
 

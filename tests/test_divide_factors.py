@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from zerosim.collectives.divide_factors import FSDP2DivideFactors, fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
+from zerosim.zero.divide_factors import FSDP2DivideFactors, fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
 from zerosim.precision import cast
 
 FACTORS = [
@@ -52,7 +52,9 @@ def test_fsdp2_divide_factors(n, dtype, replicas, factor, expected):
 
 def test_forced_sum_post_divides_fp32():
     # MTIA forces SUM: fp32 has no overflow risk, so no pre-division ("Prefer post-multiplying")
-    assert fsdp2_divide_factors(8, "fp32", force_sum_reduction_for_comms=True) == FSDP2DivideFactors(None, 8.0, "sum", "sum")
+    assert fsdp2_divide_factors(8, "fp32", force_sum_reduction_for_comms=True) == FSDP2DivideFactors(
+        None, 8.0, "sum", "sum"
+    )
 
 
 @pytest.mark.parametrize("bad", [
@@ -115,4 +117,6 @@ def test_fp32_division_by_three_differs_between_devices():
 def test_powers_of_two_are_exact_on_both_devices():
     x = every(np.dtype(np.float16))
     for d in (2.0, 4.0, 0.5):
-        assert np.array_equal(torch_scalar_div(x, d, "cuda").view(np.uint16), torch_scalar_div(x, d, "cpu").view(np.uint16))
+        assert np.array_equal(
+            torch_scalar_div(x, d, "cuda").view(np.uint16), torch_scalar_div(x, d, "cpu").view(np.uint16)
+        )

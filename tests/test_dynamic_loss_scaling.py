@@ -12,22 +12,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import LossScaleAtMinimum, get_precision
-from zerosim.zero.averaging import RECIPES
+from zerosim.zero.recipes import RECIPES
 
 HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the format at any scale >= 4 (batch 3)
 # small windows, so that growth and DeepSpeed's hysteresis happen within a few steps; a start at 2**10, where
 # these small MLPs' own gradients rarely overflow, so that most overflows are the injected ones
 SCALERS = {"torch": (("growth_interval", 2), ("init_scale", 2.0**10)),
            "deepspeed": (("hysteresis", 2), ("init_scale", 2.0**10), ("scale_window", 2))}
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def snapshot(engine) -> dict:
@@ -49,7 +46,8 @@ def same(a, b) -> bool:
 
 
 def inject(data: list, where: dict, value: float) -> list:
-    """A copy of the micro-batches with target[0, 0] = value in micro-batch `where[step]` of each step (0-based index)."""
+    """A copy of the micro-batches with target[0, 0] = value in micro-batch `where[step]` of each step (0-based
+    index)."""
     data = list(data)
     for index in where.values():
         x, t = data[index]
@@ -71,9 +69,12 @@ def inject(data: list, where: dict, value: float) -> list:
     seed=st.integers(0, 2**16),
     data=st.data(),
 )
-def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_oracle(widths, n, stage, k, scaler, precision,
-                                                                                   steps, seed, data):
-    reduction = data.draw(st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction")
+def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_oracle(
+    widths, n, stage, k, scaler, precision, steps, seed, data
+):
+    reduction = data.draw(
+        st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction"
+    )
     hit = data.draw(st.sets(st.integers(1, steps), min_size=1), label="overflow steps")
     rank = data.draw(st.integers(0, n - 1), label="overflowing rank")
     micro = data.draw(st.integers(0, k - 1), label="its micro-batch")
@@ -83,7 +84,9 @@ def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_orac
     per_step = n * k
     clean = make_regression(np.random.default_rng(seed + 1), steps * per_step, 3, widths)
     batches = inject(clean, {s: (s - 1) * per_step + rank * k + micro for s in hit}, HUGE[policy.compute])
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), policy, params=params, accumulation_steps=k)
+    engine = ZeroEngine(
+        model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), policy, params=params, accumulation_steps=k
+    )
     ref = Reference(model, get_optimizer("adam", lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k,
                     reduce_every_micro_step=stage >= 2)
     for s in range(1, steps + 1):
@@ -94,8 +97,13 @@ def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_orac
         ref.step(step)
         (decision,) = engine.cluster.trace.of_type(LossScaleUpdate)[-1:]
         want = ref.decisions[-1]
-        assert (decision.skipped, decision.scale_before, decision.scale_after) == (want.skip, want.scale_before, want.scale_after)
-        assert decision.found_inf or s not in hit  # the injected micro-batch overflows (a step may overflow by itself too)
+        assert (decision.skipped, decision.scale_before, decision.scale_after) == (
+            want.skip,
+            want.scale_before,
+            want.scale_after,
+        )
+        # the injected micro-batch overflows (a step may overflow by itself too)
+        assert decision.found_inf or s not in hit
         if decision.skipped:
             assert same(snapshot(engine), before), f"step {s} was skipped but changed the state"
         assert engine.t == ref.t and engine.iteration == s
@@ -113,7 +121,9 @@ def test_a_skip_is_agreed_through_a_max_all_reduce_of_one_flag(stage):
     n, widths = 3, [4, 5, 2]
     model = MLP(widths)
     data = inject(make_regression(np.random.default_rng(0), n, 3, widths), {1: 2}, HUGE["fp16"])
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), get_precision("fp16-mixed").with_(loss_scale="torch"))
+    engine = ZeroEngine(
+        model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), get_precision("fp16-mixed").with_(loss_scale="torch")
+    )
     engine.step(data)
     trace = engine.cluster.trace
     checks = [c for c in trace.calls if c.purpose == "check"]
@@ -124,15 +134,28 @@ def test_a_skip_is_agreed_through_a_max_all_reduce_of_one_flag(stage):
     assert decision.skipped and decision.found_inf and decision.needs == tuple(c.call for c in checks)
     assert (decision.scale_before, decision.scale_after, engine.t, engine.iteration) == (2.0**16, 2.0**15, 0, 1)
     assert not [e for e in trace.log if type(e).__name__ == "OptimizerStep"]
-    assert all(not [b for b in r.ledger.live.values() if b.kind not in ("params", "grads", "master") and not b.kind.startswith("optim")]
-               for r in engine.cluster.ranks)  # the step's transient buffers were freed
+    assert all(
+        not [
+            b
+            for b in r.ledger.live.values()
+            if b.kind not in ("params", "grads", "master") and not b.kind.startswith("optim")
+        ]
+        for r in engine.cluster.ranks
+    )  # the step's transient buffers were freed
 
 
 def _train(policy, steps: int, n: int = 4, stage: int = 2, widths=(16, 64, 64, 4)):
     """(engine, losses, skipped steps, scales used): the MLP trained `steps` steps on fresh teacher micro-batches."""
     model = MLP(list(widths))
     data = make_regression(np.random.default_rng(0), n * steps, 16, list(widths))
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), policy, params=model.init_params(np.random.default_rng(1)))
+    engine = ZeroEngine(
+        model,
+        Cluster(n),
+        stage,
+        get_optimizer("adam", lr=1e-2),
+        policy,
+        params=model.init_params(np.random.default_rng(1)),
+    )
     losses, skipped, scales = [], [], []
     for s in range(steps):
         scales.append(engine.scaler.scale)
@@ -152,14 +175,16 @@ def test_fp16_training_at_2_16_raises_with_a_static_scale_and_recovers_with_dyna
     engine, *_ = _train(static, 0)
     before = snapshot(engine)
     model_batches = make_regression(np.random.default_rng(0), 4, 16, [16, 64, 64, 4])
-    with pytest.raises(FloatingPointError, match=r"NaN or inf \(loss scale 65536 may be too large\); no parameter or optimizer state"):
+    with pytest.raises(FloatingPointError, match=r"NaN or inf \(loss scale 65536 may be too large\); no parameter or "
+                                                 r"optimizer state"):
         engine.step(model_batches)
     assert same(snapshot(engine), before)
 
     steps = 40
     for scaler, want_skipped, want_scales in (
         ("torch", [1, 2], [2.0**16, 2.0**15] + [2.0**14] * 38),  # backs off at once: x0.5 per overflow
-        ("deepspeed", [1, 2, 3], [2.0**16] * 2 + [2.0**15] + [2.0**14] * 37),  # hysteresis 2: the first overflow keeps S
+        # hysteresis 2: the first overflow keeps S
+        ("deepspeed", [1, 2, 3], [2.0**16] * 2 + [2.0**15] + [2.0**14] * 37),
     ):
         engine, losses, skipped, scales = _train(static.with_(loss_scale=scaler), steps)
         assert skipped == want_skipped, scaler  # measured: the early overflows, and none after
@@ -179,7 +204,10 @@ def test_a_gradient_that_underflows_fp16_survives_with_loss_scaling():
     from zerosim.reference.underflow import flushed_fraction, one_step_gradient
 
     widths = [16, 64, 64, 4]
-    data = [(x * np.float32(2.0**-10), t * np.float32(2.0**-10)) for x, t in make_regression(np.random.default_rng(3), 2, 16, widths)]
+    data = [
+        (x * np.float32(2.0**-10), t * np.float32(2.0**-10))
+        for x, t in make_regression(np.random.default_rng(3), 2, 16, widths)
+    ]
     g32 = one_step_gradient(widths, data, get_precision("fp32"))
     unscaled = one_step_gradient(widths, data, get_precision("fp16-mixed"))
     scaled = one_step_gradient(widths, data, get_precision("fp16-mixed").with_(loss_scale=2.0**16))
@@ -195,7 +223,9 @@ def test_a_gradient_that_underflows_fp16_survives_with_loss_scaling():
 def test_deepspeed_stops_at_its_minimum_scale_on_every_rank_with_nothing_changed():
     # min_scale 2**15, hysteresis 1: the first overflow lowers 2**16 -> 2**15, the second is at the minimum and
     # DeepSpeed gives up ("Current loss scale already at minimum"), before any state changes.
-    policy = get_precision("fp16-mixed").with_(loss_scale="deepspeed", loss_scale_options={"min_scale": 2.0**15, "hysteresis": 1})
+    policy = get_precision("fp16-mixed").with_(
+        loss_scale="deepspeed", loss_scale_options={"min_scale": 2.0**15, "hysteresis": 1}
+    )
     engine, *_ = _train(policy, 1)
     assert engine.scaler.scale == 2.0**15 and engine.t == 0
     before = snapshot(engine)

@@ -14,7 +14,9 @@ def snapshot(engine):
 
 
 def same(a, b):
-    return all(x.keys() == y.keys() and all(np.array_equal(x[k], y[k], equal_nan=True) for k in x) for x, y in zip(a, b))
+    return all(
+        x.keys() == y.keys() and all(np.array_equal(x[k], y[k], equal_nan=True) for k in x) for x, y in zip(a, b)
+    )
 
 
 @pytest.mark.bad_input("engine steps", unchanged=True)
@@ -49,7 +51,9 @@ def test_overflowing_gradients_change_no_parameter_or_state(stage):
     assert np.array_equal(engine.full_master(), keep["master"])
     assert all(np.array_equal(a, b) for a, b in zip(engine.full_optimizer_state().values(), (keep["m"], keep["v"])))
     assert all(np.array_equal(engine.compute_params(i), params[i]) for i in range(2)) and engine.t == 0
-    assert all(k in ("params", "grads", "master", "optim:m", "optim:v") for k in engine.cluster.ranks[0].ledger.by_kind())
+    assert all(
+        k in ("params", "grads", "master", "optim:m", "optim:v") for k in engine.cluster.ranks[0].ledger.by_kind()
+    )
 
 
 @pytest.mark.bad_input("engine arguments")
@@ -87,11 +91,15 @@ def test_unknown_optimizer_name():
         (dict(rounding="up"), "unknown rounding 'up'"),
         (dict(master="fp16"), "master copy in fp16 would lose the updates"),
         (dict(reduction="mean"), "unknown reduction recipe 'mean'"),
-        (dict(reduction="avg_premul"), "unknown reduction recipe 'avg_premul'; choose one of"),  # a collective op, not a recipe
+        # a collective op, not a recipe
+        (dict(reduction="avg_premul"), "unknown reduction recipe 'avg_premul'; choose one of"),
         (dict(loss_scale=0), "loss_scale must be a positive finite number"),
         (dict(loss_scale=float("inf")), "loss_scale must be a positive finite number"),
         (dict(loss_scale="apex"), "unknown loss_scale 'apex'; give a number > 0 or one of torch, dynamic, deepspeed"),
-        (dict(loss_scale="torch", loss_scale_options={"growth_interval": 0}), "growth_interval must be an integer >= 1"),
+        (
+            dict(loss_scale="torch", loss_scale_options={"growth_interval": 0}),
+            "growth_interval must be an integer >= 1",
+        ),
         (dict(loss_scale="torch", loss_scale_options={"window": 5}), "do not fit loss scale 'torch'"),
         (dict(loss_scale="deepspeed", loss_scale_options={"hysteresis": 0}), "hysteresis must be an integer >= 1"),
         (dict(unscale="multiply"), "unknown unscale 'multiply'"),

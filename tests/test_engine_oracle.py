@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, TinyNet, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
 
@@ -22,11 +24,6 @@ ELEMENTWISE = {
 }
 
 
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
-
-
 def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reduction="seeds", reduce=None, loss_scale=1.0,
              allreduce="ring"):
     rng = np.random.default_rng(seed)
@@ -35,8 +32,12 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     data = make_regression(rng, n * steps, 3, widths)
     from zerosim.precision import get_precision
 
-    policy = get_precision(precision).with_(reduction=reduction, reduce=reduce, loss_scale=loss_scale, allreduce=allreduce)
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy, checkpoint=checkpoint, params=params)
+    policy = get_precision(precision).with_(
+        reduction=reduction, reduce=reduce, loss_scale=loss_scale, allreduce=allreduce
+    )
+    engine = ZeroEngine(
+        model, Cluster(n), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy, checkpoint=checkpoint, params=params
+    )
     ref = Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), policy, world_size=n, params=params)
     for s in range(steps):
         batches = data[s * n : (s + 1) * n]
@@ -50,7 +51,8 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
     n=st.integers(1, 8),
     stage=st.integers(0, 3),
-    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),  # sr: draws per element, not per shard
+    # sr: draws per element, not per shard
+    precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed", "bf16-pure-sr"]),
     opt=st.sampled_from(sorted(ELEMENTWISE)),
     steps=st.integers(1, 3),
     checkpoint=st.booleans(),
@@ -59,14 +61,20 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     seed=st.integers(0, 2**16),
     data=st.data(),
 )
-def test_every_stage_equals_the_oracle_bitwise(widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, data):
-    from zerosim.zero.averaging import RECIPES
+def test_every_stage_equals_the_oracle_bitwise(
+    widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, data
+):
+    from zerosim.zero.recipes import RECIPES
 
     # every recipe where the framework it follows runs it (docs/recipes.md), NCCL's all-reduce chunk map at stage 0
-    reduction = data.draw(st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction")
+    reduction = data.draw(
+        st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction"
+    )
     reduce = None if reduction == "ddp" else reduce  # DDP reduces in the gradient's own dtype
     allreduce = data.draw(st.sampled_from(["ring", "nccl"]), label="allreduce") if stage == 0 else "ring"
-    engine, ref, *_ = run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reduction, reduce, loss_scale, allreduce)
+    engine, ref, *_ = run_pair(
+        widths, n, stage, precision, opt, steps, checkpoint, seed, reduction, reduce, loss_scale, allreduce
+    )
     assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
     want_state = ref.optimizer_state()
     for name, got in engine.full_optimizer_state().items():
@@ -103,7 +111,9 @@ def test_uneven_parameter_count_straddles_shards(stage):
     block=st.integers(1, 9),
     seed=st.integers(0, 2**16),
 )
-def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(widths, n, precision, opt, k, every_micro_step, block, seed):
+def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(
+    widths, n, precision, opt, k, every_micro_step, block, seed
+):
     # Reference(order="ring-native") is benchmarks/engine.py's yardstick: NumPy's adds in the wire dtype
     # and the optimizer stepped in blocks of STEP_BLOCK elements. Both must leave every bit where the exact
     # oracle (float64 adds rounded once, one whole-vector step) leaves it; blocks of 1..9 elements make the
@@ -235,7 +245,13 @@ def test_loss_scaling_by_a_power_of_two_changes_no_bit(stage):
 
     want = np.float32([2.0, -3.0, 1.0, 0.5]) - np.float32(0.01) * np.float32([-5.5, -2.75, -2.75, -5.0])
     for scale in (1.0, 2.0**10):
-        engine = ZeroEngine(TinyNet(), Cluster(2), stage, get_optimizer("sgd", lr=0.01), MixedPrecision("fp16", "fp32", loss_scale=scale))
+        engine = ZeroEngine(
+            TinyNet(),
+            Cluster(2),
+            stage,
+            get_optimizer("sgd", lr=0.01),
+            MixedPrecision("fp16", "fp32", loss_scale=scale),
+        )
         engine.step(TinyNet.seed_batches())
         assert np.array_equal(bits(engine.full_master()), bits(want)), scale
 
@@ -251,7 +267,9 @@ def test_loss_scaling_rescues_gradients_that_underflow_fp16():
     target = np.float32([[0.5 - 2.0**-25]])
     moved = {}
     for scale in (1.0, 2.0**16):
-        engine = ZeroEngine(TinyNet(), Cluster(1), 1, get_optimizer("sgd", lr=1.0), MixedPrecision("fp16", "fp32", loss_scale=scale))
+        engine = ZeroEngine(
+            TinyNet(), Cluster(1), 1, get_optimizer("sgd", lr=1.0), MixedPrecision("fp16", "fp32", loss_scale=scale)
+        )
         engine.step([(x, target)])
         moved[scale] = float(engine.full_master()[3]) - 0.5
     assert moved[1.0] == 0

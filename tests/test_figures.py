@@ -14,13 +14,24 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 import zerosim
-from zerosim import Cluster
+from zerosim import Cluster, reduce_scatter
 from zerosim.cli.main import main
 from zerosim.costs.measured import measure_by_stage
 from zerosim.models import MLP
 from zerosim.models.meta import MetaModel
-from zerosim.viz import (dataflow_figure, l_squared_figure, ledger_figure, memory_by_stage_figure, ownership_figure,
-                         peak_by_stage_figure, ring_figure, ring_steps_figure, spacing_figure, strategies_figure, zero3_figure)
+from zerosim.viz import (
+    dataflow_figure,
+    l_squared_figure,
+    ledger_figure,
+    memory_by_stage_figure,
+    ownership_figure,
+    peak_by_stage_figure,
+    ring_figure,
+    ring_steps_figure,
+    spacing_figure,
+    strategies_figure,
+    zero3_figure,
+)
 from zerosim.viz.dataflow_figure import observe
 from zerosim.viz.ownership_figure import measure_ownership
 from zerosim.viz.palette import LOSS, PEAK_TICK, kind_colour
@@ -51,13 +62,17 @@ def paper_stages():
 
 @pytest.fixture(scope="module")
 def seed001_lengths():
-    """(L, what one block saves by name) at seed 001's 7B shape, B = 4, fp16: the meta ledgers (zerosim figures' rows)."""
+    """(L, what one block saves by name) at seed 001's 7B shape, B = 4, fp16: the meta ledgers (zerosim figures'
+    rows)."""
     from zerosim.cli.figures_cmd import SEED001_7B
     from zerosim.costs.measured import measure_activations
     from zerosim.models import GPT
     from zerosim.models.meta_gpt import MetaGPT
 
-    return [(L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block) for L in (512, 1024, 2048, 4096, 8192)]
+    return [
+        (L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block)
+        for L in (512, 1024, 2048, 4096, 8192)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +92,7 @@ def ring_example():
     """Notebook 02's reduce-scatter: rank 0 holds 2048 everywhere, ranks 1-3 hold 1, in fp16."""
     cluster = Cluster(4, keep_values=True)
     x = [np.full(4, 2048, np.float16)] + [np.ones(4, np.float16) for _ in range(3)]
-    return cluster, x, cluster.reduce_scatter(x)
+    return cluster, x, reduce_scatter(cluster, x)
 
 
 def drawn(fig_or_ax):
@@ -107,13 +122,16 @@ def every_figure(seed_stage1, seed_stage3, paper_stages, mlp, lengths=None, stra
 # -- no figure function picks a backend (notebook 03's 7.5B figure never appeared because one did) ------
 
 @pytest.mark.slow
-def test_no_figure_function_switches_the_backend(monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
-                                                seed001_strategies):
+def test_no_figure_function_switches_the_backend(
+    monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies
+):
     plt.close(plt.figure())  # pyplot settles on its backend at its first figure; from here on nothing may change it
     switched, switch = [], plt.switch_backend
     monkeypatch.setattr(matplotlib, "use", lambda *a, **k: switched.append(a))
     monkeypatch.setattr(plt, "switch_backend", lambda *a, **k: switched.append(a) or switch(*a, **k))
-    for name, draw in every_figure(seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies).items():
+    for name, draw in every_figure(
+        seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies
+    ).items():
         draw()
         assert not switched, f"{name} switched matplotlib's backend: {switched}"
 
@@ -129,8 +147,9 @@ def _colour(artist):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["memory_by_stage", "memory_by_stage --log", "peak_by_stage", "ledger", "ownership",
                                   "zero3_sequence", "l_squared", "activation_strategies"])
-def test_every_memory_kind_is_drawn_in_the_palettes_colour(name, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths,
-                                                           seed001_strategies):
+def test_every_memory_kind_is_drawn_in_the_palettes_colour(
+    name, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies
+):
     fig = drawn(every_figure(seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies)[name]())
     kinds = fig.findobj(lambda a: str(a.get_gid()).startswith("kind:"))
     assert kinds, f"{name} marks no artist with its memory kind"
@@ -153,7 +172,11 @@ P_MLP = (32 * 256 + 256) + 2 * (256 * 256 + 256) + (256 * 8 + 8)  # 142,088 para
 def test_mlp_peak_bars_are_the_ledgers_true_peaks(mlp):
     ax = peak_by_stage_figure(mlp)
     for i, (label, ledger) in enumerate(mlp):
-        segments = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_gid() and abs(p.get_x() + p.get_width() / 2 - i) < 1e-9]
+        segments = [
+            p
+            for p in ax.patches
+            if isinstance(p, Rectangle) and p.get_gid() and abs(p.get_x() + p.get_width() / 2 - i) < 1e-9
+        ]
         top = max(p.get_y() + p.get_height() for p in segments)
         assert top * 1e6 == pytest.approx(ledger.peak(), rel=1e-12), label  # the bar's top is the ledger's own peak
         per_kind_peaks = sum(ledger.peak_by_kind().values())
@@ -161,7 +184,8 @@ def test_mlp_peak_bars_are_the_ledgers_true_peaks(mlp):
             assert per_kind_peaks > 1.15 * ledger.peak()
     # by hand, bf16 = 2 B, fp32 = 4 B per parameter, 4 ranks:
     assert mlp[0][1].peak() == 20 * P_MLP  # stage 0 in the optimizer step: 2 + 2 + 4 + 4 + 4 + the fp32 gradient 4
-    assert mlp[1][1].peak() == 8 * P_MLP  # stage 1: 2 + 2 (whole) + (4 + 4 + 4 + 4) / 4 (its shard, and its fp32 gradient)
+    # stage 1: 2 + 2 (whole) + (4 + 4 + 4 + 4) / 4 (its shard, and its fp32 gradient)
+    assert mlp[1][1].peak() == 8 * P_MLP
 
 
 # -- notebook 01's ledger chart: a legend over no bar, a black tick at each peak -----------------------
@@ -256,9 +280,20 @@ def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
 def test_dataflow_casts_are_where_the_run_made_them():
     # seed 002's two pictures; the fp32 run has no cast at all
     assert observe("fp16-mixed") == {
-        "name": "fp16-mixed", "data": "fp32", "master": "fp32", "update": "fp32", "params": "fp16", "activations": "fp16",
-        "grads": "fp16", "wire": "fp16", "grad32": "fp32", "state": "fp32", "loss_scale": 1.0, "scaler": "static",
-        "unscale": "reciprocal"}
+        "name": "fp16-mixed",
+        "data": "fp32",
+        "master": "fp32",
+        "update": "fp32",
+        "params": "fp16",
+        "activations": "fp16",
+        "grads": "fp16",
+        "wire": "fp16",
+        "grad32": "fp32",
+        "state": "fp32",
+        "loss_scale": 1.0,
+        "scaler": "static",
+        "unscale": "reciprocal",
+    }
     fig = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed", "fp32"])
     casts = [sorted(t.get_text() for t in ax.texts if t.get_gid() == "cast") for ax in fig.axes]
     assert casts == [
@@ -284,9 +319,15 @@ def test_ownership_follows_seed_001_from_the_ledgers():
     for st in stages:
         for r, row in enumerate(st["ranks"]):
             for kind, (frac, offset) in row.items():
-                assert (frac, offset) == ((0.25, r / 4) if kind in SHARDED[st["stage"]] else (1.0, 0.0)), (st["stage"], r, kind)
+                assert (frac, offset) == ((0.25, r / 4) if kind in SHARDED[st["stage"]] else (1.0, 0.0)), (
+                    st["stage"],
+                    r,
+                    kind,
+                )
     fig = ownership_figure(MLP([16, 32, 32, 8]), 4)
-    widths = sorted({round(p.get_width(), 9) for ax in fig.axes for p in ax.patches if str(p.get_gid()).startswith("kind:")})
+    widths = sorted(
+        {round(p.get_width(), 9) for ax in fig.axes for p in ax.patches if str(p.get_gid()).startswith("kind:")}
+    )
     assert widths == [0.25, 1.0]
 
 
@@ -326,7 +367,8 @@ def test_l_squared_figure_draws_the_ledgers_bytes_and_its_labels_never_meet(seed
     for (L, per_block), x, y_rest, y_p in zip(seed001_lengths, linear.get_xdata(), linear.get_ydata(), p.get_ydata()):
         B, H, d = 4, 32, 4096
         assert x == L and y_p * 1e9 == pytest.approx(B * H * L * L * 2, rel=1e-12)  # seed 001: B·H·L²·2 bytes
-        assert y_rest * 1e9 == pytest.approx(14 * B * L * d * 2 + 4 * B * L * 4, rel=1e-12)  # 14·B·L·d·2 + LN statistics
+        # 14·B·L·d·2 + LN statistics
+        assert y_rest * 1e9 == pytest.approx(14 * B * L * d * 2 + 4 * B * L * 4, rel=1e-12)
     assert [round(v, 2) for v in p.get_ydata()] == [0.07, 0.27, 1.07, 4.29, 17.18]  # "≈ 1.07 GB", "≈ 17.2 GB per layer"
     boxes = [(t.get_text(), t.get_window_extent()) for t in ax.texts]
     for i, (a, box_a) in enumerate(boxes):
@@ -340,10 +382,15 @@ def test_strategies_figure_bars_are_the_measured_peaks_and_flops(seed001_strateg
     fig = drawn(strategies_figure(seed001_strategies))
     mem, flops = fig.axes
     memory_bars = [p for p in mem.patches if p.get_gid() == "kind:activations"]
-    assert [b.get_width() * 1e9 for b in memory_bars] == pytest.approx([r["peak"] for r in seed001_strategies], rel=1e-12)
-    assert [b.get_width() for b in flops.patches] == pytest.approx([100 * r["extra"] for r in seed001_strategies], rel=1e-12)
+    assert [b.get_width() * 1e9 for b in memory_bars] == pytest.approx(
+        [r["peak"] for r in seed001_strategies], rel=1e-12
+    )
+    assert [b.get_width() for b in flops.patches] == pytest.approx(
+        [100 * r["extra"] for r in seed001_strategies], rel=1e-12
+    )
     from zerosim.viz.palette import KINDS
-    assert to_rgb(flops.patches[0].get_facecolor()) not in {to_rgb(colour) for _, colour in KINDS.values()}  # FLOPs: no kind's
+    # FLOPs: no kind's
+    assert to_rgb(flops.patches[0].get_facecolor()) not in {to_rgb(colour) for _, colour in KINDS.values()}
     block = next(r for r in seed001_strategies if r["strategy"] == "block")
     assert abs(block["extra"] - 1 / 3) < 0.001  # seed 001: "approximately 1/3 extra compute"
     labels = [t.get_window_extent() for ax in fig.axes for t in ax.texts]

@@ -105,12 +105,20 @@ def test_a_wider_input_on_an_fp8_wire_saturates_in_the_sum():
     assert [float(v) for o in out for v in o.astype(np.float64)] == [448.0] * 4
 
 
-@given(n=st.integers(1, 5), length=st.integers(0, 9), seed=st.integers(0, 2**16), op=st.sampled_from(["sum", "avg", "avg_premul"]),
-       dtype=st.sampled_from([E4M3, E5M2]))
+@given(
+    n=st.integers(1, 5),
+    length=st.integers(0, 9),
+    seed=st.integers(0, 2**16),
+    op=st.sampled_from(["sum", "avg", "avg_premul"]),
+    dtype=st.sampled_from([E4M3, E5M2]),
+)
 def test_ring_and_naive_twin_agree(n, length, seed, op, dtype):
     rng = np.random.default_rng(seed)
     hi = LIMITS[dtype][0]
-    xs = [(rng.uniform(-hi, hi, length) * rng.choice([1e-3, 0.1, 1.0], length)).astype(np.float32).astype(dtype) for _ in range(n)]
+    xs = [
+        (rng.uniform(-hi, hi, length) * rng.choice([1e-3, 0.1, 1.0], length)).astype(np.float32).astype(dtype)
+        for _ in range(n)
+    ]
     ring = np.concatenate(reduce_scatter(Cluster(n), xs, op=op)) if length else np.zeros(0)
     twin = naive_reduce(xs, op=op)[:length]
     if op == "avg":  # both divide in fp32 after the fp8 sum

@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerosim.models import GELU, HalfMSE, Linear, ReLU, SoftmaxCrossEntropy, gelu_forward, linear_backward, linear_forward
+from zerosim.models import (
+    GELU,
+    HalfMSE,
+    Linear,
+    ReLU,
+    SoftmaxCrossEntropy,
+    gelu_forward,
+    linear_backward,
+    linear_forward,
+)
 from zerosim.precision import cast, get_format
 
 # Central differences (f(v+h) - f(v-h)) / 2h in float64 err by h^2 |f'''| / 6 (truncation) plus about
@@ -134,7 +143,9 @@ dyadic = st.integers(-64, 64).map(lambda k: k / 16)  # exact in fp16 and bf16
 def test_low_precision_linear_is_one_rounding_of_the_exact_result(fmt, B, d_in, d_out, data):
     # Dyadic inputs k/16, |k| <= 64, D_in <= 8: every product and sum is a multiple of 2^-8 below 2^8,
     # so float32 accumulates them exactly and the only rounding left is the final cast to fmt.
-    arr = lambda shape: np.array(data.draw(st.lists(dyadic, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))).reshape(shape)
+    arr = lambda shape: np.array(
+        data.draw(st.lists(dyadic, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    ).reshape(shape)
     x, w, b, dy = arr((B, d_in)), arr((d_out, d_in)), arr((d_out,)), arr((B, d_out))
     y, cache = linear_forward(cast(x, fmt), cast(w, fmt), cast(b, fmt), fmt)
     assert y.tobytes() == cast(x @ w.T + b, fmt).tobytes()
@@ -171,7 +182,9 @@ def test_relu_is_exact_and_keeps_the_format(fmt):
     assert y.dtype == x.dtype and np.array_equal(y.astype(np.float64), np.maximum(x.astype(np.float64), 0))
     dy = cast(np.ones((3, 7)), fmt)
     dx, grads = ReLU().backward({}, dy, cache, fmt)
-    assert grads == {} and dx.dtype == x.dtype and np.array_equal(dx.astype(np.float64), (x.astype(np.float64) > 0) * 1.0)
+    assert (
+        grads == {} and dx.dtype == x.dtype and np.array_equal(dx.astype(np.float64), (x.astype(np.float64) > 0) * 1.0)
+    )
 
 
 def test_linear_declares_params_in_flat_order_and_inits_float32():

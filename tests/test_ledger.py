@@ -20,7 +20,12 @@ def test_alloc_and_free_track_current_and_peak_per_kind_and_total():
     assert (m.dtype, g.shape) == (np.dtype(np.float32), (2, 5))
     assert (g.array == 0).all() and g.array.dtype == np.float16
     assert led.current() == 80 and led.peak() == 80
-    assert (led.current("params"), led.current("master"), led.current("grads"), led.current("optim:m")) == (20, 40, 20, 0)
+    assert (led.current("params"), led.current("master"), led.current("grads"), led.current("optim:m")) == (
+        20,
+        40,
+        20,
+        0,
+    )
     led.free(g)
     led.free("w32")  # by name works too
     assert led.current() == 20 and led.peak() == 80

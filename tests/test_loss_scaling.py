@@ -146,7 +146,9 @@ def test_deepspeed_messages_are_its_log_lines():
     first, second, clean = s.update(True), s.update(True), s.update(False)
     assert first.message == ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, "
                              "but hysteresis is 2. Reducing hysteresis to 1")
-    assert second.message == "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
+    assert (
+        second.message == "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
+    )
     assert clean.message == "" and not clean.skip
     assert first.scale_before == first.scale_after == 65536.0 and second.scale_after == 32768.0
 
@@ -156,7 +158,8 @@ def test_static_scale_raises_or_skips():
     assert run(StaticLossScale(1024.0), [o, o]) == [(False, 1024.0), (False, 1024.0)]
     with pytest.raises(FloatingPointError, match="1024"):
         StaticLossScale(1024.0).update(True)  # zerosim's behaviour so far
-    assert run(StaticLossScale(1024.0, on_overflow="skip"), [X, o]) == [(True, 1024.0), (False, 1024.0)]  # DeepSpeed's LossScaler
+    # DeepSpeed's LossScaler
+    assert run(StaticLossScale(1024.0, on_overflow="skip"), [X, o]) == [(True, 1024.0), (False, 1024.0)]
 
 
 @pytest.mark.parametrize("make", [
@@ -174,7 +177,14 @@ def test_state_dict_round_trip_continues_identically(make):
 
 
 def test_torch_state_dict_uses_gradscaler_keys():
-    assert set(TorchGradScaler().state_dict()) == {"kind", "scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+    assert set(TorchGradScaler().state_dict()) == {
+        "kind",
+        "scale",
+        "growth_factor",
+        "backoff_factor",
+        "growth_interval",
+        "_growth_tracker",
+    }
 
 
 @pytest.mark.parametrize("name, cls, scale", [

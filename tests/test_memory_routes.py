@@ -36,7 +36,9 @@ def ledger_route(model, ranks, stage, step=True, **cluster):
 
 
 def formula_route(params, ranks, stage, padding="all") -> dict:
-    return {k: v for k, v in model_state_memory(params, ranks, stage, MemoryConfig(padding=padding)).by_kind.items() if v}
+    return {
+        k: v for k, v in model_state_memory(params, ranks, stage, MemoryConfig(padding=padding)).by_kind.items() if v
+    }
 
 
 PUBLISHED = [
@@ -48,7 +50,11 @@ PUBLISHED = [
 
 
 def model_for(name, params):
-    return MetaModel.from_preset(get_preset(name)) if name.startswith("zero-paper") else MetaModel.from_params(params, layers=32)
+    return (
+        MetaModel.from_preset(get_preset(name))
+        if name.startswith("zero-paper")
+        else MetaModel.from_params(params, layers=32)
+    )
 
 
 @pytest.mark.parametrize("name, psi, n, exact_gb, printed_gb", PUBLISHED)
@@ -93,7 +99,8 @@ UNEVEN = [  # N does not divide Ψ: the ledgers hold padded buffers, and "all" i
 def test_padding_all_is_what_the_engines_hold(name, n, stage):
     preset = get_preset(name)
     assert preset.total % n, "pick a world size that does not divide Ψ"
-    ledgers = ledger_route(MetaModel.from_preset(preset, unit="block"), n, stage, step=False)  # init fills resting state
+    # init fills resting state
+    ledgers = ledger_route(MetaModel.from_preset(preset, unit="block"), n, stage, step=False)
     formula = formula_route(preset.total, n, stage)
     assert ledgers[0] == formula and ledgers[-1] == formula  # the last rank holds padding, and counts it
     if stage > 0:  # padding is real bytes: the unpadded formula is a little lower

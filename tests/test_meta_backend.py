@@ -23,7 +23,8 @@ from zerosim.precision import cast
 from zerosim.precision.cast import has_values
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-NOT_ENGINE = ("comm", "activations")  # the ring's scratch (simulator's own) and activations (left out by the meta model)
+# the ring's scratch (simulator's own) and activations (left out by the meta model)
+NOT_ENGINE = ("comm", "activations")
 
 
 # ---------------------------------------------------------------- MetaArray answers like numpy
@@ -46,7 +47,9 @@ def test_indexing_gives_numpys_shape(shape, key):
     assert MetaArray(shape, np.float16)[key].shape == np.zeros(shape)[key].shape
 
 
-@pytest.mark.parametrize("shape, new", [((12,), (3, 4)), ((12,), (-1, 6)), ((3, 4), (12,)), ((3, 4), -1), ((0,), (0, 5))])
+@pytest.mark.parametrize(
+    "shape, new", [((12,), (3, 4)), ((12,), (-1, 6)), ((3, 4), (12,)), ((3, 4), -1), ((0,), (0, 5))]
+)
 def test_reshape_like_numpy(shape, new):
     assert MetaArray(shape, np.float32).reshape(new).shape == np.zeros(shape).reshape(new).shape
 
@@ -60,7 +63,13 @@ def test_reshape_to_a_wrong_size_is_an_error():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, BF16])
 def test_size_and_bytes(dtype):
     a = MetaArray((3, 5), dtype)
-    assert (a.ndim, a.size, a.itemsize, a.nbytes, len(a)) == (2, 15, np.dtype(dtype).itemsize, 15 * np.dtype(dtype).itemsize, 3)
+    assert (a.ndim, a.size, a.itemsize, a.nbytes, len(a)) == (
+        2,
+        15,
+        np.dtype(dtype).itemsize,
+        15 * np.dtype(dtype).itemsize,
+        3,
+    )
     assert a.T.shape == (5, 3)
     assert a.astype(np.float32).dtype == np.float32 and a.astype(np.float32).shape == (3, 5)
     assert a.copy().shape == a.shape and a.copy() is not a
@@ -205,23 +214,33 @@ def test_meta_inputs_are_checked():
 
 def meta_twin(model) -> MetaModel:
     """A meta model with exactly `model`'s flat layout: one layer per layer, same window sizes."""
-    return MetaModel([(layer.name, b - a) for layer, (a, b) in zip(model.layers, map(model.layer_window, range(len(model.layers))))])
+    return MetaModel(
+        [(layer.name, b - a) for layer, (a, b) in zip(model.layers, map(model.layer_window, range(len(model.layers))))]
+    )
 
 
 def _engine_events(ledger):
     return [(e.action, e.name, e.kind, e.nbytes, e.phase) for e in ledger.timeline if e.kind not in NOT_ENGINE]
 
 
-@given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=4), n=st.integers(1, 6), stage=st.integers(0, 3),
-       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]),
-       granularity=st.sampled_from(["hop", "call"]))
+@given(
+    widths=st.lists(st.integers(1, 9), min_size=2, max_size=4),
+    n=st.integers(1, 6),
+    stage=st.integers(0, 3),
+    precision=st.sampled_from(
+        ["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]
+    ),
+    granularity=st.sampled_from(["hop", "call"]),
+)
 def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, precision, granularity):
     mlp = MLP(widths)
     real = ZeroEngine(mlp, Cluster(n, trace=granularity), stage, Adam(lr=1e-3), precision)
     real.step(make_regression(np.random.default_rng(0), n, 2, widths))
     twin = meta_twin(mlp)
-    meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all", trace=granularity), stage, Adam(lr=1e-3), precision)
-    meta.step(twin.batches(n, 2))
+    meta = ZeroEngine(
+        twin, Cluster(n, backend="meta", hosted="all", trace=granularity), stage, Adam(lr=1e-3), precision
+    )
+    meta.step(twin.batches(meta.cluster, 2))
     for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
         assert _engine_events(b.ledger) == _engine_events(a.ledger)  # every alloc and free, in order, same phase
         drop = lambda d: {k: v for k, v in d.items() if k not in NOT_ENGINE}  # noqa: E731
@@ -231,7 +250,8 @@ def test_meta_engine_records_what_the_numpy_engine_records(widths, n, stage, pre
 
 def test_meta_loss_has_no_value():
     twin = meta_twin(MLP([2, 3]))
-    losses = ZeroEngine(twin, Cluster(2, backend="meta", hosted="all"), 1, Adam()).step(twin.batches(2))
+    cluster = Cluster(2, backend="meta", hosted="all")
+    losses = ZeroEngine(twin, cluster, 1, Adam()).step(twin.batches(cluster))
     assert all(np.isnan(x) for x in losses)
 
 
@@ -241,7 +261,7 @@ def test_a_7_5b_step_on_64_ranks_allocates_nothing(stage):
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
     tracemalloc.start()
     engine = ZeroEngine(model, Cluster(64, backend="meta", hosted="all", trace="call", timeline=False), stage, Adam())
-    engine.step(model.batches(64))
+    engine.step(model.batches(engine.cluster))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 64e6  # bookkeeping only (the real model states would be 1.9-120 GB per rank, x64)
@@ -258,9 +278,16 @@ def test_block_units_merge_each_transformer_block():
 
 # ---------------------------------------------------------------- one representative rank stands for all
 
-@given(layers=st.lists(st.integers(0, 40), min_size=1, max_size=5), n=st.integers(1, 12), stage=st.integers(0, 3),
-       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]),
-       optimizer=st.sampled_from(["adam", "sgd", "lion", "adan"]), k=st.integers(1, 2))
+@given(
+    layers=st.lists(st.integers(0, 40), min_size=1, max_size=5),
+    n=st.integers(1, 12),
+    stage=st.integers(0, 3),
+    precision=st.sampled_from(
+        ["fp16-mixed", "bf16-mixed", "fp32", "bf16-pure", MixedPrecision(compute="fp16", reduce="fp32")]
+    ),
+    optimizer=st.sampled_from(["adam", "sgd", "lion", "adan"]),
+    k=st.integers(1, 2),
+)
 def test_the_representative_rank_accounts_for_every_rank(layers, n, stage, precision, optimizer, k):
     # The meta backend's default hosts rank 0 only and summarises the ring in closed form: its ledger must be
     # every rank's ledger (event by event), and the trace's bytes every rank's bytes, exactly as when all N
@@ -282,11 +309,16 @@ def test_the_representative_rank_accounts_for_every_rank(layers, n, stage, preci
         assert everything(rank.ledger) == everything(stand_in), rank.index
         assert rank.ledger.peak_by_kind() == stand_in.peak_by_kind() and rank.ledger.peak() == stand_in.peak()
     assert every.trace.sent_totals(n) == lone.trace.sent_totals(n) == [every.trace.bytes_sent(r) for r in range(n)]
-    assert [lone.trace.bytes_sent(r, collective="all_gather") for r in range(n)] == [every.trace.bytes_sent(r, collective="all_gather") for r in range(n)]
+    assert [lone.trace.bytes_sent(r, collective="all_gather") for r in range(n)] == [
+        every.trace.bytes_sent(r, collective="all_gather") for r in range(n)
+    ]
     assert every.trace.volume_by_collective() == lone.trace.volume_by_collective()
 
 
 def test_a_representative_rank_keeps_a_per_call_trace():
     with pytest.raises(ValueError, match="representative rank keeps one summary per call"):
         Cluster(8, backend="meta", trace="hop")
-    assert Cluster(8, backend="meta").trace.granularity == "call" and Cluster(8, backend="meta", hosted="all").trace.granularity == "hop"
+    assert (
+        Cluster(8, backend="meta").trace.granularity == "call"
+        and Cluster(8, backend="meta", hosted="all").trace.granularity == "hop"
+    )

@@ -44,18 +44,30 @@ STRATEGIES = [  # (GPT options): seed 001's strategies, as `zerosim memory --che
 
 
 @pytest.mark.slow
-@given(options=st.sampled_from(STRATEGIES), n=st.integers(1, 3), stage=st.integers(0, 3), heads=st.sampled_from([1, 2]),
-       n_layers=st.integers(1, 4), L=st.integers(1, 6), B=st.integers(1, 3), activation=st.sampled_from(["gelu", "relu"]),
-       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32"]), flash_block=st.integers(1, 4))
-def test_the_meta_twin_records_what_the_real_gpt_records(options, n, stage, heads, n_layers, L, B, activation, precision,
-                                                         flash_block):
+@given(
+    options=st.sampled_from(STRATEGIES),
+    n=st.integers(1, 3),
+    stage=st.integers(0, 3),
+    heads=st.sampled_from([1, 2]),
+    n_layers=st.integers(1, 4),
+    L=st.integers(1, 6),
+    B=st.integers(1, 3),
+    activation=st.sampled_from(["gelu", "relu"]),
+    precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32"]),
+    flash_block=st.integers(1, 4),
+)
+def test_the_meta_twin_records_what_the_real_gpt_records(
+    options, n, stage, heads, n_layers, L, B, activation, precision, flash_block
+):
     gpt = GPT(9, 4 * heads, heads, n_layers, 6, activation=activation, flash_block=flash_block, **options)
     rng = np.random.default_rng(L)
     real = ZeroEngine(gpt, Cluster(n), stage, Adam(), precision, checkpoint=gpt.checkpointing)
     real.step([(rng.integers(0, 9, (B, L)), rng.integers(0, 9, (B, L))) for _ in range(n)])
     twin = MetaGPT(gpt)
     for hosted in ("all", "representative"):  # every rank, and the one that stands for all (rank 0)
-        meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted=hosted), stage, Adam(), precision, checkpoint=twin.checkpointing)
+        meta = ZeroEngine(
+            twin, Cluster(n, backend="meta", hosted=hosted), stage, Adam(), precision, checkpoint=twin.checkpointing
+        )
         meta.step(twin.batches(meta.cluster, B, L))
         for rank in meta.cluster.ranks:
             # every alloc and free in order — "block0.P", "block0.x1", ... — with the same bytes, in the same phase
@@ -70,7 +82,7 @@ def test_the_twin_is_data_less_and_refuses_nonsense():
     losses = engine.step(twin.batches(engine.cluster, 3))
     assert all(np.isnan(x) for x in losses)
     with pytest.raises(ValueError, match="longer than the model's seq_len = 6"):
-        twin.check_batch(*twin.batches(1, 2, seq_len=7)[0])
+        twin.check_batch(*twin.batches(engine.cluster, 2, seq_len=7)[0])
     with pytest.raises(TypeError, match="twins a zerosim.models.GPT"):
         MetaGPT(twin)
     with pytest.raises(ValueError, match="no such shape"):
@@ -103,19 +115,26 @@ def step_7b(seq_len=L, **options):
 
 def saved(ledger, prefix=""):
     """{name: bytes} of every activation buffer allocated (names are unique within one micro-batch)."""
-    return {e.name: e.nbytes for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.name.startswith(prefix)}
+    return {
+        e.name: e.nbytes
+        for e in ledger.timeline
+        if e.action == "alloc" and e.kind == "activations" and e.name.startswith(prefix)
+    }
 
 
 PER_TENSOR_7B = [
     # (ledger name, exact bytes, seed 001 §5e's row and its rounded figure)
     ("block0.block input", BLD2, "pre-attention LayerNorm input, B·L·d: 67.1 MB"),
-    ("block0.LN1 mean", STAT, "not in the seed's table: LN1's mean, fp32 (its 'LayerNorm μ, σ²: 2BL' row; it says recompute)"),
+    ("block0.LN1 mean", STAT, "not in the seed's table: LN1's mean, fp32 (its 'LayerNorm μ, σ²: 2BL' row; it says "
+                              "recompute)"),
     ("block0.LN1 rstd", STAT, "LN1's 1/σ, fp32; the 'attention input X' is LN1's output, rebuilt: 'shared', 0 bytes"),
     ("block0.Q", BLD2, "Q, B·L·d (per head (B, H, L, d_h): the same elements)"),
     ("block0.K", BLD2, "K, B·L·d"),
     ("block0.V", BLD2, "V, B·L·d"),
-    ("block0.P", B * H * L * L * 2, "P, B·H·L² = 1,073,741,824: 'approximately 1.07 GB per layer' (§6 writes 1072 MB; it is 1073.7)"),
-    ("block0.attention output", BLD2, "O before the output projection, B·L·d; 'output projection input: O reshaped', 0 bytes"),
+    ("block0.P", B * H * L * L * 2, "P, B·H·L² = 1,073,741,824: 'approximately 1.07 GB per layer' (§6 writes 1072 MB; "
+                                    "it is 1073.7)"),
+    ("block0.attention output", BLD2, "O before the output projection, B·L·d; 'output projection input: O reshaped', 0 "
+                                      "bytes"),
     ("block0.pre-FFN input", BLD2, "pre-FFN LayerNorm input, B·L·d"),
     ("block0.LN2 mean", STAT, "not in the seed's table, as LN1's"),
     ("block0.LN2 rstd", STAT, "the 'FFN input' is LN2's output, rebuilt: 'shared', 0 bytes"),
@@ -132,7 +151,8 @@ def test_seed_001s_per_layer_table_at_7b_from_the_meta_ledgers():
     assert allocated < 20e6  # bookkeeping only: the ledger below holds 176 GB
     assert saved(ledger, "block0.") == {name: nbytes for name, nbytes, _ in PER_TENSOR_7B}
     layer = saved(ledger, "block0.")
-    linear = sum(b for name, b in layer.items() if name != "block0.P" and " LN" not in f" {name[7:]}")  # no P, no statistics
+    # no P, no statistics
+    linear = sum(b for name, b in layer.items() if name != "block0.P" and " LN" not in f" {name[7:]}")
     assert linear == 14 * B * L * D * 2 == 939_524_096  # "Linear terms: 14 × 4 × 2048 × 4096 × 2 ≈ 940 MB"
     assert layer["block0.P"] == 1_073_741_824  # "Attention matrix P: 4 × 32 × 2048² × 2 ≈ 1072 MB" (1073.7 MB)
     per_layer = sum(layer.values())
@@ -205,7 +225,8 @@ STRATEGY_PEAKS_7B = [
     # selective: every layer but P; P (1 GB per layer) is rebuilt from Q and K in each block's backward
     (dict(attention="selective"), IDS + 32 * (LAYER_7B - 1_073_741_824) + HEAD + LOSS, "at the loss: 31.8 GB"),
     # flash: no P; an fp32 log-sum-exp (B, H, L) per layer instead, 1 MB
-    (dict(attention="flash"), IDS + 32 * (LAYER_7B - 1_073_741_824 + B * H * L * 4) + HEAD + LOSS, "at the loss: 31.9 GB"),
+    (dict(attention="flash"), IDS + 32 * (LAYER_7B - 1_073_741_824 + B * H * L * 4) + HEAD + LOSS, "at the loss: 31.9 "
+                                                                                                   "GB"),
     # block: 31 block inputs and block 31's whole tensors (its input among them) in its backward: 4.09 GB; the
     # seed's "32·BLd + 14·BLd + BHL²" counts block 31's input twice and leaves out the ids and LN statistics
     (dict(checkpoint="block"), IDS + 31 * BLD2 + LAYER_7B, "block 31's backward: 4.1 GB"),

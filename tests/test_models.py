@@ -6,7 +6,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim.cluster import MemoryLedger
-from zerosim.models import MLP, Model, ReLU, TinyNet, forward_backward, loss_and_grad, make_classification, make_regression, predict
+from zerosim.models import (
+    MLP,
+    Model,
+    ReLU,
+    TinyNet,
+    forward_backward,
+    loss_and_grad,
+    make_classification,
+    make_regression,
+    predict,
+)
 from zerosim.models.schedule import needs_params, schedule
 from zerosim.precision import cast, get_format
 
@@ -104,7 +114,9 @@ def test_tinynet_gradient_matches_finite_differences(gpu):
     m = TinyNet()
     x, t = TinyNet.seed_batches()[gpu]
     theta = m.init_params().astype(np.float64)
-    np.testing.assert_allclose(loss_and_grad(m, theta, x, t, "fp64")[1], fd_gradient(m, theta, x, t), rtol=FD_TOL, atol=FD_TOL)
+    np.testing.assert_allclose(
+        loss_and_grad(m, theta, x, t, "fp64")[1], fd_gradient(m, theta, x, t), rtol=FD_TOL, atol=FD_TOL
+    )
 
 
 @pytest.mark.parametrize("loss", ["mse", "xent"])
@@ -175,7 +187,9 @@ def test_checkpointing_fetches_recomputed_layers_again():
     counts = {}
     for checkpoint in (False, True):
         calls, events = [], []
-        forward_backward(m, x, t, "bf16", lambda i: calls.append(i) or m.unflatten(w, i), checkpoint=checkpoint, events=events)
+        forward_backward(
+            m, x, t, "bf16", lambda i: calls.append(i) or m.unflatten(w, i), checkpoint=checkpoint, events=events
+        )
         counts[checkpoint] = calls
         recomputed = [op.layer for op, _ in events if op.kind == "recompute"]
     assert recomputed == [4, 2, 0]  # each (fc, act) block re-runs its fc; the last fc alone is not re-run
@@ -232,7 +246,9 @@ def test_tasks_have_the_promised_shapes_and_repeat_with_the_seed():
     reg = make_regression(np.random.default_rng(0), 3, 4, [5, 6, 2])
     cls = make_classification(np.random.default_rng(0), 2, 4, [5, 6, 3])
     assert len(reg) == 3 and all(x.shape == (4, 5) and t.shape == (4, 2) and t.dtype == np.float32 for x, t in reg)
-    assert len(cls) == 2 and all(x.dtype == np.float32 and t.shape == (4,) and t.dtype == np.int64 and t.max() < 3 for x, t in cls)
+    assert len(cls) == 2 and all(
+        x.dtype == np.float32 and t.shape == (4,) and t.dtype == np.int64 and t.max() < 3 for x, t in cls
+    )
     again = make_regression(np.random.default_rng(0), 3, 4, [5, 6, 2])
     assert all(np.array_equal(a[1], b[1]) for a, b in zip(reg, again))
 

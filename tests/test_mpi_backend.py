@@ -32,7 +32,7 @@ def test_zerosim_imports_without_mpi4py():
     code = (
         "import sys; sys.modules['mpi4py'] = None\n"  # makes `import mpi4py` raise ImportError
         "import numpy as np, zerosim\n"
-        "assert zerosim.Cluster(2).all_reduce([np.ones(3, np.float32)] * 2)[0].tolist() == [2, 2, 2]\n"
+        "assert zerosim.all_reduce(zerosim.Cluster(2), [np.ones(3, np.float32)] * 2)[0].tolist() == [2, 2, 2]\n"
         "try:\n"
         "    zerosim.Cluster(2, backend='mpi')\n"
         "except ImportError as e:\n"

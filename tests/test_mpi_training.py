@@ -34,7 +34,9 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow]  # every test launches mpiexec
 
 
 def _ok(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 0, f"{' '.join(result.args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"{' '.join(result.args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
     return result.stdout
 
 
@@ -54,7 +56,8 @@ def test_training_equals_the_simulator_bit_for_bit(mpiexec, n):
 
 # -- item 3: the command line, mpi against numpy ---------------------------------------------------------
 def _train_both(mpiexec, n: int, options: list) -> tuple:
-    """(stdout of `mpiexec -n N zerosim train --backend mpi ...`, stdout of `zerosim train --backend numpy --ranks N ...`)."""
+    """(stdout of `mpiexec -n N zerosim train --backend mpi ...`, stdout of
+    `zerosim train --backend numpy --ranks N ...`)."""
     mpi = _ok(run([mpiexec, "-n", n, *CLI, "--backend", "mpi", *options], RUN_TIMEOUT))
     sim = _ok(run([*CLI, "--backend", "numpy", "--ranks", n, *options], RUN_TIMEOUT))
     return mpi, sim
@@ -94,10 +97,40 @@ def test_train_command_prints_the_simulators_losses(mpiexec, options):
     [
         ["--stage", "0", "--precision", "fp32", "--optimizer", "adam", "--widths", "5,6,3", "--checkpoint"],
         ["--stage", "2", "--precision", "bf16-mixed", "--optimizer", "adan", "--widths", "4,3,3,2"],
-        ["--stage", "3", "--precision", "fp16-mixed", "--optimizer", "adam", "--widths", "5,6,3", "--task", "classification", "--checkpoint"],
-        ["--stage", "3", "--precision", "fp16-mixed", "--widths", "5,6,3", "--loss-scale", "torch", "--clip-grad", "0.1", "--reduction", "fsdp2"],
+        [
+            "--stage",
+            "3",
+            "--precision",
+            "fp16-mixed",
+            "--optimizer",
+            "adam",
+            "--widths",
+            "5,6,3",
+            "--task",
+            "classification",
+            "--checkpoint",
+        ],
+        [
+            "--stage",
+            "3",
+            "--precision",
+            "fp16-mixed",
+            "--widths",
+            "5,6,3",
+            "--loss-scale",
+            "torch",
+            "--clip-grad",
+            "0.1",
+            "--reduction",
+            "fsdp2",
+        ],
     ],
-    ids=["stage0-fp32-adam-checkpoint", "stage2-bf16-adan", "stage3-fp16-adam-classification-checkpoint", "stage3-fp16-dynamic-clip-fsdp2"],
+    ids=[
+        "stage0-fp32-adam-checkpoint",
+        "stage2-bf16-adan",
+        "stage3-fp16-adam-classification-checkpoint",
+        "stage3-fp16-dynamic-clip-fsdp2",
+    ],
 )
 def test_train_command_json_equals_the_simulators(mpiexec, options):
     """--json: the same losses and, for every rank, the same bytes sent and peak memory (in total and by kind)."""
@@ -108,7 +141,12 @@ def test_train_command_json_equals_the_simulators(mpiexec, options):
     assert all(s["bytes_sent"] > 0 and s["peak_bytes"] > 0 for s in want["ranks"]), sim_json
     assert got["losses"] == want["losses"]  # floats parsed from their shortest repr: equal iff bitwise equal
     for g, w in zip(got["ranks"], want["ranks"], strict=True):
-        assert (g["rank"], g["bytes_sent"], g["peak_bytes"], g["peak_by_kind"]) == (w["rank"], w["bytes_sent"], w["peak_bytes"], w["peak_by_kind"])
+        assert (g["rank"], g["bytes_sent"], g["peak_bytes"], g["peak_by_kind"]) == (
+            w["rank"],
+            w["bytes_sent"],
+            w["peak_bytes"],
+            w["peak_by_kind"],
+        )
     assert mpi_json == sim_json  # and the very same text
 
 
@@ -128,4 +166,5 @@ def test_bad_input_on_one_rank_stops_every_rank(mpiexec):
 def test_a_resumed_mpi_run_equals_the_uninterrupted_simulator(mpiexec, n, tmp_path):
     stdout = _ok(run([mpiexec, "-n", n, sys.executable, SCRIPTS / "checkpoint_check.py", tmp_path], RUN_TIMEOUT))
     summary = re.search(rf"checkpoint_check: N={n}: (\d+) checks on each rank, all passed", stdout)
-    assert summary and int(summary.group(1)) >= 8 * 6, stdout  # 4 stages x 2 precisions x (2 losses, master, params, m, v)
+    # 4 stages x 2 precisions x (2 losses, master, params, m, v)
+    assert summary and int(summary.group(1)) >= 8 * 6, stdout

@@ -13,7 +13,6 @@ import pytest
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.cli.main import main
 from zerosim.cluster.budget import OutOfMemory
-from zerosim.models import make_regression
 
 
 def snapshot(engine):
@@ -49,7 +48,8 @@ def test_a_name_where_an_object_belongs_says_which():
 @pytest.mark.bad_input("sizes that cannot fit", unchanged=True)
 def test_an_engine_too_large_for_the_machine_is_refused_before_allocating():
     tracemalloc.start()
-    with pytest.raises(OutOfMemory, match=r"parameters on 2 rank\(s\) in this process .* this machine has .* GB available"):
+    with pytest.raises(OutOfMemory, match=r"parameters on 2 rank\(s\) in this process .* this machine has .* GB "
+                                          r"available"):
         ZeroEngine(MLP([200_000, 200_000, 4]), Cluster(2), 0, Adam())  # 4e10 parameters: ~1.3 TB of model states
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -78,7 +78,8 @@ def cli(*argv):
     (["train", "--widths", "16"], "--widths needs at least an input and an output size"),
     (["memory", "--params", "1e30"], "--params 1e+30 is more than 1e+15 parameters"),
     (["memory", "--params", "7e9", "--unit", "module"], "--unit chooses how a --model preset is cut into units"),
-    (["replay", "--lr", "1e30"], "--lr 1e+30 could move a weight by up to 3.16228e+30 per step, past fp16's largest finite value 65504"),
+    (["replay", "--lr", "1e30"], "--lr 1e+30 could move a weight by up to 3.16228e+30 per step, past fp16's largest "
+                                 "finite value 65504"),
 ])
 def test_bad_flags_get_one_clear_line(argv, message):
     code, out, err = cli(*argv)

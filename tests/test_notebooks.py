@@ -27,20 +27,26 @@ else:
     nbformat = pytest.importorskip("nbformat")
 
 FIGURES = {  # notebook -> images its figure cells must show
-    "01_worked_example.ipynb": 6,  # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
+    # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
+    "01_worked_example.ipynb": 6,
     "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
-    "04_transformer_activations.ipynb": 2,  # one layer's activations against L; the strategies' peaks beside their FLOPs
-    "05_time_and_overlap.ipynb": 4,  # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
-    "06_precision_lab.ipynb": 4,  # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
+    # one layer's activations against L; the strategies' peaks beside their FLOPs
+    "04_transformer_activations.ipynb": 2,
+    # a ZeRO-2 step's Gantt, ZeRO-3 with and without prefetch, step time vs bucket size, the N sweep
+    "05_time_and_overlap.ipynb": 4,
+    # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
+    "06_precision_lab.ipynb": 4,
     "07_exercises.ipynb": 0,
+    "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
         "backward  layer1  -> dw = [-11.   -5.5]",  # seed 004: GPU 1's dL/dw1, dL/dw2
         "new w  w1  2.0999999046325684                  2.099999999818182",  # fp32 beside float64, not the same
         "fp32 2.0999999046325684   -> fp16 2.099609375",  # the fp16 truth
-        "GPU 0 before the all-gather: [ 2.09960938 -2.90039062  1.          0.5       ]",  # seed 004's inconsistent model
+        # seed 004's inconsistent model
+        "GPU 0 before the all-gather: [ 2.09960938 -2.90039062  1.          0.5       ]",
         "GPU 0's peak: stage 1 48 B, stage 2 46 B",
         "all-gather [layer2 params] rank 1 -> rank 0: [1.0, 0.5]",
     ],
@@ -75,7 +81,8 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
     ],
     "06_precision_lab.ipynb": [
-        "at or below 2**-25 (0 in fp16): 42.4% at S = 1, 0.01% at S = 2**16",  # Micikevicius's picture, from a real backward
+        # Micikevicius's picture, from a real backward
+        "at or below 2**-25 (0 in fp16): 42.4% at S = 1, 0.01% at S = 2**16",
         "S = 2**0   58.95% of the weight gradients are 0 in fp16 but not in fp32",
         "S = 2**16   0.00% of the weight gradients are 0 in fp16 but not in fp32",
         "static S = 2**16: 31 reduced gradient element(s) are NaN or inf",
@@ -88,6 +95,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
+    "09_will_it_fit.ipynb": [
+        "parameters: 8,030,261,248",  # the published count, from the shipped config.json
+        "q_proj 16,777,216   k_proj 4,194,304   v_proj 4,194,304   (a quarter: GQA)",
+        "stage 3: model states   16.06 GB per rank",  # 16Ψ/8
+        "  K                       8.389 MB",  # B·G·L·d_h·2 at 8 key/value heads: a quarter of Q
+        "block     3        20.08         fits         fits         fits",  # the only way onto an RTX 3090
+        "A100 80GB, ZeRO-2, no checkpointing: 82.72 GB measured + 5.48 GB estimated = 88.20 GB of 85.90: does not fit",
+        "   ZeRO-3 subblock  B = 1 × K = 8   step  31.85 s     25.1 GB of 25.8",  # the planner's answer for the 3090
+    ],
 }
 _executed = {}
 
@@ -96,8 +112,9 @@ def executed(path):
     """The notebook after running every cell (once per test session)."""
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3",  # per cell; only a hang reaches it
-                                         resources={"metadata": {"path": str(path.parent)}})
+        client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
+            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        )
         client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
         _executed[path] = nb
     return _executed[path]
@@ -105,7 +122,9 @@ def executed(path):
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no .ipynb files"
-    assert sorted(p.name for p in NOTEBOOKS) == sorted(FIGURES), "a notebook without a line in FIGURES and TAUGHT is not checked"
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(FIGURES), (
+        "a notebook without a line in FIGURES and TAUGHT is not checked"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -122,6 +141,8 @@ def test_notebook_runs_and_shows_its_figures(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_prints_the_numbers_it_teaches(path):
-    text = "".join(out.get("text", "") for cell in executed(path).cells if cell.cell_type == "code" for out in cell.outputs)
+    text = "".join(
+        out.get("text", "") for cell in executed(path).cells if cell.cell_type == "code" for out in cell.outputs
+    )
     for line in TAUGHT[path.name]:
         assert line in text, f"{path.name} no longer prints {line!r}"

@@ -288,7 +288,9 @@ def test_sharding_never_changes_an_element(case, dtype, size, cuts, steps, seed)
     edges = sorted({0, size, *(c % (size + 1) for c in cuts)})
     w = cast(rng.standard_normal(size), dtype)
     state = {k: np.zeros(size, dtype) for k in opt.state_names}
-    shards = [(w[lo:hi].copy(), {k: np.zeros(hi - lo, dtype) for k in opt.state_names}) for lo, hi in zip(edges, edges[1:])]
+    shards = [
+        (w[lo:hi].copy(), {k: np.zeros(hi - lo, dtype) for k in opt.state_names}) for lo, hi in zip(edges, edges[1:])
+    ]
     with np.errstate(all="ignore"):  # fp16's overflows and eps = 0 are lessons, not failures here
         for t in range(1, steps + 1):
             g = cast(rng.standard_normal(size) * 10.0 ** rng.integers(-3, 2), dtype)

@@ -18,6 +18,7 @@ from zerosim.precision import get_precision
 from zerosim.zero.comm_schedule import CommSchedule
 from zerosim.zero.flat import FlatLayout
 from zerosim.zero.partition import ParamLayout
+from zerosim import checkpoint as ckpt
 
 from test_recipes import bits, linear_step  # noqa: E402 (tests/ is on the path)
 
@@ -35,11 +36,13 @@ def test_the_layout_of_two_parameters_of_5_and_3_elements_on_3_ranks():
     x = np.arange(1, 9, dtype=np.float32)  # model order: p1 = 1..5, p2 = 6..8
     assert lay.arrange(x).tolist() == [1, 2, 6, 3, 4, 7, 5, 0, 8]  # shard order, padding 0
     assert lay.unarrange(lay.arrange(x)).tolist() == x.tolist()
-    assert lay.owner_chunks() == [(0, 0, 2), (1, 2, 4), (2, 4, 5), (0, 5, 6), (1, 6, 7), (2, 7, 8)]
+    assert lay.owner_chunks(8) == [(0, 0, 2), (1, 2, 4), (2, 4, 5), (0, 5, 6), (1, 6, 7), (2, 7, 8)]
+    assert lay.owner_chunks(9)[-1] == (0, 8, 9)  # a vector padded past P: its zero tail summed at rank 0
     assert lay.counts(0) == (3, 3, 3) and lay.owned_piece(0, 2) == (0, 3)
     assert lay.draw_index(lay.own(2)) == ((0, 4, 1), (2, 7, 1))  # (offset in the shard, model index, count)
     flat = FlatLayout(8, 3, ((0, 8),))
     assert [flat.own(r) for r in range(3)] == [slice(0, 3), slice(3, 6), slice(6, 9)] and flat.counts(0) == (3, 3, 2)
+    assert flat.owner_chunks(9) == [(0, 0, 3), (1, 3, 6), (2, 6, 9)]  # the flat shards: rank r's sum ends at rank r
 
 
 def test_fsdp2_cuts_each_parameter_on_dim_0():
@@ -47,7 +50,7 @@ def test_fsdp2_cuts_each_parameter_on_dim_0():
     # = 5, so rank 2 holds none of it; fc1.b (2,) -> 1. DeepSpeed's element chunks would be 5, 2, 4, 1.
     lay = ParamLayout.for_model(MLP([3, 5, 2]), 3, dim0=True)
     assert (lay.rows, lay.chunks, lay.shard_size) == ((5, 5, 2, 2), (6, 2, 5, 1), 14)
-    assert lay.owner_chunks() == [(0, 0, 6), (1, 6, 12), (2, 12, 15), (0, 15, 17), (1, 17, 19), (2, 19, 20),
+    assert lay.owner_chunks(32) == [(0, 0, 6), (1, 6, 12), (2, 12, 15), (0, 15, 17), (1, 17, 19), (2, 19, 20),
                                   (0, 20, 25), (1, 25, 30), (2, 30, 30), (0, 30, 31), (1, 31, 32), (2, 32, 32)]
 
 
@@ -80,7 +83,8 @@ def test_units_are_one_piece_of_every_shard():
 DS3_ROWS = [
     ("per-parameter owners decide the ring order", DS3, [[1.0] * 4] * 4, [[-8192.0] * 2] + [[-4.0] * 2] * 3,
      [2052.0] * 4 + [2048.0] * 4 + [2052.0] * 2),
-    # reduce in fp32: cast first (3 * 2**-24 is exact in fp32), then div_(4): 0.75 * 2**-24, exact in fp32; the fp32 ring
+    # reduce in fp32: cast first (3 * 2**-24 is exact in fp32), then div_(4): 0.75 * 2**-24, exact in fp32; the fp32
+    # ring
     # sums 3 * 2**-24; `.to(fp16)` (the grad-accumulation dtype): exact. (DeepSpeed ZeRO-1/2 divides in fp16 first:
     # 0.75 * 2**-24 rounds to 2**-24, the sum is 4 * 2**-24.)
     ("cast to the wire, then divide", DS3.with_(reduce="fp32"), [[1.0] * 4] * 4, [[-3 * 2.0**-24] * 2] * 4,
@@ -128,12 +132,22 @@ COMMS = [None, "deepspeed", CommSchedule(reduce_bucket_size=40, prefetch_bucket_
 
 @pytest.mark.slow
 @settings(max_examples=40)
-@given(recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),
-       widths=st.lists(st.integers(1, 7), min_size=2, max_size=4), n=st.integers(1, 5), k=st.integers(1, 2),
-       precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "fp16-pure-sr", "fp16-reduce32", "fp16-accum32"]),
-       opt=st.sampled_from(["adam", "adamw", "sgd", "lion"]), checkpoint=st.booleans(), comm=st.sampled_from(range(len(COMMS))),
-       scale=st.sampled_from([1.0, 512.0, "torch", "deepspeed"]), clip=st.sampled_from([None, 0.05]), seed=st.integers(0, 2**16))
-def test_per_parameter_recipes_equal_the_oracle(recipe, widths, n, k, precision, opt, checkpoint, comm, scale, clip, seed):
+@given(
+    recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),
+    widths=st.lists(st.integers(1, 7), min_size=2, max_size=4),
+    n=st.integers(1, 5),
+    k=st.integers(1, 2),
+    precision=st.sampled_from(["fp16-mixed", "bf16-mixed", "fp32", "fp16-pure-sr", "fp16-reduce32", "fp16-accum32"]),
+    opt=st.sampled_from(["adam", "adamw", "sgd", "lion"]),
+    checkpoint=st.booleans(),
+    comm=st.sampled_from(range(len(COMMS))),
+    scale=st.sampled_from([1.0, 512.0, "torch", "deepspeed"]),
+    clip=st.sampled_from([None, 0.05]),
+    seed=st.integers(0, 2**16),
+)
+def test_per_parameter_recipes_equal_the_oracle(
+    recipe, widths, n, k, precision, opt, checkpoint, comm, scale, clip, seed
+):
     base = {"fp16-reduce32": DS3.with_(reduce="fp32"), "fp16-accum32": DS3.with_(grad_accum="fp32")}.get(precision)
     policy = (base or get_precision(precision)).with_(reduction=recipe).with_(
         loss_scale=scale, loss_scale_options={"init_scale": 2.0**15, "growth_interval": 2} if scale == "torch" else {})
@@ -161,7 +175,9 @@ def test_a_gpt_trains_on_per_parameter_partitions_like_the_oracle():
     model = GPT(vocab, 8, 2, 2, 8)
     params = model.init_params(np.random.default_rng(2))
     engine = ZeroEngine(model, Cluster(n), 3, get_optimizer("adam", lr=1e-2), DS3, params=params, checkpoint=True)
-    ref = Reference(model, get_optimizer("adam", lr=1e-2), DS3, world_size=n, params=params, reduce_every_micro_step=True)
+    ref = Reference(
+        model, get_optimizer("adam", lr=1e-2), DS3, world_size=n, params=params, reduce_every_micro_step=True
+    )
     rng = np.random.default_rng(3)
     for _ in range(3):
         step = make_sequence_task(rng, n, 2, 3, vocab, "copy")
@@ -174,7 +190,12 @@ def test_a_gpt_trains_on_per_parameter_partitions_like_the_oracle():
 
 @pytest.mark.slow
 @settings(max_examples=12)
-@given(recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]), n=st.integers(1, 5), m=st.integers(1, 5), seed=st.integers(0, 2**16))
+@given(
+    recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),
+    n=st.integers(1, 5),
+    m=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
 def test_a_per_parameter_checkpoint_resumes_and_reshards(tmp_path_factory, recipe, n, m, seed):
     widths = [3, 5, 2]
     model = MLP(widths)
@@ -185,9 +206,9 @@ def test_a_per_parameter_checkpoint_resumes_and_reshards(tmp_path_factory, recip
     for s in range(2):
         whole.step(data[s * n : (s + 1) * n])
     folder = str(tmp_path_factory.mktemp("ckpt"))
-    whole.save(folder)
-    resumed = ZeroEngine.load(folder, Cluster(n), model)  # the same run: bitwise equal after two more steps
-    resharded = ZeroEngine.load(folder, Cluster(m), model)  # N -> M: equal to the consolidated state
+    ckpt.save(whole, folder)
+    resumed = ckpt.load(folder, Cluster(n), model)  # the same run: bitwise equal after two more steps
+    resharded = ckpt.load(folder, Cluster(m), model)  # N -> M: equal to the consolidated state
     saved = consolidated(folder)
     master = np.concatenate([saved[f"{model.layers[s.layer].name}.{s.name}"].reshape(-1) for s in model.specs])
     assert np.array_equal(bits(resharded.full_master()), bits(master))
@@ -210,13 +231,22 @@ def test_inspect_names_each_ranks_chunks_and_padding(tmp_path):
     # MLP [3, 5, 2] on N = 3: fc0.w 15 -> 5 | fc0.b 5 -> 2 | fc1.w 10 -> 4 | fc1.b 2 -> 1; rank 2 holds fc0.w[10:15],
     # fc0.b[4:5] + 1 padding, fc1.w[8:10] + 2 padding and no element of fc1.b (1 padding): 8 real, 4 padding
     engine = ZeroEngine(MLP([3, 5, 2]), Cluster(3), 3, get_optimizer("adam"), DS3)
-    engine.save(str(tmp_path / "ds3"))
+    ckpt.save(engine, str(tmp_path / "ds3"))
     text = inspect(str(tmp_path / "ds3"))
-    assert "per-parameter layout (DeepSpeed ZeRO-3)" in text and "shard size s = 12, padded length 36 (4 padding" in text
+    assert (
+        "per-parameter layout (DeepSpeed ZeRO-3)" in text and "shard size s = 12, padded length 36 (4 padding" in text
+    )
     assert "12 real + 0 padding; fc0.w[0:5], fc0.b[0:2], fc1.w[0:4], fc1.b[0:1]" in text
-    assert "8 real + 4 padding; fc0.w[10:15], fc0.b[4:5] + 1 padding, fc1.w[8:10] + 2 padding, fc1.b[none] + 1 padding" in text
+    assert (
+        "8 real + 4 padding; fc0.w[10:15], fc0.b[4:5] + 1 padding, fc1.w[8:10] + 2 padding, fc1.b[none] + 1 padding"
+        in text
+    )
     fsdp2 = ZeroEngine(MLP([3, 5, 2]), Cluster(3), 3, get_optimizer("adam"), DS3.with_(reduction="fsdp2"))
-    fsdp2.save(str(tmp_path / "fsdp2"))
+    ckpt.save(fsdp2, str(tmp_path / "fsdp2"))
     text = inspect(str(tmp_path / "fsdp2"))  # chunks 6, 2, 5, 1 (test_fsdp2_cuts_each_parameter_on_dim_0)
     assert "per-parameter layout (FSDP2, Shard(0))" in text
-    assert "4 real + 10 padding; fc0.w[12:15] + 3 padding, fc0.b[4:5] + 1 padding, fc1.w[none] + 5 padding, fc1.b[none] + 1 padding" in text
+    assert (
+        "4 real + 10 padding; fc0.w[12:15] + 3 padding, fc0.b[4:5] + 1 padding, fc1.w[none] + 5 padding, fc1.b[none] + "
+        "1 padding"
+        in text
+    )

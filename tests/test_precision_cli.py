@@ -17,7 +17,7 @@ from zerosim import MLP, Reference, get_optimizer
 from zerosim.cli.main import main
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.trainer import TrainConfig, train
+from zerosim.train import TrainConfig, train
 
 
 def run(*argv) -> tuple:
@@ -27,7 +27,19 @@ def run(*argv) -> tuple:
     return code, out.getvalue(), err.getvalue()
 
 
-TRAIN = ["train", "--steps", "6", "--print-every", "1", "--precision", "fp16-mixed", "--widths", "8,16,4", "--stage", "2"]
+TRAIN = [
+    "train",
+    "--steps",
+    "6",
+    "--print-every",
+    "1",
+    "--precision",
+    "fp16-mixed",
+    "--widths",
+    "8,16,4",
+    "--stage",
+    "2",
+]
 
 
 def test_train_prints_the_scale_every_step_and_the_skipped_steps():
@@ -52,7 +64,12 @@ def test_train_json_has_the_scales_skips_and_norms():
     got = json.loads(out)
     policy = get_precision("fp16-mixed").with_(loss_scale="deepspeed")
     result = train(TrainConfig(widths=(8, 16, 4), stage=2, precision=policy, steps=6, clip_grad=0.05))
-    assert (got["losses"], got["scales"], got["skipped"], got["grad_norms"]) == (result.losses, result.scales, result.skipped, result.norms)
+    assert (got["losses"], got["scales"], got["skipped"], got["grad_norms"]) == (
+        result.losses,
+        result.scales,
+        result.skipped,
+        result.norms,
+    )
     assert [n is None for n in got["grad_norms"]] == [s in result.skipped for s in range(1, 7)]  # no norm when skipped
 
 
@@ -64,7 +81,9 @@ def test_train_prints_the_clipped_norm():
     assert [float(line.split("grad norm ")[1]) for line in lines] == result.norms
 
 
-@pytest.mark.parametrize("stage, recipe, allreduce", [(1, "deepspeed-zero12", None), (3, "fsdp2", None), (0, "ddp", "nccl")])
+@pytest.mark.parametrize(
+    "stage, recipe, allreduce", [(1, "deepspeed-zero12", None), (3, "fsdp2", None), (0, "ddp", "nccl")]
+)
 def test_train_with_a_recipe_gives_the_oracles_losses(stage, recipe, allreduce):
     n, steps, batch, widths, seed = 3, 3, 5, [6, 8, 3], 2
     args = ["train", "--json", "--stage", str(stage), "--ranks", str(n), "--steps", str(steps), "--batch", str(batch),
@@ -73,8 +92,14 @@ def test_train_with_a_recipe_gives_the_oracles_losses(stage, recipe, allreduce):
     assert code == 0
     model = MLP(widths)
     policy = get_precision("fp16-mixed").with_(reduction=recipe, allreduce=allreduce or "ring")
-    ref = Reference(model, get_optimizer("adam", lr=1e-2), policy, world_size=n, params=model.init_params(np.random.default_rng(seed + 1)),
-                    reduce_every_micro_step=stage >= 2)
+    ref = Reference(
+        model,
+        get_optimizer("adam", lr=1e-2),
+        policy,
+        world_size=n,
+        params=model.init_params(np.random.default_rng(seed + 1)),
+        reduce_every_micro_step=stage >= 2,
+    )
     pool = make_regression(np.random.default_rng(seed), n * steps, batch, widths)
     want = [float(np.mean(ref.step(pool[s * n : (s + 1) * n]))) for s in range(steps)]
     assert json.loads(out)["losses"] == want
@@ -102,15 +127,25 @@ def test_replay_narrates_the_scaled_and_unscaled_gradients():
                                   "found_inf": False, "skipped": False, "scale_after": 1024.0, "message": ""}
     g0, g1 = step["gpus"]
     # seed 004: local gradients [0, 0, 0, -4.5] and [-11, -5.5, -5.5, -5.5], each times 1024 in fp16 (exact)
-    assert g0["local_grads"] == [0, 0, 0, -4.5 * 1024] and g1["local_grads"] == [-11 * 1024, -5.5 * 1024, -5.5 * 1024, -5.5 * 1024]
-    assert g0["reduced_shard"] + g1["reduced_shard"] == [-11 * 1024, -5.5 * 1024, -5.5 * 1024, -10 * 1024]  # summed, still scaled
+    assert g0["local_grads"] == [0, 0, 0, -4.5 * 1024] and g1["local_grads"] == [
+        -11 * 1024,
+        -5.5 * 1024,
+        -5.5 * 1024,
+        -5.5 * 1024,
+    ]
+    # summed, still scaled
+    assert g0["reduced_shard"] + g1["reduced_shard"] == [-11 * 1024, -5.5 * 1024, -5.5 * 1024, -10 * 1024]
     assert g0["averaged_shard"] + g1["averaged_shard"] == [-5.5, -2.75, -2.75, -5.0]  # / 2, x fl32(1/1024): the seed's
     _, text, _ = run("replay", "--loss-scale", "1024")
-    assert "multiplied by fl32(1/S) = 0.0009765625" in text and "GPU 1 reduced (still scaled, fp16): [-5632, -10240]" in text
+    assert (
+        "multiplied by fl32(1/S) = 0.0009765625" in text
+        and "GPU 1 reduced (still scaled, fp16): [-5632, -10240]" in text
+    )
 
 
 def test_replay_with_a_dynamic_scale_skips_the_overflowing_step():
-    # 2**16 x 11 overflows fp16 (65504): torch's GradScaler skips steps while it halves S, 2**16 -> 2**15 -> 2**14 -> 2**13
+    # 2**16 x 11 overflows fp16 (65504): torch's GradScaler skips steps while it halves S, 2**16 -> 2**15 -> 2**14 ->
+    # 2**13
     # (11 x 2**13 = 90112 still overflows) -> 2**12 (45056 fits): the fifth step is the first update.
     code, out, _ = run("replay", "--loss-scale", "torch", "--steps", "5", "--json")
     assert code == 0

@@ -30,7 +30,8 @@ def by_gid(ax, gid: str) -> list:
 
 
 def test_underflow_histogram_counts_binary_exponents():
-    values = np.array([0.0, 2.0**-30, 3 * 2.0**-30, -(2.0**-20), 2.0**-3, 1.0, 1.5])  # exponents -30, -29, -20, -3, 0, 0
+    # exponents -30, -29, -20, -3, 0, 0
+    values = np.array([0.0, 2.0**-30, 3 * 2.0**-30, -(2.0**-20), 2.0**-3, 1.0, 1.5])
     ax = underflow_figure(values, scale=2.0**10, lo=-32, hi=12)
     heights = {round(b.get_x()): b.get_height() for b in by_gid(ax, "unscaled")}
     share = 100 / 6  # six nonzero values
@@ -53,7 +54,9 @@ def test_loss_scale_panels_mark_exactly_the_skipped_steps():
     data[2 * n + 1] = (x, np.full_like(t, 6e4))  # step 3: rank 1 overflows
     runs = {}
     for scaler in ("torch", "deepspeed"):
-        engine = ZeroEngine(MLP(widths), Cluster(n), 1, get_optimizer("adam"), get_precision("fp16-mixed").with_(loss_scale=scaler))
+        engine = ZeroEngine(
+            MLP(widths), Cluster(n), 1, get_optimizer("adam"), get_precision("fp16-mixed").with_(loss_scale=scaler)
+        )
         for s in range(8):
             engine.step(data[s * n : (s + 1) * n])
         runs[scaler] = engine.cluster.trace.of_type(LossScaleUpdate)
@@ -80,7 +83,8 @@ def test_clip_figure_draws_the_agreed_norms():
     (norm,) = by_gid(ax, "norm")
     (after,) = by_gid(ax, "clipped")
     assert list(norm.get_ydata()) == [c.norm for c in clips]
-    assert np.allclose(after.get_ydata(), [min(c.norm, 0.3) for c in clips], rtol=1e-5)  # norm x coef: max_norm when clipped
+    # norm x coef: max_norm when clipped
+    assert np.allclose(after.get_ydata(), [min(c.norm, 0.3) for c in clips], rtol=1e-5)
     (limit,) = by_gid(ax, "max_norm")
     assert list(limit.get_ydata()) == [0.3, 0.3]
 

@@ -36,7 +36,9 @@ def readme_blocks(text: str) -> list:
 
 def fresh_copy(dest: Path) -> Path:
     """The project's files as a clone of this working tree would hold them (tracked, or new and not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    )
     files = listed.stdout.split() if listed.returncode == 0 and listed.stdout else None
     if files is None:  # not a git checkout: everything but environments and caches
         skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "scratch")
@@ -166,9 +168,58 @@ def check_mpi_train(out: str, readme: str, project: Path, line: str) -> None:
     assert simulated.stdout.splitlines()[1:] == out.splitlines()[1:] and "4 ranks on numpy" in simulated.stdout
 
 
+def check_llama(out: str, readme: str, project: Path, line: str) -> None:
+    first, last = numbers(line.split("#", 1)[1])  # "# 0.23 -> 1.00": the answer accuracy at the first and last step
+    said = [float(a) for a in re.findall(r"answer accuracy ([\d.]+) on held-out strings", out)]
+    assert (round(said[0], 2), round(said[-1], 2)) == (first, last), said
+
+
+def check_llama_8192(out: str, readme: str, project: Path) -> None:
+    quoted = re.search(r"a decoder layer keeps\s+([\d,]+) bytes, ([\d.]+) GB of it P: no stage fits — ZeRO-3 holds "
+                       r"([\d.]+) GB measured \+ ([\d.]+) GB estimated,\s+\*\*([\d.]+) GB short\*\*", readme).groups()
+    layer, p_gb, measured, estimated, short = quoted
+    (block,) = [numbers(x)[0] for x in out.splitlines() if re.match(r"^\s+one block\s+\d", x)]  # MB, 3 decimals
+    (p_mb,) = [numbers(x)[0] for x in out.splitlines() if re.match(r"^\s+P\s+\d", x)]
+    assert round(int(layer.replace(",", "")) / 1e6, 3) == block and round(p_mb / 1e3, 2) == float(p_gb)
+    verdicts = re.findall(r"^([0-3])\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+(.*)$", out, re.M)
+    assert len(verdicts) == 4 and all(v[3].startswith("does not fit") for v in verdicts), verdicts
+    stage3 = verdicts[-1]
+    assert (round(float(stage3[1]), 2), round(float(stage3[2]), 2)) == (float(measured), float(estimated)), stage3
+    assert stage3[3] == f"does not fit: {short} GB short", stage3
+
+
+def check_llama_ds_config(out: str, readme: str, project: Path) -> None:
+    # the README's estimate row: DeepSpeed's gradient buckets are reduce_bucket_size x 2 B (once at stage 3)
+    config = json.loads((project / "zerosim/configs/samples/ds_config_zero3.json").read_text())
+    size = config["zero_optimization"]["reduce_bucket_size"]
+    bucket = re.search(r"DeepSpeed gradient buckets\s+([\d.]+) GB\s+from the config: reduce_bucket_size ([\d,]+) x 2 B",
+                       out)
+    assert int(bucket.group(2).replace(",", "")) == size and float(bucket.group(1)) == round(2 * size / 1e9, 3), out
+    assert re.search(r"^3\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+fits, [\d.]+ GB to spare$", out, re.M), out
+
+
+def check_plan(out: str, readme: str, project: Path) -> None:
+    skipped = numbers(re.search(r"ZeRO-0/1/2\s+are skipped \(([\d,./ ]+) GB of model states", readme).group(1))
+    printed = [float(x) for x in re.findall(r"^  ZeRO-[012]: ([\d.]+) GB$", out, re.M)]
+    assert printed == skipped, (printed, skipped)
+    best = re.search(r"\*\*ZeRO-3 with block\s+checkpointing, (\d+) sequences × (\d+) micro-steps: ([\d.]+) s per "
+                     r"step, ([\d.]+) GB measured \+ ([\d.]+) GB estimated, ([\d.]+) GB to\s+spare\*\*",
+                     readme).groups()
+    row = re.search(r"^ 1  3     block\s+(\d+) × (\d+)\s+([\d.]+)s\s+[\d,]+\s+\d+%\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)",
+                    out, re.M).groups()
+    assert (row[0], row[1], row[3], row[4], row[5]) == (best[0], best[1], best[3], best[4], best[5]), (row, best)
+    assert round(float(row[2]), 1) == float(best[2]), (row, best)
+    needs = re.search(r"block checkpointing at 8 sequences needs ([\d.]+) GB", readme).group(1)
+    assert re.search(rf"ZeRO-3 block\s+B = 8\s+needs\s+{re.escape(needs)} GB", out), out
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
     (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
+    (r"zerosim train --model llama --heads 4 --kv-heads 2", check_llama),
+    (r"zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192", check_llama_8192),
+    (r"zerosim memory --model llama-3-8b .*--ds-config", check_llama_ds_config),
+    (r"zerosim plan --model llama-3-70b --gpus 64", check_plan),
     (r"zerosim memory --params 7\.5e9 --ranks 64", check_memory_75b),
     (r"zerosim figures", check_figures),
     (r"zerosim memory --model gpt3-6\.7b .*--checkpoint block", check_memory_67b),
@@ -213,7 +264,8 @@ def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tm
                 ran.append(line)
                 continue
             result = run_line(line, project)
-            assert result.returncode == 0, f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            failed = f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            assert result.returncode == 0, failed
             matching = [check for pattern, check in CHECKS if re.search(pattern, line)]
             assert len(matching) == 1, f"README command {line!r}: {len(matching)} checks of what it prints (want one)"
             check = matching[0]

@@ -13,18 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
-from zerosim.collectives import fsdp2_divide_factors
+from zerosim.zero.divide_factors import fsdp2_divide_factors
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.averaging import RECIPES
+from zerosim.zero.recipes import RECIPES
 
 from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{a.dtype.itemsize * 8}")
 
 
 def linear_step(policy, stage: int, xs: list, ts: list) -> tuple:
@@ -35,7 +32,14 @@ def linear_step(policy, stage: int, xs: list, ts: list) -> tuple:
     zeros = np.zeros(model.num_params, np.float32)
     batches = [(np.float32([x]), np.float32([t])) for x, t in zip(xs, ts)]
     engine = ZeroEngine(model, Cluster(len(xs)), stage, get_optimizer("sgd", lr=1.0), policy, params=zeros)
-    ref = Reference(model, get_optimizer("sgd", lr=1.0), policy, world_size=len(xs), params=zeros, reduce_every_micro_step=stage >= 2)
+    ref = Reference(
+        model,
+        get_optimizer("sgd", lr=1.0),
+        policy,
+        world_size=len(xs),
+        params=zeros,
+        reduce_every_micro_step=stage >= 2,
+    )
     engine.step(batches)
     ref.step(batches)
     return -engine.full_master(), -ref.master()
@@ -46,33 +50,98 @@ TINY = 3 * 2.0**-24  # three of fp16's smallest subnormal
 
 RECIPE_TABLE = [
     # (name, policy, stage, x per rank, t per rank, the g every element gets (W then b), why)
-    ("seeds, fp32 wire", FP16.with_(reduce="fp32"), 1, [[1.0], [1.0]], [[-1.0], [-2.0**-11]], 0.500244140625,
-     "ranks hold 1 and 2**-11; the fp32 ring sums 1 + 2**-11 exactly, / 2 in fp32: 0.5 + 2**-12"),
-    ("deepspeed-zero12: the copy back rounds", FP16.with_(reduce="fp32", reduction="deepspeed-zero12"), 1,
-     [[1.0], [1.0]], [[-1.0], [-2.0**-11]], 0.5,
-     "div_(2) in fp16 on CUDA: 1 * fl32(0.5) = 0.5, 2**-11 -> 2**-12 (exact); cast to fp32, summed: 0.5 + 2**-12; "
-     "copied back into the fp16 bucket, where the spacing at 0.5 is 2**-11: a tie, to even: 0.5"),
-    ("deepspeed-zero12: div_ on CUDA at N = 14", FP16.with_(reduction="deepspeed-zero12"), 1, [[1.0]] * 14,
-     [[-91 * 2.0**-24]] + [[0.0]] * 13, 7 * 2.0**-24,
-     "rank 0 holds 91 * 2**-24, the others 0. CUDA's div_ multiplies by fl32(1/14) = 0.0714285746 (1/14 rounded up): "
-     "6.5000003 * 2**-24 in fp32, just above the tie between fp16 subnormals 6 and 7: 7 * 2**-24 (a correctly "
-     "rounded division, or the seeds' recipe, gives 6.5 exactly -> to even 6, resp. 6.5 * 2**-24 in fp32)"),
-    ("seeds at N = 14, the same gradients", FP16, 1, [[1.0]] * 14, [[-91 * 2.0**-24]] + [[0.0]] * 13, 6.5 * 2.0**-24,
-     "the fp16 ring adds zeros to 91 * 2**-24 exactly; / 14 in fp32: 6.5 * 2**-24"),
-    ("seeds, fp16 wire", FP16, 0, [[1.0]] * 3, [[-1638 * 2.0**-14]] * 3, float(np.float32(1228 * 2.0**-12) / np.float32(3)),
-     "fp16(0.1) = 1638 * 2**-14 on 3 ranks: 1638 + 1638 = 3276 * 2**-14 (exact), + 1638 = 4914 * 2**-14 = "
-     "1228.5 * 2**-12 at spacing 2**-12: a tie, to even 1228 * 2**-12 = 0.2998046875; / 3 in fp32: 0.0999348983"),
-    ("ddp: multiply by fl32(1/N) first", FP16.with_(reduction="ddp"), 0, [[1.0]] * 3, [[-1638 * 2.0**-14]] * 3, 1638 * 2.0**-14,
-     "each rank: 1638 * 2**-14 * fl32(1/3) = 1092 * 2**-15 * (1 + 3e-8) in fp32, to fp16 (spacing 2**-15): 1092 * 2**-15; "
-     "1092 + 1092 = 2184 * 2**-15 (exact), + 1092 = 3276 * 2**-15 = 1638 * 2**-14 (exact): fp16(0.1) itself"),
-    ("fsdp2 fp16 at N = 6: pre 4, post 1.5", FP16.with_(reduction="fsdp2"), 3, [[1.0]] * 6, [[-TINY]] * 6, 4 * 2.0**-24,
-     "each rank holds 3 * 2**-24 (subnormal); div_(4): 0.75 * 2**-24 rounds to 2**-24; six of them sum to 6 * 2**-24 "
-     "exactly; div_(1.5) on CUDA: 6 * 2**-24 * fl32(2/3) = 4.0000001 * 2**-24, to fp16: 4 * 2**-24 (the true mean is 3)"),
-    ("seeds at N = 6, the same gradients", FP16, 2, [[1.0]] * 6, [[-TINY]] * 6, TINY,
-     "the fp16 ring sums 18 * 2**-24 exactly (subnormals add exactly), / 6 in fp32: 3 * 2**-24"),
-    ("fsdp2 bf16 at N = 3: NCCL AVG", get_precision("bf16-mixed").with_(reduction="fsdp2"), 3, [[1.0]] * 3, [[-197 / 128]] * 3, 1.546875,
-     "PreMulSum by bf16(float(1/3)) = 171/512; 197/128 * 171/512 = 0.51402 -> bf16 132/256 = 0.515625; "
-     "0.515625 + 0.515625 = 1.03125 (exact), + 0.515625 = 1.546875 = 198/128 (exact); .to(fp32)"),
+    (
+        "seeds, fp32 wire",
+        FP16.with_(reduce="fp32"),
+        1,
+        [[1.0], [1.0]],
+        [[-1.0], [-(2.0**-11)]],
+        0.500244140625,
+        "ranks hold 1 and 2**-11; the fp32 ring sums 1 + 2**-11 exactly, / 2 in fp32: 0.5 + 2**-12",
+    ),
+    (
+        "deepspeed-zero12: the copy back rounds",
+        FP16.with_(reduce="fp32", reduction="deepspeed-zero12"),
+        1,
+        [[1.0], [1.0]],
+        [[-1.0], [-(2.0**-11)]],
+        0.5,
+        "div_(2) in fp16 on CUDA: 1 * fl32(0.5) = 0.5, 2**-11 -> 2**-12 (exact); cast to fp32, summed: 0.5 + 2**-12; "
+        "copied back into the fp16 bucket, where the spacing at 0.5 is 2**-11: a tie, to even: 0.5",
+    ),
+    (
+        "deepspeed-zero12: div_ on CUDA at N = 14",
+        FP16.with_(reduction="deepspeed-zero12"),
+        1,
+        [[1.0]] * 14,
+        [[-91 * 2.0**-24]] + [[0.0]] * 13,
+        7 * 2.0**-24,
+        "rank 0 holds 91 * 2**-24, the others 0. CUDA's div_ multiplies by fl32(1/14) = 0.0714285746 (1/14 rounded "
+        "up): "
+        "6.5000003 * 2**-24 in fp32, just above the tie between fp16 subnormals 6 and 7: 7 * 2**-24 (a correctly "
+        "rounded division, or the seeds' recipe, gives 6.5 exactly -> to even 6, resp. 6.5 * 2**-24 in fp32)",
+    ),
+    (
+        "seeds at N = 14, the same gradients",
+        FP16,
+        1,
+        [[1.0]] * 14,
+        [[-91 * 2.0**-24]] + [[0.0]] * 13,
+        6.5 * 2.0**-24,
+        "the fp16 ring adds zeros to 91 * 2**-24 exactly; / 14 in fp32: 6.5 * 2**-24",
+    ),
+    (
+        "seeds, fp16 wire",
+        FP16,
+        0,
+        [[1.0]] * 3,
+        [[-1638 * 2.0**-14]] * 3,
+        float(np.float32(1228 * 2.0**-12) / np.float32(3)),
+        "fp16(0.1) = 1638 * 2**-14 on 3 ranks: 1638 + 1638 = 3276 * 2**-14 (exact), + 1638 = 4914 * 2**-14 = "
+        "1228.5 * 2**-12 at spacing 2**-12: a tie, to even 1228 * 2**-12 = 0.2998046875; / 3 in fp32: 0.0999348983",
+    ),
+    (
+        "ddp: multiply by fl32(1/N) first",
+        FP16.with_(reduction="ddp"),
+        0,
+        [[1.0]] * 3,
+        [[-1638 * 2.0**-14]] * 3,
+        1638 * 2.0**-14,
+        "each rank: 1638 * 2**-14 * fl32(1/3) = 1092 * 2**-15 * (1 + 3e-8) in fp32, to fp16 (spacing 2**-15): 1092 * "
+        "2**-15; "
+        "1092 + 1092 = 2184 * 2**-15 (exact), + 1092 = 3276 * 2**-15 = 1638 * 2**-14 (exact): fp16(0.1) itself",
+    ),
+    (
+        "fsdp2 fp16 at N = 6: pre 4, post 1.5",
+        FP16.with_(reduction="fsdp2"),
+        3,
+        [[1.0]] * 6,
+        [[-TINY]] * 6,
+        4 * 2.0**-24,
+        "each rank holds 3 * 2**-24 (subnormal); div_(4): 0.75 * 2**-24 rounds to 2**-24; six of them sum to 6 * "
+        "2**-24 "
+        "exactly; div_(1.5) on CUDA: 6 * 2**-24 * fl32(2/3) = 4.0000001 * 2**-24, to fp16: 4 * 2**-24 (the true mean "
+        "is 3)",
+    ),
+    (
+        "seeds at N = 6, the same gradients",
+        FP16,
+        2,
+        [[1.0]] * 6,
+        [[-TINY]] * 6,
+        TINY,
+        "the fp16 ring sums 18 * 2**-24 exactly (subnormals add exactly), / 6 in fp32: 3 * 2**-24",
+    ),
+    (
+        "fsdp2 bf16 at N = 3: NCCL AVG",
+        get_precision("bf16-mixed").with_(reduction="fsdp2"),
+        3,
+        [[1.0]] * 3,
+        [[-197 / 128]] * 3,
+        1.546875,
+        "PreMulSum by bf16(float(1/3)) = 171/512; 197/128 * 171/512 = 0.51402 -> bf16 132/256 = 0.515625; "
+        "0.515625 + 0.515625 = 1.03125 (exact), + 0.515625 = 1.546875 = 198/128 (exact); .to(fp32)",
+    ),
 ]
 
 
@@ -130,13 +199,19 @@ def test_the_all_reduce_chunk_map_option_on_a_hand_derived_case(allreduce, sums)
 )
 def test_every_recipe_equals_the_oracle_run_with_the_same_recipe(name, precision, reduce, n, k, scale, seed, data):
     stage = data.draw(st.sampled_from(RECIPES[name].stages), label="stage")
-    policy = get_precision(precision).with_(reduction=name, reduce=None if name == "ddp" else reduce, loss_scale=scale,
-                                            allreduce=data.draw(st.sampled_from(["ring", "nccl"])) if stage == 0 else "ring")
+    policy = get_precision(precision).with_(
+        reduction=name,
+        reduce=None if name == "ddp" else reduce,
+        loss_scale=scale,
+        allreduce=data.draw(st.sampled_from(["ring", "nccl"])) if stage == 0 else "ring",
+    )
     widths = [3, 5, 2]
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed))
     batches = make_regression(np.random.default_rng(seed + 1), 2 * n * k, 3, widths)
-    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adamw", lr=1e-2), policy, params=params, accumulation_steps=k)
+    engine = ZeroEngine(
+        model, Cluster(n), stage, get_optimizer("adamw", lr=1e-2), policy, params=params, accumulation_steps=k
+    )
     ref = Reference(model, get_optimizer("adamw", lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k,
                     reduce_every_micro_step=stage >= 2)
     for s in range(2):
@@ -149,11 +224,15 @@ def test_every_recipe_equals_the_oracle_run_with_the_same_recipe(name, precision
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("stage, changes, comm, message", [
-    (2, dict(reduction="ddp"), None, r"reduction 'ddp' follows .*reducer.cpp.* runs at ZeRO stage\(s\) 0, not 2; at stage 2 choose one of: seeds, deepspeed-zero12$"),
+    (2, dict(reduction="ddp"), None, r"reduction 'ddp' follows .*reducer.cpp.* runs at ZeRO stage\(s\) 0, not 2; at "
+                                     r"stage 2 choose one of: seeds, deepspeed-zero12$"),
     (0, dict(reduction="fsdp2"), None, r"runs at ZeRO stage\(s\) 3, not 0; at stage 0 choose one of: seeds, ddp"),
-    (2, dict(reduction="fsdp2"), None, r"reduction 'fsdp2' follows .*_fsdp_collectives.py.* runs at ZeRO stage\(s\) 3, not 2"),
-    (3, dict(reduction="deepspeed-zero12"), None, r"stage\(s\) 1/2, not 3; at stage 3 choose one of: seeds, deepspeed-zero3, fsdp2"),
-    (2, dict(reduction="deepspeed-zero3"), None, r"reduction 'deepspeed-zero3' follows .*stage3.py.* runs at ZeRO stage\(s\) 3, not 2"),
+    (2, dict(reduction="fsdp2"), None, r"reduction 'fsdp2' follows .*_fsdp_collectives.py.* runs at ZeRO stage\(s\) 3, "
+                                       r"not 2"),
+    (3, dict(reduction="deepspeed-zero12"), None, r"stage\(s\) 1/2, not 3; at stage 3 choose one of: seeds, "
+                                                  r"deepspeed-zero3, fsdp2"),
+    (2, dict(reduction="deepspeed-zero3"), None, r"reduction 'deepspeed-zero3' follows .*stage3.py.* runs at ZeRO "
+                                                 r"stage\(s\) 3, not 2"),
     (0, dict(reduction="ddp", reduce="fp32"), None, "reduction 'ddp' all-reduces in the gradient's own dtype"),
     (0, dict(allreduce="nccl"), "deepspeed", "allreduce='nccl' all-reduces the whole gradient in one call"),
 ])
@@ -167,7 +246,8 @@ def test_a_recipe_is_refused_where_its_framework_does_not_run_it(stage, changes,
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 def test_the_meta_backend_refuses_per_parameter_partitions():
     cluster = Cluster(4, backend="meta", hosted="all")
-    with pytest.raises(ValueError, match="'deepspeed-zero3' shards by per-parameter partitions, which the meta backend does not account"):
+    with pytest.raises(ValueError, match="'deepspeed-zero3' shards by per-parameter partitions, which the meta backend "
+                                         "does not account"):
         ZeroEngine(meta_twin(MLP([3, 2])), cluster, 3, get_optimizer("adam"), FP16.with_(reduction="deepspeed-zero3"))
     assert all(not r.ledger.live for r in cluster.ranks)
 
@@ -180,14 +260,25 @@ def test_the_meta_backend_records_what_the_numpy_engine_records(widths, n, name,
     # every flat-layout recipe, loss scale and clipping at 7B scale runs on the meta backend (shapes, no data): it must
     # record the same collectives (the overflow flag's and the norm's included) and the same buffers as the simulator
     stage = data.draw(st.sampled_from(RECIPES[name].stages), label="stage")
-    policy = FP16.with_(reduction=name, loss_scale=scale, loss_scale_options={"init_scale": 8.0} if isinstance(scale, str) else {},
-                        allreduce=data.draw(st.sampled_from(["ring", "nccl"])) if stage == 0 else "ring")
+    policy = FP16.with_(
+        reduction=name,
+        loss_scale=scale,
+        loss_scale_options={"init_scale": 8.0} if isinstance(scale, str) else {},
+        allreduce=data.draw(st.sampled_from(["ring", "nccl"])) if stage == 0 else "ring",
+    )
     mlp = MLP(widths)
     real = ZeroEngine(mlp, Cluster(n, trace="call"), stage, get_optimizer("adam"), policy, clip_grad=clip)
     real.step(make_regression(np.random.default_rng(0), n, 2, widths))
     twin = meta_twin(mlp)
-    meta = ZeroEngine(twin, Cluster(n, backend="meta", hosted="all", trace="call"), stage, get_optimizer("adam"), policy, clip_grad=clip)
-    meta.step(twin.batches(n, 2))
+    meta = ZeroEngine(
+        twin,
+        Cluster(n, backend="meta", hosted="all", trace="call"),
+        stage,
+        get_optimizer("adam"),
+        policy,
+        clip_grad=clip,
+    )
+    meta.step(twin.batches(meta.cluster, 2))
     assert real.t == meta.t == 1  # nothing skipped (a small S; the meta backend sees no values, so no overflow)
     for a, b in zip(real.cluster.ranks, meta.cluster.ranks):
         assert _engine_events(b.ledger) == _engine_events(a.ledger)

@@ -70,7 +70,9 @@ def test_adam_states_and_masters(replayed):
             # the update lr*m_hat/(sqrt(v_hat)+eps) = 0.1 takes ~8 roundings, the subtraction one more
             assert abs(gpu["master"][j] - master) <= gamma(8) * 0.1 + U32 * abs(master)
             assert gpu["compute_shard"][j] == fp16  # exact: the fp16 truth
-    assert r["final_params"][0][:4] == [2.099609375, -2.900390625, 1.099609375, 0.60009765625] if r["stage"] < 3 else True
+    assert (
+        r["final_params"][0][:4] == [2.099609375, -2.900390625, 1.099609375, 0.60009765625] if r["stage"] < 3 else True
+    )
 
 
 def test_stage_specific_communication(replayed):

@@ -11,9 +11,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from zerosim import MLP, Cluster, ZeroEngine
+from zerosim import checkpoint as ckpt
+from zerosim import MLP, Cluster
 from zerosim.cli.main import main
-from zerosim.zero.trainer import TrainConfig, train
+from zerosim.train import TrainConfig, train
 
 SAVED = ["--stage", "3", "--ranks", "2", "--precision", "fp16-mixed", "--optimizer", "lion", "--lr", "1e-3",
          "--accumulation-steps", "2", "--widths", "8,16,4", "--seed", "3"]
@@ -59,10 +60,10 @@ def test_the_python_config_follows_the_same_rule(saved):
 
 def test_zeroengine_load_keeps_the_saved_stage_and_takes_the_clusters_ranks(saved):
     directory, _ = saved
-    engine = ZeroEngine.load(directory, Cluster(2), MLP([8, 16, 4]))
+    engine = ckpt.load(directory, Cluster(2), MLP([8, 16, 4]))
     kept = (engine.stage_number, engine.cluster.world_size, engine.optimizer.name, engine.accumulation_steps)
     assert kept == (3, 2, "lion", 2)
-    assert ZeroEngine.load(directory, Cluster(3), MLP([8, 16, 4]), stage=1).stage_number == 1  # asked for: resharded
+    assert ckpt.load(directory, Cluster(3), MLP([8, 16, 4]), stage=1).stage_number == 1  # asked for: resharded
 
 
 def test_a_stage_or_rank_count_given_reshards(saved):

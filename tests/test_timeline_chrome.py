@@ -16,8 +16,22 @@ from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.timeline import Hardware, simulate, write_chrome_trace
 from zerosim.timeline import chrome_trace as chrome_trace_module
 
-METADATA = {"process_name": "name", "thread_name": "name", "process_sort_index": "sort_index", "thread_sort_index": "sort_index"}
-X_FIELDS = {"name": str, "cat": str, "ph": str, "ts": (int, float), "dur": (int, float), "pid": int, "tid": int, "args": dict}
+METADATA = {
+    "process_name": "name",
+    "thread_name": "name",
+    "process_sort_index": "sort_index",
+    "thread_sort_index": "sort_index",
+}
+X_FIELDS = {
+    "name": str,
+    "cat": str,
+    "ph": str,
+    "ts": (int, float),
+    "dur": (int, float),
+    "pid": int,
+    "tid": int,
+    "args": dict,
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +39,12 @@ def result():
     cluster = Cluster(3, trace="call")
     engine = ZeroEngine(MLP([8, 16, 4]), cluster, 3, Adam())
     rng = np.random.default_rng(0)
-    engine.step([(rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)) for _ in range(3)])
+    engine.step(
+        [
+            (rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+            for _ in range(3)
+        ]
+    )
     return simulate(cluster.trace, Hardware("h100", "ib_ndr"))
 
 

@@ -21,12 +21,25 @@ def run_json(capsys, *argv):
 def test_step_is_compute_plus_exposed_and_overlap_hides_the_rest(capsys):
     # One representative rank: its compute stream idles only while it waits for communication, so the step
     # is compute + exposed, and communication = hidden + exposed (the overlapped part comes off the step).
-    r = run_json(capsys, "--model", "gpt2-small", "--ranks", "16", "--comm", "fsdp", "--forward-prefetch", "--tokens", "8192")
+    r = run_json(
+        capsys, "--model", "gpt2-small", "--ranks", "16", "--comm", "fsdp", "--forward-prefetch", "--tokens", "8192"
+    )
     assert r["step_s"] == pytest.approx(r["compute_s"] + r["exposed_comm_s"], rel=1e-12)
     assert r["step_s"] == pytest.approx(r["compute_s"] + r["comm_s"] - r["overlapped_s"], rel=1e-12)
     assert r["overlapped_s"] > 0.5 * r["comm_s"]  # prefetch and reduce-scatters behind backward hide most of it
-    off = run_json(capsys, "--model", "gpt2-small", "--ranks", "16", "--comm", "fsdp", "--forward-prefetch", "--tokens", "8192",
-                   "--no-overlap")
+    off = run_json(
+        capsys,
+        "--model",
+        "gpt2-small",
+        "--ranks",
+        "16",
+        "--comm",
+        "fsdp",
+        "--forward-prefetch",
+        "--tokens",
+        "8192",
+        "--no-overlap",
+    )
     assert off["exposed_comm_s"] == pytest.approx(off["comm_s"], rel=1e-12)  # one stream: nothing hidden
     assert off["step_s"] == pytest.approx(off["compute_s"] + off["comm_s"], rel=1e-12)
     assert off["compute_s"] == pytest.approx(r["compute_s"], rel=1e-12)  # the same work, only serialised
@@ -55,7 +68,9 @@ def test_prefetch_raises_the_params_peak(capsys):
 
 def test_trace_and_figure_files(tmp_path, capsys):
     trace, figure = tmp_path / "step.json", tmp_path / "step.png"
-    assert main(["timeline", "--model", "gpt2-small", "--ranks", "8", "--trace", str(trace), "--figure", str(figure)]) == 0
+    assert (
+        main(["timeline", "--model", "gpt2-small", "--ranks", "8", "--trace", str(trace), "--figure", str(figure)]) == 0
+    )
     out = capsys.readouterr().out
     assert "ui.perfetto.dev" in out and str(figure) in out
     events = json.loads(trace.read_text())["traceEvents"]

@@ -71,9 +71,11 @@ def test_how_seed001_gets_31_ms_and_560_ms():
     huge = 10**9  # (N−1)/N = 1 − 1e-9: the large-N limit to 1e-9
     limit = 1e-8  # relative distance to the limit: 1e-9 from (N−1)/N, plus rounding
     bidirectional = Link("NVLink 4 both ways", 900e9, 0.0, "")
-    assert ring_collective_time("all_reduce", 14e9, huge, bidirectional) == pytest.approx(2 * 14 / 900, rel=limit)  # 31.1 ms
+    # 31.1 ms
+    assert ring_collective_time("all_reduce", 14e9, huge, bidirectional) == pytest.approx(2 * 14 / 900, rel=limit)
     per_direction = Link("NVLink 4 one way", LINKS["nvlink4"].bandwidth, 0.0, "")
-    assert ring_collective_time("all_reduce", 14e9, huge, per_direction) == pytest.approx(2 * 14 / 450, rel=limit)  # 62.2 ms
+    # 62.2 ms
+    assert ring_collective_time("all_reduce", 14e9, huge, per_direction) == pytest.approx(2 * 14 / 450, rel=limit)
     ib = Link("NDR one way", LINKS["ib_ndr"].bandwidth, 0.0, "")
     assert ring_collective_time("all_reduce", 14e9, huge, ib) == pytest.approx(0.56, rel=limit)  # the seed's 560 ms
 

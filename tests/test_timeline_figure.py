@@ -16,7 +16,12 @@ def run(stage, checkpoint=False, ranks=2):
     cluster = Cluster(ranks, trace="call")
     engine = ZeroEngine(MLP([8, 16, 4]), cluster, stage, Adam(), checkpoint=checkpoint)
     rng = np.random.default_rng(1)
-    engine.step([(rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)) for _ in range(ranks)])
+    engine.step(
+        [
+            (rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32))
+            for _ in range(ranks)
+        ]
+    )
     return simulate(cluster.trace, Hardware("a100", "pcie5"))
 
 
@@ -24,7 +29,12 @@ def run(stage, checkpoint=False, ranks=2):
 def test_rows_and_legend_name_what_is_drawn(stage, checkpoint):
     result = run(stage, checkpoint)
     ax = timeline_figure(result)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0 compute", "rank 0 comm", "rank 1 compute", "rank 1 comm"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "rank 0 compute",
+        "rank 0 comm",
+        "rank 1 compute",
+        "rank 1 comm",
+    ]
     drawn = {iv.category for iv in result.intervals()}
     legend = {t.get_text() for t in ax.get_legend().get_texts()}
     exposed = {EXPOSED + " (under compute)"} if result.exposed_comm.max() > 0 else set()

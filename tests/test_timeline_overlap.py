@@ -137,7 +137,10 @@ def test_step_times_from_consecutive_steps():
     # first backward needs nothing, so it starts when rank's compute stream frees, at 16, under that
     # reduce-scatter; step 2's last reduce-scatter ends at 16 + 18 = 34. Step times: 18, then 34 − 18 = 16.
     one = backward_with_reduce_scatters(2, 2)
-    two = [ev.__class__(**{**ev.__dict__, "step": 2, **({"call": ev.call + 4} if isinstance(ev, Call) else {})}) for ev in one]
+    two = [
+        ev.__class__(**{**ev.__dict__, "step": 2, **({"call": ev.call + 4} if isinstance(ev, Call) else {})})
+        for ev in one
+    ]
     result = simulate(one + two, hw(1.0))
     assert result.step_times == {1: 18.0, 2: 16.0}
     assert result.step_time == 16.0

@@ -25,7 +25,9 @@ def cli_losses(*args):
     return json.loads(out.getvalue())
 
 
-@pytest.mark.parametrize("stage, k, grad_accum", [(1, 1, "compute"), (1, 3, "compute"), (2, 3, "compute"), (3, 2, "fp32"), (0, 2, "fp32")])
+@pytest.mark.parametrize(
+    "stage, k, grad_accum", [(1, 1, "compute"), (1, 3, "compute"), (2, 3, "compute"), (3, 2, "fp32"), (0, 2, "fp32")]
+)
 def test_train_losses_are_the_oracles(stage, k, grad_accum):
     n, steps, batch, widths, seed, lr = 3, 4, 5, [6, 8, 3], 2, 1e-2
     got = cli_losses("--stage", str(stage), "--ranks", str(n), "--steps", str(steps), "--batch", str(batch),
@@ -33,8 +35,15 @@ def test_train_losses_are_the_oracles(stage, k, grad_accum):
                      "--accumulation-steps", str(k), "--grad-accum", grad_accum)
     model = MLP(widths)
     policy = get_precision("bf16-mixed").with_(grad_accum="fp32" if grad_accum == "fp32" else None)
-    ref = Reference(model, get_optimizer("adam", lr=lr), policy, world_size=n, params=model.init_params(np.random.default_rng(seed + 1)),
-                    accumulation_steps=k, reduce_every_micro_step=stage >= 2)
+    ref = Reference(
+        model,
+        get_optimizer("adam", lr=lr),
+        policy,
+        world_size=n,
+        params=model.init_params(np.random.default_rng(seed + 1)),
+        accumulation_steps=k,
+        reduce_every_micro_step=stage >= 2,
+    )
     pool = make_regression(np.random.default_rng(seed), n * k * min(steps, 32), batch, widths)
     want = []
     for t in range(steps):

@@ -21,11 +21,36 @@ def cli(*args):
     return json.loads(out.getvalue())
 
 
-@pytest.mark.parametrize("stage, task, extra", [(0, "copy", ()), (2, "sort", ("--checkpoint",)), (3, "reverse", ("--attention", "flash"))])
+@pytest.mark.parametrize(
+    "stage, task, extra", [(0, "copy", ()), (2, "sort", ("--checkpoint",)), (3, "reverse", ("--attention", "flash"))]
+)
 def test_gpt_losses_are_the_oracles(stage, task, extra):
     n, steps, batch, seed, lr = 3, 3, 4, 5, 1e-2
-    got = cli("--stage", str(stage), "--ranks", str(n), "--steps", str(steps), "--batch", str(batch), "--seed", str(seed),
-              "--lr", str(lr), "--task", task, "--vocab", "7", "--length", "2", "--d-model", "8", "--heads", "2", *extra)
+    got = cli(
+        "--stage",
+        str(stage),
+        "--ranks",
+        str(n),
+        "--steps",
+        str(steps),
+        "--batch",
+        str(batch),
+        "--seed",
+        str(seed),
+        "--lr",
+        str(lr),
+        "--task",
+        task,
+        "--vocab",
+        "7",
+        "--length",
+        "2",
+        "--d-model",
+        "8",
+        "--heads",
+        "2",
+        *extra,
+    )
     attention = "flash" if "flash" in extra else "standard"
     model = GPT(7, 8, 2, 1, 4, attention=attention, checkpoint="block" if "--checkpoint" in extra else "none")
     ref = Reference(model, get_optimizer("adam", lr=lr), "bf16-mixed", world_size=n,
@@ -60,8 +85,9 @@ def test_the_text_output_names_the_gpt_and_its_accuracy():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--vocab", "8"), "--vocab describe the GPT: add --model gpt"),
-    (("--attention", "flash"), "--attention describe the GPT: add --model gpt"),
+    (("--vocab", "8"), "--vocab describe the GPT or the Llama: add --model gpt or --model llama"),
+    (("--attention", "flash"), "--attention describe the GPT or the Llama: add --model gpt"),
+    (("--model", "gpt", "--kv-heads", "1"), "--kv-heads sets the Llama's grouped-query attention: add --model llama"),
     (("--task", "copy"), "the GPT learns copy, reverse or sort"),
     (("--model", "gpt", "--task", "regression"), "the MLP learns regression or classification"),
     (("--model", "gpt", "--widths", "4,8,2"), "--widths sizes the MLP"),

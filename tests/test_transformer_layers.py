@@ -40,7 +40,9 @@ def check_unit_by_fd(unit, x, p):
 
 def random_params(unit, rng, scale=0.5):
     """float64 params with O(1) entries (LN gains near 1), so every term of the backward matters."""
-    return {k: (1.0 if k.endswith(".g") else 0.0) + scale * rng.standard_normal(s) for k, s in unit.param_shapes.items()}
+    return {
+        k: (1.0 if k.endswith(".g") else 0.0) + scale * rng.standard_normal(s) for k, s in unit.param_shapes.items()
+    }
 
 
 # -- function pairs, float64 finite differences --------------------------------------------------
@@ -147,7 +149,9 @@ UNITS = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-{getattr(u, 'activation', '')}")
+@pytest.mark.parametrize(
+    "unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-{getattr(u, 'activation', '')}"
+)
 def test_unit_backward_matches_finite_differences(unit):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 5, 8))  # (B, L, d)
@@ -155,7 +159,9 @@ def test_unit_backward_matches_finite_differences(unit):
     if getattr(unit, "activation", None) == "relu":
         # Premise: no ReLU input within 1e-3 of its kink, so no FD step (which moves x1 by < 1e-4) crosses it.
         _, cache = unit.forward(p, x, FP64)
-        ln = layernorm_output((cache["pre-FFN input"], cache["LN2 mean"], cache["LN2 rstd"]), p["ln2.g"], p["ln2.b"], FP64)
+        ln = layernorm_output(
+            (cache["pre-FFN input"], cache["LN2 mean"], cache["LN2 rstd"]), p["ln2.g"], p["ln2.b"], FP64
+        )
         assert np.abs(ln @ p["w1"].T + p["b1"]).min() > 1e-3
     check_unit_by_fd(unit, x, p)
 
@@ -238,7 +244,9 @@ def attention_error_bound(q, k, v, do, fmt, n_tiles):
     e_dS = eps_p * P * np.abs(dP - D) + P * (e_dP + e_D) + 2 * U32 * P * (np.abs(dP) + np.abs(D)) + u * np.abs(dS)
     dQ, dK = dS @ k * c, np.swapaxes(dS, -1, -2) @ q * c
     e_dQ = (e_dS @ np.abs(k) + gamma(L + n_tiles + 1) * np.abs(dS) @ np.abs(k)) * c + u * np.abs(dQ)
-    e_dK = (np.swapaxes(e_dS, -1, -2) @ np.abs(q) + gamma(L + 1) * np.swapaxes(np.abs(dS), -1, -2) @ np.abs(q)) * c + u * np.abs(dK)
+    e_dK = (
+        np.swapaxes(e_dS, -1, -2) @ np.abs(q) + gamma(L + 1) * np.swapaxes(np.abs(dS), -1, -2) @ np.abs(q)
+    ) * c + u * np.abs(dK)
     exact = dict(O=O, dQ=dQ, dK=dK, dV=np.swapaxes(P, -1, -2) @ do)
     return exact, {name: 1.1 * e for name, e in dict(O=e_O, dQ=e_dQ, dK=e_dK, dV=e_dV).items()}
 
@@ -281,7 +289,11 @@ def test_flash_attention_saves_no_l_squared_buffer():
 SPEC_UNITS = [
     *(AttentionBlock(12, 3, attention=a, block=4) for a in ("standard", "selective", "flash")),
     *(FFNBlock(12, activation=a) for a in ("gelu", "relu")),
-    *(TransformerBlock(12, 2, activation=act, attention=a, block=4) for a in ("standard", "flash") for act in ("gelu", "relu")),
+    *(
+        TransformerBlock(12, 2, activation=act, attention=a, block=4)
+        for a in ("standard", "flash")
+        for act in ("gelu", "relu")
+    ),
     LMHead(12, 7),
 ]
 
@@ -300,7 +312,9 @@ def test_saved_spec_is_exactly_what_forward_saves(shape, fmt):
     emb = Embedding(7, 9, 12)
     ids = rng.integers(0, 7, shape[:2])
     _, cache = emb.forward({"wte": cast(np.ones((7, 12)), fmt), "wpe": cast(np.ones((9, 12)), fmt)}, ids, fmt)
-    assert [(n, a.shape, a.dtype) for n, a in cache.items()] == [(n, s, d) for n, (s, d) in emb.saved_spec(shape[:2], fmt).items()]
+    assert [(n, a.shape, a.dtype) for n, a in cache.items()] == [
+        (n, s, d) for n, (s, d) in emb.saved_spec(shape[:2], fmt).items()
+    ]
 
 
 # -- FLOPs against hand-derived counts --------------------------------------------------------------
@@ -316,18 +330,37 @@ FLOP_TABLE = [
     (lambda: attention_flops(2, 4, 8, 4, "backward", "selective"), 4 * 4096 + 4 * 512 + 2 * 256 + 4096 + 6 * 512),
     # flash forward, tiles of 3 keys -> 3 tiles: 2 products + 5 per score + per tile (5 per row of the
     # B·H·L = 64 rows, 2 per element of O_acc) + O_acc/ℓ (256) + LSE (2 x 64)
-    (lambda: flash_attention_flops(2, 4, 8, 4, "forward", 3), 2 * 4096 + 5 * 512 + 3 * (5 * 64 + 2 * 256) + 256 + 2 * 64),
-    # flash backward: D (2 x 256) + 5 per score + S, dV, dP, dK, dQ (5 x 4096) + dK's scale (256) + per tile dQ's scale and add (2 x 256)
+    (
+        lambda: flash_attention_flops(2, 4, 8, 4, "forward", 3),
+        2 * 4096 + 5 * 512 + 3 * (5 * 64 + 2 * 256) + 256 + 2 * 64,
+    ),
+    # flash backward: D (2 x 256) + 5 per score + S, dV, dP, dK, dQ (5 x 4096) + dK's scale (256) + per tile dQ's scale
+    # and add (2 x 256)
     (lambda: flash_attention_flops(2, 4, 8, 4, "backward", 3), 2 * 256 + 5 * 512 + 5 * 4096 + 256 + 3 * 2 * 256),
-    # attention sub-block forward: LN1 (7 x 256) + QKV (2·16·16·48 + 48·16 bias) + core + W_o (2·16·16·16 + 256) + residual (256)
-    (lambda: AttentionBlock(16, 4).flops((2, 8, 16), "forward"), 7 * 256 + (24576 + 768) + (8192 + 3072) + (8192 + 256) + 256),
-    # backward: residual (256) + W_o (2 x 8192 + 256) + core + QKV (2 x 24576 + 768) + LN1 output rebuilt (2 x 256) + LN1 (13 x 256)
-    (lambda: AttentionBlock(16, 4).flops((2, 8, 16), "backward"),
-     256 + (16384 + 256) + (16384 + 2048 + 512) + (49152 + 768) + 2 * 256 + 13 * 256),
-    # FFN forward, GELU: LN2 (7 x 256) + W1 (2·16·16·64 + 16·64) + GELU (8 per element of 16 x 64) + W2 (32768 + 256) + residual
-    (lambda: FFNBlock(16, "gelu").flops((2, 8, 16), "forward"), 7 * 256 + (32768 + 1024) + 8 * 1024 + (32768 + 256) + 256),
-    # FFN backward, ReLU: residual + W2 (65536 + 256) + ReLU select (1024) + W1 (65536 + 1024) + LN2 rebuilt (512) + LN2 (13 x 256)
-    (lambda: FFNBlock(16, "relu").flops((2, 8, 16), "backward"), 256 + (65536 + 256) + 1024 + (65536 + 1024) + 512 + 13 * 256),
+    # attention sub-block forward: LN1 (7 x 256) + QKV (2·16·16·48 + 48·16 bias) + core + W_o (2·16·16·16 + 256) +
+    # residual (256)
+    (
+        lambda: AttentionBlock(16, 4).flops((2, 8, 16), "forward"),
+        7 * 256 + (24576 + 768) + (8192 + 3072) + (8192 + 256) + 256,
+    ),
+    # backward: residual (256) + W_o (2 x 8192 + 256) + core + QKV (2 x 24576 + 768) + LN1 output rebuilt (2 x 256) +
+    # LN1 (13 x 256)
+    (
+        lambda: AttentionBlock(16, 4).flops((2, 8, 16), "backward"),
+        256 + (16384 + 256) + (16384 + 2048 + 512) + (49152 + 768) + 2 * 256 + 13 * 256,
+    ),
+    # FFN forward, GELU: LN2 (7 x 256) + W1 (2·16·16·64 + 16·64) + GELU (8 per element of 16 x 64) + W2 (32768 + 256) +
+    # residual
+    (
+        lambda: FFNBlock(16, "gelu").flops((2, 8, 16), "forward"),
+        7 * 256 + (32768 + 1024) + 8 * 1024 + (32768 + 256) + 256,
+    ),
+    # FFN backward, ReLU: residual + W2 (65536 + 256) + ReLU select (1024) + W1 (65536 + 1024) + LN2 rebuilt (512) + LN2
+    # (13 x 256)
+    (
+        lambda: FFNBlock(16, "relu").flops((2, 8, 16), "backward"),
+        256 + (65536 + 256) + 1024 + (65536 + 1024) + 512 + 13 * 256,
+    ),
     # LM head forward, V = 10: LN_f (7 x 256) + logits (2·16·16·10, no bias)
     (lambda: LMHead(16, 10).flops((2, 8, 16), "forward"), 7 * 256 + 5120),
     # embedding: one add per output element forward; scatter-add into wte and add into wpe backward
@@ -344,4 +377,6 @@ def test_flops_equal_the_hand_derived_counts(count, expected):
 def test_a_whole_block_counts_its_two_sub_blocks():
     for kind in ("forward", "backward"):
         whole = TransformerBlock(16, 4, "relu", "flash", block=3).flops((2, 8, 16), kind)
-        assert whole == AttentionBlock(16, 4, "flash", block=3).flops((2, 8, 16), kind) + FFNBlock(16, "relu").flops((2, 8, 16), kind)
+        assert whole == AttentionBlock(16, 4, "flash", block=3).flops((2, 8, 16), kind) + FFNBlock(16, "relu").flops(
+            (2, 8, 16), kind
+        )

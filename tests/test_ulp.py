@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from zerosim.precision import lost_update, ulp
 
-DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+DTYPES = {
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
 UINT = {1: np.uint8, 2: np.uint16}
 
 
@@ -54,16 +59,25 @@ def test_seed_000_with_numpy_itself():
 
 def test_ulp_equals_numpy_spacing_for_every_positive_fp16():
     v = positive_finite_values("fp16")[:-1]  # not max: numpy.spacing(65504) is inf (the next pattern is inf)
-    np.testing.assert_array_equal(ulp(v.astype(np.float16), "fp16"), np.spacing(v.astype(np.float16)).astype(np.float64))
+    np.testing.assert_array_equal(
+        ulp(v.astype(np.float16), "fp16"), np.spacing(v.astype(np.float16)).astype(np.float64)
+    )
     assert float(ulp(np.float16(65504), "fp16")) == 32.0  # [2**15, 2**16) has spacing 2**(15-10)
 
 
-@pytest.mark.parametrize("dtype, uint, top", [(np.float32, np.uint32, 0x7F7FFFFF), (np.float64, np.uint64, 0x7FEFFFFFFFFFFFFF)])
+@pytest.mark.parametrize(
+    "dtype, uint, top", [(np.float32, np.uint32, 0x7F7FFFFF), (np.float64, np.uint64, 0x7FEFFFFFFFFFFFFF)]
+)
 def test_ulp_equals_numpy_spacing_fp32_fp64(dtype, uint, top):
     """200,000 random positive finite patterns (every binade, subnormals included), plus edges."""
     rng = np.random.default_rng(5)
     bits = rng.integers(0, top, 200_000, dtype=np.uint64).astype(uint)  # below `top`: max has spacing inf in numpy
-    x = np.concatenate([bits.view(dtype), np.array([0.0, 1.0, 2.0, np.finfo(dtype).tiny, np.finfo(dtype).smallest_subnormal], dtype=dtype)])
+    x = np.concatenate(
+        [
+            bits.view(dtype),
+            np.array([0.0, 1.0, 2.0, np.finfo(dtype).tiny, np.finfo(dtype).smallest_subnormal], dtype=dtype),
+        ]
+    )
     name = "fp32" if dtype == np.float32 else "fp64"
     np.testing.assert_array_equal(ulp(x, name), np.spacing(x).astype(np.float64))
     np.testing.assert_array_equal(ulp(-x, name), np.spacing(x).astype(np.float64))  # spacing ignores the sign

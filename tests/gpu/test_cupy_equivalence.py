@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from zerosim import Cluster
+from zerosim import Cluster, all_gather, all_reduce, broadcast, reduce_scatter
 from zerosim.backends.cupy_nccl import CupyBackend
 from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
 from zerosim.backends.launch import launched_by_mpiexec
@@ -44,7 +44,11 @@ def gpu_cluster(n: int, arrays: str = "host") -> Cluster:
 def inputs(n: int, length: int, fmt: str, seed: int = 0, integers: bool = False) -> list:
     """One (L,) array per rank in `fmt`: normal values, or small integers whose sums are exact in any order."""
     rng = np.random.default_rng([seed, n, length])
-    draw = (lambda: rng.integers(-8, 9, length).astype(np.float64)) if integers else (lambda: rng.standard_normal(length) * 3)
+    draw = (
+        (lambda: rng.integers(-8, 9, length).astype(np.float64))
+        if integers
+        else (lambda: rng.standard_normal(length) * 3)
+    )
     return [cast(draw(), fmt) for _ in range(n)]
 
 
@@ -101,7 +105,7 @@ def test_reduce_scatter_and_all_gather_with_uneven_counts(n, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("n", SIZES)
 def test_all_gather_of_reduce_scatter_shards(n, fmt, length):
-    shards = Cluster(n).reduce_scatter(inputs(n, length, fmt))  # ceil(L/N) each, the last ones shorter
+    shards = reduce_scatter(Cluster(n), inputs(n, length, fmt))  # ceil(L/N) each, the last ones shorter
     run_both(n, "all_gather", shards)
 
 
@@ -164,10 +168,10 @@ def test_native_on_two_ranks_equals_the_ring(fmt, op):
     """With N = 2 every element is one addition (a + b == b + a), so NCCL's order cannot matter."""
     xs = inputs(2, 1001, fmt)
     backend = gpu_cluster(2).backend
-    want = Cluster(2).reduce_scatter(xs, op=op)
+    want = reduce_scatter(Cluster(2), xs, op=op)
     got = backend.native_reduce_scatter(padded(xs, 2), op=op)
     assert_bitwise([g[: w.shape[0]] for g, w in zip(got, want)], want)
-    assert_bitwise(backend.native_all_reduce(xs, op="sum"), Cluster(2).all_reduce(xs, op="sum"))
+    assert_bitwise(backend.native_all_reduce(xs, op="sum"), all_reduce(Cluster(2), xs, op="sum"))
 
 
 @one_process
@@ -177,12 +181,12 @@ def test_native_exact_sums_and_max_equal_the_ring(n, fmt):
     """Small integers add exactly in every order, and max is exact in every order: bit for bit at any N."""
     backend = gpu_cluster(n).backend
     ints = inputs(n, 1001, fmt, integers=True)
-    want = Cluster(n).reduce_scatter(ints)
+    want = reduce_scatter(Cluster(n), ints)
     got = backend.native_reduce_scatter(padded(ints, n))
     assert_bitwise([g[: w.shape[0]] for g, w in zip(got, want)], want)
-    assert_bitwise(backend.native_all_reduce(ints), Cluster(n).all_reduce(ints))
+    assert_bitwise(backend.native_all_reduce(ints), all_reduce(Cluster(n), ints))
     xs = inputs(n, 1001, fmt)
-    assert_bitwise(backend.native_all_reduce(xs, op="max"), Cluster(n).all_reduce(xs, op="max"))
+    assert_bitwise(backend.native_all_reduce(xs, op="max"), all_reduce(Cluster(n), xs, op="max"))
 
 
 @one_process
@@ -224,8 +228,8 @@ def test_under_mpiexec(fmt):
     sim = Cluster(n)
     for length in LENGTHS:
         xs = inputs(n, length, fmt)
-        assert_bitwise(gpu.reduce_scatter([xs[me]]), sim.reduce_scatter(xs)[me : me + 1])
-        assert_bitwise(gpu.all_reduce([xs[me]], op="avg"), sim.all_reduce(xs, op="avg")[me : me + 1])
-        shards = sim.reduce_scatter(xs)
-        assert_bitwise(gpu.all_gather([shards[me]]), sim.all_gather(shards)[me : me + 1])
-        assert_bitwise(gpu.broadcast([xs[me]], root=n - 1), sim.broadcast(xs, root=n - 1)[me : me + 1])
+        assert_bitwise(reduce_scatter(gpu, [xs[me]]), reduce_scatter(sim, xs)[me : me + 1])
+        assert_bitwise(all_reduce(gpu, [xs[me]], op="avg"), all_reduce(sim, xs, op="avg")[me : me + 1])
+        shards = reduce_scatter(sim, xs)
+        assert_bitwise(all_gather(gpu, [shards[me]]), all_gather(sim, shards)[me : me + 1])
+        assert_bitwise(broadcast(gpu, [xs[me]], root=n - 1), broadcast(sim, xs, root=n - 1)[me : me + 1])

@@ -27,7 +27,9 @@ except ValueError as e:
     said.append(f"rank {rank}: ValueError: {e}")
 
 # fp16 gradients overflow on rank 1 only: its targets are huge, so (y - t) * S is inf in fp16
-engine = ZeroEngine(MLP(widths), Cluster(n, backend="mpi"), 1, Adam(lr=0.1), MixedPrecision("fp16", "fp32", loss_scale=2.0**12))
+engine = ZeroEngine(
+    MLP(widths), Cluster(n, backend="mpi"), 1, Adam(lr=0.1), MixedPrecision("fp16", "fp32", loss_scale=2.0**12)
+)
 try:
     engine.step([(x, t * 1e4) if rank == 1 else (x, t)])
     said.append(f"rank {rank}: no error")

@@ -17,6 +17,7 @@ import numpy as np
 
 from harness import bits, main
 from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim import checkpoint as ckpt
 from zerosim.models import make_regression
 
 WIDTHS = [5, 7, 3]  # P = 5*7+7 + 7*3+3 = 66: uneven on 4 ranks
@@ -35,8 +36,8 @@ def body(h) -> None:
             for b in steps[:2]:
                 sim.step(b)
                 mpi.step([b[r]])
-            mpi.save(os.path.join(directory, case))
-            resumed = ZeroEngine.load(os.path.join(directory, case), Cluster(n, backend="mpi"), model)
+            ckpt.save(mpi, os.path.join(directory, case))
+            resumed = ckpt.load(os.path.join(directory, case), Cluster(n, backend="mpi"), model)
             for b in steps[2:]:
                 h.check(f"{case}: loss", resumed.step([b[r]])[0], sim.step(b)[r])
             h.check(f"{case}: master", bits(resumed.master_shards()[0]), bits(sim.master_shards()[r]))

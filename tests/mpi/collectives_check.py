@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness import main, make_inputs
-from zerosim import Cluster, ShardLayout, get_format
+from zerosim import Cluster, ShardLayout, all_gather, all_reduce, broadcast, get_format, reduce_scatter
 from zerosim.cluster.report import gather_reports, local_reports
 
 FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
@@ -41,11 +41,15 @@ def reduce_scatter_cases(h) -> None:
         for length in lengths(n):
             xs = make_inputs(1, n, length, fmt, spread)
             for op in OPS:
-                h.compare(f"reduce-scatter {fmt} {op} L={length}", lambda c, t: c.reduce_scatter(t, op=op), xs)
+                h.compare(f"reduce-scatter {fmt} {op} L={length}", lambda c, t: reduce_scatter(c, t, op=op), xs)
             if fmt != "fp32":
-                h.compare(f"reduce-scatter {fmt} on an fp32 wire L={length}", lambda c, t: c.reduce_scatter(t, wire="fp32"), xs)
+                h.compare(
+                    f"reduce-scatter {fmt} on an fp32 wire L={length}",
+                    lambda c, t: reduce_scatter(c, t, wire="fp32"),
+                    xs,
+                )
             counts = uneven_counts(2, n, length)
-            h.compare(f"reduce-scatter {fmt} counts={counts}", lambda c, t: c.reduce_scatter(t, counts=counts), xs)
+            h.compare(f"reduce-scatter {fmt} counts={counts}", lambda c, t: reduce_scatter(c, t, counts=counts), xs)
 
 
 def all_gather_cases(h) -> None:
@@ -55,16 +59,16 @@ def all_gather_cases(h) -> None:
             layout = ShardLayout(length, n)
             full = make_inputs(3, 1, length, fmt)[0]
             shards = [full[slice(*layout.real_bounds(r))] for r in range(n)]  # the last ones short or empty
-            h.compare(f"all-gather {fmt} uneven shards of L={length}", lambda c, t: c.all_gather(t), shards)
+            h.compare(f"all-gather {fmt} uneven shards of L={length}", lambda c, t: all_gather(c, t), shards)
             equal = make_inputs(4, n, layout.shard_size, fmt)
-            h.compare(f"all-gather {fmt} equal shards of {layout.shard_size}", lambda c, t: c.all_gather(t), equal)
+            h.compare(f"all-gather {fmt} equal shards of {layout.shard_size}", lambda c, t: all_gather(c, t), equal)
             counts = uneven_counts(5, n, length)
             starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
             pieces = [full[starts[r] : starts[r + 1]] for r in range(n)]
-            h.compare(f"all-gather {fmt} counts={counts}", lambda c, t: c.all_gather(t, counts=counts), pieces)
+            h.compare(f"all-gather {fmt} counts={counts}", lambda c, t: all_gather(c, t, counts=counts), pieces)
         if fmt != "fp32":
             xs = make_inputs(6, n, 5, "fp32")
-            h.compare(f"all-gather fp32 shards on a {fmt} wire", lambda c, t: c.all_gather(t, wire=fmt), xs)
+            h.compare(f"all-gather fp32 shards on a {fmt} wire", lambda c, t: all_gather(c, t, wire=fmt), xs)
 
 
 def all_reduce_cases(h) -> None:
@@ -73,9 +77,9 @@ def all_reduce_cases(h) -> None:
         for length in lengths(n):
             xs = make_inputs(7, n, length, fmt, 3 if fmt.startswith("fp8") else 6)
             for op in ("sum", "avg", "max"):
-                h.compare(f"all-reduce {fmt} {op} L={length}", lambda c, t: c.all_reduce(t, op=op), xs)
+                h.compare(f"all-reduce {fmt} {op} L={length}", lambda c, t: all_reduce(c, t, op=op), xs)
         grid = [x.reshape(3, 5) for x in make_inputs(8, n, 15, fmt)]
-        h.compare(f"all-reduce {fmt} of a (3, 5) array", lambda c, t: c.all_reduce(t), grid)
+        h.compare(f"all-reduce {fmt} of a (3, 5) array", lambda c, t: all_reduce(c, t), grid)
 
 
 def broadcast_cases(h) -> None:
@@ -84,17 +88,17 @@ def broadcast_cases(h) -> None:
         for length in lengths(n):
             xs = make_inputs(9, n, length, fmt)
             for root in range(n):
-                h.compare(f"broadcast {fmt} L={length} from {root}", lambda c, t: c.broadcast(t, root=root), xs)
+                h.compare(f"broadcast {fmt} L={length} from {root}", lambda c, t: broadcast(c, t, root=root), xs)
         grid = [x.reshape(2, 3) for x in make_inputs(10, n, 6, fmt)]
-        h.compare(f"broadcast {fmt} of a (2, 3) array", lambda c, t: c.broadcast(t, root=n - 1), grid)
+        h.compare(f"broadcast {fmt} of a (2, 3) array", lambda c, t: broadcast(c, t, root=n - 1), grid)
 
 
 def call_granularity_cases(h) -> None:
     """The "call" trace (one summary per rank and collective) agrees too."""
     n = h.world_size
     xs = make_inputs(11, n, 4099, "bf16")
-    h.compare("all-reduce bf16, call-level trace", lambda c, t: c.all_reduce(t), xs, trace="call")
-    h.compare("broadcast bf16, call-level trace", lambda c, t: c.broadcast(t, root=0), xs, trace="call")
+    h.compare("all-reduce bf16, call-level trace", lambda c, t: all_reduce(c, t), xs, trace="call")
+    h.compare("broadcast bf16, call-level trace", lambda c, t: broadcast(c, t, root=0), xs, trace="call")
 
 
 def exchange_cases(h) -> None:
@@ -114,7 +118,11 @@ def exchange_cases(h) -> None:
     for like in (None, [(9, xs[0].dtype)]):  # a chain step 0 -> 1: rank 0 only sends, rank 1 only receives
         sends, send_to, recv_from = [xs[r] if r == 0 else None], [1 if r == 0 else None], [0 if r == 1 else None]
         got = backend.exchange(sends, send_to, recv_from, recv_like=like if r == 1 else None)
-        h.check(f"one-sided exchange, recv_like={like is not None}", np.array(got[0]) if r == 1 else got[0], xs[0] if r == 1 else None)
+        h.check(
+            f"one-sided exchange, recv_like={like is not None}",
+            np.array(got[0]) if r == 1 else got[0],
+            xs[0] if r == 1 else None,
+        )
     h.expect_error(
         "exchange with a recv_like that promises too many elements",
         RuntimeError,
@@ -130,11 +138,24 @@ def bad_input_cases(h) -> None:
     xs = [np.zeros(8 if q != n - 1 else 9, dtype=np.float32) for q in range(n)]
     for name, cluster, local in (("mpi", mpi, [xs[r]]), ("simulator", sim, xs)):
         h.expect_error(
-            f"reduce-scatter with one longer buffer ({name})", ValueError, lambda: cluster.reduce_scatter(local), f"rank {n - 1} has length 9"
+            f"reduce-scatter with one longer buffer ({name})",
+            ValueError,
+            lambda: reduce_scatter(cluster, local),
+            f"rank {n - 1} has length 9",
         )
     ys = [np.zeros(8, dtype=np.float32 if q != n - 1 else np.float16) for q in range(n)]
-    h.expect_error("all-reduce with one fp16 buffer (mpi)", ValueError, lambda: mpi.all_reduce([ys[r]]), f"rank {n - 1} has dtype fp16")
-    h.expect_error("two arrays for one local rank", ValueError, lambda: mpi.all_reduce([xs[0], xs[0]]), "this process hosts 1 rank(s)")
+    h.expect_error(
+        "all-reduce with one fp16 buffer (mpi)",
+        ValueError,
+        lambda: all_reduce(mpi, [ys[r]]),
+        f"rank {n - 1} has dtype fp16",
+    )
+    h.expect_error(
+        "two arrays for one local rank",
+        ValueError,
+        lambda: all_reduce(mpi, [xs[0], xs[0]]),
+        "this process hosts 1 rank(s)",
+    )
     h.expect_error(
         "Cluster(N + 1) under mpiexec -n N", ValueError, lambda: Cluster(n + 1, backend="mpi"),
         f"Cluster({n + 1}, backend='mpi') but mpiexec started {n} processes",
@@ -161,13 +182,18 @@ def native_cases(h) -> None:
         mine = slice(start, start + counts[r])
         h.check_close(f"native reduce-scatter {fmt} counts={counts}", got_v, exact[mine], gamma * magnitude[mine])
         if n == 2:  # one addition: a + b == b + a, so any order gives the ring's bits
-            h.check(f"native reduce-scatter {fmt} at N=2 equals the ring", got, sim.reduce_scatter(xs)[r])
+            h.check(f"native reduce-scatter {fmt} at N=2 equals the ring", got, reduce_scatter(sim, xs)[r])
     for fmt in ("fp16", "bf16"):
         x = make_inputs(16, n, 2 * n, fmt)[r]
         refuse = lambda: backend.native_reduce_scatter([x])  # noqa: E731
         h.expect_error(f"native reduce-scatter {fmt} is refused", TypeError, refuse, "fp32 and fp64 only")
     mpi, _ = h.clusters()
-    h.expect_error("native off by default", RuntimeError, lambda: mpi.backend.native_all_reduce([np.zeros(2, np.float32)]), "native=True")
+    h.expect_error(
+        "native off by default",
+        RuntimeError,
+        lambda: mpi.backend.native_all_reduce([np.zeros(2, np.float32)]),
+        "native=True",
+    )
 
 
 def report_cases(h) -> None:
@@ -177,8 +203,8 @@ def report_cases(h) -> None:
         mpi.trace.clear()
         sim.trace.clear()
         xs = make_inputs(17, h.world_size, 1001, "fp16")
-        mpi.all_reduce([xs[h.rank]])
-        sim.all_reduce(xs)
+        all_reduce(mpi, [xs[h.rank]])
+        all_reduce(sim, xs)
         gathered = gather_reports(mpi)
         want = local_reports(sim) if h.rank == 0 else None
         h.check(f"gather_reports {options}", gathered, want)

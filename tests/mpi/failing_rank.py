@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from zerosim import Cluster
+from zerosim import Cluster, all_reduce
 from zerosim.backends.mpi_failure import run_guarded
 
 FAILING_RANK = 1
@@ -37,7 +37,7 @@ def all_reduce_with_a_failing_rank(abort_on_error: bool) -> None:
 
         backend.exchange = failing_exchange
     x = np.arange(1 << 16, dtype=np.float32) + cluster.ranks[0].index  # (L,) fp32, this rank's input
-    cluster.all_reduce([x])
+    all_reduce(cluster, [x])
     print(f"rank {backend.rank}: the all-reduce finished, which it must not", file=sys.stderr, flush=True)
 
 

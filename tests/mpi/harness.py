@@ -9,7 +9,7 @@ rank failed). An exception is different: `main` runs the body under `run_guarded
 job at once instead of leaving the other ranks waiting.
 
     h = Harness()
-    h.compare("reduce-scatter fp16 L=7", lambda c, xs: c.reduce_scatter(xs), inputs)
+    h.compare("reduce-scatter fp16 L=7", lambda c, xs: reduce_scatter(c, xs), inputs)
     sys.exit(h.finish())
 
 Later checks (training steps of ZeRO stages) plug in the same way: `fn(cluster, local_inputs)`
@@ -65,7 +65,10 @@ class Harness:
         key = tuple(sorted(options.items()))
         if key not in self._pairs:
             sim_options = {k: v for k, v in options.items() if k not in ("native",)}
-            self._pairs[key] = (Cluster(self.world_size, backend="mpi", **options), Cluster(self.world_size, **sim_options))
+            self._pairs[key] = (
+                Cluster(self.world_size, backend="mpi", **options),
+                Cluster(self.world_size, **sim_options),
+            )
         return self._pairs[key]
 
     # -- checks --------------------------------------------------------------------------------------
@@ -85,7 +88,8 @@ class Harness:
         if bad.size:
             i = bad[0]
             limit = np.broadcast_to(bound, err.shape).flat[i]
-            self.failures.append(f"rank {self.rank}: {name}: {bad.size} elements off, first [{i}]: error {err.flat[i]:.3g} > bound {limit:.3g}")
+            self.failures.append(f"rank {self.rank}: {name}: {bad.size} elements off, first [{i}]: error "
+                                 f"{err.flat[i]:.3g} > bound {limit:.3g}")
         return not bad.size
 
     def expect_error(self, name: str, error: type, fn, match: str = "") -> bool:
@@ -96,7 +100,8 @@ class Harness:
         except error as e:
             if match in str(e):
                 return True
-            self.failures.append(f"rank {self.rank}: {name}: {type(e).__name__} says {str(e)!r}, expected it to mention {match!r}")
+            self.failures.append(f"rank {self.rank}: {name}: {type(e).__name__} says {str(e)!r}, expected it to "
+                                 f"mention {match!r}")
             return False
         except Exception as e:  # noqa: BLE001 -- a wrong error is a failed check, not a crash
             self.failures.append(f"rank {self.rank}: {name}: expected {error.__name__}, got {type(e).__name__}: {e}")
@@ -119,7 +124,11 @@ class Harness:
         """This rank's trace events (what it sent), ledger timeline and report agree with the simulator's."""
         r = self.rank
         self.check(f"{name}: trace calls", mpi.trace.calls, sim.trace.calls)
-        self.check(f"{name}: trace events sent", [e for e in mpi.trace.events if e.src == r], [e for e in sim.trace.events if e.src == r])
+        self.check(
+            f"{name}: trace events sent",
+            [e for e in mpi.trace.events if e.src == r],
+            [e for e in sim.trace.events if e.src == r],
+        )
         self.check(f"{name}: ledger timeline", mpi.ranks[0].ledger.timeline, sim.ranks[r].ledger.timeline)
         self.check(f"{name}: rank report", local_reports(mpi)[0], local_reports(sim)[r])
 
@@ -151,11 +160,13 @@ def _difference(got, want, where: str = "") -> str:
     """'' if got and want are exactly equal, else what differs first."""
     if isinstance(want, dict):
         if not isinstance(got, dict) or got.keys() != want.keys():
-            return f"{where or 'value'}: keys {sorted(got) if isinstance(got, dict) else type(got).__name__} != {sorted(want)}"
+            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+            return f"{where or 'value'}: keys {keys} != {sorted(want)}"
         return next((d for k in want if (d := _difference(got[k], want[k], f"{where}[{k!r}]"))), "")
     if isinstance(want, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(want):
-            return f"{where or 'value'}: length {len(got) if isinstance(got, (list, tuple)) else type(got).__name__} != {len(want)}"
+            length = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
+            return f"{where or 'value'}: length {length} != {len(want)}"
         return next((d for i, (g, w) in enumerate(zip(got, want)) if (d := _difference(g, w, f"{where}[{i}]"))), "")
     if isinstance(want, np.ndarray) or isinstance(got, np.ndarray):
         got, want = np.asarray(got), np.asarray(want)

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from zerosim import Cluster
+from zerosim import Cluster, all_reduce
 from zerosim.backends.mpi_failure import run_guarded
 
 SILENT_RANK = 1
@@ -25,11 +25,11 @@ def all_reduce_with_a_silent_rank(timeout: float) -> None:
 
     cluster = Cluster(MPI.COMM_WORLD.size, backend="mpi")  # the default patience while processes start up
     x = np.ones(1 << 12, dtype=np.float32)
-    cluster.all_reduce([x])  # everyone is alive for this one
+    all_reduce(cluster, [x])  # everyone is alive for this one
     cluster.backend.timeout = timeout  # from here on, the short watchdog the test measures
     if cluster.backend.rank == SILENT_RANK:
         os.kill(os.getpid(), signal.SIGSTOP)  # stops answering; only SIGKILL (MPI_Abort's) ends it now
-    cluster.all_reduce([x])
+    all_reduce(cluster, [x])
     print(f"rank {cluster.backend.rank}: the all-reduce finished, which it must not", file=sys.stderr, flush=True)
 
 

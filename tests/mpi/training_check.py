@@ -10,8 +10,8 @@ Every process builds the same model, initial weights and micro-batches from fixe
 configuration -- ZeRO stage 0-3 x precision fp32 / fp16-mixed / bf16-mixed x optimizer Adam / Adan
 x activation checkpointing off / on, plus a few variants (the frameworks' gradient recipes, static
 and dynamic loss scales with overflows injected on one rank at chosen steps, gradient clipping, NCCL's
-all-reduce chunk map, GELU, classification) -- it trains twice: once on `Cluster(N, backend="mpi")` with only its own rank's
-micro-batch, and once on the in-process simulator `Cluster(N)` with all N micro-batches. After
+all-reduce chunk map, GELU, classification) -- it trains twice: once on `Cluster(N, backend="mpi")` with only its
+own rank's micro-batch, and once on the in-process simulator `Cluster(N)` with all N micro-batches. After
 every step it compares, for its own rank r only:
 
     the loss of rank r's micro-batch          (as returned by engine.step)
@@ -69,7 +69,8 @@ class Config:
         defaults = (("reduction", "seeds"), ("loss_scale", 1.0), ("activation", "relu"), ("task", "regression"),
                     ("scale_options", ()), ("inject", ()), ("clip_grad", None), ("allreduce", "ring"))
         extras = "".join(f" {k}={getattr(self, k)}" for k, default in defaults if getattr(self, k) != default)
-        return (f"stage {self.stage} {self.precision} {self.optimizer} {'checkpoint' if self.checkpoint else 'no-checkpoint'} "
+        return (f"stage {self.stage} {self.precision} {self.optimizer} "
+                f"{'checkpoint' if self.checkpoint else 'no-checkpoint'} "
                 f"MLP{list(self.widths)}{extras}")
 
     @property
@@ -90,19 +91,44 @@ def configs() -> list:
     torch2, deepspeed2 = (("growth_interval", 2),), (("scale_window", 2), ("hysteresis", 1))  # grow within three steps
     variants = [
         Config(1, "bf16-mixed", "adam", False, (6, 5, 3), reduction="deepspeed-zero12"),  # DeepSpeed ZeRO-1/2's recipe
-        Config(3, "fp16-mixed", "adam", True, (4, 3, 3, 2), reduction="fsdp2", loss_scale=1024.0),  # FSDP2's split division
+        # FSDP2's split division
+        Config(3, "fp16-mixed", "adam", True, (4, 3, 3, 2), reduction="fsdp2", loss_scale=1024.0),
         Config(0, "fp16-mixed", "adam", False, (6, 5, 3), reduction="ddp", allreduce="nccl"),  # DDP, NCCL's chunk map
         Config(3, "fp16-mixed", "adam", True, (6, 5, 3), reduction="deepspeed-zero3"),  # per-parameter partitions
-        Config(3, "fp16-mixed", "adan", False, (4, 3, 3, 2), reduction="deepspeed-zero3", loss_scale="deepspeed",
-               scale_options=(("scale_window", 2), ("hysteresis", 1)), inject=(2,), clip_grad=0.05),
+        Config(
+            3,
+            "fp16-mixed",
+            "adan",
+            False,
+            (4, 3, 3, 2),
+            reduction="deepspeed-zero3",
+            loss_scale="deepspeed",
+            scale_options=(("scale_window", 2), ("hysteresis", 1)),
+            inject=(2,),
+            clip_grad=0.05,
+        ),
         Config(3, "bf16-mixed", "adan", True, (6, 5, 3), activation="gelu"),
         Config(3, "fp16-mixed", "adam", False, (4, 3, 3, 2), task="classification"),
         # dynamic loss scaling: one rank's micro-batch overflows at the injected steps; every rank must skip
         Config(0, "fp16-mixed", "adam", False, (6, 5, 3), loss_scale="torch", scale_options=torch2, inject=(2,)),
-        Config(1, "fp16-mixed", "adan", True, (4, 3, 3, 2), loss_scale="deepspeed", scale_options=deepspeed2, inject=(1, 3)),
-        Config(2, "fp16-mixed", "adam", False, (6, 5, 3), loss_scale="deepspeed", reduction="deepspeed-zero12", inject=(2,)),
-        Config(3, "fp16-mixed", "adam", True, (4, 3, 3, 2), loss_scale="torch", scale_options=torch2, inject=(1,),
-               reduction="fsdp2", clip_grad=0.05),
+        Config(
+            1, "fp16-mixed", "adan", True, (4, 3, 3, 2), loss_scale="deepspeed", scale_options=deepspeed2, inject=(1, 3)
+        ),
+        Config(
+            2, "fp16-mixed", "adam", False, (6, 5, 3), loss_scale="deepspeed", reduction="deepspeed-zero12", inject=(2,)
+        ),
+        Config(
+            3,
+            "fp16-mixed",
+            "adam",
+            True,
+            (4, 3, 3, 2),
+            loss_scale="torch",
+            scale_options=torch2,
+            inject=(1,),
+            reduction="fsdp2",
+            clip_grad=0.05,
+        ),
         # clipping by the global norm over the shards
         Config(0, "bf16-mixed", "adam", False, (6, 5, 3), clip_grad=0.05),
         Config(1, "fp32", "adan", False, (4, 3, 3, 2), clip_grad=0.5),
@@ -114,7 +140,9 @@ def configs() -> list:
 def build(config: Config, n: int, seed: int):
     """(model, initial fp32 params, S*N micro-batches): the same on every process."""
     rng = np.random.default_rng([seed, n])
-    model = MLP(list(config.widths), activation=config.activation, loss="xent" if config.task == "classification" else "mse")
+    model = MLP(
+        list(config.widths), activation=config.activation, loss="xent" if config.task == "classification" else "mse"
+    )
     params = model.init_params(np.random.default_rng([seed, n, 1]))
     make = make_classification if config.task == "classification" else make_regression
     data = make(rng, STEPS * n, BATCH, list(config.widths))
@@ -128,8 +156,16 @@ def build(config: Config, n: int, seed: int):
 
 def engine_on(cluster, model, params, config: Config) -> ZeroEngine:
     optimizer = get_optimizer(config.optimizer, **OPTIMIZERS[config.optimizer])
-    return ZeroEngine(model, cluster, config.stage, optimizer, config.policy, checkpoint=config.checkpoint, params=params,
-                      clip_grad=config.clip_grad)
+    return ZeroEngine(
+        model,
+        cluster,
+        config.stage,
+        optimizer,
+        config.policy,
+        checkpoint=config.checkpoint,
+        params=params,
+        clip_grad=config.clip_grad,
+    )
 
 
 def train_and_compare(h, config: Config, seed: int) -> None:

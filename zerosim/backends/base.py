@@ -15,6 +15,10 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
 - `read_scalar(array, default)`: the first element of a small array as a Python float on the host (the
   overflow flag and the gradient norm, as DeepSpeed's `.item()` reads them); `default` where the
   backend holds no values (`holds_values` False: the meta backend);
+- `asarray(array, dtype)`: a host array (initial weights) as this backend's array of `dtype`: numpy's
+  conversion, or a data-less array of the same shape on the meta backend (nothing read, nothing allocated);
+- `evaluate(fn, array, default)`: `fn` of the array's values on the host (a shard's sum of squares), or
+  `default` where the backend holds none — so callers never ask which backend they run on;
 - `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
   so engines refuse a run that cannot fit before allocating any of it.
 
@@ -43,7 +47,9 @@ class Backend(Protocol):
 
     def empty(self, shape, dtype) -> np.ndarray: ...
 
-    def exchange(self, sends: Sequence, send_to: Sequence, recv_from: Sequence, recv_like: Sequence | None = None) -> list: ...
+    def exchange(
+        self, sends: Sequence, send_to: Sequence, recv_from: Sequence, recv_like: Sequence | None = None
+    ) -> list: ...
 
     def all_meta(self, items: Sequence) -> list: ...
 
@@ -54,6 +60,10 @@ class Backend(Protocol):
     def to_numpy(self, array) -> np.ndarray: ...
 
     def read_scalar(self, array, default: float) -> float: ...
+
+    def evaluate(self, fn, array, default): ...
+
+    def asarray(self, array, dtype): ...
 
 
 def count_nonfinite(array) -> int:
@@ -99,3 +109,11 @@ class HostArrays:
     def read_scalar(self, array, default: float) -> float:
         """The first element of `array`, on the host, as a Python float (`default` is for data-less backends)."""
         return float(np.asarray(self.to_numpy(array), dtype=np.float64).reshape(-1)[0])
+
+    def evaluate(self, fn, array, default):
+        """`fn` of the array's values, on the host (`default` is for data-less backends)."""
+        return fn(self.to_numpy(array))
+
+    def asarray(self, array, dtype):
+        """`array` as a host array of `dtype` (itself when it is one already)."""
+        return np.asarray(array, dtype=dtype)

@@ -68,7 +68,8 @@ class CupyBackend(HostArrays, NcclCollectives):
         self.world_size, self.arrays = world_size, arrays
         self.launch = launch if launch != "auto" else ("mpi" if launched_by_mpiexec() else "single")
         self.nccl_version = int(nccl.get_version())  # 0 for NCCL older than 2.3.4
-        self.has_bf16 = hasattr(nccl, "NCCL_BFLOAT16") and self.nccl_version >= NCCL_2_10_3  # else bf16 travels as bytes
+        # else bf16 travels as bytes
+        self.has_bf16 = hasattr(nccl, "NCCL_BFLOAT16") and self.nccl_version >= NCCL_2_10_3
         self.has_avg = hasattr(nccl, "NCCL_AVG") and self.nccl_version >= NCCL_2_10_3
         self._mpi = None
         if self.launch == "single":
@@ -89,17 +90,21 @@ class CupyBackend(HostArrays, NcclCollectives):
         try:
             from mpi4py import MPI
         except (ImportError, RuntimeError, OSError) as e:
-            raise BackendUnavailable(f"launch='mpi' needs mpi4py: pip install -e '.[mpi]' ({type(e).__name__}: {e})") from e
+            raise BackendUnavailable(
+                f"launch='mpi' needs mpi4py: pip install -e '.[mpi]' ({type(e).__name__}: {e})"
+            ) from e
         world = MPI.COMM_WORLD if comm is None else comm
         if world.size != world_size:
-            raise ValueError(f"Cluster({world_size}, backend='cupy') under mpiexec needs {world_size} processes, but mpiexec started {world.size}")
+            raise ValueError(f"Cluster({world_size}, backend='cupy') under mpiexec needs {world_size} processes, but "
+                             f"mpiexec started {world.size}")
         node = world.Split_type(MPI.COMM_TYPE_SHARED)
         node_rank = node.rank  # this process's index on its node: it picks the GPU
         node.Free()
         device = node_rank if devices is None else int(list(devices)[node_rank])
         if not 0 <= device < count:
             raise ValueError(
-                f"rank {world.rank} is process {node_rank} on its node and wants GPU {device}, but CuPy sees {count} GPU(s); "
+                f"rank {world.rank} is process {node_rank} on its node and wants GPU {device}, but CuPy sees {count} "
+                "GPU(s); "
                 f"start at most {count} processes per node, or pass devices=[...]"
             )
         self._mpi = world.Dup()  # zerosim's notes never mix with the program's own messages
@@ -110,7 +115,8 @@ class CupyBackend(HostArrays, NcclCollectives):
             self._comms = [self._nccl.NcclCommunicator(world_size, uid, world.rank)]
 
     def __repr__(self) -> str:
-        return f"CupyBackend(world_size={self.world_size}, launch={self.launch!r}, arrays={self.arrays!r}, devices={self.devices}, nccl={self.nccl_version})"
+        return (f"CupyBackend(world_size={self.world_size}, launch={self.launch!r}, arrays={self.arrays!r}, "
+                f"devices={self.devices}, nccl={self.nccl_version})")
 
     def close(self) -> None:
         """Destroy the NCCL communicators (also done when they are garbage collected)."""
@@ -163,7 +169,10 @@ class CupyBackend(HostArrays, NcclCollectives):
         for what, xs in (("sends", sends), ("send_to", send_to), ("recv_from", recv_from)):
             if len(xs) != n:
                 raise ValueError(f"exchange: {what} has {len(xs)} entries but this process hosts {n} rank(s)")
-        out = [None if a is None or dst is None else self._to_device(i, a) for i, (a, dst) in enumerate(zip(sends, send_to))]
+        out = [
+            None if a is None or dst is None else self._to_device(i, a)
+            for i, (a, dst) in enumerate(zip(sends, send_to))
+        ]
         incoming = self._incoming(out, send_to, recv_from, recv_like)  # [(dtype key, count) or None]
         inbox = []
         for i, note in enumerate(incoming):
@@ -217,7 +226,8 @@ class CupyBackend(HostArrays, NcclCollectives):
         wire = self.wire(self._logical(array, fmt))
         if isinstance(array, self._cp.ndarray):
             if array.device.id != self.devices[i]:
-                raise ValueError(f"rank {self.local_ranks[i]} runs on GPU {self.devices[i]} but passed an array on GPU {array.device.id}")
+                raise ValueError(f"rank {self.local_ranks[i]} runs on GPU {self.devices[i]} but passed an array on GPU "
+                                 f"{array.device.id}")
             with self._cp.cuda.Device(self.devices[i]):
                 written = self._cp.cuda.get_current_stream().record()  # the caller's stream: kernels that wrote it
             with self._on(i) as stream:
@@ -247,7 +257,9 @@ class CupyBackend(HostArrays, NcclCollectives):
                 continue
             i = self._index.get(src)
             if i is None or out[i] is None or send_to[i] != self.local_ranks[j]:
-                raise RuntimeError(f"rank {self.local_ranks[j]} waits for a message from rank {src} that was never sent")
+                raise RuntimeError(
+                    f"rank {self.local_ranks[j]} waits for a message from rank {src} that was never sent"
+                )
             notes.append((_key(out[i][1].host), int(out[i][0].size)))
         return notes
 
@@ -260,7 +272,8 @@ class CupyBackend(HostArrays, NcclCollectives):
     def _one(self, what: str, items) -> list:
         items = list(items)
         if len(items) != 1:
-            raise ValueError(f"{what}: under mpiexec the cupy backend hosts one rank per process, so it takes a list of 1, got {len(items)}")
+            raise ValueError(f"{what}: under mpiexec the cupy backend hosts one rank per process, so it takes a list "
+                             f"of 1, got {len(items)}")
         return items
 
 
@@ -270,8 +283,10 @@ def _check_devices(devices: list, world_size: int, count: int) -> None:
         raise ValueError(f"devices={devices} names {len(devices)} GPU(s) for {world_size} ranks; give one per rank")
     if world_size > count:
         raise ValueError(
-            f"Cluster({world_size}, backend='cupy') drives one GPU per rank from this process, but CuPy sees {count} GPU(s); "
+            f"Cluster({world_size}, backend='cupy') drives one GPU per rank from this process, but CuPy sees {count} "
+            "GPU(s); "
             f"use at most {count} ranks, or launch one process per GPU with mpiexec"
         )
     if len(set(devices)) != len(devices) or not all(0 <= d < count for d in devices):
-        raise ValueError(f"devices={devices} must be distinct GPU ids in 0..{count - 1} (NCCL puts at most one rank of a communicator on a GPU)")
+        raise ValueError(f"devices={devices} must be distinct GPU ids in 0..{count - 1} (NCCL puts at most one rank of "
+                         "a communicator on a GPU)")

@@ -25,13 +25,16 @@ def import_cupy():
             raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is installed but failed to import: {e}") from e
         raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is not installed") from e
     except Exception as e:  # e.g. a CuPy wheel whose CUDA libraries cannot be loaded
-        raise BackendUnavailable(f"{INSTALL_HINT}; CuPy is installed but failed to import: {type(e).__name__}: {e}") from e
+        raise BackendUnavailable(
+            f"{INSTALL_HINT}; CuPy is installed but failed to import: {type(e).__name__}: {e}"
+        ) from e
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
     except Exception as e:  # CUDARuntimeError: cudaErrorNoDevice, cudaErrorInsufficientDriver, no libcuda, ...
         raise BackendUnavailable(f"{INSTALL_HINT}; no CUDA device was found: {type(e).__name__}: {e}") from e
     if count < 1:
-        raise BackendUnavailable(f"{INSTALL_HINT}; no CUDA device was found: cupy.cuda.runtime.getDeviceCount() returned {count}")
+        raise BackendUnavailable(f"{INSTALL_HINT}; no CUDA device was found: cupy.cuda.runtime.getDeviceCount() "
+                                 f"returned {count}")
     try:
         from cupy.cuda import nccl
     except Exception as e:

@@ -54,6 +54,11 @@ class MetaArray(NDArrayOperatorsMixin):
     __slots__ = ("shape", "dtype")
     is_meta = True
 
+    def __array_namespace__(self, api_version=None):
+        """The array namespace new arrays "like this one" come from (the array API standard's hook): data-less ones.
+        Code that makes arrays from its inputs' namespace (the meta models) never imports this backend."""
+        return META_NAMESPACE
+
     def __init__(self, shape, dtype):
         self.shape = shape if type(shape) is tuple and all(type(n) is int for n in shape) else _shape_of(shape)
         self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
@@ -173,11 +178,30 @@ def _concatenate(arrays, axis=0, **kwargs) -> MetaArray:
 
 # numpy functions a MetaArray answers (with `like=meta` for the creation functions: NEP 35).
 _FUNCTIONS = {
-    np.empty: _creation, np.zeros: _creation, np.ones: _creation,
-    np.empty_like: _like, np.zeros_like: _like, np.ones_like: _like,
+    np.empty: _creation,
+    np.zeros: _creation,
+    np.ones: _creation,
+    np.empty_like: _like,
+    np.zeros_like: _like,
+    np.ones_like: _like,
     np.concatenate: _concatenate,
-    np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
 }
+
+
+class _MetaNamespace:
+    """The array namespace of MetaArrays: `empty` and `zeros` make data-less arrays (shape and dtype only)."""
+
+    @staticmethod
+    def empty(shape, dtype=np.float64) -> MetaArray:
+        return MetaArray(shape, dtype)
+
+    zeros = empty
+
+
+META_NAMESPACE = _MetaNamespace()
 
 
 class MetaBackend:
@@ -228,6 +252,14 @@ class MetaBackend:
     def read_scalar(self, array, default: float) -> float:
         """No values to read: `default` (no overflow found, a norm that clips nothing)."""
         return default
+
+    def evaluate(self, fn, array, default):
+        """No values to compute on: `default`."""
+        return default
+
+    def asarray(self, array, dtype) -> MetaArray:
+        """A data-less array of `array`'s shape in `dtype`: nothing is read or allocated."""
+        return MetaArray(np.shape(array), dtype)
 
     def available_bytes(self) -> None:
         """No limit: a MetaArray allocates nothing, so any size can be accounted."""

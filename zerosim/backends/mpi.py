@@ -93,7 +93,8 @@ def _tag(dtype) -> int:
     try:
         return _TAG_OF[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"the mpi backend cannot send dtype {np.dtype(dtype)}; it sends {[str(d) for d in _WIRE_DTYPES]}") from None
+        raise TypeError(f"the mpi backend cannot send dtype {np.dtype(dtype)}; it sends "
+                        f"{[str(d) for d in _WIRE_DTYPES]}") from None
 
 
 class MpiBackend(HostArrays):
@@ -112,7 +113,14 @@ class MpiBackend(HostArrays):
 
     name = "mpi"
 
-    def __init__(self, world_size: int, native: bool = False, abort_on_error: bool = False, comm=None, timeout: float | None = None):
+    def __init__(
+        self,
+        world_size: int,
+        native: bool = False,
+        abort_on_error: bool = False,
+        comm=None,
+        timeout: float | None = None,
+    ):
         watchdog_timeout(timeout)  # checked first, before MPI starts
         for name, value in (("native", native), ("abort_on_error", abort_on_error)):
             if not isinstance(value, bool):  # bool("no") is True: refuse a string rather than read it as yes
@@ -175,7 +183,8 @@ class MpiBackend(HostArrays):
         """A matched probe for the next message from `source`, under the watchdog: a buffer message on the
         ring's channel (with `status`), or else a pickled object on all_meta's."""
         if status is None:
-            return self._poll(lambda: self._meta.improbe(source=source, tag=_META_TAG), source, what)  # its recv() unpickles
+            # its recv() unpickles
+            return self._poll(lambda: self._meta.improbe(source=source, tag=_META_TAG), source, what)
         return self._poll(lambda: self.comm.Improbe(source=source, tag=self._MPI.ANY_TAG, status=status), source, what)
 
     def _poll(self, ready, peer: int, what: str):
@@ -192,9 +201,17 @@ class MpiBackend(HostArrays):
                 self._answer_pings()
                 if time.monotonic() > deadline:
                     silent, chain = self._find_silent(peer)
-                    via = "" if chain == [silent] else f" (rank {self.rank} waits on " + ", which waits on ".join(f"rank {r}" for r in chain) + ")"
-                    raise SilentRank(f"rank {silent} has not answered for {self.timeout:g} s ({what}){via}: it has stopped, hung "
-                                     f"or died; raise the watchdog's timeout with MpiBackend(timeout=...) or ZEROSIM_MPI_TIMEOUT")
+                    via = (
+                        ""
+                        if chain == [silent]
+                        else f" (rank {self.rank} waits on "
+                        + ", which waits on ".join(f"rank {r}" for r in chain)
+                        + ")"
+                    )
+                    raise SilentRank(f"rank {silent} has not answered for {self.timeout:g} s ({what}){via}: it has "
+                                     "stopped, hung "
+                                     "or died; raise the watchdog's timeout with MpiBackend(timeout=...) or "
+                                     "ZEROSIM_MPI_TIMEOUT")
                 time.sleep(pause)
                 pause = min(1e-3, 2 * pause + 1e-6)
             return value
@@ -207,7 +224,9 @@ class MpiBackend(HostArrays):
         while self._meta.Iprobe(source=self._MPI.ANY_SOURCE, tag=_PING_TAG, status=status):
             asker = status.Get_source()
             self._meta.recv(source=asker, tag=_PING_TAG)
-            self._pongs = [r for r in self._pongs if not r.Test()] + [self._meta.isend(self._waiting_on, dest=asker, tag=_PONG_TAG)]
+            self._pongs = [r for r in self._pongs if not r.Test()] + [
+                self._meta.isend(self._waiting_on, dest=asker, tag=_PONG_TAG)
+            ]
 
     def _find_silent(self, peer: int) -> tuple:
         """Follow the chain of waits from `peer`: the first rank that does not answer a ping within
@@ -236,11 +255,16 @@ class MpiBackend(HostArrays):
         Returns [received] (a flat read-only array, valid until the next exchange but one) or [None].
         `recv_like=[(count, dtype)]` says what will arrive, which saves a probe.
         """
-        (send,), (dst,), (src,) = self._one("exchange", sends), self._one("exchange", send_to), self._one("exchange", recv_from)
+        (send,), (dst,), (src,) = (
+            self._one("exchange", sends),
+            self._one("exchange", send_to),
+            self._one("exchange", recv_from),
+        )
         like = None if recv_like is None else self._one("exchange", recv_like)[0]
         MPI = self._MPI
         if (send is None) != (dst is None):
-            raise ValueError(f"exchange: rank {self.rank} has {'no array' if send is None else 'an array'} to send but send_to={dst}")
+            raise ValueError(f"exchange: rank {self.rank} has {'no array' if send is None else 'an array'} to send but "
+                             f"send_to={dst}")
         if send is not None:
             send = np.ascontiguousarray(send).reshape(-1)
             view, mpi_type = _transport(MPI, send.dtype)
@@ -263,7 +287,8 @@ class MpiBackend(HostArrays):
             got_dtype, got_count = _WIRE_DTYPES[status.Get_tag()], status.Get_count(mpi_type)
             if (got_dtype, got_count) != (dtype, count):
                 raise RuntimeError(
-                    f"rank {self.rank} expected {count} {dtype} elements from rank {src} but got {got_count} {got_dtype}"
+                    f"rank {self.rank} expected {count} {dtype} elements from rank {src} but got {got_count} "
+                    f"{got_dtype}"
                 )
         else:  # ask the message itself: the tag names the dtype, the probe counts elements
             message = self._probe(src, "exchange", status)
@@ -280,7 +305,8 @@ class MpiBackend(HostArrays):
     def _one(self, what: str, items) -> list:
         items = list(items)
         if len(items) != 1:
-            raise ValueError(f"{what}: the mpi backend hosts one rank per process, so it takes a list of 1, got {len(items)}")
+            raise ValueError(f"{what}: the mpi backend hosts one rank per process, so it takes a list of 1, got "
+                             f"{len(items)}")
         return items
 
     def _recv_buffer(self, nbytes: int) -> np.ndarray:
@@ -307,11 +333,13 @@ class MpiBackend(HostArrays):
         n, length = self.world_size, array.shape[0]
         if counts is None:
             if length % n:
-                raise ValueError(f"native_reduce_scatter: length {length} is not a multiple of N={n}; pad it or pass counts")
+                raise ValueError(f"native_reduce_scatter: length {length} is not a multiple of N={n}; pad it or pass "
+                                 "counts")
             counts = [length // n] * n
         counts = [int(c) for c in counts]
         if len(counts) != n or sum(counts) != length or min(counts) < 0:
-            raise ValueError(f"native_reduce_scatter: counts {counts} must be {n} non-negative sizes adding up to {length}")
+            raise ValueError(f"native_reduce_scatter: counts {counts} must be {n} non-negative sizes adding up to "
+                             f"{length}")
         out = np.empty(counts[self.rank], dtype=array.dtype)  # (counts[r],) this rank's chunk
         if len(set(counts)) == 1:
             self.comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=mpi_op)
@@ -341,14 +369,18 @@ class MpiBackend(HostArrays):
 
     def _native_args(self, what: str, array, op: str):
         if not self.native:
-            raise RuntimeError(f"{what}: MPI's own collectives are off; ask for them: Cluster(..., backend='mpi', native=True)")
+            raise RuntimeError(f"{what}: MPI's own collectives are off; ask for them: Cluster(..., backend='mpi', "
+                               "native=True)")
         array = np.ascontiguousarray(array).reshape(-1)
         if array.dtype not in _NATIVE_DTYPES:
             raise TypeError(
-                f"{what}: MPI's own reductions support fp32 and fp64 only, not {array.dtype}: MPI has no bf16 or fp8 type, "
-                "and a reduction on a 16-bit view would add bit patterns, not numbers; use the ring (native=False) for 16-bit formats"
+                f"{what}: MPI's own reductions support fp32 and fp64 only, not {array.dtype}: MPI has no bf16 or fp8 "
+                "type, "
+                "and a reduction on a 16-bit view would add bit patterns, not numbers; use the ring (native=False) for "
+                "16-bit formats"
             )
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX}
         if op not in ops:
-            raise ValueError(f"{what}: op must be one of {list(ops)}, got {op!r} (the averaging variants scale before or after)")
+            raise ValueError(f"{what}: op must be one of {list(ops)}, got {op!r} (the averaging variants scale before "
+                             "or after)")
         return array, _transport(self._MPI, array.dtype)[1], ops[op]

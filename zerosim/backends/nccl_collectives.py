@@ -25,7 +25,8 @@ class NcclCollectives:
         nccl_op = self._nccl_op(op)
         n = self.world_size
         if counts is not None and len(set(int(c) for c in counts)) > 1:
-            raise ValueError(f"native_reduce_scatter: NCCL's ReduceScatter needs equal counts, got {list(counts)}; use the ring for uneven ones")
+            raise ValueError(f"native_reduce_scatter: NCCL's ReduceScatter needs equal counts, got {list(counts)}; use "
+                             "the ring for uneven ones")
 
         def check(length):
             if length % n:
@@ -34,7 +35,9 @@ class NcclCollectives:
         def call(comm, send, recv, wire, length, stream):
             comm.reduceScatter(send, recv, wire.nccl_count(length // n), wire.nccl_type, nccl_op, stream)
 
-        return self._native("native_reduce_scatter", tensors, fmt, lambda length: length // n, call, reduce=True, check=check)
+        return self._native(
+            "native_reduce_scatter", tensors, fmt, lambda length: length // n, call, reduce=True, check=check
+        )
 
     def native_all_reduce(self, tensors, op: str = "sum", fmt=None) -> list:
         """ncclAllReduce of one flat (L,) array per local rank; `op` as in `native_reduce_scatter`."""
@@ -64,14 +67,17 @@ class NcclCollectives:
     def _native(self, what: str, tensors, fmt, out_length, call, reduce: bool = False, check=None) -> list:
         """Run `call` for every local rank inside one NCCL group; outputs of `out_length(L)` elements."""
         if len(tensors) != len(self.local_ranks):
-            raise ValueError(f"{what}: got {len(tensors)} arrays but this process hosts {len(self.local_ranks)} rank(s)")
+            raise ValueError(
+                f"{what}: got {len(tensors)} arrays but this process hosts {len(self.local_ranks)} rank(s)"
+            )
         staged = [self._to_device(i, t, fmt) for i, t in enumerate(tensors)]
         meta = self.all_meta([(int(buf.size), _key(wire.host)) for buf, wire in staged])
         if len(set(meta)) != 1:
             raise ValueError(f"{what}: every rank must pass the same length and dtype, got {meta}")
         length, wire = meta[0][0], staged[0][1]
         if reduce and not wire.reducible:
-            raise TypeError(f"{what}: NCCL cannot reduce {wire.host} here (it travels as {wire.nccl_name}); use the ring")
+            raise TypeError(f"{what}: NCCL cannot reduce {wire.host} here (it travels as {wire.nccl_name}); use the "
+                            "ring")
         if check is not None:
             check(length)  # before the group: a half-issued group would leave the other GPUs waiting
         outs = []
@@ -99,5 +105,6 @@ class NcclCollectives:
         if op not in NCCL_OPS:
             raise ValueError(f"unknown NCCL reduction {op!r}; choose one of {list(NCCL_OPS)}")
         if op == "avg_premul" and not self.has_avg:
-            raise RuntimeError(f"ncclAvg needs NCCL >= 2.10.3 (found version code {self.nccl_version}) and a CuPy that exposes NCCL_AVG")
+            raise RuntimeError(f"ncclAvg needs NCCL >= 2.10.3 (found version code {self.nccl_version}) and a CuPy that "
+                               "exposes NCCL_AVG")
         return getattr(self._nccl, NCCL_OPS[op])

@@ -42,7 +42,11 @@ class NumpyBackend(HostArrays):
 
     def recycle(self, array: np.ndarray) -> None:
         """Take back the storage of a freed ledger buffer (the ledger no longer hands it out)."""
-        if isinstance(array, np.ndarray) and array.flags.c_contiguous and 0 < array.nbytes <= self.POOL_BYTES - self._pooled:
+        if (
+            isinstance(array, np.ndarray)
+            and array.flags.c_contiguous
+            and 0 < array.nbytes <= self.POOL_BYTES - self._pooled
+        ):
             self._pool.setdefault(array.nbytes, []).append(array.reshape(-1).view(np.uint8))
             self._pooled += array.nbytes
 
@@ -58,7 +62,8 @@ class NumpyBackend(HostArrays):
         if recv_like is not None:  # the promise the MPI backend relies on, checked here where every rank is at hand
             for dst, (array, like) in enumerate(zip(received, recv_like)):
                 if like is not None and (array.size != like[0] or array.dtype != like[1]):
-                    raise RuntimeError(f"rank {dst} expected {like[0]} {np.dtype(like[1])} elements but was sent {array.size} {array.dtype}")
+                    raise RuntimeError(f"rank {dst} expected {like[0]} {np.dtype(like[1])} elements but was sent "
+                                       f"{array.size} {array.dtype}")
         return received
 
     def all_meta(self, items) -> list:

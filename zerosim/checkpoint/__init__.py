@@ -2,8 +2,12 @@
 
     files        safetensors files written atomically, XXH3-64 checksums, bf16/fp8 stored as their bits
     manifest     what a checkpoint records (model, layout, precision, optimizer, step, files)
-    save         engine.save(DIR): one file per rank, the manifest, DIR/latest
-    load         ZeroEngine.load(DIR, cluster, model, ...): check everything, then rebuild at any N, stage
+    save         save(engine, DIR): one file per rank, the manifest, DIR/latest
+    load         load(DIR, cluster, model, ...): check everything, then an engine at any N and stage
+
+As torch.distributed.checkpoint does, the checkpoint code sits above the engine and is never imported by
+it: `save` reads an engine's states, `load` builds an engine that takes the loaded states through its one
+`states=` argument.
     consolidate  one unsharded fp32 file (zero_to_fp32's job), and `inspect`
     folders      which folders are checkpoints: `latest`, complete and incomplete tags, a killed save's leftovers
     manifest_checks  every key of a manifest checked, naming the file and the key

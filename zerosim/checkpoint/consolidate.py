@@ -94,8 +94,10 @@ def inspect(directory: str, tag: str | None = None) -> str:
     P, lay = m["layout"]["num_params"], m["layout"]
     if lay.get("kind", "flat") == "per-parameter":
         return _inspect_per_parameter(state)
-    lines = [f"{state.folder}: ZeRO stage {m['stage']}, {m['world_size']} ranks, {P:,} parameters, step {m['optimizer']['step']}",
-             f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} ({lay['padding']} padding "
+    lines = [f"{state.folder}: ZeRO stage {m['stage']}, {m['world_size']} ranks, {P:,} parameters, step "
+             f"{m['optimizer']['step']}",
+             f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} ({lay['padding']} "
+             "padding "
              f"element(s) at the end, [{P:,}, {lay['padded']:,}))", ""]
     for entry, (start, stop) in zip(m["files"], lay["regions"]):
         real = max(0, min(stop, P) - start)
@@ -125,20 +127,26 @@ def _inspect_per_parameter(state) -> str:
     m = state.manifest
     layout, lay, n = saved_layout(m), m["layout"], m["world_size"]
     names = [f"{m['model']['layers'][li][0]}.{name}" for li, name, _ in m["model"]["params"]]
-    lines = [f"{state.folder}: ZeRO stage {m['stage']}, {n} ranks, {layout.num_params:,} parameters, step {m['optimizer']['step']}",
-             (f"per-parameter layout (DeepSpeed ZeRO-3): each parameter of n elements cut in {n} chunks of ceil(n/{n}), "
+    lines = [f"{state.folder}: ZeRO stage {m['stage']}, {n} ranks, {layout.num_params:,} parameters, step "
+             f"{m['optimizer']['step']}",
+             (f"per-parameter layout (DeepSpeed ZeRO-3): each parameter of n elements cut in {n} chunks of "
+              f"ceil(n/{n}), "
               if layout.split == "elements" else
-              f"per-parameter layout (FSDP2, Shard(0)): each parameter cut on dim 0 in {n} chunks of ceil(rows/{n}) rows, ")
+              f"per-parameter layout (FSDP2, Shard(0)): each parameter cut on dim 0 in {n} chunks of ceil(rows/{n}) "
+              "rows, ")
              + f"the last padded; rank r's shard is the r-th chunk of every parameter, in model order: shard size "
              f"s = {layout.shard_size:,}, padded length {layout.padded:,} ({lay['padding']} padding element(s))", ""]
     for entry in m["files"]:
         r = entry["rank"]
         held = []
-        for name, (q, first, count), c, o in zip(names, layout.draw_index(layout.own(r)), layout.chunks, layout.offsets):
+        for name, (q, first, count), c, o in zip(
+            names, layout.draw_index(layout.own(r)), layout.chunks, layout.offsets
+        ):
             part = f"{name}[{first - o}:{first - o + count}]" if count else f"{name}[none]"
             held.append(part + (f" + {c - count} padding" if c > count else ""))
         real = sum(x[2] for x in layout.draw_index(layout.own(r)))
-        lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; {real:,} real + {layout.shard_size - real:,} padding; "
+        lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; {real:,} real + {layout.shard_size - real:,} "
+                     "padding; "
                      + ", ".join(held))
         lines.append("    " + ", ".join(f"{k} ({fmt})" for k, fmt in entry["tensors"].items()))
     return "\n".join(lines)

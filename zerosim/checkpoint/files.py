@@ -148,12 +148,15 @@ def read_checked(path: str, size: int, digest: str) -> bytearray:
                 raise CheckpointError(f"{path}: {actual} bytes, the manifest says {size}: truncated or replaced")
             data = bytearray(size)
             if f.readinto(data) != size:
-                raise CheckpointError(f"{path}: fewer bytes could be read than the manifest's {size}: truncated while reading")
+                raise CheckpointError(f"{path}: fewer bytes could be read than the manifest's {size}: truncated while "
+                                      "reading")
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
     algorithm = digest.split(":", 1)[0]
     if algorithm not in CHECKSUMS:
-        raise CheckpointError(f"{path}: the manifest's checksum {digest!r} uses an algorithm this version does not know")
+        raise CheckpointError(
+            f"{path}: the manifest's checksum {digest!r} uses an algorithm this version does not know"
+        )
     if checksum(data, algorithm) != digest:
         raise CheckpointError(f"{path}: its {algorithm} checksum differs from the manifest's: the file is corrupted")
     return data

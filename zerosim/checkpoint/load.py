@@ -1,7 +1,7 @@
 """Load a checkpoint: check every file first, put the state back together, and reshard it to any N and stage.
 
-    engine = ZeroEngine.load("ckpt", Cluster(4), model)                  # as saved (N may differ)
-    engine = ZeroEngine.load("ckpt", Cluster(3), model, stage=3)         # N ranks at stage 3 from any save
+    engine = zerosim.checkpoint.load("ckpt", Cluster(4), model)            # as saved (N may differ)
+    engine = zerosim.checkpoint.load("ckpt", Cluster(3), model, stage=3)   # N ranks at stage 3 from any save
 
 Letters: P parameters; N, s the saving run's ranks and shard size; M the loading run's ranks.
 Nothing is built until the manifest and every rank file have passed their checks (present, the
@@ -24,7 +24,11 @@ import numpy as np
 from zerosim.checkpoint.files import CheckpointError, read_checked, read_tensors
 from zerosim.checkpoint.folders import resolve
 from zerosim.checkpoint.manifest import check_model, read_manifest, saved_layout
+from zerosim.cluster import Cluster
+from zerosim.optim import get_optimizer
 from zerosim.precision import MixedPrecision, get_precision, loss_scaler_from_state_dict
+from zerosim.zero import GradientRecipe, ZeroEngine, buffer_sizes, get_plan
+from zerosim.zero.layouts import layout_for
 
 
 @dataclass
@@ -61,7 +65,8 @@ class SavedState:
         saved = self.manifest.get("loss_scaler") or {}
         fresh = policy.make_scaler()
         if saved.get("kind") != fresh.kind:
-            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is {saved.get('kind')!r}, "
+            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is "
+                                  f"{saved.get('kind')!r}, "
                                   f"but its precision policy names {fresh.kind!r}")
         if fresh.kind == "static":
             return fresh
@@ -78,21 +83,26 @@ class SavedState:
         whole = np.concatenate([self.files[r][name] for r in range(m["world_size"])])  # (Ψ,) the shards in rank order
         return saved_layout(m).unarrange(whole)  # (P,) model order, padding removed
 
+    @property
+    def _plan(self):
+        """The saved stage's plan: which of the saved tensors are shards."""
+        return get_plan(self.manifest["stage"])
+
     @functools.cached_property
     def params(self) -> np.ndarray:
         """(P,) compute format: the 16-bit weights every rank computes with."""
-        return self._whole("params", sharded=self.manifest["stage"] == 3)
+        return self._whole("params", sharded=self._plan.shards("params"))
 
     @functools.cached_property
     def master(self) -> np.ndarray | None:
         """(P,) fp32 master (None: "pure" training, no master)."""
-        return self._whole("master", sharded=self.manifest["stage"] >= 1) if "master" in self.files[0] else None
+        return self._whole("master", sharded=self._plan.shards("master")) if "master" in self.files[0] else None
 
     @functools.cached_property
     def optimizer(self) -> dict:
         """{state name: (P,) update format}."""
         names = [k[len("optim."):] for k in self.files[0] if k.startswith("optim.")]
-        return {k: self._whole(f"optim.{k}", sharded=self.manifest["stage"] >= 1) for k in names}
+        return {k: self._whole(f"optim.{k}", sharded=self._plan.shards("optimizer")) for k in names}
 
 
 def policy_from_manifest(fields: dict, where: str) -> MixedPrecision:
@@ -102,7 +112,8 @@ def policy_from_manifest(fields: dict, where: str) -> MixedPrecision:
     if "average" in fields:
         average = fields.pop("average")
         if average != "avg":
-            raise CheckpointError(f"{where}: saved with averaging {average!r}, which zerosim now offers only as the named "
+            raise CheckpointError(f"{where}: saved with averaging {average!r}, which zerosim now offers only as the "
+                                  "named "
                                   f"recipes of docs/recipes.md; its gradients would not reduce the same way")
         fields.setdefault("reduction", "seeds")
         fields.setdefault("unscale", "divide")
@@ -126,12 +137,12 @@ def read_files(folder: str, manifest: dict) -> dict:
 
 
 def check_lengths(manifest: dict, tensors: dict, file: str, where: str) -> None:
-    """Each tensor of a rank file has the length its stage gives it: the params whole (Ψ,) at stages 0-2 and a
-    (s,) shard at stage 3; the master and optimizer state whole at stage 0 and a shard at stages 1-3. The files
+    """Each tensor of a rank file has the length its stage's plan gives it: whole (Ψ,) or a (s,) shard. The files
     passed their checksums, so a mismatch means the manifest's stage or world size was edited: it is named."""
     lay, stage, n = manifest["layout"], manifest["stage"], manifest["world_size"]
+    plan = get_plan(stage)
     for name, array in tensors.items():
-        sharded = stage == 3 if name == "params" else stage >= 1
+        sharded = plan.shards("params" if name == "params" else "master" if name == "master" else "optimizer")
         want = lay["shard_size"] if sharded else lay["padded"]
         if array.shape != (want,):
             raise CheckpointError(f"{where}: stage is {stage}, but {file} holds {name!r} of shape {array.shape}; stage "
@@ -159,11 +170,6 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     accumulation_steps, checkpoint, clip_grad: as for `ZeroEngine` (run settings, not state; default the saved K).
     The loss scaler resumes in its saved state, and the iteration count with it.
     """
-    from zerosim.cluster import Cluster
-    from zerosim.optim import get_optimizer
-    from zerosim.zero.engine import ZeroEngine
-    from zerosim.zero.state import FILLED_LATER, GivenStates
-
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
     if not cluster.backend.holds_values:  # checked first: on a meta cluster it loaded, then failed its first step
@@ -192,58 +198,48 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
             raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer "
                                   f"({e})") from None
     elif optimizer.name != saved_opt["name"]:
-        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume {optimizer.name}")
+        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume "
+                              f"{optimizer.name}")
     saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
     if set(optimizer.state_names) != set(saved_names):
-        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps {sorted(optimizer.state_names)}")
+        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps "
+                              f"{sorted(optimizer.state_names)}")
     stage = m["stage"] if stage is None else stage
-    if (m["world_size"], m["stage"]) == (cluster.world_size, stage):
-        # the saved layout: each rank takes its file's tensors (writable views of the bytes just checked) as its states
-        params = GivenStates({r.index: state.files[r.index] for r in cluster.ranks})
-    else:
-        params = FILLED_LATER  # every state allocated unwritten; put_state cuts the whole vectors anew
     scaler = state.loss_scaler(saved_policy)  # checked before anything is built
-    engine = ZeroEngine(model, cluster, stage, optimizer, saved_policy, params=params,
-                        accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None
-                        else accumulation_steps,
-                        checkpoint=checkpoint,
-                        clip_grad=clip_grad)
-    if params is FILLED_LATER:
-        put_state(engine, state)
+    engine = ZeroEngine(
+        model,
+        cluster,
+        stage,
+        optimizer,
+        saved_policy,
+        states=rank_states(state, cluster, model, stage),
+        accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None else accumulation_steps,
+        checkpoint=checkpoint,
+        clip_grad=clip_grad,
+    )
     engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
     return engine
 
 
-def put_state(engine, state: SavedState) -> None:
-    """Overwrite every local rank's params, master and optimizer state with `state`, cut by the engine's layout.
-
-    Same world size and stage as saved: each rank takes its own saved file's tensors as they are; otherwise
-    the whole vectors are cut anew (resharding)."""
-    layout, m = engine.layout, state.manifest
-    if (m["world_size"], m["stage"]) == (layout.world_size, engine.stage_number):
-        for rank in engine.cluster.ranks:
-            saved = state.files[rank.index]
-            rank.params.array[...] = saved["params"]
-            if rank.master is not None:
-                rank.master.array[...] = saved["master"]
-            for k, buf in rank.optim.items():
-                buf.array[...] = saved[f"optim.{k}"]
-        engine.t = state.t
-        return
-
-    # each saved (P,) vector in the new layout's (Ψ,) order, padding zero: once, then every rank cuts its part
-    params = layout.arrange(state.params)
-    master = layout.arrange(state.master) if state.master is not None else None
-    optim = {k: layout.arrange(v) for k, v in state.optimizer.items()}
-
-    def cut(dest: np.ndarray, arranged: np.ndarray, start: int) -> None:
-        dest[...] = arranged[start : start + dest.shape[0]]
-
-    for rank in engine.cluster.ranks:
-        mine = engine.region(rank.index)
-        cut(rank.params.array, params, layout.own(rank.index).start if engine.plan.shards_params else 0)
-        if rank.master is not None:
-            cut(rank.master.array, master, mine.start)
-        for k, buf in rank.optim.items():
-            cut(buf.array, optim[k], mine.start)
-    engine.t = state.t
+def rank_states(state: SavedState, cluster, model, stage: int) -> dict:
+    """{local rank: {"params", "master", "optim.<name>": array}}: what each local rank of a ZeRO-`stage` engine on
+    `cluster` starts from. At the saved world size and stage, its saved file's tensors as they are (writable views
+    of the bytes just checked: no copy); otherwise cut anew from the whole vectors by the new layout (resharding:
+    each saved (P,) vector arranged once in the new layout's (Ψ,) order, padding zero, then every rank's part
+    copied)."""
+    m = state.manifest
+    if (m["world_size"], m["stage"]) == (cluster.world_size, stage):
+        return {r.index: state.files[r.index] for r in cluster.ranks}
+    plan, recipe = get_plan(stage), GradientRecipe.of(state.precision)
+    layout = layout_for(model, cluster.world_size, recipe, cluster.backend)
+    sizes = buffer_sizes(plan, layout)
+    whole = {"params": state.params, "master": state.master, **{f"optim.{k}": v for k, v in state.optimizer.items()}}
+    arranged = {name: layout.arrange(v) for name, v in whole.items() if v is not None}
+    out = {}
+    for rank in cluster.ranks:
+        first = layout.own(rank.index).start if plan.shards("params") else 0
+        cut = {"params": slice(first, first + sizes["params"])}  # the rest: the region it updates
+        out[rank.index] = {
+            name: v[cut.get(name, plan.region(layout, rank.index))].copy() for name, v in arranged.items()
+        }
+    return out

@@ -10,7 +10,8 @@ engine.py, `save_checkpoint` / `load_checkpoint`), so an interrupted save never 
 `latest` names. Manifest fields: format and version; the model (class, parameter count, every layer's
 window and every parameter's name and shape — a checkpoint of another model is refused); stage and
 world size; the layout (its kind: zerosim's flat shards, or DeepSpeed ZeRO-3's per-parameter chunks with
-each parameter's chunk size; FSDP2's dim-0 chunks; P, s, padded length, padding, each rank's region); the precision policy
+each parameter's chunk size; FSDP2's dim-0 chunks; P, s, padded length, padding, each rank's region); the precision
+policy
 (its fields: compute, master, reduce, loss scale and its options, unscaling, the gradient recipe, the
 all-reduce's chunk map, rounding, seed, grad_accum); the optimizer (name, hyperparameters) and its step
 t, and the iterations run (skipped steps count there, not in t); the loss scaler's state (its
@@ -24,13 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 
 from zerosim.checkpoint.files import CheckpointError
 from zerosim.checkpoint.manifest_checks import check_manifest
-from zerosim.zero.flat import FlatLayout
-from zerosim.zero.partition import ParamLayout
+from zerosim.zero.layouts import from_description
 
 FORMAT, VERSION = "zerosim-checkpoint", 1
 
@@ -51,20 +50,21 @@ def model_spec(model) -> dict:
 
 def optimizer_spec(optimizer) -> dict:
     hyper = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(optimizer)}
-    return {"name": optimizer.name, "hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}}
+    return {
+        "name": optimizer.name,
+        "hyperparameters": {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()},
+    }
 
 
 def make_manifest(engine, files: list) -> dict:
-    layout, p = engine.layout, engine.precision
+    layout = engine.layout
+    p = engine.precision.with_(reduction=engine.recipe.reduction, allreduce=engine.recipe.allreduce)  # the recipe too
     regions = [engine.region(r) for r in range(layout.world_size)]
     return {
         "format": FORMAT, "version": VERSION,
         "model": model_spec(engine.model),
         "stage": engine.stage_number, "world_size": layout.world_size,
-        "layout": {"kind": layout.kind, "num_params": layout.num_params, "shard_size": layout.shard_size,
-                   "padded": layout.padded, "padding": layout.padded - layout.num_params,
-                   "regions": [[r.start, r.stop] for r in regions],
-                   **({"split": layout.split, "chunks": list(layout.chunks)} if layout.kind != "flat" else {})},
+        "layout": {**layout.describe(), "regions": [[r.start, r.stop] for r in regions]},
         "precision": dataclasses.asdict(p),
         "optimizer": {**optimizer_spec(engine.optimizer), "step": engine.t},
         "iteration": engine.iteration,
@@ -86,9 +86,11 @@ def read_manifest(folder: str) -> dict:
     except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
         raise CheckpointError(f"{path}: unreadable manifest ({type(e).__name__}: {e})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format {m.get('format') if isinstance(m, dict) else None!r})")
+        raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format "
+                              f"{m.get('format') if isinstance(m, dict) else None!r})")
     if m.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version {VERSION}")
+        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version "
+                              f"{VERSION}")
     check_manifest(m, path)  # every key a load reads, and their agreement (manifest_checks.py)
     return m
 
@@ -98,7 +100,11 @@ def check_model(manifest: dict, model, path: str) -> None:
     saved, here = manifest["model"], model_spec(model)
     for key in ("num_params", "layers", "params"):
         if saved[key] != here[key]:
-            what = {"num_params": "parameter count", "layers": "layers (names, windows and kinds)", "params": "parameter shapes"}[key]
+            what = {
+                "num_params": "parameter count",
+                "layers": "layers (names, windows and kinds)",
+                "params": "parameter shapes",
+            }[key]
             a, b = (saved[key], here[key]) if key == "num_params" else (_first_diff(saved[key], here[key]))
             raise CheckpointError(f"{path}: saved from another model: its {what} differ (saved {a}, this model {b})")
 
@@ -111,11 +117,7 @@ def _first_diff(a: list, b: list) -> tuple:
 
 
 def saved_layout(manifest: dict):
-    """The layout the checkpoint was saved in (a manifest without a kind predates per-parameter layouts: flat)."""
-    lay, n = manifest["layout"], manifest["world_size"]
+    """The layout the checkpoint was saved in (zero/layouts.py reads the layout's own description back)."""
     windows = tuple((a, b) for _, a, b, _ in manifest["model"]["layers"])
-    if lay.get("kind", "flat") == "per-parameter":
-        shapes = [shape for _, _, shape in manifest["model"]["params"]]
-        rows = tuple(shape[0] if shape else 1 for shape in shapes) if lay.get("split") == "dim 0" else None
-        return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, n, rows)
-    return FlatLayout(lay["num_params"], n, windows)
+    shapes = [shape for _, _, shape in manifest["model"]["params"]]
+    return from_description(manifest["layout"], manifest["world_size"], windows, shapes)

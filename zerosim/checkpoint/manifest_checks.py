@@ -109,8 +109,7 @@ def _check_model(c: _Checker) -> None:
 def _check_layout(c: _Checker, stage: int, n: int) -> None:
     """The layout's fields must be the ones the model, the stage and the world size give."""
     from zerosim.checkpoint.manifest import saved_layout
-    from zerosim.zero.plan import PLANS
-    from zerosim.zero.state import region
+    from zerosim.zero.plan import get_plan
 
     kind = c.get("layout.kind", str, default="flat")
     if kind not in ("flat", "per-parameter"):
@@ -119,13 +118,10 @@ def _check_layout(c: _Checker, stage: int, n: int) -> None:
         c.fail("layout.split", f"must be 'elements' or 'dim 0', got {c.get('layout.split')!r}")
     if c.count("layout.num_params", 1) != c.get("model.num_params"):
         c.fail("layout.num_params", f"is {c.get('layout.num_params')}, the model's is {c.get('model.num_params')}")
-    layout = saved_layout(c.m)
-    want = {"shard_size": layout.shard_size, "padded": layout.padded, "padding": layout.padded - layout.num_params,
-            "regions": [[r.start, r.stop] for r in (region(PLANS[stage], layout, i) for i in range(n))]}
-    if kind != "flat":
-        want["chunks"] = list(layout.chunks)
+    layout, plan = saved_layout(c.m), get_plan(stage)
+    want = {**layout.describe(), "regions": [[r.start, r.stop] for r in (plan.region(layout, i) for i in range(n))]}
     for key, value in want.items():
-        got = c.get(f"layout.{key}")
+        got = c.get(f"layout.{key}", default=value if key == "kind" else ...)
         if got != value:
             c.fail(f"layout.{key}", f"is {_short(got)}, but {layout.num_params:,} parameters at ZeRO stage {stage} on "
                    f"world_size {n} give {_short(value)}: the stage, the world size or the layout was edited")

@@ -1,4 +1,4 @@
-"""engine.save(DIR): one file per rank with what that rank owns, one manifest, then `latest`.
+"""save(engine, DIR): one file per rank with what that rank owns, one manifest, then `latest`.
 
 Under MPI each process writes its own rank's file (one writer per rank); rank 0 writes the manifest
 once every file is complete and checksummed, and `latest` last. Every file is written under a

@@ -43,7 +43,8 @@ def run(args) -> int:
         width = max(map(len, exercises.EXERCISES))
         for name, ex in exercises.EXERCISES.items():
             print(f"{name:<{width}}  {ex.title}")
-        print("\nzerosim exercise show NAME > my_solution.py, fill it in, then zerosim exercise check NAME --file my_solution.py")
+        print("\nzerosim exercise show NAME > my_solution.py, fill it in, then zerosim exercise check NAME --file "
+              "my_solution.py")
         return 0
     ex = exercises.get(args.name)
     if args.action == "show":
@@ -61,7 +62,8 @@ def run(args) -> int:
         solution = ex.solution
     elif args.planted is not None:
         if args.planted not in ex.planted:
-            raise ValueError(f"{ex.name} has no planted bug {args.planted!r}; it has: {', '.join(map(repr, ex.planted))}")
+            raise ValueError(f"{ex.name} has no planted bug {args.planted!r}; it has: "
+                             f"{', '.join(map(repr, ex.planted))}")
         solution = ex.planted[args.planted]
     else:
         solution = args.file

@@ -14,9 +14,12 @@
     ring_steps        a ring all-reduce on 4 ranks, chunk by chunk, rounding marked (seed 001)
     zero3_sequence    ZeRO-3's per-layer gather / compute / free / reduce-scatter on seed 004 (seeds 003/004)
     timeline          one ZeRO-3 step of Llama-7B on 64 ranks over InfiniBand, without and with prefetch (seed 003)
-    timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512")
+    timeline_sweep    step time and exposed communication vs N, GPT-3 175B, stages 1-3 (seed 003's "past 512"); the
+                      configurations that do not fit an H100 are marked, not drawn as steps that ran
     l_squared         one layer's activations against L at seed 001's 7B shape: P (B·H·L²) overtakes the rest (seed 001)
     activation_strategies  each checkpointing strategy's peak activations and extra FLOPs at the 7B shape (seed 001)
+    will_it_fit       Llama-3-8B on 8 GPUs: one rank's peak by stage and strategy, estimates on top, against 3 GPUs
+    plan              zerosim plan's answer for Llama-3-70B on 64 H100s: memory by kind against the GPU, step times
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-from zerosim.cli.memory_cmd import add_model_arguments, model_from_args
+from zerosim.cli.model_args import add_model_arguments, model_from_args
 
 HELP = "draw every seed figure (PNG) from live runs into figures/"
 PAPER_FIG1 = (120, 31.4, 16.6, 1.9)  # Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N = 64, K = 12
@@ -93,11 +96,14 @@ def _timeline(args):
 
     llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
     runs = {}
-    for name, comm in (("seed 004: each unit gathered right before its use", None),
-                       ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True))):
+    for name, comm in (
+        ("seed 004: each unit gathered right before its use", None),
+        ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True)),
+    ):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
         runs[f"{name}: step {result.step_time:.2f} s, exposed {result.exposed_comm[0]:.2f} s"] = result
-    return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 tokens per rank")
+    return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 "
+                                        "tokens per rank")
 
 
 def _timeline_sweep(args):
@@ -107,9 +113,18 @@ def _timeline_sweep(args):
     from zerosim.viz.sweep_figure import sweep_figure
     from zerosim.zero.comm_schedule import CommSchedule
 
+    from zerosim.cli.fit_lines import judge
+    from zerosim.costs.gpus import get_gpu
+    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+
     gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
-    rows = sweep(gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)
-    return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)")
+    rows = sweep(
+        gpt3, (64, 128, 256, 512, 1024, 2048, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480
+    )
+    gpu = get_gpu("h100-80gb")  # ZeRO-1/2 need ~740 / ~380 GB per rank here: they are marked, not drawn as steps
+    fits = [judge(r.peak, r.stage, r.ranks, gpu, ALLOCATOR_RESERVE)["fits"] for r in rows]
+    return sweep_figure(rows, title="GPT-3 175B in blocks, 20,480 tokens per rank, H100, one unit prefetched (FSDP)",
+                        fits=fits, gpu=gpu.name)
 
 
 SEED001_7B = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32)  # seed 001 §6's "7B-class" shape; V: GPT-2's
@@ -121,7 +136,10 @@ def _l_squared(args):
     from zerosim.models.meta_gpt import MetaGPT
     from zerosim.viz.activations_figure import l_squared_figure
 
-    rows = [(L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block) for L in (512, 1024, 2048, 4096, 8192)]
+    rows = [
+        (L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block)
+        for L in (512, 1024, 2048, 4096, 8192)
+    ]
     return l_squared_figure(rows, title="What one layer saves, seed 001's 7B shape (d 4096, H 32), B = 4, fp16:\n"
                                         "measured by the meta backend's ledgers").figure
 
@@ -131,8 +149,33 @@ def _activation_strategies(args):
     from zerosim.viz.activations_figure import strategies_figure
 
     return strategies_figure(strategy_costs(4, 2048, **SEED001_7B),
-                             title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, fp16: "
+                             title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, "
+                                   "fp16: "
                                    "one rank's ledger and compute events")
+
+
+def _will_it_fit(args):
+    from zerosim.costs.gpus import get_gpu
+    from zerosim.costs.measured import measure_by_stage
+    from zerosim.models.gpt import strategy_options
+    from zerosim.models.hf_config import read_hf_config, shipped_config
+    from zerosim.models.meta_llama import MetaLlama
+    from zerosim.viz.fit_figure import fit_figure
+
+    config = read_hf_config(shipped_config("llama-3-8b"))
+    runs = {f"checkpoint {s!r}": measure_by_stage(MetaLlama.from_config(config, 4096, **strategy_options(s)), 8,
+                                                  "adam", "bf16-mixed", micro_batch=(1, 4096))
+            for s in ("none", "flash", "block")}
+    return fit_figure(runs, [get_gpu(g) for g in ("rtx3090", "a100-80gb", "h200")], 8,
+                      title="Llama-3-8B on 8 GPUs: one rank at its peak (B = 1, L = 4,096, bf16-mixed, Adam)")
+
+
+def _plan(args):
+    from zerosim.costs import get_preset
+    from zerosim.timeline.plan import plan
+    from zerosim.viz.plan_figure import plan_figure
+
+    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
 
 
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
@@ -147,6 +190,8 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "timeline_sweep": _timeline_sweep,
     "l_squared": _l_squared,
     "activation_strategies": _activation_strategies,
+    "will_it_fit": _will_it_fit,
+    "plan": _plan,
 }
 
 
@@ -155,7 +200,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default="figures", help="directory to write into (default figures/)")
     p.add_argument("--only", action="append", choices=sorted(FIGURES), metavar="NAME",
                    help=f"draw only this figure (repeatable): {', '.join(FIGURES)}")
-    p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of stacked bars")
+    p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of "
+                                                      "stacked bars")
 
 
 def run(args) -> int:

@@ -4,6 +4,7 @@
     zerosim train    train an MLP on a synthetic task with any stage, ranks, precision, optimizer
     zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
     zerosim timeline time of a step at real scale: overlap, bucketing, prefetch (meta backend)
+    zerosim plan     which stage, checkpointing and micro-batch fit your GPUs, ranked by step time
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
@@ -17,11 +18,20 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, replay_cmd, timeline_cmd, train_cmd
+from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd, timeline_cmd,
+                         train_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
-COMMANDS = {"replay": replay_cmd, "train": train_cmd, "memory": memory_cmd, "figures": figures_cmd, "checkpoint": checkpoint_cmd,
-            "exercise": exercise_cmd, "timeline": timeline_cmd}
+COMMANDS = {
+    "replay": replay_cmd,
+    "train": train_cmd,
+    "memory": memory_cmd,
+    "figures": figures_cmd,
+    "checkpoint": checkpoint_cmd,
+    "exercise": exercise_cmd,
+    "timeline": timeline_cmd,
+    "plan": plan_cmd,
+}
 
 
 def _in_mpi_job() -> bool:
@@ -31,10 +41,13 @@ def _in_mpi_job() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with no GPU.")
+    parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with "
+                                                                 "no GPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__))
+        # the docstring as written: its example commands stay one per line
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                                            formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -67,8 +80,17 @@ def _run(args) -> int:
     except BrokenPipeError:  # `zerosim replay --json | head`: the reader left; nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, TypeError, FloatingPointError, OverflowError, OSError, ImportError, MemoryError, BackendUnavailable,
-            LossScaleAtMinimum) as e:
+    except (
+        ValueError,
+        TypeError,
+        FloatingPointError,
+        OverflowError,
+        OSError,
+        ImportError,
+        MemoryError,
+        BackendUnavailable,
+        LossScaleAtMinimum,
+    ) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
             from zerosim.backends.mpi_failure import abort_job
 

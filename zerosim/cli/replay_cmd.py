@@ -17,15 +17,18 @@ HELP = "replay seed 004's worked example step by step (the main job)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1, the article's first)")
-    p.add_argument("--precision", choices=sorted(PRESETS), default="fp16-mixed", help="mixed-precision preset (default fp16-mixed)")
+    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1, the article's "
+                                                                              "first)")
+    p.add_argument("--precision", choices=sorted(PRESETS), default="fp16-mixed", help="mixed-precision preset (default "
+                                                                                      "fp16-mixed)")
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
     p.add_argument("--steps", type=int, default=1,
                    help=f"training steps on the same two samples, 1..{MAX_STEPS} (default 1; a bar on a terminal "
                         "from 50)")
     p.add_argument("--no-checkpoint", action="store_true", help="keep activations instead of recomputing them")
     p.add_argument("--loss-scale", default=None, metavar="S",
-                   help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, deepspeed): "
+                   help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, "
+                        "deepspeed): "
                         "narrates the scaled and unscaled gradients, and a skipped step on overflow")
     p.add_argument("--json", action="store_true", help="print the same values as JSON")
 
@@ -39,8 +42,17 @@ def run(args) -> int:
         try:
             scale = float(scale)
         except ValueError:
-            raise ValueError(f"--loss-scale takes a number > 0 or one of {', '.join(LOSS_SCALERS)}, got {scale!r}") from None
-    result = replay(stage=args.stage, precision=args.precision, lr=args.lr, steps=args.steps, checkpoint=not args.no_checkpoint,
-                    show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50, loss_scale=scale)
+            raise ValueError(
+                f"--loss-scale takes a number > 0 or one of {', '.join(LOSS_SCALERS)}, got {scale!r}"
+            ) from None
+    result = replay(
+        stage=args.stage,
+        precision=args.precision,
+        lr=args.lr,
+        steps=args.steps,
+        checkpoint=not args.no_checkpoint,
+        show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50,
+        loss_scale=scale,
+    )
     print(json.dumps(result, indent=1) if args.json else narrate(result))
     return 0

@@ -1,11 +1,13 @@
-"""Train an MLP, or a small GPT, on a synthetic task with any ZeRO stage, rank count, precision and optimizer.
+"""Train an MLP, a small GPT or a small Llama on a synthetic task with any ZeRO stage, rank count, precision
+and optimizer.
 
 Each rank gets its own micro-batch every step (drawn from a fixed pool made by a random teacher MLP,
-or of random strings a GPT learns to copy, reverse or sort, so every backend sees the same data).
-Prints the mean loss as it goes (a GPT's answer accuracy on held-out strings too), then per-rank peak
+or of random strings a GPT or Llama learns to copy, reverse or sort, so every backend sees the same data).
+Prints the mean loss as it goes (a decoder's answer accuracy on held-out strings too), then per-rank peak
 memory and bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend mpi` (rank 0 prints).
 
     zerosim train --model gpt --task reverse --stage 3 --ranks 2 --steps 150
+    zerosim train --model llama --heads 4 --kv-heads 2 --stage 3 --ranks 2 --steps 60
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import sys
 from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS
 from zerosim.precision import PRESETS, get_precision
-from zerosim.zero.trainer import MAX_SIMULATED_RANKS
+from zerosim.train.trainer import MAX_SIMULATED_RANKS
 
 MLP_WIDTHS = "16,64,64,4"
 
-HELP = "train an MLP or a GPT on a synthetic task (stage, ranks, precision, optimizer, steps)"
+HELP = "train an MLP, a GPT or a Llama on a synthetic task (stage, ranks, precision, optimizer, steps)"
 
 
 def _widths(text: str) -> list:
@@ -41,6 +43,7 @@ GPT_FLAGS = {  # flag -> what it sets (TrainConfig's field of the same name)
     "--d-model": "model width (default 16)",
     "--heads": "attention heads (default 2)",
     "--layers": "transformer blocks (default 1)",
+    "--kv-heads": "Llama's key/value heads (grouped-query attention; default one per query head)",
 }
 
 
@@ -50,11 +53,16 @@ def gpt_options(args) -> dict:
     given = {flag: value for flag, value in given.items() if value is not None}
     if args.model == "mlp":
         if given:
-            raise ValueError(f"{', '.join(given)} describe the GPT: add --model gpt")
+            raise ValueError(f"{', '.join(given)} describe the GPT or the Llama: add --model gpt or --model llama")
         return {}
     if args.widths != MLP_WIDTHS:
-        raise ValueError("--widths sizes the MLP; the GPT's shape is --d-model, --heads, --layers (--vocab, --length)")
-    return {"model": "gpt", "eval_every": args.print_every, **{flag[2:].replace("-", "_"): v for flag, v in given.items()}}
+        name = "GPT" if args.model == "gpt" else "Llama"
+        raise ValueError(f"--widths sizes the MLP; the {name}'s shape is --d-model, --heads, --layers "
+                         "(--vocab, --length)")
+    if "--kv-heads" in given and args.model != "llama":
+        raise ValueError("--kv-heads sets the Llama's grouped-query attention: add --model llama")
+    return {"model": args.model, "eval_every": args.print_every,
+            **{flag[2:].replace("-", "_"): v for flag, v in given.items()}}
 
 
 def add_arguments(p) -> None:
@@ -63,9 +71,11 @@ def add_arguments(p) -> None:
     p.add_argument("--ranks", type=int, default=None,
                    help=f"simulated ranks, 1..{MAX_SIMULATED_RANKS} (default 4; with --resume the saved count, and a "
                         "count you give reshards; under MPI the process count)")
-    p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default numpy)")
+    p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default "
+                                                                                        "numpy)")
     p.add_argument("--native", action="store_true",
-                   help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; fp32 only)")
+                   help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; "
+                        "fp32 only)")
     p.add_argument("--precision", choices=sorted(PRESETS), default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
@@ -95,24 +105,29 @@ def add_arguments(p) -> None:
                         "--optimizer is refused")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
-    # -- --model gpt: its own flags, together (defaults: zerosim.zero.trainer.TrainConfig) ------------------
-    g = p.add_argument_group("--model gpt", "a small GPT learns to copy, reverse or sort strings (--task); "
-                             "--checkpoint keeps each block's input and recomputes the block")
-    g.add_argument("--model", choices=("mlp", "gpt"), default="mlp", help="the model (default mlp)")
+    # -- --model gpt / llama: their own flags, together (defaults: zerosim.train.TrainConfig) ------------------
+    g = p.add_argument_group("--model gpt or llama", "a small GPT or Llama learns to copy, reverse or sort strings "
+                             "(--task); --checkpoint keeps each block's input and recomputes the block")
+    g.add_argument("--model", choices=("mlp", "gpt", "llama"), default="mlp", help="the model (default mlp)")
     for flag, what in GPT_FLAGS.items():
-        g.add_argument(flag, type=int, default=None, help=f"with --model gpt: {what}")
+        g.add_argument(flag, type=int, default=None, help=f"with --model gpt or llama: {what}")
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
-                   help="with --model gpt: keep P, rebuild it from Q and K, or tile it away (default standard)")
+                   help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
+                        "(default standard)")
     add_precision_arguments(p)
 
 
 def run(args) -> int:
     from zerosim.progress import progress
 
-    from zerosim.zero.trainer import TrainConfig, run_defaults, train
+    from zerosim.train import TrainConfig, run_defaults, train
 
     widths = _widths(args.widths)
-    for flag, value in (("--steps", args.steps), ("--batch", args.batch), ("--accumulation-steps", args.accumulation_steps)):
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--batch", args.batch),
+        ("--accumulation-steps", args.accumulation_steps),
+    ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     ranks = args.ranks
@@ -135,7 +150,8 @@ def run(args) -> int:
     defaults = run_defaults(args.resume)  # the saved run's settings when resuming (the resume rule), else the defaults
     precision = get_precision(args.precision or defaults["precision"])
     if args.native and precision.reduce_format.name not in ("fp32", "fp64"):
-        raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop --native")
+        raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop "
+                         "--native")
     if args.grad_accum == "fp32":
         precision = precision.with_(grad_accum="fp32")
     precision = precision_from_arguments(args, precision)
@@ -155,33 +171,41 @@ def run(args) -> int:
         if talk and not args.json:
             k = config.accumulation_steps
             accum = f", {k} micro-batches per rank per step" if k > 1 else ""
-            what = (f"GPT(vocab={config.vocab}, d_model={config.d_model}, heads={config.heads}, layers={config.layers})"
-                    if config.model == "gpt" else f"MLP {widths}")
+            kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
+            what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
+                    f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks on {args.backend}, {_precision_name(config.precision)}, {config.optimizer} lr "
                   f"{config.lr}{accum}"
                   + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
-    bar = progress(total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty())
+    bar = progress(
+        total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
+    )
 
     def on_step(step, mean, info):
         bar.update(1)
         bar.set_postfix(loss=f"{mean:.6g}")
-        if talk and not args.json and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped):
+        if (
+            talk
+            and not args.json
+            and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped)
+        ):
             line = f"step {step:>5}  loss {mean!r}" + step_note(precision, info)
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at
         if talk and not args.json:
-            line = f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings (chance {1 / (config.vocab - 1):.3f})"
+            line = (f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings "
+                    f"(chance {1 / (config.vocab - 1):.3f})")
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     result = train(config, on_step, on_start, on_eval)
     bar.close()
     if talk:
         if args.json:
-            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model == "gpt" else {}
+            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model != "mlp" else {}
             print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
                               **precision_json(precision, result)}, indent=1))
         else:
@@ -217,15 +241,20 @@ def add_precision_arguments(p) -> None:
     from zerosim.precision.policy import ALLREDUCES, REDUCTIONS
 
     p.add_argument("--loss-scale", default=None, metavar="S",
-                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) or "
-                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: the preset's, 1)")
+                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "
+                        "or "
+                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: "
+                        "the preset's, 1)")
     p.add_argument("--scale-window", type=int, default=None, metavar="N",
-                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, deepspeed scale_window 1000)")
+                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, "
+                        "deepspeed scale_window 1000)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="MAX_NORM",
                    help="clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_)")
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
-                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), deepspeed-zero3 and fsdp2 (stage 3, per-parameter partitions)")
-    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring (default) or nccl")
+                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), "
+                        "deepspeed-zero3 and fsdp2 (stage 3, per-parameter partitions)")
+    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring "
+                                                                         "(default) or nccl")
 
 
 def precision_from_arguments(args, precision):
@@ -242,7 +271,9 @@ def precision_from_arguments(args, precision):
         kind = changes.get("loss_scale", precision.loss_scale)
         if not isinstance(kind, str):
             raise ValueError("--scale-window needs a dynamic --loss-scale (torch, dynamic or deepspeed)")
-        changes["loss_scale_options"] = {"scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window}
+        changes["loss_scale_options"] = {
+            "scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window
+        }
     if args.reduction is not None:
         changes["reduction"] = args.reduction
     if args.allreduce is not None:

@@ -1,9 +1,35 @@
-"""Cluster, Rank, MemoryLedger, Trace: what each rank holds and what crossed a link."""
+"""Cluster, Rank, MemoryLedger, Trace: what each rank holds and what crossed a link.
+
+    cluster.py   Cluster: the ranks this process hosts, their ledgers, the trace, the backend (no collectives:
+                 they are functions one layer up, zerosim.collectives)
+    rank.py      Rank: one rank's model states
+    ledger.py    MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
+    trace.py     Trace: every hop and the ordered log; Handle, the calls one collective recorded
+    events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip, StepBoundary)
+    report.py    per-rank reports gathered on rank 0
+    budget.py    will it fit? refuse a run before allocating it
+"""
 
 from zerosim.cluster.cluster import Cluster
 from zerosim.cluster.events import Compute, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
 from zerosim.cluster.ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster.rank import Rank
-from zerosim.cluster.trace import Call, Event, Trace
+from zerosim.cluster.trace import Call, Event, Handle, Trace
 
-__all__ = ["Buffer", "Call", "Cluster", "Compute", "Event", "GradClip", "LedgerError", "LedgerEvent", "LossScaleUpdate", "MemoryLedger", "OptimizerStep", "Rank", "StepBoundary", "Trace"]
+__all__ = [
+    "Buffer",
+    "Call",
+    "Cluster",
+    "Compute",
+    "Event",
+    "GradClip",
+    "Handle",
+    "LedgerError",
+    "LedgerEvent",
+    "LossScaleUpdate",
+    "MemoryLedger",
+    "OptimizerStep",
+    "Rank",
+    "StepBoundary",
+    "Trace",
+]

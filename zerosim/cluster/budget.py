@@ -37,6 +37,7 @@ def check_world_size(world_size: int, backend: str) -> None:
     if world_size > MAX_IN_PROCESS_RANKS:
         raise ValueError(
             f"Cluster({world_size:,}, backend={backend!r}) would host {world_size:,} ranks in this process "
-            f"(~{world_size * 750 / GB:.2g} GB and ~{world_size * 1e-5:.0f} s to set up); at most {MAX_IN_PROCESS_RANKS:,} "
+            f"(~{world_size * 750 / GB:.2g} GB and ~{world_size * 1e-5:.0f} s to set up); at most "
+            f"{MAX_IN_PROCESS_RANKS:,} "
             f"are allowed — no data-parallel job is larger"
         )

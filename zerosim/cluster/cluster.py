@@ -1,11 +1,12 @@
-"""The cluster: the ranks this process hosts, their ledgers, the trace, and the collectives.
+"""The cluster: the ranks this process hosts, their ledgers, the trace, and the backend that moves data.
 
-    cluster = Cluster(4)                       # four simulated ranks in this process
-    out = cluster.all_reduce([g0, g1, g2, g3]) # one array per local rank in, one per rank out
+    cluster = Cluster(4)                            # four simulated ranks in this process
+    out = all_reduce(cluster, [g0, g1, g2, g3])     # zerosim.collectives: one array per local rank in and out
 
-Every collective takes a list with one array per *local* rank (all N in the simulator, one under
-MPI) and returns a list of the same length, as NCCL's grouped calls do when one process drives
-several GPUs.
+The collectives are functions one layer up (zerosim.collectives) that take the cluster first, as
+torch.distributed's take a process group; the cluster knows nothing of them. Every collective takes
+a list with one array per *local* rank (all N in the simulator, one under MPI) and returns a list of
+the same length, as NCCL's grouped calls do when one process drives several GPUs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from zerosim.cluster.trace import Trace
 
 
 class Cluster:
-    """N ranks with ledgers, a shared trace, and ring collectives in NCCL's order.
+    """N ranks with ledgers, a shared trace, and the backend their collectives move data through.
 
     Args:
         world_size: number of ranks N (>= 1).
@@ -33,8 +34,15 @@ class Cluster:
         keep_values: copy every chunk that crosses a link into the trace (for teaching; small runs only).
     """
 
-    def __init__(self, world_size: int, backend: str = "numpy", trace: str | None = None, timeline: bool = True, keep_values: bool = False,
-                 **backend_options):
+    def __init__(
+        self,
+        world_size: int,
+        backend: str = "numpy",
+        trace: str | None = None,
+        timeline: bool = True,
+        keep_values: bool = False,
+        **backend_options,
+    ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
@@ -42,7 +50,8 @@ class Cluster:
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
-            raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster was asked for {world_size}")
+            raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster "
+                             f"was asked for {world_size}")
         self.world_size = world_size
         representative = len(self.backend.local_ranks) < world_size and self.backend.name == "meta"
         if representative and trace == "hop":
@@ -53,11 +62,14 @@ class Cluster:
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
-        self.ranks = [Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
-                      for i in self.backend.local_ranks]
+        self.ranks = [
+            Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
+            for i in self.backend.local_ranks
+        ]
 
     def __repr__(self) -> str:
-        return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={[r.index for r in self.ranks]})"
+        local = [r.index for r in self.ranks]
+        return f"Cluster(world_size={self.world_size}, backend={self.backend.name!r}, local_ranks={local})"
 
     @property
     def local_size(self) -> int:
@@ -75,29 +87,11 @@ class Cluster:
             for r, p in zip(self.ranks, previous):
                 r.ledger.phase_label = p
 
-    # -- collectives ---------------------------------------------------------------------------
-    # NOTE: the ring algorithms live one layer up, in zerosim.collectives, and take the cluster as
-    # an argument; these methods are the convenience front door, so they import at call time.
-    def reduce_scatter(self, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, out=None):
-        """Ring reduce-scatter: rank r gets chunk r of the reduction. See `zerosim.collectives.reduce_scatter`."""
-        from zerosim.collectives import reduce_scatter
-
-        return reduce_scatter(self, tensors, op=op, wire=wire, tag=tag, counts=counts, out=out)
-
-    def all_gather(self, shards, wire=None, tag: str = "", counts=None, out=None):
-        """Ring all-gather: every rank gets the concatenation of all shards. See `zerosim.collectives.all_gather`."""
-        from zerosim.collectives import all_gather
-
-        return all_gather(self, shards, wire=wire, tag=tag, counts=counts, out=out)
-
-    def all_reduce(self, tensors, op: str = "sum", wire=None, tag: str = "", counts=None):
-        """Reduce-scatter then all-gather, 2(N-1) steps. See `zerosim.collectives.all_reduce`."""
-        from zerosim.collectives import all_reduce
-
-        return all_reduce(self, tensors, op=op, wire=wire, tag=tag, counts=counts)
-
-    def broadcast(self, tensors, root: int, tag: str = ""):
-        """Chain broadcast from `root` around the ring. See `zerosim.collectives.broadcast`."""
-        from zerosim.collectives import broadcast
-
-        return broadcast(self, tensors, root=root, tag=tag)
+    def agree(self, problems: list, what: str = "", error=ValueError) -> None:
+        """Raise `error` on every rank if any rank found a problem (one entry per local rank, None if fine): all
+        ranks decide together through the backend's metadata exchange, so under MPI none is left waiting in a
+        collective. The message names each rank's problem, then `what` (e.g. "; nothing was run")."""
+        everyone = self.backend.all_meta(problems)
+        bad = [(r, p) for r, p in enumerate(everyone) if p]
+        if bad:
+            raise error("; ".join(f"rank {r}: {p}" for r, p in bad) + what)

@@ -37,7 +37,8 @@ class Compute:
     """One layer's computation on one rank (or the loss): what the timeline charges to the compute stream."""
 
     rank: int
-    step: int  # the iteration it belongs to (1-based: engine.iteration + 1 while it runs; t + 1 unless steps were skipped)
+    # the iteration it belongs to (1-based: engine.iteration + 1 while it runs; t + 1 unless steps were skipped)
+    step: int
     micro: int  # micro-step within the step, 0..K-1
     layer: int  # index into model.layers; -1 for the loss
     name: str  # the layer's name ("fc0", "h.3.attn", "loss")
@@ -45,7 +46,7 @@ class Compute:
     flops: int  # floating-point operations (a multiply-add counts 2)
     bytes_read: int  # inputs + params (+ saved tensors in backward)
     bytes_written: int  # outputs (+ gradients in backward)
-    needs: tuple = ()  # Call numbers this computation waited for (stage 3: its unit's gather)
+    needs: tuple = ()  # the handles it waited for, as Call numbers (stage 3: its unit's gather; trace.Handle)
     values: dict | None = field(default=None, compare=False)  # {"out", "grads", "dx", "loss"} when kept
 
 
@@ -58,7 +59,7 @@ class OptimizerStep:
     start: int
     stop: int
     optimizer: str  # "adam", ...
-    needs: tuple = ()  # Call numbers it waited for (the last gradient reduction)
+    needs: tuple = ()  # the handles it waited for, as Call numbers (the last gradient reduction, the checks)
     values: dict | None = field(default=None, compare=False)  # {"grad32", "m", "v", ..., "compute_after"}
 
 

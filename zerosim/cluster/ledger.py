@@ -57,7 +57,8 @@ class Buffer:
     @property
     def array(self):
         if self._array is None:
-            raise LedgerError(f"rank {self._ledger.rank}: buffer {self.name!r} ({self.kind}) was freed; it cannot be read")
+            raise LedgerError(f"rank {self._ledger.rank}: buffer {self.name!r} ({self.kind}) was freed; it cannot be "
+                              "read")
         return self._array
 
     def free(self) -> None:
@@ -102,7 +103,8 @@ class MemoryLedger:
     def adopt(self, name: str, array, kind: str, _owned: bool = False) -> Buffer:
         """Register an array that was just made (say, a collective's output) as a buffer of this rank."""
         if name in self.live:
-            raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick another name")
+            raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick "
+                              "another name")
         buf = Buffer(name, kind, array, self, owned=_owned)
         self.live[name] = buf
         self._change(buf, +1, "alloc")
@@ -135,7 +137,9 @@ class MemoryLedger:
             self._peak_total = max(self._peak_total, self._total)
         self._seq += 1
         if self.keep_timeline:
-            event = LedgerEvent(self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label, self.rank)
+            event = LedgerEvent(
+                self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label, self.rank
+            )
             self.timeline.append(event)
             if self.sink is not None:
                 self.sink(event)

@@ -2,8 +2,10 @@
 
 State lives here, on the rank, not in parallel lists on an engine: a ZeRO engine puts the rank's
 16-bit params (whole or its shard), its gradient buffer, its fp32 master and optimizer state (whole
-at stage 0, its shard at stages 1-3) and the micro-batch it is working on into these fields; every
-array among them is a buffer of `ledger`, so memory stays a measurement.
+at stage 0, its shard at stages 1-3) into these fields; every array among them is a buffer of
+`ledger`, so memory stays a measurement. Nothing else passes through a rank: what a step makes on
+the way (a reduced gradient, a gathered layer) lives in the ledger by name, and helpers hand it on
+as return values.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ class Rank:
     grads: Buffer | None = None  # (N*s,) or (s,) accumulation format: gradients until the step
     master: Buffer | None = None  # (N*s,) or (s,) fp32 master weights (None: "pure" 16-bit training)
     optim: dict = field(default_factory=dict)  # {state name: Buffer} over the same region as master
-    work: object = None  # the micro-batch in flight (a zerosim.models.run.Pass), during a step
-    reduced: object = None  # this step's reduced gradient over the rank's region (a view), once reduced
 
     def model_states(self) -> list:
         """The buffers that outlive a step: params, grads, master and optimizer state."""

@@ -33,9 +33,17 @@ def local_reports(cluster) -> list:
         for e in cluster.trace.events:
             if e.src == r:
                 by_collective[e.collective] = by_collective.get(e.collective, 0) + e.bytes
-        reports.append(RankReport(
-            r, ledger.by_kind(), ledger.peak_by_kind(), ledger.current(), ledger.peak(), cluster.trace.bytes_sent(r), by_collective
-        ))
+        reports.append(
+            RankReport(
+                r,
+                ledger.by_kind(),
+                ledger.peak_by_kind(),
+                ledger.current(),
+                ledger.peak(),
+                cluster.trace.bytes_sent(r),
+                by_collective,
+            )
+        )
     return reports
 
 

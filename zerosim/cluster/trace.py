@@ -18,6 +18,26 @@ GRANULARITIES = ("hop", "call")
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce")
 
 
+class Handle(tuple):
+    """What a collective returns besides its results: the numbers of the calls it recorded in the trace, in order
+    (an all-reduce records two, its reduce-scatter and all-gather phases). Work that must wait for the collective
+    names its handle (`Compute.needs`, `OptimizerStep.needs`: handles joined with +), and the timeline starts that
+    work when those calls have ended — as FSDP2 waits on the work handle its all-gather returned. A handle is a
+    tuple of call numbers, so the events that name it stay plain data; `generation` says which trace it belongs
+    to (`Trace.clear` starts a new one, and `Trace.live` forgets handles of an older one)."""
+
+    def __new__(cls, calls=(), generation: int = 0):
+        handle = super().__new__(cls, calls)
+        handle.generation = generation
+        return handle
+
+    def __add__(self, other) -> "Handle":
+        return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
+
+    def __getnewargs__(self):
+        return (tuple(self), self.generation)
+
+
 @dataclass(frozen=True)
 class Event:
     """One send from `src` to `dst` (or, at "call" granularity, everything `src` sent in one call)."""
@@ -48,7 +68,7 @@ class Call:
     tag: str = ""
     purpose: str = ""  # what an engine called it for (events.PURPOSES): "gather params", "reduce grads", ...
     layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
-    step: int = 0  # the optimizer step it belongs to (0: outside an engine step)
+    step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
 
 
@@ -68,7 +88,9 @@ class Trace:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
         self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
-        self.ring_calls = {}  # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        self.ring_calls = {}
+        self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
 
     # -- recording (used by the engines) ---------------------------------------------------------
     @contextmanager
@@ -94,12 +116,28 @@ class Trace:
         self.log.append(call)
         return call.call
 
-    def hop(self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None) -> None:
+    def handle(self, *calls: int) -> Handle:
+        """A `Handle` naming `calls` (numbers `begin` returned) of this trace."""
+        return Handle(calls, self.generation)
+
+    def live(self, handle) -> Handle:
+        """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since)."""
+        if getattr(handle, "generation", self.generation) != self.generation or any(
+            c >= len(self.calls) for c in handle
+        ):
+            return Handle((), self.generation)
+        return handle
+
+    def hop(
+        self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None
+    ) -> None:
         """Record one send (at "call" granularity: add it to the sender's summary)."""
         c = self.calls[call]
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
-            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values))
+            self.events.append(
+                Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values)
+            )
         else:
             acc = self._pending[src]
             acc[0] += elements
@@ -126,7 +164,8 @@ class Trace:
         return dict(out)
 
     def sent_totals(self, world_size: int) -> list:
-        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in NumPy."""
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in
+        NumPy."""
         import numpy as np
 
         totals = np.zeros(world_size, dtype=np.int64)
@@ -151,11 +190,16 @@ class Trace:
         if collective is not None and collective not in COLLECTIVES:  # a typo ("allgather") selected nothing: 0 B
             raise ValueError(f"no collective {collective!r}; the trace records {', '.join(COLLECTIVES)}")
         return [
-            e for e in self.events
-            if (collective is None or e.collective == collective) and (call is None or e.call == call) and (tag is None or e.tag == tag)
+            e
+            for e in self.events
+            if (collective is None or e.collective == collective)
+            and (call is None or e.call == call)
+            and (tag is None or e.tag == tag)
         ]
 
-    def bytes_sent(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
+    def bytes_sent(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
         """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
         self._check_rank(rank)
         from_events = sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
@@ -169,10 +213,17 @@ class Trace:
             raise ValueError(f"no rank {rank!r}: the cluster's ranks are{limit}")
 
     def _closed(self, collective, call, tag) -> list:
-        return [c for c in self.ring_calls if (call is None or c == call) and (collective is None or self.calls[c].collective == collective)
-                and (tag is None or self.calls[c].tag == tag)]
+        return [
+            c
+            for c in self.ring_calls
+            if (call is None or c == call)
+            and (collective is None or self.calls[c].collective == collective)
+            and (tag is None or self.calls[c].tag == tag)
+        ]
 
-    def bytes_received(self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None) -> int:
+    def bytes_received(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
         """Bytes that arrived at `rank` (needs "hop" granularity: summaries do not say who received)."""
         self._check_rank(rank)
         if self.granularity != "hop":
@@ -193,6 +244,7 @@ class Trace:
         return [e for e in self.log[since:] if isinstance(e, kind)]
 
     def clear(self) -> None:
+        self.generation += 1
         self.events.clear()
         self.calls.clear()
         self.log.clear()

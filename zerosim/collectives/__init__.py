@@ -1,18 +1,31 @@
 """Ring reduce-scatter / all-gather / all-reduce / broadcast in NCCL's order, with naive twins;
-NCCL's own all-reduce chunk map; the frameworks' divide factors.
+NCCL's own all-reduce chunk map. Collectives know nothing about ZeRO.
 
-The functions take a `Cluster` first; `Cluster` exposes the same functions as methods.
+    calls.py      reduce_scatter, all_gather, all_reduce: checks, a trace call, staging, a phase, the results
+    ring.py       the ring's two phases hop by hop, in NCCL's order (reduce-scatter, all-gather)
+    fast.py       their in-process twin: the same adds in the same order, no Python step per hop
+    staging.py    inputs staged in the wire format; which phase moves the data; results with their handle
+    broadcast.py  a chain from the root
+    nccl_allreduce.py  NCCL's own all-reduce chunk map (runRing's loops)
+    naive.py      the naive twins: everything in one place, summed in the ring's order or in float64
+    ops.py        reduction operators (sum, max, avg and its variants; a recipe's own ReduceOp)
+    shards.py     shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
+    checks.py     input checks every rank runs before any data moves
+
+Every function takes the `Cluster` first (as torch.distributed's take a process group) and one array per
+local rank, and returns one array per local rank in a list that carries `.handle`: the calls it recorded.
 """
 
-from zerosim.collectives.divide_factors import FSDP2DivideFactors, fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
 from zerosim.collectives.naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
 from zerosim.collectives.nccl_allreduce import NcclLoop, nccl_all_reduce, nccl_ring_allreduce_chunks
 from zerosim.collectives.ops import OPS, ReduceOp, get_op
-from zerosim.collectives.ring import all_gather, all_reduce, broadcast, reduce_scatter
+from zerosim.collectives.broadcast import broadcast
+from zerosim.collectives.calls import all_gather, all_reduce, reduce_scatter
 from zerosim.collectives.shards import ShardLayout
+from zerosim.collectives.staging import Collected
 
 __all__ = [
-    "FSDP2DivideFactors", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "broadcast",
-    "fsdp2_divide_factors", "get_op", "naive_all_gather", "naive_all_reduce", "naive_reduce", "naive_reduce_scatter",
-    "nccl_all_reduce", "nccl_ring_allreduce_chunks", "reduce_scatter", "torch_scalar_div", "torch_scalar_mul",
+    "Collected", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "broadcast", "get_op",
+    "naive_all_gather", "naive_all_reduce", "naive_reduce", "naive_reduce_scatter", "nccl_all_reduce",
+    "nccl_ring_allreduce_chunks", "reduce_scatter",
 ]

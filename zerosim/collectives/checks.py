@@ -26,7 +26,8 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
     for rank, t in zip(cluster.ranks, tensors):
         a = t if hasattr(t, "dtype") and hasattr(t, "shape") else np.asarray(t)
         if flat and a.ndim != 1:
-            raise ValueError(f"{what}: rank {rank.index} passed shape {a.shape}; collectives cut flat buffers, so flatten first")
+            raise ValueError(f"{what}: rank {rank.index} passed shape {a.shape}; collectives cut flat buffers, so "
+                             "flatten first")
         try:
             fmt = format_of(a)
         except (TypeError, ValueError) as e:
@@ -39,7 +40,8 @@ def require_same(values, what: str, field: str) -> None:
     first = values[0]
     for r, v in enumerate(values):
         if v != first:
-            raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same {field}")
+            raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same "
+                             f"{field}")
 
 
 def check_counts(counts, n: int, what: str) -> tuple:

@@ -33,7 +33,7 @@ import numpy as np
 
 from zerosim.collectives.checks import check_inputs, require_same
 from zerosim.collectives.ops import get_op
-from zerosim.collectives.ring import _free, _phases, _stage, _wire_format
+from zerosim.collectives.staging import Collected, free, phases, stage, wire_format
 
 NCCL_SIMPLE_CHUNK_BYTES = 2 * 1024 * 1024  # (DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8) * ALLREDUCE_CHUNKSTEPS 4
 ALIGN_BYTES = 16  # the last loop's chunks are a multiple of 16 bytes (all_reduce.h: alignUp(.., 16/sizeof(T)))
@@ -99,36 +99,47 @@ def nccl_all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "",
     Loop by loop, as the kernel runs: the loop's reduce-scatter phase (N-1 steps), then its
     all-gather phase (N-1 steps), each as `all_reduce`'s phases run (the ring through
     `cluster.backend.exchange`, its chunk-order shortcut, or the backend's own). Each phase of each
-    loop is one trace call named "nccl_all_reduce" with its hops (or per-rank summaries). `op` and `wire` mean what they mean for
+    loop is one trace call named "nccl_all_reduce" with its hops (or per-rank summaries). `op` and `wire` mean what
+    they mean for
     `all_reduce` ("avg" divides by N in fp32 after the gather; "avg_premul" is NCCL's ncclAvg).
     """
     arrays = check_inputs(cluster, tensors, "nccl all-reduce", flat=False)
-    require_same([tuple(m) for m in cluster.backend.all_meta([a.shape for (_, a, _) in arrays])], "nccl all-reduce", "shape")
+    require_same(
+        [tuple(m) for m in cluster.backend.all_meta([a.shape for (_, a, _) in arrays])], "nccl all-reduce", "shape"
+    )
     shape = arrays[0][1].shape
     flat = [(r, a.reshape(-1), fmt) for (r, a, fmt) in arrays]
     reduce_op = get_op(op)  # its combine runs on the ring; "avg" divides only in post(), after the gather
-    wire_fmt = _wire_format(flat, wire)
+    wire_fmt = wire_format(flat, wire)
     require_same([m[1] for m in cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in flat])],
                  "nccl all-reduce", "dtype")
     n, count = cluster.world_size, flat[0][1].shape[0]
     loops = nccl_ring_allreduce_chunks(count, n, wire_fmt.itemsize, chunk_bytes)
     out = [cluster.backend.empty((count,), wire_fmt.dtype) for _ in flat]  # (count,) wire dtype per local rank
-    first = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, loops[0].length if loops else 0, wire_fmt.name, tag)
-    staged, temps = _stage(cluster, first, flat, reduce_op, wire_fmt, count, count)
-    reduce_scatter_phase, all_gather_phase = _phases(cluster)  # the ring, its chunk-order shortcut, or the backend's own
+    first = cluster.trace.begin(
+        "nccl_all_reduce", reduce_op.name, n, loops[0].length if loops else 0, wire_fmt.name, tag
+    )
+    staged, temps = stage(cluster, first, flat, reduce_op, wire_fmt, count, count)
+    reduce_scatter_phase, all_gather_phase = phases(cluster)  # the ring, its chunk-order shortcut, or the backend's own
+    calls = []  # the trace calls: each loop's reduce-scatter phase, then its all-gather phase
     for k, loop in enumerate(loops):
         lo, hi = loop.offset, loop.offset + loop.length
         bounds = [(a - lo, b - lo) for (a, b) in loop.chunks]  # loop-relative
-        call = first if k == 0 else cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
+        call = (
+            first if k == 0 else cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
+        )
+        calls.append(call)
         with np.errstate(over="ignore", invalid="ignore"):  # 16-bit overflow is silent on the wire, as on a GPU
             mine, _ = reduce_scatter_phase(cluster, [x[lo:hi] for x in staged], reduce_op, wire_fmt, bounds, call)
         cluster.trace.end(call)
         call = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
+        calls.append(call)
         full = all_gather_phase(cluster, mine, bounds, hi - lo, wire_fmt, call)
         cluster.trace.end(call)
         for o, f in zip(out, full):
             o[lo:hi] = f
     if not loops:
         cluster.trace.end(first)
-    _free(temps)
-    return [reduce_op.post(o, n).reshape(shape) for o in out]
+        calls.append(first)
+    free(temps)
+    return Collected([reduce_op.post(o, n).reshape(shape) for o in out], cluster.trace.handle(*calls))

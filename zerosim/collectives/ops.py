@@ -8,7 +8,7 @@
 
 A `ReduceOp` may carry its own preparation of each rank's input, in the input's dtype before the cast
 to the wire (`before_wire`) and in the wire dtype after it (`on_wire`): that is how the gradient
-recipes of zero/averaging.py (DDP's and DeepSpeed's divisions, FSDP2's pre-divide) reach the wire,
+recipes of zero/recipes.py (DDP's and DeepSpeed's divisions, FSDP2's pre-divide) reach the wire,
 while the collectives stay ignorant of ZeRO. Every collective accepts a `ReduceOp` wherever it
 accepts an op's name.
 
@@ -114,8 +114,18 @@ OPS = {
         ReduceOp("sum", add, "sum, rounded to the wire dtype at every hop"),
         ReduceOp("max", np.maximum, "elementwise maximum"),
         ReduceOp("avg", add, "sum in the wire dtype, then divide by N in fp32 (the seeds' protocol)"),
-        ReduceOp("avg_predivide", add, "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)", before_wire=divide_exactly),
-        ReduceOp("avg_premul", add, "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)", on_wire=premul_reciprocal),
+        ReduceOp(
+            "avg_predivide",
+            add,
+            "divide by N in the input dtype, then sum (DeepSpeed ZeRO-1/2)",
+            before_wire=divide_exactly,
+        ),
+        ReduceOp(
+            "avg_premul",
+            add,
+            "multiply by 1/N rounded to the wire dtype, then sum (NCCL avg, FSDP)",
+            on_wire=premul_reciprocal,
+        ),
     )
 }
 

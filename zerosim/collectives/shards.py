@@ -103,9 +103,3 @@ def _equal_bounds(shard_size: int, n: int) -> tuple:
 def _bounds_of_counts(counts: tuple) -> tuple:
     offsets = [0, *itertools.accumulate(counts)]
     return tuple(zip(offsets[:-1], offsets[1:]))
-
-
-@functools.lru_cache(maxsize=4096)
-def chunk_sizes(bounds: tuple) -> tuple:
-    """Each chunk's element count, for bounds from `chunk_bounds` (cached: the same tuples come back)."""
-    return tuple(stop - start for start, stop in bounds)

@@ -4,7 +4,11 @@
     conventions   the seeds', the ZeRO paper's and DeepSpeed's byte counts side by side
     activations   14·B·L·d + B·H·L² per layer, with block / selective recomputation
     comm          2Ψ or 3Ψ times (N−1)/N per step; α-β time on preset links
-    presets       models by layer sizes (GPT-2 small..XL, LLaMA-7B, GPT-3 175B, the ZeRO paper's 7.5B)
+    presets       models by layer sizes, read from the shipped config.json files (GPT-2, GPT-3, Llama 1/2/3, Mistral,
+                  Qwen2.5) and the ZeRO paper's 7.5B
+    gpus          GPU capacities (driver totals beside datasheets)
+    overheads     what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
+                  estimates; the fits / does-not-fit verdict
 
 These are formulas; the engines' ledgers and traces are the measurement they are checked against.
 """
@@ -33,10 +37,20 @@ from zerosim.costs.memory import (
     model_state_memory,
     model_state_memory_by_stage,
 )
-from zerosim.costs.presets import PRESETS, ModelPreset, get_preset
+from zerosim.costs.gpus import GPU, GPUS, get_gpu
+from zerosim.costs.overheads import Fit, Overhead, fit, runtime_overheads
+from zerosim.costs.presets import PRESETS, ModelPreset, get_preset, preset_from_config
 
 __all__ = [
     "GB",
+    "GPU",
+    "GPUS",
+    "Fit",
+    "Overhead",
+    "fit",
+    "get_gpu",
+    "preset_from_config",
+    "runtime_overheads",
     "LINKS",
     "OPTIMIZER_STATES",
     "PRESETS",

@@ -61,7 +61,8 @@ def seed001_adan(P, N) -> ConventionRow:
 def seed002_pure_fp32(P, N) -> ConventionRow:
     """Seed 002's pure fp32 training: params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes/param, no master,
     "on every replica" — plain data parallel, so it gives no ZeRO figures (GPT-3 175B: 2800 GB)."""
-    return ConventionRow("seed 002 pure fp32 (4+4+8)", (16 * P, None, None, None), "on every replica: 175B x 16 = 2800 GB")
+    return ConventionRow("seed 002 pure fp32 (4+4+8)", (16 * P, None, None, None), "on every replica: 175B x 16 = 2800 "
+                                                                                   "GB")
 
 
 SEED001_PRINTED_GB = (112.0, 21.5, 15.75, 14.0)  # seed 001's table "For 8 GPUs and a 7B model", as printed
@@ -127,11 +128,16 @@ def deepspeed_estimators(P, N, largest_layer=None) -> ConventionRow:
                          "counts fp32 grads too (18 = 2+4+4+8); ZeRO-3 adds 4L; prints GiB")
 
 
-def conventions_table(params, ranks: int, largest_layer=None, optimizer: str = "adam", precision: str = "fp16-mixed") -> list:
+def conventions_table(
+    params, ranks: int, largest_layer=None, optimizer: str = "adam", precision: str = "fp16-mixed"
+) -> list:
     """The rows above for Ψ = params on N = ranks; seed 001's printed row only for its own 7B / 8 case,
     its Adan row beside zerosim's when the optimizer is Adan, seed 002's when the precision is fp32."""
-    rows = [zerosim_parts(params, ranks, MemoryConfig.for_precision(precision, optimizer=optimizer)), zero_paper(params, ranks),
-            seed001_formulas(params, ranks)]
+    rows = [
+        zerosim_parts(params, ranks, MemoryConfig.for_precision(precision, optimizer=optimizer)),
+        zero_paper(params, ranks),
+        seed001_formulas(params, ranks),
+    ]
     if precision == "fp32":
         rows.append(seed002_pure_fp32(params, ranks))
     if optimizer == "adan":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from zerosim.cluster.budget import GB  # noqa: F401 (re-exported: zerosim.costs.GB)
 from zerosim.collectives.shards import ShardLayout
+from zerosim.zero.plan import PLANS
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,6 @@ class MemoryConfig:
         raise ValueError(f"no memory formula for precision {precision!r}; choose fp16-mixed, bf16-mixed or fp32")
 
 
-# Which parts each stage shards: (params, grads, master and optimizer state).
-SHARDED = {0: (False, False, False), 1: (False, False, True), 2: (False, True, True), 3: (True, True, True)}
-
 
 @dataclass(frozen=True)
 class ModelStateMemory:
@@ -103,7 +101,8 @@ class ModelStateMemory:
     grads: float  # gradients: 2Ψ (4Ψ with fp32 accumulation), /N from stage 2
     master: float  # fp32 master: 4Ψ, /N from stage 1
     optimizer: tuple  # ((ledger kind, bytes), ...): K·Ψ split by tensor, /N from stage 1
-    grad_kind: str = "grads"  # the ledger kind of the gradient buffer (fp32-accumulated gradients too, as the engines keep them)
+    # the ledger kind of the gradient buffer (fp32-accumulated gradients too, as the engines keep them)
+    grad_kind: str = "grads"
 
     @property
     def optimizer_total(self) -> float:
@@ -141,20 +140,23 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     psi = int(params)
     if psi != params or psi < 0:
         raise ValueError(f"params must be a non-negative whole number, got {params!r}")
-    if stage not in SHARDED:
+    if stage not in PLANS:
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
     if ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
-    shard_p, shard_g, shard_os = SHARDED[stage]
-    p, g, os_ = (_elements(psi, ranks, s, config.padding) for s in (shard_p, shard_g, shard_os))
+    # which parts the stage shards: its plan's (zero/plan.py), sized here by the formula's own padding convention
+    sizes = PLANS[stage].sizes(
+        _elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding)
+    )
+    p, g = sizes["params"], sizes["grads"]
     opt = OPTIMIZER_STATES[config.optimizer]
     return ModelStateMemory(
         stage=stage,
         ranks=ranks,
         params=config.param_bytes * p,  # (Ψ,) or (ceil(Ψ/N),) 16-bit
         grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32
-        master=config.master_bytes * os_,  # fp32 master, sharded from stage 1
-        optimizer=tuple((kind, nbytes * os_) for kind, nbytes in opt.states),
+        master=config.master_bytes * sizes["master"],  # fp32 master, sharded from stage 1
+        optimizer=tuple((kind, nbytes * sizes["optimizer"]) for kind, nbytes in opt.states),
     )
 
 

@@ -29,7 +29,10 @@ from zerosim.exercises import average_dtype, refresh_params, ring_chunk, shard_o
 from zerosim.exercises.grading import Exercise, NotRunnable, Result, load
 from zerosim.exercises.sandbox import TIME_LIMIT, grade_file
 
-EXERCISES = {m.EXERCISE.name: m.EXERCISE for m in (ring_chunk, shard_offset, stage2_free, refresh_params, average_dtype, unscale_once)}
+EXERCISES = {
+    m.EXERCISE.name: m.EXERCISE
+    for m in (ring_chunk, shard_offset, stage2_free, refresh_params, average_dtype, unscale_once)
+}
 
 
 def get(name: str) -> Exercise:

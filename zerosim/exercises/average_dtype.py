@@ -69,12 +69,13 @@ def _call(fn, reduced, policy, world_size, micro_steps):
     return fn(reduced, world_size)
 
 
-def _applies(policy, micro_steps) -> bool:  # the plain average: no loss scale, no accumulation (unscale_once has those)
-    return policy.reduction == "seeds" and micro_steps == 1 and policy.loss_scale == 1
+# the plain average: no loss scale, no accumulation (unscale_once has those)
+def _applies(reduction: str, policy, micro_steps) -> bool:
+    return reduction == "seeds" and micro_steps == 1 and policy.loss_scale == 1
 
 
 def check(fn, case) -> None:
-    run_case(case, patch=finish_with(fn, _call, _applies))
+    run_case(case, hooks=finish_with(fn, _call, _applies))
 
 
 EXERCISE = Exercise("average_dtype", "dividing by N in the right dtype: the averaged gradient the fp32 optimizer reads",

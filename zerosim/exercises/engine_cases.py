@@ -1,8 +1,9 @@
 """Small training runs for the exercises that put a learner's function inside a ZeRO engine.
 
 Each case trains a tiny MLP for two steps with an engine and with the single-device oracle on the same
-micro-batches (`grading.train_against_oracle`); the learner's function replaces one piece of the engine
-only. Letters: N ranks, K micro-steps per step (gradient accumulation).
+micro-batches (`grading.train_against_oracle`); the learner's function takes one of the engine's named
+extension points (`zerosim.zero.Hooks`), so nothing in the package is patched. Letters: N ranks, K micro-steps
+per step (gradient accumulation).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import numpy as np
 STEPS = 2  # the second step starts from what the first left behind: a stale or half-refreshed model shows
 
 
-def run_case(case: dict, patch=None, precision=None, lr: float = 1e-2, data_scale=None) -> None:
+def run_case(case: dict, hooks=None, precision=None, lr: float = 1e-2, data_scale=None) -> None:
     """Train case["widths"] at case["stage"] on case["n"] ranks with case["k"] micro-steps per step, engine
-    against oracle, `patch` (see `train_against_oracle`) around each engine step; raises Counterexample."""
+    (with `hooks`: the learner's function at its extension point, zero/hooks.py) against the oracle; raises
+    Counterexample."""
     from zerosim.cluster import Cluster
     from zerosim.exercises.grading import train_against_oracle
     from zerosim.models import MLP, make_regression
@@ -36,11 +38,12 @@ def run_case(case: dict, patch=None, precision=None, lr: float = 1e-2, data_scal
         steps.append([mine[r * k] if k == 1 else mine[r * k : (r + 1) * k] for r in range(n)])
     reference = Reference(model, Adam(lr=lr), policy, world_size=n, params=params, accumulation_steps=k,
                           reduce_every_micro_step=stage >= 2)
-    train_against_oracle(lambda: ZeroEngine(model, Cluster(n), stage, Adam(lr=lr), policy, params=params, accumulation_steps=k),
-                         reference, steps, patch)
+    train_against_oracle(lambda: ZeroEngine(model, Cluster(n), stage, Adam(lr=lr), policy, params=params,
+                                            accumulation_steps=k, hooks=hooks), reference, steps)
 
 
 def describe(case: dict) -> str:
     k = case.get("k", 1)
     return (f"ZeRO-{case['stage']}, MLP {list(case['widths'])} on {case['n']} ranks"
-            + (f", {k} micro-steps per step" if k > 1 else "") + f", {case.get('precision', 'fp16-mixed')}, {STEPS} Adam steps")
+            + (f", {k} micro-steps per step" if k > 1 else "") + f", {case.get('precision', 'fp16-mixed')}, {STEPS} "
+                                                                 "Adam steps")

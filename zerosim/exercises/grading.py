@@ -3,15 +3,14 @@
 Cases come smallest first, so the first one that fails is a small counterexample a learner can read
 by hand. A case fails when the learner's function raises (the stub raises NotImplementedError), when
 a check in the harness raises `Counterexample`, or when the run it takes part in ends with different
-bits from the oracle's. The harness puts the learner's function where the package's own belongs, for
-the length of one run (`replaced`), and puts the package's back afterwards, whatever happens.
+bits from the oracle's. The harness puts the learner's function where the package's own belongs through the
+engine's named extension points (`zerosim.zero.Hooks`): one engine gets it, nothing in the package is patched.
 """
 
 from __future__ import annotations
 
 import linecache
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +34,9 @@ class Result:
             return f"{self.exercise}: passed all {self.cases} cases"
         if self.cases == 0:  # the learner's file could not be run at all: one line saying why
             return f"{self.exercise}: failed before any case ran — {self.counterexample}"
-        return f"{self.exercise}: failed on case {self.cases} — counterexample:\n  " + self.counterexample.replace("\n", "\n  ")
+        return f"{self.exercise}: failed on case {self.cases} — counterexample:\n  " + self.counterexample.replace(
+            "\n", "\n  "
+        )
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,15 @@ class Exercise:
             except Counterexample as e:
                 return Result(self.name, False, n, f"{describe(case)}: {e}")
             except NotImplementedError:
-                return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised NotImplementedError)")
+                return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised "
+                                                   "NotImplementedError)")
             except SystemExit as e:  # sys.exit() in the learner's function must not end the grader
                 return Result(self.name, False, n, f"{describe(case)}: your {self.function} called "
                                                    f"sys.exit({e.code!r}); return a value instead")
             except Exception as e:  # the learner's code failed: say where, in their words
                 where = _learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
-                return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: {e}{where}")
+                return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: "
+                                                   f"{e}{where}")
         return Result(self.name, True, n)
 
 
@@ -116,17 +119,6 @@ def load(source: str, function: str, filename: str = "<exercise>"):
     return fn
 
 
-@contextmanager
-def replaced(module, name: str, value):
-    """`module.name` is `value` inside the block, and what it was afterwards (also when the block raises)."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
 def first_difference(got, want, what: str, where=None) -> str | None:
     """None when `got` and `want` hold the same bits; else which element differs first, with both values
     (and `where(i)`, when given, says more about element i)."""
@@ -139,33 +131,37 @@ def first_difference(got, want, what: str, where=None) -> str | None:
     if same.all():
         return None
     i = int(np.flatnonzero(~same)[0])
-    return f"{what}[{i}] is {float(got.flat[i])!r}; the oracle's is {float(want.flat[i])!r}" + (where(i) if where else "")
+    return f"{what}[{i}] is {float(got.flat[i])!r}; the oracle's is {float(want.flat[i])!r}" + (
+        where(i) if where else ""
+    )
 
 
-def train_against_oracle(make_engine, reference, batches: list, patch=None) -> None:
-    """Step the oracle on `batches` (one entry per step), then the engine with `patch()` (a function that
-    makes a context manager, e.g. `lambda: replaced(...)`; None for none) around each step; after each step every rank's 16-bit params and the fp32 masters must equal the
+def train_against_oracle(make_engine, reference, batches: list) -> None:
+    """Step the oracle on `batches` (one entry per step), then the engine `make_engine()` builds (with the
+    learner's hook in it); after each step every rank's 16-bit params and the fp32 masters must equal the
     oracle's, bit for bit. Raises Counterexample at the first difference."""
     want = []
-    for b in batches:  # the oracle runs first and alone: a patch must never reach it
+    for b in batches:  # the oracle runs first (a hook lives in one engine only: the oracle never sees it)
         reference.step(b)
         want.append((reference.compute_params(), reference.master()))
     engine = make_engine()
     for step, (b, (params, master)) in enumerate(zip(batches, want), 1):
-        with patch() if patch is not None else _nothing():
-            engine.step(b)
+        engine.step(b)
         for r in range(engine.cluster.world_size):
-            held = engine.compute_params(r)[: engine.model.num_params] if not engine.plan.shards_params else None
+            held = engine.compute_params(r)[: engine.model.num_params] if not engine.plan.shards("params") else None
             s = engine.layout.shard_size
-            problem = first_difference(held, params, f"after step {step}, rank {r}'s 16-bit params",
-                                       lambda i: f" (element {i} is in rank {i // s}'s shard)") if held is not None else None
+            problem = (
+                first_difference(
+                    held,
+                    params,
+                    f"after step {step}, rank {r}'s 16-bit params",
+                    lambda i: f" (element {i} is in rank {i // s}'s shard)",
+                )
+                if held is not None
+                else None
+            )
             if problem:
                 raise Counterexample(problem)
         problem = first_difference(engine.full_master(), master, f"after step {step}, the fp32 master")
         if problem:
             raise Counterexample(problem)
-
-
-@contextmanager
-def _nothing():
-    yield

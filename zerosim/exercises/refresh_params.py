@@ -1,7 +1,8 @@
 """Exercise: the all-gather after the update — make every rank's 16-bit model whole and equal again.
 
 Graded inside real ZeRO-1 and ZeRO-2 engines: the learner's function takes the place of the engine's
-refresh (zero/gather.py, `refresh_params`) for two training steps, on shapes with and without padding;
+refresh (zero/gather.py, `refresh`, through the engine's `Hooks.refresh`) for two training steps, on shapes with
+and without padding;
 after every step each rank's 16-bit params and the fp32 masters must equal the single-device oracle's,
 bit for bit (a rank left with a stale shard computes the second step's gradients from the wrong model).
 """
@@ -9,7 +10,7 @@ bit for bit (a rank left with a stale shard computes the second step's gradients
 from __future__ import annotations
 
 from zerosim.exercises.engine_cases import describe, run_case
-from zerosim.exercises.grading import Exercise, replaced
+from zerosim.exercises.grading import Exercise
 
 TASK = """\
 At ZeRO stages 1 and 2 every rank keeps the whole 16-bit model, but updates only its own shard of it
@@ -63,26 +64,28 @@ def cases():
 
 
 def _in_engine(fn):
-    """The engine's refresh (zero/gather.py, refresh_params) with `fn` doing the work."""
+    """The engine's refresh (zero/gather.py, refresh: its `Hooks.refresh`) with `fn` doing the work."""
+    from zerosim.collectives import all_gather as ring_all_gather
 
-    def refresh_params(engine) -> tuple:
-        cluster = engine.cluster
-        calls = len(cluster.trace.calls)
+    def refresh(ctx, allgather_bucket_size=None):
+        cluster, handles = ctx.cluster, []
 
         def all_gather(shards):
             with cluster.trace.about(purpose="refresh params", layers=()):
-                return cluster.all_gather(shards, tag="params")
+                full = ring_all_gather(cluster, shards, tag="params")
+            handles.append(full.handle)
+            return full
 
-        fn([rank.params.array for rank in cluster.ranks], engine.layout.shard_size, all_gather)
-        return tuple(range(calls, len(cluster.trace.calls)))
+        fn([rank.params.array for rank in ctx.ranks], ctx.layout.shard_size, all_gather)
+        return sum(handles[1:], handles[0]) if handles else cluster.trace.handle()
 
-    return refresh_params
+    return refresh
 
 
 def check(fn, case) -> None:
-    from zerosim.zero import engine
+    from zerosim.zero import Hooks
 
-    run_case(case, patch=lambda: replaced(engine, "refresh_params", _in_engine(fn)))
+    run_case(case, hooks=Hooks(refresh=_in_engine(fn)))
 
 
 EXERCISE = Exercise("refresh_params", "the all-gather after the update: every rank's 16-bit model whole again",

@@ -48,34 +48,42 @@ def shard_bounds(length, world_size, rank):
 def cases():
     for length in range(13):
         for n in range(1, 6):
-            yield {"what": f"a buffer of {length} element{'' if length == 1 else 's'} on {n} rank{'' if n == 1 else 's'}",
+            yield {"what": f"a buffer of {length} element{'' if length == 1 else 's'} on {n} "
+                           f"rank{'' if n == 1 else 's'}",
                    "length": length, "n": n}
 
 
 def check(fn, case) -> None:
     from zerosim.cluster import Cluster
-    from zerosim.collectives import naive_reduce
+    from zerosim.collectives import naive_reduce, reduce_scatter
 
     length, n = case["length"], case["n"]
     xs = [np.arange(length, dtype=np.float32) + 100 * r for r in range(n)]  # distinct values: a shifted cut shows
     full = naive_reduce(xs, order="float64")  # (L,) the whole reduction, no sharding involved
-    got = Cluster(n).reduce_scatter(xs)  # the package's ring: rank r's real elements
+    got = reduce_scatter(Cluster(n), xs)  # the package's ring: rank r's real elements
     end = 0
     for r in range(n):
         bounds = fn(length, n, r)
-        if not (isinstance(bounds, tuple) and len(bounds) == 2 and all(isinstance(b, (int, np.integer)) for b in bounds)):
-            raise Counterexample(f"shard_bounds({length}, {n}, {r}) returned {bounds!r}; it must be a pair of ints (start, stop)")
+        if not (
+            isinstance(bounds, tuple) and len(bounds) == 2 and all(isinstance(b, (int, np.integer)) for b in bounds)
+        ):
+            raise Counterexample(f"shard_bounds({length}, {n}, {r}) returned {bounds!r}; it must be a pair of ints "
+                                 "(start, stop)")
         start, stop = bounds
         if start != end or stop < start or stop > length:
-            raise Counterexample(f"rank {r}'s shard is [{start}, {stop}); the shards must tile [0, {length}) in rank order "
+            raise Counterexample(f"rank {r}'s shard is [{start}, {stop}); the shards must tile [0, {length}) in rank "
+                                 "order "
                                  f"without the padding, so rank {r}'s must start at {end} and stop at most at {length}")
         if not np.array_equal(full[start:stop], got[r]):
             want = (start, start + got[r].shape[0])
-            raise Counterexample(f"rank {r}'s shard is [{start}, {stop}), but the ring reduce-scatter gives rank {r} the elements "
-                                 f"[{want[0]}, {want[1]}): shards are ceil({length}/{n}) = {-(-length // n)} long, padding at the end")
+            raise Counterexample(f"rank {r}'s shard is [{start}, {stop}), but the ring reduce-scatter gives rank {r} "
+                                 "the elements "
+                                 f"[{want[0]}, {want[1]}): shards are ceil({length}/{n}) = {-(-length // n)} long, "
+                                 "padding at the end")
         end = stop
     if end != length:
-        raise Counterexample(f"the shards end at element {end}; element{'s' if length - end > 1 else ''} {end}..{length - 1} belong to no rank")
+        raise Counterexample(f"the shards end at element {end}; element{'s' if length - end > 1 else ''} "
+                             f"{end}..{length - 1} belong to no rank")
 
 
 EXERCISE = Exercise("shard_offset", "a shard's offset with padding: rank r's [start, stop) of a flat buffer",

@@ -1,7 +1,8 @@
 """Exercise: the stage-2 gradient free — reduce-scatter a layer's gradients, keep your piece, free the rest.
 
 Graded inside real ZeRO-2 and ZeRO-3 engines: the learner's function takes the place of the engine's
-per-layer reduction (zero/reduce.py, `reduce_unit`) for two training steps; after every call no rank may
+per-layer reduction (zero/reduce.py, `reduce_unit`, through the engine's `Hooks.reduce_unit`) for two training
+steps; after every call no rank may
 still hold the layer's gradients, and after every step each rank's params and the fp32 masters must equal
 the single-device oracle's, bit for bit.
 """
@@ -9,7 +10,7 @@ the single-device oracle's, bit for bit.
 from __future__ import annotations
 
 from zerosim.exercises.engine_cases import describe, run_case
-from zerosim.exercises.grading import Counterexample, Exercise, replaced
+from zerosim.exercises.grading import Counterexample, Exercise
 
 TASK = """\
 ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
@@ -67,45 +68,55 @@ def cases():
 
 
 def _in_engine(fn):
-    """The engine's per-layer reduction (zero/reduce.py, reduce_unit) with `fn` doing the work."""
+    """The engine's per-layer reduction (zero/reduce.py, reduce_unit: its `Hooks.reduce_unit`) with `fn` doing the
+    work."""
+    from zerosim.collectives import reduce_scatter as ring_reduce_scatter
     from zerosim.zero import averaging
     from zerosim.zero.reduce import grads_name
 
-    def reduce_unit(engine, layer: int, first: bool) -> tuple:
-        cluster, layout, policy = engine.cluster, engine.layout, engine.precision
-        a, b = layout.windows[layer]
-        if b <= a:
-            return ()
-        held = [rank.ledger.get(grads_name(layer)) for rank in cluster.ranks]
-        calls = len(cluster.trace.calls)
+    def reduce_unit(ctx, layer: int, first: bool):
+        cluster, layout, policy, recipe = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe
+        held = [rank.ledger.get(grads_name(layer)) for rank in ctx.ranks]
+        handles = []
 
         def reduce_scatter(arrays):
             with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
-                return cluster.reduce_scatter(arrays, op=averaging.reduce_op(policy, cluster.world_size), wire=policy.reduce_format,
-                                              counts=layout.counts(layer), tag=f"{engine.model.layers[layer].name} grads")
+                pieces = ring_reduce_scatter(
+                    cluster,
+                    arrays,
+                    op=averaging.reduce_op(policy, cluster.world_size, recipe),
+                    wire=policy.reduce_format,
+                    counts=layout.counts(layer),
+                    tag=f"{ctx.names[layer]} grads",
+                )
+            handles.append(pieces.handle)
+            return pieces
 
         def add_to_shard(r: int, piece) -> None:
             lo, hi = layout.owned_piece(layer, r)
-            averaging.accumulate(cluster.ranks[r].grads.array[lo:hi], averaging.after_reduce(piece, policy, cluster.world_size), first)
+            averaging.accumulate(ctx.ranks[r].grads.array[lo:hi],
+                                 averaging.after_reduce(piece, policy, cluster.world_size, recipe), first)
 
         fn(held, reduce_scatter, add_to_shard)
         for r, h in enumerate(held):
             if not h.freed:
-                raise Counterexample(f"after layer {layer} ({engine.model.layers[layer].name}) was reduce-scattered, rank {r} still "
-                                     f"holds {h.name!r} ({h.nbytes} B); free each layer's gradients once its pieces are in the "
-                                     f"shards, or every layer's pile up and ZeRO-2 saves nothing")
-        if len(cluster.trace.calls) == calls:
+                raise Counterexample(f"after layer {layer} ({ctx.names[layer]}) was reduce-scattered, rank {r} still "
+                                     f"holds {h.name!r} ({h.nbytes} B); free each layer's gradients once its pieces "
+                                     "are in "
+                                     f"the shards, or every layer's pile up and ZeRO-2 saves nothing")
+        if not handles:
             raise Counterexample(f"layer {layer}'s gradients were never reduce-scattered")
-        return tuple(range(calls, len(cluster.trace.calls)))
+        return sum(handles[1:], handles[0])
 
     return reduce_unit
 
 
 def check(fn, case) -> None:
-    from zerosim.zero import reduce
+    from zerosim.zero import Hooks
 
-    run_case(case, patch=lambda: replaced(reduce, "reduce_unit", _in_engine(fn)))
+    run_case(case, hooks=Hooks(reduce_unit=_in_engine(fn)))
 
 
-EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, free them",
+EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, "
+                                   "free them",
                     "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check)

@@ -84,12 +84,12 @@ def _call(fn, reduced, policy, world_size, micro_steps):
     return fn(reduced, world_size, micro_steps, policy.loss_scale)
 
 
-def _applies(policy, micro_steps) -> bool:
-    return policy.reduction == "seeds"
+def _applies(reduction: str, policy, micro_steps) -> bool:
+    return reduction == "seeds"
 
 
 def check(fn, case) -> None:
-    run_case(case, patch=finish_with(fn, _call, _applies), precision=SCALED, data_scale=TINY_FEATURES)
+    run_case(case, hooks=finish_with(fn, _call, _applies), precision=SCALED, data_scale=TINY_FEATURES)
 
 
 EXERCISE = Exercise("unscale_once", "unscaling once: from the reduced, loss-scaled, accumulated gradient to Adam's",

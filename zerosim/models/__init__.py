@@ -13,6 +13,12 @@
     attention_block, ffn, transformer, lm_head     the units: AttentionBlock, FFNBlock, TransformerBlock, LMHead
     gpt        GPT, STRATEGIES (seed 001's checkpointing strategies);  sequence_data  make_sequence_task
     meta_gpt   MetaGPT: the GPT's units as data-less twins, for activations at real scale (meta backend)
+
+    Llama family (Hugging Face's LlamaForCausalLM, Mistral, Qwen2), each piece a forward/backward pair:
+    rmsnorm    RMSNorm (fp32 statistics)              rotary      rotary position embeddings
+    gqa_attention  LlamaAttention: grouped-query attention, repeat_kv     swiglu  SwiGLUFFN
+    llama_block, llama_ends   LlamaBlock; TokenEmbedding, LlamaHead       llama   Llama
+    meta_llama MetaLlama: the Llama's data-less twin    hf_config   a config.json read locally (DecoderConfig)
 """
 
 from zerosim.models.attention import (attention_backward, attention_forward, softmax_backward,
@@ -23,9 +29,11 @@ from zerosim.models.embedding import Embedding, embedding_backward, embedding_fo
 from zerosim.models.ffn import FFNBlock
 from zerosim.models.flash_attention import flash_attention_backward, flash_attention_forward
 from zerosim.models.gpt import GPT
+from zerosim.models.hf_config import DecoderConfig, read_hf_config, shipped_config, shipped_configs
 from zerosim.models.layernorm import layernorm_backward, layernorm_forward
 from zerosim.models.layers import (GELU, Layer, Linear, ReLU, acc_dtype, gelu_backward, gelu_forward, linear_backward,
                                    linear_forward, relu_backward, relu_forward)
+from zerosim.models.llama import Llama
 from zerosim.models.lm_head import LMHead
 from zerosim.models.lm_loss import LMCrossEntropy
 from zerosim.models.losses import HalfMSE, Loss, SoftmaxCrossEntropy, get_loss
@@ -37,11 +45,12 @@ from zerosim.models.tinynet import TinyNet
 from zerosim.models.transformer import TransformerBlock
 
 __all__ = [
-    "AttentionBlock", "Embedding", "FFNBlock", "GELU", "GPT", "HalfMSE", "LMCrossEntropy", "LMHead", "Layer", "Linear",
+    "AttentionBlock", "DecoderConfig", "Embedding", "FFNBlock", "GELU", "GPT", "HalfMSE", "LMCrossEntropy", "LMHead",
+    "Layer", "Linear", "Llama",
     "Loss", "MLP", "Model", "ParamSpec", "ReLU", "SoftmaxCrossEntropy", "TinyNet", "TransformerBlock",
     "acc_dtype", "answer_positions", "attention_backward", "attention_forward", "embedding_backward",
     "embedding_forward", "flash_attention_backward", "flash_attention_forward", "forward_backward", "gelu_backward",
     "gelu_forward", "get_loss", "layernorm_backward", "layernorm_forward", "linear_backward", "linear_forward",
-    "loss_and_grad", "make_classification", "make_regression", "make_sequence_task", "predict", "relu_backward",
-    "relu_forward", "softmax_backward", "softmax_forward",
+    "loss_and_grad", "make_classification", "make_regression", "make_sequence_task", "predict", "read_hf_config",
+    "relu_backward", "relu_forward", "shipped_config", "shipped_configs", "softmax_backward", "softmax_forward",
 ]

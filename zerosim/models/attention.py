@@ -85,7 +85,9 @@ def scores(q: np.ndarray, k: np.ndarray, fmt) -> np.ndarray:
     return cast(s * acc(1 / math.sqrt(q.shape[-1])), fmt)
 
 
-def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, fmt, keep_p: bool = True) -> tuple[np.ndarray, tuple]:
+def attention_forward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, fmt, keep_p: bool = True
+) -> tuple[np.ndarray, tuple]:
     """O (B, H, L, d_h) in fmt; cache (Q, K, V, P), with P None when not kept ("selective")."""
     f = get_format(fmt)
     acc = acc_dtype(f)

@@ -29,11 +29,28 @@ import math
 
 import numpy as np
 
-from zerosim.models.attention import MODES, attention_backward, attention_flops, attention_forward, merge_heads, split_heads
+from zerosim.models.attention import (
+    MODES,
+    attention_backward,
+    attention_flops,
+    attention_forward,
+    merge_heads,
+    split_heads,
+)
 from zerosim.models.embedding import INIT_STD
-from zerosim.models.flash_attention import BLOCK, flash_attention_backward, flash_attention_flops, flash_attention_forward
+from zerosim.models.flash_attention import (
+    BLOCK,
+    flash_attention_backward,
+    flash_attention_flops,
+    flash_attention_forward,
+)
 from zerosim.models.layers import Layer, acc_dtype
-from zerosim.models.prenorm import prenorm_linear_forward, prenorm_residual_backward, prenorm_residual_flops, residual_add
+from zerosim.models.prenorm import (
+    prenorm_linear_forward,
+    prenorm_residual_backward,
+    prenorm_residual_flops,
+    residual_add,
+)
 from zerosim.models.token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import get_format
 
@@ -48,7 +65,8 @@ def attention_block_forward(p: dict, x: np.ndarray, heads: int, fmt, mode: str =
     """y (B, L, d) in fmt and the cache {name: array} of the module docstring's table."""
     f = get_format(fmt)
     d = x.shape[-1]
-    qkv, (_, mean, rstd) = prenorm_linear_forward(x, p["ln1.g"], p["ln1.b"], p["w_qkv"], p["b_qkv"], f)  # (B, L, 3d) fmt
+    # (B, L, 3d) fmt
+    qkv, (_, mean, rstd) = prenorm_linear_forward(x, p["ln1.g"], p["ln1.b"], p["w_qkv"], p["b_qkv"], f)
     q, k, v = (split_heads(qkv[..., i * d:(i + 1) * d], heads) for i in range(3))  # (B, H, L, d_h) fmt
     cache = {"block input": x, "LN1 mean": mean, "LN1 rstd": rstd, "Q": q, "K": k, "V": v}
     if mode == "flash":
@@ -105,7 +123,12 @@ def attention_block_flops(x_shape: tuple, heads: int, kind: str, mode: str = "st
     rows, dh = B * L, d // heads
     core = (flash_attention_flops(B, heads, L, dh, kind, block) if mode == "flash"
             else attention_flops(B, heads, L, dh, kind, mode))
-    return prenorm_residual_flops(rows, d, kind) + linear_flops(rows, d, 3 * d, kind) + core + linear_flops(rows, d, d, kind)
+    return (
+        prenorm_residual_flops(rows, d, kind)
+        + linear_flops(rows, d, 3 * d, kind)
+        + core
+        + linear_flops(rows, d, d, kind)
+    )
 
 
 def check_mode(mode: str) -> str:

@@ -36,4 +36,6 @@ def make_classification(rng: np.random.Generator, n_micro: int, batch: int, widt
     """M pairs (x (B, D_in) fp32, labels (B,) int64) with labels = argmax of the teacher's C = D_out logits."""
     if widths[-1] < 2:
         raise ValueError(f"classification needs at least 2 classes (widths[-1]), got {widths[-1]}")
-    return [(x, np.argmax(y, axis=1).astype(np.int64)) for x, y in _teacher_outputs(rng, n_micro, batch, widths, activation)]
+    return [
+        (x, np.argmax(y, axis=1).astype(np.int64)) for x, y in _teacher_outputs(rng, n_micro, batch, widths, activation)
+    ]

@@ -32,7 +32,12 @@ import numpy as np
 
 from zerosim.models.embedding import INIT_STD
 from zerosim.models.layers import GELU, Layer, acc_dtype, gelu_backward, gelu_forward, relu_forward
-from zerosim.models.prenorm import prenorm_linear_forward, prenorm_residual_backward, prenorm_residual_flops, residual_add
+from zerosim.models.prenorm import (
+    prenorm_linear_forward,
+    prenorm_residual_backward,
+    prenorm_residual_flops,
+    residual_add,
+)
 from zerosim.models.token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import cast, get_format
 
@@ -107,7 +112,12 @@ def ffn_block_flops(x_shape: tuple, kind: str, activation: str = "gelu") -> int:
     B, L, d = x_shape
     rows, F = B * L, FF_MULT * d
     act = GELU.GELU_FLOPS[kind] if activation == "gelu" else 1
-    return prenorm_residual_flops(rows, d, kind) + linear_flops(rows, d, F, kind) + act * rows * F + linear_flops(rows, F, d, kind)
+    return (
+        prenorm_residual_flops(rows, d, kind)
+        + linear_flops(rows, d, F, kind)
+        + act * rows * F
+        + linear_flops(rows, F, d, kind)
+    )
 
 
 def check_activation(activation: str) -> str:

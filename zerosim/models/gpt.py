@@ -63,47 +63,54 @@ def every_k(n_layers: int) -> int:
     return max(1, round(math.sqrt(n_layers)))
 
 
-class GPT(Model):
-    """A GPT-2-shaped decoder over token ids (B, L) with next-token targets (B, L)."""
+def check_units(unit: str, checkpoint: str) -> None:
+    """A unit layout and a checkpointing arrangement that go together (the GPT's and the Llama's)."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
+    if checkpoint == "subblock" and unit != "sublayer":
+        raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
+                         "unit='sublayer' (with unit='block' the two halves are one layer)")
 
-    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, seq_len: int, unit: str = "block",
-                 activation: str = "gelu", attention: str = "standard", checkpoint: str = "none", flash_block: int = BLOCK):
-        for name, value in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
-                            ("seq_len", seq_len), ("flash_block", flash_block)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        check_heads(d_model, n_heads)
-        check_mode(attention)
-        check_activation(activation)
-        if unit not in UNITS:
-            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-        if checkpoint not in CHECKPOINTS:
-            raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
-        if checkpoint == "subblock" and unit != "sublayer":
-            raise ValueError("checkpoint='subblock' keeps the attention and FFN inputs separately, so it needs "
-                             "unit='sublayer' (with unit='block' the two halves are one layer)")
-        layers = [Embedding(vocab, seq_len, d_model)]
-        per_block = []  # [start, stop) layer range of each transformer block
-        for i in range(n_layers):
-            start = len(layers)
-            if unit == "block":
-                layers.append(TransformerBlock(d_model, n_heads, activation, attention, n_layers, flash_block, name=f"block{i}"))
-            else:
-                layers.append(AttentionBlock(d_model, n_heads, attention, n_layers, flash_block, name=f"block{i}.attn"))
-                layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))
-            per_block.append((start, len(layers)))
-        layers.append(LMHead(d_model, vocab))
-        n = len(layers)
-        if checkpoint == "subblock":
-            middle = [(i, i + 1) for i in range(1, n - 1)]
-        elif checkpoint == "every-k":
-            k = every_k(n_layers)
-            middle = [(per_block[i][0], per_block[min(i + k, n_layers) - 1][1]) for i in range(0, n_layers, k)]
-        else:  # "block", and "none" (where the blocks are not used)
-            middle = per_block
-        super().__init__(layers, LMCrossEntropy(), checkpoint_blocks=[(0, 1), *middle, (n - 1, n)])
-        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
-        self.unit, self.activation, self.attention, self.checkpoint = unit, activation, attention, checkpoint
+
+def strategy_blocks(per_block: list, n_units: int, checkpoint: str) -> list:
+    """The checkpoint blocks of a decoder whose units are the embedding (unit 0), the transformer blocks
+    (per_block: the [start, stop) units of each) and the head (the last unit), for strategy `checkpoint`.
+    The embedding and the head are blocks of their own; the GPT and the Llama share this arrangement."""
+    n_layers = len(per_block)
+    if checkpoint == "subblock":
+        middle = [(i, i + 1) for i in range(1, n_units - 1)]
+    elif checkpoint == "every-k":
+        k = every_k(n_layers)
+        middle = [(per_block[i][0], per_block[min(i + k, n_layers) - 1][1]) for i in range(0, n_layers, k)]
+    else:  # "block", and "none" (where the blocks are not used)
+        middle = per_block
+    return [(0, 1), *middle, (n_units - 1, n_units)]
+
+
+def check_token_batch(model, x, target) -> None:
+    """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L) for a decoder
+    `model` with `vocab`, `seq_len` and an LM loss (the GPT and the Llama)."""
+    x = np.asarray(x)
+    if x.ndim != 2 or x.dtype.kind not in "iu":
+        raise ValueError(f"{type(model).__name__} input must be integer token ids of shape (batch, length), "
+                         f"got {x.dtype} {x.shape}")
+    B, L = x.shape
+    if B < 1 or L < 1:
+        raise ValueError(f"a micro-batch needs at least one sequence of at least one token, got shape {x.shape}")
+    if L > model.seq_len:
+        raise ValueError(f"sequences of {L} tokens are longer than the model's seq_len = {model.seq_len}")
+    if x.min() < 0 or x.max() >= model.vocab:
+        raise ValueError(f"token ids must lie in [0, {model.vocab}), got {x.min()}..{x.max()}")
+    t = np.asarray(target)
+    if t.shape != x.shape:
+        raise ValueError(f"targets must have the input's shape {x.shape} (one next token per position), got {t.shape}")
+    model.loss.check_target(t, B, model.vocab)
+
+
+class Decoder(Model):
+    """What the GPT and the Llama share: token ids in, a checkpointing strategy by name (`checkpoint`)."""
 
     @property
     def checkpointing(self) -> bool:
@@ -112,20 +119,50 @@ class GPT(Model):
 
     def check_batch(self, x, target) -> None:
         """Raise ValueError saying what is wrong with token ids x (B, L) and next-token targets (B, L)."""
-        x = np.asarray(x)
-        if x.ndim != 2 or x.dtype.kind not in "iu":
-            raise ValueError(f"GPT input must be integer token ids of shape (batch, length), got {x.dtype} {x.shape}")
-        B, L = x.shape
-        if B < 1 or L < 1:
-            raise ValueError(f"a micro-batch needs at least one sequence of at least one token, got shape {x.shape}")
-        if L > self.seq_len:
-            raise ValueError(f"sequences of {L} tokens are longer than the model's seq_len = {self.seq_len}")
-        if x.min() < 0 or x.max() >= self.vocab:
-            raise ValueError(f"token ids must lie in [0, {self.vocab}), got {x.min()}..{x.max()}")
-        t = np.asarray(target)
-        if t.shape != x.shape:
-            raise ValueError(f"targets must have the input's shape {x.shape} (one next token per position), got {t.shape}")
-        self.loss.check_target(t, B, self.vocab)
+        check_token_batch(self, x, target)
+
+
+class GPT(Decoder):
+    """A GPT-2-shaped decoder over token ids (B, L) with next-token targets (B, L)."""
+
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        seq_len: int,
+        unit: str = "block",
+        activation: str = "gelu",
+        attention: str = "standard",
+        checkpoint: str = "none",
+        flash_block: int = BLOCK,
+    ):
+        for name, value in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
+                            ("seq_len", seq_len), ("flash_block", flash_block)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_heads(d_model, n_heads)
+        check_mode(attention)
+        check_activation(activation)
+        check_units(unit, checkpoint)
+        layers = [Embedding(vocab, seq_len, d_model)]
+        per_block = []  # [start, stop) layer range of each transformer block
+        for i in range(n_layers):
+            start = len(layers)
+            if unit == "block":
+                layers.append(
+                    TransformerBlock(d_model, n_heads, activation, attention, n_layers, flash_block, name=f"block{i}")
+                )
+            else:
+                layers.append(AttentionBlock(d_model, n_heads, attention, n_layers, flash_block, name=f"block{i}.attn"))
+                layers.append(FFNBlock(d_model, activation, n_layers, name=f"block{i}.ffn"))
+            per_block.append((start, len(layers)))
+        layers.append(LMHead(d_model, vocab))
+        super().__init__(layers, LMCrossEntropy(),
+                         checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint))
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = vocab, d_model, n_heads, n_layers, seq_len
+        self.unit, self.activation, self.attention, self.checkpoint = unit, activation, attention, checkpoint
 
     def __repr__(self) -> str:
         return (f"GPT(vocab={self.vocab}, d_model={self.d_model}, n_heads={self.n_heads}, n_layers={self.n_layers}, "

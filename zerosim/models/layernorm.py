@@ -39,7 +39,9 @@ def _normalized(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray) -> np.ndarray
     return (x.astype(mean.dtype) - mean[..., None]) * rstd[..., None]
 
 
-def layernorm_forward(x: np.ndarray, g: np.ndarray, b: np.ndarray, fmt, eps: float = LN_EPS) -> tuple[np.ndarray, tuple]:
+def layernorm_forward(
+    x: np.ndarray, g: np.ndarray, b: np.ndarray, fmt, eps: float = LN_EPS
+) -> tuple[np.ndarray, tuple]:
     """y (..., d) in fmt; cache (x, mean (...,), rstd (...,)) with the statistics in acc."""
     acc = acc_dtype(get_format(fmt))
     x_acc = x.astype(acc)

@@ -21,10 +21,12 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
     name = "lm-xent"
 
     def check_target(self, target, batch, outputs):
-        """`batch` is B and `outputs` is V here; the target's length must be checked against the input's (GPT.check_batch)."""
+        """`batch` is B and `outputs` is V here; the target's length must be checked against the input's
+        (GPT.check_batch)."""
         t = np.asarray(target)
         if t.ndim != 2 or t.shape[0] != batch or t.dtype.kind not in "iu":
-            raise ValueError(f"the LM loss needs integer next-token targets of shape ({batch}, L), got {t.dtype} {t.shape}")
+            raise ValueError(f"the LM loss needs integer next-token targets of shape ({batch}, L), got {t.dtype} "
+                             f"{t.shape}")
         if t.size and (t.min() < 0 or t.max() >= outputs):
             raise ValueError(f"target tokens must lie in [0, {outputs}), got {t.min()}..{t.max()}")
 

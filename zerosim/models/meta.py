@@ -37,10 +37,27 @@ UNITS = ("module", "block")
 _BLOCK = re.compile(r"^(.*?\.\d+)\.")  # "h.7.attn.c_attn" -> "h.7"; "layers.3.mlp.up_proj" -> "layers.3"
 
 
-def _meta(shape, dtype):
-    from zerosim.backends.meta import MetaArray  # NOTE: imported here; models must not need the backends to load
+def like(x, shape, dtype):
+    """A new array of `shape` and `dtype` from the array namespace of `x` (the array API standard's
+    `__array_namespace__`): data-less when x is the meta backend's. The backend hands its arrays to the model
+    (the micro-batch, dy) and the model makes more of the same kind, so models never import a backend."""
+    return x.__array_namespace__().empty(shape, dtype=dtype)
 
-    return MetaArray(shape, dtype)
+
+def source_arrays(ranks, empty):
+    """(how many micro-batches, the constructor to make them with): from a Cluster (its backend's `empty`), or from
+    a count and the `empty` given (e.g. `cluster.backend.empty` of the meta backend)."""
+    if hasattr(ranks, "local_size"):
+        return ranks.local_size, ranks.backend.empty
+    if empty is None:
+        raise ValueError("a meta model's micro-batches are data-less arrays: pass the cluster (model.batches(cluster)) "
+                         "or the backend's constructor (empty=cluster.backend.empty)")
+    return int(ranks), empty
+
+
+def zeros_without_memory(count: int) -> np.ndarray:
+    """(count,) fp32 zeros that take no memory: a read-only broadcast of one element (a meta model's weights)."""
+    return np.broadcast_to(np.zeros((), np.float32), (count,))
 
 
 class MetaLayer(Layer):
@@ -55,7 +72,7 @@ class MetaLayer(Layer):
         return x, {}  # nothing saved: activations are left out (see the module docstring)
 
     def backward(self, p, dy, cache, fmt):
-        grads = {"w": _meta((self.count,), get_format(fmt).dtype)} if self.count else {}  # (count,) compute fmt
+        grads = {"w": like(dy, (self.count,), get_format(fmt).dtype)} if self.count else {}  # (count,) compute fmt
         return dy, grads
 
     def flops(self, x_shape, kind):
@@ -74,7 +91,7 @@ class MetaLoss(Loss):
 
     def backward(self, cache, fmt, scale=1.0):
         y = cache["y"]
-        return _meta(y.shape, get_format(fmt).dtype)
+        return like(y, y.shape, get_format(fmt).dtype)
 
 
 class MetaModel(Model):
@@ -83,7 +100,8 @@ class MetaModel(Model):
     def __init__(self, units, name: str = "meta"):
         units = tuple((str(n), int(c)) for n, c in units)
         if not units or min(c for _, c in units) < 0:
-            raise ValueError(f"a meta model needs at least one layer and non-negative parameter counts, got {units[:3]}...")
+            raise ValueError("a meta model needs at least one layer and non-negative parameter counts, got "
+                             f"{units[:3]}...")
         super().__init__([MetaLayer(n, c) for n, c in units], MetaLoss())
         self.name = name
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups (Model scans every spec, O(layers))
@@ -120,7 +138,8 @@ class MetaModel(Model):
     def check_batch(self, x, target) -> None:
         """A meta micro-batch is an (x, target) with x of shape (B, 0), B >= 1: there are no values to check."""
         if len(getattr(x, "shape", ())) != 2 or x.shape[0] < 1:
-            raise ValueError(f"a meta micro-batch is x of shape (batch, 0) with batch >= 1 (see MetaModel.batches), got {getattr(x, 'shape', x)!r}")
+            raise ValueError("a meta micro-batch is x of shape (batch, 0) with batch >= 1 (see MetaModel.batches), "
+                             f"got {getattr(x, 'shape', x)!r}")
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
 
@@ -132,24 +151,27 @@ class MetaModel(Model):
         if len(flat) == stop - start:
             return {"w": flat}
         if len(flat) != self.num_params:
-            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got shape {flat.shape}")
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got "
+                             f"shape {flat.shape}")
         return {"w": flat[start:stop]}
 
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)
-        dtype = tensors["w"].dtype if tensors else np.float32
-        return _meta((stop - start,), dtype)  # (count,) in the gradient's dtype
+        w = tensors["w"]
+        return like(w, (stop - start,), w.dtype)  # (count,) in the gradient's dtype
 
     def init_params(self, rng=None):
-        """(P,) fp32 MetaArray: there are no initial values to draw."""
-        return _meta((self.num_params,), np.float32)
+        """(P,) fp32 zeros that take no memory: there are no initial values to draw (the meta backend's
+        `asarray` turns them into a data-less array without reading them)."""
+        return zeros_without_memory(self.num_params)
 
-    def batches(self, ranks, batch: int = 1) -> list:
+    def batches(self, ranks, batch: int = 1, empty=None) -> list:
         """One (x, target) micro-batch per rank: x is (B, 0) fp32 (no features: activations left out).
 
-        `ranks`: how many, or a Cluster — one per rank it hosts (1 on the meta backend's representative rank)."""
-        count = ranks.local_size if hasattr(ranks, "local_size") else ranks
-        x = _meta((batch, 0), np.float32)
+        `ranks`: a Cluster — one per rank it hosts (1 on the meta backend's representative rank), made by its
+        backend — or how many, made by `empty` (the meta backend's constructor)."""
+        count, empty = source_arrays(ranks, empty)
+        x = empty((batch, 0), np.float32)
         return [(x, None)] * count
 
     @property

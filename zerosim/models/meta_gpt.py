@@ -35,14 +35,11 @@ import numpy as np
 from zerosim.models.gpt import GPT
 from zerosim.models.layers import Layer
 from zerosim.models.lm_loss import LMCrossEntropy
+from zerosim.models.meta import like, source_arrays, zeros_without_memory
 from zerosim.models.model import Model
 from zerosim.precision import get_format
 
 
-def _meta(shape, dtype):
-    from zerosim.backends.meta import MetaArray  # NOTE: imported here; models must not need the backends to load
-
-    return MetaArray(shape, dtype)
 
 
 class MetaUnit(Layer):
@@ -59,14 +56,14 @@ class MetaUnit(Layer):
         if self.unit.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
             cache = {"input": x}
         else:
-            cache = {name: _meta(shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
-        return _meta(self.unit.output_shape(x.shape), f.dtype), cache
+            cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
+        return like(x, self.unit.output_shape(x.shape), f.dtype), cache
 
     def backward(self, p, dy, cache, fmt):
         dtype = get_format(fmt).dtype
         x = next(iter(cache.values()))  # the unit's input, saved first (see the module docstring)
-        dx = None if np.dtype(x.dtype).kind in "iu" else _meta(x.shape, dtype)
-        return dx, {name: _meta(shape, dtype) for name, shape in self.param_shapes.items()}
+        dx = None if np.dtype(x.dtype).kind in "iu" else like(dy, x.shape, dtype)
+        return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
 
     def flops(self, x_shape, kind):
         return self.unit.flops(x_shape, kind)
@@ -84,11 +81,13 @@ class MetaLMLoss(LMCrossEntropy):
     name = "meta-lm-xent"
 
     def forward(self, y, target):
-        return math.nan, {name: _meta(shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()}
+        return math.nan, {
+            name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()
+        }
 
     def backward(self, cache, fmt, scale=1.0):
         BL, V = cache["probabilities"].shape
-        return _meta((*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute format
+        return like(cache["probabilities"], (*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute fmt
 
 
 class MetaGPT(Model):
@@ -109,8 +108,19 @@ class MetaGPT(Model):
             units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != "w_head"})
         super().__init__(units, MetaLMLoss(), checkpoint_blocks=gpt.checkpoint_blocks)
         self.gpt, self.tied_head = gpt, tied_head
-        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = gpt.vocab, gpt.d_model, gpt.n_heads, gpt.n_layers, gpt.seq_len
-        self.unit, self.activation, self.attention, self.checkpoint = gpt.unit, gpt.activation, gpt.attention, gpt.checkpoint
+        self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
+            gpt.vocab,
+            gpt.d_model,
+            gpt.n_heads,
+            gpt.n_layers,
+            gpt.seq_len,
+        )
+        self.unit, self.activation, self.attention, self.checkpoint = (
+            gpt.unit,
+            gpt.activation,
+            gpt.attention,
+            gpt.checkpoint,
+        )
         self.name = name or f"GPT d={gpt.d_model} H={gpt.n_heads} layers={gpt.n_layers}"
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
         for spec in self.specs:
@@ -129,8 +139,26 @@ class MetaGPT(Model):
         gpt = GPT(shape.vocab, shape.d_model, shape.n_heads, shape.n_layers, shape.n_ctx, **gpt_options)
         model = cls(gpt, tied_head=shape.tied, name=preset.name)
         if model.num_params != preset.total:  # the preset's layer list and the GPT's units count the same tensors
-            raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has {model.num_params:,}")
+            raise ValueError(f"preset {preset.name!r} has {preset.total:,} parameters but its GPT has "
+                             f"{model.num_params:,}")
         return model
+
+    @classmethod
+    def from_config(cls, config, seq_len: int | None = None, **gpt_options) -> "MetaGPT":
+        """The twin of the GPT a GPT-2 `DecoderConfig` (hf_config.py) describes, its head tied if the config ties it.
+
+        The position table is the config's n_positions long (it is parameters); `seq_len`, when given, is only
+        checked against it. `gpt_options`: GPT's unit, attention, checkpoint."""
+        if config.layout != "gpt2":
+            raise ValueError(f"{config.name!r} has Llama's blocks: use MetaLlama.from_config")
+        if seq_len is not None and seq_len > config.max_positions:
+            raise ValueError(f"sequences of {seq_len} tokens are longer than {config.name}'s position table "
+                             f"(n_positions = {config.max_positions})")
+        relu = any(k.key == "activation_function" and k.value == "relu" for k in config.keys)
+        activation = "relu" if relu else "gelu"
+        gpt = GPT(config.vocab, config.d_model, config.n_heads, config.n_layers, config.max_positions,
+                  activation=activation, **gpt_options)
+        return cls(gpt, tied_head=config.tied, name=config.name)
 
     @property
     def checkpointing(self) -> bool:
@@ -150,28 +178,43 @@ class MetaGPT(Model):
                              f"(see MetaGPT.batches), got {getattr(x, 'dtype', '?')} {shape}")
         if shape[1] > self.seq_len:
             raise ValueError(f"sequences of {shape[1]} tokens are longer than the model's seq_len = {self.seq_len}")
-        if tuple(getattr(target, "shape", ())) != shape or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu":
+        if (
+            tuple(getattr(target, "shape", ())) != shape
+            or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu"
+        ):
             raise ValueError(f"targets must be integer token ids of the input's shape {shape}, got {target!r}")
 
     def layer_specs(self, i: int) -> list:
         return self._specs_of.get(i, [])
 
+    def unflatten(self, flat, i: int) -> dict:
+        """Layer i's parameters by name: on a MetaArray, arrays of their shapes in flat's dtype — what Model.unflatten
+        gives (a slice, then a reshape), built directly, since the engines ask for them before every op."""
+        if not getattr(flat, "is_meta", False):
+            return super().unflatten(flat, i)
+        start, stop = self.layer_window(i)
+        if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
+                             f"got shape {flat.shape}")
+        return {s.name: like(flat, s.shape, flat.dtype) for s in self.layer_specs(i)}
+
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)
-        dtype = next(iter(tensors.values())).dtype if tensors else np.float32
-        return _meta((stop - start,), dtype)  # (window,) in the gradient's dtype
+        g = next(iter(tensors.values()))
+        return like(g, (stop - start,), g.dtype)  # (window,) in the gradient's dtype
 
     def init_params(self, rng=None):
-        """(P,) fp32 MetaArray: there are no initial values to draw."""
-        return _meta((self.num_params,), np.float32)
+        """(P,) fp32 zeros that take no memory: there are no initial values to draw."""
+        return zeros_without_memory(self.num_params)
 
-    def batches(self, ranks, batch: int = 1, seq_len: int | None = None) -> list:
-        """One (ids, targets) micro-batch per rank, both (B, L) int64 MetaArrays (L defaults to seq_len).
+    def batches(self, ranks, batch: int = 1, seq_len: int | None = None, empty=None) -> list:
+        """One (ids, targets) micro-batch per rank, both (B, L) int64 data-less arrays (L defaults to seq_len).
 
-        `ranks`: how many, or a Cluster — one per rank it hosts (1 on the meta backend's representative rank)."""
-        count = ranks.local_size if hasattr(ranks, "local_size") else ranks
+        `ranks`: a Cluster — one per rank it hosts (1 on the meta backend's representative rank), made by its
+        backend — or how many, made by `empty` (the meta backend's constructor)."""
+        count, empty = source_arrays(ranks, empty)
         L = self.seq_len if seq_len is None else seq_len
-        ids = _meta((batch, L), np.int64)
+        ids = empty((batch, L), np.int64)
         return [(ids, ids)] * count
 
     def __repr__(self) -> str:

@@ -43,7 +43,13 @@ class Model:
         self.checkpoint_blocks = [tuple(b) for b in (checkpoint_blocks or [(0, n)])]
         starts = [s for s, _ in self.checkpoint_blocks]
         stops = [e for _, e in self.checkpoint_blocks]
-        if n == 0 or starts[0] != 0 or stops[-1] != n or starts[1:] != stops[:-1] or any(e <= s for s, e in self.checkpoint_blocks):
+        if (
+            n == 0
+            or starts[0] != 0
+            or stops[-1] != n
+            or starts[1:] != stops[:-1]
+            or any(e <= s for s, e in self.checkpoint_blocks)
+        ):
             raise ValueError(f"checkpoint_blocks {self.checkpoint_blocks} must tile layers 0..{n} in order, none empty")
         self.specs: list[ParamSpec] = []
         self._windows: list[tuple[int, int]] = []
@@ -97,7 +103,8 @@ class Model:
         """
         start, stop = self._windows[i]
         if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
-            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got shape {flat.shape}")
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got "
+                             f"shape {flat.shape}")
         base = 0 if len(flat) == self.num_params else start  # offsets are absolute in the whole vector
         return {s.name: flat[s.offset - base : s.offset - base + s.size].reshape(s.shape) for s in self.layer_specs(i)}
 

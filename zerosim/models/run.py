@@ -116,7 +116,11 @@ class Pass:
             read += _nbytes(self.dy, *cache.values())
             x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
             self.dy, grads = layer.backward(params, self.dy, cache, f)
-            values = {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": np.array(self.dy)} if self.keep_values else None
+            values = (
+                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": np.array(self.dy)}
+                if self.keep_values
+                else None
+            )
             return Done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
         x = self.a  # forward or recompute
         if op.checkpoint:

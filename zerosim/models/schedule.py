@@ -44,7 +44,9 @@ def schedule(model, checkpoint: bool = False) -> tuple:
     """The ops one micro-batch runs through `model`, in order (see the module docstring)."""
     n, layers = len(model.layers), model.layers
     if not checkpoint:
-        return tuple([Op("forward", i) for i in range(n)] + [Op("loss", -1)] + [Op("backward", i) for i in reversed(range(n))])
+        return tuple(
+            [Op("forward", i) for i in range(n)] + [Op("loss", -1)] + [Op("backward", i) for i in reversed(range(n))]
+        )
     ops = []
     for start, stop in model.checkpoint_blocks:
         ops += [Op("forward", i, save=False, checkpoint=i == start) for i in range(start, stop)]

@@ -18,8 +18,15 @@ from __future__ import annotations
 from zerosim.models.attention_block import (attention_block_backward, attention_block_flops, attention_block_forward,
                                             attention_block_spec, attention_param_shapes, check_heads, check_mode,
                                             init_attention)
-from zerosim.models.ffn import (check_activation, ffn_block_backward, ffn_block_flops, ffn_block_forward, ffn_block_spec,
-                                ffn_param_shapes, init_ffn)
+from zerosim.models.ffn import (
+    check_activation,
+    ffn_block_backward,
+    ffn_block_flops,
+    ffn_block_forward,
+    ffn_block_spec,
+    ffn_param_shapes,
+    init_ffn,
+)
 from zerosim.models.flash_attention import BLOCK
 from zerosim.models.layers import Layer
 
@@ -50,11 +57,16 @@ class TransformerBlock(Layer):
     def saved_spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} of what forward saves for an input of x_shape = (B, L, d)."""
         x_shape = tuple(x_shape)
-        return {**attention_block_spec(x_shape, self.heads, fmt, self.attention), **ffn_block_spec(x_shape, fmt, self.activation)}
+        return {
+            **attention_block_spec(x_shape, self.heads, fmt, self.attention),
+            **ffn_block_spec(x_shape, fmt, self.activation),
+        }
 
     def flops(self, x_shape, kind):
         x_shape = tuple(x_shape)
-        return attention_block_flops(x_shape, self.heads, kind, self.attention, self.block) + ffn_block_flops(x_shape, kind, self.activation)
+        return attention_block_flops(x_shape, self.heads, kind, self.attention, self.block) + ffn_block_flops(
+            x_shape, kind, self.activation
+        )
 
     def init(self, rng):
         return {**init_attention(self.d, self.n_layers, rng), **init_ffn(self.d, self.n_layers, rng)}

@@ -138,7 +138,8 @@ class Adam(Optimizer):
     def _kernel_step(self, w, g, s, t, record, wd: float = 0.0):
         """The "torch" or "deepspeed" step; `wd` is AdamW's decoupled weight decay (0 for Adam)."""
         if w.dtype != np.float32:
-            raise ValueError(f"{type(self).__name__}(formula={self.formula!r}) models an fp32 kernel; the state is {w.dtype}")
+            raise ValueError(f"{type(self).__name__}(formula={self.formula!r}) models an fp32 kernel; the state is "
+                             f"{w.dtype}")
         if not has_values(w):
             return  # the meta backend: shapes and dtypes do not change
         (self._torch if self.formula == "torch" else self._deepspeed)(w, g, s, t, record, wd)

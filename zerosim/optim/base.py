@@ -128,13 +128,16 @@ class Optimizer:
             raise ValueError(f"size must be an integer >= 0, got {size!r}")
         get_format(dtype)
         # (size,) `dtype` state shard, owned by this rank
-        return {n: ledger.alloc(f"{prefix}{n}", int(size), dtype, kind=f"optim:{n}", fill=fill) for n in self.state_names}
+        return {
+            n: ledger.alloc(f"{prefix}{n}", int(size), dtype, kind=f"optim:{n}", fill=fill) for n in self.state_names
+        }
 
     def check_stage(self, stage: int) -> None:
         """Raise ValueError (with `why_not_sharded`) if this optimizer cannot run at ZeRO `stage`."""
         if stage not in self.allowed_stages:
             allowed = " or ".join(map(str, self.allowed_stages))
-            raise ValueError(f"{self.name} cannot run at ZeRO stage {stage}: it needs whole weight matrices, which this stage "
+            raise ValueError(f"{self.name} cannot run at ZeRO stage {stage}: it needs whole weight matrices, which "
+                             "this stage "
                              f"shards across ranks; use stage {allowed} (why: {type(self).__name__}.why_not_sharded)")
 
     def step(self, w: np.ndarray, g: np.ndarray, state: dict, t: int, record: dict | None = None) -> None:

@@ -55,7 +55,8 @@ def cast_with(kernels: CastKernels, x, fmt, rounding: str, rng, saturate: bool, 
         elif isinstance(rng, np.random.Generator):
             u = rng.random(a.shape)
         else:
-            raise ValueError("stochastic rounding needs rng=numpy.random.default_rng(seed) (or uniforms=...), so runs can be repeated")
+            raise ValueError("stochastic rounding needs rng=numpy.random.default_rng(seed) (or uniforms=...), so runs "
+                             "can be repeated")
         out = kernels.stochastic(a, f, u)
     else:
         out = kernels.nearest(a, f)

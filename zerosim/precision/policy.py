@@ -18,13 +18,16 @@
                None (default) keeps them in the compute format (a rank's own gradients, stages 0/1)
                or the wire format (the reduced shard, stages 2/3); "fp32" accumulates in fp32, as
                DeepSpeed's `data_types.grad_accum_dtype` and Megatron-LM's fp32 `main_grad` do
-    reduction  the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
-               the code it follows (zero/averaging.py, docs/recipes.md): "seeds" sums on the wire and divides
+    reduction  a shorthand for the gradient recipe, which has a config of its own beside this policy
+               (zerosim.zero.GradientRecipe: `ZeroEngine(..., recipe=...)`; an engine given both checks they agree):
+               the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
+               the code it follows (zero/recipes.py, docs/recipes.md): "seeds" sums on the wire and divides
                by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
                (stages 1/2), "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
                DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
-    allreduce  the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then all-gather over the N
-               shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map, one channel:
+    allreduce  (the recipe's too) the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then
+               all-gather over the N shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map,
+               one channel:
                collectives/nccl_allreduce.py), which is what DDP's ncclAllReduce does
 """
 
@@ -41,7 +44,7 @@ from zerosim.precision.counter_random import counter_uniforms
 from zerosim.precision.formats import Format, get_format
 from zerosim.precision.loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 
-# what each name means is written in zerosim/zero/averaging.py (RECIPES), the one place; listed here to check input
+# what each name means is written in zerosim/zero/recipes.py (RECIPES), the one place; listed here to check input
 REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2")
 ALLREDUCES = ("ring", "nccl")
 
@@ -69,7 +72,8 @@ class MixedPrecision:
     def __post_init__(self):
         get_format(self.compute)
         if self.master is not None and get_format(self.master).bits < 32:
-            raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; use fp32 or None")
+            raise ValueError(f"a master copy in {self.master} would lose the updates it exists to keep; "
+                             "use fp32 or None")
         if self.reduce is not None:
             get_format(self.reduce)
         self._check_loss_scale()
@@ -109,7 +113,8 @@ class MixedPrecision:
         try:
             self.make_scaler()  # the scaler checks its own options
         except TypeError as e:
-            raise ValueError(f"loss_scale_options {dict(pairs)} do not fit loss scale {self.loss_scale!r}: {e}") from None
+            raise ValueError(f"loss_scale_options {dict(pairs)} do not fit loss scale {self.loss_scale!r}: "
+                             f"{e}") from None
 
     @property
     def dynamic(self) -> bool:

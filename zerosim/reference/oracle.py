@@ -2,13 +2,19 @@
 
 One device runs each micro-batch's forward/backward the same way the ranks do (the same schedule of
 ops, models/schedule.py), reduces the N gradients with the naive twin in the ring's order and dtypes
-(`naive_reduce(order="ring")`, which shares no code with the ring or the engines' sharding; NCCL's
+(`naive_reduce(order="ring")`, which shares no code with the ring or the engines' collectives; NCCL's
 all-reduce chunk map with allreduce="nccl"), accumulates, averages and unscales with the same
-definitions the engines use (zero/averaging.py: the one place they are written, the policy's recipe
-included), skips the steps its own loss scaler skips (an inf or NaN anywhere in the reduced gradient),
+definitions the engines use (zero/averaging.py and the recipe, zero/recipes.py: the one place they are
+written), skips the steps its own loss scaler skips (an inf or NaN anywhere in the reduced gradient),
 clips by the global norm summed over the same N shards in the same order (zero/clipping.py), and runs
 the same optimizer over the whole flat vector. Because the optimizers are elementwise and the reduction
 order is the ring's, the fp32 masters, optimizer states and 16-bit params equal every stage's exactly.
+
+What it shares with the engines, and so does not check: the recipes' arithmetic (averaging.py, recipes.py),
+clipping's (clipping.py), the scalers and optimizers, and which rank owns which element (the layouts:
+flat.py, partition.py — the owner decides a ring sum's order). What it checks: sharding, the ring and its
+chunk bookkeeping, buckets and prefetch, accumulation across micro-steps, and the step's order of events.
+Fidelity to the frameworks is checked against their source and hand-derived tables (tests/test_recipes.py).
 
 `Reference.float64(...)` is the second check: the same micro-batches in float64 end to end, no
 rounding to speak of, to measure how far low precision drifts.
@@ -24,7 +30,8 @@ from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
 from zerosim.zero import averaging, clipping
-from zerosim.zero.partition import layout_for
+from zerosim.zero.layouts import layout_for
+from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.step_checks import skips_steps
 
 
@@ -57,8 +64,10 @@ class Reference:
         order: how the naive twin adds, in the ring's order: "ring" (default): each add formed exactly in
             float64 and rounded once to the wire format — code that shares nothing with the engines' ring;
             "ring-native": the same adds by NumPy in the wire dtype, and an elementwise optimizer stepped in
-            cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py). (Which recipe reduces is the policy's `reduction`.)
+            cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py).
+            (Which recipe reduces is `recipe`'s.)
         clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
+        recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
 
     `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
     clipped step.
@@ -66,7 +75,7 @@ class Reference:
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
-                 clip_grad: float | None = None):
+                 clip_grad: float | None = None, recipe=None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -86,7 +95,8 @@ class Reference:
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
-        self.layout = layout_for(model, world_size, self.precision)  # who owns which element: the ring order of its sum
+        self.recipe = GradientRecipe.of(self.precision, recipe)
+        self.layout = layout_for(model, world_size, self.recipe)  # who owns which element: the ring order of its sum
         wide = np.zeros(self.padded, dtype=np.float64)
         wide[: model.num_params] = init.astype(np.float64)
         p = self.precision
@@ -104,7 +114,11 @@ class Reference:
         return cls(model, optimizer, "fp64", world_size, params, accumulation_steps)
 
     def layer_params(self, layer: int) -> dict:
-        return {s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape) for s in self.model.specs if s.layer == layer}
+        return {
+            s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape)
+            for s in self.model.specs
+            if s.layer == layer
+        }
 
     def gradient(self, x, target) -> tuple:
         """(loss, flat (N*s,) gradient in the compute format) of one micro-batch."""
@@ -124,18 +138,21 @@ class Reference:
         (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
         p, n = self.precision, len(grads)
         chunks = None
-        if p.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them; the padding stays 0
+        if self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them; padding stays 0
             real = self.model.num_params
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
-        elif self.layout.kind != "flat":  # per-parameter owners (DeepSpeed ZeRO-3: zero/partition.py); padding anywhere
-            chunks = self.layout.owner_chunks() + [(0, self.model.num_params, self.padded)]
-        reduced = naive_reduce(grads, op=averaging.reduce_op(p, n), wire=p.reduce_format, order=self.order, chunks=chunks)
-        return averaging.after_reduce(reduced, p, n)
+        else:  # the layout's owners: the flat shards, or each parameter's chunks (zero/partition.py)
+            chunks = self.layout.owner_chunks(self.padded)
+        reduced = naive_reduce(grads, op=averaging.reduce_op(p, n, self.recipe), wire=p.reduce_format, order=self.order,
+                               chunks=chunks)
+        return averaging.after_reduce(reduced, p, n, self.recipe)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
-        return averaging.finish(self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale)
+        return averaging.finish(
+            self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale, recipe=self.recipe
+        )
 
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
@@ -160,9 +177,10 @@ class Reference:
             raise FloatingPointError("reduced gradient contains NaN or inf; no state was changed")
         else:
             self.decisions.append(self.scaler.update(False))
-        g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before)
+        g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before, recipe=self.recipe)
         if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
-            total = naive_reduce(clipping.shard_partials(g, N, self.layout.owner_chunks()), op="sum", order="ring")
+            total = naive_reduce(clipping.shard_partials(g, N, self.layout.owner_chunks(self.padded)), op="sum",
+                                 order="ring")
             self.norms.append(clipping.norm_of(total))
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1
@@ -188,10 +206,10 @@ class Reference:
                 grads.append(g)
             if self.reduce_every_micro_step:  # stages 2/3: reduce now, accumulate the reduced gradient
                 reduced = self._reduce(grads)
-                acc = reduced.astype(averaging.accum_format(p, reduced=True).dtype) if acc is None else acc
+                acc = reduced.astype(averaging.accum_format(p, True, self.recipe).dtype) if acc is None else acc
                 averaging.accumulate(acc, reduced, first=k == 0)
             else:  # stages 0/1: each rank accumulates its own; one reduction at the end
-                fmt = averaging.accum_format(p, reduced=False).dtype
+                fmt = averaging.accum_format(p, False, self.recipe).dtype
                 if K == 1 and all(g.dtype == fmt for g in grads):
                     acc = grads  # the first micro-step assigns (averaging.accumulate): a copy would change nothing
                     continue

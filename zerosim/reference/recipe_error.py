@@ -38,7 +38,8 @@ def rank_gradients(n: int, length: int, fmt, seed: int = 0, mean: float = 0.0) -
 
 
 def recipe_average(grads: list, policy: MixedPrecision) -> np.ndarray:
-    """The fp32 average the policy's recipe hands the optimizer (K = 1, S = 1), in the ring's order (the oracle's path)."""
+    """The fp32 average the policy's recipe hands the optimizer (K = 1, S = 1), in the ring's order (the oracle's
+    path)."""
     n = len(grads)
     reduced = naive_reduce(grads, op=averaging.reduce_op(policy, n), wire=policy.reduce_format, order="ring")
     return averaging.finish(averaging.after_reduce(reduced, policy, n), policy, n)

@@ -56,7 +56,14 @@ def _model_events(events: list) -> dict:
             out["loss"] = float(v["loss"])
             out["prediction"] = _f(v["out"])
         elif ev.kind == "backward":
-            out["backward"].append({"layer": ev.layer, "name": ev.name, "grads": {k: _f(g) for k, g in v["grads"].items()}, "dx": _f(v["dx"])})
+            out["backward"].append(
+                {
+                    "layer": ev.layer,
+                    "name": ev.name,
+                    "grads": {k: _f(g) for k, g in v["grads"].items()},
+                    "dx": _f(v["dx"]),
+                }
+            )
         else:  # forward or recompute
             out[ev.kind].append({"layer": ev.layer, "name": ev.name, "out": _f(v["out"])})
     return out
@@ -80,17 +87,26 @@ def _check_no_overflow(lr: float, steps: int, betas, fmt) -> None:
     b1, b2 = betas
     bound = lr * max(1.0, (1 - b1) / math.sqrt(1 - b2))
     if not math.isfinite(lr) or 3 + steps * bound > fmt.max:
-        raise ValueError(f"--lr {lr:g} could move a weight by up to {bound:g} per step, past {fmt.name}'s largest finite "
-                         f"value {fmt.max:g} within {steps} step(s): its {fmt.name} weights would become inf; use a smaller --lr")
+        raise ValueError(f"--lr {lr:g} could move a weight by up to {bound:g} per step, past {fmt.name}'s largest "
+                         "finite "
+                         f"value {fmt.max:g} within {steps} step(s): its {fmt.name} weights would become inf; use a "
+                         "smaller --lr")
 
 
 def _scale_record(policy, scale: float, decided: list) -> dict:
     """The step's loss scaling: S, how the fp32 gradient is unscaled (the reciprocal fl32(1/S) both frameworks
     multiply by), and, with a dynamic scaler, whether an inf/NaN made it skip the step and the next S."""
     d = decided[-1] if decided else None
-    return {"scale": scale, "scaler": d.scaler if d else "static", "unscale": policy.unscale,
-            "inverse": float(np.float32(1.0 / scale)), "found_inf": bool(d and d.found_inf), "skipped": bool(d and d.skipped),
-            "scale_after": d.scale_after if d else scale, "message": d.message if d else ""}
+    return {
+        "scale": scale,
+        "scaler": d.scaler if d else "static",
+        "unscale": policy.unscale,
+        "inverse": float(np.float32(1.0 / scale)),
+        "found_inf": bool(d and d.found_inf),
+        "skipped": bool(d and d.skipped),
+        "scale_after": d.scale_after if d else scale,
+        "message": d.message if d else "",
+    }
 
 
 # The replay keeps every hop's values and every ledger event, and narrates each step from them: 1000 steps take
@@ -150,7 +166,10 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         engine.step(batches)
         computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
         decided = trace.of_type(LossScaleUpdate, first_log)  # dynamic scaling: skipped or not, and the next S
-        calls = {p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p] for p in ("reduce grads", "gather params", "refresh params")}
+        calls = {
+            p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p]
+            for p in ("reduce grads", "gather params", "refresh params")
+        }
         gpus = []
         for i, rank in enumerate(cluster.ranks):
             ev = _model_events([e for e in computes if e.rank == rank.index])
@@ -158,23 +177,43 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
             for b in ev["backward"]:
                 a, z = model.layer_window(b["layer"])
                 local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
-            opt = next((e.values for e in optim if e.rank == rank.index), None)  # None: the loss scaler skipped the step
+            # None: the loss scaler skipped the step
+            opt = next((e.values for e in optim if e.rank == rank.index), None)
             own = regions[rank.index]
             real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
-            mine = slice(own.start, own.start + real.stop) if opt is not None and len(opt["reduced"]) == engine.layout.padded else real
-            gpus.append({
-                "gpu": rank.index, "loss": ev["loss"], "prediction": ev["prediction"],
-                "forward": ev["forward"], "recompute": ev["recompute"], "backward": ev["backward"],
-                "local_grads": local.tolist(),
-                "owns": owners[rank.index],
-                "reduced_shard": _f(opt["reduced"][mine]) if opt else None,  # summed, still loss-scaled, in the reduced format
-                "averaged_shard": _f(opt["grad32"][real]) if opt else None,
-                "adam": {k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt} if opt else None,
-                "master": _f(engine.master_shards()[i][real]),
-                "compute_shard": _f(opt["compute_after"][real]) if opt else None,
-                "params_before_refresh": _f(opt["params_held"][: model.num_params]) if opt and "params_held" in opt else None,
-                "params_after": _f(engine.compute_params(i)[: model.num_params]) if stage < 3 else _f(engine.compute_params(i)[real]),
-            })
+            mine = (
+                slice(own.start, own.start + real.stop)
+                if opt is not None and len(opt["reduced"]) == engine.layout.padded
+                else real
+            )
+            gpus.append(
+                {
+                    "gpu": rank.index,
+                    "loss": ev["loss"],
+                    "prediction": ev["prediction"],
+                    "forward": ev["forward"],
+                    "recompute": ev["recompute"],
+                    "backward": ev["backward"],
+                    "local_grads": local.tolist(),
+                    "owns": owners[rank.index],
+                    # summed, still loss-scaled, in the reduced format
+                    "reduced_shard": _f(opt["reduced"][mine]) if opt else None,
+                    "averaged_shard": _f(opt["grad32"][real]) if opt else None,
+                    "adam": {
+                        k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt
+                    }
+                    if opt
+                    else None,
+                    "master": _f(engine.master_shards()[i][real]),
+                    "compute_shard": _f(opt["compute_after"][real]) if opt else None,
+                    "params_before_refresh": _f(opt["params_held"][: model.num_params])
+                    if opt and "params_held" in opt
+                    else None,
+                    "params_after": _f(engine.compute_params(i)[: model.num_params])
+                    if stage < 3
+                    else _f(engine.compute_params(i)[real]),
+                }
+            )
         result["steps"].append({
             "step": step,
             "loss_scale": _scale_record(policy, scale, decided),

@@ -5,11 +5,13 @@
     result.step_time, result.exposed_comm, result.busy_fraction()
     write_chrome_trace(result, "step.json")                                 # open in ui.perfetto.dev
 
-    devices      A100 / H100 presets (dense peak rates, HBM bandwidth), links from zerosim.costs
+    devices      A100 (40/80 GB), H100, H200, RTX 3090 (dense peak rates, HBM bandwidth); links from zerosim.costs
     cost         ring collective (α-β), roofline compute, memory-bound optimizer step
     simulate     the discrete-event pass over the log
     result       Timeline: intervals per (rank, stream), step time, exposed communication
     chrome_trace Chrome / Perfetto trace-event JSON
+    sweep        one meta step per (N, stage, link); a step of K micro-steps (step_time)
+    plan         the planner: stage × checkpointing strategy × micro-batch, what fits a GPU, ranked by step time
 """
 
 from zerosim.timeline.chrome_trace import chrome_trace_events, write_chrome_trace

@@ -68,7 +68,9 @@ def chrome_trace_events(result, ranks=None) -> list:
                     "args": {"sort_index": r}})
         for i, stream in enumerate(STREAMS):
             tid = track_ids(n, r, stream)[1]
-            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": THREAD_NAMES[stream]}})
+            out.append(
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": THREAD_NAMES[stream]}}
+            )
             out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": i}})
     for iv in result.intervals(ranks):
         start, end = _ns(iv.start), _ns(iv.end)
@@ -84,7 +86,10 @@ def write_chrome_trace(result, path, ranks=None) -> str:
 
     At 1024 ranks a step holds ~500k intervals (~100 MB of JSON): pass `ranks` to keep a few."""
     path = os.fspath(path)
-    doc = {"traceEvents": chrome_trace_events(result, ranks), "otherData": {k: str(v) for k, v in result.summary().items()}}
+    doc = {
+        "traceEvents": chrome_trace_events(result, ranks),
+        "otherData": {k: str(v) for k, v in result.summary().items()},
+    }
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".zerosim-trace-", suffix=".json", dir=folder)

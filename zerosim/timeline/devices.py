@@ -62,11 +62,27 @@ A100_80GB_SXM = Device("A100 80GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, No
 H100_SXM = Device("H100 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * TERA, 3.35e12,
                   "NVIDIA H100 whitepaper / datasheet (SXM5), dense, no sparsity")
 
-DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM}
+# The same datasheet's "A100 40GB SXM" column: the 80GB card's rates, GPU memory bandwidth 1,555 GB/s.
+A100_40GB_SXM = Device("A100 40GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, None, 1555e9,
+                       "NVIDIA A100 datasheet (40GB SXM column), dense, no sparsity")
+
+# NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): FP64 Tensor Core 67 TF, FP32 67 TF, FP16/BF16 Tensor Core 1,979 TF
+# and FP8 3,958 TF "with sparsity" (half dense: H100 SXM's 989.4 and 1,978.9, the same GH100 die and clocks), GPU memory
+# bandwidth 4.8 TB/s.
+H200_SXM = Device("H200 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * TERA, 4.8e12,
+                  "NVIDIA H200 datasheet (SXM), dense, no sparsity")
+
+# NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090 column: Peak FP16 and BF16 Tensor TFLOPS with FP32
+# accumulate 71 (142 with sparsity; the 142/284 "FP16 accumulate" figures do not apply to mixed precision, which
+# accumulates in FP32), peak FP32 35.6 TFLOPS, FP64 1/64 of FP32 (0.56), GDDR6X bandwidth 936 GB/s. No FP8.
+RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None, 936e9,
+                  "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense")
+
+DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090}
 
 
 def get_device(device) -> Device:
-    """A `Device`, or one of DEVICES by name ("a100", "h100")."""
+    """A `Device`, or one of DEVICES by name ("a100", "h100", "a100-40gb", "h200", "rtx3090")."""
     if isinstance(device, Device):
         return device
     if isinstance(device, str) and device.lower() in DEVICES:
@@ -87,7 +103,7 @@ def get_link(link) -> Link:
 class Hardware:
     """Every rank: one `device`, its ring neighbours over one `link`, layers computing in `compute`."""
 
-    device: Device | str = "h100"  # the issue's two presets: "a100" or "h100"
+    device: Device | str = "h100"  # a key of DEVICES: "a100", "h100", "a100-40gb", "h200", "rtx3090"
     link: Link | str = "nvlink4"  # within a node; "ib_ndr" across nodes
     compute: str = "fp16"  # the format forward/backward run in (the engine's precision.compute)
 

@@ -80,7 +80,8 @@ class Timeline:
         self._k_start = np.asarray(calls["start"], dtype=np.float64)  # (K,) s, the same on every rank
         self._k_end = np.asarray(calls["end"], dtype=np.float64)  # (K,) s
         self._k_at = np.asarray(calls["at"], dtype=np.int64)  # (K,) index into log
-        self.call_bytes = {log[at].call: int(b) for at, b in zip(calls["at"], calls["bytes"])}  # {call: busiest rank's bytes}
+        # {call: busiest rank's bytes}
+        self.call_bytes = {log[at].call: int(b) for at, b in zip(calls["at"], calls["bytes"])}
         self._order = np.argsort(self._c_rank, kind="stable")  # rank-major, log order within a rank
         self._bounds = np.searchsorted(self._c_rank[self._order], np.arange(world_size + 1))  # rank r: [b[r], b[r+1])
         ends = [a.max() for a in (self._c_end, self._k_end) if a.size]
@@ -93,7 +94,8 @@ class Timeline:
         for r in range(world_size):
             cs, ce = self._rank_columns(r)
             self.compute_busy[r] = (ce - cs).sum()
-            hidden = _busy_before(cs, ce, self._k_end) - _busy_before(cs, ce, self._k_start)  # (K,) compute inside each call
+            # (K,) compute inside each call
+            hidden = _busy_before(cs, ce, self._k_end) - _busy_before(cs, ce, self._k_start)
             self.exposed_comm[r] = (comm - hidden).sum()
 
     # -- summaries ---------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ and communication. The log (`Trace.log`) is every rank's program in the order it
 rules, one pass over it (O(events) plus O(N) per collective):
 
     Compute / OptimizerStep on rank r   starts when r's previous compute has ended and every call
-                                        in its `needs` has ended; lasts the roofline (cost.py)
+                                        its `needs` names (the handles the collectives returned) has
+                                        ended; lasts the roofline (cost.py)
     Call (one phase of a collective)    is issued on rank r when r's program reaches it, i.e. when
                                         r's compute before it in the log has ended; starts when
                                         every rank has issued it and the communication stream is
@@ -81,7 +82,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             for c in ev.needs:
                 end = call_end.get(c)
                 if end is None:
-                    raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not earlier in the log")
+                    raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not "
+                                     "earlier in the log")
                 if end > start:
                     start = end
             if kind is Compute:
@@ -89,7 +91,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             else:
                 if ev.optimizer not in states:
                     states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
-                grad = get_format(call_dtype[ev.needs[-1]]).bits // 8 if ev.needs else param_bytes  # the reduced gradient's format
+                # the reduced gradient's format
+                grad = get_format(call_dtype[ev.needs[-1]]).bits // 8 if ev.needs else param_bytes
                 took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
             ready[r] = start + took
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
@@ -115,7 +118,8 @@ def _log_and_events(trace):
         return trace.log, trace.events
     if isinstance(trace, (list, tuple)):
         return list(trace), ()
-    raise TypeError(f"simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got {type(trace).__name__}")
+    raise TypeError("simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got "
+                    f"{type(trace).__name__}")
 
 
 def _world_size(log) -> int:

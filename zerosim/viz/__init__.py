@@ -20,7 +20,22 @@ from zerosim.viz.underflow_figure import underflow_figure
 from zerosim.viz.zero3_figure import zero3_figure
 
 __all__ = [
-    "clip_figure", "dataflow_figure", "l_squared_figure", "ledger_figure", "loss_scale_figure", "memory_by_stage_figure",
-    "ownership_figure", "peak_by_stage_figure", "recipe_figure", "ring_figure", "ring_steps_figure", "spacing_figure",
-    "strategies_figure", "sweep_figure", "timeline_figure", "timelines_figure", "underflow_figure", "zero3_figure",
+    "clip_figure",
+    "dataflow_figure",
+    "l_squared_figure",
+    "ledger_figure",
+    "loss_scale_figure",
+    "memory_by_stage_figure",
+    "ownership_figure",
+    "peak_by_stage_figure",
+    "recipe_figure",
+    "ring_figure",
+    "ring_steps_figure",
+    "spacing_figure",
+    "strategies_figure",
+    "sweep_figure",
+    "timeline_figure",
+    "timelines_figure",
+    "underflow_figure",
+    "zero3_figure",
 ]

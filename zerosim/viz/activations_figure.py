@@ -53,8 +53,15 @@ def l_squared_figure(rows: list, title: str = "", ax=None):
     if over:  # where P overtakes the rest, between two measured lengths
         i = over[0]
         ax.axvspan(Ls[i - 1], Ls[i], color=colour, alpha=0.15, lw=0)
-        ax.annotate("P overtakes\nthe linear terms", (Ls[i], ax.get_ylim()[0]), xytext=(-4, 4), textcoords="offset points",
-                    ha="right", va="bottom", fontsize=8)
+        ax.annotate(
+            "P overtakes\nthe linear terms",
+            (Ls[i], ax.get_ylim()[0]),
+            xytext=(-4, 4),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xlabel("sequence length L (tokens)")
     ax.set_ylabel("bytes one layer saves for backward (GB)")
     ax.spines[["top", "right"]].set_visible(False)
@@ -77,7 +84,9 @@ def strategies_figure(rows: list, title: str = ""):
         bar.set_gid("kind:activations")
     for yi, v, r in zip(y, peaks, rows):
         where = "at the loss" if r["peak_at"].startswith("loss.") else f"rebuilding {r['peak_at'].split('.')[0]}"
-        mem.annotate(f"{v:.3g} GB ({where})", (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+        mem.annotate(
+            f"{v:.3g} GB ({where})", (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8
+        )
     mem.set_xlim(0, max(peaks) * 1.6)
     mem.set_yticks(y, names)
     mem.set_xlabel("peak activations per rank (GB, 1e9 bytes)")

@@ -53,7 +53,8 @@ def observe(precision) -> dict:
         "wire": wire.dtype,
         "grad32": _fmt(opt["grad32"]),
         "state": _fmt(opt["m"]),
-        "loss_scale": scaled[-1].scale_before if scaled else engine.scaler.scale,  # what this step's loss was multiplied by
+        # what this step's loss was multiplied by
+        "loss_scale": scaled[-1].scale_before if scaled else engine.scaler.scale,
         "scaler": scaled[-1].scaler if scaled else "static",
         "unscale": engine.precision.unscale,  # "reciprocal": × fl32(1/S), as torch and DeepSpeed; or "divide"
     }
@@ -65,7 +66,12 @@ def _box(ax, xy, text, fmt: str):
 
 
 # where an arrow leaves and enters a box, as fractions of the box: (from, to) per direction
-SIDES = {"right": ((1, 0.5), (0, 0.5)), "left": ((0, 0.5), (1, 0.5)), "down": ((0.5, 0), (0.5, 1)), "up": ((0.5, 1), (0.5, 0))}
+SIDES = {
+    "right": ((1, 0.5), (0, 0.5)),
+    "left": ((0, 0.5), (1, 0.5)),
+    "down": ((0.5, 0), (0.5, 1)),
+    "up": ((0.5, 1), (0.5, 0)),
+}
 
 
 def _arrow(ax, a, b, way: str, src: str, dst: str, what: str = "") -> None:
@@ -89,10 +95,12 @@ def _loop(ax, o: dict) -> None:
     """One precision's step as a loop: top row forward (left to right), bottom row backward (right to left)."""
     s = o["loss_scale"]
     master = o["master"] or o["update"]
-    m = _box(ax, (0.9, 2.3), f"{master} {'master weights' if o['master'] else 'weights, widened'}\n(the authoritative copy)", master)
+    m = _box(ax, (0.9, 2.3), f"{master} {'master weights' if o['master'] else 'weights, widened'}\n(the authoritative "
+                             "copy)", master)
     w = _box(ax, (3.3, 2.3), f"{o['params']} weights\n(the compute copy)", o["params"])
     f = _box(ax, (5.7, 2.3), f"forward\n{o['activations']} activations", o["activations"])
-    loss = _box(ax, (8.1, 2.3), "loss" + (f" × S = {s:g}\n(scaled up: no underflow)" if s != 1 else "\n(no loss scaling)"),
+    loss = _box(ax, (8.1, 2.3), "loss" + (f" × S = {s:g}\n(scaled up: no underflow)" if s != 1 else "\n(no loss "
+                                                                                                    "scaling)"),
                 o["activations"])
     x = _box(ax, (5.7, 3.6), f"micro-batch x\n({o['data']})", o["data"])
     bw = _box(ax, (8.1, 0.5), f"backward\n{o['grads']} gradients", o["grads"])

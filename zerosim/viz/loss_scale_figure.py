@@ -26,7 +26,8 @@ def loss_scale_figure(runs: dict, axes=None, title: str | None = None):
         scales = np.array([e.scale_before for e in events])
         skipped = np.array([e.skipped for e in events])
         colour = CHUNKS[k % len(CHUNKS)]
-        (line,) = ax.step(steps, scales, where="post", color=colour, lw=1.8, label="the scale this step's loss was multiplied by")
+        (line,) = ax.step(steps, scales, where="post", color=colour, lw=1.8, label="the scale this step's loss was "
+                                                                                   "multiplied by")
         line.set_gid(f"scale:{label}")
         if skipped.any():
             (marks,) = ax.plot(steps[skipped], scales[skipped], "X", color=LOSS, mec="black", mew=0.5, ms=7,
@@ -55,7 +56,8 @@ def clip_figure(clips: list, ax=None, title: str | None = None):
     after = norms * np.array([c.coef for c in clips])
     max_norm = clips[0].max_norm if clips else 1.0
     clipped = np.count_nonzero(norms > max_norm)
-    (a,) = ax.plot(steps, norms, "o-", color=CHUNKS[0], ms=3, lw=1.2, label=f"global norm of the gradient ({clipped} of {len(clips)} steps above max_norm)")
+    (a,) = ax.plot(steps, norms, "o-", color=CHUNKS[0], ms=3, lw=1.2, label=f"global norm of the gradient ({clipped} "
+                                                                            f"of {len(clips)} steps above max_norm)")
     a.set_gid("norm")
     (b,) = ax.plot(steps, after, "-", color=CHUNKS[1], lw=2.0, label="after clipping: norm x clip_coef")
     b.set_gid("clipped")

@@ -16,7 +16,12 @@ from __future__ import annotations
 from zerosim.costs import GB
 from zerosim.viz.palette import PEAK_TICK, kind_colour, kind_label, kind_order
 
-STAGE_NAMES = {0: "baseline\n(data parallel)", 1: "ZeRO-1\n$P_{os}$", 2: "ZeRO-2\n$P_{os+g}$", 3: "ZeRO-3\n$P_{os+g+p}$"}
+STAGE_NAMES = {
+    0: "baseline\n(data parallel)",
+    1: "ZeRO-1\n$P_{os}$",
+    2: "ZeRO-2\n$P_{os+g}$",
+    3: "ZeRO-3\n$P_{os+g+p}$",
+}
 INSET_BELOW = 1 / 20  # a stage under this fraction of the tallest gets an inset at its own scale
 
 
@@ -52,7 +57,9 @@ def memory_by_stage_figure(stages: list, title: str = "", printed: tuple | None 
         for j, kind in enumerate(order):  # kinds side by side: equal sizes (master, m, v) must not hide each other
             ys = [s["resting"].get(kind, 0) / GB for s in stages]
             dodge = (j - (len(order) - 1) / 2) * 0.08
-            (line,) = ax.plot([i + dodge for i in x], ys, "o-", color=kind_colour(kind), label=kind_label(kind), lw=1.2, ms=5)
+            (line,) = ax.plot(
+                [i + dodge for i in x], ys, "o-", color=kind_colour(kind), label=kind_label(kind), lw=1.2, ms=5
+            )
             line.set_gid(f"kind:{kind}")
         ax.plot(x, totals, "s-", color=PEAK_TICK, label="total per rank", lw=1.6, ms=6)
         ax.set_yscale("log")
@@ -62,7 +69,15 @@ def memory_by_stage_figure(stages: list, title: str = "", printed: tuple | None 
         ax.set_ylim(0, max(totals) * 1.22)
     for i, total in enumerate(totals):
         text = f"{total:.4g} GB" + (f"\n(paper: {printed[i]:g})" if printed is not None else "")
-        ax.annotate(text, (x[i], total), xytext=(0, 12 if log else 6), textcoords="offset points", ha="center", va="bottom", fontsize=9)
+        ax.annotate(
+            text,
+            (x[i], total),
+            xytext=(0, 12 if log else 6),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     ax.set_xticks(x, [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}") for s in stages])
     ax.set_xlim(-0.6, len(stages) - 0.4)
     ax.set_ylabel("model states per rank (GB, 1e9 bytes)" + (", log scale" if log else ""))
@@ -83,7 +98,11 @@ def _inset(ax, stages: list, order: list) -> None:
     totals = _stack(inset, list(range(len(stages))), stages, order, 0.5, labels=False)
     inset.set_ylim(0, max(totals) * 1.3)
     inset.set_xlim(-0.6, len(stages) - 0.4)
-    inset.set_xticks(range(len(stages)), [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}").split("\n")[0] for s in stages], fontsize=8)
+    inset.set_xticks(
+        range(len(stages)),
+        [STAGE_NAMES.get(s["stage"], f"stage {s['stage']}").split("\n")[0] for s in stages],
+        fontsize=8,
+    )
     inset.tick_params(axis="y", labelsize=7)
     inset.set_title("zoomed in: GB per rank", fontsize=8)
     inset.set_gid("inset")

@@ -12,7 +12,12 @@ from __future__ import annotations
 from zerosim.viz.palette import kind_colour, kind_label
 
 LANES = (("W", ("params",)), ("G", ("grads",)), ("OS", ("master", "optim:m", "optim:v")))
-TITLES = {0: "no ZeRO (plain data parallel)", 1: "ZeRO-1: OS sharded", 2: "ZeRO-2: G and OS sharded", 3: "ZeRO-3: W, G and OS sharded"}
+TITLES = {
+    0: "no ZeRO (plain data parallel)",
+    1: "ZeRO-1: OS sharded",
+    2: "ZeRO-2: G and OS sharded",
+    3: "ZeRO-3: W, G and OS sharded",
+}
 
 
 def measure_ownership(model, world_size: int = 4, precision: str = "fp16-mixed") -> list:
@@ -28,7 +33,7 @@ def measure_ownership(model, world_size: int = 4, precision: str = "fp16-mixed")
     held, engines = [], []
     for stage in range(4):
         engine = ZeroEngine(model, Cluster(world_size), stage, Adam(lr=1e-3), precision)
-        engine.step(model.batches(world_size) if hasattr(model, "batches") else _batches(model, world_size))
+        engine.step(model.batches(engine.cluster) if hasattr(model, "batches") else _batches(model, world_size))
         held.append([r.ledger.by_kind() for r in engine.cluster.ranks])
         engines.append(engine)
     whole = held[0][0]  # stage 0: every rank holds every kind whole
@@ -75,8 +80,15 @@ def ownership_figure(model=None, world_size: int = 4, precision: str = "fp16-mix
                 ax.add_patch(Rectangle((x0, y - 0.4), 1, 0.8, fc="none", ec="0.8", lw=0.8))
                 for j, kind in enumerate(kinds):
                     frac, offset = row.get(kind, (0.0, 0.0))
-                    block = Rectangle((x0 + offset, y + 0.4 - (j + 1) * h), frac, h, fc=kind_colour(kind), ec="white", lw=0.5,
-                                      label=kind_label(kind) if (st["stage"], r) == (0, 0) else None)
+                    block = Rectangle(
+                        (x0 + offset, y + 0.4 - (j + 1) * h),
+                        frac,
+                        h,
+                        fc=kind_colour(kind),
+                        ec="white",
+                        lw=0.5,
+                        label=kind_label(kind) if (st["stage"], r) == (0, 0) else None,
+                    )
                     block.set_gid(f"kind:{kind}")
                     ax.add_patch(block)
             ax.text(3.45, y, f"GPU {r}: {st['bytes'][r]:,} B", va="center", fontsize=8)

@@ -109,10 +109,13 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
     info = trace.calls[call]
     n, steps = info.world_size, max(e.step for e in events) + 1
     cells = _cells(events, info, inputs, outputs)
-    name = info.collective.replace("_", "-") + (" (its all-gather half)" if info.collective == "all_reduce" and info.op == "gather" else "")
+    name = info.collective.replace("_", "-") + (
+        " (its all-gather half)" if info.collective == "all_reduce" and info.op == "gather" else ""
+    )
     caption = [title or f"{name}, {info.op}, {info.dtype} on the wire{', ' + info.tag if info.tag else ''}"]
     if inputs is not None and info.op == "sum":
-        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in red when it differs)")
+        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in red when it "
+                       "differs)")
     caption.append(f"the arrow from rank {n - 1} wraps around the ring to rank 0")
     longest = max(len(line) for text, _, _ in cells.values() for line in text.splitlines())
     column_in = max(2.0, 0.072 * longest / TEXT_END)  # ~0.072 in per character at 8 pt
@@ -137,7 +140,8 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
             ax.annotate("", xy=(e.step + 1, e.dst * ROW), xytext=start, arrowprops=style)
     ax.set_yticks([r * ROW for r in range(n)], [f"rank {r}" for r in range(n)])
     ends = "owns its chunk" if info.op != "gather" else "holds all"
-    ax.set_xticks([k + 0.4 for k in range(steps + 1)], [f"step {k}: sends" for k in range(steps)] + [f"end: each rank {ends}"])
+    ax.set_xticks([k + 0.4 for k in range(steps + 1)], [f"step {k}: sends" for k in range(steps)] + ["end: each rank "
+                                                                                                     f"{ends}"])
     ax.xaxis.tick_top()
     ax.tick_params(axis="x", length=0)
     ax.set_ylim((n - 0.4) * ROW, -0.85 * ROW)
@@ -155,16 +159,17 @@ def ring_steps_figure(world_size: int = 4):
     import matplotlib.pyplot as plt
 
     from zerosim.cluster import Cluster
-    from zerosim.collectives import ShardLayout
+    from zerosim.collectives import ShardLayout, all_reduce
 
     cluster = Cluster(world_size, keep_values=True)
     x = [np.full(world_size, 2048, np.float16)] + [np.ones(world_size, np.float16) for _ in range(world_size - 1)]
-    full = cluster.all_reduce(x, tag="2048 + 1 + 1 + 1")
+    full = all_reduce(cluster, x, tag="2048 + 1 + 1 + 1")
     layout = ShardLayout(world_size, world_size)
     owned = [f[slice(*layout.bounds(r))] for r, f in enumerate(full)]  # what the reduce-scatter half left on each rank
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 * (0.95 * world_size + 1.6)), dpi=110)
     ring_figure(cluster.trace, 0, inputs=x, outputs=owned, ax=top,
-                title=f"all-reduce on {world_size} ranks, phase 1: reduce-scatter ({world_size - 1} steps), fp16 on the wire")
+                title=f"all-reduce on {world_size} ranks, phase 1: reduce-scatter ({world_size - 1} steps), fp16 on "
+                      "the wire")
     ring_figure(cluster.trace, 1, outputs=full, ax=bottom,
                 title=f"phase 2: all-gather ({world_size - 1} steps): each rank forwards the chunk it just received")
     fig.tight_layout()

@@ -29,13 +29,16 @@ def spacing_figure(formats=FORMATS, delta: float = 1e-5, weight: float = 1.0, ax
         f = get_format(name)
         held = mags[mags <= f.max]
         lost = bool(lost_update(weight, delta, f))
-        label = f"{name}: spacing {ulp(weight, f):.3g} at w = {weight:g}, so w + {delta:g} is {'lost' if lost else 'kept'}"
+        label = (
+            f"{name}: spacing {ulp(weight, f):.3g} at w = {weight:g}, so w + {delta:g} is {'lost' if lost else 'kept'}"
+        )
         (line,) = ax.step(held, ulp(held, f), where="post", color=format_colour(name), lw=1.6, label=label)
         line.set_gid(f"format:{name}")
         (mark,) = ax.plot([weight], [ulp(weight, f)], "X" if lost else "o", ms=9 if lost else 8,
                           color=LOSS if lost else format_colour(name), mec="black", mew=0.6, zorder=4)
         mark.set_gid(f"{'lost' if lost else 'kept'}:{name}")
-    ax.axhline(2 * delta, color="0.3", ls="--", lw=1, label=f"spacing = 2 × {delta:g}: above it, an update of {delta:g} rounds away")
+    ax.axhline(2 * delta, color="0.3", ls="--", lw=1, label=f"spacing = 2 × {delta:g}: above it, an update of "
+                                                            f"{delta:g} rounds away")
     ax.axvline(weight, color="0.6", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)

@@ -56,12 +56,16 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None, span:
             for iv in result.track(r, stream):
                 by_colour.setdefault(iv.category, []).append((iv.start / scale, (iv.end - iv.start) / scale))
             for cat, bars in by_colour.items():
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=COLOURS.get(cat, "#7f7f7f"), edgecolor="white", linewidth=0.3)
+                ax.broken_barh(
+                    bars, (y - 0.35, 0.7), facecolors=COLOURS.get(cat, "#7f7f7f"), edgecolor="white", linewidth=0.3
+                )
                 seen.add(cat)
             if stream == "compute":
                 hidden = [(a / scale, (b - a) / scale) for a, b in result.exposed_intervals(r)]
                 if hidden:
-                    ax.broken_barh(hidden, (y + 0.38, 0.22), facecolors="none", edgecolor="#d62728", hatch="////", linewidth=0.6)
+                    ax.broken_barh(
+                        hidden, (y + 0.38, 0.22), facecolors="none", edgecolor="#d62728", hatch="////", linewidth=0.6
+                    )
                     seen.add(EXPOSED)
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.4, -0.6)  # rank 0 on top
@@ -75,7 +79,8 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None, span:
     handles = [Patch(facecolor=COLOURS[c], label=c) for c in COLOURS if c in seen]
     if EXPOSED in seen:
         handles.append(Patch(facecolor="none", edgecolor="#d62728", hatch="////", label=EXPOSED + " (under compute)"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # outside: hides no bar
+    # outside: hides no bar
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
 
 

@@ -30,7 +30,11 @@ def zero3_sequence(trace, rank: int = 0, step: int | None = None) -> dict:
     from zerosim.cluster import Call, Compute, LedgerEvent, StepBoundary
 
     log = trace.log
-    begins = [i for i, e in enumerate(log) if isinstance(e, StepBoundary) and e.what == "begin" and (step is None or e.step == step)]
+    begins = [
+        i
+        for i, e in enumerate(log)
+        if isinstance(e, StepBoundary) and e.what == "begin" and (step is None or e.step == step)
+    ]
     if not begins:
         raise ValueError(f"the trace holds no step{'' if step is None else ' ' + str(step)}: run engine.step first")
     events, spans, open_spans, names = [], [], {}, {}
@@ -40,7 +44,13 @@ def zero3_sequence(trace, rank: int = 0, step: int | None = None) -> dict:
         slot = len(events)
         if isinstance(e, Call) and e.purpose == "gather params":
             (layer,) = e.layers
-            open_spans[layer] = {"layer": layer, "gather": slot, "free": None, "computes": [], "values": _gathered(trace, e.call)}
+            open_spans[layer] = {
+                "layer": layer,
+                "gather": slot,
+                "free": None,
+                "computes": [],
+                "values": _gathered(trace, e.call),
+            }
             events.append((slot, "gather", layer, e.call))
         elif isinstance(e, Call) and e.purpose == "reduce grads":
             events.append((slot, "reduce", e.layers[0] if e.layers else -1, e.call))
@@ -84,16 +94,37 @@ def zero3_figure(trace, rank: int = 0, step: int | None = None, ax=None, title: 
         _, ax = plt.subplots(figsize=(max(7.0, 0.42 * len(seq["events"]) + 3), 0.6 * len(layers) + 1.8), dpi=120)
     for n, span in enumerate(seq["spans"]):
         y = row[span["layer"]]
-        bar = ax.barh(y, span["free"] - span["gather"], left=span["gather"], height=0.55, color=kind_colour("params"), alpha=0.45,
-                      edgecolor=kind_colour("params"))[0]
+        bar = ax.barh(
+            y,
+            span["free"] - span["gather"],
+            left=span["gather"],
+            height=0.55,
+            color=kind_colour("params"),
+            alpha=0.45,
+            edgecolor=kind_colour("params"),
+        )[0]
         bar.set_gid("kind:params")
-        what = "" if span["values"] is None else ": [" + ", ".join(f"{v:g}" for v in span["values"][:4]) + (", …]" if len(span["values"]) > 4 else "]")
-        ax.text(span["gather"], y - 0.36, f"all-gather #{n + 1}{what}", fontsize=7, va="bottom", ha="left", color=kind_colour("params"))
+        what = (
+            ""
+            if span["values"] is None
+            else ": [" + ", ".join(f"{v:g}" for v in span["values"][:4]) + (", …]" if len(span["values"]) > 4 else "]")
+        )
+        ax.text(
+            span["gather"],
+            y - 0.36,
+            f"all-gather #{n + 1}{what}",
+            fontsize=7,
+            va="bottom",
+            ha="left",
+            color=kind_colour("params"),
+        )
     for slot, what, layer, detail in seq["events"]:
         if what == "compute":
             ax.plot(slot, row[layer], MARKS[detail], color=PEAK_TICK, ms=7, zorder=3)
         elif what == "reduce":
-            (mark,) = ax.plot(slot, row.get(layer, len(layers) - 1), "v", color=kind_colour("grads"), mec="black", ms=11, zorder=3)
+            (mark,) = ax.plot(
+                slot, row.get(layer, len(layers) - 1), "v", color=kind_colour("grads"), mec="black", ms=11, zorder=3
+            )
             mark.set_gid("kind:grads")
     ax.set_yticks(range(len(layers)), [seq["names"][layer] for layer in layers])
     ax.set_ylim(len(layers) - 0.4, -0.8)
@@ -102,9 +133,18 @@ def zero3_figure(trace, rank: int = 0, step: int | None = None, ax=None, title: 
     ax.set_xlabel("what rank {} did, in order (one slot per event in the trace's log)".format(rank))
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Line2D([], [], ls="", marker=m, color=PEAK_TICK, label=k) for k, m in MARKS.items()]
-    handles += [plt.Rectangle((0, 0), 1, 1, color=kind_colour("params"), alpha=0.45, label="gathered params, all-gather to free"),
-                Line2D([], [], ls="", marker="v", color=kind_colour("grads"), mec="black", ms=9, label="gradient reduce-scatter")]
+    handles += [
+        plt.Rectangle(
+            (0, 0), 1, 1, color=kind_colour("params"), alpha=0.45, label="gathered params, all-gather to free"
+        ),
+        Line2D(
+            [], [], ls="", marker="v", color=kind_colour("grads"), mec="black", ms=9, label="gradient reduce-scatter"
+        ),
+    ]
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(title or f"ZeRO-3 on rank {rank}: {len(seq['spans'])} all-gathers, each copy freed right after its use", fontsize=10)
+    ax.set_title(
+        title or f"ZeRO-3 on rank {rank}: {len(seq['spans'])} all-gathers, each copy freed right after its use",
+        fontsize=10,
+    )
     ax.figure.tight_layout()
     return ax

@@ -12,8 +12,8 @@ the oracle call these functions, so the arithmetic below is the single definitio
     finish       g32 = cast_fp32(reduced), then / (N·K) ("seeds": one division) or / K (the recipes that
                  divided by N already), then unscale by S — all in fp32
 
-The recipes, by the name of the code they follow (docs/recipes.md has each step with its source;
-divide_factors.py has torch's scalar multiply and divide, bit for bit, on CUDA and CPU):
+The recipes, by the name of the code they follow (recipes.py holds them as data, docs/recipes.md has each
+step with its source; divide_factors.py has torch's scalar multiply and divide, bit for bit, on CUDA and CPU):
 
     seeds             sum in the wire dtype, cast to fp32, divide by N (the seeds' protocol; any stage)
     ddp               DDP (torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense,
@@ -46,125 +46,14 @@ does); what happens is written only here. A recipe names the layout its framewor
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
-from zerosim.collectives import ReduceOp, fsdp2_divide_factors, get_op, torch_scalar_div, torch_scalar_mul
-from zerosim.collectives.ops import add, premul_reciprocal
+from zerosim.collectives import ReduceOp, get_op
 from zerosim.precision import Format, cast, get_format, unscale
-from zerosim.precision.policy import REDUCTIONS
+from zerosim.zero.recipes import GradientRecipe
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """One framework's way from the ranks' gradients to the optimizer's: see the module docstring."""
-
-    name: str
-    stages: tuple  # the ZeRO stages where the framework it follows does this
-    follows: str  # the function of the framework's code it follows
-    op: Callable  # (policy, N) -> the collective's ReduceOp
-    after: Callable | None  # (reduced piece, policy, N) -> the gradient as the framework keeps it; None: as reduced
-    divides_by_n: bool  # False: finish divides by N (after the cast to fp32); True: the recipe divided already
-    partition: str = "flat"  # the layout its framework shards by: "flat" (flat.py), "per-parameter" or "per-parameter dim 0" (partition.py)
-
-    def reduced_format(self, policy) -> Format:
-        """The format `after` leaves the reduced gradient in (what stages 2/3 accumulate it in)."""
-        if self.name == "deepspeed-zero12":
-            return policy.compute_format  # copied back into the 16-bit buffer
-        if self.name == "deepspeed-zero3":  # `.to(gradient_accumulation_dtype)`: data_types.grad_accum_dtype, else the model's
-            return get_format(policy.grad_accum) if policy.grad_accum is not None else policy.compute_format
-        if self.name == "fsdp2":
-            return policy.master_format or policy.compute_format  # `.to(orig_dtype)`: the sharded parameter's dtype
-        return policy.reduce_format
-
-
-def _ddp_op(policy, n: int) -> ReduceOp:
-    return ReduceOp("ddp_sum", add, "x * fl32(1/N) rounded to x's dtype (DDP's bucket copy), then sum",
-                    before_wire=lambda x, n: torch_scalar_mul(x, 1.0 / n))
-
-
-def _deepspeed_zero12_op(policy, n: int) -> ReduceOp:
-    return ReduceOp("ds_predivide_sum", add, "x.div_(N) on CUDA in x's dtype, cast to the wire, then sum",
-                    before_wire=lambda x, n: torch_scalar_div(x, n, "cuda"))
-
-
-def _deepspeed_zero12_after(piece, policy, n: int):
-    """allreduce_bucket: the reduced tensor is copied back into the 16-bit bucket (`tensor.copy_(...)`)."""
-    fmt = policy.compute_format
-    return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
-
-
-def _deepspeed_zero3_op(policy, n: int) -> ReduceOp:
-    # __avg_scatter_grads casts to communication_data_type first; reduce_scatter_coalesced then divides the
-    # interleaved buffer: `tensor_partition_flat_buffer.div_(world_sz)  # pre-divide` (on CUDA, in the wire dtype)
-    return ReduceOp("ds3_predivide_sum", add, "cast to the wire, x.div_(N) on CUDA in the wire dtype, then sum",
-                    on_wire=lambda x, n: torch_scalar_div(x, n, "cuda"))
-
-
-def _deepspeed_zero3_after(piece, policy, n: int):
-    """__avg_scatter_grads: `g.to(self.gradient_accumulation_dtype)` when the wire differs from it."""
-    fmt = recipe(policy).reduced_format(policy)
-    return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
-
-
-def _fsdp2_op(policy, n: int) -> ReduceOp:
-    f = fsdp2_divide_factors(n, policy.reduce_format.name)
-    if f.reduce_scatter_op == "avg":  # NCCL's ncclAvg: PreMulSum by fl(1/N), rounded to the wire dtype
-        return ReduceOp("fsdp2_avg", add, "NCCL AVG: x * fl(1/N) in the wire dtype, then sum", on_wire=premul_reciprocal)
-    if f.pre is None or f.pre == 1:
-        return get_op("sum")
-    return ReduceOp("fsdp2_predivide_sum", add, f"x.div_({f.pre:g}) on CUDA in the wire dtype, then sum",
-                    on_wire=lambda x, n, pre=f.pre: torch_scalar_div(x, pre, "cuda"))
-
-
-def _fsdp2_after(piece, policy, n: int):
-    """foreach_reduce: `_div_if_needed(reduce_output, postdivide_factor)`, then `.to(orig_dtype)`."""
-    f = fsdp2_divide_factors(n, policy.reduce_format.name)
-    if f.post is not None and f.post != 1:
-        piece = torch_scalar_div(piece, f.post, "cuda")
-    orig = policy.master_format or policy.compute_format
-    return piece if piece.dtype == orig.dtype else cast(piece, orig)
-
-
-RECIPES = {
-    r.name: r
-    for r in (
-        Recipe("seeds", (0, 1, 2, 3), "the seeds' protocol (seed 000, ZeRO-1 step by step)", lambda p, n: get_op("sum"), None, False),
-        Recipe("ddp", (0,), "torch/csrc/distributed/c10d/reducer.cpp: Reducer::mark_variable_ready_dense", _ddp_op, None, True),
-        Recipe("deepspeed-zero12", (1, 2), "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
-               _deepspeed_zero12_op, _deepspeed_zero12_after, True),
-        Recipe("deepspeed-zero3", (3,), "deepspeed/runtime/zero/stage3.py: __avg_scatter_grads (coalesced_collectives.py: "
-               "reduce_scatter_coalesced)", _deepspeed_zero3_op, _deepspeed_zero3_after, True, "per-parameter"),
-        Recipe("fsdp2", (3,), "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce",
-               _fsdp2_op, _fsdp2_after, True, "per-parameter dim 0"),
-    )
-}
-assert tuple(RECIPES) == REDUCTIONS, "precision/policy.py lists the recipes' names to check input"
-
-
-def recipe(policy) -> Recipe:
-    """The policy's gradient recipe."""
-    return RECIPES[policy.reduction]
-
-
-def check_recipe(policy, stage: int, buckets: bool = False) -> None:
-    """Raise ValueError unless the policy's recipe (and all-reduce chunk map) can run at `stage`."""
-    r = recipe(policy)
-    if stage not in r.stages:
-        fits = ", ".join(name for name, x in RECIPES.items() if stage in x.stages)
-        raise ValueError(f"reduction {r.name!r} follows {r.follows}, which runs at ZeRO stage(s) "
-                         f"{'/'.join(map(str, r.stages))}, not {stage}; at stage {stage} choose one of: {fits}")
-    if r.name == "ddp" and policy.reduce_format != policy.compute_format:
-        raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
-                         f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")
-    if policy.allreduce == "nccl" and buckets:
-        raise ValueError("allreduce='nccl' all-reduces the whole gradient in one call: NCCL's chunk map of each bucket "
-                         "would differ (and so would the bits); drop reduce_bucket_size")
-
-
-def accum_format(policy, reduced: bool) -> Format:
+def accum_format(policy, reduced: bool, recipe=None) -> Format:
     """The format gradients accumulate in across micro-steps.
 
     `reduced=False`: a rank's own (local) gradients, stages 0/1 — the compute format, or fp32.
@@ -173,17 +62,17 @@ def accum_format(policy, reduced: bool) -> Format:
     """
     if policy.grad_accum is not None:
         return get_format(policy.grad_accum)
-    return recipe(policy).reduced_format(policy) if reduced else policy.compute_format
+    return GradientRecipe.of(policy, recipe).rules.reduced_format(policy) if reduced else policy.compute_format
 
 
-def reduce_op(policy, world_size: int) -> ReduceOp:
-    """The collective's op for this policy's recipe: a sum, with the recipe's division before it (if any)."""
-    return recipe(policy).op(policy, world_size)
+def reduce_op(policy, world_size: int, recipe=None) -> ReduceOp:
+    """The collective's op for the recipe: a sum, with the recipe's division before it (if any)."""
+    return GradientRecipe.of(policy, recipe).rules.op(policy, world_size)
 
 
-def after_reduce(piece: np.ndarray, policy, world_size: int) -> np.ndarray:
+def after_reduce(piece: np.ndarray, policy, world_size: int, recipe=None) -> np.ndarray:
     """A reduced piece as the recipe keeps it (a copy back into 16 bits, a post-divide); itself when nothing."""
-    after = recipe(policy).after
+    after = GradientRecipe.of(policy, recipe).rules.after
     return piece if after is None else after(piece, policy, world_size)
 
 
@@ -201,13 +90,15 @@ def accumulate(acc: np.ndarray, g: np.ndarray, first: bool) -> None:
         acc[...] = cast(acc.astype(np.float64) + g.astype(np.float64), get_format(acc.dtype))  # exact sum, one rounding
 
 
-def finish(reduced: np.ndarray, policy, world_size: int, micro_steps: int = 1, scale: float | None = None) -> np.ndarray:
+def finish(reduced: np.ndarray, policy, world_size: int, micro_steps: int = 1, scale: float | None = None,
+           recipe=None) -> np.ndarray:
     """The optimizer's gradient: `reduced` (the reduced, accumulated gradient) in the update format,
     averaged over N ranks and K micro-steps and unscaled by S (`scale`; default the policy's static scale),
     as `policy.unscale` says: times fl32(1/S) (both frameworks) or divided by S. Returns a new array."""
     upd = policy.update_format
-    divisor = micro_steps if recipe(policy).divides_by_n else world_size * micro_steps
-    if divisor != 1 or not recipe(policy).divides_by_n:
+    divided = GradientRecipe.of(policy, recipe).rules.divides_by_n
+    divisor = micro_steps if divided else world_size * micro_steps
+    if divisor != 1 or not divided:
         g = get_op("avg").post(reduced, divisor)  # widen to fp32 (exact), then one division
     else:
         g = reduced

@@ -104,5 +104,6 @@ def check_max_norm(max_norm) -> float | None:
         return None
     if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.integer, np.floating)) \
             or not np.isfinite(max_norm) or max_norm <= 0:
-        raise ValueError(f"clip_grad (the max_norm of clip_grad_norm_) must be a finite number > 0 or None, got {max_norm!r}")
+        raise ValueError("clip_grad (the max_norm of clip_grad_norm_) must be a finite number > 0 or None, got "
+                         f"{max_norm!r}")
     return float(max_norm)

@@ -82,7 +82,9 @@ class CommSchedule:
         for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                      "max_reuse_distance", "max_gathered_units"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "max_reuse_distance" else 0)):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "max_reuse_distance" else 0)
+            ):
                 raise ValueError(f"CommSchedule.{name} must be a positive integer (elements) or None, got {v!r}")
         for name in ("prefetch_forward", "prefetch_backward"):
             v = getattr(self, name)
@@ -110,12 +112,16 @@ class CommSchedule:
                 raise ValueError(f"{name} must be a whole number of elements, got {v!r}")
             return v
 
-        return cls(reduce_bucket_size=whole("reduce_bucket_size", reduce_bucket_size),
-                   allgather_bucket_size=None if allgather_bucket_size is None else whole("allgather_bucket_size", allgather_bucket_size),
-                   prefetch_bucket_size=whole("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size) or None,
-                   max_live_parameters=whole("stage3_max_live_parameters", stage3_max_live_parameters),
-                   max_reuse_distance=whole("stage3_max_reuse_distance", stage3_max_reuse_distance),
-                   overlap_comm=overlap_comm)
+        return cls(
+            reduce_bucket_size=whole("reduce_bucket_size", reduce_bucket_size),
+            allgather_bucket_size=None
+            if allgather_bucket_size is None
+            else whole("allgather_bucket_size", allgather_bucket_size),
+            prefetch_bucket_size=whole("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size) or None,
+            max_live_parameters=whole("stage3_max_live_parameters", stage3_max_live_parameters),
+            max_reuse_distance=whole("stage3_max_reuse_distance", stage3_max_reuse_distance),
+            overlap_comm=overlap_comm,
+        )
 
     @classmethod
     def fsdp(cls, backward_prefetch: str | None = "BACKWARD_PRE", forward_prefetch: bool = False,
@@ -139,10 +145,6 @@ class CommSchedule:
         """A copy with some knobs changed (validated again)."""
         return replace(self, **changes)
 
-    @property
-    def prefetches(self) -> bool:
-        return bool(self.prefetch_bucket_size or self.prefetch_forward or self.prefetch_backward)
-
 
 def get_comm_schedule(schedule) -> CommSchedule:
     """A `CommSchedule`, or a name: "seed" (the default: no buckets, no prefetch), "deepspeed", "fsdp"."""
@@ -155,25 +157,6 @@ def get_comm_schedule(schedule) -> CommSchedule:
     if schedule == "fsdp":
         return CommSchedule.fsdp()
     raise ValueError(f"comm schedule must be a CommSchedule or one of 'seed', 'deepspeed', 'fsdp', got {schedule!r}")
-
-
-def buckets(sizes: list, limit: int | None) -> list:
-    """Group consecutive items of `sizes` (elements each) into buckets of at most `limit` elements, as
-    DeepSpeed's `reduce_independent_p_g_buckets_and_remove_grads` does (deepspeed/runtime/zero/
-    stage_1_and_2.py): the bucket is sent *before* an item that would overflow it, so only an item larger
-    than `limit` makes a bucket larger than `limit`. Returns lists of indices. None: one item per bucket."""
-    if limit is None:
-        return [[i] for i in range(len(sizes))]
-    out, current, filled = [], [], 0
-    for i, size in enumerate(sizes):
-        if current and filled + size > limit:
-            out.append(current)
-            current, filled = [], 0
-        current.append(i)
-        filled += size
-    if current:
-        out.append(current)
-    return out
 
 
 def allgather_pieces(shard_size: int, world_size: int, limit: int | None) -> list:

@@ -22,51 +22,54 @@ micro-step ends (DeepSpeed's `release_and_reset_all`).
 
 from __future__ import annotations
 
+from zerosim.cluster import Handle
 from zerosim.models.schedule import needs_params
-from zerosim.zero.gather import gather_unit, release_unit
+from zerosim.zero.gather import gather, release
 
 
 class ParamFetcher:
-    """ZeRO-3's gathers and frees for one micro-step's ops, by a `CommSchedule`."""
+    """ZeRO-3's gathers and frees for one micro-step's `ops` of `model`, by a `CommSchedule` (`comm`)."""
 
-    def __init__(self, engine, ops):
-        self.engine, self.comm = engine, engine.comm
-        windows = engine.layout.windows
+    def __init__(self, ctx, comm, model, ops):
+        self.ctx, self.comm = ctx, comm
+        windows = ctx.layout.windows
         # the uses: (op index, layer, pass) of every op that reads a unit that has weights
         self.uses = [(i, op.layer, "forward" if op.kind == "forward" else "backward") for i, op in enumerate(ops)
-                     if needs_params(engine.model, op) and windows[op.layer][1] > windows[op.layer][0]]
+                     if needs_params(model, op) and windows[op.layer][1] > windows[op.layer][0]]
         self.use_of = {i: u for u, (i, _, _) in enumerate(self.uses)}
         self.size = {layer: windows[layer][1] - windows[layer][0] for _, layer, _ in self.uses}
-        self.live = {}  # layer -> the call numbers of its gather (its computes wait for them)
+        self.live = {}  # layer -> the handle of its gather (its computes wait for it)
         self.needed_at = {}  # layer -> the last use it was prefetched for: not freed before it
         self.queue = 0  # DeepSpeed's trace queue: uses before this one were already considered for prefetch
 
-    def before(self, op_index: int) -> tuple:
-        """Gather the unit op `op_index` reads unless it is live; prefetch (unless after compute). Returns the
-        calls its compute waits for."""
+    def gather(self, op_index: int) -> Handle:
+        """Before op `op_index`: all-gather the unit it reads unless it is live, then prefetch (unless after
+        compute). Returns the handle its compute waits for; empty when the op reads no gathered unit."""
+        if op_index not in self.use_of:
+            return Handle()
         u = self.use_of[op_index]
         _, layer, kind = self.uses[u]
         if layer not in self.live:
-            self.live[layer] = gather_unit(self.engine, layer)
+            self.live[layer] = gather(self.ctx, layer)
         if not (kind == "backward" and self.comm.prefetch_after_compute):
             self._prefetch(u)
         return self.live[layer]
 
-    def after(self, op_index: int) -> None:
-        """After the use: prefetch (FSDP's BACKWARD_POST), then free the unit unless it is needed again soon."""
+    def release(self, op_index: int) -> None:
+        """After op `op_index`'s use: prefetch (FSDP's BACKWARD_POST), then free the unit unless needed again soon."""
         u = self.use_of[op_index]
         _, layer, kind = self.uses[u]
         if kind == "backward" and self.comm.prefetch_after_compute:
             self._prefetch(u)
         if self.needed_at.get(layer, -1) > u or self._reused_soon(u, layer):
             return
-        release_unit(self.engine, layer)
+        release(self.ctx, layer)
         del self.live[layer]
 
-    def finish(self) -> None:
+    def release_all(self) -> None:
         """End of the micro-step: free every unit still gathered."""
         for layer in list(self.live):
-            release_unit(self.engine, layer)
+            release(self.ctx, layer)
         self.live.clear()
         self.needed_at.clear()
 
@@ -87,14 +90,18 @@ class ParamFetcher:
         the way are marked needed for that use. The queue is consumed: no use is considered twice."""
         comm = self.comm
         live = sum(self.size[layer] for layer in self.live)
-        budget = comm.prefetch_bucket_size if comm.max_live_parameters is None else min(comm.max_live_parameters - live, comm.prefetch_bucket_size)
+        budget = (
+            comm.prefetch_bucket_size
+            if comm.max_live_parameters is None
+            else min(comm.max_live_parameters - live, comm.prefetch_bucket_size)
+        )
         self.queue = max(self.queue, u + 1)
         fetching = 0
         while self.queue < len(self.uses) and fetching < budget:
             _, layer, _ = self.uses[self.queue]
             self.needed_at[layer] = max(self.needed_at.get(layer, -1), self.queue)
             if layer not in self.live:
-                self.live[layer] = gather_unit(self.engine, layer)
+                self.live[layer] = gather(self.ctx, layer)
                 fetching += self.size[layer]
             self.queue += 1
 
@@ -112,7 +119,7 @@ class ParamFetcher:
                 continue
             if cap is not None and len(self.live) >= cap:
                 break
-            self.live[layer] = gather_unit(self.engine, layer)
+            self.live[layer] = gather(self.ctx, layer)
 
     def _reused_soon(self, u: int, layer: int) -> bool:
         """DeepSpeed's `__params_to_release`: keep the unit if it is used again before max_reuse_distance

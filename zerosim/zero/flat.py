@@ -24,7 +24,6 @@ class FlatLayout:
     num_params: int  # P
     world_size: int  # N
     windows: tuple  # ((a, b), ...) per layer, in the flat buffer
-    kind = "flat"
 
     @classmethod
     def for_model(cls, model, world_size: int) -> "FlatLayout":
@@ -82,17 +81,33 @@ class FlatLayout:
     def from_wire(self, lo: int, hi: int, y):
         return y
 
-    def arrange(self, x: np.ndarray) -> np.ndarray:
-        """(P,) -> (Ψ,): zero padding at the end (a new array)."""
-        return self.shards.pad(x)
+    def staged_for_wire(self, lo: int, hi: int, x, alloc) -> tuple:
+        """(x as its collective sends it, the buffer `alloc(elements, dtype)` made for it or None): x itself here."""
+        return x, None
+
+    def arrange(self, x: np.ndarray, empty=np.empty) -> np.ndarray:
+        """(P,) -> (Ψ,): zero padding at the end, in a new array from `empty(shape, dtype)` (a backend's)."""
+        if x.shape != (self.num_params,):
+            raise ValueError(f"expected a flat buffer of {self.num_params} elements, got shape {x.shape}")
+        out = empty((self.padded,), x.dtype)
+        out[: self.num_params] = x
+        out[self.num_params :] = 0
+        return out
 
     def unarrange(self, y: np.ndarray) -> np.ndarray:
         """(Ψ,) -> (P,): the padding dropped (a view)."""
         return y[: self.num_params]
 
-    def owner_chunks(self) -> None:
-        """None: `naive_reduce`'s default chunks are these shards."""
-        return None
+    def owner_chunks(self, length: int) -> list:
+        """[(owner, start, stop), ...] covering a model-order vector of `length` (>= P) elements: rank r's sum of
+        [r*s, (r+1)*s) ends at rank r (`naive_reduce(chunks=...)`, the oracle's side)."""
+        s = self.shard_size
+        return [(r, min(r * s, length), min((r + 1) * s, length)) for r in range(self.world_size)]
+
+    def describe(self) -> dict:
+        """What a checkpoint's manifest records of this layout (`layouts.from_description` reads it back)."""
+        return {"kind": "flat", "num_params": self.num_params, "shard_size": self.shard_size, "padded": self.padded,
+                "padding": self.padded - self.num_params}
 
     def draw_index(self, region: slice) -> int:
         """Where `region` starts in the model's vector, for stochastic rounding's draws."""

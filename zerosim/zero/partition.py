@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerosim.zero.averaging import recipe
-from zerosim.zero.flat import FlatLayout
+from zerosim.collectives import ShardLayout
 
 
 @dataclass(frozen=True)
@@ -42,13 +41,13 @@ class ParamLayout:
     windows: tuple  # ((a, b), ...) per layer, in the model's flat vector
     world_size: int  # N
     rows: tuple | None = None  # None: chunks of ceil(n_p/N) elements (DeepSpeed); else each parameter's dim 0 (FSDP2)
-    kind = "per-parameter"
 
     @classmethod
     def for_model(cls, model, world_size: int, dim0: bool = False) -> "ParamLayout":
         specs = sorted(model.specs, key=lambda s: s.offset)
         rows = tuple(s.shape[0] if s.shape else 1 for s in specs) if dim0 else None
-        return cls(tuple(s.size for s in specs), tuple(model.layer_window(i) for i in range(len(model.layers))), world_size, rows)
+        windows = tuple(model.layer_window(i) for i in range(len(model.layers)))
+        return cls(tuple(s.size for s in specs), windows, world_size, rows)
 
     @property
     def split(self) -> str:
@@ -65,14 +64,23 @@ class ParamLayout:
         return tuple(np.cumsum((0,) + self.sizes[:-1]).tolist()) if self.sizes else ()
 
     @functools.cached_property
+    def _cuts(self) -> tuple:
+        """Per parameter: (how its rows are cut in N — the shard arithmetic of `ShardLayout`, elements per row).
+        Elements (DeepSpeed): n_p rows of one element; dim 0 (FSDP2): rows_p rows of n_p / rows_p elements."""
+        rows = self.sizes if self.rows is None else self.rows
+        return tuple((ShardLayout(r, self.world_size), size // r if r else 0) for size, r in zip(self.sizes, rows))
+
+    @functools.cached_property
     def chunks(self) -> tuple:
         """c_p, each parameter's chunk, padding included: ceil(n_p / N) elements (DeepSpeed's `partition_numel`), or
         ceil(rows_p / N) rows of n_p / rows_p elements (FSDP2: _fsdp_param.py, FSDPParam._init_sharded_param,
         `_chunk_with_empty(param_data, N, dim=0)`, `padded_sharded_size = chunks[0].size()`)."""
-        n = self.world_size
-        if self.rows is None:
-            return tuple(-(-size // n) for size in self.sizes)
-        return tuple(-(-r // n) * (size // r if r else 0) for size, r in zip(self.sizes, self.rows))
+        return tuple(cut.shard_size * per_row for cut, per_row in self._cuts)
+
+    def _real(self, p: int, rank: int) -> int:
+        """Real elements of parameter p in rank `rank`'s chunk (the rest of its c_p is padding)."""
+        cut, per_row = self._cuts[p]
+        return cut.real_size(rank) * per_row
 
     @functools.cached_property
     def chunk_offsets(self) -> tuple:
@@ -103,7 +111,8 @@ class ParamLayout:
             last += 1
         covered = sum(self.sizes[first:last])
         if hi > lo and (first == len(self.sizes) or self.offsets[first] != lo or covered != hi - lo):
-            raise ValueError(f"[{lo}, {hi}) is not a run of whole parameters: per-parameter partitions move whole parameters")
+            raise ValueError(f"[{lo}, {hi}) is not a run of whole parameters: per-parameter partitions move whole "
+                             "parameters")
         return range(first, last)
 
     def counts(self, layer: int) -> tuple:
@@ -133,9 +142,9 @@ class ParamLayout:
         wire, model = [], []
         q = 0
         for p in ps:
-            c, o, size = self.chunks[p], self.offsets[p], self.sizes[p]
+            c, o = self.chunks[p], self.offsets[p]
             for r in range(n):
-                real = max(0, min(c, size - r * c))  # rank r's chunk of p: its real elements; the rest is padding
+                real = self._real(p, r)  # rank r's chunk of p: its real elements; the rest is padding
                 wire.append(np.arange(real) + r * length + q)
                 model.append(np.arange(real) + o + r * c - lo)
             q += c
@@ -159,34 +168,38 @@ class ParamLayout:
         out[model] = y[wire]
         return out
 
-    def arrange(self, x: np.ndarray) -> np.ndarray:
-        """(P,) model order -> (Ψ,) shard order: rank r's shard at [r*s, (r+1)*s)."""
+    def staged_for_wire(self, lo: int, hi: int, x, alloc) -> tuple:
+        """(x in shard order in a buffer `alloc(elements, dtype)` made, that buffer): `reduce_scatter_coalesced`'s
+        interleaved copy, (N*Σc_p,) in x's dtype."""
+        buf = alloc(sum(self.range_counts(lo, hi)), x.dtype)
+        return self.to_wire(lo, hi, x, out=buf.array), buf
+
+    def arrange(self, x: np.ndarray, empty=None) -> np.ndarray:
+        """(P,) model order -> (Ψ,) shard order: rank r's shard at [r*s, (r+1)*s). (`empty` is unused: numpy arrays.)"""
         return self.to_wire(0, self.num_params, x)
 
     def unarrange(self, y: np.ndarray) -> np.ndarray:
         """(Ψ,) shard order -> (P,) model order."""
         return self.from_wire(0, self.num_params, y)
 
-    def owner_chunks(self) -> list:
-        """[(owner, start, stop), ...] in the model's flat vector: who each element's ring sum ends at
-        (`naive_reduce(chunks=...)`, the oracle's side)."""
+    def owner_chunks(self, length: int) -> list:
+        """[(owner, start, stop), ...] covering a model-order vector of `length` (>= P) elements: who each element's
+        ring sum ends at (`naive_reduce(chunks=...)`, the oracle's side); the zero tail [P, length) goes to rank 0."""
         n = self.world_size
-        return [(r, o + min(r * c, size), o + min((r + 1) * c, size))
-                for o, c, size in zip(self.offsets, self.chunks, self.sizes) for r in range(n)]
+        chunks = [(r, o + min(r * c, size), o + min((r + 1) * c, size))
+                  for o, c, size in zip(self.offsets, self.chunks, self.sizes) for r in range(n)]
+        return chunks + ([(0, self.num_params, length)] if length > self.num_params else [])
+
+    def describe(self) -> dict:
+        """What a checkpoint's manifest records of this layout (`layouts.from_description` reads it back)."""
+        return {"kind": "per-parameter", "num_params": self.num_params, "shard_size": self.shard_size,
+                "padded": self.padded, "padding": self.padded - self.num_params, "split": self.split,
+                "chunks": list(self.chunks)}
 
     def draw_index(self, region: slice):
         """Where the elements of `region` (a rank's shard) sit in the model's vector, for stochastic rounding's
         draws: ((offset in the region, model start, count), ...) per parameter chunk."""
         rank = region.start // self.shard_size if self.shard_size else 0
-        return tuple((q, o + r0, max(0, min(c, size - r0)))
-                     for o, c, q, size in zip(self.offsets, self.chunks, self.chunk_offsets, self.sizes)
-                     for r0 in (rank * c,))
+        return tuple((q, o + rank * c, self._real(p, rank))
+                     for p, (o, c, q) in enumerate(zip(self.offsets, self.chunks, self.chunk_offsets)))
 
-
-def layout_for(model, world_size: int, policy):
-    """The layout the policy's recipe shards by: per-parameter element chunks (deepspeed-zero3), dim-0 chunks
-    (fsdp2), or zerosim's flat one."""
-    partition = recipe(policy).partition
-    if partition == "flat":
-        return FlatLayout.for_model(model, world_size)
-    return ParamLayout.for_model(model, world_size, dim0=partition == "per-parameter dim 0")

@@ -1,6 +1,6 @@
 """What the ranks agree on between backward and the update: did any gradient overflow, and how long is it.
 
-Each is one tiny collective over every local rank, in the trace with purpose "check", so every rank
+Each is one tiny all-reduce over every local rank, in the trace with purpose "check", so every rank
 reaches the same decision from the same numbers (under MPI too: nobody is left waiting):
 
     overflow  each rank counts inf/NaN in its reduced gradient (its shard; all of it at stage 0), puts
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.cluster import GradClip, LossScaleUpdate
+from zerosim.cluster import GradClip, Handle, LossScaleUpdate
+from zerosim.collectives import all_reduce
 from zerosim.precision import StepDecision
 from zerosim.zero import clipping
 
@@ -29,57 +30,55 @@ def skips_steps(scaler) -> bool:
     return getattr(scaler, "on_overflow", "skip") == "skip"
 
 
-def overflow_decision(engine) -> StepDecision:
-    """Check every rank's reduced gradient for inf/NaN and let the loss scaler decide, the same on every rank.
+def all_reduce_overflow(ctx, reduced: list, scaler, step: int, t: int) -> tuple:
+    """Check every rank's `reduced` gradient for inf/NaN (a MAX all-reduce of one flag) and let the loss `scaler`
+    decide, the same on every rank. Returns (its `StepDecision`, the all-reduce's handle); records a
+    `LossScaleUpdate` for iteration `step` (t: optimizer steps taken before it).
 
     Raises FloatingPointError (a static scale) or `LossScaleAtMinimum` (DeepSpeed at its minimum scale)
-    on every rank, before any state changes; otherwise returns the scaler's `StepDecision`."""
-    cluster, backend, scaler = engine.cluster, engine.cluster.backend, engine.scaler
-    bad = [backend.count_nonfinite(rank.reduced) for rank in cluster.ranks]
+    on every rank, before any state changes."""
+    cluster, backend = ctx.cluster, ctx.cluster.backend
+    bad = [backend.count_nonfinite(g) for g in reduced]
     if not skips_steps(scaler):
         problems = [f"{b} reduced gradient element(s) are NaN or inf" if b else None for b in bad]
         scale = scaler.scale
-        engine._agree(problems, (f" (loss scale {scale:g} may be too large)" if scale != 1 else "")
+        cluster.agree(problems, (f" (loss scale {scale:g} may be too large)" if scale != 1 else "")
                       + "; no parameter or optimizer state was changed", FloatingPointError)
-        return StepDecision(False, scale, scale)
+        return StepDecision(False, scale, scale), Handle()
     flags = []
-    for rank, b in zip(cluster.ranks, bad):
+    for rank, b in zip(ctx.ranks, bad):
         flag = rank.ledger.alloc("overflow flag", 1, np.float32, "comm")  # (1,) fp32: 1 if this rank saw inf/NaN
         flag.array[...] = 1.0 if b else 0.0
         flags.append(flag)
-    calls = len(cluster.trace.calls)
     with cluster.trace.about(purpose="check", layers=()):
-        agreed = cluster.all_reduce([f.array for f in flags], op="max", tag="overflow flag")
+        agreed = all_reduce(cluster, [f.array for f in flags], op="max", tag="overflow flag")
     found = backend.read_scalar(agreed[0], 0.0) > 0
     for flag in flags:
         flag.free()
     decision = scaler.update(bool(found))  # may raise LossScaleAtMinimum: the same on every rank
-    t = engine.t + (0 if decision.skip else 1)
-    cluster.trace.record(LossScaleUpdate(engine.iteration + 1, t, scaler.kind, bool(found), decision.skip,
-                                         decision.scale_before, decision.scale_after, decision.message,
-                                         tuple(range(calls, len(cluster.trace.calls)))))
-    return decision
+    cluster.trace.record(LossScaleUpdate(step, t + (0 if decision.skip else 1), scaler.kind, bool(found), decision.skip,
+                                         decision.scale_before, decision.scale_after, decision.message, agreed.handle))
+    return decision, agreed.handle
 
 
-def clip_gradients(engine, grads32: list) -> float:
-    """Scale every local rank's fp32 gradient (its region) by torch's clip coefficient for `engine.clip_grad`,
-    from the global norm: each rank's sum of squares over its own shard, all-reduced with SUM. Returns the norm."""
-    cluster, layout, backend = engine.cluster, engine.layout, engine.cluster.backend
+def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int) -> Handle:
+    """Scale every local rank's fp32 gradient (its region) by torch's clip coefficient for `max_norm`, from the
+    global norm: each rank's sum of squares over its own shard, all-reduced with SUM. Records a `GradClip` for
+    iteration `step`; returns the all-reduce's handle."""
+    cluster, layout, backend = ctx.cluster, ctx.layout, ctx.cluster.backend
     partials = []
-    for rank, g in zip(cluster.ranks, grads32):
-        mine = g[layout.own(rank.index)] if g.shape[0] == layout.padded else g  # stage 0 holds all: count its shard only
+    for rank, g in zip(ctx.ranks, grads32):
+        mine = g[layout.own(rank.index)] if g.shape[0] == layout.padded else g  # stage 0 holds all: its shard only
         part = rank.ledger.alloc("norm partial", 1, g.dtype, "comm", fill=0)  # (1,) fp32: this rank's sum of squares
-        if backend.holds_values:
-            part.array[...] = clipping.sum_of_squares(mine)
+        part.array[...] = backend.evaluate(clipping.sum_of_squares, mine, 0.0)
         partials.append(part)
-    calls = len(cluster.trace.calls)
     with cluster.trace.about(purpose="check", layers=()):
-        total = cluster.all_reduce([p.array for p in partials], op="sum", tag="gradient norm²")
+        total = all_reduce(cluster, [p.array for p in partials], op="sum", tag="gradient norm²")
     for part in partials:
         part.free()
     norm = clipping.norm_of(np.asarray([backend.read_scalar(total[0], 0.0)], dtype=grads32[0].dtype))
-    coef = clipping.clip_coefficient(norm, engine.clip_grad, grads32[0].dtype)
+    coef = clipping.clip_coefficient(norm, max_norm, grads32[0].dtype)
     for g in grads32:
         clipping.apply(g, coef)
-    cluster.trace.record(GradClip(engine.iteration + 1, norm, engine.clip_grad, coef, tuple(range(calls, len(cluster.trace.calls)))))
-    return norm
+    cluster.trace.record(GradClip(step, norm, max_norm, coef, total.handle))
+    return total.handle

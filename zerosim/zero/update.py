@@ -1,4 +1,4 @@
-"""The optimizer step on each rank's region, in fp32, then the cast back to 16 bits (seed 004 step 3).
+"""The optimizer step on each rank's region: the gradient it reads, the update in fp32, the cast back to 16 bits.
 
 Optimizers are elementwise (optim/base.py), so stepping a rank's shard equals stepping the same
 slice of the whole vector, bit for bit: that is what lets ZeRO shard optimizer state at all.
@@ -13,26 +13,41 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.cluster import OptimizerStep
+from zerosim.collectives import all_gather
 from zerosim.optim.by_matrix import matrix_shape, step_by_matrix
-from zerosim.zero.state import master_of, own_params, region
+from zerosim.zero import averaging
+from zerosim.zero.state import master_of, own_params
 
 
-def update_all(engine, grads32: list, needs: tuple = ()) -> None:
-    """Every local rank's update from its (region,) fp32 gradient, one rank at a time; logs an
-    `OptimizerStep` per rank (with the intermediates when the cluster keeps values)."""
-    if not engine.optimizer.elementwise and engine.plan.shards_optimizer:
-        return _muon_stage1(engine, grads32, needs)
-    for rank, g32 in zip(engine.cluster.ranks, grads32):
-        _update(engine, rank, g32, needs)
+def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging.finish) -> list:
+    """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
+    and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
+    rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
+    n = ctx.cluster.world_size
+    return [rank.ledger.adopt("grad32", finish(g, ctx.policy, n, micro_steps, scale, recipe=ctx.recipe), "grad32").array
+            for rank, g in zip(ctx.ranks, reduced)]
 
 
-def _update(engine, rank, g32, needs, step=None) -> None:
+def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
+    """Every local rank's optimizer step `t` from its (region,) fp32 gradient, one rank at a time, then the
+    gradients freed; logs an `OptimizerStep` per rank that waited for `needs` (with the intermediates, and the
+    `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices)."""
+    if not optimizer.elementwise and ctx.plan.shards("optimizer"):
+        _muon_sharded(ctx, optimizer, specs, grads32, reduced, t, needs)
+    else:
+        for rank, g32, red in zip(ctx.ranks, grads32, reduced):
+            _update(ctx, optimizer, specs, rank, g32, red, t, needs)
+    for rank in ctx.ranks:
+        rank.ledger.free("grad32")
+
+
+def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> None:
     """Optimizer step on rank's region in the update format, then round into its 16-bit params.
     `step(w, state)` replaces the optimizer's own step (ZeRO-1 Muon uses it)."""
-    plan, layout, policy, opt, t = engine.plan, engine.layout, engine.precision, engine.optimizer, engine.t
-    keep = engine.cluster.trace.keep_values
+    plan, layout, policy = ctx.plan, ctx.layout, ctx.policy
+    keep = ctx.cluster.trace.keep_values
     # the gradient as the optimizer reads it, and as it was reduced (still loss-scaled, in the reduced format)
-    values = {"grad32": g32.copy(), "reduced": np.array(rank.reduced)} if keep else None
+    values = {"grad32": g32.copy(), "reduced": np.array(reduced)} if keep else None
     state = {k: b.array for k, b in rank.optim.items()}
     scratch = None
     if rank.master is not None:
@@ -42,34 +57,35 @@ def _update(engine, rank, g32, needs, step=None) -> None:
         w = scratch.array
     if step is not None:
         step(w, state)
-    elif opt.elementwise:
-        opt.step(w, g32, state, t, values)
+    elif optimizer.elementwise:
+        optimizer.step(w, g32, state, t, values)
     else:  # a matrix optimizer on whole parameters: only where the region is the whole model
-        step_by_matrix(opt, engine.model.specs, w, g32, state, t)
-    mine = region(plan, layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
+        step_by_matrix(optimizer, specs, w, g32, state, t)
+    mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
     own_params(rank, plan, layout)[...] = policy.round_weights(w, t, layout.draw_index(mine))
     if scratch is not None:
         scratch.free()
     if keep:
         values["master"] = np.array(w)
         values["compute_after"] = own_params(rank, plan, layout).copy()
-        values["params_held"] = rank.params.array.copy()  # all this rank holds, before any refresh (seed 004's inconsistent model)
-    engine.cluster.trace.record(OptimizerStep(rank.index, t, mine.start, mine.stop, opt.name, needs, values))
+        # all it holds, before any refresh (seed 004's inconsistent model)
+        values["params_held"] = rank.params.array.copy()
+    ctx.cluster.trace.record(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values))
 
 
-def _muon_stage1(engine, grads32: list, needs: tuple) -> None:
+def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: tuple) -> None:
     """ZeRO-1 Muon: shard the momentum, all-gather it, orthogonalise whole matrices, apply own part."""
-    cluster, layout, opt = engine.cluster, engine.layout, engine.optimizer
-    own = [layout.own(rank.index) for rank in cluster.ranks]
-    for rank, g32, mine in zip(cluster.ranks, grads32, own):  # g32: (Ψ,) the whole averaged gradient
+    cluster, layout, ranks = ctx.cluster, ctx.layout, ctx.ranks
+    own = [layout.own(rank.index) for rank in ranks]
+    for rank, g32, mine in zip(ranks, grads32, own):  # g32: (Ψ,) the whole averaged gradient
         opt.momentum_(rank.optim["b"].array, g32[mine])  # (s,) fp32 momentum shard
     with cluster.trace.about(purpose="optimizer", layers=()):
-        gathered = cluster.all_gather([rank.optim["b"].array for rank in cluster.ranks], tag="muon momentum")
-    for rank, g32, b, mine in zip(cluster.ranks, grads32, gathered, own):
+        gathered = all_gather(cluster, [rank.optim["b"].array for rank in ranks], tag="muon momentum")
+    for rank, g32, b, mine, red in zip(ranks, grads32, gathered, own, reduced):
         held = rank.ledger.adopt("muon momentum (gathered)", b, "comm")  # (Ψ,) fp32, transient
         update = np.zeros_like(g32)  # (Ψ,) fp32: every rank computes the whole matrices' updates
-        for spec in engine.model.specs:
+        for spec in specs:
             window, shape = slice(spec.offset, spec.offset + spec.size), matrix_shape(spec.shape)
             update[window] = opt.direction(g32[window].reshape(shape), b[window].reshape(shape))[0].reshape(-1)
-        _update(engine, rank, g32[mine], needs, step=lambda w, state, u=update[mine]: opt.apply_(w, u))
+        _update(ctx, opt, specs, rank, g32[mine], red, t, needs, step=lambda w, state, u=update[mine]: opt.apply_(w, u))
         held.free()

@@ -18,17 +18,18 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from zerosim import checkpoint as ckpt
 from zerosim.cluster import Cluster, GradClip
 from zerosim.cluster.budget import available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import make_classification, make_regression
 from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
-from zerosim.precision import get_precision
 from zerosim.optim import get_optimizer
+from zerosim.precision import get_precision
 from zerosim.zero.engine import ZeroEngine, check_engine_fits
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
-MODELS = ("mlp", "gpt")
+MODELS = ("mlp", "gpt", "llama")  # gpt and llama: decoders over token ids that learn the sequence tasks
 EVAL_SEQUENCES = 256  # held-out strings the GPT's answer accuracy is measured on (a 1/√256 ≈ 6% standard error at most)
 
 
@@ -57,13 +58,14 @@ class TrainConfig:
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
     # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~60 steps
-    model: str = "mlp"  # "mlp" or "gpt"
+    model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
     vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
     length: int = 3  # n: strings of n symbols; a sequence is 2n tokens
     d_model: int = 16
     heads: int = 2
     layers: int = 1  # transformer blocks
     attention: str = "standard"  # or "selective", "flash" (checkpoint=True keeps each block's input: "block")
+    kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
 
@@ -76,9 +78,13 @@ class TrainConfig:
         tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
         object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
         if self.task not in tasks:
-            other = "the GPT learns copy, reverse or sort" if self.model == "mlp" else "the MLP learns regression or classification"
+            other = (
+                "the GPT learns copy, reverse or sort"
+                if self.model == "mlp"
+                else "the MLP learns regression or classification"
+            )
             raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
-        if self.model == "gpt":
+        if self.model in ("gpt", "llama"):
             for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
                 value = getattr(self, name)
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -97,7 +103,11 @@ class TrainConfig:
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if isinstance(self.save_every, bool) or not isinstance(self.save_every, (int, np.integer)) or self.save_every < 0:
+        if (
+            isinstance(self.save_every, bool)
+            or not isinstance(self.save_every, (int, np.integer))
+            or self.save_every < 0
+        ):
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
@@ -115,9 +125,7 @@ def run_defaults(resume: str | None) -> dict:
     count, precision policy, optimizer, learning rate and K (read from its manifest, checked)."""
     if resume is None:
         return dict(RUN_DEFAULTS)
-    from zerosim.checkpoint import saved_settings  # NOTE: here: the checkpoint layer sits above the engines
-
-    return saved_settings(resume)
+    return ckpt.saved_settings(resume)
 
 
 def _check_ranks_agree(cluster, config: TrainConfig) -> None:
@@ -163,13 +171,19 @@ def build_model(config: TrainConfig):
     if config.model == "gpt":
         return GPT(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
                    attention=config.attention, checkpoint="block" if config.checkpoint else "none")
+    if config.model == "llama":
+        from zerosim.models.llama import Llama
+
+        return Llama(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
+                     n_kv_heads=config.kv_heads, rope_theta=100.0,  # short sequences: a small base turns them apart
+                     attention=config.attention, checkpoint="block" if config.checkpoint else "none")
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
 def answer_accuracy(model, engine, held_out, fmt) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
     with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
-    if engine.plan.shards_params and engine.cluster.local_size < engine.cluster.world_size:
+    if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
         return None
     x, target = held_out  # (S, 2n) ids and next tokens
     guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
@@ -185,28 +199,37 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
     widths = [int(w) for w in config.widths]
-    classify, gpt = config.task == "classification", config.model == "gpt"
+    classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
     optimizer = get_optimizer(config.optimizer, lr=config.lr)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
-    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())  # before any rank exists
+    # before any rank exists
+    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
-        from zerosim.checkpoint import saved_optimizer  # NOTE: here: the checkpoint layer sits above the engines
-
-        saved = saved_optimizer(config.resume)
+        saved = ckpt.saved_optimizer(config.resume)
         if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
             optimizer = dataclasses.replace(saved, lr=config.lr)
-        engine = ZeroEngine.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
-                                 accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint, clip_grad=config.clip_grad)
+        engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
+                           accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
+                           clip_grad=config.clip_grad)
         if engine.iteration >= config.steps:
-            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} asks for no more")
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
+                             "asks for no more")
     else:
-        engine = ZeroEngine(model, cluster, config.stage, optimizer, config.precision,
-                            checkpoint=config.checkpoint, params=model.init_params(np.random.default_rng(config.seed + 1)),
-                            accumulation_steps=config.accumulation_steps, clip_grad=config.clip_grad)
+        engine = ZeroEngine(
+            model,
+            cluster,
+            config.stage,
+            optimizer,
+            config.precision,
+            checkpoint=config.checkpoint,
+            params=model.init_params(np.random.default_rng(config.seed + 1)),
+            accumulation_steps=config.accumulation_steps,
+            clip_grad=config.clip_grad,
+        )
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -221,8 +244,12 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
                "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
     if gpt:  # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
-        pool = make_sequence_task(np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task)
-        held_out = make_sequence_task(np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task)[0]
+        pool = make_sequence_task(
+            np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task
+        )
+        held_out = make_sequence_task(
+            np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task
+        )[0]
         fmt = get_precision(config.precision).compute_format
     else:
         make = make_classification if classify else make_regression
@@ -253,10 +280,17 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            engine.save(config.save)
-    stats = cluster.backend.all_meta([
-        {"rank": r.index, "peak_bytes": r.ledger.peak(), "peak_by_kind": r.ledger.peak_by_kind(), "bytes_sent": cluster.trace.bytes_sent(r.index)}
-        for r in cluster.ranks
-    ])
+            ckpt.save(engine, config.save)
+    stats = cluster.backend.all_meta(
+        [
+            {
+                "rank": r.index,
+                "peak_bytes": r.ledger.peak(),
+                "peak_by_kind": r.ledger.peak_by_kind(),
+                "bytes_sent": cluster.trace.bytes_sent(r.index),
+            }
+            for r in cluster.ranks
+        ]
+    )
     return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None,
                        scales, skipped, norms)

@@ -1,0 +1,65 @@
+"""Fits / does not fit: a rank's measured peak plus the labelled estimates against a GPU, as data and as lines.
+
+Shared by `zerosim memory`, `zerosim timeline` and `zerosim plan`, so the three say the same thing the same way.
+"""
+
+from __future__ import annotations
+
+from zerosim.costs import GB
+from zerosim.costs.overheads import fit, runtime_overheads
+
+
+def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) -> dict:
+    """One rank's verdict: {"stage", "measured", "overheads" [{name, bytes, basis}], "total", "capacity", "margin",
+    "fits", ...}. `buckets`: a DeepSpeed config's bucket settings (costs.overheads.DeepSpeedBuckets), or None."""
+    rows = runtime_overheads(peak, ranks, stage, buckets, reserve)
+    f = fit(peak, gpu, rows)
+    return {
+        "stage": stage,
+        "gpu": f.gpu,
+        "capacity": f.capacity,
+        "measured": f.measured,
+        "overheads_total": f.overheads,
+        "total": f.total,
+        "margin": f.margin,
+        "fits": f.fits,
+        "fits_measured_only": f.fits_measured_only,
+        "overheads": [{"name": o.name, "bytes": o.bytes, "basis": o.basis} for o in rows],
+    }
+
+
+def verdict_word(v: dict) -> str:
+    """ "fits, 12.34 GB to spare" or "does not fit: 5.67 GB short" (and when the estimates decide it, that too)."""
+    if v["fits"]:
+        return f"fits, {v['margin'] / GB:.2f} GB to spare"
+    why = " (the measured peak alone would fit: the estimates decide it)" if v["fits_measured_only"] else ""
+    return f"does not fit: {-v['margin'] / GB:.2f} GB short{why}"
+
+
+def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
+    """The verdict table below a memory report: one row per stage, then the estimates with their basis."""
+    if not verdicts:
+        return []
+    lines = [
+        "",
+        f"Will a rank fit on one {gpu.name}? Capacity {gpu.capacity / GB:.2f} GB ({gpu.capacity >> 20:,} MiB as "
+        f"its driver reports; datasheet: {gpu.datasheet}).",
+        f"{'stage':5s} {'measured peak':>14s} {'+ estimates':>12s} {'= total':>10s}   verdict",
+    ]
+    for v in verdicts:
+        lines.append(
+            f"{v['stage']:<5d} {v['measured'] / GB:14.3f} {v['overheads_total'] / GB:12.3f} "
+            f"{v['total'] / GB:10.3f}   {verdict_word(v)}"
+        )
+    lines += ["estimates (not measured; rows of their own, never in the ledgers above), per rank:"]
+    for o in verdicts[0]["overheads"]:
+        size = (
+            "varies by stage" if o["name"] == "allocator reserve" and len(verdicts) > 1 else f"{o['bytes'] / GB:.3f} GB"
+        )
+        if o["name"] == "DeepSpeed gradient buckets":
+            size = f"{o['bytes'] / GB:.3f} GB"
+        lines.append(f"  {o['name']:<27s} {size:>16s}   {o['basis']}")
+    lines.append("  (sources: zerosim/costs/overheads.py; --reserve sets the allocator's share)")
+    if not any(v["fits"] for v in verdicts) and hint:
+        lines.append(hint)
+    return lines

@@ -1,0 +1,207 @@
+"""`zerosim memory`'s report as text: the table by stage and kind, the activations by name, what the configs'
+keys did, the verdict against a GPU, and the seeds' conventions."""
+
+from __future__ import annotations
+
+import textwrap
+
+from zerosim.cli.fit_lines import fit_lines
+from zerosim.costs import GB
+
+
+def format_report(r: dict) -> str:
+    """The whole report as a newcomer reads it (what `zerosim memory` prints)."""
+    from zerosim.costs import conventions_table, format_table
+
+    kinds, act = [], r["activations"]
+    for row in r["stages"]:
+        kinds += [k for k in row["resting"] if k not in kinds]
+    extra = ("activ.", "total") if act else ()  # seed 001 §6: model states + activations
+    lines = [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ("
+        + (r["model"] if r["unit"] == "layer" else f"{r['model']}, {r['layers']} {r['unit']}s")
+        + f"), N = {r['ranks']} ranks, "
+        f"{r['optimizer']}, {r['precision']}",
+        "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"
+        + (" after one step" if r["step"] else " after initialisation")
+        + ";",
+        "'formula' is zerosim.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
+        "",
+        f"{'stage':5s} "
+        + " ".join(f"{k:>10s}" for k in kinds)
+        + " | "
+        + " ".join(f"{h:>9s}" for h in ("ledger", "formula"))
+        + " | "
+        + "".join(f"{h:>9s} " for h in extra)
+        + ("| " if extra else "")
+        + " ".join(f"{h:>9s}" for h in ("peak", "sent", "2Ψ or 3Ψ")),
+    ]
+    for row in r["stages"]:
+        cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
+        same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
+        added = f"{row['activations'] / GB:9.3f} {row['total'] / GB:9.3f} | " if act else ""
+        lines.append(
+            f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | {added}"
+            f"{row['peak'] / GB:9.3f} {row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}{same}"
+        )
+    lines += [
+        "",
+        "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
+        "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
+        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+    ]
+    lines += (
+        _activation_lines(act)
+        if act
+        else [
+            "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
+            "--d-model/--heads/--layers, to measure them on the ledgers too.",
+        ]
+    )
+    lines += _config_lines(r)
+    if r["gpu"] is not None:
+        from zerosim.costs.gpus import get_gpu
+
+        lines += fit_lines(r["gpu"]["by_stage"], get_gpu(r["gpu"]["key"]), _hint(r))
+    lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
+    lines.append(
+        format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"], r["precision"]))
+    )
+    e = r["seed001_erratum"]
+    lines += [
+        "",
+        f"NOTE: seed 001's printed table for 7B on 8 GPUs says {e['printed_gb'][1]:g} GB (ZeRO-1) and "
+        f"{e['printed_gb'][2]:g} GB (ZeRO-2).",
+        f"Its own formulas, 4P + 12P/N and 2P + 14P/N, give {e['formulas_gb'][1]:g} and {e['formulas_gb'][2]:g} GB, "
+        "and so do the ledgers",
+        "(zerosim memory --params 7e9 --ranks 8). The printed figures disagree with its formulas: an erratum, "
+        "not a target.",
+    ]
+    return "\n".join(lines)
+
+
+def _activation_lines(a: dict) -> list:
+    """The activation rows below the table: one block's saved tensors by name, beside the count by hand."""
+    MB = 1e6
+    when = "when the loss runs" if a["peak_at"].startswith("loss.") else f"saving {a['peak_at']!r}"
+    outside = list(a["outside_blocks"].items())
+    llama = a["layout"] == "llama"
+    shape = (
+        f"d = {a['d_model']}, H = {a['heads']}, G = {a['kv_heads']} key/value heads of {a['head_dim']}, F = {a['d_ff']}"
+        if llama
+        else f"d = {a['d_model']}, H = {a['heads']}"
+    )
+    lines = [
+        f"activ.: the most activation bytes one rank held at once, {when}: B = {a['batch']} sequences of",
+        f"L = {a['seq_len']} tokens per rank, checkpoint {a['checkpoint']!r}. ZeRO shards none of them: each rank "
+        "keeps its",
+        "own micro-batch's. total: the model states plus these activations, as seed 001 §6 adds them up.",
+        "",
+        f"What one decoder layer saves for backward, by name (MB = 1e6 bytes; {shape}):"
+        if llama
+        else f"What one transformer block saves for backward, by seed 001 §5e's names (MB = 1e6 bytes; {shape}):",
+    ]
+    lines += [f"    {name:<24s} {nbytes / MB:12.3f}" for name, nbytes in a["per_block"].items()]
+    if llama:
+        P = "+ B·H·L²" if any(n.endswith("P") and n.split(".")[-1] == "P" for n in a["per_block"]) else "(P not kept)"
+        count = f"(2d + 2H·d_h + 2G·d_h + 3F)·B·L {P}, + 2 fp32 statistics: {a['formula_per_layer'] / MB:.3f}"
+    else:
+        seed = "14·B·L·d + B·H·L²" if "P" in a["per_block"] or "attn.P" in a["per_block"] else "14·B·L·d, P not kept"
+        count = f"seed 001's {seed}: {a['seed001_per_layer'] / MB:.3f}"
+    lines += [
+        f"    {'one block':<24s} {a['per_block_total'] / MB:12.3f}   ({count})",
+        f"    {'outside the blocks':<24s} {sum(b for _, b in outside) / MB:12.3f}   ("
+        + ", ".join(f"{k} {v / MB:.3f}" for k, v in outside[:3])
+        + ",",
+    ]
+    lines += ["    " + " " * 41 + ", ".join(f"{k} {v / MB:.3f}" for k, v in outside[3:]) + ")"] if outside[3:] else []
+    if llama:
+        lines += [
+            "K and V are kept at the G key/value heads (repeat_kv's copies are rebuilt); the RMSNorm outputs are",
+            "rebuilt in backward; rotary embeddings keep nothing (cos and sin are rebuilt from positions). Outside the",
+            "blocks: the token ids, the final RMSNorm's input and the loss's fp32 probabilities over the vocabulary.",
+        ]
+    else:
+        lines += [
+            "The seed's 14·B·L·d is exact here (the LayerNorm outputs are rebuilt in backward: 'shared' in its table); "
+            "it",
+            "leaves out the fp32 LayerNorm statistics (B·L each) and all that lives outside the blocks: the token ids, "
+            "the",
+            "final LayerNorm's input and the loss's fp32 probabilities over the vocabulary.",
+        ]
+    if a["checkpoint"] in ("block", "subblock", "every-k"):
+        lines += [
+            "At stage 3 'sent' exceeds 3Ψ: each recomputed unit is gathered once more for its recompute (seed 004's",
+            "schedule gathers a unit for every use; a block's recompute and backward are two uses).",
+        ]
+    return lines
+
+
+def _config_lines(r: dict) -> list:
+    """What the model's config.json and the DeepSpeed config did, key by key (the "not modelled" ones in full)."""
+    lines = []
+    for title, keys in (
+        ("The model's config.json", r["config"]),
+        ("The DeepSpeed config", (r["ds_config"] or {}).get("keys")),
+    ):
+        if keys is None:
+            continue
+        modelled, no_effect = keys.get("modelled", []), keys.get("no effect", [])
+        lines += [
+            "",
+            f"{title}: {len(modelled)} keys modelled, {len(no_effect)} with no effect on memory or time, "
+            f"{len(keys.get('not modelled', []))} not modelled (--json lists every key with a note).",
+        ]
+        lines += _wrapped("  modelled: ", [k["key"] for k in modelled])
+        lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])
+        auto = [k for k in modelled if str(k["value"]) == "auto"]
+        for k in auto:
+            lines += textwrap.wrap(f"{k['key']}: {k['note']}", 116, initial_indent="  ", subsequent_indent="    ")
+        for k in keys.get("not modelled", []):
+            lines += textwrap.wrap(
+                f"not modelled: {k['key']} = {k['value']!r}: {k['note']}",
+                116,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
+    ds = r["ds_config"]
+    if ds is not None:
+        clip = "off" if ds["clip_grad"] is None else f"{ds['clip_grad']:g}"
+        so = (
+            f"so: ZeRO-{ds['stage']}, {ds['precision']} (loss scale {ds['loss_scale']}, gradients on the wire in "
+            f"{ds['wire']}), {ds['optimizer']}, micro-batch {ds['micro_batch']} × {ds['accumulation_steps']} "
+            f"accumulation steps × {r['ranks']} ranks = {ds['train_batch_size']}, clipping {clip}"
+        )
+        knobs = "schedule: " + ", ".join(
+            f"{k}={v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}={v}"
+            for k, v in ds["comm"].items()
+            if v not in (None, 0, False)
+        )
+        for text in (so, knobs):
+            lines += textwrap.wrap(text, 116, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def _wrapped(label: str, words: list, width: int = 116) -> list:
+    """`label` and the words, comma-separated, wrapped under the label at `width` columns."""
+    if not words:
+        return []
+    lines, line = [], label
+    for i, w in enumerate(words):
+        piece = w + ("," if i < len(words) - 1 else "")
+        if len(line) + len(piece) + 1 > width and line.strip():
+            lines.append(line.rstrip())
+            line = " " * len(label)
+        line += piece + " "
+    return lines + [line.rstrip()]
+
+
+def _hint(r: dict) -> str:
+    """What to try when no stage fits: the activations' share says whether checkpointing can help."""
+    act, last = r["activations"], r["stages"][-1]
+    if act is not None and last.get("activations", 0) > last["ledger_total"]:
+        return (
+            f"Activations are most of it ({last['activations'] / GB:.1f} GB of {last['peak'] / GB:.1f}): try "
+            "--checkpoint flash, block or every-k, a smaller --batch, or more --ranks; `zerosim plan` tries them all."
+        )
+    return "Model states are most of it: more --ranks, ZeRO-3, or a GPU with more memory; `zerosim plan` tries them."

@@ -1,0 +1,408 @@
+"""The flags `zerosim memory`, `timeline` and `plan` share: the model (a preset, a config.json, a parameter count or
+a GPT shape), its micro-batch and checkpointing, the communication knobs or a DeepSpeed config, and the GPU.
+
+`setup(args)` reads them once into a `Setup`: the data-less model, the micro-batch, the schedule, the precision
+and optimizer, the DeepSpeed config's settings where one is given (its values win over defaults; a flag that
+contradicts it is an error, as the HF Trainer refuses a mismatch), and the GPU to judge the memory against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zerosim.optim import OPTIMIZERS
+
+ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)  # what every stage can shard
+PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
+MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
+
+
+def add_model_arguments(p, default_ranks: int = 64) -> None:
+    """--params/--model/--config, --layers, --ranks, --optimizer, --precision, --unit (also `zerosim figures`)."""
+    from zerosim.costs import PRESETS
+
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--params", type=float, default=None, help="Ψ, parameters, e.g. 7.5e9 (default: 7.5e9, the ZeRO paper's)"
+    )
+    which.add_argument(
+        "--model",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a preset: a config shipped with zerosim (zerosim/models/hf_configs)",
+    )
+    which.add_argument(
+        "--config",
+        default=None,
+        metavar="CONFIG.json",
+        help="a model's Hugging Face config.json (llama, mistral, qwen2 or gpt2), read locally",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks",
+    )
+    p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
+    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None, help="optimizer (default adam, K = 8 + 4 master)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
+    p.add_argument(
+        "--unit",
+        choices=("module", "block"),
+        default=None,
+        help="with --model/--config: gather/reduce unit, one module or one transformer block (default block)",
+    )
+
+
+def add_activation_arguments(p) -> None:
+    """--seq-len, --batch, --checkpoint and a GPT shape by hand (--d-model, --heads, --vocab)."""
+    from zerosim.models.gpt import STRATEGIES
+
+    act = p.add_argument_group(
+        "activations (seed 001 §5-6)",
+        "measured on zerosim's GPT or Llama at the model's "
+        "shape: a --model or --config, or --d-model with --heads and --layers",
+    )
+    act.add_argument(
+        "--seq-len", type=int, default=None, metavar="L", help="tokens per sequence: count activations too"
+    )
+    act.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --seq-len: sequences per micro-batch on each rank (default 1)",
+    )
+    act.add_argument(
+        "--checkpoint",
+        choices=tuple(STRATEGIES),
+        default=None,
+        help="with --seq-len: the checkpointing strategy (default none)",
+    )
+    act.add_argument(
+        "--d-model", type=int, default=None, metavar="D", help="with --seq-len: a GPT of this width (untied head)"
+    )
+    act.add_argument("--heads", type=int, default=None, metavar="H", help="with --d-model: attention heads")
+    act.add_argument(
+        "--vocab", type=int, default=None, metavar="V", help="with --d-model: vocabulary (default 50257, GPT-2's)"
+    )
+
+
+def add_schedule_arguments(p, stage: bool = False) -> None:
+    """--ds-config, --comm and the knobs under DeepSpeed's and FSDP's names (sizes in elements)."""
+    p.add_argument(
+        "--ds-config",
+        default=None,
+        metavar="DS_CONFIG.json",
+        help="a DeepSpeed config: its stage, buckets, prefetch, precision, batch and clipping "
+        "(every key listed as modelled or not)",
+    )
+    k = p.add_argument_group("knobs (DeepSpeed's and FSDP's names; sizes in elements)")
+    k.add_argument(
+        "--comm",
+        choices=("seed", "deepspeed", "fsdp"),
+        default=None,
+        help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's (default seed)",
+    )
+    k.add_argument("--reduce-bucket-size", type=float, default=None, help="DeepSpeed reduce_bucket_size, e.g. 5e8")
+    k.add_argument(
+        "--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages 1/2)"
+    )
+    k.add_argument("--prefetch-bucket-size", type=float, default=None, help="DeepSpeed stage3_prefetch_bucket_size")
+    k.add_argument("--max-live-parameters", type=float, default=None, help="DeepSpeed stage3_max_live_parameters")
+    k.add_argument("--max-reuse-distance", type=float, default=None, help="DeepSpeed stage3_max_reuse_distance")
+    k.add_argument(
+        "--forward-prefetch",
+        action="store_true",
+        help="FSDP forward_prefetch: gather the next unit during this one's forward",
+    )
+    k.add_argument("--backward-prefetch", choices=("pre", "post", "none"), default=None, help="FSDP backward_prefetch")
+    k.add_argument(
+        "--limit-all-gathers",
+        choices=("on", "off"),
+        default=None,
+        help="FSDP limit_all_gathers (at most 2 gathered units)",
+    )
+    k.add_argument("--no-overlap", action="store_true", help="DeepSpeed overlap_comm=False: one stream per rank")
+
+
+def add_gpu_arguments(p) -> None:
+    """--gpu and --reserve: judge each rank's memory against a GPU (labelled estimates added)."""
+    from zerosim.costs.gpus import GPUS
+    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+
+    p.add_argument(
+        "--gpu",
+        choices=tuple(GPUS),
+        default=None,
+        help="say whether a rank fits on this GPU and by how much (its driver-reported capacity)",
+    )
+    p.add_argument(
+        "--reserve",
+        type=float,
+        default=ALLOCATOR_RESERVE,
+        metavar="FRACTION",
+        help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+    )
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the flags describe, read once."""
+
+    model: object  # MetaModel, MetaGPT or MetaLlama
+    micro: tuple | None  # (B, L) per rank per micro-step, or None (activations not counted)
+    comm: object  # CommSchedule
+    precision: object  # a preset name or a MixedPrecision (a DeepSpeed config's scaler and wire format)
+    precision_name: str  # the preset whose byte sizes the formulas use
+    optimizer: str
+    accumulation: int  # micro-steps per step
+    clip_grad: float | None
+    config: object  # the DecoderConfig read from --config or the preset, or None
+    ds: object  # the DeepSpeedRun read from --ds-config, or None
+    gpu: object  # a costs.GPU, or None
+    reserve: float
+
+
+def micro_batch_from_args(args) -> tuple | None:
+    """(B, L) each rank's micro-batch when --seq-len asks for activations, else None (and no activation flag)."""
+    L = getattr(args, "seq_len", None)
+    if L is None:
+        stray = [
+            flag
+            for flag, name in (
+                ("--batch", "batch"),
+                ("--checkpoint", "checkpoint"),
+                ("--d-model", "d_model"),
+                ("--heads", "heads"),
+                ("--vocab", "vocab"),
+            )
+            if getattr(args, name, None) is not None
+        ]
+        if stray:
+            raise ValueError(f"{', '.join(stray)} describe activations: add --seq-len L (tokens per sequence)")
+        return None
+    B = 1 if args.batch is None else args.batch
+    if L < 1 or B < 1:
+        raise ValueError(f"--seq-len and --batch must be at least 1, got {L} and {B}")
+    if getattr(args, "no_step", False):
+        raise ValueError("activations live during the step: --no-step skips it (drop --no-step or --seq-len)")
+    return B, L
+
+
+def config_from_args(args):
+    """The DecoderConfig of --config or of a --model preset (None for --params and the ZeRO paper's 7.5B)."""
+    from zerosim.costs import get_preset
+    from zerosim.models.hf_config import read_hf_config
+
+    if getattr(args, "config", None) is not None:
+        return read_hf_config(args.config)
+    return get_preset(args.model).config if args.model is not None else None
+
+
+def decoder_from_args(args, config, seq_len: int):
+    """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab) and --checkpoint describe."""
+    from zerosim.models import GPT
+    from zerosim.models.gpt import strategy_options
+    from zerosim.models.meta_gpt import MetaGPT
+    from zerosim.models.meta_llama import MetaLlama
+
+    options = strategy_options(args.checkpoint or "none")
+    if args.unit == "module":
+        raise ValueError("activations are measured per transformer block: drop --unit module")
+    if args.unit == "block" and options.get("unit") == "sublayer":
+        raise ValueError(
+            "--checkpoint subblock keeps the attention and FFN inputs apart, so its units are the two "
+            "sub-blocks: drop --unit block"
+        )
+    if args.d_model is not None:
+        if args.params is not None or args.model is not None or args.config is not None:
+            raise ValueError("--d-model describes the model itself: drop --params / --model / --config")
+        if args.heads is None or args.layers is None:
+            raise ValueError("--d-model needs --heads (attention heads) and --layers (transformer blocks)")
+        gpt = GPT(
+            50257 if args.vocab is None else args.vocab, args.d_model, args.heads, args.layers, seq_len, **options
+        )
+        return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}")
+    if args.heads is not None or args.vocab is not None:
+        raise ValueError("--heads and --vocab go with --d-model (a --model or --config has its own)")
+    if config is None:
+        raise ValueError(
+            "--seq-len needs a transformer shape: a --model preset, a --config, or --d-model/--heads/--layers; "
+            "--params gives a parameter count only"
+        )
+    if seq_len > config.max_positions:
+        what = "position table (n_positions)" if config.layout == "gpt2" else "max_position_embeddings"
+        raise ValueError(
+            f"--seq-len {seq_len} is longer than {config.name}'s {what} of {config.max_positions} tokens"
+            + (" (rope scaling is not modelled)" if config.layout == "llama" else "")
+        )
+    twin = MetaLlama if config.layout == "llama" else MetaGPT
+    return twin.from_config(config, seq_len, **options)
+
+
+def model_from_args(args, config=None):
+    """The data-less model the flags describe: MetaModel (--params, or a preset without --seq-len), or a MetaGPT /
+    MetaLlama when --seq-len asks for activations. Fills the --optimizer/--precision defaults left unset."""
+    from zerosim.costs import get_preset
+    from zerosim.costs.presets import preset_from_config
+    from zerosim.models.meta import MetaModel
+
+    args.optimizer = args.optimizer or "adam"
+    args.precision = args.precision or "fp16-mixed"
+    if args.ranks < 1 or (args.layers is not None and args.layers < 1):
+        raise ValueError("--ranks and --layers must be at least 1")
+    config = config_from_args(args) if config is None else config
+    micro = micro_batch_from_args(args)
+    if micro is not None:
+        return decoder_from_args(args, config, micro[1])
+    if config is not None or args.model is not None:
+        preset = preset_from_config(config) if config is not None else get_preset(args.model)
+        return MetaModel.from_preset(preset, unit=args.unit or "block")
+    if args.unit is not None:
+        raise ValueError(
+            "--unit chooses how a --model preset is cut into units; with --params the model is --layers equal layers"
+        )
+    params = 7.5e9 if args.params is None else args.params
+    if not math.isfinite(params) or params != int(params) or params < 1:
+        raise ValueError(f"--params must be a whole number of parameters >= 1, got {params!r}")
+    if params > MAX_PARAMS:
+        raise ValueError(f"--params {params:g} is more than {MAX_PARAMS:g} parameters, beyond any model trained so far")
+    return MetaModel.from_params(int(params), layers=64 if args.layers is None else args.layers)
+
+
+# What 0 would mean for these knobs is not "off": DeepSpeed's reduce_bucket_size 0 sends each parameter on its own
+# (stage_1_and_2.py: the bucket is sent before any parameter that would overflow it), and stage3_max_live_parameters
+# 0 stops every prefetch (partitioned_param_coordinator.py) — not what leaving the knob unset does, which is what a 0
+# here used to mean, silently. stage3_prefetch_bucket_size 0 does stop prefetching, in DeepSpeed and here.
+ZERO_REFUSED = {
+    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, "
+                          "or leave it out",
+    "allgather_bucket_size": "a bucket of 0 elements: give 1 for the smallest pieces, or leave it out",
+    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, "
+                           "or leave it out",
+}
+
+
+def comm_from_args(args):
+    """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
+    from zerosim.zero.comm_schedule import get_comm_schedule
+
+    comm = get_comm_schedule(args.comm)
+    changes = {}
+    for flag in (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "prefetch_bucket_size",
+        "max_live_parameters",
+        "max_reuse_distance",
+    ):
+        v = getattr(args, flag)
+        if v is not None:
+            name = f"--{flag.replace('_', '-')}"
+            if not math.isfinite(v) or v != int(v) or v < 0:
+                raise ValueError(f"{name} must be a whole number of elements, got {v:g}")
+            if v == 0 and flag in ZERO_REFUSED:
+                raise ValueError(f"{name} 0: {ZERO_REFUSED[flag]}")
+            changes[flag] = int(v) or None  # 0 turns prefetching off (stage3_prefetch_bucket_size 0, as in DeepSpeed)
+    if args.forward_prefetch:
+        changes["prefetch_forward"] = 1
+    if args.backward_prefetch is not None:
+        changes["prefetch_backward"] = 0 if args.backward_prefetch == "none" else 1
+        changes["prefetch_after_compute"] = args.backward_prefetch == "post"
+    if args.limit_all_gathers is not None:
+        changes["max_gathered_units"] = 2 if args.limit_all_gathers == "on" else None
+    if args.no_overlap:
+        changes["overlap_comm"] = False
+    if changes.get("max_reuse_distance", 1) is None:
+        changes["max_reuse_distance"] = 0  # DeepSpeed's 0: free after every use
+    return comm.with_(**changes) if changes else comm
+
+
+def _knobs_given(args) -> list:
+    flags = [
+        f"--{f.replace('_', '-')}"
+        for f in (
+            "comm",
+            "reduce_bucket_size",
+            "allgather_bucket_size",
+            "prefetch_bucket_size",
+            "max_live_parameters",
+            "max_reuse_distance",
+            "backward_prefetch",
+            "limit_all_gathers",
+        )
+        if getattr(args, f, None) is not None
+    ]
+    return flags + [
+        f for f, on in (("--forward-prefetch", args.forward_prefetch), ("--no-overlap", args.no_overlap)) if on
+    ]
+
+
+def setup(args) -> Setup:
+    """Read every shared flag once (see the module docstring)."""
+    from zerosim.configs import TrainerArgs, read_ds_config
+    from zerosim.costs.gpus import get_gpu
+
+    config = config_from_args(args)
+    ds = None
+    if getattr(args, "ds_config", None) is not None:
+        knobs = _knobs_given(args)
+        if knobs:
+            raise ValueError(
+                f"{', '.join(knobs)} and --ds-config both set the schedule: the DeepSpeed config's "
+                "zero_optimization keys set it; drop the flags or edit the config"
+            )
+        trainer = TrainerArgs(
+            per_device_train_batch_size=args.batch,
+            gradient_accumulation_steps=getattr(args, "accumulation_steps", None),
+            fp16=None if args.precision is None else args.precision == "fp16-mixed",
+            bf16=None if args.precision is None else args.precision == "bf16-mixed",
+        )
+        ds = read_ds_config(args.ds_config, args.ranks, config.d_model if config else args.d_model, trainer)
+        _agree(args, ds)
+        args.precision, args.optimizer = ds.precision_name, ds.optimizer
+        if getattr(args, "seq_len", None) is not None:
+            args.batch = ds.micro_batch
+    model = model_from_args(args, config)
+    reserve = getattr(args, "reserve", None)
+    if reserve is not None and not 0 <= reserve < 1:
+        raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
+    return Setup(
+        model,
+        micro_batch_from_args(args),
+        ds.comm if ds else comm_from_args(args),
+        ds.precision if ds else args.precision,
+        args.precision,
+        args.optimizer,
+        ds.accumulation_steps if ds else (getattr(args, "accumulation_steps", None) or 1),
+        ds.clip_grad if ds else None,
+        config,
+        ds,
+        get_gpu(args.gpu) if getattr(args, "gpu", None) else None,
+        reserve if reserve is not None else 0.05,
+    )
+
+
+def _agree(args, ds) -> None:
+    """A flag that contradicts the DeepSpeed config is refused, as the HF Trainer refuses a mismatch."""
+    clash = []
+    if args.precision is not None and args.precision != ds.precision_name:
+        clash.append(f"--precision {args.precision} vs the config's {ds.precision_name}")
+    if args.optimizer is not None and args.optimizer != ds.optimizer:
+        clash.append(f"--optimizer {args.optimizer} vs the config's {ds.optimizer}")
+    if args.batch is not None and args.batch != ds.micro_batch:
+        clash.append(f"--batch {args.batch} vs train_micro_batch_size_per_gpu {ds.micro_batch}")
+    steps = getattr(args, "accumulation_steps", None)
+    if steps is not None and steps != ds.accumulation_steps:
+        clash.append(f"--accumulation-steps {steps} vs gradient_accumulation_steps {ds.accumulation_steps}")
+    stage = getattr(args, "stage", None)
+    if stage is not None and stage != ds.stage:
+        clash.append(f"--stage {stage} vs zero_optimization.stage {ds.stage}")
+    if clash:
+        raise ValueError(
+            "the flags disagree with the DeepSpeed config: "
+            + "; ".join(clash)
+            + ' (set the config\'s value to "auto" to take the flag, as with the HF Trainer)'
+        )

@@ -1,0 +1,295 @@
+"""Which ZeRO stage, checkpointing strategy and micro-batch fit your GPUs, and how fast each trains: the planner.
+
+    zerosim plan --model llama-3-70b --gpus 64 --gpus-per-node 8 --gpu h100-80gb --seq-len 4096 --global-batch 1024
+    zerosim plan --config config.json --gpus 8 --gpu a100-80gb --seq-len 2048 --global-batch 64 --json
+    zerosim plan --model llama-3-8b --gpus 8 --gpu rtx3090 --seq-len 2048 --global-batch 32 --figure plan.png
+
+For each stage × strategy × micro-batch that splits the global batch, one micro-step of the model's data-less
+twin runs on the meta backend (its memory, from rank 0's ledger: model states, activations by name, gathered
+units, the fp32 gradient shard) and, where it fits with the labelled estimates added, a whole step runs on the
+timeline (time: the GPU's compute rates, NVLink inside a node, InfiniBand NDR across nodes). The ones that fit
+are ranked by step time; the top row is reproduced by the two commands printed below it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from zerosim.costs import GB
+
+HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
+KINDS = (
+    ("W", "params"),
+    ("G", "grads"),
+    ("OS", "master and optim:*"),
+    ("grad32", "grad32"),
+    ("activ.", "activations"),
+    ("other", "comm, scratch"),
+)
+
+
+def kind_group(kind: str) -> str:
+    """The column a ledger kind is counted in."""
+    return {"params": "W", "grads": "G", "master": "OS", "grad32": "grad32", "activations": "activ."}.get(
+        kind, "OS" if kind.startswith("optim:") else "other"
+    )
+
+
+def add_arguments(p) -> None:
+    from zerosim.costs import PRESETS
+    from zerosim.costs.gpus import GPUS
+    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+    from zerosim.models.gpt import STRATEGIES
+
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--model",
+        choices=sorted(k for k, v in PRESETS.items() if v.config is not None),
+        help="a shipped config (zerosim/models/hf_configs)",
+    )
+    which.add_argument("--config", metavar="CONFIG.json", help="a model's Hugging Face config.json, read locally")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs: data-parallel ranks N")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=8,
+        help="GPUs per node (default 8): more ranks than this put the ring across nodes, at InfiniBand NDR's speed",
+    )
+    p.add_argument("--gpu", choices=tuple(GPUS), required=True, help="the GPU: its capacity and compute rates")
+    p.add_argument("--seq-len", type=int, required=True, metavar="L", help="tokens per sequence")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        required=True,
+        metavar="SEQUENCES",
+        help="sequences per optimizer step over all GPUs (= GPUs × micro-batch × accumulation steps)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("bf16-mixed", "fp16-mixed", "fp32"),
+        default="bf16-mixed",
+        help="mixed-precision preset (default bf16-mixed)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=("adam", "adamw", "sgd", "sgd_momentum", "lion", "adan"),
+        default="adam",
+        help="optimizer (default adam)",
+    )
+    p.add_argument(
+        "--comm",
+        choices=("deepspeed", "fsdp", "seed"),
+        default="deepspeed",
+        help="the schedule: DeepSpeed's defaults (buckets, prefetch; the default), FSDP's, or seed 004's",
+    )
+    p.add_argument("--stages", default="0,1,2,3", help="stages to try, comma-separated (default 0,1,2,3)")
+    p.add_argument(
+        "--strategies", default=None, help=f"checkpointing strategies to try (default all: {', '.join(STRATEGIES)})"
+    )
+    p.add_argument(
+        "--micro-batches",
+        default=None,
+        help="micro-batches to try (default every divisor of the sequences each GPU takes per step)",
+    )
+    p.add_argument(
+        "--reserve",
+        type=float,
+        default=ALLOCATOR_RESERVE,
+        metavar="FRACTION",
+        help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+    )
+    p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument(
+        "--figure", default=None, metavar="OUT.png", help="draw memory by kind and step time per configuration"
+    )
+
+
+def _ints(text: str, flag: str, allowed=None) -> tuple:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or (allowed is not None and not set(values) <= set(allowed)) or min(values) < 0:
+        raise ValueError(
+            f"{flag} must list {'values among ' + str(allowed) if allowed else 'positive integers'}, got {text!r}"
+        )
+    return values
+
+
+def _strategies(text):
+    from zerosim.models.gpt import STRATEGIES
+
+    if text is None:
+        return None
+    names = tuple(x.strip() for x in text.split(","))
+    bad = [n for n in names if n not in STRATEGIES]
+    if bad:
+        raise ValueError(f"--strategies: unknown {bad[0]!r}; choose among {', '.join(STRATEGIES)}")
+    return names
+
+
+def report(args) -> tuple:
+    """The plan as data (what --json prints) and the Plan."""
+    from zerosim.costs import get_preset
+    from zerosim.models.hf_config import read_hf_config
+    from zerosim.progress import progress
+    from zerosim.timeline.plan import plan
+
+    config = read_hf_config(args.config) if args.config else get_preset(args.model).config
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    if args.figure is not None and not args.figure.endswith(".png"):
+        raise ValueError(f"{args.figure!r}: expected a .png file name")
+    micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches else None
+    if micro is not None and min(micro) < 1:
+        raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
+    bar = progress(total=None, desc="planning", enabled=not args.json and sys.stderr.isatty(), unit="config")
+    p = plan(
+        config,
+        args.gpus,
+        args.gpus_per_node,
+        args.gpu,
+        args.seq_len,
+        args.global_batch,
+        args.precision,
+        args.optimizer,
+        args.comm,
+        _ints(args.stages, "--stages", (0, 1, 2, 3)),
+        _strategies(args.strategies),
+        micro,
+        args.reserve,
+        progress=lambda label: bar.update(1),
+    )
+    bar.close()
+    flag = f"--config {args.config}" if args.config else f"--model {args.model}"
+    s = p.settings
+    rate = _peak_rate(s["device"], args.precision)
+    rows = [_row(r, s, rate) for r in p.fitting]
+    return {
+        "settings": {k: v for k, v in s.items()},
+        "link": p.link,
+        "fitting": rows,
+        "did_not_fit": [_row(r, s, rate) for r in p.rows if not r.fits],
+        "pruned": [{"stage": st, "model_states": b} for st, b in p.pruned],
+        "reproduce": list(p.commands(p.fitting[0], flag)) if p.fitting else [],
+    }, p
+
+
+def _peak_rate(device: str, precision: str) -> float:
+    from zerosim.precision import get_precision
+    from zerosim.timeline import DEVICES
+
+    return DEVICES[device].rate(get_precision(precision).compute)
+
+
+def _row(r, s, rate) -> dict:
+    tokens = s["per_rank"] * s["seq_len"]  # per GPU per step
+    by = {label: 0 for label, _ in KINDS}
+    for kind, nbytes in r.at_peak.items():
+        by[kind_group(kind)] += nbytes
+    out = {
+        "stage": r.stage,
+        "strategy": r.strategy,
+        "micro_batch": r.micro_batch,
+        "accumulation": r.accumulation,
+        "peak": r.peak,
+        "at_peak": r.at_peak,
+        "by_group": by,
+        "overheads": r.overheads,
+        "total": r.total,
+        "capacity": r.capacity,
+        "margin": r.margin,
+        "fits": r.fits,
+        "step_s": r.step_s,
+        "compute_s": r.compute_s,
+        "exposed_s": r.exposed_s,
+    }
+    if r.step_s:
+        out["tokens_per_s_per_gpu"] = tokens / r.step_s
+        out["mfu"] = 6 * s["params"] * tokens / (r.step_s * rate)  # 6Ψ FLOPs per token (no recompute, no attention)
+    return out
+
+
+def format_plan(r: dict) -> str:
+    s = r["settings"]
+    across = s["ranks"]
+    link = "the ring crosses nodes: InfiniBand NDR" if r["link"] == "ib_ndr" else "one node: NVLink 4"
+    lines = [
+        f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
+        f"({s['gpus_per_node']} per node; {link})",
+        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
+        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
+        "",
+    ]
+    if r["pruned"]:
+        lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
+        lines += [f"  ZeRO-{p['stage']}: {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
+        lines.append("")
+    if not r["fitting"]:
+        lines += ["Nothing tried fits. Closest:"] + [
+            _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
+        ]
+        lines += [
+            "",
+            "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
+        ]
+        return "\n".join(lines)
+    head = (
+        f"{'#':>2s}  {'stage':5s} {'strategy':9s} {'B × K':>7s}  {'step time':>10s} {'tok/s/GPU':>10s} {'MFU':>5s}  "
+        f"{'peak GB':>8s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
+    )
+    lines += [
+        "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = the ledger's, measured; +est. = CUDA, NCCL, allocator):",
+        head,
+    ]
+    for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
+        lines.append(
+            f"{i:>2d}  {x['stage']:<5d} {x['strategy']:9s} {x['micro_batch']:>3d} × {x['accumulation']:<3d} "
+            f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
+            f"{x['peak'] / GB:8.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
+            + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS)
+        )
+    more = len(r["fitting"]) - s.get("top", 10)
+    if more > 0:
+        lines.append(f"    ... {more} more that fit (--top, or --json for all)")
+    if r["did_not_fit"]:
+        lines += ["", "Tried and did not fit (each strategy stops at its first micro-batch that does not):"]
+        lines += [_line(x) for x in r["did_not_fit"]]
+    top = r["fitting"][0]
+    lines += [
+        "",
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient shard of",
+        "the step; activ.: saved for backward. B × K: micro-batch × accumulation steps per GPU.",
+        "MFU: 6Ψ FLOPs per token over the step time and the GPU's dense peak (recompute and attention not counted).",
+        "",
+        f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}, "
+        "is what these two commands measure:",
+    ] + [f"  {c}" for c in r["reproduce"]]
+    return "\n".join(lines)
+
+
+def _line(x: dict) -> str:
+    return (
+        f"  ZeRO-{x['stage']} {x['strategy']:9s} B = {x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
+        f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
+        f"{-x['margin'] / GB:.2f} GB short"
+    )
+
+
+def run(args) -> int:
+    r, p = report(args)
+    r["settings"]["top"] = args.top
+    print(json.dumps(r, indent=1, default=str) if args.json else format_plan(r))
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from zerosim.viz.plan_figure import plan_figure
+
+        fig = plan_figure(p, top=args.top)
+        fig.savefig(args.figure, dpi=120, bbox_inches="tight")
+        if not args.json:
+            print(f"\nfigure: {args.figure}")
+    return 0

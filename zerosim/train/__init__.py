@@ -1,0 +1,10 @@
+"""Training runs as library code, above the engines and the checkpoints: what `zerosim train` runs.
+
+    trainer.py   TrainConfig, train(config) -> TrainResult: a model on a synthetic task, saved and resumed
+"""
+
+from zerosim.train.trainer import (MAX_SIMULATED_RANKS, RUN_DEFAULTS, StepInfo, TrainConfig, TrainResult, build_model,
+                                   run_defaults, train)
+
+__all__ = ["MAX_SIMULATED_RANKS", "RUN_DEFAULTS", "StepInfo", "TrainConfig", "TrainResult", "build_model",
+           "run_defaults", "train"]

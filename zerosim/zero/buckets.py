@@ -1,0 +1,61 @@
+"""Gradients waiting for their collective in one micro-step: DeepSpeed's bucket rule, decided here once.
+
+Units join as backward finishes them; the bucket is sent before a unit that would overflow
+`reduce_bucket_size` (so only a unit larger than the limit makes a bucket larger than it), or at once
+when there is no bucket size (seed 004: unit by unit) — DeepSpeed's `reduce_independent_p_g_buckets_and
+_remove_grads` (deepspeed/runtime/zero/stage_1_and_2.py).
+
+    stages 2/3          each bucket is reduce-scattered into the shards (reduce.reduce_units; a bucket of one
+                        unit goes through the engine's `Hooks.reduce_unit`)
+    stages 0/1 bucketed the end-of-backward collective ("all_reduce" or "reduce_scatter") done bucket by
+                        bucket on the whole gradient buffer (reduce.reduce_range), the padding [P, Ψ) with the
+                        first bucket
+"""
+
+from __future__ import annotations
+
+from zerosim.cluster import Handle
+from zerosim.zero.reduce import reduce_range, reduce_unit, reduce_units
+
+
+class GradBucket:
+    """One micro-step's gradient buckets (see the module docstring). `whole`: None at stages 2/3, else the
+    end-of-backward collective the buckets split. `reduce_one` / `reduce_many`: how a bucket of one unit / of
+    several is reduce-scattered (reduce.py's; an engine's `Hooks.reduce_unit` for one)."""
+
+    def __init__(self, ctx, limit: int | None, first: bool, whole: str | None = None, reduce_one=reduce_unit,
+                 reduce_many=reduce_units):
+        self.ctx, self.limit, self.first, self.whole = ctx, limit, first, whole
+        self.reduce_one, self.reduce_many = reduce_one, reduce_many
+        self.units, self.filled, self.last, self.sent = [], 0, Handle(), False
+
+    def reduce(self, layer: int) -> None:
+        """Backward has made `layer`'s gradients: send the bucket first if this unit would overflow it."""
+        a, b = self.ctx.layout.windows[layer]
+        if b <= a:
+            return
+        if self.units and self.limit is not None and self.filled + (b - a) > self.limit:
+            self._send()
+        self.units.append(layer)
+        self.filled += b - a
+        if self.limit is None:
+            self._send()
+
+    def flush(self) -> Handle:
+        """Send what waits (end of backward); the last call's handle (the optimizer waits for it)."""
+        if self.units:
+            self._send()
+        return self.last
+
+    def _send(self) -> None:
+        ctx, units = self.ctx, self.units
+        if self.whole is not None:
+            windows = ctx.layout.windows
+            lo, hi = windows[min(units)][0], windows[max(units)][1]
+            sent = reduce_range(ctx, lo, ctx.layout.padded if not self.sent else hi, self.whole, tuple(units))
+        elif len(units) == 1:
+            sent = self.reduce_one(ctx, units[0], self.first)
+        else:
+            sent = self.reduce_many(ctx, units, self.first)
+        self.last, self.sent = sent or self.last, True
+        self.units, self.filled = [], 0

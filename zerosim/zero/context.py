@@ -1,0 +1,27 @@
+"""What the helpers of one ZeRO step read: a small frozen record, never the engine.
+
+A helper (gather.py, reduce.py, step_checks.py, update.py, ...) takes this context, the arrays it works on
+and the few numbers it needs, and returns what it made (arrays, a collective's `Handle`); it keeps no state
+and hands nothing over through a rank's fields. The cluster is here because the collectives run over it
+(as torch.distributed's run over a process group); each rank's buffers live in its ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Context:
+    """One engine's fixed facts: where it runs, what its stage shards, how its buffers are cut, in which formats."""
+
+    cluster: object  # the ranks of this process, their ledgers and trace; the collectives' group
+    plan: object  # zero.plan.Plan: which buffers are sharded, which collective runs when
+    layout: object  # flat.FlatLayout or partition.ParamLayout: how every sharded buffer is cut
+    policy: object  # precision.MixedPrecision: the formats
+    recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
+    names: tuple  # each unit's (model layer's) name, for the trace's tags
+
+    @property
+    def ranks(self) -> list:
+        return self.cluster.ranks

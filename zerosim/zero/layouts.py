@@ -1,0 +1,39 @@
+"""Which layout a run shards by, and a saved layout read back: the two layouts behind one interface.
+
+    flat.py        FlatLayout: the whole flat vector cut in N equal shards (zerosim's default, the seeds')
+    partition.py   ParamLayout: each parameter cut on its own (DeepSpeed ZeRO-3 by elements, FSDP2 by dim 0)
+
+Both answer the same questions — `shard_size`, `padded`, `own(rank)`, a unit's `counts` and `owned_piece`,
+`to_wire` / `from_wire` / `staged_for_wire` between the model's order and the shards', `arrange` /
+`unarrange`, `owner_chunks`, `draw_index`, `describe` — so no caller asks which one it has. Their shard
+arithmetic is `collectives.ShardLayout`'s, in one place.
+"""
+
+from __future__ import annotations
+
+import math
+
+from zerosim.zero.flat import FlatLayout
+from zerosim.zero.partition import ParamLayout
+
+
+def layout_for(model, world_size: int, recipe, backend=None):
+    """The layout `recipe` (a `GradientRecipe`) shards by: per-parameter element chunks (deepspeed-zero3), dim-0
+    chunks (fsdp2), or zerosim's flat one. Per-parameter chunks are permuted by value (`to_wire`), so they need a
+    `backend` that holds values: the meta backend accounts the flat layout only (a clear error otherwise)."""
+    partition = recipe.partition
+    if partition == "flat":
+        return FlatLayout.for_model(model, world_size)
+    if backend is not None and not backend.holds_values:
+        raise ValueError(f"reduction {recipe.reduction!r} shards by per-parameter partitions, which the meta backend "
+                         "does not account (it accounts zerosim's flat layout); use the numpy or mpi backend")
+    return ParamLayout.for_model(model, world_size, dim0=partition == "per-parameter dim 0")
+
+
+def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
+    """The layout a checkpoint recorded (`describe()`), for a model of these layer `windows` and parameter `shapes`
+    (one without a "kind" predates per-parameter layouts: flat)."""
+    if described.get("kind", "flat") == "per-parameter":
+        rows = tuple(shape[0] if shape else 1 for shape in shapes) if described.get("split") == "dim 0" else None
+        return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, world_size, rows)
+    return FlatLayout(described["num_params"], world_size, windows)
