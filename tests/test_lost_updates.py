@@ -42,6 +42,7 @@ def test_first_step_loses_exactly_the_updates_below_half_an_ulp():
     assert np.all(after[surely_kept] != before[surely_kept])
 
 
+@pytest.mark.slow
 def test_pure_fp16_stalls_while_mixed_moves_every_master():
     pure, model, _, before_pure = train("fp16-pure")
     mixed, _, params, before_mixed = train("fp16-mixed")
