@@ -64,6 +64,7 @@ def test_all_to_all_equals_its_naive_twin(n, per, g, seed):
     assert all(c.trace.bytes_sent(r) == (g - 1) * per * 2 for r in range(n))  # (g-1)/g of the buffer, fp16
 
 
+@pytest.mark.slow  # Hypothesis over many shapes: over a second
 @given(nodes=st.integers(2, 3), d=st.sampled_from([1, 2, 4]), rows=st.sampled_from([4, 8, 16]),
        seed=st.integers(0, 999))
 def test_qgz_equals_its_naive_twin(nodes, d, rows, seed):
@@ -107,6 +108,7 @@ WIRES = [Wire(zero_quantized_weights=True, weight_groups=4), Wire(zero_quantized
          Wire(fp8_all_gather="mxfp8")]
 
 
+@pytest.mark.slow  # Hypothesis over many shapes: over a second
 @given(n=st.integers(1, 5), widths=st.lists(st.integers(1, 9), min_size=2, max_size=4),
        precision=st.sampled_from(["bf16-mixed", "fp16-mixed", "fp32"]), wire=st.sampled_from(WIRES),
        recipe=st.sampled_from(["seeds", "deepspeed-zero3"]), seed=st.integers(0, 999))
@@ -211,6 +213,7 @@ def test_what_lands_before_dequantizing_is_in_the_ledger():
             assert not any(name.endswith("(received, quantized)") for name in rank.ledger.live)
 
 
+@pytest.mark.slow  # Hypothesis over many shapes: over a second
 @given(nodes=st.integers(2, 3), d=st.sampled_from([1, 2, 4]), rows=st.sampled_from([4, 8]),
        reset_t=st.integers(0, 3), beta=st.sampled_from([0.0, 0.8, 1.0]), seed=st.integers(0, 999))
 def test_qgz_with_loco_equals_its_naive_twin_over_steps(nodes, d, rows, reset_t, beta, seed):
