@@ -120,6 +120,22 @@ def check_timeline_one(out: str, readme: str, project: Path) -> None:
     assert "N = 1,024 ranks, ZeRO-3" in out
 
 
+def check_wire_timeline(out: str, readme: str, project: Path, line: str) -> None:
+    """The README's seconds of `gather params` at 1,024 GPUs for the wire this line turns on."""
+    said = r"([\d.]+) s with qwZ" if "--zero-quantized-weights" in line else r"([\d.]+) s with torchao's fp8 all-gather"
+    quoted = float(re.search(said, readme).group(1))
+    printed = float(re.search(r"^\s+gather params\s+\d+ calls\s+([\d.]+) s", out, re.M).group(1))
+    assert round(printed, 2) == quoted, (printed, quoted)
+    fp16 = float(re.search(r"spends ([\d.]+) s gathering\s+weights in fp16", readme).group(1))
+    assert fp16 > quoted  # the unquantized run's 14.98 s is checked by tests/test_zeropp.py
+
+
+def check_wire_memory(out: str, readme: str, project: Path) -> None:
+    quoted = float(re.search(r"kind \"comm\": ([\d.]+) MB a rank for GPT-2 small's embedding", readme).group(1))
+    printed = float(re.search(r"dequantized \(kind 'comm'\) peaks at ([\d.]+) GB a rank", out).group(1))
+    assert round(quoted / 1e3, 3) == printed, (quoted, printed)
+
+
 def check_sweep(out: str, readme: str, project: Path) -> None:
     ib3 = [int(x) for x in re.search(r"^ib_ndr\s+3\s+(.*?)\s*$", out, re.M).group(1).replace("%", "").split()]
     quoted = re.search(r"exposed communication (\d+) % of a (\d+) s step\s+from 64 to 512 ranks, then (\d+) % at 1024, "
@@ -229,7 +245,10 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim figures", check_figures),
     (r"zerosim memory --model gpt3-6\.7b .*--checkpoint block", check_memory_67b),
     (r"zerosim memory --d-model 4096 .*--seq-len 8192", check_memory_8192),
-    (r"zerosim timeline --model gpt3-175b --ranks 1024", check_timeline_one),
+    (r"zerosim timeline --model gpt3-175b --ranks 1024 --link ib_ndr --trace", check_timeline_one),
+    (r"zerosim timeline --model gpt3-175b --ranks 1024 --link ib_ndr --(zero-quantized-weights|fp8-all-gather)",
+     check_wire_timeline),
+    (r"zerosim memory --model gpt2-small --ranks 8 --zero-quantized-weights", check_wire_memory),
     (r"zerosim timeline --model gpt3-175b --sweep", check_sweep),
     (r"zerosim train --steps 6 --stage 3 --save scratch/ckpt", check_train_save),
     (r"zerosim train --steps 10 .*--resume scratch/ckpt", check_resume),
