@@ -46,7 +46,7 @@ class Cluster:
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
-        if isinstance(backend, str) and backend in ("numpy", "meta"):  # every rank lives in this process
+        if isinstance(backend, str) and backend in ("numpy", "meta", "cupy-sim"):  # every rank lives in this process
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
