@@ -55,9 +55,10 @@ def run(args) -> int:
     if n == 1:
         print("NOTE: with one rank every collective is a copy: this checks the plumbing, not the ring's order")
     for row in rows:
-        verdict = "agrees" if row.agrees else f"DIFFERS in {row.mismatched:,} elements (first at rank:index {row.first})"
+        verdict = "agrees" if row.agrees else f"DIFFERS in {row.mismatched:,} elements (first: rank:index {row.first})"
         note = "" if row.required else "  (for information: zerosim's all_reduce cuts other chunks)"
-        print(f"  {row.collective:<15}{row.dtype:<6} vs {row.against:<15} {row.elements:>12,} elements  {verdict}{note}")
+        what = f"{row.collective:<15}{row.dtype:<6} vs {row.against:<15}"
+        print(f"  {what} {row.elements:>12,} elements  {verdict}{note}")
     failed = [r for r in rows if r.required and not r.agrees]
     print("all required comparisons agree" if not failed else f"{len(failed)} required comparison(s) differ")
     return 1 if failed else 0
