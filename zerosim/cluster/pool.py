@@ -6,8 +6,9 @@ rank's arithmetic is unchanged — the same calls in the same order on the same 
 what one thread gives. What the work records is kept in rank order:
 
     pool.map(work, ranks, after)
-        work(i) for every local rank i, on the pool's threads, in any order; each rank's ledger events
-        (allocs, frees) held back, per rank, while they run
+        work(i) for every local rank i, the ranks cut into k contiguous groups, one per thread (the caller's
+        thread and k-1 pool threads), in any order; each rank's ledger events (allocs, frees) held back, per
+        rank, while they run
         then, in rank order, on the calling thread: rank i's held ledger events into the trace, then after(i, result)
 
 so the event log is byte for byte the one `workers=1` writes (which runs work(i), after(i, result) rank by
@@ -58,7 +59,7 @@ class RankPool:
 
     def __init__(self, workers: int = 1):
         self.workers = check_workers(workers)
-        self._executor = None  # made on first use; threads named "zerosim-rank-worker_<i>"
+        self._executor = None  # k-1 threads made on first use, named "zerosim-rank-worker_<i>"; the caller is one
         self.threads_used = set()  # names of the threads that ran a rank's work (tests read it)
         self._lock = threading.Lock()
 
@@ -82,14 +83,18 @@ class RankPool:
         for r, box in zip(ranks, held):
             if r.ledger.sink is not None:
                 r.ledger.sink = box.append  # per rank: only its own worker touches this ledger during the op
+        # k contiguous groups of ranks: the caller's thread runs the first, k-1 pool threads the others (one task
+        # per thread, not per rank: a handoff costs tens of microseconds, a small layer's op not much more)
+        k = min(self.workers, len(ranks))
+        groups = [range(len(ranks) * j // k, len(ranks) * (j + 1) // k) for j in range(k)]
         try:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="zerosim-rank-worker")
+                self._executor = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="zerosim-rank-worker")
             # errstate and other context variables follow the caller into the threads (a copy per task)
-            futures = [self._executor.submit(contextvars.copy_context().run, self._run, work, i)
-                       for i in range(len(ranks))]
-            outcomes = [(f.exception(), None) for f in futures]  # waits for every rank: none is left running
-            outcomes = [(e, None if e is not None else f.result()) for (e, _), f in zip(outcomes, futures)]
+            futures = [self._executor.submit(contextvars.copy_context().run, self._group, work, g) for g in groups[1:]]
+            outcomes = self._group(work, groups[0])
+            for f in futures:  # waits for every rank: none is left running
+                outcomes += f.result()
         finally:
             for r, sink in zip(ranks, sinks):
                 r.ledger.sink = sink
@@ -106,6 +111,16 @@ class RankPool:
         if failed is not None:
             raise failed
         return results
+
+    def _group(self, work, indices) -> list:
+        """[(exception or None, result)] of work(i) for each i, in order; a failure does not stop the others."""
+        out = []
+        for i in indices:
+            try:
+                out.append((None, self._run(work, i)))
+            except Exception as e:  # raised by the caller, in rank order, once every rank has finished
+                out.append((e, None))
+        return out
 
     def _run(self, work, i):
         name = threading.current_thread().name

@@ -23,9 +23,10 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
-    n = ctx.cluster.world_size
-    return [rank.ledger.adopt("grad32", finish(g, ctx.policy, n, micro_steps, scale, recipe=ctx.recipe), "grad32").array
-            for rank, g in zip(ctx.ranks, reduced)]
+    n, ranks = ctx.cluster.world_size, ctx.ranks
+    made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
+                                ranks)  # elementwise, each rank's own region: on the pool
+    return [rank.ledger.adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
 
 
 def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
