@@ -7,6 +7,7 @@ bytes, and the thread names that ran a rank's work. No test here times anything.
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 
@@ -136,6 +137,13 @@ def test_an_exception_in_one_ranks_compute_ends_the_step_with_nothing_half_updat
 def test_workers_must_be_a_positive_integer_or_auto(bad):
     with pytest.raises(ValueError, match="workers must be a positive integer or 'auto'"):
         Cluster(2, workers=bad)
+
+
+def test_the_suite_wide_knob_gives_every_cluster_its_workers():
+    """ZEROSIM_TEST_WORKERS=k (tests/conftest.py) reruns the suite's bit-equality properties on a pool of k."""
+    knob = os.environ.get("ZEROSIM_TEST_WORKERS")
+    want = 1 if not knob else check_workers(knob if knob == "auto" else int(knob))
+    assert Cluster(2).pool.workers == want and Cluster(2, workers=1).pool.workers == 1
 
 
 def test_auto_is_the_cores_this_process_may_use():
