@@ -11,6 +11,9 @@ core (cluster/pool.py); torch runs N processes (`torch.set_num_threads(1)` each,
 sides in turns: the torch processes wait on a queue while zerosim steps, and zerosim waits while they step
 (rank 0 times its step between two barriers). BLAS pinned to one thread (set before numpy and torch load);
 `workers=1` is shown too (the pool's speedup). The load average is printed: the machine may be shared.
+On a loaded machine the scheduler gives each runnable thread a share, so torch's N processes get N shares
+and zerosim's pool at most one per worker: the last column, CPU seconds per step (zerosim's process, all
+threads, ÷ the sum over torch's N processes, each between its two barriers), compares the work done.
 
 Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
 
@@ -68,11 +71,10 @@ def _torch_worker(rank, n, port, widths, commands, results):
             step = _torch_step(cmd, widths, x, t, torch, nn, dist)
             continue
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         dist.barrier()
-        if rank == 0:
-            results.put(time.perf_counter() - t0)
+        results.put((rank, time.perf_counter() - t0, time.process_time() - c0))
     dist.destroy_process_group()
 
 
@@ -110,7 +112,8 @@ def _torch_step(mode, widths, x, t, torch, nn, dist):
 
 
 class TorchPeers:
-    """N torch processes that step when told; `step()` returns rank 0's seconds between two barriers."""
+    """N torch processes that step when told; `step()` returns rank 0's seconds between two barriers and the
+    CPU seconds all N processes spent in them."""
 
     def __init__(self, n, widths, port):
         ctx = mp.get_context("spawn")
@@ -125,10 +128,11 @@ class TorchPeers:
         for q in self.commands:
             q.put(name)
 
-    def step(self) -> float:
+    def step(self) -> tuple:
         for q in self.commands:
             q.put("step")
-        return self.results.get(timeout=600)
+        got = [self.results.get(timeout=600) for _ in self.commands]
+        return next(wall for rank, wall, _ in got if rank == 0), sum(cpu for _, _, cpu in got)
 
     def close(self):
         for q in self.commands:
@@ -146,10 +150,11 @@ def zerosim_engine(widths, n, stage, precision, workers):
     return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), precision, params=model.init_params())
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+def timed(fn) -> tuple:
+    """(wall seconds, CPU seconds of every thread of this process) of fn()."""
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def run_case(name, n, repeats, port):
@@ -168,7 +173,8 @@ def run_case(name, n, repeats, port):
                 times["torch"].append(peers.step())
                 times["pool"].append(timed(lambda: pooled.step(data)))
                 times["one"].append(timed(lambda: single.step(data)))
-            med = {k: statistics.median(v) for k, v in times.items()}
+            med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+            med.update({f"{k} cpu": statistics.median(c for _, c in v) for k, v in times.items()})
             rows.append((label, med, pooled.model.num_params, pooled.cluster.pool.workers))
     finally:
         peers.close()
@@ -193,12 +199,12 @@ def main():
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
           f"median of {args.repeats} steps in turns")
     print(f"{'model':<6} {'N':>2}  {'comparison':<44} {'torch ms':>9} {'zerosim ms':>10} {'ratio':>6}  "
-          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}")
+          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11}")
     for k, (name, n) in enumerate(cases):
         for label, med, params, workers in run_case(name, n, args.repeats, args.port + k):
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
-                  f"{med['one'] / med['pool']:>12.2f}")
+                  f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f}")
         sys.stdout.flush()
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

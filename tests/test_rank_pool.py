@@ -73,7 +73,7 @@ def test_the_pool_runs_ranks_on_more_than_one_thread():
 
 def test_the_pool_records_in_rank_order_whatever_order_the_workers_finish():
     pool, order = RankPool(3), []
-    started = threading.Barrier(3)
+    started = threading.Barrier(3, timeout=120)  # a pool that runs the ranks one by one fails here, not hangs
 
     class R:
         def __init__(self, i):
@@ -130,6 +130,41 @@ def test_an_exception_in_one_ranks_compute_ends_the_step_with_nothing_half_updat
     engine.step([data[r:r + 1] for r in range(3)])
     clean.step([data[r:r + 1] for r in range(3)])
     assert same(snapshot(engine), snapshot(clean))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_an_exception_in_one_ranks_averaging_leaves_every_model_state_as_it_was(stage, workers):
+    """The averaged fp32 gradient is made on the pool too (zero/update.py `average`, a `Hooks.finish` a learner may
+    replace): one rank's failure there ends the step before any optimizer runs, every transient freed."""
+    from zerosim import Hooks
+    from zerosim.zero.averaging import finish
+
+    engine, _ = _mlp_run(stage, workers, steps=1)
+    calls, armed, lock = [], [], threading.Lock()
+
+    def failing(reduced, *args, **kw):
+        with lock:
+            calls.append(None)
+        if armed and len(calls) == 2:
+            raise Boom("one rank's averaging failed")
+        return finish(reduced, *args, **kw)
+
+    broken = ZeroEngine(engine.model, Cluster(3, workers=workers), stage, get_optimizer("adam", lr=1e-2),
+                        "bf16-mixed", params=engine.model.init_params(np.random.default_rng(1)),
+                        hooks=Hooks(finish=failing))
+    data = make_regression(np.random.default_rng(0), 3, 4, [6, 3])
+    batches = [data[r:r + 1] for r in range(3)]
+    broken.step(batches)  # one good step first, so the states hold values a failure could spoil
+    calls.clear(), armed.append(True)
+    before, states = snapshot(broken), [{b.name for b in r.model_states()} for r in broken.cluster.ranks]
+    with pytest.raises(Boom):
+        broken.step(batches)
+    # on the pool every rank's averaging ran before the exception (none left running); one thread stops at it
+    assert len(calls) == (3 if workers > 1 else 2)
+    assert same(snapshot(broken), before) and broken.t == 1
+    assert [{b.name for b in r.model_states()} for r in broken.cluster.ranks] == states
+    assert [set(r.ledger.live) for r in broken.cluster.ranks] == states  # no grad32 left behind
 
 
 @pytest.mark.bad_input("cluster and backends")
