@@ -200,6 +200,7 @@ def test_a_silent_fp16_overflow_stays_silent_on_the_workers(workers):
     assert engine.t == 0  # the overflow was found, the step skipped
 
 
+@pytest.mark.slow  # a fresh Python process (~1.5 s on a busy machine)
 def test_peers_benchmark_without_torch_says_so_and_exits_0():
     """benchmarks/peers.py needs torch (issue 28): where it is missing (made unimportable here) it measures nothing,
     says why in one line, and exits 0."""
