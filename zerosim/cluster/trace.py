@@ -68,6 +68,8 @@ class Call:
     layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
     step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
+    chunk_map: tuple = ()  # ((start, stop), ...): the element range of each ring chunk, where it is not the N equal
+    #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/nccl_allreduce.py, gloo.py)
 
 
 @dataclass
@@ -104,9 +106,10 @@ class Trace:
         self.log.append(event)
 
     # -- recording (used by the collectives) -----------------------------------------------------
-    def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "") -> int:
+    def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
+              chunk_map: tuple = ()) -> int:
         """Open a collective call; returns its number, which `hop` and `end` take."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag)
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map))
         if self._about:
             call = replace(call, **self._about)
         self.calls.append(call)
