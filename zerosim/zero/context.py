@@ -21,6 +21,7 @@ class Context:
     policy: object  # precision.MixedPrecision: the formats
     recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
     names: tuple  # each unit's (model layer's) name, for the trace's tags
+    bucket_limit: int | None = None  # CommSchedule.reduce_bucket_size: DeepSpeed's numel_per_bucket (bucket_allreduce)
 
     @property
     def ranks(self) -> list:

@@ -111,7 +111,8 @@ class ZeroEngine:
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
         padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
-        self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers))
+        self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
+                           self.comm.reduce_bucket_size)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
