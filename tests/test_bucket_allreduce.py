@@ -154,3 +154,33 @@ def test_a_bucket_of_several_units_in_ready_order_equals_the_oracle(allreduce, s
     # chunk) depends on that order; the oracle forms the bucket on its own (ready_buckets)
     engine, oracle = run(stage, get_precision("fp16-mixed"), GradientRecipe("deepspeed-zero12", allreduce), 4, 10**9)
     assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
+
+
+DOCS_FRACTIONS = {  # docs/recipes.md, the table under deepspeed-zero12: (N, bucket) -> % of elements that differ
+    (3, None): 13.9, (3, 10**9): 23.1, (4, None): 22.1, (4, 10**9): 32.8, (8, None): 38.4, (8, 10**9): 49.8,
+}
+
+
+def _optimizer_gradient(name, allreduce, n, bucket):
+    from zerosim.zero import averaging
+    from zerosim.zero.hooks import Hooks
+
+    got, widths = [], [64, 96, 96, 10]
+
+    def finish(*args, **kwargs):  # the fp32 gradient the optimizer reads, as the engine's own finish makes it
+        got.append(averaging.finish(*args, **kwargs))
+        return got[-1]
+
+    model = MLP(widths)
+    engine = ZeroEngine(model, Cluster(n), 2, Adam(), get_precision("fp16-mixed"),
+                        params=model.init_params(np.random.default_rng(0)), recipe=GradientRecipe(name, allreduce),
+                        comm=CommSchedule(reduce_bucket_size=bucket), hooks=Hooks(finish=finish))
+    engine.step(make_regression(np.random.default_rng(1), n, 8, widths))
+    return np.concatenate(got)
+
+
+@pytest.mark.parametrize("n, bucket", sorted(DOCS_FRACTIONS, key=str))
+def test_default_and_owner_reduce_paths_differ_by_these_fractions(n, bucket):
+    default = _optimizer_gradient("deepspeed-zero12", "nccl", n, bucket)
+    owner = _optimizer_gradient("deepspeed-zero12-reduce", "ring", n, bucket)
+    assert round(100 * np.mean(bits(default) != bits(owner)), 1) == DOCS_FRACTIONS[n, bucket]
