@@ -8,6 +8,7 @@
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
+    zerosim parity   compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd, timeline_cmd,
-                         train_cmd)
+from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, parity_cmd, plan_cmd, replay_cmd,
+                         timeline_cmd, train_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -31,6 +32,7 @@ COMMANDS = {
     "exercise": exercise_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
+    "parity": parity_cmd,
 }
 
 

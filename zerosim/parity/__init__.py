@@ -2,6 +2,7 @@
 
     launch.py             N torch processes on gloo running one function (torch imported only when a run starts)
     torch_collectives.py  torch's own all-reduce / reduce-scatter on gloo, on given arrays
+    ddp.py                real DDP (its defaults, its own buckets) beside zerosim's `ddp` recipe on gloo, per step
 
 torch is the optional `parity` extra; nothing in zerosim imports this package's torch parts otherwise.
 """

@@ -50,9 +50,7 @@ def run_on_gloo(fn, world_size: int, *args, timeout: float = 600.0) -> list:
             p.start()
         results, failures = {}, []
         try:
-            for _ in procs:
-                rank, ok, value = queue.get(timeout=timeout)
-                (results.__setitem__(rank, value) if ok else failures.append((rank, value)))
+            _collect(procs, queue, results, failures, timeout)
         finally:
             for p in procs:
                 p.join(timeout=5)
@@ -62,6 +60,29 @@ def run_on_gloo(fn, world_size: int, *args, timeout: float = 600.0) -> list:
         rank, tb = sorted(failures)[0]
         raise RuntimeError(f"torch rank {rank} of {world_size} failed:\n{tb}")
     return [results[r] for r in range(world_size)]
+
+
+def _collect(procs, queue, results: dict, failures: list, timeout: float) -> None:
+    """Each rank's (rank, ok, value) from `queue`; a rank that died without a word (killed, or spawn could not
+    import the caller's __main__) fails the run at once rather than after `timeout`."""
+    import queue as queues
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(results) + len(failures) < len(procs):
+        try:
+            rank, ok, value = queue.get(timeout=1.0)
+        except queues.Empty:
+            reported = set(results) | {r for r, _ in failures}
+            dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode is not None]
+            if dead:
+                failures.append((dead[0], f"the process exited with status {procs[dead[0]].exitcode} before "
+                                          f"reporting (a script that starts the kit needs `if __name__ == "
+                                          f"'__main__':`)"))
+            elif time.monotonic() > deadline:
+                raise TimeoutError(f"torch ranks did not finish within {timeout:g} s") from None
+            continue
+        (results.__setitem__(rank, value) if ok else failures.append((rank, value)))
 
 
 def _rank_main(fn, rank: int, world_size: int, store: str, queue, args) -> None:
