@@ -57,7 +57,8 @@ class Cluster:
         if representative and trace == "hop":
             raise ValueError("the meta backend's representative rank keeps one summary per call (trace='call'); "
                              "pass hosted='all' to host every rank and record every hop")
-        self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values)
+        self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values,
+                           world_size=world_size)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
