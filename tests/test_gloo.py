@@ -175,3 +175,18 @@ def test_gloo_all_reduce_is_torchs_bit_for_bit(n):
         assert all(np.array_equal(bits(a), bits(b)) for a, b in zip(mine, t_rs))
     if n >= 3:  # the comparison can fail: zerosim's own ring (NCCL's order, equal shards) disagrees with torch here
         assert differs_from_ring > 0
+
+
+def test_ncclavg_in_bf16_biases_the_mean_and_gloos_avg_does_not():
+    # NCCL's ncclAvg pre-multiplies by the scalar 1/N rounded to the wire dtype (ops.py "avg_premul"): bf16(1/3) =
+    # 0.333984375 = (1/3)(1 + 2**-9), so every mean comes out 1.00195 times too large on average (+0.195 %), on top
+    # of round-to-nearest's unbiased noise. gloo's AVG sums, then divides by 3 correctly rounded: no bias. Over
+    # 20,000 elements of 3 ranks the noise of the mean ratio is ~2**-9 / sqrt(20,000) ~ 1.4e-5, far inside 2e-4.
+    rng = np.random.default_rng(0)
+    bf16 = get_format("bf16")
+    xs = [cast(rng.uniform(1, 2, 20_000), bf16) for _ in range(3)]
+    exact = sum(x.astype(np.float64) for x in xs) / 3
+    nccl = all_reduce(Cluster(3, trace="call"), xs, op="avg_premul")[0].astype(np.float64)
+    gloo = gloo_all_reduce(Cluster(3, trace="call"), xs, op="avg")[0].astype(np.float64)
+    assert abs(np.mean(nccl / exact) - (1 + 2.0**-9)) < 2e-4  # +0.195 %
+    assert abs(np.mean(gloo / exact) - 1) < 2e-4
