@@ -39,7 +39,9 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
         model, Cluster(n, workers=workers), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy,
         checkpoint=checkpoint, params=params
     )
-    ref = Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), policy, world_size=n, params=params)
+    # stages 2/3 reduce as backward finishes each unit: deepspeed-zero12's all-reduce order depends on it
+    ref = Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), policy, world_size=n, params=params,
+                    reduce_every_micro_step=stage >= 2)
     for s in range(steps):
         batches = data[s * n : (s + 1) * n]
         got, want = engine.step(batches), ref.step(batches)

@@ -225,7 +225,7 @@ def test_every_recipe_equals_the_oracle_run_with_the_same_recipe(name, precision
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("stage, changes, comm, message", [
     (2, dict(reduction="ddp"), None, r"reduction 'ddp' follows .*reducer.cpp.* runs at ZeRO stage\(s\) 0, not 2; at "
-                                     r"stage 2 choose one of: seeds, deepspeed-zero12$"),
+                                     r"stage 2 choose one of: seeds, deepspeed-zero12, deepspeed-zero12-reduce$"),
     (0, dict(reduction="fsdp2"), None, r"runs at ZeRO stage\(s\) 3, not 0; at stage 0 choose one of: seeds, ddp"),
     (2, dict(reduction="fsdp2"), None, r"reduction 'fsdp2' follows .*_fsdp_collectives.py.* runs at ZeRO stage\(s\) 3, "
                                        r"not 2"),
@@ -235,6 +235,8 @@ def test_every_recipe_equals_the_oracle_run_with_the_same_recipe(name, precision
                                                  r"stage\(s\) 3, not 2"),
     (0, dict(reduction="ddp", reduce="fp32"), None, "reduction 'ddp' all-reduces in the gradient's own dtype"),
     (0, dict(allreduce="nccl"), "deepspeed", "allreduce='nccl' all-reduces the whole gradient in one call"),
+    (1, dict(allreduce="gloo"), None, "allreduce='gloo' picks an all-reduce's chunk map, but reduction 'seeds' at "
+                                      "stage 1 reduce-scatters to the owners"),
 ])
 def test_a_recipe_is_refused_where_its_framework_does_not_run_it(stage, changes, comm, message):
     cluster = Cluster(2)

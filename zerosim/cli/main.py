@@ -9,6 +9,7 @@
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
     zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
+    zerosim parity   compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd, timeline_cmd,
-                         train_cmd, verify_nccl_cmd)
+from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, parity_cmd, plan_cmd, replay_cmd,
+                         timeline_cmd, train_cmd, verify_nccl_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -33,6 +34,7 @@ COMMANDS = {
     "timeline": timeline_cmd,
     "plan": plan_cmd,
     "verify-nccl": verify_nccl_cmd,
+    "parity": parity_cmd,
 }
 
 

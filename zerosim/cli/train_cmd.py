@@ -251,10 +251,13 @@ def add_precision_arguments(p) -> None:
     p.add_argument("--clip-grad", type=float, default=None, metavar="MAX_NORM",
                    help="clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_)")
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
-                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2), "
-                        "deepspeed-zero3 and fsdp2 (stage 3, per-parameter partitions)")
-    p.add_argument("--allreduce", choices=ALLREDUCES, default=None, help="stage 0's all-reduce chunk map: ring "
-                                                                         "(default) or nccl")
+                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2: "
+                        "DeepSpeed's default, each bucket all-reduced), deepspeed-zero12-reduce (the same with "
+                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-zero3 and fsdp2 "
+                        "(stage 3, per-parameter partitions)")
+    p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
+                   help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
+                        "(NCCL's on a GPU) or gloo (torch on a CPU)")
 
 
 def precision_from_arguments(args, precision):

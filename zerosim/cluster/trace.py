@@ -71,6 +71,8 @@ class Call:
     step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
     group: int = 0  # ranks a group when the call runs over several groups of the world at once (0: the world)
+    chunk_map: tuple = ()  # ((start, stop), ...): the element range of each ring chunk, where it is not the N equal
+    #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/nccl_allreduce.py, gloo.py)
 
 
 @dataclass
@@ -109,9 +111,10 @@ class Trace:
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
-              group: int = 0) -> int:
+              group: int = 0, chunk_map: tuple = ()) -> int:
         """Open a collective call; returns its number, which `hop` and `end` take (`group`: see `Call.group`)."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, group=group)
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, group=group,
+                    chunk_map=tuple(chunk_map))
         if self._about:
             call = replace(call, **self._about)
         self.calls.append(call)

@@ -21,13 +21,15 @@ from zerosim.collectives.shards import ShardLayout
 from zerosim.precision import cast, format_of, get_format
 
 
-def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunks=None) -> np.ndarray:
+def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunks=None,
+                 direction: int = 1) -> np.ndarray:
     """The full reduction of `tensors` (one flat array per rank, all N ranks), in the stated order.
 
     `chunks`: which rank's chunk each element belongs to, as (c, start, stop) triples covering the
     array — the sum of chunk c starts at rank c+1 and ends at rank c. Default: the N equal shards of
     `ShardLayout` (zerosim's reduce-scatter); NCCL's ring all-reduce has its own map
-    (`nccl_ring_allreduce_chunks`)."""
+    (`nccl_ring_allreduce_chunks`), and so has gloo's (`gloo_ring`). `direction` -1 walks the ring the
+    other way round, as gloo does: chunk c starts at rank c-1 and ends at rank c."""
     n = len(tensors)
     reduce_op = get_op(op)
     is_max = reduce_op.name == "max"
@@ -40,17 +42,19 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunk
         stacked = np.stack([x.astype(np.float64) for x in xs])
         total = stacked.max(axis=0) if is_max else stacked.sum(axis=0)
         return reduce_op.post(total, n) if reduce_op.name == "avg" else total
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be 1 (NCCL's ring) or -1 (gloo's), got {direction!r}")
     if order == "ring-native":
-        return reduce_op.post(_ring_native(xs, layout, reduce_op, wire_fmt, chunks), n)
+        return reduce_op.post(_ring_native(xs, layout, reduce_op, wire_fmt, chunks, direction), n)
     if order != "ring":
         raise ValueError(f"unknown order {order!r}; choose 'ring', 'ring-native' or 'float64'")
     out = np.empty(layout.length, dtype=wire_fmt.dtype)
     for c, start, stop in chunks:
         if start == stop:
             continue
-        acc = xs[(c + 1) % n][start:stop]
-        for k in range(2, n + 1):  # ranks c+2, ..., c+N (= c): the path the partial sum travels
-            own = xs[(c + k) % n][start:stop].astype(np.float64)
+        acc = xs[(c + direction) % n][start:stop]
+        for k in range(2, n + 1):  # ranks c+2, ..., c+N (= c): the path the partial sum travels (d = 1)
+            own = xs[(c + k * direction) % n][start:stop].astype(np.float64)
             both = np.maximum(acc.astype(np.float64), own) if is_max else acc.astype(np.float64) + own
             # exact sum of two wire values, rounded once; fp8 sums saturate (NCCL: ops.py)
             acc = cast(both, wire_fmt, saturate=not is_max and saturates(wire_fmt))
@@ -58,7 +62,7 @@ def naive_reduce(tensors, op: str = "sum", wire=None, order: str = "ring", chunk
     return reduce_op.post(out, n)
 
 
-def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks) -> np.ndarray:
+def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks, d: int = 1) -> np.ndarray:
     """Chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], NumPy ops in the wire dtype, into one (L,) array."""
     n = len(xs)
     combine = reduce_op.combiner(wire_fmt)
@@ -70,9 +74,9 @@ def _ring_native(xs: list, layout, reduce_op, wire_fmt, chunks) -> np.ndarray:
         if n == 1:
             acc[...] = xs[0][start:stop]
             continue
-        combine(xs[(c + 1) % n][start:stop], xs[(c + 2) % n][start:stop], out=acc)
+        combine(xs[(c + d) % n][start:stop], xs[(c + 2 * d) % n][start:stop], out=acc)
         for k in range(3, n + 1):
-            combine(acc, xs[(c + k) % n][start:stop], out=acc)
+            combine(acc, xs[(c + k * d) % n][start:stop], out=acc)
     return out
 
 

@@ -99,7 +99,8 @@ def nccl_all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "",
     Loop by loop, as the kernel runs: the loop's reduce-scatter phase (N-1 steps), then its
     all-gather phase (N-1 steps), each as `all_reduce`'s phases run (the ring through
     `cluster.backend.exchange`, its chunk-order shortcut, or the backend's own). Each phase of each
-    loop is one trace call named "nccl_all_reduce" with its hops (or per-rank summaries). `op` and `wire` mean what
+    loop is one trace call named "nccl_all_reduce" with its hops (or per-rank summaries) and the loop's chunks
+    (`Call.chunk_map`, element ranges of the whole buffer). `op` and `wire` mean what
     they mean for
     `all_reduce` ("avg" divides by N in fp32 after the gather; "avg_premul" is NCCL's ncclAvg).
     """
@@ -116,23 +117,22 @@ def nccl_all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "",
     n, count = cluster.world_size, flat[0][1].shape[0]
     loops = nccl_ring_allreduce_chunks(count, n, wire_fmt.itemsize, chunk_bytes)
     out = [cluster.backend.empty((count,), wire_fmt.dtype) for _ in flat]  # (count,) wire dtype per local rank
-    first = cluster.trace.begin(
-        "nccl_all_reduce", reduce_op.name, n, loops[0].length if loops else 0, wire_fmt.name, tag
-    )
+    first = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, loops[0].length if loops else 0, wire_fmt.name,
+                                tag, chunk_map=loops[0].chunks if loops else ())
     staged, temps = stage(cluster, first, flat, reduce_op, wire_fmt, count, count)
     reduce_scatter_phase, all_gather_phase = phases(cluster)  # the ring, its chunk-order shortcut, or the backend's own
     calls = []  # the trace calls: each loop's reduce-scatter phase, then its all-gather phase
     for k, loop in enumerate(loops):
         lo, hi = loop.offset, loop.offset + loop.length
         bounds = [(a - lo, b - lo) for (a, b) in loop.chunks]  # loop-relative
-        call = (
-            first if k == 0 else cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
-        )
+        call = first if k == 0 else cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name,
+                                                        tag, chunk_map=loop.chunks)
         calls.append(call)
         with np.errstate(over="ignore", invalid="ignore"):  # 16-bit overflow is silent on the wire, as on a GPU
             mine, _ = reduce_scatter_phase(cluster, [x[lo:hi] for x in staged], reduce_op, wire_fmt, bounds, call)
         cluster.trace.end(call)
-        call = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag)
+        call = cluster.trace.begin("nccl_all_reduce", reduce_op.name, n, hi - lo, wire_fmt.name, tag,
+                                   chunk_map=loop.chunks)
         calls.append(call)
         full = all_gather_phase(cluster, mine, bounds, hi - lo, wire_fmt, call)
         cluster.trace.end(call)

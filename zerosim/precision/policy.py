@@ -23,12 +23,14 @@
                the recipe by which the N ranks' gradients become the one the optimizer reads, by the name of
                the code it follows (zero/recipes.py, docs/recipes.md): "seeds" sums on the wire and divides
                by N in fp32 after the cast (the seeds' protocol, the default); "ddp" (stage 0), "deepspeed-zero12"
-               (stages 1/2), "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
+               (stages 1/2: each bucket all-reduced, DeepSpeed's default use_multi_rank_bucket_allreduce=True),
+               "deepspeed-zero12-reduce" (the same with that flag off: a reduce to each slice's owner),
+               "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
                DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
-    allreduce  (the recipe's too) the chunk map of the all-reduce (stage 0): "ring" (reduce-scatter then
-               all-gather over the N shards) or "nccl" (NCCL's ring all-reduce with its own per-loop chunk map,
-               one channel:
-               collectives/nccl_allreduce.py), which is what DDP's ncclAllReduce does
+    allreduce  (the recipe's too) the chunk map of an all-reduce (stage 0, and deepspeed-zero12's buckets):
+               "ring" (reduce-scatter then all-gather over the N shards), "nccl" (NCCL's ring all-reduce with
+               its own per-loop chunk map, one channel: collectives/nccl_allreduce.py), which is what DDP's
+               ncclAllReduce does, or "gloo" (torch's ProcessGroupGloo on CPU: collectives/gloo.py)
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ from zerosim.precision.formats import Format, get_format
 from zerosim.precision.loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 
 # what each name means is written in zerosim/zero/recipes.py (RECIPES), the one place; listed here to check input
-REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2")
-ALLREDUCES = ("ring", "nccl")
+REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", "deepspeed-zero3", "fsdp2")
+ALLREDUCES = ("ring", "nccl", "gloo")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives import ShardLayout, naive_reduce, nccl_ring_allreduce_chunks
+from zerosim.collectives import ShardLayout, gloo_ring, naive_reduce, nccl_ring_allreduce_chunks
 from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
@@ -32,6 +32,7 @@ from zerosim.precision import cast, get_precision
 from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
 from zerosim.zero.layouts import layout_for
+from zerosim.zero.bucket_allreduce import bucket_slices, flat_chunks, ready_buckets, split_calls
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.step_checks import skips_steps
 
@@ -71,6 +72,9 @@ class Reference:
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
         wire: a `zeropp.Wire`, as `ZeroEngine(wire=...)`: each unit computes with its weights quantized as the
             stage-3 gather sends them (wire_oracle.py).
+        reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
+            "deepspeed-zero12" all-reduces each bucket whole (zero/bucket_allreduce.py: the oracle forms the
+            buckets with its `ready_buckets` and sums each in the all-reduce's order over the bucket).
 
     `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
     clipped step.
@@ -78,7 +82,7 @@ class Reference:
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
-                 clip_grad: float | None = None, recipe=None, wire=None):
+                 clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -95,6 +99,7 @@ class Reference:
             raise ValueError(f"order must be 'ring' or 'ring-native', got {order!r}")
         self.order = order
         self.clip_grad = clipping.check_max_norm(clip_grad)
+        self.reduce_bucket_size = reduce_bucket_size
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -145,16 +150,38 @@ class Reference:
         """N flat gradients -> their reduction in the ring's order and wire format, as the recipe keeps it
         (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
         p, n = self.precision, len(grads)
-        chunks = None
-        if self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them; padding stays 0
-            real = self.model.num_params
+        chunks, direction, real = None, 1, self.model.num_params
+        if self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
+            chunks = [(0, real, self.padded)]
+            for bucket in self._buckets():
+                for call in split_calls(bucket_slices(self.layout, bucket), self.reduce_bucket_size):
+                    more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
+                    chunks += more
+        elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
+        elif self.recipe.allreduce == "gloo" and not self.reduce_every_micro_step:  # stage 0: gloo's, over P
+            ring, direction = gloo_ring(real, n, p.reduce_format.itemsize), -1
+            chunks = [(c, a, b) for c, (a, b) in enumerate(ring.chunks)] + [(0, real, self.padded)]
         else:  # the layout's owners: the flat shards, or each parameter's chunks (zero/partition.py)
             chunks = self.layout.owner_chunks(self.padded)
         reduced = naive_reduce(grads, op=averaging.reduce_op(p, n, self.recipe), wire=p.reduce_format, order=self.order,
-                               chunks=chunks)
+                               chunks=chunks, direction=direction)
         return averaging.after_reduce(reduced, p, n, self.recipe)
+
+    def _buckets_all_reduced(self) -> bool:
+        # the engine's stage 1 with a matrix optimizer all-reduces the whole buffer instead (reduce.reduce_range)
+        return (self.recipe.rules.collective == "bucket all-reduce"
+                and (self.reduce_every_micro_step or self.optimizer.elementwise))
+
+    def _buckets(self) -> list:
+        """The engine's gradient buckets, units in the order they joined: backward's (the reverse of the layers')
+        by DeepSpeed's rule; stage 1 without a bucket size: one bucket of every unit in flat order."""
+        windows = self.layout.windows
+        sizes = [b - a for a, b in windows]
+        if not self.reduce_every_micro_step and self.reduce_bucket_size is None:
+            return [[x for x in range(len(windows)) if sizes[x]]]
+        return ready_buckets(list(reversed(range(len(windows)))), sizes, self.reduce_bucket_size)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""

@@ -20,9 +20,11 @@ step with its source; divide_factors.py has torch's scalar multiply and divide, 
                       `at::mul_out(bucket_view, grad, 1. / div_factor_)`): multiply by fl32(1/N) in fp32,
                       rounded to the gradient's dtype, then an all-reduce SUM in that dtype. Stage 0.
     deepspeed-zero12  DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/stage_1_and_2.py: average_tensor
-                      `tensor.div_(world_size)` on CUDA, then allreduce_bucket's `dist.reduce` in
-                      `communication_data_type` and the copy back into the 16-bit buffer, which rounds
-                      once more when the wire is wider). Stages 1/2.
+                      `tensor.div_(world_size)` on CUDA, then allreduce_bucket's `dist.all_reduce` of the whole
+                      bucket in `communication_data_type` (its default use_multi_rank_bucket_allreduce=True:
+                      bucket_allreduce.py) and the copy back into the 16-bit buffer, which rounds once more when
+                      the wire is wider). Stages 1/2. "deepspeed-zero12-reduce": the same arithmetic with the
+                      flag off, a `dist.reduce` of each slice to its owner (its owner's ring order).
     fsdp2             FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce,
                       _get_gradient_divide_factors): fp32/bf16 reduce with NCCL's AVG (PreMulSum by
                       fl(1/N)); fp16 divides by a power of two `pre` before and by N/pre after, both

@@ -22,6 +22,7 @@ class Context:
     recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
     names: tuple  # each unit's (model layer's) name, for the trace's tags
     wire: object = None  # zeropp.WireState: weights gathered in fewer bits (qwZ, fp8), or None
+    bucket_limit: int | None = None  # CommSchedule.reduce_bucket_size: DeepSpeed's numel_per_bucket (bucket_allreduce)
 
     @property
     def ranks(self) -> list:

@@ -126,7 +126,7 @@ class ZeroEngine:
                 raise TypeError(f"wire must be a zerosim.zero.zeropp.Wire, got {wire!r}")
             wire.check(plan, self.layout)
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
-                           None if wire is None else WireState(wire))
+                           wire=None if wire is None else WireState(wire), bucket_limit=self.comm.reduce_bucket_size)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it

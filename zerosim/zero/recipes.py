@@ -33,6 +33,8 @@ class Recipe:
     divides_by_n: bool  # False: finish divides by N (after the cast to fp32); True: the recipe divided already
     partition: str = "flat"  # the layout its framework shards by: "flat" (flat.py), "per-parameter" or
     #                          "per-parameter dim 0" (partition.py)
+    collective: str = "reduce-scatter"  # how stages 1/2 move a bucket: "reduce-scatter" to the owners (reduce.py),
+    #                                     or "bucket all-reduce" of the whole bucket (bucket_allreduce.py)
 
     @property
     def stages(self) -> tuple:
@@ -41,7 +43,7 @@ class Recipe:
 
     def reduced_format(self, policy) -> Format:
         """The format `after` leaves the reduced gradient in (what stages 2/3 accumulate it in)."""
-        if self.name == "deepspeed-zero12":
+        if self.name.startswith("deepspeed-zero12"):
             return policy.compute_format  # copied back into the 16-bit buffer
         if self.name == "deepspeed-zero3":  # `.to(gradient_accumulation_dtype)`: grad_accum_dtype, else the model's
             return get_format(policy.grad_accum) if policy.grad_accum is not None else policy.compute_format
@@ -135,10 +137,21 @@ RECIPES = {
             None,
             True,
         ),
-        Recipe(
+        Recipe(  # DeepSpeed's default: use_multi_rank_bucket_allreduce=True (zero/config.py)
             "deepspeed-zero12",
             _zero12,
-            "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_bucket",
+            "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_and_scatter, allreduce_bucket "
+            "(dist.all_reduce of each bucket)",
+            _deepspeed_zero12_op,
+            _deepspeed_zero12_after,
+            True,
+            collective="bucket all-reduce",
+        ),
+        Recipe(  # use_multi_rank_bucket_allreduce=False: each slice reduced to its owner
+            "deepspeed-zero12-reduce",
+            _zero12,
+            "deepspeed/runtime/zero/stage_1_and_2.py: average_tensor, allreduce_no_retain, allreduce_bucket "
+            "(dist.reduce to the owner)",
             _deepspeed_zero12_op,
             _deepspeed_zero12_after,
             True,
@@ -165,7 +178,8 @@ RECIPES = {
     )
 }
 assert tuple(RECIPES) == REDUCTIONS, "precision/policy.py lists the recipes' names to check input"
-ALLREDUCE_MAPS = ALLREDUCES  # "ring": reduce-scatter + all-gather over the N shards; "nccl": NCCL's runRing chunk map
+ALLREDUCE_MAPS = ALLREDUCES  # "ring": reduce-scatter + all-gather over the N shards; "nccl": NCCL's runRing chunk map;
+#                             "gloo": gloo's ring (collectives/gloo.py)
 
 
 @dataclass(frozen=True)
@@ -178,8 +192,8 @@ class GradientRecipe:
     `GradientRecipe.of(policy)` reads them from there; an engine given both checks that they agree.
     """
 
-    reduction: str = "seeds"  # RECIPES: "seeds", "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"
-    allreduce: str = "ring"  # the all-reduce's chunk map: "ring" or "nccl" (collectives/nccl_allreduce.py)
+    reduction: str = "seeds"  # RECIPES: "seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", ...
+    allreduce: str = "ring"  # an all-reduce's chunk map: "ring", "nccl" (collectives/nccl_allreduce.py) or "gloo"
 
     def __post_init__(self):
         if self.reduction not in RECIPES:
@@ -222,6 +236,10 @@ class GradientRecipe:
         if r.name == "ddp" and policy.reduce_format != policy.compute_format:
             raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
                              f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")
-        if self.allreduce == "nccl" and buckets:
-            raise ValueError("allreduce='nccl' all-reduces the whole gradient in one call: NCCL's chunk map of each "
-                             "bucket would differ (and so would the bits); drop reduce_bucket_size")
+        all_reduces = r.collective == "bucket all-reduce" or plan.end_reduction(True) == "all_reduce"
+        if self.allreduce != "ring" and not all_reduces:
+            raise ValueError(f"allreduce={self.allreduce!r} picks an all-reduce's chunk map, but reduction {r.name!r} "
+                             f"at stage {plan.stage} reduce-scatters to the owners: drop allreduce")
+        if self.allreduce != "ring" and buckets and r.collective != "bucket all-reduce":
+            raise ValueError(f"allreduce={self.allreduce!r} all-reduces the whole gradient in one call: the chunk map "
+                             f"of each bucket would differ (and so would the bits); drop reduce_bucket_size")

@@ -16,8 +16,9 @@ or bits.
 from __future__ import annotations
 
 from zerosim.cluster import Handle
-from zerosim.collectives import all_reduce, nccl_all_reduce, reduce_scatter
+from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.zero import averaging
+from zerosim.zero.bucket_allreduce import all_reduce_bucket
 
 WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
 
@@ -58,6 +59,8 @@ def reduce_units(ctx, layers: list, first: bool) -> Handle:
     """Stages 2/3: one reduce-scatter for the gradients of `layers`, units whose windows are adjacent in
     the flat buffer (a bucket), over their joint window [lo, hi) with counts [lo, hi) ∩ shard_r: each
     element keeps its owner and its ring order, so a bucket changes no bit."""
+    if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, units in ready order
+        return all_reduce_bucket(ctx, list(layers), first, ctx.bucket_limit, held=True)
     layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     layers = sorted(layer for layer in layers if layout.windows[layer][1] > layout.windows[layer][0])
     if not layers:
@@ -106,14 +109,18 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     with counts [lo, hi) ∩ shard_r (none for the whole buffer: its chunks are the shards). Writes the result
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
+        order = list(layers) if layers else list(range(len(layout.windows)))  # the end of backward: flat order
+        return all_reduce_bucket(ctx, order, True, ctx.bucket_limit, held=False)
     n, wire = cluster.world_size, policy.reduce_format
     op = averaging.reduce_op(policy, n, recipe)
     whole = (lo, hi) == (0, layout.padded)
     counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
     with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
-        if how == "all_reduce" and recipe.allreduce == "nccl":  # NCCL's own chunk map, over the P real elements
+        if how == "all_reduce" and recipe.allreduce in ("nccl", "gloo"):  # their own chunk maps, over P elements
             hi = layout.num_params  # (the padding [P, Ψ) is zero on every rank and stays so)
-            out = nccl_all_reduce(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
+            collective = nccl_all_reduce if recipe.allreduce == "nccl" else gloo_all_reduce
+            out = collective(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
         else:
             collective = all_reduce if how == "all_reduce" else reduce_scatter
             out = collective(
