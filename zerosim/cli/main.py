@@ -8,6 +8,7 @@
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
+    zerosim explore     the memory explorer as a self-contained web page for a course site
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd, timeline_cmd,
-                         train_cmd)
+from zerosim.cli import (checkpoint_cmd, exercise_cmd, explore_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd,
+                         timeline_cmd, train_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -29,6 +30,7 @@ COMMANDS = {
     "figures": figures_cmd,
     "checkpoint": checkpoint_cmd,
     "exercise": exercise_cmd,
+    "explore": explore_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
 }
