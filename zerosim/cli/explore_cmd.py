@@ -19,7 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--html", required=True, metavar="DIR", help="folder to write index.html into (made if missing)")
     p.add_argument("--grid", choices=("default", "small"), default="default",
                    help="default: Llama-2 7B/70B, Llama-3 8B, GPT-3 175B x N 8/64/512/1024 x stages 0-3 x L 2k/4k x "
-                        "checkpointing none/block (256 runs, under a minute); small: GPT-2 small/medium (64 runs, seconds)")
+                        "checkpointing none/block (256 runs, under a minute); "
+                        "small: GPT-2 small/medium (64 runs, seconds)")
 
 
 def run(args) -> int:
