@@ -46,10 +46,11 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
         tests.append({"name": f"{t.exercise.name}: {t.exercise.title}", "number": str(n),
                       "score": t.points if passed else 0.0, "max_score": t.points,
                       "status": "passed" if passed else "failed", "output": out, "visibility": t.visibility})
-    score = sum(t["score"] for t in tests)
+    score, most = sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
+    said = f"assignment {a.number} ({a.title}): {score:g} of {most:g} points"
     return {"score": score, "execution_time": round(time.monotonic() - started, 3), "output_format": "text",
-            "output": f"assignment {a.number} ({a.title}): {score:g} of {sum(t['max_score'] for t in tests):g} "
-                      "points" + (f"; your file could not be run: {unrunnable}" if unrunnable else ""), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+            "output": said + (f"; your file could not be run: {unrunnable}" if unrunnable else ""),
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
 def write_results(results: dict, path: str) -> None:

@@ -1,5 +1,4 @@
 """Planted: shards of floor(L / N): the tail past N * floor(L / N) is lost."""
-import math
 
 import numpy as np
 

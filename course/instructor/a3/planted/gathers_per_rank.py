@@ -1,5 +1,4 @@
 """Planted: gathers once per rank (N all-gathers for one layer)."""
-import numpy as np
 
 
 def gather_layer(shards, start, stop, all_gather):

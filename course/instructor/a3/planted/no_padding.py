@@ -1,5 +1,4 @@
 """Planted: the peak without the padding (P / N, floored)."""
-import numpy as np
 
 
 def gather_layer(shards, start, stop, all_gather):

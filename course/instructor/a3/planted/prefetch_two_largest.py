@@ -1,5 +1,4 @@
 """Planted: prefetch holds the two largest layers (not the largest neighbouring pair)."""
-import numpy as np
 
 
 def gather_layer(shards, start, stop, all_gather):
