@@ -99,7 +99,7 @@ def _timeline(args):
     llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
     runs = {}
     for name, comm in (
-        ("seed 004: each unit gathered right before its use", None),
+        ("no prefetch: each unit gathered right before its use", None),
         ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True)),
     ):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
