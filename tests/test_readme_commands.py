@@ -181,7 +181,9 @@ def check_llama_8192(out: str, readme: str, project: Path) -> None:
     (block,) = [numbers(x)[0] for x in out.splitlines() if re.match(r"^\s+one block\s+\d", x)]  # MB, 3 decimals
     (p_mb,) = [numbers(x)[0] for x in out.splitlines() if re.match(r"^\s+P\s+\d", x)]
     assert round(int(layer.replace(",", "")) / 1e6, 3) == block and round(p_mb / 1e3, 2) == float(p_gb)
-    verdicts = re.findall(r"^([0-3])\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+(.*)$", out, re.M)
+    # the verdict table only: one line per stage ending in its verdict (the per-rank table above also starts with 0-3)
+    verdict_line = r"^([0-3])[ \t]+([\d.]+)[ \t]+([\d.]+)[ \t]+[\d.]+[ \t]+((?:fits|does not fit).*)$"
+    verdicts = re.findall(verdict_line, out, re.M)
     assert len(verdicts) == 4 and all(v[3].startswith("does not fit") for v in verdicts), verdicts
     stage3 = verdicts[-1]
     assert (round(float(stage3[1]), 2), round(float(stage3[2]), 2)) == (float(measured), float(estimated)), stage3
@@ -192,6 +194,9 @@ def check_llama_ds_config(out: str, readme: str, project: Path) -> None:
     # the README's estimate row: DeepSpeed's gradient buckets are reduce_bucket_size x 2 B (once at stage 3)
     config = json.loads((project / "zerosim/configs/samples/ds_config_zero3.json").read_text())
     size = config["zero_optimization"]["reduce_bucket_size"]
+    if size == "auto":  # transformers' HfDeepSpeedConfig fills it with hidden_size² (integrations/deepspeed.py)
+        hidden = json.loads((project / "zerosim/models/hf_configs/llama-3-8b.json").read_text())["hidden_size"]
+        size = hidden * hidden
     bucket = re.search(r"DeepSpeed gradient buckets\s+([\d.]+) GB\s+from the config: reduce_bucket_size ([\d,]+) x 2 B",
                        out)
     assert int(bucket.group(2).replace(",", "")) == size and float(bucket.group(1)) == round(2 * size / 1e9, 3), out
