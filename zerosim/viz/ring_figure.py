@@ -114,8 +114,8 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
     )
     caption = [title or f"{name}, {info.op}, {info.dtype} on the wire{', ' + info.tag if info.tag else ''}"]
     if inputs is not None and info.op == "sum":
-        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in magenta when it "
-                       "differs)")
+        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in magenta "
+                       "when it differs)")
     caption.append(f"the arrow from rank {n - 1} wraps around the ring to rank 0")
     longest = max(len(line) for text, _, _ in cells.values() for line in text.splitlines())
     column_in = max(2.0, 0.072 * longest / TEXT_END)  # ~0.072 in per character at 8 pt
