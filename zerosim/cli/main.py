@@ -8,6 +8,7 @@
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
+    zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
     zerosim explore     the memory explorer as a self-contained web page for a course site
     zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
 """
@@ -21,7 +22,7 @@ import sys
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
 from zerosim.cli import (assignment_cmd, checkpoint_cmd, exercise_cmd, explore_cmd, figures_cmd, memory_cmd, plan_cmd,
-                         replay_cmd, timeline_cmd, train_cmd)
+                         replay_cmd, timeline_cmd, train_cmd, verify_nccl_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -35,6 +36,7 @@ COMMANDS = {
     "assignment": assignment_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
+    "verify-nccl": verify_nccl_cmd,
 }
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from zerosim.backends import make_backend
 from zerosim.cluster.budget import check_world_size
 from zerosim.cluster.ledger import MemoryLedger
+from zerosim.cluster.pool import RankPool
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Trace
 
@@ -32,6 +33,9 @@ class Cluster:
             "hop", or "call" on the meta backend's representative rank (which summarises in closed form).
         timeline: keep each ledger's alloc/free timeline (turn off for very long runs).
         keep_values: copy every chunk that crosses a link into the trace (for teaching; small runs only).
+        workers: threads that run one op's per-rank compute and optimizer updates at once (pool.py): 1 (default)
+            runs the ranks one after another; "auto" uses every core this process may run on. Results and the
+            event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
     """
 
     def __init__(
@@ -41,18 +45,20 @@ class Cluster:
         trace: str | None = None,
         timeline: bool = True,
         keep_values: bool = False,
+        workers: int | str = 1,
         **backend_options,
     ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
         world_size = int(world_size)
-        if isinstance(backend, str) and backend in ("numpy", "meta"):  # every rank lives in this process
+        pool = RankPool(workers)  # checked before anything is made
+        if isinstance(backend, str) and backend in ("numpy", "meta", "cupy-sim"):  # every rank lives in this process
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster "
                              f"was asked for {world_size}")
-        self.world_size = world_size
+        self.world_size, self.pool = world_size, pool
         representative = len(self.backend.local_ranks) < world_size and self.backend.name == "meta"
         if representative and trace == "hop":
             raise ValueError("the meta backend's representative rank keeps one summary per call (trace='call'); "

@@ -25,7 +25,7 @@ def broadcast(cluster, tensors, root: int, tag: str = "") -> list:
     count = math.prod(shape)
     call = cluster.trace.begin("broadcast", "copy", n, count, fmt.name, tag)
     me = [rank.index for rank in cluster.ranks]
-    out = [a.reshape(-1).copy() if r == root else np.empty(count, dtype=fmt.dtype) for (r, a, _) in arrays]
+    out = [a.reshape(-1).copy() if r == root else cluster.backend.xp.empty(count, fmt) for (r, a, _) in arrays]
     for k in range(n - 1):
         src, dst = (root + k) % n, (root + k + 1) % n
         sends = [out[i] if r == src else None for i, r in enumerate(me)]

@@ -9,16 +9,14 @@ call and no values (`phases`).
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
     """ring.reduce_scatter_phase's results, chunk by chunk: staged[r] is rank r's (padded) input, in rank order."""
-    n = cluster.world_size
-    combine = op.combiner(wire)
+    n, ns = cluster.world_size, cluster.backend.xp  # ns: where the arrays live and add (numpy, cupy)
+    combine = op.combiner(wire, ns)
     results = []
     for c, (a, b) in enumerate(bounds):
-        acc = out[c] if out else np.empty(b - a, dtype=wire.dtype)  # (size[c],) wire dtype: rank c's result
+        acc = out[c] if out else ns.empty(b - a, wire)  # (size[c],) wire dtype: rank c's result
         if n == 1:
             acc[...] = staged[0][a:b]
         elif b > a:  # an empty chunk (counts of 0: a ZeRO layer window outside rank c's shard) adds nothing
@@ -36,7 +34,7 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None):
     """ring.all_gather_phase's result: the shards joined in rank order, copied once per rank."""
     n = cluster.world_size
-    joined = out[0] if out else np.empty(total, dtype=wire.dtype)  # (total,) wire dtype
+    joined = out[0] if out else cluster.backend.xp.empty(total, wire)  # (total,) wire dtype
     for (a, b), shard in zip(bounds, shards):
         joined[a:b] = shard
     if n > 1:

@@ -25,11 +25,11 @@ import numpy as np
 def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
     """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype),
     written into `out[i]` when given, and the working buffers to free (none: the FIFOs are transport memory)."""
-    n = cluster.world_size
+    n, ns = cluster.world_size, cluster.backend.xp  # ns: where the arrays live and add (numpy, cupy)
     me = [rank.index for rank in cluster.ranks]
     size = [stop - start for (start, stop) in bounds]
     own = [[x[a:b] for (a, b) in bounds] for x in staged]  # own[i][c]: rank i's own copy of chunk c (views)
-    results = out or [np.empty(size[r], dtype=wire.dtype) for r in me]  # (size[r],) wire dtype: rank r's chunk r
+    results = out or [ns.empty(size[r], wire) for r in me]  # (size[r],) wire dtype: rank r's chunk r
     if n == 1:
         results[0][...] = own[0][0]
         return results, []
@@ -40,7 +40,7 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
     send_to = [(r + 1) % n for r in me]
     recv_from = [(r - 1) % n for r in me]
     hops = cluster.trace.granularity == "hop"
-    combine = op.combiner(wire)
+    combine = op.combiner(wire, ns)
     for k in range(n - 1):
         sends = []
         for i, r in enumerate(me):
@@ -63,9 +63,9 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None):
     """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when
     given)."""
-    n = cluster.world_size
+    n, ns = cluster.world_size, cluster.backend.xp
     me = [rank.index for rank in cluster.ranks]
-    full = out or [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
+    full = out or [ns.empty(total, wire) for _ in me]  # (total,) wire dtype, the output
     part = [[f[a:b] for (a, b) in bounds] for f in full]  # part[i][c]: shard c's place in rank i's output (views)
     for i, r in enumerate(me):
         part[i][r][...] = shards[i]
@@ -92,9 +92,11 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None):
 
 
 def _fifo(cluster, i: int, j: int, count: int, dtype) -> np.ndarray:
-    """Local rank i's j-th ring working buffer as (count,) of dtype, grown when a call needs more."""
+    """Local rank i's j-th ring working buffer as (count,) of dtype (its storage in the backend's namespace),
+    grown when a call needs more."""
+    ns = cluster.backend.xp
     key, nbytes = (i, j), count * np.dtype(dtype).itemsize
     buf = cluster.fifo.get(key)
     if buf is None or buf.nbytes < nbytes:
-        buf = cluster.fifo[key] = np.empty(max(nbytes, 1), np.uint8)
-    return buf[:nbytes].view(dtype)
+        buf = cluster.fifo[key] = ns.empty(max(nbytes, 1), np.uint8)
+    return buf[:nbytes].view(ns.dtype_of(dtype))
