@@ -395,3 +395,29 @@ def test_strategies_figure_bars_are_the_measured_peaks_and_flops(seed001_strateg
     assert abs(block["extra"] - 1 / 3) < 0.001  # seed 001: "approximately 1/3 extra compute"
     labels = [t.get_window_extent() for ax in fig.axes for t in ax.texts]
     assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])
+
+
+def test_the_lost_marker_is_told_apart_from_every_chunk_and_format_colour():
+    """Issue 24: LOSS was red beside chunk 3's red (ring_steps.png) and fp8's red (spacing.png). Euclidean distance
+    in 0-255 RGB: 100 is about the distance between the palette's blue and its orange; nearby reds were 60 apart."""
+    from matplotlib.colors import to_rgb
+
+    from zerosim.viz.palette import CHUNKS, FORMATS, LOSS
+
+    def distance(a, b):
+        return sum((255 * (x - y)) ** 2 for x, y in zip(to_rgb(a), to_rgb(b))) ** 0.5
+
+    assert distance("#4c72b0", "#dd8452") > 100  # the yardstick: blue against orange
+    assert min(distance(LOSS, c) for c in (*CHUNKS, *FORMATS.values())) > 100
+
+
+@pytest.mark.slow  # Llama-7B's step simulated twice (~2 s)
+def test_timeline_figure_does_not_call_the_no_prefetch_schedule_seed_004():
+    """Issue 24: the no-prefetch schedule was labelled "seed 004" (seed 004 is a 4-weight example, not a schedule)."""
+    import argparse
+
+    from zerosim.cli.figures_cmd import FIGURES
+
+    fig = FIGURES["timeline"](argparse.Namespace())
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any(t.startswith("no prefetch") for t in titles) and not any("seed 004" in t for t in titles)

@@ -56,11 +56,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "float64:                [2051.0, 2051.0, 2051.0, 2051.0]",
         "fp16: spacing at 1.0 = 0.000977,  1.0 + 1e-5 lost? True",
         "fp16 nearest 1.0",
+        "bf16 ring: [2048.0, 2048.0, 2048.0, 2048.0]",  # the ring explorer, moved to bf16 (spacing 16 at 2048)
     ],
     "03_memory_by_stage.ipynb": [
         "stage 3: peak 0.857 MB in forward/backward; stacking each kind's own peak would say 1.024 MB",
         "stage 3:    1.875 GB resting",
         "ERRATUM",
+        # the memory explorer on Llama-2-7B, 8 ranks, L = 4096, block checkpointing: ZeRO-0 needs 135 GB per GPU
+        "ZeRO-0: peak 134.77 GB per GPU, does not fit an H100",
+        "ZeRO-3: peak  16.85 GB per GPU, fits an H100",
     ],
     "04_transformer_activations.ipynb": [
         "block0.P                 (2, 4, 8, 8)    float16    1024   B·H·L²",  # the ledger's P, by seed 001's name

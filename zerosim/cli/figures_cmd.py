@@ -1,8 +1,9 @@
-"""Draw the figures the README and the notebooks show, from live runs, into figures/ (one PNG each).
+"""Draw the figures the README and the notebooks show, from live runs, into figures/ (one PNG each, or SVG / PDF).
 
     zerosim figures                          # every figure below
     zerosim figures --only ring_steps        # one of them (repeat --only for several)
     zerosim figures --model gpt3-175b --ranks 1024 --out /tmp/figs   # memory_by_stage for another model
+    zerosim figures --format svg --style slides --out slides   # for a lecture: large text, one stage per frame
 
     memory_by_stage   per-rank model states by stage, stacked by kind (the ZeRO paper's Figure 1): the meta
                       backend's ledgers after one step, for Ψ = 7.5B on N = 64 with Adam unless told otherwise;
@@ -24,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -97,7 +99,7 @@ def _timeline(args):
     llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
     runs = {}
     for name, comm in (
-        ("seed 004: each unit gathered right before its use", None),
+        ("no prefetch: each unit gathered right before its use", None),
         ("FSDP: one unit prefetched ahead, forward and backward", CommSchedule.fsdp(forward_prefetch=True)),
     ):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
@@ -178,6 +180,8 @@ def _plan(args):
     return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
 
 
+STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -202,6 +206,10 @@ def add_arguments(p) -> None:
                    help=f"draw only this figure (repeatable): {', '.join(FIGURES)}")
     p.add_argument("--log", action="store_true", help="memory_by_stage: points on a logarithmic axis instead of "
                                                       "stacked bars")
+    p.add_argument("--format", choices=("png", "svg", "pdf"), default="png", help="file format (default png)")
+    p.add_argument("--style", choices=("paper", "slides"), default="paper",
+                   help="slides: text of 14 points or more (kept as text in SVG/PDF), and a figure with stages also "
+                        "as one frame per stage, NAME_stage0 .. NAME_stage3")
 
 
 def run(args) -> int:
@@ -210,12 +218,22 @@ def run(args) -> int:
     matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
     import matplotlib.pyplot as plt
 
+    from zerosim.viz.slides import enlarge_text, slides_style, stage_frames
+
     names = args.only or list(FIGURES)
     os.makedirs(args.out, exist_ok=True)
+    slides = args.style == "slides"
     for name in names:
-        fig = FIGURES[name](args)
-        path = os.path.join(args.out, f"{name}.png")
-        fig.savefig(path)
+        with slides_style() if slides else contextlib.nullcontext():
+            fig = FIGURES[name](args)
+            path = os.path.join(args.out, f"{name}.{args.format}")
+            if slides:
+                enlarge_text(fig)
+            fig.savefig(path, **({"bbox_inches": "tight"} if slides else {}))
+            print(f"wrote {path}")
+            if slides and name in STAGED and not args.log:
+                for k, frame in stage_frames(fig, STAGED[name]):
+                    frame.savefig(os.path.join(args.out, f"{name}_stage{k}.{args.format}"), bbox_inches="tight")
+                print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{k}")
         plt.close(fig)
-        print(f"wrote {path}")
     return 0

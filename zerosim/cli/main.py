@@ -9,7 +9,9 @@
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
     zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
-    zerosim parity   compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
+    zerosim explore     the memory explorer as a self-contained web page for a course site
+    zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
+    zerosim parity      compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import sys
 
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, parity_cmd, plan_cmd, replay_cmd,
-                         timeline_cmd, train_cmd, verify_nccl_cmd)
+from zerosim.cli import (assignment_cmd, checkpoint_cmd, exercise_cmd, explore_cmd, figures_cmd, memory_cmd,
+                         parity_cmd, plan_cmd, replay_cmd, timeline_cmd, train_cmd, verify_nccl_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -31,6 +33,8 @@ COMMANDS = {
     "figures": figures_cmd,
     "checkpoint": checkpoint_cmd,
     "exercise": exercise_cmd,
+    "explore": explore_cmd,
+    "assignment": assignment_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
     "verify-nccl": verify_nccl_cmd,

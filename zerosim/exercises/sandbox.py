@@ -29,15 +29,18 @@ from zerosim.exercises.grading import NotRunnable, Result, describe, load
 TIME_LIMIT = 60.0  # seconds per case (and for loading the file): generous, since the grader's own cases take < 2 s
 
 
-def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:
-    """Grade the file at `path` for exercise `name` in a child process; each case may take `time_limit` seconds."""
+def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT, where: str | None = None) -> Result:
+    """Grade the file at `path` for exercise `name` in a child process; each case may take `time_limit` seconds.
+
+    `where`: "module:attribute" of an `Exercise` outside this package's list (an assignment's tests,
+    zerosim/assignments); the child imports it from there instead of looking `name` up."""
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     read, write = os.pipe()
     try:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, name, path, str(write)],
+        child = subprocess.Popen([sys.executable, "-c", CHILD, where or name, path, str(write)],
                                  pass_fds=(write,), stdin=subprocess.DEVNULL, start_new_session=True)
     finally:
         os.close(write)
@@ -82,6 +85,8 @@ def _follow(child, fd: int, name: str, path: str, limit: float) -> Result:
 
 def _child(name: str, path: str, fd: int) -> None:
     """In the child: load the learner's file, grade it case by case, report on `fd`."""
+    import importlib
+
     from zerosim import exercises
 
     out = os.fdopen(fd, "w", buffering=1)
@@ -90,7 +95,11 @@ def _child(name: str, path: str, fd: int) -> None:
         out.write(json.dumps(report) + "\n")
         out.flush()
 
-    ex = exercises.get(name)
+    if ":" in name:  # "module:attribute": an assignment's exercise
+        module, attribute = name.split(":")
+        ex = getattr(importlib.import_module(module), attribute)
+    else:
+        ex = exercises.get(name)
     say(event="ready")  # from here on the clock runs: loading the learner's file, then each case
     try:
         with open(path) as f:

@@ -52,7 +52,9 @@ WIRES = {  # what travels in a gather or a reduction (viz/wire_figure.py): the s
 }
 CHUNKS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 PEAK_TICK = "black"  # the tick that marks a peak, wherever one is drawn
-LOSS = "#d62728"  # a value rounding lost (2049 -> 2048), wherever one is marked
+# a value rounding lost (2049 -> 2048), wherever one is marked: magenta, far from every chunk's and format's colour (a
+# red once meant both "chunk 3" and "fp16 changed this sum" in ring_steps.png, and both fp8 and "lost" in spacing.png)
+LOSS = "#d400d4"
 
 
 def kind_colour(kind: str) -> str:

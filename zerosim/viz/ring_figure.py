@@ -4,7 +4,7 @@ Column k shows what each rank sends at step k; an arrow carries it to the next r
 column k + 1 what it made of it. The last column is the end: the shard each rank owns after a
 reduce-scatter, the whole buffer after an all-gather. The values are the trace's (what really moved,
 when the cluster keeps values); with the call's `inputs` and `outputs` the figure also writes each add
-out — received partial + own copy = exact sum (float64) → what the wire format kept — and marks in red
+out — received partial + own copy = exact sum (float64) → what the wire format kept — and marks in magenta
 where rounding lost something (notebook 02: 1 + 2048 = 2049 → 2048 in fp16).
 
 The hop from rank N-1 to rank 0 wraps around the ring: its arrow leaves below rank N-1 and re-enters
@@ -114,8 +114,8 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
     )
     caption = [title or f"{name}, {info.op}, {info.dtype} on the wire{', ' + info.tag if info.tag else ''}"]
     if inputs is not None and info.op == "sum":
-        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in red when it "
-                       "differs)")
+        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in magenta "
+                       "when it differs)")
     caption.append(f"the arrow from rank {n - 1} wraps around the ring to rank 0")
     longest = max(len(line) for text, _, _ in cells.values() for line in text.splitlines())
     column_in = max(2.0, 0.072 * longest / TEXT_END)  # ~0.072 in per character at 8 pt

@@ -1,0 +1,135 @@
+"""The three assignments and their autograder (zerosim/assignments; course/instructor holds the solutions).
+
+For each assignment: the reference solution scores 100 %; each planted wrong solution (one mistake each) scores
+less, and its first failure is one readable line; a submission that loops, exits, fails to import or kills the
+interpreter scores 0 with one line, and the grader goes on; results.json holds to Gradescope's format.
+Planted and reference solutions are graded here in this process (the same cases and checks); the autograder's
+own path, a process per test with a time limit, is exercised end to end on assignment 1 and the misbehaving files.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zerosim import assignments
+from zerosim.assignments import check_results, get, grade
+from zerosim.cli.main import main
+from zerosim.exercises.grading import load
+
+COURSE = Path(__file__).resolve().parent.parent / "course" / "instructor"
+PLANTED = {n: sorted((COURSE / f"a{n}" / "planted").glob("*.py")) for n in (1, 2, 3)}
+
+
+def score_here(a, path: Path) -> tuple:
+    """(points, [(test name, first failure or None)]) grading `path` in this process, test by test."""
+    source, points, lines = path.read_text(), 0.0, []
+    for t in a.tests:
+        r = t.exercise.grade(load(source, t.exercise.function, str(path)))
+        points += t.points if r.passed else 0
+        lines.append((t.exercise.name, r.counterexample))
+    return points, lines
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_the_reference_solution_scores_100_percent(number):
+    a = get(number)
+    points, lines = score_here(a, COURSE / f"a{number}" / "solution.py")
+    assert points == a.max_score and all(f is None for _, f in lines), lines
+
+
+@pytest.mark.parametrize("number", [1, pytest.param(2, marks=pytest.mark.slow), 3])  # 2 runs engines (~1.5 s)
+def test_every_planted_solution_scores_less_with_a_readable_first_failure(number):
+    a = get(number)
+    assert len(PLANTED[number]) >= 3
+    for path in PLANTED[number]:
+        points, lines = score_here(a, path)
+        failures = [f for _, f in lines if f is not None]
+        assert points < a.max_score and failures, path.name
+        first = failures[0]
+        # one line, naming what the student's code did against what the oracle / ledger / ring says
+        assert "\n" not in first and len(first) < 400, (path.name, first)
+        assert any(w in first for w in ("oracle", "ledger", "you predicted", "all_gather was called", "still holds",
+                                        "raised")), \
+            (path.name, first)
+
+
+@pytest.mark.slow  # a process per test, one of them waiting out a 1 s limit (~15 s)
+@pytest.mark.parametrize("name, says", [
+    ("loops", "did not finish within 1 s"),
+    ("exits", "called sys.exit(3) while it was loaded"),
+    ("does_not_import", "No module named 'numpy_but_faster'"),
+    ("kills_itself", "exit status 9"),
+])
+def test_a_misbehaving_submission_scores_0_with_one_line_and_the_grader_goes_on(name, says):
+    r = grade(get(1), str(COURSE / "misbehaving" / f"{name}.py"), time_limit=1)
+    check_results(r)
+    assert r["score"] == 0 and len(r["tests"]) == len(get(1).tests)
+    assert all(t["status"] == "failed" and "\n" not in t["output"] and says in t["output"] for t in r["tests"])
+
+
+@pytest.mark.slow  # the whole autograder through the CLI on assignment 1 (~6 s)
+def test_zerosim_assignment_grade_writes_a_valid_results_json(tmp_path, capsys):
+    out = tmp_path / "results" / "results.json"
+    code = main(["assignment", "grade", "1", "--file", str(COURSE / "a1" / "solution.py"), "--results", str(out)])
+    assert code == 0
+    r = json.loads(out.read_text())
+    check_results(r)
+    assert r["score"] == 10 and {t["visibility"] for t in r["tests"]} == {"visible", "after_published"}
+    assert [t["max_score"] for t in r["tests"]] == [t.points for t in get(1).tests]
+    assert "10 of 10 points" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # two grading processes (~3 s)
+def test_check_runs_only_the_visible_tests_and_the_starter_fails_them(tmp_path, capsys):
+    starter = tmp_path / "a3_zero3.py"
+    assert main(["assignment", "starter", "3"]) == 0
+    starter.write_text(capsys.readouterr().out)
+    assert main(["assignment", "check", "3", "--file", str(starter), "--time-limit", "30"]) == 1
+    out = capsys.readouterr().out
+    assert "(hidden" not in out and out.count("FAIL") == 2 and "is not written yet" in out
+
+
+def test_no_reference_solution_is_printed_or_shipped():
+    """What a student can print (handouts, starters) and read (the package) holds none of the solutions' code."""
+    package = Path(assignments.__file__).parent.parent
+    shipped = "".join(p.read_text() for p in package.rglob("*.py"))
+    for n in (1, 2, 3):
+        a = get(n)
+        body = [line.strip() for line in (COURSE / f"a{n}" / "solution.py").read_text().splitlines()
+                if line.startswith("    ") and len(line.strip()) > 30 and not line.strip().startswith("#")]
+        assert body
+        for line in body:  # the solution's lines of code (the ones long enough to be its own)
+            assert line not in a.handout and line not in a.starter
+        assert all(t.exercise.solution == "" or n == 2 for t in a.tests)
+    assert "largest neighbouring pair" not in shipped and "partial = {i: padded[i]" not in shipped
+
+
+def test_results_follow_gradescopes_format():
+    good = {"score": 3.0, "output": "x", "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": [{"name": "t", "number": "1", "score": 3.0, "max_score": 3.0, "status": "passed",
+                       "output": "ok", "visibility": "after_published"}]}
+    check_results(good)
+
+
+@pytest.mark.bad_input("assignments")
+@pytest.mark.parametrize("change, says", [
+    ({"score": "3"}, "score must be a number"),
+    ({"visibility": "secret"}, "visibility must be one of"),
+    ({"grade": 3}, "unknown top-level keys"),
+    ({"tests": [{"name": "t", "score": True}]}, "tests[0].score must be a number"),
+    ({"tests": [{"name": "t", "score": 1, "status": "ok"}]}, "status must be passed or failed"),
+    ({"tests": [{"name": "t", "score": 1, "visibility": "later"}]}, "tests[0].visibility"),
+])
+def test_a_results_dict_gradescope_would_refuse_is_named(change, says):
+    with pytest.raises(ValueError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        check_results({"score": 1.0, "tests": []} | change)
+
+
+@pytest.mark.bad_input("assignments", unchanged=True)
+def test_grading_a_missing_file_or_an_unknown_assignment_is_one_line(tmp_path, capsys):
+    assert main(["assignment", "grade", "1", "--file", str(tmp_path / "nope.py"), "--results",
+                 str(tmp_path / "r.json")]) == 2
+    assert "no such file" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
+    assert main(["assignment", "show", "7"]) == 2
+    assert "no assignment 7; there are 1, 2, 3" in capsys.readouterr().err

@@ -1,0 +1,89 @@
+"""The memory explorer (zerosim/explore): what a slider draws is what `zerosim memory` / `zerosim timeline` print.
+
+The explorer runs its own meta step (numbers.py); the commands run theirs through their own flag parsing
+(cli/model_args.py). Each test moves a control the way a learner does (its `value`) and reads the drawn
+figure's artists back: bar heights in GB, bar widths in ms. Exact equality: the same bytes, converted once.
+"""
+
+import json
+
+import pytest
+
+from zerosim.cli.main import main
+from zerosim.explore import MemoryExplorer, Settings, explore, explorer_figure
+
+pytest.importorskip("ipywidgets")
+
+SMALL = dict(model="gpt2-small", ranks=4, stage=3, precision="bf16-mixed", optimizer="adam", seq_len=512,
+             micro_batch=2, checkpoint="block", gpu="rtx3090")
+
+
+def cli_json(capsys, *argv) -> dict:
+    assert main(list(argv) + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def flags(s: Settings) -> list:
+    return ["--model", s.model, "--ranks", str(s.ranks), "--precision", s.precision, "--optimizer", s.optimizer,
+            "--seq-len", str(s.seq_len), "--batch", str(s.micro_batch), "--checkpoint", s.checkpoint]
+
+
+def drawn(fig) -> tuple:
+    """({kind: GB} of the at-peak column, {part: ms} of the time bars) read back from the figure's artists."""
+    mem, tim = fig.axes[:2]
+    kinds = {p.get_gid()[5:]: p.get_height() for p in mem.patches if (p.get_gid() or "").startswith("kind:")
+             and abs(p.get_x() + p.get_width() / 2) < 1e-9}  # column 0: at the peak
+    times = {p.get_gid()[5:]: p.get_width() for p in tim.patches if (p.get_gid() or "").startswith("time:")}
+    return kinds, times
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_moving_the_stage_slider_draws_what_zerosim_memory_and_timeline_print(capsys, stage):
+    ex = MemoryExplorer(**SMALL | {"stage": 0})
+    ex.controls["stage"].value = stage  # what a click on the toggle does
+    s = ex.settings
+    assert s.stage == stage
+    mem = cli_json(capsys, "memory", *flags(s))
+    row = next(r for r in mem["stages"] if r["stage"] == stage)
+    tl = cli_json(capsys, "timeline", *flags(s), "--stage", str(stage), "--gpu", s.gpu, "--gpus-per-node", "8")
+    kinds, times = drawn(ex.figure)
+    # matplotlib keeps a stacked segment as (bottom, top) and gives back top - bottom: one subtraction of doubles
+    # below the column's total, so each height is exact to within an ulp of that total (2.2e-16 relative; 1e-12 here)
+    assert kinds == pytest.approx({k: v / 1e9 for k, v in row["at_peak"].items()}, abs=1e-12 * row["peak"] / 1e9)
+    assert ex.numbers["peak"] == row["peak"] == tl["peak"]
+    assert times == {"compute": tl["compute_s"] * 1e3, "hidden": tl["overlapped_s"] * 1e3,
+                     "exposed": tl["exposed_comm_s"] * 1e3}
+    assert ex.numbers["step_s"] == tl["step_s"]
+
+
+def test_every_control_changes_the_setting_it_names():
+    ex = MemoryExplorer(**SMALL)
+    moves = {"ranks": 8, "precision": "fp16-mixed", "optimizer": "sgd", "seq_len": 1024, "micro_batch": 1,
+             "checkpoint": "none", "gpu": "h100-80gb", "model": "gpt2-medium"}
+    for name, value in moves.items():
+        before = ex.numbers
+        ex.controls[name].value = value
+        assert getattr(ex.settings, name) == value
+        assert ex.numbers == explore(ex.settings) and ex.numbers != before, name
+
+
+def test_the_capacity_line_is_the_gpus_and_a_stage_that_does_not_fit_says_so():
+    from zerosim.costs.gpus import GPUS
+
+    n = explore(Settings(**SMALL | {"stage": 0, "gpu": "rtx3090", "model": "gpt2-xl", "seq_len": 1024}))
+    fig = explorer_figure(n)
+    line = next(a for a in fig.axes[0].lines if a.get_gid() == "capacity")
+    assert line.get_ydata()[0] == GPUS["rtx3090"].capacity / 1e9
+    assert n["peak"] > GPUS["rtx3090"].capacity and "does NOT fit" in fig.axes[0].get_title()
+
+
+@pytest.mark.bad_input("explorers")
+def test_a_setting_out_of_range_is_refused_by_name_and_the_last_figure_stays():
+    with pytest.raises(ValueError, match="stage must be 0, 1, 2 or 3"):
+        Settings().with_(stage=4)
+    with pytest.raises(ValueError, match="ranks must be a whole number"):
+        Settings().with_(ranks=0)
+    ex = MemoryExplorer(**SMALL)
+    fig, numbers = ex.figure, ex.numbers
+    ex.controls["seq_len"].value = 2048  # gpt2-small has 1024 positions
+    assert "longer than" in ex.message.value and ex.numbers is numbers and ex.figure is fig

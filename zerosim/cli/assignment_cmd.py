@@ -1,0 +1,65 @@
+"""Week-sized assignments with an autograder: a handout, a starter file, visible tests, hidden tests.
+
+    zerosim assignment list
+    zerosim assignment show 1                           # the handout: predict -> run -> explain
+    zerosim assignment starter 1 > a1_ring.py           # the file to fill in
+    zerosim assignment check 1 --file a1_ring.py        # the visible tests: what a student runs
+    zerosim assignment grade 1 --file a1_ring.py --results results/results.json   # every test (instructors)
+
+`grade` writes Gradescope's results.json (score per test, visible or hidden until published); the repository's
+course/ folder has the run_autograder script for Gradescope and the reference solutions. A student's file runs in
+a process of its own, each case limited to 60 s (--time-limit S): a loop, sys.exit or an import that fails
+scores 0 on that test with one line saying what happened.
+"""
+
+from __future__ import annotations
+
+import math
+
+HELP = "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"
+
+
+def add_arguments(p) -> None:
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.add_parser("list", help="the assignments, one line each")
+    for name, text in (("show", "the handout"), ("starter", "the starter file (redirect it into a .py file)")):
+        actions.add_parser(name, help=text).add_argument("number", type=int, help="1, 2 or 3")
+    check = actions.add_parser("check", help="run the visible tests on your file")
+    grade = actions.add_parser("grade", help="run every test, visible and hidden; write Gradescope's results.json")
+    for q in (check, grade):
+        q.add_argument("number", type=int, help="1, 2 or 3")
+        q.add_argument("--file", required=True, help="the student's .py file")
+        q.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                       help="seconds each case may take before it fails as a loop (default 60)")
+    grade.add_argument("--results", default=None, metavar="RESULTS.json",
+                       help="where to write results.json (Gradescope: /autograder/results/results.json)")
+
+
+def run(args) -> int:
+    from zerosim import assignments
+
+    if args.action in (None, "list"):
+        for n, a in assignments.ASSIGNMENTS.items():
+            print(f"{n}  {a.title}  ({a.max_score:g} points; your file: {a.files})")
+        print("\nzerosim assignment show N, then zerosim assignment starter N > FILE, then zerosim assignment check N "
+              "--file FILE")
+        return 0
+    a = assignments.get(args.number)
+    if args.action == "show":
+        print(a.handout, end="")
+        return 0
+    if args.action == "starter":
+        print(a.starter, end="")
+        return 0
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise ValueError(f"--time-limit takes a number of seconds > 0, got {args.time_limit:g}")
+    if not args.file.endswith(".py"):
+        raise ValueError(f"--file must name a .py file, got {args.file!r}")
+    results = assignments.grade(a, args.file, args.time_limit, hidden=args.action == "grade")
+    if args.action == "grade" and args.results:
+        assignments.write_results(results, args.results)
+    for t in results["tests"]:
+        print(f"{'PASS' if t['status'] == 'passed' else 'FAIL'}  {t['score']:g}/{t['max_score']:g}  {t['name']}"
+              + ("" if t["status"] == "passed" else f"\n      {t['output']}"))
+    print(results["output"] + (f"; written to {args.results}" if args.action == "grade" and args.results else ""))
+    return 0 if all(t["status"] == "passed" for t in results["tests"]) else 1
