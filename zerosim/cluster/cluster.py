@@ -71,7 +71,7 @@ class Cluster:
                              "pass hosted='all' to host every rank and record every hop")
         self.gpus_per_node = gpus_per_node
         self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values,
-                           gpus_per_node=gpus_per_node)
+                           gpus_per_node=gpus_per_node, world_size=world_size)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log

@@ -88,6 +88,7 @@ class Trace:
     granularity: str = "hop"
     keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
     gpus_per_node: int | None = None  # the topology that decides each hop's link tier (None: one node)
+    world_size: int | None = None  # N, the ranks every call spans (each in its group); None: read from the calls
     events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
     log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
