@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.zero.mesh_groups import MeshGroups
+
 
 @dataclass(frozen=True)
 class Context:
@@ -21,7 +23,13 @@ class Context:
     policy: object  # precision.MixedPrecision: the formats
     recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
     names: tuple  # each unit's (model layer's) name, for the trace's tags
+    groups: object = None  # mesh_groups.MeshGroups: the groups each collective runs over (None: the world for all)
 
     @property
     def ranks(self) -> list:
         return self.cluster.ranks
+
+    @property
+    def mesh(self):
+        """The `MeshGroups` (the world for every collective when none was given)."""
+        return self.groups if self.groups is not None else MeshGroups(self.cluster.world, self.cluster.world)
