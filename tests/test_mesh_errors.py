@@ -13,7 +13,7 @@ from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
     ("hsdp", dict(recipe="fsdp2", shard_group=3), dict(gpus_per_node=2), "shard_group=3 does not divide the 4 ranks"),
     ("hsdp", dict(recipe="fsdp2", shard_group=0), dict(), "shard_group must be a positive integer"),
     ("full_shard", dict(shard_group=2), dict(), "shard_group=2 has no meaning for full_shard"),
-    ("hsdp", dict(), dict(gpus_per_node=2), "cuts every unit into equal pieces.*use reduction 'fsdp2'"),
+    ("hsdp", dict(recipe="seeds"), dict(gpus_per_node=2), "cuts every unit into equal pieces.*use reduction 'fsdp2'"),
     ("hsdp", dict(recipe="deepspeed-zero3"), dict(gpus_per_node=2), "hsdp is fsdp2's.*'fsdp2' or 'seeds'"),
     ("mics", dict(recipe="fsdp2"), dict(gpus_per_node=2), "mics is deepspeed's"),
     ("mics_hierarchical", dict(recipe="deepspeed-zero3"), dict(gpus_per_node=2), "must span whole nodes"),
@@ -30,6 +30,8 @@ def test_what_is_refused_above_runs_where_it_makes_sense():
     # the control rows: hpZ shards over the world (any recipe, a flat cluster with an explicit S); HSDP with FSDP2's
     ZeroEngine(MLP([3, 2]), Cluster(4), "hpz", Adam(), "fp16-mixed", shard_group=2)
     ZeroEngine(MLP([3, 2]), Cluster(4, gpus_per_node=2), "hsdp", Adam(), "fp16-mixed", recipe="fsdp2")
+    engine = ZeroEngine(MLP([3, 2]), Cluster(4, gpus_per_node=2), "mics", Adam(), "fp16-mixed")  # no recipe named:
+    assert engine.recipe.reduction == "deepspeed-zero3"  # ... its framework's
 
 
 @pytest.mark.bad_input("engine arguments")

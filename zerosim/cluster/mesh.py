@@ -87,7 +87,7 @@ class Groups:
         """N: ranks in all the groups together."""
         return self.size * self.count
 
-    @property
+    @functools.cached_property  # asked on every collective: compared once
     def is_world(self) -> bool:
         """One group of every rank in rank order: the flat cluster's ring."""
         return self.count == 1 and self.members[0] == tuple(range(self.size))

@@ -56,9 +56,10 @@ def check_counts(counts, n: int, what: str) -> tuple:
 
 @functools.lru_cache(maxsize=4096)
 def _valid_counts(counts: tuple, n: int) -> tuple:
-    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
-        raise ValueError(f"counts must be integers (one per rank), got {list(counts)}")
-    counts = tuple(int(c) for c in counts)
+    if not set(map(type, counts)) <= {int}:  # the usual case, plain ints, checked at C speed (N = 4096 per layer)
+        if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
+            raise ValueError(f"counts must be integers (one per rank), got {list(counts)}")
+        counts = tuple(int(c) for c in counts)
     if len(counts) != n or min(counts, default=0) < 0:
         raise ValueError(f"counts must be {n} non-negative integers (one per rank), got {list(counts)}")
     return counts

@@ -32,6 +32,7 @@ from zerosim.precision import cast, get_precision
 from zerosim.zero import averaging, clipping
 from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.zero.layouts import layout_for
+from zerosim.zero.mesh_groups import default_recipe
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.step_checks import skips_steps
@@ -100,8 +101,10 @@ class Reference:
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
-        self.recipe = GradientRecipe.of(self.precision, recipe)
         self.plan = None if strategy is None else get_plan(strategy)
+        if self.plan is not None:
+            recipe = default_recipe(self.plan, self.precision, recipe)
+        self.recipe = GradientRecipe.of(self.precision, recipe)
         shards = world_size
         if self.plan is not None:
             self.reduce_every_micro_step = self.plan.reduces_per_unit

@@ -27,6 +27,7 @@ KINDS = {
     "activations": ("activations (saved for backward)", "#ccb974"),
     "comm": ("communication staging", "#8c8c8c"),
     "scratch": ("update scratch", "#a6761d"),
+    "secondary": ("W': secondary params piece (hpZ, FSDP2 reshard to a group)", "#64b5cd"),
 }
 # kinds no engine uses yet still get one fixed colour each (chosen by a hash of the name, not by order)
 SPARE = ("#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2")

@@ -44,7 +44,7 @@ from zerosim.zero.context import Context
 from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.hooks import Hooks
 from zerosim.zero.layouts import layout_for
-from zerosim.zero.mesh_groups import check_recipe, mesh_groups
+from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.reduce import reduce_gradients
@@ -74,7 +74,8 @@ class ZeroEngine:
         clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
             max_norm, computed over the shards: step_checks.py), or None.
         recipe: how gradients are reduced and averaged: a `GradientRecipe` or a recipe's name ("seeds",
-            "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names.
+            "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names (HSDP's and
+            MiCS's framework's when it names none: "fsdp2", "deepspeed-zero3").
         states: {local rank index: {"params": a, "master": a, "optim.<name>": a}}: start every local rank
             from these arrays, adopted as they are, instead of from `params` (what `zerosim.checkpoint.load`
             passes; shapes and dtypes must be the ones the rank would allocate).
@@ -102,7 +103,7 @@ class ZeroEngine:
         self.clip_grad = clipping.check_max_norm(clip_grad)
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.precision = optimizer, get_precision(precision)
-        self.recipe = GradientRecipe.of(self.precision, recipe)
+        self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
         check_recipe(plan, self.recipe)

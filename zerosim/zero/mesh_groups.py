@@ -86,18 +86,29 @@ def mesh_groups(plan, cluster, size: int | None = None) -> MeshGroups:
     return MeshGroups(world, shard, replicate, inter=Groups("inter", inter), intra=Groups.blocks(n, g, "intra"))
 
 
+FRAMEWORK_RECIPES = {"fsdp2": "fsdp2", "deepspeed": "deepspeed-zero3"}  # a framework's own gradient recipe
+
+
+def default_recipe(plan, policy, recipe=None):
+    """The recipe an engine runs `plan` with: `recipe` when given (or one the precision policy names), else — for a
+    strategy that cuts units evenly over shard groups (HSDP, MiCS) — its framework's ("fsdp2", "deepspeed-zero3"),
+    whose per-parameter partitions it needs; else None (the policy's, "seeds" by default)."""
+    if recipe is not None or getattr(policy, "reduction", "seeds") != "seeds" or plan.sharded_over == "world":
+        return recipe
+    return FRAMEWORK_RECIPES[plan.framework]
+
+
 def check_recipe(plan, recipe) -> None:
     """A strategy of one framework runs with that framework's recipe: FSDP2's HSDP with "fsdp2", DeepSpeed's MiCS
     and hpZ with "deepspeed-zero3" (hpZ and FSDP2's resharding, which shard over the world, also with the seeds'
     protocol on the flat layout). Raise ValueError otherwise."""
-    owner = {"fsdp2": "fsdp2", "deepspeed-zero3": "deepspeed"}.get(recipe.reduction)
+    owner = {r: f for f, r in FRAMEWORK_RECIPES.items()}.get(recipe.reduction)
     if plan.framework is not None and owner is not None and owner != plan.framework:
-        fits = {"fsdp2": "fsdp2", "deepspeed": "deepspeed-zero3"}[plan.framework]
+        fits = FRAMEWORK_RECIPES[plan.framework]
         raise ValueError(f"{plan.label} is {plan.framework}'s; its gradients follow reduction {fits!r} or 'seeds', "
                          f"not {recipe.reduction!r}")
     if plan.sharded_over != "world" and recipe.partition == "flat":
-        fits = {"fsdp2": "'fsdp2'", "deepspeed": "'deepspeed-zero3'"}.get(plan.framework,
-                                                                         "'fsdp2' or 'deepspeed-zero3'")
+        fits = repr(FRAMEWORK_RECIPES[plan.framework])
         raise ValueError(f"{plan.label} cuts every unit into equal pieces, one per rank of a shard group, so that "
                          "the replicas all-reduce the same piece of their shards (its framework's per-parameter "
                          f"partitions; zerosim's flat shards cut units unevenly): use reduction {fits}")
