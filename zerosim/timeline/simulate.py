@@ -77,6 +77,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
     states = {}  # optimizer name -> number of fp32 state buffers
 
     ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
+    latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
     comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
     call_end, call_dtype = {}, {}
     comp = {"rank": [], "start": [], "end": [], "at": [], "step": []}
@@ -104,20 +105,21 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
                 grad = get_format(call_dtype[ev.needs[-1]]).bits // 8 if ev.needs else param_bytes
                 took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
             ready[r] = start + took
+            latest = max(latest, start + took)
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
                 col.append(v)
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
             stream = hw.stream_of(ev.tier)
-            start = max(max(ready), comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
+            start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
             end = start + phase_time(ev.world_size, sent, hw.link_of(ev.tier))
             comm_free[stream] = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
             if not overlap:
-                ready = [end] * n  # one stream per rank: nothing else runs until the call is done
+                ready, latest = [end] * n, end  # one stream per rank: nothing else runs until the call is done
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
     return Timeline(log, n, hw, overlap, comp, calls)
