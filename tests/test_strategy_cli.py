@@ -39,6 +39,17 @@ def test_memory_by_strategy_at_175b_on_4096_ranks_equals_hand_formulas(capsys):
     # 1 hop in 8 across nodes: 3 · 2Ψ · (N−1)/N · 1/8 per rank on average
     assert rows["full_shard"]["tiers"]["inter-node"] == pytest.approx(3 * 2 * PSI * 4095 / 4096 / 8, rel=1e-12)
     assert rows["hpz"]["tiers"]["inter-node"] == pytest.approx(2 * 2 * PSI * 4095 / 4096 / 8, rel=1e-12)
+    # HSDP and MiCS: rings of S = 64 over 8 nodes (1 hop in 8 leaves a node), and the replicas' all-reduce of each
+    # 16-bit 2Ψ/S piece over R = 64 nodes, every hop across: 2 phases × 63/64 of it
+    for name in ("hsdp", "mics"):
+        assert rows[name]["tiers"]["inter-node"] == pytest.approx(
+            3 * 2 * PSI * 63 / 64 / 8 + 2 * 63 / 64 * 2 * PSI / 64, rel=1e-12)
+    # README's table quotes these, in GB
+    gb = {k: round(v["resting_total"] / 1e9, 2) for k, v in rows.items()}
+    assert gb == {"full_shard": 0.77, "hsdp": 49.11, "mics": 43.65, "hpz": 0.68}
+    assert round(rows["hpz"]["secondary_peak"] / 1e9, 2) == 43.65
+    assert {k: round(v["tiers"]["inter-node"] / 1e9, 1) for k, v in rows.items()} == {
+        "full_shard": 130.9, "hsdp": 139.6, "mics": 139.6, "hpz": 87.3}
 
 
 def test_memory_prints_the_strategies_table(capsys):
