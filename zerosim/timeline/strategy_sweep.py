@@ -24,7 +24,7 @@ the formula's N* for HSDP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zerosim.timeline.devices import Hardware
 from zerosim.timeline.sweep import meta_step
@@ -47,6 +47,9 @@ class StrategyRow:
     peak: int
     intra: float  # bytes one rank sent within nodes (the ranks' average)
     inter: float  # ... across nodes
+    states: dict = field(default_factory=dict)  # rank 0's resting model states by ledger kind, bytes
+    secondary: int = 0  # the peak of rank 0's secondary pieces (hpZ, FSDP2's reshard to a group), bytes
+    busy: dict = field(default_factory=dict)  # {tier: seconds its calls ran on rank 0's stream of that tier}
 
     @property
     def exposed_fraction(self) -> float:
@@ -78,10 +81,15 @@ def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: i
     g = min(gpus_per_node, ranks)
     size = None if strategy == "full_shard" else min(group, ranks)
     result, engine = meta_step(model, ranks, strategy, hw, comm, policy, tokens, gpus_per_node=g, shard_group=size)
-    sent = engine.cluster.trace.bytes_by_tier()
+    sent, ledger = engine.cluster.trace.bytes_by_tier(), engine.cluster.ranks[0].ledger
+    states = {k: v for k, v in ledger.by_kind().items() if v and (k in ("params", "grads", "master")
+                                                                  or k.startswith("optim:"))}
+    busy = dict.fromkeys(sent, 0.0)
+    for iv in result.track(0, "comm"):
+        busy[iv.event.tier if hw.inter_link is not None else "intra-node"] += iv.end - iv.start
     return StrategyRow(strategy, ranks, size, result.step_time, float(result.compute_busy[0]),
-                       float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger.peak(),
-                       sent["intra-node"] / ranks, sent["inter-node"] / ranks)
+                       float(result.exposed_comm[0]), ledger.peak(), sent["intra-node"] / ranks,
+                       sent["inter-node"] / ranks, states, ledger.peak("secondary"), busy)
 
 
 def strategy_sweep(model, ranks_list=RANKS, strategies=STRATEGIES, gpus_per_node: int = 8,

@@ -42,6 +42,7 @@ FORMATS = {  # number formats: the spacing and dataflow figures
     "fp8_e5m2": "#8172b3",
 }
 CHUNKS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+TIERS = {"intra-node": "#66a61e", "inter-node": "#6a3d9a"}  # NVLink within a node, InfiniBand across: no kind's colour
 PEAK_TICK = "black"  # the tick that marks a peak, wherever one is drawn
 LOSS = "#d62728"  # a value rounding lost (2049 -> 2048), wherever one is marked
 
