@@ -16,7 +16,10 @@ length of the rings each strategy runs:
                       with N is the replicas' all-reduce of a 2Φ/S piece over R = N/S ranks, once per unit per
                       micro-step (HSDP, on a stream of its own) or per step (MiCS):
                       2(R−1)·α_ib + 2·(R−1)/R·(2Φ/S)/β_ib against backward's 4ΦT/R_dev, so
-                      N* = S·(1 + (4ΦT/R_dev − 4Φ/(S·β_ib)) / (2α_ib)): S times further out
+                      N* = S·(1 + (4ΦT/R_dev − 4Φ/(S·β_ib)) / (2α_ib)) when S ≤ G (the shard group's rings on
+                      NVLink): more than S times further out, its piece being 1/S of the bytes (GPT-3 175B, S = 8,
+                      T = 20,480 on H100s: ≈ 105,541 against FULL_SHARD's ≈ 508; tests/test_strategy_sweep.py).
+                      With S > G the shard group's rings leave the node too and share InfiniBand's stream.
 
 `crossover` finds the first N of a sweep where exposed communication exceeds compute; `hsdp_bound_ranks` gives
 the formula's N* for HSDP.
