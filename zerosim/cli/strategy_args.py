@@ -18,7 +18,7 @@ def add_mesh_arguments(p, several: bool) -> None:
     """--gpus-per-node, --strategy (one, or with `several` a comma-separated list or "all"), --shard-group."""
     from zerosim.zero.plan import STRATEGIES
 
-    m = p.add_argument_group("many nodes (issue 22)")
+    m = p.add_argument_group("many nodes: ranks on nodes of G GPUs, strategies that shard and replicate over groups")
     m.add_argument(
         "--gpus-per-node",
         type=int,
