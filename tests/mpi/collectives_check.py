@@ -214,8 +214,9 @@ def group_cases(h) -> None:
                 shards = [x[: length // 2] for x in xs]
                 h.compare(f"all-gather over {name} {fmt} L={length}", lambda c, t: all_gather(c, t, group=group),
                           shards, gpus_per_node=2)
-                h.compare(f"broadcast over {name} {fmt} L={length}", lambda c, t: broadcast(c, t, 1, group=group), xs,
-                          gpus_per_node=2, trace="call")
+                last = group.size - 1  # each group's last position (with N = 2 the strided groups hold one rank)
+                h.compare(f"broadcast over {name} {fmt} L={length} from position {last}",
+                          lambda c, t: broadcast(c, t, last, group=group), xs, gpus_per_node=2, trace="call")
         native, sim = h.clusters(native=True)
         xs = make_inputs(19, n, 2 * 16, "fp32")
         (got,) = native.backend.native_reduce_scatter([xs[r]], group=group)
