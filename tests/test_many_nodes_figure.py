@@ -24,6 +24,7 @@ def rows():
     return [strategy_step(model, 32, name, 4, group) for name, group in VARIANTS]
 
 
+@pytest.mark.slow  # four meta steps and a three-panel figure: ~2 s
 def test_the_bars_are_the_rows_numbers_in_the_palettes_colours(rows):
     fig = many_nodes_figure(rows, capacity=80e9, gpu="a GPU")
     fig.canvas.draw()
