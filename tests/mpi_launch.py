@@ -21,15 +21,18 @@ SCRIPTS = REPO / "tests" / "mpi"
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    # The watchdog names a rank that sends nothing for this long; on a starved machine a healthy rank still importing
+    # numpy can take a minute, so a test job waits an hour (a test about the watchdog sets its own, after start-up)
+    env.setdefault("ZEROSIM_MPI_TIMEOUT", "3600")
     return env
 
 
-def run(args, timeout: float) -> subprocess.CompletedProcess:
-    """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks)."""
+def run(args, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a command in its own process group; on timeout, kill that group (mpiexec and its ranks). `env`: more
+    environment variables. The timeout only stops a job that hangs: no test may depend on how fast a job runs."""
     args = [str(a) for a in args]
-    proc = subprocess.Popen(
-        args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = subprocess.Popen(args, cwd=REPO, env={**_env(), **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -47,7 +50,7 @@ def launcher_or_skip() -> str:
     if launcher is None:
         pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
     probe = run(
-        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=120
+        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=900
     )
     if probe.returncode != 0:
         pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): "

@@ -27,6 +27,7 @@ def micro_batches(rng, n, k, batch, widths):
     return [flat[r * k : (r + 1) * k] for r in range(n)]
 
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
     n=st.integers(1, 8),

@@ -287,6 +287,7 @@ def float64_inputs(name: str):
 PROPERTY_EXAMPLES = max(300, settings.default.max_examples)  # each example is microseconds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NARROW + ["fp32"])
 def test_float64_cast_matches_exact_reference_property(name):
     @settings(max_examples=PROPERTY_EXAMPLES)

@@ -281,6 +281,7 @@ def test_stochastic_with_uniforms_outside_unit_interval_matches_twin(bad):
                 assert_same_bits(got, cast_reference(a, name, "stochastic", uniforms=u), a)
 
 
+@pytest.mark.slow
 def test_stochastic_across_blocks_matches_twin():
     """Longer than several blocks: a NaN, a subnormal and a value beyond max in the last block only,
     and a bad uniform only in the third block, after two blocks are done."""
@@ -308,6 +309,7 @@ def test_engine_weight_rounding_matches_twin():
     assert_same_bits(policy.round_weights(w, step=5, start=300), cast_reference(w, "bf16", "stochastic", uniforms=u), w)
 
 
+@pytest.mark.slow
 @settings(max_examples=max(100, settings.default.max_examples))
 @given(any_float64_arrays, st.sampled_from(list(DTYPES)), st.data())
 def test_stochastic_matches_twin_property(x, name, data):

@@ -24,6 +24,7 @@ from zerosim.models import make_regression
 from zerosim.precision import get_precision
 from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 7), min_size=2, max_size=4),
     n=st.integers(1, 8),

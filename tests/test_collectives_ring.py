@@ -142,6 +142,7 @@ def test_ring_sum_equals_independent_ring_order_sum(case):
 SWEEP = [(n, length) for n in range(1, 9) for length in sorted({0, 1, max(n - 1, 0), n + 1, 2 * n + 3, 70})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_sweep_every_world_size_against_references(name):
     for n, length in SWEEP:

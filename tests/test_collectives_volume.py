@@ -38,7 +38,8 @@ def phase_bytes(n: int, length: int, itemsize: int) -> int:
     return int(v)
 
 
-@pytest.mark.parametrize("n", WORLD_SIZES)
+@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.slow) if n > 8 else n  # N > 8: ~1 s each
+                               for n in WORLD_SIZES])
 def test_each_rank_sends_n_minus_1_over_n_per_phase(n):
     for length in lengths_for(n):
         for in_name, wire in [("fp32", None), ("fp32", "bf16"), ("fp64", None), ("fp16", "fp32"), ("fp32", "fp8_e4m3")]:

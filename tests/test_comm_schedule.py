@@ -51,6 +51,7 @@ SCHEDULES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=5),

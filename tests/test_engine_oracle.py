@@ -46,6 +46,7 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     return engine, ref, model, params, data
 
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
     n=st.integers(1, 8),
@@ -99,6 +100,7 @@ def test_uneven_parameter_count_straddles_shards(stage):
     assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
 
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
     n=st.integers(1, 5),
@@ -185,6 +187,7 @@ def sgd_step_bound(data, W, b, n, uc, lr):
     return w64, 1.01 * bound, g64
 
 
+@pytest.mark.slow
 @given(
     d_in=st.integers(1, 12),
     d_out=st.integers(1, 5),
@@ -211,6 +214,7 @@ def test_one_step_is_within_the_derived_distance_of_float64(d_in, d_out, n, stag
     assert np.max(bound) < 0.5 * lr * np.max(np.abs(g64)) or np.max(np.abs(g64)) < 1e-6
 
 
+@pytest.mark.slow
 @given(
     widths=st.lists(st.integers(1, 6), min_size=2, max_size=3),
     n=st.integers(1, 6),

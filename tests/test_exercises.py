@@ -106,6 +106,7 @@ def test_grading_patches_nothing_in_the_package():
     assert (Hooks().reduce_unit, Hooks().refresh, Hooks().finish) == own
 
 
+@pytest.mark.slow
 def test_a_learner_checks_their_own_file(tmp_path, capsys):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(exercises.get("refresh_params").solution)
@@ -116,6 +117,7 @@ def test_a_learner_checks_their_own_file(tmp_path, capsys):
     assert "counterexample" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_show_gives_a_file_to_start_from_and_list_names_them_all(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "zerosim.cli.main", "exercise", "show", "ring_chunk"], capture_output=True, text=True
@@ -152,3 +154,47 @@ def test_a_file_without_the_function_is_a_clear_error(tmp_path):
         exercises.check("ring_chunk", str(f))
     with pytest.raises(ValueError, match="no exercise 'nope'; there are: ring_chunk"):
         exercises.get("nope")
+
+
+# -- a learner's file never takes the grader down (issue 20, item 4) ------------------------------------
+WAYWARD = {  # file -> (the one line the grade must hold, the case it fails on; 0: before any case)
+    "loops.py": ("def chunk_sent(rank, step, world_size):\n    while True:\n        pass\n",
+                 "case 1 (N = 2 ranks, one fp16 element per chunk: rank 0 holds 2048, the others 1) did not finish "
+                 "within 1 s", 1),
+    "exits_on_load.py": ("import sys\nsys.exit(3)\n", "exits_on_load.py called sys.exit(3) while it was loaded", 0),
+    "exits_in_a_case.py": ("import sys\n\ndef chunk_sent(rank, step, world_size):\n    sys.exit(3)\n",
+                           "your chunk_sent called sys.exit(3); return a value instead", 1),
+    "syntax.py": ("def chunk_sent(rank, step, world_size)\n    return 0\n",
+                  "syntax.py line 1: SyntaxError: expected ':': def chunk_sent(rank, step, world_size)", 0),
+    "imports.py": ("import no_such_module_here\n", "imports.py (line 1: import no_such_module_here): loading it raised "
+                   "ModuleNotFoundError: No module named 'no_such_module_here'", 0),
+    "dies.py": ("import os\n\ndef chunk_sent(rank, step, world_size):\n    os._exit(4)\n",
+                "the grading process ended during case 1", 1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.bad_input("exercises")
+@pytest.mark.parametrize("filename", sorted(WAYWARD))
+def test_a_wayward_file_is_one_clear_line_and_a_failing_grade(filename, tmp_path, capfd):
+    source, words, case = WAYWARD[filename]
+    f = tmp_path / filename
+    f.write_text(source)
+    # the command, as a learner runs it: exit 1 (a failing grade), the line, no traceback, nothing on stderr
+    # (the grading child writes to the same file descriptors: capfd sees what the terminal would)
+    # only the loop needs a short limit (it never ends, on any machine); the others keep the default, so that a
+    # busy machine cannot make their first case look like a loop
+    limit = 1 if filename == "loops.py" else exercises.TIME_LIMIT
+    assert main(["exercise", "check", "ring_chunk", "--file", str(f), "--time-limit", str(limit)]) == 1
+    out, err = capfd.readouterr()
+    assert words in out and "Traceback" not in out + err and err == "", (out, err)
+    graded = exercises.check("ring_chunk", str(f), time_limit=limit)  # the Python API says the same
+    assert not graded.passed and graded.cases == case and words in str(graded)
+
+
+@pytest.mark.bad_input("exercises")
+@pytest.mark.parametrize("filename", ["exits_on_load.py", "exits_in_a_case.py", "syntax.py", "imports.py"])
+def test_wayward_source_is_a_failing_grade_in_process_too(filename):
+    source, words, case = WAYWARD[filename]
+    graded = exercises.check("ring_chunk", source)  # a notebook's source string, graded in this process
+    assert not graded.passed and graded.cases == case and words.replace(filename, "<exercise>") in str(graded)

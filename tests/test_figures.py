@@ -121,6 +121,7 @@ def every_figure(seed_stage1, seed_stage3, paper_stages, mlp, lengths=None, stra
 
 # -- no figure function picks a backend (notebook 03's 7.5B figure never appeared because one did) ------
 
+@pytest.mark.slow
 def test_no_figure_function_switches_the_backend(
     monkeypatch, seed_stage1, seed_stage3, paper_stages, mlp, seed001_lengths, seed001_strategies
 ):
@@ -143,6 +144,7 @@ def _colour(artist):
     return to_rgb(artist.get_facecolor())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["memory_by_stage", "memory_by_stage --log", "peak_by_stage", "ledger", "ownership",
                                   "zero3_sequence", "l_squared", "activation_strategies"])
 def test_every_memory_kind_is_drawn_in_the_palettes_colour(
@@ -188,6 +190,7 @@ def test_mlp_peak_bars_are_the_ledgers_true_peaks(mlp):
 
 # -- notebook 01's ledger chart: a legend over no bar, a black tick at each peak -----------------------
 
+@pytest.mark.slow
 def test_ledger_figure_legend_covers_no_bar_and_ticks_mark_each_peak(seed_stage1):
     cluster = seed_stage1.cluster
     ax = ledger_figure(cluster)
@@ -231,6 +234,7 @@ def test_ring_figure_labels_do_not_overlap_and_show_the_rounding_and_the_shards(
         assert s.endswith(f"{float(out[r][0]):g} in fp16") or s.endswith(f"= {float(out[r][0]):g}")
 
 
+@pytest.mark.slow
 def test_ring_steps_figure_draws_both_halves_of_the_all_reduce():
     fig = drawn(ring_steps_figure())
     top, bottom = fig.axes
@@ -240,6 +244,7 @@ def test_ring_steps_figure_draws_both_halves_of_the_all_reduce():
 
 # -- zerosim figures --log: no stacked bars on a log axis; ZeRO-3's bar visible -------------------------
 
+@pytest.mark.slow
 def test_log_memory_figure_draws_no_bars(paper_stages):
     fig = drawn(memory_by_stage_figure(paper_stages, log=True))
     (ax,) = fig.axes
@@ -258,6 +263,7 @@ def test_zero3_bar_is_visible(paper_stages):
 
 # -- one figure per seed diagram ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
     ax = spacing_figure()
     lines = {a.get_gid(): a for a in ax.lines if a.get_gid()}
@@ -270,6 +276,7 @@ def test_spacing_figure_matches_a_hand_table_and_marks_the_lost_update():
         assert lines[f"{fate}:{fmt}"].get_ydata()[0] == spacing
 
 
+@pytest.mark.slow
 def test_dataflow_casts_are_where_the_run_made_them():
     # seed 002's two pictures; the fp32 run has no cast at all
     assert observe("fp16-mixed") == {
@@ -337,6 +344,7 @@ def test_zero3_sequence_is_seed_004s(seed_stage3):
     assert len([p for p in ax.patches if p.get_gid() == "kind:params"]) == 5
 
 
+@pytest.mark.slow
 def test_figures_only_writes_the_named_figures(tmp_path, capsys):
     assert main(["figures", "--out", str(tmp_path), "--only", "spacing", "--only", "zero3_sequence"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spacing.png", "zero3_sequence.png"]

@@ -83,6 +83,7 @@ def test_the_fit_legend_sits_outside_every_panel(runs):
         assert not legend.overlaps(ax.get_window_extent())
 
 
+@pytest.mark.slow
 def test_plan_figure_rows_are_the_plans(small_plan):
     fig = plan_figure(small_plan, top=6)
     fig.canvas.draw()

@@ -266,6 +266,7 @@ def test_block_checkpointing_recomputes_every_unit_but_the_embedding():
 
 # -- ZeRO -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @given(
     n=st.integers(1, 4),
     stage=st.integers(0, 3),
@@ -307,6 +308,7 @@ def assert_steps_equal_the_oracle(engine, ref, draw, steps=2):
     assert np.array_equal(bits(engine.full_params()), bits(ref.compute_params()[: engine.model.num_params]))
 
 
+@pytest.mark.slow
 def test_gpt_learns_the_copy_task_through_zero_3():
     V_, n = 6, 3  # 5 symbols and the separator; strings of 3, so sequences of 6
     assert_learns_to_copy(GPT(V_, 16, 2, 1, 2 * n), V_, n)  # copying is attention to a fixed offset back: one block

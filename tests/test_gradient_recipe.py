@@ -50,7 +50,7 @@ def test_the_default_recipe_is_the_seeds_protocol_on_a_ring():
     assert GradientRecipe("fsdp2").partition == "per-parameter dim 0"
 
 
-@pytest.mark.bad_input("precision policy", unchanged=True)
+@pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("recipe, message", [
     ("nope", "unknown reduction recipe 'nope'"),
     (GradientRecipe("deepspeed-zero3"), "the precision policy names GradientRecipe(reduction='fsdp2'"),

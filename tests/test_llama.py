@@ -209,6 +209,7 @@ def test_the_ledger_holds_the_hand_derived_table_for_each_strategy(strategy, ten
 # -- the data-less twin ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(
     strategy=st.sampled_from(tuple(STRATEGIES)),
     n=st.integers(1, 3),
@@ -277,6 +278,7 @@ def test_a_tied_twin_counts_the_head_s_weight_once():
 # -- ZeRO ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(
     n=st.integers(1, 4),
     stage=st.integers(0, 3),
@@ -315,6 +317,7 @@ def test_every_stage_equals_the_oracle_bitwise_on_llama(
     assert_steps_equal_the_oracle(engine, ref, lambda: [tokens(rng, 2, L_, 7) for _ in range(n)])
 
 
+@pytest.mark.slow
 def test_llama_learns_the_copy_task_through_zero_3():
     V_, n = 6, 3  # 5 symbols and the separator; strings of 3, so sequences of 6; the GPT's test, with GQA and RoPE
     assert_learns_to_copy(Llama(V_, 16, 4, 1, 2 * n, d_ff=32, n_kv_heads=2, rope_theta=100.0), V_, n)

@@ -6,6 +6,7 @@ spacing and rounds away. fp16-mixed keeps the update in its fp32 master instead.
 """
 
 import numpy as np
+import pytest
 
 from zerosim import Adam, Cluster, MLP, ZeroEngine
 from zerosim.models import make_regression
@@ -41,6 +42,7 @@ def test_first_step_loses_exactly_the_updates_below_half_an_ulp():
     assert np.all(after[surely_kept] != before[surely_kept])
 
 
+@pytest.mark.slow
 def test_pure_fp16_stalls_while_mixed_moves_every_master():
     pure, model, _, before_pure = train("fp16-pure")
     mixed, _, params, before_mixed = train("fp16-mixed")
@@ -72,6 +74,7 @@ def test_stochastic_rounding_recovers_tiny_updates_in_expectation():
         assert abs(moved - expected) <= 6 * np.sqrt(T * 2.0**-22 / M), rounding
 
 
+@pytest.mark.slow
 def test_stochastic_rounding_in_training_moves_what_nearest_loses():
     pure, model, _, before = train("fp16-pure")
     sr, _, _, before_sr = train("fp16-pure-sr")

@@ -64,6 +64,7 @@ def test_memory_bad_arguments_are_clear_errors(capsys, argv, message):
     assert code == 2 and message in err
 
 
+@pytest.mark.slow
 def test_figures_writes_the_memory_png(capsys, tmp_path):
     code, out, _ = run(capsys, "figures", "--out", str(tmp_path))
     path = tmp_path / "memory_by_stage.png"

@@ -255,6 +255,7 @@ def test_meta_loss_has_no_value():
     assert all(np.isnan(x) for x in losses)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_a_7_5b_step_on_64_ranks_allocates_nothing(stage):
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))

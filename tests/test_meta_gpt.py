@@ -43,6 +43,7 @@ STRATEGIES = [  # (GPT options): seed 001's strategies, as `zerosim memory --che
 ]
 
 
+@pytest.mark.slow
 @given(
     options=st.sampled_from(STRATEGIES),
     n=st.integers(1, 3),

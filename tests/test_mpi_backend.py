@@ -1,7 +1,8 @@
 """The MPI backend, run for real: scripts in tests/mpi/ under `mpiexec -n 2` and `-n 4`.
 
-Each launch is a subprocess with a generous timeout (a slow or oversubscribed machine must not fail
-a test); only the failure test measures time, and its bound (30 s) is the promise being tested.
+Each launch is a subprocess with a generous timeout that only stops a job that hangs (a slow or oversubscribed
+machine must not fail a test). No test measures time: a job that must end at once runs with the watchdog set to
+an hour, so if it waited on the watchdog instead it would hang into that timeout and fail.
 Skipped, with the reason, when mpi4py or mpiexec is missing. `import zerosim` without mpi4py is
 tested always.
 """
@@ -9,18 +10,16 @@ tested always.
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
 from mpi_launch import SCRIPTS, launcher_or_skip, run
 from zerosim.backends.launch import INSTALL_HINT
 
-RUN_TIMEOUT = 900  # seconds for a whole check script; it takes ~10 s on two cores at N = 4
-FAILURE_TIMEOUT = 60  # seconds before we give up on a job that should have aborted...
-FAILURE_PROMISE = 30  # ...and the promise: a failing rank ends the job within this
+RUN_TIMEOUT = 900  # seconds for a whole check script; it takes ~10 s on two cores at N = 4 (only a hang reaches it)
+NO_WATCHDOG = {"ZEROSIM_MPI_TIMEOUT": "3600"}  # a job that ends only by the watchdog would hang into RUN_TIMEOUT
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]  # every test launches mpiexec
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,7 @@ def test_zerosim_imports_without_mpi4py():
         "else:\n"
         "    sys.exit('no ImportError')\n"
     )
-    result = run([sys.executable, "-c", code], timeout=120)
+    result = run([sys.executable, "-c", code], timeout=RUN_TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert INSTALL_HINT in result.stdout
 
@@ -55,7 +54,7 @@ def test_world_size_must_equal_the_number_of_processes(mpiexec):
         "except ValueError as e:\n"
         "    print(e)\n"
     )
-    result = run([mpiexec, "-n", "2", sys.executable, "-c", code], timeout=120)
+    result = run([mpiexec, "-n", "2", sys.executable, "-c", code], timeout=RUN_TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("Cluster(4, backend='mpi') but mpiexec started 2 processes") == 2, result.stdout
 
@@ -70,10 +69,8 @@ def test_collectives_equal_the_simulator_bit_for_bit(mpiexec, n):
 @pytest.mark.parametrize("mode", ["hook", "guarded"])
 def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
     """Rank 1 raises at ring step 2 of an all-reduce while ranks 0, 2, 3 wait on it: the job must end."""
-    start = time.monotonic()
-    result = run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=FAILURE_TIMEOUT)
-    elapsed = time.monotonic() - start
-    assert elapsed < FAILURE_PROMISE, f"the job took {elapsed:.1f} s to end"
+    result = run([mpiexec, "-n", "4", sys.executable, str(SCRIPTS / "failing_rank.py"), mode], timeout=RUN_TIMEOUT,
+                 env=NO_WATCHDOG)
     assert result.returncode != 0
     assert "zerosim: rank 1 failed: RuntimeError: injected failure at ring step 2" in result.stderr, result.stderr
     assert "finished, which it must not" not in result.stderr
@@ -81,15 +78,11 @@ def test_a_failing_rank_ends_the_whole_job(mpiexec, mode):
 
 @pytest.mark.bad_input("MPI jobs")
 def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
-    """Rank 1 stops answering (SIGSTOP) before an all-reduce: with a 2 s watchdog the job ends, naming it,
-    soon after the timeout — not after FAILURE_TIMEOUT, and not never."""
+    """Rank 1 stops answering (SIGSTOP) before an all-reduce: with a 2 s watchdog the job ends, naming it, and
+    does not hang (RUN_TIMEOUT would end the test, failing)."""
     timeout = 2.0
-    start = time.monotonic()
-    result = run(
-        [mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)], timeout=FAILURE_TIMEOUT
-    )
-    elapsed = time.monotonic() - start
-    assert elapsed < timeout + FAILURE_PROMISE, f"the job took {elapsed:.1f} s to end"
+    result = run([mpiexec, "-n", "3", sys.executable, str(SCRIPTS / "silent_rank.py"), str(timeout)],
+                 timeout=RUN_TIMEOUT)
     assert result.returncode != 0
     assert "SilentRank: rank 1 has not answered for 2 s" in result.stderr, result.stderr
     assert "finished, which it must not" not in result.stderr
@@ -97,7 +90,8 @@ def test_a_silent_rank_is_named_by_the_watchdog(mpiexec):
 
 @pytest.mark.bad_input("MPI jobs")
 def test_ranks_that_disagree_on_an_argument_are_told_which(mpiexec):
-    result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=FAILURE_TIMEOUT)
+    result = run([mpiexec, "-n", "2", sys.executable, str(SCRIPTS / "disagreeing_ranks.py")], timeout=RUN_TIMEOUT,
+                 env=NO_WATCHDOG)
     assert result.returncode != 0
     assert "the ranks disagree on steps (--steps): rank 0 has 3, rank 1 has 5" in result.stderr, result.stderr
     assert "peak_by_kind" not in result.stderr + result.stdout  # not a dump of the statistics

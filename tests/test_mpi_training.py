@@ -30,7 +30,7 @@ RUN_TIMEOUT = 900  # seconds for a whole launch; training_check takes ~3 s at N 
 CLI = [sys.executable, "-m", "zerosim.cli.main", "train"]
 STEP_LINE = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$")
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]  # every test launches mpiexec
 
 
 def _ok(result: subprocess.CompletedProcess) -> str:

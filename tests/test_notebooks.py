@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each notebook runs in a Jupyter kernel: 5-18 s apiece
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 if os.environ.get("CI"):
@@ -110,8 +112,8 @@ def executed(path):
     """The notebook after running every cell (once per test session)."""
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(
-            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
+            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
         )
         client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
         _executed[path] = nb

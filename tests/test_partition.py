@@ -130,6 +130,7 @@ def test_a_gathered_unit_holds_its_padded_chunks():
 COMMS = [None, "deepspeed", CommSchedule(reduce_bucket_size=40, prefetch_bucket_size=30, max_reuse_distance=100)]
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(
     recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),
@@ -187,6 +188,7 @@ def test_a_gpt_trains_on_per_parameter_partitions_like_the_oracle():
 
 # ---------------------------------------------------------------- checkpoints
 
+@pytest.mark.slow
 @settings(max_examples=12)
 @given(
     recipe=st.sampled_from(["deepspeed-zero3", "fsdp2"]),

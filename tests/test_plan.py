@@ -86,6 +86,7 @@ def test_the_peak_does_not_change_with_the_accumulation_steps(stage, accumulate)
     assert peaks[0] == peaks[1] == peaks[2]
 
 
+@pytest.mark.slow
 def test_pruning_drops_only_what_could_not_fit():
     # Against an exhaustive search: every stage × strategy × micro-batch measured, none skipped.
     config = read_hf_config(
@@ -144,6 +145,7 @@ def check_reproduced(top, verdict, time):
     assert time["compute_s"] == pytest.approx(top.compute_s, rel=LINE_TOL, abs=0)
 
 
+@pytest.mark.slow
 def test_the_top_row_is_what_memory_and_timeline_print():
     p = plan(get_preset("llama-2-7b").config, 16, 8, "a100-80gb", 2048, 128, strategies=("block", "flash", "selective"))
     check_reproduced(*reproduce(p, "--model llama-2-7b"))

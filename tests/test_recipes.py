@@ -185,6 +185,7 @@ def test_the_all_reduce_chunk_map_option_on_a_hand_derived_case(allreduce, sums)
     assert np.array_equal(bits(got), bits(oracle))
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(
     name=st.sampled_from(sorted(RECIPES)),

@@ -96,9 +96,11 @@ def test_pure_precision_and_tiny_lr_flags_reach_the_run():
 
 
 @pytest.mark.bad_input("command line")
-def test_bad_arguments_are_clear_errors(capsys):
-    assert main(["replay", "--steps", "0"]) == 2
-    assert "steps must be a positive integer" in capsys.readouterr().err
+@pytest.mark.parametrize("steps", ["0", "100000"])  # 100,000 narrated steps ran for hours, silent on a pipe
+def test_bad_arguments_are_clear_errors(steps, capsys):
+    assert main(["replay", "--steps", steps]) == 2
+    err = capsys.readouterr().err
+    assert f"--steps must be 1..1000, got {steps}: the replay narrates every step" in err and err.count("\n") == 1
 
 
 # -- what a learner must not be misled by (issue: teaching that a lecturer can stand behind) ----------

@@ -78,6 +78,7 @@ def test_trace_and_figure_files(tmp_path, capsys):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_the_sweep_finds_seed003s_crossover_where_the_formula_puts_it():
     # GPT-3 175B in blocks (Φ = 12·12288² + 13·12288 = 1,812,099,072), H100 (R = 989.4e12 FLOP/s fp16 dense),
     # InfiniBand NDR (β = 50e9 B/s, α = 5 µs), T = 20,480 tokens: T/R − 1/β = 2.06994e-11 − 2e-11 = 6.994e-13 s,

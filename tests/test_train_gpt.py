@@ -61,6 +61,7 @@ def test_gpt_losses_are_the_oracles(stage, task, extra):
     assert got["chance"] == 1 / 6 and [s for s, _ in got["accuracy"]] == [1, 3]  # measured at the first and last step
 
 
+@pytest.mark.slow
 def test_a_short_run_learns_the_copy_task():
     # The defaults: V = 6 (5 symbols and the separator), strings of 3, d = 16, 2 heads, 1 block, bf16-mixed, lr 1e-2.
     got = cli("--stage", "3", "--ranks", "2", "--steps", "60", "--print-every", "20")

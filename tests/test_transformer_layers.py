@@ -148,6 +148,7 @@ UNITS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "unit", UNITS, ids=lambda u: f"{type(u).__name__}-{getattr(u, 'attention', '')}-{getattr(u, 'activation', '')}"
 )

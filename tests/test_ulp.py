@@ -187,6 +187,7 @@ def update_near_half_ulp(draw):
     return name, sign_w * w, sign_d * d
 
 
+@pytest.mark.slow
 @settings(max_examples=max(300, settings.default.max_examples))
 @given(update_near_half_ulp())
 def test_lost_update_matches_exact_reference(case):

@@ -164,6 +164,7 @@ def test_timeline_judges_its_step_and_takes_the_gpus_compute_rates():
     assert r["fit"]["measured"] == r["peak"] and r["fit"]["capacity"] == 40_960 * MIB
 
 
+@pytest.mark.slow
 def test_the_sweep_marks_what_does_not_fit():
     r = run_json("timeline", "--model", "gpt3-175b", "--sweep", "--sweep-ranks", "64,1024", "--tokens", "2048")
     rows = {(x["stage"], x["ranks"]): x for x in r["rows"] if x["link"] == "nvlink4"}

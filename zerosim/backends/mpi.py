@@ -55,6 +55,30 @@ _META_TAG = 1000  # all_meta's messages, on their own communicator
 _PING_TAG, _PONG_TAG = 1001, 1002  # the watchdog's "whom are you waiting on?" and its answer, on the same one
 PING_PATIENCE = 2.0  # seconds a pinged rank has to answer before it is named as the silent one
 DEFAULT_TIMEOUT = 60.0  # seconds the watchdog waits for a silent peer
+# Below this the watchdog would name healthy ranks: a peer that is only slow (a loaded machine, a long local step)
+# answers later than that (1e-9 s named a healthy rank). inf waits forever.
+MIN_TIMEOUT = 1.0
+
+
+def watchdog_timeout(timeout: float | None = None) -> float:
+    """The watchdog's patience in seconds: `timeout`, else $ZEROSIM_MPI_TIMEOUT, else DEFAULT_TIMEOUT; a clear error
+    naming where a bad value came from."""
+    where = "MpiBackend(timeout=...)"
+    if timeout is None:
+        text = os.environ.get("ZEROSIM_MPI_TIMEOUT")
+        if text is None:
+            return DEFAULT_TIMEOUT
+        where = f"ZEROSIM_MPI_TIMEOUT={text!r}"
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise ValueError(f"{where}: the MPI watchdog's timeout must be a number of seconds >= {MIN_TIMEOUT:g} "
+                             "(or inf), e.g. ZEROSIM_MPI_TIMEOUT=120") from None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= MIN_TIMEOUT:
+        raise ValueError(f"{where}: the MPI watchdog's timeout must be a number of seconds >= {MIN_TIMEOUT:g} "
+                         "(or inf), "
+                         f"got {timeout!r}: a shorter wait names ranks that are only slow as silent")
+    return float(timeout)
 
 
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # MPI reduces these as IEEE numbers
@@ -102,6 +126,10 @@ class MpiBackend(HostArrays):
         comm=None,
         timeout: float | None = None,
     ):
+        watchdog_timeout(timeout)  # checked first, before MPI starts
+        for name, value in (("native", native), ("abort_on_error", abort_on_error)):
+            if not isinstance(value, bool):  # bool("no") is True: refuse a string rather than read it as yes
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         MPI = import_mpi()
         comm = MPI.COMM_WORLD if comm is None else comm
         if comm.size != world_size:
@@ -111,11 +139,7 @@ class MpiBackend(HostArrays):
                 f"launch with `mpiexec -n {world_size} ...` (one process per rank)"
             )
         self._MPI = MPI
-        self.timeout = (
-            float(os.environ.get("ZEROSIM_MPI_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else float(timeout)
-        )
-        if not self.timeout > 0:
-            raise ValueError(f"the MPI watchdog's timeout must be a positive number of seconds, got {self.timeout}")
+        self.timeout = watchdog_timeout(timeout)
         self.comm = comm.Dup()
         self._meta = comm.Dup()  # all_meta's and the watchdog's own channel: never matched by a ring step's receive
         self._waiting_on, self._pongs = None, []  # whom this rank waits on now (for pings), answers in flight

@@ -9,11 +9,16 @@ As torch.distributed.checkpoint does, the checkpoint code sits above the engine 
 it: `save` reads an engine's states, `load` builds an engine that takes the loaded states through its one
 `states=` argument.
     consolidate  one unsharded fp32 file (zero_to_fp32's job), and `inspect`
+    folders      which folders are checkpoints: `latest`, complete and incomplete tags, a killed save's leftovers
+    manifest_checks  every key of a manifest checked, naming the file and the key
+    resume       the resume rule: what a resume leaves out is the saved run's (its settings, read here)
 """
 
 from zerosim.checkpoint.consolidate import consolidate, consolidated, inspect
 from zerosim.checkpoint.files import CheckpointError
 from zerosim.checkpoint.load import SavedState, load, read_state
+from zerosim.checkpoint.resume import saved_optimizer, saved_settings
 from zerosim.checkpoint.save import save
 
-__all__ = ["CheckpointError", "SavedState", "consolidate", "consolidated", "inspect", "load", "read_state", "save"]
+__all__ = ["CheckpointError", "SavedState", "consolidate", "consolidated", "inspect", "load", "read_state", "save",
+           "saved_optimizer", "saved_settings"]

@@ -16,13 +16,18 @@ import math
 import numpy as np
 
 from zerosim.checkpoint.files import write_tensors
+from zerosim.checkpoint.folders import LATEST, resolve
 from zerosim.checkpoint.load import read_state
 from zerosim.checkpoint.manifest import saved_layout
 
 
 def consolidated(directory: str, tag: str | None = None) -> dict:
     """{name: array}: every parameter's fp32 weights and optimizer state, named by layer, unpadded."""
-    state = read_state(directory, tag=tag)
+    return consolidated_state(read_state(directory, tag=tag))
+
+
+def consolidated_state(state) -> dict:
+    """`consolidated` of a checkpoint already read and checked (a `SavedState`)."""
     weights = state.master if state.master is not None else state.params.astype(np.float32)
     out = {}
     for layer_index, name, shape in state.manifest["model"]["params"]:
@@ -48,14 +53,38 @@ def _offset(manifest: dict, layer: int, name: str) -> int:
 
 
 def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
-    """Write `consolidated(DIR)` to the safetensors file `out` (atomically); returns what it wrote."""
-    tensors = consolidated(directory, tag)
-    state_meta = read_state(directory, tag=tag).manifest
+    """Write `consolidated(DIR)` to the safetensors file `out` (atomically); returns what it wrote.
+
+    `out` may not lie inside the checkpoint — DIR, the tag folder read, or the folder of tags whose `latest`
+    names it — nor be a folder: refused before anything is read or written."""
+    folder = resolve(directory, tag)
+    roots = [directory, folder]
+    parent = os.path.dirname(os.path.abspath(folder))
+    if os.path.isfile(os.path.join(parent, LATEST)):  # DIR given as a tag folder: its siblings and `latest` too
+        roots.append(parent)
+    check_output(out, roots)
+    state = read_state(folder)
+    tensors = consolidated_state(state)
+    m = state.manifest
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_tensors(out, {k: np.ascontiguousarray(v) for k, v in tensors.items()},
-                  metadata={"optimizer": state_meta["optimizer"]["name"], "step": str(state_meta["optimizer"]["step"]),
-                            "saved_stage": str(state_meta["stage"]), "saved_world_size": str(state_meta["world_size"])})
+                  metadata={"optimizer": m["optimizer"]["name"], "step": str(m["optimizer"]["step"]),
+                            "saved_stage": str(m["stage"]), "saved_world_size": str(m["world_size"])})
     return tensors
+
+
+def check_output(out: str, roots: list) -> None:
+    """Refuse an output path inside any of `roots` (the checkpoint's folders), equal to one, or a folder.
+    Symbolic links are followed, so a link into the checkpoint is refused too."""
+    target = os.path.realpath(out)
+    if os.path.isdir(target):
+        raise ValueError(f"{out}: a folder; the consolidated checkpoint is one file: give a file name such as "
+                         "full.safetensors")
+    for root in roots:
+        inside = os.path.realpath(root)
+        if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
+            raise ValueError(f"{out}: inside the checkpoint {root}; writing there would overwrite or add to its "
+                             "files: write the consolidated file outside it")
 
 
 def inspect(directory: str, tag: str | None = None) -> str:

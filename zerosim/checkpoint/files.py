@@ -1,8 +1,10 @@
 """Checkpoint files on disk: tensors in safetensors files, written atomically, checked by XXH3-64.
 
 Why safetensors: the tensor format the PyTorch / Hugging Face ecosystem reads everywhere, with no
-pickle (loading cannot run code), a JSON header and raw little-endian bytes; `safetensors.numpy`
-reads and writes numpy arrays. It has no fp8 type, so every format that is not fp16/fp32/fp64 (bf16,
+pickle (loading cannot run code), a JSON header and raw little-endian bytes. zerosim writes and reads
+the format itself (`serialize`, `read_tensors`: a few lines each), so the same state always gives the
+same bytes — the safetensors library's writer orders the metadata at random — and the tests check both
+directions against the library. It has no fp8 type, so every format that is not fp16/fp32/fp64 (bf16,
 fp8) is stored as unsigned integers of the same width — its exact bit patterns — and the format's
 name is written beside it in the manifest, which restores the view on load.
 
@@ -64,12 +66,60 @@ def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tup
 
     The file's bytes are made in memory, hashed there and written once (no second read to checksum them).
     """
-    from safetensors.numpy import save
+    formats, data = tensor_bytes(tensors, metadata)
+    write_atomic(path, lambda tmp: write_bytes(tmp, data))
+    return formats, len(data), checksum(data)
 
+
+def tensor_bytes(tensors: dict, metadata: dict | None = None) -> tuple:
+    """({name: format name}, the safetensors file's bytes) for {name: array}: the same state gives the same bytes."""
     encoded = {name: encode(a) for name, a in tensors.items()}
-    data = save({k: v for k, (v, _) in encoded.items()}, metadata=metadata)
-    write_atomic(path, lambda tmp: _write_bytes(tmp, data))
-    return {name: fmt for name, (_, fmt) in encoded.items()}, len(data), checksum(data)
+    formats = {name: fmt for name, (_, fmt) in encoded.items()}
+    return formats, serialize({name: stored for name, (stored, _) in encoded.items()}, metadata)
+
+
+# safetensors dtype codes of what `encode` stores (https://github.com/huggingface/safetensors, README "Format"),
+# in the order safetensors' Rust `Dtype` enum lists them (its writer sorts tensors by that order, descending)
+_ST_DTYPES = {"U8": np.uint8, "U16": np.uint16, "F16": np.float16, "U32": np.uint32, "F32": np.float32,
+              "F64": np.float64, "U64": np.uint64}
+_ST_CODES = {np.dtype(t): code for code, t in _ST_DTYPES.items()}
+_ST_RANK = {code: i for i, code in enumerate(_ST_DTYPES)}
+
+
+def serialize(tensors: dict, metadata: dict | None = None) -> memoryview:
+    """The bytes of a safetensors file holding {name: array} (little-endian numpy arrays of the dtypes above).
+
+    Written here rather than by `safetensors.numpy.save`, whose Rust writer puts `__metadata__`'s keys in a
+    hash map's random order (safetensors 0.8: the same state gave different files and checksums). The layout
+    is the format's own and its writer's: an 8-byte little-endian header length; a compact JSON header,
+    `__metadata__` first (its keys sorted here), then every tensor's dtype, shape and [begin, end) byte
+    offsets, padded with spaces to a multiple of 8 bytes; then the data, tensors in the writer's order
+    (dtype descending in its enum's order, then name), so each starts aligned to its itemsize. Without
+    metadata the bytes equal `safetensors.numpy.save`'s (tests/test_checkpoint_files.py).
+    """
+    arrays = {name: np.ascontiguousarray(a) for name, a in tensors.items()}
+    for name, a in arrays.items():
+        if a.dtype not in _ST_CODES or (a.dtype.byteorder == ">"):
+            raise ValueError(f"tensor {name!r}: dtype {a.dtype} is not one safetensors stores here")
+    order = sorted(arrays, key=lambda n: (-_ST_RANK[_ST_CODES[arrays[n].dtype]], n))
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(metadata[k]) for k in sorted(metadata)}
+    for name in order:
+        a = arrays[name]
+        header[name] = {"dtype": _ST_CODES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    out = np.empty(8 + len(text) + offset, np.uint8)  # the whole file, filled in place: each tensor's bytes copied once
+    out[:8] = np.frombuffer(len(text).to_bytes(8, "little"), np.uint8)
+    out[8 : 8 + len(text)] = np.frombuffer(text, np.uint8)
+    body = out[8 + len(text):]
+    for name in order:
+        begin, end = header[name]["data_offsets"]
+        body[begin:end] = arrays[name].reshape(-1).view(np.uint8)
+    return memoryview(out)
 
 
 CHECKSUMS = {  # algorithm -> its digest of some bytes, as hex digits
@@ -82,7 +132,7 @@ def checksum(data, algorithm: str = "xxh3_64") -> str:
     return f"{algorithm}:{CHECKSUMS[algorithm](data)}"
 
 
-def _write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: str, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
 
@@ -110,11 +160,6 @@ def read_checked(path: str, size: int, digest: str) -> bytearray:
     if checksum(data, algorithm) != digest:
         raise CheckpointError(f"{path}: its {algorithm} checksum differs from the manifest's: the file is corrupted")
     return data
-
-
-# safetensors dtype codes of what `encode` stores (https://github.com/huggingface/safetensors, README "Format")
-_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "U8": np.uint8, "U16": np.uint16,
-              "U32": np.uint32, "U64": np.uint64}
 
 
 def read_tensors(data: bytes, formats: dict, path: str) -> dict:

@@ -14,6 +14,7 @@ ranges each new rank needs; here each process reads every file, which is simple 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.checkpoint.files import CheckpointError, read_checked, read_tensors
+from zerosim.checkpoint.folders import resolve
 from zerosim.checkpoint.manifest import check_model, read_manifest, saved_layout
+from zerosim.cluster import Cluster
 from zerosim.optim import get_optimizer
 from zerosim.precision import MixedPrecision, get_precision, loss_scaler_from_state_dict
 from zerosim.zero import GradientRecipe, ZeroEngine, buffer_sizes, get_plan
@@ -44,7 +47,13 @@ class SavedState:
 
     @property
     def precision(self) -> MixedPrecision:
-        return policy_from_manifest(self.manifest["precision"], os.path.join(self.folder, "manifest.json"))
+        where = os.path.join(self.folder, "manifest.json")
+        try:
+            return policy_from_manifest(self.manifest["precision"], where)
+        except CheckpointError:
+            raise
+        except (TypeError, ValueError) as e:  # an unknown or edited field: MixedPrecision says which
+            raise CheckpointError(f"{where}: precision does not describe a policy zerosim can run ({e})") from None
 
     @property
     def iteration(self) -> int:
@@ -59,7 +68,13 @@ class SavedState:
             raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: its loss scaler is "
                                   f"{saved.get('kind')!r}, "
                                   f"but its precision policy names {fresh.kind!r}")
-        return fresh if fresh.kind == "static" else loss_scaler_from_state_dict(saved)
+        if fresh.kind == "static":
+            return fresh
+        try:
+            return loss_scaler_from_state_dict(saved)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{os.path.join(self.folder, 'manifest.json')}: loss_scaler is not a state the "
+                                  f"{fresh.kind} scaler can resume ({type(e).__name__}: {e})") from None
 
     def _whole(self, name: str, sharded: bool) -> np.ndarray:
         m = self.manifest
@@ -105,23 +120,6 @@ def policy_from_manifest(fields: dict, where: str) -> MixedPrecision:
     return MixedPrecision(**fields)
 
 
-def resolve(directory: str, tag: str | None = None) -> str:
-    """The checkpoint folder: DIR/<tag>, or the one DIR/latest names, or DIR itself if it holds a manifest."""
-    if tag is not None:
-        return os.path.join(directory, tag)
-    if os.path.exists(os.path.join(directory, "manifest.json")):
-        return directory
-    latest = os.path.join(directory, "latest")
-    try:
-        with open(latest) as f:
-            name = f.read().strip()
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{directory}: no checkpoint here (neither a manifest.json nor a 'latest' file)"
-        ) from None
-    return os.path.join(directory, name)
-
-
 def read_files(folder: str, manifest: dict) -> dict:
     """{rank: {name: array}}: every rank file present, of its recorded size and checksum (checked before any
     is parsed) — or a CheckpointError naming the file."""
@@ -131,10 +129,24 @@ def read_files(folder: str, manifest: dict) -> dict:
         if not os.path.exists(path):
             raise CheckpointError(f"{path}: missing (rank {entry['rank']} of {manifest['world_size']}'s file)")
         raw[entry["rank"]] = read_checked(path, entry["bytes"], entry["checksum"])
-    return {
-        e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"]))
-        for e in manifest["files"]
-    }
+    files = {e["rank"]: read_tensors(raw[e["rank"]], e["tensors"], os.path.join(folder, e["file"]))
+             for e in manifest["files"]}
+    for e in manifest["files"]:
+        check_lengths(manifest, files[e["rank"]], e["file"], os.path.join(folder, "manifest.json"))
+    return files
+
+
+def check_lengths(manifest: dict, tensors: dict, file: str, where: str) -> None:
+    """Each tensor of a rank file has the length its stage's plan gives it: whole (Ψ,) or a (s,) shard. The files
+    passed their checksums, so a mismatch means the manifest's stage or world size was edited: it is named."""
+    lay, stage, n = manifest["layout"], manifest["stage"], manifest["world_size"]
+    plan = get_plan(stage)
+    for name, array in tensors.items():
+        sharded = plan.shards("params" if name == "params" else "master" if name == "master" else "optimizer")
+        want = lay["shard_size"] if sharded else lay["padded"]
+        if array.shape != (want,):
+            raise CheckpointError(f"{where}: stage is {stage}, but {file} holds {name!r} of shape {array.shape}; stage "
+                                  f"{stage} on {n} ranks keeps ({want},): the stage or world_size was edited")
 
 
 def read_state(directory: str, model=None, tag: str | None = None) -> SavedState:
@@ -148,7 +160,7 @@ def read_state(directory: str, model=None, tag: str | None = None) -> SavedState
 
 def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = None, precision=None,
          expect_stage: int | None = None, tag: str | None = None, accumulation_steps: int | None = None,
-         checkpoint: bool = False, clip_grad: float | None = None):
+         checkpoint: bool | None = None, clip_grad: float | None = None):
     """A `ZeroEngine` on `cluster` holding the saved state, at `stage` (default: the saved one).
 
     optimizer: default the saved one (name and hyperparameters); another optimizer of the same kind may
@@ -158,18 +170,33 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     accumulation_steps, checkpoint, clip_grad: as for `ZeroEngine` (run settings, not state; default the saved K).
     The loss scaler resumes in its saved state, and the iteration count with it.
     """
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
+    if not cluster.backend.holds_values:  # checked first: on a meta cluster it loaded, then failed its first step
+        raise ValueError(f"a checkpoint holds values, which the {cluster.backend.name} backend does not keep; "
+                         "load it on a numpy (or mpi) cluster — the meta backend accounts memory and traffic only")
     state = read_state(directory, model, tag)
     m, where = state.manifest, os.path.join(state.folder, "manifest.json")
     saved_policy = state.precision
+    if ("master" in state.files[0]) != (saved_policy.master is not None):
+        raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
+                              + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
     if precision is not None and get_precision(precision) != saved_policy:
-        raise CheckpointError(f"{where}: saved with precision {saved_policy}, not the {get_precision(precision)} asked "
-                              "for")
+        asked = get_precision(precision)
+        differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]
+        saved, wanted = (", ".join(f"{k}={getattr(p, k)!r}" for k in differ) for p in (saved_policy, asked))
+        raise CheckpointError(f"{where}: saved with precision {saved}, not the {wanted} asked for "
+                              "(states cannot change format on load)")
     if expect_stage is not None and m["stage"] != expect_stage:
         raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
     saved_opt = m["optimizer"]
     if optimizer is None:
-        optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
-                                                        for k, v in saved_opt["hyperparameters"].items()})
+        try:
+            optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
+                                                            for k, v in saved_opt["hyperparameters"].items()})
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer "
+                                  f"({e})") from None
     elif optimizer.name != saved_opt["name"]:
         raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume "
                               f"{optimizer.name}")
@@ -186,7 +213,7 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         optimizer,
         saved_policy,
         states=rank_states(state, cluster, model, stage),
-        accumulation_steps=accumulation_steps or m.get("accumulation_steps", 1),
+        accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None else accumulation_steps,
         checkpoint=checkpoint,
         clip_grad=clip_grad,
     )

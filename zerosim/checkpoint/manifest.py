@@ -28,6 +28,7 @@ import json
 import os
 
 from zerosim.checkpoint.files import CheckpointError
+from zerosim.checkpoint.manifest_checks import check_manifest
 from zerosim.zero.layouts import from_description
 
 FORMAT, VERSION = "zerosim-checkpoint", 1
@@ -82,14 +83,15 @@ def read_manifest(folder: str) -> dict:
             m = json.load(f)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no manifest — not a zerosim checkpoint, or its save never finished") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: unreadable manifest ({e})") from None
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
+        raise CheckpointError(f"{path}: unreadable manifest ({type(e).__name__}: {e})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format "
                               f"{m.get('format') if isinstance(m, dict) else None!r})")
     if m.get("version") != VERSION:
         raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version "
                               f"{VERSION}")
+    check_manifest(m, path)  # every key a load reads, and their agreement (manifest_checks.py)
     return m
 
 

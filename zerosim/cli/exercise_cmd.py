@@ -6,10 +6,14 @@
     zerosim exercise check ring_chunk --reference         # the shipped solution (it passes)
     zerosim exercise check ring_chunk --planted "off by one"   # a planted bug (the grader catches it)
 
-`check` exits 0 when every case passes, 1 with the first counterexample otherwise.
+`check` exits 0 when every case passes, 1 with the first counterexample otherwise. Your file runs in a process
+of its own, each case limited to 60 s (--time-limit S): a loop, sys.exit or a syntax error in it is a failing
+grade with one line saying what happened.
 """
 
 from __future__ import annotations
+
+import math
 
 HELP = "write one small function of ZeRO yourself; the package's own checks grade it"
 
@@ -28,6 +32,8 @@ def add_arguments(p) -> None:
     which.add_argument("--file", help="your solution: a .py file defining the exercise's function")
     which.add_argument("--reference", action="store_true", help="grade the shipped reference solution")
     which.add_argument("--planted", metavar="BUG", help="grade one of the exercise's planted bugs (see `show`)")
+    check.add_argument("--time-limit", type=float, default=None, metavar="S",
+                       help="with --file: seconds each case may take before it fails as a loop (default 60)")
 
 
 def run(args) -> int:
@@ -48,6 +54,10 @@ def run(args) -> int:
         print("".join(f"# {line}\n" for line in ex.task.splitlines()) + "#\n# planted bugs the grader catches: "
               + ", ".join(ex.planted) + "\n\n" + ex.stub, end="")
         return 0
+    limit = args.time_limit
+    if limit is not None and (args.file is None or not (math.isfinite(limit) and limit > 0)):
+        raise ValueError(f"--time-limit takes a number of seconds > 0 and goes with --file, got {args.time_limit:g}"
+                         + ("" if args.file else " without --file"))
     if args.reference:
         solution = ex.solution
     elif args.planted is not None:
@@ -59,6 +69,7 @@ def run(args) -> int:
         solution = args.file
         if not solution.endswith(".py"):
             raise ValueError(f"--file must name a .py file, got {solution!r}")
-    result = exercises.check(ex.name, solution)
+    # a learner's file runs in a child process, each case under the time limit (exercises/sandbox.py)
+    result = exercises.check(ex.name, solution, **({"time_limit": args.time_limit} if args.time_limit else {}))
     print(result)
     return 0 if result.passed else 1

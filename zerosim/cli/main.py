@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     if launched_by_mpiexec():  # one rank of several: a failure anywhere must end the whole job, not hang it
         from zerosim.backends.mpi_failure import run_guarded
 
+
         return run_guarded(_run, args)
     return _run(args)
 
@@ -68,6 +69,11 @@ def _run(args) -> int:
     try:
         return COMMANDS[args.command].run(args) or 0
     except KeyboardInterrupt:  # Ctrl-C: one line (from one rank under mpiexec) and the shell's usual status
+        if _in_mpi_job():  # the other ranks may wait on this one: end the whole job with 130 now (not at the watchdog)
+            from zerosim.backends.mpi_failure import interrupt_job
+
+            interrupt_job(args.command)  # returns when every rank was interrupted (Ctrl-C), rank 0 having said so
+            return 130
         if launched_rank() in (None, 0):
             print(f"zerosim {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -272,6 +272,19 @@ def model_from_args(args, config=None):
     return MetaModel.from_params(int(params), layers=64 if args.layers is None else args.layers)
 
 
+# What 0 would mean for these knobs is not "off": DeepSpeed's reduce_bucket_size 0 sends each parameter on its own
+# (stage_1_and_2.py: the bucket is sent before any parameter that would overflow it), and stage3_max_live_parameters
+# 0 stops every prefetch (partitioned_param_coordinator.py) — not what leaving the knob unset does, which is what a 0
+# here used to mean, silently. stage3_prefetch_bucket_size 0 does stop prefetching, in DeepSpeed and here.
+ZERO_REFUSED = {
+    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, "
+                          "or leave it out",
+    "allgather_bucket_size": "a bucket of 0 elements: give 1 for the smallest pieces, or leave it out",
+    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, "
+                           "or leave it out",
+}
+
+
 def comm_from_args(args):
     """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
     from zerosim.zero.comm_schedule import get_comm_schedule
@@ -287,9 +300,12 @@ def comm_from_args(args):
     ):
         v = getattr(args, flag)
         if v is not None:
-            if v != int(v) or v < 0:
-                raise ValueError(f"--{flag.replace('_', '-')} must be a whole number of elements, got {v:g}")
-            changes[flag] = int(v) or None  # 0 turns a knob off, as in DeepSpeed's configs
+            name = f"--{flag.replace('_', '-')}"
+            if not math.isfinite(v) or v != int(v) or v < 0:
+                raise ValueError(f"{name} must be a whole number of elements, got {v:g}")
+            if v == 0 and flag in ZERO_REFUSED:
+                raise ValueError(f"{name} 0: {ZERO_REFUSED[flag]}")
+            changes[flag] = int(v) or None  # 0 turns prefetching off (stage3_prefetch_bucket_size 0, as in DeepSpeed)
     if args.forward_prefetch:
         changes["prefetch_forward"] = 1
     if args.backward_prefetch is not None:

@@ -10,7 +10,7 @@ import json
 import sys
 
 from zerosim.precision import LOSS_SCALERS, PRESETS
-from zerosim.reference.replay import replay
+from zerosim.reference.replay import MAX_STEPS, replay
 from zerosim.reference.replay_text import narrate
 
 HELP = "replay seed 004's worked example step by step (the main job)"
@@ -22,7 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--precision", choices=sorted(PRESETS), default="fp16-mixed", help="mixed-precision preset (default "
                                                                                       "fp16-mixed)")
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
-    p.add_argument("--steps", type=int, default=1, help="training steps on the same two samples (default 1)")
+    p.add_argument("--steps", type=int, default=1,
+                   help=f"training steps on the same two samples, 1..{MAX_STEPS} (default 1; a bar on a terminal "
+                        "from 50)")
     p.add_argument("--no-checkpoint", action="store_true", help="keep activations instead of recomputing them")
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, "
@@ -32,6 +34,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
+        raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 60 "
+                         "lines each); `zerosim train --steps N` trains for long")
     scale = args.loss_scale
     if scale is not None and scale.lower() not in LOSS_SCALERS:
         try:

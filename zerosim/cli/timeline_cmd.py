@@ -26,6 +26,7 @@ the sweep marks every configuration that would not fit instead of plotting it as
 from __future__ import annotations
 
 import json
+import os
 
 from zerosim.cli.fit_lines import judge, verdict_word
 from zerosim.cli.model_args import (
@@ -136,6 +137,8 @@ def _check(args) -> None:
     for path, ext in ((args.trace, ".json"), (args.figure, ".png")):
         if path is not None and not path.endswith(ext):
             raise ValueError(f"{path!r}: expected a {ext} file name")
+        if path is not None:
+            check_writable(path)
     if args.sweep and args.trace:
         raise ValueError("--trace writes one step's trace; run without --sweep for it")
     if args.sweep and args.seq_len is not None:
@@ -150,6 +153,27 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
+
+
+def check_writable(path: str) -> None:
+    """Refuse, before the run, an output file that could not be written (the run takes seconds to minutes; the
+    error would come at its end): a folder in its place, or no writable folder to make it in. Missing folders
+    on the way are made when the file is written (`prepare_output`)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):  # the nearest folder that exists will hold the new ones
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise ValueError(f"{path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{path}: cannot write there (permission denied)")
+
+
+def prepare_output(path: str) -> str:
+    """Make the folders `path` needs; returns `path`."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return path
 
 
 def sweep_ranks(args) -> tuple:
@@ -326,7 +350,7 @@ def _run_one(args, s) -> int:
     if args.trace:
         from zerosim.timeline import write_chrome_trace
 
-        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))
+        write_chrome_trace(result, prepare_output(args.trace), ranks=range(min(4, result.world_size)))
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -338,7 +362,7 @@ def _run_one(args, s) -> int:
             result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
             + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
         )
-        ax.figure.savefig(args.figure, dpi=120, bbox_inches="tight")
+        ax.figure.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
         written.append(f"figure: {args.figure}")
     print(
         json.dumps(r, indent=1)
@@ -497,7 +521,7 @@ def _run_sweep(args, s) -> int:
             fits=fits,
             gpu=r["gpu"],
         )
-        fig.savefig(args.figure, dpi=120, bbox_inches="tight")
+        fig.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0

@@ -20,6 +20,7 @@ import sys
 from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS
 from zerosim.precision import PRESETS, get_precision
+from zerosim.train.trainer import MAX_SIMULATED_RANKS
 
 MLP_WIDTHS = "16,64,64,4"
 
@@ -65,33 +66,43 @@ def gpt_options(args) -> dict:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2, help="ZeRO stage (default 2)")
-    p.add_argument("--ranks", type=int, default=None, help="simulated ranks (default 4; under MPI the process count)")
+    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ZeRO stage (default 2; with --resume the saved stage, and a stage you give reshards)")
+    p.add_argument("--ranks", type=int, default=None,
+                   help=f"simulated ranks, 1..{MAX_SIMULATED_RANKS} (default 4; with --resume the saved count, and a "
+                        "count you give reshards; under MPI the process count)")
     p.add_argument("--backend", choices=("numpy", "mpi", "cupy"), default="numpy", help="where the ranks run (default "
                                                                                         "numpy)")
     p.add_argument("--native", action="store_true",
                    help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; "
                         "fp32 only)")
-    p.add_argument("--precision", choices=sorted(PRESETS), default="bf16-mixed", help="mixed-precision preset (default "
-                                                                                      "bf16-mixed)")
-    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam", help="optimizer (default adam)")
-    p.add_argument("--lr", type=float, default=1e-2, help="learning rate (default 1e-2)")
+    p.add_argument("--precision", choices=sorted(PRESETS), default=None,
+                   help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
+                   help="optimizer (default adam; with --resume the saved one)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2; with --resume the saved one)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
     p.add_argument("--task", choices=("regression", "classification", *SEQUENCE_TASKS), default=None,
                    help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
     p.add_argument("--batch", type=int, default=16, help="samples per micro-batch (default 16)")
-    p.add_argument("--accumulation-steps", type=int, default=1,
-                   help="K micro-batches per rank per step, gradients accumulated (default 1)")
+    p.add_argument("--accumulation-steps", type=int, default=None,
+                   help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the "
+                        "saved K)")
     p.add_argument("--grad-accum", choices=("compute", "fp32"), default="compute",
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
-    p.add_argument("--save", metavar="DIR", default=None, help="save a sharded checkpoint into DIR at the end (and "
-                                                               "every --save-every steps)")
+    p.add_argument("--save", metavar="DIR", default=None,
+                   help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
+                        "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
     p.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue from the checkpoint in DIR (its latest); --steps counts from the start of the run")
+                   help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
+                        "a save that never finished is skipped); --steps counts from the start of the run. What you "
+                        "leave out is the saved run's: stage, ranks, precision, optimizer, lr, K (--seed, --batch, "
+                        "--task: give the saved run's); --stage or --ranks reshards, another --precision or "
+                        "--optimizer is refused")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
     # -- --model gpt / llama: their own flags, together (defaults: zerosim.train.TrainConfig) ------------------
@@ -109,7 +120,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from zerosim.progress import progress
 
-    from zerosim.train import TrainConfig, train
+    from zerosim.train import TrainConfig, run_defaults, train
 
     widths = _widths(args.widths)
     for flag, value in (
@@ -117,25 +128,30 @@ def run(args) -> int:
         ("--batch", args.batch),
         ("--accumulation-steps", args.accumulation_steps),
     ):
-        if value < 1:
+        if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     ranks = args.ranks
+    if ranks is not None and not 1 <= ranks <= MAX_SIMULATED_RANKS and args.backend == "numpy":
+        raise ValueError(f"--ranks must be 1..{MAX_SIMULATED_RANKS}, got {ranks}: the numpy backend runs every rank in "
+                         "this process, and a ring over N ranks moves N·(N-1) chunks per collective (zerosim memory "
+                         "and zerosim timeline account more ranks on the meta backend)")
     if args.backend == "mpi" and ranks is None:
         from zerosim.backends.launch import world_size_from_environment
 
         ranks = world_size_from_environment()
-    ranks = 4 if ranks is None else ranks
     for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
                                   ("--seed", args.seed, args.seed >= 0, ">= 0"),
-                                  ("--lr", args.lr, math.isfinite(args.lr) and args.lr >= 0, "a finite number >= 0")):
+                                  ("--lr", args.lr, args.lr is None or (math.isfinite(args.lr) and args.lr >= 0),
+                                   "a finite number >= 0")):
         if not ok:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
-    if args.native and get_precision(args.precision).reduce_format.name not in ("fp32", "fp64"):
+    defaults = run_defaults(args.resume)  # the saved run's settings when resuming (the resume rule), else the defaults
+    precision = get_precision(args.precision or defaults["precision"])
+    if args.native and precision.reduce_format.name not in ("fp32", "fp64"):
         raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop "
                          "--native")
-    precision = get_precision(args.precision)
     if args.grad_accum == "fp32":
         precision = precision.with_(grad_accum="fp32")
     precision = precision_from_arguments(args, precision)
@@ -153,14 +169,14 @@ def run(args) -> int:
         first[0] = first_step
         bar.reset(total=args.steps - first_step + 1)
         if talk and not args.json:
-            accum = (
-                f", {args.accumulation_steps} micro-batches per rank per step" if args.accumulation_steps > 1 else ""
-            )
+            k = config.accumulation_steps
+            accum = f", {k} micro-batches per rank per step" if k > 1 else ""
             kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
                     f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
-            print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {args.stage}, "
-                  f"{ranks} ranks on {args.backend}, {args.precision}, {args.optimizer} lr {args.lr}{accum}"
+            print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
+                  f"{config.ranks} ranks on {args.backend}, {_precision_name(config.precision)}, {config.optimizer} lr "
+                  f"{config.lr}{accum}"
                   + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
@@ -200,6 +216,16 @@ def run(args) -> int:
             for s in result.ranks:
                 print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}")
     return 0
+
+
+def _precision_name(precision) -> str:
+    """A preset's name when the policy is one (its options are described apart), else its fields."""
+    base = get_precision(precision)
+    for name, preset in PRESETS.items():
+        if preset == base.with_(loss_scale=preset.loss_scale, loss_scale_options=preset.loss_scale_options,
+                                reduction=preset.reduction, allreduce=preset.allreduce, grad_accum=preset.grad_accum):
+            return name
+    return repr(base)
 
 
 def _is_rank_zero(backend: str) -> bool:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from zerosim.cluster.mesh import INTRA, TIERS, Groups, hop_tier
 
 GRANULARITIES = ("hop", "call")
+# what the collectives record their calls as (collectives/ring.py, nccl_allreduce.py): the names a question may use
+COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce")
 
 
 class Handle(tuple):
@@ -92,6 +94,7 @@ class Trace:
     events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
     log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
+    world_size: int | None = None  # N, when known (a Cluster's trace): questions about rank N or above are refused
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
@@ -239,6 +242,8 @@ class Trace:
     # -- questions -------------------------------------------------------------------------------
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
         """The events of one collective kind, one call and/or one tag (None: any)."""
+        if collective is not None and collective not in COLLECTIVES:  # a typo ("allgather") selected nothing: 0 B
+            raise ValueError(f"no collective {collective!r}; the trace records {', '.join(COLLECTIVES)}")
         return [
             e
             for e in self.events
@@ -251,8 +256,16 @@ class Trace:
         self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
     ) -> int:
         """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
+        self._check_rank(rank)
         from_events = sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
         return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
+
+    def _check_rank(self, rank) -> None:
+        """A rank that does not exist sent nothing, but answering 0 would hide the mistake."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0 \
+                or (self.world_size is not None and rank >= self.world_size):
+            limit = f" 0..{self.world_size - 1}" if self.world_size is not None else " >= 0"
+            raise ValueError(f"no rank {rank!r}: the cluster's ranks are{limit}")
 
     def _closed(self, collective, call, tag) -> list:
         return [
@@ -267,6 +280,7 @@ class Trace:
         self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
     ) -> int:
         """Bytes that arrived at `rank` (needs "hop" granularity: summaries do not say who received)."""
+        self._check_rank(rank)
         if self.granularity != "hop":
             raise ValueError('bytes_received needs trace granularity "hop"; "call" summaries record senders only')
         return sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)

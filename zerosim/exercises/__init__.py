@@ -16,6 +16,9 @@ counterexample. Each ships a reference solution that passes and planted bugs the
     refresh_params  the all-gather after the update                                     refresh_params.py
     average_dtype   divide by N in fp32, after the cast                                 average_dtype.py
     unscale_once    divide by N·K and by the loss scale once, in fp32                   unscale_once.py
+
+A learner's file runs in a process of its own, each case under a time limit (sandbox.py): a loop, sys.exit
+or a syntax error is a failing grade with one line saying what happened, never a hung or crashed grader.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from __future__ import annotations
 import os
 
 from zerosim.exercises import average_dtype, refresh_params, ring_chunk, shard_offset, stage2_free, unscale_once
-from zerosim.exercises.grading import Exercise, Result, load
+from zerosim.exercises.grading import Exercise, NotRunnable, Result, load
+from zerosim.exercises.sandbox import TIME_LIMIT, grade_file
 
 EXERCISES = {
     m.EXERCISE.name: m.EXERCISE
@@ -39,16 +43,23 @@ def get(name: str) -> Exercise:
         raise ValueError(f"no exercise {name!r}; there are: {', '.join(EXERCISES)}") from None
 
 
-def check(name: str, solution) -> Result:
-    """Grade `solution` for exercise `name`: a function, the source of a file defining it, or a file's path."""
+def check(name: str, solution, time_limit: float = TIME_LIMIT) -> Result:
+    """Grade `solution` for exercise `name`: a function, the source of a file defining it, or a file's path.
+
+    A file is graded in a process of its own, each case under `time_limit` seconds (sandbox.py): a loop, a
+    `sys.exit` or a crash in it becomes a failing grade with one line saying so. A function or source is graded
+    here, in this process (a notebook's own cell; interrupt the kernel to stop a loop); a file or source that
+    does not compile, fails to import or calls sys.exit also gives a failing grade, not a traceback."""
     ex = get(name)
     if callable(solution):
         fn = solution
     elif isinstance(solution, (str, os.PathLike)) and str(solution).endswith(".py") and "\n" not in str(solution):
-        with open(solution) as f:
-            fn = load(f.read(), ex.function, str(solution))
+        return grade_file(ex.name, str(solution), time_limit)
     elif isinstance(solution, str):
-        fn = load(solution, ex.function)
+        try:
+            fn = load(solution, ex.function)
+        except NotRunnable as e:
+            return Result(ex.name, False, 0, str(e))
     else:
         raise TypeError(f"a solution is a function, its source, or a .py file's path; got {type(solution).__name__}")
     return ex.grade(fn)

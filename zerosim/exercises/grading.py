@@ -32,6 +32,8 @@ class Result:
     def __str__(self) -> str:
         if self.passed:
             return f"{self.exercise}: passed all {self.cases} cases"
+        if self.cases == 0:  # the learner's file could not be run at all: one line saying why
+            return f"{self.exercise}: failed before any case ran — {self.counterexample}"
         return f"{self.exercise}: failed on case {self.cases} — counterexample:\n  " + self.counterexample.replace(
             "\n", "\n  "
         )
@@ -51,10 +53,13 @@ class Exercise:
     cases: object = None  # cases() -> iterable of cases, smallest first
     check: object = None  # check(fn, case) -> None, or raises Counterexample (or the learner's own error)
 
-    def grade(self, fn) -> Result:
-        """Run every case against `fn` (the learner's function); the first failure is the counterexample."""
+    def grade(self, fn, on_case=None) -> Result:
+        """Run every case against `fn` (the learner's function); the first failure is the counterexample.
+        `on_case(n, case)` is told before case n runs (sandbox.py times each case from it)."""
         n = 0
         for n, case in enumerate(self.cases(), 1):
+            if on_case is not None:
+                on_case(n, case)
             try:
                 self.check(fn, case)
             except Counterexample as e:
@@ -62,6 +67,9 @@ class Exercise:
             except NotImplementedError:
                 return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised "
                                                    "NotImplementedError)")
+            except SystemExit as e:  # sys.exit() in the learner's function must not end the grader
+                return Result(self.name, False, n, f"{describe(case)}: your {self.function} called "
+                                                   f"sys.exit({e.code!r}); return a value instead")
             except Exception as e:  # the learner's code failed: say where, in their words
                 where = _learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
                 return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: "
@@ -82,12 +90,29 @@ def _learner_line(error: Exception, filename: str | None) -> str:
     return ""
 
 
+class NotRunnable(Exception):
+    """The learner's file could not be run to define its function: the message is one line saying why."""
+
+
 def load(source: str, function: str, filename: str = "<exercise>"):
-    """The function called `function` that `source` defines (a ValueError naming it when there is none)."""
+    """The function called `function` that `source` defines (a ValueError naming it when there is none; a
+    NotRunnable with one line when the file does not compile, fails to import, raises or calls sys.exit)."""
     namespace = {"__name__": "exercise_solution"}
     if filename.startswith("<"):  # source with no file: let tracebacks quote its lines all the same
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)  # the learner's own file: running it is the point
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as e:  # one line: where and what, not a traceback
+        text = f": {e.text.strip()}" if e.text and e.text.strip() else ""
+        raise NotRunnable(f"{filename} line {e.lineno}: {type(e).__name__}: {e.msg}{text}") from None
+    try:
+        exec(code, namespace)  # the learner's own file: running it is the point
+    except SystemExit as e:
+        raise NotRunnable(f"{filename} called sys.exit({e.code!r}) while it was loaded; "
+                          "define the function only") from None
+    except Exception as e:  # an import that fails, a name error at the top level, ...
+        where = _learner_line(e, filename)
+        raise NotRunnable(f"{filename}{where or ''}: loading it raised {type(e).__name__}: {e}") from None
     fn = namespace.get(function)
     if not callable(fn):
         raise ValueError(f"{filename} defines no function {function}(...); start from `zerosim exercise show`")

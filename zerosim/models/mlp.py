@@ -26,6 +26,8 @@ class MLP(Model):
             raise ValueError(f"an MLP needs at least two positive widths [D_in, ..., D_out], got {widths}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        if not isinstance(bias, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as yes
+            raise ValueError(f"bias must be True or False, got {bias!r}")
         layers, blocks = [], []
         for k, (d_in, d_out) in enumerate(zip(widths[:-1], widths[1:])):
             start = len(layers)

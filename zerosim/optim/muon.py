@@ -89,6 +89,8 @@ class Muon(Optimizer):
         check_nonneg(self.weight_decay, "weight_decay")
         if not (0 <= self.momentum < 1):
             raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        if not isinstance(self.nesterov, bool):  # bool("no") is True: a string is refused, not read as yes
+            raise ValueError(f"nesterov must be True or False, got {self.nesterov!r}")
         if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or self.ns_steps < 0:
             raise ValueError(f"ns_steps must be an integer >= 0, got {self.ns_steps!r}")
         if not (isinstance(self.ns_coefficients, (tuple, list)) and len(self.ns_coefficients) == 3):

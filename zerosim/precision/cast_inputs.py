@@ -42,6 +42,8 @@ def cast_with(kernels: CastKernels, x, fmt, rounding: str, rng, saturate: bool, 
     f = get_format(fmt)
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; choose one of {ROUNDINGS}")
+    if not isinstance(saturate, (bool, np.bool_)):  # bool("no") is True: refuse a string rather than read it as yes
+        raise ValueError(f"saturate must be True or False, got {saturate!r}")
     if not has_values(x):
         return x.astype(f.dtype)  # the meta backend's data-less array: nothing to round, only the dtype changes
     a = as_float_array(x)

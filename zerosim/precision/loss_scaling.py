@@ -61,6 +61,23 @@ def _positive(x, name: str) -> float:
     return float(x)
 
 
+def _scale(x, name: str) -> float:
+    """A loss scale: > 0 and finite in fp32, as torch's GradScaler keeps it (an fp32 tensor, which refuses 1e40), so
+    the loss times S and its fp32 reciprocal 1/S stay numbers (1e300 passed as a static scale before this check)."""
+    value = _positive(x, name)
+    if not math.isfinite(_f32(value)):
+        raise ValueError(f"{name} {x!r} overflows fp32 (largest finite {float(np.finfo(np.float32).max):.7g}); "
+                         "loss scales are powers of two such as 2**16")
+    return value
+
+
+def _flag_option(x, name: str) -> bool:
+    """A yes/no option: True or False only (bool("no") is True, so a string is refused rather than read)."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {x!r}")
+    return bool(x)
+
+
 def _count(x, name: str, minimum: int = 1) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {x!r}")
@@ -86,7 +103,7 @@ class TorchGradScaler:
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000):
-        init_scale = _positive(init_scale, "init_scale")
+        _positive(init_scale, "init_scale")
         growth_factor = _positive(growth_factor, "growth_factor")
         backoff_factor = _positive(backoff_factor, "backoff_factor")
         if growth_factor <= 1.0:
@@ -154,10 +171,13 @@ class DeepSpeedLossScaler:
             raise ValueError(f"scale_factor must be > 1, got {scale_factor}")
         self.scale_window = _count(scale_window, "scale_window")  # precision_config rejects <= 0
         self.hysteresis = _count(hysteresis, "hysteresis")
-        self.min_scale = _positive(min_scale, "min_scale")
-        self.consecutive_hysteresis = bool(consecutive_hysteresis)
-        self.raise_error_at_min_scale = bool(raise_error_at_min_scale)
-        self.cur_scale = _positive(init_scale, "init_scale")
+        self.min_scale = _scale(min_scale, "min_scale")
+        self.consecutive_hysteresis = _flag_option(consecutive_hysteresis, "consecutive_hysteresis")
+        self.raise_error_at_min_scale = _flag_option(raise_error_at_min_scale, "raise_error_at_min_scale")
+        self.cur_scale = _scale(init_scale, "init_scale")
+        if self.cur_scale < self.min_scale:  # DeepSpeed would raise the scale to min_scale at the first overflow
+            raise ValueError(f"init_scale {init_scale!r} is below min_scale {min_scale!r}; "
+                             "the scale never goes below its minimum")
         self.cur_iter = 0
         self.last_overflow_iter = -1
         self.cur_hysteresis = self.hysteresis
@@ -228,7 +248,7 @@ class StaticLossScale:
     def __init__(self, scale: float, on_overflow: str = "raise"):
         if on_overflow not in ("raise", "skip"):
             raise ValueError(f"on_overflow must be 'raise' or 'skip', got {on_overflow!r}")
-        self._scale = _positive(scale, "scale")
+        self._scale = _scale(scale, "scale")
         self.on_overflow = on_overflow
 
     @property

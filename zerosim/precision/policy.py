@@ -85,9 +85,10 @@ class MixedPrecision:
             raise ValueError(f"unknown reduction recipe {self.reduction!r}; choose one of {REDUCTIONS}")
         if self.allreduce not in ALLREDUCES:
             raise ValueError(f"unknown allreduce {self.allreduce!r}; choose one of {ALLREDUCES}")
-        if self.grad_accum is not None and get_format(self.grad_accum).bits < get_format(self.compute).bits:
-            raise ValueError(f"grad_accum {self.grad_accum} is narrower than the compute format {self.compute}; "
-                             "use None or fp32")
+        if self.grad_accum is not None and not _holds(get_format(self.grad_accum), get_format(self.compute)):
+            # bits alone are not enough: fp16 has bf16's width but not its range (bf16-held gradients overflowed)
+            raise ValueError(f"grad_accum {self.grad_accum} cannot hold every {self.compute} gradient (its range or "
+                             f"precision is smaller); use None (accumulate in {self.compute}) or fp32")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 
@@ -158,6 +159,11 @@ class MixedPrecision:
             for offset, first, count in start:
                 uniforms[offset : offset + count] = counter_uniforms(self.seed, step, first, count)
         return cast(w, self.compute_format, "stochastic", uniforms=uniforms)
+
+
+def _holds(wide: Format, narrow: Format) -> bool:
+    """True when every finite value of `narrow` is a finite value of `wide`: at least its exponent and fraction bits."""
+    return wide.exponent_bits >= narrow.exponent_bits and wide.mantissa_bits >= narrow.mantissa_bits
 
 
 PRESETS = {

@@ -109,6 +109,11 @@ def _scale_record(policy, scale: float, decided: list) -> dict:
     }
 
 
+# The replay keeps every hop's values and every ledger event, and narrates each step from them: 1000 steps take
+# ~20 s and print ~60,000 lines; 100,000 steps ran for hours, silently when stdout was a pipe. Refused past this.
+MAX_STEPS = 1000
+
+
 def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
            betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False, loss_scale=None) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
@@ -127,8 +132,9 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     activation checkpointing on. Each step reuses the same two samples. `loss_scale` replaces the policy's:
     a number, or "torch" / "dynamic" / "deepspeed" (then a step whose gradients overflow is skipped).
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}: the replay narrates every "
+                         "step (about 60 lines each, with each step's ledger); `zerosim train` runs long trainings")
     policy = get_precision(precision)
     if loss_scale is not None:
         policy = policy.with_(loss_scale=loss_scale)

@@ -91,7 +91,10 @@ def write_chrome_trace(result, path, ranks=None) -> str:
         "otherData": {k: str(v) for k, v in result.summary().items()},
     }
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".zerosim-trace-", suffix=".json", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".zerosim-trace-", suffix=".json", dir=folder)
+    except OSError as e:  # name the user's file, not the temporary one beside it
+        raise OSError(f"{path}: cannot write a file there ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, separators=(",", ":"))

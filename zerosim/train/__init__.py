@@ -3,6 +3,8 @@
     trainer.py   TrainConfig, train(config) -> TrainResult: a model on a synthetic task, saved and resumed
 """
 
-from zerosim.train.trainer import StepInfo, TrainConfig, TrainResult, build_model, train
+from zerosim.train.trainer import (MAX_SIMULATED_RANKS, RUN_DEFAULTS, StepInfo, TrainConfig, TrainResult, build_model,
+                                   run_defaults, train)
 
-__all__ = ["StepInfo", "TrainConfig", "TrainResult", "build_model", "train"]
+__all__ = ["MAX_SIMULATED_RANKS", "RUN_DEFAULTS", "StepInfo", "TrainConfig", "TrainResult", "build_model",
+           "run_defaults", "train"]

@@ -13,6 +13,7 @@ Letters: N ranks, K micro-steps per step (gradient accumulation), V vocabulary, 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -38,16 +39,19 @@ class TrainConfig:
 
     widths: tuple = (16, 64, 64, 4)  # MLP layer sizes, input first
     task: str | None = None  # MLP: "regression" (default) or "classification"; GPT: "copy" (default), "reverse", "sort"
-    stage: int = 2  # ZeRO stage
-    ranks: int = 4  # N
+    # None below: the saved run's value when resuming, else the default in RUN_DEFAULTS (the resume rule: what
+    # you leave out continues the saved run; a stage or rank count you give reshards; a precision or optimizer kind
+    # other than the saved one is refused, as ZeroEngine.load refuses it)
+    stage: int | None = None  # ZeRO stage (2)
+    ranks: int | None = None  # N (4)
     backend: str = "numpy"  # "numpy", "mpi" or "cupy"
     backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
-    precision: str = "bf16-mixed"
-    optimizer: str = "adam"
-    lr: float = 1e-2
+    precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
+    optimizer: str | None = None  # ("adam")
+    lr: float | None = None  # (1e-2)
     steps: int = 100
     batch: int = 16  # samples per micro-batch
-    accumulation_steps: int = 1  # K
+    accumulation_steps: int | None = None  # K (1)
     seed: int = 0  # data (seed) and initial weights (seed + 1)
     checkpoint: bool = False
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
@@ -66,6 +70,9 @@ class TrainConfig:
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
 
     def __post_init__(self):
+        for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
@@ -88,6 +95,12 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.backend == "numpy" and self.ranks > MAX_SIMULATED_RANKS:
+            raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
+                             "runs every rank in this process (the meta backend accounts more: zerosim memory, "
+                             "zerosim timeline)")
+        if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
+            raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         if (
@@ -98,6 +111,21 @@ class TrainConfig:
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
+
+
+# The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
+# 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
+MAX_SIMULATED_RANKS = 4096
+RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
+                "accumulation_steps": 1}
+
+
+def run_defaults(resume: str | None) -> dict:
+    """What TrainConfig's unset fields become: RUN_DEFAULTS, or when resuming the checkpoint's own stage, rank
+    count, precision policy, optimizer, learning rate and K (read from its manifest, checked)."""
+    if resume is None:
+        return dict(RUN_DEFAULTS)
+    return ckpt.saved_settings(resume)
 
 
 def _check_ranks_agree(cluster, config: TrainConfig) -> None:
@@ -181,6 +209,9 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
+        saved = ckpt.saved_optimizer(config.resume)
+        if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
+            optimizer = dataclasses.replace(saved, lr=config.lr)
         engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
                            accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
                            clip_grad=config.clip_grad)

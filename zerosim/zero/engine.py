@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.cluster import Handle, StepBoundary
+from zerosim.cluster import Cluster, Handle, StepBoundary
 from zerosim.cluster.budget import check_fits, gb
 from zerosim.models.run import Pass
 from zerosim.models.schedule import schedule
@@ -65,7 +65,8 @@ class ZeroEngine:
         optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
-        checkpoint: recompute activations in backward instead of keeping them (seed 004).
+        checkpoint: recompute activations in backward instead of keeping them (seed 004); None (default): as the
+            model says (`model.checkpointing`: a GPT built with a checkpoint strategy; False for the others).
         params: initial fp32 weights (P,); default `model.init_params()`.
         accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
         comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
@@ -87,9 +88,15 @@ class ZeroEngine:
     counts optimizer steps (a skipped step takes none), `engine.iteration` the calls of `step`.
     """
 
-    def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool = False,
+    def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool | None = None,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None, recipe=None,
                  states: dict | None = None, hooks: Hooks | None = None, shard_group: int | None = None):
+        if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
+            raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
+        if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
+            checkpoint = bool(getattr(model, "checkpointing", False))
+        if not isinstance(checkpoint, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as a flag
+            raise TypeError(f"checkpoint must be True, False or None (the model's own strategy), got {checkpoint!r}")
         plan = get_plan(stage)
         if not isinstance(optimizer, Optimizer):
             raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
