@@ -8,6 +8,9 @@ on N = 64 (Python per rank, per layer). Two yardsticks: the oracle as the tests 
 the reduction formed exactly in float64, then rounded: slow) and the same-arithmetic oracle that adds
 natively in the wire dtype (`Reference(order="ring-native")`, the same bits, as fast as NumPy).
 Targets: <= 1.3 and <= 2 against the native one (issue 14); <= 1.0 and <= 2 against the exact one (issue 8).
+The engine runs with one worker (the ranks one after another, as the ratios above were set) and with
+`workers="auto"` (cluster/pool.py: the ranks' compute on a thread per core, the same bits, checked): the last
+column is the pool's speedup, one worker's step time ÷ the pool's.
 
 Measured in one run, engine and oracles in turns (each round in a new seeded order, so all see the same
 machine load and none always follows the same run), median of --repeats, BLAS pinned to one thread (set
@@ -48,11 +51,13 @@ def measure(widths, n, batch, precision, repeats):
     params = model.init_params()
     batches = make_regression(np.random.default_rng(0), n, batch, widths)
     engine = ZeroEngine(model, Cluster(n, trace="call", timeline=False), 3, Adam(lr=1e-3), precision, params=params)
+    pooled = ZeroEngine(model, Cluster(n, trace="call", timeline=False, workers="auto"), 3, Adam(lr=1e-3), precision,
+                        params=params)
     exact = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params)
     native = Reference(model, Adam(lr=1e-3), precision, world_size=n, params=params, order="ring-native")
-    for run in (engine, exact, native):  # warm up (first-touch allocations, BLAS)
+    for run in (engine, exact, native, pooled):  # warm up (first-touch allocations, BLAS)
         run.step(batches)
-    times = {run: [] for run in (engine, exact, native)}
+    times = {run: [] for run in (engine, exact, native, pooled)}
     order = random.Random(0)
     for _ in range(repeats):  # in turns, in a new (seeded) order each round: no one always follows the same run
         runs = list(times)
@@ -60,11 +65,14 @@ def measure(widths, n, batch, precision, repeats):
         for run in runs:
             times[run].append(timed(lambda: run.step(batches)))
     assert np.array_equal(native.master(), exact.master()) and np.array_equal(engine.full_master(), native.master())
+    assert np.array_equal(pooled.full_master(), engine.full_master())
     return (
         model.num_params,
         statistics.median(times[engine]),
         statistics.median(times[exact]),
         statistics.median(times[native]),
+        statistics.median(times[pooled]),
+        pooled.cluster.pool.workers,
     )
 
 
@@ -74,14 +82,15 @@ def main():
     p.add_argument("--precision", default="bf16-mixed")
     args = p.parse_args()
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    print(f"ZeRO-3 step ÷ oracle step, {args.precision}, median of {args.repeats} in turns; BLAS threads {threads}")
+    print(f"ZeRO-3 step ÷ oracle step, {args.precision}, median of {args.repeats} in turns; BLAS threads {threads}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'MLP':<22} {'params':>9} {'N':>4} {'engine ms':>10} {'native ms':>10} {'ratio':>6} {'target':>7}"
-          f" {'exact ms':>9} {'ratio':>6} {'target':>7}")
+          f" {'exact ms':>9} {'ratio':>6} {'target':>7} {'pool ms':>8} {'workers':>7} {'speedup':>7}")
     for widths, n, batch, t_native, t_exact in CASES:
-        params, te, tx, tn = measure(widths, n, batch, args.precision, args.repeats)
+        params, te, tx, tn, tp, k = measure(widths, n, batch, args.precision, args.repeats)
         print(f"{str(widths):<22} {params:>9,} {n:>4} {te * 1e3:>10.1f} {tn * 1e3:>10.1f} {te / tn:>6.2f} "
               f"{'<= ' + str(t_native):>7}"
-              f" {tx * 1e3:>9.1f} {te / tx:>6.2f} {'<= ' + str(t_exact):>7}")
+              f" {tx * 1e3:>9.1f} {te / tx:>6.2f} {'<= ' + str(t_exact):>7} {tp * 1e3:>8.1f} {k:>7} {te / tp:>7.2f}")
 
 
 if __name__ == "__main__":

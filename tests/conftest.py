@@ -12,6 +12,21 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+# ZEROSIM_TEST_WORKERS=k: every `Cluster(...)` that does not name its workers gets k (issue 28: each
+# bit-equality property of the suite, every stage against the oracle, the fixtures' trace bytes, MPI against
+# the simulator, rerun with the ranks' compute on k threads). Unset, the library's default (1) stays.
+_workers = os.environ.get("ZEROSIM_TEST_WORKERS")
+if _workers:
+    import inspect  # noqa: E402
+
+    from zerosim.cluster.cluster import Cluster  # noqa: E402
+    from zerosim.cluster.pool import check_workers  # noqa: E402
+
+    _names = [p for p in inspect.signature(Cluster.__init__).parameters if p not in ("self", "world_size")]
+    _defaults = list(Cluster.__init__.__defaults__)
+    _defaults[_names.index("workers")] = check_workers(_workers if _workers == "auto" else int(_workers))
+    Cluster.__init__.__defaults__ = tuple(_defaults)
+
 settings.register_profile(
     "ci",
     derandomize=True,  # the same examples every run: a red CI is reproducible on any machine

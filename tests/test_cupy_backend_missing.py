@@ -89,7 +89,7 @@ def test_with_zero_devices_the_error_says_so(monkeypatch):
 @pytest.mark.bad_input("cluster and backends")
 def test_without_nccl_the_error_says_how_to_install_it(monkeypatch):
     fake_cupy(monkeypatch, 2, nccl_available=False)
-    with pytest.raises(BackendUnavailable, match=r"NCCL.*cupyx\.tools\.install_library --cuda 12\.x --library nccl"):
+    with pytest.raises(BackendUnavailable, match=r"NCCL.*cupyx\.tools\.install_library --cuda 13\.x --library nccl"):
         Cluster(2, backend="cupy")
 
 

@@ -25,7 +25,7 @@ ELEMENTWISE = {
 
 
 def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reduction="seeds", reduce=None, loss_scale=1.0,
-             allreduce="ring"):
+             allreduce="ring", workers=1):
     rng = np.random.default_rng(seed)
     model = MLP(widths, activation="gelu" if seed % 2 else "relu")
     params = model.init_params(np.random.default_rng(seed + 1))
@@ -36,7 +36,8 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
         reduction=reduction, reduce=reduce, loss_scale=loss_scale, allreduce=allreduce
     )
     engine = ZeroEngine(
-        model, Cluster(n), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy, checkpoint=checkpoint, params=params
+        model, Cluster(n, workers=workers), stage, get_optimizer(opt, **ELEMENTWISE[opt]), policy,
+        checkpoint=checkpoint, params=params
     )
     ref = Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), policy, world_size=n, params=params)
     for s in range(steps):
@@ -59,10 +60,11 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     reduce=st.sampled_from([None, "fp32"]),  # FSDP's reduce_dtype: 16-bit compute, fp32 on the wire
     loss_scale=st.sampled_from([1.0, 2.0**10, 1000.0]),
     seed=st.integers(0, 2**16),
+    workers=st.sampled_from([1, 2, 4]),  # the ranks' compute and updates on a pool of threads (cluster/pool.py)
     data=st.data(),
 )
 def test_every_stage_equals_the_oracle_bitwise(
-    widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, data
+    widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, workers, data
 ):
     from zerosim.zero.recipes import RECIPES
 
@@ -73,7 +75,7 @@ def test_every_stage_equals_the_oracle_bitwise(
     reduce = None if reduction == "ddp" else reduce  # DDP reduces in the gradient's own dtype
     allreduce = data.draw(st.sampled_from(["ring", "nccl"]), label="allreduce") if stage == 0 else "ring"
     engine, ref, *_ = run_pair(
-        widths, n, stage, precision, opt, steps, checkpoint, seed, reduction, reduce, loss_scale, allreduce
+        widths, n, stage, precision, opt, steps, checkpoint, seed, reduction, reduce, loss_scale, allreduce, workers
     )
     assert np.array_equal(bits(engine.full_master()), bits(ref.master()))
     want_state = ref.optimizer_state()

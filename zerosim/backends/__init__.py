@@ -1,8 +1,9 @@
-"""Backends plug in under the cluster: numpy (in-process simulator, default), meta (shapes, no data), mpi, cupy."""
+"""Backends plug in under the cluster: numpy (in-process simulator, default), meta (shapes, no data), mpi, cupy
+(one GPU per rank, NCCL), cupy-sim (every rank on one GPU, the simulator's ring on the device)."""
 
 from __future__ import annotations
 
-BACKENDS = ("numpy", "meta", "mpi", "cupy")
+BACKENDS = ("numpy", "meta", "mpi", "cupy", "cupy-sim")
 
 
 def make_backend(name: str, world_size: int, **options):
@@ -23,6 +24,10 @@ def make_backend(name: str, world_size: int, **options):
         from zerosim.backends.cupy_nccl import CupyBackend  # cupy itself is imported only when the backend is made
 
         return CupyBackend(world_size, **options)
+    if name == "cupy-sim":
+        from zerosim.backends.cupy_sim import CupySimBackend  # cupy itself is imported only when the backend is made
+
+        return CupySimBackend(world_size, **options)
     if name in BACKENDS:
         raise NotImplementedError(f"backend {name!r} is not built yet")
     raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS}")

@@ -20,7 +20,9 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
 - `evaluate(fn, array, default)`: `fn` of the array's values on the host (a shard's sum of squares), or
   `default` where the backend holds none — so callers never ask which backend they run on;
 - `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
-  so engines refuse a run that cannot fit before allocating any of it.
+  so engines refuse a run that cannot fit before allocating any of it;
+- `xp`: the `zerosim.precision.namespace.ArrayNamespace` its arrays belong to (NumPy on the host; CuPy with
+  bf16 stored as uint16 on a GPU): the ring allocates, casts and adds with it, so a device's arrays stay there.
 
 A backend may also run a collective's data movement itself: `reduce_scatter_phase(cluster, staged,
 op, wire, bounds, call)` and `all_gather_phase(cluster, shards, bounds, total, wire, call)`, in place
@@ -38,12 +40,14 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from zerosim.precision.namespace import NUMPY, ArrayNamespace
 
 class Backend(Protocol):
     name: str
     world_size: int
     local_ranks: list  # global indices of the ranks this process hosts
     holds_values: bool  # False: arrays with shape and dtype only (meta)
+    xp: ArrayNamespace  # where its arrays live and how formats are stored there (NUMPY on the host)
 
     def empty(self, shape, dtype) -> np.ndarray: ...
 
@@ -95,6 +99,7 @@ class HostArrays:
     """What backends whose arrays live in host memory share (numpy, MPI; CuPy in its default "host" mode)."""
 
     holds_values = True
+    xp = NUMPY  # host memory, every format its own dtype (ml_dtypes)
 
     def available_bytes(self) -> int | None:
         """Bytes a new allocation can get on this process's host (None: unknown)."""

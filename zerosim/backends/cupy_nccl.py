@@ -38,6 +38,7 @@ from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
 from zerosim.backends.launch import launched_by_mpiexec
 from zerosim.backends.nccl_collectives import NcclCollectives
 from zerosim.backends.nccl_types import NCCL_2_10_3, Wire, _key, wire_for
+from zerosim.precision.namespace import NUMPY, device_namespace
 
 _HEADER_TAG = 4242  # mpi4py tag of the (dtype, count) note that precedes each message under mpiexec
 
@@ -66,6 +67,8 @@ class CupyBackend(HostArrays, NcclCollectives):
         cp, nccl, count = import_cupy()
         self._cp, self._nccl = cp, nccl
         self.world_size, self.arrays = world_size, arrays
+        # where the ring's arithmetic runs: numpy on the host, or CuPy (bf16 as uint16) on the device
+        self.xp = NUMPY if arrays == "host" else device_namespace(cp, "cupy")
         self.launch = launch if launch != "auto" else ("mpi" if launched_by_mpiexec() else "single")
         self.nccl_version = int(nccl.get_version())  # 0 for NCCL older than 2.3.4
         # else bf16 travels as bytes

@@ -8,7 +8,8 @@ from __future__ import annotations
 INSTALL_HINT = "the cupy backend needs CuPy (pip install -e '.[gpu]') and an NVIDIA GPU with CUDA"
 NCCL_HINT = (
     "CuPy could not load NCCL (cupy.cuda.nccl.available is False); install it with "
-    "`python -m cupyx.tools.install_library --cuda 12.x --library nccl`, or put libnccl.so.2 on LD_LIBRARY_PATH"
+    "`python -m cupyx.tools.install_library --cuda 13.x --library nccl` (12.x with cupy-cuda12x), or put "
+    "libnccl.so.2 on LD_LIBRARY_PATH"
 )
 
 

@@ -22,6 +22,8 @@ import math
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from zerosim.precision.namespace import NUMPY
+
 
 class MetaDataError(TypeError):
     """Something asked a MetaArray for values it does not have."""
@@ -217,6 +219,7 @@ class MetaBackend:
     name = "meta"
     HOSTED = ("representative", "all")
     holds_values = False
+    xp = NUMPY  # its arrays are data-less, shaped and typed as numpy's would be
 
     def __init__(self, world_size: int, hosted: str = "representative"):
         if hosted not in self.HOSTED:

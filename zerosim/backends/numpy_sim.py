@@ -8,6 +8,7 @@ it keeps the simulator close to the speed of plain numpy.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -25,6 +26,7 @@ class NumpyBackend(HostArrays):
         self.local_ranks = list(range(world_size))
         self._pool = {}  # nbytes -> [flat uint8 storage]
         self._pooled = 0  # bytes held in the pool
+        self._lock = threading.Lock()  # Cluster(workers=k): ranks allocate and free from k threads at once
 
     def empty(self, shape, dtype) -> np.ndarray:
         """Storage for a ledger buffer, reusing freed storage of the same size when there is some.
@@ -34,21 +36,23 @@ class NumpyBackend(HostArrays):
         """
         dtype = np.dtype(dtype)
         nbytes = math.prod((shape,) if isinstance(shape, (int, np.integer)) else shape) * dtype.itemsize
-        free = self._pool.get(nbytes)
-        if free:
-            self._pooled -= nbytes
-            return free.pop().view(dtype).reshape(shape)
+        with self._lock:
+            free = self._pool.get(nbytes)
+            storage = free.pop() if free else None
+            if storage is not None:
+                self._pooled -= nbytes
+        if storage is not None:
+            return storage.view(dtype).reshape(shape)
         return np.empty(shape, dtype=dtype)
 
     def recycle(self, array: np.ndarray) -> None:
         """Take back the storage of a freed ledger buffer (the ledger no longer hands it out)."""
-        if (
-            isinstance(array, np.ndarray)
-            and array.flags.c_contiguous
-            and 0 < array.nbytes <= self.POOL_BYTES - self._pooled
-        ):
-            self._pool.setdefault(array.nbytes, []).append(array.reshape(-1).view(np.uint8))
-            self._pooled += array.nbytes
+        if not (isinstance(array, np.ndarray) and array.flags.c_contiguous):
+            return
+        with self._lock:
+            if 0 < array.nbytes <= self.POOL_BYTES - self._pooled:
+                self._pool.setdefault(array.nbytes, []).append(array.reshape(-1).view(np.uint8))
+                self._pooled += array.nbytes
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
         received = []

@@ -8,6 +8,7 @@
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
+    zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
 from zerosim.cli import (checkpoint_cmd, exercise_cmd, figures_cmd, memory_cmd, plan_cmd, replay_cmd, timeline_cmd,
-                         train_cmd)
+                         train_cmd, verify_nccl_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -31,6 +32,7 @@ COMMANDS = {
     "exercise": exercise_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
+    "verify-nccl": verify_nccl_cmd,
 }
 
 

@@ -19,6 +19,7 @@ from zerosim.backends import make_backend
 from zerosim.cluster.budget import check_world_size
 from zerosim.cluster.ledger import MemoryLedger
 from zerosim.cluster.mesh import Groups, Mesh, hop_tier
+from zerosim.cluster.pool import RankPool
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Trace
 
@@ -36,6 +37,9 @@ class Cluster:
         gpus_per_node: G, the ranks each node holds (rank r sits on node r // G): hops between nodes cross the
             "inter-node" link tier (InfiniBand), the others stay "intra-node" (NVLink). None: one node, a flat
             cluster. `cluster.mesh` is then the (N/G, G) mesh with dims ("node", "gpu").
+        workers: threads that run one op's per-rank compute and optimizer updates at once (pool.py): 1 (default)
+            runs the ranks one after another; "auto" uses every core this process may run on. Results and the
+            event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class Cluster:
         timeline: bool = True,
         keep_values: bool = False,
         gpus_per_node: int | None = None,
+        workers: int | str = 1,
         **backend_options,
     ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
@@ -58,13 +63,14 @@ class Cluster:
                 raise ValueError(f"{world_size} ranks do not fill nodes of {gpus_per_node} GPUs: gpus_per_node must "
                                  "divide world_size")
             gpus_per_node = int(gpus_per_node)
-        if isinstance(backend, str) and backend in ("numpy", "meta"):  # every rank lives in this process
+        pool = RankPool(workers)  # checked before anything is made
+        if isinstance(backend, str) and backend in ("numpy", "meta", "cupy-sim"):  # every rank lives in this process
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)
         if self.backend.world_size != world_size:
             raise ValueError(f"backend {self.backend.name!r} has world size {self.backend.world_size}, but the cluster "
                              f"was asked for {world_size}")
-        self.world_size = world_size
+        self.world_size, self.pool = world_size, pool
         representative = len(self.backend.local_ranks) < world_size and self.backend.name == "meta"
         if representative and trace == "hop":
             raise ValueError("the meta backend's representative rank keeps one summary per call (trace='call'); "

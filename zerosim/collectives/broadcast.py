@@ -31,7 +31,8 @@ def broadcast(cluster, tensors, root: int, tag: str = "", group=None) -> list:
     call = cluster.trace.begin("broadcast", "copy", n, count, fmt.name, tag, group)
     me = [rank.index for rank in cluster.ranks]
     at = [group.position(r) for r in me]
-    out = [a.reshape(-1).copy() if p == root else np.empty(count, dtype=fmt.dtype) for p, (_, a, _) in zip(at, arrays)]
+    ns = cluster.backend.xp  # where the arrays live (numpy, cupy)
+    out = [a.reshape(-1).copy() if p == root else ns.empty(count, fmt) for p, (_, a, _) in zip(at, arrays)]
     for k in range(n - 1):
         src, dst = (root + k) % n, (root + k + 1) % n  # positions: every group's chain takes this step at once
         sends = [out[i] if p == src else None for i, p in enumerate(at)]

@@ -21,7 +21,6 @@ from zerosim.collectives.checks import check_counts, check_group, check_inputs, 
 from zerosim.collectives.ops import get_op
 from zerosim.collectives.shards import ShardLayout, chunk_bounds
 from zerosim.collectives.staging import Collected, check_out, free, phases, stage, wire_format
-from zerosim.precision import cast
 
 
 def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, out=None,
@@ -78,8 +77,10 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
                 o[...] = r
         return Collected(out, handle)
     keep = [c for c in counts] if counts is not None else layout.real_sizes()
+    ns = cluster.backend.xp  # "avg" widens where the arrays live
     return Collected(
-        [reduce_op.post(chunk[: keep[group.position(rank.index)]], n) for rank, chunk in zip(cluster.ranks, results)],
+        [reduce_op.post(chunk[: keep[group.position(rank.index)]], n, ns)
+         for rank, chunk in zip(cluster.ranks, results)],
         handle,
     )
 
@@ -136,7 +137,7 @@ def all_gather(
             padded.append(a)  # read only
             continue
         buf = rank.ledger.alloc(f"call{call}.staged", want, wire_fmt.dtype, "comm")  # re-typed and/or padded copy
-        buf.array[: a.shape[0]] = a if fmt == wire_fmt else cast(a, wire_fmt)
+        buf.array[: a.shape[0]] = a if fmt == wire_fmt else cluster.backend.xp.cast(a, wire_fmt)
         buf.array[a.shape[0] :] = 0  # a short last shard travels padded with zeros
         padded.append(buf.array)
         temps.append(buf)
@@ -186,7 +187,8 @@ def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "", coun
         _name="all_reduce",
         _length=None if counts is not None else flat[0].shape[0],
     )
-    return Collected([reduce_op.post(f, group.size).reshape(shape) for f in full], summed.handle + full.handle)
+    return Collected([reduce_op.post(f, group.size, cluster.backend.xp).reshape(shape) for f in full],
+                     summed.handle + full.handle)
 
 
 def _over(group) -> dict:

@@ -29,7 +29,7 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
             raise ValueError(f"{what}: rank {rank.index} passed shape {a.shape}; collectives cut flat buffers, so "
                              "flatten first")
         try:
-            fmt = format_of(a)
+            fmt = format_of(a) if cluster.backend.xp.is_numpy else cluster.backend.xp.format_of(a)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{what}: rank {rank.index}: {e}") from None
         arrays.append((rank.index, a, fmt))

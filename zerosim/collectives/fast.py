@@ -10,8 +10,6 @@ its ring order (position p plays rank r).
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def _members(cluster, group) -> tuple:
     """Every ring's ranks in ring order: the world's one, or each group's."""
@@ -20,13 +18,14 @@ def _members(cluster, group) -> tuple:
 
 def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, group=None):
     """ring.reduce_scatter_phase's results, chunk by chunk: staged[r] is rank r's (padded) input, in rank order."""
-    combine = op.combiner(wire)
+    ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
+    combine = op.combiner(wire, ns)
     results = [None] * cluster.world_size
     sizes = [stop - start for start, stop in bounds]
     for ring in _members(cluster, group):
         n = len(ring)
         for c, (a, b) in enumerate(bounds):
-            acc = out[ring[c]] if out else np.empty(b - a, dtype=wire.dtype)  # (size[c],) wire: position c's result
+            acc = out[ring[c]] if out else ns.empty(b - a, wire)  # (size[c],) wire: position c's result
             if n == 1:
                 acc[...] = staged[ring[0]][a:b]
             elif b > a:  # an empty chunk (counts of 0: a ZeRO layer window outside rank c's shard) adds nothing
@@ -42,10 +41,10 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None):
     """ring.all_gather_phase's result: the shards joined in ring order, copied once per rank."""
-    full = [None] * cluster.world_size
+    full, ns = [None] * cluster.world_size, cluster.backend.xp
     for ring in _members(cluster, group):
         n = len(ring)
-        joined = out[ring[0]] if out else np.empty(total, dtype=wire.dtype)  # (total,) wire dtype
+        joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
         for (a, b), r in zip(bounds, ring):
             joined[a:b] = shards[r]
         if n > 1:

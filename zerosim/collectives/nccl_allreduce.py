@@ -142,4 +142,5 @@ def nccl_all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "",
         cluster.trace.end(first)
         calls.append(first)
     free(temps)
-    return Collected([reduce_op.post(o, n).reshape(shape) for o in out], cluster.trace.handle(*calls))
+    done = [reduce_op.post(o, n, cluster.backend.xp).reshape(shape) for o in out]
+    return Collected(done, cluster.trace.handle(*calls))

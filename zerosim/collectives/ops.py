@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.precision import Format, cast, get_format
+from zerosim.precision.namespace import NUMPY
 
 
 def divide_exactly(x: np.ndarray, n: int) -> np.ndarray:
@@ -62,8 +63,12 @@ class ReduceOp:
     before_wire: Callable | None = None  # (x, N) -> x in its own dtype: each rank's input before the cast to the wire
     on_wire: Callable | None = None  # (x, N) -> x in the wire dtype: after the cast, before the first hop
 
-    def pre(self, x: np.ndarray, n: int, wire: Format) -> np.ndarray:
-        """Turn one rank's input into what it puts on the wire (in the wire dtype)."""
+    def pre(self, x: np.ndarray, n: int, wire: Format, ns=NUMPY) -> np.ndarray:
+        """Turn one rank's input into what it puts on the wire (in the wire dtype; its storage in namespace `ns`)."""
+        if not ns.is_numpy:  # a device: the cast there; a recipe's own pre-op (numpy code) on a host copy
+            if not self.changes_input:
+                return x if ns.format_of(x) == wire else ns.cast(x, wire)
+            return ns.from_host(self.pre(ns.to_host(x), n, wire))
         if self.before_wire is not None:
             x = self.before_wire(x, n)
         x = x if x.dtype == wire.dtype else cast(x, wire)
@@ -71,9 +76,16 @@ class ReduceOp:
             x = self.on_wire(x, n)
         return x
 
-    def combiner(self, wire: Format) -> Callable:
+    def combiner(self, wire: Format, ns=NUMPY) -> Callable:
         """`combine` resolved once for a wire format: the bare ufunc where it is one (every sum that does
-        not saturate is exactly `np.add`), so a ring of many small chunks pays no per-hop dispatch."""
+        not saturate is exactly `np.add`), so a ring of many small chunks pays no per-hop dispatch. On another
+        array namespace (`ns`: CuPy, the stand-in) the namespace's add or maximum (bf16 through its bits)."""
+        if not ns.is_numpy:
+            if self.combine is add and not saturates(wire):
+                return ns.add
+            if self.combine is np.maximum:
+                return ns.maximum
+            raise NotImplementedError(f"op {self.name!r} on {wire.name} runs on the numpy backend only")
         if self.combine is add and not saturates(wire):
             return np.add
         return self.combine
@@ -82,11 +94,13 @@ class ReduceOp:
     def changes_input(self) -> bool:
         return self.before_wire is not None or self.on_wire is not None
 
-    def post(self, y: np.ndarray, n: int) -> np.ndarray:
+    def post(self, y: np.ndarray, n: int, ns=NUMPY) -> np.ndarray:
         """Finish a reduced result: only "avg" does anything, in fp32 (or wider, if the wire is wider)."""
         if self.name != "avg":
             return y
         wide = np.float64 if y.dtype == np.float64 else np.float32
+        if not ns.is_numpy:
+            return ns.widen(y, bits=64 if wide is np.float64 else 32) / wide(n)
         return y.astype(wide) / wide(n)
 
 

@@ -39,10 +39,11 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
     """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype),
     written into `out[i]` when given, and the working buffers to free (none: the FIFOs are transport memory)."""
     n, me, send_to, recv_from = ring_of(cluster, group)
+    ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
     ranks = [rank.index for rank in cluster.ranks]
     size = [stop - start for (start, stop) in bounds]
     own = [[x[a:b] for (a, b) in bounds] for x in staged]  # own[i][c]: rank i's own copy of chunk c (views)
-    results = out or [np.empty(size[p], dtype=wire.dtype) for p in me]  # (size[p],) wire dtype: position p's chunk p
+    results = out or [ns.empty(size[p], wire) for p in me]  # (size[p],) wire dtype: position p's chunk p
     if n == 1:
         for i in range(len(me)):
             results[i][...] = own[i][0]
@@ -52,7 +53,7 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
     # FIFO buffers, allocated once and reused: it grows with no tensor and sits in no rank's ledger.
     acc = [[_fifo(cluster, i, j, max(size), wire.dtype) for j in range(2)] for i in range(len(me))] if n > 2 else None
     hops = cluster.trace.granularity == "hop"
-    combine = op.combiner(wire)
+    combine = op.combiner(wire, ns)
     for k in range(n - 1):
         sends = []
         for i, p in enumerate(me):
@@ -76,8 +77,9 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
     """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when
     given)."""
     n, me, send_to, recv_from = ring_of(cluster, group)
+    ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
     ranks = [rank.index for rank in cluster.ranks]
-    full = out or [np.empty(total, dtype=wire.dtype) for _ in me]  # (total,) wire dtype, the output
+    full = out or [ns.empty(total, wire) for _ in me]  # (total,) wire dtype, the output
     part = [[f[a:b] for (a, b) in bounds] for f in full]  # part[i][c]: shard c's place in rank i's output (views)
     for i, p in enumerate(me):
         part[i][p][...] = shards[i]
@@ -102,9 +104,11 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
 
 
 def _fifo(cluster, i: int, j: int, count: int, dtype) -> np.ndarray:
-    """Local rank i's j-th ring working buffer as (count,) of dtype, grown when a call needs more."""
+    """Local rank i's j-th ring working buffer as (count,) of dtype (its storage in the backend's namespace),
+    grown when a call needs more."""
+    ns = cluster.backend.xp
     key, nbytes = (i, j), count * np.dtype(dtype).itemsize
     buf = cluster.fifo.get(key)
     if buf is None or buf.nbytes < nbytes:
-        buf = cluster.fifo[key] = np.empty(max(nbytes, 1), np.uint8)
-    return buf[:nbytes].view(dtype)
+        buf = cluster.fifo[key] = ns.empty(max(nbytes, 1), np.uint8)
+    return buf[:nbytes].view(ns.dtype_of(dtype))

@@ -30,7 +30,7 @@ def stage(cluster, call: int, arrays, op, wire, length: int, padded: int, n: int
             staged.append(a)  # read only: the ring never writes into its inputs
             continue
         buf = rank.ledger.alloc(f"call{call}.staged", padded, wire.dtype, "comm")
-        buf.array[:length] = op.pre(a, n, wire)
+        buf.array[:length] = op.pre(a, n, wire, cluster.backend.xp)
         buf.array[length:] = 0
         staged.append(buf.array)
         temps.append(buf)
@@ -68,7 +68,8 @@ def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group
     for rank, o in zip(cluster.ranks, out):
         want = sizes[rank.index if group is None else group.position(rank.index)]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
-        if getattr(o, "shape", None) != (want,) or o.dtype != wire.dtype or (flags is not None and not flags.writeable):
+        stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
+        if getattr(o, "shape", None) != (want,) or o.dtype != stored or (flags is not None and not flags.writeable):
             raise ValueError(f"{what}: out for rank {rank.index} must be a writable ({want},) {wire.name} array, "
                              f"got {getattr(o, 'shape', type(o).__name__)} {getattr(o, 'dtype', '')}")
     return list(out)

@@ -38,16 +38,26 @@ def acc_dtype(fmt: Format) -> type:
     return np.float64 if get_format(fmt).name == "fp64" else np.float32
 
 
+def rounded(z, f: Format):
+    """`z`, a temporary this module just computed in acc, rounded once into `f`: `cast(z, f)`, but `z` itself
+    where it is already in f (fp32 compute, fp64 reference), since cast's copy would change no bit.
+
+    NOTE: operands only read (the widenings `.astype(acc, copy=False)` below) are not copied either; every
+    widening fmt -> acc that does change the dtype still makes its array. In an fp32 step the two copies
+    per weight matrix and the copy of each dW were 16% of a 10M-parameter step (benchmarks/peers.py)."""
+    return z if z.dtype == f.dtype else cast(z, f)
+
+
 # -- plain functions: the math, one pair per op ---------------------------------------------------
 
 def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> tuple[np.ndarray, tuple]:
     """y = x @ w.T + b for x (B, D_in), w (D_out, D_in), b (D_out,) or None; returns (y (B, D_out), (x,))."""
     f = get_format(fmt)
     acc = acc_dtype(f)
-    z = x.astype(acc) @ w.astype(acc).T  # (B, D_out) accumulated in acc
+    z = x.astype(acc, copy=False) @ w.astype(acc, copy=False).T  # (B, D_out) accumulated in acc
     if b is not None:
-        z = z + b.astype(acc)  # bias joins before the one rounding, like a fused GEMM epilogue
-    return cast(z, f), (x,)
+        z = z + b.astype(acc, copy=False)  # bias joins before the one rounding, like a fused GEMM epilogue
+    return rounded(z, f), (x,)
 
 
 def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,17 +68,18 @@ def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[n
     f = get_format(fmt)
     acc = acc_dtype(f)
     (x,) = cache
-    dy_acc = dy.astype(acc)  # (B, D_out)
-    dx = cast(dy_acc @ w.astype(acc), f)  # (B, D_in)
-    dw = cast(dy_acc.T @ x.astype(acc), f)  # (D_out, D_in)
-    db = cast(dy_acc.sum(axis=0, dtype=acc), f)  # (D_out,)
+    dy_acc = dy.astype(acc, copy=False)  # (B, D_out)
+    dx = rounded(dy_acc @ w.astype(acc, copy=False), f)  # (B, D_in)
+    dw = rounded(dy_acc.T @ x.astype(acc, copy=False), f)  # (D_out, D_in)
+    db = rounded(dy_acc.sum(axis=0, dtype=acc), f)  # (D_out,)
     return dx, dw, db
 
 
 def relu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
     """max(x, 0), exact in any format; returns (y, (x,))."""
     y = cast(x, fmt)  # a copy in fmt; ReLU itself never rounds
-    y[x.astype(acc_dtype(fmt)) <= 0] = 0  # NOTE: "<= 0", not "not > 0": NaN passes through (overflow stays visible)
+    # NOTE: "<= 0", not "not > 0": NaN passes through (overflow stays visible)
+    y[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
     return y, (x,)
 
 
@@ -76,7 +87,7 @@ def relu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
     """dy where x > 0, else 0 (the subgradient at 0 is taken as 0, as PyTorch does)."""
     (x,) = cache
     dx = cast(dy, fmt)
-    dx[x.astype(acc_dtype(fmt)) <= 0] = 0
+    dx[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
     return dx
 
 

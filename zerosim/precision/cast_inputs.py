@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from zerosim.precision.formats import Format, get_format
+from zerosim.precision.namespace import namespace_of
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -40,6 +41,10 @@ def has_values(x) -> bool:
 def cast_with(kernels: CastKernels, x, fmt, rounding: str, rng, saturate: bool, uniforms) -> np.ndarray:
     """Check the arguments of a cast (raising before anything is rounded), then call the kernels."""
     f = get_format(fmt)
+    if not isinstance(x, np.ndarray) and hasattr(x, "__array_namespace__") and has_values(x):
+        ns = namespace_of(x)  # a device array (CuPy): round it where it lives, with the same bits
+        if not ns.is_numpy:
+            return ns.cast(x, f, rounding=rounding, uniforms=uniforms, saturate=saturate)
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; choose one of {ROUNDINGS}")
     if not isinstance(saturate, (bool, np.bool_)):  # bool("no") is True: refuse a string rather than read it as yes

@@ -48,7 +48,7 @@ from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.reduce import reduce_gradients
-from zerosim.zero.state import check_given, init_rank, master_of, state_bytes
+from zerosim.zero.state import check_given, check_namespace, init_rank, master_of, state_bytes
 from zerosim.zero.step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.zero.update import average, update
 
@@ -114,6 +114,7 @@ class ZeroEngine:
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
         check_recipe(plan, self.recipe)
+        check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps

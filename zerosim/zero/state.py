@@ -59,6 +59,19 @@ def init_rank(rank, plan, layout, policy, recipe, optimizer, padded_init=None, g
                                       fill=0 if padded_init is not None else None)
 
 
+def check_namespace(ns, policy, recipe) -> None:
+    """Refuse, before anything is allocated, formats the backend's arrays cannot compute in: where a format is
+    stored as bits (bf16 as uint16 on CuPy: zerosim/precision/namespace.py) the ring and the casts handle it,
+    but the models' forward and backward widen with `astype`, which would read the bits as integers."""
+    formats = {policy.compute_format, policy.reduce_format, policy.update_format,
+               accum_format(policy, True, recipe), accum_format(policy, False, recipe)}
+    held = sorted(f.name for f in formats if f.name in ns.bit_formats)
+    if held:
+        raise NotImplementedError(f"this precision uses {', '.join(held)}, which the {ns.name} arrays store as "
+                                  "bits: the engine runs fp32 and fp16 policies there (the ring and the casts take "
+                                  "bf16 too); use the numpy backend for bf16 training")
+
+
 def check_given(rank_index: int, plan, layout, policy, recipe, optimizer, given: dict) -> None:
     """Raise ValueError unless `given` holds every state rank `rank_index` would allocate, of its shape and dtype."""
     for name, (shape, dtype) in state_specs(plan, layout, policy, recipe, optimizer).items():

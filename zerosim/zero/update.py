@@ -23,9 +23,10 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
-    n = ctx.cluster.world_size
-    return [rank.ledger.adopt("grad32", finish(g, ctx.policy, n, micro_steps, scale, recipe=ctx.recipe), "grad32").array
-            for rank, g in zip(ctx.ranks, reduced)]
+    n, ranks = ctx.cluster.world_size, ctx.ranks
+    made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
+                                ranks)  # elementwise, each rank's own region: on the pool
+    return [rank.ledger.adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
 
 
 def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
@@ -34,16 +35,18 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
     `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices)."""
     if not optimizer.elementwise and ctx.plan.shards("optimizer"):
         _muon_sharded(ctx, optimizer, specs, grads32, reduced, t, needs)
-    else:
-        for rank, g32, red in zip(ctx.ranks, grads32, reduced):
-            _update(ctx, optimizer, specs, rank, g32, red, t, needs)
+    else:  # each rank's region on the cluster's pool; the OptimizerStep events in rank order after
+        ranks = ctx.ranks
+        ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs),
+                             ranks, lambda i, event: ctx.cluster.trace.record(event))
     for rank in ctx.ranks:
         rank.ledger.free("grad32")
 
 
-def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> None:
-    """Optimizer step on rank's region in the update format, then round into its 16-bit params.
-    `step(w, state)` replaces the optimizer's own step (ZeRO-1 Muon uses it)."""
+def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> OptimizerStep:
+    """Optimizer step on rank's region in the update format, then round into its 16-bit params; returns its
+    `OptimizerStep` event for the caller to record. `step(w, state)` replaces the optimizer's own step (ZeRO-1
+    Muon uses it)."""
     plan, layout, policy = ctx.plan, ctx.layout, ctx.policy
     keep = ctx.cluster.trace.keep_values
     # the gradient as the optimizer reads it, and as it was reduced (still loss-scaled, in the reduced format)
@@ -70,7 +73,7 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> N
         values["compute_after"] = own_params(rank, plan, layout).copy()
         # all it holds, before any refresh (seed 004's inconsistent model)
         values["params_held"] = rank.params.array.copy()
-    ctx.cluster.trace.record(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values))
+    return OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values)
 
 
 def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: tuple) -> None:
@@ -87,5 +90,7 @@ def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: 
         for spec in specs:
             window, shape = slice(spec.offset, spec.offset + spec.size), matrix_shape(spec.shape)
             update[window] = opt.direction(g32[window].reshape(shape), b[window].reshape(shape))[0].reshape(-1)
-        _update(ctx, opt, specs, rank, g32[mine], red, t, needs, step=lambda w, state, u=update[mine]: opt.apply_(w, u))
+        event = _update(ctx, opt, specs, rank, g32[mine], red, t, needs,
+                        step=lambda w, state, u=update[mine]: opt.apply_(w, u))
+        ctx.cluster.trace.record(event)
         held.free()

@@ -1,0 +1,214 @@
+"""zerosim's N ranks in one process against torch's N gloo processes on the same machine, step for step.
+
+    zerosim ZeRO-1 (fp32, Adam)        ÷ torch DDP + ZeroRedundancyOptimizer(Adam), fp32
+    zerosim ZeRO-3 (fp32 / bf16-mixed) ÷ torch FSDP2 (fully_shard per Linear and the root; MixedPrecisionPolicy
+                                         param_dtype=bfloat16 for the bf16 row)
+
+The same MLP (Linear + ReLU, MSE loss), the same batch per rank, Adam(lr=1e-3). zerosim runs
+`Cluster(N, workers="auto", trace="call", timeline=False)`: its ranks' compute and updates on a thread per
+core (cluster/pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
+`torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step, the two
+sides in turns: the torch processes wait on a queue while zerosim steps, and zerosim waits while they step
+(rank 0 times its step between two barriers). BLAS pinned to one thread (set before numpy and torch load);
+`workers=1` is shown too (the pool's speedup). The load average is printed: the machine may be shared.
+On a loaded machine the scheduler gives each runnable thread a share, so torch's N processes get N shares
+and zerosim's pool at most one per worker: the last column, CPU seconds per step (zerosim's process, all
+threads, ÷ the sum over torch's N processes, each between its two barriers), compares the work done.
+
+Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
+
+    python benchmarks/peers.py [--repeats 5] [--cases 919k:4,919k:8,10M:4,10M:8]
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+MODELS = {  # name: MLP widths
+    "919k": [256, 1024, 512, 256],  # 919,296 params (benchmarks/engine.py's)
+    "10M": [1024, 2048, 2560, 1024],  # 9,967,104 params
+}
+BATCH = 32  # rows per rank per step
+ROWS = [  # (label, zerosim stage, zerosim precision, torch mode)
+    ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1"),
+    ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32"),
+    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16"),
+]
+
+
+def batches(widths, n, seed=0):
+    """One (x (B, D_in), t (B, D_out)) fp32 pair per rank, the same on both sides."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((BATCH, widths[0])).astype(np.float32),
+             rng.standard_normal((BATCH, widths[-1])).astype(np.float32)) for _ in range(n)]
+
+
+# -- torch's side: N processes -------------------------------------------------------------------------------------
+def _torch_worker(rank, n, port, widths, commands, results):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    x, t = (torch.from_numpy(a) for a in batches(widths, n)[rank])
+    step = None
+    while True:
+        cmd = commands.get()
+        if cmd == "stop":
+            break
+        if cmd != "step":  # a new mode: build the model and its wrapper
+            step = _torch_step(cmd, widths, x, t, torch, nn, dist)
+            continue
+        dist.barrier()
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        dist.barrier()
+        results.put((rank, time.perf_counter() - t0, time.process_time() - c0))
+    dist.destroy_process_group()
+
+
+def _torch_step(mode, widths, x, t, torch, nn, dist):
+    torch.manual_seed(0)
+    layers = []
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    if mode == "ddp-zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    else:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if mode == "fsdp2-bf16" else MixedPrecisionPolicy()
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mp_policy=mp_policy)
+        fully_shard(model, mp_policy=mp_policy)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(x).float(), t)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+class TorchPeers:
+    """N torch processes that step when told; `step()` returns rank 0's seconds between two barriers and the
+    CPU seconds all N processes spent in them."""
+
+    def __init__(self, n, widths, port):
+        ctx = mp.get_context("spawn")
+        self.commands = [ctx.Queue() for _ in range(n)]
+        self.results = ctx.Queue()
+        self.procs = [ctx.Process(target=_torch_worker, args=(r, n, port, widths, self.commands[r], self.results))
+                      for r in range(n)]
+        for p in self.procs:
+            p.start()
+
+    def mode(self, name):
+        for q in self.commands:
+            q.put(name)
+
+    def step(self) -> tuple:
+        for q in self.commands:
+            q.put("step")
+        got = [self.results.get(timeout=600) for _ in self.commands]
+        return next(wall for rank, wall, _ in got if rank == 0), sum(cpu for _, _, cpu in got)
+
+    def close(self):
+        for q in self.commands:
+            q.put("stop")
+        for p in self.procs:
+            p.join(timeout=60)
+
+
+# -- zerosim's side ------------------------------------------------------------------------------------------------
+def zerosim_engine(widths, n, stage, precision, workers):
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+
+    model = MLP(widths, activation="relu")
+    cluster = Cluster(n, trace="call", timeline=False, workers=workers)
+    return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), precision, params=model.init_params())
+
+
+def timed(fn) -> tuple:
+    """(wall seconds, CPU seconds of every thread of this process) of fn()."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_case(name, n, repeats, port):
+    widths = MODELS[name]
+    data = batches(widths, n)
+    peers = TorchPeers(n, widths, port)
+    rows = []
+    try:
+        for label, stage, precision, mode in ROWS:
+            peers.mode(mode)
+            pooled = zerosim_engine(widths, n, stage, precision, "auto")
+            single = zerosim_engine(widths, n, stage, precision, 1)
+            peers.step(), pooled.step(data), single.step(data)  # warm up: first touches, BLAS, gloo's buffers
+            times = {"torch": [], "pool": [], "one": []}
+            for _ in range(repeats):  # in turns: each side idle while the other steps
+                times["torch"].append(peers.step())
+                times["pool"].append(timed(lambda: pooled.step(data)))
+                times["one"].append(timed(lambda: single.step(data)))
+            med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+            med.update({f"{k} cpu": statistics.median(c for _, c in v) for k, v in times.items()})
+            rows.append((label, med, pooled.model.num_params, pooled.cluster.pool.workers))
+    finally:
+        peers.close()
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--cases", default="919k:4,919k:8,10M:4,10M:8", help="MODEL:N,... (MODEL: 919k or 10M)")
+    p.add_argument("--port", type=int, default=29517)
+    args = p.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("benchmarks/peers.py needs torch (the CPU build: pip install torch==2.13.0); it is not installed here, "
+              "so nothing was measured")
+        return 0
+    cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, load average at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; BLAS threads "
+          f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
+          f"median of {args.repeats} steps in turns")
+    print(f"{'model':<6} {'N':>2}  {'comparison':<44} {'torch ms':>9} {'zerosim ms':>10} {'ratio':>6}  "
+          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11}")
+    for k, (name, n) in enumerate(cases):
+        for label, med, params, workers in run_case(name, n, args.repeats, args.port + k):
+            print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
+                  f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
+                  f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f}")
+        sys.stdout.flush()
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
