@@ -54,6 +54,16 @@ def test_training_equals_the_simulator_bit_for_bit(mpiexec, n):
     assert int(summary.group(1)) > 1000, stdout  # the whole grid ran, not an early exit
 
 
+# -- issue 22, must show 3: the strategies for many nodes on a 2 × 2 mesh -------------------------------------------
+def test_a_2_by_2_mesh_under_mpiexec_equals_the_simulator_bit_for_bit(mpiexec):
+    """HSDP (and without all-reduce until the last micro-step), hpZ, MiCS (flat and hierarchical gathers), FSDP2's
+    reshard_after_forward False and 2: four processes, two per node (tests/mpi/mesh_check.py)."""
+    stdout = _ok(run([mpiexec, "-n", 4, sys.executable, SCRIPTS / "mesh_check.py"], RUN_TIMEOUT))
+    summary = re.search(r"mesh_check: N=4: (\d+) checks on each rank, all passed", stdout)
+    assert summary, stdout
+    assert int(summary.group(1)) > 250, stdout  # every configuration ran, step by step
+
+
 # -- item 3: the command line, mpi against numpy ---------------------------------------------------------
 def _train_both(mpiexec, n: int, options: list) -> tuple:
     """(stdout of `mpiexec -n N zerosim train --backend mpi ...`, stdout of

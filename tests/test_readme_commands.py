@@ -235,6 +235,32 @@ def check_plan(out: str, readme: str, project: Path) -> None:
     assert re.search(rf"ZeRO-3 block\s+B = 8\s+needs\s+{re.escape(needs)} GB", out), out
 
 
+def many_nodes_table(readme: str) -> dict:
+    """README's memory-against-inter-node-bytes table: {strategy: (states GB, secondary GB or None, inter-node GB)}."""
+    rows = {}
+    for name in ("FULL_SHARD", "HSDP", "MiCS", "hpZ"):
+        line = re.search(rf"^\| {name} \(.*$", readme, re.M).group(0)
+        states, secondary, sent = line.split(" | ")[1:4]
+        rows[name] = (numbers(states)[-1], numbers(secondary)[-1] if "GB" in secondary else None, numbers(sent)[-1])
+    return rows
+
+
+def check_many_nodes_memory(out: str, readme: str, project: Path) -> None:
+    # the printed table: strategy, S, R, then states, formula, 2nd, 2Ψ/S, peak, NVLink, IB (GB): the last seven
+    printed = {x.split()[0]: numbers(x)[-7:] for x in out.splitlines() if re.match(r"^(full_shard|hsdp|mics|hpz) ", x)}
+    for name, key in (("FULL_SHARD", "full_shard"), ("HSDP", "hsdp"), ("MiCS", "mics"), ("hpZ", "hpz")):
+        states, secondary, inter = many_nodes_table(readme)[name]
+        row = printed[key]
+        assert (row[0], row[1], row[-1]) == (states, states, inter), (name, row)  # measured = formula = README
+        assert row[2] == (secondary or 0.0), (name, row)
+
+
+def check_many_nodes_timeline(out: str, readme: str, project: Path) -> None:
+    assert "N = 4,096 ranks on nodes of 8, hpz (group of 8)" in out, out
+    (inter,) = [numbers(x)[-1] for x in out.splitlines() if x.strip().startswith("inter-node")]
+    assert round(inter, 1) == many_nodes_table(readme)["hpZ"][2], out  # README: "2 rings: 87.3"
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
     (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
@@ -257,6 +283,8 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim checkpoint consolidate", check_consolidate),
     (r"pip install -e \"\.\[mpi\]\"", lambda out, readme, project: None),  # an install: its exit status says it all
     (r"mpiexec -n 4 .*zerosim train --backend mpi --steps 30", check_mpi_train),
+    (r"zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy", check_many_nodes_memory),
+    (r"zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hpz", check_many_nodes_timeline),
 ]
 
 

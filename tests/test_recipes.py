@@ -245,15 +245,6 @@ def test_a_recipe_is_refused_where_its_framework_does_not_run_it(stage, changes,
     assert all(not r.ledger.live for r in cluster.ranks)  # refused before anything was allocated
 
 
-@pytest.mark.bad_input("engine arguments", unchanged=True)
-def test_the_meta_backend_refuses_per_parameter_partitions():
-    cluster = Cluster(4, backend="meta", hosted="all")
-    with pytest.raises(ValueError, match="'deepspeed-zero3' shards by per-parameter partitions, which the meta backend "
-                                         "does not account"):
-        ZeroEngine(meta_twin(MLP([3, 2])), cluster, 3, get_optimizer("adam"), FP16.with_(reduction="deepspeed-zero3"))
-    assert all(not r.ledger.live for r in cluster.ranks)
-
-
 @settings(max_examples=20)
 @given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=4), n=st.integers(1, 6),
        name=st.sampled_from(sorted(n for n, r in RECIPES.items() if r.partition == "flat")),

@@ -76,6 +76,21 @@ def test_qgz_equals_its_naive_twin(nodes, d, rows, seed):
     assert all(same_bits(a, b) for a, b in zip(got, naive_all_to_all_quant_reduce(grads, shape, d)))
 
 
+def test_qgz_runs_over_the_meshs_node_and_across_node_groups_on_their_links():
+    """On a cluster placed on nodes (8 ranks, 4 a node) qgZ's four all-to-alls run over the mesh's groups, each
+    recorded with its ring length and link tier. By hand, M = 128 elements, G = max(16, 8, 8) = 16 groups:
+    in the node, int4 bytes M/2 = 64 and scales 16·4 = 64 B, each rank sending 3/4 of both: 96 B on NVLink;
+    across the 2 nodes, M/2d = 16 B and G/d·4 = 16 B, each rank sending 1/2 of both: 16 B on InfiniBand."""
+    c = Cluster(8, gpus_per_node=4)
+    all_to_all_quant_reduce(c, [np.ones(128, np.float16) for _ in range(8)], (16, 8), 4)
+    assert [(x.group, x.world_size, x.tier, x.elements) for x in c.trace.calls] == [
+        ("node", 4, "intra-node", 64), ("node", 4, "intra-node", 16),
+        ("across nodes", 2, "inter-node", 16), ("across nodes", 2, "inter-node", 4)]
+    assert c.trace.bytes_by_tier() == {"intra-node": 8 * 96, "inter-node": 8 * 16}
+    with pytest.raises(ValueError, match="qgZ's nodes of 2 GPUs are not the cluster's: it places 4"):
+        all_to_all_quant_reduce(Cluster(8, gpus_per_node=4), [np.ones(128, np.float16)] * 8, (16, 8), 2)
+
+
 def test_qgz_sums_over_nodes_not_ranks_and_loco_feeds_the_error_back():
     """Σ/n, as `sum(chunks) / num_nodes` says (not Σ/W). W = 8 ranks in 2 nodes of 4, every gradient all ones:
     int4 of 1 (absmax 1, s = 16/2 = 8): 8 clamps to 7, received 7/8 = 0.875; a node's sum 4 * 0.875 = 3.5,
@@ -166,6 +181,10 @@ def test_wire_refused_before_anything_runs():
         ZeroEngine(MLP([4, 4]), Cluster(2), 2, Adam(), wire=Wire(fp8_all_gather="torchao"))
     with pytest.raises(ValueError, match="CUDAQuantizer"):  # 4*4+4 = 20 elements: 10 a rank, not a multiple of 8
         ZeroEngine(MLP([4, 4]), Cluster(2), 3, Adam(), wire=Wire(zero_quantized_weights=True))
+    with pytest.raises(ValueError, match="hsdp gathers within groups"):  # qwZ/fp8 over a mesh's groups: not modelled
+        cluster = Cluster(4, gpus_per_node=2)
+        ZeroEngine(MLP([4, 4]), cluster, "hsdp", Adam(), wire=Wire(fp8_all_gather="torchao"))
+    assert all(not r.ledger.live for r in cluster.ranks) and cluster.trace.log == []
     with pytest.raises(TypeError, match="fp16"):
         all_to_all_quant_reduce(Cluster(4), [np.ones(32, ml_dtypes.bfloat16)] * 4, (8, 4), 2)
     with pytest.raises(ValueError, match="falls back"):

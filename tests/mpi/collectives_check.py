@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness import main, make_inputs
-from zerosim import Cluster, ShardLayout, all_gather, all_reduce, broadcast, get_format, reduce_scatter
+from zerosim import Cluster, Groups, ShardLayout, all_gather, all_reduce, broadcast, get_format, reduce_scatter
 from zerosim.cluster.report import gather_reports, local_reports
 
 FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
@@ -196,6 +196,34 @@ def native_cases(h) -> None:
     )
 
 
+def group_cases(h) -> None:
+    """Collectives over groups (a 2-wide mesh: blocks of 2 and the strided groups across them): each group's ring
+    runs over point-to-point messages between world ranks and equals the simulator, trace tiers included; MPI's
+    own reduce-scatter over each group's sub-communicator (Comm.Split) is within its rounding bound, and exactly
+    the ring's for groups of 2 (one addition per element)."""
+    n, r = h.world_size, h.rank
+    if n % 2:
+        return
+    for name, group in (("blocks of 2", Groups.blocks(n, 2)), ("strided", Groups.strided(n, 2))):
+        for fmt in ("fp32", "fp16", "bf16"):
+            for length in (0, 3, 1001):
+                xs = make_inputs(18, n, length, fmt)
+                for what, fn in (("reduce-scatter", reduce_scatter), ("all-reduce", all_reduce)):
+                    h.compare(f"{what} over {name} {fmt} L={length}", lambda c, t, f=fn: f(c, t, group=group), xs,
+                              gpus_per_node=2)
+                shards = [x[: length // 2] for x in xs]
+                h.compare(f"all-gather over {name} {fmt} L={length}", lambda c, t: all_gather(c, t, group=group),
+                          shards, gpus_per_node=2)
+                last = group.size - 1  # each group's last position (with N = 2 the strided groups hold one rank)
+                h.compare(f"broadcast over {name} {fmt} L={length} from position {last}",
+                          lambda c, t: broadcast(c, t, last, group=group), xs, gpus_per_node=2, trace="call")
+        native, sim = h.clusters(native=True)
+        xs = make_inputs(19, n, 2 * 16, "fp32")
+        (got,) = native.backend.native_reduce_scatter([xs[r]], group=group)
+        h.check(f"native reduce-scatter over {name} (groups of 2) equals the ring", got,
+                reduce_scatter(sim, xs, group=group)[r])
+
+
 def report_cases(h) -> None:
     """gather_reports on rank 0 equals the simulator's reports for all ranks; None elsewhere."""
     for options in ({}, {"trace": "call"}):
@@ -212,7 +240,7 @@ def report_cases(h) -> None:
 
 def body(h) -> None:
     for cases in (reduce_scatter_cases, all_gather_cases, all_reduce_cases, broadcast_cases, call_granularity_cases,
-                  exchange_cases, bad_input_cases, native_cases, report_cases):
+                  exchange_cases, bad_input_cases, native_cases, group_cases, report_cases):
         cases(h)
 
 

@@ -269,16 +269,18 @@ class MetaBackend:
         return None
 
     # -- the collectives' data movement, answered from sizes alone -------------------------------------
-    def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None) -> tuple:
-        """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result."""
+    def reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None, group=None) -> tuple:
+        """Trace what the ring's reduce-scatter sends over chunks `bounds`; each rank's (chunk,) result. Over a
+        `Groups`, every group's ring (rank r at its position p takes chunk p)."""
         sizes = _sizes(bounds)
-        _trace_ring(cluster, call, sizes, wire, lag=1)
+        _trace_ring(cluster, call, sizes, wire, 1, group)
         made = {}  # no data: ranks with equal chunk sizes may share one array
-        return [made.setdefault(sizes[r.index], MetaArray((sizes[r.index],), wire.dtype)) for r in cluster.ranks], []
+        at = [r.index if group is None else group.position(r.index) for r in cluster.ranks]
+        return [made.setdefault(sizes[p], MetaArray((sizes[p],), wire.dtype)) for p in at], []
 
-    def all_gather_phase(self, cluster, shards, bounds, total, wire, call, out=None) -> list:
+    def all_gather_phase(self, cluster, shards, bounds, total, wire, call, out=None, group=None) -> list:
         """Trace what the ring's all-gather sends; every rank's (total,) result."""
-        _trace_ring(cluster, call, _sizes(bounds), wire, lag=0)
+        _trace_ring(cluster, call, _sizes(bounds), wire, 0, group)
         return [MetaArray((total,), wire.dtype)] * cluster.local_size
 
 
@@ -294,29 +296,32 @@ def _sizes_cached(bounds: tuple) -> tuple:
     return tuple(stop - start for start, stop in bounds)
 
 
-def _trace_ring(cluster, call: int, sizes: list, wire, lag: int) -> None:
+def _trace_ring(cluster, call: int, sizes: list, wire, lag: int, group=None) -> None:
     """Record what the ring would send over chunks of `sizes`, without running it.
 
-    At ring step k rank r sends chunk (r - lag - k) mod N: lag 1 for reduce-scatter, 0 for all-gather
-    (zerosim/collectives/ring.py). Over the N−1 steps rank r sends every chunk but (r - lag + 1) mod N:
-    reduce-scatter never sends chunk r (it receives its final sum), all-gather never sends shard r+1
-    (the last to reach it). "hop" granularity records the same events as the ring, O(N²); "call" one
-    event per rank with that total, O(N).
+    At ring step k the rank at position p sends chunk (p - lag - k) mod n: lag 1 for reduce-scatter, 0 for
+    all-gather (zerosim/collectives/ring.py; p = r and n = N on the world's ring, else the rank's place in its
+    group's). Over the n−1 steps position p sends every chunk but (p - lag + 1) mod n: reduce-scatter never
+    sends chunk p (it receives its final sum), all-gather never sends shard p+1 (the last to reach it). "hop"
+    granularity records the same events as the ring, O(N·n); "call" one event per rank with that total, O(N).
     NOTE: the ring's partial-sum buffers ("comm") are the simulator's own working memory, not the
     engine's (NCCL's are fixed-size FIFOs), so no ledger sees them here.
     """
-    n, trace = cluster.world_size, cluster.trace
+    n, trace = len(sizes), cluster.trace
     if n == 1:
         return  # the ring sends nothing
-    if cluster.local_size < n:  # representative ranks: the whole ring's bytes, in closed form, for every rank
+    if cluster.local_size < cluster.world_size:  # representative ranks: every ring's bytes, in closed form
         trace.ring_summary(call, sizes, wire.itemsize, lag)
         return
+    ranks = [rank.index for rank in cluster.ranks]
+    at = ranks if group is None else [group.position(r) for r in ranks]
+    to = [(r + 1) % n for r in ranks] if group is None else [group.next(r) for r in ranks]
     if trace.granularity == "hop":
         for k in range(n - 1):
-            for rank in cluster.ranks:
-                c = (rank.index - lag - k) % n
-                trace.hop(call, k, rank.index, (rank.index + 1) % n, c, sizes[c], wire.itemsize, wire.name)
+            for r, p, dst in zip(ranks, at, to):
+                c = (p - lag - k) % n
+                trace.hop(call, k, r, dst, c, sizes[c], wire.itemsize, wire.name)
         return
     total = sum(sizes)
-    for rank in cluster.ranks:
-        trace.hop(call, -1, rank.index, -1, -1, total - sizes[(rank.index - lag + 1) % n], wire.itemsize, wire.name)
+    for r, p in zip(ranks, at):
+        trace.hop(call, -1, r, -1, -1, total - sizes[(p - lag + 1) % n], wire.itemsize, wire.name)

@@ -10,6 +10,11 @@ bit for bit. What travels is bytes, never numbers MPI could convert: fp32/fp64 a
 and every other format (fp16, bf16, fp8) as a view of unsigned integers of the same width, since MPI
 has no bf16 or fp8 type and must not touch the bit patterns.
 
+Groups: the ring over a `zerosim.cluster.Groups` needs nothing new — its point-to-point messages name world
+ranks, which MPI_COMM_WORLD reaches — but MPI's own collectives do: `group_comm(groups)` splits the world
+communicator into one sub-communicator per group (`Comm.Split(color=group, key=position)`, as torch's
+`new_group` makes one process group per group), and `native_reduce_scatter(..., group=)` runs on it.
+
 How a receiver knows what arrives: the message tag names the dtype (an index into `_WIRE_DTYPES`)
 and a matched probe (`Mprobe`) gives the element count, so `exchange` needs nothing beyond the
 protocol. A caller that already knows (count, dtype), as the ring does, may pass `recv_like` and skip
@@ -143,6 +148,7 @@ class MpiBackend(HostArrays):
         self.local_ranks = [comm.rank]
         self.native = native
         self._recv_bufs = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]  # used in turn
+        self._group_comms = {}  # Groups' members -> this rank's sub-communicator (group_comm)
         self._turn = 0
         if native:  # the collectives then hand their reduce-scatter to MPI (see reduce_scatter_phase)
             self.reduce_scatter_phase = self._native_reduce_scatter_phase
@@ -320,17 +326,31 @@ class MpiBackend(HostArrays):
             buf = self._recv_bufs[self._turn] = np.empty(max(nbytes, 2 * buf.nbytes), dtype=np.uint8)
         return buf[:nbytes]
 
+    # -- groups ------------------------------------------------------------------------------------
+    def group_comm(self, groups):
+        """This rank's communicator for its group of `groups` (a `zerosim.cluster.Groups`): MPI_COMM_WORLD split by
+        group, ranked by position in the group's ring (`Comm.Split(color, key)`); made once per `Groups`, on every
+        rank at the same call (Split is collective)."""
+        key = groups.members
+        comm = self._group_comms.get(key)
+        if comm is None:
+            comm = self._group_comms[key] = self.comm.Split(groups.index(self.rank), groups.position(self.rank))
+        return comm
+
     # -- MPI's own collectives (native=True) ------------------------------------------------------
-    def native_reduce_scatter(self, tensors, op: str = "sum", counts=None) -> list:
+    def native_reduce_scatter(self, tensors, op: str = "sum", counts=None, group=None) -> list:
         """MPI_Reduce_scatter(_block) of this rank's flat (L,) array, given as the rank API's list of one:
         returns [chunk `rank`], (counts[rank],). The CuPy backend's `native_reduce_scatter` has this signature too.
 
         Without `counts` L must be a multiple of N (the ring's padded buffer). `op` is "sum" or "max".
+        Over `group` (a `Groups`) it runs on this rank's group's sub-communicator (`group_comm`): N reads the
+        group's size and `rank` the position in it.
         NOTE: MPI chooses the order of additions, which may differ from NCCL's ring in the last bits.
         """
         (array,) = self._one("native_reduce_scatter", tensors)
         array, mpi_type, mpi_op = self._native_args("native_reduce_scatter", array, op)
-        n, length = self.world_size, array.shape[0]
+        comm = self.comm if group is None else self.group_comm(group)
+        n, length, me = comm.size, array.shape[0], comm.rank
         if counts is None:
             if length % n:
                 raise ValueError(f"native_reduce_scatter: length {length} is not a multiple of N={n}; pad it or pass "
@@ -340,14 +360,14 @@ class MpiBackend(HostArrays):
         if len(counts) != n or sum(counts) != length or min(counts) < 0:
             raise ValueError(f"native_reduce_scatter: counts {counts} must be {n} non-negative sizes adding up to "
                              f"{length}")
-        out = np.empty(counts[self.rank], dtype=array.dtype)  # (counts[r],) this rank's chunk
+        out = np.empty(counts[me], dtype=array.dtype)  # (counts[p],) this rank's chunk
         if len(set(counts)) == 1:
-            self.comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=mpi_op)
+            comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=mpi_op)
         else:
-            self.comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
+            comm.Reduce_scatter([array, mpi_type], [out, mpi_type], counts, op=mpi_op)
         return [out]
 
-    def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None) -> tuple:
+    def _native_reduce_scatter_phase(self, cluster, staged, op, wire, bounds, call, out=None, group=None) -> tuple:
         """The collectives' reduce-scatter data movement done by MPI's own Reduce_scatter (native=True).
 
         NOTE: MPI picks the order of additions, not NCCL's ring, so results may differ in the last bits.
@@ -355,9 +375,10 @@ class MpiBackend(HostArrays):
         """
         counts = [stop - start for (start, stop) in bounds]
         for rank in cluster.ranks:
-            cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[rank.index], wire.itemsize, wire.name)
+            p = rank.index if group is None else group.position(rank.index)
+            cluster.trace.hop(call, -1, rank.index, -1, -1, sum(counts) - counts[p], wire.itemsize, wire.name)
         name = "max" if op.combine is np.maximum else "sum"  # the averaging variants scale before or after
-        return self.native_reduce_scatter(staged, op=name, counts=counts), []
+        return self.native_reduce_scatter(staged, op=name, counts=counts, group=group), []
 
     def native_all_reduce(self, tensors, op: str = "sum") -> list:
         """MPI_Allreduce of this rank's array (any shape), as a list of one. Same NOTE as `native_reduce_scatter`."""

@@ -5,6 +5,13 @@ rank API's list (one array per local rank), as MPI's `native_*` do.
 NOTE: NCCL picks its own algorithm (ring, tree, NVLS, CollNet) and splits buffers over channels, so
 the order of additions can differ from zerosim's ring for N > 2; for N = 2 each element is a single
 addition and equals the ring bit for bit. The ring stays the reference.
+
+Groups: with `group=` (a `zerosim.cluster.Groups`) each call runs on one NCCL communicator per group, made of
+that group's GPUs in the group's ring order (`group_comms`: `NcclCommunicator.initAll(devices)` when this
+process drives every GPU of the group; under mpiexec MPI's `Comm.Split` per group, the ncclUniqueId of
+position 0 broadcast within it, then `NcclCommunicator(n, uid, position)`) — the communicators torch's
+`new_group` makes with the NCCL backend. NOTE: written against cupy.cuda.nccl's API and never run here (no
+GPU was at hand); tests/gpu/test_cupy_groups.py checks it where one is.
 """
 
 from __future__ import annotations
@@ -15,15 +22,44 @@ from zerosim.backends.nccl_types import NCCL_OPS, _key
 class NcclCollectives:
     """The `native_*` collectives of `CupyBackend` (which supplies `_comms`, `_streams`, `_to_device`, ...)."""
 
-    def native_reduce_scatter(self, tensors, op: str = "sum", counts=None, fmt=None) -> list:
+    def group_comms(self, groups) -> list:
+        """One NCCL communicator per local rank: its group's (of `groups`), ranked by position in the ring. Made
+        once per `Groups` (every process must ask at the same point: communicator creation is collective)."""
+        cache = self.__dict__.setdefault("_group_comm_cache", {})
+        comms = cache.get(groups.members)
+        if comms is not None:
+            return comms
+        nccl = self._nccl
+        if self._mpi is None:  # this process drives every GPU: ncclCommInitAll over each group's devices
+            comms = [None] * len(self.local_ranks)
+            for members in groups.members:
+                made = nccl.NcclCommunicator.initAll([self.devices[self._index[r]] for r in members])
+                for r, comm in zip(members, made):  # initAll's comms[i] is rank i of the group, on devices[i]
+                    comms[self._index[r]] = comm
+        else:  # one rank per process: split MPI by group, position 0's unique id to its group, then init
+            (me,) = self.local_ranks
+            sub = self._mpi.Split(groups.index(me), groups.position(me))
+            uid = nccl.get_unique_id() if sub.rank == 0 else None
+            uid = sub.bcast(uid, root=0)
+            with self._cp.cuda.Device(self.devices[0]):
+                comms = [nccl.NcclCommunicator(sub.size, uid, sub.rank)]
+            sub.Free()
+        cache[groups.members] = comms
+        return comms
+
+    def _ring_size(self, group) -> int:
+        return self.world_size if group is None else group.size
+
+    def native_reduce_scatter(self, tensors, op: str = "sum", counts=None, fmt=None, group=None) -> list:
         """ncclReduceScatter of one flat (N*s,) array per local rank; rank r gets chunk r, (s,).
 
         `op`: "sum", "max", "min", "prod", or "avg_premul" (ncclAvg: each input times 1/N rounded to
         the datatype, then summed). The caller pads to a multiple of N, as the ring's staging does.
         `counts` may only be N equal sizes: NCCL has no reduce-scatter-v (MPI's `native_reduce_scatter` does).
+        Over `group` each group reduces on its own communicator (N reads the group's size).
         """
         nccl_op = self._nccl_op(op)
-        n = self.world_size
+        n = self._ring_size(group)
         if counts is not None and len(set(int(c) for c in counts)) > 1:
             raise ValueError(f"native_reduce_scatter: NCCL's ReduceScatter needs equal counts, got {list(counts)}; use "
                              "the ring for uneven ones")
@@ -36,35 +72,40 @@ class NcclCollectives:
             comm.reduceScatter(send, recv, wire.nccl_count(length // n), wire.nccl_type, nccl_op, stream)
 
         return self._native(
-            "native_reduce_scatter", tensors, fmt, lambda length: length // n, call, reduce=True, check=check
+            "native_reduce_scatter", tensors, fmt, lambda length: length // n, call, reduce=True, check=check,
+            group=group
         )
 
-    def native_all_reduce(self, tensors, op: str = "sum", fmt=None) -> list:
+    def native_all_reduce(self, tensors, op: str = "sum", fmt=None, group=None) -> list:
         """ncclAllReduce of one flat (L,) array per local rank; `op` as in `native_reduce_scatter`."""
         nccl_op = self._nccl_op(op)
 
         def call(comm, send, recv, wire, length, stream):
             comm.allReduce(send, recv, wire.nccl_count(length), wire.nccl_type, nccl_op, stream)
 
-        return self._native("native_all_reduce", tensors, fmt, lambda length: length, call, reduce=True)
+        return self._native("native_all_reduce", tensors, fmt, lambda length: length, call, reduce=True, group=group)
 
-    def native_all_gather(self, tensors, fmt=None) -> list:
-        """ncclAllGather of one equal-size (s,) shard per local rank; every rank gets (N*s,) in rank order."""
+    def native_all_gather(self, tensors, fmt=None, group=None) -> list:
+        """ncclAllGather of one equal-size (s,) shard per local rank; every rank gets (N*s,) in rank order (over
+        `group`: its group's shards, in ring order)."""
+        n = self._ring_size(group)
 
         def call(comm, send, recv, wire, length, stream):
             comm.allGather(send, recv, wire.nccl_count(length), wire.nccl_type, stream)
 
-        return self._native("native_all_gather", tensors, fmt, lambda length: length * self.world_size, call)
+        return self._native("native_all_gather", tensors, fmt, lambda length: length * n, call, group=group)
 
-    def native_broadcast(self, tensors, root: int, fmt=None) -> list:
-        """ncclBroadcast of rank `root`'s flat array; the others' arrays give only length and dtype."""
+    def native_broadcast(self, tensors, root: int, fmt=None, group=None) -> list:
+        """ncclBroadcast of rank `root`'s flat array (over `group`: of the member at position `root` of each
+        group); the others' arrays give only length and dtype."""
 
         def call(comm, send, recv, wire, length, stream):
             comm.broadcast(send, recv, wire.nccl_count(length), wire.nccl_type, int(root), stream)
 
-        return self._native("native_broadcast", tensors, fmt, lambda length: length, call)
+        return self._native("native_broadcast", tensors, fmt, lambda length: length, call, group=group)
 
-    def _native(self, what: str, tensors, fmt, out_length, call, reduce: bool = False, check=None) -> list:
+    def _native(self, what: str, tensors, fmt, out_length, call, reduce: bool = False, check=None,
+                group=None) -> list:
         """Run `call` for every local rank inside one NCCL group; outputs of `out_length(L)` elements."""
         if len(tensors) != len(self.local_ranks):
             raise ValueError(
@@ -84,9 +125,10 @@ class NcclCollectives:
         for i in range(len(staged)):
             with self._on(i):
                 outs.append(self._cp.empty(out_length(length), dtype=wire.device))
+        comms = self._comms if group is None else self.group_comms(group)
         self._nccl.groupStart()  # one process driving several GPUs must group its per-GPU calls
         try:
-            for i, comm in enumerate(self._comms):
+            for i, comm in enumerate(comms):
                 if length:
                     call(comm, staged[i][0].data.ptr, outs[i].data.ptr, wire, length, self._streams[i].ptr)
         finally:

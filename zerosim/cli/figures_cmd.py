@@ -21,6 +21,8 @@
     activation_strategies  each checkpointing strategy's peak activations and extra FLOPs at the 7B shape (seed 001)
     will_it_fit       Llama-3-8B on 8 GPUs: one rank's peak by stage and strategy, estimates on top, against 3 GPUs
     plan              zerosim plan's answer for Llama-3-70B on 64 H100s: memory by kind against the GPU, step times
+    many_nodes        GPT-3 175B on 1,024 H100s, 8 per node: FULL_SHARD, hpZ, MiCS, HSDP by shard group — memory,
+                      bytes per link tier, step time (an engineer choosing between HSDP and hpZ)
 """
 
 from __future__ import annotations
@@ -181,6 +183,24 @@ def _plan(args):
 
 
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
+MANY_NODES = (("full_shard", None), ("hpz", 8), ("mics", 64), ("hsdp", 32), ("hsdp", 64), ("hsdp", 128))
+
+
+def _many_nodes(args):
+    from zerosim.costs import get_preset
+    from zerosim.costs.gpus import get_gpu
+    from zerosim.models.meta import MetaModel
+    from zerosim.timeline.strategy_sweep import strategy_step
+    from zerosim.viz.many_nodes_figure import many_nodes_figure
+    from zerosim.zero.comm_schedule import CommSchedule
+
+    gpt3, gpu, comm = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block"), get_gpu("h100-80gb"), \
+        CommSchedule.fsdp(forward_prefetch=True)
+    rows = [strategy_step(gpt3, 1024, name, 8, group, comm=comm, tokens=20480) for name, group in MANY_NODES]
+    return many_nodes_figure(rows, capacity=gpu.capacity, gpu=gpu.name,
+                             title="GPT-3 175B on 1,024 H100s, 8 per node: 20,480 tokens per rank, one unit "
+                                   "prefetched; each strategy with its framework's recipe")
+
 
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
@@ -196,6 +216,7 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "activation_strategies": _activation_strategies,
     "will_it_fit": _will_it_fit,
     "plan": _plan,
+    "many_nodes": _many_nodes,
 }
 
 

@@ -8,6 +8,7 @@
     zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192 --gpu h100-80gb               # will it fit?
     zerosim memory --config config.json --ds-config ds_config.json --ranks 8 --seq-len 4096 --gpu a100-80gb
     zerosim memory --model gpt3-175b --ranks 1024 --fp8-all-gather                  # stage 3's gathers in e4m3
+    zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -20,7 +21,8 @@ activations too, by name, and the total adds them to the model states as seed 00
 stage's measured peak, plus labelled estimates of what no ledger sees (CUDA context, NCCL, the allocator's
 reserve, DeepSpeed's buckets), is judged against the GPU: fits, or does not, and by how much. A DeepSpeed
 config (--ds-config) sets the stage, schedule, precision, batch and clipping; every key of it, and of a
---config, is listed as modelled, not modelled or no effect.
+--config, is listed as modelled, not modelled or no effect. With --strategy (and --gpus-per-node, --shard-group)
+the strategies for many nodes are measured instead of the stages: cli/strategy_memory.py.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from zerosim.cli.model_args import (
     add_schedule_arguments,
     setup,
 )
+from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, strategies_of
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
 
@@ -51,6 +54,20 @@ def add_arguments(p) -> None:
     add_gpu_arguments(p)
     add_schedule_arguments(p)
     add_wire_arguments(p)
+    add_mesh_arguments(p, several=True)
+
+
+def strategies_report(args, s, names) -> dict:
+    """`zerosim memory --strategy ...` as data: the strategies' rows (cli/strategy_memory.py)."""
+    from zerosim.cli.strategy_memory import strategy_rows
+
+    if s.ds is not None:
+        raise ValueError("--ds-config sets a ZeRO stage; --strategy names a strategy for many nodes: give one")
+    return {
+        "model": s.model.name, "params": s.model.num_params, "ranks": args.ranks, "optimizer": s.optimizer,
+        "precision": s.precision_name, "gpus_per_node": check_nodes(args.ranks, args.gpus_per_node),
+        "strategies": strategy_rows(args, s, names),
+    }
 
 
 def report(args) -> dict:
@@ -66,6 +83,10 @@ def report(args) -> dict:
     from zerosim.costs.measured import measure_by_stage
 
     s = setup(args)
+    names = strategies_of(args, several=True)
+    if names:
+        return strategies_report(args, s, names)
+    check_nodes(args.ranks, args.gpus_per_node)
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
@@ -216,7 +237,9 @@ def _activations(model, micro: tuple, args, precision) -> dict:
 
 def run(args) -> int:
     from zerosim.cli.memory_format import format_report
+    from zerosim.cli.strategy_memory import format_strategies
 
     r = report(args)
-    print(json.dumps(r, indent=1) if args.json else format_report(r))
+    text = format_strategies(r) if "strategies" in r else format_report(r)
+    print(json.dumps(r, indent=1) if args.json else text)
     return 0

@@ -5,11 +5,17 @@
     zerosim timeline --model gpt3-175b --sweep --tokens 20480 --figure sweep.png   # seed 003's claim
     zerosim timeline --model llama-3-70b --ranks 64 --gpus-per-node 8 --gpu h100-80gb \
         --seq-len 4096 --batch 2 --checkpoint block --accumulation-steps 8    # a planned step, activations and all
+    zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hsdp --shard-group 64
+    zerosim timeline --model gpt3-175b --sweep --gpus-per-node 8 --strategy full_shard,hsdp,mics,hpz --shard-group 64
 
 The engine runs one step on the meta backend (data-less arrays, one representative rank for all N), with
 the bucketing and prefetch knobs DeepSpeed and FSDP expose; every recorded event is then placed in time:
 computes by the roofline of the device, collectives by the ring's α-β cost (zerosim.timeline). Numbers
 are rank 0's, which stands for every rank (they all do the same work). Open --trace in ui.perfetto.dev.
+
+With --gpus-per-node G the ranks fill nodes of G: a collective whose rings stay inside nodes runs over --link
+(NVLink 4), one whose rings leave a node over --inter-link (InfiniBand NDR), each tier its own stream; with
+--strategy a strategy for many nodes (HSDP, MiCS, hpZ, ...: zero/plan.py) runs over its groups.
 
 Without --seq-len the model is its layers' parameter counts and --tokens sets the work (6Ψ FLOPs per token);
 with --seq-len it is zerosim's GPT or Llama at the model's shape: its attention, its checkpointing's recompute
@@ -31,6 +37,13 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.wire_args import add_wire_arguments, wire_from_args
+from zerosim.cli.strategy_args import (
+    add_mesh_arguments,
+    check_nodes,
+    group_size,
+    strategies_of,
+    strategy_precision,
+)
 from zerosim.costs import GB
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -51,15 +64,15 @@ def add_arguments(p) -> None:
         "--link",
         choices=sorted(LINKS),
         default=None,
-        help="the ring's link (default nvlink4; ib_ndr when --gpus-per-node puts the ring across nodes)",
+        help="the ring's link, within a node with --gpus-per-node (default nvlink4)",
     )
     p.add_argument(
-        "--gpus-per-node",
-        type=int,
+        "--inter-link",
+        choices=sorted(LINKS),
         default=None,
-        metavar="G",
-        help="GPUs per node: a ring over more ranks than this crosses nodes and runs at ib_ndr's speed",
+        help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
+    add_mesh_arguments(p, several=True)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -92,14 +105,16 @@ def describe_comm(comm) -> str:
     return ", ".join(parts)
 
 
-def link_for(ranks: int, gpus_per_node: int | None, link: str | None) -> str:
-    """The ring's link: --link, or ib_ndr when the ring spans nodes (a flat ring runs at its slowest hop), else
-    nvlink4."""
-    if gpus_per_node is not None and gpus_per_node < 1:
-        raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    if link is not None:
-        return link
-    return "ib_ndr" if gpus_per_node is not None and ranks > gpus_per_node else "nvlink4"
+def hardware_for(args, device: str, compute: str, ranks: int):
+    """The Hardware of one run: --link (default nvlink4) and, when --gpus-per-node places the ranks on more than one
+    node, --inter-link (default ib_ndr) between them, each call costed on the tier its rings use."""
+    from zerosim.timeline import Hardware
+
+    g = check_nodes(ranks, args.gpus_per_node)
+    if args.inter_link is not None and (g is None or g == ranks):
+        raise ValueError("--inter-link is the link between nodes: add --gpus-per-node G with more ranks than G")
+    inter = (args.inter_link or "ib_ndr") if g is not None and g < ranks else None
+    return Hardware(device, args.link or "nvlink4", compute, inter_link=inter)
 
 
 def device_for(args, gpu) -> str:
@@ -130,6 +145,16 @@ def _check(args) -> None:
         raise ValueError("--trace writes one step's trace; run without --sweep for it")
     if args.sweep and args.seq_len is not None:
         raise ValueError("--sweep times the parameter-count model over many N; drop --seq-len (or run single steps)")
+    names = strategies_of(args, several=True)
+    if names and args.stage is not None:
+        raise ValueError("--stage and --strategy both say what is sharded: name one")
+    if names and args.ds_config is not None:
+        raise ValueError("--ds-config sets a ZeRO stage; --strategy names a strategy for many nodes: give one")
+    if names and args.sweep and args.figure:
+        raise ValueError("--sweep --strategy prints its table; --figure draws a single step (one --strategy) or the "
+                         "stages' sweep")
+    if len(names) > 1 and not args.sweep:
+        raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
 
 
 def check_writable(path: str) -> None:
@@ -175,14 +200,13 @@ def run(args) -> int:
 def one_report(args, s) -> tuple:
     """One simulated step, as data (what --json prints), and the Timeline."""
     from zerosim.precision import get_precision
-    from zerosim.timeline import Hardware
     from zerosim.timeline.sweep import meta_step
 
     model, comm = s.model, s.comm
-    stage = args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
-    hw = Hardware(
-        device_for(args, s.gpu), link_for(args.ranks, args.gpus_per_node, args.link), get_precision(s.precision).compute
-    )
+    names = strategies_of(args, several=False)
+    stage = names[0] if names else args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
+    hw = hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute, args.ranks)
+    gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
@@ -191,13 +215,15 @@ def one_report(args, s) -> tuple:
         stage,
         hw,
         comm,
-        s.precision,
+        strategy_precision(names[0], s.precision) if names else s.precision,
         args.tokens or 2048,
         s.optimizer,
         micro_batch=s.micro,
         accumulation_steps=K,
         clip_grad=s.clip_grad,
         wire=wire_from_args(args),
+        gpus_per_node=gpus,
+        shard_group=group_size(stage, args, gpus) if names else None,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -206,7 +232,14 @@ def one_report(args, s) -> tuple:
     step, compute, exposed = result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0])
     ledger = engine.cluster.ranks[0].ledger
     peak = ledger.peak()
+    tiers = tier_summary(result, engine.cluster)
     return {
+        "strategy": names[0] if names else None,
+        "shard_group": engine.groups.shard.size if names and engine.plan.sharded_over != "world" else
+        (engine.groups.secondary.size if engine.groups.secondary is not None else None),
+        "gpus_per_node": gpus,
+        "inter_link": None if hw.inter_link is None else hw.inter_link.name,
+        "tiers": tiers,
         "model": model.name,
         "params": model.num_params,
         "units": len(model.layers),
@@ -239,8 +272,22 @@ def one_report(args, s) -> tuple:
         "peak_by_kind": {k: v for k, v in ledger.peak_by_kind().items() if v},
         "fit": None
         if s.gpu is None
-        else judge(peak, stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
+        else judge(peak, 3 if names else stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
     }, result
+
+
+def tier_summary(result, cluster) -> dict:
+    """{tier: {"link", "calls", "seconds" (its calls' time, summed), "bytes_per_rank" (sent, the ranks' average)}}."""
+    from zerosim.cluster import TIERS
+
+    hw, sent = result.hardware, cluster.trace.bytes_by_tier()
+    out = {t: {"link": hw.link_of(t).name, "calls": 0, "seconds": 0.0, "bytes_per_rank": sent[t] / cluster.world_size}
+           for t in TIERS}
+    for iv in result.track(0, "comm"):
+        row = out[iv.event.tier if hw.inter_link is not None else TIERS[0]]
+        row["calls"] += 1
+        row["seconds"] += iv.end - iv.start
+    return out
 
 
 def format_one(r: dict) -> str:
@@ -253,12 +300,16 @@ def format_one(r: dict) -> str:
         else f"{mb['batch']} × {mb['seq_len']:,} tokens × {r['accumulation_steps']} micro-steps per rank, "
         f"checkpoint {r['checkpoint']!r}"
     )
+    what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
+        f" (group of {r['shard_group']})" if r["shard_group"] else "")
+    nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
+             f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [
-        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks, "
-        f"ZeRO-{r['stage']}, "
-        f"{r['precision']}",
+        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks{nodes}, "
+        f"{what}, {r['precision']}",
         f"  {work}",
-        f"  {r['device']} over {r['link']} ({r['link_note']})",
+        links,
         f"  schedule: {r['comm']}" + ("" if r["overlap"] else "; no overlap: one stream per rank"),
         "",
         f"step time        {unit(r['step_s'])}",
@@ -272,6 +323,11 @@ def format_one(r: dict) -> str:
     ]
     for purpose, v in r["by_purpose"].items():
         lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}")
+    if r["inter_link"] is not None:
+        lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
+        for tier, v in r["tiers"].items():
+            lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  "
+                         f"{v['bytes_per_rank'] / GB:10.2f} GB sent")
     lines += [
         "",
         f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
@@ -306,7 +362,8 @@ def _run_one(args, s) -> int:
         from zerosim.viz import timeline_figure
 
         ax = timeline_figure(
-            result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, ZeRO-{r['stage']}, {r['link']}"
+            result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
+            + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
         )
         ax.figure.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
         written.append(f"figure: {args.figure}")
@@ -440,7 +497,19 @@ def format_sweep(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _run_strategy_sweep(args, s, names) -> int:
+    from zerosim.cli.strategy_timeline import format_strategy_sweep, strategy_sweep_report
+
+    device = device_for(args, s.gpu)
+    r = strategy_sweep_report(args, s, names, sweep_ranks(args), device, sweep_gpu(s, device))
+    print(json.dumps(r, indent=1) if args.json else format_strategy_sweep(r))
+    return 0
+
+
 def _run_sweep(args, s) -> int:
+    names = strategies_of(args, several=True)
+    if names:
+        return _run_strategy_sweep(args, s, names)
     r, rows, fits = sweep_report(args, s)
     print(json.dumps(r, indent=1) if args.json else format_sweep(r))
     if args.figure:

@@ -3,6 +3,8 @@
     cluster.py   Cluster: the ranks this process hosts, their ledgers, the trace, the backend (no collectives:
                  they are functions one layer up, zerosim.collectives)
     rank.py      Rank: one rank's model states
+    mesh.py      Mesh (torch's DeviceMesh: dims with names) and Groups (the process groups a collective runs over);
+                 the two link tiers, within a node and across nodes
     ledger.py    MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
     trace.py     Trace: every hop and the ordered log; Handle, the calls one collective recorded
     events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip,
@@ -14,6 +16,7 @@
 from zerosim.cluster.cluster import Cluster
 from zerosim.cluster.events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
 from zerosim.cluster.ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
+from zerosim.cluster.mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster.rank import Rank
 from zerosim.cluster.trace import Call, Event, Handle, Trace
 
@@ -25,13 +28,18 @@ __all__ = [
     "Event",
     "Fp8ScaleUpdate",
     "GradClip",
+    "Groups",
     "Handle",
+    "INTER",
+    "INTRA",
     "LedgerError",
     "LedgerEvent",
     "LossScaleUpdate",
     "MemoryLedger",
+    "Mesh",
     "OptimizerStep",
     "Rank",
     "StepBoundary",
+    "TIERS",
     "Trace",
 ]

@@ -26,6 +26,7 @@ PASSES = ("forward", "recompute", "backward", "loss")
 PURPOSES = (
     "gather params",  # stage 3: a unit's parameters, before its forward, recompute or backward
     "reduce grads",  # the gradients: all-reduce (stage 0), reduce-scatter (1), per unit (2, 3)
+    "replicate grads",  # HSDP / MiCS: a reduced shard all-reduced over its replicas (zero/replicate.py)
     "refresh params",  # stage 1/2: the all-gather of the updated 16-bit params after the step
     "optimizer",  # a collective the optimizer itself needs (ZeRO-1 Muon's momentum all-gather)
     "check",  # a tiny agreement collective (overflow flag, gradient norm)

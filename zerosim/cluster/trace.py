@@ -5,6 +5,12 @@ At large world sizes one event per hop is too many (a ring over 1024 ranks has 1
 granularity is a choice: ``"hop"`` records every send, ``"call"`` one summary event per collective
 and rank. `log` holds, in order, every `Call`, the engines' `Compute` / `OptimizerStep` /
 `StepBoundary` events (events.py) and, when the cluster keeps ledger timelines, every alloc and free.
+
+On a mesh (`Cluster(..., gpus_per_node=G)`) every call records the group it ran over (`Call.group`, the
+`zerosim.cluster.Groups`' name; the groups themselves in `call_groups`) and the link tier its rings need
+(`Call.tier`: "inter-node" if any hop leaves a node), and every send the tier it crossed (`Event.tier`), so
+`bytes_by_tier` splits the traffic between NVLink and InfiniBand. A flat cluster is one node: every tier is
+"intra-node" and every group the world.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+
+from zerosim.cluster.mesh import INTRA, TIERS, Groups, hop_tier
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/ring.py, nccl_allreduce.py): the names a question may use
@@ -53,6 +61,7 @@ class Event:
     dtype: str  # format name on the wire
     tag: str = ""  # caller's label, e.g. "layer 2 grads"
     values: object = field(default=None, compare=False)  # a copy of what travelled, when the trace keeps values
+    tier: str = INTRA  # the link it crossed: "intra-node" (NVLink) or "inter-node" (InfiniBand)
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,8 @@ class Call:
     layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
     step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
     micro: int = 0  # the micro-step within that step
-    group: int = 0  # ranks a group when the call runs over several groups of the world at once (0: the world)
+    group: str = "world"  # the groups it ran over (their name); world_size is then each group's ring length
+    tier: str = INTRA  # the slowest link its rings cross: "inter-node" if any hop leaves a node
     chunk_map: tuple = ()  # ((start, stop), ...): the element range of each ring chunk, where it is not the N equal
     #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/nccl_allreduce.py, gloo.py)
 
@@ -81,18 +91,21 @@ class Trace:
 
     granularity: str = "hop"
     keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
+    gpus_per_node: int | None = None  # the topology that decides each hop's link tier (None: one node)
+    world_size: int | None = None  # N, the ranks every call spans (each in its group), when known (a Cluster's
+    #                                trace): questions about rank N or above are refused; None: read from the calls
     events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
     log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
-    world_size: int | None = None  # N, when known (a Cluster's trace): questions about rank N or above are refused
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
-        self._pending = defaultdict(lambda: [0, 0])  # src -> [elements, bytes], for "call" granularity
+        self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
         self.ring_calls = {}
+        self.call_groups = {}  # call -> the Groups it ran over, for calls not over the world
         self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
 
     # -- recording (used by the engines) ---------------------------------------------------------
@@ -111,10 +124,15 @@ class Trace:
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
-              group: int = 0, chunk_map: tuple = ()) -> int:
-        """Open a collective call; returns its number, which `hop` and `end` take (`group`: see `Call.group`)."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, group=group,
-                    chunk_map=tuple(chunk_map))
+              group: Groups | None = None, chunk_map: tuple = ()) -> int:
+        """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
+        `hop` and `end` take. `world_size` is the ring's length: the group's size."""
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map))
+        if group is not None and not group.is_world:
+            call = replace(call, group=group.name, tier=group.tier(self.gpus_per_node))
+            self.call_groups[call.call] = group
+        elif group is not None and self.gpus_per_node is not None:
+            call = replace(call, tier=group.tier(self.gpus_per_node))
         if self._about:
             call = replace(call, **self._about)
         self.calls.append(call)
@@ -138,31 +156,51 @@ class Trace:
     ) -> None:
         """Record one send (at "call" granularity: add it to the sender's summary)."""
         c = self.calls[call]
+        tier = self._tier(call, src, dst)
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
-            self.events.append(
-                Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype, c.tag, values)
-            )
+            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
+                                     c.tag, values, tier))
         else:
             acc = self._pending[src]
             acc[0] += elements
             acc[1] += elements * itemsize
+            acc[2] = tier
+
+    def _tier(self, call: int, src: int, dst: int) -> str:
+        """The tier of a send: from its two ends, or (a summary, dst -1) from src's next rank on its ring."""
+        if self.gpus_per_node is None:
+            return INTRA
+        if dst < 0:  # a whole phase of one rank: every send of a ring phase goes to the same neighbour
+            group = self.call_groups.get(call)
+            dst = group.next(src) if group is not None else (src + 1) % self.calls[call].world_size
+        return hop_tier(src, dst, self.gpus_per_node)
 
     def ring_summary(self, call: int, sizes: tuple, itemsize: int, lag: int) -> None:
-        """Record a whole ring phase in closed form, for every rank of the world at once (the meta backend's
-        representative ranks): over the N−1 steps rank r sends every chunk but (r − lag + 1) mod N
-        (lag 1: reduce-scatter, 0: all-gather). O(1) to record; `bytes_sent` and `sent_by_rank` answer from it."""
+        """Record a whole ring phase in closed form, for every rank of every group at once (the meta backend's
+        representative ranks): over the n−1 steps the rank at position p of its group's ring sends every chunk
+        but (p − lag + 1) mod n (lag 1: reduce-scatter, 0: all-gather). O(1) to record; `bytes_sent`,
+        `sent_by_rank` and `bytes_by_tier` answer from it."""
         if self.granularity != "call":
             raise ValueError('a closed-form ring summary needs trace granularity "call"')
         if len(sizes) > 1:
             self.ring_calls[call] = (tuple(sizes), itemsize, lag)
 
+    def _closed_form(self, call: int):
+        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy)."""
+        import numpy as np
+
+        sizes, itemsize, lag = self.ring_calls[call]
+        s = np.asarray(sizes, dtype=np.int64)
+        group = self.call_groups.get(call)
+        position = group.positions if group is not None else np.arange(len(sizes))
+        skipped = s[(position - lag + 1) % len(sizes)]  # position p skips chunk (p − lag + 1) mod n
+        return (s.sum() - skipped) * itemsize
+
     def sent_by_rank(self, call: int) -> dict:
         """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
         if call in self.ring_calls:
-            sizes, itemsize, lag = self.ring_calls[call]
-            n, total = len(sizes), sum(sizes)
-            return {r: (total - sizes[(r - lag + 1) % n]) * itemsize for r in range(n)}
+            return dict(enumerate(self._closed_form(call).tolist()))
         out = defaultdict(int)
         for e in self.select(call=call):
             out[e.src] += e.bytes
@@ -176,17 +214,31 @@ class Trace:
         totals = np.zeros(world_size, dtype=np.int64)
         for e in self.events:
             totals[e.src] += e.bytes
-        for sizes, itemsize, lag in self.ring_calls.values():
-            s = np.asarray(sizes, dtype=np.int64)
-            totals += (s.sum() - np.roll(s, lag - 1)) * itemsize  # rank r skips chunk (r − lag + 1) mod N
+        for call in self.ring_calls:
+            totals += self._closed_form(call)
         return totals.tolist()
+
+    def bytes_by_tier(self, call: int | None = None) -> dict:
+        """{tier: bytes all ranks sent over links of that tier} ("intra-node", "inter-node"), over the whole trace
+        or one call: every event by its own tier, and a closed-form call by each rank's send to its ring neighbour."""
+        out = dict.fromkeys(TIERS, 0)
+        for e in self.events if call is None else self.select(call=call):
+            out[e.tier] += e.bytes
+        for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
+            sent = self._closed_form(c)
+            group = self.call_groups.get(c)
+            crosses = (group if group is not None else Groups.world(len(sent))).send_tiers(self.gpus_per_node)
+            out[TIERS[1]] += int(sent[crosses].sum())
+            out[TIERS[0]] += int(sent[~crosses].sum())
+        return out
 
     def end(self, call: int) -> None:
         """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
             c = self.calls[call]
-            for src, (elements, nbytes) in sorted(self._pending.items()):
-                self.events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag))
+            for src, (elements, nbytes, tier) in sorted(self._pending.items()):
+                self.events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
+                                         None, tier))
             self._pending.clear()
 
     # -- questions -------------------------------------------------------------------------------
@@ -241,7 +293,8 @@ class Trace:
         for e in self.events:
             out[e.collective] += e.bytes
         for c, (sizes, itemsize, _) in self.ring_calls.items():
-            out[self.calls[c].collective] += (len(sizes) - 1) * sum(sizes) * itemsize  # each chunk sent by N−1 ranks
+            rings = self.call_groups[c].count if c in self.call_groups else 1  # groups side by side, each a ring
+            out[self.calls[c].collective] += rings * (len(sizes) - 1) * sum(sizes) * itemsize  # n−1 senders a chunk
         return dict(out)
 
     def of_type(self, kind, since: int = 0) -> list:
@@ -254,6 +307,7 @@ class Trace:
         self.calls.clear()
         self.log.clear()
         self.ring_calls.clear()
+        self.call_groups.clear()
         self._pending.clear()
 
     def __len__(self) -> int:

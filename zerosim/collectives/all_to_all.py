@@ -5,10 +5,12 @@
 Letters: N ranks, g ranks a group, L elements a rank (a multiple of g). Member j of a group ends with chunk j of
 every member's buffer, in member order (torch.distributed.all_to_all_single with equal splits; NCCL runs it as
 grouped point-to-point sends, src/collectives.cc: ncclAllToAll is not a ring). `groups` lists disjoint groups that
-cover the world and run at once, each on its own communicator (DeepSpeed's qgZ runs every node's intra-node
-all-to-all together, then every across-node one: runtime/comm/coalesced_collectives.py, all_to_all_quant_reduce);
-None: one group, the world. Each rank sends (g−1)/g of its buffer, one message to each peer: at step k = 1..g−1
-member p sends chunk (p + k) mod g to member (p + k) mod g (`cluster.backend.exchange`), and keeps chunk p.
+cover the world and run at once (a `zerosim.cluster.Groups`, or lists of ranks), each on its own communicator
+(DeepSpeed's qgZ runs every node's intra-node all-to-all together, then every across-node one:
+runtime/comm/coalesced_collectives.py, all_to_all_quant_reduce); None: one group, the world. The trace records
+the call over the groups, world_size g (trace.py: `Call.group`). Each rank sends (g−1)/g of its buffer, one
+message to each peer: at step k = 1..g−1 member p sends chunk (p + k) mod g to member (p + k) mod g
+(`cluster.backend.exchange`), and keeps chunk p.
 
 The payload may be any dtype with an item size: floats, and the integer payloads of quantized collectives
 (int8, int4 packed two to a byte; the trace names them, wire.py). The naive twin (`naive_all_to_all`) slices
@@ -19,14 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.cluster.mesh import Groups
 from zerosim.collectives.staging import Collected
 from zerosim.collectives.wire import wire_of
 
 
 def check_groups(groups, n: int, what: str = "all-to-all") -> tuple:
-    """`groups` as a tuple of equal-sized tuples of ranks that cover 0..N-1 once (None: the world)."""
+    """`groups` as a tuple of equal-sized tuples of ranks that cover 0..N-1 once (None: the world; a
+    `zerosim.cluster.Groups`: its members)."""
     if groups is None:
         return (tuple(range(n)),)
+    if isinstance(groups, Groups):
+        if groups.world_size != n:
+            raise ValueError(f"{what}: groups {groups.name!r} cover {groups.world_size} ranks, the cluster has {n}")
+        return groups.members
     try:
         groups = tuple(tuple(int(r) for r in g) for g in groups)
     except (TypeError, ValueError):
@@ -42,7 +50,7 @@ def all_to_all(cluster, tensors, groups=None, tag: str = "", wire: str | None = 
     """One all-to-all per group, all groups at once: see the module docstring. Returns one (L,) array per local
     rank, with `.handle`; `wire` names the payload in the trace ("int4x2" for packed int4; default the dtype's)."""
     n = cluster.world_size
-    groups = check_groups(groups, n)
+    groups_in, groups = groups, check_groups(groups, n)
     g = len(groups[0])
     if not isinstance(tensors, (list, tuple)) or len(tensors) != cluster.local_size:
         raise ValueError(f"all-to-all takes a list of {cluster.local_size} array(s), one per local rank")
@@ -58,7 +66,9 @@ def all_to_all(cluster, tensors, groups=None, tag: str = "", wire: str | None = 
         raise ValueError(f"all-to-all: {length} elements do not cut into {g} equal chunks (one per group member)")
     w = wire_of(arrays[0].dtype, wire)
     c = length // g
-    call = cluster.trace.begin("all_to_all", "copy", n, length, w.name, tag, group=g if g < n else 0)
+    # world_size is the group's size, as for every collective over groups (trace.py: Call.group)
+    named = groups_in if isinstance(groups_in, Groups) else Groups("all-to-all", groups)
+    call = cluster.trace.begin("all_to_all", "copy", g, length, w.name, tag, group=named)
     where = {r: (gi, grp.index(r)) for gi, grp in enumerate(groups) for r in grp}
     if not cluster.backend.holds_values:
         out = [cluster.backend.empty((length,), a.dtype) for a in arrays]

@@ -56,9 +56,24 @@ def check_counts(counts, n: int, what: str) -> tuple:
 
 @functools.lru_cache(maxsize=4096)
 def _valid_counts(counts: tuple, n: int) -> tuple:
-    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
-        raise ValueError(f"counts must be integers (one per rank), got {list(counts)}")
-    counts = tuple(int(c) for c in counts)
+    if not set(map(type, counts)) <= {int}:  # the usual case, plain ints, checked at C speed (N = 4096 per layer)
+        if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in counts):
+            raise ValueError(f"counts must be integers (one per rank), got {list(counts)}")
+        counts = tuple(int(c) for c in counts)
     if len(counts) != n or min(counts, default=0) < 0:
         raise ValueError(f"counts must be {n} non-negative integers (one per rank), got {list(counts)}")
     return counts
+
+
+def check_group(cluster, group, what: str):
+    """`group` as the `Groups` a collective runs over: the cluster's world when None; a clear error when it is not
+    a `zerosim.cluster.Groups` of this cluster's N ranks."""
+    if group is None:
+        return cluster.world
+    if not hasattr(group, "members") or not hasattr(group, "positions"):
+        raise TypeError(f"{what}: group must be a zerosim.cluster.Groups (e.g. cluster.mesh.groups('gpu')), got "
+                        f"{type(group).__name__}")
+    if group.world_size != cluster.world_size:
+        raise ValueError(f"{what}: {group!r} covers {group.world_size} ranks but the cluster has "
+                         f"{cluster.world_size}")
+    return group

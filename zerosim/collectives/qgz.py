@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zerosim.cluster.mesh import Groups
 from zerosim.collectives.all_to_all import all_to_all
 from zerosim.collectives.staging import Collected
 from zerosim.precision.int_quant import Quantized, dequantize, quantize, swizzle_order
@@ -95,6 +96,9 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
     w, d = cluster.world_size, gpus_per_node
     if w % d:
         raise ValueError(f"{w} ranks do not fill nodes of {d}")
+    if cluster.gpus_per_node is not None and cluster.gpus_per_node != d:
+        raise ValueError(f"qgZ's nodes of {d} GPUs are not the cluster's: it places {cluster.gpus_per_node} ranks "
+                         "a node")
     n = w // d
     g = check_qgz(shape, w, n)
     m = int(np.prod(shape))
@@ -103,8 +107,8 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
             raise TypeError(f"qgZ's kernels read fp16 (a {x.dtype} gradient would be reinterpreted): cast it first")
     per = m // w  # elements of one partition
     order = swizzle_order(w, n, d)
-    nodes = tuple(tuple(range(i * d, (i + 1) * d)) for i in range(n))
-    across = tuple(tuple(range(k, w, d)) for k in range(d))
+    nodes = Groups.blocks(w, d, "node")  # (0..d-1) (d..2d-1) ...: each node's GPUs
+    across = Groups.strided(w, d, "across nodes")  # (k, k+d, k+2d, ...): the k-th GPU of every node
     if not cluster.backend.holds_values:
         return _meta(cluster, m, g, d, nodes, across, loco, tag)
     beta = np.float32(loco.err_beta) if loco is not None else None

@@ -11,6 +11,9 @@ into N chunks by `bounds` (equal padded chunks, or a ZeRO unit's counts: shards.
 
     all-gather, N-1 steps: at step k rank r forwards shard (r-k) mod N to rank r+1.
 
+Over a `Groups` (calls.py's `group=`) every group runs this ring at once over its own members: "rank r" below
+reads "the rank at position p of its group", r+1 its next member, and N the group's size n.
+
 Each rank sends exactly (N-1)/N of the buffer per phase. The phases move data only through
 `cluster.backend.exchange` (a reference in the simulator, point-to-point messages under MPI), record
 every send in the trace, and know nothing of checks, staging or ZeRO (calls.py does those). fast.py is
@@ -22,71 +25,80 @@ from __future__ import annotations
 import numpy as np
 
 
-def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None):
+def ring_of(cluster, group) -> tuple:
+    """(n, each local rank's position p on its ring, the rank it sends to, the rank it receives from): the world's
+    ring (p = r) when `group` is None, else each local rank's group's."""
+    me = [rank.index for rank in cluster.ranks]
+    if group is None:
+        n = cluster.world_size
+        return n, me, [(r + 1) % n for r in me], [(r - 1) % n for r in me]
+    return group.size, [group.position(r) for r in me], [group.next(r) for r in me], [group.prev(r) for r in me]
+
+
+def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, group=None):
     """The reduce-scatter phase over chunks `bounds`; returns each local rank's result chunk (wire dtype),
     written into `out[i]` when given, and the working buffers to free (none: the FIFOs are transport memory)."""
-    n, ns = cluster.world_size, cluster.backend.xp  # ns: where the arrays live and add (numpy, cupy)
-    me = [rank.index for rank in cluster.ranks]
+    n, me, send_to, recv_from = ring_of(cluster, group)
+    ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
+    ranks = [rank.index for rank in cluster.ranks]
     size = [stop - start for (start, stop) in bounds]
     own = [[x[a:b] for (a, b) in bounds] for x in staged]  # own[i][c]: rank i's own copy of chunk c (views)
-    results = out or [ns.empty(size[r], wire) for r in me]  # (size[r],) wire dtype: rank r's chunk r
+    results = out or [ns.empty(size[p], wire) for p in me]  # (size[p],) wire dtype: position p's chunk p
     if n == 1:
-        results[0][...] = own[0][0]
+        for i in range(len(me)):
+            results[i][...] = own[i][0]
         return results, []
     # Two partial-sum buffers per rank, used in turn, big enough for any chunk (none needed for N = 2:
     # the one step adds straight into the result). NOTE: transport memory, like NCCL's fixed per-peer
     # FIFO buffers, allocated once and reused: it grows with no tensor and sits in no rank's ledger.
     acc = [[_fifo(cluster, i, j, max(size), wire.dtype) for j in range(2)] for i in range(len(me))] if n > 2 else None
-    send_to = [(r + 1) % n for r in me]
-    recv_from = [(r - 1) % n for r in me]
     hops = cluster.trace.granularity == "hop"
     combine = op.combiner(wire, ns)
     for k in range(n - 1):
         sends = []
-        for i, r in enumerate(me):
-            c = (r - 1 - k) % n  # the partial sum of chunk c leaves rank r at step k
+        for i, p in enumerate(me):
+            c = (p - 1 - k) % n  # the partial sum of chunk c leaves position p at step k
             sends.append(own[i][c] if k == 0 else acc[i][(k - 1) % 2][: size[c]])
             if hops:
-                cluster.trace.hop(call, k, r, send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
-        recv_like = [(size[(r - 2 - k) % n], wire.dtype) for r in me]  # both ends know what arrives
+                cluster.trace.hop(call, k, ranks[i], send_to[i], c, size[c], wire.itemsize, wire.name, sends[-1])
+        recv_like = [(size[(p - 2 - k) % n], wire.dtype) for p in me]  # both ends know what arrives
         received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
-        for i, r in enumerate(me):
-            c = (r - 2 - k) % n  # ... and arrives at rank r one step later, which adds its own copy
+        for i, p in enumerate(me):
+            c = (p - 2 - k) % n  # ... and arrives at position p one step later, which adds its own copy
             target = results[i] if k == n - 2 else acc[i][k % 2][: size[c]]
             combine(received[i], own[i][c], out=target)  # partial + own, one rounding
-    if not hops:  # one summary per rank: over the N-1 steps rank r sent every chunk but its own (r)
-        for r in me:
-            cluster.trace.hop(call, -1, r, -1, -1, sum(size) - size[r], wire.itemsize, wire.name)
+    if not hops:  # one summary per rank: over the N-1 steps position p sent every chunk but its own (p)
+        for r, p in zip(ranks, me):
+            cluster.trace.hop(call, -1, r, -1, -1, sum(size) - size[p], wire.itemsize, wire.name)
     return results, []
 
 
-def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None):
+def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None):
     """The all-gather phase; shard c fills [bounds[c]) of every rank's (total,) wire-dtype output (`out[i]` when
     given)."""
-    n, ns = cluster.world_size, cluster.backend.xp
-    me = [rank.index for rank in cluster.ranks]
+    n, me, send_to, recv_from = ring_of(cluster, group)
+    ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
+    ranks = [rank.index for rank in cluster.ranks]
     full = out or [ns.empty(total, wire) for _ in me]  # (total,) wire dtype, the output
     part = [[f[a:b] for (a, b) in bounds] for f in full]  # part[i][c]: shard c's place in rank i's output (views)
-    for i, r in enumerate(me):
-        part[i][r][...] = shards[i]
-    send_to = [(r + 1) % n for r in me]
-    recv_from = [(r - 1) % n for r in me]
+    for i, p in enumerate(me):
+        part[i][p][...] = shards[i]
     hops = cluster.trace.granularity == "hop"
     for k in range(n - 1):
         sends = []
-        for i, r in enumerate(me):
-            c = (r - k) % n
+        for i, p in enumerate(me):
+            c = (p - k) % n
             sends.append(part[i][c])
             if hops:
-                cluster.trace.hop(call, k, r, send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize, wire.name,
-                                  sends[-1])
-        recv_like = [(bounds[(r - 1 - k) % n][1] - bounds[(r - 1 - k) % n][0], wire.dtype) for r in me]
+                cluster.trace.hop(call, k, ranks[i], send_to[i], c, bounds[c][1] - bounds[c][0], wire.itemsize,
+                                  wire.name, sends[-1])
+        recv_like = [(bounds[(p - 1 - k) % n][1] - bounds[(p - 1 - k) % n][0], wire.dtype) for p in me]
         received = cluster.backend.exchange(sends, send_to, recv_from, recv_like=recv_like)
-        for i, r in enumerate(me):
-            part[i][(r - 1 - k) % n][...] = received[i]
-    if not hops and n > 1:  # one summary per rank: rank r forwarded every shard but r+1's (the last to reach it)
-        for r in me:
-            c = (r + 1) % n
+        for i, p in enumerate(me):
+            part[i][(p - 1 - k) % n][...] = received[i]
+    if not hops and n > 1:  # one summary per rank: position p forwarded every shard but p+1's (the last to reach it)
+        for r, p in zip(ranks, me):
+            c = (p + 1) % n
             cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize, wire.name)
     return full
 

@@ -20,15 +20,17 @@ class Collected(list):
         self.handle = handle
 
 
-def stage(cluster, call: int, arrays, op, wire, length: int, padded: int):
-    """Each rank's input as a wire-dtype buffer of `padded` elements. Zero-copy when nothing changes."""
+def stage(cluster, call: int, arrays, op, wire, length: int, padded: int, n: int | None = None):
+    """Each rank's input as a wire-dtype buffer of `padded` elements. Zero-copy when nothing changes. `n`: the ranks
+    on each ring (the group's size; default the world), which an averaging op divides by."""
+    n = cluster.world_size if n is None else n
     staged, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
         if fmt == wire and not op.changes_input and padded == length:
             staged.append(a)  # read only: the ring never writes into its inputs
             continue
         buf = rank.ledger.alloc(f"call{call}.staged", padded, wire.dtype, "comm")
-        buf.array[:length] = op.pre(a, cluster.world_size, wire, cluster.backend.xp)
+        buf.array[:length] = op.pre(a, n, wire, cluster.backend.xp)
         buf.array[length:] = 0
         staged.append(buf.array)
         temps.append(buf)
@@ -55,15 +57,16 @@ def wire_format(arrays, wire):
     return get_format(wire) if wire is not None else arrays[0][2]
 
 
-def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool) -> list:
-    """`out` as a list of writable destination arrays, one per local rank, of each result's size and the wire dtype."""
+def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group=None) -> list:
+    """`out` as a list of writable destination arrays, one per local rank, of each result's size and the wire dtype
+    (`sizes` by position in the rank's ring: its rank in the world when `group` is None)."""
     if averaging:
         raise ValueError(f"{what}: out= cannot hold op 'avg' results (a new fp32 array, divided after the cast); "
                          "reduce with 'sum'")
     if not isinstance(out, (list, tuple)) or len(out) != cluster.local_size:
         raise ValueError(f"{what}: out must be a list of {cluster.local_size} array(s), one per local rank")
     for rank, o in zip(cluster.ranks, out):
-        want = sizes[rank.index]
+        want = sizes[rank.index if group is None else group.position(rank.index)]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
         stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
         if getattr(o, "shape", None) != (want,) or o.dtype != stored or (flags is not None and not flags.writeable):

@@ -48,15 +48,19 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     return out
 
 
-def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
-                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None) -> tuple:
+def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
+                  gpus_per_node: int | None = None, shard_group: int | None = None) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
-    step's events, so the same run can be placed in time (zerosim.timeline.simulate)."""
-    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+    step's events, so the same run can be placed in time (zerosim.timeline.simulate). `stage` may be a strategy for
+    many nodes by name ("hsdp", "mics", "hpz", ...: zero/plan.py STRATEGIES) with its `shard_group`, the ranks
+    placed `gpus_per_node` to a node; the row then also holds "tiers": {tier: bytes one rank sent on average}."""
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
-                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire)
+                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
+                        shard_group=shard_group)
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
@@ -72,6 +76,7 @@ def measure_stage(model, ranks: int, stage: int, optimizer: str = "adam", precis
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
         "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
         "sent": max(sent),
+        "tiers": {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()},
     }
     return row, cluster, engine
 

@@ -29,10 +29,13 @@ from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
+from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.bucket_allreduce import bucket_slices, flat_chunks, ready_buckets, split_calls
+from zerosim.zero.mesh_groups import default_recipe
+from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.step_checks import skips_steps
 
@@ -75,6 +78,9 @@ class Reference:
         reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
             "deepspeed-zero12" all-reduces each bucket whole (zero/bucket_allreduce.py: the oracle forms the
             buckets with its `ready_buckets` and sums each in the all-reduce's order over the bucket).
+        strategy, shard_group: a strategy for many nodes and its group size S, as `ZeroEngine(stage=..., shard_group=)`
+            (zero/plan.py STRATEGIES): HSDP and MiCS reduce in two levels (mesh_reduce.py); the others reduce as
+            stage 3 (their secondary pieces and kept units move copies, never a sum).
 
     `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
     clipped step.
@@ -82,7 +88,8 @@ class Reference:
 
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
-                 clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None):
+                 clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
+                 strategy=None, shard_group: int | None = None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -103,8 +110,20 @@ class Reference:
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
+        self.plan = None if strategy is None else get_plan(strategy)
+        if self.plan is not None:
+            recipe = default_recipe(self.plan, self.precision, recipe)
         self.recipe = GradientRecipe.of(self.precision, recipe)
-        self.layout = layout_for(model, world_size, self.recipe)  # who owns which element: the ring order of its sum
+        shards = world_size
+        if self.plan is not None:
+            self.reduce_every_micro_step = self.plan.reduces_per_unit
+            if self.plan.sharded_over != "world":
+                if shard_group is None or world_size % shard_group:
+                    raise ValueError(f"{self.plan.label} needs shard_group=S dividing world_size {world_size}, got "
+                                     f"{shard_group!r}")
+                shards = shard_group
+        # who owns which element: the ring order of its sum (over each shard group's S ranks with HSDP and MiCS)
+        self.layout = layout_for(model, shards, self.recipe)
         wide = np.zeros(self.padded, dtype=np.float64)
         wide[: model.num_params] = init.astype(np.float64)
         p = self.precision
@@ -205,8 +224,13 @@ class Reference:
             self._arranged = (self.layout.arrange(self.params[:P]), self.layout.arrange(high[:P]))
             self.wire.begin_step(self._arranged[1])
         with np.errstate(over="ignore", invalid="ignore"):  # NOTE: overflow is silent, as on a GPU; found below
-            acc = self._accumulate(micro, losses, K, N, p)
-            reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
+            if self.plan is not None and self.plan.replicate is not None:  # HSDP, MiCS: two levels
+                grads = [[self._keep_loss(losses[r], self.gradient(*micro[r][k])) for r in range(N)] for k in range(K)]
+                reduced = reduce_on_mesh(grads, p, self.recipe, self.layout, self.plan, self.model.num_params,
+                                         self.order)
+            else:
+                acc = self._accumulate(micro, losses, K, N, p)
+                reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
         found = not np.all(np.isfinite(reduced.astype(np.float64)))
         if skips_steps(self.scaler):
             decision = self.scaler.update(found)  # the engines' flag, seen whole
@@ -219,8 +243,8 @@ class Reference:
             self.decisions.append(self.scaler.update(False))
         g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before, recipe=self.recipe)
         if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
-            total = naive_reduce(clipping.shard_partials(g, N, self.layout.owner_chunks(self.padded)), op="sum",
-                                 order="ring")
+            total = naive_reduce(clipping.shard_partials(g, self.layout.world_size,
+                                                         self.layout.owner_chunks(self.padded)), op="sum", order="ring")
             self.norms.append(clipping.norm_of(total))
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1
@@ -233,6 +257,12 @@ class Reference:
             step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
         self.params = p.round_weights(w, self.t, 0)
         return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
+
+    @staticmethod
+    def _keep_loss(losses: list, result: tuple):
+        """Append a micro-batch's loss to its rank's list; its gradient."""
+        losses.append(result[0])
+        return result[1]
 
     def _accumulate(self, micro, losses, K: int, N: int, p):
         """The K micro-steps of N ranks: forward/backward, then each rank's own accumulation (stages 0/1) or the

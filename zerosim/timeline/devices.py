@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.cluster.mesh import INTER, INTRA
 from zerosim.costs.comm import LINKS, Link
 from zerosim.precision import get_format
 
@@ -101,13 +102,27 @@ def get_link(link) -> Link:
 
 @dataclass(frozen=True)
 class Hardware:
-    """Every rank: one `device`, its ring neighbours over one `link`, layers computing in `compute`."""
+    """Every rank: one `device`, its ring neighbours over one `link`, layers computing in `compute`; with an
+    `inter_link`, two link tiers: a call whose rings stay inside nodes runs over `link` (NVLink), one whose rings
+    leave a node over `inter_link` (InfiniBand), each tier its own communication stream (simulate.py)."""
 
     device: Device | str = "h100"  # a key of DEVICES: "a100", "h100", "a100-40gb", "h200", "rtx3090"
     link: Link | str = "nvlink4"  # within a node; "ib_ndr" across nodes
     compute: str = "fp16"  # the format forward/backward run in (the engine's precision.compute)
+    inter_link: Link | str | None = None  # across nodes ("ib_ndr"); None: every call runs over `link` (one tier)
 
     def __post_init__(self):
         object.__setattr__(self, "device", get_device(self.device))
         object.__setattr__(self, "link", get_link(self.link))
         object.__setattr__(self, "compute", get_format(self.compute).name)
+        if self.inter_link is not None:
+            object.__setattr__(self, "inter_link", get_link(self.inter_link))
+
+    def link_of(self, tier: str) -> Link:
+        """The link a call of `tier` ("intra-node" / "inter-node") runs over: `inter_link` across nodes when there
+        is one, else `link`."""
+        return self.inter_link if tier == INTER and self.inter_link is not None else self.link
+
+    def stream_of(self, tier: str) -> str:
+        """The communication stream a call of `tier` queues on: one per tier with two tiers, else one for all."""
+        return tier if self.inter_link is not None else INTRA

@@ -7,6 +7,10 @@ intervals. A collective starts and ends at the same moment on every rank (it sta
 rank has issued it and lasts the ring's time), so each call is stored once and stands for N
 intervals, one on each rank's communication stream. `Interval` objects are built only on request
 (`track`, `intervals`) for figures, Chrome traces and tests.
+
+With two link tiers a rank has two communication streams whose calls may overlap in time: "communication
+busy" is then the time *some* link of the rank is busy (the union of its calls), and exposed communication the
+part of that union its compute did not cover. With one stream the calls never overlap and both are plain sums.
 """
 
 from __future__ import annotations
@@ -89,13 +93,14 @@ class Timeline:
         self.step_times = self._step_times(comp["step"], calls["step"])
         self.compute_busy = np.zeros(world_size)  # (N,) s
         self.exposed_comm = np.zeros(world_size)  # (N,) s
-        comm = self._k_end - self._k_start  # (K,) s
+        self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link is busy
+        comm = self._u_end - self._u_start  # (U,) s
         self.comm_busy = np.full(world_size, comm.sum())  # (N,) s: every rank takes part in every call
         for r in range(world_size):
             cs, ce = self._rank_columns(r)
             self.compute_busy[r] = (ce - cs).sum()
-            # (K,) compute inside each call
-            hidden = _busy_before(cs, ce, self._k_end) - _busy_before(cs, ce, self._k_start)
+            # (U,) compute inside each stretch of communication
+            hidden = _busy_before(cs, ce, self._u_end) - _busy_before(cs, ce, self._u_start)
             self.exposed_comm[r] = (comm - hidden).sum()
 
     # -- summaries ---------------------------------------------------------------------------------
@@ -114,7 +119,8 @@ class Timeline:
         busy = self.busy_fraction()
         hw = self.hardware
         return {
-            "world_size": self.world_size, "device": hw.device.name, "link": hw.link.name, "compute": hw.compute,
+            "world_size": self.world_size, "device": hw.device.name, "link": hw.link.name,
+            "inter_link": None if hw.inter_link is None else hw.inter_link.name, "compute": hw.compute,
             "overlap": self.overlap, "span_s": self.span, "step_time_s": self.step_time,
             "compute_busy_s_max": float(self.compute_busy.max(initial=0.0)),
             "comm_busy_s": float(self.comm_busy.max(initial=0.0)),
@@ -145,7 +151,7 @@ class Timeline:
         their lengths add up to `exposed_comm[rank]`."""
         cs, ce = self._rank_columns(rank)
         out, j = [], 0
-        for a, b in zip(self._k_start.tolist(), self._k_end.tolist()):  # calls, in time order
+        for a, b in zip(self._u_start.tolist(), self._u_end.tolist()):  # communication, in time order
             while j < cs.size and ce[j] <= a:
                 j += 1  # computes that ended before this call began
             t, k = a, j
@@ -178,6 +184,22 @@ class Timeline:
             out[int(s)] = end - previous
             previous = end
         return out
+
+
+def _union(starts, ends) -> tuple:
+    """The calls' intervals [start, end) as disjoint stretches in time order: the same arrays when no two overlap
+    (one stream: its calls follow each other), else overlapping calls merged (two tiers' streams)."""
+    if starts.size < 2 or (np.all(np.diff(starts) >= 0) and np.all(starts[1:] >= ends[:-1])):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    out_s, out_e = [], []
+    for a, b in zip(starts[order].tolist(), ends[order].tolist()):
+        if out_e and a < out_e[-1]:  # overlaps the stretch before: extend it
+            out_e[-1] = max(out_e[-1], b)
+        else:
+            out_s.append(a)
+            out_e.append(b)
+    return np.asarray(out_s), np.asarray(out_e)
 
 
 def _busy_before(cs, ce, t):

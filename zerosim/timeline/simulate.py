@@ -11,7 +11,15 @@ rules, one pass over it (O(events) plus O(N) per collective):
                                         r's compute before it in the log has ended; starts when
                                         every rank has issued it and the communication stream is
                                         free (calls run one at a time, in log order); lasts
-                                        (N−1)·α + busiest rank's bytes / β on every rank
+                                        (n−1)·α + busiest rank's bytes / β on every rank, n the
+                                        ring's length (the group's size: every group's ring runs
+                                        at once, each rank in one)
+
+Two link tiers (`Hardware(inter_link=...)`, a trace of a `Cluster(gpus_per_node=G)`): a call whose rings
+stay inside nodes runs over `link` (NVLink), one whose rings leave a node over `inter_link` (InfiniBand: a
+ring is as fast as its slowest hop), and each tier has its own communication stream, so an all-reduce
+across nodes can run while the next reduce-scatter inside a node does (FSDP2's all-reduce stream beside its
+reduce-scatter stream). Without an inter link every call runs over `link` on one stream, as before.
 
 Prefetching is therefore nothing special: a gather that appears earlier in the log is issued
 earlier and overlaps the computes between it and the compute that needs it.
@@ -20,8 +28,9 @@ is issued only after everything before it on that rank, and the next compute wai
 to end whether it needs it or not.
 
 What is left out: kernel launch overheads and NCCL's per-call base latency, contention between a
-collective and compute for HBM and SMs, separate streams for gathers and reductions (DeepSpeed
-ZeRO-3 and FSDP use more than one), and CPU-side issue delays.
+collective and compute for HBM and SMs (and between the two tiers' streams for NVLink and SMs), separate
+streams for gathers and reductions on one tier (DeepSpeed ZeRO-3 and FSDP use more than one), NCCL's
+hierarchical algorithms (tree, NVLS, CollNet: a ring is assumed), and CPU-side issue delays.
 
 Identical ranks. At 1024 ranks the per-rank work (one Compute per rank per layer) dominates; all
 ranks of a data-parallel step usually do identical work, so one row could stand for every rank with
@@ -61,14 +70,15 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
     if not isinstance(overlap, bool):
         raise TypeError(f"overlap must be True or False, got {overlap!r}")
     log, events = _log_and_events(trace)
-    n = _world_size(log)
+    n = getattr(trace, "world_size", None) or _world_size(log)
     busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
-    rate, hbm, link = hw.device.rate(hw.compute), hw.device.hbm, hw.link
+    rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
     param_bytes = get_format(hw.compute).bits // 8
     states = {}  # optimizer name -> number of fp32 state buffers
 
     ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
-    comm_free = 0.0  # (one time for every rank: every call spans all ranks and starts on all at once)
+    latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
+    comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
     call_end, call_dtype = {}, {}
     comp = {"rank": [], "start": [], "end": [], "at": [], "step": []}
     calls = {"start": [], "end": [], "at": [], "step": [], "bytes": []}
@@ -95,19 +105,21 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
                 grad = _float_bytes(call_dtype[ev.needs[-1]], param_bytes) if ev.needs else param_bytes
                 took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
             ready[r] = start + took
+            latest = max(latest, start + took)
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
                 col.append(v)
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
-            start = max(max(ready), comm_free)  # every rank has issued it, and the comm stream is free
+            stream = hw.stream_of(ev.tier)
+            start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
-            end = start + phase_time(ev.group or ev.world_size, sent, link)  # an all-to-all over groups: g - 1 steps
-            comm_free = call_end[ev.call] = end
+            end = start + phase_time(ev.world_size, sent, hw.link_of(ev.tier))  # over groups: world_size is g
+            comm_free[stream] = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
             if not overlap:
-                ready = [end] * n  # one stream per rank: nothing else runs until the call is done
+                ready, latest = [end] * n, end  # one stream per rank: nothing else runs until the call is done
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
     return Timeline(log, n, hw, overlap, comp, calls)
@@ -131,8 +143,8 @@ def _log_and_events(trace):
 
 
 def _world_size(log) -> int:
-    """N: the world size every call spans (they must agree), else one more than the largest rank."""
-    sizes = {ev.world_size for ev in log if type(ev) is Call}
+    """N: the world size every call over the world spans (they must agree), else one more than the largest rank."""
+    sizes = {ev.world_size for ev in log if type(ev) is Call and ev.group == "world"}
     if len(sizes) > 1:
         raise ValueError(f"the log's calls span different world sizes {sorted(sizes)}; simulate one world at a time")
     if sizes:

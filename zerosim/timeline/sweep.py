@@ -56,25 +56,28 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
     return batches if accumulation_steps == 1 else [[b] * accumulation_steps for b in batches]
 
 
-def meta_step(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
+def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
-              accumulation_steps: int = 1, clip_grad: float | None = None, wire=None):
+              accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
+              gpus_per_node: int | None = None, shard_group: int | None = None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
     A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
     MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
-    strategy's recompute in the trace. `accumulation_steps` micro-steps make one step."""
+    strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
+    many nodes (zero/plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes."""
     from zerosim.cluster import Cluster
     from zerosim.zero import ZeroEngine
     from zerosim.optim import get_optimizer
 
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
-    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False)
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
-                        clip_grad=clip_grad, wire=wire)  # wire: zeropp.Wire, stage 3's gathers in fewer bits
+                        clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
+                        shard_group=shard_group)
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
     return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine

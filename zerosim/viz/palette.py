@@ -27,6 +27,7 @@ KINDS = {
     "activations": ("activations (saved for backward)", "#ccb974"),
     "comm": ("communication staging", "#8c8c8c"),
     "scratch": ("update scratch", "#a6761d"),
+    "secondary": ("W': secondary params piece (hpZ, FSDP2 reshard to a group)", "#64b5cd"),
 }
 # kinds no engine uses yet still get one fixed colour each (chosen by a hash of the name, not by order)
 SPARE = ("#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2")
@@ -51,6 +52,7 @@ WIRES = {  # what travels in a gather or a reduction (viz/wire_figure.py): the s
     "qgZ int4 + LoCo": "#da8bc3",
 }
 CHUNKS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+TIERS = {"intra-node": "#66a61e", "inter-node": "#6a3d9a"}  # NVLink within a node, InfiniBand across: no kind's colour
 PEAK_TICK = "black"  # the tick that marks a peak, wherever one is drawn
 # a value rounding lost (2049 -> 2048), wherever one is marked: magenta, far from every chunk's and format's colour (a
 # red once meant both "chunk 3" and "fp16 changed this sum" in ring_steps.png, and both fp8 and "lost" in spacing.png)

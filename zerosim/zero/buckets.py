@@ -21,11 +21,13 @@ from zerosim.zero.reduce import reduce_range, reduce_unit, reduce_units
 class GradBucket:
     """One micro-step's gradient buckets (see the module docstring). `whole`: None at stages 2/3, else the
     end-of-backward collective the buckets split. `reduce_one` / `reduce_many`: how a bucket of one unit / of
-    several is reduce-scattered (reduce.py's; an engine's `Hooks.reduce_unit` for one)."""
+    several is reduce-scattered (reduce.py's; an engine's `Hooks.reduce_unit` for one). `first`: this is the step's
+    first micro-step. `last`: None, or (a plan whose replicas all-reduce: HSDP, MiCS, replicate.py) whether this is
+    its last micro-step — then every bucket goes through `reduce_many(ctx, units, first, last)`."""
 
     def __init__(self, ctx, limit: int | None, first: bool, whole: str | None = None, reduce_one=reduce_unit,
-                 reduce_many=reduce_units):
-        self.ctx, self.limit, self.first, self.whole = ctx, limit, first, whole
+                 reduce_many=reduce_units, last: bool | None = None):
+        self.ctx, self.limit, self.first, self.whole, self.final = ctx, limit, first, whole, last
         self.reduce_one, self.reduce_many = reduce_one, reduce_many
         self.units, self.filled, self.last, self.sent = [], 0, Handle(), False
 
@@ -53,6 +55,8 @@ class GradBucket:
             windows = ctx.layout.windows
             lo, hi = windows[min(units)][0], windows[max(units)][1]
             sent = reduce_range(ctx, lo, ctx.layout.padded if not self.sent else hi, self.whole, tuple(units))
+        elif self.final is not None:  # the replicas agree on the last micro-step: the reducer needs to know it
+            sent = self.reduce_many(ctx, units, self.first, self.final)
         elif len(units) == 1:
             sent = self.reduce_one(ctx, units[0], self.first)
         else:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.zero.mesh_groups import MeshGroups
+
 
 @dataclass(frozen=True)
 class Context:
@@ -21,9 +23,15 @@ class Context:
     policy: object  # precision.MixedPrecision: the formats
     recipe: object  # zero.recipes.GradientRecipe: how gradients are reduced and averaged
     names: tuple  # each unit's (model layer's) name, for the trace's tags
+    groups: object = None  # mesh_groups.MeshGroups: the groups each collective runs over (None: the world for all)
     wire: object = None  # zeropp.WireState: weights gathered in fewer bits (qwZ, fp8), or None
     bucket_limit: int | None = None  # CommSchedule.reduce_bucket_size: DeepSpeed's numel_per_bucket (bucket_allreduce)
 
     @property
     def ranks(self) -> list:
         return self.cluster.ranks
+
+    @property
+    def mesh(self):
+        """The `MeshGroups` (the world for every collective when none was given)."""
+        return self.groups if self.groups is not None else MeshGroups(self.cluster.world, self.cluster.world)

@@ -44,6 +44,7 @@ from zerosim.zero.context import Context
 from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.hooks import Hooks
 from zerosim.zero.layouts import layout_for
+from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.reduce import reduce_gradients
@@ -59,7 +60,9 @@ class ZeroEngine:
     Args:
         model: a `zerosim.models.Model` (TinyNet, MLP, ...).
         cluster: a `zerosim.Cluster`.
-        stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters).
+        stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters); or a
+            strategy for many nodes by name (plan.STRATEGIES: "hsdp", "hsdp_no_sync", "mics", "mics_hierarchical",
+            "hpz", "no_reshard", "reshard_to_group", "full_shard" = 3), each stage 3 with groups.
         optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
@@ -73,12 +76,15 @@ class ZeroEngine:
         clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
             max_norm, computed over the shards: step_checks.py), or None.
         recipe: how gradients are reduced and averaged: a `GradientRecipe` or a recipe's name ("seeds",
-            "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names.
+            "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names (HSDP's and
+            MiCS's framework's when it names none: "fsdp2", "deepspeed-zero3").
         states: {local rank index: {"params": a, "master": a, "optim.<name>": a}}: start every local rank
             from these arrays, adopted as they are, instead of from `params` (what `zerosim.checkpoint.load`
             passes; shapes and dtypes must be the ones the rank would allocate).
         hooks: `Hooks` replacing named pieces of the step (hooks.py; the exercises plug in there).
         wire: a `zeropp.Wire`: stage 3's weight gathers in fewer bits (DeepSpeed's qwZ, torchao's fp8 all-gather).
+        shard_group: S, the group size of a strategy that needs one: HSDP's and MiCS's shard group, hpZ's
+            zero_hpz_partition_size, FSDP2's reshard_after_forward=S (default: the cluster's GPUs per node).
 
     The loss scaler (static, torch's or DeepSpeed's: the policy's `loss_scale`) is `engine.scaler`; `engine.t`
     counts optimizer steps (a skipped step takes none), `engine.iteration` the calls of `step`.
@@ -86,7 +92,7 @@ class ZeroEngine:
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool | None = None,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None, recipe=None,
-                 states: dict | None = None, hooks: Hooks | None = None, wire=None):
+                 states: dict | None = None, hooks: Hooks | None = None, wire=None, shard_group: int | None = None):
         if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
@@ -101,22 +107,26 @@ class ZeroEngine:
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if type(accumulation_steps) is not int or accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
-        optimizer.check_stage(stage)
+        optimizer.check_stage(plan.stage)
         self.comm = get_comm_schedule(comm)
         self.clip_grad = clipping.check_max_norm(clip_grad)
-        self.model, self.cluster, self.stage_number, self.plan = model, cluster, stage, plan
+        self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.precision = optimizer, get_precision(precision)
-        self.recipe = GradientRecipe.of(self.precision, recipe)
+        self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
+        self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
+        check_recipe(plan, self.recipe)
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
-        self.layout = layout_for(model, cluster.world_size, self.recipe, cluster.backend)  # flat.py or partition.py
+        # flat.py or partition.py, over the world or (HSDP, MiCS) over each shard group
+        self.layout = layout_for(model, cluster.world_size, self.recipe, cluster.backend, self.groups.shard)
         self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
         self.end_reduction = plan.end_reduction(optimizer.elementwise)  # None: reduce-scattered unit by unit
-        check_engine_fits(model, cluster.world_size, cluster.local_size, stage, optimizer, self.precision,
-                          cluster.backend.available_bytes(), self.recipe)  # before any large allocation
+        check_engine_fits(model, cluster.world_size, cluster.local_size, plan.stage, optimizer, self.precision,
+                          cluster.backend.available_bytes(), self.recipe,
+                          self.groups.shard.size)  # before any large allocation
         for rank in cluster.ranks if states is not None else ():
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
@@ -126,7 +136,8 @@ class ZeroEngine:
                 raise TypeError(f"wire must be a zerosim.zero.zeropp.Wire, got {wire!r}")
             wire.check(plan, self.layout)
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
-                           wire=None if wire is None else WireState(wire), bucket_limit=self.comm.reduce_bucket_size)
+                           groups=self.groups, wire=None if wire is None else WireState(wire),
+                           bucket_limit=self.comm.reduce_bucket_size)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
@@ -197,7 +208,8 @@ class ZeroEngine:
                   for rank, (x, target) in zip(self.cluster.ranks, batches)]
         params = ParamFetcher(ctx, self.comm, model, self.ops) if plan.gathers_params else None  # stage 3
         grads = GradBucket(ctx, self.comm.reduce_bucket_size, k == 0, None if plan.reduces_per_unit else
-                           self.end_reduction, self.hooks.reduce_unit) if self._bucketed(k) else None
+                           self.end_reduction, self.hooks.reduce_unit, last=k == self.accumulation_steps - 1
+                           if plan.replicate else None) if self._bucketed(k) else None
         waits = trace.live(self._refresh) if k == 0 else Handle()  # the first compute waits for the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
             for i, op in enumerate(self.ops):
@@ -256,7 +268,8 @@ class ZeroEngine:
             return np.array(self.layout.unarrange(held[0]))
         if self.cluster.local_size != self.cluster.world_size:
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
-        return np.array(self.layout.unarrange(np.concatenate(held)))
+        first = self.groups.shard.members[0]  # one shard group holds every shard once (the others: replicas)
+        return np.array(self.layout.unarrange(np.concatenate([held[r] for r in first])))
 
 
 def _free_transients(ranks) -> None:
@@ -270,12 +283,13 @@ def _free_transients(ranks) -> None:
 
 
 def check_engine_fits(model, world_size: int, local_size: int, stage: int, optimizer, precision, have,
-                      recipe=None) -> None:
+                      recipe=None, shards: int | None = None) -> None:
     """Raise `OutOfMemory` before anything is allocated if the model states of the `local_size` ranks this
-    process hosts (and the initial weights) cannot fit in `have` bytes (None: no limit, the meta backend)."""
+    process hosts (and the initial weights) cannot fit in `have` bytes (None: no limit, the meta backend).
+    `shards`: how many shards a sharded buffer is cut in (HSDP's and MiCS's S; default N)."""
     plan, policy = get_plan(stage), get_precision(precision)
     recipe = GradientRecipe.of(policy, recipe)
-    layout = layout_for(model, world_size, recipe)
+    layout = layout_for(model, world_size if shards is None else shards, recipe)
     per_rank = state_bytes(plan, layout, policy, recipe, optimizer)
     check_fits(12 * layout.padded + local_size * per_rank,  # + the fp32 init (P,) and its float64 padded copy
                f"ZeRO-{stage} for {model.num_params:,} parameters on {local_size:,} rank(s) in this process "

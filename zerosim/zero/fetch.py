@@ -18,13 +18,18 @@ a gathered unit is the same bits whenever it is gathered.
 A unit prefetched for a later use is not freed before that use (DeepSpeed's `__params_to_release`
 checks `__most_recent_step_id_param_fetched_for`). Everything still gathered is freed when the
 micro-step ends (DeepSpeed's `release_and_reset_all`).
+
+After its forward use the plan decides (`plan.after_forward`): "free" (FSDP2's reshard_after_forward=True),
+"keep" it gathered until its backward use (reshard_after_forward=False: FSDP2's `post_forward` skips the
+reshard, and backward needs no all-gather), or keep a secondary piece (gather.py: hpZ, reshard_after_forward=S)
+from which later gathers run within a group of S.
 """
 
 from __future__ import annotations
 
 from zerosim.cluster import Handle
 from zerosim.models.schedule import needs_params
-from zerosim.zero.gather import gather, release
+from zerosim.zero.gather import gather, keep_secondary, release, secondary_name
 
 
 class ParamFetcher:
@@ -56,13 +61,21 @@ class ParamFetcher:
         return self.live[layer]
 
     def release(self, op_index: int) -> None:
-        """After op `op_index`'s use: prefetch (FSDP's BACKWARD_POST), then free the unit unless needed again soon."""
+        """After op `op_index`'s use: prefetch (FSDP's BACKWARD_POST), then free the unit unless needed again soon
+        (or, after forward, unless the plan keeps it; with a secondary piece, keep that piece first)."""
         u = self.use_of[op_index]
         _, layer, kind = self.uses[u]
         if kind == "backward" and self.comm.prefetch_after_compute:
             self._prefetch(u)
+        after = self.ctx.plan.after_forward
+        if kind == "forward" and after == "keep":  # reshard_after_forward=False: gathered until its backward use
+            backward = [v for v in range(u + 1, len(self.uses)) if self.uses[v][1:] == (layer, "backward")]
+            self.needed_at[layer] = max(self.needed_at.get(layer, -1), backward[0] if backward else u)
         if self.needed_at.get(layer, -1) > u or self._reused_soon(u, layer):
             return
+        if kind == "forward" and after.startswith("piece") and secondary_name(layer) not in \
+                self.ctx.ranks[0].ledger.live:
+            keep_secondary(self.ctx, layer)  # hpZ / FSDP2's int: the piece later gathers come from
         release(self.ctx, layer)
         del self.live[layer]
 

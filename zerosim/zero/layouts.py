@@ -14,20 +14,23 @@ from __future__ import annotations
 import math
 
 from zerosim.zero.flat import FlatLayout
+from zerosim.zero.group_layout import GroupLayout
 from zerosim.zero.partition import ParamLayout
 
 
-def layout_for(model, world_size: int, recipe, backend=None):
+def layout_for(model, world_size: int, recipe, backend=None, groups=None):
     """The layout `recipe` (a `GradientRecipe`) shards by: per-parameter element chunks (deepspeed-zero3), dim-0
-    chunks (fsdp2), or zerosim's flat one. Per-parameter chunks are permuted by value (`to_wire`), so they need a
-    `backend` that holds values: the meta backend accounts the flat layout only (a clear error otherwise)."""
+    chunks (fsdp2), or zerosim's flat one. On the meta backend a per-parameter layout permutes nothing (its
+    arrays hold no values): only the sizes it gives the buffers and the collectives count.
+    `groups` (a `zerosim.cluster.Groups` of shard groups: HSDP, MiCS): cut in one shard per position of a group
+    (S = groups.size), asked with world ranks (group_layout.py); None or the world: N shards."""
+    n = world_size if groups is None else groups.size
     partition = recipe.partition
     if partition == "flat":
-        return FlatLayout.for_model(model, world_size)
-    if backend is not None and not backend.holds_values:
-        raise ValueError(f"reduction {recipe.reduction!r} shards by per-parameter partitions, which the meta backend "
-                         "does not account (it accounts zerosim's flat layout); use the numpy or mpi backend")
-    return ParamLayout.for_model(model, world_size, dim0=partition == "per-parameter dim 0")
+        layout = FlatLayout.for_model(model, n)
+    else:
+        layout = ParamLayout.for_model(model, n, dim0=partition == "per-parameter dim 0")
+    return layout if groups is None or groups.is_world else GroupLayout(layout, groups)
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):

@@ -152,7 +152,10 @@ class ParamLayout:
 
     def to_wire(self, lo: int, hi: int, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """[lo, hi) of the model's vector (hi-lo,) -> (N*len,) in shard order, padding 0 (`reduce_scatter_coalesced`'s
-        interleaving: for each rank, each parameter's chunk of that rank)."""
+        interleaving: for each rank, each parameter's chunk of that rank). A data-less array (the meta backend)
+        has nothing to permute: its shape alone comes back, and no index is built (at N = 4096 it would be Ψ long)."""
+        if _data_less(x):
+            return out if out is not None else x.__array_namespace__().empty((sum(self.range_counts(lo, hi)),), x.dtype)
         wire, model = self._wire_index(lo, hi)
         if out is None:
             out = np.zeros(sum(self.range_counts(lo, hi)), x.dtype)
@@ -163,6 +166,8 @@ class ParamLayout:
 
     def from_wire(self, lo: int, hi: int, y: np.ndarray) -> np.ndarray:
         """The inverse: (N*len,) shard order -> (hi-lo,) model order, padding dropped (a new array)."""
+        if _data_less(y):
+            return y.__array_namespace__().empty((hi - lo,), y.dtype)
         wire, model = self._wire_index(lo, hi)
         out = np.empty(hi - lo, y.dtype)
         out[model] = y[wire]
@@ -203,3 +208,7 @@ class ParamLayout:
         return tuple((q, o + rank * c, self._real(p, rank))
                      for p, (o, c, q) in enumerate(zip(self.offsets, self.chunks, self.chunk_offsets)))
 
+
+def _data_less(x) -> bool:
+    """True for the meta backend's arrays (shape and dtype, no values: `is_meta`)."""
+    return getattr(x, "is_meta", False)

@@ -20,12 +20,32 @@ them and the tests compare):
     stage 3   2s params + 2s grads + (4 + K)s                        16Ψ/N
 
 Stage numbers appear here and nowhere else in the engine: the rest of zero/ asks a plan what it shards.
+
+Many nodes (`STRATEGIES`): the hierarchical variants are stage 3's plan with groups. Letters: G GPUs per node,
+S the shard group (`shard_group=`, default G), R = N/S its replicas.
+
+    strategy          sharded over  replicas' all-reduce           a unit after forward        follows
+    full_shard        the world     -                              freed (gathered again)      ZeRO-3; FSDP2's default
+    no_reshard        the world     -                              kept until its backward     FSDP2, reshard_after_
+                                                                                               forward=False
+    reshard_to_group  the world     -                              a 1/S piece until backward  ... reshard_after_
+                                                                                               forward=S
+    hpz               the world     -                              a 1/S piece until the step  ZeRO++ hpZ, zero_hpz_
+                                                                                               partition_size=S
+    hsdp              S ranks       each micro-step, after its RS  freed                       FSDP2 HSDP (2-D mesh)
+    hsdp_no_sync      S ranks       the last micro-step: partial   freed                       ... with set_requires_
+                                    sums until then                                            all_reduce(False)
+    mics              S ranks       at the boundary, accumulated   freed                       DeepSpeed MiCS
+    mics_hierarchical S ranks       at the boundary, accumulated   freed; gathered across      ... mics_hierarchical_
+                                                                   nodes, then within each     params_gather
+
+docs/recipes.md cites the code each follows (file and function); zero/mesh_groups.py builds their groups.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 BUFFERS = ("params", "grads", "master", "optimizer")  # a rank's model states: 16-bit params, grads, fp32 master, state
 
@@ -39,6 +59,17 @@ class Plan:
     end_of_backward: str | None  # the gradients' collective when backward is done: "all_reduce", "reduce_scatter",
     #                              or None: reduce-scattered unit by unit as backward makes them
     refresh_after_update: bool  # all-gather the updated 16-bit shards so every rank holds the whole model again
+    # -- many nodes (the defaults: one shard per rank of the world, as the flat stages) --
+    name: str = ""  # the strategy's name (STRATEGIES); "" for the numbered stages
+    sharded_over: str = "world"  # the groups a sharded buffer is cut over: "world" (N shards) or "shard" (S shards,
+    #                              each held by the R ranks of a replicate group)
+    replicate: str | None = None  # the replicas' all-reduce of a reduced shard: None, "each micro-step" (HSDP),
+    #                               "last micro-step" (HSDP's partial sums), "accumulated" (MiCS, at the boundary)
+    after_forward: str = "free"  # a gathered unit once forward used it: "free", "keep" (until its backward use),
+    #                              "piece until backward", "piece until step" (a 1/S secondary piece, gathered
+    #                              within the secondary groups)
+    hierarchical_gather: bool = False  # gather across nodes, then within each (MiCS)
+    framework: str | None = None  # whose code it follows ("fsdp2", "deepspeed"): the recipes it runs with
 
     def shards(self, buffer: str) -> bool:
         """True when each rank holds only its shard of `buffer` (one of BUFFERS)."""
@@ -74,6 +105,16 @@ class Plan:
         """The part of the padded flat buffer `rank` updates (its master and optimizer state): its shard, or all."""
         return layout.own(rank) if self.shards("master") else slice(0, layout.padded)
 
+    @property
+    def label(self) -> str:
+        """How messages name it: "ZeRO-3", or the strategy's name."""
+        return self.name or f"ZeRO-{self.stage}"
+
+    @property
+    def uses_groups(self) -> bool:
+        """True when the plan needs a group size (S): shards over groups, or keeps a secondary piece."""
+        return self.sharded_over != "world" or self.after_forward.startswith("piece")
+
 
 PLANS = {
     0: Plan(0, (), "all_reduce", False),  # plain data parallel
@@ -83,10 +124,32 @@ PLANS = {
 }
 
 
+_FULL_SHARD = replace(PLANS[3], name="full_shard")
+STRATEGIES = {
+    p.name: p
+    for p in (
+        _FULL_SHARD,
+        replace(_FULL_SHARD, name="no_reshard", after_forward="keep", framework="fsdp2"),
+        replace(_FULL_SHARD, name="reshard_to_group", after_forward="piece until backward", framework="fsdp2"),
+        replace(_FULL_SHARD, name="hpz", after_forward="piece until step", framework="deepspeed"),
+        replace(_FULL_SHARD, name="hsdp", sharded_over="shard", replicate="each micro-step", framework="fsdp2"),
+        replace(_FULL_SHARD, name="hsdp_no_sync", sharded_over="shard", replicate="last micro-step",
+                framework="fsdp2"),
+        replace(_FULL_SHARD, name="mics", sharded_over="shard", replicate="accumulated", framework="deepspeed"),
+        replace(_FULL_SHARD, name="mics_hierarchical", sharded_over="shard", replicate="accumulated",
+                hierarchical_gather=True, framework="deepspeed"),
+    )
+}
+
+
 def get_plan(stage) -> Plan:
-    """The plan of ZeRO `stage` (0-3), or a ValueError naming the stages there are."""
+    """The plan of ZeRO `stage` (0-3), or of a strategy by name (STRATEGIES: "hsdp", "mics", "hpz", ...); a
+    ValueError naming what there is otherwise."""
+    if isinstance(stage, str) and stage in STRATEGIES:
+        return STRATEGIES[stage]
     if type(stage) is not int or stage not in PLANS:
-        raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)}, got {stage!r}")
+        raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)} or a strategy {tuple(STRATEGIES)}, got "
+                         f"{stage!r}")
     return PLANS[stage]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
-from zerosim.zero import averaging
+from zerosim.zero import averaging, replicate
 from zerosim.zero.bucket_allreduce import all_reduce_bucket
 
 WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
@@ -55,10 +55,14 @@ def reduce_unit(ctx, layer: int, first: bool) -> Handle:
     return reduce_units(ctx, [layer], first)
 
 
-def reduce_units(ctx, layers: list, first: bool) -> Handle:
+def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
     """Stages 2/3: one reduce-scatter for the gradients of `layers`, units whose windows are adjacent in
     the flat buffer (a bucket), over their joint window [lo, hi) with counts [lo, hi) ∩ shard_r: each
-    element keeps its owner and its ring order, so a bucket changes no bit."""
+    element keeps its owner and its ring order, so a bucket changes no bit.
+
+    Over shard groups (HSDP, MiCS) the reduce-scatter runs within each, and the replicas then agree as the plan
+    says (replicate.py): HSDP all-reduces the piece each micro-step (or keeps partial sums until the `last`),
+    MiCS all-reduces the accumulated piece on the `last` micro-step."""
     if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, units in ready order
         return all_reduce_bucket(ctx, list(layers), first, ctx.bucket_limit, held=True)
     layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
@@ -87,21 +91,31 @@ def reduce_units(ctx, layers: list, first: bool) -> Handle:
               for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
     sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
     places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in ranks]  # views of shards
-    n, wire = ctx.cluster.world_size, policy.reduce_format
+    n, wire, how = ctx.cluster.world_size, policy.reduce_format, ctx.plan.replicate
     op = averaging.reduce_op(policy, n, recipe)
     kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives
-    direct = first and kept and places[0].dtype == wire.dtype  # the result lands in the shard itself: no copy
+    direct = first and kept and places[0].dtype == wire.dtype and how is None  # the result lands in the shard itself
     name = " + ".join(ctx.names[x] for x in reversed(layers)) + " grads"
     with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
         pieces = reduce_scatter(ctx.cluster, sends, op=op, wire=wire, counts=layout.range_counts(lo, hi), tag=name,
-                                out=places if direct else None)
-    for place, piece in zip(places, pieces):
+                                out=places if direct else None, group=ctx.mesh.shard)
+        handle, q = pieces.handle, layout.owned_range(lo, hi, ranks[0].index)  # equal partitions: one q for all
+        if how == "each micro-step":  # HSDP: the replicas all-reduce the piece now, at reduce_dtype
+            pieces, more = replicate.each_micro_step(ctx, pieces, q, name)
+            handle += more
+        elif how == "last micro-step":  # HSDP, set_requires_all_reduce(False): partial sums until the last
+            pieces, more = replicate.partial_sums(ctx, pieces, q, first, last, name)
+            handle, first = handle + more, True  # the gradient is kept once, on the last micro-step
+    for place, piece in zip(places, pieces if pieces is not None else ()):
         if not direct:
             averaging.accumulate(place, averaging.after_reduce(piece, policy, n, recipe), first)
+    if how == "accumulated" and last:  # MiCS: at the boundary the replicas all-reduce what they accumulated
+        with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
+            handle += replicate.at_boundary(ctx, tuple(layers), q, name)
     for h in (held if bucket is None else [[b] for b in bucket]) + [interleaved]:
         for buf in h:
             buf.free()  # seed 004 stage 2, step 1c: freed at once
-    return pieces.handle
+    return handle
 
 
 def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:

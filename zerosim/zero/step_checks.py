@@ -13,6 +13,9 @@ reaches the same decision from the same numbers (under MPI too: nobody is left w
               exchange, before any state changes.
     norm      each rank sums the squares of its shard of the fp32 gradient, the sums are all-reduced
               with SUM, and every rank scales its gradient by torch's clip coefficient (clipping.py).
+              With replicas (HSDP, MiCS) the sum runs over the shard group, whose S shards hold every
+              element once: DeepSpeed's MiCS sums over its `dp_process_group`, which MiCS_Optimizer sets to
+              the shard group; FSDP2's DTensor norm reduces over the Shard dim of the (Replicate, Shard) mesh.
 """
 
 from __future__ import annotations
@@ -72,8 +75,8 @@ def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int) -> Handle:
         part = rank.ledger.alloc("norm partial", 1, g.dtype, "comm", fill=0)  # (1,) fp32: this rank's sum of squares
         part.array[...] = backend.evaluate(clipping.sum_of_squares, mine, 0.0)
         partials.append(part)
-    with cluster.trace.about(purpose="check", layers=()):
-        total = all_reduce(cluster, [p.array for p in partials], op="sum", tag="gradient norm²")
+    with cluster.trace.about(purpose="check", layers=()):  # over the shard group: its S shards hold every element
+        total = all_reduce(cluster, [p.array for p in partials], op="sum", tag="gradient norm²", group=ctx.mesh.shard)
     for part in partials:
         part.free()
     norm = clipping.norm_of(np.asarray([backend.read_scalar(total[0], 0.0)], dtype=grads32[0].dtype))

@@ -73,6 +73,9 @@ class Wire:
         """Raise before anything runs if this wire cannot run on `plan` and `layout` (every unit, every rank)."""
         if self.gathers_quantized and not plan.gathers_params:
             raise ValueError(f"quantized weight gathers run where ZeRO gathers weights: stage 3, not {plan.stage}")
+        if self.gathers_quantized and plan.uses_groups:  # qwZ's secondary copy (hpZ) and MiCS's groups: not modelled
+            raise ValueError(f"quantized weight gathers run over the whole world here: {plan.label} gathers within "
+                             "groups, which zerosim does not quantize (pass wire=None, or the flat stage 3)")
         if self.zero_quantized_weights and self.weight_groups == "deepspeed":
             for layer in range(len(layout.windows)):
                 counts = layout.counts(layer)

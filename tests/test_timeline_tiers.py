@@ -1,0 +1,62 @@
+"""Two link tiers on the timeline: each call costed on the link its groups use, one stream per tier.
+
+Hand formulas, with NVLink 4 (β = 450e9 B/s, α = 3 µs) and InfiniBand NDR (β = 50e9 B/s, α = 5 µs): one ring
+phase over n ranks costs (n−1)·α + (busiest rank's bytes)/β, on the tier's link.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zerosim import Cluster, all_reduce, reduce_scatter
+from zerosim.costs.comm import LINKS
+from zerosim.timeline import Hardware, simulate
+
+NV, IB = LINKS["nvlink4"], LINKS["ib_ndr"]
+TWO_TIERS = Hardware("h100", "nvlink4", "fp16", inter_link="ib_ndr")
+
+
+def test_each_call_runs_on_its_groups_link_and_the_two_tiers_overlap():
+    """2 nodes × 4 GPUs, 8 ranks, L = 4096 fp16 elements (8192 bytes) per rank:
+        reduce-scatter over the gpu groups (4 ranks in a node): 3 chunks of 1024 elements = 6144 B sent
+            -> 3·α_nv + 6144 / β_nv
+        all-reduce over the node groups (2 ranks across nodes): each phase 1 chunk of 2048 = 4096 B sent
+            -> two phases of 1·α_ib + 4096 / β_ib, one after the other on the inter-node stream
+    Issued back to back with no compute between: the reduce-scatter and the all-reduce's first phase start
+    together at 0, each on its own tier's stream."""
+    cluster = Cluster(8, gpus_per_node=4, trace="call")
+    xs = [np.ones(4096, np.float16)] * 8
+    reduce_scatter(cluster, xs, group=cluster.mesh.groups("gpu"))
+    all_reduce(cluster, xs, group=cluster.mesh.groups("node"))
+    result = simulate(cluster.trace, TWO_TIERS)
+    calls = result.track(0, "comm")
+    rs, ar1, ar2 = ((iv.start, iv.end) for iv in calls)
+    assert rs == (0.0, pytest.approx(3 * NV.alpha + 6144 / NV.bandwidth, rel=1e-12))
+    phase = IB.alpha + 4096 / IB.bandwidth
+    assert ar1 == (0.0, pytest.approx(phase, rel=1e-12))
+    assert ar2 == (pytest.approx(phase, rel=1e-12), pytest.approx(2 * phase, rel=1e-12))
+    # communication busy = the union of the two streams' calls, here the all-reduce's 2·phase
+    assert result.comm_busy[0] == pytest.approx(2 * phase, rel=1e-12)
+    assert result.exposed_comm[0] == pytest.approx(2 * phase, rel=1e-12)  # nothing computed
+
+
+def test_a_world_ring_over_two_nodes_runs_at_infiniband_speed():
+    """The world's ring over 2 × 4 ranks crosses nodes twice: (N−1)·α_ib + 7·(L/8)·2 B / β_ib."""
+    cluster = Cluster(8, gpus_per_node=4, trace="call")
+    reduce_scatter(cluster, [np.ones(4096, np.float16)] * 8)
+    (iv,) = simulate(cluster.trace, TWO_TIERS).track(0, "comm")
+    assert iv.end == pytest.approx(7 * IB.alpha + 7 * 512 * 2 / IB.bandwidth, rel=1e-12)
+
+
+def test_without_an_inter_link_a_mesh_trace_times_as_the_flat_one():
+    """One link (no inter_link): every call on it, one stream: a mesh's trace gives the flat cluster's numbers."""
+    times = []
+    for gpus_per_node in (None, 4):
+        cluster = Cluster(8, gpus_per_node=gpus_per_node, trace="call")
+        xs = [np.ones(999, np.float32)] * 8
+        reduce_scatter(cluster, xs)
+        all_reduce(cluster, xs)
+        result = simulate(cluster.trace, Hardware())
+        times.append([(iv.start, iv.end) for iv in result.track(3, "comm")])
+    assert times[0] == times[1]
