@@ -10,9 +10,12 @@ qgZ's Σ/n for the first (n nodes), Σ/W for the others (qgz.py's NOTE: nothing 
 
 Here the plain reduction is the oracle's (`Reference._reduce`: the ring sum in the wire format), and each qgZ
 parameter's elements are replaced by the int4 route's result, so that `averaging.finish`'s division by W returns it
-exactly: fl32(x·W) / W = x for an fp16 x and W < 2^13 (11 + 13 bits fit in fp32's 24). The engine's reduce-scatter
-is not replaced (docs/recipes.md); this reference is what a run with qgZ computes, rounding for rounding, the
-collective and its error feedback included. Stage 3 and the "seeds" recipe only (one division by W at the end).
+exactly: fl32(x·W) / W = x for an fp16 x and W < 2^13 (11 + 13 bits fit in fp32's 24). This reference is what a run
+with qgZ computes, rounding for rounding, the
+collective and its error feedback included. Stage 3 with the "seeds" recipe (one division by W at the end), or with
+"deepspeed-zero3" (recipe="deepspeed-zero3"): then the plain parameters are the recipe's (pre-divided by W on the
+wire) and the qgZ ones its Σ/n cast as the recipe keeps it — what `ZeroEngine(wire=Wire(zero_quantized_gradients=
+True))` computes, bit for bit (tests/test_qgz_engine.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from zerosim.cluster import Cluster
 from zerosim.collectives.qgz import LocoState, all_to_all_quant_reduce, check_qgz, qgz_applies
 from zerosim.reference.oracle import Reference
+from zerosim.zero import averaging
 
 
 class QgzReference(Reference):
@@ -46,9 +50,11 @@ class QgzReference(Reference):
         if self.precision.reduce_format.name != "fp16" or self.precision.compute_format.name != "fp16":
             raise ValueError(f"qgZ's kernels read fp16 gradients; this precision computes in "
                              f"{self.precision.compute_format.name} and reduces in {self.precision.reduce_format.name}")
-        if self.recipe.rules.divides_by_n or self.accumulation_steps != 1 or self.reduce_every_micro_step:
-            raise ValueError("QgzReference models the 'seeds' recipe with one micro-batch a step (one division "
-                             "by N at the end)")
+        self.deepspeed = self.recipe.reduction == "deepspeed-zero3"
+        if ((self.recipe.rules.divides_by_n and not self.deepspeed) or self.accumulation_steps != 1
+                or self.reduce_every_micro_step):
+            raise ValueError("QgzReference models the 'seeds' recipe (one division by N at the end) or "
+                             "'deepspeed-zero3' (qgZ's Σ/n kept as it comes), with one micro-batch a step")
         if world_size >= 2**13:
             raise ValueError(f"{world_size} ranks: x·N would not be exact in fp32 (see the module docstring)")
         self.d, self.loco = gpus_per_node, loco
@@ -64,12 +70,20 @@ class QgzReference(Reference):
         plain = super()._reduce(grads)  # (N*s,) the ring's sum in fp16, every element
         out = plain.astype(np.float32)  # exact
         n = self.world_size
-        for s in self.model.specs:
+        if self.deepspeed:  # the recipe's `after` cast each piece already; finish divides by nothing
+            out = plain.copy()
+        # the engine's order (DeepSpeed's: backward's buckets, last layer first, each sorted by ds_id), which
+        # decides where LoCo's one counter passes reset_T
+        for s in sorted(self.model.specs, key=lambda s: (-s.layer, s.offset)):
             if (s.layer, s.name) not in self.quantized:
                 continue
             mine = [g[s.offset : s.offset + s.size] for g in grads]  # (M,) fp16 per rank, the parameter's own order
             parts = all_to_all_quant_reduce(self.cluster, mine, s.shape, self.d, loco=self.loco,
                                             key=f"{s.layer}.{s.name}", tag=f"layer {s.layer} {s.name} grads")
             whole = np.concatenate(parts).astype(np.float32)  # (M,) Σ/n, rank p's partition at p·M/W
-            out[s.offset : s.offset + s.size] = whole * np.float32(n)  # exact; finish's / N gives it back
+            if self.deepspeed:  # `.to(gradient_accumulation_dtype)` (stage3.py __avg_scatter_grads)
+                out[s.offset : s.offset + s.size] = averaging.after_reduce(np.concatenate(parts), self.precision, n,
+                                                                           self.recipe)
+            else:
+                out[s.offset : s.offset + s.size] = whole * np.float32(n)  # exact; finish's / N gives it back
         return out

@@ -46,6 +46,7 @@ from zerosim.zero.hooks import Hooks
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 from zerosim.zero.plan import get_plan
+from zerosim.zero.qgz_reduce import LOCO, check_qgz_engine
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.reduce import reduce_gradients
 from zerosim.zero.state import check_given, check_namespace, init_rank, master_of, state_bytes
@@ -135,8 +136,9 @@ class ZeroEngine:
             if not isinstance(wire, Wire):
                 raise TypeError(f"wire must be a zerosim.zero.zeropp.Wire, got {wire!r}")
             wire.check(plan, self.layout)
+            check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
-                           groups=self.groups, wire=None if wire is None else WireState(wire),
+                           groups=self.groups, wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))),
                            bucket_limit=self.comm.reduce_bucket_size)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
@@ -278,7 +280,7 @@ def _free_transients(ranks) -> None:
     for rank in ranks:
         keep = {id(b) for b in rank.model_states()}
         for buf in list(rank.ledger.live.values()):
-            if id(buf) not in keep:
+            if id(buf) not in keep and not buf.name.startswith(LOCO):  # LoCo's error buffers outlive the step
                 buf.free()
 
 

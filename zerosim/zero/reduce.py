@@ -19,6 +19,7 @@ from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.zero import averaging, replicate
 from zerosim.zero.bucket_allreduce import all_reduce_bucket
+from zerosim.zero.qgz_reduce import reduce_params_qgz
 
 WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
 
@@ -73,6 +74,12 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
     if sum(layout.windows[x][1] - layout.windows[x][0] for x in layers) != hi - lo:
         raise ValueError(f"a gradient bucket must hold units adjacent in the flat buffer, got layers {layers}")
     held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ranks]
+    if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
+        handle = reduce_params_qgz(ctx, layers, held, first)
+        for h in held:
+            for buf in h:
+                buf.free()
+        return handle
     if len(layers) == 1:
         sends, bucket = [h[0].array for h in held], None
     else:

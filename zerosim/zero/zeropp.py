@@ -9,9 +9,9 @@ master shard cast straight to e4m3 with one scale per unit, agreed through one M
 before the step's first gather, as `precompute_float8_dynamic_scale_for_fsdp` does after each optimizer step; or a
 Transformer Engine recipe by name: "current", "delayed", "mxfp8"). The weights a unit computes with are what the
 receiver dequantizes; the master, the optimizer and the gradients stay as they were (both frameworks quantize the
-copy that travels, not the weight that is updated). DeepSpeed's `zero_quantized_gradients` (qgZ) runs as a
-collective (collectives/qgz.py, `all_to_all_quant_reduce`) beside the engine; the engine's reduce-scatter is not
-replaced by it (see docs/recipes.md).
+copy that travels, not the weight that is updated). DeepSpeed's `zero_quantized_gradients` (qgZ) replaces stage 3's
+reduce-scatter of every gradient it admits by its int4 all-to-alls (collectives/qgz.py, run by qgz_reduce.py), with
+LoCo's error feedback when `loco=LocoParams(...)` (DeepSpeed's `zeropp_loco_param`).
 
 Each step's fp8 scales are a buffer of each rank's ledger ("fp8 scales", freed with the step); a recipe's decisions
 are `Fp8ScaleUpdate` events in the trace, as the loss scaler's are `LossScaleUpdate`s.
@@ -25,6 +25,7 @@ import numpy as np
 
 from zerosim.cluster import Handle
 from zerosim.cluster.events import Fp8ScaleUpdate
+from zerosim.collectives.qgz import LocoState
 from zerosim.collectives.quantized import (
     fp8_all_gather, fp8_amax_all_reduce, group_count, mxfp8_all_gather, padded_count, qwz_all_gather)
 from zerosim.precision.fp8_blocks import BLOCK
@@ -34,14 +35,36 @@ SCALES = "fp8 scales"
 
 
 @dataclass(frozen=True)
+class LocoParams:
+    """DeepSpeed's `zeropp_loco_param` (runtime/zero/config.py): LoCo's error feedback for qgZ."""
+
+    err_beta: float = 0.8  # e' = β·e + (1 − β)·(new error)
+    reset_T: int = 1024  # qgZ calls between resets of every error buffer
+
+    def __post_init__(self):
+        if isinstance(self.err_beta, bool) or not isinstance(self.err_beta, (int, float)) or not 0 <= self.err_beta <= 1:
+            raise ValueError(f"err_beta must be a number in [0, 1], got {self.err_beta!r}")
+        if isinstance(self.reset_T, bool) or not isinstance(self.reset_T, int) or self.reset_T < 0:
+            raise ValueError(f"reset_T must be a non-negative integer, got {self.reset_T!r}")
+
+
+@dataclass(frozen=True)
 class Wire:
     """What travels in fewer bits (module docstring). Defaults: nothing does."""
 
     zero_quantized_weights: bool = False  # DeepSpeed ZeRO++ qwZ: the stage-3 gather in int8
     weight_groups: object = "deepspeed"  # qwZ's groups: CUDAQuantizer's adaptive count, or a fixed group size
     fp8_all_gather: str | None = None  # torchao's fp8 all-gather: "torchao" (its own), or "current", "delayed", "mxfp8"
+    zero_quantized_gradients: bool = False  # DeepSpeed ZeRO++ qgZ: stage 3's gradient reduce-scatter in int4
+    loco: LocoParams | None = None  # DeepSpeed's zeropp_loco_param: qgZ's error feedback
 
     def __post_init__(self):
+        if not isinstance(self.zero_quantized_gradients, bool):
+            raise TypeError(f"zero_quantized_gradients must be True or False, got {self.zero_quantized_gradients!r}")
+        if self.loco is not None and not isinstance(self.loco, LocoParams):
+            raise TypeError(f"loco must be a zeropp.LocoParams or None, got {self.loco!r}")
+        if self.loco is not None and not self.zero_quantized_gradients:
+            raise ValueError("loco is qgZ's error feedback: it needs zero_quantized_gradients=True")
         if self.zero_quantized_weights and self.fp8_all_gather is not None:
             raise ValueError("choose one quantized gather: zero_quantized_weights (DeepSpeed) or fp8_all_gather "
                              "(torchao), not both")
@@ -53,6 +76,12 @@ class Wire:
 
     def describe(self) -> str:
         """The wire in words, by the frameworks' names (what the CLI prints)."""
+        if self.zero_quantized_gradients:
+            weights = "" if not self.gathers_quantized else "; weights: " + Wire(
+                self.zero_quantized_weights, self.weight_groups, self.fp8_all_gather).describe()
+            loco = "" if self.loco is None else (f", LoCo error feedback err_beta={self.loco.err_beta:g} "
+                                                 f"reset_T={self.loco.reset_T}")
+            return f"gradients int4 through two all-to-alls (DeepSpeed ZeRO++ qgZ{loco}){weights}"
         if self.zero_quantized_weights:
             groups = "CUDAQuantizer's adaptive groups" if self.weight_groups == "deepspeed" else (
                 f"groups of {self.weight_groups:,}")
@@ -91,10 +120,17 @@ class Wire:
 
 @dataclass
 class WireState:
-    """What a wire keeps across steps, the same on every rank: one fp8 recipe per unit (a delayed one's history)."""
+    """What a wire keeps across steps, the same on every rank: one fp8 recipe per unit (a delayed one's history),
+    LoCo's error buffers; and the model's parameter specs qgZ cuts by (their shapes decide what it admits)."""
 
     wire: Wire
     recipes: dict = field(default_factory=dict)  # layer -> recipe state machine
+    specs: tuple = ()  # the model's ParamSpecs (layer, name, offset, size, shape)
+    loco: LocoState | None = None  # qgZ's error feedback, made from wire.loco
+
+    def __post_init__(self):
+        if self.wire.loco is not None and self.loco is None:
+            self.loco = LocoState(err_beta=self.wire.loco.err_beta, reset_T=self.wire.loco.reset_T)
 
     def recipe(self, layer: int):
         if layer not in self.recipes:
