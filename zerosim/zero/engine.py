@@ -138,8 +138,8 @@ class ZeroEngine:
             wire.check(plan, self.layout)
             check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
-                           groups=self.groups, wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))),
-                           bucket_limit=self.comm.reduce_bucket_size)
+                           groups=self.groups, bucket_limit=self.comm.reduce_bucket_size,
+                           wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it

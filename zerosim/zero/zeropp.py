@@ -42,7 +42,8 @@ class LocoParams:
     reset_T: int = 1024  # qgZ calls between resets of every error buffer
 
     def __post_init__(self):
-        if isinstance(self.err_beta, bool) or not isinstance(self.err_beta, (int, float)) or not 0 <= self.err_beta <= 1:
+        beta = self.err_beta
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 1:
             raise ValueError(f"err_beta must be a number in [0, 1], got {self.err_beta!r}")
         if isinstance(self.reset_T, bool) or not isinstance(self.reset_T, int) or self.reset_T < 0:
             raise ValueError(f"reset_T must be a non-negative integer, got {self.reset_T!r}")

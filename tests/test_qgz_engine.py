@@ -1,0 +1,138 @@
+"""qgZ inside ZeroEngine (issue 26): `Wire(zero_quantized_gradients=True, loco=...)` with the deepspeed-zero3 recipe
+equals QgzReference bit for bit; LoCo's error buffers are ledger rows of hand-derived sizes; the trace's bytes per
+link tier are the hand formulas; what qgZ cannot run is refused before anything changes."""
+
+import numpy as np
+import pytest
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
+
+from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
+from zerosim.collectives.qgz import LocoState, check_qgz, qgz_applies
+from zerosim.precision import get_precision
+from zerosim.reference.qgz_reference import QgzReference
+from zerosim.zero.zeropp import LocoParams, Wire
+
+FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
+
+
+def _pair(model, n: int, d: int, loco, seed: int = 0):
+    init = model.init_params(np.random.default_rng(seed))
+    wire = Wire(zero_quantized_gradients=True, loco=loco)
+    engine = ZeroEngine(model, Cluster(n, gpus_per_node=d), 3, get_optimizer("adam", lr=1e-2), FP16, params=init,
+                        recipe="deepspeed-zero3", wire=wire)
+    ref = QgzReference(model, get_optimizer("adam", lr=1e-2), FP16, n, init, gpus_per_node=d,
+                       recipe="deepspeed-zero3",
+                       loco=None if loco is None else LocoState(err_beta=loco.err_beta, reset_T=loco.reset_T))
+    return engine, ref
+
+
+def _batches(rng, model, n: int):
+    return [(rng.standard_normal((2, model.widths[0])), rng.standard_normal((2, model.widths[-1]))) for _ in range(n)]
+
+
+@pytest.mark.slow
+@given(widths=st.lists(st.sampled_from([2, 4, 6, 8, 12, 16]), min_size=2, max_size=4),
+       nodes=st.integers(2, 3), d=st.integers(1, 2), steps=st.integers(1, 3),
+       loco=st.sampled_from([None, LocoParams(0.8, 1024), LocoParams(0.5, 0), LocoParams(0.9, 2)]))
+def test_the_engine_with_qgz_is_the_qgz_oracle_bit_for_bit(widths, nodes, d, steps, loco):
+    """Small MLPs on n nodes × d GPUs: every weight qgZ admits (M % 2W == 0 and the kernel's group split) travels
+    in int4, the biases and the rest through the plain reduce-scatter; losses, the fp32 master and the LoCo
+    buffers equal the oracle's after each step (reset_T 0 and 2 reset the errors mid-step)."""
+    model, n = MLP(widths), nodes * d
+    for s in model.specs:
+        if qgz_applies(s.shape, n, nodes):
+            try:
+                check_qgz(s.shape, n, nodes)
+            except ValueError:
+                assume(False)  # refused up front (test_refusals); here only shapes DeepSpeed's kernels run
+    engine, ref = _pair(model, n, d, loco)
+    event(f"{len(ref.quantized)} of {len(model.specs)} parameters through qgZ")
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        batches = _batches(rng, model, n)
+        assert engine.step(batches) == ref.step(batches)
+        assert engine.full_master().tobytes() == ref.master()[: model.num_params].tobytes()
+    if loco is not None:
+        e, r = engine.ctx.wire.loco, ref.loco
+        assert e.idx == r.idx and set(e.buffers) == set(r.buffers)
+        for key, per_rank in r.buffers.items():
+            for rank, (intra, inter) in per_rank.items():
+                got = e.buffers[key][rank]
+                assert got[0].payload.tobytes() == intra.payload.tobytes()
+                assert got[1].scales.tobytes() == inter.scales.tobytes()
+
+
+def test_a_quantized_run_differs_from_the_plain_one():
+    """The check above can fail: the plain deepspeed-zero3 engine (no qgZ) reaches another master."""
+    model = MLP([8, 16, 4])
+    engine, ref = _pair(model, 4, 2, None)
+    plain = ZeroEngine(model, Cluster(4, gpus_per_node=2), 3, get_optimizer("adam", lr=1e-2), FP16,
+                       params=model.init_params(np.random.default_rng(0)), recipe="deepspeed-zero3")
+    batches = _batches(np.random.default_rng(1), model, 4)
+    engine.step(batches), ref.step(batches), plain.step(batches)
+    assert engine.full_master().tobytes() == ref.master()[: model.num_params].tobytes()
+    assert engine.full_master().tobytes() != plain.full_master().tobytes()
+
+
+def test_locos_error_buffers_are_ledger_rows_of_the_whole_parameter_on_every_rank():
+    """MLP([8, 16, 4]) on W = 4 ranks in n = 2 nodes of d = 2. By hand, per admitted weight, on every rank:
+    intra int8 M B + G fp32 scales, inter int8 M/d B + G/d scales, G = max(rows, cols, W):
+      w (8, 16):  M = 128, G = 16: 128 + 64 + 64 + 32 = 288 B
+      w (16, 4):  M = 64,  G = 16:  64 + 64 + 32 + 32 = 192 B
+      biases (16,) and (4,): 1-D, reduce-scattered, no LoCo buffer
+    480 B of kind "comm", still live after the step (DeepSpeed keeps them on the parameter)."""
+    model = MLP([8, 16, 4])
+    engine, _ = _pair(model, 4, 2, LocoParams(0.8, 1024))
+    for _ in range(2):
+        engine.step(_batches(np.random.default_rng(1), model, 4))
+    for rank in engine.cluster.ranks:
+        rows = {b.name: b.nbytes for b in rank.ledger.live.values() if b.name.startswith("LoCo error")}
+        assert sorted(rows.values()) == sorted([128, 64, 64, 32, 64, 64, 32, 32])
+        assert rank.ledger.by_kind().get("comm") == 480
+        assert all(rank.ledger.live[name].kind == "comm" for name in rows)
+
+
+def test_the_quantized_all_to_alls_bytes_per_tier_are_the_hand_formulas():
+    """Per admitted parameter and per rank, in-node (d - 1)/d of M/2 int4 bytes and 4G scale bytes on NVLink,
+    across nodes (n - 1)/n of M/2d and 4G/d on InfiniBand. MLP([8, 16, 4]) on 2 nodes of 2 (W = 4):
+      (8, 16):  M = 128, G = 16: in node 1/2·(64 + 64) = 64 B, across 1/2·(32 + 32) = 32 B
+      (16, 4):  M = 64,  G = 16: in node 1/2·(32 + 64) = 48 B, across 1/2·(16 + 32) = 24 B
+    times 4 ranks: 448 B on NVLink, 224 B on InfiniBand, for one step."""
+    model = MLP([8, 16, 4])
+    engine, _ = _pair(model, 4, 2, None)
+    engine.step(_batches(np.random.default_rng(1), model, 4))
+    trace = engine.cluster.trace
+    calls = [c for c in trace.calls if c.collective == "all_to_all"]
+    assert len(calls) == 8 and all(c.purpose == "reduce grads" for c in calls)
+    total = {"intra-node": 0, "inter-node": 0}
+    for c in calls:
+        for tier, b in trace.bytes_by_tier(call=c.call).items():
+            total[tier] += b
+    assert total == {"intra-node": 4 * (64 + 48), "inter-node": 4 * (32 + 24)}
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
+@pytest.mark.parametrize("stage, recipe, precision, d, message", [
+    (2, "deepspeed-zero12", FP16, 2, "not ZeRO-2"),  # qgZ replaces stage 3's reduce-scatter
+    (3, "seeds", FP16, 2, "recipe='deepspeed-zero3'"),  # DeepSpeed's, with its recipe
+    (3, "deepspeed-zero3", FP16, 4, "across nodes"),  # one node: DeepSpeed falls back to reduce_scatter_coalesced
+    (3, "deepspeed-zero3", FP16, None, "across nodes"),  # a cluster not placed on nodes
+    (3, "deepspeed-zero3", "bf16-mixed", 2, "read fp16"),  # the kernels read a __half*
+])
+def test_refusals_come_before_anything_changes(stage, recipe, precision, d, message):
+    model, cluster = MLP([8, 16, 4]), Cluster(4, gpus_per_node=d)
+    with pytest.raises(ValueError, match=message):
+        ZeroEngine(model, cluster, stage, get_optimizer("adam"), precision, recipe=recipe,
+                   wire=Wire(zero_quantized_gradients=True))
+    assert all(not r.ledger.live for r in cluster.ranks) and not cluster.trace.calls
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
+def test_loco_without_qgz_and_bad_loco_params_are_refused():
+    with pytest.raises(ValueError, match="needs zero_quantized_gradients=True"):
+        Wire(loco=LocoParams())
+    with pytest.raises(ValueError, match="err_beta must be"):
+        LocoParams(err_beta=1.5)
+    with pytest.raises(ValueError, match="reset_T must be"):
+        LocoParams(reset_T=-1)
