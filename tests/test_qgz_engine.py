@@ -75,6 +75,22 @@ def test_a_quantized_run_differs_from_the_plain_one():
     assert engine.full_master().tobytes() != plain.full_master().tobytes()
 
 
+def test_locos_one_counter_resets_the_parameter_the_backward_order_reaches():
+    """LoCo's `loco_idx` is one counter for every parameter: which one starts from zero errors after reset_T calls
+    depends on the order the reductions run, backward's (last layer first). MLP([8, 16, 16, 8]) on 2 nodes of 2:
+    three admitted weights; reset_T = 2: step 1 makes every buffer (each new one sets idx to 0; idx 1 after), steps
+    2 and 3 reset the third weight reduced (idx 3 > 2): the first layer's, not the last's as a forward order would
+    (an oracle in forward order fails this test)."""
+    model = MLP([8, 16, 16, 8])
+    engine, ref = _pair(model, 4, 2, LocoParams(0.8, 2))
+    assert len(ref.quantized) == 3
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        batches = _batches(rng, model, 4)
+        assert engine.step(batches) == ref.step(batches)
+        assert engine.full_master().tobytes() == ref.master()[: model.num_params].tobytes()
+
+
 def test_locos_error_buffers_are_ledger_rows_of_the_whole_parameter_on_every_rank():
     """MLP([8, 16, 4]) on W = 4 ranks in n = 2 nodes of d = 2. By hand, per admitted weight, on every rank:
     intra int8 M B + G fp32 scales, inter int8 M/d B + G/d scales, G = max(rows, cols, W):
