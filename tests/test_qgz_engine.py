@@ -145,6 +145,19 @@ def test_refusals_come_before_anything_changes(stage, recipe, precision, d, mess
 
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)
+@pytest.mark.parametrize("widths, backend, loco, message", [
+    ([8, 3], "numpy", None, "leave some groups unwritten"),  # (8, 3): M = 24, G = 8, M/G = 3 not whole int4 bytes
+    ([8, 16, 4], "meta", LocoParams(), "needs values"),  # LoCo's errors are values
+])
+def test_shapes_the_kernel_cannot_split_and_loco_without_values_are_refused(widths, backend, loco, message):
+    model, cluster = MLP(widths), Cluster(4, gpus_per_node=2, backend=backend)
+    with pytest.raises(ValueError, match=message):
+        ZeroEngine(model, cluster, 3, get_optimizer("adam"), FP16, recipe="deepspeed-zero3",
+                   wire=Wire(zero_quantized_gradients=True, loco=loco))
+    assert all(not r.ledger.live for r in cluster.ranks) and not cluster.trace.calls
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
 def test_loco_without_qgz_and_bad_loco_params_are_refused():
     with pytest.raises(ValueError, match="needs zero_quantized_gradients=True"):
         Wire(loco=LocoParams())
