@@ -2,12 +2,15 @@
 equals QgzReference bit for bit; LoCo's error buffers are ledger rows of hand-derived sizes; the trace's bytes per
 link tier are the hand formulas; what qgZ cannot run is refused before anything changes."""
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
+from zerosim.cli.main import main
 from zerosim.collectives.qgz import LocoState, check_qgz, qgz_applies
 from zerosim.precision import get_precision
 from zerosim.reference.qgz_reference import QgzReference
@@ -165,3 +168,45 @@ def test_loco_without_qgz_and_bad_loco_params_are_refused():
         LocoParams(err_beta=1.5)
     with pytest.raises(ValueError, match="reset_T must be"):
         LocoParams(reset_T=-1)
+
+
+def _cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_timeline_takes_zero_quantized_gradients_by_deepspeeds_name(capsys):
+    """`zerosim timeline --zero-quantized-gradients` on llama-7b, 16 ranks in 2 nodes of 8. By hand: 32 blocks of 7
+    matrices, the embedding and the LM head (32000 × 4096: G = 32000, M/G = 4096) are 226 parameters qgZ admits, 4
+    all-to-alls each (int4 and scales, in the node and across); the 65 RMSNorm weights (1-D) are reduce-scattered:
+    969 "reduce grads" calls; 452 in-node calls (the 2 of each qgZ parameter), 585 across (226·2 + 65 + 68 gathers)."""
+    code, out, _ = _cli(capsys, "timeline", "--model", "llama-7b", "--ranks", "16", "--gpus-per-node", "8",
+                        "--stage", "3", "--seq-len", "64", "--batch", "1", "--zero-quantized-gradients", "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert got["by_purpose"]["reduce grads"]["calls"] == 4 * 226 + 65
+    assert got["tiers"]["intra-node"]["calls"] == 2 * 226
+    assert got["tiers"]["inter-node"]["calls"] == 2 * 226 + 65 + 68
+
+
+@pytest.mark.bad_input("command line", unchanged=True)
+def test_the_timeline_refuses_qgz_on_one_node_in_one_line(capsys):
+    code, _, err = _cli(capsys, "timeline", "--model", "llama-7b", "--ranks", "8", "--gpus-per-node", "8",
+                        "--stage", "3", "--seq-len", "64", "--batch", "1", "--zero-quantized-gradients")
+    assert code != 0 and "qgZ runs across nodes" in err and len(err.strip().splitlines()) == 1
+
+
+def test_memory_takes_zero_quantized_gradients_at_stage_3_only(capsys):
+    """`zerosim memory --zero-quantized-gradients` runs DeepSpeed's stage 3 alone (qgZ is its reduction) and says so;
+    what one rank sends shrinks against the same run in fp16 (4 bytes of int4 a 16-bit pair, plus scales)."""
+    argv = ("memory", "--model", "llama-7b", "--ranks", "16", "--gpus-per-node", "8", "--seq-len", "64", "--batch",
+            "1", "--json")
+    code, out, _ = _cli(capsys, *argv, "--zero-quantized-gradients")
+    assert code == 0
+    rows = json.loads(out)["stages"]
+    _, plain, _ = _cli(capsys, *argv)
+    fp16 = next(r for r in json.loads(plain)["stages"] if r["stage"] == 3)
+    assert [r["stage"] for r in rows] == [3] and rows[0]["sent"] < fp16["sent"]
+    code, out, _ = _cli(capsys, *argv[:-1], "--zero-quantized-gradients")
+    assert "Stage 3 reduces its gradients int4 through two all-to-alls (DeepSpeed ZeRO++ qgZ)" in out

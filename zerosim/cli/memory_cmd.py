@@ -31,7 +31,7 @@ import json
 import sys
 
 from zerosim.cli.fit_lines import judge
-from zerosim.cli.wire_args import add_wire_arguments, wire_from_args
+from zerosim.cli.wire_args import add_wire_arguments, qgz_precision, wire_from_args
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -80,7 +80,7 @@ def report(args) -> dict:
         seed001_formulas,
         seed001_printed_table,
     )
-    from zerosim.costs.measured import measure_by_stage
+    from zerosim.costs.measured import measure_by_stage, measure_stage
 
     s = setup(args)
     names = strategies_of(args, several=True)
@@ -94,19 +94,15 @@ def report(args) -> dict:
     if quantized is not None and 3 not in stages:
         raise ValueError(f"--zero-quantized-weights and --fp8-all-gather quantize ZeRO-3's weight gathers; the "
                          f"DeepSpeed config runs stage {stages[0]}")
-    measured = measure_by_stage(
-        model,
-        N,
-        s.optimizer,
-        s.precision,
-        step=not args.no_step,
-        stages=stages,
-        show_progress=not args.json and sys.stderr.isatty(),
-        micro_batch=micro,
-        comm=s.comm,
-        clip_grad=s.clip_grad,
-        wire=quantized,
-    )
+    if quantized is not None and quantized.zero_quantized_gradients:  # DeepSpeed's stage 3 only, on its nodes
+        stages = (3,)
+        measured = [measure_stage(model, N, 3, s.optimizer, qgz_precision(args, s.precision), step=not args.no_step,
+                                  micro_batch=micro, comm=s.comm, clip_grad=s.clip_grad, wire=quantized,
+                                  gpus_per_node=args.gpus_per_node)[0]]
+    else:
+        measured = measure_by_stage(model, N, s.optimizer, s.precision, step=not args.no_step, stages=stages,
+                                    show_progress=not args.json and sys.stderr.isatty(), micro_batch=micro,
+                                    comm=s.comm, clip_grad=s.clip_grad, wire=quantized)
     name = s.precision_name
     config = MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="all")  # the engines pad every flat buffer
     for row in measured:

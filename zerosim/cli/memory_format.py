@@ -54,6 +54,10 @@ def format_report(r: dict) -> str:
         three = next((row for row in r["stages"] if row["stage"] == 3), None)
         landed = three["peak_by_kind"].get("comm", 0) if three else 0
         lines += [
+            f"Stage 3 reduces its {r['wire']}, recipe deepspeed-zero3.",
+            "Its 'sent' counts the int4 payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; the int4 buffers",
+            "in flight are not ledger rows (LoCo's error buffers are, on a backend that holds values).",
+        ] if r["wire"].startswith("gradients") else [
             f"Stage 3 gathers its weights as {r['wire']}.",
             "Its 'sent' counts the payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; what lands before it is",
             f"dequantized (kind 'comm') peaks at {landed / GB:.3f} GB a rank.",

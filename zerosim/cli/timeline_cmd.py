@@ -36,7 +36,7 @@ from zerosim.cli.model_args import (
     add_schedule_arguments,
     setup,
 )
-from zerosim.cli.wire_args import add_wire_arguments, wire_from_args
+from zerosim.cli.wire_args import add_wire_arguments, qgz_precision, wire_from_args
 from zerosim.cli.strategy_args import (
     add_mesh_arguments,
     check_nodes,
@@ -215,7 +215,7 @@ def one_report(args, s) -> tuple:
         stage,
         hw,
         comm,
-        strategy_precision(names[0], s.precision) if names else s.precision,
+        strategy_precision(names[0], s.precision) if names else qgz_precision(args, s.precision),
         args.tokens or 2048,
         s.optimizer,
         micro_batch=s.micro,

@@ -14,6 +14,9 @@ def add_wire_arguments(p) -> None:
                    choices=("torchao", "current", "delayed", "mxfp8"),
                    help="torchao's enable_fsdp_float8_all_gather: the fp32 master shard cast to e4m3 (stage 3); "
                         "a Transformer Engine recipe by name instead of torchao's dynamic scale")
+    p.add_argument("--zero-quantized-gradients", action="store_true",
+                   help="DeepSpeed ZeRO++ qgZ: stage 3's gradient reduce-scatter as int4 through two all-to-alls "
+                        "(recipe deepspeed-zero3, fp16, two or more nodes: --gpus-per-node)")
 
 
 def wire_from_args(args):
@@ -22,7 +25,19 @@ def wire_from_args(args):
 
     if args.weight_groups is not None and not args.zero_quantized_weights:
         raise ValueError("--weight-groups sets qwZ's group size: add --zero-quantized-weights")
-    if not args.zero_quantized_weights and args.fp8_all_gather is None:
+    qgz = getattr(args, "zero_quantized_gradients", False)
+    if not args.zero_quantized_weights and args.fp8_all_gather is None and not qgz:
         return None
     return Wire(zero_quantized_weights=args.zero_quantized_weights, fp8_all_gather=args.fp8_all_gather,
-                weight_groups="deepspeed" if args.weight_groups is None else args.weight_groups)
+                weight_groups="deepspeed" if args.weight_groups is None else args.weight_groups,
+                zero_quantized_gradients=qgz)
+
+
+def qgz_precision(args, precision):
+    """The precision with DeepSpeed's stage-3 recipe when --zero-quantized-gradients asks for qgZ (it is DeepSpeed's
+    reduction: zero/qgz_reduce.py), else as given."""
+    if not getattr(args, "zero_quantized_gradients", False):
+        return precision
+    from zerosim.precision import get_precision
+
+    return get_precision(precision).with_(reduction="deepspeed-zero3")

@@ -44,8 +44,9 @@ def check_qgz_engine(wire, plan, recipe, policy, cluster, specs) -> None:
         raise ValueError(f"qgZ is DeepSpeed's: it runs with recipe='deepspeed-zero3', not {recipe.reduction!r}")
     d, w = cluster.gpus_per_node, cluster.world_size
     if d is None or w // d < 2:
+        g = max(w // 2, 1)
         raise ValueError(f"qgZ runs across nodes (DeepSpeed takes it only with num_nodes > 1): place the {w} ranks "
-                         f"on two or more nodes, e.g. Cluster({w}, gpus_per_node={max(w // 2, 1)})")
+                         f"on two or more nodes (Cluster({w}, gpus_per_node={g}), --gpus-per-node {g})")
     for what, fmt in (("computes", policy.compute_format), ("reduces", policy.reduce_format)):
         if fmt.name != "fp16":
             raise ValueError(f"qgZ's kernels read fp16 gradients through a __half*; this precision {what} in "
