@@ -8,13 +8,15 @@ instead the first rank of each replicate group (rank p, of the first shard group
 and the others write nothing: S files, one copy per shard, named by the shard they hold — the files of a flat
 stage-3 run on S ranks with the same layout, which is how `load` reads them back (manifest "world_size" is S).
 
-torch DCP deduplicates the same way but picks the writer otherwise: `dedup_save_plans` (torch/distributed/
-checkpoint/_dedup_save_plans.py) gives each item that several ranks' save plans share (the same `MetadataIndex`)
-to the plan with the smallest storage planned so far, balancing the bytes; it does not compare the replicas'
-values — it trusts them. zerosim writes from replica 0 (fixed, as `Replicate()` shards read back from any replica)
-and checks first: every tensor of every rank is hashed (XXH3-64, the checksum the files carry) and a replica whose
-hash differs from replica 0's is named — rank, tensor and shard — before anything is written. (A hash: equal bits
-are certain up to a 2^-64 collision; it lets MPI processes compare without sending their arrays.)
+torch DCP deduplicates the same items: `DefaultSavePlanner._create_global_plan` (torch/distributed/checkpoint/
+default_planner.py) calls `dedup_save_plans` (_dedup_save_plans.py), which gives each item that several ranks'
+save plans share (the same `MetadataIndex`: name and offset) to one plan only — by default the plan with the
+least storage planned so far (balancing the bytes), with `dedup_save_to_lowest_rank=True` the lowest rank.
+zerosim writes from replica 0 of each shard, the lowest rank: DCP's `dedup_save_to_lowest_rank=True` choice. DCP
+does not compare the replicas' values (it trusts them); zerosim checks first: every tensor of every rank is hashed
+(XXH3-64, the checksum the files carry) and a replica whose hash differs from replica 0's is named — rank, tensor
+and shard — before anything is written. (A hash: equal bits up to a 2^-64 collision; it lets MPI processes
+compare without sending their arrays.)
 
 hpZ's secondary piece and FSDP2's `reshard_after_forward=S` piece are transient (freed by the step's end): they are
 never saved, and those strategies, sharded over all N ranks, save N files as ZeRO-3 does.
