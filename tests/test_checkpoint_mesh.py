@@ -56,9 +56,27 @@ def test_a_resume_on_the_same_mesh_is_the_uninterrupted_run(tmp_path, strategy, 
     ckpt.save(first, str(tmp_path))
     resumed = ckpt.load(str(tmp_path), Cluster(n, gpus_per_node=gpus), MLP(WIDTHS))
     assert resumed.plan.name == strategy and resumed.groups.shard.size == first.groups.shard.size
+    state = read_state(str(tmp_path))  # and the oracle, started from the saved whole vectors
+    ref = Reference(MLP(WIDTHS), Adam(lr=1e-2), state.precision, world_size=n, accumulation_steps=K,
+                    strategy=strategy, shard_group=S)
+    ref.set_state(state.params, state.master, state.optimizer, state.t)
     for step in range(2, 4):
-        assert resumed.step(batches(n, K, step)) == whole.step(batches(n, K, step))
-    assert resumed.t == whole.t == 4 and same_bits(resumed, whole)
+        assert resumed.step(batches(n, K, step)) == whole.step(batches(n, K, step)) == ref.step(batches(n, K, step))
+    assert resumed.t == whole.t == ref.t == 4 and same_bits(resumed, whole)
+    assert np.array_equal(bits(resumed.full_master()), bits(ref.master()))
+
+
+@pytest.mark.bad_input("checkpoint files", unchanged=True)
+def test_a_mesh_checkpoint_on_ranks_its_group_does_not_divide_is_refused_before_anything_is_built(tmp_path):
+    e = engine("hsdp", 2, 2, 2)
+    e.step(batches(4, 1, 0))
+    folder = ckpt.save(e, str(tmp_path))
+    before = sorted((p, os.path.getsize(os.path.join(folder, p))) for p in os.listdir(folder))
+    cluster = Cluster(3)
+    with pytest.raises(ValueError, match=r"shard_group=2 does not divide the 3 ranks"):
+        ckpt.load(str(tmp_path), cluster, MLP(WIDTHS))
+    assert all(not r.ledger.live for r in cluster.ranks)
+    assert sorted((p, os.path.getsize(os.path.join(folder, p))) for p in os.listdir(folder)) == before
 
 
 def data_bytes(path) -> int:
