@@ -102,6 +102,7 @@ def test_each_shard_is_written_once_by_replica_0(tmp_path, nodes):
     assert m["world_size"] == 2 and m["stage"] == 3
     assert m["mesh"] == {"strategy": "hsdp", "shard_group": 2, "replicas": nodes, "world_size": 2 * nodes,
                          "gpus_per_node": 2, "writers": [0, 1]}
+    assert ckpt.save(e, str(tmp_path)) == folder  # the same state again: recognised by its manifest, kept
     assert ckpt.saved_settings(str(tmp_path))["ranks"] == 2 * nodes  # a resume's rank count: the mesh's N
     assert (f"strategy hsdp on {2 * nodes} ranks (2 per node), shard_group 2, {nodes} replica(s): each shard "
             "written once, 2 files by ranks [0, 1]") in ckpt.inspect(str(tmp_path)).splitlines()[1]
