@@ -78,6 +78,24 @@ def test_a_quantized_run_differs_from_the_plain_one():
     assert engine.full_master().tobytes() != plain.full_master().tobytes()
 
 
+def test_qgz_and_qwz_together_are_the_oracle_with_both():
+    """DeepSpeed takes zero_quantized_weights and zero_quantized_gradients together: the int8 gathers (groups of 4
+    here) and the int4 reduction side by side, still the oracle's bits (QgzReference takes the same wire)."""
+    model = MLP([8, 16, 4])
+    init = model.init_params(np.random.default_rng(0))
+    wire = Wire(zero_quantized_weights=True, weight_groups=4, zero_quantized_gradients=True)
+    engine = ZeroEngine(model, Cluster(4, gpus_per_node=2), 3, get_optimizer("adam", lr=1e-2), FP16, params=init,
+                        recipe="deepspeed-zero3", wire=wire)
+    ref = QgzReference(model, get_optimizer("adam", lr=1e-2), FP16, 4, init, gpus_per_node=2,
+                       recipe="deepspeed-zero3", wire=wire)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        batches = _batches(rng, model, 4)
+        assert engine.step(batches) == ref.step(batches)
+        assert engine.full_master().tobytes() == ref.master()[: model.num_params].tobytes()
+    assert {c.collective for c in engine.cluster.trace.calls} >= {"all_to_all", "all_gather"}
+
+
 def test_locos_one_counter_resets_the_parameter_the_backward_order_reaches():
     """LoCo's `loco_idx` is one counter for every parameter: which one starts from zero errors after reset_T calls
     depends on the order the reductions run, backward's (last layer first). MLP([8, 16, 16, 8]) on 2 nodes of 2:

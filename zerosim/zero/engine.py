@@ -83,7 +83,9 @@ class ZeroEngine:
             from these arrays, adopted as they are, instead of from `params` (what `zerosim.checkpoint.load`
             passes; shapes and dtypes must be the ones the rank would allocate).
         hooks: `Hooks` replacing named pieces of the step (hooks.py; the exercises plug in there).
-        wire: a `zeropp.Wire`: stage 3's weight gathers in fewer bits (DeepSpeed's qwZ, torchao's fp8 all-gather).
+        wire: a `zeropp.Wire`: stage 3's weight gathers in fewer bits (DeepSpeed's qwZ, torchao's fp8 all-gather),
+            and/or its gradient reduction as DeepSpeed's qgZ (recipe "deepspeed-zero3", two or more nodes;
+            qgz_reduce.py).
         shard_group: S, the group size of a strategy that needs one: HSDP's and MiCS's shard group, hpZ's
             zero_hpz_partition_size, FSDP2's reshard_after_forward=S (default: the cluster's GPUs per node).
 
