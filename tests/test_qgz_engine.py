@@ -228,3 +228,13 @@ def test_memory_takes_zero_quantized_gradients_at_stage_3_only(capsys):
     assert [r["stage"] for r in rows] == [3] and rows[0]["sent"] < fp16["sent"]
     code, out, _ = _cli(capsys, *argv[:-1], "--zero-quantized-gradients")
     assert "Stage 3 reduces its gradients int4 through two all-to-alls (DeepSpeed ZeRO++ qgZ)" in out
+
+
+@pytest.mark.bad_input("command line", unchanged=True)
+@pytest.mark.parametrize("command", ["memory", "timeline"])
+def test_the_commands_refuse_qgz_on_the_layer_sized_model_in_one_line(capsys, command):
+    """Without --seq-len the model twin holds one flat (1-D) tensor a layer, which qgZ sends the plain way: a run
+    that would show no qgZ at all is refused, naming the flags that give it matrices."""
+    code, _, err = _cli(capsys, command, "--model", "llama-7b", "--ranks", "16", "--gpus-per-node", "8",
+                        "--zero-quantized-gradients")
+    assert code != 0 and "add --seq-len and --batch" in err and len(err.strip().splitlines()) == 1

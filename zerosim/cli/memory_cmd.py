@@ -8,6 +8,8 @@
     zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192 --gpu h100-80gb               # will it fit?
     zerosim memory --config config.json --ds-config ds_config.json --ranks 8 --seq-len 4096 --gpu a100-80gb
     zerosim memory --model gpt3-175b --ranks 1024 --fp8-all-gather                  # stage 3's gathers in e4m3
+    zerosim memory --model llama-7b --ranks 16 --gpus-per-node 8 --seq-len 2048 --batch 1 \
+        --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ at stage 3
     zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
 
 The same engines that train the small models run one step of a model given by its layer sizes on
@@ -31,7 +33,7 @@ import json
 import sys
 
 from zerosim.cli.fit_lines import judge
-from zerosim.cli.wire_args import add_wire_arguments, qgz_precision, wire_from_args
+from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -91,6 +93,7 @@ def report(args) -> dict:
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
+    check_qgz_model(args, model)
     if quantized is not None and 3 not in stages:
         raise ValueError(f"--zero-quantized-weights and --fp8-all-gather quantize ZeRO-3's weight gathers; the "
                          f"DeepSpeed config runs stage {stages[0]}")

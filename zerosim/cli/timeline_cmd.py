@@ -7,6 +7,8 @@
         --seq-len 4096 --batch 2 --checkpoint block --accumulation-steps 8    # a planned step, activations and all
     zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hsdp --shard-group 64
     zerosim timeline --model gpt3-175b --sweep --gpus-per-node 8 --strategy full_shard,hsdp,mics,hpz --shard-group 64
+    zerosim timeline --model llama-7b --ranks 64 --gpus-per-node 8 --seq-len 2048 --batch 1 \
+        --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ: int4 gradients through two all-to-alls
 
 The engine runs one step on the meta backend (data-less arrays, one representative rank for all N), with
 the bucketing and prefetch knobs DeepSpeed and FSDP expose; every recorded event is then placed in time:
@@ -36,7 +38,7 @@ from zerosim.cli.model_args import (
     add_schedule_arguments,
     setup,
 )
-from zerosim.cli.wire_args import add_wire_arguments, qgz_precision, wire_from_args
+from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 from zerosim.cli.strategy_args import (
     add_mesh_arguments,
     check_nodes,
@@ -208,6 +210,7 @@ def one_report(args, s) -> tuple:
     hw = hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute, args.ranks)
     gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
+    check_qgz_model(args, model)
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
         model,

@@ -41,3 +41,12 @@ def qgz_precision(args, precision):
     from zerosim.precision import get_precision
 
     return get_precision(precision).with_(reduction="deepspeed-zero3")
+
+
+def check_qgz_model(args, model) -> None:
+    """Refuse --zero-quantized-gradients on a model twin without matrices: the layer-sized model (no --seq-len) holds
+    one flat tensor a layer, which qgZ, as DeepSpeed, sends the plain way (dim 1) — a run that would show no qgZ."""
+    if getattr(args, "zero_quantized_gradients", False) and not any(len(s.shape) > 1 for s in model.specs):
+        raise ValueError("--zero-quantized-gradients needs the model's matrices: add --seq-len and --batch (the "
+                         "decoder twin); the layer-sized model has one flat tensor a layer, which qgZ sends "
+                         "unquantized")
