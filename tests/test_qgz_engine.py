@@ -152,6 +152,8 @@ def test_the_quantized_all_to_alls_bytes_per_tier_are_the_hand_formulas():
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("stage, recipe, precision, d, message", [
     (2, "deepspeed-zero12", FP16, 2, "not ZeRO-2"),  # qgZ replaces stage 3's reduce-scatter
+    ("mics", "deepspeed-zero3", FP16, 2, "not mics"),  # reduces within shard groups
+    ("hpz", "deepspeed-zero3", FP16, 2, "hpZ with qgZ"),  # stage3.py does not exclude it; not modelled here
     (3, "seeds", FP16, 2, "recipe='deepspeed-zero3'"),  # DeepSpeed's, with its recipe
     (3, "deepspeed-zero3", FP16, 4, "across nodes"),  # one node: DeepSpeed falls back to reduce_scatter_coalesced
     (3, "deepspeed-zero3", FP16, None, "across nodes"),  # a cluster not placed on nodes
@@ -161,7 +163,7 @@ def test_refusals_come_before_anything_changes(stage, recipe, precision, d, mess
     model, cluster = MLP([8, 16, 4]), Cluster(4, gpus_per_node=d)
     with pytest.raises(ValueError, match=message):
         ZeroEngine(model, cluster, stage, get_optimizer("adam"), precision, recipe=recipe,
-                   wire=Wire(zero_quantized_gradients=True))
+                   wire=Wire(zero_quantized_gradients=True), shard_group=None if isinstance(stage, int) else 2)
     assert all(not r.ledger.live for r in cluster.ranks) and not cluster.trace.calls
 
 

@@ -38,8 +38,9 @@ def check_qgz_engine(wire, plan, recipe, policy, cluster, specs) -> None:
     if not wire.zero_quantized_gradients:
         return
     if not plan.gathers_params or plan.uses_groups:
-        raise ValueError(f"qgZ replaces ZeRO-3's gradient reduce-scatter over the whole world (stage3.py "
-                         f"__avg_scatter_grads): not {plan.label}")
+        raise ValueError(f"qgZ replaces ZeRO-3's gradient reduce-scatter (stage3.py __avg_scatter_grads); zerosim runs "
+                         f"it with the flat stage 3, not {plan.label} (hpZ with qgZ, which DeepSpeed's stage3.py does "
+                         "not exclude, is not modelled here)")
     if recipe.reduction != "deepspeed-zero3":
         raise ValueError(f"qgZ is DeepSpeed's: it runs with recipe='deepspeed-zero3', not {recipe.reduction!r}")
     d, w = cluster.gpus_per_node, cluster.world_size
