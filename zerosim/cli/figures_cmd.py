@@ -23,6 +23,8 @@
     plan              zerosim plan's answer for Llama-3-70B on 64 H100s: memory by kind against the GPU, step times
     many_nodes        GPT-3 175B on 1,024 H100s, 8 per node: FULL_SHARD, hpZ, MiCS, HSDP by shard group — memory,
                       bytes per link tier, step time (an engineer choosing between HSDP and hpZ)
+    mesh_ownership    who holds which shard of W, G, OS (and hpZ's secondary W) on 2 nodes × 4 GPUs: FULL_SHARD,
+                      HSDP, MiCS, hpZ, from one step's ledgers and layouts
 """
 
 from __future__ import annotations
@@ -202,6 +204,12 @@ def _many_nodes(args):
                                    "prefetched; each strategy with its framework's recipe")
 
 
+def _mesh_ownership(args):
+    from zerosim.viz.mesh_ownership_figure import mesh_ownership_figure
+
+    return mesh_ownership_figure()
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -217,6 +225,7 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "will_it_fit": _will_it_fit,
     "plan": _plan,
     "many_nodes": _many_nodes,
+    "mesh_ownership": _mesh_ownership,
 }
 
 
