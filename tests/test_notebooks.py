@@ -38,7 +38,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
     "06_precision_lab.ipynb": 4,
     "07_exercises.ipynb": 0,
-    "08_many_nodes.ipynb": 2,  # who holds what on 2 × 4 GPUs per strategy; GPT-3 at 1,024 GPUs by strategy and link
+    # who holds what on 2 × 4 GPUs per strategy; GPT-3 at 1,024 GPUs by strategy and link; its two-tier timeline
+    "08_many_nodes.ipynb": 3,
     "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
 }
@@ -118,6 +119,10 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "GPU 0 -> GPU 2 (InfiniBand, across nodes): [-2.75, -5], 4 B",
         "Gradient bytes sent: 32 B over NVLink, 32 B over InfiniBand",  # 8 sends within, 8 across, 2 fp16 each
         "hpZ / FULL_SHARD InfiniBand bytes: 0.667",  # one of three ring phases moved onto NVLink: 2/3
+        # GPT-3's U = 99 units, each gathered twice and reduced once: FULL_SHARD's 3U rings all leave nodes; hpZ's
+        # backward gathers (U) stay within the node, its forward gathers and reduce-scatters (2U) do not
+        "full_shard calls on NVLink   0   on InfiniBand 297",
+        "hpz        calls on NVLink  99   on InfiniBand 198",
     ],
     "09_will_it_fit.ipynb": [
         "parameters: 8,030,261,248",  # the published count, from the shipped config.json
