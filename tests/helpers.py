@@ -3,11 +3,17 @@
     bits(a)        an array's bit patterns: equality of two is bitwise (signed zeros and NaN payloads included)
     same(a, b)     deep equality of nested dicts / lists of arrays, bitwise for arrays
     snapshot(e)    what an engine holds on every local rank (t, masters, optimizer state, 16-bit params) as bits
+    HANG_TIMEOUT   the one limit a test puts on a subprocess, a thread or a notebook cell: only a hang reaches it
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# Seconds. No test may depend on the machine's speed: starved to a nice-19 share beside busy loops on every core
+# (about 1.5 % of a CPU), a job that takes 10 s of CPU takes ~11 minutes, and pip's install in the README test
+# over half an hour. Four hours stops only a job that hangs.
+HANG_TIMEOUT = 4 * 3600
 
 
 def bits(a) -> np.ndarray:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zerosim.backends.launch import INSTALL_HINT, find_mpiexec
+from helpers import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "mpi"
@@ -50,7 +51,8 @@ def launcher_or_skip() -> str:
     if launcher is None:
         pytest.skip(f"no mpiexec next to {sys.executable} or on PATH; {INSTALL_HINT}")
     probe = run(
-        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"], timeout=900
+        [launcher, "-n", "1", sys.executable, "-c", "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"],
+        timeout=HANG_TIMEOUT,
     )
     if probe.returncode != 0:
         pytest.skip(f"{launcher} cannot start an mpi4py process (exit {probe.returncode}): "

@@ -27,6 +27,7 @@ import pytest
 
 import zerosim
 from zerosim.zero.engine import ZeroEngine
+from helpers import HANG_TIMEOUT
 
 ROOT = Path(zerosim.__file__).resolve().parent
 REPO = ROOT.parent
@@ -151,7 +152,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports", path=os.path.dirname(sys.executable)) or shutil.which("lint-imports")
     assert exe, "import-linter is missing: pip install -e '.[test]'"
     return subprocess.run([exe, "--config", str(REPO / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_TIMEOUT)
 
 
 def test_imports_follow_the_layers():

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bad-input-table -->", "<!-- /bad-input-table -->"
@@ -31,7 +32,7 @@ def census() -> list:
             env=env,
             capture_output=True,
             text=True,
-            timeout=1800,
+            timeout=HANG_TIMEOUT,
         )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         with open(path) as f:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+from helpers import HANG_TIMEOUT, bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
@@ -96,7 +96,7 @@ np.save({str(tmp_path / 'master.npy')!r}, engine.full_master())
 np.save({str(tmp_path / 'params.npy')!r}, engine.full_params().view(np.uint16))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=900)  # only a hang reaches it
+                            timeout=HANG_TIMEOUT)  # only a hang reaches it
     assert result.returncode == 0, result.stderr
     assert np.array_equal(bits(np.load(tmp_path / "master.npy")), bits(whole.full_master()))
     assert np.array_equal(np.load(tmp_path / "params.npy"), bits(whole.full_params()))
@@ -259,7 +259,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_intact(tmp_path):
     # names step 1, which loads as it was; the half-written step 2 has no manifest and is refused.
     script = os.path.join(ROOT, "tests", "checkpoint_killed_save.py")
     result = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
-                            timeout=900)  # only a hang reaches it
+                            timeout=HANG_TIMEOUT)  # only a hang reaches it
     assert result.returncode == -9, result.stderr  # killed, as planned
     assert (tmp_path / "latest").read_text().strip() == "step000001"
     assert os.path.exists(tmp_path / "step000002" / "rank00000.safetensors")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import HANG_TIMEOUT
 
 pytestmark = pytest.mark.slow  # ~25 trials, two processes each: ~40 s on two cores
 
@@ -30,7 +31,7 @@ KINDS = ("a training step", "rank 0's file half written", "before rank 0's file 
          "`latest` half written", "before `latest` is renamed", "after it")  # the moments of one step, in order
 TRAIN = ["train", "--steps", str(STEPS), "--stage", "2", "--ranks", "2", "--widths", "4,8,3", "--batch", "4",
          "--save-every", "1", "--json"]
-SAFETY_TIMEOUT = 900  # seconds: reached only by a run that hangs; each run here takes about a second
+SAFETY_TIMEOUT = HANG_TIMEOUT  # seconds: reached only by a run that hangs; each run here takes about a second
 
 # The run, instrumented: count the moments, and SIGKILL this process at moment K (K < 0: never; print the count).
 KILLER = r"""

@@ -15,9 +15,10 @@ import sys
 import pytest
 
 from mpi_launch import launcher_or_skip
+from helpers import HANG_TIMEOUT
 
 ZEROSIM = [sys.executable, "-m", "zerosim.cli.main"]
-SAFETY_TIMEOUT = 900  # seconds: reached only by a run that hangs (each of these ends in seconds, loaded or not)
+SAFETY_TIMEOUT = HANG_TIMEOUT  # reached only by a run that hangs (each of these ends in seconds, loaded or not)
 
 
 def default_sigint():

@@ -15,8 +15,9 @@ import pytest
 
 from mpi_launch import SCRIPTS, launcher_or_skip, run
 from zerosim.backends.launch import INSTALL_HINT
+from helpers import HANG_TIMEOUT
 
-RUN_TIMEOUT = 900  # seconds for a whole check script; it takes ~10 s on two cores at N = 4 (only a hang reaches it)
+RUN_TIMEOUT = HANG_TIMEOUT  # a whole check script takes ~10 s on two cores at N = 4 (only a hang reaches it)
 NO_WATCHDOG = {"ZEROSIM_MPI_TIMEOUT": "3600"}  # a job that ends only by the watchdog would hang into RUN_TIMEOUT
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]  # every test launches mpiexec

@@ -25,8 +25,9 @@ import sys
 import pytest
 
 from mpi_launch import SCRIPTS, launcher_or_skip, run
+from helpers import HANG_TIMEOUT
 
-RUN_TIMEOUT = 900  # seconds for a whole launch; training_check takes ~3 s at N = 2 and ~12 s at N = 4 on two cores
+RUN_TIMEOUT = HANG_TIMEOUT  # training_check takes ~3 s at N = 2 and ~12 s at N = 4 on two cores (a hang only)
 CLI = [sys.executable, "-m", "zerosim.cli.main", "train"]
 STEP_LINE = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$")
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 pytestmark = pytest.mark.slow  # each notebook runs in a Jupyter kernel: 5-18 s apiece
 
@@ -155,7 +156,7 @@ def executed(path):
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
         client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
-            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+            nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
         )
         client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
         _executed[path] = nb

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import snapshot, same
+from helpers import HANG_TIMEOUT, same, snapshot
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.cluster.pool import RankPool, check_workers
@@ -73,7 +73,7 @@ def test_the_pool_runs_ranks_on_more_than_one_thread():
 
 def test_the_pool_records_in_rank_order_whatever_order_the_workers_finish():
     pool, order = RankPool(3), []
-    started = threading.Barrier(3, timeout=120)  # a pool that runs the ranks one by one fails here, not hangs
+    started = threading.Barrier(3, timeout=HANG_TIMEOUT)  # a pool that runs the ranks one by one fails here, not hangs
 
     class R:
         def __init__(self, i):
@@ -211,7 +211,7 @@ def test_peers_benchmark_without_torch_says_so_and_exits_0():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py"
     code = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = ['peers.py']; "
             f"runpy.run_path({str(script)!r}, run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines() == [
         "benchmarks/peers.py needs torch (the CPU build: pip install torch==2.13.0); it is not installed here, so "

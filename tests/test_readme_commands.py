@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
-SAFETY_TIMEOUT = 1800  # seconds: only a command that hangs gets here (the quick start's install is the longest)
+SAFETY_TIMEOUT = HANG_TIMEOUT  # seconds: only a command that hangs gets here (the quick start's install is the longest)
 
 pytestmark = pytest.mark.slow  # a fresh virtual environment, an install and every command: minutes
 

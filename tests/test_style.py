@@ -6,6 +6,7 @@
 import subprocess
 import sys
 from pathlib import Path
+from helpers import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,7 +17,7 @@ def ruff(*args, cwd=REPO) -> subprocess.CompletedProcess:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
 
 

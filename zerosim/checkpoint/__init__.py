@@ -12,6 +12,7 @@ it: `save` reads an engine's states, `load` builds an engine that takes the load
     folders      which folders are checkpoints: `latest`, complete and incomplete tags, a killed save's leftovers
     manifest_checks  every key of a manifest checked, naming the file and the key
     resume       the resume rule: what a resume leaves out is the saved run's (its settings, read here)
+    replicas     a mesh run (HSDP, MiCS): replicas checked equal, each shard written once by replica 0
 """
 
 from zerosim.checkpoint.consolidate import consolidate, consolidated, inspect

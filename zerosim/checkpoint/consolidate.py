@@ -93,7 +93,7 @@ def inspect(directory: str, tag: str | None = None) -> str:
     m = state.manifest
     P, lay = m["layout"]["num_params"], m["layout"]
     if lay.get("kind", "flat") == "per-parameter":
-        return _inspect_per_parameter(state)
+        return _with_mesh(m, _inspect_per_parameter(state))
     lines = [f"{state.folder}: ZeRO stage {m['stage']}, {m['world_size']} ranks, {P:,} parameters, step "
              f"{m['optimizer']['step']}",
              f"flat layout: shard size s = {lay['shard_size']:,}, padded length {lay['padded']:,} ({lay['padding']} "
@@ -106,7 +106,21 @@ def inspect(directory: str, tag: str | None = None) -> str:
         lines.append(f"{entry['file']}: {entry['bytes']:,} bytes; owns [{start:,}, {stop:,}): {real:,} real"
                      + (f" + {pad:,} padding" if pad else "") + f"; {', '.join(names) if names else 'no parameters'}")
         lines.append("    " + ", ".join(f"{k} ({fmt})" for k, fmt in entry["tensors"].items()))
-    return "\n".join(lines)
+    return _with_mesh(m, "\n".join(lines))
+
+
+def _with_mesh(manifest: dict, text: str) -> str:
+    """`text` with, under its first line, the strategy's mesh when the manifest records one (replicas.py)."""
+    mesh = manifest.get("mesh")
+    if not mesh:
+        return text
+    first, rest = text.split("\n", 1)
+    files = len(manifest["files"])
+    line = (f"strategy {mesh['strategy']} on {mesh['world_size']} ranks ({mesh['gpus_per_node']} per node), "
+            f"shard_group {mesh['shard_group']}, {mesh['replicas']} replica(s): "
+            + (f"each shard written once, {files} files by ranks {mesh['writers']}" if mesh["replicas"] > 1
+               else f"{files} files, one per rank"))
+    return f"{first}\n{line}\n{rest}"
 
 
 def _params_in(manifest: dict, start: int, stop: int) -> list:

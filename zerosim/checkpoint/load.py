@@ -29,6 +29,7 @@ from zerosim.optim import get_optimizer
 from zerosim.precision import MixedPrecision, get_precision, loss_scaler_from_state_dict
 from zerosim.zero import GradientRecipe, ZeroEngine, buffer_sizes, get_plan
 from zerosim.zero.layouts import layout_for
+from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 
 
 @dataclass
@@ -160,7 +161,7 @@ def read_state(directory: str, model=None, tag: str | None = None) -> SavedState
 
 def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = None, precision=None,
          expect_stage: int | None = None, tag: str | None = None, accumulation_steps: int | None = None,
-         checkpoint: bool | None = None, clip_grad: float | None = None):
+         checkpoint: bool | None = None, clip_grad: float | None = None, shard_group: int | None = None):
     """A `ZeroEngine` on `cluster` holding the saved state, at `stage` (default: the saved one).
 
     optimizer: default the saved one (name and hyperparameters); another optimizer of the same kind may
@@ -169,6 +170,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     expect_stage: refuse a checkpoint saved at another stage (`stage` itself may differ: that reshards).
     accumulation_steps, checkpoint, clip_grad: as for `ZeroEngine` (run settings, not state; default the saved K).
     The loss scaler resumes in its saved state, and the iteration count with it.
+    stage may name a strategy ("hsdp", ...); a strategy's checkpoint loads as that strategy by default, with its
+    saved shard_group S; another stage, strategy, S or world size reshards (a mesh to a flat cluster and back).
     """
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
@@ -204,7 +207,10 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     if set(optimizer.state_names) != set(saved_names):
         raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps "
                               f"{sorted(optimizer.state_names)}")
-    stage = m["stage"] if stage is None else stage
+    mesh = m.get("mesh") or {}
+    if stage is None:
+        stage = mesh.get("strategy", m["stage"])
+        shard_group = mesh.get("shard_group") if shard_group is None else shard_group
     scaler = state.loss_scaler(saved_policy)  # checked before anything is built
     engine = ZeroEngine(
         model,
@@ -212,26 +218,36 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         stage,
         optimizer,
         saved_policy,
-        states=rank_states(state, cluster, model, stage),
+        states=rank_states(state, cluster, model, stage, shard_group),
         accumulation_steps=m.get("accumulation_steps", 1) if accumulation_steps is None else accumulation_steps,
         checkpoint=checkpoint,
         clip_grad=clip_grad,
+        shard_group=shard_group,
     )
     engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
     return engine
 
 
-def rank_states(state: SavedState, cluster, model, stage: int) -> dict:
+def rank_states(state: SavedState, cluster, model, stage, shard_group: int | None = None) -> dict:
     """{local rank: {"params", "master", "optim.<name>": array}}: what each local rank of a ZeRO-`stage` engine on
     `cluster` starts from. At the saved world size and stage, its saved file's tensors as they are (writable views
     of the bytes just checked: no copy); otherwise cut anew from the whole vectors by the new layout (resharding:
     each saved (P,) vector arranged once in the new layout's (Ψ,) order, padding zero, then every rank's part
-    copied)."""
-    m = state.manifest
-    if (m["world_size"], m["stage"]) == (cluster.world_size, stage):
-        return {r.index: state.files[r.index] for r in cluster.ranks}
-    plan, recipe = get_plan(stage), GradientRecipe.of(state.precision)
-    layout = layout_for(model, cluster.world_size, recipe, cluster.backend)
+    copied). A strategy cuts over its shard groups (`shard_group`): rank r takes shard position(r), and the
+    replicas of a shard each get their own copy (they update it in place)."""
+    m, plan = state.manifest, get_plan(stage)
+    groups = mesh_groups(plan, cluster, shard_group)
+    recipe = GradientRecipe.of(state.precision, default_recipe(plan, state.precision))
+    check_recipe(plan, recipe)  # refused here, before the whole vectors are built, as the engine would
+    if (m["world_size"], m["stage"]) == (groups.shard.size, plan.stage):  # the saved cut: each shard as saved
+        out, taken = {}, set()
+        for r in cluster.ranks:
+            p = groups.shard.position(r.index)
+            files = state.files[p]
+            out[r.index] = files if p not in taken else {k: v.copy() for k, v in files.items()}
+            taken.add(p)
+        return out
+    layout = layout_for(model, cluster.world_size, recipe, cluster.backend, groups.shard)
     sizes = buffer_sizes(plan, layout)
     whole = {"params": state.params, "master": state.master, **{f"optim.{k}": v for k, v in state.optimizer.items()}}
     arranged = {name: layout.arrange(v) for name, v in whole.items() if v is not None}

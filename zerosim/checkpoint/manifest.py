@@ -18,7 +18,9 @@ t, and the iterations run (skipped steps count there, not in t); the loss scaler
 `state_dict`: a dynamic scaler's current scale and counters, so a resumed run scales as the
 uninterrupted one would); the stochastic-rounding counter (draws are a hash of (seed, step, element),
 so the seed and t resume them);
-and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format.
+and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format. A strategy for many
+nodes adds "mesh": its name, shard group S, replicas R, ranks N, GPUs per node and the ranks that wrote; with
+replicas (HSDP, MiCS) world_size is then S, the shards written once each (replicas.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 
 from zerosim.checkpoint.files import CheckpointError
 from zerosim.checkpoint.manifest_checks import check_manifest
+from zerosim.checkpoint.replicas import mesh_spec
 from zerosim.zero.layouts import from_description
 
 FORMAT, VERSION = "zerosim-checkpoint", 1
@@ -60,7 +63,7 @@ def make_manifest(engine, files: list) -> dict:
     layout = engine.layout
     p = engine.precision.with_(reduction=engine.recipe.reduction, allreduce=engine.recipe.allreduce)  # the recipe too
     regions = [engine.region(r) for r in range(layout.world_size)]
-    return {
+    manifest = {
         "format": FORMAT, "version": VERSION,
         "model": model_spec(engine.model),
         "stage": engine.stage_number, "world_size": layout.world_size,
@@ -73,6 +76,10 @@ def make_manifest(engine, files: list) -> dict:
         "stochastic_rounding": {"seed": p.seed, "next_step": engine.t + 1},
         "files": files,
     }
+    mesh = mesh_spec(engine)
+    if mesh is not None:  # a strategy for many nodes: what it was, on which mesh, and who wrote (replicas.py)
+        manifest["mesh"] = mesh
+    return manifest
 
 
 def read_manifest(folder: str) -> dict:

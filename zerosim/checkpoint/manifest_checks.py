@@ -82,7 +82,33 @@ def check_manifest(m: dict, path: str) -> None:
     next_step = c.get("stochastic_rounding.next_step", int, default=t + 1)
     if next_step != t + 1:
         c.fail("stochastic_rounding.next_step", f"is {next_step}; it must be optimizer.step + 1 = {t + 1}")
+    _check_mesh(c, stage, n)
     _check_files(c, n)
+
+
+def _check_mesh(c: _Checker, stage: int, n: int) -> None:
+    """A strategy's mesh (replicas.py): a known strategy of this stage; S dividing the N ranks; R = N / S replicas
+    for a strategy sharded over shard groups, whose S files are then the world_size, else 1 replica and N files."""
+    from zerosim.zero.plan import STRATEGIES
+
+    if "mesh" not in c.m:
+        return
+    name = c.get("mesh.strategy", str)
+    if name not in STRATEGIES or STRATEGIES[name].stage != stage:
+        c.fail("mesh.strategy", f"must be a strategy of stage {stage} ({', '.join(STRATEGIES)}), got {name!r}")
+    plan, ranks = STRATEGIES[name], c.count("mesh.world_size", 1)
+    size = c.get("mesh.shard_group")
+    if size is not None and not (_is(size, int) and size >= 1 and ranks % size == 0):
+        c.fail("mesh.shard_group", f"must be null or a positive integer dividing mesh.world_size {ranks}, got {size!r}")
+    if (size is None) == plan.uses_groups:
+        c.fail("mesh.shard_group", f"is {size!r}; {name} " + ("needs one" if plan.uses_groups else "takes none"))
+    replicas = ranks // size if plan.sharded_over == "shard" else 1
+    if c.get("mesh.replicas", int) != replicas:
+        c.fail("mesh.replicas", f"is {c.get('mesh.replicas')}; {name} with shard_group {size} on {ranks} ranks has "
+               f"{replicas}")
+    files = size if replicas > 1 or plan.sharded_over == "shard" else ranks
+    if n != files:
+        c.fail("world_size", f"is {n}, but {name} on {ranks} ranks writes {files} file(s), one per shard")
 
 
 def _check_model(c: _Checker) -> None:

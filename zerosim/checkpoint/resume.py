@@ -46,5 +46,6 @@ def saved_settings(directory: str, tag: str | None = None) -> dict:
         policy = policy_from_manifest(m["precision"], where)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: precision does not describe a policy zerosim can run ({e})") from None
-    return {"stage": m["stage"], "ranks": m["world_size"], "precision": policy, "optimizer": optimizer.name,
+    ranks = m.get("mesh", {}).get("world_size", m["world_size"])  # a mesh run's N, not its S files (replicas.py)
+    return {"stage": m["stage"], "ranks": ranks, "precision": policy, "optimizer": optimizer.name,
             "lr": optimizer.lr, "accumulation_steps": m.get("accumulation_steps", 1)}

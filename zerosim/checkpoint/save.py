@@ -27,6 +27,7 @@ import os
 from zerosim.checkpoint.files import checksum, tensor_bytes, write_atomic, write_bytes
 from zerosim.checkpoint.folders import LATEST, MANIFEST, check_tag, clean_incomplete, is_complete, read_latest
 from zerosim.checkpoint.manifest import make_manifest, rank_file
+from zerosim.checkpoint.replicas import check_replicas, file_index, writers
 
 
 def rank_tensors(rank) -> dict:
@@ -45,16 +46,22 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     A tag folder a killed save left incomplete is cleaned and reused; a complete one holding this very state
     is kept as it is; one holding another state is refused before anything is written. Returns the
     checkpoint's folder. Collective under MPI: every process calls it.
+
+    With replicas (HSDP, MiCS) each shard is written once, by replica 0, after the replicas are checked to hold
+    equal bits (replicas.py); a disagreement is refused before anything is written.
     """
     cluster, backend = engine.cluster, engine.cluster.backend
     tag = check_tag(f"step{engine.iteration:06d}" if tag is None else str(tag))
+    check_replicas(engine, rank_tensors)  # before any file is touched
     folder = os.path.join(directory, tag)
     writer = 0 in (rank.index for rank in cluster.ranks)  # the process of rank 0 writes the manifest and `latest`
     found = _found(directory, folder) if writer else None
     found = backend.all_meta([found] * cluster.local_size)[0]  # rank 0's, decided once (one message, not one per rank)
     if found == "complete":  # is it this very state? Compare manifests: every file's checksum, and the rest
-        entries = [_entry(r, tensor_bytes(t, metadata)) for r, t, metadata in _states(cluster, tag)]
-        manifest = make_manifest(engine, sorted(backend.all_meta(entries), key=lambda e: e["rank"]))
+        entries = [
+            None if t is None else _entry(r, tensor_bytes(t, metadata)) for r, t, metadata in _states(engine, tag)
+        ]
+        manifest = make_manifest(engine, _gathered(backend, entries))
         same = _holds(folder, manifest) if writer else None
         same = backend.all_meta([same] * cluster.local_size)[0]
         if same is not True:
@@ -72,11 +79,14 @@ def save(engine, directory: str, tag: str | None = None) -> str:
         os.makedirs(folder, exist_ok=True)
     backend.all_meta([None] * cluster.local_size)  # the folder is clean and exists before any rank writes
     entries = []
-    for r, tensors, metadata in _states(cluster, tag):  # one rank's bytes at a time: made, hashed, written, let go
+    for r, tensors, metadata in _states(engine, tag):  # one rank's bytes at a time: made, hashed, written, let go
+        if tensors is None:  # a replica: its shard is written by replica 0
+            entries.append(None)
+            continue
         formats, data = tensor_bytes(tensors, metadata)
         write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, data))
         entries.append(_entry(r, (formats, data)))
-    manifest = make_manifest(engine, sorted(backend.all_meta(entries), key=lambda e: e["rank"]))  # every file in place
+    manifest = make_manifest(engine, _gathered(backend, entries))  # every file in place
     if writer:
         write_atomic(os.path.join(folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
         write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
@@ -84,9 +94,21 @@ def save(engine, directory: str, tag: str | None = None) -> str:
     return folder
 
 
-def _states(cluster, tag: str):
-    """(rank, its tensors, its file's metadata) for each local rank."""
-    return ((rank.index, rank_tensors(rank), {"rank": str(rank.index), "tag": tag}) for rank in cluster.ranks)
+def _states(engine, tag: str):
+    """(file index, its tensors, its file's metadata) for each local rank; (rank, None, None) for a rank that writes
+    nothing (replicas.py: every rank writes, or replica 0 of each shard)."""
+    write = writers(engine)
+    for rank in engine.cluster.ranks:
+        if rank.index not in write:
+            yield rank.index, None, None
+            continue
+        i = file_index(engine, rank.index)
+        yield i, rank_tensors(rank), {"rank": str(i), "tag": tag}
+
+
+def _gathered(backend, entries: list) -> list:
+    """Every process's file entries (one item per local rank, None for a replica that writes none), in file order."""
+    return sorted((e for e in backend.all_meta(entries) if e is not None), key=lambda e: e["rank"])
 
 
 def _entry(rank: int, encoded: tuple) -> dict:
