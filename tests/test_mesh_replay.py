@@ -96,3 +96,14 @@ def test_the_mesh_replay_refuses_the_flat_replays_options(capsys):
     assert main(["replay", "--mesh", "2x2", "--steps", "3"]) == 2
     err = capsys.readouterr().err
     assert "--mesh replays one step of --strategy (hsdp or mics)" in err and err.count("\n") == 1
+
+
+def test_mics_on_the_same_mesh_reads_seed_004s_average_too():
+    """MiCS (DeepSpeed's ceil(n/2)-element pieces: w1 | w2 of layer 1's two weights, w3 and w4 each whole on position
+    0) reduces over the same groups: together the two positions of a shard group read seed 004's four averages."""
+    mics = mesh_replay("mics")
+    assert mics["pre_divide"] is None  # FSDP2's divide factors are not MiCS's
+    assert {**mics["grad32"][0], **mics["grad32"][1]} == SEED_GRADS
+    assert mics["grad32"][2] == mics["grad32"][0] and mics["grad32"][3] == mics["grad32"][1]  # the replicas agree
+    assert {h["tier"] for h in mics["hops"] if h["group"] == "replicate"} == {IB}
+    assert {h["tier"] for h in mics["hops"] if h["group"] == "shard"} == {NV}
