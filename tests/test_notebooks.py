@@ -39,6 +39,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     # the underflow histogram, the dynamic scale with skipped steps, clipping, recipes vs float64 over N
     "06_precision_lab.ipynb": 4,
     "07_exercises.ipynb": 0,
+    # who holds what on 2 × 4 GPUs per strategy; GPT-3 at 1,024 GPUs by strategy and link; its two-tier timeline
+    "08_many_nodes.ipynb": 3,
     "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
 }
@@ -101,6 +103,28 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
+    "08_many_nodes.ipynb": [
+        # MLP [8, 16, 8], Ψ = 280 on 2 nodes × 4 GPUs: the world's shard 5 of 8 starts at 5/8 = 0.625, 16Ψ/8 = 560 B
+        "full_shard GPU 5: W 0.125 of the model at 0.625   560 B at rest",
+        # a node's shard 5 mod 4 = 1 of 4 at 1/4; hpZ's W′ of node position 1 (primary shards 2, 3 of 8) at 2/8
+        "hpz        GPU 5: W 0.125 of the model at 0.625   W' 0.250 at 0.250   560 B at rest",
+        # 3 world-ring phases of 7·560 B, 2 of 8 hops across nodes: 6/8 and 2/8 of 11,760
+        "full_shard NVLink  8,820 B   InfiniBand 2,940 B",
+        # 3 node-ring phases, 8 ranks · 3 · 140 B each; the replicas' all-reduce 8 · 140 B, all across
+        "hsdp       NVLink 10,080 B   InfiniBand 1,120 B",
+        # forward gather and reduce-scatter as FULL_SHARD (2 · 2,940 / 980), backward's gather within nodes: 3,360
+        "hpz        NVLink  9,240 B   InfiniBand 1,960 B",
+        # seed 004, sample A (x = [1, 3], t = 5) on GPU 3: w3, w4 grads [0, -4.5], ÷ 2 by FSDP2's fp16 pre-divide
+        "GPU 3 -> GPU 2 (NVLink, within a node): [0, -2.25], 4 B; GPU 2 adds it to its own chunk",
+        # node 0's sum of w3, w4: B's [-2.75, -2.75] + A's [0, -2.25]
+        "GPU 0 -> GPU 2 (InfiniBand, across nodes): [-2.75, -5], 4 B",
+        "Gradient bytes sent: 32 B over NVLink, 32 B over InfiniBand",  # 8 sends within, 8 across, 2 fp16 each
+        "hpZ / FULL_SHARD InfiniBand bytes: 0.667",  # one of three ring phases moved onto NVLink: 2/3
+        # GPT-3's U = 99 units, each gathered twice and reduced once: FULL_SHARD's 3U rings all leave nodes; hpZ's
+        # backward gathers (U) stay within the node, its forward gathers and reduce-scatters (2U) do not
+        "full_shard calls on NVLink   0   on InfiniBand 297",
+        "hpz        calls on NVLink  99   on InfiniBand 198",
+    ],
     "09_will_it_fit.ipynb": [
         "parameters: 8,030,261,248",  # the published count, from the shipped config.json
         "q_proj 16,777,216   k_proj 4,194,304   v_proj 4,194,304   (a quarter: GQA)",

@@ -23,6 +23,10 @@
     plan              zerosim plan's answer for Llama-3-70B on 64 H100s: memory by kind against the GPU, step times
     many_nodes        GPT-3 175B on 1,024 H100s, 8 per node: FULL_SHARD, hpZ, MiCS, HSDP by shard group — memory,
                       bytes per link tier, step time (an engineer choosing between HSDP and hpZ)
+    tier_timeline     one step of GPT-3 175B on 1,024 H100s, 8 per node, rank 0: compute, and each collective on the
+                      link it ran over (NVLink or InfiniBand) — FULL_SHARD, HSDP and MiCS (S = 8), hpZ (S' = 8)
+    mesh_ownership    who holds which shard of W, G, OS (and hpZ's secondary W) on 2 nodes × 4 GPUs: FULL_SHARD,
+                      HSDP, MiCS, hpZ, from one step's ledgers and layouts
 """
 
 from __future__ import annotations
@@ -202,6 +206,32 @@ def _many_nodes(args):
                                    "prefetched; each strategy with its framework's recipe")
 
 
+TIER_TIMELINE = (("FULL_SHARD: every ring spans all 1,024 GPUs", "full_shard", None),
+                 ("HSDP, S = 8: shard within a node, all-reduce across", "hsdp", 8),
+                 ("MiCS, S = 8: as HSDP, the all-reduce at the accumulation boundary", "mics", 8),
+                 ("hpZ, S' = 8: forward gathers over the world, backward's within the node", "hpz", 8))
+
+
+def _tier_timeline(args):
+    from zerosim.costs import get_preset
+    from zerosim.models.meta import MetaModel
+    from zerosim.timeline.strategy_sweep import strategy_timeline
+    from zerosim.viz.tier_timeline_figure import tier_timeline_figure
+    from zerosim.zero.comm_schedule import CommSchedule
+
+    gpt3, comm = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block"), CommSchedule.fsdp(forward_prefetch=True)
+    runs = {label: strategy_timeline(gpt3, 1024, name, 8, group, comm=comm, tokens=20480)[0]
+            for label, name, group in TIER_TIMELINE}
+    return tier_timeline_figure(runs, title="GPT-3 175B on 1,024 H100s, 8 per node (NVLink within, InfiniBand NDR "
+                                            "across): 20,480 tokens per rank, one unit prefetched")
+
+
+def _mesh_ownership(args):
+    from zerosim.viz.mesh_ownership_figure import mesh_ownership_figure
+
+    return mesh_ownership_figure()
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -217,6 +247,8 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "will_it_fit": _will_it_fit,
     "plan": _plan,
     "many_nodes": _many_nodes,
+    "mesh_ownership": _mesh_ownership,
+    "tier_timeline": _tier_timeline,
 }
 
 

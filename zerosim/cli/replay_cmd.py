@@ -31,9 +31,27 @@ def add_arguments(p) -> None:
                         "deepspeed): "
                         "narrates the scaled and unscaled gradients, and a skipped step on overflow")
     p.add_argument("--json", action="store_true", help="print the same values as JSON")
+    p.add_argument("--mesh", choices=("2x2",), default=None,
+                   help="replay one step on 2 nodes x 2 GPUs instead (the seed's samples on node 0, swapped on "
+                        "node 1): which GPU adds what, over NVLink or InfiniBand; takes --strategy, --precision, --lr")
+    p.add_argument("--strategy", choices=("hsdp", "mics"), default="hsdp",
+                   help="with --mesh: HSDP (default) or MiCS, a shard group per node and replicas across")
+
+
+def _run_mesh(args) -> int:
+    from zerosim.reference.mesh_replay import mesh_replay, narrate_mesh
+
+    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None:
+        raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "
+                         "not --stage, --steps, --no-checkpoint or --loss-scale")
+    result = mesh_replay(args.strategy, args.precision, args.lr)
+    print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
+    return 0
 
 
 def run(args) -> int:
+    if args.mesh is not None:
+        return _run_mesh(args)
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
         raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 60 "
                          "lines each); `zerosim train --steps N` trains for long")

@@ -73,9 +73,10 @@ def recipe_of(strategy: str) -> str:
     return "fsdp2" if strategy in ("full_shard", "hsdp", "hsdp_no_sync") else "deepspeed-zero3"
 
 
-def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
-                  comm=None, precision: str = "fp16-mixed", tokens: int = 2048) -> StrategyRow:
-    """One step of `strategy` on `ranks` meta ranks (nodes of `gpus_per_node`), simulated on two link tiers."""
+def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
+                      comm=None, precision: str = "fp16-mixed", tokens: int = 2048) -> tuple:
+    """(Timeline, engine, Hardware, S): one meta step of `strategy` on NVLink within nodes of `gpus_per_node` and
+    InfiniBand across (when there is more than one node), with its framework's recipe."""
     from zerosim.precision import get_precision
 
     hw = Hardware(device, "nvlink4", get_precision(precision).compute,
@@ -84,6 +85,14 @@ def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: i
     g = min(gpus_per_node, ranks)
     size = None if strategy == "full_shard" else min(group, ranks)
     result, engine = meta_step(model, ranks, strategy, hw, comm, policy, tokens, gpus_per_node=g, shard_group=size)
+    return result, engine, hw, size
+
+
+def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
+                  comm=None, precision: str = "fp16-mixed", tokens: int = 2048) -> StrategyRow:
+    """One step of `strategy` on `ranks` meta ranks (nodes of `gpus_per_node`), simulated on two link tiers."""
+    result, engine, hw, size = strategy_timeline(model, ranks, strategy, gpus_per_node, group, device, comm,
+                                                 precision, tokens)
     sent, ledger = engine.cluster.trace.bytes_by_tier(), engine.cluster.ranks[0].ledger
     states = {k: v for k, v in ledger.by_kind().items() if v and (k in ("params", "grads", "master")
                                                                   or k.startswith("optim:"))}
