@@ -87,3 +87,18 @@ def test_a_setting_out_of_range_is_refused_by_name_and_the_last_figure_stays():
     fig, numbers = ex.figure, ex.numbers
     ex.controls["seq_len"].value = 2048  # gpt2-small has 1024 positions
     assert "longer than" in ex.message.value and ex.numbers is numbers and ex.figure is fig
+
+
+def test_an_explorer_draws_live_widgets_only_in_a_kernel_with_a_front_end(monkeypatch):
+    """No kernel: no widgets. A kernel: widgets, unless ZEROSIM_STATIC_WIDGETS asks for plain outputs (the
+    notebook tests, because headless widget output can block: jupyter/nbclient#312)."""
+    import IPython
+
+    from zerosim.explore import front_end
+
+    monkeypatch.delenv(front_end.STATIC, raising=False)
+    assert not front_end.live()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    assert front_end.live()
+    monkeypatch.setenv(front_end.STATIC, "1")
+    assert not front_end.live()

@@ -13,6 +13,8 @@ communication it hid, the communication it waited for. `MemoryExplorer` wires th
 
 from __future__ import annotations
 
+from zerosim.explore.front_end import live
+
 from zerosim.explore.numbers import explore
 from zerosim.explore.settings import OPTIMIZERS, PRECISIONS, Settings
 from zerosim.viz.palette import kind_colour, kind_label, kind_order
@@ -117,7 +119,6 @@ class MemoryExplorer:
 
     def redraw(self) -> None:
         """Run the step for the controls' values and draw it; a setting the model refuses says why, in one line."""
-        from IPython import get_ipython
         from IPython.display import display
 
         try:
@@ -127,13 +128,16 @@ class MemoryExplorer:
             return
         self.message.value = ""
         self.figure = explorer_figure(self.numbers, self.figure)
-        if get_ipython() is None:  # no kernel (a script, a test): the figure is drawn, there is nowhere to show it
+        if not live():  # no kernel, or no front end (front_end.py): drawn; `_ipython_display_` shows it
             return
         with self.output:
             self.output.clear_output(wait=True)
             display(self.figure)
 
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import HTML, display
 
-        display(self.widget)
+        if live():
+            display(self.widget)
+        else:  # headless (front_end.py): the same numbers, as plain outputs
+            display(HTML(self.message.value if hasattr(self, "message") else self.text.value), self.figure)

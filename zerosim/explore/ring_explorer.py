@@ -13,6 +13,8 @@ from the exact sum is where the ring rounded.
 
 from __future__ import annotations
 
+from zerosim.explore.front_end import live
+
 import numpy as np
 
 FORMATS = ("fp16", "bf16")
@@ -75,7 +77,6 @@ class RingExplorer:
         self.redraw()
 
     def redraw(self) -> None:
-        from IPython import get_ipython
         from IPython.display import display
         from matplotlib.figure import Figure
 
@@ -88,13 +89,16 @@ class RingExplorer:
                     ax=self.figure.subplots())
         self.text.value = "<pre>" + "\n".join(hop_lines(self.hops)) + f"\nring: {self.hops['result']}   exact: " \
                           f"{self.hops['exact']}</pre>"
-        if get_ipython() is None:  # no kernel: drawn, nowhere to show it
+        if not live():  # no kernel, or no front end (front_end.py): drawn; `_ipython_display_` shows it
             return
         with self.output:
             self.output.clear_output(wait=True)
             display(self.figure)
 
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import HTML, display
 
-        display(self.widget)
+        if live():
+            display(self.widget)
+        else:  # headless (front_end.py): the same numbers, as plain outputs
+            display(HTML(self.message.value if hasattr(self, "message") else self.text.value), self.figure)
