@@ -154,7 +154,7 @@ def _torch_cases(n: int, fmt: str, lengths, seed: int) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
 def test_gloo_all_reduce_is_torchs_bit_for_bit(n):
-    pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install torch")
+    pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
     from zerosim.parity import torch_gloo_calls
 
     cases = [c for fmt in ("fp16", "bf16", "fp32") for c in _torch_cases(n, fmt, TORCH_LENGTHS, n)]

@@ -16,7 +16,7 @@ STEPS = 20
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_ddp_on_gloo_is_reproduced_bit_for_bit_for_twenty_steps(n):
-    pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install torch")
+    pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
     from zerosim.parity.ddp import compare_ddp, run_torch_ddp
 
     ranks = run_torch_ddp(n, (16, 32, 8), STEPS)

@@ -25,8 +25,9 @@ def require_torch():
     try:
         import torch
     except ImportError:
-        raise TorchMissing("the parity kit needs torch (the 'parity' extra): pip install torch, then "
-                           "pip install -e '.[parity]' (a CPU build is enough: gloo runs on the CPU)") from None
+        raise TorchMissing("the parity kit needs torch (the 'parity' extra); a CPU build is enough, gloo runs "
+                           "on the CPU: pip install torch --index-url https://download.pytorch.org/whl/cpu, "
+                           "then pip install -e '.[parity]'") from None
     version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     if version < MIN_TORCH:
         raise TorchMissing(f"the parity kit needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {torch.__version__}")
