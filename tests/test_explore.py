@@ -102,3 +102,21 @@ def test_an_explorer_draws_live_widgets_only_in_a_kernel_with_a_front_end(monkey
     assert front_end.live()
     monkeypatch.setenv(front_end.STATIC, "1")
     assert not front_end.live()
+
+
+def test_headless_an_explorer_shows_its_text_and_figure_and_live_its_widget(monkeypatch):
+    import IPython
+    import IPython.display
+
+    from zerosim.explore import front_end
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.append(objs))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setenv(front_end.STATIC, "1")
+    front_end.show("WIDGET", "<pre>hops</pre>", "FIGURE")
+    ((html, figure),) = shown
+    assert html.data == "<pre>hops</pre>" and figure == "FIGURE"
+    monkeypatch.delenv(front_end.STATIC)
+    front_end.show("WIDGET", "<pre>hops</pre>", "FIGURE")
+    assert shown[1] == ("WIDGET",)

@@ -19,3 +19,24 @@ def live() -> bool:
 
     return get_ipython() is not None and os.environ.get(STATIC, "") in ("", "0")
 
+
+
+def draw_into(output, figure) -> None:
+    """Put `figure` into an explorer's Output widget, replacing the last one (live only: headless, `show` does)."""
+    from IPython.display import display
+
+    if not live():
+        return
+    with output:
+        output.clear_output(wait=True)
+        display(figure)
+
+
+def show(widget, html: str, figure) -> None:
+    """An explorer's `_ipython_display_`: the live widget, or headless the same text and figure as plain outputs."""
+    from IPython.display import HTML, display
+
+    if live():
+        display(widget)
+    else:
+        display(HTML(html), figure)

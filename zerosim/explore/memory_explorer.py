@@ -13,7 +13,7 @@ communication it hid, the communication it waited for. `MemoryExplorer` wires th
 
 from __future__ import annotations
 
-from zerosim.explore.front_end import live
+from zerosim.explore.front_end import draw_into, show
 
 from zerosim.explore.numbers import explore
 from zerosim.explore.settings import OPTIMIZERS, PRECISIONS, Settings
@@ -119,7 +119,6 @@ class MemoryExplorer:
 
     def redraw(self) -> None:
         """Run the step for the controls' values and draw it; a setting the model refuses says why, in one line."""
-        from IPython.display import display
 
         try:
             self.numbers = explore(self.settings)
@@ -128,16 +127,7 @@ class MemoryExplorer:
             return
         self.message.value = ""
         self.figure = explorer_figure(self.numbers, self.figure)
-        if not live():  # no kernel, or no front end (front_end.py): drawn; `_ipython_display_` shows it
-            return
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.figure)
+        draw_into(self.output, self.figure)
 
     def _ipython_display_(self):
-        from IPython.display import HTML, display
-
-        if live():
-            display(self.widget)
-        else:  # headless (front_end.py): the same numbers, as plain outputs
-            display(HTML(self.message.value if hasattr(self, "message") else self.text.value), self.figure)
+        show(self.widget, self.message.value, self.figure)

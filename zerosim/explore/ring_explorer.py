@@ -13,7 +13,7 @@ from the exact sum is where the ring rounded.
 
 from __future__ import annotations
 
-from zerosim.explore.front_end import live
+from zerosim.explore.front_end import draw_into, show
 
 import numpy as np
 
@@ -77,7 +77,6 @@ class RingExplorer:
         self.redraw()
 
     def redraw(self) -> None:
-        from IPython.display import display
         from matplotlib.figure import Figure
 
         from zerosim.viz import ring_figure
@@ -89,16 +88,7 @@ class RingExplorer:
                     ax=self.figure.subplots())
         self.text.value = "<pre>" + "\n".join(hop_lines(self.hops)) + f"\nring: {self.hops['result']}   exact: " \
                           f"{self.hops['exact']}</pre>"
-        if not live():  # no kernel, or no front end (front_end.py): drawn; `_ipython_display_` shows it
-            return
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.figure)
+        draw_into(self.output, self.figure)
 
     def _ipython_display_(self):
-        from IPython.display import HTML, display
-
-        if live():
-            display(self.widget)
-        else:  # headless (front_end.py): the same numbers, as plain outputs
-            display(HTML(self.message.value if hasattr(self, "message") else self.text.value), self.figure)
+        show(self.widget, self.text.value, self.figure)
