@@ -104,7 +104,10 @@ def finish(reduced: np.ndarray, policy, world_size: int, micro_steps: int = 1, s
         g = get_op("avg").post(reduced, divisor)  # widen to fp32 (exact), then one division
     else:
         g = reduced
-    g = cast(g, upd) if g.dtype != upd.dtype else g.copy()
+    if g.dtype != upd.dtype:
+        g = cast(g, upd)
+    elif g is reduced:  # a new array in every case: the caller owns it (post's division made one already)
+        g = g.copy()
     scale = policy.loss_scale if scale is None else scale
     if isinstance(scale, str):
         raise ValueError(f"finish needs the current loss scale of the {scale!r} scaler (scale=...)")

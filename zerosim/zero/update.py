@@ -65,7 +65,7 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
     else:  # a matrix optimizer on whole parameters: only where the region is the whole model
         step_by_matrix(optimizer, specs, w, g32, state, t)
     mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
-    own_params(rank, plan, layout)[...] = policy.round_weights(w, t, layout.draw_index(mine))
+    _round_into(own_params(rank, plan, layout), w, policy, t, layout.draw_index(mine))
     if scratch is not None:
         scratch.free()
     if keep:
@@ -74,6 +74,18 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
         # all it holds, before any refresh (seed 004's inconsistent model)
         values["params_held"] = rank.params.array.copy()
     return OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values)
+
+
+def _round_into(own, w, policy, t: int, draws) -> None:
+    """own[...] = policy.round_weights(w, t, draws): the updated weights into the rank's 16-bit (or fp32) params.
+    Rounding to nearest from fp32 is NumPy's own cast (precision/cast_reference.py `nearest_reference`: one
+    `astype`, a copy when the dtypes match), and assigning casts with that same function, so the rounded copy
+    is not made first (a pass over the region and an allocation fewer)."""
+    if policy.rounding == "nearest" and type(w) is np.ndarray and type(own) is np.ndarray and w.dtype == np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
+            own[...] = w
+    else:
+        own[...] = policy.round_weights(w, t, draws)
 
 
 def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: tuple) -> None:
