@@ -62,8 +62,9 @@ def test_a_gpt_step_on_the_pool_equals_one_thread(stage):
     assert one[0] == two[0] and same(one[1], two[1]) and one[2] == two[2]
 
 
-def test_the_pool_runs_ranks_on_more_than_one_thread():
-    engine, _ = _mlp_run(2, workers=2, steps=1)
+@pytest.mark.parametrize("stage", [0, 2])  # stage 0: a micro-step as one run (map_steps); stage 2: op by op (map)
+def test_the_pool_runs_ranks_on_more_than_one_thread(stage):
+    engine, _ = _mlp_run(stage, workers=2, steps=1)
     used = engine.cluster.pool.threads_used  # the caller's thread runs one group of ranks, a pool thread the other
     assert len(used) == 2 and {threading.current_thread().name} < used
     assert any(name.startswith("zerosim-rank-worker") for name in used)
@@ -91,6 +92,49 @@ def test_the_pool_records_in_rank_order_whatever_order_the_workers_finish():
 
 class Boom(RuntimeError):
     pass
+
+
+class _Rank:  # what the pool reads of a rank: its ledger's sink (the trace's record when the timeline is kept)
+    def __init__(self, sink):
+        self.ledger = type("L", (), {"sink": sink})()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("fails", [{}, {(1, 1): "rank 1, step 1"},
+                                   {(1, 1): "rank 1, step 1", (2, 0): "rank 2, step 0"}])  # {(rank, step): message}
+def test_map_steps_records_as_the_loop_over_steps_then_ranks_does(workers, fails):
+    """Yardstick: the loop `for j: for i: work(i, j); after(i, j, result)`, written out by hand below. Each work
+    makes a ledger event before it returns or fails; after a failure its rank takes no further step."""
+    log = []
+    ranks = [_Rank(log.append) for _ in range(3)]
+
+    def work(i, j):
+        ranks[i].ledger.sink(("event", i, j))
+        if (i, j) in fails:
+            raise Boom(fails[(i, j)])
+        return 10 * i + j
+
+    def after(i, j, result):
+        log.append(("after", i, j, result))
+
+    first = min(((j, i) for i, j in fails), default=(3, 0))  # the loop stops at the first failure: step, then rank
+    if workers == 1:  # the loop itself: each after at once, nothing from the first failure on
+        ran = [(i, j) for j in range(3) for i in range(3) if (j, i) <= first]
+        afters = [(i, j) for i, j in ran if (j, i) < first]
+    else:  # every rank runs each step up to its own failure; then afters for the steps before the failing one
+        ran = [(i, j) for j in range(3) for i in range(3) if all(not (f == i and j > fj) for f, fj in fails)]
+        afters = [(i, j) for i, j in ran if j < first[0]]
+    want = []
+    for i, j in ran:
+        want += [("event", i, j)] + ([("after", i, j, 10 * i + j)] if (i, j) in afters else [])
+    pool = RankPool(workers)
+    if fails:
+        with pytest.raises(Boom, match=fails[min(fails, key=lambda f: (f[1], f[0]))]):
+            pool.map_steps(work, ranks, 3, after)
+    else:
+        assert pool.map_steps(work, ranks, 3, after) == [[0, 1, 2], [10, 11, 12], [20, 21, 22]]
+    assert log == want
+    assert all(r.ledger.sink == log.append for r in ranks)  # the trace's sink is back
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -121,8 +165,12 @@ def test_an_exception_in_one_ranks_compute_ends_the_step_with_nothing_half_updat
         engine.step([data[r:r + 1] for r in range(3)])
     assert same(snapshot(engine), before) and (engine.t, engine.iteration) == (t, iteration)
     assert [set(r.ledger.live) for r in engine.cluster.ranks] == states  # every transient freed
-    # the pool waits for every rank before it raises (none is left running); one thread stops at the failure
-    assert len(finished) == (2 if workers > 1 else 1)
+    # the pool waits for every rank before it raises (none is left running): every call but the failing one ended
+    assert len(finished) == len(calls) - 1
+    if workers == 1 or stage == 3:  # op by op (stage 3 gathers between ops): the failing op's other ranks only
+        assert len(finished) == (2 if workers > 1 else 1)
+    else:  # stages 0/1 hand each thread the whole micro-step (compute.runs): the other two ranks run all three
+        assert len(finished) in (6, 7)  # linears' backward, the failing rank its first one or none before it fails
     monkeypatch.undo()
     # the next step runs, and gives what a run that never failed gives
     clean, _ = _mlp_run(stage, 1, steps=1)

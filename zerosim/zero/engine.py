@@ -39,7 +39,7 @@ from zerosim.zero import clipping
 from zerosim.zero.batches import micro_batches
 from zerosim.zero.buckets import GradBucket
 from zerosim.zero.comm_schedule import get_comm_schedule
-from zerosim.zero.compute import compute
+from zerosim.zero.compute import compute, runs
 from zerosim.zero.context import Context
 from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.hooks import Hooks
@@ -216,14 +216,14 @@ class ZeroEngine:
                            if plan.replicate else None) if self._bucketed(k) else None
         waits = trace.live(self._refresh) if k == 0 else Handle()  # the first compute waits for the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
-            for i, op in enumerate(self.ops):
+            for i, ops in runs(self.ops, alone=params is not None or grads is not None):  # stages 0/1: one run
                 gathered = params.gather(i) if params else Handle()  # stage 3: all-gather the layer it reads
-                compute(ctx, model, passes, op, gathered + waits, self.iteration + 1, k)
-                waits = waits if not op.computes else Handle()
+                compute(ctx, model, passes, ops, gathered + waits, self.iteration + 1, k)
+                waits = waits if not any(op.computes for op in ops) else Handle()
                 if gathered:
                     params.release(i)  # stage 3: free the gathered layer (unless needed again soon)
-                if op.kind == "backward" and grads is not None:
-                    grads.reduce(op.layer)  # stages 2/3: reduce_scatter(grads) of the layer, in buckets
+                if ops[-1].kind == "backward" and grads is not None:
+                    grads.reduce(ops[-1].layer)  # stages 2/3: reduce_scatter(grads) of the layer, in buckets
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()

@@ -33,20 +33,34 @@ def keep_grads(ctx, model, rank, layer: int, grads: dict, first: bool) -> None:
 
     Stages 0/1: accumulated into the rank's whole (Ψ,) gradient buffer, which lives across all K
     micro-steps (seed 001, "gradient accumulation buffers"). Stages 2/3: packed into a buffer of
-    their own, kind "grads", until `reduce_unit` sends and frees it.
+    their own, kind "grads", until `reduce_unit` sends and frees it. (`stage_grads`, then `adopt_grads`.)
     """
+    adopt_grads(rank, layer, stage_grads(ctx, model, rank, layer, grads, first))
+
+
+def stage_grads(ctx, model, rank, layer: int, grads: dict, first: bool):
+    """`keep_grads`'s arithmetic, which reads and writes only `rank`'s arrays and records nothing (so the pool's
+    workers run it, zero/compute.py): stages 0/1 accumulate into the (Ψ,) buffer and return None; stages 2/3
+    return the (b-a,) packed gradients (compute format) for `adopt_grads`."""
     a, b = ctx.layout.windows[layer]
     if b <= a:
-        return
+        return None
     if ctx.plan.reduces_per_unit:
-        rank.ledger.adopt(grads_name(layer), model.pack(layer, grads), "grads")  # (b-a,) compute format
-    elif getattr(rank.grads.array, "is_meta", False):  # data-less (meta backend): only the shapes and dtypes count
+        return model.pack(layer, grads)  # (b-a,) compute format
+    if getattr(rank.grads.array, "is_meta", False):  # data-less (meta backend): only the shapes and dtypes count
         averaging.accumulate(rank.grads.array[a:b], model.pack(layer, grads), first)
     else:
         # each tensor into its own view of the (Ψ,) buffer: element for element the accumulate of the packed
         # (b-a,) vector, without making it (packing was 14% of a 10M-parameter fp32 step, benchmarks/peers.py)
         for name, acc in model.unflatten(rank.grads.array[a:b], layer).items():
             averaging.accumulate(acc, grads[name], first)
+    return None
+
+
+def adopt_grads(rank, layer: int, packed) -> None:
+    """Stages 2/3: the packed gradients `stage_grads` made, into `rank`'s ledger as kind "grads" (None: nothing)."""
+    if packed is not None:
+        rank.ledger.adopt(grads_name(layer), packed, "grads")
 
 
 def reduce_unit(ctx, layer: int, first: bool) -> Handle:
