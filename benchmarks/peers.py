@@ -7,17 +7,19 @@
 The same MLP (Linear + ReLU, MSE loss), the same batch per rank, Adam(lr=1e-3). zerosim runs
 `Cluster(N, workers="auto", trace="call", timeline=False)`: its ranks' compute and updates on a thread per
 core (cluster/pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
-`torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step, the two
-sides in turns: the torch processes wait on a queue while zerosim steps, and zerosim waits while they step
-(rank 0 times its step between two barriers). BLAS pinned to one thread (set before numpy and torch load);
-`workers=1` is shown too (the pool's speedup). The load average is printed: the machine may be shared.
-On a loaded machine the scheduler gives each runnable thread a share, so torch's N processes get N shares
-and zerosim's pool at most one per worker: the last column, CPU seconds per step (zerosim's process, all
-threads, ÷ the sum over torch's N processes, each between its two barriers), compares the work done.
+`torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step (at least
+3: a row stops repeating once it has used --budget seconds), the two sides in turns: the torch processes wait
+on a queue while zerosim steps, and zerosim waits while they step (rank 0 times its step between two
+barriers). BLAS pinned to one thread (set before numpy and torch load); `workers=1` is shown too (the pool's
+speedup). The load average is printed: the machine may be shared. On a loaded machine the scheduler gives
+each runnable thread a share, so torch's N processes get N shares and zerosim's pool at most one per worker:
+the CPU seconds per step (zerosim's process, all threads, ÷ the sum over torch's N processes, each between
+its two barriers) compare the work done.
 
-Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
+It ends with the table for the README's speed section (Markdown, the machine and the load in its first
+line). Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
 
-    python benchmarks/peers.py [--repeats 5] [--cases 919k:4,919k:8,10M:4,10M:8]
+    python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
 """
 
 import os
@@ -27,6 +29,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import multiprocessing as mp  # noqa: E402
+import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -38,11 +41,12 @@ MODELS = {  # name: MLP widths
     "10M": [1024, 2048, 2560, 1024],  # 9,967,104 params
 }
 BATCH = 32  # rows per rank per step
-ROWS = [  # (label, zerosim stage, zerosim precision, torch mode)
-    ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1"),
-    ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32"),
-    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16"),
+ROWS = [  # (label, zerosim stage, zerosim precision, torch mode, target ratio: issue 28)
+    ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1", 1.0),
+    ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32", 1.0),
+    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16", 0.5),
 ]
+MIN_REPEATS = 3  # a row stops repeating after this many once it has used its --budget
 
 
 def batches(widths, n, seed=0):
@@ -157,33 +161,72 @@ def timed(fn) -> tuple:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def run_case(name, n, repeats, port):
+def run_case(name, n, repeats, budget, port):
     widths = MODELS[name]
     data = batches(widths, n)
     peers = TorchPeers(n, widths, port)
     rows = []
     try:
-        for label, stage, precision, mode in ROWS:
+        for label, stage, precision, mode, target in ROWS:
             peers.mode(mode)
             pooled = zerosim_engine(widths, n, stage, precision, "auto")
             single = zerosim_engine(widths, n, stage, precision, 1)
             peers.step(), pooled.step(data), single.step(data)  # warm up: first touches, BLAS, gloo's buffers
             times = {"torch": [], "pool": [], "one": []}
-            for _ in range(repeats):  # in turns: each side idle while the other steps
+            start = time.perf_counter()
+            for k in range(repeats):  # in turns: each side idle while the other steps
+                if k >= MIN_REPEATS and time.perf_counter() - start > budget:
+                    break
                 times["torch"].append(peers.step())
                 times["pool"].append(timed(lambda: pooled.step(data)))
                 times["one"].append(timed(lambda: single.step(data)))
-            med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
-            med.update({f"{k} cpu": statistics.median(c for _, c in v) for k, v in times.items()})
-            rows.append((label, med, pooled.model.num_params, pooled.cluster.pool.workers))
+            med = {key: statistics.median(w for w, _ in v) for key, v in times.items()}
+            med.update({f"{key} cpu": statistics.median(c for _, c in v) for key, v in times.items()})
+            med["repeats"] = len(times["torch"])
+            rows.append((label, med, pooled.model.num_params, pooled.cluster.pool.workers, target))
     finally:
         peers.close()
     return rows
 
 
+def machine() -> str:
+    """The CPU's name (Linux's /proc/cpuinfo, else what platform says) and how many cores this process may use."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def readme_table(results, header: str) -> list:
+    """The README's table: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch ms; 1 worker
+    ratio; CPU s ratio)", then the targets met or missed."""
+    labels = [label for label, *_ in ROWS]
+    lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    verdicts = []
+    for (name, n), rows in results:
+        cells = []
+        for label, med, params, _, target in rows:
+            ratio = med["pool"] / med["torch"]
+            cells.append(f"**{ratio:.2f}** ({med['pool'] * 1e3:.0f} / {med['torch'] * 1e3:.0f} ms; 1 worker "
+                         f"{med['one'] / med['torch']:.2f}; CPU s {med['pool cpu'] / med['torch cpu']:.2f})")
+            verdicts.append(f"{label.split(',')[0].split(' ÷')[0]} {label.split(', ')[-1]} {name}, N = {n}: "
+                            f"{ratio:.2f} {'met' if ratio <= target else 'MISSED'} (≤ {target})")
+        lines.append(f"| {rows[0][2]:,} params, N = {n} | " + " | ".join(cells) + " |")
+    return lines + ["", "Targets (issue 28): " + "; ".join(verdicts) + "."]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--budget", type=float, default=40.0, help="seconds a row may take before it stops repeating "
+                   f"(after {MIN_REPEATS} steps)")
     p.add_argument("--cases", default="919k:4,919k:8,10M:4,10M:8", help="MODEL:N,... (MODEL: 919k or 10M)")
     p.add_argument("--port", type=int, default=29517)
     args = p.parse_args()
@@ -194,19 +237,28 @@ def main():
               "so nothing was measured")
         return 0
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, load average at start "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; BLAS threads "
+    started, load_start = time.perf_counter(), load()
+    print(f"torch {torch.__version__}, {machine()}, load average at start {load_start}; BLAS threads "
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
-          f"median of {args.repeats} steps in turns")
+          f"median of {MIN_REPEATS}-{args.repeats} steps in turns (--budget {args.budget:g} s a row)")
     print(f"{'model':<6} {'N':>2}  {'comparison':<44} {'torch ms':>9} {'zerosim ms':>10} {'ratio':>6}  "
-          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11}")
+          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'steps':>5}")
+    results = []
     for k, (name, n) in enumerate(cases):
-        for label, med, params, workers in run_case(name, n, args.repeats, args.port + k):
+        rows = run_case(name, n, args.repeats, args.budget, args.port + k)
+        results.append(((name, n), rows))
+        for label, med, params, workers, _ in rows:
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
-                  f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f}")
+                  f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f} "
+                  f"{med['repeats']:>5}")
         sys.stdout.flush()
-    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    workers = results[0][1][0][3] if results else 1
+    header = (f"Measured on {machine()} ({platform.system()}), torch {torch.__version__}, zerosim with {workers} "
+              f"worker threads; load average {load_start} at the start, {load()} at the end; "
+              f"{(time.perf_counter() - started) / 60:.1f} min. Each cell: zerosim ÷ torch, per-step wall time, "
+              f"median of {MIN_REPEATS}-{args.repeats} steps in turns.")
+    print("\n" + "\n".join(readme_table(results, header)))
     return 0
 
 

@@ -264,3 +264,23 @@ def test_peers_benchmark_without_torch_says_so_and_exits_0():
     assert done.stdout.strip().splitlines() == [
         "benchmarks/peers.py needs torch (the CPU build: pip install torch==2.13.0); it is not installed here, so "
         "nothing was measured"]
+
+
+def test_peers_benchmark_prints_the_readme_table_with_each_target_met_or_missed():
+    """The table benchmarks/peers.py ends with (for the README), from made-up medians: each cell's numbers
+    worked out by hand in the comments."""
+    import runpy
+    from pathlib import Path
+
+    peers = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py"), run_name="peers")
+    med = {"torch": 0.100, "pool": 0.050, "one": 0.080, "torch cpu": 0.2, "pool cpu": 0.06, "one cpu": 0.08}
+    slow = dict(med, pool=0.120)
+    rows = [(label, m, 919_296, 2, target) for (label, *_, target), m in zip(peers["ROWS"], (med, med, slow))]
+    lines = peers["readme_table"]([(("919k", 4), rows)], "HEADER")
+    assert lines[:2] == ["HEADER", ""] and lines[2].count("|") == 5 and lines[3] == "|---|---|---|---|"
+    # 50 ms ÷ 100 ms = 0.50; one worker 80 ÷ 100 = 0.80; CPU 0.06 ÷ 0.2 = 0.30; the bf16 row 120 ÷ 100 = 1.20
+    cell = "**0.50** (50 / 100 ms; 1 worker 0.80; CPU s 0.30)"
+    slow_cell = "**1.20** (120 / 100 ms; 1 worker 0.80; CPU s 0.30)"
+    assert lines[4] == f"| 919,296 params, N = 4 | {cell} | {cell} | {slow_cell} |"
+    assert lines[-1] == ("Targets (issue 28): ZeRO-1 fp32 919k, N = 4: 0.50 met (≤ 1.0); ZeRO-3 fp32 params 919k, "
+                         "N = 4: 0.50 met (≤ 1.0); ZeRO-3 bf16 params 919k, N = 4: 1.20 MISSED (≤ 0.5).")
