@@ -122,7 +122,7 @@ def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(
     # and the optimizer stepped in blocks of STEP_BLOCK elements. Both must leave every bit where the exact
     # oracle (float64 adds rounded once, one whole-vector step) leaves it; blocks of 1..9 elements make the
     # block borders fall everywhere on these small models.
-    import zerosim.reference.oracle as oracle
+    import zerosim.optim.base as base  # STEP_BLOCK: the oracle's blocks (and the engines')
 
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed))
@@ -130,13 +130,13 @@ def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(
     runs = [Reference(model, get_optimizer(opt, **ELEMENTWISE[opt]), precision, world_size=n, params=params,
                       accumulation_steps=k, reduce_every_micro_step=every_micro_step, order=how)
             for how in ("ring", "ring-native")]
-    saved, oracle.STEP_BLOCK = oracle.STEP_BLOCK, block
+    saved, base.STEP_BLOCK = base.STEP_BLOCK, block
     try:
         for step in range(2):
             batches = [data[(step * n + r) * k : (step * n + r + 1) * k] for r in range(n)]
             assert runs[0].step(batches) == runs[1].step(batches)
     finally:
-        oracle.STEP_BLOCK = saved
+        base.STEP_BLOCK = saved
     exact, native = runs
     assert np.array_equal(bits(exact.master()), bits(native.master()))
     assert np.array_equal(bits(exact.compute_params()), bits(native.compute_params()))

@@ -65,7 +65,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zerosim.optim import adam_chunks
 from zerosim.optim.base import Optimizer, check_betas, check_nonneg, scalar
 from zerosim.precision.cast import has_values
 
@@ -121,8 +120,6 @@ class Adam(Optimizer):
     def _update(self, w, g, s, t, record):
         if self.formula != "seed":
             return self._kernel_step(w, g, s, t, record)
-        if record is None and adam_chunks.applies(w, g, s):  # the same bits, chunk by chunk (adam_chunks.py)
-            return adam_chunks.seed_step(self.betas, self.lr, self.eps, w, g, s["m"], s["v"], t)
         dt = w.dtype
         b1, b2 = self.betas
         m, v = s["m"], s["v"]

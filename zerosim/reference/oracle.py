@@ -27,6 +27,7 @@ import numpy as np
 from zerosim.collectives import ShardLayout, gloo_ring, naive_reduce, nccl_ring_allreduce_chunks
 from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
+from zerosim.optim.base import step_in_blocks
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.precision import cast, get_precision
 from zerosim.reference.mesh_reduce import reduce_on_mesh
@@ -40,18 +41,9 @@ from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.step_checks import skips_steps
 
 
-# The speed yardstick ("ring-native") steps an elementwise optimizer over the flat vector in blocks of this
-# many elements: the same bits as one whole-vector step (nothing mixes elements), but each temporary stays
-# in cache and below the allocator's mmap threshold. Measured here for Adam on 919,296 fp32 params:
-# 16 ms whole, 2.9 ms in blocks of 2**17, 7.8 ms in blocks of 2**19. The engines get the same benefit
-# for free, stepping one shard per rank.
-STEP_BLOCK = 2**17
-
-
-def _step_in_blocks(optimizer, w, g, state: dict, t: int) -> None:
-    for a in range(0, max(w.shape[0], 1), STEP_BLOCK):
-        b = a + STEP_BLOCK
-        optimizer.step(w[a:b], g[a:b], {k: v[a:b] for k, v in state.items()}, t)
+# The speed yardstick ("ring-native") steps an elementwise optimizer over the flat vector in blocks
+# (optim/base.py `step_in_blocks`, STEP_BLOCK elements): the same bits as one whole-vector step, each temporary
+# in cache. The engines step each rank's shard the same way (zero/update.py).
 
 
 class Reference:
@@ -250,7 +242,7 @@ class Reference:
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
         if self.optimizer.elementwise and self.order == "ring-native":
-            _step_in_blocks(self.optimizer, w, g, self.state, self.t)
+            step_in_blocks(self.optimizer, w, g, self.state, self.t)
         elif self.optimizer.elementwise:
             self.optimizer.step(w, g, self.state, self.t)
         else:  # Muon: each parameter as a whole matrix

@@ -14,6 +14,7 @@ import numpy as np
 
 from zerosim.cluster import OptimizerStep
 from zerosim.collectives import all_gather
+from zerosim.optim.base import step_in_blocks
 from zerosim.optim.by_matrix import matrix_shape, step_by_matrix
 from zerosim.zero import averaging
 from zerosim.zero.state import master_of, own_params
@@ -60,6 +61,8 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
         w = scratch.array
     if step is not None:
         step(w, state)
+    elif optimizer.elementwise and values is None and isinstance(w, np.ndarray):
+        step_in_blocks(optimizer, w, g32, state, t)  # cache-sized blocks: the same bits (optim/base.py)
     elif optimizer.elementwise:
         optimizer.step(w, g32, state, t, values)
     else:  # a matrix optimizer on whole parameters: only where the region is the whole model
