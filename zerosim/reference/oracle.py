@@ -33,7 +33,8 @@ from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
 from zerosim.zero.layouts import layout_for
-from zerosim.zero.bucket_allreduce import bucket_slices, flat_chunks, ready_buckets, split_calls
+from zerosim.zero.bucket_allreduce import flat_chunks, range_slices, split_calls
+from zerosim.zero.param_buckets import DDPBuckets, ddp_buckets, ipg_buckets, ready_order, registration
 from zerosim.zero.mesh_groups import default_recipe
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
@@ -77,7 +78,11 @@ class Reference:
             stage-3 gather sends them (wire_oracle.py).
         reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
             "deepspeed-zero12" all-reduces each bucket whole (zero/bucket_allreduce.py: the oracle forms the
-            buckets with its `ready_buckets` and sums each in the all-reduce's order over the bucket).
+            buckets by parameter with param_buckets.py's `ipg_buckets` and sums each in the all-reduce's order over
+            the bucket).
+        ddp: the engine's `CommSchedule.ddp` (DDP's bucket caps) for the `ddp` recipe: the first step all-reduces one
+            bucket in registration order, later steps DDP's rebuilt buckets (param_buckets.py), each in its own
+            all-reduce's chunk map.
         strategy, shard_group: a strategy for many nodes and its group size S, as `ZeroEngine(stage=..., shard_group=)`
             (zero/plan.py STRATEGIES): HSDP and MiCS reduce in two levels (mesh_reduce.py); the others reduce as
             stage 3 (their secondary pieces and kept units move copies, never a sum).
@@ -89,7 +94,7 @@ class Reference:
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
                  clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
-                 strategy=None, shard_group: int | None = None):
+                 strategy=None, shard_group: int | None = None, ddp: DDPBuckets | None = None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -107,6 +112,8 @@ class Reference:
         self.order = order
         self.clip_grad = clipping.check_max_norm(clip_grad)
         self.reduce_bucket_size = reduce_bucket_size
+        self.ddp = DDPBuckets() if ddp is None else ddp
+        self.ddp_rebuilt = False  # as the engine's: DDP's buckets are rebuilt after the first reduction
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -170,10 +177,19 @@ class Reference:
         (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
         p, n = self.precision, len(grads)
         chunks, direction, real = None, 1, self.model.num_params
-        if self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
+        if self.recipe.reduction == "ddp":  # DDP: each bucket its own all-reduce, in flat coordinates
+            chunks = [(0, real, self.padded)]
+            for bucket in ddp_buckets(registration(self.model.specs), p.compute_format.itemsize, self.ddp.caps,
+                                      self.ddp_rebuilt):
+                more, direction = flat_chunks([(0, a, b) for _, a, b in bucket], n, p.reduce_format.itemsize,
+                                              self.recipe.allreduce)
+                chunks += more
+            self.ddp_rebuilt = True
+        elif self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
             chunks = [(0, real, self.padded)]
             for bucket in self._buckets():
-                for call in split_calls(bucket_slices(self.layout, bucket), self.reduce_bucket_size):
+                slices = range_slices(self.layout, [(a, b) for _, a, b in bucket])
+                for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
@@ -194,13 +210,12 @@ class Reference:
                 and (self.reduce_every_micro_step or self.optimizer.elementwise))
 
     def _buckets(self) -> list:
-        """The engine's gradient buckets, units in the order they joined: backward's (the reverse of the layers')
-        by DeepSpeed's rule; stage 1 without a bucket size: one bucket of every unit in flat order."""
-        windows = self.layout.windows
-        sizes = [b - a for a, b in windows]
+        """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order
+        by DeepSpeed's ipg rule; stage 1 without a bucket size: one bucket of every parameter in flat order."""
+        params = registration(self.model.specs)
         if not self.reduce_every_micro_step and self.reduce_bucket_size is None:
-            return [[x for x in range(len(windows)) if sizes[x]]]
-        return ready_buckets(list(reversed(range(len(windows)))), sizes, self.reduce_bucket_size)
+            return [params]
+        return ipg_buckets(ready_order(params), self.reduce_bucket_size)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""

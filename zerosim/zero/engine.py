@@ -37,7 +37,7 @@ from zerosim.optim import Optimizer
 from zerosim.precision import cast, get_precision
 from zerosim.zero import clipping
 from zerosim.zero.batches import micro_batches
-from zerosim.zero.buckets import GradBucket
+from zerosim.zero.buckets import grad_buckets
 from zerosim.zero.comm_schedule import get_comm_schedule
 from zerosim.zero.compute import compute
 from zerosim.zero.context import Context
@@ -45,6 +45,7 @@ from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.hooks import Hooks
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
+from zerosim.zero.param_buckets import registration
 from zerosim.zero.plan import get_plan
 from zerosim.zero.qgz_reduce import LOCO, check_qgz_engine
 from zerosim.zero.recipes import GradientRecipe
@@ -141,10 +142,12 @@ class ZeroEngine:
             check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
                            groups=self.groups, bucket_limit=self.comm.reduce_bucket_size,
+                           params=tuple(registration(model.specs)), ddp_caps=self.comm.ddp.caps,
                            wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
+        self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
                 init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, padded,
@@ -211,9 +214,9 @@ class ZeroEngine:
                        loss_scale=self.scaler.scale, keep_values=trace.keep_values)
                   for rank, (x, target) in zip(self.cluster.ranks, batches)]
         params = ParamFetcher(ctx, self.comm, model, self.ops) if plan.gathers_params else None  # stage 3
-        grads = GradBucket(ctx, self.comm.reduce_bucket_size, k == 0, None if plan.reduces_per_unit else
-                           self.end_reduction, self.hooks.reduce_unit, last=k == self.accumulation_steps - 1
-                           if plan.replicate else None) if self._bucketed(k) else None
+        grads = grad_buckets(ctx, self.comm.reduce_bucket_size, k == 0, None if plan.reduces_per_unit else
+                             self.end_reduction, self.hooks.reduce_unit, k == self.accumulation_steps - 1
+                             if plan.replicate else None, self.ddp_rebuilt) if self._bucketed(k) else None
         waits = trace.live(self._refresh) if k == 0 else Handle()  # the first compute waits for the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
             for i, op in enumerate(self.ops):
@@ -227,13 +230,14 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
+        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _bucketed(self, k: int) -> bool:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
-        return self.plan.reduces_per_unit or (self.comm.reduce_bucket_size is not None
-                                              and k == self.accumulation_steps - 1)
+        bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------
     def region(self, rank_index: int) -> slice:
