@@ -121,14 +121,15 @@ def test_call_chunks_cover_the_call_once():
 WIDTHS = [6, 9, 7, 4]
 
 
-def run(stage, policy, recipe, n, bucket, k=1, steps=2, seed=1, ddp=DDPBuckets()):
+def run(stage, policy, recipe, n, bucket, k=1, steps=2, seed=1, ddp=DDPBuckets(), clip=None):
     model = MLP(WIDTHS)
     params = model.init_params(np.random.default_rng(seed))
-    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, params=params, recipe=recipe,
+    clipping = dict(clip_grad=0.05, clip_norm=clip) if clip else {}  # 0.05: below the norms here, so it clips
+    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, params=params, recipe=recipe, **clipping,
                         comm=CommSchedule(reduce_bucket_size=bucket, bucket_cap_mb=ddp.bucket_cap_mb,
                                           first_bucket_mb=ddp.first_bucket_mb), accumulation_steps=k)
     oracle = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, recipe=recipe, accumulation_steps=k,
-                       reduce_every_micro_step=stage >= 2, reduce_bucket_size=bucket, ddp=ddp)
+                       reduce_every_micro_step=stage >= 2, reduce_bucket_size=bucket, ddp=ddp, **clipping)
     data = make_regression(np.random.default_rng(seed + 1), steps * n * k, 3, WIDTHS)
     for s in range(steps):
         mine = data[s * n * k : (s + 1) * n * k]
@@ -139,13 +140,24 @@ def run(stage, policy, recipe, n, bucket, k=1, steps=2, seed=1, ddp=DDPBuckets()
 
 @pytest.mark.slow  # ~3 s; the fast lane keeps the fixed multi-unit cases below
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(sorted(RECIPES)), allreduce=st.sampled_from(["ring", "nccl", "gloo"]),
-       n=st.integers(1, 5), bucket=st.sampled_from([None, 1, 40, 80, 150, 10**9]), k=st.integers(1, 2),
-       precision=st.sampled_from(["fp16-mixed", "bf16-mixed"]), reduce=st.sampled_from([None, "fp32"]),
-       first=st.sampled_from([None, 1, 30, 100]), steps=st.integers(1, 3), seed=st.integers(0, 2**16), data=st.data())
+@given(
+    name=st.sampled_from(sorted(RECIPES)),
+    allreduce=st.sampled_from(["ring", "nccl", "gloo"]),
+    n=st.integers(1, 5),
+    bucket=st.sampled_from([None, 1, 40, 80, 150, 10**9]),
+    k=st.integers(1, 2),
+    precision=st.sampled_from(["fp16-mixed", "bf16-mixed"]),
+    reduce=st.sampled_from([None, "fp32"]),
+    first=st.sampled_from([None, 1, 30, 100]),
+    steps=st.integers(1, 3),
+    clip=st.sampled_from([None, "shards", "torch"]),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
 def test_every_recipe_and_bucket_size_equals_the_oracle(name, allreduce, n, bucket, k, precision, reduce, first, steps,
-                                                         seed, data):
+                                                         clip, seed, data):
     stage = data.draw(st.sampled_from(RECIPES[name].stages), label="stage")
+    clip = "shards" if clip == "torch" and stage > 0 else clip  # torch's norm needs the whole gradient: stage 0
     ddp = DDPBuckets()
     if name == "ddp":  # DDP's own caps, in bytes of its 16-bit gradients (bucket elements * 2), instead
         ddp = DDPBuckets(None if bucket is None else bucket * 2 / 2**20, None if first is None else first * 2 / 2**20)
@@ -153,7 +165,8 @@ def test_every_recipe_and_bucket_size_equals_the_oracle(name, allreduce, n, buck
     if RECIPES[name].collective != "bucket all-reduce" and (stage > 0 or bucket is not None):
         allreduce = "ring"  # only an all-reduce has a chunk map to choose (the engine refuses the others)
     policy = get_precision(precision).with_(reduce=None if name == "ddp" else reduce)
-    engine, oracle = run(stage, policy, GradientRecipe(name, allreduce), n, bucket, k, steps, seed=seed, ddp=ddp)
+    engine, oracle = run(stage, policy, GradientRecipe(name, allreduce), n, bucket, k, steps, seed=seed, ddp=ddp,
+                         clip=clip)
     assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
     assert np.array_equal(bits(engine.full_params()), bits(oracle.compute_params()))
 

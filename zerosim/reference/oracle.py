@@ -72,7 +72,7 @@ class Reference:
             "ring-native": the same adds by NumPy in the wire dtype, and an elementwise optimizer stepped in
             cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py).
             (Which recipe reduces is `recipe`'s.)
-        clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
+        clip_grad, clip_norm: clip to this global norm, summed as `ZeroEngine(clip_grad=..., clip_norm=...)`.
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
         wire: a `zeropp.Wire`, as `ZeroEngine(wire=...)`: each unit computes with its weights quantized as the
             stage-3 gather sends them (wire_oracle.py).
@@ -94,7 +94,8 @@ class Reference:
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
                  clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
-                 strategy=None, shard_group: int | None = None, ddp: DDPBuckets | None = None):
+                 strategy=None, shard_group: int | None = None, ddp: DDPBuckets | None = None,
+                 clip_norm: str = "shards"):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -110,7 +111,7 @@ class Reference:
         if order not in ("ring", "ring-native"):
             raise ValueError(f"order must be 'ring' or 'ring-native', got {order!r}")
         self.order = order
-        self.clip_grad = clipping.check_max_norm(clip_grad)
+        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
         self.reduce_bucket_size = reduce_bucket_size
         self.ddp = DDPBuckets() if ddp is None else ddp
         self.ddp_rebuilt = False  # as the engine's: DDP's buckets are rebuilt after the first reduction
@@ -257,10 +258,13 @@ class Reference:
         else:
             self.decisions.append(self.scaler.update(False))
         g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before, recipe=self.recipe)
-        if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
+        if self.clip_grad is not None and self.clip_norm == "torch":  # clip_grad_norm_ on the whole gradient
+            self.norms.append(clipping.torch_total_norm(g, registration(self.model.specs)))
+        elif self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
             total = naive_reduce(clipping.shard_partials(g, self.layout.world_size,
                                                          self.layout.owner_chunks(self.padded)), op="sum", order="ring")
             self.norms.append(clipping.norm_of(total))
+        if self.clip_grad is not None:
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)

@@ -77,6 +77,9 @@ class ZeroEngine:
             collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit.
         clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
             max_norm, computed over the shards: step_checks.py), or None.
+        clip_norm: how that norm is summed: "shards" (default: each rank's shard's sum of squares, all-reduced, as
+            ZeRO does) or "torch" (stage 0: torch's clip_grad_norm_, per-tensor norms then the norm of the norms,
+            on every rank's whole gradient; zero/clipping.py says what of it is reproduced).
         recipe: how gradients are reduced and averaged: a `GradientRecipe` or a recipe's name ("seeds",
             "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names (HSDP's and
             MiCS's framework's when it names none: "fsdp2", "deepspeed-zero3").
@@ -96,7 +99,8 @@ class ZeroEngine:
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool | None = None,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None, recipe=None,
-                 states: dict | None = None, hooks: Hooks | None = None, wire=None, shard_group: int | None = None):
+                 states: dict | None = None, hooks: Hooks | None = None, wire=None, shard_group: int | None = None,
+                 clip_norm: str = "shards"):
         if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
@@ -113,7 +117,10 @@ class ZeroEngine:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         optimizer.check_stage(plan.stage)
         self.comm = get_comm_schedule(comm)
-        self.clip_grad = clipping.check_max_norm(clip_grad)
+        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
+        if self.clip_norm == "torch" and plan.sharded:
+            raise ValueError(f"clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds on a "
+                             f"rank; at stage {plan.stage} use clip_norm='shards' (the shards' sums, all-reduced)")
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.precision = optimizer, get_precision(precision)
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
@@ -192,7 +199,7 @@ class ZeroEngine:
                     if not decision.skip:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
-                            checked += all_reduce_norm(ctx, grads32, self.clip_grad, i)
+                            checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
             self.iteration = i
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
