@@ -121,11 +121,12 @@ def test_call_chunks_cover_the_call_once():
 WIDTHS = [6, 9, 7, 4]
 
 
-def run(stage, policy, recipe, n, bucket, k=1, steps=2, seed=1, ddp=DDPBuckets(), clip=None):
+def run(stage, policy, recipe, n, bucket, k=1, steps=2, seed=1, ddp=DDPBuckets(), clip=None, cluster=None):
     model = MLP(WIDTHS)
     params = model.init_params(np.random.default_rng(seed))
     clipping = dict(clip_grad=0.05, clip_norm=clip) if clip else {}  # 0.05: below the norms here, so it clips
-    engine = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), policy, params=params, recipe=recipe, **clipping,
+    engine = ZeroEngine(model, cluster or Cluster(n), stage, Adam(lr=1e-2), policy, params=params, recipe=recipe,
+                        **clipping,
                         comm=CommSchedule(reduce_bucket_size=bucket, bucket_cap_mb=ddp.bucket_cap_mb,
                                           first_bucket_mb=ddp.first_bucket_mb), accumulation_steps=k)
     oracle = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, recipe=recipe, accumulation_steps=k,

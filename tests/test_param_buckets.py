@@ -8,11 +8,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import bits
+from test_bucket_allreduce import run as run_pair  # noqa: E402 (tests/ is on the path)
 
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
-from zerosim.models import make_regression
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_precision
 from zerosim.zero import GradientRecipe
@@ -110,23 +112,11 @@ def test_a_three_rank_fp16_ddp_bucket_by_hand(caps, rebuilt, want, why):
     assert np.array_equal(bits(got), bits(oracle))
 
 
-WIDTHS = [6, 9, 7, 4]  # Linear layers of 54 + 9, 63 + 7, 28 + 4 elements
-
-
+# test_bucket_allreduce.WIDTHS = [6, 9, 7, 4]: Linear layers of 54 + 9, 63 + 7, 28 + 4 elements
 def run(n, precision, allreduce, caps=(None, None), steps=3, k=1, seed=1, cluster=None):
-    model = MLP(WIDTHS)
-    params = model.init_params(np.random.default_rng(seed))
+    """test_bucket_allreduce's engine-beside-oracle run, with the `ddp` recipe at stage 0 and DDP's caps (MiB)."""
     policy = get_precision(precision).with_(reduction="ddp", allreduce=allreduce)
-    comm = CommSchedule(bucket_cap_mb=caps[1], first_bucket_mb=caps[0])
-    engine = ZeroEngine(model, cluster or Cluster(n), 0, Adam(lr=1e-2), policy, params=params, comm=comm,
-                        accumulation_steps=k)
-    oracle = Reference(model, Adam(lr=1e-2), policy, world_size=n, params=params, accumulation_steps=k, ddp=comm.ddp)
-    data = make_regression(np.random.default_rng(seed + 1), steps * n * k, 3, WIDTHS)
-    for s in range(steps):
-        mine = data[s * n * k : (s + 1) * n * k]
-        batches = [mine[r * k : (r + 1) * k] for r in range(n)]
-        assert engine.step(batches) == oracle.step(batches)
-    return engine, oracle
+    return run_pair(0, policy, None, n, None, k, steps, seed, DDPBuckets(caps[1], caps[0]), cluster=cluster)
 
 
 @pytest.mark.parametrize("allreduce", ["ring", "nccl", "gloo"])
@@ -212,3 +202,15 @@ def test_ddp_buckets_are_torchs(widths, cap, first):
     assert iterations[2][1] == ", ".join(str(sum(b - a for _, a, b in bucket) * 4) for bucket in rebuilt)
     assert iterations[2][2] == ", ".join(" ".join(str(index[p]) for p in bucket) for bucket in rebuilt)
     assert [p for bucket in rebuilt for p in bucket] == ready_order(params)
+
+
+@pytest.mark.slow  # ~2 s
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 5), precision=st.sampled_from(["fp16-mixed", "bf16-mixed"]),
+       allreduce=st.sampled_from(["ring", "nccl", "gloo"]), cap=st.sampled_from([None, 2, 40, 100, 300, 10**6]),
+       first=st.sampled_from([None, 1, 30, 64]), k=st.integers(1, 2), seed=st.integers(0, 2**16))
+def test_ddp_buckets_of_any_cap_equal_the_oracle(n, precision, allreduce, cap, first, k, seed):
+    caps = (None if first is None else first / MIB, None if cap is None else cap / MIB)  # bytes -> MiB
+    engine, oracle = run(n, precision, allreduce, caps=caps, steps=3, k=k, seed=seed)
+    assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
+    assert np.array_equal(bits(engine.full_params()), bits(oracle.compute_params()))

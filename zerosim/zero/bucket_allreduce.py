@@ -103,6 +103,11 @@ def flat_chunks(call: list, n: int, itemsize: int, allreduce: str) -> tuple:
     return out, direction
 
 
+def chunk_map_all_reduce(allreduce: str):
+    """The all-reduce whose chunk map `allreduce` names: "nccl", "gloo" or zerosim's "ring" (N equal shards)."""
+    return {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(allreduce, all_reduce)
+
+
 def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: bool, free=()) -> Handle:
     """All-reduce a bucket of `params` ((unit, a, b) flat ranges, in the order they joined it) as DeepSpeed's default
     path does (module docstring), and accumulate each rank's owned slices into its gradients: its (s,) shard (`held`:
@@ -129,7 +134,7 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
         bucket.append(buf)
         for x in free:
             rank.ledger.get(grads_name(x)).free()
-    collective = {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(recipe.allreduce, all_reduce)
+    collective = chunk_map_all_reduce(recipe.allreduce)
     units = tuple(dict.fromkeys(x for x, _, _ in params))  # the units it holds, in the order they joined
     name = " + ".join(ctx.names[x] for x in units) + " grads"
     last, start = Handle(), 0

@@ -18,8 +18,8 @@ Letters: N ranks, m the bucket's elements; a parameter is (unit, a, b), its rang
 from __future__ import annotations
 
 from zerosim.cluster import Handle
-from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce
 from zerosim.zero import averaging
+from zerosim.zero.bucket_allreduce import chunk_map_all_reduce
 
 
 def ddp_all_reduce(ctx, params: list) -> Handle:
@@ -38,7 +38,7 @@ def ddp_all_reduce(ctx, params: list) -> Handle:
             buf.array[at : at + b - a] = rank.grads.array[a:b]
             at += b - a
         bucket.append(buf)
-    collective = {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(recipe.allreduce, all_reduce)
+    collective = chunk_map_all_reduce(recipe.allreduce)
     units = tuple(dict.fromkeys(x for x, _, _ in params))  # the units it holds, in the order they joined
     with cluster.trace.about(purpose="reduce grads", layers=units):
         out = collective(cluster, [buf.array for buf in bucket], op=averaging.reduce_op(policy, n, recipe),
