@@ -4,7 +4,10 @@ The knobs change *which* collectives run, *when* they are issued and *how much* 
 a bit of the result: every bucket moves window ∩ shard_r for each rank r (`counts`), so each element
 keeps its owner and is summed in the same ring order as without buckets (flat.py). NOTE: a real NCCL
 call cuts a bucket into N equal chunks, so on a GPU bucketing can change which rank sums an element
-and therefore its rounding; zerosim keeps the owners so that a bucket size changes time and memory only.
+and therefore its rounding; zerosim keeps the owners so that a bucket size changes time and memory only —
+except for the two recipes that all-reduce each bucket whole as their frameworks do (`ddp` with DDP's caps,
+`bucket_cap_mb`; `deepspeed-zero12` with `reduce_bucket_size`): there the bucket's own chunk map decides, and a
+bucket size can change bits (param_buckets.py, ddp_reduce.py, bucket_allreduce.py).
 
     knob                         DeepSpeed name (deepspeed/runtime/zero/config.py)  FSDP name
     reduce_bucket_size           reduce_bucket_size              5e8 elements      -

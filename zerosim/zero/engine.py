@@ -74,7 +74,8 @@ class ZeroEngine:
         accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
         comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
             under DeepSpeed's and FSDP's names), "deepspeed", "fsdp", or None (seed 004's schedule: one
-            collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit.
+            collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit — except
+            where the recipe all-reduces each bucket whole (`ddp`'s `bucket_cap_mb`, `deepspeed-zero12`'s buckets).
         clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
             max_norm, computed over the shards: step_checks.py), or None.
         clip_norm: how that norm is summed: "shards" (default: each rank's shard's sum of squares, all-reduced, as
