@@ -3,10 +3,11 @@
 torch.optim.Adam's default path on CPU tensors (`_single_tensor_adam`: foreach and fused default to off unless every
 tensor is on CUDA, torch/optim/optimizer.py: _default_to_fused_or_foreach) computes `exp_avg_sq.sqrt()` with
 ATen's vectorised CPU sqrt, which an MKL build runs through MKL's vsSqrt (aten/src/ATen/cpu/vml.h). That result is
-not correctly rounded on every CPU: on an AMD EPYC (AVX2) with torch 2.13.0+cpu it differs from NumPy's correctly
-rounded sqrt for 17 % of random fp32 inputs, always by one ulp, and the same element gets the same bits wherever
-it sits in a tensor (checked at offsets 1 to 1000). zerosim's Adam(formula="torch") models every other operation of
-that path (optim/adam.py), so with torch's sqrt put in its place (`Adam._sqrt`) the update agrees bit for bit.
+not correctly rounded on every CPU: on an AMD EPYC (AVX2) with torch 2.13.0+cpu it is one ulp off, either way,
+for 19.9 % of uniformly random fp32 inputs in [1, 4) (tests/test_parity_kits.py), and an element gets the same bits
+wherever it sits in a tensor (seen at offsets 1 to 1000), so slices of any length may be substituted.
+zerosim's Adam(formula="torch") models every other operation of that path (optim/adam.py), so with torch's sqrt
+put in its place (`Adam._sqrt`) the update agrees bit for bit.
 
 The alternative, `torch.optim.Adam(fused=True)` (its CPU kernel takes the hardware's correctly rounded sqrt),
 was measured too: it differs from Adam(formula="torch") in the kernel's scalar tail (the elements past the last
