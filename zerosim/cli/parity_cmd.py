@@ -99,8 +99,10 @@ def _kits(args) -> int:
     for setting in args.fsdp or ():
         runs[f"FSDP2 fully_shard {setting} + Adam vs zerosim's `fsdp2` recipe"] = compare_fsdp(
             ranks_of(ranks, "fsdp"), args.widths, setting, args.grads, args.sqrt)
-    print(f"torch on {args.ranks} gloo processes, MLP {'-'.join(map(str, args.widths))}, {args.steps} steps; "
-          f"local gradients: {args.grads}'s; Adam's sqrt: {args.sqrt}'s; parameters compared after each step")
+    print(f"torch on {args.ranks} gloo processes, MLP {'-'.join(map(str, args.widths))}, {args.steps} steps, "
+          f"parameters compared after each step")
+    print(f"local gradients: {args.grads}'s; Adam's sqrt: {args.sqrt}'s; DDP's all-reduce in zerosim: "
+          f"{args.reduction}'s order" if zero1 else f"local gradients: {args.grads}'s; Adam's sqrt: {args.sqrt}'s")
     causes = {}
     for title, steps in runs.items():
         print(title)

@@ -15,11 +15,11 @@ import numpy as np
 
 # Where a step's first difference from torch arises, in the order the step runs: the name printed beside it.
 CAUSES = {
-    "local": "matmul order (zerosim's own forward/backward: NumPy's fp64-accumulated matmuls, not torch's fp32 "
+    "local": "matmul order (zerosim's own forward/backward: NumPy's fp32 matmuls sum in another order from torch's "
              "MKL kernels)",
     "reduced": "the reduction's order (zerosim's ring adds in another order from gloo's)",
     "update": "sqrt (torch's CPU sqrt, MKL's vsSqrt, is not correctly rounded on every CPU; zerosim's is)",
-    "carried": "carried over: the parameters already differed when the step began",
+    "carried": "the parameters already differed when the step began",
 }
 
 
