@@ -96,6 +96,8 @@ def test_without_torchs_sqrt_the_first_difference_is_the_update(torch_runs, n):
     ranks = ranks_of(_runs(torch_runs, n), "zero1")
     steps = compare_zero1(ranks, WIDTHS, sqrt="zerosim")
     record = ranks[0]["records"][0]
+    # Adam's second moment after step 1, (1 - b2) g^2 (up to the fma's one rounding): a probe of whether torch's
+    # sqrt rounds this run's inputs correctly
     v = np.concatenate([(np.float32(1 - 0.999) * g * g).astype(np.float32) for g in record["reduced"].values()])
     if _torch_sqrt_is_correctly_rounded(v):
         assert steps[0].equal == 1.0
