@@ -156,7 +156,10 @@ def _activation_strategies(args):
     from zerosim.costs.measured import strategy_costs
     from zerosim.viz.activations_figure import strategies_figure
 
-    return strategies_figure(strategy_costs(4, 2048, **SEED001_7B),
+    from zerosim.costs.gpus import get_gpu
+
+    gpu = get_gpu("h100-80gb")
+    return strategies_figure(strategy_costs(4, 2048, **SEED001_7B), capacity=gpu.capacity, gpu=gpu.name,
                              title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, "
                                    "fp16: "
                                    "one rank's ledger and compute events")
