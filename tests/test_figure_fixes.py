@@ -85,3 +85,50 @@ def test_spacing_shows_fp16s_subnormal_step_and_where_it_flushes_to_zero():
     assert ax.get_xlim()[0] < 2.0**-25
     assert any(t.get_text() == "fp16: 0 at or below 2^-25" for t in ax.texts)
     no_two_texts_overlap(ax.figure)
+
+
+# -- 1. timeline_sweep.png ------------------------------------------------------------------------------------
+
+def _points_inside(ax, box):
+    import numpy as np
+
+    for line in ax.lines:
+        xy = ax.transData.transform(np.column_stack(line.get_data()))
+        if any(box.contains(x, y) for x, y in xy):
+            return line.get_label()
+    return None
+
+
+@pytest.mark.slow  # GPT-3 175B swept over 7 sizes, 3 stages, 2 links (~15 s)
+def test_timeline_sweep_draws_only_what_fits_from_zero_and_says_why_zero3_is_fastest():
+    """Issue 24 #1: ZeRO-1/2 at 175B (700 / 350 GB per GPU) drawn as if they ran, ZeRO-3 ranked fastest against seed 001
+    §10 without a word, a y-axis cut at 21 s, a right panel 60 % empty, two blue lines on top of each other."""
+    from zerosim.costs import get_preset
+    from zerosim.models.meta import MetaModel
+    from zerosim.timeline.sweep import sweep
+    from zerosim.zero.comm_schedule import CommSchedule
+
+    fig = committed("timeline_sweep")
+    left, right = fig.axes[:2]
+    for ax in (left, right):
+        gids = [line.get_gid() for line in ax.lines]
+        assert sorted(gids) == ["stage3:ib_ndr", "stage3:nvlink4"]  # ZeRO-1/2 fit at no N: nothing of them drawn
+        colours = [line.get_color() for line in ax.lines]
+        assert len(set(colours)) == len(colours)  # no two lines share a colour
+        assert ax.get_ylim()[0] == 0
+    top = max(max(line.get_ydata()) for line in right.lines)
+    assert top <= right.get_ylim()[1] <= 1.25 * top  # the panel ends just above the largest share drawn
+    legend = left.get_legend().get_window_extent()
+    assert _points_inside(left, legend) is None  # the legend covers no point of any line
+    # the notes' numbers are the simulation's: peaks of the stages that do not fit, and N = 64 over InfiniBand
+    gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
+    rows = sweep(gpt3, (64, 4096), comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)
+    peak = {(r.stage, r.ranks): r.peak for r in rows if r.link == "ib_ndr"}
+    text = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+    assert f"ZeRO-1 (needs {peak[1, 4096] / GB:.0f}–{peak[1, 64] / GB:.0f} GB per GPU)" in text
+    assert f"ZeRO-2 (needs {peak[2, 4096] / GB:.0f}–{peak[2, 64] / GB:.0f} GB per GPU)" in text
+    assert "do not fit on one H100 SXM5 80GB at any N" in text and "seed 001 §10 counts 1.5× the bytes" in text
+    ib = {r.stage: r for r in rows if r.link == "ib_ndr" and r.ranks == 64}
+    for s in (1, 2, 3):
+        assert f"ZeRO-{s} {ib[s].comm:.1f} s, {ib[s].exposed:.1f} s of it exposed" in text
+    assert ib[3].comm > ib[1].comm and ib[3].exposed < ib[2].exposed < ib[1].exposed  # more bytes, less exposed
