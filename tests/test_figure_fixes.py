@@ -132,3 +132,25 @@ def test_timeline_sweep_draws_only_what_fits_from_zero_and_says_why_zero3_is_fas
     for s in (1, 2, 3):
         assert f"ZeRO-{s} {ib[s].comm:.1f} s, {ib[s].exposed:.1f} s of it exposed" in text
     assert ib[3].comm > ib[1].comm and ib[3].exposed < ib[2].exposed < ib[1].exposed  # more bytes, less exposed
+
+
+# -- 3. ownership.png -----------------------------------------------------------------------------------------
+
+def test_ownership_lanes_are_as_wide_as_their_bytes():
+    """Issue 24 #3: W, G and OS lanes of equal width lost that the optimizer state is 12P of 16P."""
+    from zerosim.models import MLP
+    from zerosim.viz.ownership_figure import SPAN, ownership_figure
+
+    model = MLP([16, 32, 32, 8])
+    fig = ownership_figure(model, 4)
+    # fp16-mixed Adam, bytes per parameter (seed 001 §6): fp16 W 2, fp16 G 2, OS = fp32 master 4 + m 4 + v 4
+    hand = {"W": 2, "G": 2, "OS": 12}
+    for ax in fig.axes:
+        widths = {}
+        for p in ax.patches:
+            if str(p.get_gid()).startswith("lane:"):
+                widths.setdefault(p.get_gid()[5:], set()).add(round(p.get_width(), 12))
+        assert widths == {k: {round(SPAN * v / 16, 12)} for k, v in hand.items()}
+    assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == ["W: 2P", "G: 2P", "OS: 12P (fp32 master, m, v)"]
+    labels = [t.get_window_extent() for t in fig.axes[-1].get_xticklabels()]
+    assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])
