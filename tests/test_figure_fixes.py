@@ -154,3 +154,34 @@ def test_ownership_lanes_are_as_wide_as_their_bytes():
     assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == ["W: 2P", "G: 2P", "OS: 12P (fp32 master, m, v)"]
     labels = [t.get_window_extent() for t in fig.axes[-1].get_xticklabels()]
     assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])
+
+
+# -- 5. ring_steps.png ----------------------------------------------------------------------------------------
+
+def test_ring_steps_wrap_around_halves_say_where_they_go_and_come_from():
+    """Issue 24 #5: the rank 3 → rank 0 hop was two bare stubs, one leaving the bottom, one entering the top."""
+    from matplotlib.colors import to_rgb
+
+    from zerosim.viz.palette import chunk_colour
+    from zerosim.viz.ring_figure import ring_steps_figure
+
+    fig = ring_steps_figure(4)
+    fig.canvas.draw()
+    for ax in fig.axes:  # reduce-scatter, all-gather: 3 steps each, one wrap-around hop a step (rank 3 → rank 0)
+        outs = [t for t in ax.texts if t.get_gid() == "wrap-out"]
+        ins = [t for t in ax.texts if t.get_gid() == "wrap-in"]
+        assert [t.get_text() for t in outs] == ["to rank 0 (top) ↺"] * 3
+        assert [t.get_text() for t in ins] == ["from rank 3 ↺"] * 3
+        # the two halves of one hop share its chunk's colour, and each half ends in an arrowhead
+        assert sorted(to_rgb(t.get_color()) for t in outs) == sorted(to_rgb(t.get_color()) for t in ins)
+        assert {to_rgb(t.get_color()) for t in outs} <= {to_rgb(chunk_colour(c)) for c in range(4)}
+        heads = [a.arrow_patch.get_arrowstyle() for a in ax.texts if getattr(a, "arrow_patch", None) is not None]
+        assert all(type(h).__name__ == "CurveB" for h in heads)  # "->" everywhere: no headless stub
+        no_two_texts_overlap_in(ax)
+
+
+def no_two_texts_overlap_in(ax):
+    boxes = [(t.get_text(), (t.get_bbox_patch() or t).get_window_extent()) for t in ax.texts if t.get_text().strip()]
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), f"labels overlap: {a!r} and {b!r}"
