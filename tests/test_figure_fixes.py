@@ -185,3 +185,42 @@ def no_two_texts_overlap_in(ax):
     for i, (a, box_a) in enumerate(boxes):
         for b, box_b in boxes[i + 1:]:
             assert not box_a.overlaps(box_b), f"labels overlap: {a!r} and {b!r}"
+
+
+# -- 6. timeline.png ------------------------------------------------------------------------------------------
+
+def _bars_px(ax):
+    """Pixel widths of the bars drawn wholly inside the axes' time window."""
+    lo, hi = ax.get_xlim()
+    out = []
+    for coll in ax.collections:
+        for path in coll.get_paths():
+            x0, x1 = path.vertices[:, 0].min(), path.vertices[:, 0].max()
+            if lo <= x0 and x1 <= hi:
+                (a, _), (b, _) = ax.transData.transform([(x0, 0), (x1, 0)])
+                out.append(b - a)
+    return out
+
+
+@pytest.mark.slow  # Llama-7B's step simulated twice (~2 s)
+def test_timeline_zooms_into_the_first_units_so_no_bar_is_a_barcode_line():
+    """Issue 24 #6: 64 units drew as a barcode (each forward a pixel or two wide): the figure now zooms beside each
+    step into the first 4 forward units of the slowest one, where each bar is wide enough to read."""
+    fig = committed("timeline")
+    zooms = [ax for ax in fig.axes if ax.get_gid() == "zoom"]
+    wholes = [ax for ax in fig.axes if ax.get_gid() != "zoom" and ax.get_title(loc="left")]
+    assert len(zooms) == len(wholes) == 2
+    assert max(_bars_px(wholes[0])) < 8 <= min(_bars_px(zooms[0]))  # the barcode, and the zoom where it reads
+    assert min(_bars_px(zooms[1])) >= 3  # the prefetched step's shortest exposed sliver still shows
+    # the window: the no-prefetch step's first four forward computations end at its right edge (ms)
+    from matplotlib.colors import to_hex
+
+    from zerosim.viz.timeline_figure import COLOURS
+
+    forwards = [c for c in zooms[0].collections if len(c.get_facecolor()) and to_hex(c.get_facecolor()[0]) == COLOURS[
+        "forward"]]
+    ends = sorted(path.vertices[:, 0].max() for coll in forwards for path in coll.get_paths())
+    assert ends[3] == pytest.approx(zooms[0].get_xlim()[1])
+    titles = [ax.title for ax in wholes] + [ax._left_title for ax in wholes] + [ax._right_title for ax in zooms]
+    boxes = [t.get_window_extent() for t in titles if t.get_text()]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -421,5 +421,5 @@ def test_timeline_figure_does_not_call_the_no_prefetch_schedule_seed_004():
     from zerosim.cli.figures_cmd import FIGURES
 
     fig = FIGURES["timeline"](argparse.Namespace())
-    titles = [ax.get_title() for ax in fig.axes]
+    titles = [ax.get_title(loc="left") or ax.get_title() for ax in fig.axes]
     assert any(t.startswith("no prefetch") for t in titles) and not any("seed 004" in t for t in titles)

@@ -111,7 +111,7 @@ def _timeline(args):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
         runs[f"{name}: step {result.step_time:.2f} s, exposed {result.exposed_comm[0]:.2f} s"] = result
     return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 "
-                                        "tokens per rank")
+                                        "tokens per rank", zoom_units=4)
 
 
 def _timeline_sweep(args):
