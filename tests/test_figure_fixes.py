@@ -224,3 +224,45 @@ def test_timeline_zooms_into_the_first_units_so_no_bar_is_a_barcode_line():
     titles = [ax.title for ax in wholes] + [ax._left_title for ax in wholes] + [ax._right_title for ax in zooms]
     boxes = [t.get_window_extent() for t in titles if t.get_text()]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+# -- 4. dataflow.png ------------------------------------------------------------------------------------------
+
+@pytest.mark.slow  # seed 004's step, a few times over, per precision (~2 s)
+def test_dataflow_draws_the_stage_1_all_gather_and_the_overflow_branch_as_the_run_took_them():
+    """Issue 24 #4: the figure said "as the run did it" but left out ZeRO-1's all-gather of the updated weights and
+    what an overflow does (skip the step and lower S)."""
+    import zerosim
+    from zerosim.cluster import Call, Cluster
+    from zerosim.models.tinynet import TinyNet
+    from zerosim.optim import Adam
+    from zerosim.viz.dataflow_figure import dataflow_figure
+    from zerosim.zero import ZeroEngine
+
+    fig = committed("dataflow")
+    fp16, bf16 = fig.axes
+    for ax, fmt in ((fp16, "fp16"), (bf16, "bf16")):
+        # the run's own refresh call, read apart from the figure: ZeRO-1 all-gathers the 16-bit weights
+        cluster = Cluster(2)
+        ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), f"{fmt}-mixed").step(TinyNet.seed_batches())
+        (refresh,) = [c for c in cluster.trace.of_type(Call) if c.purpose == "refresh params"]
+        (box,) = [t for t in ax.texts if t.get_gid() == "refresh"]
+        assert box.get_text() == f"{refresh.collective.replace('_', '-')}\n{refresh.dtype} on the wire"
+        assert refresh.collective == "all_gather" and refresh.dtype == fmt
+        assert [t.get_text() for t in ax.texts if t.get_gid() == "overflow check"] == [
+            "any inf / NaN in\na reduced shard?"]
+        assert "no" in [t.get_text() for t in ax.texts if t.get_gid() == "note"]
+    (skip,) = [t.get_text() for t in fp16.texts if t.get_gid() == "overflow branch"]
+    # torch's scaler starts at 2**16 and halves on each overflow (no hysteresis); seed 004's backward reaches 11, so
+    # 11·S must stay within fp16's 65504: 2**16, 2**15, 2**14, 2**13 overflow (720896 ... 90112), 2**12 (45056) fits
+    assert skip.startswith("yes: skip the step") and skip.endswith("skipped 4 at S = 65536, 32768, 16384, 8192")
+    assert [11 * 2.0**k > 65504 for k in (16, 15, 14, 13, 12)] == [True] * 4 + [False]
+    assert fp16.get_title(loc="left").endswith("torch's dynamic loss scale, this step S = 4096")
+    (raised,) = [t.get_text() for t in bf16.texts if t.get_gid() == "overflow branch"]
+    assert raised.startswith("yes: FloatingPointError on every rank")
+    # a static scale draws its own branch: it raises, it skips nothing
+    (ax,) = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0)]).axes
+    (static,) = [t.get_text() for t in ax.texts if t.get_gid() == "overflow branch"]
+    assert "FloatingPointError" in static and "a static scale" in static
+    for ax in fig.axes:
+        no_two_texts_overlap_in(ax)

@@ -293,6 +293,10 @@ def test_dataflow_casts_are_where_the_run_made_them():
         "loss_scale": 1.0,
         "scaler": "static",
         "unscale": "reciprocal",
+        "stage": 1,
+        "refresh": ("all_gather", "fp16"),  # ZeRO-1: each rank updated its 1/N, the all-gather hands out the rest
+        "overflow": "raise",  # a static scale raises on an inf/NaN; it skips nothing
+        "skipped": (),
     }
     fig = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed", "fp32"])
     casts = [sorted(t.get_text() for t in ax.texts if t.get_gid() == "cast") for ax in fig.axes]
