@@ -266,3 +266,89 @@ def test_dataflow_draws_the_stage_1_all_gather_and_the_overflow_branch_as_the_ru
     assert "FloatingPointError" in static and "a static scale" in static
     for ax in fig.axes:
         no_two_texts_overlap_in(ax)
+
+
+# -- 2. notebook 01's ledger figures --------------------------------------------------------------------------
+
+NOTEBOOKS = __import__("pathlib").Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def notebook_text(name: str, kind: str) -> str:
+    import json
+
+    cells = json.loads((NOTEBOOKS / name).read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
+
+
+def test_stage_peaks_share_one_axis_and_label_each_stages_peak():
+    """Issue 24 #2: six identical resting bars, the peak an unlabelled tick, each stage on its own y-scale."""
+    from zerosim.reference import replay_live
+    from zerosim.viz.ledger_figure import stage_peaks_figure
+
+    clusters = {f"ZeRO-{s}": replay_live(stage=s)[0].cluster for s in (1, 2, 3)}
+    fig = stage_peaks_figure(clusters)
+    fig.canvas.draw()
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1  # one byte axis for the three stages
+    # seed 004's GPU 0 by hand: it rests at W 8 + G 8 + OS (master, m, v: 2 of 4 weights × 12 B) = 40 B at stage 1,
+    # G halved at stage 2 (36 B), W halved too at stage 3 (32 B); forward/backward adds activations, the update
+    # its 8 B fp32 gradient shard
+    hand = {"ZeRO-1": [40, 48, 48], "ZeRO-2": [36, 46, 44], "ZeRO-3": [32, 46, 40]}
+    for ax, (name, cluster) in zip(fig.axes, clusters.items()):
+        bars = {}
+        for p in ax.patches:
+            if str(p.get_gid()).startswith("kind:"):
+                x = round(p.get_x() + p.get_width() / 2)
+                bars[x] = bars.get(x, 0) + p.get_height()
+        totals = [bars[x] for x in sorted(bars)]
+        assert totals == hand[name] == [peak for _, peak, _ in cluster.ranks[0].ledger.by_phase()]
+        assert len(set(totals)) > 1  # no row of identical resting bars
+        peaks = [t.get_text() for t in ax.texts if t.get_gid() == "peak"]
+        assert peaks and set(peaks) == {f"peak {max(hand[name])} B"}
+        (resting,) = [line for line in ax.lines if line.get_gid() == "resting"]
+        assert resting.get_ydata()[0] == hand[name][0] == cluster.ranks[0].ledger.current()
+        no_two_texts_overlap_in(ax)
+    code = notebook_text("01_worked_example.ipynb", "code")
+    assert "ledger_figure(" not in code  # the notebook draws the peaks on one axis now
+    assert 'stage_peaks_figure({"ZeRO-1": cluster, "ZeRO-2": engine2.cluster, "ZeRO-3": engine3.cluster}' in code
+
+
+# -- 10. the seeds' contradictions, explained where a learner meets them ------------------------------------
+
+def test_notebook_01_explains_seed_001s_stage_1_all_reduce_with_the_runs_numbers():
+    """Issue 24 #10: seed 001's stage 1 all-reduces, zerosim's reduce-scatters, and nothing said so."""
+    import numpy as np
+
+    from zerosim import Adam, Cluster, TinyNet, ZeroEngine
+    from zerosim.cluster import Call
+    from zerosim.collectives import all_reduce
+
+    text = notebook_text("01_worked_example.ipynb", "markdown").replace("\n", " ")
+    assert "Seed 001 says stage 1 *all-reduces* the gradients; this run reduce-scatters them" in text
+    assert "here 8 B a GPU instead of 4" in text and "`use_multi_rank_bucket_allreduce=True`" in text
+    cluster = Cluster(2)
+    engine = ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), "fp16-mixed", checkpoint=True)
+    engine.step(TinyNet.seed_batches())
+    (rs,) = [c for c in cluster.trace.of_type(Call) if c.purpose == "reduce grads"]
+    assert rs.collective == "reduce_scatter" and cluster.trace.bytes_sent(0, call=rs.call) == 4
+    ar = Cluster(2)
+    all_reduce(ar, [np.ones(4, np.float16), np.ones(4, np.float16)])  # the same 4 fp16 gradients, all-reduced
+    assert ar.trace.bytes_sent(0) == 8 == 2 * (2 - 1) / 2 * 4 * 2  # 2·(N−1)/N·Ψ elements of 2 B
+
+
+def test_notebook_01_reconciles_seed_003s_2l_minus_1_gathers_with_the_traces():
+    """Issue 24 #10: seed 003's "2·L − 1 additional all_gather calls" against the 4 (5 with checkpointing) shown."""
+    from zerosim.cluster import Call
+    from zerosim.reference import replay_live
+
+    def all_gathers(stage, checkpoint):
+        engine, _ = replay_live(stage=stage, checkpoint=checkpoint)
+        return sum(c.collective == "all_gather" for c in engine.cluster.trace.of_type(Call))
+
+    L = 2  # TinyNet: layer1 (w1, w2) and layer2 (w3, w4) hold weights; the ReLU none
+    counts = {(s, c): all_gathers(s, c) for s in (2, 3) for c in (False, True)}
+    assert counts == {(2, False): 1, (2, True): 1, (3, False): 2 * L, (3, True): 2 * L + 1}
+    text = notebook_text("01_worked_example.ipynb", "markdown").replace("\n", " ")
+    assert "Seed 003's \"2·L − 1 extra gathers\" against the 5 above" in text
+    assert f"(2·L = {counts[3, False]}, each freed right after its use)" in text
+    assert f"so 2·L − 1 = {counts[3, False] - counts[2, False]} calls more" in text
+    assert f"the {counts[3, True]} above, {counts[3, True] - counts[2, True]} more than ZeRO-2" in text
