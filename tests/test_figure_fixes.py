@@ -352,3 +352,85 @@ def test_notebook_01_reconciles_seed_003s_2l_minus_1_gathers_with_the_traces():
     assert f"(2·L = {counts[3, False]}, each freed right after its use)" in text
     assert f"so 2·L − 1 = {counts[3, False] - counts[2, False]} calls more" in text
     assert f"the {counts[3, True]} above, {counts[3, True] - counts[2, True]} more than ZeRO-2" in text
+
+
+# -- 7. notebook 06: the recipe figure and the underflow histogram -------------------------------------------
+
+def test_recipe_figure_draws_identical_recipes_once_and_tells_the_rest_apart():
+    """Issue 24 #7: 4 of 7 lines on top of each other (ddp = deepspeed-zero12 exactly, fsdp2 and seeds within 20 %)."""
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from zerosim.precision import MixedPrecision
+    from zerosim.reference.recipe_error import rank_gradients, recipe_average, recipe_errors
+    from zerosim.viz import recipe_figure
+
+    policies = {"seeds fp16": MixedPrecision("fp16"), "ddp fp16": MixedPrecision("fp16", reduction="ddp"),
+                "deepspeed-zero12 fp16": MixedPrecision("fp16", reduction="deepspeed-zero12"),
+                "fsdp2 fp16 (pre/post)": MixedPrecision("fp16", reduction="fsdp2"),
+                "seeds bf16": MixedPrecision("bf16")}
+    ns = [3, 12]
+    # the same averages bit for bit, found apart from the figure: both multiply by fp32's 1/N, round to fp16, ring-sum
+    for n in ns:
+        grads = rank_gradients(n, 256, "fp16")
+        assert np.array_equal(recipe_average(grads, policies["ddp fp16"]),
+                              recipe_average(grads, policies["deepspeed-zero12 fp16"]))
+    errors = recipe_errors(policies, ns, length=256)
+    compare = ["seeds fp16", "ddp fp16", "deepspeed-zero12 fp16", "fsdp2 fp16 (pre/post)"]
+    fig = recipe_figure(errors, compare=compare)
+    fig.canvas.draw()
+    left, right = fig.axes
+    lines = [line for line in left.lines if str(line.get_gid()).startswith("recipe:")]
+    assert [line.get_label() for line in lines] == ["seeds fp16", "ddp fp16 = deepspeed-zero12 fp16",
+                                                    "fsdp2 fp16 (pre/post)", "seeds bf16"]
+    looks = [(to_hex(line.get_color()), line.get_marker(), line.get_linestyle()) for line in lines]
+    assert len({c for c, _, _ in looks}) == len({m for _, m, _ in looks}) == len(looks)  # colour and marker apart
+    rms = {(e.label, e.n): e.rms for e in errors}
+    for line in right.lines:
+        if str(line.get_gid()).startswith("ratio:"):
+            label = line.get_gid()[6:]
+            assert list(line.get_ydata()) == [rms[label, n] / rms["seeds fp16", n] for n in ns]
+    assert sorted(line.get_gid() for line in right.lines if line.get_gid()) == [
+        "ratio:ddp fp16", "ratio:fsdp2 fp16 (pre/post)", "ratio:seeds fp16"]
+    code = notebook_text("06_precision_lab.ipynb", "code")
+    assert 'recipe_figure(errors, compare=["seeds fp16", "ddp fp16", "deepspeed-zero12 fp16",' in code
+
+
+def test_underflow_panels_part_weight_from_activation_gradients_flush_at_2_25_and_overlay_bf16():
+    """Issue 24 #7: the histogram pooled weight and activation gradients, said 2^-24 in its band and 2^-25 in the
+    text (fp16 rounds to 0 at or below 2^-25, half its smallest subnormal 2^-24), and had no bf16 overlay."""
+    import numpy as np
+
+    from zerosim.precision import cast, get_format
+    from zerosim.reference.underflow import flushed_share, log2_histogram
+    from zerosim.viz import underflow_panels
+
+    # numpy's fp16, not zerosim's: 2^-25 is a tie that rounds to even (0), the next float64 above it to 2^-24
+    assert np.float16(2.0**-25) == 0 and np.float16(np.nextafter(2.0**-25, 1.0)) == 2.0**-24
+    weights = np.array([2.0**-30, 2.0**-25, 1.5 * 2.0**-25, 2.0**-10, 0.5])  # 2 of 5 at or below 2^-25
+    passed = np.array([2.0**-12, 2.0**-3, 1.0, 3.0])  # none
+    fig = underflow_panels({"weight gradients": weights, "activation gradients": passed}, scale=2.0**10, lo=-32,
+                           hi=12)
+    fig.canvas.draw()
+    for ax, v, name in zip(fig.axes, (weights, passed), ("weight gradients", "activation gradients")):
+        assert ax.get_title(loc="left") == f"{name}: {len(v)} nonzero values"
+        heights = {round(b.get_x()): b.get_height() for b in ax.patches if b.get_gid() == "unscaled" and
+                   b.get_height()}
+        _, counts, _ = log2_histogram(v, -32, 12)
+        assert heights == {k - 32: 100 * c / len(v) for k, c in enumerate(counts) if c}  # each panel its own values
+        (zero,) = [a for a in ax.get_children() if a.get_gid() == "zero"]
+        assert zero.get_label() == "at or below 2^-25 (half fp16's smallest subnormal 2^-24): rounds to 0"
+        assert zero.get_x() + zero.get_width() == np.log2(get_format("fp16").smallest_subnormal / 2) == -25
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels[0].startswith(f"gradients of the run (fp32): {100 * flushed_share(v, 'fp16'):.0f}% at or "
+                                    "below 2^-25")
+        assert not any("below fp16's smallest subnormal 2^-24: becomes 0" in s for s in labels)
+        (b16,) = [line for line in ax.lines if line.get_gid() == "bf16"]
+        _, in_bf16, _ = log2_histogram(np.asarray(cast(v, get_format("bf16")), np.float64), -32, 12)
+        assert list(b16.get_ydata()) == list(100 * in_bf16 / len(v))
+        assert b16.get_label().startswith(f"the same in bf16, unscaled: {100 * flushed_share(v, 'bf16'):.2f}% become 0")
+    assert [round(100 * flushed_share(v, "fp16")) for v in (weights, passed)] == [40, 0]
+    code = notebook_text("06_precision_lab.ipynb", "code")
+    assert 'underflow_panels({"weight gradients": weights, "activation gradients": passed}' in code
+    text = notebook_text("06_precision_lab.ipynb", "markdown")
+    assert "at\nor below $2^{-25}$ — half its smallest subnormal $2^{-24}$" in text and "bf16" in text

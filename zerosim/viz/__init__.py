@@ -16,7 +16,7 @@ from zerosim.viz.ring_figure import ring_figure, ring_steps_figure
 from zerosim.viz.spacing_figure import spacing_figure
 from zerosim.viz.sweep_figure import sweep_figure
 from zerosim.viz.timeline_figure import timeline_figure, timelines_figure
-from zerosim.viz.underflow_figure import underflow_figure
+from zerosim.viz.underflow_figure import underflow_figure, underflow_panels
 from zerosim.viz.wire_figure import drift_figure, wire_loss_figure, wire_time_figure
 from zerosim.viz.zero3_figure import zero3_figure
 
@@ -39,6 +39,7 @@ __all__ = [
     "timeline_figure",
     "timelines_figure",
     "underflow_figure",
+    "underflow_panels",
     "wire_loss_figure",
     "wire_time_figure",
     "zero3_figure",
