@@ -436,3 +436,20 @@ def test_underflow_panels_part_weight_from_activation_gradients_flush_at_2_25_an
     assert 'underflow_panels({"weight gradients": weights, "activation gradients": passed}' in code
     text = notebook_text("06_precision_lab.ipynb", "markdown")
     assert "at\nor below $2^{-25}$ — half its smallest subnormal $2^{-24}$" in text and "bf16" in text
+
+
+@pytest.mark.slow  # seed 004 replayed five times (~2 s)
+def test_zero3_sequence_caption_reconciles_seed_003_with_the_traces_counts():
+    """Issue 24 #10, where the figure of ZeRO-3's gathers shows 5 of them and seed 003 says 2·L − 1."""
+    from zerosim.cli.figures_cmd import gathers_against_seed_003
+
+    note, n = gathers_against_seed_003()
+    L = 2  # seed 004's network: layer1 (w1, w2) and layer2 (w3, w4); the ReLU holds no weights
+    # by hand: ZeRO-2 all-gathers once, after the update; ZeRO-3 gathers each layer in forward and in backward, and
+    # layer1 once more for the recompute of the checkpointed block (layer2's backward needs only its input)
+    assert n == {(2, False): 1, (2, True): 1, (3, False): 2 * L, (3, True): 2 * L + 1}
+    fig = committed("zero3_sequence")
+    caption = fig.axes[0].get_xlabel().replace("\n", " ")
+    assert note in caption
+    assert f"{2 * L + 1} all-gathers: each of the L = {L} layers in forward and in backward (2·L = {2 * L})" in caption
+    assert f"without checkpointing: {2 * L} − 1 = {2 * L - 1}" in caption
