@@ -266,6 +266,12 @@ def test_dataflow_draws_the_stage_1_all_gather_and_the_overflow_branch_as_the_ru
     (ax,) = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0)]).axes
     (static,) = [t.get_text() for t in ax.texts if t.get_gid() == "overflow branch"]
     assert "FloatingPointError" in static and "a static scale" in static
+    # seed 001 §6's stage-1 all-reduce, answered in the run's bytes: TinyNet's 4 fp16 gradients on 2 ranks, rank 0
+    # sends one 2-element chunk (4 B) in the reduce-scatter; an all-reduce adds the all-gather half, 2·(N−1)/N·4·2 B
+    (note,) = [t.get_text() for t in fig.texts if t.get_gid() == "reduce note"]
+    assert note.startswith("ZeRO-1 reduce-scatters the gradients (4 B from each rank here)")
+    assert "the all-reduce seed 001 §6 writes would also send the all-gather half nobody reads (8 B)" in note
+    assert 2 * (2 - 1) / 2 * 4 * 2 == 8 and (2 - 1) / 2 * 4 * 2 == 4
     for ax in fig.axes:
         no_two_texts_overlap_in(ax)
 

@@ -297,6 +297,8 @@ def test_dataflow_casts_are_where_the_run_made_them():
         "refresh": ("all_gather", "fp16"),  # ZeRO-1: each rank updated its 1/N, the all-gather hands out the rest
         "overflow": "raise",  # a static scale raises on an inf/NaN; it skips nothing
         "skipped": (),
+        # rank 0's reduce-scatter: one 2-element fp16 chunk (4 B); an all-reduce sends its all-gather half too (8 B)
+        "reduce": ("reduce_scatter", 4, 8),
     }
     fig = dataflow_figure([zerosim.get_precision("fp16-mixed").with_(loss_scale=1024.0), "bf16-mixed", "fp32"])
     casts = [sorted(t.get_text() for t in ax.texts if t.get_gid() == "cast") for ax in fig.axes]

@@ -48,6 +48,12 @@ def observe(precision) -> dict:
     opt = next(e.values for e in trace.of_type(OptimizerStep) if e.rank == 0)
     scaled = trace.of_type(LossScaleUpdate)
     refresh = next((c for c in trace.of_type(Call) if c.purpose == "refresh params"), None)
+    # seed 001 §6 all-reduces the gradients at stage 1: the same buffer all-reduced on its own ring, for its bytes
+    from zerosim.collectives import all_reduce
+
+    ring = Cluster(wire.world_size)
+    fmt = get_format(wire.dtype).dtype
+    all_reduce(ring, [np.zeros(wire.elements, fmt) for _ in range(wire.world_size)])
     return {
         "name": precision if isinstance(precision, str) else repr(policy),
         "data": _fmt(batches[0][0]),
@@ -69,6 +75,8 @@ def observe(precision) -> dict:
         "overflow": "skip" if skips_steps(engine.scaler) else "raise",  # what an inf/NaN in a reduced gradient does
         # the steps this run skipped before the drawn one: (scale used, scale after), from the LossScaleUpdate events
         "skipped": tuple((u.scale_before, u.scale_after) for u in scaled if u.skipped),
+        # bytes rank 0 sent to reduce its gradients, and what an all-reduce of the same buffer sends (seed 001 §6)
+        "reduce": (wire.collective, trace.bytes_sent(0, call=wire.call), ring.trace.bytes_sent(0)),
     }
 
 
@@ -183,5 +191,19 @@ def dataflow_figure(precisions=None):
                  "of the updated weights\nand the overflow branch, each read from the run's events", fontsize=10)
     for ax, o in zip(axes[:, 0], observed):
         _loop(ax, o)
+    notes = {_reduce_note(o) for o in observed} - {""}
+    if notes:
+        fig.supxlabel("\n".join(sorted(notes)), fontsize=8.5).set_gid("reduce note")
     fig.tight_layout()
     return fig
+
+
+def _reduce_note(o: dict) -> str:
+    """Why ZeRO-1 reduce-scatters where seed 001 §6 writes an all-reduce, in this run's bytes ("" at other stages)."""
+    collective, sent, all_reduced = o["reduce"]
+    if o["stage"] != 1 or collective != "reduce_scatter":
+        return ""
+    return (f"ZeRO-1 reduce-scatters the gradients ({sent} B from each rank here): a rank updates only its 1/N, so the "
+            f"all-reduce seed 001 §6 writes would also send the all-gather half nobody reads ({all_reduced} B).\n"
+            "Seed 001 §10 and seed 003 reduce-scatter; DeepSpeed's default path all-reduces its buckets "
+            "(stage_1_and_2.py, average_tensor): the recipe deepspeed-zero12, notebook 01.")
