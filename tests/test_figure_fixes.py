@@ -66,6 +66,7 @@ def test_activation_strategies_has_the_gpu_line_a_fitted_axis_and_says_why_selec
 
 # -- 8. spacing.png -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # five staircases of 6,501 points (~1.1 s)
 def test_spacing_shows_fp16s_subnormal_step_and_where_it_flushes_to_zero():
     """Issue 24 #8: fp16's underflow side was off the plot (its line began at 1e-3, far above 2**-14)."""
     import numpy as np
@@ -160,6 +161,7 @@ def test_ownership_lanes_are_as_wide_as_their_bytes():
 
 # -- 5. ring_steps.png ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a 4-rank all-reduce drawn hop by hop (~2 s)
 def test_ring_steps_wrap_around_halves_say_where_they_go_and_come_from():
     """Issue 24 #5: the rank 3 → rank 0 hop was two bare stubs, one leaving the bottom, one entering the top."""
     from matplotlib.colors import to_rgb
@@ -288,6 +290,7 @@ def notebook_text(name: str, kind: str) -> str:
     return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
 
 
+@pytest.mark.slow  # seed 004 replayed at three stages (~2 s)
 def test_stage_peaks_share_one_axis_and_label_each_stages_peak():
     """Issue 24 #2: six identical resting bars, the peak an unlabelled tick, each stage on its own y-scale."""
     from zerosim.reference import replay_live
@@ -364,6 +367,7 @@ def test_notebook_01_reconciles_seed_003s_2l_minus_1_gathers_with_the_traces():
 
 # -- 7. notebook 06: the recipe figure and the underflow histogram -------------------------------------------
 
+@pytest.mark.slow  # five recipes at two N (~1.3 s)
 def test_recipe_figure_draws_identical_recipes_once_and_tells_the_rest_apart():
     """Issue 24 #7: 4 of 7 lines on top of each other (ddp = deepspeed-zero12 exactly, fsdp2 and seeds within 20 %)."""
     import numpy as np
@@ -404,6 +408,7 @@ def test_recipe_figure_draws_identical_recipes_once_and_tells_the_rest_apart():
     assert 'recipe_figure(errors, compare=["seeds fp16", "ddp fp16", "deepspeed-zero12 fp16",' in code
 
 
+@pytest.mark.slow  # two panels drawn (~2 s)
 def test_underflow_panels_part_weight_from_activation_gradients_flush_at_2_25_and_overlay_bf16():
     """Issue 24 #7: the histogram pooled weight and activation gradients, said 2^-24 in its band and 2^-25 in the
     text (fp16 rounds to 0 at or below 2^-25, half its smallest subnormal 2^-24), and had no bf16 overlay."""
