@@ -6,7 +6,7 @@ matplotlib backend: in a notebook they show inline, and `zerosim figures` writes
 
 from zerosim.viz.activations_figure import l_squared_figure, strategies_figure
 from zerosim.viz.dataflow_figure import dataflow_figure
-from zerosim.viz.ledger_figure import ledger_figure
+from zerosim.viz.ledger_figure import ledger_figure, stage_peaks_figure
 from zerosim.viz.loss_scale_figure import clip_figure, loss_scale_figure
 from zerosim.viz.memory_figure import memory_by_stage_figure
 from zerosim.viz.ownership_figure import ownership_figure
@@ -26,6 +26,7 @@ __all__ = [
     "drift_figure",
     "l_squared_figure",
     "ledger_figure",
+    "stage_peaks_figure",
     "loss_scale_figure",
     "memory_by_stage_figure",
     "ownership_figure",
