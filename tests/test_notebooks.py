@@ -29,7 +29,7 @@ else:
     nbformat = pytest.importorskip("nbformat")
 
 FIGURES = {  # notebook -> images its figure cells must show
-    # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
+    # the reduce-scatter, the all-gather, the peaks at stage 1, stages 1-2, ZeRO-3's sequence, stages 1-3
     "01_worked_example.ipynb": 6,
     "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
@@ -53,6 +53,12 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         # seed 004's inconsistent model
         "GPU 0 before the all-gather: [ 2.09960938 -2.90039062  1.          0.5       ]",
         "GPU 0's peak: stage 1 48 B, stage 2 46 B",
+        # seed 001's stage-1 all-reduce: the same slice, twice the bytes (a 2-element fp16 chunk = 4 B, both halves 8 B)
+        "GPU 0's slice the same either way: True; bytes GPU 0 sends: reduce-scatter 4 B, all-reduce 8 B",
+        # W 8 + G 8 + OS 2·12 B; G, then W halved
+        "GPU 0 peaks: {1: 48, 2: 46, 3: 46}   rests at: {1: 40, 2: 36, 3: 32}",
+        # seed 003's 2·L − 1 more all-gathers than ZeRO-2 (L = 2: 2L gathers, less ZeRO-2's one refresh)
+        "checkpointing off: ZeRO-2 1 all-gather, ZeRO-3 4: 3 more (2·L − 1 = 3)",
         "all-gather [layer2 params] rank 1 -> rank 0: [1.0, 0.5]",
     ],
     "02_ring_and_rounding.ipynb": [
@@ -92,6 +98,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
         "at or below 2**-25 (0 in fp16): 42.4% at S = 1, 0.01% at S = 2**16",
+        # the two populations apart: the weight gradients are the ones fp16 loses; bf16 loses none of either
+        "weight gradients       10119 values:  70.2% 0 in fp16 at S = 1, 0.02% at S = 2**16, 0.0% in bf16 unscaled",
+        "activation gradients    6673 values:   0.3% 0 in fp16 at S = 1, 0.00% at S = 2**16, 0.0% in bf16 unscaled",
         "S = 2**0   58.95% of the weight gradients are 0 in fp16 but not in fp32",
         "S = 2**16   0.00% of the weight gradients are 0 in fp16 but not in fp32",
         "static S = 2**16: 31 reduced gradient element(s) are NaN or inf",
@@ -102,6 +111,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "seeds 0.500244140625   deepspeed-zero12 0.5",  # DeepSpeed's copy back into fp16
         "seeds 3 x 2**-24   fsdp2 4 x 2**-24",  # FSDP2's pre-divide at N = 6
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
+        "ddp fp16 and deepspeed-zero12 fp16: the same averages, bit for bit",  # one line in the figure, not two
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
     "08_many_nodes.ipynb": [
