@@ -144,6 +144,33 @@ def test_the_meta_backend_counts_16_bit_state_at_7_5b_on_64_ranks(stage):
     assert led.current("optim:v") == 2 * elements
 
 
+# -- a checkpoint keeps the state in its format: resuming is the same run, resharding too ---------------------------
+@pytest.mark.parametrize("stage, new_stage, n, m", [(1, 1, 2, 2), (2, 3, 2, 3), (3, 0, 3, 2)])
+def test_a_checkpoint_of_16_bit_state_resumes_the_same_run(tmp_path, stage, new_stage, n, m):
+    from zerosim import checkpoint as ckpt
+
+    model, p = MLP([3, 5, 2]), policy("bf16-mixed", "fp16")
+    params = model.init_params(np.random.default_rng(3))
+    data = make_regression(np.random.default_rng(4), 4 * max(n, m), 3, [3, 5, 2])
+    saved = ZeroEngine(model, Cluster(n), stage, Adam(lr=1e-2), p, params=params)
+    for s in range(2):
+        saved.step(data[s * n : (s + 1) * n])
+    ckpt.save(saved, str(tmp_path))
+    loaded = ckpt.load(str(tmp_path), Cluster(m), model, stage=new_stage)  # the policy, optim_state too, from the file
+    assert loaded.precision.optim_state == "fp16"
+    for name, got in loaded.full_optimizer_state().items():  # 2-byte arrays, the saved bits
+        assert got.dtype == np.float16 and np.array_equal(bits(got), bits(saved.full_optimizer_state()[name]))
+    state = ckpt.read_state(str(tmp_path))
+    ref = Reference(model, Adam(lr=1e-2), p, world_size=m, reduce_every_micro_step=new_stage >= 2)
+    ref.set_state(state.params, state.master, state.optimizer, state.t)
+    for s in range(2, 4):
+        batch = data[s * m : (s + 1) * m]
+        assert loaded.step(batch) == ref.step(batch)
+    assert np.array_equal(bits(loaded.full_master()), bits(ref.master()))
+    want = ref.optimizer_state()
+    assert all(np.array_equal(bits(v), bits(want[k])) for k, v in loaded.full_optimizer_state().items())
+
+
 # -- bad input: refused with the name, before anything is allocated ---------------------------------------------
 @pytest.mark.bad_input("precision policies")
 @pytest.mark.parametrize("fmt", ["fp8", "int8", "fp64", "float16"])
