@@ -152,6 +152,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     ],
     "11_fp16_vs_bf16.ipynb": [
         "fp16 stores v = 0 for |g| <= sqrt(2**-25 / 0.001) = 0.00546",  # (1 - b2)·g² at or below half of 2**-24
+        "w [-inf, nan, 0.9990234375]",  # fp16 arithmetic: eps = 0, so m / (sqrt(0) + 0) = inf and 0 / 0 = NaN
         # a lost v: the update too large by sqrt((1 - b2**t) / (1 - b2)), 25.15 at t = 1000 (m's own stall: 0.44 % less)
         "ratio  25.04 (predicted  25.15)",
         "fp16 1.011719, bf16 1.0",  # v from 1.0 toward g² = 1.5: bf16 never moves, fp16 stalls at a change < 2**-11

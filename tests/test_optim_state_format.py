@@ -102,6 +102,21 @@ def test_one_step_stores_the_fp32_moments_rounded_once_and_updates_with_the_unro
     assert lost.sum() == 22 and g[lost].max() < math.sqrt(2.0**-25 / 0.001) < g[~lost].min()
 
 
+def test_with_16_bit_arithmetic_too_eps_rounds_to_zero_and_a_lost_v_divides_by_it():
+    # torch's default Adam on fp16 parameters (torch/optim/adam.py `_multi_tensor_adam`) keeps m, v in fp16 and adds
+    # eps into an fp16 tensor (`_foreach_add_(exp_avg_sq_sqrt, eps)`); zerosim's Adam on fp16 arrays rounds each op
+    # to fp16 the same way (in its own order): 1e-8 is under half of fp16's smallest subnormal 2**-24, so it is 0
+    from zerosim.optim.base import scalar
+
+    assert scalar(1e-8, np.float16) == 0 and 1e-8 < 2.0**-25
+    w, g = np.ones(3, np.float16), np.float16([1e-3, 0.0, 0.1])
+    state = {k: np.zeros(3, np.float16) for k in ("m", "v")}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        Adam(lr=1e-3).step(w, g, state, 1)
+    # g = 1e-3: v = fl16(0.001)·1e-6 ≈ 1e-9 -> 0, so m_hat / (sqrt(0) + 0) = inf; g = 0: 0 / 0 = NaN; g = 0.1 is fine
+    assert state["v"][0] == 0 and w[0] == -np.inf and np.isnan(w[1]) and w[2] == np.float16(1 - 1e-3)
+
+
 def test_a_failed_step_leaves_the_stored_state_as_it_was():
     state = {"m": np.full(3, 0.5, np.float16)}
     with pytest.raises(RuntimeError), widened(state, np.float32) as work:

@@ -7,7 +7,12 @@ back into the tensors' own dtype — torch keeps Adam's state in the parameter's
 (`torch.zeros_like(p)` in torch/optim/adam.py `_init_group`), so `model.half()` with
 `Adam(fused=True)` runs with fp16 m and v. The update uses the fp32 values before the store; only the
 *next* step sees them rounded. Widening fp16/bf16 to fp32 is exact, so the one rounding per step and
-state element is the store, to nearest, ties to even (precision.cast).
+state element is the store, to nearest, ties to even (precision.cast). The widened copies are the kernel's
+registers: no ledger records them (as none records Adam's m_hat, v_hat transients).
+
+Not modelled here: 16-bit *arithmetic* on 16-bit state (torch's default foreach Adam on fp16 parameters rounds
+every op to fp16, `_multi_tensor_adam`); zerosim's Adam run on fp16 arrays shows what that does (eps = 1e-8 is 0
+in fp16), without torch's order of operations.
 
 Seeds 000, 001 and 002 say the state must be fp32; this is how zerosim shows what happens when it is not
 (MixedPrecision(optim_state="fp16"), tests/test_optim_state_format.py, notebooks/11_fp16_vs_bf16.ipynb).
