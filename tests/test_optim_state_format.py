@@ -155,8 +155,16 @@ def test_the_meta_backend_counts_16_bit_state_at_7_5b_on_64_ranks(stage):
     assert formula.optimizer_total == led.current("optim:m") + led.current("optim:v")
     # the paper's K = 12 (master + m + v) becomes 4 + 2 + 2 = 8: stage 0 holds 2 + 2 + 8 = 12 bytes a parameter
     assert model_state_memory(P, 64, 0, MemoryConfig(state_bytes=2)).total == 12 * P
-    engine.step(model.batches(cluster))  # and the step runs on data-less arrays with 16-bit state
-    assert led.current("optim:v") == 2 * elements
+
+
+def test_a_meta_step_with_16_bit_state_keeps_its_bytes():
+    from zerosim.models.meta import MetaModel
+
+    model = MetaModel([("l0", 1000), ("l1", 24)])  # P = 1024 on 8 ranks: 128 a rank
+    cluster = Cluster(8, backend="meta", hosted="all", trace="call", timeline=False)
+    engine = ZeroEngine(model, cluster, 2, Adam(), policy("fp16-mixed", "bf16"))
+    engine.step(model.batches(cluster))  # the step runs on data-less arrays, widening and storing the state
+    assert engine.t == 1 and all(r.ledger.current("optim:v") == 2 * 128 for r in cluster.ranks)
 
 
 # -- a checkpoint keeps the state in its format: resuming is the same run, resharding too ---------------------------
