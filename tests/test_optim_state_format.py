@@ -80,6 +80,30 @@ def test_the_oracle_equals_every_stage_for_every_state_format(widths, n, stage, 
         assert np.array_equal(bits(got), bits(want[name])), name
 
 
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_16_bit_state_on_the_cupy_standin_equals_the_oracle(stage):
+    # the device path (backend cupy-sim on the NumPy stand-in of CuPy's arrays, tests/test_array_namespace.py):
+    # the state widened, stepped and stored on the device gives the host oracle's bits
+    from test_array_namespace import dev
+
+    n, model, p = 2, MLP([8, 16, 4]), policy("fp16-mixed", "fp16")
+    rng = np.random.default_rng(stage)
+    data = [[(rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32))
+             for _ in range(n)] for _ in range(2)]
+    params = model.init_params(np.random.default_rng(7))
+    cluster = Cluster(n, backend="cupy-sim", xp="numpy-standin")
+    engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-2), p, params=params)
+    oracle = Reference(model, Adam(lr=1e-2), p, n, params=params, device=cluster.backend.xp,
+                       reduce_every_micro_step=stage >= 2)
+    for batch in data:
+        on_device = [(dev(x), dev(t)) for x, t in batch]
+        assert engine.step(on_device) == oracle.step(on_device)
+    for name, want in oracle.optimizer_state().items():
+        shards = [cluster.backend.to_numpy(s[name]) for s in engine.optimizer_shards()]
+        got = engine.layout.unarrange(np.concatenate(shards)) if stage else shards[0]  # stage 0: each rank has all
+        assert got.dtype == np.float16 and np.array_equal(bits(got[: model.num_params]), bits(want)), name
+
+
 # -- what is stored: the fp32 step's state, rounded once -------------------------------------------------------
 def test_one_step_stores_the_fp32_moments_rounded_once_and_updates_with_the_unrounded_ones():
     g = np.float32(2.0) ** -np.arange(0, 30, dtype=np.float32)  # 1 down to 2**-29: across fp16's subnormals
@@ -146,7 +170,7 @@ def test_the_meta_backend_counts_16_bit_state_at_7_5b_on_64_ranks(stage):
 
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
     cluster = Cluster(64, backend="meta", hosted="all", trace="call", timeline=False)
-    engine = ZeroEngine(model, cluster, stage, Adam(), policy("fp16-mixed", "fp16"))
+    ZeroEngine(model, cluster, stage, Adam(), policy("fp16-mixed", "fp16"))  # allocates every state in its ledger
     P = model.num_params
     elements = P if stage == 0 else -(-P // 64)  # whole, or ceil(P / 64) a rank
     led = cluster.ranks[63].ledger
