@@ -44,6 +44,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     "08_many_nodes.ipynb": 3,
     "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
+    # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
+    "11_fp16_vs_bf16.ipynb": 3,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -157,6 +159,18 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "fp8 torchao  gather params   8.01 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
         # GPT-3's block on 1,024 ranks in nodes of 8: 2M against M/16 (plus scales) over IB; the times α-β per tier
         "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 7.44 s, qgZ 0.89 s",
+    ],
+    "11_fp16_vs_bf16.ipynb": [
+        "fp16 stores v = 0 for |g| <= sqrt(2**-25 / 0.001) = 0.00546",  # (1 - b2)·g² at or below half of 2**-24
+        "w [-inf, nan, 0.9990234375]",  # fp16 arithmetic: eps = 0, so m / (sqrt(0) + 0) = inf and 0 / 0 = NaN
+        # a lost v: the update too large by sqrt((1 - b2**t) / (1 - b2)), 25.15 at t = 1000 (m's own stall: 0.44 % less)
+        "ratio  25.04 (predicted  25.15)",
+        "fp16 1.011719, bf16 1.0",  # v from 1.0 toward g² = 1.5: bf16 never moves, fp16 stalls at a change < 2**-11
+        "fp16 state  loss step 1 1.0724, max of steps 1-10 1132.3355, step 200  78.2160   v = 0: up to 21.4%",
+        "bf16 state  loss step 1 1.0724, max of steps 1-10    1.0724, step 200   0.0686",  # fp32 state: 0.0683
+        "fp16-mixed, fp16 state: stopped at step 9",
+        "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
+        "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
     ],
 }
 _executed = {}
