@@ -28,6 +28,7 @@ from zerosim.collectives import ShardLayout, gloo_ring, naive_reduce, nccl_ring_
 from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
+from zerosim.optim.stored_state import check_stored, widened
 from zerosim.precision import cast, get_precision
 from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
@@ -144,8 +145,9 @@ class Reference:
         p = self.precision
         self.params = cast(wide, p.compute_format)  # (N*s,) compute format
         self.master_buf = cast(wide, p.master_format) if p.master_format is not None else None  # (N*s,) fp32
-        upd = p.update_format.dtype
-        self.state = {k: np.zeros(self.padded, dtype=upd) for k in optimizer.state_names}
+        check_stored(optimizer, p.state_format, p.update_format)
+        # (N*s,) per state name, in its storage format (the update format, or optim_state's 16 bits)
+        self.state = {k: np.zeros(self.padded, dtype=p.state_format.dtype) for k in optimizer.state_names}
         self.t = 0  # optimizer steps taken (skipped steps take none)
         self.scaler = p.make_scaler()
         self.decisions, self.norms = [], []
@@ -277,12 +279,13 @@ class Reference:
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
-        if self.optimizer.elementwise and self.order == "ring-native":
-            _step_in_blocks(self.optimizer, w, g, self.state, self.t)
-        elif self.optimizer.elementwise:
-            self.optimizer.step(w, g, self.state, self.t)
-        else:  # Muon: each parameter as a whole matrix
-            step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
+        with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
+            if self.optimizer.elementwise and self.order == "ring-native":
+                _step_in_blocks(self.optimizer, w, g, state, self.t)
+            elif self.optimizer.elementwise:
+                self.optimizer.step(w, g, state, self.t)
+            else:  # Muon: each parameter as a whole matrix
+                step_by_matrix(self.optimizer, self.model.specs, w, g, state, self.t)
         self.params = p.round_weights(w, self.t, 0)
         return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
 

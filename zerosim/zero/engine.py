@@ -34,6 +34,7 @@ from zerosim.cluster.budget import check_fits, gb
 from zerosim.models.run import Pass
 from zerosim.models.schedule import schedule
 from zerosim.optim import Optimizer
+from zerosim.optim.stored_state import check_stored
 from zerosim.precision import cast, get_precision
 from zerosim.zero import clipping
 from zerosim.zero.batches import micro_batches
@@ -124,6 +125,7 @@ class ZeroEngine:
                              f"rank; at stage {plan.stage} use clip_norm='shards' (the shards' sums, all-reduced)")
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.precision = optimizer, get_precision(precision)
+        check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
