@@ -185,9 +185,12 @@ def narrate(r: dict) -> str:
         if scaled:
             _say_unscale(say, s, ls, wire, upd, compute)
         say("")
+        # pure 16-bit training keeps no master: saying only "in fp32" read as if fp32 weights were kept (issue 24)
+        how = (f", in {upd}" if r["has_master"] or compute == upd else
+               f": its {compute} weights widened to {upd}, m and v in {upd}, the result rounded straight back to "
+               f"{compute} (no {upd} master is kept)")
         say("3. Each GPU updates "
-            f"{'every weight (the same update everywhere)' if stage == 0 else 'only its own weights'} with Adam, in "
-            f"{upd}")
+            f"{'every weight (the same update everywhere)' if stage == 0 else 'only its own weights'} with Adam{how}")
         for g in s["gpus"]:
             a = g["adam"]
             for j, name in enumerate(g["owns"]):
