@@ -13,6 +13,7 @@ grade with one line saying what happened.
 
 from __future__ import annotations
 
+import argparse
 import math
 
 HELP = "write one small function of ZeRO yourself; the package's own checks grade it"
@@ -23,10 +24,15 @@ def add_arguments(p) -> None:
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the exercises, one line each")
-    show = actions.add_parser("show", help="an exercise's task and the function to fill in (a file to start from)")
+    examples = [line for line in __doc__.splitlines() if line.startswith("    zerosim exercise ")]
+    show = actions.add_parser("show", help="an exercise's task and the function to fill in (a file to start from)",
+                              description="\n".join(line for line in examples if " show " in line),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
     show.add_argument("--solution", action="store_true", help="show the reference solution instead")
-    check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails")
+    check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails",
+                               description="\n".join(line for line in examples if " check " in line),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)  # one example a line
     check.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
     which = check.add_mutually_exclusive_group(required=True)
     which.add_argument("--file", help="your solution: a .py file defining the exercise's function")
