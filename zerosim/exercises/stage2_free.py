@@ -9,6 +9,8 @@ the single-device oracle's, bit for bit.
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim.exercises.engine_cases import describe, run_case
 from zerosim.exercises.grading import Counterexample, Exercise
 
@@ -52,6 +54,16 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
     for r, piece in enumerate(pieces):
         add_to_shard(r, piece)
 ''',
+    # the arrays read before the free: the ledger cannot see this use after free, only the harness's check can
+    "sends after freeing": '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    arrays = [h.array for h in held]
+    for h in held:
+        h.free()
+    pieces = reduce_scatter(arrays)
+    for r, piece in enumerate(pieces):
+        add_to_shard(r, piece)
+''',
 }
 
 CASES = [
@@ -77,9 +89,21 @@ def _in_engine(fn):
     def reduce_unit(ctx, layer: int, first: bool):
         cluster, layout, policy, recipe = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe
         held = [rank.ledger.get(grads_name(layer)) for rank in ctx.ranks]
+        storage = [h.array for h in held]  # each buffer's memory, to catch a read of it once freed
         handles = []
 
+        def not_freed(arrays, into: str) -> None:
+            """A freed buffer's memory read through an array taken before the free: the ledger cannot see it (a
+            real allocator may already have given that memory to the next layer's gradients)."""
+            for i, a in enumerate(arrays):
+                for r, (h, mem) in enumerate(zip(held, storage)):
+                    if h.freed and isinstance(a, np.ndarray) and np.shares_memory(a, mem):
+                        raise Counterexample(f"{into}[{i}] reads rank {r}'s {h.name!r}, which you had already freed "
+                                             "(a use after free: its memory may already hold another buffer); "
+                                             "free a layer's gradients only after its pieces are in the shards")
+
         def reduce_scatter(arrays):
+            not_freed(arrays, "reduce_scatter's input")
             with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
                 pieces = ring_reduce_scatter(
                     cluster,
@@ -93,6 +117,7 @@ def _in_engine(fn):
             return pieces
 
         def add_to_shard(r: int, piece) -> None:
+            not_freed([piece], f"add_to_shard({r}, ...)'s piece")
             lo, hi = layout.owned_piece(layer, r)
             averaging.accumulate(ctx.ranks[r].grads.array[lo:hi],
                                  averaging.after_reduce(piece, policy, cluster.world_size, recipe), first)
