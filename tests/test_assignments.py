@@ -7,12 +7,13 @@ Planted and reference solutions are graded here in this process (the same cases 
 own path, a process per test with a time limit, is exercised end to end on assignment 1 and the misbehaving files.
 """
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
-from zerosim import assignments
+from zerosim import assignments, exercises
 from zerosim.assignments import check_results, get, grade
 from zerosim.cli.main import main
 from zerosim.exercises.grading import load
@@ -101,8 +102,40 @@ def test_no_reference_solution_is_printed_or_shipped():
         assert body
         for line in body:  # the solution's lines of code (the ones long enough to be its own)
             assert line not in a.handout and line not in a.starter
-        assert all(t.exercise.solution == "" or n == 2 for t in a.tests)
+        assert all(t.exercise.solution == "" for t in a.tests)  # assignment 2's four exercises too
+        tree = ast.parse(source := (COURSE / f"a{n}" / "solution.py").read_text())
+        for f in (node for node in tree.body if isinstance(node, ast.FunctionDef)):  # no whole function ships
+            assert ast.get_source_segment(source, f) not in shipped, f.name
     assert "largest neighbouring pair" not in shipped and "partial = {i: padded[i]" not in shipped
+
+
+def solution_lines() -> set:
+    """Every assignment reference's lines of code long enough to be its own (comments and short lines left out)."""
+    return {line.strip() for n in (1, 2, 3) for line in (COURSE / f"a{n}" / "solution.py").read_text().splitlines()
+            if line.startswith("    ") and len(line.strip()) > 30 and not line.strip().startswith("#")}
+
+
+@pytest.mark.bad_input("command line")
+def test_no_student_facing_command_prints_an_assignments_reference(capsys):
+    # `zerosim exercise show NAME --solution` printed assignment 2's reference function by function: the four
+    # exercises it grades (shard_offset, stage2_free, average_dtype, refresh_params) now ship no solution.
+    graded = {t.exercise.function for n in (1, 2, 3) for t in get(n).tests}
+    names = list(exercises.EXERCISES)
+    commands = ([["exercise", "list"], ["assignment", "list"]] + [["exercise", "show", x] for x in names]
+                + [["exercise", "show", x, "--solution"] for x in names]
+                + [["assignment", what, str(n)] for what in ("show", "starter") for n in (1, 2, 3)])
+    lines, refused = solution_lines(), []
+    for argv in commands:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert not lines & {line.strip() for line in out.splitlines()}, argv
+        if argv[-1] == "--solution" and exercises.get(argv[2]).function in graded:
+            assert code == 2 and not out and err.count("\n") == 1, argv
+            assert f"{argv[2]}'s reference solution is not shipped: it is assignment 2's" in err
+            refused.append(argv[2])
+    assert sorted(refused) == ["average_dtype", "refresh_params", "shard_offset", "stage2_free"]
+    assert main(["exercise", "check", "stage2_free", "--reference"]) == 2  # nor graded as "the shipped one"
+    assert "not shipped" in capsys.readouterr().err
 
 
 def test_results_follow_gradescopes_format():

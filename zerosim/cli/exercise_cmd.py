@@ -29,14 +29,16 @@ def add_arguments(p) -> None:
                               description="\n".join(line for line in examples if " show " in line),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
-    show.add_argument("--solution", action="store_true", help="show the reference solution instead")
+    show.add_argument("--solution", action="store_true",
+                      help="show the reference solution instead (not for the exercises an assignment grades)")
     check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails",
                                description="\n".join(line for line in examples if " check " in line),
                                formatter_class=argparse.RawDescriptionHelpFormatter)  # one example a line
     check.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
     which = check.add_mutually_exclusive_group(required=True)
     which.add_argument("--file", help="your solution: a .py file defining the exercise's function")
-    which.add_argument("--reference", action="store_true", help="grade the shipped reference solution")
+    which.add_argument("--reference", action="store_true",
+                       help="grade the shipped reference solution (not for the exercises an assignment grades)")
     which.add_argument("--planted", metavar="BUG", help="grade one of the exercise's planted bugs (see `show`)")
     check.add_argument("--time-limit", type=float, default=None, metavar="S",
                        help="with --file: seconds each case may take before it fails as a loop (default 60)")
@@ -53,6 +55,9 @@ def run(args) -> int:
               "my_solution.py")
         return 0
     ex = exercises.get(args.name)
+    if (args.action == "show" and args.solution or args.action == "check" and args.reference) and not ex.solution:
+        raise ValueError(f"{ex.name}'s reference solution is not shipped: it is {ex.withheld}; "
+                         f"`zerosim exercise check {ex.name} --planted BUG` shows the grader catch a bug")
     if args.action == "show":
         if args.solution:
             print(ex.solution, end="")

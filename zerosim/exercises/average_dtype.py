@@ -11,7 +11,7 @@ import numpy as np
 
 from zerosim.exercises.engine_cases import describe, run_case
 from zerosim.exercises.finish_cases import finish_with
-from zerosim.exercises.grading import Exercise
+from zerosim.exercises.grading import WITHHELD, Exercise
 
 TASK = """\
 After the reduce-scatter a rank holds its shard of the *sum* of N ranks' gradients, in the 16-bit wire
@@ -29,13 +29,9 @@ def average(summed, world_size):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-import numpy as np
-
-
-def average(summed, world_size):
-    return summed.astype(np.float32) / np.float32(world_size)  # the cast is exact; one rounding, in fp32
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "divides in 16 bits": '''\
@@ -103,4 +99,5 @@ def check(fn, case) -> None:
 
 
 EXERCISE = Exercise("average_dtype", "dividing by N in the right dtype: the averaged gradient the fp32 optimizer reads",
-                    "average", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "average", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)

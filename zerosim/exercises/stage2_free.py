@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.exercises.engine_cases import describe, run_case
-from zerosim.exercises.grading import Counterexample, Exercise
+from zerosim.exercises.grading import WITHHELD, Counterexample, Exercise
 
 TASK = """\
 ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
@@ -31,13 +31,9 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-def reduce_layer_grads(held, reduce_scatter, add_to_shard):
-    pieces = reduce_scatter([h.array for h in held])
-    for r, piece in enumerate(pieces):
-        add_to_shard(r, piece)
-        held[r].free()  # its piece is in the shard: nobody needs the layer's gradients any more
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "never frees": '''\
@@ -144,4 +140,5 @@ def check(fn, case) -> None:
 
 EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, "
                                    "free them",
-                    "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)
