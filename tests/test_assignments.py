@@ -88,7 +88,32 @@ def test_check_runs_only_the_visible_tests_and_the_starter_fails_them(tmp_path, 
     starter.write_text(capsys.readouterr().out)
     assert main(["assignment", "check", "3", "--file", str(starter), "--time-limit", "30"]) == 1
     out = capsys.readouterr().out
-    assert "(hidden" not in out and out.count("FAIL") == 2 and "is not written yet" in out
+    assert "(hidden" not in out and out.count("FAIL") == 3 and "is not written yet" in out  # gather, peak, exposed
+
+
+def test_assignment_3_grades_the_exposed_communication_visible_and_hidden():
+    a = get(3)
+    graded = {t.exercise.name: t for t in a.tests if t.exercise.function == "exposed_comm"}
+    assert {t.visibility for t in graded.values()} == {"visible", "after_published"}
+    assert "exposed_comm(compute_s, gather_s, prefetch)" in a.handout and "def exposed_comm(" in a.starter
+    # the grader's yardstick (zerosim's timeline) against the schedule worked by hand on the visible cases:
+    # no prefetch, every gather waits for the compute before it, so all of them are exposed; prefetch 1, gather 0
+    # is exposed whole, gather 1 (issued at 0, queued behind gather 0) hides under compute 0 only, and gather 2
+    # (issued as compute 0 ends) runs wholly under compute 1, which is longer
+    from zerosim.assignments import a3_exposed
+    from zerosim.timeline import simulate
+
+    none, one = list(a3_exposed.cases())[:2]
+    timed = [float(simulate(c["log"], c["hardware"]).exposed_comm[0]) for c in (none, one)]
+    (g0, g1, g2), (c0, c1, _) = one["gather_s"], one["compute_s"]
+    assert g1 > c0 and c1 > g2  # the case is the one worked out above
+    assert timed[0] == pytest.approx(sum(none["gather_s"]), rel=1e-12)
+    assert timed[1] == pytest.approx(g0 + g1 - c0, rel=1e-12)
+    # the reference scores every point of it; a planted "prefetch hides all but the first gather" loses exactly it
+    wrong = COURSE / "a3" / "planted" / "prefetch_hides_all_but_the_first.py"
+    points, lines = score_here(a, wrong)
+    assert points == a.max_score - sum(t.points for t in graded.values())
+    assert [n for n, f in lines if f] == list(graded) and "you predicted" in dict(lines)[next(iter(graded))]
 
 
 def test_no_reference_solution_is_printed_or_shipped():
