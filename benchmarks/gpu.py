@@ -8,9 +8,11 @@
        preallocated output), the same bits checked
 
 Each pair in turns, median of --repeats after a warm-up, every GPU timing closed by a device synchronise.
-NEVER RUN YET: written without a GPU; without CuPy and a GPU it says so and exits 0.
+Without CuPy and a GPU it says so and exits 0. `--standin` runs the same code at a toy size with NumPy
+standing in for CuPy (the cupy-sim backend's `xp="numpy-standin"`), so the suite keeps this script working
+(tests/test_benchmarks_run.py); its timings mean nothing.
 
-    python benchmarks/gpu.py [--repeats 5] [--skip-cpu]
+    python benchmarks/gpu.py [--repeats 5] [--skip-cpu] [--standin]
 """
 
 import os
@@ -26,7 +28,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 GPT_SHAPE = dict(vocab=8192, d_model=768, n_heads=12, n_layers=12, seq_len=128)  # ~92M params (GPT-2 small's body)
+TOY_SHAPE = dict(vocab=64, d_model=16, n_heads=2, n_layers=2, seq_len=8)  # --standin
 N, BATCH = 8, 4  # ranks, sequences per rank
+RING_COUNT, TOY_RING_COUNT = 2**24, 2**10  # elements per rank
+DEVICE = {}  # the cupy-sim backend's arguments: {} on a GPU, {"xp": "numpy-standin"} with --standin
 
 
 def timed(fn, sync) -> float:
@@ -47,17 +52,16 @@ def in_turns(runs: dict, repeats: int, sync) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def gpt_step(cp, repeats, skip_cpu):
-    from zerosim import GPT, Adam, Cluster, ZeroEngine
-    from zerosim.models.run import loss_and_grad
-    from zerosim.models.sequence_data import make_sequence_task
+def gpt_step(cp, repeats, skip_cpu, shape, sync):
+    from zerosim import Adam, Cluster, ZeroEngine
+    from zerosim.models import GPT, loss_and_grad, make_sequence_task
 
-    g = GPT_SHAPE
+    g = shape
     model = GPT(g["vocab"], g["d_model"], g["n_heads"], g["n_layers"], g["seq_len"])
     params = model.init_params(np.random.default_rng(0))
     data = make_sequence_task(np.random.default_rng(1), N, BATCH, g["seq_len"] // 2, g["vocab"])
     dev = [(cp.asarray(x), cp.asarray(t)) for x, t in data]
-    engine = ZeroEngine(model, Cluster(N, backend="cupy-sim", trace="call", timeline=False), 3, Adam(lr=1e-4),
+    engine = ZeroEngine(model, Cluster(N, backend="cupy-sim", trace="call", timeline=False, **DEVICE), 3, Adam(lr=1e-4),
                         "fp16-mixed", params=params)
     w = cp.asarray(params)
     m, v = cp.zeros_like(w), cp.zeros_like(w)
@@ -75,17 +79,16 @@ def gpt_step(cp, repeats, skip_cpu):
         cpu = ZeroEngine(model, Cluster(N, trace="call", timeline=False, workers="auto"), 3, Adam(lr=1e-4),
                          "fp16-mixed", params=params)
         runs["zerosim on the CPU"] = lambda: cpu.step(data)
-    return model.num_params, in_turns(runs, repeats, cp.cuda.Device().synchronize)
+    return model.num_params, in_turns(runs, repeats, sync)
 
 
-def ring(cp, repeats):
+def ring(cp, repeats, count, sync):
     from zerosim import Cluster
     from zerosim.collectives import reduce_scatter
 
-    count = 2**24
     rng = cp.random.default_rng(0)
-    xs = [(rng.standard_normal(count, dtype=cp.float32)).astype(cp.float16) for _ in range(N)]
-    cluster = Cluster(N, backend="cupy-sim", trace="call", timeline=False)
+    xs = [cp.asarray(rng.standard_normal(count, dtype=cp.float32).astype(cp.float16)) for _ in range(N)]
+    cluster = Cluster(N, backend="cupy-sim", trace="call", timeline=False, **DEVICE)
     s = count // N
     out = [cp.empty(s, cp.float16) for _ in range(N)]
 
@@ -99,28 +102,36 @@ def ring(cp, repeats):
     got = reduce_scatter(cluster, xs)
     yardstick()
     assert all(bool((g.view(cp.uint16) == o.view(cp.uint16)).all()) for g, o in zip(got, out)), "not the same bits"
-    return in_turns({"ring": lambda: reduce_scatter(cluster, xs), "cupy yardstick": yardstick}, repeats,
-                    cp.cuda.Device().synchronize)
+    return in_turns({"ring": lambda: reduce_scatter(cluster, xs), "cupy yardstick": yardstick}, repeats, sync)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--skip-cpu", action="store_true", help="leave out the CPU step (minutes at this size)")
+    p.add_argument("--standin", action="store_true", help="NumPy in CuPy's place at a toy size (checks the script)")
     args = p.parse_args()
-    try:
-        import cupy as cp
+    if args.standin:
+        from zerosim.precision.namespace import numpy_standin
 
-        name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    except Exception as e:  # no CuPy, or no device
-        print(f"benchmarks/gpu.py needs CuPy and an NVIDIA GPU; nothing was measured ({type(e).__name__}: {e})")
-        return 0
-    print(f"{name}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, CuPy {cp.__version__}; median of "
-          f"{args.repeats} in turns")
-    rs = ring(cp, args.repeats)
-    print(f"ring reduce-scatter, 2**24 fp16 per rank, N = {N}: {rs['ring'] * 1e3:.1f} ms ÷ CuPy yardstick "
-          f"{rs['cupy yardstick'] * 1e3:.1f} ms = {rs['ring'] / rs['cupy yardstick']:.2f}")
-    params, t = gpt_step(cp, args.repeats, args.skip_cpu)
+        cp, shape, count, sync = numpy_standin().xp, TOY_SHAPE, TOY_RING_COUNT, (lambda: None)
+        DEVICE["xp"] = "numpy-standin"
+        print("NumPy standing in for CuPy at a toy size: these timings measure nothing")
+    else:
+        try:
+            import cupy as cp
+
+            name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        except Exception as e:  # no CuPy, or no device
+            print(f"benchmarks/gpu.py needs CuPy and an NVIDIA GPU; nothing was measured ({type(e).__name__}: {e})")
+            return 0
+        shape, count, sync = GPT_SHAPE, RING_COUNT, cp.cuda.Device().synchronize
+        print(f"{name}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, CuPy {cp.__version__}; median of "
+              f"{args.repeats} in turns")
+    rs = ring(cp, args.repeats, count, sync)
+    print(f"ring reduce-scatter, 2**{count.bit_length() - 1} fp16 per rank, N = {N}: {rs['ring'] * 1e3:.1f} ms ÷ "
+          f"CuPy yardstick {rs['cupy yardstick'] * 1e3:.1f} ms = {rs['ring'] / rs['cupy yardstick']:.2f}")
+    params, t = gpt_step(cp, args.repeats, args.skip_cpu, shape, sync)
     z = t["zerosim on the GPU"]
     print(f"ZeRO-3 step, GPT of {params:,} params, N = {N}, fp16-mixed: {z * 1e3:.0f} ms on the GPU; ÷ the oracle "
           f"on the GPU {t['oracle on the GPU'] * 1e3:.0f} ms = {z / t['oracle on the GPU']:.2f}")

@@ -73,7 +73,13 @@ SI = numpy_standin()
 
 
 def _as_bits(a):
+    a = a.get() if hasattr(a, "get") else a  # the stand-in's arrays are its "device": .get() copies them back
     return a if a.dtype == np.uint16 else bits(a)
+
+
+def dev(a):
+    """A host array on the stand-in's device (its arrays refuse host arrays in arithmetic, as CuPy's do)."""
+    return SI.xp.asarray(a)
 
 
 @pytest.mark.parametrize("src", ["bf16", "fp16"])
@@ -82,13 +88,13 @@ def test_cast_from_every_16_bit_pattern(src, dst):
     x = ALL16.view(get_format(src).dtype)
     held = ALL16 if src == "bf16" else x  # the stand-in holds bf16 as its bits
     with np.errstate(all="ignore"):
-        assert np.array_equal(_as_bits(SI.cast(held, dst)), bits(cast(x, dst)))
+        assert np.array_equal(_as_bits(SI.cast(dev(held), dst)), bits(cast(x, dst)))
 
 
 @pytest.mark.parametrize("dst", ["bf16", "fp16"])
 def test_cast_from_float32_high_halves(dst):
     with np.errstate(all="ignore"):
-        assert np.array_equal(_as_bits(SI.cast(ALL_F32_HIGHS, dst)), bits(cast(ALL_F32_HIGHS, dst)))
+        assert np.array_equal(_as_bits(SI.cast(dev(ALL_F32_HIGHS), dst)), bits(cast(ALL_F32_HIGHS, dst)))
 
 
 def _float64_samples():
@@ -108,7 +114,7 @@ def test_cast_from_float64(dst, rounding, saturate):
     x = _float64_samples()
     u = np.random.default_rng(5).random(x.shape) if rounding == "stochastic" else None
     with np.errstate(all="ignore"):
-        got = SI.cast(x, dst, rounding=rounding, uniforms=u, saturate=saturate)
+        got = SI.cast(dev(x), dst, rounding=rounding, uniforms=u, saturate=saturate)
         want = cast(x, dst, rounding=rounding, uniforms=u, saturate=saturate)
     assert np.array_equal(_as_bits(got), bits(want))
 
@@ -118,13 +124,13 @@ def test_cast_from_float32_stochastic():
     u = np.random.default_rng(9).random(x.shape)
     for dst in ("bf16", "fp16"):
         with np.errstate(all="ignore"):
-            got = SI.cast(x, dst, rounding="stochastic", uniforms=u)
+            got = SI.cast(dev(x), dst, rounding="stochastic", uniforms=u)
             want = cast(x, dst, rounding="stochastic", uniforms=u)
         assert np.array_equal(_as_bits(got), bits(want)), dst
 
 
 def test_the_seeds_double_rounding_case_rounds_once():
-    assert SI.cast(np.array([1 + 2**-8 + 2**-40]), "bf16").view(BF16)[0] == 1.0078125
+    assert SI.cast(dev(np.array([1 + 2**-8 + 2**-40])), "bf16").get().view(BF16)[0] == 1.0078125
 
 
 def test_the_standin_refuses_mldtypes():
@@ -158,7 +164,7 @@ def test_ring_on_standin_equals_numpy_simulator(n, length, wire, op, trace, seed
             assert np.array_equal(bits(host(b, g)), bits(w))
     if op == "sum":
         want = nccl_all_reduce(a, [x.copy() for x in xs], wire=wire, chunk_bytes=16)
-        got = nccl_all_reduce(b, [x.copy() for x in xs], wire=wire, chunk_bytes=16)
+        got = nccl_all_reduce(b, [b.backend.asarray(x, np.float32) for x in xs], wire=wire, chunk_bytes=16)
         assert all(np.array_equal(bits(host(b, g)), bits(w)) for w, g in zip(want, got))
     shards = [cast(x, wire) for x in xs]
     want = all_gather(a, shards)
@@ -169,7 +175,7 @@ def test_ring_on_standin_equals_numpy_simulator(n, length, wire, op, trace, seed
 
 def test_ring_on_standin_keeps_bf16_as_bits():
     c = standin_cluster(3)
-    out = reduce_scatter(c, [np.ones(6, np.float32)] * 3, wire="bf16")
+    out = reduce_scatter(c, [dev(np.ones(6, np.float32)) for _ in range(3)], wire="bf16")
     assert all(o.dtype == np.uint16 for o in out)
     assert host(c, out[0]).dtype == np.dtype(BF16) and float(host(c, out[0])[0]) == 3.0
 
@@ -184,11 +190,11 @@ def test_optimizer_and_rounding_into_bf16_on_standin(opt, rounding):
     w0, g = rng.standard_normal(257).astype(np.float32), rng.standard_normal(257).astype(np.float32)
     outs = []
     for ns in (NUMPY, SI):
-        w, state = w0.copy(), {k: np.zeros_like(w0) for k in opt.state_names}
+        w, state = ns.xp.asarray(w0.copy()), {k: ns.xp.zeros(w0.shape, np.float32) for k in opt.state_names}
         for t in (1, 2, 3):
-            opt.step(w, g, state, t)
+            opt.step(w, ns.xp.asarray(g), state, t)
         u = np.random.default_rng(2).random(w.shape) if rounding == "stochastic" else None
-        outs.append((bits(w), _as_bits(ns.cast(w, "bf16", rounding=rounding, uniforms=u))))
+        outs.append((_as_bits(w), _as_bits(ns.cast(w, "bf16", rounding=rounding, uniforms=u))))
     assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
 
 
@@ -201,7 +207,8 @@ def test_engine_on_standin_equals_numpy_simulator(stage, precision):
     held = []
     for cluster in (Cluster(3), standin_cluster(3)):
         engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-2), precision=precision)
-        losses = [engine.step(b) for b in steps]
+        to = (lambda a: a) if cluster.backend.name == "numpy" else dev  # the batches where the ranks are
+        losses = [engine.step([(to(x), to(t)) for x, t in b]) for b in steps]
         held.append((losses, [bits(host(cluster, r.params.array)) for r in cluster.ranks],
                      [bits(host(cluster, m)) for m in engine.master_shards()], cluster.trace.log))
     assert held[0][0] == held[1][0]
@@ -232,3 +239,26 @@ def test_cupy_sim_without_cupy_says_what_is_missing():
         Cluster(2, backend="cupy-sim")
     with pytest.raises(ValueError, match="xp must be one of"):
         Cluster(2, backend="cupy-sim", xp="jax")
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_the_oracle_with_its_forward_backward_on_the_standin_equals_the_engine_on_cupy_sim(stage):
+    # the GPU test's shape (tests/gpu/test_device_ranks.py), run through the stand-in: the oracle's device
+    # plumbing (weights to the device, gradients back) and the engine's give the same bits
+    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+
+    n, model = 2, MLP([8, 16, 4])
+    rng = np.random.default_rng(stage)
+    data = [[(rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32))
+             for _ in range(n)] for _ in range(2)]
+    params = model.init_params(np.random.default_rng(7))
+    cluster = Cluster(n, backend="cupy-sim", xp="numpy-standin")
+    engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-2), "fp16-mixed", params=params)
+    oracle = Reference(model, Adam(lr=1e-2), "fp16-mixed", n, params=params, device=cluster.backend.xp,
+                       reduce_every_micro_step=stage >= 2)
+    for batch in data:
+        on_device = [(dev(x), dev(t)) for x, t in batch]
+        assert engine.step(on_device) == oracle.step(on_device)
+    shards = [cluster.backend.to_numpy(m) for m in engine.master_shards()]
+    master = engine.layout.unarrange(np.concatenate(shards)) if stage else shards[0]  # stage 0: each rank has all
+    assert np.array_equal(master[: model.num_params].view(np.uint32), oracle.master().view(np.uint32))

@@ -69,7 +69,8 @@ def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group
         want = sizes[rank.index if group is None else group.position(rank.index)]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
         stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
-        if getattr(o, "shape", None) != (want,) or o.dtype != stored or (flags is not None and not flags.writeable):
+        read_only = flags is not None and not getattr(flags, "writeable", True)  # CuPy's flags have no writeable
+        if getattr(o, "shape", None) != (want,) or o.dtype != stored or read_only:
             raise ValueError(f"{what}: out for rank {rank.index} must be a writable ({want},) {wire.name} array, "
                              f"got {getattr(o, 'shape', type(o).__name__)} {getattr(o, 'dtype', '')}")
     return list(out)

@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from zerosim.models.layers import acc_dtype
+from zerosim.models.spaces import space_of
 from zerosim.precision import cast, get_format
 
 MODES = ("standard", "selective", "flash")
@@ -44,18 +45,18 @@ SOFTMAX_FLOPS = {"forward": 6, "backward": 4}
 def split_heads(x: np.ndarray, heads: int) -> np.ndarray:
     """(B, L, d) -> (B, H, L, d_h), contiguous (a copy, no rounding)."""
     B, L, d = x.shape
-    return np.ascontiguousarray(x.reshape(B, L, heads, d // heads).transpose(0, 2, 1, 3))
+    return x.reshape(B, L, heads, d // heads).transpose(0, 2, 1, 3).copy()  # C order (numpy's or a device's)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, H, L, d_h) -> (B, L, d), contiguous (a copy, no rounding)."""
     B, H, L, dh = x.shape
-    return np.ascontiguousarray(x.transpose(0, 2, 1, 3).reshape(B, L, H * dh))
+    return x.transpose(0, 2, 1, 3).reshape(B, L, H * dh).copy()  # C order (numpy's or a device's)
 
 
-def causal_mask(n_queries: int, key_start: int, key_stop: int) -> np.ndarray:
-    """(L_q, L_k) bool, True where key j > query i (a future token: masked)."""
-    return np.arange(key_start, key_stop)[None, :] > np.arange(n_queries)[:, None]
+def causal_mask(n_queries: int, key_start: int, key_stop: int, xp=np) -> np.ndarray:
+    """(L_q, L_k) bool, True where key j > query i (a future token: masked); made by module `xp` (a device's)."""
+    return xp.arange(key_start, key_stop)[None, :] > xp.arange(n_queries)[:, None]
 
 
 def softmax_forward(S: np.ndarray, fmt) -> np.ndarray:
@@ -65,7 +66,7 @@ def softmax_forward(S: np.ndarray, fmt) -> np.ndarray:
     """
     f = get_format(fmt)
     s = S.astype(acc_dtype(f))
-    s[..., causal_mask(S.shape[-2], 0, S.shape[-1])] = -np.inf
+    s[..., causal_mask(S.shape[-2], 0, S.shape[-1], space_of(S))] = -np.inf
     e = np.exp(s - s.max(axis=-1, keepdims=True))  # the row max subtracted: exp cannot overflow
     return cast(e / e.sum(axis=-1, keepdims=True, dtype=e.dtype), f)
 

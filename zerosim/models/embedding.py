@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models.layers import Layer, acc_dtype
+from zerosim.models.spaces import zeros_like_space
 from zerosim.precision import cast, get_format
 
 INIT_STD = 0.02  # GPT-2 / nanoGPT: every embedding and Linear weight drawn from N(0, 0.02²)
@@ -36,9 +37,14 @@ def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, f
     (ids,) = cache
     B, L, d = dy.shape
     dy_acc = dy.astype(acc)
-    dwte = np.zeros((vocab, d), acc)  # (V, d) acc
-    np.add.at(dwte, ids.reshape(-1), dy_acc.reshape(-1, d))  # tokens in (b, t) order, like a sequential scatter
-    dwpe = np.zeros((max_len, d), acc)  # (L_max, d) acc
+    dwte = zeros_like_space(dy, (vocab, d), acc)  # (V, d) acc, where dy lives
+    if isinstance(dwte, np.ndarray):
+        np.add.at(dwte, ids.reshape(-1), dy_acc.reshape(-1, d))  # tokens in (b, t) order, like a sequential scatter
+    else:  # a device: the same adds in the same order (its atomic scatter-add would add in any order)
+        rows = dy_acc.reshape(-1, d)
+        for j, token in enumerate(ids.reshape(-1).get().tolist()):
+            dwte[token] += rows[j]
+    dwpe = zeros_like_space(dy, (max_len, d), acc)  # (L_max, d) acc
     dwpe[:L] = dy_acc.sum(axis=0, dtype=acc)
     return cast(dwte, f), cast(dwpe, f)
 

@@ -32,7 +32,8 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
 
     def forward(self, y, target):
         B, L, V = y.shape
-        loss, cache = super().forward(y.reshape(B * L, V), np.asarray(target).reshape(B * L))
+        t = target if hasattr(target, "reshape") else np.asarray(target)  # an array stays where it lives (a device)
+        loss, cache = super().forward(y.reshape(B * L, V), t.reshape(B * L))
         return loss, {"probabilities": cache["probabilities"], "labels": cache["labels"].reshape(B, L)}
 
     def backward(self, cache, fmt, scale=1.0):

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from zerosim.models.layers import acc_dtype
+from zerosim.models.spaces import space_of
 from zerosim.precision import cast, format_of, get_format
 
 
@@ -85,19 +86,20 @@ class SoftmaxCrossEntropy(Loss):
 
     def forward(self, y, target):
         acc = _acc_of(y)
-        labels = np.asarray(target, dtype=np.int64).reshape(y.shape[0])  # (B,)
+        t = target if hasattr(target, "astype") else np.asarray(target)  # an array stays where it lives (a device)
+        labels = t.astype(np.int64).reshape(y.shape[0])  # (B,)
         z = y.astype(acc)
         z = z - z.max(axis=1, keepdims=True)  # shift so exp cannot overflow; softmax is unchanged
         e = np.exp(z)  # (B, C)
         s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
-        rows = np.arange(y.shape[0])
+        rows = space_of(z).arange(y.shape[0])  # made where z lives (a device indexes with its own arrays)
         loss = np.mean(np.log(s[:, 0]) - z[rows, labels], dtype=acc)
         return float(loss), {"probabilities": e / s, "labels": labels}  # (B, C) in acc, (B,) int64
 
     def backward(self, cache, fmt, scale=1.0):
         p, labels = cache["probabilities"], cache["labels"]
         g = p.copy()  # dL/dy = (softmax(y) - onehot(label)) / B
-        g[np.arange(len(labels)), labels] -= 1
+        g[space_of(g).arange(len(labels)), labels] -= 1
         g = g / p.dtype.type(p.shape[0])
         return cast(g * p.dtype.type(scale), get_format(fmt))
 

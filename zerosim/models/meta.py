@@ -31,6 +31,7 @@ import numpy as np
 from zerosim.models.layers import Layer
 from zerosim.models.losses import Loss
 from zerosim.models.model import Model
+from zerosim.models.spaces import space_of
 from zerosim.precision import get_format
 
 UNITS = ("module", "block")
@@ -40,8 +41,9 @@ _BLOCK = re.compile(r"^(.*?\.\d+)\.")  # "h.7.attn.c_attn" -> "h.7"; "layers.3.m
 def like(x, shape, dtype):
     """A new array of `shape` and `dtype` from the array namespace of `x` (the array API standard's
     `__array_namespace__`): data-less when x is the meta backend's. The backend hands its arrays to the model
-    (the micro-batch, dy) and the model makes more of the same kind, so models never import a backend."""
-    return x.__array_namespace__().empty(shape, dtype=dtype)
+    (the micro-batch, dy) and the model makes more of the same kind, so models never import a backend.
+    CuPy's arrays have no `__array_namespace__` (CuPy 14): their module is the namespace."""
+    return space_of(x).empty(shape, dtype=dtype)
 
 
 def source_arrays(ranks, empty):

@@ -110,7 +110,7 @@ class Model:
 
     def pack(self, i: int, tensors: dict[str, np.ndarray]) -> np.ndarray:
         """Layer i's tensors by name (say, its grads) as one (stop - start,) vector in flat order; dtype kept."""
-        parts = [np.asarray(tensors[s.name]).reshape(-1) for s in self.layer_specs(i)]
+        parts = [tensors[s.name].reshape(-1) for s in self.layer_specs(i)]  # numpy or a device's arrays: kept there
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:

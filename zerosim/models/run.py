@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.models.schedule import Op, needs_params, schedule
+from zerosim.models.spaces import zeros_like_space
 from zerosim.precision import cast, get_format
 
 KIND = "activations"
@@ -171,7 +172,7 @@ def loss_and_grad(model, params, x, target, fmt, *, checkpoint=False, ledger=Non
     """One device's loss and flat (P,) gradient in fmt, from flat params (cast once to fmt)."""
     f = get_format(fmt)
     w = cast(params, f)  # (P,) compute copy
-    grads = np.zeros(model.num_params, f.dtype)  # (P,) in fmt
+    grads = zeros_like_space(w, (model.num_params,), f.dtype)  # (P,) in fmt, where the params live
 
     def collect(i, g):
         start, stop = model.layer_window(i)

@@ -65,8 +65,8 @@ def _is_array(a) -> bool:
 
 
 def _writeable(a) -> bool:
-    flags = getattr(a, "flags", None)
-    return flags is None or flags.writeable
+    flags = getattr(a, "flags", None)  # CuPy's flags have no `writeable`: a device array is always writable
+    return flags is None or getattr(flags, "writeable", True)
 
 
 def check_step_args(w, g, state: dict, names: tuple, t) -> dict:

@@ -13,10 +13,17 @@ does. NaN: ml_dtypes (which zerosim's numpy path uses) keeps only the sign and g
 every bf16 bit pattern and every float32 high half with many low halves (tests/test_array_namespace.py).
 
 An add is what ml_dtypes does for bf16 (`bfloat16(float(a) + float(b))`): the float32 sum rounded to bf16.
+It is computed in float64 and rounded to float32 through the bits (subnormals.py), because a bf16 below
+2**-126 is a float32 subnormal and CuPy's float32 arithmetic flushes those to zero. The float64 route
+gives the float32 sum's bits exactly: two bf16s up to 44 binades apart add exactly in float64's 53
+bits; farther apart, the float64 sum lies within 2**-53 of the exact one, far from any float32 midpoint,
+so rounding it to float32 rounds the exact sum. Comparisons (maximum) likewise widen to float64.
 Every function takes the array module `xp` (numpy or cupy); nothing here touches ml_dtypes' arithmetic.
 """
 
 from __future__ import annotations
+
+from zerosim.precision.subnormals import f32_to_f64, f64_to_f32
 
 _ROUND = 0x7FFF  # just under half a bf16 ulp, in the float32's low 16 bits
 _NAN = 0x7FC0  # bf16's canonical quiet NaN, the sign apart
@@ -39,7 +46,7 @@ def round_float32(x, xp):
 
 def add(a, b, xp, out=None):
     """a + b for bf16 bit arrays: the float32 sum rounded to bf16 (ml_dtypes' bf16 add), into `out` if given."""
-    total = round_float32(widen(a, xp) + widen(b, xp), xp)
+    total = round_float32(f64_to_f32(_wide64(a, xp) + _wide64(b, xp), xp), xp)
     if out is None:
         return total
     out[...] = total
@@ -49,10 +56,15 @@ def add(a, b, xp, out=None):
 def maximum(a, b, xp, out=None):
     """Elementwise maximum of bf16 bit arrays as ml_dtypes' ufunc picks it (`isnan(a) || a > b ? a : b`: a NaN
     wins, and of two equal numbers, +0 and -0 included, the second), into `out` if given."""
-    wa, wb = widen(a, xp), widen(b, xp)
+    wa, wb = _wide64(a, xp), _wide64(b, xp)  # float32 comparisons would see every subnormal as zero (CuPy)
     pick_a = (wa > wb) | xp.isnan(wa)
     pick = xp.where(pick_a, a, b)
     if out is None:
         return pick
     out[...] = pick
     return out
+
+
+def _wide64(bits, xp):
+    """(shape) uint16 bf16 bits -> (shape) float64, exactly (subnormals kept where float32 work flushes them)."""
+    return f32_to_f64(widen(bits, xp), xp)

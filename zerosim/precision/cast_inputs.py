@@ -41,8 +41,8 @@ def has_values(x) -> bool:
 def cast_with(kernels: CastKernels, x, fmt, rounding: str, rng, saturate: bool, uniforms) -> np.ndarray:
     """Check the arguments of a cast (raising before anything is rounded), then call the kernels."""
     f = get_format(fmt)
-    if not isinstance(x, np.ndarray) and hasattr(x, "__array_namespace__") and has_values(x):
-        ns = namespace_of(x)  # a device array (CuPy): round it where it lives, with the same bits
+    if not isinstance(x, np.ndarray) and has_values(x):
+        ns = namespace_of(x)  # a device array (CuPy, which has no __array_namespace__): round it where it lives
         if not ns.is_numpy:
             return ns.cast(x, f, rounding=rounding, uniforms=uniforms, saturate=saturate)
     if rounding not in ROUNDINGS:

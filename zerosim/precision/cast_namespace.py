@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.precision import bf16_bits
+from zerosim.precision.subnormals import f32_to_f64, f64_to_f32
 from zerosim.precision.cast_inputs import ROUNDINGS
 from zerosim.precision.formats import get_format
 
@@ -42,8 +43,8 @@ def cast_on(ns, x, fmt, rounding: str = "nearest", uniforms=None, saturate: bool
 def round_to_odd_float32(x, xp):
     """float64 -> float32 toward zero with the last bit set where anything was dropped (the sticky bit):
     `float64_to_float32_round_to_odd`, with a one-step decrement of the magnitude's bits for its nextafter."""
-    y = x.astype(xp.float32)  # to nearest even
-    back = y.astype(xp.float64)
+    y = f64_to_f32(x, xp)  # to nearest even (subnormals kept: subnormals.py)
+    back = f32_to_f64(y, xp)
     inexact = (back != x) & xp.isfinite(x)
     went_up = inexact & (xp.abs(back) > xp.abs(x))  # nearest went away from zero: step back toward it
     bits = y.view(xp.uint32) - went_up.astype(xp.uint32)
@@ -63,9 +64,11 @@ def nearest(ns, a, src, f):
         x = ns.widen(a, src)  # exact
     else:
         x = a  # float32 -> narrower, or float64 -> float32: one rounding either way
+    if x.dtype == xp.float64:
+        x = f64_to_f32(x, xp)  # the one rounding (x is round-to-odd's float32 if f is narrower still)
     if f.name in ns.bit_formats:
-        return bf16_bits.round_float32(x.astype(xp.float32, copy=False), xp)
-    return x.astype(ns.storage(f))
+        return bf16_bits.round_float32(x, xp)
+    return x.astype(ns.storage(f), copy=False)
 
 
 def _bits(ns, a, f):

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zerosim.precision import bf16_bits
+from zerosim.precision import bf16_bits, standin_array
 from zerosim.precision.formats import Format, get_format
+from zerosim.precision.standin_array import StandinArray
+from zerosim.precision.subnormals import f32_to_f64
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,15 @@ class ArrayNamespace:
         xp, f = self.xp, get_format(fmt) if fmt is not None else self.format_of(array)
         wide = xp.float32 if bits == 32 else xp.float64
         if f.name == "bf16" and "bf16" in self.bit_formats:
-            return bf16_bits.widen(array, xp).astype(wide, copy=False)
+            array = bf16_bits.widen(array, xp)  # float32, subnormals as bits
+        if bits == 64 and array.dtype == xp.float32:
+            return f32_to_f64(array, xp)  # exact for subnormals too, where float32 work flushes them (CuPy)
         return array.astype(wide, copy=False)
 
     def count_nonfinite(self, array) -> int:
-        """NaN and inf elements of an array of this namespace, counted where it lives."""
+        """NaN and inf elements of an array of this namespace, counted where it lives (a host array: on the host)."""
+        if isinstance(array, np.ndarray) and not self.is_numpy and self.xp is not np:
+            return NUMPY.count_nonfinite(array)
         if np.dtype(array.dtype).kind in "iub" and not (self.bit_formats and _is_bits(self, array)):
             return 0
         w = self.widen(array) if np.dtype(array.dtype).kind != "f" else array  # fp32 holds bf16 and fp8 exactly
@@ -145,6 +151,8 @@ def namespace_of(array) -> ArrayNamespace:
     module's (the array API standard's `__array_namespace__`, or the module that defines its type)."""
     if isinstance(array, np.ndarray) or getattr(array, "is_meta", False) or np.isscalar(array):
         return NUMPY
+    if isinstance(array, StandinArray):
+        return numpy_standin()
     module = type(array).__module__.split(".")[0]
     if module == "cupy":
         import cupy  # only reached with a CuPy array in hand
@@ -159,9 +167,12 @@ def _cupy_namespace(cupy) -> ArrayNamespace:
 
 
 class _StrictNumpy:
-    """numpy, except that every function refuses ml_dtypes arrays and dtypes (bf16, fp8), as CuPy would."""
+    """numpy as CuPy looks to the code: every function refuses ml_dtypes arrays and dtypes (bf16, fp8) and host
+    ndarrays (only `asarray`/`array` take them), and hands out `StandinArray`s, which refuse implicit host
+    conversion (standin_array.py)."""
 
     __name__ = "numpy-standin"
+    _FROM_HOST = frozenset({"asarray", "array", "ascontiguousarray"})
 
     def __getattr__(self, name):
         thing = getattr(np, name)
@@ -169,18 +180,23 @@ class _StrictNumpy:
             return thing
         if isinstance(thing, type):  # np.float32(...), np.uint16(...): scalar types pass through
             return thing
+        takes_host = name in self._FROM_HOST
 
         @functools.wraps(thing)
         def strict(*args, **kwargs):
             for a in list(args) + list(kwargs.values()):
                 _refuse_ml_dtypes(a, name)
-            return thing(*args, **kwargs)
+            if takes_host:
+                args = tuple(a.get() if isinstance(a, StandinArray) else a for a in args)
+            else:
+                args, kwargs = standin_array.unwrap(args), standin_array.unwrap(kwargs)
+            return standin_array.wrap(thing(*args, **kwargs))
 
         return strict
 
 
 def _refuse_ml_dtypes(a, where: str) -> None:
-    dtype = getattr(a, "dtype", None)
+    dtype = None if isinstance(a, type) else getattr(a, "dtype", None)  # np.float32 itself: the type, below
     if dtype is None and isinstance(a, (type, np.dtype, str)):
         try:
             dtype = np.dtype(a)
@@ -191,6 +207,7 @@ def _refuse_ml_dtypes(a, where: str) -> None:
                         "path; bf16 must travel as uint16 bits there")
 
 
+@functools.lru_cache(maxsize=1)
 def numpy_standin() -> ArrayNamespace:
     """NumPy standing in for CuPy: bf16 stored as uint16 and ml_dtypes refused by every function."""
     return device_namespace(_StrictNumpy(), "numpy-standin")

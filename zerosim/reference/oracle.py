@@ -81,6 +81,10 @@ class Reference:
         strategy, shard_group: a strategy for many nodes and its group size S, as `ZeroEngine(stage=..., shard_group=)`
             (zero/plan.py STRATEGIES): HSDP and MiCS reduce in two levels (mesh_reduce.py); the others reduce as
             stage 3 (their secondary pieces and kept units move copies, never a sum).
+        device: an `ArrayNamespace` (a cupy-sim cluster's `cluster.backend.xp`) on which each micro-batch's
+            forward and backward run, with the batches' arrays on that device, as an engine on that backend runs
+            them; the reduction, scaler, clipping and optimizer stay on the host (they equal the device's bit for
+            bit: tests/gpu/test_device_ranks.py). Default: the host.
 
     `decisions` lists the loss scaler's `StepDecision` of every step; `norms` the global norm of every
     clipped step.
@@ -89,7 +93,7 @@ class Reference:
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
                  clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
-                 strategy=None, shard_group: int | None = None):
+                 strategy=None, shard_group: int | None = None, device=None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -99,6 +103,9 @@ class Reference:
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         self.model, self.optimizer = model, optimizer
+        # forward/backward on a device (an ArrayNamespace, e.g. a cupy-sim backend's `xp`) with the host's arithmetic
+        # for the rest: the matmuls as the engine on that device runs them (cuBLAS is not OpenBLAS)
+        self.device = None if device is None or getattr(device, "is_numpy", False) else device
         self.precision = get_precision(precision)
         self.world_size, self.accumulation_steps = world_size, accumulation_steps
         self.reduce_every_micro_step = reduce_every_micro_step
@@ -146,11 +153,12 @@ class Reference:
             fmt = self.precision.compute_format
             window = self.wire.window(self._arranged[0], self._arranged[1], layer, fmt)
             return self.model.unflatten(self.layout.from_wire(*self.layout.windows[layer], window), layer)
-        return {
+        params = {
             s.name: self.params[s.offset : s.offset + s.size].reshape(s.shape)
             for s in self.model.specs
             if s.layer == layer
         }
+        return params if self.device is None else {k: self.device.from_host(v) for k, v in params.items()}
 
     def gradient(self, x, target) -> tuple:
         """(loss, flat (N*s,) gradient in the compute format) of one micro-batch."""
@@ -159,7 +167,8 @@ class Reference:
         def keep(layer, grads):
             for s in self.model.specs:
                 if s.layer == layer:
-                    grad[s.offset : s.offset + s.size] = np.asarray(grads[s.name]).reshape(-1)
+                    g = grads[s.name] if self.device is None else self.device.to_host(grads[s.name])
+                    grad[s.offset : s.offset + s.size] = np.asarray(g).reshape(-1)
 
         loss = forward_backward(self.model, x, target, self.precision.compute_format, self.layer_params,
                                 on_grads=keep, loss_scale=self.scaler.scale)

@@ -22,7 +22,7 @@ def micro_batches(model, cluster, batches, accumulation_steps: int) -> list:
         micro.append(list(pairs))
         try:
             for x, target in pairs:
-                model.check_batch(x, target)
+                model.check_batch(_on_host(x), _on_host(target))  # a device batch is checked on a host copy
             problems.append(None)
         except ValueError as e:
             problems.append(str(e))
@@ -32,3 +32,8 @@ def micro_batches(model, cluster, batches, accumulation_steps: int) -> list:
 
 def _is_pair(b) -> bool:
     return isinstance(b, (list, tuple)) and len(b) == 2 and not isinstance(b[0], (list, tuple))
+
+
+def _on_host(a):
+    """A device array (CuPy's, which refuses np.asarray) as a host copy; anything else as it is."""
+    return a.get() if hasattr(a, "get") and hasattr(a, "dtype") and not isinstance(a, dict) else a
