@@ -118,3 +118,10 @@ def test_every_ledger_name_is_put_in_plain_words_where_it_first_appears(args, na
     shown = {n.rsplit(" ", 2)[0] for line in peaks for n in line.split(" is: ", 1)[1].split(", ")}
     plain = {"params", "grads"}  # said in the setup; everything else gets its words
     assert all(any(line.strip().startswith(f"({n}: ") for line in lines) for n in shown - plain), shown
+
+
+@pytest.mark.bad_input("command line")
+def test_exact_with_the_mesh_replay_is_refused_by_name(capsys):
+    assert main(["replay", "--mesh", "2x2", "--exact"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and "not --stage, --steps, --no-checkpoint, --loss-scale or --exact" in err

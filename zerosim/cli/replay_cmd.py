@@ -44,9 +44,9 @@ def add_arguments(p) -> None:
 def _run_mesh(args) -> int:
     from zerosim.reference.mesh_replay import mesh_replay, narrate_mesh
 
-    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None:
+    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None or args.exact:
         raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "
-                         "not --stage, --steps, --no-checkpoint or --loss-scale")
+                         "not --stage, --steps, --no-checkpoint, --loss-scale or --exact")
     result = mesh_replay(args.strategy, args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
     return 0
