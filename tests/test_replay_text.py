@@ -63,6 +63,7 @@ def test_a_lost_update_is_printed_beside_half_an_ulp_of_its_weight():
         assert re.search(rf"at {w:g}[^;]*?is {half!r}, more than 1e-05: it rounds back to {w:g}, the update is lost",
                          text), (w, half)
     assert "fp16 weights (there is no master copy) after 3 step(s): w1 = 2, w2 = -3, w3 = 1, w4 = 0.5" in text
+    assert f"(`2 + 1e-05` against {half_ulp(2.0, np.inf)!r})" in README  # the README quotes w1's line
 
 
 def test_the_loss_scalers_overflow_is_shown_as_numbers():
@@ -74,6 +75,7 @@ def test_the_loss_scalers_overflow_is_shown_as_numbers():
     for s in (32768, 16384, 8192):  # the skips after the first, in brief, each with its own product
         assert f"Overflow again at S = {s}: {biggest} x {s} = {biggest * s} > {top:g}" in text
     assert f"the first S that fits is 4096: {biggest} x 4096 = {biggest * 4096} <= {top:g}" in text
+    assert f"(`{biggest} x 65536 = {biggest * 65536} > {top:g}`)" in README  # the README quotes it
 
 
 def section_one(text: str) -> list:
