@@ -155,3 +155,67 @@ def test_clipping_scales_every_ranks_gradient_before_the_optimizer():
 def test_bad_max_norm_is_refused_before_anything_is_built(bad):
     with pytest.raises(ValueError, match="clip_grad .* must be a finite number > 0 or None"):
         ZeroEngine(MLP([2, 2]), Cluster(2), 1, get_optimizer("adam"), "fp32", clip_grad=bad)
+
+
+# clip_norm="torch": torch's clip_grad_norm_ (clip_grad.py: _get_total_norm), per-tensor norms then the norm of the
+# stacked norms, against the shards' sum. MLP([2, 1]) from zero weights, every rank x = (3, 3), t = -1: the fp32
+# gradient is w = (3, 3), b = (1,) exactly (y - t = 1). Each row by hand (fp32 values in hex):
+#   shards:  the sum of squares 9 + 9 + 1 = 19 exact in any order; fl32(sqrt 19 = 4.35889894...) = 0x1.16f834p+2
+#   torch:   norm(w) = fl32(sqrt 18 = 4.24264068...) = 0x1.0f876cp+2 = 4.2426404953...; norm(b) = 1;
+#            the stacked norms' squares: 17.99999837236... + 1 = 18.99999837236..., rounded to fp32 (spacing 2**-19
+#            at 16): 19 - 2**-19 = 0x1.2ffffep+4 (2.8e-7 away, against 1.6e-6 to 19);
+#            fl32(sqrt(19 - 2**-19) = 4.35889872...) = 0x1.16f832p+2: one ulp below the shards' norm
+# (torch 2.13.0 itself: get_total_norm([tensor([3., 3.]), tensor([1.])]) = 4.358898639678955 = 0x1.16f832p+2, and
+# vector_norm(tensor([3., 3., 1.])) = 4.358899116516113 = 0x1.16f834p+2.)
+CLIP_NORM_TABLE = [
+    ("shards", float.fromhex("0x1.16f834p+2"), "fl32(sqrt(19))"),
+    ("torch", float.fromhex("0x1.16f832p+2"), "fl32(sqrt(fl32(fl32(sqrt 18)**2 + 1)))"),
+]
+
+
+@pytest.mark.parametrize("how, want, why", CLIP_NORM_TABLE)
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_torch_norm_on_a_hand_derived_case(how, want, why, n):
+    model, zeros = MLP([2, 1]), np.zeros(3, np.float32)
+    policy = get_precision("fp32").with_(reduction="ddp")
+    batches = [(np.float32([[3.0, 3.0]]), np.float32([[-1.0]]))] * n
+    engine = ZeroEngine(model, Cluster(n), 0, get_optimizer("sgd", lr=1.0), policy, params=zeros, clip_grad=1.0,
+                        clip_norm=how)
+    ref = Reference(model, get_optimizer("sgd", lr=1.0), policy, world_size=n, params=zeros, clip_grad=1.0,
+                    clip_norm=how)
+    engine.step(batches)
+    ref.step(batches)
+    clip = [e for e in engine.cluster.trace.log if isinstance(e, GradClip)][0]
+    assert clip.norm == ref.norms[0] == want, why
+    assert np.array_equal(bits(engine.full_master()), bits(ref.master()))  # -g * clip_coef(norm), the same bits
+    assert (clip.needs == ()) == (how == "torch")  # torch's: each rank alone, no all-reduce; the shards': one
+
+
+@pytest.mark.bad_input("config", unchanged="the engine is not built")
+@pytest.mark.parametrize("stage, how, message", [
+    (0, "torch-ish", "clip_norm must be one of"),
+    (1, "torch", "clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds"),
+])
+def test_bad_clip_norm_is_refused(stage, how, message):
+    with pytest.raises(ValueError, match=message):
+        ZeroEngine(MLP([2, 1]), Cluster(2), stage, get_optimizer("sgd"), "fp32", clip_grad=1.0, clip_norm=how)
+
+
+@pytest.mark.slow
+@given(widths=st.lists(st.integers(1, 7), min_size=2, max_size=4), n=st.integers(1, 5),
+       precision=st.sampled_from(["fp32", "fp16-mixed", "bf16-mixed"]), recipe=st.sampled_from(["seeds", "ddp"]),
+       max_norm=st.sampled_from([1e-3, 0.1, 10.0]), seed=st.integers(0, 2**16))
+def test_the_torch_norm_is_the_oracles(widths, n, precision, recipe, max_norm, seed):
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(seed))
+    policy = get_precision(precision).with_(reduction=recipe)
+    engine = ZeroEngine(model, Cluster(n), 0, get_optimizer("adam", lr=1e-2), policy, params=params,
+                        clip_grad=max_norm, clip_norm="torch")
+    ref = Reference(model, get_optimizer("adam", lr=1e-2), policy, world_size=n, params=params, clip_grad=max_norm,
+                    clip_norm="torch")
+    data = make_regression(np.random.default_rng(seed + 1), 2 * n, 3, widths)
+    for s in range(2):
+        assert engine.step(data[s * n : (s + 1) * n]) == ref.step(data[s * n : (s + 1) * n])
+    got = [e.norm for e in engine.cluster.trace.log if isinstance(e, GradClip)]
+    assert got == ref.norms[: len(got)]
+    assert np.array_equal(bits(engine.full_master()), bits(ref.master()))

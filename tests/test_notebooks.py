@@ -29,7 +29,7 @@ else:
     nbformat = pytest.importorskip("nbformat")
 
 FIGURES = {  # notebook -> images its figure cells must show
-    # the reduce-scatter, the all-gather, the ledger at stages 1 and 2, ZeRO-3's sequence and ledger
+    # the reduce-scatter, the all-gather, the peaks at stage 1, stages 1-2, ZeRO-3's sequence, stages 1-3
     "01_worked_example.ipynb": 6,
     "02_ring_and_rounding.ipynb": 4,  # the 4-rank ring, spacing vs magnitude, the three 200-step paths, the dataflow
     "03_memory_by_stage.ipynb": 3,  # the MLP at its true peak, seed 001's layout, the 7.5B figure
@@ -44,6 +44,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     "08_many_nodes.ipynb": 3,
     "09_will_it_fit.ipynb": 2,  # one rank's peak by stage against three GPUs (three strategies); the RTX 3090's plan
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
+    # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
+    "11_fp16_vs_bf16.ipynb": 3,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -53,6 +55,12 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         # seed 004's inconsistent model
         "GPU 0 before the all-gather: [ 2.09960938 -2.90039062  1.          0.5       ]",
         "GPU 0's peak: stage 1 48 B, stage 2 46 B",
+        # seed 001's stage-1 all-reduce: the same slice, twice the bytes (a 2-element fp16 chunk = 4 B, both halves 8 B)
+        "GPU 0's slice the same either way: True; bytes GPU 0 sends: reduce-scatter 4 B, all-reduce 8 B",
+        # W 8 + G 8 + OS 2·12 B; G, then W halved
+        "GPU 0 peaks: {1: 48, 2: 46, 3: 46}   rests at: {1: 40, 2: 36, 3: 32}",
+        # seed 003's 2·L − 1 more all-gathers than ZeRO-2 (L = 2: 2L gathers, less ZeRO-2's one refresh)
+        "checkpointing off: ZeRO-2 1 all-gather, ZeRO-3 4: 3 more (2·L − 1 = 3)",
         "all-gather [layer2 params] rank 1 -> rank 0: [1.0, 0.5]",
     ],
     "02_ring_and_rounding.ipynb": [
@@ -92,6 +100,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
         "at or below 2**-25 (0 in fp16): 42.4% at S = 1, 0.01% at S = 2**16",
+        # the two populations apart: the weight gradients are the ones fp16 loses; bf16 loses none of either
+        "weight gradients       10119 values:  70.2% 0 in fp16 at S = 1, 0.02% at S = 2**16, 0.0% in bf16 unscaled",
+        "activation gradients    6673 values:   0.3% 0 in fp16 at S = 1, 0.00% at S = 2**16, 0.0% in bf16 unscaled",
         "S = 2**0   58.95% of the weight gradients are 0 in fp16 but not in fp32",
         "S = 2**16   0.00% of the weight gradients are 0 in fp16 but not in fp32",
         "static S = 2**16: 31 reduced gradient element(s) are NaN or inf",
@@ -102,6 +113,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "seeds 0.500244140625   deepspeed-zero12 0.5",  # DeepSpeed's copy back into fp16
         "seeds 3 x 2**-24   fsdp2 4 x 2**-24",  # FSDP2's pre-divide at N = 6
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
+        "ddp fp16 and deepspeed-zero12 fp16: the same averages, bit for bit",  # one line in the figure, not two
     ],
     "07_exercises.ipynb": ["counterexample", "passed"],
     "08_many_nodes.ipynb": [
@@ -147,6 +159,18 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "fp8 torchao  gather params   8.01 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
         # GPT-3's block on 1,024 ranks in nodes of 8: 2M against M/16 (plus scales) over IB; the times α-β per tier
         "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 7.44 s, qgZ 0.89 s",
+    ],
+    "11_fp16_vs_bf16.ipynb": [
+        "fp16 stores v = 0 for |g| <= sqrt(2**-25 / 0.001) = 0.00546",  # (1 - b2)·g² at or below half of 2**-24
+        "w [-inf, nan, 0.9990234375]",  # fp16 arithmetic: eps = 0, so m / (sqrt(0) + 0) = inf and 0 / 0 = NaN
+        # a lost v: the update too large by sqrt((1 - b2**t) / (1 - b2)), 25.15 at t = 1000 (m's own stall: 0.44 % less)
+        "ratio  25.04 (predicted  25.15)",
+        "fp16 1.011719, bf16 1.0",  # v from 1.0 toward g² = 1.5: bf16 never moves, fp16 stalls at a change < 2**-11
+        "fp16 state  loss step 1 1.0724, max of steps 1-10 1132.3355, step 200  78.2160   v = 0: up to 21.4%",
+        "bf16 state  loss step 1 1.0724, max of steps 1-10    1.0724, step 200   0.0686",  # fp32 state: 0.0683
+        "fp16-mixed, fp16 state: stopped at step 9",
+        "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
+        "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
     ],
 }
 _executed = {}

@@ -101,7 +101,7 @@ class SavedState:
 
     @functools.cached_property
     def optimizer(self) -> dict:
-        """{state name: (P,) update format}."""
+        """{state name: (P,) in its storage format (the update format, or the policy's optim_state)}."""
         names = [k[len("optim."):] for k in self.files[0] if k.startswith("optim.")]
         return {k: self._whole(f"optim.{k}", sharded=self._plan.shards("optimizer")) for k in names}
 

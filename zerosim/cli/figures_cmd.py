@@ -85,13 +85,41 @@ def _ring_steps(args):
     return ring_steps_figure()
 
 
+def gathers_against_seed_003() -> tuple:
+    """(note, counts): seed 003's "2·L − 1 additional all_gather calls w.r.t. ZeRO-2" against seed 004's replay, the
+    all-gathers counted from the traces of stages 2 and 3, without and with activation checkpointing."""
+    from zerosim.cluster import Call
+    from zerosim.reference import replay_live
+
+    def all_gathers(stage, checkpoint):
+        engine, _ = replay_live(stage=stage, checkpoint=checkpoint)
+        return sum(c.collective == "all_gather" for c in engine.cluster.trace.of_type(Call))
+
+    n = {(s, c): all_gathers(s, c) for s in (2, 3) for c in (False, True)}
+    net = replay_live(stage=3)[0].model
+    layers = sum(b > a for a, b in map(net.layer_window, range(len(net.layers))))  # the layers holding weights
+    note = (f"{n[3, True]} all-gathers: each of the L = {layers} layers in forward and in backward (2·L = "
+            f"{n[3, False]}), "
+            f"and {n[3, True] - n[3, False]} more for the recompute. Seed 003's \"2·L − 1 additional all_gathers "
+            "w.r.t. "
+            f"ZeRO-2\" counts calls beyond ZeRO-2's {n[2, False]} all-gather after the update, without checkpointing: "
+            f"{n[3, False]} − {n[2, False]} = {n[3, False] - n[2, False]}")
+    return note, n
+
+
 def _zero3_sequence(args):
+    import textwrap
+
     from zerosim.reference import replay_live
     from zerosim.viz.zero3_figure import zero3_figure
 
     engine, _ = replay_live(stage=3)
-    return zero3_figure(engine.cluster.trace, title="Seed 004 at ZeRO-3 on GPU 0: every use of a layer gathers it, "
-                                                   "and frees it right after").figure
+    ax = zero3_figure(engine.cluster.trace, title="Seed 004 at ZeRO-3 on GPU 0: every use of a layer gathers it, "
+                                                 "and frees it right after")
+    note, _ = gathers_against_seed_003()
+    ax.set_xlabel(ax.get_xlabel() + "\n" + textwrap.fill(note, 140), fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure
 
 
 def _timeline(args):
@@ -111,7 +139,7 @@ def _timeline(args):
         result, _ = meta_step(llama, 64, 3, ib, comm, tokens=16384)
         runs[f"{name}: step {result.step_time:.2f} s, exposed {result.exposed_comm[0]:.2f} s"] = result
     return timelines_figure(runs, title="Llama-7B, ZeRO-3, 64 ranks (rank 0 shown), H100 over InfiniBand NDR, 16,384 "
-                                        "tokens per rank")
+                                        "tokens per rank", zoom_units=4)
 
 
 def _timeline_sweep(args):
@@ -156,7 +184,10 @@ def _activation_strategies(args):
     from zerosim.costs.measured import strategy_costs
     from zerosim.viz.activations_figure import strategies_figure
 
-    return strategies_figure(strategy_costs(4, 2048, **SEED001_7B),
+    from zerosim.costs.gpus import get_gpu
+
+    gpu = get_gpu("h100-80gb")
+    return strategies_figure(strategy_costs(4, 2048, **SEED001_7B), capacity=gpu.capacity, gpu=gpu.name,
                              title="Seed 001's checkpointing strategies at its 7B shape (32 layers), B = 4, L = 2048, "
                                    "fp16: "
                                    "one rank's ledger and compute events")

@@ -223,7 +223,8 @@ def _precision_name(precision) -> str:
     base = get_precision(precision)
     for name, preset in PRESETS.items():
         if preset == base.with_(loss_scale=preset.loss_scale, loss_scale_options=preset.loss_scale_options,
-                                reduction=preset.reduction, allreduce=preset.allreduce, grad_accum=preset.grad_accum):
+                                reduction=preset.reduction, allreduce=preset.allreduce, grad_accum=preset.grad_accum,
+                                optim_state=preset.optim_state):
             return name
     return repr(base)
 
@@ -238,7 +239,7 @@ def _is_rank_zero(backend: str) -> bool:
 
 # -- loss scaling, clipping and the gradient recipe (issue 11): parsed here, done by the library ----------------
 def add_precision_arguments(p) -> None:
-    from zerosim.precision.policy import ALLREDUCES, REDUCTIONS
+    from zerosim.precision.policy import ALLREDUCES, OPTIM_STATES, REDUCTIONS
 
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "
@@ -258,10 +259,15 @@ def add_precision_arguments(p) -> None:
     p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
                    help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
                         "(NCCL's on a GPU) or gloo (torch on a CPU)")
+    p.add_argument("--optim-state", choices=OPTIM_STATES, default=None,
+                   help="the format the optimizer's state (Adam's m and v) is stored in between steps: fp32 (default; "
+                        "seeds 000-002 say it must be) or fp16 / bf16 (2 bytes an element, rounded after every step, "
+                        "the arithmetic still fp32) to watch what the seeds warn of")
 
 
 def precision_from_arguments(args, precision):
-    """The preset with --loss-scale, --scale-window, --reduction and --allreduce applied (the policy checks them)."""
+    """The preset with --loss-scale, --scale-window, --reduction, --allreduce and --optim-state applied (the policy
+    checks them)."""
     changes = {}
     if args.loss_scale is not None:
         scale = args.loss_scale
@@ -281,6 +287,8 @@ def precision_from_arguments(args, precision):
         changes["reduction"] = args.reduction
     if args.allreduce is not None:
         changes["allreduce"] = args.allreduce
+    if args.optim_state is not None:
+        changes["optim_state"] = args.optim_state
     if args.clip_grad is not None and not (math.isfinite(args.clip_grad) and args.clip_grad > 0):
         raise ValueError(f"--clip-grad must be a finite number > 0, got {args.clip_grad}")
     return precision.with_(**changes) if changes else precision
@@ -299,6 +307,8 @@ def describe_precision_options(args, precision) -> str:
         words.append(f"{precision.allreduce} all-reduce")
     if args.clip_grad is not None:
         words.append(f"clip grad norm {args.clip_grad:g}")
+    if precision.optim_state is not None:
+        words.append(f"optimizer state stored in {precision.optim_state}")
     return "".join(", " + w for w in words)
 
 

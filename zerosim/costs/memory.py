@@ -64,6 +64,9 @@ class MemoryConfig:
     param_bytes: int = 2  # 16-bit (fp16/bf16) compute copy of the parameters
     master_bytes: int = 4  # fp32 master weights
     fp32_grad_accum: bool = False  # True: gradients kept (accumulated) in fp32, 4Ψ instead of 2Ψ
+    # bytes of one optimizer-state element: 4 (fp32, what OPTIMIZER_STATES counts), or 2 with the state stored in
+    # fp16/bf16 (MixedPrecision(optim_state=...)): Adam's K = 8 becomes 4
+    state_bytes: int = 4
     # "shards": a sharded part holds ceil(Ψ/N) elements (the engines' padded flat buffers);
     # "none": exactly Ψ/N (the papers' formulas, possibly fractional bytes);
     # "all": every buffer, replicated ones too, holds the padded flat length N*ceil(Ψ/N).
@@ -72,6 +75,8 @@ class MemoryConfig:
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATES:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {sorted(OPTIMIZER_STATES)}")
+        if self.state_bytes not in (2, 4):
+            raise ValueError(f"state_bytes must be 4 (fp32 state) or 2 (fp16/bf16 state), got {self.state_bytes!r}")
         if self.padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, got {self.padding!r}")
 
@@ -156,7 +161,8 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
         params=config.param_bytes * p,  # (Ψ,) or (ceil(Ψ/N),) 16-bit
         grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32
         master=config.master_bytes * sizes["master"],  # fp32 master, sharded from stage 1
-        optimizer=tuple((kind, nbytes * sizes["optimizer"]) for kind, nbytes in opt.states),
+        # each state tensor's fp32 bytes per element, scaled to the storage format's (2 of 4 with 16-bit state)
+        optimizer=tuple((kind, nbytes * config.state_bytes // 4 * sizes["optimizer"]) for kind, nbytes in opt.states),
     )
 
 

@@ -163,11 +163,16 @@ class Adam(Optimizer):
         bias_correction2 = 1 - b2**t
         step_size = self.lr / bias_correction1
         bias_correction2_sqrt = bias_correction2**0.5
-        denom = np.sqrt(v) / scalar(bias_correction2_sqrt, f32) + scalar(self.eps, f32)  # (N,) fp32
+        denom = self._sqrt(v) / scalar(bias_correction2_sqrt, f32) + scalar(self.eps, f32)  # (N,) fp32
         step = (scalar(-step_size, f32) * m) / denom  # addcdiv_'s value*t1/t2, then added to w
         w += step
         if record is not None:
             record.update(m=m.copy(), v=v.copy(), denom=denom, update=-step)
+
+    def _sqrt(self, v):
+        """exp_avg_sq.sqrt() of the "torch" formula, correctly rounded; the parity kit substitutes torch's own
+        (zerosim/parity/torch_sqrt.py), which on some CPUs is not correctly rounded (module docstring)."""
+        return np.sqrt(v)
 
     def _deepspeed(self, w, g, s, t, record, wd):
         """multi_tensor_adam.cu AdamFunctor: ADAM_MODE_0 for Adam (decay 0), ADAM_MODE_1 for AdamW."""

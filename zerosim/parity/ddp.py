@@ -18,36 +18,14 @@ torch is imported only inside the rank processes (launch.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from zerosim.parity.common import StepParity, ordered, step_parity
+from zerosim.parity.common import torch_batch as _batch
+from zerosim.parity.common import torch_model as _model
 from zerosim.parity.launch import run_on_gloo
 
-
-@dataclass(frozen=True)
-class StepParity:
-    """One step's comparison: the fraction of gradient elements whose bits equal torch's, and the largest
-    distance in fp32 ulps (0 where every bit agrees)."""
-
-    step: int
-    equal: float
-    max_ulps: int
-
-
-def _model(torch, widths, seed: int):
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(widths, widths[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(widths) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
-
-
-def _batch(torch, widths, seed: int, step: int, rank: int, batch: int):
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
-    return torch.randn(batch, widths[0], generator=g), torch.randn(batch, widths[-1], generator=g)
+__all__ = ["StepParity", "compare_ddp", "ddp_reduce", "ordered", "probe_buckets", "run_torch_ddp", "zerosim_ddp"]
 
 
 def _layout(model) -> list:
@@ -62,8 +40,9 @@ def _layout(model) -> list:
     return out
 
 
-def _ddp_rank(rank: int, world: int, widths, steps: int, seed: int, lr: float, batch: int) -> dict:
-    import torch
+def probe_buckets(torch, widths, seed: int, rank: int, batch: int) -> list:
+    """DDP's buckets on this rank: [iteration 1's layout, the layout rebuilt after it] (`_layout`), read from a
+    probe DDP with gradient_as_bucket_view=True (the same bucket caps as the defaults)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     probe = DDP(_model(torch, widths, seed), gradient_as_bucket_view=True)
@@ -72,6 +51,14 @@ def _ddp_rank(rank: int, world: int, widths, steps: int, seed: int, lr: float, b
         x, t = _batch(torch, widths, seed, step, rank, batch)
         torch.nn.functional.mse_loss(probe(x), t).backward()
         layouts.append(_layout(probe))
+    return layouts
+
+
+def _ddp_rank(rank: int, world: int, widths, steps: int, seed: int, lr: float, batch: int) -> dict:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    layouts = probe_buckets(torch, widths, seed, rank, batch)
     model = DDP(_model(torch, widths, seed))  # the defaults
     twin = _model(torch, widths, seed)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -102,40 +89,41 @@ def run_torch_ddp(world_size: int, widths=(16, 32, 8), steps: int = 20, seed: in
     return run_on_gloo(_ddp_rank, world_size, widths, steps, seed, lr, batch)
 
 
-def ordered(x: np.ndarray) -> np.ndarray:
-    """fp32 values as integers in the order of the numbers they encode (-0.0 and +0.0 both 0): a difference of
-    these is a distance in ulps."""
-    i = np.asarray(x, np.float32).view(np.int32).astype(np.int64)
-    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+def ddp_reduce(layout: list, local: list, reduction: str = "gloo") -> dict:
+    """One step of DDP's reduction in zerosim: `local[r]` is rank r's {name: (n,) fp32 gradient}, `layout` DDP's
+    buckets ([(name, bucket, offset, numel)], `_layout`); each bucket gets the `ddp` recipe's op and one
+    all-reduce, `reduction` "gloo" (gloo's all-reduce, as torch on CPU runs it) or "ring" (zerosim's ring).
+    Returns {name: reduced (n,) fp32}, the same on every rank."""
+    from zerosim.cluster import Cluster
+    from zerosim.collectives import all_reduce, gloo_all_reduce
+    from zerosim.zero.recipes import RECIPES
+
+    n = len(local)
+    op = RECIPES["ddp"].op(None, n)  # grad * fl32(1/N), stored fp32: Reducer::mark_variable_ready_dense
+    collective = {"gloo": gloo_all_reduce, "ring": all_reduce}[reduction]
+    reduced = {}
+    for bucket in sorted({b for _, b, _, _ in layout}):
+        members = [(name, off, size) for name, b, off, size in layout if b == bucket]
+        length = max(off + size for _, off, size in members)
+        bufs = []
+        for r in range(n):
+            buf = np.zeros(length, np.float32)  # (bucket length,) fp32: DDP's bucket buffer
+            for name, off, size in members:
+                buf[off : off + size] = np.asarray(local[r][name], np.float32).reshape(-1)
+            bufs.append(buf)
+        result = collective(Cluster(n, trace="call"), bufs, op=op)[0]
+        for name, off, size in members:
+            reduced[name] = result[off : off + size]
+    return reduced
 
 
 def zerosim_ddp(ranks: list, reduction: str = "gloo") -> list:
     """zerosim's DDP reduction of torch's local gradients, step by step: per step {name: reduced (n,) fp32}.
     `reduction` "gloo": gloo's all-reduce per bucket (as torch on CPU runs it); "ring": zerosim's ring."""
-    from zerosim.cluster import Cluster
-    from zerosim.collectives import all_reduce, gloo_all_reduce
-    from zerosim.zero.recipes import RECIPES
-
-    n = len(ranks)
-    op = RECIPES["ddp"].op(None, n)  # grad * fl32(1/N), stored fp32: Reducer::mark_variable_ready_dense
-    collective = {"gloo": gloo_all_reduce, "ring": all_reduce}[reduction]
     out = []
     for step in range(len(ranks[0]["records"])):
         layout = ranks[0]["layouts"][min(step, 1)]  # iteration 1's buckets, then the rebuilt ones
-        reduced = {}
-        for bucket in sorted({b for _, b, _, _ in layout}):
-            members = [(name, off, size) for name, b, off, size in layout if b == bucket]
-            length = max(off + size for _, off, size in members)
-            bufs = []
-            for r in range(n):
-                buf = np.zeros(length, np.float32)  # (bucket length,) fp32: DDP's bucket buffer
-                for name, off, size in members:
-                    buf[off : off + size] = ranks[r]["records"][step]["local"][name]
-                bufs.append(buf)
-            result = collective(Cluster(n, trace="call"), bufs, op=op)[0]
-            for name, off, size in members:
-                reduced[name] = result[off : off + size]
-        out.append(reduced)
+        out.append(ddp_reduce(layout, [r["records"][step]["local"] for r in ranks], reduction))
     return out
 
 
@@ -143,11 +131,5 @@ def compare_ddp(ranks: list, reduction: str = "gloo") -> list:
     """Per step, zerosim's reduction (`zerosim_ddp`) against DDP's reduced gradients on rank 0 (every rank holds
     the same after an all-reduce): one `StepParity` a step."""
     mine = zerosim_ddp(ranks, reduction)
-    out = []
-    for step, reduced in enumerate(mine):
-        theirs = ranks[0]["records"][step]["reduced"]
-        a = np.concatenate([reduced[k] for k in theirs])
-        b = np.concatenate([theirs[k] for k in theirs])
-        same = a.view(np.uint32) == b.view(np.uint32)
-        out.append(StepParity(step + 1, float(same.mean()), int(np.abs(ordered(a) - ordered(b)).max(initial=0))))
-    return out
+    return [step_parity(step + 1, reduced, ranks[0]["records"][step]["reduced"], "reduced")
+            for step, reduced in enumerate(mine)]

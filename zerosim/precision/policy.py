@@ -14,6 +14,12 @@
     rounding   how the updated weights are rounded into the compute format: "nearest", or "stochastic"
                (unbiased: a too-small update still moves a weight with the right probability, the
                standard remedy for pure 16-bit training); draws come from `counter_uniforms(seed, ...)`
+    optim_state the format the optimizer's state (Adam's m and v, a momentum) is *stored* in between steps: None
+               (default) keeps it in the update format (fp32: seeds 000, 001 and 002 all say it must be); "fp16" or
+               "bf16" stores it rounded to nearest into that format after every step, while the step's arithmetic
+               stays in the update format: each element widened, stepped, and rounded back on store, as torch's
+               fused Adam does for 16-bit state (aten/src/ATen/native/cuda/fused_adam_utils.cuh, `adam_math`:
+               `static_cast<opmath_t>` on load, fp32 math, the 16-bit store). 2 bytes per state element, not 4
     grad_accum the format gradients accumulate in across the K micro-steps of gradient accumulation:
                None (default) keeps them in the compute format (a rank's own gradients, stages 0/1)
                or the wire format (the reduced shard, stages 2/3); "fp32" accumulates in fp32, as
@@ -49,6 +55,7 @@ from zerosim.precision.loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_
 # what each name means is written in zerosim/zero/recipes.py (RECIPES), the one place; listed here to check input
 REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", "deepspeed-zero3", "fsdp2")
 ALLREDUCES = ("ring", "nccl", "gloo")
+OPTIM_STATES = ("fp32", "fp16", "bf16")  # storage formats of the optimizer's state (8-bit state is not modelled)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class MixedPrecision:
     rounding: str = "nearest"  # of the updated weights into the compute format; or "stochastic"
     seed: int = 0  # for stochastic rounding's counter-based draws
     grad_accum: str | None = None  # accumulation format across micro-steps (None: compute / wire; or "fp32")
+    optim_state: str | None = None  # storage format of the optimizer's state (None: the update format; or "fp16"...)
 
     def __post_init__(self):
         get_format(self.compute)
@@ -91,6 +99,9 @@ class MixedPrecision:
             # bits alone are not enough: fp16 has bf16's width but not its range (bf16-held gradients overflowed)
             raise ValueError(f"grad_accum {self.grad_accum} cannot hold every {self.compute} gradient (its range or "
                              f"precision is smaller); use None (accumulate in {self.compute}) or fp32")
+        if self.optim_state is not None and self.optim_state not in OPTIM_STATES:
+            raise ValueError(f"unknown optim_state {self.optim_state!r}: the optimizer's state is stored in one of "
+                             f"{', '.join(OPTIM_STATES)} (or None: the update format)")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 
@@ -144,6 +155,11 @@ class MixedPrecision:
         """Format the optimizer does its arithmetic in: the master's, or fp32 when there is no master
         (a 16-bit weight is widened, updated in fp32, and rounded straight back)."""
         return self.master_format or (self.compute_format if self.compute_format.bits >= 32 else get_format("fp32"))
+
+    @property
+    def state_format(self) -> Format:
+        """Format the optimizer's state is stored in between steps: `optim_state`, or the update format."""
+        return self.update_format if self.optim_state is None else get_format(self.optim_state)
 
     def with_(self, **changes) -> "MixedPrecision":
         return replace(self, **changes)

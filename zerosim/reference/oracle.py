@@ -28,12 +28,14 @@ from zerosim.collectives import ShardLayout, gloo_ring, naive_reduce, nccl_ring_
 from zerosim.models.run import forward_backward
 from zerosim.optim import Optimizer
 from zerosim.optim.by_matrix import step_by_matrix
+from zerosim.optim.stored_state import check_stored, widened
 from zerosim.precision import cast, get_precision
 from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
 from zerosim.zero.layouts import layout_for
-from zerosim.zero.bucket_allreduce import bucket_slices, flat_chunks, ready_buckets, split_calls
+from zerosim.zero.bucket_allreduce import flat_chunks, range_slices, split_calls
+from zerosim.zero.param_buckets import DDPBuckets, ddp_buckets, ipg_buckets, ready_order, registration
 from zerosim.zero.mesh_groups import default_recipe
 from zerosim.zero.plan import get_plan
 from zerosim.zero.recipes import GradientRecipe
@@ -71,13 +73,17 @@ class Reference:
             "ring-native": the same adds by NumPy in the wire dtype, and an elementwise optimizer stepped in
             cache-sized blocks: the same bits, as fast as NumPy can (the speed yardstick in benchmarks/engine.py).
             (Which recipe reduces is `recipe`'s.)
-        clip_grad: clip to this global norm, as `ZeroEngine(clip_grad=...)`.
+        clip_grad, clip_norm: clip to this global norm, summed as `ZeroEngine(clip_grad=..., clip_norm=...)`.
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
         wire: a `zeropp.Wire`, as `ZeroEngine(wire=...)`: each unit computes with its weights quantized as the
             stage-3 gather sends them (wire_oracle.py).
         reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
             "deepspeed-zero12" all-reduces each bucket whole (zero/bucket_allreduce.py: the oracle forms the
-            buckets with its `ready_buckets` and sums each in the all-reduce's order over the bucket).
+            buckets by parameter with param_buckets.py's `ipg_buckets` and sums each in the all-reduce's order over
+            the bucket).
+        ddp: the engine's `CommSchedule.ddp` (DDP's bucket caps) for the `ddp` recipe: the first step all-reduces one
+            bucket in registration order, later steps DDP's rebuilt buckets (param_buckets.py), each in its own
+            all-reduce's chunk map.
         strategy, shard_group: a strategy for many nodes and its group size S, as `ZeroEngine(stage=..., shard_group=)`
             (zero/plan.py STRATEGIES): HSDP and MiCS reduce in two levels (mesh_reduce.py); the others reduce as
             stage 3 (their secondary pieces and kept units move copies, never a sum).
@@ -93,7 +99,8 @@ class Reference:
     def __init__(self, model, optimizer, precision="fp16-mixed", world_size: int = 1, params=None,
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
                  clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
-                 strategy=None, shard_group: int | None = None, device=None):
+                 strategy=None, shard_group: int | None = None, ddp: DDPBuckets | None = None,
+                 clip_norm: str = "shards", device=None):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -112,8 +119,10 @@ class Reference:
         if order not in ("ring", "ring-native"):
             raise ValueError(f"order must be 'ring' or 'ring-native', got {order!r}")
         self.order = order
-        self.clip_grad = clipping.check_max_norm(clip_grad)
+        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
         self.reduce_bucket_size = reduce_bucket_size
+        self.ddp = DDPBuckets() if ddp is None else ddp
+        self.ddp_rebuilt = False  # as the engine's: DDP's buckets are rebuilt after the first reduction
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = ShardLayout(model.num_params, world_size).padded
@@ -136,8 +145,9 @@ class Reference:
         p = self.precision
         self.params = cast(wide, p.compute_format)  # (N*s,) compute format
         self.master_buf = cast(wide, p.master_format) if p.master_format is not None else None  # (N*s,) fp32
-        upd = p.update_format.dtype
-        self.state = {k: np.zeros(self.padded, dtype=upd) for k in optimizer.state_names}
+        check_stored(optimizer, p.state_format, p.update_format)
+        # (N*s,) per state name, in its storage format (the update format, or optim_state's 16 bits)
+        self.state = {k: np.zeros(self.padded, dtype=p.state_format.dtype) for k in optimizer.state_names}
         self.t = 0  # optimizer steps taken (skipped steps take none)
         self.scaler = p.make_scaler()
         self.decisions, self.norms = [], []
@@ -179,10 +189,19 @@ class Reference:
         (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
         p, n = self.precision, len(grads)
         chunks, direction, real = None, 1, self.model.num_params
-        if self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
+        if self.recipe.reduction == "ddp":  # DDP: each bucket its own all-reduce, in flat coordinates
+            chunks = [(0, real, self.padded)]
+            for bucket in ddp_buckets(registration(self.model.specs), p.compute_format.itemsize, self.ddp.caps,
+                                      self.ddp_rebuilt):
+                more, direction = flat_chunks([(0, a, b) for _, a, b in bucket], n, p.reduce_format.itemsize,
+                                              self.recipe.allreduce)
+                chunks += more
+            self.ddp_rebuilt = True
+        elif self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
             chunks = [(0, real, self.padded)]
             for bucket in self._buckets():
-                for call in split_calls(bucket_slices(self.layout, bucket), self.reduce_bucket_size):
+                slices = range_slices(self.layout, [(a, b) for _, a, b in bucket])
+                for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
@@ -203,13 +222,12 @@ class Reference:
                 and (self.reduce_every_micro_step or self.optimizer.elementwise))
 
     def _buckets(self) -> list:
-        """The engine's gradient buckets, units in the order they joined: backward's (the reverse of the layers')
-        by DeepSpeed's rule; stage 1 without a bucket size: one bucket of every unit in flat order."""
-        windows = self.layout.windows
-        sizes = [b - a for a, b in windows]
+        """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order
+        by DeepSpeed's ipg rule; stage 1 without a bucket size: one bucket of every parameter in flat order."""
+        params = registration(self.model.specs)
         if not self.reduce_every_micro_step and self.reduce_bucket_size is None:
-            return [[x for x in range(len(windows)) if sizes[x]]]
-        return ready_buckets(list(reversed(range(len(windows)))), sizes, self.reduce_bucket_size)
+            return [params]
+        return ipg_buckets(ready_order(params), self.reduce_bucket_size)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
@@ -251,19 +269,23 @@ class Reference:
         else:
             self.decisions.append(self.scaler.update(False))
         g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before, recipe=self.recipe)
-        if self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
+        if self.clip_grad is not None and self.clip_norm == "torch":  # clip_grad_norm_ on the whole gradient
+            self.norms.append(clipping.torch_total_norm(g, registration(self.model.specs)))
+        elif self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
             total = naive_reduce(clipping.shard_partials(g, self.layout.world_size,
                                                          self.layout.owner_chunks(self.padded)), op="sum", order="ring")
             self.norms.append(clipping.norm_of(total))
+        if self.clip_grad is not None:
             clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
-        if self.optimizer.elementwise and self.order == "ring-native":
-            _step_in_blocks(self.optimizer, w, g, self.state, self.t)
-        elif self.optimizer.elementwise:
-            self.optimizer.step(w, g, self.state, self.t)
-        else:  # Muon: each parameter as a whole matrix
-            step_by_matrix(self.optimizer, self.model.specs, w, g, self.state, self.t)
+        with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
+            if self.optimizer.elementwise and self.order == "ring-native":
+                _step_in_blocks(self.optimizer, w, g, state, self.t)
+            elif self.optimizer.elementwise:
+                self.optimizer.step(w, g, state, self.t)
+            else:  # Muon: each parameter as a whole matrix
+                step_by_matrix(self.optimizer, self.model.specs, w, g, state, self.t)
         self.params = p.round_weights(w, self.t, 0)
         return [float(np.mean(np.asarray(l, dtype=np.float64))) for l in losses]
 

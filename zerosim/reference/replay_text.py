@@ -192,10 +192,15 @@ def _weight_words(t: _Teller, s: dict, g: dict, j: int, brief: bool = False) -> 
 
 def _say_update(t: _Teller, s: dict) -> None:
     """Section 3: Adam on each GPU's own weights."""
-    r = t.r
-    t.say("3. Each GPU updates "
-          f"{'every weight (the same update everywhere)' if r['stage'] == 0 else 'only its own weights'} "
-          f"with Adam, in {r['update']}")
+    r, upd, compute = t.r, t.r["update"], t.r["compute"]
+    # pure 16-bit training keeps no master: saying only "in fp32" read as if fp32 weights were kept (issue 24)
+    how = (f", in {upd}" if r["has_master"] or compute == upd else
+           f": its {compute} weights widened to {upd}, m and v in {upd}, the result rounded straight back to "
+           f"{compute} (no {upd} master is kept)")
+    t.say(
+        "3. Each GPU updates "
+        f"{'every weight (the same update everywhere)' if r['stage'] == 0 else 'only its own weights'} with Adam{how}"
+    )
     for g in s["gpus"]:
         a = g["adam"]
         for j, name in enumerate(g["owns"]):

@@ -72,22 +72,57 @@ def l_squared_figure(rows: list, title: str = "", ax=None):
     return ax
 
 
-def strategies_figure(rows: list, title: str = ""):
-    """Two panels sharing the strategies: peak activations per rank (GB) and extra FLOPs per step (%); a Figure."""
+def _same_bars_note(rows: list) -> str:
+    """Why "selective" and "flash" draw the same bars, in the measured numbers ("" when either is missing).
+
+    Neither keeps P (B·H·L² per layer): selective drops it and rebuilds it from Q and K in backward, flash never
+    forms it whole. What flash keeps instead is one fp32 log-sum-exp per row and head, B·H·L·4 bytes a layer: tens of
+    MB against tens of GB, below the bars' third digit. Both pay for it by recomputing QKᵀ in backward."""
+    by = {r["strategy"]: r for r in rows}
+    if "selective" not in by or "flash" not in by:
+        return ""
+    sel, fl = by["selective"], by["flash"]
+    gap = fl["peak"] - sel["peak"]
+    return (f"selective and flash look the same: neither keeps P (B·H·L² per layer; selective rebuilds it in backward, "
+            f"flash never forms it whole). Flash keeps an fp32 log-sum-exp per row instead: "
+            f"{gap / 1e6:.1f} MB more ({fl['peak'] / GB:.4g} against {sel['peak'] / GB:.4g} GB); "
+            f"both recompute QKᵀ: +{100 * sel['extra']:.2f}% and +{100 * fl['extra']:.2f}%.")
+
+
+def strategies_figure(rows: list, title: str = "", capacity: int | None = None, gpu: str = ""):
+    """Two panels sharing the strategies: peak activations per rank (GB) and extra FLOPs per step (%); a Figure.
+
+    `capacity` (bytes): a GPU's memory, drawn as a vertical line (gid "capacity") named `gpu`; the memory axis ends
+    just past the larger of it and the tallest bar. When both "selective" and "flash" are drawn, a note (gid "note")
+    says why their bars are the same (`_same_bars_note`)."""
     import matplotlib.pyplot as plt
 
-    fig, (mem, flops) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=150, sharey=True, layout="constrained")
+    note = _same_bars_note(rows)
+    fig, (mem, flops) = plt.subplots(1, 2, figsize=(10, 4.6 if note else 4.2), dpi=150, sharey=True,
+                                     layout="constrained")
     names = [r["strategy"] for r in rows]
     y = list(range(len(rows)))[::-1]  # the first strategy on top
     peaks = [r["peak"] / GB for r in rows]
     for bar in mem.barh(y, peaks, 0.6, color=kind_colour("activations"), label=kind_label("activations")):
         bar.set_gid("kind:activations")
+    right = max(max(peaks), capacity / GB if capacity else 0) * 1.08
     for yi, v, r in zip(y, peaks, rows):
         where = "at the loss" if r["peak_at"].startswith("loss.") else f"rebuilding {r['peak_at'].split('.')[0]}"
+        inside = v > 0.55 * right  # a long bar carries its label inside, so no label runs into the capacity line
+        mem.annotate(f"{v:.3g} GB ({where})", (v, yi), xytext=(-4 if inside else 4, 0), textcoords="offset points",
+                     va="center", ha="right" if inside else "left", fontsize=8)
+    if capacity:
+        line = mem.axvline(capacity / GB, color="black", lw=1.2)
+        line.set_gid("capacity")
         mem.annotate(
-            f"{v:.3g} GB ({where})", (v, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8
+            f"{gpu or 'GPU'}: {capacity / GB:.1f} GB in all (model states too)",
+            (capacity / GB, max(y) + 0.45),
+            xytext=(-3, 0),
+            textcoords="offset points",
+            ha="right",
+            fontsize=8,
         )
-    mem.set_xlim(0, max(peaks) * 1.6)
+    mem.set_xlim(0, right)
     mem.set_yticks(y, names)
     mem.set_xlabel("peak activations per rank (GB, 1e9 bytes)")
     extra = [100 * r["extra"] for r in rows]
@@ -102,4 +137,9 @@ def strategies_figure(rows: list, title: str = ""):
         ax.spines[["top", "right"]].set_visible(False)
     if title:
         fig.suptitle(title, fontsize=10)
+    if note:
+        import textwrap
+
+        fig.get_layout_engine().set(h_pad=0.1)
+        fig.supxlabel(textwrap.fill(note, 150), fontsize=8, ha="center").set_gid("note")
     return fig

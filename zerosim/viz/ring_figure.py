@@ -8,7 +8,8 @@ out — received partial + own copy = exact sum (float64) → what the wire form
 where rounding lost something (notebook 02: 1 + 2048 = 2049 → 2048 in fp16).
 
 The hop from rank N-1 to rank 0 wraps around the ring: its arrow leaves below rank N-1 and re-enters
-above rank 0, so it crosses no other row.
+above rank 0, so it crosses no other row; the leaving half is labelled "to rank 0 (top)", the entering half
+"from rank N-1", both in the chunk's colour, so the two halves read as one hop.
 """
 
 from __future__ import annotations
@@ -134,8 +135,17 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
         style = dict(arrowstyle="->", color=chunk_colour(e.chunk), lw=1.4, shrinkA=0, shrinkB=2)
         start = (e.step + TEXT_END, e.src * ROW)
         if e.dst == (e.src + 1) % n and e.dst < e.src:  # the wrap-around hop: out at the bottom, in at the top
-            ax.annotate("", xy=(e.step + 0.9, (n - 0.55) * ROW), xytext=start, arrowprops={**style, "arrowstyle": "-"})
-            ax.annotate("", xy=(e.step + 1, 0), xytext=(e.step + 0.9, -0.75 * ROW), arrowprops=style)
+            # both halves are one hop: the one leaving the bottom says where it lands, the one entering the top where
+            # it came from, each in the chunk's colour (gids "wrap-out" / "wrap-in"), so neither is a bare stub
+            bottom, top = (n - 0.55) * ROW, -0.75 * ROW
+            ax.annotate("", xy=(e.step + 0.9, bottom), xytext=start, arrowprops=style)
+            out = ax.text(e.step + 0.93, bottom, f"to rank {e.dst} (top) ↺", ha="left", va="center", fontsize=7,
+                          color=chunk_colour(e.chunk))
+            out.set_gid("wrap-out")
+            ax.annotate("", xy=(e.step + 1, 0), xytext=(e.step + 0.9, top), arrowprops=style)
+            into = ax.text(e.step + 0.87, top, f"from rank {e.src} ↺", ha="right", va="center", fontsize=7,
+                           color=chunk_colour(e.chunk))
+            into.set_gid("wrap-in")
         else:
             ax.annotate("", xy=(e.step + 1, e.dst * ROW), xytext=start, arrowprops=style)
     ax.set_yticks([r * ROW for r in range(n)], [f"rank {r}" for r in range(n)])

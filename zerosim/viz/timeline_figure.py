@@ -84,18 +84,52 @@ def timeline_figure(result, ranks=None, ax=None, title: str | None = None, span:
     return ax
 
 
-def timelines_figure(results: dict, rank: int = 0, title: str | None = None):
+def zoom_window(result, rank: int = 0, units: int = 4) -> float:
+    """Seconds from the step's start to the end of rank `rank`'s `units`-th forward computation (the whole step when
+    it has fewer): the window `timelines_figure` zooms into."""
+    ends = sorted(iv.end for iv in result.track(rank, "compute") if iv.category == "forward")
+    return ends[units - 1] if len(ends) >= units else result.span
+
+
+def timelines_figure(results: dict, rank: int = 0, title: str | None = None, zoom_units: int = 0):
     """Several simulated steps one above the other on one time axis, `{panel title: Timeline}`, rank `rank`'s
-    two streams each (e.g. the same step without and with prefetch). Returns the Figure."""
+    two streams each (e.g. the same step without and with prefetch). Returns the Figure.
+
+    `zoom_units` > 0: beside each whole step, the same two streams over the first `zoom_units` forward computations of
+    the slowest step (`zoom_window`), on one shared axis (gid "zoom"): a step of 64 units draws each unit a pixel or
+    two wide, a barcode in which no gather can be told from the computation it waits for; the zoom shows them. The
+    window is shaded in the whole step's panel."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(results), 1, figsize=(11, 0.6 + 2.0 * len(results)), sharex=True, squeeze=False)
     span = max(r.span for r in results.values())
-    for ax, (name, result) in zip(axes[:, 0], results.items()):
-        timeline_figure(result, ranks=[rank], ax=ax, title=name, span=span)
-    for ax in axes[:-1, 0]:
+    if not zoom_units:
+        fig, axes = plt.subplots(len(results), 1, figsize=(11, 0.6 + 2.0 * len(results)), sharex=True, squeeze=False)
+        for ax, (name, result) in zip(axes[:, 0], results.items()):
+            timeline_figure(result, ranks=[rank], ax=ax, title=name, span=span)
+        for ax in axes[:-1, 0]:
+            ax.set_xlabel("")
+        if title:
+            fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+        return fig
+    slowest = max(results.values(), key=lambda r: r.span)
+    window = zoom_window(slowest, rank, zoom_units)
+    fig, axes = plt.subplots(len(results), 2, figsize=(13, 0.9 + 2.1 * len(results)), squeeze=False,
+                             gridspec_kw=dict(width_ratios=(3, 2)), layout="constrained")
+    for (whole, zoom), (name, result) in zip(axes, results.items()):
+        timeline_figure(result, ranks=[rank], ax=whole, title=name, span=span)
+        whole.get_legend().remove()  # one legend a row, beside the zoom
+        scale, unit = _unit(span)
+        whole.axvspan(0, window / scale, color="0.85", zorder=-1, lw=0)
+        whole.set_title("")
+        whole.set_title(name, fontsize=9, loc="left")
+        timeline_figure(result, ranks=[rank], ax=zoom, span=window)
+        zoom.set_title("")
+        zoom.set_gid("zoom")
+        zoom.set_yticks([])
+        zoom.set_title(f"zoom: the first {window / scale:.3g} {unit} (shaded on the left)", fontsize=9, loc="right")
+    for ax in axes[:-1].ravel():
         ax.set_xlabel("")
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return fig

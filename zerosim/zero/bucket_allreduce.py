@@ -22,14 +22,14 @@ the order backward finished them — not in its owner's ring order over the flat
 and ends therefore changes bits (tests/test_bucket_allreduce.py). With the flag off the slices are
 `dist.reduce`d to their owner instead: the recipe "deepspeed-zero12-reduce" (reduce.reduce_units).
 
-Where zerosim differs: a bucket holds whole units (zerosim's layers), not single parameters, so a boundary
-falls between layers where DeepSpeed may put it between a layer's weight and bias; the units' order is the
-reverse of the layers' (backward's order, which autograd's hook order follows for a chain of layers); without
-a reduce_bucket_size each unit is its own bucket (seed 004's schedule; DeepSpeed's default is 5e8 elements:
-`CommSchedule.deepspeed()`). Stage 1 without a bucket size reduces the whole buffer at the end of backward in
-one bucket in flat order, as DeepSpeed's `reduce_gradients` walks the parameters when overlap_comm is off.
+The bucket is filled parameter by parameter (param_buckets.py `ipg_buckets`), so a bound may fall between a layer's
+bias and its weight, as DeepSpeed's does. Where zerosim differs: gradient-ready order is taken to be the reverse of
+registration order (param_buckets.py `ready_order`: autograd's for a chain of Linear layers); without a
+reduce_bucket_size each unit's parameters are a bucket of their own (seed 004's schedule; DeepSpeed's default is 5e8
+elements: `CommSchedule.deepspeed()`). Stage 1 without a bucket size reduces the whole buffer at the end of backward
+in one bucket in flat order, as DeepSpeed's `reduce_gradients` walks the parameters when overlap_comm is off.
 
-Letters: N ranks, m elements in one call, a unit's window [a, b) in the flat buffer, s the shard size.
+Letters: N ranks, m elements in one call, a parameter's range [a, b) in the flat buffer, s the shard size.
 """
 
 from __future__ import annotations
@@ -41,12 +41,16 @@ from zerosim.zero import averaging
 
 
 def bucket_slices(layout, layers) -> list:
-    """[(owner, a, b), ...]: the flat ranges of a bucket of `layers` (in the order they joined it), cut where the
-    owner changes and merged while it repeats — average_tensor's `rank_and_offsets`."""
+    """`range_slices` of a bucket of whole `layers` (in the order they joined it)."""
+    return range_slices(layout, [layout.windows[x] for x in layers])
+
+
+def range_slices(layout, ranges) -> list:
+    """[(owner, a, b), ...]: the flat ranges [a, b) of a bucket (in the order they joined it), cut where the owner
+    changes and merged while it repeats — average_tensor's `rank_and_offsets`."""
     out = []
     s = layout.shard_size
-    for layer in layers:
-        a, b = layout.windows[layer]
+    for a, b in ranges:
         while a < b:
             owner = a // s
             stop = min(b, (owner + 1) * s)
@@ -56,22 +60,6 @@ def bucket_slices(layout, layers) -> list:
                 out.append((owner, a, stop))
             a = stop
     return out
-
-
-def ready_buckets(layers, sizes, limit: int | None) -> list:
-    """DeepSpeed's ipg bucket rule over `layers` in the order backward finishes them (`sizes[layer]` elements
-    each): a unit joins the bucket unless it would pass `limit`, which is then sent first; None: each unit alone
-    (zerosim's GradBucket applies the same rule as backward runs; the oracle calls this)."""
-    buckets, bucket, filled = [], [], 0
-    for layer in layers:
-        if sizes[layer] == 0:
-            continue
-        if bucket and (limit is None or filled + sizes[layer] > limit):
-            buckets.append(bucket)
-            bucket, filled = [], 0
-        bucket.append(layer)
-        filled += sizes[layer]
-    return buckets + ([bucket] if bucket else [])
 
 
 def split_calls(slices: list, limit: int | None) -> list:
@@ -115,38 +103,44 @@ def flat_chunks(call: list, n: int, itemsize: int, allreduce: str) -> tuple:
     return out, direction
 
 
-def all_reduce_bucket(ctx, layers: list, first: bool, limit: int | None, held: bool) -> Handle:
-    """All-reduce a bucket of `layers` (in the order they joined it) as DeepSpeed's default path does (module
-    docstring), and accumulate each rank's owned slices into its gradients: its (s,) shard (`held`: stages 2, the
-    units' gradients wait in their own buffers) or its part of the (Ψ,) gradient buffer (stage 1)."""
+def chunk_map_all_reduce(allreduce: str):
+    """The all-reduce whose chunk map `allreduce` names: "nccl", "gloo" or zerosim's "ring" (N equal shards)."""
+    return {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(allreduce, all_reduce)
+
+
+def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: bool, free=()) -> Handle:
+    """All-reduce a bucket of `params` ((unit, a, b) flat ranges, in the order they joined it) as DeepSpeed's default
+    path does (module docstring), and accumulate each rank's owned slices into its gradients: its (s,) shard (`held`:
+    stage 2, the units' gradients wait in their own buffers, "layer L grads") or its part of the (Ψ,) gradient buffer
+    (stage 1). `free`: the units whose gradient buffers are freed once copied into the bucket (all theirs sent)."""
     from zerosim.zero.reduce import grads_name  # reduce.py dispatches here: import at call time
 
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
-    layers = [x for x in layers if layout.windows[x][1] > layout.windows[x][0]]
-    if not layers:
+    params = [p for p in params if p[2] > p[1]]
+    if not params:
         return Handle()
     n, wire = cluster.world_size, policy.reduce_format
-    op, slices = averaging.reduce_op(policy, n, recipe), bucket_slices(layout, layers)
+    op, slices = averaging.reduce_op(policy, n, recipe), range_slices(layout, [(a, b) for _, a, b in params])
     m = sum(b - a for _, a, b in slices)
-    bucket = []  # (m,) compute format per rank: the ipg bucket, units in the order backward finished them
+    bucket = []  # (m,) compute format per rank: the ipg bucket, parameters in the order their gradients were ready
     for rank in ranks:
         buf = rank.ledger.alloc("grad bucket", m, policy.compute_format.dtype, "grads")
         at = 0
-        for x in layers:
-            a, b = layout.windows[x]
-            buf.array[at : at + b - a] = rank.ledger.get(grads_name(x)).array if held else rank.grads.array[a:b]
+        for x, a, b in params:
+            lo = layout.windows[x][0]
+            buf.array[at : at + b - a] = rank.ledger.get(grads_name(x)).array[a - lo : b - lo] if held \
+                else rank.grads.array[a:b]
             at += b - a
         bucket.append(buf)
-    if held:
-        for rank in ranks:
-            for x in layers:
-                rank.ledger.get(grads_name(x)).free()
-    collective = {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(recipe.allreduce, all_reduce)
-    name = " + ".join(ctx.names[x] for x in layers) + " grads"
+        for x in free:
+            rank.ledger.get(grads_name(x)).free()
+    collective = chunk_map_all_reduce(recipe.allreduce)
+    units = tuple(dict.fromkeys(x for x, _, _ in params))  # the units it holds, in the order they joined
+    name = " + ".join(ctx.names[x] for x in units) + " grads"
     last, start = Handle(), 0
     for call in split_calls(slices, limit):
         size = sum(b - a for _, a, b in call)
-        with cluster.trace.about(purpose="reduce grads", layers=tuple(layers)):
+        with cluster.trace.about(purpose="reduce grads", layers=units):
             out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name)
         for rank, result in zip(ranks, out):
             at = 0

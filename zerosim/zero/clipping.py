@@ -25,6 +25,23 @@ scalar to fp32 and the sum to fp32; `float / tensor` is `tensor.reciprocal() * f
 nothing). DeepSpeed ZeRO folds clipping into its unscale instead (stage_1_and_2.py:
 unscale_and_clip_grads, `clip = ((total_norm / S) + 1e-6) / clip_grad`, then `mul_(1. / (clip * S))`,
 on the norm of the *scaled* gradient): other roundings, not modelled here.
+
+`norm="torch"` (NORMS) computes the norm as torch 2.13's clip_grad_norm_ does instead (torch/nn/utils/clip_grad.py:
+clip_grad_norm_ -> _get_total_norm), on a rank that holds the whole gradient (stage 0, DDP: every rank computes it
+alone from its whole reduced gradient, no collective):
+
+    norms     = torch._foreach_norm(grads, 2)         one fp32 norm per parameter, in `parameters()` order (one
+                                                       device and dtype: _group_tensors_by_device_and_dtype keeps
+                                                       the order); CPU: the slow path, linalg_vector_norm per tensor
+    total     = linalg.vector_norm(torch.stack(norms)) the norm of the stacked norms
+
+Each norm here is `tensor_norm`: the exact squares summed by math.fsum, rounded to fp32, then the fp32 sqrt. What is
+reproduced: the structure and order above (per-tensor norms, then the norm of the norms) and the coefficient. What is
+not: the summation order inside torch's CPU norm kernel, a vectorised reduction (lanes of Vectorized<float>, several
+accumulators, their widths set by the ISA ATen dispatches to: AVX2 or AVX-512) that accumulates in fp32 — for a
+tensor of more than a few elements it may round differently from the correctly rounded sum (measured with torch
+2.13.0+cpu on an AVX2 machine: the same fp32 norm for 96 % of random 1–4-element tensors, 67 % of 1–64, 42 % of
+1–256 element ones; not a claim the tests check, since it depends on the CPU). On CUDA the kernel differs again.
 """
 
 from __future__ import annotations
@@ -36,6 +53,7 @@ import numpy as np
 from zerosim.collectives import ShardLayout
 
 EPS = 1e-6  # torch's clip_grad_norm_: max_norm / (total_norm + 1e-6)
+NORMS = ("shards", "torch")  # the N shards' sums of squares all-reduced (ZeRO's way), or torch's norm of norms
 U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs of fp32 and float64
 
 
@@ -61,6 +79,27 @@ def norm_of(total) -> float:
     """The global norm from the all-reduced sum of squares, rounded in the gradient's dtype."""
     t = np.asarray(total).reshape(-1)[:1]
     return float(np.sqrt(t)[0])
+
+
+def tensor_norm(g: np.ndarray):
+    """One tensor's 2-norm in g's dtype, as zerosim models torch.linalg.vector_norm: fl(sqrt(fl(sum of squares)))
+    with the squares summed exactly (`sum_of_squares`; torch's own kernel sums in another order: module docstring)."""
+    return np.sqrt(sum_of_squares(g))[0]
+
+
+def torch_total_norm(g: np.ndarray, params) -> float:
+    """torch's clip_grad_norm_ norm of a whole flat gradient `g`: the per-tensor norms of the `params` ((unit, a, b)
+    ranges in registration order: torch._foreach_norm), then the norm of the stacked norms (_get_total_norm)."""
+    norms = np.array([tensor_norm(g[a:b]) for _, a, b in params], dtype=g.dtype)  # (P_tensors,) in g's dtype
+    return float(tensor_norm(norms))
+
+
+def check_norm(norm: str) -> str:
+    """`clip_norm` as one of NORMS, or a clear error."""
+    if norm not in NORMS:
+        raise ValueError(f"clip_norm must be one of {NORMS} (the shards' sums of squares, or torch's clip_grad_norm_: "
+                         f"per-tensor norms, then the norm of the norms), got {norm!r}")
+    return norm
 
 
 def clip_coefficient(norm: float, max_norm: float, dtype=np.float32) -> float:

@@ -4,7 +4,10 @@ The knobs change *which* collectives run, *when* they are issued and *how much* 
 a bit of the result: every bucket moves window ∩ shard_r for each rank r (`counts`), so each element
 keeps its owner and is summed in the same ring order as without buckets (flat.py). NOTE: a real NCCL
 call cuts a bucket into N equal chunks, so on a GPU bucketing can change which rank sums an element
-and therefore its rounding; zerosim keeps the owners so that a bucket size changes time and memory only.
+and therefore its rounding; zerosim keeps the owners so that a bucket size changes time and memory only —
+except for the two recipes that all-reduce each bucket whole as their frameworks do (`ddp` with DDP's caps,
+`bucket_cap_mb`; `deepspeed-zero12` with `reduce_bucket_size`): there the bucket's own chunk map decides, and a
+bucket size can change bits (param_buckets.py, ddp_reduce.py, bucket_allreduce.py).
 
     knob                         DeepSpeed name (deepspeed/runtime/zero/config.py)  FSDP name
     reduce_bucket_size           reduce_bucket_size              5e8 elements      -
@@ -29,6 +32,8 @@ use and free right after, no prefetch, no buckets.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+from zerosim.zero.param_buckets import DDPBuckets
 
 # DeepSpeed's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig's fields)
 DS_REDUCE_BUCKET = 500_000_000
@@ -65,6 +70,9 @@ class CommSchedule:
             (FSDP's BACKWARD_POST, before its reduce-scatter) instead of before it (BACKWARD_PRE).
         max_gathered_units: ZeRO-3 never holds more gathered units than this (FSDP's limit_all_gathers).
         overlap_comm: communication on its own stream (the timeline reads this).
+        bucket_cap_mb, first_bucket_mb: DDP's bucket caps for the `ddp` recipe (param_buckets.py `DDPBuckets`: None
+            is torch's 25 MiB with a 1 MiB first bucket). DDP's buckets change bits (each is its own all-reduce
+            with its own chunk map), unlike the knobs above.
     """
 
     reduce_bucket_size: int | None = None
@@ -77,8 +85,11 @@ class CommSchedule:
     prefetch_after_compute: bool = False
     max_gathered_units: int | None = None
     overlap_comm: bool = True
+    bucket_cap_mb: float | None = None
+    first_bucket_mb: float | None = None
 
     def __post_init__(self):
+        DDPBuckets(self.bucket_cap_mb, self.first_bucket_mb)  # checks them
         for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                      "max_reuse_distance", "max_gathered_units"):
             v = getattr(self, name)
@@ -93,6 +104,11 @@ class CommSchedule:
         for name in ("prefetch_after_compute", "overlap_comm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"CommSchedule.{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def ddp(self) -> DDPBuckets:
+        """DDP's bucket caps (`bucket_cap_mb`, `first_bucket_mb`)."""
+        return DDPBuckets(self.bucket_cap_mb, self.first_bucket_mb)
 
     @classmethod
     def deepspeed(cls, reduce_bucket_size: int = DS_REDUCE_BUCKET, allgather_bucket_size: int | None = None,

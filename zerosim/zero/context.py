@@ -26,6 +26,8 @@ class Context:
     groups: object = None  # mesh_groups.MeshGroups: the groups each collective runs over (None: the world for all)
     wire: object = None  # zeropp.WireState: weights gathered in fewer bits (qwZ, fp8), or None
     bucket_limit: int | None = None  # CommSchedule.reduce_bucket_size: DeepSpeed's numel_per_bucket (bucket_allreduce)
+    params: tuple = ()  # (unit, a, b) per parameter in registration order (param_buckets.registration)
+    ddp_caps: tuple = ()  # DDP's (first bucket, bucket) caps in bytes (param_buckets.DDPBuckets.caps)
 
     @property
     def ranks(self) -> list:

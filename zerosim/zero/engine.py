@@ -34,10 +34,11 @@ from zerosim.cluster.budget import check_fits, gb
 from zerosim.models.run import Pass
 from zerosim.models.schedule import schedule
 from zerosim.optim import Optimizer
+from zerosim.optim.stored_state import check_stored
 from zerosim.precision import cast, get_precision
 from zerosim.zero import clipping
 from zerosim.zero.batches import micro_batches
-from zerosim.zero.buckets import GradBucket
+from zerosim.zero.buckets import grad_buckets
 from zerosim.zero.comm_schedule import get_comm_schedule
 from zerosim.zero.compute import compute
 from zerosim.zero.context import Context
@@ -45,6 +46,7 @@ from zerosim.zero.fetch import ParamFetcher
 from zerosim.zero.hooks import Hooks
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
+from zerosim.zero.param_buckets import registration
 from zerosim.zero.plan import get_plan
 from zerosim.zero.qgz_reduce import LOCO, check_qgz_engine
 from zerosim.zero.recipes import GradientRecipe
@@ -73,9 +75,13 @@ class ZeroEngine:
         accumulation_steps: K micro-batches per local rank per step (gradient accumulation).
         comm: when and in what pieces it communicates: a `CommSchedule` (bucket sizes, prefetch, overlap,
             under DeepSpeed's and FSDP's names), "deepspeed", "fsdp", or None (seed 004's schedule: one
-            collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit.
+            collective per unit, no prefetch). It changes the trace and the memory peaks, never a result bit — except
+            where the recipe all-reduces each bucket whole (`ddp`'s `bucket_cap_mb`, `deepspeed-zero12`'s buckets).
         clip_grad: clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_
             max_norm, computed over the shards: step_checks.py), or None.
+        clip_norm: how that norm is summed: "shards" (default: each rank's shard's sum of squares, all-reduced, as
+            ZeRO does) or "torch" (stage 0: torch's clip_grad_norm_, per-tensor norms then the norm of the norms,
+            on every rank's whole gradient; zero/clipping.py says what of it is reproduced).
         recipe: how gradients are reduced and averaged: a `GradientRecipe` or a recipe's name ("seeds",
             "ddp", "deepspeed-zero12", "deepspeed-zero3", "fsdp2"); default the one the policy names (HSDP's and
             MiCS's framework's when it names none: "fsdp2", "deepspeed-zero3").
@@ -95,7 +101,8 @@ class ZeroEngine:
 
     def __init__(self, model, cluster, stage: int, optimizer, precision="fp16-mixed", checkpoint: bool | None = None,
                  params=None, accumulation_steps: int = 1, comm=None, clip_grad: float | None = None, recipe=None,
-                 states: dict | None = None, hooks: Hooks | None = None, wire=None, shard_group: int | None = None):
+                 states: dict | None = None, hooks: Hooks | None = None, wire=None, shard_group: int | None = None,
+                 clip_norm: str = "shards"):
         if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
@@ -112,9 +119,13 @@ class ZeroEngine:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         optimizer.check_stage(plan.stage)
         self.comm = get_comm_schedule(comm)
-        self.clip_grad = clipping.check_max_norm(clip_grad)
+        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
+        if self.clip_norm == "torch" and plan.sharded:
+            raise ValueError(f"clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds on a "
+                             f"rank; at stage {plan.stage} use clip_norm='shards' (the shards' sums, all-reduced)")
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.precision = optimizer, get_precision(precision)
+        check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
@@ -141,10 +152,12 @@ class ZeroEngine:
             check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
                            groups=self.groups, bucket_limit=self.comm.reduce_bucket_size,
+                           params=tuple(registration(model.specs)), ddp_caps=self.comm.ddp.caps,
                            wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
+        self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
                 init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, padded,
@@ -189,7 +202,7 @@ class ZeroEngine:
                     if not decision.skip:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
-                            checked += all_reduce_norm(ctx, grads32, self.clip_grad, i)
+                            checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
             self.iteration = i
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
@@ -211,9 +224,9 @@ class ZeroEngine:
                        loss_scale=self.scaler.scale, keep_values=trace.keep_values)
                   for rank, (x, target) in zip(self.cluster.ranks, batches)]
         params = ParamFetcher(ctx, self.comm, model, self.ops) if plan.gathers_params else None  # stage 3
-        grads = GradBucket(ctx, self.comm.reduce_bucket_size, k == 0, None if plan.reduces_per_unit else
-                           self.end_reduction, self.hooks.reduce_unit, last=k == self.accumulation_steps - 1
-                           if plan.replicate else None) if self._bucketed(k) else None
+        grads = grad_buckets(ctx, self.comm.reduce_bucket_size, k == 0, None if plan.reduces_per_unit else
+                             self.end_reduction, self.hooks.reduce_unit, k == self.accumulation_steps - 1
+                             if plan.replicate else None, self.ddp_rebuilt) if self._bucketed(k) else None
         waits = trace.live(self._refresh) if k == 0 else Handle()  # the first compute waits for the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
             for i, op in enumerate(self.ops):
@@ -227,13 +240,14 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
+        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _bucketed(self, k: int) -> bool:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
-        return self.plan.reduces_per_unit or (self.comm.reduce_bucket_size is not None
-                                              and k == self.accumulation_steps - 1)
+        bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------
     def region(self, rank_index: int) -> slice:

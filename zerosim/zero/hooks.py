@@ -7,7 +7,9 @@ never the engine — and the engine calls it where its own would run. Nothing is
 and the oracle, keep the package's pieces. The exercises (zerosim/exercises) grade learners this way.
 
     reduce_unit  (ctx, layer, first) -> Handle     stages 2/3: reduce-scatter one unit's gradients into the
-                                                   shards and free them (reduce.reduce_unit)
+                                                   shards and free them (reduce.reduce_unit); not called by the
+                                                   `deepspeed-zero12` recipe, whose buckets are parameters
+                                                   (buckets.py: ParamBucket)
     refresh      (ctx, allgather_bucket_size) -> Handle   stages 1/2: all-gather the updated 16-bit shards
                                                    (gather.refresh)
     finish       (reduced, policy, N, K, scale, recipe=) -> fp32 gradient   average over N·K and unscale

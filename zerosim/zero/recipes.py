@@ -236,6 +236,9 @@ class GradientRecipe:
         if r.name == "ddp" and policy.reduce_format != policy.compute_format:
             raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
                              f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")
+        if r.name == "ddp" and buckets:
+            raise ValueError("reduction 'ddp' forms DDP's own buckets (param_buckets.py), capped by "
+                             "CommSchedule(bucket_cap_mb=...): drop reduce_bucket_size (DeepSpeed's knob)")
         all_reduces = r.collective == "bucket all-reduce" or plan.end_reduction(True) == "all_reduce"
         if self.allreduce != "ring" and not all_reduces:
             raise ValueError(f"allreduce={self.allreduce!r} picks an all-reduce's chunk map, but reduction {r.name!r} "

@@ -19,6 +19,7 @@ from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.zero import averaging, replicate
 from zerosim.zero.bucket_allreduce import all_reduce_bucket
+from zerosim.zero.param_buckets import ready_order
 from zerosim.zero.qgz_reduce import reduce_params_qgz
 
 WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
@@ -64,8 +65,9 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
     Over shard groups (HSDP, MiCS) the reduce-scatter runs within each, and the replicas then agree as the plan
     says (replicate.py): HSDP all-reduces the piece each micro-step (or keeps partial sums until the `last`),
     MiCS all-reduces the accumulated piece on the `last` micro-step."""
-    if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, units in ready order
-        return all_reduce_bucket(ctx, list(layers), first, ctx.bucket_limit, held=True)
+    if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, in ready order
+        mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
+        return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
     layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     layers = sorted(layer for layer in layers if layout.windows[layer][1] > layout.windows[layer][0])
     if not layers:
@@ -131,8 +133,8 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
-        order = list(layers) if layers else list(range(len(layout.windows)))  # the end of backward: flat order
-        return all_reduce_bucket(ctx, order, True, ctx.bucket_limit, held=False)
+        mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
+        return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
     n, wire = cluster.world_size, policy.reduce_format
     op = averaging.reduce_op(policy, n, recipe)
     whole = (lo, hi) == (0, layout.padded)

@@ -21,7 +21,8 @@ def state_specs(plan, layout, policy, recipe, optimizer) -> dict:
              "grads": ((n["grads"],), accum_format(policy, plan.shards("grads"), recipe).dtype)}
     if policy.master_format is not None:
         specs["master"] = ((n["master"],), policy.master_format.dtype)
-    specs.update({f"optim.{k}": ((n["optimizer"],), policy.update_format.dtype) for k in optimizer.state_names})
+    # the optimizer's state in its storage format (fp32, or 16-bit with `optim_state`: optim/stored_state.py)
+    specs.update({f"optim.{k}": ((n["optimizer"],), policy.state_format.dtype) for k in optimizer.state_names})
     return specs
 
 
@@ -55,7 +56,8 @@ def init_rank(rank, plan, layout, policy, recipe, optimizer, padded_init=None, g
         rank.master = led.alloc("master", n["master"], policy.master_format.dtype, "master")  # (s,) or (Ψ,) fp32
         if padded_init is not None:
             rank.master.array[...] = cast(padded_init[mine], policy.master_format)
-    rank.optim = optimizer.init_state(led, n["optimizer"], dtype=policy.update_format.dtype,
+    # (s,) or (Ψ,) per state name, in the storage format: 4 bytes an element in fp32, 2 with optim_state fp16/bf16
+    rank.optim = optimizer.init_state(led, n["optimizer"], dtype=policy.state_format.dtype,
                                       fill=0 if padded_init is not None else None)
 
 
@@ -63,7 +65,7 @@ def check_namespace(ns, policy, recipe) -> None:
     """Refuse, before anything is allocated, formats the backend's arrays cannot compute in: where a format is
     stored as bits (bf16 as uint16 on CuPy: zerosim/precision/namespace.py) the ring and the casts handle it,
     but the models' forward and backward widen with `astype`, which would read the bits as integers."""
-    formats = {policy.compute_format, policy.reduce_format, policy.update_format,
+    formats = {policy.compute_format, policy.reduce_format, policy.update_format, policy.state_format,
                accum_format(policy, True, recipe), accum_format(policy, False, recipe)}
     held = sorted(f.name for f in formats if f.name in ns.bit_formats)
     if held:

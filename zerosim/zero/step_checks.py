@@ -64,11 +64,14 @@ def all_reduce_overflow(ctx, reduced: list, scaler, step: int, t: int) -> tuple:
     return decision, agreed.handle
 
 
-def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int) -> Handle:
+def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int, norm: str = "shards") -> Handle:
     """Scale every local rank's fp32 gradient (its region) by torch's clip coefficient for `max_norm`, from the
-    global norm: each rank's sum of squares over its own shard, all-reduced with SUM. Records a `GradClip` for
-    iteration `step`; returns the all-reduce's handle."""
+    global norm: each rank's sum of squares over its own shard, all-reduced with SUM (`norm` "shards"); or ("torch",
+    stage 0: every rank holds the whole gradient) torch's clip_grad_norm_ on each rank alone, no collective
+    (clipping.torch_total_norm). Records a `GradClip` for iteration `step`; returns the all-reduce's handle."""
     cluster, layout, backend = ctx.cluster, ctx.layout, ctx.cluster.backend
+    if norm == "torch":
+        return _torch_norm(ctx, grads32, max_norm, step)
     partials = []
     for rank, g in zip(ctx.ranks, grads32):
         mine = g[layout.own(rank.index)] if g.shape[0] == layout.padded else g  # stage 0 holds all: its shard only
@@ -85,3 +88,15 @@ def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int) -> Handle:
         clipping.apply(g, coef)
     cluster.trace.record(GradClip(step, norm, max_norm, coef, total.handle))
     return total.handle
+
+
+def _torch_norm(ctx, grads32: list, max_norm: float, step: int) -> Handle:
+    """clip_grad_norm_ as each DDP rank runs it on its whole gradient (clipping.py): the ranks agree without talking,
+    since every one holds the same all-reduced gradient."""
+    backend = ctx.cluster.backend
+    norms = [backend.evaluate(lambda x: clipping.torch_total_norm(x, ctx.params), g, 0.0) for g in grads32]
+    for g, total in zip(grads32, norms):
+        clipping.apply(g, clipping.clip_coefficient(total, max_norm, g.dtype))
+    coef = clipping.clip_coefficient(norms[0], max_norm, grads32[0].dtype)
+    ctx.cluster.trace.record(GradClip(step, norms[0], max_norm, coef, ()))
+    return Handle()

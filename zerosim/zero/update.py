@@ -15,6 +15,7 @@ import numpy as np
 from zerosim.cluster import OptimizerStep
 from zerosim.collectives import all_gather
 from zerosim.optim.by_matrix import matrix_shape, step_by_matrix
+from zerosim.optim.stored_state import widened
 from zerosim.zero import averaging
 from zerosim.zero.state import master_of, own_params
 
@@ -58,12 +59,13 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
     else:  # "pure": widen the 16-bit weights, update, round straight back (where updates get lost)
         scratch = rank.ledger.adopt("update scratch", master_of(rank, plan, layout, policy), "scratch")
         w = scratch.array
-    if step is not None:
-        step(w, state)
-    elif optimizer.elementwise:
-        optimizer.step(w, g32, state, t, values)
-    else:  # a matrix optimizer on whole parameters: only where the region is the whole model
-        step_by_matrix(optimizer, specs, w, g32, state, t)
+    with widened(state, w.dtype) as work:  # 16-bit stored state (optim_state): widened, stepped, rounded back
+        if step is not None:
+            step(w, work)
+        elif optimizer.elementwise:
+            optimizer.step(w, g32, work, t, values)
+        else:  # a matrix optimizer on whole parameters: only where the region is the whole model
+            step_by_matrix(optimizer, specs, w, g32, work, t)
     mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
     own_params(rank, plan, layout)[...] = policy.round_weights(w, t, layout.draw_index(mine))
     if scratch is not None:
