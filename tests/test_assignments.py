@@ -7,12 +7,13 @@ Planted and reference solutions are graded here in this process (the same cases 
 own path, a process per test with a time limit, is exercised end to end on assignment 1 and the misbehaving files.
 """
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
-from zerosim import assignments
+from zerosim import assignments, exercises
 from zerosim.assignments import check_results, get, grade
 from zerosim.cli.main import main
 from zerosim.exercises.grading import load
@@ -87,7 +88,32 @@ def test_check_runs_only_the_visible_tests_and_the_starter_fails_them(tmp_path, 
     starter.write_text(capsys.readouterr().out)
     assert main(["assignment", "check", "3", "--file", str(starter), "--time-limit", "30"]) == 1
     out = capsys.readouterr().out
-    assert "(hidden" not in out and out.count("FAIL") == 2 and "is not written yet" in out
+    assert "(hidden" not in out and out.count("FAIL") == 3 and "is not written yet" in out  # gather, peak, exposed
+
+
+def test_assignment_3_grades_the_exposed_communication_visible_and_hidden():
+    a = get(3)
+    graded = {t.exercise.name: t for t in a.tests if t.exercise.function == "exposed_comm"}
+    assert {t.visibility for t in graded.values()} == {"visible", "after_published"}
+    assert "exposed_comm(compute_s, gather_s, prefetch)" in a.handout and "def exposed_comm(" in a.starter
+    # the grader's yardstick (zerosim's timeline) against the schedule worked by hand on the visible cases:
+    # no prefetch, every gather waits for the compute before it, so all of them are exposed; prefetch 1, gather 0
+    # is exposed whole, gather 1 (issued at 0, queued behind gather 0) hides under compute 0 only, and gather 2
+    # (issued as compute 0 ends) runs wholly under compute 1, which is longer
+    from zerosim.assignments import a3_exposed
+    from zerosim.timeline import simulate
+
+    none, one = list(a3_exposed.cases())[:2]
+    timed = [float(simulate(c["log"], c["hardware"]).exposed_comm[0]) for c in (none, one)]
+    (g0, g1, g2), (c0, c1, _) = one["gather_s"], one["compute_s"]
+    assert g1 > c0 and c1 > g2  # the case is the one worked out above
+    assert timed[0] == pytest.approx(sum(none["gather_s"]), rel=1e-12)
+    assert timed[1] == pytest.approx(g0 + g1 - c0, rel=1e-12)
+    # the reference scores every point of it; a planted "prefetch hides all but the first gather" loses exactly it
+    wrong = COURSE / "a3" / "planted" / "prefetch_hides_all_but_the_first.py"
+    points, lines = score_here(a, wrong)
+    assert points == a.max_score - sum(t.points for t in graded.values())
+    assert [n for n, f in lines if f] == list(graded) and "you predicted" in dict(lines)[next(iter(graded))]
 
 
 def test_no_reference_solution_is_printed_or_shipped():
@@ -101,8 +127,40 @@ def test_no_reference_solution_is_printed_or_shipped():
         assert body
         for line in body:  # the solution's lines of code (the ones long enough to be its own)
             assert line not in a.handout and line not in a.starter
-        assert all(t.exercise.solution == "" or n == 2 for t in a.tests)
+        assert all(t.exercise.solution == "" for t in a.tests)  # assignment 2's four exercises too
+        tree = ast.parse(source := (COURSE / f"a{n}" / "solution.py").read_text())
+        for f in (node for node in tree.body if isinstance(node, ast.FunctionDef)):  # no whole function ships
+            assert ast.get_source_segment(source, f) not in shipped, f.name
     assert "largest neighbouring pair" not in shipped and "partial = {i: padded[i]" not in shipped
+
+
+def solution_lines() -> set:
+    """Every assignment reference's lines of code long enough to be its own (comments and short lines left out)."""
+    return {line.strip() for n in (1, 2, 3) for line in (COURSE / f"a{n}" / "solution.py").read_text().splitlines()
+            if line.startswith("    ") and len(line.strip()) > 30 and not line.strip().startswith("#")}
+
+
+@pytest.mark.bad_input("command line")
+def test_no_student_facing_command_prints_an_assignments_reference(capsys):
+    # `zerosim exercise show NAME --solution` printed assignment 2's reference function by function: the four
+    # exercises it grades (shard_offset, stage2_free, average_dtype, refresh_params) now ship no solution.
+    graded = {t.exercise.function for n in (1, 2, 3) for t in get(n).tests}
+    names = list(exercises.EXERCISES)
+    commands = ([["exercise", "list"], ["assignment", "list"]] + [["exercise", "show", x] for x in names]
+                + [["exercise", "show", x, "--solution"] for x in names]
+                + [["assignment", what, str(n)] for what in ("show", "starter") for n in (1, 2, 3)])
+    lines, refused = solution_lines(), []
+    for argv in commands:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert not lines & {line.strip() for line in out.splitlines()}, argv
+        if argv[-1] == "--solution" and exercises.get(argv[2]).function in graded:
+            assert code == 2 and not out and err.count("\n") == 1, argv
+            assert f"{argv[2]}'s reference solution is not shipped: it is assignment 2's" in err
+            refused.append(argv[2])
+    assert sorted(refused) == ["average_dtype", "refresh_params", "shard_offset", "stage2_free"]
+    assert main(["exercise", "check", "stage2_free", "--reference"]) == 2  # nor graded as "the shipped one"
+    assert "not shipped" in capsys.readouterr().err
 
 
 def test_results_follow_gradescopes_format():

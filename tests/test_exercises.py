@@ -4,7 +4,9 @@ own pieces are back in place after any grading."""
 
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from zerosim import exercises
@@ -26,6 +28,9 @@ CAUGHT = {
     "stage2_free": {
         "never frees": (1, "rank 0 still holds 'layer 2 grads' (20 B)"),  # fc1 of [3, 4, 2]: 4*2 + 2 fp16 values
         "frees before sending": (1, "LedgerError: rank 0: buffer 'layer 2 grads' (grads) was freed"),
+        # the arrays taken before the free pass the ledger; the harness sees their memory is a freed buffer's
+        "sends after freeing": (1, "reduce_scatter's input[0] reads rank 0's 'layer 2 grads', which you had "
+                                   "already freed (a use after free"),
     },
     "refresh_params": {
         # 26 params: rank 1's shard starts at 13
@@ -33,8 +38,11 @@ CAUGHT = {
         "never writes back": (1, "(element 13 is in rank 1's shard)"),
     },
     "average_dtype": {
-        "divides in 16 bits": (2, "(float16, N = 3)"),  # halving is exact in fp16; thirds are not
-        "sums, never divides": (1, "(float16, N = 2): your answer[0] is 0.0615234375; the oracle's is 0.03076171875"),
+        # halving is exact in fp16; thirds are not
+        "divides in 16 bits": (2, "(float16, N = 3): your answer[0] is -0.09515380859375; the oracle's is "
+                                  "-0.0951334610581398. You divided by 3 in float16, then cast"),
+        "sums, never divides": (1, "(float16, N = 2): your answer[0] is 0.0615234375; the oracle's is 0.03076171875. "
+                                   "You never divided by N = 2"),
     },
     "unscale_once": {
         # 1024 times too small
@@ -44,6 +52,15 @@ CAUGHT = {
         "forgets the micro-steps": (2, "K = 2"),  # with K = 1 the mistake cannot show
     },
 }
+
+# The exercises assignment 2 grades ship no reference: the instructor's (one file defines all four functions)
+A2_REFERENCE = Path(__file__).resolve().parent.parent / "course" / "instructor" / "a2" / "solution.py"
+
+
+def reference(name: str) -> str:
+    """The exercise's reference solution: the shipped one, or the instructor's from course/ when it is withheld."""
+    return exercises.get(name).solution or A2_REFERENCE.read_text()
+
 
 RIGHT_BUT_DIFFERENT = {  # correct solutions not written like the reference: the grader checks behaviour, not text
     "ring_chunk": "def chunk_sent(rank, step, world_size):\n    return (rank + world_size - 1 - step) % world_size\n",
@@ -68,7 +85,7 @@ def test_there_are_at_least_six_exercises_each_with_a_planted_bug():
 
 @pytest.mark.parametrize("name", list(exercises.EXERCISES))
 def test_the_reference_solution_passes_every_case(name):
-    result = exercises.check(name, exercises.get(name).solution)
+    result = exercises.check(name, reference(name))
     assert result.passed and result.counterexample is None, str(result)
     assert result.cases == len(list(exercises.get(name).cases()))
 
@@ -91,6 +108,22 @@ def test_the_stub_says_it_is_not_written_yet(name):
     assert not result.passed and result.cases == 1 and "is not written yet" in result.counterexample
 
 
+def test_ddps_multiply_by_the_reciprocal_is_rejected_with_the_reason():
+    # DDP multiplies by fl32(1/N) (zero/averaging.py, recipe ddp); at N = 3 that rounds twice. The numbers, from
+    # float64: the first reduced element of case 2 is fp16 -0.285400390625; its fp32 quotient by 3 is one rounding
+    # of the exact quotient, DDP's answer the rounding of the exact product with fl32(1/3) = 0.3333333432674408.
+    x, third = -0.285400390625, float(np.float32(1 / 3))
+    want, ddp = float(np.float32(x / 3)), float(np.float32(x * third))  # x * third is exact in float64 (11 + 24 bits)
+    assert want != ddp
+    source = "import numpy as np\n\ndef average(summed, world_size):\n" \
+             "    return summed.astype(np.float32) * np.float32(1 / world_size)\n"
+    result = exercises.check("average_dtype", source)
+    assert not result.passed and result.cases == 2
+    assert (f"element 0 is {x!r} (float16, N = 3): your answer[0] is {ddp!r}; the oracle's is {want!r}. You multiplied "
+            f"by fp32(1/3) = {third!r}, as DDP does before its all-reduce" in result.counterexample), str(result)
+    assert "divides by 3 in fp32" in result.counterexample
+
+
 @pytest.mark.parametrize("name", sorted(RIGHT_BUT_DIFFERENT))
 def test_a_correct_solution_written_differently_passes(name):
     assert exercises.check(name, RIGHT_BUT_DIFFERENT[name]).passed
@@ -109,7 +142,7 @@ def test_grading_patches_nothing_in_the_package():
 @pytest.mark.slow
 def test_a_learner_checks_their_own_file(tmp_path, capsys):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
-    good.write_text(exercises.get("refresh_params").solution)
+    good.write_text(reference("refresh_params"))
     bad.write_text(exercises.get("refresh_params").planted["never writes back"])
     assert main(["exercise", "check", "refresh_params", "--file", str(good)]) == 0
     assert "refresh_params: passed all 3 cases" in capsys.readouterr().out

@@ -262,6 +262,14 @@ def check_many_nodes_timeline(out: str, readme: str, project: Path) -> None:
     assert round(inter, 1) == many_nodes_table(readme)["hpZ"][2], out  # README: "2 rings: 87.3"
 
 
+def check_nbconvert(out: str, readme: str, project: Path) -> None:
+    # the notebook ran from a shell: its executed copy holds the fp16 truth the README quotes for the replay
+    executed = json.loads((project / "scratch" / "01_worked_example.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    truth = re.search(r"prints what a GPU really holds: `(\[.*?\])`", readme).group(1)
+    assert all(repr(v) in printed for v in json.loads(truth)), printed[:2000]
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
     (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
@@ -283,6 +291,7 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim checkpoint inspect", check_inspect),
     (r"zerosim checkpoint consolidate", check_consolidate),
     (r"pip install -e \"\.\[mpi\]\"", lambda out, readme, project: None),  # an install: its exit status says it all
+    (r"jupyter nbconvert --to notebook --execute notebooks/01_worked_example\.ipynb", check_nbconvert),
     (r"mpiexec -n 4 .*zerosim train --backend mpi --steps 30", check_mpi_train),
     (r"zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy", check_many_nodes_memory),
     (r"zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hpz", check_many_nodes_timeline),
@@ -330,7 +339,10 @@ def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tm
                 check(result.stdout, text, project)
             ran.append(line)
     assert used == {check for _, check in CHECKS}, ran  # every check met its command (a README command was not lost)
-    assert all("gpu" in line for line in not_run)  # only the GPU suite is left out, and it is marked
+    # left out, and marked: the GPU suite, and opening the notebooks in JupyterLab (a server waiting for a browser;
+    # the nbconvert command beside it runs a notebook from the same install, and test_notebooks_extra.py checks
+    # that the extra provides `jupyter lab`)
+    assert all("gpu" in line or line.endswith("jupyter lab notebooks/") for line in not_run), not_run
     # what the commands wrote is in scratch/ (and the figures they are meant to redraw): nothing else in the project
     assert not [p for p in ("ckpt", "full.safetensors", "step.json", "step.png", "sweep.png") if (project / p).exists()]
     ignored = subprocess.run(["git", "check-ignore", "-q", "scratch/x"], cwd=ROOT)

@@ -1,6 +1,7 @@
 """Assignment 3 (a week): ZeRO-3 with prefetch. Gather one layer's parameters from every rank's shard, then predict
 the peak of gathered parameters a rank holds with and without prefetching the next layer, graded against the meta
-backend's ledger (the engine's own ZeRO-3 step); the exposed communication is measured and explained, not graded.
+backend's ledger (the engine's own ZeRO-3 step), and the exposed communication of a forward pass with and without
+prefetch, graded against zerosim's timeline (a3_exposed.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import math
 
 import numpy as np
 
+from zerosim.assignments import a3_exposed
 from zerosim.assignments.assignment import Assignment, GradedTest, cases_of
 from zerosim.exercises.grading import Counterexample, Exercise, first_difference
 
@@ -27,7 +29,7 @@ multiple of N and cut into N equal shards; a layer may straddle two shards. Duri
 fp16 parameter memory one rank holds at once — its own shard plus what is gathered — (a) gathering one layer at a
 time, (b) gathering the next layer ahead in forward and backward (prefetch 1)? Write
 `predict_params_peak(layer_sizes, N, prefetch)`.
-
+""" + a3_exposed.HANDOUT + """
 ## 2. Run
 * `gather_layer(shards, start, stop, all_gather)`: `shards[r]` is rank r's (s,) shard of the padded flat buffer;
   the layer is elements [start, stop) of that buffer. Use **one** `all_gather` call (it takes one array per rank
@@ -56,7 +58,7 @@ def predict_params_peak(layer_sizes, N, prefetch):
     """The most bytes of fp16 parameters (own shard + gathered layers) one rank holds during a ZeRO-3 step, with
     `prefetch` = 0 (one layer gathered at a time) or 1 (the next layer gathered ahead, forward and backward)."""
     raise NotImplementedError
-'''
+''' + a3_exposed.STARTER
 
 
 def _gather_cases():
@@ -135,13 +137,21 @@ PEAK = Exercise("predict_params_peak", "the peak of parameters with and without 
                 "predict_params_peak", "", STARTER, "", cases=_peak_cases, check=_check_peak)
 GATHER_VISIBLE = cases_of(GATHER, slice(0, 5), "gather_layer (visible)")
 GATHER_HIDDEN = cases_of(GATHER, slice(5, None), "gather_layer (hidden: padding, three shards, one rank)")
+EXPOSED = Exercise("exposed_comm", "the exposed communication of a forward pass with and without prefetch, timed",
+                   "exposed_comm", "", STARTER, "", cases=a3_exposed.cases, check=a3_exposed.check)
 PEAK_VISIBLE = cases_of(PEAK, slice(0, 2), "predict_params_peak (visible)")
 PEAK_HIDDEN = cases_of(PEAK, slice(2, None), "predict_params_peak (hidden: padding, one layer, one rank)")
+EXPOSED_VISIBLE = cases_of(EXPOSED, slice(0, 2), "exposed_comm (visible)")
+EXPOSED_HIDDEN = cases_of(EXPOSED, slice(2, None), "exposed_comm (hidden: communication-bound, one layer, "
+                                                   "compute-bound, a large gather, five layers)")
 
-ASSIGNMENT = Assignment(3, "ZeRO-3 with prefetch: gather a layer; predict the peak", HANDOUT, STARTER, tuple(
+ASSIGNMENT = Assignment(3, "ZeRO-3 with prefetch: gather a layer; predict the peak and the exposed communication",
+                        HANDOUT, STARTER, tuple(
     GradedTest(ex, pts, vis, f"{__name__}:{name}") for name, ex, pts, vis in (
         ("GATHER_VISIBLE", GATHER_VISIBLE, 2, "visible"),
         ("PEAK_VISIBLE", PEAK_VISIBLE, 2, "visible"),
+        ("EXPOSED_VISIBLE", EXPOSED_VISIBLE, 2, "visible"),
         ("GATHER_HIDDEN", GATHER_HIDDEN, 2, "after_published"),
         ("PEAK_HIDDEN", PEAK_HIDDEN, 4, "after_published"),
+        ("EXPOSED_HIDDEN", EXPOSED_HIDDEN, 3, "after_published"),
     )), "a3_zero3.py")

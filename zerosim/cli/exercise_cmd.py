@@ -13,6 +13,7 @@ grade with one line saying what happened.
 
 from __future__ import annotations
 
+import argparse
 import math
 
 HELP = "write one small function of ZeRO yourself; the package's own checks grade it"
@@ -23,14 +24,21 @@ def add_arguments(p) -> None:
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the exercises, one line each")
-    show = actions.add_parser("show", help="an exercise's task and the function to fill in (a file to start from)")
+    examples = [line for line in __doc__.splitlines() if line.startswith("    zerosim exercise ")]
+    show = actions.add_parser("show", help="an exercise's task and the function to fill in (a file to start from)",
+                              description="\n".join(line for line in examples if " show " in line),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
-    show.add_argument("--solution", action="store_true", help="show the reference solution instead")
-    check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails")
+    show.add_argument("--solution", action="store_true",
+                      help="show the reference solution instead (not for the exercises an assignment grades)")
+    check = actions.add_parser("check", help="grade a solution; the first counterexample if it fails",
+                               description="\n".join(line for line in examples if " check " in line),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)  # one example a line
     check.add_argument("name", choices=list(EXERCISES), metavar="NAME", help=", ".join(EXERCISES))
     which = check.add_mutually_exclusive_group(required=True)
     which.add_argument("--file", help="your solution: a .py file defining the exercise's function")
-    which.add_argument("--reference", action="store_true", help="grade the shipped reference solution")
+    which.add_argument("--reference", action="store_true",
+                       help="grade the shipped reference solution (not for the exercises an assignment grades)")
     which.add_argument("--planted", metavar="BUG", help="grade one of the exercise's planted bugs (see `show`)")
     check.add_argument("--time-limit", type=float, default=None, metavar="S",
                        help="with --file: seconds each case may take before it fails as a loop (default 60)")
@@ -47,6 +55,9 @@ def run(args) -> int:
               "my_solution.py")
         return 0
     ex = exercises.get(args.name)
+    if (args.action == "show" and args.solution or args.action == "check" and args.reference) and not ex.solution:
+        raise ValueError(f"{ex.name}'s reference solution is not shipped: it is {ex.withheld}; "
+                         f"`zerosim exercise check {ex.name} --planted BUG` shows the grader catch a bug")
     if args.action == "show":
         if args.solution:
             print(ex.solution, end="")

@@ -1,4 +1,4 @@
-"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backend's ledgers.
+r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backend's ledgers.
 
     zerosim memory --params 7.5e9 --ranks 64        # the ZeRO paper's Figure 1
     zerosim memory --model gpt3-175b --ranks 1024   # a preset, by its layer sizes

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
                    help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, "
                         "deepspeed): "
                         "narrates the scaled and unscaled gradients, and a skipped step on overflow")
+    p.add_argument("--exact", action="store_true",
+                   help="print every fp32 value with its exact value beside it (2.1 (exactly 2.0999999046325684)) and "
+                        "tell every step in full (by default a step like an earlier one is told in brief)")
     p.add_argument("--json", action="store_true", help="print the same values as JSON")
     p.add_argument("--mesh", choices=("2x2",), default=None,
                    help="replay one step on 2 nodes x 2 GPUs instead (the seed's samples on node 0, swapped on "
@@ -41,9 +44,9 @@ def add_arguments(p) -> None:
 def _run_mesh(args) -> int:
     from zerosim.reference.mesh_replay import mesh_replay, narrate_mesh
 
-    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None:
+    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None or args.exact:
         raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "
-                         "not --stage, --steps, --no-checkpoint or --loss-scale")
+                         "not --stage, --steps, --no-checkpoint, --loss-scale or --exact")
     result = mesh_replay(args.strategy, args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
     return 0
@@ -53,8 +56,8 @@ def run(args) -> int:
     if args.mesh is not None:
         return _run_mesh(args)
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
-        raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 60 "
-                         "lines each); `zerosim train --steps N` trains for long")
+        raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 10 "
+                         "lines each, 60 with --exact); `zerosim train --steps N` trains for long")
     scale = args.loss_scale
     if scale is not None and scale.lower() not in LOSS_SCALERS:
         try:
@@ -72,5 +75,5 @@ def run(args) -> int:
         show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50,
         loss_scale=scale,
     )
-    print(json.dumps(result, indent=1) if args.json else narrate(result))
+    print(json.dumps(result, indent=1) if args.json else narrate(result, exact=args.exact))
     return 0

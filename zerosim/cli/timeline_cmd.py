@@ -1,4 +1,4 @@
-"""Time of one ZeRO step at real scale: each rank's compute and communication streams, overlap, prefetch.
+r"""Time of one ZeRO step at real scale: each rank's compute and communication streams, overlap, prefetch.
 
     zerosim timeline --model gpt3-175b --ranks 1024 --stage 3 --link ib_ndr
     zerosim timeline --model llama-7b --ranks 64 --comm fsdp --forward-prefetch --figure step.png --trace step.json

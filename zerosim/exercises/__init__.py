@@ -8,7 +8,9 @@ or from a shell: `zerosim exercise list`, `zerosim exercise show NAME`, `zerosim
 --file my_solution.py`. Each exercise puts the learner's function where the package's own piece goes
 (the ring's chunk index, the shard arithmetic, the stage-2 free, the refresh all-gather, the averaging,
 the unscaling), runs cases smallest first against the oracle or the naive twin, and reports the first
-counterexample. Each ships a reference solution that passes and planted bugs the grader catches.
+counterexample. Each has planted bugs the grader catches and a reference solution that passes: shipped, except
+for the four assignment 2 grades (shard_offset, stage2_free, average_dtype, refresh_params), whose reference stays
+with the instructor (course/instructor/a2/solution.py) so that no student-facing command prints it.
 
     ring_chunk      which chunk rank r sends at step k of a ring reduce-scatter         ring_chunk.py
     shard_offset    a shard's [start, stop) with padding                                shard_offset.py

@@ -7,9 +7,11 @@ takes the place of the engine's averaging for two training steps; each answer mu
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim.exercises.engine_cases import describe, run_case
 from zerosim.exercises.finish_cases import finish_with
-from zerosim.exercises.grading import Exercise
+from zerosim.exercises.grading import WITHHELD, Exercise
 
 TASK = """\
 After the reduce-scatter a rank holds its shard of the *sum* of N ranks' gradients, in the 16-bit wire
@@ -27,13 +29,9 @@ def average(summed, world_size):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-import numpy as np
-
-
-def average(summed, world_size):
-    return summed.astype(np.float32) / np.float32(world_size)  # the cast is exact; one rounding, in fp32
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "divides in 16 bits": '''\
@@ -74,9 +72,32 @@ def _applies(reduction: str, policy, micro_steps) -> bool:
     return reduction == "seeds" and micro_steps == 1 and policy.loss_scale == 1
 
 
+def _explain(got, summed, world_size: int, i: int) -> str:
+    """What the learner's answer at element i did instead, when it is one of the known other recipes: each is
+    computed here on the same reduced gradient and compared bit for bit with the learner's element."""
+    n, fmt = world_size, summed.dtype.name
+    wide = summed.astype(np.float32)  # exact: every fp16/bf16 value is an fp32 value
+    inverse = np.float32(1 / n)
+    known = (
+        (wide * inverse, f"You multiplied by fp32(1/{n}) = {float(inverse)!r}, as DDP does before its all-reduce "
+                         f"(zero/averaging.py, recipe ddp), where the expected recipe (seed 000) divides by {n} in "
+                         f"fp32: 1/{n} was already rounded to fp32 and the product rounds again, so two roundings "
+                         "can land one fp32 step away from the quotient's one"),
+        ((summed / summed.dtype.type(n)).astype(np.float32),
+         f"You divided by {n} in {fmt}, then cast: the quotient was rounded to {fmt}'s "
+         f"{np.finfo(summed.dtype).nmant + 1} significant bits; cast to fp32 first (exact), then divide there"),
+        (wide, f"You never divided by N = {n}: that is the sum of {n} ranks' gradients, not their average"),
+    )
+    for values, words in known:
+        if np.asarray(values).view(np.uint32)[i] == np.asarray(got).view(np.uint32)[i]:
+            return words
+    return ""
+
+
 def check(fn, case) -> None:
-    run_case(case, hooks=finish_with(fn, _call, _applies))
+    run_case(case, hooks=finish_with(fn, _call, _applies, _explain))
 
 
 EXERCISE = Exercise("average_dtype", "dividing by N in the right dtype: the averaged gradient the fp32 optimizer reads",
-                    "average", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "average", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)

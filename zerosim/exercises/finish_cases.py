@@ -14,10 +14,11 @@ import numpy as np
 from zerosim.exercises.grading import Counterexample, first_difference
 
 
-def finish_with(fn, call, applies):
+def finish_with(fn, call, applies, explain=None):
     """Hooks whose `finish` stands in for `averaging.finish`: where `applies(recipe name, policy, micro_steps)`, the
     answer is `call(fn, reduced, policy, world_size, micro_steps)` checked against the package's; elsewhere the
-    package's."""
+    package's. `explain(got, reduced, world_size, i)`, when given, says in words what the learner's answer at the
+    first differing element i did instead (a sentence, or "" when it recognises no known mistake)."""
     from zerosim.zero import GradientRecipe, Hooks, averaging
 
     def finish(reduced, policy, world_size, micro_steps=1, scale=None, recipe=None):
@@ -34,7 +35,8 @@ def finish_with(fn, call, applies):
             raise Counterexample(f"the reduced gradient's element {i} is {float(reduced[i])!r} ({reduced.dtype}, N = "
                                  f"{world_size}"
                                  f"{', K = %d' % micro_steps if micro_steps > 1 else ''}"
-                                 f"{', S = %g' % policy.loss_scale if policy.loss_scale != 1 else ''}): {problem}")
+                                 f"{', S = %g' % policy.loss_scale if policy.loss_scale != 1 else ''}): {problem}"
+                                 + (f". {why}" if explain and (why := explain(got, reduced, world_size, i)) else ""))
         return got
 
     return Hooks(finish=finish)

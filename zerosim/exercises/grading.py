@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+# Where the reference of an exercise that assignment 2 grades lives: with the instructor, never in the package
+WITHHELD = "assignment 2's, kept with the instructor (course/instructor/a2/solution.py in zerosim's repository)"
+
+
 class Counterexample(Exception):
     """Raised by a harness check: the message says what the learner's function did and what it should have."""
 
@@ -48,10 +52,11 @@ class Exercise:
     function: str  # the name of the function the learner defines
     task: str  # what to do and why, in a few sentences
     stub: str  # the file a learner starts from: the signature, a docstring, `raise NotImplementedError`
-    solution: str  # a reference solution, as source: it passes
+    solution: str  # a reference solution, as source: it passes ("" when it is withheld)
     planted: dict = field(default_factory=dict)  # {bug name: source with that bug}: the grader catches each
     cases: object = None  # cases() -> iterable of cases, smallest first
     check: object = None  # check(fn, case) -> None, or raises Counterexample (or the learner's own error)
+    withheld: str = ""  # when `solution` is "": where its reference lives instead, in words (an assignment's)
 
     def grade(self, fn, on_case=None) -> Result:
         """Run every case against `fn` (the learner's function); the first failure is the counterexample.

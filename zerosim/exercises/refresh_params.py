@@ -10,7 +10,7 @@ bit for bit (a rank left with a stale shard computes the second step's gradients
 from __future__ import annotations
 
 from zerosim.exercises.engine_cases import describe, run_case
-from zerosim.exercises.grading import Exercise
+from zerosim.exercises.grading import WITHHELD, Exercise
 
 TASK = """\
 At ZeRO stages 1 and 2 every rank keeps the whole 16-bit model, but updates only its own shard of it
@@ -30,12 +30,9 @@ def refresh(params, shard_size, all_gather):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-def refresh(params, shard_size, all_gather):
-    own = [p[r * shard_size:(r + 1) * shard_size] for r, p in enumerate(params)]  # what each rank updated
-    for p, whole in zip(params, all_gather(own)):
-        p[...] = whole
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "everyone sends shard 0": '''\
@@ -89,4 +86,5 @@ def check(fn, case) -> None:
 
 
 EXERCISE = Exercise("refresh_params", "the all-gather after the update: every rank's 16-bit model whole again",
-                    "refresh", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "refresh", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)

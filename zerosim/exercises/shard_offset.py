@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.exercises.grading import Counterexample, Exercise
+from zerosim.exercises.grading import WITHHELD, Counterexample, Exercise
 
 TASK = """\
 ZeRO pads a flat buffer of L elements with zeros to a multiple of N and cuts it into N equal shards of
@@ -25,11 +25,9 @@ def shard_bounds(length, world_size, rank):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-def shard_bounds(length, world_size, rank):
-    s = -(-length // world_size)  # ceil(length / N): every shard has the same padded size
-    return min(rank * s, length), min((rank + 1) * s, length)  # the padding sits at the end
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "floor instead of ceil": '''\
@@ -87,4 +85,5 @@ def check(fn, case) -> None:
 
 
 EXERCISE = Exercise("shard_offset", "a shard's offset with padding: rank r's [start, stop) of a flat buffer",
-                    "shard_bounds", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "shard_bounds", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)

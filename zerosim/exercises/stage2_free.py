@@ -9,8 +9,10 @@ the single-device oracle's, bit for bit.
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim.exercises.engine_cases import describe, run_case
-from zerosim.exercises.grading import Counterexample, Exercise
+from zerosim.exercises.grading import WITHHELD, Counterexample, Exercise
 
 TASK = """\
 ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
@@ -29,13 +31,9 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
     raise NotImplementedError
 '''
 
-SOLUTION = '''\
-def reduce_layer_grads(held, reduce_scatter, add_to_shard):
-    pieces = reduce_scatter([h.array for h in held])
-    for r, piece in enumerate(pieces):
-        add_to_shard(r, piece)
-        held[r].free()  # its piece is in the shard: nobody needs the layer's gradients any more
-'''
+# No reference solution ships: this function is one of assignment 2's, whose reference stays with the
+# instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
+SOLUTION = ""
 
 PLANTED = {
     "never frees": '''\
@@ -49,6 +47,16 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
     for h in held:
         h.free()
     pieces = reduce_scatter([h.array for h in held])
+    for r, piece in enumerate(pieces):
+        add_to_shard(r, piece)
+''',
+    # the arrays read before the free: the ledger cannot see this use after free, only the harness's check can
+    "sends after freeing": '''\
+def reduce_layer_grads(held, reduce_scatter, add_to_shard):
+    arrays = [h.array for h in held]
+    for h in held:
+        h.free()
+    pieces = reduce_scatter(arrays)
     for r, piece in enumerate(pieces):
         add_to_shard(r, piece)
 ''',
@@ -77,9 +85,21 @@ def _in_engine(fn):
     def reduce_unit(ctx, layer: int, first: bool):
         cluster, layout, policy, recipe = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe
         held = [rank.ledger.get(grads_name(layer)) for rank in ctx.ranks]
+        storage = [h.array for h in held]  # each buffer's memory, to catch a read of it once freed
         handles = []
 
+        def not_freed(arrays, into: str) -> None:
+            """A freed buffer's memory read through an array taken before the free: the ledger cannot see it (a
+            real allocator may already have given that memory to the next layer's gradients)."""
+            for i, a in enumerate(arrays):
+                for r, (h, mem) in enumerate(zip(held, storage)):
+                    if h.freed and isinstance(a, np.ndarray) and np.shares_memory(a, mem):
+                        raise Counterexample(f"{into}[{i}] reads rank {r}'s {h.name!r}, which you had already freed "
+                                             "(a use after free: its memory may already hold another buffer); "
+                                             "free a layer's gradients only after its pieces are in the shards")
+
         def reduce_scatter(arrays):
+            not_freed(arrays, "reduce_scatter's input")
             with cluster.trace.about(purpose="reduce grads", layers=(layer,)):
                 pieces = ring_reduce_scatter(
                     cluster,
@@ -93,6 +113,7 @@ def _in_engine(fn):
             return pieces
 
         def add_to_shard(r: int, piece) -> None:
+            not_freed([piece], f"add_to_shard({r}, ...)'s piece")
             lo, hi = layout.owned_piece(layer, r)
             averaging.accumulate(ctx.ranks[r].grads.array[lo:hi],
                                  averaging.after_reduce(piece, policy, cluster.world_size, recipe), first)
@@ -119,4 +140,5 @@ def check(fn, case) -> None:
 
 EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, "
                                    "free them",
-                    "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    withheld=WITHHELD)

@@ -17,7 +17,7 @@ import os
 from importlib import resources
 
 from zerosim.explore.grid import AXES, DEFAULT, Grid, grid_data
-from zerosim.explore.memory_explorer import TIME
+from zerosim.explore.explorer_canvas import TIME
 
 PAGE = "index.html"
 

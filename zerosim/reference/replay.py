@@ -109,6 +109,35 @@ def _scale_record(policy, scale: float, decided: list) -> dict:
     }
 
 
+def _order(trace, since: int) -> list:
+    """The step's forward/backward in the order it ran on GPU 0: ["gather", call] for each parameter all-gather
+    (stage 3), ["forward" | "recompute" | "backward" | "loss", i] for GPU 0's i-th compute of that kind."""
+    out, seen = [], {}
+    for e in trace.log[since:]:
+        if isinstance(e, Call) and e.purpose == "gather params":
+            out.append(["gather", e.call])
+        elif isinstance(e, Compute) and e.rank == 0:
+            kind = "loss" if e.kind == "loss" else e.kind
+            out.append([kind, seen.get(kind, 0)])
+            seen[kind] = seen.get(kind, 0) + 1
+    return out
+
+
+def _full_params(engine, n_params: int) -> np.ndarray:
+    """The 16-bit weights (P,) every GPU computes with: GPU 0's whole copy, or at stage 3 the shards put together."""
+    if not engine.plan.shards("params"):
+        return engine.compute_params(0)[:n_params]
+    return np.concatenate([engine.compute_params(i) for i in range(engine.cluster.world_size)])[:n_params]
+
+
+def _unscaled_grads(model, params, batches) -> list:
+    """Each GPU's local gradient in float64 from the step's 16-bit weights, unscaled: what S multiplies (so the
+    narration can say which S·g overflows the 16-bit format)."""
+    from zerosim.models.run import loss_and_grad
+
+    return [_f(loss_and_grad(model, params.astype(np.float64), x, t, "fp64")[1]) for x, t in batches]
+
+
 # The replay keeps every hop's values and every ledger event, and narrates each step from them: 1000 steps take
 # ~20 s and print ~60,000 lines; 100,000 steps ran for hours, silently when stdout was a pipe. Refused past this.
 MAX_STEPS = 1000
@@ -163,6 +192,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         first_event, first_log = len(trace.events), len(trace.log)
         timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
         scale = engine.scaler.scale  # the S this step's loss is multiplied by
+        before = _full_params(engine, model.num_params)  # the 16-bit weights the step starts from
         engine.step(batches)
         computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
         decided = trace.of_type(LossScaleUpdate, first_log)  # dynamic scaling: skipped or not, and the next S
@@ -216,7 +246,13 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
             )
         result["steps"].append({
             "step": step,
+            "params_before": _f(before),
             "loss_scale": _scale_record(policy, scale, decided),
+            # what S multiplied, in float64: only when the loss was scaled
+            "unscaled_grads": _unscaled_grads(model, before, batches) if policy.loss_scale != 1 or decided else None,
+            "order": _order(trace, first_log),
+            "calls": {str(c.call): f"{c.collective.replace('_', '-')} of the {c.tag}"
+                      for c in trace.of_type(Call, first_log)},
             "gpus": gpus,
             "reduce_scatter": _hops(trace, calls["reduce grads"]),
             "all_gather": _hops(trace, calls["refresh params"]),
