@@ -48,6 +48,21 @@ def test_every_worker_count_gives_the_same_bits_and_the_same_log_bytes(stage, pr
     assert pickle.dumps(again.cluster.trace.log) == log1  # and across runs
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("stage, k", [(0, 1), (1, 2)])
+def test_a_micro_step_as_one_run_gives_the_bits_and_log_bytes_of_op_by_op(stage, k, workers, monkeypatch):
+    """Stages 0/1 hand the pool a whole micro-step (zero/compute.py `runs`); the yardstick is the same engine
+    handed one op at a time (`runs(..., alone=True)`, what stages 2/3 do), timeline and values kept."""
+    import zerosim.zero.engine as engine_module
+    from zerosim.zero.compute import runs
+
+    batched = _mlp_run(stage, workers, keep_values=True, k=k)
+    monkeypatch.setattr(engine_module, "runs", lambda ops, alone: runs(ops, alone=True))
+    op_by_op = _mlp_run(stage, workers, keep_values=True, k=k)
+    assert batched[1] == op_by_op[1] and same(snapshot(batched[0]), snapshot(op_by_op[0]))
+    assert pickle.dumps(batched[0].cluster.trace.log) == pickle.dumps(op_by_op[0].cluster.trace.log)
+
+
 @pytest.mark.parametrize("stage", [0, 3])
 def test_a_gpt_step_on_the_pool_equals_one_thread(stage):
     def run(workers):
