@@ -224,7 +224,8 @@ def _optimizer_gradient(name, allreduce, n, bucket):
         return got[-1]
 
     model = MLP(widths)
-    engine = ZeroEngine(model, Cluster(n), 2, Adam(), get_precision("fp16-mixed"),
+    # one worker: the hook appends in the order it is called, which with a pool is the threads' order
+    engine = ZeroEngine(model, Cluster(n, workers=1), 2, Adam(), get_precision("fp16-mixed"),
                         params=model.init_params(np.random.default_rng(0)), recipe=GradientRecipe(name, allreduce),
                         comm=CommSchedule(reduce_bucket_size=bucket), hooks=Hooks(finish=finish))
     engine.step(make_regression(np.random.default_rng(1), n, 8, widths))
