@@ -88,6 +88,26 @@ def test_spacing_shows_fp16s_subnormal_step_and_where_it_flushes_to_zero():
     no_two_texts_overlap(ax.figure)
 
 
+@pytest.mark.parametrize("style", ["paper", "slides"])
+def test_spacing_legend_lies_outside_the_curves_at_paper_and_slide_sizes(style):
+    """At slide size (16-point text, slides.py) the in-axes legend ran over the fp8 curves: it sits below the axes."""
+    import contextlib
+
+    from zerosim.viz.slides import enlarge_text, slides_style
+    from zerosim.viz.spacing_figure import spacing_figure
+
+    with slides_style() if style == "slides" else contextlib.nullcontext():
+        ax = spacing_figure()
+        if style == "slides":
+            enlarge_text(ax.figure)
+        fig = ax.figure
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.y1 <= axes.y0  # wholly below the plotting area: no curve can pass under its text
+        assert not any(legend.overlaps(t.get_window_extent(renderer)) for t in [ax.xaxis.label, *ax.get_xticklabels()])
+
+
 # -- 1. timeline_sweep.png ------------------------------------------------------------------------------------
 
 def _points_inside(ax, box):

@@ -29,7 +29,7 @@ def spacing_figure(formats=FORMATS, delta: float = 1e-5, weight: float = 1.0, ax
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(9.0, 5.0), dpi=130)
+        _, ax = plt.subplots(figsize=(9.0, 6.2), dpi=130)
     mags = np.logspace(-8, 5, 6501)  # |w| from 1e-8 (below fp16's 2**-25 ≈ 2.98e-8: its underflow) to 1e5
     for name in formats:
         f = get_format(name)
@@ -68,6 +68,7 @@ def spacing_figure(formats=FORMATS, delta: float = 1e-5, weight: float = 1.0, ax
     ax.set_ylabel("spacing to the next number (ulp), log₂ scale")
     ax.set_title(f"Seed 000: where a {delta:g} update is lost — each format's spacing against magnitude", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    # below the axes, not on them: at slide sizes (slides.py) an in-axes legend ran over the fp8 curves
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.13))
     ax.figure.tight_layout()
     return ax
