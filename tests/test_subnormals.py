@@ -20,7 +20,8 @@ def test_normals_inf_and_nan_widen_as_astype():
     rng = np.random.default_rng(0)
     u = rng.integers(0x00800000, 0x100000000, 200_000, dtype=np.uint64).astype(np.uint32)  # exponent >= 1
     x = u.view(np.float32)
-    got, want = f32_to_f64(x, np), x.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns are quieted by the cast, as on any IEEE machine
+        got, want = f32_to_f64(x, np), x.astype(np.float64)
     keep = ~np.isnan(want)
     assert np.array_equal(bits(got)[keep], bits(want)[keep]) and np.isnan(got[~keep]).all()
 
