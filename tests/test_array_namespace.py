@@ -262,3 +262,11 @@ def test_the_oracle_with_its_forward_backward_on_the_standin_equals_the_engine_o
     shards = [cluster.backend.to_numpy(m) for m in engine.master_shards()]
     master = engine.layout.unarrange(np.concatenate(shards)) if stage else shards[0]  # stage 0: each rank has all
     assert np.array_equal(master[: model.num_params].view(np.uint32), oracle.master().view(np.uint32))
+
+
+@pytest.mark.bad_input("cluster and backends", unchanged=True)
+def test_the_oracle_refuses_a_device_that_is_not_a_namespace():
+    from zerosim import Adam, Reference
+
+    with pytest.raises(TypeError, match="device must be an ArrayNamespace.*'cupy'"):
+        Reference(MLP([4, 4]), Adam(), "fp32", 2, device="cupy")

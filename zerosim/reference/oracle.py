@@ -31,6 +31,7 @@ from zerosim.optim.base import step_in_blocks
 from zerosim.optim.by_matrix import step_by_matrix
 from zerosim.optim.stored_state import check_stored, widened
 from zerosim.precision import cast, get_precision
+from zerosim.precision.namespace import ArrayNamespace
 from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
 from zerosim.zero import averaging, clipping
@@ -104,7 +105,10 @@ class Reference:
         self.model, self.optimizer = model, optimizer
         # forward/backward on a device (an ArrayNamespace, e.g. a cupy-sim backend's `xp`) with the host's arithmetic
         # for the rest: the matmuls as the engine on that device runs them (cuBLAS is not OpenBLAS)
-        self.device = None if device is None or getattr(device, "is_numpy", False) else device
+        if device is not None and not isinstance(device, ArrayNamespace):
+            raise TypeError(f"device must be an ArrayNamespace (a cupy-sim cluster's `cluster.backend.xp`), "
+                            f"got {device!r}")
+        self.device = None if device is None or device.is_numpy else device
         self.precision = get_precision(precision)
         self.world_size, self.accumulation_steps = world_size, accumulation_steps
         self.reduce_every_micro_step = reduce_every_micro_step
