@@ -95,11 +95,11 @@ def make_model(kind: str, rng):
 def engine_case(i: int, rng) -> dict:
     """One seeded configuration: its settings and what the engine made of it (or the error it raised)."""
     from zerosim import Cluster, ZeroEngine, get_optimizer
+    from zerosim.analysis.timeline import Hardware, simulate
+    from zerosim.parallel.data._plan import STRATEGIES
+    from zerosim.parallel.data.recipes._recipes import RECIPES
+    from zerosim.parallel.data.zeropp._wire import Wire
     from zerosim.precision import get_precision
-    from zerosim.timeline import Hardware, simulate
-    from zerosim.zero.plan import STRATEGIES
-    from zerosim.zero.recipes import RECIPES
-    from zerosim.zero.zeropp import Wire
 
     kind = str(rng.choice(["tinynet", "mlp", "mlp-gelu", "gpt", "llama"], p=[0.1, 0.35, 0.2, 0.2, 0.15]))
     model, batches = make_model(kind, rng)
@@ -191,7 +191,8 @@ def cli_outputs(zerosim: str) -> dict:
     out = {}
     env = dict(os.environ, COLUMNS="120", TQDM_DISABLE="1")
     for argv in CLI:
-        p = subprocess.run([zerosim, *argv], capture_output=True, text=True, env=env, cwd=os.environ.get("TMPDIR", "/tmp"))
+        p = subprocess.run([zerosim, *argv], capture_output=True, text=True, env=env,
+                           cwd=os.environ.get("TMPDIR", "/tmp"))
         out[" ".join(argv)] = dict(rc=p.returncode, stdout=p.stdout)
     return out
 
