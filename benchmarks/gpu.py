@@ -112,7 +112,7 @@ def main():
     p.add_argument("--standin", action="store_true", help="NumPy in CuPy's place at a toy size (checks the script)")
     args = p.parse_args()
     if args.standin:
-        from zerosim.precision.arrays import numpy_standin
+        from zerosim.precision.cast import numpy_standin
 
         cp, shape, count, sync = numpy_standin().xp, TOY_SHAPE, TOY_RING_COUNT, (lambda: None)
         DEVICE["xp"] = "numpy-standin"

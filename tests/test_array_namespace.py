@@ -20,7 +20,7 @@ from zerosim.models import MLP
 from zerosim.optim import SGD, Adam, AdamW, Lion
 from zerosim.parallel.data import ZeroEngine
 from zerosim.precision import cast, get_format
-from zerosim.precision.arrays import NUMPY, numpy_standin
+from zerosim.precision.cast import NUMPY, numpy_standin
 from zerosim.precision.cast import _bf16_bits as bf16_bits
 
 BF16 = ml_dtypes.bfloat16

@@ -4,7 +4,6 @@ nothing changes no bit and no event of the data-parallel step."""
 
 import numpy as np
 import pytest
-
 from helpers import bits
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer

@@ -91,10 +91,10 @@ def test_an_old_path_still_answers_and_warns(old):
 def test_old_import_statements_work():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
+        import zerosim.costs.memory as memory
         from zerosim.timeline import simulate
         from zerosim.zero import ZeroEngine
         from zerosim.zero.plan import STRATEGIES
-        import zerosim.costs.memory as memory
     from zerosim.analysis.costs import model_state_memory
     from zerosim.analysis.timeline import simulate as new_simulate
     from zerosim.parallel.data import STRATEGIES as new_strategies
@@ -103,7 +103,8 @@ def test_old_import_statements_work():
 
 
 def test_a_stand_in_never_hides_a_faces_name():
-    import zerosim.models
     import zerosim.models.schedule  # noqa: F401 (the old module's path, a stand-in in sys.modules)
+
+    import zerosim.models
 
     assert callable(zerosim.models.schedule) and not isinstance(zerosim.models.schedule, type(sys))

@@ -28,7 +28,7 @@ from zerosim.backends.cupy import BackendUnavailable, import_cupy
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.optim import SGD, Adam, AdamW, Lion
 from zerosim.precision import cast, get_format
-from zerosim.precision.arrays import device_namespace
+from zerosim.precision.cast import device_namespace
 
 try:
     cp, _nccl, DEVICES = import_cupy()

@@ -21,7 +21,7 @@ MPI, one per GPU under CuPy/NCCL) and offers three things:
   `default` where the backend holds none — so callers never ask which backend they run on;
 - `available_bytes()`: the memory a new buffer can get (None: no limit applies, as on the meta backend),
   so engines refuse a run that cannot fit before allocating any of it;
-- `xp`: the `zerosim.precision.arrays._namespace.ArrayNamespace` its arrays belong to (NumPy on the host; CuPy with
+- `xp`: the `zerosim.precision.cast._arrays.ArrayNamespace` its arrays belong to (NumPy on the host; CuPy with
   bf16 stored as uint16 on a GPU): the ring allocates, casts and adds with it, so a device's arrays stay there.
 
 A backend may also run a collective's data movement itself: `reduce_scatter_phase(cluster, staged,
@@ -40,7 +40,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from zerosim.precision.arrays import NUMPY, ArrayNamespace
+from zerosim.precision.cast import NUMPY, ArrayNamespace
 
 
 class Backend(Protocol):

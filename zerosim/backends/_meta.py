@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from zerosim.precision.arrays import NUMPY
+from zerosim.precision.cast import NUMPY
 
 
 class MetaDataError(TypeError):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.precision import Format, cast, get_format
-from zerosim.precision.arrays import NUMPY
+from zerosim.precision.cast import NUMPY
 
 
 def divide_exactly(x: np.ndarray, n: int) -> np.ndarray:

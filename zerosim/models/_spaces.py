@@ -2,7 +2,7 @@
 
 A model never imports a backend: it makes buffers "like" its inputs. NumPy's and the meta backend's arrays
 name their module through the array API's `__array_namespace__`; CuPy's arrays have none (CuPy 14), so
-their module is found by name; the CPU stand-in for CuPy (precision/arrays/_standin.py) names its own.
+their module is found by name; the CPU stand-in for CuPy (precision/cast/_standin.py) names its own.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
     _ulp.py           spacing between neighbours, and the lost-update test built on it
     _policy.py        MixedPrecision: which format each tensor of training lives in, as data
     _loss_scaling.py  the loss scalers: static, torch's GradScaler, DeepSpeed's dynamic scaler
-    cast/             `cast`: one rounding, to nearest (or stochastic), with its naive twin
-    arrays/           where rank arrays live: NumPy, CuPy (bf16 as uint16), a stand-in
+    cast/             `cast`: one rounding, to nearest (or stochastic), with its naive twin, on the array module
+                      the ranks' arrays live in (NumPy, CuPy with bf16 as uint16, a stand-in)
     quantize/         fp8 with scales and DeepSpeed's integer quantizer
 """
 

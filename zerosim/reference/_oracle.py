@@ -44,7 +44,7 @@ from zerosim.parallel.data.recipes import (
 from zerosim.parallel.data.recipes import _averaging as averaging
 from zerosim.parallel.data.recipes._bucket_allreduce import flat_chunks, range_slices
 from zerosim.precision import cast, get_precision
-from zerosim.precision.arrays import ArrayNamespace
+from zerosim.precision.cast import ArrayNamespace
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._wire import WireOracle
 

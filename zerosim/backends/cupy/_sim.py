@@ -6,7 +6,7 @@
 NCCL refuses two ranks of one communicator on one GPU, so a one-GPU machine cannot run the cupy backend
 with N > 1; this backend needs no NCCL at all. Every rank lives in this process (as in the numpy
 simulator), a send is handing over a reference, and the ring's additions, the casts and the per-hop
-rounding run where the arrays are, through the backend's namespace (`xp`, zerosim/precision/arrays/_namespace.py):
+rounding run where the arrays are, through the backend's namespace (`xp`, zerosim/precision/cast/_arrays.py):
 CuPy with bf16 stored as uint16 (zerosim/precision/cast/_bf16_bits.py); fp8 has no storage there and is refused.
 
 `xp="numpy-standin"` swaps CuPy for NumPy that refuses ml_dtypes (bf16 as uint16 all the same), so the
@@ -19,7 +19,7 @@ import numpy as np
 
 from zerosim.backends._base import available_bytes
 from zerosim.backends.cupy._probe import BackendUnavailable
-from zerosim.precision.arrays import device_namespace, numpy_standin
+from zerosim.precision.cast import device_namespace, numpy_standin
 
 XP_CHOICES = ("cupy", "numpy-standin")
 

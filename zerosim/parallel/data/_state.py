@@ -63,7 +63,7 @@ def init_rank(rank, plan, layout, policy, recipe, optimizer, padded_init=None, g
 
 def check_namespace(ns, policy, recipe) -> None:
     """Refuse, before anything is allocated, formats the backend's arrays cannot compute in: where a format is
-    stored as bits (bf16 as uint16 on CuPy: zerosim/precision/arrays/_namespace.py) the ring and the casts handle it,
+    stored as bits (bf16 as uint16 on CuPy: zerosim/precision/cast/_arrays.py) the ring and the casts handle it,
     but the models' forward and backward widen with `astype`, which would read the bits as integers."""
     formats = {policy.compute_format, policy.reduce_format, policy.update_format, policy.state_format,
                accum_format(policy, True, recipe), accum_format(policy, False, recipe)}

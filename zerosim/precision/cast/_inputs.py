@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from zerosim.precision._formats import Format, get_format
-from zerosim.precision.arrays._namespace import namespace_of
+from zerosim.precision.cast._arrays import namespace_of
 
 ROUNDINGS = ("nearest", "stochastic")
 

@@ -101,7 +101,7 @@ class StandinArray(NDArrayOperatorsMixin):
     def xp_module(self):
         """The module that makes more arrays like this one (models/meta/_model.py `like`); CuPy's arrays are found by
         their module's name instead."""
-        from zerosim.precision.arrays._namespace import numpy_standin
+        from zerosim.precision.cast._arrays import numpy_standin
 
         return numpy_standin().xp
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zerosim.precision._formats import Format, get_format
-from zerosim.precision.arrays import _standin as standin_array
-from zerosim.precision.arrays._standin import StandinArray
 from zerosim.precision.cast import _bf16_bits as bf16_bits
+from zerosim.precision.cast import _standin as standin_array
+from zerosim.precision.cast._standin import StandinArray
 from zerosim.precision.cast._subnormals import f32_to_f64
 
 
