@@ -69,7 +69,7 @@ def test_all_to_all_equals_its_naive_twin(n, per, g, seed):
        seed=st.integers(0, 999))
 def test_qgz_equals_its_naive_twin(nodes, d, rows, seed):
     w = nodes * d
-    shape = (rows * w, 2 * w // 2 + w)  # M = rows*W*(2W) is a multiple of 2W; G = max(...) splits evenly
+    shape = (rows * w, 8)  # M = 8·rows·W, a multiple of 2W; G = rows·W >= 8 groups of 8 (the kernels' 16-byte loads)
     rng = np.random.default_rng(seed)
     grads = [rng.standard_normal(int(np.prod(shape))).astype(np.float16) for _ in range(w)]
     got = all_to_all_quant_reduce(Cluster(w), grads, shape, d)
@@ -186,7 +186,7 @@ def test_wire_refused_before_anything_runs():
         ZeroEngine(MLP([4, 4]), cluster, "hsdp", Adam(), wire=Wire(fp8_all_gather="torchao"))
     assert all(not r.ledger.live for r in cluster.ranks) and cluster.trace.log == []
     with pytest.raises(TypeError, match="fp16"):
-        all_to_all_quant_reduce(Cluster(4), [np.ones(32, ml_dtypes.bfloat16)] * 4, (8, 4), 2)
+        all_to_all_quant_reduce(Cluster(4), [np.ones(64, ml_dtypes.bfloat16)] * 4, (8, 8), 2)
     with pytest.raises(ValueError, match="falls back"):
         all_to_all_quant_reduce(Cluster(4), [np.ones(12, np.float16)] * 4, (3, 4), 2)
 
@@ -239,7 +239,7 @@ def test_qgz_with_loco_equals_its_naive_twin_over_steps(nodes, d, rows, reset_t,
     """Five calls with fresh gradients: the errors fed back (kept as int8 in the swizzled order by the collective,
     per rank and partition by the twin) and the resets after reset_T calls agree bit for bit."""
     w = nodes * d
-    shape = (rows * w, 2 * w)
+    shape = (rows * w, 8)  # G = rows·W groups of 8 elements, as DeepSpeed's kernels load them
     rng = np.random.default_rng(seed)
     ours, twin = LocoState(err_beta=beta, reset_T=reset_t), LocoState(err_beta=beta, reset_T=reset_t)
     c = Cluster(w)
