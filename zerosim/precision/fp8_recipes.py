@@ -19,8 +19,11 @@ by Transformer Engine's names (common/recipe/__init__.py at d0067d0) and torchao
 - `Float8CurrentScaling`: S from this very tensor's amax (recipe_common.cuh: compute_scale_from_amax, fp32
   __fdiv_rn; amax 0 -> S = 1). No state beyond the last decision.
 - `MXFP8BlockScaling` (E4M3): no per-tensor scale at all; 32-element blocks with E8M0 scales (fp8_blocks.py).
-- `TorchaoDynamic`: torchao's tensorwise dynamic scaling for FSDP2's fp8 all-gather (fp8_scaling.torchao_scale:
-  float64 division, EPS clamp, e4m3 everywhere).
+- `TorchaoDynamic`: torchao's tensorwise dynamic scaling for FSDP2's fp8 all-gather on the precompute path
+  (`precompute_float8_dynamic_scale_for_fsdp` after each optimizer step: fp8_scaling.torchao_scale, float64
+  division, EPS clamp in the amax's dtype, e4m3 everywhere); `TorchaoAmaxToScale` ("torchao-amax_to_scale"): the
+  path torchao 0.18 takes when that call is not made, `amax_to_scale` at every gather (fp8_scaling.py's docstring
+  says where the two differ).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerosim.precision.fp8_scaling import te_scale, torchao_scale
+from zerosim.precision.fp8_scaling import te_scale, torchao_amax_to_scale, torchao_scale
 
 ROLES = ("forward", "backward")
 FORMATS = {"E4M3": ("fp8_e4m3", "fp8_e4m3"), "HYBRID": ("fp8_e4m3", "fp8_e5m2")}  # TE's Format: (fwd, bwd)
@@ -66,6 +69,7 @@ class DelayedScaling:
 
     kind = "delayed"
     needs_amax_reduction = True
+    per_gather = False  # the scales are made once a step, before its first gather
 
     def __init__(self, margin: int = 0, fp8_format: str = "HYBRID", amax_history_len: int = 1024,
                  amax_compute_algo: str = "max"):
@@ -122,6 +126,7 @@ class Float8CurrentScaling:
 
     kind = "current"
     needs_amax_reduction = True
+    per_gather = False
 
     def __init__(self, fp8_format: str = "HYBRID", power_2_scales: bool = False):
         self.formats = _format_pair(fp8_format)
@@ -153,10 +158,23 @@ class TorchaoDynamic(Float8CurrentScaling):
         super().__init__("E4M3")
 
     def update(self, role: str, reduced_amax=None) -> ScaleDecision:
+        """`reduced_amax` in the weights' dtype (a Python number: fp32): torchao clamps it in that dtype."""
         i, before = _role(role), self.scales[_role(role)]
-        amax = np.asarray(0 if reduced_amax is None else reduced_amax, np.float32)
-        self.scales[i] = torchao_scale(amax, self.fmt(role))
+        amax = np.asarray(np.float32(0) if reduced_amax is None else reduced_amax)
+        amax = amax if amax.dtype.kind == "f" and amax.dtype != np.float64 else amax.astype(np.float32)
+        self.scales[i] = self.scale_of(amax, self.fmt(role))
         return ScaleDecision(self.kind, role, self.fmt(role), float(amax), float(before), float(self.scales[i]))
+
+    scale_of = staticmethod(torchao_scale)
+
+
+class TorchaoAmaxToScale(TorchaoDynamic):
+    """torchao without `precompute_float8_dynamic_scale_for_fsdp`: fsdp_pre_all_gather's own amax all-reduce and
+    float8_utils.amax_to_scale at every gather (fp8_scaling.torchao_amax_to_scale)."""
+
+    kind = "torchao-amax_to_scale"
+    per_gather = True  # one MAX all-reduce of the unit's amax before each of its gathers
+    scale_of = staticmethod(torchao_amax_to_scale)
 
 
 class MXFP8BlockScaling:
@@ -164,6 +182,7 @@ class MXFP8BlockScaling:
 
     kind = "mxfp8"
     needs_amax_reduction = False
+    per_gather = False
 
     def __init__(self, fp8_format: str = "E4M3"):
         self.formats = _format_pair(fp8_format)
@@ -172,12 +191,12 @@ class MXFP8BlockScaling:
         return self.formats[_role(role)]
 
 
-FP8_RECIPES = {"torchao": TorchaoDynamic, "delayed": DelayedScaling, "current": Float8CurrentScaling,
-               "mxfp8": MXFP8BlockScaling}
+FP8_RECIPES = {"torchao": TorchaoDynamic, "torchao-amax_to_scale": TorchaoAmaxToScale, "delayed": DelayedScaling,
+               "current": Float8CurrentScaling, "mxfp8": MXFP8BlockScaling}
 
 
 def get_fp8_recipe(name, **options):
-    """A fresh recipe by name ("torchao", "delayed", "current", "mxfp8"), or the recipe object itself."""
+    """A fresh recipe by name (FP8_RECIPES' keys), or the recipe object itself."""
     if not isinstance(name, str):
         if hasattr(name, "kind") and name.kind in FP8_RECIPES:
             return name
