@@ -6,14 +6,15 @@
     decision = recipe.update("forward", reduced_amax) # after the group's MAX all-reduce: the next scale
 
 Each `update` returns a `ScaleDecision` (the engine writes it into the trace as an `Fp8ScaleUpdate`). The recipes,
-by Transformer Engine's names (common/recipe/__init__.py at d0067d0) and torchao's:
+by Transformer Engine's names (TE 2.18, common/recipe/__init__.py; d0067d0 reads the same) and torchao's:
 
 - `DelayedScaling` (margin 0, HYBRID, amax_history_len 1024, amax_compute_algo "max"): the scale of step t comes
   from the amaxes of the steps before it. The fused update (common/recipe/delayed_scaling.cu:
   amax_and_scale_update_after_reduction, kernel_bulk) takes the reduced amax a (or history[0] when the reduction
   gave 0); if a == 0 nothing moves. Otherwise it reads a_i = history[i + 1] (i < L - 1) and a_(L-1) = a, takes
-  amax = max_i a_i ("max") or a ("most_recent"), and writes history[i] = a_i, history[0] = 0 (the next step's
-  slot; so history[1] counts once more, then drops), and
+  amax = max_i a_i ("max", as fmaxf from 0: a NaN a_i is skipped, TE 2.18) or a ("most_recent"), and writes
+  history[i] = a_i (a NaN too), history[0] = 0 (the next step's slot; so history[1] counts once more, then drops),
+  and
   S = fl32(fl32(max_fp8 · 2^-margin) / amax) when amax is finite and > 0 (else S stays), FLT_MAX if that is inf.
   HYBRID: e4m3 (max 448) in forward, e5m2 (max 57344) in backward (`Format.HYBRID`).
 - `Float8CurrentScaling`: S from this very tensor's amax (recipe_common.cuh: compute_scale_from_amax, fp32
@@ -105,7 +106,9 @@ class DelayedScaling:
             return ScaleDecision(self.kind, role, self.fmt(role), 0.0, float(before), float(before))
         # a_i = history[i + 1] for i < L-1, a_(L-1) = last; amax = max_i a_i; history[0] = 0, history[i] = a_i else
         a = np.concatenate([h[1:], [last]]).astype(np.float32)
-        amax = np.float32(a.max()) if self.amax_compute_algo == "max" else last
+        # kernel_bulk: `amax = fmaxf(amax, a)` from 0, and fmaxf returns the other operand when one is NaN: a NaN
+        # amax is skipped (it stays in its slot until it rolls out), it does not freeze the scale for L steps
+        amax = np.float32(np.fmax.reduce(a, initial=0)) if self.amax_compute_algo == "max" else last
         h[:] = a
         h[0] = 0
         scaled_max = np.float32(_MAX[self.fmt(role)] * 2.0**-self.margin)
