@@ -41,9 +41,13 @@ FP8_WIRE_NAMES = {  # what `describe` (and so the CLI) calls each fp8_all_gather
 }
 
 
+LOCO_RELEASE = "DeepSpeed <= 0.19.7"  # 0.19.8 rejects zeropp_loco_param (runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS)
+
+
 @dataclass(frozen=True)
 class LocoParams:
-    """DeepSpeed's `zeropp_loco_param` (runtime/zero/config.py): LoCo's error feedback for qgZ."""
+    """DeepSpeed's `zeropp_loco_param` (runtime/zero/config.py): LoCo's error feedback for qgZ. DeepSpeed <= 0.19.7:
+    0.19.8 removed LoCo (its config key is refused there); zerosim keeps it, labelled (docs/frameworks.md)."""
 
     err_beta: float = 0.8  # e' = β·e + (1 − β)·(new error)
     reset_T: int = 1024  # qgZ calls between resets of every error buffer
@@ -87,8 +91,8 @@ class Wire:
         if self.zero_quantized_gradients:
             weights = "" if not self.gathers_quantized else "; weights: " + Wire(
                 self.zero_quantized_weights, self.weight_groups, self.fp8_all_gather).describe()
-            loco = "" if self.loco is None else (f", LoCo error feedback err_beta={self.loco.err_beta:g} "
-                                                 f"reset_T={self.loco.reset_T}")
+            loco = "" if self.loco is None else (f", LoCo error feedback ({LOCO_RELEASE}) "
+                                                 f"err_beta={self.loco.err_beta:g} reset_T={self.loco.reset_T}")
             return f"gradients int4 through two all-to-alls (DeepSpeed ZeRO++ qgZ{loco}){weights}"
         if self.zero_quantized_weights:
             groups = "CUDAQuantizer's adaptive groups" if self.weight_groups == "deepspeed" else (
