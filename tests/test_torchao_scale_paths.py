@@ -106,6 +106,8 @@ def test_the_engine_takes_either_path_and_equals_the_oracle_on_each():
     decision = get_fp8_recipe("torchao-amax_to_scale").update("forward", np.float16(2**-10))
     assert decision.scale_after == 458752.0 and get_fp8_recipe("torchao").update(
         "forward", np.float16(2**-10)).scale_after == 65504.0
+    # the recipes keep a 16-bit amax's dtype (a bf16 amax is not widened to fp32 before the clamp)
+    assert get_fp8_recipe("torchao").update("forward", ml_dtypes.bfloat16(0)).scale_after == np.float32(4.4716592e14)
 
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from zerosim.precision.fp8_scaling import te_scale, torchao_amax_to_scale, torchao_scale
 
 ROLES = ("forward", "backward")
+_AMAX_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32))  # kept as torchao keeps them
 FORMATS = {"E4M3": ("fp8_e4m3", "fp8_e4m3"), "HYBRID": ("fp8_e4m3", "fp8_e5m2")}  # TE's Format: (fwd, bwd)
 _MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
 
@@ -164,7 +166,7 @@ class TorchaoDynamic(Float8CurrentScaling):
         """`reduced_amax` in the weights' dtype (a Python number: fp32): torchao clamps it in that dtype."""
         i, before = _role(role), self.scales[_role(role)]
         amax = np.asarray(np.float32(0) if reduced_amax is None else reduced_amax)
-        amax = amax if amax.dtype.kind == "f" and amax.dtype != np.float64 else amax.astype(np.float32)
+        amax = amax if amax.dtype in _AMAX_DTYPES else amax.astype(np.float32)
         self.scales[i] = self.scale_of(amax, self.fmt(role))
         return ScaleDecision(self.kind, role, self.fmt(role), float(amax), float(before), float(self.scales[i]))
 

@@ -39,8 +39,6 @@ FP8_WIRE_NAMES = {  # what `describe` (and so the CLI) calls each fp8_all_gather
     "delayed": "Transformer Engine's delayed scaling",
     "mxfp8": "Transformer Engine's MXFP8BlockScaling",
 }
-
-
 LOCO_RELEASE = "DeepSpeed <= 0.19.7"  # 0.19.8 rejects zeropp_loco_param (runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS)
 
 
@@ -136,8 +134,11 @@ def _refuse_empty_fsdp2_shards(layout, specs) -> None:
     an empty tensor in tensor_to_amax, `torch._foreach_norm(ord=inf)` in precompute_float8_dynamic_scale_for_fsdp
     (precision/fp8_scaling.py). zerosim refuses the same weights (the 2-D ones: Float8Linear converts weights, not
     biases), before anything is built."""
-    for p, spec in enumerate(sorted(specs, key=lambda s: s.offset)):
-        empty = [r for r in range(layout.world_size) if layout._real(p, r) == 0]
+    n = layout.world_size
+    for spec in specs:
+        rows = spec.shape[0] if spec.shape else 0
+        per = -(-rows // n)  # torch.chunk's ceil(rows/N) rows a rank (FSDP2's _chunk_with_empty): the last may get none
+        empty = [r for r in range(n) if r * per >= rows]
         if len(spec.shape) >= 2 and spec.size and empty:
             raise ValueError(f"torchao 0.18's fp8 all-gather raises on an empty shard (torch.max / torch._foreach_norm "
                              f"of an empty tensor: float8_utils.py tensor_to_amax, fsdp_utils.py "
