@@ -119,13 +119,15 @@ def test_qgz_sums_over_nodes_not_ranks_and_loco_feeds_the_error_back():
 
 
 WIRES = [Wire(zero_quantized_weights=True, weight_groups=4), Wire(zero_quantized_weights=True, weight_groups=64),
-         Wire(fp8_all_gather="torchao"), Wire(fp8_all_gather="current"), Wire(fp8_all_gather="delayed"),
+         Wire(fp8_all_gather="torchao"), Wire(fp8_all_gather="torchao-amax_to_scale"),
+         Wire(fp8_all_gather="current"), Wire(fp8_all_gather="delayed"),
          Wire(fp8_all_gather="mxfp8")]
 
 
 @pytest.mark.slow  # Hypothesis over many shapes: over a second
 @given(n=st.integers(1, 5), widths=st.lists(st.integers(1, 9), min_size=2, max_size=4),
-       precision=st.sampled_from(["bf16-mixed", "fp16-mixed", "fp32"]), wire=st.sampled_from(WIRES),
+       precision=st.sampled_from(["bf16-mixed", "fp16-mixed", "fp32", "bf16-pure", "fp16-pure"]),
+       wire=st.sampled_from(WIRES),
        recipe=st.sampled_from(["seeds", "deepspeed-zero3"]), seed=st.integers(0, 999))
 def test_every_wire_equals_the_oracle(n, widths, precision, wire, recipe, seed):
     """Stage 3 with each quantized gather against the oracle quantizing the same pieces in the same order; small
