@@ -19,7 +19,7 @@ SOURCE = re.compile(r"^`[\w./+-]+\.(py|cu|cuh|h|hpp|cc|cpp): [\w:.]+`(, `[\w:.]+
 NAMED = re.compile(r"\b(DeepSpeed|FSDP2?|DDP|ZeroRedundancyOptimizer|DCP|torchao|Transformer Engine|NCCL|gloo|"
                    r"PyTorch|torch)\b(?![./_\w])")
 CITES = re.compile(rf"\b({FRAMEWORKS}|PyTorch|TE) v?\d+\.\d+|frameworks\.md")
-DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")), "course/README.md"]
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")), "course/README.md"]
 
 
 def _section(text: str, title: str) -> str:
@@ -133,9 +133,9 @@ def test_a_claim_without_a_version_fails_this_check():
 
 def test_the_removed_features_are_labelled_where_users_pick_them(capsys):
     from zerosim.cli.main import main
-    from zerosim.configs.ds_keys import ZERO
-    from zerosim.zero.plan import STRATEGIES
-    from zerosim.zero.zeropp import LocoParams, Wire
+    from zerosim.frameworks.deepspeed._keys import ZERO
+    from zerosim.parallel.data import STRATEGIES
+    from zerosim.parallel.data.zeropp import LocoParams, Wire
 
     for name in ("mics", "mics_hierarchical"):
         assert "DeepSpeed <= 0.19.6" in STRATEGIES[name].release, name

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from zerosim.precision.fp8_scaling import floor_power_of_2
+from zerosim.precision.quantize import floor_power_of_2
 
 
 def _torch_cpu_model(s: np.ndarray) -> np.ndarray:

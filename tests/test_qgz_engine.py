@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.cli.main import main
-from zerosim.collectives.qgz import LocoState, check_qgz, qgz_applies
+from zerosim.collectives.quantized import LocoState, check_qgz, qgz_applies
+from zerosim.parallel.data.zeropp import LocoParams, Wire
 from zerosim.precision import get_precision
-from zerosim.reference.qgz_reference import QgzReference
-from zerosim.zero.zeropp import LocoParams, Wire
+from zerosim.reference import QgzReference
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
-from zerosim.collectives.qgz import (
+from zerosim.collectives.quantized import (
     QGZ_MAX_GROUP,
     QGZ_ELEMENTS_PER_LOAD,
     LocoState,
@@ -19,8 +19,8 @@ from zerosim.collectives.qgz import (
     naive_all_to_all_quant_reduce,
 )
 from zerosim.precision import get_precision
-from zerosim.reference.qgz_reference import QgzReference
-from zerosim.zero.zeropp import Wire
+from zerosim.reference import QgzReference
+from zerosim.parallel.data.zeropp import Wire
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Reference, get_optimizer
-from zerosim.collectives.qgz import LocoState, naive_all_to_all_quant_reduce
+from zerosim.collectives.quantized import LocoState, naive_all_to_all_quant_reduce
 from zerosim.models import GPT, make_sequence_task
 from zerosim.precision import get_precision
-from zerosim.reference.qgz_reference import QgzReference
+from zerosim.reference import QgzReference
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 

@@ -6,7 +6,7 @@ the history is skipped (and kept in its slot until it rolls out), not allowed to
 import numpy as np
 import pytest
 
-from zerosim.precision.fp8_recipes import DelayedScaling
+from zerosim.precision.quantize import DelayedScaling
 
 NAN = float("nan")
 

@@ -9,18 +9,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import Cluster
-from zerosim.collectives.all_to_all import all_to_all, naive_all_to_all
-from zerosim.collectives.qgz import LocoState, _div_cuda, all_to_all_quant_reduce, naive_all_to_all_quant_reduce
+from zerosim.collectives import all_to_all, naive_all_to_all
 from zerosim.collectives.quantized import (
-    fp8_all_gather, fp8_amax_all_reduce, mxfp8_all_gather, naive_fp8_all_gather, naive_mxfp8_all_gather,
-    naive_qwz_all_gather, qwz_all_gather)
+    LocoState,
+    all_to_all_quant_reduce,
+    fp8_all_gather,
+    fp8_amax_all_reduce,
+    mxfp8_all_gather,
+    naive_all_to_all_quant_reduce,
+    naive_fp8_all_gather,
+    naive_mxfp8_all_gather,
+    naive_qwz_all_gather,
+    qwz_all_gather,
+)
+from zerosim.collectives.quantized._qgz import _div_cuda
 from zerosim.models import MLP
 from zerosim.optim import Adam
-from zerosim.precision.fp8_scaling import torchao_scale
-from zerosim.reference.oracle import Reference
-from zerosim.zero.divide_factors import torch_scalar_div
-from zerosim.zero.engine import ZeroEngine
-from zerosim.zero.zeropp import Wire
+from zerosim.parallel.data import ZeroEngine
+from zerosim.parallel.data.recipes import torch_scalar_div
+from zerosim.parallel.data.zeropp import Wire
+from zerosim.precision.quantize import torchao_scale
+from zerosim.reference import Reference
 
 
 def same_bits(a, b) -> bool:

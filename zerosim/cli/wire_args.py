@@ -1,12 +1,12 @@
-"""The flags that send ZeRO-3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py),
-for `zerosim timeline` and `zerosim memory`."""
+"""The flags that send ZeRO-3's weight gathers in fewer bits, by DeepSpeed's and torchao's names
+(parallel/data/zeropp/_wire.py), for `zerosim timeline` and `zerosim memory`."""
 
 from __future__ import annotations
 
 
 def add_wire_arguments(p) -> None:
-    """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py)."""
-    from zerosim.precision.fp8_recipes import FP8_RECIPES
+    """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (parallel/data/zeropp/_wire.py)."""
+    from zerosim.precision.quantize import FP8_RECIPES
 
     p.add_argument("--zero-quantized-weights", action="store_true",
                    help="DeepSpeed ZeRO++ qwZ: gather the 16-bit weights as int8 in CUDAQuantizer's groups (stage 3)")
@@ -25,7 +25,7 @@ def add_wire_arguments(p) -> None:
 
 def wire_from_args(args):
     """A zeropp.Wire from the flags, or None."""
-    from zerosim.zero.zeropp import Wire
+    from zerosim.parallel.data.zeropp import Wire
 
     if args.weight_groups is not None and not args.zero_quantized_weights:
         raise ValueError("--weight-groups sets qwZ's group size: add --zero-quantized-weights")
@@ -39,7 +39,7 @@ def wire_from_args(args):
 
 def qgz_precision(args, precision):
     """The precision with DeepSpeed's stage-3 recipe when --zero-quantized-gradients asks for qgZ (it is DeepSpeed's
-    reduction: zero/qgz_reduce.py), else as given."""
+    reduction: parallel/data/zeropp/_qgz_reduce.py), else as given."""
     if not getattr(args, "zero_quantized_gradients", False):
         return precision
     from zerosim.precision import get_precision
