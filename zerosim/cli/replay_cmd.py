@@ -37,7 +37,8 @@ def add_arguments(p) -> None:
                    help="replay one step on 2 nodes x 2 GPUs instead (the seed's samples on node 0, swapped on "
                         "node 1): which GPU adds what, over NVLink or InfiniBand; takes --strategy, --precision, --lr")
     p.add_argument("--strategy", choices=("hsdp", "mics"), default="hsdp",
-                   help="with --mesh: HSDP (default) or MiCS, a shard group per node and replicas across")
+                   help="with --mesh: HSDP (default) or MiCS (DeepSpeed <= 0.19.6), a shard group per node and "
+                        "replicas across")
 
 
 def _run_mesh(args) -> int:

@@ -3,8 +3,8 @@
     --gpus-per-node G     the ranks fill nodes of G GPUs: rings inside a node run over NVLink, rings that leave one
                           over InfiniBand (two link tiers on the timeline)
     --strategy NAME       a strategy for many nodes (parallel/data/_plan.py STRATEGIES: full_shard, hsdp, hsdp_no_sync,
-                          mics, mics_hierarchical, hpz, no_reshard, reshard_to_group); `memory` takes several,
-                          comma-separated, or "all"
+                          mics, mics_hierarchical (both DeepSpeed <= 0.19.6), hpz, no_reshard, reshard_to_group);
+                          `memory` takes several, comma-separated, or "all"
     --shard-group S       HSDP's and MiCS's shard group (default G: a node)
     --hpz-group S'        hpZ's zero_hpz_partition_size, FSDP2's reshard_after_forward=S' (default G: a node)
 """
@@ -26,7 +26,8 @@ def add_mesh_arguments(p, several: bool) -> None:
         metavar="G",
         help="GPUs per node: rings inside a node run over NVLink, rings across nodes over InfiniBand",
     )
-    names = ", ".join(STRATEGIES)
+    # a strategy some releases lack carries them: "mics (DeepSpeed <= 0.19.6)"
+    names = ", ".join(f"{n} ({p.release.split(' (')[0]})" if p.release else n for n, p in STRATEGIES.items())
     m.add_argument(
         "--strategy",
         default=None,

@@ -36,7 +36,9 @@ class WireOracle:
         scales = []
         for layer in range(len(self.layout.windows)):
             recipe = self.recipes.setdefault(layer, get_fp8_recipe(self.wire.fp8_all_gather))
-            amax = np.float32(max((float(amax_of(p)) for p in self.pieces(master_arranged, layer)), default=0.0))
+            pieces = self.pieces(master_arranged, layer)
+            dtype = master_arranged.dtype if master_arranged.dtype.itemsize <= 4 else np.float32  # the all-reduce's
+            amax = np.asarray(max((float(amax_of(p)) for p in pieces), default=0.0)).astype(dtype)  # exact
             if recipe.kind == "delayed":
                 scales.append(recipe.scale("forward"))
                 recipe.record("forward", amax)

@@ -18,6 +18,8 @@ from zerosim.collectives.quantized._all_gather import (
                                                        qwz_all_gather,
 )
 from zerosim.collectives.quantized._qgz import (
+                                                       QGZ_ELEMENTS_PER_LOAD,
+                                                       QGZ_MAX_GROUP,
                                                        LocoState,
                                                        all_to_all_quant_reduce,
                                                        check_qgz,
@@ -27,6 +29,7 @@ from zerosim.collectives.quantized._qgz import (
 )
 
 __all__ = [
+    "QGZ_ELEMENTS_PER_LOAD", "QGZ_MAX_GROUP",
     "LocoState", "all_to_all_quant_reduce", "check_qgz", "fp8_all_gather", "fp8_amax_all_reduce", "gather_payload",
     "group_count", "mxfp8_all_gather", "naive_all_to_all_quant_reduce", "naive_fp8_all_gather",
     "naive_mxfp8_all_gather", "naive_qwz_all_gather", "padded_count", "qgz_applies", "qgz_groups", "qwz_all_gather",

@@ -19,7 +19,8 @@ NOTE: the result is Σ(all W ranks) / n, not / W: reduce_scatter_coalesced, whic
 qgZ. So a quantized gradient comes out d times the unquantized one (Adam barely notices; SGD would).
 DeepSpeed takes this path only for tensors with dim > 1 and M % 2W == 0, and only with num_nodes > 1 (else
 reduce_scatter_coalesced). Both kernels read the gradient through a __half*: a bf16 gradient would be reinterpreted
-bit for bit, so zerosim refuses it. G must split into W equal partitions (else the kernel leaves groups unwritten).
+bit for bit, so zerosim refuses it. G must split into W equal partitions (else the kernel leaves groups unwritten),
+and a group must be what the kernels load: a multiple of 8 elements, at most 40,960 (check_qgz).
 
 LoCo (`zeropp_loco_param`: err_beta, reset_T; all_to_all_loco_quant_reduce, loco_swizzle_quant,
 loco_quantized_reduction): before each quantization the error buffer is added in fp16 (__hadd2), and after it
@@ -55,15 +56,38 @@ def qgz_applies(shape, world: int, nodes: int) -> bool:
     return nodes > 1 and len(shape) > 1 and m % (2 * world) == 0
 
 
+# What DeepSpeed's qgZ kernels can load (0.19.8, unchanged since 0.19.6; csrc/includes/quantization_utils.h:
+# `granularity = 16`, `h_per_load = granularity / sizeof(__half)`). swizzled_quantize.cu: swizzled_quant_kernel reads
+# each group 8 fp16 values (16 bytes, `ld.global.v4.u32`, 16-byte aligned) a thread from group·M/G + thread·8, and
+# only checks that a load *starts* inside the group; quant_reduce.cu: dequant_reduce reads 4 bytes (8 int4 values)
+# a thread the same way. A group of M/G elements that is not a multiple of 8 starts its neighbours off the 16-byte
+# grid (CUDA's misaligned-address fault) and lets a load run into the next group (whose values join this group's
+# absmax): neither is modelled, so zerosim refuses.
+QGZ_ELEMENTS_PER_LOAD = 8
+# launch_swizzled_quant_impl: 512 threads at most, each step 2 loads of 8 halves, and kernels instantiated for
+# total_unroll 2, 4, 6, 8, 10 only: a group of more than 512·16·5 elements matches no branch and nothing is launched.
+QGZ_MAX_GROUP = 512 * 16 * 5
+
+
 def check_qgz(shape, world: int, nodes: int) -> int:
     """G for this shape, or a ValueError saying why DeepSpeed's kernels cannot do it."""
     if not qgz_applies(shape, world, nodes):
         raise ValueError(f"qgZ takes a 2-D or larger gradient of M % 2W == 0 elements on more than one node; "
                          f"{tuple(shape)} on {world} ranks in {nodes} node(s) falls back to reduce_scatter_coalesced")
     m, g = int(np.prod(shape)), qgz_groups(shape, world)
-    if m % g or g % world or (m // g) % 2:
+    if m % g or g % world:
         raise ValueError(f"qgZ's swizzled kernel needs G = {g} groups to split {m} elements evenly and into {world} "
-                         "partitions of whole int4 bytes; DeepSpeed would leave some groups unwritten")
+                         "partitions; DeepSpeed would leave some groups unwritten")
+    per = m // g
+    if per % QGZ_ELEMENTS_PER_LOAD:
+        raise ValueError(f"qgZ cannot load {tuple(shape)} on {world} ranks: G = max(rows, cols, W) = {g} gives groups "
+                         f"of {per} elements, and DeepSpeed's kernels read a group 16 bytes at a time (8 fp16 values; "
+                         "csrc/quantization/swizzled_quantize.cu: swizzled_quant_kernel, quant_reduce.cu: "
+                         "dequant_reduce), so a group must hold a multiple of 8 elements")
+    if per > QGZ_MAX_GROUP:
+        raise ValueError(f"qgZ cannot quantize {tuple(shape)} on {world} ranks: groups of {per} elements, and "
+                         f"DeepSpeed's launch_swizzled_quant_impl (csrc/quantization/swizzled_quantize.cu) launches "
+                         f"no kernel for groups of more than {QGZ_MAX_GROUP:,} elements")
     return g
 
 

@@ -151,7 +151,7 @@ class ZeroEngine:
         if wire is not None:
             if not isinstance(wire, Wire):
                 raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
-            wire.check(plan, self.layout)
+            wire.check(plan, self.layout, getattr(model, "specs", ()))
             check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
         self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
                            groups=self.groups, bucket_limit=self.comm.reduce_bucket_size,

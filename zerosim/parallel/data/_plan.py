@@ -36,10 +36,13 @@ S the shard group (`shard_group=`, default G), R = N/S its replicas.
     hsdp_no_sync      S ranks       the last micro-step: partial   freed                       ... with set_requires_
                                     sums until then                                            all_reduce(False)
     mics              S ranks       at the boundary, accumulated   freed                       DeepSpeed MiCS
+                                                                                               (<= 0.19.6)
     mics_hierarchical S ranks       at the boundary, accumulated   freed; gathered across      ... mics_hierarchical_
                                                                    nodes, then within each     params_gather
 
 docs/recipes.md cites the code each follows (file and function); parallel/data/multinode/_groups.py builds their groups.
+MiCS is DeepSpeed <= 0.19.6: 0.19.7 removed it (runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS); zerosim keeps it,
+labelled.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ import functools
 from dataclasses import dataclass, replace
 
 BUFFERS = ("params", "grads", "master", "optimizer")  # a rank's model states: 16-bit params, grads, fp32 master, state
+
+
+MICS_RELEASE = "DeepSpeed <= 0.19.6 (removed in 0.19.7)"  # runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class Plan:
     #                              within the secondary groups)
     hierarchical_gather: bool = False  # gather across nodes, then within each (MiCS)
     framework: str | None = None  # whose code it follows ("fsdp2", "deepspeed"): the recipes it runs with
+    release: str = ""  # which releases of that framework have it, where not all do (docs/frameworks.md)
 
     def shards(self, buffer: str) -> bool:
         """True when each rank holds only its shard of `buffer` (one of BUFFERS)."""
@@ -135,9 +142,10 @@ STRATEGIES = {
         replace(_FULL_SHARD, name="hsdp", sharded_over="shard", replicate="each micro-step", framework="fsdp2"),
         replace(_FULL_SHARD, name="hsdp_no_sync", sharded_over="shard", replicate="last micro-step",
                 framework="fsdp2"),
-        replace(_FULL_SHARD, name="mics", sharded_over="shard", replicate="accumulated", framework="deepspeed"),
+        replace(_FULL_SHARD, name="mics", sharded_over="shard", replicate="accumulated", framework="deepspeed",
+                release=MICS_RELEASE),
         replace(_FULL_SHARD, name="mics_hierarchical", sharded_over="shard", replicate="accumulated",
-                hierarchical_gather=True, framework="deepspeed"),
+                hierarchical_gather=True, framework="deepspeed", release=MICS_RELEASE),
     )
 }
 

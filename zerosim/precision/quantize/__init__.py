@@ -13,14 +13,18 @@ from zerosim.precision.quantize._fp8_recipes import (
                                                      DelayedScaling,
                                                      Float8CurrentScaling,
                                                      MXFP8BlockScaling,
+                                                     TorchaoAmaxToScale,
                                                      TorchaoDynamic,
                                                      get_fp8_recipe,
 )
 from zerosim.precision.quantize._fp8_scaling import (
+                                                     TORCHAO_SCALE_PATHS,
                                                      amax_of,
                                                      axiswise_scales,
                                                      scaled_cast,
                                                      te_scale,
+                                                     floor_power_of_2,
+                                                     torchao_amax_to_scale,
                                                      torchao_received,
                                                      torchao_scale,
 )
@@ -37,8 +41,9 @@ from zerosim.precision.quantize._int_quant import (
 )
 
 __all__ = [
-    "FP8_RECIPES", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Quantized", "TorchaoDynamic",
-    "amax_of", "axiswise_scales", "deepspeed_groups", "dequantize", "get_fp8_recipe", "group_scales",
+    "FP8_RECIPES", "TORCHAO_SCALE_PATHS", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Quantized",
+    "TorchaoAmaxToScale", "TorchaoDynamic", "amax_of", "axiswise_scales", "deepspeed_groups", "dequantize",
+    "floor_power_of_2", "get_fp8_recipe", "group_scales",
     "mxfp8_dequantize", "mxfp8_quantize", "pack_int4", "quantize", "scaled_cast", "swizzle_order", "te_scale",
-    "to_integers", "torchao_received", "torchao_scale", "unpack_int4",
+    "to_integers", "torchao_amax_to_scale", "torchao_received", "torchao_scale", "unpack_int4",
 ]

@@ -37,11 +37,20 @@ from zerosim.precision.quantize import FP8_RECIPES, get_fp8_recipe
 from zerosim.precision.quantize._fp8_blocks import BLOCK
 
 SCALES = "fp8 scales"
+FP8_WIRE_NAMES = {  # what `describe` (and so the CLI) calls each fp8_all_gather choice
+    "torchao": "torchao's enable_fsdp_float8_all_gather",
+    "torchao-amax_to_scale": "torchao's enable_fsdp_float8_all_gather without precompute: amax_to_scale each gather",
+    "current": "Transformer Engine's current scaling",
+    "delayed": "Transformer Engine's delayed scaling",
+    "mxfp8": "Transformer Engine's MXFP8BlockScaling",
+}
+LOCO_RELEASE = "DeepSpeed <= 0.19.7"  # 0.19.8 rejects zeropp_loco_param (runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS)
 
 
 @dataclass(frozen=True)
 class LocoParams:
-    """DeepSpeed's `zeropp_loco_param` (runtime/zero/config.py): LoCo's error feedback for qgZ."""
+    """DeepSpeed's `zeropp_loco_param` (runtime/zero/config.py): LoCo's error feedback for qgZ. DeepSpeed <= 0.19.7:
+    0.19.8 removed LoCo (its config key is refused there); zerosim keeps it, labelled (docs/frameworks.md)."""
 
     err_beta: float = 0.8  # e' = β·e + (1 − β)·(new error)
     reset_T: int = 1024  # qgZ calls between resets of every error buffer
@@ -85,8 +94,8 @@ class Wire:
         if self.zero_quantized_gradients:
             weights = "" if not self.gathers_quantized else "; weights: " + Wire(
                 self.zero_quantized_weights, self.weight_groups, self.fp8_all_gather).describe()
-            loco = "" if self.loco is None else (f", LoCo error feedback err_beta={self.loco.err_beta:g} "
-                                                 f"reset_T={self.loco.reset_T}")
+            loco = "" if self.loco is None else (f", LoCo error feedback ({LOCO_RELEASE}) "
+                                                 f"err_beta={self.loco.err_beta:g} reset_T={self.loco.reset_T}")
             return f"gradients int4 through two all-to-alls (DeepSpeed ZeRO++ qgZ{loco}){weights}"
         if self.zero_quantized_weights:
             groups = "CUDAQuantizer's adaptive groups" if self.weight_groups == "deepspeed" else (
@@ -95,22 +104,23 @@ class Wire:
         if self.fp8_all_gather == "mxfp8":
             return "MXFP8: e4m3 with an E8M0 scale a block of 32 (Transformer Engine's MXFP8BlockScaling)"
         if self.fp8_all_gather is not None:
-            who = ("torchao's enable_fsdp_float8_all_gather" if self.fp8_all_gather == "torchao"
-                   else f"Transformer Engine's {self.fp8_all_gather} scaling")
-            return f"e4m3, one scale a unit ({who})"
+            return f"e4m3, one scale a unit ({FP8_WIRE_NAMES[self.fp8_all_gather]})"
         return "unquantized"
 
     @property
     def gathers_quantized(self) -> bool:
         return self.zero_quantized_weights or self.fp8_all_gather is not None
 
-    def check(self, plan, layout) -> None:
-        """Raise before anything runs if this wire cannot run on `plan` and `layout` (every unit, every rank)."""
+    def check(self, plan, layout, specs=()) -> None:
+        """Raise before anything runs if this wire cannot run on `plan` and `layout` (every unit, every rank);
+        `specs`, the model's parameters, name the weights torchao would convert."""
         if self.gathers_quantized and not plan.gathers_params:
             raise ValueError(f"quantized weight gathers run where ZeRO gathers weights: stage 3, not {plan.stage}")
         if self.gathers_quantized and plan.uses_groups:  # qwZ's secondary copy (hpZ) and MiCS's groups: not modelled
             raise ValueError(f"quantized weight gathers run over the whole world here: {plan.label} gathers within "
                              "groups, which zerosim does not quantize (pass wire=None, or the flat stage 3)")
+        if (self.fp8_all_gather or "").startswith("torchao") and getattr(layout, "split", None) == "dim 0":
+            _refuse_empty_fsdp2_shards(layout, specs)
         if self.zero_quantized_weights and self.weight_groups == "deepspeed":
             for layer in range(len(layout.windows)):
                 counts = layout.counts(layer)
@@ -122,6 +132,23 @@ class Wire:
                     except ValueError as e:
                         raise ValueError(f"layer {layer}, rank {r}'s piece of {m} elements: {e}; pass "
                                          "weight_groups=<group size> (zerosim's fixed groups) to run it") from None
+
+
+def _refuse_empty_fsdp2_shards(layout, specs) -> None:
+    """torchao 0.18 raises on a rank whose FSDP2 shard of a weight is empty (fewer rows than ranks): `torch.max` of
+    an empty tensor in tensor_to_amax, `torch._foreach_norm(ord=inf)` in precompute_float8_dynamic_scale_for_fsdp
+    (precision/fp8_scaling.py). zerosim refuses the same weights (the 2-D ones: Float8Linear converts weights, not
+    biases), before anything is built."""
+    n = layout.world_size
+    for spec in specs:
+        rows = spec.shape[0] if spec.shape else 0
+        per = -(-rows // n)  # torch.chunk's ceil(rows/N) rows a rank (FSDP2's _chunk_with_empty): the last may get none
+        empty = [r for r in range(n) if r * per >= rows]
+        if len(spec.shape) >= 2 and spec.size and empty:
+            raise ValueError(f"torchao 0.18's fp8 all-gather raises on an empty shard (torch.max / torch._foreach_norm "
+                             f"of an empty tensor: float8_utils.py tensor_to_amax, fsdp_utils.py "
+                             f"precompute_float8_dynamic_scale_for_fsdp): {spec.name} {tuple(spec.shape)} has "
+                             f"{spec.shape[0]} rows for {layout.world_size} ranks, so rank(s) {empty} hold none")
 
 
 @dataclass
@@ -160,7 +187,7 @@ def gather_quantized(ctx, layer: int, adopt_as: str) -> Handle:
             if wire.fp8_all_gather == "mxfp8":
                 got = mxfp8_all_gather(cluster, pieces, counts, out_format, f"{ctx.names[layer]} params")
             else:
-                scale = _scales(ctx)[layer]
+                scale = (_scale_at_gather if ctx.wire.recipe(layer).per_gather else _scales)(ctx, layer, pieces)
                 fmt = ctx.wire.recipe(layer).fmt("forward")
                 got = fp8_all_gather(cluster, pieces, scale, counts, out_format, fmt, f"{ctx.names[layer]} params")
     for rank, window, bufs in zip(ranks, got, held):
@@ -195,9 +222,27 @@ def _master(ctx, rank):
     return rank.master.array if rank.master is not None else rank.params.array
 
 
-def _scales(ctx) -> np.ndarray:
-    """This step's per-unit fp8 scales: made by the step's first fp8 gather (one MAX all-reduce of every unit's
-    amax over every rank, then each unit's recipe decides), kept in each rank's ledger until the step ends."""
+def _scale_at_gather(ctx, layer: int, pieces) -> np.float32:
+    """torchao without a precomputed scale (fsdp_pre_all_gather -> tensor_to_scale, reduce_amax=True): this unit's
+    amax all-reduced right before each of its gathers, forward and backward alike, then amax_to_scale."""
+    cluster = ctx.cluster
+    amax = fp8_amax_all_reduce(cluster, [[p] for p in pieces], tag=f"fp8 amax ({ctx.names[layer]})")
+    value = amax[0][0] if cluster.backend.holds_values else np.float32(0)
+    decision = ctx.wire.recipe(layer).update("forward", value)
+    step = max((c.step for c in cluster.trace.calls[-1:]), default=0)
+    cluster.trace.record(Fp8ScaleUpdate(step, layer, decision.recipe, decision.role, decision.fmt, decision.amax,
+                                        decision.scale_before, decision.scale_after, tuple(amax.handle)))
+    return np.float32(decision.scale_after)
+
+
+def _scales(ctx, layer: int, pieces) -> np.float32:
+    """Unit `layer`'s fp8 scale this step, from the step's per-unit scales: made by the step's first fp8 gather (one
+    MAX all-reduce of every unit's amax over every rank, then each unit's recipe decides), kept in each rank's
+    ledger until the step ends."""
+    return _step_scales(ctx)[layer]
+
+
+def _step_scales(ctx) -> np.ndarray:
     first = ctx.ranks[0].ledger.live.get(SCALES)
     if first is not None:
         return first.array
