@@ -232,3 +232,44 @@ def test_bad_offload_configurations_are_refused_by_name():
     with pytest.raises(ValueError, match="needs the optimizer offloaded"):
         ZeroEngine(MLP([3, 2]), Cluster(2), 2, get_optimizer("adam"),
                    parallelisms=(Offload(placement=PLACEMENTS["none"], dpu=True),))
+
+
+# -- the timeline: the CPU step exposed without DPU, hidden with it (while the GPU step is the longer) --------------
+
+def _offloaded_timeline(dpu: bool, host_bandwidth: float):
+    from zerosim.analysis.timeline import Hardware, simulate
+
+    widths = [64, 256, 64]
+    engine = ZeroEngine(MLP(widths), Cluster(2), 2, get_optimizer("adam"), "bf16-mixed",
+                        parallelisms=(Offload("cpu", dpu=dpu),))
+    for s in range(3):
+        engine.step(make_regression(np.random.default_rng(s), 2, 512, widths))
+    return engine, simulate(engine.cluster.trace, Hardware("a100", "nvlink4", "bf16", pcie="pcie3",
+                                                           host_bandwidth=host_bandwidth))
+
+
+def test_the_timeline_puts_copies_on_pcie_and_the_optimizer_on_the_cpu():
+    engine, tl = _offloaded_timeline(False, 25e9)
+    s = engine.layout.shard_size
+    pcie = tl.track(0, "pcie")
+    assert [iv.event.collective for iv in pcie[:3]] == ["d2h", "d2h", "h2d"]  # two units' grads, then the params
+    assert len(tl.track(0, "cpu")) == 3 and not tl.track(0, "nvme")  # one CPU step per step
+    # bytes per link per step: 4P down (each unit's fp32 gradient shard), 2s x N up (the 16-bit region)
+    step1 = [iv.event for iv in pcie if iv.event.step == 1]
+    assert sum(tl.call_bytes[e.call] for e in step1 if e.collective == "h2d") == 2 * s  # the busiest rank's
+    assert sum(e.bytes for e in engine.cluster.trace.events if e.collective == "d2h") == 3 * 4 * engine.model.num_params
+
+
+def test_without_dpu_the_cpu_step_is_exposed_and_with_dpu_it_hides_until_it_is_the_longer():
+    """The step time without DPU contains the CPU step (DeepSpeed's synchronous step()); with DPU the next step runs on
+    the pending params, so a CPU step shorter than the GPU's work hides, and a longer one still sets the pace."""
+    _, fast_cpu = _offloaded_timeline(False, 1e12)
+    _, plain = _offloaded_timeline(False, 1e9)
+    _, delayed = _offloaded_timeline(True, 1e9)
+    took = [iv.end - iv.start for iv in (plain.track(0, "cpu")[-1], fast_cpu.track(0, "cpu")[-1])]
+    # exposed: the CPU step adds to the step (what the fast CPU took aside); measured 0.99 of it: the fast run's
+    # critical path has a few microseconds of copies the slow run overlaps with its CPU step
+    assert plain.step_time - fast_cpu.step_time >= 0.95 * (took[0] - took[1])
+    took = took[0]
+    assert delayed.step_time < plain.step_time  # DPU hides what the GPU's own step covers
+    assert delayed.step_time >= 0.99 * took  # but the CPU, slower than the GPU here, still sets the pace

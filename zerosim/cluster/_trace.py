@@ -143,13 +143,17 @@ class Trace:
         self.log.append(call)
         return call.call
 
-    def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "") -> Handle:
+    def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "",
+                 after_host: str | None = None) -> Handle:
         """Record one copy between memory tiers on every local rank (`kind` one of TRANSFERS: "d2h", "h2d" over
-        PCIe, "nvme_read", "nvme_write"): `elements[i]` of `dtype` on rank `ranks[i]`. Returns its handle."""
+        PCIe, "nvme_read", "nvme_write"): `elements[i]` of `dtype` on rank `ranks[i]`. `after_host`: "after host"
+        (the host issues it once the optimizer step just recorded is done) or "after previous host" (DPU: once the
+        step before it is); None: "copy", issued by the device's program. Its `Call.op` says which. Returns its
+        handle."""
         if kind not in TRANSFERS:
             raise ValueError(f"unknown transfer {kind!r}; one of {tuple(TRANSFERS)}")
         link = TRANSFERS[kind]
-        call = Call(len(self.calls), kind, "copy", 1, max(elements, default=0), dtype, tag, tier=link)
+        call = Call(len(self.calls), kind, after_host or "copy", 1, max(elements, default=0), dtype, tag, tier=link)
         if self._about:
             call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
         self.calls.append(call)

@@ -115,13 +115,14 @@ class Offload(Parallelism):
         bits16 = fmt.bits // 8
         with ctx.cluster.trace.about(purpose="offload", layers=()):
             if self.placement.tier("optimizer") == "nvme":
-                handle += copy(ctx, "nvme_write", n, _state_width(ctx), "fp32", "optimizer swap-out")
+                handle += copy(ctx, "nvme_write", n, _state_width(ctx), "fp32", "optimizer swap-out", "after host")
             if not self.placement.offloads_optimizer:
                 return handle
+            made_by = "after previous host" if self.dpu else "after host"  # DPU: the pending params, the step before's
             if self.placement.tier("params") == "nvme":
-                handle += copy(ctx, "nvme_write", n, bits16, fmt.name, "updated params")
+                handle += copy(ctx, "nvme_write", n, bits16, fmt.name, "updated params", made_by)
             elif not self.placement.offloads_params:
-                handle += copy(ctx, "h2d", n, bits16, fmt.name, "updated params")
+                handle += copy(ctx, "h2d", n, bits16, fmt.name, "updated params", made_by)
         return handle
 
 

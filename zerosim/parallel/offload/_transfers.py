@@ -34,8 +34,10 @@ def region_elements(ctx) -> list:
     return [r.stop - r.start for r in regions]
 
 
-def copy(ctx, kind: str, elements: list, itemsize: int, dtype: str, tag: str) -> Handle:
-    """One copy of `elements[i]` `dtype` elements on every local rank i; nothing when every count is 0."""
+def copy(ctx, kind: str, elements: list, itemsize: int, dtype: str, tag: str, after_host: str | None = None) -> Handle:
+    """One copy of `elements[i]` `dtype` elements on every local rank i; nothing when every count is 0. `after_host`:
+    "after host" when it carries what the CPU optimizer just made, "after previous host" (DPU) what its step before
+    made; the timeline starts it when that step ends."""
     if not any(elements):
         return Handle()
-    return ctx.cluster.trace.transfer(kind, elements, dtype, itemsize, [r.index for r in ctx.ranks], tag)
+    return ctx.cluster.trace.transfer(kind, elements, dtype, itemsize, [r.index for r in ctx.ranks], tag, after_host)
