@@ -273,3 +273,15 @@ def test_without_dpu_the_cpu_step_is_exposed_and_with_dpu_it_hides_until_it_is_t
     took = took[0]
     assert delayed.step_time < plain.step_time  # DPU hides what the GPU's own step covers
     assert delayed.step_time >= 0.99 * took  # but the CPU, slower than the GPU here, still sets the pace
+
+
+def test_zero_offload_paper_13b_on_one_32gb_v100():
+    """The ZeRO-Offload paper's headline: a 13B model trained on one 32 GB V100. One rank, stage 2 (N = 1: nothing to
+    shard), Adam, fp16: on the device only the fp16 params, 2Ψ = 26 GB, under the V100's 32 GB (nvidia-smi: 32,510 MiB)
+    with 8 GB left for activations and buffers; the host holds (2 + 4 + 8 + 2)Ψ = 208 GB (a DGX-2 has 1.5 TB).
+    Without offload the same rank needs 16Ψ = 208 GB on the device: it does not fit."""
+    psi, v100 = 13_000_000_000, 32_510 * 2**20
+    off = offload_memory(psi, 1, 2, get_placement("cpu"))
+    assert off.total("device") == 2 * psi < v100 and off.total("host") == 16 * psi
+    on_device = offload_memory(psi, 1, 2, PLACEMENTS["none"])
+    assert on_device.total("device") == 16 * psi > v100
