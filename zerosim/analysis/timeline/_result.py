@@ -176,11 +176,16 @@ class Timeline:
                 out.append((t, b))
         return out
 
+    @property
+    def streams(self) -> tuple:
+        """The streams this step used: compute and comm, and with offload its cpu, pcie and nvme tracks."""
+        offload = self._h_at.size or any(self.log[i].collective in TRANSFERS for i in self._k_at.tolist())
+        return STREAMS if offload else STREAMS[:2]
+
     def intervals(self, ranks=None):
         """Every interval of the given ranks (default all), track by track: rank 0 compute, rank 0 comm, ... (and,
         with offload, its cpu, pcie and nvme tracks)."""
-        streams = STREAMS if self._h_at.size or any(self.log[i].collective in TRANSFERS for i in self._k_at.tolist()) \
-            else STREAMS[:2]
+        streams = self.streams
         for r in range(self.world_size) if ranks is None else ranks:
             for stream in streams:
                 yield from self.track(r, stream)
