@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+from helpers import accepted_recipes, bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import LossScaleAtMinimum, get_precision
-from zerosim.zero.recipes import RECIPES
 
 HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the format at any scale >= 4 (batch 3)
 # small windows, so that growth and DeepSpeed's hysteresis happen within a few steps; a start at 2**10, where
@@ -72,9 +71,8 @@ def inject(data: list, where: dict, value: float) -> list:
 def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_oracle(
     widths, n, stage, k, scaler, precision, steps, seed, data
 ):
-    reduction = data.draw(
-        st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction"
-    )
+    scaled = get_precision(precision).with_(loss_scale=scaler, loss_scale_options=SCALERS[scaler])
+    reduction = data.draw(st.sampled_from(accepted_recipes(stage, scaled)), label="reduction")  # the engine's list
     hit = data.draw(st.sets(st.integers(1, steps), min_size=1), label="overflow steps")
     rank = data.draw(st.integers(0, n - 1), label="overflowing rank")
     micro = data.draw(st.integers(0, k - 1), label="its micro-batch")

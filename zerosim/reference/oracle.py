@@ -34,7 +34,7 @@ from zerosim.precision import cast, get_precision
 from zerosim.precision.namespace import ArrayNamespace
 from zerosim.reference.mesh_reduce import reduce_on_mesh
 from zerosim.reference.wire_oracle import WireOracle
-from zerosim.zero import averaging, clipping
+from zerosim.zero import averaging, bf16_optimizer, clipping
 from zerosim.zero.layouts import layout_for
 from zerosim.zero.bucket_allreduce import flat_chunks, range_slices, split_calls
 from zerosim.zero.param_buckets import DDPBuckets, ddp_buckets, ipg_buckets, ready_order, registration
@@ -200,6 +200,9 @@ class Reference:
                 for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
+        elif self.recipe.rules.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
+            chunks, direction = bf16_optimizer.oracle_chunks(real, self.padded, n, p.reduce_format.itemsize,
+                                                             self.recipe.allreduce)
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]

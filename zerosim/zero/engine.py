@@ -38,6 +38,7 @@ from zerosim.optim.stored_state import check_stored
 from zerosim.precision import cast, get_precision
 from zerosim.zero import clipping
 from zerosim.zero.batches import micro_batches
+from zerosim.zero.bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.zero.buckets import grad_buckets
 from zerosim.zero.comm_schedule import get_comm_schedule
 from zerosim.zero.compute import compute, runs
@@ -130,6 +131,7 @@ class ZeroEngine:
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (mesh_groups.py)
         check_recipe(plan, self.recipe)
+        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
@@ -247,6 +249,7 @@ class ZeroEngine:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
         bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        bucketed &= self.recipe.rules.collective != "aligned all-reduce"  # BF16_Optimizer: one call, at the end
         return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------
