@@ -86,9 +86,9 @@ def check_engine(recipe, optimizer, clip_grad) -> None:
                          "use an elementwise optimizer (Adam, AdamW, SGD, Lion, Adan)")
 
 
-def all_reduce_aligned(ctx) -> Handle:
+def all_reduce_aligned(ctx, layers: tuple = ()) -> Handle:
     """Every rank's (Ψ,) fp32 gradient buffer all-reduced as one (L,) tensor in the recipe's chunk map, the recipe's
-    `after` applied, written back in place (BF16_Optimizer's `buf.copy_(synced)`)."""
+    `after` applied, written back in place (BF16_Optimizer's `buf.copy_(synced)`). `layers`: for the trace."""
     from zerosim.zero.bucket_allreduce import chunk_map_all_reduce  # it imports the recipes, which import this file
 
     collective = chunk_map_all_reduce(ctx.recipe.allreduce)
@@ -100,7 +100,7 @@ def all_reduce_aligned(ctx) -> Handle:
         buf = rank.ledger.alloc("grad bucket", L, rank.grads.array.dtype, "grads", fill=0)
         buf.array[:P] = rank.grads.array[:P]
         flat.append(buf)
-    with cluster.trace.about(purpose="reduce grads", layers=tuple(range(len(ctx.names) - 1, -1, -1))):
+    with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
         out = collective(cluster, [b.array for b in flat], op=rules.op(policy, n), wire=policy.reduce_format,
                          tag="grads")
     for rank, result in zip(ranks, out):

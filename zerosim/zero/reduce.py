@@ -148,7 +148,7 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     if recipe.rules.collective == "aligned all-reduce":  # DeepSpeed's BF16_Optimizer: the whole buffer, one call
-        return all_reduce_aligned(ctx)
+        return all_reduce_aligned(ctx, layers)
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
         mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
         return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
