@@ -71,7 +71,7 @@ def engine_refusal(stage, policy, optimizer: str = "adamw", **engine_args) -> st
 
 def accepted_recipes(stage, policy, **engine_args) -> list:
     """The names of the recipes the engine runs at `stage` with `policy` (its reduction replaced by each)."""
-    from zerosim.zero.recipes import RECIPES
+    from zerosim.parallel.data.recipes import RECIPES
 
     return [name for name, r in RECIPES.items()
             if stage in r.stages and engine_refusal(stage, policy.with_(reduction=name), **engine_args) is None]
@@ -81,7 +81,7 @@ def accepted_combinations() -> list:
     """[(recipe, stage, grad_accum, precision preset)]: every combination of the recipes (at the stages their
     frameworks run them), GRAD_ACCUMS and the precision presets that the engine accepts."""
     from zerosim.precision import PRESETS, get_precision
-    from zerosim.zero.recipes import RECIPES
+    from zerosim.parallel.data.recipes import RECIPES
 
     out = []
     for name, recipe in RECIPES.items():

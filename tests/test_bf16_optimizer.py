@@ -11,7 +11,7 @@ from helpers import bits
 from zerosim import MLP, Adam, Cluster, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.zero.bf16_optimizer import aligned_length
+from zerosim.parallel.data.recipes._bf16_optimizer import aligned_length
 
 from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
 from test_recipes import linear_step  # noqa: E402
