@@ -18,13 +18,14 @@ folder is its communication: who gathers what, who computes, who receives.
 docs/muon.md is the user's page.
 """
 
-from zerosim.parallel.data.muon._bytes import extra_bytes_sent, extra_bytes_held
+from zerosim.parallel.data.muon._bytes import extra_bytes_held, extra_bytes_sent
 from zerosim.parallel.data.muon._owners import balance, balanced, balanced_naive, loads, ns_flops, round_robin
 from zerosim.parallel.data.muon._pieces import Matrix, aux_params, muon_matrices
-from zerosim.parallel.data.muon._plans import MUON_PLANS, MuonPlan, get_muon_plan
+from zerosim.parallel.data.muon._plans import MUON_PLANS, MuonPlan, check_matrix_optimizer, get_muon_plan
 from zerosim.parallel.data.muon._step import muon_update
 
 __all__ = [
-    "MUON_PLANS", "Matrix", "MuonPlan", "aux_params", "balance", "balanced", "balanced_naive", "extra_bytes_held",
+    "MUON_PLANS", "Matrix", "MuonPlan", "aux_params", "balance", "balanced", "balanced_naive", "check_matrix_optimizer",
+    "extra_bytes_held",
     "extra_bytes_sent", "get_muon_plan", "loads", "muon_matrices", "muon_update", "ns_flops", "round_robin",
 ]

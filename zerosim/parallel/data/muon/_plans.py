@@ -82,6 +82,14 @@ MUON_PLANS = {
 assert tuple(MUON_PLANS) == SHARDINGS, "optim.SHARDINGS names the plans: keep the two lists equal"
 
 
+def check_matrix_optimizer(optimizer, plan, recipe) -> None:
+    """Before anything is allocated: a Muon whose sharding does not apply to how `plan` and `recipe` cut the shards
+    is refused, naming why (elementwise optimizers and unsharded state pass)."""
+    if optimizer.elementwise or not plan.shards("optimizer"):
+        return
+    get_muon_plan(optimizer.sharding).check(recipe.partition, plan.label)
+
+
 def get_muon_plan(name: str) -> MuonPlan:
     """The plan called `name` (one of MUON_PLANS), or a ValueError naming them."""
     if name not in MUON_PLANS:

@@ -157,12 +157,14 @@ def _back_to_holders(ctx, bucket, own, updates) -> Handle:
     got = all_to_all_v(ctx.cluster, sends, table, group=group, tag="muon update to holders")
     for rank, buf in zip(ctx.ranks, got):
         q, at = group.position(rank.index), 0
+        buf = rank.ledger.adopt(RECEIVED, buf, KIND).array  # (Σ_M c_M(q),) fp32: its slices of the bucket's updates
         update = rank.ledger.get(UPDATE).array
         for p in range(n):
             for m, o in zip(bucket, own):
                 if o == p:
                     update[piece(ctx.layout, m.lo, m.hi, rank.index)] = buf[at : at + m.counts[q]]
                     at += m.counts[q]
+        _free(rank, RECEIVED)
     return got.handle
 
 
