@@ -196,7 +196,8 @@ def _round_robin(ctx, opt, mats) -> Handle:
             q, update = group.position(rank.index), rank.ledger.get(UPDATE).array
             for i, m in enumerate(bucket):
                 at = sum(counts[: block_own[i]])
-                update[piece(ctx.layout, m.lo, m.hi, rank.index)] = full[at + m.start(q) : at + m.start(q) + m.counts[q]]
+                first = at + m.start(q)
+                update[piece(ctx.layout, m.lo, m.hi, rank.index)] = full[first : first + m.counts[q]]
             _free(rank, RECEIVED)
     return handle
 
@@ -255,7 +256,8 @@ def _orthogonalise_into(ctx, opt, m, rank, wire_u, needs) -> None:
     """`_orthogonalise`, keeping only rank's own piece of the update (the whole result held while it is cut)."""
     q = ctx.mesh.shard.position(rank.index)
     out = _orthogonalise(ctx, opt, m, rank, wire_u, needs, keep=RESULT)
-    rank.ledger.get(UPDATE).array[piece(ctx.layout, m.lo, m.hi, rank.index)] = out[m.start(q) : m.start(q) + m.counts[q]]
+    mine = piece(ctx.layout, m.lo, m.hi, rank.index)
+    rank.ledger.get(UPDATE).array[mine] = out[m.start(q) : m.start(q) + m.counts[q]]
     _free(rank, RESULT)
 
 
