@@ -117,10 +117,10 @@ def test_the_test_fails_when_a_plan_drops_a_piece(monkeypatch):
 
     real = _step._back_to_holders
 
-    def lossy(ctx, bucket, own, updates):
+    def lossy(ctx, bucket, own, updates, work):
         for key in list(updates)[:1]:
             updates[key] = updates[key] * np.float32(0.5)
-        return real(ctx, bucket, own, updates)
+        return real(ctx, bucket, own, updates, work)
 
     monkeypatch.setattr(_step, "_back_to_holders", lossy)
     with pytest.raises(AssertionError):
@@ -148,7 +148,7 @@ def test_bytes_sent_and_held_per_rank_equal_the_hand_formulas(widths, where, sha
     shards = engine.groups.shard
     want = extra_bytes_sent(optimizer, mats, shards.size)  # per position of a shard group
     assert sent == [want[shards.position(r)] for r in range(n)]
-    held = extra_bytes_held(optimizer, mats, shards.size, engine.layout.shard_size)
+    held = extra_bytes_held(optimizer, mats, shards.size)
     assert [r.ledger.peak_by_kind().get("muon", 0) for r in cluster.ranks] == [held[shards.position(r)]
                                                                                 for r in range(n)]
     for rank in cluster.ranks:  # nothing of the plan stays behind the step

@@ -11,13 +11,13 @@ Sent (tests/test_muon_sharded.py checks them against the trace, call by call sum
     round_robin   Σ_{M: o(M)≠p} c_M(p)·g  +  Σ_blocks (Σ_q k_q − k_{p+1 mod n})·4   k_q: W of q's matrix in the block
     distributed   Σ_{M: p∈S(M)} c_M(p)·(|S(M)| − 1)·g                 its piece to every other sharer
 
-Held, the ledgers' peak of kind "muon" (U and the update on the shard, 2·s·4, plus what the plan's buffers add at
-their largest: _step.py frees each as soon as its use is done):
+Held, the ledgers' peak of kind "muon" (U and the update take the gradient's place on the shard, so only what the
+plan gathers counts; _step.py frees each buffer as soon as its use is done):
 
-    gather        2·4s + max_M W_M·(g + 4)                            M whole as received, then its update
-    owner         2·4s + max_bucket max(R_p + 4·Σ_{M: o(M)=p} W_M, 4·Σ_M c_M(p))    R_p = g·Σ_{M: o(M)=p} W_M
-    round_robin   2·4s + max_block max(W_mine·(g + 4), 4·Σ_q k_q)
-    distributed   2·4s + max_bucket (g·Σ_{M: p∈S(M)} W_M + 4·max_{M: p∈S(M)} W_M)
+    gather        max_M W_M·(g + 4)                            M whole as received, then its update
+    owner         max_bucket max(R_p + 4·Σ_{M: o(M)=p} W_M, 4·Σ_M c_M(p))    R_p = g·Σ_{M: o(M)=p} W_M
+    round_robin   max_block max(W_mine·(g + 4), 4·Σ_q k_q)
+    distributed   max_bucket (g·Σ_{M: p∈S(M)} W_M + 4·max_{M: p∈S(M)} W_M)
 
 (A narrower wire widens M into a buffer of its own before Newton-Schulz, freed before the update is made, so it
 adds nothing to the maximum.)
@@ -74,10 +74,9 @@ def extra_bytes_sent(optimizer, mats, n: int) -> list:
     return out
 
 
-def extra_bytes_held(optimizer, mats, n: int, shard: int) -> list:
+def extra_bytes_held(optimizer, mats, n: int) -> list:
     """The most bytes of kind "muon" each of the n positions holds at once in one step (see the module docstring)."""
     g, plan = _wire_bytes(optimizer), optimizer.sharding
-    base = 2 * 4 * shard
     out = []
     for p in range(n):
         if plan == "gather":
@@ -95,5 +94,5 @@ def extra_bytes_held(optimizer, mats, n: int, shard: int) -> list:
             for bucket, own in _owner_buckets(optimizer, mats, n):
                 mine = sum(m.wire for m, o in zip(bucket, own) if o == p)
                 extra = max(extra, (g + 4) * mine, 4 * sum(m.wire for m in bucket))
-        out.append(base + extra)
+        out.append(extra)
     return out
