@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from zerosim.optim import OPTIMIZERS
 
 ELEMENTWISE = tuple(OPTIMIZERS)  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
+MATRIX_OPTIMIZERS = tuple(name for name, cls in OPTIMIZERS.items() if not cls.elementwise)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
@@ -255,6 +256,9 @@ def model_from_args(args, config=None):
     micro = micro_batch_from_args(args)
     if micro is not None:
         return decoder_from_args(args, config, micro[1])
+    if args.optimizer in MATRIX_OPTIMIZERS:  # a MetaModel knows parameter counts, not the matrices Muon needs
+        raise ValueError(f"--optimizer {args.optimizer} orthogonalises each weight matrix, so it needs the model's "
+                         "shapes: give --seq-len (and --model or --config) for the decoder's own units")
     if config is not None or args.model is not None:
         preset = preset_from_config(config) if config is not None else get_preset(args.model)
         return MetaModel.from_preset(preset, unit=args.unit or "block")
