@@ -23,6 +23,7 @@ from zerosim.parallel.data.muon import (
     muon_matrices,
     ns_flops,
     round_robin,
+    units_of_at_least,
 )
 
 # (stage or strategy, recipe, world size, shard group, GPUs per node): the flat stages, both per-parameter
@@ -252,10 +253,10 @@ def test_ns_flops_and_balance_by_hand():
 
 LLAMA_8B_BALANCE = {  # Llama-3-8B's 224 Muon matrices (32 blocks x q, k, v, o, gate, up, down), 5 NS steps
     # (ranks, plan): busiest owner's FLOPs / mean. muon.py's round robin deals the sorted shapes: 32 of each of the
-    # 7 shapes over 8 ranks is 4 each, perfect. torchtitan's LPT balances each block's 7 matrices (3 FFN ones of
-    # 4096 x 14336) with the cumulative load breaking ties: 2.4 % over on 8 ranks. On 64 ranks 96 equal FFN matrices
-    # cannot spread evenly (32 ranks take two), and both give the same 1.264.
-    (8, "owner"): 1.0236,
+    # 7 shapes over 8 ranks is 4 each, perfect. torchtitan's LPT over buckets of whole blocks (2 blocks, 14 matrices,
+    # on 8 ranks) with the cumulative load breaking ties: perfect too (one block a bucket gave 1.0236). On 64 ranks
+    # 96 equal FFN matrices (4096 x 14336) cannot spread evenly (32 ranks take two): both give 1.264.
+    (8, "owner"): 1.0,
     (8, "round_robin"): 1.0,
     (64, "owner"): 1.2642,
     (64, "round_robin"): 1.2642,
@@ -273,16 +274,20 @@ def test_llama_3_8b_owner_balance(n, plan):
     flops = [ns_flops(s.shape, 5) for s in mats]
     if plan == "round_robin":
         _, owners = round_robin([s.shape for s in mats], n)
-    else:
-        units = {}
-        for i, s in enumerate(mats):
-            units.setdefault(s.layer, []).append(i)
-        assigned = balanced([[(flops[i], mats[i].size * 4, f"{mats[i].layer}.{mats[i].name}") for i in u]
-                             for u in units.values()], n)  # the engine's keys (_step.py: Matrix.name)
+    else:  # the engine's buckets (whole blocks, at least n matrices each) and keys (Matrix.name)
+        index = {id(s): i for i, s in enumerate(mats)}
+
+        class M:  # the fields units_of_at_least reads
+            def __init__(self, s):
+                self.spec = s
+
+        buckets = units_of_at_least([M(s) for s in mats], n)
+        assigned = balanced([[(flops[index[id(m.spec)]], m.spec.size * 4, f"{m.spec.layer}.{m.spec.name}")
+                              for m in b] for b in buckets], n)
         owners = [0] * len(mats)
-        for u, got in zip(units.values(), assigned):
-            for i, r in zip(u, got):
-                owners[i] = r
+        for b, got in zip(buckets, assigned):
+            for m, r in zip(b, got):
+                owners[index[id(m.spec)]] = r
     assert balance(owners, flops, n) == pytest.approx(LLAMA_8B_BALANCE[(n, plan)], abs=1e-4)
 
 

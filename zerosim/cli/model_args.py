@@ -46,8 +46,8 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
         help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks",
     )
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
-    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None, help="optimizer (default adam, K = 8 + 4 master; muon K = 4; "
-                   "muon_adamw: the reference's split)")
+    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None,
+                   help="optimizer (default adam, K = 8 + 4 master; muon K = 4; muon_adamw: the reference's split)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
     p.add_argument(
         "--unit",

@@ -19,7 +19,16 @@ docs/muon.md is the user's page.
 """
 
 from zerosim.parallel.data.muon._bytes import extra_bytes_held, extra_bytes_sent
-from zerosim.parallel.data.muon._owners import balance, balanced, balanced_naive, loads, ns_flops, round_robin
+from zerosim.parallel.data.muon._owners import (
+    balance,
+    balanced,
+    balanced_naive,
+    by_unit,
+    loads,
+    ns_flops,
+    round_robin,
+    units_of_at_least,
+)
 from zerosim.parallel.data.muon._pieces import Matrix, aux_params, muon_matrices
 from zerosim.parallel.data.muon._plans import MUON_PLANS, MuonPlan, check_matrix_optimizer, get_muon_plan
 from zerosim.parallel.data.muon._step import muon_update
@@ -27,5 +36,6 @@ from zerosim.parallel.data.muon._step import muon_update
 __all__ = [
     "MUON_PLANS", "Matrix", "MuonPlan", "aux_params", "balance", "balanced", "balanced_naive", "check_matrix_optimizer",
     "extra_bytes_held",
-    "extra_bytes_sent", "get_muon_plan", "loads", "muon_matrices", "muon_update", "ns_flops", "round_robin",
+    "extra_bytes_sent", "get_muon_plan", "loads", "muon_matrices", "muon_update", "ns_flops", "round_robin", "by_unit",
+    "units_of_at_least",
 ]

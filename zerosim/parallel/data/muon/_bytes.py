@@ -33,20 +33,13 @@ def _wire_bytes(optimizer) -> int:
     return 4 if optimizer.gather is None else get_format(optimizer.gather).itemsize
 
 
-def _units(mats) -> list:
-    buckets = {}
-    for m in mats:
-        buckets.setdefault(m.spec.layer, []).append(m)
-    return list(buckets.values())
-
-
 def _owner_buckets(optimizer, mats, n: int) -> list:
     """[(bucket, owners)] as _step.py forms them: units with torchtitan's balance, or muon.py's blocks."""
     if optimizer.sharding == "round_robin":
         order, own = owners.round_robin([m.shape for m in mats], n)
         return [([mats[i] for i in order[a : a + n]], [own[i] for i in order[a : a + n]])
                 for a in range(0, len(order), n)]
-    units = _units(mats)
+    units = owners.units_of_at_least(mats, n)
     assigned = owners.balanced([[(owners.ns_flops(m.shape, optimizer.ns_steps), m.wire * 4, m.name) for m in b]
                                 for b in units], n)
     return list(zip(units, assigned))
@@ -83,7 +76,7 @@ def extra_bytes_held(optimizer, mats, n: int) -> list:
             extra = max((m.wire * (g + 4) for m in mats), default=0)
         elif plan == "distributed":
             extra = max((g * sum(m.wire for m in b if m.counts[p]) + 4 * max(m.wire for m in b if m.counts[p])
-                         for b in _units(mats) if any(m.counts[p] for m in b)), default=0)
+                         for b in owners.by_unit(mats) if any(m.counts[p] for m in b)), default=0)
         elif plan == "owner":
             extra = 0
             for bucket, own in _owner_buckets(optimizer, mats, n):

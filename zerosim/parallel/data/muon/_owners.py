@@ -88,3 +88,24 @@ def balance(owners, flops, n: int) -> float:
     per = loads(owners, flops, n)
     mean = sum(per) / n
     return max(per) / mean if mean else 1.0
+
+
+def by_unit(mats) -> list:
+    """The matrices grouped by model unit (layer), in model order."""
+    buckets = {}
+    for m in mats:
+        buckets.setdefault(m.spec.layer, []).append(m)
+    return list(buckets.values())
+
+
+def units_of_at_least(mats, n: int) -> list:
+    """Whole units joined in model order until a bucket holds at least n matrices (the last may hold fewer), so every
+    owner of a bucket can have one: torchtitan's Kimi recipe groups layers into buckets the same way
+    (models/kimi_k2_7/config_registry.py, `BucketConfig`); one unit a bucket leaves most of 64 ranks idle."""
+    out = []
+    for unit in by_unit(mats):
+        if out and len(out[-1]) < n:
+            out[-1] = out[-1] + unit
+        else:
+            out.append(list(unit))
+    return out

@@ -11,7 +11,7 @@ S(M) the ranks whose piece of M is not empty, o(M) its owner.
     gather        every rank (all-gather  every rank,   - (each keeps its slice)  the naive twin: redundant NS N-fold
                   of M, M by M)           every M
     owner         o(M) (all-to-all, a     o(M)          the holders of M's        torchtitan DistMuon (Owned, LPT over
-                  unit's matrices packed)               pieces (all-to-all back)  NS FLOPs, a bucket per unit)
+                  bucket's matrices)                    pieces (all-to-all back)  NS FLOPs, buckets of whole units)
     round_robin   o(M) (all-to-all, N     o(M) = i mod  every rank (all-gather    KellerJordan/Muon muon.py (matrices
                   matrices a block)       N, by size    of whole updates)         sorted by size); DeepSpeed ZeRO-3
     distributed   every rank of S(M)      every rank    - (each keeps its slice)  Moonshot's Distributed Muon over
@@ -49,7 +49,8 @@ class MuonPlan:
     back: str | None  # how the update's pieces reach the holders: None (each computed its own), "all_to_all_v"
     #                   (the owner sends each holder its piece), "all_gather" (every rank receives whole updates)
     owners: str | None  # the assignment M -> o(M): "balanced" (LPT over NS FLOPs), "round_robin", None
-    buckets: str  # what one collective carries: "matrix", "unit" (a model unit's matrices), "block" (N matrices)
+    buckets: str  # what one collective carries: "matrix", "unit" (a model unit's matrices), "units of >= N matrices",
+    #               "block" (N matrices in muon.py's order)
     layouts: tuple  # the layouts' partitions it applies to (GradientRecipe.partition)
     follows: str  # whose code it is, release and file
 
@@ -70,7 +71,7 @@ MUON_PLANS = {
     for p in (
         MuonPlan("gather", "every rank", "all_gather", None, None, "matrix", ALL_LAYOUTS,
                  "the naive twin: every rank gathers and orthogonalises every matrix"),
-        MuonPlan("owner", "owner", "all_to_all_v", "all_to_all_v", "balanced", "unit", ALL_LAYOUTS,
+        MuonPlan("owner", "owner", "all_to_all_v", "all_to_all_v", "balanced", "units of >= N matrices", ALL_LAYOUTS,
                  "torchtitan b5bcd76 flex_shard/dist_muon.py DistMuon (Owned compute layout)"),
         MuonPlan("round_robin", "owner", "all_to_all_v", "all_gather", "round_robin", "block", ALL_LAYOUTS,
                  "KellerJordan/Muon 857d1ad muon.py Muon.step; DeepSpeed 0.19.5 stage3.py "

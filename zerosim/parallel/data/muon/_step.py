@@ -122,9 +122,10 @@ def _to_computers(ctx, opt, bucket, computers, work) -> tuple:
 
 
 def _owner(ctx, opt, mats, work) -> Handle:
-    """torchtitan's DistMuon: per unit, U's pieces to each matrix's owner (balanced), NS there, pieces back."""
+    """torchtitan's DistMuon: per bucket of whole units (at least n matrices), U's pieces to each matrix's owner
+    (balanced), NS there, the update's pieces back."""
     group, n = ctx.mesh.shard, ctx.mesh.shard.size
-    buckets = _by_unit(mats)
+    buckets = owners.units_of_at_least(mats, n)
     assigned = owners.balanced([[(owners.ns_flops(m.shape, opt.ns_steps), m.wire * 4, m.name) for m in b]
                                 for b in buckets], n)
     handle = Handle()
@@ -208,7 +209,7 @@ def _distributed(ctx, opt, mats, work) -> Handle:
     runs NS on M and keeps its own slice (no update travels)."""
     group = ctx.mesh.shard
     handle = Handle()
-    for bucket in _by_unit(mats):
+    for bucket in owners.by_unit(mats):
         sharers = [m.holders() for m in bucket]
         whole, there = _to_computers(ctx, opt, bucket, sharers, work)
         handle += there
@@ -264,14 +265,6 @@ def _orthogonalise_into(ctx, opt, m, rank, wire_u, needs, work) -> None:
 def _free(rank, name: str) -> None:
     if name in rank.ledger.live:
         rank.ledger.free(name)
-
-
-def _by_unit(mats) -> list:
-    """The matrices grouped by model unit (layer), in model order: one bucket each (torchtitan's buckets of layers)."""
-    buckets = {}
-    for m in mats:
-        buckets.setdefault(m.spec.layer, []).append(m)
-    return list(buckets.values())
 
 
 def _concat(ctx, parts, dtype):
