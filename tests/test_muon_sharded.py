@@ -310,3 +310,37 @@ def test_deepspeed_muon_memory_figure_as_far_as_its_conditions_are_stated():
     measured = DEEPSPEED_FIGURE["adamw_gib"] - DEEPSPEED_FIGURE["muon_gib"]
     assert state.saving / 2**30 == pytest.approx(1.2920, abs=1e-4)
     assert state.saving / 2**30 < measured
+
+
+# -- at scale: the meta backend, the timeline ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_llama_3_8b_plans_on_the_timeline_charge_newton_schulz_where_the_plan_computes():
+    # every rank hosted (the owners differ by rank); ZeRO-3 flat, 8 ranks, 1 x 1024 tokens each, H100 + NVLink
+    from zerosim.analysis.timeline import simulate
+    from zerosim.cluster import Compute
+    from zerosim.models import MetaLlama, read_hf_config, shipped_config
+
+    model = MetaLlama.from_config(read_hf_config(shipped_config("llama-3-8b")), seq_len=1024)
+    n, times = 8, {}
+    for sharding in SHARDINGS:
+        optimizer = MuonAdamW(sharding=sharding)
+        cluster = Cluster(n, backend="meta", hosted="all", trace="call", gpus_per_node=8)
+        engine = ZeroEngine(model, cluster, 3, optimizer, "bf16-mixed")
+        engine.step(model.batches(cluster, batch=1, seq_len=1024))
+        mats = muon_matrices(optimizer, model.specs, engine.layout)
+        per_rank = [0] * n
+        for ev in cluster.trace.log:
+            if isinstance(ev, Compute) and ev.kind == "newton-schulz":
+                per_rank[ev.rank] += ev.flops
+        flops = {m.name: ns_flops(m.shape, 5) for m in mats}
+        want = {"gather": n * sum(flops.values()), "owner": sum(flops.values()), "round_robin": sum(flops.values()),
+                "distributed": sum(len(m.holders()) * flops[m.name] for m in mats)}[sharding]
+        assert sum(per_rank) == want  # NS runs once per computing rank and matrix, as the plan says
+        sent = [cluster.trace.bytes_sent(r) for r in range(n)]
+        assert all(s > 0 for s in sent)
+        held = extra_bytes_held(optimizer, mats, n)
+        assert [r.ledger.peak_by_kind().get("muon", 0) for r in cluster.ranks] == held
+        times[sharding] = simulate(cluster.trace).step_time
+    # one owner per matrix beats N-fold redundant Newton-Schulz on the timeline
+    assert times["owner"] < times["gather"] and times["round_robin"] < times["gather"]
+    print({k: f"{v * 1e3:.0f} ms" for k, v in times.items()})
