@@ -80,8 +80,8 @@ def accepted_recipes(stage, policy, **engine_args) -> list:
 def accepted_combinations() -> list:
     """[(recipe, stage, grad_accum, precision preset)]: every combination of the recipes (at the stages their
     frameworks run them), GRAD_ACCUMS and the precision presets that the engine accepts."""
-    from zerosim.precision import PRESETS, get_precision
     from zerosim.parallel.data.recipes import RECIPES
+    from zerosim.precision import PRESETS, get_precision
 
     out = []
     for name, recipe in RECIPES.items():

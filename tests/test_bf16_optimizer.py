@@ -5,16 +5,14 @@ Engine = oracle for it: tests/test_bucket_allreduce.py (Must show 2) and tests/t
 
 import numpy as np
 import pytest
-
 from helpers import bits
+from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
+from test_recipes import linear_step  # noqa: E402
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
-from zerosim.precision import get_precision
 from zerosim.parallel.data.recipes._bf16_optimizer import aligned_length
-
-from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
-from test_recipes import linear_step  # noqa: E402
+from zerosim.precision import get_precision
 
 NAME = "deepspeed-bf16-optimizer"
 BF16 = get_precision("bf16-mixed").with_(reduction=NAME, grad_accum="fp32")

@@ -47,6 +47,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
+    "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -172,6 +173,14 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "fp16-mixed, fp16 state: stopped at step 9",
         "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
         "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
+    ],
+    "12_muon_sharded.ipynb": [
+        "bit for bit: True",  # every plan equals the oracle (all four print it; a False would show)
+        "matrix 0.w    (12, 8)  pieces per rank (54, 42, 0, 0)  holders (0, 1)",  # P = 214, s = 54 on 4 ranks
+        "owner        Newton-Schulz on: 0.w -> ranks [0], 2.w -> ranks [1], 4.w -> ranks [2]",
+        "distributed  Newton-Schulz on: 0.w -> ranks [0, 1], 2.w -> ranks [2, 3], 4.w -> ranks [3]",
+        "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
+        " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
     ],
 }
 _executed = {}

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from zerosim.optim import OPTIMIZERS
 
-ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)  # what every stage can shard
+ELEMENTWISE = tuple(OPTIMIZERS)  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
+MATRIX_OPTIMIZERS = tuple(name for name, cls in OPTIMIZERS.items() if not cls.elementwise)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
@@ -45,7 +46,8 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
         help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks",
     )
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
-    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None, help="optimizer (default adam, K = 8 + 4 master)")
+    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None,
+                   help="optimizer (default adam, K = 8 + 4 master; muon K = 4; muon_adamw: the reference's split)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
     p.add_argument(
         "--unit",
@@ -254,6 +256,9 @@ def model_from_args(args, config=None):
     micro = micro_batch_from_args(args)
     if micro is not None:
         return decoder_from_args(args, config, micro[1])
+    if args.optimizer in MATRIX_OPTIMIZERS:  # a MetaModel knows parameter counts, not the matrices Muon needs
+        raise ValueError(f"--optimizer {args.optimizer} orthogonalises each weight matrix, so it needs the model's "
+                         "shapes: give --seq-len (and --model or --config) for the decoder's own units")
     if config is not None or args.model is not None:
         preset = preset_from_config(config) if config is not None else get_preset(args.model)
         return MetaModel.from_preset(preset, unit=args.unit or "block")

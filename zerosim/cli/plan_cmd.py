@@ -71,7 +71,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--optimizer",
-        choices=("adam", "adamw", "sgd", "sgd_momentum", "lion", "adan"),
+        choices=("adam", "adamw", "sgd", "sgd_momentum", "lion", "adan", "muon", "muon_adamw"),
         default="adam",
         help="optimizer (default adam)",
     )

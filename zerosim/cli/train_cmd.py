@@ -17,7 +17,7 @@ import math
 import sys
 
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
-from zerosim.optim import OPTIMIZERS
+from zerosim.optim import OPTIMIZERS, SHARDINGS
 from zerosim.precision import PRESETS, get_precision
 from zerosim.train import MAX_SIMULATED_RANKS
 
@@ -78,7 +78,12 @@ def add_arguments(p) -> None:
     p.add_argument("--precision", choices=sorted(PRESETS), default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
-                   help="optimizer (default adam; with --resume the saved one)")
+                   help="optimizer (default adam; with --resume the saved one); muon_adamw: Muon on the hidden "
+                        "matrices, AdamW on the rest (the reference's split)")
+    p.add_argument("--muon-sharding", choices=SHARDINGS, default=None,
+                   help="how stages 1-3 bring Muon's matrices together (docs/muon.md): gather (every rank, the "
+                        "default), owner (torchtitan's balanced owners), round_robin (muon.py's), distributed "
+                        "(Moonshot's, flat shards)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2; with --resume the saved one)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
@@ -155,7 +160,8 @@ def run(args) -> int:
     precision = precision_from_arguments(args, precision)
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
-                         optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
+                         optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
+                         batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
                          **gpt_options(args))

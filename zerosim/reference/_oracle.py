@@ -227,9 +227,7 @@ class Reference:
         return averaging.after_reduce(reduced, p, n, self.recipe)
 
     def _buckets_all_reduced(self) -> bool:
-        # the engine's stage 1 with a matrix optimizer all-reduces the whole buffer instead (reduce.reduce_range)
-        return (self.recipe.rules.collective == "bucket all-reduce"
-                and (self.reduce_every_micro_step or self.optimizer.elementwise))
+        return self.recipe.rules.collective == "bucket all-reduce"
 
     def _buckets(self) -> list:
         """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order

@@ -48,6 +48,7 @@ class TrainConfig:
     backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
     precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
     optimizer: str | None = None  # ("adam")
+    muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
     batch: int = 16  # samples per micro-batch
@@ -202,7 +203,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
-    optimizer = get_optimizer(config.optimizer, lr=config.lr)
+    more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
+    optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists

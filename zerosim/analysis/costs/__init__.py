@@ -11,6 +11,7 @@ measured by one meta-backend step of the real engine.
     _overheads.py    what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
                      estimates; the fits / does-not-fit verdict
     _measured.py     the same quantities measured: one step of the real engine on the meta backend, its ledgers
+    _muon.py         Muon's state beside AdamW's per parameter group (DeepSpeed's), and DeepSpeed's published figure
 
 The formulas are checked against the engines' ledgers and traces, which are the measurement.
 """
@@ -50,6 +51,7 @@ from zerosim.analysis.costs._memory import (
                                           model_state_memory,
                                           model_state_memory_by_stage,
 )
+from zerosim.analysis.costs._muon import DEEPSPEED_FIGURE, MuonStateBytes, muon_state_bytes
 from zerosim.analysis.costs._overheads import (
                                           ALLOCATOR_RESERVE,
                                           CUDA_CONTEXT,
@@ -64,6 +66,7 @@ from zerosim.analysis.costs._overheads import (
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
 
 __all__ = [
+    "DEEPSPEED_FIGURE", "MuonStateBytes", "muon_state_bytes",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_stage", "strategy_costs",
     "GB",

@@ -393,8 +393,6 @@ class _Reader:
                 f"{self.where}: optimizer type {obj['type']!r} is not one zerosim models "
                 f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})"
             )
-        if name == "muon" and stage > 1:
-            raise ValueError(f"{self.where}: Muon updates whole matrices: zerosim runs it at stages 0 and 1 only")
         self.report("optimizer.type", obj["type"], "modelled", f"zerosim's {name!r}: its state's bytes per parameter")
         for key, v in params.items() if isinstance(params, dict) else ():
             self.report(f"optimizer.params.{key}", v, "no effect", "the update's numbers, not its memory or time")

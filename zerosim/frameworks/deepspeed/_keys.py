@@ -169,4 +169,6 @@ WHY_OBJECT = {
 
 # DeepSpeed's optimizer types (runtime/config.py, DEEPSPEED_OPTIMIZERS; the type is matched lower-cased) and the
 # zerosim optimizer with the same state.
-OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "lion": "lion", "muon": "muon"}
+# DeepSpeed's "muon" is MuonWithAuxAdam: Muon on the 2-D hidden matrices, AdamW on the rest (0.19.5
+# deepspeed/__init__.py set_optimizer_flags, runtime/engine.py _configure_basic_optimizer): zerosim's muon_adamw
+OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "lion": "lion", "muon": "muon_adamw"}

@@ -49,6 +49,7 @@ from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overf
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
 from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe, mesh_groups
+from zerosim.parallel.data.muon._plans import check_matrix_optimizer
 from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
 from zerosim.parallel.data.recipes._recipes import GradientRecipe
@@ -66,7 +67,8 @@ class ZeroEngine:
         stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters); or a
             strategy for many nodes by name (plan.STRATEGIES: "hsdp", "hsdp_no_sync", "mics", "mics_hierarchical",
             "hpz", "no_reshard", "reshard_to_group", "full_shard" = 3), each stage 3 with groups.
-        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
+        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan, Muon, MuonAdamW: Muon's
+            `sharding` says how stages 1-3 bring its matrices together, parallel/data/muon).
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
         checkpoint: recompute activations in backward instead of keeping them (seed 004); None (default): as the
@@ -134,6 +136,7 @@ class ZeroEngine:
         self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
         check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
+        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract

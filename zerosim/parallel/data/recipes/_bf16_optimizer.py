@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from zerosim.cluster import Handle
 from zerosim.collectives import ReduceOp, get_op
-from zerosim.precision import cast, get_format
 from zerosim.parallel.data.recipes._divide_factors import torch_scalar_mul
+from zerosim.precision import cast, get_format
 
 NAME = "deepspeed-bf16-optimizer"
 NCCL_START_ALIGNMENT_FACTOR = 2  # BF16_Optimizer.__init__: "align nccl all-gather send buffers to 4-byte boundary"
