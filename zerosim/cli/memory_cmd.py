@@ -89,6 +89,10 @@ def report(args) -> dict:
     if names:
         return strategies_report(args, s, names)
     check_nodes(args.ranks, args.gpus_per_node)
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients:  # the stages' table has no link tiers
+        raise ValueError("--gpus-per-node places the ranks on nodes for --strategy or --zero-quantized-gradients; "
+                         "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
+                         "links): drop it, or add --strategy")
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)

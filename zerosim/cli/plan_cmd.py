@@ -132,11 +132,13 @@ def _strategies(text):
 
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
+    from zerosim.cli.strategy_args import check_nodes
     from zerosim.costs import get_preset
     from zerosim.models.hf_config import read_hf_config
     from zerosim.progress import progress
     from zerosim.timeline.plan import plan
 
+    check_nodes(args.gpus, args.gpus_per_node, "--gpus")  # as the timeline command it prints checks it
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")

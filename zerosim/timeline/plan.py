@@ -125,6 +125,8 @@ def plan(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
+        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
     if global_batch % ranks:
         raise ValueError(
             f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
