@@ -153,7 +153,7 @@ def report(args) -> dict:
             "datasheet": s.gpu.datasheet,
             "by_stage": fits,
         },
-        "config": None if s.config is None else _keys(s.config.keys),
+        "config": None if s.config is None else _keys(s.config.keys + s.config.defaults),
         "ds_config": None
         if s.ds is None
         else {
