@@ -167,7 +167,7 @@ def _config_lines(r: dict) -> list:
         lines += _wrapped("  modelled: ", [k["key"] for k in modelled])
         lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])
         lines += _wrapped("  defaults (not in the file): ", [_default(k) for k in keys.get("default", [])])
-        auto = [k for k in modelled if str(k["value"]) == "auto"]
+        auto = [k for k in modelled if str(k["value"]) == "auto" or "which zerosim runs as" in k["note"]]
         for k in auto:
             lines += textwrap.wrap(f"{k['key']}: {k['note']}", 116, initial_indent="  ", subsequent_indent="    ")
         for k in keys.get("not modelled", []):
