@@ -39,7 +39,8 @@ def test_plan_accepts_what_timeline_accepts_and_its_commands_run(gpus, per_node)
     if code != 0:
         assert err.count("\n") == 1 and "does not fill nodes of --gpus-per-node" in err, err
         return
-    commands = [line.strip() for line in out.splitlines() if line.startswith(("  zerosim memory", "  zerosim timeline"))]
+    printed = ("  zerosim memory", "  zerosim timeline")
+    commands = [line.strip() for line in out.splitlines() if line.startswith(printed)]
     assert len(commands) == 2, out
     for command in commands:
         c, _, e = run(shlex.split(command)[1:])

@@ -309,11 +309,11 @@ def read_hf_config(source, name: str | None = None) -> DecoderConfig:
             raise ValueError(f"{where}: {', '.join(found)} make this {what}, which zerosim does not build")
     missing = [k for k in REQUIRED[mt] if k not in raw]
     if missing:
-        taken = ", ".join(f"{k}={DEFAULTS[mt][k]}" for k in missing)
+        taken, it = ", ".join(f"{k}={DEFAULTS[mt][k]}" for k in missing), "them" if len(missing) > 1 else "it"
         raise ValueError(f"{where}: {', '.join(missing)} missing: {'they set' if len(missing) > 1 else 'it sets'} the "
                          f"model's size, and every config.json transformers saves holds them; transformers' "
-                         f"{CONFIG_CLASSES[mt]} would quietly take {taken} (a model of another size). Give "
-                         f"{'them' if len(missing) > 1 else 'it'} as the model has {'them' if len(missing) > 1 else 'it'}")
+                         f"{CONFIG_CLASSES[mt]} would quietly take {taken} (a model of another size). Give {it} as "
+                         f"the model has {it}")
     values = {**DEFAULTS[mt], **raw}
     reader = _read_gpt2 if mt == "gpt2" else _read_llama
     return replace(reader(values, raw, name, where), defaults=_defaults(mt, raw))
