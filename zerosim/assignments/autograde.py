@@ -18,6 +18,7 @@ import time
 
 from zerosim.assignments.assignment import VISIBILITY, Assignment
 from zerosim.exercises.sandbox import grade_file
+from zerosim.outputs import check_file, write_atomic
 
 TIME_LIMIT = 60.0  # seconds per case, as `zerosim exercise check`
 OUTPUT_FORMATS = ("text", "html", "simple_format", "md", "ansi")
@@ -53,14 +54,17 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
             "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
-def write_results(results: dict, path: str) -> None:
-    """Write `results` (checked first) as JSON at `path`, whole or not at all."""
+def write_results(results: dict, path: str, flag: str = "") -> None:
+    """Write `results` (checked first) as JSON at `path`, whole or not at all (checked as an output first:
+    zerosim/outputs.py; `assignment grade --results` checks it before grading too)."""
     check_results(results)
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(path + ".tmp", path)
+    check_file(path, flag)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
+
+    write_atomic(path, write, flag)
 
 
 def check_results(r: dict) -> None:

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from zerosim.outputs import check_file
 from zerosim.checkpoint.files import write_tensors
 from zerosim.checkpoint.folders import LATEST, resolve
 from zerosim.checkpoint.load import read_state
@@ -63,6 +64,7 @@ def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
     if os.path.isfile(os.path.join(parent, LATEST)):  # DIR given as a tag folder: its siblings and `latest` too
         roots.append(parent)
     check_output(out, roots)
+    check_file(out)  # no other checkpoint either, and a folder that can be written (zerosim/outputs.py)
     state = read_state(folder)
     tensors = consolidated_state(state)
     m = state.manifest

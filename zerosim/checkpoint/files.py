@@ -51,11 +51,14 @@ def decode(stored: np.ndarray, fmt_name: str) -> np.ndarray:
 
 
 def write_atomic(path: str, write) -> None:
-    """Call `write(tmp_path)`, then rename the finished file to `path` (same folder, so the rename is atomic)."""
+    """Call `write(tmp_path)`, then rename the finished file to `path` (same folder, so the rename is atomic). An
+    OSError names `path`, never the temporary file (folders.py cleans up what a killed save leaves of those)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, f"{path}: could not be written ({e.strerror or e})") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -133,6 +133,7 @@ def _strategies(text):
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
     from zerosim.cli.strategy_args import check_nodes
+    from zerosim.outputs import check_file
     from zerosim.costs import get_preset
     from zerosim.models.hf_config import read_hf_config
     from zerosim.progress import progress
@@ -142,8 +143,8 @@ def report(args) -> tuple:
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
-    if args.figure is not None and not args.figure.endswith(".png"):
-        raise ValueError(f"{args.figure!r}: expected a .png file name")
+    if args.figure is not None:  # before the planning, which takes seconds to minutes (zerosim/outputs.py)
+        check_file(args.figure, "--figure", (".png",))
     micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches else None
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
@@ -288,10 +289,10 @@ def run(args) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
+        from zerosim.cli.timeline_cmd import save_figure
         from zerosim.viz.plan_figure import plan_figure
 
-        fig = plan_figure(p, top=args.top)
-        fig.savefig(args.figure, dpi=120, bbox_inches="tight")
+        save_figure(plan_figure(p, top=args.top), args.figure)
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0

@@ -57,6 +57,7 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    overwrite: bool = False  # `save` holds another run's checkpoints: remove them at the first save (else refused)
     # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~60 steps
     model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
     vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
@@ -111,6 +112,10 @@ class TrainConfig:
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
+        if not isinstance(self.overwrite, (bool, np.bool_)):
+            raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
+        if self.overwrite and self.save is None:
+            raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
 
 
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
@@ -230,6 +235,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
         )
+    if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
+        ckpt.check_save(engine, config.save, bool(config.overwrite))
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -280,7 +287,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save)
+            ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
     stats = cluster.backend.all_meta(
         [
             {
