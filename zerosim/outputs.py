@@ -72,11 +72,11 @@ def refuse_inside_checkpoint(path: str, flag: str, include_self: bool = True) ->
 def check_file(path, flag: str = "", suffixes: tuple = ()) -> str:
     """`path` as a file this command may write, checked before any work (see the module docstring); returns it."""
     path = _text(path, flag)
+    refuse_inside_checkpoint(path, flag)
     if suffixes and not path.lower().endswith(tuple(s.lower() for s in suffixes)):
         raise ValueError(f"{_named(flag, path)}: expected a {' or '.join(suffixes)} file name")
     if os.path.isdir(path):
         raise ValueError(f"{_named(flag, path)}: a folder; give a file name in it")
-    refuse_inside_checkpoint(path, flag)
     _writable(os.path.dirname(os.path.abspath(path)), path, flag)
     return path
 
@@ -85,9 +85,9 @@ def check_folder(path, flag: str = "", checkpoint_ok: bool = False) -> str:
     """`path` as a folder this command may write into (made later when missing); returns it. `checkpoint_ok`: the
     folder may itself be a run's checkpoint folder (zerosim.checkpoint.save's, which checks whose it is)."""
     path = _text(path, flag)
+    refuse_inside_checkpoint(path, flag, include_self=not checkpoint_ok)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"{_named(flag, path)}: a file, not a folder; give a folder to write into")
-    refuse_inside_checkpoint(path, flag, include_self=not checkpoint_ok)
     if checkpoint_ok and os.path.isdir(path) and is_tag_folder(path):
         parent = os.path.dirname(os.path.abspath(path))
         raise ValueError(f"{_named(flag, path)}: a checkpoint's tag folder (it holds {MANIFEST}): save into {parent}, "

@@ -31,7 +31,7 @@ from zerosim.checkpoint.manifest import make_manifest, rank_file
 from zerosim.checkpoint import runs
 from zerosim.checkpoint.replicas import check_replicas, file_index, writers
 from zerosim.checkpoint.runs import mint, register, registered
-from zerosim.outputs import check_folder
+from zerosim.outputs import check_folder, refuse_inside_checkpoint
 
 
 def rank_tensors(rank) -> dict:
@@ -191,7 +191,11 @@ def _found(directory: str, folder: str) -> str:
 
 
 def _directory_problem(directory: str) -> str | None:
-    """Why DIR cannot hold checkpoints (a file; inside another checkpoint; a tag folder itself; not writable)."""
+    """Why DIR cannot hold checkpoints (inside another checkpoint; a file; a tag folder itself; not writable)."""
+    try:
+        refuse_inside_checkpoint(directory, "", include_self=False)
+    except ValueError as e:
+        return f"{e}; nothing was written"
     if os.path.exists(directory) and not os.path.isdir(directory):
         return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
     try:

@@ -133,6 +133,7 @@ def _strategies(text):
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
     from zerosim.cli.strategy_args import check_nodes
+    from zerosim.cli.work_budget import check_units
     from zerosim.outputs import check_file
     from zerosim.costs import get_preset
     from zerosim.models.hf_config import read_hf_config
@@ -141,6 +142,7 @@ def report(args) -> tuple:
 
     check_nodes(args.gpus, args.gpus_per_node, "--gpus")  # as the timeline command it prints checks it
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
+    check_units(config.n_layers + 3, f"{config.name} ({config.n_layers:,} layers)")  # before any twin is built
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
     if args.figure is not None:  # before the planning, which takes seconds to minutes (zerosim/outputs.py)

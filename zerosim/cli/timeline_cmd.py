@@ -47,6 +47,7 @@ from zerosim.cli.strategy_args import (
     strategy_precision,
 )
 from zerosim.costs import GB
+from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -178,7 +179,22 @@ def sweep_ranks(args) -> tuple:
 def run(args) -> int:
     _check(args)
     s = setup(args)
+    _check_work(args, s)
     return (_run_sweep if args.sweep else _run_one)(args, s)
+
+
+def _check_work(args, s) -> None:
+    """Refuse, before any step, work that would run for many minutes (cli/work_budget.py)."""
+    units = len(s.model.layers)
+    if args.sweep:
+        ranks, names = sweep_ranks(args), strategies_of(args, several=True)
+        runs = len(names) if names else 3  # a meta step per strategy, or per stage 1-3 (the links share it)
+        check_sweep(ranks, runs, "--sweep")
+        check_passes(units, 1, runs * len(ranks), "--sweep", "give fewer --sweep-ranks")
+    else:
+        check_passes(units, s.accumulation, 1, f"a step of K = {s.accumulation:,} micro-steps",
+                     "past K = 2 a step's time is linear in K (zerosim plan times K = 1 and 2 and extends the line, "
+                     "which a full simulation stays on to 1e-12): give a smaller --accumulation-steps")
 
 
 # -- one step ------------------------------------------------------------------------------------------

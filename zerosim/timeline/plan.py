@@ -22,6 +22,7 @@ ranked by step time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from zerosim.costs.gpus import get_gpu
@@ -88,7 +89,9 @@ class Plan:
 
 
 def divisors(n: int) -> tuple:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def plan(

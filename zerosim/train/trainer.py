@@ -100,6 +100,11 @@ class TrainConfig:
             raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
                              "runs every rank in this process (the meta backend accounts more: zerosim memory, "
                              "zerosim timeline)")
+        if self.backend == "numpy" and self.ranks * self.accumulation_steps > MAX_STEP_MICRO_BATCHES:
+            raise ValueError(f"one step would run {self.ranks * self.accumulation_steps:,} micro-batches "
+                             f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), each a "
+                             f"forward and backward pass, before its loss is printed; zerosim trains at most "
+                             f"{MAX_STEP_MICRO_BATCHES:,} a step: lower --accumulation-steps (or raise --batch)")
         if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
@@ -121,6 +126,9 @@ class TrainConfig:
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
 # 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
 MAX_SIMULATED_RANKS = 4096
+# K · N micro-batches a step runs on the numpy backend before anything is printed: past this a step takes minutes of
+# silence (K = 100,000 on 4 ranks ran past 20 s with no output and would take ~10 minutes here). Refused up front.
+MAX_STEP_MICRO_BATCHES = 1 << 16
 RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
                 "accumulation_steps": 1}
 
