@@ -102,8 +102,8 @@ class TrainConfig:
                              "zerosim timeline)")
         if self.backend == "numpy" and self.ranks * self.accumulation_steps > MAX_STEP_MICRO_BATCHES:
             raise ValueError(f"one step would run {self.ranks * self.accumulation_steps:,} micro-batches "
-                             f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), each a "
-                             f"forward and backward pass, before its loss is printed; zerosim trains at most "
+                             f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), "
+                             f"each a forward and backward pass, before its loss is printed; zerosim trains at most "
                              f"{MAX_STEP_MICRO_BATCHES:,} a step: lower --accumulation-steps (or raise --batch)")
         if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
