@@ -48,6 +48,7 @@ from zerosim.zero.layouts import layout_for
 from zerosim.zero.mesh_groups import check_recipe, default_recipe, mesh_groups
 from zerosim.zero.param_buckets import registration
 from zerosim.zero.plan import get_plan
+from zerosim.zero.carried import carry
 from zerosim.zero.qgz_reduce import LOCO, check_qgz_engine
 from zerosim.zero.recipes import GradientRecipe
 from zerosim.zero.reduce import reduce_gradients
@@ -193,7 +194,7 @@ class ZeroEngine:
         i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
         try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
-            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(ctx):  # refused: no trace
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 with phase("reduce gradients"):  # stage 0: all-reduce, stage 1: reduce-scatter; 2/3: done already
                     waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last[-1])
@@ -203,7 +204,7 @@ class ZeroEngine:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
                             checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
-            self.iteration = i
+            self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
                 with phase("optimizer step"), trace.about(step=i, micro=K - 1):
@@ -240,7 +241,6 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
-        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _bucketed(self, k: int) -> bool:
