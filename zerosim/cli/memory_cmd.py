@@ -65,6 +65,10 @@ def strategies_report(args, s, names) -> dict:
 
     if s.ds is not None:
         raise ValueError("--ds-config sets a ZeRO stage; --strategy names a strategy for many nodes: give one")
+    if wire_from_args(args) is not None:  # the strategies' table runs them unquantized: the flags would be ignored
+        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients quantize the flat "
+                         "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
+                         "or the other")
     return {
         "model": s.model.name, "params": s.model.num_params, "ranks": args.ranks, "optimizer": s.optimizer,
         "precision": s.precision_name, "gpus_per_node": check_nodes(args.ranks, args.gpus_per_node),

@@ -140,9 +140,16 @@ def report(args) -> tuple:
     from zerosim.progress import progress
     from zerosim.timeline.plan import plan
 
+    for flag, value in (("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node), ("--seq-len", args.seq_len),
+                        ("--global-batch", args.global_batch)):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
     check_nodes(args.gpus, args.gpus_per_node, "--gpus")  # as the timeline command it prints checks it
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     check_units(config.n_layers + 3, f"{config.name} ({config.n_layers:,} layers)")  # before any twin is built
+    if not 0 <= args.reserve < 1:  # (NaN fails this too)
+        raise ValueError(f"--reserve is the allocator's reserve, a fraction of the measured peak in [0, 1), got "
+                         f"{args.reserve}")
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
     if args.figure is not None:  # before the planning, which takes seconds to minutes (zerosim/outputs.py)

@@ -377,7 +377,10 @@ class _Reader:
             ("gradient_accumulation_steps", gas),
         ):
             if v < 1:
-                raise ValueError(f"{self.where}: {name} comes to {v}, it must be at least 1 on {self.N} ranks")
+                given = ", ".join(f"{k} {self.raw[k]}" for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                               "gradient_accumulation_steps") if k in self.raw)
+                raise ValueError(f"{self.where}: {name} comes to {v} from {given} on {self.N} ranks; it must be at "
+                                 "least 1")
         if total != micro * gas * self.N:
             raise ValueError(
                 f"{self.where}: train_batch_size {total} is not train_micro_batch_size_per_gpu {micro} × "
