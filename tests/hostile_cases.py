@@ -288,7 +288,8 @@ def cases() -> list:
     # ---------------------------------------------------------------------------------------------- mesh
     c += [
         Case("mesh", "--strategy bogus", ("memory", *NODES, "--strategy", "bogus"), ("'bogus'",)),
-        Case("mesh", "--strategy all in timeline (one step)", ("timeline", *NODES, "--strategy", "all"), ("--strategy",)),
+        Case("mesh", "--strategy all in timeline (one step)", ("timeline", *NODES, "--strategy", "all"),
+             ("--strategy",)),
         Case("mesh", "two strategies in one timeline step", ("timeline", *NODES, "--strategy", "hsdp,mics"),
              ("--sweep",)),
         Case("mesh", "--shard-group 0", ("memory", *NODES, "--strategy", "hsdp", "--shard-group", "0"),

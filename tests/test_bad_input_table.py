@@ -64,7 +64,7 @@ def readme_table(text: str, marks=(BEGIN, END)) -> str:
 
 
 def hostile_outcomes() -> list:
-    """[{"feature", "case", "outcome", "said"}] of every case tests/test_hostile_table.py ran (in a process of its own)."""
+    """[{"feature", "case", "outcome", "said"}] of every case tests/test_hostile_table.py ran (a process of its own)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "outcomes.json")
         env = dict(os.environ, ZEROSIM_HOSTILE_OUTCOMES=path)
@@ -85,7 +85,8 @@ def feature_table(outcomes: list) -> str:
         total = sum(got.values())
         name = feature or "**all**"
         share = f"{100 * got['clear'] / total:.0f} %" if total else "-"
-        rows.append(f"| {name} | {total} | {got['clear']} | {got['raw']} | {got['silent']} | {got['crash']} | {share} |")
+        counts = " | ".join(str(got[k]) for k in OUTCOMES)
+        rows.append(f"| {name} | {total} | {counts} | {share} |")
     return "\n".join(rows)
 
 
