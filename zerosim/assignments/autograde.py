@@ -40,7 +40,8 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
             except ValueError as e:  # the file defines no such function: the student's own usage mistake, one line
                 passed, out = False, str(e)
             except OSError as e:  # the grader could not start the test (no process, no pipe): still a result, said
-                passed, out = False, f"the grader could not run this test ({type(e).__name__}: {e}), through no fault of yours"
+                passed, out = False, (f"the grader could not run this test ({type(e).__name__}: {e}), through no "
+                                      "fault of yours")
             else:
                 passed = r.passed
                 out = f"passed all {r.cases} cases" if passed else r.counterexample.replace("\n", " ")
