@@ -342,12 +342,12 @@ def cases() -> list:
         Case("quantized", "timeline --stage 1 with qwZ", (*TL, "--stage", "1", "--zero-quantized-weights"),
              ("stage",)),
         Case("quantized", "Wire(fp8_all_gather='fp4')", words=("fp8_all_gather",),
-             call=lambda folder: __import__("zerosim.zero.zeropp", fromlist=["Wire"]).Wire(fp8_all_gather="fp4")),
+             call=lambda folder: __import__("zerosim.parallel.data", fromlist=["Wire"]).Wire(fp8_all_gather="fp4")),
         Case("quantized", "LocoParams(err_beta=2)", words=("err_beta",),
-             call=lambda folder: __import__("zerosim.zero.zeropp", fromlist=["L"]).LocoParams(err_beta=2.0)),
+             call=lambda folder: __import__("zerosim.parallel.data", fromlist=["L"]).LocoParams(err_beta=2.0)),
         Case("quantized", "loco without qgZ", words=("zero_quantized_gradients",),
-             call=lambda folder: __import__("zerosim.zero.zeropp", fromlist=["W"]).Wire(
-                 loco=__import__("zerosim.zero.zeropp", fromlist=["L"]).LocoParams())),
+             call=lambda folder: __import__("zerosim.parallel.data", fromlist=["W"]).Wire(
+                 loco=__import__("zerosim.parallel.data", fromlist=["L"]).LocoParams())),
     ]
     # ---------------------------------------------------------------------------------------------- explorer
     c += [

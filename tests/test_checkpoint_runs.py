@@ -1,4 +1,4 @@
-"""Issue 35, item 2: a checkpoint folder belongs to one run (zerosim/checkpoint/runs.py).
+"""Issue 35, item 2: a checkpoint folder belongs to one run (zerosim/checkpoint/_runs.py).
 
 On main a second run saving into a folder of another run's checkpoints wrote its steps 1-2, moved `latest` to them,
 was refused at step 3 ("nothing was written"), and the next `--resume` continued the second run from step 2 as if it

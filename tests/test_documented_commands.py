@@ -14,8 +14,8 @@ import pytest
 from test_cli_help import source_examples
 
 from zerosim.cli.main import COMMANDS, main
-from zerosim.models.hf_config import shipped_config
-from zerosim.zero.plan import STRATEGIES
+from zerosim.models.hf import shipped_config
+from zerosim.parallel.data import STRATEGIES
 
 SLOW = ("--sweep", "--strategy all", "plan --model llama-3-70b", "plan --config")  # over a second each here
 
@@ -74,7 +74,7 @@ def test_memory_strategy_all_follows_each_framework(capsys):
     import json
 
     rows = {r["strategy"]: r["recipe"] for r in json.loads(capsys.readouterr().out)["strategies"]}
-    # FSDP2's strategies run with FSDP2's recipe, DeepSpeed's (MiCS, hpZ) with ZeRO-3's (zero/plan.py `framework`)
+    # FSDP2's strategies run with FSDP2's recipe, DeepSpeed's (MiCS, hpZ) with ZeRO-3's (_plan.py `framework`)
     assert rows == {"full_shard": "fsdp2", "no_reshard": "fsdp2", "reshard_to_group": "fsdp2", "hpz": "deepspeed-zero3",
                     "hsdp": "fsdp2", "hsdp_no_sync": "fsdp2", "mics": "deepspeed-zero3",
                     "mics_hierarchical": "deepspeed-zero3"}

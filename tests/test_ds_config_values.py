@@ -5,13 +5,13 @@ the file; `allgather_bucket_size: -1`, `sub_group_size: -1`, `mics_shard_size: 0
 `optimizer.params: [1, 2]` or `{"lr": "fast"}` were accepted; SGD's `momentum: "abc"` raised Python's own words.
 
 Each row: the config (beside a micro-batch), the key the error must name, and words of its reason. The ranges are
-DeepSpeed v0.19.5's own (configs/ds_keys.py LIMITS cites each)."""
+DeepSpeed v0.19.5's own (frameworks/deepspeed/_keys.py LIMITS cites each)."""
 
 import json
 
 import pytest
 
-from zerosim.configs.deepspeed import read_ds_config
+from zerosim.frameworks.deepspeed import read_ds_config
 
 FP16 = {"enabled": True}
 Z3 = {"stage": 3}

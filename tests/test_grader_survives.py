@@ -1,4 +1,4 @@
-"""Issue 35, item 4: graders that survive any solution (zerosim/exercises/sandbox.py).
+"""Issue 35, item 4: graders that survive any solution (zerosim/teaching/exercises/_sandbox.py).
 
 On main a solution that killed its parent (`os.kill(os.getppid(), signal.SIGKILL)`) took down `exercise check`,
 `assignment check` and `assignment grade`: exit status 137, no results.json — a Gradescope run ended with no result.
@@ -80,7 +80,7 @@ def test_exercise_check_survives_a_solution_that_kills_its_parent(tmp_path):
 
 def test_the_child_is_not_the_graders_child(tmp_path):
     """The learner's os.getppid() is the keeper, in a session of its own; the learner is in another."""
-    from zerosim.exercises.sandbox import grade_file
+    from zerosim.teaching.exercises import grade_file
 
     stub = "import os\n\ndef chunk_sent(*a):\n    raise ValueError(f'{os.getppid()} {os.getsid(0)} {os.getpgid(0)}')\n"
     path = tmp_path / "mine.py"

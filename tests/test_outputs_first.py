@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from zerosim.cli.main import main
-from zerosim.models.hf_config import shipped_config
+from zerosim.models.hf import shipped_config
 from zerosim.outputs import checkpoint_around, write_atomic
 
 PROC = "/proc/zerosim-cannot-write-here"  # /proc takes no new files, for root neither: permissions alone do not tell
@@ -50,15 +50,14 @@ def no_work(monkeypatch):
     def ran(*args, **kwargs):
         raise AssertionError("the work ran before the output path was checked")
 
-    import zerosim.assignments
-    import zerosim.explore.page
-    import zerosim.timeline.plan
-    import zerosim.timeline.sweep
+    import zerosim.analysis.planner
+    import zerosim.explore._page
+    import zerosim.teaching.assignments
 
-    monkeypatch.setattr(zerosim.explore.page, "grid_data", ran)
-    monkeypatch.setattr(zerosim.timeline.plan, "plan", ran)
-    monkeypatch.setattr(zerosim.timeline.sweep, "meta_step", ran)
-    monkeypatch.setattr(zerosim.assignments, "grade", ran)
+    monkeypatch.setattr(zerosim.explore._page, "grid_data", ran)
+    monkeypatch.setattr(zerosim.analysis.planner, "plan", ran)
+    monkeypatch.setattr(zerosim.analysis.planner, "meta_step", ran)
+    monkeypatch.setattr(zerosim.teaching.assignments, "grade", ran)
 
 
 def starter(tmp_path) -> Path:
@@ -132,7 +131,7 @@ def test_a_write_that_fails_names_the_file_not_its_temporary_twin(tmp_path):
         write_atomic(str(target), disk_full, "--figure")
     assert str(target) in str(e.value) and ".tmp" not in str(e.value) and "No space left" in str(e.value)
     assert list(tmp_path.iterdir()) == []  # no temporary file left either
-    from zerosim.checkpoint.files import write_atomic as checkpoint_write
+    from zerosim.checkpoint._files import write_atomic as checkpoint_write
 
     with pytest.raises(OSError) as e:
         checkpoint_write(str(target), disk_full)
@@ -174,7 +173,7 @@ def test_sizes_that_explode_are_refused_at_once_with_their_cost(argv, words, tmp
 
 
 def test_the_planner_lists_a_billion_sequences_divisors_without_a_billion_tries():
-    from zerosim.timeline.plan import divisors
+    from zerosim.analysis.planner import divisors
 
     assert all(divisors(n) == tuple(d for d in range(1, n + 1) if n % d == 0) for n in range(1, 600))
     assert len(divisors(10**9)) == 100 and divisors(10**9)[-1] == 10**9

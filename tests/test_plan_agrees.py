@@ -63,8 +63,8 @@ def test_flags_that_cannot_apply_are_refused(argv, message):
 
 
 def test_the_library_planner_refuses_what_a_cluster_refuses():
-    from zerosim.costs import get_preset
-    from zerosim.timeline.plan import plan
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
 
     with pytest.raises(ValueError, match="12 ranks do not fill nodes of 8 GPUs"):
         plan(get_preset("gpt2-small").config, 12, 8, "h100-80gb", 128, 24)

@@ -1,4 +1,4 @@
-"""Issue 35, item 3: a refused or skipped step leaves nothing behind that the frameworks would not (zero/carried.py).
+"""Issue 35, item 3: a refused or skipped step leaves nothing behind that the frameworks would not (_carried.py).
 
 On main one overflowing step with ZeRO++ qgZ and LoCo left inf in the error-feedback buffers: every later step
 overflowed too, and with DeepSpeed's dynamic scaler (whose first steps overflow by design) the run never took a
@@ -19,10 +19,9 @@ from helpers import bits, same, snapshot
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.precision import LossScaleAtMinimum, get_precision
-from zerosim.zero.comm_schedule import CommSchedule
-from zerosim.zero.zeropp import LocoParams, Wire
+from zerosim.parallel.data import CommSchedule, LocoParams, Wire
 
-WIDTHS = [8, 16, 4]
+WIDTHS = [16, 32, 8]  # weights of (32, 16) and (8, 32): qgZ groups of 16 and 8 elements, which its kernels load
 STATIC = 1.0  # a static scale: an overflow is refused (FloatingPointError)
 DYNAMIC = {"torch": {"init_scale": 256.0}, "deepspeed": {"init_scale": 256.0, "hysteresis": 1}}  # a skip lowers S
 
@@ -40,7 +39,7 @@ FEATURES = {
         bucket_cap_mb=1e-4, first_bucket_mb=5e-5)}),
     "DeepSpeed's bucket all-reduce (stage 1)": (3, None, 1, "fp16-mixed", "adam", {
         "recipe": "deepspeed-zero12", "comm": CommSchedule(reduce_bucket_size=40)}),
-    "Adam state stored in fp16": (2, None, 2, "fp16-mixed", "adam", {"optim_state": "fp16"}),
+    "Adam state stored in bf16": (2, None, 2, "fp16-mixed", "adam", {"optim_state": "bf16"}),  # (fp16 flushes v)
     "HSDP on 2 x 2": (4, 2, "hsdp", "fp16-mixed", "adam", {}),
     "hpZ on 2 x 2": (4, 2, "hpz", "fp16-mixed", "adam", {}),
     "MiCS on 2 x 2": (4, 2, "mics", "fp16-mixed", "adam", {}),
@@ -60,7 +59,7 @@ def build(feature: str, scale):
         policy = policy.with_(loss_scale=scale)
     model = MLP(WIDTHS)
     cluster = Cluster(n, gpus_per_node=d) if d else Cluster(n)
-    return ZeroEngine(model, cluster, stage, get_optimizer(opt, lr=1e-2), policy,
+    return ZeroEngine(model, cluster, stage, get_optimizer(opt, lr=1e-3), policy,
                       params=model.init_params(np.random.default_rng(3)),
                       shard_group=2 if stage in ("hsdp", "mics", "hpz") else None, **options)
 
@@ -96,7 +95,7 @@ def what_a_skip_does(twin, engine) -> None:
     each unit's fp8 amax of the unchanged weights recorded, as the skipped step's forward recorded it (Transformer
     Engine's DelayedScaling); DDP's buckets rebuilt after that backward (torch's Reducer)."""
     from zerosim.precision import loss_scaler_from_state_dict
-    from zerosim.zero.carried import _drop_rows
+    from zerosim.parallel.data._carried import _drop_rows
 
     twin.scaler = loss_scaler_from_state_dict(engine.scaler.state_dict())
     twin.iteration += 1

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster, Groups, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.backends.cupy_nccl import CupyBackend
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
-from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.cupy import BackendUnavailable, CupyBackend, import_cupy
+from zerosim.backends.mpi import launched_by_mpiexec
 from zerosim.precision import cast
 
 try:

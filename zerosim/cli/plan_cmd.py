@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.costs import GB
+from zerosim.analysis.costs import GB
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
 KINDS = (
@@ -37,9 +37,7 @@ def kind_group(kind: str) -> str:
 
 
 def add_arguments(p) -> None:
-    from zerosim.costs import PRESETS
-    from zerosim.costs.gpus import GPUS
-    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS, PRESETS
     from zerosim.models.gpt import STRATEGIES
 
     which = p.add_mutually_exclusive_group(required=True)
@@ -132,13 +130,13 @@ def _strategies(text):
 
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
     from zerosim.cli.strategy_args import check_nodes
     from zerosim.cli.work_budget import check_units
+    from zerosim.models.hf import read_hf_config
     from zerosim.outputs import check_file
-    from zerosim.costs import get_preset
-    from zerosim.models.hf_config import read_hf_config
     from zerosim.progress import progress
-    from zerosim.timeline.plan import plan
 
     for flag, value in (("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node), ("--seq-len", args.seq_len),
                         ("--global-batch", args.global_batch)):
@@ -190,8 +188,8 @@ def report(args) -> tuple:
 
 
 def _peak_rate(device: str, precision: str) -> float:
+    from zerosim.analysis.timeline import DEVICES
     from zerosim.precision import get_precision
-    from zerosim.timeline import DEVICES
 
     return DEVICES[device].rate(get_precision(precision).compute)
 
@@ -299,7 +297,7 @@ def run(args) -> int:
 
         matplotlib.use("Agg")
         from zerosim.cli.timeline_cmd import save_figure
-        from zerosim.viz.plan_figure import plan_figure
+        from zerosim.viz import plan_figure
 
         save_figure(plan_figure(p, top=args.top), args.figure)
         if not args.json:
