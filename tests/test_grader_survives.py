@@ -28,8 +28,9 @@ HOSTILE = {  # what the solution does, and words of the line the grade must say
 
 
 def run(*argv, cwd) -> subprocess.CompletedProcess:
+    """The command in a session of its own: a grader that let a solution reach its group takes only itself down."""
     return subprocess.run([sys.executable, "-m", "zerosim.cli.main", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=HANG_TIMEOUT)
+                          timeout=HANG_TIMEOUT, start_new_session=True)
 
 
 def solution(tmp_path, action: str, at_load: bool):
