@@ -18,6 +18,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -35,10 +36,6 @@ DTYPES = {  # written out here, not read from zerosim
 }
 NARROW = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a).view(UINT[a.dtype.itemsize])
 
 
 def assert_same_bits(got: np.ndarray, want: np.ndarray, inputs) -> None:

@@ -16,6 +16,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,11 +32,6 @@ U64 = 2.0**-53  # float64 unit roundoff (the reference's own rounding)
 def gamma(k: int, u: float = U32) -> float:
     """Higham's gamma_k = k u / (1 - k u): relative error bound after k roundings (first principles)."""
     return k * u / (1 - k * u)
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    """The bit patterns of an array, so equality is bitwise (NaN payloads and signed zeros included)."""
-    return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,16 +11,16 @@ import pytest
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.collectives.quantized import (
-    QGZ_MAX_GROUP,
     QGZ_ELEMENTS_PER_LOAD,
+    QGZ_MAX_GROUP,
     LocoState,
     all_to_all_quant_reduce,
     check_qgz,
     naive_all_to_all_quant_reduce,
 )
+from zerosim.parallel.data.zeropp import Wire
 from zerosim.precision import get_precision
 from zerosim.reference import QgzReference
-from zerosim.parallel.data.zeropp import Wire
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 

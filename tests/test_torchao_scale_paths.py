@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
+from zerosim.parallel.data.zeropp import Wire
 from zerosim.precision import cast
 from zerosim.precision.quantize import TORCHAO_SCALE_PATHS, get_fp8_recipe, torchao_amax_to_scale, torchao_scale
-from zerosim.parallel.data.zeropp import Wire
 
 E12 = float(np.float32(1e-12))  # 9.9999998e-13: fp32's EPS, what the precompute path clamps an fp32 amax to
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,11 +38,6 @@ except BackendUnavailable as e:
 
 NS = device_namespace(cp, "cupy")
 ALL16 = np.arange(2**16, dtype=np.uint16)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{8 * a.dtype.itemsize}")
 
 
 def host_bits(a, fmt=None):

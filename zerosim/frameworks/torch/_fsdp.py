@@ -83,18 +83,6 @@ def _fsdp_rank(rank: int, world: int, widths, steps: int, seed: int, lr: float, 
     return {c: _fsdp_run(torch, rank, world, widths, steps, seed, lr, batch, c) for c in configs}
 
 
-def run_torch_fsdp(world_size: int, widths=(16, 32, 8), steps: int = 20, seed: int = 0, lr: float = 0.01,
-                   batch: int = 4, configs=tuple(CONFIGS)) -> list:
-    """Real torch FSDP2 on `world_size` gloo processes, one run per config of CONFIGS (module docstring), all in
-    one launch; per rank {config: {"initial", "records"}}."""
-    from zerosim.frameworks.torch._launch import run_on_gloo
-
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise ValueError(f"unknown FSDP2 setting(s) {unknown}; choose from {list(CONFIGS)}")
-    return run_on_gloo(_fsdp_rank, world_size, tuple(widths), steps, seed, lr, batch, tuple(configs))
-
-
 def dim0_rows(rows: int, world_size: int, rank: int) -> tuple:
     """[start, stop) of the dim-0 rows rank `rank` holds of a parameter with `rows` rows: chunks of
     ceil(rows / N) (torch.chunk, Shard(0)); the last ranks may hold fewer or none."""

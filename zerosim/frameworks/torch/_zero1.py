@@ -74,15 +74,6 @@ def _zero1_rank(rank: int, world: int, widths, steps: int, seed: int, lr: float,
     return out
 
 
-def run_torch_zero1(world_size: int, widths=(16, 32, 8), steps: int = 20, seed: int = 0, lr: float = 0.01,
-                    batch: int = 4) -> list:
-    """Real torch DDP + ZeroRedundancyOptimizer(Adam) on `world_size` gloo processes (module docstring); per rank
-    {"layouts", "partition", "initial", "records"}."""
-    from zerosim.frameworks.torch._launch import run_on_gloo
-
-    return run_on_gloo(_zero1_rank, world_size, tuple(widths), steps, seed, lr, batch)
-
-
 def compare_zero1(ranks: list, widths, grads: str = "torch", sqrt: str = "torch", reduction: str = "gloo",
                   partition: str = "zero-redundancy", lr: float = 0.01) -> list:
     """zerosim's ZeRO-1 step by step against torch's parameters after each step (rank 0's; the broadcast gives

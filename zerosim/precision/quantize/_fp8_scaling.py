@@ -138,14 +138,6 @@ def torchao_received(q, scale, out_format) -> np.ndarray:
     return cast(y, get_format(out_format))
 
 
-def te_received(q, scale, out_format) -> np.ndarray:
-    """TE's dequantize: fl_out(fl32(q · fl32(1/S))) (scale_inv = __frcp_rn(S), correctly rounded)."""
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        inv = (np.float32(1) / np.asarray(scale, np.float32)).astype(np.float32)
-        y = np.asarray(q).astype(np.float32) * inv
-    return cast(y, get_format(out_format))
-
-
 def pad_rows(shard, rows_per_rank: int) -> np.ndarray:
     """A dim-0 shard (r, C) padded with zero rows to (ceil(R/N), C), as FSDP2 pads each rank's chunk
     (`_fsdp_param.py: _init_sharded_param`, padded to chunks[0].size())."""

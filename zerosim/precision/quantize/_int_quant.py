@@ -155,11 +155,6 @@ def unpack_int4(packed: np.ndarray) -> np.ndarray:
     return np.where(out > 7, out - 16, out).astype(np.int8)
 
 
-def fake_quantize(x, bits: int = 8, groups: int | None = None, out_format: str = "fp16") -> np.ndarray:
-    """Quantize and dequantize at once: what a receiver ends with."""
-    return dequantize(quantize(x, bits, groups), out_format)
-
-
 def swizzle_order(partitions: int, nodes: int, gpus_per_node: int) -> list:
     """Where `swizzled_quant_kernel` (csrc/quantization/swizzled_quantize.cu) writes input partition p (one per
     destination rank p = node·d + local): output slot (p % d)·nodes + p // d — every partition bound for local rank

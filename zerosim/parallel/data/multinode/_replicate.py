@@ -108,10 +108,3 @@ def at_boundary(ctx, layers: tuple, q: tuple, tag: str) -> Handle:
     for place, reduced in zip(places, out):
         place[...] = reduced
     return handle
-
-
-def free_partials(ctx) -> None:
-    """HSDP's partial sums are spent once the last micro-step all-reduced them."""
-    for rank in ctx.ranks:
-        if PARTIAL in rank.ledger.live:
-            rank.ledger.free(PARTIAL)
