@@ -111,7 +111,7 @@ class ZeroEngine:
             checkpoint = bool(getattr(model, "checkpointing", False))
         if not isinstance(checkpoint, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as a flag
             raise TypeError(f"checkpoint must be True, False or None (the model's own strategy), got {checkpoint!r}")
-        plan = get_plan(stage)
+        plan = Parallelisms(parallelisms).place(get_plan(stage))  # offload: where each buffer lives (device by default)
         if not isinstance(optimizer, Optimizer):
             raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
                             f"get_optimizer('adam')), got {optimizer!r}")
