@@ -46,6 +46,8 @@ FEATURES = {
     "stochastic rounding (fp16, no master)": (2, None, 2, "fp16-pure-sr", "adam", {}),
     "Muon (stage 1)": (2, None, 1, "fp16-mixed", "muon", {}),
     "Lion": (2, None, 2, "fp16-mixed", "lion", {}),
+    "ZeRO-Offload (optimizer on the host)": (2, None, 2, "fp16-mixed", "adam", {"offload": {}}),
+    "ZeRO-Offload with DPU's delayed update": (2, None, 2, "fp16-mixed", "adam", {"offload": {"dpu": True}}),
 }
 
 
@@ -53,6 +55,10 @@ def build(feature: str, scale):
     n, d, stage, preset, opt, options = FEATURES[feature]
     options = dict(options)
     policy = get_precision(preset).with_(optim_state=options.pop("optim_state", None))
+    if "offload" in options:  # ZeRO-Offload: the optimizer on the host (parallel/offload)
+        from zerosim.parallel.offload import Offload
+
+        options["parallelisms"] = (Offload("cpu", **options.pop("offload")),)
     if isinstance(scale, str):
         policy = policy.with_(loss_scale=scale, loss_scale_options=tuple(DYNAMIC[scale].items()))
     else:
@@ -75,9 +81,19 @@ def batches(engine, seed: int, overflow: bool = False):
     return out
 
 
-def carried(engine) -> dict:
-    """Everything a step hands on, as bits: the model states, the scaler, LoCo's errors, fp8 histories, DDP's flag."""
+# Host rows that are not carried: "offload.bit16" stands for the pinned 16-bit copy's bytes and is never written
+# (np.empty: noise); "grads" is the offloaded reduced gradient, which every step overwrites before reading it — so
+# between a refused or skipped step and the next it holds that step's gradient (compared after the next step only).
+NOT_CARRIED = {"offload.bit16": "always", "grads": "between steps"}
+
+
+def carried(engine, between_steps: bool = False) -> dict:
+    """Everything a step hands on, as bits: the model states, the scaler, LoCo's errors, fp8 histories, DDP's flag,
+    offload's host buffers (the offloaded states, DPU's pending params and step counter)."""
     state = {**snapshot(engine), "scaler": engine.scaler.state_dict(), "ddp_rebuilt": engine.ddp_rebuilt}
+    skip = {n for n, when in NOT_CARRIED.items() if when == "always" or between_steps}
+    host = [rank.ledger_of("host").live.items() for rank in engine.cluster.ranks]
+    state["offload"] = [{n: bits(np.asarray(b.array)).tobytes() for n, b in rows if n not in skip} for rows in host]
     wire = engine.ctx.wire
     if wire is not None and wire.loco is not None:
         state["loco"] = {key: {r: tuple((bits(q.payload).tobytes(), bits(q.scales).tobytes()) for q in pair)
@@ -131,7 +147,7 @@ def test_after_a_skipped_step_the_next_good_step_equals_a_fresh_twins(feature, s
     assert engine.t == t, "the overflow was not skipped: the test's overflow batch must overflow"
     what_a_skip_does(twin, engine)
     # (LoCo's counter counted the skipped step's calls; with no errors left, the next call resets it, in both)
-    assert same({**carried(engine), "loco counter": None}, {**carried(twin), "loco counter": None})
+    assert same({**carried(engine, True), "loco counter": None}, {**carried(twin, True), "loco counter": None})
     good = batches(engine, 7)
     assert engine.step(good) == twin.step(good)
     assert engine.t == t + 1 and same(carried(engine), carried(twin))
@@ -143,10 +159,10 @@ def test_after_a_skipped_step_the_next_good_step_equals_a_fresh_twins(feature, s
 def test_a_refused_step_leaves_no_trace_and_the_next_good_step_is_the_twins(feature, before):
     engine, twin = build(feature, STATIC), build(feature, STATIC)
     clean_steps(engine, before), clean_steps(twin, before)
-    before = carried(engine)
+    before = carried(engine, True)
     with pytest.raises(FloatingPointError, match="no parameter or optimizer state was changed"):
         engine.step(batches(engine, 99, overflow=True))
-    assert same(carried(engine), before) and same(before, carried(twin))
+    assert same(carried(engine, True), before) and same(before, carried(twin, True))
     good = batches(engine, 7)
     assert engine.step(good) == twin.step(good)
     assert same(carried(engine), carried(twin))
