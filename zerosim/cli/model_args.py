@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zerosim.cli.work_budget import check_units
 from zerosim.optim import OPTIMIZERS
 
 ELEMENTWISE = tuple(OPTIMIZERS)  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
@@ -242,6 +243,21 @@ def decoder_from_args(args, config, seq_len: int):
     return twin.from_config(config, seq_len, **options)
 
 
+def _units(args, config) -> int:
+    """The units the model will have, from its description alone: blocks plus the ends (embeddings, head)."""
+    if getattr(args, "d_model", None) is not None:
+        return (args.layers or 0) + 2  # (no --layers: refused with the shape's other flags)
+    if config is None:  # --params: equal layers
+        return 64 if args.layers is None else args.layers
+    return config.n_layers + 3
+
+
+def _model_words(args, config) -> str:
+    if config is not None and getattr(args, "d_model", None) is None:
+        return f"{config.name} ({config.n_layers:,} layers)"
+    return f"--layers {args.layers}"
+
+
 def model_from_args(args, config=None):
     """The data-less model the flags describe: MetaModel (--params, or a preset without --seq-len), or a MetaGPT /
     MetaLlama when --seq-len asks for activations. Fills the --optimizer/--precision defaults left unset."""
@@ -253,6 +269,7 @@ def model_from_args(args, config=None):
     if args.ranks < 1 or (args.layers is not None and args.layers < 1):
         raise ValueError("--ranks and --layers must be at least 1")
     config = config_from_args(args) if config is None else config
+    check_units(_units(args, config), _model_words(args, config))  # before the twin is built: it takes its time
     micro = micro_batch_from_args(args)
     if micro is not None:
         return decoder_from_args(args, config, micro[1])

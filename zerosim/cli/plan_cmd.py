@@ -132,14 +132,26 @@ def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
+    from zerosim.cli.strategy_args import check_nodes
+    from zerosim.cli.work_budget import check_units
     from zerosim.models.hf import read_hf_config
+    from zerosim.outputs import check_file
     from zerosim.progress import progress
 
+    for flag, value in (("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node), ("--seq-len", args.seq_len),
+                        ("--global-batch", args.global_batch)):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    check_nodes(args.gpus, args.gpus_per_node, "--gpus")  # as the timeline command it prints checks it
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
+    check_units(config.n_layers + 3, f"{config.name} ({config.n_layers:,} layers)")  # before any twin is built
+    if not 0 <= args.reserve < 1:  # (NaN fails this too)
+        raise ValueError(f"--reserve is the allocator's reserve, a fraction of the measured peak in [0, 1), got "
+                         f"{args.reserve}")
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
-    if args.figure is not None and not args.figure.endswith(".png"):
-        raise ValueError(f"{args.figure!r}: expected a .png file name")
+    if args.figure is not None:  # before the planning, which takes seconds to minutes (zerosim/outputs.py)
+        check_file(args.figure, "--figure", (".png",))
     micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches else None
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
@@ -284,10 +296,10 @@ def run(args) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
+        from zerosim.cli.timeline_cmd import save_figure
         from zerosim.viz import plan_figure
 
-        fig = plan_figure(p, top=args.top)
-        fig.savefig(args.figure, dpi=120, bbox_inches="tight")
+        save_figure(plan_figure(p, top=args.top), args.figure)
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0

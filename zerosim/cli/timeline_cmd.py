@@ -47,6 +47,8 @@ from zerosim.cli.strategy_args import (
     strategy_precision,
 )
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
+from zerosim.cli.work_budget import check_passes, check_sweep
+from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
 SWEEP_RANKS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -138,11 +140,9 @@ def _check(args) -> None:
         )
     if args.accumulation_steps is not None and args.accumulation_steps < 1:
         raise ValueError(f"--accumulation-steps must be at least 1, got {args.accumulation_steps}")
-    for path, ext in ((args.trace, ".json"), (args.figure, ".png")):
-        if path is not None and not path.endswith(ext):
-            raise ValueError(f"{path!r}: expected a {ext} file name")
-        if path is not None:
-            check_writable(path)
+    for path, flag, ext in ((args.trace, "--trace", ".json"), (args.figure, "--figure", ".png")):
+        if path is not None:  # before the run, which takes seconds to minutes (zerosim/outputs.py)
+            check_file(path, flag, (ext,))
     if args.sweep and args.trace:
         raise ValueError("--trace writes one step's trace; run without --sweep for it")
     if args.sweep and args.seq_len is not None:
@@ -159,25 +159,9 @@ def _check(args) -> None:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
 
 
-def check_writable(path: str) -> None:
-    """Refuse, before the run, an output file that could not be written (the run takes seconds to minutes; the
-    error would come at its end): a folder in its place, or no writable folder to make it in. Missing folders
-    on the way are made when the file is written (`prepare_output`)."""
-    if os.path.isdir(path):
-        raise ValueError(f"{path}: a folder; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):  # the nearest folder that exists will hold the new ones
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise ValueError(f"{path}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"{path}: cannot write there (permission denied)")
-
-
-def prepare_output(path: str) -> str:
-    """Make the folders `path` needs; returns `path`."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return path
+def save_figure(fig, path: str, flag: str = "--figure") -> None:
+    """The figure as a PNG at `path`, whole or not at all (zerosim/outputs.py)."""
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), flag)
 
 
 def sweep_ranks(args) -> tuple:
@@ -195,7 +179,22 @@ def sweep_ranks(args) -> tuple:
 def run(args) -> int:
     _check(args)
     s = setup(args)
+    _check_work(args, s)
     return (_run_sweep if args.sweep else _run_one)(args, s)
+
+
+def _check_work(args, s) -> None:
+    """Refuse, before any step, work that would run for many minutes (cli/work_budget.py)."""
+    units = len(s.model.layers)
+    if args.sweep:
+        ranks, names = sweep_ranks(args), strategies_of(args, several=True)
+        runs = len(names) if names else 3  # a meta step per strategy, or per stage 1-3 (the links share it)
+        check_sweep(ranks, runs, "--sweep")
+        check_passes(units, 1, runs * len(ranks), "--sweep", "give fewer --sweep-ranks")
+    else:
+        check_passes(units, s.accumulation, 1, f"a step of K = {s.accumulation:,} micro-steps",
+                     "past K = 2 a step's time is linear in K (zerosim plan times K = 1 and 2 and extends the line, "
+                     "which a full simulation stays on to 1e-12): give a smaller --accumulation-steps")
 
 
 # -- one step ------------------------------------------------------------------------------------------
@@ -356,7 +355,8 @@ def _run_one(args, s) -> int:
     if args.trace:
         from zerosim.analysis.timeline import write_chrome_trace
 
-        write_chrome_trace(result, prepare_output(args.trace), ranks=range(min(4, result.world_size)))
+        os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)  # checked writable before the run
+        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))  # atomic, names args.trace
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -368,7 +368,7 @@ def _run_one(args, s) -> int:
             result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
             + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
         )
-        ax.figure.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
+        save_figure(ax.figure, args.figure)
         written.append(f"figure: {args.figure}")
     print(
         json.dumps(r, indent=1)
@@ -527,7 +527,7 @@ def _run_sweep(args, s) -> int:
             fits=fits,
             gpu=r["gpu"],
         )
-        fig.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
+        save_figure(fig, args.figure)
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0

@@ -101,6 +101,10 @@ def add_arguments(p) -> None:
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
                         "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --save: DIR holds another run's checkpoints; remove them (their tag folders and "
+                        "DIR/latest; other files are kept) at this run's first save. Without it such a DIR is refused "
+                        "before the first step")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
                         "a save that never finished is skipped); --steps counts from the start of the run. What you "
@@ -164,6 +168,7 @@ def run(args) -> int:
                          batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
+                         overwrite=args.overwrite,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 

@@ -22,6 +22,7 @@ ranked by step time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
@@ -88,7 +89,9 @@ class Plan:
 
 
 def divisors(n: int) -> tuple:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def plan(
@@ -124,6 +127,8 @@ def plan(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
+        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
     if global_batch % ranks:
         raise ValueError(
             f"a global batch of {global_batch} sequences does not split over {ranks} ranks "

@@ -69,8 +69,13 @@ def fitting_shard_group(params: int, gpus_per_node: int, capacity: float = 80e9,
 
 
 def recipe_of(strategy: str) -> str:
-    """Each strategy with its framework's recipe: FSDP2's for FULL_SHARD and HSDP, DeepSpeed ZeRO-3's for the rest."""
-    return "fsdp2" if strategy in ("full_shard", "hsdp", "hsdp_no_sync") else "deepspeed-zero3"
+    """Each strategy with its framework's recipe, read from its plan (`Plan.framework`): FSDP2's for FULL_SHARD (no
+    framework of its own: FSDP2's default), HSDP and FSDP2's resharding (no_reshard, reshard_to_group), DeepSpeed
+    ZeRO-3's for MiCS and hpZ."""
+    from zerosim.parallel.data import STRATEGIES
+    from zerosim.parallel.data.multinode import FRAMEWORK_RECIPES
+
+    return FRAMEWORK_RECIPES[STRATEGIES[strategy].framework or "fsdp2"]
 
 
 def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",

@@ -37,6 +37,7 @@ from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
+from zerosim.parallel.data._carried import carry
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -202,7 +203,7 @@ class ZeroEngine:
         i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
         try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
-            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(ctx):  # refused: no trace
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 with phase("reduce gradients"):  # stage 0: all-reduce, stage 1: reduce-scatter; 2/3: done already
                     waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last[-1])
@@ -213,7 +214,7 @@ class ZeroEngine:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
                             checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
-            self.iteration = i
+            self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
                 with phase("optimizer step"), trace.about(step=i, micro=K - 1):
@@ -250,7 +251,6 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
-        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _grad_buckets(self, k: int):
