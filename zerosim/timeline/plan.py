@@ -106,9 +106,12 @@ def plan(
     micro_batches=None,
     reserve: float = ALLOCATOR_RESERVE,
     progress=None,
+    time_model=None,
+    links: tuple = ("nvlink4", "ib_ndr"),
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
-    docstring); `progress(done_label)` is called after each configuration measured."""
+    docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
+    costs (a kernel_time.TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes)."""
     from zerosim.costs.measured import measure_stage
     from zerosim.models.gpt import STRATEGIES, strategy_options
     from zerosim.models.meta_gpt import MetaGPT
@@ -137,8 +140,10 @@ def plan(
     if not batches:
         raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
     strategies = tuple(strategies or STRATEGIES)
-    link = "ib_ndr" if ranks > gpus_per_node else "nvlink4"
-    hw = Hardware(g.device, link, get_precision(precision).compute)
+    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    link = links[1] if nodes else links[0]
+    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    per_node = gpus_per_node if nodes else None
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     rows, pruned = [], []
@@ -148,7 +153,8 @@ def plan(
             model = twin.from_config(config, seq_len, **strategy_options(strategy))
             for B in batches:
                 m, cluster, engine = measure_stage(
-                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule
+                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
+                    gpus_per_node=per_node
                 )
                 resting = sum(m["resting"].values())
                 extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
@@ -159,7 +165,8 @@ def plan(
                     pruned.append((stage, resting))
                     break
                 if row.fits:
-                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm))  # the same run
+                    costs = time_model.costs(model, (B, seq_len), hw) if time_model is not None else None
+                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
                     t = step_time(
                         model,
                         ranks,
@@ -171,6 +178,8 @@ def plan(
                         (B, seq_len),
                         row.accumulation,
                         first=one,
+                        time_model=time_model,
+                        gpus_per_node=per_node,
                     )
                     row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
                 stage_rows.append(row)
@@ -199,5 +208,7 @@ def plan(
         "strategies": strategies,
         "micro_batches": batches,
         "stages": tuple(stages),
+        "time_model": time_model.describe() if time_model is not None else "datasheet peaks (roofline)",
+        "links": tuple(links),
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, link)

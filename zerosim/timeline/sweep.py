@@ -59,14 +59,15 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
-              gpus_per_node: int | None = None, shard_group: int | None = None):
+              gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
     A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
     MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
     strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
-    many nodes (zero/plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes."""
+    many nodes (zero/plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes.
+    `time_model`: a kernel_time.TimeModel (each kernel class at its achieved rate); None: the datasheet roofline."""
     from zerosim.cluster import Cluster
     from zerosim.zero import ZeroEngine
     from zerosim.optim import get_optimizer
@@ -80,7 +81,8 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
                         shard_group=shard_group)
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
-    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
+    costs = time_model.costs(model, micro_batch, hardware) if time_model is not None else None
+    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm, costs=costs), engine
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ class StepTime:
 
 def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
-              tokens: int = 2048, first: StepTime | None = None) -> StepTime:
+              tokens: int = 2048, first: StepTime | None = None, time_model=None,
+              gpus_per_node: int | None = None, wire=None) -> StepTime:
     """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
 
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
@@ -105,7 +108,8 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     `first`: the K = 1 step when it was simulated already (the planner's memory run)."""
     def run(K):
         result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
-                              micro_batch=micro_batch, accumulation_steps=K)
+                              micro_batch=micro_batch, accumulation_steps=K, time_model=time_model,
+                              gpus_per_node=gpus_per_node, wire=wire)
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps
