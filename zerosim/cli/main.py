@@ -5,6 +5,7 @@
     zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
     zerosim timeline time of a step at real scale: overlap, bucketing, prefetch (meta backend)
     zerosim plan     which stage, checkpointing and micro-batch fit your GPUs, ranked by step time
+    zerosim validate predicted vs measured on published runs (torchtitan, llm-foundry), with the error of each
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
@@ -23,7 +24,7 @@ import sys
 from zerosim.backends.cupy_probe import BackendUnavailable
 from zerosim.backends.launch import launched_by_mpiexec, launched_rank
 from zerosim.cli import (assignment_cmd, checkpoint_cmd, exercise_cmd, explore_cmd, figures_cmd, memory_cmd,
-                         parity_cmd, plan_cmd, replay_cmd, timeline_cmd, train_cmd, verify_nccl_cmd)
+                         parity_cmd, plan_cmd, replay_cmd, timeline_cmd, train_cmd, validate_cmd, verify_nccl_cmd)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -37,6 +38,7 @@ COMMANDS = {
     "assignment": assignment_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
+    "validate": validate_cmd,
     "verify-nccl": verify_nccl_cmd,
     "parity": parity_cmd,
 }

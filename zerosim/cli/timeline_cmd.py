@@ -422,11 +422,14 @@ def sweep_report(args, s) -> dict:
     bar = progress(
         total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False
     )
+    time_model = time_model_from_args(args)
     rows = sweep(
-        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1)
+        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1),
+        time_model=time_model,
     )
     bar.close()
     compute = get_precision(s.precision).compute
+    rate = time_model.gemm_rate(Hardware(device, "nvlink4", compute))  # what a large GEMM runs at
     fits = [judge(r.peak, r.stage, r.ranks, gpu, s.reserve) for r in rows]
     return (
         {
@@ -440,6 +443,8 @@ def sweep_report(args, s) -> dict:
             "precision": s.precision_name,
             "tokens_per_rank": tokens,
             "comm": describe_comm(comm),
+            "time_model": time_model.describe(),
+            "gemm_rate": rate,
             "rows": [
                 {
                     "ranks": r.ranks,
@@ -457,14 +462,10 @@ def sweep_report(args, s) -> dict:
             ],
             "exposed_over_half": {f"{link} stage {st}": crossover(rows, st, link) for link in links for st in stages},
             "hiding_fails_at": {
-                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute))
+                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute), rate)
                 for link in links
             },
-            "bandwidth_tokens": {
-                link: Hardware(device, link, compute).device.rate(compute)
-                / Hardware(device, link, compute).link.bandwidth
-                for link in links
-            },
+            "bandwidth_tokens": {link: rate / Hardware(device, link, compute).link.bandwidth for link in links},
         },
         rows,
         [f["fits"] for f in fits],
@@ -496,6 +497,7 @@ def format_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
+        f"time from: {r['time_model']} (R = {r['gemm_rate'] / 1e12:.0f} TFLOP/s for the model's GEMMs);",
         f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
         f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.",
         "",

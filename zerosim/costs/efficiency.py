@@ -72,7 +72,7 @@ KERNEL_RATES = {
     "rtx3090": KernelRates(0.869, None, 0.73, 0.50, 0.849, 82, "no measurement of its own: the A100's fractions"),
 }
 
-TILE = 128  # a GEMM's output tile edge (cuBLAS's large-problem tiles are 128 or 256 wide): waves of ceil(M/128)·ceil(N/128)
+TILE = 128  # a GEMM's output tile edge (cuBLAS's large-problem tiles are 128 or 256 wide): ⌈M/128⌉·⌈N/128⌉ tiles
 
 
 def wave_efficiency(m: int, n: int, sms: int) -> float:

@@ -157,8 +157,15 @@ def unit_work(unit, x_shape: tuple, kind: str, kernels: str = "eager", fp8: bool
     return Work(tuple(gemms), fwd, bwd, memory + (cast if fp8 else 0.0), fp8)
 
 
+# bytes per token and vocabulary entry each loss moves (models/loss_peak.py names them): the eager one's 44 (module
+# docstring); chunked runs the same ops a chunk at a time; a fused kernel ("probabilities": read the 16-bit logits,
+# write fp32 probabilities, read them back, write the 16-bit gradient) 2 + 4 + 4 + 2; Liger's fused linear
+# cross-entropy keeps each chunk's logits on chip but for one fp32 write and read of the gradient: 4 + 4
+LOSS_BYTES = {"eager": 44, "chunked": 44, "probabilities": 12, "fused-linear": 8}
+
+
 def loss_work(tokens: int, vocab: int, variant: str = "eager") -> Work:
-    """The loss op's bytes (module docstring): 44·V per token for the eager cross-entropy on upcast logits; a
-    fused or chunked loss reads the 16-bit logits once and writes their gradient once (4·V)."""
-    per_token = {"eager": 44, "chunked": 44, "fused": 4}[variant]
-    return Work(memory=float(per_token) * tokens * vocab)
+    """The loss op's memory-bound bytes: LOSS_BYTES[variant] · T · V."""
+    if variant not in LOSS_BYTES:
+        raise ValueError(f"unknown loss {variant!r}; choose one of {tuple(LOSS_BYTES)}")
+    return Work(memory=float(LOSS_BYTES[variant]) * tokens * vocab)

@@ -108,7 +108,7 @@ def _mpt(key, name, gpu, gpus, L, B, K, ac, tps, pure=False, table=""):
 
 
 POINTS = (
-    # -- the calibration set: torchtitan's 8-GPU H100 table (all three rows) and its A100 Llama 3 8B op-SAC row ----------
+    # -- the calibration set: torchtitan's 8-GPU H100 table (all three rows) and its A100 Llama 3 8B op-SAC row ----
     _tt("tt-h100-8-eager", "calibration", "Table 1 'FSDP'", 8, "op-sac", "eager", 5762, 82.4),
     _tt("tt-h100-8-compile", "calibration", "Table 1 'FSDP + torch.compile'", 8, "op-sac", "compiled", 6667, 77.0),
     _tt("tt-h100-8-compile-fp8", "calibration", "Table 1 'FSDP + torch.compile + Float8'", 8, "op-sac", "compiled",

@@ -5,8 +5,9 @@
     n["at_peak"], n["peak"], n["capacity"], n["compute_s"], n["exposed_s"]
 
 One run of the real engine on data-less arrays (costs/measured.py `measure_stage`, the run `zerosim memory` makes),
-placed in time by the same simulator `zerosim timeline` uses (timeline/simulate.py), on the GPU's compute rates
-and the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans nodes (`zerosim timeline
+placed in time by the same simulator `zerosim timeline` uses (timeline/simulate.py), with its default assumptions
+(PyTorch eager kernels: what they keep and move, the eager efficiency preset's achieved rates on the GPU) and
+the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans nodes (`zerosim timeline
 --gpus-per-node 8`). Nothing here is a formula: tests/test_explore.py checks every number against those two
 commands' --json.
 
@@ -19,11 +20,11 @@ from functools import lru_cache
 
 from zerosim.explore.settings import Settings, check, model_for
 
-GPUS_PER_NODE = 8  # a ring over more ranks than this crosses nodes and runs at ib_ndr's speed
+GPUS_PER_NODE = 8  # a ring over more ranks than this crosses nodes, over ib_ndr
 
 
 def link_for(ranks: int) -> str:
-    """The ring's link for N ranks, nodes of 8 GPUs (as `zerosim timeline --gpus-per-node 8`)."""
+    """The slowest link a ring of N ranks crosses, nodes of 8 GPUs (as `zerosim timeline --gpus-per-node 8`)."""
     return "ib_ndr" if ranks > GPUS_PER_NODE else "nvlink4"
 
 
@@ -37,15 +38,21 @@ def explore(s: Settings) -> dict:
     from zerosim.costs.gpus import get_gpu
     from zerosim.costs.measured import measure_stage
     from zerosim.precision import get_precision
+    from zerosim.costs.efficiency import DEFAULT, PRESETS
     from zerosim.timeline import Hardware, simulate
+    from zerosim.timeline.kernel_time import TimeModel
 
     check(s)
     model = model_for(s)
     gpu = get_gpu(s.gpu)
+    nodes = s.ranks > GPUS_PER_NODE  # two link tiers, as `zerosim timeline --gpus-per-node 8` places the ranks
     row, cluster, engine = measure_stage(model, s.ranks, s.stage, s.optimizer, s.precision,
-                                         micro_batch=(s.micro_batch, s.seq_len))
-    hw = Hardware(gpu.device, link_for(s.ranks), get_precision(s.precision).compute)
-    t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm)
+                                         micro_batch=(s.micro_batch, s.seq_len),
+                                         gpus_per_node=GPUS_PER_NODE if nodes else None)
+    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None)
+    time_model = TimeModel(PRESETS[DEFAULT])  # what `zerosim timeline` assumes by default (costs/efficiency.py)
+    t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
+                 costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
     return {
         "model": model.name,
         "params": model.num_params,
@@ -62,6 +69,7 @@ def explore(s: Settings) -> dict:
         "compute_s": float(t.compute_busy[0]),
         "comm_s": float(t.comm_busy[0]),
         "exposed_s": float(t.exposed_comm[0]),
-        "link": hw.link.name,
+        "link": (hw.inter_link or hw.link).name,  # the slowest link the ring crosses
         "device": hw.device.name,
+        "time_model": time_model.describe(),  # what the times assume
     }

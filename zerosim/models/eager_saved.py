@@ -7,34 +7,36 @@ zerosim's own layers keep what one fused kernel per step keeps (gqa_attention.py
 SwiGLU, a fused RMSNorm's rstd). Plain PyTorch and Hugging Face Transformers run every op as its own kernel, and
 autograd then keeps each op's saved inputs and outputs. For a Llama decoder layer as HF's modeling_llama.py writes
 it (LlamaRMSNorm, apply_rotary_pos_emb with rotate_half, repeat_kv, scaled_dot_product_attention, LlamaMLP), op by
-op (the saved tensors are ATen's derivatives.yaml's: mul saves both operands, pow and silu their input, rsqrt its
-result, a linear its input, SDPA's flash backward its q, k, v, output and logsumexp):
+op (the saved tensors are ATen's derivatives.yaml's: a product saves the *other* factor of each input that needs a
+gradient, so q·cos keeps cos, not q; pow and silu keep their input, rsqrt its result, a linear its input; SDPA's
+flash backward keeps q, k, v, its output and logsumexp):
 
     name                     shape             dtype  why
-    norm1 input fp32         (B, L, d)         fp32   x.to(float32): pow and the mul by rsqrt save it
-    norm1 rstd               (B, L, 1)         fp32   rsqrt saves its result, the mul saves it too
-    norm1 normalized         (B, L, d)         act    .to(bf16), saved by the mul with the weight
+    norm1 input fp32         (B, L, d)         fp32   x.to(float32): pow and the mul by rsqrt keep it
+    norm1 rstd               (B, L, 1)         fp32   rsqrt keeps its result, the mul keeps it too
+    norm1 normalized         (B, L, d)         act    .to(bf16), kept by the product with the weight
     norm1 output             (B, L, d)         act    q_proj, k_proj, v_proj's input (one tensor)
-    q, k                     (B, H|G, L, d_h)  act    q·cos saves q (a view of q_proj's output)
-    q rotate_half, k ...     (B, H|G, L, d_h)  act    rotate_half(q)·sin saves rotate_half(q)
-    q rotated                (B, H, L, d_h)    act    SDPA's query
+    q rotated                (B, H, L, d_h)    act    q·cos + rotate_half(q)·sin: SDPA's query (the rotation's
+                                                      own products keep only cos and sin)
     k repeated, v repeated   (B, H, L, d_h)    act    repeat_kv's copies (G < H), SDPA's key and value
-    sdpa out                 (B, H, L, d_h)    act    SDPA's output, saved by its backward
+    sdpa out                 (B, H, L, d_h)    act    SDPA's output, kept by its backward; it is laid out as
+                                                      (B, L, H, d_h), so o_proj's input is a view of it
     sdpa lse                 (B, H, L)         fp32   its logsumexp
-    attention output         (B, L, H·d_h)     act    transpose + reshape: o_proj's input
     norm2 ... (as norm1)
-    gate                     (B, L, F)         act    silu saves its input
-    silu(gate), up           (B, L, F) each    act    the mul saves both
+    gate                     (B, L, F)         act    silu keeps its input
+    silu(gate), up           (B, L, F) each    act    the product keeps both
     h                        (B, L, F)         act    down_proj's input
 
-With G = H (multi-head) repeat_kv copies nothing: SDPA keeps k rotated and v (v_proj's output) instead. HF's eager
-attention (attention "standard": no SDPA) keeps Q·Kᵀ's inputs and its softmax, in fp32 (softmax(…, dtype=float32))
-and again in 16 bits (.to(q.dtype), the PV product's input): 6·B·H·L² bytes in place of SDPA's output and lse.
-zerosim's "selective" attention (P rebuilt from Q, K) is no eager op: eager runs count it as SDPA.
+16·d + 8·H·d_h + 4·G·d_h + 8·F bytes a token (plus 8 + 4·H): Llama 3 8B's block keeps 213,128 bytes a token,
+1.73x zerosim's fused 123,016. With G = H (multi-head) repeat_kv copies nothing: SDPA keeps k rotated and v (v_proj's
+output) instead. HF's eager attention (attention "standard": no SDPA) keeps Q·Kᵀ's inputs and its softmax, in fp32
+(softmax(…, dtype=float32)) and again in 16 bits (.to(q.dtype), the PV product's input), and its output is copied
+for o_proj: 6·B·H·L² + 2·B·L·H·d_h bytes in place of SDPA's output and lse. zerosim's "selective" attention (P
+rebuilt from Q, K) is no eager op: eager runs count it as SDPA.
 
-The GPT-2 block (nn.LayerNorm, one fused kernel that saves its input, mean and rstd; GELU, which saves its input;
+The GPT-2 block (nn.LayerNorm, one fused kernel that keeps its input, mean and rstd; GELU, which keeps its input;
 SDPA) keeps: ln1 input, mean, rstd, ln1 output (c_attn's input), qkv (c_attn's output: q, k, v are its views),
-sdpa out, sdpa lse, attention output (c_proj's input), ln2 ..., fc out (GELU's input), gelu out (fc2's input).
+sdpa out (c_proj's input is its view), sdpa lse, ln2 ..., fc out (GELU's input), gelu out (fc2's input).
 
 The unit's input comes first in every table (MetaUnit's backward reads dx's shape from it). tests/
 test_eager_activations.py checks these tables against torch's FSDPMemTracker on the same eager model (parity lane).
@@ -69,20 +71,14 @@ def llama_attention(attn, x_shape, fmt) -> dict:
     act, acc = f.dtype, np.dtype(acc_dtype(f))
     B, L, d = x_shape
     H, G, dh = attn.heads, attn.kv_heads, attn.head_dim
-    spec = _rmsnorm("norm1", B, L, d, act, acc)
-    spec |= {
-        "q": ((B, H, L, dh), act),
-        "q rotate_half": ((B, H, L, dh), act),
-        "k": ((B, G, L, dh), act),
-        "k rotate_half": ((B, G, L, dh), act),
-        "q rotated": ((B, H, L, dh), act),
-    }
+    spec = _rmsnorm("norm1", B, L, d, act, acc) | {"q rotated": ((B, H, L, dh), act)}
     if G < H:
         spec |= {"k repeated": ((B, H, L, dh), act), "v repeated": ((B, H, L, dh), act)}
     else:
         spec |= {"k rotated": ((B, H, L, dh), act), "v": ((B, H, L, dh), act)}
     spec |= _sdpa(B, H, L, dh, attn.attention, act, acc)
-    spec["attention output"] = ((B, L, H * dh), act)
+    if attn.attention == "standard":  # the PV product's output, copied to (B, L, H·d_h) for o_proj
+        spec["attention output"] = ((B, L, H * dh), act)
     return spec
 
 
@@ -114,9 +110,11 @@ def gpt_attention(attn, x_shape, fmt) -> dict:
     B, L, d = x_shape
     H = attn.heads
     stats = ((B, L, 1), acc)
-    return {"ln1 input": ((B, L, d), act), "ln1 mean": stats, "ln1 rstd": stats, "ln1 output": ((B, L, d), act),
-            "qkv": ((B, L, 3 * d), act), **_sdpa(B, H, L, d // H, attn.attention, act, acc),
-            "attention output": ((B, L, d), act)}
+    spec = {"ln1 input": ((B, L, d), act), "ln1 mean": stats, "ln1 rstd": stats, "ln1 output": ((B, L, d), act),
+            "qkv": ((B, L, 3 * d), act), **_sdpa(B, H, L, d // H, attn.attention, act, acc)}
+    if attn.attention == "standard":  # the PV product's output, copied for c_proj
+        spec["attention output"] = ((B, L, d), act)
+    return spec
 
 
 def gpt_ffn(ffn, x_shape, fmt) -> dict:

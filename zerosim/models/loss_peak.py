@@ -49,7 +49,8 @@ def loss_spec(variant: str, B: int, L: int, V: int, d_model: int, acc=np.float32
     if variant == "probabilities":
         return {"probabilities": ((T, V), f32)} | labels
     if variant == "eager":
-        return {"log_softmax": ((T, V), f32), "nll_loss grad": ((T, V), f32), "log_softmax grad": ((T, V), f32)} | labels
+        return {"log_softmax": ((T, V), f32), "nll_loss grad": ((T, V), f32), "log_softmax grad": ((T, V), f32),
+                **labels}
     if variant == "chunked":
         c = math.ceil(T / CHUNKS)
         return {"log_softmax (all chunks)": ((T, V), f32), "nll_loss grad (one chunk)": ((c, V), f32),

@@ -109,7 +109,8 @@ class KernelTimes:
         hbm = self.hw.device.hbm
         if self.efficiency.flat is not None:
             return optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.efficiency.flat)
-        return optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.rates.hbm) / self.efficiency.framework
+        seconds = optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.rates.hbm)
+        return seconds / self.efficiency.framework
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,17 @@ class TimeModel:
                 raise ValueError("fp8 GEMMs are charged by the efficiency model: give an efficiency preset, not 'peak'")
             return None
         return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss)
+
+    def gemm_rate(self, hardware) -> float:
+        """FLOP/s a large GEMM runs at on `hardware` under this model: the peak, derated (what a model known only by
+        its parameter counts computes at; the sweep's hiding bounds use it)."""
+        peak = hardware.device.rate(hardware.compute)
+        e = self.efficiency
+        if e is None:
+            return peak
+        if e.flat is not None:
+            return peak * e.flat
+        return peak * e.rates(device_key(hardware.device)).gemm * e.framework
 
     def describe(self) -> str:
         if self.efficiency is None:

@@ -78,7 +78,7 @@ class Plan:
         common = (
             f"{model_flag} --ranks {s['ranks']} --seq-len {s['seq_len']} --batch {row.micro_batch} "
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
-            f"--comm {s['comm']}"
+            f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
         return (
             f"zerosim memory {common}",
@@ -108,13 +108,18 @@ def plan(
     progress=None,
     time_model=None,
     links: tuple = ("nvlink4", "ib_ndr"),
+    kernels: str = "fused",
+    loss: str | None = None,
+    hardware=None,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
-    costs (a kernel_time.TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes)."""
+    costs (a kernel_time.TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
+    `kernels` and `loss`: what the activations and the loss keep (meta_gpt.KERNELS, loss_peak.LOSSES);
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags)."""
     from zerosim.costs.measured import measure_stage
-    from zerosim.models.gpt import STRATEGIES, strategy_options
-    from zerosim.models.meta_gpt import MetaGPT
+    from zerosim.models.gpt import ALL_STRATEGIES, strategy_options
+    from zerosim.models.meta_gpt import LOSS_OF, MetaGPT
     from zerosim.models.meta_llama import MetaLlama
     from zerosim.precision import get_precision
     from zerosim.zero.comm_schedule import get_comm_schedule
@@ -139,10 +144,11 @@ def plan(
     batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
     if not batches:
         raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-    strategies = tuple(strategies or STRATEGIES)
+    strategies = tuple(strategies or ALL_STRATEGIES)
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     link = links[1] if nodes else links[0]
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    hw = hw if hardware is None else hardware(hw)
     per_node = gpus_per_node if nodes else None
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
@@ -150,7 +156,7 @@ def plan(
     for stage in stages:
         stage_rows = []
         for strategy in strategies:
-            model = twin.from_config(config, seq_len, **strategy_options(strategy))
+            model = twin.from_config(config, seq_len, kernels=kernels, loss=loss, **strategy_options(strategy))
             for B in batches:
                 m, cluster, engine = measure_stage(
                     model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
@@ -210,5 +216,8 @@ def plan(
         "stages": tuple(stages),
         "time_model": time_model.describe() if time_model is not None else "datasheet peaks (roofline)",
         "links": tuple(links),
+        "hardware": hw,
+        "kernels": kernels,
+        "loss": loss or LOSS_OF[kernels],
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, link)

@@ -136,7 +136,7 @@ def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow
 
 
 def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), device: str = "h100", comm=None,
-          precision: str = "fp16-mixed", tokens: int = 2048, progress=None) -> list:
+          precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
     """SweepRows for every (link, stage, N), each with rank 0's peak memory. `progress(done, total)` after each."""
     from zerosim.precision import get_precision
 
@@ -146,7 +146,7 @@ def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), devi
         hw = Hardware(device, link, compute)
         for stage in stages:
             for n in ranks_list:
-                result, engine = meta_step(model, n, stage, hw, comm, precision, tokens)
+                result, engine = meta_step(model, n, stage, hw, comm, precision, tokens, time_model=time_model)
                 rows.append(row_of(result, n, stage, link, engine.cluster.ranks[0].ledger.peak()))
                 if progress is not None:
                     progress(len(rows), total)
@@ -161,10 +161,12 @@ def crossover(rows, stage: int, link: str) -> int | None:
     return None
 
 
-def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware) -> float | None:
+def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware, rate: float | None = None) -> float | None:
     """N at which a unit's gather, (N−1)α + 2Φ/β (large N), equals its forward 2ΦT/R: 1 + 2Φ(T/R − 1/β)/α.
-    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it."""
-    rate, link = hardware.device.rate(hardware.compute), hardware.link
+    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it. `rate`: the FLOP/s compute
+    runs at (default the device's dense peak; kernel_time.TimeModel.gemm_rate for the calibrated one)."""
+    link = hardware.link
+    rate = hardware.device.rate(hardware.compute) if rate is None else rate
     slack = 2 * unit_params * (tokens / rate - 1 / link.bandwidth)  # seconds of compute left after the bytes
     if slack <= 0:
         return None
