@@ -122,10 +122,9 @@ def _link(link, bandwidth, alpha, base):
     return replace(link, name=link.name + " (set)", **fields)
 
 
-def efficiency_flags(args) -> str:
-    """The efficiency and link flags as given, to repeat in a reproducing command ("" when none was)."""
-    parts = [f"--efficiency {args.efficiency}"] if args.efficiency is not None else []
-    parts += ["--fp8-gemms"] if args.fp8_gemms else []
+def link_flags(args) -> str:
+    """The link flags as given, to repeat in a reproducing command ("" when none was)."""
+    parts = []
     for flag in ("link_bandwidth", "link_alpha", "inter_link_bandwidth", "inter_link_alpha", "call_latency"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag):g}")

@@ -205,13 +205,13 @@ def report(args) -> tuple:
 
 def _reproduce(p, flag: str, args, intra: str) -> list:
     """The two commands that reproduce the top row, with the link and efficiency flags this plan ran with."""
-    from zerosim.cli.efficiency_args import efficiency_flags
+    from zerosim.cli.efficiency_args import link_flags
 
     if not p.fitting:
         return []
     memory, timeline = p.commands(p.fitting[0], flag)
     links = f" --link {intra}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node else "")
-    extra = efficiency_flags(args)
+    extra = link_flags(args)
     return [memory, timeline + links + (f" {extra}" if extra else "")]
 
 

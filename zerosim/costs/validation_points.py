@@ -79,9 +79,10 @@ class Point:
     fp8_all_gather: bool = False  # torchao's enable_fsdp_float8_all_gather
     reduce_fp32: bool = True  # gradients reduced in fp32 (torchtitan's mixed_precision_reduce; Composer DEFAULT)
     note: str = ""
-    # the loss, eager in every run here: torchtitan compiles the blocks only (parallelize_llama.py, apply_compile:
-    # "Apply torch.compile to each TransformerBlock"), its loss is cross_entropy(pred.float(), ...); llm-foundry's
-    # MPT computes F.cross_entropy on the logits under bf16 autocast, which runs it in fp32
+    # the loss (models/loss_peak.py): eager unless the run compiled it. torchtitan at 9dec370 compiles the blocks
+    # only (parallelize_llama.py, apply_compile; train.py's `loss_fn = torch.compile(loss_fn)` commented out), its
+    # loss is cross_entropy(pred.float(), ...); llm-foundry's MPT computes F.cross_entropy under bf16 autocast,
+    # which runs it in fp32
     loss: str = "eager"
 
     @property
@@ -127,10 +128,15 @@ POINTS = (
     Point("tt-a100-64-70b-full", "held-out", f"{TT_A100}, Llama 3 table, row '70B | 1 | full | 331'", "llama-3-70b",
           "a100-80gb", 64, 8, ("nvlink3", "ib_hdr"), 1, 8192, 1, "block-flash", "eager", 331,
           note="network assumed 200 Gb/s per GPU (not stated)"),
+    # torchtitan e7c0cae compiles the loss with the model (torchtitan/components/loss.py, build_cross_entropy_loss:
+    # "Compiling the loss function with torch.compile"): a fused kernel's one V-wide tensor, "probabilities". Set
+    # after the first held-out run, which had taken the 9dec370 runs' eager loss (docs/validation.md says both)
     Point("tt-h200-32", "held-out", f"{TT_H200}, row 'NUM_NODES 4'", "llama-3.1-8b", "h200", 32, 8,
-          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10938, 47.96, fp8=True, fp8_all_gather=True),
+          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10938, 47.96, fp8=True, fp8_all_gather=True,
+          loss="probabilities"),
     Point("tt-h200-64", "held-out", f"{TT_H200}, row 'NUM_NODES 8'", "llama-3.1-8b", "h200", 64, 8,
-          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10753, 46.97, fp8=True, fp8_all_gather=True),
+          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10753, 46.97, fp8=True, fp8_all_gather=True,
+          loss="probabilities"),
     # -- held out: llm-foundry's MPT tables ------------------------------------------------------------------------
     _mpt("foundry-h100-1b-8", "mpt-1b", "h100-80gb", 8, 2048, 14, 1, False, 45455, table="'H100 80GB BF16'"),
     _mpt("foundry-h100-7b-8", "mpt-7b", "h100-80gb", 8, 2048, 6, 1, False, 10643, table="'H100 80GB BF16'"),

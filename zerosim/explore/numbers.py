@@ -5,11 +5,11 @@
     n["at_peak"], n["peak"], n["capacity"], n["compute_s"], n["exposed_s"]
 
 One run of the real engine on data-less arrays (costs/measured.py `measure_stage`, the run `zerosim memory` makes),
-placed in time by the same simulator `zerosim timeline` uses (timeline/simulate.py), with its default assumptions
-(PyTorch eager kernels: what they keep and move, the eager efficiency preset's achieved rates on the GPU) and
-the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans nodes (`zerosim timeline
---gpus-per-node 8`). Nothing here is a formula: tests/test_explore.py checks every number against those two
-commands' --json.
+placed in time by the same simulator `zerosim timeline` uses (timeline/simulate.py), on the GPU's datasheet
+peaks and zerosim's own (fused) kernels — `zerosim timeline --efficiency peak --kernels fused`, not the command's
+calibrated defaults — and the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans nodes
+(`zerosim timeline --gpus-per-node 8`). Nothing here is a formula: tests/test_explore.py checks every number
+against those two commands' --json.
 
 Results are kept per `Settings` (a frozen value): a slider moved back to where it was redraws at once.
 """
@@ -38,7 +38,6 @@ def explore(s: Settings) -> dict:
     from zerosim.costs.gpus import get_gpu
     from zerosim.costs.measured import measure_stage
     from zerosim.precision import get_precision
-    from zerosim.costs.efficiency import DEFAULT, PRESETS
     from zerosim.timeline import Hardware, simulate
     from zerosim.timeline.kernel_time import TimeModel
 
@@ -50,7 +49,9 @@ def explore(s: Settings) -> dict:
                                          micro_batch=(s.micro_batch, s.seq_len),
                                          gpus_per_node=GPUS_PER_NODE if nodes else None)
     hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None)
-    time_model = TimeModel(PRESETS[DEFAULT])  # what `zerosim timeline` assumes by default (costs/efficiency.py)
+    # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline
+    # --efficiency peak --kernels fused` prints the same (its defaults, eager kernels at achieved rates, are slower)
+    time_model = TimeModel(None)
     t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
                  costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
     return {

@@ -72,7 +72,7 @@ def config_for(model: str):
 
 def model_for(s: Settings):
     """The data-less GPT or Llama of `s` (its activations and recompute in the step), as `zerosim memory --seq-len`
-    builds it by default (cli/model_args.py decoder_from_args: PyTorch eager's kernels and loss)."""
+    builds it with `--kernels fused` (cli/model_args.py decoder_from_args; the command's default is eager's)."""
     from zerosim.models.gpt import strategy_options
     from zerosim.models.meta_gpt import MetaGPT
     from zerosim.models.meta_llama import MetaLlama
@@ -82,4 +82,4 @@ def model_for(s: Settings):
     if s.seq_len > config.max_positions:
         raise ValueError(f"seq_len {s.seq_len} is longer than {config.name}'s {config.max_positions} positions")
     twin = MetaLlama if config.layout == "llama" else MetaGPT
-    return twin.from_config(config, s.seq_len, kernels="eager", loss="eager", **strategy_options(s.checkpoint))
+    return twin.from_config(config, s.seq_len, **strategy_options(s.checkpoint))

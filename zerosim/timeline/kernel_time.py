@@ -140,6 +140,23 @@ class TimeModel:
             return peak * e.flat
         return peak * e.rates(device_key(hardware.device)).gemm * e.framework
 
+    def flags(self) -> str:
+        """The command-line flags that give this model (`--efficiency ...`, `--fp8-gemms`): what a printed command
+        that reproduces a time must carry."""
+        e = self.efficiency
+        if e is None:
+            text = "peak"
+        elif e.flat is not None:
+            text = f"{e.flat:g}"
+        else:
+            from zerosim.costs.efficiency import PRESETS
+
+            extra = [f"{k}={v:g}" for k, v in e.overrides]
+            if e.framework != PRESETS[e.name].framework:
+                extra.append(f"framework={e.framework:g}")
+            text = e.name + (":" + ",".join(extra) if extra else "")
+        return f"--efficiency {text}" + (" --fp8-gemms" if self.fp8_gemms else "")
+
     def describe(self) -> str:
         if self.efficiency is None:
             return "datasheet peaks (roofline: max(FLOPs / peak, bytes / HBM), nothing derated)"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from zerosim.costs.gpus import get_gpu
 from zerosim.costs.overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.timeline.devices import Hardware
+from zerosim.timeline.kernel_time import TimeModel
 from zerosim.timeline.simulate import simulate
 from zerosim.timeline.sweep import step_time, step_time_of
 
@@ -83,7 +84,7 @@ class Plan:
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            f"--gpus-per-node {s['gpus_per_node']}",
+            f"--gpus-per-node {s['gpus_per_node']} {s['time_flags']}",
         )
 
 
@@ -214,7 +215,8 @@ def plan(
         "strategies": strategies,
         "micro_batches": batches,
         "stages": tuple(stages),
-        "time_model": time_model.describe() if time_model is not None else "datasheet peaks (roofline)",
+        "time_model": (time_model or TimeModel()).describe(),
+        "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links),
         "hardware": hw,
         "kernels": kernels,
