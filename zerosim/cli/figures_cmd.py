@@ -211,10 +211,15 @@ def _will_it_fit(args):
 
 def _plan(args):
     from zerosim.costs import get_preset
+    from zerosim.costs.efficiency import PRESETS
+    from zerosim.timeline.kernel_time import TimeModel
     from zerosim.timeline.plan import plan
     from zerosim.viz.plan_figure import plan_figure
 
-    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
+    # what `zerosim plan` prints for it by default: eager PyTorch's kernels and loss, the eager efficiency preset
+    p = plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024, time_model=TimeModel(PRESETS["eager"]),
+             kernels="eager", loss="eager")
+    return plan_figure(p, top=8)
 
 
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
