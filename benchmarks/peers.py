@@ -6,7 +6,7 @@
 
 The same MLP (Linear + ReLU, MSE loss), the same batch per rank, Adam(lr=1e-3). zerosim runs
 `Cluster(N, workers="auto", trace="call", timeline=False)`: its ranks' compute and updates on a thread per
-core (cluster/pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
+core (cluster/_pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
 `torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step (at least
 3: a row stops repeating once it has used --budget seconds), the two sides in turns: the torch processes wait
 on a queue while zerosim steps, and zerosim waits while they step (rank 0 times its step between two

@@ -7,11 +7,11 @@ one sequence of L = 32,768 tokens (torchtitan's Table 2 run), bf16: every number
 
 import pytest
 
-from zerosim.costs.measured import _activation_ledger, measure_activations
-from zerosim.costs.validation_points import LLAMA_3_1_8B
+from zerosim.analysis.costs._measured import _activation_ledger, measure_activations
+from zerosim.analysis.costs._validation_points import LLAMA_3_1_8B
 from zerosim.models.gpt import strategy_options
-from zerosim.models.hf_config import read_hf_config
-from zerosim.models.meta_llama import MetaLlama
+from zerosim.models.hf._config import read_hf_config
+from zerosim.models.llama._meta import MetaLlama
 
 CONFIG = read_hf_config(LLAMA_3_1_8B, name="llama-3.1-8b")
 B, L, D, H, G, DH, F, LAYERS = 1, 32768, 4096, 32, 8, 128, 14336, 32
@@ -51,7 +51,7 @@ def test_standard_attention_recompute_would_hold_the_l_by_l_scores():
 
 
 def test_op_sac_keeps_every_other_product_and_the_attention_outputs():
-    """torchtitan's op policy (models/sac.py): a Llama block's checkpoint holds its input, the outputs of q_proj,
+    """torchtitan's op policy (models/meta/_sac.py): a Llama block's checkpoint holds its input, the outputs of q_proj,
     v_proj, gate_proj and down_proj (the 1st, 3rd, 5th and 7th products) and SDPA's output and logsumexp."""
     a = measure_activations(twin("op-sac", 4096), 2, 4096, "bf16-mixed")
     ledger = _activation_ledger(twin("op-sac", 4096), 2, 4096, "bf16-mixed", True)
@@ -69,7 +69,7 @@ def test_op_sac_keeps_every_other_product_and_the_attention_outputs():
 
 def test_op_sac_is_modelled_on_the_twins_only():
     from zerosim.models.llama import Llama
-    from zerosim.models.run import loss_and_grad
+    from zerosim.models._run import loss_and_grad
 
     import numpy as np
 

@@ -7,14 +7,14 @@ FSDP2 (fully_shard on the embedding, each block and the head; MixedPrecisionPoli
 fake process group of 8 ranks, in FakeTensorMode on the CPU, with AdamW and torchtitan's loss
 (cross_entropy(logits.float()), the logits deleted before backward); torch.distributed._tools' FSDPMemTracker
 counts every tensor. zerosim: the same shapes as a MetaLlama with kernels="eager" and loss="eager" (models/
-eager_saved.py, models/loss_peak.py), ZeRO-3 over 8 meta ranks with FSDP's schedule.
+eager_saved.py, models/meta/_loss_peak.py), ZeRO-3 over 8 meta ranks with FSDP's schedule.
 
 Checked, at L = 2048 and 4096, without checkpointing and with full block checkpointing (torch.utils.checkpoint,
 non-reentrant; zerosim's "block-flash"):
   * each block's saved activations: the tracker's activation bytes after forward, 4 blocks minus 2, over 2, equal
     zerosim's ledger the same way (to 0.1 %: the tables list every saved tensor);
   * the step's peak: the tracker's peak total against zerosim's ledger read as FSDP2 holds model states
-    (costs/fsdp2_view.py), within PEAK_REL.
+    (analysis/costs/_fsdp2_view.py), within PEAK_REL.
 """
 
 from __future__ import annotations
@@ -153,13 +153,13 @@ def tracker_step(n_layers: int, seq_len: int, checkpointing: bool) -> tuple:
 def zerosim_step(n_layers: int, seq_len: int, checkpointing: bool) -> tuple:
     """(activation bytes saved when the loss starts, ZeRO-3 peak, the peak as FSDP2 holds model states, the resting
     model states FSDP2 holds: fp32 master, fp32 gradient shard, Adam's m and v)."""
-    from zerosim.costs.fsdp2_view import fsdp2_peak
-    from zerosim.costs.measured import measure_stage
+    from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
+    from zerosim.analysis.costs._measured import measure_stage
     from zerosim.models.gpt import strategy_options
     from zerosim.models.llama import Llama
-    from zerosim.models.meta_llama import MetaLlama
+    from zerosim.models.llama._meta import MetaLlama
     from zerosim.precision import MixedPrecision
-    from zerosim.zero.comm_schedule import get_comm_schedule
+    from zerosim.parallel.data._comm_schedule import get_comm_schedule
 
     strategy = strategy_options("block-flash" if checkpointing else "flash")
     model = MetaLlama(Llama(V, D, H, n_layers, seq_len, d_ff=FF, n_kv_heads=G, **strategy), kernels="eager",

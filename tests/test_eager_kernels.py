@@ -1,5 +1,5 @@
-"""`--kernels eager`: what PyTorch eager's autograd keeps, by name (models/eager_saved.py); the loss's real peak
-(models/loss_peak.py); a ZeRO-3 ledger read as FSDP2 holds model states (costs/fsdp2_view.py). Hand formulas; the
+"""`--kernels eager`: what PyTorch eager's autograd keeps, by name (models/meta/_eager.py); the loss's real peak
+(models/meta/_loss_peak.py); a ZeRO-3 ledger read as FSDP2 holds model states (costs/_fsdp2_view.py). Hand formulas; the
 same tables against torch's own tracker are in tests/test_eager_activations.py (parity lane)."""
 
 import json
@@ -9,12 +9,12 @@ import pytest
 
 from zerosim.cli.main import main
 from zerosim.cluster import MemoryLedger
-from zerosim.costs.fsdp2_view import fsdp2_peak
-from zerosim.models.eager_saved import eager_spec
-from zerosim.models.gqa_attention import LlamaAttention
-from zerosim.models.llama_block import LlamaBlock
-from zerosim.models.loss_peak import fused_linear_rows, loss_spec
-from zerosim.models.transformer import TransformerBlock
+from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
+from zerosim.models.meta._eager import eager_spec
+from zerosim.models.llama._attention import LlamaAttention
+from zerosim.models.llama._block import LlamaBlock
+from zerosim.models.meta._loss_peak import fused_linear_rows, loss_spec
+from zerosim.models.gpt._block import TransformerBlock
 from zerosim.precision import get_format
 
 BF16 = get_format("bf16")

@@ -5,13 +5,13 @@ import math
 
 import pytest
 
-from zerosim.costs.calibration import FRAMEWORK
-from zerosim.costs.efficiency import KERNEL_RATES, PRESETS, parse_efficiency, wave_efficiency
-from zerosim.costs.kernel_work import loss_work, unit_work
-from zerosim.costs.mfu import mfu, model_flops_per_token
-from zerosim.costs.reserve import reserved
-from zerosim.models.hf_config import read_hf_config, shipped_config
-from zerosim.models.llama_block import LlamaBlock
+from zerosim.analysis.costs._calibration import FRAMEWORK
+from zerosim.analysis.costs._efficiency import KERNEL_RATES, PRESETS, parse_efficiency, wave_efficiency
+from zerosim.analysis.costs._kernel_work import loss_work, unit_work
+from zerosim.analysis.costs._mfu import mfu, model_flops_per_token
+from zerosim.analysis.costs._reserve import reserved
+from zerosim.models.hf._config import read_hf_config, shipped_config
+from zerosim.models.llama._block import LlamaBlock
 
 # (device, field, measured, peak): each rate is measured / peak, rounded to 3 places
 SOURCES = [
@@ -98,9 +98,9 @@ def test_a_compute_event_costs_its_classes_at_their_rates():
     """A Llama block's forward on an H100, by hand from its shapes and KERNEL_RATES (not through kernel_work)."""
     from zerosim.cluster import Compute
     from zerosim.models.llama import Llama
-    from zerosim.models.meta_llama import MetaLlama
-    from zerosim.timeline import Hardware
-    from zerosim.timeline.kernel_time import KernelTimes
+    from zerosim.models.llama._meta import MetaLlama
+    from zerosim.analysis.timeline import Hardware
+    from zerosim.analysis.timeline._kernel_time import KernelTimes
 
     model = MetaLlama(Llama(128256, 4096, 32, 2, 8192, d_ff=14336, n_kv_heads=8, attention="flash"))
     hw = Hardware("h100", "nvlink4", "bf16")
@@ -123,8 +123,8 @@ def test_a_compute_event_costs_its_classes_at_their_rates():
 
 def test_fp8_needs_fp8_units():
     from zerosim.models.meta import MetaModel
-    from zerosim.timeline import Hardware
-    from zerosim.timeline.kernel_time import KernelTimes
+    from zerosim.analysis.timeline import Hardware
+    from zerosim.analysis.timeline._kernel_time import KernelTimes
 
     with pytest.raises(ValueError, match="no fp8 tensor cores"):
         KernelTimes(MetaModel.from_params(100, 1), None, PRESETS["eager"], Hardware("a100"), fp8_gemms=True)

@@ -1,4 +1,4 @@
-"""Link latencies as NCCL's tuning model charges them (costs/links.py), and a ring that crosses nodes (cost.py).
+"""Link latencies as NCCL's tuning model charges them (costs/_links.py), and a ring that crosses nodes (_cost.py).
 
 The constants are NCCL v2.29.7-1's, src/graph/tuning.cc, `ncclTunerConstantsDefaults` (Ring rows), and
 src/graph/topo.h's NVLink bandwidths: copied by hand here, row by row, from that file.
@@ -6,9 +6,9 @@ src/graph/topo.h's NVLink bandwidths: copied by hand here, row by row, from that
 
 import pytest
 
-from zerosim.costs.comm import LINKS
-from zerosim.costs.links import BASE_LATENCY_US, NVLINK_GB_PER_LINK, STEP_LATENCY_US, ring_latency
-from zerosim.timeline.cost import phase_time
+from zerosim.analysis.costs._comm import LINKS
+from zerosim.analysis.costs._links import BASE_LATENCY_US, NVLINK_GB_PER_LINK, STEP_LATENCY_US, ring_latency
+from zerosim.analysis.timeline._cost import phase_time
 
 US = 1e-6
 

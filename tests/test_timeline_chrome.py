@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
-from zerosim.timeline import Hardware, simulate, write_chrome_trace
-from zerosim.timeline import chrome_trace as chrome_trace_module
+from zerosim.analysis.timeline import Hardware, simulate, write_chrome_trace
+from zerosim.analysis.timeline import _chrome_trace as chrome_trace_module
 
 METADATA = {
     "process_name": "name",

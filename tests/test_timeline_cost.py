@@ -7,15 +7,19 @@ Ring time of one phase: (N−1)·α + (N−1)·(Ψ/N)/β; all-reduce: two phases
 
 import pytest
 
-from zerosim.costs import LINKS, Link
-from zerosim.timeline import A100_80GB_SXM, H100_SXM, Hardware, get_device, get_link
-from zerosim.timeline.cost import (
+from zerosim.analysis.costs import LINKS, Link
+from zerosim.analysis.timeline import (
+    A100_80GB_SXM,
+    H100_SXM,
+    Hardware,
     compute_time,
-    equal_chunk_bytes,
+    get_device,
+    get_link,
     optimizer_bytes_per_element,
     phase_time,
     ring_collective_time,
 )
+from zerosim.analysis.timeline._cost import equal_chunk_bytes
 from zerosim.cluster import Call
 
 MIB = 2**20
@@ -46,7 +50,7 @@ def test_ring_collective_time_table(collective, size, n, expected):
 SEED_REL = 1e-12  # each row is a handful of float64 operations, each within 2^-53 relative error
 
 # Seed 001 §8: a 7B model's fp16 gradient (Ψ = 14e9 bytes) all-reduced within a node (NVLink 4, N = 8)
-# and across nodes (InfiniBand NDR); α and the per-call base are NCCL's Ring + Simple figures (costs/links.py,
+# and across nodes (InfiniBand NDR); α and the per-call base are NCCL's Ring + Simple figures (analysis/costs/_links.py,
 # tuning.cc: NVLink 3.4 µs a step, network 14 µs, 8.4 µs a call). (link, N, expected seconds)
 SEED_ROWS = [
     # NVLink 4 per direction, 8 GPUs: 8.4e-6 + 2·7·3.4e-6 + 2·(7/8)·14e9 / 450e9 = 56e-6 + 24.5e9/450e9

@@ -1,7 +1,7 @@
 """Two link tiers on the timeline: each call costed on the link its groups use, one stream per tier.
 
 Hand formulas, with NVLink 4 (β = 450e9 B/s, α = 3.4 µs) and InfiniBand NDR (β = 50e9 B/s, α = 14 µs), 8.4 µs a
-call (NCCL's Ring + Simple figures, zerosim/costs/links.py): one ring phase over n ranks on m nodes costs
+call (NCCL's Ring + Simple figures, zerosim/analysis/costs/_links.py): one ring phase over n ranks on m nodes costs
 base + (n − m)·α_nv + (m − 1)·α_ib + (busiest rank's bytes)/β of the slowest tier; base once per call.
 """
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster, all_reduce, reduce_scatter
-from zerosim.costs.comm import LINKS
-from zerosim.timeline import Hardware, simulate
+from zerosim.analysis.costs import LINKS
+from zerosim.analysis.timeline import Hardware, simulate
 
 NV, IB = LINKS["nvlink4"], LINKS["ib_ndr"]
 TWO_TIERS = Hardware("h100", "nvlink4", "fp16", inter_link="ib_ndr")

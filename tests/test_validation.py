@@ -11,11 +11,11 @@ import json
 import pytest
 
 from zerosim.cli.main import main
-from zerosim.costs.calibration import FRAMEWORK
-from zerosim.costs.comm import LINKS
-from zerosim.costs.efficiency import PRESETS
-from zerosim.costs.gpus import GPUS
-from zerosim.costs.validation_points import POINTS, ROLES, TREND
+from zerosim.analysis.costs._calibration import FRAMEWORK
+from zerosim.analysis.costs._comm import LINKS
+from zerosim.analysis.costs._efficiency import PRESETS
+from zerosim.analysis.costs._gpus import GPUS
+from zerosim.analysis.costs._validation_points import POINTS, ROLES, TREND
 from zerosim.models.gpt import ALL_STRATEGIES
 
 CALIBRATION = {"tt-h100-8-eager", "tt-h100-8-compile", "tt-h100-8-compile-fp8", "tt-a100-64-8b-op"}
@@ -35,7 +35,7 @@ def test_every_point_names_its_source_and_conditions():
 
 @pytest.mark.slow  # the fit reruns the calibration points ~25 times: ~15 s
 def test_the_shipped_factors_are_what_the_calibration_points_alone_give():
-    from zerosim.timeline.validate import fit
+    from zerosim.analysis.planner._validate import fit
 
     fitted = fit()
     assert fitted == pytest.approx(FRAMEWORK, abs=5e-4)  # the constants are the fit rounded to 3 places
@@ -46,7 +46,7 @@ def test_held_out_errors_meet_the_targets():
     """Held out (20 runs): median |predicted / measured − 1| 7.7 %, the largest 30.0 % (llm-foundry's MPT-13B on
     8 H100s); torchtitan's 8 -> 128 GPU trend measured −2.7 %, predicted −0.1 %. Reserved memory, 9 runs that
     published it: median |error| 5.6 %, the largest 12.3 %."""
-    from zerosim.timeline.validate import summary, validate
+    from zerosim.analysis.planner._validate import summary, validate
 
     stats = summary(validate())
     held = stats["held-out"]
@@ -78,11 +78,11 @@ def test_validate_names_an_unknown_point(capsys):
 def test_plans_default_mfu_for_torchtitans_8_gpu_run(capsys):
     """Must show 4: `zerosim plan` says what efficiency it assumed, and with the default (eager: torchtitan's run
     did not compile) its MFU for Table 1's FSDP row (Llama 3.1 8B, 8 GPUs, 2 × 8192, op-level SAC) is within ±15 %
-    of the measured run's, both counted as torchtitan counts MFU (costs/mfu.py) on the same peak."""
-    from zerosim.costs.mfu import mfu
-    from zerosim.costs.validation_points import LLAMA_3_1_8B
-    from zerosim.models.hf_config import read_hf_config
-    from zerosim.timeline import DEVICES
+    of the measured run's, both counted as torchtitan counts MFU (analysis/costs/_mfu.py) on the same peak."""
+    from zerosim.analysis.costs._mfu import mfu
+    from zerosim.analysis.costs._validation_points import LLAMA_3_1_8B
+    from zerosim.models.hf._config import read_hf_config
+    from zerosim.analysis.timeline import DEVICES
 
     argv = ["plan", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "h100-hbm2e", "--seq-len", "8192",
             "--global-batch", "16", "--stages", "3", "--strategies", "op-sac", "--micro-batches", "2",

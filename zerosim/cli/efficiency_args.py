@@ -1,6 +1,6 @@
 """The flags that say what a predicted time assumes, shared by `zerosim timeline` and `zerosim plan`: the kernels
 (eager or fused: what they keep and what they move), the achieved efficiency, fp8 GEMMs, the loss, and the links'
-bandwidth and latency (zerosim.costs.efficiency, kernel_work, links)."""
+bandwidth and latency (zerosim.analysis.costs: _efficiency.py, _kernel_work.py, _links.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ KERNEL_PRESET = {"eager": "eager", "fused": "compiled"}  # the efficiency preset
 
 def add_kernel_arguments(p) -> None:
     """--kernels and --loss: what the activations and the loss keep (`zerosim memory`, `timeline`, `plan`)."""
-    from zerosim.models.loss_peak import LOSSES
+    from zerosim.models.meta import LOSSES
 
     p.add_argument(
         "--kernels",
@@ -32,7 +32,7 @@ def add_kernel_arguments(p) -> None:
 
 def add_efficiency_arguments(p) -> None:
     """--efficiency, --fp8-gemms and the link flags (`zerosim timeline`, `plan`)."""
-    g = p.add_argument_group("what a time assumes (zerosim.costs.efficiency, zerosim.costs.links)")
+    g = p.add_argument_group("what a time assumes (zerosim/analysis/costs/_efficiency.py, _links.py)")
     g.add_argument(
         "--efficiency",
         default=None,
@@ -70,8 +70,9 @@ def kernels_of(args) -> str:
 def time_model_from_args(args):
     """The kernel_time.TimeModel the flags describe: --efficiency, or the --kernels choice's preset; the elementwise
     bytes are the kernels' (eager or fused) either way."""
-    from zerosim.costs.efficiency import PRESETS, parse_efficiency
-    from zerosim.timeline.kernel_time import TimeModel
+    from zerosim.analysis.costs import EFFICIENCY_PRESETS as PRESETS
+    from zerosim.analysis.costs import parse_efficiency
+    from zerosim.analysis.timeline import TimeModel
 
     kernels = kernels_of(args)
     text = args.efficiency if args.efficiency is not None else KERNEL_PRESET[kernels]
@@ -85,7 +86,7 @@ def time_model_from_args(args):
 
 def loss_of(args) -> str:
     """--loss, or what the kernels imply (eager: the eager cross-entropy; fused: the probabilities)."""
-    from zerosim.models.meta_gpt import LOSS_OF
+    from zerosim.models.meta import LOSS_OF
 
     return getattr(args, "loss", None) or LOSS_OF[kernels_of(args)]
 

@@ -5,9 +5,7 @@ Shared by `zerosim memory`, `zerosim timeline` and `zerosim plan`, so the three 
 
 from __future__ import annotations
 
-from zerosim.costs import GB
-from zerosim.costs.overheads import fit, runtime_overheads
-from zerosim.costs.reserve import reserved
+from zerosim.analysis.costs import GB, fit, reserved, runtime_overheads
 
 
 def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) -> dict:
@@ -55,7 +53,7 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
         )
     lines.append("allocated: the ledger's peak, what the tensors need (torch.cuda.max_memory_allocated); "
                  "reserved: with the caching")
-    lines.append("allocator's reserve on top (max_memory_reserved, what torchtitan logs; zerosim/costs/reserve.py); "
+    lines.append("allocator's reserve on top (max_memory_reserved, what torchtitan logs; costs/_reserve.py); "
                  "the estimates include it.")
     lines += ["estimates (not measured; rows of their own, never in the ledgers above), per rank:"]
     for o in verdicts[0]["overheads"]:
@@ -65,7 +63,7 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
         if o["name"] == "DeepSpeed gradient buckets":
             size = f"{o['bytes'] / GB:.3f} GB"
         lines.append(f"  {o['name']:<27s} {size:>16s}   {o['basis']}")
-    lines.append("  (sources: zerosim/costs/overheads.py; --reserve sets the allocator's share)")
+    lines.append("  (sources: zerosim/analysis/costs/_overheads.py; --reserve sets the allocator's share)")
     if not any(v["fits"] for v in verdicts) and hint:
         lines.append(hint)
     return lines

@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.costs import GB
-from zerosim.costs.mfu import model_flops_per_token
-from zerosim.costs.reserve import reserved
+from zerosim.analysis.costs import GB, model_flops_per_token, reserved
 
 KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kernels / torch.compile"}
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
@@ -40,10 +38,8 @@ def kind_group(kind: str) -> str:
 
 
 def add_arguments(p) -> None:
-    from zerosim.costs import PRESETS
-    from zerosim.costs.gpus import GPUS
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS, PRESETS
     from zerosim.cli.efficiency_args import add_efficiency_arguments, add_kernel_arguments
-    from zerosim.costs.overheads import ALLOCATOR_RESERVE
     from zerosim.models.gpt import ALL_STRATEGIES
 
     which = p.add_mutually_exclusive_group(required=True)
@@ -143,10 +139,10 @@ def _strategies(text):
 
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
-    from zerosim.costs import get_preset
-    from zerosim.models.hf_config import read_hf_config
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
+    from zerosim.models.hf import read_hf_config
     from zerosim.progress import progress
-    from zerosim.timeline.plan import plan
 
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     if args.top < 1:
@@ -157,7 +153,7 @@ def report(args) -> tuple:
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
     from zerosim.cli.efficiency_args import kernels_of, links_from_args, loss_of, time_model_from_args
-    from zerosim.costs.gpus import get_gpu
+    from zerosim.analysis.costs import get_gpu
 
     time_model = time_model_from_args(args)
     intra = args.link or ("nvlink3" if get_gpu(args.gpu).device.startswith("a100") else "nvlink4")
@@ -216,8 +212,8 @@ def _reproduce(p, flag: str, args, intra: str) -> list:
 
 
 def _peak_rate(device: str, precision: str) -> float:
+    from zerosim.analysis.timeline import DEVICES
     from zerosim.precision import get_precision
-    from zerosim.timeline import DEVICES
 
     return DEVICES[device].rate(get_precision(precision).compute)
 
@@ -244,10 +240,10 @@ def _row(r, s, rate, per_token) -> dict:
         "compute_s": r.compute_s,
         "exposed_s": r.exposed_s,
     }
-    out["reserved"] = reserved(r.peak, s["reserve"])  # what PyTorch's caching allocator would hold (costs/reserve.py)
+    out["reserved"] = reserved(r.peak, s["reserve"])  # what the caching allocator would hold (costs/_reserve.py)
     if r.step_s:
         out["tokens_per_s_per_gpu"] = tokens / r.step_s
-        out["mfu"] = per_token * tokens / (r.step_s * rate)  # torchtitan's / PaLM's model FLOPs (costs/mfu.py)
+        out["mfu"] = per_token * tokens / (r.step_s * rate)  # torchtitan's / PaLM's model FLOPs (costs/_mfu.py)
     return out
 
 
@@ -332,7 +328,7 @@ def run(args) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from zerosim.viz.plan_figure import plan_figure
+        from zerosim.viz import plan_figure
 
         fig = plan_figure(p, top=args.top)
         fig.savefig(args.figure, dpi=120, bbox_inches="tight")

@@ -4,7 +4,7 @@
     zerosim validate --fit            # refit the framework factors on the calibration points alone, and print them
     zerosim validate --only tt-h100-8-eager,foundry-h100-7b-8 --json
 
-Each point (zerosim/costs/validation_points.py) is a published run — torchtitan's Llama 3 / 3.1 tables on H100,
+Each point (analysis/costs/_validation_points.py) is a published run — torchtitan's Llama 3 / 3.1 tables on H100,
 H200 and A100, llm-foundry's MPT tables on H100 and A100 — with its file and commit. zerosim runs the step at the
 run's conditions (model, GPUs and network, micro-batch, accumulation, checkpointing, eager or compiled, fp8) and
 prints predicted tokens per second per GPU against the measured ones, and predicted reserved memory against the
@@ -24,13 +24,13 @@ HELP = "predicted vs measured on published runs (torchtitan, llm-foundry): the e
 def add_arguments(p) -> None:
     p.add_argument("--fit", action="store_true",
                    help="refit the framework factors on the calibration points alone and print them beside the "
-                        "shipped ones (zerosim.costs.calibration)")
+                        "shipped ones (zerosim/analysis/costs/_calibration.py)")
     p.add_argument("--only", default=None, metavar="KEY,...", help="run these points only (keys as printed)")
     p.add_argument("--json", action="store_true", help="print the rows and the statistics as JSON")
 
 
 def _points(only):
-    from zerosim.costs.validation_points import POINTS
+    from zerosim.analysis.costs import POINTS
 
     if only is None:
         return POINTS
@@ -56,7 +56,7 @@ def row_of(r) -> dict:
 
 
 def format_table(rows: list, stats: dict) -> str:
-    from zerosim.costs.calibration import FRAMEWORK
+    from zerosim.analysis.costs import FRAMEWORK
 
     conditions = lambda x: (  # noqa: E731
         f"{x['model']}, {x['gpus']} × {x['gpu']}, {x['micro_batch']} × {x['seq_len']:,}"
@@ -93,16 +93,17 @@ def format_table(rows: list, stats: dict) -> str:
                      f"predicted {100 * t['predicted']:+.1f} %")
     lines += [
         "",
-        "Sources (file at commit, table, row) per point: --json, or zerosim/costs/validation_points.py. Memory is",
-        "PyTorch's peak reserved: the ledger's allocated peak plus the allocator's reserve (zerosim.costs.reserve).",
+        "Sources (file at commit, table, row) per point: --json, or analysis/costs/_validation_points.py. Memory is",
+        "PyTorch's peak reserved: the ledger's allocated peak plus the allocator's reserve (costs/_reserve.py).",
     ]
     return "\n".join(lines)
 
 
 def run(args) -> int:
-    from zerosim.costs.calibration import FRAMEWORK
+    from zerosim.analysis.costs import FRAMEWORK
     from zerosim.progress import progress
-    from zerosim.timeline.validate import fit, predict, summary
+    from zerosim.analysis.planner import fit_framework as fit
+    from zerosim.analysis.planner import predict, summary
 
     points = _points(args.only)
     if args.fit:

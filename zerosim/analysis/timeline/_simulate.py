@@ -1,0 +1,196 @@
+"""The discrete-event simulation: every recorded event placed in time on its rank's compute or communication stream.
+
+Letters: N ranks. Each rank has two streams, as a GPU running NCCL on a side stream does: compute
+and communication. The log (`Trace.log`) is every rank's program in the order it issues work; the
+rules, one pass over it (O(events) plus O(N) per collective):
+
+    Compute / OptimizerStep on rank r   starts when r's previous compute has ended and every call
+                                        its `needs` names (the handles the collectives returned) has
+                                        ended; lasts the roofline (_cost.py)
+    Call (one phase of a collective)    is issued on rank r when r's program reaches it, i.e. when
+                                        r's compute before it in the log has ended; starts when
+                                        every rank has issued it and the communication stream is
+                                        free (calls run one at a time, in log order); lasts
+                                        (n−1)·α + busiest rank's bytes / β on every rank, n the
+                                        ring's length (the group's size: every group's ring runs
+                                        at once, each rank in one)
+
+Two link tiers (`Hardware(inter_link=...)`, a trace of a `Cluster(gpus_per_node=G)`): a call whose rings
+stay inside nodes runs over `link` (NVLink), one whose rings leave a node over `inter_link` (InfiniBand: a
+ring is as fast as its slowest hop), and each tier has its own communication stream, so an all-reduce
+across nodes can run while the next reduce-scatter inside a node does (FSDP2's all-reduce stream beside its
+reduce-scatter stream). Without an inter link every call runs over `link` on one stream, as before.
+
+Prefetching is therefore nothing special: a gather that appears earlier in the log is issued
+earlier and overlaps the computes between it and the compute that needs it.
+`overlap=False` is DeepSpeed's `overlap_comm=False`: a rank does one thing at a time, so a call
+is issued only after everything before it on that rank, and the next compute waits for the call
+to end whether it needs it or not.
+
+What is left out: kernel launch overheads, contention between a
+collective and compute for HBM and SMs (and between the two tiers' streams for NVLink and SMs), separate
+streams for gathers and reductions on one tier (DeepSpeed ZeRO-3 and FSDP use more than one), NCCL's
+hierarchical algorithms (tree, NVLS, CollNet: a ring is assumed), and CPU-side issue delays.
+
+Identical ranks. At 1024 ranks the per-rank work (one Compute per rank per layer) dominates; all
+ranks of a data-parallel step usually do identical work, so one row could stand for every rank with
+the same sequence of compute durations (group ranks by that sequence, simulate one per group,
+take the max over groups where a call waits for every rank). Not done here: the log itself already
+holds one event per rank, and one pass over it is fast enough (GPT-3 175B, 1024 ranks, stage 3 with
+block units: ~205k events in ~0.5 s; the engine's own step that writes them takes longer).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from zerosim.analysis.timeline._cost import compute_time, equal_chunk_bytes, optimizer_time, phase_time
+from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._result import Timeline
+from zerosim.cluster import INTER, Call, Compute, OptimizerStep
+from zerosim.optim import get_optimizer
+from zerosim.precision import get_format
+
+
+def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, costs=None) -> Timeline:
+    """Place every event of `trace` in time on `hardware`; returns a `Timeline`.
+
+    Args:
+        trace: a `zerosim.Trace` (its `log`, and its `events` for each rank's bytes per call), or a
+            list of log events (Call, Compute, OptimizerStep; others are skipped), in which case each
+            call's bytes are those of N equal chunks of its `elements`.
+        hardware: device, link and compute format (default `Hardware()`: H100 SXM, NVLink 4, fp16).
+        overlap: communication on its own stream (True), or serialised with compute on each rank
+            (False, DeepSpeed's overlap_comm=False).
+        costs: what a compute and an optimizer step take (a `kernel_time.KernelTimes`: each kernel class at its
+            achieved rate); None: the datasheet roofline (cost.py).
+    """
+    hw = Hardware() if hardware is None else hardware
+    if not isinstance(hw, Hardware):
+        raise TypeError(f"hardware must be a zerosim.analysis.timeline.Hardware, got {hardware!r}")
+    if not isinstance(overlap, bool):
+        raise TypeError(f"overlap must be True or False, got {overlap!r}")
+    log, events = _log_and_events(trace)
+    n = getattr(trace, "world_size", None) or _world_size(log)
+    busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
+    rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
+    param_bytes = get_format(hw.compute).bits // 8
+    states = {}  # optimizer name -> number of fp32 state buffers
+
+    ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
+    latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
+    comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
+    call_end, call_dtype = {}, {}
+    comp = {"rank": [], "start": [], "end": [], "at": [], "step": []}
+    calls = {"start": [], "end": [], "at": [], "step": [], "bytes": []}
+    for at, ev in enumerate(log):
+        kind = type(ev)
+        if kind is Compute or kind is OptimizerStep:
+            r = ev.rank
+            if not 0 <= r < n:
+                raise ValueError(f"log[{at}]: rank {r} is outside the world of {n} ranks the calls span")
+            start = ready[r]
+            for c in ev.needs:
+                end = call_end.get(c)
+                if end is None:
+                    raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not "
+                                     "earlier in the log")
+                if end > start:
+                    start = end
+            if kind is Compute:
+                took = (compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm) if costs is None
+                        else costs.compute(ev))
+            else:
+                if ev.optimizer not in states:
+                    states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
+                # the reduced gradient's format
+                grad = _float_bytes(call_dtype[ev.needs[-1]], param_bytes) if ev.needs else param_bytes
+                took = (optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
+                        if costs is None else costs.optimizer(ev.stop - ev.start, states[ev.optimizer], grad,
+                                                              param_bytes))
+            ready[r] = start + took
+            latest = max(latest, start + took)
+            for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
+                col.append(v)
+        elif kind is Call:
+            if ev.call in call_end:
+                raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
+            stream = hw.stream_of(ev.tier)
+            start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
+            sent = busiest.get(ev.call)
+            sent = equal_chunk_bytes(ev) if sent is None else sent
+            nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
+            end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
+            comm_free[stream] = call_end[ev.call] = end
+            call_dtype[ev.call] = ev.dtype
+            if not overlap:
+                ready, latest = [end] * n, end  # one stream per rank: nothing else runs until the call is done
+            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
+                col.append(v)
+    return Timeline(log, n, hw, overlap, comp, calls)
+
+
+def call_time(call, sent: float, hw: Hardware, nodes: int) -> float:
+    """One phase of `call` on `hw`: over `hw.link` on one tier; a call whose rings leave a node and span `nodes`
+    nodes crosses between them nodes − 1 times at the inter link's α, its other steps at the link's α (NCCL's ring
+    latency, costs/_links.py), its bytes over the NICs of the ring's ranks in a node (cost.phase_time). The
+    per-call base latency is charged once: not again for an all-reduce's second (gather) phase."""
+    first = not (call.collective.endswith("all_reduce") and call.op == "gather")
+    if call.tier == INTER and hw.inter_link is not None:
+        nics = max(call.world_size // max(nodes, 1), 1)  # the ring's ranks in one node, one NIC each
+        return phase_time(call.world_size, sent, hw.link, inter=hw.inter_link, nodes=nodes, nics=nics, base=first)
+    return phase_time(call.world_size, sent, hw.link_of(call.tier), base=first)
+
+
+def nodes_spanned(trace, call) -> int:
+    """The most nodes one of `call`'s rings spans: its groups' members by node (the trace's gpus_per_node), or
+    ceil(n / G) for a call over the world; 1 without a topology."""
+    per_node = getattr(trace, "gpus_per_node", None)
+    if not per_node:
+        return 1
+    group = getattr(trace, "call_groups", {}).get(call.call)
+    if group is None:
+        return -(-call.world_size // per_node)
+    return max(len({m // per_node for m in ranks}) for ranks in group.members)
+
+
+def _float_bytes(dtype: str, default: int) -> int:
+    """Bytes of a float format by name; `default` for an integer payload (a quantized call's int8 / int4x2)."""
+    try:
+        return get_format(dtype).bits // 8
+    except ValueError:
+        return default
+
+
+def _log_and_events(trace):
+    if hasattr(trace, "log") and hasattr(trace, "events"):
+        return trace.log, trace.events
+    if isinstance(trace, (list, tuple)):
+        return list(trace), ()
+    raise TypeError("simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got "
+                    f"{type(trace).__name__}")
+
+
+def _world_size(log) -> int:
+    """N: the world size every call over the world spans (they must agree), else one more than the largest rank."""
+    sizes = {ev.world_size for ev in log if type(ev) is Call and ev.group == "world"}
+    if len(sizes) > 1:
+        raise ValueError(f"the log's calls span different world sizes {sorted(sizes)}; simulate one world at a time")
+    if sizes:
+        return sizes.pop()
+    ranks = [ev.rank for ev in log if type(ev) in (Compute, OptimizerStep)]
+    return max(ranks) + 1 if ranks else 0
+
+
+def _busiest_bytes(events, ring_calls: dict) -> dict:
+    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops, or from
+    its closed-form ring summaries (the meta backend's representative rank): the rank that skips the
+    smallest chunk sends the most."""
+    sent = defaultdict(int)
+    for e in events:
+        sent[(e.call, e.src)] += e.bytes
+    busiest = {call: (sum(sizes) - min(sizes)) * itemsize for call, (sizes, itemsize, _) in ring_calls.items()}
+    for (call, _), b in sent.items():
+        if b > busiest.get(call, -1):
+            busiest[call] = b
+    return busiest
