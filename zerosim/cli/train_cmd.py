@@ -252,8 +252,9 @@ def add_precision_arguments(p) -> None:
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
                    help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2: "
                         "DeepSpeed's default, each bucket all-reduced), deepspeed-zero12-reduce (the same with "
-                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-zero3 and fsdp2 "
-                        "(stage 3, per-parameter partitions)")
+                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-bf16-optimizer "
+                        "(stage 1, bf16 with --grad-accum fp32: DeepSpeed's BF16_Optimizer), deepspeed-zero3 and "
+                        "fsdp2 (stage 3, per-parameter partitions)")
     p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
                    help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
                         "(NCCL's on a GPU) or gloo (torch on a CPU)")

@@ -18,7 +18,7 @@ from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScale
 from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster._rank import Rank
-from zerosim.cluster._trace import Call, Event, Handle, Trace
+from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
 __all__ = [
     "Buffer",
@@ -41,5 +41,6 @@ __all__ = [
     "Rank",
     "StepBoundary",
     "TIERS",
+    "TRANSFERS",
     "Trace",
 ]

@@ -64,6 +64,7 @@ class OptimizerStep:
     optimizer: str  # "adam", ...
     needs: tuple = ()  # the handles it waited for, as Call numbers (the last gradient reduction, the checks)
     values: dict | None = field(default=None, compare=False)  # {"grad32", "m", "v", ..., "compute_after"}
+    where: str = field(default="device", repr=False)  # the tier it ran on: "device", or "host" (offload's CPU Adam)
 
 
 @dataclass(frozen=True)

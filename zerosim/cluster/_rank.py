@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from zerosim.cluster._ledger import Buffer, MemoryLedger
 
+TIERS = ("host", "nvme")  # the memory tiers beside the device's (parallel/offload places buffers there)
+
 
 @dataclass
 class Rank:
@@ -25,9 +27,23 @@ class Rank:
     grads: Buffer | None = None  # (N*s,) or (s,) accumulation format: gradients until the step
     master: Buffer | None = None  # (N*s,) or (s,) fp32 master weights (None: "pure" 16-bit training)
     optim: dict = field(default_factory=dict)  # {state name: Buffer} over the same region as master
+    tiers: dict = field(default_factory=dict, repr=False)  # {"host" | "nvme": MemoryLedger}: offload's other tiers
+
+    def ledger_of(self, tier: str = "device") -> MemoryLedger:
+        """The ledger of one memory tier: "device" (`ledger`, the GPU's), "host" (pinned CPU memory) or "nvme" (an
+        offload's swap files). The same kinds in each, so a buffer's tier is where it is born, not a new kind; the
+        host and NVMe ledgers keep no trace log of their own (the device's feeds the timeline)."""
+        if tier == "device":
+            return self.ledger
+        if tier not in TIERS:
+            raise ValueError(f"no memory tier {tier!r}; a rank's tiers are {('device',) + TIERS}")
+        if tier not in self.tiers:
+            d = self.ledger
+            self.tiers[tier] = MemoryLedger(self.index, empty=d.empty, recycle=d.recycle, keep_timeline=d.keep_timeline)
+        return self.tiers[tier]
 
     def model_states(self) -> list:
-        """The buffers that outlive a step: params, grads, master and optimizer state."""
+        """The buffers that outlive a step: params, grads, master and optimizer state (on whichever tier)."""
         return [b for b in (self.params, self.grads, self.master, *self.optim.values()) if b is not None]
 
     def __repr__(self) -> str:

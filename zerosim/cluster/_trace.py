@@ -24,6 +24,10 @@ from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce")
+# copies between one rank's memory tiers (parallel/offload): {name: the link it crosses}. Each is recorded as a call
+# over every local rank at once, one event per rank (its own copy on its own link), so handles and the timeline
+# treat it as a collective's phase; `bytes_sent` and `sent_totals` count only the collectives' links
+TRANSFERS = {"d2h": "pcie", "h2d": "pcie", "nvme_read": "nvme", "nvme_write": "nvme"}
 
 
 class Handle(tuple):
@@ -139,6 +143,25 @@ class Trace:
         self.log.append(call)
         return call.call
 
+    def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "",
+                 after_host: str | None = None) -> Handle:
+        """Record one copy between memory tiers on every local rank (`kind` one of TRANSFERS: "d2h", "h2d" over
+        PCIe, "nvme_read", "nvme_write"): `elements[i]` of `dtype` on rank `ranks[i]`. `after_host`: "after host"
+        (the host issues it once the optimizer step just recorded is done) or "after previous host" (DPU: once the
+        step before it is); None: "copy", issued by the device's program. Its `Call.op` says which. Returns its
+        handle."""
+        if kind not in TRANSFERS:
+            raise ValueError(f"unknown transfer {kind!r}; one of {tuple(TRANSFERS)}")
+        link = TRANSFERS[kind]
+        call = Call(len(self.calls), kind, after_host or "copy", 1, max(elements, default=0), dtype, tag, tier=link)
+        if self._about:
+            call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
+        self.calls.append(call)
+        self.log.append(call)
+        for r, n in zip(ranks, elements):
+            self.events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
+        return self.handle(call.call)
+
     def handle(self, *calls: int) -> Handle:
         """A `Handle` naming `calls` (numbers `begin` returned) of this trace."""
         return Handle(calls, self.generation)
@@ -213,7 +236,8 @@ class Trace:
 
         totals = np.zeros(world_size, dtype=np.int64)
         for e in self.events:
-            totals[e.src] += e.bytes
+            if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
+                totals[e.src] += e.bytes
         for call in self.ring_calls:
             totals += self._closed_form(call)
         return totals.tolist()
@@ -223,7 +247,7 @@ class Trace:
         or one call: every event by its own tier, and a closed-form call by each rank's send to its ring neighbour."""
         out = dict.fromkeys(TIERS, 0)
         for e in self.events if call is None else self.select(call=call):
-            out[e.tier] += e.bytes
+            out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
             sent = self._closed_form(c)
             group = self.call_groups.get(c)
@@ -244,7 +268,8 @@ class Trace:
     # -- questions -------------------------------------------------------------------------------
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
         """The events of one collective kind, one call and/or one tag (None: any)."""
-        if collective is not None and collective not in COLLECTIVES:  # a typo ("allgather") selected nothing: 0 B
+        # a typo ("allgather") selected nothing: 0 B
+        if collective is not None and collective not in COLLECTIVES and collective not in TRANSFERS:
             raise ValueError(f"no collective {collective!r}; the trace records {', '.join(COLLECTIVES)}")
         return [
             e
@@ -259,7 +284,8 @@ class Trace:
     ) -> int:
         """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
         self._check_rank(rank)
-        from_events = sum(e.bytes for e in self.select(collective, call, tag) if e.src == rank)
+        from_events = sum(e.bytes for e in self.select(collective, call, tag)
+                          if e.src == rank and (collective is not None or e.collective not in TRANSFERS))
         return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
 
     def _check_rank(self, rank) -> None:

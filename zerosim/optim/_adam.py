@@ -56,7 +56,11 @@ in a float (multi_tensor_adam_cuda):
   sqrtf are approximate, subnormals flush to zero and nvcc may fuse a*b + c: its bits can differ
   from these by an ulp or so. Nothing here ran on a GPU.
 
-"torch" and "deepspeed" model fp32 kernels, so they take fp32 state only.
+"deepspeed-cpu": DeepSpeed's CPU Adam (DeepSpeedCPUAdam, what ZeRO-Offload steps on the host), operation by
+operation in _cpu_adam.py: fused multiply-adds, beta**t as repeated fp32 products, 1/sqrt(1 - b2**t) multiplied
+in. Adam is its adamw_mode=False with weight_decay 0; AdamW its adamw_mode=True (DeepSpeed's default).
+
+"torch", "deepspeed" and "deepspeed-cpu" model fp32 kernels, so they take fp32 state only.
 """
 
 from __future__ import annotations
@@ -66,30 +70,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
+from zerosim.optim._cpu_adam import cpu_adam_step
+from zerosim.optim._fma import fma32  # noqa: F401 (its home was here: tests import it from _adam)
 from zerosim.precision.cast import has_values
 
-FORMULAS = ("seed", "torch", "deepspeed")
-
-
-def fma32(a, b, c) -> np.ndarray:
-    """a*b + c rounded once to fp32 (a fused multiply-add), for fp32 arrays or scalars.
-
-    The product of two fp32 numbers is exact in float64 (24 + 24 <= 53 bits). The sum is not, so
-    TwoSum (Knuth) gives its exact error and the float64 sum is rounded *to odd* (toward zero, then
-    the last bit set when anything was dropped); a round-to-odd value with >= p + 2 bits rounds to
-    nearest correctly (Boldo & Melquiond, "When double rounding is odd", 2005).
-    """
-    p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))  # exact
-    c64 = np.asarray(c, np.float64)
-    s = p + c64
-    bv = s - p
-    err = (p - (s - bv)) + (c64 - bv)  # s + err == p + c exactly (TwoSum)
-    inexact = (err != 0) & np.isfinite(s)
-    if np.any(inexact):
-        overshot = inexact & ((err > 0) != (s > 0))  # |s| > |p + c|: step back toward zero
-        s = np.where(overshot, np.nextafter(s, 0.0), s)
-        s = (np.asarray(s).view(np.uint64) | inexact.astype(np.uint64)).view(np.float64)
-    return np.asarray(s).astype(np.float32)
+FORMULAS = ("seed", "torch", "deepspeed", "deepspeed-cpu")
 
 
 @dataclass(frozen=True)
@@ -142,7 +127,12 @@ class Adam(Optimizer):
                              f"{w.dtype}")
         if not has_values(w):
             return  # the meta backend: shapes and dtypes do not change
-        (self._torch if self.formula == "torch" else self._deepspeed)(w, g, s, t, record, wd)
+        kernels = {"torch": self._torch, "deepspeed": self._deepspeed, "deepspeed-cpu": self._deepspeed_cpu}
+        kernels[self.formula](w, g, s, t, record, wd)
+
+    def _deepspeed_cpu(self, w, g, s, t, record, wd):
+        """DeepSpeedCPUAdam.step (_cpu_adam.py): AdamW mode when there is a decoupled decay to apply."""
+        cpu_adam_step(w, g, s["m"], s["v"], t, self.lr, self.betas, self.eps, wd, adamw_mode=True, record=record)
 
     def _torch(self, w, g, s, t, record, wd):
         """torch.optim.adam._single_tensor_adam, capturable=False, amsgrad=False, maximize=False."""
@@ -203,7 +193,8 @@ class AdamW(Adam):
 
     "seed" and "torch": w *= 1 - lr*wd first (torch.optim.AdamW's order), then the Adam update;
     `record` adds "decayed" (the weights after the decay). "deepspeed": the decay sits inside the
-    update, w -= lr*(m_hat/denom + wd*w) (FusedAdam's ADAM_MODE_1).
+    update, w -= lr*(m_hat/denom + wd*w) (FusedAdam's ADAM_MODE_1). "deepspeed-cpu": DeepSpeedCPUAdam's
+    adamw_mode, w = fma(w, -lr*wd, w) before the update (_cpu_adam.py).
     """
 
     weight_decay: float = 0.01  # PyTorch's default for AdamW

@@ -17,7 +17,9 @@ stage — and is the example every other parallelism follows. Its own pieces sit
                        refresh; the next step's first compute    the updated params         16-bit shard back to the
                        waits for it                                                         device
 
-`setup(ctx)` runs once, after every rank's model states are born, for a parallelism to allocate what it keeps (on
+`place(plan)` runs first, before any state is born: a parallelism that moves buffers off the device (offload) returns
+the plan with its placement, which the helpers that allocate read as data. `setup(ctx)` runs once, after every rank's
+model states are born, for a parallelism to allocate what it keeps (on
 the ranks' ledgers: state lives on the rank). A hook takes the step's frozen `Context` (ctx: the cluster, the plan,
 the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
 i's `models.Pass`, whose `a` is the activation going forward and `dy` the gradient coming back) and the unit's ops
@@ -42,6 +44,11 @@ class Parallelism:
     returns the `Handle` of the collectives or transfers it started (`Handle()` when none)."""
 
     name = "parallelism"
+
+    def place(self, plan):
+        """Before any state is born: the plan with this parallelism's placement (where each buffer lives: device,
+        host, NVMe, `Plan.placement`), as data the step's helpers read; the plan itself by default."""
+        return plan
 
     def setup(self, ctx) -> None:
         """Once, after the ranks' model states are born: allocate what this parallelism keeps, in the ledgers."""
@@ -84,6 +91,11 @@ class Parallelisms:
     def per_unit(self) -> bool:
         """Whether a parallelism acts between units, so the step hands the ranks one unit at a time."""
         return bool(self.members)
+
+    def place(self, plan):
+        for m in self.members:
+            plan = m.place(plan)
+        return plan
 
     def setup(self, ctx) -> None:
         for m in self.members:

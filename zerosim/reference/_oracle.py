@@ -42,6 +42,7 @@ from zerosim.parallel.data.recipes import (
     split_calls,
 )
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
 from zerosim.parallel.data.recipes._bucket_allreduce import flat_chunks, range_slices
 from zerosim.precision import cast, get_precision
 from zerosim.precision.cast import ArrayNamespace
@@ -74,6 +75,9 @@ class Reference:
         recipe: the `GradientRecipe` (or its name), as `ZeroEngine(recipe=...)`; default the one the policy names.
         wire: a `zeropp.Wire`, as `ZeroEngine(wire=...)`: each unit computes with its weights quantized as the
             stage-3 gather sends them (_wire.py).
+        optimizer_calls: "whole" (one optimizer call over the flat vector, as stage 0's ranks each make) or "shards"
+            (one call per rank's shard, as stages 1-3 make): an optimizer whose arithmetic depends on where a call
+            ends (DeepSpeed's CPU Adam: its scalar tail, optim/_cpu_adam.py) then gives the engine's bits.
         reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
             "deepspeed-zero12" all-reduces each bucket whole (parallel/data/recipes/_bucket_allreduce.py: the oracle
             forms the buckets by parameter with param_buckets.py's `ipg_buckets` and sums each in the all-reduce's
@@ -97,7 +101,7 @@ class Reference:
                  accumulation_steps: int = 1, reduce_every_micro_step: bool = False, order: str = "ring",
                  clip_grad: float | None = None, recipe=None, wire=None, reduce_bucket_size: int | None = None,
                  strategy=None, shard_group: int | None = None, ddp: DDPBuckets | None = None,
-                 clip_norm: str = "shards", device=None):
+                 clip_norm: str = "shards", device=None, optimizer_calls: str = "whole"):
         if not hasattr(model, "layers") or not hasattr(model, "num_params"):
             raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
         if not isinstance(optimizer, Optimizer):
@@ -107,6 +111,9 @@ class Reference:
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
         self.model, self.optimizer = model, optimizer
+        if optimizer_calls not in ("whole", "shards"):
+            raise ValueError(f"optimizer_calls must be 'whole' or 'shards', got {optimizer_calls!r}")
+        self.optimizer_calls = optimizer_calls
         # forward/backward on a device (an ArrayNamespace, e.g. a cupy-sim backend's `xp`) with the host's arithmetic
         # for the rest: the matmuls as the engine on that device runs them (cuBLAS is not OpenBLAS)
         if device is not None and not isinstance(device, ArrayNamespace):
@@ -204,6 +211,9 @@ class Reference:
                 for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
+        elif self.recipe.rules.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
+            chunks, direction = bf16_optimizer.oracle_chunks(real, self.padded, n, p.reduce_format.itemsize,
+                                                             self.recipe.allreduce)
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
@@ -280,7 +290,11 @@ class Reference:
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
         with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
-            if self.optimizer.elementwise and self.order == "ring-native":
+            if self.optimizer.elementwise and self.optimizer_calls == "shards":  # one call per rank's shard
+                for r in range(self.layout.world_size):
+                    own = self.layout.own(r)
+                    step_in_blocks(self.optimizer, w[own], g[own], {k: v[own] for k, v in state.items()}, self.t)
+            elif self.optimizer.elementwise and self.order == "ring-native":
                 step_in_blocks(self.optimizer, w, g, state, self.t)
             elif self.optimizer.elementwise:
                 self.optimizer.step(w, g, state, self.t)

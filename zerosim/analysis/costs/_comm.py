@@ -96,6 +96,14 @@ LINKS = {
     "pcie5": Link("PCIe 5.0 x16", 64e9, step_latency("pci"),
                   "64 GB/s per direction (seed 001 says bidirectional); α 5.7 µs + 8.4 µs a call (NCCL's PCI)",
                   _SIMPLE),
+    # Host links for offload's copies (cudaMemcpy, not NCCL: no per-call base): α assumed.
+    # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 / 8 = 15.75 GB/s each way (the V100's host link, ZeRO-Offload's paper)
+    "pcie3": Link("PCIe 3.0 x16", 15.75e9, 5e-6, "15.75 GB/s per direction (8 GT/s x 16, 128b/130b); α ≈ 5 µs assumed"),
+    # PCIe 4.0 x16: twice PCIe 3 (A100's host link)
+    "pcie4": Link("PCIe 4.0 x16", 31.5e9, 5e-6, "31.5 GB/s per direction (16 GT/s x 16); α ≈ 5 µs assumed"),
+    # one rank's share of a node's NVMe: ZeRO-Infinity's DGX-2 runs read and write at about 25 GB/s over the node's
+    # drives (the paper's aggregate), so about 3 GB/s for each of 8 GPUs; α: a submission's latency, assumed
+    "nvme": Link("NVMe (a rank's share)", 3.0e9, 20e-6, "≈ 25 GB/s per 8-GPU node, shared; α ≈ 20 µs assumed"),
     # NDR is 400 Gb/s per port per direction = 50 GB/s; one NIC per GPU (DGX H100, Grand Teton).
     "ib_ndr": Link("InfiniBand NDR", 50e9, step_latency("net"),
                    "400 Gb/s = 50 GB/s per direction and GPU; α 14 µs + 8.4 µs a call (NCCL's network, Simple)",

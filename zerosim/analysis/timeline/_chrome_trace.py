@@ -29,7 +29,8 @@ import tempfile
 from zerosim.analysis.timeline._result import STREAMS
 from zerosim.cluster import Compute, OptimizerStep
 
-THREAD_NAMES = {"compute": "compute stream", "comm": "communication stream"}
+THREAD_NAMES = {"compute": "compute stream", "comm": "communication stream", "cpu": "host CPU (offloaded optimizer)",
+                "pcie": "PCIe copies", "nvme": "NVMe reads and writes"}
 
 
 def _ns(seconds: float) -> int:
@@ -50,7 +51,8 @@ def _args(iv, call_bytes) -> dict:
 
 
 def track_ids(world_size: int, rank: int, stream: str) -> tuple:
-    """(pid, tid) of one rank's stream in the trace (see the module docstring)."""
+    """(pid, tid) of one rank's stream in the trace (see the module docstring); a tid names a thread within its
+    rank's process, so offload's cpu, pcie and nvme tracks follow the rank's compute and comm ones."""
     return rank + 1, world_size + 1 + 2 * rank + STREAMS.index(stream)
 
 
@@ -66,7 +68,7 @@ def chrome_trace_events(result, ranks=None) -> list:
                     "args": {"name": f"rank {r}"}})
         out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": track_ids(n, r, "compute")[1],
                     "args": {"sort_index": r}})
-        for i, stream in enumerate(STREAMS):
+        for i, stream in enumerate(result.streams):
             tid = track_ids(n, r, stream)[1]
             out.append(
                 {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": THREAD_NAMES[stream]}}

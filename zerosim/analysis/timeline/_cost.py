@@ -125,3 +125,10 @@ def optimizer_bytes_per_element(states: int, grad_bytes: int, param_bytes: int) 
 def optimizer_time(elements: int, states: int, grad_bytes: int, param_bytes: int, hbm: float) -> float:
     """An elementwise optimizer step is memory-bound: elements · bytes per element / HBM bandwidth."""
     return elements * optimizer_bytes_per_element(states, grad_bytes, param_bytes) / hbm
+
+
+def host_optimizer_time(elements: int, states: int, host_bandwidth: float) -> float:
+    """DeepSpeedCPUAdam's step over an fp32 region on the host, memory-bound: it reads w, g and each state and writes w
+    and each state (csrc/adam/cpu_adam_impl.cpp, fp32: 4 + 4 + 4·states in, 4 + 4·states out), then stage_1_and_2.py
+    casts w into the pinned 16-bit buffer (4 in, 2 out): Adam 34 bytes an element."""
+    return elements * ((8 + 4 * states) + (4 + 4 * states) + 6) / host_bandwidth

@@ -9,11 +9,12 @@ Links are `zerosim.analysis.costs._comm`'s presets (NVLink 3 and 4, PCIe 5, Infi
 already per direction (B), with NCCL's own latencies (src/graph/tuning.cc, ring + Simple protocol, the protocol for
 large messages: zerosim/analysis/costs/_links.py): per ring step NVLink 3.4 µs, PCI 5.7 µs, network 14 µs, plus a
 base latency of 8.4 µs per call. Pass any `Link` (e.g. `Link("NDR, LL128", 50e9, 4e-6, "", 14e-6)`) to try others.
+Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5) and a rank's share of NVMe (`nvme`), α assumed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zerosim.analysis.costs._comm import LINKS, Link
 from zerosim.cluster import INTER, INTRA
@@ -118,6 +119,12 @@ class Hardware:
     link: Link | str = "nvlink4"  # within a node; "ib_ndr" across nodes
     compute: str = "fp16"  # the format forward/backward run in (the engine's precision.compute)
     inter_link: Link | str | None = None  # across nodes ("ib_ndr"); None: every call runs over `link` (one tier)
+    # -- offload (parallel/offload): the host's links and its CPU optimizer; none of them is used without offload --
+    pcie: Link | str = field(default="pcie4", repr=False)  # device <-> host copies ("pcie3" for a V100)
+    nvme: Link | str = field(default="nvme", repr=False)  # host <-> NVMe swaps: one rank's share of the node's drives
+    # bytes/s of host memory one rank's CPU optimizer streams through (DeepSpeedCPUAdam is memory-bound): an assumption,
+    # a two-socket node's ~200 GB/s of DDR shared by 8 ranks; set it from a measured CPU Adam run
+    host_bandwidth: float = field(default=25e9, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "device", get_device(self.device))
@@ -125,6 +132,12 @@ class Hardware:
         object.__setattr__(self, "compute", get_format(self.compute).name)
         if self.inter_link is not None:
             object.__setattr__(self, "inter_link", get_link(self.inter_link))
+        object.__setattr__(self, "pcie", get_link(self.pcie))
+        object.__setattr__(self, "nvme", get_link(self.nvme))
+
+    def transfer_link(self, tier: str) -> Link:
+        """The link an offload copy of `tier` ("pcie" or "nvme", cluster/_trace.py TRANSFERS) runs over."""
+        return self.pcie if tier == "pcie" else self.nvme
 
     def link_of(self, tier: str) -> Link:
         """The link a call of `tier` ("intra-node" / "inter-node") runs over: `inter_link` across nodes when there

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerosim.cluster import Compute, OptimizerStep
+from zerosim.cluster import TRANSFERS, Compute, OptimizerStep
 
-STREAMS = ("compute", "comm")
+STREAMS = ("compute", "comm", "cpu", "pcie", "nvme")  # the last three only with offload: its CPU optimizer, copies
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def category(event) -> str:
     if isinstance(event, Compute):
         return event.kind
     if isinstance(event, OptimizerStep):
-        return "optimizer step"
+        return "optimizer step" if event.where == "device" else "cpu optimizer step"
     return event.purpose or "collective"
 
 
@@ -77,6 +77,13 @@ class Timeline:
     def __init__(self, log, world_size, hardware, overlap, comp, calls):
         self.log, self.world_size, self.hardware, self.overlap = log, world_size, hardware, overlap
         # comp: columns over C compute intervals in log order; calls: columns over K calls in log order
+        lane = np.asarray(comp.get("lane", ["device"] * len(comp["rank"])), dtype=object)  # (C,) "device" or "cpu"
+        host = lane == "cpu"  # offload's CPU optimizer steps: a lane of their own, not the device's compute
+        self._h_rank = np.asarray(comp["rank"], dtype=np.int64)[host]
+        self._h_start = np.asarray(comp["start"], dtype=np.float64)[host]
+        self._h_end = np.asarray(comp["end"], dtype=np.float64)[host]
+        self._h_at = np.asarray(comp["at"], dtype=np.int64)[host]
+        comp = {k: [v for v, h in zip(col, host) if not h] for k, col in comp.items()} if host.any() else comp
         self._c_rank = np.asarray(comp["rank"], dtype=np.int64)  # (C,)
         self._c_start = np.asarray(comp["start"], dtype=np.float64)  # (C,) s
         self._c_end = np.asarray(comp["end"], dtype=np.float64)  # (C,) s
@@ -88,7 +95,7 @@ class Timeline:
         self.call_bytes = {log[at].call: int(b) for at, b in zip(calls["at"], calls["bytes"])}
         self._order = np.argsort(self._c_rank, kind="stable")  # rank-major, log order within a rank
         self._bounds = np.searchsorted(self._c_rank[self._order], np.arange(world_size + 1))  # rank r: [b[r], b[r+1])
-        ends = [a.max() for a in (self._c_end, self._k_end) if a.size]
+        ends = [a.max() for a in (self._c_end, self._k_end, self._h_end) if a.size]
         self.span = float(max(ends)) if ends else 0.0
         self.step_times = self._step_times(comp["step"], calls["step"])
         self.compute_busy = np.zeros(world_size)  # (N,) s
@@ -138,8 +145,13 @@ class Timeline:
             raise ValueError(f"stream must be one of {STREAMS}, got {stream!r}")
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank must be in 0..{self.world_size - 1}, got {rank!r}")
-        if stream == "comm":
-            cols = zip(self._k_start, self._k_end, self._k_at)
+        if stream in ("comm", "pcie", "nvme"):  # every rank's copy of a call; offload's copies by their link
+            tier = [getattr(self.log[i], "tier", "") if self.log[i].collective in TRANSFERS else "comm"
+                    for i in self._k_at.tolist()]
+            cols = [c for c, t in zip(zip(self._k_start, self._k_end, self._k_at), tier) if t == stream]
+        elif stream == "cpu":
+            mine = self._h_rank == rank
+            cols = zip(self._h_start[mine], self._h_end[mine], self._h_at[mine])
         else:
             rows = self._order[self._bounds[rank]:self._bounds[rank + 1]]
             cols = zip(self._c_start[rows], self._c_end[rows], self._c_at[rows])
@@ -164,10 +176,18 @@ class Timeline:
                 out.append((t, b))
         return out
 
+    @property
+    def streams(self) -> tuple:
+        """The streams this step used: compute and comm, and with offload its cpu, pcie and nvme tracks."""
+        offload = self._h_at.size or any(self.log[i].collective in TRANSFERS for i in self._k_at.tolist())
+        return STREAMS if offload else STREAMS[:2]
+
     def intervals(self, ranks=None):
-        """Every interval of the given ranks (default all), track by track: rank 0 compute, rank 0 comm, ..."""
+        """Every interval of the given ranks (default all), track by track: rank 0 compute, rank 0 comm, ... (and,
+        with offload, its cpu, pcie and nvme tracks)."""
+        streams = self.streams
         for r in range(self.world_size) if ranks is None else ranks:
-            for stream in STREAMS:
+            for stream in streams:
                 yield from self.track(r, stream)
 
     # -- helpers -----------------------------------------------------------------------------------

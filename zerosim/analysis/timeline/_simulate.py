@@ -44,10 +44,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from zerosim.analysis.timeline._cost import compute_time, equal_chunk_bytes, optimizer_time, phase_time
+from zerosim.analysis.timeline._cost import (
+    compute_time,
+    equal_chunk_bytes,
+    host_optimizer_time,
+    optimizer_time,
+    phase_time,
+)
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._result import Timeline
-from zerosim.cluster import INTER, Call, Compute, OptimizerStep
+from zerosim.cluster import INTER, TRANSFERS, Call, Compute, OptimizerStep
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_format
 
@@ -81,7 +87,9 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
     comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
     call_end, call_dtype = {}, {}
-    comp = {"rank": [], "start": [], "end": [], "at": [], "step": []}
+    host = [0.0] * n  # when rank r's CPU is free (offload: its optimizer step runs there, beside the device's work)
+    done_before = [0.0] * n  # when rank r's CPU step before its last one ended (DPU's copy carries that one's params)
+    comp = {"rank": [], "start": [], "end": [], "at": [], "step": [], "lane": []}
     calls = {"start": [], "end": [], "at": [], "step": [], "bytes": []}
     for at, ev in enumerate(log):
         kind = type(ev)
@@ -89,7 +97,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             r = ev.rank
             if not 0 <= r < n:
                 raise ValueError(f"log[{at}]: rank {r} is outside the world of {n} ranks the calls span")
-            start = ready[r]
+            on_host = kind is OptimizerStep and ev.where != "device"  # offload: the CPU optimizer, on its own lane
+            start = host[r] if on_host else ready[r]
             for c in ev.needs:
                 end = call_end.get(c)
                 if end is None:
@@ -97,6 +106,14 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                                      "earlier in the log")
                 if end > start:
                     start = end
+            if on_host:  # the device goes on with its program meanwhile
+                if ev.optimizer not in states:
+                    states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
+                took = host_optimizer_time(ev.stop - ev.start, states[ev.optimizer], hw.host_bandwidth)
+                done_before[r], host[r] = host[r], start + took
+                for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "cpu")):
+                    col.append(v)
+                continue
             if kind is Compute:
                 took = (compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm) if costs is None
                         else costs.compute(ev))
@@ -110,7 +127,21 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                                                               param_bytes))
             ready[r] = start + took
             latest = max(latest, start + took)
-            for col, v in zip(comp.values(), (r, start, start + took, at, ev.step)):
+            for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "device")):
+                col.append(v)
+        elif kind is Call and ev.collective in TRANSFERS:  # offload: a copy over PCIe or NVMe, on its own stream
+            # what it carries is made by the GPU, by the CPU step just recorded, or (DPU) by the one before it
+            issued = {"after host": max(host), "after previous host": max(done_before)}.get(ev.op, latest)
+            issued = max(issued, latest)
+            start = max(issued, comm_free.get(ev.tier, 0.0))
+            sent = busiest.get(ev.call, 0)
+            link = hw.transfer_link(ev.tier)
+            end = start + (link.alpha + sent / link.bandwidth if sent else 0.0)
+            comm_free[ev.tier] = call_end[ev.call] = end
+            call_dtype[ev.call] = ev.dtype
+            if ev.op == "after host":  # DeepSpeed's step() is synchronous: the device's program waits for the copy
+                ready, latest = [max(x, end) for x in ready], max(latest, end)
+            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
         elif kind is Call:
             if ev.call in call_end:

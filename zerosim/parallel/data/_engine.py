@@ -49,6 +49,7 @@ from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overf
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
 from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe, mesh_groups
+from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
 from zerosim.parallel.data.recipes._recipes import GradientRecipe
 from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, check_qgz_engine
@@ -110,7 +111,7 @@ class ZeroEngine:
             checkpoint = bool(getattr(model, "checkpointing", False))
         if not isinstance(checkpoint, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as a flag
             raise TypeError(f"checkpoint must be True, False or None (the model's own strategy), got {checkpoint!r}")
-        plan = get_plan(stage)
+        plan = Parallelisms(parallelisms).place(get_plan(stage))  # offload: where each buffer lives (device by default)
         if not isinstance(optimizer, Optimizer):
             raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
                             f"get_optimizer('adam')), got {optimizer!r}")
@@ -132,6 +133,7 @@ class ZeroEngine:
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (_groups.py)
         self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
+        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
@@ -262,6 +264,7 @@ class ZeroEngine:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
         bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        bucketed &= self.recipe.rules.collective != "aligned all-reduce"  # BF16_Optimizer: one call, at the end
         return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------

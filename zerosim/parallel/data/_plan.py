@@ -48,9 +48,11 @@ labelled.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 BUFFERS = ("params", "grads", "master", "optimizer")  # a rank's model states: 16-bit params, grads, fp32 master, state
+PLACED = BUFFERS + ("grad32",)  # ... and the fp32 gradient the optimizer reads: what a placement may move
+MEMORY_TIERS = ("device", "host", "nvme")  # where a buffer lives (cluster/_rank.py `ledger_of`)
 
 
 MICS_RELEASE = "DeepSpeed <= 0.19.6 (removed in 0.19.7)"  # runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS
@@ -77,6 +79,12 @@ class Plan:
     hierarchical_gather: bool = False  # gather across nodes, then within each (MiCS)
     framework: str | None = None  # whose code it follows ("fsdp2", "deepspeed"): the recipes it runs with
     release: str = ""  # which releases of that framework have it, where not all do (docs/frameworks.md)
+    # where each buffer lives: ((buffer, tier), ...) for the PLACED buffers not on the device (parallel/offload sets it)
+    placement: tuple = field(default=(), repr=False)
+
+    def where(self, buffer: str) -> str:
+        """The memory tier `buffer` (one of PLACED) lives on: "device" unless the placement says "host" or "nvme"."""
+        return dict(self.placement).get(buffer, "device")
 
     def shards(self, buffer: str) -> bool:
         """True when each rank holds only its shard of `buffer` (one of BUFFERS)."""

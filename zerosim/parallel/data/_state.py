@@ -39,25 +39,26 @@ def init_rank(rank, plan, layout, policy, recipe, optimizer, padded_init=None, g
     state zero. From `given` ({"params": a, "master": a, "optim.<name>": a}, checked by `check_given`): those
     arrays adopted as they are (a checkpoint loaded at its saved layout: no copy). With neither: left unwritten
     for the caller to fill (a checkpoint resharded)."""
-    led, n = rank.ledger, buffer_sizes(plan, layout)
+    n, on = buffer_sizes(plan, layout), lambda buffer: rank.ledger_of(plan.where(buffer))  # each in its tier's ledger
     grads = accum_format(policy, plan.shards("grads"), recipe).dtype
     if given is not None:
-        rank.params = led.adopt("params", given["params"], "params")
-        rank.grads = led.alloc("grads", n["grads"], grads, "grads", fill=0)
-        rank.master = led.adopt("master", given["master"], "master") if policy.master_format is not None else None
-        rank.optim = {k: led.adopt(k, given[f"optim.{k}"], f"optim:{k}") for k in optimizer.state_names}
+        rank.params = on("params").adopt("params", given["params"], "params")
+        rank.grads = on("grads").alloc("grads", n["grads"], grads, "grads", fill=0)
+        rank.master = (on("master").adopt("master", given["master"], "master") if policy.master_format is not None
+                       else None)
+        rank.optim = {k: on("optimizer").adopt(k, given[f"optim.{k}"], f"optim:{k}") for k in optimizer.state_names}
         return
     own, mine = layout.own(rank.index), plan.region(layout, rank.index)
-    rank.params = led.alloc("params", n["params"], policy.compute_format.dtype, "params")  # (s,) or (Ψ,) compute fmt
+    rank.params = on("params").alloc("params", n["params"], policy.compute_format.dtype, "params")  # (s,)/(Ψ,) compute
     if padded_init is not None:
         rank.params.array[...] = cast(padded_init[own] if plan.shards("params") else padded_init, policy.compute_format)
-    rank.grads = led.alloc("grads", n["grads"], grads, "grads", fill=0)  # (s,) or (Ψ,); padding stays 0
+    rank.grads = on("grads").alloc("grads", n["grads"], grads, "grads", fill=0)  # (s,) or (Ψ,); padding stays 0
     if policy.master_format is not None:
-        rank.master = led.alloc("master", n["master"], policy.master_format.dtype, "master")  # (s,) or (Ψ,) fp32
+        rank.master = on("master").alloc("master", n["master"], policy.master_format.dtype, "master")  # (s,)/(Ψ,) fp32
         if padded_init is not None:
             rank.master.array[...] = cast(padded_init[mine], policy.master_format)
     # (s,) or (Ψ,) per state name, in the storage format: 4 bytes an element in fp32, 2 with optim_state fp16/bf16
-    rank.optim = optimizer.init_state(led, n["optimizer"], dtype=policy.state_format.dtype,
+    rank.optim = optimizer.init_state(on("optimizer"), n["optimizer"], dtype=policy.state_format.dtype,
                                       fill=0 if padded_init is not None else None)
 
 

@@ -27,7 +27,8 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     n, ranks = ctx.cluster.world_size, ctx.ranks
     made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
                                 ranks)  # elementwise, each rank's own region: on the pool
-    return [rank.ledger.adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
+    tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition
+    return [rank.ledger_of(tier).adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
 
 
 def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
@@ -41,7 +42,7 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
         ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs),
                              ranks, lambda i, event: ctx.cluster.trace.record(event))
     for rank in ctx.ranks:
-        rank.ledger.free("grad32")
+        rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
 
 
 def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> OptimizerStep:
@@ -77,7 +78,8 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
         values["compute_after"] = own_params(rank, plan, layout).copy()
         # all it holds, before any refresh (seed 004's inconsistent model)
         values["params_held"] = rank.params.array.copy()
-    return OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values)
+    return OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values,
+                         where=plan.where("optimizer"))
 
 
 def _round_into(own, w, policy, t: int, draws) -> None:
