@@ -95,9 +95,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     ],
     "05_time_and_overlap.ipynb": [
         "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α
-        "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
+        "IB NDR, N = 1024: 588 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·14 µs + 8.4 µs (NCCL's network step, a call)
         "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
-        "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
+        "N* = 182 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480, α = 14 µs
     ],
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
@@ -156,11 +156,11 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "unquantized  trace 10,800 B   hand 10,800 B",  # 2 gathers · 2 bytes · (N − 1) · s = 2 · 2 · 3 · 900
         "fp8 torchao  trace  5,424 B   hand  5,424 B",  # 2 · 3 · 900 e4m3 bytes + 2 · 3 · ceil(3/4) · 4 amax bytes
         "trace 672 B, hand 672 B",  # qgZ, M = 1024, G = 64, d = 4, n = 2: 3/4·(512 + 256) + 1/2·(128 + 64)
-        "unquantized  gather params  14.98 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
-        "qwZ int8     gather params   9.02 s in 396 calls",  # integers and scales: two calls a gather
-        "fp8 torchao  gather params   8.01 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
+        "unquantized  gather params  16.81 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
+        "qwZ int8     gather params  12.67 s in 396 calls",  # integers and scales: two calls a gather
+        "fp8 torchao  gather params   9.85 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
         # GPT-3's block on 1,024 ranks in nodes of 8: 2M against M/16 (plus scales) over IB; the times α-β per tier
-        "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 7.44 s, qgZ 0.89 s",
+        "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 8.33 s, qgZ 1.78 s",
     ],
     "11_fp16_vs_bf16.ipynb": [
         "fp16 stores v = 0 for |g| <= sqrt(2**-25 / 0.001) = 0.00546",  # (1 - b2)·g² at or below half of 2**-24

@@ -18,8 +18,8 @@ import pytest
 from helpers import bits, same, snapshot
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
-from zerosim.precision import LossScaleAtMinimum, get_precision
 from zerosim.parallel.data import CommSchedule, LocoParams, Wire
+from zerosim.precision import LossScaleAtMinimum, get_precision
 
 WIDTHS = [16, 32, 8]  # weights of (32, 16) and (8, 32): qgZ groups of 16 and 8 elements, which its kernels load
 STATIC = 1.0  # a static scale: an overflow is refused (FloatingPointError)
@@ -110,8 +110,8 @@ def what_a_skip_does(twin, engine) -> None:
     global_steps); LoCo's errors dropped (DeepSpeed's `_loco_err_buf_update(overflow=True)`: `del p.intra_ef_buf`);
     each unit's fp8 amax of the unchanged weights recorded, as the skipped step's forward recorded it (Transformer
     Engine's DelayedScaling); DDP's buckets rebuilt after that backward (torch's Reducer)."""
-    from zerosim.precision import loss_scaler_from_state_dict
     from zerosim.parallel.data._carried import _drop_rows
+    from zerosim.precision import loss_scaler_from_state_dict
 
     twin.scaler = loss_scaler_from_state_dict(engine.scaler.state_dict())
     twin.iteration += 1

@@ -25,10 +25,10 @@ from __future__ import annotations
 import json
 import os
 
+from zerosim.checkpoint import _runs as runs
 from zerosim.checkpoint._files import checksum, tensor_bytes, write_atomic, write_bytes
 from zerosim.checkpoint._folders import LATEST, MANIFEST, check_tag, clean_incomplete, is_complete, read_latest
 from zerosim.checkpoint._manifest import make_manifest, rank_file
-from zerosim.checkpoint import _runs as runs
 from zerosim.checkpoint._replicas import check_replicas, file_index, writers
 from zerosim.checkpoint._runs import mint, register, registered
 from zerosim.outputs import check_folder, refuse_inside_checkpoint

@@ -36,8 +36,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from zerosim.teaching import assignments
     from zerosim.outputs import check_file
+    from zerosim.teaching import assignments
 
     if args.action in (None, "list"):
         for n, a in assignments.ASSIGNMENTS.items():

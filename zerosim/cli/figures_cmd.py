@@ -204,11 +204,16 @@ def _will_it_fit(args):
 
 
 def _plan(args):
+    from zerosim.analysis.costs import EFFICIENCY_PRESETS as PRESETS
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
+    from zerosim.analysis.timeline import TimeModel
     from zerosim.viz import plan_figure
 
-    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
+    # what `zerosim plan` prints for it by default: eager PyTorch's kernels and loss, the eager efficiency preset
+    p = plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024, time_model=TimeModel(PRESETS["eager"]),
+             kernels="eager", loss="eager")
+    return plan_figure(p, top=8)
 
 
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames

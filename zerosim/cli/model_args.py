@@ -59,8 +59,9 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
 
 
 def add_activation_arguments(p) -> None:
-    """--seq-len, --batch, --checkpoint and a GPT shape by hand (--d-model, --heads, --vocab)."""
-    from zerosim.models.gpt import STRATEGIES
+    """--seq-len, --batch, --checkpoint, --kernels, --loss and a GPT shape by hand (--d-model, --heads, --vocab)."""
+    from zerosim.cli.efficiency_args import add_kernel_arguments
+    from zerosim.models.gpt import ALL_STRATEGIES
 
     act = p.add_argument_group(
         "activations (seed 001 §5-6)",
@@ -79,10 +80,12 @@ def add_activation_arguments(p) -> None:
     )
     act.add_argument(
         "--checkpoint",
-        choices=tuple(STRATEGIES),
+        choices=tuple(ALL_STRATEGIES),
         default=None,
-        help="with --seq-len: the checkpointing strategy (default none)",
+        help="with --seq-len: the checkpointing strategy (default none); block-flash, subblock-flash and "
+        "every-k-flash recompute with flash attention, op-sac is torchtitan's op-level selective checkpointing",
     )
+    add_kernel_arguments(act)
     act.add_argument(
         "--d-model", type=int, default=None, metavar="D", help="with --seq-len: a GPT of this width (untied head)"
     )
@@ -176,6 +179,8 @@ def micro_batch_from_args(args) -> tuple | None:
             for flag, name in (
                 ("--batch", "batch"),
                 ("--checkpoint", "checkpoint"),
+                ("--kernels", "kernels"),
+                ("--loss", "loss"),
                 ("--d-model", "d_model"),
                 ("--heads", "heads"),
                 ("--vocab", "vocab"),
@@ -204,7 +209,9 @@ def config_from_args(args):
 
 
 def decoder_from_args(args, config, seq_len: int):
-    """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab) and --checkpoint describe."""
+    """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab), --checkpoint, --kernels and
+    --loss describe."""
+    from zerosim.cli.efficiency_args import kernels_of, loss_of
     from zerosim.models import GPT
     from zerosim.models.gpt import MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
@@ -225,7 +232,8 @@ def decoder_from_args(args, config, seq_len: int):
         gpt = GPT(
             50257 if args.vocab is None else args.vocab, args.d_model, args.heads, args.layers, seq_len, **options
         )
-        return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}")
+        return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}",
+                       kernels=kernels_of(args), loss=loss_of(args))
     if args.heads is not None or args.vocab is not None:
         raise ValueError("--heads and --vocab go with --d-model (a --model or --config has its own)")
     if config is None:
@@ -240,7 +248,7 @@ def decoder_from_args(args, config, seq_len: int):
             + (" (rope scaling is not modelled)" if config.layout == "llama" else "")
         )
     twin = MetaLlama if config.layout == "llama" else MetaGPT
-    return twin.from_config(config, seq_len, **options)
+    return twin.from_config(config, seq_len, kernels=kernels_of(args), loss=loss_of(args), **options)
 
 
 def _units(args, config) -> int:

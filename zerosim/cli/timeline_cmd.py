@@ -31,6 +31,7 @@ import json
 import os
 
 from zerosim.analysis.costs import GB
+from zerosim.cli.efficiency_args import add_efficiency_arguments, links_from_args, time_model_from_args
 from zerosim.cli.fit_lines import judge, verdict_word
 from zerosim.cli.model_args import (
     add_activation_arguments,
@@ -82,6 +83,7 @@ def add_arguments(p) -> None:
     add_activation_arguments(p)
     add_gpu_arguments(p)
     add_schedule_arguments(p)
+    add_efficiency_arguments(p)
     p.add_argument(
         "--sweep",
         action="store_true",
@@ -206,7 +208,9 @@ def one_report(args, s) -> tuple:
     model, comm = s.model, s.comm
     names = strategies_of(args, several=False)
     stage = names[0] if names else args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
-    hw = hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute, args.ranks)
+    hw = links_from_args(args, hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute,
+                                             args.ranks))
+    time_model = time_model_from_args(args)
     gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
     check_qgz_model(args, model)
@@ -226,6 +230,7 @@ def one_report(args, s) -> tuple:
         wire=wire_from_args(args),
         gpus_per_node=gpus,
         shard_group=group_size(stage, args, gpus) if names else None,
+        time_model=time_model,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -258,7 +263,10 @@ def one_report(args, s) -> tuple:
         "tokens_per_rank": per_micro * K,
         "comm": describe_comm(comm),
         "overlap": comm.overlap_comm,
+        "time_model": time_model.describe(),
+        "link_model": link_model(hw),
         "step_s": step,
+        "tokens_per_s_per_gpu": per_micro * K / step if step else None,
         "compute_s": compute,
         "comm_s": float(result.comm_busy[0]),
         "exposed_comm_s": exposed,
@@ -276,6 +284,15 @@ def one_report(args, s) -> tuple:
         if s.gpu is None
         else judge(peak, 3 if names else stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
     }, result
+
+
+def link_model(hw) -> str:
+    """One line: each link's bandwidth, α per ring step and latency per call (what the ring times assume)."""
+    def one(link):
+        return (f"{link.name} {link.bandwidth / 1e9:g} GB/s per direction, α {link.alpha * 1e6:g} µs a step, "
+                f"{link.base * 1e6:g} µs a call")
+    return one(hw.link) + ("" if hw.inter_link is None else "; between nodes " + one(hw.inter_link) +
+                           " (NCCL's ring: nodes − 1 steps at its α)")
 
 
 def tier_summary(result, cluster) -> dict:
@@ -343,10 +360,14 @@ def format_one(r: dict) -> str:
             f"{verdict_word(f)}"
         )
     lines += [
-        "Time is the α-β ring and the device's dense peak (a ceiling; launch overheads, contention and NCCL's",
-        "protocols left out: see zerosim.analysis.timeline, simulate).",
+        "",
+        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" if r["tokens_per_s_per_gpu"] else "",
+        f"time from: {r['time_model']}",
+        f"links: {r['link_model']}",
+        "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
+        "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
     ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line is not None)
 
 
 def _run_one(args, s) -> int:
@@ -401,11 +422,14 @@ def sweep_report(args, s) -> dict:
     bar = progress(
         total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False
     )
+    time_model = time_model_from_args(args)
     rows = sweep(
-        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1)
+        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1),
+        time_model=time_model,
     )
     bar.close()
     compute = get_precision(s.precision).compute
+    rate = time_model.gemm_rate(Hardware(device, "nvlink4", compute))  # what a large GEMM runs at
     fits = [judge(r.peak, r.stage, r.ranks, gpu, s.reserve) for r in rows]
     return (
         {
@@ -419,6 +443,8 @@ def sweep_report(args, s) -> dict:
             "precision": s.precision_name,
             "tokens_per_rank": tokens,
             "comm": describe_comm(comm),
+            "time_model": time_model.describe(),
+            "gemm_rate": rate,
             "rows": [
                 {
                     "ranks": r.ranks,
@@ -436,14 +462,10 @@ def sweep_report(args, s) -> dict:
             ],
             "exposed_over_half": {f"{link} stage {st}": crossover(rows, st, link) for link in links for st in stages},
             "hiding_fails_at": {
-                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute))
+                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute), rate)
                 for link in links
             },
-            "bandwidth_tokens": {
-                link: Hardware(device, link, compute).device.rate(compute)
-                / Hardware(device, link, compute).link.bandwidth
-                for link in links
-            },
+            "bandwidth_tokens": {link: rate / Hardware(device, link, compute).link.bandwidth for link in links},
         },
         rows,
         [f["fits"] for f in fits],
@@ -475,6 +497,7 @@ def format_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
+        f"time from: {r['time_model']} (R = {r['gemm_rate'] / 1e12:.0f} TFLOP/s for the model's GEMMs);",
         f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
         f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.",
         "",

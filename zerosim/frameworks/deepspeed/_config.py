@@ -27,8 +27,20 @@ import numbers
 from dataclasses import dataclass
 
 from zerosim.analysis.costs import DeepSpeedBuckets
-from zerosim.frameworks.deepspeed._keys import (BF16, DYNAMIC_LIMITS, FP16, LIMITS, OPTIMIZER_PARAMS, OPTIMIZERS,
-                                                TOP, TOP_OBJECTS, WHY_OBJECT, ZERO, ZERO_ALIASES, ZERO_AS_ONE)
+from zerosim.frameworks.deepspeed._keys import (
+    BF16,
+    DYNAMIC_LIMITS,
+    FP16,
+    LIMITS,
+    OPTIMIZER_PARAMS,
+    OPTIMIZERS,
+    TOP,
+    TOP_OBJECTS,
+    WHY_OBJECT,
+    ZERO,
+    ZERO_ALIASES,
+    ZERO_AS_ONE,
+)
 from zerosim.models.hf import KeyStatus, read_json_object
 from zerosim.parallel.data import CommSchedule
 from zerosim.precision import MixedPrecision

@@ -25,8 +25,8 @@ import numpy as np
 from zerosim.cluster import GradClip, Handle, LossScaleUpdate
 from zerosim.collectives import all_reduce
 from zerosim.parallel.data import _clipping as clipping
-from zerosim.precision import StepDecision
 from zerosim.parallel.data._carried import after_decision
+from zerosim.precision import StepDecision
 
 
 def skips_steps(scaler) -> bool:

@@ -16,9 +16,9 @@ import json
 import os
 import time
 
+from zerosim.outputs import check_file, write_atomic
 from zerosim.teaching.assignments._assignment import VISIBILITY, Assignment
 from zerosim.teaching.exercises._sandbox import grade_file
-from zerosim.outputs import check_file, write_atomic
 
 TIME_LIMIT = 60.0  # seconds per case, as `zerosim exercise check`
 OUTPUT_FORMATS = ("text", "html", "simple_format", "md", "ansi")
