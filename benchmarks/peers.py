@@ -16,7 +16,7 @@ each runnable thread a share, so torch's N processes get N shares and zerosim's 
 the CPU seconds per step (zerosim's process, all threads, ÷ the sum over torch's N processes, each between
 its two barriers) compare the work done.
 
-It ends with the table for the README's speed section (Markdown, the machine and the load in its first
+It ends with the table for benchmarks/README.md (Markdown, the machine and the load in its first
 line). Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
 
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
@@ -205,8 +205,8 @@ def load() -> str:
 
 
 def readme_table(results, header: str) -> list:
-    """The README's table: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch ms; 1 worker
-    ratio; CPU s ratio)", then the targets met or missed."""
+    """The table of benchmarks/README.md: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch
+    ms; 1 worker ratio; CPU s ratio)", then the targets met or missed."""
     labels = [label for label, *_ in ROWS]
     lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     verdicts = []

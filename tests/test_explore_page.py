@@ -62,7 +62,7 @@ def test_the_step_through_is_seed_004s_replay_and_the_page_stands_alone(page):
     frames = embedded(page, "steps")
     assert frames == step_frames() and len(frames) >= 6
     assert any("[0, 0, 0, -4.5]" in f for f in frames) and any("[-5.5, -2.75]" in f for f in frames)
-    assert any("2.099609375" in f for f in frames)  # seed 004's fp16 copy of 2.1, as DESIGN.md fixes it
+    assert any("2.099609375" in f for f in frames)  # seed 004's fp16 copy of 2.1 (explanation/design.md)
     # no network: nothing loaded from anywhere (the SVG namespace is a name, never fetched)
     assert not re.search(r"\b(src|href)=", page) and "@import" not in page and "fetch(" not in page
     assert set(re.findall(r"https?://[^\s\"'<>]+", page)) == {"http://www.w3.org/2000/svg"}

@@ -17,7 +17,8 @@ HANDOUT = """\
 You will write the two halves of a ring all-reduce exactly as NCCL orders them, with every hop rounding to the
 format on the wire, and then explain why four ranks summing 2048 + 1 + 1 + 1 in fp16 do not all agree.
 
-**Read first:** notebook 02 (`notebooks/02_ring_and_rounding.ipynb`), DESIGN.md "Ring order is NCCL's".
+**Read first:** notebook 02 (`notebooks/02_ring_and_rounding.ipynb`), docs/explanation/numerics.md ("Ring order
+is NCCL's").
 
 ## 1. Predict (before writing any code)
 Rank 0 holds 2048 in each of its 4 elements, ranks 1-3 hold 1. After a ring reduce-scatter in fp16, what does

@@ -30,7 +30,8 @@ You will write the four pieces that make data parallelism ZeRO — where each ra
 gradients are reduced and freed, how the sum becomes an average, how the updated shards are made whole again —
 and the engine will run with yours in place of its own. Then you predict how many bytes each rank holds.
 
-**Read first:** notebook 01 (seed 004's worked example), notebook 03 (memory by stage), docs/architecture.md.
+**Read first:** notebook 01 (seed 004's worked example), notebook 03 (memory by stage),
+docs/explanation/architecture.md.
 
 ## 1. Predict
 For a model of P parameters on N ranks, fp16 weights and gradients, an fp32 master and Adam's m and v: how many
