@@ -47,7 +47,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list:
             continue
         flags = ", ".join(action.option_strings) or action.dest
         if action.choices is not None:
-            takes = " \\| ".join(str(c) for c in action.choices)
+            takes = ", ".join(str(c) for c in action.choices)
         elif action.nargs == 0:
             takes = ""
         else:
@@ -108,10 +108,10 @@ def faces(package: Path = PACKAGE) -> list:
 
 
 def _summary(name: str, package: Path = PACKAGE) -> str:
-    """The first line of a face's docstring."""
+    """The first paragraph of a face's docstring, on one line."""
     init = package.parent.joinpath(*name.split("."), "__init__.py")
     doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-    return doc.splitlines()[0] if doc else ""
+    return " ".join(doc.split("\n\n")[0].split())  # the first paragraph, whatever its line breaks
 
 
 def api_pages(package: Path = PACKAGE) -> dict:
@@ -129,11 +129,11 @@ def api_pages(package: Path = PACKAGE) -> dict:
     pages = {f"{API_DIR}/index.md": "\n".join(index)}
     for top in tops:
         members = [n for n in names if n == f"zerosim.{top}" or n.startswith(f"zerosim.{top}.")]
-        body = [f"# `zerosim.{top}`", "", _summary(f"zerosim.{top}", package), "",
-                "Generated from the docstrings of the package's faces; where each private file lives: "
-                "[the architecture map](../../explanation/architecture.md).", ""]
+        body = []  # the face's own heading is the page's title; its sub-faces follow one level down
         for name in members:
-            body += [f"::: {name}", "    options:", f"      heading_level: {2 if name == f'zerosim.{top}' else 3}", ""]
+            body += [f"::: {name}", "    options:", f"      heading_level: {1 if name == f'zerosim.{top}' else 2}", ""]
+        body += ["Generated from the docstrings of the package's faces; where each private file lives: "
+                 "[the architecture map](../../explanation/architecture.md).", ""]
         pages[f"{API_DIR}/{top}.md"] = "\n".join(body)
     return pages
 
