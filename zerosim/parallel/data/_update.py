@@ -24,7 +24,7 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
-    n, ranks = ctx.cluster.world_size, ctx.ranks
+    n, ranks = ctx.mesh.world.size, ctx.ranks  # N: the data-parallel ranks
     made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
                                 ranks)  # elementwise, each rank's own region: on the pool
     return [rank.ledger.adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
@@ -99,7 +99,8 @@ def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: 
     for rank, g32, mine in zip(ranks, grads32, own):  # g32: (Ψ,) the whole averaged gradient
         opt.momentum_(rank.optim["b"].array, g32[mine])  # (s,) fp32 momentum shard
     with cluster.trace.about(purpose="optimizer", layers=()):
-        gathered = all_gather(cluster, [rank.optim["b"].array for rank in ranks], tag="muon momentum")
+        gathered = all_gather(cluster, [rank.optim["b"].array for rank in ranks], tag="muon momentum",
+                              group=ctx.mesh.world)
     for rank, g32, b, mine, red in zip(ranks, grads32, gathered, own, reduced):
         held = rank.ledger.adopt("muon momentum (gathered)", b, "comm")  # (Ψ,) fp32, transient
         update = np.zeros_like(g32)  # (Ψ,) fp32: every rank computes the whole matrices' updates
