@@ -102,6 +102,12 @@ class TensorReference:
         self.tp, self.T, self.dp = tp, tp.tp, world_size // tp.tp
         self.model = tp.local
         self.slices = []
+        if tp.local is None:  # tp = 1: the data-parallel oracle itself
+            self.slices.append(Reference(tp.full, optimizer, precision, world_size, params=tp._whole,
+                                         accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage,
+                                         shard_group=shard_group))
+            self.precision = self.slices[0].precision
+            return
         for t in range(self.T):
             s = _Slice(self.model, optimizer, precision, self.dp, params=local_flat(self.model, tp._whole, tp.full, t),
                        accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage, shard_group=shard_group)
@@ -115,6 +121,8 @@ class TensorReference:
         """`batches`: per data-parallel rank one (x, target) micro-batch or a list of K (every TP rank of a group
         trains on its group's). Returns each data-parallel rank's loss."""
         K = self.slices[0].accumulation_steps
+        if self.model is None:
+            return self.slices[0].step(batches)
         micro = [[b] if K == 1 and len(b) == 2 and not isinstance(b[0], (list, tuple)) else list(b) for b in batches]
         if len(micro) != self.dp or any(len(m) != K for m in micro):
             raise ValueError(f"the TP reference needs {self.dp} data-parallel ranks' {K} micro-batches")
@@ -213,7 +221,7 @@ class TensorReference:
         layout, P = self.slices[0].layout, self.model.num_params
         windows = sequence_parallel_windows(self.model)
         arranged = [np.array(layout.arrange(r[:P])) for r in reduced]  # model order -> the shards' order
-        positions = range(layout.world_size)
+        positions = range(1 if self.whole_stage else layout.world_size)  # stage 0: one region, the whole buffer
         size = packed_length(layout, positions, windows, self.whole_stage)
         for q in positions:
             pieces = packed_pieces(layout, q, windows, self.whole_stage)
@@ -227,7 +235,11 @@ class TensorReference:
     # -- looking inside ---------------------------------------------------------------------------------
     def whole_params(self) -> np.ndarray:
         """The whole model's (P,) 16-bit weights, joined from the slices."""
+        if self.model is None:
+            return self.slices[0].compute_params()
         return whole_flat(self.model, [s.compute_params() for s in self.slices], self.tp.full)
 
     def whole_master(self) -> np.ndarray:
+        if self.model is None:
+            return self.slices[0].master()
         return whole_flat(self.model, [s.master() for s in self.slices], self.tp.full)

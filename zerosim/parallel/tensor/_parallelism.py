@@ -68,14 +68,22 @@ class TensorParallel(Parallelism):
         whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
         self.meta = whole is not None
         self.full = whole if self.meta else model
-        local = TensorParallelModel(self.full, tp, bool(sequence_parallel))
-        self.model = meta_twin(local) if self.meta else local  # what the engine is given
-        self.local = local
-        self.tp, self.sequence_parallel = int(tp), bool(sequence_parallel)
+        # tp = 1 is no tensor parallelism: the model itself, no hook does anything, every bit and call as without
+        # it (Megatron's operators return their input on one rank; it turns sequence parallelism off then:
+        # layers.py, ColumnParallelLinear: "`sequence_parallel` is set to `True`, but tensor model parallel size
+        # is 1")
+        if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
+            raise ValueError(f"tp must be a positive integer (the GPUs of a TP group), got {tp!r}")
+        self.tp = int(tp)
+        self.sequence_parallel = bool(sequence_parallel) and self.tp != 1
+        self.local = None if self.tp == 1 else TensorParallelModel(self.full, tp, self.sequence_parallel)
+        self.model = model if self.local is None else (meta_twin(self.local) if self.meta else self.local)
         self.degrees = {"tp": self.tp}
         if self.meta and params is not None:
             raise ValueError("a meta model has no values: give no params")
-        self._whole = None if self.meta else (self.full.init_params() if params is None else np.asarray(params))
+        # the whole model's initial (P,) weights; tp = 1 keeps only given ones (else the engine's own)
+        self._whole = np.asarray(params) if params is not None else (
+            None if self.meta or self.local is None else self.full.init_params())
         if self._whole is not None and self._whole.shape != (self.full.num_params,):
             raise ValueError(f"params must be the whole model's ({self.full.num_params},) vector, got "
                              f"{self._whole.shape}")
@@ -83,8 +91,8 @@ class TensorParallel(Parallelism):
 
     # -- before the step is built ---------------------------------------------------------------------
     def initial_params(self, dims, rank: int):
-        if self.meta:
-            return None
+        if self.meta or self.local is None:
+            return self._whole  # tp = 1: the given weights on every rank, or None: the engine's own
         position = dims.groups("tp").position(rank)
         if position not in self._slices:
             self._slices[position] = local_flat(self.local, self._whole, self.full, position)
@@ -94,6 +102,8 @@ class TensorParallel(Parallelism):
         """The whole model's (P,) `buffer` ("params": the 16-bit weights, "master": the fp32 masters) from every TP
         rank's slice as the engine holds it (simulator only: every rank in this process)."""
         cluster, layout, plan = engine.cluster, engine.layout, engine.plan
+        if self.local is None:
+            return engine.full_params() if buffer == "params" else engine.full_master()
         if cluster.local_size != cluster.world_size:
             raise RuntimeError("joining the whole model needs every rank in this process (numpy backend)")
         tp = engine.dims.groups("tp")
@@ -108,7 +118,19 @@ class TensorParallel(Parallelism):
         return whole_flat(self.local, parts, self.full)
 
     # -- the step's points ----------------------------------------------------------------------------
+    def batches(self, dims, per_data_rank: list) -> list:
+        """Every rank's micro-batch(es) from the data-parallel ranks' (`dims`: the engine's `ParallelDims`): the T ranks
+        of a TP group train on the same batch (Megatron broadcasts it over the group: tensor_parallel/data.py,
+        `broadcast_data`)."""
+        dp = dims.groups("dp")
+        if len(per_data_rank) != dp.size:
+            raise ValueError(f"{dp.size} data-parallel ranks train on a batch each (dp = N / tp), got "
+                             f"{len(per_data_rank)} batches")
+        return [per_data_rank[dp.position(r)] for r in range(dims.world_size)]
+
     def before_unit(self, ctx, passes, ops) -> Handle:
+        if self.local is None:
+            return Handle()
         op = ops[0]
         if op.kind == "loss":
             return self._loss_statistics(ctx, passes)
@@ -136,6 +158,8 @@ class TensorParallel(Parallelism):
         return self._side(ctx, passes, "a", unit, place.entry, "forward")
 
     def after_unit(self, ctx, passes, ops) -> Handle:
+        if self.local is None:
+            return Handle()
         op = ops[0]
         if not op.computes or op.kind == "loss":
             return Handle()
