@@ -14,7 +14,7 @@ import pytest
 from zerosim.analysis.costs import measure_stage
 from zerosim.models import GPT, Llama, MetaGPT, MetaLlama, read_hf_config, shipped_config
 from zerosim.parallel.tensor import TensorParallel
-from zerosim.parallel.tensor._memory import (
+from zerosim.parallel.tensor._costs import (
     MEGATRON_TERMS,
     llama_layer_bytes,
     megatron_formula,

@@ -46,6 +46,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_precision,
 )
+from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -75,6 +76,7 @@ def add_arguments(p) -> None:
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -157,6 +159,10 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
+    tp, _ = tensor_of(args, args.ranks)
+    if tp > 1 and (args.seq_len is None or args.sweep):
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: time one step of its shape with "
+                         "--seq-len (and --batch), without --sweep")
 
 
 def check_writable(path: str) -> None:
@@ -210,6 +216,7 @@ def one_report(args, s) -> tuple:
     hw = hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute, args.ranks)
     gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
+    tp, sp = tensor_of(args, args.ranks)
     check_qgz_model(args, model)
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
@@ -227,6 +234,8 @@ def one_report(args, s) -> tuple:
         wire=wire_from_args(args),
         gpus_per_node=gpus,
         shard_group=group_size(stage, args, gpus) if names else None,
+        tp=tp,
+        sp=sp,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -245,8 +254,10 @@ def one_report(args, s) -> tuple:
         "tiers": tiers,
         "model": model.name,
         "params": model.num_params,
-        "units": len(model.layers),
+        "units": len(engine.model.layers),
         "ranks": args.ranks,
+        "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": args.ranks // tp,
+                                                 "local_params": engine.model.num_params},
         "stage": stage,
         "precision": s.precision_name,
         "optimizer": s.optimizer,
@@ -306,6 +317,9 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    tp = r.get("tensor_parallel")
+    if tp is not None:
+        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [

@@ -40,7 +40,14 @@ from zerosim.analysis.costs._conventions import (
                                           zerosim_parts,
 )
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
-from zerosim.analysis.costs._measured import measure_activations, measure_by_stage, measure_stage, strategy_costs
+from zerosim.analysis.costs._measured import (
+                                          measure_activations,
+                                          measure_by_stage,
+                                          measure_stage,
+                                          measure_tp_activations,
+                                          strategy_costs,
+                                          tensor_parallel,
+)
 from zerosim.analysis.costs._memory import (
                                           GB,
                                           OPTIMIZER_STATES,
@@ -65,7 +72,7 @@ from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, pr
 
 __all__ = [
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "strategy_costs",
+    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs", "tensor_parallel",
     "GB",
     "GPU",
     "GPUS",

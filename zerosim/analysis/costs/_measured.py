@@ -194,3 +194,20 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     for r in rows:
         r["extra"] = sum(r["flops"].values()) / plain - 1
     return rows
+
+
+def measure_tp_activations(model, batch: int, seq_len: int, precision: str, tp: int, sp: bool) -> ActivationsMeasured:
+    """One TP rank's activations for one micro-batch of (batch, seq_len): a meta step of `model` (a MetaGPT or
+    MetaLlama) at degree `tp` on tp ranks (the data-parallel degree does not change a rank's activations), read back
+    by name: block 0's buffers, what lives outside the blocks, and the peak with the model's own checkpointing."""
+    # NOTE: a checkpointed block's first unit saves the block's input under the name its norm gives it too
+    # ("block0.ln1.block input"), the same bytes: the table keeps one
+    _, cluster, _ = measure_stage(model, tp, 0, "adam", precision, micro_batch=(batch, seq_len), tp=tp, sp=sp)
+    own = cluster.ranks[0].ledger  # checkpointed, a block's buffers are born again in its recompute, by name
+    allocs = [e for e in own.timeline if e.action == "alloc" and e.kind == "activations"]
+    peak = own.peak("activations")
+    top = next(e for e in own.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak)
+    return ActivationsMeasured(per_block={e.name[len("block0."):]: e.nbytes for e in allocs
+                                          if e.name.startswith("block0.")},
+                               outside={e.name: e.nbytes for e in allocs if not e.name.startswith("block")},
+                               peak=peak, peak_at=top.name)

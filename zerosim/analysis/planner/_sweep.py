@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.analysis.costs import tensor_parallel
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 
@@ -59,14 +60,15 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
-              gpus_per_node: int | None = None, shard_group: int | None = None):
+              gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1, sp: bool = False):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
     A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
     MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
     strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
-    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes."""
+    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes.
+    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU)."""
     from zerosim.cluster import Cluster
     from zerosim.optim import get_optimizer
     from zerosim.parallel.data import ZeroEngine
@@ -74,10 +76,11 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
+    model, parallelisms = tensor_parallel(model, tp, sp)  # one TP rank's twin beside the stage, or the model itself
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
-                        shard_group=shard_group)
+                        shard_group=shard_group, parallelisms=parallelisms)
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
     return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine

@@ -21,13 +21,24 @@ Its files, the algorithm apart from its communication:
     _bundle.py          the residual stream beside the value, between units
     _slicing.py         which part of each parameter a TP rank holds: the whole model cut and joined back
     _meta.py            the data-less twin of a TP rank's model, for the meta backend
-    _memory.py          Megatron's activation formulas and the TP + ZeRO model-state formulas, by hand
+    _costs.py           by hand: Megatron's activation formulas, a TP slice's ZeRO model states, TP's bytes a step
 
 The oracle is zerosim.reference's TensorReference; docs/tensor-parallelism.md is the user's page.
 """
 
 from zerosim.parallel.tensor._bundle import Bundle
 from zerosim.parallel.tensor._communication import CONJUGATES, Conjugate
+from zerosim.parallel.tensor._costs import (
+    MEGATRON_TERMS,
+    Term,
+    llama_layer_bytes,
+    megatron_formula,
+    megatron_layer_bytes,
+    term_bytes,
+    tp_bytes_per_micro_step,
+    tp_model_state_bytes,
+    zerosim_layer_bytes,
+)
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy, VocabTarget
 from zerosim.parallel.tensor._meta import MetaTensorParallelModel
 from zerosim.parallel.tensor._model import TensorParallelModel, check_splits
@@ -37,7 +48,9 @@ from zerosim.parallel.tensor._slicing import RULES, local_flat, whole_flat
 from zerosim.parallel.tensor._vocab import MEGATRON_VOCAB_MULTIPLE, padded_vocab
 
 __all__ = [
-    "Bundle", "CONJUGATES", "Conjugate", "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel", "PLACEMENTS",
-    "Placement", "RULES", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy", "VocabTarget",
-    "check_splits", "local_flat", "padded_vocab", "placement", "whole_flat",
+    "Bundle", "CONJUGATES", "Conjugate", "MEGATRON_TERMS", "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel",
+    "PLACEMENTS", "Placement", "RULES", "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy",
+    "VocabTarget", "check_splits", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
+    "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat",
+    "zerosim_layer_bytes",
 ]

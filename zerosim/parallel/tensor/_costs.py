@@ -1,5 +1,6 @@
-"""What one TP rank holds, by hand: Megatron's activation formulas term by term, and the model states of a TP slice
-sharded by ZeRO over its data-parallel group — the numbers the ledgers are checked against.
+"""What one TP rank holds and sends, by hand: Megatron's activation formulas term by term, the model states of a TP
+slice sharded by ZeRO over its data-parallel group, and TP's bytes a step — the numbers the ledgers and the trace
+are checked against.
 
 Letters (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4): s sequence
 length, b micro-batch, h hidden size, a attention heads, t the TP degree; 16-bit activations (2 bytes), 1-byte
@@ -122,3 +123,32 @@ def tp_model_state_bytes(local_params: int, dp: int, stage: int, param_bytes: in
     n = {k: shard if k in cut[stage] else padded for k in ("params", "grads", "master", "optim")}
     return {"params": param_bytes * n["params"], "grads": grad_bytes * n["grads"],
             "master": master_bytes * n["master"], "optim": state_bytes * n["optim"]}
+
+
+# -- bytes on the wire: TP's collectives in one micro-step ---------------------------------------------------------
+
+# In units of one sequence-parallel phase, X·(t − 1)/t bytes a rank sends (X = b·s·h 16-bit activations; an
+# all-reduce is two phases), where each unit's operators sit (_plan.py), forward (and again in a recomputation),
+# backward. The GPT's embedding all-reduces then cuts (positions join after the reduce); its checkpoint block
+# recomputes it, the Llama's keeps its ids instead ("keep input").
+PHASES = {  # (sequence parallel) -> {part: phases}
+    False: {"block forward": 4, "block backward": 4, "embedding forward": 2, "embedding backward": 0,
+            "head forward": 0, "head backward": 2},
+    True: {"block forward": 4, "block backward": 6, "embedding forward": 1, "embedding backward": 1,
+           "head forward": 1, "head backward": 2},
+}
+
+
+def tp_bytes_per_micro_step(layers: int, b: int, s: int, h: int, t: int, sp: bool, recompute: bool = False,
+                            gpt: bool = False, width: int = 2) -> float:
+    """Bytes one rank sends in TP's collectives in one micro-step: the activations' phases (PHASES; the GPT's
+    embedding all-reduces under SP too, 2 phases, and is recomputed with the blocks) and the loss's three fp32
+    all-reduces of b·s statistics. Not counted: SP's all-reduce of the norms' gradients (at most (2·layers + 1)·h
+    elements, once a step)."""
+    p = PHASES[sp]
+    block = p["block forward"] * (2 if recompute else 1) + p["block backward"]
+    embedding = (2 if gpt and sp else p["embedding forward"]) * (2 if recompute and gpt else 1) + p["embedding backward"]
+    head = p["head forward"] * (2 if recompute else 1) + p["head backward"]
+    X = b * s * h * width
+    loss = 3 * 2 * (t - 1) * math.ceil(b * s / t) * 4
+    return (layers * block + embedding + head) * X * (t - 1) / t + loss
