@@ -104,6 +104,7 @@ def report(args) -> dict:
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     local, dp = (model.num_params, N) if tp == 1 else (tp_local_params(model, tp, sp), N // tp)  # one TP rank's
+    vocab = None if tp == 1 else tp_vocab(model, tp)
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, model)
@@ -157,7 +158,8 @@ def report(args) -> dict:
         "activations": None if micro is None else (
             _activations(model, micro, args, s.precision) if tp == 1 else
             tp_activations(model, micro, args, s.precision, tp, sp)),
-        "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local},
+        "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local, "vocab": vocab,
+                                                 "vocab_padded": vocab != model.vocab},
         "stages": measured,
         "gpu": None
         if s.gpu is None
@@ -202,6 +204,13 @@ def tp_local_params(model, tp: int, sp: bool) -> int:
     from zerosim.analysis.costs import tensor_parallel
 
     return tensor_parallel(model, tp, sp)[0].num_params
+
+
+def tp_vocab(model, tp: int) -> int:
+    """The vocabulary TP splits: the model's, or Megatron's padding of it (zerosim.parallel.tensor.padded_model)."""
+    from zerosim.parallel.tensor import padded_model
+
+    return padded_model(model, tp).vocab
 
 
 def tp_sent(model, micro: tuple, tp: int, sp: bool, width: int) -> float:

@@ -34,6 +34,8 @@ def format_report(r: dict) -> str:
         f"dp {tp['dp']}" + (" with sequence parallelism" if tp["sp"] else "") + f", {r['optimizer']}, {r['precision']}",
         f"Each GPU holds one TP rank's slice, Ψ_tp = {tp['local_params']:,} parameters (heads, columns and vocabulary "
         f"cut by {tp['tp']}, norms whole),",
+        *([f"the vocabulary padded to {tp['vocab']:,} tokens as Megatron pads it (make_vocab_size_divisible_by 128 × "
+           "tp),"] if tp["vocab_padded"] else []),
         f"and ZeRO shards that slice over the dp = {tp['dp']} ranks holding it. Per-rank model states in GB (1e9 "
         "bytes), as the ledgers recorded",
         "them after one step; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the engines "

@@ -89,15 +89,16 @@ def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="
 
 def tensor_parallel(model, tp: int = 1, sp: bool = False) -> tuple:
     """(the model the engine runs, the parallelisms beside it): `model` itself and none at tp = 1 without SP, else
-    one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it)."""
+    one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it). A vocabulary
+    that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py)."""
     if tp == 1 and not sp:
         return model, ()
-    from zerosim.parallel.tensor import TensorParallel  # the tensor folder, only where it is asked for
+    from zerosim.parallel.tensor import TensorParallel, padded_model  # the tensor folder, only where asked for
 
     if getattr(model, "gpt", None) is None:
         raise ValueError("tensor parallelism splits a transformer's heads, columns and vocabulary: give the model's "
                          "shape (a --model preset or --config with --seq-len), not a parameter count")
-    parallel = TensorParallel(model, tp, sp)
+    parallel = TensorParallel(padded_model(model, tp), tp, sp)  # the vocabulary padded as Megatron pads it
     return parallel.model, (parallel,)
 
 

@@ -41,7 +41,7 @@ from zerosim.parallel.tensor._costs import (
 )
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy, VocabTarget
 from zerosim.parallel.tensor._meta import MetaTensorParallelModel
-from zerosim.parallel.tensor._model import TensorParallelModel, check_splits
+from zerosim.parallel.tensor._model import TensorParallelModel, check_splits, padded_model
 from zerosim.parallel.tensor._parallelism import TensorParallel
 from zerosim.parallel.tensor._plan import PLACEMENTS, Placement, placement
 from zerosim.parallel.tensor._slicing import RULES, local_flat, whole_flat
@@ -51,6 +51,6 @@ __all__ = [
     "Bundle", "CONJUGATES", "Conjugate", "MEGATRON_TERMS", "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel",
     "PLACEMENTS", "Placement", "RULES", "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy",
     "VocabTarget", "check_splits", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
-    "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat",
+    "padded_model", "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat",
     "zerosim_layer_bytes",
 ]

@@ -68,10 +68,10 @@ def _kind(unit) -> type:
 class MetaTensorParallelUnit(Layer):
     """A TP unit's twin: the same name, parameters, saved tensors, output and FLOPs, no values."""
 
-    def __init__(self, unit):
+    def __init__(self, unit, param_shapes: dict | None = None):
         super().__init__(unit.name)
         self.unit, self.kind = unit, _kind(unit)
-        self.param_shapes = dict(unit.param_shapes)
+        self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
         self.saves_input_only = unit.saves_input_only
 
     def forward(self, p, x, fmt):
@@ -97,11 +97,15 @@ class MetaTensorParallelUnit(Layer):
 
 
 class MetaTensorParallelModel(MetaDecoder):
-    """A `TensorParallelModel`'s units as twins (same flat layout, checkpoint blocks, names and loss)."""
+    """A `TensorParallelModel`'s units as twins (same flat layout, checkpoint blocks, names and loss). `tied_head`:
+    the head reuses the embedding's V/T rows (Megatron's share_embeddings_and_output_weights), so its weight is
+    counted once, in the embedding, as MetaGPT counts a tied head."""
 
-    def __init__(self, model):
-        super().__init__([MetaTensorParallelUnit(u) for u in model.layers], model.loss,
-                         checkpoint_blocks=model.checkpoint_blocks)
+    def __init__(self, model, tied_head: bool = False):
+        units = [MetaTensorParallelUnit(u) for u in model.layers]
+        if tied_head:
+            units[-1] = MetaTensorParallelUnit(model.layers[-1], {})
+        super().__init__(units, model.loss, checkpoint_blocks=model.checkpoint_blocks)
         self.local = model
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "tp",
                      "sequence_parallel", "family", "full"):
@@ -116,5 +120,5 @@ class MetaTensorParallelModel(MetaDecoder):
                              "ranks: the length must be a multiple of tp (Megatron asserts the same)")
 
 
-def meta_twin(model) -> MetaTensorParallelModel:
-    return MetaTensorParallelModel(model)
+def meta_twin(model, tied_head: bool = False) -> MetaTensorParallelModel:
+    return MetaTensorParallelModel(model, tied_head)

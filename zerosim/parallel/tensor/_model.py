@@ -37,7 +37,7 @@ from zerosim.models.layers import BLOCK
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy
 from zerosim.parallel.tensor._layers import MLP, Attention, GQAttention, SwiGLU
 from zerosim.parallel.tensor._replicated import Add, Norm
-from zerosim.parallel.tensor._vocab import Embedding, Head, padded_vocab
+from zerosim.parallel.tensor._vocab import MEGATRON_VOCAB_MULTIPLE, Embedding, Head, padded_vocab
 
 UNITS_PER_BLOCK = 5  # ln1, attn, ln2, mlp, out
 
@@ -168,3 +168,27 @@ def _blocks(per_block: list, n_units: int, first: int, checkpoint: str) -> list:
         per_block = [(per_block[i][0], per_block[min(i + k, len(per_block)) - 1][1])
                      for i in range(0, len(per_block), k)]
     return [(0, first), *per_block, (n_units - 2, n_units)]
+
+
+def padded_model(full, tp: int, multiple: int | None = None):
+    """`full` (a GPT or Llama, or its meta twin) with its vocabulary padded as Megatron pads it (_vocab.padded_vocab:
+    up to a multiple of multiple·T, Megatron's default 128), or `full` itself when the vocabulary splits already and
+    no multiple is asked for. The extra rows are new tokens no data uses (Megatron's "dummy tokens")."""
+    twin = getattr(full, "gpt", None)
+    model = full if twin is None else twin
+    if multiple is None and model.vocab % tp == 0:
+        return full
+    vocab = padded_vocab(model.vocab, tp, MEGATRON_VOCAB_MULTIPLE if multiple is None else multiple)
+    if vocab == model.vocab:
+        return full
+    if isinstance(model, GPT):
+        new = GPT(vocab, model.d_model, model.n_heads, model.n_layers, model.seq_len, model.unit, model.activation,
+                  model.attention, model.checkpoint, _flash_block(model))
+    else:
+        new = Llama(vocab, model.d_model, model.n_heads, model.n_layers, model.seq_len, model.d_ff, model.n_kv_heads,
+                    model.head_dim, model.rope_theta, model.rms_eps, model.qkv_bias, model.o_bias, model.unit,
+                    model.attention, model.checkpoint, _flash_block(model))
+    if twin is None:
+        return new
+    return type(full)(new, **({"tied_head": full.tied_head} if hasattr(full, "tied_head") else {}),
+                      name=f"{full.name}, vocabulary padded to {vocab:,}")

@@ -77,7 +77,8 @@ class TensorParallel(Parallelism):
         self.tp = int(tp)
         self.sequence_parallel = bool(sequence_parallel) and self.tp != 1
         self.local = None if self.tp == 1 else TensorParallelModel(self.full, tp, self.sequence_parallel)
-        self.model = model if self.local is None else (meta_twin(self.local) if self.meta else self.local)
+        self.model = model if self.local is None else (
+            meta_twin(self.local, getattr(model, "tied_head", False)) if self.meta else self.local)
         self.degrees = {"tp": self.tp}
         if self.meta and params is not None:
             raise ValueError("a meta model has no values: give no params")
