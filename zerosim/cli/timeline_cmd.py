@@ -46,7 +46,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_precision,
 )
-from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
+from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -77,6 +77,7 @@ def add_arguments(p) -> None:
     )
     add_mesh_arguments(p, several=True)
     add_tensor_arguments(p)
+    add_async_argument(p)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -236,6 +237,7 @@ def one_report(args, s) -> tuple:
         shard_group=group_size(stage, args, gpus) if names else None,
         tp=tp,
         sp=sp,
+        async_tp=args.async_tp,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -257,7 +259,7 @@ def one_report(args, s) -> tuple:
         "units": len(engine.model.layers),
         "ranks": args.ranks,
         "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": args.ranks // tp,
-                                                 "local_params": engine.model.num_params},
+                                                 "local_params": engine.model.num_params, "async": args.async_tp},
         "stage": stage,
         "precision": s.precision_name,
         "optimizer": s.optimizer,
@@ -319,7 +321,8 @@ def format_one(r: dict) -> str:
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
     tp = r.get("tensor_parallel")
     if tp is not None:
-        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "")
+        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+            ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [

@@ -87,7 +87,7 @@ def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="
     return row, cluster, engine
 
 
-def tensor_parallel(model, tp: int = 1, sp: bool = False) -> tuple:
+def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False) -> tuple:
     """(the model the engine runs, the parallelisms beside it): `model` itself and none at tp = 1 without SP, else
     one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it). A vocabulary
     that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py)."""
@@ -98,7 +98,7 @@ def tensor_parallel(model, tp: int = 1, sp: bool = False) -> tuple:
     if getattr(model, "gpt", None) is None:
         raise ValueError("tensor parallelism splits a transformer's heads, columns and vocabulary: give the model's "
                          "shape (a --model preset or --config with --seq-len), not a parameter count")
-    parallel = TensorParallel(padded_model(model, tp), tp, sp)  # the vocabulary padded as Megatron pads it
+    parallel = TensorParallel(padded_model(model, tp), tp, sp, async_tp=async_tp)  # vocabulary padded as Megatron
     return parallel.model, (parallel,)
 
 

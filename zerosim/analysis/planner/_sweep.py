@@ -60,7 +60,8 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
-              gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1, sp: bool = False):
+              gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1, sp: bool = False,
+              async_tp: bool = False):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -76,7 +77,7 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
-    model, parallelisms = tensor_parallel(model, tp, sp)  # one TP rank's twin beside the stage, or the model itself
+    model, parallelisms = tensor_parallel(model, tp, sp, async_tp)  # one TP rank's twin, or the model itself
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits

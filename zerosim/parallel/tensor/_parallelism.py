@@ -18,6 +18,13 @@ points it runs what _plan.py places around each unit:
 Each returns the handles of its collectives, which the next compute names: TP's collectives sit on the critical path
 (nothing overlaps them, as in Megatron without tp_comm_overlap and torchtitan without async TP). Everything it keeps
 (SP's input shards) is born in the rank's ledger as activations.
+
+`async_tp=True` is the bound of what overlapping them can give: the activations' collectives are still made (the
+same calls, bytes and bits) but no compute waits for them, so the timeline runs them beside the GEMMs they feed —
+what torchtitan's async TP (enable_async_tensor_parallel: torch's micro-pipelined all-gather / reduce-scatter
+matmuls, torch/distributed/_symmetric_memory) and Megatron's --tp-comm-overlap (Transformer Engine's userbuffers)
+approach by cutting each GEMM into pieces. It is an upper bound: the pieces' own latency and the contention for
+NVLink and SMs are left out, as the timeline leaves them out everywhere.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ class TensorParallel(Parallelism):
 
     name = "tensor parallel"
 
-    def __init__(self, model, tp: int, sequence_parallel: bool = False, params=None):
+    def __init__(self, model, tp: int, sequence_parallel: bool = False, params=None, async_tp: bool = False):
         whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
         self.meta = whole is not None
         self.full = whole if self.meta else model
@@ -80,6 +87,7 @@ class TensorParallel(Parallelism):
         self.model = model if self.local is None else (
             meta_twin(self.local, getattr(model, "tied_head", False)) if self.meta else self.local)
         self.degrees = {"tp": self.tp}
+        self.async_tp = bool(async_tp)  # the activations' collectives overlap compute (module docstring)
         if self.meta and params is not None:
             raise ValueError("a meta model has no values: give no params")
         # the whole model's initial (P,) weights; tp = 1 keeps only given ones (else the engine's own)
@@ -207,7 +215,7 @@ class TensorParallel(Parallelism):
             ys, handle = comm.run(side, ctx.cluster, group, xs, tag)
             for p, y in zip(passes, ys):
                 setattr(p, slot, y)
-            return handle
+            return Handle() if self.async_tp else handle
         values, handle = comm.run(side, ctx.cluster, group, [x.value for x in xs], tag)
         residuals = [x.residual for x in xs]
         if both:  # the residual is cut too; backward, it is the add's very gradient: gathered once, shared
@@ -218,7 +226,7 @@ class TensorParallel(Parallelism):
                 handle += more
         for p, x, r, v in zip(passes, xs, residuals, values):
             setattr(p, slot, replace(x, residual=r, value=v))
-        return handle
+        return Handle() if self.async_tp else handle
 
     def _gather_kept(self, ctx, passes, unit, group) -> Handle:
         """SP: all-gather the input shard the unit's forward kept, hand it to the backward in `dy.input`, free it."""
