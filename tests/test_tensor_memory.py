@@ -13,7 +13,6 @@ import pytest
 
 from zerosim.analysis.costs import measure_stage
 from zerosim.models import GPT, Llama, MetaGPT, MetaLlama, read_hf_config, shipped_config
-from zerosim.parallel.tensor import TensorParallel
 from zerosim.parallel.tensor._costs import (
     MEGATRON_TERMS,
     llama_layer_bytes,
@@ -145,7 +144,8 @@ def test_llama_70b_at_tp_8_and_zero_3_over_32_ranks():
     X = b * s * LLAMA_70B["d"] * 2
     M = b * s  # the loss's statistics: three all-reduces of M fp32 values
     tp_bytes = (LLAMA_70B["layers"] * 14 + 2 + 4) * X * (t - 1) // t + 3 * 2 * (t - 1) * math.ceil(M / t) * 4
-    sp_grads = 2 * (t - 1) * math.ceil(sequence_parallel_share(local, dp) / t) * engine.cluster.ranks[0].grads.array.itemsize
+    width = engine.cluster.ranks[0].grads.array.itemsize  # the reduced gradients' format
+    sp_grads = 2 * (t - 1) * math.ceil(sequence_parallel_share(local, dp) / t) * width
     tiers = cluster.trace.bytes_by_tier()
     assert tiers["intra-node"] == pytest.approx(t * dp * (tp_bytes + sp_grads), rel=1e-9)
     # FSDP over dp = 32 ranks, one per node: each unit gathered for forward, recompute and backward (bf16), its

@@ -54,7 +54,8 @@ def tp_activation_lines(a: dict) -> list:
         f"What one layer saves on one of tp = {a['tp']} ranks{sp}, by name (MB = 1e6 bytes):",
     ]
     lines += [f"    {name:<40s} {nbytes / MB:12.3f}" for name, nbytes in a["per_block"].items()]
-    lines.append(f"    {'one layer':<40s} {a['per_block_total'] / MB:12.3f}   (formula: {a['formula_per_layer'] / MB:.3f})")
+    lines.append(f"    {'one layer':<40s} {a['per_block_total'] / MB:12.3f}   "
+                 f"(formula: {a['formula_per_layer'] / MB:.3f})")
     if a["layout"] == "gpt2":
         lines += [
             f"Megatron's {a['formula_name']} (Korthikanti et al. 2022, Table 2) = {a['megatron'] / MB:.3f} MB;",

@@ -24,8 +24,9 @@ Two facts a parallelism states before the step is built, because data parallelis
 `degrees`, the mesh dims it takes ({"tp": T} for tensor parallelism: the data-parallel groups are then cut from what
 the world leaves, parallel/data/multinode/_groups.py), and `initial_params(dims, rank)`, the weights a rank starts
 from where ranks hold different parts of the model (tensor parallelism: each TP rank its slice; None: the engine's
-`params`, the same on every rank, as data parallelism alone has it). A hook takes the step's frozen `Context` (ctx: the cluster, the plan,
-the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
+`params`, the same on every rank, as data parallelism alone has it).
+
+A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
 i's `models.Pass`, whose `a` is the activation going forward and `dy` the gradient coming back) and the unit's ops
 (`models.Op`: its `layer` and `kind`, "forward", "backward", ...); it never takes the engine. Anything it sends
 goes through `zerosim.collectives` (over `ctx.cluster`), so it is in the trace with a handle; anything it holds goes

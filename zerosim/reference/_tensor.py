@@ -68,7 +68,7 @@ def _reduce_scatter(xs: list) -> list:
 
 
 def _split(xs: list) -> list:
-    T, (B, L, d) = len(xs), xs[0].shape
+    T, L = len(xs), xs[0].shape[1]
     step = L // T
     return [x[:, t * step:(t + 1) * step].copy() for t, x in enumerate(xs)]
 

@@ -72,7 +72,8 @@ from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, pr
 
 __all__ = [
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs", "tensor_parallel",
+    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",
+    "tensor_parallel",
     "GB",
     "GPU",
     "GPUS",

@@ -149,7 +149,8 @@ class ZeroEngine:
         for rank in cluster.ranks if states is not None else ():
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
-        own = {} if states is not None else self.parallelisms.initial_params(self.dims, [r.index for r in cluster.ranks])
+        here = [r.index for r in cluster.ranks]
+        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
         if own and params is not None:
             raise ValueError(f"params= and a parallelism that gives every rank its own weights "
                              f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")

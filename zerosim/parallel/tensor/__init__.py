@@ -51,6 +51,7 @@ __all__ = [
     "Bundle", "CONJUGATES", "Conjugate", "MEGATRON_TERMS", "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel",
     "PLACEMENTS", "Placement", "RULES", "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy",
     "VocabTarget", "check_splits", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
-    "padded_model", "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat",
+    "padded_model", "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes",
+    "whole_flat",
     "zerosim_layer_bytes",
 ]

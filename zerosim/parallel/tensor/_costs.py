@@ -147,7 +147,8 @@ def tp_bytes_per_micro_step(layers: int, b: int, s: int, h: int, t: int, sp: boo
     elements, once a step)."""
     p = PHASES[sp]
     block = p["block forward"] * (2 if recompute else 1) + p["block backward"]
-    embedding = (2 if gpt and sp else p["embedding forward"]) * (2 if recompute and gpt else 1) + p["embedding backward"]
+    forward = 2 if gpt and sp else p["embedding forward"]
+    embedding = forward * (2 if recompute and gpt else 1) + p["embedding backward"]
     head = p["head forward"] * (2 if recompute else 1) + p["head backward"]
     X = b * s * h * width
     loss = 3 * 2 * (t - 1) * math.ceil(b * s / t) * 4

@@ -75,7 +75,7 @@ def default_size(plan, cluster, size) -> int | None:
 
 def mesh_groups(plan, cluster, size: int | None = None, tp: int = 1) -> MeshGroups:
     """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked; default GPUs per node), beside
-    tensor parallelism of degree `tp` (the data-parallel groups are then the data dims of the mesh: module docstring)."""
+    tensor parallelism of degree `tp` (the data-parallel groups are then the mesh's data dims: module docstring)."""
     if tp != 1:
         return _beside_tp(plan, cluster, size, tp)
     n, world = cluster.world_size, cluster.world
