@@ -26,11 +26,11 @@ the world leaves, parallel/data/multinode/_groups.py), and `initial_params(dims,
 from where ranks hold different parts of the model (tensor parallelism: each TP rank its slice; None: the engine's
 `params`, the same on every rank, as data parallelism alone has it).
 
-A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
-i's `models.Pass`, whose `a` is the activation going forward and `dy` the gradient coming back) and the unit's ops
-(`models.Op`: its `layer` and `kind`, "forward", "backward", ...); it never takes the engine. Anything it sends
-goes through `zerosim.collectives` (over `ctx.cluster`), so it is in the trace with a handle; anything it holds goes
-through a rank's ledger.
+A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-
+batches in flight where it runs between units (`passes[i]`: local rank i's `models.Pass`, whose `a` is the
+activation going forward and `dy` the gradient coming back) and the unit's ops (`models.Op`: its `layer` and `kind`,
+"forward", "backward", ...); it never takes the engine. Anything it sends goes through `zerosim.collectives` (over
+`ctx.cluster`), so it is in the trace with a handle; anything it holds goes through a rank's ledger.
 
 `Parallelisms` fans the four points out to every parallelism an engine was given, in order, and adds their handles.
 With none (the default), every point returns an empty handle and the step is the data-parallel step alone, call for
