@@ -158,8 +158,8 @@ def report(args) -> dict:
         "activations": None if micro is None else (
             _activations(model, micro, args, s.precision) if tp == 1 else
             tp_activations(model, micro, args, s.precision, tp, sp)),
-        "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local, "vocab": vocab,
-                                                 "vocab_padded": vocab != model.vocab},
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
+                                                   "vocab": vocab, "vocab_padded": vocab != model.vocab}}),
         "stages": measured,
         "gpu": None
         if s.gpu is None

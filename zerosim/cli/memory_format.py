@@ -41,6 +41,8 @@ def format_report(r: dict) -> str:
         "them after one step; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the engines "
         "hold them.",
         "",
+    ]
+    lines += [
         f"{'stage':5s} "
         + " ".join(f"{k:>10s}" for k in kinds)
         + " | "

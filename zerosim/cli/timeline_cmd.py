@@ -256,10 +256,10 @@ def one_report(args, s) -> tuple:
         "tiers": tiers,
         "model": model.name,
         "params": model.num_params,
-        "units": len(engine.model.layers),
+        "units": len(engine.model.layers),  # beside TP: one TP rank's units
         "ranks": args.ranks,
-        "tensor_parallel": None if tp == 1 else {"tp": tp, "sp": sp, "dp": args.ranks // tp,
-                                                 "local_params": engine.model.num_params, "async": args.async_tp},
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": args.ranks // tp,
+                                                   "local_params": engine.model.num_params, "async": args.async_tp}}),
         "stage": stage,
         "precision": s.precision_name,
         "optimizer": s.optimizer,

@@ -99,17 +99,18 @@ class StepTime:
 
 def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
-              tokens: int = 2048, first: StepTime | None = None) -> StepTime:
+              tokens: int = 2048, first: StepTime | None = None, **beside) -> StepTime:
     """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
 
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
     communication (every micro-step but the last starts and ends with both streams in the same state;
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
     float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
-    `first`: the K = 1 step when it was simulated already (the planner's memory run)."""
+    `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
+    gpus_per_node, tp, sp."""
     def run(K):
         result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
-                              micro_batch=micro_batch, accumulation_steps=K)
+                              micro_batch=micro_batch, accumulation_steps=K, **beside)
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps
