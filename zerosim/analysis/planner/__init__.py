@@ -4,6 +4,7 @@ step of each takes — one meta-backend step per configuration, placed in time b
     _plan.py             plan: stage × checkpointing strategy × micro-batch, what fits, ranked by step time
     _sweep.py            one meta step per (N, stage, link); a step of K micro-steps (step_time); the crossover
     _strategy_sweep.py   FULL_SHARD against HSDP, MiCS and hpZ over N, on nodes of G GPUs
+    _tensor_validation.py torchtitan's Llama 3.1 70B FSDP 32 x TP 8 run beside zerosim's prediction, with the error
 """
 
 from zerosim.analysis.planner._plan import Plan, PlanRow, divisors, plan
@@ -17,6 +18,8 @@ from zerosim.analysis.planner._strategy_sweep import (
                                                       strategy_timeline,
 )
 from zerosim.analysis.planner._strategy_sweep import crossover as strategy_crossover
+from zerosim.analysis.planner._tensor_validation import TORCHTITAN_70B, PublishedRun
+from zerosim.analysis.planner._tensor_validation import predict as predict_published_run
 from zerosim.analysis.planner._sweep import (
                                                       StepTime,
                                                       SweepRow,
@@ -28,7 +31,7 @@ from zerosim.analysis.planner._sweep import (
 )
 
 __all__ = [
-    "Plan", "PlanRow", "StepTime", "StrategyRow", "SweepRow", "crossover", "divisors", "fitting_shard_group",
+    "Plan", "PlanRow", "PublishedRun", "StepTime", "TORCHTITAN_70B", "predict_published_run", "StrategyRow", "SweepRow", "crossover", "divisors", "fitting_shard_group",
     "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan", "recipe_of", "step_time", "strategy_crossover",
     "strategy_step", "strategy_sweep", "strategy_timeline", "sweep",
 ]
