@@ -38,6 +38,9 @@ def add_arguments(p) -> None:
                         "node 1): which GPU adds what, over NVLink or InfiniBand; takes --strategy, --precision, --lr")
     p.add_argument("--strategy", choices=("hsdp", "mics"), default="hsdp",
                    help="with --mesh: HSDP (default) or MiCS, a shard group per node and replicas across")
+    p.add_argument("--tp", type=int, default=None, metavar="2",
+                   help="tell seed 004's first layer as a 2-way row-parallel linear: one tensor-parallel layer, "
+                        "its partial sums and their all-reduce, number by number")
 
 
 def _run_mesh(args) -> int:
@@ -51,7 +54,23 @@ def _run_mesh(args) -> int:
     return 0
 
 
+def _run_tensor(args) -> int:
+    from zerosim.replay import narrate_tensor, tensor_replay
+
+    if args.tp != 2:
+        raise ValueError(f"--tp replays seed 004's two-weight first layer over 2 GPUs: give --tp 2, got {args.tp}")
+    if args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
+            args.loss_scale is not None or args.exact:
+        raise ValueError("--tp 2 replays one forward and backward of one tensor-parallel layer; it takes --precision "
+                         "and --json, not --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    result = tensor_replay(args.precision)
+    print(json.dumps(result, indent=1) if args.json else narrate_tensor(result))
+    return 0
+
+
 def run(args) -> int:
+    if args.tp is not None:
+        return _run_tensor(args)
     if args.mesh is not None:
         return _run_mesh(args)
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
