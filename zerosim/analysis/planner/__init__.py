@@ -31,7 +31,8 @@ from zerosim.analysis.planner._sweep import (
 )
 
 __all__ = [
-    "Plan", "PlanRow", "PublishedRun", "StepTime", "TORCHTITAN_70B", "predict_published_run", "StrategyRow", "SweepRow", "crossover", "divisors", "fitting_shard_group",
-    "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan", "recipe_of", "step_time", "strategy_crossover",
-    "strategy_step", "strategy_sweep", "strategy_timeline", "sweep",
+    "Plan", "PlanRow", "PublishedRun", "StepTime", "StrategyRow", "SweepRow", "TORCHTITAN_70B", "crossover",
+    "divisors", "fitting_shard_group", "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan",
+    "predict_published_run", "recipe_of", "step_time", "strategy_crossover", "strategy_step", "strategy_sweep",
+    "strategy_timeline", "sweep",
 ]
