@@ -1,12 +1,12 @@
 """The mesh with a TP axis: which GPU holds which slice and which shard, and what each link carried, after one step.
 
-Four nodes of two GPUs, tensor parallelism of degree 2 beside ZeRO-3 (torchtitan's mesh order: TP innermost, so a
-TP group is a node's two GPUs — torchtitan's TP 8 fills an 8-GPU node the same way — and a data-parallel group takes
-the GPU of one TP position on every node). Left: the mesh — a box per GPU coloured by its TP position (the slice of every layer it holds), the ZeRO
-shard of that slice it keeps, solid lines for the TP groups (NVLink) and dashed for the data-parallel groups (their
-rings cross the nodes). Right: the bytes each GPU sent in the step, split by what for (TP's activations, ZeRO's
-parameters and gradients) and by link. Everything is read from a real engine's groups, layout and trace: a GPT on
-the numpy backend (zerosim.parallel.tensor, parallel/data).
+Four nodes of two GPUs, tensor parallelism of degree 2 beside ZeRO-3 (torchtitan's mesh order: TP innermost, so a TP
+group is a node's two GPUs — torchtitan's TP 8 fills an 8-GPU node the same way — and a data-parallel group takes
+the GPU of one TP position on every node). Left: the mesh — a box per GPU coloured by its TP position (the slice of
+every layer it holds), the ZeRO shard of that slice it keeps, solid lines for the TP groups (NVLink) and dashed for
+the data-parallel groups (their rings cross the nodes). Right: the bytes each GPU sent in the step, split by what
+for (TP's activations, ZeRO's parameters and gradients) and by link. Everything is read from a real engine's groups,
+layout and trace: a GPT on the numpy backend (zerosim.parallel.tensor, parallel/data).
 """
 
 from __future__ import annotations
