@@ -61,9 +61,10 @@ def assert_same(engine, tp, oracle, losses):
     for got, want in losses:
         assert [got[r] for r in dp.members[0]] == want  # every TP rank of a group logs its group's loss
         assert all(got[r] == got[g[0]] for g in engine.dims.groups("tp").members for r in g)
-    assert np.array_equal(bits(tp.whole_params(engine)), bits(oracle.whole_params()))
+    assert np.array_equal(bits(tp.whole_params(engine.ctx)), bits(oracle.whole_params()))
     if engine.precision.master_format is not None:
-        assert np.array_equal(bits(tp.whole_params(engine, "master")), bits(oracle.whole_master()))
+        master = tp.whole_params(engine.ctx, engine.master_shards(), "master")
+        assert np.array_equal(bits(master), bits(oracle.whole_master()))
 
 
 @pytest.mark.parametrize("plan", PLANS)

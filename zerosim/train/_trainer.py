@@ -203,7 +203,7 @@ def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
         return None
     x, target = held_out  # (S, 2n) ids and next tokens
-    whole = engine.full_params() if tensor is None else tensor.whole_params(engine)
+    whole = engine.full_params() if tensor is None else tensor.whole_params(engine.ctx)
     guess = predict(model, whole, x, fmt).argmax(-1)  # (S, 2n)
     answer = answer_positions(x.shape[1] // 2)
     return float(np.mean(guess[:, answer] == target[:, answer]))

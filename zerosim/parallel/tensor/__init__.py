@@ -5,7 +5,7 @@ strategy, which shards each TP rank's slice over the data-parallel ranks that ho
     from zerosim.parallel.tensor import TensorParallel
     tp = TensorParallel(gpt, tp=2, sequence_parallel=True)       # gpt: a zerosim GPT or Llama (or its meta twin)
     engine = ZeroEngine(tp.model, Cluster(8, gpus_per_node=4), 3, Adam(), "bf16-mixed", parallelisms=(tp,))
-    tp.whole_params(engine)                                      # the whole model's (P,) weights, joined back
+    tp.whole_params(engine.ctx)                                  # the whole model's (P,) weights, joined back
 
 Its files, the algorithm apart from its communication:
 

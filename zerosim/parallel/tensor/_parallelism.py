@@ -107,24 +107,22 @@ class TensorParallel(Parallelism):
             self._slices[position] = local_flat(self.local, self._whole, self.full, position)
         return self._slices[position]
 
-    def whole_params(self, engine, buffer: str = "params"):
-        """The whole model's (P,) `buffer` ("params": the 16-bit weights, "master": the fp32 masters) from every TP
-        rank's slice as the engine holds it (simulator only: every rank in this process)."""
-        cluster, layout, plan = engine.cluster, engine.layout, engine.plan
-        if self.local is None:
-            return engine.full_params() if buffer == "params" else engine.full_master()
+    def whole_params(self, ctx, held=None, buffer: str = "params"):
+        """The whole model's (P,) weights joined from every TP rank's slice: `ctx` is the engine's frozen Context
+        (`engine.ctx`), `held` each local rank's `buffer` as the engine holds it — its 16-bit params (the default),
+        or its fp32 master region with buffer="master" (`engine.master_shards()`). Simulator only: every rank in
+        this process."""
+        cluster, layout, plan = ctx.cluster, ctx.layout, ctx.plan
+        held = [r.params.array for r in cluster.ranks] if held is None else held
         if cluster.local_size != cluster.world_size:
             raise RuntimeError("joining the whole model needs every rank in this process (numpy backend)")
-        tp = engine.dims.groups("tp")
-        held = [r.params.array for r in cluster.ranks] if buffer == "params" else engine.master_shards()
+        tp, sharded = ctx.mesh.dims.groups("tp"), plan.shards(buffer)
         parts = []
-        for position in range(self.tp):
-            group = next(g for g in engine.groups.shard.members if tp.position(g[0]) == position)
-            if plan.shards("master" if buffer == "master" else "params"):
-                parts.append(np.array(layout.unarrange(np.concatenate([held[r] for r in group]))))
-            else:
-                parts.append(np.array(layout.unarrange(held[group[0]])))
-        return whole_flat(self.local, parts, self.full)
+        for position in range(self.tp):  # one shard group of each TP position holds its slice's shards once
+            group = next(g for g in ctx.mesh.shard.members if tp.position(g[0]) == position)
+            whole = np.concatenate([held[r] for r in group]) if sharded else held[group[0]]
+            parts.append(np.array(layout.unarrange(whole)))
+        return parts[0] if self.local is None else whole_flat(self.local, parts, self.full)
 
     # -- the step's points ----------------------------------------------------------------------------
     def batches(self, dims, per_data_rank: list) -> list:
