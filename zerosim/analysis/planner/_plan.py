@@ -137,9 +137,10 @@ def plan(
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
             raise ValueError(f"a tensor-parallel degree must divide the {ranks} GPUs, got {tp!r}")
         if global_batch % (ranks // tp):
+            over = f"{ranks} ranks" if tp == 1 else f"{ranks // tp} data-parallel ranks ({ranks} GPUs / tp {tp})"
             raise ValueError(
-                f"a global batch of {global_batch} sequences does not split over {ranks // tp} data-parallel ranks "
-                f"({ranks} GPUs / tp {tp}; each takes micro-batch × accumulation sequences per step)"
+                f"a global batch of {global_batch} sequences does not split over {over} "
+                f"(each rank takes micro-batch × accumulation sequences per step)"
             )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
