@@ -47,6 +47,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
+    "12_tensor_parallel.ipynb": 1,  # the mesh with its TP axis: each GPU's slice and shard, its bytes by link
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -172,6 +173,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "fp16-mixed, fp16 state: stopped at step 9",
         "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
         "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
+    ],
+    "12_tensor_parallel.ipynb": [
+        "rank 0's TP group:   (0, 1, 2, 3, 4, 5, 6, 7)",  # torchtitan's mesh: TP innermost, a node's 8 GPUs
+        "The gradient [w1, w2, w3, w4] = [-5.5, -2.75, -2.75, -5] is seed",  # one TP group reaches seed 004's average
+        "partials 1024.0 + 0.5 -> ring 1024.0; one GEMM 1025.0; float64 1025.0",  # two ties to even in fp16
+        "engine = oracle, every bit of the bf16 weights: True",
+        "the ledger    125.9 MB",  # Table 2 at t = 8 less dropout plus the statistics: the GPT-3-shaped layer
+        "TP 8 on nodes of 4: step  54.6 s",  # TP across InfiniBand, against 15.8 s inside a node
+        "memory: torchtitan 71.9 GiB, zerosim 35.6 GiB (-50.5 %)",
     ],
 }
 _executed = {}
