@@ -40,7 +40,7 @@ def test_what_megatron_refuses_is_refused(make, tp, said):
 
 def test_a_vocabulary_is_padded_as_megatron_pads_it():
     assert padded_vocab(50257, 1) == 50304 and padded_vocab(50257, 2) == 50432  # Megatron's GPT-2 vocabularies
-    assert padded_vocab(128256, 8) == 129024  # Llama 3's: a multiple of 128·8 (torchtitan does not pad: 128256 % 8 == 0)
+    assert padded_vocab(128256, 8) == 129024  # Megatron pads Llama 3 to 128·8s; torchtitan does not (128256 % 8 == 0)
     model = padded_model(gpt(vocab=15), 2)  # 15 rows up to a multiple of 128·2
     assert model.vocab == 256 and TensorParallel(model, 2).local.layers[0].vocab == 128
 
