@@ -92,6 +92,24 @@ def _attend_back(do, q, k, v, o_heads, cache: dict, mode: str, f, block: int) ->
     return attention_backward(do, (q, k, v, cache.get("P")), f)
 
 
+def _core_cache(q, k, v, core: dict, o) -> dict:
+    """What the attention region saves, in the unsplit units' order: Q, K, V, P (standard), O merged, LSE (flash)."""
+    return {"Q": q, "K": k, "V": v, **({"P": core["P"]} if "P" in core else {}), "attention output": o,
+            **({"LSE": core["LSE"]} if "LSE" in core else {})}
+
+
+def _core_spec(B: int, L: int, heads: int, kv_heads: int, head_dim: int, mode: str, f) -> dict:
+    """{name: (shape, dtype)} of `_core_cache` on the rank's `heads` query and `kv_heads` key/value heads."""
+    acc, act, kv = np.dtype(acc_dtype(f)), f.dtype, (B, kv_heads, L, head_dim)
+    spec = {"Q": ((B, heads, L, head_dim), act), "K": (kv, act), "V": (kv, act)}
+    if mode == "standard":
+        spec["P"] = ((B, heads, L, L), act)
+    spec["attention output"] = ((B, L, heads * head_dim), act)
+    if mode == "flash":
+        spec["LSE"] = ((B, heads, L), acc)
+    return spec
+
+
 def _core_flops(B, H, L, dh, kind, mode, block) -> int:
     return flash_attention_flops(B, H, L, dh, kind, block) if mode == "flash" else attention_flops(B, H, L, dh, kind,
                                                                                                    mode)
@@ -151,9 +169,7 @@ class Attention(ColumnRow):
         q, k, v = (split_heads(qkv[..., i * dr:(i + 1) * dr], self.heads) for i in range(3))  # (B, H_r, L, d_h)
         o_heads, core = _attend(q, k, v, self.mode, f, self.block)
         o = merge_heads(o_heads)  # (B, L, d/T) fmt
-        cache = {"Q": q, "K": k, "V": v, **({"P": core["P"]} if "P" in core else {}), "attention output": o,
-                 **({"LSE": core["LSE"]} if "LSE" in core else {})}
-        return tokens_linear_forward(o, p["w_o"], None, f), cache  # (B, L, d) fmt: the partial sum
+        return tokens_linear_forward(o, p["w_o"], None, f), _core_cache(q, k, v, core, o)  # (B, L, d): a partial
 
     def region_backward(self, p, dp, h, cache, f):
         q, k, v, o = cache["Q"], cache["K"], cache["V"], cache["attention output"]
@@ -166,14 +182,7 @@ class Attention(ColumnRow):
 
     def region_spec(self, x_shape, f) -> dict:
         B, L, _ = x_shape
-        acc, act, per_head = np.dtype(acc_dtype(f)), f.dtype, (B, self.heads, L, self.d // self.tp // self.heads)
-        spec = {"Q": (per_head, act), "K": (per_head, act), "V": (per_head, act)}
-        if self.mode == "standard":
-            spec["P"] = ((B, self.heads, L, L), act)
-        spec["attention output"] = ((B, L, self.d // self.tp), act)
-        if self.mode == "flash":
-            spec["LSE"] = ((B, self.heads, L), acc)
-        return spec
+        return _core_spec(B, L, self.heads, self.heads, self.d // self.tp // self.heads, self.mode, f)
 
     def flops(self, x_shape, kind):
         """W_qkv's rows, the core on H_r heads, W_o's columns (no bias: the reduce's unit adds it)."""
@@ -217,9 +226,7 @@ class GQAttention(ColumnRow):
         v = split_heads(qkv[..., wq + wkv:], self.kv_heads)
         o_heads, core = _attend(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), self.mode, f, self.block)
         o = merge_heads(o_heads)  # (B, L, H_r·d_h) fmt
-        cache = {"Q": q, "K": k, "V": v, **({"P": core["P"]} if "P" in core else {}), "attention output": o,
-                 **({"LSE": core["LSE"]} if "LSE" in core else {})}
-        return tokens_linear_forward(o, p["o_proj"], None, f), cache
+        return tokens_linear_forward(o, p["o_proj"], None, f), _core_cache(q, k, v, core, o)
 
     def region_backward(self, p, dp, h, cache, f):
         q, k, v, o = cache["Q"], cache["K"], cache["V"], cache["attention output"]
@@ -243,15 +250,7 @@ class GQAttention(ColumnRow):
 
     def region_spec(self, x_shape, f) -> dict:
         B, L, _ = x_shape
-        acc, act = np.dtype(acc_dtype(f)), f.dtype
-        kv = (B, self.kv_heads, L, self.head_dim)
-        spec = {"Q": ((B, self.heads, L, self.head_dim), act), "K": (kv, act), "V": (kv, act)}
-        if self.mode == "standard":
-            spec["P"] = ((B, self.heads, L, L), act)
-        spec["attention output"] = ((B, L, self.heads * self.head_dim), act)
-        if self.mode == "flash":
-            spec["LSE"] = ((B, self.heads, L), acc)
-        return spec
+        return _core_spec(B, L, self.heads, self.kv_heads, self.head_dim, self.mode, f)
 
     def flops(self, x_shape, kind):
         """The fused QKV GEMM's rows, rotary on Q and K, the core on H_r heads, repeat_kv's sums (backward),
