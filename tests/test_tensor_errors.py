@@ -5,6 +5,8 @@ gloo's chunk maps, subblock checkpointing)."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zerosim import Cluster, ZeroEngine, get_optimizer
 from zerosim.models import GPT, MLP, Llama
@@ -82,3 +84,29 @@ def test_tp_must_divide_the_ranks():
     tp = TensorParallel(gpt(), 2)
     with pytest.raises(ValueError, match="tensor parallelism of degree 2 does not divide the 3 ranks"):
         ZeroEngine(tp.model, Cluster(3), 1, get_optimizer("adam"), "fp32", parallelisms=(tp,))
+
+
+@pytest.mark.bad_input("engine arguments")
+@settings(max_examples=40)
+@given(T=st.integers(1, 8), heads=st.integers(1, 12), kv=st.integers(1, 12), ffn=st.integers(1, 40),
+       vocab=st.integers(2, 40))
+def test_drawn_counts_split_or_are_refused_by_megatrons_rule(T, heads, kv, ffn, vocab):
+    """Any head, key/value head, FFN and vocabulary count: TensorParallel builds exactly when Megatron's `divide`
+    would (H, G and F split over T; the vocabulary too, else padded as Megatron pads it), and names the count that
+    does not."""
+    if heads % kv:
+        kv = heads  # grouped-query attention needs G to divide H before TP has a say
+    model = Llama(vocab=vocab, d_model=8, n_heads=heads, n_kv_heads=kv, head_dim=2, n_layers=1, seq_len=4, d_ff=ffn)
+    bad = [(name, n) for name, n in (("n_heads", heads), ("n_kv_heads", kv), ("d_ff", ffn), ("vocab", vocab))
+           if n % T]
+    if T == 1:  # no tensor parallelism: the model itself
+        assert TensorParallel(model, T).model is model
+    elif bad:
+        with pytest.raises(ValueError, match=f"{bad[0][0]} = {bad[0][1]} does not split over tp = {T}"):
+            TensorParallel(model, T)
+        if [name for name, _ in bad] == ["vocab"]:  # Megatron pads what it pads
+            assert TensorParallel(padded_model(model, T), T).local.layers[0].vocab * T == padded_vocab(vocab, T)
+    else:
+        local = TensorParallel(model, T).local
+        attn = local.layers[2]  # embed, block0.ln1, block0.attn
+        assert (attn.heads, attn.kv_heads) == (heads // T, kv // T)
