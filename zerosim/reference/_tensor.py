@@ -222,7 +222,7 @@ class TensorReference:
         windows = sequence_parallel_windows(self.model)
         arranged = [np.array(layout.arrange(r[:P])) for r in reduced]  # model order -> the shards' order
         positions = range(1 if self.whole_stage else layout.world_size)  # stage 0: one region, the whole buffer
-        size = packed_length(layout, positions, windows, self.whole_stage)
+        size = packed_length(layout, windows, self.whole_stage)
         for q in positions:
             pieces = packed_pieces(layout, q, windows, self.whole_stage)
             regions = [a if self.whole_stage else a[layout.own(q)] for a in arranged]

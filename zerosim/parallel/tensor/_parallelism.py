@@ -187,7 +187,7 @@ class TensorParallel(Parallelism):
             return Handle()
         layout, windows = ctx.layout, sequence_parallel_windows(self.local)
         whole = len(reduced[0]) == layout.padded  # stage 0 holds the whole reduced buffer
-        size = packed_length(layout, ctx.mesh.shard.group_of(ctx.ranks[0].index), windows, whole)
+        size = packed_length(layout, windows, whole)
         sends, places = [], []
         for rank, region in zip(ctx.ranks, reduced):
             pieces = packed_pieces(layout, rank.index, windows, whole)

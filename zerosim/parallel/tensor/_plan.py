@@ -81,10 +81,16 @@ def packed_pieces(layout, rank: int, windows: list, whole: bool) -> list:
     return [(a, b) for a, b in pieces if b > a]
 
 
-def packed_length(layout, ranks, windows: list, whole: bool) -> int:
-    """The coalesced buffer's length: the most any of `ranks` (one per shard position) sends, so every group's
-    all-reduce moves the same length (each rank pads its own with zeros)."""
-    return max(sum(b - a for a, b in packed_pieces(layout, r, windows, whole)) for r in ranks)
+def packed_length(layout, windows: list, whole: bool) -> int:
+    """The coalesced buffer's length: the most any shard position sends (`range_counts`: each position's part of a
+    window), so every group's all-reduce moves the same length (each rank pads its own with zeros)."""
+    if whole:
+        return sum(hi - lo for lo, hi in windows)
+    totals = None
+    for lo, hi in windows:
+        counts = layout.range_counts(lo, hi)
+        totals = list(counts) if totals is None else [t + c for t, c in zip(totals, counts)]
+    return max(totals) if totals else 0
 
 
 def pack(region, pieces: list, size: int):
