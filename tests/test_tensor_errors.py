@@ -110,3 +110,14 @@ def test_drawn_counts_split_or_are_refused_by_megatrons_rule(T, heads, kv, ffn, 
         local = TensorParallel(model, T).local
         attn = local.layers[2]  # embed, block0.ln1, block0.attn
         assert (attn.heads, attn.kv_heads) == (heads // T, kv // T)
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
+def test_a_tp_group_computes_one_micro_batch():
+    tp = TensorParallel(gpt(), 2)
+    engine = ZeroEngine(tp.model, Cluster(2), 1, get_optimizer("adam"), "fp32", parallelisms=(tp,))
+    before = engine.full_master()
+    a, b = np.zeros((1, 8), np.int64), np.ones((1, 8), np.int64)
+    with pytest.raises(ValueError, match="ranks 0 and 1 form a TP group and compute one micro-batch together"):
+        engine.step([(a, a), (b, b)])
+    assert np.array_equal(engine.full_master(), before) and engine.t == 0

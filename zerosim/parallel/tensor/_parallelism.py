@@ -155,6 +155,7 @@ class TensorParallel(Parallelism):
         if op.from_checkpoint:  # the activation is the checkpoint, saved after this hook ran in forward
             return Handle()
         if unit.role == "vocab":  # Megatron's masked_input = input_ - vocab_start_index
+            _check_one_batch(ctx, passes, group)
             for p, rank in zip(passes, ctx.ranks):
                 p.a = p.a - group.position(rank.index) * unit.vocab
         if place.entry is None:
@@ -257,3 +258,18 @@ class TensorParallel(Parallelism):
 
 def _value(a):
     return a.value if isinstance(a, Bundle) else a
+
+
+def _check_one_batch(ctx, passes, group) -> None:
+    """The ranks of a TP group compute one micro-batch together: refuse, naming them, ranks of one group handed
+    different token ids or targets (where this process holds the whole group and the values)."""
+    here = {rank.index: p for rank, p in zip(ctx.ranks, passes)}
+    for members in group.members:
+        held = [here[r] for r in members if r in here]
+        if len(held) < 2 or getattr(held[0].a, "is_meta", False):
+            continue
+        for r, p in zip(members[1:], held[1:]):
+            if not (np.array_equal(p.a, held[0].a) and np.array_equal(p.target, held[0].target)):
+                raise ValueError(f"ranks {members[0]} and {r} form a TP group and compute one micro-batch together, "
+                                 "but were handed different ones: give every rank its data-parallel rank's batch "
+                                 "(TensorParallel.batches)")
