@@ -90,3 +90,12 @@ def test_plan_ranks_tp_degrees_with_the_stages():
 def test_bad_tp_flags_are_clear_errors(argv, said):
     out = zerosim(*argv)
     assert out.returncode != 0 and said in out.stderr, out.stderr
+
+
+def test_memory_strategies_beside_tp_count_data_parallel_ranks():
+    out = zerosim("memory", *LLAMA_8B, "--tp", "2", "--strategy", "full_shard,hsdp", "--shard-group", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["strategy"]: r for r in json.loads(out.stdout)["strategies"]}
+    assert rows["full_shard"]["replicas"] == 1  # FULL_SHARD over all 8 data-parallel ranks
+    assert (rows["hsdp"]["group"], rows["hsdp"]["replicas"]) == (4, 2)  # 16 GPUs / tp 2 = 4 x 2
+    assert all(r["resting_total"] == r["formula_total"] for r in rows.values())

@@ -66,7 +66,7 @@ def add_arguments(p) -> None:
     add_tensor_arguments(p)
 
 
-def strategies_report(args, s, names) -> dict:
+def strategies_report(args, s, names, tp: int = 1, sp: bool = False) -> dict:
     """`zerosim memory --strategy ...` as data: the strategies' rows (cli/strategy_memory.py)."""
     from zerosim.cli.strategy_memory import strategy_rows
 
@@ -75,7 +75,8 @@ def strategies_report(args, s, names) -> dict:
     return {
         "model": s.model.name, "params": s.model.num_params, "ranks": args.ranks, "optimizer": s.optimizer,
         "precision": s.precision_name, "gpus_per_node": check_nodes(args.ranks, args.gpus_per_node),
-        "strategies": strategy_rows(args, s, names),
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": args.ranks // tp}}),
+        "strategies": strategy_rows(args, s, names, tp, sp),
     }
 
 
@@ -99,7 +100,7 @@ def report(args) -> dict:
         raise ValueError("--tp splits a transformer's heads, columns and vocabulary: give its shape and work, "
                          "--seq-len (and --batch) with a --model, --config or --d-model")
     if names:
-        return strategies_report(args, s, names)
+        return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
