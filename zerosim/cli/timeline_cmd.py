@@ -234,7 +234,9 @@ def one_report(args, s) -> tuple:
         clip_grad=s.clip_grad,
         wire=wire_from_args(args),
         gpus_per_node=gpus,
-        shard_group=group_size(stage, args, gpus) if names else None,
+        # beside TP a strategy's default group is a node's data-parallel ranks (_groups.py picks G / tp)
+        shard_group=group_size(stage, args, gpus) if names and not (
+            tp > 1 and args.shard_group is None and args.hpz_group is None) else None,
         tp=tp,
         sp=sp,
         async_tp=args.async_tp,
