@@ -10,7 +10,8 @@
                          (which runs them, slowly), or is marked not run for a known reason; every Python block says
                          what each of its prints prints
     CI                   .ci/run builds the site with warnings as errors, after the README's test command, which does
-                         not install the docs extra
+                         not install the docs extra; its build command, run on a two-page site, fails on a broken link
+                         (where MkDocs is installed: the docs extra)
 """
 
 import argparse
@@ -143,3 +144,26 @@ def test_ci_builds_the_site_strictly_after_the_tests_and_apart_from_them():
     assert "docs" not in re.search(r'"\.\[([^\]]*)\]"', test_command).group(1).split(",")
     assert "build/" in (ROOT / ".gitignore").read_text().split() and "site_dir: build/site" in \
         (ROOT / "mkdocs.yml").read_text()
+
+
+def ci_build_command() -> list:
+    """.ci/run's `mkdocs build ...` (the words after `.venv/bin/mkdocs`), as a list of arguments."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    words = re.search(r"\.venv/bin/mkdocs (build [^'&|]*)", ci).group(1).split()
+    return [w for w in words if not w.startswith("--site-dir") and w != '"$site"']
+
+
+@pytest.mark.parametrize("link, fails", [("other.md", False), ("gone.md", True)])
+def test_the_ci_build_fails_on_a_broken_link(tmp_path, link, fails):
+    """CI's own build command, on a two-page site: a link to a page that exists builds, one to a page that does not
+    fails the build. (`--quiet` would make both build: it hides the warning from the strict mode's count.)"""
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') is not installed")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(f"# Home\n\n[the other page]({link})\n")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n")
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\nnav:\n  - index.md\n  - other.md\n")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run([sys.executable, "-m", "mkdocs", *ci_build_command(), "--site-dir", str(tmp_path / "site")],
+                            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert (result.returncode != 0) == fails, result.stderr[-2000:]
+    assert ("'gone.md', but the target is not found" in result.stderr) == fails, result.stderr[-2000:]
