@@ -215,7 +215,7 @@ def check_mpi_train(out: str, readme: str, project: Path, line: str) -> None:
     assert simulated.stdout.splitlines()[1:] == out.splitlines()[1:] and "4 ranks on numpy" in simulated.stdout
 
 
-def check_llama(out: str, readme: str, project: Path, line: str) -> None:
+def check_first_and_last_accuracy(out: str, readme: str, project: Path, line: str) -> None:
     first, last = numbers(line.split("#", 1)[1])  # "# 0.23 -> 1.00": the answer accuracy at the first and last step
     said = [float(a) for a in re.findall(r"answer accuracy ([\d.]+) on held-out strings", out)]
     assert round(said[0], 2) == first and abs(said[-1] - last) <= LAST_ACCURACY_SLACK + 0.005, said
@@ -302,8 +302,8 @@ def check_nbconvert(out: str, readme: str, project: Path) -> None:
     # the notebook ran from a shell: its executed copy holds the fp16 truth the README quotes for the replay
     executed = json.loads((project / "scratch" / "01_worked_example.ipynb").read_text())
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
-    truth = re.search(r"prints what a GPU really holds: `(\[.*?\])`", readme).group(1)
-    assert all(repr(v) in printed for v in json.loads(truth)), printed[:2000]
+    truth = re.search(r"prints, after seed 004's step, what a GPU really holds: `(\[.*?\])`", " ".join(readme.split()))
+    assert all(repr(v) in printed for v in json.loads(truth.group(1))), printed[:2000]
 
 
 def check_validate(out: str, readme: str, project: Path) -> None:
@@ -324,18 +324,63 @@ def check_plan_efficiency(out: str, readme: str, project: Path, line: str) -> No
         assert "framework factor 0.900" in out and "hbm=0.8" in out and "370.8 GB/s" in out and "α 20 µs" in out, out
 
 
+def check_tensor_replay(out: str, readme: str, project: Path) -> None:
+    said = re.search(r"The replay ends at seed 004's averaged gradient `(\[.*?\])`", readme).group(1)
+    assert f"The gradient [w1, w2, w3, w4] = {said} is seed 004's averaged gradient" in " ".join(out.split()), out
+
+
+def check_tensor_memory(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())  # the page's sentence, wherever its lines break
+    said = (r"a slice of Ψ_tp = ([\d,]+) parameters, ZeRO-3 shards it to \*\*([\d.]+) GB\*\* of model states, "
+            r"a layer keeps \*\*([\d,.]+) MB\*\* by name \(equal to its formula\) and the rank fits with "
+            r"\*\*([\d.]+) GB to spare")
+    psi, states, layer, spare = re.search(said, text).groups()
+    assert f"Ψ_tp = {psi} parameters" in out, out
+    assert stage_row(out.split("What one layer saves")[0], 3)[6] == float(states), out  # the ledger column
+    one_layer = layer.replace(",", "")
+    assert re.search(rf"^\s+one layer\s+{re.escape(one_layer)}\s+\(formula: {re.escape(one_layer)}\)$", out, re.M), out
+    assert re.search(rf"^3\s.*fits, {re.escape(spare)} GB to spare$", out, re.M), out
+
+
+def check_tensor_timeline(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    nvlink, ib = re.search(r"sends \*\*([\d,]+) GB of TP traffic a step on NVLink\*\* and \*\*([\d,]+) GB of ZeRO-3 "
+                           r"traffic across nodes\*\*", text).groups()
+    calls = re.search(r"each of its ([\d,]+) calls a step", text).group(1)
+    intra = re.search(r"^\s+intra-node\s+NVLink 4\s+([\d,]+) calls\s+[\d.]+ m?s\s+([\d.]+) GB sent", out, re.M).groups()
+    inter = float(re.search(r"^\s+inter-node\s+InfiniBand NDR\s+[\d,]+ calls\s+[\d.]+ m?s\s+([\d.]+) GB sent", out,
+                            re.M).group(1))
+    assert (intra[0], round(float(intra[1]))) == (calls, int(nvlink.replace(",", ""))), intra
+    assert round(inter) == int(ib), inter
+    assert re.search(rf"^\s+tensor parallel\s+{re.escape(calls)} calls", out, re.M), out
+
+
+def check_tensor_plan(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    said = (r"the planner's fastest of TP 1, 2, 4 and 8 is \*\*TP (\d+) with (\w+) attention, (\d+) sequences? × (\d+) "
+            r"micro-steps: ([\d.]+) s a step, (\d+) % MFU\*\*")
+    tp, strategy, b, k, seconds, mfu = re.search(said, text).groups()
+    top = re.search(r"^ 1\s+(\d+)\s+3\s+(\w+)\s+(\d+) × (\d+)\s+([\d.]+)s\s+[\d,]+\s+(\d+)%", out, re.M).groups()
+    assert top == (tp, strategy, b, k, seconds, mfu), (top, out)
+
+
+def check_tensor_figure(out: str, readme: str, project: Path) -> None:
+    assert "wrote scratch/tensor_mesh.png" in out.splitlines(), out
+    assert (project / "scratch" / "tensor_mesh.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"zerosim validate +#", check_validate),
     (r"zerosim validate --fit", check_validate_fit),
     (r"zerosim plan --model llama-3-8b .*--efficiency", check_plan_efficiency),
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
     (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
-    (r"zerosim train --model llama --heads 4 --kv-heads 2", check_llama),
+    (r"zerosim train --model llama --heads 4 --kv-heads 2", check_first_and_last_accuracy),
     (r"zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192", check_llama_8192),
     (r"zerosim memory --model llama-3-8b .*--ds-config", check_llama_ds_config),
     (r"zerosim plan --model llama-3-70b --gpus 64", check_plan),
     (r"zerosim memory --params 7\.5e9 --ranks 64", check_memory_75b),
-    (r"zerosim figures", check_figures),
+    (r"zerosim figures *(#|$)", check_figures),  # all of them (one --only is its own command)
     (r"zerosim memory --model gpt3-6\.7b .*--checkpoint block", check_memory_67b),
     (r"zerosim memory --d-model 4096 .*--seq-len 8192", check_memory_8192),
     (r"zerosim timeline --model gpt3-175b --ranks 1024 --link ib_ndr --trace", check_timeline_one),
@@ -352,6 +397,12 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"mpiexec -n 4 .*zerosim train --backend mpi --steps 30", check_mpi_train),
     (r"zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy", check_many_nodes_memory),
     (r"zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hpz", check_many_nodes_timeline),
+    (r"zerosim replay --tp 2", check_tensor_replay),
+    (r"zerosim train --model gpt --stage 3 --ranks 4 --tp 2", check_first_and_last_accuracy),
+    (r"zerosim memory --model llama-3-70b --ranks 256 .*--tp 8", check_tensor_memory),
+    (r"zerosim timeline --model llama-3-70b --ranks 256 .*--tp 8", check_tensor_timeline),
+    (r"zerosim plan --model llama-3-70b --gpus 256 .*--tp 1,2,4,8", check_tensor_plan),
+    (r"zerosim figures --only tensor_mesh", check_tensor_figure),
 ]
 
 
