@@ -80,7 +80,7 @@ class MetaLMLoss(LMCrossEntropy):
 
     name = "meta-lm-xent"
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         return math.nan, {
             name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()
         }
