@@ -17,6 +17,8 @@ from helpers import bits
 from zerosim.precision import correctly_rounded as cr
 from zerosim.precision.round_once import f32_of_fraction
 
+pytestmark = pytest.mark.pinned  # bits that must be the same on every machine: .ci/pinned runs them everywhere
+
 CONTEXT = decimal.Context(prec=80, Emax=10**6, Emin=-(10**6))
 
 

@@ -84,7 +84,7 @@ def scores(q: np.ndarray, k: np.ndarray, fmt) -> np.ndarray:
     """S = cast(Q Kᵀ / √d_h, fmt): the scale applied in acc before the one rounding (a GEMM's alpha)."""
     f = get_format(fmt)
     acc = acc_dtype(f)
-    s = arithmetic_of(f).matmul(q.astype(acc), np.swapaxes(k.astype(acc), -1, -2))  # (B, H, L, L) acc
+    s = arithmetic_of(f).matmul(q, np.swapaxes(k, -1, -2))  # (B, H, L, L) acc
     return cast(s * acc(1 / math.sqrt(q.shape[-1])), fmt)
 
 
@@ -93,9 +93,8 @@ def attention_forward(
 ) -> tuple[np.ndarray, tuple]:
     """O (B, H, L, d_h) in fmt; cache (Q, K, V, P), with P None when not kept ("selective")."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
     P = softmax_forward(scores(q, k, f), f)  # (B, H, L, L) fmt: the B·H·L² buffer
-    o = cast(arithmetic_of(f).matmul(P.astype(acc), v.astype(acc)), f)  # (B, H, L, d_h)
+    o = cast(arithmetic_of(f).matmul(P, v), f)  # (B, H, L, d_h)
     return o, (q, k, v, P if keep_p else None)
 
 
@@ -106,13 +105,12 @@ def attention_backward(do: np.ndarray, cache: tuple, fmt) -> tuple[np.ndarray, n
     q, k, v, P = cache
     if P is None:
         P = softmax_forward(scores(q, k, f), f)  # selective: the forward's own code, so the same bits
-    do_acc, p = do.astype(acc), P.astype(acc)
-    dv = cast(ops.matmul(np.swapaxes(p, -1, -2), do_acc), f)  # B1: dV = Pᵀ dO
-    dP = cast(ops.matmul(do_acc, np.swapaxes(v.astype(acc), -1, -2)), f)  # B1: dP = dO Vᵀ, (B, H, L, L)
-    dS = softmax_backward(dP, P, f).astype(acc)  # B2
+    dv = cast(ops.matmul(np.swapaxes(P, -1, -2), do), f)  # B1: dV = Pᵀ dO
+    dP = cast(ops.matmul(do, np.swapaxes(v, -1, -2)), f)  # B1: dP = dO Vᵀ, (B, H, L, L)
+    dS = softmax_backward(dP, P, f)  # B2, (B, H, L, L) fmt
     scale = acc(1 / math.sqrt(q.shape[-1]))
-    dq = cast(ops.matmul(dS, k.astype(acc)) * scale, f)  # B3: dQ = dS K / √d_h
-    dk = cast(ops.matmul(np.swapaxes(dS, -1, -2), q.astype(acc)) * scale, f)  # B3: dK = dSᵀ Q / √d_h
+    dq = cast(ops.matmul(dS, k) * scale, f)  # B3: dQ = dS K / √d_h
+    dk = cast(ops.matmul(np.swapaxes(dS, -1, -2), q) * scale, f)  # B3: dK = dSᵀ Q / √d_h
     return dq, dk, dv
 
 

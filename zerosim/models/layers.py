@@ -55,7 +55,7 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> t
     """y = x @ w.T + b for x (B, D_in), w (D_out, D_in), b (D_out,) or None; returns (y (B, D_out), (x,))."""
     f = get_format(fmt)
     acc, ops = acc_dtype(f), arithmetic_of(f)
-    z = ops.matmul(x.astype(acc, copy=False), w.astype(acc, copy=False).T)  # (B, D_out) accumulated in acc
+    z = ops.matmul(x, w.T)  # (B, D_out) accumulated in acc (precision/arithmetic.py: how)
     if b is not None:
         z = z + b.astype(acc, copy=False)  # bias joins before the one rounding, like a fused GEMM epilogue
     return rounded(z, f), (x,)
@@ -70,8 +70,8 @@ def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[n
     acc, ops = acc_dtype(f), arithmetic_of(f)
     (x,) = cache
     dy_acc = dy.astype(acc, copy=False)  # (B, D_out)
-    dx = rounded(ops.matmul(dy_acc, w.astype(acc, copy=False)), f)  # (B, D_in)
-    dw = rounded(ops.matmul(dy_acc.T, x.astype(acc, copy=False)), f)  # (D_out, D_in)
+    dx = rounded(ops.matmul(dy, w), f)  # (B, D_in)
+    dw = rounded(ops.matmul(dy.T, x), f)  # (D_out, D_in)
     db = rounded(dy_acc.sum(axis=0, dtype=acc), f)  # (D_out,)
     return dx, dw, db
 

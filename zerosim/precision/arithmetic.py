@@ -29,16 +29,22 @@ from zerosim.precision.exact_matmul import exact_matmul
 
 @dataclass(frozen=True)
 class Arithmetic:
-    """One set of kernels, each taking and giving fp32 arrays (float64 ones: NumPy's float64 kernel)."""
+    """One set of kernels, each giving fp32 arrays (float64 for float64 inputs: NumPy's float64 kernels)."""
 
     name: str
-    matmul: Callable  # (a (..., M, K), b (..., K, N)) -> (..., M, N)
+    matmul: Callable  # (a (..., M, K), b (..., K, N)) in the compute format or fp32 -> (..., M, N) fp32
     exp: Callable
     log: Callable
     tanh: Callable
     sin: Callable
     cos: Callable
     power: Callable  # (base: float, x) -> base ** x
+
+
+def _native_matmul(a, b):
+    """The machine's GEMM on a and b widened to fp32 (float64 where either is float64), as zerosim always ran it."""
+    acc = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    return a.astype(acc, copy=False) @ b.astype(acc, copy=False)
 
 
 def _native_power(base, x):
@@ -49,7 +55,7 @@ ARITHMETICS = {
     "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
                            correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
                            correctly_rounded.power),
-    "native": Arithmetic("native", np.matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
+    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
 }
 
 

@@ -57,7 +57,7 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
-    # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~60 steps
+    # model="gpt": a small GPT learns a sequence task (models/sequence_data.py); these defaults learn copy in ~80 steps
     model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
     vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
     length: int = 3  # n: strings of n symbols; a sequence is 2n tokens
