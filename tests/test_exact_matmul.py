@@ -126,3 +126,18 @@ def test_nan_and_inf_pass_through_as_any_order_gives_them():
     a = np.array([[np.inf, 1.0], [np.nan, 1.0], [np.inf, -np.inf]], np.float32)
     got = exact_matmul(a, np.ones((2, 1), np.float32))[:, 0]
     assert got[0] == np.inf and np.isnan(got[1]) and np.isnan(got[2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_on_a_device_the_same_bits(dtype):
+    # the CuPy path (arrays stay on the device, subnormals widened by their bits, suspects settled on the host) run
+    # through the NumPy stand-in for CuPy (precision/standin_array.py)
+    from zerosim.precision.namespace import numpy_standin
+
+    ns, rng = numpy_standin(), np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 40, 33)).astype(dtype), rng.standard_normal((2, 33, 20)).astype(dtype)
+    a[0, 0], b[0, :, 0] = 0, 1
+    a[0, 0, :2] = [1.0, 2.0**-24]  # 1 + 2**-24: exactly a float32 midpoint (a true tie: to even, 1.0)
+    got = exact_matmul(ns.from_host(a), ns.from_host(b))
+    assert type(got).__name__ == "StandinArray"
+    assert np.array_equal(bits(ns.to_host(got)), bits(exact_matmul(a, b))) and ns.to_host(got)[0, 0, 0] == 1.0

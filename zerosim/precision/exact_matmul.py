@@ -63,20 +63,30 @@ def exact_matmul(a, b):
     ns = namespace_of(a)
     a64, b64 = widen64(a, ns), widen64(b, ns)  # exact, and so is every product of them
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
-    c += 0.0  # -0 becomes +0: where err is 0 every product is 0 (an exact zero); elsewhere a zero c is a suspect
+    # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
+    # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
+    c += 0.0
     k = a64.shape[-1]
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
-        # Exact in any order where every product is a whole multiple of q = q_i·q_j and every partial sum stays below
-        # 2**53·q: then c = s, and its one rounding settles a true tie by ties-to-even (16-bit inputs mostly are)
-        q_a = _quantum(a64, ns.format_of(a).precision, axis=-1)  # (..., M)
-        q_b = _quantum(b64, ns.format_of(b).precision, axis=-2)  # (..., N)
-        exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < (q_a[..., :, None] * q_b[..., None, :]) * 2.0**53
-        err = np.where(exact, 0.0, size * ((k + 2) * _ERROR_PER_TERM))  # (..., M, N) >= |c - s|
+        err = size * ((k + 2) * _ERROR_PER_TERM)  # (..., M, N) >= |c - s|
     out, suspects = certain_f32(c, err, ns)
     if not bool(suspects.any()):
         return out
-    return _repair(out, suspects, a64, b64, ns)
+    # Exact in any order where every product is a whole multiple of q = q_i·q_j and every partial sum stays below
+    # 2**53·q: then c = s, and a suspect that is an exact float32 midpoint is a true tie, settled by ties-to-even
+    # (16-bit inputs are mostly exact, and their sums often land on float32 midpoints)
+    batch = c.shape[:-2]
+    where = ns.to_host(suspects).nonzero()  # (..., i, j) index arrays of the suspects
+    *lead, i, j = where
+    q_a = np.broadcast_to(ns.to_host(_quantum(a64, ns.format_of(a).precision, axis=-1)), batch + a64.shape[-2:-1])
+    q_b = np.broadcast_to(ns.to_host(_quantum(b64, ns.format_of(b).precision, axis=-2)), batch + b64.shape[-1:])
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = q_a[(*lead, i)] * q_b[(*lead, j)]  # (suspects,)
+        exact = ns.to_host(size)[where] * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
+    if exact.all():
+        return out
+    return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
 
 
 def _quantum(x64, precision: int, axis: int):
@@ -88,18 +98,17 @@ def _quantum(x64, precision: int, axis: int):
     return np.where(np.isfinite(smallest), np.ldexp(1.0, e - precision), np.inf)
 
 
-def _repair(out, suspects, a64, b64, ns):
-    """`out` with each suspect element replaced by its exact sum rounded once (on the host; they are few)."""
-    out_h, suspects_h, a_h, b_h = (ns.to_host(x) for x in (out, suspects, a64, b64))
-    batch = np.broadcast_shapes(a_h.shape[:-2], b_h.shape[:-2])
-    a_h = np.broadcast_to(a_h, batch + a_h.shape[-2:])
-    b_h = np.broadcast_to(b_h, batch + b_h.shape[-2:])
-    out_h = np.array(np.broadcast_to(out_h, batch + out_h.shape[-2:]))
-    for index in zip(*np.nonzero(np.broadcast_to(suspects_h, out_h.shape))):
-        *lead, i, j = index
-        products = a_h[(*lead, i, slice(None))] * b_h[(*lead, slice(None), j)]  # (K,) float64, each exact
-        out_h[index] = exact_sum_f32(products.tolist())
-    return ns.from_host(out_h)
+def _repair(out, where, a64, b64, ns):
+    """`out` with the elements at index arrays `where` replaced by their exact sums rounded once (on the host: they
+    are few)."""
+    batch = out.shape[:-2]
+    a_h = np.broadcast_to(ns.to_host(a64), batch + a64.shape[-2:])  # views: batch dims broadcast, nothing copied
+    b_h = np.broadcast_to(ns.to_host(b64), batch + b64.shape[-2:])
+    values = [exact_sum_f32((a_h[(*lead, i)] * b_h[(*lead, slice(None), j)]).tolist())  # K exact products each
+              for *lead, i, j in zip(*where)]
+    host = out if ns.is_numpy else ns.to_host(out)
+    host[where] = values
+    return host if ns.is_numpy else ns.from_host(host)
 
 
 def exact_sum_f32(terms: list) -> np.float32:

@@ -35,12 +35,12 @@ def narrow32(x, ns):
 
 
 def certain_f32(y, err, ns):
-    """(y rounded to float32, suspects): for float64 y within err (>= 0; 0: y is s) of an exact value s, the
-    float32 where that is s rounded once too, and a bool mask where it may not be. NaN and ±inf in y are never
+    """(y rounded to float32, suspects): for float64 y within err (>= 0) of an exact value s, the float32 where
+    that is s rounded once too, and a bool mask where it may not be (an exact y on a float32 midpoint among them:
+    the caller knows whether it is exact). NaN and ±inf in y are never
     suspects: they come from NaN or inf inputs, and every correct evaluation gives them too."""
     with np.errstate(invalid="ignore", over="ignore"):
-        # err 0: y is the exact value, y ± 0 is y, and an exact float32 midpoint is a true tie for ties-to-even
-        err = np.where(err > 0, err + np.abs(y) * _ROUNDING_OF_Y, 0.0)
+        err = err + np.abs(y) * _ROUNDING_OF_Y
         low, high = narrow32(y - err, ns), narrow32(y + err, ns)
     return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y)
 
