@@ -5,8 +5,8 @@ kernel's.
 
     cpu_flags()            the CPU's feature flags (Linux: /proc/cpuinfo; macOS: sysctl's hw.optional.arm.FEAT_*)
     bf16_class(flags)      which class of CPU for bf16 GEMMs: BF16_CLASSES, one row per class, with its goal
-    numpy_kernels()        NumPy's BLAS (name, version, the OpenBLAS kernel it runs) and its SIMD dispatch targets
-    torch_kernels(torch)   torch's CPU capability (ATen's dispatch), its BLAS, and whether oneDNN runs bf16 natively
+    numpy_blas()           NumPy's BLAS: name, version and the OpenBLAS kernel it runs (numpy_kernels: + its SIMD)
+    torch_blas(torch)      torch's BLAS and CPU capability (ATen's dispatch) (torch_kernels: + oneDNN's bf16)
     describe(torch=None)   one line of all of it, for a benchmark's header
 
 Run as a script it prints that line (`.ci/pinned` prints it before each forced kernel).
@@ -28,19 +28,19 @@ class Bf16Class:
 
     name: str
     needs: tuple  # flags any one of which puts a CPU in this class
-    how: str  # how torch's bf16 matmul runs there
+    how: str  # how torch's bf16 GEMMs run there
     goal: float | None  # zerosim ÷ torch, at most; None: no goal (see `why`)
     why: str
 
 
 BF16_CLASSES = (  # the first whose flag the CPU has; the last needs none
-    Bf16Class("AMX-BF16", ("amx_bf16",), "native bf16 tile GEMMs (oneDNN, AMX)", None,
+    Bf16Class("AMX-BF16", ("amx_bf16",), "native, on AMX tiles (oneDNN)", None,
               "AMX's tiles multiply bf16 several times faster than fp32 FMAs; zerosim's bf16 products run in fp32"),
-    Bf16Class("bf16 dot products", ("avx512_bf16", "bf16"), "native bf16 GEMMs (oneDNN: AVX512_BF16's VDPBF16PS, "
-              "or Arm's BFDOT/BFMMLA)", 2.0,
+    Bf16Class("bf16 dot products", ("avx512_bf16", "bf16"), "native (oneDNN: AVX512_BF16's VDPBF16PS, or Arm's "
+              "BFDOT/BFMMLA)", 2.0,
               "one bf16 dot-product instruction does the work of two fp32 FMAs; zerosim widens bf16 to fp32 and runs "
               "fp32 GEMMs (models/layers.py), so at best about twice torch's time"),
-    Bf16Class("no bf16 instructions", (), "emulated: each bf16 product converted to fp32", 0.5,
+    Bf16Class("no bf16 instructions", (), "emulated (each bf16 product converted to fp32)", 0.5,
               "issue 28's target: torch converts every bf16 product, zerosim widens once and calls fp32 BLAS"),
 )
 
@@ -88,8 +88,8 @@ def _openblas_core() -> str | None:
     return None
 
 
-def numpy_kernels() -> str:
-    """e.g. "NumPy 2.4.6, BLAS scipy-openblas 0.3.31.188.0 (SkylakeX kernels), SIMD X86_V2 + X86_V3 X86_V4"."""
+def numpy_blas() -> str:
+    """e.g. "scipy-openblas 0.3.31.188.0 (SkylakeX kernels)": the BLAS NumPy was built on, the kernel it runs."""
     import numpy as np
 
     try:
@@ -98,25 +98,35 @@ def numpy_kernels() -> str:
     except Exception:  # an older NumPy without mode="dicts", or a build without the key
         name = "?"
     core = _openblas_core()
+    return name + (f" ({core} kernels)" if core else "")
+
+
+def numpy_kernels() -> str:
+    """e.g. "NumPy 2.4.6, BLAS scipy-openblas 0.3.31.188.0 (SkylakeX kernels), SIMD X86_V2 + X86_V3 X86_V4"."""
+    import numpy as np
+
     try:
         from numpy._core import _multiarray_umath as umath
     except ImportError:  # NumPy 1.x
         from numpy.core import _multiarray_umath as umath
     on = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
     simd = " ".join(umath.__cpu_baseline__) + (" + " + " ".join(on) if on else "")
-    return f"NumPy {np.__version__}, BLAS {name}" + (f" ({core} kernels)" if core else "") + f", SIMD {simd}"
+    return f"NumPy {np.__version__}, BLAS {numpy_blas()}, SIMD {simd}"
+
+
+def torch_blas(torch) -> str:
+    """e.g. "mkl, CPU capability AVX512": torch's BLAS and the SIMD level ATen dispatches to."""
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return f"{blas.group(1) if blas else '?'}, CPU capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 def torch_kernels(torch) -> str:
-    """e.g. "torch 2.13.0+cpu, CPU capability AVX512, BLAS mkl, oneDNN bf16 native"."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    """e.g. "torch 2.13.0+cpu, BLAS mkl, CPU capability AVX512, oneDNN bf16 native"."""
     try:
         bf16 = "native" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "emulated"
     except (AttributeError, RuntimeError):
         bf16 = "?"
-    return (f"torch {torch.__version__}, CPU capability {capability}, BLAS {blas.group(1) if blas else '?'}, "
-            f"oneDNN bf16 {bf16}")
+    return f"torch {torch.__version__}, BLAS {torch_blas(torch)}, oneDNN bf16 {bf16}"
 
 
 def describe(torch=None) -> str:

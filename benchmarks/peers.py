@@ -43,7 +43,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/machine.py, however this file is run
-from machine import Bf16Class, bf16_class, cpu_flags, describe, numpy_kernels, torch_kernels  # noqa: E402
+from machine import (Bf16Class, bf16_class, cpu_flags, describe, numpy_blas, numpy_kernels,  # noqa: E402
+                     torch_blas, torch_kernels)
 
 MODELS = {  # name: MLP widths
     "919k": [256, 1024, 512, 256],  # 919,296 params (benchmarks/engine.py's)
@@ -223,8 +224,8 @@ def target_of(target, bf16: Bf16Class):
 def depends_on(precision: str, bf16: Bf16Class, numpy_blas: str, torch_blas: str) -> str:
     """What a row's ratio depends on, to print beside it: the bf16 class for a bf16 row, both BLAS kernels else."""
     if "bf16" in precision:
-        return f"bf16: {bf16.name}, torch {bf16.how}"
-    return f"fp32 GEMMs: zerosim {numpy_blas}, torch {torch_blas}"
+        return f"bf16: {bf16.name}; torch's bf16 GEMMs {bf16.how}"
+    return f"fp32 GEMMs: zerosim on {numpy_blas}, torch on {torch_blas}"
 
 
 def verdict(ratio: float, target, bf16: Bf16Class) -> str:
@@ -270,7 +271,7 @@ def main():
         return 0
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
     started, load_start = time.perf_counter(), load()
-    bf16, numpy_blas, torch_blas = bf16_class(cpu_flags()), numpy_kernels(), torch_kernels(torch)
+    bf16, numpy_blas_used, torch_blas_used = bf16_class(cpu_flags()), numpy_blas(), torch_blas(torch)
     print(f"depends on: {describe(torch)}")
     print(f"torch {torch.__version__}, {machine()}, load average at start {load_start}; BLAS threads "
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
@@ -285,14 +286,14 @@ def main():
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
                   f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f} "
-                  f"{med['repeats']:>5}  {depends_on(precision, bf16, numpy_blas, torch_blas)}")
+                  f"{med['repeats']:>5}  {depends_on(precision, bf16, numpy_blas_used, torch_blas_used)}")
         sys.stdout.flush()
     workers = results[0][1][0][3] if results else 1
-    header = (f"Measured on {machine()} ({platform.system()}; bf16: {bf16.name}, torch's bf16 matmul {bf16.how}), "
-              f"{numpy_blas}; {torch_blas}; zerosim with {workers} worker threads, its native arithmetic; load "
-              f"average {load_start} at the start, {load()} at the end; {(time.perf_counter() - started) / 60:.1f} "
-              f"min. Each cell: zerosim ÷ torch, per-step wall time, median of {MIN_REPEATS}-{args.repeats} steps in "
-              "turns.")
+    header = (f"Measured on {machine()} ({platform.system()}; bf16: {bf16.name}, torch's bf16 GEMMs {bf16.how}); "
+              f"{numpy_kernels()}; {torch_kernels(torch)}; zerosim with {workers} worker threads, its native "
+              f"arithmetic; load average {load_start} at the start, {load()} at the end; "
+              f"{(time.perf_counter() - started) / 60:.1f} min. Each cell: zerosim ÷ torch, per-step wall time, median "
+              f"of {MIN_REPEATS}-{args.repeats} steps in turns.")
     print("\n" + "\n".join(readme_table(results, header, bf16)))
     return 0
 
