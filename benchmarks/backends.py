@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from zerosim import Cluster, reduce_scatter  # noqa: E402
-from zerosim.backends.launch import INSTALL_HINT, find_mpiexec  # noqa: E402
+from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
 
 LENGTH = 2**22  # L, elements per rank
 WORLD_SIZES = (2, 4)
@@ -67,7 +67,7 @@ def simulator_seconds(n: int, repeats: int) -> float:
 
 def mpi_worker(repeats: int) -> None:
     """Runs on every rank under mpiexec; rank 0 prints seconds and bitwise agreement with the simulator as JSON."""
-    from zerosim.backends.mpi_failure import run_guarded
+    from zerosim.backends.mpi import run_guarded
 
     def work():
         from mpi4py import MPI

@@ -33,7 +33,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from zerosim.precision import cast, get_format  # noqa: E402
-from zerosim.precision.cast_reference import cast_reference  # noqa: E402
+from zerosim.precision.cast import cast_reference
 
 TARGETS = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 SOURCES = ("fp64", "fp32")

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine  # noqa: E402
 from zerosim.checkpoint import read_state  # noqa: E402
-from zerosim.checkpoint.save import rank_tensors  # noqa: E402
+from zerosim.checkpoint._save import rank_tensors  # noqa: E402
 
 WIDTHS = [1024, 4096, 1280, 256]  # 9,767,168 parameters
 

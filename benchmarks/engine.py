@@ -9,7 +9,7 @@ the reduction formed exactly in float64, then rounded: slow) and the same-arithm
 natively in the wire dtype (`Reference(order="ring-native")`, the same bits, as fast as NumPy).
 Targets: <= 1.3 and <= 2 against the native one (issue 14); <= 1.0 and <= 2 against the exact one (issue 8).
 The engine runs with one worker (the ranks one after another, as the ratios above were set) and with
-`workers="auto"` (cluster/pool.py: the ranks' compute on a thread per core, the same bits, checked): the last
+`workers="auto"` (cluster/_pool.py: the ranks' compute on a thread per core, the same bits, checked): the last
 column is the pool's speedup, one worker's step time ÷ the pool's.
 
 Measured in one run, engine and oracles in turns (each round in a new seeded order, so all see the same

@@ -1,8 +1,8 @@
 """How long the memory explorer takes to redraw after a slider moves (target: 200 ms, issue 24).
 
 A redraw is what `MemoryExplorer.redraw` does: one meta-backend step of the new setting, simulated in time
-(explore/numbers.py), then the one figure's artists moved to the new numbers and rendered as the PNG its image
-widget shows (explore/explorer_canvas.py: the axes rasterised again only when their limits or legend change). A
+(explore/_numbers.py), then the one figure's artists moved to the new numbers and rendered as the PNG its image
+widget shows (explore/_canvas.py: the axes rasterised again only when their limits or legend change). A
 setting seen before comes from the cache and costs only the drawing. Beside it, the rebuild it replaced: a new
 figure per redraw, every artist laid out and rasterised again (the same pixels; tests/test_explore.py).
 
@@ -32,8 +32,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 
 from zerosim.cli.main import main  # noqa: E402
-from zerosim.explore import Settings, explore  # noqa: E402
-from zerosim.explore.explorer_canvas import ExplorerCanvas  # noqa: E402
+from zerosim.explore import ExplorerCanvas, Settings, explore  # noqa: E402
 
 MOVES = [{}, {"stage": 0}, {"stage": 1}, {"stage": 2}, {"ranks": 64}, {"seq_len": 2048}, {"checkpoint": "none"},
          {"micro_batch": 4}, {"model": "llama-3-8b"}, {"model": "gpt3-6.7b", "seq_len": 2048}, {"stage": 3},

@@ -11,7 +11,7 @@
    For each strategy, the FLOPs of one step's compute events (the trace: forward, recompute, backward,
    loss), beside the step without checkpointing: the extra is the recompute (block, subblock, every-k) or
    the P rebuilt inside the attention backward (selective, flash). Counted twice: on the small GPT the
-   timing runs (real data), and at seed 001's 7B shape on the meta backend (`zerosim.costs.measured.
+   timing runs (real data), and at seed 001's 7B shape on the meta backend (`zerosim.analysis.costs._measured.
    strategy_costs`: the same units' FLOP counts, no data).
 
     python benchmarks/gpt.py [--repeats 7] [--stage 3]
@@ -29,10 +29,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from zerosim import Adam, Cluster, Reference, ZeroEngine  # noqa: E402
+from zerosim.analysis.costs import strategy_costs
 from zerosim.cluster import Compute  # noqa: E402
 from zerosim.models import GPT, make_sequence_task  # noqa: E402
-from zerosim.models.gpt import STRATEGIES, strategy_options  # noqa: E402
-from zerosim.costs.measured import strategy_costs  # noqa: E402
+from zerosim.models.gpt import STRATEGIES, strategy_options
 
 N = 4
 SHAPE = dict(vocab=64, d_model=128, n_heads=4, n_layers=4, seq_len=64)  # 0.8M params; B = 8 sequences per rank

@@ -2,7 +2,7 @@
 
     1. a ZeRO-3 step of a ~100M-parameter GPT on 8 simulated ranks on one GPU (backend "cupy-sim", fp16-mixed)
        ÷ the same step on the CPU (the numpy backend), and ÷ 8 forward/backward passes and one Adam step of the
-       same model on the GPU with no ranks at all (the oracle's arithmetic: zerosim.models.run.loss_and_grad)
+       same model on the GPU with no ranks at all (the oracle's arithmetic: zerosim.models._run.loss_and_grad)
     2. the ring reduce-scatter of 2**24 fp16 elements per rank, N = 8, on the device ÷ a CuPy yardstick doing
        the same adds in the same order (chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], `cupy.add` into a
        preallocated output), the same bits checked
@@ -112,7 +112,7 @@ def main():
     p.add_argument("--standin", action="store_true", help="NumPy in CuPy's place at a toy size (checks the script)")
     args = p.parse_args()
     if args.standin:
-        from zerosim.precision.namespace import numpy_standin
+        from zerosim.precision.cast import numpy_standin
 
         cp, shape, count, sync = numpy_standin().xp, TOY_SHAPE, TOY_RING_COUNT, (lambda: None)
         DEVICE["xp"] = "numpy-standin"

@@ -39,7 +39,7 @@ BF16_CLASSES = (  # the first whose flag the CPU has; the last needs none
     Bf16Class("bf16 dot products", ("avx512_bf16", "bf16"), "native (oneDNN: AVX512_BF16's VDPBF16PS, or Arm's "
               "BFDOT/BFMMLA)", 2.0,
               "one bf16 dot-product instruction does the work of two fp32 FMAs; zerosim widens bf16 to fp32 and runs "
-              "fp32 GEMMs (models/layers.py), so at best about twice torch's time"),
+              "fp32 GEMMs (models/layers/_basic.py), so at best about twice torch's time"),
     Bf16Class("no bf16 instructions", (), "emulated (each bf16 product converted to fp32)", 0.5,
               "issue 28's target: torch converts every bf16 product, zerosim widens once and calls fp32 BLAS"),
 )

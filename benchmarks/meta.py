@@ -27,8 +27,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 from zerosim import Adam, Cluster, ZeroEngine  # noqa: E402
-from zerosim.costs import GB, get_preset, model_state_memory  # noqa: E402
-from zerosim.models.meta import MetaModel  # noqa: E402
+from zerosim.analysis.costs import GB, get_preset, model_state_memory  # noqa: E402
+from zerosim.models.meta import MetaModel
 
 CASES = [  # (preset, ranks, stages, target seconds for the stages together)
     ("zero-paper-7.5b", 64, (0, 1, 2, 3), 0.2),

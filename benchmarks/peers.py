@@ -6,7 +6,7 @@
 
 The same MLP (Linear + ReLU, MSE loss), the same batch per rank, Adam(lr=1e-3). zerosim runs
 `Cluster(N, workers="auto", trace="call", timeline=False)`: its ranks' compute and updates on a thread per
-core (cluster/pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
+core (cluster/_pool.py); torch runs N processes (`torch.set_num_threads(1)` each, gloo over loopback), as
 `torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step (at least
 3: a row stops repeating once it has used --budget seconds), the two sides in turns: the torch processes wait
 on a queue while zerosim steps, and zerosim waits while they step (rank 0 times its step between two
@@ -22,7 +22,7 @@ line). Needs torch (the parity extra, CPU build): without it the script says so 
 What the ratios depend on is printed beside them (benchmarks/machine.py): the CPU's bf16 instructions (torch's bf16
 matmul is native with AVX512_BF16 or AMX, emulated without: the bf16 goal is per class of CPU, `BF16_CLASSES`) and
 the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU capability). zerosim runs its
-"native" arithmetic here (the machine's sgemm, zerosim/precision/arithmetic.py), as torch runs its own BLAS: the
+"native" arithmetic here (the machine's sgemm, zerosim/precision/arithmetic/), as torch runs its own BLAS: the
 portable default's exact products cost more (benchmarks/portable_numbers.py).
 
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]

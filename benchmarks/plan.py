@@ -27,17 +27,13 @@ import subprocess
 import sys
 import time
 
-from zerosim.costs import get_preset
-from zerosim.costs.gpus import get_gpu
-from zerosim.costs.measured import measure_stage
-from zerosim.costs.overheads import ALLOCATOR_RESERVE, runtime_overheads
+from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, get_preset, measure_stage, runtime_overheads
+from zerosim.analysis.planner import divisors, meta_step, plan
+from zerosim.analysis.timeline import Hardware
 from zerosim.models.gpt import STRATEGIES, strategy_options
-from zerosim.models.meta_llama import MetaLlama
+from zerosim.models.llama import MetaLlama
+from zerosim.parallel.data import get_comm_schedule
 from zerosim.precision import get_precision
-from zerosim.timeline import Hardware
-from zerosim.timeline.plan import divisors, plan
-from zerosim.timeline.sweep import meta_step
-from zerosim.zero.comm_schedule import get_comm_schedule
 
 TARGET = 10.0
 RANKS, PER_NODE, GPU, L, GLOBAL = 64, 8, "h100-80gb", 4096, 1024

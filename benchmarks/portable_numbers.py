@@ -1,4 +1,4 @@
-"""What zerosim's portable arithmetic buys and costs (zerosim/precision/arithmetic.py).
+"""What zerosim's portable arithmetic buys and costs (zerosim/precision/arithmetic/).
 
 1. Buys: the same bits under every kernel. 300 random fp32 products (shapes up to 200 × 200 × 200) and NumPy's
    float32 exp, log, tanh, sin, cos and x**3 on 10**6 arguments, each computed in a fresh process under OpenBLAS's
@@ -35,8 +35,8 @@ FUNCTIONS = ("exp", "log", "tanh", "sin", "cos")
 
 def outputs(path: str) -> None:
     """Write every product's and function's bits, native and portable, to `path` (run in a fresh process)."""
-    from zerosim.precision import correctly_rounded
-    from zerosim.precision.exact_matmul import exact_matmul
+    from zerosim.precision import arithmetic as correctly_rounded
+    from zerosim.precision.arithmetic import exact_matmul
 
     rng = np.random.default_rng(1)
     native, portable = [], []

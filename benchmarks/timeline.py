@@ -1,7 +1,7 @@
 """How long a timeline of one ZeRO step at real scale takes: record it on the meta backend, then simulate it.
 
 The work: `ZeroEngine` runs one step of GPT-3 175B (block units) on `Cluster(1024, backend="meta")`, filling
-the trace, and `zerosim.timeline.simulate` places every event in time (H100, InfiniBand NDR). The yardstick
+the trace, and `zerosim.analysis.timeline._simulate` places every event in time (H100, InfiniBand NDR). The yardstick
 does the same work with every rank hosted (`hosted="all"`: one Compute per rank per unit in the log, the
 ring's bytes hop by hop per rank), the way the simulator worked before the representative rank; ratio =
 yardstick ÷ zerosim, measured in turns, medians of --repeats.
@@ -21,9 +21,9 @@ import statistics
 import time
 
 from zerosim import Adam, Cluster, ZeroEngine
-from zerosim.costs import get_preset
+from zerosim.analysis.costs import get_preset
+from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.models.meta import MetaModel
-from zerosim.timeline import Hardware, simulate
 
 TARGET = 10.0
 

@@ -25,7 +25,7 @@ ckpt.save(engine, directory)
 np.save(os.path.join(directory, "step1_master.npy"), engine.full_master())
 engine.step(data[n:])
 
-saving = importlib.import_module("zerosim.checkpoint.save")  # the module (the package exports a function of that name)
+saving = importlib.import_module("zerosim.checkpoint._save")  # the module (the package exports a function of that name)
 write, written = saving.write_bytes, []
 
 

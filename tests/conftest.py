@@ -19,8 +19,8 @@ _workers = os.environ.get("ZEROSIM_TEST_WORKERS")
 if _workers:
     import inspect  # noqa: E402
 
-    from zerosim.cluster.cluster import Cluster  # noqa: E402
-    from zerosim.cluster.pool import check_workers  # noqa: E402
+    from zerosim.cluster import Cluster
+    from zerosim.cluster._pool import check_workers  # noqa: E402
 
     _names = [p for p in inspect.signature(Cluster.__init__).parameters if p not in ("self", "world_size")]
     _defaults = list(Cluster.__init__.__defaults__)

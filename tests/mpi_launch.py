@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from zerosim.backends.launch import INSTALL_HINT, find_mpiexec
 from helpers import HANG_TIMEOUT
+
+from zerosim.backends.mpi import INSTALL_HINT, find_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "mpi"

@@ -10,12 +10,11 @@ stage equals it bitwise; the two orders themselves give different bits in 16-bit
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
-
-from zerosim import MLP, Adam, Cluster, Reference, SGD, ZeroEngine
+from zerosim import MLP, SGD, Adam, Cluster, Reference, ZeroEngine
 from zerosim.cluster import Compute, LedgerEvent, OptimizerStep
 from zerosim.models import make_regression
 from zerosim.precision import get_precision

@@ -5,11 +5,11 @@ catch, so a rule that stopped looking would fail here rather than pass silently.
 
     imports            import-linter's contracts in pyproject.toml (the layers of DESIGN.md; no backend
                        imported by an engine, model or collective): kept here, broken by one bad import
-    no call counting   no `len(trace.calls)` in zero/: collectives return handles (cluster/trace.py, Handle)
-    no stage literal   no comparison of a stage with a number, and no PLANS[<number>], outside zero/plan.py
-                       in zero/, checkpoint/ and train/: code asks a plan what it shards
-    layouts hide kind  no `<...layout...>.kind` outside the layouts (zero/flat.py, partition.py, layouts.py)
-    no engine helper   no function in zero/ takes a parameter called `engine`
+    no call counting   no `len(trace.calls)` in parallel/: collectives return handles (cluster/_trace.py, Handle)
+    no stage literal   no comparison of a stage with a number, and no PLANS[<number>], outside parallel/data/_plan.py
+                       in parallel/, checkpoint/ and train/: code asks a plan what it shards
+    layouts hide kind  no `<...layout...>.kind` outside the layouts (parallel/data/layouts/)
+    no engine helper   no function in parallel/ takes a parameter called `engine`
     one screen         ZeroEngine.step and _micro_step: <= 60 lines, <= 120 columns, naming every collective
                        a stage-3 step makes
 """
@@ -24,10 +24,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 import zerosim
-from zerosim.zero.engine import ZeroEngine
-from helpers import HANG_TIMEOUT
+from zerosim.parallel.data import ZeroEngine
 
 ROOT = Path(zerosim.__file__).resolve().parent
 REPO = ROOT.parent
@@ -113,24 +113,25 @@ def test_each_checker_catches_its_violation(checker):
 
 
 # ------------------------------------------------------------------------------------------ the rules
-def test_nothing_in_zero_counts_trace_calls():
-    found = {p: counts_trace_calls(s) for p, s in sources("zero").items()}
+def test_nothing_in_parallel_counts_trace_calls():
+    found = {p: counts_trace_calls(s) for p, s in sources("parallel").items()}
     assert not {p: v for p, v in found.items() if v}
 
 
 def test_no_stage_number_outside_the_plans():
-    found = {p: stage_literals(s) for p, s in sources("zero", "checkpoint", "train", skip=("zero/plan.py",)).items()}
+    found = {p: stage_literals(s) for p, s in sources("parallel", "checkpoint", "train",
+                                                     skip=("parallel/data/_plan.py",)).items()}
     assert not {p: v for p, v in found.items() if v}
 
 
 def test_layouts_hide_their_kind():
-    layouts = ("zero/flat.py", "zero/partition.py", "zero/layouts.py")
+    layouts = tuple(f"parallel/data/layouts/{f}" for f in ("_flat.py", "_partition.py", "_choose.py"))
     found = {p: layout_kinds(s) for p, s in sources(".", skip=layouts).items()}
     assert not {p: v for p, v in found.items() if v}
 
 
-def test_no_helper_in_zero_takes_the_engine():
-    found = {p: engine_parameters(s) for p, s in sources("zero").items()}
+def test_no_helper_in_parallel_takes_the_engine():
+    found = {p: engine_parameters(s) for p, s in sources("parallel").items()}
     assert not {p: v for p, v in found.items() if v}
 
 
@@ -164,9 +165,9 @@ def test_imports_follow_the_layers():
 def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
     # a copy of the package whose plan imports the checkpoint code, one layer up: the contract must break
     shutil.copytree(ROOT, tmp_path / "zerosim", ignore=shutil.ignore_patterns("__pycache__"))
-    plan = tmp_path / "zerosim" / "zero" / "plan.py"
+    plan = tmp_path / "zerosim" / "parallel" / "data" / "_plan.py"
     plan.write_text(plan.read_text().replace("from dataclasses import dataclass",
                                              "from dataclasses import dataclass\n\nimport zerosim.checkpoint", 1))
     result = lint_imports(tmp_path)
     assert result.returncode != 0
-    assert "zerosim.zero.plan -> zerosim.checkpoint" in result.stdout
+    assert "zerosim.parallel.data._plan -> zerosim.checkpoint" in result.stdout

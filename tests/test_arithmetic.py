@@ -15,8 +15,7 @@ from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.models import GPT, make_regression, make_sequence_task
 from zerosim.models.layers import linear_forward
 from zerosim.precision import get_format, get_precision
-from zerosim.precision.arithmetic import ARITHMETICS, arithmetic_of
-from zerosim.precision.round_once import f32_of_fraction
+from zerosim.precision.arithmetic import ARITHMETICS, arithmetic_of, f32_of_fraction
 
 
 def exact_rows_times_columns(x: np.ndarray, w: np.ndarray) -> np.ndarray:

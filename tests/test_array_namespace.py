@@ -18,9 +18,10 @@ from zerosim import Cluster
 from zerosim.collectives import all_gather, all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.models import MLP
 from zerosim.optim import SGD, Adam, AdamW, Lion
-from zerosim.precision import bf16_bits, cast, get_format
-from zerosim.precision.namespace import NUMPY, numpy_standin
-from zerosim.zero.engine import ZeroEngine
+from zerosim.parallel.data import ZeroEngine
+from zerosim.precision import cast, get_format
+from zerosim.precision.cast import NUMPY, numpy_standin
+from zerosim.precision.cast import _bf16_bits as bf16_bits
 
 BF16 = ml_dtypes.bfloat16
 ALL16 = np.arange(2**16, dtype=np.uint16)  # every 16-bit pattern
@@ -233,7 +234,7 @@ def test_cupy_sim_without_cupy_says_what_is_missing():
         pass
     else:
         pytest.skip("CuPy is installed here")
-    from zerosim.backends.cupy_probe import BackendUnavailable
+    from zerosim.backends.cupy import BackendUnavailable
 
     with pytest.raises(BackendUnavailable, match="cupy-sim backend needs CuPy"):
         Cluster(2, backend="cupy-sim")

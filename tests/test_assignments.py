@@ -1,4 +1,4 @@
-"""The three assignments and their autograder (zerosim/assignments; course/instructor holds the solutions).
+"""The three assignments and their autograder (zerosim/teaching/assignments; course/instructor holds the solutions).
 
 For each assignment: the reference solution scores 100 %; each planted wrong solution (one mistake each) scores
 less, and its first failure is one readable line; a submission that loops, exits, fails to import or kills the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from zerosim import assignments, exercises
-from zerosim.assignments import check_results, get, grade
 from zerosim.cli.main import main
-from zerosim.exercises.grading import load
+from zerosim.teaching import assignments, exercises
+from zerosim.teaching.assignments import check_results, get, grade
+from zerosim.teaching.exercises import load
 
 COURSE = Path(__file__).resolve().parent.parent / "course" / "instructor"
 PLANTED = {n: sorted((COURSE / f"a{n}" / "planted").glob("*.py")) for n in (1, 2, 3)}
@@ -100,8 +100,8 @@ def test_assignment_3_grades_the_exposed_communication_visible_and_hidden():
     # no prefetch, every gather waits for the compute before it, so all of them are exposed; prefetch 1, gather 0
     # is exposed whole, gather 1 (issued at 0, queued behind gather 0) hides under compute 0 only, and gather 2
     # (issued as compute 0 ends) runs wholly under compute 1, which is longer
-    from zerosim.assignments import a3_exposed
-    from zerosim.timeline import simulate
+    from zerosim.analysis.timeline import simulate
+    from zerosim.teaching.assignments import _a3_exposed as a3_exposed
 
     none, one = list(a3_exposed.cases())[:2]
     timed = [float(simulate(c["log"], c["hardware"]).exposed_comm[0]) for c in (none, one)]

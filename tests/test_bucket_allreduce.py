@@ -1,25 +1,21 @@
-"""DeepSpeed ZeRO-1/2 on its default path (zero/bucket_allreduce.py): each gradient bucket all-reduced whole, units in
-the order backward finishes them, against hand-derived rows, the owner-reduce path the flag turns off, and the
-oracle run with the same recipe and bucket size (issue 25, Must show 1)."""
+"""DeepSpeed ZeRO-1/2 on its default path (parallel/data/recipes/_bucket_allreduce.py): each gradient bucket
+all-reduced whole, units in the order backward finishes them, against hand-derived rows, the owner-reduce path the flag
+turns off, and the oracle run with the same recipe and bucket size (issue 25, Must show 1)."""
 
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from helpers import bits
+from test_recipes import linear_step  # noqa: E402 (tests/ is on the path)
 
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.models import make_regression
+from zerosim.parallel.data import CommSchedule, GradientRecipe
+from zerosim.parallel.data.layouts import FlatLayout
+from zerosim.parallel.data.recipes import RECIPES, DDPBuckets, bucket_slices, ipg_buckets, split_calls
+from zerosim.parallel.data.recipes._bucket_allreduce import call_chunks
 from zerosim.precision import get_precision
-from zerosim.zero import GradientRecipe
-from zerosim.zero.bucket_allreduce import bucket_slices, call_chunks, split_calls
-from zerosim.zero.param_buckets import DDPBuckets, ipg_buckets
-from zerosim.zero.comm_schedule import CommSchedule
-from zerosim.zero.flat import FlatLayout
-from zerosim.zero.recipes import RECIPES
-
-from test_recipes import linear_step  # noqa: E402 (tests/ is on the path)
 
 FP16 = get_precision("fp16-mixed")
 H = 2.0**-11  # half of fp16's spacing at 1: 1 + H is a tie, which rounds to even, 1
@@ -214,8 +210,8 @@ DOCS_FRACTIONS = {  # docs/recipes.md, the table under deepspeed-zero12: (N, buc
 
 
 def _optimizer_gradient(name, allreduce, n, bucket):
-    from zerosim.zero import averaging
-    from zerosim.zero.hooks import Hooks
+    from zerosim.parallel.data import Hooks
+    from zerosim.parallel.data.recipes import _averaging as averaging
 
     got, widths = [], [64, 96, 96, 10]
 

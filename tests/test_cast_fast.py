@@ -1,7 +1,7 @@
 """The fast cast against its naive twin, bit for bit (NaN payloads included).
 
 `cast` rounds through float32 and repairs suspected midpoints (round to nearest), and rounds
-stochastically with an integer carry (zerosim/precision/stochastic.py). `cast_reference` is the
+stochastically with an integer carry (zerosim/precision/cast/_stochastic.py). `cast_reference` is the
 first implementation, kept as it was: round to odd everywhere, neighbours found one by one. Its
 correctness is checked on its own in tests/test_cast.py (exact rationals, every bit pattern). Here
 the two must agree exactly where a fast path goes wrong first: on every midpoint between two
@@ -18,15 +18,14 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from zerosim.precision import cast
-from zerosim.precision.cast_reference import cast_reference
-from zerosim.precision.counter_random import counter_uniforms
-from zerosim.precision.policy import MixedPrecision
-from zerosim.precision.stochastic import BLOCK
+from zerosim.precision import MixedPrecision, cast
+from zerosim.precision.cast import cast_reference, counter_uniforms
+from zerosim.precision.cast._stochastic import BLOCK
 
 DTYPES = {  # written out here, not read from zerosim
     "fp32": np.dtype(np.float32),
@@ -37,10 +36,6 @@ DTYPES = {  # written out here, not read from zerosim
 }
 NARROW = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a).view(UINT[a.dtype.itemsize])
 
 
 def assert_same_bits(got: np.ndarray, want: np.ndarray, inputs) -> None:

@@ -12,15 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import HANG_TIMEOUT, bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import HANG_TIMEOUT, bits  # the tests' shared helpers (tests/helpers.py)
-
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_optimizer
+from zerosim import checkpoint as ckpt
 from zerosim.checkpoint import CheckpointError, consolidated, read_state
 from zerosim.models import make_regression
-from zerosim import checkpoint as ckpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPTIMIZERS = {"adam": dict(lr=1e-2), "adamw": dict(lr=1e-2, weight_decay=0.1), "sgd": dict(lr=1e-2, momentum=0.9),
@@ -275,9 +274,10 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_intact(tmp_path):
 # ---------------------------------------------------------------- the command line
 
 def test_train_save_and_resume_is_the_same_run(tmp_path):
-    from zerosim.cli.main import main
     import io
     from contextlib import redirect_stdout
+
+    from zerosim.cli.main import main
 
     def run(*argv):
         out = io.StringIO()

@@ -16,7 +16,6 @@ import os
 
 import numpy as np
 import pytest
-
 from helpers import bits, same
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine

@@ -37,9 +37,9 @@ SAFETY_TIMEOUT = HANG_TIMEOUT  # seconds: reached only by a run that hangs; each
 KILLER = r"""
 import importlib, os, signal, sys
 from zerosim.cli.main import main
-from zerosim.zero.engine import ZeroEngine
+from zerosim.parallel.data._engine import ZeroEngine
 
-save = importlib.import_module("zerosim.checkpoint.save")  # the module (the package exports a function of that name)
+save = importlib.import_module("zerosim.checkpoint._save")  # the module (the package exports a function of that name)
 kill_at, seen = int(sys.argv[1]), [0]
 
 

@@ -11,15 +11,14 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-
 from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
+from zerosim import checkpoint as ckpt
 from zerosim.checkpoint import CheckpointError
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim import checkpoint as ckpt
 
 WIDTHS = [8, 16, 4]
 # S starts at 2**16, where this MLP's first gradients overflow fp16; small windows make it grow again within the run

@@ -1,5 +1,5 @@
 """Checkpoints of a mesh run: each shard written once (replicas checked first), resumed bit for bit on the same mesh,
-resharded between a mesh and a flat cluster (zerosim/checkpoint/replicas.py, save.py, load.py).
+resharded between a mesh and a flat cluster (zerosim/checkpoint/_replicas.py, save.py, load.py).
 
 Letters: N ranks, S the shard group, R = N / S replicas, s the shard, P parameters.
 """
@@ -12,8 +12,8 @@ import struct
 
 import numpy as np
 import pytest
-
 from helpers import bits
+
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim import checkpoint as ckpt
 from zerosim.checkpoint import CheckpointError, read_state

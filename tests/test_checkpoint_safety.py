@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zerosim import checkpoint as checkpoints
 from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim import checkpoint as checkpoints
 from zerosim.checkpoint import CheckpointError, consolidate
 from zerosim.cli.main import main
 from zerosim.models import make_regression
@@ -255,7 +255,7 @@ def test_zerosim_writes_what_safetensors_writes_and_reads_back():
     # The format's own library is the yardstick: without metadata its writer is deterministic, and the bytes match.
     from safetensors.numpy import load, save
 
-    from zerosim.checkpoint.files import serialize
+    from zerosim.checkpoint._files import serialize
 
     rng = np.random.default_rng(0)
     tensors = {"params": rng.integers(0, 2**16, 7).astype(np.uint16),

@@ -13,9 +13,8 @@ import subprocess
 import sys
 
 import pytest
-
-from mpi_launch import launcher_or_skip
 from helpers import HANG_TIMEOUT
+from mpi_launch import launcher_or_skip
 
 ZEROSIM = [sys.executable, "-m", "zerosim.cli.main"]
 SAFETY_TIMEOUT = HANG_TIMEOUT  # reached only by a run that hangs (each of these ends in seconds, loaded or not)

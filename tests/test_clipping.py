@@ -1,7 +1,7 @@
 """Gradient clipping by global norm over sharded gradients (issue 11, Must show 3).
 
 The engine's norm comes from each rank's sum of squares over its shard and a SUM all-reduce
-(zero/step_checks.py); the oracle sums the same N shards of its unsharded gradient with the naive
+(parallel/data/_step_checks.py); the oracle sums the same N shards of its unsharded gradient with the naive
 twin in the ring's order, so the two are the same bits at every stage (stage 0 too, where every rank
 holds the whole gradient and must still count each element once). Against the norm of the whole
 gradient computed another way -- float64 of the exact squares, correctly rounded sums -- the
@@ -13,16 +13,17 @@ import math
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
-
-from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
+from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import GradClip, OptimizerStep
 from zerosim.models import make_regression
+from zerosim.parallel.data import clip_coefficient
+from zerosim.parallel.data import norm_error_bound as norm_bound
 from zerosim.precision import get_precision
-from zerosim.zero.clipping import clip_coefficient, norm_error_bound as norm_bound
+
 
 @pytest.mark.slow
 @given(

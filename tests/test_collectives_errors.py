@@ -147,7 +147,7 @@ def test_non_integer_counts_are_rejected():
 
 
 def test_all_reduce_does_not_hand_a_rank_another_ranks_shape():
-    """Found while writing these tests (zerosim/collectives/ring.py, all_reduce): shapes (2, 3) and
+    """Found while writing these tests (zerosim/collectives/_ring.py, all_reduce): shapes (2, 3) and
     (3, 2) have the same length, so they passed the length check, and every result was reshaped to
     rank 0's shape: rank 1 got back a (2, 3) array for its (3, 2) input. "Returned as given" asks for
     an error here (the arrays are not the same tensor), as broadcast already gives for shapes."""

@@ -449,11 +449,12 @@ def test_all_reduce_keeps_any_shape():
     seed=st.integers(0, 2**16),
 )
 def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, uneven, seed):
-    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/fast.py, the ring's in-process twin)
+    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/_fast.py, the ring's in-process twin)
     # instead of hop by hop; the same additions in the same order must give the same bits, and every rank
     # the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
-    from zerosim.collectives import fast, ring
-    from zerosim.collectives.staging import phases
+    from zerosim.collectives import _fast as fast
+    from zerosim.collectives import _ring as ring
+    from zerosim.collectives._staging import phases
 
     rng = np.random.default_rng(seed)
     raw = rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))

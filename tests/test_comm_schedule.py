@@ -1,5 +1,5 @@
-"""Bucketing and prefetch (zero/comm_schedule.py, zero/fetch.py): they change the calls, their timing and
-the memory peak, never a bit of the result.
+"""Bucketing and prefetch (parallel/data/_comm_schedule.py, parallel/data/_fetch.py): they change the calls, their
+timing and the memory peak, never a bit of the result.
 
 Letters: N ranks, P parameters, s = ceil(P/N), Ψ = N*s; a unit's window [a, b) in the flat buffer.
 Every expected count and byte figure below is derived by hand in its row's comment.
@@ -11,18 +11,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
-from zerosim.cluster import Compute
-from zerosim.costs import Link
-from zerosim.models import make_regression
-from zerosim.precision import get_precision
-from zerosim.timeline import Device, Hardware, simulate
-from zerosim.zero.buckets import GradBucket
-from zerosim.zero.comm_schedule import CommSchedule, allgather_pieces, get_comm_schedule
-
 from test_accumulation import bits, micro_batches  # the same bit view and per-rank micro-batches
 
+from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+from zerosim.analysis.costs import Link
+from zerosim.analysis.timeline import Device, Hardware, simulate
+from zerosim.cluster import Compute
+from zerosim.models import make_regression
+from zerosim.parallel.data import CommSchedule, get_comm_schedule
+from zerosim.parallel.data._buckets import GradBucket
+from zerosim.parallel.data._comm_schedule import allgather_pieces
+from zerosim.precision import get_precision
 
 SCHEDULES = st.one_of(
     st.builds(

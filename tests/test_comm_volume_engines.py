@@ -1,4 +1,4 @@
-"""Bytes in the engines' trace equal the communication formulas (zerosim.costs.comm), stage by stage.
+"""Bytes in the engines' trace equal the communication formulas (zerosim.analysis.costs._comm), stage by stage.
 
 Letters: P parameters, N ranks, s = ceil(P/N), real_r = real (unpadded) elements of rank r's shard,
 g / p = bytes per element of the gradient wire (reduce format) and of the 16-bit params.
@@ -33,7 +33,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Adam, Cluster, MixedPrecision, ShardLayout, ZeroEngine
-from zerosim.costs import Collective, comm_volume, get_preset, sent_bytes
+from zerosim.analysis.costs import Collective, comm_volume, get_preset, sent_bytes
 from zerosim.models import make_regression
 from zerosim.models.meta import MetaModel
 

@@ -1,8 +1,8 @@
 """exp, log, tanh, sin, cos and power of float32 arrays, correctly rounded: against 80-digit decimal values.
 
 The reference evaluates each function with Python's decimal module at 80 significant digits (20 more than the
-module's repair uses) and rounds the rational it gets once to float32 by integer arithmetic (round_once.py's
-`f32_of_fraction`, itself checked against hand values below). Where every element agrees, the float32 result is the
+module's repair uses) and rounds the rational it gets once to float32 by integer arithmetic (`f32_of_fraction`,
+itself checked against hand values below). Where every element agrees, the float32 result is the
 correctly rounded one, so it cannot depend on which libm or SIMD build computed the float64 value.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from helpers import bits
 
-from zerosim.precision import correctly_rounded as cr
-from zerosim.precision.round_once import f32_of_fraction
+from zerosim.precision import arithmetic as cr
+from zerosim.precision.arithmetic import f32_of_fraction
 
 pytestmark = pytest.mark.pinned  # bits that must be the same on every machine: .ci/pinned runs them everywhere
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerosim.costs import (
+from zerosim.analysis.costs import (
     LINKS,
     OPTIMIZER_STATES,
     PRESETS,
@@ -110,7 +110,8 @@ def test_bytes_per_parameter_by_optimizer(opt, per_param):
 
 def test_adan_stage3_is_24P_over_N_and_seed001s_row_says_22():
     assert model_state_memory(8000, 8, 3, MemoryConfig(optimizer="adan")).total == 24 * 8000 / 8
-    from zerosim.costs.conventions import conventions_table, seed001_adan
+    from zerosim.analysis.costs import conventions_table
+    from zerosim.analysis.costs._conventions import seed001_adan
 
     # seed 001: 22 B/param
     assert seed001_adan(8000, 8).bytes == (22 * 8000, 4 * 8000 + 18 * 1000, 2 * 8000 + 20 * 1000, 22 * 1000)

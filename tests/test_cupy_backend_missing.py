@@ -14,8 +14,8 @@ import pytest
 
 from zerosim import Cluster
 from zerosim.backends import make_backend
-from zerosim.backends.cupy_probe import BackendUnavailable
-from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.cupy import BackendUnavailable
+from zerosim.backends.mpi import launched_by_mpiexec
 
 NEEDS = "the cupy backend needs CuPy (pip install -e '.[gpu]') and an NVIDIA GPU with CUDA"
 
@@ -52,7 +52,7 @@ def not_under_mpiexec(monkeypatch):
 
 def test_importing_zerosim_never_imports_cupy():
     code = (
-        "import sys, zerosim, zerosim.backends, zerosim.backends.cupy_nccl\n"
+        "import sys, zerosim, zerosim.backends, zerosim.backends.cupy._backend\n"
         "from zerosim.backends import make_backend\n"
         "print(sorted(m for m in ('cupy', 'cupy_backends', 'mpi4py') if m in sys.modules))\n"
     )

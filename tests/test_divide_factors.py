@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from zerosim.zero.divide_factors import FSDP2DivideFactors, fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
+from zerosim.parallel.data.recipes import FSDP2DivideFactors, fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
 from zerosim.precision import cast
 
 FACTORS = [

@@ -10,9 +10,9 @@ from dataclasses import fields
 import pytest
 
 from zerosim.cli.main import main
-from zerosim.configs import TrainerArgs, read_ds_config, sample_ds_config
+from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config, sample_ds_config
+from zerosim.parallel.data import CommSchedule
 from zerosim.precision import MixedPrecision
-from zerosim.zero.comm_schedule import CommSchedule
 
 N, HIDDEN = 8, 64
 BASE = {  # a stage-2 config with every modelled key at a value of its own (DeepSpeed's defaults where it can)

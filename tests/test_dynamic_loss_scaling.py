@@ -9,16 +9,15 @@ format (fp16: 6e4; bf16: 3e38), so its loss-scaled gradient dL/dy = S·(y - t)/B
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
-
-from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
+from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
+from zerosim.parallel.data.recipes import RECIPES
 from zerosim.precision import LossScaleAtMinimum, get_precision
-from zerosim.zero.recipes import RECIPES
 
 HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the format at any scale >= 4 (batch 3)
 # small windows, so that growth and DeepSpeed's hysteresis happen within a few steps; a start at 2**10, where
@@ -202,7 +201,7 @@ def test_a_gradient_that_underflows_fp16_survives_with_loss_scaling():
     # survives. Measured against the same step in fp32 (which holds each of these gradients, the smallest
     # 9e-13, as a normal number): "flushed" = fp32's averaged gradient is nonzero but fp16's is exactly 0.
     # Measured: 59% flushed at S = 1, 0.3% at S = 2**8, 0.06% at 2**12, none at 2**16.
-    from zerosim.reference.underflow import flushed_fraction, one_step_gradient
+    from zerosim.analysis.numerics import flushed_fraction, one_step_gradient
 
     widths = [16, 64, 64, 4]
     data = [

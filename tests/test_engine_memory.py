@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerosim import Adam, Cluster, MLP, ZeroEngine
+from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.models import make_regression
 
 MODEL_STATE = ("params", "grads", "master", "optim:m", "optim:v")

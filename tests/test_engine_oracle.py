@@ -7,12 +7,11 @@ bit patterns, so -0.0 vs 0.0 or a NaN would show.
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
-
-from zerosim import Cluster, MLP, Reference, TinyNet, ZeroEngine, get_optimizer
+from zerosim import MLP, Cluster, Reference, TinyNet, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
 
 ELEMENTWISE = {
@@ -62,13 +61,13 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
     reduce=st.sampled_from([None, "fp32"]),  # FSDP's reduce_dtype: 16-bit compute, fp32 on the wire
     loss_scale=st.sampled_from([1.0, 2.0**10, 1000.0]),
     seed=st.integers(0, 2**16),
-    workers=st.sampled_from([1, 2, 4]),  # the ranks' compute and updates on a pool of threads (cluster/pool.py)
+    workers=st.sampled_from([1, 2, 4]),  # the ranks' compute and updates on a pool of threads (cluster/_pool.py)
     data=st.data(),
 )
 def test_every_stage_equals_the_oracle_bitwise(
     widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, workers, data
 ):
-    from zerosim.zero.recipes import RECIPES
+    from zerosim.parallel.data.recipes import RECIPES
 
     # every recipe where the framework it follows runs it (docs/recipes.md), NCCL's all-reduce chunk map at stage 0
     reduction = data.draw(
@@ -122,7 +121,7 @@ def test_the_speed_yardstick_oracle_equals_the_exact_oracle_bitwise(
     # and the optimizer stepped in blocks of STEP_BLOCK elements. Both must leave every bit where the exact
     # oracle (float64 adds rounded once, one whole-vector step) leaves it; blocks of 1..9 elements make the
     # block borders fall everywhere on these small models.
-    import zerosim.optim.base as base  # STEP_BLOCK: the oracle's blocks (and the engines')
+    import zerosim.optim._base as base  # STEP_BLOCK: the oracle's blocks (and the engines')
 
     model = MLP(widths)
     params = model.init_params(np.random.default_rng(seed))
@@ -155,7 +154,7 @@ def gamma(k, u):
 def sgd_step_bound(data, W, b, n, uc, lr):
     """(w64 after one float64 SGD step, a bound on |w_engine - w64|) for a single Linear layer.
 
-    The engine's path, rounding by rounding (models/layers.py, models/losses.py, the ring, the update):
+    The engine's path, rounding by rounding (models/layers/_basic.py, models/layers/_losses.py, the ring, the update):
     x, W, b rounded to the compute format (uc each); y = x W^T + b accumulated in fp32 (gamma_{D+1})
     and rounded to the compute format (uc); y - t and the division by B in fp32 (2 u32), rounded to
     the compute format (uc); dW = dy^T x and db = sum dy accumulated in fp32 (gamma_B) and rounded

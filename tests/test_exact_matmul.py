@@ -15,7 +15,7 @@ from helpers import bits
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerosim.precision.exact_matmul import exact_matmul
+from zerosim.precision.arithmetic import exact_matmul
 
 pytestmark = pytest.mark.pinned  # bits that must be the same on every machine: .ci/pinned runs them everywhere
 
@@ -132,7 +132,7 @@ def test_nan_and_inf_pass_through_as_any_order_gives_them():
 def test_on_a_device_the_same_bits(dtype):
     # the CuPy path (arrays stay on the device, subnormals widened by their bits, suspects settled on the host) run
     # through the NumPy stand-in for CuPy (precision/standin_array.py)
-    from zerosim.precision.namespace import numpy_standin
+    from zerosim.precision.cast import numpy_standin
 
     ns, rng = numpy_standin(), np.random.default_rng(5)
     a, b = rng.standard_normal((2, 40, 33)).astype(dtype), rng.standard_normal((2, 33, 20)).astype(dtype)

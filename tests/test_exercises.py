@@ -9,9 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zerosim import exercises
 from zerosim.cli.main import main
-from zerosim.zero import Hooks, averaging, gather, reduce
+from zerosim.parallel.data import Hooks
+from zerosim.parallel.data import _gather as gather
+from zerosim.parallel.data import _reduce as reduce
+from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.teaching import exercises
 
 # exercise -> planted bug -> (the case it must fail on, words its counterexample must say)
 CAUGHT = {
@@ -109,7 +112,8 @@ def test_the_stub_says_it_is_not_written_yet(name):
 
 
 def test_ddps_multiply_by_the_reciprocal_is_rejected_with_the_reason():
-    # DDP multiplies by fl32(1/N) (zero/averaging.py, recipe ddp); at N = 3 that rounds twice. The numbers, from
+    # DDP multiplies by fl32(1/N) (parallel/data/recipes/_averaging.py, recipe ddp); at N = 3 that rounds twice. The
+    # numbers, from
     # float64: the first reduced element of case 2 is fp16 -0.285400390625; its fp32 quotient by 3 is one rounding
     # of the exact quotient, DDP's answer the rounding of the exact product with fl32(1/3) = 0.3333333432674408.
     x, third = -0.285400390625, float(np.float32(1 / 3))

@@ -68,7 +68,7 @@ def test_every_control_changes_the_setting_it_names():
 
 
 def test_the_capacity_line_is_the_gpus_and_a_stage_that_does_not_fit_says_so():
-    from zerosim.costs.gpus import GPUS
+    from zerosim.analysis.costs import GPUS
 
     n = explore(Settings(**SMALL | {"stage": 0, "gpu": "rtx3090", "model": "gpt2-xl", "seq_len": 1024}))
     fig = explorer_figure(n)
@@ -94,7 +94,7 @@ def test_an_explorer_draws_live_widgets_only_in_a_kernel_with_a_front_end(monkey
     notebook tests, because headless widget output can block: jupyter/nbclient#312)."""
     import IPython
 
-    from zerosim.explore import front_end
+    from zerosim.explore import _front_end as front_end
 
     monkeypatch.delenv(front_end.STATIC, raising=False)
     assert not front_end.live()
@@ -108,7 +108,7 @@ def test_headless_an_explorer_shows_its_text_and_figure_and_live_its_widget(monk
     import IPython
     import IPython.display
 
-    from zerosim.explore import front_end
+    from zerosim.explore import _front_end as front_end
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.append(objs))
@@ -132,7 +132,7 @@ def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_wou
     import numpy as np
     from matplotlib.image import imread
 
-    from zerosim.explore.explorer_canvas import ExplorerCanvas
+    from zerosim.explore import ExplorerCanvas
 
     ex = MemoryExplorer(**SMALL | {"stage": 0})
     canvas = ex.canvas

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from zerosim.explore.grid import AXES, SMALL, key
-from zerosim.explore.page import write_page
+from zerosim.explore import AXES, SMALL, write_page
+from zerosim.explore._grid import key
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need the `web` extra: "
                                "pip install -e '.[web]' (Playwright's client; it drives the system's Chromium)")

@@ -9,9 +9,8 @@ import re
 import pytest
 
 from zerosim.cli.main import main
-from zerosim.explore import Settings
-from zerosim.explore.grid import AXES, SMALL, Grid, grid_data, key
-from zerosim.explore.page import step_frames, write_page
+from zerosim.explore import AXES, SMALL, Grid, Settings, grid_data, step_frames, write_page
+from zerosim.explore._grid import key
 
 
 def embedded(html: str, name: str):
@@ -29,8 +28,8 @@ def page(tmp_path_factory):
 
 @pytest.mark.slow  # the page (64 meta steps, ~3 s), then each step measured again here (~3 s)
 def test_every_grid_point_is_a_fresh_meta_backend_run(page):
-    from zerosim.costs.measured import measure_stage
-    from zerosim.explore.settings import model_for
+    from zerosim.analysis.costs import measure_stage
+    from zerosim.explore import model_for
 
     data = embedded(page, "grid")
     assert len(data["points"]) == SMALL.size == 64

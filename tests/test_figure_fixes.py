@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from zerosim.costs import GB  # noqa: E402
+from zerosim.analysis.costs import GB  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,9 +42,8 @@ def no_two_texts_overlap(fig):
 @pytest.mark.slow  # six meta steps of the 7B shape (~5 s)
 def test_activation_strategies_has_the_gpu_line_a_fitted_axis_and_says_why_selective_equals_flash():
     """Issue 24 #9: the axis ran to 100 GB for a 66 GB maximum, no GPU capacity line, selective = flash unexplained."""
+    from zerosim.analysis.costs import get_gpu, strategy_costs
     from zerosim.cli.figures_cmd import SEED001_7B
-    from zerosim.costs.gpus import get_gpu
-    from zerosim.costs.measured import strategy_costs
 
     fig = committed("activation_strategies")
     mem = fig.axes[0]
@@ -71,7 +70,7 @@ def test_spacing_shows_fp16s_subnormal_step_and_where_it_flushes_to_zero():
     """Issue 24 #8: fp16's underflow side was off the plot (its line began at 1e-3, far above 2**-14)."""
     import numpy as np
 
-    from zerosim.viz.spacing_figure import spacing_figure
+    from zerosim.viz import spacing_figure
 
     ax = spacing_figure()
     fp16 = next(line for line in ax.lines if line.get_gid() == "format:fp16")
@@ -93,8 +92,7 @@ def test_spacing_legend_lies_outside_the_curves_at_paper_and_slide_sizes(style):
     """At slide size (16-point text, slides.py) the in-axes legend ran over the fp8 curves: it sits below the axes."""
     import contextlib
 
-    from zerosim.viz.slides import enlarge_text, slides_style
-    from zerosim.viz.spacing_figure import spacing_figure
+    from zerosim.viz import enlarge_text, slides_style, spacing_figure
 
     with slides_style() if style == "slides" else contextlib.nullcontext():
         ax = spacing_figure()
@@ -124,10 +122,10 @@ def _points_inside(ax, box):
 def test_timeline_sweep_draws_only_what_fits_from_zero_and_says_why_zero3_is_fastest():
     """Issue 24 #1: ZeRO-1/2 at 175B (700 / 350 GB per GPU) drawn as if they ran, ZeRO-3 ranked fastest against seed 001
     §10 without a word, a y-axis cut at 21 s, a right panel 60 % empty, two blue lines on top of each other."""
-    from zerosim.costs import get_preset
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import sweep
     from zerosim.models.meta import MetaModel
-    from zerosim.timeline.sweep import sweep
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
 
     fig = committed("timeline_sweep")
     left, right = fig.axes[:2]
@@ -160,7 +158,7 @@ def test_timeline_sweep_draws_only_what_fits_from_zero_and_says_why_zero3_is_fas
 def test_ownership_lanes_are_as_wide_as_their_bytes():
     """Issue 24 #3: W, G and OS lanes of equal width lost that the optimizer state is 12P of 16P."""
     from zerosim.models import MLP
-    from zerosim.viz.ownership_figure import ownership_figure
+    from zerosim.viz import ownership_figure
 
     model = MLP([16, 32, 32, 8])
     fig = ownership_figure(model, 4)
@@ -186,8 +184,7 @@ def test_ring_steps_wrap_around_halves_say_where_they_go_and_come_from():
     """Issue 24 #5: the rank 3 → rank 0 hop was two bare stubs, one leaving the bottom, one entering the top."""
     from matplotlib.colors import to_rgb
 
-    from zerosim.viz.palette import chunk_colour
-    from zerosim.viz.ring_figure import ring_steps_figure
+    from zerosim.viz import chunk_colour, ring_steps_figure
 
     fig = ring_steps_figure(4)
     fig.canvas.draw()
@@ -239,7 +236,7 @@ def test_timeline_zooms_into_the_first_units_so_no_bar_is_a_barcode_line():
     # the window: the no-prefetch step's first four forward computations end at its right edge (ms)
     from matplotlib.colors import to_hex
 
-    from zerosim.viz.timeline_figure import COLOURS
+    from zerosim.viz._timeline import COLOURS
 
     forwards = [c for c in zooms[0].collections if len(c.get_facecolor()) and to_hex(c.get_facecolor()[0]) == COLOURS[
         "forward"]]
@@ -258,10 +255,10 @@ def test_dataflow_draws_the_stage_1_all_gather_and_the_overflow_branch_as_the_ru
     what an overflow does (skip the step and lower S)."""
     import zerosim
     from zerosim.cluster import Call, Cluster
-    from zerosim.models.tinynet import TinyNet
+    from zerosim.models.mlp import TinyNet
     from zerosim.optim import Adam
-    from zerosim.viz.dataflow_figure import dataflow_figure
-    from zerosim.zero import ZeroEngine
+    from zerosim.parallel.data import ZeroEngine
+    from zerosim.viz import dataflow_figure
 
     fig = committed("dataflow")
     fp16, bf16 = fig.axes
@@ -313,8 +310,8 @@ def notebook_text(name: str, kind: str) -> str:
 @pytest.mark.slow  # seed 004 replayed at three stages (~2 s)
 def test_stage_peaks_share_one_axis_and_label_each_stages_peak():
     """Issue 24 #2: six identical resting bars, the peak an unlabelled tick, each stage on its own y-scale."""
-    from zerosim.reference import replay_live
-    from zerosim.viz.ledger_figure import stage_peaks_figure
+    from zerosim.replay import replay_live
+    from zerosim.viz import stage_peaks_figure
 
     clusters = {f"ZeRO-{s}": replay_live(stage=s)[0].cluster for s in (1, 2, 3)}
     fig = stage_peaks_figure(clusters)
@@ -369,7 +366,7 @@ def test_notebook_01_explains_seed_001s_stage_1_all_reduce_with_the_runs_numbers
 def test_notebook_01_reconciles_seed_003s_2l_minus_1_gathers_with_the_traces():
     """Issue 24 #10: seed 003's "2·L − 1 additional all_gather calls" against the 4 (5 with checkpointing) shown."""
     from zerosim.cluster import Call
-    from zerosim.reference import replay_live
+    from zerosim.replay import replay_live
 
     def all_gathers(stage, checkpoint):
         engine, _ = replay_live(stage=stage, checkpoint=checkpoint)
@@ -393,8 +390,8 @@ def test_recipe_figure_draws_identical_recipes_once_and_tells_the_rest_apart():
     import numpy as np
     from matplotlib.colors import to_hex
 
+    from zerosim.analysis.numerics import rank_gradients, recipe_average, recipe_errors
     from zerosim.precision import MixedPrecision
-    from zerosim.reference.recipe_error import rank_gradients, recipe_average, recipe_errors
     from zerosim.viz import recipe_figure
 
     policies = {"seeds fp16": MixedPrecision("fp16"), "ddp fp16": MixedPrecision("fp16", reduction="ddp"),
@@ -434,8 +431,8 @@ def test_underflow_panels_part_weight_from_activation_gradients_flush_at_2_25_an
     text (fp16 rounds to 0 at or below 2^-25, half its smallest subnormal 2^-24), and had no bf16 overlay."""
     import numpy as np
 
+    from zerosim.analysis.numerics import flushed_share, log2_histogram
     from zerosim.precision import cast, get_format
-    from zerosim.reference.underflow import flushed_share, log2_histogram
     from zerosim.viz import underflow_panels
 
     # numpy's fp16, not zerosim's: 2^-25 is a tie that rounds to even (0), the next float64 above it to 2^-24

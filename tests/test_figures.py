@@ -14,16 +14,20 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 import zerosim
+import zerosim.replay
 from zerosim import Cluster, reduce_scatter
+from zerosim.analysis.costs import measure_by_stage
 from zerosim.cli.main import main
-from zerosim.costs.measured import measure_by_stage
 from zerosim.models import MLP
 from zerosim.models.meta import MetaModel
 from zerosim.viz import (
     dataflow_figure,
+    kind_colour,
     l_squared_figure,
     ledger_figure,
+    measure_ownership,
     memory_by_stage_figure,
+    mlp_runs,
     ownership_figure,
     peak_by_stage_figure,
     ring_figure,
@@ -31,12 +35,10 @@ from zerosim.viz import (
     spacing_figure,
     strategies_figure,
     zero3_figure,
+    zero3_sequence,
 )
-from zerosim.viz.dataflow_figure import observe
-from zerosim.viz.ownership_figure import measure_ownership
-from zerosim.viz.palette import LOSS, PEAK_TICK, kind_colour
-from zerosim.viz.peak_figure import mlp_runs
-from zerosim.viz.zero3_figure import zero3_sequence
+from zerosim.viz._dataflow import observe
+from zerosim.viz._palette import LOSS, PEAK_TICK
 
 
 @pytest.fixture(autouse=True)
@@ -47,12 +49,12 @@ def close_figures():
 
 @pytest.fixture(scope="module")
 def seed_stage1():
-    return zerosim.reference.replay_live(stage=1)[0]
+    return zerosim.replay.replay_live(stage=1)[0]
 
 
 @pytest.fixture(scope="module")
 def seed_stage3():
-    return zerosim.reference.replay_live(stage=3)[0]
+    return zerosim.replay.replay_live(stage=3)[0]
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +66,10 @@ def paper_stages():
 def seed001_lengths():
     """(L, what one block saves by name) at seed 001's 7B shape, B = 4, fp16: the meta ledgers (zerosim figures'
     rows)."""
+    from zerosim.analysis.costs import measure_activations
     from zerosim.cli.figures_cmd import SEED001_7B
-    from zerosim.costs.measured import measure_activations
     from zerosim.models import GPT
-    from zerosim.models.meta_gpt import MetaGPT
+    from zerosim.models.gpt import MetaGPT
 
     return [
         (L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block)
@@ -77,8 +79,8 @@ def seed001_lengths():
 
 @pytest.fixture(scope="module")
 def seed001_strategies():
+    from zerosim.analysis.costs import strategy_costs
     from zerosim.cli.figures_cmd import SEED001_7B
-    from zerosim.costs.measured import strategy_costs
 
     return strategy_costs(4, 2048, **SEED001_7B)
 
@@ -396,7 +398,7 @@ def test_strategies_figure_bars_are_the_measured_peaks_and_flops(seed001_strateg
     assert [b.get_width() for b in flops.patches] == pytest.approx(
         [100 * r["extra"] for r in seed001_strategies], rel=1e-12
     )
-    from zerosim.viz.palette import KINDS
+    from zerosim.viz._palette import KINDS
     # FLOPs: no kind's
     assert to_rgb(flops.patches[0].get_facecolor()) not in {to_rgb(colour) for _, colour in KINDS.values()}
     block = next(r for r in seed001_strategies if r["strategy"] == "block")
@@ -410,7 +412,7 @@ def test_the_lost_marker_is_told_apart_from_every_chunk_and_format_colour():
     in 0-255 RGB: 100 is about the distance between the palette's blue and its orange; nearby reds were 60 apart."""
     from matplotlib.colors import to_rgb
 
-    from zerosim.viz.palette import CHUNKS, FORMATS, LOSS
+    from zerosim.viz._palette import CHUNKS, FORMATS, LOSS
 
     def distance(a, b):
         return sum((255 * (x - y)) ** 2 for x, y in zip(to_rgb(a), to_rgb(b))) ** 0.5

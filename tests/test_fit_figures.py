@@ -6,16 +6,13 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Rectangle
 
-from zerosim.costs.gpus import get_gpu
-from zerosim.costs.measured import measure_by_stage
-from zerosim.costs.overheads import runtime_overheads
+from zerosim.analysis.costs import get_gpu, measure_by_stage, runtime_overheads
+from zerosim.analysis.planner import plan
 from zerosim.models.gpt import strategy_options
-from zerosim.models.hf_config import read_hf_config
-from zerosim.models.meta_llama import MetaLlama
-from zerosim.timeline.plan import plan
-from zerosim.viz.fit_figure import ESTIMATE, fit_figure
-from zerosim.viz.palette import kind_colour
-from zerosim.viz.plan_figure import plan_figure
+from zerosim.models.hf import read_hf_config
+from zerosim.models.llama import MetaLlama
+from zerosim.viz import fit_figure, kind_colour, plan_figure
+from zerosim.viz._fit import ESTIMATE
 
 GB = 1e9
 CONFIG = read_hf_config(

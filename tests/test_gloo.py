@@ -1,12 +1,11 @@
-"""gloo's ring all-reduce (zerosim/collectives/gloo.py): its chunk map, its order, its AVG, against hand-derived rows,
-the naive twin, and — where torch is installed — torch 2.13's own ProcessGroupGloo on N processes."""
+"""gloo's ring all-reduce (zerosim/collectives/chunk_maps/_gloo.py): its chunk map, its order, its AVG, against
+hand-derived rows, the naive twin, and — where torch is installed — torch 2.13's own ProcessGroupGloo on N processes."""
 
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from helpers import bits
 
 from zerosim import Cluster
 from zerosim.collectives import all_reduce, gloo_all_reduce, gloo_reduce_scatter, gloo_ring, naive_reduce
@@ -155,7 +154,7 @@ def _torch_cases(n: int, fmt: str, lengths, seed: int) -> list:
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
 def test_gloo_all_reduce_is_torchs_bit_for_bit(n):
     pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
-    from zerosim.parity import torch_gloo_calls
+    from zerosim.frameworks.torch import torch_gloo_calls
 
     cases = [c for fmt in ("fp16", "bf16", "fp32") for c in _torch_cases(n, fmt, TORCH_LENGTHS, n)]
     blocks = [c for c in cases if len(c[0]) % n == 0]

@@ -5,10 +5,9 @@ import math
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import Adam, Cluster, MemoryLedger, Reference, ZeroEngine
 from zerosim.models import GPT, answer_positions, loss_and_grad, make_sequence_task, predict

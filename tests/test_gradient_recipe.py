@@ -7,7 +7,6 @@ naming two different recipes is refused before anything is built; a checkpoint r
 
 import numpy as np
 import pytest
-
 from helpers import bits
 
 from zerosim import MLP, Adam, Cluster, GradientRecipe, Reference, ZeroEngine

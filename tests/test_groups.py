@@ -11,13 +11,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import bits
 from zerosim import Cluster, Groups, Mesh, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.collectives import naive_reduce
-from zerosim.collectives.shards import ShardLayout
+from zerosim.collectives import ShardLayout, naive_reduce
 
 DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 

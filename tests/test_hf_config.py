@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from zerosim.costs import PRESETS, get_preset
-from zerosim.models.hf_config import read_hf_config, shipped_config, shipped_configs
-from zerosim.models.meta_gpt import MetaGPT
-from zerosim.models.meta_llama import MetaLlama
+from zerosim.analysis.costs import PRESETS, get_preset
+from zerosim.models.gpt import MetaGPT
+from zerosim.models.hf import read_hf_config, shipped_config, shipped_configs
+from zerosim.models.llama import MetaLlama
 
 PUBLISHED = [
     # (shipped config, published parameter count, where it is published)

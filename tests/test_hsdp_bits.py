@@ -1,5 +1,5 @@
 """HSDP against FULL_SHARD on the same data: which bits differ (a table worked by hand), and how far each lands from
-float64 as the replicate degree grows (measured, under a derived bound: zerosim/reference/mesh_error.py).
+float64 as the replicate degree grows (measured, under a derived bound: zerosim/analysis/numerics/_mesh_error.py).
 
 The table: 4 ranks on a 2 × 2 mesh, FSDP2's recipe, one element whose gradients on ranks 0..3 are given; the
 optimizer reads their average. FULL_SHARD reduce-scatters over the world's ring: rank 0 owns the element, whose sum
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import bits
+
 from zerosim import Cluster, Groups, all_reduce, get_precision, reduce_scatter
+from zerosim.analysis.numerics import bound, depth, gamma, mesh_errors
+from zerosim.parallel.data.multinode import replicate_op
+from zerosim.parallel.data.recipes import GradientRecipe
+from zerosim.parallel.data.recipes import _averaging as averaging
 from zerosim.precision import cast
-from zerosim.reference.mesh_error import bound, depth, gamma, mesh_errors
-from zerosim.zero import averaging
-from zerosim.zero.recipes import GradientRecipe
-from zerosim.zero.replicate import replicate_op
 
 FSDP2 = GradientRecipe("fsdp2")
 TABLE = [  # (reduce dtype, g0..g3, FULL_SHARD's average, HSDP's, the exact average)

@@ -8,12 +8,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim.precision import cast
-from zerosim.precision.fp8_blocks import mxfp8_dequantize, mxfp8_quantize
-from zerosim.precision.fp8_recipes import DelayedScaling, Float8CurrentScaling, get_fp8_recipe
-from zerosim.precision.fp8_scaling import (
-    amax_of, axiswise_scales, scaled_cast, te_scale, torchao_received, torchao_scale)
-from zerosim.precision.int_quant import (
-    deepspeed_groups, dequantize, group_scales, pack_int4, quantize, swizzle_order, to_integers, unpack_int4)
+from zerosim.precision.quantize import (
+    DelayedScaling,
+    Float8CurrentScaling,
+    amax_of,
+    axiswise_scales,
+    deepspeed_groups,
+    dequantize,
+    get_fp8_recipe,
+    group_scales,
+    mxfp8_dequantize,
+    mxfp8_quantize,
+    pack_int4,
+    quantize,
+    scaled_cast,
+    swizzle_order,
+    te_scale,
+    to_integers,
+    torchao_received,
+    torchao_scale,
+    unpack_int4,
+)
 
 # One group of 8 fp16 weights, int8 (qwZ). absmax 3 -> s = fl32(256 / 6) = fl32(42.666...) = 42.66666793823242
 X8 = np.array([1.0, -0.5, 0.25, 3.0, -3.0, 0.1, 0.0, 2.0], np.float16)
@@ -214,7 +229,7 @@ def naive_first_group_count(numel: int, start: int) -> int:
 def test_the_group_search_equals_cudaquantizers_loop(numel):
     import math
 
-    from zerosim.precision.int_quant import _first_group_count
+    from zerosim.precision.quantize._int_quant import _first_group_count
 
     start = math.ceil(numel / 8000)
     assert _first_group_count(numel, start) == naive_first_group_count(numel, start)

@@ -6,10 +6,10 @@ Each row is what a user passed and the words the answer must hold; the old answe
 import numpy as np
 import pytest
 
-from zerosim import checkpoint as ckpt
 from zerosim import MLP, Adam, Cluster, Muon, ZeroEngine
-from zerosim.collectives import all_gather
+from zerosim import checkpoint as ckpt
 from zerosim.cli.main import main
+from zerosim.collectives import all_gather
 from zerosim.models import GPT, make_regression
 from zerosim.precision import DeepSpeedLossScaler, MixedPrecision, StaticLossScale, TorchGradScaler, cast
 from zerosim.train import TrainConfig

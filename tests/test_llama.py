@@ -8,14 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from zerosim import Adam, Cluster, MemoryLedger, Reference, ZeroEngine
-from zerosim.models import loss_and_grad
-from zerosim.models.gpt import STRATEGIES, strategy_options
-from zerosim.models.hf_config import read_hf_config
-from zerosim.models.llama import Llama
-from zerosim.models.meta_llama import MetaLlama
-
 from test_gpt import (
     FD_STEP,
     FD_TOL,
@@ -25,6 +17,11 @@ from test_gpt import (
 )
 from test_meta_gpt import compute_events, ledger_events  # noqa: E402
 
+from zerosim import Adam, Cluster, MemoryLedger, Reference, ZeroEngine
+from zerosim.models import loss_and_grad
+from zerosim.models.gpt import STRATEGIES, strategy_options
+from zerosim.models.hf import read_hf_config
+from zerosim.models.llama import Llama, MetaLlama
 
 # -- layout -----------------------------------------------------------------------------------------
 

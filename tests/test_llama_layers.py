@@ -7,17 +7,32 @@ import math
 import numpy as np
 import pytest
 
-from zerosim.models.gqa_attention import LlamaAttention, repeat_kv, repeat_kv_backward
-from zerosim.models.llama_block import LlamaBlock
-from zerosim.models.llama_ends import LlamaHead, TokenEmbedding, token_embedding_backward, token_embedding_forward
-from zerosim.models.rmsnorm import rmsnorm_backward, rmsnorm_forward, rmsnorm_output
-from zerosim.models.rotary import rope_backward, rope_forward, rope_tables
-from zerosim.models.swiglu import SwiGLUFFN, swiglu_backward, swiglu_forward
-from zerosim.precision import cast, get_format
-
 # Central differences and their tolerance (h = 1e-6, FD_TOL = 1e-6, derived there) from test_layers.py.
 from test_layers import assert_fd_close, central_diff  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_transformer_layers import check_unit_by_fd  # noqa: E402  (dx and every parameter gradient by FD)
+
+from zerosim.models.layers import (
+    rmsnorm_backward,
+    rmsnorm_forward,
+    rmsnorm_output,
+    rope_backward,
+    rope_forward,
+    rope_tables,
+)
+from zerosim.models.llama import (
+    LlamaAttention,
+    LlamaBlock,
+    LlamaHead,
+    SwiGLUFFN,
+    TokenEmbedding,
+    repeat_kv,
+    repeat_kv_backward,
+    swiglu_backward,
+    swiglu_forward,
+    token_embedding_backward,
+    token_embedding_forward,
+)
+from zerosim.precision import cast, get_format
 
 FP64 = get_format("fp64")
 

@@ -8,7 +8,7 @@ spacing and rounds away. fp16-mixed keeps the update in its fp32 master instead.
 import numpy as np
 import pytest
 
-from zerosim import Adam, Cluster, MLP, ZeroEngine
+from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.models import make_regression
 
 WIDTHS = [16, 32, 32, 4]

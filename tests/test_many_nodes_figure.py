@@ -9,11 +9,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
-from zerosim.costs import get_preset  # noqa: E402
-from zerosim.models.meta import MetaModel  # noqa: E402
-from zerosim.timeline.strategy_sweep import strategy_step  # noqa: E402
-from zerosim.viz.many_nodes_figure import many_nodes_figure  # noqa: E402
-from zerosim.viz.palette import TIERS, kind_colour  # noqa: E402
+from zerosim.analysis.costs import get_preset  # noqa: E402
+from zerosim.analysis.planner import strategy_step
+from zerosim.models.meta import MetaModel
+from zerosim.viz import kind_colour, many_nodes_figure
+from zerosim.viz._palette import TIERS
 
 VARIANTS = (("full_shard", None), ("hpz", 4), ("mics", 8), ("hsdp", 8))
 
@@ -57,7 +57,7 @@ def test_the_bars_are_the_rows_numbers_in_the_palettes_colours(rows):
 def test_the_readme_numbers_of_the_1024_gpu_figure():
     """README's paragraph under many_nodes.png, from the figure's own rows (figures_cmd.MANY_NODES)."""
     from zerosim.cli.figures_cmd import MANY_NODES
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
 
     gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
     comm = CommSchedule.fsdp(forward_prefetch=True)

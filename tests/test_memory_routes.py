@@ -1,4 +1,4 @@
-"""Two routes to per-rank memory that must agree: the formulas (zerosim.costs) and the meta backend's
+"""Two routes to per-rank memory that must agree: the formulas (zerosim.analysis.costs) and the meta backend's
 ledgers (the same engines, run on data-less arrays).
 
 Resting model states per rank = the ledger kinds params, grads, master and optim:*, after a step
@@ -15,8 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine, get_optimizer
-from zerosim.costs import (GB, MemoryConfig, get_preset, model_state_memory, seed001_formulas, seed001_printed_table,
-                           zero_paper)
+from zerosim.analysis.costs import (
+    GB,
+    MemoryConfig,
+    get_preset,
+    model_state_memory,
+    seed001_formulas,
+    seed001_printed_table,
+    zero_paper,
+)
 from zerosim.models import make_regression
 from zerosim.models.meta import MetaModel
 

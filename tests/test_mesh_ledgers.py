@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
-from zerosim.costs import get_preset
+from zerosim.analysis.costs import get_preset
 from zerosim.models.meta import MetaModel
 
 

@@ -2,7 +2,7 @@
 
 The engine runs the strategy on a mesh of ranks (groups, rings within groups, replicas that all-reduce,
 secondary pieces); `Reference(strategy=...)` reduces the same N gradients on one device with the naive twins
-in the same orders and dtypes (reference/mesh_reduce.py: level one within each shard group, level two across
+in the same orders and dtypes (reference/_mesh_reduce.py: level one within each shard group, level two across
 the replicas). They share the recipes' arithmetic and the layouts' owners, not the groups, rings or buffers.
 
 Letters: N = nodes × G ranks, S the strategy's group, K micro-steps.
@@ -14,13 +14,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import bits
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine, get_precision
 from zerosim.cluster import GradClip
-from zerosim.zero.plan import STRATEGIES
+from zerosim.parallel.data import STRATEGIES
 
 RECIPES = {  # the recipes each strategy runs with: its framework's, and the seeds' where it shards over the world
     "full_shard": ("seeds", "fsdp2", "deepspeed-zero3"),

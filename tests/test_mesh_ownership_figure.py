@@ -1,4 +1,4 @@
-"""Who holds what on a 2 × 4 mesh (zerosim/viz/mesh_ownership_figure.py), against ownership worked out by hand.
+"""Who holds what on a 2 × 4 mesh (zerosim/viz/_mesh_ownership.py), against ownership worked out by hand.
 
 8 ranks on 2 nodes of G = 4, S = 4, R = 2, MLP [8, 16, 8]: Ψ = 280, every parameter cuts evenly into 8 (and 4), so
 no padding and the fractions are exact:
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerosim.viz.mesh_ownership_figure import measure_mesh_ownership, mesh_ownership_figure
+from zerosim.viz import measure_mesh_ownership, mesh_ownership_figure
 
 STATES = ("params", "grads", "master", "optim:m", "optim:v")
 

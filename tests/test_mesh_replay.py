@@ -1,4 +1,4 @@
-"""Seed 004 on a 2 × 2 mesh, HSDP (zerosim/reference/mesh_replay.py): the narrated sends against a table worked out
+"""Seed 004 on a 2 × 2 mesh, HSDP (zerosim/replay/_mesh.py): the narrated sends against a table worked out
 by hand, and the step's numbers against seed 004's and the engine's bits.
 
 By hand. Seed 004's local gradients (its Stage 1): sample A (x = [1, 3], t = 5) gives [w1, w2, w3, w4] grads
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import bits
+
 from zerosim import Adam, Cluster, ZeroEngine
-from zerosim.models.tinynet import TinyNet
-from zerosim.reference.mesh_replay import mesh_replay, narrate_mesh
+from zerosim.models.mlp import TinyNet
+from zerosim.replay import mesh_replay, narrate_mesh
 
 NV, IB = "intra-node", "inter-node"
 HAND = [  # (layer, collective phase, src, dst, link, values)

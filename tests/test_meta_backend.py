@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Adam, Cluster, MixedPrecision, ZeroEngine
-from zerosim.backends.meta import MetaArray, MetaDataError
+from zerosim.analysis.costs import get_preset
+from zerosim.backends._meta import MetaArray, MetaDataError
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
-from zerosim.costs import get_preset
 from zerosim.models import make_regression
 from zerosim.models.meta import MetaModel
 from zerosim.precision import cast

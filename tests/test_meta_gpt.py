@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import Adam, Cluster, ZeroEngine
+from zerosim.analysis.costs import GB, get_preset
 from zerosim.cluster import Compute
-from zerosim.costs import GB, get_preset
 from zerosim.models import GPT
-from zerosim.models.meta_gpt import MetaGPT
+from zerosim.models.gpt import MetaGPT
 
 SIMULATOR_ONLY = ("comm",)  # the ring's partial-sum scratch: the numpy simulator's own working memory
 

@@ -15,9 +15,10 @@ from zerosim.models import (
     loss_and_grad,
     make_classification,
     make_regression,
+    needs_params,
     predict,
+    schedule,
 )
-from zerosim.models.schedule import needs_params, schedule
 from zerosim.precision import cast, get_format
 
 # Finite differences as in test_layers.py: h = 1e-6 gives error ~h^2 |f'''| + u |f| / h < 1e-8 here; 1e-6 tolerates.

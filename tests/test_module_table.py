@@ -39,7 +39,7 @@ def test_every_module_has_a_row_of_test_files_that_exist():
 
 
 def test_the_check_finds_a_missing_row_and_a_missing_file():
-    rows = table("| `zerosim/zero/plan.py` | `test_no_such_file.py` |\n")
-    found = problems(rows, ["zerosim/zero/plan.py", "zerosim/zero/engine.py"], TESTS)
-    assert found == ["zerosim/zero/engine.py: no row in tests/MODULES.md",
-                     "zerosim/zero/plan.py: names test_no_such_file.py, which is not in tests/"]
+    rows = table("| `zerosim/parallel/data/_plan.py` | `test_no_such_file.py` |\n")
+    found = problems(rows, ["zerosim/parallel/data/_plan.py", "zerosim/parallel/data/_engine.py"], TESTS)
+    assert found == ["zerosim/parallel/data/_engine.py: no row in tests/MODULES.md",
+                     "zerosim/parallel/data/_plan.py: names test_no_such_file.py, which is not in tests/"]

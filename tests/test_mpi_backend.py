@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-
-from mpi_launch import SCRIPTS, launcher_or_skip, run
-from zerosim.backends.launch import INSTALL_HINT
 from helpers import HANG_TIMEOUT
+from mpi_launch import SCRIPTS, launcher_or_skip, run
+
+from zerosim.backends.mpi import INSTALL_HINT
 
 RUN_TIMEOUT = HANG_TIMEOUT  # a whole check script takes ~10 s on two cores at N = 4 (only a hang reaches it)
 NO_WATCHDOG = {"ZEROSIM_MPI_TIMEOUT": "3600"}  # a job that ends only by the watchdog would hang into RUN_TIMEOUT

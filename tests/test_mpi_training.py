@@ -23,9 +23,8 @@ import subprocess
 import sys
 
 import pytest
-
-from mpi_launch import SCRIPTS, launcher_or_skip, run
 from helpers import HANG_TIMEOUT
+from mpi_launch import SCRIPTS, launcher_or_skip, run
 
 RUN_TIMEOUT = HANG_TIMEOUT  # training_check takes ~3 s at N = 2 and ~12 s at N = 4 on two cores (a hang only)
 CLI = [sys.executable, "-m", "zerosim.cli.main", "train"]

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import Cluster, all_reduce
-from zerosim.collectives.nccl_allreduce import NCCL_SIMPLE_CHUNK_BYTES, nccl_all_reduce, nccl_ring_allreduce_chunks
+from zerosim.collectives.chunk_maps import NCCL_SIMPLE_CHUNK_BYTES, nccl_all_reduce, nccl_ring_allreduce_chunks
 
 MAPS = [
     # (count, N, elem bytes, chunk bytes) -> [(loop offset, chunkCount, chunk ranges)]

@@ -12,7 +12,7 @@ import pytest
 
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.cli.main import main
-from zerosim.cluster.budget import OutOfMemory
+from zerosim.cluster._budget import OutOfMemory
 
 
 def snapshot(engine):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers import HANG_TIMEOUT
-from zerosim.explore.front_end import STATIC
+
+from zerosim.explore._front_end import STATIC
 
 pytestmark = pytest.mark.slow  # each notebook runs in a Jupyter kernel: 5-18 s apiece
 
@@ -183,7 +184,7 @@ def executed(path):
     """The notebook after running every cell (once per test session)."""
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
-        # the explorers show their drawn figure, not live widgets (zerosim/explore/front_end.py: jupyter/nbclient#312)
+        # the explorers show their drawn figure, not live widgets (zerosim/explore/_front_end.py: jupyter/nbclient#312)
         os.environ[STATIC] = "1"
         client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
             nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}

@@ -16,6 +16,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,11 +32,6 @@ U64 = 2.0**-53  # float64 unit roundoff (the reference's own rounding)
 def gamma(k: int, u: float = U32) -> float:
     """Higham's gamma_k = k u / (1 - k u): relative error bound after k roundings (first principles)."""
     return k * u / (1 - k * u)
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    """The bit patterns of an array, so equality is bitwise (NaN payloads and signed zeros included)."""
-    return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -520,10 +516,10 @@ def test_registry_and_list_betas():
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_optimizer_scalars_are_rounded_once_and_the_cache_keeps_signed_zeros_apart(dtype):
-    # optim/base.py caches each rounded coefficient; the answer must be the one cast() gives from float64
+    # optim/_base.py caches each rounded coefficient; the answer must be the one cast() gives from float64
     # whatever was asked before it: -0.0 and 0.0 compare equal (and hash alike) yet differ in the sign bit,
     # and 1 + 2**-8 + 2**-40 must round once (bf16: 1.0078125, not ml_dtypes' double-rounded 1.0).
-    from zerosim.optim.base import scalar
+    from zerosim.optim import scalar
 
     for x in (0.0, -0.0, 0.0, 1 + 2**-8 + 2**-40, 0.1, 1 - 0.9, 1, -(2**70)):
         got = scalar(x, cast(np.float64(0), dtype).dtype)

@@ -10,19 +10,17 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given
 from hypothesis import strategies as st
-
-from helpers import bits
 from test_engine_oracle import ELEMENTWISE, run_pair  # the stage tests' pair of runs and hyperparameters
 
-from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
-from zerosim.costs.memory import MemoryConfig, model_state_memory
+from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
+from zerosim.analysis.costs import MemoryConfig, model_state_memory
+from zerosim.analysis.numerics import run_side_by_side
 from zerosim.models import make_regression
-from zerosim.optim import Adam, Muon
-from zerosim.optim.stored_state import widened
+from zerosim.optim import Adam, Muon, widened
 from zerosim.precision import MixedPrecision, get_precision
-from zerosim.reference.state_formats import run_side_by_side
 
 B1, B2 = 0.9, 0.999
 
@@ -130,7 +128,7 @@ def test_with_16_bit_arithmetic_too_eps_rounds_to_zero_and_a_lost_v_divides_by_i
     # torch's default Adam on fp16 parameters (torch/optim/adam.py `_multi_tensor_adam`) keeps m, v in fp16 and adds
     # eps into an fp16 tensor (`_foreach_add_(exp_avg_sq_sqrt, eps)`); zerosim's Adam on fp16 arrays rounds each op
     # to fp16 the same way (in its own order): 1e-8 is under half of fp16's smallest subnormal 2**-24, so it is 0
-    from zerosim.optim.base import scalar
+    from zerosim.optim import scalar
 
     assert scalar(1e-8, np.float16) == 0 and 1e-8 < 2.0**-25
     w, g = np.ones(3, np.float16), np.float16([1e-3, 0.0, 0.1])
@@ -165,7 +163,7 @@ def test_the_ledger_counts_the_states_bytes_in_their_format(stage, fmt, nbytes):
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_the_meta_backend_counts_16_bit_state_at_7_5b_on_64_ranks(stage):
-    from zerosim.costs import get_preset
+    from zerosim.analysis.costs import get_preset
     from zerosim.models.meta import MetaModel
 
     model = MetaModel.from_preset(get_preset("zero-paper-7.5b"))
@@ -304,7 +302,7 @@ def test_fp16_state_stops_the_copy_gpt_at_step_7_where_fp32_state_trains_on():
 
 # -- the replay's heading for pure 16-bit training (issue 24) ---------------------------------------------------
 def test_the_pure_replays_update_heading_says_no_fp32_master_is_kept():
-    from zerosim.reference import narrate, replay
+    from zerosim.replay import narrate, replay
 
     text = narrate(replay(stage=1, precision="fp16-pure", lr=0.1, steps=1))
     heading = next(line for line in text.splitlines() if line.startswith("3. Each GPU updates"))

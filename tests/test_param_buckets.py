@@ -1,6 +1,6 @@
-"""DDP's buckets (zero/param_buckets.py, zero/ddp_reduce.py): torch's rule by hand and against torch itself where it
-is installed, every bucket its own all-reduce in the engine and the oracle, and the bits a bucket's bounds decide
-(issue 25, item 2)."""
+"""DDP's buckets (parallel/data/recipes/_param_buckets.py, parallel/data/recipes/_ddp_reduce.py): torch's rule by hand
+and against torch itself where it is installed, every bucket its own all-reduce in the engine and the oracle, and the
+bits a bucket's bounds decide (issue 25, item 2)."""
 
 import subprocess
 import sys
@@ -8,19 +8,23 @@ import textwrap
 
 import numpy as np
 import pytest
+from helpers import bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from helpers import bits
 from test_bucket_allreduce import run as run_pair  # noqa: E402 (tests/ is on the path)
 
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.optim import get_optimizer
+from zerosim.parallel.data import CommSchedule, GradientRecipe
+from zerosim.parallel.data.recipes import (
+    MIB,
+    DDPBuckets,
+    bucket_assignment_by_size,
+    ddp_buckets,
+    ready_order,
+    registration,
+)
 from zerosim.precision import get_precision
-from zerosim.zero import GradientRecipe
-from zerosim.zero.comm_schedule import CommSchedule
-from zerosim.zero.param_buckets import (MIB, DDPBuckets, bucket_assignment_by_size, ddp_buckets, ready_order,
-                                        registration)
 
 FP16 = get_precision("fp16-mixed").with_(reduction="ddp")
 H = 2.0**-11  # half of fp16's spacing at 1: 1 + H is a tie, which rounds to even, 1

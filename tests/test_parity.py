@@ -1,5 +1,5 @@
-"""The parity kit (zerosim/parity, `zerosim parity`): real torch DDP on N gloo processes against zerosim's `ddp`
-recipe and gloo's all-reduce on DDP's own buckets, fed torch's own local gradients (issue 25, Must show 2: the
+"""The parity kit (zerosim/frameworks/torch, `zerosim parity`): real torch DDP on N gloo processes against zerosim's
+`ddp` recipe and gloo's all-reduce on DDP's own buckets, fed torch's own local gradients (issue 25, Must show 2: the
 DDP part). The torch runs need the optional `parity` extra and are skipped, with the reason, without it."""
 
 import sys
@@ -7,8 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from zerosim.parity import TorchMissing, require_torch
-from zerosim.parity.ddp import ordered
+from zerosim.frameworks.torch import TorchMissing, ordered, require_torch
 
 STEPS = 20
 
@@ -17,7 +16,7 @@ STEPS = 20
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_ddp_on_gloo_is_reproduced_bit_for_bit_for_twenty_steps(n):
     pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
-    from zerosim.parity.ddp import compare_ddp, run_torch_ddp
+    from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
 
     ranks = run_torch_ddp(n, (16, 32, 8), STEPS)
     # DDP's buckets as torch formed them: iteration 1 in registration order, then rebuilt in gradient-ready order

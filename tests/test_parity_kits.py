@@ -1,4 +1,4 @@
-"""The parity kit beyond DDP (zerosim/parity: zero1.py, fsdp.py, kits.py; `zerosim parity --optimizer zero1 |
+"""The parity kit beyond DDP (zerosim/frameworks/torch: zero1.py, fsdp.py, kits.py; `zerosim parity --optimizer zero1 |
 --fsdp ...`): real torch DDP + ZeroRedundancyOptimizer(Adam) and FSDP2 fully_shard (fp32, bf16 params with fp32 and
 bf16 reduce_dtype) on N gloo processes against zerosim, with torch's local gradients and sqrt fed in: bit for bit at
 N = 2, 3, 4 for 20 steps (issue 25, Must show 2). The torch runs need the optional `parity` extra and are skipped,
@@ -9,10 +9,15 @@ import sys
 import numpy as np
 import pytest
 
-from zerosim.parity.common import StepParity, first_difference, step_parity
-from zerosim.parity.fsdp import dim0_rows, fsdp_reduce
-from zerosim.parity.own_grads import local_gradients
-from zerosim.parity.zero1 import zero_redundancy_partition
+from zerosim.frameworks.torch import (
+    StepParity,
+    dim0_rows,
+    first_difference,
+    fsdp_reduce,
+    local_gradients,
+    step_parity,
+    zero_redundancy_partition,
+)
 
 STEPS = 20
 WIDTHS = (16, 32, 8)
@@ -27,7 +32,7 @@ def torch_runs():
 
 def _runs(torch_runs, n):
     pytest.importorskip("torch", reason=NO_TORCH)
-    from zerosim.parity.kits import run_torch_kits
+    from zerosim.frameworks.torch import run_torch_kits
 
     if n not in torch_runs:
         torch_runs[n] = run_torch_kits(n, WIDTHS, STEPS)
@@ -37,8 +42,9 @@ def _runs(torch_runs, n):
 def _measured_here() -> bool:
     """Where the README's measured numbers come from: torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels (MKL
     picks its code by CPU vendor, so an Intel machine may round its sqrt differently)."""
-    import torch
     from pathlib import Path
+
+    import torch
 
     cpuinfo = Path("/proc/cpuinfo")
     amd = cpuinfo.exists() and "AuthenticAMD" in cpuinfo.read_text()
@@ -55,8 +61,7 @@ def _torch_sqrt_is_correctly_rounded(v) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_zero_redundancy_optimizer_is_reproduced_bit_for_bit_for_twenty_steps(torch_runs, n):
-    from zerosim.parity.kits import ranks_of
-    from zerosim.parity.zero1 import compare_zero1
+    from zerosim.frameworks.torch import compare_zero1, ranks_of
 
     ranks = ranks_of(_runs(torch_runs, n), "zero1")
     sizes = [v.size for v in ranks[0]["initial"].values()]  # 512, 32, 256, 8: registration order
@@ -65,7 +70,7 @@ def test_zero_redundancy_optimizer_is_reproduced_bit_for_bit_for_twenty_steps(to
     for partition in ("zero-redundancy", "flat"):  # Adam is elementwise: who updates an element cannot matter
         steps = compare_zero1(ranks, WIDTHS, partition=partition)
         assert [(s.equal, s.max_ulps) for s in steps] == [(1.0, 0)] * STEPS, partition
-    # the comparison can fail: zerosim's ring adds in gloo's order up to N = 3 only (collectives/gloo.py)
+    # the comparison can fail: zerosim's ring adds in gloo's order up to N = 3 only (collectives/chunk_maps/_gloo.py)
     ring = compare_zero1(ranks, WIDTHS, reduction="ring")
     if n >= 4:
         assert ring[0].equal < 1.0 and ring[0].cause == "reduced"
@@ -77,8 +82,7 @@ def test_zero_redundancy_optimizer_is_reproduced_bit_for_bit_for_twenty_steps(to
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("setting", ["fp32", "bf16-fp32", "bf16"])
 def test_fsdp2_is_reproduced_bit_for_bit_for_twenty_steps(torch_runs, n, setting):
-    from zerosim.parity.fsdp import compare_fsdp
-    from zerosim.parity.kits import ranks_of
+    from zerosim.frameworks.torch import compare_fsdp, ranks_of
 
     ranks = ranks_of(_runs(torch_runs, n), "fsdp")
     steps = compare_fsdp(ranks, WIDTHS, setting)
@@ -90,8 +94,7 @@ def test_fsdp2_is_reproduced_bit_for_bit_for_twenty_steps(torch_runs, n, setting
 def test_without_torchs_sqrt_the_first_difference_is_the_update(torch_runs, n):
     """Adam's sqrt: where torch's CPU sqrt is not correctly rounded for the run's second moments, zerosim's own
     sqrt makes the first difference, at the update; where it is, nothing differs."""
-    from zerosim.parity.kits import ranks_of
-    from zerosim.parity.zero1 import compare_zero1
+    from zerosim.frameworks.torch import compare_zero1, ranks_of
 
     ranks = ranks_of(_runs(torch_runs, n), "zero1")
     steps = compare_zero1(ranks, WIDTHS, sqrt="zerosim")
@@ -179,8 +182,8 @@ def test_torch_sqrt_adam_is_torchs_default_cpu_adam_bit_for_bit():
     """zerosim's Adam(formula="torch") with torch's sqrt substituted against torch.optim.Adam's default CPU path,
     ten steps on 1,003 elements (a vector body and a scalar tail)."""
     torch = pytest.importorskip("torch", reason=NO_TORCH)
+    from zerosim.frameworks.torch import TorchSqrtAdam
     from zerosim.optim import Adam
-    from zerosim.parity.torch_sqrt import TorchSqrtAdam
 
     rng = np.random.default_rng(1)
     w0 = rng.standard_normal(1003).astype(np.float32)
@@ -235,7 +238,7 @@ def test_contradictory_parity_options_are_refused(capsys, argv, message):
 @pytest.mark.slow
 def test_the_command_prints_each_steps_fraction_ulps_and_cause(torch_runs, monkeypatch, capsys):
     from zerosim.cli.main import main
-    from zerosim.parity import kits
+    from zerosim.frameworks.torch import _kits as kits
 
     runs = _runs(torch_runs, 2)  # the fixture's launch, no other: the kits' records for N = 2
     monkeypatch.setattr(kits, "run_torch_kits", lambda *a, **k: runs)
@@ -291,9 +294,7 @@ def test_the_measured_fractions_without_substitution(torch_runs, n):
     """The README's numbers, where they were measured (`_measured_here`); the causes hold anywhere:
     zerosim's own forward/backward differs first in the local gradients (matmul order) in fp32 and nowhere in
     bf16 here; zerosim's sqrt differs first at the update."""
-    from zerosim.parity.fsdp import compare_fsdp
-    from zerosim.parity.kits import ranks_of
-    from zerosim.parity.zero1 import compare_zero1
+    from zerosim.frameworks.torch import compare_fsdp, compare_zero1, ranks_of
 
     runs = _runs(torch_runs, n)
     here = _measured_here()

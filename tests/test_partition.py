@@ -1,8 +1,8 @@
 """Per-parameter partitions: DeepSpeed ZeRO-3's (`deepspeed-zero3`) and FSDP2's (`fsdp2`) (issue 11, Must show 4).
 
 DeepSpeed cuts each parameter of n elements in N chunks of ceil(n/N); FSDP2 cuts it on dim 0, in chunks of
-ceil(rows/N) rows (zero/partition.py); rank r owns the r-th chunk of every parameter. The owner decides the
-order of an element's ring sum, so each layout gives other bits than zerosim's flat one: the hand-derived
+ceil(rows/N) rows (parallel/data/layouts/_partition.py); rank r owns the r-th chunk of every parameter. The owner
+decides the order of an element's ring sum, so each layout gives other bits than zerosim's flat one: the hand-derived
 rows below fail if the engine shards by another layout.
 """
 
@@ -10,17 +10,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_recipes import bits, linear_step  # noqa: E402 (tests/ is on the path)
 
 from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
+from zerosim import checkpoint as ckpt
 from zerosim.checkpoint import consolidated, inspect, read_state
 from zerosim.models import GPT, make_regression, make_sequence_task
+from zerosim.parallel.data import CommSchedule
+from zerosim.parallel.data.layouts import FlatLayout, ParamLayout
 from zerosim.precision import get_precision
-from zerosim.zero.comm_schedule import CommSchedule
-from zerosim.zero.flat import FlatLayout
-from zerosim.zero.partition import ParamLayout
-from zerosim import checkpoint as ckpt
-
-from test_recipes import bits, linear_step  # noqa: E402 (tests/ is on the path)
 
 DS3 = get_precision("fp16-mixed").with_(reduction="deepspeed-zero3")
 

@@ -11,20 +11,16 @@ from contextlib import redirect_stdout
 import pytest
 
 from zerosim import Cluster, ZeroEngine
+from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_preset, measure_stage, runtime_overheads
+from zerosim.analysis.planner import meta_step, plan, step_time
+from zerosim.analysis.timeline import Hardware
 from zerosim.cli.main import main
-from zerosim.costs import get_preset
-from zerosim.costs.measured import measure_stage
-from zerosim.costs.overheads import ALLOCATOR_RESERVE, runtime_overheads
 from zerosim.models.gpt import strategy_options
-from zerosim.models.hf_config import read_hf_config
-from zerosim.models.llama import Llama
-from zerosim.models.meta_llama import MetaLlama
+from zerosim.models.hf import read_hf_config
+from zerosim.models.llama import Llama, MetaLlama
 from zerosim.optim import get_optimizer
+from zerosim.parallel.data import get_comm_schedule
 from zerosim.precision import get_precision
-from zerosim.timeline import Hardware
-from zerosim.timeline.plan import plan
-from zerosim.timeline.sweep import meta_step, step_time
-from zerosim.zero.comm_schedule import get_comm_schedule
 
 # A step's time is a sum of many float64 durations; the line through K = 1 and 2 adds them in another order, so it
 # lands within a few ulps per micro-step of the full simulation: 1e-12 relative is ~4,500 ulps, far above that

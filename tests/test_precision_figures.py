@@ -9,15 +9,14 @@ count of binary exponents, the loss-scale panel's crosses against the skipped st
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from helpers import by_gid
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
+from zerosim.analysis.numerics import log2_histogram, recipe_errors
 from zerosim.cluster import GradClip, LossScaleUpdate
 from zerosim.models import make_regression
 from zerosim.precision import MixedPrecision, get_precision
-from zerosim.reference.recipe_error import recipe_errors
-from zerosim.reference.underflow import log2_histogram
 from zerosim.viz import clip_figure, loss_scale_figure, recipe_figure, underflow_figure
-from helpers import by_gid
 
 
 @pytest.fixture(autouse=True)

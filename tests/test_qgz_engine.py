@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.cli.main import main
-from zerosim.collectives.qgz import LocoState, check_qgz, qgz_applies
+from zerosim.collectives.quantized import LocoState, check_qgz, qgz_applies
+from zerosim.parallel.data.zeropp import LocoParams, Wire
 from zerosim.precision import get_precision
-from zerosim.reference.qgz_reference import QgzReference
-from zerosim.zero.zeropp import LocoParams, Wire
+from zerosim.reference import QgzReference
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 
@@ -68,7 +68,7 @@ def test_the_engine_with_qgz_is_the_qgz_oracle_bit_for_bit(widths, nodes, d, ste
 
 def test_a_quantized_run_differs_from_the_plain_one():
     """The check above can fail: the plain deepspeed-zero3 engine (no qgZ) reaches another master."""
-    model = MLP([8, 16, 4])
+    model = MLP([8, 16, 8])
     engine, ref = _pair(model, 4, 2, None)
     plain = ZeroEngine(model, Cluster(4, gpus_per_node=2), 3, get_optimizer("adam", lr=1e-2), FP16,
                        params=model.init_params(np.random.default_rng(0)), recipe="deepspeed-zero3")
@@ -81,7 +81,7 @@ def test_a_quantized_run_differs_from_the_plain_one():
 def test_qgz_and_qwz_together_are_the_oracle_with_both():
     """DeepSpeed takes zero_quantized_weights and zero_quantized_gradients together: the int8 gathers (groups of 4
     here) and the int4 reduction side by side, still the oracle's bits (QgzReference takes the same wire)."""
-    model = MLP([8, 16, 4])
+    model = MLP([8, 16, 8])
     init = model.init_params(np.random.default_rng(0))
     wire = Wire(zero_quantized_weights=True, weight_groups=4, zero_quantized_gradients=True)
     engine = ZeroEngine(model, Cluster(4, gpus_per_node=2), 3, get_optimizer("adam", lr=1e-2), FP16, params=init,
@@ -113,40 +113,43 @@ def test_locos_one_counter_resets_the_parameter_the_backward_order_reaches():
 
 
 def test_locos_error_buffers_are_ledger_rows_of_the_whole_parameter_on_every_rank():
-    """MLP([8, 16, 4]) on W = 4 ranks in n = 2 nodes of d = 2. By hand, per admitted weight, on every rank:
-    intra int8 M B + G fp32 scales, inter int8 M/d B + G/d scales, G = max(rows, cols, W):
+    """MLP([8, 16, 8, 32]) on W = 4 ranks in n = 2 nodes of d = 2 (every weight's groups hold a multiple of 8
+    elements, as DeepSpeed's kernels load them: test_qgz_group_sizes.py). By hand, per admitted weight, on every
+    rank: intra int8 M B + G fp32 scales, inter int8 M/d B + G/d scales, G = max(rows, cols, W):
+      w (16, 8):  M = 128, G = 16: 128 + 64 + 64 + 32 = 288 B
       w (8, 16):  M = 128, G = 16: 128 + 64 + 64 + 32 = 288 B
-      w (16, 4):  M = 64,  G = 16:  64 + 64 + 32 + 32 = 192 B
-      biases (16,) and (4,): 1-D, reduce-scattered, no LoCo buffer
-    480 B of kind "comm", still live after the step (DeepSpeed keeps them on the parameter)."""
-    model = MLP([8, 16, 4])
+      w (32, 8):  M = 256, G = 32: 256 + 128 + 128 + 64 = 576 B
+      biases (16,), (8,), (32,): 1-D, reduce-scattered, no LoCo buffer
+    1,152 B of kind "comm", still live after the step (DeepSpeed keeps them on the parameter)."""
+    model = MLP([8, 16, 8, 32])
     engine, _ = _pair(model, 4, 2, LocoParams(0.8, 1024))
     for _ in range(2):
         engine.step(_batches(np.random.default_rng(1), model, 4))
     for rank in engine.cluster.ranks:
         rows = {b.name: b.nbytes for b in rank.ledger.live.values() if b.name.startswith("LoCo error")}
-        assert sorted(rows.values()) == sorted([128, 64, 64, 32, 64, 64, 32, 32])
-        assert rank.ledger.by_kind().get("comm") == 480
+        assert sorted(rows.values()) == sorted([128, 64, 64, 32] * 2 + [256, 128, 128, 64])
+        assert rank.ledger.by_kind().get("comm") == 1152
         assert all(rank.ledger.live[name].kind == "comm" for name in rows)
 
 
 def test_the_quantized_all_to_alls_bytes_per_tier_are_the_hand_formulas():
     """Per admitted parameter and per rank, in-node (d - 1)/d of M/2 int4 bytes and 4G scale bytes on NVLink,
-    across nodes (n - 1)/n of M/2d and 4G/d on InfiniBand. MLP([8, 16, 4]) on 2 nodes of 2 (W = 4):
+    across nodes (n - 1)/n of M/2d and 4G/d on InfiniBand. MLP([8, 16, 8, 32]) on 2 nodes of 2 (W = 4):
+      (16, 8):  M = 128, G = 16: in node 1/2·(64 + 64) = 64 B, across 1/2·(32 + 32) = 32 B
       (8, 16):  M = 128, G = 16: in node 1/2·(64 + 64) = 64 B, across 1/2·(32 + 32) = 32 B
-      (16, 4):  M = 64,  G = 16: in node 1/2·(32 + 64) = 48 B, across 1/2·(16 + 32) = 24 B
-    times 4 ranks: 448 B on NVLink, 224 B on InfiniBand, for one step."""
-    model = MLP([8, 16, 4])
+      (32, 8):  M = 256, G = 32: in node 1/2·(128 + 128) = 128 B, across 1/2·(64 + 64) = 64 B
+    times 4 ranks: 1,024 B on NVLink, 512 B on InfiniBand, for one step."""
+    model = MLP([8, 16, 8, 32])
     engine, _ = _pair(model, 4, 2, None)
     engine.step(_batches(np.random.default_rng(1), model, 4))
     trace = engine.cluster.trace
     calls = [c for c in trace.calls if c.collective == "all_to_all"]
-    assert len(calls) == 8 and all(c.purpose == "reduce grads" for c in calls)
+    assert len(calls) == 12 and all(c.purpose == "reduce grads" for c in calls)
     total = {"intra-node": 0, "inter-node": 0}
     for c in calls:
         for tier, b in trace.bytes_by_tier(call=c.call).items():
             total[tier] += b
-    assert total == {"intra-node": 4 * (64 + 48), "inter-node": 4 * (32 + 24)}
+    assert total == {"intra-node": 4 * (64 + 64 + 128), "inter-node": 4 * (32 + 32 + 64)}
 
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)
@@ -160,7 +163,7 @@ def test_the_quantized_all_to_alls_bytes_per_tier_are_the_hand_formulas():
     (3, "deepspeed-zero3", "bf16-mixed", 2, "read fp16"),  # the kernels read a __half*
 ])
 def test_refusals_come_before_anything_changes(stage, recipe, precision, d, message):
-    model, cluster = MLP([8, 16, 4]), Cluster(4, gpus_per_node=d)
+    model, cluster = MLP([8, 16, 8]), Cluster(4, gpus_per_node=d)
     with pytest.raises(ValueError, match=message):
         ZeroEngine(model, cluster, stage, get_optimizer("adam"), precision, recipe=recipe,
                    wire=Wire(zero_quantized_gradients=True), shard_group=None if isinstance(stage, int) else 2)
@@ -169,8 +172,8 @@ def test_refusals_come_before_anything_changes(stage, recipe, precision, d, mess
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("widths, backend, loco, message", [
-    ([8, 3], "numpy", None, "leave some groups unwritten"),  # (8, 3): M = 24, G = 8, M/G = 3 not whole int4 bytes
-    ([8, 16, 4], "meta", LocoParams(), "needs values"),  # LoCo's errors are values
+    ([8, 3], "numpy", None, "16 bytes at a time"),  # (3, 8): M = 24, G = 8, groups of 3, not the kernels' 8
+    ([8, 16, 8], "meta", LocoParams(), "needs values"),  # LoCo's errors are values
 ])
 def test_shapes_the_kernel_cannot_split_and_loco_without_values_are_refused(widths, backend, loco, message):
     model, cluster = MLP(widths), Cluster(4, gpus_per_node=2, backend=backend)

@@ -6,24 +6,25 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Reference, get_optimizer
-from zerosim.collectives.qgz import LocoState, naive_all_to_all_quant_reduce
+from zerosim.collectives.quantized import LocoState, naive_all_to_all_quant_reduce
 from zerosim.models import GPT, make_sequence_task
 from zerosim.precision import get_precision
-from zerosim.reference.qgz_reference import QgzReference
+from zerosim.reference import QgzReference
 
 FP16 = get_precision("fp16-mixed").with_(loss_scale=2.0**8)
 
 
 def test_quantized_parameters_get_the_naive_twins_sum_over_nodes_and_the_rest_the_plain_ring():
-    """W = 8 in 2 nodes of 4. GPT(6, 16, 2, 1, 6): every weight matrix and both embeddings have M % 16 == 0, the
-    1-D LayerNorm and bias vectors go the plain way. After `finish` divides by W, a qgZ parameter's gradient is the
-    naive twin's Σ/n (unscaled by S = 2^8, a power of two: exact), the others the plain oracle's."""
-    gpt, n, d = GPT(6, 16, 2, 1, 6), 8, 4
+    """W = 8 in 2 nodes of 4. GPT(8, 16, 2, 1, 8): every weight matrix and both embeddings have M % 16 == 0 and
+    groups of a multiple of 8 elements (the kernels' loads), the 1-D LayerNorm and bias vectors go the plain way.
+    After `finish` divides by W, a qgZ parameter's gradient is the naive twin's Σ/n (unscaled by S = 2^8, a power
+    of two: exact), the others the plain oracle's."""
+    gpt, n, d = GPT(8, 16, 2, 1, 8), 8, 4
     init = gpt.init_params(np.random.default_rng(1))
     ref = QgzReference(gpt, get_optimizer("adam"), FP16, n, init, gpus_per_node=d)
     plain = Reference(gpt, get_optimizer("adam"), FP16, n, init)
     assert ref.quantized == ((0, "wte"), (0, "wpe"), (1, "w_qkv"), (1, "w_o"), (1, "w1"), (1, "w2"), (2, "w_head"))
-    data = make_sequence_task(np.random.default_rng(0), n, 4, 3, 6, "copy")
+    data = make_sequence_task(np.random.default_rng(0), n, 4, 3, 8, "copy")
     grads = [ref.gradient(*b)[1] for b in data]
     got, want = ref.reduce(grads), plain.reduce(grads)
     for s in gpt.specs:

@@ -16,9 +16,9 @@ import pytest
 from helpers import HANG_TIMEOUT, same, snapshot
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
-from zerosim.cluster.pool import RankPool, check_workers
+from zerosim.cluster._pool import RankPool, check_workers
 from zerosim.models import GPT, make_regression
-from zerosim.models.sequence_data import make_sequence_task
+from zerosim.models.data import make_sequence_task
 from zerosim.precision import get_precision
 
 
@@ -51,10 +51,10 @@ def test_every_worker_count_gives_the_same_bits_and_the_same_log_bytes(stage, pr
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("stage, k", [(0, 1), (1, 2)])
 def test_a_micro_step_as_one_run_gives_the_bits_and_log_bytes_of_op_by_op(stage, k, workers, monkeypatch):
-    """Stages 0/1 hand the pool a whole micro-step (zero/compute.py `runs`); the yardstick is the same engine
+    """Stages 0/1 hand the pool a whole micro-step (parallel/data/_compute.py `runs`); the yardstick is the same engine
     handed one op at a time (`runs(..., alone=True)`, what stages 2/3 do), timeline and values kept."""
-    import zerosim.zero.engine as engine_module
-    from zerosim.zero.compute import runs
+    import zerosim.parallel.data._engine as engine_module
+    from zerosim.parallel.data._compute import runs
 
     batched = _mlp_run(stage, workers, keep_values=True, k=k)
     monkeypatch.setattr(engine_module, "runs", lambda ops, alone: runs(ops, alone=True))
@@ -198,10 +198,10 @@ def test_an_exception_in_one_ranks_compute_ends_the_step_with_nothing_half_updat
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("stage", [0, 1, 3])
 def test_an_exception_in_one_ranks_averaging_leaves_every_model_state_as_it_was(stage, workers):
-    """The averaged fp32 gradient is made on the pool too (zero/update.py `average`, a `Hooks.finish` a learner may
-    replace): one rank's failure there ends the step before any optimizer runs, every transient freed."""
+    """The averaged fp32 gradient is made on the pool too (parallel/data/_update.py `average`, a `Hooks.finish` a
+    learner may replace): one rank's failure there ends the step before any optimizer runs, every transient freed."""
     from zerosim import Hooks
-    from zerosim.zero.averaging import finish
+    from zerosim.parallel.data.recipes import finish
 
     engine, _ = _mlp_run(stage, workers, steps=1)
     calls, armed, lock = [], [], threading.Lock()

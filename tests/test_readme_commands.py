@@ -210,10 +210,10 @@ def check_llama_8192(out: str, readme: str, project: Path) -> None:
 
 def check_llama_ds_config(out: str, readme: str, project: Path) -> None:
     # the README's estimate row: DeepSpeed's gradient buckets are reduce_bucket_size x 2 B (once at stage 3)
-    config = json.loads((project / "zerosim/configs/samples/ds_config_zero3.json").read_text())
+    config = json.loads((project / "zerosim/frameworks/deepspeed/samples/ds_config_zero3.json").read_text())
     size = config["zero_optimization"]["reduce_bucket_size"]
     if size == "auto":  # transformers' HfDeepSpeedConfig fills it with hidden_size² (integrations/deepspeed.py)
-        hidden = json.loads((project / "zerosim/models/hf_configs/llama-3-8b.json").read_text())["hidden_size"]
+        hidden = json.loads((project / "zerosim/models/hf/configs/llama-3-8b.json").read_text())["hidden_size"]
         size = hidden * hidden
     bucket = re.search(r"DeepSpeed gradient buckets\s+([\d.]+) GB\s+from the config: reduce_bucket_size ([\d,]+) x 2 B",
                        out)

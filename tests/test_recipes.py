@@ -4,24 +4,21 @@ Each row below is one engine step from weights 0 with SGD at lr 1, so the fp32 m
 exactly -g, the gradient the recipe hands the optimizer. The model is one Linear layer with batch 1:
 at W = 0, b = 0 its output is 0, so dy = -t and dW[i, j] = -t[i] * x[j], db = -t: each rank's gradient is
 chosen through its (x, t). The expected g is worked out by hand, rounding by rounding, in the row's
-comment (recipes in docs/recipes.md, zero/averaging.py). Every row is also run on the oracle with the
+comment (recipes in docs/recipes.md, parallel/data/recipes/_averaging.py). Every row is also run on the oracle with the
 same recipe, and must give the same bits.
 """
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
-
-from zerosim import Cluster, MLP, Reference, ZeroEngine, get_optimizer
-from zerosim.zero.divide_factors import fsdp2_divide_factors
-from zerosim.models import make_regression
-from zerosim.precision import get_precision
-from zerosim.zero.recipes import RECIPES
-
 from test_meta_backend import _engine_events, _same_trace, meta_twin  # noqa: E402 (tests/ is on the path)
+
+from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
+from zerosim.models import make_regression
+from zerosim.parallel.data.recipes import RECIPES, fsdp2_divide_factors
+from zerosim.precision import get_precision
 
 
 def linear_step(policy, stage: int, xs: list, ts: list) -> tuple:

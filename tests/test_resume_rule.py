@@ -11,8 +11,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from zerosim import checkpoint as ckpt
 from zerosim import MLP, Cluster
+from zerosim import checkpoint as ckpt
 from zerosim.cli.main import main
 from zerosim.train import TrainConfig, train
 

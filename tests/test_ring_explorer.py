@@ -1,4 +1,4 @@
-"""The ring explorer on real values (zerosim/explore/ring_explorer.py): each hop's add, checked by hand.
+"""The ring explorer on real values (zerosim/explore/_ring.py): each hop's add, checked by hand.
 
 Notebook 02's example: rank 0 holds 2048, ranks 1-3 hold 1. In NCCL's order the partial for chunk c starts at
 rank c+1 and ends at rank c, each hop rounding to the wire format. fp16 spaces 2 apart at 2048 (11 significant
@@ -8,7 +8,7 @@ bits), bf16 16 apart (8 bits); ties go to even.
 import numpy as np
 import pytest
 
-from zerosim.explore.ring_explorer import RingExplorer, hop_lines, ring_hops
+from zerosim.explore import RingExplorer, hop_lines, ring_hops
 
 pytest.importorskip("ipywidgets")
 

@@ -1,5 +1,5 @@
 """`zerosim figures --style slides`: text a room can read, kept as text in SVG, nothing overlapping, and a figure with
-stages as one frame per stage (zerosim/viz/slides.py)."""
+stages as one frame per stage (zerosim/viz/_slides.py)."""
 
 import re
 
@@ -7,7 +7,8 @@ import matplotlib
 import pytest
 
 from zerosim.cli.main import main
-from zerosim.viz.slides import MIN_POINTS, enlarge_text, slides_style, stage_frames
+from zerosim.viz import enlarge_text, slides_style, stage_frames
+from zerosim.viz._slides import MIN_POINTS
 
 matplotlib.use("Agg")
 

@@ -1,4 +1,4 @@
-"""Elementwise optimizers stepped in cache-sized blocks (optim/base.py `step_in_blocks`, the engines' update and
+"""Elementwise optimizers stepped in cache-sized blocks (optim/_base.py `step_in_blocks`, the engines' update and
 the oracle's speed yardstick) against one step over the whole buffer: every bit of w and of the state, with block
 borders everywhere and the values where a rounding shows (subnormals, ±0, huge, inf, NaN); and a whole engine
 whose shards are cut in blocks of a few elements against the same engine stepping each shard at once."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import bits, same, snapshot
 
-import zerosim.optim.base as base
+import zerosim.optim._base as base
 from zerosim import MLP, Cluster, ZeroEngine
 from zerosim.models import make_regression
 from zerosim.optim import SGD, Adam, AdamW, Adan, Lion

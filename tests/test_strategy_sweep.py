@@ -1,4 +1,4 @@
-"""timeline/strategy_sweep.py: where seed 003's crossover moves when the rings no longer span every rank.
+"""analysis/planner/_strategy_sweep.py: where seed 003's crossover moves when the rings no longer span every rank.
 
 GPT-3 175B in blocks, Φ = 1,812,099,072 (the largest unit), H100 (R = 989.4e12 FLOP/s fp16 dense), NVLink 4 inside a
 node and InfiniBand NDR across (β = 50e9 B/s, α = 5 µs), T = 20,480 tokens per rank, FSDP's schedule with one unit
@@ -9,11 +9,12 @@ nodes: 2(R−1)α + 2(R−1)/R·2Φ/(Sβ) against backward's 4ΦT/R, so N* = S(1
 
 import pytest
 
-from zerosim.costs import get_preset
+from zerosim.analysis.costs import get_preset
+from zerosim.analysis.planner import StrategyRow, fitting_shard_group, hsdp_bound_ranks, strategy_step
+from zerosim.analysis.planner import strategy_crossover as crossover
+from zerosim.analysis.timeline import Hardware
 from zerosim.models.meta import MetaModel
-from zerosim.timeline import Hardware
-from zerosim.timeline.strategy_sweep import StrategyRow, crossover, fitting_shard_group, hsdp_bound_ranks, strategy_step
-from zerosim.zero.comm_schedule import CommSchedule
+from zerosim.parallel.data import CommSchedule
 
 GPT3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
 HW = Hardware("h100", "nvlink4", "fp16", inter_link="ib_ndr")

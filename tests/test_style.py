@@ -6,6 +6,7 @@
 import subprocess
 import sys
 from pathlib import Path
+
 from helpers import HANG_TIMEOUT
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""zerosim/precision/subnormals.py: float32 <-> float64 through the bits give NumPy's (IEEE) conversions for
+"""zerosim/precision/cast/_subnormals.py: float32 <-> float64 through the bits give NumPy's (IEEE) conversions for
 every float32 subnormal and zero pattern, and for float64 values at and around every kind of float32
 rounding boundary in the subnormal range (ties to even, the step up into the normals, below half the
 smallest subnormal). On a GPU the same functions run where CuPy's float32 conversions flush (tests/gpu)."""
@@ -6,7 +6,7 @@ smallest subnormal). On a GPU the same functions run where CuPy's float32 conver
 import numpy as np
 
 from tests.helpers import bits
-from zerosim.precision.subnormals import f32_to_f64, f64_to_f32
+from zerosim.precision.cast import f32_to_f64, f64_to_f32
 
 
 def test_every_float32_subnormal_widens_exactly():

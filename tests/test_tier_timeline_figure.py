@@ -1,4 +1,4 @@
-"""The two-tier timeline (zerosim/viz/tier_timeline_figure.py): each collective drawn on the link its groups use.
+"""The two-tier timeline (zerosim/viz/_tier_timeline.py): each collective drawn on the link its groups use.
 
 GPT-3 175B in blocks has U = 99 units (wte, wpe, 96 blocks, ln_f), 1,024 ranks in nodes of 8, one step, no
 activation checkpointing: a unit is gathered twice (forward, backward) and its gradients reduce-scattered once.
@@ -18,12 +18,13 @@ from collections import Counter
 
 import pytest
 
+from zerosim.analysis.costs import get_preset
+from zerosim.analysis.planner import strategy_timeline
 from zerosim.cli.figures_cmd import TIER_TIMELINE
-from zerosim.costs import get_preset
 from zerosim.models.meta import MetaModel
-from zerosim.timeline.strategy_sweep import strategy_timeline
-from zerosim.viz.tier_timeline_figure import ROWS, tier_rows, tier_timeline_figure
-from zerosim.zero.comm_schedule import CommSchedule
+from zerosim.parallel.data import CommSchedule
+from zerosim.viz import tier_rows, tier_timeline_figure
+from zerosim.viz._tier_timeline import ROWS
 
 U = 99  # 96 blocks + wte + wpe + ln_f
 NV, IB = ROWS[1], ROWS[2]

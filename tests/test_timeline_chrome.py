@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
-from zerosim.timeline import Hardware, simulate, write_chrome_trace
-from zerosim.timeline import chrome_trace as chrome_trace_module
+from zerosim.analysis.timeline import Hardware, simulate, write_chrome_trace
+from zerosim.analysis.timeline import _chrome_trace as chrome_trace_module
 
 METADATA = {
     "process_name": "name",
@@ -112,3 +112,24 @@ def test_write_is_atomic(result, tmp_path, monkeypatch):
         write_chrome_trace(result, path)
     assert path.read_text() == "previous contents"  # the old file is untouched
     assert [p.name for p in tmp_path.iterdir()] == ["step.json"]  # and no temporary file is left behind
+
+
+def test_offloads_tracks_have_their_own_ids_and_names():
+    """With offload, each rank's process has five named threads (compute, comm, cpu, pcie, nvme), each tid once."""
+    from zerosim import get_optimizer
+    from zerosim.analysis.timeline import chrome_trace_events
+    from zerosim.models import make_regression
+    from zerosim.parallel.offload import Offload
+
+    model = MLP([4, 8, 2])
+    engine = ZeroEngine(model, Cluster(3), 2, get_optimizer("adam", formula="deepspeed-cpu"), "bf16-mixed",
+                        parallelisms=(Offload("cpu"),))
+    engine.step(make_regression(np.random.default_rng(0), 3, 4, [4, 8, 2]))
+    result = simulate(engine.cluster.trace, Hardware("h100", "nvlink4", "bf16"))
+    assert result.streams == ("compute", "comm", "cpu", "pcie", "nvme")
+    events = chrome_trace_events(result)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert len(names) == 3 * 5  # every (rank, stream) its own thread
+    assert sorted(names.values()).count("PCIe copies") == 3 and sorted(names.values()).count("host CPU (offloaded "
+                                                                                               "optimizer)") == 3
+    assert {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X"} <= set(names)  # every interval on a named one

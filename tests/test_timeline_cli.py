@@ -5,12 +5,12 @@ import json
 
 import pytest
 
+from zerosim.analysis.costs import get_preset
+from zerosim.analysis.planner import crossover, latency_bound_ranks, sweep
+from zerosim.analysis.timeline import Hardware
 from zerosim.cli.main import main
 from zerosim.models.meta import MetaModel
-from zerosim.costs import get_preset
-from zerosim.timeline import Hardware
-from zerosim.timeline.sweep import crossover, latency_bound_ranks, sweep
-from zerosim.zero.comm_schedule import CommSchedule
+from zerosim.parallel.data import CommSchedule
 
 
 def run_json(capsys, *argv):

@@ -7,15 +7,19 @@ Ring time of one phase: (N−1)·α + (N−1)·(Ψ/N)/β; all-reduce: two phases
 
 import pytest
 
-from zerosim.costs import LINKS, Link
-from zerosim.timeline import A100_80GB_SXM, H100_SXM, Hardware, get_device, get_link
-from zerosim.timeline.cost import (
+from zerosim.analysis.costs import LINKS, Link
+from zerosim.analysis.timeline import (
+    A100_80GB_SXM,
+    H100_SXM,
+    Hardware,
     compute_time,
-    equal_chunk_bytes,
+    get_device,
+    get_link,
     optimizer_bytes_per_element,
     phase_time,
     ring_collective_time,
 )
+from zerosim.analysis.timeline._cost import equal_chunk_bytes
 from zerosim.cluster import Call
 
 MIB = 2**20

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Call, Compute, OptimizerStep
 from zerosim.models.meta import MetaModel
-from zerosim.timeline import Hardware, simulate
 
 REL = 1e-12  # sums of a few hundred float64 durations: relative rounding far below this
 

@@ -8,8 +8,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine  # noqa: E402
-from zerosim.timeline import Hardware, simulate  # noqa: E402
-from zerosim.viz.timeline_figure import EXPOSED, timeline_figure  # noqa: E402
+from zerosim.analysis.timeline import Hardware, simulate  # noqa: E402
+from zerosim.viz import timeline_figure
+from zerosim.viz._timeline import EXPOSED
 
 
 def run(stage, checkpoint=False, ranks=2):

@@ -8,9 +8,9 @@ rank's program issues them (the order the engine writes them).
 
 import pytest
 
+from zerosim.analysis.costs import Link
+from zerosim.analysis.timeline import Device, Hardware, simulate
 from zerosim.cluster import Call, Compute, OptimizerStep
-from zerosim.costs import Link
-from zerosim.timeline import Device, Hardware, simulate
 
 UNIT = Device("unit", 1.0, 1.0, 1.0, None, 1.0, "a test device: 1 FLOP/s, 1 B/s")
 C = 4  # every compute: 4 FLOP at 1 FLOP/s = 4 s (no bytes)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster, all_reduce, reduce_scatter
-from zerosim.costs.comm import LINKS
-from zerosim.timeline import Hardware, simulate
+from zerosim.analysis.costs import LINKS
+from zerosim.analysis.timeline import Hardware, simulate
 
 NV, IB = LINKS["nvlink4"], LINKS["ib_ndr"]
 TWO_TIERS = Hardware("h100", "nvlink4", "fp16", inter_link="ib_ndr")

@@ -52,7 +52,7 @@ def test_llama_losses_are_the_oracles(stage, task, extra):
         "2",
         *extra,
     )
-    # the trainer's Llama: rotary base 100 for these 4-token sequences (zerosim/train/trainer.py, build_model)
+    # the trainer's Llama: rotary base 100 for these 4-token sequences (zerosim/train/_trainer.py, build_model)
     model = Llama(
         7,
         8,

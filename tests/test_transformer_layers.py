@@ -7,18 +7,32 @@ import math
 import numpy as np
 import pytest
 
-from zerosim.models import (AttentionBlock, Embedding, FFNBlock, LMCrossEntropy, LMHead, TransformerBlock,
-                            attention_backward, attention_forward, embedding_backward, embedding_forward,
-                            flash_attention_backward, flash_attention_forward, layernorm_backward, layernorm_forward,
-                            relu_backward, relu_forward, softmax_backward, softmax_forward)
-from zerosim.models.attention import attention_flops
-from zerosim.models.ffn import pack_mask, unpack_mask
-from zerosim.models.flash_attention import flash_attention_flops
-from zerosim.models.layernorm import layernorm_output
-from zerosim.precision import cast, get_format
-
 # Central differences and their tolerance (h = 1e-6, FD_TOL = 1e-6, derived there) from test_layers.py.
 from test_layers import assert_fd_close, central_diff  # noqa: E402  (tests/ is on sys.path under pytest)
+
+from zerosim.models import (
+    AttentionBlock,
+    Embedding,
+    FFNBlock,
+    LMCrossEntropy,
+    LMHead,
+    TransformerBlock,
+    attention_backward,
+    attention_forward,
+    embedding_backward,
+    embedding_forward,
+    flash_attention_backward,
+    flash_attention_forward,
+    layernorm_backward,
+    layernorm_forward,
+    relu_backward,
+    relu_forward,
+    softmax_backward,
+    softmax_forward,
+)
+from zerosim.models.gpt import pack_mask, unpack_mask
+from zerosim.models.layers import attention_flops, flash_attention_flops, layernorm_output
+from zerosim.precision import cast, get_format
 
 FP64 = get_format("fp64")
 U32 = 2.0**-24  # fp32 unit roundoff: every product and sum here accumulates in fp32

@@ -16,7 +16,7 @@ from helpers import bits
 
 from zerosim import Cluster
 from zerosim.collectives import all_gather, nccl_all_reduce, reduce_scatter
-from zerosim.collectives.nccl_check import RING_ENV, random_inputs, ring_environment, ring_graph_xml, verify
+from zerosim.frameworks.nccl import RING_ENV, random_inputs, ring_environment, ring_graph_xml, verify
 from zerosim.precision import cast, get_format
 
 

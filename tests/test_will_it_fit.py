@@ -7,18 +7,19 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from zerosim.cli.main import main
-from zerosim.costs import GB
-from zerosim.costs.gpus import GPUS, get_gpu
-from zerosim.costs.overheads import (
+from zerosim.analysis.costs import (
     CUDA_CONTEXT,
+    GB,
+    GPUS,
     NCCL_BUFFERS,
     DeepSpeedBuckets,
     deepspeed_bucket_bytes,
     fit,
+    get_gpu,
     runtime_overheads,
 )
-from zerosim.models.hf_config import read_hf_config, shipped_config
+from zerosim.cli.main import main
+from zerosim.models.hf import read_hf_config, shipped_config
 
 MIB = 2**20
 

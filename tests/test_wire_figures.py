@@ -3,11 +3,11 @@
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from helpers import by_gid
 from matplotlib.colors import to_rgb
 
-from zerosim.viz import drift_figure, wire_loss_figure, wire_time_figure
-from zerosim.viz.palette import WIRES, wire_colour
-from helpers import by_gid
+from zerosim.viz import drift_figure, wire_colour, wire_loss_figure, wire_time_figure
+from zerosim.viz._palette import WIRES
 
 
 @pytest.fixture(autouse=True)

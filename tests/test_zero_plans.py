@@ -1,4 +1,5 @@
-"""The plans (zero/plan.py): each stage's sharding as data, and the one function every buffer's size comes from.
+"""The plans (parallel/data/_plan.py): each stage's sharding as data, and the one function every buffer's size comes
+from.
 
 Rows are seed 001's table (ZeRO paper, §5: P_os, P_os+g, P_os+g+p): which of a rank's model states it holds
 as a 1/N shard, and which collective runs when. `buffer_sizes` is then checked against numbers worked out by
@@ -8,10 +9,10 @@ hand, and against what the ledgers of a numpy and a meta-backend engine actually
 import pytest
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
-from zerosim.costs import MemoryConfig, model_state_memory
+from zerosim.analysis.costs import MemoryConfig, model_state_memory
 from zerosim.models.meta import MetaModel
-from zerosim.zero import PLANS, buffer_sizes, get_plan
-from zerosim.zero.flat import FlatLayout
+from zerosim.parallel.data import PLANS, buffer_sizes, get_plan
+from zerosim.parallel.data.layouts import FlatLayout
 
 # stage -> (held as shards, end-of-backward collective, refresh after the update, gathers params per unit)
 TABLE = {
@@ -60,7 +61,7 @@ def test_the_ledgers_hold_what_buffer_sizes_says(stage, backend):
 
 
 def test_the_formulas_shard_what_the_plans_shard():
-    # zerosim.costs reads its sharding from the plans: 7.5B params on 64 ranks, the ZeRO paper's Figure 1
+    # zerosim.analysis.costs reads its sharding from the plans: 7.5B params on 64 ranks, the ZeRO paper's Figure 1
     config = MemoryConfig(padding="none")
     gb = [round(model_state_memory(7.5e9, 64, stage, config).total / 1e9, 1) for stage in range(4)]
     assert gb == [120.0, 31.4, 16.6, 1.9]

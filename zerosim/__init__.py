@@ -1,33 +1,46 @@
 """zerosim: see how ZeRO trains a model across many GPUs, with no GPU.
 
-The public surface, bottom layer first:
+The package, bottom layer first (each folder's face, its `__init__`, is its API; the files behind it are private):
 
-    precision    FORMATS, get_format, cast, ulp, lost_update, MixedPrecision
-    cluster      Cluster, Rank, MemoryLedger, Trace, Mesh and Groups (ranks on nodes, the groups collectives run over)
-    collectives  reduce_scatter, all_gather, all_reduce, broadcast: functions over a Cluster; results carry .handle
-    optim        Adam, AdamW, SGD, Lion, Adan, Muon
-    models       TinyNet (seed 004), MLP
-    zero         ZeroEngine (stages 0-3), GradientRecipe, Hooks
-    reference    Reference (the single-device oracle), replay
-    checkpoint   zerosim.checkpoint.save(engine, DIR), zerosim.checkpoint.load(DIR, cluster, model)
-    train        zerosim.train.train(TrainConfig(...)): what `zerosim train` runs
+    precision     formats, casts, rounding, ulp, loss scalers, the mixed-precision policy
+    backends      numpy (the simulator), meta (shapes only), mpi, cupy
+    cluster       Cluster, Rank, MemoryLedger, Trace, Mesh and Groups: what each rank holds, what crossed a link
+    collectives   reduce_scatter, all_gather, all_reduce, broadcast, all_to_all over a Cluster; results carry .handle
+    optim         Adam, AdamW, SGD, Lion, Adan, Muon on flat shards
+    models        layers as forward/backward pairs; MLP and TinyNet; the GPT and Llama families; meta twins; HF configs
+    parallel      the parallelisms: data/ (ZeRO stages 0-3, FSDP2, HSDP / MiCS / hpZ, ZeRO++), ParallelDims, the
+                  contract
+    reference     Reference: the single-device oracle every stage equals bit for bit
+    replay        seed 004's worked example on the live cluster, number for number
+    analysis      costs (memory, communication), timeline (time), planner, numerics (against float64)
+    frameworks    DeepSpeed configs read; real torch beside zerosim (parity); NCCL verified
+    checkpoint    save(engine, DIR), load(DIR, cluster, model): sharded, resharded, consolidated
+    train         train(TrainConfig(...)): what `zerosim train` runs
+    viz, explore  figures from what a run recorded; explorers for a classroom
+    teaching      exercises and week-sized assignments with their graders
+    cli           the `zerosim` command
 
-docs/architecture.md draws the layers and walks one ZeRO-3 step file by file.
+docs/explanation/architecture.md draws the layers and walks one ZeRO-3 step file by file.
 """
 
+from zerosim import _compat
 from zerosim.cluster import Buffer, Cluster, Groups, LedgerError, MemoryLedger, Mesh, Rank, Trace
 from zerosim.collectives import ShardLayout, all_gather, all_reduce, broadcast, reduce_scatter
 from zerosim.models import MLP, TinyNet
 from zerosim.optim import SGD, Adam, AdamW, Adan, Lion, Muon, get_optimizer
+from zerosim.parallel import ParallelDims, Parallelism
+from zerosim.parallel.data import GradientRecipe, Hooks, ZeroEngine
 from zerosim.precision import FORMATS, Format, MixedPrecision, cast, get_format, get_precision, lost_update, ulp
 from zerosim.reference import Reference
-from zerosim.zero import GradientRecipe, Hooks, ZeroEngine
+
+_compat.install()  # old import paths (zerosim.zero, zerosim.costs, ...) forward here for one release
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adam", "AdamW", "Adan", "Buffer", "Cluster", "FORMATS", "Format", "GradientRecipe", "Groups", "Hooks",
-    "LedgerError", "Lion", "MLP", "MemoryLedger", "Mesh", "MixedPrecision", "Muon", "Rank", "Reference", "SGD",
+    "LedgerError", "Lion", "MLP", "MemoryLedger", "Mesh", "MixedPrecision", "Muon", "ParallelDims", "Parallelism",
+    "Rank", "Reference", "SGD",
     "ShardLayout", "TinyNet", "Trace", "ZeroEngine",
     "all_gather", "all_reduce", "broadcast", "cast", "get_format", "get_optimizer", "get_precision", "lost_update",
     "reduce_scatter", "ulp",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+from zerosim.backends.cupy import BackendUnavailable, import_cupy
 
 HERE = Path(__file__).parent
 

@@ -12,11 +12,11 @@ Letters: N ranks (one GPU each), L elements per rank.
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import Cluster, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.backends.cupy_nccl import CupyBackend
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
-from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.cupy import BackendUnavailable, CupyBackend, import_cupy
+from zerosim.backends.mpi import launched_by_mpiexec
 from zerosim.collectives import ShardLayout
 from zerosim.precision import cast, get_format
 
@@ -50,10 +50,6 @@ def inputs(n: int, length: int, fmt: str, seed: int = 0, integers: bool = False)
         else (lambda: rng.standard_normal(length) * 3)
     )
     return [cast(draw(), fmt) for _ in range(n)]
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(f"uint{8 * a.dtype.itemsize}")
 
 
 def assert_bitwise(got: list, want: list) -> None:

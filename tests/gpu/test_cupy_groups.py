@@ -11,11 +11,11 @@ Letters: N ranks (one GPU each), n ranks per group.
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import Cluster, Groups, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.backends.cupy_nccl import CupyBackend
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
-from zerosim.backends.launch import launched_by_mpiexec
+from zerosim.backends.cupy import BackendUnavailable, CupyBackend, import_cupy
+from zerosim.backends.mpi import launched_by_mpiexec
 from zerosim.precision import cast
 
 try:
@@ -33,11 +33,6 @@ GROUPS = {"shard": Groups.blocks(4, 2), "replicate": Groups.strided(4, 2)}
 def inputs(n: int, length: int, fmt: str) -> list:
     rng = np.random.default_rng([n, length])
     return [cast(rng.standard_normal(length) * 3, fmt) for _ in range(n)]
-
-
-def bits(a) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{8 * a.dtype.itemsize}")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ device could differ from the host, and what is done about it:
   the oracle whose forward/backward runs on the same GPU (`Reference(device=...)`), not with the CPU; the
   distance to the CPU run is printed;
 - float32 subnormals: CuPy's kernels flush them (-ftz=true). Casts and bf16 adds go through float64 and keep
-  them (zerosim/precision/subnormals.py); fp32 optimizer arithmetic and fp32 ring adds do not (a test below
+  them (zerosim/precision/cast/_subnormals.py); fp32 optimizer arithmetic and fp32 ring adds do not (a test below
   shows the difference, which the README states).
 """
 
@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+from zerosim.backends.cupy import BackendUnavailable, import_cupy
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.optim import SGD, Adam, AdamW, Lion
 from zerosim.precision import cast, get_format
-from zerosim.precision.namespace import device_namespace
+from zerosim.precision.cast import device_namespace
 
 try:
     cp, _nccl, DEVICES = import_cupy()
@@ -37,11 +38,6 @@ except BackendUnavailable as e:
 
 NS = device_namespace(cp, "cupy")
 ALL16 = np.arange(2**16, dtype=np.uint16)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"uint{8 * a.dtype.itemsize}")
 
 
 def host_bits(a, fmt=None):
@@ -164,7 +160,7 @@ def test_the_engine_on_the_gpu_equals_the_oracle_on_the_gpu(stage, precision):
 
 def test_bf16_subnormals_cross_the_ring_on_the_gpu_as_on_the_host():
     # bf16 below 2**-126 is a float32 subnormal, which CuPy's float32 kernels flush (-ftz=true); the device's
-    # bf16 adds go through float64 (zerosim/precision/bf16_bits.py), so every bit still equals ml_dtypes'
+    # bf16 adds go through float64 (zerosim/precision/cast/_bf16_bits.py), so every bit still equals ml_dtypes'
     rng = np.random.default_rng(5)
     n, length = 4, 4096
     xs = [cast(rng.standard_normal(length) * 2.0**-128 * np.exp2(rng.integers(-4, 6, length)), "bf16")

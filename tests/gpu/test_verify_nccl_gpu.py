@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+from zerosim.backends.cupy import BackendUnavailable, import_cupy
 
 try:
     cp, _nccl, DEVICES = import_cupy()

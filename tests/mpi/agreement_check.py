@@ -7,7 +7,7 @@ overflow fp16 (checked after the reduction): each time every rank must raise, na
 import numpy as np
 from mpi4py import MPI
 
-from zerosim import Adam, Cluster, MLP, ZeroEngine
+from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.models import make_regression
 from zerosim.precision import MixedPrecision
 

@@ -14,8 +14,8 @@ import os
 import sys
 
 import numpy as np
-
 from harness import bits, main
+
 from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim import checkpoint as ckpt
 from zerosim.models import make_regression

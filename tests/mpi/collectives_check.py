@@ -14,10 +14,10 @@ Exits non-zero if any check fails on any rank.
 from __future__ import annotations
 
 import numpy as np
-
 from harness import main, make_inputs
+
 from zerosim import Cluster, Groups, ShardLayout, all_gather, all_reduce, broadcast, get_format, reduce_scatter
-from zerosim.cluster.report import gather_reports, local_reports
+from zerosim.cluster._report import gather_reports, local_reports
 
 FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
 OPS = ("sum", "max", "avg", "avg_predivide", "avg_premul")

@@ -1,7 +1,7 @@
 """Rank 1 raises in the middle of a ring all-reduce while the other ranks wait for its messages.
 
     mpiexec -n 4 python tests/mpi/failing_rank.py hook       # uncaught: the backend's excepthook aborts
-    mpiexec -n 4 python tests/mpi/failing_rank.py guarded    # caught by zerosim.backends.mpi_failure.run_guarded
+    mpiexec -n 4 python tests/mpi/failing_rank.py guarded    # caught by zerosim.backends.mpi._failure.run_guarded
 
 Either way the whole job must end at once, non-zero, with "zerosim: rank 1 failed: RuntimeError: ..."
 on stderr. Without the guard, ranks 0, 2 and 3 would wait in a receive forever (try `unguarded`).
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from zerosim import Cluster, all_reduce
-from zerosim.backends.mpi_failure import run_guarded
+from zerosim.backends.mpi import run_guarded
 
 FAILING_RANK = 1
 FAILING_STEP = 2  # ring step at which the failing rank raises instead of sending

@@ -23,9 +23,8 @@ import sys
 import numpy as np
 
 from zerosim import Cluster, cast
-from zerosim.backends.launch import import_mpi
-from zerosim.backends.mpi_failure import run_guarded
-from zerosim.cluster.report import local_reports
+from zerosim.backends.mpi import import_mpi, run_guarded
+from zerosim.cluster._report import local_reports
 
 
 def make_inputs(seed: int, world_size: int, length: int, fmt, spread: int = 6) -> list:

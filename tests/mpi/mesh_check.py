@@ -13,9 +13,9 @@ tier included), its ledger timeline and report (see training_check.py, whose com
 from __future__ import annotations
 
 import numpy as np
-
 from harness import main
 from training_check import _decisions
+
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.models import make_regression
 from zerosim.precision import get_precision

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from zerosim import Cluster, all_reduce
-from zerosim.backends.mpi_failure import run_guarded
+from zerosim.backends.mpi import run_guarded
 
 SILENT_RANK = 1
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from harness import main
-from zerosim import Cluster, MLP, ZeroEngine, get_optimizer
+
+from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim.cluster import GradClip, LossScaleUpdate
-from zerosim.cluster.report import gather_reports, local_reports
+from zerosim.cluster._report import gather_reports, local_reports
 from zerosim.models import make_classification, make_regression
 from zerosim.precision import get_precision
 

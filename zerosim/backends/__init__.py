@@ -1,5 +1,14 @@
 """Backends plug in under the cluster: numpy (in-process simulator, default), meta (shapes, no data), mpi, cupy
-(one GPU per rank, NCCL), cupy-sim (every rank on one GPU, the simulator's ring on the device)."""
+(one GPU per rank, NCCL), cupy-sim (every rank on one GPU, the simulator's ring on the device).
+
+    _base.py    the backend protocol: what a cluster needs from the machine underneath it
+    _numpy.py   the default: all N ranks in this process, a send hands over a reference
+    _meta.py    arrays with a shape and a dtype and no data: accounting at any scale
+    mpi/        one process per rank (mpi4py), the ring over point-to-point messages
+    cupy/       ranks on GPUs with NCCL, or every rank on one GPU
+
+`make_backend` imports a backend (and mpi4py or CuPy) only when it is made.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +18,23 @@ BACKENDS = ("numpy", "meta", "mpi", "cupy", "cupy-sim")
 def make_backend(name: str, world_size: int, **options):
     """Create the backend called `name` for `world_size` ranks; heavy imports happen only here."""
     if name == "numpy":
-        from zerosim.backends.numpy_sim import NumpyBackend
+        from zerosim.backends._numpy import NumpyBackend
 
         return NumpyBackend(world_size, **options)
     if name == "meta":
-        from zerosim.backends.meta import MetaBackend
+        from zerosim.backends._meta import MetaBackend
 
         return MetaBackend(world_size, **options)
     if name == "mpi":
-        from zerosim.backends.mpi import MpiBackend  # mpi4py itself is imported only when the backend is made
+        from zerosim.backends.mpi._backend import MpiBackend  # mpi4py itself is imported only when the backend is made
 
         return MpiBackend(world_size, **options)
     if name == "cupy":
-        from zerosim.backends.cupy_nccl import CupyBackend  # cupy itself is imported only when the backend is made
+        from zerosim.backends.cupy._backend import CupyBackend  # cupy itself is imported only when the backend is made
 
         return CupyBackend(world_size, **options)
     if name == "cupy-sim":
-        from zerosim.backends.cupy_sim import CupySimBackend  # cupy itself is imported only when the backend is made
+        from zerosim.backends.cupy._sim import CupySimBackend  # cupy itself is imported only when the backend is made
 
         return CupySimBackend(world_size, **options)
     if name in BACKENDS:

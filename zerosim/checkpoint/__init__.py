@@ -15,11 +15,11 @@ it: `save` reads an engine's states, `load` builds an engine that takes the load
     replicas     a mesh run (HSDP, MiCS): replicas checked equal, each shard written once by replica 0
 """
 
-from zerosim.checkpoint.consolidate import consolidate, consolidated, inspect
-from zerosim.checkpoint.files import CheckpointError
-from zerosim.checkpoint.load import SavedState, load, read_state
-from zerosim.checkpoint.resume import saved_optimizer, saved_settings
-from zerosim.checkpoint.save import save
+from zerosim.checkpoint._consolidate import consolidate, consolidated, inspect
+from zerosim.checkpoint._files import CheckpointError
+from zerosim.checkpoint._load import SavedState, load, read_state
+from zerosim.checkpoint._resume import saved_optimizer, saved_settings
+from zerosim.checkpoint._save import save
 
 __all__ = ["CheckpointError", "SavedState", "consolidate", "consolidated", "inspect", "load", "read_state", "save",
            "saved_optimizer", "saved_settings"]

@@ -36,7 +36,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from zerosim import assignments
+    from zerosim.teaching import assignments
 
     if args.action in (None, "list"):
         for n, a in assignments.ASSIGNMENTS.items():

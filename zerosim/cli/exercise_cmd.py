@@ -20,7 +20,7 @@ HELP = "write one small function of ZeRO yourself; the package's own checks grad
 
 
 def add_arguments(p) -> None:
-    from zerosim.exercises import EXERCISES
+    from zerosim.teaching.exercises import EXERCISES
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the exercises, one line each")
@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from zerosim import exercises
+    from zerosim.teaching import exercises
 
     if args.action in (None, "list"):
         width = max(map(len, exercises.EXERCISES))
@@ -80,7 +80,7 @@ def run(args) -> int:
         solution = args.file
         if not solution.endswith(".py"):
             raise ValueError(f"--file must name a .py file, got {solution!r}")
-    # a learner's file runs in a child process, each case under the time limit (exercises/sandbox.py)
+    # a learner's file runs in a child process, each case under the time limit (teaching/exercises/_sandbox.py)
     result = exercises.check(ex.name, solution, **({"time_limit": args.time_limit} if args.time_limit else {}))
     print(result)
     return 0 if result.passed else 1

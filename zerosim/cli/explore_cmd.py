@@ -24,8 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from zerosim.explore.grid import DEFAULT, SMALL
-    from zerosim.explore.page import write_page
+    from zerosim.explore import DEFAULT, SMALL, write_page
 
     grid = SMALL if args.grid == "small" else DEFAULT
     path = write_page(args.html, grid, show_progress=sys.stderr.isatty())

@@ -42,8 +42,8 @@ PAPER_FIG1 = (120, 31.4, 16.6, 1.9)  # Rajbhandari et al. 2020, Figure 1: Ψ = 7
 
 
 def _memory_by_stage(args):
-    from zerosim.costs.measured import measure_by_stage
-    from zerosim.viz.memory_figure import memory_by_stage_figure
+    from zerosim.analysis.costs import measure_by_stage
+    from zerosim.viz import memory_by_stage_figure
 
     model = model_from_args(args)
     stages = measure_by_stage(model, args.ranks, args.optimizer, args.precision, show_progress=sys.stderr.isatty())
@@ -54,7 +54,7 @@ def _memory_by_stage(args):
 
 
 def _peak_by_stage(args):
-    from zerosim.viz.peak_figure import mlp_runs, peak_by_stage_figure
+    from zerosim.viz import mlp_runs, peak_by_stage_figure
 
     runs = mlp_runs()
     return peak_by_stage_figure(runs, title="MLP [32, 256, 256, 256, 8] on 4 ranks, bf16-mixed, Adam:\n"
@@ -62,25 +62,25 @@ def _peak_by_stage(args):
 
 
 def _spacing(args):
-    from zerosim.viz.spacing_figure import spacing_figure
+    from zerosim.viz import spacing_figure
 
     return spacing_figure().figure
 
 
 def _dataflow(args):
-    from zerosim.viz.dataflow_figure import dataflow_figure
+    from zerosim.viz import dataflow_figure
 
     return dataflow_figure()
 
 
 def _ownership(args):
-    from zerosim.viz.ownership_figure import ownership_figure
+    from zerosim.viz import ownership_figure
 
     return ownership_figure()
 
 
 def _ring_steps(args):
-    from zerosim.viz.ring_figure import ring_steps_figure
+    from zerosim.viz import ring_steps_figure
 
     return ring_steps_figure()
 
@@ -89,7 +89,7 @@ def gathers_against_seed_003() -> tuple:
     """(note, counts): seed 003's "2·L − 1 additional all_gather calls w.r.t. ZeRO-2" against seed 004's replay, the
     all-gathers counted from the traces of stages 2 and 3, without and with activation checkpointing."""
     from zerosim.cluster import Call
-    from zerosim.reference import replay_live
+    from zerosim.replay import replay_live
 
     def all_gathers(stage, checkpoint):
         engine, _ = replay_live(stage=stage, checkpoint=checkpoint)
@@ -110,8 +110,8 @@ def gathers_against_seed_003() -> tuple:
 def _zero3_sequence(args):
     import textwrap
 
-    from zerosim.reference import replay_live
-    from zerosim.viz.zero3_figure import zero3_figure
+    from zerosim.replay import replay_live
+    from zerosim.viz import zero3_figure
 
     engine, _ = replay_live(stage=3)
     ax = zero3_figure(engine.cluster.trace, title="Seed 004 at ZeRO-3 on GPU 0: every use of a layer gathers it, "
@@ -123,12 +123,12 @@ def _zero3_sequence(args):
 
 
 def _timeline(args):
-    from zerosim.costs import get_preset
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import meta_step
+    from zerosim.analysis.timeline import Hardware
     from zerosim.models.meta import MetaModel
-    from zerosim.timeline import Hardware
-    from zerosim.timeline.sweep import meta_step
-    from zerosim.viz.timeline_figure import timelines_figure
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
+    from zerosim.viz import timelines_figure
 
     llama, ib = MetaModel.from_preset(get_preset("llama-7b"), unit="block"), Hardware("h100", "ib_ndr", "fp16")
     runs = {}
@@ -143,15 +143,12 @@ def _timeline(args):
 
 
 def _timeline_sweep(args):
-    from zerosim.costs import get_preset
-    from zerosim.models.meta import MetaModel
-    from zerosim.timeline.sweep import sweep
-    from zerosim.viz.sweep_figure import sweep_figure
-    from zerosim.zero.comm_schedule import CommSchedule
-
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, get_preset
+    from zerosim.analysis.planner import sweep
     from zerosim.cli.fit_lines import judge
-    from zerosim.costs.gpus import get_gpu
-    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+    from zerosim.models.meta import MetaModel
+    from zerosim.parallel.data import CommSchedule
+    from zerosim.viz import sweep_figure
 
     gpt3 = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
     rows = sweep(
@@ -167,10 +164,10 @@ SEED001_7B = dict(vocab=50257, d_model=4096, n_heads=32, n_layers=32)  # seed 00
 
 
 def _l_squared(args):
-    from zerosim.costs.measured import measure_activations
+    from zerosim.analysis.costs import measure_activations
     from zerosim.models import GPT
-    from zerosim.models.meta_gpt import MetaGPT
-    from zerosim.viz.activations_figure import l_squared_figure
+    from zerosim.models.gpt import MetaGPT
+    from zerosim.viz import l_squared_figure
 
     rows = [
         (L, measure_activations(MetaGPT(GPT(seq_len=L, **SEED001_7B)), 4, L).per_block)
@@ -181,10 +178,8 @@ def _l_squared(args):
 
 
 def _activation_strategies(args):
-    from zerosim.costs.measured import strategy_costs
-    from zerosim.viz.activations_figure import strategies_figure
-
-    from zerosim.costs.gpus import get_gpu
+    from zerosim.analysis.costs import get_gpu, strategy_costs
+    from zerosim.viz import strategies_figure
 
     gpu = get_gpu("h100-80gb")
     return strategies_figure(strategy_costs(4, 2048, **SEED001_7B), capacity=gpu.capacity, gpu=gpu.name,
@@ -194,12 +189,11 @@ def _activation_strategies(args):
 
 
 def _will_it_fit(args):
-    from zerosim.costs.gpus import get_gpu
-    from zerosim.costs.measured import measure_by_stage
+    from zerosim.analysis.costs import get_gpu, measure_by_stage
     from zerosim.models.gpt import strategy_options
-    from zerosim.models.hf_config import read_hf_config, shipped_config
-    from zerosim.models.meta_llama import MetaLlama
-    from zerosim.viz.fit_figure import fit_figure
+    from zerosim.models.hf import read_hf_config, shipped_config
+    from zerosim.models.llama import MetaLlama
+    from zerosim.viz import fit_figure
 
     config = read_hf_config(shipped_config("llama-3-8b"))
     runs = {f"checkpoint {s!r}": measure_by_stage(MetaLlama.from_config(config, 4096, **strategy_options(s)), 8,
@@ -210,9 +204,9 @@ def _will_it_fit(args):
 
 
 def _plan(args):
-    from zerosim.costs import get_preset
-    from zerosim.timeline.plan import plan
-    from zerosim.viz.plan_figure import plan_figure
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
+    from zerosim.viz import plan_figure
 
     return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
 
@@ -222,12 +216,11 @@ MANY_NODES = (("full_shard", None), ("hpz", 8), ("mics", 64), ("hsdp", 32), ("hs
 
 
 def _many_nodes(args):
-    from zerosim.costs import get_preset
-    from zerosim.costs.gpus import get_gpu
+    from zerosim.analysis.costs import get_gpu, get_preset
+    from zerosim.analysis.planner import strategy_step
     from zerosim.models.meta import MetaModel
-    from zerosim.timeline.strategy_sweep import strategy_step
-    from zerosim.viz.many_nodes_figure import many_nodes_figure
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
+    from zerosim.viz import many_nodes_figure
 
     gpt3, gpu, comm = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block"), get_gpu("h100-80gb"), \
         CommSchedule.fsdp(forward_prefetch=True)
@@ -244,11 +237,11 @@ TIER_TIMELINE = (("FULL_SHARD: every ring spans all 1,024 GPUs", "full_shard", N
 
 
 def _tier_timeline(args):
-    from zerosim.costs import get_preset
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import strategy_timeline
     from zerosim.models.meta import MetaModel
-    from zerosim.timeline.strategy_sweep import strategy_timeline
-    from zerosim.viz.tier_timeline_figure import tier_timeline_figure
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
+    from zerosim.viz import tier_timeline_figure
 
     gpt3, comm = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block"), CommSchedule.fsdp(forward_prefetch=True)
     runs = {label: strategy_timeline(gpt3, 1024, name, 8, group, comm=comm, tokens=20480)[0]
@@ -258,7 +251,7 @@ def _tier_timeline(args):
 
 
 def _mesh_ownership(args):
-    from zerosim.viz.mesh_ownership_figure import mesh_ownership_figure
+    from zerosim.viz import mesh_ownership_figure
 
     return mesh_ownership_figure()
 
@@ -302,7 +295,7 @@ def run(args) -> int:
     matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
     import matplotlib.pyplot as plt
 
-    from zerosim.viz.slides import enlarge_text, slides_style, stage_frames
+    from zerosim.viz import enlarge_text, slides_style, stage_frames
 
     names = args.only or list(FIGURES)
     os.makedirs(args.out, exist_ok=True)

@@ -5,8 +5,7 @@ Shared by `zerosim memory`, `zerosim timeline` and `zerosim plan`, so the three 
 
 from __future__ import annotations
 
-from zerosim.costs import GB
-from zerosim.costs.overheads import fit, runtime_overheads
+from zerosim.analysis.costs import GB, fit, runtime_overheads
 
 
 def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) -> dict:
@@ -59,7 +58,7 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
         if o["name"] == "DeepSpeed gradient buckets":
             size = f"{o['bytes'] / GB:.3f} GB"
         lines.append(f"  {o['name']:<27s} {size:>16s}   {o['basis']}")
-    lines.append("  (sources: zerosim/costs/overheads.py; --reserve sets the allocator's share)")
+    lines.append("  (sources: zerosim/analysis/costs/_overheads.py; --reserve sets the allocator's share)")
     if not any(v["fits"] for v in verdicts) and hint:
         lines.append(hint)
     return lines

@@ -20,10 +20,22 @@ import argparse
 import os
 import sys
 
-from zerosim.backends.cupy_probe import BackendUnavailable
-from zerosim.backends.launch import launched_by_mpiexec, launched_rank
-from zerosim.cli import (assignment_cmd, checkpoint_cmd, exercise_cmd, explore_cmd, figures_cmd, memory_cmd,
-                         parity_cmd, plan_cmd, replay_cmd, timeline_cmd, train_cmd, verify_nccl_cmd)
+from zerosim.backends.cupy import BackendUnavailable
+from zerosim.backends.mpi import launched_by_mpiexec, launched_rank
+from zerosim.cli import (
+    assignment_cmd,
+    checkpoint_cmd,
+    exercise_cmd,
+    explore_cmd,
+    figures_cmd,
+    memory_cmd,
+    parity_cmd,
+    plan_cmd,
+    replay_cmd,
+    timeline_cmd,
+    train_cmd,
+    verify_nccl_cmd,
+)
 from zerosim.precision import LossScaleAtMinimum
 
 COMMANDS = {
@@ -66,7 +78,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     if launched_by_mpiexec():  # one rank of several: a failure anywhere must end the whole job, not hang it
-        from zerosim.backends.mpi_failure import run_guarded
+        from zerosim.backends.mpi import run_guarded
 
 
         return run_guarded(_run, args)
@@ -78,7 +90,7 @@ def _run(args) -> int:
         return COMMANDS[args.command].run(args) or 0
     except KeyboardInterrupt:  # Ctrl-C: one line (from one rank under mpiexec) and the shell's usual status
         if _in_mpi_job():  # the other ranks may wait on this one: end the whole job with 130 now (not at the watchdog)
-            from zerosim.backends.mpi_failure import interrupt_job
+            from zerosim.backends.mpi import interrupt_job
 
             interrupt_job(args.command)  # returns when every rank was interrupted (Ctrl-C), rank 0 having said so
             return 130
@@ -100,7 +112,7 @@ def _run(args) -> int:
         LossScaleAtMinimum,
     ) as e:
         if _in_mpi_job():  # the other ranks may be waiting on this one: end the whole job, naming this rank
-            from zerosim.backends.mpi_failure import abort_job
+            from zerosim.backends.mpi import abort_job
 
             abort_job(e, print_traceback=False)
         print(f"zerosim {args.command}: error: {e}", file=sys.stderr)

@@ -14,7 +14,7 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
-the formula from `zerosim.costs` stands beside it. Below the table: the byte-per-parameter
+the formula from `zerosim.analysis.costs` stands beside it. Below the table: the byte-per-parameter
 conventions the seeds, the ZeRO paper and DeepSpeed use, side by side, and seed 001's erratum.
 
 With --seq-len the model is zerosim's GPT or Llama at the model's shape (a --model preset, a model's
@@ -33,7 +33,6 @@ import json
 import sys
 
 from zerosim.cli.fit_lines import judge
-from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -42,6 +41,7 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, strategies_of
+from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
 
@@ -74,15 +74,16 @@ def strategies_report(args, s, names) -> dict:
 
 def report(args) -> dict:
     """Everything the command prints, as data (what --json emits)."""
-    from zerosim.costs import (
+    from zerosim.analysis.costs import (
         MemoryConfig,
         comm_volume,
         conventions_table,
+        measure_by_stage,
+        measure_stage,
         model_state_memory,
         seed001_formulas,
         seed001_printed_table,
     )
-    from zerosim.costs.measured import measure_by_stage, measure_stage
 
     s = setup(args)
     names = strategies_of(args, several=True)
@@ -192,8 +193,8 @@ def _comm(comm) -> dict:
 
 def _activations(model, micro: tuple, args, precision) -> dict:
     """The measured activations of one rank's micro-batch, beside the per-layer count written out by hand."""
-    from zerosim.costs.measured import measure_activations
-    from zerosim.models.meta_llama import MetaLlama
+    from zerosim.analysis.costs import measure_activations
+    from zerosim.models.llama import MetaLlama
     from zerosim.precision import get_precision
 
     B, L = micro

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import textwrap
 
+from zerosim.analysis.costs import GB
 from zerosim.cli.fit_lines import fit_lines
-from zerosim.costs import GB
 
 
 def format_report(r: dict) -> str:
     """The whole report as a newcomer reads it (what `zerosim memory` prints)."""
-    from zerosim.costs import conventions_table, format_table
+    from zerosim.analysis.costs import conventions_table, format_table
 
     kinds, act = [], r["activations"]
     for row in r["stages"]:
@@ -25,7 +25,7 @@ def format_report(r: dict) -> str:
         "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"
         + (" after one step" if r["step"] else " after initialisation")
         + ";",
-        "'formula' is zerosim.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
+        "'formula' is zerosim.analysis.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
         "",
         f"{'stage':5s} "
         + " ".join(f"{k:>10s}" for k in kinds)
@@ -72,7 +72,7 @@ def format_report(r: dict) -> str:
     )
     lines += _config_lines(r)
     if r["gpu"] is not None:
-        from zerosim.costs.gpus import get_gpu
+        from zerosim.analysis.costs import get_gpu
 
         lines += fit_lines(r["gpu"]["by_stage"], get_gpu(r["gpu"]["key"]), _hint(r))
     lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]

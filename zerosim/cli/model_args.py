@@ -20,7 +20,7 @@ MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
     """--params/--model/--config, --layers, --ranks, --optimizer, --precision, --unit (also `zerosim figures`)."""
-    from zerosim.costs import PRESETS
+    from zerosim.analysis.costs import PRESETS
 
     which = p.add_mutually_exclusive_group()
     which.add_argument(
@@ -129,8 +129,7 @@ def add_schedule_arguments(p, stage: bool = False) -> None:
 
 def add_gpu_arguments(p) -> None:
     """--gpu and --reserve: judge each rank's memory against a GPU (labelled estimates added)."""
-    from zerosim.costs.gpus import GPUS
-    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS
 
     p.add_argument(
         "--gpu",
@@ -193,8 +192,8 @@ def micro_batch_from_args(args) -> tuple | None:
 
 def config_from_args(args):
     """The DecoderConfig of --config or of a --model preset (None for --params and the ZeRO paper's 7.5B)."""
-    from zerosim.costs import get_preset
-    from zerosim.models.hf_config import read_hf_config
+    from zerosim.analysis.costs import get_preset
+    from zerosim.models.hf import read_hf_config
 
     if getattr(args, "config", None) is not None:
         return read_hf_config(args.config)
@@ -204,9 +203,8 @@ def config_from_args(args):
 def decoder_from_args(args, config, seq_len: int):
     """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab) and --checkpoint describe."""
     from zerosim.models import GPT
-    from zerosim.models.gpt import strategy_options
-    from zerosim.models.meta_gpt import MetaGPT
-    from zerosim.models.meta_llama import MetaLlama
+    from zerosim.models.gpt import MetaGPT, strategy_options
+    from zerosim.models.llama import MetaLlama
 
     options = strategy_options(args.checkpoint or "none")
     if args.unit == "module":
@@ -245,8 +243,7 @@ def decoder_from_args(args, config, seq_len: int):
 def model_from_args(args, config=None):
     """The data-less model the flags describe: MetaModel (--params, or a preset without --seq-len), or a MetaGPT /
     MetaLlama when --seq-len asks for activations. Fills the --optimizer/--precision defaults left unset."""
-    from zerosim.costs import get_preset
-    from zerosim.costs.presets import preset_from_config
+    from zerosim.analysis.costs import get_preset, preset_from_config
     from zerosim.models.meta import MetaModel
 
     args.optimizer = args.optimizer or "adam"
@@ -287,7 +284,7 @@ ZERO_REFUSED = {
 
 def comm_from_args(args):
     """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
-    from zerosim.zero.comm_schedule import get_comm_schedule
+    from zerosim.parallel.data import get_comm_schedule
 
     comm = get_comm_schedule(args.comm)
     changes = {}
@@ -342,8 +339,8 @@ def _knobs_given(args) -> list:
 
 def setup(args) -> Setup:
     """Read every shared flag once (see the module docstring)."""
-    from zerosim.configs import TrainerArgs, read_ds_config
-    from zerosim.costs.gpus import get_gpu
+    from zerosim.analysis.costs import get_gpu
+    from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
 
     config = config_from_args(args)
     ds = None

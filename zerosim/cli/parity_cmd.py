@@ -17,7 +17,7 @@ largest difference in fp32 ulps, and the cause of a difference: the first stage 
 from __future__ import annotations
 
 HELP = "compare zerosim with real torch (DDP, ZeroRedundancyOptimizer, FSDP2) on N gloo processes (needs torch)"
-FSDP_SETTINGS = ("fp32", "bf16-fp32", "bf16")  # zerosim/parity/fsdp.py: CONFIGS (imported only with torch)
+FSDP_SETTINGS = ("fp32", "bf16-fp32", "bf16")  # zerosim/frameworks/torch/_fsdp.py: CONFIGS (imported only with torch)
 
 
 def add_arguments(p) -> None:
@@ -55,7 +55,7 @@ def _check(args) -> None:
 
 
 def run(args) -> int:
-    from zerosim.parity import TorchMissing
+    from zerosim.frameworks.torch import TorchMissing
 
     _check(args)
     try:
@@ -67,7 +67,7 @@ def run(args) -> int:
 
 
 def _ddp(args) -> int:
-    from zerosim.parity.ddp import compare_ddp, run_torch_ddp
+    from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
 
     ranks = run_torch_ddp(args.ranks, args.widths, args.steps, args.seed)
     gloo, ring = compare_ddp(ranks, "gloo"), compare_ddp(ranks, "ring")
@@ -86,9 +86,7 @@ def _ddp(args) -> int:
 
 
 def _kits(args) -> int:
-    from zerosim.parity.fsdp import compare_fsdp
-    from zerosim.parity.kits import ranks_of, run_torch_kits
-    from zerosim.parity.zero1 import compare_zero1
+    from zerosim.frameworks.torch import compare_fsdp, compare_zero1, ranks_of, run_torch_kits
 
     zero1 = args.optimizer == "zero1"
     ranks = run_torch_kits(args.ranks, args.widths, args.steps, args.seed, zero1=zero1, fsdp=tuple(args.fsdp or ()))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.costs import GB
+from zerosim.analysis.costs import GB
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
 KINDS = (
@@ -37,9 +37,7 @@ def kind_group(kind: str) -> str:
 
 
 def add_arguments(p) -> None:
-    from zerosim.costs import PRESETS
-    from zerosim.costs.gpus import GPUS
-    from zerosim.costs.overheads import ALLOCATOR_RESERVE
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS, PRESETS
     from zerosim.models.gpt import STRATEGIES
 
     which = p.add_mutually_exclusive_group(required=True)
@@ -132,10 +130,10 @@ def _strategies(text):
 
 def report(args) -> tuple:
     """The plan as data (what --json prints) and the Plan."""
-    from zerosim.costs import get_preset
-    from zerosim.models.hf_config import read_hf_config
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
+    from zerosim.models.hf import read_hf_config
     from zerosim.progress import progress
-    from zerosim.timeline.plan import plan
 
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     if args.top < 1:
@@ -178,8 +176,8 @@ def report(args) -> tuple:
 
 
 def _peak_rate(device: str, precision: str) -> float:
+    from zerosim.analysis.timeline import DEVICES
     from zerosim.precision import get_precision
-    from zerosim.timeline import DEVICES
 
     return DEVICES[device].rate(get_precision(precision).compute)
 
@@ -286,7 +284,7 @@ def run(args) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from zerosim.viz.plan_figure import plan_figure
+        from zerosim.viz import plan_figure
 
         fig = plan_figure(p, top=args.top)
         fig.savefig(args.figure, dpi=120, bbox_inches="tight")

@@ -10,8 +10,7 @@ import json
 import sys
 
 from zerosim.precision import LOSS_SCALERS, PRESETS
-from zerosim.reference.replay import MAX_STEPS, replay
-from zerosim.reference.replay_text import narrate
+from zerosim.replay import MAX_STEPS, narrate, replay
 
 HELP = "replay seed 004's worked example step by step (the main job)"
 
@@ -38,11 +37,12 @@ def add_arguments(p) -> None:
                    help="replay one step on 2 nodes x 2 GPUs instead (the seed's samples on node 0, swapped on "
                         "node 1): which GPU adds what, over NVLink or InfiniBand; takes --strategy, --precision, --lr")
     p.add_argument("--strategy", choices=("hsdp", "mics"), default="hsdp",
-                   help="with --mesh: HSDP (default) or MiCS, a shard group per node and replicas across")
+                   help="with --mesh: HSDP (default) or MiCS (DeepSpeed <= 0.19.6), a shard group per node and "
+                        "replicas across")
 
 
 def _run_mesh(args) -> int:
-    from zerosim.reference.mesh_replay import mesh_replay, narrate_mesh
+    from zerosim.replay import mesh_replay, narrate_mesh
 
     if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None or args.exact:
         raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "

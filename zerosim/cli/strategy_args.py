@@ -2,9 +2,9 @@
 
     --gpus-per-node G     the ranks fill nodes of G GPUs: rings inside a node run over NVLink, rings that leave one
                           over InfiniBand (two link tiers on the timeline)
-    --strategy NAME       a strategy for many nodes (zero/plan.py STRATEGIES: full_shard, hsdp, hsdp_no_sync,
-                          mics, mics_hierarchical, hpz, no_reshard, reshard_to_group); `memory` takes several,
-                          comma-separated, or "all"
+    --strategy NAME       a strategy for many nodes (parallel/data/_plan.py STRATEGIES: full_shard, hsdp, hsdp_no_sync,
+                          mics, mics_hierarchical (both DeepSpeed <= 0.19.6), hpz, no_reshard, reshard_to_group);
+                          `memory` takes several, comma-separated, or "all"
     --shard-group S       HSDP's and MiCS's shard group (default G: a node)
     --hpz-group S'        hpZ's zero_hpz_partition_size, FSDP2's reshard_after_forward=S' (default G: a node)
 """
@@ -16,7 +16,7 @@ MAIN = ("full_shard", "hsdp", "mics", "hpz")  # the four an engineer choosing fo
 
 def add_mesh_arguments(p, several: bool) -> None:
     """--gpus-per-node, --strategy (one, or with `several` a comma-separated list or "all"), --shard-group."""
-    from zerosim.zero.plan import STRATEGIES
+    from zerosim.parallel.data import STRATEGIES
 
     m = p.add_argument_group("many nodes: ranks on nodes of G GPUs, strategies that shard and replicate over groups")
     m.add_argument(
@@ -26,7 +26,8 @@ def add_mesh_arguments(p, several: bool) -> None:
         metavar="G",
         help="GPUs per node: rings inside a node run over NVLink, rings across nodes over InfiniBand",
     )
-    names = ", ".join(STRATEGIES)
+    # a strategy some releases lack carries them: "mics (DeepSpeed <= 0.19.6)"
+    names = ", ".join(f"{n} ({p.release.split(' (')[0]})" if p.release else n for n, p in STRATEGIES.items())
     m.add_argument(
         "--strategy",
         default=None,
@@ -51,7 +52,7 @@ def add_mesh_arguments(p, several: bool) -> None:
 
 def strategies_of(args, several: bool) -> tuple:
     """The strategies --strategy names, checked (empty when it names none)."""
-    from zerosim.zero.plan import STRATEGIES
+    from zerosim.parallel.data import STRATEGIES
 
     if args.strategy is None:
         for flag, value in (("--shard-group", args.shard_group), ("--hpz-group", args.hpz_group)):
@@ -85,7 +86,7 @@ def check_nodes(ranks: int, gpus_per_node: int | None) -> int | None:
 def group_size(name: str, args, gpus_per_node: int | None):
     """The group a strategy runs with: None for one that has none; else --shard-group (HSDP, MiCS) or --hpz-group
     (hpZ, FSDP2's reshard to a group), each defaulting to G."""
-    from zerosim.zero.plan import STRATEGIES
+    from zerosim.parallel.data import STRATEGIES
 
     plan = STRATEGIES[name]
     if not plan.uses_groups:
@@ -102,7 +103,7 @@ def strategy_precision(name: str, precision):
     """`precision` (a preset name or a MixedPrecision) with the recipe of `name`'s framework (FSDP2's for FULL_SHARD
     and HSDP, DeepSpeed ZeRO-3's for the rest: timeline/strategy_sweep.recipe_of), so a single step and the sweep
     run each strategy alike."""
+    from zerosim.analysis.planner import recipe_of
     from zerosim.precision import get_precision
-    from zerosim.timeline.strategy_sweep import recipe_of
 
     return get_precision(precision).with_(reduction=recipe_of(name))

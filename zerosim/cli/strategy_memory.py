@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from zerosim.costs import GB
+from zerosim.analysis.costs import GB
 
 
 def strategy_rows(args, s, names) -> list:
     """One measured row per strategy (JSON-ready), with the formula and the bytes each tier carried per rank."""
+    from zerosim.analysis.costs import MemoryConfig, measure_stage, model_state_memory
     from zerosim.cli.strategy_args import check_nodes, group_size, strategy_precision
-    from zerosim.costs import MemoryConfig, model_state_memory
-    from zerosim.costs.measured import measure_stage
-    from zerosim.zero.plan import STRATEGIES
+    from zerosim.parallel.data import STRATEGIES
 
     gpus, P, N = check_nodes(args.ranks, args.gpus_per_node), s.model.num_params, args.ranks
     rows = []

@@ -2,7 +2,7 @@
 
     zerosim timeline --model gpt3-175b --sweep --gpus-per-node 8 --strategy full_shard,hsdp,mics,hpz
 
-Each cell is one meta step of a strategy at one N (zerosim.timeline.strategy_sweep: each with its framework's
+Each cell is one meta step of a strategy at one N (zerosim.analysis.planner (strategy_sweep): each with its framework's
 recipe), simulated with NVLink inside a node and InfiniBand across. S (HSDP's and MiCS's shard group) is
 --shard-group, or the smallest G·2^k whose 18 bytes a parameter take at most half the GPU; S' (hpZ) is --hpz-group,
 or a node.
@@ -10,14 +10,15 @@ or a node.
 
 from __future__ import annotations
 
-from zerosim.costs import GB
+from zerosim.analysis.costs import GB
 
 
 def strategy_sweep_report(args, s, names, ranks, device: str, gpu) -> dict:
     """The sweep as data (what --json prints): one row per (strategy, N), with the verdict against `gpu`."""
+    from zerosim.analysis.planner import fitting_shard_group, strategy_sweep
+    from zerosim.analysis.planner import strategy_crossover as crossover
     from zerosim.cli.fit_lines import judge
     from zerosim.progress import progress
-    from zerosim.timeline.strategy_sweep import crossover, fitting_shard_group, strategy_sweep
 
     g = args.gpus_per_node
     if g is None:
@@ -82,7 +83,7 @@ def format_strategy_sweep(r: dict) -> str:
         "Each cell: rank 0's simulated step time (α-β rings, NVLink within a node, InfiniBand across);",
         f"✗ NNN: a rank's measured peak (GB) does not fit one {r['gpu']} of {r['capacity'] / GB:.1f} GB with the",
         "runtime estimates. Rings of S ranks (HSDP, MiCS) stop growing with N; FULL_SHARD's and hpZ's forward",
-        "gathers span the world (zerosim.timeline.strategy_sweep derives where each crossover moves).",
+        "gathers span the world (zerosim.analysis.planner, strategy_sweep, derives where each crossover moves).",
         f"first N where exposed communication exceeds compute: {over}",
     ]
     return "\n".join(lines)

@@ -12,12 +12,12 @@ r"""Time of one ZeRO step at real scale: each rank's compute and communication s
 
 The engine runs one step on the meta backend (data-less arrays, one representative rank for all N), with
 the bucketing and prefetch knobs DeepSpeed and FSDP expose; every recorded event is then placed in time:
-computes by the roofline of the device, collectives by the ring's α-β cost (zerosim.timeline). Numbers
+computes by the roofline of the device, collectives by the ring's α-β cost (zerosim.analysis.timeline). Numbers
 are rank 0's, which stands for every rank (they all do the same work). Open --trace in ui.perfetto.dev.
 
 With --gpus-per-node G the ranks fill nodes of G: a collective whose rings stay inside nodes runs over --link
 (NVLink 4), one whose rings leave a node over --inter-link (InfiniBand NDR), each tier its own stream; with
---strategy a strategy for many nodes (HSDP, MiCS, hpZ, ...: zero/plan.py) runs over its groups.
+--strategy a strategy for many nodes (HSDP, MiCS, hpZ, ...: parallel/data/_plan.py) runs over its groups.
 
 Without --seq-len the model is its layers' parameter counts and --tokens sets the work (6Ψ FLOPs per token);
 with --seq-len it is zerosim's GPT or Llama at the model's shape: its attention, its checkpointing's recompute
@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 
+from zerosim.analysis.costs import GB
 from zerosim.cli.fit_lines import judge, verdict_word
 from zerosim.cli.model_args import (
     add_activation_arguments,
@@ -38,7 +39,6 @@ from zerosim.cli.model_args import (
     add_schedule_arguments,
     setup,
 )
-from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 from zerosim.cli.strategy_args import (
     add_mesh_arguments,
     check_nodes,
@@ -46,15 +46,15 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_precision,
 )
-from zerosim.costs import GB
+from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
 SWEEP_RANKS = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def add_arguments(p) -> None:
-    from zerosim.costs.comm import LINKS
-    from zerosim.timeline import DEVICES
+    from zerosim.analysis.costs import LINKS
+    from zerosim.analysis.timeline import DEVICES
 
     add_model_arguments(p, default_ranks=64)
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (default 3)")
@@ -93,7 +93,7 @@ def add_arguments(p) -> None:
 
 
 def describe_comm(comm) -> str:
-    from zerosim.zero.comm_schedule import CommSchedule
+    from zerosim.parallel.data import CommSchedule
 
     if comm == CommSchedule():
         return "seed 004's: one collective per unit, gather right before a use, no prefetch"
@@ -110,7 +110,7 @@ def describe_comm(comm) -> str:
 def hardware_for(args, device: str, compute: str, ranks: int):
     """The Hardware of one run: --link (default nvlink4) and, when --gpus-per-node places the ranks on more than one
     node, --inter-link (default ib_ndr) between them, each call costed on the tier its rings use."""
-    from zerosim.timeline import Hardware
+    from zerosim.analysis.timeline import Hardware
 
     g = check_nodes(ranks, args.gpus_per_node)
     if args.inter_link is not None and (g is None or g == ranks):
@@ -201,8 +201,8 @@ def run(args) -> int:
 # -- one step ------------------------------------------------------------------------------------------
 def one_report(args, s) -> tuple:
     """One simulated step, as data (what --json prints), and the Timeline."""
+    from zerosim.analysis.planner import meta_step
     from zerosim.precision import get_precision
-    from zerosim.timeline.sweep import meta_step
 
     model, comm = s.model, s.comm
     names = strategies_of(args, several=False)
@@ -345,7 +345,7 @@ def format_one(r: dict) -> str:
         )
     lines += [
         "Time is the α-β ring and the device's dense peak (a ceiling; launch overheads, contention and NCCL's",
-        "protocols left out: see zerosim.timeline.simulate).",
+        "protocols left out: see zerosim.analysis.timeline, simulate).",
     ]
     return "\n".join(lines)
 
@@ -354,7 +354,7 @@ def _run_one(args, s) -> int:
     r, result = one_report(args, s)
     written = []
     if args.trace:
-        from zerosim.timeline import write_chrome_trace
+        from zerosim.analysis.timeline import write_chrome_trace
 
         write_chrome_trace(result, prepare_output(args.trace), ranks=range(min(4, result.world_size)))
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
@@ -381,7 +381,7 @@ def _run_one(args, s) -> int:
 # -- the sweep -----------------------------------------------------------------------------------------
 def sweep_gpu(s, device: str):
     """The GPU the sweep judges against: --gpu, or the GPU whose compute preset the --device is."""
-    from zerosim.costs.gpus import GPUS
+    from zerosim.analysis.costs import GPUS
 
     if s.gpu is not None:
         return s.gpu
@@ -389,10 +389,10 @@ def sweep_gpu(s, device: str):
 
 
 def sweep_report(args, s) -> dict:
+    from zerosim.analysis.planner import crossover, latency_bound_ranks, sweep
+    from zerosim.analysis.timeline import Hardware
     from zerosim.precision import get_precision
     from zerosim.progress import progress
-    from zerosim.timeline import Hardware
-    from zerosim.timeline.sweep import crossover, latency_bound_ranks, sweep
 
     model, comm, tokens = s.model, s.comm, args.tokens or 2048
     device = device_for(args, s.gpu)
@@ -489,7 +489,7 @@ def format_sweep(r: dict) -> str:
         else:
             lines.append(
                 f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the largest unit "
-                "(zerosim.timeline.sweep)."
+                "(zerosim.analysis.planner, sweep)."
             )
         over = [
             k.split()[-1] + ":" + (f"{v:,}" if v else "none")
@@ -519,7 +519,7 @@ def _run_sweep(args, s) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from zerosim.viz.sweep_figure import sweep_figure
+        from zerosim.viz import sweep_figure
 
         fig = sweep_figure(
             rows,

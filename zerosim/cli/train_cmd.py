@@ -16,11 +16,10 @@ import json
 import math
 import sys
 
-
-from zerosim.models.sequence_data import TASKS as SEQUENCE_TASKS
+from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS
 from zerosim.precision import PRESETS, get_precision
-from zerosim.train.trainer import MAX_SIMULATED_RANKS
+from zerosim.train import MAX_SIMULATED_RANKS
 
 MLP_WIDTHS = "16,64,64,4"
 
@@ -119,7 +118,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from zerosim.progress import progress
-
     from zerosim.train import TrainConfig, run_defaults, train
 
     widths = _widths(args.widths)
@@ -136,7 +134,7 @@ def run(args) -> int:
                          "this process, and a ring over N ranks moves N·(N-1) chunks per collective (zerosim memory "
                          "and zerosim timeline account more ranks on the meta backend)")
     if args.backend == "mpi" and ranks is None:
-        from zerosim.backends.launch import world_size_from_environment
+        from zerosim.backends.mpi import world_size_from_environment
 
         ranks = world_size_from_environment()
     for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
@@ -232,14 +230,14 @@ def _precision_name(precision) -> str:
 def _is_rank_zero(backend: str) -> bool:
     if backend != "mpi":
         return True
-    from zerosim.backends.launch import world_rank_from_environment
+    from zerosim.backends.mpi import world_rank_from_environment
 
     return world_rank_from_environment() == 0
 
 
 # -- loss scaling, clipping and the gradient recipe (issue 11): parsed here, done by the library ----------------
 def add_precision_arguments(p) -> None:
-    from zerosim.precision.policy import ALLREDUCES, OPTIM_STATES, REDUCTIONS
+    from zerosim.precision import ALLREDUCES, OPTIM_STATES, REDUCTIONS
 
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "

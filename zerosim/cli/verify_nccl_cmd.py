@@ -4,7 +4,7 @@
     zerosim verify-nccl --ranks 4 --elements 100000 --dtypes bf16
 
 NCCL is set up to run one ring in rank order with its Simple protocol (NCCL_ALGO=Ring, NCCL_PROTO=Simple,
-one channel, no NVLS or CollNet, the ring's order from an NCCL_GRAPH_FILE; zerosim/collectives/nccl_check.py
+one channel, no NVLS or CollNet, the ring's order from an NCCL_GRAPH_FILE; zerosim/frameworks/nccl/_check.py
 says why each). Then ncclReduceScatter, ncclAllGather and ncclAllReduce run on random data and every byte
 is compared with zerosim's ring and, for all-reduce, with NCCL's chunk map (`--allreduce nccl`). Exit status 1
 if any required comparison differs, 2 if it cannot run here.
@@ -27,9 +27,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from zerosim.backends.cupy_probe import BackendUnavailable, import_cupy
+    from zerosim.backends.cupy import BackendUnavailable, import_cupy
     from zerosim.cluster import Cluster
-    from zerosim.collectives.nccl_check import ring_environment, verify
+    from zerosim.frameworks.nccl import ring_environment, verify
     from zerosim.precision import get_format
 
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]

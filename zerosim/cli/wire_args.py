@@ -1,19 +1,23 @@
-"""The flags that send ZeRO-3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py),
-for `zerosim timeline` and `zerosim memory`."""
+"""The flags that send ZeRO-3's weight gathers in fewer bits, by DeepSpeed's and torchao's names
+(parallel/data/zeropp/_wire.py), for `zerosim timeline` and `zerosim memory`."""
 
 from __future__ import annotations
 
 
 def add_wire_arguments(p) -> None:
-    """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (zero/zeropp.py)."""
+    """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (parallel/data/zeropp/_wire.py)."""
+    from zerosim.precision.quantize import FP8_RECIPES
+
     p.add_argument("--zero-quantized-weights", action="store_true",
                    help="DeepSpeed ZeRO++ qwZ: gather the 16-bit weights as int8 in CUDAQuantizer's groups (stage 3)")
     p.add_argument("--weight-groups", type=int, default=None, metavar="SIZE",
                    help="qwZ with fixed groups of SIZE elements instead of CUDAQuantizer's adaptive count")
     p.add_argument("--fp8-all-gather", nargs="?", const="torchao", default=None,
-                   choices=("torchao", "current", "delayed", "mxfp8"),
-                   help="torchao's enable_fsdp_float8_all_gather: the fp32 master shard cast to e4m3 (stage 3); "
-                        "a Transformer Engine recipe by name instead of torchao's dynamic scale")
+                   choices=tuple(FP8_RECIPES),
+                   help="torchao 0.18's enable_fsdp_float8_all_gather: the fp32 master shard cast to e4m3 (stage 3), "
+                        "its scale precomputed after each step (precompute_float8_dynamic_scale_for_fsdp); "
+                        "torchao-amax_to_scale: without that call, an amax all-reduce and amax_to_scale at every "
+                        "gather; or a Transformer Engine 2.18 recipe by name (docs/frameworks.md)")
     p.add_argument("--zero-quantized-gradients", action="store_true",
                    help="DeepSpeed ZeRO++ qgZ: stage 3's gradient reduce-scatter as int4 through two all-to-alls "
                         "(recipe deepspeed-zero3, fp16, two or more nodes: --gpus-per-node)")
@@ -21,7 +25,7 @@ def add_wire_arguments(p) -> None:
 
 def wire_from_args(args):
     """A zeropp.Wire from the flags, or None."""
-    from zerosim.zero.zeropp import Wire
+    from zerosim.parallel.data.zeropp import Wire
 
     if args.weight_groups is not None and not args.zero_quantized_weights:
         raise ValueError("--weight-groups sets qwZ's group size: add --zero-quantized-weights")
@@ -35,7 +39,7 @@ def wire_from_args(args):
 
 def qgz_precision(args, precision):
     """The precision with DeepSpeed's stage-3 recipe when --zero-quantized-gradients asks for qgZ (it is DeepSpeed's
-    reduction: zero/qgz_reduce.py), else as given."""
+    reduction: parallel/data/zeropp/_qgz_reduce.py), else as given."""
     if not getattr(args, "zero_quantized_gradients", False):
         return precision
     from zerosim.precision import get_precision

@@ -13,12 +13,12 @@
     budget.py    will it fit? refuse a run before allocating it
 """
 
-from zerosim.cluster.cluster import Cluster
-from zerosim.cluster.events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
-from zerosim.cluster.ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
-from zerosim.cluster.mesh import INTER, INTRA, TIERS, Groups, Mesh
-from zerosim.cluster.rank import Rank
-from zerosim.cluster.trace import Call, Event, Handle, Trace
+from zerosim.cluster._cluster import Cluster
+from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
+from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
+from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
+from zerosim.cluster._rank import Rank
+from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
 __all__ = [
     "Buffer",
@@ -41,5 +41,6 @@ __all__ = [
     "Rank",
     "StepBoundary",
     "TIERS",
+    "TRANSFERS",
     "Trace",
 ]

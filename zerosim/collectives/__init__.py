@@ -1,33 +1,45 @@
-"""Ring reduce-scatter / all-gather / all-reduce / broadcast in NCCL's order, with naive twins;
-NCCL's own all-reduce chunk map. Collectives know nothing about ZeRO.
+"""Ring reduce-scatter / all-gather / all-reduce / broadcast / all-to-all in NCCL's order, with naive twins.
+Collectives know nothing about ZeRO.
 
-    calls.py      reduce_scatter, all_gather, all_reduce: checks, a trace call, staging, a phase, the results
-    ring.py       the ring's two phases hop by hop, in NCCL's order (reduce-scatter, all-gather)
-    fast.py       their in-process twin: the same adds in the same order, no Python step per hop
-    staging.py    inputs staged in the wire format; which phase moves the data; results with their handle
-    broadcast.py  a chain from the root
-    nccl_allreduce.py  NCCL's own all-reduce chunk map (runRing's loops)
-    gloo.py       gloo's ring all-reduce (and ProcessGroupGloo's reduce-scatter): its segments, its order, its AVG
-    naive.py      the naive twins: everything in one place, summed in the ring's order or in float64
-    ops.py        reduction operators (sum, max, avg and its variants; a recipe's own ReduceOp)
-    shards.py     shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
-    checks.py     input checks every rank runs before any data moves
+    _calls.py       reduce_scatter, all_gather, all_reduce: checks, a trace call, staging, a phase, the results
+    _ring.py        the ring's two phases hop by hop, in NCCL's order (reduce-scatter, all-gather)
+    _fast.py        their in-process twin: the same adds in the same order, no Python step per hop
+    _staging.py     inputs staged in the wire format; which phase moves the data; results with their handle
+    _broadcast.py   a chain from the root
+    _all_to_all.py  every rank sends chunk k to the k-th member of its group
+    _naive.py       the naive twins: everything in one place, summed in the ring's order or in float64
+    _ops.py         reduction operators (sum, max, avg and its variants; a recipe's own ReduceOp)
+    _shards.py      shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
+    _checks.py      input checks every rank runs before any data moves
+    _wire.py        what a payload is called on the wire, and its bytes per element
+    chunk_maps/     other libraries' all-reduce orders: NCCL's own chunk map (runRing's loops), gloo's ring
+    quantized/      payloads in fewer bits: qwZ's int8 and torchao's fp8 all-gathers, qgZ's int4 all-to-alls
 
 Every function takes the `Cluster` first (as torch.distributed's take a process group) and one array per
 local rank, and returns one array per local rank in a list that carries `.handle`: the calls it recorded.
 """
 
-from zerosim.collectives.naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
-from zerosim.collectives.nccl_allreduce import NcclLoop, nccl_all_reduce, nccl_ring_allreduce_chunks
-from zerosim.collectives.gloo import GlooRing, gloo_all_reduce, gloo_reduce_scatter, gloo_ring
-from zerosim.collectives.ops import OPS, ReduceOp, get_op
-from zerosim.collectives.broadcast import broadcast
-from zerosim.collectives.calls import all_gather, all_reduce, reduce_scatter
-from zerosim.collectives.shards import ShardLayout
-from zerosim.collectives.staging import Collected
+from zerosim.collectives._all_to_all import all_to_all, naive_all_to_all
+from zerosim.collectives._broadcast import broadcast
+from zerosim.collectives._calls import all_gather, all_reduce, reduce_scatter
+from zerosim.collectives._naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
+from zerosim.collectives._ops import OPS, ReduceOp, get_op
+from zerosim.collectives._shards import ShardLayout
+from zerosim.collectives._staging import Collected
+from zerosim.collectives._wire import wire_itemsize
+from zerosim.collectives.chunk_maps import (
+                                            GlooRing,
+                                            NcclLoop,
+                                            gloo_all_reduce,
+                                            gloo_reduce_scatter,
+                                            gloo_ring,
+                                            nccl_all_reduce,
+                                            nccl_ring_allreduce_chunks,
+)
 
 __all__ = [
-    "Collected", "GlooRing", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "broadcast",
-    "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather", "naive_all_reduce",
-    "naive_reduce", "naive_reduce_scatter", "nccl_all_reduce", "nccl_ring_allreduce_chunks", "reduce_scatter",
+    "Collected", "GlooRing", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "all_to_all",
+    "broadcast", "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather",
+    "naive_all_reduce", "naive_all_to_all", "naive_reduce", "naive_reduce_scatter", "nccl_all_reduce",
+    "nccl_ring_allreduce_chunks", "reduce_scatter", "wire_itemsize",
 ]

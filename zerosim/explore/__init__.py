@@ -6,17 +6,24 @@
 
     zerosim explore --html site/explorer     # the page: a precomputed grid, no server, no Python in the browser
 
-    settings.py          what the sliders set (a frozen Settings) and the data-less model it describes
-    numbers.py           one meta-backend step of a Settings: its ledger and its timeline, as data
-    memory_explorer.py   the figure (no front end needed) and the ipywidgets controls that redraw it
-    ring_explorer.py     the ring reduce-scatter on real values, hop by hop
-    grid.py              the page's precomputed grid (every number from numbers.py)
-    page.py              the self-contained HTML page (page.html, page.js beside it)
+    _settings.py   what the sliders set (a frozen Settings) and the data-less model it describes
+    _numbers.py    one meta-backend step of a Settings: its ledger and its timeline, as data
+    _memory.py     the figure (no front end needed) and the ipywidgets controls that redraw it
+    _canvas.py     the figure built once and moved to each new setting
+    _front_end.py  whether there is a front end to draw widgets in
+    _ring.py       the ring reduce-scatter on real values, hop by hop
+    _grid.py       the page's precomputed grid (every number from _numbers.py)
+    _page.py       the self-contained HTML page (page.html, page.js beside it)
 """
 
-from zerosim.explore.memory_explorer import MemoryExplorer, explorer_figure
-from zerosim.explore.numbers import explore
-from zerosim.explore.ring_explorer import RingExplorer, ring_hops
-from zerosim.explore.settings import Settings
+from zerosim.explore._canvas import ExplorerCanvas
+from zerosim.explore._grid import AXES, DEFAULT, SMALL, Grid, grid_data
+from zerosim.explore._memory import MemoryExplorer, explorer_figure
+from zerosim.explore._numbers import explore
+from zerosim.explore._page import step_frames, write_page
+from zerosim.explore._ring import RingExplorer, hop_lines, ring_hops
+from zerosim.explore._settings import Settings, model_for
 
-__all__ = ["MemoryExplorer", "RingExplorer", "Settings", "explore", "explorer_figure", "ring_hops"]
+__all__ = ["AXES", "DEFAULT", "ExplorerCanvas", "Grid", "MemoryExplorer", "RingExplorer", "SMALL", "Settings",
+           "explore", "explorer_figure", "grid_data", "hop_lines", "model_for", "ring_hops", "step_frames",
+           "write_page"]

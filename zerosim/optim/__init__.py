@@ -9,12 +9,13 @@ buffer as on any slicing of it, so ZeRO can shard them at every stage. Muon orth
 matrices (`step_matrix`) and allows only stages 0 and 1 (`Muon.why_not_sharded`).
 """
 
-from zerosim.optim.adam import Adam, AdamW
-from zerosim.optim.adan import Adan
-from zerosim.optim.base import Optimizer
-from zerosim.optim.lion import Lion
-from zerosim.optim.muon import CUBIC, QUINTIC, Muon, newton_schulz
-from zerosim.optim.sgd import SGD
+from zerosim.optim._adam import Adam, AdamW
+from zerosim.optim._adan import Adan
+from zerosim.optim._base import STEP_BLOCK, Optimizer, scalar, step_in_blocks
+from zerosim.optim._lion import Lion
+from zerosim.optim._muon import CUBIC, QUINTIC, Muon, newton_schulz
+from zerosim.optim._sgd import SGD
+from zerosim.optim._stored_state import check_stored, widened
 
 OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon)}
 
@@ -33,5 +34,5 @@ def get_optimizer(name: str, **hyper) -> Optimizer:
 
 __all__ = [
     "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "OPTIMIZERS", "Optimizer", "QUINTIC", "SGD",
-    "get_optimizer", "newton_schulz",
+    "STEP_BLOCK", "check_stored", "get_optimizer", "newton_schulz", "scalar", "step_in_blocks", "widened",
 ]

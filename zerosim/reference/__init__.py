@@ -1,7 +1,33 @@
-"""The single-device oracle and the worked-example replay."""
+"""The single-device oracle: what every ZeRO stage and strategy must equal, bit for bit.
 
-from zerosim.reference.oracle import Reference
-from zerosim.reference.replay import replay, replay_live
-from zerosim.reference.replay_text import narrate
+    _oracle.py        Reference: one device computes each micro-batch's gradient the engines' way, reduces them in
+                      the ring's order and dtypes (the naive twin), and runs the same optimizer
+    _mesh_reduce.py   its side of HSDP and MiCS: gradients reduced in two levels, in the engines' order
+    _wire.py          its side of a quantized gather: the weights a unit computes with, quantized the engines' way
+    _qgz.py           QgzReference: the oracle with DeepSpeed's qgZ in its gradient reduction
+    _stale.py         StaleReference: the oracle of offload's DPU, the same one-step stale update
 
-__all__ = ["Reference", "narrate", "replay", "replay_live"]
+The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
+"""
+
+import warnings
+
+from zerosim.reference._mesh_reduce import reduce_on_mesh
+from zerosim.reference._oracle import Reference
+from zerosim.reference._qgz import QgzReference
+from zerosim.reference._stale import StaleReference
+from zerosim.reference._wire import WireOracle
+
+__all__ = ["QgzReference", "Reference", "StaleReference", "WireOracle", "reduce_on_mesh"]
+
+_MOVED = ("replay", "replay_live", "narrate")
+
+
+def __getattr__(name):  # PEP 562: the replay's old home, for one release
+    if name in _MOVED:
+        warnings.warn(f"zerosim.reference.{name} moved to zerosim.replay.{name}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        import zerosim.replay
+
+        return getattr(zerosim.replay, name)
+    raise AttributeError(f"module 'zerosim.reference' has no attribute {name!r}")

@@ -3,8 +3,16 @@
     trainer.py   TrainConfig, train(config) -> TrainResult: a model on a synthetic task, saved and resumed
 """
 
-from zerosim.train.trainer import (MAX_SIMULATED_RANKS, RUN_DEFAULTS, StepInfo, TrainConfig, TrainResult, build_model,
-                                   run_defaults, train)
+from zerosim.train._trainer import (
+                                   MAX_SIMULATED_RANKS,
+                                   RUN_DEFAULTS,
+                                   StepInfo,
+                                   TrainConfig,
+                                   TrainResult,
+                                   build_model,
+                                   run_defaults,
+                                   train,
+)
 
 __all__ = ["MAX_SIMULATED_RANKS", "RUN_DEFAULTS", "StepInfo", "TrainConfig", "TrainResult", "build_model",
            "run_defaults", "train"]

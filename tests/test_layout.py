@@ -1,0 +1,110 @@
+"""The layout of issue 34: every folder's face is its API, and what users read imports only from faces; the old import
+paths still answer for one release, with a warning, and hand back the very objects the new paths do.
+
+    faces only        README.md, docs/, notebooks/, course/ and the CLI (zerosim/cli/) never import a private module
+                      (a dotted path with a component that starts with "_")
+    old paths         every path zerosim/_compat.py's MOVED lists imports, warns once (DeprecationWarning) and gives
+                      the new module's objects; a stand-in never hides a face's own name (zerosim.models.schedule is
+                      the function, not the old module)
+    private files     every module behind a face is named with a leading "_" (a folder is a face, a file is private)
+"""
+
+import ast
+import importlib
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import zerosim
+from zerosim import _compat
+
+REPO = Path(zerosim.__file__).resolve().parent.parent
+PRIVATE = re.compile(r"\bzerosim(?:\.\w+)*\._[a-z]\w*")  # zerosim.x._y: a module behind a face
+
+
+def python_of(path: Path) -> list:
+    """The Python a user reads in `path`: a .py file, a notebook's code cells, a Markdown file's python blocks."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        return ["".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+    if path.suffix == ".md":
+        return re.findall(r"```python\n(.*?)```", text, re.S)
+    return [text]
+
+
+def private_imports(source: str) -> list:
+    """The private modules `source` imports (`from zerosim.x._y import ...`, `import zerosim.x._y`)."""
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    found = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        found += [n for n in names if PRIVATE.fullmatch(n) or PRIVATE.match(n)]
+    return found
+
+
+def user_facing_files() -> list:
+    listed = subprocess.run(["git", "ls-files", "README.md", "docs", "notebooks", "course", "zerosim/cli"], cwd=REPO,
+                            capture_output=True, text=True).stdout.split()
+    return [REPO / f for f in listed if f.endswith((".py", ".ipynb", ".md"))]
+
+
+def test_the_checker_finds_a_private_import():
+    assert private_imports("from zerosim.parallel.data._engine import ZeroEngine\nimport zerosim.cluster._trace\n") == [
+        "zerosim.parallel.data._engine", "zerosim.cluster._trace"]
+    assert private_imports("from zerosim.parallel.data import ZeroEngine\nfrom zerosim import Cluster\n") == []
+
+
+def test_what_users_read_imports_only_from_faces():
+    files = user_facing_files()
+    assert len(files) > 30  # the README, the docs, 11 notebooks, the course, the CLI's modules
+    found = {str(f.relative_to(REPO)): p for f in files for src in python_of(f) if (p := private_imports(src))}
+    assert found == {}
+
+
+def test_every_module_behind_a_face_is_private():
+    package = REPO / "zerosim"
+    public_files = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py")
+                          if not p.name.startswith("_") and p.parent != package / "cli")
+    # progress.py is a one-file face (tqdm's bars as zerosim draws them); the CLI's modules are the command's own
+    assert public_files == ["progress.py"]
+
+
+@pytest.mark.parametrize("old", sorted(_compat.MOVED))
+def test_an_old_path_still_answers_and_warns(old):
+    new = importlib.import_module(_compat.MOVED[old])
+    stand_in = sys.modules[old]
+    stand_in.__dict__.pop("_zerosim_warned", None)
+    public = [k for k in getattr(new, "__all__", vars(new)) if not k.startswith("_")]
+    if not public:
+        return
+    with pytest.warns(DeprecationWarning, match=re.escape(old)):
+        got = getattr(stand_in, public[0])
+    assert got is getattr(new, public[0])
+
+
+def test_old_import_statements_work():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import zerosim.costs.memory as memory
+        from zerosim.timeline import simulate
+        from zerosim.zero import ZeroEngine
+        from zerosim.zero.plan import STRATEGIES
+    from zerosim.analysis.costs import model_state_memory
+    from zerosim.analysis.timeline import simulate as new_simulate
+    from zerosim.parallel.data import STRATEGIES as new_strategies
+    assert ZeroEngine is zerosim.ZeroEngine and simulate is new_simulate and STRATEGIES is new_strategies
+    assert memory.model_state_memory is model_state_memory
+
+
+def test_a_stand_in_never_hides_a_faces_name():
+    import zerosim.models.schedule  # noqa: F401 (the old module's path, a stand-in in sys.modules)
+
+    import zerosim.models
+
+    assert callable(zerosim.models.schedule) and not isinstance(zerosim.models.schedule, type(sys))

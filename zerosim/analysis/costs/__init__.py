@@ -1,0 +1,110 @@
+"""Analytic costs: per-rank model-state memory, activation memory, communication volume and time; and the same
+measured by one meta-backend step of the real engine.
+
+    _memory.py       model_state_memory(Ψ, N, stage, MemoryConfig) -> ModelStateMemory (parts by kind)
+    _conventions.py  the seeds', the ZeRO paper's and DeepSpeed's byte counts side by side
+    _activations.py  14·B·L·d + B·H·L² per layer, with block / selective recomputation
+    _comm.py         2Ψ or 3Ψ times (N−1)/N per step; α-β time on preset links
+    _presets.py      models by layer sizes, read from the shipped config.json files (GPT-2, GPT-3, Llama 1/2/3,
+                     Mistral, Qwen2.5) and the ZeRO paper's 7.5B
+    _gpus.py         GPU capacities (driver totals beside datasheets)
+    _overheads.py    what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
+                     estimates; the fits / does-not-fit verdict
+    _measured.py     the same quantities measured: one step of the real engine on the meta backend, its ledgers
+
+The formulas are checked against the engines' ledgers and traces, which are the measurement.
+"""
+
+from zerosim.analysis.costs._activations import ActivationMemory, ActivationShape, activation_memory, layer_elements
+from zerosim.analysis.costs._comm import (
+                                          LINKS,
+                                          Collective,
+                                          CommTime,
+                                          Link,
+                                          comm_time,
+                                          comm_volume,
+                                          sent_bytes,
+                                          stage_collectives,
+)
+from zerosim.analysis.costs._conventions import (
+                                          ConventionRow,
+                                          conventions_table,
+                                          deepspeed_estimators,
+                                          format_table,
+                                          seed000_general,
+                                          seed000_printed_stages,
+                                          seed001_formulas,
+                                          seed001_printed_table,
+                                          seed003_table,
+                                          zero_paper,
+                                          zerosim_parts,
+)
+from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
+from zerosim.analysis.costs._measured import measure_activations, measure_by_stage, measure_stage, strategy_costs
+from zerosim.analysis.costs._memory import (
+                                          GB,
+                                          OPTIMIZER_STATES,
+                                          MemoryConfig,
+                                          ModelStateMemory,
+                                          OptimizerState,
+                                          model_state_memory,
+                                          model_state_memory_by_stage,
+)
+from zerosim.analysis.costs._overheads import (
+                                          ALLOCATOR_RESERVE,
+                                          CUDA_CONTEXT,
+                                          NCCL_BUFFERS,
+                                          DeepSpeedBuckets,
+                                          Fit,
+                                          Overhead,
+                                          deepspeed_bucket_bytes,
+                                          fit,
+                                          runtime_overheads,
+)
+from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
+
+__all__ = [
+    "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
+    "measure_activations", "measure_by_stage", "measure_stage", "strategy_costs",
+    "GB",
+    "GPU",
+    "GPUS",
+    "Fit",
+    "Overhead",
+    "fit",
+    "get_gpu",
+    "preset_from_config",
+    "runtime_overheads",
+    "LINKS",
+    "OPTIMIZER_STATES",
+    "PRESETS",
+    "ActivationMemory",
+    "ActivationShape",
+    "Collective",
+    "CommTime",
+    "ConventionRow",
+    "Link",
+    "MemoryConfig",
+    "ModelPreset",
+    "ModelStateMemory",
+    "OptimizerState",
+    "activation_memory",
+    "comm_time",
+    "comm_volume",
+    "conventions_table",
+    "deepspeed_estimators",
+    "format_table",
+    "get_preset",
+    "layer_elements",
+    "model_state_memory",
+    "model_state_memory_by_stage",
+    "seed000_general",
+    "seed000_printed_stages",
+    "seed001_formulas",
+    "seed001_printed_table",
+    "seed003_table",
+    "sent_bytes",
+    "stage_collectives",
+    "zero_paper",
+    "zerosim_parts",
+]

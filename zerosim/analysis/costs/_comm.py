@@ -1,0 +1,127 @@
+"""Communication per training step and rank for ZeRO stages 0-3, and its time on a link (α-β model).
+
+Letters: Ψ parameters, N ranks. A ring collective over N ranks runs N−1 steps per phase and each rank
+sends (N−1)/N of the buffer per phase (reduce-scatter and all-gather: 1 phase; all-reduce: 2).
+What travels, per step (the ZeRO paper, section 7; seed 001, section 10):
+
+    stage 0     all-reduce of the 16-bit gradients                         2Ψ(N−1)/N
+    stage 1, 2  reduce-scatter of 16-bit gradients + all-gather of 16-bit  2Ψ(N−1)/N
+                parameters (each rank's updated fp32 master shard, cast)
+    stage 3     all-gather of 16-bit params in forward and again in        3Ψ(N−1)/N
+                backward + reduce-scatter of 16-bit gradients
+
+times the bytes of the wire dtype: 2 for fp16/bf16 (DeepSpeed's communication_data_type default is
+fp16); 4 if gradients are reduced in fp32. fp32 master weights and optimizer state never travel.
+NOTE: seed 001's stage-1 prose all-reduces the gradients before the all-gather (that would be 3Ψ);
+its own volume section, the paper and the engines here reduce-scatter them (2Ψ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.collectives import ShardLayout
+
+
+@dataclass(frozen=True)
+class Collective:
+    op: str  # "all_reduce", "reduce_scatter" or "all_gather"
+    buffer: str  # what travels: "grads" or "params"
+    wire_bytes: int  # bytes per element on the wire
+    phases: int  # ring phases: 2 for all-reduce, 1 otherwise
+
+
+def stage_collectives(stage: int, grad_wire_bytes: int = 2, param_wire_bytes: int = 2) -> tuple:
+    """The collectives one step of `stage` runs over the whole flat buffer, in order."""
+    rs = Collective("reduce_scatter", "grads", grad_wire_bytes, 1)
+    ag = Collective("all_gather", "params", param_wire_bytes, 1)
+    if stage == 0:
+        return (Collective("all_reduce", "grads", grad_wire_bytes, 2),)
+    if stage in (1, 2):
+        return (rs, ag)
+    if stage == 3:
+        return (ag, ag, rs)  # forward gather, backward gather, gradient reduce-scatter
+    raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+
+
+def sent_bytes(c: Collective, params: int, ranks: int, padded: bool = False):
+    """Bytes one rank sends in collective `c`: phases·(N−1)/N·Ψ·wire_bytes.
+
+    padded=True counts what a ring really moves over a buffer zero-padded to N·ceil(Ψ/N):
+    phases·(N−1)·ceil(Ψ/N)·wire_bytes (an int; equal to the formula when N divides Ψ).
+    """
+    if padded:
+        return c.phases * (ranks - 1) * ShardLayout(int(params), ranks).shard_size * c.wire_bytes
+    return c.phases * (ranks - 1) * int(params) * c.wire_bytes / ranks  # one rounding: exact ints, then / N
+
+
+def comm_volume(params, ranks: int, stage: int, grad_wire_bytes: int = 2, param_wire_bytes: int = 2,
+                padded: bool = False):
+    """Bytes one rank sends per step: 2Ψ(N−1)/N·bytes at stages 0-2, 3Ψ(N−1)/N·bytes at stage 3."""
+    cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
+    if padded:
+        return sum(sent_bytes(c, params, ranks, padded=True) for c in cs)
+    return sum(c.phases * c.wire_bytes for c in cs) * (ranks - 1) * int(params) / ranks  # one rounding
+
+
+@dataclass(frozen=True)
+class Link:
+    """An interconnect under the alpha-beta model: per-direction bandwidth B and per-step latency alpha."""
+
+    name: str
+    bandwidth: float  # B: bytes/s one rank sends while it receives (per direction)
+    alpha: float  # α: seconds per ring step (latency); typical values, our assumption
+    note: str
+
+
+LINKS = {
+    # 18 links × 50 GB/s = 900 GB/s bidirectional per H100 = 450 GB/s each way. A ring rank sends to one
+    # neighbour while receiving from another, so the time is bytes sent / per-direction bandwidth.
+    # NOTE: seed 001's "2 × 14 / 900 ≈ 31 ms" divides by the bidirectional figure; we get twice that.
+    "nvlink4": Link("NVLink 4", 450e9, 3e-6,
+                    "900 GB/s bidirectional (seed 001) = 450 GB/s per direction; α ≈ 3 µs assumed"),
+    # 32 GT/s × 16 lanes × 128/130 ÷ 8 ≈ 63 GB/s in EACH direction. Seed 001 labels 64 GB/s "bidirectional";
+    # that figure is the per-direction rate, so we use it per direction.
+    "pcie5": Link("PCIe 5.0 x16", 64e9, 5e-6,
+                  "64 GB/s per direction (seed 001 says bidirectional); α ≈ 5 µs assumed"),
+    # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 / 8 = 15.75 GB/s each way (the V100's host link, ZeRO-Offload's paper)
+    "pcie3": Link("PCIe 3.0 x16", 15.75e9, 5e-6, "15.75 GB/s per direction (8 GT/s x 16, 128b/130b); α ≈ 5 µs assumed"),
+    # PCIe 4.0 x16: twice PCIe 3 (A100's host link)
+    "pcie4": Link("PCIe 4.0 x16", 31.5e9, 5e-6, "31.5 GB/s per direction (16 GT/s x 16); α ≈ 5 µs assumed"),
+    # one rank's share of a node's NVMe: ZeRO-Infinity's DGX-2 runs read and write at about 25 GB/s over the node's
+    # drives (the paper's aggregate), so about 3 GB/s for each of 8 GPUs; α: a submission's latency, assumed
+    "nvme": Link("NVMe (a rank's share)", 3.0e9, 20e-6, "≈ 25 GB/s per 8-GPU node, shared; α ≈ 20 µs assumed"),
+    # NDR is 400 Gb/s per port per direction = 50 GB/s.
+    "ib_ndr": Link("InfiniBand NDR", 50e9, 5e-6, "400 Gb/s = 50 GB/s per direction; α ≈ 5 µs assumed (inter-node)"),
+    # 100 Gb/s = 12.5 GB/s line rate per direction; seed 001 rounds to ≈ 12.
+    "100gbe": Link("Ethernet 100 GbE", 12.5e9, 20e-6,
+                   "100 Gb/s = 12.5 GB/s (seed 001: ≈ 12); α ≈ 20 µs assumed (TCP)"),
+}
+
+
+@dataclass(frozen=True)
+class CommTime:
+    """Time of one step's collectives for one rank: latency (steps x alpha) plus transfer (bytes / B)."""
+
+    stage: int
+    latency: float  # seconds: steps · α summed over collectives
+    transfer: float  # seconds: bytes / B summed over collectives
+
+    @property
+    def total(self) -> float:
+        return self.latency + self.transfer
+
+
+def comm_time(params, ranks: int, stage: int, link: Link, buckets: int = 1, grad_wire_bytes: int = 2,
+              param_wire_bytes: int = 2) -> CommTime:
+    """α-β time of one step: Σ over collectives of steps·α + bytes/B, with steps = phases·(N−1) per call.
+
+    `buckets`: calls each collective is split into (the bytes stay the same, the latency repeats);
+    ZeRO-3 gathers layer by layer, so pass the number of layers there. Collectives run one after
+    another with no overlap with compute or with each other.
+    """
+    link_of = LINKS[link] if isinstance(link, str) else link
+    cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
+    latency = sum(buckets * c.phases * (ranks - 1) * link_of.alpha for c in cs)
+    transfer = sum(sent_bytes(c, params, ranks) for c in cs) / link_of.bandwidth
+    return CommTime(stage, latency, transfer)

@@ -1,0 +1,93 @@
+"""GPU memory capacities: what a rank's peak is compared against (`zerosim memory --gpu`, `zerosim plan`).
+
+Each GPU's capacity is the total its driver reports (nvidia-smi's "Memory-Usage" total, which is what
+`cudaMemGetInfo` gives a process: all it can ever hold, the CUDA context included), in MiB as nvidia-smi prints
+it, beside the datasheet's marketed size. The two differ: an "80 GB" H100 reports 81,559 MiB = 85.5e9 bytes;
+a "141 GB" H200 reports 143,771 MiB = 150.8e9 bytes. `device` names the timeline preset with the GPU's compute
+rates (zerosim/analysis/timeline/_devices.py), so one flag gives both memory and time.
+
+    name          datasheet                                            driver total (nvidia-smi)
+    rtx3090       GeForce RTX 3090: 24 GB GDDR6X                        24,576 MiB
+    a100-40gb     A100 SXM4 40GB: 40 GB HBM2                            40,960 MiB (A100-SXM4-40GB)
+    a100-80gb     A100 SXM4 80GB: 80 GB HBM2e                           81,920 MiB
+    h100-80gb     H100 SXM5 80GB: 80 GB HBM3                            81,559 MiB (NVIDIA H100 80GB HBM3)
+    h200          H200 SXM: 141 GB HBM3e                                143,771 MiB
+
+Sources: NVIDIA's datasheets (GeForce RTX 3090 product page and the GA102 whitepaper; "NVIDIA A100 Tensor Core
+GPU" datasheet; "NVIDIA H100 Tensor Core GPU" datasheet; "NVIDIA H200 Tensor Core GPU" datasheet) for the marketed
+sizes; the driver totals are those nvidia-smi prints on these cards (e.g. "81559MiB" on every H100 80GB HBM3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator's memory: what the driver reports as total, the datasheet's size, and its compute preset."""
+
+    key: str  # the name flags take ("h100-80gb")
+    name: str  # what reports print
+    capacity: int  # bytes: the driver's total (nvidia-smi), what a process can hold at most
+    datasheet: str  # the marketed size, as printed
+    device: str  # zerosim.analysis.timeline.DEVICES key: the compute rates and HBM bandwidth
+    source: str
+
+
+GPUS = {
+    g.key: g
+    for g in (
+        GPU(
+            "rtx3090",
+            "GeForce RTX 3090 24GB",
+            24_576 * MIB,
+            "24 GB GDDR6X",
+            "rtx3090",
+            "NVIDIA GeForce RTX 3090 product page / GA102 whitepaper; nvidia-smi total 24576MiB",
+        ),
+        GPU(
+            "a100-40gb",
+            "A100 SXM4 40GB",
+            40_960 * MIB,
+            "40 GB HBM2",
+            "a100-40gb",
+            "NVIDIA A100 datasheet (40GB SXM column); nvidia-smi total 40960MiB",
+        ),
+        GPU(
+            "a100-80gb",
+            "A100 SXM4 80GB",
+            81_920 * MIB,
+            "80 GB HBM2e",
+            "a100",
+            "NVIDIA A100 datasheet (80GB SXM column); nvidia-smi total 81920MiB",
+        ),
+        GPU(
+            "h100-80gb",
+            "H100 SXM5 80GB",
+            81_559 * MIB,
+            "80 GB HBM3",
+            "h100",
+            "NVIDIA H100 datasheet (SXM); nvidia-smi total 81559MiB",
+        ),
+        GPU(
+            "h200",
+            "H200 SXM 141GB",
+            143_771 * MIB,
+            "141 GB HBM3e",
+            "h200",
+            "NVIDIA H200 datasheet (SXM); nvidia-smi total 143771MiB",
+        ),
+    )
+}
+
+
+def get_gpu(gpu) -> GPU:
+    """A `GPU`, or one of GPUS by key ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h200")."""
+    if isinstance(gpu, GPU):
+        return gpu
+    if isinstance(gpu, str) and gpu.lower() in GPUS:
+        return GPUS[gpu.lower()]
+    raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)} or pass a zerosim.analysis.costs.GPU")

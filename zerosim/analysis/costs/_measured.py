@@ -1,0 +1,177 @@
+"""Memory and communication of ZeRO stages measured, not computed: one step of the real engines on the
+meta backend (shapes and dtypes, no data), read back from the ledgers and the trace; and a GPT's
+activations, one micro-batch through its data-less twin (models/gpt/_meta.py), read back by name, with
+each checkpointing strategy's peak and FLOPs (the compute events') side by side.
+
+This is the second route to the numbers in _memory.py and _comm.py; tests check that the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.cluster import Cluster, Compute, MemoryLedger
+from zerosim.models import forward_backward
+from zerosim.optim import get_optimizer
+from zerosim.parallel.data import ZeroEngine
+from zerosim.precision import get_precision
+from zerosim.progress import progress
+
+MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the resting model states
+
+
+def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+                     stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
+                     comm=None, clip_grad: float | None = None, wire=None) -> list:
+    """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
+
+    `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
+    ledgers then hold too ("activations" in peak_by_kind); None for a `MetaModel` (no activations).
+    `comm`: a CommSchedule (buckets and prefetch change the peak); `clip_grad`: clipping by the global norm; `wire`:
+    a zeropp.Wire for stage 3's weight gathers (the other stages gather no weights and run without it). One
+    micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
+    does not change with K).
+
+    Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
+    bytes}, "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
+    (params, grads, master, optim:*), peak the most any rank held at once during it (fp32 gradient
+    shards and gathered layers included), peak_by_kind each kind's own peak, at_peak what was live at the
+    moment of the peak (it sums to peak), sent the most bytes any rank put on the wire. A progress bar
+    shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off).
+    """
+    out = []
+    for stage in progress(
+        stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
+    ):
+        out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
+                                 wire if stage == 3 else None)[0])
+    return out
+
+
+def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+                  micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
+                  gpus_per_node: int | None = None, shard_group: int | None = None) -> tuple:
+    """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
+    step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
+    strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
+    `shard_group`, the ranks placed `gpus_per_node` to a node; the row then also holds "tiers": {tier: bytes one rank
+    sent on average}."""
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
+    for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
+        r.ledger.keep_timeline = True
+    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
+                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
+                        shard_group=shard_group)
+    if step:  # one micro-batch per rank this process hosts (the representative: 1)
+        engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
+    resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
+               for r in cluster.ranks]
+    peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
+    top = max(range(len(peaks)), key=peaks.__getitem__)
+    sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
+    row = {
+        "stage": stage,
+        "resting": resting[0],
+        "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
+        "peak": peaks[top],
+        "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
+        "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
+        "sent": max(sent),
+        "tiers": {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()},
+    }
+    return row, cluster, engine
+
+
+def at_peak_by_kind(ledger) -> dict:
+    """{kind: bytes} live at the first moment the ledger's total peaked, from its timeline: what a bar of the peak
+    stacks (each kind's own peak, `peak_by_kind`, comes at its own moment: stacking those overstates the peak)."""
+    live, best, most = {}, {}, -1
+    for e in ledger.timeline:
+        live[e.kind] = e.kind_total
+        if e.total > most:
+            most, best = e.total, {k: v for k, v in live.items() if v}
+    return best
+
+
+@dataclass(frozen=True)
+class ActivationsMeasured:
+    """One rank's activations for one micro-batch of a `MetaGPT`, read from a ledger's timeline."""
+
+    per_block: dict  # {name: bytes} block 0 saves (seed 001 §5e's per-layer table, by its names)
+    outside: dict  # {name: bytes} saved outside the blocks: token ids, final LayerNorm, the loss's cache
+    peak: int  # the most activation bytes live at once
+    peak_at: str  # the buffer whose allocation reached the peak ("loss.labels": when the loss runs; "block31.x2", ...)
+
+    @property
+    def per_block_total(self) -> int:
+        return sum(self.per_block.values())
+
+
+def measure_activations(model, batch: int, seq_len: int, precision: str = "fp16-mixed") -> ActivationsMeasured:
+    """One micro-batch of (B, L) = (batch, seq_len) through `model` (a MetaGPT) on a ledger: what it saves by name.
+
+    The same driver the engines and the oracle use (models/_run.py), on data-less arrays. The per-block
+    table comes from a pass without checkpointing (what each unit's forward saves does not depend on the
+    strategy; checkpointing only decides how long it lives); the peak from a pass with the model's own.
+    Activations do not depend on the ZeRO stage or on N: every rank keeps its own.
+    """
+    plain, own = (
+        _activation_ledger(model, batch, seq_len, precision, False),
+        _activation_ledger(model, batch, seq_len, precision, True),
+    )
+    allocs = [e for e in plain.timeline if e.action == "alloc"]
+    peak = own.peak("activations")
+    top = next(e for e in own.timeline if e.action == "alloc" and e.kind_total == peak)  # the first moment of the peak
+    block0 = model.layers[1].name.split(".")[0] + "."  # "block0." (units "block0", or "block0.attn" and "block0.ffn")
+    return ActivationsMeasured(per_block={e.name[len(block0):]: e.nbytes for e in allocs if e.name.startswith(block0)},
+                               outside={e.name: e.nbytes for e in allocs if not e.name.startswith("block")},
+                               peak=peak, peak_at=top.name)
+
+
+def _activation_ledger(model, batch: int, seq_len: int, precision: str, checkpointing: bool) -> MemoryLedger:
+    from zerosim.backends._meta import MetaArray  # NOTE: costs uses the meta backend's arrays, never its ranks
+
+    fmt = get_precision(precision).compute_format
+    flat = MetaArray((model.num_params,), fmt.dtype)  # (P,) compute format, no data
+    ledger = MemoryLedger(0, empty=MetaArray)
+    ids, target = model.batches(1, batch, seq_len, empty=MetaArray)[0]
+    model.check_batch(ids, target)
+    forward_backward(model, ids, target, fmt, lambda i: model.unflatten(flat, i), ledger=ledger,
+                     checkpoint=checkpointing and model.checkpointing)
+    return ledger
+
+
+def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", strategies=None, **shape) -> list:
+    """Seed 001's checkpointing strategies side by side: one step of the GPT's twin per strategy, on the meta backend.
+
+    `shape`: GPT's vocab, d_model, n_heads, n_layers (its position table is seq_len long). Returns, per
+    strategy (default all of `zerosim.models.gpt._model.STRATEGIES`), {"strategy", "peak" (activation bytes),
+    "peak_at" (the buffer that reached it), "flops": {kind: FLOPs} of one rank's compute events
+    ("forward", "recompute", "backward", "loss"), "extra": the step's FLOPs over the plain step's, minus one}.
+    """
+    from zerosim.models import GPT
+    from zerosim.models.gpt import STRATEGIES, MetaGPT, strategy_options
+    from zerosim.optim import Adam
+
+    rows = []
+    for name in strategies or STRATEGIES:
+        model = MetaGPT(GPT(seq_len=seq_len, **shape, **strategy_options(name)))
+        cluster = Cluster(1, backend="meta")
+        ZeroEngine(model, cluster, 0, Adam(), precision, checkpoint=model.checkpointing).step(
+            model.batches(cluster, batch)
+        )
+        ledger, flops = cluster.ranks[0].ledger, {}
+        for e in cluster.trace.log:
+            if isinstance(e, Compute):
+                flops[e.kind] = flops.get(e.kind, 0) + e.flops
+        peak = ledger.peak("activations")
+        top = next(
+            e for e in ledger.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak
+        )
+        rows.append({"strategy": name, "peak": peak, "peak_at": top.name, "flops": flops})
+    plain = next((sum(r["flops"].values()) for r in rows if r["strategy"] == "none"), None)
+    if plain is None:  # the yardstick: the same shape without checkpointing
+        plain = sum(strategy_costs(batch, seq_len, precision, ("none",), **shape)[0]["flops"].values())
+    for r in rows:
+        r["extra"] = sum(r["flops"].values()) / plain - 1
+    return rows

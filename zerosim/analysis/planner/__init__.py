@@ -1,0 +1,34 @@
+"""The planner: which stage, checkpointing strategy, micro-batch and many-node strategy fit the GPUs, and how long a
+step of each takes — one meta-backend step per configuration, placed in time by the timeline.
+
+    _plan.py             plan: stage × checkpointing strategy × micro-batch, what fits, ranked by step time
+    _sweep.py            one meta step per (N, stage, link); a step of K micro-steps (step_time); the crossover
+    _strategy_sweep.py   FULL_SHARD against HSDP, MiCS and hpZ over N, on nodes of G GPUs
+"""
+
+from zerosim.analysis.planner._plan import Plan, PlanRow, divisors, plan
+from zerosim.analysis.planner._strategy_sweep import (
+                                                      StrategyRow,
+                                                      fitting_shard_group,
+                                                      hsdp_bound_ranks,
+                                                      recipe_of,
+                                                      strategy_step,
+                                                      strategy_sweep,
+                                                      strategy_timeline,
+)
+from zerosim.analysis.planner._strategy_sweep import crossover as strategy_crossover
+from zerosim.analysis.planner._sweep import (
+                                                      StepTime,
+                                                      SweepRow,
+                                                      crossover,
+                                                      latency_bound_ranks,
+                                                      meta_step,
+                                                      step_time,
+                                                      sweep,
+)
+
+__all__ = [
+    "Plan", "PlanRow", "StepTime", "StrategyRow", "SweepRow", "crossover", "divisors", "fitting_shard_group",
+    "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan", "recipe_of", "step_time", "strategy_crossover",
+    "strategy_step", "strategy_sweep", "strategy_timeline", "sweep",
+]

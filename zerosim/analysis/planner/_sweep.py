@@ -1,0 +1,167 @@
+"""Time at scale: one meta-backend step per (N, stage, link), simulated, and where communication takes over.
+
+Letters: N ranks, Φ a unit's parameters, T tokens per rank per micro-step, R the device's dense 16-bit
+rate (FLOP/s), β bytes/s per direction, α seconds per ring step.
+
+The meta backend runs the real engine's schedule on data-less arrays, hosting one representative rank
+(its log holds rank 0's computes; every call spans all N), so a 175B step on 4096 ranks takes well under
+a second to record and simulate. Each row is rank 0's view: its compute, and the communication its
+compute did not hide.
+
+Why exposed communication grows with N (ZeRO-3, one unit gathered ahead). A unit's forward takes
+2ΦT/R; its gather (N−1)α + (N−1)/N·2Φ/β. The gather hides behind the previous unit's forward when
+
+    2ΦT/R  >=  (N−1)α + 2Φ/β·(N−1)/N,
+
+so bandwidth alone needs T >= R/β tokens per rank (H100 over InfiniBand NDR: 989e12/50e9 ≈ 19,800),
+and past that the ring's latency (N−1)α takes over at N ≈ 1 + 2Φ(T/R − 1/β)/α. Backward carries a
+gather and a reduce-scatter on the one communication stream (2× the bytes) against 2× the compute, so
+the same bound holds there. `crossover` finds the first N of a sweep where exposed communication is
+more than the compute; `latency_bound_ranks` gives the formula's N.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._simulate import simulate
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One simulated step (rank 0's view), seconds; and rank 0's memory peak, bytes."""
+
+    ranks: int
+    stage: int
+    link: str
+    step: float  # the step's time, from its first computation to the end of its refresh
+    compute: float  # rank 0's compute stream busy
+    comm: float  # the communication stream busy
+    exposed: float  # communication while rank 0's compute idled
+    peak: int = 0  # the most rank 0's ledger held at once during the step (what a GPU must hold)
+
+    @property
+    def exposed_fraction(self) -> float:
+        return self.exposed / self.step if self.step else 0.0
+
+
+def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumulation_steps: int) -> list:
+    """What `engine.step` takes on the meta backend: a MetaModel's (tokens, 0) rows, or a decoder twin's (B, L)
+    token ids when `micro_batch` = (B, L) is given; a list of K of them per rank with K accumulation steps."""
+    if micro_batch is None:
+        batches = model.batches(cluster, batch=tokens)
+    else:
+        batches = model.batches(cluster, *micro_batch)
+    return batches if accumulation_steps == 1 else [[b] * accumulation_steps for b in batches]
+
+
+def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
+              tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
+              accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
+              gpus_per_node: int | None = None, shard_group: int | None = None):
+    """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
+    holds everything a step does, its closing refresh included.
+
+    A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
+    MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
+    strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
+    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes."""
+    from zerosim.cluster import Cluster
+    from zerosim.optim import get_optimizer
+    from zerosim.parallel.data import ZeroEngine
+
+    if type(tokens) is not int or tokens < 1:
+        raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
+    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
+                        checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
+                        clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
+                        shard_group=shard_group)
+    for _ in range(steps):
+        engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
+    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of K micro-steps, rank 0's view, seconds; `simulated`: the micro-step counts actually simulated."""
+
+    step: float
+    compute: float
+    exposed: float
+    simulated: tuple
+
+
+def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
+              optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
+              tokens: int = 2048, first: StepTime | None = None) -> StepTime:
+    """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
+
+    The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
+    communication (every micro-step but the last starts and ends with both streams in the same state;
+    tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
+    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
+    `first`: the K = 1 step when it was simulated already (the planner's memory run)."""
+    def run(K):
+        result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
+                              micro_batch=micro_batch, accumulation_steps=K)
+        return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
+
+    K = accumulation_steps
+    one = first if first is not None else run(1)
+    if K == 1:
+        return one
+    two = run(2)
+    pairs = zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed))
+    line = (a + (K - 1) * (b - a) for a, b in pairs)
+    return StepTime(*line, (1, 2))
+
+
+def step_time_of(result) -> StepTime:
+    """The StepTime of a simulated one-step Timeline (rank 0's view)."""
+    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (1,))
+
+
+def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow:
+    """Rank 0's numbers from a simulated step."""
+    if len(result.step_times) > 1:
+        raise ValueError("row_of reads a one-step timeline (its busy times are totals over the log)")
+    return SweepRow(ranks, stage, link, result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0]),
+                    float(result.exposed_comm[0]), int(peak))
+
+
+def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), device: str = "h100", comm=None,
+          precision: str = "fp16-mixed", tokens: int = 2048, progress=None) -> list:
+    """SweepRows for every (link, stage, N), each with rank 0's peak memory. `progress(done, total)` after each."""
+    from zerosim.precision import get_precision
+
+    compute = get_precision(precision).compute
+    rows, total = [], len(links) * len(stages) * len(ranks_list)
+    for link in links:
+        hw = Hardware(device, link, compute)
+        for stage in stages:
+            for n in ranks_list:
+                result, engine = meta_step(model, n, stage, hw, comm, precision, tokens)
+                rows.append(row_of(result, n, stage, link, engine.cluster.ranks[0].ledger.peak()))
+                if progress is not None:
+                    progress(len(rows), total)
+    return rows
+
+
+def crossover(rows, stage: int, link: str) -> int | None:
+    """The smallest N of the sweep at which exposed communication exceeds compute (for `stage`, `link`), or None."""
+    for row in sorted((r for r in rows if r.stage == stage and r.link == link), key=lambda r: r.ranks):
+        if row.exposed > row.compute:
+            return row.ranks
+    return None
+
+
+def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware) -> float | None:
+    """N at which a unit's gather, (N−1)α + 2Φ/β (large N), equals its forward 2ΦT/R: 1 + 2Φ(T/R − 1/β)/α.
+    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it."""
+    rate, link = hardware.device.rate(hardware.compute), hardware.link
+    slack = 2 * unit_params * (tokens / rate - 1 / link.bandwidth)  # seconds of compute left after the bytes
+    if slack <= 0:
+        return None
+    return 1 + slack / link.alpha

@@ -1,0 +1,142 @@
+"""What the ranks run on: accelerator presets (peak rates, HBM bandwidth) and the links between them.
+
+A `Hardware` pairs one `Device` with one `Link` and names the format the layers compute in; the
+timeline charges every recorded event to it (_cost.py). Every number is a vendor's *peak*: the
+roofline's ceiling, which real kernels reach only a fraction of (say so, or derate a device with
+`dataclasses.replace`, when comparing with a measured run).
+
+Links are `zerosim.analysis.costs._comm`'s presets (NVLink 4, PCIe 5, InfiniBand NDR, 100 GbE), already
+per direction (B) with a per-ring-step latency α. Their α are assumptions; NCCL's own cost model
+(src/graph/tuning.cc, `ncclTunerConstantsDefaults.hwLatencies`, ring + Simple protocol, the protocol
+for large messages) charges per ring step: NVLink 3.4 µs, PCI 5.7 µs, network 14 µs — plus a
+base latency of 8.4 µs per call, which this model leaves out. So nvlink4 (3 µs) and pcie5 (5 µs)
+sit close to NCCL's figures; ib_ndr (5 µs) sits near NCCL's LL / LL128 network figures (2.7 / 4 µs)
+and well below its Simple one (14 µs): optimistic for large messages across nodes. Pass any `Link`
+(e.g. `Link("NDR, NCCL Simple", 50e9, 14e-6, ...)`) to try others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zerosim.analysis.costs._comm import LINKS, Link
+from zerosim.cluster import INTER, INTRA
+from zerosim.precision import get_format
+
+TERA = 1e12
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator's dense peak rates (FLOP/s, no sparsity) per compute format and its HBM bandwidth."""
+
+    name: str
+    fp64: float  # FP64 (tensor core where there is one: cuBLAS DGEMM uses it)
+    fp32: float  # plain FP32 (no TF32: PyTorch's matmul default, torch.backends.cuda.matmul.allow_tf32=False)
+    fp16: float  # FP16 and BF16 tensor cores, dense
+    fp8: float | None  # FP8 tensor cores, dense; None where the device has none (fp8 then runs at the 16-bit rate)
+    hbm: float  # bytes/s, peak memory bandwidth
+    source: str
+
+    def rate(self, fmt) -> float:
+        """Peak FLOP/s for matrix work in `fmt` (a format name or `Format`)."""
+        f = get_format(fmt)
+        if f.bits == 64:
+            return self.fp64
+        if f.bits == 32:
+            return self.fp32
+        if f.bits == 8 and self.fp8 is not None:
+            return self.fp8
+        return self.fp16  # 16 bits, and 8 bits on a device without fp8 units (upcast to 16)
+
+
+# NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), column
+# "A100 80GB SXM": FP64 Tensor Core 19.5 TF, FP32 19.5 TF, FP16/BF16 Tensor Core 312 TF (the datasheet's
+# 624 is "with sparsity"), GPU memory bandwidth 2,039 GB/s. No FP8 on Ampere.
+A100_80GB_SXM = Device("A100 80GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, None, 2039e9,
+                       "NVIDIA A100 datasheet (80GB SXM column), dense, no sparsity")
+
+# NVIDIA H100 Tensor Core GPU Architecture whitepaper (the H100 SXM5 column of its GPU comparison table):
+# FP64 Tensor Core 66.9 TF, FP32 66.9 TF, FP16/BF16 Tensor Core 989.4 TF dense, FP8 1,978.9 TF dense.
+# The H100 datasheet rounds these to 67 / 67 and prints 1,979 and 3,958 TF "with sparsity" (twice dense).
+# HBM3 bandwidth 3.35 TB/s (datasheet, H100 SXM).
+H100_SXM = Device("H100 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * TERA, 3.35e12,
+                  "NVIDIA H100 whitepaper / datasheet (SXM5), dense, no sparsity")
+
+# The same datasheet's "A100 40GB SXM" column: the 80GB card's rates, GPU memory bandwidth 1,555 GB/s.
+A100_40GB_SXM = Device("A100 40GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, None, 1555e9,
+                       "NVIDIA A100 datasheet (40GB SXM column), dense, no sparsity")
+
+# NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): FP64 Tensor Core 67 TF, FP32 67 TF, FP16/BF16 Tensor Core 1,979 TF
+# and FP8 3,958 TF "with sparsity" (half dense: H100 SXM's 989.4 and 1,978.9, the same GH100 die and clocks), GPU memory
+# bandwidth 4.8 TB/s.
+H200_SXM = Device("H200 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * TERA, 4.8e12,
+                  "NVIDIA H200 datasheet (SXM), dense, no sparsity")
+
+# NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090 column: Peak FP16 and BF16 Tensor TFLOPS with FP32
+# accumulate 71 (142 with sparsity; the 142/284 "FP16 accumulate" figures do not apply to mixed precision, which
+# accumulates in FP32), peak FP32 35.6 TFLOPS, FP64 1/64 of FP32 (0.56), GDDR6X bandwidth 936 GB/s. No FP8.
+RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None, 936e9,
+                  "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense")
+
+DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090}
+
+
+def get_device(device) -> Device:
+    """A `Device`, or one of DEVICES by name ("a100", "h100", "a100-40gb", "h200", "rtx3090")."""
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, str) and device.lower() in DEVICES:
+        return DEVICES[device.lower()]
+    raise ValueError(f"unknown device {device!r}; choose one of {sorted(DEVICES)} or pass a "
+                     "zerosim.analysis.timeline.Device")
+
+
+def get_link(link) -> Link:
+    """A `zerosim.analysis.costs.Link`, or one of `zerosim.analysis.costs.LINKS` by name ("nvlink4", "pcie5", "ib_ndr",
+    "100gbe")."""
+    if isinstance(link, Link):
+        return link
+    if isinstance(link, str) and link in LINKS:
+        return LINKS[link]
+    raise ValueError(f"unknown link {link!r}; choose one of {sorted(LINKS)} or pass a zerosim.analysis.costs.Link")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Every rank: one `device`, its ring neighbours over one `link`, layers computing in `compute`; with an
+    `inter_link`, two link tiers: a call whose rings stay inside nodes runs over `link` (NVLink), one whose rings
+    leave a node over `inter_link` (InfiniBand), each tier its own communication stream (_simulate.py)."""
+
+    device: Device | str = "h100"  # a key of DEVICES: "a100", "h100", "a100-40gb", "h200", "rtx3090"
+    link: Link | str = "nvlink4"  # within a node; "ib_ndr" across nodes
+    compute: str = "fp16"  # the format forward/backward run in (the engine's precision.compute)
+    inter_link: Link | str | None = None  # across nodes ("ib_ndr"); None: every call runs over `link` (one tier)
+    # -- offload (parallel/offload): the host's links and its CPU optimizer; none of them is used without offload --
+    pcie: Link | str = field(default="pcie4", repr=False)  # device <-> host copies ("pcie3" for a V100)
+    nvme: Link | str = field(default="nvme", repr=False)  # host <-> NVMe swaps: one rank's share of the node's drives
+    # bytes/s of host memory one rank's CPU optimizer streams through (DeepSpeedCPUAdam is memory-bound): an assumption,
+    # a two-socket node's ~200 GB/s of DDR shared by 8 ranks; set it from a measured CPU Adam run
+    host_bandwidth: float = field(default=25e9, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "device", get_device(self.device))
+        object.__setattr__(self, "link", get_link(self.link))
+        object.__setattr__(self, "compute", get_format(self.compute).name)
+        if self.inter_link is not None:
+            object.__setattr__(self, "inter_link", get_link(self.inter_link))
+        object.__setattr__(self, "pcie", get_link(self.pcie))
+        object.__setattr__(self, "nvme", get_link(self.nvme))
+
+    def transfer_link(self, tier: str) -> Link:
+        """The link an offload copy of `tier` ("pcie" or "nvme", cluster/_trace.py TRANSFERS) runs over."""
+        return self.pcie if tier == "pcie" else self.nvme
+
+    def link_of(self, tier: str) -> Link:
+        """The link a call of `tier` ("intra-node" / "inter-node") runs over: `inter_link` across nodes when there
+        is one, else `link`."""
+        return self.inter_link if tier == INTER and self.inter_link is not None else self.link
+
+    def stream_of(self, tier: str) -> str:
+        """The communication stream a call of `tier` queues on: one per tier with two tiers, else one for all."""
+        return tier if self.inter_link is not None else INTRA

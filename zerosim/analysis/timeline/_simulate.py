@@ -1,0 +1,197 @@
+"""The discrete-event simulation: every recorded event placed in time on its rank's compute or communication stream.
+
+Letters: N ranks. Each rank has two streams, as a GPU running NCCL on a side stream does: compute
+and communication. The log (`Trace.log`) is every rank's program in the order it issues work; the
+rules, one pass over it (O(events) plus O(N) per collective):
+
+    Compute / OptimizerStep on rank r   starts when r's previous compute has ended and every call
+                                        its `needs` names (the handles the collectives returned) has
+                                        ended; lasts the roofline (_cost.py)
+    Call (one phase of a collective)    is issued on rank r when r's program reaches it, i.e. when
+                                        r's compute before it in the log has ended; starts when
+                                        every rank has issued it and the communication stream is
+                                        free (calls run one at a time, in log order); lasts
+                                        (n−1)·α + busiest rank's bytes / β on every rank, n the
+                                        ring's length (the group's size: every group's ring runs
+                                        at once, each rank in one)
+
+Two link tiers (`Hardware(inter_link=...)`, a trace of a `Cluster(gpus_per_node=G)`): a call whose rings
+stay inside nodes runs over `link` (NVLink), one whose rings leave a node over `inter_link` (InfiniBand: a
+ring is as fast as its slowest hop), and each tier has its own communication stream, so an all-reduce
+across nodes can run while the next reduce-scatter inside a node does (FSDP2's all-reduce stream beside its
+reduce-scatter stream). Without an inter link every call runs over `link` on one stream, as before.
+
+Prefetching is therefore nothing special: a gather that appears earlier in the log is issued
+earlier and overlaps the computes between it and the compute that needs it.
+`overlap=False` is DeepSpeed's `overlap_comm=False`: a rank does one thing at a time, so a call
+is issued only after everything before it on that rank, and the next compute waits for the call
+to end whether it needs it or not.
+
+What is left out: kernel launch overheads and NCCL's per-call base latency, contention between a
+collective and compute for HBM and SMs (and between the two tiers' streams for NVLink and SMs), separate
+streams for gathers and reductions on one tier (DeepSpeed ZeRO-3 and FSDP use more than one), NCCL's
+hierarchical algorithms (tree, NVLS, CollNet: a ring is assumed), and CPU-side issue delays.
+
+Identical ranks. At 1024 ranks the per-rank work (one Compute per rank per layer) dominates; all
+ranks of a data-parallel step usually do identical work, so one row could stand for every rank with
+the same sequence of compute durations (group ranks by that sequence, simulate one per group,
+take the max over groups where a call waits for every rank). Not done here: the log itself already
+holds one event per rank, and one pass over it is fast enough (GPT-3 175B, 1024 ranks, stage 3 with
+block units: ~205k events in ~0.5 s; the engine's own step that writes them takes longer).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from zerosim.analysis.timeline._cost import (
+    compute_time,
+    equal_chunk_bytes,
+    host_optimizer_time,
+    optimizer_time,
+    phase_time,
+)
+from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._result import Timeline
+from zerosim.cluster import TRANSFERS, Call, Compute, OptimizerStep
+from zerosim.optim import get_optimizer
+from zerosim.precision import get_format
+
+
+def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> Timeline:
+    """Place every event of `trace` in time on `hardware`; returns a `Timeline`.
+
+    Args:
+        trace: a `zerosim.Trace` (its `log`, and its `events` for each rank's bytes per call), or a
+            list of log events (Call, Compute, OptimizerStep; others are skipped), in which case each
+            call's bytes are those of N equal chunks of its `elements`.
+        hardware: device, link and compute format (default `Hardware()`: H100 SXM, NVLink 4, fp16).
+        overlap: communication on its own stream (True), or serialised with compute on each rank
+            (False, DeepSpeed's overlap_comm=False).
+    """
+    hw = Hardware() if hardware is None else hardware
+    if not isinstance(hw, Hardware):
+        raise TypeError(f"hardware must be a zerosim.analysis.timeline.Hardware, got {hardware!r}")
+    if not isinstance(overlap, bool):
+        raise TypeError(f"overlap must be True or False, got {overlap!r}")
+    log, events = _log_and_events(trace)
+    n = getattr(trace, "world_size", None) or _world_size(log)
+    busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
+    rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
+    param_bytes = get_format(hw.compute).bits // 8
+    states = {}  # optimizer name -> number of fp32 state buffers
+
+    ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
+    latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
+    comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
+    call_end, call_dtype = {}, {}
+    host = [0.0] * n  # when rank r's CPU is free (offload: its optimizer step runs there, beside the device's work)
+    done_before = [0.0] * n  # when rank r's CPU step before its last one ended (DPU's copy carries that one's params)
+    comp = {"rank": [], "start": [], "end": [], "at": [], "step": [], "lane": []}
+    calls = {"start": [], "end": [], "at": [], "step": [], "bytes": []}
+    for at, ev in enumerate(log):
+        kind = type(ev)
+        if kind is Compute or kind is OptimizerStep:
+            r = ev.rank
+            if not 0 <= r < n:
+                raise ValueError(f"log[{at}]: rank {r} is outside the world of {n} ranks the calls span")
+            on_host = kind is OptimizerStep and ev.where != "device"  # offload: the CPU optimizer, on its own lane
+            start = host[r] if on_host else ready[r]
+            for c in ev.needs:
+                end = call_end.get(c)
+                if end is None:
+                    raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not "
+                                     "earlier in the log")
+                if end > start:
+                    start = end
+            if on_host:  # the device goes on with its program meanwhile
+                if ev.optimizer not in states:
+                    states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
+                took = host_optimizer_time(ev.stop - ev.start, states[ev.optimizer], hw.host_bandwidth)
+                done_before[r], host[r] = host[r], start + took
+                for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "cpu")):
+                    col.append(v)
+                continue
+            if kind is Compute:
+                took = compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm)
+            else:
+                if ev.optimizer not in states:
+                    states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
+                # the reduced gradient's format
+                grad = _float_bytes(call_dtype[ev.needs[-1]], param_bytes) if ev.needs else param_bytes
+                took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
+            ready[r] = start + took
+            latest = max(latest, start + took)
+            for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "device")):
+                col.append(v)
+        elif kind is Call and ev.collective in TRANSFERS:  # offload: a copy over PCIe or NVMe, on its own stream
+            # what it carries is made by the GPU, by the CPU step just recorded, or (DPU) by the one before it
+            issued = {"after host": max(host), "after previous host": max(done_before)}.get(ev.op, latest)
+            issued = max(issued, latest)
+            start = max(issued, comm_free.get(ev.tier, 0.0))
+            sent = busiest.get(ev.call, 0)
+            link = hw.transfer_link(ev.tier)
+            end = start + (link.alpha + sent / link.bandwidth if sent else 0.0)
+            comm_free[ev.tier] = call_end[ev.call] = end
+            call_dtype[ev.call] = ev.dtype
+            if ev.op == "after host":  # DeepSpeed's step() is synchronous: the device's program waits for the copy
+                ready, latest = [max(x, end) for x in ready], max(latest, end)
+            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
+                col.append(v)
+        elif kind is Call:
+            if ev.call in call_end:
+                raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
+            stream = hw.stream_of(ev.tier)
+            start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
+            sent = busiest.get(ev.call)
+            sent = equal_chunk_bytes(ev) if sent is None else sent
+            end = start + phase_time(ev.world_size, sent, hw.link_of(ev.tier))  # over groups: world_size is g
+            comm_free[stream] = call_end[ev.call] = end
+            call_dtype[ev.call] = ev.dtype
+            if not overlap:
+                ready, latest = [end] * n, end  # one stream per rank: nothing else runs until the call is done
+            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
+                col.append(v)
+    return Timeline(log, n, hw, overlap, comp, calls)
+
+
+def _float_bytes(dtype: str, default: int) -> int:
+    """Bytes of a float format by name; `default` for an integer payload (a quantized call's int8 / int4x2)."""
+    try:
+        return get_format(dtype).bits // 8
+    except ValueError:
+        return default
+
+
+def _log_and_events(trace):
+    if hasattr(trace, "log") and hasattr(trace, "events"):
+        return trace.log, trace.events
+    if isinstance(trace, (list, tuple)):
+        return list(trace), ()
+    raise TypeError("simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got "
+                    f"{type(trace).__name__}")
+
+
+def _world_size(log) -> int:
+    """N: the world size every call over the world spans (they must agree), else one more than the largest rank."""
+    sizes = {ev.world_size for ev in log if type(ev) is Call and ev.group == "world"}
+    if len(sizes) > 1:
+        raise ValueError(f"the log's calls span different world sizes {sorted(sizes)}; simulate one world at a time")
+    if sizes:
+        return sizes.pop()
+    ranks = [ev.rank for ev in log if type(ev) in (Compute, OptimizerStep)]
+    return max(ranks) + 1 if ranks else 0
+
+
+def _busiest_bytes(events, ring_calls: dict) -> dict:
+    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops, or from
+    its closed-form ring summaries (the meta backend's representative rank): the rank that skips the
+    smallest chunk sends the most."""
+    sent = defaultdict(int)
+    for e in events:
+        sent[(e.call, e.src)] += e.bytes
+    busiest = {call: (sum(sizes) - min(sizes)) * itemsize for call, (sizes, itemsize, _) in ring_calls.items()}
+    for (call, _), b in sent.items():
+        if b > busiest.get(call, -1):
+            busiest[call] = b
+    return busiest

@@ -1,0 +1,121 @@
+"""Which folders are checkpoints: `latest`, complete and incomplete tags, and what a killed save leaves behind.
+
+    DIR/latest        the tag to resume (written last, as DeepSpeed writes it)
+    DIR/<tag>/        complete when its manifest.json exists: the manifest is renamed into place after
+                      every rank file is, so it is the commit (torch DCP's `.metadata` plays that part)
+
+A save killed midway leaves a tag folder without a manifest, and maybe `*.tmp-<pid>` files. Such a
+folder is not a checkpoint: loading treats it as absent and resumes from the last complete one, and
+the next save into that tag cleans it and writes it anew. The frameworks do the same: torch DCP decides
+whether a checkpoint exists by its metadata file alone (torch/distributed/checkpoint/filesystem.py,
+`_FileSystemWriter._metadata_exists`, called by `prepare_local_plan`; `finish` writes `.metadata.tmp`
+and renames it), and DeepSpeed loads only the tag its `latest` names, written after every file of the
+tag (deepspeed/runtime/engine.py, `save_checkpoint`: `commit(tag)`, then `latest`; `load_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from zerosim.checkpoint._files import CheckpointError
+
+MANIFEST, LATEST = "manifest.json", "latest"
+_TEMP = re.compile(r".+\.tmp-\d+$")  # files.write_atomic's temporary names
+_RANK_FILE = re.compile(r"rank\d{5}\.safetensors$")
+
+
+def check_tag(tag: str) -> str:
+    """A tag is a plain folder name: no path separator, not '.', '..' or 'latest'."""
+    if not isinstance(tag, str) or not tag or os.sep in tag or (os.altsep and os.altsep in tag) \
+            or tag in (".", "..", LATEST) or tag != tag.strip() or "\n" in tag:
+        raise ValueError(f"a checkpoint tag is a plain folder name, got {tag!r}")
+    return tag
+
+
+def is_complete(folder: str) -> bool:
+    """True when `folder` holds a manifest: every rank file was in place before it was written."""
+    return os.path.isfile(os.path.join(folder, MANIFEST))
+
+
+def read_latest(directory: str) -> str | None:
+    """The tag DIR/latest names (None when there is no such file); a clear error naming it when it is not a tag."""
+    path = os.path.join(directory, LATEST)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(4097)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: a folder, where the name of the newest checkpoint's tag belongs") from None
+    try:
+        tag = raw.decode("utf-8").strip()
+        if len(raw) > 4096:
+            raise ValueError
+        return check_tag(tag)
+    except (UnicodeDecodeError, ValueError):
+        raise CheckpointError(f"{path}: does not hold a checkpoint tag (a plain folder name, one line): it was "
+                              f"overwritten or corrupted; pass tag=... (or resume a tag folder itself)") from None
+
+
+def complete_tags(directory: str) -> list:
+    """The complete tag folders in DIR, oldest first (by the iteration their manifest records, then name)."""
+    found = []
+    for name in _listing(directory):
+        folder = os.path.join(directory, name)
+        if name != LATEST and os.path.isdir(folder) and is_complete(folder):
+            found.append((_iteration(folder), name))
+    return [name for _, name in sorted(found)]
+
+
+def _iteration(folder: str) -> int:
+    """The manifest's iteration, or -1 when it cannot be read (such a folder sorts first: never preferred)."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            value = json.load(f).get("iteration", -1)
+        return value if type(value) is int else -1
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
+def resolve(directory: str, tag: str | None = None) -> str:
+    """The checkpoint folder to load: DIR/<tag>; DIR itself if it holds a manifest; the tag DIR/latest names;
+    or, when `latest` is missing or names a folder whose save never finished, the newest complete tag."""
+    if tag is not None:
+        return os.path.join(directory, check_tag(tag))
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"{directory}: no such folder" if not os.path.exists(directory)
+                              else f"{directory}: a file, not a checkpoint folder")
+    if is_complete(directory):
+        return directory
+    named = read_latest(directory)
+    if named is not None and is_complete(os.path.join(directory, named)):
+        return os.path.join(directory, named)
+    complete = complete_tags(directory)
+    if complete:  # the save `latest` would have named next was killed, or `latest` names a folder left unfinished
+        return os.path.join(directory, complete[-1])
+    if named is not None:
+        raise CheckpointError(f"{os.path.join(directory, LATEST)}: names {named!r}, whose save never finished "
+                              f"(no {MANIFEST}), and no other complete checkpoint is in {directory}")
+    raise CheckpointError(f"{directory}: no checkpoint here (neither a {MANIFEST} nor a '{LATEST}' file, "
+                          "nor a complete tag folder)")
+
+
+def clean_incomplete(directory: str, folder: str | None) -> None:
+    """Remove what a killed save left behind: the rank files and temporary files in the incomplete `folder`
+    (None: none to clean), and `latest`'s temporary files in DIR. Nothing else is touched (zerosim did not write it)."""
+    leftovers = [os.path.join(folder, n) for n in _listing(folder) if _TEMP.match(n) or _RANK_FILE.match(n)] \
+        if folder else []
+    leftovers += [os.path.join(directory, n) for n in _listing(directory)
+                  if n.startswith(LATEST + ".tmp-") and _TEMP.match(n)]
+    for path in leftovers:
+        if os.path.isfile(path):
+            os.remove(path)
+
+
+def _listing(folder: str) -> list:
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -1,0 +1,156 @@
+"""save(engine, DIR): one file per rank with what that rank owns, one manifest, then `latest`.
+
+Under MPI each process writes its own rank's file (one writer per rank); rank 0 writes the manifest
+once every file is complete and checksummed, and `latest` last. Every file is written under a
+temporary name and renamed, so a save interrupted at any point leaves the checkpoint `latest` names
+(the previous one) intact; the half-written folder has no manifest and is not a checkpoint (_folders.py).
+
+Saving into a tag that exists:
+    no manifest (a save of it was killed)   cleaned and written anew, as torch DCP overwrites a folder
+                                            without `.metadata` (_folders.py)
+    a complete checkpoint of this state     nothing to write: `latest` is pointed at it (a resumed run that
+                                            re-trains a step whose save was killed after its manifest)
+    a complete checkpoint of another state  refused, once, before anything is written: nothing a user does
+                                            loses a checkpoint (DeepSpeed and torch DCP would overwrite it)
+The same state gives the same bytes (files.serialize), so "this state" is decided by comparing manifests:
+every rank file's size and checksum, and everything else the manifest records.
+
+Between steps a rank owns no gradients worth saving: `engine.step` runs all K micro-steps of gradient
+accumulation in one call, so a checkpoint never falls mid-accumulation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from zerosim.checkpoint._files import checksum, tensor_bytes, write_atomic, write_bytes
+from zerosim.checkpoint._folders import LATEST, MANIFEST, check_tag, clean_incomplete, is_complete, read_latest
+from zerosim.checkpoint._manifest import make_manifest, rank_file
+from zerosim.checkpoint._replicas import check_replicas, file_index, writers
+
+
+def rank_tensors(rank) -> dict:
+    """What one rank owns, by name: its 16-bit params, fp32 master and optimizer state (over its region)."""
+    out = {"params": rank.params.array}
+    if rank.master is not None:
+        out["master"] = rank.master.array
+    out.update({f"optim.{name}": buf.array for name, buf in rank.optim.items()})
+    return out
+
+
+def save(engine, directory: str, tag: str | None = None) -> str:
+    """Save `engine`'s state under DIR/<tag> (default f"step{iteration:06d}": calls of `step`, which are the
+    optimizer steps t unless the loss scaler skipped some) and point DIR/latest at it.
+
+    A tag folder a killed save left incomplete is cleaned and reused; a complete one holding this very state
+    is kept as it is; one holding another state is refused before anything is written. Returns the
+    checkpoint's folder. Collective under MPI: every process calls it.
+
+    With replicas (HSDP, MiCS) each shard is written once, by replica 0, after the replicas are checked to hold
+    equal bits (_replicas.py); a disagreement is refused before anything is written.
+    """
+    cluster, backend = engine.cluster, engine.cluster.backend
+    tag = check_tag(f"step{engine.iteration:06d}" if tag is None else str(tag))
+    check_replicas(engine, rank_tensors)  # before any file is touched
+    folder = os.path.join(directory, tag)
+    writer = 0 in (rank.index for rank in cluster.ranks)  # the process of rank 0 writes the manifest and `latest`
+    found = _found(directory, folder) if writer else None
+    found = backend.all_meta([found] * cluster.local_size)[0]  # rank 0's, decided once (one message, not one per rank)
+    if found == "complete":  # is it this very state? Compare manifests: every file's checksum, and the rest
+        entries = [
+            None if t is None else _entry(r, tensor_bytes(t, metadata)) for r, t, metadata in _states(engine, tag)
+        ]
+        manifest = make_manifest(engine, _gathered(backend, entries))
+        same = _holds(folder, manifest) if writer else None
+        same = backend.all_meta([same] * cluster.local_size)[0]
+        if same is not True:
+            raise ValueError(same)
+        if writer:
+            clean_incomplete(directory, None)  # a `latest` a killed save left half written under its temporary name
+            if read_latest(directory) != tag:
+                write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
+        backend.all_meta([None] * cluster.local_size)
+        return folder
+    if found != "absent":
+        raise ValueError(found)
+    if writer:
+        clean_incomplete(directory, folder)  # what a killed save of this tag left, before anyone writes again
+        os.makedirs(folder, exist_ok=True)
+    backend.all_meta([None] * cluster.local_size)  # the folder is clean and exists before any rank writes
+    entries = []
+    for r, tensors, metadata in _states(engine, tag):  # one rank's bytes at a time: made, hashed, written, let go
+        if tensors is None:  # a replica: its shard is written by replica 0
+            entries.append(None)
+            continue
+        formats, data = tensor_bytes(tensors, metadata)
+        write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, data))
+        entries.append(_entry(r, (formats, data)))
+    manifest = make_manifest(engine, _gathered(backend, entries))  # every file in place
+    if writer:
+        write_atomic(os.path.join(folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
+        write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
+    backend.all_meta([None] * cluster.local_size)  # no rank returns before `latest` names the new checkpoint
+    return folder
+
+
+def _states(engine, tag: str):
+    """(file index, its tensors, its file's metadata) for each local rank; (rank, None, None) for a rank that writes
+    nothing (_replicas.py: every rank writes, or replica 0 of each shard)."""
+    write = writers(engine)
+    for rank in engine.cluster.ranks:
+        if rank.index not in write:
+            yield rank.index, None, None
+            continue
+        i = file_index(engine, rank.index)
+        yield i, rank_tensors(rank), {"rank": str(i), "tag": tag}
+
+
+def _gathered(backend, entries: list) -> list:
+    """Every process's file entries (one item per local rank, None for a replica that writes none), in file order."""
+    return sorted((e for e in backend.all_meta(entries) if e is not None), key=lambda e: e["rank"])
+
+
+def _entry(rank: int, encoded: tuple) -> dict:
+    formats, data = encoded
+    return {"rank": rank, "file": rank_file(rank), "bytes": len(data), "checksum": checksum(data), "tensors": formats}
+
+
+def _found(directory: str, folder: str) -> str:
+    """What is at the tag's place: "absent" (nothing, or a folder a killed save left without its manifest: reused),
+    "complete" (a checkpoint), or the reason to refuse."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
+    if not os.path.exists(folder):
+        return "absent"
+    if not os.path.isdir(folder):
+        return f"{folder}: a file is in the way of the checkpoint folder; nothing was written"
+    return "complete" if is_complete(folder) else "absent"
+
+
+def _holds(folder: str, manifest: dict):
+    """True when the complete checkpoint in `folder` is this state (its manifest is this one), else the refusal."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = None
+    if saved == json.loads(json.dumps(manifest)):
+        return True
+    at = f" (iteration {saved.get('iteration')})" if isinstance(saved, dict) else ""
+    return (f"{folder} already holds another checkpoint{at}; nothing was written: save under another tag or "
+            f"folder, or remove it")
+
+
+def _write_json(path: str, data: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

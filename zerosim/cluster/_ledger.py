@@ -1,0 +1,218 @@
+"""What a rank holds: every buffer is allocated and freed here, with a kind, so memory is a measurement.
+
+Memory figures, tests and the replay read the ledger (current, peak, timeline per kind); nothing
+computes an engine's memory from a formula of its own.
+
+Standard kinds (any string is allowed; these are the ones the engines use):
+
+    params       compute-format (fp16/bf16) parameters        grads        compute-format gradients
+    master       fp32 master weights                          grad32       fp32 gradient shard
+    optim:<x>    optimizer state x (optim:m, optim:v, ...)    activations  saved forward values
+    comm         buffers a collective stages data in
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LedgerError(RuntimeError):
+    """Misuse of a ledger: double free, reading a freed buffer, a name already live."""
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """One allocation or free, with the rank's totals right after it."""
+
+    seq: int
+    action: str  # "alloc" or "free"
+    name: str
+    kind: str
+    nbytes: int
+    total: int  # all kinds, after this event
+    kind_total: int  # this kind, after this event
+    phase: str  # the phase label current when it happened (see MemoryLedger.phase)
+    rank: int = -1  # whose ledger
+
+
+class Buffer:
+    """A named array owned by one rank's ledger. Reading `.array` after `free` raises `LedgerError`."""
+
+    __slots__ = ("name", "kind", "shape", "dtype", "nbytes", "_array", "_ledger", "owned")
+
+    def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger", owned: bool = False):
+        self.name, self.kind, self.owned = name, kind, owned  # owned: storage came from the ledger's allocator
+        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self._array, self._ledger = array, ledger
+
+    @property
+    def freed(self) -> bool:
+        return self._array is None
+
+    @property
+    def array(self):
+        if self._array is None:
+            raise LedgerError(f"rank {self._ledger.rank}: buffer {self.name!r} ({self.kind}) was freed; it cannot be "
+                              "read")
+        return self._array
+
+    def free(self) -> None:
+        self._ledger.free(self)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"{self.nbytes} B"
+        return f"Buffer({self.name!r}, kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, {state})"
+
+
+@dataclass
+class MemoryLedger:
+    """Allocations of one rank: current and peak bytes per kind and in total, and a timeline.
+
+    `empty` creates the storage; the numpy simulator passes `numpy.empty`, the meta backend a
+    function that makes data-less arrays, so the same accounting runs at any scale.
+    """
+
+    rank: int
+    empty: callable = np.empty
+    recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
+    sink: object = None  # called with every LedgerEvent (the cluster's trace log), when the timeline is kept
+    live: dict = field(default_factory=dict)  # name -> Buffer
+    timeline: list = field(default_factory=list)  # [LedgerEvent]
+    phase_label: str = ""
+    keep_timeline: bool = True
+    _current: dict = field(default_factory=dict)  # kind -> bytes
+    _peak: dict = field(default_factory=dict)  # kind -> bytes
+    _total: int = 0
+    _peak_total: int = 0
+    _seq: int = 0
+
+    # -- allocation ------------------------------------------------------------------------------
+    def alloc(self, name: str, shape, dtype, kind: str, fill=None) -> Buffer:
+        """Allocate a new buffer `name` of `shape` and `dtype`; `fill` sets every element if given."""
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
+        array = self.empty(shape, dtype=np.dtype(dtype))
+        if fill is not None:
+            array[...] = fill
+        return self.adopt(name, array, kind, _owned=True)
+
+    def adopt(self, name: str, array, kind: str, _owned: bool = False) -> Buffer:
+        """Register an array that was just made (say, a collective's output) as a buffer of this rank."""
+        if name in self.live:
+            raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick "
+                              "another name")
+        buf = Buffer(name, kind, array, self, owned=_owned)
+        self.live[name] = buf
+        self._change(buf, +1, "alloc")
+        return buf
+
+    def free(self, buf_or_name) -> None:
+        """Free a buffer by handle or name. Freeing twice is an error that names the buffer."""
+        name = buf_or_name if isinstance(buf_or_name, str) else buf_or_name.name
+        buf = self.live.get(name)
+        if buf is None or (not isinstance(buf_or_name, str) and buf is not buf_or_name):
+            raise LedgerError(f"rank {self.rank}: buffer {name!r} is not live (already freed, or never allocated)")
+        del self.live[name]
+        self._change(buf, -1, "free")
+        if buf.owned and self.recycle is not None:
+            self.recycle(buf._array)
+        buf._array = None
+
+    def get(self, name: str) -> Buffer:
+        try:
+            return self.live[name]
+        except KeyError:
+            raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
+
+    def _change(self, buf: Buffer, sign: int, action: str) -> None:
+        kind_total = self._current.get(buf.kind, 0) + sign * buf.nbytes
+        self._current[buf.kind] = kind_total
+        self._total += sign * buf.nbytes
+        if sign > 0:
+            self._peak[buf.kind] = max(self._peak.get(buf.kind, 0), kind_total)
+            self._peak_total = max(self._peak_total, self._total)
+        self._seq += 1
+        if self.keep_timeline:
+            event = LedgerEvent(
+                self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label, self.rank
+            )
+            self.timeline.append(event)
+            if self.sink is not None:
+                self.sink(event)
+
+    # -- questions -------------------------------------------------------------------------------
+    def current(self, kind: str | None = None) -> int:
+        """Bytes live now, of one kind or (kind=None) in total."""
+        return self._total if kind is None else self._current.get(kind, 0)
+
+    def peak(self, kind: str | None = None) -> int:
+        """Most bytes ever live at once, of one kind or (kind=None) in total."""
+        return self._peak_total if kind is None else self._peak.get(kind, 0)
+
+    def by_kind(self) -> dict:
+        """{kind: bytes live now}, kinds with nothing live left out."""
+        return {k: v for k, v in self._current.items() if v}
+
+    def peak_by_kind(self) -> dict:
+        return dict(self._peak)
+
+    def by_phase(self, since: int = 0) -> list:
+        """[(phase, peak total bytes within it, {kind: bytes live at its end})] in timeline order.
+
+        Consecutive events with the same phase label form one phase; only phases from timeline event
+        `since` on are reported (what was live before still counts). Needs the timeline.
+        """
+        phases, live, before = [], {}, 0
+        for n, e in enumerate(self.timeline):
+            if n < since:
+                live[e.kind], before = e.kind_total, e.total
+                continue
+            if not phases or phases[-1][0] != e.phase:
+                phases.append([e.phase, before, None])  # a phase starts holding what the last one left
+            before = e.total
+            live[e.kind] = e.kind_total
+            phases[-1][1] = max(phases[-1][1], e.total)
+            phases[-1][2] = {k: v for k, v in live.items() if v}
+        return [tuple(p) for p in phases]
+
+    def peaks_by_phase(self, since: int = 0) -> list:
+        """[(phase, {kind: bytes live at the phase's peak moment})]: what made up each phase's peak."""
+        out, live = [], {}
+        for n, e in enumerate(self.timeline):
+            live[e.kind] = e.kind_total
+            if n < since:
+                continue
+            snapshot = {k: v for k, v in live.items() if v}
+            if not out or out[-1][0] != e.phase:
+                before = {k: v for k, v in live.items() if v}
+                before[e.kind] = e.kind_total - (e.nbytes if e.action == "alloc" else -e.nbytes)
+                out.append([e.phase, {k: v for k, v in before.items() if v}])
+            if sum(snapshot.values()) > sum(out[-1][1].values()):
+                out[-1][1] = snapshot
+        return [tuple(p) for p in out]
+
+    def live_at_peaks(self, since: int = 0) -> list:
+        """[(phase, [(name, kind, bytes), ...])]: the buffers live at the moment of each phase's peak.
+
+        Phases as in `by_phase` (from timeline event `since` on; what was live before still counts).
+        Ties keep the first moment the peak was reached. Needs the timeline.
+        """
+        live, out = {}, []
+        for n, e in enumerate(self.timeline):
+            if n >= since and (not out or out[-1][0] != e.phase):
+                out.append([e.phase, sum(b for _, b in live.values()), dict(live)])  # a phase starts with what was live
+            if e.action == "alloc":
+                live[e.name] = (e.kind, e.nbytes)
+            else:
+                live.pop(e.name, None)
+            if n >= since and e.total > out[-1][1]:
+                out[-1][1], out[-1][2] = e.total, dict(live)
+        return [(phase, [(name, kind, nbytes) for name, (kind, nbytes) in held.items()]) for phase, _, held in out]
+
+    def reset_peaks(self) -> None:
+        """Start peak tracking afresh from what is live now (e.g. after initialisation)."""
+        self._peak = dict(self._current)
+        self._peak_total = self._total

@@ -1,0 +1,340 @@
+"""What happened, recorded as data: every hop of every collective, and one ordered log of typed events.
+
+Narration, figures, communication-volume checks, the timeline and notebooks all read these events.
+At large world sizes one event per hop is too many (a ring over 1024 ranks has 1023 steps), so
+granularity is a choice: ``"hop"`` records every send, ``"call"`` one summary event per collective
+and rank. `log` holds, in order, every `Call`, the engines' `Compute` / `OptimizerStep` /
+`StepBoundary` events (_events.py) and, when the cluster keeps ledger timelines, every alloc and free.
+
+On a mesh (`Cluster(..., gpus_per_node=G)`) every call records the group it ran over (`Call.group`, the
+`zerosim.cluster.Groups`' name; the groups themselves in `call_groups`) and the link tier its rings need
+(`Call.tier`: "inter-node" if any hop leaves a node), and every send the tier it crossed (`Event.tier`), so
+`bytes_by_tier` splits the traffic between NVLink and InfiniBand. A flat cluster is one node: every tier is
+"intra-node" and every group the world.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
+
+GRANULARITIES = ("hop", "call")
+# what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
+COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce")
+# copies between one rank's memory tiers (parallel/offload): {name: the link it crosses}. Each is recorded as a call
+# over every local rank at once, one event per rank (its own copy on its own link), so handles and the timeline
+# treat it as a collective's phase; `bytes_sent` and `sent_totals` count only the collectives' links
+TRANSFERS = {"d2h": "pcie", "h2d": "pcie", "nvme_read": "nvme", "nvme_write": "nvme"}
+
+
+class Handle(tuple):
+    """What a collective returns besides its results: the numbers of the calls it recorded in the trace, in order
+    (an all-reduce records two, its reduce-scatter and all-gather phases). Work that must wait for the collective
+    names its handle (`Compute.needs`, `OptimizerStep.needs`: handles joined with +), and the timeline starts that
+    work when those calls have ended — as FSDP2 waits on the work handle its all-gather returned. A handle is a
+    tuple of call numbers, so the events that name it stay plain data; `generation` says which trace it belongs
+    to (`Trace.clear` starts a new one, and `Trace.live` forgets handles of an older one)."""
+
+    def __new__(cls, calls=(), generation: int = 0):
+        handle = super().__new__(cls, calls)
+        handle.generation = generation
+        return handle
+
+    def __add__(self, other) -> "Handle":
+        return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
+
+    def __getnewargs__(self):
+        return (tuple(self), self.generation)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One send from `src` to `dst` (or, at "call" granularity, everything `src` sent in one call)."""
+
+    call: int  # sequence number of the collective call this send belongs to
+    collective: str  # "reduce_scatter", "all_gather", "all_reduce", "broadcast"
+    step: int  # ring step, 0-based (-1 for a call summary)
+    src: int
+    dst: int  # -1 for a call summary (sent to the ring neighbour over several steps)
+    chunk: int  # index of the chunk/shard that travelled (-1 for whole buffers and summaries)
+    elements: int
+    bytes: int
+    dtype: str  # format name on the wire
+    tag: str = ""  # caller's label, e.g. "layer 2 grads"
+    values: object = field(default=None, compare=False)  # a copy of what travelled, when the trace keeps values
+    tier: str = INTRA  # the link it crossed: "intra-node" (NVLink) or "inter-node" (InfiniBand)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective call as a whole."""
+
+    call: int
+    collective: str
+    op: str
+    world_size: int
+    elements: int  # per-rank input length (padded buffer length for reduce-scatter / all-reduce)
+    dtype: str
+    tag: str = ""
+    purpose: str = ""  # what an engine called it for (events.PURPOSES): "gather params", "reduce grads", ...
+    layers: tuple = ()  # the model layers (ZeRO units) it serves; several when bucketed
+    step: int = 0  # the iteration (engine.step call, 1-based) it belongs to (0: outside an engine step)
+    micro: int = 0  # the micro-step within that step
+    group: str = "world"  # the groups it ran over (their name); world_size is then each group's ring length
+    tier: str = INTRA  # the slowest link its rings cross: "inter-node" if any hop leaves a node
+    chunk_map: tuple = ()  # ((start, stop), ...): the element range of each ring chunk, where it is not the N equal
+    #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/chunk_maps/_nccl.py, gloo.py)
+
+
+@dataclass
+class Trace:
+    """Every hop of every collective (or one summary per call and rank), in order, with byte counts."""
+
+    granularity: str = "hop"
+    keep_values: bool = False  # copy every sent chunk into its event (small teaching runs only)
+    gpus_per_node: int | None = None  # the topology that decides each hop's link tier (None: one node)
+    world_size: int | None = None  # N, the ranks every call spans (each in its group), when known (a Cluster's
+    #                                trace): questions about rank N or above are refused; None: read from the calls
+    events: list = field(default_factory=list)  # [Event]
+    calls: list = field(default_factory=list)  # [Call]
+    log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
+
+    def __post_init__(self):
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
+        self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
+        self._about = {}  # what the calls being made now are for (see `about`)
+        # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
+        self.ring_calls = {}
+        self.call_groups = {}  # call -> the Groups it ran over, for calls not over the world
+        self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
+
+    # -- recording (used by the engines) ---------------------------------------------------------
+    @contextmanager
+    def about(self, **fields):
+        """Label every collective call begun inside the block: purpose, layers, step, micro (see `Call`)."""
+        previous, self._about = self._about, {**self._about, **fields}
+        try:
+            yield
+        finally:
+            self._about = previous
+
+    def record(self, event) -> None:
+        """Append a typed event (_events.py, or a ledger's alloc/free) to the ordered log."""
+        self.log.append(event)
+
+    # -- recording (used by the collectives) -----------------------------------------------------
+    def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
+              group: Groups | None = None, chunk_map: tuple = ()) -> int:
+        """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
+        `hop` and `end` take. `world_size` is the ring's length: the group's size."""
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map))
+        if group is not None and not group.is_world:
+            call = replace(call, group=group.name, tier=group.tier(self.gpus_per_node))
+            self.call_groups[call.call] = group
+        elif group is not None and self.gpus_per_node is not None:
+            call = replace(call, tier=group.tier(self.gpus_per_node))
+        if self._about:
+            call = replace(call, **self._about)
+        self.calls.append(call)
+        self.log.append(call)
+        return call.call
+
+    def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "",
+                 after_host: str | None = None) -> Handle:
+        """Record one copy between memory tiers on every local rank (`kind` one of TRANSFERS: "d2h", "h2d" over
+        PCIe, "nvme_read", "nvme_write"): `elements[i]` of `dtype` on rank `ranks[i]`. `after_host`: "after host"
+        (the host issues it once the optimizer step just recorded is done) or "after previous host" (DPU: once the
+        step before it is); None: "copy", issued by the device's program. Its `Call.op` says which. Returns its
+        handle."""
+        if kind not in TRANSFERS:
+            raise ValueError(f"unknown transfer {kind!r}; one of {tuple(TRANSFERS)}")
+        link = TRANSFERS[kind]
+        call = Call(len(self.calls), kind, after_host or "copy", 1, max(elements, default=0), dtype, tag, tier=link)
+        if self._about:
+            call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
+        self.calls.append(call)
+        self.log.append(call)
+        for r, n in zip(ranks, elements):
+            self.events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
+        return self.handle(call.call)
+
+    def handle(self, *calls: int) -> Handle:
+        """A `Handle` naming `calls` (numbers `begin` returned) of this trace."""
+        return Handle(calls, self.generation)
+
+    def live(self, handle) -> Handle:
+        """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since)."""
+        if getattr(handle, "generation", self.generation) != self.generation or any(
+            c >= len(self.calls) for c in handle
+        ):
+            return Handle((), self.generation)
+        return handle
+
+    def hop(
+        self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None
+    ) -> None:
+        """Record one send (at "call" granularity: add it to the sender's summary)."""
+        c = self.calls[call]
+        tier = self._tier(call, src, dst)
+        if self.granularity == "hop":
+            values = data.copy() if (self.keep_values and data is not None) else None
+            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
+                                     c.tag, values, tier))
+        else:
+            acc = self._pending[src]
+            acc[0] += elements
+            acc[1] += elements * itemsize
+            acc[2] = tier
+
+    def _tier(self, call: int, src: int, dst: int) -> str:
+        """The tier of a send: from its two ends, or (a summary, dst -1) from src's next rank on its ring."""
+        if self.gpus_per_node is None:
+            return INTRA
+        if dst < 0:  # a whole phase of one rank: every send of a ring phase goes to the same neighbour
+            group = self.call_groups.get(call)
+            dst = group.next(src) if group is not None else (src + 1) % self.calls[call].world_size
+        return hop_tier(src, dst, self.gpus_per_node)
+
+    def ring_summary(self, call: int, sizes: tuple, itemsize: int, lag: int) -> None:
+        """Record a whole ring phase in closed form, for every rank of every group at once (the meta backend's
+        representative ranks): over the n−1 steps the rank at position p of its group's ring sends every chunk
+        but (p − lag + 1) mod n (lag 1: reduce-scatter, 0: all-gather). O(1) to record; `bytes_sent`,
+        `sent_by_rank` and `bytes_by_tier` answer from it."""
+        if self.granularity != "call":
+            raise ValueError('a closed-form ring summary needs trace granularity "call"')
+        if len(sizes) > 1:
+            self.ring_calls[call] = (tuple(sizes), itemsize, lag)
+
+    def _closed_form(self, call: int):
+        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy)."""
+        import numpy as np
+
+        sizes, itemsize, lag = self.ring_calls[call]
+        s = np.asarray(sizes, dtype=np.int64)
+        group = self.call_groups.get(call)
+        position = group.positions if group is not None else np.arange(len(sizes))
+        skipped = s[(position - lag + 1) % len(sizes)]  # position p skips chunk (p − lag + 1) mod n
+        return (s.sum() - skipped) * itemsize
+
+    def sent_by_rank(self, call: int) -> dict:
+        """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
+        if call in self.ring_calls:
+            return dict(enumerate(self._closed_form(call).tolist()))
+        out = defaultdict(int)
+        for e in self.select(call=call):
+            out[e.src] += e.bytes
+        return dict(out)
+
+    def sent_totals(self, world_size: int) -> list:
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in
+        NumPy."""
+        import numpy as np
+
+        totals = np.zeros(world_size, dtype=np.int64)
+        for e in self.events:
+            if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
+                totals[e.src] += e.bytes
+        for call in self.ring_calls:
+            totals += self._closed_form(call)
+        return totals.tolist()
+
+    def bytes_by_tier(self, call: int | None = None) -> dict:
+        """{tier: bytes all ranks sent over links of that tier} ("intra-node", "inter-node"), over the whole trace
+        or one call: every event by its own tier, and a closed-form call by each rank's send to its ring neighbour."""
+        out = dict.fromkeys(TIERS, 0)
+        for e in self.events if call is None else self.select(call=call):
+            out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
+        for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
+            sent = self._closed_form(c)
+            group = self.call_groups.get(c)
+            crosses = (group if group is not None else Groups.world(len(sent))).send_tiers(self.gpus_per_node)
+            out[TIERS[1]] += int(sent[crosses].sum())
+            out[TIERS[0]] += int(sent[~crosses].sum())
+        return out
+
+    def end(self, call: int) -> None:
+        """Close a call (at "call" granularity: write one summary event per sender)."""
+        if self.granularity == "call":
+            c = self.calls[call]
+            for src, (elements, nbytes, tier) in sorted(self._pending.items()):
+                self.events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
+                                         None, tier))
+            self._pending.clear()
+
+    # -- questions -------------------------------------------------------------------------------
+    def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
+        """The events of one collective kind, one call and/or one tag (None: any)."""
+        # a typo ("allgather") selected nothing: 0 B
+        if collective is not None and collective not in COLLECTIVES and collective not in TRANSFERS:
+            raise ValueError(f"no collective {collective!r}; the trace records {', '.join(COLLECTIVES)}")
+        return [
+            e
+            for e in self.events
+            if (collective is None or e.collective == collective)
+            and (call is None or e.call == call)
+            and (tag is None or e.tag == tag)
+        ]
+
+    def bytes_sent(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
+        """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
+        self._check_rank(rank)
+        from_events = sum(e.bytes for e in self.select(collective, call, tag)
+                          if e.src == rank and (collective is not None or e.collective not in TRANSFERS))
+        return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
+
+    def _check_rank(self, rank) -> None:
+        """A rank that does not exist sent nothing, but answering 0 would hide the mistake."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0 \
+                or (self.world_size is not None and rank >= self.world_size):
+            limit = f" 0..{self.world_size - 1}" if self.world_size is not None else " >= 0"
+            raise ValueError(f"no rank {rank!r}: the cluster's ranks are{limit}")
+
+    def _closed(self, collective, call, tag) -> list:
+        return [
+            c
+            for c in self.ring_calls
+            if (call is None or c == call)
+            and (collective is None or self.calls[c].collective == collective)
+            and (tag is None or self.calls[c].tag == tag)
+        ]
+
+    def bytes_received(
+        self, rank: int, collective: str | None = None, call: int | None = None, tag: str | None = None
+    ) -> int:
+        """Bytes that arrived at `rank` (needs "hop" granularity: summaries do not say who received)."""
+        self._check_rank(rank)
+        if self.granularity != "hop":
+            raise ValueError('bytes_received needs trace granularity "hop"; "call" summaries record senders only')
+        return sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)
+
+    def volume_by_collective(self) -> dict:
+        """{collective: total bytes sent by all ranks}."""
+        out = defaultdict(int)
+        for e in self.events:
+            out[e.collective] += e.bytes
+        for c, (sizes, itemsize, _) in self.ring_calls.items():
+            rings = self.call_groups[c].count if c in self.call_groups else 1  # groups side by side, each a ring
+            out[self.calls[c].collective] += rings * (len(sizes) - 1) * sum(sizes) * itemsize  # n−1 senders a chunk
+        return dict(out)
+
+    def of_type(self, kind, since: int = 0) -> list:
+        """The log's events of one type (e.g. `Compute`), from log position `since` on."""
+        return [e for e in self.log[since:] if isinstance(e, kind)]
+
+    def clear(self) -> None:
+        self.generation += 1
+        self.events.clear()
+        self.calls.clear()
+        self.log.clear()
+        self.ring_calls.clear()
+        self.call_groups.clear()
+        self._pending.clear()
+
+    def __len__(self) -> int:
+        return len(self.events)

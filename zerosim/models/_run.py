@@ -1,0 +1,193 @@
+"""One micro-batch through a model, op by op: the forward/backward driver engines and the oracle share.
+
+Letters: B batch, D widths, P parameters.
+
+A `Pass` is one micro-batch in flight on one worker (a rank, or the single device): the activation
+going forward, the gradient coming back, and the tensors saved for backward. `Pass.run(op, params)`
+does one op of `schedule(model, checkpoint)` (_schedule.py) and returns what it made: the layer's
+gradients (backward) and what the op cost (FLOPs, bytes read and written). A ZeRO engine calls it
+for every rank, layer by layer, with whatever weights its stage provides (stage 3: the gathered
+window); `forward_backward` calls it alone, for one device.
+
+Memory: with a `ledger`, every tensor saved for backward (a layer's cache, a checkpointed block
+input, the loss's cache) is adopted as kind "activations", named f"{layer.name}.{what}" (what the
+layer calls it: "input", "Q", "P", ...), and freed the moment backward consumes it. The tensor in
+flight (the current activation going forward, the current gradient going backward) is not saved
+and not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zerosim.models._schedule import Op, needs_params, schedule
+from zerosim.models._spaces import zeros_like_space
+from zerosim.precision import cast, get_format
+
+KIND = "activations"
+
+
+@dataclass(frozen=True)
+class Done:
+    """What one op made and cost: the layer's gradients (backward only) and its FLOPs and bytes."""
+
+    grads: dict | None
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    values: dict | None = None  # copies of what it computed, when the pass keeps values
+
+
+def _nbytes(*arrays) -> int:
+    return sum(int(a.nbytes) for a in arrays if a is not None)
+
+
+def _as_dict(cache) -> dict:
+    """A layer's cache by name: {what: array}, as layers and losses return it."""
+    if not isinstance(cache, dict):
+        raise TypeError(f"a layer's cache must be a dict {{name: array}}, got {type(cache).__name__}")
+    return cache
+
+
+class _Saved:
+    """Tensors saved for backward, keyed; each one a ledger buffer when there is a ledger."""
+
+    def __init__(self, ledger):
+        self.ledger, self.items = ledger, {}
+
+    def put(self, key, prefix: str, cache) -> None:
+        named = _as_dict(cache)
+        if self.ledger is not None:
+            named = {k: self.ledger.adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
+        self.items[key] = named
+
+    def pop(self, key) -> dict:
+        held = self.items.pop(key)
+        if self.ledger is None:
+            return held
+        arrays = {k: buf.array for k, buf in held.items()}  # reading a freed buffer raises: a use-after-free check
+        for buf in held.values():
+            buf.free()
+        return arrays
+
+    def nbytes(self, key) -> int:
+        return sum(int(a.nbytes) for a in self.items[key].values())
+
+
+class Pass:
+    """One micro-batch (x, target) going forward and backward through `model` in compute format `fmt`.
+
+    Args:
+        x: (B, D_in) inputs, cast to fmt here (integer inputs, such as token ids, pass unchanged).
+        ledger: a MemoryLedger; saved tensors are allocated and freed in it as kind "activations".
+        loss_scale: dy = cast(loss_scale * dL/dy, fmt), so every gradient is scaled by it.
+        keep_values: copy each op's output (and gradients) into `Done.values`, for narration.
+    """
+
+    def __init__(self, model, x, target, fmt, *, ledger=None, loss_scale: float = 1.0, keep_values: bool = False):
+        self.model, self.target, self.fmt = model, target, get_format(fmt)
+        self.loss_scale, self.keep_values = loss_scale, keep_values
+        self.saved = _Saved(ledger)
+        integer = getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
+        self.a = x if integer else cast(x, self.fmt)  # (B, D_in) the micro-batch in the compute format
+        self.dy = None  # (B, D) the gradient coming back, once the loss has run
+        self.loss = None  # the unscaled loss, a Python float
+
+    def run(self, op: Op, params: dict) -> Done:
+        """Do `op` with layer weights `params` (by name, in fmt; {} when the op needs none)."""
+        f, model = self.fmt, self.model
+        if op.kind == "loss":
+            y = self.a
+            self.loss, cache = model.loss.forward(y, self.target, f)
+            self.saved.put("loss", "loss", cache)
+            self.dy = model.loss.backward(self.saved.pop("loss"), f, scale=self.loss_scale)  # (B, D_out) fmt
+            values = {"loss": self.loss, "out": y.copy()} if self.keep_values else None
+            return Done(None, model.loss.flops(y.shape), _nbytes(y), _nbytes(self.dy), values)
+        layer = model.layers[op.layer]
+        if op.from_checkpoint:
+            self.a = self.saved.pop(("checkpoint", op.layer))["block input"]
+        if op.kind == "keep input":  # the block's last layer needs only its input, which is already here
+            self.saved.put(op.layer, layer.name, {"input": self.a})
+            return Done(None, 0, 0, 0)
+        read = _nbytes(*params.values())
+        if op.kind == "backward":
+            cache = self.saved.pop(op.layer)
+            read += _nbytes(self.dy, *cache.values())
+            x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
+            self.dy, grads = layer.backward(params, self.dy, cache, f)
+            values = (
+                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": np.array(self.dy)}
+                if self.keep_values
+                else None
+            )
+            return Done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
+        x = self.a  # forward or recompute
+        if op.checkpoint:
+            self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x})
+        out, cache = layer.forward(params, x, f)
+        if op.save:
+            self.saved.put(op.layer, layer.name, cache)
+        self.a = out
+        values = {"out": np.array(out)} if self.keep_values else None
+        return Done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+
+
+def forward_backward(model, x, target, fmt, get_params, *, on_grads=None, checkpoint: bool = False, ledger=None,
+                     loss_scale: float = 1.0, events: list | None = None) -> float:
+    """Run one micro-batch forward and backward through `model` on one device, in compute format `fmt`.
+
+    Args:
+        get_params(i): layer i's params by name, arrays in fmt; called before every op that reads them.
+        on_grads(i, grads): called in backward order once layer i's grads exist (in fmt, times loss_scale).
+        checkpoint: keep only block inputs in forward and recompute (_schedule.py).
+        ledger: a MemoryLedger; saved tensors are allocated and freed in it as kind "activations".
+        events: a list to append (op, Done) pairs to, with values kept (for tests and narration).
+    Returns: the unscaled loss as a Python float.
+    """
+    f = get_format(fmt)
+    work = Pass(model, x, target, f, ledger=ledger, loss_scale=loss_scale, keep_values=events is not None)
+    for op in schedule(model, checkpoint):
+        params = get_params(op.layer) if needs_params(model, op) else {}
+        if params:
+            _check_params(model, op.layer, params, f)
+        done = work.run(op, params)
+        if events is not None:
+            events.append((op, done))
+        if done.grads and on_grads is not None:
+            on_grads(op.layer, done.grads)
+    return work.loss
+
+
+def _check_params(model, i: int, p: dict, f) -> None:
+    for name, shape in model.layers[i].param_shapes.items():
+        if p[name].dtype != f.dtype or p[name].shape != tuple(shape):
+            raise TypeError(f"get_params({i}) gave {name} as {p[name].dtype}{p[name].shape}; "
+                            f"layer {model.layers[i].name!r} computes in {f.name} with shape {tuple(shape)}")
+
+
+def loss_and_grad(model, params, x, target, fmt, *, checkpoint=False, ledger=None, loss_scale=1.0,
+                  events=None) -> tuple[float, np.ndarray]:
+    """One device's loss and flat (P,) gradient in fmt, from flat params (cast once to fmt)."""
+    f = get_format(fmt)
+    w = cast(params, f)  # (P,) compute copy
+    grads = zeros_like_space(w, (model.num_params,), f.dtype)  # (P,) in fmt, where the params live
+
+    def collect(i, g):
+        start, stop = model.layer_window(i)
+        grads[start:stop] = model.pack(i, g)
+
+    loss = forward_backward(model, x, target, f, lambda i: model.unflatten(w, i), on_grads=collect,
+                            checkpoint=checkpoint, ledger=ledger, loss_scale=loss_scale, events=events)
+    return loss, grads
+
+
+def predict(model, params, x, fmt) -> np.ndarray:
+    """Forward only, nothing saved: the model's (B, D_out) output in fmt, from flat params."""
+    f = get_format(fmt)
+    w = cast(params, f)  # (P,)
+    work = Pass(model, x, None, f)
+    for i, layer in enumerate(model.layers):
+        work.run(Op("forward", i, save=False), model.unflatten(w, i) if layer.param_shapes else {})
+    return work.a

@@ -1,0 +1,64 @@
+"""The order in which one micro-batch visits a model's layers: forward, loss, recompute, backward.
+
+An engine walks this list layer by layer across all its ranks (zerosim.parallel.data._engine); one device
+walks it alone (`zerosim.models._run.forward_backward`, the oracle). Writing the order down once, as
+data, is what lets both agree and lets a reader see where a ZeRO-3 gather must happen: before every
+op that `needs_params`.
+
+Activation checkpointing (seed 001 §5, seed 004 Stage 3): forward keeps only each block's input.
+Backward, block by block from the last, re-runs the block's layers from that input to rebuild their
+caches, then backpropagates through the block. The block's last layer is not re-run when its cache
+is just its input (`saves_input_only`): the layer before it has just rebuilt that input, and its
+output is not needed (seed 004 recomputes h and a, not y) — the "keep input" op saves it, no compute.
+
+    no checkpointing     forward 0..n-1 (save caches) · loss · backward n-1..0
+    checkpointing        per block: forward (save block input, then nothing) · loss ·
+                         per block from the last: recompute s..e-2 (save caches), keep input e-1
+                         (or recompute it) · backward e-1..s
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("forward", "loss", "recompute", "keep input", "backward")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of a micro-batch's pass: `kind` (KINDS) on layer `layer` (-1 for the loss)."""
+
+    kind: str
+    layer: int
+    save: bool = True  # forward/recompute: keep this layer's cache for backward
+    checkpoint: bool = False  # forward: keep this layer's input as its block's checkpoint
+    from_checkpoint: bool = False  # recompute / keep input: start from the block's checkpoint
+
+    @property
+    def computes(self) -> bool:
+        """False for the bookkeeping-only "keep input"."""
+        return self.kind != "keep input"
+
+
+def schedule(model, checkpoint: bool = False) -> tuple:
+    """The ops one micro-batch runs through `model`, in order (see the module docstring)."""
+    n, layers = len(model.layers), model.layers
+    if not checkpoint:
+        return tuple(
+            [Op("forward", i) for i in range(n)] + [Op("loss", -1)] + [Op("backward", i) for i in reversed(range(n))]
+        )
+    ops = []
+    for start, stop in model.checkpoint_blocks:
+        ops += [Op("forward", i, save=False, checkpoint=i == start) for i in range(start, stop)]
+    ops.append(Op("loss", -1))
+    for start, stop in reversed(model.checkpoint_blocks):
+        ops += [Op("recompute", i, from_checkpoint=i == start) for i in range(start, stop - 1)]
+        last = "keep input" if layers[stop - 1].saves_input_only else "recompute"
+        ops.append(Op(last, stop - 1, from_checkpoint=stop - 1 == start))
+        ops += [Op("backward", i) for i in reversed(range(start, stop))]
+    return tuple(ops)
+
+
+def needs_params(model, op: Op) -> bool:
+    """Whether `op` reads its layer's weights (a ZeRO-3 engine gathers them first)."""
+    return op.computes and op.kind != "loss" and bool(model.layers[op.layer].param_shapes)

@@ -1,0 +1,228 @@
+"""Layers as explicit forward/backward pairs: Linear, ReLU, GELU.
+
+Letters: B batch, D_in input width, D_out output width. Activations are row-major (B, D).
+
+Where each rounding happens (`fmt` is the compute format; `acc` is float32, or float64 when fmt is
+fp64 — see `acc_dtype`). Widening fmt -> acc is exact, so every output below is rounded exactly once:
+
+    Linear forward   y  = cast(x_acc @ w_acc.T + b_acc, fmt)   products summed in acc, as tensor cores do
+    Linear backward  dx = cast(dy_acc @ w_acc, fmt)
+                     dw = cast(dy_acc.T @ x_acc, fmt)          the batch sum happens in acc too
+                     db = cast(sum_B dy_acc, fmt)
+    ReLU             exact both ways: it selects values and never rounds
+    GELU (tanh form) y  = cast(gelu(x_acc), fmt);  dx = cast(dy_acc * gelu'(x_acc), fmt)
+
+With fmt = fp32 the same code runs and the casts change nothing; with fmt = fp64 everything is
+float64, the reference that finite differences check.
+
+What is saved: every layer here saves exactly its input, `cache = {"input": x}` (seed 001 §4: a
+linear layer needs its input for dW; an elementwise op needs its input for sigma'(x)). Weights are
+*not* saved: backward receives them again, which is why ZeRO-3 gathers a layer's weights a second
+time. (The plain function pairs below keep a tuple `(x,)`; the Layer objects name it.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.precision import Format, cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
+
+GELU_K = math.sqrt(2.0 / math.pi)  # tanh-form GELU (Hendrycks & Gimpel 2016; GPT-2's "gelu_new")
+GELU_C = 0.044715
+
+
+def acc_dtype(fmt: Format) -> type:
+    """The dtype products and sums accumulate in: float64 for the fp64 reference, else float32."""
+    return np.float64 if get_format(fmt).name == "fp64" else np.float32
+
+
+def rounded(z, f: Format):
+    """`z`, a temporary this module just computed in acc, rounded once into `f`: `cast(z, f)`, but `z` itself
+    where it is already in f (fp32 compute, fp64 reference), since cast's copy would change no bit.
+
+    NOTE: operands only read (the widenings `.astype(acc, copy=False)` below) are not copied either; every
+    widening fmt -> acc that does change the dtype still makes its array. In an fp32 step the two copies
+    per weight matrix and the copy of each dW were 16% of a 10M-parameter step (benchmarks/peers.py)."""
+    return z if z.dtype == f.dtype else cast(z, f)
+
+
+# -- plain functions: the math, one pair per op ---------------------------------------------------
+
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> tuple[np.ndarray, tuple]:
+    """y = x @ w.T + b for x (B, D_in), w (D_out, D_in), b (D_out,) or None; returns (y (B, D_out), (x,))."""
+    f = get_format(fmt)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    z = ops.matmul(x, w.T)  # (B, D_out) accumulated in acc (precision/arithmetic/: how)
+    if b is not None:
+        z = z + b.astype(acc, copy=False)  # bias joins before the one rounding, like a fused GEMM epilogue
+    return rounded(z, f), (x,)
+
+
+def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of y = x @ w.T + b: returns (dx (B, D_in), dw (D_out, D_in), db (D_out,)), all in fmt.
+
+    `w` is passed in, not cached: the weights are fetched again for backward (ZeRO-3 re-gathers them).
+    """
+    f = get_format(fmt)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    (x,) = cache
+    dy_acc = dy.astype(acc, copy=False)  # (B, D_out)
+    dx = rounded(ops.matmul(dy, w), f)  # (B, D_in)
+    dw = rounded(ops.matmul(dy.T, x), f)  # (D_out, D_in)
+    db = rounded(dy_acc.sum(axis=0, dtype=acc), f)  # (D_out,)
+    return dx, dw, db
+
+
+def relu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
+    """max(x, 0), exact in any format; returns (y, (x,))."""
+    y = cast(x, fmt)  # a copy in fmt; ReLU itself never rounds
+    # NOTE: "<= 0", not "not > 0": NaN passes through (overflow stays visible)
+    y[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
+    return y, (x,)
+
+
+def relu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
+    """dy where x > 0, else 0 (the subgradient at 0 is taken as 0, as PyTorch does)."""
+    (x,) = cache
+    dx = cast(dy, fmt)
+    dx[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
+    return dx
+
+
+def _gelu_parts(x_acc: np.ndarray, f: Format) -> tuple[np.ndarray, np.ndarray]:
+    """tanh(u) and du/dx for u = k (x + c x^3), in x_acc's dtype."""
+    cube = x_acc * x_acc * x_acc  # NOTE: not x**3, which NumPy's SIMD-dispatched power rounds machine by machine
+    t = arithmetic_of(f).tanh(GELU_K * (x_acc + GELU_C * cube))
+    du = GELU_K * (1 + 3 * GELU_C * np.square(x_acc))
+    return t, du
+
+
+def gelu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
+    """GELU, tanh form: 0.5 x (1 + tanh(k (x + c x^3))), computed in acc, rounded once to fmt."""
+    x_acc = x.astype(acc_dtype(fmt))
+    t, _ = _gelu_parts(x_acc, get_format(fmt))
+    return cast(0.5 * x_acc * (1 + t), fmt), (x,)
+
+
+def gelu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
+    """dy * d/dx [0.5 x (1 + t)] = dy * (0.5 (1 + t) + 0.5 x (1 - t^2) du/dx): the forward's own derivative."""
+    (x,) = cache
+    acc = acc_dtype(fmt)
+    x_acc = x.astype(acc)
+    t, du = _gelu_parts(x_acc, get_format(fmt))
+    slope = 0.5 * (1 + t) + 0.5 * x_acc * (1 - t * t) * du
+    return cast(dy.astype(acc) * slope, fmt)
+
+
+# -- layers: what models and the driver hold ------------------------------------------------------
+
+class Layer:
+    """One op; its parameters are declared by name and shape, in the order they sit in the flat vector.
+
+    forward(p, x, fmt) -> (y, cache);  backward(p, dy, cache, fmt) -> (dx, grads by name).
+    `p` holds the layer's parameters in fmt ({} for parameter-free layers). A cache is a dict
+    {name: array} of what backward needs, so the driver can account every saved byte by name.
+    `flops(x_shape, kind)` counts the floating-point operations of "forward" or "backward" for an
+    input of x_shape (a multiply-add counts 2), for the compute events the timeline reads.
+    """
+
+    name: str = "layer"
+    saves_input_only: bool = True  # cache == {"input": x}: recomputation can rebuild it without running the layer
+
+    def __init__(self, name: str):
+        self.name = name
+        self.param_shapes: dict[str, tuple] = {}
+
+    def forward(self, p: dict, x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
+        raise NotImplementedError
+
+    def backward(self, p: dict, dy: np.ndarray, cache: tuple, fmt) -> tuple[np.ndarray, dict]:
+        raise NotImplementedError
+
+    def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Initial float32 parameters by name (none by default)."""
+        return {}
+
+    def flops(self, x_shape: tuple, kind: str) -> int:
+        """Floating-point operations of one "forward" or "backward" on an input of `x_shape` (default 0)."""
+        return 0
+
+    def output_shape(self, x_shape: tuple) -> tuple:
+        """The shape forward gives for an input of `x_shape` (default: the same; the meta twins read it)."""
+        return tuple(x_shape)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}{v}" for k, v in self.param_shapes.items())
+        return f"{type(self).__name__}({self.name!r}{', ' + shapes if shapes else ''})"
+
+
+class Linear(Layer):
+    """y = x @ w.T + b with w (D_out, D_in), b (D_out,) — bias optional (TinyNet's first layer has none)."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True, name: str = "linear"):
+        super().__init__(name)
+        self.d_in, self.d_out, self.bias = d_in, d_out, bias
+        self.param_shapes = {"w": (d_out, d_in)}
+        if bias:
+            self.param_shapes["b"] = (d_out,)
+
+    def forward(self, p, x, fmt):
+        y, (x,) = linear_forward(x, p["w"], p.get("b"), fmt)
+        return y, {"input": x}
+
+    def backward(self, p, dy, cache, fmt):
+        dx, dw, db = linear_backward(dy, (cache["input"],), p["w"], fmt)
+        return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
+
+    def flops(self, x_shape, kind):
+        rows = math.prod(x_shape[:-1])  # B (or B*L tokens)
+        product = 2 * rows * self.d_in * self.d_out  # x @ w.T: one multiply-add per (row, in, out)
+        if kind == "forward":
+            return product + (rows * self.d_out if self.bias else 0)
+        return 2 * product + (rows * self.d_out if self.bias else 0)  # dx = dy @ w and dw = dy.T @ x; db sums dy
+
+    def init(self, rng):
+        # Scaled normal, Var(w) = 1/D_in, keeps activations O(1) through the depth; zero bias (as nanoGPT).
+        out = {"w": (rng.standard_normal((self.d_out, self.d_in)) / math.sqrt(self.d_in)).astype(np.float32)}
+        if self.bias:
+            out["b"] = np.zeros(self.d_out, np.float32)
+        return out
+
+
+class ReLU(Layer):
+    def __init__(self, name: str = "relu"):
+        super().__init__(name)
+
+    def forward(self, p, x, fmt):
+        y, (x,) = relu_forward(x, fmt)
+        return y, {"input": x}
+
+    def backward(self, p, dy, cache, fmt):
+        return relu_backward(dy, (cache["input"],), fmt), {}
+
+    def flops(self, x_shape, kind):
+        return math.prod(x_shape)  # one comparison (forward) or one select (backward) per element
+
+
+class GELU(Layer):
+    """GELU in its tanh form (not erf); backward differentiates exactly that tanh form."""
+
+    def __init__(self, name: str = "gelu"):
+        super().__init__(name)
+
+    def forward(self, p, x, fmt):
+        y, (x,) = gelu_forward(x, fmt)
+        return y, {"input": x}
+
+    def backward(self, p, dy, cache, fmt):
+        return gelu_backward(dy, (cache["input"],), fmt), {}
+
+    # tanh-form GELU per element: u = k(x + c x^3) is 4 ops, tanh ~ 1, 0.5 x (1 + t) is 3 (8 forward);
+    # backward re-forms u and t and the slope 0.5(1+t) + 0.5 x (1 - t^2) du/dx, then dy * slope (~16).
+    GELU_FLOPS = {"forward": 8, "backward": 16}
+
+    def flops(self, x_shape, kind):
+        return self.GELU_FLOPS[kind] * math.prod(x_shape)

@@ -1,0 +1,121 @@
+"""Losses: half mean squared error and softmax cross-entropy, each a forward/backward pair.
+
+Letters: B batch, D_out outputs (C classes for cross-entropy).
+
+Precision: the loss and dL/dy are computed in fp32 (float64 when y is float64), from y widened
+exactly. dy = cast(scale * (dL/dy), fmt): one rounding to the compute format, after the loss scale
+is applied (a power-of-two scale multiplies exactly, so it only moves small values out of fp16's
+subnormal range — the point of loss scaling).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.models._spaces import space_of
+from zerosim.models.layers._basic import acc_dtype
+from zerosim.precision import cast, format_of, get_format
+from zerosim.precision.arithmetic import arithmetic_of
+
+
+def _acc_of(y: np.ndarray) -> type:
+    return acc_dtype(format_of(y))
+
+
+class Loss:
+    """forward(y, target, fmt) -> (loss: float, cache {name: array});  backward(cache, fmt, scale=1.0) -> dy in fmt.
+
+    forward's `fmt` is the compute format, for the kernels it names (`Format.arithmetic`); None: y's format.
+    """
+
+    name = "loss"
+
+    def forward(self, y: np.ndarray, target: np.ndarray, fmt=None) -> tuple[float, tuple]:
+        raise NotImplementedError
+
+    def backward(self, cache: dict, fmt, scale: float = 1.0) -> np.ndarray:
+        raise NotImplementedError
+
+    def flops(self, y_shape: tuple) -> int:
+        """Operations of the loss's forward and backward together, for the compute events (a few per element)."""
+        return 4 * math.prod(y_shape)
+
+    def check_target(self, target, batch: int, outputs: int) -> None:
+        """Raise ValueError saying what is wrong if `target` cannot be this loss's target for a
+        (batch, outputs) prediction (called before anything runs, so nothing is half-done)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class HalfMSE(Loss):
+    """L = 0.5 * mean over the batch of sum over outputs (y - t)^2; one sample gives seed 004's 0.5 (y - t)^2."""
+
+    name = "mse"
+
+    def check_target(self, target, batch, outputs):
+        t = np.asarray(target)
+        if t.shape != (batch, outputs):
+            raise ValueError(f"half-MSE needs targets of shape (batch, outputs) = ({batch}, {outputs}), got {t.shape}")
+        if t.dtype.kind not in "iuf" and t.dtype.name != "bfloat16":
+            raise ValueError(f"half-MSE needs numeric targets, got dtype {t.dtype}")
+        if not np.all(np.isfinite(t.astype(np.float64))):
+            raise ValueError("the targets contain NaN or inf")
+
+    def forward(self, y, target, fmt=None):
+        acc = _acc_of(y)
+        diff = y.astype(acc) - cast(target, acc).reshape(y.shape)  # (B, D_out) in acc; the cache
+        loss = 0.5 * np.sum(diff * diff, dtype=acc) / y.shape[0]
+        return float(loss), {"y - t": diff}
+
+    def backward(self, cache, fmt, scale=1.0):
+        diff = cache["y - t"]
+        g = diff / diff.dtype.type(diff.shape[0])  # dL/dy = (y - t) / B, in acc
+        return cast(g * diff.dtype.type(scale), get_format(fmt))
+
+
+class SoftmaxCrossEntropy(Loss):
+    """L = mean over the batch of -log softmax(y)[label]; targets are integer labels (B,)."""
+
+    name = "xent"
+
+    def check_target(self, target, batch, outputs):
+        t = np.asarray(target)
+        if t.shape != (batch,) or t.dtype.kind not in "iu":
+            raise ValueError(f"cross-entropy needs integer class labels of shape ({batch},), got {t.dtype} {t.shape}")
+        if batch and (t.min() < 0 or t.max() >= outputs):
+            raise ValueError(f"class labels must lie in [0, {outputs}), got {t.min()}..{t.max()}")
+
+    def forward(self, y, target, fmt=None):
+        acc, ops = _acc_of(y), arithmetic_of(format_of(y) if fmt is None else get_format(fmt))
+        t = target if hasattr(target, "astype") else np.asarray(target)  # an array stays where it lives (a device)
+        labels = t.astype(np.int64).reshape(y.shape[0])  # (B,)
+        z = y.astype(acc)
+        z = z - z.max(axis=1, keepdims=True)  # shift so exp cannot overflow; softmax is unchanged
+        e = ops.exp(z)  # (B, C)
+        s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
+        rows = space_of(z).arange(y.shape[0])  # made where z lives (a device indexes with its own arrays)
+        loss = np.mean(ops.log(s[:, 0]) - z[rows, labels], dtype=acc)
+        return float(loss), {"probabilities": e / s, "labels": labels}  # (B, C) in acc, (B,) int64
+
+    def backward(self, cache, fmt, scale=1.0):
+        p, labels = cache["probabilities"], cache["labels"]
+        g = p.copy()  # dL/dy = (softmax(y) - onehot(label)) / B
+        g[space_of(g).arange(len(labels)), labels] -= 1
+        g = g / p.dtype.type(p.shape[0])
+        return cast(g * p.dtype.type(scale), get_format(fmt))
+
+
+LOSSES = {"mse": HalfMSE, "xent": SoftmaxCrossEntropy}
+
+
+def get_loss(name: "str | Loss") -> Loss:
+    """A loss by name: "mse" (half MSE) or "xent" (softmax cross-entropy); a `Loss` passes through."""
+    if isinstance(name, Loss):
+        return name
+    try:
+        return LOSSES[name]()
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}") from None

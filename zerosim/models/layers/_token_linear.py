@@ -1,0 +1,31 @@
+"""Linear layers and their FLOPs over token tensors (..., D_in): every token is one row of layers.linear_*.
+
+Letters: B batch, L sequence length, D_in / D_out widths. A (B, L, D_in) activation is B·L rows of
+one (rows, D_in) matrix, so the weight gradient dW = dYᵀ X sums over all B·L tokens in one fp32
+product (seed 001 §5b: "store only the input"); the roundings are those of layers.linear_forward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.models.layers._basic import linear_backward, linear_forward
+
+
+def tokens_linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> np.ndarray:
+    """y (..., D_out) = x (..., D_in) @ w.T + b, products summed in fp32 and rounded once to fmt."""
+    y, _ = linear_forward(x.reshape(-1, x.shape[-1]), w, b, fmt)  # (rows, D_out) fmt
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def tokens_linear_backward(dy: np.ndarray, x: np.ndarray, w: np.ndarray, fmt) -> tuple:
+    """(dx (..., D_in), dw (D_out, D_in), db (D_out,)) of y = x @ w.T + b, all in fmt."""
+    dx, dw, db = linear_backward(dy.reshape(-1, dy.shape[-1]), (x.reshape(-1, x.shape[-1]),), w, fmt)
+    return dx.reshape(x.shape), dw, db
+
+
+def linear_flops(rows: int, d_in: int, d_out: int, kind: str, bias: bool = True) -> int:
+    """As layers.Linear.flops: x @ w.T is 2·rows·D_in·D_out forward; dx and dw twice that backward;
+    a bias adds one add per output forward and one per output (db's sum) backward."""
+    matmul = 2 * rows * d_in * d_out
+    return (matmul if kind == "forward" else 2 * matmul) + (rows * d_out if bias else 0)

@@ -1,0 +1,143 @@
+"""The data-less twin of a decoder (the GPT's, the Llama's): each real unit answered from shapes alone.
+
+A twin (`MetaUnit`) answers every call a real unit answers, from shapes alone, by asking the real
+unit: forward saves a MetaArray for each entry of `unit.saved_spec(x_shape, fmt)` — the same names,
+shapes and dtypes the real forward saves — and hands on a MetaArray of `unit.output_shape(x_shape)`;
+backward makes a gradient of each parameter's shape in the compute format; `flops` is the unit's own.
+So the driver (models/_run.py) adopts the same named buffers into the ledger, in the same order, and
+the trace gets the same compute events (FLOPs and bytes), as for a real run — tests/test_meta_gpt.py and
+tests/test_llama.py hold the two equal, buffer by buffer, on small shapes. `MetaDecoder` is what the engines call
+on any decoder over token ids (check_batch, batches, pack, layer_specs); MetaGPT and MetaLlama (gpt/_meta.py,
+llama/_meta.py) build it from their family's model.
+
+NOTE: a twin's backward reads its input's shape from the first entry of the cache: every unit saves
+its input first ("input", "block input", "pre-FFN input", "final LN input"), the same convention
+`Pass.run` uses for the backward FLOPs; integer ids (the embedding) have no gradient, as for real.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zerosim.models._model import Model
+from zerosim.models.layers._basic import Layer
+from zerosim.models.layers._lm_loss import LMCrossEntropy
+from zerosim.models.meta._arrays import like, source_arrays, zeros_without_memory
+from zerosim.precision import get_format
+
+
+class MetaUnit(Layer):
+    """A data-less twin of a real unit: the same name, parameters, saved tensors, output shape and FLOPs."""
+
+    def __init__(self, unit: Layer, param_shapes: dict | None = None):
+        super().__init__(unit.name)
+        self.unit = unit
+        self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
+        self.saves_input_only = unit.saves_input_only
+
+    def forward(self, p, x, fmt):
+        f = get_format(fmt)
+        if self.unit.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
+            cache = {"input": x}
+        else:
+            cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
+        return like(x, self.unit.output_shape(x.shape), f.dtype), cache
+
+    def backward(self, p, dy, cache, fmt):
+        dtype = get_format(fmt).dtype
+        x = next(iter(cache.values()))  # the unit's input, saved first (see the module docstring)
+        dx = None if np.dtype(x.dtype).kind in "iu" else like(dy, x.shape, dtype)
+        return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
+
+    def flops(self, x_shape, kind):
+        return self.unit.flops(x_shape, kind)
+
+    def output_shape(self, x_shape):
+        return self.unit.output_shape(x_shape)
+
+    def __repr__(self) -> str:
+        return f"MetaUnit({self.unit!r})"
+
+
+class MetaLMLoss(LMCrossEntropy):
+    """The LM loss without values: NaN, and the real loss's cache (`LMCrossEntropy.saved_spec`) as MetaArrays."""
+
+    name = "meta-lm-xent"
+
+    def forward(self, y, target, fmt=None):
+        return math.nan, {
+            name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()
+        }
+
+    def backward(self, cache, fmt, scale=1.0):
+        BL, V = cache["probabilities"].shape
+        return like(cache["probabilities"], (*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute fmt
+
+
+class MetaDecoder(Model):
+    """A decoder's units as twins, for the meta backend: what the engines call, without data (the families'
+    twins, MetaGPT and MetaLlama, set the shape attributes and `_specs_of` in their constructors)."""
+
+    def _index_specs(self) -> None:
+        self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
+        for spec in self.specs:
+            self._specs_of.setdefault(spec.layer, []).append(spec)
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the engine should run with checkpoint=True (any strategy but "none")."""
+        return self.checkpoint != "none"
+
+    @property
+    def largest_layer(self) -> int:
+        return max(b - a for a, b in map(self.layer_window, range(len(self.layers))))
+
+    # -- what the engines call, without data --------------------------------------------------------
+    def check_batch(self, x, target) -> None:
+        """Shapes and dtypes only (there are no values): integer ids (B, L), L <= seq_len, targets alike."""
+        shape, kind = tuple(getattr(x, "shape", ())), np.dtype(getattr(x, "dtype", np.float64)).kind
+        if len(shape) != 2 or kind not in "iu" or min(shape) < 1:
+            raise ValueError(f"a GPT micro-batch is integer token ids of shape (batch, length) >= 1 "
+                             f"(see MetaGPT.batches), got {getattr(x, 'dtype', '?')} {shape}")
+        if shape[1] > self.seq_len:
+            raise ValueError(f"sequences of {shape[1]} tokens are longer than the model's seq_len = {self.seq_len}")
+        if (
+            tuple(getattr(target, "shape", ())) != shape
+            or np.dtype(getattr(target, "dtype", np.float64)).kind not in "iu"
+        ):
+            raise ValueError(f"targets must be integer token ids of the input's shape {shape}, got {target!r}")
+
+    def layer_specs(self, i: int) -> list:
+        return self._specs_of.get(i, [])
+
+    def unflatten(self, flat, i: int) -> dict:
+        """Layer i's parameters by name: on a MetaArray, arrays of their shapes in flat's dtype — what Model.unflatten
+        gives (a slice, then a reshape), built directly, since the engines ask for them before every op."""
+        if not getattr(flat, "is_meta", False):
+            return super().unflatten(flat, i)
+        start, stop = self.layer_window(i)
+        if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
+            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
+                             f"got shape {flat.shape}")
+        return {s.name: like(flat, s.shape, flat.dtype) for s in self.layer_specs(i)}
+
+    def pack(self, i: int, tensors: dict):
+        start, stop = self.layer_window(i)
+        g = next(iter(tensors.values()))
+        return like(g, (stop - start,), g.dtype)  # (window,) in the gradient's dtype
+
+    def init_params(self, rng=None):
+        """(P,) fp32 zeros that take no memory: there are no initial values to draw."""
+        return zeros_without_memory(self.num_params)
+
+    def batches(self, ranks, batch: int = 1, seq_len: int | None = None, empty=None) -> list:
+        """One (ids, targets) micro-batch per rank, both (B, L) int64 data-less arrays (L defaults to seq_len).
+
+        `ranks`: a Cluster — one per rank it hosts (1 on the meta backend's representative rank), made by its
+        backend — or how many, made by `empty` (the meta backend's constructor)."""
+        count, empty = source_arrays(ranks, empty)
+        L = self.seq_len if seq_len is None else seq_len
+        ids = empty((batch, L), np.int64)
+        return [(ids, ids)] * count

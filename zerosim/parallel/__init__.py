@@ -1,0 +1,17 @@
+"""The parallelisms, each a folder of its own, peers that speak to the step through one contract, and one record of
+their degrees.
+
+    _dims.py       ParallelDims: every parallel degree of a job (dp_replicate, dp_shard, tp, cp, pp), validated against
+                   the world size, and the named mesh it lays the ranks out on (torchtitan's order and flattenings)
+    _contract.py   Parallelism: the four points of a step where a parallelism acts (before / after a unit, at the
+                   end of backward, after the update), each returning handles; Parallelisms fans them out
+    data/          data parallelism: ZeRO stages 0-3, FSDP2, HSDP / MiCS / hpZ, ZeRO++ (the step itself)
+
+docs/explanation/adding-a-parallelism.md walks a new parallelism through the contract, the data-parallel step its
+example.
+"""
+
+from zerosim.parallel._contract import Parallelism, Parallelisms
+from zerosim.parallel._dims import FLATTENED, ORDER, ParallelDims
+
+__all__ = ["FLATTENED", "ORDER", "ParallelDims", "Parallelism", "Parallelisms"]

@@ -1,0 +1,114 @@
+"""The contract between the step and a parallelism: four points in a step where a parallelism acts, each returning
+the handles of what it started, which the step's later work waits for.
+
+The data-parallel step (parallel/data/_engine.py) is written out in full — it names every collective of every
+stage — and is the example every other parallelism follows. Its own pieces sit at these same points:
+
+    point              when                                     data parallelism does      another parallelism might
+    before_unit        before a unit's compute, after DP's      stage 3: all-gather the    offload: fetch the unit's
+                       gather; the compute waits for it          unit's params              params from host / NVMe
+    after_unit         after a unit's compute, DP's release     stage 3: free the gather;  tensor parallelism: all-
+                       and DP's reduce; the next compute waits   stages 2/3: reduce-        reduce the activation the
+                                                                 scatter its gradients      unit hands on
+    end_of_backward    after DP's end-of-backward reduction,    stage 0: all-reduce;       offload: copy the reduced
+                       before the overflow check; the update     stage 1: reduce-scatter    gradient shard to host
+                       waits for it
+    after_update       after the optimizer, before DP's         stages 1/2: all-gather     offload: the updated
+                       refresh; the next step's first compute    the updated params         16-bit shard back to the
+                       waits for it                                                         device
+
+`place(plan)` runs first, before any state is born: a parallelism that moves buffers off the device (offload) returns
+the plan with its placement, which the helpers that allocate read as data. `setup(ctx)` runs once, after every rank's
+model states are born, for a parallelism to allocate what it keeps (on
+the ranks' ledgers: state lives on the rank). A hook takes the step's frozen `Context` (ctx: the cluster, the plan,
+the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
+i's `models.Pass`, whose `a` is the activation going forward and `dy` the gradient coming back) and the unit's ops
+(`models.Op`: its `layer` and `kind`, "forward", "backward", ...); it never takes the engine. Anything it sends
+goes through `zerosim.collectives` (over `ctx.cluster`), so it is in the trace with a handle; anything it holds goes
+through a rank's ledger.
+
+`Parallelisms` fans the four points out to every parallelism an engine was given, in order, and adds their handles.
+With none (the default), every point returns an empty handle and the step is the data-parallel step alone, call for
+call and bit for bit. docs/explanation/adding-a-parallelism.md walks a new one through the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.cluster import Handle
+
+
+class Parallelism:
+    """One parallelism beside data parallelism: override the points it acts at (see the module docstring); each
+    returns the `Handle` of the collectives or transfers it started (`Handle()` when none)."""
+
+    name = "parallelism"
+
+    def place(self, plan):
+        """Before any state is born: the plan with this parallelism's placement (where each buffer lives: device,
+        host, NVMe, `Plan.placement`), as data the step's helpers read; the plan itself by default."""
+        return plan
+
+    def setup(self, ctx) -> None:
+        """Once, after the ranks' model states are born: allocate what this parallelism keeps, in the ledgers."""
+
+    def before_unit(self, ctx, passes: list, ops: list) -> Handle:
+        """Before `ops` (a unit's forward, recompute or backward; `ops[0].layer` is the unit) run on every rank."""
+        return Handle()
+
+    def after_unit(self, ctx, passes: list, ops: list) -> Handle:
+        """After `ops` ran on every rank (and data parallelism released and reduced what it does there)."""
+        return Handle()
+
+    def end_of_backward(self, ctx, reduced: list) -> Handle:
+        """After data parallelism's end-of-backward reduction: `reduced[i]` is local rank i's reduced gradient."""
+        return Handle()
+
+    def after_update(self, ctx) -> Handle:
+        """After the optimizer stepped on every rank, before data parallelism refreshes the 16-bit params."""
+        return Handle()
+
+
+@dataclass(frozen=True)
+class Parallelisms:
+    """The parallelisms an engine runs beside data parallelism, in order: each point calls every one and adds up
+    their handles."""
+
+    members: tuple = ()
+
+    def __post_init__(self):
+        members = tuple(self.members)
+        bad = [m for m in members if not isinstance(m, Parallelism)]
+        if bad:
+            raise TypeError(f"parallelisms must be zerosim.parallel.Parallelism objects, got {bad[0]!r}")
+        names = [m.name for m in members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each parallelism at most once, got {names}")
+        object.__setattr__(self, "members", members)
+
+    @property
+    def per_unit(self) -> bool:
+        """Whether a parallelism acts between units, so the step hands the ranks one unit at a time."""
+        return bool(self.members)
+
+    def place(self, plan):
+        for m in self.members:
+            plan = m.place(plan)
+        return plan
+
+    def setup(self, ctx) -> None:
+        for m in self.members:
+            m.setup(ctx)
+
+    def before_unit(self, ctx, passes, ops) -> Handle:
+        return sum((m.before_unit(ctx, passes, ops) for m in self.members), Handle())
+
+    def after_unit(self, ctx, passes, ops) -> Handle:
+        return sum((m.after_unit(ctx, passes, ops) for m in self.members), Handle())
+
+    def end_of_backward(self, ctx, reduced) -> Handle:
+        return sum((m.end_of_backward(ctx, reduced) for m in self.members), Handle())
+
+    def after_update(self, ctx) -> Handle:
+        return sum((m.after_update(ctx) for m in self.members), Handle())

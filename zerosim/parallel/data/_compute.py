@@ -1,0 +1,57 @@
+"""One op of the schedule on every local rank: the layer's compute, its `Compute` event, and its gradients kept.
+
+The engine calls `compute` once per op (forward, loss, recompute, backward of one layer); on each rank it
+runs the op on that rank's micro-batch in flight (models/_run.py, `Pass`), records what it cost and which
+collective handles it waited for, and — in backward — hands the layer's fresh gradients to where the plan
+keeps them (reduce.keep_grads: its arithmetic, `stage_grads`, on the workers with the op; its ledger record,
+`adopt_grads`, after). The ranks' ops run on the cluster's pool (`Cluster(N, workers=k)`, cluster/_pool.py:
+concurrently when k > 1, each rank's arithmetic unchanged); what they record reaches the log rank by rank, so
+it reads as each rank's program in order, whatever the workers' order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from zerosim.cluster import Compute, Handle
+from zerosim.models import needs_params
+from zerosim.parallel.data._gather import unit_weights
+from zerosim.parallel.data._reduce import adopt_grads, stage_grads
+
+
+def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -> None:
+    """Run `ops` — one op of the schedule, or a run of ops with no collective between them (`runs`) — on every
+    local rank (passes[i]: local rank i's micro-batch in flight); the first `Compute` event names `needs` (the
+    handles its inputs came from), the later ones nothing, for iteration `step`, micro-step `micro`."""
+    names = [model.layers[op.layer].name if op.layer >= 0 else "loss" for op in ops]
+    reads = [needs_params(model, op) for op in ops]
+    first = next((j for j, op in enumerate(ops) if op.computes), None)
+    waited = [needs if j == first else Handle() for j in range(len(ops))]  # one per op, as the ranks share it
+    ranks = ctx.ranks
+
+    def run(i, j):  # on a worker: rank i's op j and its gradients' arithmetic, reading and writing rank i's arrays
+        op = ops[j]
+        done = passes[i].run(op, unit_weights(ctx, model, ranks[i], op.layer) if reads[j] else {})
+        if not done.grads:
+            return done, None
+        packed = stage_grads(ctx, model, ranks[i], op.layer, done.grads, micro == 0)
+        # the layer's gradient arrays are not kept until the run's record (the (D_out, D_in) dW of every layer
+        # alive at once, and fresh memory for each): what the record needs stays, the stage 2/3 packed copy
+        return replace(done, grads=None), packed
+
+    def record(i, j, out):  # op by op, rank by rank, after the ranks ran: the events, as one thread makes them
+        (done, packed), op = out, ops[j]
+        if op.computes:
+            ctx.cluster.trace.record(Compute(ranks[i].index, step, micro, op.layer, names[j], op.kind, done.flops,
+                                             done.bytes_read, done.bytes_written, waited[j], done.values))
+        adopt_grads(ranks[i], op.layer, packed)
+
+    ctx.cluster.pool.map_steps(run, ranks, len(ops), record)
+
+
+def runs(ops, alone: bool) -> list:
+    """The schedule's ops as the engine hands them to `compute`: [(index of the run's first op, [ops])]. One op
+    at a time when something crosses ranks between ops (`alone`: stage 3's gathers, a bucketed reduction);
+    else (stages 0/1 reducing once backward is done) the whole micro-step as one run, one pool handoff."""
+    ops = list(ops)
+    return [(i, [op]) for i, op in enumerate(ops)] if alone else [(0, ops)]

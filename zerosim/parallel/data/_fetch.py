@@ -1,0 +1,150 @@
+"""ZeRO-3's parameter fetcher: which units are gathered when, what is prefetched, what stays live.
+
+One micro-step visits the units in a fixed order (the schedule's ops that read weights: its "uses").
+Before a use, the unit is gathered unless it is still live; then, by the `CommSchedule`, upcoming units
+are prefetched; after the use the unit is freed unless it is needed again soon. Prefetching only
+moves a gather earlier in the log, where the timeline lets it overlap the compute before its use, and
+keeps more gathered units live, which the ledger shows as a higher "params" peak. Values never change:
+a gathered unit is the same bits whenever it is gathered.
+
+    policy                    prefetch                                      free after a use
+    seed 004 (default)        none                                          always
+    DeepSpeed (bucket size)   upcoming uses, until prefetch_bucket_size     unless used again within
+                              elements are on the way and while fewer than  max_reuse_distance elements
+                              max_live_parameters elements are gathered     of upcoming uses
+    FSDP (units ahead)        the next k units of this pass, before the     always (reshard after
+                              compute (or after it: BACKWARD_POST)          forward)
+
+A unit prefetched for a later use is not freed before that use (DeepSpeed's `__params_to_release`
+checks `__most_recent_step_id_param_fetched_for`). Everything still gathered is freed when the
+micro-step ends (DeepSpeed's `release_and_reset_all`).
+
+After its forward use the plan decides (`plan.after_forward`): "free" (FSDP2's reshard_after_forward=True),
+"keep" it gathered until its backward use (reshard_after_forward=False: FSDP2's `post_forward` skips the
+reshard, and backward needs no all-gather), or keep a secondary piece (_gather.py: hpZ, reshard_after_forward=S)
+from which later gathers run within a group of S.
+"""
+
+from __future__ import annotations
+
+from zerosim.cluster import Handle
+from zerosim.models import needs_params
+from zerosim.parallel.data._gather import gather, keep_secondary, release, secondary_name
+
+
+class ParamFetcher:
+    """ZeRO-3's gathers and frees for one micro-step's `ops` of `model`, by a `CommSchedule` (`comm`)."""
+
+    def __init__(self, ctx, comm, model, ops):
+        self.ctx, self.comm = ctx, comm
+        windows = ctx.layout.windows
+        # the uses: (op index, layer, pass) of every op that reads a unit that has weights
+        self.uses = [(i, op.layer, "forward" if op.kind == "forward" else "backward") for i, op in enumerate(ops)
+                     if needs_params(model, op) and windows[op.layer][1] > windows[op.layer][0]]
+        self.use_of = {i: u for u, (i, _, _) in enumerate(self.uses)}
+        self.size = {layer: windows[layer][1] - windows[layer][0] for _, layer, _ in self.uses}
+        self.live = {}  # layer -> the handle of its gather (its computes wait for it)
+        self.needed_at = {}  # layer -> the last use it was prefetched for: not freed before it
+        self.queue = 0  # DeepSpeed's trace queue: uses before this one were already considered for prefetch
+
+    def gather(self, op_index: int) -> Handle:
+        """Before op `op_index`: all-gather the unit it reads unless it is live, then prefetch (unless after
+        compute). Returns the handle its compute waits for; empty when the op reads no gathered unit."""
+        if op_index not in self.use_of:
+            return Handle()
+        u = self.use_of[op_index]
+        _, layer, kind = self.uses[u]
+        if layer not in self.live:
+            self.live[layer] = gather(self.ctx, layer)
+        if not (kind == "backward" and self.comm.prefetch_after_compute):
+            self._prefetch(u)
+        return self.live[layer]
+
+    def release(self, op_index: int) -> None:
+        """After op `op_index`'s use: prefetch (FSDP's BACKWARD_POST), then free the unit unless needed again soon
+        (or, after forward, unless the plan keeps it; with a secondary piece, keep that piece first)."""
+        u = self.use_of[op_index]
+        _, layer, kind = self.uses[u]
+        if kind == "backward" and self.comm.prefetch_after_compute:
+            self._prefetch(u)
+        after = self.ctx.plan.after_forward
+        if kind == "forward" and after == "keep":  # reshard_after_forward=False: gathered until its backward use
+            backward = [v for v in range(u + 1, len(self.uses)) if self.uses[v][1:] == (layer, "backward")]
+            self.needed_at[layer] = max(self.needed_at.get(layer, -1), backward[0] if backward else u)
+        if self.needed_at.get(layer, -1) > u or self._reused_soon(u, layer):
+            return
+        if kind == "forward" and after.startswith("piece") and secondary_name(layer) not in \
+                self.ctx.ranks[0].ledger.live:
+            keep_secondary(self.ctx, layer)  # hpZ / FSDP2's int: the piece later gathers come from
+        release(self.ctx, layer)
+        del self.live[layer]
+
+    def release_all(self) -> None:
+        """End of the micro-step: free every unit still gathered."""
+        for layer in list(self.live):
+            release(self.ctx, layer)
+        self.live.clear()
+        self.needed_at.clear()
+
+    # -- the two policies ------------------------------------------------------------------------------
+    def _prefetch(self, u: int) -> None:
+        comm = self.comm
+        if comm.prefetch_bucket_size:
+            self._prefetch_by_elements(u)
+        else:
+            depth = comm.prefetch_forward if self.uses[u][2] == "forward" else comm.prefetch_backward
+            if depth:
+                self._prefetch_by_units(u, depth)
+
+    def _prefetch_by_elements(self, u: int) -> None:
+        """DeepSpeed (partitioned_param_coordinator.py, `_fetch_sub_module_impl`): walk the trace queue from
+        the use after this one, gathering units not yet live, until min(max_live - live, prefetch_bucket)
+        elements are on the way (the unit that crosses the limit is still gathered); live units passed on
+        the way are marked needed for that use. The queue is consumed: no use is considered twice."""
+        comm = self.comm
+        live = sum(self.size[layer] for layer in self.live)
+        budget = (
+            comm.prefetch_bucket_size
+            if comm.max_live_parameters is None
+            else min(comm.max_live_parameters - live, comm.prefetch_bucket_size)
+        )
+        self.queue = max(self.queue, u + 1)
+        fetching = 0
+        while self.queue < len(self.uses) and fetching < budget:
+            _, layer, _ = self.uses[self.queue]
+            self.needed_at[layer] = max(self.needed_at.get(layer, -1), self.queue)
+            if layer not in self.live:
+                self.live[layer] = gather(self.ctx, layer)
+                fetching += self.size[layer]
+            self.queue += 1
+
+    def _prefetch_by_units(self, u: int, depth: int) -> None:
+        """FSDP: gather the next `depth` units this pass will use, if not live and under the gathered-units cap."""
+        kind, cap = self.uses[u][2], self.comm.max_gathered_units
+        ahead = [layer for _, layer, k in self.uses[u + 1 :] if k == kind]
+        for layer in dict.fromkeys(ahead):  # distinct, in use order
+            if depth == 0:
+                break
+            depth -= 1
+            nxt = next(v for v in range(u + 1, len(self.uses)) if self.uses[v][1] == layer)
+            self.needed_at[layer] = max(self.needed_at.get(layer, -1), nxt)
+            if layer in self.live:
+                continue
+            if cap is not None and len(self.live) >= cap:
+                break
+            self.live[layer] = gather(self.ctx, layer)
+
+    def _reused_soon(self, u: int, layer: int) -> bool:
+        """DeepSpeed's `__params_to_release`: keep the unit if it is used again before max_reuse_distance
+        elements of upcoming uses have been passed. None: never kept (FSDP, seed 004)."""
+        limit = self.comm.max_reuse_distance
+        if limit is None:
+            return False
+        passed = 0
+        for _, other, _ in self.uses[u + 1 :]:
+            if passed >= limit:
+                return False
+            if other == layer:
+                return True
+            passed += self.size[other]
+        return False

@@ -1,0 +1,135 @@
+"""Parameters on the move: ZeRO-3 gathers a unit before each use and releases it after; stages 1/2 refresh.
+
+Letters: N ranks, s the shard; a unit (model layer) occupies the window [a, b) of the flat vector, and rank r
+owns window ∩ its shard (_flat.py; a run of whole parameters' chunks with _partition.py). Each function runs ONE
+collective call over every local rank at once (one array per local rank in, one out) and returns its `Handle`.
+
+Many nodes (S ranks per group, M = N / S; _groups.py):
+
+    shard groups (HSDP, MiCS)  a unit is gathered within each shard group (S shards)
+    hierarchical (MiCS)        across nodes first, then within each node: mics.py
+                               `MiCS_Init._hierarchical_all_gather_params`
+    a secondary piece          after forward a rank keeps the piece of the gathered unit its position in a group
+      (hpZ, FSDP2's int)       of S consecutive ranks covers — the primary shards p·M .. (p+1)·M − 1, in shard order:
+                               DeepSpeed `_partition_param_sec` (partition_parameters.py), FSDP2
+                               `FSDPParam.to_sharded_post_forward` (`all_gather_outputs[0].narrow(0, numel/S·rank,
+                               numel/S)`) — and later gathers of the unit run within that group from it, the same
+                               bits in the same order. hpZ keeps it until the step (`invalidate_secondary_tensor`
+                               in `_post_step`), FSDP2 until the backward gather (`to_unsharded` frees it).
+"""
+
+from __future__ import annotations
+
+from zerosim.cluster import Handle
+from zerosim.collectives import Collected, all_gather
+from zerosim.parallel.data._comm_schedule import allgather_pieces
+
+
+def gathered_name(layer: int) -> str:
+    return f"layer {layer} params (gathered)"
+
+
+def secondary_name(layer: int) -> str:
+    return f"layer {layer} params (secondary)"
+
+
+def gather(ctx, layer: int) -> Handle:
+    """ZeRO-3: all-gather unit `layer`'s window from every rank's params shard (seed 004 Stage 3, "gather").
+
+    Each rank adopts its (b - a,) compute-format copy (N·Σc_p in shard order with per-parameter partitions,
+    padding included, as DeepSpeed gathers it) into its ledger as kind "params", until `release`. Within the
+    shard groups (HSDP, MiCS: across nodes first with MiCS's hierarchy), or from the secondary piece where the
+    ranks keep one (hpZ, FSDP2's reshard to a group); in fewer bits over the world with a quantized wire."""
+    if ctx.wire is not None and ctx.wire.wire.gathers_quantized:  # ZeRO++ qwZ or torchao's fp8 all-gather
+        from zerosim.parallel.data.zeropp._wire import gather_quantized
+
+        return gather_quantized(ctx, layer, gathered_name(layer))
+    layout, ranks, tag = ctx.layout, ctx.ranks, f"{ctx.names[layer]} params"
+    with ctx.cluster.trace.about(purpose="gather params", layers=(layer,)):
+        if secondary_name(layer) in ranks[0].ledger.live:
+            windows = _from_secondary(ctx, layer, tag)
+        else:
+            pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
+            gather_over = _hierarchical if ctx.plan.hierarchical_gather else _within_shard_groups
+            windows = gather_over(ctx, pieces, layout.counts(layer), tag)
+    for rank, window in zip(ranks, windows):
+        rank.ledger.adopt(gathered_name(layer), window, "params")  # (b-a,) compute fmt, until released
+    return windows.handle
+
+
+def _within_shard_groups(ctx, pieces, counts, tag):
+    return all_gather(ctx.cluster, pieces, counts=counts, tag=tag, group=ctx.mesh.shard)
+
+
+def _hierarchical(ctx, pieces, counts, tag):
+    """MiCS's hierarchical all-gather (equal partitions of c): across the nodes a shard group spans (each rank
+    gathers its GPU slot's M pieces), then within each node (each gathers its G slots' M pieces), then the
+    pieces laid out node-major: position m·G + slot, the shard group's order (mics.py, `_hierarchical_all_gather_
+    params`: `inter_outputs`, then `param_tensors[i].view((inter_node_size, intra_node_size, ...))`)."""
+    cluster, inter, intra, c = ctx.cluster, ctx.mesh.inter, ctx.mesh.intra, counts[0]
+    across = all_gather(cluster, pieces, counts=(c,) * inter.size, tag=tag + " (across nodes)", group=inter)
+    within = all_gather(cluster, list(across), counts=(c * inter.size,) * intra.size, tag=tag + " (within nodes)",
+                        group=intra)
+    if cluster.backend.holds_values:  # (G, M, c) slot-major -> (M, G, c) node-major; data-less arrays have no order
+        within = Collected([w.reshape(intra.size, inter.size, c).transpose(1, 0, 2).reshape(-1) for w in within],
+                           within.handle)
+    return Collected(list(within), across.handle + within.handle)
+
+
+def keep_secondary(ctx, layer: int) -> None:
+    """After forward: every rank copies its secondary piece out of the gathered window (kind "secondary")."""
+    counts, secondary = ctx.layout.counts(layer), ctx.mesh.secondary
+    m = len(counts) // secondary.size
+    for rank in ctx.ranks:
+        p = secondary.position(rank.index)
+        a, b = sum(counts[: p * m]), sum(counts[: (p + 1) * m])
+        window = rank.ledger.get(gathered_name(layer)).array
+        rank.ledger.adopt(secondary_name(layer), window[a:b].copy(), "secondary")  # (Σ counts of M shards,)
+
+
+def _from_secondary(ctx, layer: int, tag: str):
+    """Gather unit `layer` within the secondary groups from the pieces kept after forward; FSDP2 frees them."""
+    counts, secondary = ctx.layout.counts(layer), ctx.mesh.secondary
+    m = len(counts) // secondary.size
+    per_position = tuple(sum(counts[p * m:(p + 1) * m]) for p in range(secondary.size))
+    pieces = [rank.ledger.get(secondary_name(layer)).array for rank in ctx.ranks]
+    windows = all_gather(ctx.cluster, pieces, counts=per_position, tag=tag + " (secondary)", group=secondary)
+    if ctx.plan.after_forward == "piece until backward":  # FSDP2: to_unsharded frees the post-forward piece
+        for rank in ctx.ranks:
+            rank.ledger.free(secondary_name(layer))
+    return windows
+
+
+def release(ctx, layer: int) -> None:
+    """ZeRO-3: free every rank's gathered copy of unit `layer` (seed 004: "free")."""
+    for rank in ctx.ranks:
+        rank.ledger.free(gathered_name(layer))
+
+
+def unit_weights(ctx, model, rank, layer: int) -> dict:
+    """Layer `layer`'s weights by name as `rank` reads them: views of its whole params buffer, or (when the plan
+    shards params) of the copy just gathered, in model order again (a copy for per-parameter chunks)."""
+    if ctx.plan.gathers_params:
+        window = rank.ledger.get(gathered_name(layer)).array
+        return model.unflatten(ctx.layout.from_wire(*ctx.layout.windows[layer], window), layer)
+    return model.unflatten(rank.params.array[: model.num_params], layer)  # views, no copy
+
+
+def refresh(ctx, allgather_bucket_size: int | None = None) -> Handle:
+    """Stages 1/2: all-gather the updated 16-bit shards so every rank holds the whole model again (seed 004
+    step 4): one call, or with an `allgather_bucket_size` one call per piece, every rank sending the same piece
+    of its shard (comm_schedule.allgather_pieces, as DeepSpeed's `all_gather_dp_groups`)."""
+    cluster, layout, ranks = ctx.cluster, ctx.layout, ctx.ranks
+    s, n, handle = layout.shard_size, cluster.world_size, Handle()
+    pieces = allgather_pieces(s, n, allgather_bucket_size)
+    for lo, hi in pieces:
+        own = [rank.params.array[layout.own(rank.index)][lo:hi] for rank in ranks]
+        with cluster.trace.about(purpose="refresh params", layers=()):
+            if len(pieces) == 1:  # straight into each rank's (Ψ,) params: no N fresh copies of the model
+                handle += all_gather(cluster, own, tag="params", out=[rank.params.array for rank in ranks]).handle
+                continue
+            full = all_gather(cluster, own, tag=f"params [{lo}:{hi}) of each shard")
+        handle += full.handle
+        for rank, f in zip(ranks, full):  # (N*(hi-lo),) rank r's piece goes to [r*s + lo, r*s + hi)
+            rank.params.array.reshape(n, s)[:, lo:hi] = f.reshape(n, hi - lo)
+    return handle

@@ -1,0 +1,212 @@
+"""Gradients on the move: kept locally (stages 0/1) or reduce-scattered unit by unit (stages 2/3).
+
+Letters: N ranks, K micro-steps, s the shard, Ψ = N*s; a unit occupies [a, b) of the flat vector.
+Averaging, accumulation formats and the collective's op come from _averaging.py (one place); this
+file decides only *where* gradients go and *when* they travel. Each collective is one call over
+every local rank at once and returns its `Handle`; what it reduced stays in each rank's buffers,
+where `reduced` finds it (no value is handed over through a rank's fields).
+
+With a `reduce_bucket_size` (_comm_schedule.py) units travel in buckets of adjacent units (_buckets.py),
+sent as backward finishes them: at stages 2/3 every micro-step, at stages 0/1 during the last
+micro-step's backward (as DDP's buckets and DeepSpeed's overlap_comm do; the earlier micro-steps only
+accumulate). A bucket over [lo, hi) moves [lo, hi) ∩ shard_r for each rank r, so no element changes owner
+or bits.
+"""
+
+from __future__ import annotations
+
+from zerosim.cluster import Handle
+from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
+from zerosim.parallel.data.multinode import _replicate as replicate
+from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
+from zerosim.parallel.data.recipes._param_buckets import ready_order
+from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
+
+WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
+
+
+def grads_name(layer: int) -> str:
+    return f"layer {layer} grads"
+
+
+def keep_grads(ctx, model, rank, layer: int, grads: dict, first: bool) -> None:
+    """Where a unit's fresh gradients go on `rank` as backward makes them.
+
+    Stages 0/1: accumulated into the rank's whole (Ψ,) gradient buffer, which lives across all K
+    micro-steps (seed 001, "gradient accumulation buffers"). Stages 2/3: packed into a buffer of
+    their own, kind "grads", until `reduce_unit` sends and frees it. (`stage_grads`, then `adopt_grads`.)
+    """
+    adopt_grads(rank, layer, stage_grads(ctx, model, rank, layer, grads, first))
+
+
+def stage_grads(ctx, model, rank, layer: int, grads: dict, first: bool):
+    """`keep_grads`'s arithmetic, which reads and writes only `rank`'s arrays and records nothing (so the pool's
+    workers run it, parallel/data/_compute.py): stages 0/1 accumulate into the (Ψ,) buffer and return None; stages 2/3
+    return the (b-a,) packed gradients (compute format) for `adopt_grads`."""
+    a, b = ctx.layout.windows[layer]
+    if b <= a:
+        return None
+    if ctx.plan.reduces_per_unit:
+        return model.pack(layer, grads)  # (b-a,) compute format
+    if getattr(rank.grads.array, "is_meta", False):  # data-less (meta backend): only the shapes and dtypes count
+        averaging.accumulate(rank.grads.array[a:b], model.pack(layer, grads), first)
+    else:
+        # each tensor into its own view of the (Ψ,) buffer: element for element the accumulate of the packed
+        # (b-a,) vector, without making it (packing was 14% of a 10M-parameter fp32 step, benchmarks/peers.py)
+        for name, acc in model.unflatten(rank.grads.array[a:b], layer).items():
+            averaging.accumulate(acc, grads[name], first)
+    return None
+
+
+def adopt_grads(rank, layer: int, packed) -> None:
+    """Stages 2/3: the packed gradients `stage_grads` made, into `rank`'s ledger as kind "grads" (None: nothing)."""
+    if packed is not None:
+        rank.ledger.adopt(grads_name(layer), packed, "grads")
+
+
+def reduce_unit(ctx, layer: int, first: bool) -> Handle:
+    """Stages 2/3: reduce-scatter unit `layer`'s gradients across ranks as soon as backward made them,
+    accumulate each rank's piece into its (s,) gradient shard, free the unit's gradients (seed 004
+    Stage 2, step 1c). Every micro-step, as DeepSpeed does. (An engine's `Hooks.reduce_unit`.)"""
+    return reduce_units(ctx, [layer], first)
+
+
+def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
+    """Stages 2/3: one reduce-scatter for the gradients of `layers`, units whose windows are adjacent in
+    the flat buffer (a bucket), over their joint window [lo, hi) with counts [lo, hi) ∩ shard_r: each
+    element keeps its owner and its ring order, so a bucket changes no bit.
+
+    Over shard groups (HSDP, MiCS) the reduce-scatter runs within each, and the replicas then agree as the plan
+    says (_replicate.py): HSDP all-reduces the piece each micro-step (or keeps partial sums until the `last`),
+    MiCS all-reduces the accumulated piece on the `last` micro-step."""
+    if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, in ready order
+        mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
+        return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
+    layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    layers = sorted(layer for layer in layers if layout.windows[layer][1] > layout.windows[layer][0])
+    if not layers:
+        return Handle()
+    lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
+    if sum(layout.windows[x][1] - layout.windows[x][0] for x in layers) != hi - lo:
+        raise ValueError(f"a gradient bucket must hold units adjacent in the flat buffer, got layers {layers}")
+    held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ranks]
+    if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
+        handle = reduce_params_qgz(ctx, layers, held, first)
+        for h in held:
+            for buf in h:
+                buf.free()
+        return handle
+    if len(layers) == 1:
+        sends, bucket = [h[0].array for h in held], None
+    else:
+        # (hi-lo,) compute fmt per rank: the units' gradients side by side, as DeepSpeed copies them into its
+        # ipg bucket (stage_1_and_2.py, reduce_independent_p_g_buckets_and_remove_grads). NOTE: DeepSpeed keeps
+        # one (two with overlap_comm) reduce_bucket_size buffer for the whole run; here only waiting grads count.
+        bucket = [rank.ledger.alloc("grad bucket", hi - lo, h[0].array.dtype, "grads") for rank, h in zip(ranks, held)]
+        for b, h in zip(bucket, held):
+            for x, buf in zip(layers, h):
+                a, z = layout.windows[x]
+                b.array[a - lo : z - lo] = buf.array
+                buf.free()
+        sends = [b.array for b in bucket]
+    staged = [layout.staged_for_wire(lo, hi, x, lambda n, dtype, r=rank: r.ledger.alloc("grads (interleaved)", n, dtype,
+                                                                                        "grads"))
+              for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
+    sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
+    places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in ranks]  # views of shards
+    n, wire, how = ctx.cluster.world_size, policy.reduce_format, ctx.plan.replicate
+    op = averaging.reduce_op(policy, n, recipe)
+    kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives
+    direct = first and kept and places[0].dtype == wire.dtype and how is None  # the result lands in the shard itself
+    name = " + ".join(ctx.names[x] for x in reversed(layers)) + " grads"
+    with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
+        pieces = reduce_scatter(ctx.cluster, sends, op=op, wire=wire, counts=layout.range_counts(lo, hi), tag=name,
+                                out=places if direct else None, group=ctx.mesh.shard)
+        handle, q = pieces.handle, layout.owned_range(lo, hi, ranks[0].index)  # equal partitions: one q for all
+        if how == "each micro-step":  # HSDP: the replicas all-reduce the piece now, at reduce_dtype
+            pieces, more = replicate.each_micro_step(ctx, pieces, q, name)
+            handle += more
+        elif how == "last micro-step":  # HSDP, set_requires_all_reduce(False): partial sums until the last
+            pieces, more = replicate.partial_sums(ctx, pieces, q, first, last, name)
+            handle, first = handle + more, True  # the gradient is kept once, on the last micro-step
+    for place, piece in zip(places, pieces if pieces is not None else ()):
+        if not direct:
+            averaging.accumulate(place, averaging.after_reduce(piece, policy, n, recipe), first)
+    if how == "accumulated" and last:  # MiCS: at the boundary the replicas all-reduce what they accumulated
+        with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
+            handle += replicate.at_boundary(ctx, tuple(layers), q, name)
+    for h in (held if bucket is None else [[b] for b in bucket]) + [interleaved]:
+        for buf in h:
+            buf.free()  # seed 004 stage 2, step 1c: freed at once
+    return handle
+
+
+def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
+    """Stages 0/1: `how` ("all_reduce" or "reduce_scatter") over [lo, hi) of every rank's gradient buffer,
+    with counts [lo, hi) ∩ shard_r (none for the whole buffer: its chunks are the shards). Writes the result
+    in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
+    cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
+        mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
+        return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
+    n, wire = cluster.world_size, policy.reduce_format
+    op = averaging.reduce_op(policy, n, recipe)
+    whole = (lo, hi) == (0, layout.padded)
+    counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
+    with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
+        if how == "all_reduce" and recipe.allreduce in ("nccl", "gloo"):  # their own chunk maps, over P elements
+            hi = layout.num_params  # (the padding [P, Ψ) is zero on every rank and stays so)
+            collective = nccl_all_reduce if recipe.allreduce == "nccl" else gloo_all_reduce
+            out = collective(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
+        else:
+            collective = all_reduce if how == "all_reduce" else reduce_scatter
+            out = collective(
+                cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts
+            )
+    for rank, result in zip(ranks, out):
+        result = averaging.after_reduce(result, policy, n, recipe)
+        grads, own = rank.grads.array, _region(layout, rank.index, how)
+        region = slice(lo, hi) if how == "all_reduce" else _shifted(own, layout.owned_range(lo, hi, rank.index))
+        if result.dtype == grads.dtype:  # in place, in its own part of the gradient buffer, as DDP and DeepSpeed do
+            grads[region] = result
+            continue
+        if WIRE not in rank.ledger.live:  # it travelled in another format: a buffer of its own
+            rank.ledger.alloc(WIRE, own.stop - own.start, result.dtype, "grads", fill=0)  # (Ψ,) or (s,) wire fmt
+        rank.ledger.get(WIRE).array[region.start - own.start : region.stop - own.start] = result
+    return out.handle
+
+
+def reduce_gradients(ctx, how: str | None, bucketed: bool, last: Handle) -> tuple:
+    """The end-of-backward reduction: all-reduce the whole gradient buffer (stage 0, and stage 1 with a matrix
+    optimizer) or reduce-scatter it (stage 1) in one call — unless it was reduced already, unit by unit (`how`
+    None: stages 2/3) or bucket by bucket during the last backward (`bucketed`), whose last call was `last`.
+    Returns (the handle the optimizer waits for, each rank's reduced gradient region: `reduced`)."""
+    if how is not None and not bucketed:
+        last = reduce_range(ctx, 0, ctx.layout.padded, how, ())
+    return last, reduced(ctx, how)
+
+
+def reduced(ctx, how: str | None) -> list:
+    """Each local rank's reduced (accumulated, not yet averaged) gradient over the region it updates, a view:
+    its gradient shard (stages 2/3), the WIRE buffer when the reduction changed format, else its part of the
+    gradient buffer the reduction wrote in place."""
+    out = []
+    for rank in ctx.ranks:
+        if how is None:
+            out.append(rank.grads.array)
+        elif WIRE in rank.ledger.live:
+            out.append(rank.ledger.get(WIRE).array)
+        else:
+            out.append(rank.grads.array[_region(ctx.layout, rank.index, how)])
+    return out
+
+
+def _region(layout, rank: int, how: str) -> slice:
+    """Where a rank's result of `how` lives in the flat buffer: all of it (all-reduce), or its shard."""
+    return slice(0, layout.padded) if how == "all_reduce" else layout.own(rank)
+
+
+def _shifted(own: slice, piece: tuple) -> slice:
+    """A piece in shard coordinates, as a slice of the flat buffer."""
+    return slice(own.start + piece[0], own.start + piece[1])

@@ -1,0 +1,114 @@
+"""The optimizer step on each rank's region: the gradient it reads, the update in fp32, the cast back to 16 bits.
+
+Optimizers are elementwise (optim/_base.py), so stepping a rank's shard equals stepping the same
+slice of the whole vector, bit for bit: that is what lets ZeRO shard optimizer state at all.
+A matrix optimizer (Muon) needs whole matrices: at stage 0 every rank steps the whole model; at
+stage 1 (the "distributed Muon" of Moonlight, Liu et al. 2025) each rank updates its own shard of
+the momentum, the momentum is all-gathered (one extra fp32 all-gather per step) so every rank can
+orthogonalise whole matrices, and each rank applies only its own part of the update.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.cluster import OptimizerStep
+from zerosim.collectives import all_gather
+from zerosim.optim import step_in_blocks, widened
+from zerosim.optim._by_matrix import matrix_shape, step_by_matrix
+from zerosim.parallel.data._state import master_of, own_params
+from zerosim.parallel.data.recipes import _averaging as averaging
+
+
+def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging.finish) -> list:
+    """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
+    and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
+    rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
+    n, ranks = ctx.cluster.world_size, ctx.ranks
+    made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
+                                ranks)  # elementwise, each rank's own region: on the pool
+    tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition
+    return [rank.ledger_of(tier).adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
+
+
+def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
+    """Every local rank's optimizer step `t` from its (region,) fp32 gradient, one rank at a time, then the
+    gradients freed; logs an `OptimizerStep` per rank that waited for `needs` (with the intermediates, and the
+    `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices)."""
+    if not optimizer.elementwise and ctx.plan.shards("optimizer"):
+        _muon_sharded(ctx, optimizer, specs, grads32, reduced, t, needs)
+    else:  # each rank's region on the cluster's pool; the OptimizerStep events in rank order after
+        ranks = ctx.ranks
+        ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs),
+                             ranks, lambda i, event: ctx.cluster.trace.record(event))
+    for rank in ctx.ranks:
+        rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
+
+
+def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> OptimizerStep:
+    """Optimizer step on rank's region in the update format, then round into its 16-bit params; returns its
+    `OptimizerStep` event for the caller to record. `step(w, state)` replaces the optimizer's own step (ZeRO-1
+    Muon uses it)."""
+    plan, layout, policy = ctx.plan, ctx.layout, ctx.policy
+    keep = ctx.cluster.trace.keep_values
+    # the gradient as the optimizer reads it, and as it was reduced (still loss-scaled, in the reduced format)
+    values = {"grad32": g32.copy(), "reduced": np.array(reduced)} if keep else None
+    state = {k: b.array for k, b in rank.optim.items()}
+    scratch = None
+    if rank.master is not None:
+        w = rank.master.array  # (region,) fp32 master
+    else:  # "pure": widen the 16-bit weights, update, round straight back (where updates get lost)
+        scratch = rank.ledger.adopt("update scratch", master_of(rank, plan, layout, policy), "scratch")
+        w = scratch.array
+    with widened(state, w.dtype) as work:  # 16-bit stored state (optim_state): widened, stepped, rounded back
+        if step is not None:
+            step(w, work)
+        elif optimizer.elementwise and values is None and isinstance(w, np.ndarray):
+            step_in_blocks(optimizer, w, g32, work, t)  # cache-sized blocks: the same bits (optim/_base.py)
+        elif optimizer.elementwise:
+            optimizer.step(w, g32, work, t, values)
+        else:  # a matrix optimizer on whole parameters: only where the region is the whole model
+            step_by_matrix(optimizer, specs, w, g32, work, t)
+    mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
+    _round_into(own_params(rank, plan, layout), w, policy, t, layout.draw_index(mine))
+    if scratch is not None:
+        scratch.free()
+    if keep:
+        values["master"] = np.array(w)
+        values["compute_after"] = own_params(rank, plan, layout).copy()
+        # all it holds, before any refresh (seed 004's inconsistent model)
+        values["params_held"] = rank.params.array.copy()
+    return OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, values,
+                         where=plan.where("optimizer"))
+
+
+def _round_into(own, w, policy, t: int, draws) -> None:
+    """own[...] = policy.round_weights(w, t, draws): the updated weights into the rank's 16-bit (or fp32) params.
+    Rounding to nearest from fp32 is NumPy's own cast (precision/cast/_reference.py `nearest_reference`: one
+    `astype`, a copy when the dtypes match), and assigning casts with that same function, so the rounded copy
+    is not made first (a pass over the region and an allocation fewer)."""
+    if policy.rounding == "nearest" and type(w) is np.ndarray and type(own) is np.ndarray and w.dtype == np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
+            own[...] = w
+    else:
+        own[...] = policy.round_weights(w, t, draws)
+
+
+def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: tuple) -> None:
+    """ZeRO-1 Muon: shard the momentum, all-gather it, orthogonalise whole matrices, apply own part."""
+    cluster, layout, ranks = ctx.cluster, ctx.layout, ctx.ranks
+    own = [layout.own(rank.index) for rank in ranks]
+    for rank, g32, mine in zip(ranks, grads32, own):  # g32: (Ψ,) the whole averaged gradient
+        opt.momentum_(rank.optim["b"].array, g32[mine])  # (s,) fp32 momentum shard
+    with cluster.trace.about(purpose="optimizer", layers=()):
+        gathered = all_gather(cluster, [rank.optim["b"].array for rank in ranks], tag="muon momentum")
+    for rank, g32, b, mine, red in zip(ranks, grads32, gathered, own, reduced):
+        held = rank.ledger.adopt("muon momentum (gathered)", b, "comm")  # (Ψ,) fp32, transient
+        update = np.zeros_like(g32)  # (Ψ,) fp32: every rank computes the whole matrices' updates
+        for spec in specs:
+            window, shape = slice(spec.offset, spec.offset + spec.size), matrix_shape(spec.shape)
+            update[window] = opt.direction(g32[window].reshape(shape), b[window].reshape(shape))[0].reshape(-1)
+        event = _update(ctx, opt, specs, rank, g32[mine], red, t, needs,
+                        step=lambda w, state, u=update[mine]: opt.apply_(w, u))
+        ctx.cluster.trace.record(event)
+        held.free()

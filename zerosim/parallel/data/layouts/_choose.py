@@ -1,0 +1,42 @@
+"""Which layout a run shards by, and a saved layout read back: the two layouts behind one interface.
+
+    _flat.py        FlatLayout: the whole flat vector cut in N equal shards (zerosim's default, the seeds')
+    _partition.py   ParamLayout: each parameter cut on its own (DeepSpeed ZeRO-3 by elements, FSDP2 by dim 0)
+
+Both answer the same questions — `shard_size`, `padded`, `own(rank)`, a unit's `counts` and `owned_piece`,
+`to_wire` / `from_wire` / `staged_for_wire` between the model's order and the shards', `arrange` /
+`unarrange`, `owner_chunks`, `draw_index`, `describe` — so no caller asks which one it has. Their shard
+arithmetic is `collectives.ShardLayout`'s, in one place.
+"""
+
+from __future__ import annotations
+
+import math
+
+from zerosim.parallel.data.layouts._flat import FlatLayout
+from zerosim.parallel.data.layouts._partition import ParamLayout
+from zerosim.parallel.data.multinode._group_layout import GroupLayout
+
+
+def layout_for(model, world_size: int, recipe, backend=None, groups=None):
+    """The layout `recipe` (a `GradientRecipe`) shards by: per-parameter element chunks (deepspeed-zero3), dim-0
+    chunks (fsdp2), or zerosim's flat one. On the meta backend a per-parameter layout permutes nothing (its
+    arrays hold no values): only the sizes it gives the buffers and the collectives count.
+    `groups` (a `zerosim.cluster.Groups` of shard groups: HSDP, MiCS): cut in one shard per position of a group
+    (S = groups.size), asked with world ranks (_group_layout.py); None or the world: N shards."""
+    n = world_size if groups is None else groups.size
+    partition = recipe.partition
+    if partition == "flat":
+        layout = FlatLayout.for_model(model, n)
+    else:
+        layout = ParamLayout.for_model(model, n, dim0=partition == "per-parameter dim 0")
+    return layout if groups is None or groups.is_world else GroupLayout(layout, groups)
+
+
+def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
+    """The layout a checkpoint recorded (`describe()`), for a model of these layer `windows` and parameter `shapes`
+    (one without a "kind" predates per-parameter layouts: flat)."""
+    if described.get("kind", "flat") == "per-parameter":
+        rows = tuple(shape[0] if shape else 1 for shape in shapes) if described.get("split") == "dim 0" else None
+        return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, world_size, rows)
+    return FlatLayout(described["num_params"], world_size, windows)

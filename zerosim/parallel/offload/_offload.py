@@ -1,0 +1,131 @@
+"""Offload as a parallelism beside data parallelism: the plan's buffers placed on host or NVMe (`place`), the copies
+each step makes at the contract's points, and DPU's one-step delayed parameter update (_dpu.py).
+
+    point            what offload does there (DeepSpeed 0.19.8 stage_1_and_2.py / stage3.py, torch 2.13 FSDP2)
+    place            the plan's placement: master, optimizer state, the fp32 gradient (and sharded grads, params)
+                     on host or NVMe, as the configuration says (_placement.py)
+    setup            the host's pinned 16-bit copy of the region the optimizer updates (DeepSpeed's
+                     param_buffer_of_bit16_for_cpu_offload_groups); DPU's pending buffer
+    before_unit      params on host/NVMe: the unit's shard read from NVMe, then copied to the device, before it is
+                     used (DeepSpeed's partitioned_param_swapper / FSDP2's copy before its all-gather)
+    after_unit       sharded grads on host: the unit's reduced shard copied to the host in fp32
+    end_of_backward  whole grads (stages 0/1): the reduced region to the host; NVMe optimizer: its swap-in
+    after_update     the updated 16-bit region to the device (or, params on NVMe, out to NVMe); NVMe optimizer:
+                     its swap-out; DPU: the update held back one step
+
+The optimizer itself steps where the plan places it (parallel/data/_update.py marks its `OptimizerStep.where`),
+with whatever formula it was given: `get_optimizer("adam", formula="deepspeed-cpu")` is DeepSpeedCPUAdam.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.cluster import Handle
+from zerosim.parallel._contract import Parallelism
+from zerosim.parallel.offload import _dpu as dpu
+from zerosim.parallel.offload._placement import Placement, get_placement
+from zerosim.parallel.offload._transfers import copy, region_elements, unit_elements
+
+
+class Offload(Parallelism):
+    """Offload the optimizer (and, at stage 3, the params) to host or NVMe.
+
+    Args:
+        optimizer: DeepSpeed's offload_optimizer.device: "cpu", "nvme" or None.
+        params: DeepSpeed's offload_param.device: "cpu", "nvme" or None (stage 3 only).
+        fsdp2: FSDP2's fully_shard(offload_policy=CPUOffloadPolicy()) instead (stage 3; params, grads, optimizer).
+        dpu: the ZeRO-Offload paper's one-step delayed parameter update: step t's forward and backward run on the
+            params of step t-2's update while the CPU applies step t-1's (_dpu.py).
+        dpu_warmup: optimizer steps taken without delay first (the paper: a few dozen; 0 by default).
+        placement: a `Placement` instead of the three names above.
+    """
+
+    name = "offload"
+
+    def __init__(self, optimizer: str | None = "cpu", params: str | None = None, fsdp2: bool = False,
+                 dpu: bool = False, dpu_warmup: int = 0, placement: Placement | None = None):
+        self.placement = placement if placement is not None else get_placement(optimizer, params, fsdp2)
+        if not isinstance(self.placement, Placement):
+            raise TypeError(f"placement must be a zerosim.parallel.offload.Placement, got {placement!r}")
+        if type(dpu_warmup) is not int or dpu_warmup < 0:
+            raise ValueError(f"dpu_warmup must be an integer >= 0, got {dpu_warmup!r}")
+        self.dpu, self.dpu_warmup = bool(dpu), dpu_warmup
+
+    def __repr__(self) -> str:
+        return f"Offload({self.placement.name!r}, dpu={self.dpu})"
+
+    # -- before any state is born ----------------------------------------------------------------
+    def place(self, plan):
+        from dataclasses import replace
+
+        p = self.placement
+        if plan.stage not in p.stages:
+            raise ValueError(f"offload {p.name!r} runs at ZeRO stage {' or '.join(map(str, p.stages))}, not "
+                             f"{plan.label} (DeepSpeed's offload_param and NVMe optimizer need stage 3)")
+        if self.dpu and not p.offloads_optimizer:
+            raise ValueError("DPU delays the CPU's update: it needs the optimizer offloaded")
+        return replace(plan, placement=p.for_plan(plan))
+
+    def setup(self, ctx) -> None:
+        plan, fmt = ctx.plan, ctx.policy.compute_format
+        for rank, n in zip(ctx.ranks, region_elements(ctx)):
+            if self.placement.offloads_optimizer and not plan.shards("params") and self.placement.cast_on == "host":
+                # (region,) 16-bit pinned host buffer the updated master is cast into before its copy
+                rank.ledger_of("host").alloc("offload.bit16", n, fmt.dtype, "params")
+        if self.dpu:
+            dpu.setup(ctx)
+
+    # -- the step's points -----------------------------------------------------------------------
+    def before_unit(self, ctx, passes, ops) -> Handle:
+        op = ops[0]
+        if not self.placement.offloads_params or op.layer < 0 or not op.computes:
+            return Handle()
+        u, handle = unit_elements(ctx, op.layer), Handle()
+        fmt = "fp32" if self.placement.cast_on == "device" else ctx.policy.compute_format.name
+        width = 4 if fmt == "fp32" else ctx.policy.compute_format.bits // 8
+        with ctx.cluster.trace.about(purpose="offload", layers=(op.layer,)):
+            if self.placement.tier("params") == "nvme":
+                handle += copy(ctx, "nvme_read", u, width, fmt, f"{ctx.names[op.layer]} params")
+            handle += copy(ctx, "h2d", u, width, fmt, f"{ctx.names[op.layer]} params")
+        return handle
+
+    def after_unit(self, ctx, passes, ops) -> Handle:
+        op = ops[-1]
+        if op.kind != "backward" or ctx.plan.where("grads") == "device":
+            return Handle()
+        with ctx.cluster.trace.about(purpose="offload", layers=(op.layer,)):
+            return copy(ctx, "d2h", unit_elements(ctx, op.layer), 4, "fp32", f"{ctx.names[op.layer]} grads")
+
+    def end_of_backward(self, ctx, reduced) -> Handle:
+        handle = Handle()
+        n = region_elements(ctx)
+        with ctx.cluster.trace.about(purpose="offload", layers=()):
+            if self.placement.offloads_optimizer and ctx.plan.where("grads") == "device":
+                handle += copy(ctx, "d2h", n, 4, "fp32", "reduced grads")
+            if self.placement.tier("optimizer") == "nvme":
+                handle += copy(ctx, "nvme_read", n, _state_width(ctx), "fp32", "optimizer swap-in")
+        return handle
+
+    def after_update(self, ctx) -> Handle:
+        handle, n = Handle(), region_elements(ctx)
+        if self.dpu:
+            dpu.delay(ctx, self.dpu_warmup)
+        fmt = ctx.policy.compute_format
+        bits16 = fmt.bits // 8
+        with ctx.cluster.trace.about(purpose="offload", layers=()):
+            if self.placement.tier("optimizer") == "nvme":
+                handle += copy(ctx, "nvme_write", n, _state_width(ctx), "fp32", "optimizer swap-out", "after host")
+            if not self.placement.offloads_optimizer:
+                return handle
+            made_by = "after previous host" if self.dpu else "after host"  # DPU: the pending params, the step before's
+            if self.placement.tier("params") == "nvme":
+                handle += copy(ctx, "nvme_write", n, bits16, fmt.name, "updated params", made_by)
+            elif not self.placement.offloads_params:
+                handle += copy(ctx, "h2d", n, bits16, fmt.name, "updated params", made_by)
+        return handle
+
+
+def _state_width(ctx) -> int:
+    """Bytes an element the NVMe optimizer swaps: the fp32 master and each state."""
+    return sum(np.dtype(b.dtype).itemsize for b in [ctx.ranks[0].master, *ctx.ranks[0].optim.values()] if b)

@@ -1,0 +1,101 @@
+"""Where each buffer lives, as data: the offload configurations of DeepSpeed (ZeRO-Offload, ZeRO-Infinity) and FSDP2.
+
+Letters: Ψ parameters, N ranks, s = ceil(Ψ/N) the shard. A placement maps the plan's buffers (parallel/data/_plan.py
+PLACED) to a memory tier ("device", "host", "nvme"); what it does not name stays on the device. Read from:
+
+    name               buffers off the device                     follows
+    none               -                                           every stage without offload
+    optimizer-cpu      master, optimizer, grad32 -> host;          DeepSpeed 0.19.8 stage_1_and_2.py with
+                       stages 2/3: grads (the reduced shard) too    offload_optimizer.device = "cpu" (ZeRO-Offload):
+                                                                    single_partition_of_fp32_groups on `self.device
+                                                                    = 'cpu'`, its .grad the fp32 grad partition,
+                                                                    DeepSpeedCPUAdam on the host; stage3.py the same
+    optimizer-nvme     master, optimizer -> nvme; grad32 (and       ZeRO-Infinity, offload_optimizer.device = "nvme"
+                       stages 2/3 grads) -> host                    (stage 3: partitioned_optimizer_swapper.py swaps
+                                                                    the fp32 params and the states in per sub-group)
+    params-cpu         + params (the 16-bit shard) -> host          offload_param.device = "cpu" (stage 3 only:
+                                                                    partition_parameters.py keeps ds_tensor on CPU)
+    params-nvme        + params -> nvme                             offload_param.device = "nvme"
+                                                                    (partitioned_param_swapper.py)
+    fsdp2-cpu          params, grads, master, optimizer, grad32     torch 2.13 fully_shard(offload_policy=
+                       -> host (stage 3)                             CPUOffloadPolicy()): _fsdp_param.py keeps the
+                                                                    sharded param on CPU (pinned), _fsdp_collectives.py
+                                                                    copies the reduce-scattered gradient to CPU; the
+                                                                    optimizer then steps on CPU tensors
+
+Placement changes where bytes live and which copies a step makes, never a result bit: the arithmetic is the
+plan's and the optimizer's (tests/test_offload.py: engine = oracle with every placement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIERS = ("device", "host", "nvme")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One offload configuration: the tier of each buffer that leaves the device, and the stages it allows."""
+
+    name: str
+    tiers: tuple  # ((buffer, tier), ...) for buffers off the device; "grads" only where the plan shards them
+    stages: tuple  # the ZeRO stages it runs at (DeepSpeed: offload_param needs stage 3)
+    framework: str  # whose configuration it is: "deepspeed" or "fsdp2"
+    cast_on: str = "host"  # where the updated fp32 master becomes 16-bit before the copy to the device: DeepSpeed
+    #                        casts on the host into a pinned 16-bit buffer (stage_1_and_2.py step:
+    #                        bit16_partition_buffer.copy_(fp32_partition), then one 2-byte copy); FSDP2 copies the
+    #                        fp32 CPU shard and casts on the device in its all-gather (_fsdp_param.py)
+
+    def tier(self, buffer: str) -> str:
+        return dict(self.tiers).get(buffer, "device")
+
+    def for_plan(self, plan) -> tuple:
+        """The placement a plan carries: sharded grads follow the optimizer off the device (DeepSpeed copies each
+        reduced partition to its host buffer); whole grads (stages 0/1) stay where backward makes them."""
+        return tuple((b, t) for b, t in self.tiers if b != "grads" or plan.shards("grads"))
+
+    @property
+    def offloads_params(self) -> bool:
+        return self.tier("params") != "device"
+
+    @property
+    def offloads_optimizer(self) -> bool:
+        return self.tier("optimizer") != "device"
+
+
+_OPT_CPU = (("master", "host"), ("optimizer", "host"), ("grad32", "host"), ("grads", "host"))
+_OPT_NVME = (("master", "nvme"), ("optimizer", "nvme"), ("grad32", "host"), ("grads", "host"))
+PLACEMENTS = {p.name: p for p in (
+    Placement("none", (), (0, 1, 2, 3), "deepspeed"),
+    Placement("optimizer-cpu", _OPT_CPU, (0, 1, 2, 3), "deepspeed"),
+    Placement("optimizer-nvme", _OPT_NVME, (3,), "deepspeed"),
+    Placement("params-cpu", _OPT_CPU + (("params", "host"),), (3,), "deepspeed"),
+    Placement("params-nvme", _OPT_NVME + (("params", "nvme"),), (3,), "deepspeed"),
+    Placement("params-cpu-optimizer-nvme", _OPT_NVME + (("params", "host"),), (3,), "deepspeed"),
+    Placement("params-nvme-optimizer-cpu", _OPT_CPU + (("params", "nvme"),), (3,), "deepspeed"),
+    Placement("fsdp2-cpu", _OPT_CPU + (("params", "host"),), (3,), "fsdp2", cast_on="device"),
+)}
+
+
+def get_placement(optimizer: str | None = None, params: str | None = None, fsdp2: bool = False) -> Placement:
+    """The placement of DeepSpeed's `offload_optimizer.device` / `offload_param.device` ("cpu", "nvme" or None), or
+    of FSDP2's CPUOffloadPolicy (`fsdp2=True`, which offloads params, grads and the optimizer together)."""
+    for name, value in (("optimizer", optimizer), ("params", params)):
+        if value not in (None, "none", "cpu", "nvme"):
+            raise ValueError(f"offload {name} device must be 'cpu', 'nvme' or None, got {value!r}")
+    optimizer = None if optimizer == "none" else optimizer
+    params = None if params == "none" else params
+    if fsdp2:
+        if optimizer or params:
+            raise ValueError("FSDP2's CPUOffloadPolicy offloads params, gradients and the optimizer together; give "
+                             "it alone, not with DeepSpeed's offload_optimizer / offload_param")
+        return PLACEMENTS["fsdp2-cpu"]
+    if params and not optimizer:
+        raise ValueError("offload_param without offload_optimizer: DeepSpeed offloads the optimizer first (its "
+                         "ZeRO-Infinity configurations offload both); give an optimizer device too")
+    if not params:
+        return PLACEMENTS["optimizer-cpu" if optimizer == "cpu" else "optimizer-nvme" if optimizer else "none"]
+    if params == optimizer:
+        return PLACEMENTS[f"params-{params}"]
+    return PLACEMENTS[f"params-{params}-optimizer-{optimizer}"]

@@ -1,0 +1,142 @@
+"""Floating-point formats by name: the facts a learner looks up, and the numpy dtype that holds them.
+
+Every format here is binary floating point with a sign bit, `exponent_bits` of biased exponent and
+`mantissa_bits` of stored fraction (the leading 1 is implicit), so it has `mantissa_bits + 1` bits of
+precision. The two fp8 formats are the OCP / NVIDIA ones that ml_dtypes implements:
+
+- ``fp8_e4m3`` is *E4M3FN*: no infinities, a single NaN pattern per sign, max 448. Overflow on a
+  cast gives NaN (the format has nothing else to give) unless the caller asks to saturate.
+- ``fp8_e5m2`` is IEEE-like: infinities exist, max 57344, overflow rounds to inf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Format:
+    """One floating-point format: its bit layout, its extremes and the numpy dtype that stores it."""
+
+    name: str
+    bits: int
+    exponent_bits: int
+    mantissa_bits: int  # stored fraction bits; precision p = mantissa_bits + 1
+    dtype: np.dtype
+    has_inf: bool  # False for fp8_e4m3 (E4M3FN): overflow becomes NaN, not inf
+    # as a compute format, the kernels its arithmetic runs on (precision/arithmetic/): "portable" or "native". How
+    # the arithmetic runs, not what the format is: formats that differ only in it compare (and hash) equal
+    arithmetic: str = field(default="portable", compare=False, repr=False)
+
+    @property
+    def finfo(self):
+        return ml_dtypes.finfo(self.dtype)  # covers numpy's own float types too
+
+    @property
+    def precision(self) -> int:
+        """Significand bits including the implicit leading one (p)."""
+        return self.mantissa_bits + 1
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1.0 to the next larger number: 2**-mantissa_bits."""
+        return 2.0 ** -self.mantissa_bits
+
+    @property
+    def unit_roundoff(self) -> float:
+        """u = eps / 2: the largest relative error of one round-to-nearest."""
+        return self.eps / 2
+
+    @property
+    def max(self) -> float:
+        return float(self.finfo.max)
+
+    @property
+    def smallest_normal(self) -> float:
+        return float(self.finfo.smallest_normal)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return float(self.finfo.smallest_subnormal)
+
+    @property
+    def min_exponent(self) -> int:
+        """Exponent of the smallest normal number: smallest_normal == 2**min_exponent."""
+        return int(np.log2(self.smallest_normal))
+
+    @property
+    def itemsize(self) -> int:
+        return self.bits // 8
+
+    @property
+    def uint_dtype(self) -> np.dtype:
+        """Unsigned integer dtype of the same width, for bit-pattern views."""
+        return np.dtype(f"uint{self.bits}")
+
+    def with_arithmetic(self, arithmetic: str) -> "Format":
+        """This format computing on the kernels `arithmetic` names (itself when it already does)."""
+        return self if arithmetic == self.arithmetic else replace(self, arithmetic=arithmetic)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("fp64", 64, 11, 52, np.dtype(np.float64), True),
+        Format("fp32", 32, 8, 23, np.dtype(np.float32), True),
+        Format("fp16", 16, 5, 10, np.dtype(np.float16), True),
+        Format("bf16", 16, 8, 7, np.dtype(ml_dtypes.bfloat16), True),
+        Format("fp8_e4m3", 8, 4, 3, np.dtype(ml_dtypes.float8_e4m3fn), False),
+        Format("fp8_e5m2", 8, 5, 2, np.dtype(ml_dtypes.float8_e5m2), True),
+    )
+}
+
+_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
+
+# Names people type for the same thing; they resolve to the canonical names above.
+_ALIASES = {
+    "float64": "fp64", "double": "fp64",
+    "float32": "fp32", "float": "fp32", "single": "fp32",
+    "float16": "fp16", "half": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2",
+}
+
+
+def get_format(fmt: "str | Format | np.dtype | type") -> Format:
+    """Resolve a format name, alias, numpy dtype or `Format` to its `Format`.
+
+    >>> get_format("bf16").max
+    3.3895313892515355e+38
+    """
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str):
+        key = fmt.lower()
+        key = _ALIASES.get(key, key)
+        if key in FORMATS:
+            return FORMATS[key]
+        raise ValueError(f"unknown floating-point format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    found = _BY_DTYPE.get(fmt) if isinstance(fmt, np.dtype) else None
+    if found is not None:  # the hot path (collectives and casts resolve an array's dtype per call)
+        return found
+    try:
+        dtype = np.dtype(fmt)
+    except TypeError:
+        raise TypeError(f"cannot read a floating-point format from {fmt!r}") from None
+    for f in FORMATS.values():
+        if f.dtype == dtype:
+            return f
+    raise ValueError(f"dtype {dtype} is not one of zerosim's formats ({', '.join(FORMATS)})")
+
+
+def format_of(array: np.ndarray) -> Format:
+    """The `Format` of an array's dtype (a clear error for integer or unknown dtypes); reads only the
+    dtype, so data-less (meta) arrays answer too."""
+    return get_format(array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype)

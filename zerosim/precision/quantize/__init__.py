@@ -1,0 +1,49 @@
+"""Fewer bits than 16: fp8 with scales (torchao's and Transformer Engine's roundings, MXFP8 blocks) and DeepSpeed's
+symmetric integer quantizer (ZeRO++ qwZ, qgZ), each rounding where its framework's kernel puts it.
+
+    _fp8_scaling.py   scaled casts to fp8: amax, torchao's and TE's scales, the received values
+    _fp8_recipes.py   fp8 scaling recipes as state machines (delayed, current, torchao dynamic, MXFP8)
+    _fp8_blocks.py    MXFP8: 32-element blocks, each with a power-of-two E8M0 scale
+    _int_quant.py     DeepSpeed's int8/int4 quantizer: groups, scales, packing, qgZ's swizzle
+"""
+
+from zerosim.precision.quantize._fp8_blocks import mxfp8_dequantize, mxfp8_quantize
+from zerosim.precision.quantize._fp8_recipes import (
+                                                     FP8_RECIPES,
+                                                     DelayedScaling,
+                                                     Float8CurrentScaling,
+                                                     MXFP8BlockScaling,
+                                                     TorchaoAmaxToScale,
+                                                     TorchaoDynamic,
+                                                     get_fp8_recipe,
+)
+from zerosim.precision.quantize._fp8_scaling import (
+                                                     TORCHAO_SCALE_PATHS,
+                                                     amax_of,
+                                                     axiswise_scales,
+                                                     scaled_cast,
+                                                     te_scale,
+                                                     floor_power_of_2,
+                                                     torchao_amax_to_scale,
+                                                     torchao_received,
+                                                     torchao_scale,
+)
+from zerosim.precision.quantize._int_quant import (
+                                                     Quantized,
+                                                     deepspeed_groups,
+                                                     dequantize,
+                                                     group_scales,
+                                                     pack_int4,
+                                                     quantize,
+                                                     swizzle_order,
+                                                     to_integers,
+                                                     unpack_int4,
+)
+
+__all__ = [
+    "FP8_RECIPES", "TORCHAO_SCALE_PATHS", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Quantized",
+    "TorchaoAmaxToScale", "TorchaoDynamic", "amax_of", "axiswise_scales", "deepspeed_groups", "dequantize",
+    "floor_power_of_2", "get_fp8_recipe", "group_scales",
+    "mxfp8_dequantize", "mxfp8_quantize", "pack_int4", "quantize", "scaled_cast", "swizzle_order", "te_scale",
+    "to_integers", "torchao_amax_to_scale", "torchao_received", "torchao_scale", "unpack_int4",
+]

@@ -1,0 +1,15 @@
+"""Worked examples replayed on the live cluster, number for number: seed 004's four weights on two GPUs (every stage,
+fp16 or bf16, with loss scaling) and the same four weights on a 2 × 2 mesh (HSDP).
+
+    _run.py       replay, replay_live: run the example and collect every number it narrates
+    _text.py      narrate: the numbers as text, in seed 004's order
+    _legend.py    how a value prints (compact, or with its exact twin), and the lost-update notes
+    _scaling.py   the loss scaling of a step, in words
+    _mesh.py      mesh_replay, narrate_mesh: one HSDP step told as "which GPU adds what, over which link"
+"""
+
+from zerosim.replay._mesh import mesh_replay, narrate_mesh
+from zerosim.replay._run import MAX_STEPS, replay, replay_live
+from zerosim.replay._text import narrate
+
+__all__ = ["MAX_STEPS", "mesh_replay", "narrate", "narrate_mesh", "replay", "replay_live"]

@@ -1,0 +1,297 @@
+"""A training run as library code: a model on a synthetic task, K micro-batches per rank per step.
+
+    result = train(TrainConfig(widths=(16, 64, 64, 4), stage=2, ranks=4, steps=100))
+    result.losses[-1], result.ranks[0]["peak_bytes"]
+    result = train(TrainConfig(model="gpt", task="reverse", stage=3, ranks=2))   # a GPT on a sequence task
+    result.accuracy[-1]                                                            # (step, answer accuracy)
+
+Each rank gets its own micro-batches every step, drawn in order from a fixed pool made by a random
+teacher, or of random strings to copy, reverse or sort (so every backend sees the same data and the
+MPI run equals the simulator's); `zerosim train` is this function plus argument parsing and printing.
+Letters: N ranks, K micro-steps per step (gradient accumulation), V vocabulary, n string length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from zerosim import checkpoint as ckpt
+from zerosim.cluster import Cluster, GradClip
+from zerosim.cluster._budget import available_bytes, check_fits
+from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
+from zerosim.models.data import TASKS as SEQUENCE_TASKS
+from zerosim.models.data import make_classification, make_regression
+from zerosim.optim import get_optimizer
+from zerosim.parallel.data import ZeroEngine, check_engine_fits
+from zerosim.precision import get_precision
+
+TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
+MODELS = ("mlp", "gpt", "llama")  # gpt and llama: decoders over token ids that learn the sequence tasks
+EVAL_SEQUENCES = 256  # held-out strings the GPT's answer accuracy is measured on (a 1/√256 ≈ 6% standard error at most)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train, where, and how (every field has the CLI's default)."""
+
+    widths: tuple = (16, 64, 64, 4)  # MLP layer sizes, input first
+    task: str | None = None  # MLP: "regression" (default) or "classification"; GPT: "copy" (default), "reverse", "sort"
+    # None below: the saved run's value when resuming, else the default in RUN_DEFAULTS (the resume rule: what
+    # you leave out continues the saved run; a stage or rank count you give reshards; a precision or optimizer kind
+    # other than the saved one is refused, as ZeroEngine.load refuses it)
+    stage: int | None = None  # ZeRO stage (2)
+    ranks: int | None = None  # N (4)
+    backend: str = "numpy"  # "numpy", "mpi" or "cupy"
+    backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
+    precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
+    optimizer: str | None = None  # ("adam")
+    lr: float | None = None  # (1e-2)
+    steps: int = 100
+    batch: int = 16  # samples per micro-batch
+    accumulation_steps: int | None = None  # K (1)
+    seed: int = 0  # data (seed) and initial weights (seed + 1)
+    checkpoint: bool = False
+    save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
+    save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
+    resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~80
+    # steps
+    model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
+    vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)
+    length: int = 3  # n: strings of n symbols; a sequence is 2n tokens
+    d_model: int = 16
+    heads: int = 2
+    layers: int = 1  # transformer blocks
+    attention: str = "standard"  # or "selective", "flash" (checkpoint=True keeps each block's input: "block")
+    kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
+    eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
+    clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
+
+    def __post_init__(self):
+        for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
+        object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
+        if self.task not in tasks:
+            other = (
+                "the GPT learns copy, reverse or sort"
+                if self.model == "mlp"
+                else "the MLP learns regression or classification"
+            )
+            raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
+        if self.model in ("gpt", "llama"):
+            for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if self.vocab < 3:
+                raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
+        for name in ("steps", "batch", "ranks", "accumulation_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.backend == "numpy" and self.ranks > MAX_SIMULATED_RANKS:
+            raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
+                             "runs every rank in this process (the meta backend accounts more: zerosim memory, "
+                             "zerosim timeline)")
+        if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
+            raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if (
+            isinstance(self.save_every, bool)
+            or not isinstance(self.save_every, (int, np.integer))
+            or self.save_every < 0
+        ):
+            raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
+        if self.save_every and self.save is None:
+            raise ValueError("save_every needs a folder to save into (save=...)")
+
+
+# The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
+# 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
+MAX_SIMULATED_RANKS = 4096
+RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
+                "accumulation_steps": 1}
+
+
+def run_defaults(resume: str | None) -> dict:
+    """What TrainConfig's unset fields become: RUN_DEFAULTS, or when resuming the checkpoint's own stage, rank
+    count, precision policy, optimizer, learning rate and K (read from its manifest, checked)."""
+    if resume is None:
+        return dict(RUN_DEFAULTS)
+    return ckpt.saved_settings(resume)
+
+
+def _check_ranks_agree(cluster, config: TrainConfig) -> None:
+    """Under MPI each process parsed its own arguments: refuse, naming the field, if they differ."""
+    if cluster.local_size == cluster.world_size:
+        return  # one process hosts every rank: one config
+    mine = {f.name: getattr(config, f.name) for f in fields(config)}
+    everyone = cluster.backend.all_meta([mine])
+    for name in mine:
+        values = [c[name] for c in everyone]
+        if any(v != values[0] for v in values):
+            held = ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values))
+            raise ValueError(f"the ranks disagree on {name} (--{name.replace('_', '-')}): {held}")
+
+
+@dataclass
+class TrainResult:
+    """The mean loss after each step, and each rank's memory and traffic at the end (rank order)."""
+
+    losses: list  # the mean loss of steps first_step, first_step + 1, ..., steps
+    ranks: list  # [{"rank", "peak_bytes", "peak_by_kind", "bytes_sent"}] for every rank of the world
+    params: int
+    first_step: int = 1  # > 1 when the run resumed from a checkpoint
+    accuracy: list = field(default_factory=list)  # GPT: [(step, answer accuracy on held-out strings)]
+    chance: float | None = None  # GPT: 1/(V - 1), the accuracy of a guess
+    scales: list = field(default_factory=list)  # the loss scale each step's loss was multiplied by
+    skipped: list = field(default_factory=list)  # the steps the loss scaler skipped (an inf/NaN gradient)
+    norms: list = field(default_factory=list)  # the global gradient norm of each step that clipped (None: skipped)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What `on_step` hears besides the loss: the loss scale the step used, whether the scaler skipped it,
+    and the global gradient norm when clipping (None otherwise, or when skipped)."""
+
+    scale: float
+    skipped: bool
+    norm: float | None
+
+
+def build_model(config: TrainConfig):
+    """The model `config` describes: an MLP of `widths`, or a GPT sized for its sequence task."""
+    if config.model == "gpt":
+        return GPT(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
+                   attention=config.attention, checkpoint="block" if config.checkpoint else "none")
+    if config.model == "llama":
+        from zerosim.models.llama import Llama
+
+        return Llama(config.vocab, config.d_model, config.heads, config.layers, 2 * config.length,
+                     n_kv_heads=config.kv_heads, rope_theta=100.0,  # short sequences: a small base turns them apart
+                     attention=config.attention, checkpoint="block" if config.checkpoint else "none")
+    return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
+
+
+def answer_accuracy(model, engine, held_out, fmt) -> float | None:
+    """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
+    with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
+    if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
+        return None
+    x, target = held_out  # (S, 2n) ids and next tokens
+    guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
+    answer = answer_positions(x.shape[1] // 2)
+    return float(np.mean(guess[:, answer] == target[:, answer]))
+
+
+def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> TrainResult:
+    """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
+    passed, before the first step, and `on_step(step, mean_loss, StepInfo)` after each (headers, progress bars);
+    for a GPT, `on_eval(step, accuracy)` after the steps its answer accuracy is measured at.
+
+    Under MPI every process calls this; each returns the same losses and every rank's statistics.
+    """
+    widths = [int(w) for w in config.widths]
+    classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
+    model = build_model(config)
+    optimizer = get_optimizer(config.optimizer, lr=config.lr)
+    optimizer.check_stage(config.stage)
+    local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
+    # before any rank exists
+    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
+    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
+    _check_ranks_agree(cluster, config)
+    if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
+        saved = ckpt.saved_optimizer(config.resume)
+        if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
+            optimizer = dataclasses.replace(saved, lr=config.lr)
+        engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
+                           accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
+                           clip_grad=config.clip_grad)
+        if engine.iteration >= config.steps:
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
+                             "asks for no more")
+    else:
+        engine = ZeroEngine(
+            model,
+            cluster,
+            config.stage,
+            optimizer,
+            config.precision,
+            checkpoint=config.checkpoint,
+            params=model.init_params(np.random.default_rng(config.seed + 1)),
+            accumulation_steps=config.accumulation_steps,
+            clip_grad=config.clip_grad,
+        )
+    n, k = config.ranks, config.accumulation_steps
+    per_step = n * k  # micro-batches a step consumes
+    pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
+    if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
+        L = 2 * config.length
+        need = (pool_size + EVAL_SEQUENCES) * config.batch * L * 16 + cluster.local_size * config.batch * L * 8 * (
+            (config.layers + 1) * (16 * config.d_model + config.heads * L) + 2 * config.vocab)
+    else:  # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
+        # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
+        per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
+        need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
+    check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
+               "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
+    if gpt:  # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
+        pool = make_sequence_task(
+            np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task
+        )
+        held_out = make_sequence_task(
+            np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task
+        )[0]
+        fmt = get_precision(config.precision).compute_format
+    else:
+        make = make_classification if classify else make_regression
+        pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
+    first = engine.iteration + 1  # 1, or the step after a resumed checkpoint's
+    if on_start is not None:
+        on_start(model.num_params, first)
+    losses, accuracy, scales, skipped, norms = [], [], [], [], []
+    for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
+        base = ((step - 1) * per_step) % pool_size
+        mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
+        scales.append(engine.scaler.scale)
+        t, since = engine.t, len(cluster.trace.log)
+        local = engine.step(mine)
+        if engine.t == t:
+            skipped.append(step)
+        if config.clip_grad is not None:
+            clipped = cluster.trace.of_type(GradClip, since)
+            norms.append(clipped[-1].norm if clipped else None)
+        every = [x for part in cluster.backend.all_meta([local]) for x in part] if cluster.local_size == 1 else local
+        losses.append(float(np.mean(np.asarray(every, dtype=np.float64))))
+        if on_step is not None:
+            on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
+        if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
+            acc = answer_accuracy(model, engine, held_out, fmt)
+            if acc is not None:
+                accuracy.append((step, acc))
+                if on_eval is not None:
+                    on_eval(step, acc)
+        if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
+            ckpt.save(engine, config.save)
+    stats = cluster.backend.all_meta(
+        [
+            {
+                "rank": r.index,
+                "peak_bytes": r.ledger.peak(),
+                "peak_by_kind": r.ledger.peak_by_kind(),
+                "bytes_sent": cluster.trace.bytes_sent(r.index),
+            }
+            for r in cluster.ranks
+        ]
+    )
+    return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None,
+                       scales, skipped, norms)
