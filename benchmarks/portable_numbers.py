@@ -5,8 +5,9 @@
    AVX2 (Haswell), AVX-512 (SkylakeX, where the CPU has it) and generic (Prescott) kernels and with NumPy's SIMD
    dispatch narrowed to its baseline; the share of elements whose bits differ from the Haswell process's, for the
    machine's own kernels ("native") and for zerosim's portable ones.
-2. Costs: seconds per training step, native ÷ portable, for the teaching models (`zerosim train`'s MLP, GPT and
-   Llama) and the 919k and 10M MLPs of benchmarks/peers.py, one worker, median of --repeats steps after a warm-up.
+2. Costs: CPU seconds per training step (this process's, one worker: the work done, whatever else the machine
+   runs), native and portable, for small teaching models and the 919k and 10M MLPs of benchmarks/peers.py, median
+   of --repeats steps after a warm-up.
 
     python benchmarks/portable_numbers.py [--repeats 5] [--skip-kernels] [--skip-cost]
 
@@ -92,13 +93,14 @@ def kernels_table() -> None:
 
 
 def step_seconds(make, repeats: int) -> float:
+    """Median CPU seconds of one step (process time: a busy machine's other work is not counted)."""
     step = make()
     step()  # warm-up
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return statistics.median(times)
 
 
@@ -142,7 +144,7 @@ def cost_table(repeats: int) -> None:
         "MLP 919k, fp32, batch 32": lambda a: mlp([256, 1024, 512, 256], a),
         "MLP 10M, fp32, batch 32": lambda a: mlp([1024, 2048, 2560, 1024], a),
     }
-    print(f"\nseconds per step on 2 ranks, one worker, median of {repeats} (load average {load()} at the start)")
+    print(f"\nCPU ms per step on 2 ranks, one worker, median of {repeats} (load average {load()} at the start)")
     print(f"{'case':<44} {'native ms':>10} {'portable ms':>12} {'portable ÷ native':>18}")
     for name, case in cases.items():
         native, portable = (step_seconds(case(a), repeats) for a in ("native", "portable"))

@@ -6,6 +6,7 @@ other BLAS kernels and NumPy SIMD builds (.ci/run); here, that a layer's product
 """
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,3 +80,21 @@ def test_the_two_arithmetics_are_two_runs():
     assert not same(runs["portable"], runs["native"])
     gap = np.abs(runs["portable"]["master"][0].view(np.float32) - runs["native"]["master"][0].view(np.float32))
     assert gap.max() < 1e-5
+
+
+def test_a_checkpoint_resumes_under_either_arithmetic_and_an_old_one_as_portable(tmp_path):
+    from zerosim import checkpoint as ckpt
+
+    model = MLP([4, 5, 3])
+    native = get_precision("bf16-mixed").with_(arithmetic="native")
+    engine = ZeroEngine(model, Cluster(2), 2, get_optimizer("adam", lr=1e-2), native,
+                        params=model.init_params(np.random.default_rng(0)))
+    engine.step(make_regression(np.random.default_rng(1), 2, 3, [4, 5, 3]))
+    ckpt.save(engine, str(tmp_path / "ckpt"))
+    assert ckpt.load(str(tmp_path / "ckpt"), Cluster(2), model).precision.arithmetic == "native"  # as saved
+    asked = ckpt.load(str(tmp_path / "ckpt"), Cluster(2), model, precision="bf16-mixed")  # the kernels, not a format
+    assert asked.precision.arithmetic == "portable" and same(asked.master_shards(), engine.master_shards())
+    with pytest.raises(Exception, match="master"):  # a format still may not change on load
+        ckpt.load(str(tmp_path / "ckpt"), Cluster(2), model, precision="bf16-pure")
+    old = str(Path(__file__).parent / "fixtures" / "checkpoints_v1" / "s2-seeds-fp16-mixed-deepspeed")  # from before
+    assert ckpt.load(old, Cluster(3), MLP([4, 5, 3])).precision.arithmetic == "portable"
