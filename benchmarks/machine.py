@@ -3,7 +3,8 @@ SIMD build. A speed ratio against torch means little without them: torch's bf16 
 AVX512_BF16 or AMX and is emulated (each product through fp32) on one without, and an fp32 GEMM's speed is its BLAS
 kernel's.
 
-    cpu_flags()            the CPU's feature flags (Linux: /proc/cpuinfo; macOS: sysctl's hw.optional.arm.FEAT_*)
+    cpu_name()             the CPU's name
+    cpu_flags()            its feature flags (Linux: /proc/cpuinfo; macOS: sysctl's hw.optional.arm.FEAT_*)
     bf16_class(flags)      which class of CPU for bf16 GEMMs: BF16_CLASSES, one row per class, with its goal
     numpy_blas()           NumPy's BLAS: name, version and the OpenBLAS kernel it runs (numpy_kernels: + its SIMD)
     torch_blas(torch)      torch's BLAS and CPU capability (ATen's dispatch) (torch_kernels: + oneDNN's bf16)
@@ -129,17 +130,22 @@ def torch_kernels(torch) -> str:
     return f"torch {torch.__version__}, BLAS {torch_blas(torch)}, oneDNN bf16 {bf16}"
 
 
-def describe(torch=None) -> str:
-    """The CPU, its bf16 class, NumPy's kernels and (given torch) torch's, on one line."""
-    flags = cpu_flags()
+def cpu_name() -> str:
+    """The CPU's name: Linux's /proc/cpuinfo "model name", else what platform says."""
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
     except OSError:
         pass
+    return name
+
+
+def describe(torch=None) -> str:
+    """The CPU, its bf16 class, NumPy's kernels and (given torch) torch's, on one line."""
+    flags = cpu_flags()
     bf16 = [f for c in BF16_CLASSES for f in c.needs if f in flags]
-    line = (f"{name}; bf16: {bf16_class(flags).name}" + (f" ({', '.join(bf16)})" if bf16 else "")
+    line = (f"{cpu_name()}; bf16: {bf16_class(flags).name}" + (f" ({', '.join(bf16)})" if bf16 else "")
             + f"; {numpy_kernels()}")
     return line + (f"; {torch_kernels(torch)}" if torch is not None else "")
 

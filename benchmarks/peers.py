@@ -43,8 +43,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/machine.py, however this file is run
-from machine import (Bf16Class, bf16_class, cpu_flags, describe, numpy_blas, numpy_kernels,  # noqa: E402
-                     torch_blas, torch_kernels)
+from machine import (Bf16Class, bf16_class, cpu_flags, cpu_name, describe, numpy_blas,  # noqa: E402
+                     numpy_kernels, torch_blas, torch_kernels)
 
 MODELS = {  # name: MLP widths
     "919k": [256, 1024, 512, 256],  # 919,296 params (benchmarks/engine.py's)
@@ -202,14 +202,9 @@ def run_case(name, n, repeats, budget, port):
 
 
 def machine() -> str:
-    """The CPU's name (Linux's /proc/cpuinfo, else what platform says) and how many cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+    """The CPU's name and how many cores this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_name()}, {cores} cores"
 
 
 def load() -> str:
