@@ -374,7 +374,7 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim validate --fit", check_validate_fit),
     (r"zerosim plan --model llama-3-8b .*--efficiency", check_plan_efficiency),
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
-    (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
+    (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 80", check_gpt),
     (r"zerosim train --model llama --heads 4 --kv-heads 2", check_first_and_last_accuracy),
     (r"zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192", check_llama_8192),
     (r"zerosim memory --model llama-3-8b .*--ds-config", check_llama_ds_config),
