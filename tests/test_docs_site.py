@@ -5,6 +5,8 @@
                          and building the parser writes nothing, prints nothing and starts nothing
     the API reference    a page for every top-level package, naming every face under it
     the nav              every page under docs/ is in mkdocs.yml's nav, and every nav entry is a page
+    links outside docs/  a link to a notebook or a test (it works on GitHub) is shown on the site as the file's path;
+                         a link to a file that is not there stays a link, so the strict build fails on it
     the design's layers  docs/explanation/design.md draws the layers pyproject.toml's import contract enforces
     the commands         every shell command of the README and the docs has its check in test_readme_commands.py
                          (which runs them, slowly), or is marked not run for a known reason; every Python block says
@@ -167,3 +169,17 @@ def test_the_ci_build_fails_on_a_broken_link(tmp_path, link, fails):
                             cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert (result.returncode != 0) == fails, result.stderr[-2000:]
     assert ("'gone.md', but the target is not found" in result.stderr) == fails, result.stderr[-2000:]
+
+
+def test_links_to_project_files_outside_docs_become_paths_and_missing_ones_stay_links():
+    page = "\n".join([
+        "[test_optim.py](../tests/test_optim.py) and [the first notebook](../notebooks/01_worked_example.ipynb);",
+        "[gone](../tests/test_gone.py), [a page](explanation/design.md), [a figure](../figures/ring_steps.png),",
+        "[the web](https://example.org/x.py), [up too far](../../etc/passwd)",
+        "```text", "[test_optim.py](../tests/test_optim.py)", "```",
+    ])
+    out = docs_site.outside_links(page, "seeds.md")
+    assert out.splitlines()[0] == "`tests/test_optim.py` and the first notebook (`notebooks/01_worked_example.ipynb`);"
+    assert out.splitlines()[1:] == page.splitlines()[1:]  # missing, in docs, served, remote, outside the project, code
+    nested = docs_site.outside_links("[x](../../tests/test_optim.py)", "tutorials/01.md")
+    assert nested == "x (`tests/test_optim.py`)"

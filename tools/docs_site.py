@@ -9,15 +9,20 @@ except in tests/test_docs_site.py, which checks what it generates.
                       by mkdocstrings from the docstrings (static analysis: nothing is imported)
     figures           figures/*.png (what `zerosim figures` draws at the project's root) served at /figures/, so a
                       page shows the committed figure without a copy in docs/
+    outside_links()   a link from a page to a project file outside docs/ (a notebook, a test: it works on GitHub) has
+                      no page on the site: there it is shown as the file's path; a link to a file that does not
+                      exist is left alone, so the strict build still fails on it
 
 Hooks: `on_files` adds the API pages and the figures, `on_page_markdown` puts the CLI reference where
-docs/reference/cli.md says `<!-- cli-reference -->`.
+docs/reference/cli.md says `<!-- cli-reference -->` and turns links outside docs/ into paths.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import posixpath
+import re
 import textwrap
 from pathlib import Path
 
@@ -138,6 +143,30 @@ def api_pages(package: Path = PACKAGE) -> dict:
     return pages
 
 
+# -- links to the project's files outside docs/ -----------------------------------------------------------------------
+LINK = re.compile(r"\[([^\]]+)\]\(([^)\s#]+)\)")
+SERVED = ("figures/",)  # outside docs/ but on the site (on_files)
+
+
+def outside_links(markdown: str, page: str, root: Path = ROOT) -> str:
+    """The page's Markdown (`page`: its path under docs/) with each link to an existing project file outside docs/
+    replaced by that file's path as code: "[test_optim.py](../tests/test_optim.py)" -> "`tests/test_optim.py`", and
+    "[the notebook](../notebooks/01.ipynb)" -> "the notebook (`notebooks/01.ipynb`)". Fenced code is left alone."""
+
+    def replace(m: re.Match) -> str:
+        text, target = m.groups()
+        if "://" in target or target.startswith(("/", "mailto:")):
+            return m.group(0)
+        path = posixpath.normpath(posixpath.join("docs", posixpath.dirname(page), target))
+        if path.startswith(("docs/", "../")) or path.startswith(SERVED) or not (root / path).is_file():
+            return m.group(0)
+        bare = text.strip("`")
+        return f"`{path}`" if bare in (path, posixpath.basename(path)) else f"{text} (`{path}`)"
+
+    parts = re.split(r"(^```.*?^```)", markdown, flags=re.S | re.M)  # odd parts: fenced blocks
+    return "".join(part if i % 2 else LINK.sub(replace, part) for i, part in enumerate(parts))
+
+
 # -- MkDocs hooks ----------------------------------------------------------------------------------------------------
 def on_files(files, config):
     from mkdocs.structure.files import File
@@ -151,5 +180,5 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     if CLI_MARKER in markdown:
-        return markdown.replace(CLI_MARKER, cli_reference())
-    return markdown
+        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    return outside_links(markdown, page.file.src_uri)
