@@ -25,7 +25,10 @@ from zerosim.cluster import Handle
 from zerosim.parallel._contract import Parallelism
 from zerosim.parallel.offload import _dpu as dpu
 from zerosim.parallel.offload._placement import Placement, get_placement
+from zerosim.parallel.data._state import own_params
 from zerosim.parallel.offload._transfers import copy, region_elements, unit_elements
+
+BIT16 = "offload.bit16"  # (region,) 16-bit host buffer: the updated region cast on the host, copied to the device
 
 
 class Offload(Parallelism):
@@ -62,17 +65,24 @@ class Offload(Parallelism):
         p = self.placement
         if plan.stage not in p.stages:
             raise ValueError(f"offload {p.name!r} runs at ZeRO stage {' or '.join(map(str, p.stages))}, not "
-                             f"{plan.label} (DeepSpeed's offload_param and NVMe optimizer need stage 3)")
+                             f"{plan.label} (DeepSpeed offloads through its ZeRO optimizers, stages 1-3; its "
+                             "offload_param and NVMe swapping need stage 3)")
         if self.dpu and not p.offloads_optimizer:
             raise ValueError("DPU delays the CPU's update: it needs the optimizer offloaded")
         return replace(plan, placement=p.for_plan(plan))
 
+    def _keeps_bit16(self, plan) -> bool:
+        """DeepSpeed's stage_1_and_2.py keeps a pinned 16-bit host copy of the region (stage3.py copies the fp32
+        partition straight into the device's 16-bit one; FSDP2 casts on the device)."""
+        return self.placement.offloads_optimizer and not plan.shards("params") and self.placement.cast_on == "host"
+
     def setup(self, ctx) -> None:
-        plan, fmt = ctx.plan, ctx.policy.compute_format
+        fmt = ctx.policy.compute_format
         for rank, n in zip(ctx.ranks, region_elements(ctx)):
-            if self.placement.offloads_optimizer and not plan.shards("params") and self.placement.cast_on == "host":
-                # (region,) 16-bit pinned host buffer the updated master is cast into before its copy
-                rank.ledger_of("host").alloc("offload.bit16", n, fmt.dtype, "params")
+            if self._keeps_bit16(ctx.plan):
+                # (region,) 16-bit pinned host buffer the updated master is cast into before its copy to the device:
+                # DeepSpeed 0.19.8 param_buffer_of_bit16_for_cpu_offload_groups, born torch.full(..., 0.0)
+                rank.ledger_of("host").alloc(BIT16, n, fmt.dtype, "params", fill=0)
         if self.dpu:
             dpu.setup(ctx)
 
@@ -109,6 +119,11 @@ class Offload(Parallelism):
 
     def after_update(self, ctx) -> Handle:
         handle, n = Handle(), region_elements(ctx)
+        if self._keeps_bit16(ctx.plan):  # what the copy to the device carries: the update's 16-bit region
+            for rank in ctx.ranks:
+                # DeepSpeed step(): bit16_partition_buffer.copy_(fp32_partition) on the host (the update's cast, the
+                # same bits), then bit16_partitions[...].copy_(bit16_partition_buffer) to the device
+                rank.ledger_of("host").get(BIT16).array[...] = own_params(rank, ctx.plan, ctx.layout)
         if self.dpu:
             dpu.delay(ctx, self.dpu_warmup)
         fmt = ctx.policy.compute_format
