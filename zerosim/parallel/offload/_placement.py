@@ -156,3 +156,23 @@ def deepspeed_placement(stage: int, optimizer: str | None = None, params: str | 
                          f"{stage}: it offloads through its ZeRO optimizers (0.19.8 engine.py _configure_optimizer: "
                          "zero_enabled is stage > 0), and at stage 0 nothing is offloaded")
     return placement, tuple(notes)
+
+
+# The optimizer DeepSpeed 0.19.8 steps on the host once the optimizer is offloaded (engine.py _configure_basic_optimizer
+# with zero_use_cpu_optimizer: "Adam" / "AdamW" become DeepSpeedCPUAdam, "Lion" DeepSpeedCPULion; a client optimizer of
+# another kind is refused while zero_force_ds_cpu_optimizer keeps its default, true): zerosim's optimizer name -> the
+# get_optimizer arguments that make its arithmetic (Lion: zerosim's own; DeepSpeedCPULion's C++ is not transcribed).
+DEEPSPEED_CPU_OPTIMIZERS = {"adam": {"formula": "deepspeed-cpu"}, "adamw": {"formula": "deepspeed-cpu"}, "lion": {}}
+
+
+def host_optimizer(placement: Placement, name: str) -> dict:
+    """The get_optimizer arguments for optimizer `name` stepping where `placement` puts it: DeepSpeed's CPU optimizers
+    (DEEPSPEED_CPU_OPTIMIZERS) when DeepSpeed offloads it; nothing changed on the device or under FSDP2 (whose policy
+    steps the user's own torch optimizer on CPU tensors). Raises ValueError for an optimizer DeepSpeed does not offload."""
+    if not placement.offloads_optimizer or placement.framework != "deepspeed":
+        return {}
+    if name not in DEEPSPEED_CPU_OPTIMIZERS:
+        raise ValueError(f"DeepSpeed 0.19.8 offloads the optimizer with DeepSpeedCPUAdam or DeepSpeedCPULion only "
+                         f"(engine.py _configure_basic_optimizer; zero_force_ds_cpu_optimizer refuses others): "
+                         f"{name!r} does not run offloaded; choose {', '.join(DEEPSPEED_CPU_OPTIMIZERS)}")
+    return dict(DEEPSPEED_CPU_OPTIMIZERS[name])
