@@ -7,6 +7,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.cli.fit_lines import fit_lines
+from zerosim.cli.offload_args import offload_lines
 
 
 def format_report(r: dict) -> str:
@@ -50,6 +51,7 @@ def format_report(r: dict) -> str:
         "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
         "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
     ]
+    lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     if r.get("wire"):
         three = next((row for row in r["stages"] if row["stage"] == 3), None)
         landed = three["peak_by_kind"].get("comm", 0) if three else 0

@@ -106,8 +106,9 @@ def get_placement(optimizer: str | None = None, params: str | None = None, fsdp2
                              "it alone, not with DeepSpeed's offload_optimizer / offload_param")
         return PLACEMENTS["fsdp2-cpu"]
     if params and not optimizer:
-        raise ValueError("offload_param without offload_optimizer: DeepSpeed offloads the optimizer first (its "
-                         "ZeRO-Infinity configurations offload both); give an optimizer device too")
+        raise ValueError("offload_param without offload_optimizer is not modelled: zerosim offloads the params with "
+                         "the optimizer (ZeRO-Infinity's configurations); DeepSpeed's stage3.py also runs them alone, "
+                         "the optimizer on the GPU: give an optimizer device too")
     if not params:
         return PLACEMENTS["optimizer-cpu" if optimizer == "cpu" else "optimizer-nvme" if optimizer else "none"]
     if params == optimizer:
