@@ -111,8 +111,8 @@ def label(config: tuple) -> str:
 
 def offload_request(args, ds=None, several: bool = False) -> Request | None:
     """The offload the flags (or a DeepSpeed config) ask for, checked; None when none is. `several`: lists allowed."""
-    several = lambda v: () if v is None else tuple(x.strip() for x in v.split(","))  # noqa: E731
-    optimizers, params = several(args.offload_optimizer), several(args.offload_params)
+    listed = lambda v: () if v is None else tuple(x.strip() for x in v.split(","))  # noqa: E731
+    optimizers, params = listed(args.offload_optimizer), listed(args.offload_params)
     for flag, values in (("--offload-optimizer", optimizers), ("--offload-params", params)):
         bad = [v for v in values if v not in DEVICES]
         if bad:
@@ -139,8 +139,8 @@ def offload_request(args, ds=None, several: bool = False) -> Request | None:
         return None
     if (len(optimizers) > 1 or len(params) > 1) and not several:
         raise ValueError("--offload-optimizer and --offload-params take one device here (zerosim plan tries several)")
-    configs = ((None, None, True),) if fsdp2 else tuple(
-        (o, p, False) for o in optimizers for p in (params or (None,)))
+    configs = ((None, None, True),) if fsdp2 else tuple(  # the planner tries each optimizer device without params too
+        (o, p, False) for o in optimizers for p in ((None,) + params if several else params or (None,)))
     return Request(configs, dpu is not None, dpu or 0)
 
 
@@ -232,3 +232,118 @@ def offload_lines(r: dict) -> list:
                  "the GPU's")
     lines.append("  verdict below judges the device tier.")
     return lines
+
+
+# -- zerosim timeline ---------------------------------------------------------------------------------------------
+def offload_steps(req: Request | None) -> int:
+    """Steps a timed offload run takes: 2 with DPU (its copy carries the step before's update: the steady state is
+    the second step), else 1."""
+    return 2 if req is not None and req.dpu else 1
+
+
+def offload_timeline(r: dict, result, engine, offload, notes, host) -> None:
+    """`zerosim timeline`'s report `r` read for the last step only (timeline step_window) and given the offload block:
+    each stream's busy time, what compute did not cover, the bytes each link carried for one rank."""
+    from zerosim.analysis.timeline import step_window
+    from zerosim.cluster import TRANSFERS
+
+    w = step_window(result)
+    trace, last = engine.cluster.trace, w.step
+    calls = {}
+    for iv in result.track(0, "comm"):
+        if iv.event.step == last:
+            seconds, count = calls.get(iv.category, (0.0, 0))
+            calls[iv.category] = (seconds + iv.end - iv.start, count + 1)
+    moved = {}
+    for e in trace.events:
+        if e.collective in TRANSFERS and e.src == 0 and trace.calls[e.call].step == last:
+            moved[e.collective] = moved.get(e.collective, 0) + e.bytes
+    step, comm = r["step_s"], w.busy["comm"]
+    r.update(compute_s=w.busy["compute"], comm_s=comm, exposed_comm_s=w.uncovered["comm"],
+             overlapped_s=comm - w.uncovered["comm"],
+             busy_fraction={"compute": w.busy["compute"] / step if step else 0.0, "comm": comm / step if step else 0.0},
+             by_purpose={k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())})
+    hw, ledger = result.hardware, engine.cluster.ranks[0].ledger_of("host")
+    r["offload"] = {
+        "placement": offload.placement.name, "dpu": offload.dpu, "notes": list(notes), "host": host.name,
+        "pcie": hw.pcie.name, "nvme_link": hw.nvme.name, "host_bandwidth": hw.host_bandwidth, "steps_simulated":
+        len(result.step_times), "busy_s": dict(w.busy), "uncovered_s": dict(w.uncovered), "idle_s": w.idle,
+        "bytes": moved, "host_peak": ledger.peak(), "nvme_peak": engine.cluster.ranks[0].ledger_of("nvme").peak()}
+
+
+def offload_timeline_lines(r: dict) -> list:
+    """The offload block of `zerosim timeline`: the host's streams in the step, and what the device waited for."""
+    from zerosim.analysis.costs import GB
+
+    o = r.get("offload")
+    if not o:
+        return []
+    ms = lambda s: f"{s * 1e3:10.2f} ms" if s < 1 else f"{s:10.3f} s "  # noqa: E731
+    b, u = o["busy_s"], o["uncovered_s"]
+    lines = ["", *textwrap.wrap(f"offload: {o['placement']}" + (" with DPU" if o["dpu"] else "") +
+                                f"; {o['host']}'s host; copies over {o['pcie']} and {o['nvme_link']}; the CPU "
+                                f"optimizer at {o['host_bandwidth'] / 1e9:.1f} GB/s of host memory bandwidth"
+                                + (f" (the second of {o['steps_simulated']} steps: DPU's steady state)"
+                                   if o["steps_simulated"] > 1 else ""), 116),
+             f"  {'stream':8s} {'busy':>13s} {'while the device computed nothing':>35s}   bytes one rank moved"]
+    for stream, moved in (("cpu", ()), ("pcie", ("d2h", "h2d")), ("nvme", ("nvme_read", "nvme_write"))):
+        words = ", ".join(f"{k} {o['bytes'].get(k, 0) / GB:.3f} GB" for k in moved)
+        lines.append(f"  {stream:8s} {ms(b.get(stream, 0.0))} {ms(u.get(stream, 0.0)):>35s}   {words}")
+    lines.append(f"  the device's compute stream idled {ms(o['idle_s']).strip()} of the step; host peak "
+                 f"{o['host_peak'] / GB:.2f} GB, NVMe {o['nvme_peak'] / GB:.2f} GB per rank")
+    lines += [line for n in o["notes"] for line in textwrap.wrap(n, 116, initial_indent="  note: ",
+                                                                  subsequent_indent="        ")]
+    return lines
+
+
+# -- zerosim plan -------------------------------------------------------------------------------------------------
+def plan_offloads(args) -> tuple:
+    """The planner's ((label, at(stage)), ...): every configuration the flags name (comma lists: all combinations)."""
+    req = offload_request(args, several=True)
+    if req is None:
+        return ()
+    def at(stage, c):
+        off = req.offload(c, stage)[0]
+        return off.placement.name, (off,)
+
+    return tuple((label(c), lambda stage, c=c: at(stage, c)) for c in req.configs)
+
+
+# A placement (parallel/offload PLACEMENTS) by the flags that ask for it
+PLACEMENT_FLAGS = {
+    "optimizer-cpu": "--offload-optimizer cpu",
+    "optimizer-nvme": "--offload-optimizer nvme",
+    "params-cpu": "--offload-optimizer cpu --offload-params cpu",
+    "params-nvme": "--offload-optimizer nvme --offload-params nvme",
+    "params-cpu-optimizer-nvme": "--offload-optimizer nvme --offload-params cpu",
+    "params-nvme-optimizer-cpu": "--offload-optimizer cpu --offload-params nvme",
+    "fsdp2-cpu": "--offload-policy cpu",
+}
+
+
+def offload_flags(placement: str, args) -> str:
+    """The flags that run `placement` (a plan row's), the host's included; "" for "none"."""
+    if placement == "none":
+        return ""
+    words = [PLACEMENT_FLAGS[placement]]
+    for flag, value in (("--host", args.host), ("--host-memory", args.host_memory), ("--host-nvme", args.host_nvme),
+                        ("--pcie", args.pcie), ("--host-bandwidth", args.host_bandwidth)):
+        if value is not None:
+            words.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " " + " ".join(words)
+
+
+def offload_plan_lines(r: dict, top: int) -> list:
+    """Below the planner's table, with offload tried: the host and NVMe bytes of its printed offload rows."""
+    from zerosim.analysis.costs import GB, get_host
+
+    s = r["settings"]
+    if "offloads" not in s:
+        return []
+    host, rows = get_host(s["host"]), [(i, x) for i, x in enumerate(r["fitting"][:top], 1) if x["offload"] != "none"]
+    per_node = min(s["ranks"], s["gpus_per_node"])
+    lines = ["", *textwrap.wrap(f"Offload tried beside none: {', '.join(s['offloads'])}, on {host.name} nodes "
+                                f"({host.memory / 1e12:.2f} TB DRAM, {host.nvme / 1e12:.2f} TB NVMe; {per_node} "
+                                "ranks a node). Host and NVMe per rank at their peaks:", 116)]
+    lines += [f"{i:>2d}  host {x['host_peak'] / GB:8.2f} GB   NVMe {x['nvme_peak'] / GB:8.2f} GB" for i, x in rows]
+    return lines + ([] if rows else ["    (none of the rows printed offloads)"])

@@ -106,10 +106,14 @@ class Offload(Parallelism):
         u, handle = unit_elements(ctx, op.layer), Handle()
         fmt = "fp32" if self.placement.cast_on == "device" else ctx.policy.compute_format.name
         width = 4 if fmt == "fp32" else ctx.policy.compute_format.bits // 8
+        # params on the host carry what the CPU optimizer made: the fetch starts once its step is done (DeepSpeed's
+        # step() and FSDP2's optimizer.step() on CPU tensors return when it is; with DPU, the step before's)
+        made_by = None if self.placement.tier("params") != "host" else (
+            "after previous host" if self.dpu else "after host")
         with ctx.cluster.trace.about(purpose="offload", layers=(op.layer,)):
             if self.placement.tier("params") == "nvme":
                 handle += copy(ctx, "nvme_read", u, width, fmt, f"{ctx.names[op.layer]} params")
-            handle += copy(ctx, "h2d", u, width, fmt, f"{ctx.names[op.layer]} params")
+            handle += copy(ctx, "h2d", u, width, fmt, f"{ctx.names[op.layer]} params", made_by)
         return handle
 
     def after_unit(self, ctx, passes, ops) -> Handle:
