@@ -26,9 +26,9 @@ DEVICES = ("cpu", "nvme")
 PCIE = ("pcie3", "pcie4", "pcie5")
 
 
-def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bool = False) -> None:
+def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bool = False, host: bool = True) -> None:
     """The offload flags; `dpu`: --dpu (a run that steps); `times`: --pcie and --host-bandwidth (a run that is timed);
-    `several`: comma-separated lists, every combination tried (the planner)."""
+    `several`: comma-separated lists, every combination tried (the planner); `host`: --host and its sizes."""
     from zerosim.analysis.costs import HOSTS
 
     g = p.add_argument_group("offload (DeepSpeed's offload_optimizer / offload_param, FSDP2's CPUOffloadPolicy; "
@@ -47,6 +47,8 @@ def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bo
         g.add_argument("--dpu", nargs="?", type=int, const=0, default=None, metavar="WARMUP",
                        help="the ZeRO-Offload paper's delayed parameter update: each step runs on the parameters of "
                             "the update before the last while the CPU steps; after WARMUP steps without it (default 0)")
+    if not host:
+        return
     g.add_argument("--host", choices=tuple(HOSTS), default=None,
                    help="the machine type whose host memory and NVMe per node the ranks share (default: the one whose "
                         "GPU is --gpu, else dgx-h100: 2 TB DRAM and 30.72 TB NVMe per 8-GPU node)")
@@ -347,3 +349,16 @@ def offload_plan_lines(r: dict, top: int) -> list:
                                 "ranks a node). Host and NVMe per rank at their peaks:", 116)]
     lines += [f"{i:>2d}  host {x['host_peak'] / GB:8.2f} GB   NVMe {x['nvme_peak'] / GB:8.2f} GB" for i, x in rows]
     return lines + ([] if rows else ["    (none of the rows printed offloads)"])
+
+
+# -- zerosim train ------------------------------------------------------------------------------------------------
+def train_offload(args, stage: int):
+    """The Offload `zerosim train` runs at `stage` (None without offload flags); its notes are refused here: a run
+    that trains says what it runs, so a key DeepSpeed would run otherwise (NVMe at stages 1/2) is an error."""
+    req = offload_request(args)
+    if req is None:
+        return None
+    offload, notes = req.offload(req.configs[0], stage)
+    if notes:
+        raise ValueError(f"at ZeRO-{stage}: {notes[0]}; give what runs (e.g. --offload-optimizer cpu)")
+    return offload

@@ -216,8 +216,8 @@ def report(args) -> tuple:
         "link": p.link,
         "fitting": rows,
         "did_not_fit": [_row(r, s, rate, per_token) for r in p.rows if not r.fits],
-        "pruned": [{"stage": st, "model_states": b, **({"offload": o} if o != "none" else {})}
-                   for st, b, o in p.pruned],
+        "pruned": [{"stage": st, "model_states": b} for st, b in p.pruned]
+        + [{"stage": st, "model_states": b, "offload": o} for st, b, o in p.pruned_offload],
         "reproduce": _reproduce(p, flag, args, intra),
     }, p
 

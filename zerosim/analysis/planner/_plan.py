@@ -73,9 +73,10 @@ class Plan:
 
     rows: tuple  # every PlanRow measured
     fitting: tuple  # the rows that fit, fastest first
-    pruned: tuple  # ((stage, model-state bytes, offload label), ...): stages whose device states alone do not fit
+    pruned: tuple  # ((stage, model-state bytes), ...): stages whose model states alone do not fit
     settings: dict  # what was asked: model, ranks, gpus_per_node, gpu, seq_len, global_batch, precision, ...
     link: str  # the ring's link
+    pruned_offload: tuple = ()  # ((stage, device model-state bytes, placement), ...): the same, with an offload
 
     def commands(self, row: PlanRow, model_flag: str) -> tuple:
         """The `zerosim memory` and `zerosim timeline` command lines that reproduce `row` (model_flag: "--model X"
@@ -202,7 +203,7 @@ def plan(
                     if progress is not None:
                         progress(f"ZeRO-{stage} {strategy} B={B}" + ("" if label == "none" else f" {label}"))
                     if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
-                        pruned.append((stage, resting, label))
+                        pruned.append((stage, resting) if label == "none" else (stage, resting, label))
                         done = True
                         break
                     if row.fits:
@@ -259,4 +260,5 @@ def plan(
         "loss": loss or LOSS_OF[kernels],
         **offloaded,
     }
-    return Plan(tuple(rows), fitting, tuple(pruned), settings, link)
+    return Plan(tuple(rows), fitting, tuple(p for p in pruned if len(p) == 2), settings, link,
+                tuple(p for p in pruned if len(p) == 3))
