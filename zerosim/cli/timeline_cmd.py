@@ -403,13 +403,16 @@ def _run_one(args, s) -> int:
         import matplotlib
 
         matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
-        from zerosim.viz import timeline_figure
+        from zerosim.viz import offload_step_figure, timeline_figure
 
-        ax = timeline_figure(
-            result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
-            + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
-        )
-        save_figure(ax.figure, args.figure)
+        name = (f"{r['model']}, N = {r['ranks']:,}, " + (f"ZeRO-{r['stage']}" if r["strategy"] is None else
+                                                          r["strategy"]) + f", {r['link']}")
+        if "offload" in r:  # one step on device / PCIe / CPU / NVMe rows
+            fig = offload_step_figure({f"{r['offload']['placement']}" + (" with DPU" if r["offload"]["dpu"] else ""):
+                                       result}, title=name)
+        else:
+            fig = timeline_figure(result, ranks=[0], title=name).figure
+        save_figure(fig, args.figure)
         written.append(f"figure: {args.figure}")
     print(
         json.dumps(r, indent=1)
