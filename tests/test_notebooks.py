@@ -48,6 +48,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
     "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
+    # DPU's loss curve; one offloaded step without and with DPU; ms per token against the batch; ZeRO-Infinity's step
+    "14_offload.ipynb": 4,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -181,6 +183,14 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "distributed  Newton-Schulz on: 0.w -> ranks [0, 1], 2.w -> ranks [2, 3], 4.w -> ranks [3]",
         "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
         " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
+    ],
+    "14_offload.ipynb": [  # bytes by construction and properties: the same on every CPU
+        "ZeRO-Offload   device:   26.0 GB at rest,  28.27 GB at the peak with the estimates, of 34.09 -> fits; host: "
+        "208.0 GB at rest, 260.0 GB at the peak, of 1.65 TB",  # 2Ψ on the V100, 16Ψ (+ 4Ψ in the step) on the host
+        "13B on one V100 32GB: trains with ZeRO-Offload, not without it",
+        "offload changes no bit: True",
+        "DPU changes the trajectory: True",
+        "with a tenth of the bandwidth the CPU step is longer than the GPU's work up to 16,384 tokens a step",
     ],
 }
 _executed = {}

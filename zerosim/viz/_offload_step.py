@@ -73,9 +73,10 @@ def offload_step_figure(results: dict, rank: int = 0, title: str | None = None):
         ax.set_yticks(range(len(ROWS)), [words for _, words in ROWS], fontsize=8)
         ax.set_ylim(len(ROWS) - 0.4, -0.6)
         ax.set_xlim(0, span / scale)
-        ax.set_title(f"{name}: step {w.duration / scale:.3g} {unit}; CPU step {w.busy.get('cpu', 0) / scale:.3g} "
-                     f"{unit}, PCIe busy {w.busy.get('pcie', 0) / scale:.3g} {unit}; the device computed nothing for "
-                     f"{w.idle / scale:.3g} {unit}", fontsize=9, loc="left")
+        t = lambda x: f"{x / scale:.0f}" if x / scale >= 100 else f"{x / scale:.3g}"  # noqa: E731
+        ax.set_title(f"{name}: step {t(w.duration)} {unit}; CPU step {t(w.busy.get('cpu', 0))} {unit}, PCIe busy "
+                     f"{t(w.busy.get('pcie', 0))} {unit}, NVMe {t(w.busy.get('nvme', 0))} {unit}; the device computed "
+                     f"nothing for {t(w.idle)} {unit}", fontsize=9, loc="left")
     axes[-1, 0].set_xlabel(f"time from the step's start ({unit}), rank {rank}")
     handles = [Patch(facecolor=c, label=words) for words, c in seen.items() if c is not None]
     if IDLE in seen:
