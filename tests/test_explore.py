@@ -150,3 +150,26 @@ def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_wou
         got, want = (imread(io.BytesIO(c.png())) for c in (canvas, fresh))
         assert np.array_equal(got, want), move
     assert 1 < len(canvas._backgrounds) < 6  # some moves kept the axes (a restored background), some did not
+
+
+def test_the_host_column_is_what_zerosim_memory_prints_with_offload(capsys):
+    """The explorer's host column (an offload placement on the settings) holds rank 0's host and NVMe ledgers, at rest
+    and at the peak, and the node's verdict: `zerosim memory --offload-optimizer cpu --json`'s, on the machine whose
+    GPUs these are; its step is `zerosim timeline --offload-optimizer cpu`'s. Without offload the column is empty."""
+    s = Settings(**SMALL | {"stage": 2, "offload": "optimizer-cpu"})
+    n = explore(s)
+    mem = cli_json(capsys, "memory", *flags(s), "--offload-optimizer", "cpu", "--gpu", s.gpu, "--gpus-per-node", "8")
+    row = next(r for r in mem["stages"] if r["stage"] == 2)
+    for tier in ("host", "nvme"):
+        assert (n["host"][tier]["resting"], n["host"][tier]["peak"]) == (row[tier]["resting"], row[tier]["peak"])
+        assert n["host"][tier]["per_node"] == row["offload"]["fit"][tier]["per_node"]
+        assert n["host"][tier]["fits"] == row["offload"]["fit"][tier]["fits"]
+    assert n["peak"] == row["peak"] and n["host"]["host"]["resting"] == row["offload"]["formula"]["host"]
+    tl = cli_json(capsys, "timeline", *flags(s), "--stage", "2", "--gpu", s.gpu, "--gpus-per-node", "8",
+                  "--efficiency", "peak", "--offload-optimizer", "cpu")
+    assert n["step_s"] == tl["step_s"]
+    plain = explore(Settings(**SMALL))["host"]
+    assert plain["offload"] == "none" and all(plain[t]["resting"] == {} and plain[t]["peak"] == 0
+                                              for t in ("host", "nvme"))
+    with pytest.raises(ValueError, match="runs at stage 3, not 2"):
+        Settings(**SMALL | {"stage": 2, "offload": "params-cpu"}).with_()

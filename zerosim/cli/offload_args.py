@@ -150,12 +150,9 @@ def offload_request(args, ds=None, several: bool = False) -> Request | None:
 def host_from_args(args, gpu=None):
     """The Host: --host, else the host whose GPUs are `gpu` (a costs.GPU), else the DGX H100; --host-memory and
     --host-nvme (GB) set."""
-    from zerosim.analysis.costs import HOSTS, get_host
+    from zerosim.analysis.costs import get_host, host_of
 
-    if args.host is not None:
-        host = get_host(args.host)
-    else:
-        host = next((h for h in HOSTS.values() if gpu is not None and h.gpu == gpu.key), HOSTS["dgx-h100"])
+    host = get_host(args.host) if args.host is not None else host_of(gpu)
     for flag, v in (("--host-memory", args.host_memory), ("--host-nvme", args.host_nvme)):
         if v is not None and not (v > 0 and v < 1e9):
             raise ValueError(f"{flag} is GB (1e9 bytes) per node, more than 0, got {v!r}")

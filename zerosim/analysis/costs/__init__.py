@@ -54,7 +54,7 @@ from zerosim.analysis.costs._efficiency import KERNEL_RATES, Efficiency, KernelR
 from zerosim.analysis.costs._efficiency import PRESETS as EFFICIENCY_PRESETS
 from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
-from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit
+from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_of
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
 from zerosim.analysis.costs._measured import measure_activations, measure_by_stage, measure_stage, strategy_costs
@@ -99,6 +99,7 @@ __all__ = [
     "Host",
     "get_host",
     "host_fit",
+    "host_of",
     "Fit",
     "Overhead",
     "fit",

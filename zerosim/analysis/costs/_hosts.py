@@ -82,6 +82,12 @@ def get_host(host) -> Host:
     raise ValueError(f"unknown host {host!r}; choose one of {', '.join(HOSTS)} or pass a zerosim.analysis.costs.Host")
 
 
+def host_of(gpu) -> Host:
+    """The host whose GPUs are `gpu` (a GPUS key or a GPU), else the DGX H100's: 2 TB per 8-GPU node."""
+    key = getattr(gpu, "key", gpu)
+    return next((h for h in HOSTS.values() if h.gpu == key), HOSTS["dgx-h100"])
+
+
 def host_fit(per_rank: dict, ranks: int, host: Host, gpus_per_node: int | None = None) -> dict:
     """Whether the ranks on one node fit its DRAM and NVMe: `per_rank` {"host": bytes, "nvme": bytes} one rank holds
     (its ledger's peak on each tier); the ranks per node are `gpus_per_node` (default the host's GPUs), at most
