@@ -1,5 +1,6 @@
-"""Offload where users look: `zerosim memory`, `timeline`, `plan` and `train` with --offload-optimizer / --offload-params
-(DeepSpeed's keys), --offload-policy cpu (FSDP2's CPUOffloadPolicy) and --ds-config's offload keys (cli/offload_args.py):
+"""Offload where users look: `zerosim memory`, `timeline`, `plan` and `train` with --offload-optimizer /
+--offload-params (DeepSpeed's keys), --offload-policy cpu (FSDP2's CPUOffloadPolicy) and --ds-config's offload keys
+(cli/offload_args.py):
 every tier the ledgers hold equal to its hand formula, the bytes each link carries per step, the planner's offload rows,
 and the refusals, each naming what is wrong."""
 

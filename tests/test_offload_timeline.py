@@ -140,5 +140,6 @@ def test_the_figure_of_one_offloaded_step_draws_the_timelines_intervals():
         assert _bars(fig, "pcie:") == pytest.approx(w.busy["pcie"], rel=1e-9)
         assert _bars(fig, "compute:") == pytest.approx(w.busy["compute"], rel=1e-9)
         assert _bars(fig, "idle") == pytest.approx(w.idle, rel=1e-9)
-        assert "CPU step" in fig.axes[0].get_title(loc="left") and fig.axes[0].get_xlim()[1] == pytest.approx(w.duration)
+        assert "CPU step" in fig.axes[0].get_title(loc="left")
+        assert fig.axes[0].get_xlim()[1] == pytest.approx(w.duration)
         matplotlib.pyplot.close(fig)

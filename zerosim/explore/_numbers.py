@@ -9,8 +9,8 @@ makes), placed in time by the same simulator `zerosim timeline` uses (analysis/t
 datasheet peaks and zerosim's own (fused) kernels — `zerosim timeline --efficiency peak --kernels fused`, not the
 command's calibrated defaults — and the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans
 nodes (`zerosim timeline --gpus-per-node 8`). With an offload placement (`Settings.offload`) the host column holds what
-leaves the device, on the machine whose GPUs these are (`zerosim memory --offload-optimizer ... --gpu ...`). Nothing here is a formula: tests/test_explore.py checks every number
-against those two commands' --json.
+leaves the device, on the machine whose GPUs these are (`zerosim memory --offload-optimizer ... --gpu ...`). Nothing
+here is a formula: tests/test_explore.py checks every number against those two commands' --json.
 
 Results are kept per `Settings` (a frozen value): a slider moved back to where it was redraws at once.
 """

@@ -2,9 +2,9 @@
 
 `Settings` holds what a slider or a drop-down can move: the model (a shipped preset's name, or the path of a
 model's `config.json`), N, the ZeRO stage, the precision and optimizer, the sequence length and micro-batch,
-the checkpointing strategy, the GPU and the offload placement. `model_for(settings)` builds the same data-less twin `zerosim memory` /
-`zerosim timeline` build from the same flags (cli/model_args.py `decoder_from_args`): a MetaGPT or a MetaLlama
-at the model's shape, so its activations and its checkpointing's recompute are in the step.
+the checkpointing strategy, the GPU and the offload placement. `model_for(settings)` builds the same data-less twin
+`zerosim memory` / `zerosim timeline` build from the same flags (cli/model_args.py `decoder_from_args`): a MetaGPT or
+a MetaLlama at the model's shape, so its activations and its checkpointing's recompute are in the step.
 """
 
 from __future__ import annotations

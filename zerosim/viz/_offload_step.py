@@ -1,8 +1,8 @@
 """One offloaded step on its five rows: the device's compute and its collectives, the PCIe link, the host's CPU and the
 NVMe drives — where the CPU optimizer step sits and what the device waits for.
 
-Reads `zerosim.analysis.timeline.Timeline`s (the simulated times of a recorded step: offload's copies on their "pcie" and
-"nvme" streams, the CPU optimizer on its "cpu" lane), never a formula. Each panel is one step, the last of its log
+Reads `zerosim.analysis.timeline.Timeline`s (the simulated times of a recorded step: offload's copies on their "pcie"
+and "nvme" streams, the CPU optimizer on its "cpu" lane), never a formula. Each panel is one step, the last of its log
 (`step_window`: with DPU the second step is the steady state); its x axis starts at the step's start. The compute row
 hatches where the device computed nothing: what the step waited for. Copies take a colour per direction, so the
 gradients going down and the parameters coming back read apart.

@@ -4,10 +4,10 @@ A node's host DRAM and its data NVMe are shared by the ranks on it, so offload f
 together hold no more than the node has: host bytes per rank × ranks per node <= `memory`, and the same for `nvme`.
 Each preset is one machine type, with the GPUs it carries and the host link they copy over (the timeline's `pcie`):
 
-    name       datasheet                                             memory per node    NVMe for data  GPUs  link   DRAM
-    dgx-2      DGX-2: 16x V100 32GB, 1.5 TB DDR4, 30 TB NVMe           1.5 TiB (1.65e12)  30.72e12       16    pcie3  256
-    dgx-a100   DGX A100 640GB: 8x A100 80GB, 2 TB DDR4, 30 TB NVMe     2 TiB (2.20e12)    30.72e12        8    pcie4  410
-    dgx-h100   DGX H100: 8x H100 80GB, 2 TB DDR5, 8x 3.84 TB U.2 NVMe  2 TiB (2.20e12)    30.72e12        8    pcie5  614
+  name       datasheet                                             memory per node    NVMe for data  GPUs  link   DRAM
+  dgx-2      DGX-2: 16x V100 32GB, 1.5 TB DDR4, 30 TB NVMe           1.5 TiB (1.65e12)  30.72e12       16    pcie3  256
+  dgx-a100   DGX A100 640GB: 8x A100 80GB, 2 TB DDR4, 30 TB NVMe     2 TiB (2.20e12)    30.72e12        8    pcie4  410
+  dgx-h100   DGX H100: 8x H100 80GB, 2 TB DDR5, 8x 3.84 TB U.2 NVMe  2 TiB (2.20e12)    30.72e12        8    pcie5  614
 
 DRAM: the node's peak memory bandwidth in GB/s, its two CPUs' channels × transfer rate × 8 bytes (vendors' CPU
 specifications: the DGX-2's Xeon Platinum 8168, 6 channels of DDR4-2666 each; the DGX A100's EPYC 7742, 8 of

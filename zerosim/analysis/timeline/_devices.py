@@ -91,8 +91,8 @@ RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None
 V100_SXM2 = Device("Tesla V100 SXM2", 7.8 * TERA, 15.7 * TERA, 125 * TERA, None, 900e9,
                    "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16")
 
-DEVICES = {"v100": V100_SXM2, "a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090,
-           "h100-hbm2e": H100_HBM2E}
+DEVICES = {"v100": V100_SXM2, "a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM,
+           "rtx3090": RTX_3090, "h100-hbm2e": H100_HBM2E}
 
 
 def get_device(device) -> Device:

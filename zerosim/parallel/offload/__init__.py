@@ -3,7 +3,8 @@ FSDP2's CPUOffloadPolicy; DPU's one-step delayed update. A parallelism beside da
 through the contract (parallel/_contract.py): where each buffer lives is data on the plan (`place`), each copy an event.
 
     _placement.py   Placement, PLACEMENTS, get_placement: which buffers leave the device, after DeepSpeed's
-                    offload_optimizer / offload_param and FSDP2's CPUOffloadPolicy (the placement apart from its copies);
+                    offload_optimizer / offload_param and FSDP2's CPUOffloadPolicy (the placement apart from its
+                    copies);
                     deepspeed_placement: what DeepSpeed runs for its two keys at each stage; host_optimizer: the
                     CPU optimizer DeepSpeed steps there (DeepSpeedCPUAdam)
     _transfers.py   the copies, device <-> host over PCIe and host <-> NVMe, as events with bytes and a link

@@ -169,7 +169,8 @@ DEEPSPEED_CPU_OPTIMIZERS = {"adam": {"formula": "deepspeed-cpu"}, "adamw": {"for
 def host_optimizer(placement: Placement, name: str) -> dict:
     """The get_optimizer arguments for optimizer `name` stepping where `placement` puts it: DeepSpeed's CPU optimizers
     (DEEPSPEED_CPU_OPTIMIZERS) when DeepSpeed offloads it; nothing changed on the device or under FSDP2 (whose policy
-    steps the user's own torch optimizer on CPU tensors). Raises ValueError for an optimizer DeepSpeed does not offload."""
+    steps the user's own torch optimizer on CPU tensors). Raises ValueError for an optimizer DeepSpeed does not
+    offload."""
     if not placement.offloads_optimizer or placement.framework != "deepspeed":
         return {}
     if name not in DEEPSPEED_CPU_OPTIMIZERS:
