@@ -86,6 +86,13 @@ def test_a_deepspeed_configs_offload_is_what_memory_measures(tmp_path):
     (("train", "--offload-optimizer", "cpu", "--save", "/nonexistent/x", "--steps", "1"),
      "checkpoints of an offloaded run are not modelled"),
     (("train", "--offload-optimizer", "cpu", "--stage", "0", "--steps", "1"), "at stage 0 nothing is offloaded"),
+    # offload beside tensor parallelism is not modelled: each command says so rather than run half of it
+    (("memory", "--model", "llama-2-7b", "--seq-len", "128", "--ranks", "8", "--tp", "2", "--offload-optimizer", "cpu"),
+     "drop --strategy, --tp/--sp"),
+    (("timeline", "--model", "llama-2-7b", "--seq-len", "128", "--ranks", "8", "--stage", "2", "--tp", "2",
+      "--offload-optimizer", "cpu"), "offload beside tensor parallelism is not modelled"),
+    (("train", "--model", "gpt", "--tp", "2", "--offload-optimizer", "cpu", "--steps", "1"),
+     "offload beside tensor parallelism is not modelled"),
 ])
 def test_bad_offload_flags_are_refused_by_name(argv, match):
     assert match in _refused(*argv)
@@ -133,6 +140,15 @@ def test_the_planner_ranks_offload_beside_the_others():
                   "--global-batch", "16", "--stages", "2", "--strategies", "block", "--micro-batches", "1",
                   "--offload-optimizer", "cpu", "--host-memory", "50")  # 8 ranks x ~25 GB: not on a 50 GB node
     assert small["fitting"] == [] and all(not x["host_fits"] for x in small["did_not_fit"] if x["offload"] != "none")
+
+
+def test_the_planner_tries_offload_beside_tp_1_only():
+    """Offload beside tensor parallelism is not modelled: with --tp 1,2 the offload rows come at tp = 1 alone, and
+    the rows without offload at both degrees."""
+    r = _json("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu", "a100-40gb", "--seq-len", "1024",
+              "--global-batch", "16", "--stages", "3", "--strategies", "block", "--micro-batches", "1", "--tp", "1,2",
+              "--offload-optimizer", "cpu")
+    assert sorted((x["tp"], x["offload"]) for x in r["fitting"]) == [(1, "none"), (1, "optimizer-cpu"), (2, "none")]
 
 
 def test_train_offloads_and_says_so():
