@@ -35,12 +35,14 @@ def explore(s: Settings) -> dict:
 
     Returns {"model", "params", "ranks", "stage", "at_peak": {kind: bytes live at rank 0's peak moment},
     "peak", "resting": {kind: bytes of model states after the step}, "capacity" (the GPU's driver total),
-    "fits", "step_s", "compute_s", "comm_s", "exposed_s", "link", "device", "host": the host column}: "host" holds
+    "fits", "step_s", "compute_s", "comm_s", "exposed_s" (the collectives'), "host_wait_s" (the step less compute
+    and exposed collectives: what the device waited for the host's copies and CPU step; 0 without offload), "link",
+    "device", "host": the host column}: "host" holds
     the offload placement and, for "host" and "nvme", rank 0's {"resting": {kind: bytes}, "peak", "per_node" (the
     peak times the ranks of a node of 8), "capacity" (the node's, the host whose GPUs `s.gpu` are), "fits"} — all
     empty and 0 without offload (`zerosim memory --offload-... --json`'s "host" and "nvme", and its node's verdict)."""
     from zerosim.analysis.costs import get_gpu, host_fit, host_of, measure_stage
-    from zerosim.analysis.timeline import Hardware, TimeModel, simulate
+    from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
     from zerosim.parallel.offload import PLACEMENTS, Offload
     from zerosim.precision import get_precision
 
@@ -59,6 +61,10 @@ def explore(s: Settings) -> dict:
     time_model = TimeModel(None)
     t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
                  costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
+    compute, comm, exposed = float(t.compute_busy[0]), float(t.comm_busy[0]), float(t.exposed_comm[0])
+    if offload:  # the collectives alone, as `zerosim timeline --offload-...` reads them; the copies and the CPU step
+        w = step_window(t)  # are the host's (their busy time, and what the device waited for beside the collectives)
+        compute, comm, exposed = w.busy["compute"], w.busy["comm"], w.uncovered["comm"]
     ledgers = {tier: cluster.ranks[0].ledger_of(tier) for tier in ("host", "nvme")}
     node = host_fit({tier: ledger.peak() for tier, ledger in ledgers.items()}, s.ranks, host, GPUS_PER_NODE)
     return {
@@ -74,9 +80,10 @@ def explore(s: Settings) -> dict:
         "gpu": gpu.name,
         "fits": row["peak"] <= gpu.capacity,  # the ledger's bytes alone; `zerosim memory --gpu` adds the overheads
         "step_s": t.step_time,
-        "compute_s": float(t.compute_busy[0]),
-        "comm_s": float(t.comm_busy[0]),
-        "exposed_s": float(t.exposed_comm[0]),
+        "compute_s": compute,
+        "comm_s": comm,
+        "exposed_s": exposed,
+        "host_wait_s": t.step_time - compute - exposed if offload else 0.0,  # the device idle, waiting for the host
         "link": (hw.inter_link or hw.link).name,  # the slowest link the ring crosses
         "device": hw.device.name,
         "time_model": time_model.describe(),  # what the times assume
