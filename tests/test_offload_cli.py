@@ -142,6 +142,25 @@ def test_the_planner_ranks_offload_beside_the_others():
     assert small["fitting"] == [] and all(not x["host_fits"] for x in small["did_not_fit"] if x["offload"] != "none")
 
 
+def test_the_planner_names_each_placements_fastest_row_when_the_printed_ones_hold_none():
+    """With --top 1 the printed row is ZeRO-3 without offload; below it the planner gives each placement's fastest
+    row (of its two micro-batches) by its rank in the full list (the JSON's order) and its step time."""
+    argv = ("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu", "a100-40gb", "--seq-len", "1024",
+            "--global-batch", "16", "--stages", "3", "--strategies", "block", "--micro-batches", "1,2",
+            "--offload-optimizer", "cpu", "--offload-params", "cpu")
+    rows = _json(*argv)["fitting"]
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert main([*argv, "--top", "1"]) == 0
+    text = out.getvalue()
+    assert rows[0]["offload"] == "none" and "the fastest row of each placement not printed above" in text
+    for label in ("optimizer-cpu", "params-cpu"):
+        i, x = next((i, x) for i, x in enumerate(rows, 1) if x["offload"] == label)
+        assert sum(y["offload"] == label for y in rows) == 2  # B = 1 and 2: the first in the list is the fastest
+        assert f"{i:>2d}  host {x['host_peak'] / 1e9:8.2f} GB" in text and f"{label}: ZeRO-3 block " \
+            f"{x['micro_batch']} × {x['accumulation']}, {x['step_s']:.2f} s a step" in text, label
+
+
 def test_the_planner_tries_offload_beside_tp_1_only():
     """Offload beside tensor parallelism is not modelled: with --tp 1,2 the offload rows come at tp = 1 alone, and
     the rows without offload at both degrees."""

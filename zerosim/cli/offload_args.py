@@ -345,7 +345,17 @@ def offload_plan_lines(r: dict, top: int) -> list:
                                 f"({host.memory / 1e12:.2f} TB DRAM, {host.nvme / 1e12:.2f} TB NVMe; {per_node} "
                                 "ranks a node). Host and NVMe per rank at their peaks:", 116)]
     lines += [f"{i:>2d}  host {x['host_peak'] / GB:8.2f} GB   NVMe {x['nvme_peak'] / GB:8.2f} GB" for i, x in rows]
-    return lines + ([] if rows else ["    (none of the rows printed offloads)"])
+    # each placement's fastest row, where the printed ones hold none of it: offload against more GPUs at a glance
+    shown, best = {x["offload"] for _, x in rows}, {}
+    for i, x in enumerate(r["fitting"], 1):
+        if x["offload"] not in shown and x["offload"] != "none":
+            best.setdefault(x["offload"], (i, x))
+    if best:
+        lines.append("  the fastest row of each placement not printed above (--top, or --json for all):")
+    lines += [f"{i:>2d}  host {x['host_peak'] / GB:8.2f} GB   NVMe {x['nvme_peak'] / GB:8.2f} GB   {label}: ZeRO-"
+              f"{x['stage']} {x['strategy']} {x['micro_batch']} × {x['accumulation']}, {x['step_s']:.2f} s a step"
+              for label, (i, x) in best.items()]
+    return lines
 
 
 # -- zerosim train ------------------------------------------------------------------------------------------------
