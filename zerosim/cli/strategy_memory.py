@@ -34,7 +34,7 @@ def strategy_rows(args, s, names) -> list:
         config = replace(MemoryConfig.for_precision(s.precision_name, optimizer=s.optimizer, padding="none"),
                          fp32_grad_accum=grads == 4)
         formula = model_state_memory(P, shards, 3, config)
-        secondary = config.param_bytes * P / size if plan.after_forward.startswith("piece") else 0
+        secondary = config.param_bytes * P / size if plan.reshard.keeps_piece else 0
         ledger = cluster.ranks[0].ledger
         rows.append({
             "strategy": name,
