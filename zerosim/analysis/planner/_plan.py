@@ -115,30 +115,55 @@ def plan(
     kernels: str = "fused",
     loss: str | None = None,
     hardware=None,
+    spelling=None,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
     `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
-    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags)."""
-    from zerosim.analysis.costs._measured import measure_stage
-    from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
-    from zerosim.models.llama import MetaLlama
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags); `spelling`: how the caller names
+    `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names)."""
+    from zerosim.models.gpt import ALL_STRATEGIES
     from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
-    for name, v in (
-        ("ranks", ranks),
-        ("gpus_per_node", gpus_per_node),
-        ("seq_len", seq_len),
-        ("global_batch", global_batch),
-    ):
+    per_rank, batches = _check(config, ranks, gpus_per_node, seq_len, global_batch, micro_batches, spelling)
+    strategies = tuple(strategies or ALL_STRATEGIES)
+    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    trial = _Trial(config, ranks, gpus_per_node if nodes else None, g, seq_len, per_rank, precision, optimizer,
+                   get_comm_schedule(comm), reserve, progress, time_model, hw if hardware is None else hardware(hw),
+                   kernels, loss)
+    rows, pruned = [], []
+    for stage in stages:
+        stage_rows, states = trial.stage(stage, strategies, batches)
+        rows += stage_rows
+        if states is not None:  # the model states alone: nothing here can fit this stage
+            pruned.append((stage, states))
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
+    settings = {
+        "model": config.name, "params": config.num_params, "ranks": ranks, "gpus_per_node": gpus_per_node,
+        "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
+        "global_batch": global_batch, "per_rank": per_rank, "precision": precision, "optimizer": optimizer,
+        "comm": comm, "reserve": reserve, "strategies": strategies, "micro_batches": batches, "stages": tuple(stages),
+        "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
+        "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
+    }
+    return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0])
+
+
+def _check(config, ranks, gpus_per_node, seq_len, global_batch, micro_batches, spelling) -> tuple:
+    """(sequences per rank per step, the micro-batches to try), every argument checked first."""
+    from zerosim.parallel.data.multinode import Spelling, check_nodes
+
+    for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
+                    ("global_batch", global_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
-        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
+    # the one rule `zerosim memory` and `timeline` follow, so the commands the plan prints run (DataMesh)
+    check_nodes(ranks, gpus_per_node, spelling or Spelling(ranks="ranks"))
     if global_batch % ranks:
         raise ValueError(
             f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
@@ -150,81 +175,71 @@ def plan(
     batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
     if not batches:
         raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-    strategies = tuple(strategies or ALL_STRATEGIES)
-    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
-    link = links[1] if nodes else links[0]
-    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
-    hw = hw if hardware is None else hardware(hw)
-    per_node = gpus_per_node if nodes else None
-    schedule = get_comm_schedule(comm)
-    twin = MetaLlama if config.layout == "llama" else MetaGPT
-    rows, pruned = [], []
-    for stage in stages:
-        stage_rows = []
+    return per_rank, batches
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """What every configuration the planner tries shares: the model's config, the job, the GPU, the settings."""
+
+    config: object
+    ranks: int
+    gpus_per_node: int | None  # None: one node
+    gpu: object
+    seq_len: int
+    per_rank: int
+    precision: str
+    optimizer: str
+    schedule: object
+    reserve: float
+    progress: object
+    time_model: object
+    hardware: object
+    kernels: str
+    loss: str | None
+
+    def stage(self, stage: int, strategies: tuple, batches: tuple) -> tuple:
+        """(every PlanRow tried at `stage`, its model states' bytes when they alone exceed the GPU, else None).
+        Each strategy's micro-batches are tried smallest first, up to the first that does not fit."""
+        from zerosim.models.gpt import MetaGPT, strategy_options
+        from zerosim.models.llama import MetaLlama
+        from zerosim.parallel.data.multinode import DataMesh
+
+        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node)  # the stage on the job's ranks and nodes
+        twin = MetaLlama if self.config.layout == "llama" else MetaGPT
+        rows = []
         for strategy in strategies:
-            model = twin.from_config(config, seq_len, kernels=kernels, loss=loss, **strategy_options(strategy))
+            model = twin.from_config(self.config, self.seq_len, kernels=self.kernels, loss=self.loss,
+                                     **strategy_options(strategy))
             for B in batches:
-                m, cluster, engine = measure_stage(
-                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
-                    gpus_per_node=per_node
-                )
-                resting = sum(m["resting"].values())
-                extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, g.capacity)
-                if progress is not None:
-                    progress(f"ZeRO-{stage} {strategy} B={B}")
-                if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
-                    pruned.append((stage, resting))
-                    break
-                if row.fits:
-                    costs = time_model.costs(model, (B, seq_len), hw) if time_model is not None else None
-                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-                    t = step_time(
-                        model,
-                        ranks,
-                        stage,
-                        hw,
-                        schedule,
-                        precision,
-                        optimizer,
-                        (B, seq_len),
-                        row.accumulation,
-                        first=one,
-                        time_model=time_model,
-                        gpus_per_node=per_node,
-                    )
-                    row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
-                stage_rows.append(row)
+                row, states = self.measure(mesh, model, strategy, B)
+                if states is not None:
+                    return rows, states
+                rows.append(row)
                 if not row.fits:
                     break  # a larger micro-batch only holds more activations
-            if pruned and pruned[-1][0] == stage:
-                break
-        rows += stage_rows
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
-    settings = {
-        "model": config.name,
-        "params": config.num_params,
-        "ranks": ranks,
-        "gpus_per_node": gpus_per_node,
-        "gpu": g.key,
-        "gpu_name": g.name,
-        "capacity": g.capacity,
-        "device": g.device,
-        "seq_len": seq_len,
-        "global_batch": global_batch,
-        "per_rank": per_rank,
-        "precision": precision,
-        "optimizer": optimizer,
-        "comm": comm,
-        "reserve": reserve,
-        "strategies": strategies,
-        "micro_batches": batches,
-        "stages": tuple(stages),
-        "time_model": (time_model or TimeModel()).describe(),
-        "time_flags": (time_model or TimeModel()).flags(),
-        "links": tuple(links),
-        "hardware": hw,
-        "kernels": kernels,
-        "loss": loss or LOSS_OF[kernels],
-    }
-    return Plan(tuple(rows), fitting, tuple(pruned), settings, link)
+        return rows, None
+
+    def measure(self, mesh, model, strategy: str, B: int) -> tuple:
+        """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
+        alone exceed the GPU, else None)."""
+        from zerosim.analysis.costs._measured import measure_stage
+
+        m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
+                                           micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh)
+        resting, stage = sum(m["resting"].values()), mesh.plan.stage
+        extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
+        row = PlanRow(stage, strategy, B, self.per_rank // B, m["peak"], m["at_peak"], resting, extra,
+                      self.gpu.capacity)
+        if self.progress is not None:
+            self.progress(f"ZeRO-{stage} {strategy} B={B}")
+        if fit(resting, self.gpu).total > self.gpu.capacity:
+            return row, resting
+        if not row.fits:
+            return row, None
+        hw, time_model = self.hardware, self.time_model
+        costs = time_model.costs(model, (B, self.seq_len), hw) if time_model is not None else None
+        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+        t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
+                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh)
+        return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None

@@ -194,7 +194,9 @@ STRATEGIES = {
 
 def get_plan(stage) -> Plan:
     """The plan of ZeRO `stage` (0-3), or of a strategy by name (STRATEGIES: "hsdp", "mics", "hpz", ...); a
-    ValueError naming what there is otherwise."""
+    ValueError naming what there is otherwise. A Plan is its own plan."""
+    if isinstance(stage, Plan):
+        return stage
     if isinstance(stage, str) and stage in STRATEGIES:
         return STRATEGIES[stage]
     if type(stage) is not int or stage not in PLANS:

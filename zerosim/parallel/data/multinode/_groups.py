@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from zerosim.cluster import Groups
 from zerosim.parallel._dims import ParallelDims
+from zerosim.parallel.data.multinode._data_mesh import DataMesh
 
 
 @dataclass(frozen=True)
@@ -49,41 +48,27 @@ class MeshGroups:
 
 
 def default_size(plan, cluster, size) -> int | None:
-    """S: `size`, or the cluster's GPUs per node when the plan needs one and none was given."""
-    if not plan.uses_groups:
-        if size is not None:
-            raise ValueError(f"shard_group={size!r} has no meaning for {plan.label}: it shards over every rank and "
-                             "keeps no secondary piece")
-        return None
-    if size is None:
-        if cluster.gpus_per_node is None:
-            raise ValueError(f"{plan.label} needs a group size: pass shard_group=S, or place the ranks on nodes with "
-                             "Cluster(N, gpus_per_node=G) (S defaults to G)")
-        return cluster.gpus_per_node
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"shard_group must be a positive integer, got {size!r}")
-    if cluster.world_size % size:
-        raise ValueError(f"shard_group={size} does not divide the {cluster.world_size} ranks into equal groups")
-    return int(size)
+    """S: `size`, or the cluster's GPUs per node when the plan needs one and none was given (DataMesh checks it)."""
+    return DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, size).group
 
 
 def mesh_groups(plan, cluster, size: int | None = None) -> MeshGroups:
-    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked; default GPUs per node)."""
-    n, world = cluster.world_size, cluster.world
-    s = default_size(plan, cluster, size)
-    if s is None:
-        return MeshGroups(world, world, dims=ParallelDims(n))
-    if plan.sharded_over == "world":  # hpZ, FSDP2's reshard to a group: shards over N, a secondary piece over S
-        return MeshGroups(world, world, secondary=Groups.blocks(n, s, "secondary"), dims=ParallelDims(n))
-    dims = ParallelDims(n, dp_shard=s, dp_replicate=n // s)  # HSDP / MiCS: S-way shards, R = N / S replicas
+    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked by `DataMesh.of`; default GPUs per
+    node)."""
+    return DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, size).groups(cluster.world)
+
+
+def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
+    """The groups of a checked `DataMesh` (see the module docstring), cut from its `ParallelDims`."""
+    n, plan, dims = mesh.dims.world_size, mesh.plan, mesh.dims
+    if mesh.secondary is None and plan.sharded_over == "world":  # the flat stages: the world for everything
+        return MeshGroups(world, world, dims=dims)
+    if plan.sharded_over == "world":  # hpZ, FSDP2's reshard to a group: shards over N, a secondary piece over S'
+        return MeshGroups(world, world, secondary=Groups.blocks(n, mesh.secondary, "secondary"), dims=dims)
     shard, replicate = dims.groups("dp_shard").renamed("shard"), dims.groups("dp_replicate").renamed("replicate")
-    if not plan.hierarchical_gather:
+    if not plan.hierarchical_gather:  # HSDP / MiCS: S-way shards, R = N / S replicas
         return MeshGroups(world, shard, replicate, dims=dims)
-    g = cluster.gpus_per_node
-    if g is None or s <= g or s % g:
-        raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group of {s} must span "
-                         f"whole nodes of GPUs (gpus_per_node={g}); DeepSpeed asserts the same "
-                         "(mics_utils.py: 'sharding spans on single node, no need for hierarchy allgather')")
+    g, s = mesh.gpus_per_node, mesh.shards  # DataMesh.of checked that the shard group spans whole nodes
     spans = s // g
     inter = tuple(tuple(b + m * g + slot for m in range(spans)) for b in range(0, n, s) for slot in range(g))
     return MeshGroups(world, shard, replicate, inter=Groups("inter", inter), intra=Groups.blocks(n, g, "intra"),
