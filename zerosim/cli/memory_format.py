@@ -1,12 +1,13 @@
-"""`zerosim memory`'s report as text: the table by stage and kind, the activations by name, what the configs'
-keys did, the verdict against a GPU, and the seeds' conventions."""
+"""`zerosim memory`'s report as text, from the library's reports' `to_dict()` (zerosim.analysis.reports): the table by
+stage and kind, the activations by name, what the configs' keys did, the verdict against a GPU, and the seeds'
+conventions (`format_report`); the strategies for many nodes side by side (`format_strategies`)."""
 
 from __future__ import annotations
 
 import textwrap
 
 from zerosim.analysis.costs import GB
-from zerosim.cli.fit_lines import fit_lines
+from zerosim.analysis.reports import fit_lines
 
 
 def format_report(r: dict) -> str:
@@ -226,3 +227,32 @@ def _hint(r: dict) -> str:
             "--checkpoint flash, block or every-k, a smaller --batch, or more --ranks; `zerosim plan` tries them all."
         )
     return "Model states are most of it: more --ranks, ZeRO-3, or a GPU with more memory; `zerosim plan` tries them."
+
+
+def format_strategies(r: dict) -> str:
+    """The strategies' table as `zerosim memory` prints it."""
+    lines = [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']:,} ranks"
+        + ("" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}")
+        + f", {r['optimizer']}, {r['precision']}",
+        "Per-rank memory in GB (1e9 bytes) as the meta backend's ledgers recorded one step; 'formula' is (2 + g + 4",
+        "+ K)·Ψ/shards, shards = S (HSDP, MiCS) or N; bytes sent per rank in the step, by the link tier they crossed.",
+        "",
+        f"{'strategy':18s} {'S':>5s} {'R':>5s}  {'states':>8s} {'formula':>8s}  {'2nd':>7s} {'2Ψ/S':>7s}  "
+        f"{'peak':>8s}  {'NVLink':>8s} {'IB':>8s}",
+    ]
+    for row in r["strategies"]:
+        group = "-" if row["group"] is None else f"{row['group']:,}"
+        lines.append(
+            f"{row['strategy']:18s} {group:>5s} {row['replicas']:5,d}  {row['resting_total'] / GB:8.2f} "
+            f"{row['formula_total'] / GB:8.2f}  {row['secondary_peak'] / GB:7.2f} {row['secondary_formula'] / GB:7.2f}"
+            f"  {row['peak'] / GB:8.2f}  {row['tiers']['intra-node'] / GB:8.1f} {row['tiers']['inter-node'] / GB:8.1f}"
+        )
+    lines += [
+        "",
+        "states: params, grads, master and optimizer state at rest (every rank holds the same); 2nd: the secondary",
+        "piece's peak (hpZ keeps it until the step, FSDP2's reshard_after_forward=S until each unit's backward);",
+        "peak: the most one rank held at once. NVLink / IB: GB one rank sent (the ranks' average) within nodes and",
+        "across them. Each strategy follows its framework's recipe and partitions; docs/recipes.md cites the code.",
+    ]
+    return "\n".join(lines)

@@ -1,15 +1,15 @@
 """The flags `zerosim memory`, `timeline` and `plan` share: the model (a preset, a config.json, a parameter count or
 a GPT shape), its micro-batch and checkpointing, the communication knobs or a DeepSpeed config, and the GPU.
 
-`setup(args)` reads them once into a `Setup`: the data-less model, the micro-batch, the schedule, the precision
-and optimizer, the DeepSpeed config's settings where one is given (its values win over defaults; a flag that
-contradicts it is an error, as the HF Trainer refuses a mismatch), and the GPU to judge the memory against.
+`setup(args)` reads them once into a `Workload` (zerosim.analysis.reports): the data-less model, the micro-batch, the
+schedule, the precision and optimizer, the DeepSpeed config's settings where one is given (its values win over
+defaults; a flag that contradicts it is an error, as the HF Trainer refuses a mismatch), and the GPU to judge the
+memory against.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from zerosim.cli.work_budget import check_units
 from zerosim.optim import OPTIMIZERS
@@ -150,24 +150,6 @@ def add_gpu_arguments(p) -> None:
         metavar="FRACTION",
         help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})",
     )
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What the flags describe, read once."""
-
-    model: object  # MetaModel, MetaGPT or MetaLlama
-    micro: tuple | None  # (B, L) per rank per micro-step, or None (activations not counted)
-    comm: object  # CommSchedule
-    precision: object  # a preset name or a MixedPrecision (a DeepSpeed config's scaler and wire format)
-    precision_name: str  # the preset whose byte sizes the formulas use
-    optimizer: str
-    accumulation: int  # micro-steps per step
-    clip_grad: float | None
-    config: object  # the DecoderConfig read from --config or the preset, or None
-    ds: object  # the DeepSpeedRun read from --ds-config, or None
-    gpu: object  # a costs.GPU, or None
-    reserve: float
 
 
 def micro_batch_from_args(args) -> tuple | None:
@@ -367,9 +349,10 @@ def _knobs_given(args) -> list:
     ]
 
 
-def setup(args) -> Setup:
-    """Read every shared flag once (see the module docstring)."""
+def setup(args):
+    """Read every shared flag once into a Workload (see the module docstring)."""
     from zerosim.analysis.costs import get_gpu
+    from zerosim.analysis.reports import Workload
     from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
 
     config = config_from_args(args)
@@ -396,9 +379,10 @@ def setup(args) -> Setup:
     reserve = getattr(args, "reserve", None)
     if reserve is not None and not 0 <= reserve < 1:
         raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
-    return Setup(
+    micro = micro_batch_from_args(args)
+    return Workload(
         model,
-        micro_batch_from_args(args),
+        micro,
         ds.comm if ds else comm_from_args(args),
         ds.precision if ds else args.precision,
         args.precision,
@@ -409,6 +393,7 @@ def setup(args) -> Setup:
         ds,
         get_gpu(args.gpu) if getattr(args, "gpu", None) else None,
         reserve if reserve is not None else 0.05,
+        (getattr(args, "checkpoint", None) or "none") if micro else None,
     )
 
 

@@ -16,27 +16,11 @@ from __future__ import annotations
 import json
 import sys
 
-from zerosim.analysis.costs import GB, model_flops_per_token, reserved
+from zerosim.analysis.costs import GB
+from zerosim.analysis.reports import KINDS
 
 KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kernels / torch.compile"}
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
-KINDS = (
-    ("W", "params"),
-    ("G", "grads"),
-    ("OS", "master and optim:*"),
-    ("grad32", "grad32"),
-    ("activ.", "activations"),
-    ("other", "comm, scratch"),
-)
-
-
-def kind_group(kind: str) -> str:
-    """The column a ledger kind is counted in."""
-    return {"params": "W", "grads": "G", "master": "OS", "grad32": "grad32", "activations": "activ."}.get(
-        kind, "OS" if kind.startswith("optim:") else "other"
-    )
-
-
 def add_arguments(p) -> None:
     from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS, PRESETS
     from zerosim.cli.efficiency_args import add_efficiency_arguments, add_kernel_arguments
@@ -137,11 +121,12 @@ def _strategies(text):
     return names
 
 
-def report(args) -> tuple:
-    """The plan as data (what --json prints) and the Plan."""
+def report(args):
+    """The plan: the library's PlanReport (zerosim.analysis.reports), its `to_dict()` what --json prints."""
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
-    from zerosim.cli.strategy_args import check_nodes
+    from zerosim.analysis.reports import plan_report
+    from zerosim.cli.strategy_args import flags
     from zerosim.cli.work_budget import check_units
     from zerosim.models.hf import read_hf_config
     from zerosim.outputs import check_file
@@ -151,7 +136,6 @@ def report(args) -> tuple:
                         ("--global-batch", args.global_batch)):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    check_nodes(args.gpus, args.gpus_per_node, "--gpus")  # as the timeline command it prints checks it
     config = read_hf_config(args.config) if args.config else get_preset(args.model).config
     check_units(config.n_layers + 3, f"{config.name} ({config.n_layers:,} layers)")  # before any twin is built
     if not 0 <= args.reserve < 1:  # (NaN fails this too)
@@ -165,7 +149,7 @@ def report(args) -> tuple:
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
     from zerosim.analysis.costs import get_gpu
-    from zerosim.cli.efficiency_args import kernels_of, links_from_args, loss_of, time_model_from_args
+    from zerosim.cli.efficiency_args import kernels_of, link_flags, links_from_args, loss_of, time_model_from_args
 
     time_model = time_model_from_args(args)
     intra = args.link or ("nvlink3" if get_gpu(args.gpu).device.startswith("a100") else "nvlink4")
@@ -190,73 +174,12 @@ def report(args) -> tuple:
         kernels=kernels_of(args),
         loss=loss_of(args),
         hardware=lambda hw: links_from_args(args, hw),
+        spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
     )
     bar.close()
     flag = f"--config {args.config}" if args.config else f"--model {args.model}"
-    s = p.settings
-    rate = _peak_rate(s["device"], args.precision)
-    per_token = model_flops_per_token(config, args.seq_len)
-    rows = [_row(r, s, rate, per_token) for r in p.fitting]
-    from zerosim.cli.timeline_cmd import link_model
-
-    return {
-        "settings": {k: v for k, v in s.items() if k != "hardware"},
-        "link_model": link_model(s["hardware"]),
-        "model_flops_per_token": per_token,
-        "link": p.link,
-        "fitting": rows,
-        "did_not_fit": [_row(r, s, rate, per_token) for r in p.rows if not r.fits],
-        "pruned": [{"stage": st, "model_states": b} for st, b in p.pruned],
-        "reproduce": _reproduce(p, flag, args, intra),
-    }, p
-
-
-def _reproduce(p, flag: str, args, intra: str) -> list:
-    """The two commands that reproduce the top row, with the link and efficiency flags this plan ran with."""
-    from zerosim.cli.efficiency_args import link_flags
-
-    if not p.fitting:
-        return []
-    memory, timeline = p.commands(p.fitting[0], flag)
-    links = f" --link {intra}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node else "")
-    extra = link_flags(args)
-    return [memory, timeline + links + (f" {extra}" if extra else "")]
-
-
-def _peak_rate(device: str, precision: str) -> float:
-    from zerosim.analysis.timeline import DEVICES
-    from zerosim.precision import get_precision
-
-    return DEVICES[device].rate(get_precision(precision).compute)
-
-
-def _row(r, s, rate, per_token) -> dict:
-    tokens = s["per_rank"] * s["seq_len"]  # per GPU per step
-    by = {label: 0 for label, _ in KINDS}
-    for kind, nbytes in r.at_peak.items():
-        by[kind_group(kind)] += nbytes
-    out = {
-        "stage": r.stage,
-        "strategy": r.strategy,
-        "micro_batch": r.micro_batch,
-        "accumulation": r.accumulation,
-        "peak": r.peak,
-        "at_peak": r.at_peak,
-        "by_group": by,
-        "overheads": r.overheads,
-        "total": r.total,
-        "capacity": r.capacity,
-        "margin": r.margin,
-        "fits": r.fits,
-        "step_s": r.step_s,
-        "compute_s": r.compute_s,
-        "exposed_s": r.exposed_s,
-    }
-    out["reserved"] = reserved(r.peak, s["reserve"])  # what the caching allocator would hold (costs/_reserve.py)
-    if r.step_s:
-        out["tokens_per_s_per_gpu"] = tokens / r.step_s
-        out["mfu"] = per_token * tokens / (r.step_s * rate)  # torchtitan's / PaLM's model FLOPs (costs/_mfu.py)
-    return out
+    links = f"--link {intra}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node else "")
+    return plan_report(p, config, flag, " ".join(x for x in (links, link_flags(args)) if x), args.top)
 
 
 def format_plan(r: dict) -> str:
@@ -333,8 +256,8 @@ def _line(x: dict) -> str:
 
 
 def run(args) -> int:
-    r, p = report(args)
-    r["settings"]["top"] = args.top
+    report_ = report(args)
+    r = report_.to_dict()
     print(json.dumps(r, indent=1, default=str) if args.json else format_plan(r))
     if args.figure:
         import matplotlib
@@ -343,7 +266,7 @@ def run(args) -> int:
         from zerosim.cli.timeline_cmd import save_figure
         from zerosim.viz import plan_figure
 
-        save_figure(plan_figure(p, top=args.top), args.figure)
+        save_figure(plan_figure(report_.plan, top=args.top), args.figure)
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0
