@@ -11,6 +11,8 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
     zerosim memory --model llama-7b --ranks 16 --gpus-per-node 8 --seq-len 2048 --batch 1 \
         --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ at stage 3
     zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
+    zerosim memory --model llama-3-70b --ranks 256 --gpus-per-node 8 --tp 8 --sp --seq-len 8192 --batch 16 \
+        --checkpoint block --precision bf16-mixed --gpu h100-80gb      # torchtitan's FSDP 32 x TP 8
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -24,8 +26,10 @@ stage's measured peak, plus labelled estimates of what no ledger sees (CUDA cont
 reserve, DeepSpeed's buckets), is judged against the GPU: fits, or does not, and by how much. A DeepSpeed
 config (--ds-config) sets the stage, schedule, precision, batch and clipping; every key of it, and of a
 --config, is listed as modelled, not modelled or no effect. With --strategy (and --gpus-per-node, --shard-group)
-the strategies for many nodes are measured instead of the stages. The report is the library's
-(zerosim.analysis.reports: MemoryReport, StrategyMemoryReport): --json prints its `to_dict()`.
+the strategies for many nodes are measured instead of the stages. With --tp T (and --sp) every stage runs beside
+Megatron's tensor parallelism: --ranks stays the GPU count, ZeRO shards each TP rank's slice over the ranks / T
+data-parallel ranks that hold it, and the activations are one TP rank's, beside Megatron's formulas. The report is
+the library's (zerosim.analysis.reports: MemoryReport, StrategyMemoryReport): --json prints its `to_dict()`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of
+from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
@@ -57,9 +62,10 @@ def add_arguments(p) -> None:
     add_schedule_arguments(p)
     add_wire_arguments(p)
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
 
 
-def strategies_report(args, s, names):
+def strategies_report(args, s, names, tp: int = 1, sp: bool = False):
     """`zerosim memory --strategy ...`: the library's StrategyMemoryReport, each strategy on its checked DataMesh."""
     from zerosim.analysis.reports import strategy_memory_report
 
@@ -70,7 +76,7 @@ def strategies_report(args, s, names):
                          "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
                          "or the other")
     check_nodes(args.ranks, args.gpus_per_node)
-    return strategy_memory_report(s, [mesh_of(args, name) for name in names], step=not args.no_step)
+    return strategy_memory_report(s, [mesh_of(args, name, tp=tp) for name in names], step=not args.no_step, sp=sp)
 
 
 def report(args):
@@ -79,11 +85,16 @@ def report(args):
 
     s = setup(args)
     names = strategies_of(args, several=True)
+    tp, sp = tensor_of(args, args.ranks)
+    if tp > 1 and s.micro is None:
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: give its shape and work, "
+                         "--seq-len (and --batch) with a --model, --config or --d-model")
     if names:
-        return strategies_report(args, s, names)
+        return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
-    if args.gpus_per_node is not None and not args.zero_quantized_gradients:  # the stages' table has no link tiers
-        raise ValueError("--gpus-per-node places the ranks on nodes for --strategy or --zero-quantized-gradients; "
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1:  # the table has no tiers
+        raise ValueError("--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"
+                         "; "
                          "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
                          "links): drop it, or add --strategy")
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
@@ -96,7 +107,8 @@ def report(args):
     unit = getattr(s.model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer")
     return memory_report(s, args.ranks, (3,) if qgz else stages, quantized, step=not args.no_step, unit=unit,
                          mesh=mesh_of(args, 3) if qgz else None, recipe=qgz_recipe(args),
-                         show_progress=not args.json and sys.stderr.isatty())
+                         show_progress=not args.json and sys.stderr.isatty(), tp=tp, sp=sp,
+                         gpus_per_node=args.gpus_per_node)
 
 
 def run(args) -> int:

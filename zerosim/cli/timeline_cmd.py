@@ -39,6 +39,7 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of, strategy_recipe
+from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -70,6 +71,8 @@ def add_arguments(p) -> None:
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
+    add_async_argument(p)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -136,6 +139,10 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
+    tp, _ = tensor_of(args, args.ranks)
+    if tp > 1 and (args.seq_len is None or args.sweep):
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: time one step of its shape with "
+                         "--seq-len (and --batch), without --sweep")
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -185,10 +192,12 @@ def one_report(args, s):
     stage = names[0] if names else args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
     hw = links_from_args(args, hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute,
                                              args.ranks))
-    mesh = mesh_of(args, stage)  # the stage or strategy on --ranks, --gpus-per-node and its group: checked once
+    tp, sp = tensor_of(args, args.ranks)
+    mesh = mesh_of(args, stage, tp=tp)  # the stage or strategy on --ranks, --gpus-per-node, its group and --tp: checked
     check_qgz_model(args, s.model)
     recipe = strategy_recipe(names[0]) if names else qgz_recipe(args)
-    return timeline_step(s, mesh, hw, args.tokens or 2048, wire_from_args(args), time_model_from_args(args), recipe)
+    return timeline_step(s, mesh, hw, args.tokens or 2048, wire_from_args(args), time_model_from_args(args), recipe,
+                         sp=sp, async_tp=args.async_tp)
 
 
 def _run_one(args, s) -> int:

@@ -20,6 +20,10 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    tp = r.get("tensor_parallel")
+    if tp is not None:
+        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+            ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [

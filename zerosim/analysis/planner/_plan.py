@@ -49,6 +49,7 @@ class PlanRow:
     step_s: float | None = None  # None when it does not fit (not timed)
     compute_s: float | None = None
     exposed_s: float | None = None
+    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / tp)
 
     @property
     def total(self) -> int:
@@ -82,10 +83,12 @@ class Plan:
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
+        if row.tp > 1:
+            common += f" --tp {row.tp}" + (" --sp" if s.get("sp") else "") + f" --gpus-per-node {s['gpus_per_node']}"
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            f"--gpus-per-node {s['gpus_per_node']} {s['time_flags']}",
+            + ("" if row.tp > 1 else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
         )
 
 
@@ -115,47 +118,59 @@ def plan(
     kernels: str = "fused",
     loss: str | None = None,
     hardware=None,
+    tps=(1,),
+    sp: bool = False,
     spelling=None,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
     `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
-    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags); `spelling`: how the caller names
-    `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names)."""
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
+    to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
+    on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes. `spelling`: how the caller
+    names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names)."""
     from zerosim.models.gpt import ALL_STRATEGIES
     from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
-    per_rank, batches = _check(config, ranks, gpus_per_node, seq_len, global_batch, micro_batches, spelling)
+    tps = _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling)
     strategies = tuple(strategies or ALL_STRATEGIES)
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
-    trial = _Trial(config, ranks, gpus_per_node if nodes else None, g, seq_len, per_rank, precision, optimizer,
-                   get_comm_schedule(comm), reserve, progress, time_model, hw if hardware is None else hardware(hw),
-                   kernels, loss)
+    trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
+                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, sp)
     rows, pruned = [], []
-    for stage in stages:
-        stage_rows, states = trial.stage(stage, strategies, batches)
-        rows += stage_rows
-        if states is not None:  # the model states alone: nothing here can fit this stage
-            pruned.append((stage, states))
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
+    for tp in tps:
+        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
+        batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
+        if not batches:
+            raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
+        for stage in stages:
+            stage_rows, states = trial.stage(stage, strategies, batches, tp, per_rank)
+            rows += stage_rows
+            if states is not None:  # the model states alone: nothing here can fit this stage
+                pruned.append((stage, states) if tp == 1 else (stage, states, tp))
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
     settings = {
         "model": config.name, "params": config.num_params, "ranks": ranks, "gpus_per_node": gpus_per_node,
         "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
-        "global_batch": global_batch, "per_rank": per_rank, "precision": precision, "optimizer": optimizer,
-        "comm": comm, "reserve": reserve, "strategies": strategies, "micro_batches": batches, "stages": tuple(stages),
+        "global_batch": global_batch,
+        "per_rank": global_batch // ranks,  # sequences a GPU's data-parallel rank takes per step without TP
+        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
+        "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
+        "micro_batches": batches if len(tps) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0])
 
 
-def _check(config, ranks, gpus_per_node, seq_len, global_batch, micro_batches, spelling) -> tuple:
-    """(sequences per rank per step, the micro-batches to try), every argument checked first."""
+def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling) -> tuple:
+    """The tensor-parallel degrees to try, every argument checked first."""
     from zerosim.parallel.data.multinode import Spelling, check_nodes
 
     for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
@@ -164,18 +179,19 @@ def _check(config, ranks, gpus_per_node, seq_len, global_batch, micro_batches, s
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     # the one rule `zerosim memory` and `timeline` follow, so the commands the plan prints run (DataMesh)
     check_nodes(ranks, gpus_per_node, spelling or Spelling(ranks="ranks"))
-    if global_batch % ranks:
-        raise ValueError(
-            f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
-            f"(each rank takes micro-batch × accumulation sequences per step)"
-        )
+    tps = tuple(tps)
+    for tp in tps:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
+            raise ValueError(f"a tensor-parallel degree must divide the {ranks} GPUs, got {tp!r}")
+        if global_batch % (ranks // tp):
+            over = f"{ranks} ranks" if tp == 1 else f"{ranks // tp} data-parallel ranks ({ranks} GPUs / tp {tp})"
+            raise ValueError(
+                f"a global batch of {global_batch} sequences does not split over {over} "
+                f"(each rank takes micro-batch × accumulation sequences per step)"
+            )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
-    per_rank = global_batch // ranks
-    batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
-    if not batches:
-        raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-    return per_rank, batches
+    return tps
 
 
 @dataclass(frozen=True)
@@ -184,10 +200,10 @@ class _Trial:
 
     config: object
     ranks: int
-    gpus_per_node: int | None  # None: one node
+    gpus_per_node: int
+    nodes: bool  # more than one node: two link tiers
     gpu: object
     seq_len: int
-    per_rank: int
     precision: str
     optimizer: str
     schedule: object
@@ -197,22 +213,25 @@ class _Trial:
     hardware: object
     kernels: str
     loss: str | None
+    sp: bool  # with tp > 1: sequence parallelism
 
-    def stage(self, stage: int, strategies: tuple, batches: tuple) -> tuple:
-        """(every PlanRow tried at `stage`, its model states' bytes when they alone exceed the GPU, else None).
-        Each strategy's micro-batches are tried smallest first, up to the first that does not fit."""
+    def stage(self, stage: int, strategies: tuple, batches: tuple, tp: int, per_rank: int) -> tuple:
+        """(every PlanRow tried at `stage` beside TP of degree `tp`, its model states' bytes when they alone exceed
+        the GPU, else None). Each strategy's micro-batches are tried smallest first, up to the first that does not
+        fit; `per_rank`: the sequences a data-parallel rank takes per step."""
         from zerosim.models.gpt import MetaGPT, strategy_options
         from zerosim.models.llama import MetaLlama
         from zerosim.parallel.data.multinode import DataMesh
 
-        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node)  # the stage on the job's ranks and nodes
+        # the stage on the job's ranks and nodes (beside TP the ranks sit on nodes even within one)
+        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or tp > 1 else None, tp=tp)
         twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
             model = twin.from_config(self.config, self.seq_len, kernels=self.kernels, loss=self.loss,
                                      **strategy_options(strategy))
             for B in batches:
-                row, states = self.measure(mesh, model, strategy, B)
+                row, states = self.measure(mesh, model, strategy, B, per_rank)
                 if states is not None:
                     return rows, states
                 rows.append(row)
@@ -220,26 +239,28 @@ class _Trial:
                     break  # a larger micro-batch only holds more activations
         return rows, None
 
-    def measure(self, mesh, model, strategy: str, B: int) -> tuple:
+    def measure(self, mesh, model, strategy: str, B: int, per_rank: int) -> tuple:
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
         alone exceed the GPU, else None)."""
         from zerosim.analysis.costs._measured import measure_stage
 
+        tp = mesh.dims.tp
+        sp = self.sp and tp > 1  # sequence parallelism cuts over a TP group: none at tp = 1
         m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
-                                           micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh)
+                                           micro_batch=(B, self.seq_len), comm=self.schedule, sp=sp, mesh=mesh)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
-        row = PlanRow(stage, strategy, B, self.per_rank // B, m["peak"], m["at_peak"], resting, extra,
-                      self.gpu.capacity)
+        row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
+                      tp=tp)
         if self.progress is not None:
-            self.progress(f"ZeRO-{stage} {strategy} B={B}")
+            self.progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else ""))
         if fit(resting, self.gpu).total > self.gpu.capacity:
             return row, resting
         if not row.fits:
             return row, None
         hw, time_model = self.hardware, self.time_model
-        costs = time_model.costs(model, (B, self.seq_len), hw) if time_model is not None else None
+        costs = time_model.costs(engine.model, (B, self.seq_len), hw) if time_model is not None else None
         one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
         t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
-                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh)
+                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh, sp=sp)
         return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None

@@ -7,6 +7,7 @@ the command's `--json` (the command itself only reads flags, calls these and pri
     _sweeps.py     SweepReport, stages_sweep; StrategySweepReport, strategy_sweep_report (zerosim timeline --sweep)
     _memory.py     MemoryReport, memory_report; StrategyMemoryReport, strategy_memory_report (zerosim memory)
     _plan.py       PlanReport, plan_report: the planner's rows with MFU and the commands that reproduce the top one
+    _tensor.py     beside tensor parallelism: one TP rank's slice, its activations against Megatron's formulas
 """
 
 from zerosim.analysis.reports._fit import fit_lines, judge, verdict_word
@@ -22,6 +23,7 @@ from zerosim.analysis.reports._sweeps import (
                                               stages_sweep,
                                               strategy_sweep_report,
 )
+from zerosim.analysis.reports._tensor import tp_activations
 from zerosim.analysis.reports._workload import Workload
 
 __all__ = [
@@ -29,5 +31,5 @@ __all__ = [
     "StrategyMemoryReport", "StrategySweepReport",
     "SweepReport", "Workload", "describe_comm", "fit_lines", "gpu_of", "judge", "kind_group", "link_model",
     "memory_report", "plan_report", "stages_sweep", "strategy_memory_report", "strategy_sweep_report",
-    "tier_summary", "timeline_step", "verdict_word",
+    "tier_summary", "timeline_step", "tp_activations", "verdict_word",
 ]

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zerosim.analysis.reports._fit import judge
-from zerosim.analysis.reports._step import Report
+from zerosim.analysis.reports._step import Report, optional
+from zerosim.analysis.reports._tensor import local_params, padded_vocab, tp_activations, tp_sent
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class MemoryReport(Report):
     step: bool  # False: the resting state after initialisation only
     wire: str | None  # stage 3's weight gathers in fewer bits (ZeRO++), in words
     activations: dict | None  # one rank's micro-batch, measured by name beside the count by hand
+    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "vocab", ...}
     stages: list  # one measured row per stage, with its formula
     gpu: dict | None  # the GPU and each stage's verdict
     config: dict | None  # the model config's keys: modelled, not modelled, no effect
@@ -44,10 +46,13 @@ class MemoryReport(Report):
 
 
 def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool = True, unit: str | None = None,
-                  mesh=None, recipe=None, show_progress: bool | None = None) -> MemoryReport:
+                  mesh=None, recipe=None, show_progress: bool | None = None, tp: int = 1, sp: bool = False,
+                  gpus_per_node: int | None = None) -> MemoryReport:
     """The memory of `stages` for `work` (a Workload) on `ranks` ranks (see the module docstring). `mesh`: a DataMesh
     for the one stage that needs nodes (ZeRO++'s qgZ at stage 3); `wire`: ZeRO++'s Wire for stage 3; `recipe`: the
-    gradient recipe (None: each plan's default); `unit`: how the report names the model's units."""
+    gradient recipe (None: each plan's default); `unit`: how the report names the model's units. `tp`, `sp`: each
+    stage beside tensor (and sequence) parallelism, `ranks` every GPU placed `gpus_per_node` to a node; the formulas
+    then read one TP rank's slice over its ranks / tp data-parallel ranks, the activations one TP rank's."""
     from zerosim.analysis.costs import (
         MemoryConfig,
         comm_volume,
@@ -63,19 +68,23 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     else:
         measured = measure_by_stage(model, N, work.optimizer, work.precision, step=step, stages=stages,
                                     show_progress=show_progress, micro_batch=micro, comm=work.comm,
-                                    clip_grad=work.clip_grad, wire=wire)
+                                    clip_grad=work.clip_grad, wire=wire, tp=tp, sp=sp,
+                                    gpus_per_node=gpus_per_node if tp > 1 else None)
     name, P = work.precision_name, model.num_params
+    local, dp = (P, N) if tp == 1 else (local_params(model, tp, sp), N // tp)  # one TP rank's slice, its dp ranks
     config = MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="all")  # the engines pad every buffer
     for row in measured:
-        formula = model_state_memory(P, N, row["stage"], config)
+        formula = model_state_memory(local, dp, row["stage"], config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
         row["formula_unpadded_total"] = model_state_memory(
-            P, N, row["stage"], MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="none")
+            local, dp, row["stage"], MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="none")
         ).total
         row["ledger_total"] = sum(row["resting"].values())
         bytes_ = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
-        row["sent_formula"] = comm_volume(P, N, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+        row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+        if tp > 1:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
+            row["sent_formula"] += tp_sent(model, micro, tp, sp, bytes_)
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)
             row["total"] = row["ledger_total"] + row["activations"]
@@ -83,7 +92,12 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         model=model.name, params=P, layers=len(model.layers), largest_layer=model.largest_layer, ranks=N,
         optimizer=work.optimizer, precision=name, unit=unit, step=step,
         wire=None if wire is None else wire.describe(),
-        activations=None if micro is None else activations(model, micro, work.checkpointing, work.precision),
+        activations=None if micro is None else (
+            activations(model, micro, work.checkpointing, work.precision) if tp == 1 else
+            tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp)),
+        tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
+                                              "vocab": padded_vocab(model, tp),
+                                              "vocab_padded": padded_vocab(model, tp) != model.vocab},
         stages=measured, gpu=_gpu(work, measured, N), config=None if work.config is None else
         _keys(work.config.keys + work.config.defaults), ds_config=_ds_config(work),
         conventions=_conventions(P, N, model.largest_layer, work.optimizer, name), seed001_erratum=_erratum(),
@@ -173,21 +187,25 @@ class StrategyMemoryReport(Report):
     optimizer: str
     precision: str
     gpus_per_node: int | None
+    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp"}
     strategies: list  # one row per strategy: {"strategy", "group", "replicas", "recipe", "resting", ...}
 
 
-def strategy_memory_report(work, meshes: list, step: bool = True) -> StrategyMemoryReport:
-    """One measured row per strategy, each on its `DataMesh` (all of one N), with its framework's recipe, the hand
-    formula of its states, (2 + g + 4 + K)·Ψ / shards, and the bytes each tier carried per rank."""
+def strategy_memory_report(work, meshes: list, step: bool = True, sp: bool = False) -> StrategyMemoryReport:
+    """One measured row per strategy, each on its `DataMesh` (all of one N, one tp), with its framework's recipe, the
+    hand formula of its states, (2 + g + 4 + K)·Ψ / shards, and the bytes each tier carried per rank. Beside tensor
+    parallelism (the meshes' tp, with `sp`) the formula reads one TP rank's slice over its N / tp data-parallel
+    ranks."""
     from zerosim.analysis.costs import MemoryConfig, measure_stage, model_state_memory
     from zerosim.analysis.planner import recipe_of
 
-    P, N = work.model.num_params, meshes[0].dims.world_size
+    N, tp = meshes[0].dims.world_size, meshes[0].dims.tp
     rows = []
     for mesh in meshes:
         name = mesh.plan.name
         row, cluster, engine = measure_stage(work.model, None, None, work.optimizer, work.precision, step, work.micro,
-                                             work.comm, work.clip_grad, mesh=mesh, recipe=recipe_of(name))
+                                             work.comm, work.clip_grad, sp=sp, mesh=mesh, recipe=recipe_of(name))
+        P = engine.model.num_params  # the model's, or one TP rank's slice
         grads = engine.cluster.ranks[0].grads.array.dtype.itemsize  # the recipe's: FSDP2 keeps fp32 gradients
         config = replace(MemoryConfig.for_precision(work.precision_name, optimizer=work.optimizer, padding="none"),
                          fp32_grad_accum=grads == 4)
@@ -199,5 +217,7 @@ def strategy_memory_report(work, meshes: list, step: bool = True) -> StrategyMem
             "secondary_peak": cluster.ranks[0].ledger.peak("secondary"), "secondary_formula": secondary,
             "peak": row["peak"], "tiers": row["tiers"],
         })
-    return StrategyMemoryReport(model=work.model.name, params=P, ranks=N, optimizer=work.optimizer,
-                                precision=work.precision_name, gpus_per_node=meshes[0].gpus_per_node, strategies=rows)
+    return StrategyMemoryReport(model=work.model.name, params=work.model.num_params, ranks=N, optimizer=work.optimizer,
+                                precision=work.precision_name, gpus_per_node=meshes[0].gpus_per_node,
+                                tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": N // tp},
+                                strategies=rows)

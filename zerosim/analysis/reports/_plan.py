@@ -42,7 +42,7 @@ class PlanReport(Report):
     link: str
     fitting: list  # the rows that fit, fastest first
     did_not_fit: list
-    pruned: list  # [{"stage", "model_states"}]: stages whose model states alone exceed the GPU
+    pruned: list  # [{"stage", "model_states"(, "tp")}]: stages whose model states alone exceed the GPU (beside TP)
     reproduce: list  # the `zerosim memory` and `zerosim timeline` commands of the top row
     plan: object = kept()
 
@@ -64,7 +64,8 @@ def plan_report(p, config, model_flag: str, extra_flags: str = "", top: int = 10
         link_model=link_model(s["hardware"]), model_flops_per_token=per_token, link=p.link,
         fitting=[_row(r, s, rate, per_token) for r in p.fitting],
         did_not_fit=[_row(r, s, rate, per_token) for r in p.rows if not r.fits],
-        pruned=[{"stage": st, "model_states": b} for st, b in p.pruned], reproduce=reproduce, plan=p,
+        pruned=[{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned],
+        reproduce=reproduce, plan=p,
     )
 
 
@@ -83,6 +84,7 @@ def _row(r, s, rate, per_token) -> dict:
     for kind, nbytes in r.at_peak.items():
         by[kind_group(kind)] += nbytes
     out = {
+        **({"tp": r.tp} if tuple(s.get("tps", (1,))) != (1,) else {}),  # tensor parallelism's degree, when tried
         "stage": r.stage, "strategy": r.strategy, "micro_batch": r.micro_batch, "accumulation": r.accumulation,
         "peak": r.peak, "at_peak": r.at_peak, "by_group": by, "overheads": r.overheads, "total": r.total,
         "capacity": r.capacity, "margin": r.margin, "fits": r.fits, "step_s": r.step_s, "compute_s": r.compute_s,

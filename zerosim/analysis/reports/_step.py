@@ -17,15 +17,22 @@ from zerosim.analysis.timeline import TimeModel
 
 
 class Report:
-    """A report's JSON: every field in order, but those marked `field(metadata={"json": False})` (the runs it read)."""
+    """A report's JSON: every field in order, but those marked `kept()` (the runs it read) and the `optional()` ones
+    that are None."""
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)
+                and not (f.metadata.get("optional") and getattr(self, f.name) is None)}
 
 
 def kept(default=None):
     """A field the report keeps for figures and traces, not in its JSON."""
     return field(default=default, repr=False, compare=False, metadata={"json": False})
+
+
+def optional():
+    """A field the JSON holds only when it is not None (what a run beside tensor parallelism adds)."""
+    return field(metadata={"optional": True})
 
 
 @dataclass(frozen=True)
@@ -39,8 +46,9 @@ class StepReport(Report):
     tiers: dict  # {tier: {"link", "calls", "seconds", "bytes_per_rank"}}
     model: str
     params: int
-    units: int
+    units: int  # beside TP: one TP rank's
     ranks: int
+    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async"}
     stage: object  # the ZeRO stage, or the strategy's name
     precision: str
     optimizer: str
@@ -72,26 +80,32 @@ class StepReport(Report):
     engine: object = kept()  # the meta engine that ran the step
 
 
-def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None) -> StepReport:
+def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None, sp: bool = False,
+                  async_tp: bool = False) -> StepReport:
     """One step of `work` (a Workload) on `mesh` (a DataMesh) over `hardware`, simulated (see the module docstring).
     `tokens`: per rank per micro-step when the model has no micro-batch; `wire`: ZeRO++'s Wire; `recipe`: the
-    gradient recipe (None: the plan's default); `time_model`: a TimeModel (None: the datasheet roofline)."""
+    gradient recipe (None: the plan's default); `time_model`: a TimeModel (None: the datasheet roofline). Beside
+    tensor parallelism (the mesh's tp): `sp`, sequence parallelism; `async_tp`, TP's collectives overlapping the GEMMs
+    they feed (a bound)."""
     from zerosim.analysis.planner import meta_step
 
     time_model = time_model if time_model is not None else TimeModel()
     K, plan = work.accumulation, mesh.plan
     result, engine = meta_step(work.model, None, None, hardware, work.comm, work.precision, tokens, work.optimizer,
                                micro_batch=work.micro, accumulation_steps=K, clip_grad=work.clip_grad, wire=wire,
-                               time_model=time_model, mesh=mesh, recipe=recipe)
+                               time_model=time_model, mesh=mesh, recipe=recipe, sp=sp, async_tp=async_tp)
     per_micro = work.tokens_per_micro_step or tokens
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
     exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
-    peak, n = ledger.peak(), mesh.dims.world_size
+    peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
     return StepReport(
         strategy=plan.name or None, shard_group=mesh.group, gpus_per_node=mesh.gpus_per_node,
         inter_link=None if hardware.inter_link is None else hardware.inter_link.name,
         tiers=tier_summary(result, engine.cluster), model=work.model.name, params=work.model.num_params,
-        units=len(work.model.layers), ranks=n, stage=plan.name or plan.stage, precision=work.precision_name,
+        units=len(engine.model.layers), ranks=n,
+        tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // tp,
+                                              "local_params": engine.model.num_params, "async": async_tp},
+        stage=plan.name or plan.stage, precision=work.precision_name,
         optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
         micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
         checkpoint=work.checkpointing if work.micro else None, accumulation_steps=K, tokens_per_rank=per_micro * K,

@@ -50,7 +50,7 @@ from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overf
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
 from zerosim.parallel.data.multinode._data_mesh import DataMesh
-from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe
+from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe
 from zerosim.parallel.data.muon._plans import check_matrix_optimizer
 from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
@@ -116,12 +116,12 @@ class ZeroEngine:
         _check_arguments(model, optimizer, accumulation_steps, plan)
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
         self.optimizer, self.checkpoint, self.accumulation_steps = optimizer, checkpoint, accumulation_steps
-        self._choose(precision, comm, clip_grad, clip_norm, recipe, shard_group)  # formats, recipe, groups: checked
-        self.hooks = hooks if hooks is not None else Hooks()
         self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
+        self._choose(precision, comm, clip_grad, clip_norm, recipe, shard_group, wire)  # formats, recipe, groups
+        self.hooks = hooks if hooks is not None else Hooks()
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self._lay_out(states)  # how buffers are cut, the schedule; what fits and what was given, checked
-        padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
+        own, padded = self._initial_weights(params, states)
         self.ctx = self._context(wire)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
@@ -129,15 +129,15 @@ class ZeroEngine:
         self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
-                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, padded,
+                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, own.get(rank.index, padded),
                           None if states is None else states[rank.index])
         self.parallelisms.setup(self.ctx)
         for rank in cluster.ranks:
             rank.ledger.reset_peaks()
 
-    def _choose(self, precision, comm, clip_grad, clip_norm: str, recipe, shard_group) -> None:
-        """The schedule, clipping, formats, gradient recipe and groups, each checked against the plan and the
-        others before anything is allocated."""
+    def _choose(self, precision, comm, clip_grad, clip_norm: str, recipe, shard_group, wire) -> None:
+        """The schedule, clipping, formats, gradient recipe and groups, each checked against the plan, the other
+        parallelisms and each other before anything is allocated."""
         plan, optimizer, cluster = self.plan, self.optimizer, self.cluster
         self.comm = get_comm_schedule(comm)
         self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
@@ -148,13 +148,16 @@ class ZeroEngine:
         check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
-        # the plan on these ranks: its degrees (ParallelDims), its group, the nodes (multinode/_data_mesh.py)
-        self.mesh = DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, shard_group)
+        # the plan on these ranks beside the other parallelisms' dims: its degrees (ParallelDims), its group, the
+        # nodes (multinode/_data_mesh.py)
+        self.mesh = DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, shard_group,
+                                **self.parallelisms.degrees)
         self.groups = self.mesh.groups(cluster.world)  # the world, or the strategy's groups (_groups.py)
         self.dims = self.mesh.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
         check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
         check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
+        check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
 
     def _lay_out(self, states) -> None:
@@ -170,6 +173,21 @@ class ZeroEngine:
         for rank in cluster.ranks if states is not None else ():
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, self.optimizer,
                         states.get(rank.index, {}))
+
+    def _initial_weights(self, params, states) -> tuple:
+        """({rank index: (Ψ,) padded weights} a parallelism gives ranks of their own (tensor parallelism: each TP
+        rank's slice), the (Ψ,) padded weights of every other rank, float64 or float32); neither when `states` are
+        given."""
+        here = [r.index for r in self.cluster.ranks]
+        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
+        if own and params is not None:
+            raise ValueError(f"params= and a parallelism that gives every rank its own weights "
+                             f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")
+        padded = self._initial_padded(params) if states is None and len(own) < self.cluster.local_size else None
+        laid = {}  # one padded copy per distinct vector (the TP ranks of one slice share theirs)
+        for r, w in own.items():
+            own[r] = laid[id(w)] = laid[id(w)] if id(w) in laid else self._initial_padded(w)
+        return own, padded
 
     def _context(self, wire) -> Context:
         """The frozen record every helper of the step reads (_context.py), `wire` checked first."""

@@ -6,6 +6,8 @@ reshard_after_forward=S secondary group), R = N / S replicas.
     DataMesh.of(stage, N, G, S)   the plan (a ZeRO stage or a strategy by name), its degrees as one `ParallelDims`
                                   (dp_shard = S, dp_replicate = R for HSDP and MiCS; dp_shard = N for the others),
                                   hpZ's secondary group S', and G: every check of these choices is here
+    DataMesh.of(stage, N, G, S, tp=T)   beside tensor parallelism: ParallelDims(N, ..., tp=T), the groups cut from
+                                  the data dims N / T (torchtitan's "dp"), the default group G / T
     mesh.groups(world)            the `MeshGroups` its collectives run over (_groups.py)
 
 The engine (`ZeroEngine(..., shard_group=S)` on `Cluster(N, gpus_per_node=G)`), the meta backend's accounting
@@ -78,19 +80,25 @@ class DataMesh:
 
     @classmethod
     def of(cls, stage, world_size: int, gpus_per_node: int | None = None, group: int | None = None,
-           spelling: Spelling = API) -> "DataMesh":
+           spelling: Spelling = API, tp: int = 1) -> "DataMesh":
         """The mesh of `stage` (0-3, a strategy's name, or a Plan) on `world_size` ranks placed `gpus_per_node` to
-        a node, with the strategy's group S = `group` (default G); a ValueError naming the choice otherwise."""
+        a node, with the strategy's group S = `group` (default G), beside tensor parallelism of degree `tp` (the
+        data-parallel ranks are then the N / T of each TP coordinate, and a node holds G / T of them: the default
+        group is still a node's); a ValueError naming the choice otherwise."""
         plan = stage if isinstance(stage, Plan) else get_plan(stage)
         g = check_nodes(world_size, gpus_per_node, spelling)
-        s = _group_size(plan, world_size, g, group, spelling)
+        dp = _data_parallel(world_size, tp)
+        per_node = g if tp == 1 else (None if g is None or g % tp else g // tp)  # data-parallel ranks on a node
+        s = _group_size(plan, dp, per_node, group, spelling)
         if s is None or plan.sharded_over == "world":  # flat stages; hpZ and FSDP2's resharding shard over all N
-            return cls(plan, ParallelDims(world_size), g, s)
-        dims = ParallelDims(world_size, dp_shard=s, dp_replicate=world_size // s)  # S-way shards, R replicas
-        if plan.hierarchical_gather and (g is None or s <= g or s % g):
-            raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group of {s} must span "
-                             f"whole nodes of GPUs (gpus_per_node={g}); DeepSpeed asserts the same "
-                             "(mics_utils.py: 'sharding spans on single node, no need for hierarchy allgather')")
+            return cls(plan, ParallelDims(world_size, tp=tp), g, s)
+        dims = ParallelDims(world_size, dp_shard=s, dp_replicate=dp // s, tp=tp)  # S-way shards, R replicas
+        if plan.hierarchical_gather and (per_node is None or s <= per_node or s % per_node):
+            where = (f"of {s} must span whole nodes of GPUs (gpus_per_node={g})" if tp == 1 else
+                     f"of {s} ranks, {tp} GPUs apart (tp={tp}), must span whole nodes of gpus_per_node={g}")
+            raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group {where}; "
+                             "DeepSpeed asserts the same (mics_utils.py: 'sharding spans on single node, no need for "
+                             "hierarchy allgather')")
         return cls(plan, dims, g, None)
 
     @property
@@ -100,7 +108,7 @@ class DataMesh:
 
     @property
     def shards(self) -> int:
-        """How many shards a sharded buffer is cut in: S (HSDP, MiCS) or N."""
+        """How many shards a sharded buffer is cut in: S (HSDP, MiCS) or N (N / T beside tensor parallelism)."""
         return self.dims.dp_shard
 
     @property
@@ -108,11 +116,26 @@ class DataMesh:
         """R: how many ranks hold each shard."""
         return self.dims.dp_replicate
 
+    @property
+    def data_parallel(self) -> int:
+        """N / T: the ranks a sharded buffer's replicas and shards spread over (N without tensor parallelism)."""
+        return self.dims.dp
+
     def groups(self, world: Groups | None = None):
-        """The `MeshGroups` its collectives run over (`world`: the cluster's one ring, Groups.world(N) by default)."""
+        """The `MeshGroups` its collectives run over (`world`: the cluster's one ring, Groups.world(N) by default;
+        beside tensor parallelism, each TP coordinate's data-parallel ranks)."""
         from zerosim.parallel.data.multinode._groups import groups_of
 
         return groups_of(self, world if world is not None else Groups.world(self.dims.world_size))
+
+
+def _data_parallel(world_size: int, tp) -> int:
+    """N / T: the data-parallel ranks beside tensor parallelism of degree `tp`, which must divide the world."""
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or world_size % tp:
+        raise ValueError(f"tensor parallelism of degree {tp!r} does not divide the {world_size} ranks: tp must divide "
+                         "the world size (the data-parallel degree is the quotient, as torchtitan's degrees multiply "
+                         "to it)")
+    return world_size // int(tp)
 
 
 def _group_size(plan: Plan, world_size: int, gpus_per_node: int | None, size, spelling: Spelling) -> int | None:
