@@ -49,7 +49,21 @@ def format_one(r: dict) -> str:
         for tier, v in r["tiers"].items():
             lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  "
                          f"{v['bytes_per_rank'] / GB:10.2f} GB sent")
+    lines += _memory_lines(r)
     lines += [
+        "",
+        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" if r["tokens_per_s_per_gpu"] else "",
+        f"time from: {r['time_model']}",
+        f"links: {r['link_model']}",
+        "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
+        "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
+    ]
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _memory_lines(r: dict) -> list:
+    """Rank 0's peak and, with a GPU, the verdict."""
+    lines = [
         "",
         f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
         "(prefetch raises it: gathered units wait in memory)",
@@ -61,15 +75,7 @@ def format_one(r: dict) -> str:
             f"{f['overheads_total'] / GB:.2f} GB estimated (CUDA, NCCL, allocator) = {f['total'] / GB:.2f} GB: "
             f"{verdict_word(f)}"
         )
-    lines += [
-        "",
-        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" if r["tokens_per_s_per_gpu"] else "",
-        f"time from: {r['time_model']}",
-        f"links: {r['link_model']}",
-        "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
-        "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
-    ]
-    return "\n".join(line for line in lines if line is not None)
+    return lines
 
 
 def format_sweep(r: dict) -> str:

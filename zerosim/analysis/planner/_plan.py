@@ -98,30 +98,11 @@ def divisors(n: int) -> tuple:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-def plan(
-    config,
-    ranks: int,
-    gpus_per_node: int,
-    gpu,
-    seq_len: int,
-    global_batch: int,
-    precision: str = "bf16-mixed",
-    optimizer: str = "adam",
-    comm: str = "deepspeed",
-    stages=(0, 1, 2, 3),
-    strategies=None,
-    micro_batches=None,
-    reserve: float = ALLOCATOR_RESERVE,
-    progress=None,
-    time_model=None,
-    links: tuple = ("nvlink4", "ib_ndr"),
-    kernels: str = "fused",
-    loss: str | None = None,
-    hardware=None,
-    tps=(1,),
-    sp: bool = False,
-    spelling=None,
-) -> Plan:
+def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str = "bf16-mixed",
+         optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
+         reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
+         kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
+         spelling=None) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
