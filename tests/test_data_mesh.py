@@ -142,3 +142,30 @@ def test_the_strategy_sweep_of_all_strategies_takes_a_shard_group():
     code, err = run(["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "16", "--gpus-per-node", "8",
                      "--strategy", "all", "--shard-group", "16", "--json"])
     assert code == 0, err
+
+
+def test_beside_tp_the_groups_are_the_data_dims():
+    """N = 16 on nodes of 8 beside tp = 2. torchtitan's order puts TP innermost: rank = (r·S + s)·T + t, so the TP
+    pairs are (0, 1), (2, 3), ... and each data-parallel group holds one TP coordinate (the evens, the odds)."""
+    hsdp = DataMesh.of("hsdp", 16, 8, None, tp=2)  # S defaults to a node's data-parallel ranks: G / T = 4
+    assert (hsdp.group, hsdp.replicas, hsdp.data_parallel, hsdp.dims.tp) == (4, 2, 8, 2)
+    g = hsdp.groups()
+    assert set(g.world.members) == {tuple(range(0, 16, 2)), tuple(range(1, 16, 2))}  # "dp": one TP coordinate
+    assert set(g.shard.members) == {(0, 2, 4, 6), (8, 10, 12, 14), (1, 3, 5, 7), (9, 11, 13, 15)}  # a node's, S = 4
+    assert set(g.replicate.members) == {(t + s, t + s + 8) for t in (0, 1) for s in (0, 2, 4, 6)}  # across nodes
+    mics = DataMesh.of("mics_hierarchical", 16, 8, 8, tp=2).groups()  # S = 8 data ranks: two nodes' 4 each
+    assert set(mics.intra.members) == {(0, 2, 4, 6), (8, 10, 12, 14), (1, 3, 5, 7), (9, 11, 13, 15)}  # within a node
+    assert set(mics.inter.members) == {(t + s, t + s + 8) for t in (0, 1) for s in (0, 2, 4, 6)}  # same slot, 2 nodes
+    hpz = DataMesh.of("hpz", 16, 8, None, tp=2)  # shards over all 8 data ranks, a secondary piece over G / T = 4
+    assert (hpz.shards, hpz.secondary) == (8, 4)
+    assert set(hpz.groups().secondary.members) == {(0, 2, 4, 6), (8, 10, 12, 14), (1, 3, 5, 7), (9, 11, 13, 15)}
+
+
+@pytest.mark.parametrize("stage, n, g, s, tp, message", [
+    (3, 12, None, None, 5, "tensor parallelism of degree 5 does not divide the 12 ranks"),
+    ("hsdp", 16, 8, 3, 2, "shard_group=3 does not divide the 8 ranks into equal groups"),  # the data-parallel ranks
+    ("mics_hierarchical", 16, 8, 4, 2, "its shard group of 4 ranks, 2 GPUs apart (tp=2), must span whole nodes"),
+])
+def test_beside_tp_the_mesh_refuses_in_the_data_parallel_ranks(stage, n, g, s, tp, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        DataMesh.of(stage, n, g, s, tp=tp)
