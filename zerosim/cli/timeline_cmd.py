@@ -35,9 +35,9 @@ from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
     add_model_arguments,
-    add_schedule_arguments,
     setup,
 )
+from zerosim.cli.schedule_args import add_schedule_arguments
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of, strategy_recipe
 from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
