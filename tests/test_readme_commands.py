@@ -371,6 +371,44 @@ def check_tensor_figure(out: str, readme: str, project: Path) -> None:
     assert (project / "scratch" / "tensor_mesh.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def check_offload_memory(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    said = (r"at ZeRO-2 the V100 keeps 2Ψ = ([\d.]+) GB \(([\d.]+) GB at the peak, ([\d.]+) GB with the estimates, "
+            r"of ([\d.]+)\), the DGX-2's host 16Ψ = ([\d.]+) GB \(([\d.]+) GB in the step\); without offload no stage "
+            r"fits")
+    device, peak, total, capacity, host, host_peak = re.search(said, text).groups()
+    # stage, placement, device (formula), w/o, host (formula), host peak, nvme (formula), per node
+    rows = {int(r[0]): numbers(r[1]) for r in re.findall(r"^([0-3])\s+optimizer-cpu\s+(.*?)\s+x1:", out, re.M)}
+    assert rows[2][:2] == [float(device)] * 2 and rows[2][3:6] == [float(host), float(host), float(host_peak)], rows
+    assert all(row[2] > float(capacity) for row in rows.values()), rows  # "without offload no stage fits"
+    assert f"Capacity {capacity} GB" in out, out
+    assert re.search(rf"^2\s+{re.escape(peak)}0\s+[\d.]+\s+[\d.]+\s+{re.escape(total)}0\s+fits", out, re.M), out
+
+
+def check_offload_timeline(out: str, readme: str, project: Path) -> None:
+    assert "with DPU the second of two: the steady state" in " ".join(readme.split())
+    assert "(the second of 2 steps: DPU's steady state)" in out and "figure: scratch/offload_step.png" in out, out
+    assert (project / "scratch" / "offload_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_offload_plan(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    nth = r"(\d+)(?:st|nd|rd|th)"
+    said = rf"no offload first at ([\d.]+) s a step, `optimizer-cpu` {nth} at ([\d.]+) s, `optimizer-nvme` {nth} at " \
+           r"([\d.]+) s"
+    first, cpu_rank, cpu_s, nvme_rank, nvme_s = re.search(said, text).groups()
+    assert re.search(rf"^ 1\s+3\s+\S+\s+\d+ × \d+\s+{re.escape(first)}s\s.*\snone$", out, re.M), out
+    for rank, placement, seconds in ((cpu_rank, "optimizer-cpu", cpu_s), (nvme_rank, "optimizer-nvme", nvme_s)):
+        assert re.search(rf"^{rank}\s+host .*\s{placement}: .*, {re.escape(seconds)} s a step$", out, re.M), out
+
+
+def check_offload_train(out: str, readme: str, project: Path) -> None:
+    assert "`DeepSpeedCPUAdam`" in readme
+    header = out.splitlines()[0]
+    assert "offloaded: optimizer-cpu with DPU after 10 steps (adam as DeepSpeedCPUAdam)" in header, header
+    assert "host peak (B)" in out, out
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"zerosim validate +#", check_validate),
     (r"zerosim validate --fit", check_validate_fit),
@@ -405,6 +443,10 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim timeline --model llama-3-70b --ranks 256 .*--tp 8", check_tensor_timeline),
     (r"zerosim plan --model llama-3-70b --gpus 256 .*--tp 1,2,4,8", check_tensor_plan),
     (r"zerosim figures --only tensor_mesh", check_tensor_figure),
+    (r"zerosim memory --params 13e9 .*--offload-optimizer cpu", check_offload_memory),
+    (r"zerosim timeline --params 13e9 .*--offload-optimizer cpu --dpu", check_offload_timeline),
+    (r"zerosim plan --model llama-2-13b .*--offload-optimizer cpu,nvme", check_offload_plan),
+    (r"zerosim train --stage 2 --offload-optimizer cpu --dpu 10", check_offload_train),
 ]
 
 
