@@ -46,9 +46,10 @@ def format_report(r: dict) -> str:
         )
     lines += [
         "",
-        "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
-        "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
-        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
+        "whole buffer at stage 0; at stages 2-3 one unit's gathered params and gradients). sent: bytes one rank put on",
+        "the wire in the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ]
     if r.get("wire"):
         three = next((row for row in r["stages"] if row["stage"] == 3), None)

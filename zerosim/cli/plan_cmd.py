@@ -258,8 +258,9 @@ def format_plan(r: dict) -> str:
     top = r["fitting"][0]
     lines += [
         "",
-        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient shard of",
-        "the step; activ.: saved for backward. B × K: micro-batch × accumulation steps per GPU.",
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
+        "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
+        "B × K: micro-batch × accumulation steps per GPU.",
         "MFU: 6Ψ FLOPs per token over the step time and the GPU's dense peak (recompute and attention not counted).",
         "",
         f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}, "
