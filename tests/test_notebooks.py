@@ -63,6 +63,8 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         # seed 003's 2·L − 1 more all-gathers than ZeRO-2 (L = 2: 2L gathers, less ZeRO-2's one refresh)
         "checkpointing off: ZeRO-2 1 all-gather, ZeRO-3 4: 3 more (2·L − 1 = 3)",
         "all-gather [layer2 params] rank 1 -> rank 0: [1.0, 0.5]",
+        # the replay's 16 B / 12 B: layer 1 gathered three times (checkpointing's recompute), each window its owner's
+        "bytes sent this step: GPU 0 16 B, GPU 1 12 B; average 14 B = 3Ψ(N−1)/N 12 B + the recompute's gather",
     ],
     "02_ring_and_rounding.ipynb": [
         "ring: [2052.0, 2052.0, 2048.0, 2048.0]",
@@ -78,6 +80,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         # the memory explorer on Llama-2-7B, 8 ranks, L = 4096, block checkpointing: ZeRO-0 needs 135 GB per GPU
         "ZeRO-0: peak 134.77 GB per GPU, does not fit an H100",
         "ZeRO-3: peak  16.85 GB per GPU, fits an H100",
+        "112.0 GB per GPU, 896 GB on all eight, 784 GB of it copies",  # seed 001 §7's aggregate
+        "   72B parameters x 14 B =  1.008 TB",  # seed 000's "terabytes": from ~72B parameters, not one billion
+        "N = 1024: ZeRO's flat shards split 226 of the 226 matrices",  # Shampoo's GGᵀ needs a whole matrix
     ],
     "04_transformer_activations.ipynb": [
         "block0.P                 (2, 4, 8, 8)    float16    1024   B·H·L²",  # the ledger's P, by seed 001's name
@@ -91,12 +96,17 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "block              4.094 GB  block31.x2                  1.179e+14  +33.3%",  # seed 001: "≈ 1/3"
         "selective  gradients bitwise equal to the plain run's: True",
         "checkpoint none  stage 3: model states  13.317 GB + activations 66.143 GB",
+        # seed 001's "≈ 70 GFLOP" for P: B·H·L²·d_h multiply-adds, twice that in FLOPs with the softmax
+        "that is B·H·L²·d_h = 68.7 G multiply-adds; counted as FLOPs with the softmax: 140.7 GFLOP",
+        "embed.input          born at   0%, freed at 100%",  # seed 001's retention contract
     ],
     "05_time_and_overlap.ipynb": [
         "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α
         "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
         "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
-        "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
+        "N* = 508 for GPT-3",
+        "ib_ndr, N = 1024: the tree wins below   253.0 MB",  # 2α((N−1) − log₂N)·β / (4 − 2(N−1)/N)
+        "fp32 / bf16 = 13.9x; the A100's peak rates: 312 / 19.5 = 16x",  # the roofline, not seed 002's measured 2x  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
     ],
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
@@ -217,3 +227,13 @@ def test_notebook_prints_the_numbers_it_teaches(path):
     )
     for line in TAUGHT[path.name]:
         assert line in text, f"{path.name} no longer prints {line!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_prediction_cells_wait_for_a_typed_answer(path):
+    """Run as shipped (my_answer = None), a prediction cell asks for a number and gives nothing away; with a typed
+    answer it judges it (tests/test_predict.py runs each with a right and a wrong one)."""
+    for n, cell in enumerate(executed(path).cells):
+        if "predict" in cell.metadata.get("tags", []):
+            shown = "".join(out.get("data", {}).get("text/plain", "") + out.get("text", "") for out in cell.outputs)
+            assert shown.startswith("No prediction yet.") and "the run gives" not in shown, (path.name, n, shown)

@@ -190,7 +190,7 @@ def run(args) -> int:
             and not args.json
             and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped)
         ):
-            line = f"step {step:>5}  loss {mean!r}" + step_note(precision, info)
+            line = f"step {step:>5}  loss {mean:.6g}" + step_note(precision, info)  # --json: every bit
             bar.write(line) if not bar.disable else print(line, flush=True)
 
     def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at

@@ -81,8 +81,10 @@ GLOSSARY = (
          "steps; a hop is one chunk sent from one rank to its neighbour in one step."),
     Term("tree all-reduce", SECTIONS[1],
          "An all-reduce over a tree instead of a ring: log2(N) levels, so its latency grows as log N where the ring's "
-         "grows as N, for the same bytes. NCCL picks it for small messages; it sums in another order than the ring "
-         "(zerosim.collectives' tree, `zerosim verify-nccl`)."),
+         "grows as N, for about the same bytes (NCCL's double binary tree; a plain binary tree moves twice as many). "
+         "NCCL picks it for small messages; it sums in another order than the ring "
+         "(zerosim.collectives.tree_all_reduce; its time against the ring's: tree_all_reduce_time, "
+         "ring_tree_crossover)."),
     Term("wire format", SECTIONS[1],
          "The format a collective's payload travels in (fp16, bf16, fp32, fp8, int8 with scales); every add on the "
          "way rounds to it."),
