@@ -104,9 +104,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α
         "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
         "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
-        "N* = 508 for GPT-3",
+        "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
         "ib_ndr, N = 1024: the tree wins below   253.0 MB",  # 2α((N−1) − log₂N)·β / (4 − 2(N−1)/N)
-        "fp32 / bf16 = 13.9x; the A100's peak rates: 312 / 19.5 = 16x",  # the roofline, not seed 002's measured 2x  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
+        "fp32 / bf16 = 13.9x; the A100's peak rates: 312 / 19.5 = 16x",  # the roofline, not seed 002's measured 2x
     ],
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
