@@ -47,7 +47,9 @@ FIGURES = {  # notebook -> images its figure cells must show
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
+    "12_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
 }
+NEEDS = {"12_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
         "backward  layer1  -> dw = [-11.   -5.5]",  # seed 004: GPU 1's dL/dw1, dL/dw2
@@ -183,12 +185,21 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
         "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
     ],
+    "12_torch_parity_lab.ipynb": [
+        # real DDP on 3 gloo processes: zerosim's `ddp` recipe in gloo's order, every element of every step
+        "   1              100.00%         0",
+        "torch's gradients, torch's sqrt    step 1: 100.00%  step 2: 100.00%  step 3: 100.00%",
+        "4 ranks, gloo: step 1 100.00% equal, 0 ulps; step 2 100.00% equal, 0 ulps",
+    ],
 }
 _executed = {}
 
 
 def executed(path):
     """The notebook after running every cell (once per test session)."""
+    if path.name in NEEDS:
+        pytest.importorskip(NEEDS[path.name], reason=f"{path.name} needs {NEEDS[path.name]} (pip install -e "
+                            "'.[parity]'); its cells say so and show the commands when it is missing")
     if path not in _executed:
         nb = nbformat.read(path, as_version=4)
         # the explorers show their drawn figure, not live widgets (zerosim/explore/_front_end.py: jupyter/nbclient#312)

@@ -30,7 +30,14 @@ class Question:
     tolerance: float = 0.0
     wrong: tuple = ()  # ((value or () -> value, "what that number is: the misconception"), ...)
     digits: int = 6  # significant digits a verdict prints
+    needs: str = ""  # a module the answer's run imports (torch for the parity lab); missing: the verdict says so
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def available(self) -> bool:
+        """Whether this machine can compute the answer (the module `needs` names is installed)."""
+        import importlib.util
+
+        return not self.needs or importlib.util.find_spec(self.needs) is not None
 
     def value(self) -> float:
         if "answer" not in self._cache:
@@ -111,5 +118,8 @@ def predict(name: str, guess) -> Verdict:
     if name not in QUESTIONS:
         raise KeyError(f"no question {name!r}; there are {', '.join(QUESTIONS)}")
     q = QUESTIONS[name]
+    if not q.available():
+        return Verdict(name, None, float("nan"), False, None, f"This question's run needs {q.needs}, which is not "
+                       f"installed here: pip install -e '.[parity]' (a CPU build of torch is enough).")
     return judge(guess, q.value(), tolerance=q.tolerance, unit=q.unit, why=q.why, wrong=q.wrong, name=name,
                  ask=q.ask, digits=q.digits)

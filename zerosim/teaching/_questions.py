@@ -110,6 +110,13 @@ def _ddp_aggregate() -> float:
     return 8 * sum(row["resting"].values()) / GB
 
 
+def _torch_ddp_equal() -> float:
+    from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
+
+    rows = compare_ddp(run_torch_ddp(3, (16, 32, 8), 3, 0), "gloo")
+    return 100 * min(r.equal for r in rows)
+
+
 QUESTIONS = {q.name: q for q in (
     # -- notebook 01: seed 004, live --
     Question("seed004-fp16-w1", "After the step, what fp16 value does every GPU hold for w1 (its fp32 master is 2.1)?",
@@ -240,4 +247,17 @@ QUESTIONS = {q.name: q for q in (
              tolerance=0.005,
              wrong=((lambda: _states(8_030_261_248, 8, 0), "16Ψ, stage 0's: nothing sharded."),
                     (lambda: _states(8_030_261_248, 8, 1), "ZeRO-1's (2 + 2)Ψ + 12Ψ/N."))),
+    # -- notebook 12: real torch --
+    Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
+             "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",
+             _torch_ddp_equal,
+             "Every one: given torch's own local gradients, the reduction is the same fp32 adds in the same order "
+             "(gloo's ring over its segments, then DDP's division by N), and IEEE arithmetic is deterministic: the same "
+             "operations in the same order give the same bits. Bits differ only where the order or the operation "
+             "differs — a ring with other chunks, NumPy's matmuls against MKL's, a sqrt rounded another way.",
+             wrong=((99, "'almost all': floating point is not random; the same adds in the same order agree in every "
+                         "bit."),
+                    (0, "'never bit-exact across implementations': it is, wherever they do the same operations in the "
+                        "same order.")),
+             needs="torch"),
 )}
