@@ -225,3 +225,11 @@ def test_grading_a_missing_file_or_an_unknown_assignment_is_one_line(tmp_path, c
     assert "no such file" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
     assert main(["assignment", "show", "7"]) == 2
     assert "no assignment 7; there are 1, 2, 3" in capsys.readouterr().err
+
+
+def test_a_hostile_file_defines_every_function_so_its_own_misbehaviour_is_what_the_grader_meets():
+    asked = {t.exercise.function for n in (1, 2, 3) for t in get(n).tests}
+    for name in ("loops", "kills_itself"):
+        tree = ast.parse((COURSE / "misbehaving" / f"{name}.py").read_text())
+        defined = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+        assert asked <= defined, (name, sorted(asked - defined))
