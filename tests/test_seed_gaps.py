@@ -77,3 +77,20 @@ def test_shampoos_factors_and_the_matrices_zeros_shards_split():
     assert (r.matrices, r.params, r.factors, r.adam) == (2, 23, 4 * (9 + 16) + 4 * (4 + 9), 8 * 23)
     assert r.largest[1:] == (3, 4, 100) and r.split == 0  # s = 12: w0 is [0, 12), w1 [15, 21) in shard 1
     assert second_order_memory(mlp, 3).split == 2  # s = 8: w0 [0, 12) and w1 [15, 21) both cross a boundary
+
+
+def test_adams_step_does_not_change_when_every_gradient_is_scaled():
+    """Seed 001: Adam's normalisation "is invariant to the overall scale of the loss" (exactly, with ε = 0: m̂ and √v̂
+    scale alike; a power of two keeps every rounding)."""
+    from zerosim.optim import Adam
+
+    rng = np.random.default_rng(3)
+    grads = [rng.standard_normal(64).astype(np.float32) for _ in range(5)]
+    steps = []
+    for scale in (1.0, 2.0**10):
+        w = np.zeros(64, np.float32)
+        state = {"m": np.zeros_like(w), "v": np.zeros_like(w)}
+        for t, g in enumerate(grads, 1):
+            Adam(lr=1e-2, eps=0.0).step(w, g * np.float32(scale), state, t)
+        steps.append(w)
+    assert np.array_equal(steps[0], steps[1])
