@@ -252,8 +252,8 @@ QUESTIONS = {q.name: q for q in (
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",
              _torch_ddp_equal,
              "Every one: given torch's own local gradients, the reduction is the same fp32 adds in the same order "
-             "(gloo's ring over its segments, then DDP's division by N), and IEEE arithmetic is deterministic: the same "
-             "operations in the same order give the same bits. Bits differ only where the order or the operation "
+             "(gloo's ring over its segments, then DDP's division by N), and IEEE arithmetic is deterministic: the "
+             "same operations in the same order give the same bits. Bits differ only where the order or the operation "
              "differs — a ring with other chunks, NumPy's matmuls against MKL's, a sqrt rounded another way.",
              wrong=((99, "'almost all': floating point is not random; the same adds in the same order agree in every "
                          "bit."),
