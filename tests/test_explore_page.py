@@ -65,7 +65,7 @@ def test_every_kind_the_page_can_draw_has_a_label_a_colour_and_a_glossary_entry(
 def test_a_folder_that_is_a_file_or_holds_another_front_page_is_refused_before_anything_runs(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
-    with pytest.raises(ValueError, match="is a file, not a folder"):
+    with pytest.raises(ValueError, match="notes.txt: a file, not a folder"):
         write_page(str(f))
     site = tmp_path / "site"
     site.mkdir()

@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from zerosim.explore import shipped_steps, write_page
 
-    path = write_page(args.html)
+    path = write_page(args.html, flag="--html")
     print(f"wrote {path}: {len({k.split('|')[0] for k in shipped_steps()['steps']})} models, any N, L, B, stage, "
           "precision, optimizer, checkpointing and GPU, computed in the browser; open it in a browser (it needs no "
           "server and no network)")

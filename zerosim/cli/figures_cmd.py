@@ -204,11 +204,16 @@ def _will_it_fit(args):
 
 
 def _plan(args):
+    from zerosim.analysis.costs import EFFICIENCY_PRESETS as PRESETS
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
+    from zerosim.analysis.timeline import TimeModel
     from zerosim.viz import plan_figure
 
-    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
+    # what `zerosim plan` prints for it by default: eager PyTorch's kernels and loss, the eager efficiency preset
+    p = plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024, time_model=TimeModel(PRESETS["eager"]),
+             kernels="eager", loss="eager")
+    return plan_figure(p, top=8)
 
 
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
@@ -295,10 +300,11 @@ def run(args) -> int:
     matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
     import matplotlib.pyplot as plt
 
+    from zerosim.outputs import check_folder, write_atomic
     from zerosim.viz import enlarge_text, slides_style, stage_frames
 
     names = args.only or list(FIGURES)
-    os.makedirs(args.out, exist_ok=True)
+    check_folder(args.out, "--out")  # before drawing (zerosim/outputs.py)
     slides = args.style == "slides"
     for name in names:
         with slides_style() if slides else contextlib.nullcontext():
@@ -306,11 +312,13 @@ def run(args) -> int:
             path = os.path.join(args.out, f"{name}.{args.format}")
             if slides:
                 enlarge_text(fig)
-            fig.savefig(path, **({"bbox_inches": "tight"} if slides else {}))
+            write_atomic(path, lambda tmp: fig.savefig(tmp, format=args.format,
+                                                       **({"bbox_inches": "tight"} if slides else {})), "--out")
             print(f"wrote {path}")
             if slides and name in STAGED and not args.log:
                 for k, frame in stage_frames(fig, STAGED[name]):
-                    frame.savefig(os.path.join(args.out, f"{name}_stage{k}.{args.format}"), bbox_inches="tight")
+                    write_atomic(os.path.join(args.out, f"{name}_stage{k}.{args.format}"),
+                                 lambda tmp: frame.savefig(tmp, format=args.format, bbox_inches="tight"), "--out")
                 print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{k}")
         plt.close(fig)
     return 0

@@ -5,6 +5,7 @@
     zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
     zerosim timeline time of a step at real scale: overlap, bucketing, prefetch (meta backend)
     zerosim plan     which stage, checkpointing and micro-batch fit your GPUs, ranked by step time
+    zerosim validate predicted vs measured on published runs (torchtitan, llm-foundry), with the error of each
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
@@ -34,6 +35,7 @@ from zerosim.cli import (
     replay_cmd,
     timeline_cmd,
     train_cmd,
+    validate_cmd,
     verify_nccl_cmd,
 )
 from zerosim.precision import LossScaleAtMinimum
@@ -49,6 +51,7 @@ COMMANDS = {
     "assignment": assignment_cmd,
     "timeline": timeline_cmd,
     "plan": plan_cmd,
+    "validate": validate_cmd,
     "verify-nccl": verify_nccl_cmd,
     "parity": parity_cmd,
 }

@@ -65,6 +65,10 @@ def strategies_report(args, s, names) -> dict:
 
     if s.ds is not None:
         raise ValueError("--ds-config sets a ZeRO stage; --strategy names a strategy for many nodes: give one")
+    if wire_from_args(args) is not None:  # the strategies' table runs them unquantized: the flags would be ignored
+        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients quantize the flat "
+                         "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
+                         "or the other")
     return {
         "model": s.model.name, "params": s.model.num_params, "ranks": args.ranks, "optimizer": s.optimizer,
         "precision": s.precision_name, "gpus_per_node": check_nodes(args.ranks, args.gpus_per_node),
@@ -90,6 +94,10 @@ def report(args) -> dict:
     if names:
         return strategies_report(args, s, names)
     check_nodes(args.ranks, args.gpus_per_node)
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients:  # the stages' table has no link tiers
+        raise ValueError("--gpus-per-node places the ranks on nodes for --strategy or --zero-quantized-gradients; "
+                         "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
+                         "links): drop it, or add --strategy")
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
@@ -150,7 +158,7 @@ def report(args) -> dict:
             "datasheet": s.gpu.datasheet,
             "by_stage": fits,
         },
-        "config": None if s.config is None else _keys(s.config.keys),
+        "config": None if s.config is None else _keys(s.config.keys + s.config.defaults),
         "ds_config": None
         if s.ds is None
         else {

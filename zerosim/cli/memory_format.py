@@ -167,7 +167,8 @@ def _config_lines(r: dict) -> list:
         ]
         lines += _wrapped("  modelled: ", [k["key"] for k in modelled])
         lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])
-        auto = [k for k in modelled if str(k["value"]) == "auto"]
+        lines += _wrapped("  defaults (not in the file): ", [_default(k) for k in keys.get("default", [])])
+        auto = [k for k in modelled if str(k["value"]) == "auto" or "which zerosim runs as" in k["note"]]
         for k in auto:
             lines += textwrap.wrap(f"{k['key']}: {k['note']}", 116, initial_indent="  ", subsequent_indent="    ")
         for k in keys.get("not modelled", []):
@@ -193,6 +194,14 @@ def _config_lines(r: dict) -> list:
         for text in (so, knobs):
             lines += textwrap.wrap(text, 116, initial_indent="  ", subsequent_indent="    ")
     return lines
+
+
+def _default(k: dict) -> str:
+    """A key the config.json left out, as transformers' class default fills it ("num_key_value_heads=None: ...")."""
+    from zerosim.models.hf import WHAT_NONE_MEANS
+
+    means = WHAT_NONE_MEANS.get(k["key"]) if k["value"] is None else None
+    return f"{k['key']}={k['value']}" + (f" (= {means.split(':')[0]})" if means else "")
 
 
 def _wrapped(label: str, words: list, width: int = 116) -> list:

@@ -17,7 +17,7 @@ import math
 import sys
 
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
-from zerosim.optim import OPTIMIZERS
+from zerosim.optim import OPTIMIZERS, SHARDINGS
 from zerosim.precision import PRESETS, get_precision
 from zerosim.train import MAX_SIMULATED_RANKS
 
@@ -78,7 +78,12 @@ def add_arguments(p) -> None:
     p.add_argument("--precision", choices=sorted(PRESETS), default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
-                   help="optimizer (default adam; with --resume the saved one)")
+                   help="optimizer (default adam; with --resume the saved one); muon_adamw: Muon on the hidden "
+                        "matrices, AdamW on the rest (the reference's split)")
+    p.add_argument("--muon-sharding", choices=SHARDINGS, default=None,
+                   help="how stages 1-3 bring Muon's matrices together (docs/muon.md): gather (every rank, the "
+                        "default), owner (torchtitan's balanced owners), round_robin (muon.py's), distributed "
+                        "(Moonshot's, flat shards)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2; with --resume the saved one)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
@@ -96,6 +101,10 @@ def add_arguments(p) -> None:
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
                         "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --save: DIR holds another run's checkpoints; remove them (their tag folders and "
+                        "DIR/latest; other files are kept) at this run's first save. Without it such a DIR is refused "
+                        "before the first step")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
                         "a save that never finished is skipped); --steps counts from the start of the run. What you "
@@ -155,9 +164,11 @@ def run(args) -> int:
     precision = precision_from_arguments(args, precision)
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
-                         optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
+                         optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
+                         batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
+                         overwrite=args.overwrite,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
@@ -252,8 +263,9 @@ def add_precision_arguments(p) -> None:
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
                    help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2: "
                         "DeepSpeed's default, each bucket all-reduced), deepspeed-zero12-reduce (the same with "
-                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-zero3 and fsdp2 "
-                        "(stage 3, per-parameter partitions)")
+                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-bf16-optimizer "
+                        "(stage 1, bf16 with --grad-accum fp32: DeepSpeed's BF16_Optimizer), deepspeed-zero3 and "
+                        "fsdp2 (stage 3, per-parameter partitions)")
     p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
                    help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
                         "(NCCL's on a GPU) or gloo (torch on a CPU)")

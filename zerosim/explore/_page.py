@@ -22,6 +22,7 @@ from importlib import resources
 
 from zerosim.explore._canvas import TIME
 from zerosim.explore._settings import OPTIMIZERS, PRECISIONS, Settings
+from zerosim.outputs import check_folder, write_atomic
 
 PAGE = "index.html"
 STEPS = "steps.json"  # _compile.py compile_all(), shipped: `python tools/compile_explorer.py` writes it again
@@ -136,23 +137,23 @@ def page_html(data: dict, frames: list) -> str:
             .replace("/*GLOSSARY*/", glossary.html()).replace("/*SCRIPT*/", script))
 
 
-def write_page(folder: str, start: Settings = Settings(), steps: dict | None = None) -> str:
+def write_page(folder: str, start: Settings = Settings(), steps: dict | None = None, flag: str = "") -> str:
     """Write `folder`/index.html (made if missing); returns the file's path. `steps`: compiled steps (default the
-    shipped ones, steps.json); `start`: where the controls start.
+    shipped ones, steps.json); `start`: where the controls start; `flag`: the option that named `folder`.
 
-    Refuses, before anything is written, a `folder` that is a file or holds an index.html that is not an
-    explorer page (a course site's own front page must not be overwritten)."""
+    Refuses, before anything is written, a `folder` that is a file, cannot be written or is a checkpoint's
+    (zerosim/outputs.py), or holds an index.html that is not an explorer page (a course site's own front page must
+    not be overwritten)."""
     path = os.path.join(folder, PAGE)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise ValueError(f"{folder} is a file, not a folder: give a folder for the page")
+    check_folder(folder, flag)
     if os.path.exists(path):
         with open(path, encoding="utf-8", errors="replace") as f:
             if "<title>ZeRO memory explorer (zerosim)</title>" not in f.read(4096):
                 raise ValueError(f"{path} exists and is not a zerosim explorer page: give another folder")
     text = page_html(page_data(steps, start), step_frames())
-    os.makedirs(folder, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    return write_atomic(path, lambda tmp: _write_text(tmp, text), flag)  # whole or not at all
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(tmp, path)  # whole or not at all
-    return path

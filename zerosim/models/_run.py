@@ -95,6 +95,13 @@ class Pass:
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
         self.loss = None  # the unscaled loss, a Python float
 
+    def _selective(self, layer, x) -> dict:
+        """What an op-level selective checkpoint keeps besides the block input (models/meta/_sac.py), when the model's
+        strategy is "op-sac"; {} otherwise."""
+        if getattr(self.model, "checkpoint", None) != "op-sac":
+            return {}
+        return getattr(layer, "checkpoint_keep", lambda x, fmt: _no_selective(layer, x, fmt))(x, self.fmt)
+
     def run(self, op: Op, params: dict) -> Done:
         """Do `op` with layer weights `params` (by name, in fmt; {} when the op needs none)."""
         f, model = self.fmt, self.model
@@ -125,13 +132,18 @@ class Pass:
             return Done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
         x = self.a  # forward or recompute
         if op.checkpoint:
-            self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x})
+            self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x, **self._selective(layer, x)})
         out, cache = layer.forward(params, x, f)
         if op.save:
             self.saved.put(op.layer, layer.name, cache)
         self.a = out
         values = {"out": np.array(out)} if self.keep_values else None
         return Done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+
+
+def _no_selective(layer, x, fmt):
+    raise ValueError(f"op-level selective checkpointing ('op-sac') is modelled on the data-less twins (zerosim memory, "
+                     f"timeline and plan), not run with values: unit {layer.name!r} cannot keep its products' outputs")
 
 
 def forward_backward(model, x, target, fmt, get_params, *, on_grads=None, checkpoint: bool = False, ledger=None,

@@ -42,6 +42,7 @@ from zerosim.parallel.data.recipes import (
     split_calls,
 )
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
 from zerosim.parallel.data.recipes._bucket_allreduce import flat_chunks, range_slices
 from zerosim.precision import cast, get_precision
 from zerosim.precision.cast import ArrayNamespace
@@ -210,6 +211,9 @@ class Reference:
                 for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
+        elif self.recipe.rules.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
+            chunks, direction = bf16_optimizer.oracle_chunks(real, self.padded, n, p.reduce_format.itemsize,
+                                                             self.recipe.allreduce)
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
@@ -223,9 +227,7 @@ class Reference:
         return averaging.after_reduce(reduced, p, n, self.recipe)
 
     def _buckets_all_reduced(self) -> bool:
-        # the engine's stage 1 with a matrix optimizer all-reduces the whole buffer instead (reduce.reduce_range)
-        return (self.recipe.rules.collective == "bucket all-reduce"
-                and (self.reduce_every_micro_step or self.optimizer.elementwise))
+        return self.recipe.rules.collective == "bucket all-reduce"
 
     def _buckets(self) -> list:
         """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order

@@ -48,6 +48,7 @@ class TrainConfig:
     backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
     precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
     optimizer: str | None = None  # ("adam")
+    muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
     batch: int = 16  # samples per micro-batch
@@ -57,6 +58,7 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    overwrite: bool = False  # `save` holds another run's checkpoints: remove them at the first save (else refused)
     # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~60
     # steps
     model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
@@ -100,6 +102,11 @@ class TrainConfig:
             raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
                              "runs every rank in this process (the meta backend accounts more: zerosim memory, "
                              "zerosim timeline)")
+        if self.backend == "numpy" and self.ranks * self.accumulation_steps > MAX_STEP_MICRO_BATCHES:
+            raise ValueError(f"one step would run {self.ranks * self.accumulation_steps:,} micro-batches "
+                             f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), "
+                             f"each a forward and backward pass, before its loss is printed; zerosim trains at most "
+                             f"{MAX_STEP_MICRO_BATCHES:,} a step: lower --accumulation-steps (or raise --batch)")
         if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
@@ -112,11 +119,18 @@ class TrainConfig:
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
+        if not isinstance(self.overwrite, (bool, np.bool_)):
+            raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
+        if self.overwrite and self.save is None:
+            raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
 
 
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
 # 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
 MAX_SIMULATED_RANKS = 4096
+# K · N micro-batches a step runs on the numpy backend before anything is printed: past this a step takes minutes of
+# silence (K = 100,000 on 4 ranks ran past 20 s with no output and would take ~10 minutes here). Refused up front.
+MAX_STEP_MICRO_BATCHES = 1 << 16
 RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
                 "accumulation_steps": 1}
 
@@ -202,7 +216,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
-    optimizer = get_optimizer(config.optimizer, lr=config.lr)
+    more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
+    optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
@@ -231,6 +246,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
         )
+    if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
+        ckpt.check_save(engine, config.save, bool(config.overwrite))
     n, k = config.ranks, config.accumulation_steps
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
@@ -281,7 +298,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save)
+            ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
     stats = cluster.backend.all_meta(
         [
             {

@@ -22,12 +22,14 @@ ranked by step time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._kernel_time import TimeModel
 from zerosim.analysis.timeline._simulate import simulate
 
 
@@ -78,17 +80,19 @@ class Plan:
         common = (
             f"{model_flag} --ranks {s['ranks']} --seq-len {s['seq_len']} --batch {row.micro_batch} "
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
-            f"--comm {s['comm']}"
+            f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            f"--gpus-per-node {s['gpus_per_node']}",
+            f"--gpus-per-node {s['gpus_per_node']} {s['time_flags']}",
         )
 
 
 def divisors(n: int) -> tuple:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def plan(
@@ -106,12 +110,21 @@ def plan(
     micro_batches=None,
     reserve: float = ALLOCATOR_RESERVE,
     progress=None,
+    time_model=None,
+    links: tuple = ("nvlink4", "ib_ndr"),
+    kernels: str = "fused",
+    loss: str | None = None,
+    hardware=None,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
-    docstring); `progress(done_label)` is called after each configuration measured."""
+    docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
+    costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
+    `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags)."""
     from zerosim.analysis.costs._measured import measure_stage
-    from zerosim.models.gpt import STRATEGIES, MetaGPT, strategy_options
+    from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
+    from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
@@ -124,6 +137,8 @@ def plan(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
+        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
     if global_batch % ranks:
         raise ValueError(
             f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
@@ -135,19 +150,23 @@ def plan(
     batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
     if not batches:
         raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-    strategies = tuple(strategies or STRATEGIES)
-    link = "ib_ndr" if ranks > gpus_per_node else "nvlink4"
-    hw = Hardware(g.device, link, get_precision(precision).compute)
+    strategies = tuple(strategies or ALL_STRATEGIES)
+    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    link = links[1] if nodes else links[0]
+    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    hw = hw if hardware is None else hardware(hw)
+    per_node = gpus_per_node if nodes else None
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     rows, pruned = [], []
     for stage in stages:
         stage_rows = []
         for strategy in strategies:
-            model = twin.from_config(config, seq_len, **strategy_options(strategy))
+            model = twin.from_config(config, seq_len, kernels=kernels, loss=loss, **strategy_options(strategy))
             for B in batches:
                 m, cluster, engine = measure_stage(
-                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule
+                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
+                    gpus_per_node=per_node
                 )
                 resting = sum(m["resting"].values())
                 extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
@@ -158,7 +177,8 @@ def plan(
                     pruned.append((stage, resting))
                     break
                 if row.fits:
-                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm))  # the same run
+                    costs = time_model.costs(model, (B, seq_len), hw) if time_model is not None else None
+                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
                     t = step_time(
                         model,
                         ranks,
@@ -170,6 +190,8 @@ def plan(
                         (B, seq_len),
                         row.accumulation,
                         first=one,
+                        time_model=time_model,
+                        gpus_per_node=per_node,
                     )
                     row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
                 stage_rows.append(row)
@@ -198,5 +220,11 @@ def plan(
         "strategies": strategies,
         "micro_batches": batches,
         "stages": tuple(stages),
+        "time_model": (time_model or TimeModel()).describe(),
+        "time_flags": (time_model or TimeModel()).flags(),
+        "links": tuple(links),
+        "hardware": hw,
+        "kernels": kernels,
+        "loss": loss or LOSS_OF[kernels],
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, link)

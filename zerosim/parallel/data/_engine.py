@@ -37,6 +37,7 @@ from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
+from zerosim.parallel.data._carried import carry
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -49,6 +50,8 @@ from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overf
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
 from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe, mesh_groups
+from zerosim.parallel.data.muon._plans import check_matrix_optimizer
+from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
 from zerosim.parallel.data.recipes._recipes import GradientRecipe
 from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, check_qgz_engine
@@ -65,7 +68,8 @@ class ZeroEngine:
         stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters); or a
             strategy for many nodes by name (plan.STRATEGIES: "hsdp", "hsdp_no_sync", "mics", "mics_hierarchical",
             "hpz", "no_reshard", "reshard_to_group", "full_shard" = 3), each stage 3 with groups.
-        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
+        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan, Muon, MuonAdamW: Muon's
+            `sharding` says how stages 1-3 bring its matrices together, parallel/data/muon).
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
         checkpoint: recompute activations in backward instead of keeping them (seed 004); None (default): as the
@@ -132,6 +136,8 @@ class ZeroEngine:
         self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (_groups.py)
         self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
+        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
+        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
         self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
@@ -197,7 +203,7 @@ class ZeroEngine:
         i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
         try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
-            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(ctx):  # refused: no trace
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 with phase("reduce gradients"):  # stage 0: all-reduce, stage 1: reduce-scatter; 2/3: done already
                     waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last[-1])
@@ -208,7 +214,7 @@ class ZeroEngine:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
                             checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
-            self.iteration = i
+            self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
                 with phase("optimizer step"), trace.about(step=i, micro=K - 1):
@@ -245,7 +251,6 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
-        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _grad_buckets(self, k: int):
@@ -262,6 +267,7 @@ class ZeroEngine:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
         bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        bucketed &= self.recipe.rules.collective != "aligned all-reduce"  # BF16_Optimizer: one call, at the end
         return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------

@@ -19,6 +19,7 @@ from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.parallel.data.multinode import _replicate as replicate
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
 from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
 from zerosim.parallel.data.recipes._param_buckets import ready_order
 from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
@@ -147,6 +148,8 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     with counts [lo, hi) ∩ shard_r (none for the whole buffer: its chunks are the shards). Writes the result
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    if recipe.rules.collective == "aligned all-reduce":  # DeepSpeed's BF16_Optimizer: the whole buffer, one call
+        return all_reduce_aligned(ctx, layers)
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
         mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
         return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
