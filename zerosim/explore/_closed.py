@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from zerosim.explore._compile import KINDS, value
 
-GPUS_PER_NODE = 8  # as _numbers.py: a ring over more ranks than this runs at InfiniBand's speed
+GPUS_PER_NODE = 8  # as _numbers.py: ranks placed in nodes of 8; a ring over more leaves a node
 
 
 def _layout(units: list, ranks: int) -> tuple:
@@ -104,7 +104,7 @@ def memory(compiled: dict, ranks: int, stage: int, precision: str, optimizer: st
 
 def log(compiled: dict, ranks: int, stage: int, precision: str, optimizer: str, batch: int, seq_len: int) -> tuple:
     """(the step's log, {call: (chunk sizes, itemsize, lag)}) as the engine writes them (module docstring)."""
-    from zerosim.cluster import Call, Compute, OptimizerStep
+    from zerosim.cluster import INTER, INTRA, Call, Compute, OptimizerStep
     from zerosim.precision import get_precision
 
     units = compiled["units"]
@@ -113,9 +113,11 @@ def log(compiled: dict, ranks: int, stage: int, precision: str, optimizer: str, 
     itemsize = 4 if precision == "fp32" else 2
     out, rings = [], {}
 
+    tier = INTER if ranks > GPUS_PER_NODE else INTRA  # a ring over more than a node leaves it (nodes of 8)
+
     def call(collective, op, elements, purpose, window, lag):
         number = len(rings)
-        out.append(Call(number, collective, op, ranks, elements, wire, purpose=purpose, step=1))
+        out.append(Call(number, collective, op, ranks, elements, wire, purpose=purpose, step=1, tier=tier))
         rings[number] = (chunk_sizes(*window, s, ranks) if ranks > 1 else (), itemsize, lag)
         return number
 
@@ -144,26 +146,38 @@ def log(compiled: dict, ranks: int, stage: int, precision: str, optimizer: str, 
 
 
 class _Trace:
-    """What `simulate` reads of a trace: the log, no per-hop events, the ring summaries, N."""
+    """What `simulate` reads of a trace: the log, no per-hop events, the ring summaries, N, the nodes' size."""
 
     def __init__(self, events, rings, world_size):
         self.log, self.events, self.ring_calls, self.world_size = events, (), rings, world_size
+        self.gpus_per_node = GPUS_PER_NODE if world_size > GPUS_PER_NODE else None  # as _numbers.py places the ranks
+        self.call_groups = {}  # every call is over the world
+
+
+def check_ranks(ranks: int) -> None:
+    """N ranks placed in nodes of 8 (as `explore` and `zerosim timeline --gpus-per-node 8` place them): beyond one
+    node, N must fill whole nodes (the Cluster's own refusal, word for word)."""
+    if ranks > GPUS_PER_NODE and ranks % GPUS_PER_NODE:
+        raise ValueError(f"{ranks} ranks do not fill nodes of {GPUS_PER_NODE} GPUs: gpus_per_node must divide "
+                         "world_size")
 
 
 def closed_form(compiled: dict, settings, gpu) -> dict:
     """Every number `explore(settings)` gives, from `compiled` (compile_model of its model, checkpointing and
     precision) and `gpu` (a zerosim.analysis.costs.GPU)."""
-    from zerosim.analysis.timeline import Hardware, simulate
-    from zerosim.explore._numbers import link_for
+    from zerosim.analysis.timeline import Hardware, TimeModel, simulate
     from zerosim.precision import get_precision
 
     s = settings
+    check_ranks(s.ranks)
     mem = memory(compiled, s.ranks, s.stage, s.precision, s.optimizer, s.micro_batch, s.seq_len)
     events, rings = log(compiled, s.ranks, s.stage, s.precision, s.optimizer, s.micro_batch, s.seq_len)
-    hw = Hardware(gpu.device, link_for(s.ranks), get_precision(s.precision).compute)
-    t = simulate(_Trace(events, rings, s.ranks), hw)
+    nodes = s.ranks > GPUS_PER_NODE  # two link tiers: NVLink inside a node, InfiniBand NDR between them
+    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None)
+    t = simulate(_Trace(events, rings, s.ranks), hw)  # the datasheet roofline (explore's TimeModel(None))
     return {"params": compiled["params"], "ranks": s.ranks, "stage": s.stage, "precision": s.precision,
             "at_peak": mem["at_peak"], "peak": mem["peak"], "resting": mem["resting"], "capacity": gpu.capacity,
             "gpu": gpu.name, "fits": mem["peak"] <= gpu.capacity, "step_s": t.step_time,
             "compute_s": float(t.compute_busy[0]), "comm_s": float(t.comm_busy[0]),
-            "exposed_s": float(t.exposed_comm[0]), "link": hw.link.name, "device": hw.device.name}
+            "exposed_s": float(t.exposed_comm[0]), "link": (hw.inter_link or hw.link).name, "device": hw.device.name,
+            "time_model": TimeModel(None).describe()}

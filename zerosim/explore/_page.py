@@ -90,9 +90,9 @@ def page_data(steps: dict | None = None, start: Settings = Settings()) -> dict:
             next(k for k in compiled["steps"] if k.startswith(m + "|"))]["params"]} for m in models},
         "controls": controls(models, start),
         "gpus": {k: _gpu(g, DEVICES[g.device]) for k, g in GPUS.items()},
-        # _numbers.py link_for: NVLink 4 within a node of 8, InfiniBand NDR for a ring that leaves it
-        "links": {tier: {"name": LINKS[k].name, "alpha": LINKS[k].alpha, "bandwidth": LINKS[k].bandwidth}
-                  for tier, k in (("intra", "nvlink4"), ("inter", "ib_ndr"))},
+        # _numbers.py: NVLink 4 within a node of 8, InfiniBand NDR between nodes (two tiers)
+        "links": {tier: {"name": LINKS[k].name, "alpha": LINKS[k].alpha, "bandwidth": LINKS[k].bandwidth,
+                         "base": LINKS[k].base} for tier, k in (("intra", "nvlink4"), ("inter", "ib_ndr"))},
         "gpus_per_node": GPUS_PER_NODE,
         "precisions": {p: {"compute": get_precision(p).compute, "bytes": 4 if p == "fp32" else 2,
                            "master": p != "fp32", "width": width(p)} for p in PRECISIONS},

@@ -116,10 +116,23 @@ function timeline(c, ops, N, stage, precision, optimizer, B, L, gpu) {
   const units = c.units, t = terms(B, L), prec = G.precisions[precision];
   const [s, padded, offsets] = layout(units, N);
   const itemsize = prec.bytes, rate = gpu.rate[prec.compute], hbm = gpu.hbm;
-  const link = G.links[N > G.gpus_per_node ? "inter" : "intra"];
+  // nodes of G.gpus_per_node: a ring that leaves a node crosses between nodes (nodes − 1) times a phase at the
+  // network's α, its other steps at NVLink's, its bytes over the node's NICs (analysis/timeline/_simulate.py call_time)
+  const intra = G.links.intra, inter = N > G.gpus_per_node ? G.links.inter : null;
+  const nodes = inter ? Math.ceil(N / G.gpus_per_node) : 1, nics = Math.max(Math.floor(N / Math.max(nodes, 1)), 1);
   const callEnd = [], cs = [], ce = [], ks = [], ke = [];
   let ready = 0.0, latest = 0.0, free = 0.0;
-  function call(window) {  // one ring phase over the window [a, b) of the flat buffer, on the one stream
+  function phaseTime(busiest, first) {  // _cost.py phase_time: NCCL's ring latency, then the bytes
+    const steps = N - 1;
+    if (steps === 0) return 0.0;
+    const crossings = inter ? Math.min(Math.max(nodes - 1, 0), steps) : 0;
+    const alphaInter = inter ? inter.alpha : intra.alpha;
+    const beta = inter ? Math.min(intra.bandwidth, Math.max(nics, 1) * inter.bandwidth) : intra.bandwidth;
+    const base = first ? (inter ? inter.base : intra.base) : 0.0;  // once a call: not an all-reduce's second phase
+    const latency = base + (steps - crossings) * intra.alpha + crossings * alphaInter;
+    return latency + busiest / beta;
+  }
+  function call(window, first = true) {  // one ring phase over the window [a, b) of the flat buffer, one stream
     let busiest = 0;
     if (N > 1) {
       let sum = 0, min = Infinity;
@@ -131,7 +144,7 @@ function timeline(c, ops, N, stage, precision, optimizer, B, L, gpu) {
       busiest = (sum - min) * itemsize;  // every chunk but the smallest
     }
     const start = Math.max(latest, free);
-    const end = start + (N - 1 === 0 ? 0.0 : (N - 1) * link.alpha + busiest / link.bandwidth);
+    const end = start + phaseTime(busiest, first);
     free = end;
     callEnd.push(end); ks.push(start); ke.push(end);
     return callEnd.length - 1;
@@ -154,7 +167,7 @@ function timeline(c, ops, N, stage, precision, optimizer, B, L, gpu) {
     if (kind === "backward" && stage >= 2) last = [call(window)];
   }
   const whole = [0, padded];
-  if (stage === 0) last = [call(whole), call(whole)];  // the all-reduce's two phases
+  if (stage === 0) last = [call(whole), call(whole, false)];  // the all-reduce's two phases: one call's base
   else if (stage === 1) last = [call(whole)];
   const states = G.optimizers[optimizer].length;  // _cost.py optimizer_bytes_per_element: three passes
   const perElement = (itemsize + (4 + 4 + 4 * states) + 4) + (4 + (4 + 4 * states) + itemsize);
@@ -167,7 +180,7 @@ function timeline(c, ops, N, stage, precision, optimizer, B, L, gpu) {
   const exposed = npSum(comm.map((x, i) => x - (before[i] - after[i])));
   const stepEnd = Math.max(...ce, ...ke);
   return {step_s: stepEnd - 0.0, compute_s: computeBusy, comm_s: npSum(comm), exposed_s: exposed,
-          link: link.name, device: gpu.device};
+          link: (inter || intra).name, device: gpu.device};
 }
 // Every number the page shows for `s` ({model, ranks, stage, precision, optimizer, seq_len, micro_batch, checkpoint,
 // gpu}), or {error: one line} for a setting the model refuses.
@@ -176,6 +189,10 @@ function numbers(s) {
   if (!model) return {error: `no model ${s.model}`};
   for (const name of ["ranks", "seq_len", "micro_batch"]) {
     if (!Number.isInteger(s[name]) || s[name] < 1) return {error: `${name} must be a whole number >= 1, got ${s[name]}`};
+  }
+  if (s.ranks > G.gpus_per_node && s.ranks % G.gpus_per_node) {  // _closed.py check_ranks: whole nodes of 8
+    return {error: `${s.ranks} ranks do not fill nodes of ${G.gpus_per_node} GPUs: gpus_per_node must divide ` +
+                   "world_size"};
   }
   if (s.seq_len > model.max_positions) {
     return {error: `seq_len ${s.seq_len} is longer than ${s.model}'s ${model.max_positions} positions`};
@@ -409,10 +426,13 @@ function notes(p, s) {  // what a student meets at this setting and might misrea
         "and TF32 tensor cores, which PyTorch can use for fp32 matmuls; neither is in this number.");
   }
   if (s.ranks > G.gpus_per_node) {
-    say(`<b>Links.</b> Nodes of ${G.gpus_per_node} GPUs: a ring over ${s.ranks} ranks crosses nodes and runs at ` +
-        `${G.links.inter.name}'s speed throughout (<code>zerosim timeline --link ib_ndr</code>, or ` +
-        "<code>--gpus-per-node 8</code> where N fills whole nodes).");
+    say(`<b>Links.</b> Nodes of ${G.gpus_per_node} GPUs: a ring over ${s.ranks} ranks crosses between nodes ` +
+        `${Math.ceil(s.ranks / G.gpus_per_node) - 1} times a phase over ${G.links.inter.name} (NCCL's 14 µs a step) ` +
+        "and moves its bytes over the node's NICs (<code>zerosim timeline --gpus-per-node 8</code>).");
   }
+  say("<b>Assumed.</b> zerosim's own fused kernels at the datasheet's peak rates and a ring per call, as the " +
+      "notebooks teach (<code>zerosim memory --kernels fused</code>, <code>zerosim timeline --kernels fused " +
+      "--efficiency peak</code>); the commands' defaults (eager kernels at achieved rates) hold more and run slower.");
   say("The peak is the ledger's: every buffer one rank holds at the moment it held the most (the fp32 gradient at " +
       "the optimizer step, gathered units, a unit's gradients), not a formula; the verdict compares it alone with " +
       "the GPU. <code>zerosim memory --gpu</code> adds what no ledger sees (CUDA context, NCCL buffers, the " +
