@@ -8,6 +8,7 @@ bandwidth, fp16 holding 2.1, ...): the verdict says which one a guess matches. T
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from zerosim.teaching._predict import Question
@@ -108,6 +109,32 @@ def _ddp_aggregate() -> float:
 
     row = measure_stage(MetaModel.from_params(7_000_000_000, layers=32), 8, 0)[0]
     return 8 * sum(row["resting"].values()) / GB
+
+
+def _qwz_one() -> float:
+    import numpy as np
+
+    from zerosim.precision.quantize import quantize
+
+    return float(quantize(np.float16([1.0, -0.5, 0.25, 0.3]), bits=8, groups=1).payload[0])
+
+
+def _ns_ranks(plan: str, matrix: str = "0.w") -> float:
+    """How many ranks run Newton-Schulz on `matrix` of notebook 12's MLP [8, 12, 6, 4] on 4 ranks, ZeRO-3."""
+    import numpy as np
+
+    from zerosim.cluster import Cluster, Compute
+    from zerosim.models import MLP, make_regression
+    from zerosim.optim import MuonAdamW
+    from zerosim.parallel.data import ZeroEngine
+
+    widths = [8, 12, 6, 4]
+    model = MLP(widths)
+    engine = ZeroEngine(model, Cluster(4), 3, MuonAdamW(sharding=plan, lr=0.02), "bf16-mixed",
+                        params=model.init_params(np.random.default_rng(0)))
+    engine.step(make_regression(np.random.default_rng(1), 4, 4, widths))
+    return len({ev.rank for ev in engine.cluster.trace.log
+                if isinstance(ev, Compute) and ev.kind == "newton-schulz" and ev.name.split()[-1] == matrix})
 
 
 def _torch_ddp_equal() -> float:
@@ -247,7 +274,32 @@ QUESTIONS = {q.name: q for q in (
              tolerance=0.005,
              wrong=((lambda: _states(8_030_261_248, 8, 0), "16Ψ, stage 0's: nothing sharded."),
                     (lambda: _states(8_030_261_248, 8, 1), "ZeRO-1's (2 + 2)Ψ + 12Ψ/N."))),
-    # -- notebook 12: real torch --
+    # -- notebook 10: fewer bits --
+    Question("qwz-int8-one", "DeepSpeed's symmetric int8 quantizer on one group [1.0, -0.5, 0.25, 0.3]: the scale is "
+             "2^8 / (2·absmax). What integer does 1.0 become?", "", _qwz_one,
+             "The scale is 256 / 2 = 128, so 1.0 becomes 128 — one past int8's largest, 127: it clamps. Every "
+             "group's largest element is clamped so, which is why qwZ shrinks the weights a little (127/128).",
+             wrong=((128, "1.0 × 128 before the clamp: int8 stops at 127."),
+                    (255, "an unsigned range: the symmetric quantizer keeps a sign, -128..127."))),
+    # -- notebook 11: fp16 against bf16 --
+    Question("fp16-v-zero", "Adam's first step stores v = (1 − β₂)·g² with β₂ = 0.999. Below which |g| is that 0 in "
+             "fp16?", "", lambda: math.sqrt(2.0**-25 / 0.001),
+             "fp16's smallest subnormal is 2^-24; anything at or below half of it rounds to 0. (1 − β₂)·g² ≤ 2^-25 "
+             "gives |g| ≤ √(2^-25 / 0.001) ≈ 0.00546: every gradient smaller than that gets v = 0, and the update "
+             "divides by √0 + ε.",
+             tolerance=0.02,
+             wrong=((math.sqrt(2.0**-14 / 0.001), "fp16's smallest *normal* (2^-14): subnormals still hold v, down "
+                     "to 2^-24."),
+                    (2.0**-24, "the smallest subnormal itself: it bounds v = (1 − β₂)·g², not g."))),
+    # -- notebook 12: Muon on sharded state --
+    Question("muon-distributed-ranks", "Notebook 12's MLP on 4 ranks at ZeRO-3: matrix 0.w (12 × 8) lies on ranks 0 "
+             "and 1. With the `distributed` plan, how many ranks run Newton–Schulz on it?", "",
+             lambda: _ns_ranks("distributed"),
+             "The distributed plan orthogonalises a matrix on the ranks that hold its pieces (Moonshot's): the two "
+             "holders each run it on the gathered matrix and keep their own rows, so nothing is sent back.",
+             wrong=((1, "the owner plan's: one rank computes and sends the others their slices."),
+                    (4, "the gather plan's, the naive twin: every rank gathers and computes every matrix."))),
+    # -- notebook 13: real torch --
     Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",
              _torch_ddp_equal,
