@@ -48,9 +48,9 @@ FIGURES = {  # notebook -> images its figure cells must show
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
     "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
-    "13_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
+    "15_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
 }
-NEEDS = {"13_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
+NEEDS = {"15_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
         "backward  layer1  -> dw = [-11.   -5.5]",  # seed 004: GPU 1's dL/dw1, dL/dw2
@@ -194,7 +194,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
         " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
     ],
-    "13_torch_parity_lab.ipynb": [
+    "15_torch_parity_lab.ipynb": [
         # real DDP on 3 gloo processes: zerosim's `ddp` recipe in gloo's order, every element of every step
         "   1              100.00%         0",
         "torch's gradients, torch's sqrt    step 1: 100.00%  step 2: 100.00%  step 3: 100.00%",

@@ -299,7 +299,7 @@ QUESTIONS = {q.name: q for q in (
              "holders each run it on the gathered matrix and keep their own rows, so nothing is sent back.",
              wrong=((1, "the owner plan's: one rank computes and sends the others their slices."),
                     (4, "the gather plan's, the naive twin: every rank gathers and computes every matrix."))),
-    # -- notebook 13: real torch --
+    # -- notebook 15: real torch --
     Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",
              _torch_ddp_equal,
