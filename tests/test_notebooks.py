@@ -48,6 +48,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
     "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
+    "13_tensor_parallel.ipynb": 1,  # the mesh with its TP axis: each GPU's slice and shard, its bytes by link
     "15_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
 }
 NEEDS = {"15_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
@@ -193,6 +194,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "distributed  Newton-Schulz on: 0.w -> ranks [0, 1], 2.w -> ranks [2, 3], 4.w -> ranks [3]",
         "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
         " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
+    ],
+    "13_tensor_parallel.ipynb": [
+        "rank 0's TP group:   (0, 1, 2, 3, 4, 5, 6, 7)",  # torchtitan's mesh: TP innermost, a node's 8 GPUs
+        "The gradient [w1, w2, w3, w4] = [-5.5, -2.75, -2.75, -5] is seed",  # one TP group reaches seed 004's average
+        "partials 1024.0 + 0.5 -> ring 1024.0; one GEMM 1025.0; float64 1025.0",  # two ties to even in fp16
+        "engine = oracle, every bit of the bf16 weights: True",
+        "the ledger    125.9 MB",  # Table 2 at t = 8 less dropout plus the statistics: the GPT-3-shaped layer
+        "TP 8 on nodes of 4: step  54.6 s",  # TP across InfiniBand, against 15.8 s inside a node
+        "memory: torchtitan 71.9 GiB, zerosim 35.6 GiB (-50.5 %)",
     ],
     "15_torch_parity_lab.ipynb": [
         # real DDP on 3 gloo processes: zerosim's `ddp` recipe in gloo's order, every element of every step

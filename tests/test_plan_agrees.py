@@ -52,7 +52,7 @@ def test_plan_accepts_what_timeline_accepts_and_its_commands_run(gpus, per_node)
     (plan_argv(12, 8), "--gpus 12 does not fill nodes of --gpus-per-node 8: give a multiple of 8 (e.g. 8 or 16)"),
     (plan_argv(8, 3), "--gpus 8 does not fill nodes of --gpus-per-node 3: give a multiple of 3 (e.g. 6 or 9)"),
     (["memory", "--model", "gpt2-small", "--ranks", "8", "--gpus-per-node", "16"],
-     "--gpus-per-node places the ranks on nodes for --strategy or --zero-quantized-gradients"),
+     "--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"),
     (["memory", "--model", "gpt2-small", "--ranks", "16", "--gpus-per-node", "8"],
      "the stages' memory does not depend on it"),
 ])

@@ -27,6 +27,8 @@
                       link it ran over (NVLink or InfiniBand) — FULL_SHARD, HSDP and MiCS (S = 8), hpZ (S' = 8)
     mesh_ownership    who holds which shard of W, G, OS (and hpZ's secondary W) on 2 nodes × 4 GPUs: FULL_SHARD,
                       HSDP, MiCS, hpZ, from one step's ledgers and layouts
+    tensor_mesh       the mesh with a TP axis: tp 2 x dp 4 on 4 nodes of 2, which GPU holds which TP slice and which
+                      ZeRO shard of it, and the bytes each sent on NVLink (TP) and across nodes (ZeRO), from one step
 """
 
 from __future__ import annotations
@@ -261,6 +263,12 @@ def _mesh_ownership(args):
     return mesh_ownership_figure()
 
 
+def _tensor_mesh(args):
+    from zerosim.viz import tensor_mesh_figure
+
+    return tensor_mesh_figure()
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -277,6 +285,7 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "plan": _plan,
     "many_nodes": _many_nodes,
     "mesh_ownership": _mesh_ownership,
+    "tensor_mesh": _tensor_mesh,
     "tier_timeline": _tier_timeline,
 }
 

@@ -3,12 +3,16 @@
     zerosim plan --model llama-3-70b --gpus 64 --gpus-per-node 8 --gpu h100-80gb --seq-len 4096 --global-batch 1024
     zerosim plan --config config.json --gpus 8 --gpu a100-80gb --seq-len 2048 --global-batch 64 --json
     zerosim plan --model llama-3-8b --gpus 8 --gpu rtx3090 --seq-len 2048 --global-batch 32 --figure plan.png
+    zerosim plan --model llama-3-70b --gpus 256 --gpu h100-80gb --seq-len 8192 --global-batch 512 --tp 1,2,4,8 --sp \
+        --stages 3 --strategies block,flash
 
 For each stage × strategy × micro-batch that splits the global batch, one micro-step of the model's data-less
 twin runs on the meta backend (its memory, from rank 0's ledger: model states, activations by name, gathered
 units, the fp32 gradient shard) and, where it fits with the labelled estimates added, a whole step runs on the
 timeline (time: the GPU's compute rates, NVLink inside a node, InfiniBand NDR across nodes). The ones that fit
-are ranked by step time; the top row is reproduced by the two commands printed below it.
+are ranked by step time; the top row is reproduced by the two commands printed below it. With --tp the
+tensor-parallel degrees are tried beside every stage (--gpus stays the GPU count; the data-parallel degree is
+gpus / tp): TP's collectives on NVLink within a node, the data-parallel ones across nodes.
 """
 
 from __future__ import annotations
@@ -106,6 +110,10 @@ def add_arguments(p) -> None:
         metavar="FRACTION",
         help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})",
     )
+    p.add_argument("--tp", default="1", metavar="T,...",
+                   help="tensor-parallel degrees to try beside every stage, comma-separated (default 1); each divides "
+                        "--gpus, the data-parallel degree is the quotient")
+    p.add_argument("--sp", action="store_true", help="with --tp: Megatron's sequence parallelism")
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument(
@@ -135,6 +143,15 @@ def _strategies(text):
     if bad:
         raise ValueError(f"--strategies: unknown {bad[0]!r}; choose among {', '.join(ALL_STRATEGIES)}")
     return names
+
+
+def _tps(args) -> tuple:
+    tps = _ints(args.tp, "--tp")
+    if min(tps) < 1:
+        raise ValueError(f"--tp degrees must be at least 1, got {args.tp!r}")
+    if args.sp and max(tps) == 1:
+        raise ValueError("--sp cuts the sequence over a TP group: give --tp degrees above 1 with it")
+    return tps
 
 
 def report(args) -> tuple:
@@ -190,6 +207,8 @@ def report(args) -> tuple:
         kernels=kernels_of(args),
         loss=loss_of(args),
         hardware=lambda hw: links_from_args(args, hw),
+        tps=_tps(args),
+        sp=args.sp,
     )
     bar.close()
     flag = f"--config {args.config}" if args.config else f"--model {args.model}"
@@ -206,7 +225,7 @@ def report(args) -> tuple:
         "link": p.link,
         "fitting": rows,
         "did_not_fit": [_row(r, s, rate, per_token) for r in p.rows if not r.fits],
-        "pruned": [{"stage": st, "model_states": b} for st, b in p.pruned],
+        "pruned": [{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned],
         "reproduce": _reproduce(p, flag, args, intra),
     }, p
 
@@ -236,6 +255,7 @@ def _row(r, s, rate, per_token) -> dict:
     for kind, nbytes in r.at_peak.items():
         by[kind_group(kind)] += nbytes
     out = {
+        **({"tp": r.tp} if tuple(s.get("tps", (1,))) != (1,) else {}),  # tensor parallelism's degree, when tried
         "stage": r.stage,
         "strategy": r.strategy,
         "micro_batch": r.micro_batch,
@@ -275,7 +295,8 @@ def format_plan(r: dict) -> str:
     ]
     if r["pruned"]:
         lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
-        lines += [f"  ZeRO-{p['stage']}: {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
+        lines += [f"  ZeRO-{p['stage']}" + (f" beside TP {p['tp']}" if p.get("tp", 1) > 1 else "")
+                  + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
     if not r["fitting"]:
         lines += ["Nothing tried fits. Closest:"] + [
@@ -286,8 +307,10 @@ def format_plan(r: dict) -> str:
             "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
         ]
         return "\n".join(lines)
+    tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
     head = (
-        f"{'#':>2s}  {'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} {'tok/s/GPU':>10s} {'MFU':>5s}  "
+        f"{'#':>2s}  " + ("TP " if tp else "") + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
+        f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
         f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
     )
     lines += [
@@ -297,7 +320,8 @@ def format_plan(r: dict) -> str:
     ]
     for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
         lines.append(
-            f"{i:>2d}  {x['stage']:<5d} {x['strategy']:14s} {x['micro_batch']:>3d} × {x['accumulation']:<3d} "
+            f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + f"{x['stage']:<5d} {x['strategy']:14s} "
+            f"{x['micro_batch']:>3d} × {x['accumulation']:<3d} "
             f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
             f"{x['peak'] / GB:8.2f} {x['reserved'] / GB:6.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
             + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS)
@@ -313,21 +337,24 @@ def format_plan(r: dict) -> str:
         "",
         "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
         "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
-        "B × K: micro-batch × accumulation steps per GPU.",
+        "B × K: micro-batch × accumulation steps per GPU"
+        + (" (a TP group's GPUs share" if tp else "."),
+        *(["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp else []),
         f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
         "torchtitan's and PaLM's)",
         "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",
         "published runs: zerosim validate (docs/validation.md).",
         "",
-        f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}, "
-        "is what these two commands measure:",
+        f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
+        + (f" beside TP {top['tp']}" if top.get("tp", 1) > 1 else "") + ", is what these two commands measure:",
     ] + [f"  {c}" for c in r["reproduce"]]
     return "\n".join(lines)
 
 
 def _line(x: dict) -> str:
     return (
-        f"  ZeRO-{x['stage']} {x['strategy']:14s} B = {x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
+        f"  ZeRO-{x['stage']}" + (f" TP {x['tp']}" if x.get("tp", 1) > 1 else "") + f" {x['strategy']:14s} B = "
+        f"{x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
         f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
         f"{-x['margin'] / GB:.2f} GB short"
     )

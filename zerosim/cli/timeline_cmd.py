@@ -47,6 +47,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_precision,
 )
+from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -78,6 +79,8 @@ def add_arguments(p) -> None:
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
+    add_async_argument(p)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -159,6 +162,10 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
+    tp, _ = tensor_of(args, args.ranks)
+    if tp > 1 and (args.seq_len is None or args.sweep):
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: time one step of its shape with "
+                         "--seq-len (and --batch), without --sweep")
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -213,6 +220,7 @@ def one_report(args, s) -> tuple:
     time_model = time_model_from_args(args)
     gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
+    tp, sp = tensor_of(args, args.ranks)
     check_qgz_model(args, model)
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
@@ -229,8 +237,13 @@ def one_report(args, s) -> tuple:
         clip_grad=s.clip_grad,
         wire=wire_from_args(args),
         gpus_per_node=gpus,
-        shard_group=group_size(stage, args, gpus) if names else None,
+        # beside TP a strategy's default group is a node's data-parallel ranks (_groups.py picks G / tp)
+        shard_group=group_size(stage, args, gpus) if names and not (
+            tp > 1 and args.shard_group is None and args.hpz_group is None) else None,
         time_model=time_model,
+        tp=tp,
+        sp=sp,
+        async_tp=args.async_tp,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -249,8 +262,10 @@ def one_report(args, s) -> tuple:
         "tiers": tiers,
         "model": model.name,
         "params": model.num_params,
-        "units": len(model.layers),
+        "units": len(engine.model.layers),  # beside TP: one TP rank's units
         "ranks": args.ranks,
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": args.ranks // tp,
+                                                   "local_params": engine.model.num_params, "async": args.async_tp}}),
         "stage": stage,
         "precision": s.precision_name,
         "optimizer": s.optimizer,
@@ -322,6 +337,10 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    tp = r.get("tensor_parallel")
+    if tp is not None:
+        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+            ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [

@@ -16,6 +16,7 @@ import json
 import math
 import sys
 
+from zerosim.cli.tensor_args import add_tensor_arguments
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS, SHARDINGS
 from zerosim.precision import PRESETS, get_precision
@@ -122,6 +123,7 @@ def add_arguments(p) -> None:
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
                    help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
                         "(default standard)")
+    add_tensor_arguments(p)
     add_precision_arguments(p)
 
 
@@ -168,7 +170,7 @@ def run(args) -> int:
                          batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         overwrite=args.overwrite,
+                         overwrite=args.overwrite, tp=args.tp or 1, sp=args.sp,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
@@ -183,8 +185,11 @@ def run(args) -> int:
             kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
                     f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
+            tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
+                                            + (" (sequence parallel)" if config.sp else ""))
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
-                  f"{config.ranks} ranks on {args.backend}, {_precision_name(config.precision)}, {config.optimizer} lr "
+                  f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
+                  f"{config.optimizer} lr "
                   f"{config.lr}{accum}"
                   + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)

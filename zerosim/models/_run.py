@@ -40,6 +40,12 @@ class Done:
     values: dict | None = None  # copies of what it computed, when the pass keeps values
 
 
+def _kept(a):
+    """A copy of what an op made, for narration: an array's, or a bundle's parts by name (tensor parallelism hands
+    the residual stream on beside the value: parallel/tensor/_bundle.py)."""
+    return a.snapshot() if hasattr(a, "snapshot") else np.array(a)
+
+
 def _nbytes(*arrays) -> int:
     return sum(int(a.nbytes) for a in arrays if a is not None)
 
@@ -125,7 +131,7 @@ class Pass:
             x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
             self.dy, grads = layer.backward(params, self.dy, cache, f)
             values = (
-                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": np.array(self.dy)}
+                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": _kept(self.dy)}
                 if self.keep_values
                 else None
             )
@@ -137,7 +143,7 @@ class Pass:
         if op.save:
             self.saved.put(op.layer, layer.name, cache)
         self.a = out
-        values = {"out": np.array(out)} if self.keep_values else None
+        values = {"out": _kept(out)} if self.keep_values else None
         return Done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
 
 

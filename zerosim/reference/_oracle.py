@@ -246,13 +246,19 @@ class Reference:
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
         Returns each rank's loss (the mean over its K micro-batches)."""
+        losses = [[] for _ in range(self.world_size)]
+        reduced = self.reduce_step(batches, losses)
+        return self.apply_step(reduced, losses)
+
+    def reduce_step(self, batches, losses: list) -> np.ndarray:
+        """The step up to the reduced gradient (N*s,), not yet averaged: each rank's micro-batches forward and
+        backward (their losses appended to `losses[r]`), reduced in the engines' order and dtypes."""
         K, N, p = self.accumulation_steps, self.world_size, self.precision
         if len(batches) != N:
             raise ValueError(f"the reference was built for {N} ranks' micro-batches per step, got {len(batches)}")
         micro = [[b] if K == 1 and len(b) == 2 and not isinstance(b[0], (list, tuple)) else list(b) for b in batches]
         if any(len(m) != K for m in micro):
             raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
-        losses = [[] for _ in range(N)]
         if self.wire is not None:  # shard-order copies the step's gathers cut, and its fp8 scales
             P = self.model.num_params
             high = self.master_buf if self.master_buf is not None else self.params
@@ -266,7 +272,13 @@ class Reference:
             else:
                 acc = self._accumulate(micro, losses, K, N, p)
                 reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
-        found = not np.all(np.isfinite(reduced.astype(np.float64)))
+        return reduced
+
+    def apply_step(self, reduced: np.ndarray, losses: list, found: bool | None = None) -> list:
+        """The rest of the step from the reduced gradient: the scaler's decision (on `found`, an inf or NaN anywhere:
+        default, in `reduced`), averaging, clipping, the optimizer. Returns each rank's mean loss."""
+        K, N, p = self.accumulation_steps, self.world_size, self.precision
+        found = not np.all(np.isfinite(reduced.astype(np.float64))) if found is None else found
         if skips_steps(self.scaler):
             decision = self.scaler.update(found)  # the engines' flag, seen whole
             self.decisions.append(decision)

@@ -71,6 +71,8 @@ class TrainConfig:
     kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
+    tp: int = 1  # tensor parallelism's degree (gpt, llama): T consecutive ranks split every layer; dp = ranks / T
+    sp: bool = False  # with tp > 1: Megatron's sequence parallelism
 
     def __post_init__(self):
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
@@ -123,6 +125,19 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
+        if self.sp and self.tp == 1:
+            raise ValueError("sp cuts the sequence over a TP group: give tp > 1 with it")
+        if self.tp > 1:
+            why = ("tensor parallelism splits a transformer's heads, columns and vocabulary: use model 'gpt' or "
+                   "'llama'" if self.model == "mlp" else
+                   f"tensor parallelism runs on the numpy backend here, not {self.backend!r}" if self.backend != "numpy"
+                   else f"tp = {self.tp} does not divide ranks = {self.ranks}" if self.ranks % self.tp else
+                   "checkpoints of tensor-parallel slices are not written or read yet: drop save / resume"
+                   if self.save or self.resume else None)
+            if why:
+                raise ValueError(why)
 
 
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
@@ -195,13 +210,15 @@ def build_model(config: TrainConfig):
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
-def answer_accuracy(model, engine, held_out, fmt) -> float | None:
+def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
-    with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
+    with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
+    None when no process holds them all (stage 3 under MPI)."""
     if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
         return None
     x, target = held_out  # (S, 2n) ids and next tokens
-    guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
+    whole = engine.full_params() if tensor is None else tensor.whole_params(engine.ctx)
+    guess = predict(model, whole, x, fmt).argmax(-1)  # (S, 2n)
     answer = answer_positions(x.shape[1] // 2)
     return float(np.mean(guess[:, answer] == target[:, answer]))
 
@@ -216,6 +233,10 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
+    if config.tp > 1:  # the vocabulary padded as Megatron pads it when it does not split (parallel/tensor/_vocab.py)
+        from zerosim.parallel.tensor import padded_model
+
+        model = padded_model(model, config.tp)
     more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
     optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
     optimizer.check_stage(config.stage)
@@ -224,6 +245,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
     _check_ranks_agree(cluster, config)
+    tensor = None  # the TensorParallel beside the engine (tp > 1)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
         saved = ckpt.saved_optimizer(config.resume)
         if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
@@ -235,20 +257,26 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
                              "asks for no more")
     else:
+        params = model.init_params(np.random.default_rng(config.seed + 1))
+        if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
+            from zerosim.parallel.tensor import TensorParallel
+
+            tensor = TensorParallel(model, config.tp, config.sp, params=params)
         engine = ZeroEngine(
-            model,
+            model if tensor is None else tensor.model,
             cluster,
             config.stage,
             optimizer,
             config.precision,
             checkpoint=config.checkpoint,
-            params=model.init_params(np.random.default_rng(config.seed + 1)),
+            params=params if tensor is None else None,
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
+            parallelisms=() if tensor is None else (tensor,),
         )
     if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
         ckpt.check_save(engine, config.save, bool(config.overwrite))
-    n, k = config.ranks, config.accumulation_steps
+    n, k = config.ranks // config.tp, config.accumulation_steps  # the data-parallel ranks draw micro-batches
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
     if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
@@ -278,7 +306,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     losses, accuracy, scales, skipped, norms = [], [], [], [], []
     for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
         base = ((step - 1) * per_step) % pool_size
-        mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
+        data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
+        mine = [[pool[base + data.position(r.index) * k + j] for j in range(k)] for r in cluster.ranks]
         scales.append(engine.scaler.scale)
         t, since = engine.t, len(cluster.trace.log)
         local = engine.step(mine)
@@ -292,7 +321,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
         if on_step is not None:
             on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
         if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
-            acc = answer_accuracy(model, engine, held_out, fmt)
+            acc = answer_accuracy(model, engine, held_out, fmt, tensor)
             if acc is not None:
                 accuracy.append((step, acc))
                 if on_eval is not None:

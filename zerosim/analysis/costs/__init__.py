@@ -57,7 +57,14 @@ from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
-from zerosim.analysis.costs._measured import measure_activations, measure_by_stage, measure_stage, strategy_costs
+from zerosim.analysis.costs._measured import (
+                                          measure_activations,
+                                          measure_by_stage,
+                                          measure_stage,
+                                          measure_tp_activations,
+                                          strategy_costs,
+                                          tensor_parallel,
+)
 from zerosim.analysis.costs._memory import (
                                           GB,
                                           OPTIMIZER_STATES,
@@ -93,7 +100,8 @@ __all__ = [
     "Work", "loss_work", "unit_work", "FRAMEWORK", "mfu", "model_flops_per_token", "reserved", "fsdp2_peak",
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "strategy_costs",
+    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",
+    "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

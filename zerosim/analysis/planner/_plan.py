@@ -49,6 +49,7 @@ class PlanRow:
     step_s: float | None = None  # None when it does not fit (not timed)
     compute_s: float | None = None
     exposed_s: float | None = None
+    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / tp)
 
     @property
     def total(self) -> int:
@@ -82,10 +83,12 @@ class Plan:
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
+        if row.tp > 1:
+            common += f" --tp {row.tp}" + (" --sp" if s.get("sp") else "") + f" --gpus-per-node {s['gpus_per_node']}"
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            f"--gpus-per-node {s['gpus_per_node']} {s['time_flags']}",
+            + ("" if row.tp > 1 else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
         )
 
 
@@ -115,12 +118,17 @@ def plan(
     kernels: str = "fused",
     loss: str | None = None,
     hardware=None,
+    tps=(1,),
+    sp: bool = False,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
     `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
-    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags)."""
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
+    to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
+    on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes."""
     from zerosim.analysis.costs._measured import measure_stage
     from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
@@ -139,17 +147,18 @@ def plan(
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
         raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
-    if global_batch % ranks:
-        raise ValueError(
-            f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
-            f"(each rank takes micro-batch × accumulation sequences per step)"
-        )
+    tps = tuple(tps)
+    for tp in tps:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
+            raise ValueError(f"a tensor-parallel degree must divide the {ranks} GPUs, got {tp!r}")
+        if global_batch % (ranks // tp):
+            over = f"{ranks} ranks" if tp == 1 else f"{ranks // tp} data-parallel ranks ({ranks} GPUs / tp {tp})"
+            raise ValueError(
+                f"a global batch of {global_batch} sequences does not split over {over} "
+                f"(each rank takes micro-batch × accumulation sequences per step)"
+            )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
-    per_rank = global_batch // ranks
-    batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
-    if not batches:
-        raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
     strategies = tuple(strategies or ALL_STRATEGIES)
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     link = links[1] if nodes else links[0]
@@ -159,48 +168,43 @@ def plan(
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     rows, pruned = [], []
-    for stage in stages:
-        stage_rows = []
-        for strategy in strategies:
-            model = twin.from_config(config, seq_len, kernels=kernels, loss=loss, **strategy_options(strategy))
-            for B in batches:
-                m, cluster, engine = measure_stage(
-                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
-                    gpus_per_node=per_node
-                )
-                resting = sum(m["resting"].values())
-                extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, g.capacity)
-                if progress is not None:
-                    progress(f"ZeRO-{stage} {strategy} B={B}")
-                if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
-                    pruned.append((stage, resting))
-                    break
-                if row.fits:
-                    costs = time_model.costs(model, (B, seq_len), hw) if time_model is not None else None
-                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-                    t = step_time(
-                        model,
-                        ranks,
-                        stage,
-                        hw,
-                        schedule,
-                        precision,
-                        optimizer,
-                        (B, seq_len),
-                        row.accumulation,
-                        first=one,
-                        time_model=time_model,
-                        gpus_per_node=per_node,
+    for tp in tps:
+        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
+        batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
+        if not batches:
+            raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
+        beside = {"gpus_per_node": per_node} if tp == 1 else {"tp": tp, "sp": sp, "gpus_per_node": gpus_per_node}
+        for stage in stages:
+            stage_rows = []
+            for strategy in strategies:
+                model = twin.from_config(config, seq_len, kernels=kernels, loss=loss, **strategy_options(strategy))
+                for B in batches:
+                    m, cluster, engine = measure_stage(
+                        model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule, **beside
                     )
-                    row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
-                stage_rows.append(row)
-                if not row.fits:
-                    break  # a larger micro-batch only holds more activations
-            if pruned and pruned[-1][0] == stage:
-                break
-        rows += stage_rows
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
+                    resting = sum(m["resting"].values())
+                    extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
+                    row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
+                                  g.capacity, tp=tp)
+                    if progress is not None:
+                        progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else ""))
+                    if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
+                        pruned.append((stage, resting) if tp == 1 else (stage, resting, tp))
+                        break
+                    if row.fits:
+                        costs = time_model.costs(engine.model, (B, seq_len), hw) if time_model is not None else None
+                        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+                        t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len),
+                                      row.accumulation, first=one, time_model=time_model, **beside)
+                        row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
+                    stage_rows.append(row)
+                    if not row.fits:
+                        break  # a larger micro-batch only holds more activations
+                if pruned and pruned[-1][0] == stage and (pruned[-1][2:] or (1,))[0] == tp:
+                    break
+            rows += stage_rows
+    per_rank = global_batch // ranks
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
     settings = {
         "model": config.name,
         "params": config.num_params,
@@ -212,13 +216,14 @@ def plan(
         "device": g.device,
         "seq_len": seq_len,
         "global_batch": global_batch,
-        "per_rank": per_rank,
+        "per_rank": per_rank,  # sequences a GPU's data-parallel rank takes per step without TP
+        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
         "precision": precision,
         "optimizer": optimizer,
         "comm": comm,
         "reserve": reserve,
         "strategies": strategies,
-        "micro_batches": batches,
+        "micro_batches": batches if len(tps) == 1 else micro_batches,
         "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(),
         "time_flags": (time_model or TimeModel()).flags(),

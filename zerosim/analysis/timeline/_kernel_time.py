@@ -9,7 +9,9 @@ One compute event (a unit's forward, recompute or backward, or the loss) costs
       + memory-bound bytes / (HBM · hbm) ] / framework
 
 with the work from costs/_kernel_work.py, the rates and `framework` from costs/_efficiency.py. A unit of a model
-known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. An optimizer step
+known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. A tensor-parallel
+slice (parallel/tensor) is a roofline of its event's FLOPs and bytes at the achieved GEMM and HBM rates: its kernels
+are not yet split by class (NOTE: so its eager elementwise kernels are not charged apart). An optimizer step
 moves optimizer_bytes_per_element (cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
 single number) it is the roofline with every peak derated by it.
 """
@@ -23,6 +25,9 @@ from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weig
 from zerosim.analysis.timeline._cost import compute_time, optimizer_time
 from zerosim.analysis.timeline._devices import DEVICES
 from zerosim.models.meta._sac import is_block
+from zerosim.parallel.tensor._meta import MetaTensorParallelUnit
+
+TP_ROOFLINE = Work()  # the mark of a unit timed as a roofline at the achieved GEMM and HBM rates (KernelTimes._work)
 
 
 def device_key(device) -> str:
@@ -74,6 +79,8 @@ class KernelTimes:
         unit = getattr(layer, "unit", None)
         if unit is None or self.micro is None:
             return None
+        if isinstance(layer, MetaTensorParallelUnit):  # a tensor-parallel slice: its kernels not split by class yet
+            return TP_ROOFLINE
         table = any(k in unit.param_shapes for k in ("embed_tokens", "wte"))
         x_shape = (B, L) if table else (B, L, self.model.d_model)
         again = None
@@ -94,6 +101,9 @@ class KernelTimes:
             f = self.efficiency.flat
             return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * f, dev.hbm * f)
         w, r = self.work(ev), self.rates
+        if w is TP_ROOFLINE:  # the event's own FLOPs and bytes, each at its achieved rate (the slower one counts)
+            return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * r.gemm,
+                                dev.hbm * r.hbm) / self.efficiency.framework
         if w is None:  # counts only: all of it GEMM work
             seconds = ev.flops / (dev.rate(self.hw.compute) * r.gemm)
         else:

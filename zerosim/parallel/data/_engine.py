@@ -49,7 +49,7 @@ from zerosim.parallel.data._state import check_given, check_namespace, init_rank
 from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
-from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe, mesh_groups
+from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe, mesh_groups
 from zerosim.parallel.data.muon._plans import check_matrix_optimizer
 from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
@@ -133,14 +133,16 @@ class ZeroEngine:
         check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
-        self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (_groups.py)
+        self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
+        # the world, or the strategy's groups, cut from what the other parallelisms' dims leave (_groups.py)
+        self.groups = mesh_groups(plan, cluster, shard_group, **self.parallelisms.degrees)
         self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
         check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
         check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
+        check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
-        self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
         # _flat.py or _partition.py, over the world or (HSDP, MiCS) over each shard group
@@ -153,7 +155,16 @@ class ZeroEngine:
         for rank in cluster.ranks if states is not None else ():
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
-        padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
+        here = [r.index for r in cluster.ranks]
+        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
+        if own and params is not None:
+            raise ValueError(f"params= and a parallelism that gives every rank its own weights "
+                             f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")
+        # (Ψ,) float64 or float32: every rank's, or (tensor parallelism) each rank's own
+        padded = self._initial_padded(params) if states is None and len(own) < cluster.local_size else None
+        laid = {}  # one padded copy per distinct vector (the TP ranks of one slice share theirs)
+        for r, w in own.items():
+            own[r] = laid[id(w)] = laid[id(w)] if id(w) in laid else self._initial_padded(w)
         if wire is not None:
             if not isinstance(wire, Wire):
                 raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
@@ -169,7 +180,7 @@ class ZeroEngine:
         self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
-                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, padded,
+                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, own.get(rank.index, padded),
                           None if states is None else states[rank.index])
         self.parallelisms.setup(self.ctx)
         for rank in cluster.ranks:

@@ -24,7 +24,7 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
-    n, ranks = ctx.cluster.world_size, ctx.ranks
+    n, ranks = ctx.mesh.world.size, ctx.ranks  # N: the data-parallel ranks
     made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
                                 ranks)  # elementwise, each rank's own region: on the pool
     tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition

@@ -132,6 +132,12 @@ def reduction_buffer_format(policy, held: bool):
     return get_format(policy.grad_accum)
 
 
+def over_data_parallel(ctx) -> dict:
+    """The keyword that runs a bucket's all-reduce over the data-parallel ranks: none for the world (so the call is
+    the one it always was), `group=` beside tensor parallelism (where only the ring's chunk map runs: _groups.py)."""
+    return {} if ctx.mesh.world.is_world else {"group": ctx.mesh.world}
+
+
 def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: bool, free=()) -> Handle:
     """All-reduce a bucket of `params` ((unit, a, b) flat ranges, in the order they joined it) as DeepSpeed's default
     path does (module docstring), and accumulate each rank's owned slices into its gradients: its (s,) shard (`held`:
@@ -143,7 +149,7 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
     params = [p for p in params if p[2] > p[1]]
     if not params:
         return Handle()
-    n, wire = cluster.world_size, policy.reduce_format
+    n, wire = ctx.mesh.world.size, policy.reduce_format  # N: the data-parallel ranks
     op, slices = averaging.reduce_op(policy, n, recipe), range_slices(layout, [(a, b) for _, a, b in params])
     m = sum(b - a for _, a, b in slices)
     fmt = reduction_buffer_format(policy, held)
@@ -166,7 +172,8 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
     for call in split_calls(slices, limit):
         size = sum(b - a for _, a, b in call)
         with cluster.trace.about(purpose="reduce grads", layers=units):
-            out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name)
+            out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name,
+                             **over_data_parallel(ctx))
         for rank, result in zip(ranks, out):
             at = 0
             for owner, a, b in call:
