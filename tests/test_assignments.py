@@ -73,17 +73,18 @@ def test_each_assignment_is_a_week_in_parts_with_partial_credit(number):
         a.handout
 
 
-@pytest.mark.slow  # a process per test, each waiting out a 1 s limit where the file loops (~40 s)
+@pytest.mark.slow  # a process per test, each waiting out a 1 s limit where the file loops (~2 min for the three)
+@pytest.mark.parametrize("number", [1, 2, 3])
 @pytest.mark.parametrize("name, says", [
     ("loops", "did not finish within 1 s"),
     ("exits", "called sys.exit(3) while it was loaded"),
     ("does_not_import", "No module named 'numpy_but_faster'"),
     ("kills_itself", "exit status"),
 ])
-def test_a_misbehaving_submission_scores_0_with_one_line_and_the_grader_goes_on(name, says):
-    r = grade(get(1), str(COURSE / "misbehaving" / f"{name}.py"), time_limit=1)
+def test_a_misbehaving_submission_scores_0_with_one_line_and_the_grader_goes_on(name, says, number):
+    r = grade(get(number), str(COURSE / "misbehaving" / f"{name}.py"), time_limit=1)
     check_results(r)
-    assert r["score"] == 0 and len(r["tests"]) == len(get(1).tests)
+    assert r["score"] == 0 and len(r["tests"]) == len(get(number).tests)
     assert all(t["status"] == "failed" and "\n" not in t["output"] and says in t["output"] for t in r["tests"])
 
 
@@ -97,6 +98,14 @@ def test_zerosim_assignment_grade_writes_a_valid_results_json(tmp_path, capsys):
     assert r["score"] == get(1).max_score and {t["visibility"] for t in r["tests"]} == {"visible", "after_published"}
     assert [t["max_score"] for t in r["tests"]] == [t.points for t in get(1).tests]
     assert f"{get(1).max_score:g} of {get(1).max_score:g} points" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # the autograder's own path (a process per test) on assignments 2 and 3's references (~1 min)
+@pytest.mark.parametrize("number", [2, 3])
+def test_the_autograder_gives_the_reference_every_point_in_a_valid_results_json(number):
+    r = grade(get(number), str(COURSE / f"a{number}" / "solution.py"))
+    check_results(r)
+    assert r["score"] == get(number).max_score, [t["output"] for t in r["tests"] if t["status"] == "failed"]
 
 
 @pytest.mark.slow  # the autograder on a planted file: partial credit and the named misconception in results.json

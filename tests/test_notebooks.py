@@ -201,7 +201,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "partials 1024.0 + 0.5 -> ring 1024.0; one GEMM 1025.0; float64 1025.0",  # two ties to even in fp16
         "engine = oracle, every bit of the bf16 weights: True",
         "the ledger    125.9 MB",  # Table 2 at t = 8 less dropout plus the statistics: the GPT-3-shaped layer
-        "TP 8 on nodes of 4: step  54.6 s",  # TP across InfiniBand, against 15.8 s inside a node
+        "TP 8 on nodes of 4: step  23.2 s",  # TP across InfiniBand, against 15.8 s inside a node
         "memory: torchtitan 71.9 GiB, zerosim 35.6 GiB (-50.5 %)",
     ],
     "15_torch_parity_lab.ipynb": [

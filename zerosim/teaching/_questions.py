@@ -137,6 +137,38 @@ def _ns_ranks(plan: str, matrix: str = "0.w") -> float:
                 if isinstance(ev, Compute) and ev.kind == "newton-schulz" and ev.name.split()[-1] == matrix})
 
 
+def _tp_tie() -> float:
+    """Notebook 13's row [1024, 0.5, 0.25, 0.25] · [1, 1, 1, 1] in fp16, split over a TP group of 2: the ring's sum."""
+    import numpy as np
+
+    from zerosim.cluster import Cluster
+    from zerosim.collectives import all_reduce
+    from zerosim.models.layers import tokens_linear_forward
+    from zerosim.parallel import ParallelDims
+    from zerosim.precision import cast, get_format
+
+    f = get_format("fp16")
+    x, w = cast(np.ones((1, 4)), f), cast(np.array([[1024, 0.5, 0.25, 0.25]]), f)
+    partials = [tokens_linear_forward(x[:, 2 * r:2 * r + 2], w[:, 2 * r:2 * r + 2], None, f) for r in range(2)]
+    summed = all_reduce(Cluster(2, gpus_per_node=2), partials, group=ParallelDims(2, tp=2).groups("tp"), tag="g")
+    return float(summed[0][0, 0])
+
+
+def _tp_peak_ratio() -> float:
+    """Notebook 13's Llama 3 70B on 256 H100s, ZeRO-3, the same tokens per GPU: rank 0's peak at TP 8 over TP 1."""
+    from zerosim.analysis.planner import meta_step
+    from zerosim.analysis.timeline import Hardware
+    from zerosim.models import MetaLlama, read_hf_config, shipped_config
+    from zerosim.parallel.data import get_comm_schedule
+
+    llama70 = MetaLlama.from_config(read_hf_config(shipped_config("llama-3-70b")), seq_len=8192, checkpoint="block",
+                                    attention="flash")
+    hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
+    peaks = [meta_step(llama70, 256, 3, hw, get_comm_schedule("fsdp"), "bf16-mixed", micro_batch=(2 * t, 8192),
+                       gpus_per_node=8, tp=t, sp=t > 1)[1].cluster.ranks[0].ledger.peak() for t in (1, 8)]
+    return peaks[1] / peaks[0]
+
+
 def _torch_ddp_equal() -> float:
     from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
 
@@ -299,6 +331,26 @@ QUESTIONS = {q.name: q for q in (
              "holders each run it on the gathered matrix and keep their own rows, so nothing is sent back.",
              wrong=((1, "the owner plan's: one rank computes and sends the others their slices."),
                     (4, "the gather plan's, the naive twin: every rank gathers and computes every matrix."))),
+    # -- notebook 13: tensor parallelism --
+    Question("tp-fp16-tie", "fp16, W's row [1024, 0.5, 0.25, 0.25] times x = [1, 1, 1, 1], the row cut over a TP group "
+             "of 2 (two columns each): each GPU rounds its partial product to fp16, then the ring adds the two. What "
+             "number comes out?", "", _tp_tie,
+             "GPU 0's 1024 + 0.5 = 1024.5 lies halfway between fp16's neighbours 1024 and 1025 (their spacing is 1 "
+             "there) and a tie rounds to the even one: 1024. GPU 1's 0.25 + 0.25 = 0.5 is exact, and the ring's "
+             "1024 + 0.5 ties again: 1024. One unsplit GEMM keeps an fp32 accumulator, rounds once, and gives 1025.",
+             wrong=((1025, "one GEMM's answer (and float64's): a single fp32 accumulator rounds once at the end; TP "
+                           "rounds each GPU's partial and then the ring's add."),
+                    (1024.5, "fp16 holds no 1024.5: between 1024 and 2048 its numbers are 1 apart."))),
+    Question("tp-peak-ratio", "Llama 3 70B on 256 H100s at ZeRO-3, the same tokens per GPU (micro-batch 2·TP "
+             "sequences of 8,192): rank 0's peak at TP 8 divided by its peak at TP 1?", "x", _tp_peak_ratio,
+             "About 1: ZeRO-3 already holds 16Ψ/N of model states per GPU whatever the TP degree (each TP slice is "
+             "Ψ/T, cut over N/T ranks), and the activations per GPU stay too (TP cuts a sequence's activations T "
+             "ways, and each TP group sees T times the sequences). TP buys a smaller data-parallel degree and "
+             "shorter sequences per GPU, not memory, at a fixed number of tokens per GPU.",
+             tolerance=0.01,  # the two peaks differ by 2.4 MB in 34.6 GB; what is taught is "the same"
+             wrong=((0.125, "1/T: TP cuts the weights T ways, but ZeRO-3 had already cut them over all N GPUs."),
+                    (8, "T times the activations: each TP group sees T times the sequences, and TP cuts each T "
+                        "ways."))),
     # -- notebook 15: real torch --
     Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",
