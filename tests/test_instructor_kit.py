@@ -8,6 +8,7 @@ export-instructor DIR` writes it out, and without the kit installed says in one 
 
 import ast
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,6 +21,20 @@ from zerosim.cli.main import main
 ROOT = Path(__file__).resolve().parent.parent
 KIT = ROOT / "course" / "instructor"
 pytestmark = pytest.mark.slow  # two wheels built by pip (~20 s)
+
+
+def checkout(source: Path, into: Path) -> Path:
+    """The files a clone of `source` holds (git's tracked files and new ones it does not ignore), copied `into` a
+    fresh folder: the wheel is built from what a release holds. Built in place, setuptools reuses an ignored `build/`
+    folder and packs whatever a past build left in it (this branch's student wheel once carried a deleted file, a
+    copy of assignment 1's solution, that way)."""
+    listed = subprocess.run(["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True, timeout=120).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (source / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, into / name)
+    return into
 
 
 def build(source: Path, out: Path) -> Path:
@@ -46,7 +61,7 @@ def own_lines(path: Path) -> set:
 
 @pytest.fixture(scope="module")
 def student_wheel(tmp_path_factory):
-    return build(ROOT, tmp_path_factory.mktemp("student"))
+    return build(checkout(ROOT, tmp_path_factory.mktemp("clone")), tmp_path_factory.mktemp("student"))
 
 
 def functions(path: Path) -> list:
@@ -74,7 +89,7 @@ def test_the_student_wheel_lists_no_solution_and_no_line_of_one(student_wheel):
 
 
 def test_the_instructor_kit_is_its_own_wheel_with_every_solution(tmp_path):
-    wheel = build(KIT, tmp_path)
+    wheel = build(checkout(KIT, tmp_path / "clone"), tmp_path / "wheel")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
     assert wheel.name.startswith("zerosim_instructor-")
