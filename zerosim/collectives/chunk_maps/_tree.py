@@ -14,7 +14,9 @@ result down to both (2Ψ), so 4Ψ/β against the ring's 2(N−1)/N·Ψ/β — tw
 tree removes (each rank is an inner node of one tree only, each tree carries half: ≈ 2Ψ/β, seed 001's "same
 asymptotic volume"). So
 
-    tree   2·⌈log₂ N⌉·α + 4Ψ/β          ring   2(N−1)·α + 2(N−1)/N·Ψ/β
+    tree   base + 2·⌈log₂ N⌉·α + 4Ψ/β          ring   base + 2(N−1)·α + 2(N−1)/N·Ψ/β
+
+(base: the call's latency, the same for both with NCCL's Simple protocol)
 
 and the tree wins below Ψ* = 2α·((N−1) − ⌈log₂ N⌉)·β / (4 − 2(N−1)/N): small messages on many ranks, where NCCL's
 tuner picks it; the ring above.
@@ -54,10 +56,14 @@ def tree_levels(n: int) -> int:
 
 
 def tree_all_reduce_time(buffer_bytes: float, n: int, link) -> float:
-    """A pipelined binary-tree all-reduce of Ψ bytes over N ranks: 2·⌈log₂ N⌉·α + 4Ψ/β (module docstring)."""
+    """A pipelined binary-tree all-reduce of Ψ bytes over N ranks: base + 2·⌈log₂ N⌉·α + 4Ψ/β (module docstring).
+
+    `base`: the link's per-call latency, charged once as the ring's is. NCCL 2.30.7's Simple protocol charges the
+    tree and the ring the same base, 8.4 µs (src/graph/tuning.cc, ncclTunerConstantsDefaults.baseLatencies), so it
+    cancels out of the crossover."""
     if n < 2:
         return 0.0
-    return 2 * tree_levels(n) * link.alpha + 4 * buffer_bytes / link.bandwidth
+    return link.base + 2 * tree_levels(n) * link.alpha + 4 * buffer_bytes / link.bandwidth
 
 
 def ring_tree_crossover(n: int, link) -> float:
