@@ -1,9 +1,9 @@
 """The explorer's web page in a real headless browser (Chromium, driven by Playwright), at a desktop's 1280 x 800 and
-a phone's 390 x 844: it loads with no console message and no horizontal scroll; at 50 random settings, set through
-its controls as a learner would, every number it shows equals `zerosim memory --json` and `zerosim timeline
---json` for the same flags; after 20 random control moves (some to a setting the model refuses) it never shows a
-number of an earlier setting; the step-through steps. Screenshots at both sizes are written for a person to look at
-(docs/explore.png and docs/explore-phone.png are two of them).
+a phone's 390 x 844: it loads with no console message, no horizontal scroll and nothing cut off at the window's
+edge; at 50 random settings, set through its controls as a learner would, every number it shows equals `zerosim
+memory --json` and `zerosim timeline --json` for the same flags; after 20 random control moves (some to a setting
+the model refuses) it never shows a number of an earlier setting; the step-through steps. Screenshots at both sizes
+are written for a person to look at (docs/explore.png and docs/explore-phone.png are two of them).
 
 Needs the `web` extra (`pip install -e ".[web]"`: Playwright's Python client) and a Chromium on the machine:
 Debian/Ubuntu `apt-get install chromium` (or set ZEROSIM_CHROMIUM to a Chromium/Chrome binary). Playwright's own
@@ -90,7 +90,13 @@ SHOWN = """() => {
                                        "params", "link", "sticky-peak", "sticky-verdict", "sticky-step"]
                                       .map(id => [id, num(id)])),
           kinds: kinds, bars: bars, memoryText: svgText("memory"), timeText: svgText("time"), timeBars: timeBars,
-          scroll: [document.documentElement.scrollWidth, document.documentElement.clientWidth]};
+          scroll: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+          // what reaches past the window's right edge: cut off where a parent hides its overflow (no scroll bar
+          // shows it), or scrolled sideways where none does
+          clipped: [...document.querySelectorAll("body *")].filter(e => {
+            const r = e.getBoundingClientRect();
+            return r.width > 0 && (r.left < -0.5 || r.right > document.documentElement.clientWidth + 0.5);
+          }).map(e => e.id || e.tagName)};
 }"""
 
 
@@ -231,6 +237,7 @@ def test_every_number_equals_the_clis_json_at_50_random_settings(page):
             _CLI[s] = cli_numbers(s)
         assert same(shown, _CLI[s]) == [], (i, s)
         assert shown["scroll"][0] <= shown["scroll"][1], f"{page.size}: scrolls sideways at {s}"
+        assert shown["clipped"] == [], f"{page.size}: {shown['clipped']} cut off at {s}"
     assert page.messages == []
 
 
@@ -275,7 +282,7 @@ def test_no_number_of_an_earlier_setting_survives_20_moves(page):
             n = explore(s)
             assert shown["drawn"] == "yes" and shown["error"] == "", moves
             assert same(shown, n) == [], moves
-        assert shown["scroll"][0] <= shown["scroll"][1], (page.size, moves)
+        assert shown["scroll"][0] <= shown["scroll"][1] and shown["clipped"] == [], (page.size, shown["clipped"], moves)
     assert page.messages == []
 
 
@@ -299,7 +306,7 @@ def test_loads_without_a_message_or_sideways_scroll_and_the_screenshots_are_take
     for s in (Settings(model="gpt2-small", seq_len=4096), Settings(model="gpt3-175b", ranks=1024, seq_len=2048,
                                                                    gpu="rtx3090", optimizer="adan")):
         shown = show(page, s)
-        assert shown["scroll"][0] <= shown["scroll"][1], (page.size, s)
+        assert shown["scroll"][0] <= shown["scroll"][1] and shown["clipped"] == [], (page.size, shown["clipped"], s)
     show(page, Settings())
     label = page.evaluate("document.getElementById('capacity-label').textContent")
     assert label == "H100 SXM5 80GB: 85.52 GB"  # the dashed line says what it is
