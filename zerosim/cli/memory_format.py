@@ -21,14 +21,16 @@ def format_report(r: dict) -> str:
     lines += _table(r)
     lines += [
         "",
-        "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
-        "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
-        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
+        "whole buffer at stage 0; at stages 2-3 one unit's gathered params and gradients). sent: bytes one rank put on",
+        "the wire in the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ] if tp is None else [
         "",
         "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
         "(trace), beside the formula: ZeRO's 2Ψ_tp or 3Ψ_tp times (dp−1)/dp over the data-parallel ranks, plus TP's",
         "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ]
     lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     lines += _wire_lines(r) if r.get("wire") else []

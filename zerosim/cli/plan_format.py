@@ -47,8 +47,9 @@ def format_plan(r: dict) -> str:
     top = r["fitting"][0]
     lines += [
         "",
-        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient shard of",
-        "the step; activ.: saved for backward. B × K: micro-batch × accumulation steps per GPU"
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
+        "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
+        "B × K: micro-batch × accumulation steps per GPU"
         + (" (a TP group's GPUs share" if tp else "."),
         *(["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp else []),
         f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "

@@ -59,6 +59,7 @@ def format_one(r: dict) -> str:
         f"links: {r['link_model']}",
         "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
         "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
+        "the words (exposed, hidden, phase, prefetch, unit): docs/glossary.md",
     ]
     return "\n".join(line for line in lines if line is not None)
 

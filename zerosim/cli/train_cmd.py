@@ -245,7 +245,7 @@ class _Printer:
         self.bar.set_postfix(loss=f"{mean:.6g}")
         every = self.args.print_every
         if self.talk and (step % every == 0 or step == self.first or step == self.args.steps or info.skipped):
-            self.write(f"step {step:>5}  loss {mean!r}" + step_note(self.precision, info))
+            self.write(f"step {step:>5}  loss {mean:.6g}" + step_note(self.precision, info))  # --json: every bit
 
     def on_eval(self, step, accuracy):  # --model gpt: on the steps the loss is printed at
         if self.talk:
