@@ -19,7 +19,10 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from zerosim.cluster import _closed as closed
+from zerosim.cluster._hops import RingHops
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
+from zerosim.cluster._runs import RunCounts
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
@@ -98,19 +101,36 @@ class Trace:
     gpus_per_node: int | None = None  # the topology that decides each hop's link tier (None: one node)
     world_size: int | None = None  # N, the ranks every call spans (each in its group), when known (a Cluster's
     #                                trace): questions about rank N or above are refused; None: read from the calls
-    events: list = field(default_factory=list)  # [Event]
     calls: list = field(default_factory=list)  # [Call]
     log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
+        # [Event | RingHops]: the sends in order, a ring phase recorded whole (_hops.py) until `events` is read
+        self._events = []
+        self._records = 0  # RingHops records in _events
+        self._folded = 0  # sends they stand for, beyond one entry each
         self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
         self.ring_calls = {}
         self.call_groups = {}  # call -> the Groups it ran over, for calls not over the world
         self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
+
+    @property
+    def events(self) -> list:
+        """[Event]: every send (or, at "call" granularity, every rank's summary of a call), in order. A ring phase
+        recorded whole (`ring_hops`) becomes its sends here, the first time they are read."""
+        if self._records:
+            self._events = [x for e in self._events for x in (self._unfold(e) if type(e) is RingHops else (e,))]
+            self._folded = self._records = 0
+        return self._events
+
+    def _unfold(self, hops: RingHops) -> list:
+        c = self.calls[hops.call]
+        return [Event(hops.call, c.collective, k, src, dst, chunk, n, n * hops.itemsize, hops.dtype, c.tag, None,
+                      self._tier(hops.call, src, dst)) for k, src, dst, chunk, n in hops.hops()]
 
     # -- recording (used by the engines) ---------------------------------------------------------
     @contextmanager
@@ -131,14 +151,15 @@ class Trace:
               group: Groups | None = None, chunk_map: tuple = ()) -> int:
         """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
         `hop` and `end` take. `world_size` is the ring's length: the group's size."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map))
+        fields = {}  # what differs from a Call's defaults, set at once (dataclasses.replace is slow, and per call)
         if group is not None and not group.is_world:
-            call = replace(call, group=group.name, tier=group.tier(self.gpus_per_node))
-            self.call_groups[call.call] = group
+            fields.update(group=group.name, tier=group.tier(self.gpus_per_node))
+            self.call_groups[len(self.calls)] = group
         elif group is not None and self.gpus_per_node is not None:
-            call = replace(call, tier=group.tier(self.gpus_per_node))
-        if self._about:
-            call = replace(call, **self._about)
+            fields["tier"] = group.tier(self.gpus_per_node)
+        fields.update(self._about)
+        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map),
+                    **fields)
         self.calls.append(call)
         self.log.append(call)
         return call.call
@@ -159,7 +180,7 @@ class Trace:
         self.calls.append(call)
         self.log.append(call)
         for r, n in zip(ranks, elements):
-            self.events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
+            self._events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
         return self.handle(call.call)
 
     def handle(self, *calls: int) -> Handle:
@@ -182,13 +203,28 @@ class Trace:
         tier = self._tier(call, src, dst)
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
-            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
+            self._events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
                                      c.tag, values, tier))
         else:
             acc = self._pending[src]
             acc[0] += elements
             acc[1] += elements * itemsize
             acc[2] = tier
+
+    def ring_hops(self, call: int, sizes: tuple, itemsize: int, dtype: str, lag: int, ranks, positions,
+                  sends_to) -> None:
+        """Record a whole ring phase of `call` (hop granularity, every rank in this process): at step k the rank
+        ranks[i], at position positions[i] of its ring, sent chunk (positions[i] - lag - k) mod n of `sizes` to
+        sends_to[i] (lag 1: reduce-scatter, 0: all-gather). One record now; `events` shows its n−1 steps of sends
+        as `hop` would have recorded them one by one (_hops.py)."""
+        if len(sizes) < 2 or not ranks:
+            return  # a ring of one sends nothing
+        if self.granularity != "hop":
+            raise ValueError('ring_hops records every send: it needs trace granularity "hop"')
+        hops = RingHops(call, tuple(sizes), itemsize, dtype, lag, tuple(ranks), tuple(positions), tuple(sends_to))
+        self._events.append(hops)
+        self._records += 1
+        self._folded += hops.count - 1
 
     def _tier(self, call: int, src: int, dst: int) -> str:
         """The tier of a send: from its two ends, or (a summary, dst -1) from src's next rank on its ring."""
@@ -206,19 +242,18 @@ class Trace:
         `sent_by_rank` and `bytes_by_tier` answer from it."""
         if self.granularity != "call":
             raise ValueError('a closed-form ring summary needs trace granularity "call"')
-        if len(sizes) > 1:
-            self.ring_calls[call] = (tuple(sizes), itemsize, lag)
+        if len(sizes) > 1:  # run-length encoded sizes (a flat range's counts) stay so: O(1) however many ranks
+            self.ring_calls[call] = (sizes if isinstance(sizes, RunCounts) else tuple(sizes), itemsize, lag)
+
+    def _ring_size(self, call: int) -> int:
+        """N, the ranks a closed-form call's rings span together."""
+        group = self.call_groups.get(call)
+        return group.world_size if group is not None else len(self.ring_calls[call][0])
 
     def _closed_form(self, call: int):
-        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy)."""
-        import numpy as np
-
+        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy; _closed.py)."""
         sizes, itemsize, lag = self.ring_calls[call]
-        s = np.asarray(sizes, dtype=np.int64)
-        group = self.call_groups.get(call)
-        position = group.positions if group is not None else np.arange(len(sizes))
-        skipped = s[(position - lag + 1) % len(sizes)]  # position p skips chunk (p − lag + 1) mod n
-        return (s.sum() - skipped) * itemsize
+        return closed.sent_by_every_rank(sizes, itemsize, lag, self.call_groups.get(call), self._ring_size(call))
 
     def sent_by_rank(self, call: int) -> dict:
         """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
@@ -230,17 +265,21 @@ class Trace:
         return dict(out)
 
     def sent_totals(self, world_size: int) -> list:
-        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in
-        NumPy."""
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries): O(events + calls) in
+        Python, and in NumPy O(N) once plus, per closed-form call, O(ranks that skipped a non-empty chunk)."""
         import numpy as np
 
         totals = np.zeros(world_size, dtype=np.int64)
         for e in self.events:
             if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
                 totals[e.src] += e.bytes
-        for call in self.ring_calls:
-            totals += self._closed_form(call)
-        return totals.tolist()
+        base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
+        for call, (sizes, itemsize, lag) in self.ring_calls.items():
+            base += closed.base_bytes(sizes, itemsize)
+            for ranks, less in closed.shortfalls(sizes, itemsize, lag, self.call_groups.get(call),
+                                                 self._ring_size(call)):
+                totals[ranks] -= less
+        return (totals + base).tolist()
 
     def bytes_by_tier(self, call: int | None = None) -> dict:
         """{tier: bytes all ranks sent over links of that tier} ("intra-node", "inter-node"), over the whole trace
@@ -249,11 +288,18 @@ class Trace:
         for e in self.events if call is None else self.select(call=call):
             out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
-            sent = self._closed_form(c)
-            group = self.call_groups.get(c)
-            crosses = (group if group is not None else Groups.world(len(sent))).send_tiers(self.gpus_per_node)
-            out[TIERS[1]] += int(sent[crosses].sum())
-            out[TIERS[0]] += int(sent[~crosses].sum())
+            sizes, itemsize, lag = self.ring_calls[c]
+            group, n = self.call_groups.get(c), self._ring_size(c)
+            crosses = (group if group is not None else Groups.world(n)).send_tiers(self.gpus_per_node)
+            across = (group if group is not None else Groups.world(n)).crossing_count(self.gpus_per_node)
+            base = closed.base_bytes(sizes, itemsize)
+            inter, intra = base * across, base * (n - across)  # then less what each short rank did not send
+            for ranks, less in closed.shortfalls(sizes, itemsize, lag, group, n):
+                short = crosses[ranks]
+                inter -= int((short * less).sum())  # less: one number for the ranks, or one per rank
+                intra -= int((~short * less).sum())
+            out[TIERS[1]] += int(inter)
+            out[TIERS[0]] += int(intra)
         return out
 
     def end(self, call: int) -> None:
@@ -261,7 +307,7 @@ class Trace:
         if self.granularity == "call":
             c = self.calls[call]
             for src, (elements, nbytes, tier) in sorted(self._pending.items()):
-                self.events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
+                self._events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
                                          None, tier))
             self._pending.clear()
 
@@ -286,7 +332,8 @@ class Trace:
         self._check_rank(rank)
         from_events = sum(e.bytes for e in self.select(collective, call, tag)
                           if e.src == rank and (collective is not None or e.collective not in TRANSFERS))
-        return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
+        return from_events + sum(closed.sent_by_one_rank(*self.ring_calls[c], self.call_groups.get(c), rank)
+                                 for c in self._closed(collective, call, tag))
 
     def _check_rank(self, rank) -> None:
         """A rank that does not exist sent nothing, but answering 0 would hide the mistake."""
@@ -320,7 +367,8 @@ class Trace:
             out[e.collective] += e.bytes
         for c, (sizes, itemsize, _) in self.ring_calls.items():
             rings = self.call_groups[c].count if c in self.call_groups else 1  # groups side by side, each a ring
-            out[self.calls[c].collective] += rings * (len(sizes) - 1) * sum(sizes) * itemsize  # n−1 senders a chunk
+            out[self.calls[c].collective] += rings * (len(sizes) - 1) * closed.base_bytes(sizes, itemsize)  # n−1
+            #                                                                       senders of every chunk, per ring
         return dict(out)
 
     def of_type(self, kind, since: int = 0) -> list:
@@ -329,7 +377,8 @@ class Trace:
 
     def clear(self) -> None:
         self.generation += 1
-        self.events.clear()
+        self._events.clear()
+        self._folded = self._records = 0
         self.calls.clear()
         self.log.clear()
         self.ring_calls.clear()
@@ -337,4 +386,4 @@ class Trace:
         self._pending.clear()
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self._events) + self._folded

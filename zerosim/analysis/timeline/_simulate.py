@@ -53,7 +53,7 @@ from zerosim.analysis.timeline._cost import (
 )
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._result import Timeline
-from zerosim.cluster import TRANSFERS, Call, Compute, OptimizerStep
+from zerosim.cluster import TRANSFERS, Call, Compute, OptimizerStep, busiest_bytes
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_format
 
@@ -190,7 +190,7 @@ def _busiest_bytes(events, ring_calls: dict) -> dict:
     sent = defaultdict(int)
     for e in events:
         sent[(e.call, e.src)] += e.bytes
-    busiest = {call: (sum(sizes) - min(sizes)) * itemsize for call, (sizes, itemsize, _) in ring_calls.items()}
+    busiest = {call: busiest_bytes(sizes, itemsize) for call, (sizes, itemsize, _) in ring_calls.items()}
     for (call, _), b in sent.items():
         if b > busiest.get(call, -1):
             busiest[call] = b
