@@ -41,7 +41,11 @@ class Done:
 
 
 def _nbytes(*arrays) -> int:
-    return sum(int(a.nbytes) for a in arrays if a is not None)
+    total = 0
+    for a in arrays:
+        if a is not None:
+            total += int(a.nbytes)
+    return total
 
 
 def _as_dict(cache) -> dict:
@@ -59,8 +63,10 @@ class _Saved:
 
     def put(self, key, prefix: str, cache) -> None:
         named = _as_dict(cache)
-        if self.ledger is not None:
-            named = {k: self.ledger.adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
+        ledger = self.ledger
+        if ledger is not None:
+            adopt = ledger.adopt
+            named = {k: adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
     def pop(self, key) -> dict:

@@ -89,7 +89,7 @@ FORMATS: dict[str, Format] = {
     )
 }
 
-_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
+_BY_DTYPE = FORMAT_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
 
 # Names people type for the same thing; they resolve to the canonical names above.
 _ALIASES = {
