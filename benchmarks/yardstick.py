@@ -25,9 +25,9 @@ Targets (issue 41, Must show 1), engine ÷ hand NumPy with the default `Cluster(
 timelines): <= 1.3 at 919k parameters on N = 8, <= 2.5 at 10k parameters on N = 64. The oracle
 (`Reference(order="ring-native")`, the README's yardstick) is shown against the same hand step.
 
-Measured in one run, in CPU time (and wall time beside it): each round runs every contender once, in a new seeded order (all see the same machine load,
-none always follows another), median of --repeats, BLAS pinned to one thread (set before numpy loads). The load
-average is printed before and after.
+Measured in one run, in CPU time (and wall time beside it): each round runs every contender once, in a new seeded
+order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
+(set before numpy loads). The load average is printed before and after.
 
     python benchmarks/yardstick.py [--repeats 9] [--case small|large|both]
 """

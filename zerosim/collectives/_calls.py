@@ -59,7 +59,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     padded = length if counts is not None else layout.padded
     bounds = chunk_bounds(layout, counts)
     if out is not None:
-        sizes = [stop - start for start, stop in bounds]
+        sizes = counts if counts is not None else [stop - start for start, stop in bounds]  # chunk p's elements
         out = check_out(cluster, out, sizes, wire_fmt, what, reduce_op.name == "avg", group)
     call = cluster.trace.begin(_name, reduce_op.name, n, padded, wire_fmt.name, tag, group)
     staged, temps = stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded, n)

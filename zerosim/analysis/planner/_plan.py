@@ -141,10 +141,13 @@ def plan(
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     rows, pruned = [], []
+    twins = {}  # strategy -> the model's data-less twin: built once, measured at every stage
     for stage in stages:
         stage_rows = []
         for strategy in strategies:
-            model = twin.from_config(config, seq_len, **strategy_options(strategy))
+            if strategy not in twins:
+                twins[strategy] = twin.from_config(config, seq_len, **strategy_options(strategy))
+            model = twins[strategy]
             for B in batches:
                 m, cluster, engine = measure_stage(
                     model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule
