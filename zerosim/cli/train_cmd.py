@@ -96,6 +96,9 @@ def add_arguments(p) -> None:
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
                         "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
+    p.add_argument("--trace-log", metavar="FILE", default=None,
+                   help="stream the whole trace log into FILE (one event a line, each call's sends below it); the run "
+                        "itself keeps only its last steps' events, and every byte total")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
                         "a save that never finished is skipped); --steps counts from the start of the run. What you "
@@ -158,6 +161,7 @@ def run(args) -> int:
                          optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
+                         trace_log=args.trace_log,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 

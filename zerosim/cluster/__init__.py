@@ -14,6 +14,7 @@
     hops.py      a ring phase's sends as one record, its hop events derived when read
     runs.py      RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
     closed.py    a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
+    window.py    a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
 from zerosim.cluster._closed import busiest_bytes

@@ -63,3 +63,25 @@ def sent_by_one_rank(sizes, itemsize: int, lag: int, group, rank: int) -> int:
     n = len(sizes)
     p = rank if group is None else group.position(rank)
     return base_bytes(sizes, itemsize) - sizes[(p - lag + 1) % n] * itemsize
+
+
+def bytes_by_tier(sizes, itemsize: int, lag: int, group, world_size: int, gpus_per_node: int | None) -> tuple:
+    """(intra-node bytes, inter-node bytes) all ranks sent: each rank's send to its ring's next rank crosses a node
+    or not (`Groups.send_tiers`)."""
+    from zerosim.cluster._mesh import Groups
+
+    ring = group if group is not None else Groups.world(world_size)
+    crosses, across = ring.send_tiers(gpus_per_node), ring.crossing_count(gpus_per_node)
+    base = base_bytes(sizes, itemsize)
+    inter, intra = base * across, base * (world_size - across)  # then less what each short rank did not send
+    for ranks, less in shortfalls(sizes, itemsize, lag, group, world_size):
+        short = crosses[ranks]
+        inter -= int((short * less).sum())  # less: one number for the ranks, or one per rank
+        intra -= int((~short * less).sum())
+    return int(intra), int(inter)
+
+
+def volume(sizes, itemsize: int, group) -> int:
+    """Bytes all ranks sent: every ring's n−1 senders of each chunk, the rings side by side."""
+    rings = group.count if group is not None else 1
+    return rings * (len(sizes) - 1) * base_bytes(sizes, itemsize)

@@ -22,6 +22,7 @@ from zerosim.cluster._mesh import Groups, Mesh, hop_tier
 from zerosim.cluster._pool import RankPool
 from zerosim.cluster._rank import Rank
 from zerosim.cluster._trace import Trace
+from zerosim.cluster._window import KEEP_STEPS
 
 
 class Cluster:
@@ -40,6 +41,11 @@ class Cluster:
         workers: threads that run one op's per-rank compute and optimizer updates at once (_pool.py): 1 (default)
             runs the ranks one after another; "auto" uses every core this process may run on. Results and the
             event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
+        keep_steps: the trace holds the events of the last k engine steps (default 100) and folds older steps into
+            its summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step
+            and rank stay whole-run; call numbers and log positions stay absolute); None holds every step.
+        log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
+            folded steps as they fold and the rest on `cluster.trace.flush_log()`.
     """
 
     def __init__(
@@ -51,6 +57,8 @@ class Cluster:
         keep_values: bool = False,
         gpus_per_node: int | None = None,
         workers: int | str = 1,
+        keep_steps: int | None = KEEP_STEPS,
+        log_to=None,
         **backend_options,
     ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
@@ -77,14 +85,18 @@ class Cluster:
                              "pass hosted='all' to host every rank and record every hop")
         self.gpus_per_node = gpus_per_node
         self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values,
-                           gpus_per_node=gpus_per_node, world_size=world_size)
+                           gpus_per_node=gpus_per_node, world_size=world_size, keep_steps=keep_steps, log_to=log_to)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
-        sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
+        # allocs and frees join the trace's ordered log (straight onto it: the trace's folding reads only the engine's
+        # step boundaries, and keeps the same list)
+        sink = self.trace.log.append if timeline else None
         self.ranks = [
             Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
             for i in self.backend.local_ranks
         ]
+        by_rank = {r.index: r.ledger for r in self.ranks}
+        self.trace.on_fold = lambda last: [by_rank[r].fold_timeline(seq) for r, seq in last.items() if r in by_rank]
 
     def __repr__(self) -> str:
         local = [r.index for r in self.ranks]

@@ -98,7 +98,8 @@ class MemoryLedger:
     recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
     sink: object = None  # called with every LedgerEvent (the cluster's trace log), when the timeline is kept
     live: dict = field(default_factory=dict)  # name -> Buffer
-    timeline: list = field(default_factory=list)  # [LedgerEvent]
+    timeline: list = field(default_factory=list)  # [LedgerEvent] held (a long run's trace folds the oldest: below)
+    timeline_folded: int = 0  # events let go from the timeline's front, as their steps folded out of the trace
     phase_label: str = ""
     keep_timeline: bool = True
     _current: dict = field(default_factory=dict)  # kind -> bytes
@@ -167,6 +168,15 @@ class MemoryLedger:
             return self.live[name]
         except KeyError:
             raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
+
+    def fold_timeline(self, upto_seq: int) -> None:
+        """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's
+        window: cluster/_window.py); the totals and peaks stay."""
+        k = 0
+        while k < len(self.timeline) and self.timeline[k].seq <= upto_seq:
+            k += 1
+        del self.timeline[:k]
+        self.timeline_folded += k
 
     # -- questions -------------------------------------------------------------------------------
     def current(self, kind: str | None = None) -> int:

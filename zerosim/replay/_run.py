@@ -169,7 +169,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         policy = policy.with_(loss_scale=loss_scale)
     _check_no_overflow(lr, steps, betas, policy.compute_format)
     model = TinyNet()
-    cluster = Cluster(2, keep_values=True)
+    cluster = Cluster(2, keep_values=True, keep_steps=None)  # reads each step by its log positions: hold them all
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)
     names = list(TinyNet.NAMES)
     regions = [engine.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)

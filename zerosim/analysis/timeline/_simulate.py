@@ -75,6 +75,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
     if not isinstance(overlap, bool):
         raise TypeError(f"overlap must be True or False, got {overlap!r}")
     log, events = _log_and_events(trace)
+    folded = getattr(getattr(trace, "folded", None), "calls", 0)  # calls of steps folded out of a long run's window
     n = getattr(trace, "world_size", None) or _world_size(log)
     busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
@@ -99,6 +100,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             start = host[r] if on_host else ready[r]
             for c in ev.needs:
                 end = call_end.get(c)
+                if end is None and c < folded:  # it ran before the window: long done
+                    continue
                 if end is None:
                     raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not "
                                      "earlier in the log")
