@@ -39,7 +39,7 @@ def _hops(trace, calls: list) -> list:
     for e in trace.events:
         if e.call in calls:
             out.append({
-                "call": e.call, "collective": e.collective, "phase": _phase(trace.calls[e.call]), "tag": e.tag,
+                "call": e.call, "collective": e.collective, "phase": _phase(trace.call(e.call)), "tag": e.tag,
                 "step": e.step, "src": e.src, "dst": e.dst,
                 "chunk": e.chunk, "elements": e.elements, "bytes": e.bytes, "dtype": e.dtype,
                 "values": _f(e.values) if e.values is not None else None,
