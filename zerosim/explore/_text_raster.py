@@ -9,7 +9,8 @@ them: the string, the font, angle, colour, antialiasing, the exact position, the
 the renderer as before (a figure drawn once keeps nothing); from its second, it is rendered once more on the scratch
 canvas, kept, and pasted whenever it is drawn at the same place over a plain background: the same pixels the
 renderer would make, since it would blend the same glyphs over the same white. Anything else (mathtext, a clip, a
-text over bars) is drawn by the renderer itself. tests/test_explore.py compares the figure with one drawn without this, pixel for pixel.
+text over bars) is drawn by the renderer itself. tests/test_explore_text.py compares the figure with one drawn
+without this, pixel for pixel.
 """
 
 from __future__ import annotations
