@@ -22,7 +22,6 @@ from zerosim.cluster._mesh import Groups, Mesh, hop_tier
 from zerosim.cluster._pool import RankPool
 from zerosim.cluster._rank import Rank
 from zerosim.cluster._trace import Trace
-from zerosim.cluster._window import KEEP_STEPS
 
 
 class Cluster:
@@ -41,9 +40,11 @@ class Cluster:
         workers: threads that run one op's per-rank compute and optimizer updates at once (_pool.py): 1 (default)
             runs the ranks one after another; "auto" uses every core this process may run on. Results and the
             event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
-        keep_steps: the trace holds the events of the last k engine steps (default 100) and folds older steps into
-            its summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step
-            and rank stay whole-run; call numbers and log positions stay absolute); None holds every step.
+        keep_steps: k: the trace holds the events of the last k engine steps and folds older steps into its
+            summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step and
+            rank stay whole-run; call numbers stay absolute, and `trace.logged` is the absolute log position).
+            None (default): every step is held, so a position read as `len(trace.log)` before a step still points
+            at that step's events after it (`zerosim train` holds 2: it reads nothing older).
         log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
             folded steps as they fold and the rest on `cluster.trace.flush_log()`.
     """
@@ -57,7 +58,7 @@ class Cluster:
         keep_values: bool = False,
         gpus_per_node: int | None = None,
         workers: int | str = 1,
-        keep_steps: int | None = KEEP_STEPS,
+        keep_steps: int | None = None,
         log_to=None,
         **backend_options,
     ):
@@ -90,7 +91,7 @@ class Cluster:
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         # allocs and frees join the trace's ordered log (straight onto it: the trace's folding reads only the engine's
         # step boundaries, and keeps the same list)
-        sink = self.trace.log.append if timeline else None
+        sink = self.trace._log.append if timeline else None
         self.ranks = [
             Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
             for i in self.backend.local_ranks

@@ -7,7 +7,7 @@ The engine drives a step layer by layer across every local rank; each thing it d
                  and the bytes it read and wrote, and the collective calls it had to wait for
     Call         one collective call over all ranks (its hops are in `Trace.events`, as before), with
                  what it was for: gathering a unit's params, reducing its grads, refreshing params ...
-    LedgerEvent  one alloc or free in a rank's ledger (defined in _ledger.py; the same objects)
+    LedgerEvent  one alloc or free in a rank's ledger (defined in _ledger.py; equal to its timeline's)
     OptimizerStep one rank's update of its region of the flat vector, with the intermediates when kept
     LossScaleUpdate what the loss scaler decided after the overflow check: skip or not, the scale before/after
     GradClip     the global gradient norm every rank agreed on, and the coefficient it scaled the gradient by

@@ -98,7 +98,9 @@ class MemoryLedger:
     recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
     sink: object = None  # called with every LedgerEvent (the cluster's trace log), when the timeline is kept
     live: dict = field(default_factory=dict)  # name -> Buffer
-    timeline: list = field(default_factory=list)  # [LedgerEvent] held (a long run's trace folds the oldest: below)
+    # the timeline held (a long run's trace folds the oldest: `fold_timeline`), each entry a LedgerEvent or, until
+    # `timeline` is read, the plain tuple of its fields (a step makes thousands; see `timeline`)
+    _held: list = field(default_factory=list, repr=False)
     timeline_folded: int = 0  # events let go from the timeline's front, as their steps folded out of the trace
     phase_label: str = ""
     keep_timeline: bool = True
@@ -134,9 +136,8 @@ class MemoryLedger:
             self._peak_total = total
         self._seq += 1
         if self.keep_timeline:
-            event = ledger_event(self._seq, "alloc", name, kind, nbytes, total, kind_total, self.phase_label,
-                                 self.rank)
-            self.timeline.append(event)
+            event = (self._seq, "alloc", name, kind, nbytes, total, kind_total, self.phase_label, self.rank)
+            self._held.append(event)
             if self.sink is not None:
                 self.sink(event)
         return buf
@@ -154,9 +155,8 @@ class MemoryLedger:
         total = self._total = self._total - buf.nbytes
         self._seq += 1
         if self.keep_timeline:
-            event = ledger_event(self._seq, "free", name, kind, buf.nbytes, total, kind_total, self.phase_label,
-                                 self.rank)
-            self.timeline.append(event)
+            event = (self._seq, "free", name, kind, buf.nbytes, total, kind_total, self.phase_label, self.rank)
+            self._held.append(event)
             if self.sink is not None:
                 self.sink(event)
         if buf.owned and self.recycle is not None:
@@ -172,11 +172,27 @@ class MemoryLedger:
     def fold_timeline(self, upto_seq: int) -> None:
         """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's
         window: cluster/_window.py); the totals and peaks stay."""
-        k = 0
-        while k < len(self.timeline) and self.timeline[k].seq <= upto_seq:
+        held, k = self._held, 0
+        while k < len(held) and (held[k][0] if type(held[k]) is tuple else held[k].seq) <= upto_seq:
             k += 1
-        del self.timeline[:k]
+        del held[:k]
         self.timeline_folded += k
+
+    @property
+    def timeline(self) -> list:
+        """[LedgerEvent]: every alloc and free held, in order, with the totals right after it.
+
+        An engine's step makes thousands (every saved activation, gathered unit, gradient), so each is recorded as
+        the plain tuple of its fields, and made a `LedgerEvent` here, the first time the timeline is read (in place:
+        the same list, the same events on every read after). Making them at once was a tenth of a small step, and
+        their objects the larger part of its garbage-collector's work."""
+        held = self._held
+        if held and type(held[-1]) is tuple:  # the ones not read yet are the last ones
+            k = len(held)
+            while k and type(held[k - 1]) is tuple:
+                k -= 1
+            held[k:] = [ledger_event(*e) for e in held[k:]]
+        return held
 
     # -- questions -------------------------------------------------------------------------------
     def current(self, kind: str | None = None) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from zerosim.cluster import _closed as closed
 from zerosim.cluster._hops import RingHops
+from zerosim.cluster._ledger import ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
 from zerosim.cluster._events import StepBoundary
 from zerosim.cluster._runs import RunCounts
@@ -107,7 +108,9 @@ class Trace:
     #                                (_window.py); None: hold everything
     log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
     calls: list = field(default_factory=list)  # [Call] held: call number folded.calls + i is calls[i]
-    log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
+    # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., and each ledger's allocs and
+    # frees as the plain tuples of their fields until the log is read (cluster/_ledger.py `timeline` says why)
+    _log: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
@@ -121,6 +124,7 @@ class Trace:
         self._log_file = LogFile(self.log_to) if self.log_to is not None else None
         self._written = 0  # absolute log position up to which the log file has it
         self.on_fold = None  # called with {rank: last ledger seq folded} when steps fold (the Cluster's ledgers)
+        self._checked = 0  # log entries read already: those before it are events, never raw tuples
         # [Event | RingHops]: the sends in order, a ring phase recorded whole (_hops.py) until `events` is read
         self._events = []
         self._records = 0  # RingHops records in _events
@@ -141,6 +145,19 @@ class Trace:
             self._folded = self._records = 0
         return self._events
 
+    @property
+    def log(self) -> list:
+        """[Call | Compute | OptimizerStep | StepBoundary | LedgerEvent | ...]: every typed event, in order (the steps
+        held: `keep_steps`). A ledger's alloc or free recorded as a plain tuple becomes its `LedgerEvent` here, the
+        first time it is read."""
+        log = self._log
+        if self._checked < len(log):
+            for i in range(self._checked, len(log)):
+                if type(log[i]) is tuple:
+                    log[i] = ledger_event(*log[i])
+            self._checked = len(log)
+        return log
+
     def call(self, number: int) -> Call:
         """The `Call` numbered `number` (numbers stay absolute when older steps fold out of the window)."""
         if number < self.folded.calls:
@@ -152,7 +169,7 @@ class Trace:
     @property
     def logged(self) -> int:
         """Log entries recorded so far, the folded ones included: the absolute position of the next one."""
-        return self.folded.log + len(self.log)
+        return self.folded.log + len(self._log)
 
     def _unfold(self, hops: RingHops) -> list:
         c = self.call(hops.call)
@@ -172,7 +189,7 @@ class Trace:
     def record(self, event) -> None:
         """Append a typed event (_events.py, or a ledger's alloc/free) to the ordered log; at a step's end, fold the
         steps before the window (`keep_steps`)."""
-        self.log.append(event)
+        self._log.append(event)
         if type(event) is StepBoundary and event.what == "end" and self.keep_steps is not None:
             self._step_ends.append((self.logged, self.folded.calls + len(self.calls)))
             if len(self._step_ends) > self.keep_steps:
@@ -195,7 +212,7 @@ class Trace:
         fields.update(self._about)
         call = Call(number, collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map), **fields)
         self.calls.append(call)
-        self.log.append(call)
+        self._log.append(call)
         return call.call
 
     def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "",
@@ -213,7 +230,7 @@ class Trace:
         if self._about:
             call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
         self.calls.append(call)
-        self.log.append(call)
+        self._log.append(call)
         for r, n in zip(ranks, elements):
             self._events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
         return self.handle(call.call)
@@ -451,7 +468,8 @@ class Trace:
         self._events.clear()
         self._folded = self._records = 0
         self.calls.clear()
-        self.log.clear()
+        self._log.clear()
+        self._checked = 0
         self.ring_calls.clear()
         self.call_groups.clear()
         self._pending.clear()

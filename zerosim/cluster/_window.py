@@ -12,6 +12,10 @@ questions need of them stays, added up:
 Nothing a user reads of the steps still held changes: the same events, the same call numbers, the same byte totals
 over the whole run. A folded step's events are gone unless the trace streams them (`log_to`: one line per log entry,
 its repr, each call's sends indented below it), so the whole log can still be read, from the file.
+
+NOTE: a list position taken as `len(trace.log)` moves when older steps fold (the list loses its front), so a Cluster
+holds every step unless asked (`Cluster(..., keep_steps=k)`); `trace.logged` and `of_type(kind, since)` count
+absolutely. `zerosim train` (train/_trainer.py) holds two steps and streams the whole log on request.
 """
 
 from __future__ import annotations
@@ -19,10 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from zerosim.cluster._ledger import LedgerEvent
-
-KEEP_STEPS = 100  # a Cluster's default: the last 100 steps' events, in full (the golden record's runs keep all)
-
+from zerosim.cluster._ledger import LedgerEvent, ledger_event
 
 @dataclass
 class Summary:
@@ -100,17 +101,20 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
             intra, inter = closed.bytes_by_tier(*form, group, n, trace.gpus_per_node)
             summary.by_tier["intra-node"] += intra
             summary.by_tier["inter-node"] += inter
-    entries = trace.log[: upto_log - summary.log]
+    entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
     if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
         last = {}
         for e in entries:
-            if type(e) is LedgerEvent:
+            if type(e) is tuple:
+                last[e[8]] = e[0]  # rank, seq (ledger_event's order)
+            elif type(e) is LedgerEvent:
                 last[e.rank] = e.seq
         trace.on_fold(last)
     if trace._log_file is not None:
         write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
         trace._written = max(trace._written, upto_log)
-    del trace.log[: len(entries)]
+    del trace._log[: len(entries)]
+    trace._checked = max(trace._checked - len(entries), 0)
     del trace.calls[: len(calls)]
     del trace._events[:j]
     summary.log += len(entries)
@@ -126,6 +130,7 @@ def write_log(trace, entries, events) -> None:
         of_call.setdefault(e.call, []).append(e)
     lines = []
     for entry in entries:
+        entry = ledger_event(*entry) if type(entry) is tuple else entry
         lines.append(repr(entry))
         if type(entry) is Call:
             lines += ["  " + repr(e) for e in of_call.get(entry.call, ())]

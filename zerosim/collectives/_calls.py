@@ -110,9 +110,11 @@ def all_gather(
     everyone, n = [m[0] for m in meta], group.size
     partial = len(everyone) < cluster.world_size  # a representative rank (meta backend) sees only the ranks it hosts
     sizes = everyone if partial else _by_position(everyone, group, what)
+    by_position = None  # each ring position's chunk size, when every rank is here and counts say it
     if counts is not None:
         counts = check_counts(counts, n, what)
-        if sizes != ([counts[group.position(r.index)] for r in cluster.ranks] if partial else list(counts)):
+        by_position = None if partial else list(counts)
+        if sizes != ([counts[group.position(r.index)] for r in cluster.ranks] if partial else by_position):
             raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {list(counts)}")
         bounds, total, length = chunk_bounds(None, counts), counts_total(counts), counts_total(counts)
     else:
@@ -134,7 +136,7 @@ def all_gather(
     local = cluster.local_size == cluster.world_size
     positions = group.ring_order[1] if local else [group.position(rank.index) for rank in cluster.ranks]
     for rank, p, (_, a, fmt) in zip(cluster.ranks, positions, arrays):
-        want = bounds[p][1] - bounds[p][0]
+        want = by_position[p] if by_position is not None else bounds[p][1] - bounds[p][0]
         if (fmt is wire_fmt or fmt == wire_fmt) and a.shape[0] == want:
             padded.append(a)  # read only
             continue

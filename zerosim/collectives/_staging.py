@@ -67,10 +67,10 @@ def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group
                          "reduce with 'sum'")
     if not isinstance(out, (list, tuple)) or len(out) != cluster.local_size:
         raise ValueError(f"{what}: out must be a list of {cluster.local_size} array(s), one per local rank")
+    stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
     for rank, o in zip(cluster.ranks, out):
         want = sizes[rank.index if group is None else group.position(rank.index)]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
-        stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
         read_only = flags is not None and not getattr(flags, "writeable", True)  # CuPy's flags have no writeable
         if getattr(o, "shape", None) != (want,) or o.dtype != stored or read_only:
             raise ValueError(f"{what}: out for rank {rank.index} must be a writable ({want},) {wire.name} array, "

@@ -40,6 +40,17 @@ class Done:
     values: dict | None = None  # copies of what it computed, when the pass keeps values
 
 
+def done(grads, flops: int, bytes_read: int, bytes_written: int, values=None) -> Done:
+    """`Done(...)` without the frozen dataclass's `__init__` (one `object.__setattr__` per field): every op of every
+    rank makes one."""
+    made = _new(Done)
+    made.__dict__.update(grads=grads, flops=flops, bytes_read=bytes_read, bytes_written=bytes_written, values=values)
+    return made
+
+
+_new = object.__new__
+
+
 def _nbytes(*arrays) -> int:
     total = 0
     for a in arrays:
@@ -110,13 +121,13 @@ class Pass:
             self.saved.put("loss", "loss", cache)
             self.dy = model.loss.backward(self.saved.pop("loss"), f, scale=self.loss_scale)  # (B, D_out) fmt
             values = {"loss": self.loss, "out": y.copy()} if self.keep_values else None
-            return Done(None, model.loss.flops(y.shape), _nbytes(y), _nbytes(self.dy), values)
+            return done(None, model.loss.flops(y.shape), _nbytes(y), _nbytes(self.dy), values)
         layer = model.layers[op.layer]
         if op.from_checkpoint:
             self.a = self.saved.pop(("checkpoint", op.layer))["block input"]
         if op.kind == "keep input":  # the block's last layer needs only its input, which is already here
             self.saved.put(op.layer, layer.name, {"input": self.a})
-            return Done(None, 0, 0, 0)
+            return done(None, 0, 0, 0)
         read = _nbytes(*params.values())
         if op.kind == "backward":
             cache = self.saved.pop(op.layer)
@@ -128,7 +139,7 @@ class Pass:
                 if self.keep_values
                 else None
             )
-            return Done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
+            return done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
         x = self.a  # forward or recompute
         if op.checkpoint:
             self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x})
@@ -137,7 +148,7 @@ class Pass:
             self.saved.put(op.layer, layer.name, cache)
         self.a = out
         values = {"out": np.array(out)} if self.keep_values else None
-        return Done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+        return done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
 
 
 def forward_backward(model, x, target, fmt, get_params, *, on_grads=None, checkpoint: bool = False, ledger=None,

@@ -108,7 +108,7 @@ def get_format(fmt: "str | Format | np.dtype | type") -> Format:
     >>> get_format("bf16").max
     3.3895313892515355e+38
     """
-    if isinstance(fmt, Format):
+    if type(fmt) is Format or isinstance(fmt, Format):  # the hot path first: a Format already
         return fmt
     if isinstance(fmt, str):
         key = fmt.lower()

@@ -35,7 +35,7 @@ GELU_C = 0.044715
 
 def acc_dtype(fmt: Format) -> type:
     """The dtype products and sums accumulate in: float64 for the fp64 reference, else float32."""
-    return np.float64 if get_format(fmt).name == "fp64" else np.float32
+    return np.float64 if (fmt if type(fmt) is Format else get_format(fmt)).name == "fp64" else np.float32
 
 
 def rounded(z, f: Format):

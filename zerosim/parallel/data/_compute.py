@@ -14,7 +14,7 @@ from __future__ import annotations
 from zerosim.cluster import Handle
 from zerosim.cluster._events import compute_event
 from zerosim.models import needs_params
-from zerosim.models._run import Done
+from zerosim.models._run import done as made
 from zerosim.parallel.data._gather import unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, stage_grads
 
@@ -38,12 +38,14 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
         packed = stage_grads(ctx, model, ranks[i], op.layer, done.grads, micro == 0)
         # the layer's gradient arrays are not kept until the run's record (the (D_out, D_in) dW of every layer
         # alive at once, and fresh memory for each): what the record needs stays, the stage 2/3 packed copy
-        return Done(None, done.flops, done.bytes_read, done.bytes_written, done.values), packed
+        return made(None, done.flops, done.bytes_read, done.bytes_written, done.values), packed
+
+    log = ctx.cluster.trace.record
 
     def record(i, j, out):  # op by op, rank by rank, after the ranks ran: the events, as one thread makes them
         (done, packed), op = out, ops[j]
         if op.computes:
-            ctx.cluster.trace.record(compute_event(ranks[i].index, step, micro, op.layer, names[j], op.kind,
+            log(compute_event(ranks[i].index, step, micro, op.layer, names[j], op.kind,
                                                    done.flops, done.bytes_read, done.bytes_written, waited[j],
                                                    done.values))
         adopt_grads(ranks[i], op.layer, packed)

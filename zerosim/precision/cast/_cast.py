@@ -142,14 +142,15 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     1.0078125
     """
     if type(x) is np.ndarray and rounding == "nearest" and saturate is False:  # the hot path: one astype, no checks
-        how = _PLAIN.get((x.dtype, (fmt if type(fmt) is Format else get_format(fmt)).dtype))
+        to = (fmt if type(fmt) is Format else get_format(fmt)).dtype
+        how = _PLAIN.get((x.dtype, to))
         if how == "astype":
-            return x.astype(get_format(fmt).dtype)
+            return x.astype(to)
         if how == "copy":
             return x.copy()
         if how == "quiet":
             with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the format's defined answer
-                return x.astype(get_format(fmt).dtype)
+                return x.astype(to)
     return cast_with(FAST_KERNELS, x, fmt, rounding, rng, saturate, uniforms)
 
 
