@@ -4,6 +4,9 @@
     same(a, b)     deep equality of nested dicts / lists of arrays, bitwise for arrays
     snapshot(e)    what an engine holds on every local rank (t, masters, optimizer state, 16-bit params) as bits
     HANG_TIMEOUT   the one limit a test puts on a subprocess, a thread or a notebook cell: only a hang reaches it
+    engine_refusal(stage, policy)  why ZeroEngine refuses a configuration (None: it accepts it), asked of the engine
+    accepted_recipes(stage, policy)  the recipes the engine runs at `stage` with `policy`
+    accepted_combinations()          every (recipe, stage, grad_accum, precision preset) the engine accepts
 """
 
 from __future__ import annotations
@@ -47,3 +50,48 @@ def snapshot(engine) -> dict:
 def by_gid(ax, gid: str) -> list:
     """The artists of a figure's axes that carry gid `gid` (figures mark what they draw with gids)."""
     return [a for a in ax.get_children() if a.get_gid() == gid]
+
+
+GRAD_ACCUMS = (None, "fp32")  # MixedPrecision(grad_accum=...): the compute format, or fp32 (the CLI's --grad-accum,
+#                               DeepSpeed's data_types.grad_accum_dtype as zerosim/configs/deepspeed.py reads it)
+
+
+def engine_refusal(stage, policy, optimizer: str = "adamw", **engine_args) -> str | None:
+    """The ValueError ZeroEngine raises for `stage` and `policy` (and `engine_args`) on a 2-parameter model and 2
+    ranks, or None when it accepts them: what the engine runs is the engine's to say (its recipe table, each
+    recipe's `requires`, the policy's own checks), not a list in a test."""
+    from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
+
+    try:
+        ZeroEngine(MLP([1, 1]), Cluster(2), stage, get_optimizer(optimizer), policy, **engine_args)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def accepted_recipes(stage, policy, **engine_args) -> list:
+    """The names of the recipes the engine runs at `stage` with `policy` (its reduction replaced by each)."""
+    from zerosim.parallel.data.recipes import RECIPES
+
+    return [name for name, r in RECIPES.items()
+            if stage in r.stages and engine_refusal(stage, policy.with_(reduction=name), **engine_args) is None]
+
+
+def accepted_combinations() -> list:
+    """[(recipe, stage, grad_accum, precision preset)]: every combination of the recipes (at the stages their
+    frameworks run them), GRAD_ACCUMS and the precision presets that the engine accepts."""
+    from zerosim.parallel.data.recipes import RECIPES
+    from zerosim.precision import PRESETS, get_precision
+
+    out = []
+    for name, recipe in RECIPES.items():
+        for stage in recipe.stages:
+            for grad_accum in GRAD_ACCUMS:
+                for preset in PRESETS:
+                    try:
+                        policy = get_precision(preset).with_(reduction=name, grad_accum=grad_accum)
+                    except ValueError:  # the policy itself refuses (grad_accum fp32 cannot hold fp64)
+                        continue
+                    if engine_refusal(stage, policy) is None:
+                        out.append((name, stage, grad_accum, preset))
+    return out

@@ -1,9 +1,14 @@
-"""README's table of bad-input cases is the test suite's own count, not typed in.
+"""README's tables of bad input are the test suite's own counts, not typed in.
 
-Every test marked `@pytest.mark.bad_input("category")` feeds bad input and checks a clear error; with
-`unchanged=True` it also checks that nothing changed before the error. Collecting the suite counts
-each case (every parametrized case and Hypothesis test counts once). To refresh README.md after adding
-such tests:  python tests/test_bad_input_table.py
+By feature (issue 35): every hostile case of tests/hostile_cases.py is run (tests/test_hostile_table.py) and its
+answer classified clear, raw, silent or crash; the table counts every attempt, and any answer that is not clear
+fails the suite, so a row reads 100 % only when every case that ran got a clear error.
+
+By what the input reaches: every test marked `@pytest.mark.bad_input("category")` feeds bad input and checks a
+clear error; with `unchanged=True` it also checks that nothing changed before the error. Collecting the suite
+counts each case (every parametrized case and Hypothesis test counts once).
+
+To refresh README.md after adding cases:  python tests/test_bad_input_table.py
 """
 
 import json
@@ -19,6 +24,8 @@ from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bad-input-table -->", "<!-- /bad-input-table -->"
+BY_FEATURE = "<!-- hostile-table -->", "<!-- /hostile-table -->"
+OUTCOMES = ("clear", "raw", "silent", "crash")
 
 
 def census() -> list:
@@ -51,9 +58,51 @@ def table(cases: list) -> str:
     return "\n".join(rows)
 
 
-def readme_table(text: str) -> str:
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+def readme_table(text: str, marks=(BEGIN, END)) -> str:
+    start, stop = text.index(marks[0]) + len(marks[0]), text.index(marks[1])
     return text[start:stop].strip()
+
+
+def hostile_outcomes() -> list:
+    """[{"feature", "case", "outcome", "said"}] of every case tests/test_hostile_table.py ran (a process of its own)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "outcomes.json")
+        env = dict(os.environ, ZEROSIM_HOSTILE_OUTCOMES=path)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                        str(ROOT / "tests" / "test_hostile_table.py")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=HANG_TIMEOUT)
+        with open(path) as f:
+            return json.load(f)
+
+
+def feature_table(outcomes: list) -> str:
+    from hostile_cases import FEATURES
+
+    count = Counter((o["feature"], o["outcome"]) for o in outcomes)
+    rows = ["| feature | cases run | clear | raw | silent | crash | clear |", "|---|---|---|---|---|---|---|"]
+    for feature in (*FEATURES, None):
+        got = {k: sum(n for (f, o), n in count.items() if o == k and feature in (f, None)) for k in OUTCOMES}
+        total = sum(got.values())
+        name = feature or "**all**"
+        share = f"{100 * got['clear'] / total:.0f} %" if total else "-"
+        counts = " | ".join(str(got[k]) for k in OUTCOMES)
+        rows.append(f"| {name} | {total} | {counts} | {share} |")
+    return "\n".join(rows)
+
+
+@pytest.mark.slow  # runs every hostile case in a process of its own
+def test_the_readme_feature_table_is_what_the_cases_that_ran_got():
+    outcomes = hostile_outcomes()
+    from hostile_cases import cases
+
+    assert len(outcomes) == len(cases())  # every case ran (a failing one stops the run short: -x)
+    assert readme_table((ROOT / "README.md").read_text(), BY_FEATURE) == feature_table(outcomes), (
+        "refresh it: python tests/test_bad_input_table.py")
+
+
+def test_a_case_that_is_not_clear_shows_in_its_row():
+    rows = feature_table([{"feature": "replay", "outcome": "clear"}, {"feature": "replay", "outcome": "silent"}])
+    assert "| replay | 2 | 1 | 0 | 1 | 0 | 50 % |" in rows and "| **all** | 2 | 1 | 0 | 1 | 0 | 50 % |" in rows
 
 
 @pytest.mark.slow  # collects the whole suite in a process of its own
@@ -65,9 +114,14 @@ def test_the_readme_table_is_the_suites_count():
     )
 
 
+def _replace(text: str, marks, body: str) -> str:
+    start, stop = text.index(marks[0]) + len(marks[0]), text.index(marks[1])
+    return text[:start] + "\n" + body + "\n" + text[stop:]
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "tests"))
     readme = ROOT / "README.md"
-    text = readme.read_text()
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    readme.write_text(text[:start] + "\n" + table(census()) + "\n" + text[stop:])
-    print("README.md: bad-input table refreshed")
+    text = _replace(readme.read_text(), (BEGIN, END), table(census()))
+    readme.write_text(_replace(text, BY_FEATURE, feature_table(hostile_outcomes())))
+    print("README.md: bad-input tables refreshed")

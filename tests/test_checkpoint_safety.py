@@ -123,8 +123,10 @@ def killed_midway(directory: Path, tag: str) -> None:
 
 def test_an_incomplete_tag_is_absent_and_the_next_save_writes_it_as_an_uninterrupted_run_would(tmp_path):
     whole = tmp_path / "whole"
-    engine = trained(2)
-    checkpoints.save(engine, str(whole / "x"))  # an uninterrupted run's step-2 checkpoint, to compare bytes with
+    engine = trained(1)
+    checkpoints.save(engine, str(whole / "x"))  # an uninterrupted run's checkpoints, to compare bytes with
+    engine.step(batch(1))
+    checkpoints.save(engine, str(whole / "x"))
     directory = tmp_path / "ckpt"
     first = trained(1)
     checkpoints.save(first, str(directory))
@@ -163,10 +165,16 @@ def test_a_complete_tag_latest_does_not_name_yet_is_kept_when_the_resumed_run_sa
 def test_a_complete_tag_holding_another_state_is_refused_once(ckpt):
     before = snapshot(ckpt)
     other = trained(0)
-    other.step(batch(7))  # iteration 1, another state
+    other.step(batch(7))  # iteration 1, another state: another run, refused as such (runs.py), naming both
     with pytest.raises(ValueError) as e:
         checkpoints.save(other, str(ckpt))
-    assert str(e.value).count("already holds another checkpoint") == 1 and "rank" not in str(e.value)
+    assert str(e.value).count("holds the checkpoints of another run") == 1 and "rank0" not in str(e.value)
+    assert snapshot(ckpt) == before
+    resumed = checkpoints.load(str(ckpt), Cluster(N), MLP(WIDTHS), tag="step000001")  # the same run, other state
+    resumed.step(batch(7))
+    with pytest.raises(ValueError) as e:
+        checkpoints.save(resumed, str(ckpt))
+    assert str(e.value).count("already holds another checkpoint") == 1 and "rank0" not in str(e.value)
     assert snapshot(ckpt) == before
 
 

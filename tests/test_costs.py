@@ -216,9 +216,9 @@ def test_alpha_beta_time_for_seed001s_7b_all_reduce():
     psi = 7_000_000_000  # 14 GB of fp16 gradients
     nv = comm_time(psi, 8, 0, "nvlink4")
     assert nv.transfer == pytest.approx(2 * 14e9 * 7 / 8 / 450e9, rel=1e-12)  # 54.4 ms at 450 GB/s each way
-    assert nv.latency == pytest.approx(2 * 7 * 3e-6, rel=1e-12)  # 2(N−1) ring steps
+    assert nv.latency == pytest.approx(8.4e-6 + 2 * 7 * 3.4e-6, rel=1e-12)  # NCCL's base + 2(N−1) ring steps
     ib = comm_time(psi, 8, 0, LINKS["ib_ndr"])
-    assert ib.total == pytest.approx(2 * 14e9 * 7 / 8 / 50e9 + 14 * 5e-6, rel=1e-12)
+    assert ib.total == pytest.approx(2 * 14e9 * 7 / 8 / 50e9 + 8.4e-6 + 14 * 14e-6, rel=1e-12)
 
 
 def test_buckets_repeat_latency_not_bytes():

@@ -9,14 +9,13 @@ format (fp16: 6e4; bf16: 3e38), so its loss-scaled gradient dL/dy = S·(y - t)/B
 
 import numpy as np
 import pytest
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+from helpers import accepted_recipes, bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, Reference, ZeroEngine, get_optimizer
 from zerosim.cluster import LossScaleUpdate
 from zerosim.models import make_regression
-from zerosim.parallel.data.recipes import RECIPES
 from zerosim.precision import LossScaleAtMinimum, get_precision
 
 HUGE = {"fp16": 6e4, "bf16": 3e38}  # a target whose gradient overflows the format at any scale >= 4 (batch 3)
@@ -71,9 +70,8 @@ def inject(data: list, where: dict, value: float) -> list:
 def test_injected_overflows_skip_on_every_rank_change_nothing_and_match_the_oracle(
     widths, n, stage, k, scaler, precision, steps, seed, data
 ):
-    reduction = data.draw(
-        st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction"
-    )
+    scaled = get_precision(precision).with_(loss_scale=scaler, loss_scale_options=SCALERS[scaler])
+    reduction = data.draw(st.sampled_from(accepted_recipes(stage, scaled)), label="reduction")  # the engine's list
     hit = data.draw(st.sets(st.integers(1, steps), min_size=1), label="overflow steps")
     rank = data.draw(st.integers(0, n - 1), label="overflowing rank")
     micro = data.draw(st.integers(0, k - 1), label="its micro-batch")

@@ -57,10 +57,13 @@ def test_overflowing_gradients_change_no_parameter_or_state(stage):
 
 
 @pytest.mark.bad_input("engine arguments")
-@pytest.mark.parametrize("stage", [2, 3])
-def test_muon_is_refused_where_gradients_are_sharded(stage):
-    with pytest.raises(ValueError, match=f"muon cannot run at ZeRO stage {stage}.*whole"):
-        ZeroEngine(MLP([4, 4, 2]), Cluster(2), stage, Muon(lr=0.02))
+@pytest.mark.parametrize("recipe", ["fsdp2", "deepspeed-zero3"])
+def test_distributed_muon_is_refused_on_per_parameter_shards(recipe):
+    # Moonshot's Distributed Muon gathers a matrix among the ranks whose flat shard touches it
+    cluster = Cluster(2)
+    with pytest.raises(ValueError, match="Muon sharding 'distributed' runs on flat shards; ZeRO-3 here cuts them"):
+        ZeroEngine(MLP([4, 4, 2]), cluster, 3, Muon(lr=0.02, sharding="distributed"), recipe=recipe)
+    assert cluster.ranks[0].ledger.current() == 0  # refused before anything was allocated
 
 
 @pytest.mark.parametrize(

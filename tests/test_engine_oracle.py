@@ -7,7 +7,7 @@ bit patterns, so -0.0 vs 0.0 or a NaN would show.
 
 import numpy as np
 import pytest
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+from helpers import accepted_recipes, bits  # the tests' shared helpers (tests/helpers.py)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -67,12 +67,12 @@ def run_pair(widths, n, stage, precision, opt, steps, checkpoint, seed, reductio
 def test_every_stage_equals_the_oracle_bitwise(
     widths, n, stage, precision, opt, steps, checkpoint, reduce, loss_scale, seed, workers, data
 ):
-    from zerosim.parallel.data.recipes import RECIPES
+    from zerosim.precision import get_precision
 
-    # every recipe where the framework it follows runs it (docs/recipes.md), NCCL's all-reduce chunk map at stage 0
-    reduction = data.draw(
-        st.sampled_from([name for name, r in RECIPES.items() if stage in r.stages]), label="reduction"
-    )
+    # every recipe the engine runs here (where the framework it follows runs it, with this policy: docs/recipes.md),
+    # NCCL's all-reduce chunk map at stage 0
+    policy = get_precision(precision).with_(loss_scale=loss_scale)
+    reduction = data.draw(st.sampled_from(accepted_recipes(stage, policy)), label="reduction")
     reduce = None if reduction == "ddp" else reduce  # DDP reduces in the gradient's own dtype
     allreduce = data.draw(st.sampled_from(["ring", "nccl"]), label="allreduce") if stage == 0 else "ring"
     engine, ref, *_ = run_pair(

@@ -47,10 +47,11 @@ def test_a_grid_point_equals_zerosim_memory_and_timeline(page, capsys):
     s = SMALL.fixed.with_(model="gpt2-medium", ranks=16, stage=2, seq_len=1024, checkpoint="none")
     p = data["points"][key(s)]
     flags = ["--model", s.model, "--ranks", "16", "--precision", s.precision, "--seq-len", "1024", "--batch", "1",
-             "--checkpoint", "none", "--json"]
+             "--checkpoint", "none", "--kernels", "fused", "--json"]
     assert main(["memory", *flags]) == 0
     row = json.loads(capsys.readouterr().out)["stages"][2]
-    assert main(["timeline", *flags, "--stage", "2", "--gpu", s.gpu, "--gpus-per-node", "8"]) == 0
+    assert main(["timeline", *flags, "--stage", "2", "--gpu", s.gpu, "--gpus-per-node", "8", "--efficiency",
+                 "peak"]) == 0
     tl = json.loads(capsys.readouterr().out)
     assert p["peak"] == row["peak"] == tl["peak"] and p["at_peak"] == row["at_peak"]
     assert (p["step_s"], p["compute_s"], p["exposed_s"]) == (tl["step_s"], tl["compute_s"], tl["exposed_comm_s"])
@@ -83,7 +84,7 @@ def test_the_grid_lists_its_axes_and_fixed_settings():
 def test_a_folder_that_is_a_file_or_holds_another_front_page_is_refused_before_anything_runs(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
-    with pytest.raises(ValueError, match="is a file, not a folder"):
+    with pytest.raises(ValueError, match="notes.txt: a file, not a folder"):
         write_page(str(f), SMALL)
     site = tmp_path / "site"
     site.mkdir()

@@ -12,12 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "docs" / "frameworks.md"
-FRAMEWORKS = r"DeepSpeed|torch|torchao|Transformer Engine|NCCL|transformers"
+FRAMEWORKS = r"DeepSpeed|torch|torchao|Transformer Engine|NCCL|transformers|Megatron-LM"
 RELEASE = re.compile(rf"^({FRAMEWORKS}) (\d+\.\d+(\.\d+)?)$")
 SOURCE = re.compile(r"^`[\w./+-]+\.(py|cu|cuh|h|hpp|cc|cpp): [\w:.]+`(, `[\w:.]+`)*$")  # `path/file.ext: function`
 # a framework named in prose (what a section must cite); "torch" alone only as a word, not torch.xyz code
 NAMED = re.compile(r"\b(DeepSpeed|FSDP2?|DDP|ZeroRedundancyOptimizer|DCP|torchao|Transformer Engine|NCCL|gloo|"
-                   r"PyTorch|torch)\b(?![./_\w])")
+                   r"PyTorch|torch|Megatron(-LM)?)\b(?![./_\w])")
 CITES = re.compile(rf"\b({FRAMEWORKS}|PyTorch|TE) v?\d+\.\d+|frameworks\.md")
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")), "course/README.md"]
 

@@ -79,14 +79,58 @@ def test_llama_3_8b_reads_as_its_config_says():
     assert not c.status("not modelled")
 
 
-def test_keys_left_out_take_transformers_defaults():
+# The keys that size a weight (hf_config.REQUIRED): a config.json without one is refused, so the small configs here
+# give them; every other key left out takes transformers' class default.
+LLAMA = {"model_type": "llama", "vocab_size": 10, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1,
+         "num_attention_heads": 4}
+GPT2 = {"model_type": "gpt2", "vocab_size": 10, "n_embd": 64, "n_layer": 1, "n_head": 4, "n_positions": 16}
+
+
+def test_keys_left_out_take_transformers_defaults_and_are_named():
     # LlamaConfig: num_key_value_heads None -> num_attention_heads; head_dim None -> hidden_size // heads;
     # tie_word_embeddings False. MistralConfig: num_key_value_heads 8. GPT2Config: n_inner None -> 4·n_embd, tied.
-    llama = read_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4})
-    assert (llama.n_kv_heads, llama.head_dim, llama.tied, llama.d_ff, llama.vocab) == (4, 16, False, 11008, 32000)
-    assert read_hf_config({"model_type": "mistral"}).n_kv_heads == 8
-    gpt2 = read_hf_config({"model_type": "gpt2", "n_embd": 64, "n_head": 4})
-    assert (gpt2.d_ff, gpt2.tied, gpt2.max_positions) == (256, True, 1024)
+    llama = read_hf_config(LLAMA)
+    assert (llama.n_kv_heads, llama.head_dim, llama.tied, llama.d_ff, llama.vocab) == (4, 16, False, 96, 10)
+    assert read_hf_config({**LLAMA, "model_type": "mistral", "num_attention_heads": 16}).n_kv_heads == 8
+    gpt2 = read_hf_config(GPT2)
+    assert (gpt2.d_ff, gpt2.tied, gpt2.max_positions) == (256, True, 16)
+    # each default taken is named, with the class it comes from, and none of the file's keys is among them
+    named = {k.key: k for k in llama.defaults}
+    assert named["num_key_value_heads"].value is None and "LlamaConfig default" in named["num_key_value_heads"].note
+    assert "= num_attention_heads" in named["num_key_value_heads"].note and named["rope_theta"].value == 10000.0
+    assert not set(named) & set(LLAMA) and {k.status for k in llama.defaults} == {"default"}
+    assert {k.key for k in gpt2.defaults} >= {"n_inner", "tie_word_embeddings", "layer_norm_epsilon"}
+    assert not read_hf_config(LLAMA3_8B).defaults or "rope_theta" not in {k.key for k in read_hf_config(
+        LLAMA3_8B).defaults}
+
+
+@pytest.mark.bad_input("model configs")
+@pytest.mark.parametrize("family, key", [
+    *(("llama", k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                             "num_attention_heads")),
+    ("mistral", "hidden_size"), ("qwen2", "num_hidden_layers"),
+    *(("gpt2", k) for k in ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions")),
+])
+def test_a_key_that_sizes_a_weight_is_refused_when_missing(family, key):
+    """Issue 35, item 5: without hidden_size a "Llama" became transformers' default 4096-wide model, silently."""
+    base = GPT2 if family == "gpt2" else {**LLAMA, "model_type": family}
+    config = {k: v for k, v in base.items() if k != key}
+    with pytest.raises(ValueError, match=rf"^the config: {key} missing: it sets the model's size, .* transformers' "
+                                         rf"\w+Config would quietly take {key}="):
+        read_hf_config(config)
+
+
+def test_the_memory_command_names_the_defaults_it_took(tmp_path, capsys):
+    from zerosim.cli.main import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "num_hidden_layers": 2}))
+    assert main(["memory", "--config", str(path), "--ranks", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "defaults (not in the file): num_key_value_heads=None (= num_attention_heads)," in out
+    assert main(["memory", "--config", str(path), "--ranks", "2", "--json"]) == 0
+    keys = json.loads(capsys.readouterr().out)["config"]
+    assert {k["key"] for k in keys["default"]} >= {"rope_theta", "rms_norm_eps", "tie_word_embeddings"}
 
 
 def test_qwen2_has_qkv_biases_and_a_llama_attention_bias_gives_o_proj_one():
@@ -104,7 +148,7 @@ def test_qwen2_has_qkv_biases_and_a_llama_attention_bias_gives_o_proj_one():
     )
     assert q.qkv_bias and not q.o_bias
     assert dict(q.layers)["layers.0.self_attn.k_proj"] == 64 * 32 + 32  # K: 2 heads of 16, and their bias
-    b = read_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "attention_bias": True})
+    b = read_hf_config({**LLAMA, "attention_bias": True})
     assert b.qkv_bias and b.o_bias and dict(b.layers)["layers.0.self_attn.o_proj"] == 64 * 64 + 64
 
 
@@ -126,17 +170,17 @@ def test_what_is_not_modelled_is_listed_with_why():
         ({"model_type": "llama", "vision_config": {}}, "vision_config make this a multimodal model"),
         ({"model_type": "bert"}, "'bert' is not one zerosim builds"),
         ({"hidden_size": 64}, "no model_type"),
-        ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size must be an integer >= 1, got '4096'"),
-        ({"model_type": "llama", "num_hidden_layers": True}, "num_hidden_layers must be an integer"),
-        ({"model_type": "llama", "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
+        ({**LLAMA, "hidden_size": "4096"}, "hidden_size must be an integer >= 1, got '4096'"),
+        ({**LLAMA, "num_hidden_layers": True}, "num_hidden_layers must be an integer"),
+        ({**LLAMA, "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
         (
-            {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5},
+            {**LLAMA, "num_attention_heads": 32, "num_key_value_heads": 5},
             "multiple of num_key_value_heads 5",
         ),
-        ({"model_type": "llama", "hidden_act": "gelu"}, "SwiGLU uses SiLU"),
-        ({"model_type": "llama", "mlp_bias": True}, "mlp_bias true"),
-        ({"model_type": "llama", "rms_norm_eps": -1}, "rms_norm_eps must be a positive number"),
-        ({"model_type": "gpt2", "n_inner": 100}, "FFN of 4·n_embd"),
+        ({**LLAMA, "hidden_act": "gelu"}, "SwiGLU uses SiLU"),
+        ({**LLAMA, "mlp_bias": True}, "mlp_bias true"),
+        ({**LLAMA, "rms_norm_eps": -1}, "rms_norm_eps must be a positive number"),
+        ({**GPT2, "n_inner": 100}, "FFN of 4·n_embd"),
     ],
 )
 def test_models_zerosim_cannot_build_and_wrong_types_are_refused(config, match):

@@ -64,12 +64,12 @@ def test_the_readme_numbers_of_the_1024_gpu_figure():
     rows = {(n, g): strategy_step(gpt3, 1024, n, 8, g, comm=comm, tokens=20480) for n, g in MANY_NODES}
     steps = [r.step for r in rows.values()]
     spread = round(100 * (max(steps) / min(steps) - 1), 1)
-    assert (round(min(steps), 1), round(max(steps), 1), spread) == (22.0, 22.7, 3.3)
+    assert (round(min(steps), 1), round(max(steps), 1), spread) == (21.7, 21.8, 0.3)
     full, hpz = rows["full_shard", None], rows["hpz", 8]
     assert round(hpz.secondary / 1e9, 2) == 43.65
-    assert (round(hpz.busy["inter-node"], 1), round(full.busy["inter-node"], 1)) == (15.0, 22.5)
+    assert (round(hpz.busy["inter-node"], 1), round(full.busy["inter-node"], 1)) == (2.7, 4.1)
     assert 0.6 < hpz.busy["inter-node"] / full.busy["inter-node"] < 0.7  # "by a third"
     assert round(sum(rows["hsdp", 32].states.values()) / 1e9, 1) == 98.2 > 85.5  # over an H100 80GB's 85.5 GB
-    for S in (32, 64, 128):  # rings of S > 8 leave the node: every call on InfiniBand, within 8 % of FULL_SHARD's
-        r = rows["hsdp", S]
-        assert r.busy["intra-node"] == 0 and 0.92 < r.busy["inter-node"] / full.busy["inter-node"] < 1.0
+    for S in (32, 64, 128):  # rings of S > 8 leave the node: every call on InfiniBand, the same bytes as FULL_SHARD's
+        r = rows["hsdp", S]  # over the same 8 NICs a node, less latency on shorter rings: 72-77 % of its time
+        assert r.busy["intra-node"] == 0 and 0.71 < r.busy["inter-node"] / full.busy["inter-node"] < 0.78

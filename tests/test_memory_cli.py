@@ -120,8 +120,9 @@ def test_memory_counts_the_quantized_gathers_bytes_and_what_lands(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (("--weight-groups", "64"), "--weight-groups sets qwZ's group size: add --zero-quantized-weights"),
-    (("--zero-quantized-weights", "--fp8-all-gather"), "choose one quantized gather"),
-    (("--zero-quantized-weights", "--weight-groups", "0"), "weight_groups must be 'deepspeed' or a positive"),
+    (("--zero-quantized-weights", "--fp8-all-gather"), "--zero-quantized-weights (DeepSpeed's int8 gathers) and "
+                                                        "--fp8-all-gather (torchao's e4m3 gathers) both quantize"),
+    (("--zero-quantized-weights", "--weight-groups", "0"), "--weight-groups is qwZ's group size in elements"),
 ])
 @pytest.mark.bad_input("command line")
 def test_memory_wire_flags_refused_clearly(capsys, argv, message):

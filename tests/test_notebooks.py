@@ -47,6 +47,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     "10_fewer_bits.ipynb": 3,  # LoCo's drift; the loss curves of every wire; GPT-3's communication at 1,024 GPUs
     # the GPT's gradients against fp16's underflow; its loss in fp32, fp16, bf16; the MLP with m, v in fp32/fp16/bf16
     "11_fp16_vs_bf16.ipynb": 3,
+    "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
+    "13_tensor_parallel.ipynb": 1,  # the mesh with its TP axis: each GPU's slice and shard, its bytes by link
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -94,9 +96,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     ],
     "05_time_and_overlap.ipynb": [
         "NVLink 4, N = 8:  54.5 ms",  # seed 001's 31 ms divides by the bidirectional 900 GB/s; 2·(7/8)·14e9/450e9 + 14α
-        "IB NDR, N = 1024: 570 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·5 µs
+        "IB NDR, N = 1024: 588 ms",  # 2·(1023/1024)·14e9/50e9 + 2·1023·14 µs + 8.4 µs (NCCL's network step, a call)
         "FSDP, one ahead      params peak 1632 B = shard 544 B + 2 gathered unit(s)",  # 544 + 2·(272 fp16 elements)
-        "N* = 508 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480
+        "N* = 182 for GPT-3",  # 1 + 2Φ(T/R − 1/β)/α with Φ = 1,812,099,072, T = 20,480, α = 14 µs
     ],
     "06_precision_lab.ipynb": [
         # Micikevicius's picture, from a real backward
@@ -155,11 +157,11 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "unquantized  trace 10,800 B   hand 10,800 B",  # 2 gathers · 2 bytes · (N − 1) · s = 2 · 2 · 3 · 900
         "fp8 torchao  trace  5,424 B   hand  5,424 B",  # 2 · 3 · 900 e4m3 bytes + 2 · 3 · ceil(3/4) · 4 amax bytes
         "trace 672 B, hand 672 B",  # qgZ, M = 1024, G = 64, d = 4, n = 2: 3/4·(512 + 256) + 1/2·(128 + 64)
-        "unquantized  gather params  14.98 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
-        "qwZ int8     gather params   9.02 s in 396 calls",  # integers and scales: two calls a gather
-        "fp8 torchao  gather params   8.01 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
+        "unquantized  gather params  16.81 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
+        "qwZ int8     gather params  12.67 s in 396 calls",  # integers and scales: two calls a gather
+        "fp8 torchao  gather params   9.85 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
         # GPT-3's block on 1,024 ranks in nodes of 8: 2M against M/16 (plus scales) over IB; the times α-β per tier
-        "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 7.44 s, qgZ 0.89 s",
+        "InfiniBand bytes 32.2x fewer; 96 blocks: fp16 reduce-scatter 8.33 s, qgZ 1.78 s",
     ],
     "11_fp16_vs_bf16.ipynb": [
         "fp16 stores v = 0 for |g| <= sqrt(2**-25 / 0.001) = 0.00546",  # (1 - b2)·g² at or below half of 2**-24
@@ -172,6 +174,23 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "fp16-mixed, fp16 state: stopped at step 9",
         "139 of 150 steps skipped",  # GradScaler with fp16 state: every blown-up step overflows
         "    0     120.00        90.00",  # 7.5B, 64 GPUs, stage 0: 16 -> 12 bytes a parameter
+    ],
+    "12_muon_sharded.ipynb": [
+        "bit for bit: True",  # every plan equals the oracle (all four print it; a False would show)
+        "matrix 0.w    (12, 8)  pieces per rank (54, 42, 0, 0)  holders (0, 1)",  # P = 214, s = 54 on 4 ranks
+        "owner        Newton-Schulz on: 0.w -> ranks [0], 2.w -> ranks [1], 4.w -> ranks [2]",
+        "distributed  Newton-Schulz on: 0.w -> ranks [0, 1], 2.w -> ranks [2, 3], 4.w -> ranks [3]",
+        "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
+        " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
+    ],
+    "13_tensor_parallel.ipynb": [
+        "rank 0's TP group:   (0, 1, 2, 3, 4, 5, 6, 7)",  # torchtitan's mesh: TP innermost, a node's 8 GPUs
+        "The gradient [w1, w2, w3, w4] = [-5.5, -2.75, -2.75, -5] is seed",  # one TP group reaches seed 004's average
+        "partials 1024.0 + 0.5 -> ring 1024.0; one GEMM 1025.0; float64 1025.0",  # two ties to even in fp16
+        "engine = oracle, every bit of the bf16 weights: True",
+        "the ledger    125.9 MB",  # Table 2 at t = 8 less dropout plus the statistics: the GPT-3-shaped layer
+        "TP 8 on nodes of 4: step  54.6 s",  # TP across InfiniBand, against 15.8 s inside a node
+        "memory: torchtitan 71.9 GiB, zerosim 35.6 GiB (-50.5 %)",
     ],
 }
 _executed = {}

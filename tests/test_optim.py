@@ -424,14 +424,17 @@ def test_muon_refuses_flat_steps_and_sharded_stages():
     assert np.array_equal(w, np.ones(6, np.float32))
     with pytest.raises(ValueError, match="2-D"):
         opt.step_matrix(w, w.copy(), {"b": np.zeros(6, np.float32)}, 1)
-    assert (opt.elementwise, opt.allowed_stages) == (False, (0, 1))
-    assert "X X^T" in opt.why_not_sharded and "stages 2" in opt.why_not_sharded
-    opt.check_stage(1)
-    for stage in (2, 3):
-        with pytest.raises(ValueError, match="which this stage shards across ranks"):
-            opt.check_stage(stage)
+    # every stage: stages 1-3 shard its state and bring whole matrices together (parallel/data/muon)
+    assert (opt.elementwise, opt.allowed_stages) == (False, (0, 1, 2, 3))
+    assert "X X^T" in opt.why_not_sharded and "stages 1-3" in opt.why_not_sharded
+    for stage in (0, 1, 2, 3):
+        opt.check_stage(stage)
+    with pytest.raises(ValueError, match="unknown Muon sharding 'ring'"):
+        Muon(sharding="ring")
+    with pytest.raises(ValueError, match="fp12"):
+        Muon(gather="fp12")
     for name, cls in OPTIMIZERS.items():
-        if name != "muon":
+        if name not in ("muon", "muon_adamw"):
             assert (cls.elementwise, cls.allowed_stages, cls.why_not_sharded) == (True, (0, 1, 2, 3), "")
             cls().check_stage(3)
 
@@ -507,7 +510,7 @@ def test_bad_configuration_is_refused(name, hyper):
 
 
 def test_registry_and_list_betas():
-    assert list(OPTIMIZERS) == ["adam", "adamw", "sgd", "lion", "adan", "muon"]
+    assert list(OPTIMIZERS) == ["adam", "adamw", "sgd", "lion", "adan", "muon", "muon_adamw"]
     assert all(cls.name == n for n, cls in OPTIMIZERS.items())
     assert get_optimizer("Adam", betas=[0.8, 0.9]).betas == (0.8, 0.9)  # lists become tuples: hashable, frozen
     with pytest.raises(ValueError, match="known: adam"):

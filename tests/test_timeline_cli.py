@@ -81,23 +81,24 @@ def test_trace_and_figure_files(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_sweep_finds_seed003s_crossover_where_the_formula_puts_it():
     # GPT-3 175B in blocks (Φ = 12·12288² + 13·12288 = 1,812,099,072), H100 (R = 989.4e12 FLOP/s fp16 dense),
-    # InfiniBand NDR (β = 50e9 B/s, α = 5 µs), T = 20,480 tokens: T/R − 1/β = 2.06994e-11 − 2e-11 = 6.994e-13 s,
-    # so N* = 1 + 2Φ·6.994e-13/α = 1 + 2.5347e-3/5e-6 ≈ 508: the gathers hide below it and stop hiding above.
+    # InfiniBand NDR (β = 50e9 B/s, α = 14 µs: NCCL's network step, Simple), T = 20,480 tokens: T/R − 1/β =
+    # 2.06994e-11 − 2e-11 = 6.994e-13 s, so N* = 1 + 2Φ·6.994e-13/α = 1 + 2.5347e-3/14e-6 ≈ 182: the gathers hide
+    # below it and stop hiding above (at the datasheet peak: the roofline the formula assumes).
     model = MetaModel.from_preset(get_preset("gpt3-175b"), unit="block")
     hw = Hardware("h100", "ib_ndr", "fp16")
-    assert latency_bound_ranks(model.largest_layer, 20480, hw) == pytest.approx(507.96, abs=0.01)
+    assert latency_bound_ranks(model.largest_layer, 20480, hw) == pytest.approx(182.06, abs=0.01)
     assert latency_bound_ranks(model.largest_layer, 2048, hw) is None  # T < R/β = 19,788: bandwidth exposes it at any N
-    rows = {r.ranks: r for r in sweep(model, (256, 512, 1024, 2048), stages=(3,), links=("ib_ndr",),
+    rows = {r.ranks: r for r in sweep(model, (64, 128, 512, 1024), stages=(3,), links=("ib_ndr",),
                                       comm=CommSchedule.fsdp(forward_prefetch=True), tokens=20480)}
-    assert rows[512].exposed == pytest.approx(rows[256].exposed, rel=0.1)  # below N*: flat
-    assert rows[1024].exposed > 3 * rows[512].exposed  # above N*: the ring's latency shows
+    assert rows[128].exposed == pytest.approx(rows[64].exposed, rel=0.1)  # below N*: flat
+    assert rows[512].exposed > 3 * rows[128].exposed  # above N*: the ring's latency shows
     # Past N* the communication stream is the bottleneck, so every call's extra latency lands on the step:
     # 99 units × 3 calls (a gather in forward, a gather and a reduce-scatter in backward), each (N−1)·α, grow
-    # by 1024·α from N = 1024 to 2048: 297 · 1024 · 5 µs = 1.52 s. A few calls at the step's ends still
+    # by 512·α from N = 512 to 1024: 297 · 512 · 14 µs = 2.13 s. A few calls at the step's ends still
     # overlap compute, hence the 5 %.
-    grow = rows[2048].exposed - rows[1024].exposed
-    assert grow == pytest.approx(297 * 1024 * 5e-6, rel=0.05)
-    assert crossover(list(rows.values()), 3, "ib_ndr") is None  # never half the step within 2048
+    grow = rows[1024].exposed - rows[512].exposed
+    assert grow == pytest.approx(297 * 512 * 14e-6, rel=0.05)
+    assert crossover(list(rows.values()), 3, "ib_ndr") is None  # never more than the compute within 1024
 
 
 @pytest.mark.bad_input("command line")

@@ -50,15 +50,16 @@ def test_ring_collective_time_table(collective, size, n, expected):
 SEED_REL = 1e-12  # each row is a handful of float64 operations, each within 2^-53 relative error
 
 # Seed 001 §8: a 7B model's fp16 gradient (Ψ = 14e9 bytes) all-reduced within a node (NVLink 4, N = 8)
-# and across nodes (InfiniBand NDR). (link, N, expected seconds)
+# and across nodes (InfiniBand NDR); α and the per-call base are NCCL's Ring + Simple figures (analysis/costs/_links.py,
+# tuning.cc: NVLink 3.4 µs a step, network 14 µs, 8.4 µs a call). (link, N, expected seconds)
 SEED_ROWS = [
-    # NVLink 4 per direction, 8 GPUs: 2·7·3e-6 + 2·(7/8)·14e9 / 450e9 = 42e-6 + 24.5e9/450e9
-    #   = 0.000042 + 0.0544444… = 0.0544864… s: 54.5 ms, not the seed's 31 ms.
-    ("nvlink4", 8, 42e-6 + 24.5e9 / 450e9),
-    # InfiniBand NDR per direction, 8 ranks: 2·7·5e-6 + 24.5e9 / 50e9 = 0.00007 + 0.49 = 0.49007 s
-    ("ib_ndr", 8, 70e-6 + 0.49),
-    # InfiniBand NDR, 1024 ranks: 2·1023·5e-6 + 2·(1023/1024)·14e9/50e9 = 0.01023 + 0.5594531… s
-    ("ib_ndr", 1024, 2046 * 5e-6 + 2 * 1023 * 14e9 / 1024 / 50e9),
+    # NVLink 4 per direction, 8 GPUs: 8.4e-6 + 2·7·3.4e-6 + 2·(7/8)·14e9 / 450e9 = 56e-6 + 24.5e9/450e9
+    #   = 0.000056 + 0.0544444… = 0.0545004… s: 54.5 ms, not the seed's 31 ms.
+    ("nvlink4", 8, 8.4e-6 + 14 * 3.4e-6 + 24.5e9 / 450e9),
+    # InfiniBand NDR per direction, 8 ranks: 8.4e-6 + 2·7·14e-6 + 24.5e9 / 50e9 = 0.0002044 + 0.49 s
+    ("ib_ndr", 8, 8.4e-6 + 14 * 14e-6 + 0.49),
+    # InfiniBand NDR, 1024 ranks: 8.4e-6 + 2·1023·14e-6 + 2·(1023/1024)·14e9/50e9 = 0.0286524 + 0.5594531… s
+    ("ib_ndr", 1024, 8.4e-6 + 2046 * 14e-6 + 2 * 1023 * 14e9 / 1024 / 50e9),
 ]
 
 

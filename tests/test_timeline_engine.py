@@ -4,7 +4,8 @@ The checker below re-derives, from the log and the trace's per-rank bytes alone,
 must start and how long it lasts: a compute starts when both its rank's previous compute and every
 call it needs have ended, and lasts max(FLOPs/rate, bytes/HBM); a call starts, on every rank at once,
 when every rank's compute before it in the log and the previous call have ended, and lasts
-(N−1)·α + (busiest rank's bytes)/β; tracks never overlap.
+base + (N−1)·α + (busiest rank's bytes)/β, with NCCL's per-call base latency charged once per call (not again
+for an all-reduce's second, gather, phase); tracks never overlap.
 """
 
 from collections import defaultdict
@@ -54,7 +55,8 @@ def check_rules(trace, result, overlap: bool):
             iv = calls[ev.call]
             assert iv.start == max(max(last_compute), last_call_end)
             busiest = max(b for (c, _), b in sent.items() if c == ev.call)
-            assert iv.end - iv.start == pytest.approx((n - 1) * link.alpha + busiest / link.bandwidth, rel=REL)
+            base = 0.0 if ev.collective == "all_reduce" and ev.op == "gather" else link.base
+            assert iv.end - iv.start == pytest.approx(base + (n - 1) * link.alpha + busiest / link.bandwidth, rel=REL)
             last_call_end = iv.end
             if not overlap:
                 last_compute = [iv.end] * n

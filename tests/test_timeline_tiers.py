@@ -1,7 +1,8 @@
 """Two link tiers on the timeline: each call costed on the link its groups use, one stream per tier.
 
-Hand formulas, with NVLink 4 (β = 450e9 B/s, α = 3 µs) and InfiniBand NDR (β = 50e9 B/s, α = 5 µs): one ring
-phase over n ranks costs (n−1)·α + (busiest rank's bytes)/β, on the tier's link.
+Hand formulas, with NVLink 4 (β = 450e9 B/s, α = 3.4 µs) and InfiniBand NDR (β = 50e9 B/s, α = 14 µs), 8.4 µs a
+call (NCCL's Ring + Simple figures, zerosim/analysis/costs/_links.py): one ring phase over n ranks on m nodes costs
+base + (n − m)·α_nv + (m − 1)·α_ib + (busiest rank's bytes)/β of the slowest tier; base once per call.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ TWO_TIERS = Hardware("h100", "nvlink4", "fp16", inter_link="ib_ndr")
 def test_each_call_runs_on_its_groups_link_and_the_two_tiers_overlap():
     """2 nodes × 4 GPUs, 8 ranks, L = 4096 fp16 elements (8192 bytes) per rank:
         reduce-scatter over the gpu groups (4 ranks in a node): 3 chunks of 1024 elements = 6144 B sent
-            -> 3·α_nv + 6144 / β_nv
+            -> base + 3·α_nv + 6144 / β_nv
         all-reduce over the node groups (2 ranks across nodes): each phase 1 chunk of 2048 = 4096 B sent
-            -> two phases of 1·α_ib + 4096 / β_ib, one after the other on the inter-node stream
+            -> base + 1·α_ib + 4096 / β_ib, then 1·α_ib + 4096 / β_ib, one after the other on the inter-node stream
     Issued back to back with no compute between: the reduce-scatter and the all-reduce's first phase start
     together at 0, each on its own tier's stream."""
     cluster = Cluster(8, gpus_per_node=4, trace="call")
@@ -32,21 +33,22 @@ def test_each_call_runs_on_its_groups_link_and_the_two_tiers_overlap():
     result = simulate(cluster.trace, TWO_TIERS)
     calls = result.track(0, "comm")
     rs, ar1, ar2 = ((iv.start, iv.end) for iv in calls)
-    assert rs == (0.0, pytest.approx(3 * NV.alpha + 6144 / NV.bandwidth, rel=1e-12))
+    assert rs == (0.0, pytest.approx(NV.base + 3 * NV.alpha + 6144 / NV.bandwidth, rel=1e-12))
     phase = IB.alpha + 4096 / IB.bandwidth
-    assert ar1 == (0.0, pytest.approx(phase, rel=1e-12))
-    assert ar2 == (pytest.approx(phase, rel=1e-12), pytest.approx(2 * phase, rel=1e-12))
-    # communication busy = the union of the two streams' calls, here the all-reduce's 2·phase
-    assert result.comm_busy[0] == pytest.approx(2 * phase, rel=1e-12)
-    assert result.exposed_comm[0] == pytest.approx(2 * phase, rel=1e-12)  # nothing computed
+    assert ar1 == (0.0, pytest.approx(IB.base + phase, rel=1e-12))
+    assert ar2 == (pytest.approx(IB.base + phase, rel=1e-12), pytest.approx(IB.base + 2 * phase, rel=1e-12))
+    # communication busy = the union of the two streams' calls, here the all-reduce's base + 2·phase
+    assert result.comm_busy[0] == pytest.approx(IB.base + 2 * phase, rel=1e-12)
+    assert result.exposed_comm[0] == pytest.approx(IB.base + 2 * phase, rel=1e-12)  # nothing computed
 
 
 def test_a_world_ring_over_two_nodes_runs_at_infiniband_speed():
-    """The world's ring over 2 × 4 ranks crosses nodes twice: (N−1)·α_ib + 7·(L/8)·2 B / β_ib."""
+    """The world's ring over 2 × 4 ranks, as NCCL charges it: 6 steps inside nodes at α_nv, 1 between them at α_ib
+    (nodes − 1), the bytes over the node's 4 NICs, 4·β_ib (below β_nv): base + 6·α_nv + α_ib + 7·(L/8)·2 B / 4β_ib."""
     cluster = Cluster(8, gpus_per_node=4, trace="call")
     reduce_scatter(cluster, [np.ones(4096, np.float16)] * 8)
     (iv,) = simulate(cluster.trace, TWO_TIERS).track(0, "comm")
-    assert iv.end == pytest.approx(7 * IB.alpha + 7 * 512 * 2 / IB.bandwidth, rel=1e-12)
+    assert iv.end == pytest.approx(IB.base + 6 * NV.alpha + IB.alpha + 7 * 512 * 2 / (4 * IB.bandwidth), rel=1e-12)
 
 
 def test_without_an_inter_link_a_mesh_trace_times_as_the_flat_one():

@@ -32,8 +32,9 @@ def test_each_plan_is_seed_001s_row(stage):
     assert plan.reduces_per_unit == (end is None)
 
 
-def test_muon_all_reduces_where_the_plan_reduce_scatters():
-    assert PLANS[1].end_reduction(elementwise_optimizer=False) == "all_reduce"
+def test_muon_reduce_scatters_where_the_plan_does():
+    # Moonshot's Distributed Muon: reduce-scatter G, then bring the matrices together (parallel/data/muon)
+    assert PLANS[1].end_reduction(elementwise_optimizer=False) == "reduce_scatter"
     assert PLANS[1].end_reduction() == "reduce_scatter" and PLANS[0].end_reduction(False) == "all_reduce"
 
 

@@ -12,6 +12,7 @@ it: `save` reads an engine's states, `load` builds an engine that takes the load
     folders      which folders are checkpoints: `latest`, complete and incomplete tags, a killed save's leftovers
     manifest_checks  every key of a manifest checked, naming the file and the key
     resume       the resume rule: what a resume leaves out is the saved run's (its settings, read here)
+    runs         whose checkpoints a folder holds: a save into another run's folder is refused, naming both
     replicas     a mesh run (HSDP, MiCS): replicas checked equal, each shard written once by replica 0
 """
 
@@ -19,7 +20,7 @@ from zerosim.checkpoint._consolidate import consolidate, consolidated, inspect
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._load import SavedState, load, read_state
 from zerosim.checkpoint._resume import saved_optimizer, saved_settings
-from zerosim.checkpoint._save import save
+from zerosim.checkpoint._save import check_save, save
 
-__all__ = ["CheckpointError", "SavedState", "consolidate", "consolidated", "inspect", "load", "read_state", "save",
-           "saved_optimizer", "saved_settings"]
+__all__ = ["CheckpointError", "SavedState", "check_save", "consolidate", "consolidated", "inspect", "load",
+           "read_state", "save", "saved_optimizer", "saved_settings"]

@@ -18,6 +18,7 @@ from zerosim.checkpoint._files import write_tensors
 from zerosim.checkpoint._folders import LATEST, resolve
 from zerosim.checkpoint._load import read_state
 from zerosim.checkpoint._manifest import saved_layout
+from zerosim.outputs import check_file
 
 
 def consolidated(directory: str, tag: str | None = None) -> dict:
@@ -62,6 +63,7 @@ def consolidate(directory: str, out: str, tag: str | None = None) -> dict:
     if os.path.isfile(os.path.join(parent, LATEST)):  # DIR given as a tag folder: its siblings and `latest` too
         roots.append(parent)
     check_output(out, roots)
+    check_file(out)  # no other checkpoint either, and a folder that can be written (zerosim/outputs.py)
     state = read_state(folder)
     tensors = consolidated_state(state)
     m = state.manifest

@@ -28,6 +28,7 @@ import os
 import numpy as np
 import xxhash
 
+from zerosim.outputs import write_atomic  # (its temporary names, path.tmp-<pid>, are what _folders.py cleans up)
 from zerosim.precision import get_format
 
 NATIVE = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
@@ -48,17 +49,6 @@ def encode(array: np.ndarray) -> tuple:
 def decode(stored: np.ndarray, fmt_name: str) -> np.ndarray:
     """The array `encode` stored, with its format restored (bits unchanged)."""
     return stored if fmt_name in NATIVE else stored.view(get_format(fmt_name).dtype)
-
-
-def write_atomic(path: str, write) -> None:
-    """Call `write(tmp_path)`, then rename the finished file to `path` (same folder, so the rename is atomic)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def write_tensors(path: str, tensors: dict, metadata: dict | None = None) -> tuple:

@@ -29,7 +29,7 @@ _RANK_FILE = re.compile(r"rank\d{5}\.safetensors$")
 def check_tag(tag: str) -> str:
     """A tag is a plain folder name: no path separator, not '.', '..' or 'latest'."""
     if not isinstance(tag, str) or not tag or os.sep in tag or (os.altsep and os.altsep in tag) \
-            or tag in (".", "..", LATEST) or tag != tag.strip() or "\n" in tag:
+            or tag in (".", "..", LATEST) or tag != tag.strip() or any(ord(ch) < 32 for ch in tag):
         raise ValueError(f"a checkpoint tag is a plain folder name, got {tag!r}")
     return tag
 

@@ -24,6 +24,7 @@ import numpy as np
 from zerosim.checkpoint._files import CheckpointError, read_checked, read_tensors
 from zerosim.checkpoint._folders import resolve
 from zerosim.checkpoint._manifest import check_model, read_manifest, saved_layout
+from zerosim.checkpoint._runs import register, run_id_of
 from zerosim.cluster import Cluster
 from zerosim.optim import get_optimizer
 from zerosim.parallel.data import GradientRecipe, ZeroEngine, buffer_sizes, get_plan
@@ -225,6 +226,7 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
         shard_group=shard_group,
     )
     engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
+    register(engine, run_id_of(m))  # a resumed run is the saved one: it saves on into that run's folder (runs.py)
     return engine
 
 

@@ -20,7 +20,8 @@ uninterrupted one would); the stochastic-rounding counter (draws are a hash of (
 so the seed and t resume them);
 and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format. A strategy for many
 nodes adds "mesh": its name, shard group S, replicas R, ranks N, GPUs per node and the ranks that wrote; with
-replicas (HSDP, MiCS) world_size is then S, the shards written once each (_replicas.py).
+replicas (HSDP, MiCS) world_size is then S, the shards written once each (_replicas.py). "run": the id of the run
+the checkpoint belongs to (_runs.py: whose the folder is).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def optimizer_spec(optimizer) -> dict:
     }
 
 
-def make_manifest(engine, files: list) -> dict:
+def make_manifest(engine, files: list, run: str | None = None) -> dict:
     layout = engine.layout
     p = engine.precision.with_(reduction=engine.recipe.reduction, allreduce=engine.recipe.allreduce)  # the recipe too
     regions = [engine.region(r) for r in range(layout.world_size)]
@@ -79,6 +80,8 @@ def make_manifest(engine, files: list) -> dict:
     mesh = mesh_spec(engine)
     if mesh is not None:  # a strategy for many nodes: what it was, on which mesh, and who wrote (_replicas.py)
         manifest["mesh"] = mesh
+    if run is not None:  # the run these checkpoints belong to (runs.py)
+        manifest["run"] = {"id": run}
     return manifest
 
 

@@ -17,6 +17,7 @@ import re
 from zerosim.checkpoint._files import CHECKSUMS, CheckpointError
 
 _FILE = re.compile(r"rank\d{5}\.safetensors$")
+_RUN = re.compile(r"[0-9a-z-]{1,64}$")
 
 
 class _Checker:
@@ -84,6 +85,10 @@ def check_manifest(m: dict, path: str) -> None:
         c.fail("stochastic_rounding.next_step", f"is {next_step}; it must be optimizer.step + 1 = {t + 1}")
     _check_mesh(c, stage, n)
     _check_files(c, n)
+    if "run" in m:  # runs.py: whose checkpoints these are
+        run = c.get("run.id", str)
+        if not _RUN.match(run):
+            c.fail("run.id", f"must be a run id (letters, digits and '-', at most 64), got {run!r}")
 
 
 def _check_mesh(c: _Checker, stage: int, n: int) -> None:

@@ -12,6 +12,7 @@ Saving into a tag that exists:
                                             re-trains a step whose save was killed after its manifest)
     a complete checkpoint of another state  refused, once, before anything is written: nothing a user does
                                             loses a checkpoint (DeepSpeed and torch DCP would overwrite it)
+Saving into a folder another run's checkpoints are in is refused the same way, naming both runs (_runs.py).
 The same state gives the same bytes (files.serialize), so "this state" is decided by comparing manifests:
 every rank file's size and checksum, and everything else the manifest records.
 
@@ -24,10 +25,13 @@ from __future__ import annotations
 import json
 import os
 
+from zerosim.checkpoint import _runs as runs
 from zerosim.checkpoint._files import checksum, tensor_bytes, write_atomic, write_bytes
 from zerosim.checkpoint._folders import LATEST, MANIFEST, check_tag, clean_incomplete, is_complete, read_latest
 from zerosim.checkpoint._manifest import make_manifest, rank_file
 from zerosim.checkpoint._replicas import check_replicas, file_index, writers
+from zerosim.checkpoint._runs import mint, register, registered
+from zerosim.outputs import check_folder, refuse_inside_checkpoint
 
 
 def rank_tensors(rank) -> dict:
@@ -39,31 +43,49 @@ def rank_tensors(rank) -> dict:
     return out
 
 
-def save(engine, directory: str, tag: str | None = None) -> str:
+def save(engine, directory: str, tag: str | None = None, overwrite: bool = False) -> str:
     """Save `engine`'s state under DIR/<tag> (default f"step{iteration:06d}": calls of `step`, which are the
     optimizer steps t unless the loss scaler skipped some) and point DIR/latest at it.
 
     A tag folder a killed save left incomplete is cleaned and reused; a complete one holding this very state
-    is kept as it is; one holding another state is refused before anything is written. Returns the
-    checkpoint's folder. Collective under MPI: every process calls it.
+    is kept as it is; one holding another state is refused before anything is written. DIR belongs to one run
+    (_runs.py): a save into a folder another run's checkpoints are in is refused before anything is written, naming
+    both runs — with `overwrite=True` that run's tag folders and `latest` are removed first. DIR may not lie inside
+    another checkpoint, nor be a tag folder itself (zerosim/outputs.py). Returns the checkpoint's folder. Collective
+    under MPI: every process calls it.
 
     With replicas (HSDP, MiCS) each shard is written once, by replica 0, after the replicas are checked to hold
     equal bits (_replicas.py); a disagreement is refused before anything is written.
     """
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
     cluster, backend = engine.cluster, engine.cluster.backend
     tag = check_tag(f"step{engine.iteration:06d}" if tag is None else str(tag))
     check_replicas(engine, rank_tensors)  # before any file is touched
     folder = os.path.join(directory, tag)
     writer = 0 in (rank.index for rank in cluster.ranks)  # the process of rank 0 writes the manifest and `latest`
-    found = _found(directory, folder) if writer else None
-    found = backend.all_meta([found] * cluster.local_size)[0]  # rank 0's, decided once (one message, not one per rank)
+
+    def decided(value):  # rank 0's process decides; every process gets its answer (one message, not one per rank)
+        return backend.all_meta([value if writer else None] * cluster.local_size)[0]
+
+    found = decided(_found(directory, folder) if writer else None)
+    if found not in ("absent", "complete"):
+        raise ValueError(found)
+    run, entries = registered(engine), None
+    owned = decided(runs.owner(directory) is not None if writer else None)
+    if run is None and (owned or found == "complete"):  # a new run's id comes from what it saves: made before writing
+        entries = _encoded(engine, tag)
+        run = mint(make_manifest(engine, entries))
+    others = decided(_others(directory, run, make_manifest(engine, entries or [], run), overwrite) if writer and owned
+                     else [])
+    if isinstance(others, str):
+        raise ValueError(others)
+    if folder in others:  # overwrite=True: the other run's tag of this name goes before this one is written
+        found = "absent"
     if found == "complete":  # is it this very state? Compare manifests: every file's checksum, and the rest
-        entries = [
-            None if t is None else _entry(r, tensor_bytes(t, metadata)) for r, t, metadata in _states(engine, tag)
-        ]
-        manifest = make_manifest(engine, _gathered(backend, entries))
-        same = _holds(folder, manifest) if writer else None
-        same = backend.all_meta([same] * cluster.local_size)[0]
+        entries = entries or _encoded(engine, tag)
+        manifest = make_manifest(engine, entries, run)
+        same = decided(_holds(folder, manifest) if writer else None)
         if same is not True:
             raise ValueError(same)
         if writer:
@@ -71,10 +93,11 @@ def save(engine, directory: str, tag: str | None = None) -> str:
             if read_latest(directory) != tag:
                 write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
         backend.all_meta([None] * cluster.local_size)
+        register(engine, run)
         return folder
-    if found != "absent":
-        raise ValueError(found)
     if writer:
+        if others:  # overwrite=True: the other run's checkpoints go (_runs.py)
+            runs.remove_run(directory, others)
         clean_incomplete(directory, folder)  # what a killed save of this tag left, before anyone writes again
         os.makedirs(folder, exist_ok=True)
     backend.all_meta([None] * cluster.local_size)  # the folder is clean and exists before any rank writes
@@ -86,12 +109,51 @@ def save(engine, directory: str, tag: str | None = None) -> str:
         formats, data = tensor_bytes(tensors, metadata)
         write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, data))
         entries.append(_entry(r, (formats, data)))
-    manifest = make_manifest(engine, _gathered(backend, entries))  # every file in place
+    entries = _gathered(backend, entries)  # every file in place
+    run = run or mint(make_manifest(engine, entries))
+    manifest = make_manifest(engine, entries, run)
     if writer:
         write_atomic(os.path.join(folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
         write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
     backend.all_meta([None] * cluster.local_size)  # no rank returns before `latest` names the new checkpoint
+    register(engine, run)
     return folder
+
+
+def check_save(engine, directory: str, overwrite: bool = False) -> None:
+    """What `save(engine, DIR, overwrite=overwrite)` would refuse about DIR, refused now, before a run's work: a place
+    that cannot hold checkpoints (zerosim/outputs.py), or a folder another run owns — for an engine no save or load
+    has given a run yet (a new run) any run's folder, since a new run's id is only known at its first save
+    (_runs.py)."""
+    cluster, backend = engine.cluster, engine.cluster.backend
+    writer = 0 in (rank.index for rank in cluster.ranks)
+    problem = None
+    if writer:
+        problem = _directory_problem(directory)
+        found, run = runs.owner(directory), registered(engine)
+        if problem is None and found is not None and found[0] != run and not overwrite:
+            this = f"run {run}, resumed from elsewhere" if run else "a new run (not resumed from one of them)"
+            problem = (f"{directory} holds the checkpoints of another run ({runs.describe(*found)}); this is {this}. "
+                       "Nothing was written: save into another folder, resume that run to continue it (zerosim train "
+                       "--resume), or overwrite=True (zerosim train --overwrite) to remove its checkpoints at this "
+                       "run's first save")
+    problem = backend.all_meta([problem] * cluster.local_size)[0]
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _encoded(engine, tag: str) -> list:
+    """Every process's file entries (sizes, checksums, formats) of this state, made in memory, nothing written."""
+    return _gathered(engine.cluster.backend, [None if t is None else _entry(r, tensor_bytes(t, metadata))
+                                              for r, t, metadata in _states(engine, tag)])
+
+
+def _others(directory: str, run: str, manifest: dict, overwrite: bool):
+    """The other run's folders to remove (overwrite), [] when DIR is this run's, or the refusal's words."""
+    try:
+        return runs.check_owner(directory, run, manifest, overwrite)
+    except ValueError as e:
+        return str(e)
 
 
 def _states(engine, tag: str):
@@ -119,13 +181,29 @@ def _entry(rank: int, encoded: tuple) -> dict:
 def _found(directory: str, folder: str) -> str:
     """What is at the tag's place: "absent" (nothing, or a folder a killed save left without its manifest: reused),
     "complete" (a checkpoint), or the reason to refuse."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
+    problem = _directory_problem(directory)
+    if problem is not None:
+        return problem
     if not os.path.exists(folder):
         return "absent"
     if not os.path.isdir(folder):
         return f"{folder}: a file is in the way of the checkpoint folder; nothing was written"
     return "complete" if is_complete(folder) else "absent"
+
+
+def _directory_problem(directory: str) -> str | None:
+    """Why DIR cannot hold checkpoints (inside another checkpoint; a file; a tag folder itself; not writable)."""
+    try:
+        refuse_inside_checkpoint(directory, "", include_self=False)
+    except ValueError as e:
+        return f"{e}; nothing was written"
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
+    try:
+        check_folder(directory, checkpoint_ok=True)
+    except ValueError as e:
+        return f"{e}; nothing was written"
+    return None
 
 
 def _holds(folder: str, manifest: dict):

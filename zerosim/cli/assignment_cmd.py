@@ -36,6 +36,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from zerosim.outputs import check_file
     from zerosim.teaching import assignments
 
     if args.action in (None, "list"):
@@ -55,9 +56,11 @@ def run(args) -> int:
         raise ValueError(f"--time-limit takes a number of seconds > 0, got {args.time_limit:g}")
     if not args.file.endswith(".py"):
         raise ValueError(f"--file must name a .py file, got {args.file!r}")
+    if args.action == "grade" and args.results:  # before grading, which runs the student's file (zerosim/outputs.py)
+        check_file(args.results, "--results")
     results = assignments.grade(a, args.file, args.time_limit, hidden=args.action == "grade")
     if args.action == "grade" and args.results:
-        assignments.write_results(results, args.results)
+        assignments.write_results(results, args.results, "--results")
     for t in results["tests"]:
         print(f"{'PASS' if t['status'] == 'passed' else 'FAIL'}  {t['score']:g}/{t['max_score']:g}  {t['name']}"
               + ("" if t["status"] == "passed" else f"\n      {t['output']}"))

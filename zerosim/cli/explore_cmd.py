@@ -27,7 +27,7 @@ def run(args) -> int:
     from zerosim.explore import DEFAULT, SMALL, write_page
 
     grid = SMALL if args.grid == "small" else DEFAULT
-    path = write_page(args.html, grid, show_progress=sys.stderr.isatty())
+    path = write_page(args.html, grid, show_progress=sys.stderr.isatty(), flag="--html")
     print(f"wrote {path}: {grid.size} settings, each one step of the meta backend; open it in a browser "
           "(it needs no server and no network)")
     return 0

@@ -27,6 +27,8 @@
                       link it ran over (NVLink or InfiniBand) — FULL_SHARD, HSDP and MiCS (S = 8), hpZ (S' = 8)
     mesh_ownership    who holds which shard of W, G, OS (and hpZ's secondary W) on 2 nodes × 4 GPUs: FULL_SHARD,
                       HSDP, MiCS, hpZ, from one step's ledgers and layouts
+    tensor_mesh       the mesh with a TP axis: tp 2 x dp 4 on 4 nodes of 2, which GPU holds which TP slice and which
+                      ZeRO shard of it, and the bytes each sent on NVLink (TP) and across nodes (ZeRO), from one step
 """
 
 from __future__ import annotations
@@ -204,11 +206,16 @@ def _will_it_fit(args):
 
 
 def _plan(args):
+    from zerosim.analysis.costs import EFFICIENCY_PRESETS as PRESETS
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
+    from zerosim.analysis.timeline import TimeModel
     from zerosim.viz import plan_figure
 
-    return plan_figure(plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024), top=8)
+    # what `zerosim plan` prints for it by default: eager PyTorch's kernels and loss, the eager efficiency preset
+    p = plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024, time_model=TimeModel(PRESETS["eager"]),
+             kernels="eager", loss="eager")
+    return plan_figure(p, top=8)
 
 
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
@@ -256,6 +263,12 @@ def _mesh_ownership(args):
     return mesh_ownership_figure()
 
 
+def _tensor_mesh(args):
+    from zerosim.viz import tensor_mesh_figure
+
+    return tensor_mesh_figure()
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -272,6 +285,7 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "plan": _plan,
     "many_nodes": _many_nodes,
     "mesh_ownership": _mesh_ownership,
+    "tensor_mesh": _tensor_mesh,
     "tier_timeline": _tier_timeline,
 }
 
@@ -295,10 +309,11 @@ def run(args) -> int:
     matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
     import matplotlib.pyplot as plt
 
+    from zerosim.outputs import check_folder, write_atomic
     from zerosim.viz import enlarge_text, slides_style, stage_frames
 
     names = args.only or list(FIGURES)
-    os.makedirs(args.out, exist_ok=True)
+    check_folder(args.out, "--out")  # before drawing (zerosim/outputs.py)
     slides = args.style == "slides"
     for name in names:
         with slides_style() if slides else contextlib.nullcontext():
@@ -306,11 +321,13 @@ def run(args) -> int:
             path = os.path.join(args.out, f"{name}.{args.format}")
             if slides:
                 enlarge_text(fig)
-            fig.savefig(path, **({"bbox_inches": "tight"} if slides else {}))
+            write_atomic(path, lambda tmp: fig.savefig(tmp, format=args.format,
+                                                       **({"bbox_inches": "tight"} if slides else {})), "--out")
             print(f"wrote {path}")
             if slides and name in STAGED and not args.log:
                 for k, frame in stage_frames(fig, STAGED[name]):
-                    frame.savefig(os.path.join(args.out, f"{name}_stage{k}.{args.format}"), bbox_inches="tight")
+                    write_atomic(os.path.join(args.out, f"{name}_stage{k}.{args.format}"),
+                                 lambda tmp: frame.savefig(tmp, format=args.format, bbox_inches="tight"), "--out")
                 print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{k}")
         plt.close(fig)
     return 0

@@ -5,7 +5,7 @@ Shared by `zerosim memory`, `zerosim timeline` and `zerosim plan`, so the three 
 
 from __future__ import annotations
 
-from zerosim.analysis.costs import GB, fit, runtime_overheads
+from zerosim.analysis.costs import GB, fit, reserved, runtime_overheads
 
 
 def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) -> dict:
@@ -18,6 +18,7 @@ def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) 
         "gpu": f.gpu,
         "capacity": f.capacity,
         "measured": f.measured,
+        "reserved": reserved(peak, reserve),  # allocated (the ledger's peak) plus the caching allocator's reserve
         "overheads_total": f.overheads,
         "total": f.total,
         "margin": f.margin,
@@ -43,13 +44,17 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
         "",
         f"Will a rank fit on one {gpu.name}? Capacity {gpu.capacity / GB:.2f} GB ({gpu.capacity >> 20:,} MiB as "
         f"its driver reports; datasheet: {gpu.datasheet}).",
-        f"{'stage':5s} {'measured peak':>14s} {'+ estimates':>12s} {'= total':>10s}   verdict",
+        f"{'stage':5s} {'allocated peak':>14s} {'(reserved)':>11s} {'+ estimates':>12s} {'= total':>10s}   verdict",
     ]
     for v in verdicts:
         lines.append(
-            f"{v['stage']:<5d} {v['measured'] / GB:14.3f} {v['overheads_total'] / GB:12.3f} "
+            f"{v['stage']:<5d} {v['measured'] / GB:14.3f} {v['reserved'] / GB:11.3f} {v['overheads_total'] / GB:12.3f} "
             f"{v['total'] / GB:10.3f}   {verdict_word(v)}"
         )
+    lines.append("allocated: the ledger's peak, what the tensors need (torch.cuda.max_memory_allocated); "
+                 "reserved: with the caching")
+    lines.append("allocator's reserve on top (max_memory_reserved, what torchtitan logs; costs/_reserve.py); "
+                 "the estimates include it.")
     lines += ["estimates (not measured; rows of their own, never in the ledgers above), per rank:"]
     for o in verdicts[0]["overheads"]:
         size = (

@@ -5,6 +5,7 @@
     zerosim memory   per-rank memory by stage at real scale (meta backend), beside the formulas
     zerosim timeline time of a step at real scale: overlap, bucketing, prefetch (meta backend)
     zerosim plan     which stage, checkpointing and micro-batch fit your GPUs, ranked by step time
+    zerosim validate predicted vs measured on published runs (torchtitan, llm-foundry), with the error of each
     zerosim figures  draw every seed figure from live runs into figures/
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
@@ -44,6 +45,8 @@ COMMANDS = {
                  "backend)"),
     "plan": ("zerosim.cli.plan_cmd",
              "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"),
+    "validate": ("zerosim.cli.validate_cmd",
+                 "predicted vs measured on published runs (torchtitan, llm-foundry): the error of every point"),
     "verify-nccl": ("zerosim.cli.verify_nccl_cmd",
                     "compare zerosim's ring with NCCL's own collectives, byte for byte, on your GPUs"),
     "parity": ("zerosim.cli.parity_cmd",

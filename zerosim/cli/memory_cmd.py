@@ -11,6 +11,8 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
     zerosim memory --model llama-7b --ranks 16 --gpus-per-node 8 --seq-len 2048 --batch 1 \
         --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ at stage 3
     zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
+    zerosim memory --model llama-3-70b --ranks 256 --gpus-per-node 8 --tp 8 --sp --seq-len 8192 --batch 16 \
+        --checkpoint block --precision bf16-mixed --gpu h100-80gb      # torchtitan's FSDP 32 x TP 8
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -24,7 +26,10 @@ stage's measured peak, plus labelled estimates of what no ledger sees (CUDA cont
 reserve, DeepSpeed's buckets), is judged against the GPU: fits, or does not, and by how much. A DeepSpeed
 config (--ds-config) sets the stage, schedule, precision, batch and clipping; every key of it, and of a
 --config, is listed as modelled, not modelled or no effect. With --strategy (and --gpus-per-node, --shard-group)
-the strategies for many nodes are measured instead of the stages: cli/strategy_memory.py.
+the strategies for many nodes are measured instead of the stages: cli/strategy_memory.py. With --tp T (and --sp)
+every stage runs beside Megatron's tensor parallelism: --ranks stays the GPU count, ZeRO shards each TP rank's slice
+over the ranks / T data-parallel ranks that hold it, and the activations are one TP rank's, beside Megatron's
+formulas (cli/tensor_format.py).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, strategies_of
+from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
@@ -57,18 +63,24 @@ def add_arguments(p) -> None:
     add_schedule_arguments(p)
     add_wire_arguments(p)
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
 
 
-def strategies_report(args, s, names) -> dict:
+def strategies_report(args, s, names, tp: int = 1, sp: bool = False) -> dict:
     """`zerosim memory --strategy ...` as data: the strategies' rows (cli/strategy_memory.py)."""
     from zerosim.cli.strategy_memory import strategy_rows
 
     if s.ds is not None:
         raise ValueError("--ds-config sets a ZeRO stage; --strategy names a strategy for many nodes: give one")
+    if wire_from_args(args) is not None:  # the strategies' table runs them unquantized: the flags would be ignored
+        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients quantize the flat "
+                         "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
+                         "or the other")
     return {
         "model": s.model.name, "params": s.model.num_params, "ranks": args.ranks, "optimizer": s.optimizer,
         "precision": s.precision_name, "gpus_per_node": check_nodes(args.ranks, args.gpus_per_node),
-        "strategies": strategy_rows(args, s, names),
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": args.ranks // tp}}),
+        "strategies": strategy_rows(args, s, names, tp, sp),
     }
 
 
@@ -87,11 +99,22 @@ def report(args) -> dict:
 
     s = setup(args)
     names = strategies_of(args, several=True)
+    tp, sp = tensor_of(args, args.ranks)
+    if tp > 1 and s.micro is None:
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: give its shape and work, "
+                         "--seq-len (and --batch) with a --model, --config or --d-model")
     if names:
-        return strategies_report(args, s, names)
+        return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1:  # the table has no tiers
+        raise ValueError("--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"
+                         "; "
+                         "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
+                         "links): drop it, or add --strategy")
     model, micro = s.model, s.micro
     P, N = model.num_params, args.ranks
+    local, dp = (model.num_params, N) if tp == 1 else (tp_local_params(model, tp, sp), N // tp)  # one TP rank's
+    vocab = None if tp == 1 else tp_vocab(model, tp)
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, model)
@@ -106,19 +129,22 @@ def report(args) -> dict:
     else:
         measured = measure_by_stage(model, N, s.optimizer, s.precision, step=not args.no_step, stages=stages,
                                     show_progress=not args.json and sys.stderr.isatty(), micro_batch=micro,
-                                    comm=s.comm, clip_grad=s.clip_grad, wire=quantized)
+                                    comm=s.comm, clip_grad=s.clip_grad, wire=quantized, tp=tp, sp=sp,
+                                    gpus_per_node=args.gpus_per_node if tp > 1 else None)
     name = s.precision_name
     config = MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="all")  # the engines pad every flat buffer
-    for row in measured:
-        formula = model_state_memory(P, N, row["stage"], config)
+    for row in measured:  # beside TP the formulas read one TP rank's slice (local) over its dp data-parallel ranks
+        formula = model_state_memory(local, dp, row["stage"], config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
         row["formula_unpadded_total"] = model_state_memory(
-            P, N, row["stage"], MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="none")
+            local, dp, row["stage"], MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="none")
         ).total
         row["ledger_total"] = sum(row["resting"].values())
         wire = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
-        row["sent_formula"] = comm_volume(P, N, row["stage"], grad_wire_bytes=wire, param_wire_bytes=wire)
+        row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=wire, param_wire_bytes=wire)
+        if tp > 1:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
+            row["sent_formula"] += tp_sent(model, micro, tp, sp, wire)
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)
             row["total"] = row["ledger_total"] + row["activations"]
@@ -139,7 +165,11 @@ def report(args) -> dict:
         "unit": getattr(model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer"),
         "step": not args.no_step,
         "wire": None if quantized is None else quantized.describe(),  # stage 3's weight gathers
-        "activations": None if micro is None else _activations(model, micro, args, s.precision),
+        "activations": None if micro is None else (
+            _activations(model, micro, args, s.precision) if tp == 1 else
+            tp_activations(model, micro, args, s.precision, tp, sp)),
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
+                                                   "vocab": vocab, "vocab_padded": vocab != model.vocab}}),
         "stages": measured,
         "gpu": None
         if s.gpu is None
@@ -150,7 +180,7 @@ def report(args) -> dict:
             "datasheet": s.gpu.datasheet,
             "by_stage": fits,
         },
-        "config": None if s.config is None else _keys(s.config.keys),
+        "config": None if s.config is None else _keys(s.config.keys + s.config.defaults),
         "ds_config": None
         if s.ds is None
         else {
@@ -177,6 +207,37 @@ def report(args) -> dict:
             "note": "seed 001's printed table (7B on 8 GPUs) disagrees with its own formulas 4P + 12P/N and 2P + 14P/N",
         },
     }
+
+
+def tp_local_params(model, tp: int, sp: bool) -> int:
+    """One TP rank's parameters of `model` (its slice: rows and columns cut, norms whole)."""
+    from zerosim.analysis.costs import tensor_parallel
+
+    return tensor_parallel(model, tp, sp)[0].num_params
+
+
+def tp_vocab(model, tp: int) -> int:
+    """The vocabulary TP splits: the model's, or Megatron's padding of it (zerosim.parallel.tensor.padded_model)."""
+    from zerosim.parallel.tensor import padded_model
+
+    return padded_model(model, tp).vocab
+
+
+def tp_sent(model, micro: tuple, tp: int, sp: bool, width: int) -> float:
+    """TP's bytes a rank sends in one micro-step by hand (zerosim.parallel.tensor's tp_bytes_per_micro_step)."""
+    from zerosim.models.llama import MetaLlama
+    from zerosim.parallel.tensor import tp_bytes_per_micro_step
+
+    B, L = micro
+    return tp_bytes_per_micro_step(model.n_layers, B, L, model.d_model, tp, sp, model.checkpointing,
+                                   gpt=not isinstance(model, MetaLlama), width=width)
+
+
+def tp_activations(model, micro: tuple, args, precision, tp: int, sp: bool) -> dict:
+    """One TP rank's activations, measured, beside Megatron's formulas (cli/tensor_format.py prints them)."""
+    from zerosim.cli.tensor_format import tp_activation_report
+
+    return tp_activation_report(model, micro, args.checkpoint or "none", precision, tp, sp)
 
 
 def _keys(keys) -> dict:

@@ -7,6 +7,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.cli.fit_lines import fit_lines
+from zerosim.cli.tensor_format import tp_activation_lines
 
 
 def format_report(r: dict) -> str:
@@ -17,6 +18,7 @@ def format_report(r: dict) -> str:
     for row in r["stages"]:
         kinds += [k for k in row["resting"] if k not in kinds]
     extra = ("activ.", "total") if act else ()  # seed 001 §6: model states + activations
+    tp = r.get("tensor_parallel")
     lines = [
         f"zerosim memory: Ψ = {r['params']:,} parameters ("
         + (r["model"] if r["unit"] == "layer" else f"{r['model']}, {r['layers']} {r['unit']}s")
@@ -27,6 +29,20 @@ def format_report(r: dict) -> str:
         + ";",
         "'formula' is zerosim.analysis.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
         "",
+    ] if tp is None else [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = tp {tp['tp']} x "
+        f"dp {tp['dp']}" + (" with sequence parallelism" if tp["sp"] else "") + f", {r['optimizer']}, {r['precision']}",
+        f"Each GPU holds one TP rank's slice, Ψ_tp = {tp['local_params']:,} parameters (heads, columns and vocabulary "
+        f"cut by {tp['tp']}, norms whole),",
+        *([f"the vocabulary padded to {tp['vocab']:,} tokens as Megatron pads it (make_vocab_size_divisible_by 128 × "
+           "tp),"] if tp["vocab_padded"] else []),
+        f"and ZeRO shards that slice over the dp = {tp['dp']} ranks holding it. Per-rank model states in GB (1e9 "
+        "bytes), as the ledgers recorded",
+        "them after one step; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the engines "
+        "hold them.",
+        "",
+    ]
+    lines += [
         f"{'stage':5s} "
         + " ".join(f"{k:>10s}" for k in kinds)
         + " | "
@@ -49,6 +65,11 @@ def format_report(r: dict) -> str:
         "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
         "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
         "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+    ] if tp is None else [
+        "",
+        "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
+        "(trace), beside the formula: ZeRO's 2Ψ_tp or 3Ψ_tp times (dp−1)/dp over the data-parallel ranks, plus TP's",
+        "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
     ]
     if r.get("wire"):
         three = next((row for row in r["stages"] if row["stage"] == 3), None)
@@ -63,7 +84,7 @@ def format_report(r: dict) -> str:
             f"dequantized (kind 'comm') peaks at {landed / GB:.3f} GB a rank.",
         ]
     lines += (
-        _activation_lines(act)
+        (_activation_lines(act) if tp is None else tp_activation_lines(act))
         if act
         else [
             "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
@@ -75,6 +96,8 @@ def format_report(r: dict) -> str:
         from zerosim.analysis.costs import get_gpu
 
         lines += fit_lines(r["gpu"]["by_stage"], get_gpu(r["gpu"]["key"]), _hint(r))
+    if tp is not None:  # the seeds' conventions count a whole model over N data-parallel ranks
+        return "\n".join(lines)
     lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
     lines.append(
         format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"], r["precision"]))
@@ -166,7 +189,8 @@ def _config_lines(r: dict) -> list:
         ]
         lines += _wrapped("  modelled: ", [k["key"] for k in modelled])
         lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])
-        auto = [k for k in modelled if str(k["value"]) == "auto"]
+        lines += _wrapped("  defaults (not in the file): ", [_default(k) for k in keys.get("default", [])])
+        auto = [k for k in modelled if str(k["value"]) == "auto" or "which zerosim runs as" in k["note"]]
         for k in auto:
             lines += textwrap.wrap(f"{k['key']}: {k['note']}", 116, initial_indent="  ", subsequent_indent="    ")
         for k in keys.get("not modelled", []):
@@ -192,6 +216,14 @@ def _config_lines(r: dict) -> list:
         for text in (so, knobs):
             lines += textwrap.wrap(text, 116, initial_indent="  ", subsequent_indent="    ")
     return lines
+
+
+def _default(k: dict) -> str:
+    """A key the config.json left out, as transformers' class default fills it ("num_key_value_heads=None: ...")."""
+    from zerosim.models.hf import WHAT_NONE_MEANS
+
+    means = WHAT_NONE_MEANS.get(k["key"]) if k["value"] is None else None
+    return f"{k['key']}={k['value']}" + (f" (= {means.split(':')[0]})" if means else "")
 
 
 def _wrapped(label: str, words: list, width: int = 116) -> list:

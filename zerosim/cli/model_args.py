@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from zerosim.cli.work_budget import check_units
 from zerosim.optim import OPTIMIZERS
 
-ELEMENTWISE = tuple(name for name, cls in OPTIMIZERS.items() if cls.elementwise)  # what every stage can shard
+ELEMENTWISE = tuple(OPTIMIZERS)  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
+MATRIX_OPTIMIZERS = tuple(name for name, cls in OPTIMIZERS.items() if not cls.elementwise)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
@@ -45,7 +47,8 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
         help="with --params: equal layers to split Ψ into (default 64); with --d-model: transformer blocks",
     )
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
-    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None, help="optimizer (default adam, K = 8 + 4 master)")
+    p.add_argument("--optimizer", choices=ELEMENTWISE, default=None,
+                   help="optimizer (default adam, K = 8 + 4 master; muon K = 4; muon_adamw: the reference's split)")
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
     p.add_argument(
         "--unit",
@@ -56,8 +59,9 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
 
 
 def add_activation_arguments(p) -> None:
-    """--seq-len, --batch, --checkpoint and a GPT shape by hand (--d-model, --heads, --vocab)."""
-    from zerosim.models.gpt import STRATEGIES
+    """--seq-len, --batch, --checkpoint, --kernels, --loss and a GPT shape by hand (--d-model, --heads, --vocab)."""
+    from zerosim.cli.efficiency_args import add_kernel_arguments
+    from zerosim.models.gpt import ALL_STRATEGIES
 
     act = p.add_argument_group(
         "activations (seed 001 §5-6)",
@@ -76,10 +80,12 @@ def add_activation_arguments(p) -> None:
     )
     act.add_argument(
         "--checkpoint",
-        choices=tuple(STRATEGIES),
+        choices=tuple(ALL_STRATEGIES),
         default=None,
-        help="with --seq-len: the checkpointing strategy (default none)",
+        help="with --seq-len: the checkpointing strategy (default none); block-flash, subblock-flash and "
+        "every-k-flash recompute with flash attention, op-sac is torchtitan's op-level selective checkpointing",
     )
+    add_kernel_arguments(act)
     act.add_argument(
         "--d-model", type=int, default=None, metavar="D", help="with --seq-len: a GPT of this width (untied head)"
     )
@@ -173,6 +179,8 @@ def micro_batch_from_args(args) -> tuple | None:
             for flag, name in (
                 ("--batch", "batch"),
                 ("--checkpoint", "checkpoint"),
+                ("--kernels", "kernels"),
+                ("--loss", "loss"),
                 ("--d-model", "d_model"),
                 ("--heads", "heads"),
                 ("--vocab", "vocab"),
@@ -201,7 +209,9 @@ def config_from_args(args):
 
 
 def decoder_from_args(args, config, seq_len: int):
-    """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab) and --checkpoint describe."""
+    """The data-less GPT or Llama that the config (or --d-model/--heads/--layers/--vocab), --checkpoint, --kernels and
+    --loss describe."""
+    from zerosim.cli.efficiency_args import kernels_of, loss_of
     from zerosim.models import GPT
     from zerosim.models.gpt import MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
@@ -222,7 +232,8 @@ def decoder_from_args(args, config, seq_len: int):
         gpt = GPT(
             50257 if args.vocab is None else args.vocab, args.d_model, args.heads, args.layers, seq_len, **options
         )
-        return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}")
+        return MetaGPT(gpt, name=f"GPT d={args.d_model} H={args.heads} layers={args.layers} V={gpt.vocab}",
+                       kernels=kernels_of(args), loss=loss_of(args))
     if args.heads is not None or args.vocab is not None:
         raise ValueError("--heads and --vocab go with --d-model (a --model or --config has its own)")
     if config is None:
@@ -237,7 +248,22 @@ def decoder_from_args(args, config, seq_len: int):
             + (" (rope scaling is not modelled)" if config.layout == "llama" else "")
         )
     twin = MetaLlama if config.layout == "llama" else MetaGPT
-    return twin.from_config(config, seq_len, **options)
+    return twin.from_config(config, seq_len, kernels=kernels_of(args), loss=loss_of(args), **options)
+
+
+def _units(args, config) -> int:
+    """The units the model will have, from its description alone: blocks plus the ends (embeddings, head)."""
+    if getattr(args, "d_model", None) is not None:
+        return (args.layers or 0) + 2  # (no --layers: refused with the shape's other flags)
+    if config is None:  # --params: equal layers
+        return 64 if args.layers is None else args.layers
+    return config.n_layers + 3
+
+
+def _model_words(args, config) -> str:
+    if config is not None and getattr(args, "d_model", None) is None:
+        return f"{config.name} ({config.n_layers:,} layers)"
+    return f"--layers {args.layers}"
 
 
 def model_from_args(args, config=None):
@@ -251,9 +277,13 @@ def model_from_args(args, config=None):
     if args.ranks < 1 or (args.layers is not None and args.layers < 1):
         raise ValueError("--ranks and --layers must be at least 1")
     config = config_from_args(args) if config is None else config
+    check_units(_units(args, config), _model_words(args, config))  # before the twin is built: it takes its time
     micro = micro_batch_from_args(args)
     if micro is not None:
         return decoder_from_args(args, config, micro[1])
+    if args.optimizer in MATRIX_OPTIMIZERS:  # a MetaModel knows parameter counts, not the matrices Muon needs
+        raise ValueError(f"--optimizer {args.optimizer} orthogonalises each weight matrix, so it needs the model's "
+                         "shapes: give --seq-len (and --model or --config) for the decoder's own units")
     if config is not None or args.model is not None:
         preset = preset_from_config(config) if config is not None else get_preset(args.model)
         return MetaModel.from_preset(preset, unit=args.unit or "block")

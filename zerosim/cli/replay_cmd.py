@@ -7,6 +7,7 @@ intermediates and the ledgers. Try --precision fp16-pure with a tiny --lr to wat
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from zerosim.precision import LOSS_SCALERS, PRESETS
@@ -36,9 +37,12 @@ def add_arguments(p) -> None:
     p.add_argument("--mesh", choices=("2x2",), default=None,
                    help="replay one step on 2 nodes x 2 GPUs instead (the seed's samples on node 0, swapped on "
                         "node 1): which GPU adds what, over NVLink or InfiniBand; takes --strategy, --precision, --lr")
-    p.add_argument("--strategy", choices=("hsdp", "mics"), default="hsdp",
+    p.add_argument("--strategy", choices=("hsdp", "mics"), default=None,
                    help="with --mesh: HSDP (default) or MiCS (DeepSpeed <= 0.19.6), a shard group per node and "
                         "replicas across")
+    p.add_argument("--tp", type=int, default=None, metavar="2",
+                   help="tell seed 004's first layer as a 2-way row-parallel linear: one tensor-parallel layer, "
+                        "its partial sums and their all-reduce, number by number")
 
 
 def _run_mesh(args) -> int:
@@ -47,14 +51,37 @@ def _run_mesh(args) -> int:
     if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None or args.exact:
         raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "
                          "not --stage, --steps, --no-checkpoint, --loss-scale or --exact")
-    result = mesh_replay(args.strategy, args.precision, args.lr)
+    result = mesh_replay(args.strategy or "hsdp", args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
     return 0
 
 
+def _run_tensor(args) -> int:
+    from zerosim.replay import narrate_tensor, tensor_replay
+
+    if args.tp != 2:
+        raise ValueError(f"--tp replays seed 004's two-weight first layer over 2 GPUs: give --tp 2, got {args.tp}")
+    if args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
+            args.loss_scale is not None or args.exact:
+        raise ValueError("--tp 2 replays one forward and backward of one tensor-parallel layer; it takes --precision "
+                         "and --json, not --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    result = tensor_replay(args.precision)
+    print(json.dumps(result, indent=1) if args.json else narrate_tensor(result))
+    return 0
+
+
 def run(args) -> int:
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
+        raise ValueError(f"--lr must be a finite number >= 0, got {args.lr}")
+    if args.exact and args.json:
+        raise ValueError("--exact writes each fp32 value's exact value into the narration; --json prints the values "
+                         "themselves (every fp32 is a float64 exactly): give one")
+    if args.tp is not None:
+        return _run_tensor(args)
     if args.mesh is not None:
         return _run_mesh(args)
+    if args.strategy is not None:
+        raise ValueError("--strategy chooses the strategy of --mesh's one step: add --mesh 2x2")
     if not 1 <= args.steps <= MAX_STEPS:  # before anything runs (a long replay printed nothing for minutes)
         raise ValueError(f"--steps must be 1..{MAX_STEPS}, got {args.steps}: the replay narrates every step (about 10 "
                          "lines each, 60 with --exact); `zerosim train --steps N` trains for long")

@@ -69,9 +69,10 @@ def strategies_of(args, several: bool) -> tuple:
     return names
 
 
-def check_nodes(ranks: int, gpus_per_node: int | None) -> int | None:
+def check_nodes(ranks: int, gpus_per_node: int | None, ranks_flag: str = "--ranks") -> int | None:
     """G for a cluster of `ranks`: --gpus-per-node (None when not given; the ranks themselves when they fit one
-    node), checked to fill whole nodes."""
+    node), checked to fill whole nodes. `zerosim plan` checks its --gpus here too, so it accepts exactly what the
+    `memory` and `timeline` commands it prints accept."""
     if gpus_per_node is None:
         return None
     if gpus_per_node < 1:
@@ -79,7 +80,9 @@ def check_nodes(ranks: int, gpus_per_node: int | None) -> int | None:
     if ranks <= gpus_per_node:
         return ranks  # one node, partly filled: every ring inside it
     if ranks % gpus_per_node:
-        raise ValueError(f"--ranks {ranks} does not fill nodes of --gpus-per-node {gpus_per_node}")
+        fit = ranks - ranks % gpus_per_node
+        raise ValueError(f"{ranks_flag} {ranks} does not fill nodes of --gpus-per-node {gpus_per_node}: give a "
+                         f"multiple of {gpus_per_node} (e.g. {fit} or {fit + gpus_per_node})")
     return gpus_per_node
 
 

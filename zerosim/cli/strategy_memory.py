@@ -16,8 +16,9 @@ from dataclasses import replace
 from zerosim.analysis.costs import GB
 
 
-def strategy_rows(args, s, names) -> list:
-    """One measured row per strategy (JSON-ready), with the formula and the bytes each tier carried per rank."""
+def strategy_rows(args, s, names, tp: int = 1, sp: bool = False) -> list:
+    """One measured row per strategy (JSON-ready), with the formula and the bytes each tier carried per rank; beside
+    tensor parallelism of degree `tp` the formula reads one TP rank's slice over its N / tp data-parallel ranks."""
     from zerosim.analysis.costs import MemoryConfig, measure_stage, model_state_memory
     from zerosim.cli.strategy_args import check_nodes, group_size, strategy_precision
     from zerosim.parallel.data import STRATEGIES
@@ -26,10 +27,13 @@ def strategy_rows(args, s, names) -> list:
     rows = []
     for name in names:
         plan, size = STRATEGIES[name], group_size(name, args, gpus)
+        if tp > 1 and size == gpus and args.shard_group is None and args.hpz_group is None:
+            size = gpus // tp  # a node's data-parallel ranks: TP fills the rest of it
         row, cluster, engine = measure_stage(s.model, N, name, s.optimizer, strategy_precision(name, s.precision),
                                              not args.no_step, s.micro, s.comm, s.clip_grad, gpus_per_node=gpus,
-                                             shard_group=size)
-        shards = size if plan.sharded_over != "world" else N
+                                             shard_group=size, tp=tp, sp=sp)
+        P = engine.model.num_params  # the model's, or one TP rank's slice
+        shards = size if plan.sharded_over != "world" else N // tp
         grads = engine.cluster.ranks[0].grads.array.dtype.itemsize  # the recipe's: FSDP2 keeps fp32 gradients
         config = replace(MemoryConfig.for_precision(s.precision_name, optimizer=s.optimizer, padding="none"),
                          fp32_grad_accum=grads == 4)
@@ -39,7 +43,7 @@ def strategy_rows(args, s, names) -> list:
         rows.append({
             "strategy": name,
             "group": size,
-            "replicas": N // shards,
+            "replicas": N // tp // shards,
             "recipe": engine.recipe.reduction,
             "resting": row["resting"],
             "resting_total": sum(row["resting"].values()),
@@ -54,10 +58,14 @@ def strategy_rows(args, s, names) -> list:
 
 def format_strategies(r: dict) -> str:
     """The strategies' table as `zerosim memory` prints it."""
+    tp = r.get("tensor_parallel")
     lines = [
         f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']:,} ranks"
         + ("" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}")
+        + ("" if tp is None else f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else ""))
         + f", {r['optimizer']}, {r['precision']}",
+        *([] if tp is None else ["Beside TP each GPU holds one TP rank's slice: Ψ below is the slice's, the shards "
+                                 "and groups count data-parallel ranks."]),
         "Per-rank memory in GB (1e9 bytes) as the meta backend's ledgers recorded one step; 'formula' is (2 + g + 4",
         "+ K)·Ψ/shards, shards = S (HSDP, MiCS) or N; bytes sent per rank in the step, by the link tier they crossed.",
         "",

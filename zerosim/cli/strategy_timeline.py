@@ -31,8 +31,11 @@ def strategy_sweep_report(args, s, names, ranks, device: str, gpu) -> dict:
     shard = args.shard_group or fitting_shard_group(s.model.num_params, g, gpu.capacity)
     hpz = args.hpz_group or g
     bar = progress(total=len(names) * len(ranks), desc="strategy sweep", enabled=None if not args.json else False)
+    from zerosim.cli.efficiency_args import time_model_from_args
+
+    time_model = time_model_from_args(args)
     rows = strategy_sweep(s.model, ranks, names, g, shard, hpz, device, s.comm, s.precision, args.tokens or 2048,
-                          progress=lambda done, total: bar.update(1))
+                          progress=lambda done, total: bar.update(1), time_model=time_model)
     bar.close()
     return {
         "model": s.model.name,
@@ -45,6 +48,7 @@ def strategy_sweep_report(args, s, names, ranks, device: str, gpu) -> dict:
         "capacity": gpu.capacity,
         "precision": s.precision_name,
         "tokens_per_rank": args.tokens or 2048,
+        "time_model": time_model.describe(),
         "rows": [
             {
                 "strategy": r.strategy, "ranks": r.ranks, "group": r.group, "step_s": r.step, "compute_s": r.compute,
@@ -81,6 +85,7 @@ def format_strategy_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: rank 0's simulated step time (α-β rings, NVLink within a node, InfiniBand across);",
+        f"time from: {r['time_model']};",
         f"✗ NNN: a rank's measured peak (GB) does not fit one {r['gpu']} of {r['capacity'] / GB:.1f} GB with the",
         "runtime estimates. Rings of S ranks (HSDP, MiCS) stop growing with N; FULL_SHARD's and hpZ's forward",
         "gathers span the world (zerosim.analysis.planner, strategy_sweep, derives where each crossover moves).",

@@ -31,6 +31,7 @@ import json
 import os
 
 from zerosim.analysis.costs import GB
+from zerosim.cli.efficiency_args import add_efficiency_arguments, links_from_args, time_model_from_args
 from zerosim.cli.fit_lines import judge, verdict_word
 from zerosim.cli.model_args import (
     add_activation_arguments,
@@ -46,7 +47,10 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_precision,
 )
+from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
+from zerosim.cli.work_budget import check_passes, check_sweep
+from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
 SWEEP_RANKS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -75,11 +79,14 @@ def add_arguments(p) -> None:
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
     add_mesh_arguments(p, several=True)
+    add_tensor_arguments(p)
+    add_async_argument(p)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
     add_gpu_arguments(p)
     add_schedule_arguments(p)
+    add_efficiency_arguments(p)
     p.add_argument(
         "--sweep",
         action="store_true",
@@ -138,11 +145,9 @@ def _check(args) -> None:
         )
     if args.accumulation_steps is not None and args.accumulation_steps < 1:
         raise ValueError(f"--accumulation-steps must be at least 1, got {args.accumulation_steps}")
-    for path, ext in ((args.trace, ".json"), (args.figure, ".png")):
-        if path is not None and not path.endswith(ext):
-            raise ValueError(f"{path!r}: expected a {ext} file name")
-        if path is not None:
-            check_writable(path)
+    for path, flag, ext in ((args.trace, "--trace", ".json"), (args.figure, "--figure", ".png")):
+        if path is not None:  # before the run, which takes seconds to minutes (zerosim/outputs.py)
+            check_file(path, flag, (ext,))
     if args.sweep and args.trace:
         raise ValueError("--trace writes one step's trace; run without --sweep for it")
     if args.sweep and args.seq_len is not None:
@@ -157,27 +162,15 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
+    tp, _ = tensor_of(args, args.ranks)
+    if tp > 1 and (args.seq_len is None or args.sweep):
+        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: time one step of its shape with "
+                         "--seq-len (and --batch), without --sweep")
 
 
-def check_writable(path: str) -> None:
-    """Refuse, before the run, an output file that could not be written (the run takes seconds to minutes; the
-    error would come at its end): a folder in its place, or no writable folder to make it in. Missing folders
-    on the way are made when the file is written (`prepare_output`)."""
-    if os.path.isdir(path):
-        raise ValueError(f"{path}: a folder; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):  # the nearest folder that exists will hold the new ones
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise ValueError(f"{path}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"{path}: cannot write there (permission denied)")
-
-
-def prepare_output(path: str) -> str:
-    """Make the folders `path` needs; returns `path`."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return path
+def save_figure(fig, path: str, flag: str = "--figure") -> None:
+    """The figure as a PNG at `path`, whole or not at all (zerosim/outputs.py)."""
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), flag)
 
 
 def sweep_ranks(args) -> tuple:
@@ -195,7 +188,22 @@ def sweep_ranks(args) -> tuple:
 def run(args) -> int:
     _check(args)
     s = setup(args)
+    _check_work(args, s)
     return (_run_sweep if args.sweep else _run_one)(args, s)
+
+
+def _check_work(args, s) -> None:
+    """Refuse, before any step, work that would run for many minutes (cli/work_budget.py)."""
+    units = len(s.model.layers)
+    if args.sweep:
+        ranks, names = sweep_ranks(args), strategies_of(args, several=True)
+        runs = len(names) if names else 3  # a meta step per strategy, or per stage 1-3 (the links share it)
+        check_sweep(ranks, runs, "--sweep")
+        check_passes(units, 1, runs * len(ranks), "--sweep", "give fewer --sweep-ranks")
+    else:
+        check_passes(units, s.accumulation, 1, f"a step of K = {s.accumulation:,} micro-steps",
+                     "past K = 2 a step's time is linear in K (zerosim plan times K = 1 and 2 and extends the line, "
+                     "which a full simulation stays on to 1e-12): give a smaller --accumulation-steps")
 
 
 # -- one step ------------------------------------------------------------------------------------------
@@ -207,9 +215,12 @@ def one_report(args, s) -> tuple:
     model, comm = s.model, s.comm
     names = strategies_of(args, several=False)
     stage = names[0] if names else args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
-    hw = hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute, args.ranks)
+    hw = links_from_args(args, hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute,
+                                             args.ranks))
+    time_model = time_model_from_args(args)
     gpus = check_nodes(args.ranks, args.gpus_per_node)
     K = s.accumulation
+    tp, sp = tensor_of(args, args.ranks)
     check_qgz_model(args, model)
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
@@ -226,7 +237,13 @@ def one_report(args, s) -> tuple:
         clip_grad=s.clip_grad,
         wire=wire_from_args(args),
         gpus_per_node=gpus,
-        shard_group=group_size(stage, args, gpus) if names else None,
+        # beside TP a strategy's default group is a node's data-parallel ranks (_groups.py picks G / tp)
+        shard_group=group_size(stage, args, gpus) if names and not (
+            tp > 1 and args.shard_group is None and args.hpz_group is None) else None,
+        time_model=time_model,
+        tp=tp,
+        sp=sp,
+        async_tp=args.async_tp,
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -245,8 +262,10 @@ def one_report(args, s) -> tuple:
         "tiers": tiers,
         "model": model.name,
         "params": model.num_params,
-        "units": len(model.layers),
+        "units": len(engine.model.layers),  # beside TP: one TP rank's units
         "ranks": args.ranks,
+        **({} if tp == 1 else {"tensor_parallel": {"tp": tp, "sp": sp, "dp": args.ranks // tp,
+                                                   "local_params": engine.model.num_params, "async": args.async_tp}}),
         "stage": stage,
         "precision": s.precision_name,
         "optimizer": s.optimizer,
@@ -259,7 +278,10 @@ def one_report(args, s) -> tuple:
         "tokens_per_rank": per_micro * K,
         "comm": describe_comm(comm),
         "overlap": comm.overlap_comm,
+        "time_model": time_model.describe(),
+        "link_model": link_model(hw),
         "step_s": step,
+        "tokens_per_s_per_gpu": per_micro * K / step if step else None,
         "compute_s": compute,
         "comm_s": float(result.comm_busy[0]),
         "exposed_comm_s": exposed,
@@ -277,6 +299,15 @@ def one_report(args, s) -> tuple:
         if s.gpu is None
         else judge(peak, 3 if names else stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
     }, result
+
+
+def link_model(hw) -> str:
+    """One line: each link's bandwidth, α per ring step and latency per call (what the ring times assume)."""
+    def one(link):
+        return (f"{link.name} {link.bandwidth / 1e9:g} GB/s per direction, α {link.alpha * 1e6:g} µs a step, "
+                f"{link.base * 1e6:g} µs a call")
+    return one(hw.link) + ("" if hw.inter_link is None else "; between nodes " + one(hw.inter_link) +
+                           " (NCCL's ring: nodes − 1 steps at its α)")
 
 
 def tier_summary(result, cluster) -> dict:
@@ -306,6 +337,10 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
+    tp = r.get("tensor_parallel")
+    if tp is not None:
+        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+            ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [
@@ -344,10 +379,14 @@ def format_one(r: dict) -> str:
             f"{verdict_word(f)}"
         )
     lines += [
-        "Time is the α-β ring and the device's dense peak (a ceiling; launch overheads, contention and NCCL's",
-        "protocols left out: see zerosim.analysis.timeline, simulate).",
+        "",
+        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" if r["tokens_per_s_per_gpu"] else "",
+        f"time from: {r['time_model']}",
+        f"links: {r['link_model']}",
+        "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
+        "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
     ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line is not None)
 
 
 def _run_one(args, s) -> int:
@@ -356,7 +395,8 @@ def _run_one(args, s) -> int:
     if args.trace:
         from zerosim.analysis.timeline import write_chrome_trace
 
-        write_chrome_trace(result, prepare_output(args.trace), ranks=range(min(4, result.world_size)))
+        os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)  # checked writable before the run
+        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))  # atomic, names args.trace
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -368,7 +408,7 @@ def _run_one(args, s) -> int:
             result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
             + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
         )
-        ax.figure.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
+        save_figure(ax.figure, args.figure)
         written.append(f"figure: {args.figure}")
     print(
         json.dumps(r, indent=1)
@@ -401,11 +441,14 @@ def sweep_report(args, s) -> dict:
     bar = progress(
         total=len(ranks) * len(links) * len(stages), desc="timeline sweep", enabled=None if not args.json else False
     )
+    time_model = time_model_from_args(args)
     rows = sweep(
-        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1)
+        model, ranks, stages, links, device, comm, s.precision, tokens, progress=lambda done, total: bar.update(1),
+        time_model=time_model,
     )
     bar.close()
     compute = get_precision(s.precision).compute
+    rate = time_model.gemm_rate(Hardware(device, "nvlink4", compute))  # what a large GEMM runs at
     fits = [judge(r.peak, r.stage, r.ranks, gpu, s.reserve) for r in rows]
     return (
         {
@@ -419,6 +462,8 @@ def sweep_report(args, s) -> dict:
             "precision": s.precision_name,
             "tokens_per_rank": tokens,
             "comm": describe_comm(comm),
+            "time_model": time_model.describe(),
+            "gemm_rate": rate,
             "rows": [
                 {
                     "ranks": r.ranks,
@@ -436,14 +481,10 @@ def sweep_report(args, s) -> dict:
             ],
             "exposed_over_half": {f"{link} stage {st}": crossover(rows, st, link) for link in links for st in stages},
             "hiding_fails_at": {
-                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute))
+                link: latency_bound_ranks(model.largest_layer, tokens, Hardware(device, link, compute), rate)
                 for link in links
             },
-            "bandwidth_tokens": {
-                link: Hardware(device, link, compute).device.rate(compute)
-                / Hardware(device, link, compute).link.bandwidth
-                for link in links
-            },
+            "bandwidth_tokens": {link: rate / Hardware(device, link, compute).link.bandwidth for link in links},
         },
         rows,
         [f["fits"] for f in fits],
@@ -475,6 +516,7 @@ def format_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
+        f"time from: {r['time_model']} (R = {r['gemm_rate'] / 1e12:.0f} TFLOP/s for the model's GEMMs);",
         f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
         f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.",
         "",
@@ -527,7 +569,7 @@ def _run_sweep(args, s) -> int:
             fits=fits,
             gpu=r["gpu"],
         )
-        fig.savefig(prepare_output(args.figure), dpi=120, bbox_inches="tight")
+        save_figure(fig, args.figure)
         if not args.json:
             print(f"\nfigure: {args.figure}")
     return 0

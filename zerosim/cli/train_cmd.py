@@ -16,8 +16,9 @@ import json
 import math
 import sys
 
+from zerosim.cli.tensor_args import add_tensor_arguments
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
-from zerosim.optim import OPTIMIZERS
+from zerosim.optim import OPTIMIZERS, SHARDINGS
 from zerosim.precision import PRESETS, get_precision
 from zerosim.train import MAX_SIMULATED_RANKS
 
@@ -78,7 +79,12 @@ def add_arguments(p) -> None:
     p.add_argument("--precision", choices=sorted(PRESETS), default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
-                   help="optimizer (default adam; with --resume the saved one)")
+                   help="optimizer (default adam; with --resume the saved one); muon_adamw: Muon on the hidden "
+                        "matrices, AdamW on the rest (the reference's split)")
+    p.add_argument("--muon-sharding", choices=SHARDINGS, default=None,
+                   help="how stages 1-3 bring Muon's matrices together (docs/muon.md): gather (every rank, the "
+                        "default), owner (torchtitan's balanced owners), round_robin (muon.py's), distributed "
+                        "(Moonshot's, flat shards)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2; with --resume the saved one)")
     p.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
@@ -99,6 +105,10 @@ def add_arguments(p) -> None:
     p.add_argument("--trace-log", metavar="FILE", default=None,
                    help="stream the whole trace log into FILE (one event a line, each call's sends below it); the run "
                         "itself keeps only its last steps' events, and every byte total")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --save: DIR holds another run's checkpoints; remove them (their tag folders and "
+                        "DIR/latest; other files are kept) at this run's first save. Without it such a DIR is refused "
+                        "before the first step")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
                         "a save that never finished is skipped); --steps counts from the start of the run. What you "
@@ -116,6 +126,7 @@ def add_arguments(p) -> None:
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
                    help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
                         "(default standard)")
+    add_tensor_arguments(p)
     add_precision_arguments(p)
 
 
@@ -158,10 +169,11 @@ def run(args) -> int:
     precision = precision_from_arguments(args, precision)
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
-                         optimizer=args.optimizer, lr=args.lr, steps=args.steps, batch=args.batch,
+                         optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
+                         batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         trace_log=args.trace_log,
+                         trace_log=args.trace_log, overwrite=args.overwrite, tp=args.tp or 1, sp=args.sp,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
@@ -176,8 +188,11 @@ def run(args) -> int:
             kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
                     f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
+            tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
+                                            + (" (sequence parallel)" if config.sp else ""))
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
-                  f"{config.ranks} ranks on {args.backend}, {_precision_name(config.precision)}, {config.optimizer} lr "
+                  f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
+                  f"{config.optimizer} lr "
                   f"{config.lr}{accum}"
                   + describe_precision_options(args, precision)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
@@ -256,8 +271,9 @@ def add_precision_arguments(p) -> None:
     p.add_argument("--reduction", choices=REDUCTIONS, default=None,
                    help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2: "
                         "DeepSpeed's default, each bucket all-reduced), deepspeed-zero12-reduce (the same with "
-                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-zero3 and fsdp2 "
-                        "(stage 3, per-parameter partitions)")
+                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-bf16-optimizer "
+                        "(stage 1, bf16 with --grad-accum fp32: DeepSpeed's BF16_Optimizer), deepspeed-zero3 and "
+                        "fsdp2 (stage 3, per-parameter partitions)")
     p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
                    help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
                         "(NCCL's on a GPU) or gloo (torch on a CPU)")

@@ -29,6 +29,11 @@ def wire_from_args(args):
 
     if args.weight_groups is not None and not args.zero_quantized_weights:
         raise ValueError("--weight-groups sets qwZ's group size: add --zero-quantized-weights")
+    if args.weight_groups is not None and args.weight_groups < 1:
+        raise ValueError(f"--weight-groups is qwZ's group size in elements, at least 1, got {args.weight_groups}")
+    if args.zero_quantized_weights and args.fp8_all_gather is not None:
+        raise ValueError("--zero-quantized-weights (DeepSpeed's int8 gathers) and --fp8-all-gather (torchao's e4m3 "
+                         "gathers) both quantize stage 3's weight gathers: give one")
     qgz = getattr(args, "zero_quantized_gradients", False)
     if not args.zero_quantized_weights and args.fp8_all_gather is None and not qgz:
         return None

@@ -29,7 +29,7 @@ PURPOSES = (
     # HSDP / MiCS: a reduced shard all-reduced over its replicas (parallel/data/multinode/_replicate.py)
     "replicate grads",
     "refresh params",  # stage 1/2: the all-gather of the updated 16-bit params after the step
-    "optimizer",  # a collective the optimizer itself needs (ZeRO-1 Muon's momentum all-gather)
+    "optimizer",  # a collective the optimizer itself needs (Muon bringing its matrices together: parallel/data/muon)
     "check",  # a tiny agreement collective (overflow flag, gradient norm)
     "",  # a collective called directly, outside an engine
 )

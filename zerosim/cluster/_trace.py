@@ -186,6 +186,10 @@ class Trace:
         finally:
             self._about = previous
 
+    def labels(self) -> dict:
+        """What `about` labels the calls begun now with (step, micro, purpose, ...): a copy, for events made by hand."""
+        return dict(self._about)
+
     def record(self, event) -> None:
         """Append a typed event (_events.py, or a ledger's alloc/free) to the ordered log; at a step's end, fold the
         steps before the window (`keep_steps`)."""

@@ -7,6 +7,7 @@ Collectives know nothing about ZeRO.
     _staging.py     inputs staged in the wire format; which phase moves the data; results with their handle
     _broadcast.py   a chain from the root
     _all_to_all.py  every rank sends chunk k to the k-th member of its group
+    _all_to_all_v.py  the same with uneven pieces (all_to_all_single with split sizes): a matrix to its owner
     _naive.py       the naive twins: everything in one place, summed in the ring's order or in float64
     _ops.py         reduction operators (sum, max, avg and its variants; a recipe's own ReduceOp)
     _shards.py      shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
@@ -20,6 +21,7 @@ local rank, and returns one array per local rank in a list that carries `.handle
 """
 
 from zerosim.collectives._all_to_all import all_to_all, naive_all_to_all
+from zerosim.collectives._all_to_all_v import all_to_all_v, naive_all_to_all_v
 from zerosim.collectives._broadcast import broadcast
 from zerosim.collectives._calls import all_gather, all_reduce, reduce_scatter
 from zerosim.collectives._naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
@@ -39,6 +41,7 @@ from zerosim.collectives.chunk_maps import (
 
 __all__ = [
     "Collected", "GlooRing", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "all_to_all",
+    "all_to_all_v", "naive_all_to_all_v",
     "broadcast", "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather",
     "naive_all_reduce", "naive_all_to_all", "naive_reduce", "naive_reduce_scatter", "nccl_all_reduce",
     "nccl_ring_allreduce_chunks", "reduce_scatter", "wire_itemsize",

@@ -18,6 +18,7 @@ from importlib import resources
 
 from zerosim.explore._canvas import TIME
 from zerosim.explore._grid import AXES, DEFAULT, Grid, grid_data
+from zerosim.outputs import check_folder, write_atomic
 
 PAGE = "index.html"
 
@@ -41,14 +42,13 @@ def page_html(data: dict, frames: list) -> str:
     return html.replace("/*GRID*/", _embed(data)).replace("/*STEPS*/", _embed(frames)).replace("/*SCRIPT*/", script)
 
 
-def write_page(folder: str, grid: Grid = DEFAULT, show_progress: bool | None = None) -> str:
+def write_page(folder: str, grid: Grid = DEFAULT, show_progress: bool | None = None, flag: str = "") -> str:
     """Compute the grid and write `folder`/index.html (made if missing); returns the file's path.
 
     Refuses, before anything runs or is written, a `folder` that is a file or holds an index.html that is not an
     explorer page (a course site's own front page must not be overwritten)."""
     path = os.path.join(folder, PAGE)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise ValueError(f"{folder} is a file, not a folder: give a folder for the page")
+    check_folder(folder, flag)  # before the grid runs (under a minute): a file, no way to write, a checkpoint
     if os.path.exists(path):
         with open(path, encoding="utf-8", errors="replace") as f:
             if "<title>ZeRO memory explorer (zerosim)</title>" not in f.read(4096):
@@ -57,9 +57,9 @@ def write_page(folder: str, grid: Grid = DEFAULT, show_progress: bool | None = N
     data["start"] = {a: getattr(grid.fixed, a) for a in AXES}
     data["time_colours"] = TIME
     text = page_html(data, step_frames())
-    os.makedirs(folder, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    return write_atomic(path, lambda tmp: _write_text(tmp, text), flag)  # whole or not at all
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(tmp, path)  # whole or not at all
-    return path

@@ -72,7 +72,7 @@ def config_for(model: str):
 
 def model_for(s: Settings):
     """The data-less GPT or Llama of `s` (its activations and recompute in the step), as `zerosim memory --seq-len`
-    builds it (cli/model_args.py decoder_from_args)."""
+    builds it with `--kernels fused` (cli/model_args.py decoder_from_args; the command's default is eager's)."""
     from zerosim.models.gpt import MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
 

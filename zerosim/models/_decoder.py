@@ -9,6 +9,8 @@ as the Model's checkpoint blocks; the engine runs with checkpoint=model.checkpoi
     "subblock"   keep the attention and the FFN sub-blocks' inputs (needs unit="sublayer")
     "every-k"    keep the input of every k-th block, k = round(√n_layers): seed 001's optimum,
                  O(n_layers/k + k) memory; a checkpoint block recomputes k blocks at once
+    "op-sac"     torchtitan's op-level selective checkpointing: each block's input and the outputs of every
+                 other product and of attention kept (models/meta/_sac.py; the data-less twins only)
 
 The embedding and the head are checkpoint blocks of their own (the head is recomputed too).
 """
@@ -24,7 +26,7 @@ from zerosim.models._model import Model
 INIT_STD = 0.02  # GPT-2 / nanoGPT: every embedding and Linear weight drawn from N(0, 0.02²); the Llama's too
 
 UNITS = ("block", "sublayer")
-CHECKPOINTS = ("none", "block", "subblock", "every-k")
+CHECKPOINTS = ("none", "block", "subblock", "every-k", "op-sac")
 
 # Seed 001 §5e's strategies by one name each (`zerosim memory --checkpoint`, notebook 04, benchmarks/gpt.py),
 # as the GPT options that build them. "selective" and "flash" are attention modes, the rest checkpoint blocks.
@@ -38,11 +40,22 @@ STRATEGIES = {
 }
 
 
+# Checkpointing that composes with flash attention (its recompute builds no L×L buffer either), and torchtitan's
+# op-level selective checkpointing (models/meta/_sac.py), which runs SDPA's flash kernel. Real jobs run these.
+COMPOSED = {
+    "block-flash": {"checkpoint": "block", "attention": "flash"},  # full activation checkpointing, flash attention
+    "subblock-flash": {"unit": "sublayer", "checkpoint": "subblock", "attention": "flash"},
+    "every-k-flash": {"checkpoint": "every-k", "attention": "flash"},
+    "op-sac": {"checkpoint": "op-sac", "attention": "flash"},  # torchtitan's selective_ac_option = "op"
+}
+ALL_STRATEGIES = {**STRATEGIES, **COMPOSED}
+
+
 def strategy_options(name: str) -> dict:
-    """The GPT keyword arguments of seed 001's strategy `name` (a key of STRATEGIES)."""
-    if name not in STRATEGIES:
-        raise ValueError(f"checkpointing strategy must be one of {tuple(STRATEGIES)}, got {name!r}")
-    return dict(STRATEGIES[name])
+    """The GPT keyword arguments of strategy `name` (a key of STRATEGIES, seed 001's, or of COMPOSED)."""
+    if name not in ALL_STRATEGIES:
+        raise ValueError(f"checkpointing strategy must be one of {tuple(ALL_STRATEGIES)}, got {name!r}")
+    return dict(ALL_STRATEGIES[name])
 
 
 def every_k(n_layers: int) -> int:

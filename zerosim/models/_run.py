@@ -51,6 +51,12 @@ def done(grads, flops: int, bytes_read: int, bytes_written: int, values=None) ->
 _new = object.__new__
 
 
+def _kept(a):
+    """A copy of what an op made, for narration: an array's, or a bundle's parts by name (tensor parallelism hands
+    the residual stream on beside the value: parallel/tensor/_bundle.py)."""
+    return a.snapshot() if hasattr(a, "snapshot") else np.array(a)
+
+
 def _nbytes(*arrays) -> int:
     total = 0
     for a in arrays:
@@ -112,6 +118,13 @@ class Pass:
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
         self.loss = None  # the unscaled loss, a Python float
 
+    def _selective(self, layer, x) -> dict:
+        """What an op-level selective checkpoint keeps besides the block input (models/meta/_sac.py), when the model's
+        strategy is "op-sac"; {} otherwise."""
+        if getattr(self.model, "checkpoint", None) != "op-sac":
+            return {}
+        return getattr(layer, "checkpoint_keep", lambda x, fmt: _no_selective(layer, x, fmt))(x, self.fmt)
+
     def run(self, op: Op, params: dict) -> Done:
         """Do `op` with layer weights `params` (by name, in fmt; {} when the op needs none)."""
         f, model = self.fmt, self.model
@@ -135,20 +148,25 @@ class Pass:
             x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
             self.dy, grads = layer.backward(params, self.dy, cache, f)
             values = (
-                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": np.array(self.dy)}
+                {"grads": {k: np.array(v) for k, v in grads.items()}, "dx": _kept(self.dy)}
                 if self.keep_values
                 else None
             )
             return done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
         x = self.a  # forward or recompute
         if op.checkpoint:
-            self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x})
+            self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x, **self._selective(layer, x)})
         out, cache = layer.forward(params, x, f)
         if op.save:
             self.saved.put(op.layer, layer.name, cache)
         self.a = out
-        values = {"out": np.array(out)} if self.keep_values else None
+        values = {"out": _kept(out)} if self.keep_values else None
         return done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+
+
+def _no_selective(layer, x, fmt):
+    raise ValueError(f"op-level selective checkpointing ('op-sac') is modelled on the data-less twins (zerosim memory, "
+                     f"timeline and plan), not run with values: unit {layer.name!r} cannot keep its products' outputs")
 
 
 def forward_backward(model, x, target, fmt, get_params, *, on_grads=None, checkpoint: bool = False, ledger=None,

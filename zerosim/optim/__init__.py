@@ -6,18 +6,20 @@
 
 Elementwise optimizers (Adam, AdamW, SGD, Lion, Adan) give bitwise the same result on a whole
 buffer as on any slicing of it, so ZeRO can shard them at every stage. Muon orthogonalises whole
-matrices (`step_matrix`) and allows only stages 0 and 1 (`Muon.why_not_sharded`).
+matrices (`step_matrix`); under ZeRO 1-3 its momentum is sharded and the ranks bring each matrix together as
+its `sharding` says (zerosim.parallel.data.muon). MuonAdamW is the reference's split (matrices on Muon, the rest
+on AdamW).
 """
 
 from zerosim.optim._adam import Adam, AdamW
 from zerosim.optim._adan import Adan
 from zerosim.optim._base import STEP_BLOCK, Optimizer, scalar, step_in_blocks
 from zerosim.optim._lion import Lion
-from zerosim.optim._muon import CUBIC, QUINTIC, Muon, newton_schulz
+from zerosim.optim._muon import AUX_NAMES, CUBIC, QUINTIC, SHARDINGS, Muon, MuonAdamW, newton_schulz
 from zerosim.optim._sgd import SGD
 from zerosim.optim._stored_state import check_stored, widened
 
-OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon)}
+OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon, MuonAdamW)}
 
 
 def get_optimizer(name: str, **hyper) -> Optimizer:
@@ -33,6 +35,7 @@ def get_optimizer(name: str, **hyper) -> Optimizer:
 
 
 __all__ = [
-    "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "OPTIMIZERS", "Optimizer", "QUINTIC", "SGD",
+    "AUX_NAMES", "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "MuonAdamW", "OPTIMIZERS", "Optimizer", "QUINTIC",
+    "SGD", "SHARDINGS",
     "STEP_BLOCK", "check_stored", "get_optimizer", "newton_schulz", "scalar", "step_in_blocks", "widened",
 ]

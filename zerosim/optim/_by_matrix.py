@@ -19,9 +19,14 @@ def matrix_shape(shape) -> tuple:
 
 
 def step_by_matrix(optimizer, specs, w, g, state: dict, t: int, record: dict | None = None) -> None:
-    """optimizer.step_matrix on every parameter's views of the flat w, g and state (all updated in place)."""
+    """optimizer.step_matrix on every parameter's views of the flat w, g and state (all updated in place); a
+    parameter the optimizer keeps off Muon (`is_matrix` False: MuonAdamW's embeddings, head, norms, biases) steps
+    with its elementwise `step_aux`."""
     for spec in specs:
         window = slice(spec.offset, spec.offset + spec.size)
+        if not optimizer.is_matrix(spec.name, spec.shape):
+            optimizer.step_aux(w[window], g[window], {k: v[window] for k, v in state.items()}, t)
+            continue
         shape = matrix_shape(spec.shape)
-        views = {k: v[window].reshape(shape) for k, v in state.items()}
+        views = {k: state[k][window].reshape(shape) for k in optimizer.matrix_state_names}
         optimizer.step_matrix(w[window].reshape(shape), g[window].reshape(shape), views, t)

@@ -1,16 +1,23 @@
 """Muon, MomentUm Orthogonalized by Newton-Schulz (Keller Jordan, 2024): a matrix optimizer.
 
 Muon replaces a weight matrix's momentum by (nearly) the orthogonal factor U V^T of its SVD U S V^T,
-so every direction moves by about the same amount. It needs the whole matrix, so it is not
-elementwise and cannot run where ZeRO shards gradients (see `Muon.why_not_sharded`).
+so every direction moves by about the same amount. It needs the whole matrix; under ZeRO stages 1-3 the
+momentum and Nesterov input are formed on each rank's shard (elementwise) and only the orthogonalisation
+sees whole matrices, which one of the ways of sharding in `zerosim.parallel.data.muon` brings together
+(`sharding`: gather-everywhere, owner-per-matrix, Moonshot's Distributed Muon).
 
 One `step_matrix`, in w.dtype (c(x): x formed in float64, rounded once to w.dtype):
 
     B = c(mu)*B + G                          # momentum, PyTorch convention (the original _muon.py)
     U = G + c(mu)*B   (nesterov)   or   B    # Nesterov look-ahead, the reference's default
-    O = newton_schulz(U)                     # ~ U V^T, see below
+    O = newton_schulz(U)                     # ~ U V^T, see below (in `ns_dtype` when given)
     w = w * c(1 - lr*wd)                     # decoupled weight decay (a no-op for wd = 0)
     w = w - c(lr * max(1, rows/cols)**0.5) * O    # the reference's shape scaling of the update
+
+NOTE: KellerJordan/Muon's muon.py today (857d1ad, `muon_update`) keeps the momentum as an average,
+momentum.lerp_(grad, 1 - beta), and its Nesterov input as grad.lerp_(momentum, beta); Moonlight's toy_train.py
+(c2ad5b2, `Muon.step`) and "Muon is Scalable" (arXiv 2502.16982, eq. 1) keep B = mu*B + G as here. The two differ
+by the factor 1 - beta, which Newton-Schulz's normalisation removes up to rounding; zerosim keeps the second.
 
 Newton-Schulz: X = U/(||U||_F + 1e-7) (so every singular value is <= 1), then `ns_steps` times
 A = X X^T;  X = a X + (b A + c A A) X.  Acting on singular values this is the odd polynomial
@@ -18,9 +25,15 @@ f(s) = a s + b s^3 + c s^5. The default is the quintic (3.4445, -4.7750, 2.0315)
 _muon.py, tuned for a steep slope at 0: after 5 steps the singular values are not 1 but land in
 roughly [0.7, 1.2], which the reference accepts. (1.5, -0.5, 0) is seed 001's cubic, which does
 converge to 1 but needs many more steps for small singular values. Like the reference we iterate on
-the wide orientation (X X^T is the smaller Gram matrix). Unlike it (bf16) we compute in w.dtype.
-Matrix products accumulate as NumPy's BLAS does and are rounded to w.dtype; the Frobenius norm is
+the wide orientation (X X^T is the smaller Gram matrix). By default we compute in w.dtype; `ns_dtype="bf16"` is
+the reference's `X = G.bfloat16()` (muon.py `zeropower_via_newtonschulz5`; DeepSpeed 0.19.5's
+`zeropower_via_newtonschulz5` where the accelerator has bf16; torchtitan's DistMuon): U rounded once to bf16,
+every product rounded to bf16, and O widened exactly before the scaling.
+Matrix products accumulate as NumPy's BLAS does and are rounded to the working dtype; the Frobenius norm is
 accumulated in fp32 (float64 for float64 input).
+
+`MuonAdamW` is the split the reference runs (muon.py `MuonWithAuxAdam`; DeepSpeed's `set_optimizer_flags`):
+2-D hidden matrices on Muon; embeddings, the head, norms and biases on AdamW.
 """
 
 from __future__ import annotations
@@ -29,10 +42,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim.optim._adam import AdamW
 from zerosim.optim._base import Optimizer, check_nonneg, check_step_args, scalar
+from zerosim.precision import cast, get_format
 
 QUINTIC = (3.4445, -4.7750, 2.0315)  # Keller Jordan's _muon.py
 CUBIC = (1.5, -0.5, 0.0)  # seed 001: X <- 3/2 X - 1/2 X X^T X
+# How the ranks bring whole matrices together under ZeRO stages 1-3: the records (who gathers, who computes, who
+# receives) are zerosim.parallel.data.muon.MUON_PLANS, keyed by these names (a test holds the two lists equal).
+SHARDINGS = ("gather", "owner", "round_robin", "distributed")
+# Names of parameters the reference keeps on AdamW although they are 2-D: DeepSpeed 0.19.5 deepspeed/__init__.py
+# `set_optimizer_flags` tests "embed" and "lm_head"; zerosim's GPT calls its embeddings wte/wpe and its head w_head.
+AUX_NAMES = ("embed", "head", "wte", "wpe")
 
 
 def newton_schulz(g2d: np.ndarray, steps: int = 5, coefficients: tuple = QUINTIC) -> np.ndarray:
@@ -70,18 +91,22 @@ class Muon(Optimizer):
     ns_steps: int = 5  # Newton-Schulz iterations, as the reference
     ns_coefficients: tuple = QUINTIC  # (a, b, c) of f(s) = a s + b s^3 + c s^5; CUBIC for seed 001's
     weight_decay: float = 0.0  # decoupled, applied before the update as in the reference
+    ns_dtype: str | None = None  # Newton-Schulz's format: None = w.dtype; "bf16" = the reference's X = G.bfloat16()
+    sharding: str = "gather"  # under ZeRO 1-3: one of SHARDINGS (zerosim.parallel.data.muon.MUON_PLANS)
+    gather: str | None = None  # the wire format of the gathered Nesterov input: None = the state's (exact);
+    #                            "bf16" = Moonshot's ("Muon is Scalable" 2.3: "2 (bf16 Muon gather)")
 
     name = "muon"
     state_names = ("b",)
+    matrix_state_names = ("b",)  # what step_matrix reads: the momentum
     elementwise = False
-    allowed_stages = (0, 1)
+    allowed_stages = (0, 1, 2, 3)
     why_not_sharded = (
         "Muon orthogonalises each whole weight matrix with Newton-Schulz iterations, and every iteration "
-        "forms X X^T, which needs complete rows of the (momentum-smoothed) gradient matrix. ZeRO stages 2 "
-        "and 3 shard the gradient (stage 3 also the parameters) into flat slices across ranks, so the full "
-        "matrix is on no rank; gathering it would undo the gradient sharding. Stages 0 and 1 keep the full "
-        "reduced gradient on every rank. (At stage 1 the momentum is sharded optimizer state, so the full "
-        "momentum matrix must still be gathered, or owned whole by one rank, before Newton-Schulz.)"
+        "forms X X^T, which needs complete rows of the (momentum-smoothed) gradient matrix. ZeRO stages 1-3 "
+        "shard the optimizer state (2 and 3 the gradient too) into slices across ranks, so before Newton-Schulz "
+        "the ranks bring each whole matrix together: every rank gathers it, or one owner does, or the ranks "
+        "sharing it do (Moonshot's Distributed Muon). zerosim.parallel.data.muon has the three as plans."
     )
 
     def __post_init__(self):
@@ -96,6 +121,17 @@ class Muon(Optimizer):
         if not (isinstance(self.ns_coefficients, (tuple, list)) and len(self.ns_coefficients) == 3):
             raise ValueError(f"ns_coefficients must be (a, b, c), got {self.ns_coefficients!r}")
         object.__setattr__(self, "ns_coefficients", tuple(float(x) for x in self.ns_coefficients))
+        for field_name in ("ns_dtype", "gather"):
+            value = getattr(self, field_name)
+            if value is not None:
+                get_format(value)  # a clear error naming the known formats
+        if self.sharding not in SHARDINGS:
+            raise ValueError(f"unknown Muon sharding {self.sharding!r}; choose one of {SHARDINGS}")
+
+    def is_matrix(self, name: str, shape) -> bool:
+        """Whether Muon steps this parameter as a matrix: every one here (a 1-D one as a 1 x n matrix, for which
+        Newton-Schulz just normalises the vector); MuonAdamW keeps the reference's split."""
+        return True
 
     def step(self, w, g, state, t, record=None):
         """Refused: Muon needs whole matrices. Use `step_matrix(w2d, g2d, state, t)`."""
@@ -110,7 +146,7 @@ class Muon(Optimizer):
         if not (isinstance(w2d, np.ndarray) and w2d.ndim == 2):
             raise ValueError(f"step_matrix needs a 2-D weight matrix, got {getattr(w2d, 'shape', type(w2d).__name__)}")
         state = {k: _as_matrix(v, w2d.shape) for k, v in state.items()} if isinstance(state, dict) else state
-        s = check_step_args(w2d, g2d, state, self.state_names, t)
+        s = check_step_args(w2d, g2d, state, self.matrix_state_names, t)
         b = s["b"]
         self.momentum_(b, g2d)
         update, u, o = self.direction(g2d, b)
@@ -128,15 +164,65 @@ class Muon(Optimizer):
 
     def direction(self, g2d: np.ndarray, b2d: np.ndarray) -> tuple:
         """(update, u, o) for one whole matrix: u = g + mu*b (Nesterov) or b, o = NS(u), update = c*o."""
-        dt, (rows, cols) = g2d.dtype, g2d.shape
-        u = g2d + scalar(self.momentum, dt) * b2d if self.nesterov else b2d.copy()
-        o = newton_schulz(u, self.ns_steps, self.ns_coefficients)
-        return scalar(self.lr * max(1.0, rows / cols) ** 0.5, dt) * o, u, o
+        u = self.nesterov_input(g2d, b2d)
+        update, o = self.orthogonalised(u)
+        return update, u, o
+
+    def nesterov_input(self, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """u = g + mu*b (Nesterov) or a copy of b: elementwise, so each rank forms it on its shard (Moonshot's g')."""
+        return g + scalar(self.momentum, g.dtype) * b if self.nesterov else b.copy()
+
+    def orthogonalised(self, u2d: np.ndarray) -> tuple:
+        """(update, o) for one whole matrix u: o = NS(u) in `ns_dtype`, widened back to u's dtype (exact), and
+        update = c(lr * max(1, rows/cols)**0.5) * o."""
+        dt, (rows, cols) = u2d.dtype, u2d.shape
+        x = u2d if self.ns_dtype is None else cast(u2d, get_format(self.ns_dtype))
+        o = newton_schulz(x, self.ns_steps, self.ns_coefficients).astype(dt, copy=False)
+        return scalar(self.lr * max(1.0, rows / cols) ** 0.5, dt) * o, o
 
     def apply_(self, w: np.ndarray, update: np.ndarray) -> None:
         """w = w*(1 - lr*wd) - update in place (elementwise)."""
         w *= scalar(1.0 - self.lr * self.weight_decay, w.dtype)
         w -= update
+
+
+@dataclass(frozen=True)
+class MuonAdamW(Muon):
+    """Muon on the 2-D hidden matrices, AdamW on the rest, as the reference splits them (KellerJordan/Muon 857d1ad
+    muon.py `MuonWithAuxAdam`: hidden matrices on Muon, embeddings, head and scalars (norms, biases) on Adam;
+    DeepSpeed 0.19.5 `set_optimizer_flags`: `p.ndim >= 2` and no "embed" / "lm_head" in the name).
+
+    State: "b" is Muon's momentum for a matrix and AdamW's first moment m for the others; "v" is AdamW's second
+    moment. NOTE: zerosim's state buffers cover a rank's whole region, so "v" is held (and stays 0) for Muon's
+    elements too: 8 bytes a parameter in the ledgers, where DeepSpeed's per-group flat buffers hold 4 for Muon's
+    (its optimizer state per parameter group); `zerosim.analysis.costs` counts the split as DeepSpeed holds it.
+    The AdamW steps zerosim's AdamW (torch's order, `formula="seed"` by default), not muon.py's `adam_update`
+    (lerp_ and a bias-corrected quotient): the split is the reference's, the AdamW arithmetic zerosim's.
+    """
+
+    adam_lr: float = 3e-4  # muon.py MuonWithAuxAdam's defaults for the Adam groups
+    adam_betas: tuple = (0.9, 0.95)
+    adam_eps: float = 1e-10
+    adam_weight_decay: float = 0.0
+
+    name = "muon_adamw"
+    state_names = ("b", "v")
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.aux  # checks the AdamW hyperparameters now
+
+    @property
+    def aux(self) -> AdamW:
+        """The AdamW the non-matrix parameters step with (its state: m = this optimizer's "b", v = "v")."""
+        return AdamW(lr=self.adam_lr, betas=self.adam_betas, eps=self.adam_eps, weight_decay=self.adam_weight_decay)
+
+    def is_matrix(self, name: str, shape) -> bool:
+        return len(shape) == 2 and not any(word in name.lower() for word in AUX_NAMES)
+
+    def step_aux(self, w, g, state: dict, t: int) -> None:
+        """AdamW on a non-matrix parameter's elements (any slice of them: elementwise)."""
+        self.aux.step(w, g, {"m": state["b"], "v": state["v"]}, t)
 
 
 def _as_matrix(a, shape):

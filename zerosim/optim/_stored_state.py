@@ -29,8 +29,8 @@ from zerosim.precision import cast, get_format
 
 def check_stored(optimizer, state_format, update_format) -> None:
     """Raise ValueError, before anything is allocated, where `optimizer` cannot keep its state in `state_format`:
-    a matrix optimizer (Muon) all-gathers its momentum at stage 1 (parallel/data/_update.py `_muon_sharded`), a path the
-    narrower state is not modelled on."""
+    a matrix optimizer (Muon) forms its Nesterov input on the shard and brings whole matrices together
+    (parallel/data/muon), a path the narrower state is not modelled on."""
     if get_format(state_format) != get_format(update_format) and not optimizer.elementwise:
         raise ValueError(f"{optimizer.name} keeps whole-matrix state; optimizer state in "
                          f"{get_format(state_format).name} is modelled for the elementwise optimizers only "

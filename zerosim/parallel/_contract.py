@@ -17,15 +17,22 @@ stage — and is the example every other parallelism follows. Its own pieces sit
                        refresh; the next step's first compute    the updated params         16-bit shard back to the
                        waits for it                                                         device
 
-`place(plan)` runs first, before any state is born: a parallelism that moves buffers off the device (offload) returns
-the plan with its placement, which the helpers that allocate read as data. `setup(ctx)` runs once, after every rank's
-model states are born, for a parallelism to allocate what it keeps (on
-the ranks' ledgers: state lives on the rank). A hook takes the step's frozen `Context` (ctx: the cluster, the plan,
-the layout, the formats), the ranks' micro-batches in flight where it runs between units (`passes[i]`: local rank
-i's `models.Pass`, whose `a` is the activation going forward and `dy` the gradient coming back) and the unit's ops
-(`models.Op`: its `layer` and `kind`, "forward", "backward", ...); it never takes the engine. Anything it sends
-goes through `zerosim.collectives` (over `ctx.cluster`), so it is in the trace with a handle; anything it holds goes
-through a rank's ledger.
+`setup(ctx)` runs once, after every rank's model states are born, for a parallelism to allocate what it keeps (on
+the ranks' ledgers: state lives on the rank).
+
+Three facts a parallelism states before the step is built, because data parallelism is laid out around them:
+`degrees`, the mesh dims it takes ({"tp": T} for tensor parallelism: the data-parallel groups are then cut from what
+the world leaves, parallel/data/multinode/_groups.py); `initial_params(dims, rank)`, the weights a rank starts
+from where ranks hold different parts of the model (tensor parallelism: each TP rank its slice; None: the engine's
+`params`, the same on every rank, as data parallelism alone has it); and `place(plan)`, where each buffer lives (a
+parallelism that moves buffers off the device, offload, returns the plan with its placement, which the helpers that
+allocate read as data).
+
+A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-
+batches in flight where it runs between units (`passes[i]`: local rank i's `models.Pass`, whose `a` is the
+activation going forward and `dy` the gradient coming back) and the unit's ops (`models.Op`: its `layer` and `kind`,
+"forward", "backward", ...); it never takes the engine. Anything it sends goes through `zerosim.collectives` (over
+`ctx.cluster`), so it is in the trace with a handle; anything it holds goes through a rank's ledger.
 
 `Parallelisms` fans the four points out to every parallelism an engine was given, in order, and adds their handles.
 With none (the default), every point returns an empty handle and the step is the data-parallel step alone, call for
@@ -44,6 +51,12 @@ class Parallelism:
     returns the `Handle` of the collectives or transfers it started (`Handle()` when none)."""
 
     name = "parallelism"
+    degrees: dict = {}  # the mesh dims it takes, {dim: degree} (tensor parallelism: {"tp": T}); none by default
+
+    def initial_params(self, dims, rank: int):
+        """The (P,) weights `rank` starts from, where this parallelism gives ranks different ones (`dims`: the job's
+        `ParallelDims`); None to leave them to the engine's `params`."""
+        return None
 
     def place(self, plan):
         """Before any state is born: the plan with this parallelism's placement (where each buffer lives: device,
@@ -86,6 +99,27 @@ class Parallelisms:
         if len(set(names)) != len(names):
             raise ValueError(f"each parallelism at most once, got {names}")
         object.__setattr__(self, "members", members)
+
+    @property
+    def degrees(self) -> dict:
+        """{dim: degree} of every member's dims (two members may not take the same dim)."""
+        out = {}
+        for m in self.members:
+            taken = set(out) & set(m.degrees)
+            if taken:
+                raise ValueError(f"two parallelisms take the mesh dim {sorted(taken)[0]!r}")
+            out.update(m.degrees)
+        return out
+
+    def initial_params(self, dims, ranks) -> dict:
+        """{rank index: (P,) weights} for the `ranks` (indices) whose weights a member gives; {} when none does."""
+        out = {}
+        for m in self.members:
+            for r in ranks:
+                w = m.initial_params(dims, r)
+                if w is not None:
+                    out[r] = w
+        return out
 
     @property
     def per_unit(self) -> bool:

@@ -54,7 +54,8 @@ from zerosim.precision.cast._counter_random import counter_uniforms
 
 # what each name means is written in zerosim/parallel/data/recipes/_recipes.py (RECIPES), the one place; listed here to
 # check input
-REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", "deepspeed-zero3", "fsdp2")
+REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", "deepspeed-bf16-optimizer",
+              "deepspeed-zero3", "fsdp2")
 ALLREDUCES = ("ring", "nccl", "gloo")
 OPTIM_STATES = ("fp32", "fp16", "bf16")  # storage formats of the optimizer's state (8-bit state is not modelled)
 

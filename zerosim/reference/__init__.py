@@ -6,6 +6,8 @@
     _wire.py          its side of a quantized gather: the weights a unit computes with, quantized the engines' way
     _qgz.py           QgzReference: the oracle with DeepSpeed's qgZ in its gradient reduction
     _stale.py         StaleReference: the oracle of offload's DPU, the same one-step stale update
+    _tensor.py        TensorReference: tensor (and sequence) parallelism's slices on one device, their partial sums
+                      in the ring's order, each slice reduced over its data-parallel ranks as Reference does
 
 The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
 """
@@ -16,9 +18,10 @@ from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
 from zerosim.reference._qgz import QgzReference
 from zerosim.reference._stale import StaleReference
+from zerosim.reference._tensor import TensorReference
 from zerosim.reference._wire import WireOracle
 
-__all__ = ["QgzReference", "Reference", "StaleReference", "WireOracle", "reduce_on_mesh"]
+__all__ = ["QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle", "reduce_on_mesh"]
 
 _MOVED = ("replay", "replay_live", "narrate")
 

@@ -42,6 +42,7 @@ from zerosim.parallel.data.recipes import (
     split_calls,
 )
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
 from zerosim.parallel.data.recipes._bucket_allreduce import flat_chunks, range_slices
 from zerosim.precision import cast, get_precision
 from zerosim.precision.cast import ArrayNamespace
@@ -210,6 +211,9 @@ class Reference:
                 for call in split_calls(slices, self.reduce_bucket_size):
                     more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
                     chunks += more
+        elif self.recipe.rules.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
+            chunks, direction = bf16_optimizer.oracle_chunks(real, self.padded, n, p.reduce_format.itemsize,
+                                                             self.recipe.allreduce)
         elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
             loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
             chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
@@ -223,9 +227,7 @@ class Reference:
         return averaging.after_reduce(reduced, p, n, self.recipe)
 
     def _buckets_all_reduced(self) -> bool:
-        # the engine's stage 1 with a matrix optimizer all-reduces the whole buffer instead (reduce.reduce_range)
-        return (self.recipe.rules.collective == "bucket all-reduce"
-                and (self.reduce_every_micro_step or self.optimizer.elementwise))
+        return self.recipe.rules.collective == "bucket all-reduce"
 
     def _buckets(self) -> list:
         """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order
@@ -244,13 +246,19 @@ class Reference:
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
         Returns each rank's loss (the mean over its K micro-batches)."""
+        losses = [[] for _ in range(self.world_size)]
+        reduced = self.reduce_step(batches, losses)
+        return self.apply_step(reduced, losses)
+
+    def reduce_step(self, batches, losses: list) -> np.ndarray:
+        """The step up to the reduced gradient (N*s,), not yet averaged: each rank's micro-batches forward and
+        backward (their losses appended to `losses[r]`), reduced in the engines' order and dtypes."""
         K, N, p = self.accumulation_steps, self.world_size, self.precision
         if len(batches) != N:
             raise ValueError(f"the reference was built for {N} ranks' micro-batches per step, got {len(batches)}")
         micro = [[b] if K == 1 and len(b) == 2 and not isinstance(b[0], (list, tuple)) else list(b) for b in batches]
         if any(len(m) != K for m in micro):
             raise ValueError(f"each rank needs {K} micro-batches (accumulation_steps={K})")
-        losses = [[] for _ in range(N)]
         if self.wire is not None:  # shard-order copies the step's gathers cut, and its fp8 scales
             P = self.model.num_params
             high = self.master_buf if self.master_buf is not None else self.params
@@ -264,7 +272,13 @@ class Reference:
             else:
                 acc = self._accumulate(micro, losses, K, N, p)
                 reduced = acc if self.reduce_every_micro_step else self._reduce(acc)
-        found = not np.all(np.isfinite(reduced.astype(np.float64)))
+        return reduced
+
+    def apply_step(self, reduced: np.ndarray, losses: list, found: bool | None = None) -> list:
+        """The rest of the step from the reduced gradient: the scaler's decision (on `found`, an inf or NaN anywhere:
+        default, in `reduced`), averaging, clipping, the optimizer. Returns each rank's mean loss."""
+        K, N, p = self.accumulation_steps, self.world_size, self.precision
+        found = not np.all(np.isfinite(reduced.astype(np.float64))) if found is None else found
         if skips_steps(self.scaler):
             decision = self.scaler.update(found)  # the engines' flag, seen whole
             self.decisions.append(decision)

@@ -66,6 +66,16 @@ class QgzReference(Reference):
             if (s.layer, s.name) in self.quantized:
                 check_qgz(s.shape, world_size, nodes)  # the kernels' group split, before any step runs
 
+    def step(self, batches) -> list:
+        """Reference.step, then LoCo's errors as DeepSpeed treats them once the scaler has decided
+        (collectives/qgz.py LocoState.after_step: dropped by an overflow, rescaled by a new scale)."""
+        decided = len(self.decisions)
+        losses = super().step(batches)
+        if self.loco is not None and len(self.decisions) > decided:
+            d = self.decisions[-1]
+            self.loco.after_step(d.skip, d.scale_after / d.scale_before)
+        return losses
+
     def _reduce(self, grads: list) -> np.ndarray:
         plain = super()._reduce(grads)  # (N*s,) the ring's sum in fp16, every element
         out = plain.astype(np.float32)  # exact

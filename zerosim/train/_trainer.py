@@ -51,6 +51,7 @@ class TrainConfig:
     backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
     precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
     optimizer: str | None = None  # ("adam")
+    muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
     batch: int = 16  # samples per micro-batch
@@ -61,6 +62,7 @@ class TrainConfig:
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
     trace_log: str | None = None  # a file to stream the whole trace log into (the run itself holds only its last steps)
+    overwrite: bool = False  # `save` holds another run's checkpoints: remove them at the first save (else refused)
     # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~60
     # steps
     model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
@@ -73,6 +75,8 @@ class TrainConfig:
     kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
+    tp: int = 1  # tensor parallelism's degree (gpt, llama): T consecutive ranks split every layer; dp = ranks / T
+    sp: bool = False  # with tp > 1: Megatron's sequence parallelism
 
     def __post_init__(self):
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
@@ -104,6 +108,11 @@ class TrainConfig:
             raise ValueError(f"ranks must be at most {MAX_SIMULATED_RANKS} on the numpy backend, got {self.ranks}: it "
                              "runs every rank in this process (the meta backend accounts more: zerosim memory, "
                              "zerosim timeline)")
+        if self.backend == "numpy" and self.ranks * self.accumulation_steps > MAX_STEP_MICRO_BATCHES:
+            raise ValueError(f"one step would run {self.ranks * self.accumulation_steps:,} micro-batches "
+                             f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), "
+                             f"each a forward and backward pass, before its loss is printed; zerosim trains at most "
+                             f"{MAX_STEP_MICRO_BATCHES:,} a step: lower --accumulation-steps (or raise --batch)")
         if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
@@ -116,11 +125,31 @@ class TrainConfig:
             raise ValueError(f"save_every must be an integer >= 0, got {self.save_every!r}")
         if self.save_every and self.save is None:
             raise ValueError("save_every needs a folder to save into (save=...)")
+        if not isinstance(self.overwrite, (bool, np.bool_)):
+            raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
+        if self.overwrite and self.save is None:
+            raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
+        if self.sp and self.tp == 1:
+            raise ValueError("sp cuts the sequence over a TP group: give tp > 1 with it")
+        if self.tp > 1:
+            why = ("tensor parallelism splits a transformer's heads, columns and vocabulary: use model 'gpt' or "
+                   "'llama'" if self.model == "mlp" else
+                   f"tensor parallelism runs on the numpy backend here, not {self.backend!r}" if self.backend != "numpy"
+                   else f"tp = {self.tp} does not divide ranks = {self.ranks}" if self.ranks % self.tp else
+                   "checkpoints of tensor-parallel slices are not written or read yet: drop save / resume"
+                   if self.save or self.resume else None)
+            if why:
+                raise ValueError(why)
 
 
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
 # 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
 MAX_SIMULATED_RANKS = 4096
+# K · N micro-batches a step runs on the numpy backend before anything is printed: past this a step takes minutes of
+# silence (K = 100,000 on 4 ranks ran past 20 s with no output and would take ~10 minutes here). Refused up front.
+MAX_STEP_MICRO_BATCHES = 1 << 16
 RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
                 "accumulation_steps": 1}
 
@@ -185,13 +214,15 @@ def build_model(config: TrainConfig):
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
-def answer_accuracy(model, engine, held_out, fmt) -> float | None:
+def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
-    with the 16-bit params the ranks compute with. None when no process holds them all (stage 3 under MPI)."""
+    with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
+    None when no process holds them all (stage 3 under MPI)."""
     if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
         return None
     x, target = held_out  # (S, 2n) ids and next tokens
-    guess = predict(model, engine.full_params(), x, fmt).argmax(-1)  # (S, 2n)
+    whole = engine.full_params() if tensor is None else tensor.whole_params(engine.ctx)
+    guess = predict(model, whole, x, fmt).argmax(-1)  # (S, 2n)
     answer = answer_positions(x.shape[1] // 2)
     return float(np.mean(guess[:, answer] == target[:, answer]))
 
@@ -206,7 +237,12 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
     model = build_model(config)
-    optimizer = get_optimizer(config.optimizer, lr=config.lr)
+    if config.tp > 1:  # the vocabulary padded as Megatron pads it when it does not split (parallel/tensor/_vocab.py)
+        from zerosim.parallel.tensor import padded_model
+
+        model = padded_model(model, config.tp)
+    more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
+    optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
@@ -219,6 +255,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, keep_steps=TRACE_STEPS,
                       log_to=config.trace_log, **config.backend_options)
     _check_ranks_agree(cluster, config)
+    tensor = None  # the TensorParallel beside the engine (tp > 1)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
         saved = ckpt.saved_optimizer(config.resume)
         if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
@@ -230,18 +267,26 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
                              "asks for no more")
     else:
+        params = model.init_params(np.random.default_rng(config.seed + 1))
+        if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
+            from zerosim.parallel.tensor import TensorParallel
+
+            tensor = TensorParallel(model, config.tp, config.sp, params=params)
         engine = ZeroEngine(
-            model,
+            model if tensor is None else tensor.model,
             cluster,
             config.stage,
             optimizer,
             config.precision,
             checkpoint=config.checkpoint,
-            params=model.init_params(np.random.default_rng(config.seed + 1)),
+            params=params if tensor is None else None,
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
+            parallelisms=() if tensor is None else (tensor,),
         )
-    n, k = config.ranks, config.accumulation_steps
+    if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
+        ckpt.check_save(engine, config.save, bool(config.overwrite))
+    n, k = config.ranks // config.tp, config.accumulation_steps  # the data-parallel ranks draw micro-batches
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
     if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
@@ -271,7 +316,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     losses, accuracy, scales, skipped, norms = [], [], [], [], []
     for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
         base = ((step - 1) * per_step) % pool_size
-        mine = [[pool[base + r.index * k + j] for j in range(k)] for r in cluster.ranks]  # rank r's K micro-batches
+        data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
+        mine = [[pool[base + data.position(r.index) * k + j] for j in range(k)] for r in cluster.ranks]
         scales.append(engine.scaler.scale)
         t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
         local = engine.step(mine)
@@ -285,13 +331,13 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
         if on_step is not None:
             on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
         if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
-            acc = answer_accuracy(model, engine, held_out, fmt)
+            acc = answer_accuracy(model, engine, held_out, fmt, tensor)
             if acc is not None:
                 accuracy.append((step, acc))
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save)
+            ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
     cluster.trace.flush_log()
     stats = cluster.backend.all_meta(
         [

@@ -22,6 +22,7 @@ from zerosim.viz._ring import ring_figure, ring_steps_figure
 from zerosim.viz._slides import enlarge_text, slides_style, stage_frames
 from zerosim.viz._spacing import spacing_figure
 from zerosim.viz._sweep import sweep_figure
+from zerosim.viz._tensor_mesh import measure_tensor_mesh, tensor_mesh_figure
 from zerosim.viz._tier_timeline import tier_rows, tier_timeline_figure
 from zerosim.viz._timeline import timeline_figure, timelines_figure
 from zerosim.viz._underflow import underflow_figure, underflow_panels
@@ -34,7 +35,8 @@ __all__ = [
     "loss_scale_figure", "many_nodes_figure", "measure_mesh_ownership", "measure_ownership", "memory_by_stage_figure",
     "mesh_ownership_figure", "mlp_runs", "ownership_figure", "peak_by_stage_figure", "plan_figure", "recipe_figure",
     "ring_figure", "ring_steps_figure", "slides_style", "spacing_figure", "stage_frames", "stage_peaks_figure",
-    "strategies_figure", "sweep_figure", "tier_rows", "tier_timeline_figure", "timeline_figure", "timelines_figure",
+    "strategies_figure", "sweep_figure", "measure_tensor_mesh", "tensor_mesh_figure", "tier_rows",
+    "tier_timeline_figure", "timeline_figure", "timelines_figure",
     "underflow_figure", "underflow_panels", "wire_colour", "wire_loss_figure", "wire_time_figure", "zero3_figure",
     "zero3_sequence",
 ]

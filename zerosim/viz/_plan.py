@@ -78,7 +78,9 @@ def plan_figure(plan, top: int = 10):
             time.text(0, yi, " does not fit: no step", va="center", fontsize=8, color="#7f7f7f")
     slowest = max((r.step_s for r in fits), default=1.0)
     time.set_xlim(0, slowest * 1.3)
-    time.set_xlabel("simulated step time (s), fewer is better")
+    assumed = plan.settings.get("time_flags", "").replace("--efficiency ", "efficiency ").replace("--", "")
+    where = f"\n({assumed}: docs/validation.md)" if assumed else ""  # what the times assume
+    time.set_xlabel("simulated step time (s), fewer is better" + where)
     time.set_title("one step (B sequences × K micro-steps per GPU)", fontsize=9)
     s = plan.settings
     fig.suptitle(

@@ -11,11 +11,21 @@ measured by one meta-backend step of the real engine.
     _overheads.py    what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
                      estimates; the fits / does-not-fit verdict
     _measured.py     the same quantities measured: one step of the real engine on the meta backend, its ledgers
+    _muon.py         Muon's state beside AdamW's per parameter group (DeepSpeed's), and DeepSpeed's published figure
+    _links.py        NCCL's own latencies (tuning.cc at a named release): per protocol, per ring step, per call
+    _efficiency.py   the rates kernels achieve per GPU and kernel class (cited), presets eager / compiled, --efficiency
+    _kernel_work.py  what each kernel class of a unit reads, writes and computes (GEMMs, attention, elementwise)
+    _calibration.py  the framework factors, fitted on the named calibration set only (docs/validation.md)
+    _mfu.py          model FLOPs per token and MFU as torchtitan counts them
+    _reserve.py      reserved beside allocated: the caching allocator's measured ratios
+    _fsdp2_view.py   the step peak as FSDP2 keeps it (torch's FSDPMemTracker's view)
+    _validation_points.py  published runs (torchtitan, llm-foundry): conditions, source file and commit, numbers
 
 The formulas are checked against the engines' ledgers and traces, which are the measurement.
 """
 
 from zerosim.analysis.costs._activations import ActivationMemory, ActivationShape, activation_memory, layer_elements
+from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._comm import (
                                           LINKS,
                                           Collective,
@@ -39,8 +49,20 @@ from zerosim.analysis.costs._conventions import (
                                           zero_paper,
                                           zerosim_parts,
 )
+from zerosim.analysis.costs._efficiency import KERNEL_RATES, Efficiency, KernelRates, parse_efficiency, wave_efficiency
+from zerosim.analysis.costs._efficiency import PRESETS as EFFICIENCY_PRESETS
+from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
-from zerosim.analysis.costs._measured import measure_activations, measure_by_stage, measure_stage, strategy_costs
+from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
+from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
+from zerosim.analysis.costs._measured import (
+                                          measure_activations,
+                                          measure_by_stage,
+                                          measure_stage,
+                                          measure_tp_activations,
+                                          strategy_costs,
+                                          tensor_parallel,
+)
 from zerosim.analysis.costs._memory import (
                                           GB,
                                           OPTIMIZER_STATES,
@@ -50,6 +72,8 @@ from zerosim.analysis.costs._memory import (
                                           model_state_memory,
                                           model_state_memory_by_stage,
 )
+from zerosim.analysis.costs._mfu import mfu, model_flops_per_token
+from zerosim.analysis.costs._muon import DEEPSPEED_FIGURE, MuonStateBytes, muon_state_bytes
 from zerosim.analysis.costs._overheads import (
                                           ALLOCATOR_RESERVE,
                                           CUDA_CONTEXT,
@@ -62,10 +86,18 @@ from zerosim.analysis.costs._overheads import (
                                           runtime_overheads,
 )
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
+from zerosim.analysis.costs._reserve import reserved
+from zerosim.analysis.costs._validation_points import POINTS, TREND, Point, config_of
 
 __all__ = [
+    "DEEPSPEED_FIGURE", "MuonStateBytes", "muon_state_bytes",
+    "NCCL_RELEASE", "base_latency", "ring_latency", "step_latency",
+    "EFFICIENCY_PRESETS", "KERNEL_RATES", "Efficiency", "KernelRates", "parse_efficiency", "wave_efficiency",
+    "Work", "loss_work", "unit_work", "FRAMEWORK", "mfu", "model_flops_per_token", "reserved", "fsdp2_peak",
+    "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "strategy_costs",
+    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",
+    "tensor_parallel",
     "GB",
     "GPU",
     "GPUS",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.analysis.costs._links import base_latency, step_latency
 from zerosim.collectives import ShardLayout
 
 
@@ -66,24 +67,36 @@ def comm_volume(params, ranks: int, stage: int, grad_wire_bytes: int = 2, param_
 
 @dataclass(frozen=True)
 class Link:
-    """An interconnect under the alpha-beta model: per-direction bandwidth B and per-step latency alpha."""
+    """An interconnect under the alpha-beta model: per-direction bandwidth B, per-step latency alpha, and the
+    latency NCCL charges once per call (`base`; zerosim.analysis.costs._links)."""
 
     name: str
     bandwidth: float  # B: bytes/s one rank sends while it receives (per direction)
-    alpha: float  # α: seconds per ring step (latency); typical values, our assumption
+    alpha: float  # α: seconds per ring step (latency)
     note: str
+    base: float = 0.0  # seconds per call, whatever its size (NCCL's baseLatencies; 0 for a link built by hand)
 
+
+_SIMPLE = base_latency("Simple")  # 8.4 µs per call: NCCL's Ring + Simple base latency (links.py)
 
 LINKS = {
     # 18 links × 50 GB/s = 900 GB/s bidirectional per H100 = 450 GB/s each way. A ring rank sends to one
     # neighbour while receiving from another, so the time is bytes sent / per-direction bandwidth.
     # NOTE: seed 001's "2 × 14 / 900 ≈ 31 ms" divides by the bidirectional figure; we get twice that.
-    "nvlink4": Link("NVLink 4", 450e9, 3e-6,
-                    "900 GB/s bidirectional (seed 001) = 450 GB/s per direction; α ≈ 3 µs assumed"),
+    # α and the per-call base: NCCL's Ring + Simple figures for NVLink (links.py, tuning.cc).
+    "nvlink4": Link("NVLink 4", 450e9, step_latency("nvlink"),
+                    "900 GB/s bidirectional (seed 001) = 450 GB/s per direction; α 3.4 µs + 8.4 µs a call (NCCL)",
+                    _SIMPLE),
+    # A100: 12 NVLink 3 links × 25 GB/s per direction = 300 GB/s (600 GB/s bidirectional, the A100 datasheet)
+    "nvlink3": Link("NVLink 3", 300e9, step_latency("nvlink"),
+                    "600 GB/s bidirectional (A100 datasheet) = 300 GB/s per direction; α 3.4 µs + 8.4 µs a call "
+                    "(NCCL)", _SIMPLE),
     # 32 GT/s × 16 lanes × 128/130 ÷ 8 ≈ 63 GB/s in EACH direction. Seed 001 labels 64 GB/s "bidirectional";
     # that figure is the per-direction rate, so we use it per direction.
-    "pcie5": Link("PCIe 5.0 x16", 64e9, 5e-6,
-                  "64 GB/s per direction (seed 001 says bidirectional); α ≈ 5 µs assumed"),
+    "pcie5": Link("PCIe 5.0 x16", 64e9, step_latency("pci"),
+                  "64 GB/s per direction (seed 001 says bidirectional); α 5.7 µs + 8.4 µs a call (NCCL's PCI)",
+                  _SIMPLE),
+    # Host links for offload's copies (cudaMemcpy, not NCCL: no per-call base): α assumed.
     # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 / 8 = 15.75 GB/s each way (the V100's host link, ZeRO-Offload's paper)
     "pcie3": Link("PCIe 3.0 x16", 15.75e9, 5e-6, "15.75 GB/s per direction (8 GT/s x 16, 128b/130b); α ≈ 5 µs assumed"),
     # PCIe 4.0 x16: twice PCIe 3 (A100's host link)
@@ -91,11 +104,18 @@ LINKS = {
     # one rank's share of a node's NVMe: ZeRO-Infinity's DGX-2 runs read and write at about 25 GB/s over the node's
     # drives (the paper's aggregate), so about 3 GB/s for each of 8 GPUs; α: a submission's latency, assumed
     "nvme": Link("NVMe (a rank's share)", 3.0e9, 20e-6, "≈ 25 GB/s per 8-GPU node, shared; α ≈ 20 µs assumed"),
-    # NDR is 400 Gb/s per port per direction = 50 GB/s.
-    "ib_ndr": Link("InfiniBand NDR", 50e9, 5e-6, "400 Gb/s = 50 GB/s per direction; α ≈ 5 µs assumed (inter-node)"),
+    # NDR is 400 Gb/s per port per direction = 50 GB/s; one NIC per GPU (DGX H100, Grand Teton).
+    "ib_ndr": Link("InfiniBand NDR", 50e9, step_latency("net"),
+                   "400 Gb/s = 50 GB/s per direction and GPU; α 14 µs + 8.4 µs a call (NCCL's network, Simple)",
+                   _SIMPLE),
+    # HDR (or 200 Gb/s RoCE) is 200 Gb/s per port = 25 GB/s; one NIC per GPU (DGX A100: 8 × 200 Gb/s).
+    "ib_hdr": Link("InfiniBand HDR", 25e9, step_latency("net"),
+                   "200 Gb/s = 25 GB/s per direction and GPU (also 200 Gb/s RoCE); α 14 µs + 8.4 µs a call (NCCL)",
+                   _SIMPLE),
     # 100 Gb/s = 12.5 GB/s line rate per direction; seed 001 rounds to ≈ 12.
-    "100gbe": Link("Ethernet 100 GbE", 12.5e9, 20e-6,
-                   "100 Gb/s = 12.5 GB/s (seed 001: ≈ 12); α ≈ 20 µs assumed (TCP)"),
+    "100gbe": Link("Ethernet 100 GbE", 12.5e9, step_latency("net"),
+                   "100 Gb/s = 12.5 GB/s (seed 001: ≈ 12); α 14 µs + 8.4 µs a call (NCCL's network figures: TCP "
+                   "sockets are slower)", _SIMPLE),
 }
 
 
@@ -114,7 +134,8 @@ class CommTime:
 
 def comm_time(params, ranks: int, stage: int, link: Link, buckets: int = 1, grad_wire_bytes: int = 2,
               param_wire_bytes: int = 2) -> CommTime:
-    """α-β time of one step: Σ over collectives of steps·α + bytes/B, with steps = phases·(N−1) per call.
+    """α-β time of one step: Σ over collectives of base + steps·α + bytes/B, with steps = phases·(N−1) per call
+    and `base` the link's per-call latency (NCCL's; 0 for a link built by hand).
 
     `buckets`: calls each collective is split into (the bytes stay the same, the latency repeats);
     ZeRO-3 gathers layer by layer, so pass the number of layers there. Collectives run one after
@@ -122,6 +143,6 @@ def comm_time(params, ranks: int, stage: int, link: Link, buckets: int = 1, grad
     """
     link_of = LINKS[link] if isinstance(link, str) else link
     cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
-    latency = sum(buckets * c.phases * (ranks - 1) * link_of.alpha for c in cs)
+    latency = sum(buckets * (c.phases * (ranks - 1) * link_of.alpha + link_of.base) for c in cs)
     transfer = sum(sent_bytes(c, params, ranks) for c in cs) / link_of.bandwidth
     return CommTime(stage, latency, transfer)

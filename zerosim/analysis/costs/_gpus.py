@@ -12,6 +12,7 @@ rates (zerosim/analysis/timeline/_devices.py), so one flag gives both memory and
     a100-80gb     A100 SXM4 80GB: 80 GB HBM2e                           81,920 MiB
     h100-80gb     H100 SXM5 80GB: 80 GB HBM3                            81,559 MiB (NVIDIA H100 80GB HBM3)
     h200          H200 SXM: 141 GB HBM3e                                143,771 MiB
+    h100-hbm2e    H100 96GB HBM2e, 500 W (torchtitan's Grand Teton)     not published: 96e9 bytes, the marketed size
 
 Sources: NVIDIA's datasheets (GeForce RTX 3090 product page and the GA102 whitepaper; "NVIDIA A100 Tensor Core
 GPU" datasheet; "NVIDIA H100 Tensor Core GPU" datasheet; "NVIDIA H200 Tensor Core GPU" datasheet) for the marketed
@@ -73,6 +74,14 @@ GPUS = {
             "NVIDIA H100 datasheet (SXM); nvidia-smi total 81559MiB",
         ),
         GPU(
+            "h100-hbm2e",
+            "H100 96GB HBM2e 500 W (Grand Teton)",
+            96 * 10**9,
+            "96 GB HBM2e",
+            "h100-hbm2e",
+            "torchtitan benchmarks/llama3_h100_202412_torchtitan.md ('96GB HBM2e'); no driver total published",
+        ),
+        GPU(
             "h200",
             "H200 SXM 141GB",
             143_771 * MIB,
@@ -85,7 +94,7 @@ GPUS = {
 
 
 def get_gpu(gpu) -> GPU:
-    """A `GPU`, or one of GPUS by key ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h200")."""
+    """A `GPU`, or one of GPUS by key ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "h100-hbm2e")."""
     if isinstance(gpu, GPU):
         return gpu
     if isinstance(gpu, str) and gpu.lower() in GPUS:

@@ -22,7 +22,8 @@ MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the rest
 
 def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
-                     comm=None, clip_grad: float | None = None, wire=None) -> list:
+                     comm=None, clip_grad: float | None = None, wire=None, tp: int = 1, sp: bool = False,
+                     gpus_per_node: int | None = None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
@@ -30,7 +31,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     `comm`: a CommSchedule (buckets and prefetch change the peak); `clip_grad`: clipping by the global norm; `wire`:
     a zeropp.Wire for stage 3's weight gathers (the other stages gather no weights and run without it). One
     micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
-    does not change with K).
+    does not change with K). `tp`, `sp`: tensor (and sequence) parallelism of that degree beside each stage, `ranks`
+    every GPU (the data-parallel degree is ranks / tp), the ranks placed `gpus_per_node` to a node.
 
     Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
     bytes}, "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
@@ -44,24 +46,27 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
         stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
     ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
-                                 wire if stage == 3 else None)[0])
+                                 wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp)[0])
     return out
 
 
 def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
-                  gpus_per_node: int | None = None, shard_group: int | None = None) -> tuple:
+                  gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
+                  sp: bool = False) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
     `shard_group`, the ranks placed `gpus_per_node` to a node; the row then also holds "tiers": {tier: bytes one rank
-    sent on average}."""
+    sent on average}. With `tp` > 1 (or `sp`) the model (a MetaGPT or MetaLlama) runs tensor-parallel
+    (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU, the data-parallel degree ranks / tp."""
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
+    model, parallelisms = tensor_parallel(model, tp, sp)
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
-                        shard_group=shard_group)
+                        shard_group=shard_group, parallelisms=parallelisms)
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
@@ -80,6 +85,21 @@ def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="
         "tiers": {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()},
     }
     return row, cluster, engine
+
+
+def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False) -> tuple:
+    """(the model the engine runs, the parallelisms beside it): `model` itself and none at tp = 1 without SP, else
+    one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it). A vocabulary
+    that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py)."""
+    if tp == 1 and not sp:
+        return model, ()
+    from zerosim.parallel.tensor import TensorParallel, padded_model  # the tensor folder, only where asked for
+
+    if getattr(model, "gpt", None) is None:
+        raise ValueError("tensor parallelism splits a transformer's heads, columns and vocabulary: give the model's "
+                         "shape (a --model preset or --config with --seq-len), not a parameter count")
+    parallel = TensorParallel(padded_model(model, tp), tp, sp, async_tp=async_tp)  # vocabulary padded as Megatron
+    return parallel.model, (parallel,)
 
 
 def at_peak_by_kind(ledger) -> dict:
@@ -175,3 +195,20 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     for r in rows:
         r["extra"] = sum(r["flops"].values()) / plain - 1
     return rows
+
+
+def measure_tp_activations(model, batch: int, seq_len: int, precision: str, tp: int, sp: bool) -> ActivationsMeasured:
+    """One TP rank's activations for one micro-batch of (batch, seq_len): a meta step of `model` (a MetaGPT or
+    MetaLlama) at degree `tp` on tp ranks (the data-parallel degree does not change a rank's activations), read back
+    by name: block 0's buffers, what lives outside the blocks, and the peak with the model's own checkpointing."""
+    # NOTE: a checkpointed block's first unit saves the block's input under the name its norm gives it too
+    # ("block0.ln1.block input"), the same bytes: the table keeps one
+    _, cluster, _ = measure_stage(model, tp, 0, "adam", precision, micro_batch=(batch, seq_len), tp=tp, sp=sp)
+    own = cluster.ranks[0].ledger  # checkpointed, a block's buffers are born again in its recompute, by name
+    allocs = [e for e in own.timeline if e.action == "alloc" and e.kind == "activations"]
+    peak = own.peak("activations")
+    top = next(e for e in own.timeline if e.action == "alloc" and e.kind == "activations" and e.kind_total == peak)
+    return ActivationsMeasured(per_block={e.name[len("block0."):]: e.nbytes for e in allocs
+                                          if e.name.startswith("block0.")},
+                               outside={e.name: e.nbytes for e in allocs if not e.name.startswith("block")},
+                               peak=peak, peak_at=top.name)

@@ -51,6 +51,11 @@ OPTIMIZER_STATES = {  # the state each optimizer keeps, by ledger kind (zerosim.
     # zerosim/optim/_adan.py keeps them: K = 16 (24 bytes/param at stage 0). Seed 001 counts g_prev at
     # 2 bytes (16-bit, 22 bytes/param): a labelled row of the conventions table (conventions.seed001_adan).
     "adan": OptimizerState("adan", (("optim:m", 4), ("optim:v", 4), ("optim:n", 4), ("optim:g_prev", 4))),
+    # Muon: one fp32 momentum per parameter (zerosim's Muon steps every parameter as a matrix).
+    "muon": OptimizerState("muon", (("optim:b", 4),)),
+    # MuonAdamW: Muon's momentum or AdamW's m in "b", AdamW's v in "v" — as zerosim's ledgers hold them, v over the
+    # whole region; DeepSpeed's per-group buffers hold v for the AdamW parameters only (costs/_muon.py counts that).
+    "muon_adamw": OptimizerState("muon_adamw", (("optim:b", 4), ("optim:v", 4))),
 }
 
 PADDINGS = ("none", "shards", "all")

@@ -4,6 +4,8 @@ step of each takes — one meta-backend step per configuration, placed in time b
     _plan.py             plan: stage × checkpointing strategy × micro-batch, what fits, ranked by step time
     _sweep.py            one meta step per (N, stage, link); a step of K micro-steps (step_time); the crossover
     _strategy_sweep.py   FULL_SHARD against HSDP, MiCS and hpZ over N, on nodes of G GPUs
+    _validate.py         zerosim against published runs: predicted vs measured, the error (zerosim validate)
+    _tensor_validation.py torchtitan's Llama 3.1 70B FSDP 32 x TP 8 run beside zerosim's prediction, with the error
 """
 
 from zerosim.analysis.planner._plan import Plan, PlanRow, divisors, plan
@@ -26,9 +28,15 @@ from zerosim.analysis.planner._sweep import (
                                                       step_time,
                                                       sweep,
 )
+from zerosim.analysis.planner._tensor_validation import TORCHTITAN_70B, PublishedRun
+from zerosim.analysis.planner._tensor_validation import predict as predict_published_run
+from zerosim.analysis.planner._validate import Prediction, predict, summary, validate
+from zerosim.analysis.planner._validate import fit as fit_framework
 
 __all__ = [
-    "Plan", "PlanRow", "StepTime", "StrategyRow", "SweepRow", "crossover", "divisors", "fitting_shard_group",
-    "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan", "recipe_of", "step_time", "strategy_crossover",
-    "strategy_step", "strategy_sweep", "strategy_timeline", "sweep",
+    "Prediction", "predict", "summary", "validate", "fit_framework",
+    "Plan", "PlanRow", "PublishedRun", "StepTime", "StrategyRow", "SweepRow", "TORCHTITAN_70B", "crossover",
+    "divisors", "fitting_shard_group", "hsdp_bound_ranks", "latency_bound_ranks", "meta_step", "plan",
+    "predict_published_run", "recipe_of", "step_time", "strategy_crossover", "strategy_step", "strategy_sweep",
+    "strategy_timeline", "sweep",
 ]

@@ -22,12 +22,14 @@ ranked by step time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._kernel_time import TimeModel
 from zerosim.analysis.timeline._simulate import simulate
 
 
@@ -47,6 +49,7 @@ class PlanRow:
     step_s: float | None = None  # None when it does not fit (not timed)
     compute_s: float | None = None
     exposed_s: float | None = None
+    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / tp)
 
     @property
     def total(self) -> int:
@@ -78,17 +81,21 @@ class Plan:
         common = (
             f"{model_flag} --ranks {s['ranks']} --seq-len {s['seq_len']} --batch {row.micro_batch} "
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
-            f"--comm {s['comm']}"
+            f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
+        if row.tp > 1:
+            common += f" --tp {row.tp}" + (" --sp" if s.get("sp") else "") + f" --gpus-per-node {s['gpus_per_node']}"
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            f"--gpus-per-node {s['gpus_per_node']}",
+            + ("" if row.tp > 1 else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
         )
 
 
 def divisors(n: int) -> tuple:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def plan(
@@ -106,12 +113,26 @@ def plan(
     micro_batches=None,
     reserve: float = ALLOCATOR_RESERVE,
     progress=None,
+    time_model=None,
+    links: tuple = ("nvlink4", "ib_ndr"),
+    kernels: str = "fused",
+    loss: str | None = None,
+    hardware=None,
+    tps=(1,),
+    sp: bool = False,
 ) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
-    docstring); `progress(done_label)` is called after each configuration measured."""
+    docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
+    costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
+    `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
+    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
+    to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
+    on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes."""
     from zerosim.analysis.costs._measured import measure_stage
-    from zerosim.models.gpt import STRATEGIES, MetaGPT, strategy_options
+    from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
+    from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
@@ -124,64 +145,70 @@ def plan(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if global_batch % ranks:
-        raise ValueError(
-            f"a global batch of {global_batch} sequences does not split over {ranks} ranks "
-            f"(each rank takes micro-batch × accumulation sequences per step)"
-        )
+    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
+        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
+    tps = tuple(tps)
+    for tp in tps:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
+            raise ValueError(f"a tensor-parallel degree must divide the {ranks} GPUs, got {tp!r}")
+        if global_batch % (ranks // tp):
+            over = f"{ranks} ranks" if tp == 1 else f"{ranks // tp} data-parallel ranks ({ranks} GPUs / tp {tp})"
+            raise ValueError(
+                f"a global batch of {global_batch} sequences does not split over {over} "
+                f"(each rank takes micro-batch × accumulation sequences per step)"
+            )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
-    per_rank = global_batch // ranks
-    batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
-    if not batches:
-        raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-    strategies = tuple(strategies or STRATEGIES)
-    link = "ib_ndr" if ranks > gpus_per_node else "nvlink4"
-    hw = Hardware(g.device, link, get_precision(precision).compute)
+    strategies = tuple(strategies or ALL_STRATEGIES)
+    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    link = links[1] if nodes else links[0]
+    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    hw = hw if hardware is None else hardware(hw)
+    per_node = gpus_per_node if nodes else None
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     rows, pruned = [], []
-    twins = {}  # strategy -> the model's data-less twin: built once, measured at every stage
-    for stage in stages:
-        stage_rows = []
-        for strategy in strategies:
-            if strategy not in twins:
-                twins[strategy] = twin.from_config(config, seq_len, **strategy_options(strategy))
-            model = twins[strategy]
-            for B in batches:
-                m, cluster, engine = measure_stage(
-                    model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule
-                )
-                resting = sum(m["resting"].values())
-                extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, g.capacity)
-                if progress is not None:
-                    progress(f"ZeRO-{stage} {strategy} B={B}")
-                if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
-                    pruned.append((stage, resting))
-                    break
-                if row.fits:
-                    one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm))  # the same run
-                    t = step_time(
-                        model,
-                        ranks,
-                        stage,
-                        hw,
-                        schedule,
-                        precision,
-                        optimizer,
-                        (B, seq_len),
-                        row.accumulation,
-                        first=one,
+    twins = {}  # strategy -> the model's data-less twin: built once, measured at every degree and stage
+    for tp in tps:
+        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
+        batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
+        if not batches:
+            raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
+        beside = {"gpus_per_node": per_node} if tp == 1 else {"tp": tp, "sp": sp, "gpus_per_node": gpus_per_node}
+        for stage in stages:
+            stage_rows = []
+            for strategy in strategies:
+                if strategy not in twins:
+                    twins[strategy] = twin.from_config(config, seq_len, kernels=kernels, loss=loss,
+                                                       **strategy_options(strategy))
+                model = twins[strategy]
+                for B in batches:
+                    m, cluster, engine = measure_stage(
+                        model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule, **beside
                     )
-                    row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
-                stage_rows.append(row)
-                if not row.fits:
-                    break  # a larger micro-batch only holds more activations
-            if pruned and pruned[-1][0] == stage:
-                break
-        rows += stage_rows
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch)))
+                    resting = sum(m["resting"].values())
+                    extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
+                    row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
+                                  g.capacity, tp=tp)
+                    if progress is not None:
+                        progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else ""))
+                    if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
+                        pruned.append((stage, resting) if tp == 1 else (stage, resting, tp))
+                        break
+                    if row.fits:
+                        costs = time_model.costs(engine.model, (B, seq_len), hw) if time_model is not None else None
+                        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+                        t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len),
+                                      row.accumulation, first=one, time_model=time_model, **beside)
+                        row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
+                    stage_rows.append(row)
+                    if not row.fits:
+                        break  # a larger micro-batch only holds more activations
+                if pruned and pruned[-1][0] == stage and (pruned[-1][2:] or (1,))[0] == tp:
+                    break
+            rows += stage_rows
+    per_rank = global_batch // ranks
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
     settings = {
         "model": config.name,
         "params": config.num_params,
@@ -193,13 +220,20 @@ def plan(
         "device": g.device,
         "seq_len": seq_len,
         "global_batch": global_batch,
-        "per_rank": per_rank,
+        "per_rank": per_rank,  # sequences a GPU's data-parallel rank takes per step without TP
+        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
         "precision": precision,
         "optimizer": optimizer,
         "comm": comm,
         "reserve": reserve,
         "strategies": strategies,
-        "micro_batches": batches,
+        "micro_batches": batches if len(tps) == 1 else micro_batches,
         "stages": tuple(stages),
+        "time_model": (time_model or TimeModel()).describe(),
+        "time_flags": (time_model or TimeModel()).flags(),
+        "links": tuple(links),
+        "hardware": hw,
+        "kernels": kernels,
+        "loss": loss or LOSS_OF[kernels],
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, link)

@@ -10,15 +10,17 @@ Where exposed communication overtakes compute — seed 003's latency argument, `
 gather over a ring of n ranks costs (n−1)·α + 2Φ/β·(n−1)/n against its forward's 2ΦT/R_dev — moves with the
 length of the rings each strategy runs:
 
-    FULL_SHARD, hpZ   forward gathers over the world's ring: n = N across nodes, so the crossover stays at
-                      N* = 1 + 2Φ(T/R_dev − 1/β_ib)/α_ib (hpZ only moves backward's gathers into a node)
+    FULL_SHARD, hpZ   forward gathers over the world's ring: n = N across N/G nodes, a call's latency NCCL's
+                      base + (N − N/G)·α_nv + (N/G − 1)·α_ib (zerosim.analysis.costs._links), so the crossover is where
+                      that reaches the forward's slack 2ΦT/R_dev − 2Φ/min(β_nv, G·β_ib) (hpZ only moves
+                      backward's gathers into a node)
     HSDP, MiCS        gathers and reduce-scatters over the shard group's ring: n = S, whatever N is; what grows
                       with N is the replicas' all-reduce of a 2Φ/S piece over R = N/S ranks, once per unit per
                       micro-step (HSDP, on a stream of its own) or per step (MiCS):
                       2(R−1)·α_ib + 2·(R−1)/R·(2Φ/S)/β_ib against backward's 4ΦT/R_dev, so
                       N* = S·(1 + (4ΦT/R_dev − 4Φ/(S·β_ib)) / (2α_ib)) when S ≤ G (the shard group's rings on
-                      NVLink): more than S times further out, its piece being 1/S of the bytes (GPT-3 175B, S = 8,
-                      T = 20,480 on H100s: ≈ 105,541 against FULL_SHARD's ≈ 508; tests/test_strategy_sweep.py).
+                      NVLink): further out, its piece being 1/S of the bytes (GPT-3 175B, S = 8, T = 20,480 on
+                      H100s at their peak rate: ≈ 37,698 against FULL_SHARD's ≈ 13,960; tests/test_strategy_sweep.py).
                       With S > G the shard group's rings leave the node too and share InfiniBand's stream.
 
 `crossover` finds the first N of a sweep where exposed communication exceeds compute; `hsdp_bound_ranks` gives
@@ -69,14 +71,20 @@ def fitting_shard_group(params: int, gpus_per_node: int, capacity: float = 80e9,
 
 
 def recipe_of(strategy: str) -> str:
-    """Each strategy with its framework's recipe: FSDP2's for FULL_SHARD and HSDP, DeepSpeed ZeRO-3's for the rest."""
-    return "fsdp2" if strategy in ("full_shard", "hsdp", "hsdp_no_sync") else "deepspeed-zero3"
+    """Each strategy with its framework's recipe, read from its plan (`Plan.framework`): FSDP2's for FULL_SHARD (no
+    framework of its own: FSDP2's default), HSDP and FSDP2's resharding (no_reshard, reshard_to_group), DeepSpeed
+    ZeRO-3's for MiCS and hpZ."""
+    from zerosim.parallel.data import STRATEGIES
+    from zerosim.parallel.data.multinode import FRAMEWORK_RECIPES
+
+    return FRAMEWORK_RECIPES[STRATEGIES[strategy].framework or "fsdp2"]
 
 
 def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
-                      comm=None, precision: str = "fp16-mixed", tokens: int = 2048) -> tuple:
+                      comm=None, precision: str = "fp16-mixed", tokens: int = 2048, time_model=None) -> tuple:
     """(Timeline, engine, Hardware, S): one meta step of `strategy` on NVLink within nodes of `gpus_per_node` and
-    InfiniBand across (when there is more than one node), with its framework's recipe."""
+    InfiniBand across (when there is more than one node), with its framework's recipe; `time_model`: what a
+    compute costs (kernel_time.TimeModel; None: the datasheet roofline)."""
     from zerosim.precision import get_precision
 
     hw = Hardware(device, "nvlink4", get_precision(precision).compute,
@@ -84,15 +92,16 @@ def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, grou
     policy = get_precision(precision).with_(reduction=recipe_of(strategy))  # as cli/strategy_args.strategy_precision
     g = min(gpus_per_node, ranks)
     size = None if strategy == "full_shard" else min(group, ranks)
-    result, engine = meta_step(model, ranks, strategy, hw, comm, policy, tokens, gpus_per_node=g, shard_group=size)
+    result, engine = meta_step(model, ranks, strategy, hw, comm, policy, tokens, gpus_per_node=g, shard_group=size,
+                               time_model=time_model)
     return result, engine, hw, size
 
 
 def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
-                  comm=None, precision: str = "fp16-mixed", tokens: int = 2048) -> StrategyRow:
+                  comm=None, precision: str = "fp16-mixed", tokens: int = 2048, time_model=None) -> StrategyRow:
     """One step of `strategy` on `ranks` meta ranks (nodes of `gpus_per_node`), simulated on two link tiers."""
     result, engine, hw, size = strategy_timeline(model, ranks, strategy, gpus_per_node, group, device, comm,
-                                                 precision, tokens)
+                                                 precision, tokens, time_model)
     sent, ledger = engine.cluster.trace.bytes_by_tier(), engine.cluster.ranks[0].ledger
     states = {k: v for k, v in ledger.by_kind().items() if v and (k in ("params", "grads", "master")
                                                                   or k.startswith("optim:"))}
@@ -106,7 +115,7 @@ def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: i
 
 def strategy_sweep(model, ranks_list=RANKS, strategies=STRATEGIES, gpus_per_node: int = 8,
                    shard_group: int | None = None, hpz_group: int | None = None, device: str = "h100", comm=None,
-                   precision: str = "fp16-mixed", tokens: int = 2048, progress=None) -> list:
+                   precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
     """[StrategyRow] for every (strategy, N). S defaults to `fitting_shard_group`, S' to a node."""
     shard_group = shard_group or fitting_shard_group(model.num_params, gpus_per_node)
     hpz_group = hpz_group or gpus_per_node
@@ -114,7 +123,8 @@ def strategy_sweep(model, ranks_list=RANKS, strategies=STRATEGIES, gpus_per_node
     for strategy in strategies:
         group = {"hpz": hpz_group, "reshard_to_group": hpz_group}.get(strategy, shard_group)
         for n in ranks_list:
-            rows.append(strategy_step(model, n, strategy, gpus_per_node, group, device, comm, precision, tokens))
+            rows.append(strategy_step(model, n, strategy, gpus_per_node, group, device, comm, precision, tokens,
+                                      time_model))
             if progress is not None:
                 progress(len(rows), total)
     return rows
@@ -128,10 +138,13 @@ def crossover(rows, strategy: str) -> int | None:
     return None
 
 
-def hsdp_bound_ranks(unit_params: float, tokens: int, hardware: Hardware, shard_group: int) -> float | None:
+def hsdp_bound_ranks(unit_params: float, tokens: int, hardware: Hardware, shard_group: int,
+                     rate: float | None = None) -> float | None:
     """N* = S·(1 + (4ΦT/R_dev − 4Φ/(S·β)) / (2α)) over `hardware`'s inter-node link: where the replicas' all-reduce
-    of a unit's 2Φ/S piece takes as long as its backward. None when its bytes alone take longer (no N hides it)."""
-    rate, link = hardware.device.rate(hardware.compute), hardware.link_of("inter-node")
+    of a unit's 2Φ/S piece takes as long as its backward. None when its bytes alone take longer (no N hides it).
+    `rate`: the FLOP/s compute runs at (default the device's dense peak)."""
+    link = hardware.link_of("inter-node")
+    rate = hardware.device.rate(hardware.compute) if rate is None else rate
     slack = 4 * unit_params * tokens / rate - 4 * unit_params / (shard_group * link.bandwidth)
     if slack <= 0:
         return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.analysis.costs import tensor_parallel
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 
@@ -59,14 +60,17 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
-              gpus_per_node: int | None = None, shard_group: int | None = None):
+              gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
+              sp: bool = False, async_tp: bool = False):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
     A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
     MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
     strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
-    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes."""
+    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes.
+    `time_model`: a timeline TimeModel (each kernel class at its achieved rate); None: the datasheet roofline.
+    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU)."""
     from zerosim.cluster import Cluster
     from zerosim.optim import get_optimizer
     from zerosim.parallel.data import ZeroEngine
@@ -74,13 +78,15 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
+    model, parallelisms = tensor_parallel(model, tp, sp, async_tp)  # one TP rank's twin, or the model itself
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
-                        shard_group=shard_group)
+                        shard_group=shard_group, parallelisms=parallelisms)
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
-    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm), engine
+    costs = time_model.costs(model, micro_batch, hardware) if time_model is not None else None
+    return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm, costs=costs), engine
 
 
 @dataclass(frozen=True)
@@ -95,17 +101,18 @@ class StepTime:
 
 def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
-              tokens: int = 2048, first: StepTime | None = None) -> StepTime:
+              tokens: int = 2048, first: StepTime | None = None, time_model=None, **beside) -> StepTime:
     """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
 
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
     communication (every micro-step but the last starts and ends with both streams in the same state;
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
     float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
-    `first`: the K = 1 step when it was simulated already (the planner's memory run)."""
+    `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
+    gpus_per_node, wire, tp, sp."""
     def run(K):
         result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
-                              micro_batch=micro_batch, accumulation_steps=K)
+                              micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps
@@ -132,7 +139,7 @@ def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow
 
 
 def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), device: str = "h100", comm=None,
-          precision: str = "fp16-mixed", tokens: int = 2048, progress=None) -> list:
+          precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
     """SweepRows for every (link, stage, N), each with rank 0's peak memory. `progress(done, total)` after each."""
     from zerosim.precision import get_precision
 
@@ -142,7 +149,7 @@ def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), devi
         hw = Hardware(device, link, compute)
         for stage in stages:
             for n in ranks_list:
-                result, engine = meta_step(model, n, stage, hw, comm, precision, tokens)
+                result, engine = meta_step(model, n, stage, hw, comm, precision, tokens, time_model=time_model)
                 rows.append(row_of(result, n, stage, link, engine.cluster.ranks[0].ledger.peak()))
                 if progress is not None:
                     progress(len(rows), total)
@@ -157,10 +164,12 @@ def crossover(rows, stage: int, link: str) -> int | None:
     return None
 
 
-def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware) -> float | None:
+def latency_bound_ranks(unit_params: float, tokens: int, hardware: Hardware, rate: float | None = None) -> float | None:
     """N at which a unit's gather, (N−1)α + 2Φ/β (large N), equals its forward 2ΦT/R: 1 + 2Φ(T/R − 1/β)/α.
-    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it."""
-    rate, link = hardware.device.rate(hardware.compute), hardware.link
+    None when bandwidth alone already exceeds the compute (T < R/β): no N hides it. `rate`: the FLOP/s compute
+    runs at (default the device's dense peak; kernel_time.TimeModel.gemm_rate for the calibrated one)."""
+    link = hardware.link
+    rate = hardware.device.rate(hardware.compute) if rate is None else rate
     slack = 2 * unit_params * (tokens / rate - 1 / link.bandwidth)  # seconds of compute left after the bytes
     if slack <= 0:
         return None

@@ -10,6 +10,7 @@
     _simulate.py      the discrete-event pass over the log
     _result.py        Timeline: intervals per (rank, stream), step time, exposed communication
     _chrome_trace.py  Chrome / Perfetto trace-event JSON
+    _kernel_time.py   the calibrated compute model: each kernel class at its achieved rate (TimeModel)
 
 The planner (which stage, strategy and micro-batch to run) is zerosim.analysis.planner, on top of this.
 """
@@ -23,10 +24,12 @@ from zerosim.analysis.timeline._cost import (
     ring_collective_time,
 )
 from zerosim.analysis.timeline._devices import A100_80GB_SXM, DEVICES, H100_SXM, Device, Hardware, get_device, get_link
+from zerosim.analysis.timeline._kernel_time import KernelTimes, TimeModel
 from zerosim.analysis.timeline._result import STREAMS, Interval, Timeline, category
 from zerosim.analysis.timeline._simulate import simulate
 
 __all__ = [
+    "KernelTimes", "TimeModel",
     "A100_80GB_SXM", "DEVICES", "Device", "H100_SXM", "Hardware", "Interval", "STREAMS", "Timeline", "category",
     "chrome_trace_events", "compute_time", "get_device", "get_link", "optimizer_bytes_per_element", "optimizer_time",
     "phase_time", "ring_collective_time", "simulate", "write_chrome_trace",

@@ -5,10 +5,15 @@ Letters: N ranks on the ring, α seconds per ring step, β bytes/s one rank send
 
 Ring collective. Each phase (a reduce-scatter, an all-gather, either half of an all-reduce) runs
 N−1 steps; in every step each rank sends one chunk to its right neighbour while receiving one from
-its left (full duplex, so the per-direction β applies). A step costs α + chunk/β, so a phase of
-equal chunks Ψ/N costs
+its left (full duplex, so the per-direction β applies). A step costs α + chunk/β, and a call costs NCCL's
+base latency once (zerosim.analysis.costs._links), so a phase of equal chunks Ψ/N costs
 
-    (N−1)·α + (N−1)·(Ψ/N)/β        and an all-reduce, two phases, 2(N−1)·α + 2(N−1)/N·Ψ/β.
+    base + (N−1)·α + (N−1)·(Ψ/N)/β   and an all-reduce, two phases, base + 2(N−1)·α + 2(N−1)/N·Ψ/β.
+
+A ring that spans m nodes (two link tiers) crosses between nodes m − 1 times per phase: those steps cost the
+network's α, the others NVLink's, as NCCL's tuning model charges them; its bytes move at the node's NICs'
+combined β (one NIC per rank of the ring in the node, capped by NVLink's): NCCL spreads a ring's channels over
+the NICs (phase_time).
 
 `call_time` takes the busiest rank's bytes for the whole phase (what it sent over the N−1 steps, from
 the trace) in place of (N−1)·Ψ/N. For equal chunks that is exact: every rank sends N−1 chunks of the
@@ -19,13 +24,15 @@ more. Real systems never see uneven chunks: NCCL's ncclAllGather / ncclReduceSca
 count for every rank (src/nccl.h.in), so DeepSpeed and FSDP pad each partition to equal size.
 
 Compute. A roofline: max(FLOPs / peak rate of the compute format, bytes read and written / HBM
-bandwidth). Launch overheads, kernel efficiency and caches are left out: this is the ceiling.
+bandwidth). Launch overheads, kernel efficiency and caches are left out: this is the ceiling. The calibrated
+model (_kernel_time.py, costs/_efficiency.py) charges each kernel class at its achieved rate.
 """
 
 from __future__ import annotations
 
 import math
 
+from zerosim.analysis.costs._links import ring_latency
 from zerosim.analysis.timeline._devices import get_link
 
 RING_PHASES = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2, "broadcast": 1}
@@ -36,18 +43,33 @@ def ring_steps(world_size: int) -> int:
     return max(int(world_size) - 1, 0)
 
 
-def phase_time(world_size: int, busiest_bytes: float, link) -> float:
-    """One ring phase: (N−1)·α + busiest rank's bytes over the phase / β (seconds)."""
+def phase_time(world_size: int, busiest_bytes: float, link, *, inter=None, nodes: int = 1, nics: int = 1,
+               base: bool = True) -> float:
+    """One ring phase: [the call's base latency] + (N−1)·α + busiest rank's bytes over the phase / β (seconds).
+
+    With `inter` (the link between nodes) and the `nodes` the ring spans, the steps are charged as NCCL charges
+    them (zerosim.analysis.costs._links): nodes − 1 of the N − 1 steps cross between nodes at `inter.alpha`, the rest at
+    `link.alpha`. The bytes move at min(β_link, nics · β_inter): NCCL runs a ring collective as several channels,
+    each entering and leaving a node through one NIC (src/graph/search.cc, `ncclTopoSelectNets`), so a ring whose
+    node holds `nics` of its ranks, one NIC each, crosses between nodes over all of them (tuning.cc: busBw =
+    nChannels · bwInter). `base`: charge the link's per-call latency (False for the second phase of an all-reduce,
+    one call to NCCL)."""
     steps = ring_steps(world_size)
     if steps == 0:
         return 0.0  # one rank: nothing crosses a link
-    return steps * link.alpha + busiest_bytes / link.bandwidth
+    crossings = 0 if inter is None else min(max(int(nodes) - 1, 0), steps)
+    alpha_inter = link.alpha if inter is None else inter.alpha
+    beta = link.bandwidth if inter is None else min(link.bandwidth, max(int(nics), 1) * inter.bandwidth)
+    latency = ring_latency(steps, crossings, link.alpha, alpha_inter, (link if inter is None else inter).base
+                           if base else 0.0)
+    return latency + busiest_bytes / beta
 
 
 def ring_collective_time(collective: str, buffer_bytes: float, world_size: int, link) -> float:
-    """A whole collective over a Ψ-byte buffer cut into N equal chunks: phases·[(N−1)·α + (N−1)·(Ψ/N)/β].
+    """A whole collective over a Ψ-byte buffer cut into N equal chunks: base + phases·[(N−1)·α + (N−1)·(Ψ/N)/β].
 
-    (Ψ: the buffer each rank holds before a reduce-scatter or all-reduce, and after an all-gather.)
+    (Ψ: the buffer each rank holds before a reduce-scatter or all-reduce, and after an all-gather; `base`: the
+    link's per-call latency, once per call as NCCL charges it.)
     `link`: a `zerosim.analysis.costs.Link` or its name in `zerosim.analysis.costs.LINKS` ("nvlink4", "ib_ndr", ...).
     """
     link = get_link(link)
@@ -57,7 +79,7 @@ def ring_collective_time(collective: str, buffer_bytes: float, world_size: int, 
     if n < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size!r}")
     sent = buffer_bytes if collective == "broadcast" else ring_steps(n) * buffer_bytes / n
-    return RING_PHASES[collective] * phase_time(n, sent, link)
+    return sum(phase_time(n, sent, link, base=phase == 0) for phase in range(RING_PHASES[collective]))
 
 
 def equal_chunk_bytes(call) -> int:

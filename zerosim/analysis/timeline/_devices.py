@@ -5,14 +5,11 @@ timeline charges every recorded event to it (_cost.py). Every number is a vendor
 roofline's ceiling, which real kernels reach only a fraction of (say so, or derate a device with
 `dataclasses.replace`, when comparing with a measured run).
 
-Links are `zerosim.analysis.costs._comm`'s presets (NVLink 4, PCIe 5, InfiniBand NDR, 100 GbE), already
-per direction (B) with a per-ring-step latency α. Their α are assumptions; NCCL's own cost model
-(src/graph/tuning.cc, `ncclTunerConstantsDefaults.hwLatencies`, ring + Simple protocol, the protocol
-for large messages) charges per ring step: NVLink 3.4 µs, PCI 5.7 µs, network 14 µs — plus a
-base latency of 8.4 µs per call, which this model leaves out. So nvlink4 (3 µs) and pcie5 (5 µs)
-sit close to NCCL's figures; ib_ndr (5 µs) sits near NCCL's LL / LL128 network figures (2.7 / 4 µs)
-and well below its Simple one (14 µs): optimistic for large messages across nodes. Pass any `Link`
-(e.g. `Link("NDR, NCCL Simple", 50e9, 14e-6, ...)`) to try others.
+Links are `zerosim.analysis.costs._comm`'s presets (NVLink 3 and 4, PCIe 5, InfiniBand HDR and NDR, 100 GbE),
+already per direction (B), with NCCL's own latencies (src/graph/tuning.cc, ring + Simple protocol, the protocol for
+large messages: zerosim/analysis/costs/_links.py): per ring step NVLink 3.4 µs, PCI 5.7 µs, network 14 µs, plus a
+base latency of 8.4 µs per call. Pass any `Link` (e.g. `Link("NDR, LL128", 50e9, 4e-6, "", 14e-6)`) to try others.
+Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5) and a rank's share of NVMe (`nvme`), α assumed.
 """
 
 from __future__ import annotations
@@ -73,13 +70,23 @@ A100_40GB_SXM = Device("A100 40GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, No
 H200_SXM = Device("H200 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * TERA, 4.8e12,
                   "NVIDIA H200 datasheet (SXM), dense, no sparsity")
 
+# torchtitan's benchmark GPUs (pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md): Meta's Grand Teton
+# H100s, "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit"; their peak "is between
+# SXM and NVL, and we don't know its exact value" (its footnote 2). zerosim takes the midpoint of the two datasheet
+# columns (H100 datasheet, dense: SXM 989.4 / NVL 835.5 TF BF16, 1978.9 / 1670.5 FP8, 66.9 / 60 FP32): 912.45 TF
+# BF16, 1824.7 FP8; an assumption, ±8.5 % at worst, said wherever the device's numbers are printed.
+H100_HBM2E = Device("H100 HBM2e 500 W (Grand Teton)", 63.45 * TERA, 63.45 * TERA, 912.45 * TERA, 1824.7 * TERA,
+                    2.4e12, "torchtitan benchmarks/llama3_h100_202412_torchtitan.md; peak: midpoint of H100 SXM "
+                    "and NVL (assumed)")
+
 # NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090 column: Peak FP16 and BF16 Tensor TFLOPS with FP32
 # accumulate 71 (142 with sparsity; the 142/284 "FP16 accumulate" figures do not apply to mixed precision, which
 # accumulates in FP32), peak FP32 35.6 TFLOPS, FP64 1/64 of FP32 (0.56), GDDR6X bandwidth 936 GB/s. No FP8.
 RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None, 936e9,
                   "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense")
 
-DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090}
+DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090,
+           "h100-hbm2e": H100_HBM2E}
 
 
 def get_device(device) -> Device:

@@ -27,7 +27,7 @@ earlier and overlaps the computes between it and the compute that needs it.
 is issued only after everything before it on that rank, and the next compute waits for the call
 to end whether it needs it or not.
 
-What is left out: kernel launch overheads and NCCL's per-call base latency, contention between a
+What is left out: kernel launch overheads, contention between a
 collective and compute for HBM and SMs (and between the two tiers' streams for NVLink and SMs), separate
 streams for gathers and reductions on one tier (DeepSpeed ZeRO-3 and FSDP use more than one), NCCL's
 hierarchical algorithms (tree, NVLS, CollNet: a ring is assumed), and CPU-side issue delays.
@@ -53,12 +53,12 @@ from zerosim.analysis.timeline._cost import (
 )
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._result import Timeline
-from zerosim.cluster import TRANSFERS, Call, Compute, OptimizerStep, busiest_bytes
+from zerosim.cluster import INTER, TRANSFERS, Call, Compute, OptimizerStep, busiest_bytes
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_format
 
 
-def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> Timeline:
+def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, costs=None) -> Timeline:
     """Place every event of `trace` in time on `hardware`; returns a `Timeline`.
 
     Args:
@@ -68,6 +68,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
         hardware: device, link and compute format (default `Hardware()`: H100 SXM, NVLink 4, fp16).
         overlap: communication on its own stream (True), or serialised with compute on each rank
             (False, DeepSpeed's overlap_comm=False).
+        costs: what a compute and an optimizer step take (a `kernel_time.KernelTimes`: each kernel class at its
+            achieved rate); None: the datasheet roofline (cost.py).
     """
     hw = Hardware() if hardware is None else hardware
     if not isinstance(hw, Hardware):
@@ -116,13 +118,16 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
                     col.append(v)
                 continue
             if kind is Compute:
-                took = compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm)
+                took = (compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm) if costs is None
+                        else costs.compute(ev))
             else:
                 if ev.optimizer not in states:
                     states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
                 # the reduced gradient's format
                 grad = _float_bytes(call_dtype[ev.needs[-1]], param_bytes) if ev.needs else param_bytes
-                took = optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
+                took = (optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
+                        if costs is None else costs.optimizer(ev.stop - ev.start, states[ev.optimizer], grad,
+                                                              param_bytes))
             ready[r] = start + took
             latest = max(latest, start + took)
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "device")):
@@ -148,7 +153,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
-            end = start + phase_time(ev.world_size, sent, hw.link_of(ev.tier))  # over groups: world_size is g
+            nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
+            end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
             comm_free[stream] = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
             if not overlap:
@@ -156,6 +162,30 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True) -> T
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
     return Timeline(log, n, hw, overlap, comp, calls)
+
+
+def call_time(call, sent: float, hw: Hardware, nodes: int) -> float:
+    """One phase of `call` on `hw`: over `hw.link` on one tier; a call whose rings leave a node and span `nodes`
+    nodes crosses between them nodes − 1 times at the inter link's α, its other steps at the link's α (NCCL's ring
+    latency, costs/_links.py), its bytes over the NICs of the ring's ranks in a node (cost.phase_time). The
+    per-call base latency is charged once: not again for an all-reduce's second (gather) phase."""
+    first = not (call.collective.endswith("all_reduce") and call.op == "gather")
+    if call.tier == INTER and hw.inter_link is not None:
+        nics = max(call.world_size // max(nodes, 1), 1)  # the ring's ranks in one node, one NIC each
+        return phase_time(call.world_size, sent, hw.link, inter=hw.inter_link, nodes=nodes, nics=nics, base=first)
+    return phase_time(call.world_size, sent, hw.link_of(call.tier), base=first)
+
+
+def nodes_spanned(trace, call) -> int:
+    """The most nodes one of `call`'s rings spans: its groups' members by node (the trace's gpus_per_node), or
+    ceil(n / G) for a call over the world; 1 without a topology."""
+    per_node = getattr(trace, "gpus_per_node", None)
+    if not per_node:
+        return 1
+    group = getattr(trace, "call_groups", {}).get(call.call)
+    if group is None:
+        return -(-call.world_size // per_node)
+    return max(len({m // per_node for m in ranks}) for ranks in group.members)
 
 
 def _float_bytes(dtype: str, default: int) -> int:

@@ -100,6 +100,22 @@ class LocoState:
     idx: int = 0  # the module-global `loco_idx`
     buffers: dict = field(default_factory=dict)  # key -> {rank: (intra Quantized, inter Quantized)}
 
+    def after_step(self, overflow: bool, ratio: float = 1.0) -> None:
+        """What DeepSpeed does to the errors once the step's loss scaler has decided (runtime/zero/stage3.py,
+        `_loco_err_buf_update`, called by `_overflow_check_and_loss_scale_update` after `_update_scale`; v0.19.5 and
+        the 0.19.6 head edaa722 alike): an overflowing step deletes every parameter's `intra_ef_buf` and
+        `inter_ef_buf`, so the next qgZ call starts from zero errors and resets `loco_idx` (the inf/NaN its
+        reduction folded into them goes with them); a clean step whose scale changed multiplies both buffers'
+        scales by ratio = new scale / old (`p.intra_ef_buf[1] *= scale`), as the errors are in scaled-gradient
+        units. The ratio is a power of two: the fp32 product is exact."""
+        if overflow:
+            self.buffers.clear()
+        elif ratio != 1.0:
+            for per_rank in self.buffers.values():
+                for pair in per_rank.values():
+                    for q in pair:  # in place: the ledger's rows hold these arrays
+                        np.multiply(q.scales, np.float32(ratio), out=q.scales)
+
 
 def _add16(a, b):
     return (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16)  # one fp16 add (__hadd2)

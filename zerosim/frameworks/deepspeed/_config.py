@@ -27,7 +27,20 @@ import numbers
 from dataclasses import dataclass
 
 from zerosim.analysis.costs import DeepSpeedBuckets
-from zerosim.frameworks.deepspeed._keys import BF16, FP16, OPTIMIZERS, TOP, TOP_OBJECTS, WHY_OBJECT, ZERO, ZERO_ALIASES
+from zerosim.frameworks.deepspeed._keys import (
+    BF16,
+    DYNAMIC_LIMITS,
+    FP16,
+    LIMITS,
+    OPTIMIZER_PARAMS,
+    OPTIMIZERS,
+    TOP,
+    TOP_OBJECTS,
+    WHY_OBJECT,
+    ZERO,
+    ZERO_ALIASES,
+    ZERO_AS_ONE,
+)
 from zerosim.models.hf import KeyStatus, read_json_object
 from zerosim.parallel.data import CommSchedule
 from zerosim.precision import MixedPrecision
@@ -120,7 +133,11 @@ class _Reader:
             }[base]
             extra = ' or "auto"' if "auto" in kind else ""
             raise ValueError(f"{self.where}: {name} must be {what}{extra}, got {v!r}")
-        return int(v) if base == "int" else float(v) if base == "float" else v
+        v = int(v) if base == "int" else float(v) if base == "float" else v
+        if name in LIMITS and not LIMITS[name][0](v):
+            _, words, why = LIMITS[name]
+            raise ValueError(f"{self.where}: {name} must be {words}, got {obj[key]!r} ({why})")
+        return v
 
     def report(self, key, value, status, note=""):
         self.keys.append(KeyStatus(key, value, status, note))
@@ -225,6 +242,8 @@ class _Reader:
             status, note = "no effect", "read at stage 3 only"
         elif status == "not modelled" and value == default:
             status, note = "no effect", "DeepSpeed's default: " + note
+        if key in ZERO_AS_ONE and value == 0 and status == "modelled":
+            note = ZERO_AS_ONE[key]
         self.report(name, raw_value, status, note)
 
     def section_precision(self, stage: int) -> tuple:
@@ -277,6 +296,7 @@ class _Reader:
             if static > 0:
                 scale = static
             else:  # DeepSpeed's DynamicLossScaler with the config's options (precision/_loss_scaling.py)
+                self.check_dynamic(fp16)
                 scale = "deepspeed"
                 options = (
                     ("init_scale", 2.0 ** self.value(FP16, "fp16.", "initial_scale_power", fp16)),
@@ -294,6 +314,18 @@ class _Reader:
             grad_accum=accum,
         )
         return policy, f"{compute}-mixed"
+
+    def check_dynamic(self, fp16: dict) -> None:
+        """What DeepSpeed checks with dynamic loss scaling on (DYNAMIC_LIMITS), and a first scale at its floor or above
+        (zerosim's scaler starts at 2**initial_scale_power and never goes below min_loss_scale)."""
+        for key, why in DYNAMIC_LIMITS.items():
+            if self.value(FP16, "fp16.", key, fp16) < 1:
+                raise ValueError(f"{self.where}: fp16.{key} must be > 0 with dynamic loss scaling (loss_scale 0), "
+                                 f"got {fp16[key]!r} ({why}; DeepSpeed refuses it too)")
+        power, floor = (self.value(FP16, "fp16.", k, fp16) for k in ("initial_scale_power", "min_loss_scale"))
+        if 2.0**power < floor:
+            raise ValueError(f"{self.where}: fp16.initial_scale_power {power} starts the scale at {2.0**power:g}, "
+                             f"below fp16.min_loss_scale {floor}: the scale never goes below its floor")
 
     def section_data_types(self):
         obj = self.raw.get("data_types", {})
@@ -357,7 +389,10 @@ class _Reader:
             ("gradient_accumulation_steps", gas),
         ):
             if v < 1:
-                raise ValueError(f"{self.where}: {name} comes to {v}, it must be at least 1 on {self.N} ranks")
+                given = ", ".join(f"{k} {self.raw[k]}" for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                               "gradient_accumulation_steps") if k in self.raw)
+                raise ValueError(f"{self.where}: {name} comes to {v} from {given} on {self.N} ranks; it must be at "
+                                 "least 1")
         if total != micro * gas * self.N:
             raise ValueError(
                 f"{self.where}: train_batch_size {total} is not train_micro_batch_size_per_gpu {micro} × "
@@ -384,8 +419,15 @@ class _Reader:
             raise ValueError(f'{self.where}: optimizer must be an object with a "type" string, got {obj!r}')
         kind = obj["type"].lower()
         params = obj.get("params", {})
+        if not isinstance(params, dict):
+            raise ValueError(f"{self.where}: optimizer.params must be an object (the optimizer's arguments), "
+                             f"got {params!r}")
+        for key, (ok, words) in OPTIMIZER_PARAMS.items():
+            if key in params and not ok(params[key]):
+                raise ValueError(f"{self.where}: optimizer.params.{key} must be {words}, got {params[key]!r} "
+                                 "(torch's optimizers refuse it too)")
         if kind == "sgd":
-            name = "sgd_momentum" if float(params.get("momentum", 0) or 0) > 0 else "sgd"
+            name = "sgd_momentum" if params.get("momentum", 0) > 0 else "sgd"
         elif kind in OPTIMIZERS:
             name = OPTIMIZERS[kind]
         else:
@@ -393,10 +435,8 @@ class _Reader:
                 f"{self.where}: optimizer type {obj['type']!r} is not one zerosim models "
                 f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})"
             )
-        if name == "muon" and stage > 1:
-            raise ValueError(f"{self.where}: Muon updates whole matrices: zerosim runs it at stages 0 and 1 only")
         self.report("optimizer.type", obj["type"], "modelled", f"zerosim's {name!r}: its state's bytes per parameter")
-        for key, v in params.items() if isinstance(params, dict) else ():
+        for key, v in params.items():
             self.report(f"optimizer.params.{key}", v, "no effect", "the update's numbers, not its memory or time")
         return name
 

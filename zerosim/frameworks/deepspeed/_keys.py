@@ -169,4 +169,59 @@ WHY_OBJECT = {
 
 # DeepSpeed's optimizer types (runtime/config.py, DEEPSPEED_OPTIMIZERS; the type is matched lower-cased) and the
 # zerosim optimizer with the same state.
-OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "lion": "lion", "muon": "muon"}
+# DeepSpeed's "muon" is MuonWithAuxAdam: Muon on the 2-D hidden matrices, AdamW on the rest (0.19.5
+# deepspeed/__init__.py set_optimizer_flags, runtime/engine.py _configure_basic_optimizer): zerosim's muon_adamw
+OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "fusedadam": "adam", "lion": "lion", "muon": "muon_adamw"}
+
+# Values DeepSpeed v0.19.5 refuses, or that would break it, per dotted key: (the test a value passes, its words, the
+# rule and where it is). The reader checks every value a file gives against these and names the file and the key;
+# nothing is coerced in silence (a 0 zerosim runs as 1 says so in the key's note: ZERO_AS_ONE).
+FP32_MAX = 3.4028234663852886e38
+_GE0 = (lambda v: v >= 0, "at least 0", "DeepSpeedZeroConfig: Field(ge=0) (runtime/zero/config.py)")
+LIMITS = {
+    **{f"zero_optimization.{k}": _GE0 for k in (
+        "reduce_bucket_size", "allgather_bucket_size", "sub_group_size", "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold", "stage3_model_persistence_threshold", "stage3_max_live_parameters",
+        "stage3_max_reuse_distance", "zero_hpz_partition_size")},
+    "zero_optimization.stage3_module_granularity_threshold": (lambda v: v >= 0, "at least 0",
+                                                              "a parameter count: 0 turns it off"),
+    "zero_optimization.mics_shard_size": (lambda v: v == -1 or v >= 1, "-1 (off) or at least 1",
+                                          "the ranks of a MiCS shard group"),
+    "fp16.loss_scale": (lambda v: 0 <= v <= FP32_MAX, "0 (dynamic) or a static scale up to fp32's largest, 3.4e38",
+                        "DeepSpeedFP16Config._validate_loss_scale, runtime/precision_config.py: '0 enables dynamic "
+                        "loss scaling'; the scale multiplies an fp32 loss"),
+    "fp16.hysteresis": (lambda v: v >= 1, "at least 1", "DynamicLossScaler.update_scale lowers the scale when "
+                        "cur_hysteresis reaches 1; from 0 it counts down past it and never does "
+                        "(runtime/fp16/loss_scaler.py)"),
+    "fp16.initial_scale_power": (lambda v: 0 <= v <= 127, "0 to 127", "the scale 2**power is held in fp32, where "
+                                 "2**128 overflows, and starts at min_loss_scale (at least 1) or above"),
+    "gradient_predivide_factor": (lambda v: v > 0, "> 0", "the gradients are divided by it"),
+    "steps_per_print": (lambda v: v >= 1, "at least 1", "DeepSpeed prints when global_steps % steps_per_print == 0"),
+}
+# fp16.loss_scale_window and fp16.min_loss_scale are checked only where DeepSpeed checks them, with dynamic loss
+# scaling on (DeepSpeedFP16Config._validate_dynamic_loss_scale_params): both must be > 0.
+DYNAMIC_LIMITS = {"loss_scale_window": "DynamicLossScaler.update_scale takes stable_interval % scale_window",
+                  "min_loss_scale": "the loss scale's floor collapses at 0"}
+# A 0 DeepSpeed accepts (ge=0) whose behaviour zerosim's schedule has at 1: said in the key's note, never silent.
+ZERO_AS_ONE = {
+    "reduce_bucket_size": "0: every parameter's gradient is reduced on its own (stage_1_and_2.py and stage3.py: a "
+                          "parameter larger than the bucket goes alone), which zerosim runs as a bucket of 1",
+    "stage3_max_live_parameters": "0: nothing is prefetched (partitioned_param_coordinator.py: min(max_live - live, "
+                                  "prefetch_bucket) <= 0), which zerosim runs as 1",
+}
+# optimizer.params zerosim reads the kind of, or that torch's optimizers check (torch/optim/adam.py, sgd.py
+# `__init__`: "Invalid learning rate", "Invalid epsilon value", "Invalid beta parameter", ...): (test, words).
+OPTIMIZER_PARAMS = {
+    "lr": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "eps": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "weight_decay": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "momentum": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "betas": (lambda v: isinstance(v, list) and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+              "two numbers in [0, 1)"),
+}
+
+
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

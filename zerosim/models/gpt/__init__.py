@@ -13,7 +13,9 @@ What both families share (the Decoder, seed 001's checkpointing strategies) is m
 """
 
 from zerosim.models._decoder import (
+                                     ALL_STRATEGIES,
                                      CHECKPOINTS,
+                                     COMPOSED,
                                      INIT_STD,
                                      STRATEGIES,
                                      UNITS,
@@ -32,7 +34,8 @@ from zerosim.models.gpt._mlp import FFNBlock, pack_mask, unpack_mask
 from zerosim.models.gpt._model import GPT
 
 __all__ = [
-    "AttentionBlock", "CHECKPOINTS", "Decoder", "Embedding", "FFNBlock", "GPT", "INIT_STD", "LMHead", "MetaGPT",
+    "ALL_STRATEGIES", "AttentionBlock", "CHECKPOINTS", "COMPOSED", "Decoder", "Embedding", "FFNBlock", "GPT",
+    "INIT_STD", "LMHead", "MetaGPT",
     "STRATEGIES", "TransformerBlock", "UNITS", "check_units", "embedding_backward", "embedding_forward", "every_k",
     "pack_mask", "strategy_blocks", "strategy_options", "unpack_mask",
 ]

@@ -20,7 +20,7 @@ is not modelled (the preset route never had a head entry to gather).
 from __future__ import annotations
 
 from zerosim.models.gpt._model import GPT
-from zerosim.models.meta._decoder import MetaDecoder, MetaLMLoss, MetaUnit
+from zerosim.models.meta._decoder import MetaDecoder, twin_loss, twin_units
 
 
 class MetaGPT(MetaDecoder):
@@ -32,14 +32,13 @@ class MetaGPT(MetaDecoder):
         name: what reports call it (default: the GPT's repr without P).
     """
 
-    def __init__(self, gpt: GPT, tied_head: bool = False, name: str | None = None):
+    def __init__(self, gpt: GPT, tied_head: bool = False, name: str | None = None, kernels: str = "fused",
+                 loss: str | None = None):
         if not isinstance(gpt, GPT):
             raise TypeError(f"MetaGPT twins a zerosim.models.GPT, got {type(gpt).__name__}")
-        units = [MetaUnit(u) for u in gpt.layers]
-        if tied_head:
-            head = gpt.layers[-1]
-            units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != "w_head"})
-        super().__init__(units, MetaLMLoss(), checkpoint_blocks=gpt.checkpoint_blocks)
+        units = twin_units(gpt.layers, kernels, "w_head" if tied_head else None)
+        super().__init__(units, twin_loss(kernels, loss, gpt.d_model), checkpoint_blocks=gpt.checkpoint_blocks)
+        self.kernels = kernels
         self.gpt, self.tied_head = gpt, tied_head
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
             gpt.vocab,
@@ -75,11 +74,14 @@ class MetaGPT(MetaDecoder):
         return model
 
     @classmethod
-    def from_config(cls, config, seq_len: int | None = None, **gpt_options) -> "MetaGPT":
+    def from_config(cls, config, seq_len: int | None = None, kernels: str = "fused", loss: str | None = None,
+                    **gpt_options) -> "MetaGPT":
         """The twin of the GPT a GPT-2 `DecoderConfig` (_config.py) describes, its head tied if the config ties it.
 
         The position table is the config's n_positions long (it is parameters); `seq_len`, when given, is only
-        checked against it. `gpt_options`: GPT's unit, attention, checkpoint."""
+        checked against it. `kernels`: "fused" (what zerosim's units keep) or "eager" (PyTorch eager's autograd,
+        models/meta/_eager.py); `loss`: models/meta/_loss_peak.py LOSSES (default: what the kernels imply).
+        `gpt_options`: GPT's unit, attention, checkpoint."""
         if config.layout != "gpt2":
             raise ValueError(f"{config.name!r} has Llama's blocks: use MetaLlama.from_config")
         if seq_len is not None and seq_len > config.max_positions:
@@ -89,7 +91,7 @@ class MetaGPT(MetaDecoder):
         activation = "relu" if relu else "gelu"
         gpt = GPT(config.vocab, config.d_model, config.n_heads, config.n_layers, config.max_positions,
                   activation=activation, **gpt_options)
-        return cls(gpt, tied_head=config.tied, name=config.name)
+        return cls(gpt, tied_head=config.tied, name=config.name, kernels=kernels, loss=loss)
 
     def __repr__(self) -> str:
         return f"MetaGPT({self.name!r}, {self.gpt!r}{', tied head' if self.tied_head else ''})"

@@ -8,6 +8,8 @@ cites each one's source and published parameter count).
 from zerosim.models.hf._config import (
                                        LLAMA_TYPES,
                                        MODEL_TYPES,
+                                       REQUIRED,
+                                       WHAT_NONE_MEANS,
                                        DecoderConfig,
                                        KeyStatus,
                                        read_hf_config,
@@ -16,5 +18,5 @@ from zerosim.models.hf._config import (
                                        shipped_configs,
 )
 
-__all__ = ["DecoderConfig", "KeyStatus", "LLAMA_TYPES", "MODEL_TYPES", "read_hf_config", "read_json_object",
-           "shipped_config", "shipped_configs"]
+__all__ = ["DecoderConfig", "KeyStatus", "LLAMA_TYPES", "MODEL_TYPES", "REQUIRED", "WHAT_NONE_MEANS", "read_hf_config",
+           "read_json_object", "shipped_config", "shipped_configs"]

@@ -8,7 +8,8 @@ Model types built: "llama", "mistral", "qwen2" (zerosim's Llama: RMSNorm, groupe
 embeddings, SwiGLU; Qwen2 adds q/k/v biases) and "gpt2" (zerosim's GPT). Key names and defaults are
 transformers' (models/llama/configuration_llama.py `LlamaConfig`, mistral/configuration_mistral.py
 `MistralConfig`, qwen2/configuration_qwen2.py `Qwen2Config`, gpt2/configuration_gpt2.py `GPT2Config`): a key left
-out takes the class default, as `from_pretrained` does. Every key is reported with a status:
+out takes the class default, as `from_pretrained` does, and is named in `defaults` — except the keys that size a
+weight (`REQUIRED`), which are refused when missing. Every key of the file is reported with a status:
 
     modelled      it sets the shape or the numerics zerosim runs (hidden_size, num_key_value_heads, rms_norm_eps, ...)
     no effect     it changes nothing in a training step's memory or FLOPs (token ids, use_cache, torch_dtype, ...)
@@ -98,6 +99,25 @@ DEFAULTS = {
     ),
 }
 
+# Keys that set the size of a weight, per model type: refused when missing. Every config.json transformers saves
+# holds them (configuration_utils.py `PreTrainedConfig.to_diff_dict`, which `save_pretrained` writes through
+# `to_json_file(use_diff=True)`, keeps every key the base PreTrainedConfig lacks), so a file without one was cut
+# short or written by hand; `from_pretrained` would silently build the class default (a Llama of hidden_size 4096
+# and 32 layers from a file that names neither) — a model of another size, which no number here should stand on.
+# The other keys the reader uses take the class default and are named in the output (`DecoderConfig.defaults`):
+# old releases' files leave some out on purpose (Llama 1 has no num_key_value_heads, GPT-2 no tie_word_embeddings).
+REQUIRED = {
+    **{mt: ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+       for mt in LLAMA_TYPES},
+    "gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),  # n_positions: the position table's rows
+}
+CONFIG_CLASSES = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config", "gpt2": "GPT2Config"}
+WHAT_NONE_MEANS = {  # a default of None, as the config class reads it
+    "num_key_value_heads": "num_attention_heads: multi-head attention",
+    "head_dim": "hidden_size // num_attention_heads",
+    "n_inner": "4·n_embd",
+}
+
 # Keys that change nothing in a training step's memory or FLOPs (ids, inference-only settings, bookkeeping).
 NO_EFFECT = {
     "architectures",
@@ -185,6 +205,7 @@ class DecoderConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6  # GPT-2: layer_norm_epsilon
     keys: tuple = ()  # (KeyStatus, ...), one per key of the file
+    defaults: tuple = ()  # (KeyStatus "default", ...), one per key the reader used that the file leaves out
 
     @property
     def layout(self) -> str:
@@ -286,9 +307,27 @@ def read_hf_config(source, name: str | None = None) -> DecoderConfig:
         found = [k for k in keys if raw.get(k) not in (None, 0, 1) or (k in MULTIMODAL_KEYS and k in raw)]
         if found:
             raise ValueError(f"{where}: {', '.join(found)} make this {what}, which zerosim does not build")
+    missing = [k for k in REQUIRED[mt] if k not in raw]
+    if missing:
+        taken, it = ", ".join(f"{k}={DEFAULTS[mt][k]}" for k in missing), "them" if len(missing) > 1 else "it"
+        raise ValueError(f"{where}: {', '.join(missing)} missing: {'they set' if len(missing) > 1 else 'it sets'} the "
+                         f"model's size, and every config.json transformers saves holds them; transformers' "
+                         f"{CONFIG_CLASSES[mt]} would quietly take {taken} (a model of another size). Give {it} as "
+                         f"the model has {it}")
     values = {**DEFAULTS[mt], **raw}
     reader = _read_gpt2 if mt == "gpt2" else _read_llama
-    return reader(values, raw, name, where)
+    return replace(reader(values, raw, name, where), defaults=_defaults(mt, raw))
+
+
+def _defaults(mt: str, raw: dict) -> tuple:
+    """A KeyStatus "default" for each key of the class defaults the file leaves out: what zerosim took instead."""
+    out = []
+    for key, value in DEFAULTS[mt].items():
+        if key not in raw:
+            means = f" (= {WHAT_NONE_MEANS[key]})" if value is None and key in WHAT_NONE_MEANS else ""
+            out.append(KeyStatus(key, value, "default", f"not in the file: transformers' {CONFIG_CLASSES[mt]} "
+                                                         f"default{means}"))
+    return tuple(out)
 
 
 def _int(values, key, where, minimum=1):

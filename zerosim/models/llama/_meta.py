@@ -22,7 +22,7 @@ would gather that weight a second time for the head; the second gather is not mo
 from __future__ import annotations
 
 from zerosim.models.llama._model import Llama
-from zerosim.models.meta._decoder import MetaDecoder, MetaLMLoss, MetaUnit
+from zerosim.models.meta._decoder import MetaDecoder, twin_loss, twin_units
 
 
 class MetaLlama(MetaDecoder):
@@ -34,14 +34,13 @@ class MetaLlama(MetaDecoder):
         name: what reports call it.
     """
 
-    def __init__(self, llama: Llama, tied_head: bool = False, name: str | None = None):
+    def __init__(self, llama: Llama, tied_head: bool = False, name: str | None = None, kernels: str = "fused",
+                 loss: str | None = None):
         if not isinstance(llama, Llama):
             raise TypeError(f"MetaLlama twins a zerosim.models.Llama, got {type(llama).__name__}")
-        units = [MetaUnit(u) for u in llama.layers]
-        if tied_head:
-            head = llama.layers[-1]
-            units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != "lm_head"})
-        super().__init__(units, MetaLMLoss(), checkpoint_blocks=llama.checkpoint_blocks)
+        units = twin_units(llama.layers, kernels, "lm_head" if tied_head else None)
+        super().__init__(units, twin_loss(kernels, loss, llama.d_model), checkpoint_blocks=llama.checkpoint_blocks)
+        self.kernels = kernels
         self.gpt = self.llama = llama  # `gpt`: the name MetaGPT gives its model, kept for callers that read it
         self.tied_head = tied_head
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
@@ -60,15 +59,18 @@ class MetaLlama(MetaDecoder):
         self._index_specs()
 
     @classmethod
-    def from_config(cls, config, seq_len: int | None = None, **llama_options) -> "MetaLlama":
+    def from_config(cls, config, seq_len: int | None = None, kernels: str = "fused", loss: str | None = None,
+                    **llama_options) -> "MetaLlama":
         """The twin of the Llama a `DecoderConfig` (_config.py) describes, its head tied if the config ties it.
 
-        `seq_len` defaults to the config's max_position_embeddings; `llama_options`: unit, attention, checkpoint."""
+        `seq_len` defaults to the config's max_position_embeddings; `kernels`: "fused" (zerosim's units) or "eager"
+        (PyTorch eager's autograd, models/meta/_eager.py); `loss`: models/meta/_loss_peak.py LOSSES (default: the
+        kernels'); `llama_options`: unit, attention, checkpoint."""
         if config.layout != "llama":
             raise ValueError(f"{config.name!r} has GPT-2's blocks: use MetaGPT.from_config")
         untied = config.with_(tied=False)  # the real Llama is untied; the twin drops the head's weight below
         llama = Llama.from_config(untied, seq_len, **llama_options)
-        model = cls(llama, tied_head=config.tied, name=config.name)
+        model = cls(llama, tied_head=config.tied, name=config.name, kernels=kernels, loss=loss)
         if model.num_params != config.num_params:  # the config's own count and the twin's flat layout agree
             raise ValueError(
                 f"{config.name!r}: the config counts {config.num_params:,} parameters, its Llama {model.num_params:,}"

@@ -22,28 +22,50 @@ import math
 import numpy as np
 
 from zerosim.models._model import Model
-from zerosim.models.layers._basic import Layer
+from zerosim.models.layers._basic import Layer, acc_dtype
 from zerosim.models.layers._lm_loss import LMCrossEntropy
 from zerosim.models.meta._arrays import like, source_arrays, zeros_without_memory
+from zerosim.models.meta._eager import eager_spec
+from zerosim.models.meta._loss_peak import LOSSES, loss_spec
+from zerosim.models.meta._sac import is_block, sac_spec
 from zerosim.precision import get_format
 
 
 class MetaUnit(Layer):
-    """A data-less twin of a real unit: the same name, parameters, saved tensors, output shape and FLOPs."""
+    """A data-less twin of a real unit: the same name, parameters, saved tensors, output shape and FLOPs.
 
-    def __init__(self, unit: Layer, param_shapes: dict | None = None):
+    `saved(x_shape, fmt)`, when given, replaces the unit's own `saved_spec`: what another implementation of the same
+    unit keeps (_eager.py: PyTorch eager mode's autograd)."""
+
+    def __init__(self, unit: Layer, param_shapes: dict | None = None, saved=None):
         super().__init__(unit.name)
         self.unit = unit
         self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
-        self.saves_input_only = unit.saves_input_only
+        self.saved = saved
+        self.saves_input_only = unit.saves_input_only and saved is None
+
+    def spec(self, x_shape, fmt) -> dict:
+        """{name: (shape, dtype)} this twin's forward saves for an input of x_shape."""
+        return (self.saved or self.unit.saved_spec)(tuple(x_shape), get_format(fmt))
 
     def forward(self, p, x, fmt):
         f = get_format(fmt)
-        if self.unit.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
+        if self.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
             cache = {"input": x}
         else:
-            cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.unit.saved_spec(x.shape, f).items()}
+            cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.spec(x.shape, f).items()}
         return like(x, self.unit.output_shape(x.shape), f.dtype), cache
+
+    def checkpoint_keep(self, x, fmt) -> dict:
+        """What op-level selective checkpointing keeps at this unit's checkpoint besides its input (_sac.py): a
+        block's saved products and SDPA outputs; the embedding's and head's whole cache (torchtitan does not
+        checkpoint them), their input left out (the checkpoint holds it)."""
+        f = get_format(fmt)
+        if is_block(self.unit):
+            spec = sac_spec(self.unit, x.shape, f)
+        else:
+            spec = dict(list(self.spec(x.shape, f).items())[1:]) if not self.saves_input_only else {}
+        return {name: like(x, shape, dtype) for name, (shape, dtype) in spec.items()}
 
     def backward(self, p, dy, cache, fmt):
         dtype = get_format(fmt).dtype
@@ -62,18 +84,48 @@ class MetaUnit(Layer):
 
 
 class MetaLMLoss(LMCrossEntropy):
-    """The LM loss without values: NaN, and the real loss's cache (`LMCrossEntropy.saved_spec`) as MetaArrays."""
+    """The LM loss without values: NaN, and what the loss holds at its peak as MetaArrays: the real loss's cache
+    (`LMCrossEntropy.saved_spec`, variant "probabilities"), or another implementation's (_loss_peak.py)."""
 
     name = "meta-lm-xent"
 
+    def __init__(self, variant: str = "probabilities", d_model: int = 1):
+        if variant not in LOSSES:
+            raise ValueError(f"unknown loss {variant!r}; choose one of {LOSSES}")
+        self.variant, self.d_model = variant, d_model
+
+    def spec(self, y_shape, y_dtype) -> dict:
+        B, L, V = y_shape
+        if self.variant == "probabilities":
+            return self.saved_spec(y_shape, y_dtype)
+        return loss_spec(self.variant, B, L, V, self.d_model, acc_dtype(get_format(np.dtype(y_dtype))))
+
     def forward(self, y, target):
-        return math.nan, {
-            name: like(y, shape, dtype) for name, (shape, dtype) in self.saved_spec(y.shape, y.dtype).items()
-        }
+        return math.nan, {name: like(y, shape, dtype) for name, (shape, dtype) in self.spec(y.shape, y.dtype).items()}
 
     def backward(self, cache, fmt, scale=1.0):
-        BL, V = cache["probabilities"].shape
-        return like(cache["probabilities"], (*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute fmt
+        V = next(iter(cache.values())).shape[1]
+        return like(cache["labels"], (*cache["labels"].shape, V), get_format(fmt).dtype)  # (B, L, V) compute fmt
+
+
+KERNELS = ("fused", "eager")  # what a unit keeps: zerosim's own (fused) kernels, or PyTorch eager's (_eager.py)
+LOSS_OF = {"fused": "probabilities", "eager": "eager"}  # the loss each kernel choice runs unless told otherwise
+
+
+def twin_units(layers, kernels: str, tied: str | None) -> list:
+    """MetaUnits for a decoder's units, keeping what `kernels` keeps; the head without its `tied` weight."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    units = [MetaUnit(u, saved=eager_spec(u) if kernels == "eager" else None) for u in layers]
+    if tied is not None:
+        head = layers[-1]
+        units[-1] = MetaUnit(head, {k: v for k, v in head.param_shapes.items() if k != tied}, units[-1].saved)
+    return units
+
+
+def twin_loss(kernels: str, loss: str | None, d_model: int) -> "MetaLMLoss":
+    """The loss a twin runs: `loss` (_loss_peak.LOSSES), or the one its kernels imply (LOSS_OF)."""
+    return MetaLMLoss(LOSS_OF[kernels] if loss is None else loss, d_model)
 
 
 class MetaDecoder(Model):

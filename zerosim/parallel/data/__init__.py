@@ -19,12 +19,13 @@ The step, one file per piece (read _engine.py first: `step` + `_micro_step` name
     _hooks.py         the named pieces a learner may replace (the exercises plug in there)
     _comm_schedule.py CommSchedule: bucket sizes and prefetch under DeepSpeed's and FSDP's names
 
-and four folders, each an idea of its own:
+and five folders, each an idea of its own:
 
     recipes/     the frameworks' gradient recipes (DDP, DeepSpeed ZeRO-1/2 and ZeRO-3, FSDP2) and their buckets
     layouts/     how a sharded buffer is cut: flat, or per parameter
     multinode/   the strategies' groups and the replicas' all-reduce
     zeropp/      fewer bits on the wire: ZeRO++ qwZ/qgZ, torchao's fp8 all-gather
+    muon/        Muon on sharded state: who gathers each matrix, who orthogonalises it, who receives the update
 """
 
 from zerosim.parallel.data._clipping import clip_coefficient, norm_error_bound

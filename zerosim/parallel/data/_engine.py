@@ -37,6 +37,7 @@ from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
+from zerosim.parallel.data._carried import carry
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -48,7 +49,9 @@ from zerosim.parallel.data._state import check_given, check_namespace, init_rank
 from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
-from zerosim.parallel.data.multinode._groups import check_recipe, default_recipe, mesh_groups
+from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe, mesh_groups
+from zerosim.parallel.data.muon._plans import check_matrix_optimizer
+from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
 from zerosim.parallel.data.recipes._recipes import GradientRecipe
 from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, check_qgz_engine
@@ -65,7 +68,8 @@ class ZeroEngine:
         stage: 0 (plain data parallel), 1 (shard optimizer state), 2 (+ gradients), 3 (+ parameters); or a
             strategy for many nodes by name (plan.STRATEGIES: "hsdp", "hsdp_no_sync", "mics", "mics_hierarchical",
             "hpz", "no_reshard", "reshard_to_group", "full_shard" = 3), each stage 3 with groups.
-        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan; Muon at stages 0/1 only).
+        optimizer: a `zerosim.optim` optimizer (Adam, AdamW, SGD, Lion, Adan, Muon, MuonAdamW: Muon's
+            `sharding` says how stages 1-3 bring its matrices together, parallel/data/muon).
         precision: a preset name ("fp16-mixed", "bf16-mixed", "fp32", "fp16-pure", "bf16-pure", ...)
             or a `MixedPrecision` (its `grad_accum` sets the accumulation format).
         checkpoint: recompute activations in backward instead of keeping them (seed 004); None (default): as the
@@ -129,12 +133,16 @@ class ZeroEngine:
         check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
-        self.groups = mesh_groups(plan, cluster, shard_group)  # the world, or the strategy's groups (_groups.py)
+        self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
+        # the world, or the strategy's groups, cut from what the other parallelisms' dims leave (_groups.py)
+        self.groups = mesh_groups(plan, cluster, shard_group, **self.parallelisms.degrees)
         self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
+        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
+        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
+        check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
         self.hooks = hooks if hooks is not None else Hooks()
-        self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
         self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
         # _flat.py or _partition.py, over the world or (HSDP, MiCS) over each shard group
@@ -147,7 +155,16 @@ class ZeroEngine:
         for rank in cluster.ranks if states is not None else ():
             check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
                         states.get(rank.index, {}))
-        padded = self._initial_padded(params) if states is None else None  # (Ψ,) float64 or float32
+        here = [r.index for r in cluster.ranks]
+        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
+        if own and params is not None:
+            raise ValueError(f"params= and a parallelism that gives every rank its own weights "
+                             f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")
+        # (Ψ,) float64 or float32: every rank's, or (tensor parallelism) each rank's own
+        padded = self._initial_padded(params) if states is None and len(own) < cluster.local_size else None
+        laid = {}  # one padded copy per distinct vector (the TP ranks of one slice share theirs)
+        for r, w in own.items():
+            own[r] = laid[id(w)] = laid[id(w)] if id(w) in laid else self._initial_padded(w)
         if wire is not None:
             if not isinstance(wire, Wire):
                 raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
@@ -163,7 +180,7 @@ class ZeroEngine:
         self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
-                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, padded,
+                init_rank(rank, plan, self.layout, self.precision, self.recipe, optimizer, own.get(rank.index, padded),
                           None if states is None else states[rank.index])
         self.parallelisms.setup(self.ctx)
         for rank in cluster.ranks:
@@ -197,7 +214,7 @@ class ZeroEngine:
         i, K = self.iteration + 1, self.accumulation_steps
         trace.record(StepBoundary(i, "begin", K))
         try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
-            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"):
+            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(ctx):  # refused: no trace
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 with phase("reduce gradients"):  # stage 0: all-reduce, stage 1: reduce-scatter; 2/3: done already
                     waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last[-1])
@@ -208,7 +225,7 @@ class ZeroEngine:
                         grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
                         if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
                             checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
-            self.iteration = i
+            self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
             if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
                 self.t += 1
                 with phase("optimizer step"), trace.about(step=i, micro=K - 1):
@@ -245,7 +262,6 @@ class ZeroEngine:
             if params:
                 params.release_all()
             last = grads.flush() if grads is not None else Handle()
-        self.ddp_rebuilt |= grads is not None and k == self.accumulation_steps - 1  # DDP rebuilds at the next forward
         return [work.loss for work in passes], last
 
     def _grad_buckets(self, k: int):
@@ -262,6 +278,7 @@ class ZeroEngine:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
         bucketed = self.comm.reduce_bucket_size is not None or self.recipe.reduction == "ddp"  # DDP always buckets
+        bucketed &= self.recipe.rules.collective != "aligned all-reduce"  # BF16_Optimizer: one call, at the end
         return self.plan.reduces_per_unit or (bucketed and k == self.accumulation_steps - 1)
 
     # -- looking inside (notebooks and tests may look at any rank) -------------------------------

@@ -109,10 +109,8 @@ class Plan:
         return self.end_of_backward is None
 
     def end_reduction(self, elementwise_optimizer: bool = True) -> str | None:
-        """The collective at the end of backward. A matrix optimizer (Muon) needs whole reduced matrices on every
-        rank, so where the plan would reduce-scatter it all-reduces (parallel/data/_update.py)."""
-        if self.end_of_backward == "reduce_scatter" and not elementwise_optimizer:
-            return "all_reduce"
+        """The collective at the end of backward, for any optimizer: a matrix optimizer (Muon) reduce-scatters too,
+        as Moonshot's Distributed Muon does, and brings its matrices together after (parallel/data/muon)."""
         return self.end_of_backward
 
     def sizes(self, whole, shard) -> dict:

@@ -19,6 +19,7 @@ from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
 from zerosim.parallel.data.multinode import _replicate as replicate
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
 from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
 from zerosim.parallel.data.recipes._param_buckets import ready_order
 from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
@@ -115,7 +116,7 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
               for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
     sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
     places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in ranks]  # views of shards
-    n, wire, how = ctx.cluster.world_size, policy.reduce_format, ctx.plan.replicate
+    n, wire, how = ctx.mesh.world.size, policy.reduce_format, ctx.plan.replicate  # N: the data-parallel ranks
     op = averaging.reduce_op(policy, n, recipe)
     kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives
     direct = first and kept and places[0].dtype == wire.dtype and how is None  # the result lands in the shard itself
@@ -147,10 +148,12 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     with counts [lo, hi) ∩ shard_r (none for the whole buffer: its chunks are the shards). Writes the result
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    if recipe.rules.collective == "aligned all-reduce":  # DeepSpeed's BF16_Optimizer: the whole buffer, one call
+        return all_reduce_aligned(ctx, layers)
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
         mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
         return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
-    n, wire = cluster.world_size, policy.reduce_format
+    n, wire, group = ctx.mesh.world.size, policy.reduce_format, ctx.mesh.world  # the data-parallel ranks
     op = averaging.reduce_op(policy, n, recipe)
     whole = (lo, hi) == (0, layout.padded)
     counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
@@ -162,7 +165,8 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
         else:
             collective = all_reduce if how == "all_reduce" else reduce_scatter
             out = collective(
-                cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts
+                cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts,
+                group=group,
             )
     for rank, result in zip(ranks, out):
         result = averaging.after_reduce(result, policy, n, recipe)

@@ -25,6 +25,7 @@ import numpy as np
 from zerosim.cluster import GradClip, Handle, LossScaleUpdate
 from zerosim.collectives import all_reduce
 from zerosim.parallel.data import _clipping as clipping
+from zerosim.parallel.data._carried import after_decision
 from zerosim.precision import StepDecision
 
 
@@ -59,6 +60,7 @@ def all_reduce_overflow(ctx, reduced: list, scaler, step: int, t: int) -> tuple:
     for flag in flags:
         flag.free()
     decision = scaler.update(bool(found))  # may raise LossScaleAtMinimum: the same on every rank
+    after_decision(ctx, decision)  # LoCo's errors: dropped by a skip, rescaled by a new scale (carried.py)
     cluster.trace.record(LossScaleUpdate(step, t + (0 if decision.skip else 1), scaler.kind, bool(found), decision.skip,
                                          decision.scale_before, decision.scale_after, decision.message, agreed.handle))
     return decision, agreed.handle

@@ -3,9 +3,9 @@
 Optimizers are elementwise (optim/_base.py), so stepping a rank's shard equals stepping the same
 slice of the whole vector, bit for bit: that is what lets ZeRO shard optimizer state at all.
 A matrix optimizer (Muon) needs whole matrices: at stage 0 every rank steps the whole model; at
-stage 1 (the "distributed Muon" of Moonlight, Liu et al. 2025) each rank updates its own shard of
-the momentum, the momentum is all-gathered (one extra fp32 all-gather per step) so every rank can
-orthogonalise whole matrices, and each rank applies only its own part of the update.
+stages 1-3 each rank forms the momentum and Nesterov input on its shard, and the plan its `sharding` names
+(parallel/data/muon: gather-everywhere, owner-per-matrix, Moonshot's Distributed Muon) brings each matrix
+together for Newton-Schulz and hands every rank its slice of the update.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.cluster import OptimizerStep
-from zerosim.collectives import all_gather
 from zerosim.optim import step_in_blocks, widened
-from zerosim.optim._by_matrix import matrix_shape, step_by_matrix
+from zerosim.optim._by_matrix import step_by_matrix
 from zerosim.parallel.data._state import master_of, own_params
+from zerosim.parallel.data.muon._step import muon_update
 from zerosim.parallel.data.recipes import _averaging as averaging
 
 
@@ -24,7 +24,7 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     """Each rank's `reduced` gradient region as the optimizer reads it — averaged over N ranks and K micro-steps
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
-    n, ranks = ctx.cluster.world_size, ctx.ranks
+    n, ranks = ctx.mesh.world.size, ctx.ranks  # N: the data-parallel ranks
     made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
                                 ranks)  # elementwise, each rank's own region: on the pool
     tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition
@@ -35,8 +35,9 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
     """Every local rank's optimizer step `t` from its (region,) fp32 gradient, one rank at a time, then the
     gradients freed; logs an `OptimizerStep` per rank that waited for `needs` (with the intermediates, and the
     `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices)."""
-    if not optimizer.elementwise and ctx.plan.shards("optimizer"):
-        _muon_sharded(ctx, optimizer, specs, grads32, reduced, t, needs)
+    if not optimizer.elementwise and ctx.plan.shards("optimizer"):  # Muon on shards: parallel/data/muon
+        muon_update(ctx, optimizer, specs, grads32, reduced, t, needs,
+                    lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step))
     else:  # each rank's region on the cluster's pool; the OptimizerStep events in rank order after
         ranks = ctx.ranks
         ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs),
@@ -47,8 +48,8 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
 
 def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> OptimizerStep:
     """Optimizer step on rank's region in the update format, then round into its 16-bit params; returns its
-    `OptimizerStep` event for the caller to record. `step(w, state)` replaces the optimizer's own step (ZeRO-1
-    Muon uses it)."""
+    `OptimizerStep` event for the caller to record. `step(w, state)` replaces the optimizer's own step (sharded
+    Muon applies its slice of the update there)."""
     plan, layout, policy = ctx.plan, ctx.layout, ctx.policy
     keep = ctx.cluster.trace.keep_values
     # the gradient as the optimizer reads it, and as it was reduced (still loss-scaled, in the reduced format)
@@ -92,23 +93,3 @@ def _round_into(own, w, policy, t: int, draws) -> None:
             own[...] = w
     else:
         own[...] = policy.round_weights(w, t, draws)
-
-
-def _muon_sharded(ctx, opt, specs, grads32: list, reduced: list, t: int, needs: tuple) -> None:
-    """ZeRO-1 Muon: shard the momentum, all-gather it, orthogonalise whole matrices, apply own part."""
-    cluster, layout, ranks = ctx.cluster, ctx.layout, ctx.ranks
-    own = [layout.own(rank.index) for rank in ranks]
-    for rank, g32, mine in zip(ranks, grads32, own):  # g32: (Ψ,) the whole averaged gradient
-        opt.momentum_(rank.optim["b"].array, g32[mine])  # (s,) fp32 momentum shard
-    with cluster.trace.about(purpose="optimizer", layers=()):
-        gathered = all_gather(cluster, [rank.optim["b"].array for rank in ranks], tag="muon momentum")
-    for rank, g32, b, mine, red in zip(ranks, grads32, gathered, own, reduced):
-        held = rank.ledger.adopt("muon momentum (gathered)", b, "comm")  # (Ψ,) fp32, transient
-        update = np.zeros_like(g32)  # (Ψ,) fp32: every rank computes the whole matrices' updates
-        for spec in specs:
-            window, shape = slice(spec.offset, spec.offset + spec.size), matrix_shape(spec.shape)
-            update[window] = opt.direction(g32[window].reshape(shape), b[window].reshape(shape))[0].reshape(-1)
-        event = _update(ctx, opt, specs, rank, g32[mine], red, t, needs,
-                        step=lambda w, state, u=update[mine]: opt.apply_(w, u))
-        ctx.cluster.trace.record(event)
-        held.free()

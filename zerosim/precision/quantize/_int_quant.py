@@ -123,7 +123,8 @@ def quantize(x, bits: int = 8, groups: int | None = None) -> Quantized:
     x16 = _check(x, bits, groups)
     s = group_scales(x16, bits, groups)
     q = to_integers(x16, s, bits)
-    sent = (np.float32(1) / s).astype(np.float32)  # Params::store: 1 / scale
+    with np.errstate(divide="ignore"):  # an inf group (an overflowing step, then skipped): s = 0, 1/s = inf, silently
+        sent = (np.float32(1) / s).astype(np.float32)  # Params::store: 1 / scale
     return Quantized(pack_int4(q) if bits == 4 else q, sent, bits, x16.size)
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+from zerosim.outputs import check_file, write_atomic
 from zerosim.teaching.assignments._assignment import VISIBILITY, Assignment
 from zerosim.teaching.exercises._sandbox import grade_file
 
@@ -38,6 +39,9 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
                 r = grade_file(t.exercise.name, path, time_limit, where=t.where)
             except ValueError as e:  # the file defines no such function: the student's own usage mistake, one line
                 passed, out = False, str(e)
+            except OSError as e:  # the grader could not start the test (no process, no pipe): still a result, said
+                passed, out = False, (f"the grader could not run this test ({type(e).__name__}: {e}), through no "
+                                      "fault of yours")
             else:
                 passed = r.passed
                 out = f"passed all {r.cases} cases" if passed else r.counterexample.replace("\n", " ")
@@ -53,14 +57,17 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
             "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
-def write_results(results: dict, path: str) -> None:
-    """Write `results` (checked first) as JSON at `path`, whole or not at all."""
+def write_results(results: dict, path: str, flag: str = "") -> None:
+    """Write `results` (checked first) as JSON at `path`, whole or not at all (checked as an output first:
+    zerosim/outputs.py; `assignment grade --results` checks it before grading too)."""
     check_results(results)
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(path + ".tmp", path)
+    check_file(path, flag)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
+
+    write_atomic(path, write, flag)
 
 
 def check_results(r: dict) -> None:

@@ -18,6 +18,12 @@ default G: a node), R = N / S replicas.
     intra      within each shard group, one node            ... then within each node (`param_intra_node_group`)
 
 A flat cluster with the flat stages uses the world for everything, as before.
+
+Beside tensor parallelism (`tp` = T > 1: parallel/tensor/), data parallelism runs over what the world leaves, as
+torchtitan's FSDP runs over the "dp_shard" sub-mesh after TP (parallelize_llama.py, apply_fsdp on
+world_mesh["dp_shard_cp"]): every group above is cut from `ParallelDims(N, ..., tp=T)` (parallel/_dims.py), whose TP
+dim is innermost, so "world" becomes each TP rank's data-parallel group (the N / T ranks with its TP coordinate,
+torchtitan's "dp"), and ZeRO shards each TP rank's slice over it. `tp = 1` builds the groups exactly as before.
 """
 
 from __future__ import annotations
@@ -67,8 +73,11 @@ def default_size(plan, cluster, size) -> int | None:
     return int(size)
 
 
-def mesh_groups(plan, cluster, size: int | None = None) -> MeshGroups:
-    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked; default GPUs per node)."""
+def mesh_groups(plan, cluster, size: int | None = None, tp: int = 1) -> MeshGroups:
+    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked; default GPUs per node), beside
+    tensor parallelism of degree `tp` (the data-parallel groups are then the mesh's data dims: module docstring)."""
+    if tp != 1:
+        return _beside_tp(plan, cluster, size, tp)
     n, world = cluster.world_size, cluster.world
     s = default_size(plan, cluster, size)
     if s is None:
@@ -90,6 +99,44 @@ def mesh_groups(plan, cluster, size: int | None = None) -> MeshGroups:
                       dims=dims)
 
 
+def _beside_tp(plan, cluster, size, tp: int) -> MeshGroups:
+    """`mesh_groups` with T = `tp` > 1: the same groups, each cut from the data dims of ParallelDims(N, ..., tp=T)."""
+    n = cluster.world_size
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or n % tp:
+        raise ValueError(f"tensor parallelism of degree {tp!r} does not divide the {n} ranks: tp must divide the world "
+                         "size (the data-parallel degree is the quotient, as torchtitan's degrees multiply to it)")
+    dp, g = n // tp, cluster.gpus_per_node
+    s = default_size(plan, _DataParallel(dp, None if g is None or g % tp else g // tp), size)
+    if s is None or plan.sharded_over == "world":  # flat stages, hpZ, FSDP2's resharding: over all of dp
+        dims = ParallelDims(n, tp=tp)
+        data = dims.groups("dp")
+        secondary = None if s is None else ParallelDims(n, dp_replicate=dp // s, dp_shard=s, tp=tp).groups("dp_shard")
+        return MeshGroups(data, data, secondary=None if secondary is None else secondary.renamed("secondary"),
+                          dims=dims)
+    dims = ParallelDims(n, dp_shard=s, dp_replicate=dp // s, tp=tp)  # HSDP / MiCS: a 3-D mesh
+    shard, replicate = dims.groups("dp_shard").renamed("shard"), dims.groups("dp_replicate").renamed("replicate")
+    if not plan.hierarchical_gather:
+        return MeshGroups(dims.groups("dp"), shard, replicate, dims=dims)
+    per_node = None if g is None or g % tp else g // tp  # a shard group's ranks on one node (TP fills the rest)
+    if per_node is None or s <= per_node or s % per_node:
+        raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group of {s} ranks, {tp} "
+                         f"GPUs apart (tp={tp}), must span whole nodes of gpus_per_node={g}; DeepSpeed asserts the "
+                         "same (mics_utils.py: 'sharding spans on single node, no need for hierarchy allgather')")
+    intra = [group[k:k + per_node] for group in shard.members for k in range(0, s, per_node)]
+    inter = [group[slot::per_node] for group in shard.members for slot in range(per_node)]
+    return MeshGroups(dims.groups("dp"), shard, replicate, inter=Groups("inter", inter), intra=Groups("intra", intra),
+                      dims=dims)
+
+
+@dataclass(frozen=True)
+class _DataParallel:
+    """What `default_size` reads of a cluster, for the data-parallel ranks beside TP: how many, and how many of them a
+    node holds (G / T: the default shard group is still a node's GPUs)."""
+
+    world_size: int
+    gpus_per_node: int | None
+
+
 FRAMEWORK_RECIPES = {"fsdp2": "fsdp2", "deepspeed": "deepspeed-zero3"}  # a framework's own gradient recipe
 
 
@@ -100,6 +147,31 @@ def default_recipe(plan, policy, recipe=None):
     if recipe is not None or getattr(policy, "reduction", "seeds") != "seeds" or plan.sharded_over == "world":
         return recipe
     return FRAMEWORK_RECIPES[plan.framework]
+
+
+def check_sub_mesh(dims, recipe, optimizer, clip_grad, wire) -> None:
+    """Beside another parallelism (`dims` has a degree > 1 outside the data dims), refuse what would still run over
+    the whole world or read one data-parallel group as the whole model: NCCL's and gloo's all-reduce chunk maps (one
+    ring of every rank), a matrix optimizer (Muon would orthogonalise a TP slice), clipping (the global norm also sums
+    the other TP ranks' slices, counting their replicated parameters once: not modelled yet) and ZeRO++'s quantized
+    gathers (over the world)."""
+    other = [d for d in ("tp", "cp", "pp") if getattr(dims, d) > 1]
+    if not other:
+        return
+    beside = " × ".join(f"{d} {getattr(dims, d)}" for d in other)
+    if recipe.allreduce != "ring":
+        raise ValueError(f"allreduce={recipe.allreduce!r} maps one all-reduce over every rank; beside {beside} the "
+                         "data-parallel ranks reduce in groups over the ring's map: use allreduce='ring'")
+    if not optimizer.elementwise:
+        raise ValueError(f"{optimizer.name} updates whole matrices; beside {beside} a rank holds a slice of each: use "
+                         "an elementwise optimizer (adam, adamw, sgd, lion, adan)")
+    if clip_grad is not None:
+        raise NotImplementedError(f"clip_grad beside {beside}: the global norm sums every TP rank's slice (their "
+                                  "replicated parameters once, as Megatron's get_grad_norm_fp32 filters duplicates); "
+                                  "not modelled yet")
+    if wire is not None:
+        raise NotImplementedError(f"ZeRO++'s quantized gathers and reductions run over every rank; beside {beside} "
+                                  "they are not modelled")
 
 
 def check_recipe(plan, recipe) -> None:

@@ -24,7 +24,14 @@ step with its source; _divide_factors.py has torch's scalar multiply and divide,
                       bucket in `communication_data_type` (its default use_multi_rank_bucket_allreduce=True:
                       _bucket_allreduce.py) and the copy back into the 16-bit buffer, which rounds once more when
                       the wire is wider). Stages 1/2. "deepspeed-zero12-reduce": the same arithmetic with the
-                      flag off, a `dist.reduce` of each slice to its owner (its owner's ring order).
+                      flag off, a `dist.reduce` of each slice to its owner (its owner's ring order). With
+                      grad_accum="fp32", DeepSpeed 0.19.8: at stage 1 the bucket is the fp32 accumulator itself
+                      (`_gradient_reduction_buffer_dtype`), and the reduced piece stays as it came off the wire, in
+                      fp32 (`_add_to_grad_partition_buffer`), at stages 1 and 2 (_bucket_allreduce.py).
+    deepspeed-bf16-optimizer  DeepSpeed's BF16_Optimizer, which DeepSpeed runs for bf16 with grad_accum_dtype fp32
+                      at stage 1 (engine.py: _do_optimizer_sanity_check): the fp32 accumulator, zero-padded to a
+                      multiple of 2N, all-reduced whole in the wire dtype, then `mul_(1/N)` there, kept in fp32
+                      (_bf16_optimizer.py). Stage 1.
     fsdp2             FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce,
                       _get_gradient_divide_factors): fp32/bf16 reduce with NCCL's AVG (PreMulSum by
                       fl(1/N)); fp16 divides by a power of two `pre` before and by N/pre after, both

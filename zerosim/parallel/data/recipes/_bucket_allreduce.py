@@ -8,13 +8,16 @@ DeepSpeed 0.16-0.19 (deepspeed/runtime/zero/config.py: `use_multi_rank_bucket_al
                                                       is reduced first when the next would pass reduce_bucket_size
     average_tensor                                    the bucket's slices, one per (parameter, owning rank),
                                                       merged while the owner repeats; `tensor.div_(N)` on the
-                                                      whole 16-bit bucket; with the flag on every slice goes to
-                                                      bucket_key ("allreduce", group)
+                                                      whole bucket (16-bit; fp32 at stage 1 with grad_accum_dtype
+                                                      fp32 since 0.19.8: `reduction_buffer_format`); with the
+                                                      flag on every slice goes to bucket_key ("allreduce", group)
     allreduce_and_scatter                             the slices in bucket order, cut into calls once their
                                                       count passes numel_per_bucket (= reduce_bucket_size)
     allreduce_bucket                                  flatten the call's slices, cast to communication_data_type,
-                                                      `dist.all_reduce` (SUM), copy back into the 16-bit tensor
-    allreduce_and_copy_with_multiple_ranks            each rank copies back only the slices it owns
+                                                      `dist.all_reduce` (SUM), copy back into the bucket
+    allreduce_and_copy_with_multiple_ranks            each rank copies back only the slices it owns (0.19.8, with
+                                                      grad_accum_dtype fp32: added as reduced, in the wire dtype,
+                                                      to its fp32 partition, `_add_to_grad_partition_buffer`)
 
 So an element is summed in the all-reduce's order over *the call's* buffer — NCCL's chunk map (`allreduce=
 "nccl"`), gloo's (`"gloo"`) or zerosim's N equal shards (`"ring"`) of a buffer that holds the bucket's units in
@@ -44,6 +47,7 @@ from zerosim.collectives import (
     nccl_ring_allreduce_chunks,
 )
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.precision import get_format
 
 
 def bucket_slices(layout, layers) -> list:
@@ -114,6 +118,26 @@ def chunk_map_all_reduce(allreduce: str):
     return {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}.get(allreduce, all_reduce)
 
 
+def reduction_buffer_format(policy, held: bool):
+    """The ipg bucket's format: DeepSpeed 0.19.8's `_gradient_reduction_buffer_dtype()` (runtime/zero/
+    stage_1_and_2.py, used by `setup_buckets`): the gradient-accumulation dtype where stage 1 reduces the fp32
+    accumulator itself (`use_grad_accum_attribute`: grad_accum_dtype differs from the 16-bit dtype and gradients
+    are not partitioned), else the 16-bit dtype. Stage 2 (`held`) copies each micro-step's 16-bit gradient in.
+
+    NOTE: DeepSpeed 0.19.6 allocated the bucket with `dtype=self.dtype` (16 bits) and read the accumulator through
+    `get_gradient_for_reduction` as `param.grad_accum.to(self.dtype)`: the fp32 sum was rounded to 16 bits before
+    `div_(N)`. zerosim follows 0.19.8 (docs/recipes.md has both, tests/test_bucket_allreduce.py a hand table)."""
+    if held or policy.grad_accum is None:
+        return policy.compute_format
+    return get_format(policy.grad_accum)
+
+
+def over_data_parallel(ctx) -> dict:
+    """The keyword that runs a bucket's all-reduce over the data-parallel ranks: none for the world (so the call is
+    the one it always was), `group=` beside tensor parallelism (where only the ring's chunk map runs: _groups.py)."""
+    return {} if ctx.mesh.world.is_world else {"group": ctx.mesh.world}
+
+
 def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: bool, free=()) -> Handle:
     """All-reduce a bucket of `params` ((unit, a, b) flat ranges, in the order they joined it) as DeepSpeed's default
     path does (module docstring), and accumulate each rank's owned slices into its gradients: its (s,) shard (`held`:
@@ -125,12 +149,13 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
     params = [p for p in params if p[2] > p[1]]
     if not params:
         return Handle()
-    n, wire = cluster.world_size, policy.reduce_format
+    n, wire = ctx.mesh.world.size, policy.reduce_format  # N: the data-parallel ranks
     op, slices = averaging.reduce_op(policy, n, recipe), range_slices(layout, [(a, b) for _, a, b in params])
     m = sum(b - a for _, a, b in slices)
-    bucket = []  # (m,) compute format per rank: the ipg bucket, parameters in the order their gradients were ready
+    fmt = reduction_buffer_format(policy, held)
+    bucket = []  # (m,) `fmt` per rank: the ipg bucket, parameters in the order their gradients were ready
     for rank in ranks:
-        buf = rank.ledger.alloc("grad bucket", m, policy.compute_format.dtype, "grads")
+        buf = rank.ledger.alloc("grad bucket", m, fmt.dtype, "grads")
         at = 0
         for x, a, b in params:
             lo = layout.windows[x][0]
@@ -147,7 +172,8 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
     for call in split_calls(slices, limit):
         size = sum(b - a for _, a, b in call)
         with cluster.trace.about(purpose="reduce grads", layers=units):
-            out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name)
+            out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name,
+                             **over_data_parallel(ctx))
         for rank, result in zip(ranks, out):
             at = 0
             for owner, a, b in call:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from zerosim.cluster import Handle
 from zerosim.parallel.data.recipes import _averaging as averaging
-from zerosim.parallel.data.recipes._bucket_allreduce import chunk_map_all_reduce
+from zerosim.parallel.data.recipes._bucket_allreduce import chunk_map_all_reduce, over_data_parallel
 
 
 def ddp_all_reduce(ctx, params: list) -> Handle:
@@ -29,7 +29,7 @@ def ddp_all_reduce(ctx, params: list) -> Handle:
     params = [p for p in params if p[2] > p[1]]
     if not params:
         return Handle()
-    n, m = cluster.world_size, sum(b - a for _, a, b in params)
+    n, m = ctx.mesh.world.size, sum(b - a for _, a, b in params)  # N: the data-parallel ranks
     bucket = []  # (m,) the gradient's dtype per rank: DDP's bucket buffer, parameters in the bucket's order
     for rank in ranks:
         buf = rank.ledger.alloc("grad bucket", m, rank.grads.array.dtype, "grads")
@@ -42,7 +42,8 @@ def ddp_all_reduce(ctx, params: list) -> Handle:
     units = tuple(dict.fromkeys(x for x, _, _ in params))  # the units it holds, in the order they joined
     with cluster.trace.about(purpose="reduce grads", layers=units):
         out = collective(cluster, [buf.array for buf in bucket], op=averaging.reduce_op(policy, n, recipe),
-                         wire=policy.reduce_format, tag=" + ".join(ctx.names[x] for x in units) + " grads")
+                         wire=policy.reduce_format, tag=" + ".join(ctx.names[x] for x in units) + " grads",
+                         **over_data_parallel(ctx))
     for rank, result, buf in zip(ranks, out, bucket):
         at = 0
         for _, a, b in params:  # finalize_bucket_dense: every rank takes every gradient back

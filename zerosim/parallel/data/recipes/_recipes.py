@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from zerosim.collectives import ReduceOp, get_op
 from zerosim.collectives._ops import add, premul_reciprocal
 from zerosim.parallel.data._plan import PLANS
+from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
 from zerosim.parallel.data.recipes._divide_factors import fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul
 from zerosim.precision import ALLREDUCES, REDUCTIONS, Format, cast, get_format
 
@@ -33,7 +34,9 @@ class Recipe:
     partition: str = "flat"  # the layout its framework shards by: "flat" (_flat.py), "per-parameter" or
     #                          "per-parameter dim 0" (_partition.py)
     collective: str = "reduce-scatter"  # how stages 1/2 move a bucket: "reduce-scatter" to the owners (_reduce.py),
-    #                                     or "bucket all-reduce" of the whole bucket (_bucket_allreduce.py)
+    #                                     "bucket all-reduce" of the whole bucket (_bucket_allreduce.py), or "aligned
+    #                                     all-reduce" of the whole gradient buffer at once (_bf16_optimizer.py)
+    requires: Callable = lambda plan, policy: None  # (Plan, policy) -> why its framework runs something else there
 
     @property
     def stages(self) -> tuple:
@@ -42,8 +45,12 @@ class Recipe:
 
     def reduced_format(self, policy) -> Format:
         """The format `after` leaves the reduced gradient in (what stages 2/3 accumulate it in)."""
-        if self.name.startswith("deepspeed-zero12"):
-            return policy.compute_format  # copied back into the 16-bit buffer
+        if self.name.startswith("deepspeed-zero12"):  # DeepSpeed 0.19.8, stage_1_and_2.py:
+            # grad_accum_dtype fp32: added as reduced to the fp32 partition (_add_to_grad_partition_buffer);
+            # else copied back into the 16-bit bucket (allreduce_and_copy_with_multiple_ranks, `buf.copy_`)
+            return get_format(policy.grad_accum) if policy.grad_accum is not None else policy.compute_format
+        if self.name == bf16_optimizer.NAME:
+            return get_format("fp32")  # copied back into its fp32 gradient buffer
         if self.name == "deepspeed-zero3":  # `.to(gradient_accumulation_dtype)`: grad_accum_dtype, else the model's
             return get_format(policy.grad_accum) if policy.grad_accum is not None else policy.compute_format
         if self.name == "fsdp2":
@@ -62,9 +69,19 @@ def _deepspeed_zero12_op(policy, n: int) -> ReduceOp:
 
 
 def _deepspeed_zero12_after(piece, policy, n: int):
-    """allreduce_bucket: the reduced tensor is copied back into the 16-bit bucket (`tensor.copy_(...)`)."""
-    fmt = policy.compute_format
+    """allreduce_bucket: the reduced tensor is copied back into the 16-bit bucket (`tensor.copy_(...)`); with
+    grad_accum_dtype fp32 DeepSpeed 0.19.8 adds it, as it came off the wire, to the fp32 partition instead."""
+    fmt = RECIPES["deepspeed-zero12"].reduced_format(policy)
     return piece if piece.dtype == fmt.dtype else cast(piece, fmt)
+
+
+def _deepspeed_zero12_requires(plan, policy) -> str | None:
+    """DeepSpeed runs bf16 + grad_accum_dtype fp32 at stage 1 through BF16_Optimizer, not stage_1_and_2.py."""
+    if plan.shards("grads") or (policy.compute, policy.grad_accum) != ("bf16", "fp32"):
+        return None
+    return ("DeepSpeed runs bf16 parameters with grad_accum_dtype fp32 at ZeRO stage 1 through BF16_Optimizer, not "
+            "stage_1_and_2.py (0.19.6 and 0.19.8: runtime/engine.py, _do_optimizer_sanity_check returns BFLOAT16): "
+            f"use reduction={bf16_optimizer.NAME!r}")
 
 
 def _deepspeed_zero3_op(policy, n: int) -> ReduceOp:
@@ -113,6 +130,10 @@ def _zero12(plan) -> bool:  # DeepSpeed ZeRO-1/2: optimizer state (and gradients
     return plan.shards("optimizer") and not plan.shards("params")
 
 
+def _zero1(plan) -> bool:  # ZeRO-1: optimizer state sharded, gradients and params whole
+    return plan.shards("optimizer") and not plan.shards("grads")
+
+
 def _params_sharded(plan) -> bool:  # DeepSpeed ZeRO-3, FSDP2: parameters sharded at rest
     return plan.shards("params")
 
@@ -145,6 +166,7 @@ RECIPES = {
             _deepspeed_zero12_after,
             True,
             collective="bucket all-reduce",
+            requires=_deepspeed_zero12_requires,
         ),
         Recipe(  # use_multi_rank_bucket_allreduce=False: each slice reduced to its owner
             "deepspeed-zero12-reduce",
@@ -154,6 +176,18 @@ RECIPES = {
             _deepspeed_zero12_op,
             _deepspeed_zero12_after,
             True,
+            requires=_deepspeed_zero12_requires,
+        ),
+        Recipe(  # bf16 + grad_accum_dtype fp32 at stage 1: DeepSpeed's engine picks BF16_Optimizer
+            bf16_optimizer.NAME,
+            _zero1,
+            "deepspeed/runtime/bf16_optimizer.py: BF16_Optimizer (engine.py: allreduce_gradients, "
+            "buffered_allreduce_fallback, allreduce_bucket)",
+            bf16_optimizer.op,
+            bf16_optimizer.after,
+            True,
+            collective="aligned all-reduce",
+            requires=bf16_optimizer.requires,
         ),
         Recipe(
             "deepspeed-zero3",
@@ -177,6 +211,7 @@ RECIPES = {
     )
 }
 assert tuple(RECIPES) == REDUCTIONS, "precision/_policy.py lists the recipes' names to check input"
+ALL_REDUCING = ("bucket all-reduce", "aligned all-reduce")  # the collectives whose chunk map `allreduce` picks
 ALLREDUCE_MAPS = ALLREDUCES  # "ring": reduce-scatter + all-gather over the N shards; "nccl": NCCL's runRing chunk map;
 #                             "gloo": gloo's ring (collectives/chunk_maps/_gloo.py)
 
@@ -232,16 +267,19 @@ class GradientRecipe:
             raise ValueError(f"reduction {r.name!r} follows {r.follows}, which runs at ZeRO stage(s) "
                              f"{'/'.join(map(str, r.stages))}, not {plan.stage}; at stage {plan.stage} choose one of: "
                              f"{fits}")
+        why = r.requires(plan, policy)
+        if why is not None:
+            raise ValueError(why)
         if r.name == "ddp" and policy.reduce_format != policy.compute_format:
             raise ValueError(f"reduction 'ddp' all-reduces in the gradient's own dtype ({policy.compute}); "
                              f"drop reduce={policy.reduce!r} (DDP's compress hooks are not modelled)")
         if r.name == "ddp" and buckets:
             raise ValueError("reduction 'ddp' forms DDP's own buckets (_param_buckets.py), capped by "
                              "CommSchedule(bucket_cap_mb=...): drop reduce_bucket_size (DeepSpeed's knob)")
-        all_reduces = r.collective == "bucket all-reduce" or plan.end_reduction(True) == "all_reduce"
+        all_reduces = r.collective in ALL_REDUCING or plan.end_reduction(True) == "all_reduce"
         if self.allreduce != "ring" and not all_reduces:
             raise ValueError(f"allreduce={self.allreduce!r} picks an all-reduce's chunk map, but reduction {r.name!r} "
                              f"at stage {plan.stage} reduce-scatters to the owners: drop allreduce")
-        if self.allreduce != "ring" and buckets and r.collective != "bucket all-reduce":
+        if self.allreduce != "ring" and buckets and r.collective not in ALL_REDUCING:
             raise ValueError(f"allreduce={self.allreduce!r} all-reduces the whole gradient in one call: the chunk map "
                              f"of each bucket would differ (and so would the bits); drop reduce_bucket_size")

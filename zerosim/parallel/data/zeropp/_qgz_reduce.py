@@ -77,7 +77,7 @@ def reduce_params_qgz(ctx, layers: list, held: list, first: bool) -> Handle:
                     key = f"{s.layer}.{s.name}"
                     pieces = all_to_all_quant_reduce(cluster, grads, s.shape, d, loco=state.loco, key=key, tag=tag)
                     if state.loco is not None:
-                        _ledger_rows(ranks, state.loco, key)
+                        ledger_rows(ranks, state.loco, key)
                 else:  # reduce_scatter_coalesced([tensor]): this parameter alone, pre-divided by W on the wire
                     pieces = _plain(ctx, lo, hi, grads, tag)
                 handle += pieces.handle
@@ -101,7 +101,7 @@ def _plain(ctx, lo: int, hi: int, grads: list, tag: str):
     return pieces
 
 
-def _ledger_rows(ranks, loco, key: str) -> None:
+def ledger_rows(ranks, loco, key: str) -> None:
     """LoCo's buffers of parameter `key` on every rank, as DeepSpeed keeps them on the parameter: the intra error
     int8 (M,) with (G,) fp32 scales, the inter error int8 (M/d,) with (G/d,) scales; the last step's are let go."""
     for rank in ranks:

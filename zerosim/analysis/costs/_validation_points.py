@@ -1,0 +1,174 @@
+"""Published training runs zerosim's predictions are checked against: each run's conditions, source and numbers.
+
+Every point names the file, table and row it comes from at a named commit, the measured tokens per second per GPU
+and, where published, the memory (PyTorch's peak *reserved* memory: torchtitan's train.py logs
+`max_reserved_gib` as "memory"). `role` is "calibration" (the only points the framework factors are fitted on,
+analysis/costs/_calibration.py) or "held-out" (never fitted to; docs/validation.md records that the model's form and the
+calibration were fixed before their errors were computed).
+
+Conditions a point cannot state are assumptions, said in `note`: the A100 clusters' and llm-foundry's H100
+clusters' network (one 200 or 400 Gb/s NIC per GPU), FSDP1's schedule taken as FSDP's (zerosim's "fsdp"),
+MPT's blocks as GPT-2's (with biases and learned positions: llm-foundry's own NumParams column counts the same).
+
+Sources (fetched read-only; nothing is fetched at run time):
+
+    TT_H100   pytorch/torchtitan @ b5bcd76c66d0acb1a08b176d9639425bc55e0b2a, benchmarks/llama3_h100_202412_torchtitan.md
+              (torch 1963fc8, torchtitan 9dec370 of 2024-12; Grand Teton H100 96GB HBM2e, 500 W, 400 Gb/s per GPU)
+    TT_A100   pytorch/torchtitan @ 1ea476e9f24be439eda358aa864f45c1c37a8a88, docs/performance.md ("Llama 3 performance
+              numbers": 64 A100 80GB, FSDP2; train_configs/llama3_8b.toml there: seq_len 8192, compile false)
+    TT_H200   pytorch/torchtitan @ b5bcd76c66d0acb1a08b176d9639425bc55e0b2a, benchmarks/llama3-8b_h200_202506_trainy-
+              whitefiber.md (torchtitan e7c0cae: llama3_8b.toml there: seq_len 8192, selective op AC)
+    FOUNDRY   mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d, scripts/train/benchmarking/README.md
+              (last changed by 495218376; model shapes from scripts/train/yamls/pretrain/mpt-*.yaml at 5e85bd62d;
+              attn_impl triton, low_precision_layernorm, torch 2.1, Composer FSDP FULL_SHARD)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TT_H100 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md"
+TT_A100 = "pytorch/torchtitan@1ea476e9 docs/performance.md"
+TT_H200 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
+FOUNDRY = "mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"
+
+# Hugging Face style config dicts (zerosim.models.hf._config reads them as it reads a config.json)
+LLAMA_3_1_8B = {  # meta-llama/Llama-3.1-8B's shape: Llama 3 8B's, with 131,072 positions (rope scaling not modelled)
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+}
+LLAMA_3_70B = {  # meta-llama/Meta-Llama-3-70B (the shipped llama-3-70b.json)
+    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+    "num_hidden_layers": 80, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+}
+MPT = {  # scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads, n_layers; expansion_ratio 4, vocab 50,368
+    "mpt-1b": (2048, 16, 24), "mpt-7b": (4096, 32, 32), "mpt-13b": (5120, 40, 40), "mpt-30b": (7168, 56, 48),
+    "mpt-70b": (8192, 64, 80),
+}
+
+
+def mpt_config(name: str, seq_len: int) -> dict:
+    """An MPT model as GPT-2's layout: tied embedding, learned positions of max_seq_len, GELU FFN of 4d."""
+    d, h, n = MPT[name]
+    return {"model_type": "gpt2", "n_embd": d, "n_head": h, "n_layer": n, "n_positions": seq_len, "n_ctx": seq_len,
+            "vocab_size": 50368, "activation_function": "gelu", "tie_word_embeddings": True}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published run and everything zerosim needs to predict it."""
+
+    key: str  # a short name, unique
+    role: str  # "calibration" or "held-out"
+    source: str  # file at commit, table and row
+    model: str  # "llama-3.1-8b", "llama-3-8b", "llama-3-70b" or an MPT name
+    gpu: str  # zerosim.analysis.costs.GPUS key
+    gpus: int  # N
+    gpus_per_node: int
+    links: tuple  # (within a node, between nodes): zerosim.analysis.costs.LINKS keys
+    micro_batch: int  # B sequences per GPU per micro-step
+    seq_len: int  # L
+    accumulation: int  # K micro-steps per step
+    strategy: str  # checkpointing (zerosim.models.gpt.ALL_STRATEGIES)
+    preset: str  # efficiency preset: "eager" or "compiled"
+    tokens_per_s: float  # measured tokens per second per GPU
+    memory_gib: float | None = None  # measured peak reserved memory, GiB (None: not published)
+    fp8: bool = False  # torchao Float8Linear in the blocks
+    fp8_all_gather: bool = False  # torchao's enable_fsdp_float8_all_gather
+    reduce_fp32: bool = True  # gradients reduced in fp32 (torchtitan's mixed_precision_reduce; Composer DEFAULT)
+    note: str = ""
+    # the loss (models/meta/_loss_peak.py): eager unless the run compiled it. torchtitan at 9dec370 compiles the blocks
+    # only (parallelize_llama.py, apply_compile; train.py's `loss_fn = torch.compile(loss_fn)` commented out), its
+    # loss is cross_entropy(pred.float(), ...); llm-foundry's MPT computes F.cross_entropy under bf16 autocast,
+    # which runs it in fp32
+    loss: str = "eager"
+
+    @property
+    def kernels(self) -> str:
+        """What the activations keep: eager runs keep eager's tensors, compiled ones the fused ones."""
+        return "eager" if self.preset == "eager" else "fused"
+
+
+def _tt(key, role, row, gpus, strategy, preset, tps, mem, fp8=False, L=8192, B=2, source=TT_H100, **kw):
+    nodes = gpus > 8
+    return Point(key, role, f"{source}, {row}", "llama-3.1-8b", "h100-hbm2e", gpus, 8,
+                 ("nvlink4", "ib_ndr" if nodes else None), B, L, 1, strategy, preset, tps, mem, fp8, **kw)
+
+
+def _mpt(key, name, gpu, gpus, L, B, K, ac, tps, pure=False, table=""):
+    h100 = gpu == "h100-80gb"
+    links = ("nvlink4" if h100 else "nvlink3", ("ib_ndr" if h100 else "ib_hdr") if gpus > 8 else None)
+    net = "" if gpus <= 8 else ("; network assumed 400 Gb/s per GPU (not stated)" if h100 else
+                                "; 1600 Gbps per node (RoCE) = 200 Gb/s per GPU")
+    return Point(key, "held-out", f"{FOUNDRY}, {table} row '{name[4:]} | {L} | {gpus}' (MicroBatchSize {B}, GradAccum "
+                 f"{K})", name, gpu, gpus, 8, links, B, L, K, "block-flash" if ac else "flash", "eager", tps,
+                 reduce_fp32=not pure, note=("bf16 PURE (reduce in bf16)" if pure else "amp_bf16 DEFAULT (fp32 reduce)")
+                 + net)
+
+
+POINTS = (
+    # -- the calibration set: torchtitan's 8-GPU H100 table (all three rows) and its A100 Llama 3 8B op-SAC row ----
+    _tt("tt-h100-8-eager", "calibration", "Table 1 'FSDP'", 8, "op-sac", "eager", 5762, 82.4),
+    _tt("tt-h100-8-compile", "calibration", "Table 1 'FSDP + torch.compile'", 8, "op-sac", "compiled", 6667, 77.0),
+    _tt("tt-h100-8-compile-fp8", "calibration", "Table 1 'FSDP + torch.compile + Float8'", 8, "op-sac", "compiled",
+        8532, 76.8, fp8=True),
+    Point("tt-a100-64-8b-op", "calibration", f"{TT_A100}, Llama 3 table, row '8B | 1 | selective op | 2973'",
+          "llama-3-8b", "a100-80gb", 64, 8, ("nvlink3", "ib_hdr"), 1, 8192, 1, "op-sac", "eager", 2973,
+          note="norm_type fused_rmsnorm (a Triton kernel; eager's RMSNorm bytes charged); network assumed 200 Gb/s "
+               "per GPU (not stated)"),
+    # -- held out: torchtitan --------------------------------------------------------------------------------------
+    _tt("tt-h100-128-eager", "held-out", "Table 3 'FSDP'", 128, "op-sac", "eager", 5605, 67.0),
+    _tt("tt-h100-128-compile", "held-out", "Table 3 'FSDP + torch.compile'", 128, "op-sac", "compiled", 6514, 62.0),
+    _tt("tt-h100-128-compile-fp8", "held-out", "Table 3 'FSDP + torch.compile + Float8'", 128, "op-sac", "compiled",
+        8380, 61.8, fp8=True),
+    _tt("tt-h100-8-32k", "held-out", "Table 2 'FSDP 8, CP 1 | 32768'", 8, "block-flash", "compiled", 3890, 83.9,
+        fp8=True, L=32768, B=1),
+    Point("tt-a100-64-70b-full", "held-out", f"{TT_A100}, Llama 3 table, row '70B | 1 | full | 331'", "llama-3-70b",
+          "a100-80gb", 64, 8, ("nvlink3", "ib_hdr"), 1, 8192, 1, "block-flash", "eager", 331,
+          note="network assumed 200 Gb/s per GPU (not stated)"),
+    # torchtitan e7c0cae compiles the loss with the model (torchtitan/components/loss.py, build_cross_entropy_loss:
+    # "Compiling the loss function with torch.compile"): a fused kernel's one V-wide tensor, "probabilities". Set
+    # after the first held-out run, which had taken the 9dec370 runs' eager loss (docs/validation.md says both)
+    Point("tt-h200-32", "held-out", f"{TT_H200}, row 'NUM_NODES 4'", "llama-3.1-8b", "h200", 32, 8,
+          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10938, 47.96, fp8=True, fp8_all_gather=True,
+          loss="probabilities"),
+    Point("tt-h200-64", "held-out", f"{TT_H200}, row 'NUM_NODES 8'", "llama-3.1-8b", "h200", 64, 8,
+          ("nvlink4", "ib_ndr"), 2, 8192, 1, "op-sac", "compiled", 10753, 46.97, fp8=True, fp8_all_gather=True,
+          loss="probabilities"),
+    # -- held out: llm-foundry's MPT tables ------------------------------------------------------------------------
+    _mpt("foundry-h100-1b-8", "mpt-1b", "h100-80gb", 8, 2048, 14, 1, False, 45455, table="'H100 80GB BF16'"),
+    _mpt("foundry-h100-7b-8", "mpt-7b", "h100-80gb", 8, 2048, 6, 1, False, 10643, table="'H100 80GB BF16'"),
+    _mpt("foundry-h100-7b-128", "mpt-7b", "h100-80gb", 128, 2048, 6, 1, False, 10475,
+         table="'H100 80GB BF16 (Large Scale, >= 128 GPUs)'"),
+    _mpt("foundry-h100-7b-8k", "mpt-7b", "h100-80gb", 8, 8192, 8, 2, True, 6935, table="'H100 80GB BF16'"),
+    _mpt("foundry-h100-13b-8", "mpt-13b", "h100-80gb", 8, 2048, 2, 1, False, 4792, table="'H100 80GB BF16'"),
+    _mpt("foundry-h100-30b-8", "mpt-30b", "h100-80gb", 8, 2048, 3, 21, True, 2002, table="'H100 80GB BF16'"),
+    _mpt("foundry-h100-70b-64", "mpt-70b", "h100-80gb", 64, 2048, 8, 4, True, 1039, table="'H100 80GB BF16'"),
+    _mpt("foundry-a100-7b-8", "mpt-7b", "a100-80gb", 8, 2048, 6, 2, False, 4641,
+         table="'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    _mpt("foundry-a100-13b-4k", "mpt-13b", "a100-80gb", 8, 4096, 10, 3, True, 2060,
+         table="'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    _mpt("foundry-a100-30b-8", "mpt-30b", "a100-80gb", 8, 2048, 3, 21, True, 916,
+         table="'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    _mpt("foundry-a100-70b-64", "mpt-70b", "a100-80gb", 64, 2048, 8, 4, True, 410, pure=True,
+         table="'A100 80GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    _mpt("foundry-a100-40-7b-64", "mpt-7b", "a100-40gb", 64, 2048, 18, 1, True, 3665, pure=True,
+         table="'A100 40GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    _mpt("foundry-a100-40-13b-8", "mpt-13b", "a100-40gb", 8, 2048, 4, 16, True, 1668, pure=True,
+         table="'A100 40GB with 1600 Gbps node-node interconnect (RoCE)'"),
+)
+ROLES = ("calibration", "held-out")
+TREND = ("tt-h100-8-eager", "tt-h100-128-eager")  # the 8 -> 128 GPU trend the issue names (same run, 16x the GPUs)
+
+
+def config_of(point: Point) -> dict:
+    """The model's config dict (zerosim.models.hf._config reads it)."""
+    if point.model == "llama-3.1-8b":
+        return LLAMA_3_1_8B
+    if point.model == "llama-3-70b":
+        return LLAMA_3_70B
+    if point.model == "llama-3-8b":
+        return {**LLAMA_3_1_8B, "max_position_embeddings": 8192}
+    return mpt_config(point.model, point.seq_len)

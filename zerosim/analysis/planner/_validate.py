@@ -1,0 +1,162 @@
+"""Predicted against measured: zerosim run on every published point it carries (analysis/costs/_validation_points.py).
+
+    rows = validate()                      # every point: conditions, source, measured, predicted, error
+    factors = fit()                        # the framework factors from the calibration points alone
+
+Each point runs the meta engine at its conditions (its model's data-less twin with the run's checkpointing and
+kernels; ZeRO-3 with FSDP's schedule, bf16 with an fp32 master and the run's reduce format; the GPU's rates; NVLink
+within a node and the run's network across) and the timeline under the point's efficiency preset: one micro-step
+simulated, K micro-steps by the line through K = 1 and 2 (sweep.step_time). Predicted tokens per second per GPU =
+B·L·K / step. Memory: rank 0's ledger peak is what PyTorch would allocate; the reserve model (costs/_overheads.py,
+`reserved`) adds what its caching allocator keeps on top, the figure torchtitan logs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from statistics import median
+
+from zerosim.analysis.costs._calibration import FRAMEWORK
+from zerosim.analysis.costs._efficiency import PRESETS
+from zerosim.analysis.costs._gpus import get_gpu
+from zerosim.analysis.costs._mfu import mfu
+from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE
+from zerosim.analysis.costs._reserve import reserved
+from zerosim.analysis.costs._validation_points import POINTS, TREND, config_of
+from zerosim.analysis.planner._sweep import meta_step, step_time, step_time_of
+from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline._kernel_time import TimeModel
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """zerosim's numbers for one point, beside the measured ones."""
+
+    point: object  # a validation_points.Point
+    tokens_per_s: float  # predicted, per GPU
+    step_s: float
+    compute_s: float
+    exposed_s: float
+    allocated: int  # rank 0's ledger peak, bytes
+    reserved: int  # with the allocator's reserve, bytes
+    mfu: float  # predicted MFU (torchtitan's model FLOPs, analysis/costs/_mfu.py) on the GPU's dense peak
+    measured_mfu: float  # the measured run's, counted the same way
+
+    @property
+    def error(self) -> float:
+        """predicted / measured − 1 for tokens per second per GPU."""
+        return self.tokens_per_s / self.point.tokens_per_s - 1
+
+    @property
+    def memory_error(self) -> float | None:
+        m = self.point.memory_gib
+        return None if m is None else self.reserved / GIB / m - 1
+
+
+def _model(point):
+    from zerosim.models.gpt import strategy_options
+    from zerosim.models.gpt._meta import MetaGPT
+    from zerosim.models.hf._config import read_hf_config
+    from zerosim.models.llama._meta import MetaLlama
+
+    config = read_hf_config(config_of(point), name=point.model)
+    twin = MetaLlama if config.layout == "llama" else MetaGPT
+    return config, twin.from_config(config, point.seq_len, kernels=point.kernels, loss=point.loss,
+                                    **strategy_options(point.strategy))
+
+
+def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RESERVE) -> Prediction:
+    """zerosim's prediction for `point` (framework: the preset's calibrated factor unless given)."""
+    from zerosim.parallel.data._comm_schedule import get_comm_schedule
+    from zerosim.parallel.data.zeropp._wire import Wire
+    from zerosim.precision import MixedPrecision
+
+    config, model = _model(point)
+    efficiency = PRESETS[point.preset]
+    if framework is not None:
+        efficiency = replace(efficiency, framework=framework)
+    time_model = TimeModel(efficiency, point.fp8, point.loss)
+    gpu = get_gpu(point.gpu)
+    nodes = point.gpus > point.gpus_per_node
+    hw = Hardware(gpu.device, point.links[0], "bf16", inter_link=point.links[1] if nodes else None)
+    precision = MixedPrecision(compute="bf16", master="fp32", reduce="fp32" if point.reduce_fp32 else None)
+    wire = Wire(fp8_all_gather="torchao") if point.fp8_all_gather else None
+    per_node = point.gpus_per_node if nodes else None
+    micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule("fsdp")
+    result, engine = meta_step(model, point.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
+                               wire=wire, gpus_per_node=per_node, time_model=time_model)
+    t = step_time(model, point.gpus, 3, hw, comm, precision, "adamw", micro, point.accumulation,
+                  first=step_time_of(result), time_model=time_model, gpus_per_node=per_node, wire=wire)
+    allocated = engine.cluster.ranks[0].ledger.peak()
+    tps = point.micro_batch * point.seq_len * point.accumulation / t.step
+    peak = hw.device.rate("bf16")
+    return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
+                      mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))
+
+
+def validate(points=POINTS, factors: dict | None = None) -> list:
+    """A Prediction for every point, with the calibrated framework factors (or `factors`, by preset)."""
+    factors = FRAMEWORK if factors is None else factors
+    return [predict(p, factors[p.preset]) for p in points]
+
+
+def fit(points=POINTS, low: float = 0.2, high: float = 1.5, tolerance: float = 1e-4) -> dict:
+    """{preset: framework factor} from the calibration points alone: the factor minimising the sum over that
+    preset's calibration points of log²(predicted / measured), found by golden-section search on [low, high].
+
+    Least squares in log space weighs each point by how much the factor moves it: a point whose prediction is
+    bound by communication (the factor speeds compute only) barely pulls the fit, as it should."""
+    out = {}
+    for preset in PRESETS:
+        mine = [p for p in points if p.role == "calibration" and p.preset == preset]
+        if not mine:
+            raise ValueError(f"no calibration point runs the {preset!r} preset")
+
+        def loss(f):
+            return sum(math.log(predict(p, f).tokens_per_s / p.tokens_per_s) ** 2 for p in mine)
+
+        out[preset] = golden_section(loss, low, high, tolerance)
+    return out
+
+
+def golden_section(f, a: float, b: float, tolerance: float) -> float:
+    """The minimiser of a unimodal f on [a, b], to within `tolerance`."""
+    ratio = (math.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > tolerance:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def summary(rows: list) -> dict:
+    """Error statistics of tokens per second by role: median and largest |predicted/measured − 1|, points within
+    ±35 %; memory's over every point that published it (nothing in the memory model is fitted, so every one is a
+    check); and the 8 -> 128 GPU trend (TREND) predicted beside measured."""
+    out = {}
+    for role in ("calibration", "held-out"):
+        mine = [r for r in rows if r.point.role == role]
+        if not mine:
+            continue
+        errs = [abs(r.error) for r in mine]
+        out[role] = {"points": len(mine), "median_abs_error": median(errs), "max_abs_error": max(errs),
+                     "within_35": sum(e <= 0.35 for e in errs)}
+    mem = [abs(r.memory_error) for r in rows if r.memory_error is not None]
+    if mem:
+        out["memory"] = {"points": len(mem), "median_abs_error": median(mem), "max_abs_error": max(mem)}
+    by_key = {r.point.key: r for r in rows}
+    if all(k in by_key for k in TREND):
+        a, b = (by_key[k] for k in TREND)
+        out["trend"] = {"points": TREND, "measured": b.point.tokens_per_s / a.point.tokens_per_s - 1,
+                        "predicted": b.tokens_per_s / a.tokens_per_s - 1}
+    return out

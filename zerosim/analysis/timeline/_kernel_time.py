@@ -1,0 +1,173 @@
+"""The calibrated compute time: each recorded compute split by kernel class and charged at its achieved rate.
+
+    costs = KernelTimes(model, (B, L), parse_efficiency("eager"), Hardware("h100", "nvlink4", "bf16"))
+    simulate(cluster.trace, hardware, costs=costs)          # in place of the datasheet roofline
+
+One compute event (a unit's forward, recompute or backward, or the loss) costs
+
+    [ Σ_GEMMs 2MNK / (peak(format) · gemm · wave(M, N))  +  attention FLOPs / (peak(16-bit) · attention_fwd|bwd)
+      + memory-bound bytes / (HBM · hbm) ] / framework
+
+with the work from costs/_kernel_work.py, the rates and `framework` from costs/_efficiency.py. A unit of a model
+known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. A tensor-parallel
+slice (parallel/tensor) is a roofline of its event's FLOPs and bytes at the achieved GEMM and HBM rates: its kernels
+are not yet split by class (NOTE: so its eager elementwise kernels are not charged apart). An optimizer step
+moves optimizer_bytes_per_element (cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
+single number) it is the roofline with every peak derated by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.analysis.costs._efficiency import Efficiency, wave_efficiency
+from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
+from zerosim.analysis.timeline._cost import compute_time, optimizer_time
+from zerosim.analysis.timeline._devices import DEVICES
+from zerosim.models.meta._sac import is_block
+from zerosim.parallel.tensor._meta import MetaTensorParallelUnit
+
+TP_ROOFLINE = Work()  # the mark of a unit timed as a roofline at the achieved GEMM and HBM rates (KernelTimes._work)
+
+
+def device_key(device) -> str:
+    """The DEVICES key of `device` (a Device), by name: what the kernel rates are kept under."""
+    for key, d in DEVICES.items():
+        if d.name == device.name:
+            return key
+    raise ValueError(f"no kernel rates for the device {device.name!r} (built by hand): give --efficiency as a "
+                     "fraction of its peaks (e.g. 0.45), or add its rates to costs/_efficiency.py KERNEL_RATES")
+
+
+class KernelTimes:
+    """Seconds of each compute event of one model's step on `hardware` under `efficiency`.
+
+    Args:
+        model: the meta twin the engine ran (MetaLlama, MetaGPT: units with shapes; MetaModel: counts only).
+        micro_batch: (B, L) each micro-step's sequences, or None for a MetaModel.
+        efficiency: an `Efficiency` (analysis/costs/_efficiency.py).
+        hardware: the `Hardware` the step runs on (its device and compute format).
+        fp8_gemms: the blocks' linears in float8 (torchao Float8Linear); the device must have fp8 units.
+        loss: the loss kernel ("eager", "chunked", "fused": costs/kernel_work.loss_work).
+    """
+
+    def __init__(self, model, micro_batch, efficiency: Efficiency, hardware, fp8_gemms: bool = False,
+                 loss: str = "eager"):
+        self.model, self.micro, self.efficiency, self.hw = model, micro_batch, efficiency, hardware
+        self.fp8, self.loss = fp8_gemms, loss
+        self.rates = None if efficiency.flat is not None else efficiency.rates(device_key(hardware.device))
+        if fp8_gemms and hardware.device.fp8 is None:
+            raise ValueError(f"{hardware.device.name} has no fp8 tensor cores: fp8 GEMMs need an H100 or H200")
+        self._cache = {}
+
+    def describe(self) -> str:
+        return self.efficiency.describe() + (", fp8 GEMMs in the blocks" if self.fp8 else "")
+
+    # -- the work of an event ------------------------------------------------------------------------------
+    def work(self, ev) -> Work | None:
+        """The event's work by kernel class, or None for a unit without shapes (a MetaModel's layer)."""
+        key = (ev.layer, ev.kind)
+        if key not in self._cache:
+            self._cache[key] = self._work(ev)
+        return self._cache[key]
+
+    def _work(self, ev):
+        B, L = self.micro or (None, None)
+        if ev.layer < 0:  # the loss
+            return loss_work(B * L, self.model.vocab, self.loss) if self.micro else None
+        layer = self.model.layers[ev.layer]
+        unit = getattr(layer, "unit", None)
+        if unit is None or self.micro is None:
+            return None
+        if isinstance(layer, MetaTensorParallelUnit):  # a tensor-parallel slice: its kernels not split by class yet
+            return TP_ROOFLINE
+        table = any(k in unit.param_shapes for k in ("embed_tokens", "wte"))
+        x_shape = (B, L) if table else (B, L, self.model.d_model)
+        again = None
+        if ev.kind == "recompute" and not is_block(unit):
+            # the frameworks checkpoint the transformer blocks only (torchtitan's apply_ac, Composer's MPTBlock
+            # activation_checkpointing_fn, HF's gradient checkpointing of decoder layers): the embedding and the
+            # head keep their cache and are not run again, though zerosim's schedule rebuilds theirs
+            return Work()
+        if ev.kind == "recompute" and getattr(self.model, "checkpoint", None) == "op-sac":
+            again = {name for i, (name, _) in enumerate(weights(unit)) if i % 2 == 1}  # every second mm recomputed
+        return unit_work(unit, x_shape, ev.kind, self.efficiency.kernels, self.fp8 and is_block(unit), again)
+
+    # -- seconds ------------------------------------------------------------------------------------------
+    def compute(self, ev) -> float:
+        """Seconds of one Compute event."""
+        dev = self.hw.device
+        if self.efficiency.flat is not None:
+            f = self.efficiency.flat
+            return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * f, dev.hbm * f)
+        w, r = self.work(ev), self.rates
+        if w is TP_ROOFLINE:  # the event's own FLOPs and bytes, each at its achieved rate (the slower one counts)
+            return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * r.gemm,
+                                dev.hbm * r.hbm) / self.efficiency.framework
+        if w is None:  # counts only: all of it GEMM work
+            seconds = ev.flops / (dev.rate(self.hw.compute) * r.gemm)
+        else:
+            fmt_peak, fmt_eff = (dev.fp8, r.gemm_fp8) if w.fp8 else (dev.rate(self.hw.compute), r.gemm)
+            peak16 = dev.rate(self.hw.compute)
+            seconds = sum(2.0 * m * n * k / (fmt_peak * fmt_eff * wave_efficiency(m, n, r.sms)) for m, n, k in w.gemms)
+            seconds += w.attention_fwd / (peak16 * r.attention_fwd) + w.attention_bwd / (peak16 * r.attention_bwd)
+            seconds += w.memory / (dev.hbm * r.hbm)
+        return seconds / self.efficiency.framework
+
+    def optimizer(self, elements: int, states: int, grad_bytes: int, param_bytes: int) -> float:
+        """Seconds of one optimizer step over `elements` (memory-bound)."""
+        hbm = self.hw.device.hbm
+        if self.efficiency.flat is not None:
+            return optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.efficiency.flat)
+        seconds = optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.rates.hbm)
+        return seconds / self.efficiency.framework
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """What a simulated step's computes cost: an efficiency (None: the datasheet roofline), fp8 GEMMs, the loss."""
+
+    efficiency: Efficiency | None = None
+    fp8_gemms: bool = False  # the blocks' linears in float8 (torchao Float8Linear): H100 / H200
+    loss: str = "eager"  # the loss kernel: "eager", "chunked", "fused"
+
+    def costs(self, model, micro_batch, hardware):
+        """The `KernelTimes` of one model's step on `hardware`, or None for the roofline."""
+        if self.efficiency is None:
+            if self.fp8_gemms:
+                raise ValueError("fp8 GEMMs are charged by the efficiency model: give an efficiency preset, not 'peak'")
+            return None
+        return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss)
+
+    def gemm_rate(self, hardware) -> float:
+        """FLOP/s a large GEMM runs at on `hardware` under this model: the peak, derated (what a model known only by
+        its parameter counts computes at; the sweep's hiding bounds use it)."""
+        peak = hardware.device.rate(hardware.compute)
+        e = self.efficiency
+        if e is None:
+            return peak
+        if e.flat is not None:
+            return peak * e.flat
+        return peak * e.rates(device_key(hardware.device)).gemm * e.framework
+
+    def flags(self) -> str:
+        """The command-line flags that give this model (`--efficiency ...`, `--fp8-gemms`): what a printed command
+        that reproduces a time must carry."""
+        e = self.efficiency
+        if e is None:
+            text = "peak"
+        elif e.flat is not None:
+            text = f"{e.flat:g}"
+        else:
+            from zerosim.analysis.costs._efficiency import PRESETS
+
+            extra = [f"{k}={v:g}" for k, v in e.overrides]
+            if e.framework != PRESETS[e.name].framework:
+                extra.append(f"framework={e.framework:g}")
+            text = e.name + (":" + ",".join(extra) if extra else "")
+        return f"--efficiency {text}" + (" --fp8-gemms" if self.fp8_gemms else "")
+
+    def describe(self) -> str:
+        if self.efficiency is None:
+            return "datasheet peaks (roofline: max(FLOPs / peak, bytes / HBM), nothing derated)"
+        return self.efficiency.describe() + (", fp8 GEMMs in the blocks" if self.fp8_gemms else "")

@@ -1,0 +1,143 @@
+"""Where a command may write: every output path checked before the work starts, never inside a checkpoint folder.
+
+    check_file("plan.png", "--figure", suffixes=(".png",))   # before planning: a ValueError naming flag and path
+    check_folder("site/explorer", "--html")                   # a folder to write into (made later if missing)
+    write_atomic(path, lambda tmp: fig.savefig(tmp))          # whole or not at all; errors name `path`, never tmp
+
+A path is refused, in one line naming the flag and the path, when it is a folder where a file is meant (or a file
+where a folder is), when the nearest folder that exists on its way cannot be written (checked by creating and
+removing one empty file there: permissions alone do not tell, e.g. under /proc or on a read-only mount), or when
+it lies inside a checkpoint folder — a tag folder (it holds a zerosim `manifest.json`) or the folder a run saves
+into (it holds a `latest` file naming such a tag, or such tags): a command never writes into a checkpoint it was
+not asked to save (torch DCP and DeepSpeed own their folders the same way; zerosim.checkpoint.save is the one
+writer there). Symbolic links are followed, so a link into a checkpoint is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+
+MANIFEST, LATEST = "manifest.json", "latest"  # zerosim.checkpoint's names (checkpoint/folders.py)
+MARK = b'"zerosim-checkpoint"'  # the manifest's "format" value, in its first bytes
+
+
+def is_tag_folder(folder: str) -> bool:
+    """True when `folder` holds a zerosim checkpoint's manifest (a complete tag, or one given as DIR itself)."""
+    try:
+        with open(os.path.join(folder, MANIFEST), "rb") as f:
+            return MARK in f.read(4096)
+    except OSError:
+        return False
+
+
+def is_run_folder(folder: str) -> bool:
+    """True when `folder` is where a run saves its tags: a `latest` file or a tag folder inside it."""
+    if os.path.isfile(os.path.join(folder, LATEST)):
+        try:
+            with open(os.path.join(folder, LATEST), "rb") as f:
+                tag = f.read(256).decode("utf-8", "replace").strip()
+        except OSError:
+            tag = ""
+        if tag and os.sep not in tag and is_tag_folder(os.path.join(folder, tag)):
+            return True
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(is_tag_folder(os.path.join(folder, n)) for n in names if not n.startswith("."))
+
+
+def checkpoint_around(path: str, include_self: bool = True) -> str | None:
+    """The checkpoint folder `path` lies in (the nearest tag or run folder among it and its parents), or None.
+    `include_self=False` leaves `path` itself out (a save's own folder may be a run folder)."""
+    here = os.path.realpath(path)
+    if not include_self:
+        here = os.path.dirname(here)
+    while True:
+        if os.path.isdir(here) and (is_tag_folder(here) or is_run_folder(here)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def refuse_inside_checkpoint(path: str, flag: str, include_self: bool = True) -> None:
+    root = checkpoint_around(path, include_self)
+    if root is not None:
+        raise ValueError(f"{_named(flag, path)}: inside the checkpoint {root}; writing there would overwrite or add "
+                         "to its files: write it outside it")
+
+
+def check_file(path, flag: str = "", suffixes: tuple = ()) -> str:
+    """`path` as a file this command may write, checked before any work (see the module docstring); returns it."""
+    path = _text(path, flag)
+    refuse_inside_checkpoint(path, flag)
+    if suffixes and not path.lower().endswith(tuple(s.lower() for s in suffixes)):
+        raise ValueError(f"{_named(flag, path)}: expected a {' or '.join(suffixes)} file name")
+    if os.path.isdir(path):
+        raise ValueError(f"{_named(flag, path)}: a folder; give a file name in it")
+    _writable(os.path.dirname(os.path.abspath(path)), path, flag)
+    return path
+
+
+def check_folder(path, flag: str = "", checkpoint_ok: bool = False) -> str:
+    """`path` as a folder this command may write into (made later when missing); returns it. `checkpoint_ok`: the
+    folder may itself be a run's checkpoint folder (zerosim.checkpoint.save's, which checks whose it is)."""
+    path = _text(path, flag)
+    refuse_inside_checkpoint(path, flag, include_self=not checkpoint_ok)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{_named(flag, path)}: a file, not a folder; give a folder to write into")
+    if checkpoint_ok and os.path.isdir(path) and is_tag_folder(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        raise ValueError(f"{_named(flag, path)}: a checkpoint's tag folder (it holds {MANIFEST}): save into {parent}, "
+                         "the folder that holds its tags, or another folder")
+    _writable(os.path.abspath(path), path, flag)
+    return path
+
+
+def write_atomic(path: str, write, flag: str = "") -> str:
+    """Call `write(tmp)` with a temporary name beside `path`, then rename it to `path`: a reader sees the old file or
+    the new one, never half of one. The folders on the way are made. An OSError names `path`, not the temporary
+    file (whose name the user never gave)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, f"{_named(flag, path)}: could not be written ({e.strerror or e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _writable(target: str, path: str, flag: str) -> None:
+    """Refuse when the nearest existing folder on the way to `target` (a folder) cannot take a new file."""
+    here = target
+    while not os.path.exists(here):
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    if not os.path.isdir(here):
+        raise ValueError(f"{_named(flag, path)}: {here} is a file, not a folder")
+    probe = os.path.join(here, f".zerosim-write-check-{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"{_named(flag, path)}: cannot write in {here} ({e.strerror or e})") from None
+
+
+def _text(path, flag: str) -> str:
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise ValueError(f"{flag + ' ' if flag else ''}needs a path, got {path!r}")
+    return path
+
+
+def _named(flag: str, path: str) -> str:
+    return f"{flag} {path}" if flag else path
