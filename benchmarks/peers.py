@@ -19,6 +19,12 @@ its two barriers) compare the work done.
 It ends with the table for the README's speed section (Markdown, the machine and the load in its first
 line). Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
 
+What the ratios depend on is printed beside them (benchmarks/machine.py): the CPU's bf16 instructions (torch's bf16
+matmul is native with AVX512_BF16 or AMX, emulated without: the bf16 goal is per class of CPU, `BF16_CLASSES`) and
+the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU capability). zerosim runs its
+"native" arithmetic here (the machine's sgemm, zerosim/precision/arithmetic/), as torch runs its own BLAS: the
+portable default's exact products cost more (benchmarks/portable_numbers.py).
+
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
 """
 
@@ -36,15 +42,19 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/machine.py, however this file is run
+from machine import (Bf16Class, bf16_class, cpu_flags, cpu_name, describe, numpy_blas,  # noqa: E402
+                     numpy_kernels, torch_blas, torch_kernels)
+
 MODELS = {  # name: MLP widths
     "919k": [256, 1024, 512, 256],  # 919,296 params (benchmarks/engine.py's)
     "10M": [1024, 2048, 2560, 1024],  # 9,967,104 params
 }
 BATCH = 32  # rows per rank per step
-ROWS = [  # (label, zerosim stage, zerosim precision, torch mode, target ratio: issue 28)
+ROWS = [  # (label, zerosim stage, zerosim precision, torch mode, target ratio: issue 28; None: by the CPU's bf16 class)
     ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1", 1.0),
     ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32", 1.0),
-    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16", 0.5),
+    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16", None),
 ]
 MIN_REPEATS = 3  # a row stops repeating after this many once it has used its --budget
 
@@ -148,10 +158,12 @@ class TorchPeers:
 # -- zerosim's side ------------------------------------------------------------------------------------------------
 def zerosim_engine(widths, n, stage, precision, workers):
     from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.precision import get_precision
 
     model = MLP(widths, activation="relu")
     cluster = Cluster(n, trace="call", timeline=False, workers=workers)
-    return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), precision, params=model.init_params())
+    policy = get_precision(precision).with_(arithmetic="native")  # the machine's sgemm, as torch runs its BLAS
+    return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), policy, params=model.init_params())
 
 
 def timed(fn) -> tuple:
@@ -190,23 +202,39 @@ def run_case(name, n, repeats, budget, port):
 
 
 def machine() -> str:
-    """The CPU's name (Linux's /proc/cpuinfo, else what platform says) and how many cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+    """The CPU's name and how many cores this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_name()}, {cores} cores"
 
 
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def readme_table(results, header: str) -> list:
+def target_of(target, bf16: Bf16Class):
+    """A row's target ratio: its own, or (None) the goal of the CPU's bf16 class."""
+    return bf16.goal if target is None else target
+
+
+def depends_on(precision: str, bf16: Bf16Class, numpy_blas: str, torch_blas: str) -> str:
+    """What a row's ratio depends on, to print beside it: the bf16 class for a bf16 row, both BLAS kernels else."""
+    if "bf16" in precision:
+        return f"bf16: {bf16.name}; torch's bf16 GEMMs {bf16.how}"
+    return f"fp32 GEMMs: zerosim on {numpy_blas}, torch on {torch_blas}"
+
+
+def verdict(ratio: float, target, bf16: Bf16Class) -> str:
+    """"met"/"MISSED (≤ goal)", saying for a bf16 row which CPU class the goal is for."""
+    goal = target_of(target, bf16)
+    where = f" for CPUs with {bf16.name}" if target is None else ""
+    if goal is None:
+        return f"no goal{where} ({bf16.why})"
+    return f"{'met' if ratio <= goal else 'MISSED'} (≤ {goal}{where})"
+
+
+def readme_table(results, header: str, bf16: Bf16Class) -> list:
     """The README's table: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch ms; 1 worker
-    ratio; CPU s ratio)", then the targets met or missed."""
+    ratio; CPU s ratio)", then the targets met or missed (the bf16 goal: `bf16`'s, the class of the CPU it ran on)."""
     labels = [label for label, *_ in ROWS]
     lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     verdicts = []
@@ -217,7 +245,7 @@ def readme_table(results, header: str) -> list:
             cells.append(f"**{ratio:.2f}** ({med['pool'] * 1e3:.0f} / {med['torch'] * 1e3:.0f} ms; 1 worker "
                          f"{med['one'] / med['torch']:.2f}; CPU s {med['pool cpu'] / med['torch cpu']:.2f})")
             verdicts.append(f"{label.split(',')[0].split(' ÷')[0]} {label.split(', ')[-1]} {name}, N = {n}: "
-                            f"{ratio:.2f} {'met' if ratio <= target else 'MISSED'} (≤ {target})")
+                            f"{ratio:.2f} {verdict(ratio, target, bf16)}")
         lines.append(f"| {rows[0][2]:,} params, N = {n} | " + " | ".join(cells) + " |")
     return lines + ["", "Targets (issue 28): " + "; ".join(verdicts) + "."]
 
@@ -238,27 +266,30 @@ def main():
         return 0
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
     started, load_start = time.perf_counter(), load()
+    bf16, numpy_blas_used, torch_blas_used = bf16_class(cpu_flags()), numpy_blas(), torch_blas(torch)
+    print(f"depends on: {describe(torch)}")
     print(f"torch {torch.__version__}, {machine()}, load average at start {load_start}; BLAS threads "
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
           f"median of {MIN_REPEATS}-{args.repeats} steps in turns (--budget {args.budget:g} s a row)")
     print(f"{'model':<6} {'N':>2}  {'comparison':<44} {'torch ms':>9} {'zerosim ms':>10} {'ratio':>6}  "
-          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'steps':>5}")
+          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'steps':>5}  depends on")
     results = []
     for k, (name, n) in enumerate(cases):
         rows = run_case(name, n, args.repeats, args.budget, args.port + k)
         results.append(((name, n), rows))
-        for label, med, params, workers, _ in rows:
+        for (label, med, params, workers, _), (_, _, precision, _, _) in zip(rows, ROWS):
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
                   f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f} "
-                  f"{med['repeats']:>5}")
+                  f"{med['repeats']:>5}  {depends_on(precision, bf16, numpy_blas_used, torch_blas_used)}")
         sys.stdout.flush()
     workers = results[0][1][0][3] if results else 1
-    header = (f"Measured on {machine()} ({platform.system()}), torch {torch.__version__}, zerosim with {workers} "
-              f"worker threads; load average {load_start} at the start, {load()} at the end; "
-              f"{(time.perf_counter() - started) / 60:.1f} min. Each cell: zerosim ÷ torch, per-step wall time, "
-              f"median of {MIN_REPEATS}-{args.repeats} steps in turns.")
-    print("\n" + "\n".join(readme_table(results, header)))
+    header = (f"Measured on {machine()} ({platform.system()}; bf16: {bf16.name}, torch's bf16 GEMMs {bf16.how}); "
+              f"{numpy_kernels()}; {torch_kernels(torch)}; zerosim with {workers} worker threads, its native "
+              f"arithmetic; load average {load_start} at the start, {load()} at the end; "
+              f"{(time.perf_counter() - started) / 60:.1f} min. Each cell: zerosim ÷ torch, per-step wall time, median "
+              f"of {MIN_REPEATS}-{args.repeats} steps in turns.")
+    print("\n" + "\n".join(readme_table(results, header, bf16)))
     return 0
 
 

@@ -105,6 +105,7 @@ def test_dpu_is_really_stale():
     assert not np.array_equal(bits(delayed.full_master()), bits(plain.full_master()))
 
 
+@pytest.mark.pinned
 def test_cpu_adam_tails_make_the_optimizer_calls_matter():
     """DeepSpeed's CPU Adam steps each call's last (n mod 16) elements with other roundings: an oracle calling it once
     over the whole vector differs from stage 2's per-shard calls, where the shards do not end on 16."""
@@ -116,11 +117,13 @@ def test_cpu_adam_tails_make_the_optimizer_calls_matter():
     whole = Reference(model, opt(), "fp32", world_size=3, params=params, reduce_every_micro_step=True)
     shards = Reference(model, opt(), "fp32", world_size=3, params=params, reduce_every_micro_step=True,
                        optimizer_calls="shards")
+    differed = []  # the tails' roundings part the two oracles at some steps; they may meet again (portable: step 4)
     for s in range(4):
         b = data[3 * s:3 * s + 3]
         engine.step(b), whole.step(b), shards.step(b)
-    assert np.array_equal(bits(engine.full_master()), bits(shards.master()))
-    assert not np.array_equal(bits(engine.full_master()), bits(whole.master()))
+        assert np.array_equal(bits(engine.full_master()), bits(shards.master()))
+        differed.append(not np.array_equal(bits(shards.master()), bits(whole.master())))
+    assert any(differed), differed
 
 
 # -- memory: the ledgers against the hand formulas ------------------------------------------------------------------

@@ -284,17 +284,20 @@ def test_loss_scaling_does_not_rescue_fp16_state():
     assert runs["S = 1"].v_zero[0] == runs["S = 1024"].v_zero[0]  # the same v entries lost: S changed nothing
 
 
-def test_fp16_state_stops_the_copy_gpt_at_step_9_where_fp32_state_trains_on():
+@pytest.mark.pinned
+def test_fp16_state_stops_the_copy_gpt_at_step_7_where_fp32_state_trains_on():
     # zerosim train --model gpt --task copy (3,600 params, 2 ranks, fp16-mixed, Adam lr 1e-2): with m, v in fp16 the
-    # blown-up updates overflow the fp16 forward and step 9's gradient holds inf (notebook 11, section 4e)
+    # blown-up updates overflow the fp16 forward and step 7's gradient holds inf (notebook 11, section 4e). Step 7 on
+    # every machine, in the portable arithmetic; with the machine's own kernels (zerosim before issue 33) the run
+    # stopped at step 9 under OpenBLAS's AVX2 kernels and at step 14 under its AVX-512 and generic ones
     from zerosim.train import TrainConfig, train
 
     seen = []
-    config = dict(model="gpt", task="copy", steps=9, ranks=2, eval_every=50)
+    config = dict(model="gpt", task="copy", steps=7, ranks=2, eval_every=50)
     with pytest.raises(FloatingPointError, match="reduced gradient element\\(s\\) are NaN or inf"):
         train(TrainConfig(precision=policy("fp16-mixed", "fp16"), **config), on_step=lambda *a: seen.append(a[0]))
-    assert seen == list(range(1, 9))
-    assert len(train(TrainConfig(precision="fp16-mixed", **config)).losses) == 9
+    assert seen == list(range(1, 7))
+    assert len(train(TrainConfig(precision="fp16-mixed", **config)).losses) == 7
 
 
 # -- the replay's heading for pure 16-bit training (issue 24) ---------------------------------------------------

@@ -272,7 +272,7 @@ def check_nbconvert(out: str, readme: str, project: Path) -> None:
 
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
-    (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 60", check_gpt),
+    (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 80", check_gpt),
     (r"zerosim train --model llama --heads 4 --kv-heads 2", check_llama),
     (r"zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192", check_llama_8192),
     (r"zerosim memory --model llama-3-8b .*--ds-config", check_llama_ds_config),

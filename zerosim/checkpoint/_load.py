@@ -167,7 +167,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
 
     optimizer: default the saved one (name and hyperparameters); another optimizer of the same kind may
         change hyperparameters (a new lr on resume); another kind is refused (its state differs).
-    precision: must be the saved policy if given (a check: states cannot change format on load).
+    precision: must be the saved policy if given (a check: states cannot change format on load), but for its
+        `arithmetic`, which the resumed steps then run on (a checkpoint saved before it existed holds "portable").
     expect_stage: refuse a checkpoint saved at another stage (`stage` itself may differ: that reshards).
     accumulation_steps, checkpoint, clip_grad: as for `ZeroEngine` (run settings, not state; default the saved K).
     The loss scaler resumes in its saved state, and the iteration count with it.
@@ -185,6 +186,8 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     if ("master" in state.files[0]) != (saved_policy.master is not None):
         raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
                               + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
+    if precision is not None:  # the kernels (`arithmetic`) are how steps run, not a format: the asked ones run on
+        saved_policy = saved_policy.with_(arithmetic=get_precision(precision).arithmetic)
     if precision is not None and get_precision(precision) != saved_policy:
         asked = get_precision(precision)
         differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]

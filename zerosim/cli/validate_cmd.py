@@ -48,6 +48,7 @@ def row_of(r) -> dict:
         "key": p.key, "role": p.role, "source": p.source, "model": p.model, "gpu": p.gpu, "gpus": p.gpus,
         "micro_batch": p.micro_batch, "seq_len": p.seq_len, "accumulation": p.accumulation, "strategy": p.strategy,
         "preset": p.preset, "fp8": p.fp8, "fp8_all_gather": p.fp8_all_gather, "links": list(p.links), "note": p.note,
+        "tp": p.tp, "sp": p.sp, "async_tp": p.async_tp,
         "measured_tokens_per_s": p.tokens_per_s, "predicted_tokens_per_s": r.tokens_per_s, "error": r.error,
         "measured_mfu": r.measured_mfu, "predicted_mfu": r.mfu, "step_s": r.step_s, "exposed_s": r.exposed_s,
         "allocated": r.allocated, "reserved": r.reserved, "measured_memory_gib": p.memory_gib,
@@ -61,7 +62,8 @@ def format_table(rows: list, stats: dict) -> str:
     conditions = lambda x: (  # noqa: E731
         f"{x['model']}, {x['gpus']} × {x['gpu']}, {x['micro_batch']} × {x['seq_len']:,}"
         + (f" × {x['accumulation']}" if x["accumulation"] > 1 else "")
-        + f", {x['strategy']}, {x['preset']}" + (", fp8" if x["fp8"] else ""))
+        + f", {x['strategy']}, {x['preset']}" + (", fp8" if x["fp8"] else "")
+        + (f", TP {x['tp']}" + (" + SP" if x["sp"] else "") + (", async" if x["async_tp"] else "") if x["tp"] > 1 else ""))
     lines = [
         "zerosim validate: predicted against measured tokens per second per GPU (and reserved memory where published)",
         f"framework factors (calibrated): {', '.join(f'{k} {v:.3f}' for k, v in FRAMEWORK.items())}",

@@ -130,7 +130,7 @@ class Pass:
         f, model = self.fmt, self.model
         if op.kind == "loss":
             y = self.a
-            self.loss, cache = model.loss.forward(y, self.target)
+            self.loss, cache = model.loss.forward(y, self.target, f)
             self.saved.put("loss", "loss", cache)
             self.dy = model.loss.backward(self.saved.pop("loss"), f, scale=self.loss_scale)  # (B, D_out) fmt
             values = {"loss": self.loss, "out": y.copy()} if self.keep_values else None

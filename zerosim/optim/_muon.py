@@ -45,6 +45,7 @@ import numpy as np
 from zerosim.optim._adam import AdamW
 from zerosim.optim._base import Optimizer, check_nonneg, check_step_args, scalar
 from zerosim.precision import cast, get_format
+from zerosim.precision.arithmetic import exact_matmul
 
 QUINTIC = (3.4445, -4.7750, 2.0315)  # Keller Jordan's _muon.py
 CUBIC = (1.5, -0.5, 0.0)  # seed 001: X <- 3/2 X - 1/2 X X^T X
@@ -66,8 +67,10 @@ def newton_schulz(g2d: np.ndarray, steps: int = 5, coefficients: tuple = QUINTIC
     norm = float(np.sqrt(np.sum(np.square(x, dtype=acc), dtype=acc)))
     x = x / scalar(norm + 1e-7, dt)  # + 1e-7 as the reference: a zero matrix stays zero
 
-    def mm(p, q):  # NumPy promotes bf16 @ bf16 to fp32: round back to the working dtype
-        return (p @ q).astype(dt, copy=False)
+    def mm(p, q):  # each product exact, summed exactly, rounded once to fp32 and then to the working dtype
+        if dt == np.float64:  # the fp64 yardstick: NumPy's dgemm, compared within tolerances, never pinned
+            return p @ q
+        return exact_matmul(p, q).astype(dt, copy=False)  # the same bits on every BLAS (precision/arithmetic/)
 
     for _ in range(steps):
         gram = mm(x, x.T)  # (r, r): needs whole rows of x, the reason ZeRO-2/3 cannot shard this

@@ -11,7 +11,7 @@ precision. The two fp8 formats are the OCP / NVIDIA ones that ml_dtypes implemen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import ml_dtypes
 import numpy as np
@@ -27,6 +27,9 @@ class Format:
     mantissa_bits: int  # stored fraction bits; precision p = mantissa_bits + 1
     dtype: np.dtype
     has_inf: bool  # False for fp8_e4m3 (E4M3FN): overflow becomes NaN, not inf
+    # as a compute format, the kernels its arithmetic runs on (precision/arithmetic/): "portable" or "native". How
+    # the arithmetic runs, not what the format is: formats that differ only in it compare (and hash) equal
+    arithmetic: str = field(default="portable", compare=False, repr=False)
 
     @property
     def finfo(self):
@@ -72,6 +75,10 @@ class Format:
     def uint_dtype(self) -> np.dtype:
         """Unsigned integer dtype of the same width, for bit-pattern views."""
         return np.dtype(f"uint{self.bits}")
+
+    def with_arithmetic(self, arithmetic: str) -> "Format":
+        """This format computing on the kernels `arithmetic` names (itself when it already does)."""
+        return self if arithmetic == self.arithmetic else replace(self, arithmetic=arithmetic)
 
     def __str__(self) -> str:
         return self.name

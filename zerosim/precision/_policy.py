@@ -33,6 +33,10 @@
                use_multi_rank_bucket_allreduce=True), "deepspeed-zero12-reduce" (the same with that flag off: a reduce
                to each slice's owner), "deepspeed-zero3" and "fsdp2" (stage 3, on per-parameter partitions): what
                DistributedDataParallel, DeepSpeed ZeRO-1/2, DeepSpeed ZeRO-3 and FSDP2 do
+    arithmetic the kernels the models' products and functions run on (precision/arithmetic/): "portable" (the
+               default) rounds each exact dot product, exp, log, tanh, sin and cos once to fp32, so every machine
+               gives the same bits; "native": the machine's sgemm and NumPy's SIMD functions, faster, their last
+               bits the machine's
     allreduce  (the recipe's too) the chunk map of an all-reduce (stage 0, and deepspeed-zero12's buckets):
                "ring" (reduce-scatter then all-gather over the N shards), "nccl" (NCCL's ring all-reduce with
                its own per-loop chunk map, one channel: collectives/chunk_maps/_nccl.py), which is what DDP's
@@ -49,6 +53,7 @@ import numpy as np
 
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision._loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
+from zerosim.precision.arithmetic import check_arithmetic
 from zerosim.precision.cast._cast import cast
 from zerosim.precision.cast._counter_random import counter_uniforms
 
@@ -80,6 +85,7 @@ class MixedPrecision:
     seed: int = 0  # for stochastic rounding's counter-based draws
     grad_accum: str | None = None  # accumulation format across micro-steps (None: compute / wire; or "fp32")
     optim_state: str | None = None  # storage format of the optimizer's state (None: the update format; or "fp16"...)
+    arithmetic: str = "portable"  # the models' kernels: the same bits on any machine, or "native" (the machine's)
 
     def __post_init__(self):
         get_format(self.compute)
@@ -104,6 +110,7 @@ class MixedPrecision:
         if self.optim_state is not None and self.optim_state not in OPTIM_STATES:
             raise ValueError(f"unknown optim_state {self.optim_state!r}: the optimizer's state is stored in one of "
                              f"{', '.join(OPTIM_STATES)} (or None: the update format)")
+        check_arithmetic(self.arithmetic)
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"unknown rounding {self.rounding!r}; choose 'nearest' or 'stochastic'")
 
@@ -142,7 +149,8 @@ class MixedPrecision:
 
     @property
     def compute_format(self) -> Format:
-        return get_format(self.compute)
+        """The compute format, carrying this policy's arithmetic to the models (Format.arithmetic)."""
+        return get_format(self.compute).with_arithmetic(self.arithmetic)
 
     @property
     def master_format(self) -> Format | None:

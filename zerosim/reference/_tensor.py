@@ -210,7 +210,7 @@ class TensorReference:
         vocab_r = self.model.layers[-1].vocab
         labels = [p.target - t * vocab_r for t, p in enumerate(passes)]
         top = np.max(np.stack([row_max(p.a) for p in passes]), axis=0)  # the max: exact in any order
-        sums = [row_sums(p.a, lab, top) for p, lab in zip(passes, labels)]
+        sums = [row_sums(p.a, lab, top, self.precision.compute_format) for p, lab in zip(passes, labels)]
         predicted, exp_sum = _ring_sum([s[0] for s in sums]), _ring_sum([s[1] for s in sums])
         for p, lab in zip(passes, labels):
             p.target = VocabTarget(lab, top, predicted, exp_sum)

@@ -63,7 +63,7 @@ class TrainConfig:
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
     trace_log: str | None = None  # a file to stream the whole trace log into (the run itself holds only its last steps)
     overwrite: bool = False  # `save` holds another run's checkpoints: remove them at the first save (else refused)
-    # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~60
+    # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~80
     # steps
     model: str = "mlp"  # "mlp", "gpt" or "llama" (RMSNorm, grouped-query attention with rotary embeddings, SwiGLU)
     vocab: int = 6  # V: V - 1 symbols and the separator (chance is 1/(V - 1) per answer token)

@@ -18,6 +18,7 @@ Sources (fetched read-only; nothing is fetched at run time):
               numbers": 64 A100 80GB, FSDP2; train_configs/llama3_8b.toml there: seq_len 8192, compile false)
     TT_H200   pytorch/torchtitan @ b5bcd76c66d0acb1a08b176d9639425bc55e0b2a, benchmarks/llama3-8b_h200_202506_trainy-
               whitefiber.md (torchtitan e7c0cae: llama3_8b.toml there: seq_len 8192, selective op AC)
+    TT_70B    pytorch/torchtitan @ d4c86e375, docs/performance.md, Table 4 (Llama 3.1 70B, FSDP 32 x TP 8, 256 H100s)
     FOUNDRY   mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d, scripts/train/benchmarking/README.md
               (last changed by 495218376; model shapes from scripts/train/yamls/pretrain/mpt-*.yaml at 5e85bd62d;
               attn_impl triton, low_precision_layernorm, torch 2.1, Composer FSDP FULL_SHARD)
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 TT_H100 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md"
 TT_A100 = "pytorch/torchtitan@1ea476e9 docs/performance.md"
 TT_H200 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
+TT_70B = "pytorch/torchtitan@d4c86e375 docs/performance.md, Table 4"
 FOUNDRY = "mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"
 
 # Hugging Face style config dicts (zerosim.models.hf._config reads them as it reads a config.json)
@@ -79,6 +81,9 @@ class Point:
     fp8_all_gather: bool = False  # torchao's enable_fsdp_float8_all_gather
     reduce_fp32: bool = True  # gradients reduced in fp32 (torchtitan's mixed_precision_reduce; Composer DEFAULT)
     note: str = ""
+    tp: int = 1  # tensor parallelism's degree (torchtitan's tp): tokens per GPU are B·L·K / tp
+    sp: bool = False  # sequence parallelism beside TP
+    async_tp: bool = False  # torchtitan's async TP (zerosim's bound: no compute waits for TP's collectives)
     # the loss (models/meta/_loss_peak.py): eager unless the run compiled it. torchtitan at 9dec370 compiles the blocks
     # only (parallelize_llama.py, apply_compile; train.py's `loss_fn = torch.compile(loss_fn)` commented out), its
     # loss is cross_entropy(pred.float(), ...); llm-foundry's MPT computes F.cross_entropy under bf16 autocast,
@@ -128,6 +133,16 @@ POINTS = (
     Point("tt-a100-64-70b-full", "held-out", f"{TT_A100}, Llama 3 table, row '70B | 1 | full | 331'", "llama-3-70b",
           "a100-80gb", 64, 8, ("nvlink3", "ib_hdr"), 1, 8192, 1, "block-flash", "eager", 331,
           note="network assumed 200 Gb/s per GPU (not stated)"),
+    # FSDP 32 x TP 8 (torchtitan d4c86e375 docs/performance.md Table 4; zerosim.analysis.planner TORCHTITAN_70B holds
+    # the conditions read from the code it ran): Llama 3.1 70B's shape is the shipped llama-3-70b.json's; torch.compile
+    # + Float8 linears, full activation checkpointing, sequence parallelism and the vocabulary-parallel loss. Added
+    # with tensor parallelism (issue 38), after the framework factors were fitted: held out
+    Point("tt-h100-256-70b-2d", "held-out", f"{TT_70B}, row '2D'", "llama-3-70b", "h100-hbm2e", 256, 8,
+          ("nvlink4", "ib_ndr"), 16, 8192, 1, "block-flash", "compiled", 829, 71.9, fp8=True, tp=8, sp=True,
+          note="Float8 all-gather not stated (taken as off)"),
+    Point("tt-h100-256-70b-2d-async", "held-out", f"{TT_70B}, row '2D + AsyncTP'", "llama-3-70b", "h100-hbm2e", 256,
+          8, ("nvlink4", "ib_ndr"), 16, 8192, 1, "block-flash", "compiled", 876, 67.6, fp8=True, tp=8, sp=True,
+          async_tp=True, note="Float8 all-gather not stated (taken as off); async TP as zerosim's bound"),
     # torchtitan e7c0cae compiles the loss with the model (torchtitan/components/loss.py, build_cross_entropy_loss:
     # "Compiling the loss function with torch.compile"): a fused kernel's one V-wide tensor, "probabilities". Set
     # after the first held-out run, which had taken the 9dec370 runs' eager loss (docs/validation.md says both)

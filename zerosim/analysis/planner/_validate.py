@@ -86,12 +86,14 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     wire = Wire(fp8_all_gather="torchao") if point.fp8_all_gather else None
     per_node = point.gpus_per_node if nodes else None
     micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule("fsdp")
+    tensor = {"tp": point.tp, "sp": point.sp, "async_tp": point.async_tp} if point.tp > 1 else {}
     result, engine = meta_step(model, point.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
-                               wire=wire, gpus_per_node=per_node, time_model=time_model)
+                               wire=wire, gpus_per_node=per_node, time_model=time_model, **tensor)
     t = step_time(model, point.gpus, 3, hw, comm, precision, "adamw", micro, point.accumulation,
-                  first=step_time_of(result), time_model=time_model, gpus_per_node=per_node, wire=wire)
+                  first=step_time_of(result), time_model=time_model, gpus_per_node=per_node, wire=wire, **tensor)
     allocated = engine.cluster.ranks[0].ledger.peak()
-    tps = point.micro_batch * point.seq_len * point.accumulation / t.step
+    # a TP group of tp GPUs computes one data-parallel rank's B·L·K tokens: torchtitan's tokens / (time · tp)
+    tps = point.micro_batch * point.seq_len * point.accumulation / t.step / point.tp
     peak = hw.device.rate("bf16")
     return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
                       mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))

@@ -33,6 +33,7 @@ import numpy as np
 from zerosim.models._spaces import space_of
 from zerosim.models.layers._basic import acc_dtype
 from zerosim.precision import cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 MODES = ("standard", "selective", "flash")
 
@@ -67,7 +68,7 @@ def softmax_forward(S: np.ndarray, fmt) -> np.ndarray:
     f = get_format(fmt)
     s = S.astype(acc_dtype(f))
     s[..., causal_mask(S.shape[-2], 0, S.shape[-1], space_of(S))] = -np.inf
-    e = np.exp(s - s.max(axis=-1, keepdims=True))  # the row max subtracted: exp cannot overflow
+    e = arithmetic_of(f).exp(s - s.max(axis=-1, keepdims=True))  # the row max subtracted: exp cannot overflow
     return cast(e / e.sum(axis=-1, keepdims=True, dtype=e.dtype), f)
 
 
@@ -81,8 +82,9 @@ def softmax_backward(dP: np.ndarray, P: np.ndarray, fmt) -> np.ndarray:
 
 def scores(q: np.ndarray, k: np.ndarray, fmt) -> np.ndarray:
     """S = cast(Q Kᵀ / √d_h, fmt): the scale applied in acc before the one rounding (a GEMM's alpha)."""
-    acc = acc_dtype(get_format(fmt))
-    s = q.astype(acc) @ np.swapaxes(k.astype(acc), -1, -2)  # (B, H, L, L) acc
+    f = get_format(fmt)
+    acc = acc_dtype(f)
+    s = arithmetic_of(f).matmul(q, np.swapaxes(k, -1, -2))  # (B, H, L, L) acc
     return cast(s * acc(1 / math.sqrt(q.shape[-1])), fmt)
 
 
@@ -91,26 +93,24 @@ def attention_forward(
 ) -> tuple[np.ndarray, tuple]:
     """O (B, H, L, d_h) in fmt; cache (Q, K, V, P), with P None when not kept ("selective")."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
     P = softmax_forward(scores(q, k, f), f)  # (B, H, L, L) fmt: the B·H·L² buffer
-    o = cast(P.astype(acc) @ v.astype(acc), f)  # (B, H, L, d_h)
+    o = cast(arithmetic_of(f).matmul(P, v), f)  # (B, H, L, d_h)
     return o, (q, k, v, P if keep_p else None)
 
 
 def attention_backward(do: np.ndarray, cache: tuple, fmt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV), each (B, H, L, d_h) in fmt. P is rebuilt from Q and K if the cache lacks it."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
     q, k, v, P = cache
     if P is None:
         P = softmax_forward(scores(q, k, f), f)  # selective: the forward's own code, so the same bits
-    do_acc, p = do.astype(acc), P.astype(acc)
-    dv = cast(np.swapaxes(p, -1, -2) @ do_acc, f)  # B1: dV = Pᵀ dO
-    dP = cast(do_acc @ np.swapaxes(v.astype(acc), -1, -2), f)  # B1: dP = dO Vᵀ, (B, H, L, L)
-    dS = softmax_backward(dP, P, f).astype(acc)  # B2
+    dv = cast(ops.matmul(np.swapaxes(P, -1, -2), do), f)  # B1: dV = Pᵀ dO
+    dP = cast(ops.matmul(do, np.swapaxes(v, -1, -2)), f)  # B1: dP = dO Vᵀ, (B, H, L, L)
+    dS = softmax_backward(dP, P, f)  # B2, (B, H, L, L) fmt
     scale = acc(1 / math.sqrt(q.shape[-1]))
-    dq = cast((dS @ k.astype(acc)) * scale, f)  # B3: dQ = dS K / √d_h
-    dk = cast((np.swapaxes(dS, -1, -2) @ q.astype(acc)) * scale, f)  # B3: dK = dSᵀ Q / √d_h
+    dq = cast(ops.matmul(dS, k) * scale, f)  # B3: dQ = dS K / √d_h
+    dk = cast(ops.matmul(np.swapaxes(dS, -1, -2), q) * scale, f)  # B3: dK = dSᵀ Q / √d_h
     return dq, dk, dv
 
 

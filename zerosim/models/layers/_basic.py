@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from zerosim.precision import Format, cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 GELU_K = math.sqrt(2.0 / math.pi)  # tanh-form GELU (Hendrycks & Gimpel 2016; GPT-2's "gelu_new")
 GELU_C = 0.044715
@@ -64,8 +65,8 @@ _ML_DTYPES = tuple(get_format(name).dtype for name in ("bf16", "fp8_e4m3", "fp8_
 def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> tuple[np.ndarray, tuple]:
     """y = x @ w.T + b for x (B, D_in), w (D_out, D_in), b (D_out,) or None; returns (y (B, D_out), (x,))."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
-    z = x.astype(acc, copy=False) @ w.astype(acc, copy=False).T  # (B, D_out) accumulated in acc
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    z = ops.matmul(x, w.T)  # (B, D_out) accumulated in acc (precision/arithmetic/: how)
     if b is not None:
         z = z + b.astype(acc, copy=False)  # bias joins before the one rounding, like a fused GEMM epilogue
     return rounded(z, f), (x,)
@@ -77,11 +78,11 @@ def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[n
     `w` is passed in, not cached: the weights are fetched again for backward (ZeRO-3 re-gathers them).
     """
     f = get_format(fmt)
-    acc = acc_dtype(f)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
     (x,) = cache
     dy_acc = dy.astype(acc, copy=False)  # (B, D_out)
-    dx = rounded(dy_acc @ w.astype(acc, copy=False), f)  # (B, D_in)
-    dw = rounded(dy_acc.T @ x.astype(acc, copy=False), f)  # (D_out, D_in)
+    dx = rounded(ops.matmul(dy, w), f)  # (B, D_in)
+    dw = rounded(ops.matmul(dy.T, x), f)  # (D_out, D_in)
     db = rounded(dy_acc.sum(axis=0, dtype=acc), f)  # (D_out,)
     return dx, dw, db
 
@@ -102,17 +103,18 @@ def relu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
     return dx
 
 
-def _gelu_parts(x_acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _gelu_parts(x_acc: np.ndarray, f: Format) -> tuple[np.ndarray, np.ndarray]:
     """tanh(u) and du/dx for u = k (x + c x^3), in x_acc's dtype."""
-    t = np.tanh(GELU_K * (x_acc + GELU_C * x_acc**3))
-    du = GELU_K * (1 + 3 * GELU_C * x_acc**2)
+    cube = x_acc * x_acc * x_acc  # NOTE: not x**3, which NumPy's SIMD-dispatched power rounds machine by machine
+    t = arithmetic_of(f).tanh(GELU_K * (x_acc + GELU_C * cube))
+    du = GELU_K * (1 + 3 * GELU_C * np.square(x_acc))
     return t, du
 
 
 def gelu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
     """GELU, tanh form: 0.5 x (1 + tanh(k (x + c x^3))), computed in acc, rounded once to fmt."""
     x_acc = x.astype(acc_dtype(fmt))
-    t, _ = _gelu_parts(x_acc)
+    t, _ = _gelu_parts(x_acc, get_format(fmt))
     return cast(0.5 * x_acc * (1 + t), fmt), (x,)
 
 
@@ -121,7 +123,7 @@ def gelu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
     (x,) = cache
     acc = acc_dtype(fmt)
     x_acc = x.astype(acc)
-    t, du = _gelu_parts(x_acc)
+    t, du = _gelu_parts(x_acc, get_format(fmt))
     slope = 0.5 * (1 + t) + 0.5 * x_acc * (1 - t * t) * du
     return cast(dy.astype(acc) * slope, fmt)
 
@@ -188,10 +190,10 @@ class Linear(Layer):
 
     def flops(self, x_shape, kind):
         rows = math.prod(x_shape[:-1])  # B (or B*L tokens)
-        matmul = 2 * rows * self.d_in * self.d_out  # x @ w.T: one multiply-add per (row, in, out)
+        product = 2 * rows * self.d_in * self.d_out  # x @ w.T: one multiply-add per (row, in, out)
         if kind == "forward":
-            return matmul + (rows * self.d_out if self.bias else 0)
-        return 2 * matmul + (rows * self.d_out if self.bias else 0)  # dx = dy @ w and dw = dy.T @ x; db sums dy
+            return product + (rows * self.d_out if self.bias else 0)
+        return 2 * product + (rows * self.d_out if self.bias else 0)  # dx = dy @ w and dw = dy.T @ x; db sums dy
 
     def init(self, rng):
         # Scaled normal, Var(w) = 1/D_in, keeps activations O(1) through the depth; zero bias (as nanoGPT).

@@ -35,6 +35,7 @@ import numpy as np
 from zerosim.models.layers._attention import causal_mask
 from zerosim.models.layers._basic import acc_dtype
 from zerosim.precision import cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 BLOCK = 64  # keys per tile (FlashAttention-2 uses 64 or 128 on its GPUs)
 
@@ -45,9 +46,9 @@ def _tiles(L: int, block: int):
     return [(j, min(j + block, L)) for j in range(0, L, block)]
 
 
-def _tile_scores(q_acc, k_acc, j0, j1, scale):
+def _tile_scores(q_acc, k_acc, j0, j1, scale, f):
     """S_j (B, H, L, T) in acc, -inf where the key is in a query's future."""
-    s = (q_acc @ np.swapaxes(k_acc[..., j0:j1, :], -1, -2)) * scale
+    s = arithmetic_of(f).matmul(q_acc, np.swapaxes(k_acc[..., j0:j1, :], -1, -2)) * scale
     s[..., causal_mask(q_acc.shape[-2], j0, j1)] = -np.inf
     return s
 
@@ -55,7 +56,7 @@ def _tile_scores(q_acc, k_acc, j0, j1, scale):
 def flash_attention_forward(q, k, v, fmt, block: int = BLOCK) -> tuple[np.ndarray, tuple]:
     """O (B, H, L, d_h) in fmt; cache (Q, K, V, O, LSE (B, H, L) in acc)."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
     B, H, L, dh = q.shape
     scale = acc(1 / math.sqrt(dh))
     q_acc, k_acc, v_acc = q.astype(acc), k.astype(acc), v.astype(acc)
@@ -63,22 +64,22 @@ def flash_attention_forward(q, k, v, fmt, block: int = BLOCK) -> tuple[np.ndarra
     ell = np.zeros((B, H, L), acc)  # running row sum of exp(S - m)
     o_acc = np.zeros((B, H, L, dh), acc)  # running unnormalized output
     for j0, j1 in _tiles(L, block):
-        s = _tile_scores(q_acc, k_acc, j0, j1, scale)
+        s = _tile_scores(q_acc, k_acc, j0, j1, scale, f)
         m_new = np.maximum(m, s.max(axis=-1))  # finite: key 0 is in every query's first tile
-        alpha = np.exp(m - m_new)  # rescales what was summed under the old max (0 on the first tile)
-        p = np.exp(s - m_new[..., None])  # (B, H, L, T) acc
+        alpha = ops.exp(m - m_new)  # rescales what was summed under the old max (0 on the first tile)
+        p = ops.exp(s - m_new[..., None])  # (B, H, L, T) acc
         ell = alpha * ell + p.sum(axis=-1, dtype=acc)
-        o_acc = alpha[..., None] * o_acc + cast(p, f).astype(acc) @ v_acc[..., j0:j1, :]
+        o_acc = alpha[..., None] * o_acc + ops.matmul(cast(p, f).astype(acc), v_acc[..., j0:j1, :])
         m = m_new
     o = cast(o_acc / ell[..., None], f)
-    lse = (m + np.log(ell)).astype(acc)  # (B, H, L)
+    lse = (m + ops.log(ell)).astype(acc)  # (B, H, L)
     return o, (q, k, v, o, lse)
 
 
 def flash_attention_backward(do, cache, fmt, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV), each (B, H, L, d_h) in fmt, rebuilding P tile by tile from Q, K and LSE."""
     f = get_format(fmt)
-    acc = acc_dtype(f)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
     q, k, v, o, lse = cache
     B, H, L, dh = q.shape
     scale = acc(1 / math.sqrt(dh))
@@ -87,12 +88,12 @@ def flash_attention_backward(do, cache, fmt, block: int = BLOCK) -> tuple[np.nda
     dq_acc = np.zeros((B, H, L, dh), acc)
     dk, dv = np.empty_like(k), np.empty_like(v)  # (B, H, L, d_h) fmt, filled tile by tile
     for j0, j1 in _tiles(L, block):
-        p = np.exp(_tile_scores(q_acc, k_acc, j0, j1, scale) - lse[..., None])  # (B, H, L, T) acc
-        dv[..., j0:j1, :] = cast(np.swapaxes(cast(p, f).astype(acc), -1, -2) @ do_acc, f)
-        dp = do_acc @ np.swapaxes(v_acc[..., j0:j1, :], -1, -2)  # (B, H, L, T) acc
+        p = ops.exp(_tile_scores(q_acc, k_acc, j0, j1, scale, f) - lse[..., None])  # (B, H, L, T) acc
+        dv[..., j0:j1, :] = cast(ops.matmul(np.swapaxes(cast(p, f).astype(acc), -1, -2), do_acc), f)
+        dp = ops.matmul(do_acc, np.swapaxes(v_acc[..., j0:j1, :], -1, -2))  # (B, H, L, T) acc
         ds = cast(p * (dp - D[..., None]), f).astype(acc)  # seed 001's dS = P ⊙ (dP − D), per tile
-        dk[..., j0:j1, :] = cast((np.swapaxes(ds, -1, -2) @ q_acc) * scale, f)
-        dq_acc += (ds @ k_acc[..., j0:j1, :]) * scale
+        dk[..., j0:j1, :] = cast(ops.matmul(np.swapaxes(ds, -1, -2), q_acc) * scale, f)
+        dq_acc += ops.matmul(ds, k_acc[..., j0:j1, :]) * scale
     return cast(dq_acc, f), dk, dv
 
 

@@ -30,10 +30,10 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
         if t.size and (t.min() < 0 or t.max() >= outputs):
             raise ValueError(f"target tokens must lie in [0, {outputs}), got {t.min()}..{t.max()}")
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         B, L, V = y.shape
         t = target if hasattr(target, "reshape") else np.asarray(target)  # an array stays where it lives (a device)
-        loss, cache = super().forward(y.reshape(B * L, V), t.reshape(B * L))
+        loss, cache = super().forward(y.reshape(B * L, V), t.reshape(B * L), fmt)
         return loss, {"probabilities": cache["probabilities"], "labels": cache["labels"].reshape(B, L)}
 
     def backward(self, cache, fmt, scale=1.0):

@@ -17,6 +17,7 @@ import numpy as np
 from zerosim.models._spaces import space_of
 from zerosim.models.layers._basic import acc_dtype
 from zerosim.precision import cast, format_of, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 
 def _acc_of(y: np.ndarray) -> type:
@@ -24,11 +25,14 @@ def _acc_of(y: np.ndarray) -> type:
 
 
 class Loss:
-    """forward(y, target) -> (loss: float, cache {name: array});  backward(cache, fmt, scale=1.0) -> dy in fmt."""
+    """forward(y, target, fmt) -> (loss: float, cache {name: array});  backward(cache, fmt, scale=1.0) -> dy in fmt.
+
+    forward's `fmt` is the compute format, for the kernels it names (`Format.arithmetic`); None: y's format.
+    """
 
     name = "loss"
 
-    def forward(self, y: np.ndarray, target: np.ndarray) -> tuple[float, tuple]:
+    def forward(self, y: np.ndarray, target: np.ndarray, fmt=None) -> tuple[float, tuple]:
         raise NotImplementedError
 
     def backward(self, cache: dict, fmt, scale: float = 1.0) -> np.ndarray:
@@ -61,7 +65,7 @@ class HalfMSE(Loss):
                 np.all(np.isfinite(t.astype(np.float64)))):  # finite in float32 is finite in float64
             raise ValueError("the targets contain NaN or inf")
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         acc = _acc_of(y)
         diff = y.astype(acc) - cast(target, acc).reshape(y.shape)  # (B, D_out) in acc; the cache
         loss = 0.5 * np.sum(diff * diff, dtype=acc) / y.shape[0]
@@ -85,16 +89,16 @@ class SoftmaxCrossEntropy(Loss):
         if batch and (t.min() < 0 or t.max() >= outputs):
             raise ValueError(f"class labels must lie in [0, {outputs}), got {t.min()}..{t.max()}")
 
-    def forward(self, y, target):
-        acc = _acc_of(y)
+    def forward(self, y, target, fmt=None):
+        acc, ops = _acc_of(y), arithmetic_of(format_of(y) if fmt is None else get_format(fmt))
         t = target if hasattr(target, "astype") else np.asarray(target)  # an array stays where it lives (a device)
         labels = t.astype(np.int64).reshape(y.shape[0])  # (B,)
         z = y.astype(acc)
         z = z - z.max(axis=1, keepdims=True)  # shift so exp cannot overflow; softmax is unchanged
-        e = np.exp(z)  # (B, C)
+        e = ops.exp(z)  # (B, C)
         s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
         rows = space_of(z).arange(y.shape[0])  # made where z lives (a device indexes with its own arrays)
-        loss = np.mean(np.log(s[:, 0]) - z[rows, labels], dtype=acc)
+        loss = np.mean(ops.log(s[:, 0]) - z[rows, labels], dtype=acc)
         return float(loss), {"probabilities": e / s, "labels": labels}  # (B, C) in acc, (B,) int64
 
     def backward(self, cache, fmt, scale=1.0):

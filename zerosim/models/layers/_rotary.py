@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models.layers._basic import acc_dtype
+from zerosim.precision.arithmetic import arithmetic_of
 from zerosim.precision import cast, get_format
 
 ROPE_THETA = 10000.0  # LlamaConfig's default rope_theta (Llama 3: 500000; Qwen2.5: 1000000)
@@ -39,10 +40,11 @@ def rope_tables(length: int, head_dim: int, theta: float, fmt) -> tuple[np.ndarr
         raise ValueError(f"rotary embeddings pair the two halves of a head: head_dim must be even, got {head_dim}")
     f = get_format(fmt)
     acc = acc_dtype(f)
-    inv_freq = 1.0 / (acc(theta) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(acc) / acc(head_dim)))
+    ops = arithmetic_of(f)
+    inv_freq = 1.0 / ops.power(theta, np.arange(0, head_dim, 2, dtype=np.int64).astype(acc) / acc(head_dim))
     freqs = np.arange(length, dtype=np.int64).astype(acc)[:, None] * inv_freq.astype(acc)[None, :]  # (L, d_h/2)
     emb = np.concatenate([freqs, freqs], axis=-1)  # (L, d_h) acc
-    return cast(np.cos(emb), f), cast(np.sin(emb), f)
+    return cast(ops.cos(emb), f), cast(ops.sin(emb), f)
 
 
 def _rotate_half(x: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ from zerosim.models.layers._prenorm import residual_add
 from zerosim.models.layers._rmsnorm import RMS_EPS, rmsnorm_backward, rmsnorm_flops, rmsnorm_forward, rmsnorm_output
 from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import cast, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 # Per element of (B, L, F): forward σ(g) (exp, add, divide: 3), g·σ (1), times up (1) = 5. Backward σ again (3),
 # silu (1), dup = dh·silu (1), the slope σ(1 + g(1 − σ)) (4) and dgate = dh·up·slope (2) = 11.
@@ -50,22 +51,23 @@ def swiglu_param_shapes(d: int, ffn: int) -> dict:
     return {"norm2.w": (d,), "gate_proj": (ffn, d), "up_proj": (ffn, d), "down_proj": (d, ffn)}
 
 
-def _sigmoid(g: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-g))
+def _sigmoid(g: np.ndarray, f) -> np.ndarray:
+    return 1 / (1 + arithmetic_of(f).exp(-g))
 
 
 def swiglu_forward(gate: np.ndarray, up: np.ndarray, fmt) -> np.ndarray:
     """h = cast(silu(gate) ⊙ up, fmt), computed in acc."""
-    acc = acc_dtype(get_format(fmt))
-    g = gate.astype(acc)
-    return cast(g * _sigmoid(g) * up.astype(acc), fmt)
+    f = get_format(fmt)
+    g = gate.astype(acc_dtype(f))
+    return cast(g * _sigmoid(g, f) * up.astype(g.dtype), fmt)
 
 
 def swiglu_backward(dh: np.ndarray, gate: np.ndarray, up: np.ndarray, fmt) -> tuple[np.ndarray, np.ndarray]:
     """(dgate, dup) in fmt from dh, each computed in acc and rounded once."""
-    acc = acc_dtype(get_format(fmt))
+    f = get_format(fmt)
+    acc = acc_dtype(f)
     g, dh_acc = gate.astype(acc), dh.astype(acc)
-    s = _sigmoid(g)
+    s = _sigmoid(g, f)
     return cast(dh_acc * up.astype(acc) * (s * (1 + g * (1 - s))), fmt), cast(dh_acc * (g * s), fmt)
 
 

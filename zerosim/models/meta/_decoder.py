@@ -100,7 +100,7 @@ class MetaLMLoss(LMCrossEntropy):
             return self.saved_spec(y_shape, y_dtype)
         return loss_spec(self.variant, B, L, V, self.d_model, acc_dtype(get_format(np.dtype(y_dtype))))
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         return math.nan, {name: like(y, shape, dtype) for name, (shape, dtype) in self.spec(y.shape, y.dtype).items()}
 
     def backward(self, cache, fmt, scale=1.0):

@@ -64,7 +64,7 @@ class MetaLoss(Loss):
 
     name = "meta"
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         return math.nan, {"y": y}  # y is (B, 0): the cache holds 0 bytes
 
     def backward(self, cache, fmt, scale=1.0):

@@ -26,6 +26,7 @@ from zerosim.models.layers import LMCrossEntropy, acc_dtype
 from zerosim.models.meta import like
 from zerosim.parallel.tensor._vocab import owned
 from zerosim.precision import cast, format_of, get_format
+from zerosim.precision.arithmetic import arithmetic_of
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ def _acc(y):
     return acc_dtype(format_of(y))
 
 
+def _ops(y, fmt):
+    """The kernels exp and log run on: the compute format's (the policy's choice), else the portable ones."""
+    return arithmetic_of(format_of(y) if fmt is None else get_format(fmt))
+
+
 def _rows(y):
     """(M, V/T) logits widened to acc (fp32; float64 under fp64)."""
     return y.astype(_acc(y)).reshape(-1, y.shape[-1])
@@ -59,9 +65,10 @@ def row_max(y):
     return _rows(y).max(axis=1)
 
 
-def row_sums(y, labels, logits_max) -> tuple:
+def row_sums(y, labels, logits_max, fmt=None) -> tuple:
     """((M,) predicted, (M,) sum_exp) on this rank: Megatron's `calculate_predicted_logits`, before its two
-    all-reduces (predicted is 0 where another rank owns the target)."""
+    all-reduces (predicted is 0 where another rank owns the target). exp runs on the kernels of `fmt`, the compute
+    format (precision/arithmetic/: the portable ones unless the policy chose "native")."""
     if getattr(y, "is_meta", False):
         m = like(y, (int(np.prod(y.shape[:-1])),), np.dtype(_acc(y)))
         return m, like(m, m.shape, m.dtype)
@@ -70,7 +77,7 @@ def row_sums(y, labels, logits_max) -> tuple:
     mine = owned(flat, z.shape[1])
     predicted = np.zeros(z.shape[0], z.dtype)
     predicted[mine] = z[np.flatnonzero(mine), flat[mine]]
-    return predicted, np.exp(z).sum(axis=1, dtype=z.dtype)
+    return predicted, _ops(y, fmt).exp(z).sum(axis=1, dtype=z.dtype)
 
 
 class VocabParallelCrossEntropy(LMCrossEntropy):
@@ -79,14 +86,15 @@ class VocabParallelCrossEntropy(LMCrossEntropy):
 
     name = "vocab-parallel-xent"
 
-    def forward(self, y, target):
+    def forward(self, y, target, fmt=None):
         if getattr(y, "is_meta", False):  # shapes only (the meta backend)
             return float("nan"), {name: like(y, shape, dtype) for name, (shape, dtype)
                                    in self.saved_spec(y.shape, y.dtype).items()}
         z = _rows(y) - target.logits_max[:, None]  # (M, V/T) acc
-        probabilities = np.exp(z) / target.sum_exp[:, None]
+        ops = _ops(y, fmt)
+        probabilities = ops.exp(z) / target.sum_exp[:, None]
         acc = z.dtype
-        loss = np.mean(np.log(target.sum_exp) - target.predicted, dtype=acc)
+        loss = np.mean(ops.log(target.sum_exp) - target.predicted, dtype=acc)
         return float(loss), {"probabilities": probabilities, "labels": np.asarray(target.labels, np.int64)}
 
     def backward(self, cache, fmt, scale=1.0):

@@ -245,7 +245,8 @@ class TensorParallel(Parallelism):
         labels = [p.target - group.position(rank.index) * vocab_r for p, rank in zip(passes, ctx.ranks)]
         maxes, handle = comm.all_reduce_statistic(ctx.cluster, group, [row_max(p.a) for p in passes], "max",
                                                   "loss: logits max")
-        sums = [row_sums(p.a, lab, m) for p, lab, m in zip(passes, labels, maxes)]
+        fmt = ctx.policy.compute_format
+        sums = [row_sums(p.a, lab, m, fmt) for p, lab, m in zip(passes, labels, maxes)]
         predicted, more = comm.all_reduce_statistic(ctx.cluster, group, [s[0] for s in sums], "sum",
                                                     "loss: predicted logits")
         handle += more

@@ -1,0 +1,25 @@
+"""The kernels a model's arithmetic runs on, chosen in the precision policy (`MixedPrecision.arithmetic`): "portable"
+(the default), whose products and functions give the same bits on every machine, or "native", the machine's own.
+
+    from zerosim.precision.arithmetic import arithmetic_of
+    ops = arithmetic_of(fmt)          # fmt: the compute format, which carries the policy's choice
+    z = ops.matmul(x, w.T)            # the exact dot products rounded once to fp32 ("portable")
+    e = ops.exp(s)                    # correctly rounded to fp32 ("portable")
+
+    _kernels.py            Arithmetic and ARITHMETICS: each choice as a record of its kernels; arithmetic_of
+    _exact_matmul.py       exact_matmul: each element the exact dot product rounded once, whatever BLAS sums it
+    _correctly_rounded.py  exp, log, tanh, sin, cos, power for float32 arrays, correctly rounded
+    _round_once.py         the step both share: a float64 value known to within an error bound, rounded to float32
+                           where the bound cannot change the rounding, and the rest marked for an exact evaluation
+
+docs/portable_numbers.md: what moved between machines before, what each choice costs, what still depends on the
+machine.
+"""
+
+from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, rounded, sin, tanh
+from zerosim.precision.arithmetic._exact_matmul import exact_matmul, exact_sum_f32
+from zerosim.precision.arithmetic._kernels import ARITHMETICS, Arithmetic, arithmetic_of, check_arithmetic
+from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction
+
+__all__ = ["ARITHMETICS", "Arithmetic", "arithmetic_of", "certain_f32", "check_arithmetic", "cos", "exact_matmul",
+           "exact_sum_f32", "exp", "f32_of_fraction", "log", "power", "rounded", "sin", "tanh"]

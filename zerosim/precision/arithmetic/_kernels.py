@@ -1,0 +1,72 @@
+"""The kernels a model's float32 arithmetic runs on: a choice made once, in the precision policy.
+
+    "portable"  every matrix product the exact dot products rounded once to fp32 (_exact_matmul.py), and exp, log,
+                tanh, sin, cos and powers correctly rounded to fp32 (_correctly_rounded.py): the same bits on every
+                CPU, BLAS and GPU, so the numbers the docs, the notebooks and the tests pin hold everywhere. The
+                default. Its products are those of an ideal fp32-accumulating GEMM: a real kernel's fp32 sums add
+                rounding errors of their own (up to about K·2**-24 relative), in an order its vendor does not publish.
+    "native"    the machine's sgemm on the fp32-widened inputs and NumPy's float32 functions: faster
+                (benchmarks/portable_numbers.py), and the last bits depend on the BLAS kernel's summation order and
+                on NumPy's SIMD build (AVX2, AVX-512, NEON). For timing zerosim beside torch, which runs its own.
+
+Everything else a model does is IEEE-754 arithmetic in a fixed order (adds, multiplies, divisions, square roots,
+NumPy's pairwise sums), which gives the same bits everywhere. The engine and the oracle read the choice from the
+same policy (`MixedPrecision.arithmetic`, carried to the layers on the compute format: `Format.arithmetic`), so
+engine = oracle holds bit for bit under either. float64 inputs (the fp64 yardstick) use NumPy's float64 kernels
+under both: they are compared within tolerances, never pinned bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from zerosim.precision.arithmetic import _correctly_rounded as correctly_rounded
+from zerosim.precision.arithmetic._exact_matmul import exact_matmul
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """One set of kernels, each giving fp32 arrays (float64 for float64 inputs: NumPy's float64 kernels)."""
+
+    name: str
+    matmul: Callable  # (a (..., M, K), b (..., K, N)) in the compute format or fp32 -> (..., M, N) fp32
+    exp: Callable
+    log: Callable
+    tanh: Callable
+    sin: Callable
+    cos: Callable
+    power: Callable  # (base: float, x) -> base ** x
+
+
+def _native_matmul(a, b):
+    """The machine's GEMM on a and b widened to fp32 (float64 where either is float64), as zerosim always ran it."""
+    acc = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    return a.astype(acc, copy=False) @ b.astype(acc, copy=False)
+
+
+def _native_power(base, x):
+    return x.dtype.type(base) ** x
+
+
+ARITHMETICS = {
+    "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
+                           correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
+                           correctly_rounded.power),
+    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
+}
+
+
+def check_arithmetic(name) -> str:
+    """`name` if it is one of ARITHMETICS, else a ValueError naming the choices."""
+    if name not in ARITHMETICS:
+        raise ValueError(f"unknown arithmetic {name!r}; choose one of {', '.join(map(repr, ARITHMETICS))} "
+                         "(zerosim/precision/arithmetic/)")
+    return name
+
+
+def arithmetic_of(fmt) -> Arithmetic:
+    """The kernels compute format `fmt` runs on (its `arithmetic`; a name or dtype: "portable")."""
+    return ARITHMETICS[getattr(fmt, "arithmetic", "portable")]
