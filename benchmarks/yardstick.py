@@ -29,7 +29,15 @@ Measured in one run, in CPU time (and wall time beside it): each round runs ever
 order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
 (set before numpy loads). The load average is printed before and after.
 
-    python benchmarks/yardstick.py [--repeats 9] [--case small|large|both]
+Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
+"native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
+each exact dot product once to fp32 (the same bits on every machine). The hand step's portable product is one float64
+GEMM rounded to fp32: a product of two bf16 values has at most 16 significant bits, and a row of K <= 1024 of them whose
+exponents span fewer than 53 - 16 - 10 = 27 binades sums exactly in float64 in any order, so rounding that sum once is
+the engine's answer (the per-round check would catch a row where it is not). The last column puts each engine against
+the native hand step: what a step costs beside plain fp32 NumPy, the portable kernel's price included.
+
+    python benchmarks/yardstick.py [--repeats 9] [--case small|large|both] [--arithmetic native|portable|both]
 """
 
 import os
@@ -54,12 +62,26 @@ CASES = {  # name: (widths, ranks N, batch per rank, target engine ÷ hand)
 }
 
 
+def native_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(M, K) @ (K, N) bf16 -> (M, N) fp32: the machine's sgemm on the widened inputs."""
+    return a.astype(F32) @ b.astype(F32)
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(M, K) @ (K, N) bf16 -> (M, N) fp32: the exact dot products rounded once (exact in float64 here: see above)."""
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(F32)
+
+
+MATMULS = {"native": native_matmul, "portable": exact_matmul}
+
+
 class HandZero3:
     """ZeRO-3 on N ranks for an MLP [D_0, ..., D_K] with ReLU, half-MSE, bf16-mixed, Adam (lr, 0.9, 0.999, 1e-8):
     plain NumPy, one list entry per rank."""
 
-    def __init__(self, widths, n: int, params: np.ndarray, lr: float = 1e-3):
+    def __init__(self, widths, n: int, params: np.ndarray, lr: float = 1e-3, arithmetic: str = "native"):
         self.n, self.widths = n, widths
+        self.matmul = MATMULS[arithmetic]
         shapes = [((o, i), (o,)) for i, o in zip(widths[:-1], widths[1:])]
         self.windows, offset = [], 0  # (a, b) of each Linear's [W, b] in the flat vector
         for (w, b) in shapes:
@@ -125,7 +147,7 @@ class HandZero3:
             for r in range(n):
                 w, b = self.unpack(i, windows[r])
                 x = xs[r]
-                y = (x.astype(F32) @ w.astype(F32).T + b.astype(F32)).astype(BF16)
+                y = (self.matmul(x, w.T) + b.astype(F32)).astype(BF16)
                 relu = i < layers - 1
                 saved[r][i] = (x, y if relu else None)
                 if relu:
@@ -148,8 +170,8 @@ class HandZero3:
                     dy = dy.copy()
                     dy[pre.astype(F32) <= 0] = 0
                 dy32 = dy.astype(F32)
-                dys[r] = (dy32 @ w.astype(F32)).astype(BF16)
-                dw = (dy32.T @ x.astype(F32)).astype(BF16)
+                dys[r] = self.matmul(dy, w).astype(BF16)
+                dw = self.matmul(dy.T, x).astype(BF16)
                 db = dy32.sum(axis=0, dtype=F32).astype(BF16)
                 packed.append(np.concatenate([dw.reshape(-1), db]))
             self.reduce_scatter(i, packed)
@@ -189,18 +211,34 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def measure(widths, n: int, batch: int, repeats: int) -> dict:
+def policy(arithmetic: str):
+    """bf16-mixed on the models' kernels `arithmetic` names (a zerosim without the choice runs native only)."""
+    from zerosim.precision import get_precision
+
+    base = get_precision("bf16-mixed")
+    if not hasattr(base, "arithmetic"):
+        if arithmetic != "native":
+            raise SystemExit("this zerosim has no portable arithmetic: run with --arithmetic native")
+        return base
+    return base.with_(arithmetic=arithmetic)
+
+
+def measure(widths, n: int, batch: int, repeats: int, arithmetics) -> tuple:
+    """({(who, arithmetic): median CPU s}, {...: median wall s}) for who in hand, engine, oracle: every contender
+    once per round, in a new seeded order; after each round every arithmetic's three fp32 masters compared bit for
+    bit."""
     from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
     from zerosim.models import make_regression
 
     model = MLP(widths)
     params = model.init_params()
     batches = make_regression(np.random.default_rng(0), n, batch, widths)
-    runs = {
-        "hand": HandZero3(widths, n, params),
-        "engine": ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), "bf16-mixed", params=params),
-        "oracle": Reference(model, Adam(lr=1e-3), "bf16-mixed", world_size=n, params=params, order="ring-native"),
-    }
+    runs = {}
+    for a in arithmetics:
+        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a)
+        runs["engine", a] = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy(a), params=params)
+        runs["oracle", a] = Reference(model, Adam(lr=1e-3), policy(a), world_size=n, params=params,
+                                      order="ring-native")
     cpu, wall = {k: [] for k in runs}, {k: [] for k in runs}
     order = random.Random(0)
     for round_ in range(repeats + 1):  # round 0 warms up (first-touch allocations, BLAS)
@@ -211,12 +249,14 @@ def measure(widths, n: int, batch: int, repeats: int) -> dict:
             if round_:
                 cpu[name].append(c)
                 wall[name].append(w)
-        if hasattr(runs["engine"].cluster.trace, "clear"):
-            runs["engine"].cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
-        hand, engine, oracle = runs["hand"].full_master(), runs["engine"].full_master(), runs["oracle"].master()
-        if not (np.array_equal(hand, engine) and np.array_equal(engine, oracle)):
-            raise AssertionError(f"round {round_}: the hand step, the engine and the oracle disagree: not the same "
-                                 "arithmetic")
+        for a in arithmetics:
+            engine = runs["engine", a]
+            if hasattr(engine.cluster.trace, "clear"):
+                engine.cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
+            hand, mine, oracle = runs["hand", a].full_master(), engine.full_master(), runs["oracle", a].master()
+            if not (np.array_equal(hand, mine) and np.array_equal(mine, oracle)):
+                raise AssertionError(f"round {round_}, {a}: the hand step, the engine and the oracle disagree: not the "
+                                     "same arithmetic")
     return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()})
 
 
@@ -224,21 +264,27 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--case", choices=("small", "large", "both"), default="both")
+    p.add_argument("--arithmetic", choices=("native", "portable", "both"), default="both")
     args = p.parse_args()
+    arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step; "
-          f"median of {args.repeats} in turns; BLAS threads {threads}")
+    print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
+          f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}")
     print(f"load average before: {load()} (on {os.cpu_count()} cores)")
-    print("CPU milliseconds per step (the process's own time); the wall-clock ratio in the last column")
-    print(f"{'MLP':<22} {'params':>9} {'N':>4} {'hand ms':>8} {'engine ms':>10} {'engine/hand':>11} {'target':>7} "
-          f"{'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8}")
+    print("CPU milliseconds per step (the process's own time); wall e/h: the wall-clock ratio; e/native hand: the "
+          "engine against the native hand step")
+    print(f"{'MLP':<22} {'params':>9} {'N':>4} {'arithmetic':>10} {'hand ms':>8} {'engine ms':>10} {'engine/hand':>11} "
+          f"{'target':>7} {'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8} {'e/native hand':>13}")
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
-        t, w = measure(widths, n, batch, args.repeats)
+        t, w = measure(widths, n, batch, args.repeats, arithmetics)
         params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
-        print(f"{str(widths):<22} {params:>9,} {n:>4} {t['hand'] * 1e3:>8.1f} {t['engine'] * 1e3:>10.1f} "
-              f"{t['engine'] / t['hand']:>11.2f} {'<= ' + str(target):>7} {t['oracle'] * 1e3:>10.1f} "
-              f"{t['oracle'] / t['hand']:>11.2f} {w['engine'] / w['hand']:>8.2f}")
+        for a in arithmetics:
+            hand, engine, oracle = t["hand", a], t["engine", a], t["oracle", a]
+            native = f"{engine / t['hand', 'native']:>13.2f}" if ("hand", "native") in t else f"{'':>13}"
+            print(f"{str(widths):<22} {params:>9,} {n:>4} {a:>10} {hand * 1e3:>8.1f} {engine * 1e3:>10.1f} "
+                  f"{engine / hand:>11.2f} {'<= ' + str(target):>7} {oracle * 1e3:>10.1f} {oracle / hand:>11.2f} "
+                  f"{w['engine', a] / w['hand', a]:>8.2f} {native}")
     print(f"load average after: {load()}")
 
 
