@@ -77,15 +77,9 @@ def exact_matmul(a, b):
     precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
     # on the host (a device's arrays go the long way), and where a bound by rows and columns can pass (not fp32)
     if ns.is_numpy and precision_a + precision_b + k.bit_length() - 4 < 53:
-        magnitude_a, magnitude_b = np.abs(a64), np.abs(b64)
-        q_rows, q_columns = _quantum(magnitude_a, precision_a, axis=-1), _quantum(magnitude_b, precision_b, axis=-2)
-        unsure = _unsure(magnitude_a, magnitude_b, q_rows, q_columns)
-        count = int(np.count_nonzero(unsure))
-        if count <= unsure.size // 16:  # none or a few elements to settle one by one (more: the long way)
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, as rounding the exact sum gives
-                out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer
-            if count:
-                out = _settle(out, c, unsure.nonzero(), magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN, inf, float32's overflow: as below
+            out = _shortcut(c, a64, b64, precision_a, precision_b, ns)
+        if out is not None:
             return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
@@ -109,6 +103,21 @@ def exact_matmul(a, b):
     return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
 
 
+def _shortcut(c, a64, b64, precision_a: int, precision_b: int, ns):
+    """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
+    16 are unsure (the long way is cheaper then)."""
+    magnitude_a, magnitude_b = np.abs(a64), np.abs(b64)
+    q_rows, q_columns = _quantum(magnitude_a, precision_a, axis=-1), _quantum(magnitude_b, precision_b, axis=-2)
+    unsure = _unsure(magnitude_a, magnitude_b, q_rows, q_columns)
+    count = int(np.count_nonzero(unsure))
+    if count > unsure.size // 16:
+        return None
+    out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
+    if count:
+        out = _settle(out, c, unsure.nonzero(), magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns)
+    return out
+
+
 def _unsure(magnitude_a, magnitude_b, q_rows, q_columns):
     """(..., M, N) bool: where a bound by rows and columns cannot show that every partial sum of the element's K
     products is a float64. Every a_ik of row i is a whole multiple of q_i (`_quantum`), every b_kj of column j of
@@ -116,10 +125,9 @@ def _unsure(magnitude_a, magnitude_b, q_rows, q_columns):
     Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a float64, in any order, and c = s there. (Compared with
     2**52: a factor of two to spare covers the rounding of the sum and of the products below.) A few passes over a
     and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure."""
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        rows = magnitude_a.sum(axis=-1) / q_rows  # (..., M) Σ_k |a_ik| / q_i
-        columns = magnitude_b.max(axis=-2) / q_columns  # (..., N) max_k |b_kj| / q_j
-        return ~(rows[..., :, None] * columns[..., None, :] < 2.0**52)
+    rows = magnitude_a.sum(axis=-1) / q_rows  # (..., M) Σ_k |a_ik| / q_i (NaN for inf / inf: unsure)
+    columns = magnitude_b.max(axis=-2) / q_columns  # (..., N) max_k |b_kj| / q_j
+    return ~(rows[..., :, None] * columns[..., None, :] < 2.0**52)
 
 
 def _settle(out, c, where, magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns):
@@ -128,21 +136,20 @@ def _settle(out, c, where, magnitude_a, magnitude_b, q_rows, q_columns, a64, b64
     its quanta, or rounded where its error bound allows, or summed exactly (`_repair`)."""
     batch, (m, k), n = out.shape[:-2], magnitude_a.shape[-2:], magnitude_b.shape[-1]
     *lead, i, j = where
-    with np.errstate(invalid="ignore", over="ignore"):
-        if not batch:  # the unsure elements sit in a few rows (a small quantum) or columns: multiply only those
-            rows, columns = np.unique(i), np.unique(j)
-            if len(rows) * n <= len(columns) * m:
-                size = (magnitude_a[rows] @ magnitude_b)[np.searchsorted(rows, i), j]  # (n,) to within γ(K)
-            else:
-                size = (magnitude_a @ magnitude_b[:, columns])[i, np.searchsorted(columns, j)]
+    if not batch:  # the unsure elements sit in a few rows (a small quantum) or columns: multiply only those
+        rows, columns = np.unique(i), np.unique(j)
+        if len(rows) * n <= len(columns) * m:
+            size = (magnitude_a[rows] @ magnitude_b)[np.searchsorted(rows, i), j]  # (n,) to within γ(K)
         else:
-            a_rows = np.broadcast_to(magnitude_a, batch + (m, k))[(*lead, i)]  # (n, K)
-            b_columns = np.moveaxis(np.broadcast_to(magnitude_b, batch + (k, n)), -1, -2)[(*lead, j)]  # (n, K)
-            size = np.einsum("pk,pk->p", a_rows, b_columns)
-        q = np.broadcast_to(q_rows, batch + (m,))[(*lead, i)] * np.broadcast_to(q_columns, batch + (n,))[(*lead, j)]
-        exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
-        rest = tuple(x[~exact] for x in where)  # exact elements keep c rounded: c = s there
-        _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)  # the rest: c rounded too
+            size = (magnitude_a @ magnitude_b[:, columns])[i, np.searchsorted(columns, j)]
+    else:
+        a_rows = np.broadcast_to(magnitude_a, batch + (m, k))[(*lead, i)]  # (n, K)
+        b_columns = np.moveaxis(np.broadcast_to(magnitude_b, batch + (k, n)), -1, -2)[(*lead, j)]  # (n, K)
+        size = np.einsum("pk,pk->p", a_rows, b_columns)
+    q = np.broadcast_to(q_rows, batch + (m,))[(*lead, i)] * np.broadcast_to(q_columns, batch + (n,))[(*lead, j)]
+    exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
+    rest = tuple(x[~exact] for x in where)  # exact elements keep c rounded: c = s there
+    _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)  # the rest: c rounded too
     if not suspects.any():
         return out
     return _repair(out, tuple(x[suspects] for x in rest), a64, b64, ns)
