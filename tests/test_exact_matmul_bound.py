@@ -61,6 +61,19 @@ def test_a_few_unsure_elements_are_settled_one_by_one_the_rest_certified():
     assert np.array_equal(bits(got), bits(reference(a, b)))
 
 
+def test_batched_products_settle_their_few_unsure_elements_too():
+    # leading dims broadcast as NumPy's matmul does (b has one fewer); the hard row sits in one batch element only
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
+    a[1, 2, 3, :3], a[1, 2, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
+    b[2, :3, 5] = 1.0
+    got = exact_matmul(a, b)
+    assert got.shape == (2, 3, 40, 40) and got[1, 2, 3, 5] == np.float32(2.0**60 + 2.0**37)
+    for i in range(2):
+        for h in range(3):
+            assert np.array_equal(bits(got[i, h]), bits(reference(a[i, h], b[h])))
+
+
 def test_a_training_step_in_bf16_takes_the_shortcut_for_every_product(monkeypatch):
     # a ZeRO-3 step of a bf16 MLP on 2 ranks: every product's unsure elements (forward, dx, dW) are at most one in
     # 16, so none goes the long way; and the step still equals the oracle bit for bit
