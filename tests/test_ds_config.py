@@ -226,12 +226,12 @@ def test_auto_is_filled_as_the_hf_trainer_fills_it():
             {"zero_optimization": {"stage": 3, "stage_3_prefetch": 1}},
             "zero_optimization.stage_3_prefetch is not a DeepSpeed",
         ),
-        (
-            {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
-            "offload_optimizer .* not modelled yet",
-        ),
-        ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}, "offload_param .* not modelled yet"),
-        ({"zero_optimization": {"cpu_offload": True}}, "cpu_offload .* not modelled yet"),
+        ({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}},
+         "zero_optimization.offload_optimizer: .* not 0: it offloads through its ZeRO optimizers"),
+        ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}},
+         "zero_optimization.offload_param: offload_param without offload_optimizer is not modelled"),
+        ({"zero_optimization": {"stage": 2, "cpu_offload": True, "offload_optimizer": {"device": "cpu"}}},
+         "Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' together"),
         ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "fp16 and bf16 are both enabled"),
         ({"fp16": {"enabled": True, "scale": 2}}, "fp16.scale is not a DeepSpeed fp16 key"),
         (
@@ -265,6 +265,87 @@ def test_bad_configs_are_refused_naming_the_key(config, match):
         read_ds_config(config, N)
 
 
+def _zero(**zero):
+    return {"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero}
+
+
+@pytest.mark.bad_input("DeepSpeed configs")
+@pytest.mark.parametrize("offload, match", [
+    # every value of DeepSpeed 0.19.8's DeepSpeedZeroOffloadOptimizerConfig / ...ParamConfig checked, key named
+    ({"offload_optimizer": {"device": "gpu"}}, "offload_optimizer.device must be one of none, cpu, nvme"),
+    ({"offload_optimizer": {"device": "CPU"}}, "offload_optimizer.device must be one of none, cpu, nvme"),
+    ({"offload_optimizer": {"device": 1}}, "offload_optimizer.device must be a string"),
+    ({"offload_optimizer": "cpu"}, "zero_optimization.offload_optimizer must be an object"),
+    ({"offload_optimizer": {"device": "cpu", "colour": 1}},
+     "offload_optimizer.colour is not a DeepSpeed offload_optimizer key"),
+    ({"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu", "max_in_gpu": 1}},
+     "offload_param.max_in_gpu is not a DeepSpeed offload_param key"),
+    ({"offload_optimizer": {"device": "nvme"}}, "offload_optimizer.device is nvme with no nvme_path"),
+    ({"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme"}},
+     "offload_param.device is nvme with no nvme_path"),
+    ({"offload_optimizer": {"device": "cpu", "ratio": 0.5}}, "offload_optimizer.ratio 0.5 .* is not modelled"),
+    ({"offload_optimizer": {"device": "cpu", "ratio": 1.5}}, "offload_optimizer.ratio must be between 0 and 1"),
+    ({"offload_optimizer": {"device": "cpu", "super_offload": True}},
+     "offload_optimizer.super_offload true .* is not modelled"),
+    ({"offload_optimizer": {"device": "cpu", "cpuadam_cores_perc": -0.1}},
+     "offload_optimizer.cpuadam_cores_perc must be between 0 and 1"),
+    ({"offload_optimizer": {"device": "cpu", "buffer_count": -1}}, "offload_optimizer.buffer_count must be at least 0"),
+    ({"offload_optimizer": {"device": "cpu", "pin_memory": "yes"}}, "offload_optimizer.pin_memory must be true or"),
+    ({"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu", "buffer_size": 1.5}},
+     "offload_param.buffer_size must be a whole number"),
+    ({"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu", "max_in_cpu": -1}},
+     "offload_param.max_in_cpu must be at least 0"),
+    ({"offload_optimizer": {"device": "cpu", "nvme_path": 5}}, "offload_optimizer.nvme_path must be a string"),
+    ({"cpu_offload": "yes"}, "zero_optimization.cpu_offload must be true or false"),
+])
+def test_every_offload_value_is_checked_naming_file_and_key(offload, match):
+    with pytest.raises(ValueError, match=f"the DeepSpeed config: .*{match}"):
+        read_ds_config(_zero(stage=3, **offload), N)
+
+
+OFFLOADS = [  # (stage, zero_optimization's offload keys) -> the placement DeepSpeed 0.19.8 runs, a note's words
+    (1, {"offload_optimizer": {"device": "cpu"}}, "optimizer-cpu", None),
+    (2, {"offload_optimizer": {"device": "cpu", "pin_memory": True}}, "optimizer-cpu", None),
+    (2, {"offload_optimizer": {"device": "nvme"}}, "optimizer-cpu", "cpu_offload = True"),  # no nvme_path: unread
+    (2, {"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}, "optimizer-cpu",
+     "reads offload_param at stage 3 only"),
+    (3, {"offload_optimizer": {"device": "cpu"}}, "optimizer-cpu", None),
+    (3, {"offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}, "optimizer-nvme", None),
+    (3, {"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}, "params-cpu", None),
+    (3, {"offload_optimizer": {"device": "nvme", "nvme_path": "/nvme", "pipeline_read": True},
+         "offload_param": {"device": "nvme", "nvme_path": "/nvme", "max_in_cpu": 0}}, "params-nvme", None),
+    (3, {"offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "/n"}},
+     "params-nvme-optimizer-cpu", None),
+    (2, {"cpu_offload": True}, "optimizer-cpu", None),  # deprecated, read as offload_optimizer {device: cpu}
+    (3, {"cpu_offload": True, "cpu_offload_param": True}, "params-cpu", None),
+    (3, {"offload_optimizer": None}, None, None),  # Optional: null is no offload
+    (3, {"offload_optimizer": {"device": "none", "pin_memory": False}}, None, None),
+    (2, {"cpu_offload": False}, None, None),
+]
+
+
+@pytest.mark.parametrize("stage, offload, placement, note", OFFLOADS)
+def test_offload_keys_become_the_placement_deepspeed_runs(stage, offload, placement, note):
+    run = read_ds_config(_zero(stage=stage, **offload), N)
+    assert (run.offload.name if run.offload else None) == placement
+    keys = {k.key: k for k in run.keys}
+    if note:
+        assert any(note in k.note for k in run.keys if "offload" in k.key), [k.note for k in run.keys]
+    for key, value in offload.items():
+        for sub in value if isinstance(value, dict) else ():  # every key of the objects is reported, with a status
+            assert f"zero_optimization.{key}.{sub}" in keys, sub
+    statuses = {k.key.split(".")[-1]: k.status for k in run.keys if "offload" in k.key}
+    assert set(statuses.values()) <= {"modelled", "not modelled", "no effect"}
+    if placement is None:
+        assert all(v == "no effect" for v in statuses.values())
+
+
+def test_unpinned_offload_is_said_to_be_not_modelled():
+    run = read_ds_config(_zero(stage=2, offload_optimizer={"device": "cpu", "pin_memory": False}), N)
+    k = {k.key: k for k in run.keys}["zero_optimization.offload_optimizer.pin_memory"]
+    assert k.status == "not modelled" and "pageable" in k.note
+
+
 @pytest.mark.bad_input("DeepSpeed configs")
 def test_offload_to_nowhere_is_no_offload():
     run = read_ds_config(
@@ -274,7 +355,8 @@ def test_offload_to_nowhere_is_no_offload():
         },
         N,
     )
-    assert {k.key: k.status for k in run.keys}["zero_optimization.offload_optimizer"] == "no effect"
+    assert {k.key: k.status for k in run.keys}["zero_optimization.offload_optimizer.device"] == "no effect"
+    assert run.offload is None
 
 
 # -- through `zerosim memory --ds-config` ----------------------------------------------------------------

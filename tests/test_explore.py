@@ -62,7 +62,7 @@ def test_moving_the_stage_slider_draws_what_zerosim_memory_and_timeline_print(ca
 def test_every_control_changes_the_setting_it_names():
     ex = MemoryExplorer(**SMALL)
     moves = {"ranks": 8, "precision": "fp16-mixed", "optimizer": "sgd", "seq_len": 1024, "micro_batch": 1,
-             "checkpoint": "none", "gpu": "h100-80gb", "model": "gpt2-medium"}
+             "checkpoint": "none", "gpu": "h100-80gb", "model": "gpt2-medium", "offload": "optimizer-cpu"}
     for name, value in moves.items():
         before = ex.numbers
         ex.controls[name].value = value
@@ -126,6 +126,24 @@ def test_headless_an_explorer_shows_its_text_and_figure_and_live_its_widget(monk
 
 
 @pytest.mark.slow  # seven settings, each drawn twice (~5 s on a busy machine)
+def test_the_offload_control_draws_the_host_column_and_what_the_device_waited_for():
+    """Moving the offload drop-down draws a third column, rank 0's host ledger at rest stacked by kind (gid
+    "host:<kind>"), and a fourth time bar, the device's wait for the host; moving it back takes both away."""
+    ex = MemoryExplorer(**SMALL | {"stage": 2})
+    ex.controls["offload"].value = "optimizer-cpu"
+    mem, tim = ex.figure.axes[:2]
+    host = {p.get_gid()[5:]: p.get_height() for p in mem.patches if (p.get_gid() or "").startswith("host:")}
+    want = ex.numbers["host"]["host"]["resting"]
+    assert host == pytest.approx({k: v / 1e9 for k, v in want.items()}, abs=1e-12 * sum(want.values()) / 1e9)
+    assert {"master", "optim:m", "optim:v"} <= set(host) and "master" not in drawn(ex.figure)[0]  # off the device
+    assert [t.get_text() for t in mem.get_xticklabels()][-1] == "host, at rest"
+    times = drawn(ex.figure)[1]
+    assert times["host"] == ex.numbers["host_wait_s"] * 1e3 > 0
+    ex.controls["offload"].value = "none"
+    assert not any((p.get_gid() or "").startswith("host:") for p in mem.patches)
+    assert set(drawn(ex.figure)[1]) == {"compute", "hidden", "exposed"} and len(mem.get_xticks()) == 2
+
+
 def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_would():
     """A slider move updates the one figure in place (the same axes, bars and labels, nothing rebuilt) and its PNG,
     drawn over a saved background where the axes did not change, with the texts it drew before pasted from their kept
@@ -142,7 +160,8 @@ def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_wou
     canvas = ex.canvas
     axes, time_bars = list(ex.figure.axes[:2]), list(canvas.time_bars)
     canvas.png()
-    for move in ({"stage": 1}, {"stage": 3}, {"ranks": 8}, {"checkpoint": "none"}, {"stage": 1}, {"gpu": "h100-80gb"}):
+    for move in ({"stage": 1}, {"stage": 3}, {"ranks": 8}, {"checkpoint": "none"}, {"stage": 1}, {"gpu": "h100-80gb"},
+                 {"offload": "optimizer-cpu"}, {"offload": "none"}):
         name, value = next(iter(move.items()))
         ex.controls[name].value = value
         assert ex.figure is canvas.figure and ex.figure.axes[:2] == axes and canvas.time_bars == time_bars
@@ -153,3 +172,29 @@ def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_wou
     assert 1 < len(canvas._backgrounds) < 6  # some moves kept the axes (a restored background), some did not
     text = canvas.figure.canvas.get_renderer().zerosim_text
     assert text.hits > 0 and text.misses > 0  # some texts were pasted, some rasterised anew
+
+
+def test_the_host_column_is_what_zerosim_memory_prints_with_offload(capsys):
+    """The explorer's host column (an offload placement on the settings) holds rank 0's host and NVMe ledgers, at rest
+    and at the peak, and the node's verdict: `zerosim memory --offload-optimizer cpu --json`'s, on the machine whose
+    GPUs these are; its step is `zerosim timeline --offload-optimizer cpu`'s. Without offload the column is empty."""
+    s = Settings(**SMALL | {"stage": 2, "offload": "optimizer-cpu"})
+    n = explore(s)
+    mem = cli_json(capsys, "memory", *flags(s), "--offload-optimizer", "cpu", "--gpu", s.gpu, "--gpus-per-node", "8")
+    row = next(r for r in mem["stages"] if r["stage"] == 2)
+    for tier in ("host", "nvme"):
+        assert (n["host"][tier]["resting"], n["host"][tier]["peak"]) == (row[tier]["resting"], row[tier]["peak"])
+        assert n["host"][tier]["per_node"] == row["offload"]["fit"][tier]["per_node"]
+        assert n["host"][tier]["fits"] == row["offload"]["fit"][tier]["fits"]
+    assert n["peak"] == row["peak"] and n["host"]["host"]["resting"] == row["offload"]["formula"]["host"]
+    tl = cli_json(capsys, "timeline", *flags(s), "--stage", "2", "--gpu", s.gpu, "--gpus-per-node", "8",
+                  "--efficiency", "peak", "--offload-optimizer", "cpu")
+    assert n["step_s"] == tl["step_s"]
+    # the time panel reads the collectives as the command does; what else the device waited for is the host's row
+    assert (n["compute_s"], n["comm_s"], n["exposed_s"]) == (tl["compute_s"], tl["comm_s"], tl["exposed_comm_s"])
+    assert n["host_wait_s"] == n["step_s"] - n["compute_s"] - n["exposed_s"] > 0
+    plain = explore(Settings(**SMALL))["host"]
+    assert plain["offload"] == "none" and all(plain[t]["resting"] == {} and plain[t]["peak"] == 0
+                                              for t in ("host", "nvme"))
+    with pytest.raises(ValueError, match="runs at stage 3, not 2"):
+        Settings(**SMALL | {"stage": 2, "offload": "params-cpu"}).with_()

@@ -52,6 +52,8 @@ FIGURES = {  # notebook -> images its figure cells must show
     "11_fp16_vs_bf16.ipynb": 3,
     "12_muon_sharded.ipynb": 1,  # bytes sent and Newton-Schulz FLOPs per rank, plan by plan
     "13_tensor_parallel.ipynb": 1,  # the mesh with its TP axis: each GPU's slice and shard, its bytes by link
+    # DPU's loss curve; one offloaded step without and with DPU; ms per token against the batch; ZeRO-Infinity's step
+    "14_offload.ipynb": 4,
 }
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
     "01_worked_example.ipynb": [
@@ -194,6 +196,14 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "the ledger    125.9 MB",  # Table 2 at t = 8 less dropout plus the statistics: the GPT-3-shaped layer
         "TP 8 on nodes of 4: step  23.2 s",  # TP across InfiniBand, against 15.8 s inside a node
         "memory: torchtitan 71.9 GiB, zerosim 35.6 GiB (-50.5 %)",
+    ],
+    "14_offload.ipynb": [  # bytes by construction and properties: the same on every CPU
+        "ZeRO-Offload   device:   26.0 GB at rest,  28.27 GB at the peak with the estimates, of 34.09 -> fits; host: "
+        "208.0 GB at rest, 260.0 GB at the peak, of 1.65 TB",  # 2Ψ on the V100, 16Ψ (+ 4Ψ in the step) on the host
+        "13B on one V100 32GB: trains with ZeRO-Offload, not without it",
+        "offload changes no bit: True",
+        "DPU changes the trajectory: True",
+        "with a tenth of the bandwidth the CPU step is longer than the GPU's work up to 16,384 tokens a step",
     ],
 }
 _executed = {}

@@ -76,7 +76,7 @@ def test_every_stage_with_offload_equals_its_oracle_bitwise(widths, n, data, pre
     _same_as_oracle(engine, ref, stage)
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("stage", PLACEMENTS["optimizer-cpu"].stages)
 def test_offload_changes_no_bit_against_the_same_run_on_the_device(stage):
     """The placement moves buffers and adds copies; the arithmetic is the plan's and the optimizer's."""
     runs = []
@@ -90,7 +90,7 @@ def test_offload_changes_no_bit_against_the_same_run_on_the_device(stage):
     assert all(np.array_equal(a, b) for a, b in zip(*runs))
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("stage", PLACEMENTS["optimizer-cpu"].stages)
 @pytest.mark.parametrize("warmup", [0, 2])
 def test_dpu_equals_an_oracle_applying_the_same_stale_update(stage, warmup):
     engine, ref = _pair([4, 6, 3], 3, stage, "optimizer-cpu", "bf16-mixed", "cpu-adamw", 1, None, 1.0, 11,
@@ -103,6 +103,58 @@ def test_dpu_is_really_stale():
     delayed, _ = _pair([4, 6, 3], 2, 2, "optimizer-cpu", "bf16-mixed", "adam", 1, None, 1.0, 5, dpu=True, steps=4)
     plain, _ = _pair([4, 6, 3], 2, 2, "optimizer-cpu", "bf16-mixed", "adam", 1, None, 1.0, 5, steps=4)
     assert not np.array_equal(bits(delayed.full_master()), bits(plain.full_master()))
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("precision", ["fp16-mixed", "bf16-mixed"])
+@pytest.mark.parametrize("dpu", [False, True])
+def test_the_pinned_16_bit_copy_holds_the_update_as_the_host_cast_it(stage, precision, dpu):
+    """DeepSpeed 0.19.8 stage_1_and_2.py: the pinned 16-bit buffer is born zeros (`torch.full(..., fill_value=0.0)`);
+    each step casts the updated fp32 partition into it (`bit16_partition_buffer.copy_(fp32_partition)`) and copies it
+    to the device. So after every step it holds the master cast once to 16 bits (zerosim.precision.cast, round to
+    nearest even), and without DPU the device's region holds the same bits (with DPU, from its first delayed step, the
+    device has the step before's)."""
+    from zerosim.precision import cast
+
+    fmt = get_precision(precision).compute_format
+    engine = ZeroEngine(MLP([7, 11, 5]), Cluster(3), stage, get_optimizer("adamw", formula="deepspeed-cpu"),
+                        get_precision(precision).with_(loss_scale=1.0), parallelisms=(Offload("cpu", dpu=dpu),))
+    pinned = [r.ledger_of("host").get("offload.bit16").array for r in engine.cluster.ranks]
+    assert all(not bits(p).any() for p in pinned)  # zeros, not whatever memory held
+    for step in range(3):
+        engine.step(make_regression(np.random.default_rng(step), 3, 4, [7, 11, 5]))
+        for rank, p in zip(engine.cluster.ranks, pinned):
+            assert np.array_equal(bits(p), bits(cast(rank.master.array, fmt))), (step, rank.index)
+            device = rank.params.array[engine.layout.own(rank.index)]
+            assert np.array_equal(bits(device), bits(p)) != dpu, (step, rank.index)  # DPU: w_{t-1} on the device
+
+
+def test_deepspeed_runs_its_offload_keys_by_stage():
+    """What DeepSpeed 0.19.8 runs for offload_optimizer / offload_param at each stage (stage_1_and_2.py: any optimizer
+    device but none is CPU offload, offload_param is not read; engine.py: no ZeRO optimizer, so no offload, at stage
+    0), against the placements the keys name."""
+    from zerosim.parallel.offload import deepspeed_placement
+
+    table = [  # (stage, offload_optimizer.device, offload_param.device) -> the placement DeepSpeed runs, notes
+        (1, "cpu", None, "optimizer-cpu", 0),
+        (2, "nvme", None, "optimizer-cpu", 1),  # NVMe at stage 2: CPU offload, said in a note
+        (2, "cpu", "cpu", "optimizer-cpu", 1),  # offload_param ignored at stage 2, said
+        (1, "nvme", "nvme", "optimizer-cpu", 2),
+        (3, "nvme", None, "optimizer-nvme", 0),
+        (3, "cpu", "nvme", "params-nvme-optimizer-cpu", 0),
+        (3, "nvme", "cpu", "params-cpu-optimizer-nvme", 0),
+        (3, "none", "none", "none", 0),
+        (0, None, None, "none", 0),
+    ]
+    for stage, opt, par, want, notes in table:
+        got, said = deepspeed_placement(stage, opt, par)
+        assert (got.name, len(said)) == (want, notes), (stage, opt, par)
+    with pytest.raises(ValueError, match="at stage 0 nothing is offloaded"):
+        deepspeed_placement(0, "cpu")
+    with pytest.raises(ValueError, match="offload_param without offload_optimizer"):
+        deepspeed_placement(3, None, "cpu")
+    with pytest.raises(ValueError, match="'cpu', 'nvme' or None"):
+        deepspeed_placement(2, "disk")
 
 
 @pytest.mark.pinned
@@ -128,13 +180,38 @@ def test_cpu_adam_tails_make_the_optimizer_calls_matter():
 
 # -- memory: the ledgers against the hand formulas ------------------------------------------------------------------
 
-@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("dpu", [False, True])
+# Every configuration the frameworks run: a placement at each of its stages, with DPU where the optimizer is offloaded
+# (DPU delays the CPU's update). The others are refused, once each, below.
+RUNS = [(name, stage, dpu) for name, p in sorted(PLACEMENTS.items()) for stage in p.stages
+        for dpu in ((False, True) if p.offloads_optimizer else (False,))]
+REFUSED = [(name, stage, dpu) for name in sorted(PLACEMENTS) for stage in (0, 1, 2, 3) for dpu in (False, True)
+           if (name, stage, dpu) not in RUNS]
+
+
+def test_every_other_configuration_is_refused_before_any_state_is_born():
+    """The configurations RUNS leaves out: a placement at a stage its framework does not offload at (DeepSpeed offloads
+    only through its ZeRO optimizers, stages 1-3; offload_param and NVMe at stage 3; FSDP2 is stage 3), or DPU with
+    nothing offloaded to delay. Each is refused by name, and the cluster's ledgers stay empty."""
+    stages = {  # read from the frameworks, not from PLACEMENTS: DeepSpeed 0.19.8 offloads only in its ZeRO optimizers
+        "none": (0, 1, 2, 3),  # (engine.py _configure_optimizer: stage > 0); its NVMe swappers and offload_param are
+        "optimizer-cpu": (1, 2, 3),  # stage3.py's; FSDP2's fully_shard shards the params: stage 3
+        **{name: (3,) for name in ("optimizer-nvme", "params-cpu", "params-nvme", "params-cpu-optimizer-nvme",
+                                   "params-nvme-optimizer-cpu", "fsdp2-cpu")},
+    }
+    assert {name: p.stages for name, p in PLACEMENTS.items()} == stages
+    assert len(RUNS) == 4 + 3 * 2 + 6 * 2 and len(RUNS) + len(REFUSED) == len(PLACEMENTS) * 4 * 2  # DPU: offloaded only
+    for name, stage, dpu in REFUSED:
+        cluster = Cluster(3)
+        why = "needs the optimizer offloaded" if stage in PLACEMENTS[name].stages else f"not ZeRO-{stage}"
+        with pytest.raises(ValueError, match=why):
+            ZeroEngine(MLP([7, 11, 5]), cluster, stage, get_optimizer("adam"), "bf16-mixed",
+                       parallelisms=(Offload(placement=PLACEMENTS[name], dpu=dpu),))
+        assert all(r.ledger_of(t).peak() == 0 for r in cluster.ranks for t in ("device", "host", "nvme"))
+
+
+@pytest.mark.parametrize("placement, stage, dpu", RUNS)
 def test_ledgers_hold_what_the_hand_formulas_say_on_every_tier(placement, stage, dpu):
     p = PLACEMENTS[placement]
-    if stage not in p.stages or (dpu and not p.offloads_optimizer):
-        pytest.skip("not a configuration DeepSpeed runs")
     model = MLP([7, 11, 5])  # 148 params: 3 ranks hold 50 each (padded to 150)
     engine = ZeroEngine(model, Cluster(3), stage, get_optimizer("adam", formula="deepspeed-cpu"), "bf16-mixed",
                         parallelisms=(Offload(placement=p, dpu=dpu),))

@@ -81,10 +81,10 @@ def batches(engine, seed: int, overflow: bool = False):
     return out
 
 
-# Host rows that are not carried: "offload.bit16" stands for the pinned 16-bit copy's bytes and is never written
-# (np.empty: noise); "grads" is the offloaded reduced gradient, which every step overwrites before reading it — so
-# between a refused or skipped step and the next it holds that step's gradient (compared after the next step only).
-NOT_CARRIED = {"offload.bit16": "always", "grads": "between steps"}
+# Host rows that are not carried: "grads" is the offloaded reduced gradient, which every step overwrites before reading
+# it — so between a refused or skipped step and the next it holds that step's gradient (compared after the next step
+# only). The pinned 16-bit copy ("offload.bit16") is carried: each update writes it (zeros before the first).
+NOT_CARRIED = {"grads": "between steps"}
 
 
 def carried(engine, between_steps: bool = False) -> dict:

@@ -30,6 +30,7 @@ CAPACITIES = [
     ("a100-80gb", 81_920, "80 GB HBM2e"),  # 80 GiB
     ("h100-80gb", 81_559, "80 GB HBM3"),  # 361 MiB under 80 GiB: what nvidia-smi prints on every H100 80GB HBM3
     ("h200", 143_771, "141 GB HBM3e"),  # the datasheet's 141 GB is decimal-ish; the driver reports 140.4 GiB
+    ("v100-32gb", 32_510, "32 GB HBM2"),  # 258 MiB under 32 GiB: nvidia-smi on Tesla V100-SXM2-32GB
 ]
 
 

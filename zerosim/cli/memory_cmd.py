@@ -45,6 +45,7 @@ from zerosim.cli.model_args import (
     add_schedule_arguments,
     setup,
 )
+from zerosim.cli.offload_args import add_offload_arguments, host_from_args, offload_memory_rows, offload_request
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, strategies_of
 from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_precision, wire_from_args
@@ -63,6 +64,7 @@ def add_arguments(p) -> None:
     add_schedule_arguments(p)
     add_wire_arguments(p)
     add_mesh_arguments(p, several=True)
+    add_offload_arguments(p, dpu=True)
     add_tensor_arguments(p)
 
 
@@ -99,16 +101,21 @@ def report(args) -> dict:
 
     s = setup(args)
     names = strategies_of(args, several=True)
+    offload = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
     tp, sp = tensor_of(args, args.ranks)
+    if offload is not None and (names or wire_from_args(args) is not None or tp > 1 or sp):
+        raise ValueError("offload is measured on the ZeRO stages' table: drop --strategy, --tp/--sp and the "
+                         "quantized gathers (offload beside them is not modelled)")
     if tp > 1 and s.micro is None:
         raise ValueError("--tp splits a transformer's heads, columns and vocabulary: give its shape and work, "
                          "--seq-len (and --batch) with a --model, --config or --d-model")
     if names:
         return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
-    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1:  # the table has no tiers
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1 and offload is None:
+        # (the table has no tiers; offload: a node's ranks share its host memory, so there it counts)
         raise ValueError("--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"
-                         "; "
+                         " (and offload: a node's ranks share its host); "
                          "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
                          "links): drop it, or add --strategy")
     model, micro = s.model, s.micro
@@ -116,6 +123,7 @@ def report(args) -> dict:
     local, dp = (model.num_params, N) if tp == 1 else (tp_local_params(model, tp, sp), N // tp)  # one TP rank's
     vocab = None if tp == 1 else tp_vocab(model, tp)
     stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
+    stages = stages if offload is None else offload.stages(offload.configs[0], stages)  # where it runs
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, model)
     if quantized is not None and 3 not in stages:
@@ -130,7 +138,8 @@ def report(args) -> dict:
         measured = measure_by_stage(model, N, s.optimizer, s.precision, step=not args.no_step, stages=stages,
                                     show_progress=not args.json and sys.stderr.isatty(), micro_batch=micro,
                                     comm=s.comm, clip_grad=s.clip_grad, wire=quantized, tp=tp, sp=sp,
-                                    gpus_per_node=args.gpus_per_node if tp > 1 else None)
+                                    gpus_per_node=args.gpus_per_node if tp > 1 else None,
+                                    parallelisms=offload and (lambda st: (offload.offload(offload.configs[0], st)[0],)))
     name = s.precision_name
     config = MemoryConfig.for_precision(name, optimizer=s.optimizer, padding="all")  # the engines pad every flat buffer
     for row in measured:  # beside TP the formulas read one TP rank's slice (local) over its dp data-parallel ranks
@@ -148,6 +157,8 @@ def report(args) -> dict:
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)
             row["total"] = row["ledger_total"] + row["activations"]
+    hosted = None if offload is None else offload_memory_rows(measured, offload, P, N, name, s.optimizer,
+                                                              host_from_args(args, s.gpu), args.gpus_per_node)
     printed, own = seed001_printed_table(), seed001_formulas(7e9, 8)
     fits = (
         [judge(row["peak"], row["stage"], N, s.gpu, s.reserve, s.ds.buckets if s.ds else None) for row in measured]
@@ -165,6 +176,7 @@ def report(args) -> dict:
         "unit": getattr(model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer"),
         "step": not args.no_step,
         "wire": None if quantized is None else quantized.describe(),  # stage 3's weight gathers
+        **({} if hosted is None else {"offload": hosted}),  # the host and NVMe tiers (cli/offload_args.py)
         "activations": None if micro is None else (
             _activations(model, micro, args, s.precision) if tp == 1 else
             tp_activations(model, micro, args, s.precision, tp, sp)),

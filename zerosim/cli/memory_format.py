@@ -7,6 +7,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.cli.fit_lines import fit_lines
+from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.tensor_format import tp_activation_lines
 
 
@@ -71,6 +72,7 @@ def format_report(r: dict) -> str:
         "(trace), beside the formula: ZeRO's 2Ψ_tp or 3Ψ_tp times (dp−1)/dp over the data-parallel ranks, plus TP's",
         "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
     ]
+    lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     if r.get("wire"):
         three = next((row for row in r["stages"] if row["stage"] == 3), None)
         landed = three["peak_by_kind"].get("comm", 0) if three else 0

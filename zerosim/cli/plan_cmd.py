@@ -21,6 +21,7 @@ import json
 import sys
 
 from zerosim.analysis.costs import GB, model_flops_per_token, reserved
+from zerosim.cli.offload_args import offload_plan_lines
 
 KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kernels / torch.compile"}
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
@@ -110,6 +111,9 @@ def add_arguments(p) -> None:
         metavar="FRACTION",
         help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})",
     )
+    from zerosim.cli.offload_args import add_offload_arguments
+
+    add_offload_arguments(p, times=True, several=True)  # offload configurations ranked beside no offload (tp = 1)
     p.add_argument("--tp", default="1", metavar="T,...",
                    help="tensor-parallel degrees to try beside every stage, comma-separated (default 1); each divides "
                         "--gpus, the data-parallel degree is the quotient")
@@ -184,8 +188,12 @@ def report(args) -> tuple:
     from zerosim.analysis.costs import get_gpu
     from zerosim.cli.efficiency_args import kernels_of, links_from_args, loss_of, time_model_from_args
 
+    from zerosim.cli.offload_args import host_from_args, offload_hardware, plan_offloads
+
     time_model = time_model_from_args(args)
     intra = args.link or ("nvlink3" if get_gpu(args.gpu).device.startswith("a100") else "nvlink4")
+    offloads, host = plan_offloads(args), host_from_args(args, get_gpu(args.gpu))
+    on_node = min(args.gpus, args.gpus_per_node)
     bar = progress(total=None, desc="planning", enabled=not args.json and sys.stderr.isatty(), unit="config")
     p = plan(
         config,
@@ -206,7 +214,9 @@ def report(args) -> tuple:
         links=(intra, args.inter_link),
         kernels=kernels_of(args),
         loss=loss_of(args),
-        hardware=lambda hw: links_from_args(args, hw),
+        hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node),
+        offloads=offloads,
+        host=host,
         tps=_tps(args),
         sp=args.sp,
     )
@@ -225,7 +235,8 @@ def report(args) -> tuple:
         "link": p.link,
         "fitting": rows,
         "did_not_fit": [_row(r, s, rate, per_token) for r in p.rows if not r.fits],
-        "pruned": [{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned],
+        "pruned": [{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned]
+        + [{"stage": st, "model_states": b, "offload": o} for st, b, o in p.pruned_offload],
         "reproduce": _reproduce(p, flag, args, intra),
     }, p
 
@@ -236,10 +247,13 @@ def _reproduce(p, flag: str, args, intra: str) -> list:
 
     if not p.fitting:
         return []
+    from zerosim.cli.offload_args import offload_flags
+
     memory, timeline = p.commands(p.fitting[0], flag)
     links = f" --link {intra}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node else "")
     extra = link_flags(args)
-    return [memory, timeline + links + (f" {extra}" if extra else "")]
+    off = offload_flags(p.fitting[0].offload, args)  # "" without offload
+    return [memory + off, timeline + links + (f" {extra}" if extra else "") + off]
 
 
 def _peak_rate(device: str, precision: str) -> float:
@@ -273,6 +287,8 @@ def _row(r, s, rate, per_token) -> dict:
         "exposed_s": r.exposed_s,
     }
     out["reserved"] = reserved(r.peak, s["reserve"])  # what the caching allocator would hold (costs/_reserve.py)
+    if "offloads" in s:  # offload tried: where each row keeps what, on the host and NVMe too
+        out |= {"offload": r.offload, "host_peak": r.host_peak, "nvme_peak": r.nvme_peak, "host_fits": r.host_fits}
     if r.step_s:
         out["tokens_per_s_per_gpu"] = tokens / r.step_s
         out["mfu"] = per_token * tokens / (r.step_s * rate)  # torchtitan's / PaLM's model FLOPs (costs/_mfu.py)
@@ -296,6 +312,7 @@ def format_plan(r: dict) -> str:
     if r["pruned"]:
         lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
         lines += [f"  ZeRO-{p['stage']}" + (f" beside TP {p['tp']}" if p.get("tp", 1) > 1 else "")
+                  + (f" with {p['offload']}" if "offload" in p else "")
                   + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
     if not r["fitting"]:
@@ -312,6 +329,7 @@ def format_plan(r: dict) -> str:
         f"{'#':>2s}  " + ("TP " if tp else "") + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
         f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
         f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
+        + ("   offload" if "offloads" in s else "")
     )
     lines += [
         "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = reserved, with the",
@@ -325,7 +343,9 @@ def format_plan(r: dict) -> str:
             f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
             f"{x['peak'] / GB:8.2f} {x['reserved'] / GB:6.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
             + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS)
+            + (f"   {x['offload']}" if "offload" in x else "")
         )
+    lines += offload_plan_lines(r, s.get("top", 10))  # with offload: the host and NVMe bytes of its rows
     more = len(r["fitting"]) - s.get("top", 10)
     if more > 0:
         lines.append(f"    ... {more} more that fit (--top, or --json for all)")
@@ -351,9 +371,14 @@ def format_plan(r: dict) -> str:
 
 
 def _line(x: dict) -> str:
+    if not x.get("host_fits", True):  # offload: the device fits, a node's host DRAM or NVMe does not
+        return (f"  ZeRO-{x['stage']} {x['strategy']:14s} B = {x['micro_batch']:<3d} with {x['offload']}: a node's "
+                f"host or NVMe is too small (host {x['host_peak'] / GB:.1f} GB, NVMe {x['nvme_peak'] / GB:.1f} GB "
+                "per rank)")
     return (
         f"  ZeRO-{x['stage']}" + (f" TP {x['tp']}" if x.get("tp", 1) > 1 else "") + f" {x['strategy']:14s} B = "
-        f"{x['micro_batch']:<3d} needs {x['total'] / GB:7.1f} GB "
+        f"{x['micro_batch']:<3d}" + (f" with {x['offload']}" if x.get("offload", "none") != "none" else "")
+        + f" needs {x['total'] / GB:7.1f} GB "
         f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
         f"{-x['margin'] / GB:.2f} GB short"
     )

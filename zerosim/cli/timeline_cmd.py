@@ -33,6 +33,15 @@ import os
 from zerosim.analysis.costs import GB
 from zerosim.cli.efficiency_args import add_efficiency_arguments, links_from_args, time_model_from_args
 from zerosim.cli.fit_lines import judge, verdict_word
+from zerosim.cli.offload_args import (
+    add_offload_arguments,
+    host_from_args,
+    offload_hardware,
+    offload_request,
+    offload_steps,
+    offload_timeline,
+    offload_timeline_lines,
+)
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -87,6 +96,7 @@ def add_arguments(p) -> None:
     add_gpu_arguments(p)
     add_schedule_arguments(p)
     add_efficiency_arguments(p)
+    add_offload_arguments(p, dpu=True, times=True)
     p.add_argument(
         "--sweep",
         action="store_true",
@@ -222,6 +232,13 @@ def one_report(args, s) -> tuple:
     K = s.accumulation
     tp, sp = tensor_of(args, args.ranks)
     check_qgz_model(args, model)
+    req = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
+    if req and (tp > 1 or sp):
+        raise ValueError("offload beside tensor parallelism is not modelled: drop --tp/--sp or the offload flags")
+    offload, notes = req.offload(req.configs[0], stage) if req else (None, ())
+    if req:
+        host = host_from_args(args, s.gpu)
+        hw = offload_hardware(args, hw, host, min(args.ranks, gpus or host.gpus))
     per_micro = s.micro[0] * s.micro[1] if s.micro else (args.tokens or 2048)
     result, engine = meta_step(
         model,
@@ -244,6 +261,7 @@ def one_report(args, s) -> tuple:
         tp=tp,
         sp=sp,
         async_tp=args.async_tp,
+        **({} if offload is None else {"parallelisms": (offload,), "steps": offload_steps(req)}),
     )
     calls = {}
     for iv in result.track(0, "comm"):
@@ -253,7 +271,7 @@ def one_report(args, s) -> tuple:
     ledger = engine.cluster.ranks[0].ledger
     peak = ledger.peak()
     tiers = tier_summary(result, engine.cluster)
-    return {
+    r = {
         "strategy": names[0] if names else None,
         "shard_group": engine.groups.shard.size if names and engine.plan.sharded_over != "world" else
         (engine.groups.secondary.size if engine.groups.secondary is not None else None),
@@ -298,7 +316,10 @@ def one_report(args, s) -> tuple:
         "fit": None
         if s.gpu is None
         else judge(peak, 3 if names else stage, args.ranks, s.gpu, s.reserve, s.ds.buckets if s.ds else None),
-    }, result
+    }
+    if offload is not None:  # the last step's numbers, and the host's streams
+        offload_timeline(r, result, engine, offload, notes, host)
+    return r, result
 
 
 def link_model(hw) -> str:
@@ -366,6 +387,7 @@ def format_one(r: dict) -> str:
         for tier, v in r["tiers"].items():
             lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  "
                          f"{v['bytes_per_rank'] / GB:10.2f} GB sent")
+    lines += offload_timeline_lines(r)
     lines += [
         "",
         f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
@@ -402,13 +424,16 @@ def _run_one(args, s) -> int:
         import matplotlib
 
         matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
-        from zerosim.viz import timeline_figure
+        from zerosim.viz import offload_step_figure, timeline_figure
 
-        ax = timeline_figure(
-            result, ranks=[0], title=f"{r['model']}, N = {r['ranks']:,}, "
-            + (f"ZeRO-{r['stage']}" if r["strategy"] is None else r["strategy"]) + f", {r['link']}"
-        )
-        save_figure(ax.figure, args.figure)
+        name = (f"{r['model']}, N = {r['ranks']:,}, " + (f"ZeRO-{r['stage']}" if r["strategy"] is None else
+                                                          r["strategy"]) + f", {r['link']}")
+        if "offload" in r:  # one step on device / PCIe / CPU / NVMe rows
+            fig = offload_step_figure({f"{r['offload']['placement']}" + (" with DPU" if r["offload"]["dpu"] else ""):
+                                       result}, title=name)
+        else:
+            fig = timeline_figure(result, ranks=[0], title=name).figure
+        save_figure(fig, args.figure)
         written.append(f"figure: {args.figure}")
     print(
         json.dumps(r, indent=1)

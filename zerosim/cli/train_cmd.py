@@ -128,6 +128,9 @@ def add_arguments(p) -> None:
                         "(default standard)")
     add_tensor_arguments(p)
     add_precision_arguments(p)
+    from zerosim.cli.offload_args import add_offload_arguments
+
+    add_offload_arguments(p, dpu=True, host=False)  # DeepSpeed's CPU Adam on the host, DPU (docs/offload.md)
 
 
 def run(args) -> int:
@@ -167,13 +170,17 @@ def run(args) -> int:
     if args.grad_accum == "fp32":
         precision = precision.with_(grad_accum="fp32")
     precision = precision_from_arguments(args, precision)
+    from zerosim.cli.offload_args import train_offload
+
+    offload = train_offload(args, args.stage if args.stage is not None else defaults["stage"])
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
                          batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         trace_log=args.trace_log, overwrite=args.overwrite, tp=args.tp or 1, sp=args.sp,
+                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
+                         sp=args.sp,
                          **gpt_options(args))
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
 
@@ -195,6 +202,10 @@ def run(args) -> int:
                   f"{config.optimizer} lr "
                   f"{config.lr}{accum}"
                   + describe_precision_options(args, precision)
+                  + ("" if offload is None else f", offloaded: {offload.placement.name}" + (
+                      f" with DPU after {offload.dpu_warmup} steps" if offload.dpu else "")
+                     + (f" ({config.optimizer} as DeepSpeedCPUAdam)" if offload.placement.framework == "deepspeed"
+                        and config.optimizer in ("adam", "adamw") else ""))
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
     bar = progress(
@@ -229,9 +240,11 @@ def run(args) -> int:
             summary = precision_summary(precision, result)
             if summary:
                 print(summary)
-            print("rank  peak memory (B)  bytes sent")
+            host = offload is not None  # the host's peak beside the device's
+            print("rank  peak memory (B)  bytes sent" + ("  host peak (B)" if host else ""))
             for s in result.ranks:
-                print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}")
+                print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
+                      + (f"  {s['host_peak_bytes']:>13}" if host else ""))
     return 0
 
 

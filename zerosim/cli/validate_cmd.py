@@ -63,7 +63,8 @@ def format_table(rows: list, stats: dict) -> str:
         f"{x['model']}, {x['gpus']} × {x['gpu']}, {x['micro_batch']} × {x['seq_len']:,}"
         + (f" × {x['accumulation']}" if x["accumulation"] > 1 else "")
         + f", {x['strategy']}, {x['preset']}" + (", fp8" if x["fp8"] else "")
-        + (f", TP {x['tp']}" + (" + SP" if x["sp"] else "") + (", async" if x["async_tp"] else "") if x["tp"] > 1 else ""))
+        + (f", TP {x['tp']}" + (" + SP" if x["sp"] else "") + (", async" if x["async_tp"] else "")
+           if x["tp"] > 1 else ""))
     lines = [
         "zerosim validate: predicted against measured tokens per second per GPU (and reserved memory where published)",
         f"framework factors (calibrated): {', '.join(f'{k} {v:.3f}' for k, v in FRAMEWORK.items())}",

@@ -3,11 +3,13 @@
     from zerosim.explore import MemoryExplorer
     MemoryExplorer()                     # in a notebook: the controls and the figure
     MemoryExplorer(model="gpt3-175b", ranks=1024, stage=3)
+    MemoryExplorer(model="llama-2-13b", ranks=1, stage=2, gpu="v100-32gb", offload="optimizer-cpu")
 
 `explorer_figure(numbers)` draws one setting's numbers (_numbers.py `explore`) with no front end at all: left,
 what rank 0 holds at the moment of its peak, stacked by memory kind (one colour per kind, viz/_palette.py),
 beside its model states at rest, against the GPU's capacity line; right, the step's time: compute, the
-communication it hid, the communication it waited for. `MemoryExplorer` wires the controls to one such figure,
+communication it hid, the communication it waited for; with an offload placement a third column, what rank 0's
+host holds (_canvas.py). `MemoryExplorer` wires the controls to one such figure,
 moved in place at every redraw (_canvas.py); its `numbers` and `figure` are the last ones drawn, so tests
 set a control's `value` and read them.
 """
@@ -47,6 +49,7 @@ class MemoryExplorer:
 
         from zerosim.analysis.costs import GPUS, PRESETS
         from zerosim.models.gpt import STRATEGIES
+        from zerosim.parallel.offload import PLACEMENTS
 
         s = Settings().with_(**settings)
         shaped = sorted(k for k, p in PRESETS.items() if p.config is not None)
@@ -62,6 +65,7 @@ class MemoryExplorer:
                                        description="micro-batch"),
             "checkpoint": w.Dropdown(options=tuple(STRATEGIES), value=s.checkpoint, description="checkpoint"),
             "gpu": w.Dropdown(options=tuple(GPUS), value=s.gpu, description="GPU"),
+            "offload": w.Dropdown(options=tuple(PLACEMENTS), value=s.offload, description="offload"),
         }
         self.canvas = ExplorerCanvas()  # one figure for every redraw: its artists move (_canvas.py)
         self.image = w.Image(format="png")  # live: the canvas's PNG, replaced in place at each redraw

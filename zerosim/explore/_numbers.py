@@ -8,8 +8,9 @@ One run of the real engine on data-less arrays (analysis/costs/_measured.py `mea
 makes), placed in time by the same simulator `zerosim timeline` uses (analysis/timeline/_simulate.py), on the GPU's
 datasheet peaks and zerosim's own (fused) kernels — `zerosim timeline --efficiency peak --kernels fused`, not the
 command's calibrated defaults — and the ring's link: NVLink within a node of 8, InfiniBand NDR once the ring spans
-nodes (`zerosim timeline --gpus-per-node 8`). Nothing here is a formula: tests/test_explore.py checks every number
-against those two commands' --json.
+nodes (`zerosim timeline --gpus-per-node 8`). With an offload placement (`Settings.offload`) the host column holds what
+leaves the device, on the machine whose GPUs these are (`zerosim memory --offload-optimizer ... --gpu ...`). Nothing
+here is a formula: tests/test_explore.py checks every number against those two commands' --json.
 
 Results are kept per `Settings` (a frozen value): a slider moved back to where it was redraws at once.
 """
@@ -34,24 +35,38 @@ def explore(s: Settings) -> dict:
 
     Returns {"model", "params", "ranks", "stage", "at_peak": {kind: bytes live at rank 0's peak moment},
     "peak", "resting": {kind: bytes of model states after the step}, "capacity" (the GPU's driver total),
-    "fits", "step_s", "compute_s", "comm_s", "exposed_s", "link", "device"}."""
-    from zerosim.analysis.costs import get_gpu, measure_stage
-    from zerosim.analysis.timeline import Hardware, TimeModel, simulate
+    "fits", "step_s", "compute_s", "comm_s", "exposed_s" (the collectives'), "host_wait_s" (the step less compute
+    and exposed collectives: what the device waited for the host's copies and CPU step; 0 without offload), "link",
+    "device", "host": the host column}: "host" holds
+    the offload placement and, for "host" and "nvme", rank 0's {"resting": {kind: bytes}, "peak", "per_node" (the
+    peak times the ranks of a node of 8), "capacity" (the node's, the host whose GPUs `s.gpu` are), "fits"} — all
+    empty and 0 without offload (`zerosim memory --offload-... --json`'s "host" and "nvme", and its node's verdict)."""
+    from zerosim.analysis.costs import get_gpu, host_fit, host_of, measure_stage
+    from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
+    from zerosim.parallel.offload import PLACEMENTS, Offload
     from zerosim.precision import get_precision
 
     check(s)
     model = model_for(s)
-    gpu = get_gpu(s.gpu)
+    gpu, host = get_gpu(s.gpu), host_of(s.gpu)
     nodes = s.ranks > GPUS_PER_NODE  # two link tiers, as `zerosim timeline --gpus-per-node 8` places the ranks
+    offload = () if s.offload == "none" else (Offload(placement=PLACEMENTS[s.offload]),)
     row, cluster, engine = measure_stage(model, s.ranks, s.stage, s.optimizer, s.precision,
                                          micro_batch=(s.micro_batch, s.seq_len),
-                                         gpus_per_node=GPUS_PER_NODE if nodes else None)
-    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None)
+                                         gpus_per_node=GPUS_PER_NODE if nodes else None, parallelisms=offload)
+    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None,
+                  pcie=host.pcie, host_bandwidth=host.cpu_bandwidth(min(s.ranks, GPUS_PER_NODE)))
     # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline
     # --efficiency peak --kernels fused` prints the same (its defaults, eager kernels at achieved rates, are slower)
     time_model = TimeModel(None)
     t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
                  costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
+    compute, comm, exposed = float(t.compute_busy[0]), float(t.comm_busy[0]), float(t.exposed_comm[0])
+    if offload:  # the collectives alone, as `zerosim timeline --offload-...` reads them; the copies and the CPU step
+        w = step_window(t)  # are the host's (their busy time, and what the device waited for beside the collectives)
+        compute, comm, exposed = w.busy["compute"], w.busy["comm"], w.uncovered["comm"]
+    ledgers = {tier: cluster.ranks[0].ledger_of(tier) for tier in ("host", "nvme")}
+    node = host_fit({tier: ledger.peak() for tier, ledger in ledgers.items()}, s.ranks, host, GPUS_PER_NODE)
     return {
         "model": model.name,
         "params": model.num_params,
@@ -65,10 +80,15 @@ def explore(s: Settings) -> dict:
         "gpu": gpu.name,
         "fits": row["peak"] <= gpu.capacity,  # the ledger's bytes alone; `zerosim memory --gpu` adds the overheads
         "step_s": t.step_time,
-        "compute_s": float(t.compute_busy[0]),
-        "comm_s": float(t.comm_busy[0]),
-        "exposed_s": float(t.exposed_comm[0]),
+        "compute_s": compute,
+        "comm_s": comm,
+        "exposed_s": exposed,
+        "host_wait_s": t.step_time - compute - exposed if offload else 0.0,  # the device idle, waiting for the host
         "link": (hw.inter_link or hw.link).name,  # the slowest link the ring crosses
         "device": hw.device.name,
         "time_model": time_model.describe(),  # what the times assume
+        "host": {"offload": s.offload, "machine": host.name, "ranks_per_node": node["ranks_per_node"],
+                 **{tier: {"resting": {k: v for k, v in ledger.by_kind().items() if v}, "peak": ledger.peak(),
+                           "per_node": node[tier]["per_node"], "capacity": node[tier]["capacity"],
+                           "fits": node[tier]["fits"]} for tier, ledger in ledgers.items()}},
     }

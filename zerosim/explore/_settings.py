@@ -2,9 +2,9 @@
 
 `Settings` holds what a slider or a drop-down can move: the model (a shipped preset's name, or the path of a
 model's `config.json`), N, the ZeRO stage, the precision and optimizer, the sequence length and micro-batch,
-the checkpointing strategy and the GPU. `model_for(settings)` builds the same data-less twin `zerosim memory` /
-`zerosim timeline` build from the same flags (cli/model_args.py `decoder_from_args`): a MetaGPT or a MetaLlama
-at the model's shape, so its activations and its checkpointing's recompute are in the step.
+the checkpointing strategy, the GPU and the offload placement. `model_for(settings)` builds the same data-less twin
+`zerosim memory` / `zerosim timeline` build from the same flags (cli/model_args.py `decoder_from_args`): a MetaGPT or
+a MetaLlama at the model's shape, so its activations and its checkpointing's recompute are in the step.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Settings:
     micro_batch: int = 1  # B, sequences per rank per micro-step
     checkpoint: str = "block"  # a key of zerosim.models.gpt._model.STRATEGIES
     gpu: str = "h100-80gb"  # a key of zerosim.analysis.costs._gpus.GPUS: the capacity line and the compute rates
+    offload: str = "none"  # a placement (zerosim.parallel.offload.PLACEMENTS): what leaves the device, to host / NVMe
 
     def with_(self, **changes) -> "Settings":
         """A copy with `changes` (what one slider moved), checked."""
@@ -52,6 +53,13 @@ def check(s: Settings) -> Settings:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(s, name)!r}")
     if s.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {s.optimizer!r}")
+    from zerosim.parallel.offload import PLACEMENTS
+
+    if s.offload not in PLACEMENTS:
+        raise ValueError(f"offload must be one of {', '.join(PLACEMENTS)}; got {s.offload!r}")
+    if s.stage not in PLACEMENTS[s.offload].stages:
+        raise ValueError(f"offload {s.offload!r} runs at stage {', '.join(map(str, PLACEMENTS[s.offload].stages))}, "
+                         f"not {s.stage}")
     return s
 
 

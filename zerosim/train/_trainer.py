@@ -75,6 +75,7 @@ class TrainConfig:
     kv_heads: int | None = None  # llama: key/value heads (grouped-query attention; None: one per query head)
     eval_every: int = 10  # the GPT's answer accuracy on held-out strings, every this many steps (and first, last)
     clip_grad: float | None = None  # clip the gradient to this global norm (torch's max_norm), or None
+    offload: object = None  # a parallel.offload.Offload: the optimizer (and params) on host / NVMe, or None
     tp: int = 1  # tensor parallelism's degree (gpt, llama): T consecutive ranks split every layer; dp = ranks / T
     sp: bool = False  # with tp > 1: Megatron's sequence parallelism
 
@@ -129,6 +130,18 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+        if self.offload is not None:
+            from zerosim.parallel.offload import Offload
+
+            if not isinstance(self.offload, Offload):
+                raise ValueError(f"offload must be a zerosim.parallel.offload.Offload or None, got {self.offload!r}")
+            if self.save is not None or self.resume is not None:
+                raise ValueError("checkpoints of an offloaded run are not modelled (the host's states and DPU's "
+                                 "pending params are not saved): drop offload or --save / --resume")
+            if self.backend != "numpy":
+                raise ValueError("offload runs on the numpy backend (its host tier is simulated there)")
+            if self.tp > 1 or self.sp:
+                raise ValueError("offload beside tensor parallelism is not modelled: drop offload or tp / sp")
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
         if self.sp and self.tp == 1:
@@ -242,6 +255,10 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
 
         model = padded_model(model, config.tp)
     more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
+    if config.offload is not None:  # DeepSpeed steps an offloaded Adam as DeepSpeedCPUAdam (parallel/offload)
+        from zerosim.parallel.offload import host_optimizer
+
+        more |= host_optimizer(config.offload.placement, config.optimizer)
     optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
@@ -282,7 +299,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             params=params if tensor is None else None,
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
-            parallelisms=() if tensor is None else (tensor,),
+            parallelisms=tuple(p for p in (tensor, config.offload) if p is not None),
         )
     if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
         ckpt.check_save(engine, config.save, bool(config.overwrite))
@@ -346,6 +363,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 "peak_bytes": r.ledger.peak(),
                 "peak_by_kind": r.ledger.peak_by_kind(),
                 "bytes_sent": cluster.trace.bytes_sent(r.index),
+                **({} if config.offload is None else {"host_peak_bytes": r.ledger_of("host").peak()}),
             }
             for r in cluster.ranks
         ]

@@ -12,6 +12,7 @@ from zerosim.viz._ledger import ledger_figure, stage_peaks_figure
 from zerosim.viz._loss_scale import clip_figure, loss_scale_figure
 from zerosim.viz._many_nodes import many_nodes_figure
 from zerosim.viz._memory import memory_by_stage_figure
+from zerosim.viz._offload_step import offload_step_figure
 from zerosim.viz._mesh_ownership import measure_mesh_ownership, mesh_ownership_figure
 from zerosim.viz._ownership import measure_ownership, ownership_figure
 from zerosim.viz._palette import chunk_colour, format_colour, kind_colour, kind_label, kind_order, wire_colour
@@ -33,7 +34,8 @@ __all__ = [
     "at_peak", "chunk_colour", "clip_figure", "dataflow_figure", "drift_figure", "enlarge_text", "fit_figure",
     "format_colour", "kind_colour", "kind_label", "kind_order", "l_squared_figure", "ledger_figure",
     "loss_scale_figure", "many_nodes_figure", "measure_mesh_ownership", "measure_ownership", "memory_by_stage_figure",
-    "mesh_ownership_figure", "mlp_runs", "ownership_figure", "peak_by_stage_figure", "plan_figure", "recipe_figure",
+    "mesh_ownership_figure", "mlp_runs", "offload_step_figure", "ownership_figure", "peak_by_stage_figure",
+    "plan_figure", "recipe_figure",
     "ring_figure", "ring_steps_figure", "slides_style", "spacing_figure", "stage_frames", "stage_peaks_figure",
     "strategies_figure", "sweep_figure", "measure_tensor_mesh", "tensor_mesh_figure", "tier_rows",
     "tier_timeline_figure", "timeline_figure", "timelines_figure",

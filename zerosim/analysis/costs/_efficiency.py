@@ -70,6 +70,8 @@ KERNEL_RATES = {
                         "gpu-benches h200 scale 3165/4800"),
     # no published MAMF or stream numbers for the RTX 3090 in these sources: the A100's fractions, said so
     "rtx3090": KernelRates(0.869, None, 0.73, 0.50, 0.849, 82, "no measurement of its own: the A100's fractions"),
+    # nor for the V100 (80 SMs): the A100's fractions, said so
+    "v100": KernelRates(0.869, None, 0.73, 0.50, 0.849, 80, "no measurement of its own: the A100's fractions"),
 }
 
 TILE = 128  # a GEMM's output tile edge (cuBLAS's large-problem tiles are 128 or 256 wide): ⌈M/128⌉·⌈N/128⌉ tiles

@@ -13,10 +13,13 @@ rates (zerosim/analysis/timeline/_devices.py), so one flag gives both memory and
     h100-80gb     H100 SXM5 80GB: 80 GB HBM3                            81,559 MiB (NVIDIA H100 80GB HBM3)
     h200          H200 SXM: 141 GB HBM3e                                143,771 MiB
     h100-hbm2e    H100 96GB HBM2e, 500 W (torchtitan's Grand Teton)     not published: 96e9 bytes, the marketed size
+    v100-32gb     Tesla V100 SXM2 32GB: 32 GB HBM2                      32,510 MiB (Tesla V100-SXM2-32GB)
 
 Sources: NVIDIA's datasheets (GeForce RTX 3090 product page and the GA102 whitepaper; "NVIDIA A100 Tensor Core
 GPU" datasheet; "NVIDIA H100 Tensor Core GPU" datasheet; "NVIDIA H200 Tensor Core GPU" datasheet) for the marketed
-sizes; the driver totals are those nvidia-smi prints on these cards (e.g. "81559MiB" on every H100 80GB HBM3).
+sizes; the driver totals are those nvidia-smi prints on these cards (e.g. "81559MiB" on every H100 80GB HBM3;
+"32510MiB" on the 32 GB V100s, SXM2, SXM3 and PCIe alike, e.g. PaddlePaddle's PLSC benchmarks, "8 NVIDIA Tesla V100
+32G (32510MiB)"). The V100 32GB is the GPU of the ZeRO-Offload paper's headline (a 13B model on one of them).
 """
 
 from __future__ import annotations
@@ -82,6 +85,14 @@ GPUS = {
             "torchtitan benchmarks/llama3_h100_202412_torchtitan.md ('96GB HBM2e'); no driver total published",
         ),
         GPU(
+            "v100-32gb",
+            "Tesla V100 SXM2 32GB",
+            32_510 * MIB,
+            "32 GB HBM2",
+            "v100",
+            "NVIDIA Tesla V100 datasheet (SXM2, 32 GB); nvidia-smi total 32510MiB",
+        ),
+        GPU(
             "h200",
             "H200 SXM 141GB",
             143_771 * MIB,
@@ -94,7 +105,8 @@ GPUS = {
 
 
 def get_gpu(gpu) -> GPU:
-    """A `GPU`, or one of GPUS by key ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "h100-hbm2e")."""
+    """A `GPU`, or one of GPUS by key ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "h100-hbm2e",
+    "v100-32gb")."""
     if isinstance(gpu, GPU):
         return gpu
     if isinstance(gpu, str) and gpu.lower() in GPUS:

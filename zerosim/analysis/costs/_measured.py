@@ -23,7 +23,7 @@ MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the rest
 def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
                      comm=None, clip_grad: float | None = None, wire=None, tp: int = 1, sp: bool = False,
-                     gpus_per_node: int | None = None) -> list:
+                     gpus_per_node: int | None = None, parallelisms=None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
@@ -35,38 +35,43 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     every GPU (the data-parallel degree is ranks / tp), the ranks placed `gpus_per_node` to a node.
 
     Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
-    bytes}, "sent": bytes, "ranks_agree": bool}], where resting is the model states left after the step
+    bytes}, "sent": bytes, "ranks_agree": bool}] (and with offload, "host" and "nvme": their tiers'), where resting is
+    the model states left after the step
     (params, grads, master, optim:*), peak the most any rank held at once during it (fp32 gradient
     shards and gathered layers included), peak_by_kind each kind's own peak, at_peak what was live at the
     moment of the peak (it sums to peak), sent the most bytes any rank put on the wire. A progress bar
-    shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off).
+    shows where someone watches (`zerosim.progress`; `show_progress` forces it on or off). `parallelisms(stage)`: the
+    other parallelisms a stage runs with (e.g. offload: parallel/offload), or None.
     """
     out = []
     for stage in progress(
         stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
     ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
-                                 wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp)[0])
+                                 wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp,
+                                 parallelisms=parallelisms(stage) if parallelisms else ())[0])
     return out
 
 
 def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
-                  sp: bool = False) -> tuple:
+                  sp: bool = False, parallelisms=()) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
     `shard_group`, the ranks placed `gpus_per_node` to a node; the row then also holds "tiers": {tier: bytes one rank
     sent on average}. With `tp` > 1 (or `sp`) the model (a MetaGPT or MetaLlama) runs tensor-parallel
-    (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU, the data-parallel degree ranks / tp."""
+    (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU, the data-parallel degree ranks / tp.
+    `parallelisms`: others beside data parallelism (offload: the row then has "host" and "nvme", each {"resting":
+    {kind: bytes}, "peak": bytes} of its ledger, and "device_formula" etc. are the caller's)."""
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
-    model, parallelisms = tensor_parallel(model, tp, sp)
+    model, tensor = tensor_parallel(model, tp, sp)
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
-                        shard_group=shard_group, parallelisms=parallelisms)
+                        shard_group=shard_group, parallelisms=(*tensor, *parallelisms))
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
@@ -84,6 +89,10 @@ def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="
         "sent": max(sent),
         "tiers": {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()},
     }
+    if parallelisms:  # offload's tiers: what rank `top` holds on its host and NVMe, at rest and at most
+        for tier in ("host", "nvme"):
+            ledger = cluster.ranks[top].ledger_of(tier)
+            row[tier] = {"resting": {k: v for k, v in ledger.by_kind().items() if v}, "peak": ledger.peak()}
     return row, cluster, engine
 
 

@@ -49,6 +49,10 @@ class PlanRow:
     step_s: float | None = None  # None when it does not fit (not timed)
     compute_s: float | None = None
     exposed_s: float | None = None
+    offload: str = "none"  # the offload configuration's label ("none": everything on the device)
+    host_peak: int = 0  # rank 0's host ledger peak, bytes (offload)
+    nvme_peak: int = 0  # rank 0's NVMe ledger peak, bytes (offload)
+    host_fits: bool = True  # the ranks of a node fit its host DRAM and NVMe (costs.host_fit)
     tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / tp)
 
     @property
@@ -57,7 +61,7 @@ class PlanRow:
 
     @property
     def fits(self) -> bool:
-        return self.total <= self.capacity
+        return self.total <= self.capacity and self.host_fits
 
     @property
     def margin(self) -> int:
@@ -73,6 +77,7 @@ class Plan:
     pruned: tuple  # ((stage, model-state bytes), ...): stages whose model states alone do not fit
     settings: dict  # what was asked: model, ranks, gpus_per_node, gpu, seq_len, global_batch, precision, ...
     link: str  # the ring's link
+    pruned_offload: tuple = ()  # ((stage, device model-state bytes, placement), ...): the same, with an offload
 
     def commands(self, row: PlanRow, model_flag: str) -> tuple:
         """The `zerosim memory` and `zerosim timeline` command lines that reproduce `row` (model_flag: "--model X"
@@ -118,6 +123,8 @@ def plan(
     kernels: str = "fused",
     loss: str | None = None,
     hardware=None,
+    offloads: tuple = (),
+    host=None,
     tps=(1,),
     sp: bool = False,
 ) -> Plan:
@@ -128,7 +135,15 @@ def plan(
     `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
     to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
     on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
-    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes."""
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes.
+
+    `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
+    returns (label, parallelisms): what runs there (parallel/offload's Offload and its placement's name), or raises
+    ValueError where nothing does; a label tried at a stage already is not tried again.
+    Their rows fit when the device does and the ranks of a node fit its `host` (a costs.Host; default the DGX H100's
+    DRAM and NVMe per node), and are timed with their copies and CPU step on the timeline; they are tried at tp = 1
+    only (offload beside tensor parallelism is not modelled)."""
+    from zerosim.analysis.costs._hosts import HOSTS, get_host, host_fit
     from zerosim.analysis.costs._measured import measure_stage
     from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
     from zerosim.models.llama import MetaLlama
@@ -167,48 +182,71 @@ def plan(
     per_node = gpus_per_node if nodes else None
     schedule = get_comm_schedule(comm)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
-    rows, pruned = [], []
-    twins = {}  # strategy -> the model's data-less twin: built once, measured at every degree and stage
+    host = HOSTS["dgx-h100"] if host is None else get_host(host)
+    rows, pruned, pruned_offload, tried = [], [], [], set()
+    twins = {}  # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     for tp in tps:
         per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
         batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
         if not batches:
             raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
         beside = {"gpus_per_node": per_node} if tp == 1 else {"tp": tp, "sp": sp, "gpus_per_node": gpus_per_node}
-        for stage in stages:
-            stage_rows = []
-            for strategy in strategies:
-                if strategy not in twins:
-                    twins[strategy] = twin.from_config(config, seq_len, kernels=kernels, loss=loss,
-                                                       **strategy_options(strategy))
-                model = twins[strategy]
-                for B in batches:
-                    m, cluster, engine = measure_stage(
-                        model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule, **beside
-                    )
-                    resting = sum(m["resting"].values())
-                    extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                    row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
-                                  g.capacity, tp=tp)
-                    if progress is not None:
-                        progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else ""))
-                    if fit(resting, g).total > g.capacity:  # the model states alone: nothing here can fit this stage
-                        pruned.append((stage, resting) if tp == 1 else (stage, resting, tp))
+        for _, at in (("none", None), *(offloads if tp == 1 else ())):  # offload beside TP: not modelled
+            for stage in stages:
+                try:
+                    label, more = ("none", ()) if at is None else at(stage)
+                except ValueError:  # this offload does not run at this stage
+                    continue
+                if (tp, stage, label) in tried:  # (DeepSpeed runs several offload keys alike at stages 1/2)
+                    continue
+                tried.add((tp, stage, label))
+                stage_rows, done = [], False
+                for strategy in strategies:
+                    if strategy not in twins:
+                        twins[strategy] = twin.from_config(config, seq_len, kernels=kernels, loss=loss,
+                                                           **strategy_options(strategy))
+                    model = twins[strategy]
+                    for B in batches:
+                        m, cluster, engine = measure_stage(
+                            model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
+                            parallelisms=more, **beside
+                        )
+                        resting = sum(m["resting"].values())
+                        extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
+                        row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
+                                      g.capacity, tp=tp)
+                        if label != "none":  # the host's and NVMe's peaks, against a node's
+                            tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
+                            node = host_fit(tiers, ranks, host, gpus_per_node)
+                            row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
+                                          host_fits=node["host"]["fits"] and node["nvme"]["fits"])
+                        if progress is not None:
+                            progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else "")
+                                     + ("" if label == "none" else f" {label}"))
+                        if fit(resting, g).total > g.capacity:  # the model states alone: nothing here fits
+                            if label != "none":
+                                pruned_offload.append((stage, resting, label))
+                            else:
+                                pruned.append((stage, resting) if tp == 1 else (stage, resting, tp))
+                            done = True
+                            break
+                        if row.fits:
+                            costs = time_model.costs(engine.model, (B, seq_len), hw) if time_model else None
+                            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
+                                                        costs=costs))
+                            t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len),
+                                          row.accumulation, first=one, time_model=time_model, parallelisms=more,
+                                          **beside)
+                            row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
+                        stage_rows.append(row)
+                        if not row.fits:
+                            break  # a larger micro-batch only holds more activations
+                    if done:
                         break
-                    if row.fits:
-                        costs = time_model.costs(engine.model, (B, seq_len), hw) if time_model is not None else None
-                        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-                        t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len),
-                                      row.accumulation, first=one, time_model=time_model, **beside)
-                        row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
-                    stage_rows.append(row)
-                    if not row.fits:
-                        break  # a larger micro-batch only holds more activations
-                if pruned and pruned[-1][0] == stage and (pruned[-1][2:] or (1,))[0] == tp:
-                    break
-            rows += stage_rows
+                rows += stage_rows
     per_rank = global_batch // ranks
     fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
+    offloaded = {"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}
     settings = {
         "model": config.name,
         "params": config.num_params,
@@ -235,5 +273,6 @@ def plan(
         "hardware": hw,
         "kernels": kernels,
         "loss": loss or LOSS_OF[kernels],
+        **offloaded,
     }
-    return Plan(tuple(rows), fitting, tuple(pruned), settings, link)
+    return Plan(tuple(rows), fitting, tuple(pruned), settings, link, tuple(pruned_offload))

@@ -61,7 +61,7 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
-              sp: bool = False, async_tp: bool = False):
+              sp: bool = False, async_tp: bool = False, parallelisms=()):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -70,7 +70,8 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
     strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
     many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes.
     `time_model`: a timeline TimeModel (each kernel class at its achieved rate); None: the datasheet roofline.
-    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU)."""
+    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU).
+    `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams)."""
     from zerosim.cluster import Cluster
     from zerosim.optim import get_optimizer
     from zerosim.parallel.data import ZeroEngine
@@ -78,11 +79,11 @@ def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
-    model, parallelisms = tensor_parallel(model, tp, sp, async_tp)  # one TP rank's twin, or the model itself
+    model, tensor = tensor_parallel(model, tp, sp, async_tp)  # one TP rank's twin, or the model itself
     engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
-                        shard_group=shard_group, parallelisms=parallelisms)
+                        shard_group=shard_group, parallelisms=(*tensor, *parallelisms))
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
     costs = time_model.costs(model, micro_batch, hardware) if time_model is not None else None
@@ -109,7 +110,7 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
     float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
     `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
-    gpus_per_node, wire, tp, sp."""
+    gpus_per_node, wire, tp, sp, parallelisms."""
     def run(K):
         result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
                               micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)

@@ -85,8 +85,14 @@ H100_HBM2E = Device("H100 HBM2e 500 W (Grand Teton)", 63.45 * TERA, 63.45 * TERA
 RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None, 936e9,
                   "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense")
 
-DEVICES = {"a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM, "rtx3090": RTX_3090,
-           "h100-hbm2e": H100_HBM2E}
+# NVIDIA Tesla V100 GPU Accelerator datasheet, V100 SXM2 column: Double-Precision 7.8 TF, Single-Precision 15.7 TF,
+# Tensor Performance 125 TF (fp16 inputs, fp32 accumulate), HBM2 bandwidth 900 GB/s. No BF16 units on Volta (a bf16
+# step here is charged at the fp16 rate, which no V100 reaches in bf16) and no FP8. Its host link is PCIe 3.0.
+V100_SXM2 = Device("Tesla V100 SXM2", 7.8 * TERA, 15.7 * TERA, 125 * TERA, None, 900e9,
+                   "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16")
+
+DEVICES = {"v100": V100_SXM2, "a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM,
+           "rtx3090": RTX_3090, "h100-hbm2e": H100_HBM2E}
 
 
 def get_device(device) -> Device:

@@ -83,6 +83,7 @@ class Timeline:
         self._h_start = np.asarray(comp["start"], dtype=np.float64)[host]
         self._h_end = np.asarray(comp["end"], dtype=np.float64)[host]
         self._h_at = np.asarray(comp["at"], dtype=np.int64)[host]
+        h_step = np.asarray(comp["step"], dtype=np.int64)[host]
         comp = {k: [v for v, h in zip(col, host) if not h] for k, col in comp.items()} if host.any() else comp
         self._c_rank = np.asarray(comp["rank"], dtype=np.int64)  # (C,)
         self._c_start = np.asarray(comp["start"], dtype=np.float64)  # (C,) s
@@ -97,7 +98,12 @@ class Timeline:
         self._bounds = np.searchsorted(self._c_rank[self._order], np.arange(world_size + 1))  # rank r: [b[r], b[r+1])
         ends = [a.max() for a in (self._c_end, self._k_end, self._h_end) if a.size]
         self.span = float(max(ends)) if ends else 0.0
-        self.step_times = self._step_times(comp["step"], calls["step"])
+        # A step ends with its CPU optimizer step (DeepSpeed's step() returns when DeepSpeedCPUAdam has), unless DPU
+        # runs (its copies carry the step before's update): then the CPU step belongs to the next step's time
+        dpu = any(self.log[at].op == "after previous host" for at in self._k_at.tolist()
+                  if self.log[at].collective in TRANSFERS)
+        synchronous = (h_step, self._h_end) if not dpu else (h_step[:0], self._h_end[:0])
+        self.step_times = self._step_times(comp["step"], calls["step"], *synchronous)
         self.compute_busy = np.zeros(world_size)  # (N,) s
         self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link is busy
         comm = self._u_end - self._u_start  # (U,) s
@@ -197,9 +203,10 @@ class Timeline:
         rows = self._order[self._bounds[r]:self._bounds[r + 1]]
         return self._c_start[rows], self._c_end[rows]  # sorted: a rank's computes run one after another
 
-    def _step_times(self, comp_steps, call_steps) -> dict:
-        steps = np.concatenate([np.asarray(comp_steps, dtype=np.int64), np.asarray(call_steps, dtype=np.int64)])
-        ends = np.concatenate([self._c_end, self._k_end])
+    def _step_times(self, comp_steps, call_steps, host_steps, host_ends) -> dict:
+        steps = np.concatenate([np.asarray(comp_steps, dtype=np.int64), np.asarray(call_steps, dtype=np.int64),
+                                host_steps])
+        ends = np.concatenate([self._c_end, self._k_end, host_ends])
         out, previous = {}, 0.0
         for s in np.unique(steps):
             end = float(ends[steps == s].max())

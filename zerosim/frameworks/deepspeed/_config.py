@@ -17,7 +17,8 @@ namesake, train_batch_size = ranks × both, gradient_clipping from max_grad_norm
 fp16/bf16 flags, reduce_bucket_size = hidden_size², stage3_prefetch_bucket_size = 0.9·hidden_size² and
 stage3_param_persistence_threshold = 10·hidden_size (stage 3). zerosim's own flags stand for the Trainer's
 arguments (`TrainerArgs`); an argument not given takes TrainingArguments' default, and the report says so.
-Offload is refused until zerosim models it.
+Offload (offload_optimizer, offload_param, the deprecated cpu_offload flags) is read by _offload.py into the placement
+DeepSpeed 0.19.8 runs at the config's stage (`DeepSpeedRun.offload`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import numbers
 from dataclasses import dataclass
 
 from zerosim.analysis.costs import DeepSpeedBuckets
+from dataclasses import replace
+
 from zerosim.frameworks.deepspeed._keys import (
     BF16,
     DYNAMIC_LIMITS,
@@ -41,6 +44,7 @@ from zerosim.frameworks.deepspeed._keys import (
     ZERO_ALIASES,
     ZERO_AS_ONE,
 )
+from zerosim.frameworks.deepspeed._offload import read_offload
 from zerosim.models.hf import KeyStatus, read_json_object
 from zerosim.parallel.data import CommSchedule
 from zerosim.precision import MixedPrecision
@@ -81,6 +85,7 @@ class DeepSpeedRun:
     optimizer: str  # a zerosim optimizer name
     buckets: DeepSpeedBuckets  # for the bucket-buffer estimate
     keys: tuple  # (KeyStatus, ...) every key of the file, dotted
+    offload: object = None  # the parallel.offload.Placement DeepSpeed runs for its offload keys at `stage`, or None
 
     def status(self, status: str) -> list:
         return [k for k in self.keys if k.status == status]
@@ -92,7 +97,7 @@ def read_ds_config(
     """A `DeepSpeedRun` from a ds_config.json path or a parsed dict, for `world_size` ranks (see the module docstring).
 
     `hidden_size`: the model's, for the "auto" bucket sizes. Raises ValueError naming the key for a wrong type, an
-    unknown stage or key, offload, or batch sizes that disagree."""
+    unknown stage or key, an offload DeepSpeed does not run or zerosim does not model, or batch sizes that disagree."""
     raw, where = read_json_object(source, "the DeepSpeed config", "a DeepSpeed config is one JSON object")
     return _Reader(raw, where, world_size, hidden_size, trainer).run()
 
@@ -142,6 +147,14 @@ class _Reader:
     def report(self, key, value, status, note=""):
         self.keys.append(KeyStatus(key, value, status, note))
 
+    def note(self, key, text):
+        """Add `text` to the note of the key reported as `key`."""
+        self.keys = [replace(k, note=f"{k.note}; {text}" if k.note else text) if k.key == key else k
+                     for k in self.keys]
+
+    def value_of_zero(self, key, zero):
+        return self.value(ZERO, "zero_optimization.", key, zero)
+
     def auto(self, name: str, value, source: str, given) -> object:
         self.report(
             name,
@@ -174,7 +187,8 @@ class _Reader:
             zero["reduce_bucket_size"], zero["contiguous_gradients"], zero["overlap_comm"], 4 if name == "fp32" else 2
         )  # the IPG buffers hold the parameters' dtype
         return DeepSpeedRun(
-            zero["stage"], comm, precision, name, micro, gas, total, clip, optimizer, buckets, tuple(self.keys)
+            zero["stage"], comm, precision, name, micro, gas, total, clip, optimizer, buckets, tuple(self.keys),
+            zero["offload"],
         )
 
     def section_zero(self) -> dict:
@@ -196,9 +210,10 @@ class _Reader:
             value = self.value(ZERO, "zero_optimization.", key, obj)
             if value == "auto":  # the HF Trainer fills these three from the model's hidden_size
                 value = self.auto_bucket(key, stage)
-            elif key in obj:
+            elif key in obj and ZERO[key][2] != "offload":  # the offload keys: _offload.py, below
                 self.report_zero(key, value, obj[key], stage)
             out[key] = value
+        out["offload"] = read_offload(self, obj, stage)
         if out["overlap_comm"] is None:  # DeepSpeedZeroConfig.overlap_comm_valid: on at stage 3 only
             out["overlap_comm"] = stage == 3
         return out

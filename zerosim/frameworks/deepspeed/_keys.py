@@ -8,7 +8,8 @@ runtime/config.py with their defaults in runtime/constants.py.
 
 Statuses: "modelled" (it sets what zerosim runs or estimates), "no effect" (nothing in a step's memory or time
 changes), "not modelled" (it would change memory or time and zerosim leaves it out: said beside the numbers).
-Offload is refused outright until zerosim models it (CPU/NVMe memory and PCIe traffic).
+Offload (offload_optimizer, offload_param and the deprecated cpu_offload flags) is read into a placement
+(zerosim/frameworks/deepspeed/_offload.py, DeepSpeed 0.19.8's runtime/zero/offload_config.py): status "offload".
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ ZERO = {
     "overlap_comm": ("bool|null", None, "modelled", "CommSchedule.overlap_comm (null: true at stage 3 only)"),
     "load_from_fp32_weights": ("bool", True, "no effect", "checkpoint loading"),
     "elastic_checkpoint": ("bool", False, "no effect", "checkpoint layout"),
-    "offload_param": ("offload", None, "refused", "parameter offload"),
-    "offload_optimizer": ("offload", None, "refused", "optimizer offload"),
+    "offload_param": ("offload|null", None, "offload", "parameter offload (OFFLOAD_PARAM)"),
+    "offload_optimizer": ("offload|null", None, "offload", "optimizer offload (OFFLOAD_OPTIMIZER)"),
     "zenflow": ("object|null", None, "refused", "ZenFlow (optimizer offload)"),
     "sub_group_size": ("int", 1_000_000_000, "not modelled", "ZeRO-3 steps the optimizer in sub-groups of this size"),
-    "cpu_offload_param": ("bool|null", None, "refused", "deprecated offload flag"),
+    "cpu_offload_param": ("bool|null", None, "offload", "deprecated: true is offload_param {device: cpu}"),
     "cpu_offload_use_pin_memory": ("bool|null", None, "no effect", "deprecated offload flag"),
-    "cpu_offload": ("bool|null", None, "refused", "deprecated offload flag"),
+    "cpu_offload": ("bool|null", None, "offload", "deprecated: true is offload_optimizer {device: cpu}"),
     "stage3_prefetch_bucket_size": ("int|auto", 50_000_000, "modelled", "CommSchedule.prefetch_bucket_size"),
     "stage3_param_persistence_threshold": (
         "int|auto",
@@ -82,6 +83,37 @@ ZERO = {
     "save_muon_momentum_buffer_in_memory": ("bool", False, "no effect", "checkpoint saving"),
     "leaf_module": ("object", None, "no effect", "ZeRO-3 leaf modules (hook placement)"),
 }
+# The two offload objects, DeepSpeed 0.19.8 runtime/zero/offload_config.py: DeepSpeedZeroOffloadOptimizerConfig and
+# DeepSpeedZeroOffloadParamConfig (DeepSpeedConfigModel: unknown keys refused; `device` an OffloadDeviceEnum, "none",
+# "cpu" or "nvme"). key -> (type, default, status, note); "refused" raises when the value is not the default, "pinned"
+# is modelled at its default and not modelled otherwise. The deprecated booleans map as DeepSpeedZeroConfig's
+# json_schema_extra new_param_fn says (cpu_offload -> offload_optimizer, cpu_offload_param -> offload_param, both
+# {device: cpu}), and with their replacement given too DeepSpeed asserts ("Cannot provide deprecated parameter ... and
+# replacing parameter ... together", runtime/config_utils.py _process_deprecated_field).
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+_SHARED = {
+    "device": ("str", "none", "modelled", "where the buffers go: parallel/offload's placement"),
+    "nvme_path": ("str|null", None, "no effect", "the swap folder: where the bytes go, not how many"),
+    "pin_memory": ("bool", True, "pinned", "page-locked host buffers (false: pageable, slower copies)"),
+}
+OFFLOAD_OPTIMIZER = {
+    **_SHARED,
+    "buffer_count": ("int", 4, "not modelled", "pinned host buffers of the NVMe swapper"),
+    "pipeline_read": ("bool", False, "not modelled", "ZeRO-Infinity: the next tile read while this one steps"),
+    "pipeline_write": ("bool", False, "not modelled", "ZeRO-Infinity: the last tile written while this one steps"),
+    "fast_init": ("bool", False, "no effect", "the NVMe swapper's initialisation"),
+    "ratio": ("float", 1.0, "refused", "Twin-Flow partial offload (ZeRO-Offload++, stage 3)"),
+    "super_offload": ("bool", False, "refused", "SuperOffload, for Superchips (stage 3)"),
+    "cpuadam_cores_perc": ("float", 0.8, "no effect", "read with super_offload only"),
+}
+OFFLOAD_PARAM = {
+    **_SHARED,
+    "buffer_count": ("int", 5, "not modelled", "the NVMe parameter swapper's buffers"),
+    "buffer_size": ("int", 100_000_000, "not modelled", "the size of each of those buffers"),
+    "max_in_cpu": ("int", 1_000_000_000, "not modelled", "parameter elements kept in host memory with NVMe"),
+}
+OFFLOAD_DEPRECATED = {"cpu_offload": "offload_optimizer", "cpu_offload_param": "offload_param"}
+
 # DeepSpeedZeroConfig's field names for the "stage3_*" aliases (populate_by_name: both spellings are accepted)
 ZERO_ALIASES = {
     k[len("stage3_") :]: k for k in ZERO if k.startswith("stage3_") and k != "stage3_gather_fp16_weights_on_model_save"
@@ -187,6 +219,12 @@ LIMITS = {
                                                               "a parameter count: 0 turns it off"),
     "zero_optimization.mics_shard_size": (lambda v: v == -1 or v >= 1, "-1 (off) or at least 1",
                                           "the ranks of a MiCS shard group"),
+    **{f"zero_optimization.{o}.{k}": (lambda v: v >= 0, "at least 0", "Field(ge=0) (runtime/zero/offload_config.py)")
+       for o, keys in (("offload_optimizer", ("buffer_count",)), ("offload_param", ("buffer_count", "buffer_size",
+                                                                                    "max_in_cpu"))) for k in keys},
+    **{f"zero_optimization.offload_optimizer.{k}": (lambda v: 0 <= v <= 1, "between 0 and 1",
+                                                    "Field(ge=0.0, le=1.0) (runtime/zero/offload_config.py)")
+       for k in ("ratio", "cpuadam_cores_perc")},
     "fp16.loss_scale": (lambda v: 0 <= v <= FP32_MAX, "0 (dynamic) or a static scale up to fp32's largest, 3.4e38",
                         "DeepSpeedFP16Config._validate_loss_scale, runtime/precision_config.py: '0 enables dynamic "
                         "loss scaling'; the scale multiplies an fp32 loss"),

@@ -3,7 +3,10 @@ FSDP2's CPUOffloadPolicy; DPU's one-step delayed update. A parallelism beside da
 through the contract (parallel/_contract.py): where each buffer lives is data on the plan (`place`), each copy an event.
 
     _placement.py   Placement, PLACEMENTS, get_placement: which buffers leave the device, after DeepSpeed's
-                    offload_optimizer / offload_param and FSDP2's CPUOffloadPolicy (the placement apart from its copies)
+                    offload_optimizer / offload_param and FSDP2's CPUOffloadPolicy (the placement apart from its
+                    copies);
+                    deepspeed_placement: what DeepSpeed runs for its two keys at each stage; host_optimizer: the
+                    CPU optimizer DeepSpeed steps there (DeepSpeedCPUAdam)
     _transfers.py   the copies, device <-> host over PCIe and host <-> NVMe, as events with bytes and a link
     _offload.py     Offload: the contract's points, what it places, copies and allocates at each
     _dpu.py         the one-step delayed parameter update on the ranks
@@ -18,6 +21,16 @@ docs/offload.md walks it through: what fits where, what a step waits for, what s
 
 from zerosim.parallel.offload._memory import OffloadMemory, offload_memory
 from zerosim.parallel.offload._offload import Offload
-from zerosim.parallel.offload._placement import PLACEMENTS, TIERS, Placement, get_placement
+from zerosim.parallel.offload._placement import (
+                                                 DEEPSPEED_AT_STAGE,
+                                                 DEEPSPEED_CPU_OPTIMIZERS,
+                                                 PLACEMENTS,
+                                                 TIERS,
+                                                 Placement,
+                                                 deepspeed_placement,
+                                                 get_placement,
+                                                 host_optimizer,
+)
 
-__all__ = ["Offload", "OffloadMemory", "PLACEMENTS", "Placement", "TIERS", "get_placement", "offload_memory"]
+__all__ = ["DEEPSPEED_AT_STAGE", "DEEPSPEED_CPU_OPTIMIZERS", "Offload", "OffloadMemory", "PLACEMENTS", "Placement",
+           "TIERS", "deepspeed_placement", "get_placement", "host_optimizer", "offload_memory"]

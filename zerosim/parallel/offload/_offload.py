@@ -8,7 +8,8 @@ each step makes at the contract's points, and DPU's one-step delayed parameter u
                      param_buffer_of_bit16_for_cpu_offload_groups); DPU's pending buffer
     before_unit      params on host/NVMe: the unit's shard read from NVMe, then copied to the device, before it is
                      used (DeepSpeed's partitioned_param_swapper / FSDP2's copy before its all-gather)
-    after_unit       sharded grads on host: the unit's reduced shard copied to the host in fp32
+    after_unit       sharded grads on host: the unit's reduced shard copied to the host in fp32, beside the next
+                     unit's backward (the optimizer step waits for the copies, not the compute)
     end_of_backward  whole grads (stages 0/1): the reduced region to the host; NVMe optimizer: its swap-in
     after_update     the updated 16-bit region to the device (or, params on NVMe, out to NVMe); NVMe optimizer:
                      its swap-out; DPU: the update held back one step
@@ -25,14 +26,17 @@ from zerosim.cluster import Handle
 from zerosim.parallel._contract import Parallelism
 from zerosim.parallel.offload import _dpu as dpu
 from zerosim.parallel.offload._placement import Placement, get_placement
+from zerosim.parallel.data._state import own_params
 from zerosim.parallel.offload._transfers import copy, region_elements, unit_elements
+
+BIT16 = "offload.bit16"  # (region,) 16-bit host buffer: the updated region cast on the host, copied to the device
 
 
 class Offload(Parallelism):
     """Offload the optimizer (and, at stage 3, the params) to host or NVMe.
 
     Args:
-        optimizer: DeepSpeed's offload_optimizer.device: "cpu", "nvme" or None.
+        optimizer: DeepSpeed's offload_optimizer.device: "cpu" (the default, unless fsdp2), "nvme" or None.
         params: DeepSpeed's offload_param.device: "cpu", "nvme" or None (stage 3 only).
         fsdp2: FSDP2's fully_shard(offload_policy=CPUOffloadPolicy()) instead (stage 3; params, grads, optimizer).
         dpu: the ZeRO-Offload paper's one-step delayed parameter update: step t's forward and backward run on the
@@ -43,17 +47,28 @@ class Offload(Parallelism):
 
     name = "offload"
 
-    def __init__(self, optimizer: str | None = "cpu", params: str | None = None, fsdp2: bool = False,
+    def __init__(self, optimizer: str | None = ..., params: str | None = None, fsdp2: bool = False,
                  dpu: bool = False, dpu_warmup: int = 0, placement: Placement | None = None):
+        if optimizer is ...:  # not given: DeepSpeed's ZeRO-Offload, or FSDP2's policy alone
+            optimizer = None if fsdp2 else "cpu"
         self.placement = placement if placement is not None else get_placement(optimizer, params, fsdp2)
         if not isinstance(self.placement, Placement):
             raise TypeError(f"placement must be a zerosim.parallel.offload.Placement, got {placement!r}")
         if type(dpu_warmup) is not int or dpu_warmup < 0:
             raise ValueError(f"dpu_warmup must be an integer >= 0, got {dpu_warmup!r}")
         self.dpu, self.dpu_warmup = bool(dpu), dpu_warmup
+        self._copies = {}  # {id(trace): Handle}: the gradient copies of the step in flight (bookkeeping, not state)
 
     def __repr__(self) -> str:
-        return f"Offload({self.placement.name!r}, dpu={self.dpu})"
+        return f"Offload({self.placement.name!r}, dpu={self.dpu}" + (f", dpu_warmup={self.dpu_warmup})" if
+                                                                     self.dpu_warmup else ")")
+
+    def __eq__(self, other) -> bool:  # a description, compared by what it describes (MPI ranks check they agree)
+        return isinstance(other, Offload) and (self.placement, self.dpu, self.dpu_warmup) == (
+            other.placement, other.dpu, other.dpu_warmup)
+
+    def __hash__(self) -> int:
+        return hash((self.placement, self.dpu, self.dpu_warmup))
 
     # -- before any state is born ----------------------------------------------------------------
     def place(self, plan):
@@ -62,17 +77,24 @@ class Offload(Parallelism):
         p = self.placement
         if plan.stage not in p.stages:
             raise ValueError(f"offload {p.name!r} runs at ZeRO stage {' or '.join(map(str, p.stages))}, not "
-                             f"{plan.label} (DeepSpeed's offload_param and NVMe optimizer need stage 3)")
+                             f"{plan.label} (DeepSpeed offloads through its ZeRO optimizers, stages 1-3; its "
+                             "offload_param and NVMe swapping need stage 3)")
         if self.dpu and not p.offloads_optimizer:
             raise ValueError("DPU delays the CPU's update: it needs the optimizer offloaded")
         return replace(plan, placement=p.for_plan(plan))
 
+    def _keeps_bit16(self, plan) -> bool:
+        """DeepSpeed's stage_1_and_2.py keeps a pinned 16-bit host copy of the region (stage3.py copies the fp32
+        partition straight into the device's 16-bit one; FSDP2 casts on the device)."""
+        return self.placement.offloads_optimizer and not plan.shards("params") and self.placement.cast_on == "host"
+
     def setup(self, ctx) -> None:
-        plan, fmt = ctx.plan, ctx.policy.compute_format
+        fmt = ctx.policy.compute_format
         for rank, n in zip(ctx.ranks, region_elements(ctx)):
-            if self.placement.offloads_optimizer and not plan.shards("params") and self.placement.cast_on == "host":
-                # (region,) 16-bit pinned host buffer the updated master is cast into before its copy
-                rank.ledger_of("host").alloc("offload.bit16", n, fmt.dtype, "params")
+            if self._keeps_bit16(ctx.plan):
+                # (region,) 16-bit pinned host buffer the updated master is cast into before its copy to the device:
+                # DeepSpeed 0.19.8 param_buffer_of_bit16_for_cpu_offload_groups, born torch.full(..., 0.0)
+                rank.ledger_of("host").alloc(BIT16, n, fmt.dtype, "params", fill=0)
         if self.dpu:
             dpu.setup(ctx)
 
@@ -84,10 +106,14 @@ class Offload(Parallelism):
         u, handle = unit_elements(ctx, op.layer), Handle()
         fmt = "fp32" if self.placement.cast_on == "device" else ctx.policy.compute_format.name
         width = 4 if fmt == "fp32" else ctx.policy.compute_format.bits // 8
+        # params on the host carry what the CPU optimizer made: the fetch starts once its step is done (DeepSpeed's
+        # step() and FSDP2's optimizer.step() on CPU tensors return when it is; with DPU, the step before's)
+        made_by = None if self.placement.tier("params") != "host" else (
+            "after previous host" if self.dpu else "after host")
         with ctx.cluster.trace.about(purpose="offload", layers=(op.layer,)):
             if self.placement.tier("params") == "nvme":
                 handle += copy(ctx, "nvme_read", u, width, fmt, f"{ctx.names[op.layer]} params")
-            handle += copy(ctx, "h2d", u, width, fmt, f"{ctx.names[op.layer]} params")
+            handle += copy(ctx, "h2d", u, width, fmt, f"{ctx.names[op.layer]} params", made_by)
         return handle
 
     def after_unit(self, ctx, passes, ops) -> Handle:
@@ -95,10 +121,18 @@ class Offload(Parallelism):
         if op.kind != "backward" or ctx.plan.where("grads") == "device":
             return Handle()
         with ctx.cluster.trace.about(purpose="offload", layers=(op.layer,)):
-            return copy(ctx, "d2h", unit_elements(ctx, op.layer), 4, "fp32", f"{ctx.names[op.layer]} grads")
+            handle = copy(ctx, "d2h", unit_elements(ctx, op.layer), 4, "fp32", f"{ctx.names[op.layer]} grads")
+        # The next unit's backward does not wait for this copy: DeepSpeed 0.19.8 issues it non_blocking on the
+        # reduction stream (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu) and waits for them all
+        # before the step (_wait_for_offload_copies); FSDP2 on its post-reduce stream (_fsdp_collectives.py
+        # foreach_reduce, non_blocking with pinned memory). So the step waits for them: end_of_backward's handle.
+        trace = ctx.cluster.trace
+        self._copies[id(trace)] = trace.live(self._copies.get(id(trace), Handle())) + handle
+        return Handle()
 
     def end_of_backward(self, ctx, reduced) -> Handle:
-        handle = Handle()
+        trace = ctx.cluster.trace
+        handle = trace.live(self._copies.pop(id(trace), Handle()))  # the units' gradient copies, still in flight
         n = region_elements(ctx)
         with ctx.cluster.trace.about(purpose="offload", layers=()):
             if self.placement.offloads_optimizer and ctx.plan.where("grads") == "device":
@@ -109,6 +143,11 @@ class Offload(Parallelism):
 
     def after_update(self, ctx) -> Handle:
         handle, n = Handle(), region_elements(ctx)
+        if self._keeps_bit16(ctx.plan):  # what the copy to the device carries: the update's 16-bit region
+            for rank in ctx.ranks:
+                # DeepSpeed step(): bit16_partition_buffer.copy_(fp32_partition) on the host (the update's cast, the
+                # same bits), then bit16_partitions[...].copy_(bit16_partition_buffer) to the device
+                rank.ledger_of("host").get(BIT16).array[...] = own_params(rank, ctx.plan, ctx.layout)
         if self.dpu:
             dpu.delay(ctx, self.dpu_warmup)
         fmt = ctx.policy.compute_format

@@ -1,0 +1,91 @@
+"""Host memory and NVMe per node as capacities (analysis/costs/_hosts.py), and the ZeRO-Offload paper's headline — a 13B
+model trained on one 32 GB V100 — as the verdict of `zerosim memory`."""
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import pytest
+
+from zerosim.analysis.costs import HOSTS, get_gpu, get_host, host_fit
+from zerosim.cli.main import main
+
+TIB = 2**40
+
+HOST_TABLE = [  # (key, DRAM per node, NVMe for data per node, GPUs, host link, DRAM peak bytes/s), from the datasheets
+    ("dgx-2", 1.5 * TIB, 8 * 3.84e12, 16, "pcie3", 2 * 6 * 2666e6 * 8),  # 1.5 TB DDR4, 30 TB NVMe; 2x 6ch DDR4-2666
+    ("dgx-a100", 2 * TIB, 8 * 3.84e12, 8, "pcie4", 2 * 8 * 3200e6 * 8),  # 2 TB, 30 TB; 2x EPYC 7742, 8ch DDR4-3200
+    ("dgx-h100", 2 * TIB, 8 * 3.84e12, 8, "pcie5", 2 * 8 * 4800e6 * 8),  # 2 TB DDR5, 8x 3.84 TB U.2; 8ch DDR5-4800
+]
+
+
+@pytest.mark.parametrize("key, memory, nvme, gpus, pcie, dram", HOST_TABLE)
+def test_host_presets_are_the_datasheets(key, memory, nvme, gpus, pcie, dram):
+    h = get_host(key)
+    assert (h.memory, h.nvme, h.gpus, h.pcie) == (int(memory), int(nvme), gpus, pcie)
+    assert h.dram_bandwidth == pytest.approx(dram, rel=1e-15) and h.source
+    assert h.cpu_bandwidth(gpus) == pytest.approx(dram / gpus, rel=1e-15)  # the node's DRAM shared by its ranks
+    assert set(HOSTS) == {row[0] for row in HOST_TABLE}
+
+
+def test_a_node_fits_when_its_ranks_together_fit():
+    """Per node: the rank's peak times the ranks on it (the host's GPUs, or fewer ranks, or --gpus-per-node)."""
+    h = get_host("dgx-h100")
+    per_rank = {"host": 200e9, "nvme": 1e12}
+    eight = host_fit(per_rank, 64, h)
+    assert eight["ranks_per_node"] == 8 and eight["host"]["per_node"] == 1.6e12 and eight["host"]["fits"]
+    assert eight["nvme"]["per_node"] == 8e12 and eight["nvme"]["margin"] == h.nvme - 8e12
+    two = host_fit({"host": 1.2e12}, 2, h)  # two ranks, one node partly filled
+    assert two["ranks_per_node"] == 2 and not two["host"]["fits"] and two["host"]["margin"] == h.memory - 2.4e12
+    assert host_fit({"host": 1.2e12}, 64, h, gpus_per_node=1)["host"]["fits"]
+
+
+def test_host_sizes_are_settable_and_checked():
+    h = get_host("dgx-a100").with_memory(512e9)
+    assert (h.memory, h.nvme) == (512 * 10**9, get_host("dgx-a100").nvme) and "(set)" in h.name
+    for bad in (0, -1.0, float("nan"), "2TB", True):
+        with pytest.raises(ValueError, match="host memory per node"):
+            get_host("dgx-a100").with_memory(bad)
+    with pytest.raises(ValueError, match="unknown host 'dgx-1'"):
+        get_host("dgx-1")
+
+
+def test_the_v100_32gb_is_its_driver_total_and_its_datasheet():
+    from zerosim.analysis.timeline import DEVICES
+
+    g = get_gpu("v100-32gb")
+    assert g.capacity == 32_510 * 2**20 and g.device == "v100"
+    d = DEVICES["v100"]
+    assert (d.fp64, d.fp32, d.fp16, d.fp8, d.hbm) == (7.8e12, 15.7e12, 125e12, None, 900e9)  # V100 SXM2 datasheet
+
+
+def _memory(*flags) -> dict:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["memory", "--params", "13e9", "--layers", "40", "--ranks", "1", "--gpu", "v100-32gb",
+                     "--host", "dgx-2", "--json", *flags]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_zero_offload_paper_13b_on_one_32gb_v100_is_the_commands_verdict():
+    """Ren et al. 2021 (ZeRO-Offload), the abstract: "train models with over 13 billion parameters on a single GPU".
+    `zerosim memory --params 13e9 --ranks 1 --gpu v100-32gb --host dgx-2 --offload-optimizer cpu`: at ZeRO-2 the device
+    keeps the fp16 params (2Ψ = 26 GB) and one unit's gradient, 26.65 GB + the estimates, under the V100's 34.09 GB;
+    the host keeps 16Ψ = 208 GB (+ the step's fp32 gradient, 52 GB) of the DGX-2's 1.65 TB. Without offload no
+    stage fits: 16Ψ = 208 GB on the device."""
+    with_offload, without = _memory("--offload-optimizer", "cpu"), _memory()
+    by = {row["stage"]: row for row in with_offload["stages"]}
+    two = by[2]
+    assert two["resting"] == {"params": 26 * 10**9} and two["peak"] == 26 * 10**9 + 650 * 10**6  # one unit of 40
+    assert with_offload["gpu"]["by_stage"][1]["fits"]  # stage 2 (stages 1, 2, 3 measured: DeepSpeed offloads there)
+    assert sum(two["host"]["resting"].values()) == 16 * 13 * 10**9 and two["offload"]["fit"]["host"]["fits"]
+    assert two["offload"]["fit"]["host"]["per_node"] == two["host"]["peak"] == 20 * 13 * 10**9
+    assert two["offload"]["device_without"] == 16 * 13 * 10**9
+    assert [v["fits"] for v in without["gpu"]["by_stage"]] == [False] * 4
+    assert not with_offload["gpu"]["by_stage"][0]["fits"]  # ZeRO-1 keeps the whole fp16 gradient on the device
+
+
+def test_a_host_too_small_is_said_not_to_fit():
+    r = _memory("--offload-optimizer", "cpu", "--host-memory", "100")  # a 100 GB node: the 260 GB peak does not fit
+    fit = r["stages"][1]["offload"]["fit"]["host"]
+    assert not fit["fits"] and fit["capacity"] == 100 * 10**9 and fit["margin"] == 100 * 10**9 - 260 * 10**9
