@@ -353,16 +353,15 @@ def cases() -> list:
     ]
     # ---------------------------------------------------------------------------------------------- explorer
     c += [
-        Case("explorer", "--html a file", ("explore", "--html", "{afile}", "--grid", "small"), ("--html",),
-             files=("afile",)),
-        Case("explorer", "--html under /proc", ("explore", "--html", "/proc/zerosim-x", "--grid", "small"),
-             ("--html",)),
-        Case("explorer", "--html inside a checkpoint", ("explore", "--html", "{ck}", "--grid", "small"),
-             ("inside the checkpoint",), files=("ck",)),
-        Case("explorer", "--html ''", ("explore", "--html", "", "--grid", "small"), ("--html",)),
-        Case("explorer", "--grid bogus", ("explore", "--html", "site", "--grid", "bogus"), ("--grid",)),
-        Case("explorer", "a page that is not the explorer's", ("explore", "--html", "{site}", "--grid", "small"),
-             ("index.html",), files=(("site", ("dir:site", None)), ("page", ("site/index.html", lambda: "<html>")))),
+        Case("explorer", "--html a file", ("explore", "--html", "{afile}"), ("--html",), files=("afile",)),
+        Case("explorer", "--html under /proc", ("explore", "--html", "/proc/zerosim-x"), ("--html",)),
+        Case("explorer", "--html inside a checkpoint", ("explore", "--html", "{ck}"), ("inside the checkpoint",),
+             files=("ck",)),
+        Case("explorer", "--html ''", ("explore", "--html", ""), ("--html",)),
+        # the page's grid is gone (every setting is computed in the browser): an old command's --grid is refused
+        Case("explorer", "--grid (gone)", ("explore", "--html", "site", "--grid", "small"), ("--grid",)),
+        Case("explorer", "a page that is not the explorer's", ("explore", "--html", "{site}"), ("index.html",),
+             files=(("site", ("dir:site", None)), ("page", ("site/index.html", lambda: "<html>")))),
     ]
     # ---------------------------------------------------------------------------------------------- assignments
     a1 = ("assignment", "check", "1", "--file")

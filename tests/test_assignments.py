@@ -1,10 +1,11 @@
 """The three assignments and their autograder (zerosim/teaching/assignments; course/instructor holds the solutions).
 
-For each assignment: the reference solution scores 100 %; each planted wrong solution (one mistake each) scores
-less, and its first failure is one readable line; a submission that loops, exits, fails to import or kills the
-interpreter scores 0 with one line, and the grader goes on; results.json holds to Gradescope's format.
-Planted and reference solutions are graded here in this process (the same cases and checks); the autograder's
-own path, a process per test with a time limit, is exercised end to end on assignment 1 and the misbehaving files.
+For each assignment: the reference solution scores 100 %; each planted wrong solution (one mistake each, named after
+the misconception it holds) scores partial credit — more than nothing, less than everything — and its feedback names
+that misconception; a submission that loops, exits, fails to import or kills the interpreter scores 0 with one line,
+and the grader goes on; results.json holds to Gradescope's format; the parts add up to a week (8-10 hours).
+Planted and reference solutions are graded here in this process (the same cases and checks); the autograder's own
+path, a process per test with a time limit, is exercised end to end on assignment 1 and the misbehaving files.
 """
 
 import ast
@@ -39,56 +40,92 @@ def test_the_reference_solution_scores_100_percent(number):
     assert points == a.max_score and all(f is None for _, f in lines), lines
 
 
-@pytest.mark.parametrize("number", [1, pytest.param(2, marks=pytest.mark.slow), 3])  # 2 runs engines (~1.5 s)
-def test_every_planted_solution_scores_less_with_a_readable_first_failure(number):
+PLANTED_CASES = [(n, p) for n in (1, 2, 3) for p in PLANTED[n]]
+
+
+@pytest.mark.parametrize("number, path", [pytest.param(n, p, marks=pytest.mark.slow) if n == 2 else (n, p)
+                                          for n, p in PLANTED_CASES],  # 2 runs engines (~1.5 s each)
+                         ids=[f"a{n}-{p.stem}" for n, p in PLANTED_CASES])
+def test_a_planted_solution_earns_partial_credit_and_its_misconception_is_named(number, path):
     a = get(number)
-    assert len(PLANTED[number]) >= 3
-    for path in PLANTED[number]:
-        points, lines = score_here(a, path)
-        failures = [f for _, f in lines if f is not None]
-        assert points < a.max_score and failures, path.name
-        first = failures[0]
-        # one line, naming what the student's code did against what the oracle / ledger / ring says
-        assert "\n" not in first and len(first) < 400, (path.name, first)
-        assert any(w in first for w in ("oracle", "ledger", "you predicted", "all_gather was called", "still holds",
-                                        "raised")), \
-            (path.name, first)
+    points, lines = score_here(a, path)
+    failures = [f for _, f in lines if f is not None]
+    assert 0 < points < a.max_score and failures, (path.name, points)
+    # every failure is one readable line naming what the student's code did against the oracle / ledger / ring
+    assert all("\n" not in f and len(f) < 900 for f in failures), failures
+    # and the mistake is named: by the planted file's own name (the grader's misconception table), or, for a
+    # prediction, by the judge's "The misconception: ..." line
+    named = f"Misconception '{path.stem}'"
+    assert any(named in f for f in failures) or any("The misconception: " in f for f in failures), failures
 
 
-@pytest.mark.slow  # a process per test, one of them waiting out a 1 s limit (~15 s)
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_each_assignment_is_a_week_in_parts_with_partial_credit(number):
+    a = get(number)
+    hours = sum(p.hours for p in a.parts)
+    assert 8 <= hours <= 10, hours
+    assert tuple(t for p in a.parts for t in p.tests) == a.tests
+    assert all(p.tests or p.written for p in a.parts) and any(p.written for p in a.parts)  # a written part, by hand
+    assert len(a.tests) >= 12 and max(t.points for t in a.tests) <= 1  # no test is worth more than a point
+    predict = a.parts[0]  # part A: the predictions, every one visible (checked at submission)
+    assert predict.letter == "A" and "Predict" in predict.title and all(t.visible for t in predict.tests)
+    assert "| part | what | plan for |" in a.handout and "A wrong answer that matches a known mistake is named" in \
+        a.handout
+
+
+@pytest.mark.slow  # a process per test, each waiting out a 1 s limit where the file loops (~2 min for the three)
+@pytest.mark.parametrize("number", [1, 2, 3])
 @pytest.mark.parametrize("name, says", [
     ("loops", "did not finish within 1 s"),
     ("exits", "called sys.exit(3) while it was loaded"),
     ("does_not_import", "No module named 'numpy_but_faster'"),
-    ("kills_itself", "exit status 9"),
+    ("kills_itself", "exit status"),
 ])
-def test_a_misbehaving_submission_scores_0_with_one_line_and_the_grader_goes_on(name, says):
-    r = grade(get(1), str(COURSE / "misbehaving" / f"{name}.py"), time_limit=1)
+def test_a_misbehaving_submission_scores_0_with_one_line_and_the_grader_goes_on(name, says, number):
+    r = grade(get(number), str(COURSE / "misbehaving" / f"{name}.py"), time_limit=1)
     check_results(r)
-    assert r["score"] == 0 and len(r["tests"]) == len(get(1).tests)
+    assert r["score"] == 0 and len(r["tests"]) == len(get(number).tests)
     assert all(t["status"] == "failed" and "\n" not in t["output"] and says in t["output"] for t in r["tests"])
 
 
-@pytest.mark.slow  # the whole autograder through the CLI on assignment 1 (~6 s)
+@pytest.mark.slow  # the whole autograder through the CLI on assignment 1 (~20 s: a process per test)
 def test_zerosim_assignment_grade_writes_a_valid_results_json(tmp_path, capsys):
     out = tmp_path / "results" / "results.json"
     code = main(["assignment", "grade", "1", "--file", str(COURSE / "a1" / "solution.py"), "--results", str(out)])
     assert code == 0
     r = json.loads(out.read_text())
     check_results(r)
-    assert r["score"] == 10 and {t["visibility"] for t in r["tests"]} == {"visible", "after_published"}
+    assert r["score"] == get(1).max_score and {t["visibility"] for t in r["tests"]} == {"visible", "after_published"}
     assert [t["max_score"] for t in r["tests"]] == [t.points for t in get(1).tests]
-    assert "10 of 10 points" in capsys.readouterr().out
+    assert f"{get(1).max_score:g} of {get(1).max_score:g} points" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # two grading processes (~3 s)
+@pytest.mark.slow  # the autograder's own path (a process per test) on assignments 2 and 3's references (~1 min)
+@pytest.mark.parametrize("number", [2, 3])
+def test_the_autograder_gives_the_reference_every_point_in_a_valid_results_json(number):
+    r = grade(get(number), str(COURSE / f"a{number}" / "solution.py"))
+    check_results(r)
+    assert r["score"] == get(number).max_score, [t["output"] for t in r["tests"] if t["status"] == "failed"]
+
+
+@pytest.mark.slow  # the autograder on a planted file: partial credit and the named misconception in results.json
+def test_results_json_carries_partial_credit_and_the_named_misconception(tmp_path):
+    r = grade(get(1), str(COURSE / "a1" / "planted" / "round_once.py"))
+    check_results(r)
+    assert 0 < r["score"] < get(1).max_score
+    failed = [t for t in r["tests"] if t["status"] == "failed"]
+    assert failed and all("Misconception 'round_once'" in t["output"] for t in failed if "ring_" in t["name"])
+
+
+@pytest.mark.slow  # a grading process per visible test (~10 s)
 def test_check_runs_only_the_visible_tests_and_the_starter_fails_them(tmp_path, capsys):
     starter = tmp_path / "a3_zero3.py"
     assert main(["assignment", "starter", "3"]) == 0
     starter.write_text(capsys.readouterr().out)
     assert main(["assignment", "check", "3", "--file", str(starter), "--time-limit", "30"]) == 1
     out = capsys.readouterr().out
-    assert "(hidden" not in out and out.count("FAIL") == 3 and "is not written yet" in out  # gather, peak, exposed
+    visible = [t for t in get(3).tests if t.visible]
+    assert "(hidden" not in out and out.count("FAIL") == len(visible) and "is not written yet" in out
 
 
 def test_assignment_3_grades_the_exposed_communication_visible_and_hidden():
@@ -109,35 +146,38 @@ def test_assignment_3_grades_the_exposed_communication_visible_and_hidden():
     assert g1 > c0 and c1 > g2  # the case is the one worked out above
     assert timed[0] == pytest.approx(sum(none["gather_s"]), rel=1e-12)
     assert timed[1] == pytest.approx(g0 + g1 - c0, rel=1e-12)
-    # the reference scores every point of it; a planted "prefetch hides all but the first gather" loses exactly it
+    # a planted "prefetch hides all but the first gather" loses exactly the prefetch cases, and is named
     wrong = COURSE / "a3" / "planted" / "prefetch_hides_all_but_the_first.py"
     points, lines = score_here(a, wrong)
-    assert points == a.max_score - sum(t.points for t in graded.values())
-    assert [n for n, f in lines if f] == list(graded) and "you predicted" in dict(lines)[next(iter(graded))]
-
-
-def test_no_reference_solution_is_printed_or_shipped():
-    """What a student can print (handouts, starters) and read (the package) holds none of the solutions' code."""
-    package = Path(assignments.__file__).parent.parent
-    shipped = "".join(p.read_text() for p in package.rglob("*.py"))
-    for n in (1, 2, 3):
-        a = get(n)
-        body = [line.strip() for line in (COURSE / f"a{n}" / "solution.py").read_text().splitlines()
-                if line.startswith("    ") and len(line.strip()) > 30 and not line.strip().startswith("#")]
-        assert body
-        for line in body:  # the solution's lines of code (the ones long enough to be its own)
-            assert line not in a.handout and line not in a.starter
-        assert all(t.exercise.solution == "" for t in a.tests)  # assignment 2's four exercises too
-        tree = ast.parse(source := (COURSE / f"a{n}" / "solution.py").read_text())
-        for f in (node for node in tree.body if isinstance(node, ast.FunctionDef)):  # no whole function ships
-            assert ast.get_source_segment(source, f) not in shipped, f.name
-    assert "largest neighbouring pair" not in shipped and "partial = {i: padded[i]" not in shipped
+    failed = [(n, f) for n, f in lines if f]
+    assert 0 < points < a.max_score and failed
+    assert all(n.startswith("exposed_comm") and "Misconception 'prefetch_hides_all_but_the_first'" in f
+               for n, f in failed)
 
 
 def solution_lines() -> set:
     """Every assignment reference's lines of code long enough to be its own (comments and short lines left out)."""
     return {line.strip() for n in (1, 2, 3) for line in (COURSE / f"a{n}" / "solution.py").read_text().splitlines()
             if line.startswith("    ") and len(line.strip()) > 30 and not line.strip().startswith("#")}
+
+
+def test_no_reference_solution_is_printed_or_shipped():
+    """What a student can print (handouts, starters) and read (the package) holds none of the solutions' code, nor
+    the planted wrong ones' (each is a solution less one line)."""
+    package = Path(assignments.__file__).parent.parent
+    shipped = "".join(p.read_text() for p in package.rglob("*.py"))
+    shipped_lines = {line.strip() for line in shipped.splitlines()}
+    for n in (1, 2, 3):
+        a = get(n)
+        for line in solution_lines():
+            assert line not in a.handout and line not in a.starter
+        assert all(t.exercise.solution == "" for t in a.tests)  # assignment 2's four exercises too
+        tree = ast.parse(source := (COURSE / f"a{n}" / "solution.py").read_text())
+        for f in (node for node in tree.body if isinstance(node, ast.FunctionDef)):  # no whole function ships
+            assert ast.get_source_segment(source, f) not in shipped, f.name
+    assert not solution_lines() & shipped_lines, sorted(solution_lines() & shipped_lines)[:3]
+    for name in ("shard_offset", "stage2_free", "average_dtype", "refresh_params"):  # planted: names, no sources
+        assert set(exercises.get(name).planted.values()) == {""}
 
 
 @pytest.mark.bad_input("command line")
@@ -161,6 +201,9 @@ def test_no_student_facing_command_prints_an_assignments_reference(capsys):
     assert sorted(refused) == ["average_dtype", "refresh_params", "shard_offset", "stage2_free"]
     assert main(["exercise", "check", "stage2_free", "--reference"]) == 2  # nor graded as "the shipped one"
     assert "not shipped" in capsys.readouterr().err
+    # nor its planted bugs (the reference less one line): without the instructor kit, one line saying where they are
+    assert main(["exercise", "check", "stage2_free", "--planted", "never frees"]) == 2
+    assert "pip install ./course/instructor" in capsys.readouterr().err
 
 
 def test_results_follow_gradescopes_format():
@@ -191,3 +234,11 @@ def test_grading_a_missing_file_or_an_unknown_assignment_is_one_line(tmp_path, c
     assert "no such file" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
     assert main(["assignment", "show", "7"]) == 2
     assert "no assignment 7; there are 1, 2, 3" in capsys.readouterr().err
+
+
+def test_a_hostile_file_defines_every_function_so_its_own_misbehaviour_is_what_the_grader_meets():
+    asked = {t.exercise.function for n in (1, 2, 3) for t in get(n).tests}
+    for name in ("loops", "kills_itself"):
+        tree = ast.parse((COURSE / "misbehaving" / f"{name}.py").read_text())
+        defined = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+        assert asked <= defined, (name, sorted(asked - defined))

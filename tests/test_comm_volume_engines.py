@@ -107,3 +107,48 @@ def test_paper_volumes_for_7_5b_on_64():
     # 2Ψ and 3Ψ (times (N−1)/N, 2 bytes): 29.53 GB per rank at stages 0-2, 44.30 GB at stage 3
     assert comm_volume(7.5e9, 64, 1) == 2 * 7.5e9 * 2 * 63 / 64
     assert comm_volume(7.5e9, 64, 3) == 3 * 7.5e9 * 2 * 63 / 64
+
+
+# The plan's collectives, written by hand (the ZeRO paper's section 7, seed 001 §10): what stage_collectives must
+# read from each plan. One row per plan: (op, buffer) in the order a step runs them.
+HAND = {
+    0: [("all_reduce", "grads")],  # plain data parallel: one all-reduce, 2Ψ
+    1: [("reduce_scatter", "grads"), ("all_gather", "params")],  # P_os: reduce-scatter, then the refresh, 2Ψ
+    2: [("reduce_scatter", "grads"), ("all_gather", "params")],  # P_os+g: the same volume, 2Ψ
+    3: [("all_gather", "params"), ("all_gather", "params"), ("reduce_scatter", "grads")],  # forward, backward: 3Ψ
+    "no_reshard": [("all_gather", "params"), ("reduce_scatter", "grads")],  # kept until backward: 2Ψ
+}
+
+
+@pytest.mark.parametrize("stage", sorted(HAND, key=str))
+def test_stage_collectives_are_read_from_the_plan(stage):
+    from zerosim.analysis.costs import stage_collectives
+    from zerosim.parallel.data import get_plan
+
+    assert [(c.op, c.buffer) for c in stage_collectives(get_plan(stage))] == HAND[stage]
+    if isinstance(stage, int):
+        assert stage_collectives(stage) == stage_collectives(get_plan(stage))
+
+
+def test_no_reshard_volume_from_its_plan_equals_its_trace():
+    """FSDP2's reshard_after_forward=False gathers each unit once: the formula read from the engine's own plan says
+    2Ψ(N−1)/N, and the engine's trace moves exactly that (N divides Ψ)."""
+    from zerosim.analysis.costs import stage_collectives
+    from zerosim.parallel.data import get_plan
+
+    model, n = MetaModel.from_params(64 * 1024, layers=4), 8
+    engine = ZeroEngine(model, Cluster(n, backend="meta", trace="call", timeline=False), "no_reshard", Adam())
+    engine.step(model.batches(engine.cluster))
+    sent = engine.cluster.trace.sent_totals(n)
+    plan = get_plan("no_reshard")
+    want = sum(sent_bytes(c, model.num_params, n) for c in stage_collectives(plan))
+    assert sent == [want] * n == [2 * model.num_params * 2 * (n - 1) // n] * n
+
+
+@pytest.mark.parametrize("strategy", ["hsdp", "mics", "hpz"])
+def test_a_plan_over_groups_is_refused_by_the_one_ring_formula(strategy):
+    from zerosim.analysis.costs import stage_collectives
+    from zerosim.parallel.data import get_plan
+
+    with pytest.raises(ValueError, match="runs its collectives over groups"):
+        stage_collectives(get_plan(strategy))

@@ -65,6 +65,15 @@ def reference(name: str) -> str:
     return exercises.get(name).solution or A2_REFERENCE.read_text()
 
 
+def planted(name: str, bug: str) -> str:
+    """A planted bug's source: the shipped one, or the instructor kit's when it is withheld with the reference."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9]+", "_", bug.lower()).strip("_")
+    return exercises.get(name).planted[bug] or (A2_REFERENCE.parent.parent / "exercises" / name / f"{slug}.py"
+                                                ).read_text()
+
+
 RIGHT_BUT_DIFFERENT = {  # correct solutions not written like the reference: the grader checks behaviour, not text
     "ring_chunk": "def chunk_sent(rank, step, world_size):\n    return (rank + world_size - 1 - step) % world_size\n",
     "shard_offset": "import math\n\ndef shard_bounds(length, world_size, rank):\n    s = math.ceil(length / "
@@ -96,7 +105,7 @@ def test_the_reference_solution_passes_every_case(name):
 @pytest.mark.parametrize("name, bug", [(n, b) for n, bugs in CAUGHT.items() for b in bugs])
 def test_every_planted_bug_is_caught_with_a_readable_counterexample(name, bug):
     ex = exercises.get(name)
-    result = exercises.check(name, ex.planted[bug])
+    result = exercises.check(name, planted(name, bug))
     case, words = CAUGHT[name][bug]
     assert not result.passed
     assert result.cases == case, str(result)
@@ -137,8 +146,8 @@ def test_grading_patches_nothing_in_the_package():
     # the learner's function reaches one engine through its Hooks: the package's own pieces never change
     own = (reduce.reduce_unit, gather.refresh, averaging.finish)
     for name in ("stage2_free", "refresh_params", "average_dtype", "unscale_once"):
-        for source in exercises.get(name).planted.values():
-            exercises.check(name, source)  # some of these raise deep inside an engine step
+        for bug in exercises.get(name).planted:
+            exercises.check(name, planted(name, bug))  # some of these raise deep inside an engine step
     assert (reduce.reduce_unit, gather.refresh, averaging.finish) == own
     assert (Hooks().reduce_unit, Hooks().refresh, Hooks().finish) == own
 
@@ -147,7 +156,7 @@ def test_grading_patches_nothing_in_the_package():
 def test_a_learner_checks_their_own_file(tmp_path, capsys):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(reference("refresh_params"))
-    bad.write_text(exercises.get("refresh_params").planted["never writes back"])
+    bad.write_text(planted("refresh_params", "never writes back"))
     assert main(["exercise", "check", "refresh_params", "--file", str(good)]) == 0
     assert "refresh_params: passed all 3 cases" in capsys.readouterr().out
     assert main(["exercise", "check", "refresh_params", "--file", str(bad)]) == 1

@@ -9,7 +9,8 @@ from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 
 @pytest.mark.bad_input("engine arguments", unchanged=True)
 @pytest.mark.parametrize("strategy, options, cluster, message", [
-    ("hsdp", dict(recipe="fsdp2"), dict(), "needs a group size: pass shard_group=S"),
+    ("hsdp", dict(recipe="fsdp2"), dict(),
+     r"hsdp needs a group: give Cluster\(N, gpus_per_node=G\) \(the group defaults to a node\) or shard_group"),
     ("hsdp", dict(recipe="fsdp2", shard_group=3), dict(gpus_per_node=2), "shard_group=3 does not divide the 4 ranks"),
     ("hsdp", dict(recipe="fsdp2", shard_group=0), dict(), "shard_group must be a positive integer"),
     ("full_shard", dict(shard_group=2), dict(), "shard_group=2 has no meaning for full_shard"),

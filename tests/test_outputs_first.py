@@ -54,7 +54,7 @@ def no_work(monkeypatch):
     import zerosim.explore._page
     import zerosim.teaching.assignments
 
-    monkeypatch.setattr(zerosim.explore._page, "grid_data", ran)
+    monkeypatch.setattr(zerosim.explore._page, "page_data", ran)
     monkeypatch.setattr(zerosim.analysis.planner, "plan", ran)
     monkeypatch.setattr(zerosim.analysis.planner, "meta_step", ran)
     monkeypatch.setattr(zerosim.teaching.assignments, "grade", ran)
@@ -76,7 +76,7 @@ def commands(where, tmp_path):
     """(argv, the flag named) of every command that writes a file, writing at `where(name)`."""
     return [
         (["assignment", "grade", "1", "--file", starter(tmp_path), "--results", where("results.json")], "--results"),
-        (["explore", "--html", where("site"), "--grid", "small"], "--html"),
+        (["explore", "--html", where("site")], "--html"),
         (["figures", "--out", where("figs"), "--only", "ring_steps"], "--out"),
         ([*TIMELINE, "--trace", where("t.json")], "--trace"),
         ([*TIMELINE, "--figure", where("t.png")], "--figure"),

@@ -66,5 +66,5 @@ def test_the_library_planner_refuses_what_a_cluster_refuses():
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
 
-    with pytest.raises(ValueError, match="12 ranks do not fill nodes of 8 GPUs"):
+    with pytest.raises(ValueError, match=r"ranks=12 does not fill nodes of gpus_per_node=8: give a multiple of 8"):
         plan(get_preset("gpt2-small").config, 12, 8, "h100-80gb", 128, 24)

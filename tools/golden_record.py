@@ -54,6 +54,45 @@ CLI = [  # (argv) whose stdout is part of the record: the README's commands that
     ["train", "--model", "mlp", "--stage", "2", "--ranks", "3", "--steps", "4", "--print-every", "2"],
     ["exercise", "list"],
     ["assignment", "list"],
+    # issue 34's thin CLI: each command's text and JSON, the strategies, the sweeps, the plan's text, the refusals
+    ["timeline", "--model", "gpt3-175b", "--ranks", "1024", "--link", "ib_ndr"],
+    ["timeline", "--model", "llama-3-8b", "--ranks", "16", "--gpus-per-node", "8", "--gpu", "h100-80gb", "--seq-len",
+     "2048", "--batch", "2", "--checkpoint", "block", "--accumulation-steps", "2", "--comm", "fsdp", "--json"],
+    ["timeline", "--model", "gpt3-175b", "--ranks", "4096", "--gpus-per-node", "8", "--strategy", "hsdp",
+     "--shard-group", "64", "--json"],
+    ["timeline", "--model", "gpt3-175b", "--ranks", "4096", "--gpus-per-node", "8", "--strategy", "mics_hierarchical",
+     "--shard-group", "16"],
+    ["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "8,64", "--tokens", "4096"],
+    ["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "8,64", "--json"],
+    ["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "16,64", "--gpus-per-node", "8", "--strategy",
+     "full_shard,hsdp,mics,hpz"],
+    ["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "16,64", "--gpus-per-node", "8", "--strategy",
+     "all", "--shard-group", "16", "--json"],
+    ["memory", "--model", "gpt3-175b", "--ranks", "4096", "--gpus-per-node", "8", "--strategy", "all", "--json"],
+    ["memory", "--model", "llama-7b", "--ranks", "16", "--gpus-per-node", "8", "--seq-len", "2048", "--batch", "1",
+     "--zero-quantized-gradients"],
+    ["memory", "--model", "gpt2-small", "--ranks", "8", "--no-step"],
+    ["plan", "--model", "llama-3-8b", "--gpus", "16", "--gpus-per-node", "8", "--gpu", "h100-80gb", "--seq-len",
+     "4096", "--global-batch", "256"],
+    ["train", "--model", "mlp", "--stage", "1", "--ranks", "2", "--steps", "2", "--reduction", "deepspeed-zero12"],
+    # refusals: the message a user reads
+    ["memory", "--params", "7e9", "--ranks", "12", "--gpus-per-node", "8", "--strategy", "hsdp"],
+    ["memory", "--params", "7e9", "--ranks", "16", "--strategy", "hsdp"],
+    ["memory", "--params", "7e9", "--ranks", "16", "--gpus-per-node", "8", "--strategy", "hsdp", "--shard-group", "3"],
+    ["memory", "--params", "7e9", "--ranks", "16", "--gpus-per-node", "0"],
+    ["memory", "--params", "7e9", "--ranks", "16", "--shard-group", "4"],
+    ["timeline", "--params", "7e9", "--ranks", "12", "--gpus-per-node", "8"],
+    ["timeline", "--params", "7e9", "--ranks", "16", "--inter-link", "ib_hdr"],
+    ["timeline", "--params", "7e9", "--ranks", "16", "--gpus-per-node", "8", "--strategy", "mics_hierarchical",
+     "--shard-group", "4"],
+    ["timeline", "--params", "7e9", "--ranks", "16", "--stage", "2", "--strategy", "hsdp"],
+    ["plan", "--model", "llama-3-8b", "--gpus", "12", "--gpus-per-node", "8", "--gpu", "h100-80gb", "--seq-len",
+     "4096", "--global-batch", "240"],
+    ["plan", "--model", "llama-3-8b", "--gpus", "16", "--gpus-per-node", "8", "--gpu", "h100-80gb", "--seq-len",
+     "4096", "--global-batch", "250"],
+    ["train", "--model", "mlp", "--stage", "5", "--steps", "1"],
+    ["train", "--model", "mlp", "--stage", "0", "--ranks", "2", "--steps", "1", "--reduction", "fsdp2"],
+    ["train", "--model", "mlp", "--stage", "1", "--ranks", "2", "--steps", "1", "--allreduce", "nccl"],
 ]
 
 
@@ -193,7 +232,7 @@ def cli_outputs(zerosim: str) -> dict:
     for argv in CLI:
         p = subprocess.run([zerosim, *argv], capture_output=True, text=True, env=env,
                            cwd=os.environ.get("TMPDIR", "/tmp"))
-        out[" ".join(argv)] = dict(rc=p.returncode, stdout=p.stdout)
+        out[" ".join(argv)] = dict(rc=p.returncode, stdout=p.stdout, stderr=p.stderr)
     return out
 
 

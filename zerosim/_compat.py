@@ -213,7 +213,6 @@ MOVED = {
     "zerosim.viz.slides": "zerosim.viz._slides",
     "zerosim.explore.explorer_canvas": "zerosim.explore._canvas",
     "zerosim.explore.front_end": "zerosim.explore._front_end",
-    "zerosim.explore.grid": "zerosim.explore._grid",
     "zerosim.explore.memory_explorer": "zerosim.explore._memory",
     "zerosim.explore.numbers": "zerosim.explore._numbers",
     "zerosim.explore.page": "zerosim.explore._page",

@@ -5,12 +5,15 @@
 
 Scripts that parse output (`--json`, a pipe, a CI log) see nothing: the bar is on when stderr is a
 terminal or the code runs in a Jupyter kernel, unless `enabled` says otherwise. tqdm.auto picks the
-terminal or the notebook rendering.
+terminal or the notebook rendering. A bar appears only once its loop has run for DELAY seconds: the sub-second
+loops of the notebooks (a meta-backend step per stage) leave no bar, widget or "0%|" line in their outputs.
 """
 
 from __future__ import annotations
 
 import sys
+
+DELAY = 1.0  # seconds before a bar is drawn (tqdm's `delay`): a loop that ends sooner shows nothing
 
 
 def watched() -> bool:
@@ -23,4 +26,5 @@ def progress(iterable=None, desc: str = "", total: int | None = None, enabled: b
     from tqdm.auto import tqdm
 
     show = watched() if enabled is None else enabled
-    return tqdm(iterable, desc=desc, total=total, disable=not show, unit=unit, leave=False, file=sys.stderr)
+    return tqdm(iterable, desc=desc, total=total, disable=not show, unit=unit, leave=False, file=sys.stderr,
+                delay=DELAY)

@@ -5,4 +5,5 @@ the engines record (ledgers, the trace) or runs them on the meta backend; the en
     timeline/   time on the recorded events: compute and communication streams, overlap, exposed communication
     planner/    which configuration fits and how fast: sweeps over N, stages, strategies and micro-batches
     numerics/   each recipe's and mesh's average against float64; underflow; 16-bit state side by side
+    reports/    what `zerosim memory`, `timeline` and `plan` say, as records (their --json is each one's to_dict)
 """

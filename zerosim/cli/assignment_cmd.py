@@ -5,9 +5,11 @@
     zerosim assignment starter 1 > a1_ring.py           # the file to fill in
     zerosim assignment check 1 --file a1_ring.py        # the visible tests: what a student runs
     zerosim assignment grade 1 --file a1_ring.py --results results/results.json   # every test (instructors)
+    zerosim assignment export-instructor DIR            # the instructor kit (its own package: solutions, rubrics)
 
-`grade` writes Gradescope's results.json (score per test, visible or hidden until published); the repository's
-course/ folder has the run_autograder script for Gradescope and the reference solutions. A student's file runs in
+`grade` writes Gradescope's results.json (score per test, visible or hidden until published). The reference solutions,
+planted wrong ones, rubrics and Gradescope scripts are the instructor kit, a package of its own (`pip install
+./course/instructor` from zerosim's repository): the student's install carries none of it. A student's file runs in
 a process of its own, each case limited to 60 s (--time-limit S): a loop, sys.exit or an import that fails
 scores 0 on that test with one line saying what happened.
 """
@@ -33,6 +35,9 @@ def add_arguments(p) -> None:
                        help="seconds each case may take before it fails as a loop (default 60)")
     grade.add_argument("--results", default=None, metavar="RESULTS.json",
                        help="where to write results.json (Gradescope: /autograder/results/results.json)")
+    kit = actions.add_parser("export-instructor", help="write the instructor kit (solutions, planted wrong ones, "
+                             "rubrics, Gradescope scripts) into a new folder; needs the kit's package")
+    kit.add_argument("folder", metavar="DIR", help="a new (or empty) folder")
 
 
 def run(args) -> int:
@@ -44,6 +49,12 @@ def run(args) -> int:
             print(f"{n}  {a.title}  ({a.max_score:g} points; your file: {a.files})")
         print("\nzerosim assignment show N, then zerosim assignment starter N > FILE, then zerosim assignment check N "
               "--file FILE")
+        return 0
+    if args.action == "export-instructor":
+        kit = instructor_kit()
+        written = kit.export(args.folder)
+        print(f"wrote {len(written)} files of the instructor kit into {args.folder}: a1-a3 (solution.py, planted/, "
+              "rubric.md), misbehaving/, exercises/, gradescope/, README.md")
         return 0
     a = assignments.get(args.number)
     if args.action == "show":
@@ -66,3 +77,13 @@ def run(args) -> int:
               + ("" if t["status"] == "passed" else f"\n      {t['output']}"))
     print(results["output"] + (f"; written to {args.results}" if args.action == "grade" and args.results else ""))
     return 0 if all(t["status"] == "passed" for t in results["tests"]) else 1
+
+
+def instructor_kit():
+    """The instructor kit's package (zerosim_instructor), or a one-line ValueError saying how to get it."""
+    try:
+        import zerosim_instructor
+    except ImportError:
+        raise ValueError("the instructor kit is a package of its own, so that a student's install carries no "
+                         "solution: from zerosim's repository, pip install ./course/instructor") from None
+    return zerosim_instructor

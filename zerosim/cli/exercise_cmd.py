@@ -75,7 +75,7 @@ def run(args) -> int:
         if args.planted not in ex.planted:
             raise ValueError(f"{ex.name} has no planted bug {args.planted!r}; it has: "
                              f"{', '.join(map(repr, ex.planted))}")
-        solution = ex.planted[args.planted]
+        solution = ex.planted[args.planted] or _withheld_planted(ex, args.planted)
     else:
         solution = args.file
         if not solution.endswith(".py"):
@@ -84,3 +84,14 @@ def run(args) -> int:
     result = exercises.check(ex.name, solution, **({"time_limit": args.time_limit} if args.time_limit else {}))
     print(result)
     return 0 if result.passed else 1
+
+
+def _withheld_planted(ex, bug: str) -> str:
+    """A withheld planted bug's source (assignment 2's exercises), from the instructor kit."""
+    from zerosim.cli.assignment_cmd import instructor_kit
+
+    try:
+        kit = instructor_kit()
+    except ValueError as e:
+        raise ValueError(f"{ex.name}'s planted bugs are withheld with its reference ({ex.withheld}); {e}") from None
+    return kit.exercise_planted(ex.name, bug)

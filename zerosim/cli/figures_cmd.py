@@ -147,7 +147,7 @@ def _timeline(args):
 def _timeline_sweep(args):
     from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, get_preset
     from zerosim.analysis.planner import sweep
-    from zerosim.cli.fit_lines import judge
+    from zerosim.analysis.reports import judge
     from zerosim.models.meta import MetaModel
     from zerosim.parallel.data import CommSchedule
     from zerosim.viz import sweep_figure

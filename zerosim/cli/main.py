@@ -37,7 +37,8 @@ COMMANDS = {
     "exercise": ("zerosim.cli.exercise_cmd",
                  "write one small function of ZeRO yourself; the package's own checks grade it"),
     "explore": ("zerosim.cli.explore_cmd",
-                "the memory explorer as a self-contained web page (a precomputed grid) for a course site"),
+                "the memory explorer as a self-contained web page for a course site (every setting computed in the "
+                "browser)"),
     "assignment": ("zerosim.cli.assignment_cmd",
                    "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"),
     "timeline": ("zerosim.cli.timeline_cmd",

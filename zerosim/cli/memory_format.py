@@ -1,26 +1,55 @@
-"""`zerosim memory`'s report as text: the table by stage and kind, the activations by name, what the configs'
-keys did, the verdict against a GPU, and the seeds' conventions."""
+"""`zerosim memory`'s report as text, from the library's reports' `to_dict()` (zerosim.analysis.reports): the table by
+stage and kind, the activations by name, what the configs' keys did, the verdict against a GPU, and the seeds'
+conventions (`format_report`); the strategies for many nodes side by side (`format_strategies`)."""
 
 from __future__ import annotations
 
 import textwrap
 
 from zerosim.analysis.costs import GB
-from zerosim.cli.fit_lines import fit_lines
+from zerosim.analysis.reports import fit_lines
 from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.tensor_format import tp_activation_lines
 
 
 def format_report(r: dict) -> str:
-    """The whole report as a newcomer reads it (what `zerosim memory` prints)."""
-    from zerosim.analysis.costs import conventions_table, format_table
+    """The whole report as a newcomer reads it (what `zerosim memory` prints): the header, the table by stage and
+    kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
+    and the seeds' conventions."""
+    act, tp = r["activations"], r.get("tensor_parallel")
+    lines = _header(r) if tp is None else _tp_header(r, tp)
+    lines += _table(r)
+    lines += [
+        "",
+        "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
+        "whole buffer at stage 0; at stages 2-3 one unit's gathered params and gradients). sent: bytes one rank put on",
+        "the wire in the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
+    ] if tp is None else [
+        "",
+        "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
+        "(trace), beside the formula: ZeRO's 2Ψ_tp or 3Ψ_tp times (dp−1)/dp over the data-parallel ranks, plus TP's",
+        "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
+    ]
+    lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
+    lines += _wire_lines(r) if r.get("wire") else []
+    lines += (_activation_lines(act) if tp is None else tp_activation_lines(act)) if act else [
+        "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
+        "--d-model/--heads/--layers, to measure them on the ledgers too.",
+    ]
+    lines += _config_lines(r)
+    if r["gpu"] is not None:
+        from zerosim.analysis.costs import get_gpu
 
-    kinds, act = [], r["activations"]
-    for row in r["stages"]:
-        kinds += [k for k in row["resting"] if k not in kinds]
-    extra = ("activ.", "total") if act else ()  # seed 001 §6: model states + activations
-    tp = r.get("tensor_parallel")
-    lines = [
+        lines += fit_lines(r["gpu"]["by_stage"], get_gpu(r["gpu"]["key"]), _hint(r))
+    if tp is None:  # the seeds' conventions count a whole model over N data-parallel ranks
+        lines += _conventions_lines(r)
+    return "\n".join(lines)
+
+
+def _header(r: dict) -> list:
+    return [
         f"zerosim memory: Ψ = {r['params']:,} parameters ("
         + (r["model"] if r["unit"] == "layer" else f"{r['model']}, {r['layers']} {r['unit']}s")
         + f"), N = {r['ranks']} ranks, "
@@ -30,7 +59,11 @@ def format_report(r: dict) -> str:
         + ";",
         "'formula' is zerosim.analysis.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
         "",
-    ] if tp is None else [
+    ]
+
+
+def _tp_header(r: dict, tp: dict) -> list:
+    return [
         f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = tp {tp['tp']} x "
         f"dp {tp['dp']}" + (" with sequence parallelism" if tp["sp"] else "") + f", {r['optimizer']}, {r['precision']}",
         f"Each GPU holds one TP rank's slice, Ψ_tp = {tp['local_params']:,} parameters (heads, columns and vocabulary "
@@ -43,16 +76,17 @@ def format_report(r: dict) -> str:
         "hold them.",
         "",
     ]
-    lines += [
-        f"{'stage':5s} "
-        + " ".join(f"{k:>10s}" for k in kinds)
-        + " | "
-        + " ".join(f"{h:>9s}" for h in ("ledger", "formula"))
-        + " | "
-        + "".join(f"{h:>9s} " for h in extra)
-        + ("| " if extra else "")
-        + " ".join(f"{h:>9s}" for h in ("peak", "sent", "2Ψ or 3Ψ")),
-    ]
+
+
+def _table(r: dict) -> list:
+    """The table: a row per stage, the ledger's kinds at rest, beside the formula; activations, peak and sent."""
+    kinds, act = [], r["activations"]
+    for row in r["stages"]:
+        kinds += [k for k in row["resting"] if k not in kinds]
+    extra = ("activ.", "total") if act else ()  # seed 001 §6: model states + activations
+    lines = [f"{'stage':5s} " + " ".join(f"{k:>10s}" for k in kinds) + " | "
+             + " ".join(f"{h:>9s}" for h in ("ledger", "formula")) + " | " + "".join(f"{h:>9s} " for h in extra)
+             + ("| " if extra else "") + " ".join(f"{h:>9s}" for h in ("peak", "sent", "2Ψ or 3Ψ"))]
     for row in r["stages"]:
         cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
         same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
@@ -61,51 +95,32 @@ def format_report(r: dict) -> str:
             f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | {added}"
             f"{row['peak'] / GB:9.3f} {row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}{same}"
         )
-    lines += [
-        "",
-        "peak: the most one rank held at once during the step (adds the fp32 gradient shard 'grad32' and,",
-        "at stages 2-3, one unit's gathered params and gradients). sent: bytes one rank put on the wire in",
-        "the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
-    ] if tp is None else [
-        "",
-        "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
-        "(trace), beside the formula: ZeRO's 2Ψ_tp or 3Ψ_tp times (dp−1)/dp over the data-parallel ranks, plus TP's",
-        "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
-    ]
-    lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
-    if r.get("wire"):
-        three = next((row for row in r["stages"] if row["stage"] == 3), None)
-        landed = three["peak_by_kind"].get("comm", 0) if three else 0
-        lines += [
-            f"Stage 3 reduces its {r['wire']}, recipe deepspeed-zero3.",
-            "Its 'sent' counts the int4 payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; the int4 buffers",
-            "in flight are not ledger rows (LoCo's error buffers are, on a backend that holds values).",
-        ] if r["wire"].startswith("gradients") else [
-            f"Stage 3 gathers its weights as {r['wire']}.",
-            "Its 'sent' counts the payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; what lands before it is",
-            f"dequantized (kind 'comm') peaks at {landed / GB:.3f} GB a rank.",
-        ]
-    lines += (
-        (_activation_lines(act) if tp is None else tp_activation_lines(act))
-        if act
-        else [
-            "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
-            "--d-model/--heads/--layers, to measure them on the ledgers too.",
-        ]
-    )
-    lines += _config_lines(r)
-    if r["gpu"] is not None:
-        from zerosim.analysis.costs import get_gpu
+    return lines
 
-        lines += fit_lines(r["gpu"]["by_stage"], get_gpu(r["gpu"]["key"]), _hint(r))
-    if tp is not None:  # the seeds' conventions count a whole model over N data-parallel ranks
-        return "\n".join(lines)
-    lines += ["", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", ""]
-    lines.append(
-        format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"], r["precision"]))
-    )
+
+def _wire_lines(r: dict) -> list:
+    """What ZeRO++'s quantized stage 3 sent and held."""
+    three = next((row for row in r["stages"] if row["stage"] == 3), None)
+    landed = three["peak_by_kind"].get("comm", 0) if three else 0
+    return [
+        f"Stage 3 reduces its {r['wire']}, recipe deepspeed-zero3.",
+        "Its 'sent' counts the int4 payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; the int4 buffers",
+        "in flight are not ledger rows (LoCo's error buffers are, on a backend that holds values).",
+    ] if r["wire"].startswith("gradients") else [
+        f"Stage 3 gathers its weights as {r['wire']}.",
+        "Its 'sent' counts the payload and its scales, '2Ψ or 3Ψ' the 16-bit wire's; what lands before it is",
+        f"dequantized (kind 'comm') peaks at {landed / GB:.3f} GB a rank.",
+    ]
+
+
+def _conventions_lines(r: dict) -> list:
+    """The byte conventions side by side, and seed 001's erratum."""
+    from zerosim.analysis.costs import conventions_table, format_table
+
     e = r["seed001_erratum"]
-    lines += [
+    return [
+        "", "The conventions, side by side (GB per rank; zerosim's row pads shards only):", "",
+        format_table(conventions_table(r["params"], r["ranks"], r["largest_layer"], r["optimizer"], r["precision"])),
         "",
         f"NOTE: seed 001's printed table for 7B on 8 GPUs says {e['printed_gb'][1]:g} GB (ZeRO-1) and "
         f"{e['printed_gb'][2]:g} GB (ZeRO-2).",
@@ -114,7 +129,6 @@ def format_report(r: dict) -> str:
         "(zerosim memory --params 7e9 --ranks 8). The printed figures disagree with its formulas: an erratum, "
         "not a target.",
     ]
-    return "\n".join(lines)
 
 
 def _activation_lines(a: dict) -> list:
@@ -251,3 +265,36 @@ def _hint(r: dict) -> str:
             "--checkpoint flash, block or every-k, a smaller --batch, or more --ranks; `zerosim plan` tries them all."
         )
     return "Model states are most of it: more --ranks, ZeRO-3, or a GPU with more memory; `zerosim plan` tries them."
+
+
+def format_strategies(r: dict) -> str:
+    """The strategies' table as `zerosim memory` prints it."""
+    tp = r.get("tensor_parallel")
+    lines = [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']:,} ranks"
+        + ("" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}")
+        + ("" if tp is None else f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else ""))
+        + f", {r['optimizer']}, {r['precision']}",
+        *([] if tp is None else ["Beside TP each GPU holds one TP rank's slice: Ψ below is the slice's, the shards "
+                                 "and groups count data-parallel ranks."]),
+        "Per-rank memory in GB (1e9 bytes) as the meta backend's ledgers recorded one step; 'formula' is (2 + g + 4",
+        "+ K)·Ψ/shards, shards = S (HSDP, MiCS) or N; bytes sent per rank in the step, by the link tier they crossed.",
+        "",
+        f"{'strategy':18s} {'S':>5s} {'R':>5s}  {'states':>8s} {'formula':>8s}  {'2nd':>7s} {'2Ψ/S':>7s}  "
+        f"{'peak':>8s}  {'NVLink':>8s} {'IB':>8s}",
+    ]
+    for row in r["strategies"]:
+        group = "-" if row["group"] is None else f"{row['group']:,}"
+        lines.append(
+            f"{row['strategy']:18s} {group:>5s} {row['replicas']:5,d}  {row['resting_total'] / GB:8.2f} "
+            f"{row['formula_total'] / GB:8.2f}  {row['secondary_peak'] / GB:7.2f} {row['secondary_formula'] / GB:7.2f}"
+            f"  {row['peak'] / GB:8.2f}  {row['tiers']['intra-node'] / GB:8.1f} {row['tiers']['inter-node'] / GB:8.1f}"
+        )
+    lines += [
+        "",
+        "states: params, grads, master and optimizer state at rest (every rank holds the same); 2nd: the secondary",
+        "piece's peak (hpZ keeps it until the step, FSDP2's reshard_after_forward=S until each unit's backward);",
+        "peak: the most one rank held at once. NVLink / IB: GB one rank sent (the ranks' average) within nodes and",
+        "across them. Each strategy follows its framework's recipe and partitions; docs/recipes.md cites the code.",
+    ]
+    return "\n".join(lines)

@@ -1,16 +1,18 @@
 """The flags `zerosim memory`, `timeline` and `plan` share: the model (a preset, a config.json, a parameter count or
-a GPT shape), its micro-batch and checkpointing, the communication knobs or a DeepSpeed config, and the GPU.
+a GPT shape), its micro-batch and checkpointing, and the GPU; the communication knobs and a DeepSpeed config are
+cli/schedule_args.py's.
 
-`setup(args)` reads them once into a `Setup`: the data-less model, the micro-batch, the schedule, the precision
-and optimizer, the DeepSpeed config's settings where one is given (its values win over defaults; a flag that
-contradicts it is an error, as the HF Trainer refuses a mismatch), and the GPU to judge the memory against.
+`setup(args)` reads them once into a `Workload` (zerosim.analysis.reports): the data-less model, the micro-batch, the
+schedule, the precision and optimizer, the DeepSpeed config's settings where one is given (its values win over
+defaults; a flag that contradicts it is an error, as the HF Trainer refuses a mismatch), and the GPU to judge the
+memory against.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
 from zerosim.optim import OPTIMIZERS
 
@@ -95,44 +97,6 @@ def add_activation_arguments(p) -> None:
     )
 
 
-def add_schedule_arguments(p, stage: bool = False) -> None:
-    """--ds-config, --comm and the knobs under DeepSpeed's and FSDP's names (sizes in elements)."""
-    p.add_argument(
-        "--ds-config",
-        default=None,
-        metavar="DS_CONFIG.json",
-        help="a DeepSpeed config: its stage, buckets, prefetch, precision, batch and clipping "
-        "(every key listed as modelled or not)",
-    )
-    k = p.add_argument_group("knobs (DeepSpeed's and FSDP's names; sizes in elements)")
-    k.add_argument(
-        "--comm",
-        choices=("seed", "deepspeed", "fsdp"),
-        default=None,
-        help="start from seed 004's schedule (no buckets, no prefetch), DeepSpeed's defaults or FSDP's (default seed)",
-    )
-    k.add_argument("--reduce-bucket-size", type=float, default=None, help="DeepSpeed reduce_bucket_size, e.g. 5e8")
-    k.add_argument(
-        "--allgather-bucket-size", type=float, default=None, help="DeepSpeed allgather_bucket_size (stages 1/2)"
-    )
-    k.add_argument("--prefetch-bucket-size", type=float, default=None, help="DeepSpeed stage3_prefetch_bucket_size")
-    k.add_argument("--max-live-parameters", type=float, default=None, help="DeepSpeed stage3_max_live_parameters")
-    k.add_argument("--max-reuse-distance", type=float, default=None, help="DeepSpeed stage3_max_reuse_distance")
-    k.add_argument(
-        "--forward-prefetch",
-        action="store_true",
-        help="FSDP forward_prefetch: gather the next unit during this one's forward",
-    )
-    k.add_argument("--backward-prefetch", choices=("pre", "post", "none"), default=None, help="FSDP backward_prefetch")
-    k.add_argument(
-        "--limit-all-gathers",
-        choices=("on", "off"),
-        default=None,
-        help="FSDP limit_all_gathers (at most 2 gathered units)",
-    )
-    k.add_argument("--no-overlap", action="store_true", help="DeepSpeed overlap_comm=False: one stream per rank")
-
-
 def add_gpu_arguments(p) -> None:
     """--gpu and --reserve: judge each rank's memory against a GPU (labelled estimates added)."""
     from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS
@@ -150,24 +114,6 @@ def add_gpu_arguments(p) -> None:
         metavar="FRACTION",
         help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})",
     )
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What the flags describe, read once."""
-
-    model: object  # MetaModel, MetaGPT or MetaLlama
-    micro: tuple | None  # (B, L) per rank per micro-step, or None (activations not counted)
-    comm: object  # CommSchedule
-    precision: object  # a preset name or a MixedPrecision (a DeepSpeed config's scaler and wire format)
-    precision_name: str  # the preset whose byte sizes the formulas use
-    optimizer: str
-    accumulation: int  # micro-steps per step
-    clip_grad: float | None
-    config: object  # the DecoderConfig read from --config or the preset, or None
-    ds: object  # the DeepSpeedRun read from --ds-config, or None
-    gpu: object  # a costs.GPU, or None
-    reserve: float
 
 
 def micro_batch_from_args(args) -> tuple | None:
@@ -299,106 +245,21 @@ def model_from_args(args, config=None):
     return MetaModel.from_params(int(params), layers=64 if args.layers is None else args.layers)
 
 
-# What 0 would mean for these knobs is not "off": DeepSpeed's reduce_bucket_size 0 sends each parameter on its own
-# (stage_1_and_2.py: the bucket is sent before any parameter that would overflow it), and stage3_max_live_parameters
-# 0 stops every prefetch (partitioned_param_coordinator.py) — not what leaving the knob unset does, which is what a 0
-# here used to mean, silently. stage3_prefetch_bucket_size 0 does stop prefetching, in DeepSpeed and here.
-ZERO_REFUSED = {
-    "reduce_bucket_size": "a bucket of 0 elements: give 1 to send each parameter's gradient on its own, "
-                          "or leave it out",
-    "allgather_bucket_size": "a bucket of 0 elements: give 1 for the smallest pieces, or leave it out",
-    "max_live_parameters": "no parameter could be live; to stop prefetching give --prefetch-bucket-size 0, "
-                           "or leave it out",
-}
-
-
-def comm_from_args(args):
-    """The CommSchedule the knob flags describe (raises ValueError naming a bad one)."""
-    from zerosim.parallel.data import get_comm_schedule
-
-    comm = get_comm_schedule(args.comm)
-    changes = {}
-    for flag in (
-        "reduce_bucket_size",
-        "allgather_bucket_size",
-        "prefetch_bucket_size",
-        "max_live_parameters",
-        "max_reuse_distance",
-    ):
-        v = getattr(args, flag)
-        if v is not None:
-            name = f"--{flag.replace('_', '-')}"
-            if not math.isfinite(v) or v != int(v) or v < 0:
-                raise ValueError(f"{name} must be a whole number of elements, got {v:g}")
-            if v == 0 and flag in ZERO_REFUSED:
-                raise ValueError(f"{name} 0: {ZERO_REFUSED[flag]}")
-            changes[flag] = int(v) or None  # 0 turns prefetching off (stage3_prefetch_bucket_size 0, as in DeepSpeed)
-    if args.forward_prefetch:
-        changes["prefetch_forward"] = 1
-    if args.backward_prefetch is not None:
-        changes["prefetch_backward"] = 0 if args.backward_prefetch == "none" else 1
-        changes["prefetch_after_compute"] = args.backward_prefetch == "post"
-    if args.limit_all_gathers is not None:
-        changes["max_gathered_units"] = 2 if args.limit_all_gathers == "on" else None
-    if args.no_overlap:
-        changes["overlap_comm"] = False
-    if changes.get("max_reuse_distance", 1) is None:
-        changes["max_reuse_distance"] = 0  # DeepSpeed's 0: free after every use
-    return comm.with_(**changes) if changes else comm
-
-
-def _knobs_given(args) -> list:
-    flags = [
-        f"--{f.replace('_', '-')}"
-        for f in (
-            "comm",
-            "reduce_bucket_size",
-            "allgather_bucket_size",
-            "prefetch_bucket_size",
-            "max_live_parameters",
-            "max_reuse_distance",
-            "backward_prefetch",
-            "limit_all_gathers",
-        )
-        if getattr(args, f, None) is not None
-    ]
-    return flags + [
-        f for f, on in (("--forward-prefetch", args.forward_prefetch), ("--no-overlap", args.no_overlap)) if on
-    ]
-
-
-def setup(args) -> Setup:
-    """Read every shared flag once (see the module docstring)."""
+def setup(args):
+    """Read every shared flag once into a Workload (see the module docstring)."""
     from zerosim.analysis.costs import get_gpu
-    from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
+    from zerosim.analysis.reports import Workload
 
     config = config_from_args(args)
-    ds = None
-    if getattr(args, "ds_config", None) is not None:
-        knobs = _knobs_given(args)
-        if knobs:
-            raise ValueError(
-                f"{', '.join(knobs)} and --ds-config both set the schedule: the DeepSpeed config's "
-                "zero_optimization keys set it; drop the flags or edit the config"
-            )
-        trainer = TrainerArgs(
-            per_device_train_batch_size=args.batch,
-            gradient_accumulation_steps=getattr(args, "accumulation_steps", None),
-            fp16=None if args.precision is None else args.precision == "fp16-mixed",
-            bf16=None if args.precision is None else args.precision == "bf16-mixed",
-        )
-        ds = read_ds_config(args.ds_config, args.ranks, config.d_model if config else args.d_model, trainer)
-        _agree(args, ds)
-        args.precision, args.optimizer = ds.precision_name, ds.optimizer
-        if getattr(args, "seq_len", None) is not None:
-            args.batch = ds.micro_batch
+    ds = ds_config_from_args(args, config)  # its values win over defaults; a flag that contradicts it is an error
     model = model_from_args(args, config)
     reserve = getattr(args, "reserve", None)
     if reserve is not None and not 0 <= reserve < 1:
         raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
-    return Setup(
+    micro = micro_batch_from_args(args)
+    return Workload(
         model,
-        micro_batch_from_args(args),
+        micro,
         ds.comm if ds else comm_from_args(args),
         ds.precision if ds else args.precision,
         args.precision,
@@ -409,27 +270,5 @@ def setup(args) -> Setup:
         ds,
         get_gpu(args.gpu) if getattr(args, "gpu", None) else None,
         reserve if reserve is not None else 0.05,
+        (getattr(args, "checkpoint", None) or "none") if micro else None,
     )
-
-
-def _agree(args, ds) -> None:
-    """A flag that contradicts the DeepSpeed config is refused, as the HF Trainer refuses a mismatch."""
-    clash = []
-    if args.precision is not None and args.precision != ds.precision_name:
-        clash.append(f"--precision {args.precision} vs the config's {ds.precision_name}")
-    if args.optimizer is not None and args.optimizer != ds.optimizer:
-        clash.append(f"--optimizer {args.optimizer} vs the config's {ds.optimizer}")
-    if args.batch is not None and args.batch != ds.micro_batch:
-        clash.append(f"--batch {args.batch} vs train_micro_batch_size_per_gpu {ds.micro_batch}")
-    steps = getattr(args, "accumulation_steps", None)
-    if steps is not None and steps != ds.accumulation_steps:
-        clash.append(f"--accumulation-steps {steps} vs gradient_accumulation_steps {ds.accumulation_steps}")
-    stage = getattr(args, "stage", None)
-    if stage is not None and stage != ds.stage:
-        clash.append(f"--stage {stage} vs zero_optimization.stage {ds.stage}")
-    if clash:
-        raise ValueError(
-            "the flags disagree with the DeepSpeed config: "
-            + "; ".join(clash)
-            + ' (set the config\'s value to "auto" to take the flag, as with the HF Trainer)'
-        )

@@ -69,44 +69,42 @@ def strategies_of(args, several: bool) -> tuple:
     return names
 
 
+def flags(ranks_flag: str = "--ranks"):
+    """How the commands spell what a DataMesh checks (parallel/data/multinode/_data_mesh.py): its errors name the
+    flags."""
+    from zerosim.parallel.data.multinode import Spelling
+
+    return Spelling(ranks=ranks_flag, nodes="--gpus-per-node", shard_group="--shard-group",
+                    secondary_group="--hpz-group", strategy="--strategy {}", give_nodes="--gpus-per-node G", flags=True)
+
+
 def check_nodes(ranks: int, gpus_per_node: int | None, ranks_flag: str = "--ranks") -> int | None:
     """G for a cluster of `ranks`: --gpus-per-node (None when not given; the ranks themselves when they fit one
-    node), checked to fill whole nodes. `zerosim plan` checks its --gpus here too, so it accepts exactly what the
-    `memory` and `timeline` commands it prints accept."""
-    if gpus_per_node is None:
-        return None
-    if gpus_per_node < 1:
-        raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    if ranks <= gpus_per_node:
-        return ranks  # one node, partly filled: every ring inside it
-    if ranks % gpus_per_node:
-        fit = ranks - ranks % gpus_per_node
-        raise ValueError(f"{ranks_flag} {ranks} does not fill nodes of --gpus-per-node {gpus_per_node}: give a "
-                         f"multiple of {gpus_per_node} (e.g. {fit} or {fit + gpus_per_node})")
-    return gpus_per_node
+    node), checked to fill whole nodes by the library's one rule (multinode.check_nodes). `zerosim plan` checks its
+    --gpus here too, so it accepts exactly what the `memory` and `timeline` commands it prints accept."""
+    from zerosim.parallel.data.multinode import check_nodes as nodes
+
+    return nodes(ranks, gpus_per_node, flags(ranks_flag))
 
 
-def group_size(name: str, args, gpus_per_node: int | None):
-    """The group a strategy runs with: None for one that has none; else --shard-group (HSDP, MiCS) or --hpz-group
-    (hpZ, FSDP2's reshard to a group), each defaulting to G."""
-    from zerosim.parallel.data import STRATEGIES
+def mesh_of(args, stage, ranks: int | None = None, ranks_flag: str = "--ranks", tp: int = 1):
+    """The DataMesh of `stage` (a ZeRO stage or a strategy's name) on --ranks (or `ranks`) ranks placed
+    --gpus-per-node to a node, its group the flag that sizes it (--shard-group for HSDP and MiCS, --hpz-group for hpZ
+    and FSDP2's reshard to a group; a flag that sizes another kind of strategy is left out), beside --tp `tp`
+    (the default group then a node's data-parallel ranks, G / tp): checked once, by the library, in the flags'
+    words."""
+    from zerosim.parallel.data import get_plan
+    from zerosim.parallel.data.multinode import DataMesh
 
-    plan = STRATEGIES[name]
-    if not plan.uses_groups:
-        return None
-    flag, given = ("--shard-group", args.shard_group) if plan.sharded_over != "world" else ("--hpz-group",
-                                                                                             args.hpz_group)
-    if given is None and gpus_per_node is None:
-        raise ValueError(f"--strategy {name} needs a group: give --gpus-per-node G (the group defaults to a node) or "
-                         f"{flag}")
-    return given if given is not None else gpus_per_node
+    plan, spelling = get_plan(stage), flags(ranks_flag)
+    given = {"--shard-group": args.shard_group, "--hpz-group": args.hpz_group}[spelling.group(plan)]
+    return DataMesh.of(plan, args.ranks if ranks is None else ranks, args.gpus_per_node,
+                       given if plan.uses_groups else None, spelling, tp=tp)
 
 
-def strategy_precision(name: str, precision):
-    """`precision` (a preset name or a MixedPrecision) with the recipe of `name`'s framework (FSDP2's for FULL_SHARD
-    and HSDP, DeepSpeed ZeRO-3's for the rest: timeline/strategy_sweep.recipe_of), so a single step and the sweep
-    run each strategy alike."""
+def strategy_recipe(name: str) -> str:
+    """The gradient recipe of `name`'s framework (FSDP2's for FULL_SHARD and HSDP, DeepSpeed ZeRO-3's for the rest:
+    analysis/planner recipe_of), so a single step and the sweep run each strategy alike."""
     from zerosim.analysis.planner import recipe_of
-    from zerosim.precision import get_precision
 
-    return get_precision(precision).with_(reduction=recipe_of(name))
+    return recipe_of(name)

@@ -16,6 +16,14 @@ import json
 import math
 import sys
 
+from zerosim.cli.precision_args import (
+    add_precision_arguments,
+    describe_precision_options,
+    precision_from_arguments,
+    precision_json,
+    precision_summary,
+    step_note,
+)
 from zerosim.cli.tensor_args import add_tensor_arguments
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.optim import OPTIMIZERS, SHARDINGS
@@ -135,9 +143,25 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from zerosim.progress import progress
-    from zerosim.train import TrainConfig, run_defaults, train
+    from zerosim.train import train
 
     widths = _widths(args.widths)
+    ranks = _check_run(args)
+    config, precision = _train_config(args, widths, ranks)
+    talk = _is_rank_zero(args.backend)  # only global rank 0 prints
+    bar = progress(
+        total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
+    )
+    out = _Printer(args, config, precision, widths, bar, talk and not args.json)
+    result = train(config, out.on_step, out.on_start, out.on_eval)
+    bar.close()
+    if talk:
+        _print_result(args, config, precision, result)
+    return 0
+
+
+def _check_run(args) -> int | None:
+    """The ranks (--ranks, or MPI's world size), every flag that sizes the run checked first."""
     for flag, value in (
         ("--steps", args.steps),
         ("--batch", args.batch),
@@ -162,6 +186,13 @@ def run(args) -> int:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
+    return ranks
+
+
+def _train_config(args, widths: list, ranks) -> tuple:
+    """(the TrainConfig the flags describe, its precision policy): a resumed run's saved settings, else defaults."""
+    from zerosim.train import TrainConfig, run_defaults
+
     defaults = run_defaults(args.resume)  # the saved run's settings when resuming (the resume rule), else the defaults
     precision = get_precision(args.precision or defaults["precision"])
     if args.native and precision.reduce_format.name not in ("fp32", "fp64"):
@@ -182,70 +213,79 @@ def run(args) -> int:
                          trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
                          sp=args.sp,
                          **gpt_options(args))
-    talk = _is_rank_zero(args.backend)  # only global rank 0 prints
+    return config, precision
 
-    first = [1]
 
-    def on_start(params, first_step):
-        first[0] = first_step
-        bar.reset(total=args.steps - first_step + 1)
-        if talk and not args.json:
+class _Printer:
+    """What a run says as it goes (rank 0, without --json): the header, each printed step, the held-out accuracy."""
+
+    def __init__(self, args, config, precision, widths, bar, talk: bool):
+        self.args, self.config, self.precision, self.widths, self.bar, self.talk = (args, config, precision, widths,
+                                                                                     bar, talk)
+        self.first = 1
+
+    def on_start(self, params, first_step):
+        args, config = self.args, self.config
+        self.first = first_step
+        self.bar.reset(total=args.steps - first_step + 1)
+        if self.talk:
             k = config.accumulation_steps
             accum = f", {k} micro-batches per rank per step" if k > 1 else ""
             kv = f", kv_heads={config.kv_heads or config.heads}" if config.model == "llama" else ""
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
-                    f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else f"MLP {widths}")
+                    f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else
+                    f"MLP {self.widths}")
             tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
                                             + (" (sequence parallel)" if config.sp else ""))
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
                   f"{config.optimizer} lr "
                   f"{config.lr}{accum}"
-                  + describe_precision_options(args, precision)
-                  + ("" if offload is None else f", offloaded: {offload.placement.name}" + (
-                      f" with DPU after {offload.dpu_warmup} steps" if offload.dpu else "")
-                     + (f" ({config.optimizer} as DeepSpeedCPUAdam)" if offload.placement.framework == "deepspeed"
-                        and config.optimizer in ("adam", "adamw") else ""))
+                  + describe_precision_options(args, self.precision) + _offload_words(config)
                   + (f", resumed from {args.resume} at step {first_step - 1}" if args.resume else ""), flush=True)
 
-    bar = progress(
-        total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
-    )
+    def on_step(self, step, mean, info):
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{mean:.6g}")
+        every = self.args.print_every
+        if self.talk and (step % every == 0 or step == self.first or step == self.args.steps or info.skipped):
+            self.write(f"step {step:>5}  loss {mean:.6g}" + step_note(self.precision, info))  # --json: every bit
 
-    def on_step(step, mean, info):
-        bar.update(1)
-        bar.set_postfix(loss=f"{mean:.6g}")
-        if (
-            talk
-            and not args.json
-            and (step % args.print_every == 0 or step == first[0] or step == args.steps or info.skipped)
-        ):
-            line = f"step {step:>5}  loss {mean!r}" + step_note(precision, info)
-            bar.write(line) if not bar.disable else print(line, flush=True)
+    def on_eval(self, step, accuracy):  # --model gpt: on the steps the loss is printed at
+        if self.talk:
+            self.write(f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings "
+                       f"(chance {1 / (self.config.vocab - 1):.3f})")
 
-    def on_eval(step, accuracy):  # --model gpt: on the steps the loss is printed at
-        if talk and not args.json:
-            line = (f"step {step:>5}  answer accuracy {accuracy:.3f} on held-out strings "
-                    f"(chance {1 / (config.vocab - 1):.3f})")
-            bar.write(line) if not bar.disable else print(line, flush=True)
+    def write(self, line: str) -> None:
+        self.bar.write(line) if not self.bar.disable else print(line, flush=True)
 
-    result = train(config, on_step, on_start, on_eval)
-    bar.close()
-    if talk:
-        if args.json:
-            gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model != "mlp" else {}
-            print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
-                              **precision_json(precision, result)}, indent=1))
-        else:
-            summary = precision_summary(precision, result)
-            if summary:
-                print(summary)
-            host = offload is not None  # the host's peak beside the device's
-            print("rank  peak memory (B)  bytes sent" + ("  host peak (B)" if host else ""))
-            for s in result.ranks:
-                print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
-                      + (f"  {s['host_peak_bytes']:>13}" if host else ""))
-    return 0
+
+def _print_result(args, config, precision, result) -> None:
+    """The losses as JSON, or the loss scale's summary and each rank's peak memory and bytes sent."""
+    if args.json:
+        gpt = {"accuracy": result.accuracy, "chance": result.chance} if config.model != "mlp" else {}
+        print(json.dumps({"first_step": result.first_step, "losses": result.losses, "ranks": result.ranks, **gpt,
+                          **precision_json(precision, result)}, indent=1))
+        return
+    summary = precision_summary(precision, result)
+    if summary:
+        print(summary)
+    host = config.offload is not None  # the host's peak beside the device's
+    print("rank  peak memory (B)  bytes sent" + ("  host peak (B)" if host else ""))
+    for s in result.ranks:
+        print(f"{s['rank']:>4}  {s['peak_bytes']:>15}  {s['bytes_sent']:>10}"
+              + (f"  {s['host_peak_bytes']:>13}" if host else ""))
+
+
+def _offload_words(config) -> str:
+    """The header's words for an offloaded run ("" without offload)."""
+    offload = config.offload
+    if offload is None:
+        return ""
+    return (f", offloaded: {offload.placement.name}"
+            + (f" with DPU after {offload.dpu_warmup} steps" if offload.dpu else "")
+            + (f" ({config.optimizer} as DeepSpeedCPUAdam)" if offload.placement.framework == "deepspeed"
+               and config.optimizer in ("adam", "adamw") else ""))
 
 
 def _precision_name(precision) -> str:
@@ -265,115 +305,3 @@ def _is_rank_zero(backend: str) -> bool:
     from zerosim.backends.mpi import world_rank_from_environment
 
     return world_rank_from_environment() == 0
-
-
-# -- loss scaling, clipping and the gradient recipe (issue 11): parsed here, done by the library ----------------
-def add_precision_arguments(p) -> None:
-    from zerosim.precision import ALLREDUCES, OPTIM_STATES, REDUCTIONS
-
-    p.add_argument("--loss-scale", default=None, metavar="S",
-                   help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "
-                        "or "
-                        "deepspeed (DeepSpeed's DynamicLossScaler); an overflow skips the step and lowers S (default: "
-                        "the preset's, 1)")
-    p.add_argument("--scale-window", type=int, default=None, metavar="N",
-                   help="with a dynamic --loss-scale: clean steps before S grows (torch growth_interval 2000, "
-                        "deepspeed scale_window 1000)")
-    p.add_argument("--clip-grad", type=float, default=None, metavar="MAX_NORM",
-                   help="clip the gradient to this global L2 norm before the optimizer (torch's clip_grad_norm_)")
-    p.add_argument("--reduction", choices=REDUCTIONS, default=None,
-                   help="the gradient recipe: seeds (default), ddp (stage 0), deepspeed-zero12 (stages 1/2: "
-                        "DeepSpeed's default, each bucket all-reduced), deepspeed-zero12-reduce (the same with "
-                        "use_multi_rank_bucket_allreduce off: reduced to each owner), deepspeed-bf16-optimizer "
-                        "(stage 1, bf16 with --grad-accum fp32: DeepSpeed's BF16_Optimizer), deepspeed-zero3 and "
-                        "fsdp2 (stage 3, per-parameter partitions)")
-    p.add_argument("--allreduce", choices=ALLREDUCES, default=None,
-                   help="an all-reduce's chunk map (stage 0; deepspeed-zero12's buckets): ring (default), nccl "
-                        "(NCCL's on a GPU) or gloo (torch on a CPU)")
-    p.add_argument("--optim-state", choices=OPTIM_STATES, default=None,
-                   help="the format the optimizer's state (Adam's m and v) is stored in between steps: fp32 (default; "
-                        "seeds 000-002 say it must be) or fp16 / bf16 (2 bytes an element, rounded after every step, "
-                        "the arithmetic still fp32) to watch what the seeds warn of")
-
-
-def precision_from_arguments(args, precision):
-    """The preset with --loss-scale, --scale-window, --reduction, --allreduce and --optim-state applied (the policy
-    checks them)."""
-    changes = {}
-    if args.loss_scale is not None:
-        scale = args.loss_scale
-        try:
-            scale = float(scale)
-        except ValueError:
-            pass
-        changes["loss_scale"] = scale
-    if args.scale_window is not None:
-        kind = changes.get("loss_scale", precision.loss_scale)
-        if not isinstance(kind, str):
-            raise ValueError("--scale-window needs a dynamic --loss-scale (torch, dynamic or deepspeed)")
-        changes["loss_scale_options"] = {
-            "scale_window" if kind == "deepspeed" else "growth_interval": args.scale_window
-        }
-    if args.reduction is not None:
-        changes["reduction"] = args.reduction
-    if args.allreduce is not None:
-        changes["allreduce"] = args.allreduce
-    if args.optim_state is not None:
-        changes["optim_state"] = args.optim_state
-    if args.clip_grad is not None and not (math.isfinite(args.clip_grad) and args.clip_grad > 0):
-        raise ValueError(f"--clip-grad must be a finite number > 0, got {args.clip_grad}")
-    return precision.with_(**changes) if changes else precision
-
-
-def describe_precision_options(args, precision) -> str:
-    """The header's words for the options above, when they are not the defaults."""
-    words = []
-    if precision.dynamic:
-        words.append(f"dynamic loss scale ({_scaler_name(precision)}, from {precision.make_scaler().scale:g})")
-    elif precision.loss_scale != 1:
-        words.append(f"loss scale {precision.loss_scale:g}")
-    if precision.reduction != "seeds":
-        words.append(f"reduction {precision.reduction}")
-    if precision.allreduce != "ring":
-        words.append(f"{precision.allreduce} all-reduce")
-    if args.clip_grad is not None:
-        words.append(f"clip grad norm {args.clip_grad:g}")
-    if precision.optim_state is not None:
-        words.append(f"optimizer state stored in {precision.optim_state}")
-    return "".join(", " + w for w in words)
-
-
-def _scaler_name(precision) -> str:
-    kind = precision.make_scaler().kind
-    return {"torch": "torch's GradScaler", "deepspeed": "DeepSpeed's DynamicLossScaler"}.get(kind, kind)
-
-
-def step_note(precision, info) -> str:
-    """What a step line adds: the scale it used (dynamic scaling), a skip, the gradient norm (clipping)."""
-    note = f"  scale {info.scale:g}" if precision.dynamic else ""
-    if info.skipped:
-        note += "  skipped (inf/NaN gradient; the scale backs off)"
-    elif info.norm is not None:
-        note += f"  grad norm {info.norm!r}"
-    return note
-
-
-def precision_summary(precision, result) -> str:
-    """After the run: the loss scale at the start and the end, and every skipped step."""
-    if not precision.dynamic and not result.skipped:
-        return ""
-    scales = result.scales
-    skipped = ", ".join(map(str, result.skipped)) or "none"
-    return (f"loss scale ({_scaler_name(precision)}): {scales[0]:g} at step {result.first_step}, "
-            f"{scales[-1]:g} at step {result.first_step + len(scales) - 1}; "
-            f"skipped {len(result.skipped)} of {len(scales)} steps: {skipped}")
-
-
-def precision_json(precision, result) -> dict:
-    """--json's extra fields, present only when they say something."""
-    out = {}
-    if precision.dynamic:
-        out.update(scales=result.scales, skipped=result.skipped)
-    if any(n is not None for n in result.norms):
-        out["grad_norms"] = result.norms
-    return out

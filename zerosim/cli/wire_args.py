@@ -42,14 +42,10 @@ def wire_from_args(args):
                 zero_quantized_gradients=qgz)
 
 
-def qgz_precision(args, precision):
-    """The precision with DeepSpeed's stage-3 recipe when --zero-quantized-gradients asks for qgZ (it is DeepSpeed's
-    reduction: parallel/data/zeropp/_qgz_reduce.py), else as given."""
-    if not getattr(args, "zero_quantized_gradients", False):
-        return precision
-    from zerosim.precision import get_precision
-
-    return get_precision(precision).with_(reduction="deepspeed-zero3")
+def qgz_recipe(args) -> str | None:
+    """DeepSpeed's stage-3 recipe when --zero-quantized-gradients asks for qgZ (it is DeepSpeed's reduction:
+    parallel/data/zeropp/_qgz_reduce.py), else None (the plan's default)."""
+    return "deepspeed-zero3" if getattr(args, "zero_quantized_gradients", False) else None
 
 
 def check_qgz_model(args, model) -> None:

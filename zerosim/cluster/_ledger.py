@@ -6,7 +6,7 @@ computes an engine's memory from a formula of its own.
 Standard kinds (any string is allowed; these are the ones the engines use):
 
     params       compute-format (fp16/bf16) parameters        grads        compute-format gradients
-    master       fp32 master weights                          grad32       fp32 gradient shard
+    master       fp32 master weights                          grad32       fp32 gradient (shard; stage 0 whole)
     optim:<x>    optimizer state x (optim:m, optim:v, ...)    activations  saved forward values
     comm         buffers a collective stages data in
 """

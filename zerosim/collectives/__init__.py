@@ -13,7 +13,7 @@ Collectives know nothing about ZeRO.
     _shards.py      shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
     _checks.py      input checks every rank runs before any data moves
     _wire.py        what a payload is called on the wire, and its bytes per element
-    chunk_maps/     other libraries' all-reduce orders: NCCL's own chunk map (runRing's loops), gloo's ring
+    chunk_maps/     other libraries' all-reduce orders: NCCL's own chunk map (runRing's loops), gloo's ring; a tree
     quantized/      payloads in fewer bits: qwZ's int8 and torchao's fp8 all-gathers, qgZ's int4 all-to-alls
 
 Every function takes the `Cluster` first (as torch.distributed's take a process group) and one array per
@@ -37,6 +37,9 @@ from zerosim.collectives.chunk_maps import (
                                             gloo_ring,
                                             nccl_all_reduce,
                                             nccl_ring_allreduce_chunks,
+                                            ring_tree_crossover,
+                                            tree_all_reduce,
+                                            tree_all_reduce_time,
 )
 
 __all__ = [
@@ -44,5 +47,6 @@ __all__ = [
     "all_to_all_v", "naive_all_to_all_v",
     "broadcast", "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather",
     "naive_all_reduce", "naive_all_to_all", "naive_reduce", "naive_reduce_scatter", "nccl_all_reduce",
-    "nccl_ring_allreduce_chunks", "reduce_scatter", "wire_itemsize",
+    "nccl_ring_allreduce_chunks", "reduce_scatter", "ring_tree_crossover", "tree_all_reduce", "tree_all_reduce_time",
+    "wire_itemsize",
 ]

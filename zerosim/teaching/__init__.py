@@ -1,8 +1,19 @@
-"""Teaching: a learner writes a piece of ZeRO and the package's own checks grade it.
+"""Teaching: a learner predicts, writes a piece of ZeRO, and the package's own checks grade it.
 
+    from zerosim.teaching import predict
+    predict("seed004-stage2-peak", 46)     # a notebook's prediction cell: how far off, and why
+
+    _predict.py    predict / judge: a typed number against the run's answer, within a tolerance, naming the
+                   misconception a known wrong answer comes from
+    _questions.py  the notebooks' prediction questions, each computing its answer from zerosim
     exercises/     six small functions (the ring's chunk index, a shard's offset, the stage-2 free, ...), each graded
                    against the oracle or the naive twin, with the first counterexample
     assignments/   three week-sized assignments with an autograder (Gradescope's results.json)
 
 The learning path through the notebooks, commands, exercises and assignments is in the docs (docs/tutorials/).
 """
+
+from zerosim.teaching._predict import Question, Verdict, judge, predict
+from zerosim.teaching._questions import QUESTIONS
+
+__all__ = ["QUESTIONS", "Question", "Verdict", "judge", "predict"]

@@ -7,6 +7,7 @@ figures at slide size). One file per figure, named for what it draws (_memory.py
 
 from zerosim.viz._activations import l_squared_figure, strategies_figure
 from zerosim.viz._dataflow import dataflow_figure
+from zerosim.viz import _glossary as glossary
 from zerosim.viz._fit import fit_figure
 from zerosim.viz._ledger import ledger_figure, stage_peaks_figure
 from zerosim.viz._loss_scale import clip_figure, loss_scale_figure
@@ -32,7 +33,7 @@ from zerosim.viz._zero3 import zero3_figure, zero3_sequence
 
 __all__ = [
     "at_peak", "chunk_colour", "clip_figure", "dataflow_figure", "drift_figure", "enlarge_text", "fit_figure",
-    "format_colour", "kind_colour", "kind_label", "kind_order", "l_squared_figure", "ledger_figure",
+    "format_colour", "glossary", "kind_colour", "kind_label", "kind_order", "l_squared_figure", "ledger_figure",
     "loss_scale_figure", "many_nodes_figure", "measure_mesh_ownership", "measure_ownership", "memory_by_stage_figure",
     "mesh_ownership_figure", "mlp_runs", "offload_step_figure", "ownership_figure", "peak_by_stage_figure",
     "plan_figure", "recipe_figure",

@@ -17,7 +17,7 @@ import zlib
 KINDS = {
     "params": ("W: params (compute copy)", "#4c72b0"),
     "grads": ("G: grads (compute / wire format)", "#8fb0e0"),
-    "grad32": ("fp32 gradient shard (for the step)", "#2a9d8f"),
+    "grad32": ("fp32 gradient (for the step)", "#2a9d8f"),  # the shard, or stage 0's whole
     "master": ("OS: fp32 master params", "#dd8452"),
     "optim:m": ("OS: optimizer m", "#c44e52"),
     "optim:v": ("OS: optimizer v", "#e59a9c"),

@@ -4,6 +4,8 @@ measured by one meta-backend step of the real engine.
     _memory.py       model_state_memory(Ψ, N, stage, MemoryConfig) -> ModelStateMemory (parts by kind)
     _conventions.py  the seeds', the ZeRO paper's and DeepSpeed's byte counts side by side
     _activations.py  14·B·L·d + B·H·L² per layer, with block / selective recomputation
+    _retention.py    what a layer keeps, for how long (lifetimes), and what recomputing it costs (seed 001's ρ table)
+    _second_order.py Shampoo's / K-FAC's factors against Adam's state, and the matrices ZeRO's shards split
     _comm.py         2Ψ or 3Ψ times (N−1)/N per step; α-β time on preset links
     _presets.py      models by layer sizes, read from the shipped config.json files (GPT-2, GPT-3, Llama 1/2/3,
                      Mistral, Qwen2.5) and the ZeRO paper's 7.5B
@@ -89,6 +91,8 @@ from zerosim.analysis.costs._overheads import (
 )
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
 from zerosim.analysis.costs._reserve import reserved
+from zerosim.analysis.costs._retention import Retained, lifetimes, recompute_table, seed001_p_multiply_adds
+from zerosim.analysis.costs._second_order import SecondOrder, second_order_memory
 from zerosim.analysis.costs._validation_points import POINTS, TREND, Point, config_of
 
 __all__ = [
@@ -102,6 +106,7 @@ __all__ = [
     "tensor_parallel",
     "GB",
     "GPU",
+    "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",
     "GPUS",
     "HOSTS",
     "Host",

@@ -12,6 +12,9 @@ What travels, per step (the ZeRO paper, section 7; seed 001, section 10):
 
 times the bytes of the wire dtype: 2 for fp16/bf16 (DeepSpeed's communication_data_type default is
 fp16); 4 if gradients are reduced in fp32. fp32 master weights and optimizer state never travel.
+The table is not typed in: `stage_collectives` reads it from each stage's `Plan` (parallel/data/_plan.py), the
+plan the engine runs, so a plan of stage 3 that keeps each unit gathered until its backward (FSDP2's
+reshard_after_forward=False: "no_reshard") gathers once, 2Ψ(N−1)/N.
 NOTE: seed 001's stage-1 prose all-reduces the gradients before the all-gather (that would be 3Ψ);
 its own volume section, the paper and the engines here reduce-scatter them (2Ψ).
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from zerosim.analysis.costs._links import base_latency, step_latency
 from zerosim.collectives import ShardLayout
+from zerosim.parallel.data import Plan, get_plan
 
 
 @dataclass(frozen=True)
@@ -32,17 +36,33 @@ class Collective:
     phases: int  # ring phases: 2 for all-reduce, 1 otherwise
 
 
-def stage_collectives(stage: int, grad_wire_bytes: int = 2, param_wire_bytes: int = 2) -> tuple:
-    """The collectives one step of `stage` runs over the whole flat buffer, in order."""
-    rs = Collective("reduce_scatter", "grads", grad_wire_bytes, 1)
-    ag = Collective("all_gather", "params", param_wire_bytes, 1)
-    if stage == 0:
-        return (Collective("all_reduce", "grads", grad_wire_bytes, 2),)
-    if stage in (1, 2):
-        return (rs, ag)
-    if stage == 3:
-        return (ag, ag, rs)  # forward gather, backward gather, gradient reduce-scatter
-    raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}  # ring phases of each collective
+
+
+def stage_collectives(stage, grad_wire_bytes: int = 2, param_wire_bytes: int = 2) -> tuple:
+    """The collectives one step of `stage` (0-3, or a `Plan`: the one the engine runs, parallel/data/_plan.py) runs
+    over the whole flat buffer, in order, read from its plan: the params gathered for forward and again for backward
+    where it shards them (once, when a unit stays gathered until its backward), the gradients' collective, the
+    refresh after the update."""
+    plan = stage if isinstance(stage, Plan) else _plan_of(stage)
+    if plan.uses_groups:  # its collectives run over groups of S (and replicas), not over all N: not one ring
+        raise ValueError(f"{plan.label} runs its collectives over groups: its volume is the engine's trace's "
+                         "(zerosim memory --strategy), not one ring over every rank")
+    gather = Collective("all_gather", "params", param_wire_bytes, PHASES["all_gather"])
+    reduction = plan.end_of_backward or "reduce_scatter"  # stages 2/3: reduce-scattered unit by unit
+    gathers = (gather,) * (0 if not plan.gathers_params else 1 if plan.reshard.keeps_whole else 2)
+    grads = Collective(reduction, "grads", grad_wire_bytes, PHASES[reduction])
+    return gathers + (grads,) + ((gather,) if plan.refresh_after_update else ())
+
+
+def _plan_of(stage) -> Plan:
+    """The plan of ZeRO `stage` 0-3 (a strategy's name is a plan too, but its groups change the volume: refused)."""
+    if isinstance(stage, str) or isinstance(stage, bool):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    try:
+        return get_plan(stage)
+    except ValueError:
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}") from None
 
 
 def sent_bytes(c: Collective, params: int, ranks: int, padded: bool = False):

@@ -14,6 +14,7 @@ from zerosim.cluster import Cluster, Compute, MemoryLedger
 from zerosim.models import forward_backward
 from zerosim.optim import get_optimizer
 from zerosim.parallel.data import ZeroEngine
+from zerosim.parallel.data.multinode import DataMesh
 from zerosim.precision import get_precision
 from zerosim.progress import progress
 
@@ -53,25 +54,29 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     return out
 
 
-def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
+def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
-                  sp: bool = False, parallelisms=()) -> tuple:
+                  sp: bool = False, mesh=None, recipe=None, parallelisms=()) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
-    `shard_group`, the ranks placed `gpus_per_node` to a node; the row then also holds "tiers": {tier: bytes one rank
-    sent on average}. With `tp` > 1 (or `sp`) the model (a MetaGPT or MetaLlama) runs tensor-parallel
-    (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU, the data-parallel degree ranks / tp.
-    `parallelisms`: others beside data parallelism (offload: the row then has "host" and "nvme", each {"resting":
-    {kind: bytes}, "peak": bytes} of its ledger, and "device_formula" etc. are the caller's)."""
-    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
+    `shard_group`, the ranks placed `gpus_per_node` to a node; or `mesh`, a `DataMesh` (parallel/data/multinode), says
+    all of these and `tp` (then `ranks` and `stage` may be None). The row then also holds "tiers": {tier: bytes one
+    rank sent on average}. `recipe`: the gradient recipe (None: the plan's default). With `tp` > 1 (or `sp`) the model
+    (a MetaGPT or MetaLlama) runs tensor-parallel (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU,
+    the data-parallel degree ranks / tp. `parallelisms`: others beside data parallelism (offload: the row then has
+    "host" and "nvme", each {"resting": {kind: bytes}, "peak": bytes} of its ledger, and "device_formula" etc. are
+    the caller's)."""
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
+    ranks = mesh.dims.world_size
+    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
-    model, tensor = tensor_parallel(model, tp, sp)
-    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision,
+    model, tensor = tensor_parallel(model, mesh.dims.tp, sp)
+    engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
-                        shard_group=shard_group, parallelisms=(*tensor, *parallelisms))
+                        shard_group=mesh.group, recipe=recipe, parallelisms=(*tensor, *parallelisms))
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
         engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
@@ -80,7 +85,7 @@ def measure_stage(model, ranks: int, stage, optimizer: str = "adam", precision="
     top = max(range(len(peaks)), key=peaks.__getitem__)
     sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
     row = {
-        "stage": stage,
+        "stage": mesh.plan.name or mesh.plan.stage,  # a stage number, or a strategy by name
         "resting": resting[0],
         "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
         "peak": peaks[top],

@@ -23,7 +23,7 @@ ranked by step time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
@@ -103,31 +103,11 @@ def divisors(n: int) -> tuple:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-def plan(
-    config,
-    ranks: int,
-    gpus_per_node: int,
-    gpu,
-    seq_len: int,
-    global_batch: int,
-    precision: str = "bf16-mixed",
-    optimizer: str = "adam",
-    comm: str = "deepspeed",
-    stages=(0, 1, 2, 3),
-    strategies=None,
-    micro_batches=None,
-    reserve: float = ALLOCATOR_RESERVE,
-    progress=None,
-    time_model=None,
-    links: tuple = ("nvlink4", "ib_ndr"),
-    kernels: str = "fused",
-    loss: str | None = None,
-    hardware=None,
-    offloads: tuple = (),
-    host=None,
-    tps=(1,),
-    sp: bool = False,
-) -> Plan:
+def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str = "bf16-mixed",
+         optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
+         reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
+         kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
+         spelling=None, offloads: tuple = (), host=None) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
@@ -135,7 +115,8 @@ def plan(
     `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
     to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
     on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
-    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes.
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes. `spelling`: how the caller
+    names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names).
 
     `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
     returns (label, parallelisms): what runs there (parallel/offload's Offload and its placement's name), or raises
@@ -143,25 +124,69 @@ def plan(
     Their rows fit when the device does and the ranks of a node fit its `host` (a costs.Host; default the DGX H100's
     DRAM and NVMe per node), and are timed with their copies and CPU step on the timeline; they are tried at tp = 1
     only (offload beside tensor parallelism is not modelled)."""
-    from zerosim.analysis.costs._hosts import HOSTS, get_host, host_fit
-    from zerosim.analysis.costs._measured import measure_stage
-    from zerosim.models.gpt import ALL_STRATEGIES, MetaGPT, strategy_options
-    from zerosim.models.llama import MetaLlama
+    from zerosim.analysis.costs._hosts import HOSTS, get_host
+    from zerosim.models.gpt import ALL_STRATEGIES
     from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
-    for name, v in (
-        ("ranks", ranks),
-        ("gpus_per_node", gpus_per_node),
-        ("seq_len", seq_len),
-        ("global_batch", global_batch),
-    ):
+    tps = _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling)
+    strategies = tuple(strategies or ALL_STRATEGIES)
+    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
+    host = HOSTS["dgx-h100"] if host is None else get_host(host)
+    trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
+                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, sp, host)
+    rows, pruned, pruned_offload, tried = [], [], [], set()
+    for tp in tps:
+        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
+        batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
+        if not batches:
+            raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
+        for _, at in (("none", None), *(offloads if tp == 1 else ())):  # offload beside TP: not modelled
+            for stage in stages:
+                try:
+                    label, more = ("none", ()) if at is None else at(stage)
+                except ValueError:  # this offload does not run at this stage
+                    continue
+                if (tp, stage, label) in tried:  # (DeepSpeed runs several offload keys alike at stages 1/2)
+                    continue
+                tried.add((tp, stage, label))
+                stage_rows, states = trial.stage(stage, strategies, batches, tp, per_rank, label, more)
+                rows += stage_rows
+                if states is None:
+                    continue
+                if label != "none":  # the device's model states alone: this placement cannot fit this stage
+                    pruned_offload.append((stage, states, label))
+                else:
+                    pruned.append((stage, states) if tp == 1 else (stage, states, tp))
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
+    settings = {
+        "model": config.name, "params": config.num_params, "ranks": ranks, "gpus_per_node": gpus_per_node,
+        "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
+        "global_batch": global_batch,
+        "per_rank": global_batch // ranks,  # sequences a GPU's data-parallel rank takes per step without TP
+        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
+        "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
+        "micro_batches": batches if len(tps) == 1 else micro_batches, "stages": tuple(stages),
+        "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
+        "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
+        **({"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}),
+    }
+    return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0], tuple(pruned_offload))
+
+
+def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling) -> tuple:
+    """The tensor-parallel degrees to try, every argument checked first."""
+    from zerosim.parallel.data.multinode import Spelling, check_nodes
+
+    for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
+                    ("global_batch", global_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if ranks > gpus_per_node and ranks % gpus_per_node:  # as Cluster(N, gpus_per_node=G) and `zerosim timeline`
-        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs (gpus_per_node)")
+    # the one rule `zerosim memory` and `timeline` follow, so the commands the plan prints run (DataMesh)
+    check_nodes(ranks, gpus_per_node, spelling or Spelling(ranks="ranks"))
     tps = tuple(tps)
     for tp in tps:
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
@@ -174,105 +199,93 @@ def plan(
             )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
-    strategies = tuple(strategies or ALL_STRATEGIES)
-    nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
-    link = links[1] if nodes else links[0]
-    hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
-    hw = hw if hardware is None else hardware(hw)
-    per_node = gpus_per_node if nodes else None
-    schedule = get_comm_schedule(comm)
-    twin = MetaLlama if config.layout == "llama" else MetaGPT
-    host = HOSTS["dgx-h100"] if host is None else get_host(host)
-    rows, pruned, pruned_offload, tried = [], [], [], set()
-    twins = {}  # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
-    for tp in tps:
-        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
-        batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
-        if not batches:
-            raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-        beside = {"gpus_per_node": per_node} if tp == 1 else {"tp": tp, "sp": sp, "gpus_per_node": gpus_per_node}
-        for _, at in (("none", None), *(offloads if tp == 1 else ())):  # offload beside TP: not modelled
-            for stage in stages:
-                try:
-                    label, more = ("none", ()) if at is None else at(stage)
-                except ValueError:  # this offload does not run at this stage
-                    continue
-                if (tp, stage, label) in tried:  # (DeepSpeed runs several offload keys alike at stages 1/2)
-                    continue
-                tried.add((tp, stage, label))
-                stage_rows, done = [], False
-                for strategy in strategies:
-                    if strategy not in twins:
-                        twins[strategy] = twin.from_config(config, seq_len, kernels=kernels, loss=loss,
-                                                           **strategy_options(strategy))
-                    model = twins[strategy]
-                    for B in batches:
-                        m, cluster, engine = measure_stage(
-                            model, ranks, stage, optimizer, precision, micro_batch=(B, seq_len), comm=schedule,
-                            parallelisms=more, **beside
-                        )
-                        resting = sum(m["resting"].values())
-                        extra = sum(o.bytes for o in runtime_overheads(m["peak"], ranks, stage, None, reserve))
-                        row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
-                                      g.capacity, tp=tp)
-                        if label != "none":  # the host's and NVMe's peaks, against a node's
-                            tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
-                            node = host_fit(tiers, ranks, host, gpus_per_node)
-                            row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
-                                          host_fits=node["host"]["fits"] and node["nvme"]["fits"])
-                        if progress is not None:
-                            progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else "")
-                                     + ("" if label == "none" else f" {label}"))
-                        if fit(resting, g).total > g.capacity:  # the model states alone: nothing here fits
-                            if label != "none":
-                                pruned_offload.append((stage, resting, label))
-                            else:
-                                pruned.append((stage, resting) if tp == 1 else (stage, resting, tp))
-                            done = True
-                            break
-                        if row.fits:
-                            costs = time_model.costs(engine.model, (B, seq_len), hw) if time_model else None
-                            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
-                                                        costs=costs))
-                            t = step_time(model, ranks, stage, hw, schedule, precision, optimizer, (B, seq_len),
-                                          row.accumulation, first=one, time_model=time_model, parallelisms=more,
-                                          **beside)
-                            row = replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed)
-                        stage_rows.append(row)
-                        if not row.fits:
-                            break  # a larger micro-batch only holds more activations
-                    if done:
-                        break
-                rows += stage_rows
-    per_rank = global_batch // ranks
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
-    offloaded = {"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}
-    settings = {
-        "model": config.name,
-        "params": config.num_params,
-        "ranks": ranks,
-        "gpus_per_node": gpus_per_node,
-        "gpu": g.key,
-        "gpu_name": g.name,
-        "capacity": g.capacity,
-        "device": g.device,
-        "seq_len": seq_len,
-        "global_batch": global_batch,
-        "per_rank": per_rank,  # sequences a GPU's data-parallel rank takes per step without TP
-        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
-        "precision": precision,
-        "optimizer": optimizer,
-        "comm": comm,
-        "reserve": reserve,
-        "strategies": strategies,
-        "micro_batches": batches if len(tps) == 1 else micro_batches,
-        "stages": tuple(stages),
-        "time_model": (time_model or TimeModel()).describe(),
-        "time_flags": (time_model or TimeModel()).flags(),
-        "links": tuple(links),
-        "hardware": hw,
-        "kernels": kernels,
-        "loss": loss or LOSS_OF[kernels],
-        **offloaded,
-    }
-    return Plan(tuple(rows), fitting, tuple(pruned), settings, link, tuple(pruned_offload))
+    return tps
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """What every configuration the planner tries shares: the model's config, the job, the GPU, the settings."""
+
+    config: object
+    ranks: int
+    gpus_per_node: int
+    nodes: bool  # more than one node: two link tiers
+    gpu: object
+    seq_len: int
+    precision: str
+    optimizer: str
+    schedule: object
+    reserve: float
+    progress: object
+    time_model: object
+    hardware: object
+    kernels: str
+    loss: str | None
+    sp: bool  # with tp > 1: sequence parallelism
+    host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
+    # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
+    twins: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def stage(self, stage: int, strategies: tuple, batches: tuple, tp: int, per_rank: int, label: str = "none",
+              more: tuple = ()) -> tuple:
+        """(every PlanRow tried at `stage` beside TP of degree `tp`, its model states' bytes when they alone exceed
+        the GPU, else None). Each strategy's micro-batches are tried smallest first, up to the first that does not
+        fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`, `more`: the offload placement
+        and its parallelisms ("none", ())."""
+        from zerosim.models.gpt import MetaGPT, strategy_options
+        from zerosim.models.llama import MetaLlama
+        from zerosim.parallel.data.multinode import DataMesh
+
+        # the stage on the job's ranks and nodes (beside TP the ranks sit on nodes even within one)
+        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or tp > 1 else None, tp=tp)
+        twin = MetaLlama if self.config.layout == "llama" else MetaGPT
+        rows = []
+        for strategy in strategies:
+            if strategy not in self.twins:
+                self.twins[strategy] = twin.from_config(self.config, self.seq_len, kernels=self.kernels,
+                                                        loss=self.loss, **strategy_options(strategy))
+            model = self.twins[strategy]
+            for B in batches:
+                row, states = self.measure(mesh, model, strategy, B, per_rank, label, more)
+                if states is not None:
+                    return rows, states
+                rows.append(row)
+                if not row.fits:
+                    break  # a larger micro-batch only holds more activations
+        return rows, None
+
+    def measure(self, mesh, model, strategy: str, B: int, per_rank: int, label: str = "none", more: tuple = ()):
+        """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
+        alone exceed the GPU, else None). With an offload `label`, the row holds the host's and NVMe's peaks and
+        whether a node's ranks fit its host."""
+        from zerosim.analysis.costs._hosts import host_fit
+        from zerosim.analysis.costs._measured import measure_stage
+
+        tp = mesh.dims.tp
+        sp = self.sp and tp > 1  # sequence parallelism cuts over a TP group: none at tp = 1
+        m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
+                                           micro_batch=(B, self.seq_len), comm=self.schedule, sp=sp, mesh=mesh,
+                                           parallelisms=more)
+        resting, stage = sum(m["resting"].values()), mesh.plan.stage
+        extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
+        row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
+                      tp=tp)
+        if label != "none":  # the host's and NVMe's peaks, against a node's
+            tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
+            node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
+            row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
+                          host_fits=node["host"]["fits"] and node["nvme"]["fits"])
+        if self.progress is not None:
+            self.progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else "")
+                          + ("" if label == "none" else f" {label}"))
+        if fit(resting, self.gpu).total > self.gpu.capacity:
+            return row, resting
+        if not row.fits:
+            return row, None
+        hw, time_model = self.hardware, self.time_model
+        costs = time_model.costs(engine.model, (B, self.seq_len), hw) if time_model is not None else None
+        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+        t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
+                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh, sp=sp,
+                      parallelisms=more)
+        return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None

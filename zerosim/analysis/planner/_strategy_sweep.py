@@ -85,15 +85,17 @@ def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, grou
     """(Timeline, engine, Hardware, S): one meta step of `strategy` on NVLink within nodes of `gpus_per_node` and
     InfiniBand across (when there is more than one node), with its framework's recipe; `time_model`: what a
     compute costs (kernel_time.TimeModel; None: the datasheet roofline)."""
+    from zerosim.parallel.data import STRATEGIES
+    from zerosim.parallel.data.multinode import DataMesh
     from zerosim.precision import get_precision
 
     hw = Hardware(device, "nvlink4", get_precision(precision).compute,
                   inter_link="ib_ndr" if ranks > gpus_per_node else None)
-    policy = get_precision(precision).with_(reduction=recipe_of(strategy))  # as cli/strategy_args.strategy_precision
-    g = min(gpus_per_node, ranks)
-    size = None if strategy == "full_shard" else min(group, ranks)
-    result, engine = meta_step(model, ranks, strategy, hw, comm, policy, tokens, gpus_per_node=g, shard_group=size,
-                               time_model=time_model)
+    plan = STRATEGIES[strategy]  # a group (capped at the world) only for the strategies that have one
+    mesh = DataMesh.of(plan, ranks, gpus_per_node, min(group, ranks) if plan.uses_groups else None)
+    result, engine = meta_step(model, None, None, hw, comm, precision, tokens, time_model=time_model, mesh=mesh,
+                               recipe=recipe_of(strategy))  # as cli/strategy_args.py: the framework's recipe
+    size = mesh.group
     return result, engine, hw, size
 
 
@@ -117,11 +119,13 @@ def strategy_sweep(model, ranks_list=RANKS, strategies=STRATEGIES, gpus_per_node
                    shard_group: int | None = None, hpz_group: int | None = None, device: str = "h100", comm=None,
                    precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
     """[StrategyRow] for every (strategy, N). S defaults to `fitting_shard_group`, S' to a node."""
+    from zerosim.parallel.data import get_plan
+
     shard_group = shard_group or fitting_shard_group(model.num_params, gpus_per_node)
     hpz_group = hpz_group or gpus_per_node
     rows, total = [], len(strategies) * len(ranks_list)
     for strategy in strategies:
-        group = {"hpz": hpz_group, "reshard_to_group": hpz_group}.get(strategy, shard_group)
+        group = shard_group if get_plan(strategy).sharded_over != "world" else hpz_group  # S, or S'
         for n in ranks_list:
             rows.append(strategy_step(model, n, strategy, gpus_per_node, group, device, comm, precision, tokens,
                                       time_model))

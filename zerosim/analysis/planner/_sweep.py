@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from zerosim.analysis.costs import tensor_parallel
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
+from zerosim.cluster import Cluster
+from zerosim.optim import get_optimizer
+from zerosim.parallel.data import ZeroEngine
+from zerosim.parallel.data.multinode import DataMesh
 
 
 @dataclass(frozen=True)
@@ -57,33 +61,33 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
     return batches if accumulation_steps == 1 else [[b] * accumulation_steps for b in batches]
 
 
-def meta_step(model, ranks: int, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
+def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
-              sp: bool = False, async_tp: bool = False, parallelisms=()):
+              sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=()):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
     A `MetaModel` takes `tokens` per rank per micro-step (its layers' FLOPs count rows); a decoder twin (MetaGPT,
     MetaLlama) takes `micro_batch` = (B, L) sequences, its activations in the ledger and its checkpointing
     strategy's recompute in the trace. `accumulation_steps` micro-steps make one step. `stage` may name a strategy for
-    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes.
+    many nodes (parallel/data/_plan.py STRATEGIES) with its `shard_group`; `gpus_per_node` places the ranks on nodes;
+    or `mesh`, a `DataMesh` (parallel/data/multinode), says all of these and `tp` at once (then `ranks` and `stage`
+    may be None). `recipe`: the gradient recipe (a GradientRecipe or its name; None: the plan's default).
     `time_model`: a timeline TimeModel (each kernel class at its achieved rate); None: the datasheet roofline.
     `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU).
     `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams)."""
-    from zerosim.cluster import Cluster
-    from zerosim.optim import get_optimizer
-    from zerosim.parallel.data import ZeroEngine
-
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
-    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=gpus_per_node)
-    model, tensor = tensor_parallel(model, tp, sp, async_tp)  # one TP rank's twin, or the model itself
-    engine = ZeroEngine(model, cluster, stage, get_optimizer(optimizer), precision, comm=comm,
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
+    cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
+                      gpus_per_node=mesh.gpus_per_node)
+    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, async_tp)  # one TP rank's twin, or the model
+    engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
-                        shard_group=shard_group, parallelisms=(*tensor, *parallelisms))
+                        shard_group=mesh.group, recipe=recipe, parallelisms=(*tensor, *parallelisms))
     for _ in range(steps):
         engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
     costs = time_model.costs(model, micro_batch, hardware) if time_model is not None else None
@@ -110,7 +114,8 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
     float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
     `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
-    gpus_per_node, wire, tp, sp, parallelisms."""
+    gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
+    once."""
     def run(K):
         result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
                               micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)

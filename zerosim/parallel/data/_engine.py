@@ -49,7 +49,8 @@ from zerosim.parallel.data._state import check_given, check_namespace, init_rank
 from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts._choose import layout_for
-from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe, mesh_groups
+from zerosim.parallel.data.multinode._data_mesh import DataMesh
+from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe
 from zerosim.parallel.data.muon._plans import check_matrix_optimizer
 from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
 from zerosim.parallel.data.recipes._param_buckets import registration
@@ -110,70 +111,18 @@ class ZeroEngine:
                  clip_norm: str = "shards", parallelisms=()):
         if not isinstance(cluster, Cluster):  # first: an int failed later, as an AttributeError naming nothing
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
-        if checkpoint is None:  # the model's own strategy: GPT(checkpoint="block") checkpoints without being told twice
-            checkpoint = bool(getattr(model, "checkpointing", False))
-        if not isinstance(checkpoint, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as a flag
-            raise TypeError(f"checkpoint must be True, False or None (the model's own strategy), got {checkpoint!r}")
+        checkpoint = _checkpointing(model, checkpoint)
         plan = Parallelisms(parallelisms).place(get_plan(stage))  # offload: where each buffer lives (device by default)
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
-                            f"get_optimizer('adam')), got {optimizer!r}")
-        if not hasattr(model, "layers") or not hasattr(model, "num_params"):
-            raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
-        if type(accumulation_steps) is not int or accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
-        optimizer.check_stage(plan.stage)
-        self.comm = get_comm_schedule(comm)
-        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
-        if self.clip_norm == "torch" and plan.sharded:
-            raise ValueError(f"clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds on a "
-                             f"rank; at stage {plan.stage} use clip_norm='shards' (the shards' sums, all-reduced)")
+        _check_arguments(model, optimizer, accumulation_steps, plan)
         self.model, self.cluster, self.stage_number, self.plan = model, cluster, plan.stage, plan
-        self.optimizer, self.precision = optimizer, get_precision(precision)
-        check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
-        self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
-        self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
+        self.optimizer, self.checkpoint, self.accumulation_steps = optimizer, checkpoint, accumulation_steps
         self.parallelisms = Parallelisms(parallelisms)  # beside data parallelism, through the contract
-        # the world, or the strategy's groups, cut from what the other parallelisms' dims leave (_groups.py)
-        self.groups = mesh_groups(plan, cluster, shard_group, **self.parallelisms.degrees)
-        self.dims = self.groups.dims  # ParallelDims: the degrees those groups come from
-        check_recipe(plan, self.recipe)
-        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
-        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
-        check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
-        check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
+        self._choose(precision, comm, clip_grad, clip_norm, recipe, shard_group, wire)  # formats, recipe, groups
         self.hooks = hooks if hooks is not None else Hooks()
         self.scaler = self.precision.make_scaler()  # the loss scale S of the next step, and its state machine
-        self.checkpoint, self.accumulation_steps = checkpoint, accumulation_steps
-        # _flat.py or _partition.py, over the world or (HSDP, MiCS) over each shard group
-        self.layout = layout_for(model, cluster.world_size, self.recipe, cluster.backend, self.groups.shard)
-        self.ops = schedule(model, checkpoint)  # the order one micro-batch visits the layers
-        self.end_reduction = plan.end_reduction(optimizer.elementwise)  # None: reduce-scattered unit by unit
-        check_engine_fits(model, cluster.world_size, cluster.local_size, plan.stage, optimizer, self.precision,
-                          cluster.backend.available_bytes(), self.recipe,
-                          self.groups.shard.size)  # before any large allocation
-        for rank in cluster.ranks if states is not None else ():
-            check_given(rank.index, plan, self.layout, self.precision, self.recipe, optimizer,
-                        states.get(rank.index, {}))
-        here = [r.index for r in cluster.ranks]
-        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
-        if own and params is not None:
-            raise ValueError(f"params= and a parallelism that gives every rank its own weights "
-                             f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")
-        # (Ψ,) float64 or float32: every rank's, or (tensor parallelism) each rank's own
-        padded = self._initial_padded(params) if states is None and len(own) < cluster.local_size else None
-        laid = {}  # one padded copy per distinct vector (the TP ranks of one slice share theirs)
-        for r, w in own.items():
-            own[r] = laid[id(w)] = laid[id(w)] if id(w) in laid else self._initial_padded(w)
-        if wire is not None:
-            if not isinstance(wire, Wire):
-                raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
-            wire.check(plan, self.layout, getattr(model, "specs", ()))
-            check_qgz_engine(wire, plan, self.recipe, self.precision, cluster, getattr(model, "specs", ()))
-        self.ctx = Context(cluster, plan, self.layout, self.precision, self.recipe, tuple(x.name for x in model.layers),
-                           groups=self.groups, bucket_limit=self.comm.reduce_bucket_size,
-                           params=tuple(registration(model.specs)), ddp_caps=self.comm.ddp.caps,
-                           wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
+        self._lay_out(states)  # how buffers are cut, the schedule; what fits and what was given, checked
+        own, padded = self._initial_weights(params, states)
+        self.ctx = self._context(wire)
         self.t = 0  # optimizer steps taken
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
@@ -185,6 +134,74 @@ class ZeroEngine:
         self.parallelisms.setup(self.ctx)
         for rank in cluster.ranks:
             rank.ledger.reset_peaks()
+
+    def _choose(self, precision, comm, clip_grad, clip_norm: str, recipe, shard_group, wire) -> None:
+        """The schedule, clipping, formats, gradient recipe and groups, each checked against the plan, the other
+        parallelisms and each other before anything is allocated."""
+        plan, optimizer, cluster = self.plan, self.optimizer, self.cluster
+        self.comm = get_comm_schedule(comm)
+        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
+        if self.clip_norm == "torch" and plan.sharded:
+            raise ValueError(f"clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds on a "
+                             f"rank; at stage {plan.stage} use clip_norm='shards' (the shards' sums, all-reduced)")
+        self.precision = get_precision(precision)
+        check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
+        self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
+        self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
+        # the plan on these ranks beside the other parallelisms' dims: its degrees (ParallelDims), its group, the
+        # nodes (multinode/_data_mesh.py)
+        self.mesh = DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, shard_group,
+                                **self.parallelisms.degrees)
+        self.groups = self.mesh.groups(cluster.world)  # the world, or the strategy's groups (_groups.py)
+        self.dims = self.mesh.dims  # ParallelDims: the degrees those groups come from
+        check_recipe(plan, self.recipe)
+        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
+        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
+        check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
+        check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
+
+    def _lay_out(self, states) -> None:
+        """How every sharded buffer is cut (_flat.py or _partition.py, over the world or each shard group), the order
+        one micro-batch visits the layers; refused before any large allocation if the model states cannot fit, or if
+        `states` were given in shapes the ranks would not allocate."""
+        model, cluster, plan = self.model, self.cluster, self.plan
+        self.layout = layout_for(model, cluster.world_size, self.recipe, cluster.backend, self.groups.shard)
+        self.ops = schedule(model, self.checkpoint)  # the order one micro-batch visits the layers
+        self.end_reduction = plan.end_reduction(self.optimizer.elementwise)  # None: reduce-scattered unit by unit
+        check_engine_fits(model, cluster.world_size, cluster.local_size, plan.stage, self.optimizer, self.precision,
+                          cluster.backend.available_bytes(), self.recipe, self.groups.shard.size)
+        for rank in cluster.ranks if states is not None else ():
+            check_given(rank.index, plan, self.layout, self.precision, self.recipe, self.optimizer,
+                        states.get(rank.index, {}))
+
+    def _initial_weights(self, params, states) -> tuple:
+        """({rank index: (Ψ,) padded weights} a parallelism gives ranks of their own (tensor parallelism: each TP
+        rank's slice), the (Ψ,) padded weights of every other rank, float64 or float32); neither when `states` are
+        given."""
+        here = [r.index for r in self.cluster.ranks]
+        own = {} if states is not None else self.parallelisms.initial_params(self.dims, here)
+        if own and params is not None:
+            raise ValueError(f"params= and a parallelism that gives every rank its own weights "
+                             f"({', '.join(m.name for m in self.parallelisms.members)}): give the weights to it")
+        padded = self._initial_padded(params) if states is None and len(own) < self.cluster.local_size else None
+        laid = {}  # one padded copy per distinct vector (the TP ranks of one slice share theirs)
+        for r, w in own.items():
+            own[r] = laid[id(w)] = laid[id(w)] if id(w) in laid else self._initial_padded(w)
+        return own, padded
+
+    def _context(self, wire) -> Context:
+        """The frozen record every helper of the step reads (_context.py), `wire` checked first."""
+        model, plan = self.model, self.plan
+        if wire is not None:
+            if not isinstance(wire, Wire):
+                raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
+            wire.check(plan, self.layout, getattr(model, "specs", ()))
+            check_qgz_engine(wire, plan, self.recipe, self.precision, self.cluster, getattr(model, "specs", ()))
+        names = tuple(x.name for x in model.layers)
+        return Context(self.cluster, plan, self.layout, self.precision, self.recipe, names, groups=self.groups,
+                       bucket_limit=self.comm.reduce_bucket_size, params=tuple(registration(model.specs)),
+                       ddp_caps=self.comm.ddp.caps,
+                       wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
 
     def _initial_padded(self, params) -> np.ndarray:
         """(Ψ,) the initial weights in the layout's shard order, zero padding: float64, or float32 when they are
@@ -320,6 +337,28 @@ class ZeroEngine:
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
         first = self.groups.shard.members[0]  # one shard group holds every shard once (the others: replicas)
         return np.array(self.layout.unarrange(np.concatenate([held[r] for r in first])))
+
+
+def _checkpointing(model, checkpoint) -> bool:
+    """Whether activations are recomputed: `checkpoint`, or the model's own strategy when None (GPT(checkpoint=
+    "block") checkpoints without being told twice)."""
+    if checkpoint is None:
+        checkpoint = bool(getattr(model, "checkpointing", False))
+    if not isinstance(checkpoint, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as a flag
+        raise TypeError(f"checkpoint must be True, False or None (the model's own strategy), got {checkpoint!r}")
+    return checkpoint
+
+
+def _check_arguments(model, optimizer, accumulation_steps, plan) -> None:
+    """The optimizer, the model and K are what the engine can run, and the optimizer runs at the plan's stage."""
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError("optimizer must be a zerosim.optim optimizer (e.g. Adam(lr=1e-3) or "
+                        f"get_optimizer('adam')), got {optimizer!r}")
+    if not hasattr(model, "layers") or not hasattr(model, "num_params"):
+        raise TypeError(f"model must be a zerosim.models.Model (e.g. MLP([16, 64, 4])), got {model!r}")
+    if type(accumulation_steps) is not int or accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
+    optimizer.check_stage(plan.stage)
 
 
 def _free_transients(ranks) -> None:

@@ -67,14 +67,13 @@ class ParamFetcher:
         _, layer, kind = self.uses[u]
         if kind == "backward" and self.comm.prefetch_after_compute:
             self._prefetch(u)
-        after = self.ctx.plan.after_forward
-        if kind == "forward" and after == "keep":  # reshard_after_forward=False: gathered until its backward use
+        after = self.ctx.plan.reshard
+        if kind == "forward" and after.keeps_whole:  # reshard_after_forward=False: gathered until its backward use
             backward = [v for v in range(u + 1, len(self.uses)) if self.uses[v][1:] == (layer, "backward")]
             self.needed_at[layer] = max(self.needed_at.get(layer, -1), backward[0] if backward else u)
         if self.needed_at.get(layer, -1) > u or self._reused_soon(u, layer):
             return
-        if kind == "forward" and after.startswith("piece") and secondary_name(layer) not in \
-                self.ctx.ranks[0].ledger.live:
+        if kind == "forward" and after.keeps_piece and secondary_name(layer) not in self.ctx.ranks[0].ledger.live:
             keep_secondary(self.ctx, layer)  # hpZ / FSDP2's int: the piece later gathers come from
         release(self.ctx, layer)
         del self.live[layer]

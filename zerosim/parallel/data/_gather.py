@@ -96,7 +96,7 @@ def _from_secondary(ctx, layer: int, tag: str):
     per_position = tuple(sum(counts[p * m:(p + 1) * m]) for p in range(secondary.size))
     pieces = [rank.ledger.get(secondary_name(layer)).array for rank in ctx.ranks]
     windows = all_gather(ctx.cluster, pieces, counts=per_position, tag=tag + " (secondary)", group=secondary)
-    if ctx.plan.after_forward == "piece until backward":  # FSDP2: to_unsharded frees the post-forward piece
+    if ctx.plan.reshard.piece_until_backward:  # FSDP2: to_unsharded frees the post-forward piece
         for rank in ctx.ranks:
             rank.ledger.free(secondary_name(layer))
     return windows

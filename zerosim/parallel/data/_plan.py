@@ -59,6 +59,31 @@ MICS_RELEASE = "DeepSpeed <= 0.19.6 (removed in 0.19.7)"  # runtime/config.py: _
 
 
 @dataclass(frozen=True)
+class AfterForward:
+    """What a gathered unit becomes once forward used it (FSDP2's `reshard_after_forward`): the helpers read these
+    answers (_fetch.py, _gather.py), never the name."""
+
+    name: str
+    keeps_whole: bool = False  # gathered until its backward use: reshard_after_forward=False (no backward gather)
+    keeps_piece: bool = False  # a 1/S secondary piece, from which backward gathers within a group of S
+    piece_until_backward: bool = False  # ... freed by that gather (FSDP2's to_unsharded); else kept until the step
+
+
+AFTER_FORWARD = {
+    a.name: a
+    for a in (
+        AfterForward("free"),  # FSDP2's reshard_after_forward=True, ZeRO-3's default: gathered again in backward
+        AfterForward("keep", keeps_whole=True),  # reshard_after_forward=False: FSDP2's post_forward skips the reshard
+        AfterForward("piece until backward", keeps_piece=True, piece_until_backward=True),  # reshard_after_forward=S
+        AfterForward("piece until step", keeps_piece=True),  # ZeRO++ hpZ: the secondary partition lives to the step
+    )
+}
+# how the replicas of a shard agree (HSDP, MiCS): parallel/data/multinode/_replicate.py AGREEMENTS holds each one's
+# functions; None: one copy of each shard, nothing to agree on
+REPLICATIONS = (None, "each micro-step", "last micro-step", "accumulated")
+
+
+@dataclass(frozen=True)
 class Plan:
     """One stage: which model states each rank holds as a 1/N shard, and when it communicates."""
 
@@ -81,6 +106,17 @@ class Plan:
     release: str = ""  # which releases of that framework have it, where not all do (docs/frameworks.md)
     # where each buffer lives: ((buffer, tier), ...) for the PLACED buffers not on the device (parallel/offload sets it)
     placement: tuple = field(default=(), repr=False)
+
+    def __post_init__(self):
+        if self.after_forward not in AFTER_FORWARD:
+            raise ValueError(f"after_forward must be one of {tuple(AFTER_FORWARD)}, got {self.after_forward!r}")
+        if self.replicate not in REPLICATIONS:
+            raise ValueError(f"replicate must be one of {REPLICATIONS}, got {self.replicate!r}")
+
+    @property
+    def reshard(self) -> AfterForward:
+        """What a gathered unit becomes after its forward use (`after_forward`, as a record)."""
+        return AFTER_FORWARD[self.after_forward]
 
     def where(self, buffer: str) -> str:
         """The memory tier `buffer` (one of PLACED) lives on: "device" unless the placement says "host" or "nvme"."""
@@ -130,7 +166,7 @@ class Plan:
     @property
     def uses_groups(self) -> bool:
         """True when the plan needs a group size (S): shards over groups, or keeps a secondary piece."""
-        return self.sharded_over != "world" or self.after_forward.startswith("piece")
+        return self.sharded_over != "world" or self.reshard.keeps_piece
 
 
 PLANS = {
@@ -162,7 +198,9 @@ STRATEGIES = {
 
 def get_plan(stage) -> Plan:
     """The plan of ZeRO `stage` (0-3), or of a strategy by name (STRATEGIES: "hsdp", "mics", "hpz", ...); a
-    ValueError naming what there is otherwise."""
+    ValueError naming what there is otherwise. A Plan is its own plan."""
+    if isinstance(stage, Plan):
+        return stage
     if isinstance(stage, str) and stage in STRATEGIES:
         return STRATEGIES[stage]
     if type(stage) is not int or stage not in PLANS:

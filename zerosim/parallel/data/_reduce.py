@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
-from zerosim.parallel.data.multinode import _replicate as replicate
+from zerosim.parallel.data.multinode._replicate import AGREEMENTS
 from zerosim.parallel.data.recipes import _averaging as averaging
 from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
 from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
@@ -79,68 +79,113 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
     element keeps its owner and its ring order, so a bucket changes no bit.
 
     Over shard groups (HSDP, MiCS) the reduce-scatter runs within each, and the replicas then agree as the plan
-    says (_replicate.py): HSDP all-reduces the piece each micro-step (or keeps partial sums until the `last`),
-    MiCS all-reduces the accumulated piece on the `last` micro-step."""
-    if ctx.recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-2's default path, in ready order
-        mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
-        return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
-    layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
-    layers = sorted(layer for layer in layers if layout.windows[layer][1] > layout.windows[layer][0])
+    says (_replicate.py AGREEMENTS): HSDP all-reduces the piece each micro-step (or keeps partial sums until the
+    `last`), MiCS all-reduces the accumulated piece on the `last` micro-step. The recipe's collective picks the
+    path (UNIT_REDUCTIONS): DeepSpeed ZeRO-2's bucket all-reduce, or the reduce-scatter to the owners."""
+    return UNIT_REDUCTIONS[ctx.recipe.rules.collective](ctx, layers, first, last)
+
+
+def _bucket_all_reduce_units(ctx, layers: list, first: bool, last: bool) -> Handle:
+    """DeepSpeed ZeRO-2's default path: the units' parameters in ready order, each bucket all-reduced whole."""
+    mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
+    return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
+
+
+def _scatter_units(ctx, layers: list, first: bool, last: bool) -> Handle:
+    """The reduce-scatter to the owners: the units' gradients as one send (or ZeRO++ qgZ's, parameter by
+    parameter), each rank's piece accumulated into its shard, the replicas agreeing, the units' buffers freed."""
+    layers = _adjacent(ctx.layout, layers)
     if not layers:
         return Handle()
-    lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
-    if sum(layout.windows[x][1] - layout.windows[x][0] for x in layers) != hi - lo:
-        raise ValueError(f"a gradient bucket must hold units adjacent in the flat buffer, got layers {layers}")
-    held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ranks]
+    held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ctx.ranks]
     if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
         handle = reduce_params_qgz(ctx, layers, held, first)
-        for h in held:
-            for buf in h:
-                buf.free()
+        _free(held)
         return handle
+    sends, bucket = _bucket(ctx, layers, held)
+    handle, interleaved = _scatter_and_keep(ctx, layers, sends, first, last)
+    _free((held if bucket is None else [[b] for b in bucket]) + [interleaved])
+    return handle
+
+
+UNIT_REDUCTIONS = {  # Recipe.collective -> how a bucket of units leaves its ranks at stages 2/3
+    "reduce-scatter": _scatter_units,
+    "bucket all-reduce": _bucket_all_reduce_units,
+    "aligned all-reduce": _scatter_units,  # (BF16_Optimizer runs at stage 1 only: never here)
+}
+
+
+def _adjacent(layout, layers: list) -> list:
+    """The units of `layers` that have gradients, sorted; refused unless their windows are adjacent."""
+    layers = sorted(layer for layer in layers if layout.windows[layer][1] > layout.windows[layer][0])
+    if layers:
+        lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
+        if sum(layout.windows[x][1] - layout.windows[x][0] for x in layers) != hi - lo:
+            raise ValueError(f"a gradient bucket must hold units adjacent in the flat buffer, got layers {layers}")
+    return layers
+
+
+def _bucket(ctx, layers: list, held: list) -> tuple:
+    """(what each rank sends, the bucket buffers or None): one unit's own gradients, or several units' side by side
+    in a bucket of their joint window (their own buffers freed once copied)."""
     if len(layers) == 1:
-        sends, bucket = [h[0].array for h in held], None
-    else:
-        # (hi-lo,) compute fmt per rank: the units' gradients side by side, as DeepSpeed copies them into its
-        # ipg bucket (stage_1_and_2.py, reduce_independent_p_g_buckets_and_remove_grads). NOTE: DeepSpeed keeps
-        # one (two with overlap_comm) reduce_bucket_size buffer for the whole run; here only waiting grads count.
-        bucket = [rank.ledger.alloc("grad bucket", hi - lo, h[0].array.dtype, "grads") for rank, h in zip(ranks, held)]
-        for b, h in zip(bucket, held):
-            for x, buf in zip(layers, h):
-                a, z = layout.windows[x]
-                b.array[a - lo : z - lo] = buf.array
-                buf.free()
-        sends = [b.array for b in bucket]
+        return [h[0].array for h in held], None
+    layout = ctx.layout
+    lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
+    # (hi-lo,) compute fmt per rank: the units' gradients side by side, as DeepSpeed copies them into its
+    # ipg bucket (stage_1_and_2.py, reduce_independent_p_g_buckets_and_remove_grads). NOTE: DeepSpeed keeps
+    # one (two with overlap_comm) reduce_bucket_size buffer for the whole run; here only waiting grads count.
+    bucket = [rank.ledger.alloc("grad bucket", hi - lo, h[0].array.dtype, "grads") for rank, h in zip(ctx.ranks, held)]
+    for b, h in zip(bucket, held):
+        for x, buf in zip(layers, h):
+            a, z = layout.windows[x]
+            b.array[a - lo : z - lo] = buf.array
+            buf.free()
+    return [b.array for b in bucket], bucket
+
+
+def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -> tuple:
+    """The reduce-scatter of `sends` (the units' joint window [lo, hi) on every rank) within the shard groups, the
+    replicas' agreement (_replicate.py AGREEMENTS), and each rank's piece accumulated into its gradient shard.
+    Returns (the handle, the interleaved staging buffers for the caller to free)."""
+    layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
+    lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
     staged = [layout.staged_for_wire(lo, hi, x, lambda n, dtype, r=rank: r.ledger.alloc("grads (interleaved)", n, dtype,
                                                                                         "grads"))
               for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
     sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
     places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in ranks]  # views of shards
-    n, wire, how = ctx.mesh.world.size, policy.reduce_format, ctx.plan.replicate  # N: the data-parallel ranks
+    n, wire, agree = ctx.mesh.world.size, policy.reduce_format, AGREEMENTS[ctx.plan.replicate]  # N: data-parallel
     op = averaging.reduce_op(policy, n, recipe)
     kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives
-    direct = first and kept and places[0].dtype == wire.dtype and how is None  # the result lands in the shard itself
+    # the result lands in the shard itself: the first piece, kept as reduced, in the shard's dtype, one copy of it
+    direct = first and kept and places[0].dtype == wire.dtype and ctx.plan.replicate is None
     name = " + ".join(ctx.names[x] for x in reversed(layers)) + " grads"
     with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
         pieces = reduce_scatter(ctx.cluster, sends, op=op, wire=wire, counts=layout.range_counts(lo, hi), tag=name,
                                 out=places if direct else None, group=ctx.mesh.shard)
         handle, q = pieces.handle, layout.owned_range(lo, hi, ranks[0].index)  # equal partitions: one q for all
-        if how == "each micro-step":  # HSDP: the replicas all-reduce the piece now, at reduce_dtype
-            pieces, more = replicate.each_micro_step(ctx, pieces, q, name)
-            handle += more
-        elif how == "last micro-step":  # HSDP, set_requires_all_reduce(False): partial sums until the last
-            pieces, more = replicate.partial_sums(ctx, pieces, q, first, last, name)
-            handle, first = handle + more, True  # the gradient is kept once, on the last micro-step
+        pieces, more, first = agree.after_scatter(ctx, pieces, q, first, last, name)  # HSDP: the replicas' all-reduce
+        handle += more
     for place, piece in zip(places, pieces if pieces is not None else ()):
         if not direct:
             averaging.accumulate(place, averaging.after_reduce(piece, policy, n, recipe), first)
-    if how == "accumulated" and last:  # MiCS: at the boundary the replicas all-reduce what they accumulated
+    if agree.at_boundary is not None and last:  # MiCS: at the boundary the replicas all-reduce what they accumulated
         with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
-            handle += replicate.at_boundary(ctx, tuple(layers), q, name)
-    for h in (held if bucket is None else [[b] for b in bucket]) + [interleaved]:
+            handle += agree.at_boundary(ctx, tuple(layers), q, name)
+    return handle, interleaved
+
+
+def _free(buffers: list) -> None:
+    """Seed 004 stage 2, step 1c: a unit's gradients are freed as soon as they were sent."""
+    for h in buffers:
         for buf in h:
-            buf.free()  # seed 004 stage 2, step 1c: freed at once
-    return handle
+            buf.free()
+
+
+END_OF_BACKWARD = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter}  # Plan.end_of_backward -> the call
+OWN_CHUNK_MAPS = {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}  # GradientRecipe.allreduce -> its all-reduce
+#                                                                     ("ring": END_OF_BACKWARD's, over the shards)
 
 
 def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
@@ -157,14 +202,13 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     op = averaging.reduce_op(policy, n, recipe)
     whole = (lo, hi) == (0, layout.padded)
     counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
+    own_map = OWN_CHUNK_MAPS.get(recipe.allreduce) if how == "all_reduce" else None
     with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
-        if how == "all_reduce" and recipe.allreduce in ("nccl", "gloo"):  # their own chunk maps, over P elements
+        if own_map is not None:  # NCCL's and gloo's all-reduce: their own chunk maps, over the P elements
             hi = layout.num_params  # (the padding [P, Ψ) is zero on every rank and stays so)
-            collective = nccl_all_reduce if recipe.allreduce == "nccl" else gloo_all_reduce
-            out = collective(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
+            out = own_map(cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads")
         else:
-            collective = all_reduce if how == "all_reduce" else reduce_scatter
-            out = collective(
+            out = END_OF_BACKWARD[how](
                 cluster, [r.grads.array[lo:hi] for r in ranks], op=op, wire=wire, tag="grads", counts=counts,
                 group=group,
             )

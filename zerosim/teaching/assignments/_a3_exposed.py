@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from zerosim.teaching.exercises._grading import Counterexample
+from zerosim.teaching.assignments._parts import Misconception, wrong
 
 HANDOUT = """
 (c) How much of that communication is exposed? A forward pass over layers 0..L-1: layer i's parameters are
@@ -85,8 +85,20 @@ def check(fn, case) -> None:
     # The same durations on both sides, added in different orders: a right answer differs from the timeline's by a
     # few roundings of numbers ~1e-4 s (under 1e-18 s); a wrong schedule is off by a whole gather or compute (µs).
     if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15):
-        raise Counterexample(f"you predicted {got!r} s of exposed communication; zerosim's timeline of this pass "
-                             f"(compute_s {_us(case['compute_s'])}, gather_s {_us(case['gather_s'])}) has {want!r} s")
+        named = next((m for m in MISCONCEPTIONS if isinstance(got, (int, float))
+                      and math.isclose(got, m.output(case), rel_tol=1e-9, abs_tol=1e-15)), None)
+        raise wrong(f"you predicted {got!r} s of exposed communication; zerosim's timeline of this pass "
+                    f"(compute_s {_us(case['compute_s'])}, gather_s {_us(case['gather_s'])}) has {want!r} s", named)
+
+
+MISCONCEPTIONS = (
+    Misconception("prefetch_hides_all_but_the_first", "with prefetch you counted only the first gather as exposed: "
+                  "true only while every compute outlasts the gather issued beside it; a longer gather shows past it, "
+                  "and the gathers queue on one stream", lambda c: c["gather_s"][0] if c["prefetch"] else -1.0),
+    Misconception("prefetch_hides_nothing", "with prefetch you counted every gather as exposed, as without it: the "
+                  "gather issued ahead runs while the layer before computes", lambda c: sum(c["gather_s"])
+                  if c["prefetch"] and len(c["gather_s"]) > 1 else -1.0),
+)
 
 
 def _us(seconds) -> str:

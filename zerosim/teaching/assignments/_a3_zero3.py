@@ -1,7 +1,11 @@
-"""Assignment 3 (a week): ZeRO-3 with prefetch. Gather one layer's parameters from every rank's shard, then predict
-the peak of gathered parameters a rank holds with and without prefetching the next layer, graded against the meta
-backend's ledger (the engine's own ZeRO-3 step), and the exposed communication of a forward pass with and without
-prefetch, graded against zerosim's timeline (_a3_exposed.py).
+"""Assignment 3 (a week, ~9 h): ZeRO-3 with prefetch. Predict how many gathers a step makes and the peak of gathered
+parameters with and without prefetch; gather one layer's parameters from every rank's shard; compute a forward
+pass's exposed communication with and without prefetch; explain.
+
+Graded against the engine itself: the gathers against its trace, the peak against the meta backend's ledger (the
+engine's own ZeRO-3 step), the gather against zerosim's all-gather, the exposed communication against zerosim's
+timeline (_a3_exposed.py). A wrong answer that equals what a known misconception gives (seed 003's "2L − 1", the
+two largest layers, one gather per rank, ...) is named.
 """
 
 from __future__ import annotations
@@ -11,37 +15,9 @@ import math
 import numpy as np
 
 from zerosim.teaching.assignments import _a3_exposed as a3_exposed
-from zerosim.teaching.assignments._assignment import Assignment, GradedTest, cases_of
+from zerosim.teaching.assignments._assignment import Assignment
+from zerosim.teaching.assignments._parts import Misconception, Part, diagnose, handout_points, tests_of, wrong
 from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference
-
-HANDOUT = """\
-# Assignment 3: ZeRO-3, one layer at a time, and what prefetching costs
-
-At ZeRO-3 no rank holds the whole model: before a layer runs, every rank all-gathers it from the shards, and
-frees it after. Prefetching gathers the next layer while this one computes — it hides communication, and costs
-memory. You will write the gather, then predict the memory it costs, then measure the time it saves.
-
-**Read first:** notebook 05 (time and overlap), seed 003, `zerosim timeline --help`.
-
-## 1. Predict
-A model of layers with n_1, ..., n_L parameters (fp16, 2 bytes each) is flattened into one buffer, padded to a
-multiple of N and cut into N equal shards; a layer may straddle two shards. During a ZeRO-3 step, what is the most
-fp16 parameter memory one rank holds at once — its own shard plus what is gathered — (a) gathering one layer at a
-time, (b) gathering the next layer ahead in forward and backward (prefetch 1)? Write
-`predict_params_peak(layer_sizes, N, prefetch)`.
-""" + a3_exposed.HANDOUT + """
-## 2. Run
-* `gather_layer(shards, start, stop, all_gather)`: `shards[r]` is rank r's (s,) shard of the padded flat buffer;
-  the layer is elements [start, stop) of that buffer. Use **one** `all_gather` call (it takes one array per rank
-  and gives each rank the concatenation) and return, for every rank, the layer's `stop - start` values.
-* Measure: `zerosim timeline --model llama-2-7b --ranks 64 --stage 3 --gpus-per-node 8` and the same with
-  `--forward-prefetch --backward-prefetch pre`; and `zerosim memory` for the peaks. Check your prediction of (a)
-  and (b) against rank 0's peak of params.
-
-## 3. Explain
-How much exposed communication did prefetch hide, and how many bytes did it cost? When does it stop paying
-(`zerosim timeline --sweep`)? Seed 003 counts "2·L − 1 extra gathers": how many does the trace show, and why?
-"""
 
 STARTER = '''\
 """Assignment 3: ZeRO-3. See `zerosim assignment show 3`."""
@@ -51,6 +27,12 @@ import numpy as np
 def gather_layer(shards, start, stop, all_gather):
     """shards: N (s,) arrays, rank r's shard of the padded flat parameter buffer. The layer is [start, stop) of
     that buffer. all_gather(arrays) -> one array per rank, the concatenation. Return N arrays of stop - start."""
+    raise NotImplementedError
+
+
+def predict_gathers(layers, checkpoint):
+    """How many all-gathers one ZeRO-3 step makes for an MLP of `layers` linear layers (ReLU between them, no
+    parameters there), with activation checkpointing on (True) or off (False)."""
     raise NotImplementedError
 
 
@@ -93,14 +75,16 @@ def _check_gather(fn, case):
 
     got = fn(shards, case["start"], case["stop"], gather)
     if len(calls) != 1:
-        raise Counterexample(f"all_gather was called {len(calls)} times; one call gathers the layer")
+        named = (GATHER_MISCONCEPTIONS[1] if not calls else GATHER_MISCONCEPTIONS[0] if len(calls) == n and n > 1
+                 else None)
+        raise wrong(f"all_gather was called {len(calls)} times; one call gathers the layer", named)
     want = flat[case["start"]:case["stop"]]
     if not isinstance(got, (list, tuple)) or len(got) != n:
         raise Counterexample(f"want a list of {n} arrays, one per rank; got {type(got).__name__}")
     for r, g in enumerate(got):
         problem = first_difference(np.asarray(g), want, f"rank {r}'s layer")
         if problem:
-            raise Counterexample(problem)
+            raise wrong(problem, diagnose(list(got), case, GATHER_MISCONCEPTIONS[1:], _same_lists))
 
 
 def _peak_cases():
@@ -128,30 +112,147 @@ def _check_peak(fn, case):
     want = row["peak_by_kind"]["params"]
     got = fn(list(case["sizes"]), case["N"], p)
     if got != want:
-        raise Counterexample(f"you predicted {got!r} bytes; rank 0's ledger peaked at {want} bytes of params")
+        raise wrong(f"you predicted {got!r} bytes; rank 0's ledger peaked at {want} bytes of params",
+                    next((m for m in PEAK_MISCONCEPTIONS if m.output(case) == got), None))
 
+
+
+
+def _same_lists(a, b) -> bool:
+    if not isinstance(a, (list, tuple)) or len(a) != len(b):
+        return False
+    return all(np.asarray(x).shape == np.asarray(y).shape and np.array_equal(np.asarray(x), np.asarray(y))
+               for x, y in zip(a, b))
+
+
+def _own_shard_only(case):
+    """What a learner who slices each rank's own shard (no gather) returns."""
+    n, s, flat = case["n"], case["s"], case["flat"]
+    return [flat[r * s:(r + 1) * s][max(0, case["start"] - r * s):max(0, case["stop"] - r * s)] for r in range(n)]
+
+
+GATHER_MISCONCEPTIONS = (
+    Misconception("gathers_per_rank", "you called all_gather once per rank: it is one collective over every rank at "
+                  "once (each rank's call is the same call)", lambda case: None),
+    Misconception("own_shard_only", "each rank sliced its own shard instead of gathering: right only while a layer "
+                  "lies inside one rank's shard; a layer may straddle two or more", _own_shard_only),
+)
+
+
+def _peak_of(sizes, n, live):
+    return 2 * (-(-sum(sizes) // n) + live)
+
+
+PEAK_MISCONCEPTIONS = (
+    Misconception("prefetch_two_largest", "with prefetch you held the two largest layers; the ledger holds a layer "
+                  "and its neighbour (the next in forward, the previous in backward): the largest *neighbouring* pair",
+                  lambda c: _peak_of(c["sizes"], c["N"], sum(sorted(c["sizes"])[-2:])) if c["prefetch"] else None),
+    Misconception("no_padding", "you left out the padding: the shard is ceil(P / N), the flat buffer padded to a "
+                  "multiple of N",
+                  lambda c: 2 * (sum(c["sizes"]) // c["N"] + (max(c["sizes"]) if not c["prefetch"] else max(
+                      [c["sizes"][0]] + [a + b for a, b in zip(c["sizes"], c["sizes"][1:])])))),
+)
+
+
+def _gathers_cases():
+    yield {"what": "2 layers, no checkpointing", "layers": 2, "checkpoint": False}
+    yield {"what": "2 layers, checkpointing", "layers": 2, "checkpoint": True}
+    yield {"what": "3 layers, checkpointing", "layers": 3, "checkpoint": True}
+    yield {"what": "5 layers, no checkpointing", "layers": 5, "checkpoint": False}
+    yield {"what": "6 layers, checkpointing", "layers": 6, "checkpoint": True}
+
+
+def _gathers(layers: int, checkpoint: bool, stage: int = 3) -> int:
+    """All-gather calls in one step of an MLP of `layers` linear layers on 2 ranks (the engine's trace)."""
+    from zerosim.cluster import Call, Cluster
+    from zerosim.models import MLP, make_regression
+    from zerosim.optim import Adam
+    from zerosim.parallel.data import ZeroEngine
+
+    widths = [4] * (layers + 1)
+    cluster = Cluster(2)
+    engine = ZeroEngine(MLP(widths), cluster, stage, Adam(), "fp16-mixed", checkpoint=checkpoint)
+    engine.step(make_regression(np.random.default_rng(0), 2, 2, widths))
+    return sum(c.collective == "all_gather" for c in cluster.trace.of_type(Call))
+
+
+def _check_gathers(fn, case):
+    from zerosim.teaching._predict import judge
+
+    L, ck = case["layers"], case["checkpoint"]
+    verdict = judge(fn(L, ck), _gathers(L, ck), why="each linear layer is gathered before its forward and again "
+                    "before its backward (2L); checkpointing re-runs every layer's forward but the last's in "
+                    "backward, and each re-run gathers again (3L − 1). A ReLU has no parameters: nothing to gather",
+                    wrong=((2 * L - 1, "seed 003's 2·L − 1: that counts the gathers ZeRO-3 adds over ZeRO-2 (which "
+                            "makes one, its refresh), not all of them."),
+                           (3 * L, "every layer recomputed, the last one too: its input is kept, it is not re-run."),
+                           (2 * L if ck else 3 * L - 1, "the other setting's count: with checkpointing every layer but "
+                            "the last is gathered a third time, for its recompute.")))
+    if not verdict.right:
+        raise Counterexample(verdict.message.replace("\n", " "))
 
 GATHER = Exercise("gather_layer", "gather one layer from every rank's shard, in one all-gather", "gather_layer", "",
                   STARTER, "", cases=_gather_cases, check=_check_gather)
 PEAK = Exercise("predict_params_peak", "the peak of parameters with and without prefetch, measured",
                 "predict_params_peak", "", STARTER, "", cases=_peak_cases, check=_check_peak)
-GATHER_VISIBLE = cases_of(GATHER, slice(0, 5), "gather_layer (visible)")
-GATHER_HIDDEN = cases_of(GATHER, slice(5, None), "gather_layer (hidden: padding, three shards, one rank)")
+GATHERS = Exercise("predict_gathers", "how many all-gathers a ZeRO-3 step makes, counted in the trace",
+                   "predict_gathers", "", STARTER, "", cases=_gathers_cases, check=_check_gathers)
 EXPOSED = Exercise("exposed_comm", "the exposed communication of a forward pass with and without prefetch, timed",
                    "exposed_comm", "", STARTER, "", cases=a3_exposed.cases, check=a3_exposed.check)
-PEAK_VISIBLE = cases_of(PEAK, slice(0, 2), "predict_params_peak (visible)")
-PEAK_HIDDEN = cases_of(PEAK, slice(2, None), "predict_params_peak (hidden: padding, one layer, one rank)")
-EXPOSED_VISIBLE = cases_of(EXPOSED, slice(0, 2), "exposed_comm (visible)")
-EXPOSED_HIDDEN = cases_of(EXPOSED, slice(2, None), "exposed_comm (hidden: communication-bound, one layer, "
-                                                   "compute-bound, a large gather, five layers)")
 
-ASSIGNMENT = Assignment(3, "ZeRO-3 with prefetch: gather a layer; predict the peak and the exposed communication",
-                        HANDOUT, STARTER, tuple(
-    GradedTest(ex, pts, vis, f"{__name__}:{name}") for name, ex, pts, vis in (
-        ("GATHER_VISIBLE", GATHER_VISIBLE, 2, "visible"),
-        ("PEAK_VISIBLE", PEAK_VISIBLE, 2, "visible"),
-        ("EXPOSED_VISIBLE", EXPOSED_VISIBLE, 2, "visible"),
-        ("GATHER_HIDDEN", GATHER_HIDDEN, 2, "after_published"),
-        ("PEAK_HIDDEN", PEAK_HIDDEN, 4, "after_published"),
-        ("EXPOSED_HIDDEN", EXPOSED_HIDDEN, 3, "after_published"),
-    )), "a3_zero3.py")
+V, H = "visible", "after_published"
+PARTS = (
+    Part("A", "Predict: the gathers a step makes and the peak of gathered params (checked when you submit)", 2.5,
+         tests_of(__name__, globals(), "GATHERS", GATHERS, [(slice(0, 2), 1, V), (slice(2, 5), 1, V)])
+         + tests_of(__name__, globals(), "PEAK", PEAK, [(slice(0, 1), 1, V), (slice(1, 2), 1, V), (slice(2, 4), 1, V),
+                                                        (slice(4, 6), 1, V)])),
+    Part("B", "Gather a layer from the shards, in one all-gather", 2.0,
+         tests_of(__name__, globals(), "GATHER", GATHER, [(slice(0, 5), 1, V), (slice(5, 9), 1, H),
+                                                          (slice(9, None), 1, H)])),
+    Part("C", "The exposed communication of a forward pass, with and without prefetch", 3.0,
+         tests_of(__name__, globals(), "EXPOSED", EXPOSED,
+                  [(slice(0, 1), 1, V), (slice(1, 2), 1, V), (slice(2, 4), 1, H), (slice(4, None), 1, H)])),
+    Part("D", "Measure and explain (a page, graded by hand)", 1.5, (), written=True),
+)
+
+HANDOUT = f"""\
+# Assignment 3: ZeRO-3, one layer at a time, and what prefetching costs
+
+At ZeRO-3 no rank holds the whole model: before a layer runs, every rank all-gathers it from the shards, and
+frees it after. Prefetching gathers the next layer while this one computes — it hides communication, and costs
+memory. You will predict how many gathers a step makes and the memory they cost, write the gather, then compute the
+time prefetching saves. Plan on about nine hours.
+
+**Read first:** notebook 01's stage 3 (`notebooks/01_worked_example.ipynb`: its 46 B and the 16 B / 12 B each GPU
+sends), notebook 05 (time and overlap), `docs/glossary.md` (unit, prefetch, exposed), `zerosim timeline --help`;
+the seeds' claims this assignment tests are rows of `docs/seeds.md`.
+
+{handout_points(PARTS)}
+
+Start with `zerosim assignment starter 3 > a3_zero3.py`; `zerosim assignment check 3 --file a3_zero3.py` runs the
+visible tests. A wrong answer that matches a known mistake is named: "Misconception 'prefetch_two_largest': ...".
+
+## A. Predict
+* `predict_gathers(layers, checkpoint)`: how many all-gathers does one ZeRO-3 step make for an MLP of `layers` linear
+  layers, with and without activation checkpointing? Seed 003 says "ZeRO-3 requires 2·num_layers − 1 additional calls
+  to all_gather": additional to what?
+* `predict_params_peak(layer_sizes, N, prefetch)`: a model of layers with n_1, ..., n_L parameters (fp16, 2 bytes
+  each) is flattened into one buffer, padded to a multiple of N and cut into N equal shards; a layer may straddle two
+  shards. During a ZeRO-3 step, what is the most fp16 parameter memory one rank holds at once — its own shard plus
+  what is gathered — (a) gathering one layer at a time, (b) gathering the next layer ahead in forward and backward
+  (prefetch 1)?
+
+## B. Gather a layer
+`gather_layer(shards, start, stop, all_gather)`: `shards[r]` is rank r's (s,) shard of the padded flat buffer; the
+layer is elements [start, stop) of that buffer. Use **one** `all_gather` call (it takes one array per rank and gives
+each rank the concatenation) and return, for every rank, the layer's `stop - start` values.
+{a3_exposed.HANDOUT}
+## D. Measure and explain (a page, in your write-up)
+Run `zerosim timeline --model llama-2-7b --ranks 64 --stage 3 --gpus-per-node 8` and the same with
+`--forward-prefetch --backward-prefetch pre`, and `zerosim memory` for the peaks. How much exposed communication
+did prefetch hide, and how many bytes did it cost? When does it stop paying (`zerosim timeline --sweep`)? Why does
+GPU 0 of seed 004 send 16 B at stage 3 while GPU 1 sends 12 B, when the formula 3Ψ(N − 1)/N says 12 B each?
+"""
+
+ASSIGNMENT = Assignment(3, "ZeRO-3 with prefetch: predict the gathers and the peak; gather a layer; time the overlap",
+                        HANDOUT, STARTER, tuple(t for p in PARTS for t in p.tests), "a3_zero3.py", parts=PARTS)

@@ -38,6 +38,7 @@ class Assignment:
     starter: str  # the file a student starts from: every function's signature and docstring
     tests: tuple  # GradedTest, in the order the grade lists them
     files: str  # the name the student's file takes ("a1_ring.py")
+    parts: tuple = ()  # _parts.Part: the handout's parts, each with its tests, hours and points
 
     @property
     def max_score(self) -> float:

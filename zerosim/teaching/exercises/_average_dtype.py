@@ -33,22 +33,10 @@ def average(summed, world_size):
 # instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
 SOLUTION = ""
 
-PLANTED = {
-    "divides in 16 bits": '''\
-import numpy as np
-
-
-def average(summed, world_size):
-    return (summed / world_size).astype(np.float32)
-''',
-    "sums, never divides": '''\
-import numpy as np
-
-
-def average(summed, world_size):
-    return summed.astype(np.float32)
-''',
-}
+# The planted bugs' sources are withheld with the reference (they are the reference less one line): the
+# instructor kit has them (course/instructor/exercises/average_dtype/, `zerosim exercise check --planted`
+# finds them there when the kit is installed). Their names stay: they say what the grader catches.
+PLANTED = dict.fromkeys(['divides in 16 bits', 'sums, never divides'], "")
 
 CASES = [
     {"stage": 1, "n": 2, "widths": (3, 4, 2)},

@@ -34,19 +34,10 @@ def refresh(params, shard_size, all_gather):
 # instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
 SOLUTION = ""
 
-PLANTED = {
-    "everyone sends shard 0": '''\
-def refresh(params, shard_size, all_gather):
-    own = [p[:shard_size] for p in params]
-    for p, whole in zip(params, all_gather(own)):
-        p[...] = whole
-''',
-    "never writes back": '''\
-def refresh(params, shard_size, all_gather):
-    own = [p[r * shard_size:(r + 1) * shard_size] for r, p in enumerate(params)]
-    return all_gather(own)
-''',
-}
+# The planted bugs' sources are withheld with the reference (they are the reference less one line): the
+# instructor kit has them (course/instructor/exercises/refresh_params/, `zerosim exercise check --planted`
+# finds them there when the kit is installed). Their names stay: they say what the grader catches.
+PLANTED = dict.fromkeys(['everyone sends shard 0', 'never writes back'], "")
 
 CASES = [
     {"stage": 1, "n": 2, "widths": (3, 4, 2)},  # 26 params: 13 per rank

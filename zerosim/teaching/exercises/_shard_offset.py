@@ -29,18 +29,10 @@ def shard_bounds(length, world_size, rank):
 # instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
 SOLUTION = ""
 
-PLANTED = {
-    "floor instead of ceil": '''\
-def shard_bounds(length, world_size, rank):
-    s = length // world_size
-    return rank * s, (rank + 1) * s
-''',
-    "padding counted as data": '''\
-def shard_bounds(length, world_size, rank):
-    s = -(-length // world_size)
-    return rank * s, (rank + 1) * s
-''',
-}
+# The planted bugs' sources are withheld with the reference (they are the reference less one line): the
+# instructor kit has them (course/instructor/exercises/shard_offset/, `zerosim exercise check --planted`
+# finds them there when the kit is installed). Their names stay: they say what the grader catches.
+PLANTED = dict.fromkeys(['floor instead of ceil', 'padding counted as data'], "")
 
 
 def cases():

@@ -35,32 +35,10 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
 # instructor (course/instructor/a2/solution.py, outside the package), so no student-facing command prints it.
 SOLUTION = ""
 
-PLANTED = {
-    "never frees": '''\
-def reduce_layer_grads(held, reduce_scatter, add_to_shard):
-    pieces = reduce_scatter([h.array for h in held])
-    for r, piece in enumerate(pieces):
-        add_to_shard(r, piece)
-''',
-    "frees before sending": '''\
-def reduce_layer_grads(held, reduce_scatter, add_to_shard):
-    for h in held:
-        h.free()
-    pieces = reduce_scatter([h.array for h in held])
-    for r, piece in enumerate(pieces):
-        add_to_shard(r, piece)
-''',
-    # the arrays read before the free: the ledger cannot see this use after free, only the harness's check can
-    "sends after freeing": '''\
-def reduce_layer_grads(held, reduce_scatter, add_to_shard):
-    arrays = [h.array for h in held]
-    for h in held:
-        h.free()
-    pieces = reduce_scatter(arrays)
-    for r, piece in enumerate(pieces):
-        add_to_shard(r, piece)
-''',
-}
+# The planted bugs' sources are withheld with the reference (they are the reference less one line): the
+# instructor kit has them (course/instructor/exercises/stage2_free/, `zerosim exercise check --planted`
+# finds them there when the kit is installed). Their names stay: they say what the grader catches.
+PLANTED = dict.fromkeys(['never frees', 'frees before sending', 'sends after freeing'], "")
 
 CASES = [
     {"stage": 2, "n": 2, "widths": (3, 4, 2)},

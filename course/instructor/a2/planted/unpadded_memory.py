@@ -27,10 +27,22 @@ def refresh(params, shard_size, all_gather):
 
 
 def predict_memory(P, N, stage):
-    padded = P
     shard = P / N
-    return {"params": 2 * padded,  # fp16 weights: whole at stages 0-2
-            "grads": 2 * (shard if stage >= 2 else padded),  # fp16 gradients: sharded from stage 2
-            "master": 4 * (shard if stage >= 1 else padded),  # fp32 master, Adam m and v: sharded from stage 1
-            "optim:m": 4 * (shard if stage >= 1 else padded),
-            "optim:v": 4 * (shard if stage >= 1 else padded)}
+    return {"params": 2 * P,
+            "grads": 2 * (shard if stage >= 2 else P),
+            "master": 4 * (shard if stage >= 1 else P),
+            "optim:m": 4 * (shard if stage >= 1 else P),
+            "optim:v": 4 * (shard if stage >= 1 else P)}
+
+
+def predict_peak(P, N, stage):
+    shard = math.ceil(P / N)
+    at_rest = sum(predict_memory(P, N, stage).values())
+    region = shard * N if stage == 0 else shard  # what the rank updates: everything at stage 0, its shard after
+    step = 4 * region  # the fp32 gradient the optimizer step reads (grad32), beside the resting states
+    layer = 2 * math.ceil(P / 4) if stage >= 2 else 0  # stage 2: one layer's fresh fp16 gradients, in backward
+    return at_rest + max(step, layer)
+
+
+def seed001_table(P, N):
+    return [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N]

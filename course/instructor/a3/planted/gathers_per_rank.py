@@ -1,8 +1,18 @@
 """Planted: gathers once per rank (N all-gathers for one layer)."""
 
 
+def predict_gathers(layers, checkpoint):
+    # forward and backward gather every linear layer (ReLUs have no parameters); checkpointing re-runs every layer's
+    # forward but the last one's (its input is kept) before its backward, and gathers it again for that
+    return 3 * layers - 1 if checkpoint and layers > 1 else 2 * layers
+
+
 def gather_layer(shards, start, stop, all_gather):
-    return [all_gather(shards)[r][start:stop] for r in range(len(shards))]
+    out = []
+    for r in range(len(shards)):
+        whole = all_gather(shards)
+        out.append(whole[r][start:stop])
+    return out
 
 
 def predict_params_peak(layer_sizes, N, prefetch):

@@ -1,6 +1,12 @@
 """Planted: prefetch hides every gather but the first (true only while each compute outlasts the next gather)."""
 
 
+def predict_gathers(layers, checkpoint):
+    # forward and backward gather every linear layer (ReLUs have no parameters); checkpointing re-runs every layer's
+    # forward but the last one's (its input is kept) before its backward, and gathers it again for that
+    return 3 * layers - 1 if checkpoint and layers > 1 else 2 * layers
+
+
 def gather_layer(shards, start, stop, all_gather):
     whole = all_gather(shards)  # every rank: the whole padded flat buffer (the engine gathers only the layer's window)
     return [w[start:stop] for w in whole]
@@ -18,5 +24,5 @@ def predict_params_peak(layer_sizes, N, prefetch):
 
 def exposed_comm(compute_s, gather_s, prefetch):
     if prefetch == 0:
-        return sum(gather_s)  # every gather waits for the compute before it and blocks the one after
-    return gather_s[0]  # the first gather has nothing to hide behind; the rest run under the previous compute
+        return sum(gather_s)
+    return gather_s[0]

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from zerosim.cluster import Groups
 from zerosim.parallel._dims import ParallelDims
+from zerosim.parallel.data.multinode._data_mesh import DataMesh
 
 
 @dataclass(frozen=True)
@@ -55,86 +54,53 @@ class MeshGroups:
 
 
 def default_size(plan, cluster, size) -> int | None:
-    """S: `size`, or the cluster's GPUs per node when the plan needs one and none was given."""
-    if not plan.uses_groups:
-        if size is not None:
-            raise ValueError(f"shard_group={size!r} has no meaning for {plan.label}: it shards over every rank and "
-                             "keeps no secondary piece")
-        return None
-    if size is None:
-        if cluster.gpus_per_node is None:
-            raise ValueError(f"{plan.label} needs a group size: pass shard_group=S, or place the ranks on nodes with "
-                             "Cluster(N, gpus_per_node=G) (S defaults to G)")
-        return cluster.gpus_per_node
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"shard_group must be a positive integer, got {size!r}")
-    if cluster.world_size % size:
-        raise ValueError(f"shard_group={size} does not divide the {cluster.world_size} ranks into equal groups")
-    return int(size)
+    """S: `size`, or the cluster's GPUs per node when the plan needs one and none was given (DataMesh checks it)."""
+    return DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, size).group
 
 
 def mesh_groups(plan, cluster, size: int | None = None, tp: int = 1) -> MeshGroups:
-    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked; default GPUs per node), beside
-    tensor parallelism of degree `tp` (the data-parallel groups are then the mesh's data dims: module docstring)."""
-    if tp != 1:
-        return _beside_tp(plan, cluster, size, tp)
-    n, world = cluster.world_size, cluster.world
-    s = default_size(plan, cluster, size)
-    if s is None:
-        return MeshGroups(world, world, dims=ParallelDims(n))
-    if plan.sharded_over == "world":  # hpZ, FSDP2's reshard to a group: shards over N, a secondary piece over S
-        return MeshGroups(world, world, secondary=Groups.blocks(n, s, "secondary"), dims=ParallelDims(n))
-    dims = ParallelDims(n, dp_shard=s, dp_replicate=n // s)  # HSDP / MiCS: S-way shards, R = N / S replicas
+    """The `MeshGroups` of `plan` on `cluster` with group size S = `size` (checked by `DataMesh.of`; default GPUs per
+    node), beside tensor parallelism of degree `tp` (the data-parallel groups are then the mesh's data dims: module
+    docstring)."""
+    return DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, size, tp=tp).groups(cluster.world)
+
+
+def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
+    """The groups of a checked `DataMesh` (see the module docstring), cut from its `ParallelDims`."""
+    if mesh.dims.tp != 1:
+        return _beside_tp(mesh)
+    n, plan, dims = mesh.dims.world_size, mesh.plan, mesh.dims
+    if mesh.secondary is None and plan.sharded_over == "world":  # the flat stages: the world for everything
+        return MeshGroups(world, world, dims=dims)
+    if plan.sharded_over == "world":  # hpZ, FSDP2's reshard to a group: shards over N, a secondary piece over S'
+        return MeshGroups(world, world, secondary=Groups.blocks(n, mesh.secondary, "secondary"), dims=dims)
     shard, replicate = dims.groups("dp_shard").renamed("shard"), dims.groups("dp_replicate").renamed("replicate")
-    if not plan.hierarchical_gather:
+    if not plan.hierarchical_gather:  # HSDP / MiCS: S-way shards, R = N / S replicas
         return MeshGroups(world, shard, replicate, dims=dims)
-    g = cluster.gpus_per_node
-    if g is None or s <= g or s % g:
-        raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group of {s} must span "
-                         f"whole nodes of GPUs (gpus_per_node={g}); DeepSpeed asserts the same "
-                         "(mics_utils.py: 'sharding spans on single node, no need for hierarchy allgather')")
+    g, s = mesh.gpus_per_node, mesh.shards  # DataMesh.of checked that the shard group spans whole nodes
     spans = s // g
     inter = tuple(tuple(b + m * g + slot for m in range(spans)) for b in range(0, n, s) for slot in range(g))
     return MeshGroups(world, shard, replicate, inter=Groups("inter", inter), intra=Groups.blocks(n, g, "intra"),
                       dims=dims)
 
 
-def _beside_tp(plan, cluster, size, tp: int) -> MeshGroups:
-    """`mesh_groups` with T = `tp` > 1: the same groups, each cut from the data dims of ParallelDims(N, ..., tp=T)."""
-    n = cluster.world_size
-    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or n % tp:
-        raise ValueError(f"tensor parallelism of degree {tp!r} does not divide the {n} ranks: tp must divide the world "
-                         "size (the data-parallel degree is the quotient, as torchtitan's degrees multiply to it)")
-    dp, g = n // tp, cluster.gpus_per_node
-    s = default_size(plan, _DataParallel(dp, None if g is None or g % tp else g // tp), size)
-    if s is None or plan.sharded_over == "world":  # flat stages, hpZ, FSDP2's resharding: over all of dp
-        dims = ParallelDims(n, tp=tp)
-        data = dims.groups("dp")
+def _beside_tp(mesh: DataMesh) -> MeshGroups:
+    """`groups_of` with T = tp > 1: the same groups, each cut from the data dims of ParallelDims(N, ..., tp=T)."""
+    plan, dims, n, tp = mesh.plan, mesh.dims, mesh.dims.world_size, mesh.dims.tp
+    dp = n // tp
+    if mesh.secondary is not None or plan.sharded_over == "world":  # flat stages, hpZ, FSDP2's resharding: all of dp
+        data, s = dims.groups("dp"), mesh.secondary
         secondary = None if s is None else ParallelDims(n, dp_replicate=dp // s, dp_shard=s, tp=tp).groups("dp_shard")
         return MeshGroups(data, data, secondary=None if secondary is None else secondary.renamed("secondary"),
                           dims=dims)
-    dims = ParallelDims(n, dp_shard=s, dp_replicate=dp // s, tp=tp)  # HSDP / MiCS: a 3-D mesh
     shard, replicate = dims.groups("dp_shard").renamed("shard"), dims.groups("dp_replicate").renamed("replicate")
-    if not plan.hierarchical_gather:
+    if not plan.hierarchical_gather:  # HSDP / MiCS: a 3-D mesh
         return MeshGroups(dims.groups("dp"), shard, replicate, dims=dims)
-    per_node = None if g is None or g % tp else g // tp  # a shard group's ranks on one node (TP fills the rest)
-    if per_node is None or s <= per_node or s % per_node:
-        raise ValueError(f"{plan.label} gathers across nodes, then within each: its shard group of {s} ranks, {tp} "
-                         f"GPUs apart (tp={tp}), must span whole nodes of gpus_per_node={g}; DeepSpeed asserts the "
-                         "same (mics_utils.py: 'sharding spans on single node, no need for hierarchy allgather')")
+    s, per_node = mesh.shards, mesh.gpus_per_node // tp  # a shard group's ranks on one node (TP fills the rest)
     intra = [group[k:k + per_node] for group in shard.members for k in range(0, s, per_node)]
     inter = [group[slot::per_node] for group in shard.members for slot in range(per_node)]
     return MeshGroups(dims.groups("dp"), shard, replicate, inter=Groups("inter", inter), intra=Groups("intra", intra),
                       dims=dims)
-
-
-@dataclass(frozen=True)
-class _DataParallel:
-    """What `default_size` reads of a cluster, for the data-parallel ranks beside TP: how many, and how many of them a
-    node holds (G / T: the default shard group is still a node's GPUs)."""
-
-    world_size: int
-    gpus_per_node: int | None
 
 
 FRAMEWORK_RECIPES = {"fsdp2": "fsdp2", "deepspeed": "deepspeed-zero3"}  # a framework's own gradient recipe

@@ -29,9 +29,13 @@ additions can differ from NCCL's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from zerosim.cluster import Handle
 from zerosim.collectives import ReduceOp, ShardLayout, all_reduce, get_op
 from zerosim.collectives._ops import add, premul_reciprocal
+from zerosim.parallel.data._plan import REPLICATIONS
 from zerosim.parallel.data.recipes._divide_factors import fsdp2_divide_factors, torch_scalar_div
 
 PARTIAL = "hsdp partial sums"  # HSDP without all-reduce until the last micro-step: FSDP2's partial_reduce_output
@@ -72,15 +76,22 @@ def all_reduce_pieces(ctx, pieces: list, q: tuple, wire, tag: str) -> tuple:
     return list(out), out.handle
 
 
-def each_micro_step(ctx, pieces: list, q: tuple, tag: str) -> tuple:
-    """HSDP: every micro-step's reduce-scatter output all-reduced over the replicas, at reduce_dtype."""
-    return all_reduce_pieces(ctx, pieces, q, ctx.policy.reduce_format, tag)
+def each_micro_step(ctx, pieces: list, q: tuple, first: bool, last: bool, tag: str) -> tuple:
+    """HSDP: every micro-step's reduce-scatter output all-reduced over the replicas, at reduce_dtype. Returns
+    (the pieces, the handle, whether the pieces are the first thing kept this step: `first`)."""
+    return *all_reduce_pieces(ctx, pieces, q, ctx.policy.reduce_format, tag), first
 
 
 def partial_sums(ctx, pieces: list, q: tuple, first: bool, last: bool, tag: str) -> tuple:
     """HSDP with `set_requires_all_reduce(False)` until the last micro-step: before it, each rank adds its
     reduce-scatter output into its partial sums (reduce dtype; the first assigns) and keeps nothing else
-    (returns None); on the last, `reduce_output += partial` and the all-reduce. Returns (pieces or None, handle)."""
+    (returns None); on the last, `reduce_output += partial` and the all-reduce. Returns (pieces or None, handle,
+    True: the gradient is kept once, on the last micro-step, so that is its first)."""
+    pieces, handle = _partial_sums(ctx, pieces, q, first, last, tag)
+    return pieces, handle, True
+
+
+def _partial_sums(ctx, pieces: list, q: tuple, first: bool, last: bool, tag: str) -> tuple:
     wire = ctx.policy.reduce_format
     if not last or not first:  # there is or will be a partial sum: one (s,) buffer per rank, each unit its piece
         for rank in ctx.ranks:
@@ -108,3 +119,27 @@ def at_boundary(ctx, layers: tuple, q: tuple, tag: str) -> Handle:
     for place, reduced in zip(places, out):
         place[...] = reduced
     return handle
+
+
+def kept_as_reduced(ctx, pieces: list, q: tuple, first: bool, last: bool, tag: str) -> tuple:
+    """One copy of each shard (or MiCS, whose replicas agree at the boundary): the pieces kept as reduced."""
+    return pieces, Handle(), first
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How a plan's replicas agree on a reduced shard: right after each reduce-scatter (`after_scatter(ctx, pieces,
+    q, first, last, tag) -> (pieces or None, handle, first)`) and, where they wait for the accumulation boundary,
+    then (`at_boundary(ctx, layers, q, tag) -> handle`, on the last micro-step)."""
+
+    after_scatter: Callable = kept_as_reduced
+    at_boundary: Callable | None = None
+
+
+AGREEMENTS = {  # Plan.replicate -> how its replicas agree (parallel/data/_plan.py REPLICATIONS names them)
+    None: Agreement(),  # FULL_SHARD, hpZ, the flat stages: one copy of each shard
+    "each micro-step": Agreement(each_micro_step),  # HSDP
+    "last micro-step": Agreement(partial_sums),  # HSDP with set_requires_all_reduce(False) until the last
+    "accumulated": Agreement(at_boundary=at_boundary),  # MiCS
+}
+assert tuple(AGREEMENTS) == REPLICATIONS, "parallel/data/_plan.py lists the agreements' names to check a plan"

@@ -1,4 +1,4 @@
-"""Planted: every rank sends shard 0 in the refresh."""
+"""Planted: the peak is what a rank holds at rest (no fp32 gradient, no layer's gradients)."""
 import math
 
 import numpy as np
@@ -21,7 +21,7 @@ def average(summed, world_size):
 
 
 def refresh(params, shard_size, all_gather):
-    own = [p[:shard_size] for p in params]
+    own = [p[r * shard_size:(r + 1) * shard_size] for r, p in enumerate(params)]  # what each rank updated
     for p, whole in zip(params, all_gather(own)):
         p[...] = whole
 
@@ -34,3 +34,11 @@ def predict_memory(P, N, stage):
             "master": 4 * (shard if stage >= 1 else padded),  # fp32 master, Adam m and v: sharded from stage 1
             "optim:m": 4 * (shard if stage >= 1 else padded),
             "optim:v": 4 * (shard if stage >= 1 else padded)}
+
+
+def predict_peak(P, N, stage):
+    return sum(predict_memory(P, N, stage).values())
+
+
+def seed001_table(P, N):
+    return [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N]

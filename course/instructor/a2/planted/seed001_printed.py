@@ -1,4 +1,4 @@
-"""Planted: averages in fp16, then casts (one rounding too many)."""
+"""Planted: copies seed 001's printed table (21.5 and 15.75 GB) for 7B on 8 GPUs."""
 import math
 
 import numpy as np
@@ -17,7 +17,7 @@ def reduce_layer_grads(held, reduce_scatter, add_to_shard):
 
 
 def average(summed, world_size):
-    return (summed / summed.dtype.type(world_size)).astype(np.float32)
+    return summed.astype(np.float32) / np.float32(world_size)  # the cast is exact; one rounding, in fp32
 
 
 def refresh(params, shard_size, all_gather):
@@ -34,3 +34,18 @@ def predict_memory(P, N, stage):
             "master": 4 * (shard if stage >= 1 else padded),  # fp32 master, Adam m and v: sharded from stage 1
             "optim:m": 4 * (shard if stage >= 1 else padded),
             "optim:v": 4 * (shard if stage >= 1 else padded)}
+
+
+def predict_peak(P, N, stage):
+    shard = math.ceil(P / N)
+    at_rest = sum(predict_memory(P, N, stage).values())
+    region = shard * N if stage == 0 else shard  # what the rank updates: everything at stage 0, its shard after
+    step = 4 * region  # the fp32 gradient the optimizer step reads (grad32), beside the resting states
+    layer = 2 * math.ceil(P / 4) if stage >= 2 else 0  # stage 2: one layer's fresh fp16 gradients, in backward
+    return at_rest + max(step, layer)
+
+
+def seed001_table(P, N):
+    if (P, N) == (7e9, 8):
+        return [112e9, 21.5e9, 15.75e9, 14e9]
+    return [16 * P, 4 * P + 12 * P / N, 2 * P + 14 * P / N, 16 * P / N]

@@ -1,6 +1,6 @@
-"""Fits / does not fit: a rank's measured peak plus the labelled estimates against a GPU, as data and as lines.
-
-Shared by `zerosim memory`, `zerosim timeline` and `zerosim plan`, so the three say the same thing the same way.
+"""Fits / does not fit: a rank's measured peak plus the labelled estimates against a GPU, as data (`judge`) and as
+lines (`verdict_word`, `fit_lines`), shared by the `memory`, `timeline` and `plan` reports so the three say the same
+thing the same way.
 """
 
 from __future__ import annotations

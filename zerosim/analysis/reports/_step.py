@@ -1,0 +1,172 @@
+"""One simulated step at real scale, as a report: what `zerosim timeline` prints (its `--json` is `to_dict()`).
+
+    report = timeline_step(work, DataMesh.of("hsdp", 4096, 8, 64), Hardware("h100", "nvlink4", inter_link="ib_ndr"))
+    report.step_s, report.exposed_comm_s, report.by_purpose["gather params"]
+
+The engine runs one step on the meta backend (analysis/planner `meta_step`: data-less arrays, one representative rank)
+and the timeline places every event in time; the report is rank 0's view, which stands for every rank. Letters: N
+ranks, K micro-steps, B·L tokens per rank per micro-step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from zerosim.analysis.reports._fit import judge
+from zerosim.analysis.timeline import TimeModel
+
+
+class Report:
+    """A report's JSON: every field in order, but those marked `kept()` (the runs it read) and the `optional()` ones
+    that are None."""
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)
+                and not (f.metadata.get("optional") and getattr(self, f.name) is None)}
+
+
+def kept(default=None):
+    """A field the report keeps for figures and traces, not in its JSON."""
+    return field(default=default, repr=False, compare=False, metadata={"json": False})
+
+
+def optional():
+    """A field the JSON holds only when it is not None (what a run beside tensor parallelism adds)."""
+    return field(metadata={"optional": True})
+
+
+@dataclass(frozen=True)
+class StepReport(Report):
+    """One step (see the module docstring); `timeline` and `engine` are the run it read."""
+
+    strategy: str | None  # a strategy for many nodes by name, or None (a ZeRO stage)
+    shard_group: int | None  # S: HSDP's / MiCS's shard group, hpZ's secondary group; None without one
+    gpus_per_node: int | None
+    inter_link: str | None
+    tiers: dict  # {tier: {"link", "calls", "seconds", "bytes_per_rank"}}
+    model: str
+    params: int
+    units: int  # beside TP: one TP rank's
+    ranks: int
+    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async"}
+    stage: object  # the ZeRO stage, or the strategy's name
+    precision: str
+    optimizer: str
+    device: str
+    link: str
+    link_note: str
+    micro_batch: dict | None  # {"batch", "seq_len"}
+    checkpoint: str | None
+    accumulation_steps: int
+    tokens_per_rank: int  # per step: B·L·K (or the tokens given, times K)
+    comm: str  # the schedule in words (describe_comm)
+    overlap: bool
+    time_model: str
+    link_model: str
+    step_s: float
+    tokens_per_s_per_gpu: float | None
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    overlapped_s: float
+    busy_fraction: dict
+    by_purpose: dict  # {purpose: {"seconds", "calls"}}
+    params_peak_gb: float
+    peak_gb: float
+    peak: int
+    peak_by_kind: dict
+    fit: dict | None  # judge's verdict against the workload's GPU
+    offload: dict | None = optional()  # with offload: the host's streams and bytes (cli/offload_args.py adds it)
+    timeline: object = kept()  # the simulated Timeline (figures, Chrome traces)
+    engine: object = kept()  # the meta engine that ran the step
+
+
+def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None, sp: bool = False,
+                  async_tp: bool = False, parallelisms: tuple = (), steps: int = 1) -> StepReport:
+    """One step of `work` (a Workload) on `mesh` (a DataMesh) over `hardware`, simulated (see the module docstring).
+    `tokens`: per rank per micro-step when the model has no micro-batch; `wire`: ZeRO++'s Wire; `recipe`: the
+    gradient recipe (None: the plan's default); `time_model`: a TimeModel (None: the datasheet roofline). Beside
+    tensor parallelism (the mesh's tp): `sp`, sequence parallelism; `async_tp`, TP's collectives overlapping the GEMMs
+    they feed (a bound). `parallelisms`: others beside data parallelism (offload), run for `steps` steps (DPU's
+    steady state is the second); the numbers are the whole run's (the caller reads one step's window)."""
+    from zerosim.analysis.planner import meta_step
+
+    time_model = time_model if time_model is not None else TimeModel()
+    K, plan = work.accumulation, mesh.plan
+    result, engine = meta_step(work.model, None, None, hardware, work.comm, work.precision, tokens, work.optimizer,
+                               micro_batch=work.micro, accumulation_steps=K, clip_grad=work.clip_grad, wire=wire,
+                               time_model=time_model, mesh=mesh, recipe=recipe, sp=sp, async_tp=async_tp,
+                               steps=steps, parallelisms=parallelisms)
+    per_micro = work.tokens_per_micro_step or tokens
+    step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
+    exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
+    peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
+    return StepReport(
+        strategy=plan.name or None, shard_group=mesh.group, gpus_per_node=mesh.gpus_per_node,
+        inter_link=None if hardware.inter_link is None else hardware.inter_link.name,
+        tiers=tier_summary(result, engine.cluster), model=work.model.name, params=work.model.num_params,
+        units=len(engine.model.layers), ranks=n,
+        tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // tp,
+                                              "local_params": engine.model.num_params, "async": async_tp},
+        stage=plan.name or plan.stage, precision=work.precision_name,
+        optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
+        micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
+        checkpoint=work.checkpointing if work.micro else None, accumulation_steps=K, tokens_per_rank=per_micro * K,
+        comm=describe_comm(work.comm), overlap=work.comm.overlap_comm, time_model=time_model.describe(),
+        link_model=link_model(hardware), step_s=step, tokens_per_s_per_gpu=per_micro * K / step if step else None,
+        compute_s=compute, comm_s=comm, exposed_comm_s=exposed, overlapped_s=comm - exposed,
+        busy_fraction={"compute": compute / step if step else 0.0, "comm": comm / step if step else 0.0},
+        by_purpose=by_purpose(result), params_peak_gb=ledger.peak("params") / 1e9, peak_gb=peak / 1e9, peak=peak,
+        peak_by_kind={k: v for k, v in ledger.peak_by_kind().items() if v},
+        fit=None if work.gpu is None else judge(peak, plan.stage, n, work.gpu, work.reserve,
+                                                work.ds.buckets if work.ds else None),
+        offload=None, timeline=result, engine=engine,
+    )
+
+
+def by_purpose(result) -> dict:
+    """{purpose: {"seconds", "calls"}} of rank 0's communication stream, by the purpose each call was made for."""
+    calls = {}
+    for iv in result.track(0, "comm"):
+        seconds, count = calls.get(iv.category, (0.0, 0))
+        calls[iv.category] = (seconds + iv.end - iv.start, count + 1)
+    return {k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())}
+
+
+def describe_comm(comm) -> str:
+    """A CommSchedule in words: what differs from seed 004's (one collective per unit, no prefetch)."""
+    from zerosim.parallel.data import CommSchedule
+
+    if comm == CommSchedule():
+        return "seed 004's: one collective per unit, gather right before a use, no prefetch"
+    parts = [
+        f"{f}={getattr(comm, f):,}"
+        if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
+        else f"{f}={getattr(comm, f)}"
+        for f in comm.__dataclass_fields__
+        if getattr(comm, f) != getattr(CommSchedule(), f)
+    ]
+    return ", ".join(parts)
+
+
+def link_model(hw) -> str:
+    """One line: each link's bandwidth, α per ring step and latency per call (what the ring times assume)."""
+    def one(link):
+        return (f"{link.name} {link.bandwidth / 1e9:g} GB/s per direction, α {link.alpha * 1e6:g} µs a step, "
+                f"{link.base * 1e6:g} µs a call")
+    return one(hw.link) + ("" if hw.inter_link is None else "; between nodes " + one(hw.inter_link) +
+                           " (NCCL's ring: nodes − 1 steps at its α)")
+
+
+def tier_summary(result, cluster) -> dict:
+    """{tier: {"link", "calls", "seconds" (its calls' time, summed), "bytes_per_rank" (sent, the ranks' average)}}."""
+    from zerosim.cluster import TIERS
+
+    hw, sent = result.hardware, cluster.trace.bytes_by_tier()
+    out = {t: {"link": hw.link_of(t).name, "calls": 0, "seconds": 0.0, "bytes_per_rank": sent[t] / cluster.world_size}
+           for t in TIERS}
+    for iv in result.track(0, "comm"):
+        row = out[iv.event.tier if hw.inter_link is not None else TIERS[0]]
+        row["calls"] += 1
+        row["seconds"] += iv.end - iv.start
+    return out

@@ -1,0 +1,110 @@
+"""`zerosim plan`'s report as text, from the library's PlanReport's `to_dict()` (zerosim.analysis.reports): what was
+asked, what was skipped, the rows that fit ranked by step time (or the closest ones), the legend and the two commands
+that reproduce the top row."""
+
+from __future__ import annotations
+
+from zerosim.analysis.costs import GB
+from zerosim.analysis.reports import KINDS
+from zerosim.cli.offload_args import offload_plan_lines
+
+KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kernels / torch.compile"}
+
+
+def format_plan(r: dict) -> str:
+    """The plan as a reader sees it: what was asked, what was skipped, the rows that fit (or the closest ones), the
+    legend and the two commands that reproduce the top row."""
+    s = r["settings"]
+    across = s["ranks"]
+    link = "the rings cross nodes" if across > s["gpus_per_node"] else "one node"
+    lines = [
+        f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
+        f"({s['gpus_per_node']} per node; {link})",
+        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
+        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
+        f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}",
+        f"  time from: {s['time_model']}",
+        f"  links: {r['link_model']}",
+        "",
+    ]
+    if r["pruned"]:
+        lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
+        lines += [f"  ZeRO-{p['stage']}" + (f" beside TP {p['tp']}" if p.get("tp", 1) > 1 else "")
+                  + (f" with {p['offload']}" if "offload" in p else "")
+                  + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
+        lines.append("")
+    if not r["fitting"]:
+        lines += ["Nothing tried fits. Closest:"] + [
+            _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
+        ]
+        lines += [
+            "",
+            "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
+        ]
+        return "\n".join(lines)
+    tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
+    lines += _fitting_lines(r, tp)
+    top = r["fitting"][0]
+    lines += [
+        "",
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
+        "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
+        "B × K: micro-batch × accumulation steps per GPU"
+        + (" (a TP group's GPUs share" if tp else "."),
+        *(["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp else []),
+        f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
+        "torchtitan's and PaLM's)",
+        "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",
+        "published runs: zerosim validate (docs/validation.md).",
+        "",
+        f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
+        + (f" beside TP {top['tp']}" if top.get("tp", 1) > 1 else "") + ", is what these two commands measure:",
+    ] + [f"  {c}" for c in r["reproduce"]]
+    return "\n".join(lines)
+
+
+def _fitting_lines(r: dict, tp: bool) -> list:
+    """The rows that fit, fastest first (the first --top of them), then those tried that did not."""
+    s = r["settings"]
+    head = (
+        f"{'#':>2s}  " + ("TP " if tp else "") + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
+        f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
+        f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
+        + ("   offload" if "offloads" in s else "")
+    )
+    lines = [
+        "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = reserved, with the",
+        "allocator's reserve; +est. = CUDA context, NCCL and the allocator's reserve over the peak):",
+        head,
+    ]
+    for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
+        lines.append(
+            f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + f"{x['stage']:<5d} {x['strategy']:14s} "
+            f"{x['micro_batch']:>3d} × {x['accumulation']:<3d} "
+            f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
+            f"{x['peak'] / GB:8.2f} {x['reserved'] / GB:6.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
+            + " ".join(f"{x['by_group'][k] / GB:6.2f}" for k, _ in KINDS)
+            + (f"   {x['offload']}" if "offload" in x else "")
+        )
+    lines += offload_plan_lines(r, s.get("top", 10))  # with offload: the host and NVMe bytes of its rows
+    more = len(r["fitting"]) - s.get("top", 10)
+    if more > 0:
+        lines.append(f"    ... {more} more that fit (--top, or --json for all)")
+    if r["did_not_fit"]:
+        lines += ["", "Tried and did not fit (each strategy stops at its first micro-batch that does not):"]
+        lines += [_line(x) for x in r["did_not_fit"]]
+    return lines
+
+
+def _line(x: dict) -> str:
+    if not x.get("host_fits", True):  # offload: the device fits, a node's host DRAM or NVMe does not
+        return (f"  ZeRO-{x['stage']} {x['strategy']:14s} B = {x['micro_batch']:<3d} with {x['offload']}: a node's "
+                f"host or NVMe is too small (host {x['host_peak'] / GB:.1f} GB, NVMe {x['nvme_peak'] / GB:.1f} GB "
+                "per rank)")
+    return (
+        f"  ZeRO-{x['stage']}" + (f" TP {x['tp']}" if x.get("tp", 1) > 1 else "") + f" {x['strategy']:14s} B = "
+        f"{x['micro_batch']:<3d}" + (f" with {x['offload']}" if x.get("offload", "none") != "none" else "")
+        + f" needs {x['total'] / GB:7.1f} GB "
+        f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
+        f"{-x['margin'] / GB:.2f} GB short"
+    )
