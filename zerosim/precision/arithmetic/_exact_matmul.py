@@ -29,7 +29,7 @@ A shortcut before steps 1-3, on the host for 16- and 8-bit inputs (`_unsure`): t
 checked for every element at once from a few passes over a and b (a quantum per row and per column, and Σ|a_ik| and
 max|b_kj|), no second GEMM. Where it holds everywhere (the usual case for bf16 weights and activations), c rounded
 once is the answer; where it fails for a few elements (up to one in 16), those alone go through steps 1-3
-(`_settle`); else the whole product does. The same bits either way, at about a third of the cost on the 919k MLP
+(`_settle`); else the whole product does. The same bits either way, at about half the cost on the 919k MLP
 (benchmarks/yardstick.py).
 
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
