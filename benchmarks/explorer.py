@@ -2,11 +2,14 @@
 
 A redraw is what `MemoryExplorer.redraw` does: one meta-backend step of the new setting, simulated in time
 (explore/_numbers.py), then the one figure's artists moved to the new numbers and rendered as the PNG its image
-widget shows (explore/_canvas.py: the axes rasterised again only when their limits or legend change). A
+widget shows (explore/_canvas.py: the axes rasterised again only when their limits or legend change; a text drawn
+before at the same place pasted from its kept pixels, explore/_text_raster.py, as the explorer does all session). A
 setting seen before comes from the cache and costs only the drawing. Beside it, the rebuild it replaced: a new
 figure per redraw, every artist laid out and rasterised again (the same pixels; tests/test_explore.py).
 
     python benchmarks/explorer.py [--repeats 3]
+
+Target (issue 41, Must show 5): every first visit within 200 ms at load 2-4 (the load is printed at the end).
 
 For each move of a learner's path through the sliders (Llama-2-7B on 8 H100s, then stage, N, L, checkpointing,
 micro-batch, model, and back), in turns: the explorer's first visit (cold: no cached numbers, and the axes

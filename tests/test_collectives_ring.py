@@ -449,9 +449,10 @@ def test_all_reduce_keeps_any_shape():
     seed=st.integers(0, 2**16),
 )
 def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, uneven, seed):
-    # With a per-call trace the numpy simulator adds chunk by chunk (collectives/_fast.py, the ring's in-process twin)
-    # instead of hop by hop; the same additions in the same order must give the same bits, and every rank
-    # the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
+    # Unless the trace keeps each hop's values, the numpy simulator adds chunk by chunk (collectives/_fast.py, the
+    # ring's in-process twin) instead of hop by hop; the same additions in the same order must give the same bits,
+    # and every rank the same bytes sent. Values spread over 2**-6..2**6 so that a different order would show.
+    # (tests/test_trace_hops.py checks the hop events the shortcut records against the ring's own.)
     from zerosim.collectives import _fast as fast
     from zerosim.collectives import _ring as ring
     from zerosim.collectives._staging import phases
@@ -460,7 +461,7 @@ def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, une
     raw = rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))
     xs = [cast(row, dtype) for row in raw]
     counts = list(rng.multinomial(length, [1 / n] * n)) if uneven else None
-    hop, call = Cluster(n, trace="hop"), Cluster(n, trace="call")
+    hop, call = Cluster(n, trace="hop", keep_values=True), Cluster(n, trace="call")
     assert phases(hop)[0] is ring.reduce_scatter_phase and phases(call)[0] is fast.reduce_scatter_phase
     for a, b in zip(reduce_scatter(hop, xs, op=op, counts=counts), reduce_scatter(call, xs, op=op, counts=counts)):
         assert a.dtype == b.dtype and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))

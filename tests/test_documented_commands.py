@@ -13,7 +13,8 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from test_cli_help import source_examples
 
-from zerosim.cli.main import COMMANDS, main
+from zerosim.cli.main import command as command_module
+from zerosim.cli.main import main
 from zerosim.models.hf import shipped_config
 from zerosim.parallel.data import STRATEGIES
 
@@ -23,7 +24,7 @@ SLOW = ("--sweep", "--strategy all", "plan --model llama-3-70b", "plan --config"
 def examples(command: str) -> list:
     """The command's documented examples, continuation lines joined, comments dropped, as argv lists."""
     out, held = [], ""
-    for line in source_examples(COMMANDS[command]):
+    for line in source_examples(command_module(command)):
         held += " " + line.strip().rstrip("\\")
         if not line.rstrip().endswith("\\"):
             out.append(shlex.split(held.split("#")[0])[1:])

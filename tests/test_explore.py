@@ -146,8 +146,9 @@ def test_the_offload_control_draws_the_host_column_and_what_the_device_waited_fo
 
 def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_would():
     """A slider move updates the one figure in place (the same axes, bars and labels, nothing rebuilt) and its PNG,
-    drawn over a saved background where the axes did not change, equals a figure built anew for that setting, pixel
-    for pixel: the rebuild is the naive twin of the redraw."""
+    drawn over a saved background where the axes did not change, with the texts it drew before pasted from their kept
+    pixels (explore/_text_raster.py), equals a figure built anew for that setting with matplotlib rasterising every
+    text, pixel for pixel: the rebuild is the naive twin of the redraw."""
     import io
 
     import numpy as np
@@ -164,11 +165,13 @@ def test_a_redraw_moves_the_same_artists_and_renders_the_pixels_a_new_figure_wou
         name, value = next(iter(move.items()))
         ex.controls[name].value = value
         assert ex.figure is canvas.figure and ex.figure.axes[:2] == axes and canvas.time_bars == time_bars
-        fresh = ExplorerCanvas()
+        fresh = ExplorerCanvas(text_raster=False)  # every text rasterised by matplotlib itself
         fresh.update(ex.numbers)
         got, want = (imread(io.BytesIO(c.png())) for c in (canvas, fresh))
         assert np.array_equal(got, want), move
     assert 1 < len(canvas._backgrounds) < 6  # some moves kept the axes (a restored background), some did not
+    text = canvas.figure.canvas.get_renderer().zerosim_text
+    assert text.hits > 0 and text.misses > 0  # some texts were pasted, some rasterised anew
 
 
 def test_the_host_column_is_what_zerosim_memory_prints_with_offload(capsys):

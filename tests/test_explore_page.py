@@ -39,7 +39,10 @@ def test_the_page_carries_the_shipped_steps_and_the_hardware_as_the_timeline_has
     assert data["links"]["inter"]["alpha"] == LINKS["ib_ndr"].alpha
     assert [c["name"] for c in data["controls"]] == ["model", "ranks", "stage", "precision", "optimizer", "seq_len",
                                                     "micro_batch", "checkpoint", "gpu"]
-    assert {c["name"]: c["start"] for c in data["controls"]} == vars(Settings())
+    # every setting but offload: the page's compiled steps run on the device (the notebook explorer has the host
+    # column; docs/classroom.md says the page does not)
+    assert {c["name"]: c["start"] for c in data["controls"]} == {k: v for k, v in vars(Settings()).items()
+                                                                 if k != "offload"}
     assert data["models"]["gpt3-175b"]["max_positions"] == 2048
 
 

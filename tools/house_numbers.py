@@ -77,7 +77,7 @@ def user_sources(root: Path) -> list:
     return out
 
 
-PUBLIC = ("zerosim.progress", "zerosim.cli.")  # one-file modules of their own: the progress bars, the CLI's pieces
+PUBLIC = ("zerosim.progress", "zerosim.outputs", "zerosim.cli.")  # one-file faces: progress bars, output paths; the CLI
 
 
 def past_faces(root: Path, sources: list) -> int:

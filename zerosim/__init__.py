@@ -24,18 +24,27 @@ docs/explanation/architecture.md draws the layers and walks one ZeRO-3 step file
 """
 
 from zerosim import _compat
-from zerosim.cluster import Buffer, Cluster, Groups, LedgerError, MemoryLedger, Mesh, Rank, Trace
-from zerosim.collectives import ShardLayout, all_gather, all_reduce, broadcast, reduce_scatter
-from zerosim.models import MLP, TinyNet
-from zerosim.optim import SGD, Adam, AdamW, Adan, Lion, Muon, get_optimizer
-from zerosim.parallel import ParallelDims, Parallelism
-from zerosim.parallel.data import GradientRecipe, Hooks, ZeroEngine
-from zerosim.precision import FORMATS, Format, MixedPrecision, cast, get_format, get_precision, lost_update, ulp
-from zerosim.reference import Reference
-
-_compat.install()  # old import paths (zerosim.zero, zerosim.costs, ...) forward here for one release
 
 __version__ = "0.1.0"
+
+# Each name of the face and the face that defines it, imported the first time it is asked for (PEP 562): `import
+# zerosim` loads no NumPy and no subpackage, so the command line starts at once (tests/test_import_graph.py keeps it
+# so); `from zerosim import ZeroEngine` loads what the engine needs, no more.
+_FACES = {
+    "zerosim.cluster": ("Buffer", "Cluster", "Groups", "LedgerError", "MemoryLedger", "Mesh", "Rank", "Trace"),
+    "zerosim.collectives": ("ShardLayout", "all_gather", "all_reduce", "broadcast", "reduce_scatter"),
+    "zerosim.models": ("MLP", "TinyNet"),
+    "zerosim.optim": ("SGD", "Adam", "AdamW", "Adan", "Lion", "Muon", "get_optimizer"),
+    "zerosim.parallel": ("ParallelDims", "Parallelism"),
+    "zerosim.parallel.data": ("GradientRecipe", "Hooks", "ZeroEngine"),
+    "zerosim.precision": ("FORMATS", "Format", "MixedPrecision", "cast", "get_format", "get_precision", "lost_update",
+                          "ulp"),
+    "zerosim.reference": ("Reference",),
+}
+_HOME = {name: face for face, names in _FACES.items() for name in names}
+_SUBPACKAGES = ("analysis", "backends", "checkpoint", "cli", "cluster", "collectives", "explore", "frameworks",
+                "models", "optim", "parallel", "precision", "progress", "reference", "replay", "teaching", "train",
+                "viz")
 
 __all__ = [
     "Adam", "AdamW", "Adan", "Buffer", "Cluster", "FORMATS", "Format", "GradientRecipe", "Groups", "Hooks",
@@ -45,3 +54,24 @@ __all__ = [
     "all_gather", "all_reduce", "broadcast", "cast", "get_format", "get_optimizer", "get_precision", "lost_update",
     "reduce_scatter", "ulp",
 ]
+
+
+def __getattr__(name: str):
+    """A name of the face, or a subpackage, imported on first use (and kept, so the next lookup is plain)."""
+    import importlib
+
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"zerosim.{name}")
+    else:
+        raise AttributeError(f"module 'zerosim' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__) | set(_SUBPACKAGES))
+
+
+_compat.install()  # old import paths (zerosim.zero, zerosim.costs, ...) forward here for one release

@@ -285,7 +285,10 @@ class MetaBackend:
 
 
 def _sizes(bounds) -> tuple:
-    """Chunk sizes of `bounds` — cached when they are the collectives' own cached tuple (no import of theirs here)."""
+    """Chunk sizes of `bounds` — the counts themselves for a `RunBounds` (cluster/_runs.py: O(1) at any N), cached
+    when they are the collectives' own cached tuple (no import of theirs here)."""
+    if hasattr(bounds, "counts"):
+        return bounds.counts
     if isinstance(bounds, tuple):
         return _sizes_cached(bounds)
     return tuple(stop - start for start, stop in bounds)
@@ -316,11 +319,8 @@ def _trace_ring(cluster, call: int, sizes: list, wire, lag: int, group=None) -> 
     ranks = [rank.index for rank in cluster.ranks]
     at = ranks if group is None else [group.position(r) for r in ranks]
     to = [(r + 1) % n for r in ranks] if group is None else [group.next(r) for r in ranks]
-    if trace.granularity == "hop":
-        for k in range(n - 1):
-            for r, p, dst in zip(ranks, at, to):
-                c = (p - lag - k) % n
-                trace.hop(call, k, r, dst, c, sizes[c], wire.itemsize, wire.name)
+    if trace.granularity == "hop":  # one record; the trace derives the sends, in the ring's order, when read
+        trace.ring_hops(call, tuple(sizes), wire.itemsize, wire.name, lag, ranks, at, to)
         return
     total = sum(sizes)
     for r, p in zip(ranks, at):

@@ -18,43 +18,47 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from zerosim.backends.cupy import BackendUnavailable
-from zerosim.backends.mpi import launched_by_mpiexec, launched_rank
-from zerosim.cli import (
-    assignment_cmd,
-    checkpoint_cmd,
-    exercise_cmd,
-    explore_cmd,
-    figures_cmd,
-    memory_cmd,
-    parity_cmd,
-    plan_cmd,
-    replay_cmd,
-    timeline_cmd,
-    train_cmd,
-    validate_cmd,
-    verify_nccl_cmd,
-)
-from zerosim.precision import LossScaleAtMinimum
-
+# name: (its module, its one-line help). The help is written here as well as in the module (`HELP`; a test keeps
+# the two equal) so that `zerosim --help` imports no command, and `zerosim memory ...` imports only memory's.
 COMMANDS = {
-    "replay": replay_cmd,
-    "train": train_cmd,
-    "memory": memory_cmd,
-    "figures": figures_cmd,
-    "checkpoint": checkpoint_cmd,
-    "exercise": exercise_cmd,
-    "explore": explore_cmd,
-    "assignment": assignment_cmd,
-    "timeline": timeline_cmd,
-    "plan": plan_cmd,
-    "validate": validate_cmd,
-    "verify-nccl": verify_nccl_cmd,
-    "parity": parity_cmd,
+    "replay": ("zerosim.cli.replay_cmd", "replay seed 004's worked example step by step (the main job)"),
+    "train": ("zerosim.cli.train_cmd",
+              "train an MLP, a GPT or a Llama on a synthetic task (stage, ranks, precision, optimizer, steps)"),
+    "memory": ("zerosim.cli.memory_cmd",
+               "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a "
+               "GPU"),
+    "figures": ("zerosim.cli.figures_cmd", "draw every seed figure (PNG) from live runs into figures/"),
+    "checkpoint": ("zerosim.cli.checkpoint_cmd",
+                   "inspect a sharded checkpoint, or consolidate it into one fp32 file (zero_to_fp32's job)"),
+    "exercise": ("zerosim.cli.exercise_cmd",
+                 "write one small function of ZeRO yourself; the package's own checks grade it"),
+    "explore": ("zerosim.cli.explore_cmd",
+                "the memory explorer as a self-contained web page for a course site (every setting computed in the "
+                "browser)"),
+    "assignment": ("zerosim.cli.assignment_cmd",
+                   "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"),
+    "timeline": ("zerosim.cli.timeline_cmd",
+                 "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta "
+                 "backend)"),
+    "plan": ("zerosim.cli.plan_cmd",
+             "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"),
+    "validate": ("zerosim.cli.validate_cmd",
+                 "predicted vs measured on published runs (torchtitan, llm-foundry): the error of every point"),
+    "verify-nccl": ("zerosim.cli.verify_nccl_cmd",
+                    "compare zerosim's ring with NCCL's own collectives, byte for byte, on your GPUs"),
+    "parity": ("zerosim.cli.parity_cmd",
+               "compare zerosim with real torch (DDP, ZeroRedundancyOptimizer, FSDP2) on N gloo processes (needs "
+               "torch)"),
 }
+
+
+def command(name: str):
+    """The module of command `name`, imported now."""
+    return importlib.import_module(COMMANDS[name][0])
 
 
 def _in_mpi_job() -> bool:
@@ -63,34 +67,51 @@ def _in_mpi_job() -> bool:
     return bool(mpi and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only=None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (a command's name), only that command's arguments are read from its
+    module (the others are listed by name and help: what `zerosim --help` shows)."""
     parser = argparse.ArgumentParser(prog="zerosim", description="See how ZeRO trains a model across many GPUs, with "
                                                                  "no GPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
+    for name, (_, help_) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_)
+            continue
+        module = command(name)
         # the docstring as written: its example commands stay one per line
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.__doc__,
+        module.add_arguments(sub.add_parser(name, help=help_, description=module.__doc__,
                                             formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
+def _command_in(argv: list) -> str:
+    """The command `argv` names (its first word that is one), or "" when it names none (`zerosim --help`)."""
+    return next((word for word in argv if word in COMMANDS), "")
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_command_in(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    from zerosim.backends.mpi import launched_by_mpiexec
+
     if launched_by_mpiexec():  # one rank of several: a failure anywhere must end the whole job, not hang it
         from zerosim.backends.mpi import run_guarded
-
 
         return run_guarded(_run, args)
     return _run(args)
 
 
 def _run(args) -> int:
+    from zerosim.backends.cupy import BackendUnavailable
+    from zerosim.backends.mpi import launched_rank
+    from zerosim.precision import LossScaleAtMinimum
+
     try:
-        return COMMANDS[args.command].run(args) or 0
+        return command(args.command).run(args) or 0
     except KeyboardInterrupt:  # Ctrl-C: one line (from one rank under mpiexec) and the shell's usual status
         if _in_mpi_job():  # the other ranks may wait on this one: end the whole job with 130 now (not at the watchdog)
             from zerosim.backends.mpi import interrupt_job

@@ -110,6 +110,9 @@ def add_arguments(p) -> None:
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
                         "that a killed save left unfinished is cleaned and written anew")
     p.add_argument("--save-every", type=int, default=0, metavar="K", help="with --save: also save after every K steps")
+    p.add_argument("--trace-log", metavar="FILE", default=None,
+                   help="stream the whole trace log into FILE (one event a line, each call's sends below it); the run "
+                        "itself keeps only its last steps' events, and every byte total")
     p.add_argument("--overwrite", action="store_true",
                    help="with --save: DIR holds another run's checkpoints; remove them (their tag folders and "
                         "DIR/latest; other files are kept) at this run's first save. Without it such a DIR is refused "
@@ -207,7 +210,8 @@ def _train_config(args, widths: list, ranks) -> tuple:
                          batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         overwrite=args.overwrite, offload=offload, tp=args.tp or 1, sp=args.sp,
+                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
+                         sp=args.sp,
                          **gpt_options(args))
     return config, precision
 

@@ -11,13 +11,19 @@
                  Fp8ScaleUpdate, StepBoundary)
     report.py    per-rank reports gathered on rank 0
     budget.py    will it fit? refuse a run before allocating it
+    hops.py      a ring phase's sends as one record, its hop events derived when read
+    runs.py      RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
+    closed.py    a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
+    window.py    a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
+from zerosim.cluster._closed import busiest_bytes
 from zerosim.cluster._cluster import Cluster
 from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
 from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster._rank import Rank
+from zerosim.cluster._runs import RunBounds, RunCounts
 from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
 __all__ = [
@@ -39,8 +45,11 @@ __all__ = [
     "Mesh",
     "OptimizerStep",
     "Rank",
+    "RunBounds",
+    "RunCounts",
     "StepBoundary",
     "TIERS",
     "TRANSFERS",
     "Trace",
+    "busiest_bytes",
 ]

@@ -40,6 +40,13 @@ class Cluster:
         workers: threads that run one op's per-rank compute and optimizer updates at once (_pool.py): 1 (default)
             runs the ranks one after another; "auto" uses every core this process may run on. Results and the
             event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
+        keep_steps: k: the trace holds the events of the last k engine steps and folds older steps into its
+            summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step and
+            rank stay whole-run; call numbers stay absolute, and `trace.logged` is the absolute log position).
+            None (default): every step is held, so a position read as `len(trace.log)` before a step still points
+            at that step's events after it (`zerosim train` holds 2: it reads nothing older).
+        log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
+            folded steps as they fold and the rest on `cluster.trace.flush_log()`.
     """
 
     def __init__(
@@ -51,6 +58,8 @@ class Cluster:
         keep_values: bool = False,
         gpus_per_node: int | None = None,
         workers: int | str = 1,
+        keep_steps: int | None = None,
+        log_to=None,
         **backend_options,
     ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
@@ -77,14 +86,18 @@ class Cluster:
                              "pass hosted='all' to host every rank and record every hop")
         self.gpus_per_node = gpus_per_node
         self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values,
-                           gpus_per_node=gpus_per_node, world_size=world_size)
+                           gpus_per_node=gpus_per_node, world_size=world_size, keep_steps=keep_steps, log_to=log_to)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
-        sink = self.trace.record if timeline else None  # allocs and frees join the trace's ordered log
+        # allocs and frees join the trace's ordered log (straight onto it: the trace's folding reads only the engine's
+        # step boundaries, and keeps the same list)
+        sink = self.trace._log.append if timeline else None
         self.ranks = [
             Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
             for i in self.backend.local_ranks
         ]
+        by_rank = {r.index: r.ledger for r in self.ranks}
+        self.trace.on_fold = lambda last: [by_rank[r].fold_timeline(seq) for r, seq in last.items() if r in by_rank]
 
     def __repr__(self) -> str:
         local = [r.index for r in self.ranks]

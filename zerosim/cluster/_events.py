@@ -7,7 +7,7 @@ The engine drives a step layer by layer across every local rank; each thing it d
                  and the bytes it read and wrote, and the collective calls it had to wait for
     Call         one collective call over all ranks (its hops are in `Trace.events`, as before), with
                  what it was for: gathering a unit's params, reducing its grads, refreshing params ...
-    LedgerEvent  one alloc or free in a rank's ledger (defined in _ledger.py; the same objects)
+    LedgerEvent  one alloc or free in a rank's ledger (defined in _ledger.py; equal to its timeline's)
     OptimizerStep one rank's update of its region of the flat vector, with the intermediates when kept
     LossScaleUpdate what the loss scaler decided after the overflow check: skip or not, the scale before/after
     GradClip     the global gradient norm every rank agreed on, and the coefficient it scaled the gradient by
@@ -51,6 +51,20 @@ class Compute:
     bytes_written: int  # outputs (+ gradients in backward)
     needs: tuple = ()  # the handles it waited for, as Call numbers (stage 3: its unit's gather; trace.Handle)
     values: dict | None = field(default=None, compare=False)  # {"out", "grads", "dx", "loss"} when kept
+
+
+def compute_event(rank, step, micro, layer, name, kind, flops, bytes_read, bytes_written, needs=(),
+                  values=None) -> Compute:
+    """`Compute(...)` without the frozen dataclass's `__init__` (one `object.__setattr__` per field): the same
+    object, equal and with the same repr, in a third of the time; an engine makes one per op and rank
+    (tests/test_records.py keeps the fields in step with the class)."""
+    event = _new(Compute)
+    event.__dict__.update(rank=rank, step=step, micro=micro, layer=layer, name=name, kind=kind, flops=flops,
+                          bytes_read=bytes_read, bytes_written=bytes_written, needs=needs, values=values)
+    return event
+
+
+_new = object.__new__
 
 
 @dataclass(frozen=True)

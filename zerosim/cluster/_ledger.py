@@ -38,6 +38,19 @@ class LedgerEvent:
     rank: int = -1  # whose ledger
 
 
+def ledger_event(seq, action, name, kind, nbytes, total, kind_total, phase, rank) -> LedgerEvent:
+    """`LedgerEvent(...)` without the frozen dataclass's `__init__`, which sets each field through
+    `object.__setattr__`: the same object (equal, the same repr), in a third of the time. A ledger makes one per
+    alloc and free, thousands a step (tests/test_records.py keeps the fields in step with the class)."""
+    event = _new(LedgerEvent)
+    event.__dict__.update(seq=seq, action=action, name=name, kind=kind, nbytes=nbytes, total=total,
+                          kind_total=kind_total, phase=phase, rank=rank)
+    return event
+
+
+_new = object.__new__
+
+
 class Buffer:
     """A named array owned by one rank's ledger. Reading `.array` after `free` raises `LedgerError`."""
 
@@ -45,8 +58,12 @@ class Buffer:
 
     def __init__(self, name: str, kind: str, array, ledger: "MemoryLedger", owned: bool = False):
         self.name, self.kind, self.owned = name, kind, owned  # owned: storage came from the ledger's allocator
-        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
-        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self.shape = tuple(array.shape)
+        if type(array) is np.ndarray:  # the hot path: NumPy has both at hand
+            self.dtype, self.nbytes = array.dtype, array.nbytes
+        else:  # CuPy's, a data-less (meta) array's
+            self.dtype = np.dtype(array.dtype)
+            self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self._array, self._ledger = array, ledger
 
     @property
@@ -81,7 +98,10 @@ class MemoryLedger:
     recycle: object = None  # called with an allocated array once freed, so a backend can reuse its storage
     sink: object = None  # called with every LedgerEvent (the cluster's trace log), when the timeline is kept
     live: dict = field(default_factory=dict)  # name -> Buffer
-    timeline: list = field(default_factory=list)  # [LedgerEvent]
+    # the timeline held (a long run's trace folds the oldest: `fold_timeline`), each entry a LedgerEvent or, until
+    # `timeline` is read, the plain tuple of its fields (a step makes thousands; see `timeline`)
+    _held: list = field(default_factory=list, repr=False)
+    timeline_folded: int = 0  # events let go from the timeline's front, as their steps folded out of the trace
     phase_label: str = ""
     keep_timeline: bool = True
     _current: dict = field(default_factory=dict)  # kind -> bytes
@@ -101,22 +121,44 @@ class MemoryLedger:
 
     def adopt(self, name: str, array, kind: str, _owned: bool = False) -> Buffer:
         """Register an array that was just made (say, a collective's output) as a buffer of this rank."""
-        if name in self.live:
+        live = self.live
+        if name in live:
             raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick "
                               "another name")
-        buf = Buffer(name, kind, array, self, owned=_owned)
-        self.live[name] = buf
-        self._change(buf, +1, "alloc")
+        buf = live[name] = Buffer(name, kind, array, self, owned=_owned)
+        # the bookkeeping of an alloc, written out: thousands a step (every saved activation, gathered unit, ...)
+        nbytes, current, peak = buf.nbytes, self._current, self._peak
+        kind_total = current[kind] = current.get(kind, 0) + nbytes
+        total = self._total = self._total + nbytes
+        if kind_total > peak.get(kind, 0) or kind not in peak:
+            peak[kind] = kind_total if kind_total > 0 else 0  # max(peak so far or 0, kind_total)
+        if total > self._peak_total:
+            self._peak_total = total
+        self._seq += 1
+        if self.keep_timeline:
+            event = (self._seq, "alloc", name, kind, nbytes, total, kind_total, self.phase_label, self.rank)
+            self._held.append(event)
+            if self.sink is not None:
+                self.sink(event)
         return buf
 
     def free(self, buf_or_name) -> None:
         """Free a buffer by handle or name. Freeing twice is an error that names the buffer."""
-        name = buf_or_name if isinstance(buf_or_name, str) else buf_or_name.name
+        named = type(buf_or_name) is str
+        name = buf_or_name if named else buf_or_name.name
         buf = self.live.get(name)
-        if buf is None or (not isinstance(buf_or_name, str) and buf is not buf_or_name):
+        if buf is None or (not named and buf is not buf_or_name):
             raise LedgerError(f"rank {self.rank}: buffer {name!r} is not live (already freed, or never allocated)")
         del self.live[name]
-        self._change(buf, -1, "free")
+        kind, current = buf.kind, self._current
+        kind_total = current[kind] = current.get(kind, 0) - buf.nbytes
+        total = self._total = self._total - buf.nbytes
+        self._seq += 1
+        if self.keep_timeline:
+            event = (self._seq, "free", name, kind, buf.nbytes, total, kind_total, self.phase_label, self.rank)
+            self._held.append(event)
+            if self.sink is not None:
+                self.sink(event)
         if buf.owned and self.recycle is not None:
             self.recycle(buf._array)
         buf._array = None
@@ -127,21 +169,30 @@ class MemoryLedger:
         except KeyError:
             raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
 
-    def _change(self, buf: Buffer, sign: int, action: str) -> None:
-        kind_total = self._current.get(buf.kind, 0) + sign * buf.nbytes
-        self._current[buf.kind] = kind_total
-        self._total += sign * buf.nbytes
-        if sign > 0:
-            self._peak[buf.kind] = max(self._peak.get(buf.kind, 0), kind_total)
-            self._peak_total = max(self._peak_total, self._total)
-        self._seq += 1
-        if self.keep_timeline:
-            event = LedgerEvent(
-                self._seq, action, buf.name, buf.kind, buf.nbytes, self._total, kind_total, self.phase_label, self.rank
-            )
-            self.timeline.append(event)
-            if self.sink is not None:
-                self.sink(event)
+    def fold_timeline(self, upto_seq: int) -> None:
+        """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's
+        window: cluster/_window.py); the totals and peaks stay."""
+        held, k = self._held, 0
+        while k < len(held) and (held[k][0] if type(held[k]) is tuple else held[k].seq) <= upto_seq:
+            k += 1
+        del held[:k]
+        self.timeline_folded += k
+
+    @property
+    def timeline(self) -> list:
+        """[LedgerEvent]: every alloc and free held, in order, with the totals right after it.
+
+        An engine's step makes thousands (every saved activation, gathered unit, gradient), so each is recorded as
+        the plain tuple of its fields, and made a `LedgerEvent` here, the first time the timeline is read (in place:
+        the same list, the same events on every read after). Making them at once was a tenth of a small step, and
+        their objects the larger part of its garbage-collector's work."""
+        held = self._held
+        if held and type(held[-1]) is tuple:  # the ones not read yet are the last ones
+            k = len(held)
+            while k and type(held[k - 1]) is tuple:
+                k -= 1
+            held[k:] = [ledger_event(*e) for e in held[k:]]
+        return held
 
     # -- questions -------------------------------------------------------------------------------
     def current(self, kind: str | None = None) -> int:

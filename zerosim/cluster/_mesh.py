@@ -132,6 +132,27 @@ class Groups:
         return out
 
     @functools.cached_property
+    def ring_order(self) -> tuple:
+        """(ranks 0..N-1, each one's position on its ring, the rank each sends to): three (N,) tuples, what a ring
+        phase's record of its sends reads (cluster/_hops.py)."""
+        ranks = tuple(range(self.world_size))
+        return ranks, tuple(self.position(r) for r in ranks), tuple(self.next(r) for r in ranks)
+
+    @functools.cached_property
+    def members_array(self) -> np.ndarray:
+        """(groups, n) int64, read-only: `members` as an array (rank at [g, p])."""
+        out = np.asarray(self.members, dtype=np.int64).reshape(self.count, self.size)
+        out.flags.writeable = False
+        return out
+
+    def crossing_count(self, gpus_per_node: int | None) -> int:
+        """How many ranks' sends to their ring's next rank cross nodes (`send_tiers`' True count), found once."""
+        key = ("count", gpus_per_node)
+        if key not in self._tiers:
+            self._tiers[key] = int(self.send_tiers(gpus_per_node).sum())
+        return self._tiers[key]
+
+    @functools.cached_property
     def _tiers(self) -> dict:
         return {}  # gpus_per_node -> send_tiers' answer (hashing N members on every call would cost O(N))
 

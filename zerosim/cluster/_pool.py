@@ -92,11 +92,13 @@ class RankPool:
         ranks = list(ranks)
         if self.workers == 1 or len(ranks) < 2:  # the loop itself: op-major, each after at once
             results = [[None] * steps for _ in ranks]
+            if ranks and steps:
+                self._run(lambda i, j: None, 0, 0)  # notes the caller's thread among those used, once
             for j in range(steps):
                 for i in range(len(ranks)):
-                    results[i][j] = self._run(work, i, j)
+                    results[i][j] = out = work(i, j)
                     if after is not None:
-                        after(i, j, results[i][j])
+                        after(i, j, out)
             return results
         held = [[[] for _ in range(steps)] for _ in ranks]  # held[i][j]: rank i's ledger events of step j
         sinks = [r.ledger.sink for r in ranks]

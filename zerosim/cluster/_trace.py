@@ -19,7 +19,13 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from zerosim.cluster import _closed as closed
+from zerosim.cluster._hops import RingHops
+from zerosim.cluster._ledger import ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
+from zerosim.cluster._events import StepBoundary
+from zerosim.cluster._runs import RunCounts
+from zerosim.cluster._window import LogFile, Summary, fold, write_log
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
@@ -98,19 +104,77 @@ class Trace:
     gpus_per_node: int | None = None  # the topology that decides each hop's link tier (None: one node)
     world_size: int | None = None  # N, the ranks every call spans (each in its group), when known (a Cluster's
     #                                trace): questions about rank N or above are refused; None: read from the calls
-    events: list = field(default_factory=list)  # [Event]
-    calls: list = field(default_factory=list)  # [Call]
-    log: list = field(default_factory=list)  # [Call | Compute | OptimizerStep | StepBoundary | LedgerEvent], in order
+    keep_steps: int | None = None  # hold the events of the last k engine steps, fold older ones into `folded`
+    #                                (_window.py); None: hold everything
+    log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
+    calls: list = field(default_factory=list)  # [Call] held: call number folded.calls + i is calls[i]
+    # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., and each ledger's allocs and
+    # frees as the plain tuples of their fields until the log is read (cluster/_ledger.py `timeline` says why)
+    _log: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
+        k = self.keep_steps
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"keep_steps must be a positive integer (steps whose events the trace holds) or None, "
+                             f"got {k!r}")
+        self.folded = Summary()  # what the steps before the window sent, added up (_window.py)
+        self._step_ends = []  # [(absolute log position, call number) just after each step held ended]
+        self._log_file = LogFile(self.log_to) if self.log_to is not None else None
+        self._written = 0  # absolute log position up to which the log file has it
+        self.on_fold = None  # called with {rank: last ledger seq folded} when steps fold (the Cluster's ledgers)
+        self._checked = 0  # log entries read already: those before it are events, never raw tuples
+        # [Event | RingHops]: the sends in order, a ring phase recorded whole (_hops.py) until `events` is read
+        self._events = []
+        self._records = 0  # RingHops records in _events
+        self._folded = 0  # sends they stand for, beyond one entry each
         self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
         self.ring_calls = {}
         self.call_groups = {}  # call -> the Groups it ran over, for calls not over the world
         self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
+
+    @property
+    def events(self) -> list:
+        """[Event]: every send (or, at "call" granularity, every rank's summary of a call), in order. A ring phase
+        recorded whole (`ring_hops`) becomes its sends here, the first time they are read."""
+        if self._records:
+            self._events = [x for e in self._events for x in (self._unfold(e) if type(e) is RingHops else (e,))]
+            self._folded = self._records = 0
+        return self._events
+
+    @property
+    def log(self) -> list:
+        """[Call | Compute | OptimizerStep | StepBoundary | LedgerEvent | ...]: every typed event, in order (the steps
+        held: `keep_steps`). A ledger's alloc or free recorded as a plain tuple becomes its `LedgerEvent` here, the
+        first time it is read."""
+        log = self._log
+        if self._checked < len(log):
+            for i in range(self._checked, len(log)):
+                if type(log[i]) is tuple:
+                    log[i] = ledger_event(*log[i])
+            self._checked = len(log)
+        return log
+
+    def call(self, number: int) -> Call:
+        """The `Call` numbered `number` (numbers stay absolute when older steps fold out of the window)."""
+        if number < self.folded.calls:
+            raise ValueError(f"call {number} belongs to a step folded out of the trace's window (keep_steps="
+                             f"{self.keep_steps}): its bytes are in the summary, its events gone (pass keep_steps=None "
+                             "to the Cluster to hold every step, or log_to= to stream the log to a file)")
+        return self.calls[number - self.folded.calls]
+
+    @property
+    def logged(self) -> int:
+        """Log entries recorded so far, the folded ones included: the absolute position of the next one."""
+        return self.folded.log + len(self._log)
+
+    def _unfold(self, hops: RingHops) -> list:
+        c = self.call(hops.call)
+        return [Event(hops.call, c.collective, k, src, dst, chunk, n, n * hops.itemsize, hops.dtype, c.tag, None,
+                      self._tier(hops.call, src, dst)) for k, src, dst, chunk, n in hops.hops()]
 
     # -- recording (used by the engines) ---------------------------------------------------------
     @contextmanager
@@ -127,24 +191,32 @@ class Trace:
         return dict(self._about)
 
     def record(self, event) -> None:
-        """Append a typed event (_events.py, or a ledger's alloc/free) to the ordered log."""
-        self.log.append(event)
+        """Append a typed event (_events.py, or a ledger's alloc/free) to the ordered log; at a step's end, fold the
+        steps before the window (`keep_steps`)."""
+        self._log.append(event)
+        if type(event) is StepBoundary and event.what == "end" and self.keep_steps is not None:
+            self._step_ends.append((self.logged, self.folded.calls + len(self.calls)))
+            if len(self._step_ends) > self.keep_steps:
+                upto = self._step_ends[-self.keep_steps - 1]
+                del self._step_ends[: len(self._step_ends) - self.keep_steps]
+                fold(self, *upto)
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
               group: Groups | None = None, chunk_map: tuple = ()) -> int:
         """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
         `hop` and `end` take. `world_size` is the ring's length: the group's size."""
-        call = Call(len(self.calls), collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map))
+        fields = {}  # what differs from a Call's defaults, set at once (dataclasses.replace is slow, and per call)
+        number = self.folded.calls + len(self.calls)
         if group is not None and not group.is_world:
-            call = replace(call, group=group.name, tier=group.tier(self.gpus_per_node))
-            self.call_groups[call.call] = group
+            fields.update(group=group.name, tier=group.tier(self.gpus_per_node))
+            self.call_groups[number] = group
         elif group is not None and self.gpus_per_node is not None:
-            call = replace(call, tier=group.tier(self.gpus_per_node))
-        if self._about:
-            call = replace(call, **self._about)
+            fields["tier"] = group.tier(self.gpus_per_node)
+        fields.update(self._about)
+        call = Call(number, collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map), **fields)
         self.calls.append(call)
-        self.log.append(call)
+        self._log.append(call)
         return call.call
 
     def transfer(self, kind: str, elements: list, dtype: str, itemsize: int, ranks: list, tag: str = "",
@@ -157,13 +229,14 @@ class Trace:
         if kind not in TRANSFERS:
             raise ValueError(f"unknown transfer {kind!r}; one of {tuple(TRANSFERS)}")
         link = TRANSFERS[kind]
-        call = Call(len(self.calls), kind, after_host or "copy", 1, max(elements, default=0), dtype, tag, tier=link)
+        call = Call(self.folded.calls + len(self.calls), kind, after_host or "copy", 1, max(elements, default=0),
+                    dtype, tag, tier=link)
         if self._about:
             call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
         self.calls.append(call)
-        self.log.append(call)
+        self._log.append(call)
         for r, n in zip(ranks, elements):
-            self.events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
+            self._events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
         return self.handle(call.call)
 
     def handle(self, *calls: int) -> Handle:
@@ -171,9 +244,11 @@ class Trace:
         return Handle(calls, self.generation)
 
     def live(self, handle) -> Handle:
-        """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since)."""
+        """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since, or the
+        calls' step folded out of the window)."""
+        first, end = self.folded.calls, self.folded.calls + len(self.calls)
         if getattr(handle, "generation", self.generation) != self.generation or any(
-            c >= len(self.calls) for c in handle
+            c >= end or c < first for c in handle
         ):
             return Handle((), self.generation)
         return handle
@@ -182,11 +257,11 @@ class Trace:
         self, call: int, step: int, src: int, dst: int, chunk: int, elements: int, itemsize: int, dtype: str, data=None
     ) -> None:
         """Record one send (at "call" granularity: add it to the sender's summary)."""
-        c = self.calls[call]
+        c = self.call(call)
         tier = self._tier(call, src, dst)
         if self.granularity == "hop":
             values = data.copy() if (self.keep_values and data is not None) else None
-            self.events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
+            self._events.append(Event(call, c.collective, step, src, dst, chunk, elements, elements * itemsize, dtype,
                                      c.tag, values, tier))
         else:
             acc = self._pending[src]
@@ -194,13 +269,28 @@ class Trace:
             acc[1] += elements * itemsize
             acc[2] = tier
 
+    def ring_hops(self, call: int, sizes: tuple, itemsize: int, dtype: str, lag: int, ranks, positions,
+                  sends_to) -> None:
+        """Record a whole ring phase of `call` (hop granularity, every rank in this process): at step k the rank
+        ranks[i], at position positions[i] of its ring, sent chunk (positions[i] - lag - k) mod n of `sizes` to
+        sends_to[i] (lag 1: reduce-scatter, 0: all-gather). One record now; `events` shows its n−1 steps of sends
+        as `hop` would have recorded them one by one (_hops.py)."""
+        if len(sizes) < 2 or not ranks:
+            return  # a ring of one sends nothing
+        if self.granularity != "hop":
+            raise ValueError('ring_hops records every send: it needs trace granularity "hop"')
+        hops = RingHops(call, tuple(sizes), itemsize, dtype, lag, tuple(ranks), tuple(positions), tuple(sends_to))
+        self._events.append(hops)
+        self._records += 1
+        self._folded += hops.count - 1
+
     def _tier(self, call: int, src: int, dst: int) -> str:
         """The tier of a send: from its two ends, or (a summary, dst -1) from src's next rank on its ring."""
         if self.gpus_per_node is None:
             return INTRA
         if dst < 0:  # a whole phase of one rank: every send of a ring phase goes to the same neighbour
             group = self.call_groups.get(call)
-            dst = group.next(src) if group is not None else (src + 1) % self.calls[call].world_size
+            dst = group.next(src) if group is not None else (src + 1) % self.call(call).world_size
         return hop_tier(src, dst, self.gpus_per_node)
 
     def ring_summary(self, call: int, sizes: tuple, itemsize: int, lag: int) -> None:
@@ -210,22 +300,22 @@ class Trace:
         `sent_by_rank` and `bytes_by_tier` answer from it."""
         if self.granularity != "call":
             raise ValueError('a closed-form ring summary needs trace granularity "call"')
-        if len(sizes) > 1:
-            self.ring_calls[call] = (tuple(sizes), itemsize, lag)
+        if len(sizes) > 1:  # run-length encoded sizes (a flat range's counts) stay so: O(1) however many ranks
+            self.ring_calls[call] = (sizes if isinstance(sizes, RunCounts) else tuple(sizes), itemsize, lag)
+
+    def _ring_size(self, call: int) -> int:
+        """N, the ranks a closed-form call's rings span together."""
+        group = self.call_groups.get(call)
+        return group.world_size if group is not None else len(self.ring_calls[call][0])
 
     def _closed_form(self, call: int):
-        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy)."""
-        import numpy as np
-
+        """(N,) int64 bytes every rank sent in closed-form call `call` (numpy; _closed.py)."""
         sizes, itemsize, lag = self.ring_calls[call]
-        s = np.asarray(sizes, dtype=np.int64)
-        group = self.call_groups.get(call)
-        position = group.positions if group is not None else np.arange(len(sizes))
-        skipped = s[(position - lag + 1) % len(sizes)]  # position p skips chunk (p − lag + 1) mod n
-        return (s.sum() - skipped) * itemsize
+        return closed.sent_by_every_rank(sizes, itemsize, lag, self.call_groups.get(call), self._ring_size(call))
 
     def sent_by_rank(self, call: int) -> dict:
         """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
+        self.call(call)  # a folded call: a clear error (its events are gone)
         if call in self.ring_calls:
             return dict(enumerate(self._closed_form(call).tolist()))
         out = defaultdict(int)
@@ -234,38 +324,49 @@ class Trace:
         return dict(out)
 
     def sent_totals(self, world_size: int) -> list:
-        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries), O(calls · N) in
-        NumPy."""
+        """Bytes each rank 0..N−1 sent over the whole trace (events and closed-form summaries): O(events + calls) in
+        Python, and in NumPy O(N) once plus, per closed-form call, O(ranks that skipped a non-empty chunk)."""
         import numpy as np
 
         totals = np.zeros(world_size, dtype=np.int64)
         for e in self.events:
             if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
                 totals[e.src] += e.bytes
-        for call in self.ring_calls:
-            totals += self._closed_form(call)
-        return totals.tolist()
+        for (rank, collective, _), b in self.folded.sent.items():  # the steps folded out of the window
+            if collective not in TRANSFERS:
+                totals[rank] += b
+        base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
+        held = [(form, self.call_groups.get(c), self._ring_size(c)) for c, form in self.ring_calls.items()]
+        for (sizes, itemsize, lag), group, n in held + [(form, group, n) for _, form, group, n in self.folded.closed]:
+            base += closed.base_bytes(sizes, itemsize)
+            for ranks, less in closed.shortfalls(sizes, itemsize, lag, group, n):
+                totals[ranks] -= less
+        return (totals + base).tolist()
 
     def bytes_by_tier(self, call: int | None = None) -> dict:
         """{tier: bytes all ranks sent over links of that tier} ("intra-node", "inter-node"), over the whole trace
         or one call: every event by its own tier, and a closed-form call by each rank's send to its ring neighbour."""
         out = dict.fromkeys(TIERS, 0)
+        if call is None:
+            for tier, b in self.folded.by_tier.items():  # the steps folded out of the window
+                out[tier] = out.get(tier, 0) + b
+        else:
+            self.call(call)  # a folded call: a clear error
         for e in self.events if call is None else self.select(call=call):
             out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
-            sent = self._closed_form(c)
-            group = self.call_groups.get(c)
-            crosses = (group if group is not None else Groups.world(len(sent))).send_tiers(self.gpus_per_node)
-            out[TIERS[1]] += int(sent[crosses].sum())
-            out[TIERS[0]] += int(sent[~crosses].sum())
+            intra, inter = closed.bytes_by_tier(*self.ring_calls[c], self.call_groups.get(c), self._ring_size(c),
+                                                self.gpus_per_node)
+            out[TIERS[0]] += intra
+            out[TIERS[1]] += inter
         return out
 
     def end(self, call: int) -> None:
         """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
-            c = self.calls[call]
+            c = self.call(call)
             for src, (elements, nbytes, tier) in sorted(self._pending.items()):
-                self.events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
+                self._events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
                                          None, tier))
             self._pending.clear()
 
@@ -288,9 +389,20 @@ class Trace:
     ) -> int:
         """Bytes `rank` put on the wire (over all calls, or those selected), closed-form summaries included."""
         self._check_rank(rank)
+        if call is not None:
+            self.call(call)  # a folded call: a clear error
         from_events = sum(e.bytes for e in self.select(collective, call, tag)
                           if e.src == rank and (collective is not None or e.collective not in TRANSFERS))
-        return from_events + sum(self.sent_by_rank(c)[rank] for c in self._closed(collective, call, tag))
+        held = sum(closed.sent_by_one_rank(*self.ring_calls[c], self.call_groups.get(c), rank)
+                   for c in self._closed(collective, call, tag))
+        if call is not None:
+            return from_events + held
+        folded = sum(b for (r, coll, t), b in self.folded.sent.items() if r == rank
+                     and (coll == collective if collective is not None else coll not in TRANSFERS)
+                     and (tag is None or t == tag))
+        folded += sum(closed.sent_by_one_rank(*form, group, rank) for c, form, group, _ in self.folded.closed
+                      if (collective is None or c.collective == collective) and (tag is None or c.tag == tag))
+        return from_events + held + folded
 
     def _check_rank(self, rank) -> None:
         """A rank that does not exist sent nothing, but answering 0 would hide the mistake."""
@@ -304,8 +416,8 @@ class Trace:
             c
             for c in self.ring_calls
             if (call is None or c == call)
-            and (collective is None or self.calls[c].collective == collective)
-            and (tag is None or self.calls[c].tag == tag)
+            and (collective is None or self.call(c).collective == collective)
+            and (tag is None or self.call(c).tag == tag)
         ]
 
     def bytes_received(
@@ -315,30 +427,59 @@ class Trace:
         self._check_rank(rank)
         if self.granularity != "hop":
             raise ValueError('bytes_received needs trace granularity "hop"; "call" summaries record senders only')
-        return sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)
+        if call is not None:
+            self.call(call)  # a folded call: a clear error
+        folded = 0 if call is not None else sum(
+            b for (r, coll, t), b in self.folded.received.items()
+            if r == rank and (collective is None or coll == collective) and (tag is None or t == tag))
+        return folded + sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)
 
     def volume_by_collective(self) -> dict:
         """{collective: total bytes sent by all ranks}."""
-        out = defaultdict(int)
+        out = defaultdict(int, self.folded.by_collective)  # the steps folded out of the window, then the rest
         for e in self.events:
             out[e.collective] += e.bytes
         for c, (sizes, itemsize, _) in self.ring_calls.items():
-            rings = self.call_groups[c].count if c in self.call_groups else 1  # groups side by side, each a ring
-            out[self.calls[c].collective] += rings * (len(sizes) - 1) * sum(sizes) * itemsize  # n−1 senders a chunk
+            out[self.call(c).collective] += closed.volume(sizes, itemsize, self.call_groups.get(c))
         return dict(out)
 
+    def summary(self) -> dict:
+        """What the whole run sent, folded steps and window together: {"by_collective": {collective: bytes},
+        "by_tier": {tier: bytes}, "by_step": {step: bytes between ranks}, "calls": n, "folded_calls": n}."""
+        by_step = defaultdict(int, self.folded.by_step)
+        for e in self.events:
+            if e.collective not in TRANSFERS:
+                by_step[self.call(e.call).step] += e.bytes
+        for c, (sizes, itemsize, _) in self.ring_calls.items():
+            by_step[self.call(c).step] += closed.volume(sizes, itemsize, self.call_groups.get(c))
+        return {"by_collective": self.volume_by_collective(), "by_tier": self.bytes_by_tier(),
+                "by_step": dict(sorted(by_step.items())), "calls": self.folded.calls + len(self.calls),
+                "folded_calls": self.folded.calls}
+
+    def flush_log(self) -> None:
+        """Write what the log file (`log_to`) does not have yet: the entries still held, with their calls' sends."""
+        if self._log_file is not None:
+            write_log(self, self.log[max(self._written - self.folded.log, 0):], self.events)
+            self._written = self.logged
+
     def of_type(self, kind, since: int = 0) -> list:
-        """The log's events of one type (e.g. `Compute`), from log position `since` on."""
-        return [e for e in self.log[since:] if isinstance(e, kind)]
+        """The log's events of one type (e.g. `Compute`), from log position `since` on (absolute: counting the entries
+        folded out of the window, as `logged` does; the same as a list position while nothing is folded)."""
+        return [e for e in self.log[max(since - self.folded.log, 0):] if isinstance(e, kind)]
 
     def clear(self) -> None:
         self.generation += 1
-        self.events.clear()
+        self._events.clear()
+        self._folded = self._records = 0
         self.calls.clear()
-        self.log.clear()
+        self._log.clear()
+        self._checked = 0
         self.ring_calls.clear()
         self.call_groups.clear()
         self._pending.clear()
+        self.folded = Summary()
+        self._step_ends.clear()
+        self._written = 0
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self._events) + self._folded

@@ -19,7 +19,7 @@ import numpy as np
 
 from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same
 from zerosim.collectives._ops import get_op
-from zerosim.collectives._shards import ShardLayout, chunk_bounds
+from zerosim.collectives._shards import ShardLayout, chunk_bounds, counts_total
 from zerosim.collectives._staging import Collected, check_out, free, phases, stage, wire_format
 
 
@@ -53,13 +53,13 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     layout = ShardLayout(length, n)
     if counts is not None:
         counts = check_counts(counts, n, what)
-        if sum(counts) != length:
+        if counts_total(counts) != length:
             raise ValueError(f"{what}: counts {list(counts)} add up to {sum(counts)}, but the buffers hold {length} "
                              "elements")
     padded = length if counts is not None else layout.padded
     bounds = chunk_bounds(layout, counts)
     if out is not None:
-        sizes = [stop - start for start, stop in bounds]
+        sizes = counts if counts is not None else [stop - start for start, stop in bounds]  # chunk p's elements
         out = check_out(cluster, out, sizes, wire_fmt, what, reduce_op.name == "avg", group)
     call = cluster.trace.begin(_name, reduce_op.name, n, padded, wire_fmt.name, tag, group)
     staged, temps = stage(cluster, call, arrays, reduce_op, wire_fmt, length, padded, n)
@@ -76,7 +76,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
             if r is not o:
                 o[...] = r
         return Collected(out, handle)
-    keep = [c for c in counts] if counts is not None else layout.real_sizes()
+    keep = counts if counts is not None else layout.real_sizes()
     ns = cluster.backend.xp  # "avg" widens where the arrays live
     return Collected(
         [reduce_op.post(chunk[: keep[group.position(rank.index)]], n, ns)
@@ -110,11 +110,13 @@ def all_gather(
     everyone, n = [m[0] for m in meta], group.size
     partial = len(everyone) < cluster.world_size  # a representative rank (meta backend) sees only the ranks it hosts
     sizes = everyone if partial else _by_position(everyone, group, what)
+    by_position = None  # each ring position's chunk size, when every rank is here and counts say it
     if counts is not None:
         counts = check_counts(counts, n, what)
-        if sizes != ([counts[group.position(r.index)] for r in cluster.ranks] if partial else list(counts)):
+        by_position = None if partial else list(counts)
+        if sizes != ([counts[group.position(r.index)] for r in cluster.ranks] if partial else by_position):
             raise ValueError(f"{what}: mismatched shard sizes {sizes}; counts say {list(counts)}")
-        bounds, total, length = chunk_bounds(None, counts), sum(counts), sum(counts)
+        bounds, total, length = chunk_bounds(None, counts), counts_total(counts), counts_total(counts)
     else:
         if partial:  # the ranks it stands for: reduce-scatter's layout of _length, or equal shards
             sizes = ShardLayout(_length, n).real_sizes() if _length is not None else sizes[:1] * n
@@ -130,10 +132,12 @@ def all_gather(
         out = check_out(cluster, out, [length] * n, wire_fmt, what, False, group)
     call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag, group)
     padded, temps = [], []
-    for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
-        p = group.position(rank.index)
-        want = bounds[p][1] - bounds[p][0]
-        if fmt == wire_fmt and a.shape[0] == want:
+    # each local rank's position on its ring (all of them, in rank order, when every rank is local)
+    local = cluster.local_size == cluster.world_size
+    positions = group.ring_order[1] if local else [group.position(rank.index) for rank in cluster.ranks]
+    for rank, p, (_, a, fmt) in zip(cluster.ranks, positions, arrays):
+        want = by_position[p] if by_position is not None else bounds[p][1] - bounds[p][0]
+        if (fmt is wire_fmt or fmt == wire_fmt) and a.shape[0] == want:
             padded.append(a)  # read only
             continue
         buf = rank.ledger.alloc(f"call{call}.staged", want, wire_fmt.dtype, "comm")  # re-typed and/or padded copy
@@ -199,6 +203,8 @@ def _over(group) -> dict:
 
 def _by_position(sizes: list, group, what: str) -> list:
     """Every rank's shard size (rank order) -> the sizes by position in the ring, which every group must share."""
+    if group.is_world:
+        return list(sizes)
     by_group = [[sizes[r] for r in members] for members in group.members]
     for other in by_group[1:]:
         if other != by_group[0]:

@@ -6,7 +6,9 @@ import functools
 
 import numpy as np
 
+from zerosim.cluster import RunCounts
 from zerosim.precision import format_of
+from zerosim.precision._formats import FORMAT_BY_DTYPE
 
 
 def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
@@ -22,8 +24,13 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
             f"{what} got {len(tensors)} arrays but this process hosts {cluster.local_size} rank(s) "
             f"of a world of {cluster.world_size}: pass one array per local rank"
         )
-    arrays = []
+    arrays, numpy = [], cluster.backend.xp.is_numpy
     for rank, t in zip(cluster.ranks, tensors):
+        if numpy and type(t) is np.ndarray and (t.ndim == 1 or not flat):  # the hot path: the format by dtype
+            fmt = FORMAT_BY_DTYPE.get(t.dtype)
+            if fmt is not None:
+                arrays.append((rank.index, t, fmt))
+                continue
         a = t if hasattr(t, "dtype") and hasattr(t, "shape") else np.asarray(t)
         if flat and a.ndim != 1:
             raise ValueError(f"{what}: rank {rank.index} passed shape {a.shape}; collectives cut flat buffers, so "
@@ -45,7 +52,12 @@ def require_same(values, what: str, field: str) -> None:
 
 
 def check_counts(counts, n: int, what: str) -> tuple:
-    """`counts` as a tuple of N non-negative ints, or a ValueError saying what is wrong (cached per tuple)."""
+    """`counts` as a tuple of N non-negative ints, or a ValueError saying what is wrong (cached per tuple); a
+    `RunCounts` (a flat range's counts, run-length encoded) checked from its runs and kept as it is."""
+    if isinstance(counts, RunCounts):
+        if len(counts) != n or any(v < 0 for v, _ in counts.runs):
+            raise ValueError(f"{what}: counts must be {n} non-negative integers (one per rank), got {list(counts)}")
+        return counts
     try:
         return _valid_counts(tuple(counts), n)
     except TypeError:  # unhashable elements: certainly not integers

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim.cluster import RunBounds, RunCounts
+
 
 @dataclass(frozen=True)
 class ShardLayout:
@@ -91,7 +93,14 @@ def chunk_bounds(layout: ShardLayout, counts) -> tuple:
     """
     if counts is None:
         return _equal_bounds(layout.shard_size, layout.world_size)
+    if isinstance(counts, RunCounts):  # a flat range's counts, run-length encoded: bounds answered from the runs
+        return RunBounds(counts)
     return _bounds_of_counts(tuple(counts))
+
+
+def counts_total(counts) -> int:
+    """sum(counts), in O(1) for a RunCounts."""
+    return counts.total if isinstance(counts, RunCounts) else sum(counts)
 
 
 @functools.lru_cache(maxsize=4096)

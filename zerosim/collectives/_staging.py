@@ -27,7 +27,7 @@ def stage(cluster, call: int, arrays, op, wire, length: int, padded: int, n: int
     n = cluster.world_size if n is None else n
     staged, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
-        if fmt == wire and not op.changes_input and padded == length:
+        if (fmt is wire or fmt == wire) and not op.changes_input and padded == length:
             staged.append(a)  # read only: the ring never writes into its inputs
             continue
         buf = rank.ledger.alloc(f"call{call}.staged", padded, wire.dtype, "comm")
@@ -40,10 +40,11 @@ def stage(cluster, call: int, arrays, op, wire, length: int, padded: int, n: int
 
 def phases(cluster) -> tuple:
     """(reduce-scatter phase, all-gather phase): the backend's own; the in-process twin when every rank is
-    here, sends are references and the trace keeps one summary per call; else the ring, hop by hop."""
+    here, sends are references and the trace keeps no values (it records each phase's hops as one record, or one
+    summary per rank); else the ring, hop by hop."""
     backend = cluster.backend
     local = (getattr(backend, "sends_by_reference", False) and cluster.local_size == cluster.world_size
-             and cluster.trace.granularity == "call" and not cluster.trace.keep_values)
+             and not cluster.trace.keep_values)
     rs = getattr(backend, "reduce_scatter_phase", fast.reduce_scatter_phase if local else ring.reduce_scatter_phase)
     ag = getattr(backend, "all_gather_phase", fast.all_gather_phase if local else ring.all_gather_phase)
     return rs, ag
@@ -66,10 +67,10 @@ def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group
                          "reduce with 'sum'")
     if not isinstance(out, (list, tuple)) or len(out) != cluster.local_size:
         raise ValueError(f"{what}: out must be a list of {cluster.local_size} array(s), one per local rank")
+    stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
     for rank, o in zip(cluster.ranks, out):
         want = sizes[rank.index if group is None else group.position(rank.index)]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
-        stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
         read_only = flags is not None and not getattr(flags, "writeable", True)  # CuPy's flags have no writeable
         if getattr(o, "shape", None) != (want,) or o.dtype != stored or read_only:
             raise ValueError(f"{what}: out for rank {rank.index} must be a writable ({want},) {wire.name} array, "

@@ -10,6 +10,7 @@
     _numbers.py    one meta-backend step of a Settings: its ledger and its timeline, as data
     _memory.py     the figure (no front end needed) and the ipywidgets controls that redraw it
     _canvas.py     the figure built once and moved to each new setting
+    _text_raster.py each text's pixels kept and pasted when it is drawn again at its place
     _front_end.py  whether there is a front end to draw widgets in
     _ring.py       the ring reduce-scatter on real values, hop by hop
     _compile.py    a model's step compiled once into coefficients of (B·L, B·L², B·L·T, B, 1) per op (steps.json)

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from zerosim.explore._text_raster import TextRaster
 from zerosim.viz import kind_colour, kind_label, kind_order
 
 GB = 1e9
@@ -49,11 +50,11 @@ class ExplorerCanvas:
     """One explorer figure (`figure`: a new 10 x 4.2 in Figure, or the one given, cleared) whose artists `update(n)`
     moves to the numbers `n` (_numbers.py `explore`); `png()` renders it as a PNG."""
 
-    def __init__(self, fontsize: float = 9, figure=None):
+    def __init__(self, fontsize: float = 9, figure=None, text_raster: bool = True):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        self.fontsize = fontsize
+        self.fontsize, self.text_raster = fontsize, text_raster  # keep each text's pixels (_text_raster.py)
         self.figure = fig = figure if figure is not None else Figure(figsize=(10, 4.2), dpi=100)
         fig.clear()
         if not isinstance(fig.canvas, FigureCanvasAgg):  # no backend yet: Agg, for png()'s blitting
@@ -168,6 +169,9 @@ class ExplorerCanvas:
         from matplotlib.text import Text
 
         canvas, moving = self.figure.canvas, self._moving()
+        renderer = canvas.get_renderer()
+        if self.text_raster and getattr(renderer, "zerosim_text", None) is None:
+            renderer.zerosim_text = TextRaster(renderer)  # texts drawn again at their place: pasted, not rasterised
         key = (self.mem.get_xlim(), self.mem.get_ylim(), self.tim.get_xlim(), self.tim.get_ylim(), self._legend)
         if key in self._backgrounds:
             canvas.restore_region(self._backgrounds[key])

@@ -16,6 +16,17 @@ from zerosim.models.layers._basic import Layer
 from zerosim.models.layers._losses import Loss
 
 
+def all_finite(x: np.ndarray) -> bool:
+    """No NaN or inf in `x` (any of zerosim's formats, or integers): NumPy's own floats tested as they are (finite
+    in float32 is finite in float64), the others widened to float64 first (exact)."""
+    if x.dtype in _NATIVE_FLOATS:
+        return bool(np.isfinite(x).all())
+    return bool(np.all(np.isfinite(x.astype(np.float64))))
+
+
+_NATIVE_FLOATS = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16))
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One parameter tensor's place in the flat vector: flat[offset : offset + size].reshape(shape)."""
@@ -83,7 +94,7 @@ class Model:
             raise ValueError("a micro-batch needs at least one sample, got an empty one (its loss would be NaN)")
         if x.dtype.kind not in "iuf" and x.dtype.name != "bfloat16":
             raise ValueError(f"the input must be numeric, got dtype {x.dtype}")
-        if not np.all(np.isfinite(x.astype(np.float64))):
+        if not all_finite(x):
             raise ValueError("the micro-batch input contains NaN or inf")
         self.loss.check_target(target, x.shape[0], self.output_width)
 
@@ -92,7 +103,16 @@ class Model:
         return self._windows[i]
 
     def layer_specs(self, i: int) -> list[ParamSpec]:
-        return [s for s in self.specs if s.layer == i]
+        return list(self._layer_specs()[i])
+
+    def _layer_specs(self) -> tuple:
+        """Each layer's specs, found once (every op of every rank unflattens its layer's weights)."""
+        if getattr(self, "_by_layer", None) is None:
+            by_layer = [[] for _ in self.layers]
+            for s in self.specs:
+                by_layer[s.layer].append(s)
+            self._by_layer = tuple(tuple(x) for x in by_layer)
+        return self._by_layer
 
     def unflatten(self, flat: np.ndarray, i: int) -> dict[str, np.ndarray]:
         """Views of layer i's parameters, by name, inside `flat`.
@@ -105,11 +125,12 @@ class Model:
             raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, got "
                              f"shape {flat.shape}")
         base = 0 if len(flat) == self.num_params else start  # offsets are absolute in the whole vector
-        return {s.name: flat[s.offset - base : s.offset - base + s.size].reshape(s.shape) for s in self.layer_specs(i)}
+        return {s.name: flat[s.offset - base : s.offset - base + s.size].reshape(s.shape)
+                for s in self._layer_specs()[i]}
 
     def pack(self, i: int, tensors: dict[str, np.ndarray]) -> np.ndarray:
         """Layer i's tensors by name (say, its grads) as one (stop - start,) vector in flat order; dtype kept."""
-        parts = [tensors[s.name].reshape(-1) for s in self.layer_specs(i)]  # numpy or a device's arrays: kept there
+        parts = [tensors[s.name].reshape(-1) for s in self._layer_specs()[i]]  # numpy or a device's arrays: kept there
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -40,6 +40,17 @@ class Done:
     values: dict | None = None  # copies of what it computed, when the pass keeps values
 
 
+def done(grads, flops: int, bytes_read: int, bytes_written: int, values=None) -> Done:
+    """`Done(...)` without the frozen dataclass's `__init__` (one `object.__setattr__` per field): every op of every
+    rank makes one."""
+    made = _new(Done)
+    made.__dict__.update(grads=grads, flops=flops, bytes_read=bytes_read, bytes_written=bytes_written, values=values)
+    return made
+
+
+_new = object.__new__
+
+
 def _kept(a):
     """A copy of what an op made, for narration: an array's, or a bundle's parts by name (tensor parallelism hands
     the residual stream on beside the value: parallel/tensor/_bundle.py)."""
@@ -47,7 +58,11 @@ def _kept(a):
 
 
 def _nbytes(*arrays) -> int:
-    return sum(int(a.nbytes) for a in arrays if a is not None)
+    total = 0
+    for a in arrays:
+        if a is not None:
+            total += int(a.nbytes)
+    return total
 
 
 def _as_dict(cache) -> dict:
@@ -65,8 +80,10 @@ class _Saved:
 
     def put(self, key, prefix: str, cache) -> None:
         named = _as_dict(cache)
-        if self.ledger is not None:
-            named = {k: self.ledger.adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
+        ledger = self.ledger
+        if ledger is not None:
+            adopt = ledger.adopt
+            named = {k: adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
     def pop(self, key) -> dict:
@@ -117,13 +134,13 @@ class Pass:
             self.saved.put("loss", "loss", cache)
             self.dy = model.loss.backward(self.saved.pop("loss"), f, scale=self.loss_scale)  # (B, D_out) fmt
             values = {"loss": self.loss, "out": y.copy()} if self.keep_values else None
-            return Done(None, model.loss.flops(y.shape), _nbytes(y), _nbytes(self.dy), values)
+            return done(None, model.loss.flops(y.shape), _nbytes(y), _nbytes(self.dy), values)
         layer = model.layers[op.layer]
         if op.from_checkpoint:
             self.a = self.saved.pop(("checkpoint", op.layer))["block input"]
         if op.kind == "keep input":  # the block's last layer needs only its input, which is already here
             self.saved.put(op.layer, layer.name, {"input": self.a})
-            return Done(None, 0, 0, 0)
+            return done(None, 0, 0, 0)
         read = _nbytes(*params.values())
         if op.kind == "backward":
             cache = self.saved.pop(op.layer)
@@ -135,7 +152,7 @@ class Pass:
                 if self.keep_values
                 else None
             )
-            return Done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
+            return done(grads, layer.flops(x_shape, "backward"), read, _nbytes(self.dy, *grads.values()), values)
         x = self.a  # forward or recompute
         if op.checkpoint:
             self.saved.put(("checkpoint", op.layer), layer.name, {"block input": x, **self._selective(layer, x)})
@@ -144,7 +161,7 @@ class Pass:
             self.saved.put(op.layer, layer.name, cache)
         self.a = out
         values = {"out": _kept(out)} if self.keep_values else None
-        return Done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+        return done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
 
 
 def _no_selective(layer, x, fmt):

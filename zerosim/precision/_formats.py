@@ -12,6 +12,7 @@ precision. The two fp8 formats are the OCP / NVIDIA ones that ml_dtypes implemen
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import ml_dtypes
 import numpy as np
@@ -78,10 +79,17 @@ class Format:
 
     def with_arithmetic(self, arithmetic: str) -> "Format":
         """This format computing on the kernels `arithmetic` names (itself when it already does)."""
-        return self if arithmetic == self.arithmetic else replace(self, arithmetic=arithmetic)
+        return self if arithmetic == self.arithmetic else _with_arithmetic(self, arithmetic)
 
     def __str__(self) -> str:
         return self.name
+
+
+@lru_cache(maxsize=None)
+def _with_arithmetic(fmt: Format, arithmetic: str) -> Format:
+    """`fmt` on other kernels, made once: every rank asks for its policy's compute format every step (a dataclass
+    `replace` costs 15 µs). The key's Format compares without its arithmetic, which the result does not depend on."""
+    return replace(fmt, arithmetic=arithmetic)
 
 
 FORMATS: dict[str, Format] = {
@@ -96,7 +104,7 @@ FORMATS: dict[str, Format] = {
     )
 }
 
-_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
+_BY_DTYPE = FORMAT_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
 
 # Names people type for the same thing; they resolve to the canonical names above.
 _ALIASES = {
@@ -115,7 +123,7 @@ def get_format(fmt: "str | Format | np.dtype | type") -> Format:
     >>> get_format("bf16").max
     3.3895313892515355e+38
     """
-    if isinstance(fmt, Format):
+    if type(fmt) is Format or isinstance(fmt, Format):  # the hot path first: a Format already
         return fmt
     if isinstance(fmt, str):
         key = fmt.lower()

@@ -46,7 +46,7 @@ def mesh_replay(strategy: str = "hsdp", precision: str = "fp16-mixed", lr: float
     if strategy not in ("hsdp", "mics"):
         raise ValueError(f"the 2 × 2 replay tells HSDP or MiCS (a shard group per node, replicas across), got "
                          f"{strategy!r}")
-    model, cluster = TinyNet(), Cluster(4, gpus_per_node=2, keep_values=True)
+    model, cluster = TinyNet(), Cluster(4, gpus_per_node=2, keep_values=True, keep_steps=None)  # reads every step
     engine = ZeroEngine(model, cluster, strategy, Adam(lr=lr), precision, shard_group=2)
     layout, names = engine.layout, list(TinyNet.NAMES)
     # padded index -> flat weight index (-1: padding): arrange 1..P, whose padding comes out 0

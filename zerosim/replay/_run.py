@@ -39,7 +39,7 @@ def _hops(trace, calls: list) -> list:
     for e in trace.events:
         if e.call in calls:
             out.append({
-                "call": e.call, "collective": e.collective, "phase": _phase(trace.calls[e.call]), "tag": e.tag,
+                "call": e.call, "collective": e.collective, "phase": _phase(trace.call(e.call)), "tag": e.tag,
                 "step": e.step, "src": e.src, "dst": e.dst,
                 "chunk": e.chunk, "elements": e.elements, "bytes": e.bytes, "dtype": e.dtype,
                 "values": _f(e.values) if e.values is not None else None,
@@ -169,7 +169,7 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         policy = policy.with_(loss_scale=loss_scale)
     _check_no_overflow(lr, steps, betas, policy.compute_format)
     model = TinyNet()
-    cluster = Cluster(2, keep_values=True)
+    cluster = Cluster(2, keep_values=True, keep_steps=None)  # reads each step by its log positions: hold them all
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)
     names = list(TinyNet.NAMES)
     regions = [engine.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)

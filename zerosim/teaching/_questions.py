@@ -169,6 +169,17 @@ def _tp_peak_ratio() -> float:
     return peaks[1] / peaks[0]
 
 
+def _offload_host_gb() -> float:
+    """Notebook 14's 13B on one V100 with ZeRO-Offload (stage 2, Adam, fp16): the host's ledger at rest, in GB."""
+    from zerosim.analysis.costs import measure_stage
+    from zerosim.models.meta import MetaModel
+    from zerosim.parallel.offload import Offload
+
+    model = MetaModel.from_params(13_000_000_000, layers=40)
+    _, cluster, _ = measure_stage(model, 1, 2, "adam", "fp16-mixed", parallelisms=(Offload("cpu"),))
+    return sum(cluster.ranks[0].ledger_of("host").by_kind().values()) / 1e9
+
+
 def _torch_ddp_equal() -> float:
     from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
 
@@ -351,6 +362,17 @@ QUESTIONS = {q.name: q for q in (
              wrong=((0.125, "1/T: TP cuts the weights T ways, but ZeRO-3 had already cut them over all N GPUs."),
                     (8, "T times the activations: each TP group sees T times the sequences, and TP cuts each T "
                         "ways."))),
+    # -- notebook 14: offload --
+    Question("offload-host-gb", "13B parameters on one V100 with ZeRO-Offload (ZeRO-2, Adam, fp16 with an fp32 master, "
+             "the optimizer on the host as DeepSpeed runs it): how many GB does the host hold at rest?", "GB",
+             _offload_host_gb,
+             "16Ψ = 208 GB: the fp16 gradient the device sends (2Ψ), the fp32 master (4Ψ), Adam's two fp32 moments "
+             "(8Ψ) and DeepSpeed's pinned fp16 copy of the parameters it sends back (2Ψ). The device keeps only the "
+             "fp16 parameters, 2Ψ = 26 GB: offload moves the 16 bytes a parameter from the GPU to the host, it does "
+             "not make them fewer.",
+             wrong=((156, "the master and Adam's moments alone, 12Ψ: the host also keeps the fp16 gradient it is "
+                          "sent and the pinned fp16 copy it sends back."),
+                    (26, "the device's share, 2Ψ: that is what stays on the GPU."))),
     # -- notebook 15: real torch --
     Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",

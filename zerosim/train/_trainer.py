@@ -33,6 +33,9 @@ MODELS = ("mlp", "gpt", "llama")  # gpt and llama: decoders over token ids that 
 EVAL_SEQUENCES = 256  # held-out strings the GPT's answer accuracy is measured on (a 1/√256 ≈ 6% standard error at most)
 
 
+TRACE_STEPS = 2  # the steps a run's trace holds: the one running and the one before (its last refresh's handle)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """What to train, where, and how (every field has the CLI's default)."""
@@ -58,6 +61,7 @@ class TrainConfig:
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
     resume: str | None = None  # a checkpoint folder to continue from; `steps` counts from the start of the run
+    trace_log: str | None = None  # a file to stream the whole trace log into (the run itself holds only its last steps)
     overwrite: bool = False  # `save` holds another run's checkpoints: remove them at the first save (else refused)
     # model="gpt": a small GPT learns a sequence task (models/data/_sequences.py); these defaults learn copy in ~80
     # steps
@@ -260,7 +264,13 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
     check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
-    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, **config.backend_options)
+    if config.trace_log is not None and config.backend != "numpy":
+        raise ValueError(f"--trace-log streams one process's trace: run it on the numpy backend (every rank in this "
+                         f"process), not {config.backend!r}")
+    # the trace holds the last steps only (what a step reads of it: its own events), the whole run's bytes in its
+    # summary: 10,000 steps in the memory of a few (cluster/_window.py); the whole log streamed if asked
+    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, keep_steps=TRACE_STEPS,
+                      log_to=config.trace_log, **config.backend_options)
     _check_ranks_agree(cluster, config)
     tensor = None  # the TensorParallel beside the engine (tp > 1)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
@@ -326,7 +336,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
         data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
         mine = [[pool[base + data.position(r.index) * k + j] for j in range(k)] for r in cluster.ranks]
         scales.append(engine.scaler.scale)
-        t, since = engine.t, len(cluster.trace.log)
+        t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
         local = engine.step(mine)
         if engine.t == t:
             skipped.append(step)
@@ -345,6 +355,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
             ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
+    cluster.trace.flush_log()
     stats = cluster.backend.all_meta(
         [
             {

@@ -107,7 +107,7 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
     events = [e for e in trace.events if e.call == call]
     if not events or any(e.step < 0 for e in events):
         raise ValueError(f"no hop events for call {call}; was the trace recorded with granularity 'hop'?")
-    info = trace.calls[call]
+    info = trace.call(call)
     n, steps = info.world_size, max(e.step for e in events) + 1
     cells = _cells(events, info, inputs, outputs)
     name = info.collective.replace("_", "-") + (

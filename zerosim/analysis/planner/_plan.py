@@ -23,7 +23,7 @@ ranked by step time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
@@ -223,6 +223,8 @@ class _Trial:
     loss: str | None
     sp: bool  # with tp > 1: sequence parallelism
     host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
+    # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
+    twins: dict = field(default_factory=dict, compare=False, repr=False)
 
     def stage(self, stage: int, strategies: tuple, batches: tuple, tp: int, per_rank: int, label: str = "none",
               more: tuple = ()) -> tuple:
@@ -239,8 +241,10 @@ class _Trial:
         twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
-            model = twin.from_config(self.config, self.seq_len, kernels=self.kernels, loss=self.loss,
-                                     **strategy_options(strategy))
+            if strategy not in self.twins:
+                self.twins[strategy] = twin.from_config(self.config, self.seq_len, kernels=self.kernels,
+                                                        loss=self.loss, **strategy_options(strategy))
+            model = self.twins[strategy]
             for B in batches:
                 row, states = self.measure(mesh, model, strategy, B, per_rank, label, more)
                 if states is not None:

@@ -105,11 +105,13 @@ class Timeline:
         synchronous = (h_step, self._h_end) if not dpu else (h_step[:0], self._h_end[:0])
         self.step_times = self._step_times(comp["step"], calls["step"], *synchronous)
         self.compute_busy = np.zeros(world_size)  # (N,) s
-        self.exposed_comm = np.zeros(world_size)  # (N,) s
         self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link is busy
         comm = self._u_end - self._u_start  # (U,) s
         self.comm_busy = np.full(world_size, comm.sum())  # (N,) s: every rank takes part in every call
-        for r in range(world_size):
+        # (N,) s. A rank that computed nothing hides nothing: (comm - 0).sum(), the same bits as the loop gives it; the
+        # loop runs over the ranks that computed (on the meta backend, the representative: O(1), not O(N))
+        self.exposed_comm = np.full(world_size, comm.sum())
+        for r in np.unique(self._c_rank).tolist():
             cs, ce = self._rank_columns(r)
             self.compute_busy[r] = (ce - cs).sum()
             # (U,) compute inside each stretch of communication

@@ -53,7 +53,7 @@ from zerosim.analysis.timeline._cost import (
 )
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._result import Timeline
-from zerosim.cluster import INTER, TRANSFERS, Call, Compute, OptimizerStep
+from zerosim.cluster import INTER, TRANSFERS, Call, Compute, OptimizerStep, busiest_bytes
 from zerosim.optim import get_optimizer
 from zerosim.precision import get_format
 
@@ -77,6 +77,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     if not isinstance(overlap, bool):
         raise TypeError(f"overlap must be True or False, got {overlap!r}")
     log, events = _log_and_events(trace)
+    folded = getattr(getattr(trace, "folded", None), "calls", 0)  # calls of steps folded out of a long run's window
     n = getattr(trace, "world_size", None) or _world_size(log)
     busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
@@ -101,6 +102,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             start = host[r] if on_host else ready[r]
             for c in ev.needs:
                 end = call_end.get(c)
+                if end is None and c < folded:  # it ran before the window: long done
+                    continue
                 if end is None:
                     raise ValueError(f"log[{at}] ({type(ev).__name__} on rank {r}) needs call {c}, which is not "
                                      "earlier in the log")
@@ -220,7 +223,7 @@ def _busiest_bytes(events, ring_calls: dict) -> dict:
     sent = defaultdict(int)
     for e in events:
         sent[(e.call, e.src)] += e.bytes
-    busiest = {call: (sum(sizes) - min(sizes)) * itemsize for call, (sizes, itemsize, _) in ring_calls.items()}
+    busiest = {call: busiest_bytes(sizes, itemsize) for call, (sizes, itemsize, _) in ring_calls.items()}
     for (call, _), b in sent.items():
         if b > busiest.get(call, -1):
             busiest[call] = b

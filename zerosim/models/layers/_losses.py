@@ -61,7 +61,8 @@ class HalfMSE(Loss):
             raise ValueError(f"half-MSE needs targets of shape (batch, outputs) = ({batch}, {outputs}), got {t.shape}")
         if t.dtype.kind not in "iuf" and t.dtype.name != "bfloat16":
             raise ValueError(f"half-MSE needs numeric targets, got dtype {t.dtype}")
-        if not np.all(np.isfinite(t.astype(np.float64))):
+        if not (np.isfinite(t).all() if t.dtype in (np.float32, np.float64) else
+                np.all(np.isfinite(t.astype(np.float64)))):  # finite in float32 is finite in float64
             raise ValueError("the targets contain NaN or inf")
 
     def forward(self, y, target, fmt=None):

@@ -11,11 +11,11 @@ it reads as each rank's program in order, whatever the workers' order.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from zerosim.cluster import Compute, Handle
+from zerosim.cluster import Handle
+from zerosim.cluster._events import compute_event
 from zerosim.models import needs_params
-from zerosim.parallel.data._gather import unit_weights
+from zerosim.models._run import done as made
+from zerosim.parallel.data._gather import unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, stage_grads
 
 
@@ -28,22 +28,26 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
     first = next((j for j, op in enumerate(ops) if op.computes), None)
     waited = [needs if j == first else Handle() for j in range(len(ops))]  # one per op, as the ranks share it
     ranks = ctx.ranks
+    weights = [unit_reader(ctx, model, op.layer) if read else None for op, read in zip(ops, reads)]
 
     def run(i, j):  # on a worker: rank i's op j and its gradients' arithmetic, reading and writing rank i's arrays
         op = ops[j]
-        done = passes[i].run(op, unit_weights(ctx, model, ranks[i], op.layer) if reads[j] else {})
+        done = passes[i].run(op, weights[j](ranks[i]) if reads[j] else {})
         if not done.grads:
             return done, None
         packed = stage_grads(ctx, model, ranks[i], op.layer, done.grads, micro == 0)
         # the layer's gradient arrays are not kept until the run's record (the (D_out, D_in) dW of every layer
         # alive at once, and fresh memory for each): what the record needs stays, the stage 2/3 packed copy
-        return replace(done, grads=None), packed
+        return made(None, done.flops, done.bytes_read, done.bytes_written, done.values), packed
+
+    log = ctx.cluster.trace.record
 
     def record(i, j, out):  # op by op, rank by rank, after the ranks ran: the events, as one thread makes them
         (done, packed), op = out, ops[j]
         if op.computes:
-            ctx.cluster.trace.record(Compute(ranks[i].index, step, micro, op.layer, names[j], op.kind, done.flops,
-                                             done.bytes_read, done.bytes_written, waited[j], done.values))
+            log(compute_event(ranks[i].index, step, micro, op.layer, names[j], op.kind,
+                                                   done.flops, done.bytes_read, done.bytes_written, waited[j],
+                                                   done.values))
         adopt_grads(ranks[i], op.layer, packed)
 
     ctx.cluster.pool.map_steps(run, ranks, len(ops), record)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from zerosim.cluster import Handle
 from zerosim.collectives import Collected, all_gather
 from zerosim.parallel.data._comm_schedule import allgather_pieces
+from zerosim.parallel.data.layouts._flat import FlatLayout
 
 
 def gathered_name(layer: int) -> str:
@@ -52,8 +53,9 @@ def gather(ctx, layer: int) -> Handle:
             pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
             gather_over = _hierarchical if ctx.plan.hierarchical_gather else _within_shard_groups
             windows = gather_over(ctx, pieces, layout.counts(layer), tag)
+    name = gathered_name(layer)
     for rank, window in zip(ranks, windows):
-        rank.ledger.adopt(gathered_name(layer), window, "params")  # (b-a,) compute fmt, until released
+        rank.ledger.adopt(name, window, "params")  # (b-a,) compute fmt, until released
     return windows.handle
 
 
@@ -102,8 +104,9 @@ def _from_secondary(ctx, layer: int, tag: str):
 
 def release(ctx, layer: int) -> None:
     """ZeRO-3: free every rank's gathered copy of unit `layer` (seed 004: "free")."""
+    name = gathered_name(layer)
     for rank in ctx.ranks:
-        rank.ledger.free(gathered_name(layer))
+        rank.ledger.free(name)
 
 
 def unit_weights(ctx, model, rank, layer: int) -> dict:
@@ -113,6 +116,25 @@ def unit_weights(ctx, model, rank, layer: int) -> dict:
         window = rank.ledger.get(gathered_name(layer)).array
         return model.unflatten(ctx.layout.from_wire(*ctx.layout.windows[layer], window), layer)
     return model.unflatten(rank.params.array[: model.num_params], layer)  # views, no copy
+
+
+def unit_reader(ctx, model, layer: int):
+    """`rank -> unit_weights(ctx, model, rank, layer)`, with what every rank shares looked up once: an op reads the
+    same layer on every rank (_compute.py). Where the layout copies on the way back to model order (per-parameter
+    chunks), or the window is not exactly the layer's, each rank takes `unit_weights` itself."""
+    a, b = model.layer_window(layer)
+    if not ctx.plan.gathers_params or type(ctx.layout) is not FlatLayout or tuple(ctx.layout.windows[layer]) != (a, b):
+        return lambda rank: unit_weights(ctx, model, rank, layer)
+    name = gathered_name(layer)
+    views = [(s.name, s.offset - a, s.offset - a + s.size, s.shape) for s in model.layer_specs(layer)]
+
+    def read(rank) -> dict:  # what model.unflatten makes of the (b - a,) gathered window: views, by name
+        window = rank.ledger.get(name).array
+        if window.shape != (b - a,):
+            return unit_weights(ctx, model, rank, layer)  # let unflatten say what is wrong
+        return {key: window[start:stop].reshape(shape) for key, start, stop, shape in views}
+
+    return read
 
 
 def refresh(ctx, allgather_bucket_size: int | None = None) -> Handle:

@@ -120,7 +120,11 @@ class Plan:
 
     def where(self, buffer: str) -> str:
         """The memory tier `buffer` (one of PLACED) lives on: "device" unless the placement says "host" or "nvme"."""
-        return dict(self.placement).get(buffer, "device")
+        return self._placed.get(buffer, "device")
+
+    @functools.cached_property  # asked per rank and step: the placement read once
+    def _placed(self) -> dict:
+        return dict(self.placement)
 
     def shards(self, buffer: str) -> bool:
         """True when each rank holds only its shard of `buffer` (one of BUFFERS)."""

@@ -25,6 +25,13 @@ of 300 random fp32 products (benchmarks/portable_numbers.py); MKL, Accelerate an
    float64, which rounds on to float32 correctly unless it is itself a float32 midpoint (float32's midpoints are
    float64 numbers, so only there can the second rounding go wrong); then the exact rational sum decides.
 
+A shortcut before steps 1-3, on the host for 16- and 8-bit inputs (`_unsure`): the exactness condition of step 1
+checked for every element at once from a few passes over a and b (a quantum per row and per column, and Σ|a_ik| and
+max|b_kj|), no second GEMM. Where it holds everywhere (the usual case for bf16 weights and activations), c rounded
+once is the answer; where it fails for a few elements (up to one in 16), those alone go through steps 1-3
+(`_settle`); else the whole product does. The same bits either way, at about half the cost on the 919k MLP
+(benchmarks/yardstick.py).
+
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
 An exact zero is +0 (a GEMM starts its accumulator at +0; a sum's sign of zero would otherwise depend on the
 order). What it assumes: a dgemm that forms each element as a sum of its K products in some order (every BLAS in
@@ -39,12 +46,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, widen64
+from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
 from zerosim.precision.cast import has_values, namespace_of
 
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
+_ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (float32's largest is below 2**128)
 
 
 def exact_matmul(a, b):
@@ -66,6 +74,13 @@ def exact_matmul(a, b):
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
     c += 0.0
     k = a64.shape[-1]
+    precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
+    # on the host (a device's arrays go the long way), and where a bound by rows and columns can pass (not fp32)
+    if ns.is_numpy and precision_a + precision_b + k.bit_length() - 4 < 53:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN, inf, float32's overflow: as below
+            out = _shortcut(c, a64, b64, precision_a, precision_b, ns)
+        if out is not None:
+            return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
         err = size * ((k + 2) * _ERROR_PER_TERM)  # (..., M, N) >= |c - s|
@@ -78,8 +93,8 @@ def exact_matmul(a, b):
     batch = c.shape[:-2]
     where = ns.to_host(suspects).nonzero()  # (..., i, j) index arrays of the suspects
     *lead, i, j = where
-    q_a = np.broadcast_to(ns.to_host(_quantum(a64, ns.format_of(a).precision, axis=-1)), batch + a64.shape[-2:-1])
-    q_b = np.broadcast_to(ns.to_host(_quantum(b64, ns.format_of(b).precision, axis=-2)), batch + b64.shape[-1:])
+    q_a = np.broadcast_to(ns.to_host(_quantum(np.abs(a64), precision_a, axis=-1)), batch + a64.shape[-2:-1])
+    q_b = np.broadcast_to(ns.to_host(_quantum(np.abs(b64), precision_b, axis=-2)), batch + b64.shape[-1:])
     with np.errstate(invalid="ignore", over="ignore"):
         q = q_a[(*lead, i)] * q_b[(*lead, j)]  # (suspects,)
         exact = ns.to_host(size)[where] * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
@@ -88,13 +103,68 @@ def exact_matmul(a, b):
     return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
 
 
-def _quantum(x64, precision: int, axis: int):
-    """(...,) float64 along `axis` of x64 (values of a format with `precision` significant bits): a power of two
-    every element is a whole multiple of, 2**(e - precision + 1) for the smallest nonzero |x| in [2**e, 2**(e+1))
-    (+inf where all are 0). Below the format's normal range the true quantum is larger: this stays a divisor."""
-    smallest = np.where(x64 != 0, np.abs(x64), np.inf).min(axis=axis)  # NaN rows give NaN: never certified
-    _, e = np.frexp(smallest)  # smallest = m·2**e, m in [0.5, 1)
-    return np.where(np.isfinite(smallest), np.ldexp(1.0, e - precision), np.inf)
+def _shortcut(c, a64, b64, precision_a: int, precision_b: int, ns):
+    """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
+    16 are unsure (the long way is cheaper then)."""
+    magnitude_a, magnitude_b = np.abs(a64), np.abs(b64)
+    q_rows, q_columns = _quantum(magnitude_a, precision_a, axis=-1), _quantum(magnitude_b, precision_b, axis=-2)
+    unsure = _unsure(magnitude_a, magnitude_b, q_rows, q_columns)
+    count = int(np.count_nonzero(unsure))
+    if count > unsure.size // 16:
+        return None
+    out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
+    if count:
+        out = _settle(out, c, unsure.nonzero(), magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns)
+    return out
+
+
+def _unsure(magnitude_a, magnitude_b, q_rows, q_columns):
+    """(..., M, N) bool: where a bound by rows and columns cannot show that every partial sum of the element's K
+    products is a float64. Every a_ik of row i is a whole multiple of q_i (`_quantum`), every b_kj of column j of
+    q_j, so every product and partial sum of element (i, j) is a whole multiple of q_i·q_j, of magnitude at most
+    Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a float64, in any order, and c = s there. (Compared with
+    2**52: a factor of two to spare covers the rounding of the sum and of the products below.) A few passes over a
+    and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure."""
+    rows = magnitude_a.sum(axis=-1) / q_rows  # (..., M) Σ_k |a_ik| / q_i (NaN for inf / inf: unsure)
+    columns = magnitude_b.max(axis=-2) / q_columns  # (..., N) max_k |b_kj| / q_j
+    return ~(rows[..., :, None] * columns[..., None, :] < 2.0**52)
+
+
+def _settle(out, c, where, magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns):
+    """`out` (c rounded) with the elements at index arrays `where` settled as the long way settles them: each one's
+    Σ_k |a_ik·b_kj| (a GEMM of the few rows, or columns, they lie in; gathered one by one in a batch), then exact by
+    its quanta, or rounded where its error bound allows, or summed exactly (`_repair`)."""
+    batch, (m, k), n = out.shape[:-2], magnitude_a.shape[-2:], magnitude_b.shape[-1]
+    *lead, i, j = where
+    if not batch:  # the unsure elements sit in a few rows (a small quantum) or columns: multiply only those
+        rows, columns = np.unique(i), np.unique(j)
+        if len(rows) * n <= len(columns) * m:
+            size = (magnitude_a[rows] @ magnitude_b)[np.searchsorted(rows, i), j]  # (n,) to within γ(K)
+        else:
+            size = (magnitude_a @ magnitude_b[:, columns])[i, np.searchsorted(columns, j)]
+    else:
+        a_rows = np.broadcast_to(magnitude_a, batch + (m, k))[(*lead, i)]  # (n, K)
+        b_columns = np.moveaxis(np.broadcast_to(magnitude_b, batch + (k, n)), -1, -2)[(*lead, j)]  # (n, K)
+        size = np.einsum("pk,pk->p", a_rows, b_columns)
+    q = np.broadcast_to(q_rows, batch + (m,))[(*lead, i)] * np.broadcast_to(q_columns, batch + (n,))[(*lead, j)]
+    exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
+    rest = tuple(x[~exact] for x in where)  # exact elements keep c rounded: c = s there
+    _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)  # the rest: c rounded too
+    if not suspects.any():
+        return out
+    return _repair(out, tuple(x[suspects] for x in rest), a64, b64, ns)
+
+
+def _quantum(magnitude, precision: int, axis: int):
+    """(...,) float64 along `axis` of magnitude = |x| (x: values of a format with `precision` significant bits): a
+    power of two every element is a whole multiple of, 2**(e - precision) for the smallest nonzero |x| = m·2**e, m
+    in [0.5, 1) (+inf where all are 0, or where one is NaN). Below the format's normal range the true quantum is
+    larger: this stays a divisor."""
+    # the zeros lifted above every value (|x| < 2**129 for formats of 32 bits or fewer) rather than masked: a masked
+    # copy or a masked minimum costs four to eight times as much on a large matrix
+    smallest = (magnitude + (magnitude == 0) * _ABOVE_ALL).min(axis=axis)
+    _, e = np.frexp(smallest)
+    return np.where(smallest < _ABOVE_ALL, np.ldexp(1.0, e - precision), np.inf)  # NaN compares False: inf
 
 
 def _repair(out, where, a64, b64, ns):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.precision._formats import Format, get_format
+from zerosim.precision._formats import FORMATS, Format, get_format
 from zerosim.precision.cast._inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
 from zerosim.precision.cast._reference import nearest_reference, saturate_reference
 from zerosim.precision.cast._stochastic import stochastic_fast
@@ -100,6 +100,28 @@ def saturate_fast(a: np.ndarray, out: np.ndarray, f: Format) -> np.ndarray:
 FAST_KERNELS = CastKernels(nearest_fast, stochastic_fast, saturate_fast)
 
 
+def _plain_casts() -> dict:
+    """{(from dtype, to dtype): how} for the casts to nearest that are one NumPy `astype` — what `nearest_reference`
+    does for them, without its checks, and with its warnings: "copy" (the same format), "astype" (a widening, exact,
+    which `nearest_reference` makes as plainly: a signalling NaN warns there too), "quiet" (one rounding from fp32 into
+    a narrower format, or fp64 into fp32, under the error state `nearest_reference` sets: an overflow, or a
+    signalling NaN, is the format's defined answer). Every other pair (fp64 into a format narrower than fp32: double
+    rounding to avoid; 16-bit to 16-bit) takes the general path (tests/test_cast_plain.py)."""
+    table = {}
+    for a in FORMATS.values():
+        for b in FORMATS.values():
+            if a is b:
+                table[a.dtype, b.dtype] = "copy"
+            elif b.bits > a.bits and b.bits >= 32:
+                table[a.dtype, b.dtype] = "astype"  # fp32 holds every 16- and 8-bit value, fp64 every fp32 one
+            elif a.name == "fp32" or (a.name, b.name) == ("fp64", "fp32"):
+                table[a.dtype, b.dtype] = "quiet"
+    return table
+
+
+_PLAIN = _plain_casts()
+
+
 def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False,
          uniforms: np.ndarray | None = None) -> np.ndarray:
     """Round `x` to format `fmt` and return an array of that format's dtype.
@@ -119,6 +141,16 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     >>> float(cast(1 + 2**-8 + 2**-40, "bf16"))
     1.0078125
     """
+    if type(x) is np.ndarray and rounding == "nearest" and saturate is False:  # the hot path: one astype, no checks
+        to = (fmt if type(fmt) is Format else get_format(fmt)).dtype
+        how = _PLAIN.get((x.dtype, to))
+        if how == "astype":
+            return x.astype(to)
+        if how == "copy":
+            return x.copy()
+        if how == "quiet":
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the format's defined answer
+                return x.astype(to)
     return cast_with(FAST_KERNELS, x, fmt, rounding, rng, saturate, uniforms)
 
 

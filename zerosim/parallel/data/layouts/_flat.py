@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim.cluster import RunCounts
 from zerosim.collectives import ShardLayout
 
 
@@ -47,23 +48,32 @@ class FlatLayout:
         """Rank's shard in the padded flat buffer."""
         return slice(*self.shards.bounds(rank))
 
-    @functools.cache  # every rank asks for every layer, O(N) each: at N = 4096 that adds up
-    def counts(self, layer: int) -> tuple:
+    def counts(self, layer: int) -> RunCounts:
         """Elements of layer `layer`'s window that each rank owns (window ∩ shard_r), in rank order."""
-        return self.range_counts(*self.windows[layer])
+        found = self._counts.get(layer)
+        if found is None:  # every collective of the layer asks: made once per layer (and in O(1): RunCounts)
+            found = self._counts[layer] = self.range_counts(*self.windows[layer])
+        return found
 
-    def range_counts(self, a: int, b: int) -> tuple:
-        """Elements of the flat range [a, b) that each rank owns ([a, b) ∩ shard_r), in rank order."""
-        s = self.shard_size
-        counts = [0] * self.world_size  # only the shards the range overlaps hold any of it
-        if b > a:
-            for r in range(a // s, (b - 1) // s + 1):
-                counts[r] = min(b, (r + 1) * s) - max(a, r * s)
-        return tuple(counts)
+    @functools.cached_property
+    def _counts(self) -> dict:
+        return {}  # layer -> counts
+
+    def range_counts(self, a: int, b: int) -> RunCounts:
+        """Elements of the flat range [a, b) that each rank owns ([a, b) ∩ shard_r), in rank order: zeros, a partial
+        head, whole shards, a partial tail, zeros — run-length encoded (cluster/_runs.py), the tuple it equals."""
+        return RunCounts.of_range(a, b, self.shard_size, self.world_size)
 
     def owned_piece(self, layer: int, rank: int) -> tuple:
         """(start, stop) of window ∩ shard_rank, in the rank's shard coordinates (0..s)."""
-        return self.owned_range(*self.windows[layer], rank)
+        piece = self._pieces.get((layer, rank))
+        if piece is None:  # every rank asks for every layer's piece at every gather: found once
+            piece = self._pieces[layer, rank] = self.owned_range(*self.windows[layer], rank)
+        return piece
+
+    @functools.cached_property
+    def _pieces(self) -> dict:
+        return {}  # (layer, rank) -> owned_piece
 
     def owned_range(self, a: int, b: int, rank: int) -> tuple:
         """(start, stop) of [a, b) ∩ shard_rank, in the rank's shard coordinates (0..s); (0, 0) if empty."""

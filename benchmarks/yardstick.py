@@ -1,0 +1,292 @@
+"""The honest yardstick: a ZeRO-3 step written by hand in NumPy, beside the engine and the oracle, in one run.
+
+`benchmarks/engine.py` measures the engine against the oracle, but the oracle runs zerosim's own layer code, so a
+cost both pay (a format looked up per op, a cast through the checking front door) never shows. This script writes
+the same step with no zerosim code at all: per rank, per layer, the matmuls, casts and adds the engine makes, in the
+same order, on arrays a rank would hold, and checks that its fp32 masters equal the engine's bit for bit after
+every timed step (so it cannot be faster by doing less arithmetic).
+
+What the hand step does, for an MLP (Linear/ReLU pairs, half-MSE) in bf16-mixed with Adam (seed formula), N ranks:
+
+    x_r = bf16(x_r)                                                 each rank's micro-batch, rounded once
+    forward, layer by layer:  W = all-gather(rank shards of the layer's window)   (a copy on every rank)
+                              y = bf16(f32(x) @ f32(W).T + f32(b));   ReLU: y[f32(x) <= 0] = 0
+    loss:                     d = f32(y) - t;  L = 0.5 Σ d² / B;  dy = bf16((d / B) * 1)
+    backward, last layer first: W gathered again;  dx = bf16(f32(dy) @ f32(W));  dW = bf16(f32(dy).T @ f32(x));
+                              db = bf16(Σ_B f32(dy));  the layer's (dW, db) packed and reduce-scattered in bf16:
+                              chunk c = ((g[c+1] + g[c+2]) + ...) + g[c], every add rounded to bf16 (NCCL's ring)
+    overflow check:           every rank counts inf/NaN in its gradient shard
+    update, rank by rank:     g32 = f32(shard) / N;  Adam in fp32 over 2**17-element blocks;  params = bf16(master)
+
+The ring's adds are written the obvious vectorised way (one add over every chunk per ring step, each element's
+adds in the ring's order): elementwise, so the same bits as adding chunk by chunk.
+
+Targets (issue 41, Must show 1), engine ÷ hand NumPy with the default `Cluster(N)` (an event per hop, the ledgers'
+timelines): <= 1.3 at 919k parameters on N = 8, <= 2.5 at 10k parameters on N = 64. The oracle
+(`Reference(order="ring-native")`, the README's yardstick) is shown against the same hand step.
+
+Measured in one run, in CPU time (and wall time beside it): each round runs every contender once, in a new seeded
+order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
+(set before numpy loads). The load average is printed before and after.
+
+Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
+"native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
+each exact dot product once to fp32 (the same bits on every machine). The hand step's portable product is one float64
+GEMM rounded to fp32: a product of two bf16 values has at most 16 significant bits, and a row of K <= 1024 of them whose
+exponents span fewer than 53 - 16 - 10 = 27 binades sums exactly in float64 in any order, so rounding that sum once is
+the engine's answer (the per-round check would catch a row where it is not). The last column puts each engine against
+the native hand step: what a step costs beside plain fp32 NumPy, the portable kernel's price included.
+
+    python benchmarks/yardstick.py [--repeats 9] [--case small|large|both] [--arithmetic native|portable|both]
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
+
+CASES = {  # name: (widths, ranks N, batch per rank, target engine ÷ hand)
+    "large": ([256, 1024, 512, 256], 8, 32, 1.3),  # 919,296 params: the arithmetic dominates
+    "small": ([32, 96, 64, 16], 64, 8, 2.5),  # 10,416 params: per-rank, per-layer Python dominates
+}
+
+
+def native_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(M, K) @ (K, N) bf16 -> (M, N) fp32: the machine's sgemm on the widened inputs."""
+    return a.astype(F32) @ b.astype(F32)
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(M, K) @ (K, N) bf16 -> (M, N) fp32: the exact dot products rounded once (exact in float64 here: see above)."""
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(F32)
+
+
+MATMULS = {"native": native_matmul, "portable": exact_matmul}
+
+
+class HandZero3:
+    """ZeRO-3 on N ranks for an MLP [D_0, ..., D_K] with ReLU, half-MSE, bf16-mixed, Adam (lr, 0.9, 0.999, 1e-8):
+    plain NumPy, one list entry per rank."""
+
+    def __init__(self, widths, n: int, params: np.ndarray, lr: float = 1e-3, arithmetic: str = "native"):
+        self.n, self.widths = n, widths
+        self.matmul = MATMULS[arithmetic]
+        shapes = [((o, i), (o,)) for i, o in zip(widths[:-1], widths[1:])]
+        self.windows, offset = [], 0  # (a, b) of each Linear's [W, b] in the flat vector
+        for (w, b) in shapes:
+            size = w[0] * w[1] + b[0]
+            self.windows.append((offset, offset + size))
+            offset += size
+        self.shapes, p = shapes, offset
+        self.s = -(-p // n)  # shard size, Ψ = N s
+        padded = np.zeros(n * self.s, np.float64)
+        padded[:p] = params
+        flat32 = padded.astype(F32)
+        self.master = [flat32[r * self.s:(r + 1) * self.s].copy() for r in range(n)]  # (s,) fp32 per rank
+        self.params = [m.astype(BF16) for m in self.master]  # (s,) bf16 per rank (fp32 -> bf16: one rounding)
+        self.grads = [np.zeros(self.s, BF16) for _ in range(n)]  # (s,) bf16 reduced gradient shard per rank
+        self.m = [np.zeros(self.s, F32) for _ in range(n)]
+        self.v = [np.zeros(self.s, F32) for _ in range(n)]
+        self.t = 0
+        b1, b2 = 0.9, 0.999
+        # scalars formed in float64, rounded once to fp32 (a Python double handed to an fp32 kernel)
+        self.c = dict(b1=F32.type(b1), nb1=F32.type(1.0 - b1), b2=F32.type(b2), nb2=F32.type(1.0 - b2),
+                      lr=F32.type(lr), eps=F32.type(1e-8), betas=(b1, b2))
+        # which rank owns which piece of each window: counts[r] of window ∩ shard_r
+        self.pieces = []
+        for a, b in self.windows:
+            owned = []
+            for r in range(n):
+                lo, hi = max(a, r * self.s), min(b, (r + 1) * self.s)
+                owned.append((lo - r * self.s, hi - r * self.s) if hi > lo else (0, 0))
+            self.pieces.append(owned)
+
+    def gather(self, layer: int) -> list:
+        """All-gather: every rank's copy of the layer's (b - a,) bf16 window (W then b)."""
+        joined = np.concatenate([self.params[r][lo:hi] for r, (lo, hi) in enumerate(self.pieces[layer])])
+        return [joined.copy() for _ in range(self.n)]
+
+    def unpack(self, layer: int, window: np.ndarray) -> tuple:
+        (wo, wi), _ = self.shapes[layer]
+        return window[: wo * wi].reshape(wo, wi), window[wo * wi:]
+
+    def reduce_scatter(self, layer: int, packed: list) -> None:
+        """The ring's sum of the N ranks' (b - a,) bf16 gradients, chunk c (rank c's piece) summed from rank c+1 on:
+        ((g[c+1] + g[c+2]) + ...) + g[c] in bf16, straight into rank c's gradient shard. (One add over every chunk
+        per ring step, with fancy indexing, gives the same bits but was slower here at N = 8 and no faster at 64.)"""
+        n, a = self.n, self.windows[layer][0]
+        for c, (lo, hi) in enumerate(self.pieces[layer]):
+            if hi <= lo:
+                continue
+            window = slice(c * self.s + lo - a, c * self.s + hi - a)
+            acc = self.grads[c][lo:hi]  # (hi - lo,) bf16: rank c's piece of its shard
+            if n == 1:
+                acc[...] = packed[0][window]
+                continue
+            np.add(packed[(c + 1) % n][window], packed[(c + 2) % n][window], out=acc)
+            for k in range(3, n + 1):
+                np.add(acc, packed[(c + k) % n][window], out=acc)  # one bf16 rounding per add, the ring's order
+
+    def step(self, batches) -> list:
+        n, layers = self.n, len(self.windows)
+        xs = [x.astype(BF16) for x, _ in batches]  # (B, D_0) bf16
+        saved, losses = [[None] * layers for _ in range(n)], []
+        for i in range(layers):  # forward
+            windows = self.gather(i)
+            for r in range(n):
+                w, b = self.unpack(i, windows[r])
+                x = xs[r]
+                y = (self.matmul(x, w.T) + b.astype(F32)).astype(BF16)
+                relu = i < layers - 1
+                saved[r][i] = (x, y if relu else None)
+                if relu:
+                    y = y.copy()
+                    y[y.astype(F32) <= 0] = 0
+                xs[r] = y
+        dys = []
+        for r in range(n):  # loss
+            y, t = xs[r], batches[r][1]
+            d = y.astype(F32) - t
+            losses.append(float(0.5 * np.sum(d * d, dtype=F32) / y.shape[0]))
+            dys.append(((d / F32.type(d.shape[0])) * F32.type(1.0)).astype(BF16))
+        for i in reversed(range(layers)):  # backward
+            windows, packed = self.gather(i), []
+            for r in range(n):
+                w, _ = self.unpack(i, windows[r])
+                x, pre = saved[r][i]
+                dy = dys[r]
+                if pre is not None:  # the ReLU after this Linear
+                    dy = dy.copy()
+                    dy[pre.astype(F32) <= 0] = 0
+                dy32 = dy.astype(F32)
+                dys[r] = self.matmul(dy, w).astype(BF16)
+                dw = self.matmul(dy.T, x).astype(BF16)
+                db = dy32.sum(axis=0, dtype=F32).astype(BF16)
+                packed.append(np.concatenate([dw.reshape(-1), db]))
+            self.reduce_scatter(i, packed)
+        for g in self.grads:  # the overflow check: a static loss scale of 1 raises on inf/NaN
+            if not np.isfinite(g.astype(F32)).all():
+                raise FloatingPointError("overflow")
+        self.t += 1
+        c, t = self.c, self.t
+        bc1, bc2 = F32.type(1.0 - c["betas"][0] ** t), F32.type(1.0 - c["betas"][1] ** t)
+        for r in range(n):
+            g32 = self.grads[r].astype(F32) / F32.type(n)
+            w, m, v = self.master[r], self.m[r], self.v[r]
+            for a in range(0, self.s, BLOCK):
+                sl = slice(a, a + BLOCK)
+                gb, mb, vb = g32[sl], m[sl], v[sl]
+                mb *= c["b1"]
+                mb += c["nb1"] * gb
+                vb *= c["b2"]
+                vb += c["nb2"] * (gb * gb)
+                w[sl] -= c["lr"] * (mb / bc1) / (np.sqrt(vb / bc2) + c["eps"])
+            self.params[r][...] = w
+        return losses
+
+    def full_master(self) -> np.ndarray:
+        return np.concatenate(self.master)[: self.windows[-1][1]]
+
+
+def timed(fn) -> tuple:
+    """(CPU seconds this process spent, wall seconds): on a loaded machine the wall clock mostly measures the wait
+    for a core, so the ratios below are of CPU time (one thread: BLAS is pinned), the wall ratio beside them."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def policy(arithmetic: str):
+    """bf16-mixed on the models' kernels `arithmetic` names (a zerosim without the choice runs native only)."""
+    from zerosim.precision import get_precision
+
+    base = get_precision("bf16-mixed")
+    if not hasattr(base, "arithmetic"):
+        if arithmetic != "native":
+            raise SystemExit("this zerosim has no portable arithmetic: run with --arithmetic native")
+        return base
+    return base.with_(arithmetic=arithmetic)
+
+
+def measure(widths, n: int, batch: int, repeats: int, arithmetics) -> tuple:
+    """({(who, arithmetic): median CPU s}, {...: median wall s}) for who in hand, engine, oracle: every contender
+    once per round, in a new seeded order; after each round every arithmetic's three fp32 masters compared bit for
+    bit."""
+    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+    from zerosim.models import make_regression
+
+    model = MLP(widths)
+    params = model.init_params()
+    batches = make_regression(np.random.default_rng(0), n, batch, widths)
+    runs = {}
+    for a in arithmetics:
+        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a)
+        runs["engine", a] = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy(a), params=params)
+        runs["oracle", a] = Reference(model, Adam(lr=1e-3), policy(a), world_size=n, params=params,
+                                      order="ring-native")
+    cpu, wall = {k: [] for k in runs}, {k: [] for k in runs}
+    order = random.Random(0)
+    for round_ in range(repeats + 1):  # round 0 warms up (first-touch allocations, BLAS)
+        names = list(runs)
+        order.shuffle(names)
+        for name in names:
+            c, w = timed(lambda: runs[name].step(batches))
+            if round_:
+                cpu[name].append(c)
+                wall[name].append(w)
+        for a in arithmetics:
+            engine = runs["engine", a]
+            if hasattr(engine.cluster.trace, "clear"):
+                engine.cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
+            hand, mine, oracle = runs["hand", a].full_master(), engine.full_master(), runs["oracle", a].master()
+            if not (np.array_equal(hand, mine) and np.array_equal(mine, oracle)):
+                raise AssertionError(f"round {round_}, {a}: the hand step, the engine and the oracle disagree: not the "
+                                     "same arithmetic")
+    return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()})
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--case", choices=("small", "large", "both"), default="both")
+    p.add_argument("--arithmetic", choices=("native", "portable", "both"), default="both")
+    args = p.parse_args()
+    arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
+    threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
+          f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}")
+    print(f"load average before: {load()} (on {os.cpu_count()} cores)")
+    print("CPU milliseconds per step (the process's own time); wall e/h: the wall-clock ratio; e/native hand: the "
+          "engine against the native hand step")
+    print(f"{'MLP':<22} {'params':>9} {'N':>4} {'arithmetic':>10} {'hand ms':>8} {'engine ms':>10} {'engine/hand':>11} "
+          f"{'target':>7} {'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8} {'e/native hand':>13}")
+    for name in (("large", "small") if args.case == "both" else (args.case,)):
+        widths, n, batch, target = CASES[name]
+        t, w = measure(widths, n, batch, args.repeats, arithmetics)
+        params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
+        for a in arithmetics:
+            hand, engine, oracle = t["hand", a], t["engine", a], t["oracle", a]
+            native = f"{engine / t['hand', 'native']:>13.2f}" if ("hand", "native") in t else f"{'':>13}"
+            print(f"{str(widths):<22} {params:>9,} {n:>4} {a:>10} {hand * 1e3:>8.1f} {engine * 1e3:>10.1f} "
+                  f"{engine / hand:>11.2f} {'<= ' + str(target):>7} {oracle * 1e3:>10.1f} {oracle / hand:>11.2f} "
+                  f"{w['engine', a] / w['hand', a]:>8.2f} {native}")
+    print(f"load average after: {load()}")
+
+
+if __name__ == "__main__":
+    main()

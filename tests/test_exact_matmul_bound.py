@@ -1,0 +1,140 @@
+"""exact_matmul's shortcut for 16- and 8-bit inputs (precision/arithmetic/_exact_matmul.py, `_unsure` and
+`_settle`): the same bits as the exact rational sums rounded once, whether every element is certified by the bound
+by rows and columns, a few are settled one by one, or the whole product goes the long way; and the products the
+models make in training take the shortcut.
+
+The reference is test_exact_matmul's: Python's Fraction sums the K products exactly, integer arithmetic rounds.
+"""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import bits
+from hypothesis import given
+from hypothesis import strategies as st
+from test_exact_matmul import reference
+
+from zerosim.precision.arithmetic import _exact_matmul
+from zerosim.precision.arithmetic import exact_matmul
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
+
+
+def paths(a, b) -> str:
+    """Which way exact_matmul takes for a and b: "certified", "settled" or "long"."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    f = [np.dtype(x.dtype) for x in (a, b)]
+    p = [{BF16: 8, np.dtype(np.float16): 11, np.dtype(np.float32): 24}.get(d, 4) for d in f]
+    if p[0] + p[1] + a.shape[-1].bit_length() - 4 >= 53:
+        return "long"
+    ma, mb = np.abs(a64), np.abs(b64)
+    unsure = _exact_matmul._unsure(ma, mb, _exact_matmul._quantum(ma, p[0], -1), _exact_matmul._quantum(mb, p[1], -2))
+    n = np.count_nonzero(unsure)
+    return "certified" if n == 0 else "settled" if n <= unsure.size // 16 else "long"
+
+
+def test_a_row_a_float64_sum_gets_wrong_in_any_order_is_not_certified():
+    # 2**60 + 2**36 + 1 lies just above the float32 midpoint 2**60 + 2**36 (float32's spacing there is 2**37): it
+    # rounds up. A float64 sum in any order loses the 1 (61 bits) and lands on the midpoint, which ties down to
+    # 2**60. Every value is a bf16: the bound must see that this row's sums are not exact.
+    row = np.array([[2.0**60, 2.0**36, 1.0]]).astype(BF16)
+    ones = np.ones((3, 1)).astype(BF16)
+    assert (row.astype(np.float64) @ ones.astype(np.float64)).astype(np.float32)[0, 0] == np.float32(2.0**60)
+    assert exact_matmul(row, ones)[0, 0] == np.float32(2.0**60 + 2.0**37) == reference(row, ones)[0, 0]
+
+
+def test_a_few_unsure_elements_are_settled_one_by_one_the_rest_certified():
+    # a (40, 8) @ (8, 40) bf16 product of moderate range, but row 3 and column 5 hold the row above (a 2**60
+    # spread): 79 of 1600 elements are unsure (under one in 16), settled one by one; the element they share needs
+    # the exact sum
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((40, 8)).astype(BF16), rng.standard_normal((8, 40)).astype(BF16)
+    a[3, :3] = [2.0**60, 2.0**36, 1.0]
+    a[3, 3:] = 0
+    b[:3, 5] = 1.0
+    assert paths(a, b) == "settled"
+    got = exact_matmul(a, b)
+    assert got[3, 5] == np.float32(2.0**60 + 2.0**37)
+    assert np.array_equal(bits(got), bits(reference(a, b)))
+
+
+def test_batched_products_settle_their_few_unsure_elements_too():
+    # leading dims broadcast as NumPy's matmul does (b has one fewer); the hard row sits in one batch element only
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
+    a[1, 2, 3, :3], a[1, 2, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
+    b[2, :3, 5] = 1.0
+    got = exact_matmul(a, b)
+    assert got.shape == (2, 3, 40, 40) and got[1, 2, 3, 5] == np.float32(2.0**60 + 2.0**37)
+    for i in range(2):
+        for h in range(3):
+            assert np.array_equal(bits(got[i, h]), bits(reference(a[i, h], b[h])))
+
+
+def test_a_training_step_in_bf16_takes_the_shortcut_for_every_product(monkeypatch):
+    # a ZeRO-3 step of a bf16 MLP on 2 ranks: every product's unsure elements (forward, dx, dW) are at most one in
+    # 16, so none goes the long way; and the step still equals the oracle bit for bit
+    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+    from zerosim.models import make_regression
+
+    shares, unsure = [], _exact_matmul._unsure
+
+    def counted(*args):
+        mask = unsure(*args)
+        shares.append(np.count_nonzero(mask) / mask.size)
+        return mask
+
+    monkeypatch.setattr(_exact_matmul, "_unsure", counted)
+    widths = [64, 256, 128, 32]
+    model = MLP(widths)
+    params = model.init_params(np.random.default_rng(0))
+    batches = make_regression(np.random.default_rng(1), 2, 16, widths)
+    engine = ZeroEngine(model, Cluster(2), 3, Adam(lr=1e-3), "bf16-mixed", params=params)
+    oracle = Reference(model, Adam(lr=1e-3), "bf16-mixed", world_size=2, params=params)
+    for _ in range(2):
+        engine.step(batches)
+        oracle.step(batches)
+    assert len(shares) >= 2 * 2 * 3 * 3 and max(shares) <= 1 / 16
+    assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16, ml_dtypes.float8_e4m3fn])
+@given(m=st.integers(1, 6), k=st.integers(1, 24), n=st.integers(1, 6), seed=st.integers(0, 2**32 - 1),
+       spread=st.integers(0, 60), zeros=st.floats(0, 0.5))
+def test_every_path_gives_the_exact_sums_rounded_once(dtype, m, k, n, seed, spread, zeros):
+    # spreads from none (certified) to 2**±60 in bf16 (settled or the long way), with exact zeros in the rows
+    rng = np.random.default_rng(seed)
+    top = {np.dtype(np.float16): 7, np.dtype(ml_dtypes.float8_e4m3fn): 4}.get(np.dtype(dtype), spread)
+    spread = min(spread, top)
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-spread, spread + 1, (m, k))).astype(dtype)
+    b = (rng.standard_normal((k, n)) * 2.0 ** rng.integers(-spread, spread + 1, (k, n))).astype(dtype)
+    a[rng.random((m, k)) < zeros] = 0
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+
+
+@given(seed=st.integers(0, 2**32 - 1), spread=st.integers(0, 130), zeros=st.floats(0, 1))
+def test_the_quantum_is_the_last_bit_of_the_smallest_nonzero_value(seed, spread, zeros):
+    # bf16 keeps 8 significant bits: the smallest nonzero |x| of a row (or column) = m·2**e, m in [0.5, 1), has its
+    # last bit at 2**(e - 8); every larger bf16 value is a whole multiple of it; all zeros: +inf
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((5, 7)) * 2.0 ** rng.integers(-spread, spread + 1, (5, 7))).astype(BF16)
+    x[rng.random((5, 7)) < zeros] = 0
+    x64 = x.astype(np.float64)
+    for axis in (-1, -2):
+        q = _exact_matmul._quantum(np.abs(x64), 8, axis)
+        for line, got in zip(np.moveaxis(x64, axis, -1), q):
+            nonzero = [abs(float(v)) for v in line if v != 0]
+            want = math.ldexp(1.0, math.frexp(min(nonzero))[1] - 8) if nonzero else math.inf
+            assert got == want
+        assert np.all(np.mod(x64, np.expand_dims(q, axis)) == 0)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul")  # inf·0 in the dgemm, as fp32's gives
+def test_nan_and_inf_rows_are_unsure_and_pass_through():
+    a = np.ones((20, 4)).astype(BF16)
+    a[2, 0], a[7, 1] = np.nan, np.inf
+    got = exact_matmul(a, np.ones((4, 3)).astype(BF16))
+    assert np.isnan(got[2]).all() and (got[7] == np.inf).all() and (np.delete(got, [2, 7], 0) == 4).all()

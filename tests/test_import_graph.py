@@ -1,0 +1,61 @@
+"""What `import zerosim` and `zerosim --help` load: the import graph kept small, so a command starts at once.
+
+Time on this shared machine varies with its load, so the test counts modules, never seconds (the time is measured
+in benchmarks/imports.py). Each runs in a fresh interpreter: this one has imported much of zerosim already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# What a fresh `import zerosim` may load of zerosim: the package and its old-path shim, nothing else (each name of the
+# face, each subpackage, is imported when first used: zerosim/__init__.py). The stand-ins for old paths
+# (_compat.py) are placeholders in sys.modules, not imports, and are not counted.
+LOADED = """
+import json, sys
+before = set(sys.modules)
+{code}
+new = sorted(m for m in set(sys.modules) - before if type(sys.modules[m]).__name__ != "_Moved")
+print(json.dumps(new))
+"""
+
+
+def loaded_by(code: str) -> list:
+    out = subprocess.run([sys.executable, "-c", LOADED.format(code=code)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_import_zerosim_loads_no_subpackage_and_no_numpy():
+    loaded = loaded_by("import zerosim")
+    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat"]
+    assert "numpy" not in loaded and "ml_dtypes" not in loaded
+    assert len(loaded) <= 10, loaded  # the standard library's few (importlib's helpers, warnings, types)
+
+
+def test_the_face_still_answers_every_name_and_subpackage():
+    import zerosim
+
+    for name in zerosim.__all__:
+        assert getattr(zerosim, name) is not None
+    assert zerosim.precision.cast is zerosim.cast and zerosim.parallel.data.ZeroEngine is zerosim.ZeroEngine
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        zerosim.nonsense  # noqa: B018
+
+
+def test_help_loads_no_command_and_no_numpy():
+    code = "from zerosim.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    loaded = loaded_by(code)
+    commands = [m for m in loaded if m.startswith("zerosim.cli.") and m.endswith("_cmd")]
+    assert commands == [] and "numpy" not in loaded, loaded
+    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat", "zerosim.cli",
+                                                             "zerosim.cli.main"]
+
+
+def test_a_command_loads_its_own_module_only():
+    code = "from zerosim.cli.main import main\ntry:\n    main(['replay', '--help'])\nexcept SystemExit:\n    pass"
+    commands = [m for m in loaded_by(code) if m.startswith("zerosim.cli.") and m.endswith("_cmd")]
+    assert commands == ["zerosim.cli.replay_cmd"]

@@ -1,0 +1,42 @@
+"""A ring phase's hops as one record: what every send of the phase was, derived on demand in the ring's order.
+
+Letters: N ranks, n ranks on each ring (a group's size; N for the world's ring).
+
+At ring step k the rank at position p of its ring sends chunk (p - lag - k) mod n to the next rank of its ring:
+lag 1 for a reduce-scatter (the partial sum of chunk p-1-k), 0 for an all-gather (shard p-k; collectives/_ring.py).
+So a phase's n-1 steps of N sends follow from the chunk sizes, the ring and the lag alone. When every rank lives in
+this process the collectives move the data chunk by chunk without a Python step per hop (collectives/_fast.py) and
+record the phase as one `RingHops`; the trace turns it into the `Event`s the ring would have appended, one per
+send, in the ring's order (step by step, rank by rank), only when someone reads them (`Trace.events`).
+The naive twin is the ring itself, which appends each hop as it sends it; tests/test_trace_hops.py checks that the
+two give the same events, field for field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RingHops:
+    """Every send of one ring phase of call `call`, in closed form."""
+
+    call: int
+    sizes: tuple  # elements of chunk c, c = 0..n-1 (by position on the ring)
+    itemsize: int  # bytes per element on the wire
+    dtype: str  # the wire format's name
+    lag: int  # 1: reduce-scatter, 0: all-gather
+    ranks: tuple  # the ranks that send, in the order the ring records them (rank order)
+    positions: tuple  # each one's position on its ring
+    sends_to: tuple  # each one's next rank on its ring
+
+    @property
+    def count(self) -> int:
+        """How many sends: n - 1 steps of every rank."""
+        return (len(self.sizes) - 1) * len(self.ranks)
+
+    def hops(self) -> list:
+        """[(step k, src, dst, chunk c, elements)] of every send, in the ring's order: step by step, rank by rank."""
+        n, sizes, lag = len(self.sizes), self.sizes, self.lag
+        return [(k, src, dst, (p - lag - k) % n, sizes[(p - lag - k) % n])
+                for k in range(n - 1) for src, p, dst in zip(self.ranks, self.positions, self.sends_to)]

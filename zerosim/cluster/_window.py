@@ -1,0 +1,137 @@
+"""A long run's trace: the events of its last steps, and a summary of the ones before, so memory stays flat.
+
+A step's log holds every call, every compute and (with ledger timelines) every alloc and free: tens of kilobytes a
+step, which a 10,000-step run kept whole (0.5 to 1.8 GB). With `keep_steps = k` the trace folds a step into its
+`Summary` once k newer steps have ended: the step's calls, sends and log entries leave the lists, and what the byte
+questions need of them stays, added up:
+
+    bytes per collective, per link tier, per step          (`Trace.summary()` reads them with the window's)
+    bytes each rank sent and received, per collective and tag (`bytes_sent`, `bytes_received`, `sent_totals`)
+    how many calls, sends and log entries were folded        (call numbers and log positions stay absolute)
+
+Nothing a user reads of the steps still held changes: the same events, the same call numbers, the same byte totals
+over the whole run. A folded step's events are gone unless the trace streams them (`log_to`: one line per log entry,
+its repr, each call's sends indented below it), so the whole log can still be read, from the file.
+
+NOTE: a list position taken as `len(trace.log)` moves when older steps fold (the list loses its front), so a Cluster
+holds every step unless asked (`Cluster(..., keep_steps=k)`); `trace.logged` and `of_type(kind, since)` count
+absolutely. `zerosim train` (train/_trainer.py) holds two steps and streams the whole log on request.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from zerosim.cluster._ledger import LedgerEvent, ledger_event
+
+@dataclass
+class Summary:
+    """What the folded steps sent, added up (see the module docstring)."""
+
+    calls: int = 0  # calls folded (the first call still held is number `calls`)
+    events: int = 0  # sends (or per-rank summaries) folded
+    log: int = 0  # log entries folded (the first entry still held is at absolute position `log`)
+    by_collective: dict = field(default_factory=lambda: defaultdict(int))  # {collective: bytes}
+    by_tier: dict = field(default_factory=lambda: defaultdict(int))  # {tier: bytes}
+    by_step: dict = field(default_factory=lambda: defaultdict(int))  # {step: bytes sent over links between ranks}
+    sent: dict = field(default_factory=lambda: defaultdict(int))  # {(rank, collective, tag): bytes it sent}
+    received: dict = field(default_factory=lambda: defaultdict(int))  # {(rank, collective, tag): bytes} (hops only)
+    closed: list = field(default_factory=list)  # [(Call, (sizes, itemsize, lag), group)]: closed-form calls folded
+
+    def add(self, event, step: int, transfer: bool) -> None:
+        """Count one folded send (an `Event`) of a call that belonged to iteration `step`."""
+        self.events += 1
+        self.by_collective[event.collective] += event.bytes
+        self.by_tier[event.tier] += event.bytes
+        self.sent[event.src, event.collective, event.tag] += event.bytes
+        if event.dst >= 0:
+            self.received[event.dst, event.collective, event.tag] += event.bytes
+        if not transfer:  # a copy to host or NVMe crosses no link between ranks
+            self.by_step[step] += event.bytes
+
+
+class LogFile:
+    """Where a trace streams its log when asked (`log_to`): one line per log entry (its repr), each call's sends
+    (its events) below it, indented by two spaces; written as steps fold, and the rest by `Trace.flush_log`."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "w", encoding="utf-8"):
+            pass  # a fresh file: a rerun does not append to the last run's log
+
+    def write(self, lines) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line + "\n")
+
+
+def fold(trace, upto_log: int, upto_call: int) -> None:
+    """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
+    step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
+    trace writes its log to a file)."""
+    from zerosim.cluster import _closed as closed
+    from zerosim.cluster._trace import TRANSFERS, RingHops
+
+    summary = trace.folded
+    calls = trace.calls[: upto_call - summary.calls]
+    step_of = {c.call: c.step for c in calls}
+    held, j = trace._events, 0
+    while j < len(held) and held[j].call < upto_call:  # sends come in call order: the folded ones are a prefix
+        j += 1
+    gone = []
+    for e in held[:j]:
+        if type(e) is RingHops:  # a ring phase recorded whole: its sends, to count (and write) one by one
+            gone += trace._unfold(e)
+            trace._records -= 1
+            trace._folded -= e.count - 1
+        else:
+            gone.append(e)
+    for e in gone:
+        summary.add(e, step_of.get(e.call, 0), e.collective in TRANSFERS)
+    for c in calls:  # closed-form calls (the meta backend's representative): kept small, counted
+        form = trace.ring_calls.pop(c.call, None)
+        group = trace.call_groups.pop(c.call, None)
+        if form is not None:
+            n = group.world_size if group is not None else len(form[0])
+            summary.closed.append((c, form, group, n))
+            moved = closed.volume(form[0], form[1], group)
+            summary.by_collective[c.collective] += moved
+            summary.by_step[c.step] += moved
+            intra, inter = closed.bytes_by_tier(*form, group, n, trace.gpus_per_node)
+            summary.by_tier["intra-node"] += intra
+            summary.by_tier["inter-node"] += inter
+    entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
+    if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
+        last = {}
+        for e in entries:
+            if type(e) is tuple:
+                last[e[8]] = e[0]  # rank, seq (ledger_event's order)
+            elif type(e) is LedgerEvent:
+                last[e.rank] = e.seq
+        trace.on_fold(last)
+    if trace._log_file is not None:
+        write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
+        trace._written = max(trace._written, upto_log)
+    del trace._log[: len(entries)]
+    trace._checked = max(trace._checked - len(entries), 0)
+    del trace.calls[: len(calls)]
+    del trace._events[:j]
+    summary.log += len(entries)
+    summary.calls += len(calls)
+
+
+def write_log(trace, entries, events) -> None:
+    """Append `entries` (log entries, in order) to the trace's log file, each call's sends (from `events`) below it."""
+    from zerosim.cluster._trace import Call
+
+    of_call = {}
+    for e in events:
+        of_call.setdefault(e.call, []).append(e)
+    lines = []
+    for entry in entries:
+        entry = ledger_event(*entry) if type(entry) is tuple else entry
+        lines.append(repr(entry))
+        if type(entry) is Call:
+            lines += ["  " + repr(e) for e in of_call.get(entry.call, ())]
+    trace._log_file.write(lines)
