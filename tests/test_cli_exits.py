@@ -179,7 +179,9 @@ def _run_with_terminal_stderr(cmd):
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a size: 100 columns
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True)
+    # bars at once: by default one shows only after a second, so whether it shows would depend on the machine's speed
+    env = {**os.environ, "ZEROSIM_PROGRESS_DELAY": "0"}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True, env=env)
     os.close(slave)
     chunks = []
     while True:
