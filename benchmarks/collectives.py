@@ -6,7 +6,7 @@ gives the ring's bits exactly (the script checks), so the ratio is only what sim
 checks, staging, the trace, the ledgers. (An `np.add.reduce` over a stacked (N, S) array adds in another
 order, and its axis-0 loop over 16-bit types is slow: it would flatter the ring.)
 
-    python benchmarks/collectives.py                  # the table the README quotes
+    python benchmarks/collectives.py                  # the table benchmarks/README.md quotes
     python benchmarks/collectives.py --quick          # a smaller sweep
 
 Measured in turns (ring, yardstick, yardstick, ring, ...: who goes first alternates), median of --repeats,

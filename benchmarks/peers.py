@@ -16,7 +16,7 @@ each runnable thread a share, so torch's N processes get N shares and zerosim's 
 the CPU seconds per step (zerosim's process, all threads, ÷ the sum over torch's N processes, each between
 its two barriers) compare the work done.
 
-It ends with the table for the README's speed section (Markdown, the machine and the load in its first
+It ends with the table for benchmarks/README.md (Markdown, the machine and the load in its first
 line). Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
 
 What the ratios depend on is printed beside them (benchmarks/machine.py): the CPU's bf16 instructions (torch's bf16
@@ -233,8 +233,9 @@ def verdict(ratio: float, target, bf16: Bf16Class) -> str:
 
 
 def readme_table(results, header: str, bf16: Bf16Class) -> list:
-    """The README's table: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch ms; 1 worker
-    ratio; CPU s ratio)", then the targets met or missed (the bf16 goal: `bf16`'s, the class of the CPU it ran on)."""
+    """The table of benchmarks/README.md: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch
+    ms; 1 worker ratio; CPU s ratio)", then the targets met or missed (the bf16 goal: `bf16`'s, the class of the CPU it
+    ran on)."""
     labels = [label for label, *_ in ROWS]
     lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     verdicts = []

@@ -45,7 +45,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# -- the bad-input census: README's table of bad-input cases by category comes from these marks ------
+# -- the bad-input census: the table of bad-input cases by category (docs/explanation/testing.md) comes from these marks
 # `@pytest.mark.bad_input("category")` marks a test whose cases feed bad input and check the clear error;
 # `unchanged=True` when the test also checks that nothing changed (state, files) before the error.
 # tests/test_bad_input_table.py counts every collected case per category (parametrized cases each count).

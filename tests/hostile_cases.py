@@ -1,6 +1,6 @@
 """Hostile input by feature, as data: what a new user or a hostile one types, and the words a clear answer names.
 
-    FEATURES                 the README's rows, in order
+    FEATURES                 the rows of docs/explanation/testing.md's table, in order
     cases()                  [Case], every attempt: a command line (in-process `zerosim ...`) or a Python call
 
 (tests/test_hostile_table.py `classify` calls each answer "clear", "raw", "silent" or "crash".)
@@ -11,8 +11,8 @@ every word the case lists (the flag, the key, the file); *raw* when a traceback,
 without those words comes back; *silent* when the input is accepted (exit status 0, or no exception); *crash* when
 the command exits with any other status. A grader's case ("graded") is clear when the grade fails the learner's
 file with one line naming what the file did, and the grader itself exits 1. tests/test_hostile_table.py runs every
-case and fails on any answer that is not clear; tests/test_bad_input_table.py turns the outcomes into the README's
-table by feature, counting every attempt.
+case and fails on any answer that is not clear; tests/test_bad_input_table.py turns the outcomes into the
+table by feature of docs/explanation/testing.md, counting every attempt.
 
 Files a case needs are made in its own temporary folder by `fixture(name, folder)`: the names in FILES.
 """

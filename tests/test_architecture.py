@@ -3,7 +3,7 @@
 Each rule is checked on the package's source, and each checker is first shown a small violation it must
 catch, so a rule that stopped looking would fail here rather than pass silently.
 
-    imports            import-linter's contracts in pyproject.toml (the layers of DESIGN.md; no backend
+    imports            import-linter's contracts in pyproject.toml (the layers of docs/explanation/design.md; no backend
                        imported by an engine, model or collective): kept here, broken by one bad import
     no call counting   no `len(trace.calls)` in parallel/: collectives return handles (cluster/_trace.py, Handle)
     no stage literal   no comparison of a stage with a number, and no PLANS[<number>], outside parallel/data/_plan.py

@@ -1,4 +1,4 @@
-"""README's tables of bad input are the test suite's own counts, not typed in.
+"""The tables of bad input in docs/explanation/testing.md are the test suite's own counts, not typed in.
 
 By feature (issue 35): every hostile case of tests/hostile_cases.py is run (tests/test_hostile_table.py) and its
 answer classified clear, raw, silent or crash; the table counts every attempt, and any answer that is not clear
@@ -8,7 +8,7 @@ By what the input reaches: every test marked `@pytest.mark.bad_input("category")
 clear error; with `unchanged=True` it also checks that nothing changed before the error. Collecting the suite
 counts each case (every parametrized case and Hypothesis test counts once).
 
-To refresh README.md after adding cases:  python tests/test_bad_input_table.py
+To refresh the page after adding cases:  python tests/test_bad_input_table.py
 """
 
 import json
@@ -23,6 +23,7 @@ import pytest
 from helpers import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "explanation" / "testing.md"  # where the tables are shown
 BEGIN, END = "<!-- bad-input-table -->", "<!-- /bad-input-table -->"
 BY_FEATURE = "<!-- hostile-table -->", "<!-- /hostile-table -->"
 OUTCOMES = ("clear", "raw", "silent", "crash")
@@ -96,7 +97,7 @@ def test_the_readme_feature_table_is_what_the_cases_that_ran_got():
     from hostile_cases import cases
 
     assert len(outcomes) == len(cases())  # every case ran (a failing one stops the run short: -x)
-    assert readme_table((ROOT / "README.md").read_text(), BY_FEATURE) == feature_table(outcomes), (
+    assert readme_table(PAGE.read_text(), BY_FEATURE) == feature_table(outcomes), (
         "refresh it: python tests/test_bad_input_table.py")
 
 
@@ -109,7 +110,7 @@ def test_a_case_that_is_not_clear_shows_in_its_row():
 def test_the_readme_table_is_the_suites_count():
     cases = census()
     assert len(cases) > 100  # the marks are there: a broken census would give an empty table
-    assert readme_table((ROOT / "README.md").read_text()) == table(cases), (
+    assert readme_table(PAGE.read_text()) == table(cases), (
         "refresh it: python tests/test_bad_input_table.py"
     )
 
@@ -121,7 +122,6 @@ def _replace(text: str, marks, body: str) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "tests"))
-    readme = ROOT / "README.md"
-    text = _replace(readme.read_text(), (BEGIN, END), table(census()))
-    readme.write_text(_replace(text, BY_FEATURE, feature_table(hostile_outcomes())))
-    print("README.md: bad-input tables refreshed")
+    text = _replace(PAGE.read_text(), (BEGIN, END), table(census()))
+    PAGE.write_text(_replace(text, BY_FEATURE, feature_table(hostile_outcomes())))
+    print(f"{PAGE.relative_to(ROOT)}: bad-input tables refreshed")

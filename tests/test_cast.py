@@ -213,7 +213,7 @@ def test_float32_inputs_match_exact_reference(name):
 ROUND_ONCE_ROWS = [
     # x,                      format,      one rounding,   via float32 (ml_dtypes)
     # 2**-40 lifts x above the midpoint of bf16's 1.0 and 1.0078125; float32 drops it, lands on the
-    # midpoint, and the second rounding ties to even: 1.0. The DESIGN.md example.
+    # midpoint, and the second rounding ties to even: 1.0. The example in docs/explanation/design.md.
     (1 + 2**-8 + 2**-40, "bf16", 1.0078125, 1.0),
     (-(1 + 2**-8 + 2**-40), "bf16", -1.0078125, -1.0),  # the same, negative
     (1 + 2**-8 - 2**-40, "bf16", 1.0, 1.0),  # just below the midpoint: both give 1.0

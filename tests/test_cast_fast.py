@@ -163,7 +163,8 @@ def test_nearest_matches_twin_on_random_bit_patterns(name):
 
 
 def test_design_example_through_the_fast_path():
-    """DESIGN.md: float64 1 + 2**-8 + 2**-40 is bf16 1.0078125 (ml_dtypes, rounding twice, says 1.0)."""
+    """The design page's example: float64 1 + 2**-8 + 2**-40 is bf16 1.0078125 (ml_dtypes, rounding twice, says
+    1.0); docs/explanation/design.md."""
     x = np.full(3, 1 + 2**-8 + 2**-40)
     assert cast(x, "bf16").astype(np.float64).tolist() == [1.0078125] * 3
     assert x.astype(ml_dtypes.bfloat16).astype(np.float64).tolist() == [1.0] * 3

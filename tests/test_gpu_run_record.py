@@ -1,7 +1,7 @@
-"""The README's GPU section quotes the logs of the run on an H100 (docs/gpu_run/), number for number: the
-test summary, the benchmark's timings and ratios, the GPU-vs-CPU distances and the versions. The logs are
-the program's own output there; this test cannot rerun them without a GPU, so it checks the README against
-them (a later GPU run replaces the logs and must update the README to match)."""
+"""The docs' GPU section (docs/how-to/run-on-gpus.md, "What ran on a GPU") and the README's summary quote the logs
+of the run on an H100 (docs/gpu_run/), number for number: the test summary, the benchmark's timings and ratios, the
+GPU-vs-CPU distances and the versions. The logs are the program's own output there; this test cannot rerun them
+without a GPU, so it checks the pages against them (a later GPU run replaces the logs and must update the pages)."""
 
 import re
 from pathlib import Path
@@ -11,9 +11,11 @@ RUN = ROOT / "docs" / "gpu_run"
 
 
 def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("**What ran on a GPU, and what never ran.**")
-    return " ".join(text[start: text.index("## Dependencies", start)].split())
+    """The section of docs/how-to/run-on-gpus.md that tells the run, whitespace folded."""
+    text = (ROOT / "docs" / "how-to" / "run-on-gpus.md").read_text()
+    start = text.index("## What ran on a GPU, and what never ran")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start: end if end > 0 else None].split())
 
 
 def test_the_readme_quotes_the_test_summary():
@@ -56,3 +58,12 @@ def test_the_readme_quotes_the_gpu_cpu_distances_and_versions():
     assert "cupy 14.2.0 | CUDA runtime 13020" in env and "NCCL 22809" in env and "Driver Version: 580.159.04" in env
     assert "CUDA runtime 13.2, CuPy 14.2.0, NCCL 2.28.9" in text and "driver 580.159.04" in text
     assert "10 passed" in log and "all required comparisons agree" in (RUN / "verify-nccl.log").read_text()
+
+
+def test_the_readme_summary_is_the_run():
+    """The README's paragraph on hardware: the same summary, the date, and what never ran."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    summary = re.search(r"=+ (\d+) passed, (\d+) skipped", (RUN / "gpu-tests.log").read_text())
+    assert f"**{summary.group(1)} passed, {summary.group(2)} skipped, 0 failed**" in text
+    assert "on 2026-11-23, on **one** NVIDIA H100" in text and "H100" in (RUN / "env.txt").read_text()
+    assert "**NCCL's multi-GPU collectives have never run**" in text

@@ -3,7 +3,8 @@
 Each case runs (a command line in-process, or a Python call) in a folder of its own, its answer is classified clear,
 raw, silent or crash (hostile_cases.classify), and the test fails unless it is clear. With ZEROSIM_HOSTILE_OUTCOMES
 set to a path, every outcome is written there as JSON when the session ends: tests/test_bad_input_table.py makes
-the README's table by feature from that file, so the table counts the cases that ran, not the ones that passed."""
+the table by feature of docs/explanation/testing.md from that file, so the table counts the cases that ran, not the
+ones that passed."""
 
 import io
 import json

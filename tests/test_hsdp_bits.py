@@ -73,7 +73,7 @@ def test_a_2_by_2_hsdp_reduction_by_hand(reduce, grads, full, hsdp, exact):
 # -- measured against float64, as the replicate degree grows ----------------------------------------------------
 REPLICAS = [1, 2, 4, 8, 16]
 MEASURED = {  # (reduce, strategy): worst |ĝ − g| / A at R = 1, 2, 4, 8, 16 (S = 4, 2048 elements, seed 0),
-    # rounded to two digits: what README's table quotes
+    # rounded to two digits: what docs/explanation/many-nodes.md's table quotes
     ("fp16", "full_shard"): [1.1e-3, 9.7e-4, 1.0e-3, 1.3e-3, 9.7e-4],
     ("fp16", "hsdp"): [1.1e-3, 7.5e-4, 5.9e-4, 7.5e-4, 7.0e-4],
     ("bf16", "full_shard"): [7.6e-3, 7.6e-3, 8.7e-3, 9.4e-3, 9.3e-3],

@@ -49,7 +49,7 @@ def test_pure_fp16_stalls_while_mixed_moves_every_master():
     unchanged_pure = np.mean(pure.compute_params(0)[: model.num_params] == before_pure)
     moved_master = np.mean(mixed.full_master() != params)
     unchanged_mixed16 = np.mean(mixed.compute_params(0)[: model.num_params] == before_mixed)
-    # Numbers quoted in the README (this machine: 0.844, 1.0, 0.066).
+    # Numbers quoted in docs/explanation/testing.md (this machine: 0.844, 1.0, 0.066).
     assert unchanged_pure > 0.8  # most 16-bit weights never moved in 50 steps
     assert moved_master == 1.0  # every fp32 master moved
     assert unchanged_mixed16 < 0.1  # and the accumulated updates reached the fp16 copies too
@@ -80,5 +80,5 @@ def test_stochastic_rounding_in_training_moves_what_nearest_loses():
     sr, _, _, before_sr = train("fp16-pure-sr")
     unchanged_nearest = np.mean(pure.compute_params(0)[: model.num_params] == before)
     unchanged_sr = np.mean(sr.compute_params(0)[: model.num_params] == before_sr)
-    # Numbers quoted in the README (this machine: 0.844 vs 0.111).
+    # Numbers quoted in docs/explanation/testing.md (this machine: 0.844 vs 0.111).
     assert unchanged_nearest > 0.8 and unchanged_sr < 0.2

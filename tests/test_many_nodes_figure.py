@@ -55,7 +55,8 @@ def test_the_bars_are_the_rows_numbers_in_the_palettes_colours(rows):
 
 @pytest.mark.slow  # six meta steps of GPT-3 175B on 1,024 ranks: ~3 s
 def test_the_readme_numbers_of_the_1024_gpu_figure():
-    """README's paragraph under many_nodes.png, from the figure's own rows (figures_cmd.MANY_NODES)."""
+    """The paragraph under many_nodes.png (docs/explanation/many-nodes.md), from the figure's own rows
+    (figures_cmd.MANY_NODES)."""
     from zerosim.cli.figures_cmd import MANY_NODES
     from zerosim.parallel.data import CommSchedule
 

@@ -174,7 +174,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "unquantized  trace 10,800 B   hand 10,800 B",  # 2 gathers · 2 bytes · (N − 1) · s = 2 · 2 · 3 · 900
         "fp8 torchao  trace  5,424 B   hand  5,424 B",  # 2 · 3 · 900 e4m3 bytes + 2 · 3 · ceil(3/4) · 4 amax bytes
         "trace 672 B, hand 672 B",  # qgZ, M = 1024, G = 64, d = 4, n = 2: 3/4·(512 + 256) + 1/2·(128 + 64)
-        "unquantized  gather params  16.81 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as the README
+        "unquantized  gather params  16.81 s in 198 calls",  # GPT-3 175B at 1,024 H100s over IB NDR, as fewer-bits.md
         "qwZ int8     gather params  12.67 s in 396 calls",  # integers and scales: two calls a gather
         "fp8 torchao  gather params   9.85 s in 200 calls",  # 198 gathers and the amax all-reduce's two phases
         # GPT-3's block on 1,024 ranks in nodes of 8: 2M against M/16 (plus scales) over IB; the times α-β per tier

@@ -24,8 +24,8 @@ def extra(name: str) -> set:
 
 
 def readme_jupyter_commands() -> list:
-    """The `jupyter SUBCOMMAND` programs the README's shell commands run, e.g. ["lab", "nbconvert"]."""
-    text = (ROOT / "README.md").read_text()
+    """The `jupyter SUBCOMMAND` programs the docs' shell commands run, e.g. ["lab", "nbconvert"]."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     return sorted({m for b in blocks for m in re.findall(r"\.venv/bin/jupyter (\w+)", b)})
 

@@ -49,7 +49,7 @@ SEED_004 = [
     ("update", [-0.1, -0.1, -0.1, -0.1], 13),
 ]
 SEED_W_NEW = [2.1, -2.9, 1.1, 0.6]  # w - update: the update's error plus one rounding of w
-SEED_W_FP16 = [2.099609375, -2.900390625, 1.099609375, 0.60009765625]  # DESIGN.md: the fp16 copies really are these
+SEED_W_FP16 = [2.099609375, -2.900390625, 1.099609375, 0.60009765625]  # explanation/design.md: the fp16 copies
 
 
 def seed_004_step():

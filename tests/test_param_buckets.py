@@ -148,7 +148,8 @@ def test_a_result_bit_depends_on_ddp_bucket_size():
     whole = run(3, "fp16-mixed", "nccl")[0].full_master()
     small = run(3, "fp16-mixed", "nccl", caps=(40 / MIB, 100 / MIB))[0].full_master()
     assert not np.array_equal(bits(whole), bits(small))
-    # at N = 2 nothing differs (the README's "N >= 3"): each element's sum is x0 + x1 whichever rank it ends at
+    # at N = 2 nothing differs (docs/explanation/time.md's "N >= 3"): each element's sum is x0 + x1 whichever rank it
+    # ends at
     two = [run(2, "fp16-mixed", "nccl", caps=caps)[0].full_master() for caps in ((None, None), (40 / MIB, 100 / MIB))]
     assert np.array_equal(bits(two[0]), bits(two[1]))
     # and on step 1 alone nothing differs: iteration 1 is one bucket whatever the caps (find_unused_parameters=False)

@@ -27,7 +27,7 @@ def test_ddp_on_gloo_is_reproduced_bit_for_bit_for_twenty_steps(n):
     assert [s.equal for s in gloo] == [1.0] * STEPS and [s.max_ulps for s in gloo] == [0] * STEPS
     ring = compare_ddp(ranks, "ring")
     if n >= 4:  # the comparison can fail: zerosim's own ring (NCCL's order) sums in another order from N = 4;
-        # the README quotes 79-86 % per step (measured: 79.3 % to 86.0 %)
+        # docs/how-to/compare-with-torch.md quotes 79-86 % per step (measured: 79.3 % to 86.0 %)
         assert all(79 <= round(100 * s.equal) <= 86 for s in ring)
     else:  # N <= 3: every sum's first add commutes, and a 840-element bucket's ring shards are gloo's chunks
         assert all(s.equal == 1.0 for s in ring)

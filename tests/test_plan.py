@@ -157,7 +157,7 @@ def test_llama_3_70b_on_64_h100s_top_row_is_reproduced():
 
     p = plan(get_preset("llama-3-70b").config, 64, 8, "h100-80gb", 4096, 1024, time_model=TimeModel(PRESETS["eager"]),
              kernels="eager", loss="eager")
-    # the README's numbers: ZeRO-0/1/2 skipped on their model states alone (> 85.5 GB)
+    # the README's and docs/how-to/size-a-job.md's numbers: ZeRO-0/1/2 skipped on their model states alone (> 85.5 GB)
     assert [(st, round(b / 1e9, 1)) for st, b in p.pruned] == [(0, 1128.9), (1, 295.4), (2, 156.5)]
     top, verdict, time = reproduce(p, "--model llama-3-70b")
     assert (top.stage, top.strategy, top.micro_batch, top.accumulation) == (3, "op-sac", 1, 16)

@@ -282,7 +282,7 @@ def test_peers_benchmark_without_torch_says_so_and_exits_0():
 
 
 def test_peers_benchmark_prints_the_readme_table_with_each_target_met_or_missed():
-    """The table benchmarks/peers.py ends with (for the README), from made-up medians: each cell's numbers
+    """The table benchmarks/peers.py ends with (for benchmarks/README.md), from made-up medians: each cell's numbers
     worked out by hand in the comments."""
     import runpy
     from pathlib import Path

@@ -1,15 +1,19 @@
-"""The README runs as written and prints what it says: every shell command, in order, from a fresh shell, in a
-fresh copy of the project — and the numbers the README quotes beside a command are the numbers it prints.
+"""The README and the docs run as written and print what they say: every shell command of README.md and of every
+page under docs/, page by page (the README first: its quick start makes `.venv`), in order, from a fresh shell, in a
+fresh copy of the project — and the numbers a page quotes beside a command are the numbers it prints.
 
 What a new user does: copy the project, paste the quick start (which makes `.venv`), then paste each later
 command into a *new* shell (no activated environment, nothing on PATH from us). Blocks marked
-`<!-- not run here: ... -->` (the GPU suite: no GPU on this machine) are listed, not run. Every command that
-runs must have an entry in CHECKS saying what its output must show; a command without one fails the test.
+`<!-- not run here: REASON -->` (a GPU, a browser, torch) are listed, not run, and REASON must be one of
+NOT_RUN_REASONS. Every command that runs must have an entry in CHECKS saying what its output must show; a command
+without one fails the test (test_every_docs_command_has_a_check says so in the fast lane). A command that two pages
+show runs once; each page's check reads that page's own words.
 
 The quick start's test command installs the test extras and would run the whole suite: that suite is the one
 running this test, so here it only collects (`--collect-only`), which proves the install and the suite's
 imports; `.ci/run` runs it in full. The fast lane the README names beside it is collected the same way.
-The README's Python snippet runs too, and each `print` marked `# → VALUE` must print VALUE.
+Every Python block of the README and the docs runs too, and says what it prints: each `print` carries a comment,
+and one written `# → VALUE` must print VALUE.
 """
 
 import json
@@ -29,10 +33,22 @@ SAFETY_TIMEOUT = HANG_TIMEOUT  # seconds: only a command that hangs gets here (t
 pytestmark = pytest.mark.slow  # a fresh virtual environment, an install and every command: minutes
 
 
+NOT_RUN_REASONS = ("needs an NVIDIA GPU", "it starts a server and opens a browser", "needs torch")
+
+
 def readme_blocks(text: str) -> list:
     """[(language, code, runnable)] for every fenced block, in order."""
     return [(m.group(2), m.group(3), m.group(1) is None)
             for m in re.finditer(r"(<!-- not run here[^>]*-->\s*)?```(\w+)\n(.*?)```", text, re.S)]
+
+
+def not_run_reasons(text: str) -> list:
+    return re.findall(r"^<!-- not run here: ([^>]*?) ?-->$", text, re.M)
+
+
+def pages() -> list:
+    """README.md, then every Markdown page of the docs site, as paths relative to the project."""
+    return ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 
 
 def fresh_copy(dest: Path) -> Path:
@@ -66,21 +82,28 @@ def numbers(text: str) -> list:
 
 
 def check_replay(out: str, readme: str, project: Path) -> None:
-    excerpt = re.search(r"## What the replay shows.*?```\n(.*?)```", readme, re.S).group(1)
-    for line in excerpt.splitlines():  # the README's excerpt is the command's output, word for word
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", readme, re.S | re.M)
+    excerpt = next(code for lang, code in blocks if not lang)  # the page's first block of plain output
+    for line in excerpt.splitlines():  # the page's excerpt is the command's output, word for word
         if line.strip():
-            assert line in out.splitlines(), f"the README's replay excerpt says {line!r}; the replay does not print it"
+            assert line in out.splitlines(), f"the page's replay excerpt says {line!r}; the replay does not print it"
     truth = re.search(r"prints what a GPU really holds: `(\[.*?\])`", readme).group(1)
     for value in json.loads(truth):
         assert f"its fp16 copy is really {value!r}" in out
+
+
+# The last accuracy of a 60-step run moves with the BLAS kernel's summation order (a GEMM's adds differ between
+# AVX2 and AVX-512 builds, and a held-out answer near a tie flips): 0.91 on one machine, 0.92 on another. The first
+# step's (before any update) and chance do not; the last is held to the page's value within two answers in 256.
+LAST_ACCURACY_SLACK = 2 / 256
 
 
 def check_gpt(out: str, readme: str, project: Path, line: str) -> None:
     first, last, chance = numbers(line.split("# accuracy", 1)[1])
     said = re.findall(r"answer accuracy ([\d.]+) on held-out strings \(chance ([\d.]+)\)", out)
     accuracy = [(float(a), float(c)) for a, c in said]
-    rounded = (round(accuracy[0][0], 2), round(accuracy[-1][0], 2), round(accuracy[0][1], 2))
-    assert rounded == (first, last, chance), said
+    assert (round(accuracy[0][0], 2), round(accuracy[0][1], 2)) == (first, chance), said
+    assert abs(accuracy[-1][0] - last) <= LAST_ACCURACY_SLACK + 0.005, said  # + the page's rounding to 2 digits
 
 
 def check_memory_75b(out: str, readme: str, project: Path) -> None:
@@ -150,7 +173,7 @@ def check_sweep(out: str, readme: str, project: Path) -> None:
     nvlink = int(re.search(r"over NVLink\s+N\\\* ≈ ([\d,]+)", readme).group(1).replace(",", ""))
     printed = int(re.search(r"nvlink4: ZeRO-3's gathers stop hiding past N ≈ ([\d,]+)", out).group(1)
                   .replace(",", ""))
-    assert round(printed, -3) == nvlink, printed
+    assert round(printed, -2) == nvlink, printed  # the page rounds to hundreds
 
 
 def check_train_save(out: str, readme: str, project: Path, line: str) -> None:
@@ -168,7 +191,10 @@ def check_resume(out: str, readme: str, project: Path, line: str) -> None:
 
 
 def check_inspect(out: str, readme: str, project: Path) -> None:
-    assert "ZeRO stage 3, 4 ranks, 5,508 parameters, step 6" in out and "owns [0, 1,377)" in out and "bytes" in out
+    for said in re.findall(r"`(ZeRO stage \d, \d ranks, [\d,]+ parameters, step \d+|owns \[0, [\d,]+\))`", readme) or [
+            "ZeRO stage 3, 4 ranks, 5,508 parameters, step 6", "owns [0, 1,377)"]:  # what the page quotes, if it does
+        assert said in out, (said, out)
+    assert "bytes" in out
 
 
 def check_consolidate(out: str, readme: str, project: Path) -> None:
@@ -187,13 +213,14 @@ def check_mpi_train(out: str, readme: str, project: Path, line: str) -> None:
     assert simulated.stdout.splitlines()[1:] == out.splitlines()[1:] and "4 ranks on numpy" in simulated.stdout
 
 
-def check_llama(out: str, readme: str, project: Path, line: str) -> None:
+def check_first_and_last_accuracy(out: str, readme: str, project: Path, line: str) -> None:
     first, last = numbers(line.split("#", 1)[1])  # "# 0.23 -> 1.00": the answer accuracy at the first and last step
     said = [float(a) for a in re.findall(r"answer accuracy ([\d.]+) on held-out strings", out)]
-    assert (round(said[0], 2), round(said[-1], 2)) == (first, last), said
+    assert round(said[0], 2) == first and abs(said[-1] - last) <= LAST_ACCURACY_SLACK + 0.005, said
 
 
 def check_llama_8192(out: str, readme: str, project: Path) -> None:
+    readme = " ".join(readme.split())  # the page's sentence, wherever its lines break
     quoted = re.search(r"a decoder layer keeps\s+([\d,]+) bytes, ([\d.]+) GB of it P: no stage fits — ZeRO-3 holds "
                        r"([\d.]+) GB measured \+ ([\d.]+) GB estimated,\s+\*\*([\d.]+) GB short\*\*", readme).groups()
     layer, p_gb, measured, estimated, short = quoted
@@ -201,7 +228,8 @@ def check_llama_8192(out: str, readme: str, project: Path) -> None:
     (p_mb,) = [numbers(x)[0] for x in out.splitlines() if re.match(r"^\s+P\s+\d", x)]
     assert round(int(layer.replace(",", "")) / 1e6, 3) == block and round(p_mb / 1e3, 2) == float(p_gb)
     # the verdict table only: one line per stage ending in its verdict (the per-rank table above also starts with 0-3)
-    verdict_line = r"^([0-3])[ \t]+([\d.]+)[ \t]+([\d.]+)[ \t]+[\d.]+[ \t]+((?:fits|does not fit).*)$"
+    # stage, allocated peak (measured), reserved, + estimates, = total, verdict
+    verdict_line = r"^([0-3])[ \t]+([\d.]+)[ \t]+[\d.]+[ \t]+([\d.]+)[ \t]+[\d.]+[ \t]+((?:fits|does not fit).*)$"
     verdicts = re.findall(verdict_line, out, re.M)
     assert len(verdicts) == 4 and all(v[3].startswith("does not fit") for v in verdicts), verdicts
     stage3 = verdicts[-1]
@@ -219,21 +247,26 @@ def check_llama_ds_config(out: str, readme: str, project: Path) -> None:
     bucket = re.search(r"DeepSpeed gradient buckets\s+([\d.]+) GB\s+from the config: reduce_bucket_size ([\d,]+) x 2 B",
                        out)
     assert int(bucket.group(2).replace(",", "")) == size and float(bucket.group(1)) == round(2 * size / 1e9, 3), out
-    assert re.search(r"^3\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+fits, [\d.]+ GB to spare$", out, re.M), out
+    assert re.search(r"^3\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+fits, [\d.]+ GB to spare$", out, re.M), out
+    said = re.search(r"`reduce_bucket_size` = hidden_size² = ([\d,]+)", readme)  # the page's own number
+    assert said is None or int(said.group(1).replace(",", "")) == size, said
 
 
 def check_plan(out: str, readme: str, project: Path) -> None:
     skipped = numbers(re.search(r"ZeRO-0/1/2\s+are skipped \(([\d,./ ]+) GB of model states", readme).group(1))
     printed = [float(x) for x in re.findall(r"^  ZeRO-[012]: ([\d.]+) GB$", out, re.M)]
     assert printed == skipped, (printed, skipped)
-    best = re.search(r"\*\*ZeRO-3 with block\s+checkpointing, (\d+) sequences × (\d+) micro-steps: ([\d.]+) s per "
-                     r"step, ([\d.]+) GB measured \+ ([\d.]+) GB estimated, ([\d.]+) GB to\s+spare\*\*",
-                     readme).groups()
-    row = re.search(r"^ 1  3     block\s+(\d+) × (\d+)\s+([\d.]+)s\s+[\d,]+\s+\d+%\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)",
-                    out, re.M).groups()
-    assert (row[0], row[1], row[3], row[4], row[5]) == (best[0], best[1], best[3], best[4], best[5]), (row, best)
+    best = re.search(r"\*\*ZeRO-3 with torchtitan's op-level\s+selective\s+checkpointing, (\d+) sequences? ×\s+(\d+)\s+"
+                     r"micro-steps: ([\d.]+) s per\s+step, (\d+) % MFU,\s+([\d.]+) GB measured \+ ([\d.]+) GB "
+                     r"estimated, ([\d.]+) GB to\s+spare\*\*", readme).groups()
+    # the top row: #, stage, strategy, B × K, step time, tok/s/GPU, MFU, peak GB, resv., +est., margin
+    row = re.search(r"^ 1  3     op-sac\s+(\d+) × (\d+)\s+([\d.]+)s\s+[\d,]+\s+(\d+)%\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+"
+                    r"([\d.]+)", out, re.M).groups()
+    assert (row[0], row[1], row[3], row[4], row[5], row[6]) == (best[0], best[1], best[3], best[4], best[5], best[6]), \
+        (row, best)
     assert round(float(row[2]), 1) == float(best[2]), (row, best)
-    needs = re.search(r"block checkpointing at 8 sequences needs ([\d.]+) GB", readme).group(1)
+    needs = re.search(r"block checkpointing with\s+standard attention at\s+8 sequences needs ([\d.]+) GB",
+                      readme).group(1)
     assert re.search(rf"ZeRO-3 block\s+B = 8\s+needs\s+{re.escape(needs)} GB", out), out
 
 
@@ -267,19 +300,125 @@ def check_nbconvert(out: str, readme: str, project: Path) -> None:
     # the notebook ran from a shell: its executed copy holds the fp16 truth the README quotes for the replay
     executed = json.loads((project / "scratch" / "01_worked_example.ipynb").read_text())
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
-    truth = re.search(r"prints what a GPU really holds: `(\[.*?\])`", readme).group(1)
-    assert all(repr(v) in printed for v in json.loads(truth)), printed[:2000]
+    truth = re.search(r"prints, after seed 004's step, what a GPU really holds: `(\[.*?\])`", " ".join(readme.split()))
+    assert all(repr(v) in printed for v in json.loads(truth.group(1))), printed[:2000]
+
+
+def check_validate(out: str, readme: str, project: Path) -> None:
+    median = re.search(r"\| median \\\|predicted / measured − 1\\\| \| [^|]* \| \*\*([\d.]+) %\*\* \|", readme).group(1)
+    held_out = re.search(r"^On (\d+) held-out runs", readme, re.M).group(1)  # the page's count, not one typed here
+    assert re.search(rf"^held-out\s+{held_out} points: median \|predicted/measured − 1\| {re.escape(median)} %", out,
+                     re.M), out
+
+
+def check_validate_fit(out: str, readme: str, project: Path) -> None:
+    for preset in ("eager", "compiled"):
+        fitted = re.search(rf"^{preset}: fitted ([\d.]+), shipped ([\d.]+)$", out, re.M)
+        assert fitted and abs(float(fitted.group(1)) - float(fitted.group(2))) < 5e-4, out  # the shipped = the refit
+
+
+def check_plan_efficiency(out: str, readme: str, project: Path, line: str) -> None:
+    if "--efficiency 0.42" in line:
+        assert "time from: efficiency 0.42 of every datasheet peak" in out, out
+    else:  # what the user set is said on the lines that assume it
+        assert "framework factor 0.900" in out and "hbm=0.8" in out and "370.8 GB/s" in out and "α 20 µs" in out, out
+
+
+def check_tensor_replay(out: str, readme: str, project: Path) -> None:
+    said = re.search(r"The replay ends at seed 004's averaged gradient `(\[.*?\])`", readme).group(1)
+    assert f"The gradient [w1, w2, w3, w4] = {said} is seed 004's averaged gradient" in " ".join(out.split()), out
+
+
+def check_tensor_memory(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())  # the page's sentence, wherever its lines break
+    said = (r"a slice of Ψ_tp = ([\d,]+) parameters, ZeRO-3 shards it to \*\*([\d.]+) GB\*\* of model states, "
+            r"a layer keeps \*\*([\d,.]+) MB\*\* by name \(equal to its formula\) and the rank fits with "
+            r"\*\*([\d.]+) GB to spare")
+    psi, states, layer, spare = re.search(said, text).groups()
+    assert f"Ψ_tp = {psi} parameters" in out, out
+    assert stage_row(out.split("What one layer saves")[0], 3)[6] == float(states), out  # the ledger column
+    one_layer = layer.replace(",", "")
+    assert re.search(rf"^\s+one layer\s+{re.escape(one_layer)}\s+\(formula: {re.escape(one_layer)}\)$", out, re.M), out
+    assert re.search(rf"^3\s.*fits, {re.escape(spare)} GB to spare$", out, re.M), out
+
+
+def check_tensor_timeline(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    nvlink, ib = re.search(r"sends \*\*([\d,]+) GB of TP traffic a step on NVLink\*\* and \*\*([\d,]+) GB of ZeRO-3 "
+                           r"traffic across nodes\*\*", text).groups()
+    calls = re.search(r"each of its ([\d,]+) calls a step", text).group(1)
+    intra = re.search(r"^\s+intra-node\s+NVLink 4\s+([\d,]+) calls\s+[\d.]+ m?s\s+([\d.]+) GB sent", out, re.M).groups()
+    inter = float(re.search(r"^\s+inter-node\s+InfiniBand NDR\s+[\d,]+ calls\s+[\d.]+ m?s\s+([\d.]+) GB sent", out,
+                            re.M).group(1))
+    assert (intra[0], round(float(intra[1]))) == (calls, int(nvlink.replace(",", ""))), intra
+    assert round(inter) == int(ib), inter
+    assert re.search(rf"^\s+tensor parallel\s+{re.escape(calls)} calls", out, re.M), out
+
+
+def check_tensor_plan(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    said = (r"the planner's fastest of TP 1, 2, 4 and 8 is \*\*TP (\d+) with (\w+) attention, (\d+) sequences? × (\d+) "
+            r"micro-steps: ([\d.]+) s a step, (\d+) % MFU\*\*")
+    tp, strategy, b, k, seconds, mfu = re.search(said, text).groups()
+    top = re.search(r"^ 1\s+(\d+)\s+3\s+(\w+)\s+(\d+) × (\d+)\s+([\d.]+)s\s+[\d,]+\s+(\d+)%", out, re.M).groups()
+    assert top == (tp, strategy, b, k, seconds, mfu), (top, out)
+
+
+def check_tensor_figure(out: str, readme: str, project: Path) -> None:
+    assert "wrote scratch/tensor_mesh.png" in out.splitlines(), out
+    assert (project / "scratch" / "tensor_mesh.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_offload_memory(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    said = (r"at ZeRO-2 the V100 keeps 2Ψ = ([\d.]+) GB \(([\d.]+) GB at the peak, ([\d.]+) GB with the estimates, "
+            r"of ([\d.]+)\), the DGX-2's host 16Ψ = ([\d.]+) GB \(([\d.]+) GB in the step\); without offload no stage "
+            r"fits")
+    device, peak, total, capacity, host, host_peak = re.search(said, text).groups()
+    # stage, placement, device (formula), w/o, host (formula), host peak, nvme (formula), per node
+    rows = {int(r[0]): numbers(r[1]) for r in re.findall(r"^([0-3])\s+optimizer-cpu\s+(.*?)\s+x1:", out, re.M)}
+    assert rows[2][:2] == [float(device)] * 2 and rows[2][3:6] == [float(host), float(host), float(host_peak)], rows
+    assert all(row[2] > float(capacity) for row in rows.values()), rows  # "without offload no stage fits"
+    assert f"Capacity {capacity} GB" in out, out
+    assert re.search(rf"^2\s+{re.escape(peak)}0\s+[\d.]+\s+[\d.]+\s+{re.escape(total)}0\s+fits", out, re.M), out
+
+
+def check_offload_timeline(out: str, readme: str, project: Path) -> None:
+    assert "with DPU the second of two: the steady state" in " ".join(readme.split())
+    assert "(the second of 2 steps: DPU's steady state)" in out and "figure: scratch/offload_step.png" in out, out
+    assert (project / "scratch" / "offload_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_offload_plan(out: str, readme: str, project: Path) -> None:
+    text = " ".join(readme.split())
+    nth = r"(\d+)(?:st|nd|rd|th)"
+    said = rf"no offload first at ([\d.]+) s a step, `optimizer-cpu` {nth} at ([\d.]+) s, `optimizer-nvme` {nth} at " \
+           r"([\d.]+) s"
+    first, cpu_rank, cpu_s, nvme_rank, nvme_s = re.search(said, text).groups()
+    assert re.search(rf"^ 1\s+3\s+\S+\s+\d+ × \d+\s+{re.escape(first)}s\s.*\snone$", out, re.M), out
+    for rank, placement, seconds in ((cpu_rank, "optimizer-cpu", cpu_s), (nvme_rank, "optimizer-nvme", nvme_s)):
+        assert re.search(rf"^{rank}\s+host .*\s{placement}: .*, {re.escape(seconds)} s a step$", out, re.M), out
+
+
+def check_offload_train(out: str, readme: str, project: Path) -> None:
+    assert "`DeepSpeedCPUAdam`" in readme
+    header = out.splitlines()[0]
+    assert "offloaded: optimizer-cpu with DPU after 10 steps (adam as DeepSpeedCPUAdam)" in header, header
+    assert "host peak (B)" in out, out
 
 
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
+    (r"zerosim validate +#", check_validate),
+    (r"zerosim validate --fit", check_validate_fit),
+    (r"zerosim plan --model llama-3-8b .*--efficiency", check_plan_efficiency),
     (r"pip install -e \. && \.venv/bin/zerosim replay$", check_replay),
     (r"zerosim train --model gpt --stage 3 --ranks 2 --steps 80", check_gpt),
-    (r"zerosim train --model llama --heads 4 --kv-heads 2", check_llama),
+    (r"zerosim train --model llama --heads 4 --kv-heads 2", check_first_and_last_accuracy),
     (r"zerosim memory --model llama-3-8b --ranks 8 --seq-len 8192", check_llama_8192),
     (r"zerosim memory --model llama-3-8b .*--ds-config", check_llama_ds_config),
     (r"zerosim plan --model llama-3-70b --gpus 64", check_plan),
     (r"zerosim memory --params 7\.5e9 --ranks 64", check_memory_75b),
-    (r"zerosim figures", check_figures),
+    (r"zerosim figures *(#|$)", check_figures),  # all of them (one --only is its own command)
     (r"zerosim memory --model gpt3-6\.7b .*--checkpoint block", check_memory_67b),
     (r"zerosim memory --d-model 4096 .*--seq-len 8192", check_memory_8192),
     (r"zerosim timeline --model gpt3-175b --ranks 1024 --link ib_ndr --trace", check_timeline_one),
@@ -296,6 +435,16 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"mpiexec -n 4 .*zerosim train --backend mpi --steps 30", check_mpi_train),
     (r"zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy", check_many_nodes_memory),
     (r"zerosim timeline --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy hpz", check_many_nodes_timeline),
+    (r"zerosim replay --tp 2", check_tensor_replay),
+    (r"zerosim train --model gpt --stage 3 --ranks 4 --tp 2", check_first_and_last_accuracy),
+    (r"zerosim memory --model llama-3-70b --ranks 256 .*--tp 8", check_tensor_memory),
+    (r"zerosim timeline --model llama-3-70b --ranks 256 .*--tp 8", check_tensor_timeline),
+    (r"zerosim plan --model llama-3-70b --gpus 256 .*--tp 1,2,4,8", check_tensor_plan),
+    (r"zerosim figures --only tensor_mesh", check_tensor_figure),
+    (r"zerosim memory --params 13e9 .*--offload-optimizer cpu", check_offload_memory),
+    (r"zerosim timeline --params 13e9 .*--offload-optimizer cpu --dpu", check_offload_timeline),
+    (r"zerosim plan --model llama-2-13b .*--offload-optimizer cpu,nvme", check_offload_plan),
+    (r"zerosim train --stage 2 --offload-optimizer cpu --dpu 10", check_offload_train),
 ]
 
 
@@ -304,46 +453,58 @@ def run_line(line: str, project: Path) -> subprocess.CompletedProcess:
                           timeout=SAFETY_TIMEOUT)
 
 
+def checks_for(line: str) -> list:
+    return [check for pattern, check in CHECKS if re.search(pattern, line)]
+
+
 def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tmp_path):
-    text = (ROOT / "README.md").read_text()
-    test_command = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```", text).group(1)
-    fast_lane = re.search(r"<!-- fast-lane -->`([^`]+)`", text).group(1)
+    readme = (ROOT / "README.md").read_text()
+    test_command = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```", readme).group(1)
+    fast_lane = re.search(r"<!-- fast-lane -->`([^`]+)`", readme).group(1)
     project = fresh_copy(tmp_path / "project")
-    ran, not_run, used = [], [], set()
-    for lang, code, runnable in readme_blocks(text):
-        if lang != "bash":
-            continue
-        for line in code.strip().splitlines():
-            if not runnable:
-                not_run.append(line)
+    ran, not_run, used, outputs = [], [], set(), {}
+    for page in pages():
+        text = (ROOT / page).read_text()
+        for lang, code, runnable in readme_blocks(text):
+            if lang != "bash":
                 continue
-            if line == test_command:  # install the test extras; collect the suite, not run it (it is running now)
-                result = run_line(line + " --collect-only -q", project)
-                assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-                assert int(re.search(r"(\d+) tests collected", result.stdout).group(1)) > 1000, result.stdout[-500:]
-                lane = run_line(fast_lane + " --collect-only -q", project)
-                counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", lane.stdout)
-                picked, total, left_out = map(int, counted.groups())
-                assert picked > 1000 and left_out > 0 and picked + left_out == total, lane.stdout[-500:]
+            for line in code.strip().splitlines():
+                if not runnable:
+                    not_run.append(line)
+                    continue
+                if line == test_command:  # install the test extras; collect the suite, not run it (it is running now)
+                    if line not in outputs:
+                        result = run_line(line + " --collect-only -q", project)
+                        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+                        collected = int(re.search(r"(\d+) tests collected", result.stdout).group(1))
+                        assert collected > 1000, result.stdout[-500:]
+                        lane = run_line(fast_lane + " --collect-only -q", project)
+                        counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", lane.stdout)
+                        picked, total, left_out = map(int, counted.groups())
+                        assert picked > 1000 and left_out > 0 and picked + left_out == total, lane.stdout[-500:]
+                        outputs[line] = result
+                    ran.append(line)
+                    continue
+                if line not in outputs:  # a command two pages show runs once; each page checks its own words
+                    outputs[line] = run_line(line, project)
+                result = outputs[line]
+                failed = f"{page}: command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+                assert result.returncode == 0, failed
+                matching = checks_for(line)
+                assert len(matching) == 1, f"{page}: {line!r}: {len(matching)} checks of what it prints (want one)"
+                check = matching[0]
+                used.add(check)
+                if "line" in check.__code__.co_varnames[: check.__code__.co_argcount]:
+                    check(result.stdout, text, project, line)
+                else:
+                    check(result.stdout, text, project)
                 ran.append(line)
-                continue
-            result = run_line(line, project)
-            failed = f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-            assert result.returncode == 0, failed
-            matching = [check for pattern, check in CHECKS if re.search(pattern, line)]
-            assert len(matching) == 1, f"README command {line!r}: {len(matching)} checks of what it prints (want one)"
-            check = matching[0]
-            used.add(check)
-            if "line" in check.__code__.co_varnames[: check.__code__.co_argcount]:
-                check(result.stdout, text, project, line)
-            else:
-                check(result.stdout, text, project)
-            ran.append(line)
-    assert used == {check for _, check in CHECKS}, ran  # every check met its command (a README command was not lost)
-    # left out, and marked: the GPU suite, and opening the notebooks in JupyterLab (a server waiting for a browser;
-    # the nbconvert command beside it runs a notebook from the same install, and test_notebooks_extra.py checks
-    # that the extra provides `jupyter lab`)
-    assert all("gpu" in line or line.endswith("jupyter lab notebooks/") for line in not_run), not_run
+    assert used == {check for _, check in CHECKS}, ran  # every check met its command (a page's command was not lost)
+    # left out, and marked: the GPU suite, opening the notebooks in JupyterLab (a server waiting for a browser; the
+    # nbconvert command beside it runs a notebook from the same install, and test_notebooks_extra.py checks that the
+    # extra provides `jupyter lab`), and installing torch for the parity kit (its tests skip without it)
+    assert all("gpu" in line or line.endswith("jupyter lab notebooks/") or "zerosim parity" in line
+               for line in not_run), not_run
     # what the commands wrote is in scratch/ (and the figures they are meant to redraw): nothing else in the project
     assert not [p for p in ("ckpt", "full.safetensors", "step.json", "step.png", "sweep.png") if (project / p).exists()]
     ignored = subprocess.run(["git", "check-ignore", "-q", "scratch/x"], cwd=ROOT)
@@ -353,7 +514,7 @@ def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tm
 def test_the_readme_sweep_claims_beside_the_command(tmp_path):
     # The paragraph after the sweep command quotes three more runs: seed 004's schedule (no --comm fsdp), 32k tokens,
     # and one 2,048-token sequence per rank.
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "explanation" / "time.md").read_text()
     base = [sys.executable, "-m", "zerosim.cli.main", "timeline", "--model", "gpt3-175b", "--sweep",
             "--forward-prefetch", "--efficiency", "peak"]  # the seed's formula assumes the datasheet peak
 
@@ -385,21 +546,29 @@ def test_the_readme_sweep_claims_beside_the_command(tmp_path):
     assert (round(exposed[2048], 1), round(exposed[4096], 1)) == (s2048, s4096)
 
 
-def test_the_readme_python_snippet_prints_what_its_comments_say(tmp_path):
-    # The snippet's student (MLP.init_params, seed 0) must not be its teacher (make_regression's rng), or step 1's
-    # losses are ~1e-5 and the example teaches nothing; targets of a random teacher give ~1. Every `print` whose
-    # comment says `# → VALUE` must print VALUE (the loss-scaling lines printed t = 0 and [] before: the first step
-    # overflowed and was skipped).
-    (snippet,) = [code for lang, code, _ in readme_blocks((ROOT / "README.md").read_text()) if lang == "python"]
-    result = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+def python_blocks() -> list:
+    """[(page, code)] for every Python block of the README and the docs."""
+    return [(page, code) for page in pages() for lang, code, _ in readme_blocks((ROOT / page).read_text())
+            if lang == "python"]
+
+
+@pytest.mark.parametrize("page, code", python_blocks(), ids=lambda x: x if "/" in str(x) or x == "README.md" else "")
+def test_every_python_block_prints_what_its_comments_say(tmp_path, page, code):
+    # Each block runs in a fresh interpreter, in an empty folder. Every `print` whose comment says `# → VALUE` must
+    # print VALUE (the text before a ";" in the comment); the others say in words what they print. In the snippet of
+    # use-from-python, the student (MLP.init_params, seed 0) must not be its teacher (make_regression's rng), or step
+    # 1's losses are ~1e-5 and the example teaches nothing; targets of a random teacher give ~1 (the loss-scaling
+    # lines printed t = 0 and [] before: the first step overflowed and was skipped).
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
                             cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, f"{page}:\n{result.stderr}"
     printed = result.stdout.splitlines()
-    prints = [line for line in snippet.splitlines() if line.lstrip().startswith("print(")]
-    assert len(prints) == len(printed), (prints, printed)
-    engine_losses, oracle_losses = (json.loads(part) for part in re.findall(r"\[[^\]]*\]", printed[0]))
-    assert engine_losses == oracle_losses
-    assert all(0.1 < loss < 100 for loss in engine_losses), engine_losses
+    prints = [line for line in code.splitlines() if line.lstrip().startswith("print(")]
+    assert len(prints) == len(printed), (page, prints, printed)
+    if "print(engine.step(batches), oracle.step(batches))" in code:
+        engine_losses, oracle_losses = (json.loads(part) for part in re.findall(r"\[[^\]]*\]", printed[0]))
+        assert engine_losses == oracle_losses
+        assert all(0.1 < loss < 100 for loss in engine_losses), engine_losses
     quoted = [(line.split("# → ", 1)[1].split(";", 1)[0].strip(), out)  # (what the comment says, what was printed)
               for line, out in zip(prints, printed) if "# → " in line]
-    assert len(quoted) >= 4 and all(value == out for value, out in quoted), quoted
+    assert all(value == out for value, out in quoted), (page, quoted)

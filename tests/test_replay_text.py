@@ -3,7 +3,7 @@ printed beside half an fp16 ulp, the loss scaler's overflow as 11 x 65536 > 6550
 compute that uses them, no recompute without checkpointing, and every ledger name in plain words.
 
 Independent yardsticks: NumPy's float16 and float32 (np.nextafter, np.finfo), seed 004's numbers (local gradient
--11 for w1 on GPU 1), and the README's own words and counts.
+-11 for w1 on GPU 1), and the words and counts the docs quote (docs/getting-started.md, "What the replay shows").
 """
 
 import io
@@ -16,7 +16,7 @@ import pytest
 
 from zerosim.cli.main import main
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+README = (Path(__file__).resolve().parent.parent / "docs" / "getting-started.md").read_text()  # the replay
 
 
 def replay_text(*args) -> str:
@@ -29,7 +29,7 @@ def replay_text(*args) -> str:
 def test_the_default_is_compact_and_exact_prints_the_twins():
     compact, exact = replay_text("--steps", "3"), replay_text("--steps", "3", "--exact")
     assert "(exactly" not in compact and "np.float64" not in compact
-    # 188 lines before the compact form; the README quotes both counts
+    # 188 lines before the compact form; the page quotes both counts
     said = re.search(r"`--steps 3`: (\d+) lines, (\d+) with `--exact`", README).groups()
     assert (len(compact.splitlines()), len(exact.splitlines())) == tuple(map(int, said))
     assert len(compact.splitlines()) < 188 / 2

@@ -44,7 +44,7 @@ def test_memory_by_strategy_at_175b_on_4096_ranks_equals_hand_formulas(capsys):
     for name in ("hsdp", "mics"):
         assert rows[name]["tiers"]["inter-node"] == pytest.approx(
             3 * 2 * PSI * 63 / 64 / 8 + 2 * 63 / 64 * 2 * PSI / 64, rel=1e-12)
-    # README's table quotes these, in GB
+    # docs/explanation/many-nodes.md's table quotes these, in GB
     gb = {k: round(v["resting_total"] / 1e9, 2) for k, v in rows.items()}
     assert gb == {"full_shard": 0.77, "hsdp": 49.11, "mics": 43.65, "hpz": 0.68}
     assert round(rows["hpz"]["secondary_peak"] / 1e9, 2) == 43.65

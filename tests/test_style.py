@@ -1,4 +1,5 @@
-"""The code keeps STYLE.md's 120 columns (and pyflakes' basics): ruff, configured in pyproject.toml, finds nothing.
+"""The code keeps 120 columns (docs/contributing.md) and pyflakes' basics: ruff, configured in pyproject.toml, finds
+nothing.
 
 `python tools/wrap_long_lines.py` brings long lines under the limit without changing any file's syntax tree.
 """

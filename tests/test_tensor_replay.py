@@ -1,5 +1,6 @@
 """`zerosim replay --tp 2`: seed 004's first layer as a 2-way row-parallel linear, every number from the TP units'
-GEMMs and the TP group's ring (zerosim/replay/_tensor.py), against seed 004's own numbers (DESIGN.md's facts)."""
+GEMMs and the TP group's ring (zerosim/replay/_tensor.py), against seed 004's own numbers
+(docs/explanation/design.md, "Facts to check against")."""
 
 import json
 import subprocess
@@ -7,7 +8,7 @@ import sys
 
 from zerosim.replay import narrate_tensor, tensor_replay
 
-SEED_AVERAGED = [-5.5, -2.75, -2.75, -5.0]  # seed 004: the two GPUs' gradients averaged (DESIGN.md, facts)
+SEED_AVERAGED = [-5.5, -2.75, -2.75, -5.0]  # seed 004's two GPUs' gradients averaged (docs/explanation/design.md)
 
 
 def test_one_tp_group_reaches_seed_004s_averaged_gradient():

@@ -204,11 +204,11 @@ def test_wire_refused_before_anything_runs():
 
 @pytest.mark.slow
 def test_the_readmes_1024_gpu_wire_times(capsys):
-    """The README's numbers: GPT-3 175B, ZeRO-3, 1,024 H100s over IB NDR, the seconds of `gather params` by wire and
-    the unchanged `reduce grads`. Why they are what they are: fp8 sends half the bytes of the fp16 gather (plus 8,184
-    bytes of amaxes); qwZ the same bytes plus its scales, in two calls a gather, so 198 more ring all-gathers, each
-    NCCL's 8.4 µs a call and 1,023 steps of 14 µs: 198 · (8.4e-6 + 1023 · 14e-6) = 2.837 s more than fp8 (their
-    bytes differ by 0.2 %)."""
+    """The numbers of docs/explanation/fewer-bits.md: GPT-3 175B, ZeRO-3, 1,024 H100s over IB NDR, the seconds
+    of `gather params` by wire and the unchanged `reduce grads`. Why they are what they are: fp8 sends half the bytes of
+    the fp16 gather (plus 8,184 bytes of amaxes); qwZ the same bytes plus its scales, in two calls a gather, so 198 more
+    ring all-gathers, each NCCL's 8.4 µs a call and 1,023 steps of 14 µs: 198 · (8.4e-6 + 1023 · 14e-6) = 2.837 s more
+    than fp8 (their bytes differ by 0.2 %)."""
     import json
 
     from zerosim.cli.main import main

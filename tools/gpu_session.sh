@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a session on a GPU machine runs for the CuPy backends (README "On a real GPU"), logs into DIR:
+# What a session on a GPU machine runs for the CuPy backends (docs/how-to/run-on-gpus.md), logs into DIR:
 #   bash tools/gpu_session.sh DIR
 # env.txt (GPU, driver, CUDA, CuPy, NCCL, NumPy, ml_dtypes), gpu-tests.log (pytest tests/gpu -v -rs),
 # verify-nccl.log (zerosim verify-nccl on every GPU there is), bench.log (benchmarks/gpu.py).

@@ -1,10 +1,10 @@
 """Collectives over groups on the CuPy + NCCL backend, against the numpy simulator. Needs GPUs (skipped without).
 
-NOTE: written against cupy.cuda.nccl's API and never run where it was written (no GPU was at hand); the README
-says so. What it checks when it runs: the ring over a `Groups` carries every message through NCCL (ncclSend /
-ncclRecv on the world communicator) and gives the simulator's bits; NCCL's own collectives over each group's
-communicator (`group_comms`: NcclCommunicator.initAll of the group's GPUs) give them where the order of additions
-cannot matter (groups of 2: one addition per element; all-gather and broadcast copy).
+NOTE: written against cupy.cuda.nccl's API and never run where it was written (no GPU was at hand);
+docs/how-to/run-on-gpus.md says so. What it checks when it runs: the ring over a `Groups` carries every message through
+NCCL (ncclSend / ncclRecv on the world communicator) and gives the simulator's bits; NCCL's own collectives over each
+group's communicator (`group_comms`: NcclCommunicator.initAll of the group's GPUs) give them where the order of
+additions cannot matter (groups of 2: one addition per element; all-gather and broadcast copy).
 
 Letters: N ranks (one GPU each), n ranks per group.
 """

@@ -1,7 +1,7 @@
 """N simulated ranks on one GPU (backend "cupy-sim"): the ring, the casts and the optimizers on the device give
 the numpy simulator's bits; the engine's stages agree with each other on the device. Needs CuPy and a GPU.
 
-Run on an H100 (tools/gpu_session.sh; the README's GPU section has the versions and the results);
+Run on an H100 (tools/gpu_session.sh; docs/how-to/run-on-gpus.md has the versions and the results);
 tests/test_array_namespace.py runs the same code path on the CPU through the NumPy stand-in. Where the
 device could differ from the host, and what is done about it:
 - the ring, the casts (bf16 through uint16 bits, fp16 native), stochastic rounding: every bit equal for finite
@@ -13,7 +13,7 @@ device could differ from the host, and what is done about it:
   distance to the CPU run is printed;
 - float32 subnormals: CuPy's kernels flush them (-ftz=true). Casts and bf16 adds go through float64 and keep
   them (zerosim/precision/cast/_subnormals.py); fp32 optimizer arithmetic and fp32 ring adds do not (a test below
-  shows the difference, which the README states).
+  shows the difference, which docs/how-to/run-on-gpus.md states).
 """
 
 from __future__ import annotations

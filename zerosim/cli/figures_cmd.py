@@ -1,4 +1,4 @@
-"""Draw the figures the README and the notebooks show, from live runs, into figures/ (one PNG each, or SVG / PDF).
+"""Draw the figures the docs and the notebooks show, from live runs, into figures/ (one PNG each, or SVG / PDF).
 
     zerosim figures                          # every figure below
     zerosim figures --only ring_steps        # one of them (repeat --only for several)

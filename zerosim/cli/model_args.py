@@ -34,7 +34,7 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
         "--model",
         choices=sorted(PRESETS),
         default=None,
-        help="a preset: a config shipped with zerosim (zerosim/models/hf_configs)",
+        help="a preset: a config shipped with zerosim (zerosim/models/hf/configs)",
     )
     which.add_argument(
         "--config",

@@ -44,7 +44,7 @@ def _add_job_arguments(p) -> None:
     which.add_argument(
         "--model",
         choices=sorted(k for k, v in PRESETS.items() if v.config is not None),
-        help="a shipped config (zerosim/models/hf_configs)",
+        help="a shipped config (zerosim/models/hf/configs)",
     )
     which.add_argument("--config", metavar="CONFIG.json", help="a model's Hugging Face config.json, read locally")
     p.add_argument("--gpus", type=int, required=True, help="GPUs: data-parallel ranks N")

@@ -40,7 +40,7 @@ def check_counts_table(counts, g: int) -> tuple:
 
 def all_to_all_v(cluster, tensors, counts, group=None, tag: str = "", wire=None) -> list:
     """One uneven all-to-all per group, all groups at once (see the module docstring). Returns one array per local
-    rank (its received pieces in position order, Σ_p counts[p][q] elements, in the wire dtype) with `.handle`."""
+    rank (its received pieces in position order, `Σ_p counts[p][q]` elements, in the wire dtype) with `.handle`."""
     group = check_group(cluster, group, "all-to-all-v")
     g = group.size
     table = check_counts_table(counts, g)

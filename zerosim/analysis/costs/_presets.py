@@ -5,7 +5,7 @@ DeepSpeed's estimator counts them (`model_to_params`: parameters(recurse=False) 
 `largest_layer` is its L — with the `DecoderConfig` it came from (zerosim/models/hf/_config.py). Tied weights
 are counted once: GPT-2 and GPT-3 reuse the token embedding as the output projection, so there is no lm_head
 entry (as `sum(p.numel() for p in model.parameters())` counts them). The shapes are not typed here: each comes
-from `zerosim/models/hf_configs/NAME.json`, whose source and published parameter count that folder's README
+from `zerosim/models/hf/configs/NAME.json`, whose source and published parameter count that folder's README
 cites, and `tests/test_hf_config.py` checks.
 
 `shape` keeps the fields activation memory needs (models/gpt/_meta.py and meta_llama.py measure it on zerosim's
@@ -71,7 +71,7 @@ def _shipped() -> dict:
         config = read_hf_config(shipped_config(name), name=name)
         presets[name] = preset_from_config(
             config,
-            f"zerosim/models/hf_configs/{name}.json (sources: that folder's README): {config.num_params:,} params",
+            f"zerosim/models/hf/configs/{name}.json (sources: that folder's README): {config.num_params:,} params",
         )
     return presets
 

@@ -1,6 +1,6 @@
 """NCCL's own collectives against zerosim's ring, byte for byte: the library side of `zerosim verify-nccl`.
 
-zerosim's ring is NCCL's ring *for one ring in rank order* (DESIGN.md). This file sets NCCL up to run
+zerosim's ring is NCCL's ring *for one ring in rank order* (docs/explanation/design.md). This file sets NCCL up to run
 exactly that, runs ncclReduceScatter / ncclAllGather / ncclAllReduce on N GPUs (the cupy backend's
 `native_*` calls, one process driving every GPU), and compares every byte with the numpy simulator's
 ring and, for all-reduce, with NCCL's own chunk map (`nccl_all_reduce`, zerosim's `allreduce="nccl"`).

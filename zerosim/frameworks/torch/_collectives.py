@@ -47,7 +47,7 @@ def _worker(rank: int, world_size: int, calls: list) -> list:
 def torch_gloo_calls(calls: list) -> list:
     """Run torch collectives on gloo in one set of N processes: calls = [(kind, op, per_rank_arrays), ...] with
     kind "all_reduce" or "reduce_scatter" (torch's reduce_scatter_tensor: N equal blocks), op "sum", "avg" or
-    "max", per_rank_arrays N flat arrays of one length and dtype. Returns out[call][rank]: rank r's result."""
+    "max", per_rank_arrays N flat arrays of one length and dtype. Returns `out[call][rank]`: rank r's result."""
     if not calls:
         return []
     n = len(calls[0][2])
@@ -64,5 +64,5 @@ def torch_gloo_calls(calls: list) -> list:
 
 def torch_gloo(kind: str, cases: list, op: str = "sum") -> list:
     """torch's `kind` ("all_reduce" or "reduce_scatter") with `op` on gloo, once per case (a list of N arrays);
-    out[case][rank] (see `torch_gloo_calls`)."""
+    `out[case][rank]` (see `torch_gloo_calls`)."""
     return torch_gloo_calls([(kind, op, c) for c in cases])

@@ -260,13 +260,13 @@ class DecoderConfig:
 
 
 def shipped_configs() -> tuple:
-    """Names of the configs shipped with zerosim (zerosim/models/hf_configs/*.json)."""
+    """Names of the configs shipped with zerosim (zerosim/models/hf/configs/*.json)."""
     folder = resources.files("zerosim.models.hf") / "configs"
     return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")))
 
 
 def shipped_config(name: str):
-    """The path of a shipped config.json by name (see shipped_configs(); sources in hf_configs/README.md)."""
+    """The path of a shipped config.json by name (see shipped_configs(); sources in hf/configs/README.md)."""
     if name not in shipped_configs():
         raise ValueError(f"no shipped config {name!r}; shipped: {', '.join(shipped_configs())}")
     return resources.files("zerosim.models.hf") / "configs" / f"{name}.json"

@@ -327,8 +327,8 @@ shards are made whole again — and the engine will run with yours in place of i
 device bit for bit. Plan on about nine hours.
 
 **Read first:** notebook 01 (seed 004's worked example, `notebooks/01_worked_example.ipynb`), notebook 03 (memory by
-stage), `docs/architecture.md` (one step, file by file), `docs/glossary.md` (params, grads, grad32, master, shard,
-padding); the seeds' claims this assignment tests are rows of `docs/seeds.md`.
+stage), `docs/explanation/architecture.md` (one step, file by file), `docs/glossary.md` (params, grads, grad32,
+master, shard, padding); the seeds' claims this assignment tests are rows of `docs/seeds.md`.
 
 {handout_points(PARTS)}
 
