@@ -3,8 +3,12 @@
 Each case runs (a command line in-process, or a Python call) in a folder of its own, its answer is classified clear,
 raw, silent or crash (hostile_cases.classify), and the test fails unless it is clear. With ZEROSIM_HOSTILE_OUTCOMES
 set to a path, every outcome is written there as JSON when the session ends: tests/test_bad_input_table.py makes
-the table by feature of docs/explanation/testing.md from that file, so the table counts the cases that ran, not the
-ones that passed."""
+the table by feature of docs/explanation/testing.md from that file (its refresh script), so the table counts the
+cases that ran, not the ones that passed.
+
+The last test here checks that table against the outcomes of this run: each case runs once per process (OUTCOMES
+keeps its outcome), so in a whole run it reads what the cases above got and runs none again, and run alone it runs
+every case itself. Under pytest -n the whole file runs on one worker (XDIST_GROUPS in tests/conftest.py)."""
 
 import io
 import json
@@ -19,7 +23,7 @@ from hostile_cases import FEATURES, FILES, cases
 from zerosim.cli.main import main
 
 CASES = cases()
-OUTCOMES = []
+OUTCOMES = {}  # (feature, case name) -> {"feature", "case", "outcome", "said"}: what each case got in this process
 CLEAR_EXCEPTIONS = (ValueError, TypeError, FloatingPointError, OverflowError, MemoryError)
 
 
@@ -29,7 +33,7 @@ def _write_outcomes():
     path = os.environ.get("ZEROSIM_HOSTILE_OUTCOMES")
     if path:
         with open(path, "w") as f:
-            json.dump(OUTCOMES, f)
+            json.dump(list(OUTCOMES.values()), f)
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +133,28 @@ def test_the_features_are_the_readmes():
     assert len({(c.feature, c.name) for c in CASES}) == len(CASES)
 
 
+def outcome(case, folder, checkpoint) -> dict:
+    """The case run in `folder` (the working directory) and its answer classified, kept in OUTCOMES."""
+    kind, said = classify(case, run(case, folder, checkpoint))
+    OUTCOMES[(case.feature, case.name)] = {"feature": case.feature, "case": case.name, "outcome": kind, "said": said}
+    return OUTCOMES[(case.feature, case.name)]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.feature}: {c.name}" for c in CASES])
 def test_every_hostile_case_gets_a_clear_answer(case, tmp_path, monkeypatch, checkpoint_folder):
     monkeypatch.chdir(tmp_path)
-    kind, said = classify(case, run(case, tmp_path, checkpoint_folder))
-    OUTCOMES.append({"feature": case.feature, "case": case.name, "outcome": kind, "said": said})
-    assert kind == "clear", f"{kind}: {said}"
+    got = outcome(case, tmp_path, checkpoint_folder)
+    assert got["outcome"] == "clear", f"{got['outcome']}: {got['said']}"
+
+
+def test_the_pages_feature_table_is_what_the_cases_that_ran_got(tmp_path_factory, monkeypatch, checkpoint_folder):
+    from test_bad_input_table import BY_FEATURE, PAGE, feature_table, readme_table
+
+    for case in CASES:  # the cases this process has not run yet (none, after the test above in a whole run)
+        if (case.feature, case.name) not in OUTCOMES:
+            folder = tmp_path_factory.mktemp("case")
+            monkeypatch.chdir(folder)
+            outcome(case, folder, checkpoint_folder)
+    outcomes = [OUTCOMES[(c.feature, c.name)] for c in CASES]  # every case, once
+    assert readme_table(PAGE.read_text(), BY_FEATURE) == feature_table(outcomes), (
+        "refresh it: python tests/test_bad_input_table.py")
