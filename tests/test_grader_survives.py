@@ -9,6 +9,7 @@ The commands run in a subprocess each, so that a grader that did die would fail 
 (Only the solution's own parent and process groups are signalled here: a solution that walks /proc to the grader
 needs the unprivileged user of sandbox.unprivileged(), where the interpreter allows it.)"""
 
+import functools
 import json
 import subprocess
 import sys
@@ -33,10 +34,16 @@ def run(*argv, cwd) -> subprocess.CompletedProcess:
                           timeout=HANG_TIMEOUT, start_new_session=True)
 
 
+@functools.cache
+def starter_text() -> str:
+    """Assignment 1's starter as `zerosim assignment starter 1` prints it: asked once, the same for every test."""
+    return subprocess.run([sys.executable, "-m", "zerosim.cli.main", "assignment", "starter", "1"],
+                          capture_output=True, text=True, timeout=HANG_TIMEOUT, check=True).stdout
+
+
 def solution(tmp_path, action: str, at_load: bool):
     """Assignment 1's starter with the hostile action in ring_reduce_scatter (or at the file's top level)."""
-    starter = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "assignment", "starter", "1"],
-                             capture_output=True, text=True, timeout=HANG_TIMEOUT).stdout
+    starter = starter_text()
     body = starter.replace('    """xs: N 1-D arrays', f'    {action}\n    """xs: N 1-D arrays', 1) if not at_load \
         else starter.replace("import numpy as np\n", f"import numpy as np\nimport os, signal\n{action}\n", 1)
     body = body.replace("import numpy as np\n", "import numpy as np\nimport os, signal\n", 1)
