@@ -10,6 +10,7 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # ZEROSIM_TEST_WORKERS=k: every `Cluster(...)` that does not name its workers gets k (issue 28: each
@@ -52,6 +53,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_collection_modifyitems(config, items):
     import json
 
+    _longest_first(items)
     path = os.environ.get("ZEROSIM_BAD_INPUT_CENSUS")
     if not path:
         return
@@ -64,3 +66,48 @@ def pytest_collection_modifyitems(config, items):
             )
     with open(path, "w") as f:
         json.dump(census, f)
+
+
+# -- pytest -n (pytest-xdist): two workers, each test once, the longest first ------------------------------------------
+# Tests that share one expensive run in a process go to one worker, as a unit: a notebook's three tests read one
+# execution of it (test_notebooks.executed), the browser's tests one browser and one CLI run per setting, the hostile
+# cases and their table one run of each case (test_hostile_table.OUTCOMES). file -> "file" (the whole file on one
+# worker) or "param" (one unit per parameter id: per notebook). Every other test is dealt out on its own. xdist's own
+# `--dist loadgroup` would read xdist_group marks, but under pytest 9.2 it silently stops grouping (pytest-xdist#1386:
+# it rewrites a node id field that pytest no longer reads), so the groups are named here, by node id.
+XDIST_GROUPS = {"tests/test_notebooks.py": "param", "tests/test_explore_browser.py": "file",
+                "tests/test_hostile_table.py": "file"}
+# The files of the longest tests, run first (their own order kept): a 2-minute test that starts last keeps the
+# other worker idle for its length (measured on 2026-11-23 with --durations: 133 s, 31 s, and files of 120-130 s).
+LONGEST_FIRST = ("tests/test_readme_commands.py", "tests/test_checkpoint_kill.py", "tests/test_grader_survives.py",
+                 "tests/test_assignments.py")
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit a test is scheduled in under pytest -n: its group (XDIST_GROUPS), else the test itself."""
+    path = nodeid.split("::", 1)[0]
+    how = XDIST_GROUPS.get(path)
+    if how == "file":
+        return path
+    if how == "param" and nodeid.endswith("]"):
+        return f"{path}[{nodeid.rsplit('[', 1)[1]}"
+    return nodeid
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N` (--dist load, xdist's default): xdist's scope scheduler over the units of xdist_scope."""
+    if config.getvalue("dist") != "load":
+        return None  # a --dist the caller chose
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return Grouped(config, log)
+
+
+def _longest_first(items) -> None:
+    first = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))  # stable: the rest as collected
