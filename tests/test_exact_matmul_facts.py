@@ -136,13 +136,25 @@ def test_a_kept_operand_gives_what_a_fresh_one_gives_its_transpose_sharing_the_e
 
 def test_two_matrices_whose_hashes_collide_are_told_apart(fresh_cache, monkeypatch):
     # the hash only says where to look: with every hash equal, the bits compared keep the answers right
-    monkeypatch.setattr(_operand_cache.xxhash, "xxh3_128_intdigest", lambda data: 0)
+    monkeypatch.setattr(_operand_cache.xxhash, "xxh3_64_intdigest", lambda data: 0)
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
     for seed in range(3):
         w = np.random.default_rng(seed).standard_normal((8, 6)).astype(ml_dtypes.bfloat16)
         assert np.array_equal(_operand_cache.operand(w).wide, w.astype(np.float64))
         assert np.array_equal(bits(exact_matmul(x, w)), bits(reference(x, w)))
+
+
+def test_matrices_that_agree_on_the_hashed_sample_are_told_apart(fresh_cache):
+    # the key hashes a sample of the elements; two matrices equal there and different elsewhere share a key
+    w = np.random.default_rng(5).standard_normal((64, 64)).astype(ml_dtypes.bfloat16)  # 4096 elements: every 8th
+    v = w.copy()
+    v[0, 1] = -v[0, 1] * 2  # not in the sample
+    x = np.random.default_rng(6).standard_normal((3, 64)).astype(ml_dtypes.bfloat16)
+    for m in (w, v, w):
+        assert np.array_equal(_operand_cache.operand(m).wide, m.astype(np.float64))
+        assert np.array_equal(bits(exact_matmul(x, m)), bits(reference(x, m)))
+    assert len(_operand_cache._entries) == 1  # the same key: each replaced the one before
 
 
 def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):

@@ -146,9 +146,12 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     if count:
         batch, m, n = c.shape[:-2], c.shape[-2], c.shape[-1]
         *lead, i, j = where
-        by_row = [np.broadcast_to(x, batch + (m,))[(*lead, i)] for x in (sums, facts_a[1])]  # (count,) each
-        by_column = [np.broadcast_to(x, batch + (n,))[(*lead, j)] for x in (facts_b[0], facts_b[1])]
-        size, q = by_row[0] * by_column[0], by_row[1] * by_column[1]  # Σ_k|a_ik|·max_k|b_kj| >= Σ_k|a_ik·b_kj|
+        if batch:  # leading dims broadcast: each element's row and column facts found through them
+            sums, q_rows = (np.broadcast_to(x, batch + (m,))[(*lead, i)] for x in (sums, facts_a[1]))  # (count,)
+            largest, q_columns = (np.broadcast_to(x, batch + (n,))[(*lead, j)] for x in facts_b)
+        else:
+            sums, q_rows, largest, q_columns = sums[i], facts_a[1][i], facts_b[0][j], facts_b[1][j]  # (count,)
+        size, q = sums * largest, q_rows * q_columns  # Σ_k|a_ik|·max_k|b_kj| >= Σ_k|a_ik·b_kj|
         out = _settle(out, c, where, size, q, a64, b64, ns)
     return out
 
@@ -174,26 +177,35 @@ def _unsure(rows, columns):
 
 
 def _unsure_sorted(rows, columns):
-    """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask: with the columns in ascending
-    order, row i's unsure elements are a tail of them, those with columns_j >= 2**52 / rows_i, found by a binary
-    search per row. O(M log N + N log N + unsure) where the mask costs three passes over M·N. Which elements, not
-    their order, is what matters: the caller settles each on its own. NaN (only from NaN or inf inputs): the mask."""
+    """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask: with the shorter side sorted,
+    each line of the longer side is unsure against a tail of it (rows_i·columns_j >= 2**52 where columns_j >=
+    2**52 / rows_i, and the same with the roles swapped), found by a binary search. O((M + N) log min(M, N) +
+    unsure) where the mask costs three passes over M·N. Which elements, not their order, is what matters: the
+    caller settles each on its own. NaN (only from NaN or inf inputs): the mask."""
     if not (rows.size and columns.size) or rows.max() * columns.max() < 2.0**52:
         return None
     if np.isnan(rows).any() or np.isnan(columns).any():
         return _unsure(rows, columns)
-    order = np.argsort(columns, kind="stable")  # (N,)
+    if len(rows) >= len(columns):
+        return _tails(rows, columns)
+    found = _tails(columns, rows)  # sort the rows, search for each column
+    return None if found is None else (found[1], found[0])
+
+
+def _tails(long, short):
+    """Index arrays (l, s) of the pairs with long_l·short_s >= 2**52 (but for rounding, which the factor of two
+    to spare covers), `short` sorted once and each of `long`'s lines searched in it."""
+    order = np.argsort(short, kind="stable")  # (S,)
     with np.errstate(divide="ignore", over="ignore"):
-        limits = 2.0**52 / rows  # (M,) a column at or above it is unsure (rows_i·columns_j >= 2**52 but for rounding,
-        # which the factor of two to spare covers)
-    starts = np.searchsorted(columns[order], limits, side="left")  # (M,) row i's tail begins here
-    counts = len(columns) - starts  # (M,)
+        limits = 2.0**52 / long  # (L,) a `short` value at or above it pairs unsure
+    starts = np.searchsorted(short[order], limits, side="left")  # (L,) line l's tail begins here
+    counts = len(short) - starts  # (L,)
     total = int(counts.sum())
     if total == 0:
         return None
-    i = np.repeat(np.arange(len(rows)), counts)  # (total,)
-    first = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each element's offset into its row's tail
-    return i, order[first + np.arange(total)]
+    l_index = np.repeat(np.arange(len(long)), counts)  # (total,)
+    first = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each pair's offset into its line's tail
+    return l_index, order[first + np.arange(total)]
 
 
 def _settle(out, c, where, size, q, a64, b64, ns):

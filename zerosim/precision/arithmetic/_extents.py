@@ -64,14 +64,23 @@ def extent(x) -> tuple[float, float] | None:
 def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(max|x|, q) along `axis` of narrow host array x, float64 arrays of x's shape without that axis (q = +inf
     where every element is 0); None where x holds NaN or inf."""
+    return extents_along(x, (axis,))[0]
+
+
+def extents_along(x, axes: tuple) -> list:
+    """`extents(x, axis)` for each of `axes`, the magnitude bits read once for all of them."""
     uint, mask, values, precision = _decoder(x.dtype)
-    magnitude = x.view(uint) & mask
-    largest = values[magnitude.max(axis=axis)]  # (...,) float64
-    if not np.isfinite(largest).all():
-        return None
-    smallest = values[(magnitude - 1).min(axis=axis) + 1]  # (...,) all-zero lines wrap back to pattern 0: 0.0
-    _, e = np.frexp(smallest)
-    return largest, np.where(smallest > 0, np.ldexp(1.0, e - precision), np.inf)
+    magnitude = x.view(uint) & mask  # same-width view: any strides
+    wrapped = magnitude - 1  # zeros wrap to the top (uint arithmetic): a min skips them
+    found = []
+    for axis in axes:
+        largest = values[magnitude.max(axis=axis)]  # (...,) float64
+        if not np.isfinite(largest).all():
+            return [None] * len(axes)
+        smallest = values[wrapped.min(axis=axis) + 1]  # (...,) all-zero lines wrap back to pattern 0: 0.0
+        _, e = np.frexp(smallest)
+        found.append((largest, np.where(smallest > 0, np.ldexp(1.0, e - precision), np.inf)))
+    return found
 
 
 def whole_bound_holds(a, b, extent_of=extent) -> bool:

@@ -5,9 +5,10 @@ In a ZeRO step every rank multiplies by the same gathered weights, in forward an
 column (_extents.py); for a 1024 x 512 bf16 weight those cost ~0.3 ms a product, as much as the GEMM's rounding.
 This keeps them for the last few large operands it saw, keyed by content:
 
-    key      dtype, shape in memory order, and xxh3-128 of the bytes (~10 µs for 1 MB)
-    check    on a hit, the kept bits compared with the operand's, element for element (~20 µs): a hash says where
-             to look, the comparison says it is the same matrix, so a collision can cost time, never a wrong bit
+    key      dtype, shape in memory order, and XXH3-64 of 512 elements spread over the matrix (~1 µs)
+    check    on a hit, the kept bits compared with the operand's, element for element (~20 µs for 1 MB): the key
+             says where to look, the comparison says it is the same matrix, so two matrices that agree on the
+             sample (or whose hashes collide) cost a recomputation, never a wrong bit
     entry    the bits (for the check), the float64 copy (read-only), the facts per axis, computed when first asked
 
 A transposed view (the forward's W.T) shares the entry of the matrix it views, its axes swapped. Only 2-D operands
@@ -25,9 +26,10 @@ from collections import OrderedDict
 import numpy as np
 import xxhash
 
-from zerosim.precision.arithmetic._extents import extent, extents
+from zerosim.precision.arithmetic._extents import extent, extents, extents_along
 
 _SMALLEST = 1 << 15  # elements: a 256 x 128 matrix and up
+_SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit decides, the hash only points
 _BUDGET_BYTES = 64 << 20
 
 
@@ -45,7 +47,7 @@ class _Entry:
 
 
 _entries: OrderedDict = OrderedDict()
-_SMALL_BYTES, _SMALL_ENTRIES = 1 << 16, 1024  # `kept_extent`: operands of at most 64 kB, at most 64 MB in all
+_SMALL_BYTES, _SMALL_ENTRIES = 1 << 14, 512  # `kept_extent`: operands of at most 16 kB, at most 8 MB in all
 _extents_kept: OrderedDict = OrderedDict()  # (dtype, xxh3-64) -> (bytes, extent)
 _lock = threading.Lock()
 
@@ -53,12 +55,13 @@ _lock = threading.Lock()
 def _entry(matrix: np.ndarray) -> _Entry:
     """The entry for C-ordered narrow `matrix`, made (and the oldest dropped) when it is not kept yet."""
     bits = matrix.view(f"uint{matrix.dtype.itemsize * 8}")  # (M, N)
-    key = (matrix.dtype, matrix.shape, xxhash.xxh3_128_intdigest(bits))
+    sample = bits.reshape(-1)[:: max(1, bits.size // _SAMPLE)]  # (~_SAMPLE,) spread over the whole matrix
+    key = (matrix.dtype, matrix.shape, xxhash.xxh3_64_intdigest(sample.tobytes()))
     with _lock:
         entry = _entries.get(key)
         if entry is not None:
             _entries.move_to_end(key)
-    if entry is not None and np.array_equal(entry.bits, bits):
+    if entry is not None and _same(entry.bits, bits):
         return entry
     wide = matrix.astype(np.float64)  # (M, N) exact
     wide.flags.writeable = False
@@ -69,6 +72,13 @@ def _entry(matrix: np.ndarray) -> _Entry:
         while total > _BUDGET_BYTES and len(_entries) > 1:
             total -= _entries.popitem(last=False)[1].nbytes
     return entry
+
+
+def _same(kept: np.ndarray, bits: np.ndarray) -> bool:
+    """Every bit of C-ordered `bits` equal to `kept`'s (same shape and dtype), compared 8 bytes at a time."""
+    if bits.nbytes % 8 == 0:
+        kept, bits = kept.reshape(-1).view(np.uint64), bits.reshape(-1).view(np.uint64)
+    return bool((kept == bits).all())
 
 
 class Operand:
@@ -98,8 +108,8 @@ class Operand:
         own = axis % 2
         own = 1 - own if self._transposed else own  # W.T's columns are W's rows
         kept = self._entry.facts
-        if own not in kept:
-            kept[own] = extents(self._entry.bits.view(self.x.dtype), own)
+        if own not in kept:  # both axes at once: a kept matrix is read by rows and by columns (W.T, W; dy, dy.T)
+            kept.update(enumerate(extents_along(self._entry.bits.view(self.x.dtype), (0, 1))))
         return kept[own]
 
 
