@@ -68,14 +68,14 @@ def exact_matmul(a, b):
     are exact in float64). Meta arrays (no values) give the product's float32 shape; float64 inputs the machine's
     float64 product.
     """
-    if a.dtype == np.float64 or b.dtype == np.float64:
-        return a @ b
-    if not (has_values(a) and has_values(b)):
-        return a.astype(np.float32) @ b.astype(np.float32)
-    if narrow_host(a) and narrow_host(b):
+    if narrow_host(a) and narrow_host(b):  # first: plain host arrays of 16- or 8-bit formats, what models multiply
         out = _narrow_product(a, b)
         if out is not None:
             return out
+    elif a.dtype == np.float64 or b.dtype == np.float64:
+        return a @ b
+    elif not (has_values(a) and has_values(b)):
+        return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
     a64, b64 = widen64(a, ns), widen64(b, ns)  # exact, and so is every product of them
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
