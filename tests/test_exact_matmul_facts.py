@@ -163,3 +163,7 @@ def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
         _operand_cache.operand(np.random.default_rng(seed).standard_normal((8, 8)).astype(ml_dtypes.bfloat16))
     assert len(_operand_cache._entries) == 3
     assert sum(e.nbytes for e in _operand_cache._entries.values()) <= _operand_cache._BUDGET_BYTES
+    monkeypatch.setattr(_operand_cache, "_LARGEST", 63)  # an operand past a quarter of the budget is not kept
+    _operand_cache.clear()
+    big = np.random.default_rng(9).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(_operand_cache.operand(big).wide, big.astype(np.float64)) and not _operand_cache._entries

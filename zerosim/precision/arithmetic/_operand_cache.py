@@ -12,7 +12,8 @@ This keeps them for the last few large operands it saw, keyed by content:
     entry    the bits (for the check), the float64 copy (read-only), the facts per axis, computed when first asked
 
 A transposed view (the forward's W.T) shares the entry of the matrix it views, its axes swapped. Only 2-D operands
-of at least `_SMALLEST` elements are kept (below that, the hash and the check cost more than they save), at most
+of at least `_SMALLEST` elements are kept (below that, the hash and the check cost more than they save) and at most
+`_LARGEST` (a quarter of the budget: one embedding table must not hold hundreds of MB after its product), at most
 `_BUDGET_BYTES` in all, the least recently used dropped first. The cache is a pure memo: every answer is what
 computing it afresh gives (tests/test_exact_matmul_bound.py), and it holds no state a user sees. Threads (the
 cluster's `workers`) may share it: a lock guards the table; a value computed twice is the same value.
@@ -28,9 +29,10 @@ import xxhash
 
 from zerosim.precision.arithmetic._extents import extent, extents, extents_along
 
-_SMALLEST = 1 << 15  # elements: a 256 x 128 matrix and up
-_SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit decides, the hash only points
 _BUDGET_BYTES = 64 << 20
+_SMALLEST = 1 << 15  # elements: a 256 x 128 matrix and up
+_LARGEST = (_BUDGET_BYTES // 4) // 10  # elements (bits and float64 copy: up to 10 bytes each): a quarter of the budget
+_SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit decides, the hash only points
 
 
 class _Entry:
@@ -116,7 +118,7 @@ class Operand:
 def operand(x) -> Operand:
     """x (a narrow host array) ready for exact_matmul: its entry shared with every equal operand before it where
     x is large and 2-D."""
-    if x.ndim == 2 and x.size >= _SMALLEST and (x.flags.c_contiguous or x.flags.f_contiguous):
+    if (x.ndim == 2 and _SMALLEST <= x.size <= _LARGEST and (x.flags.c_contiguous or x.flags.f_contiguous)):
         transposed = not x.flags.c_contiguous
         return Operand(x, _entry(x.T if transposed else x), transposed)
     return Operand(x)
