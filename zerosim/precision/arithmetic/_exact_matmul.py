@@ -164,13 +164,13 @@ def _float_extents(x64, precision: int, axis: int) -> tuple:
 
 def _unsure(rows, columns):
     """Index arrays (..., i, j) of the elements, or None where there are none, where a bound by rows and columns
-    cannot show that every
-    partial sum of the element's K products is a float64. Every a_ik of row i is a whole multiple of q_i
-    (`_quantum`), every b_kj of column j of q_j, so every product and partial sum of element (i, j) is a whole
-    multiple of q_i·q_j, of magnitude at most Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a float64, in any
-    order, and c = s there. `rows` holds Σ_k |a_ik| / q_i, `columns` max_k |b_kj| / q_j; compared with 2**52: a
-    factor of two to spare covers the rounding of the sum and of the products below. A few passes over a and b,
-    where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure."""
+    cannot show that every partial sum of the element's K products is a float64. Every a_ik of row i is a whole
+    multiple of q_i (`_quantum`), every b_kj of column j of q_j, so every product and partial sum of element (i, j)
+    is a whole multiple of q_i·q_j, of magnitude at most Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a
+    float64, in any order, and c = s there. `rows` holds Σ_k |a_ik| / q_i, `columns` max_k |b_kj| / q_j; compared
+    with 2**52: a factor of two to spare covers the rounding of the sum and of the products below. A few passes over
+    a and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure. The naive twin
+    of `_unsure_sorted`, and the way for batched products."""
     if rows.size and columns.size and rows.max() * columns.max() < 2.0**52:  # the largest pair holds: every pair
         return None
     return (~(rows[..., :, None] * columns[..., None, :] < 2.0**52)).nonzero()
