@@ -7,6 +7,12 @@ the rest (cluster/_window.py); before it did, it kept every step's (52 kB a step
 Target (issue 41, Must show 4): RSS flat after the first steps of a 10,000-step run.
 
     python benchmarks/long_run.py [--steps 10000] [--print-every 500] [-- extra zerosim train arguments]
+
+With --hand-made the run is a notebook's instead: `Cluster(4)` made by hand with its defaults (an event per hop, the
+ledgers' timelines, the default window of cluster/_window.py), ZeRO-3 on `zerosim train`'s MLP (16,64,64,4), bf16,
+in this process; --keep-steps none holds every step (what a hand-made Cluster did before the default window).
+
+    python benchmarks/long_run.py --hand-made [--keep-steps auto|none|K] [--steps 3000] [--print-every 250]
 """
 
 import argparse
@@ -21,12 +27,46 @@ def rss_mb(pid: int) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
+def hand_made(steps: int, every: int, keep: str) -> None:
+    """A hand-made Cluster's run in this process: RSS and the entries its trace holds, every `every` steps."""
+    import numpy as np
+
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+
+    keep_steps = None if keep == "none" else keep if keep == "auto" else int(keep)
+    cluster, widths = Cluster(4, keep_steps=keep_steps), [16, 64, 64, 4]
+    model = MLP(widths)
+    engine = ZeroEngine(model, cluster, 3, Adam(lr=1e-3), "bf16-mixed", params=model.init_params())
+    batches = [make_regression(np.random.default_rng(s), 4, 16, widths) for s in range(8)]
+    print(f"Cluster(4, keep_steps={keep_steps!r}), ZeRO-3, MLP {widths}, bf16-mixed; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'step':>6} {'RSS MB':>8} {'log held':>9} {'log length':>11} {'wall s':>7}")
+    t0, samples = time.perf_counter(), []
+    for step in range(1, steps + 1):
+        engine.step(batches[step % len(batches)])
+        if step == 1 or step % every == 0:
+            t = cluster.trace
+            samples.append((step, rss_mb(os.getpid())))
+            print(f"{step:>6} {samples[-1][1]:>8.1f} {len(t._log):>9,} {len(t.log):>11,} "
+                  f"{time.perf_counter() - t0:>7.1f}", flush=True)
+    if len(samples) >= 3:  # the second half of the run: past the default window's 1024 steps in a 3000-step run
+        (a, ra), (b, rb) = samples[len(samples) // 2], samples[-1]
+        print(f"RSS from step {a} to {b}: {ra:.1f} -> {rb:.1f} MB ({(rb - ra) / (b - a) * 1000:+.2f} MB per 1,000 "
+              "steps)")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10000)
     p.add_argument("--print-every", type=int, default=500)
+    p.add_argument("--hand-made", action="store_true", help="a hand-made Cluster(4) in this process instead")
+    p.add_argument("--keep-steps", default="auto", help="with --hand-made: auto (the default window), none, or K")
     p.add_argument("extra", nargs="*", help="more `zerosim train` arguments (after --)")
     args = p.parse_args()
+    if args.hand_made:
+        return hand_made(args.steps, args.print_every, args.keep_steps)
     zerosim = os.path.join(os.path.dirname(sys.executable), "zerosim")
     argv = [zerosim, "train", "--steps", str(args.steps), "--print-every", str(args.print_every), *args.extra]
     print(f"{' '.join(argv[1:])}\nload average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -15,7 +15,10 @@ b <= 1.05, a <= 0.2, and GPT-3 175B on 65,536 ranks < 1 s.
 
     python benchmarks/scaling.py [--what meta,planner] [--repeats 3]
 
-CPU time per point is the median of --repeats fresh runs; the load average is printed before and after.
+CPU time per point is the median of --repeats fresh runs; the load average is printed before and after. The
+planner's points also say how many configurations it measured (its rows and the stages it pruned: one meta micro-step
+each, and two more for each row that fits, to time it) and the CPU per configuration: what a configuration costs and
+how many there are move apart (the checkpointing strategies went from 6 to 10, doubling the rows).
 """
 
 import argparse
@@ -54,10 +57,12 @@ def rss_kb():
 
 before = rss_kb()
 c0 = time.process_time()
-work()
+done = work()
 cpu = time.process_time() - c0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB
-print(json.dumps({"cpu": cpu, "rss_mb": max(peak - before, 0) / 1024}))
+# the planner's configurations: one meta micro-step each (a row, or a stage pruned by its model states)
+tried = len(done.rows) + len(done.pruned) + len(done.pruned_offload) if what == "planner" else 1
+print(json.dumps({"cpu": cpu, "rss_mb": max(peak - before, 0) / 1024, "tried": tried}))
 """
 
 
@@ -83,8 +88,10 @@ def sweep(what: str, axis: str, repeats: int) -> None:
         n, layers = (v, depth) if axis == "ranks" else (1024, v)
         runs = [point(what, n, layers) for _ in range(repeats)]
         rows.append((v, statistics.median(r["cpu"] for r in runs), max(r["rss_mb"] for r in runs)))
+        tried = runs[0]["tried"]
+        each = f"   {tried} configurations, {rows[-1][1] / tried * 1e3:5.0f} ms each" if what == "planner" else ""
         print(f"  {what:7s} {name:12s} N={n:>6,} L={layers:>4}   CPU {rows[-1][1]:7.3f} s   "
-              f"peak RSS +{rows[-1][2]:6.1f} MB", flush=True)
+              f"peak RSS +{rows[-1][2]:6.1f} MB{each}", flush=True)
     a = slope([r[0] for r in rows], [r[1] for r in rows])
     target = 0.2 if axis == "ranks" else 1.05
     print(f"  {what} time ~ {'N' if axis == 'ranks' else 'L'}^{a:.2f} (target <= {target}); peak RSS from "

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from zerosim.cli.main import COMMANDS
+
 # What a fresh `import zerosim` may load of zerosim: the package and its old-path shim, nothing else (each name of the
 # face, each subpackage, is imported when first used: zerosim/__init__.py). The stand-ins for old paths
 # (_compat.py) are placeholders in sys.modules, not imports, and are not counted.
@@ -59,3 +61,23 @@ def test_a_command_loads_its_own_module_only():
     code = "from zerosim.cli.main import main\ntry:\n    main(['replay', '--help'])\nexcept SystemExit:\n    pass"
     commands = [m for m in loaded_by(code) if m.startswith("zerosim.cli.") and m.endswith("_cmd")]
     assert commands == ["zerosim.cli.replay_cmd"]
+
+
+# What a command's parser may load of zerosim besides the command line's own modules (zerosim/cli/): the package
+# and its shim, and zerosim.outputs (a few path checks, no NumPy). Its choices come from zerosim/cli/choices.py.
+PARSER_MAY_LOAD = {"zerosim", "zerosim._compat", "zerosim.outputs"}
+MOST_CLI_MODULES = 16  # timeline's loads 15: these three, zerosim.cli, main, choices, its module, 8 argument modules
+RUN_MAIN = "from zerosim.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
+
+
+@pytest.mark.parametrize("argv", [[name, "--help"] for name in COMMANDS] + [["memory", "--model", "nonsense"],
+                                                                           ["train", "--optimizer", "nonsense"]],
+                         ids=lambda argv: " ".join(argv))
+def test_a_commands_help_and_parsing_load_no_machinery(argv):
+    """`zerosim <command> --help` (and a refused argument) builds the command's parser alone: no NumPy, no engine, no
+    model; the command's run imports those (issue 41: commands that start at once)."""
+    loaded = loaded_by(RUN_MAIN.format(argv=argv))
+    ours = [m for m in loaded if m.startswith("zerosim")]
+    assert "numpy" not in loaded and "ml_dtypes" not in loaded, ours
+    assert {m for m in ours if not m.startswith("zerosim.cli")} <= PARSER_MAY_LOAD, ours
+    assert len(ours) <= MOST_CLI_MODULES, ours

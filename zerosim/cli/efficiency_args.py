@@ -11,7 +11,7 @@ KERNEL_PRESET = {"eager": "eager", "fused": "compiled"}  # the efficiency preset
 
 def add_kernel_arguments(p) -> None:
     """--kernels and --loss: what the activations and the loss keep (`zerosim memory`, `timeline`, `plan`)."""
-    from zerosim.models.meta import LOSSES
+    from zerosim.cli.choices import LOSSES
 
     p.add_argument(
         "--kernels",

@@ -20,7 +20,7 @@ HELP = "write one small function of ZeRO yourself; the package's own checks grad
 
 
 def add_arguments(p) -> None:
-    from zerosim.teaching.exercises import EXERCISES
+    from zerosim.cli.choices import EXERCISES
 
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the exercises, one line each")

@@ -12,27 +12,24 @@ from __future__ import annotations
 
 import math
 
+from zerosim.cli import choices
 from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
-from zerosim.optim import OPTIMIZERS
 
-ELEMENTWISE = tuple(OPTIMIZERS)  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
-MATRIX_OPTIMIZERS = tuple(name for name, cls in OPTIMIZERS.items() if not cls.elementwise)
+ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
     """--params/--model/--config, --layers, --ranks, --optimizer, --precision, --unit (also `zerosim figures`)."""
-    from zerosim.analysis.costs import PRESETS
-
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--params", type=float, default=None, help="Ψ, parameters, e.g. 7.5e9 (default: 7.5e9, the ZeRO paper's)"
     )
     which.add_argument(
         "--model",
-        choices=sorted(PRESETS),
+        choices=choices.MODEL_PRESETS,
         default=None,
         help="a preset: a config shipped with zerosim (zerosim/models/hf/configs)",
     )
@@ -63,7 +60,6 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
 def add_activation_arguments(p) -> None:
     """--seq-len, --batch, --checkpoint, --kernels, --loss and a GPT shape by hand (--d-model, --heads, --vocab)."""
     from zerosim.cli.efficiency_args import add_kernel_arguments
-    from zerosim.models.gpt import ALL_STRATEGIES
 
     act = p.add_argument_group(
         "activations (seed 001 §5-6)",
@@ -82,7 +78,7 @@ def add_activation_arguments(p) -> None:
     )
     act.add_argument(
         "--checkpoint",
-        choices=tuple(ALL_STRATEGIES),
+        choices=choices.CHECKPOINTING,
         default=None,
         help="with --seq-len: the checkpointing strategy (default none); block-flash, subblock-flash and "
         "every-k-flash recompute with flash attention, op-sac is torchtitan's op-level selective checkpointing",
@@ -99,20 +95,18 @@ def add_activation_arguments(p) -> None:
 
 def add_gpu_arguments(p) -> None:
     """--gpu and --reserve: judge each rank's memory against a GPU (labelled estimates added)."""
-    from zerosim.analysis.costs import ALLOCATOR_RESERVE, GPUS
-
     p.add_argument(
         "--gpu",
-        choices=tuple(GPUS),
+        choices=choices.GPUS,
         default=None,
         help="say whether a rank fits on this GPU and by how much (its driver-reported capacity)",
     )
     p.add_argument(
         "--reserve",
         type=float,
-        default=ALLOCATOR_RESERVE,
+        default=choices.ALLOCATOR_RESERVE,
         metavar="FRACTION",
-        help=f"allocator reserve estimated as this fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+        help=f"allocator reserve estimated as this fraction of the measured peak (default {choices.ALLOCATOR_RESERVE})",
     )
 
 
@@ -217,6 +211,7 @@ def model_from_args(args, config=None):
     MetaLlama when --seq-len asks for activations. Fills the --optimizer/--precision defaults left unset."""
     from zerosim.analysis.costs import get_preset, preset_from_config
     from zerosim.models.meta import MetaModel
+    from zerosim.optim import OPTIMIZERS
 
     args.optimizer = args.optimizer or "adam"
     args.precision = args.precision or "fp16-mixed"
@@ -227,7 +222,8 @@ def model_from_args(args, config=None):
     micro = micro_batch_from_args(args)
     if micro is not None:
         return decoder_from_args(args, config, micro[1])
-    if args.optimizer in MATRIX_OPTIMIZERS:  # a MetaModel knows parameter counts, not the matrices Muon needs
+    matrix_optimizers = [name for name, cls in OPTIMIZERS.items() if not cls.elementwise]
+    if args.optimizer in matrix_optimizers:  # a MetaModel knows parameter counts, not the matrices Muon needs
         raise ValueError(f"--optimizer {args.optimizer} orthogonalises each weight matrix, so it needs the model's "
                          "shapes: give --seq-len (and --model or --config) for the decoder's own units")
     if config is not None or args.model is not None:

@@ -29,7 +29,7 @@ PCIE = ("pcie3", "pcie4", "pcie5")
 def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bool = False, host: bool = True) -> None:
     """The offload flags; `dpu`: --dpu (a run that steps); `times`: --pcie and --host-bandwidth (a run that is timed);
     `several`: comma-separated lists, every combination tried (the planner); `host`: --host and its sizes."""
-    from zerosim.analysis.costs import HOSTS
+    from zerosim.cli.choices import HOSTS
 
     g = p.add_argument_group("offload (DeepSpeed's offload_optimizer / offload_param, FSDP2's CPUOffloadPolicy; "
                              "docs/offload.md)")

@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import replace
 
-from zerosim.cli.plan_format import format_plan
+from zerosim.cli import choices
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
 
@@ -38,12 +38,10 @@ def add_arguments(p) -> None:
 
 def _add_job_arguments(p) -> None:
     """The model, the GPUs and their links, the work per step, the formats and the schedule."""
-    from zerosim.analysis.costs import GPUS, PRESETS
-
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--model",
-        choices=sorted(k for k, v in PRESETS.items() if v.config is not None),
+        choices=choices.CONFIG_PRESETS,
         help="a shipped config (zerosim/models/hf/configs)",
     )
     which.add_argument("--config", metavar="CONFIG.json", help="a model's Hugging Face config.json, read locally")
@@ -58,7 +56,7 @@ def _add_job_arguments(p) -> None:
                    help="the link within a node (default nvlink3 on an A100, nvlink4 otherwise)")
     p.add_argument("--inter-link", choices=("ib_ndr", "ib_hdr", "100gbe"), default="ib_ndr",
                    help="the link between nodes, one NIC per GPU (default ib_ndr: 400 Gb/s)")
-    p.add_argument("--gpu", choices=tuple(GPUS), required=True, help="the GPU: its capacity and compute rates")
+    p.add_argument("--gpu", choices=choices.GPUS, required=True, help="the GPU: its capacity and compute rates")
     p.add_argument("--seq-len", type=int, required=True, metavar="L", help="tokens per sequence")
     p.add_argument(
         "--global-batch",
@@ -89,14 +87,12 @@ def _add_job_arguments(p) -> None:
 
 def _add_search_arguments(p) -> None:
     """What the plan tries: stages, checkpointing strategies, kernels, micro-batches, tensor-parallel degrees."""
-    from zerosim.analysis.costs import ALLOCATOR_RESERVE
     from zerosim.cli.efficiency_args import add_efficiency_arguments, add_kernel_arguments
-    from zerosim.models.gpt import ALL_STRATEGIES
 
     p.add_argument("--stages", default="0,1,2,3", help="stages to try, comma-separated (default 0,1,2,3)")
     p.add_argument(
         "--strategies", default=None,
-        help=f"checkpointing strategies to try (default all: {', '.join(ALL_STRATEGIES)})"
+        help=f"checkpointing strategies to try (default all: {', '.join(choices.CHECKPOINTING)})"
     )
     add_kernel_arguments(p)
     add_efficiency_arguments(p)
@@ -108,9 +104,9 @@ def _add_search_arguments(p) -> None:
     p.add_argument(
         "--reserve",
         type=float,
-        default=ALLOCATOR_RESERVE,
+        default=choices.ALLOCATOR_RESERVE,
         metavar="FRACTION",
-        help=f"allocator reserve, a fraction of the measured peak (default {ALLOCATOR_RESERVE})",
+        help=f"allocator reserve, a fraction of the measured peak (default {choices.ALLOCATOR_RESERVE})",
     )
     from zerosim.cli.offload_args import add_offload_arguments
 
@@ -232,6 +228,8 @@ def _check_flags(args) -> tuple:
 
 
 def run(args) -> int:
+    from zerosim.cli.plan_format import format_plan
+
     report_ = report(args)
     r = report_.to_dict()
     print(json.dumps(r, indent=1, default=str) if args.json else format_plan(r))

@@ -8,7 +8,7 @@ import math
 
 
 def add_precision_arguments(p) -> None:
-    from zerosim.precision import ALLREDUCES, OPTIM_STATES, REDUCTIONS
+    from zerosim.cli.choices import ALLREDUCES, OPTIM_STATES, REDUCTIONS
 
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="a static loss scale (a number), or a dynamic scaler: torch (= dynamic: PyTorch's GradScaler) "

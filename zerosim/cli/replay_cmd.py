@@ -10,8 +10,7 @@ import json
 import math
 import sys
 
-from zerosim.precision import LOSS_SCALERS, PRESETS
-from zerosim.replay import MAX_STEPS, narrate, replay
+from zerosim.cli import choices
 
 HELP = "replay seed 004's worked example step by step (the main job)"
 
@@ -19,12 +18,12 @@ HELP = "replay seed 004's worked example step by step (the main job)"
 def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1, the article's "
                                                                               "first)")
-    p.add_argument("--precision", choices=sorted(PRESETS), default="fp16-mixed", help="mixed-precision preset (default "
-                                                                                      "fp16-mixed)")
+    p.add_argument("--precision", choices=choices.PRECISION_PRESETS, default="fp16-mixed",
+                   help="mixed-precision preset (default fp16-mixed)")
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
     p.add_argument("--steps", type=int, default=1,
-                   help=f"training steps on the same two samples, 1..{MAX_STEPS} (default 1; a bar on a terminal "
-                        "from 50)")
+                   help=f"training steps on the same two samples, 1..{choices.MAX_REPLAY_STEPS} (default 1; a bar on "
+                        "a terminal from 50)")
     p.add_argument("--no-checkpoint", action="store_true", help="keep activations instead of recomputing them")
     p.add_argument("--loss-scale", default=None, metavar="S",
                    help="multiply the loss by S (a number) before backward, or scale dynamically (torch, dynamic, "
@@ -71,6 +70,9 @@ def _run_tensor(args) -> int:
 
 
 def run(args) -> int:
+    from zerosim.precision import LOSS_SCALERS
+    from zerosim.replay import MAX_STEPS, narrate, replay
+
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
         raise ValueError(f"--lr must be a finite number >= 0, got {args.lr}")
     if args.exact and args.json:

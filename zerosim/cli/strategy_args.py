@@ -16,7 +16,7 @@ MAIN = ("full_shard", "hsdp", "mics", "hpz")  # the four an engineer choosing fo
 
 def add_mesh_arguments(p, several: bool) -> None:
     """--gpus-per-node, --strategy (one, or with `several` a comma-separated list or "all"), --shard-group."""
-    from zerosim.parallel.data import STRATEGIES
+    from zerosim.cli.choices import MESH_STRATEGIES
 
     m = p.add_argument_group("many nodes: ranks on nodes of G GPUs, strategies that shard and replicate over groups")
     m.add_argument(
@@ -26,8 +26,7 @@ def add_mesh_arguments(p, several: bool) -> None:
         metavar="G",
         help="GPUs per node: rings inside a node run over NVLink, rings across nodes over InfiniBand",
     )
-    # a strategy some releases lack carries them: "mics (DeepSpeed <= 0.19.6)"
-    names = ", ".join(f"{n} ({p.release.split(' (')[0]})" if p.release else n for n, p in STRATEGIES.items())
+    names = ", ".join(MESH_STRATEGIES)  # a strategy some releases lack carries them: "mics (DeepSpeed <= 0.19.6)"
     m.add_argument(
         "--strategy",
         default=None,

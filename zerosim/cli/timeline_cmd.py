@@ -58,24 +58,23 @@ SWEEP_RANKS = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def add_arguments(p) -> None:
-    from zerosim.analysis.costs import LINKS
-    from zerosim.analysis.timeline import DEVICES
+    from zerosim.cli.choices import DEVICES, LINKS
 
     add_model_arguments(p, default_ranks=64)
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (default 3)")
     add_wire_arguments(p)
     p.add_argument(
-        "--device", choices=sorted(DEVICES), default=None, help="every rank's accelerator (default: --gpu's, or h100)"
+        "--device", choices=DEVICES, default=None, help="every rank's accelerator (default: --gpu's, or h100)"
     )
     p.add_argument(
         "--link",
-        choices=sorted(LINKS),
+        choices=LINKS,
         default=None,
         help="the ring's link, within a node with --gpus-per-node (default nvlink4)",
     )
     p.add_argument(
         "--inter-link",
-        choices=sorted(LINKS),
+        choices=LINKS,
         default=None,
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )

@@ -25,10 +25,7 @@ from zerosim.cli.precision_args import (
     step_note,
 )
 from zerosim.cli.tensor_args import add_tensor_arguments
-from zerosim.models.data import TASKS as SEQUENCE_TASKS
-from zerosim.optim import OPTIMIZERS, SHARDINGS
-from zerosim.precision import PRESETS, get_precision
-from zerosim.train import MAX_SIMULATED_RANKS
+from zerosim.cli.choices import MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS
 
 MLP_WIDTHS = "16,64,64,4"
 
@@ -84,7 +81,7 @@ def add_arguments(p) -> None:
     p.add_argument("--native", action="store_true",
                    help="with --backend mpi: MPI's own reduce-scatter (faster, but MPI picks the order of additions; "
                         "fp32 only)")
-    p.add_argument("--precision", choices=sorted(PRESETS), default=None,
+    p.add_argument("--precision", choices=PRECISION_PRESETS, default=None,
                    help="mixed-precision preset (default bf16-mixed; with --resume the saved policy)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None,
                    help="optimizer (default adam; with --resume the saved one); muon_adamw: Muon on the hidden "
@@ -191,6 +188,7 @@ def _check_run(args) -> int | None:
 
 def _train_config(args, widths: list, ranks) -> tuple:
     """(the TrainConfig the flags describe, its precision policy): a resumed run's saved settings, else defaults."""
+    from zerosim.precision import get_precision
     from zerosim.train import TrainConfig, run_defaults
 
     defaults = run_defaults(args.resume)  # the saved run's settings when resuming (the resume rule), else the defaults
@@ -290,6 +288,8 @@ def _offload_words(config) -> str:
 
 def _precision_name(precision) -> str:
     """A preset's name when the policy is one (its options are described apart), else its fields."""
+    from zerosim.precision import PRESETS, get_precision
+
     base = get_precision(precision)
     for name, preset in PRESETS.items():
         if preset == base.with_(loss_scale=preset.loss_scale, loss_scale_options=preset.loss_scale_options,

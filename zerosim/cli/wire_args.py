@@ -6,14 +6,14 @@ from __future__ import annotations
 
 def add_wire_arguments(p) -> None:
     """Stage 3's weight gathers in fewer bits, by DeepSpeed's and torchao's names (parallel/data/zeropp/_wire.py)."""
-    from zerosim.precision.quantize import FP8_RECIPES
+    from zerosim.cli.choices import FP8_RECIPES
 
     p.add_argument("--zero-quantized-weights", action="store_true",
                    help="DeepSpeed ZeRO++ qwZ: gather the 16-bit weights as int8 in CUDAQuantizer's groups (stage 3)")
     p.add_argument("--weight-groups", type=int, default=None, metavar="SIZE",
                    help="qwZ with fixed groups of SIZE elements instead of CUDAQuantizer's adaptive count")
     p.add_argument("--fp8-all-gather", nargs="?", const="torchao", default=None,
-                   choices=tuple(FP8_RECIPES),
+                   choices=FP8_RECIPES,
                    help="torchao 0.18's enable_fsdp_float8_all_gather: the fp32 master shard cast to e4m3 (stage 3), "
                         "its scale precomputed after each step (precompute_float8_dynamic_scale_for_fsdp); "
                         "torchao-amax_to_scale: without that call, an amax all-reduce and amax_to_scale at every "

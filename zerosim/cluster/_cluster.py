@@ -22,6 +22,7 @@ from zerosim.cluster._mesh import Groups, Mesh, hop_tier
 from zerosim.cluster._pool import RankPool
 from zerosim.cluster._rank import Rank
 from zerosim.cluster._trace import Trace
+from zerosim.cluster._window import WINDOW
 
 
 class Cluster:
@@ -42,9 +43,12 @@ class Cluster:
             event log are the same bits either way; pin BLAS to one thread per worker (OPENBLAS_NUM_THREADS=1).
         keep_steps: k: the trace holds the events of the last k engine steps and folds older steps into its
             summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step and
-            rank stay whole-run; call numbers stay absolute, and `trace.logged` is the absolute log position).
-            None (default): every step is held, so a position read as `len(trace.log)` before a step still points
-            at that step's events after it (`zerosim train` holds 2: it reads nothing older).
+            rank stay whole-run; call numbers stay absolute, and `trace.logged` is the absolute log position; the
+            lists lose their front: `zerosim train` holds 2 and reads nothing older). None: every step is held.
+            "auto" (default): the last `WINDOW` (1024) steps, far more than any notebook runs, with absolute
+            positions once a step folds (`trace.log`, `calls`, `events` and the ledgers' timelines become a
+            `Tail`), so a position read as `len(trace.log)` before a step still points at that step's events
+            after it.
         log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
             folded steps as they fold and the rest on `cluster.trace.flush_log()`.
     """
@@ -58,7 +62,7 @@ class Cluster:
         keep_values: bool = False,
         gpus_per_node: int | None = None,
         workers: int | str = 1,
-        keep_steps: int | None = None,
+        keep_steps: int | None | str = "auto",
         log_to=None,
         **backend_options,
     ):
@@ -85,15 +89,18 @@ class Cluster:
             raise ValueError("the meta backend's representative rank keeps one summary per call (trace='call'); "
                              "pass hosted='all' to host every rank and record every hop")
         self.gpus_per_node = gpus_per_node
+        auto = isinstance(keep_steps, str) and keep_steps == "auto"  # the default window: positions kept absolute
         self.trace = Trace(trace or ("call" if representative else "hop"), keep_values=keep_values,
-                           gpus_per_node=gpus_per_node, world_size=world_size, keep_steps=keep_steps, log_to=log_to)
+                           gpus_per_node=gpus_per_node, world_size=world_size,
+                           keep_steps=WINDOW if auto else keep_steps, log_to=log_to, absolute=auto)
         recycle = getattr(self.backend, "recycle", None)
         self.fifo = {}  # the ring's working buffers per local rank: transport memory (NCCL's FIFOs), in no ledger
         # allocs and frees join the trace's ordered log (straight onto it: the trace's folding reads only the engine's
         # step boundaries, and keeps the same list)
         sink = self.trace._log.append if timeline else None
         self.ranks = [
-            Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink))
+            Rank(i, MemoryLedger(i, empty=self.backend.empty, recycle=recycle, keep_timeline=timeline, sink=sink,
+                                 absolute=auto))
             for i in self.backend.local_ranks
         ]
         by_rank = {r.index: r.ledger for r in self.ranks}

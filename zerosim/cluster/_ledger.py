@@ -102,6 +102,9 @@ class MemoryLedger:
     # `timeline` is read, the plain tuple of its fields (a step makes thousands; see `timeline`)
     _held: list = field(default_factory=list, repr=False)
     timeline_folded: int = 0  # events let go from the timeline's front, as their steps folded out of the trace
+    absolute: bool = field(default=False, repr=False)  # once folded, `timeline` keeps absolute positions (a Tail)
+    # what was live just before the first event held, {name: (kind, bytes)}: the phases' questions start from it
+    _live_before: dict = field(default_factory=dict, repr=False)
     phase_label: str = ""
     keep_timeline: bool = True
     _current: dict = field(default_factory=dict)  # kind -> bytes
@@ -175,8 +178,26 @@ class MemoryLedger:
         held, k = self._held, 0
         while k < len(held) and (held[k][0] if type(held[k]) is tuple else held[k].seq) <= upto_seq:
             k += 1
+        live = self._live_before
+        for e in held[:k]:  # seq, action, name, kind, nbytes, ... (ledger_event's order)
+            _, action, name, kind, nbytes = e[:5] if type(e) is tuple else (0, e.action, e.name, e.kind, e.nbytes)
+            if action == "alloc":
+                live[name] = (kind, nbytes)
+            else:
+                live.pop(name, None)
         del held[:k]
         self.timeline_folded += k
+
+    def _first_position(self) -> int:
+        """The position of the timeline's first event held: counted from the run's first with `absolute`."""
+        return self.timeline_folded if self.absolute else 0
+
+    def _kinds_before(self) -> dict:
+        """{kind: bytes} live just before the first event held (nothing, unless older steps folded)."""
+        out = {}
+        for kind, nbytes in self._live_before.values():
+            out[kind] = out.get(kind, 0) + nbytes
+        return out
 
     @property
     def timeline(self) -> list:
@@ -192,6 +213,10 @@ class MemoryLedger:
             while k and type(held[k - 1]) is tuple:
                 k -= 1
             held[k:] = [ledger_event(*e) for e in held[k:]]
+        if self.absolute and self.timeline_folded:  # a Cluster's default window folded (cluster/_window.py)
+            from zerosim.cluster._window import Tail
+
+            return Tail(held, self.timeline_folded, "timeline")
         return held
 
     # -- questions -------------------------------------------------------------------------------
@@ -216,8 +241,9 @@ class MemoryLedger:
         Consecutive events with the same phase label form one phase; only phases from timeline event
         `since` on are reported (what was live before still counts). Needs the timeline.
         """
-        phases, live, before = [], {}, 0
-        for n, e in enumerate(self.timeline):
+        live = self._kinds_before()
+        phases, before = [], sum(live.values())
+        for n, e in enumerate(self.timeline, self._first_position()):
             if n < since:
                 live[e.kind], before = e.kind_total, e.total
                 continue
@@ -231,8 +257,8 @@ class MemoryLedger:
 
     def peaks_by_phase(self, since: int = 0) -> list:
         """[(phase, {kind: bytes live at the phase's peak moment})]: what made up each phase's peak."""
-        out, live = [], {}
-        for n, e in enumerate(self.timeline):
+        out, live = [], self._kinds_before()
+        for n, e in enumerate(self.timeline, self._first_position()):
             live[e.kind] = e.kind_total
             if n < since:
                 continue
@@ -251,8 +277,8 @@ class MemoryLedger:
         Phases as in `by_phase` (from timeline event `since` on; what was live before still counts).
         Ties keep the first moment the peak was reached. Needs the timeline.
         """
-        live, out = {}, []
-        for n, e in enumerate(self.timeline):
+        live, out = dict(self._live_before), []
+        for n, e in enumerate(self.timeline, self._first_position()):
             if n >= since and (not out or out[-1][0] != e.phase):
                 out.append([e.phase, sum(b for _, b in live.values()), dict(live)])  # a phase starts with what was live
             if e.action == "alloc":

@@ -25,7 +25,7 @@ from zerosim.cluster._ledger import ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
 from zerosim.cluster._events import StepBoundary
 from zerosim.cluster._runs import RunCounts
-from zerosim.cluster._window import LogFile, Summary, fold, write_log
+from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
@@ -107,7 +107,8 @@ class Trace:
     keep_steps: int | None = None  # hold the events of the last k engine steps, fold older ones into `folded`
     #                                (_window.py); None: hold everything
     log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
-    calls: list = field(default_factory=list)  # [Call] held: call number folded.calls + i is calls[i]
+    absolute: bool = False  # once steps fold, `log`, `calls` and `events` keep absolute positions (a Tail: _window.py)
+    _calls: list = field(default_factory=list, repr=False)  # [Call] held: call number folded.calls + i is _calls[i]
     # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., and each ledger's allocs and
     # frees as the plain tuples of their fields until the log is read (cluster/_ledger.py `timeline` says why)
     _log: list = field(default_factory=list, repr=False)
@@ -117,8 +118,8 @@ class Trace:
             raise ValueError(f"unknown trace granularity {self.granularity!r}; choose one of {GRANULARITIES}")
         k = self.keep_steps
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"keep_steps must be a positive integer (steps whose events the trace holds) or None, "
-                             f"got {k!r}")
+            raise ValueError(f"keep_steps must be a positive integer (steps whose events the trace holds) or None "
+                             f"(every step; a Cluster also takes \"auto\", its default window), got {k!r}")
         self.folded = Summary()  # what the steps before the window sent, added up (_window.py)
         self._step_ends = []  # [(absolute log position, call number) just after each step held ended]
         self._log_file = LogFile(self.log_to) if self.log_to is not None else None
@@ -138,18 +139,34 @@ class Trace:
 
     @property
     def events(self) -> list:
-        """[Event]: every send (or, at "call" granularity, every rank's summary of a call), in order. A ring phase
-        recorded whole (`ring_hops`) becomes its sends here, the first time they are read."""
+        """[Event]: every send (or, at "call" granularity, every rank's summary of a call), in order (the steps held:
+        `keep_steps`; a `Tail` at absolute positions once steps fold with `absolute`). A ring phase recorded whole
+        (`ring_hops`) becomes its sends here, the first time they are read."""
+        return self._at_absolute(self._held_events(), self.folded.events, "events")
+
+    @property
+    def log(self) -> list:
+        """[Call | Compute | OptimizerStep | StepBoundary | LedgerEvent | ...]: every typed event, in order (the steps
+        held: `keep_steps`; a `Tail` at absolute positions once steps fold with `absolute`). A ledger's alloc or free
+        recorded as a plain tuple becomes its `LedgerEvent` here, the first time it is read."""
+        return self._at_absolute(self._held_log(), self.folded.log, "log")
+
+    @property
+    def calls(self) -> list:
+        """[Call]: every collective call held, in order; call number c is `calls[c]` while nothing is folded, and
+        always with `absolute` (a `Tail`); `call(c)` finds it in either case."""
+        return self._at_absolute(self._calls, self.folded.calls, "calls")
+
+    def _at_absolute(self, held: list, start: int, what: str):
+        return Tail(held, start, what) if start and self.absolute else held
+
+    def _held_events(self) -> list:
         if self._records:
             self._events = [x for e in self._events for x in (self._unfold(e) if type(e) is RingHops else (e,))]
             self._folded = self._records = 0
         return self._events
 
-    @property
-    def log(self) -> list:
-        """[Call | Compute | OptimizerStep | StepBoundary | LedgerEvent | ...]: every typed event, in order (the steps
-        held: `keep_steps`). A ledger's alloc or free recorded as a plain tuple becomes its `LedgerEvent` here, the
-        first time it is read."""
+    def _held_log(self) -> list:
         log = self._log
         if self._checked < len(log):
             for i in range(self._checked, len(log)):
@@ -164,7 +181,7 @@ class Trace:
             raise ValueError(f"call {number} belongs to a step folded out of the trace's window (keep_steps="
                              f"{self.keep_steps}): its bytes are in the summary, its events gone (pass keep_steps=None "
                              "to the Cluster to hold every step, or log_to= to stream the log to a file)")
-        return self.calls[number - self.folded.calls]
+        return self._calls[number - self.folded.calls]
 
     @property
     def logged(self) -> int:
@@ -195,7 +212,7 @@ class Trace:
         steps before the window (`keep_steps`)."""
         self._log.append(event)
         if type(event) is StepBoundary and event.what == "end" and self.keep_steps is not None:
-            self._step_ends.append((self.logged, self.folded.calls + len(self.calls)))
+            self._step_ends.append((self.logged, self.folded.calls + len(self._calls)))
             if len(self._step_ends) > self.keep_steps:
                 upto = self._step_ends[-self.keep_steps - 1]
                 del self._step_ends[: len(self._step_ends) - self.keep_steps]
@@ -207,7 +224,7 @@ class Trace:
         """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
         `hop` and `end` take. `world_size` is the ring's length: the group's size."""
         fields = {}  # what differs from a Call's defaults, set at once (dataclasses.replace is slow, and per call)
-        number = self.folded.calls + len(self.calls)
+        number = self.folded.calls + len(self._calls)
         if group is not None and not group.is_world:
             fields.update(group=group.name, tier=group.tier(self.gpus_per_node))
             self.call_groups[number] = group
@@ -215,7 +232,7 @@ class Trace:
             fields["tier"] = group.tier(self.gpus_per_node)
         fields.update(self._about)
         call = Call(number, collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map), **fields)
-        self.calls.append(call)
+        self._calls.append(call)
         self._log.append(call)
         return call.call
 
@@ -229,11 +246,11 @@ class Trace:
         if kind not in TRANSFERS:
             raise ValueError(f"unknown transfer {kind!r}; one of {tuple(TRANSFERS)}")
         link = TRANSFERS[kind]
-        call = Call(self.folded.calls + len(self.calls), kind, after_host or "copy", 1, max(elements, default=0),
+        call = Call(self.folded.calls + len(self._calls), kind, after_host or "copy", 1, max(elements, default=0),
                     dtype, tag, tier=link)
         if self._about:
             call = replace(call, **{k: v for k, v in self._about.items() if k != "tier"})
-        self.calls.append(call)
+        self._calls.append(call)
         self._log.append(call)
         for r, n in zip(ranks, elements):
             self._events.append(Event(call.call, kind, -1, r, -1, -1, n, n * itemsize, dtype, tag, None, link))
@@ -246,7 +263,7 @@ class Trace:
     def live(self, handle) -> Handle:
         """`handle` if it names calls still in this trace, else an empty handle (the trace was cleared since, or the
         calls' step folded out of the window)."""
-        first, end = self.folded.calls, self.folded.calls + len(self.calls)
+        first, end = self.folded.calls, self.folded.calls + len(self._calls)
         if getattr(handle, "generation", self.generation) != self.generation or any(
             c >= end or c < first for c in handle
         ):
@@ -453,25 +470,25 @@ class Trace:
         for c, (sizes, itemsize, _) in self.ring_calls.items():
             by_step[self.call(c).step] += closed.volume(sizes, itemsize, self.call_groups.get(c))
         return {"by_collective": self.volume_by_collective(), "by_tier": self.bytes_by_tier(),
-                "by_step": dict(sorted(by_step.items())), "calls": self.folded.calls + len(self.calls),
+                "by_step": dict(sorted(by_step.items())), "calls": self.folded.calls + len(self._calls),
                 "folded_calls": self.folded.calls}
 
     def flush_log(self) -> None:
         """Write what the log file (`log_to`) does not have yet: the entries still held, with their calls' sends."""
         if self._log_file is not None:
-            write_log(self, self.log[max(self._written - self.folded.log, 0):], self.events)
+            write_log(self, self._held_log()[max(self._written - self.folded.log, 0):], self._held_events())
             self._written = self.logged
 
     def of_type(self, kind, since: int = 0) -> list:
         """The log's events of one type (e.g. `Compute`), from log position `since` on (absolute: counting the entries
         folded out of the window, as `logged` does; the same as a list position while nothing is folded)."""
-        return [e for e in self.log[max(since - self.folded.log, 0):] if isinstance(e, kind)]
+        return [e for e in self._held_log()[max(since - self.folded.log, 0):] if isinstance(e, kind)]
 
     def clear(self) -> None:
         self.generation += 1
         self._events.clear()
         self._folded = self._records = 0
-        self.calls.clear()
+        self._calls.clear()
         self._log.clear()
         self._checked = 0
         self.ring_calls.clear()

@@ -13,17 +13,79 @@ Nothing a user reads of the steps still held changes: the same events, the same 
 over the whole run. A folded step's events are gone unless the trace streams them (`log_to`: one line per log entry,
 its repr, each call's sends indented below it), so the whole log can still be read, from the file.
 
-NOTE: a list position taken as `len(trace.log)` moves when older steps fold (the list loses its front), so a Cluster
-holds every step unless asked (`Cluster(..., keep_steps=k)`); `trace.logged` and `of_type(kind, since)` count
-absolutely. `zerosim train` (train/_trainer.py) holds two steps and streams the whole log on request.
+Positions. With `keep_steps = k` the lists lose their front as steps fold, so a list position taken as
+`len(trace.log)` moves (`trace.logged` and `of_type(kind, since)` count absolutely); `zerosim train` (train/_trainer.py)
+holds two steps, reads nothing older, and streams the whole log on request. A Cluster made without `keep_steps` holds
+`WINDOW` steps (far more than any notebook, test or page runs) and keeps positions absolute once it folds: `log`,
+`calls`, `events` and each ledger's `timeline` are then a `Tail`, whose length and positions count every entry the run
+made, so `since = len(cluster.trace.log)` before a step and `cluster.trace.log[since:]` after it, or
+`trace.calls[e.call]`, keep meaning what they meant; reading a folded position is an error naming the window. Until a
+run passes `WINDOW` steps the lists are plain lists, as they always were.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from zerosim.cluster._ledger import LedgerEvent, ledger_event
+
+WINDOW = 1024  # steps a Cluster made without keep_steps holds (the longest run in a notebook is 200 steps)
+
+
+class Tail(Sequence):
+    """The entries a list of a long run's trace still holds, at their absolute positions: `len` counts every entry the
+    run made, `tail[i]` and `tail[i:j]` take absolute positions (negative ones count from the end, as a list's do),
+    iterating gives the entries held, in order. Asking for a folded position raises IndexError naming the window."""
+
+    __slots__ = ("held", "start", "what")
+
+    def __init__(self, held: list, start: int, what: str):
+        self.held, self.start, self.what = held, start, what  # the list itself (not a copy), its first position
+
+    def __len__(self) -> int:
+        return self.start + len(self.held)
+
+    def __iter__(self):
+        return iter(self.held)
+
+    def __reversed__(self):
+        return reversed(self.held)
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            span = range(*at.indices(len(self)))
+            if not span:
+                return []
+            if min(span[0], span[-1]) < self.start:
+                raise IndexError(self._gone(min(span[0], span[-1])))
+            stop = span.stop - self.start  # below 0 only for a reversed slice that runs to the front held
+            return self.held[span.start - self.start:stop if stop >= 0 else None:span.step]
+        position = at + len(self) if at < 0 else at
+        if position < 0 or position >= len(self):
+            raise IndexError(f"{self.what} position {at} out of range")
+        if position < self.start:
+            raise IndexError(self._gone(position))
+        return self.held[position - self.start]
+
+    def index(self, value, start: int = 0, stop: int | None = None) -> int:
+        """The absolute position of `value` among the entries held (from absolute `start` on)."""
+        for i, x in enumerate(self.held[max(start - self.start, 0):], max(start, self.start)):
+            if stop is not None and i >= stop:
+                break
+            if x is value or x == value:
+                return i
+        raise ValueError(f"{value!r} is not in the {self.what} held")
+
+    def _gone(self, position: int) -> str:
+        return (f"{self.what} position {position} belongs to a step folded out of the trace's window (the last "
+                f"{WINDOW} steps are held, from position {self.start}): its bytes are in the summary; pass "
+                "keep_steps=None to the Cluster to hold every step, or log_to= to stream the log to a file")
+
+    def __repr__(self) -> str:
+        return f"Tail({self.what}: {len(self.held)} held from position {self.start})"
+
 
 @dataclass
 class Summary:
@@ -74,7 +136,7 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     from zerosim.cluster._trace import TRANSFERS, RingHops
 
     summary = trace.folded
-    calls = trace.calls[: upto_call - summary.calls]
+    calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
     held, j = trace._events, 0
     while j < len(held) and held[j].call < upto_call:  # sends come in call order: the folded ones are a prefix
@@ -115,7 +177,7 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
         trace._written = max(trace._written, upto_log)
     del trace._log[: len(entries)]
     trace._checked = max(trace._checked - len(entries), 0)
-    del trace.calls[: len(calls)]
+    del trace._calls[: len(calls)]
     del trace._events[:j]
     summary.log += len(entries)
     summary.calls += len(calls)

@@ -197,8 +197,9 @@ def _float_bytes(dtype: str, default: int) -> int:
 
 
 def _log_and_events(trace):
-    if hasattr(trace, "log") and hasattr(trace, "events"):
-        return trace.log, trace.events
+    if hasattr(trace, "log") and hasattr(trace, "events"):  # a long run's lists past its window: the entries held
+        log, events = trace.log, trace.events  # (a cluster's Tail counts absolutely; the timeline counts what it has)
+        return getattr(log, "held", log), getattr(events, "held", events)
     if isinstance(trace, (list, tuple)):
         return list(trace), ()
     raise TypeError("simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got "

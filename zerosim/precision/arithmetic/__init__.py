@@ -8,6 +8,10 @@
 
     _kernels.py            Arithmetic and ARITHMETICS: each choice as a record of its kernels; arithmetic_of
     _exact_matmul.py       exact_matmul: each element the exact dot product rounded once, whatever BLAS sums it
+    _extents.py            a 16- or 8-bit operand's largest magnitude and quantum read from its bits; one bound
+                           over whole operands that shows a small product exact in float64
+    _operand_cache.py      a large operand widened and measured once per content (the ranks' gathered weights),
+                           a small one's extent remembered
     _correctly_rounded.py  exp, log, tanh, sin, cos, power for float32 arrays, correctly rounded
     _round_once.py         the step both share: a float64 value known to within an error bound, rounded to float32
                            where the bound cannot change the rounding, and the rest marked for an exact evaluation

@@ -25,12 +25,14 @@ of 300 random fp32 products (benchmarks/portable_numbers.py); MKL, Accelerate an
    float64, which rounds on to float32 correctly unless it is itself a float32 midpoint (float32's midpoints are
    float64 numbers, so only there can the second rounding go wrong); then the exact rational sum decides.
 
-A shortcut before steps 1-3, on the host for 16- and 8-bit inputs (`_unsure`): the exactness condition of step 1
-checked for every element at once from a few passes over a and b (a quantum per row and per column, and Σ|a_ik| and
-max|b_kj|), no second GEMM. Where it holds everywhere (the usual case for bf16 weights and activations), c rounded
-once is the answer; where it fails for a few elements (up to one in 16), those alone go through steps 1-3
-(`_settle`); else the whole product does. The same bits either way, at about half the cost on the 919k MLP
-(benchmarks/yardstick.py).
+Shortcuts before steps 1-3, on the host for 16- and 8-bit inputs (`_narrow_product`): the exactness condition of
+step 1 shown for every element at once, from facts read off the operands' bits (_extents.py: the largest magnitude
+and the quantum), no second GEMM. For a small product, one bound over each whole operand first; else a bound by rows
+and columns (Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one
+in 16, found by a sorted search, `_unsure_sorted`) are settled one by one (`_settle`), past that the whole product
+goes the long way. A large operand's float64 copy and facts are kept across products (_operand_cache.py: the ranks of
+a ZeRO step multiply by the same gathered weights). The same bits on every path (tests/test_exact_matmul_bound.py,
+tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
 An exact zero is +0 (a GEMM starts its accumulator at +0; a sum's sign of zero would otherwise depend on the
@@ -46,12 +48,15 @@ from fractions import Fraction
 
 import numpy as np
 
+from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
+from zerosim.precision.arithmetic._operand_cache import kept_extent, operand
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
-from zerosim.precision.cast import has_values, namespace_of
+from zerosim.precision.cast import NUMPY, has_values, namespace_of
 
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
+_WHOLE_FIRST = 1 << 14  # elements of a and b together: below this, one bound over the whole is tried first
 _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (float32's largest is below 2**128)
 
 
@@ -63,9 +68,13 @@ def exact_matmul(a, b):
     are exact in float64). Meta arrays (no values) give the product's float32 shape; float64 inputs the machine's
     float64 product.
     """
-    if a.dtype == np.float64 or b.dtype == np.float64:
+    if narrow_host(a) and narrow_host(b):  # first: plain host arrays of 16- or 8-bit formats, what models multiply
+        out = _narrow_product(a, b)
+        if out is not None:
+            return out
+    elif a.dtype == np.float64 or b.dtype == np.float64:
         return a @ b
-    if not (has_values(a) and has_values(b)):
+    elif not (has_values(a) and has_values(b)):
         return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
     a64, b64 = widen64(a, ns), widen64(b, ns)  # exact, and so is every product of them
@@ -78,7 +87,8 @@ def exact_matmul(a, b):
     # on the host (a device's arrays go the long way), and where a bound by rows and columns can pass (not fp32)
     if ns.is_numpy and precision_a + precision_b + k.bit_length() - 4 < 53:
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN, inf, float32's overflow: as below
-            out = _shortcut(c, a64, b64, precision_a, precision_b, ns)
+            facts_a = (None, _quantum(np.abs(a64), precision_a, axis=-1))
+            out = _shortcut(c, a64, facts_a, b64, _float_extents(b64, precision_b, axis=-2), ns)
         if out is not None:
             return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
@@ -103,50 +113,107 @@ def exact_matmul(a, b):
     return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
 
 
-def _shortcut(c, a64, b64, precision_a: int, precision_b: int, ns):
+def _narrow_product(a, b):
+    """exact_matmul of two host arrays of 16- or 8-bit formats, proved from their bits (_extents.py), a large
+    operand's float64 copy and facts kept across products (_operand_cache.py); None where NaN or inf came in or
+    more than one element in 16 is unsure (the long way then)."""
+    if a.size + b.size < _WHOLE_FIRST and whole_bound_holds(a, b, kept_extent):  # c = s everywhere: round once
+        c = a.astype(np.float64) @ b.astype(np.float64)
+        c += 0.0  # -0 becomes +0, as below
+        return c.astype(np.float32)
+    left, right = operand(a), operand(b)
+    facts_a, facts_b = left.facts(-1), right.facts(-2)
+    if facts_a is None or facts_b is None:
+        return None
+    a64, b64 = left.wide, right.wide
+    c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
+    c += 0.0  # -0 becomes +0, as in exact_matmul (on c: a tiny negative sum rounds to a float32 -0 that must stay)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
+        return _shortcut(c, a64, facts_a, b64, facts_b, NUMPY)
+
+
+def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
-    16 are unsure (the long way is cheaper then)."""
-    magnitude_a, magnitude_b = np.abs(a64), np.abs(b64)
-    q_rows, q_columns = _quantum(magnitude_a, precision_a, axis=-1), _quantum(magnitude_b, precision_b, axis=-2)
-    unsure = _unsure(magnitude_a, magnitude_b, q_rows, q_columns)
-    count = int(np.count_nonzero(unsure))
-    if count > unsure.size // 16:
+    16 are unsure (the long way is cheaper then). facts: (max|x| or None, q) by rows of a and by columns of b."""
+    sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
+    rows = sums / facts_a[1]  # (..., M)
+    columns = facts_b[0] / facts_b[1]  # (..., N) max_k |b_kj| / q_j
+    where = (_unsure_sorted if rows.ndim == 1 else _unsure)(rows, columns)  # the same elements (a test says so)
+    count = 0 if where is None else len(where[0])
+    if count and count > c.size // 16:
         return None
     out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
     if count:
-        out = _settle(out, c, unsure.nonzero(), magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns)
+        batch, m, n = c.shape[:-2], c.shape[-2], c.shape[-1]
+        *lead, i, j = where
+        if batch:  # leading dims broadcast: each element's row and column facts found through them
+            sums, q_rows = (np.broadcast_to(x, batch + (m,))[(*lead, i)] for x in (sums, facts_a[1]))  # (count,)
+            largest, q_columns = (np.broadcast_to(x, batch + (n,))[(*lead, j)] for x in facts_b)
+        else:
+            sums, q_rows, largest, q_columns = sums[i], facts_a[1][i], facts_b[0][j], facts_b[1][j]  # (count,)
+        size, q = sums * largest, q_rows * q_columns  # Σ_k|a_ik|·max_k|b_kj| >= Σ_k|a_ik·b_kj|
+        out = _settle(out, c, where, size, q, a64, b64, ns)
     return out
 
 
-def _unsure(magnitude_a, magnitude_b, q_rows, q_columns):
-    """(..., M, N) bool: where a bound by rows and columns cannot show that every partial sum of the element's K
-    products is a float64. Every a_ik of row i is a whole multiple of q_i (`_quantum`), every b_kj of column j of
-    q_j, so every product and partial sum of element (i, j) is a whole multiple of q_i·q_j, of magnitude at most
-    Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a float64, in any order, and c = s there. (Compared with
-    2**52: a factor of two to spare covers the rounding of the sum and of the products below.) A few passes over a
-    and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure."""
-    rows = magnitude_a.sum(axis=-1) / q_rows  # (..., M) Σ_k |a_ik| / q_i (NaN for inf / inf: unsure)
-    columns = magnitude_b.max(axis=-2) / q_columns  # (..., N) max_k |b_kj| / q_j
-    return ~(rows[..., :, None] * columns[..., None, :] < 2.0**52)
+def _float_extents(x64, precision: int, axis: int) -> tuple:
+    """(max|x|, q) along `axis` of the float64 copy of an operand whose bits `extents` cannot read (fp32 values)."""
+    magnitude = np.abs(x64)
+    return magnitude.max(axis=axis), _quantum(magnitude, precision, axis=axis)
 
 
-def _settle(out, c, where, magnitude_a, magnitude_b, q_rows, q_columns, a64, b64, ns):
-    """`out` (c rounded) with the elements at index arrays `where` settled as the long way settles them: each one's
-    Σ_k |a_ik·b_kj| (a GEMM of the few rows, or columns, they lie in; gathered one by one in a batch), then exact by
-    its quanta, or rounded where its error bound allows, or summed exactly (`_repair`)."""
-    batch, (m, k), n = out.shape[:-2], magnitude_a.shape[-2:], magnitude_b.shape[-1]
-    *lead, i, j = where
-    if not batch:  # the unsure elements sit in a few rows (a small quantum) or columns: multiply only those
-        rows, columns = np.unique(i), np.unique(j)
-        if len(rows) * n <= len(columns) * m:
-            size = (magnitude_a[rows] @ magnitude_b)[np.searchsorted(rows, i), j]  # (n,) to within γ(K)
-        else:
-            size = (magnitude_a @ magnitude_b[:, columns])[i, np.searchsorted(columns, j)]
-    else:
-        a_rows = np.broadcast_to(magnitude_a, batch + (m, k))[(*lead, i)]  # (n, K)
-        b_columns = np.moveaxis(np.broadcast_to(magnitude_b, batch + (k, n)), -1, -2)[(*lead, j)]  # (n, K)
-        size = np.einsum("pk,pk->p", a_rows, b_columns)
-    q = np.broadcast_to(q_rows, batch + (m,))[(*lead, i)] * np.broadcast_to(q_columns, batch + (n,))[(*lead, j)]
+def _unsure(rows, columns):
+    """Index arrays (..., i, j) of the elements, or None where there are none, where a bound by rows and columns
+    cannot show that every partial sum of the element's K products is a float64. Every a_ik of row i is a whole
+    multiple of q_i (`_quantum`), every b_kj of column j of q_j, so every product and partial sum of element (i, j)
+    is a whole multiple of q_i·q_j, of magnitude at most Σ_k |a_ik|·max_k |b_kj|; below 2**53·q_i·q_j each is a
+    float64, in any order, and c = s there. `rows` holds Σ_k |a_ik| / q_i, `columns` max_k |b_kj| / q_j; compared
+    with 2**52: a factor of two to spare covers the rounding of the sum and of the products below. A few passes over
+    a and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure. The naive twin
+    of `_unsure_sorted`, and the way for batched products."""
+    if rows.size and columns.size and rows.max() * columns.max() < 2.0**52:  # the largest pair holds: every pair
+        return None
+    return (~(rows[..., :, None] * columns[..., None, :] < 2.0**52)).nonzero()
+
+
+def _unsure_sorted(rows, columns):
+    """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask: with the shorter side sorted,
+    each line of the longer side is unsure against a tail of it (rows_i·columns_j >= 2**52 where columns_j >=
+    2**52 / rows_i, and the same with the roles swapped), found by a binary search. O((M + N) log min(M, N) +
+    unsure) where the mask costs three passes over M·N. Which elements, not their order, is what matters: the
+    caller settles each on its own. NaN (only from NaN or inf inputs): the mask."""
+    if not (rows.size and columns.size) or rows.max() * columns.max() < 2.0**52:
+        return None
+    if np.isnan(rows).any() or np.isnan(columns).any():
+        return _unsure(rows, columns)
+    if len(rows) >= len(columns):
+        return _tails(rows, columns)
+    found = _tails(columns, rows)  # sort the rows, search for each column
+    return None if found is None else (found[1], found[0])
+
+
+def _tails(long, short):
+    """Index arrays (l, s) of the pairs with long_l·short_s >= 2**52 (but for rounding, which the factor of two
+    to spare covers), `short` sorted once and each of `long`'s lines searched in it."""
+    order = np.argsort(short, kind="stable")  # (S,)
+    with np.errstate(divide="ignore", over="ignore"):
+        limits = 2.0**52 / long  # (L,) a `short` value at or above it pairs unsure
+    starts = np.searchsorted(short[order], limits, side="left")  # (L,) line l's tail begins here
+    counts = len(short) - starts  # (L,)
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    l_index = np.repeat(np.arange(len(long)), counts)  # (total,)
+    first = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each pair's offset into its line's tail
+    return l_index, order[first + np.arange(total)]
+
+
+def _settle(out, c, where, size, q, a64, b64, ns):
+    """`out` (c rounded) with the elements at index arrays `where` settled as the long way settles them, from `size`
+    (count,) >= Σ_k |a_ik·b_kj| and `q` (count,) = q_i·q_j: exact by their quanta, or rounded where the error bound
+    allows, or summed exactly (`_repair`). `size` is the bound by rows and columns, not the sum of magnitudes: a
+    looser error bound leaves a few more elements to `_repair`, and costs no GEMM of the rows they lie in."""
+    k = a64.shape[-1]
     exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
     rest = tuple(x[~exact] for x in where)  # exact elements keep c rounded: c = s there
     _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)  # the rest: c rounded too

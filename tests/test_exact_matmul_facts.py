@@ -1,0 +1,169 @@
+"""The facts exact_matmul's cheap proofs read from an operand's bits (precision/arithmetic/_extents.py), the bound over
+whole operands, the operands kept across products (_operand_cache.py) and the sorted search for unsure elements
+(`_unsure_sorted`, beside its naive twin `_unsure`).
+
+References are independent of the code under test: the largest magnitude and the last bit of the smallest nonzero
+value found in float64 from the widened values, every bit pattern of each 16- and 8-bit format; exactness checked
+against test_exact_matmul's rational sums.
+"""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import bits
+from hypothesis import given
+from hypothesis import strategies as st
+from test_exact_matmul import reference
+
+from zerosim.precision.arithmetic import _exact_matmul, _extents, _operand_cache, exact_matmul
+
+pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
+NARROW = {"bf16": (ml_dtypes.bfloat16, 8), "fp16": (np.float16, 11), "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 4),
+          "fp8_e5m2": (ml_dtypes.float8_e5m2, 3)}  # dtype, precision p (significant bits)
+
+
+def finite_patterns(dtype) -> np.ndarray:
+    """Every finite value of a 16- or 8-bit format, once each, in a random order (both zeros included)."""
+    width = np.dtype(dtype).itemsize * 8
+    every = np.arange(2**width, dtype=f"uint{width}").view(dtype)
+    with np.errstate(invalid="ignore"):
+        finite = every[np.isfinite(every.astype(np.float64))]
+    return np.random.default_rng(width).permutation(finite)
+
+
+def want(line64: np.ndarray, p: int) -> tuple[float, float]:
+    """(max|x|, 2**(e - p) for the smallest nonzero |x| = m·2**e, m in [0.5, 1), or +inf if none), by hand."""
+    magnitudes = [abs(float(v)) for v in line64]
+    nonzero = [v for v in magnitudes if v != 0]
+    return max(magnitudes), math.ldexp(1.0, math.frexp(min(nonzero))[1] - p) if nonzero else math.inf
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_facts_by_row_and_column_match_the_widened_values_for_every_bit_pattern(name):
+    dtype, p = NARROW[name]
+    values = finite_patterns(dtype)
+    x = values[: (len(values) // 64) * 64].reshape(-1, 64)  # every finite pattern but a few, 64 to a row
+    x[1, :] = 0  # a row of zeros: q is +inf
+    x64 = x.astype(np.float64)
+    for axis in (-1, -2):
+        largest, q = _extents.extents(x, axis)
+        for line, got_max, got_q in zip(np.moveaxis(x64, axis, -1), largest, q):
+            assert (got_max, got_q) == want(line, p)
+    whole = _extents.extent(x)
+    assert whole == want(x64.ravel(), p)
+    assert _extents.extent(np.zeros((3, 2), dtype)) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_nan_or_inf_anywhere_gives_no_facts(name):
+    dtype, _ = NARROW[name]
+    x = np.ones((4, 5), dtype)
+    x[2, 3] = np.nan
+    assert _extents.extent(x) is None and _extents.extents(x, -1) is None and _extents.extents(x, -2) is None
+    if name != "fp8_e4m3":  # E4M3FN has no inf
+        x[2, 3] = -np.inf
+        assert _extents.extent(x) is None and _extents.extents(x, -2) is None
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp8_e5m2"])
+@given(m=st.integers(1, 5), k=st.integers(1, 40), n=st.integers(1, 5), seed=st.integers(0, 2**32 - 1),
+       spread=st.integers(0, 40), zeros=st.floats(0, 0.6))
+def test_the_whole_bound_holds_only_where_the_float64_product_is_exact(name, m, k, n, seed, spread, zeros):
+    # where it holds, one float64 GEMM rounded once gives the exact sums rounded once (the rational reference); and
+    # it is never stronger than the bound by rows and columns: where it holds, that one certifies every element
+    dtype, _ = NARROW[name]
+    rng = np.random.default_rng(seed)
+    spread = min(spread, 6 if name != "bf16" else spread)
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-spread, spread + 1, (m, k))).astype(dtype)
+    b = (rng.standard_normal((k, n)) * 2.0 ** rng.integers(-spread, spread + 1, (k, n))).astype(dtype)
+    a[rng.random((m, k)) < zeros] = 0
+    if not _extents.whole_bound_holds(a, b):
+        return
+    c = a.astype(np.float64) @ b.astype(np.float64) + 0.0
+    assert np.array_equal(bits(c.astype(np.float32)), bits(reference(a, b)))
+    facts_a, facts_b = _extents.extents(a, -1), _extents.extents(b, -2)
+    rows = np.abs(a.astype(np.float64)).sum(-1) / facts_a[1]
+    assert _exact_matmul._unsure(rows, facts_b[0] / facts_b[1]) is None
+
+
+def test_the_whole_bound_refuses_a_row_whose_float64_sum_is_wrong():
+    # 2**60 + 2**36 + 1: a float64 sum loses the 1 in any order (test_exact_matmul_bound's row)
+    row, ones = np.array([[2.0**60, 2.0**36, 1.0]]).astype(ml_dtypes.bfloat16), np.ones((3, 1), ml_dtypes.bfloat16)
+    assert not _extents.whole_bound_holds(row, ones)
+    assert exact_matmul(row, ones)[0, 0] == np.float32(2.0**60 + 2.0**37)
+
+
+@given(m=st.integers(1, 30), n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60))
+def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top):
+    # rows and columns as _shortcut makes them (Σ|a|/q and max|b|/q: >= 0, zeros for all-zero lines, inf where a
+    # sum overflows), around the 2**52 line
+    rng = np.random.default_rng(seed)
+    rows, columns = 2.0 ** rng.uniform(0, top, m), 2.0 ** rng.uniform(0, top, n)
+    rows[rng.random(m) < 0.1], columns[rng.random(n) < 0.1] = 0.0, 0.0
+    rows[rng.random(m) < 0.05] = np.inf
+    with np.errstate(invalid="ignore"):  # inf·0 in the mask: NaN, unsure
+        naive, clever = _exact_matmul._unsure(rows, columns), _exact_matmul._unsure_sorted(rows, columns)
+    as_set = (lambda where: set() if where is None else set(zip(where[0].tolist(), where[1].tolist())))
+    assert as_set(naive) == as_set(clever)
+    if clever is not None:
+        assert len(clever[0]) == len(as_set(clever))  # no element twice
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch):
+    _operand_cache.clear()
+    monkeypatch.setattr(_operand_cache, "_SMALLEST", 16)
+    yield
+    _operand_cache.clear()
+
+
+def test_a_kept_operand_gives_what_a_fresh_one_gives_its_transpose_sharing_the_entry(fresh_cache):
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((12, 7)) * 2.0 ** rng.integers(-30, 30, (12, 7))).astype(ml_dtypes.bfloat16)
+    kept, view = _operand_cache.operand(w), _operand_cache.operand(w.T)
+    assert len(_operand_cache._entries) == 1
+    for got, x in ((kept, w), (view, w.T)):
+        assert np.array_equal(got.wide, x.astype(np.float64)) and not got.wide.flags.writeable
+        for axis in (-1, -2):
+            for g, e in zip(got.facts(axis), _extents.extents(x, axis)):
+                assert np.array_equal(g, e)
+    x = rng.standard_normal((5, 12)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(bits(exact_matmul(x, w)), bits(reference(x, w)))
+    assert np.array_equal(bits(exact_matmul(w.T, x.T)), bits(reference(w.T, x.T)))
+
+
+def test_two_matrices_whose_hashes_collide_are_told_apart(fresh_cache, monkeypatch):
+    # the hash only says where to look: with every hash equal, the bits compared keep the answers right
+    monkeypatch.setattr(_operand_cache.xxhash, "xxh3_64_intdigest", lambda data: 0)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
+    for seed in range(3):
+        w = np.random.default_rng(seed).standard_normal((8, 6)).astype(ml_dtypes.bfloat16)
+        assert np.array_equal(_operand_cache.operand(w).wide, w.astype(np.float64))
+        assert np.array_equal(bits(exact_matmul(x, w)), bits(reference(x, w)))
+
+
+def test_matrices_that_agree_on_the_hashed_sample_are_told_apart(fresh_cache):
+    # the key hashes a sample of the elements; two matrices equal there and different elsewhere share a key
+    w = np.random.default_rng(5).standard_normal((64, 64)).astype(ml_dtypes.bfloat16)  # 4096 elements: every 8th
+    v = w.copy()
+    v[0, 1] = -v[0, 1] * 2  # not in the sample
+    x = np.random.default_rng(6).standard_normal((3, 64)).astype(ml_dtypes.bfloat16)
+    for m in (w, v, w):
+        assert np.array_equal(_operand_cache.operand(m).wide, m.astype(np.float64))
+        assert np.array_equal(bits(exact_matmul(x, m)), bits(reference(x, m)))
+    assert len(_operand_cache._entries) == 1  # the same key: each replaced the one before
+
+
+def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
+    monkeypatch.setattr(_operand_cache, "_BUDGET_BYTES", 3 * 64 * 10)  # three 8 x 8 entries: 64 x (2 + 8) bytes each
+    for seed in range(6):
+        _operand_cache.operand(np.random.default_rng(seed).standard_normal((8, 8)).astype(ml_dtypes.bfloat16))
+    assert len(_operand_cache._entries) == 3
+    assert sum(e.nbytes for e in _operand_cache._entries.values()) <= _operand_cache._BUDGET_BYTES
+    monkeypatch.setattr(_operand_cache, "_LARGEST", 63)  # an operand past a quarter of the budget is not kept
+    _operand_cache.clear()
+    big = np.random.default_rng(9).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(_operand_cache.operand(big).wide, big.astype(np.float64)) and not _operand_cache._entries

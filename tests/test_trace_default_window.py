@@ -1,0 +1,91 @@
+"""A Cluster made by hand holds a window of its last steps by default (cluster/_window.py WINDOW, 1024 steps): a long
+run's trace stays bounded, and once it folds its lists keep absolute positions (a Tail), so what a notebook reads —
+`since = len(cluster.trace.log)` before a step and `log[since:]` after it, `trace.calls[e.call]`, a ledger's
+`by_phase(since)` — is what the same run holding every step (`keep_steps=None`, the naive twin) gives, and every
+whole-run byte answer is the same. Until the window is passed the lists are the plain lists they always were.
+
+The window is set to 3 steps here (the same code; 1024 steps would take a minute), and the real one is run past
+once, slowly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_trace_window import WIDTHS, byte_answers
+
+from zerosim import MLP, Adam, Cluster, TinyNet, ZeroEngine
+from zerosim.cluster import _cluster, _window
+from zerosim.models import make_regression
+
+STEPS = 12
+
+
+@pytest.fixture
+def small_window(monkeypatch):
+    monkeypatch.setattr(_cluster, "WINDOW", 3)
+    monkeypatch.setattr(_window, "WINDOW", 3)
+
+
+def run(cluster, steps=STEPS, stage=3):
+    """Each step's (since, what log[since:] held after it, its calls by number, its events, rank 0's phases)."""
+    model = MLP(WIDTHS)
+    engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-2), "bf16-mixed", params=model.init_params())
+    trace, ledger, seen, held = cluster.trace, cluster.ranks[0].ledger, [], []
+    for s in range(steps):
+        since, first_call, first_event, at = len(trace.log), len(trace.calls), len(trace.events), len(ledger.timeline)
+        engine.step(make_regression(np.random.default_rng(s), cluster.world_size, 2, WIDTHS))
+        calls = [trace.calls[c] for c in range(first_call, len(trace.calls))]
+        seen.append((since, [repr(e) for e in trace.log[since:]], [repr(c) for c in calls],
+                     [repr(e) for e in trace.events[first_event:]], ledger.by_phase(at), ledger.live_at_peaks(at)))
+        held.append((len(trace._log), len(trace._calls), len(trace._events), len(ledger._held)))
+    return engine, seen, held
+
+
+@pytest.mark.parametrize("granularity, stage", [("hop", 3), ("call", 2), ("hop", 0)])
+def test_a_long_hand_made_run_is_bounded_and_reads_as_the_whole(small_window, granularity, stage):
+    default = Cluster(4, trace=granularity)
+    whole = Cluster(4, trace=granularity, keep_steps=None)
+    e_default, seen_default, held = run(default, stage=stage)
+    e_whole, seen_whole, _ = run(whole, stage=stage)
+    assert np.array_equal(e_default.full_master(), e_whole.full_master())
+    assert seen_default == seen_whole  # every step read by its absolute positions, as the whole trace reads it
+    assert byte_answers(default.trace, 4) == byte_answers(whole.trace, 4)
+    # bounded: past the window every step holds the same count of log entries, calls, sends and timeline events
+    assert held[4:] == [held[4]] * (STEPS - 4) and held[4][0] < len(whole.trace.log) / 3
+    assert default.trace.folded.calls > 0 and len(default.trace.log) == len(whole.trace.log)
+
+
+def tinynet_steps(cluster, steps: int, stage: int):
+    model = TinyNet()
+    engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-2), "fp32", params=model.init_params())
+    for _ in range(steps):
+        engine.step([[(np.ones((2, 2)), np.ones((2, 1)))] for _ in range(2)])
+    return cluster
+
+
+def test_a_folded_position_is_an_error_naming_the_window(small_window):
+    cluster = tinynet_steps(Cluster(2), 5, 2)
+    trace = cluster.trace
+    first = trace.folded.log
+    assert trace.log[first] is trace._log[0] and trace.log[-1] is trace._log[-1] and list(trace.log) == trace._log
+    for bad in (lambda: trace.log[first - 1], lambda: trace.log[:first + 1], lambda: trace.calls[0],
+                lambda: trace.events[0], lambda: cluster.ranks[0].ledger.timeline[0]):
+        with pytest.raises(IndexError, match="folded out of the trace's window"):
+            bad()
+
+
+def test_within_the_window_the_lists_are_plain_lists():
+    cluster = tinynet_steps(Cluster(2), 3, 3)
+    t = cluster.trace
+    assert cluster.trace.keep_steps == _window.WINDOW == 1024
+    assert type(t.log) is list and type(t.calls) is list and type(t.events) is list
+    assert type(cluster.ranks[0].ledger.timeline) is list
+
+
+@pytest.mark.slow
+def test_the_default_window_folds_past_1024_steps():
+    cluster, whole = tinynet_steps(Cluster(2), 1030, 1), tinynet_steps(Cluster(2, keep_steps=None), 1030, 1)
+    assert cluster.trace.folded.calls > 0 and whole.trace.folded.calls == 0
+    assert len(cluster.trace.log) == len(whole.trace.log) and len(cluster.trace._log) < len(whole.trace.log) / 1.004
+    assert [repr(e) for e in cluster.trace.log[-50:]] == [repr(e) for e in whole.trace.log[-50:]]
+    assert byte_answers(cluster.trace, 2) == byte_answers(whole.trace, 2)

@@ -1,0 +1,96 @@
+"""How large and how fine a 16- or 8-bit operand is, read from its bits: the facts exact_matmul's proofs rest on.
+
+exact_matmul (_exact_matmul.py) proves that its float64 GEMM c = a @ b equals the exact sums s from two facts per
+row of a and per column of b: the largest magnitude, and a quantum q, a power of two every element is a whole
+multiple of (2**(e - p) for the smallest nonzero magnitude m·2**e, m in [0.5, 1), p the format's precision).
+
+Both come from the bits, not the widened values: for a finite value of a sign-magnitude format the magnitude bits
+(the sign bit cleared) order as the magnitudes do, so an integer max and an integer min of the nonzero bit patterns
+(0 - 1 wraps to the top, out of the way) find the largest and the smallest, in a quarter of the bytes of float64
+and a third of the passes (benchmarks/yardstick.py). NaN and inf sit above every finite pattern (bf16, fp16,
+fp8_e5m2: exponent all ones; fp8_e4m3fn: 0x7F is NaN), so a non-finite largest value says one came in: no facts
+(None), and the caller goes the long way, which handles them.
+
+`whole_bound_holds` is the cheapest proof, one bound for the whole product: every partial sum of every element is a
+whole multiple of q_a·q_b and at most K·max|a|·max|b|; below 2**52·q_a·q_b each is a float64 in any order the BLAS
+picks, so c = s everywhere (2**52, not 2**53: a factor of two to spare covers rounding the bound itself). It is the
+per-row-and-column bound of `_unsure` with Σ_k|a_ik| loosened to K·max|a| and the quanta taken over whole operands:
+weaker, so it fails where the finer proof may still pass (then that one runs), never the other way. For the small
+products of a small model it replaces about twenty NumPy calls (~45 µs) with five (~6 µs).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from zerosim.precision._formats import get_format
+
+_HEADROOM = 2.0**52
+_NARROW = frozenset(np.dtype(name) for name in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(dtype: np.dtype) -> tuple:
+    """(unsigned dtype of the same width, magnitude mask, value of every bit pattern (2**bits,) float64, precision)
+    for a 16- or 8-bit float dtype; built once per dtype (512 kB for a 16-bit one)."""
+    bits = dtype.itemsize * 8
+    uint = np.dtype(f"uint{bits}")
+    with np.errstate(invalid="ignore"):  # the NaN patterns widen to NaN
+        values = np.arange(2**bits, dtype=uint).view(dtype).astype(np.float64)  # (2**bits,) exact
+    return uint, (1 << (bits - 1)) - 1, values, get_format(dtype).precision
+
+
+def narrow_host(x) -> bool:
+    """True for a host NumPy array of a 16- or 8-bit float format (the only operands these facts are read from)."""
+    return type(x) is np.ndarray and x.dtype in _NARROW
+
+
+def extent(x) -> tuple[float, float] | None:
+    """(max|x|, q) over the whole of narrow host array x; None where x holds NaN or inf; (0.0, 1.0) if all zero."""
+    uint, mask, values, precision = _decoder(x.dtype)
+    magnitude = x.view(uint) & mask  # same-width view: any strides
+    largest = values[int(magnitude.max())]
+    if not math.isfinite(largest):
+        return None
+    if largest == 0.0:
+        return 0.0, 1.0
+    smallest = values[int((magnitude - 1).min()) + 1]  # zeros wrap to the top (uint arithmetic): skipped
+    return largest, math.ldexp(1.0, math.frexp(smallest)[1] - precision)
+
+
+def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(max|x|, q) along `axis` of narrow host array x, float64 arrays of x's shape without that axis (q = +inf
+    where every element is 0); None where x holds NaN or inf."""
+    return extents_along(x, (axis,))[0]
+
+
+def extents_along(x, axes: tuple) -> list:
+    """`extents(x, axis)` for each of `axes`, the magnitude bits read once for all of them."""
+    uint, mask, values, precision = _decoder(x.dtype)
+    magnitude = x.view(uint) & mask  # same-width view: any strides
+    wrapped = magnitude - 1  # zeros wrap to the top (uint arithmetic): a min skips them
+    found = []
+    for axis in axes:
+        largest = values[magnitude.max(axis=axis)]  # (...,) float64
+        if not np.isfinite(largest).all():
+            return [None] * len(axes)
+        smallest = values[wrapped.min(axis=axis) + 1]  # (...,) all-zero lines wrap back to pattern 0: 0.0
+        _, e = np.frexp(smallest)
+        found.append((largest, np.where(smallest > 0, np.ldexp(1.0, e - precision), np.inf)))
+    return found
+
+
+def whole_bound_holds(a, b, extent_of=extent) -> bool:
+    """True where every element of a (..., M, K) @ b (..., K, N) sums exactly in float64 in any order, shown by one
+    bound over each whole operand (narrow host arrays only: see `narrow_host`). False says nothing either way.
+    `extent_of`: `extent`, or a memo of it (_operand_cache.py)."""
+    ea = extent_of(a)
+    if ea is None:
+        return False
+    eb = extent_of(b)
+    if eb is None:
+        return False
+    return a.shape[-1] * ea[0] * eb[0] < _HEADROOM * ea[1] * eb[1]

@@ -1,0 +1,154 @@
+"""A large operand widened and measured once per content, not once per product: widen once per gather.
+
+In a ZeRO step every rank multiplies by the same gathered weights, in forward and again in backward (N = 8 ranks:
+16 products by each weight matrix). exact_matmul needs each operand widened to float64 and its facts by row or
+column (_extents.py); for a 1024 x 512 bf16 weight those cost ~0.3 ms a product, as much as the GEMM's rounding.
+This keeps them for the last few large operands it saw, keyed by content:
+
+    key      dtype, shape in memory order, and XXH3-64 of 512 elements spread over the matrix (~1 µs)
+    check    on a hit, the kept bits compared with the operand's, element for element (~20 µs for 1 MB): the key
+             says where to look, the comparison says it is the same matrix, so two matrices that agree on the
+             sample (or whose hashes collide) cost a recomputation, never a wrong bit
+    entry    the bits (for the check), the float64 copy (read-only), the facts per axis, computed when first asked
+
+A transposed view (the forward's W.T) shares the entry of the matrix it views, its axes swapped. Only 2-D operands
+of at least `_SMALLEST` elements are kept (below that, the hash and the check cost more than they save) and at most
+`_LARGEST` (a quarter of the budget: one embedding table must not hold hundreds of MB after its product), at most
+`_BUDGET_BYTES` in all, the least recently used dropped first. The cache is a pure memo: every answer is what
+computing it afresh gives (tests/test_exact_matmul_bound.py), and it holds no state a user sees. Threads (the
+cluster's `workers`) may share it: a lock guards the table; a value computed twice is the same value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import xxhash
+
+from zerosim.precision.arithmetic._extents import extent, extents, extents_along
+
+_BUDGET_BYTES = 64 << 20
+_SMALLEST = 1 << 15  # elements: a 256 x 128 matrix and up
+_LARGEST = (_BUDGET_BYTES // 4) // 10  # elements (bits and float64 copy: up to 10 bytes each): a quarter of the budget
+_SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit decides, the hash only points
+
+
+class _Entry:
+    """One matrix in memory (C) order: its bits (M, N) uint, its float64 copy (M, N), facts per axis on demand."""
+
+    __slots__ = ("bits", "wide", "facts")
+
+    def __init__(self, bits: np.ndarray, wide: np.ndarray):
+        self.bits, self.wide, self.facts = bits, wide, {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.bits.nbytes + self.wide.nbytes
+
+
+_entries: OrderedDict = OrderedDict()
+_SMALL_BYTES, _SMALL_ENTRIES = 1 << 14, 512  # `kept_extent`: operands of at most 16 kB, at most 8 MB in all
+_extents_kept: OrderedDict = OrderedDict()  # (dtype, xxh3-64) -> (bytes, extent)
+_lock = threading.Lock()
+
+
+def _entry(matrix: np.ndarray) -> _Entry:
+    """The entry for C-ordered narrow `matrix`, made (and the oldest dropped) when it is not kept yet."""
+    bits = matrix.view(f"uint{matrix.dtype.itemsize * 8}")  # (M, N)
+    sample = bits.reshape(-1)[:: max(1, bits.size // _SAMPLE)]  # (~_SAMPLE,) spread over the whole matrix
+    key = (matrix.dtype, matrix.shape, xxhash.xxh3_64_intdigest(sample.tobytes()))
+    with _lock:
+        entry = _entries.get(key)
+        if entry is not None:
+            _entries.move_to_end(key)
+    if entry is not None and _same(entry.bits, bits):
+        return entry
+    wide = matrix.astype(np.float64)  # (M, N) exact
+    wide.flags.writeable = False
+    entry = _Entry(bits.copy(), wide)
+    with _lock:
+        _entries[key] = entry
+        total = sum(e.nbytes for e in _entries.values())
+        while total > _BUDGET_BYTES and len(_entries) > 1:
+            total -= _entries.popitem(last=False)[1].nbytes
+    return entry
+
+
+def _same(kept: np.ndarray, bits: np.ndarray) -> bool:
+    """Every bit of C-ordered `bits` equal to `kept`'s (same shape and dtype), compared 8 bytes at a time."""
+    if bits.nbytes % 8 == 0:
+        kept, bits = kept.reshape(-1).view(np.uint64), bits.reshape(-1).view(np.uint64)
+    return bool((kept == bits).all())
+
+
+class Operand:
+    """A narrow host operand x with its float64 copy and its facts by axis, each computed at most once: kept across
+    products (`operand`) for a large 2-D one, for this product only otherwise."""
+
+    __slots__ = ("x", "_entry", "_transposed", "_wide", "_facts")
+
+    def __init__(self, x, entry: _Entry | None = None, transposed: bool = False):
+        self.x, self._entry, self._transposed, self._wide, self._facts = x, entry, transposed, None, {}
+
+    @property
+    def wide(self) -> np.ndarray:
+        """x as float64, exactly (read-only where kept)."""
+        if self._entry is not None:
+            return self._entry.wide.T if self._transposed else self._entry.wide
+        if self._wide is None:
+            self._wide = self.x.astype(np.float64)
+        return self._wide
+
+    def facts(self, axis: int):
+        """`extents(x, axis)`: max|x| and q along `axis` (negative: from the end), or None for NaN or inf."""
+        if self._entry is None:
+            if axis not in self._facts:
+                self._facts[axis] = extents(self.x, axis)
+            return self._facts[axis]
+        own = axis % 2
+        own = 1 - own if self._transposed else own  # W.T's columns are W's rows
+        kept = self._entry.facts
+        if own not in kept:  # both axes at once: a kept matrix is read by rows and by columns (W.T, W; dy, dy.T)
+            kept.update(enumerate(extents_along(self._entry.bits.view(self.x.dtype), (0, 1))))
+        return kept[own]
+
+
+def operand(x) -> Operand:
+    """x (a narrow host array) ready for exact_matmul: its entry shared with every equal operand before it where
+    x is large and 2-D."""
+    if (x.ndim == 2 and _SMALLEST <= x.size <= _LARGEST and (x.flags.c_contiguous or x.flags.f_contiguous)):
+        transposed = not x.flags.c_contiguous
+        return Operand(x, _entry(x.T if transposed else x), transposed)
+    return Operand(x)
+
+
+def kept_extent(x):
+    """`extent(x)` (max|x| and q over the whole of a narrow host array), remembered by content for small operands:
+    a ZeRO step asks it of each rank's gathered weights twice and of each activation and gradient twice (x in
+    forward and in dW, dy in dx and dW), at ~8 µs a time against ~2 µs for a look-up. Keyed by XXH3-64 of the
+    bytes in memory order (a transposed view hashes as the matrix it views: the extent ignores the order), and on
+    a hit the bytes themselves are compared, so a collision costs a recomputation, never a wrong answer."""
+    if x.ndim == 2 and not x.flags.c_contiguous and x.flags.f_contiguous:
+        x = x.T
+    if not x.flags.c_contiguous or x.nbytes > _SMALL_BYTES:
+        return extent(x)
+    key = (x.dtype, xxhash.xxh3_64_intdigest(x))
+    data = x.tobytes()
+    kept = _extents_kept.get(key)
+    if kept is not None and kept[0] == data:
+        return kept[1]
+    value = extent(x)
+    with _lock:
+        _extents_kept[key] = (data, value)
+        if len(_extents_kept) > _SMALL_ENTRIES:
+            _extents_kept.popitem(last=False)
+    return value
+
+
+def clear() -> None:
+    """Forget every kept operand (tests; a caller that wants the memory back)."""
+    with _lock:
+        _entries.clear()
+        _extents_kept.clear()
