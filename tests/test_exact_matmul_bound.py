@@ -75,10 +75,11 @@ def test_batched_products_settle_their_few_unsure_elements_too():
             assert np.array_equal(bits(got[i, h]), bits(reference(a[i, h], b[h])))
 
 
-def test_a_training_step_in_bf16_takes_the_shortcut_for_every_product(monkeypatch):
-    # a ZeRO-3 step of a bf16 MLP on 2 ranks: every product (forward, dx, dW) is proved from its operands' bits,
-    # with at most one element in 16 settled one by one, so none goes the long way; and the step still equals the
-    # oracle bit for bit
+def test_a_training_step_in_bf16_proves_every_product_from_bits_or_sends_a_small_one_the_long_way(monkeypatch):
+    # a ZeRO-3 step of a bf16 MLP on 2 ranks: every large product (forward, dx, dW of the first two layers) is proved
+    # from its operands' bits, at most one element in 16 settled one by one, none the long way; a small one (the
+    # last layer's) by one bound over each whole operand where it holds, else the long way (its second GEMM costs
+    # less than facts by rows and columns); and the step still equals the oracle bit for bit
     from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
     from zerosim.models import make_regression
 
@@ -86,7 +87,8 @@ def test_a_training_step_in_bf16_takes_the_shortcut_for_every_product(monkeypatc
 
     def counted(a, b):
         out = narrow_product(a, b)
-        taken.append(out is not None)
+        small = a.size + b.size < _exact_matmul._WHOLE_FIRST
+        taken.append((small, small and _extents.whole_bound_holds(a, b), out is not None))
         return out
 
     monkeypatch.setattr(_exact_matmul, "_narrow_product", counted)
@@ -99,7 +101,11 @@ def test_a_training_step_in_bf16_takes_the_shortcut_for_every_product(monkeypatc
     for _ in range(2):
         engine.step(batches)
         oracle.step(batches)
-    assert len(taken) >= 2 * 2 * 3 * 3 and all(taken)
+    large = [proved for small, _, proved in taken if not small]
+    small = [(whole, proved) for is_small, whole, proved in taken if is_small]
+    assert len(large) >= 2 * 2 * 3 * 2 and all(large)
+    assert len(small) >= 2 * 2 * 3 and all(whole == proved for whole, proved in small)
+    assert any(whole for whole, _ in small)
     assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
 
 

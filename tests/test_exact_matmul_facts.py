@@ -88,6 +88,20 @@ def test_the_whole_bound_holds_only_where_the_float64_product_is_exact(name, m, 
     assert _exact_matmul._unsure(rows, facts_b[0] / facts_b[1]) is None
 
 
+def test_the_long_ways_floor_certifies_partial_sums_below_2_53_whole_quanta_and_no_more():
+    # a's smallest nonzero |value| is 0.375 = 0.75·2**-1 and b's 96 = 0.75·2**7: bf16 keeps 8 significant bits, so
+    # the whole quanta are 2**(-1 - 8) and 2**(7 - 8), found here from the values by hand; a suspect's partial sums
+    # (at most `bound`) are float64s below 2**53 of their product
+    a = np.array([[0.375, -3.0], [0.0, 1024.0]], ml_dtypes.bfloat16)
+    b = np.array([[96.0, 0.0], [-160.0, 2.0**20]], ml_dtypes.bfloat16)
+    line = 2.0**-9 * 2.0**-1 * 2.0**53
+    below, at = np.array([0.0, line * (1 - 2.0**-52)]), np.array([0.0, line])
+    assert _exact_matmul._exact_by_whole_quanta(a, b, below)
+    assert not _exact_matmul._exact_by_whole_quanta(a, b, at)
+    a[0, 0] = np.inf  # no facts: never certified here (the per-row quanta decide)
+    assert not _exact_matmul._exact_by_whole_quanta(a, b, below)
+
+
 def test_the_whole_bound_refuses_a_row_whose_float64_sum_is_wrong():
     # 2**60 + 2**36 + 1: a float64 sum loses the 1 in any order (test_exact_matmul_bound's row)
     row, ones = np.array([[2.0**60, 2.0**36, 1.0]]).astype(ml_dtypes.bfloat16), np.ones((3, 1), ml_dtypes.bfloat16)
@@ -95,20 +109,39 @@ def test_the_whole_bound_refuses_a_row_whose_float64_sum_is_wrong():
     assert exact_matmul(row, ones)[0, 0] == np.float32(2.0**60 + 2.0**37)
 
 
-@given(m=st.integers(1, 30), n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60))
-def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top):
+@given(m=st.integers(1, 30), n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60),
+       limit=st.one_of(st.none(), st.integers(0, 120)))
+def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top, limit):
     # rows and columns as _shortcut makes them (Σ|a|/q and max|b|/q: >= 0, zeros for all-zero lines, inf where a
-    # sum overflows), around the 2**52 line
+    # sum overflows), around the 2**52 line; past a limit both say MANY, at or under it both list the elements
     rng = np.random.default_rng(seed)
     rows, columns = 2.0 ** rng.uniform(0, top, m), 2.0 ** rng.uniform(0, top, n)
     rows[rng.random(m) < 0.1], columns[rng.random(n) < 0.1] = 0.0, 0.0
     rows[rng.random(m) < 0.05] = np.inf
     with np.errstate(invalid="ignore"):  # inf·0 in the mask: NaN, unsure
-        naive, clever = _exact_matmul._unsure(rows, columns), _exact_matmul._unsure_sorted(rows, columns)
+        naive, clever = _exact_matmul._unsure(rows, columns, limit), _exact_matmul._unsure_sorted(rows, columns, limit)
+        every = _exact_matmul._unsure(rows, columns)  # no limit: every unsure element, never MANY
     as_set = (lambda where: set() if where is None else set(zip(where[0].tolist(), where[1].tolist())))
-    assert as_set(naive) == as_set(clever)
+    assert every is not _exact_matmul.MANY
+    if limit is not None and len(as_set(every)) > limit:
+        assert naive is clever is _exact_matmul.MANY
+        return
+    assert as_set(naive) == as_set(clever) == as_set(every)
     if clever is not None:
         assert len(clever[0]) == len(as_set(clever))  # no element twice
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["more rows", "more columns"])
+def test_a_limit_of_exactly_the_unsure_count_lists_them_one_less_says_many(swap):
+    # rows_0·columns_j = 2**60 >= 2**52 for j = 0, 1; every other pair is 2**30 or less: two unsure elements
+    rows, columns = np.array([2.0**30, 1.0]), np.array([2.0**30, 2.0**30, 1.0, 4.0])
+    if swap:
+        rows, columns = columns, rows
+    for unsure in (_exact_matmul._unsure, _exact_matmul._unsure_sorted):
+        assert unsure(rows, columns, 1) is _exact_matmul.MANY
+        found = unsure(rows, columns, 2)
+        pairs = sorted(zip(found[0].tolist(), found[1].tolist()))
+        assert pairs == ([(0, 0), (1, 0)] if swap else [(0, 0), (0, 1)])
 
 
 @pytest.fixture

@@ -27,10 +27,13 @@ of 300 random fp32 products (benchmarks/portable_numbers.py); MKL, Accelerate an
 
 Shortcuts before steps 1-3, on the host for 16- and 8-bit inputs (`_narrow_product`): the exactness condition of
 step 1 shown for every element at once, from facts read off the operands' bits (_extents.py: the largest magnitude
-and the quantum), no second GEMM. For a small product, one bound over each whole operand first; else a bound by rows
-and columns (Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one
-in 16, found by a sorted search, `_unsure_sorted`) are settled one by one (`_settle`), past that the whole product
-goes the long way. A large operand's float64 copy and facts are kept across products (_operand_cache.py: the ranks of
+and the quantum), no second GEMM. A small product: one bound over each whole operand, else the long way (for a few
+thousand elements its second GEMM costs less than facts by rows and columns), where the whole operands' quanta
+settle most suspects before any per-row pass (`_exact_by_whole_quanta`). A larger one: a bound by rows and columns
+(Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16,
+found by a sorted search, `_unsure_sorted`, counted before they are listed) are settled one by one (`_settle`), past
+that the whole product goes the long way. fp32 products skip the bound by rows and columns: 48 significant bits
+leave it no room. A large operand's float64 copy and facts are kept across products (_operand_cache.py: the ranks of
 a ZeRO step multiply by the same gathered weights). The same bits on every path (tests/test_exact_matmul_bound.py,
 tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
@@ -58,6 +61,10 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 _ERROR_PER_TERM = 2.0**-52
 _WHOLE_FIRST = 1 << 14  # elements of a and b together: below this, one bound over the whole is tried first
 _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (float32's largest is below 2**128)
+# binades of spread (a row's largest over its smallest nonzero, times a column's) below which data rarely comes: the
+# bound by rows and columns is tried only where it leaves that much room (fp32 x fp32: never; its failed attempt
+# cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
+_SPAN_FOR_REAL_DATA = 4
 
 
 def exact_matmul(a, b):
@@ -68,7 +75,8 @@ def exact_matmul(a, b):
     are exact in float64). Meta arrays (no values) give the product's float32 shape; float64 inputs the machine's
     float64 product.
     """
-    if narrow_host(a) and narrow_host(b):  # first: plain host arrays of 16- or 8-bit formats, what models multiply
+    tried = narrow_host(a) and narrow_host(b)  # plain host arrays of 16- or 8-bit formats, what models multiply
+    if tried:
         out = _narrow_product(a, b)
         if out is not None:
             return out
@@ -84,8 +92,9 @@ def exact_matmul(a, b):
     c += 0.0
     k = a64.shape[-1]
     precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
-    # on the host (a device's arrays go the long way), and where a bound by rows and columns can pass (not fp32)
-    if ns.is_numpy and precision_a + precision_b + k.bit_length() - 4 < 53:
+    # on the host (a device's arrays go the long way), where a bound by rows and columns can pass, and not tried
+    # already (`_narrow_product` ran the same bound from the same facts, read off the bits, or found NaN or inf)
+    if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA < 53:
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN, inf, float32's overflow: as below
             facts_a = (None, _quantum(np.abs(a64), precision_a, axis=-1))
             out = _shortcut(c, a64, facts_a, b64, _float_extents(b64, precision_b, axis=-2), ns)
@@ -103,21 +112,34 @@ def exact_matmul(a, b):
     batch = c.shape[:-2]
     where = ns.to_host(suspects).nonzero()  # (..., i, j) index arrays of the suspects
     *lead, i, j = where
-    q_a = np.broadcast_to(ns.to_host(_quantum(np.abs(a64), precision_a, axis=-1)), batch + a64.shape[-2:-1])
-    q_b = np.broadcast_to(ns.to_host(_quantum(np.abs(b64), precision_b, axis=-2)), batch + b64.shape[-1:])
     with np.errstate(invalid="ignore", over="ignore"):
-        q = q_a[(*lead, i)] * q_b[(*lead, j)]  # (suspects,)
-        exact = ns.to_host(size)[where] * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
+        bound = ns.to_host(size)[where] * (1 + (k + 2) * _ERROR_PER_TERM)  # (suspects,) >= every partial sum
+        if tried and _exact_by_whole_quanta(a, b, bound):  # most 16-bit products: no pass over a or b
+            return out
+        q_a = np.broadcast_to(ns.to_host(_quantum(np.abs(a64), precision_a, axis=-1)), batch + a64.shape[-2:-1])
+        q_b = np.broadcast_to(ns.to_host(_quantum(np.abs(b64), precision_b, axis=-2)), batch + b64.shape[-1:])
+        exact = bound < q_a[(*lead, i)] * q_b[(*lead, j)] * 2.0**53  # (suspects,)
     if exact.all():
         return out
     return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
+
+
+def _exact_by_whole_quanta(a, b, bound) -> bool:
+    """True if every suspect's partial sums (each at most `bound`) are whole multiples of the whole operands'
+    quanta q_a·q_b (<= each row's q_i times each column's q_j) below 2**53·q_a·q_b: float64s, so c = s there.
+    Narrow host a and b: the quanta are the whole bound's, remembered (`kept_extent`), so this costs no pass."""
+    ea = kept_extent(a)
+    eb = None if ea is None else kept_extent(b)
+    return eb is not None and bool((bound < ea[1] * eb[1] * 2.0**53).all())
 
 
 def _narrow_product(a, b):
     """exact_matmul of two host arrays of 16- or 8-bit formats, proved from their bits (_extents.py), a large
     operand's float64 copy and facts kept across products (_operand_cache.py); None where NaN or inf came in or
     more than one element in 16 is unsure (the long way then)."""
-    if a.size + b.size < _WHOLE_FIRST and whole_bound_holds(a, b, kept_extent):  # c = s everywhere: round once
+    if a.size + b.size < _WHOLE_FIRST:  # small: one bound over each whole operand, else the long way
+        if not whole_bound_holds(a, b, kept_extent):
+            return None  # its second GEMM costs less than facts by rows and columns (notebook 11: 100 µs vs 150)
         c = a.astype(np.float64) @ b.astype(np.float64)
         c += 0.0  # -0 becomes +0, as below
         return c.astype(np.float32)
@@ -138,10 +160,11 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
     rows = sums / facts_a[1]  # (..., M)
     columns = facts_b[0] / facts_b[1]  # (..., N) max_k |b_kj| / q_j
-    where = (_unsure_sorted if rows.ndim == 1 else _unsure)(rows, columns)  # the same elements (a test says so)
-    count = 0 if where is None else len(where[0])
-    if count and count > c.size // 16:
+    limit = c.size // 16
+    where = (_unsure_sorted if rows.ndim == 1 else _unsure)(rows, columns, limit)  # the same (a test says so)
+    if where is MANY:
         return None
+    count = 0 if where is None else len(where[0])
     out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
     if count:
         batch, m, n = c.shape[:-2], c.shape[-2], c.shape[-1]
@@ -162,7 +185,10 @@ def _float_extents(x64, precision: int, axis: int) -> tuple:
     return magnitude.max(axis=axis), _quantum(magnitude, precision, axis=axis)
 
 
-def _unsure(rows, columns):
+MANY = "more unsure elements than the limit"  # what `_unsure` and `_unsure_sorted` say instead of listing them
+
+
+def _unsure(rows, columns, limit=None):
     """Index arrays (..., i, j) of the elements, or None where there are none, where a bound by rows and columns
     cannot show that every partial sum of the element's K products is a float64. Every a_ik of row i is a whole
     multiple of q_i (`_quantum`), every b_kj of column j of q_j, so every product and partial sum of element (i, j)
@@ -170,31 +196,36 @@ def _unsure(rows, columns):
     float64, in any order, and c = s there. `rows` holds Σ_k |a_ik| / q_i, `columns` max_k |b_kj| / q_j; compared
     with 2**52: a factor of two to spare covers the rounding of the sum and of the products below. A few passes over
     a and b, where step 1's bound costs a second GEMM and a dozen passes over c. NaN or inf: unsure. The naive twin
-    of `_unsure_sorted`, and the way for batched products."""
+    of `_unsure_sorted`, and the way for batched products. `MANY` where there are more than `limit` (if given)."""
     if rows.size and columns.size and rows.max() * columns.max() < 2.0**52:  # the largest pair holds: every pair
         return None
-    return (~(rows[..., :, None] * columns[..., None, :] < 2.0**52)).nonzero()
+    unsure = ~(rows[..., :, None] * columns[..., None, :] < 2.0**52)
+    if limit is not None and np.count_nonzero(unsure) > limit:
+        return MANY
+    return unsure.nonzero()
 
 
-def _unsure_sorted(rows, columns):
+def _unsure_sorted(rows, columns, limit=None):
     """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask: with the shorter side sorted,
     each line of the longer side is unsure against a tail of it (rows_i·columns_j >= 2**52 where columns_j >=
     2**52 / rows_i, and the same with the roles swapped), found by a binary search. O((M + N) log min(M, N) +
     unsure) where the mask costs three passes over M·N. Which elements, not their order, is what matters: the
-    caller settles each on its own. NaN (only from NaN or inf inputs): the mask."""
+    caller settles each on its own. NaN (only from NaN or inf inputs): the mask. `MANY` past `limit`, counted
+    before a single index is made."""
     if not (rows.size and columns.size) or rows.max() * columns.max() < 2.0**52:
         return None
     if np.isnan(rows).any() or np.isnan(columns).any():
-        return _unsure(rows, columns)
+        return _unsure(rows, columns, limit)
     if len(rows) >= len(columns):
-        return _tails(rows, columns)
-    found = _tails(columns, rows)  # sort the rows, search for each column
-    return None if found is None else (found[1], found[0])
+        return _tails(rows, columns, limit)
+    found = _tails(columns, rows, limit)  # sort the rows, search for each column
+    return found if found is None or found is MANY else (found[1], found[0])
 
 
-def _tails(long, short):
+def _tails(long, short, limit=None):
     """Index arrays (l, s) of the pairs with long_l·short_s >= 2**52 (but for rounding, which the factor of two
-    to spare covers), `short` sorted once and each of `long`'s lines searched in it."""
+    to spare covers), `short` sorted once and each of `long`'s lines searched in it; None if none, `MANY` if more
+    than `limit`."""
     order = np.argsort(short, kind="stable")  # (S,)
     with np.errstate(divide="ignore", over="ignore"):
         limits = 2.0**52 / long  # (L,) a `short` value at or above it pairs unsure
@@ -203,6 +234,8 @@ def _tails(long, short):
     total = int(counts.sum())
     if total == 0:
         return None
+    if limit is not None and total > limit:
+        return MANY
     l_index = np.repeat(np.arange(len(long)), counts)  # (total,)
     first = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # each pair's offset into its line's tail
     return l_index, order[first + np.arange(total)]
