@@ -475,11 +475,13 @@ def test_the_chunk_order_shortcut_gives_the_rings_bits(n, length, dtype, op, une
         assert hop.trace.bytes_sent(r) == call.trace.bytes_sent(r)
 
 
-@given(n=st.integers(1, 9), length=st.integers(0, 40), dtype=st.sampled_from(["fp32", "fp16", "bf16"]),
-       op=st.sampled_from(["sum", "max", "avg_premul"]), seed=st.integers(0, 2**16))
+@given(n=st.integers(1, 9), length=st.integers(0, 40),
+       dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]),
+       op=st.sampled_from(["sum", "max", "avg", "avg_predivide", "avg_premul"]), seed=st.integers(0, 2**16))
 def test_the_native_ring_order_twin_gives_the_exact_twins_bits(n, length, dtype, op, seed):
     # naive_reduce(order="ring-native") adds with NumPy in the wire dtype (the oracle's fast mode, a speed
-    # yardstick); order="ring" forms each add exactly in float64 and rounds once: the same bits.
+    # yardstick, and recipe_average's way); order="ring" forms each add exactly in float64 and rounds once: the same
+    # bits (an fp32, fp16 or bf16 add rounds its exact sum once; fp8 sums saturate on both paths).
     rng = np.random.default_rng(seed)
     xs = [cast(row, dtype) for row in rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))]
     a, b = naive_reduce(xs, op=op, order="ring"), naive_reduce(xs, op=op, order="ring-native")
