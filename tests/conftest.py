@@ -94,7 +94,7 @@ def xdist_scope(nodeid: str) -> str:
     return nodeid
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: without pytest-xdist the hook does not exist
 def pytest_xdist_make_scheduler(config, log):
     """`pytest -n N` (--dist load, xdist's default): xdist's scope scheduler over the units of xdist_scope."""
     if config.getvalue("dist") != "load":
