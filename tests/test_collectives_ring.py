@@ -486,3 +486,41 @@ def test_the_native_ring_order_twin_gives_the_exact_twins_bits(n, length, dtype,
     xs = [cast(row, dtype) for row in rng.standard_normal((n, length)) * 2.0 ** rng.integers(-6, 7, (n, length))]
     a, b = naive_reduce(xs, op=op, order="ring"), naive_reduce(xs, op=op, order="ring-native")
     assert a.dtype == b.dtype and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+
+
+@given(n=st.integers(3, 9), data=st.data(), dtype=st.sampled_from(["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]),
+       op=st.sampled_from(["sum", "max", "avg_premul"]), with_out=st.booleans(), seed=st.integers(0, 2**16))
+def test_adding_a_ring_step_at_a_time_gives_the_chunk_by_chunk_bits(n, data, dtype, op, with_out, seed):
+    # _fast.py's two ways to add up a reduce-scatter: one add per chunk per step (the naive twin) and one add per ring
+    # step over every chunk (small chunks). Any chunk map (empty chunks, uneven sizes, gaps), any ring order (a
+    # group's), into fresh arrays or the caller's `out`: the same bits, and each result its own array
+    from zerosim.collectives import _fast as fast
+    from zerosim.collectives import get_op
+    from zerosim.precision import get_format
+
+    rng = np.random.default_rng(seed)
+    sizes = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    gaps = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    bounds, at = [], 0
+    for size, gap in zip(sizes, gaps):
+        at += gap
+        bounds.append((at, at + size))
+        at += size
+    length = at + data.draw(st.integers(0, 3))
+    ring = tuple(rng.permutation(n).tolist())
+    wire = get_format(dtype)
+    staged = [cast(rng.standard_normal(length) * 2.0 ** rng.integers(-6, 7, length), dtype) for _ in range(n)]
+    combine = get_op(op).combiner(wire)
+    results = {}
+    for how in (fast._by_chunk, fast._by_step):
+        out = [np.full(b - a, np.nan).astype(wire.dtype) for a, b in (bounds[ring.index(r)] for r in range(n))] \
+            if with_out else None
+        got = [None] * n
+        how(Cluster(n).backend.xp, combine, staged, ring, bounds, wire, out, got)
+        results[how.__name__] = got
+        if with_out:
+            assert all(g is o for g, o in zip(got, out))
+    for a, b in zip(results["_by_chunk"], results["_by_step"]):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    views = [g for g in results["_by_step"] if g.size]
+    assert all(g.base is None or g.base is not views[0].base for g in views[1:])  # no result shares another's memory
