@@ -59,6 +59,7 @@ class KernelTimes:
         if fp8_gemms and hardware.device.fp8 is None:
             raise ValueError(f"{hardware.device.name} has no fp8 tensor cores: fp8 GEMMs need an H100 or H200")
         self._cache = {}
+        self._seconds = {}  # (layer, kind) -> seconds of a unit with shapes: its work and the rates are fixed
 
     def describe(self) -> str:
         return self.efficiency.describe() + (", fp8 GEMMs in the blocks" if self.fp8 else "")
@@ -105,14 +106,16 @@ class KernelTimes:
             return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * r.gemm,
                                 dev.hbm * r.hbm) / self.efficiency.framework
         if w is None:  # counts only: all of it GEMM work
-            seconds = ev.flops / (dev.rate(self.hw.compute) * r.gemm)
-        else:
+            return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework
+        key = (ev.layer, ev.kind)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
+        if key not in self._seconds:  # (a 70B plan times ~12,000 computes of ~100 GEMMs each, 160 distinct)
             fmt_peak, fmt_eff = (dev.fp8, r.gemm_fp8) if w.fp8 else (dev.rate(self.hw.compute), r.gemm)
             peak16 = dev.rate(self.hw.compute)
             seconds = sum(2.0 * m * n * k / (fmt_peak * fmt_eff * wave_efficiency(m, n, r.sms)) for m, n, k in w.gemms)
             seconds += w.attention_fwd / (peak16 * r.attention_fwd) + w.attention_bwd / (peak16 * r.attention_bwd)
             seconds += w.memory / (dev.hbm * r.hbm)
-        return seconds / self.efficiency.framework
+            self._seconds[key] = seconds / self.efficiency.framework
+        return self._seconds[key]
 
     def optimizer(self, elements: int, states: int, grad_bytes: int, param_bytes: int) -> float:
         """Seconds of one optimizer step over `elements` (memory-bound)."""
