@@ -28,7 +28,7 @@ import numpy as np
 from zerosim.cluster import Groups
 
 _SMALL_CHUNK = 2048  # elements: a mean chunk at most this size is added a ring step at a time (`_by_step`)
-_MOST_TERMS = 1 << 21  # N × elements at most for `_by_step`: its (N, E) index and addends stay a few MB
+_MOST_TERMS = 1 << 20  # N × elements at most for `_by_step`: its (N, E) index (int32: 4 MB) and addends
 
 
 def _members(cluster, group) -> tuple:
@@ -114,11 +114,11 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
             results[ring[c]] = piece.copy()  # its own array, as `_by_chunk` gives
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)  # at most 32 × 4 MB: a ZeRO step's distinct layer windows, kept across steps
 def _addends(n: int, length: int, bounds: tuple) -> tuple:
-    """(index (N, E) int64 into the (N, L) stacked inputs: row k holds, for every element e of a non-empty chunk c,
-    the flat position of its addend from ring position (c + k) mod N; {c: chunk c's offset in E}). Made once per
-    ring size, input length and chunk map (a ZeRO step reduces the same layer windows every step)."""
+    """(index (N, E) into the (N, L) stacked inputs, int32 where N·L allows: row k holds, for every element e of a
+    non-empty chunk c, the flat position of its addend from ring position (c + k) mod N; {c: chunk c's offset in E}).
+    Made once per ring size, input length and chunk map (a ZeRO step reduces the same layer windows every step)."""
     spans, offset, pieces, owners = {}, 0, [], []
     for c, (a, b) in enumerate(bounds):
         if b > a:
@@ -129,6 +129,8 @@ def _addends(n: int, length: int, bounds: tuple) -> tuple:
     elements = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)  # (E,) each element's place
     chunk = np.concatenate(owners) if owners else np.zeros(0, np.int64)  # (E,) and its chunk
     index = ((chunk + np.arange(n)[:, None]) % n) * length + elements  # (N, E)
+    if n * length < 2**31:
+        index = index.astype(np.int32)
     index.flags.writeable = False
     return index, spans
 
