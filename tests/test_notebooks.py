@@ -225,6 +225,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
     ],
 }
 _executed = {}
+_started = {}  # path -> Future of its run, for the notebooks `start` set running ahead of their tests
 
 
 def executed(path):
@@ -233,15 +234,39 @@ def executed(path):
         pytest.importorskip(NEEDS[path.name], reason=f"{path.name} needs {NEEDS[path.name]} (pip install -e "
                             "'.[parity]'); its cells say so and show the commands when it is missing")
     if path not in _executed:
-        nb = nbformat.read(path, as_version=4)
-        # the explorers show their drawn figure, not live widgets (zerosim/explore/_front_end.py: jupyter/nbclient#312)
-        os.environ[STATIC] = "1"
-        client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
-            nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-        )
-        client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
-        _executed[path] = nb
+        running = _started.pop(path, None)
+        _executed[path] = running.result() if running is not None else run(path)  # an error re-raised here
     return _executed[path]
+
+
+def run(path):
+    """Every cell of the notebook at `path`, executed in a fresh Jupyter kernel; the notebook with its outputs."""
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
+        nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
+    return nb
+
+
+def start(paths) -> None:
+    """Run the notebooks at `paths` ahead of their tests, as many at once as the machine has cores (their kernels
+    are processes of their own): a session without pytest-xdist that runs several notebooks, such as `pytest -m
+    pinned` (three notebooks: 26 s one after another on two cores, 14 s side by side), waits for the longest instead
+    of the sum. tests/conftest.py calls it once the session's tests are known; `executed` waits for each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1)),
+                              thread_name_prefix="notebook")
+    for path in paths:
+        if path.name not in NEEDS and path not in _executed and path not in _started:
+            _started[path] = pool.submit(run, path)
+    pool.shutdown(wait=False)  # the runs go on; the pool takes no more
+
+
+# the explorers show their drawn figure, not live widgets (zerosim/explore/_front_end.py: jupyter/nbclient#312); set
+# before any kernel starts, so every kernel, run ahead or not, inherits it
+os.environ[STATIC] = "1"
 
 
 def test_there_are_notebooks():
