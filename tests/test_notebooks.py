@@ -250,13 +250,14 @@ def run(path):
 
 
 def start(paths) -> None:
-    """Run the notebooks at `paths` ahead of their tests, as many at once as the machine has cores (their kernels
-    are processes of their own): a session without pytest-xdist that runs several notebooks, such as `pytest -m
-    pinned` (three notebooks: 26 s one after another on two cores, 14 s side by side), waits for the longest instead
-    of the sum. tests/conftest.py calls it once the session's tests are known; `executed` waits for each."""
+    """Run the notebooks at `paths` ahead of their tests, up to twice as many at once as the machine has cores (their
+    kernels are processes of their own, and with one per core the last notebook ran on a core while the other idled):
+    a session without pytest-xdist that runs several notebooks, such as `pytest -m pinned` (three notebooks, 26 s one
+    after another on two cores), waits for about half the sum. tests/conftest.py calls it once the session's tests
+    are known; `executed` waits for each."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1)),
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(paths), 2 * (os.cpu_count() or 1))),
                               thread_name_prefix="notebook")
     for path in paths:
         if path.name not in NEEDS and path not in _executed and path not in _started:
