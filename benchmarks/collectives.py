@@ -8,6 +8,12 @@ order, and its axis-0 loop over 16-bit types is slow: it would flatter the ring.
 
     python benchmarks/collectives.py                  # the table benchmarks/README.md quotes
     python benchmarks/collectives.py --quick          # a smaller sweep
+    python benchmarks/collectives.py --windows        # small chunks: one add per ring step ÷ one add per chunk
+
+--windows times the two ways collectives/_fast.py adds up a reduce-scatter on the ZeRO-3 layer windows of
+benchmarks/yardstick.py's small case (MLP 32-96-64-16 on 64 ranks, bf16: 69 non-empty chunks of up to 163
+elements): `_by_step` (what it now does for small chunks) against `_by_chunk` (its naive twin, what it did), in
+turns, the bits checked equal.
 
 Measured in turns (ring, yardstick, yardstick, ring, ...: who goes first alternates), median of --repeats,
 BLAS on one thread, one summary trace event per rank and call (`trace="call"`: per-hop events are for teaching
@@ -71,11 +77,50 @@ def measure(dtype, n: int, elements: int, repeats: int, trace: str = "call") -> 
     return statistics.median(times[ring]), statistics.median(times[chunk_order_sum])
 
 
+def windows(repeats: int) -> None:
+    """The --windows table: `_by_step` ÷ `_by_chunk` on the yardstick's three ZeRO-3 windows (see the docstring)."""
+    from zerosim.collectives import _fast as fast
+    from zerosim.collectives import get_op
+    from zerosim.precision import cast, get_format
+
+    widths, n = [32, 96, 64, 16], 64
+    sizes = [i * o + o for i, o in zip(widths[:-1], widths[1:])]  # each Linear's [W, b]: its window
+    shard = -(-sum(sizes) // n)
+    wire, ns, ring = get_format("bf16"), Cluster(n).backend.xp, tuple(range(n))
+    combine, rng = get_op("sum").combiner(wire), np.random.default_rng(0)
+    print(f"reduce-scatter of one ZeRO-3 window on {n} ranks, bf16: one add per ring step (_by_step) ÷ one add per "
+          f"chunk (_by_chunk), median of {repeats} in turns")
+    start = 0
+    for size in sizes:
+        bounds = [(min(max(start, c * shard), start + size) - start, min(max(start, (c + 1) * shard), start + size)
+                   - start) for c in range(n)]  # rank c's piece of the window (empty outside its shard)
+        staged = [cast(rng.standard_normal(size), wire) for _ in range(n)]
+        got, times = {}, {fast._by_chunk: [], fast._by_step: []}
+        for r in range(repeats + 1):  # the first round warms up (the index cache, first touches)
+            for how in (fast._by_chunk, fast._by_step)[:: 1 if r % 2 else -1]:
+                results = [None] * n
+                t0 = time.process_time()
+                how(ns, combine, staged, ring, bounds, wire, None, results)
+                if r:
+                    times[how].append(time.process_time() - t0)
+                got[how] = b"".join(x.tobytes() for x in results)
+        assert got[fast._by_chunk] == got[fast._by_step], "the two ways gave different bits"
+        chunk, step = (statistics.median(times[h]) for h in (fast._by_chunk, fast._by_step))
+        chunks = sum(1 for a, b in bounds if b > a)
+        print(f"  window of {size:>5,} elements, {chunks:>2} chunks: by chunk {chunk * 1e3:6.2f} ms, by step "
+              f"{step * 1e3:6.2f} ms, ratio {step / chunk:.2f}")
+        start += size
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per cell; the median counts (default 5)")
     parser.add_argument("--quick", action="store_true", help="N = 2, 8, 64 and one dtype at 2**22 (a few seconds)")
+    parser.add_argument("--windows", action="store_true", help="only the small-chunk table (see the docstring)")
     args = parser.parse_args(argv)
+    if args.windows:
+        windows(args.repeats)
+        return 0
     worlds = (2, 8, 64) if args.quick else (2, 4, 8, 16, 32, 64)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     print(f"ring reduce-scatter ÷ the same adds in chunk order (NumPy), median of {args.repeats} in turns; BLAS "

@@ -15,8 +15,8 @@ Two ways to add up, the same adds in the same order for every element (a test ho
 once, where the chunks are small (a ZeRO layer's window cut by 64 ranks: a few hundred elements each, where a NumPy
 call costs more than its adds). It gathers each step's addends with one precomputed index (`_addends`), so its work
 is the same element adds plus two copies of the inputs: benchmarks/yardstick.py's 10k-parameter MLP on 64 ranks
-reduces its three windows in 1.95 ms instead of 3.03 (69 chunks of up to 163 elements; ml_dtypes' bf16 add costs
-1.4 ns an element and 0.4 µs a call).
+reduces its three windows in 1.9 ms instead of 3.3 (69 chunks of up to 163 elements; ml_dtypes' bf16 add costs
+1.4 ns an element and 0.4 µs a call; `python benchmarks/collectives.py --windows`).
 """
 
 from __future__ import annotations
