@@ -53,7 +53,12 @@ def test_facts_by_row_and_column_match_the_widened_values_for_every_bit_pattern(
             assert (got_max, got_q) == want(line, p)
     whole = _extents.extent(x)
     assert whole == want(x64.ravel(), p)
+    for line, line64 in zip(x, x64):  # the whole extent of each row, every pattern's two ends among them
+        assert _extents.extent(line) == (want(line64, p) if line64.any() else (0.0, 1.0))
+    columns = x[:, ::7]  # strided: the bits read through a view
+    assert _extents.extent(columns) == want(x64[:, ::7].ravel(), p)
     assert _extents.extent(np.zeros((3, 2), dtype)) == (0.0, 1.0)
+    assert _extents.extent(-np.zeros((3, 2), dtype)) == (0.0, 1.0)  # -0: sign bits only
 
 
 @pytest.mark.parametrize("name", NARROW)

@@ -102,6 +102,10 @@ def exact_matmul(a, b):
             return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
+        # a narrow product whose whole bound failed (K·max|a|·max|b| is loose) is mostly exact all the same: where
+        # the largest Σ|a·b| stays below 2**53 whole quanta, c = s everywhere and rounding it once is the answer
+        if tried and _exact_by_whole_quanta(a, b, size.max(initial=0.0) * (1 + (k + 2) * _ERROR_PER_TERM)):
+            return narrow32(c, ns)
         err = size * ((k + 2) * _ERROR_PER_TERM)  # (..., M, N) >= |c - s|
     out, suspects = certain_f32(c, err, ns)
     if not bool(suspects.any()):
@@ -130,7 +134,7 @@ def _exact_by_whole_quanta(a, b, bound) -> bool:
     Narrow host a and b: the quanta are the whole bound's, remembered (`kept_extent`), so this costs no pass."""
     ea = kept_extent(a)
     eb = None if ea is None else kept_extent(b)
-    return eb is not None and bool((bound < ea[1] * eb[1] * 2.0**53).all())
+    return eb is not None and bool(np.all(bound < ea[1] * eb[1] * 2.0**53))
 
 
 def _narrow_product(a, b):

@@ -34,13 +34,15 @@ _NARROW = frozenset(np.dtype(name) for name in ("float16", "bfloat16", "float8_e
 
 @functools.lru_cache(maxsize=None)
 def _decoder(dtype: np.dtype) -> tuple:
-    """(unsigned dtype of the same width, magnitude mask, value of every bit pattern (2**bits,) float64, precision)
-    for a 16- or 8-bit float dtype; built once per dtype (512 kB for a 16-bit one)."""
+    """(unsigned dtype of the same width, magnitude mask, value of every bit pattern (2**bits,) float64, precision,
+    the multipliers `extent` reads both ends with (2, 1) of that dtype) for a 16- or 8-bit float dtype; built once
+    per dtype (512 kB for a 16-bit one)."""
     bits = dtype.itemsize * 8
     uint = np.dtype(f"uint{bits}")
     with np.errstate(invalid="ignore"):  # the NaN patterns widen to NaN
         values = np.arange(2**bits, dtype=uint).view(dtype).astype(np.float64)  # (2**bits,) exact
-    return uint, (1 << (bits - 1)) - 1, values, get_format(dtype).precision
+    ends = np.array([[2], [2**bits - 2]], dtype=uint)  # (2, 1): times 2 and times -2, modulo 2**bits
+    return uint, (1 << (bits - 1)) - 1, values, get_format(dtype).precision, ends
 
 
 def narrow_host(x) -> bool:
@@ -50,15 +52,20 @@ def narrow_host(x) -> bool:
 
 def extent(x) -> tuple[float, float] | None:
     """(max|x|, q) over the whole of narrow host array x; None where x holds NaN or inf; (0.0, 1.0) if all zero."""
-    uint, mask, values, precision = _decoder(x.dtype)
-    magnitude = x.view(uint) & mask  # same-width view: any strides
-    largest = values[int(magnitude.max())]
+    uint, mask, values, precision, ends = _decoder(x.dtype)
+    if x.size == 0:
+        return 0.0, 1.0
+    # both ends from one product and one max (for small operands the NumPy calls, not the bytes, are the cost):
+    # a pattern s·2**(bits-1) + m times 2 is 2m modulo 2**bits (the sign bit falls off; m < 2**(bits-1)), in order
+    # of magnitude; times -2 it is 2**bits - 2m, in reverse order, and a zero is 0, out of the max's way
+    top, bottom = (x.view(uint).reshape(1, -1) * ends).max(axis=1).tolist()  # same-width view: any strides
+    largest = values[top >> 1]
     if not math.isfinite(largest):
         return None
     if largest == 0.0:
         return 0.0, 1.0
-    smallest = values[int((magnitude - 1).min()) + 1]  # zeros wrap to the top (uint arithmetic): skipped
-    return largest, math.ldexp(1.0, math.frexp(smallest)[1] - precision)
+    smallest = values[(2 * (mask + 1) - bottom) >> 1]  # the smallest nonzero magnitude's pattern
+    return float(largest), math.ldexp(1.0, math.frexp(smallest)[1] - precision)
 
 
 def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -69,17 +76,18 @@ def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
 
 def extents_along(x, axes: tuple) -> list:
     """`extents(x, axis)` for each of `axes`, the magnitude bits read once for all of them."""
-    uint, mask, values, precision = _decoder(x.dtype)
-    magnitude = x.view(uint) & mask  # same-width view: any strides
-    wrapped = magnitude - 1  # zeros wrap to the top (uint arithmetic): a min skips them
+    uint, mask, values, precision, _ = _decoder(x.dtype)
+    magnitude = x.view(uint) & mask  # same-width view: any strides; the one copy of x made here
+    largest = [values[magnitude.max(axis=axis)] for axis in axes]  # (...,) float64 per axis
+    if not all(np.isfinite(line).all() for line in largest):
+        return [None] * len(axes)
+    magnitude -= 1  # zeros wrap to the top (uint arithmetic): a min skips them. In place: a weight matrix's second
+    # temporary of its size cost more than its arithmetic (fresh pages, the kernel zeroing them)
     found = []
-    for axis in axes:
-        largest = values[magnitude.max(axis=axis)]  # (...,) float64
-        if not np.isfinite(largest).all():
-            return [None] * len(axes)
-        smallest = values[wrapped.min(axis=axis) + 1]  # (...,) all-zero lines wrap back to pattern 0: 0.0
+    for axis, top in zip(axes, largest):
+        smallest = values[magnitude.min(axis=axis) + 1]  # (...,) all-zero lines wrap back to pattern 0: 0.0
         _, e = np.frexp(smallest)
-        found.append((largest, np.where(smallest > 0, np.ldexp(1.0, e - precision), np.inf)))
+        found.append((top, np.where(smallest > 0, np.ldexp(1.0, e - precision), np.inf)))
     return found
 
 
