@@ -29,9 +29,12 @@ import xxhash
 
 from zerosim.precision.arithmetic._extents import extent, extents, extents_along
 
-_BUDGET_BYTES = 64 << 20
+# A step's weights change at its update, so an entry older than a step is dead weight: the budget holds about two
+# steps of the yardstick's 919k MLP (14 MB of entries a step). 64 MB held four, and the churn of the stale entries'
+# megabytes cost ~2 ms of its ~84 ms step (benchmarks/yardstick.py, in turns)
+_BUDGET_BYTES = 32 << 20
 _SMALLEST = 1 << 15  # elements: a 256 x 128 matrix and up
-_LARGEST = (_BUDGET_BYTES // 4) // 10  # elements (bits and float64 copy: up to 10 bytes each): a quarter of the budget
+_LARGEST = (_BUDGET_BYTES // 2) // 10  # elements (bits and float64 copy: up to 10 bytes each): half the budget
 _SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit decides, the hash only points
 
 
