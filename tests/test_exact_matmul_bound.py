@@ -109,6 +109,21 @@ def test_a_training_step_in_bf16_proves_every_product_from_bits_or_sends_a_small
     assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
 
 
+def test_a_small_product_its_whole_bound_refuses_is_settled_by_the_whole_quanta_without_rounding_bounds(monkeypatch):
+    # the whole bound multiplies the largest |a| by the largest |b| (and K): here they never meet in one product
+    # (2**20 pairs with 2**-10 both ways), so it fails, 2**41 against 2**52·q_a·q_b = 2**18, while the largest
+    # Σ|a·b|, 2**11 + 2**-10, lies far below 2**53·q_a·q_b = 2**19 (q = 2**-17 for both: the last bit of 2**-10 in
+    # bf16). The long way then needs no rounding bounds at all; with one product of 2**19 it does
+    a = np.array([[2.0**20, 2.0**-10], [1.0, 2.0**-9]]).astype(BF16)
+    b = np.array([[2.0**-10, 2.0**-10], [2.0**20, 1.0]]).astype(BF16)
+    assert not _extents.whole_bound_holds(a, b) and paths(a, b) != "whole"
+    calls, certain = [], _exact_matmul.certain_f32
+    monkeypatch.setattr(_exact_matmul, "certain_f32", lambda *args: calls.append(1) or certain(*args))
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b))) and not calls
+    a[1, 1] = 0.5  # a[1, 1]·b[1, 0] = 2**19 alone: no longer below 2**53 whole quanta
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b))) and calls
+
+
 @pytest.mark.parametrize("dtype", [BF16, np.float16, ml_dtypes.float8_e4m3fn])
 @given(m=st.integers(1, 6), k=st.integers(1, 24), n=st.integers(1, 6), seed=st.integers(0, 2**32 - 1),
        spread=st.integers(0, 60), zeros=st.floats(0, 0.5))
