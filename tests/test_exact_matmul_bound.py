@@ -26,8 +26,8 @@ pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
 def paths(a, b) -> str:
     """Which way exact_matmul takes for 16- or 8-bit a and b: "whole" (one bound over each operand, small products
     only), "certified" (the bound by rows and columns), "settled" (a few elements one by one) or "long"."""
-    if a.size + b.size < _exact_matmul._WHOLE_FIRST and _extents.whole_bound_holds(a, b):
-        return "whole"
+    if a.size + b.size < _exact_matmul._WHOLE_FIRST:  # small: the whole bound, else the long way
+        return "whole" if _extents.whole_bound_holds(a, b) else "long"
     facts_a, facts_b = _extents.extents(a, -1), _extents.extents(b, -2)
     if facts_a is None or facts_b is None:
         return "long"
@@ -47,19 +47,68 @@ def test_a_row_a_float64_sum_gets_wrong_in_any_order_is_not_certified():
     assert exact_matmul(row, ones)[0, 0] == np.float32(2.0**60 + 2.0**37) == reference(row, ones)[0, 0]
 
 
-def test_a_few_unsure_elements_are_settled_one_by_one_the_rest_certified():
-    # a (40, 8) @ (8, 40) bf16 product of moderate range, but row 3 and column 5 hold the row above (a 2**60
-    # spread): 79 of 1600 elements are unsure (under one in 16), settled one by one; the element they share needs
-    # the exact sum
+def padded(a, b, k: int = 256) -> tuple:
+    """a (..., M, K0) and b (..., K0, N) with zeros appended along K up to k: the same exact sums (a zero product
+    adds nothing), but a product large enough (a.size + b.size >= `_WHOLE_FIRST`) to take the bound by rows and
+    columns, so `reference` can still sum the K0 columns that matter."""
+    a_pad = np.zeros(a.shape[:-1] + (k,), a.dtype)
+    b_pad = np.zeros(b.shape[:-2] + (k, b.shape[-1]), b.dtype)
+    a_pad[..., : a.shape[-1]], b_pad[..., : b.shape[-2], :] = a, b
+    return a_pad, b_pad
+
+
+def test_a_few_unsure_elements_are_settled_one_by_one_the_rest_certified(monkeypatch):
+    # a (40, 256) @ (256, 40) bf16 product of moderate range (8 columns of a, rows of b, not zero), but row 3 and
+    # column 5 hold the row above (a 2**60 spread): 79 of 1600 elements are unsure (under one in 16), settled one by
+    # one; the element they share needs the exact sum (`_repair`)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((40, 8)).astype(BF16), rng.standard_normal((8, 40)).astype(BF16)
     a[3, :3] = [2.0**60, 2.0**36, 1.0]
     a[3, 3:] = 0
     b[:3, 5] = 1.0
+    want = reference(a, b)
+    a, b = padded(a, b)
     assert paths(a, b) == "settled"
+    repaired, repair = [], _exact_matmul._repair
+    monkeypatch.setattr(_exact_matmul, "_repair", lambda out, where, *rest: repaired.append(
+        list(zip(*where))) or repair(out, where, *rest))
     got = exact_matmul(a, b)
-    assert got[3, 5] == np.float32(2.0**60 + 2.0**37)
-    assert np.array_equal(bits(got), bits(reference(a, b)))
+    assert got[3, 5] == np.float32(2.0**60 + 2.0**37) and repaired == [[(3, 5)]]
+    assert np.array_equal(bits(got), bits(want))
+
+
+def test_an_element_the_rows_and_columns_leave_unsure_is_settled_by_its_own_sum_of_magnitudes(monkeypatch):
+    # row 3 of a holds 2**40 and 1 (its quantum 2**-7), column 5 of b holds 1 and 2**40, where they never meet
+    # (2**40·1 + 1·2**40 = 2**41, every partial sum a float64): the bound by rows and columns, Σ|a_3k|·max|b_k5| ~
+    # 2**80, leaves (3, 5) unsure, and the 39 other elements of row 3 (zero: b's first two rows are 0 elsewhere) too,
+    # with error bounds wider than float32's spacing; their own Σ_k|a_3k·b_kj| (2**41, and 0) settle all of them,
+    # so none is summed one product at a time
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((40, 8)).astype(BF16), rng.standard_normal((8, 40)).astype(BF16)
+    a[3] = 0
+    a[3, :2] = [2.0**40, 1.0]
+    b[:2] = 0
+    b[:2, 5] = [1.0, 2.0**40]
+    want = reference(a, b)
+    a, b = padded(a, b)
+    assert paths(a, b) == "settled"
+    repaired, repair = [], _exact_matmul._repair
+    monkeypatch.setattr(_exact_matmul, "_repair", lambda out, where, *rest: repaired.append(1) or repair(out, where,
+                                                                                                       *rest))
+    got = exact_matmul(a, b)
+    assert got[3, 5] == np.float32(2.0**41) and not repaired
+    assert np.array_equal(bits(got), bits(want))
+
+
+def test_a_large_product_gives_plus_zero_for_exact_zeros_and_minus_zero_for_tiny_negative_sums():
+    # the shortcut rounds c + 0 to float32 in one pass: a row of bf16 2**-80 against columns of -2**-80 sums to
+    # -2**-152 (K = 256 products of -2**-160), far below float32's smallest subnormal: -0, as the exact sum rounds;
+    # the other rows are zeros against the same columns, products of -0 only: an exact zero, +0 (module docstring)
+    a, b = np.zeros((40, 256), BF16), np.full((256, 40), -(2.0**-80), BF16)
+    a[0] = 2.0**-80
+    assert paths(a, b) == "certified"
+    got = exact_matmul(a, b)
+    assert np.all(got == 0) and np.all(np.signbit(got[0])) and not np.any(np.signbit(got[1:]))
 
 
 def test_batched_products_settle_their_few_unsure_elements_too():
@@ -68,11 +117,14 @@ def test_batched_products_settle_their_few_unsure_elements_too():
     a, b = rng.standard_normal((2, 3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
     a[1, 2, 3, :3], a[1, 2, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
     b[2, :3, 5] = 1.0
+    want = [[reference(a[i, h], b[h]) for h in range(3)] for i in range(2)]
+    a, b = padded(a, b, k=64)  # 2·3·40·64 + 3·64·40 elements: the shortcut
+    assert a.size + b.size >= _exact_matmul._WHOLE_FIRST
     got = exact_matmul(a, b)
     assert got.shape == (2, 3, 40, 40) and got[1, 2, 3, 5] == np.float32(2.0**60 + 2.0**37)
     for i in range(2):
         for h in range(3):
-            assert np.array_equal(bits(got[i, h]), bits(reference(a[i, h], b[h])))
+            assert np.array_equal(bits(got[i, h]), bits(want[i][h]))
 
 
 def test_a_training_step_in_bf16_proves_every_product_from_bits_or_sends_a_small_one_the_long_way(monkeypatch):

@@ -193,6 +193,7 @@ def test_matrices_that_agree_on_the_hashed_sample_are_told_apart(fresh_cache):
         assert np.array_equal(_operand_cache.operand(m).wide, m.astype(np.float64))
         assert np.array_equal(bits(exact_matmul(x, m)), bits(reference(x, m)))
     assert len(_operand_cache._entries) == 1  # the same key: each replaced the one before
+    assert _operand_cache._held[0] == sum(e.nbytes for e in _operand_cache._entries.values())  # and its bytes
 
 
 def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
@@ -200,7 +201,8 @@ def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
     for seed in range(6):
         _operand_cache.operand(np.random.default_rng(seed).standard_normal((8, 8)).astype(ml_dtypes.bfloat16))
     assert len(_operand_cache._entries) == 3
-    assert sum(e.nbytes for e in _operand_cache._entries.values()) <= _operand_cache._BUDGET_BYTES
+    held = sum(e.nbytes for e in _operand_cache._entries.values())
+    assert held <= _operand_cache._BUDGET_BYTES and _operand_cache._held[0] == held  # the running count is the sum
     monkeypatch.setattr(_operand_cache, "_LARGEST", 63)  # an operand past a quarter of the budget is not kept
     _operand_cache.clear()
     big = np.random.default_rng(9).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)

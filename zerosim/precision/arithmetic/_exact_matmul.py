@@ -152,8 +152,7 @@ def _narrow_product(a, b):
     if facts_a is None or facts_b is None:
         return None
     a64, b64 = left.wide, right.wide
-    c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
-    c += 0.0  # -0 becomes +0, as in exact_matmul (on c: a tiny negative sum rounds to a float32 -0 that must stay)
+    c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded (_shortcut)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
         return _shortcut(c, a64, facts_a, b64, facts_b, NUMPY)
 
@@ -169,7 +168,9 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     if where is MANY:
         return None
     count = 0 if where is None else len(where[0])
-    out = narrow32(c, ns)  # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
+    # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range). c + 0 first, in the
+    # same pass: -0 becomes +0, as in exact_matmul, while a tiny negative sum still rounds to a float32 -0 (host only)
+    out = np.add(c, 0.0, out=np.empty(c.shape, np.float32), casting="same_kind")  # (..., M, N)
     if count:
         batch, m, n = c.shape[:-2], c.shape[-2], c.shape[-1]
         *lead, i, j = where
@@ -249,14 +250,39 @@ def _settle(out, c, where, size, q, a64, b64, ns):
     """`out` (c rounded) with the elements at index arrays `where` settled as the long way settles them, from `size`
     (count,) >= Σ_k |a_ik·b_kj| and `q` (count,) = q_i·q_j: exact by their quanta, or rounded where the error bound
     allows, or summed exactly (`_repair`). `size` is the bound by rows and columns, not the sum of magnitudes: a
-    looser error bound leaves a few more elements to `_repair`, and costs no GEMM of the rows they lie in."""
-    k = a64.shape[-1]
-    exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
-    rest = tuple(x[~exact] for x in where)  # exact elements keep c rounded: c = s there
-    _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)  # the rest: c rounded too
-    if not suspects.any():
+    looser error bound leaves more elements unsure, and costs no GEMM of the rows they lie in. The few it leaves
+    (about one in a hundred) get their own Σ_k |a_ik·b_kj| from their K products and are tried again: most pass
+    (58 of 67 in a step of benchmarks/yardstick.py's 919k MLP), and only the rest are summed exactly, at ~50 µs
+    each for K = 1024 where the K products of all of them cost about as much as one."""
+    where, q = _unsettled(c, where, size, q, a64.shape[-1], ns)
+    if len(where[-1]) == 0:
         return out
-    return _repair(out, tuple(x[suspects] for x in rest), a64, b64, ns)
+    where, _ = _unsettled(c, where, _magnitudes(where, a64, b64), q, a64.shape[-1], ns)
+    if len(where[-1]) == 0:
+        return out
+    return _repair(out, where, a64, b64, ns)
+
+
+def _unsettled(c, where, size, q, k: int, ns) -> tuple:
+    """(index arrays, q) of the elements at `where` whose c rounded once may not be s rounded once, judged from
+    `size` (count,) >= Σ_k |a_ik·b_kj| and q (count,): not shown exact by their quanta (every partial sum below
+    2**53·q_i·q_j) and not certain to round alike anywhere within the error bound. Where the one holds c = s; where
+    the other does, s rounds as c does: either way the float32 already in `out` is the answer."""
+    exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
+    rest = tuple(x[~exact] for x in where)
+    _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)
+    return tuple(x[suspects] for x in rest), q[~exact][suspects]
+
+
+def _magnitudes(where, a64, b64) -> np.ndarray:
+    """(count,) Σ_k |a_ik·b_kj| of the elements at index arrays `where` (host float64 a and b, leading dims
+    broadcast): each product exact, their sum within γ(K) of the true one, which `_ERROR_PER_TERM` covers."""
+    *lead, i, j = where
+    if lead:
+        batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
+        a64, b64 = np.broadcast_to(a64, batch + a64.shape[-2:]), np.broadcast_to(b64, batch + b64.shape[-2:])
+    rows, columns = a64[(*lead, i)], np.swapaxes(b64, -1, -2)[(*lead, j)]  # (count, K) each
+    return np.abs(rows * columns).sum(axis=-1)
 
 
 def _quantum(magnitude, precision: int, axis: int):
