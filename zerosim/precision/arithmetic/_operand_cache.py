@@ -52,7 +52,7 @@ class _Entry:
 
 
 _entries: OrderedDict = OrderedDict()
-_held = [0]  # bytes the entries hold, kept as they come and go: summing them per insertion cost ~0.8 ms a yardstick step
+_held = [0]  # bytes the entries hold, counted as they come and go (summed per insertion: ~0.8 ms a yardstick step)
 _SMALL_BYTES, _SMALL_ENTRIES = 1 << 14, 512  # `kept_extent`: operands of at most 16 kB, at most 8 MB in all
 _extents_kept: OrderedDict = OrderedDict()  # (dtype, xxh3-64) -> (bytes, extent)
 _lock = threading.Lock()
