@@ -7,6 +7,7 @@
     engine_refusal(stage, policy)  why ZeroEngine refuses a configuration (None: it accepts it), asked of the engine
     accepted_recipes(stage, policy)  the recipes the engine runs at `stage` with `policy`
     accepted_combinations()          every (recipe, stage, grad_accum, precision preset) the engine accepts
+    torch_measured_here()            where the parity kit's fractions were measured (torch 2.13.0, AVX2, AMD)
 """
 
 from __future__ import annotations
@@ -95,3 +96,17 @@ def accepted_combinations() -> list:
                     if engine_refusal(stage, policy) is None:
                         out.append((name, stage, grad_accum, preset))
     return out
+
+
+def torch_measured_here() -> bool:
+    """Where the docs' measured parity fractions come from: torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels.
+    torch's local gradients and its sqrt come from its CPU kernels (MKL picks its code by CPU vendor, ATen by
+    instruction set), so an Intel or AVX-512 machine may round them differently and the fractions move; what
+    they are measured against holds anywhere. Needs torch."""
+    from pathlib import Path
+
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    amd = cpuinfo.exists() and "AuthenticAMD" in cpuinfo.read_text()
+    return torch.__version__.startswith("2.13.0") and torch.backends.cpu.get_cpu_capability() == "AVX2" and amd

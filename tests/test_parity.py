@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import torch_measured_here
 
 from zerosim.frameworks.torch import TorchMissing, ordered, require_torch
 
@@ -17,6 +18,7 @@ STEPS = 20
 def test_ddp_on_gloo_is_reproduced_bit_for_bit_for_twenty_steps(n):
     pytest.importorskip("torch", reason="torch (the parity extra) is not installed: pip install -e '.[parity]'")
     from zerosim.frameworks.torch import compare_ddp, run_torch_ddp
+    from zerosim.frameworks.torch._ddp import zerosim_ddp  # the reduced arrays, not only their comparison
 
     ranks = run_torch_ddp(n, (16, 32, 8), STEPS)
     # DDP's buckets as torch formed them: iteration 1 in registration order, then rebuilt in gradient-ready order
@@ -26,9 +28,20 @@ def test_ddp_on_gloo_is_reproduced_bit_for_bit_for_twenty_steps(n):
     gloo = compare_ddp(ranks, "gloo")
     assert [s.equal for s in gloo] == [1.0] * STEPS and [s.max_ulps for s in gloo] == [0] * STEPS
     ring = compare_ddp(ranks, "ring")
-    if n >= 4:  # the comparison can fail: zerosim's own ring (NCCL's order) sums in another order from N = 4;
-        # docs/how-to/compare-with-torch.md quotes 79-86 % per step (measured: 79.3 % to 86.0 %)
-        assert all(79 <= round(100 * s.equal) <= 86 for s in ring)
+    if n >= 4:  # the comparison can fail: zerosim's own ring (NCCL's order) sums in another order from N = 4
+        assert any(s.equal < 1.0 for s in ring)
+        # either order is N - 1 fp32 adds of the same N prescaled terms t_r = fl(g_r·fl(1/N)): each within
+        # γ(N-1)·Σ|t_r| of the exact sum (Higham §3.1), so the two within twice that of each other, anywhere;
+        # 1.001 covers γ's 1/(1 - (N-1)u) and |t_r| <= |g_r|/N·(1 + u)^2
+        for step, (mine, theirs) in enumerate(zip(zerosim_ddp(ranks, "ring"), zerosim_ddp(ranks, "gloo"))):
+            for name, got in mine.items():
+                size = sum(np.abs(r["records"][step]["local"][name].astype(np.float64)) for r in ranks) / n
+                gap = np.abs(got.astype(np.float64) - theirs[name].astype(np.float64))
+                assert np.all(gap <= 2 * (n - 1) * 2.0**-24 * 1.001 * size), (step, name)
+        # the fraction equal depends on torch's local gradients, i.e. on its CPU kernels: 79.3-86.0 % per step where
+        # docs/how-to/compare-with-torch.md measured it, 77.1-87.3 % on an Intel Xeon with AVX-512
+        if torch_measured_here():
+            assert all(79 <= round(100 * s.equal) <= 86 for s in ring)
     else:  # N <= 3: every sum's first add commutes, and a 840-element bucket's ring shards are gloo's chunks
         assert all(s.equal == 1.0 for s in ring)
 

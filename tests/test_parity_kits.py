@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import torch_measured_here
 
 from zerosim.frameworks.torch import (
     StepParity,
@@ -37,18 +38,6 @@ def _runs(torch_runs, n):
     if n not in torch_runs:
         torch_runs[n] = run_torch_kits(n, WIDTHS, STEPS)
     return torch_runs[n]
-
-
-def _measured_here() -> bool:
-    """Where the README's measured numbers come from: torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels (MKL
-    picks its code by CPU vendor, so an Intel machine may round its sqrt differently)."""
-    from pathlib import Path
-
-    import torch
-
-    cpuinfo = Path("/proc/cpuinfo")
-    amd = cpuinfo.exists() and "AuthenticAMD" in cpuinfo.read_text()
-    return torch.__version__.startswith("2.13.0") and torch.backends.cpu.get_cpu_capability() == "AVX2" and amd
 
 
 def _torch_sqrt_is_correctly_rounded(v) -> bool:
@@ -205,7 +194,7 @@ def test_torch_sqrt_adam_is_torchs_default_cpu_adam_bit_for_bit():
     x = np.random.default_rng(0).uniform(1, 4, 1_000_000).astype(np.float32)
     off = torch.from_numpy(x).sqrt().numpy().view(np.int32).astype(np.int64) - np.sqrt(x).view(np.int32)
     assert set(np.unique(off).tolist()) <= {-1, 0, 1}
-    if _measured_here():
+    if torch_measured_here():
         assert round(100 * np.mean(off != 0), 1) == 19.9
 
 
@@ -291,13 +280,13 @@ def test_the_readme_quotes_the_measured_table():
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_the_measured_fractions_without_substitution(torch_runs, n):
-    """The README's numbers, where they were measured (`_measured_here`); the causes hold anywhere:
+    """The README's numbers, where they were measured (`torch_measured_here`); the causes hold anywhere:
     zerosim's own forward/backward differs first in the local gradients (matmul order) in fp32 and nowhere in
     bf16 here; zerosim's sqrt differs first at the update."""
     from zerosim.frameworks.torch import compare_fsdp, compare_zero1, ranks_of
 
     runs = _runs(torch_runs, n)
-    here = _measured_here()
+    here = torch_measured_here()
     for kit in ("zero1", "fp32", "bf16-fp32", "bf16"):
         if kit == "zero1":
             own = compare_zero1(ranks_of(runs, "zero1"), WIDTHS, grads="zerosim")
