@@ -94,6 +94,19 @@ def test_the_losses_bytes():
         loss_work(1, 1, "mystery")
 
 
+def _block_forward_by_hand(device: str, hbm: float) -> float:
+    """Seconds of a Llama-3-8B-shaped block's forward on 8,192 tokens (flash attention), eager, on an H100-class GPU
+    (989.4 TFLOP/s bf16, 132 SMs) with HBM at `hbm` B/s: its seven GEMMs, attention and elementwise bytes, each at
+    KERNEL_RATES[device]'s rate, by hand from the shapes (not through kernel_work)."""
+    r, peak, T = KERNEL_RATES[device], 989.4e12, 8192
+    gemm = sum(2 * T * o * i / (peak * r.gemm * wave_efficiency(T, o, 132))
+               for o, i in ((4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
+                            (4096, 14336)))
+    attention = 4 * 32 * T * T * 128 / 2 / (peak * r.attention_fwd)
+    memory = 638_976 * T / (hbm * r.hbm)
+    return (gemm + attention + memory) / FRAMEWORK["eager"]
+
+
 def test_a_compute_event_costs_its_classes_at_their_rates():
     """A Llama block's forward on an H100, by hand from its shapes and KERNEL_RATES (not through kernel_work)."""
     from zerosim.analysis.timeline import Hardware
@@ -106,19 +119,34 @@ def test_a_compute_event_costs_its_classes_at_their_rates():
     hw = Hardware("h100", "nvlink4", "bf16")
     kt = KernelTimes(model, (1, 8192), PRESETS["eager"], hw)
     ev = Compute(0, 1, 0, 1, "block0", "forward", 0, 0, 0)
-    r, peak, T = KERNEL_RATES["h100"], 989.4e12, 8192
-    gemm = sum(2 * T * o * i / (peak * r.gemm * wave_efficiency(T, o, 132))
-               for o, i in ((4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096),
-                            (4096, 14336)))
-    attention = 4 * 32 * T * T * 128 / 2 / (peak * 0.35)
-    memory = 638_976 * T / (3.35e12 * 0.852)
-    assert kt.compute(ev) == pytest.approx((gemm + attention + memory) / FRAMEWORK["eager"], rel=1e-12)
+    peak = 989.4e12
+    assert kt.compute(ev) == pytest.approx(_block_forward_by_hand("h100", 3.35e12), rel=1e-12)
     # a counts-only model: its event's FLOPs, all of them GEMM
     from zerosim.models.meta import MetaModel
 
     counts = KernelTimes(MetaModel.from_params(10**9, 4), None, PRESETS["compiled"], hw)
     ev = Compute(0, 1, 0, 1, "layer.1", "forward", 10**15, 0, 0)
     assert counts.compute(ev) == pytest.approx(1e15 / (peak * 0.803) / FRAMEWORK["compiled"], rel=1e-12)
+
+
+def test_a_units_seconds_are_shared_across_plans_configurations_and_kept_apart_by_device():
+    """The planner's configurations share each unit's work's seconds (`work_seconds`, remembered across KernelTimes):
+    a second KernelTimes of the same model, micro-batch and device finds them, and an H200 (the H100's GEMM peak and
+    rates, its own HBM: 4.8 TB/s at 0.659) gets its own, by hand, after the H100's are kept."""
+    from zerosim.analysis.timeline import Hardware
+    from zerosim.analysis.timeline._kernel_time import KernelTimes, work_seconds
+    from zerosim.cluster import Compute
+    from zerosim.models.llama import Llama
+    from zerosim.models.llama._meta import MetaLlama
+
+    model = MetaLlama(Llama(128256, 4096, 32, 2, 8192, d_ff=14336, n_kv_heads=8, attention="flash"))
+    ev = Compute(0, 1, 0, 1, "block0", "forward", 0, 0, 0)
+    h100 = KernelTimes(model, (1, 8192), PRESETS["eager"], Hardware("h100", "nvlink4", "bf16")).compute(ev)
+    hits = work_seconds.cache_info().hits
+    again = KernelTimes(model, (1, 8192), PRESETS["eager"], Hardware("h100", "nvlink4", "bf16")).compute(ev)
+    assert again == h100 and work_seconds.cache_info().hits == hits + 1
+    h200 = KernelTimes(model, (1, 8192), PRESETS["eager"], Hardware("h200", "nvlink4", "bf16")).compute(ev)
+    assert h200 == pytest.approx(_block_forward_by_hand("h200", 4.8e12), rel=1e-12) and h200 != h100
 
 
 def test_fp8_needs_fp8_units():

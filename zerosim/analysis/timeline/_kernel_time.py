@@ -18,6 +18,7 @@ single number) it is the roofline with every peak derated by it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from zerosim.analysis.costs._efficiency import Efficiency, wave_efficiency
@@ -109,12 +110,9 @@ class KernelTimes:
             return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework
         key = (ev.layer, ev.kind)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
         if key not in self._seconds:  # (a 70B plan times ~12,000 computes of ~100 GEMMs each, 160 distinct)
-            fmt_peak, fmt_eff = (dev.fp8, r.gemm_fp8) if w.fp8 else (dev.rate(self.hw.compute), r.gemm)
             peak16 = dev.rate(self.hw.compute)
-            seconds = sum(2.0 * m * n * k / (fmt_peak * fmt_eff * wave_efficiency(m, n, r.sms)) for m, n, k in w.gemms)
-            seconds += w.attention_fwd / (peak16 * r.attention_fwd) + w.attention_bwd / (peak16 * r.attention_bwd)
-            seconds += w.memory / (dev.hbm * r.hbm)
-            self._seconds[key] = seconds / self.efficiency.framework
+            fmt_peak = dev.fp8 if w.fp8 else peak16
+            self._seconds[key] = work_seconds(w, r, fmt_peak, peak16, dev.hbm) / self.efficiency.framework
         return self._seconds[key]
 
     def optimizer(self, elements: int, states: int, grad_bytes: int, param_bytes: int) -> float:
@@ -124,6 +122,18 @@ class KernelTimes:
             return optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.efficiency.flat)
         seconds = optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.rates.hbm)
         return seconds / self.efficiency.framework
+
+
+@functools.lru_cache(maxsize=4096)
+def work_seconds(w: Work, r, fmt_peak: float, peak16: float, hbm: float) -> float:
+    """Seconds of `w` at kernel rates `r` (a KernelRates) on a device whose GEMM format peaks at fmt_peak FLOP/s
+    (its 16-bit peak, or its fp8 one for fp8 GEMMs), 16-bit at peak16 and HBM at hbm B/s, before the framework
+    factor. Remembered across KernelTimes: a plan's configurations that share a micro-batch (every stage of one
+    checkpointing strategy) time the same units' work, ~100 GEMMs each."""
+    fmt_eff = r.gemm_fp8 if w.fp8 else r.gemm
+    seconds = sum(2.0 * m * n * k / (fmt_peak * fmt_eff * wave_efficiency(m, n, r.sms)) for m, n, k in w.gemms)
+    seconds += w.attention_fwd / (peak16 * r.attention_fwd) + w.attention_bwd / (peak16 * r.attention_bwd)
+    return seconds + w.memory / (hbm * r.hbm)
 
 
 @dataclass(frozen=True)
