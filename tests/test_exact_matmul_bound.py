@@ -111,6 +111,18 @@ def test_a_large_product_gives_plus_zero_for_exact_zeros_and_minus_zero_for_tiny
     assert np.all(got == 0) and np.all(np.signbit(got[0])) and not np.any(np.signbit(got[1:]))
 
 
+def test_rounding_makes_exact_zeros_plus_zero_on_either_side_of_the_smallest_subnormal_quanta():
+    # _rounded_plus_zero: where every q_i·q_j reaches 2**-149 no nonzero sum rounds to zero, so +0 is added after the
+    # float32 rounding; below, before it, in float64, so that a tiny negative sum still rounds to -0. A BLAS that
+    # starts a sum from its first product gives -0 for products of -0 only (OpenBLAS gives +0, so this feeds c itself)
+    c = np.array([[-0.0, 1.5, -0.0]])  # (1, 3): exact zeros as such a BLAS leaves them
+    got = _exact_matmul._rounded_plus_zero(c.copy(), np.array([2.0**-75]), np.array([2.0**-74] * 3))  # 2**-149
+    assert got.dtype == np.float32 and not np.any(np.signbit(got)) and got[0, 1] == 1.5
+    c = np.array([[-0.0, -(2.0**-160), 2.0**-160]])  # quanta 2**-80·2**-80: sums this small can be nonzero
+    got = _exact_matmul._rounded_plus_zero(c.copy(), np.array([2.0**-80]), np.array([2.0**-80] * 3))
+    assert np.all(got == 0) and np.signbit(got).tolist() == [[False, True, False]]
+
+
 def test_batched_products_settle_their_few_unsure_elements_too():
     # leading dims broadcast as NumPy's matmul does (b has one fewer); the hard row sits in one batch element only
     rng = np.random.default_rng(2)

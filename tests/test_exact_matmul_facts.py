@@ -8,6 +8,7 @@ against test_exact_matmul's rational sums.
 """
 
 import math
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -115,15 +116,16 @@ def test_the_whole_bound_refuses_a_row_whose_float64_sum_is_wrong():
 
 
 @given(m=st.integers(1, 30), n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60),
-       limit=st.one_of(st.none(), st.integers(0, 120)))
-def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top, limit):
+       limit=st.one_of(st.none(), st.integers(0, 120)), block=st.sampled_from([0, 1 << 15]))
+def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top, limit, block):
     # rows and columns as _shortcut makes them (Σ|a|/q and max|b|/q: >= 0, zeros for all-zero lines, inf where a
-    # sum overflows), around the 2**52 line; past a limit both say MANY, at or under it both list the elements
+    # sum overflows), around the 2**52 line; past a limit both say MANY, at or under it both list the elements.
+    # block: the candidates masked whole (the default, for these sizes) or sorted and searched (0)
     rng = np.random.default_rng(seed)
     rows, columns = 2.0 ** rng.uniform(0, top, m), 2.0 ** rng.uniform(0, top, n)
     rows[rng.random(m) < 0.1], columns[rng.random(n) < 0.1] = 0.0, 0.0
     rows[rng.random(m) < 0.05] = np.inf
-    with np.errstate(invalid="ignore"):  # inf·0 in the mask: NaN, unsure
+    with np.errstate(invalid="ignore"), mock.patch.object(_exact_matmul, "_BLOCK", block):  # inf·0: NaN, unsure
         naive, clever = _exact_matmul._unsure(rows, columns, limit), _exact_matmul._unsure_sorted(rows, columns, limit)
         every = _exact_matmul._unsure(rows, columns)  # no limit: every unsure element, never MANY
     as_set = (lambda where: set() if where is None else set(zip(where[0].tolist(), where[1].tolist())))
@@ -136,13 +138,19 @@ def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed
         assert len(clever[0]) == len(as_set(clever))  # no element twice
 
 
+def _searched(rows, columns, limit=None):
+    """`_unsure_sorted` with its candidates always sorted and searched, never masked whole."""
+    with mock.patch.object(_exact_matmul, "_BLOCK", 0):
+        return _exact_matmul._unsure_sorted(rows, columns, limit)
+
+
 @pytest.mark.parametrize("swap", [False, True], ids=["more rows", "more columns"])
 def test_a_limit_of_exactly_the_unsure_count_lists_them_one_less_says_many(swap):
     # rows_0·columns_j = 2**60 >= 2**52 for j = 0, 1; every other pair is 2**30 or less: two unsure elements
     rows, columns = np.array([2.0**30, 1.0]), np.array([2.0**30, 2.0**30, 1.0, 4.0])
     if swap:
         rows, columns = columns, rows
-    for unsure in (_exact_matmul._unsure, _exact_matmul._unsure_sorted):
+    for unsure in (_exact_matmul._unsure, _exact_matmul._unsure_sorted, _searched):
         assert unsure(rows, columns, 1) is _exact_matmul.MANY
         found = unsure(rows, columns, 2)
         pairs = sorted(zip(found[0].tolist(), found[1].tolist()))

@@ -60,11 +60,13 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
 _WHOLE_FIRST = 1 << 14  # elements of a and b together: below this, one bound over the whole is tried first
+_F32_TINIEST = 2.0**-149  # float32's smallest subnormal: a nonzero sum at least this large rounds to a nonzero
 _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (float32's largest is below 2**128)
 # binades of spread (a row's largest over its smallest nonzero, times a column's) below which data rarely comes: the
 # bound by rows and columns is tried only where it leaves that much room (fp32 x fp32: never; its failed attempt
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
+_BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
 
 
 def exact_matmul(a, b):
@@ -168,9 +170,8 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     if where is MANY:
         return None
     count = 0 if where is None else len(where[0])
-    # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range). c + 0 first, in the
-    # same pass: -0 becomes +0, as in exact_matmul, while a tiny negative sum still rounds to a float32 -0 (host only)
-    out = np.add(c, 0.0, out=np.empty(c.shape, np.float32), casting="same_kind")  # (..., M, N)
+    # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
+    out = _rounded_plus_zero(c, facts_a[1], facts_b[1])  # (..., M, N) float32
     if count:
         batch, m, n = c.shape[:-2], c.shape[-2], c.shape[-1]
         *lead, i, j = where
@@ -182,6 +183,22 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
         size, q = sums * largest, q_rows * q_columns  # Σ_k|a_ik|·max_k|b_kj| >= Σ_k|a_ik·b_kj|
         out = _settle(out, c, where, size, q, a64, b64, ns)
     return out
+
+
+def _rounded_plus_zero(c, q_rows, q_columns):
+    """c (..., M, N) float64, each element an exact sum, rounded to float32 with an exact zero as +0 (a BLAS that
+    starts a sum from its first product may give -0 for products of -0 only) and a tiny negative sum's -0 kept.
+    q_rows (..., M), q_columns (..., N): every product of element (i, j), so its sum, is a whole multiple of
+    q_i·q_j. Where every q_i·q_j reaches float32's smallest subnormal, no nonzero sum rounds to zero: the float32
+    zeros are the exact zeros, and +0 is added after rounding, over half the bytes; else before, in float64. A plain
+    cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
+    slower than the two (72 products of benchmarks/yardstick.py's 919k step: 2-3 ms; speed.md section 1, item 9)."""
+    if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
+        out = c.astype(np.float32)
+        out += np.float32(0.0)
+        return out
+    c += 0.0
+    return c.astype(np.float32)
 
 
 def _float_extents(x64, precision: int, axis: int) -> tuple:
@@ -211,20 +228,33 @@ def _unsure(rows, columns, limit=None):
 
 
 def _unsure_sorted(rows, columns, limit=None):
-    """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask: with the shorter side sorted,
-    each line of the longer side is unsure against a tail of it (rows_i·columns_j >= 2**52 where columns_j >=
-    2**52 / rows_i, and the same with the roles swapped), found by a binary search. O((M + N) log min(M, N) +
-    unsure) where the mask costs three passes over M·N. Which elements, not their order, is what matters: the
-    caller settles each on its own. NaN (only from NaN or inf inputs): the mask. `MANY` past `limit`, counted
-    before a single index is made."""
-    if not (rows.size and columns.size) or rows.max() * columns.max() < 2.0**52:
+    """`_unsure` for one product (rows (M,), columns (N,)) without its (M, N) mask. Only candidates are looked at: a
+    row pairs unsure with some column only if it does with the largest (rounding is monotone), and a column only
+    with the largest row. A block of at most `_BLOCK` candidates (a ZeRO step's forward and dx products: ~30 rows of
+    activations against a few hundred columns) is masked whole, in fewer NumPy calls than a sort and a search; a
+    larger one has its shorter side sorted and each line of the longer side is unsure against a tail of it
+    (rows_i·columns_j >= 2**52 where columns_j >= 2**52 / rows_i, and the same with the roles swapped), found by a
+    binary search: O((M + N) log min(M, N) + unsure) where the whole mask costs three passes over M·N. Which
+    elements, not their order, is what matters: the caller settles each on its own. NaN (only from NaN or inf
+    inputs): the whole mask. `MANY` past `limit` (the search counts before it makes a single index)."""
+    if not (rows.size and columns.size):
         return None
-    if np.isnan(rows).any() or np.isnan(columns).any():
+    top_row, top_column = rows.max(), columns.max()
+    if top_row * top_column < 2.0**52:
+        return None
+    if not (top_row < np.inf and top_column < np.inf):  # NaN or inf (from NaN or inf inputs): the whole mask
         return _unsure(rows, columns, limit)
-    if len(rows) >= len(columns):
-        return _tails(rows, columns, limit)
-    found = _tails(columns, rows, limit)  # sort the rows, search for each column
-    return found if found is None or found is MANY else (found[1], found[0])
+    r = np.flatnonzero(rows * top_column >= 2.0**52)  # (R,) candidate rows
+    c = np.flatnonzero(columns * top_row >= 2.0**52)  # (C,) candidate columns
+    if len(r) * len(c) <= _BLOCK:
+        found = (rows[r, None] * columns[None, c] >= 2.0**52).nonzero()  # the (R, C) mask's unsure pairs
+        found = MANY if limit is not None and len(found[0]) > limit else found if len(found[0]) else None
+    elif len(r) >= len(c):
+        found = _tails(rows[r], columns[c], limit)
+    else:
+        found = _tails(columns[c], rows[r], limit)  # sort the rows, search for each column
+        found = found if found is None or found is MANY else (found[1], found[0])
+    return found if found is None or found is MANY else (r[found[0]], c[found[1]])
 
 
 def _tails(long, short, limit=None):
