@@ -524,3 +524,28 @@ def test_adding_a_ring_step_at_a_time_gives_the_chunk_by_chunk_bits(n, data, dty
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
     views = [g for g in results["_by_step"] if g.size]
     assert all(g.base is None or g.base is not views[0].base for g in views[1:])  # no result shares another's memory
+
+
+def test_the_bf16_wires_float32_add_gives_ml_dtypes_bits_for_every_pattern():
+    # add_bf16 (collectives/_ops.py), the ring's add on a bf16 wire: float32 adds rounded once to bf16, against
+    # ml_dtypes' own bf16 add (np.add, its naive twin), every one of the 65,536 patterns on either side of 96 others:
+    # both zeros, the smallest subnormals, the largest finite values, both infinities, NaNs of both signs, 80 random.
+    # The same bits, but where both are NaN of opposite signs: NaN there, its sign the machine's operand order's
+    from zerosim.collectives._ops import add_bf16
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    every = np.arange(2**16, dtype=np.uint16)
+    chosen = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0,
+              0x7F81, 0xFFFF, 0x3F80, 0xBF80]
+    others = np.concatenate([np.array(chosen, np.uint16), np.random.default_rng(7).integers(0, 2**16, 80, np.uint16)])
+    a = np.repeat(every, len(others)).view(bf16)  # (65,536 · 96,)
+    b = np.tile(others, len(every)).view(bf16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for x, y in ((a, b), (b, a)):
+            want, got = np.add(x, y).view(np.uint16), add_bf16(x, y).view(np.uint16)  # 6.3M elements: widened
+            both_nan = np.isnan(x) & np.isnan(y)
+            assert np.array_equal(want[~both_nan], got[~both_nan])
+            assert np.isnan(got.view(bf16)[both_nan]).all()
+        acc = a.copy()  # as the ring adds: the partial sum written over itself
+        assert add_bf16(acc, b, out=acc) is acc
+        assert np.array_equal(acc.view(np.uint16)[~both_nan], np.add(a, b).view(np.uint16)[~both_nan])
