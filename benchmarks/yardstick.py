@@ -38,6 +38,11 @@ the engine's answer (the per-round check would catch a row where it is not). The
 the native hand step: what a step costs beside plain fp32 NumPy, the portable kernel's price included.
 
     python benchmarks/yardstick.py [--repeats 9] [--case small|large|both] [--arithmetic native|portable|both]
+                                   [--hand-adds ml_dtypes|float32]
+
+The engine adds a bf16 wire's chunks in float32, rounded once to bf16 (collectives/_ops.py `add_bf16`: ml_dtypes'
+bits in half its time); the hand step adds with ml_dtypes' own add, the obvious way, unless --hand-adds float32,
+which gives it the engine's way too: the ratios then measure zerosim's overhead alone, not its adds.
 """
 
 import os
@@ -75,13 +80,27 @@ def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 MATMULS = {"native": native_matmul, "portable": exact_matmul}
 
 
+def add_widened(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """bf16 a + b into `out` by way of float32: the same bits as ml_dtypes' add (float32 holds any two bf16 values'
+    sum to within a rounding that the one to bf16 cannot tell apart), the way the engine adds a bf16 wire's chunks
+    of 2,048 elements and more (--hand-adds float32)."""
+    if a.size < 2048:
+        return np.add(a, b, out=out)
+    out[...] = np.add(b.astype(F32), a.astype(F32))
+    return out
+
+
+ADDS = {"ml_dtypes": np.add, "float32": add_widened}
+
+
 class HandZero3:
     """ZeRO-3 on N ranks for an MLP [D_0, ..., D_K] with ReLU, half-MSE, bf16-mixed, Adam (lr, 0.9, 0.999, 1e-8):
     plain NumPy, one list entry per rank."""
 
-    def __init__(self, widths, n: int, params: np.ndarray, lr: float = 1e-3, arithmetic: str = "native"):
+    def __init__(self, widths, n: int, params: np.ndarray, lr: float = 1e-3, arithmetic: str = "native",
+                 adds: str = "ml_dtypes"):
         self.n, self.widths = n, widths
-        self.matmul = MATMULS[arithmetic]
+        self.matmul, self.add = MATMULS[arithmetic], ADDS[adds]
         shapes = [((o, i), (o,)) for i, o in zip(widths[:-1], widths[1:])]
         self.windows, offset = [], 0  # (a, b) of each Linear's [W, b] in the flat vector
         for (w, b) in shapes:
@@ -134,9 +153,9 @@ class HandZero3:
             if n == 1:
                 acc[...] = packed[0][window]
                 continue
-            np.add(packed[(c + 1) % n][window], packed[(c + 2) % n][window], out=acc)
+            self.add(packed[(c + 1) % n][window], packed[(c + 2) % n][window], out=acc)
             for k in range(3, n + 1):
-                np.add(acc, packed[(c + k) % n][window], out=acc)  # one bf16 rounding per add, the ring's order
+                self.add(acc, packed[(c + k) % n][window], out=acc)  # one bf16 rounding per add, the ring's order
 
     def step(self, batches) -> list:
         n, layers = self.n, len(self.windows)
@@ -223,7 +242,7 @@ def policy(arithmetic: str):
     return base.with_(arithmetic=arithmetic)
 
 
-def measure(widths, n: int, batch: int, repeats: int, arithmetics) -> tuple:
+def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes") -> tuple:
     """({(who, arithmetic): median CPU s}, {...: median wall s}) for who in hand, engine, oracle: every contender
     once per round, in a new seeded order; after each round every arithmetic's three fp32 masters compared bit for
     bit."""
@@ -235,7 +254,7 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics) -> tuple:
     batches = make_regression(np.random.default_rng(0), n, batch, widths)
     runs = {}
     for a in arithmetics:
-        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a)
+        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a, adds=adds)
         runs["engine", a] = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy(a), params=params)
         runs["oracle", a] = Reference(model, Adam(lr=1e-3), policy(a), world_size=n, params=params,
                                       order="ring-native")
@@ -265,11 +284,15 @@ def main():
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--case", choices=("small", "large", "both"), default="both")
     p.add_argument("--arithmetic", choices=("native", "portable", "both"), default="both")
+    p.add_argument("--hand-adds", choices=tuple(ADDS), default="ml_dtypes",
+                   help="how the hand step adds its bf16 ring chunks: ml_dtypes' own add (the obvious way, the "
+                        "default) or widened to float32 as the engine adds them (the same bits)")
     args = p.parse_args()
     arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
-          f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}")
+          f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
+          f"{args.hand_adds}")
     print(f"load average before: {load()} (on {os.cpu_count()} cores)")
     print("CPU milliseconds per step (the process's own time); wall e/h: the wall-clock ratio; e/native hand: the "
           "engine against the native hand step")
@@ -277,7 +300,7 @@ def main():
           f"{'target':>7} {'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8} {'e/native hand':>13}")
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
-        t, w = measure(widths, n, batch, args.repeats, arithmetics)
+        t, w = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds)
         params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
         for a in arithmetics:
             hand, engine, oracle = t["hand", a], t["engine", a], t["oracle", a]
