@@ -1,0 +1,96 @@
+"""The portable kernel's price on one ZeRO-3 step's products: exact_matmul ÷ the hand step's float64 GEMM, in turns.
+
+benchmarks/yardstick.py times whole steps, whose run-to-run spread (a few per cent) hides a millisecond. This takes
+one step's matrix products out of the step: it runs the yardstick's engine (bf16-mixed, the portable arithmetic)
+for a few steps, captures the operands of every product of the next one (72 at 919k parameters on N = 8, 576 at
+10k on N = 64), and then runs all of them again, in turns, three ways:
+
+    exact    zerosim's exact_matmul, in the step's order (its operand cache sees the ranks' copies of each weight
+             as the engine does): every element the exact dot product rounded once to fp32, proved
+    hand     the yardstick's portable hand product, (a64 @ b64).astype(f32): one float64 GEMM rounded, no proof
+    native   the machine's sgemm on the fp32-widened operands (other bits: for scale)
+
+The exact and hand products are checked equal bit for bit every round (the proof's own answer, and the hand step's
+assumption that these float64 sums are exact). `exact - hand` is what the proof costs per step.
+
+    python benchmarks/products.py [--case large|small] [--rounds 30]
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from yardstick import CASES, load, policy  # noqa: E402
+
+WAYS = {
+    "exact": None,  # filled in by main(): zerosim's exact_matmul
+    "hand": lambda a, b: (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32),
+    "native": lambda a, b: a.astype(np.float32) @ b.astype(np.float32),
+}
+
+
+def captured_products(case: str) -> list:
+    """[(a, b)] of every product one engine step makes, after two steps that warm it up; copies in the operands'
+    own memory order (a weight's transposed view stays a transposed view)."""
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+    from zerosim.precision.arithmetic import _kernels
+
+    widths, n, batch, _ = CASES[case]
+    model = MLP(widths)
+    batches = make_regression(np.random.default_rng(0), n, batch, widths)
+    engine = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy("portable"), params=model.init_params())
+    for _ in range(2):
+        engine.step(batches)
+    portable, seen = _kernels.ARITHMETICS["portable"], []
+
+    def spy(a, b):
+        seen.append((a.copy(order="K"), b.copy(order="K")))
+        return portable.matmul(a, b)
+
+    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=spy)
+    try:
+        engine.step(batches)
+    finally:
+        _kernels.ARITHMETICS["portable"] = portable
+    return seen
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", choices=tuple(CASES), default="large")
+    p.add_argument("--rounds", type=int, default=30)
+    args = p.parse_args()
+    from zerosim.precision.arithmetic import exact_matmul
+
+    WAYS["exact"] = exact_matmul
+    products = captured_products(args.case)
+    print(f"{len(products)} products of one ZeRO-3 step ({args.case} case of benchmarks/yardstick.py), "
+          f"{args.rounds} rounds in turns; load average before: {load()}")
+    cpu = {way: [] for way in WAYS}
+    for k in range(args.rounds + 1):  # round 0 warms up
+        order = list(WAYS) if k % 2 else list(reversed(WAYS))
+        outs = {}
+        for way in order:
+            start = time.process_time()
+            outs[way] = [WAYS[way](a, b) for a, b in products]
+            if k:
+                cpu[way].append(time.process_time() - start)
+        if not all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(outs["exact"], outs["hand"])):
+            raise AssertionError("exact_matmul and the float64 GEMM rounded once disagree on these products")
+    ms = {way: statistics.median(v) * 1e3 for way, v in cpu.items()}
+    print(f"CPU ms per step's products (median): exact {ms['exact']:.2f}, hand {ms['hand']:.2f}, native "
+          f"{ms['native']:.2f}; exact ÷ hand {ms['exact'] / ms['hand']:.2f}, the proof {ms['exact'] - ms['hand']:+.2f} "
+          f"ms a step")
+    print(f"load average after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
