@@ -31,11 +31,11 @@ and the quantum), no second GEMM. A small product: one bound over each whole ope
 thousand elements its second GEMM costs less than facts by rows and columns), where the whole operands' quanta
 settle most suspects before any per-row pass (`_exact_by_whole_quanta`). A larger one: a bound by rows and columns
 (Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16,
-found by a sorted search, `_unsure_sorted`, counted before they are listed) are settled one by one (`_settle`), past
-that the whole product goes the long way. fp32 products skip the bound by rows and columns: 48 significant bits
-leave it no room. A large operand's float64 copy and facts are kept across products (_operand_cache.py: the ranks of
-a ZeRO step multiply by the same gathered weights). The same bits on every path (tests/test_exact_matmul_bound.py,
-tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
+found among the candidate rows and columns by a mask or a sorted search, `_unsure_sorted`) are settled one by one
+(`_settle`), past that the whole product goes the long way. fp32 products skip the bound by rows and columns: 48
+significant bits leave it no room. A large operand's float64 copy and facts are kept across products
+(_operand_cache.py: the ranks of a ZeRO step multiply by the same gathered weights). The same bits on every path
+(tests/test_exact_matmul_bound.py, tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
 An exact zero is +0 (a GEMM starts its accumulator at +0; a sum's sign of zero would otherwise depend on the
@@ -192,7 +192,7 @@ def _rounded_plus_zero(c, q_rows, q_columns):
     q_i·q_j. Where every q_i·q_j reaches float32's smallest subnormal, no nonzero sum rounds to zero: the float32
     zeros are the exact zeros, and +0 is added after rounding, over half the bytes; else before, in float64. A plain
     cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
-    slower than the two (72 products of benchmarks/yardstick.py's 919k step: 2-3 ms; speed.md section 1, item 9)."""
+    slower than the two (72 products of benchmarks/yardstick.py's 919k step: 1-2 ms; speed.md section 1, item 9)."""
     if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
         out = c.astype(np.float32)
         out += np.float32(0.0)
