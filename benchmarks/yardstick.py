@@ -86,7 +86,7 @@ def add_widened(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     of 2,048 elements and more (--hand-adds float32)."""
     if a.size < 2048:
         return np.add(a, b, out=out)
-    out[...] = np.add(b.astype(F32), a.astype(F32))
+    out[...] = np.add(b.astype(F32), a.astype(F32))  # b + a: a NaN + NaN keeps ml_dtypes' sign on x86 too
     return out
 
 

@@ -116,15 +116,17 @@ def test_the_whole_bound_refuses_a_row_whose_float64_sum_is_wrong():
 
 
 @given(m=st.integers(1, 30), n=st.integers(1, 30), seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60),
-       limit=st.one_of(st.none(), st.integers(0, 120)), block=st.sampled_from([0, 1 << 15]))
-def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top, limit, block):
+       limit=st.one_of(st.none(), st.integers(0, 120)), block=st.sampled_from([0, 1 << 15]), infs=st.booleans())
+def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed, top, limit, block, infs):
     # rows and columns as _shortcut makes them (Σ|a|/q and max|b|/q: >= 0, zeros for all-zero lines, inf where a
     # sum overflows), around the 2**52 line; past a limit both say MANY, at or under it both list the elements.
-    # block: the candidates masked whole (the default, for these sizes) or sorted and searched (0)
+    # block: the candidates masked whole (the default, for these sizes) or sorted and searched (0); infs: rows that
+    # overflowed, which send `_unsure_sorted` to the whole mask, or none, so that its own two ways run
     rng = np.random.default_rng(seed)
     rows, columns = 2.0 ** rng.uniform(0, top, m), 2.0 ** rng.uniform(0, top, n)
     rows[rng.random(m) < 0.1], columns[rng.random(n) < 0.1] = 0.0, 0.0
-    rows[rng.random(m) < 0.05] = np.inf
+    if infs:
+        rows[rng.random(m) < 0.05] = np.inf
     with np.errstate(invalid="ignore"), mock.patch.object(_exact_matmul, "_BLOCK", block):  # inf·0: NaN, unsure
         naive, clever = _exact_matmul._unsure(rows, columns, limit), _exact_matmul._unsure_sorted(rows, columns, limit)
         every = _exact_matmul._unsure(rows, columns)  # no limit: every unsure element, never MANY
