@@ -27,7 +27,9 @@ timelines): <= 1.3 at 919k parameters on N = 8, <= 2.5 at 10k parameters on N = 
 
 Measured in one run, in CPU time (and wall time beside it): each round runs every contender once, in a new seeded
 order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
-(set before numpy loads). The load average is printed before and after.
+(set before numpy loads). The load average is printed before and after. Before each contender's step the portable
+kernels' memo of operands is emptied (untimed): a step alone keeps what it measured for its own later products,
+never for another contender's (the engine and the oracle multiply the same operands bit for bit).
 
 Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
 "native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
@@ -230,6 +232,17 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def forget_kept_operands() -> None:
+    """Empty the portable kernels' memo of operands (precision/arithmetic/_operand_cache.py), where this zerosim
+    keeps one: the engine and the oracle multiply the very same operands, so whichever ran second in a round would
+    find the other's extents and float64 copies kept and measure nothing."""
+    try:
+        from zerosim.precision.arithmetic import clear_kept_operands
+    except ImportError:
+        return
+    clear_kept_operands()
+
+
 def policy(arithmetic: str):
     """bf16-mixed on the models' kernels `arithmetic` names (a zerosim without the choice runs native only)."""
     from zerosim.precision import get_precision
@@ -264,6 +277,7 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
         names = list(runs)
         order.shuffle(names)
         for name in names:
+            forget_kept_operands()  # untimed: no contender finds what another measured (module docstring)
             c, w = timed(lambda: runs[name].step(batches))
             if round_:
                 cpu[name].append(c)

@@ -217,3 +217,104 @@ def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
     _operand_cache.clear()
     big = np.random.default_rng(9).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
     assert np.array_equal(_operand_cache.operand(big).wide, big.astype(np.float64)) and not _operand_cache._entries
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_the_extents_of_pieces_measured_together_are_each_piece_s_own(name):
+    # `extent_of_pieces` against the widened values (`want`) and its twin `extent`: every finite pattern of the format
+    # cut into pieces of 1 to 300 elements, with an all-zero piece, a piece of -0 alone, and NaN (and inf) in one
+    dtype, p = NARROW[name]
+    values = finite_patterns(dtype)
+    rng = np.random.default_rng(p)
+    pieces, start = [], 0
+    while start < len(values):
+        size = int(rng.integers(1, 301))
+        pieces.append(values[start:start + size])
+        start += size
+    pieces += [np.zeros(5, dtype), -np.zeros(3, dtype), np.array([1.0, np.nan, 2.0], dtype)]
+    if name != "fp8_e4m3":  # E4M3FN has no inf
+        pieces.append(np.array([-np.inf, 0.5], dtype))
+    got = _extents.extent_of_pieces(np.concatenate(pieces), [len(x) for x in pieces])
+    assert got == [_extents.extent(x) for x in pieces]
+    with np.errstate(invalid="ignore"):
+        for x, g in zip(pieces, got):
+            x64 = x.astype(np.float64)
+            if not np.isfinite(x64).all():
+                assert g is None
+            else:
+                assert g == (want(x64, p) if x64.any() else (0.0, 1.0))
+
+
+def _tensors_a_step_hands_over(rng):
+    """What an engine's `prepare` may be given: activations of several shapes, a gradient's transposed view, two
+    arrays with the same bits, an fp16 one, and ones kept out (float32, empty, over `_SMALL_BYTES`)."""
+    x = (rng.standard_normal((8, 96)) * 2.0 ** rng.integers(-20, 20, (8, 96))).astype(ml_dtypes.bfloat16)
+    kept = [x, x.copy(), rng.standard_normal((96, 8)).astype(ml_dtypes.bfloat16).T,
+            rng.standard_normal((8, 16)).astype(np.float16), rng.standard_normal((4, 5, 6)).astype(ml_dtypes.bfloat16)]
+    kept_out = [rng.standard_normal((8, 8)).astype(np.float32), np.zeros((0, 8), ml_dtypes.bfloat16),
+                rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16)]
+    return kept, kept_out
+
+
+def test_extents_remembered_together_are_what_each_product_then_finds(monkeypatch):
+    _operand_cache.clear()
+    kept, kept_out = _tensors_a_step_hands_over(np.random.default_rng(11))
+    _operand_cache.remember_extents(kept + kept_out)
+    assert len(_operand_cache._extents_kept) == len(kept) - 1  # the two arrays with the same bits share an entry
+    monkeypatch.setattr(_operand_cache, "extent", mock.Mock(side_effect=AssertionError("measured again")))
+    for x in kept:  # found, not measured: and what the widened values say
+        assert _operand_cache.kept_extent(x) == want(x.astype(np.float64).ravel(), NARROW[
+            "fp16" if x.dtype == np.float16 else "bf16"][1])
+    _operand_cache.clear()
+
+
+def test_remembered_extents_whose_hashes_collide_are_told_apart(monkeypatch):
+    # every hash equal: one entry survives, the others are measured again when asked, and every answer is right
+    _operand_cache.clear()
+    monkeypatch.setattr(_operand_cache.xxhash, "xxh3_64_intdigest", lambda data: 0)
+    rng = np.random.default_rng(12)
+    xs = [(rng.standard_normal((4, 6)) * 2.0**s).astype(ml_dtypes.bfloat16) for s in (-30, 0, 30)]
+    _operand_cache.remember_extents(xs)
+    assert len(_operand_cache._extents_kept) == 1
+    for x in xs + xs[::-1]:
+        assert _operand_cache.kept_extent(x) == want(x.astype(np.float64).ravel(), 8)
+    _operand_cache.clear()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(monkeypatch, workers):
+    # the hint at work: with `prepare` wired (parallel/data/_compute.py), the products of a step measure none of their
+    # activations or gradients alone; without it, each rank its own; the bits the same either way (against the oracle)
+    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+    from zerosim.models import make_regression
+    from zerosim.precision import get_precision
+
+    model, n = MLP([32, 96, 64, 16]), 8
+    params = model.init_params(np.random.default_rng(0))
+    batches = make_regression(np.random.default_rng(1), n, 8, [32, 16])
+    policy = get_precision("bf16-mixed")
+    measured = mock.Mock(side_effect=_extents.extent)
+    monkeypatch.setattr(_operand_cache, "extent", measured)
+    counts = []
+    for wired in (True, False):
+        if not wired:
+            monkeypatch.setattr(_operand_cache, "remember_extents", lambda tensors: None)
+            import dataclasses
+
+            from zerosim.precision.arithmetic import _kernels
+            monkeypatch.setitem(_kernels.ARITHMETICS, "portable",
+                                dataclasses.replace(_kernels.ARITHMETICS["portable"], prepare=None))
+        _operand_cache.clear()
+        measured.reset_mock()
+        engine = ZeroEngine(model, Cluster(n, workers=workers), 3, Adam(lr=1e-3), policy, params=params)
+        engine.step(batches)
+        counts.append(measured.call_count)
+        oracle = Reference(model, Adam(lr=1e-3), policy, world_size=n, params=params, order="ring-native")
+        oracle.step(batches)
+        assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
+    _operand_cache.clear()
+    # the three weight matrices once each (every rank's copy has the same bits; on several workers two ranks' threads
+    # may both measure one before either keeps it, the same answer twice); unwired, besides them, x and dy of three
+    # layers on every rank, one by one (each op of stage 3 is its own run, so several workers get the hint too)
+    weights = [counts[0], counts[1] - 2 * 3 * n]
+    assert all(3 <= w <= 3 * workers for w in weights) and (workers > 1 or weights == [3, 3])

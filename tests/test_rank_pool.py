@@ -152,6 +152,23 @@ def test_map_steps_records_as_the_loop_over_steps_then_ranks_does(workers, fails
     assert all(r.ledger.sink == log.append for r in ranks)  # the trace's sink is back
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_before_a_step_every_rank_has_finished_the_step_before_and_none_has_begun_it(workers):
+    # the hint's promise (`before`, which `Arithmetic.prepare` rides on): on one worker before every step, after every
+    # rank's step j - 1 and before any rank's step j; on several before step 0 only, ahead of every rank's work
+    done, seen = set(), []
+
+    def work(i, j):
+        done.add((i, j))
+
+    def before(j):
+        seen.append((j, set(done)))
+
+    RankPool(workers).map_steps(work, [_Rank(lambda e: None) for _ in range(3)], 3, before=before)
+    steps = range(3) if workers == 1 else range(1)
+    assert seen == [(j, {(i, s) for s in range(j) for i in range(3)}) for j in steps]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("stage", [0, 3])
 def test_an_exception_in_one_ranks_compute_ends_the_step_with_nothing_half_updated(stage, workers, monkeypatch):

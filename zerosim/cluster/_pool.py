@@ -79,7 +79,7 @@ class RankPool:
         done = self.map_steps(lambda i, j: work(i), ranks, 1, None if after is None else lambda i, j, r: after(i, r))
         return [r[0] for r in done]
 
-    def map_steps(self, work, ranks, steps: int, after=None) -> list:
+    def map_steps(self, work, ranks, steps: int, after=None, before=None) -> list:
         """work(i, j) for each local rank i and step j < `steps` (steps of one rank run in order, each reading
         only rank i's arrays and what its earlier steps made), then after(i, j, result) step by step, rank by
         rank: what the loop `for j: for i: work(i, j); after(i, j, ...)` does and records, in one handoff per
@@ -88,13 +88,20 @@ class RankPool:
         On the workers each rank runs all its steps (or up to its own failure); then step j's held ledger events
         and `after`s go in rank order, for every j before the first failing step, and only the ledger events from
         there on (every later free keeps its alloc); the failure of the earliest step (the lowest rank among
-        equals) is raised, as the loop would raise it."""
+        equals) is raised, as the loop would raise it.
+
+        before(j), where given, runs on the calling thread once every rank has finished step j - 1 and none has
+        begun step j: before each step on one worker; before step 0 only on several (each rank runs ahead through
+        its steps). A hint that reads every rank's inputs at once (`Arithmetic.prepare`), so it must change no
+        result."""
         ranks = list(ranks)
         if self.workers == 1 or len(ranks) < 2:  # the loop itself: op-major, each after at once
             results = [[None] * steps for _ in ranks]
             if ranks and steps:
                 self._run(lambda i, j: None, 0, 0)  # notes the caller's thread among those used, once
             for j in range(steps):
+                if before is not None:
+                    before(j)
                 for i in range(len(ranks)):
                     results[i][j] = out = work(i, j)
                     if after is not None:
@@ -106,6 +113,8 @@ class RankPool:
         # per thread, not per rank or step: a handoff costs tens of microseconds, a small layer's op not much more)
         k = min(self.workers, len(ranks))
         groups = [range(len(ranks) * q // k, len(ranks) * (q + 1) // k) for q in range(k)]
+        if before is not None and steps:
+            before(0)
         try:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="zerosim-rank-worker")

@@ -125,6 +125,16 @@ class Pass:
             return {}
         return getattr(layer, "checkpoint_keep", lambda x, fmt: _no_selective(layer, x, fmt))(x, self.fmt)
 
+    def multiplied(self, op: Op):
+        """The tensor in flight that `op` multiplies by its layer's weights as it comes (`Layer.multiplies_input`):
+        the activation going forward (a forward or recompute that starts from it), the gradient coming back (a
+        backward); None for any other op or layer."""
+        if op.layer < 0 or not getattr(self.model.layers[op.layer], "multiplies_input", False):
+            return None
+        if op.kind == "backward":
+            return self.dy
+        return self.a if op.kind in ("forward", "recompute") and not op.from_checkpoint else None
+
     def run(self, op: Op, params: dict) -> Done:
         """Do `op` with layer weights `params` (by name, in fmt; {} when the op needs none)."""
         f, model = self.fmt, self.model

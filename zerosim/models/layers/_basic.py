@@ -142,6 +142,9 @@ class Layer:
 
     name: str = "layer"
     saves_input_only: bool = True  # cache == {"input": x}: recomputation can rebuild it without running the layer
+    # forward multiplies its input x, and backward its incoming dy, by its weights as they come: the kernels may
+    # measure every rank's x or dy together before the op (`Arithmetic.prepare`, parallel/data/_compute.py)
+    multiplies_input: bool = False
 
     def __init__(self, name: str):
         self.name = name
@@ -172,6 +175,8 @@ class Layer:
 
 class Linear(Layer):
     """y = x @ w.T + b with w (D_out, D_in), b (D_out,) — bias optional (TinyNet's first layer has none)."""
+
+    multiplies_input = True
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, name: str = "linear"):
         super().__init__(name)

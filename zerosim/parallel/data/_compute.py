@@ -17,6 +17,7 @@ from zerosim.models import needs_params
 from zerosim.models._run import done as made
 from zerosim.parallel.data._gather import unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, stage_grads
+from zerosim.precision.arithmetic import arithmetic_of
 
 
 def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -> None:
@@ -50,7 +51,14 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
                                                    done.values))
         adopt_grads(ranks[i], op.layer, packed)
 
-    ctx.cluster.pool.map_steps(run, ranks, len(ops), record)
+    prepare = arithmetic_of(passes[0].fmt).prepare if passes else None
+
+    def before(j):  # what every rank's op j multiplies, for the kernels to measure together (a hint: no bit moves)
+        tensors = [x for x in (work.multiplied(ops[j]) for work in passes) if x is not None]
+        if tensors:
+            prepare(tensors)
+
+    ctx.cluster.pool.map_steps(run, ranks, len(ops), record, None if prepare is None else before)
 
 
 def runs(ops, alone: bool) -> list:

@@ -68,6 +68,23 @@ def extent(x) -> tuple[float, float] | None:
     return float(largest), math.ldexp(1.0, math.frexp(smallest)[1] - precision)
 
 
+def extent_of_pieces(flat: np.ndarray, sizes: list) -> list:
+    """[`extent(piece)` for each piece], the same answers, where flat (sum(sizes),) narrow host array holds the
+    pieces one after another, each nonempty: a few NumPy calls for the lot where `extent` makes five for each (64
+    activations of 8 x 64 bf16: ~80 µs against ~230 µs). What `Arithmetic.prepare` measures the tensors every
+    rank's next op reads with (_operand_cache.py `remember_extents`)."""
+    uint, mask, values, precision, ends = _decoder(flat.dtype)
+    starts = np.cumsum([0] + sizes[:-1])  # (pieces,) where each begins
+    # each piece's two ends, as `extent` reads them: the largest of 2m and of -2m modulo 2**bits
+    top, bottom = np.maximum.reduceat(flat.view(uint) * ends, starts, axis=1).astype(np.int64)  # (pieces,) each
+    largest = values[top >> 1]  # (pieces,) float64
+    smallest = values[(2 * (mask + 1) - bottom) >> 1]  # the smallest nonzero magnitude (-0.0 where all are zero)
+    with np.errstate(invalid="ignore"):
+        quantum = np.ldexp(1.0, np.frexp(smallest)[1] - precision)  # (pieces,) exact powers of two
+    return [None if not math.isfinite(big) else (0.0, 1.0) if big == 0.0 else (big, q)
+            for big, q in zip(largest.tolist(), quantum.tolist())]
+
+
 def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(max|x|, q) along `axis` of narrow host array x, float64 arrays of x's shape without that axis (q = +inf
     where every element is 0); None where x holds NaN or inf."""

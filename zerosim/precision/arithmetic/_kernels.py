@@ -25,6 +25,7 @@ import numpy as np
 
 from zerosim.precision.arithmetic import _correctly_rounded as correctly_rounded
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul
+from zerosim.precision.arithmetic._operand_cache import remember_extents
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class Arithmetic:
     sin: Callable
     cos: Callable
     power: Callable  # (base: float, x) -> base ** x
+    # (tensors) -> None, or None where the kernels need nothing ahead: a hint, the tensors the ranks' next op reads
+    # (each rank's activation or gradient in flight), all at once before any rank runs it (parallel/data/_compute.py);
+    # what the kernels learn from them changes no bit, only their time
+    prepare: Callable | None
 
 
 def _native_matmul(a, b):
@@ -54,8 +59,8 @@ def _native_power(base, x):
 ARITHMETICS = {
     "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
                            correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
-                           correctly_rounded.power),
-    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
+                           correctly_rounded.power, remember_extents),
+    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power, None),
 }
 
 
