@@ -492,7 +492,8 @@ def test_the_native_ring_order_twin_gives_the_exact_twins_bits(n, length, dtype,
        op=st.sampled_from(["sum", "max", "avg_premul"]), with_out=st.booleans(), seed=st.integers(0, 2**16))
 def test_adding_a_ring_step_at_a_time_gives_the_chunk_by_chunk_bits(n, data, dtype, op, with_out, seed):
     # _fast.py's two ways to add up a reduce-scatter: one add per chunk per step (the naive twin) and one add per ring
-    # step over every chunk (small chunks). Any chunk map (empty chunks, uneven sizes, gaps), any ring order (a
+    # step over every chunk (small chunks). Any chunk map (empty chunks, uneven sizes; side by side, as a reduce-
+    # scatter's, which `_by_step` rotates in place, or with gaps, which it hands to the twin), any ring order (a
     # group's), into fresh arrays or the caller's `out`: the same bits, and each result its own array
     from zerosim.collectives import _fast as fast
     from zerosim.collectives import get_op
@@ -500,13 +501,16 @@ def test_adding_a_ring_step_at_a_time_gives_the_chunk_by_chunk_bits(n, data, dty
 
     rng = np.random.default_rng(seed)
     sizes = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
-    gaps = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    side_by_side = data.draw(st.booleans())
+    gaps = [0] * n if side_by_side else data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
     bounds, at = [], 0
     for size, gap in zip(sizes, gaps):
         at += gap
         bounds.append((at, at + size))
         at += size
     length = at + data.draw(st.integers(0, 3))
+    if side_by_side and any(sizes):  # taken the rotating way, not handed to the twin
+        assert fast._spans(tuple(bounds))[2]
     ring = tuple(rng.permutation(n).tolist())
     wire = get_format(dtype)
     staged = [cast(rng.standard_normal(length) * 2.0 ** rng.integers(-6, 7, length), dtype) for _ in range(n)]

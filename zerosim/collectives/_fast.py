@@ -13,10 +13,11 @@ derives the ring's events, hop by hop, when they are read: the same events the r
 Two ways to add up, the same adds in the same order for every element (a test holds them equal, bit for bit):
 `_by_chunk`, one add per chunk per step, the naive twin; and `_by_step`, one add per ring step over every chunk at
 once, where the chunks are small (a ZeRO layer's window cut by 64 ranks: a few hundred elements each, where a NumPy
-call costs more than its adds). It gathers each step's addends with one precomputed index (`_addends`), so its work
-is the same element adds plus two copies of the inputs: benchmarks/yardstick.py's 10k-parameter MLP on 64 ranks
-reduces its three windows in 1.9 ms instead of 3.3 (69 chunks of up to 163 elements; ml_dtypes' bf16 add costs
-1.4 ns an element and 0.4 µs a call; `python benchmarks/collectives.py --windows`).
+call costs more than its adds). It stacks the ranks' inputs and rotates each chunk's rows in place (whole rows
+moved, one NumPy call a chunk), so that row k holds every chunk's k-th addend: its work is the same element adds
+plus about two copies of the inputs. benchmarks/yardstick.py's 10k-parameter MLP on 64 ranks reduces its three
+windows in 1.5 ms instead of 3.9 chunk by chunk (69 chunks of up to 163 elements; 1.9 ms with one index of every
+addend, which it used before; `python benchmarks/collectives.py --windows`).
 """
 
 from __future__ import annotations
@@ -95,10 +96,19 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
     """`_by_chunk`'s results with one add per ring step over every chunk: each element's addends in the same order
     (positions c+1, c+2, ..., c+N for an element of chunk c), each add rounded to the wire dtype as before."""
     n = len(ring)
-    index, spans = _addends(n, len(staged[ring[0]]), tuple((int(a), int(b)) for a, b in bounds))
-    rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input
-    terms = rows.reshape(-1).take(index)  # (N, E) terms[k, e]: the addend of element e at position c(e) + k
-    acc = np.empty(index.shape[1], wire)  # (E,) wire: every non-empty chunk's result, in chunk order
+    spans, width, side_by_side = _spans(tuple((int(a), int(b)) for a, b in bounds))
+    if not side_by_side:  # chunks that overlap, leave gaps or come out of order: not a reduce-scatter's layout
+        return _by_chunk(ns, combine, staged, ring, bounds, wire, out, results)
+    rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input, our own copy
+    # each chunk's rows rotated in place, so that row k holds every chunk's addend from position c + k (whole rows
+    # moved as unsigned integers, which NumPy copies without the format's own loop)
+    raw, rotations = rows.view(f"uint{8 * rows.itemsize}"), _rotations(n)
+    for c, (a, b) in enumerate(bounds):
+        if b > a and c % n:
+            raw[:, a:b] = raw[rotations[c], a:b]  # the right side is a copy: the rotation reads no row it wrote
+    lo = next(a for a, b in bounds if b > a)
+    terms = rows[:, lo:lo + width]  # (N, E) terms[k, e]: the addend of element e at position c(e) + k
+    acc = np.empty(width, wire)  # (E,) wire: every non-empty chunk's result, in chunk order
     combine(terms[1], terms[2 % n], out=acc)
     for k in range(3, n + 1):  # positions c+3, ..., c+N (= c), every chunk at once
         combine(acc, terms[k % n], out=acc)
@@ -114,25 +124,26 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
             results[ring[c]] = piece.copy()  # its own array, as `_by_chunk` gives
 
 
-@functools.lru_cache(maxsize=32)  # at most 32 × 4 MB: a ZeRO step's distinct layer windows, kept across steps
-def _addends(n: int, length: int, bounds: tuple) -> tuple:
-    """(index (N, E) into the (N, L) stacked inputs, int32 where N·L allows: row k holds, for every element e of a
-    non-empty chunk c, the flat position of its addend from ring position (c + k) mod N; {c: chunk c's offset in E}).
-    Made once per ring size, input length and chunk map (a ZeRO step reduces the same layer windows every step)."""
-    spans, offset, pieces, owners = {}, 0, [], []
+@functools.lru_cache(maxsize=64)
+def _spans(bounds: tuple) -> tuple:
+    """({c: the offset of non-empty chunk c among the non-empty ones}, their elements E, whether they lie side by
+    side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every step."""
+    spans, offset, end = {}, 0, None
+    side_by_side = any(b > a for a, b in bounds)
     for c, (a, b) in enumerate(bounds):
         if b > a:
-            spans[c] = offset
-            offset += b - a
-            pieces.append(np.arange(a, b))
-            owners.append(np.full(b - a, c))
-    elements = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)  # (E,) each element's place
-    chunk = np.concatenate(owners) if owners else np.zeros(0, np.int64)  # (E,) and its chunk
-    index = ((chunk + np.arange(n)[:, None]) % n) * length + elements  # (N, E)
-    if n * length < 2**31:
-        index = index.astype(np.int32)
-    index.flags.writeable = False
-    return index, spans
+            side_by_side = side_by_side and end in (None, a)
+            spans[c], offset, end = offset, offset + b - a, b
+    return spans, offset, side_by_side
+
+
+@functools.lru_cache(maxsize=16)
+def _rotations(n: int) -> np.ndarray:
+    """(N, N) rotations[c, k] = (c + k) mod N: the ring position chunk c's k-th addend comes from."""
+    step = np.arange(n)
+    rotations = (step[:, None] + step) % n
+    rotations.flags.writeable = False
+    return rotations
 
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None):
