@@ -33,3 +33,43 @@ def test_the_maker_makes_what_the_class_makes(cls, make, args):
     assert dataclasses.asdict(made) == dataclasses.asdict(built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.rank = 0
+
+
+def _zero3_step(keep_values=True, steps=1, **cluster):
+    import numpy as np
+
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+
+    model = MLP([6, 9, 3])
+    engine = ZeroEngine(model, Cluster(3, keep_values=keep_values, **cluster), 3, Adam(lr=1e-2), "bf16-mixed",
+                        params=model.init_params(np.random.default_rng(1)))
+    for _ in range(steps):
+        engine.step(make_regression(np.random.default_rng(0), 3, 4, [6, 3]))
+    return engine.cluster.trace
+
+
+def test_an_engine_s_compute_events_read_back_as_the_class_makes_them(tmp_path):
+    # the engine records each Compute as its fields (`ComputeFields`: one object for the garbage collector, not two);
+    # every way of reading the log gives the Compute the class makes from those fields, field for field
+    from zerosim.cluster import Compute, GradClip
+    from zerosim.cluster._events import ComputeFields
+
+    trace = _zero3_step()
+    raw = [e for e in trace._log if type(e) is ComputeFields]
+    assert len(raw) == 3 * 7  # three ranks, seven ops: two Linear and a ReLU forward, the loss, three backward
+    assert trace.of_type(GradClip) == [] and all(type(e) is ComputeFields for e in raw)  # other kinds left as they are
+    built = [Compute(*fields) for fields in raw]
+    computes = trace.of_type(Compute)
+    assert computes == built and [repr(e) for e in computes] == [repr(e) for e in built]
+    assert all(a.values is b.values for a, b in zip(computes, built))  # `values` is not compared by ==
+    fresh = _zero3_step(keep_values=False).log  # read whole, before any `of_type`: the log never shows the fields
+    assert sum(type(e) is Compute for e in fresh) == 3 * 7 and not any(type(e) is ComputeFields for e in fresh)
+    path = tmp_path / "log.txt"
+    # the first step written as it folds out of a one-step window (its entries as recorded), the second at the flush
+    streamed = _zero3_step(keep_values=False, steps=2, log_to=str(path), keep_steps=1)
+    first = [line for line in path.read_text().splitlines() if line.startswith("Compute(")]
+    streamed.flush_log()
+    second = [repr(e) for e in streamed.of_type(Compute)]
+    assert len(first) == 3 * 7 and all(", step=1," in line for line in first)
+    assert [line for line in path.read_text().splitlines() if line.startswith("Compute(")] == first + second

@@ -67,6 +67,17 @@ def compute_event(rank, step, micro, layer, name, kind, flops, bytes_read, bytes
 _new = object.__new__
 
 
+class ComputeFields(tuple):
+    """A `Compute`'s fields in `compute_event`'s order, as an engine records them: one object where the event is two
+    (itself and its field dict) for the garbage collector to walk, an engine making one per op and rank. The trace
+    makes each its `Compute` the first time the log is read (`Trace.log`), as it does a ledger's plain tuples."""
+
+    __slots__ = ()
+
+    def event(self) -> Compute:
+        return compute_event(*self)
+
+
 @dataclass(frozen=True)
 class OptimizerStep:
     """One rank's optimizer update of flat elements [start, stop) (its shard; everything at stage 0)."""

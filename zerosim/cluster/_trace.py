@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 
 from zerosim.cluster import _closed as closed
 from zerosim.cluster._hops import RingHops
-from zerosim.cluster._ledger import ledger_event
+from zerosim.cluster._ledger import LedgerEvent, ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
-from zerosim.cluster._events import StepBoundary
+from zerosim.cluster._events import Compute, ComputeFields, StepBoundary
 from zerosim.cluster._runs import RunCounts
 from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
 
@@ -109,8 +109,9 @@ class Trace:
     log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
     absolute: bool = False  # once steps fold, `log`, `calls` and `events` keep absolute positions (a Tail: _window.py)
     _calls: list = field(default_factory=list, repr=False)  # [Call] held: call number folded.calls + i is _calls[i]
-    # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., and each ledger's allocs and
-    # frees as the plain tuples of their fields until the log is read (cluster/_ledger.py `timeline` says why)
+    # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., each ledger's allocs and
+    # frees as the plain tuples of their fields and an engine's Compute events as their `ComputeFields` until the log
+    # is read (cluster/_ledger.py `timeline` says why)
     _log: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
@@ -170,8 +171,11 @@ class Trace:
         log = self._log
         if self._checked < len(log):
             for i in range(self._checked, len(log)):
-                if type(log[i]) is tuple:
+                kind = type(log[i])
+                if kind is tuple:
                     log[i] = ledger_event(*log[i])
+                elif kind is ComputeFields:
+                    log[i] = log[i].event()
             self._checked = len(log)
         return log
 
@@ -481,8 +485,23 @@ class Trace:
 
     def of_type(self, kind, since: int = 0) -> list:
         """The log's events of one type (e.g. `Compute`), from log position `since` on (absolute: counting the entries
-        folded out of the window, as `logged` does; the same as a list position while nothing is folded)."""
-        return [e for e in self._held_log()[max(since - self.folded.log, 0):] if isinstance(e, kind)]
+        folded out of the window, as `logged` does; the same as a list position while nothing is folded). Entries
+        still held as their fields become events only where they are of that type (`zerosim train` asks every step
+        for `GradClip`, which leaves the step's thousands of allocs, frees and Compute events as they are)."""
+        log, found = self._log, []
+        for i in range(max(since - self.folded.log, 0), len(log)):
+            e = log[i]
+            if type(e) is tuple:  # a ledger's alloc or free
+                if not issubclass(LedgerEvent, kind):
+                    continue
+                e = log[i] = ledger_event(*e)
+            elif type(e) is ComputeFields:
+                if not issubclass(Compute, kind):
+                    continue
+                e = log[i] = e.event()
+            if isinstance(e, kind):
+                found.append(e)
+        return found
 
     def clear(self) -> None:
         self.generation += 1

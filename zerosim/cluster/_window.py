@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._ledger import LedgerEvent, ledger_event
 
 WINDOW = 1024  # steps a Cluster made without keep_steps holds (the longest run in a notebook is 200 steps)
@@ -192,7 +193,10 @@ def write_log(trace, entries, events) -> None:
         of_call.setdefault(e.call, []).append(e)
     lines = []
     for entry in entries:
-        entry = ledger_event(*entry) if type(entry) is tuple else entry
+        if type(entry) is tuple:
+            entry = ledger_event(*entry)
+        elif type(entry) is ComputeFields:
+            entry = entry.event()
         lines.append(repr(entry))
         if type(entry) is Call:
             lines += ["  " + repr(e) for e in of_call.get(entry.call, ())]

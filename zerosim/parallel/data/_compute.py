@@ -12,7 +12,7 @@ it reads as each rank's program in order, whatever the workers' order.
 from __future__ import annotations
 
 from zerosim.cluster import Handle
-from zerosim.cluster._events import compute_event
+from zerosim.cluster._events import ComputeFields
 from zerosim.models import needs_params
 from zerosim.models._run import done as made
 from zerosim.parallel.data._gather import unit_reader
@@ -46,9 +46,8 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
     def record(i, j, out):  # op by op, rank by rank, after the ranks ran: the events, as one thread makes them
         (done, packed), op = out, ops[j]
         if op.computes:
-            log(compute_event(ranks[i].index, step, micro, op.layer, names[j], op.kind,
-                                                   done.flops, done.bytes_read, done.bytes_written, waited[j],
-                                                   done.values))
+            log(ComputeFields((ranks[i].index, step, micro, op.layer, names[j], op.kind, done.flops,
+                               done.bytes_read, done.bytes_written, waited[j], done.values)))
         adopt_grads(ranks[i], op.layer, packed)
 
     prepare = arithmetic_of(passes[0].fmt).prepare if passes else None
