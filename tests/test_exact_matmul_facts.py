@@ -318,3 +318,41 @@ def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(mo
     # layers on every rank, one by one (each op of stage 3 is its own run, so several workers get the hint too)
     weights = [counts[0], counts[1] - 2 * 3 * n]
     assert all(3 <= w <= 3 * workers for w in weights) and (workers > 1 or weights == [3, 3])
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_facts_remembered_by_content_are_each_axis_s_own_either_way_round(name, monkeypatch):
+    # `kept_facts` (both axes in one pass, kept for the product that reads the other axis) against `want`, the widened
+    # values by hand, for a matrix and the transposed view of another; then found, not measured, and a forced hash
+    # collision costs a measurement, never a wrong answer; NaN gives no facts; 1-D and large operands are not kept
+    dtype, p = NARROW[name]
+    rng = np.random.default_rng(p)
+    x = (rng.standard_normal((32, 48)) * 2.0 ** rng.integers(-6, 6, (32, 48))).astype(dtype)
+    x[3] = 0  # an all-zero row: q is +inf there
+    m = (rng.standard_normal((40, 24)) * 2.0 ** rng.integers(-6, 6, (40, 24))).astype(dtype)
+    _operand_cache.clear()
+    for operand in (x, m.T):
+        both = _operand_cache.kept_facts(operand)
+        wide = operand.astype(np.float64)
+        for axis, (largest, q) in enumerate(both):
+            lines = np.moveaxis(wide, axis, -1)
+            assert [(a, b) for a, b in zip(largest.tolist(), q.tolist())] == [want(line, p) for line in lines]
+    monkeypatch.setattr(_operand_cache, "extents_along", mock.Mock(side_effect=AssertionError("measured again")))
+    def same(got, operand):  # each axis's (max, q) arrays equal to a fresh `extents` of the operand
+        fresh = [_extents.extents(operand, 0), _extents.extents(operand, 1)]
+        return all(np.array_equal(g[0], f[0]) and np.array_equal(g[1], f[1]) for g, f in zip(got, fresh))
+
+    for operand in (x, m.T, x.T, m):  # found: the same matrices, either way round
+        assert same(_operand_cache.kept_facts(operand), operand)
+    monkeypatch.undo()
+    _operand_cache.clear()
+    monkeypatch.setattr(_operand_cache.xxhash, "xxh3_64_intdigest", lambda data: 0)
+    for operand in (x, m.T, x):  # one key for all: each replaces the one before, every answer right
+        assert same(_operand_cache.kept_facts(operand), operand)
+    assert len(_operand_cache._facts_kept) == 1 and _operand_cache._facts_held[0] == x.nbytes
+    y = x.copy()
+    y[5, 7] = np.nan
+    assert _operand_cache.kept_facts(y) == [None, None]
+    assert _operand_cache.kept_facts(x[0]) is None  # 1-D
+    assert _operand_cache.kept_facts(np.zeros((256, 128), dtype)) is None  # past `_SMALLEST`: the large cache's
+    _operand_cache.clear()

@@ -22,7 +22,9 @@ Small operands (at most `_SMALL_BYTES`: a small model's activations, gradients a
 the whole bound's two facts (`kept_extent`), keyed by XXH3-64 of their bytes and checked against the bytes. Before
 each op an engine hands over what every rank is about to multiply (`remember_extents`, through
 `Arithmetic.prepare`): measured together, in a few NumPy calls, where each rank's product would measure its own
-alone (10k parameters on 64 ranks: 384 activations and gradients a step, benchmarks/yardstick.py).
+alone (10k parameters on 64 ranks: 384 activations and gradients a step, benchmarks/yardstick.py). Operands
+between (2-D, below `_SMALLEST` elements: a larger model's activations and gradients) keep their facts along both
+axes, read in one pass (`kept_facts`): each is read by rows in one product and by columns in another.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ _entries: OrderedDict = OrderedDict()
 _held = [0]  # bytes the entries hold, counted as they come and go (summed per insertion: ~0.8 ms a yardstick step)
 _SMALL_BYTES, _SMALL_ENTRIES = 1 << 14, 512  # `kept_extent`: operands of at most 16 kB, at most 8 MB in all
 _extents_kept: OrderedDict = OrderedDict()  # xxh3-64 of the bytes -> (bytes, dtype, extent)
+_FACTS_BYTES = 8 << 20  # `kept_facts`: operands' bytes held at most (a step of the yardstick's 919k MLP: ~1.5 MB)
+_facts_kept: OrderedDict = OrderedDict()  # xxh3-64 of the bytes -> (bytes, dtype, [facts axis 0, facts axis 1])
+_facts_held = [0]
 _lock = threading.Lock()
 
 
@@ -116,7 +121,8 @@ class Operand:
         """`extents(x, axis)`: max|x| and q along `axis` (negative: from the end), or None for NaN or inf."""
         if self._entry is None:
             if axis not in self._facts:
-                self._facts[axis] = extents(self.x, axis)
+                both = kept_facts(self.x)  # a 2-D operand's both axes, remembered by content, or None
+                self._facts[axis] = extents(self.x, axis) if both is None else both[axis % 2]
             return self._facts[axis]
         own = axis % 2
         own = 1 - own if self._transposed else own  # W.T's columns are W's rows
@@ -133,6 +139,33 @@ def operand(x) -> Operand:
         transposed = not x.flags.c_contiguous
         return Operand(x, _entry(x.T if transposed else x), transposed)
     return Operand(x)
+
+
+def kept_facts(x):
+    """[facts along axis 0, facts along axis 1] (`extents`) of a 2-D narrow host array below `_SMALLEST` elements,
+    both read in one pass and remembered by content: each rank's activations and gradients are read by rows in one
+    product and by columns in another (x in forward and in dW, dy in dx and dW). None for other arrays. Keyed and
+    checked as `kept_extent` is; at most `_FACTS_BYTES` of operands' bytes kept, the oldest dropped first."""
+    if x.ndim != 2 or x.size >= _SMALLEST:
+        return None
+    flags, transposed = x.flags, False
+    if not flags.c_contiguous:
+        if not flags.f_contiguous:
+            return None
+        x, transposed = x.T, True  # the matrix it views: its axes swapped
+    data = x.tobytes()
+    key = xxhash.xxh3_64_intdigest(data)
+    kept = _facts_kept.get(key)
+    if kept is None or kept[0] != data or kept[1] != x.dtype:
+        kept = (data, x.dtype, extents_along(x, (0, 1)))
+        with _lock:
+            old = _facts_kept.pop(key, None)
+            _facts_held[0] += len(data) - (0 if old is None else len(old[0]))
+            _facts_kept[key] = kept
+            while _facts_held[0] > _FACTS_BYTES and len(_facts_kept) > 1:
+                _facts_held[0] -= len(_facts_kept.popitem(last=False)[1][0])
+    both = kept[2]
+    return both[::-1] if transposed else both
 
 
 def kept_extent(x):
@@ -212,3 +245,5 @@ def clear() -> None:
         _entries.clear()
         _held[0] = 0
         _extents_kept.clear()
+        _facts_kept.clear()
+        _facts_held[0] = 0
