@@ -7,7 +7,7 @@ Letters: N ranks (= processes), L elements per rank's flat buffer. Covers reduce
 averaging variant, a wider wire, all-reduce's counts), all-gather (reduce-scatter's uneven layout,
 equal shards, counts), all-reduce, broadcast from every root; fp32, fp16, bf16 and fp8; L = 0,
 L < N, L not a multiple of N. Also: the backend's exchange with and without `recv_like`, bad input
-caught on every rank, MPI's native reductions within their rounding bound, and `gather_reports`.
+caught on every rank, MPI's native reductions within their rounding bound, `gather_reports`, and ZeRO++ qgZ.
 Exits non-zero if any check fails on any rank.
 """
 
@@ -18,6 +18,7 @@ from harness import main, make_inputs
 
 from zerosim import Cluster, Groups, ShardLayout, all_gather, all_reduce, broadcast, get_format, reduce_scatter
 from zerosim.cluster._report import gather_reports, local_reports
+from zerosim.collectives.quantized import LocoState, all_to_all_quant_reduce
 
 FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3")
 OPS = ("sum", "max", "avg", "avg_predivide", "avg_premul")
@@ -238,9 +239,25 @@ def report_cases(h) -> None:
         h.check(f"gather_reports {options}", gathered, want)
 
 
+def qgz_cases(h) -> None:
+    """ZeRO++ qgZ over two nodes (the collective quantizes every local rank's gradient at once: one here, all N in
+    the simulator), alone and with LoCo's errors fed back into a second call."""
+    n = h.world_size
+    d, shape = max(1, n // 2), (8 * n, 8)  # G = 8N groups of 8, M = 64N
+    xs = make_inputs(11, n, 64 * n, "fp16", 3)
+
+    def with_loco(c, t):
+        state = LocoState(err_beta=0.8, reset_T=1024)
+        all_to_all_quant_reduce(c, t, shape, d, loco=state, key="w")
+        return all_to_all_quant_reduce(c, t, shape, d, loco=state, key="w")
+
+    h.compare(f"qgZ over {n // d} nodes of {d}", lambda c, t: all_to_all_quant_reduce(c, t, shape, d), xs)
+    h.compare(f"qgZ with LoCo over {n // d} nodes of {d}, second call", with_loco, xs)
+
+
 def body(h) -> None:
     for cases in (reduce_scatter_cases, all_gather_cases, all_reduce_cases, broadcast_cases, call_granularity_cases,
-                  exchange_cases, bad_input_cases, native_cases, group_cases, report_cases):
+                  exchange_cases, bad_input_cases, native_cases, group_cases, report_cases, qgz_cases):
         cases(h)
 
 
