@@ -43,7 +43,7 @@ class Arithmetic:
     # (tensors) -> None, or None where the kernels need nothing ahead: a hint, the tensors the ranks' next op reads
     # (each rank's activation or gradient in flight), all at once before any rank runs it (parallel/data/_compute.py);
     # what the kernels learn from them changes no bit, only their time
-    prepare: Callable | None
+    prepare: Callable | None = None
 
 
 def _native_matmul(a, b):
@@ -60,7 +60,7 @@ ARITHMETICS = {
     "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
                            correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
                            correctly_rounded.power, remember_extents),
-    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power, None),
+    "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
 }
 
 
