@@ -7,6 +7,7 @@ value found in float64 from the widened values, every bit pattern of each 16- an
 against test_exact_matmul's rational sums.
 """
 
+import dataclasses
 import math
 from unittest import mock
 
@@ -18,7 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_exact_matmul import reference
 
-from zerosim.precision.arithmetic import _exact_matmul, _extents, _operand_cache, exact_matmul
+from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+from zerosim.models import make_regression
+from zerosim.precision import get_precision
+from zerosim.precision.arithmetic import _exact_matmul, _extents, _kernels, _operand_cache, exact_matmul
 
 pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
 NARROW = {"bf16": (ml_dtypes.bfloat16, 8), "fp16": (np.float16, 11), "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 4),
@@ -285,10 +289,6 @@ def test_remembered_extents_whose_hashes_collide_are_told_apart(monkeypatch):
 def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(monkeypatch, workers):
     # the hint at work: with `prepare` wired (parallel/data/_compute.py), the products of a step measure none of their
     # activations or gradients alone; without it, each rank its own; the bits the same either way (against the oracle)
-    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
-    from zerosim.models import make_regression
-    from zerosim.precision import get_precision
-
     model, n = MLP([32, 96, 64, 16]), 8
     params = model.init_params(np.random.default_rng(0))
     batches = make_regression(np.random.default_rng(1), n, 8, [32, 16])
@@ -299,9 +299,6 @@ def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(mo
     for wired in (True, False):
         if not wired:
             monkeypatch.setattr(_operand_cache, "remember_extents", lambda tensors: None)
-            import dataclasses
-
-            from zerosim.precision.arithmetic import _kernels
             monkeypatch.setitem(_kernels.ARITHMETICS, "portable",
                                 dataclasses.replace(_kernels.ARITHMETICS["portable"], prepare=None))
         _operand_cache.clear()
