@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from zerosim import Cluster, all_gather, all_reduce, broadcast, cast, reduce_scatter
 from zerosim.collectives import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
+from zerosim.precision.arithmetic import _operand_cache
 
 DTYPES = {
     "fp32": np.dtype(np.float32),
@@ -373,6 +374,23 @@ def test_all_gather_v_follows_counts(case):
     got = all_gather(Cluster(n), shards, counts=counts)
     assert_lists_same_bits(got, naive_all_gather(shards))
     assert_lists_same_bits(got, [np.concatenate(shards)] * n)
+
+
+@settings(max_examples=EXAMPLES)
+@given(counts_case())
+def test_a_shared_all_gather_hands_every_rank_one_immutable_copy_of_the_same_bits(case):
+    n, counts, name, seed = case
+    shards = [make_inputs(seed + r, 1, counts[r], name)[0] for r in range(n)]
+    got = all_gather(Cluster(n), shards, counts=counts, shared=True)
+    assert_lists_same_bits(got, all_gather(Cluster(n), shards, counts=counts))  # the same bits as without it
+    owner = _operand_cache.immutable_owner(got[0])  # the one copy every rank views
+    assert type(owner) is bytes and all(_operand_cache.immutable_owner(g) is owner for g in got)
+    with pytest.raises(ValueError):
+        got[0].flags.writeable = True  # over `bytes`: nobody can write it, so its address names its content
+    kept = np.concatenate(shards)
+    for s in shards:
+        s[...] = 0  # the senders' later writes do not reach it
+    assert_lists_same_bits(got, [kept] * n)
 
 
 @settings(max_examples=EXAMPLES)

@@ -210,6 +210,48 @@ def test_matrices_that_agree_on_the_hashed_sample_are_told_apart(fresh_cache):
     assert _operand_cache._held[0] == sum(e.nbytes for e in _operand_cache._entries.values())  # and its bytes
 
 
+def test_an_immutable_operand_is_found_by_where_it_lies_after_its_bits_are_compared_once(fresh_cache, monkeypatch):
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((12, 8)) * 2.0 ** rng.integers(-20, 20, (12, 8))).astype(ml_dtypes.bfloat16)
+    copies = [np.frombuffer(w.tobytes(), w.dtype).reshape(w.shape) for _ in range(2)]  # two gathers' windows
+    assert all(type(_operand_cache.immutable_owner(c)) is bytes for c in copies)
+    assert _operand_cache.immutable_owner(w) is None and _operand_cache.immutable_owner(w[1:].T) is None
+    monkeypatch.setattr(_exact_matmul, "_WHOLE_FIRST", 16)  # these products go by rows and columns: kept operands
+    compared = []
+    same = _operand_cache._same
+    monkeypatch.setattr(_operand_cache, "_same", lambda kept, b: compared.append(kept.shape) or same(kept, b))
+    x = rng.standard_normal((5, 12)).astype(ml_dtypes.bfloat16)
+    for _ in range(3):  # every rank's look-up of each window, forward (W.T) and backward (W)
+        for c in copies:
+            assert np.array_equal(bits(exact_matmul(x, c)), bits(reference(x, c)))
+            assert np.array_equal(bits(exact_matmul(c.T, x.T)), bits(reference(c.T, x.T)))
+            got = _operand_cache.operand(c)
+            assert np.array_equal(got.wide, w.astype(np.float64))
+            for axis in (-1, -2):
+                for g, e in zip(got.facts(axis), _extents.extents(w, axis)):
+                    assert np.array_equal(g, e)
+    assert [key[1] for key in _operand_cache._entries].count(w.shape) == 1  # one entry for both windows,
+    assert len(_operand_cache._at) == 2  # found at two places
+    assert compared.count(w.shape) == 1  # the second window's bits compared with the first's once, then never
+    # a mutable matrix with the same bits is still compared, and a changed one is told apart
+    v = w.copy()
+    v[3, 3] = -v[3, 3] * 4
+    for m in (w, v):
+        assert np.array_equal(bits(exact_matmul(x, m)), bits(reference(x, m)))
+    assert compared.count(w.shape) == 2  # w: found by content, its bits compared; v: another key
+
+
+def test_the_immutable_operands_found_by_address_stay_within_their_budget(fresh_cache, monkeypatch):
+    monkeypatch.setattr(_operand_cache, "_AT_BYTES", 3 * 64 * 2)  # three 8 x 8 bf16 windows
+    held = [np.frombuffer(np.random.default_rng(s).standard_normal((8, 8)).astype(ml_dtypes.bfloat16).tobytes(),
+                          ml_dtypes.bfloat16).reshape(8, 8) for s in range(5)]
+    for m in held:
+        assert np.array_equal(_operand_cache.operand(m).wide, m.astype(np.float64))
+    assert len(_operand_cache._at) == 3 and _operand_cache._at_held[0] == 3 * 64 * 2
+    kept = [owner for owner, _ in _operand_cache._at.values()]
+    assert len(kept) == 3 and all(o is m.base.base for o, m in zip(kept, held[2:]))  # the newest kept
+
+
 def test_the_cache_stays_within_its_budget(fresh_cache, monkeypatch):
     monkeypatch.setattr(_operand_cache, "_BUDGET_BYTES", 3 * 64 * 10)  # three 8 x 8 entries: 64 x (2 + 8) bytes each
     for seed in range(6):

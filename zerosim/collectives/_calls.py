@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.collectives import _fast
 from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same
 from zerosim.collectives._ops import get_op
 from zerosim.collectives._shards import ShardLayout, chunk_bounds, counts_total
@@ -87,7 +88,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
 
 def all_gather(
     cluster, shards, wire=None, tag: str = "", counts=None, out=None, group=None, _name: str = "all_gather",
-    _length=None
+    _length=None, shared: bool = False
 ) -> list:
     """Ring all-gather: every rank receives the concatenation of all ranks' shards, in rank order.
 
@@ -100,6 +101,9 @@ def all_gather(
     to be `counts`, or equal to the representative's (or reduce-scatter's layout of `_length`).
     Over `group` (a `Groups`; default the world) each group gathers its members' shards in its ring order;
     counts are one per position, the same in every group.
+    `shared`: the ranks only read what they receive, so every rank of a ring may be handed the same immutable
+    array (where sends are references, the in-process twin: one copy per ring instead of one per rank, which the
+    portable kernels know by address, not by content); elsewhere each rank receives its own, as without it.
     """
     what = _name.replace("_", "-")
     group = check_group(cluster, group, what)
@@ -146,7 +150,8 @@ def all_gather(
         padded.append(buf.array)
         temps.append(buf)
     phase = phases(cluster)[1]  # the backend's own, the chunk-order shortcut, or the ring
-    full = phase(cluster, padded, bounds, total, wire_fmt, call, out=out, **_over(group))
+    share = {"shared": True} if shared and out is None and phase is _fast.all_gather_phase else {}
+    full = phase(cluster, padded, bounds, total, wire_fmt, call, out=out, **_over(group), **share)
     free(temps)
     cluster.trace.end(call)
     handle = cluster.trace.handle(call)

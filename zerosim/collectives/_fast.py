@@ -146,8 +146,9 @@ def _rotations(n: int) -> np.ndarray:
     return rotations
 
 
-def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None):
-    """ring.all_gather_phase's result: the shards joined in ring order, copied once per rank."""
+def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None, shared=False):
+    """ring.all_gather_phase's result: the shards joined in ring order, copied once per rank; with `shared` (and no
+    `out`), one immutable copy per ring that every member receives (`frozen`)."""
     full, ns = [None] * cluster.world_size, cluster.backend.xp
     summaries = not _record_hops(cluster, call, [b - a for a, b in bounds], wire, 0, group)
     for ring in _members(cluster, group):
@@ -160,6 +161,11 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
                 c = (p + 1) % n
                 cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize,
                                   wire.name)
+        if shared and not out and type(joined) is np.ndarray:
+            one = frozen(joined)
+            for r in ring:
+                full[r] = one
+            continue
         full[ring[0]] = joined
         for r in ring[1:]:
             if out:
@@ -168,3 +174,11 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
             else:
                 full[r] = joined.copy()
     return full
+
+
+def frozen(x: np.ndarray) -> np.ndarray:
+    """An immutable copy of host array x: its values in a `bytes` object, which NumPy will not let anyone write
+    (`flags.writeable` cannot be set back). Every rank of a ring may then hold the one copy, as sends in this process
+    are references, and a kernel may know it by its address alone (precision/arithmetic/_operand_cache.py)."""
+    return np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape)
+

@@ -60,7 +60,9 @@ def gather(ctx, layer: int) -> Handle:
 
 
 def _within_shard_groups(ctx, pieces, counts, tag):
-    return all_gather(ctx.cluster, pieces, counts=counts, tag=tag, group=ctx.mesh.shard)
+    # shared: a rank only reads its gathered window (layers read weights, never write them), so the ranks of a shard
+    # group may hold one immutable copy in this process (collectives/_fast.py `frozen`)
+    return all_gather(ctx.cluster, pieces, counts=counts, tag=tag, group=ctx.mesh.shard, shared=True)
 
 
 def _hierarchical(ctx, pieces, counts, tag):

@@ -11,6 +11,9 @@ This keeps them for the last few large operands it saw, keyed by content:
              sample (or whose hashes collide) cost a recomputation, never a wrong bit
     entry    the bits (for the check), the float64 copy (read-only), the facts per axis, computed when first asked
 
+An immutable operand (one that views a `bytes` object, which nothing can write: the window a ZeRO-3 gather hands
+every rank of a ring, collectives/_fast.py `frozen`) is found the second time by where it lies instead (the bytes'
+identity, its address, dtype and shape, ~2 µs): its bits are compared once per gather, not once per rank and product.
 A transposed view (the forward's W.T) shares the entry of the matrix it views, its axes swapped. Only 2-D operands
 of at least `_SMALLEST` elements are kept (below that, the hash and the check cost more than they save) and at most
 `_LARGEST` (a quarter of the budget: one embedding table must not hold hundreds of MB after its product), at most
@@ -47,7 +50,8 @@ _SAMPLE = 512  # elements hashed to find an entry: the comparison of every bit d
 
 
 class _Entry:
-    """One matrix in memory (C) order: its bits (M, N) uint, its float64 copy (M, N), facts per axis on demand."""
+    """One matrix in memory (C) order: its bits (M, N) uint (a copy, or an immutable matrix itself), its float64 copy
+    (M, N), facts per axis on demand."""
 
     __slots__ = ("bits", "wide", "facts")
 
@@ -66,11 +70,38 @@ _extents_kept: OrderedDict = OrderedDict()  # xxh3-64 of the bytes -> (bytes, dt
 _FACTS_BYTES = 8 << 20  # `kept_facts`: operands' bytes held at most (a step of the yardstick's 919k MLP: ~1.5 MB)
 _facts_kept: OrderedDict = OrderedDict()  # xxh3-64 of the bytes -> (bytes, dtype, [facts axis 0, facts axis 1])
 _facts_held = [0]
+# immutable operands found by where they lie: (id of the `bytes` they view, address, dtype, shape) -> (the bytes,
+# entry), the bytes they pin at most _AT_BYTES (a step of the yardstick's 919k MLP gathers 3.6 MB of windows)
+_at: OrderedDict = OrderedDict()
+_at_held = [0]
+_AT_BYTES = 8 << 20
 _lock = threading.Lock()
 
 
 def _entry(matrix: np.ndarray) -> _Entry:
-    """The entry for C-ordered narrow `matrix`, made (and the oldest dropped) when it is not kept yet."""
+    """The entry for C-ordered narrow `matrix`, made (and the oldest dropped) when it is not kept yet. An immutable
+    matrix (`immutable_owner`) is found by where it lies (~2 µs) after its first look-up by content: a ZeRO-3
+    gather hands every rank the same one, so its bits are compared once, not once per rank."""
+    owner = immutable_owner(matrix)
+    if owner is None:
+        return _entry_by_content(matrix)
+    at = (id(owner), matrix.ctypes.data, matrix.dtype, matrix.shape)
+    with _lock:
+        found = _at.get(at)
+    if found is not None and found[0] is owner:  # the alias holds the owner: no other object has taken its id
+        return found[1]
+    entry = _entry_by_content(matrix, copy=False)
+    with _lock:
+        _at[at] = (owner, entry)
+        _at_held[0] += len(owner)
+        while _at_held[0] > _AT_BYTES and len(_at) > 1:
+            _at_held[0] -= len(_at.popitem(last=False)[1][0])
+    return entry
+
+
+def _entry_by_content(matrix: np.ndarray, copy: bool = True) -> _Entry:
+    """`_entry` found by a hash of sampled elements and then every bit compared; its bits kept as a copy, or (an
+    immutable matrix, `copy=False`) as the matrix itself."""
     bits = matrix.view(f"uint{matrix.dtype.itemsize * 8}")  # (M, N)
     sample = bits.reshape(-1)[:: max(1, bits.size // _SAMPLE)]  # (~_SAMPLE,) spread over the whole matrix
     key = (matrix.dtype, matrix.shape, xxhash.xxh3_64_intdigest(sample.tobytes()))
@@ -82,7 +113,7 @@ def _entry(matrix: np.ndarray) -> _Entry:
         return entry
     wide = matrix.astype(np.float64)  # (M, N) exact
     wide.flags.writeable = False
-    entry = _Entry(bits.copy(), wide)
+    entry = _Entry(bits.copy() if copy else bits, wide)
     with _lock:
         replaced = _entries.pop(key, None)  # the same key, other bits (a collision, or the matrix changed)
         _held[0] += entry.nbytes - (0 if replaced is None else replaced.nbytes)
@@ -90,6 +121,17 @@ def _entry(matrix: np.ndarray) -> _Entry:
         while _held[0] > _BUDGET_BYTES and len(_entries) > 1:
             _held[0] -= _entries.popitem(last=False)[1].nbytes
     return entry
+
+
+def immutable_owner(x) -> bytes | None:
+    """The `bytes` object whose memory host array x views, or None. Where there is one, x's values never change:
+    NumPy will not make an array over `bytes` writeable (a ZeRO-3 gather hands every rank such a window:
+    collectives/_fast.py `frozen`), so x's address, shape and dtype name its content, and a kept entry found by them
+    needs no comparison of its bits."""
+    base = x.base
+    while type(base) is np.ndarray:
+        base = base.base
+    return base if type(base) is bytes else None
 
 
 def _same(kept: np.ndarray, bits: np.ndarray) -> bool:
@@ -246,4 +288,6 @@ def clear() -> None:
         _held[0] = 0
         _extents_kept.clear()
         _facts_kept.clear()
+        _at.clear()
+        _at_held[0] = 0
         _facts_held[0] = 0
