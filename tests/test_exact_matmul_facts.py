@@ -353,9 +353,11 @@ def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(mo
         assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
     _operand_cache.clear()
     # the three weight matrices once each (every rank's copy has the same bits; on several workers two ranks' threads
-    # may both measure one before either keeps it, the same answer twice); unwired, besides them, x and dy of three
-    # layers on every rank, one by one (each op of stage 3 is its own run, so several workers get the hint too)
-    weights = [counts[0], counts[1] - 2 * 3 * n]
+    # may both measure one before either keeps it, the same answer twice); wired, besides them, the stacked operand of
+    # each layer's forward and dx products (_rank_products.py: one product for the ranks after the first); unwired,
+    # x and dy of three layers on every rank, one by one (each op of stage 3 is its own run, so several workers get
+    # the hint too)
+    weights = [counts[0] - 2 * 3, counts[1] - 2 * 3 * n]
     assert all(3 <= w <= 3 * workers for w in weights) and (workers > 1 or weights == [3, 3])
 
 

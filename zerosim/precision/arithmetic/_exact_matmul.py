@@ -51,6 +51,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
 from zerosim.precision.arithmetic._operand_cache import kept_extent, operand
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
@@ -75,8 +76,15 @@ def exact_matmul(a, b):
 
     a and b hold fp32, fp16, bf16 or fp8 values, in their own dtype or widened to float32 (any dtype whose products
     are exact in float64). Meta arrays (no values) give the product's float32 shape; float64 inputs the machine's
-    float64 product.
+    float64 product. Where every rank multiplies by the same b, one stacked product serves them all
+    (_rank_products.py: the same bits).
     """
+    out = rank_products.take(a, b, _exact_alone)
+    return _exact_alone(a, b) if out is None else out
+
+
+def _exact_alone(a, b):
+    """exact_matmul(a, b), made for this product alone."""
     tried = narrow_host(a) and narrow_host(b)  # plain host arrays of 16- or 8-bit formats, what models multiply
     if tried:
         out = _narrow_product(a, b)

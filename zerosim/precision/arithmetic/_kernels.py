@@ -25,7 +25,7 @@ import numpy as np
 
 from zerosim.precision.arithmetic import _correctly_rounded as correctly_rounded
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul
-from zerosim.precision.arithmetic._operand_cache import remember_extents
+from zerosim.precision.arithmetic import _operand_cache, _rank_products
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,20 @@ def _native_matmul(a, b):
     return a.astype(acc, copy=False) @ b.astype(acc, copy=False)
 
 
+def _prepare_portable(tensors) -> None:
+    """What every rank's next op multiplies: measured together (_operand_cache.py `remember_extents`), and noted so
+    that the ranks' products by the same matrix are made as one (_rank_products.py)."""
+    _operand_cache.remember_extents(tensors)
+    _rank_products.prepare(tensors)
+
+
+def clear_kept_operands() -> None:
+    """Forget every operand the portable kernels keep (_operand_cache.py) and the ranks' products prepared
+    (_rank_products.py): tests, benchmarks that must not find another contender's work, a caller wanting memory."""
+    _operand_cache.clear()
+    _rank_products.clear()
+
+
 def _native_power(base, x):
     return x.dtype.type(base) ** x
 
@@ -59,7 +73,7 @@ def _native_power(base, x):
 ARITHMETICS = {
     "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
                            correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
-                           correctly_rounded.power, remember_extents),
+                           correctly_rounded.power, _prepare_portable),
     "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
 }
 
