@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import xxhash
 
 from zerosim.precision.arithmetic._extents import narrow_host
 from zerosim.precision.arithmetic._operand_cache import immutable_owner
@@ -42,8 +43,8 @@ class _Batch:
     def __init__(self, tensors: list):
         self.tensors = tensors  # distinct arrays, in the order handed over
         self.index = {id(t): i for i, t in enumerate(tensors)}
-        self.asked = {}  # partner key -> position of the rank that asked first (its own product, not stacked)
-        self.blocks = {}  # partner key -> {position: (its rows of the stacked operand, its block of the product)}
+        self.asked = {}  # partner key -> (position of the rank that asked first: its own product; partner's bytes)
+        self.blocks = {}  # partner key -> (partner's bytes, {position: (its rows of the stacked operand, its block)})
         self.pinned = {}  # id -> immutable partner's owner: no other object takes its id while its key stands
         self.lock = threading.Lock()
 
@@ -78,17 +79,19 @@ def take(a, b, multiply):
     position = batch.index.get(id(a))
     if position is None or batch.tensors[position] is not a or b.ndim != 2 or not narrow_host(b):
         return None
-    key = _partner_key(b, batch)
+    key, data = _partner_key(b, batch)
     if key is None:
         return None
     with batch.lock:
-        made = batch.blocks.get(key)
-        if made is None:
-            first = batch.asked.setdefault(key, position)
-            if first == position:
-                return None  # the first to ask: its own product, as without a batch
-            made = batch.blocks[key] = _stacked(batch, b, first, multiply)
-        found = made.pop(position, None)
+        kept = batch.blocks.get(key)
+        if kept is None:
+            first, noted = batch.asked.setdefault(key, (position, data))
+            if first == position or noted != data:  # the first to ask (its own product), or a hash collision
+                return None
+            kept = batch.blocks[key] = (data, _stacked(batch, b, first, multiply))
+        elif kept[0] != data:  # a hash collision: another partner under the same key
+            return None
+        found = kept[1].pop(position, None)
     if found is None:
         return None
     rows, block = found
@@ -97,27 +100,29 @@ def take(a, b, multiply):
     return block
 
 
-def _partner_key(b, batch):
-    """What names b's values: its bytes in memory order, for a small b (~1 µs); where it lies, for a larger
-    immutable one (its owner pinned by the batch; ~2 µs); None for a large mutable b (comparing it would cost what
-    stacking saves)."""
+def _partner_key(b, batch) -> tuple:
+    """(key, bytes) that name b's values: for a small b, XXH3-64 of its bytes in memory order, and the bytes to
+    compare on a hit (~1 µs: Python's own hash of the bytes cost several); for a larger immutable one, where it lies
+    (its owner pinned by the batch; ~2 µs), and None; (None, None) for a large mutable b (comparing it would cost
+    what stacking saves)."""
     if b.nbytes <= _SMALL_PARTNER:
         flags = b.flags
         if not (flags.c_contiguous or flags.f_contiguous):
-            return None
-        return ("bytes", b.shape, flags.c_contiguous, b.dtype, (b if flags.c_contiguous else b.T).tobytes())
+            return None, None
+        data = (b if flags.c_contiguous else b.T).tobytes()
+        return ("bytes", b.shape, flags.c_contiguous, b.dtype, xxhash.xxh3_64_intdigest(data)), data
     owner = immutable_owner(b)
     if owner is None:
-        return None
+        return None, None
     batch.pinned[id(owner)] = owner
-    return ("at", id(owner), b.ctypes.data, b.shape, b.strides, b.dtype)
+    return ("at", id(owner), b.ctypes.data, b.shape, b.strides, b.dtype), None
 
 
 def _stacked(batch, b, skip: int, multiply) -> dict:
     """{position: (rows, block)} for every prepared tensor but `skip`'s: one exact product of them all, stacked;
     {} where the product is not finite everywhere (then each rank computes its own)."""
     positions = [i for i in range(len(batch.tensors)) if i != skip]
-    parts = [batch.tensors[i].reshape(-1, batch.tensors[i].shape[-1]) for i in positions]  # (rows_i, K) views
+    parts = [t if t.ndim == 2 else t.reshape(-1, t.shape[-1]) for t in (batch.tensors[i] for i in positions)]
     stack = np.concatenate(parts)  # (Σ rows, K) a copy: the values each block was made from
     product = multiply(stack, b)  # (Σ rows, N) float32
     if not np.isfinite(product).all():
@@ -125,8 +130,9 @@ def _stacked(batch, b, skip: int, multiply) -> dict:
     made, start = {}, 0
     for i, part in zip(positions, parts):
         stop = start + part.shape[0]
-        shape = batch.tensors[i].shape[:-1] + (b.shape[1],)
-        made[i] = (stack[start:stop], product[start:stop].reshape(shape))
+        block = product[start:stop]  # (rows_i, N)
+        made[i] = (stack[start:stop], block if part is batch.tensors[i] else block.reshape(
+            batch.tensors[i].shape[:-1] + (b.shape[1],)))  # a 2-D operand is its own rows: no reshape
         start = stop
     return made
 
