@@ -7,7 +7,8 @@
     engine_refusal(stage, policy)  why ZeroEngine refuses a configuration (None: it accepts it), asked of the engine
     accepted_recipes(stage, policy)  the recipes the engine runs at `stage` with `policy`
     accepted_combinations()          every (recipe, stage, grad_accum, precision preset) the engine accepts
-    torch_measured_here()            where the parity kit's fractions were measured (torch 2.13.0, AVX2, AMD)
+    torch_measured_here()            torch 2.13.0 running ATen's AVX2 kernels on an AMD CPU, as where the docs measured
+    torch_bits(records)              XXH3-64 of every array torch recorded: the kits' table is pinned where it matches
 """
 
 from __future__ import annotations
@@ -99,10 +100,12 @@ def accepted_combinations() -> list:
 
 
 def torch_measured_here() -> bool:
-    """Where the docs' measured parity fractions come from: torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels.
-    torch's local gradients and its sqrt come from its CPU kernels (MKL picks its code by CPU vendor, ATen by
-    instruction set), so an Intel or AVX-512 machine may round them differently and the fractions move; what
-    they are measured against holds anywhere. Needs torch."""
+    """Torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels, as where the docs measured the ring's band against
+    gloo (tests/test_parity.py) and MKL's sqrt fraction (tests/test_parity_kits.py); both held on two such AMD
+    EPYCs. torch's local gradients and its sqrt come from its CPU kernels (MKL picks its code by CPU vendor and
+    model, ATen by instruction set), so elsewhere they may round differently and those numbers move; what they are
+    measured against holds anywhere. The kits' table follows torch's fp32 bits more closely and is pinned by
+    `torch_bits` instead. Needs torch."""
     from pathlib import Path
 
     import torch
@@ -110,3 +113,31 @@ def torch_measured_here() -> bool:
     cpuinfo = Path("/proc/cpuinfo")
     amd = cpuinfo.exists() and "AuthenticAMD" in cpuinfo.read_text()
     return torch.__version__.startswith("2.13.0") and torch.backends.cpu.get_cpu_capability() == "AVX2" and amd
+
+
+def torch_bits(records) -> str:
+    """An XXH3-64 (hex) of every array in torch's records (nested dicts and lists), with its path and dtype: equal
+    where torch produced the same bits. A CPU-name predicate is too loose for numbers that follow torch's local
+    gradients: two AMD EPYCs on which torch 2.13.0 reports AVX2 rounded them differently (MKL's sgemm picks its
+    code by CPU model), so what follows from those bits is pinned where the bits themselves are the same."""
+    import xxhash
+
+    digest = xxhash.xxh3_64()
+
+    def walk(x, path):
+        if isinstance(x, dict):
+            for key in sorted(x, key=str):
+                walk(x[key], f"{path}/{key}")
+        elif isinstance(x, (list, tuple)):
+            for i, item in enumerate(x):
+                walk(item, f"{path}/{i}")
+        elif isinstance(x, np.ndarray):
+            digest.update(f"{path}:{x.dtype.str}:{x.shape}".encode())
+            digest.update(np.ascontiguousarray(x).tobytes())
+        elif x is None or isinstance(x, (bool, int, float, str)):
+            digest.update(f"{path}={x!r}".encode())
+        else:  # an object's repr may hold its address: refuse rather than hash something that moves run to run
+            raise TypeError(f"torch_bits: {path} holds a {type(x).__name__}, not arrays, numbers or strings")
+
+    walk(records, "")
+    return digest.hexdigest()
