@@ -22,7 +22,7 @@ from test_exact_matmul import reference
 from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
 from zerosim.models import make_regression
 from zerosim.precision import get_precision
-from zerosim.precision.arithmetic import _exact_matmul, _extents, _kernels, _operand_cache, exact_matmul
+from zerosim.precision.arithmetic import _exact_matmul, _extents, _kernels, _operand_cache, _rank_products, exact_matmul
 
 pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
 NARROW = {"bf16": (ml_dtypes.bfloat16, 8), "fp16": (np.float16, 11), "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 4),
@@ -337,6 +337,7 @@ def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(mo
     policy = get_precision("bf16-mixed")
     measured = mock.Mock(side_effect=_extents.extent)
     monkeypatch.setattr(_operand_cache, "extent", measured)
+    monkeypatch.setattr(_kernels, "_PREPARE_FROM_BYTES", 0)  # 8 ranks' 12 KB an op: past the gate only by lowering it
     counts = []
     for wired in (True, False):
         if not wired:
@@ -359,6 +360,30 @@ def test_a_zero3_step_measures_each_rank_s_activations_and_gradients_together(mo
     # the hint too)
     weights = [counts[0] - 2 * 3, counts[1] - 2 * 3 * n]
     assert all(3 <= w <= 3 * workers for w in weights) and (workers > 1 or weights == [3, 3])
+
+
+def test_the_hint_is_taken_for_many_ranks_or_large_tensors_and_skipped_for_few_small_ones(monkeypatch):
+    # its fixed cost outweighs what few ranks' small products save (_kernels.py): below both gates nothing is measured
+    # or noted, and an earlier op's noted tensors do not stay; 32 tensors, or 128 KB in all, and both are done
+    remembered = mock.Mock()
+    monkeypatch.setattr(_operand_cache, "remember_extents", remembered)
+    rng = np.random.default_rng(7)
+
+    def tensors(count, rows):  # `count` distinct bf16 (rows, 64) activations: 128 bytes a row
+        return [rng.standard_normal((rows, 64)).astype(ml_dtypes.bfloat16) for _ in range(count)]
+
+    cases = [(tensors(4, 16), False),  # zerosim train's default: 4 ranks, 8 KB
+             (tensors(31, 33), False),  # 31 ranks, 130,944 bytes: just below both gates
+             (tensors(32, 1), True),  # 32 ranks, 4 KB
+             (tensors(2, 512), True)]  # 2 ranks, 131,072 bytes
+    for xs, taken in cases:
+        _rank_products.prepare(tensors(3, 2))  # an earlier op's batch
+        remembered.reset_mock()
+        _kernels._prepare_portable(xs)
+        assert remembered.call_count == int(taken), len(xs)
+        batch = _rank_products._batch[0]
+        assert (batch is not None and batch.tensors == xs) if taken else batch is None
+    _rank_products.clear()
 
 
 @pytest.mark.parametrize("name", NARROW)

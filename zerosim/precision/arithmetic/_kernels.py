@@ -52,9 +52,22 @@ def _native_matmul(a, b):
     return a.astype(acc, copy=False) @ b.astype(acc, copy=False)
 
 
+# The hint pays where what it saves each rank, times the ranks, outweighs its fixed cost (hashing each tensor, one
+# measurement of them all, the stacking's bookkeeping): many ranks, or operands large enough that one stacked product
+# spares real work. Below both it cost more than it saved: on `zerosim train`'s default (MLP 16-64-64-4, 4 ranks,
+# batch 16: 8 KB of activations an op) a step took 5-9 % less CPU without it, in turns; the yardstick's cases (64
+# ranks; 128 KB an op and more on 8) keep it (docs/speed.md, item 12). No bit depends on it.
+_PREPARE_FROM_RANKS = 32
+_PREPARE_FROM_BYTES = 128 << 10
+
+
 def _prepare_portable(tensors) -> None:
     """What every rank's next op multiplies: measured together (_operand_cache.py `remember_extents`), and noted so
-    that the ranks' products by the same matrix are made as one (_rank_products.py)."""
+    that the ranks' products by the same matrix are made as one (_rank_products.py); for few and small tensors,
+    nothing (the products measure their operands themselves, as without the hint)."""
+    if len(tensors) < _PREPARE_FROM_RANKS and sum(int(t.nbytes) for t in tensors) < _PREPARE_FROM_BYTES:
+        _rank_products.clear()  # no earlier op's tensors stay noted
+        return
     _operand_cache.remember_extents(tensors)
     _rank_products.prepare(tensors)
 
