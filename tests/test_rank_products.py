@@ -28,7 +28,8 @@ def alone(monkeypatch):
     """Counts the products made alone (one per rank that computes its own, one per stacked product)."""
     made = []
     real = _exact_matmul._exact_alone
-    monkeypatch.setattr(_exact_matmul, "_exact_alone", lambda a, b: made.append(a.shape) or real(a, b))
+    monkeypatch.setattr(_exact_matmul, "_exact_alone",
+                        lambda a, b, once=False: made.append(a.shape) or real(a, b, once))
     return made
 
 
@@ -135,3 +136,21 @@ def test_a_zero3_step_stacks_its_ranks_forward_and_dx_products_and_equals_the_or
     oracle = Reference(model, Adam(lr=1e-3), policy, world_size=n, params=params, order="ring-native")
     oracle.step(batches)
     assert np.array_equal(bits(engine.full_master()), bits(oracle.master()))
+
+
+@pytest.mark.parametrize("rows", [32, 64])  # a stack of 21,504 elements (facts by content), of 43,008 (an entry)
+def test_a_stacked_operand_is_used_once_and_kept_nowhere(rows):
+    # the stack is made for one product: its float64 copy and facts are for that product alone, so the operand caches
+    # hold nothing of it afterwards (kept, it would never be found again and would push out the weights' entry); the
+    # weights are kept as before, and every rank's block has the bits of its own product made alone
+    from zerosim.precision.arithmetic import _operand_cache
+
+    xs, w = operands(ml_dtypes.bfloat16, 8, rows, 96, 512, seed=9, spread=4)
+    w = np.frombuffer(w.tobytes(), w.dtype).reshape(w.shape)  # a ZeRO-3 gather's immutable window: stacked by address
+    _rank_products.prepare(xs)
+    got = [exact_matmul(x, w.T) for x in xs]
+    stack_bytes = 7 * rows * 96 * 2
+    assert [e.bits.shape for e in _operand_cache._entries.values()] == [(512, 96)]  # w.T's matrix, kept
+    assert all(len(data) != stack_bytes for data, _, _ in _operand_cache._facts_kept.values())
+    for x, g in zip(xs, got):
+        assert np.array_equal(bits(g), bits(_exact_matmul._exact_alone(x, w.T)))

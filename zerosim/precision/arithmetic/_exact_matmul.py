@@ -53,7 +53,7 @@ import numpy as np
 
 from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
-from zerosim.precision.arithmetic._operand_cache import kept_extent, operand
+from zerosim.precision.arithmetic._operand_cache import kept_extent, operand, operand_once
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
 from zerosim.precision.cast import NUMPY, has_values, namespace_of
 
@@ -79,15 +79,21 @@ def exact_matmul(a, b):
     float64 product. Where every rank multiplies by the same b, one stacked product serves them all
     (_rank_products.py: the same bits).
     """
-    out = rank_products.take(a, b, _exact_alone)
+    out = rank_products.take(a, b, _exact_once)
     return _exact_alone(a, b) if out is None else out
 
 
-def _exact_alone(a, b):
-    """exact_matmul(a, b), made for this product alone."""
+def _exact_once(a, b):
+    """exact_matmul(a, b) where `a` was made for this product alone (the ranks' operands stacked:
+    _rank_products.py): nothing of `a` kept for later products, which would never find it."""
+    return _exact_alone(a, b, once=True)
+
+
+def _exact_alone(a, b, once: bool = False):
+    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`)."""
     tried = narrow_host(a) and narrow_host(b)  # plain host arrays of 16- or 8-bit formats, what models multiply
     if tried:
-        out = _narrow_product(a, b)
+        out = _narrow_product(a, b, once)
         if out is not None:
             return out
     elif a.dtype == np.float64 or b.dtype == np.float64:
@@ -147,17 +153,18 @@ def _exact_by_whole_quanta(a, b, bound) -> bool:
     return eb is not None and bool(np.all(bound < ea[1] * eb[1] * 2.0**53))
 
 
-def _narrow_product(a, b):
+def _narrow_product(a, b, once: bool = False):
     """exact_matmul of two host arrays of 16- or 8-bit formats, proved from their bits (_extents.py), a large
-    operand's float64 copy and facts kept across products (_operand_cache.py); None where NaN or inf came in or
-    more than one element in 16 is unsure (the long way then)."""
+    operand's float64 copy and facts kept across products (_operand_cache.py), but not a large a's where it is made
+    for this product alone (`once`); None where NaN or inf came in or more than one element in 16 is unsure (the
+    long way then)."""
     if a.size + b.size < _WHOLE_FIRST:  # small: one bound over each whole operand, else the long way
-        if not whole_bound_holds(a, b, kept_extent):
+        if not whole_bound_holds(a, b, kept_extent):  # a small stack's extent kept too: the long way reads it again
             return None  # its second GEMM costs less than facts by rows and columns (notebook 11: 100 µs vs 150)
         c = a.astype(np.float64) @ b.astype(np.float64)
         c += 0.0  # -0 becomes +0, as below
         return c.astype(np.float32)
-    left, right = operand(a), operand(b)
+    left, right = operand_once(a) if once else operand(a), operand(b)
     facts_a, facts_b = left.facts(-1), right.facts(-2)
     if facts_a is None or facts_b is None:
         return None

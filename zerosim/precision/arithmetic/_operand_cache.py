@@ -145,10 +145,11 @@ class Operand:
     """A narrow host operand x with its float64 copy and its facts by axis, each computed at most once: kept across
     products (`operand`) for a large 2-D one, for this product only otherwise."""
 
-    __slots__ = ("x", "_entry", "_transposed", "_wide", "_facts")
+    __slots__ = ("x", "_entry", "_transposed", "_wide", "_facts", "_once")
 
-    def __init__(self, x, entry: _Entry | None = None, transposed: bool = False):
+    def __init__(self, x, entry: _Entry | None = None, transposed: bool = False, once: bool = False):
         self.x, self._entry, self._transposed, self._wide, self._facts = x, entry, transposed, None, {}
+        self._once = once  # made for one product (`operand_once`): its facts not remembered by content
 
     @property
     def wide(self) -> np.ndarray:
@@ -163,7 +164,7 @@ class Operand:
         """`extents(x, axis)`: max|x| and q along `axis` (negative: from the end), or None for NaN or inf."""
         if self._entry is None:
             if axis not in self._facts:
-                both = kept_facts(self.x)  # a 2-D operand's both axes, remembered by content, or None
+                both = None if self._once else kept_facts(self.x)  # both axes, remembered by content, or None
                 self._facts[axis] = extents(self.x, axis) if both is None else both[axis % 2]
             return self._facts[axis]
         own = axis % 2
@@ -181,6 +182,14 @@ def operand(x) -> Operand:
         transposed = not x.flags.c_contiguous
         return Operand(x, _entry(x.T if transposed else x), transposed)
     return Operand(x)
+
+
+def operand_once(x) -> Operand:
+    """x ready for exact_matmul where x was made for this one product (the ranks' operands stacked:
+    _rank_products.py): its float64 copy and the one axis of facts the product reads, for it alone. Kept, as
+    `operand` keeps a large one, a stack would cost a copy of its bits and both axes' facts, never be found again,
+    and push out entries a later product would find (the gathered weights)."""
+    return Operand(x, once=True)
 
 
 def kept_facts(x):
