@@ -85,7 +85,8 @@ def exact_matmul(a, b):
 
 def _exact_once(a, b):
     """exact_matmul(a, b) where `a` was made for this product alone (the ranks' operands stacked:
-    _rank_products.py): nothing of `a` kept for later products, which would never find it."""
+    _rank_products.py): a large `a`'s float64 copy and facts are not kept for later products, which would never
+    find them (a small one's extent is, as the long way reads it again)."""
     return _exact_alone(a, b, once=True)
 
 
