@@ -102,8 +102,8 @@ def accepted_combinations() -> list:
 def torch_measured_here() -> bool:
     """Torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels, as where the docs measured the ring's band against
     gloo (tests/test_parity.py) and MKL's sqrt fraction (tests/test_parity_kits.py); both held on two such AMD
-    EPYCs. torch's local gradients and its sqrt come from its CPU kernels (MKL picks its code by CPU vendor and
-    model, ATen by instruction set), so elsewhere they may round differently and those numbers move; what they are
+    EPYCs. torch's local gradients and its sqrt come from its CPU kernels, whose choice of code depends on the
+    machine (seen: an Intel Xeon with AVX-512 moved the ring's band), so elsewhere those numbers may move; what they are
     measured against holds anywhere. The kits' table follows torch's fp32 bits more closely and is pinned by
     `torch_bits` instead. Needs torch."""
     from pathlib import Path
@@ -118,8 +118,8 @@ def torch_measured_here() -> bool:
 def torch_bits(records) -> str:
     """An XXH3-64 (hex) of every array in torch's records (nested dicts and lists), with its path and dtype: equal
     where torch produced the same bits. A CPU-name predicate is too loose for numbers that follow torch's local
-    gradients: two AMD EPYCs on which torch 2.13.0 reports AVX2 rounded them differently (MKL's sgemm picks its
-    code by CPU model), so what follows from those bits is pinned where the bits themselves are the same."""
+    gradients: two AMD EPYCs on which torch 2.13.0 reports AVX2 rounded them differently (seen: a Zen 3 against the
+    machine the table was first measured on), so what follows from those bits is pinned where the bits are the same."""
     import xxhash
 
     digest = xxhash.xxh3_64()

@@ -181,4 +181,3 @@ def frozen(x: np.ndarray) -> np.ndarray:
     (`flags.writeable` cannot be set back). Every rank of a ring may then hold the one copy, as sends in this process
     are references, and a kernel may know it by its address alone (precision/arithmetic/_operand_cache.py)."""
     return np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape)
-
