@@ -7,8 +7,8 @@
     engine_refusal(stage, policy)  why ZeroEngine refuses a configuration (None: it accepts it), asked of the engine
     accepted_recipes(stage, policy)  the recipes the engine runs at `stage` with `policy`
     accepted_combinations()          every (recipe, stage, grad_accum, precision preset) the engine accepts
-    torch_measured_here()            torch 2.13.0 running ATen's AVX2 kernels on an AMD CPU, as where the docs measured
-    torch_bits(records)              XXH3-64 of every array torch recorded: the kits' table is pinned where it matches
+    torch_bits(records)              XXH3-64 of every array torch recorded: a number that follows torch's bits
+                                     (the kits' table, the ring's fractions, MKL's sqrt) is pinned where they match
 """
 
 from __future__ import annotations
@@ -99,27 +99,11 @@ def accepted_combinations() -> list:
     return out
 
 
-def torch_measured_here() -> bool:
-    """Torch 2.13.0 on an AMD CPU running ATen's AVX2 kernels, as where the docs measured the ring's band against
-    gloo (tests/test_parity.py) and MKL's sqrt fraction (tests/test_parity_kits.py); both held on two such AMD
-    EPYCs. torch's local gradients and its sqrt come from its CPU kernels, whose choice of code depends on the
-    machine (seen: an Intel Xeon with AVX-512 moved the ring's band), so elsewhere those numbers may move; what they are
-    measured against holds anywhere. The kits' table follows torch's fp32 bits more closely and is pinned by
-    `torch_bits` instead. Needs torch."""
-    from pathlib import Path
-
-    import torch
-
-    cpuinfo = Path("/proc/cpuinfo")
-    amd = cpuinfo.exists() and "AuthenticAMD" in cpuinfo.read_text()
-    return torch.__version__.startswith("2.13.0") and torch.backends.cpu.get_cpu_capability() == "AVX2" and amd
-
-
 def torch_bits(records) -> str:
     """An XXH3-64 (hex) of every array in torch's records (nested dicts and lists), with its path and dtype: equal
-    where torch produced the same bits. A CPU-name predicate is too loose for numbers that follow torch's local
-    gradients: two AMD EPYCs on which torch 2.13.0 reports AVX2 rounded them differently (seen: a Zen 3 against the
-    machine the table was first measured on), so what follows from those bits is pinned where the bits are the same."""
+    where torch produced the same bits. A CPU's name is too loose for numbers that follow torch's local gradients:
+    two AMD EPYCs on which torch 2.13.0 reports AVX2 rounded them differently (seen: a Zen 3 against the machine the
+    kits' table was first measured on), so what follows from those bits is pinned where the bits are the same."""
     import xxhash
 
     digest = xxhash.xxh3_64()
