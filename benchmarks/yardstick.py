@@ -259,9 +259,10 @@ def policy(arithmetic: str):
 
 
 def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes") -> tuple:
-    """({(who, arithmetic): median CPU s}, {...: median wall s}) for who in hand, engine, oracle: every contender
-    once per round, in a new seeded order; after each round every arithmetic's three fp32 masters compared bit for
-    bit."""
+    """({(who, arithmetic): median CPU s}, {...: median wall s}, {arithmetic: (q1, q3)}) for who in hand, engine,
+    oracle: every contender once per round, in a new seeded order; after each round every arithmetic's three fp32
+    masters compared bit for bit. The quartiles are of the rounds' own engine ÷ hand ratios (both measured in the
+    same round): how far one run's ratio of medians can be trusted near its target."""
     from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
     from zerosim.models import make_regression
 
@@ -293,7 +294,12 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
             if not (np.array_equal(hand, mine) and np.array_equal(mine, oracle)):
                 raise AssertionError(f"round {round_}, {a}: the hand step, the engine and the oracle disagree: not the "
                                      "same arithmetic")
-    return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()})
+    spread = {}
+    for a in arithmetics:
+        rounds = sorted(e / h for e, h in zip(cpu["engine", a], cpu["hand", a]))
+        spread[a] = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
+    return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()},
+            spread)
 
 
 def main():
@@ -311,19 +317,21 @@ def main():
           f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
           f"{args.hand_adds}")
     print(f"load average before: {load()} (on {os.cpu_count()} cores)")
-    print("CPU milliseconds per step (the process's own time); wall e/h: the wall-clock ratio; e/native hand: the "
-          "engine against the native hand step")
+    print("CPU milliseconds per step (the process's own time); rounds q1-q3: the quartiles of each round's own "
+          "engine/hand; wall e/h: the wall-clock ratio; e/native hand: the engine against the native hand step")
     print(f"{'MLP':<22} {'params':>9} {'N':>4} {'arithmetic':>10} {'hand ms':>8} {'engine ms':>10} {'engine/hand':>11} "
-          f"{'target':>7} {'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8} {'e/native hand':>13}")
+          f"{'rounds q1-q3':>12} {'target':>7} {'oracle ms':>10} {'oracle/hand':>11} {'wall e/h':>8} "
+          f"{'e/native hand':>13}")
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
-        t, w = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds)
+        t, w, spread = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds)
         params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
         for a in arithmetics:
             hand, engine, oracle = t["hand", a], t["engine", a], t["oracle", a]
             native = f"{engine / t['hand', 'native']:>13.2f}" if ("hand", "native") in t else f"{'':>13}"
             print(f"{str(widths):<22} {params:>9,} {n:>4} {a:>10} {hand * 1e3:>8.1f} {engine * 1e3:>10.1f} "
-                  f"{engine / hand:>11.2f} {'<= ' + str(target):>7} {oracle * 1e3:>10.1f} {oracle / hand:>11.2f} "
+                  f"{engine / hand:>11.2f} {spread[a][0]:>7.2f}-{spread[a][1]:<4.2f} {'<= ' + str(target):>7} "
+                  f"{oracle * 1e3:>10.1f} {oracle / hand:>11.2f} "
                   f"{w['engine', a] / w['hand', a]:>8.2f} {native}")
     print(f"load average after: {load()}")
 
