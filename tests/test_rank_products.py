@@ -127,7 +127,9 @@ def test_a_zero3_step_stacks_its_ranks_forward_and_dx_products_and_equals_the_or
     params = model.init_params(np.random.default_rng(0))
     batches = make_regression(np.random.default_rng(1), n, 8, [32, 16])
     policy = get_precision("bf16-mixed")
-    engine = ZeroEngine(model, Cluster(n, workers=workers), 3, Adam(lr=1e-3), policy, params=params)
+    # stack_ranks=False: the loop over ranks, where the hint serves (by default one worker runs each layer's op once
+    # for every rank: models/_stacked.py, tests/test_stacked_ranks.py)
+    engine = ZeroEngine(model, Cluster(n, workers=workers, stack_ranks=False), 3, Adam(lr=1e-3), policy, params=params)
     alone.clear()  # make_regression's teacher ran its own products
     engine.step(batches)
     stacked = sum(1 for shape in alone if shape[0] == 8 * (n - 1))

@@ -51,6 +51,10 @@ class Cluster:
             after it.
         log_to: a file path: the trace streams the whole log there (each entry's repr, a call's sends below it),
             folded steps as they fold and the rest on `cluster.trace.flush_log()`.
+        stack_ranks: with one worker, run a layer's op once for every rank, their micro-batches stacked row by row,
+            where that gives each rank the bits of its own run (models/_stacked.py: Linear, ReLU and GELU under the
+            portable kernels, the ranks' weights the same bits); every rank's state and events as before. False:
+            each rank's op by itself, the loop it is checked against (tests/test_stacked_ranks.py).
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class Cluster:
         workers: int | str = 1,
         keep_steps: int | None | str = "auto",
         log_to=None,
+        stack_ranks: bool = True,
         **backend_options,
     ):
         if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
@@ -76,7 +81,7 @@ class Cluster:
                 raise ValueError(f"{world_size} ranks do not fill nodes of {gpus_per_node} GPUs: gpus_per_node must "
                                  "divide world_size")
             gpus_per_node = int(gpus_per_node)
-        pool = RankPool(workers)  # checked before anything is made
+        pool = RankPool(workers, stack_ranks)  # checked before anything is made
         if isinstance(backend, str) and backend in ("numpy", "meta", "cupy-sim"):  # every rank lives in this process
             check_world_size(world_size, backend)
         self.backend = backend if not isinstance(backend, str) else make_backend(backend, world_size, **backend_options)

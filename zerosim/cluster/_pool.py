@@ -22,6 +22,10 @@ has its alloc), no `after` runs, and the first exception in rank order is raised
         on its thread, one handoff per thread for the whole run; then step by step, rank by rank, the held
         ledger events and after(i, j, result): the log of `for j: for i: work(i, j); after(i, j, result)`
 
+With one worker the pool may also hand an op to one computation for every rank (`stacks`, the default: models/
+_stacked.py, where the layer and its kernels treat rows apart; the same bits and log as the loop over ranks);
+`Cluster(N, stack_ranks=False)` keeps the loop, rank by rank.
+
 NOTE: one BLAS thread per worker. The pool does not change BLAS's own threads (that needs threadpoolctl, not
 a dependency): start Python with OPENBLAS_NUM_THREADS=1 (and MKL_NUM_THREADS=1, OMP_NUM_THREADS=1) set, as
 tests/conftest.py and the benchmarks do, or k workers will each ask BLAS for all cores. `blas_pinned()` says
@@ -63,8 +67,11 @@ def check_workers(workers) -> int:
 class RankPool:
     """k threads that run one op's per-rank work; `map` records what it did in rank order (module docstring)."""
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, stack_ranks: bool = True):
         self.workers = check_workers(workers)
+        if not isinstance(stack_ranks, bool):
+            raise ValueError(f"stack_ranks must be True or False, got {stack_ranks!r}")
+        self.stacks = stack_ranks and self.workers == 1  # one op may run as one computation for every rank
         self._executor = None  # k-1 threads made on first use, named "zerosim-rank-worker_<i>"; the caller is one
         self.threads_used = set()  # names of the threads that ran a rank's work (tests read it)
         self._lock = threading.Lock()

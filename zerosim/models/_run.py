@@ -86,6 +86,11 @@ class _Saved:
             named = {k: adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
+    def peek(self, key) -> dict:
+        """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
+        held = self.items[key]
+        return held if self.ledger is None else {k: buf.array for k, buf in held.items()}
+
     def pop(self, key) -> dict:
         held = self.items.pop(key)
         if self.ledger is None:

@@ -87,6 +87,35 @@ def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[n
     return dx, dw, db
 
 
+def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: int) -> tuple:
+    """`linear_backward` for n ranks' micro-batches stacked row by row (models/_stacked.py): dy (n·B, D_out) and
+    x (n·B, D_in), rank r's rows at [r·B, (r+1)·B); returns (dx (n·B, D_in), dw, db (n, D_out)), dw[r] rank r's
+    (D_out, D_in).
+
+    dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: small
+    products as one batched product over the ranks' blocks (an (n, D_out, D_in) array), large ones rank by rank (a
+    list), and each rank's column sums of its own (B, D_out) block in row order, as `linear_backward`'s `sum(axis=0)`
+    adds them (tests/test_stacked_ranks.py: the same bits, rank by rank)."""
+    f = get_format(fmt)
+    acc, ops = acc_dtype(f), arithmetic_of(f)
+    (x,) = cache
+    dy_r, x_r = dy.reshape(n, -1, dy.shape[-1]), x.reshape(n, -1, x.shape[-1])  # (n, B, D_out), (n, B, D_in)
+    dx = rounded(ops.matmul(dy, w), f)  # (n·B, D_in)
+    if dy_r[0].size + x_r[0].size < _BATCHED_BELOW:
+        dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r), f)  # (n, D_out, D_in)
+    else:
+        dw = [rounded(ops.matmul(dy_r[r].T, x_r[r]), f) for r in range(n)]  # n × (D_out, D_in)
+    db = rounded(dy_r.astype(acc, copy=False).sum(axis=1, dtype=acc), f)  # (n, D_out)
+    return dx, dw, db
+
+
+# elements of one rank's dy and x below which the ranks' dW are one batched product: where the portable kernel proves a
+# product by one bound over whole operands (_exact_matmul.py `_WHOLE_FIRST`), for the whole stack at once. Above it
+# each rank's own product: a batched one would prove every element by a mask, leave BLAS for the transposed dy, and
+# make an (n, D_out, D_in) array of fresh pages every step (919k parameters on 8 ranks: 3,300 page faults a step)
+_BATCHED_BELOW = 1 << 14
+
+
 def relu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
     """max(x, 0), exact in any format; returns (y, (x,))."""
     y = cast(x, fmt)  # a copy in fmt; ReLU itself never rounds
@@ -145,6 +174,24 @@ class Layer:
     # forward multiplies its input x, and backward its incoming dy, by its weights as they come: the kernels may
     # measure every rank's x or dy together before the op (`Arithmetic.prepare`, parallel/data/_compute.py)
     multiplies_input: bool = False
+    # forward, and backward's dx, treat each row of x alone (a row's output depends on that row and the weights only)
+    # and the cache holds arrays with x's rows: the ranks' micro-batches may run as one batch (models/_stacked.py),
+    # where the arithmetic's products are rows apart too. A layer with weights then gives `backward_ranks` for the
+    # weight gradients, which sum over each rank's rows.
+    rows_apart: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("rows_apart"):  # what the declaration vouches for: these, not an override or a patch
+            cls._rows_apart_for = (cls.forward, cls.backward, cls.backward_ranks)
+
+    def stacks_rows(self) -> bool:
+        """`rows_apart`, with forward and backward still the ones it was declared for: a subclass's override or a
+        patched method (a test's injected failure, a learner's own backward) runs rank by rank."""
+        cls = type(self)
+        declared = getattr(cls, "_rows_apart_for", None)
+        return (self.rows_apart and (cls.forward, cls.backward, cls.backward_ranks) == declared
+                and not {"forward", "backward", "backward_ranks"} & self.__dict__.keys())
 
     def __init__(self, name: str):
         self.name = name
@@ -155,6 +202,13 @@ class Layer:
 
     def backward(self, p: dict, dy: np.ndarray, cache: tuple, fmt) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
+
+    def backward_ranks(self, p: dict, dy, cache: dict, fmt, n: int) -> tuple:
+        """`backward` for n ranks' micro-batches stacked row by row (`rows_apart`): (dx with dy's rows, grads by name,
+        each n ranks' arrays, rank r's at [r]). A parameter-free layer's is `backward` itself."""
+        if self.param_shapes:
+            raise NotImplementedError(f"{type(self).__name__} has no backward for stacked ranks")
+        return self.backward(p, dy, cache, fmt)
 
     def init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Initial float32 parameters by name (none by default)."""
@@ -177,6 +231,7 @@ class Linear(Layer):
     """y = x @ w.T + b with w (D_out, D_in), b (D_out,) — bias optional (TinyNet's first layer has none)."""
 
     multiplies_input = True
+    rows_apart = True
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, name: str = "linear"):
         super().__init__(name)
@@ -191,6 +246,12 @@ class Linear(Layer):
 
     def backward(self, p, dy, cache, fmt):
         dx, dw, db = linear_backward(dy, (cache["input"],), p["w"], fmt)
+        return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
+
+    def backward_ranks(self, p, dy, cache, fmt, n):
+        if dy.ndim != 2:  # (B, L, D) activations: linear_backward's dy.T is not the per-row transpose
+            raise NotImplementedError("Linear stacks ranks of 2-D activations only")
+        dx, dw, db = linear_backward_ranks(dy, (cache["input"],), p["w"], fmt, n)
         return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
 
     def flops(self, x_shape, kind):
@@ -209,6 +270,8 @@ class Linear(Layer):
 
 
 class ReLU(Layer):
+    rows_apart = True  # elementwise
+
     def __init__(self, name: str = "relu"):
         super().__init__(name)
 
@@ -225,6 +288,8 @@ class ReLU(Layer):
 
 class GELU(Layer):
     """GELU in its tanh form (not erf); backward differentiates exactly that tanh form."""
+
+    rows_apart = True  # elementwise
 
     def __init__(self, name: str = "gelu"):
         super().__init__(name)

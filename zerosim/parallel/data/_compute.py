@@ -7,6 +7,12 @@ keeps them (reduce.keep_grads: its arithmetic, `stage_grads`, on the workers wit
 `adopt_grads`, after). The ranks' ops run on the cluster's pool (`Cluster(N, workers=k)`, cluster/_pool.py:
 concurrently when k > 1, each rank's arithmetic unchanged); what they record reaches the log rank by rank, so
 it reads as each rank's program in order, whatever the workers' order.
+
+With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU under the portable kernels)
+runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when every rank reads
+the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, and its ledger events,
+its `Compute` event and its gradients follow in rank order, as the loop makes them (tests/test_stacked_ranks.py).
+`Cluster(N, stack_ranks=False)` keeps the loop.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from zerosim.cluster import Handle
 from zerosim.cluster._events import ComputeFields
 from zerosim.models import needs_params
 from zerosim.models._run import done as made
-from zerosim.parallel.data._gather import unit_reader
+from zerosim.models._stacked import run_stacked, stacks
+from zerosim.parallel.data._gather import shared_unit, unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, stage_grads
 from zerosim.precision.arithmetic import arithmetic_of
 
@@ -28,6 +35,18 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
     reads = [needs_params(model, op) for op in ops]
     first = next((j for j, op in enumerate(ops) if op.computes), None)
     waited = [needs if j == first else Handle() for j in range(len(ops))]  # one per op, as the ranks share it
+    if not ctx.cluster.pool.stacks:
+        _each_rank(ctx, model, passes, ops, names, reads, waited, step, micro)
+        return
+    for j, op in enumerate(ops):  # one worker runs a run op by op anyway: each op once for every rank where it may
+        if not _stacked(ctx, model, passes, op, reads[j], names[j], waited[j], step, micro):
+            _each_rank(ctx, model, passes, [op], [names[j]], [reads[j]], [waited[j]], step, micro)
+
+
+def _each_rank(ctx, model, passes: list, ops: list, names: list, reads: list, waited: list, step: int,
+               micro: int) -> None:
+    """`compute` rank by rank: each rank's `Pass.run` of each op on the pool (op by op, rank by rank, with one
+    worker; on several, each rank's whole run on its thread), the events recorded in rank order."""
     ranks = ctx.ranks
     weights = [unit_reader(ctx, model, op.layer) if read else None for op, read in zip(ops, reads)]
 
@@ -58,6 +77,26 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
             prepare(tensors)
 
     ctx.cluster.pool.map_steps(run, ranks, len(ops), record, None if prepare is None else before)
+
+
+def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, micro: int) -> bool:
+    """`compute` of one op as one computation for every rank (models/_stacked.py), where it may run: the op and
+    tensors allow it and every rank reads the same weights; each rank's events as the loop makes them. False where it
+    did not run (nothing changed)."""
+    if not stacks(passes, op, model):
+        return False
+    params = shared_unit(ctx, model, op.layer) if read else {}
+    landing = None if params is None else run_stacked(passes, op, model, params)
+    if landing is None:
+        return False
+    log, ranks = ctx.cluster.trace.record, ctx.ranks
+    for i, done in landing:  # rank i's saved tensors adopted or freed just now; its record follows, as in the loop
+        rank = ranks[i]
+        packed = stage_grads(ctx, model, rank, op.layer, done.grads, micro == 0) if done.grads else None
+        log(ComputeFields((rank.index, step, micro, op.layer, name, op.kind, done.flops, done.bytes_read,
+                           done.bytes_written, waited, None)))
+        adopt_grads(rank, op.layer, packed)
+    return True
 
 
 def runs(ops, alone: bool) -> list:

@@ -20,6 +20,8 @@ Many nodes (S ranks per group, M = N / S; _groups.py):
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim.cluster import Handle
 from zerosim.collectives import Collected, all_gather
 from zerosim.parallel.data._comm_schedule import allgather_pieces
@@ -137,6 +139,40 @@ def unit_reader(ctx, model, layer: int):
         return {key: window[start:stop].reshape(shape) for key, start, stop, shape in views}
 
     return read
+
+
+def shared_unit(ctx, model, layer: int) -> dict | None:
+    """Layer `layer`'s weights by name as every local rank reads them, where all read the same bits (one computation
+    may then serve every rank: models/_stacked.py): rank 0's `unit_weights`, once every rank's gathered window is
+    seen to be the one copy a ring shares (collectives/_fast.py `frozen`) or its weights equal rank 0's bit for bit;
+    None where any rank's differ."""
+    ranks, read = ctx.ranks, unit_reader(ctx, model, layer)
+    first = read(ranks[0])
+    if ctx.plan.gathers_params:
+        name = gathered_name(layer)
+        window = ranks[0].ledger.get(name).array
+        where = _where(window)
+        if all(_where(rank.ledger.get(name).array) == where for rank in ranks):  # one copy, read by every rank
+            return first
+    for rank in ranks[1:]:
+        theirs = read(rank)
+        if any(not _same_bits(a, theirs[k]) for k, a in first.items()):
+            return None
+    return first
+
+
+def _where(a) -> tuple:
+    """Where `a`'s elements lie in memory: two arrays alike here are the same elements (views of one copy)."""
+    return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
+
+def _same_bits(a, b) -> bool:
+    """Every bit of `a` equal to `b`'s (same shape and dtype): NaN payloads and the sign of zero count."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a.view(_UINT[a.dtype.itemsize]), b.view(_UINT[b.dtype.itemsize])))
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def refresh(ctx, allgather_bucket_size: int | None = None) -> Handle:

@@ -44,6 +44,10 @@ class Arithmetic:
     # (each rank's activation or gradient in flight), all at once before any rank runs it (parallel/data/_compute.py);
     # what the kernels learn from them changes no bit, only their time
     prepare: Callable | None = None
+    # every element of a product its own function of its row and column (no bit depends on the other rows or on how
+    # many there are): the ranks' micro-batches may be multiplied as one batch (models/_stacked.py). True for the
+    # exact products; a BLAS sgemm may pick another kernel, blocking or order for another number of rows.
+    rows_apart: bool = False
 
 
 def _native_matmul(a, b):
@@ -86,7 +90,7 @@ def _native_power(base, x):
 ARITHMETICS = {
     "portable": Arithmetic("portable", exact_matmul, correctly_rounded.exp, correctly_rounded.log,
                            correctly_rounded.tanh, correctly_rounded.sin, correctly_rounded.cos,
-                           correctly_rounded.power, _prepare_portable),
+                           correctly_rounded.power, _prepare_portable, rows_apart=True),
     "native": Arithmetic("native", _native_matmul, np.exp, np.log, np.tanh, np.sin, np.cos, _native_power),
 }
 

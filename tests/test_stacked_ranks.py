@@ -1,0 +1,218 @@
+"""One computation for every rank's op (models/_stacked.py) gives the bits, events and ledgers of the loop over ranks.
+
+Yardsticks: the same engine run rank by rank (`Cluster(N, stack_ranks=False)`, the naive twin: each rank's `Pass.run`
+on its own micro-batch, what the oracle tests check), the whole log pickled to bytes, every rank's state bit for bit;
+for the layers, each rank's own call on its own rows. Each engine case also counts the stacked computations, so a
+case that never stacks fails instead of passing for nothing. No test here times anything.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import same, snapshot
+from hypothesis import given
+from hypothesis import strategies as st
+
+import zerosim.parallel.data._compute as compute_module
+from zerosim import MLP, Cluster, ZeroEngine, get_optimizer, get_precision
+from zerosim.models import GELU, Linear, ReLU, make_regression
+from zerosim.parallel.data import CommSchedule
+from zerosim.models.layers import _basic
+
+# (stage, model options, precision, optimizer, ranks, rows per rank, engine options): each a path the stacked ops take
+CASES = [
+    (3, {}, "bf16-mixed", "adam", 4, 3, {}),  # the yardstick's path: ZeRO-3, the shared gathered window
+    (2, {}, "bf16-mixed", "adam", 3, 5, {}),  # each rank's own params buffer: weights compared bit for bit
+    (3, {"activation": "gelu"}, "fp16-mixed", "sgd", 3, 4, {}),  # GELU (portable tanh); fp16 with its loss scale
+    (3, {}, "fp32", "adamw", 2, 3, {"accumulation_steps": 2}),  # two micro-steps
+    (3, {"bias": False}, "bf16-mixed", "lion", 5, 2, {"checkpoint": True}),  # recompute ops rank by rank between
+    (3, {}, "bf16-mixed", "adam", 4, 3, {"recipe": "fsdp2"}),  # per-parameter chunks: a copy per rank, compared
+    (3, {}, "bf16-mixed", "adam", 4, 3, {"recipe": "deepspeed-zero3", "comm": CommSchedule(reduce_bucket_size=40)}),
+    (1, {}, "bf16-mixed", "adam", 4, 3, {"comm": CommSchedule(reduce_bucket_size=40)}),  # the last micro-step's buckets
+    (0, {}, "fp16-mixed", "adam", 3, 4, {"accumulation_steps": 2}),  # a micro-step as one run: op by op inside it
+    (1, {"activation": "gelu"}, "bf16-mixed", "sgd", 4, 2, {}),
+    ("hpz", {}, "bf16-mixed", "adam", 4, 3, {"shard_group": 2}),  # backward gathers from the secondary pieces
+]
+
+
+def _run(case, stack: bool, steps: int = 3):
+    stage, options, precision, opt, n, rows, extra = case
+    extra = dict(extra)
+    k = extra.pop("accumulation_steps", 1)
+    widths = [5, 7, 6, 3]
+    model = MLP(widths, **options)
+    data = make_regression(np.random.default_rng(2), n * steps * k, rows, widths)
+    engine = ZeroEngine(model, Cluster(n, stack_ranks=stack), stage, get_optimizer(opt, lr=1e-2), precision,
+                        params=model.init_params(np.random.default_rng(3)), accumulation_steps=k, **extra)
+    losses = []
+    for s in range(steps):
+        mine = [data[(s * n + r) * k:(s * n + r + 1) * k] for r in range(n)]
+        losses.append(engine.step(mine if k > 1 else [m[0] for m in mine]))
+    return engine, losses
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}-{'-'.join(map(str, c[6])) or 'plain'}")
+def test_stacked_ranks_give_the_loops_bits_log_and_ledgers(case, monkeypatch):
+    calls = []
+    real = compute_module.run_stacked
+    monkeypatch.setattr(compute_module, "run_stacked", lambda *a: calls.append(a[1]) or real(*a))
+    stacked, stacked_losses = _run(case, True)
+    ran = len(calls)
+    loop, loop_losses = _run(case, False)
+    assert ran > 0 and len(calls) == ran  # it ran stacked, and never with stack_ranks=False
+    assert stacked_losses == loop_losses
+    assert same(snapshot(stacked), snapshot(loop))
+    assert pickle.dumps(stacked.cluster.trace.log) == pickle.dumps(loop.cluster.trace.log)
+    for a, b in zip(stacked.cluster.ranks, loop.cluster.ranks):
+        assert a.ledger.timeline == b.ledger.timeline and a.ledger.peak_by_kind() == b.ledger.peak_by_kind()
+
+
+def test_ranks_whose_weights_differ_each_use_their_own(monkeypatch):
+    # stage 2: rank 1's params changed by hand (a replica gone wrong): the weights' bit comparison refuses one
+    # computation for fc0, so each rank multiplies by its own, as the loop does; the other layers still stack
+    case = (2, {}, "bf16-mixed", "adam", 3, 4, {})
+    layers = []
+    real = compute_module.run_stacked
+    monkeypatch.setattr(compute_module, "run_stacked", lambda *a: layers.append(a[1].layer) or real(*a))
+
+    def run(stack):
+        stage, options, precision, opt, n, rows, _ = case
+        model = MLP([5, 7, 6, 3])
+        engine = ZeroEngine(model, Cluster(n, stack_ranks=stack), stage, get_optimizer(opt, lr=1e-2), precision,
+                            params=model.init_params(np.random.default_rng(3)))
+        engine.cluster.ranks[1].params.array[3] += 1  # bf16: one weight of fc0 moves
+        data = make_regression(np.random.default_rng(2), n, rows, [5, 3])
+        return engine, engine.step(data)
+
+    (a, la), (b, lb) = run(True), run(False)
+    assert la == lb and same(snapshot(a), snapshot(b))
+    assert pickle.dumps(a.cluster.trace.log) == pickle.dumps(b.cluster.trace.log)
+    assert set(layers) == {1, 2, 3, 4}  # fc0 (layer 0) went rank by rank, forward and backward
+
+
+def test_a_patched_or_overridden_layer_runs_rank_by_rank(monkeypatch):
+    # what `rows_apart` vouches for is the class's own forward and backward: a patched one (a test's injected failure,
+    # a learner's own backward) or a subclass's override is run by each rank, as written
+    layer = Linear(3, 2)
+    assert layer.stacks_rows() and ReLU().stacks_rows() and GELU().stacks_rows()
+
+    class Mine(Linear):
+        def backward(self, p, dy, cache, fmt):
+            return super().backward(p, dy, cache, fmt)
+
+    assert not Mine(3, 2).stacks_rows()
+    monkeypatch.setattr(Linear, "backward", lambda self, p, dy, cache, fmt: None)
+    assert not layer.stacks_rows()
+    monkeypatch.undo()
+    layer.forward = lambda p, x, fmt: None  # on the instance
+    assert not layer.stacks_rows()
+
+
+def test_a_failure_inside_the_stacked_op_leaves_nothing_half_updated(monkeypatch):
+    # the stacked op computes for every rank before any rank's state moves: a failure there frees the step's
+    # transients, keeps every model state, and the next step gives what a run that never failed gives
+    case = (3, {}, "bf16-mixed", "adam", 3, 4, {})
+    engine, _ = _run(case, True, steps=1)
+    before, states = snapshot(engine), [set(r.ledger.live) for r in engine.cluster.ranks]
+    real = Linear.flops
+
+    def failing(self, x_shape, kind):
+        if kind == "backward" and self.name == "fc1":
+            raise RuntimeError("injected failure in fc1's backward")
+        return real(self, x_shape, kind)
+
+    monkeypatch.setattr(Linear, "flops", failing)
+    data = make_regression(np.random.default_rng(7), 3, 4, [5, 3])
+    with pytest.raises(RuntimeError, match="injected failure"):
+        engine.step(data)
+    assert same(snapshot(engine), before) and [set(r.ledger.live) for r in engine.cluster.ranks] == states
+    monkeypatch.undo()
+    clean, _ = _run(case, True, steps=1)
+    assert same(snapshot(engine), snapshot(clean))
+    assert engine.step(data) == clean.step(data) and same(snapshot(engine), snapshot(clean))
+
+
+# -- the layers: n ranks' rows as one batch against each rank's own call -------------------------------------------
+
+# magnitudes spread so that float32 sums of a rank's rows round, in an order that shows: 2**25 + 1 + 1 - 2**25 is 0
+# added left to right in float32 and 2 in another order
+VALUES = [2.0**25, -(2.0**25), 1.0, -1.0, 3.0, 0.5, -0.75, 2.0**-9, 0.0, -0.0, 1.5 * 2**12, -(2.0**13)]
+FORMATS = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
+PRESETS = {"bf16": "bf16-mixed", "fp16": "fp16-mixed", "fp32": "fp32"}
+
+
+@st.composite
+def stacked_case(draw):
+    fmt = draw(st.sampled_from(sorted(FORMATS)))
+    n, rows, d_in, d_out = (draw(st.integers(2, 5)), draw(st.integers(1, 6)), draw(st.integers(1, 7)),
+                            draw(st.integers(1, 5)))
+    finite = 2.0**14 if fmt == "fp16" else 2.0**30  # fp16 holds up to 65,504
+
+    def array(shape):
+        flat = draw(st.lists(st.sampled_from([v for v in VALUES if abs(v) < finite]), min_size=int(np.prod(shape)),
+                             max_size=int(np.prod(shape))))
+        return np.array(flat, np.float32).reshape(shape).astype(FORMATS[fmt])
+
+    return fmt, n, array((n * rows, d_in)), array((n * rows, d_out)), array((d_out, d_in)), array((d_out,))
+
+
+@given(stacked_case())
+def test_each_ranks_rows_of_a_stacked_batch_have_the_bits_of_its_own_call(case):
+    fmt, n, x, dy, w, b = case
+    f = get_precision(PRESETS[fmt]).compute_format  # portable kernels, the default
+    rows = x.shape[0] // n
+    mine = [slice(r * rows, (r + 1) * rows) for r in range(n)]
+    linear = Linear(x.shape[1], w.shape[0])
+    p = {"w": w, "b": b}
+    y, cache = linear.forward(p, x, f)
+    dx, grads = linear.backward_ranks(p, dy, cache, f, n)
+    for r, part in enumerate(mine):
+        y_r, cache_r = linear.forward(p, x[part], f)
+        dx_r, grads_r = linear.backward(p, dy[part], cache_r, f)
+        assert same(y[part], y_r) and same(dx[part], dx_r)
+        assert same(grads["w"][r], grads_r["w"]) and same(grads["b"][r], grads_r["b"])
+    for layer in (ReLU(), GELU()):
+        out, cache = layer.forward({}, x, f)
+        back, none = layer.backward_ranks({}, x, cache, f, n)  # x as the incoming gradient: any (n·B, D) will do
+        assert none == {}
+        for part in mine:
+            out_r, cache_r = layer.forward({}, x[part], f)
+            assert same(out[part], out_r) and same(back[part], layer.backward({}, x[part], cache_r, f)[0])
+
+
+@pytest.mark.parametrize("rows, d_in, d_out, batched", [(8, 32, 96, True), (32, 256, 300, False)])
+def test_each_ranks_dw_has_its_own_bits_batched_or_rank_by_rank(rows, d_in, d_out, batched):
+    # below 2**14 elements of a rank's dy and x the ranks' dW are one batched product, above it each rank's own: both
+    # against each rank's own `linear_backward`, on bf16 values spread over 2**-6 .. 2**6 so the proofs' bounds work
+    rng, n, f = np.random.default_rng(11), 3, get_precision("bf16-mixed").compute_format
+    spread = lambda shape: (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 7, shape)).astype(ml_dtypes.bfloat16)
+    x, dy, w = spread((n * rows, d_in)), spread((n * rows, d_out)), spread((d_out, d_in))
+    dx, dw, db = _basic.linear_backward_ranks(dy, (x,), w, f, n)
+    assert isinstance(dw, np.ndarray) == batched
+    for r in range(n):
+        own = _basic.linear_backward(dy[r * rows:(r + 1) * rows], (x[r * rows:(r + 1) * rows],), w, f)
+        assert same(dx[r * rows:(r + 1) * rows], own[0]) and same(dw[r], own[1]) and same(db[r], own[2])
+
+
+def test_the_batch_sum_of_a_ranks_rows_adds_them_in_row_order():
+    # db = each rank's column sums of dy, in float32, in row order, as `linear_backward` adds a rank's own, by hand:
+    # (((1 + 1) + 1) + 2**25) - 2**25 = 4 (float32 rounds 2**25 + 3 to 2**25 + 4); from the last row up it is 3
+    rows = [[1.0], [1.0], [1.0], [2.0**25], [-(2.0**25)]]
+    dy = np.array(rows * 2, np.float32).astype(ml_dtypes.bfloat16)  # (2·5, 1) two ranks
+    f, w = get_precision("bf16-mixed").compute_format, np.ones((1, 1), ml_dtypes.bfloat16)
+    x = np.ones((10, 1), ml_dtypes.bfloat16)
+    _, grads = Linear(1, 1).backward_ranks({"w": w, "b": w[0]}, dy, {"input": x}, f, 2)
+    assert grads["b"].astype(np.float32).tolist() == [[4.0], [4.0]]
+    _, own = Linear(1, 1).backward({"w": w, "b": w[0]}, dy[:5], {"input": x[:5]}, f)
+    assert own["b"].astype(np.float32).tolist() == [4.0]
+
+
+def test_stack_ranks_must_be_a_bool():
+    with pytest.raises(ValueError, match="stack_ranks must be True or False"):
+        Cluster(2, stack_ranks="no")
+    assert not Cluster(2, workers=2).pool.stacks  # threads run the ranks one by one
+    assert _basic.Layer("x").stacks_rows() is False

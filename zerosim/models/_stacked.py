@@ -1,0 +1,107 @@
+"""Every rank's op as one computation: the ranks' micro-batches stacked row by row, the layer run once, each rank's
+rows handed back to it.
+
+Letters: n passes (one per rank), B rows each (a micro-batch), D widths.
+
+In a data-parallel step every rank runs the same layer with the same weights over its own micro-batch. A layer that
+treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU), on kernels whose products treat rows apart
+(`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives rank r's
+rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the Python a
+layer costs per call is paid once, not n times (docs/speed.md, section 1). What sums over one rank's rows (a
+Linear's dW and db) comes from `Layer.backward_ranks`, rank by rank's block in one batched product.
+
+    stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made)
+    run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
+                                      rows land: its saved tensors adopted or freed in its ledger as `Pass.run` does
+                                      it, its tensor in flight replaced; yields (i, Done) after pass i has landed
+
+Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
+over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
+A pass's saved tensors and its tensor in flight are views of the stacked arrays: its ledger counts their bytes as
+it counted its own arrays'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.models._run import done
+from zerosim.precision.arithmetic import arithmetic_of
+
+KINDS = ("forward", "backward")  # a recompute or checkpointed forward keeps the rank-by-rank path
+
+
+def stacks(passes: list, op, model) -> bool:
+    """Whether `op` may run as one computation over `passes`: two or more passes, a plain forward or a backward of a
+    `rows_apart` layer on `rows_apart` kernels, no values kept for narration, and every pass's tensor in flight a
+    2-D host array of one shape and dtype (with its saved tensors at hand, for a backward)."""
+    if len(passes) < 2 or op.kind not in KINDS or op.checkpoint or op.from_checkpoint or op.layer < 0:
+        return False
+    if not model.layers[op.layer].stacks_rows():
+        return False
+    first, backward = passes[0], op.kind == "backward"
+    if first.keep_values or not arithmetic_of(first.fmt).rows_apart:
+        return False
+    x = first.dy if backward else first.a
+    if type(x) is not np.ndarray or x.ndim != 2:
+        return False
+    shape, dtype, fmt = x.shape, x.dtype, first.fmt
+    for work in passes:
+        x = work.dy if backward else work.a
+        if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or work.fmt != fmt or work.keep_values:
+            return False
+        if backward and op.layer not in work.saved.items:
+            return False
+    return True
+
+
+def run_stacked(passes: list, op, model, params: dict):
+    """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
+    an iterator of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
+    layer's results do not come back with the passes' rows (a cache of another shape)."""
+    layer, f, n = model.layers[op.layer], passes[0].fmt, len(passes)
+    weights = sum(int(a.nbytes) for a in params.values())
+    if op.kind == "forward":
+        x0 = passes[0].a  # (B, D_in)
+        rows = x0.shape[0]
+        x = np.concatenate([work.a for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
+        out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
+        if not _rows_of(n * rows, out, *cache.values()):
+            return None
+        made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
+        return _land_forward(passes, op, layer.name, rows, out, cache, made)
+    dy0 = passes[0].dy  # (B, D_out)
+    rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
+    first = saved[0]
+    if any(len(s) != len(first) or any(s[k].shape != a.shape or s[k].dtype != a.dtype for k, a in first.items())
+           for s in saved) or not _rows_of(rows, *first.values()):
+        return None
+    dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
+    cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
+    dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
+    if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
+        return None
+    x_shape = next(iter(first.values())).shape if first else dy0.shape
+    read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
+    written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
+    return _land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written)
+
+
+def _rows_of(rows: int, *arrays) -> bool:
+    return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
+
+
+def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
+    for i, work in enumerate(passes):
+        part = slice(i * rows, (i + 1) * rows)  # rank i's rows
+        if op.save:
+            work.saved.put(op.layer, name, {k: a[part] for k, a in cache.items()})
+        work.a = out[part]  # (B, D_out)
+        yield i, made
+
+
+def _land_backward(passes, op, rows: int, dx, grads: dict, flops: int, read: int, written: int):
+    for i, work in enumerate(passes):
+        work.saved.pop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward
+        work.dy = dx[i * rows:(i + 1) * rows]  # (B, D_in)
+        yield i, done({k: g[i] for k, g in grads.items()}, flops, read, written)
