@@ -18,6 +18,11 @@ What the hand step does, for an MLP (Linear/ReLU pairs, half-MSE) in bf16-mixed 
     overflow check:           every rank counts inf/NaN in its gradient shard
     update, rank by rank:     g32 = f32(shard) / N;  Adam in fp32 over 2**17-element blocks;  params = bf16(master)
 
+The engine, with one worker (`Cluster(N)`'s default), runs each Linear, ReLU and the loss once for every rank, their
+micro-batches stacked row by row, where that gives every rank its own run's bits (zerosim/models/_stacked.py: the
+portable kernels); the hand step stays the obvious loop over ranks the issue named, so at 64 ranks the engine makes
+fewer, larger NumPy calls than it. The bit check after every round holds both to the same arithmetic.
+
 The ring's adds are written the obvious vectorised way (one add over every chunk per ring step, each element's
 adds in the ring's order): elementwise, so the same bits as adding chunk by chunk.
 

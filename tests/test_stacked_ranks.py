@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import zerosim.parallel.data._compute as compute_module
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer, get_precision
-from zerosim.models import GELU, Linear, ReLU, make_regression
+from zerosim.models import GELU, HalfMSE, Linear, ReLU, make_classification, make_regression
 from zerosim.parallel.data import CommSchedule
 from zerosim.models.layers import _basic
 
@@ -35,6 +35,7 @@ CASES = [
     (1, {}, "bf16-mixed", "adam", 4, 3, {"comm": CommSchedule(reduce_bucket_size=40)}),  # the last micro-step's buckets
     (0, {}, "fp16-mixed", "adam", 3, 4, {"accumulation_steps": 2}),  # a micro-step as one run: op by op inside it
     (1, {"activation": "gelu"}, "bf16-mixed", "sgd", 4, 2, {}),
+    (3, {"loss": "xent"}, "bf16-mixed", "adam", 3, 4, {}),  # cross-entropy's loss op rank by rank, the layers stacked
     ("hpz", {}, "bf16-mixed", "adam", 4, 3, {"shard_group": 2}),  # backward gathers from the secondary pieces
 ]
 
@@ -45,7 +46,8 @@ def _run(case, stack: bool, steps: int = 3):
     k = extra.pop("accumulation_steps", 1)
     widths = [5, 7, 6, 3]
     model = MLP(widths, **options)
-    data = make_regression(np.random.default_rng(2), n * steps * k, rows, widths)
+    make = make_classification if options.get("loss") == "xent" else make_regression
+    data = make(np.random.default_rng(2), n * steps * k, rows, widths)
     engine = ZeroEngine(model, Cluster(n, stack_ranks=stack), stage, get_optimizer(opt, lr=1e-2), precision,
                         params=model.init_params(np.random.default_rng(3)), accumulation_steps=k, **extra)
     losses = []
@@ -91,7 +93,7 @@ def test_ranks_whose_weights_differ_each_use_their_own(monkeypatch):
     (a, la), (b, lb) = run(True), run(False)
     assert la == lb and same(snapshot(a), snapshot(b))
     assert pickle.dumps(a.cluster.trace.log) == pickle.dumps(b.cluster.trace.log)
-    assert set(layers) == {1, 2, 3, 4}  # fc0 (layer 0) went rank by rank, forward and backward
+    assert set(layers) == {-1, 1, 2, 3, 4}  # fc0 (layer 0) went rank by rank, forward and backward; -1: the loss
 
 
 def test_a_patched_or_overridden_layer_runs_rank_by_rank(monkeypatch):
@@ -196,6 +198,21 @@ def test_each_ranks_dw_has_its_own_bits_batched_or_rank_by_rank(rows, d_in, d_ou
     for r in range(n):
         own = _basic.linear_backward(dy[r * rows:(r + 1) * rows], (x[r * rows:(r + 1) * rows],), w, f)
         assert same(dx[r * rows:(r + 1) * rows], own[0]) and same(dw[r], own[1]) and same(db[r], own[2])
+
+
+@given(stacked_case(), st.sampled_from([1.0, 2.0**12, 0.5]))
+def test_each_ranks_half_mse_of_a_stacked_batch_is_its_own(case, scale):
+    fmt, n, y, _, _, _ = case
+    f = get_precision(PRESETS[fmt]).compute_format
+    target = y[::-1].astype(np.float32) * np.float32(0.75)  # (n·B, D) other values from the same table
+    rows, loss = y.shape[0] // n, HalfMSE()
+    losses, cache = loss.forward_ranks(y, target, f, n)
+    dy = loss.backward_ranks(cache, f, n, scale=scale)
+    for r in range(n):
+        part = slice(r * rows, (r + 1) * rows)
+        own, own_cache = loss.forward(y[part], target[part], f)
+        assert np.float64(losses[r]).tobytes() == np.float64(own).tobytes()  # the same float, NaN and -0 included
+        assert same(cache["y - t"][part], own_cache["y - t"]) and same(dy[part], loss.backward(own_cache, f, scale))
 
 
 def test_the_batch_sum_of_a_ranks_rows_adds_them_in_row_order():

@@ -10,7 +10,9 @@ rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one ca
 layer costs per call is paid once, not n times (docs/speed.md, section 1). What sums over one rank's rows (a
 Linear's dW and db) comes from `Layer.backward_ranks`, rank by rank's block in one batched product.
 
-    stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made)
+    stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made): a
+                                      plain forward, a backward, or the loss (`Loss.rows_apart`: half-MSE, each
+                                      rank's loss its own sum over its rows)
     run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
                                       rows land: its saved tensors adopted or freed in its ledger as `Pass.run` does
                                       it, its tensor in flight replaced; yields (i, Done) after pass i has landed
@@ -28,29 +30,33 @@ import numpy as np
 from zerosim.models._run import done
 from zerosim.precision.arithmetic import arithmetic_of
 
-KINDS = ("forward", "backward")  # a recompute or checkpointed forward keeps the rank-by-rank path
+KINDS = ("forward", "loss", "backward")  # a recompute or checkpointed forward keeps the rank-by-rank path
 
 
 def stacks(passes: list, op, model) -> bool:
     """Whether `op` may run as one computation over `passes`: two or more passes, a plain forward or a backward of a
     `rows_apart` layer on `rows_apart` kernels, no values kept for narration, and every pass's tensor in flight a
     2-D host array of one shape and dtype (with its saved tensors at hand, for a backward)."""
-    if len(passes) < 2 or op.kind not in KINDS or op.checkpoint or op.from_checkpoint or op.layer < 0:
+    if len(passes) < 2 or op.kind not in KINDS or op.checkpoint or op.from_checkpoint:
         return False
-    if not model.layers[op.layer].stacks_rows():
+    loss = op.kind == "loss"
+    if not (model.loss if loss else model.layers[op.layer]).stacks_rows():
         return False
     first, backward = passes[0], op.kind == "backward"
     if first.keep_values or not arithmetic_of(first.fmt).rows_apart:
         return False
-    x = first.dy if backward else first.a
-    if type(x) is not np.ndarray or x.ndim != 2:
+    x, t = first.dy if backward else first.a, first.target
+    if type(x) is not np.ndarray or x.ndim != 2 or (loss and (type(t) is not np.ndarray or t.shape != x.shape)):
         return False
-    shape, dtype, fmt = x.shape, x.dtype, first.fmt
+    shape, dtype, fmt, scale = x.shape, x.dtype, first.fmt, first.loss_scale
     for work in passes:
         x = work.dy if backward else work.a
         if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or work.fmt != fmt or work.keep_values:
             return False
         if backward and op.layer not in work.saved.items:
+            return False
+        if loss and (type(work.target) is not np.ndarray or work.target.shape != t.shape or work.target.dtype !=
+                     t.dtype or work.loss_scale != scale):
             return False
     return True
 
@@ -59,7 +65,19 @@ def run_stacked(passes: list, op, model, params: dict):
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
     an iterator of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
     layer's results do not come back with the passes' rows (a cache of another shape)."""
-    layer, f, n = model.layers[op.layer], passes[0].fmt, len(passes)
+    f, n = passes[0].fmt, len(passes)
+    if op.kind == "loss":
+        y0 = passes[0].a  # (B, D_out)
+        rows = y0.shape[0]
+        y = np.concatenate([work.a for work in passes])  # (n·B, D_out)
+        target = np.concatenate([work.target for work in passes])  # (n·B, D_out)
+        losses, cache = model.loss.forward_ranks(y, target, f, n)  # [n floats], {what: (n·B, ...)}
+        dy = model.loss.backward_ranks(cache, f, n, scale=passes[0].loss_scale)  # (n·B, D_out) fmt
+        if len(losses) != n or not _rows_of(n * rows, dy, *cache.values()):
+            return None
+        made = done(None, model.loss.flops(y0.shape), int(y0.nbytes), int(dy[:rows].nbytes))
+        return _land_loss(passes, rows, losses, cache, dy, made)
+    layer = model.layers[op.layer]
     weights = sum(int(a.nbytes) for a in params.values())
     if op.kind == "forward":
         x0 = passes[0].a  # (B, D_in)
@@ -97,6 +115,16 @@ def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
         if op.save:
             work.saved.put(op.layer, name, {k: a[part] for k, a in cache.items()})
         work.a = out[part]  # (B, D_out)
+        yield i, made
+
+
+def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
+    for i, work in enumerate(passes):
+        part = slice(i * rows, (i + 1) * rows)
+        work.loss = losses[i]
+        work.saved.put("loss", "loss", {k: a[part] for k, a in cache.items()})  # its cache, adopted and freed
+        work.saved.pop("loss")
+        work.dy = dy[part]  # (B, D_out)
         yield i, made
 
 

@@ -31,6 +31,29 @@ class Loss:
     """
 
     name = "loss"
+    # n ranks' predictions may go through as one batch of their rows (models/_stacked.py): `forward_ranks` gives each
+    # rank's loss as its own forward does, `backward_ranks` each row's dy
+    rows_apart: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("rows_apart"):  # what the declaration vouches for: these, not an override or a patch
+            cls._rows_apart_for = (cls.forward, cls.backward, cls.forward_ranks, cls.backward_ranks)
+
+    def stacks_rows(self) -> bool:
+        """`rows_apart`, with the methods still the ones it was declared for (a patched or overridden forward or
+        backward runs rank by rank)."""
+        cls = type(self)
+        return (self.rows_apart and (cls.forward, cls.backward, cls.forward_ranks, cls.backward_ranks)
+                == getattr(cls, "_rows_apart_for", None) and not {"forward", "backward"} & self.__dict__.keys())
+
+    def forward_ranks(self, y, target, fmt, n: int) -> tuple[list, dict]:
+        """`forward` for n ranks' predictions and targets stacked row by row: ([each rank's loss], cache by rows)."""
+        raise NotImplementedError(f"{type(self).__name__} has no forward for stacked ranks")
+
+    def backward_ranks(self, cache: dict, fmt, n: int, scale: float = 1.0):
+        """`backward` of `forward_ranks`'s cache: dy with its rows, rank r's as its own backward gives them."""
+        raise NotImplementedError(f"{type(self).__name__} has no backward for stacked ranks")
 
     def forward(self, y: np.ndarray, target: np.ndarray, fmt=None) -> tuple[float, tuple]:
         raise NotImplementedError
@@ -54,6 +77,7 @@ class HalfMSE(Loss):
     """L = 0.5 * mean over the batch of sum over outputs (y - t)^2; one sample gives seed 004's 0.5 (y - t)^2."""
 
     name = "mse"
+    rows_apart = True
 
     def check_target(self, target, batch, outputs):
         t = np.asarray(target)
@@ -74,6 +98,19 @@ class HalfMSE(Loss):
     def backward(self, cache, fmt, scale=1.0):
         diff = cache["y - t"]
         g = diff / diff.dtype.type(diff.shape[0])  # dL/dy = (y - t) / B, in acc
+        return cast(g * diff.dtype.type(scale), get_format(fmt))
+
+    def forward_ranks(self, y, target, fmt, n):
+        acc = _acc_of(y)
+        diff = y.astype(acc) - cast(target, acc).reshape(y.shape)  # (n·B, D_out) in acc, elementwise: each rank's own
+        rows = y.shape[0] // n
+        # each rank's sum over its own (B, D_out) rows, the very call its `forward` makes (NumPy's pairwise order)
+        losses = [float(0.5 * np.sum(d * d, dtype=acc) / rows) for d in diff.reshape(n, rows, -1)]
+        return losses, {"y - t": diff}
+
+    def backward_ranks(self, cache, fmt, n, scale=1.0):
+        diff = cache["y - t"]
+        g = diff / diff.dtype.type(diff.shape[0] // n)  # dL/dy = (y - t) / B, B a rank's rows
         return cast(g * diff.dtype.type(scale), get_format(fmt))
 
 
