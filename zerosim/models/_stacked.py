@@ -4,11 +4,11 @@ rows handed back to it.
 Letters: n passes (one per rank), B rows each (a micro-batch), D widths.
 
 In a data-parallel step every rank runs the same layer with the same weights over its own micro-batch. A layer that
-treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU), on kernels whose products treat rows apart
-(`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives rank r's
-rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the Python a
-layer costs per call is paid once, not n times (docs/speed.md, section 1). What sums over one rank's rows (a
-Linear's dW and db) comes from `Layer.backward_ranks`, rank by rank's block in one batched product.
+treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU; `Loss.rows_apart`: half-MSE), on kernels whose products treat
+rows apart (`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives
+rank r's rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the
+Python a layer costs per call is paid once, not n times (docs/speed.md, section 1, item 13). What sums over one rank's
+rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows.
 
     stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made): a
                                       plain forward, a backward, or the loss (`Loss.rows_apart`: half-MSE, each
@@ -35,8 +35,9 @@ KINDS = ("forward", "loss", "backward")  # a recompute or checkpointed forward k
 
 def stacks(passes: list, op, model) -> bool:
     """Whether `op` may run as one computation over `passes`: two or more passes, a plain forward or a backward of a
-    `rows_apart` layer on `rows_apart` kernels, no values kept for narration, and every pass's tensor in flight a
-    2-D host array of one shape and dtype (with its saved tensors at hand, for a backward)."""
+    `rows_apart` layer (or the loss of a `rows_apart` loss) on `rows_apart` kernels, no values kept for narration,
+    and every pass's tensor in flight a 2-D host array of one shape and dtype (with its saved tensors at hand, for a
+    backward; its target alike and one loss scale, for the loss)."""
     if len(passes) < 2 or op.kind not in KINDS or op.checkpoint or op.from_checkpoint:
         return False
     loss = op.kind == "loss"

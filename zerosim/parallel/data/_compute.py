@@ -8,10 +8,11 @@ keeps them (reduce.keep_grads: its arithmetic, `stage_grads`, on the workers wit
 concurrently when k > 1, each rank's arithmetic unchanged); what they record reaches the log rank by rank, so
 it reads as each rank's program in order, whatever the workers' order.
 
-With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU under the portable kernels)
-runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when every rank reads
-the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, and its ledger events,
-its `Compute` event and its gradients follow in rank order, as the loop makes them (tests/test_stacked_ranks.py).
+With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU, the half-MSE loss, under the
+portable kernels) runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when
+every rank reads the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, and its
+ledger events, its `Compute` event and its gradients follow in rank order, as the loop makes them
+(tests/test_stacked_ranks.py).
 `Cluster(N, stack_ranks=False)` keeps the loop.
 """
 

@@ -165,6 +165,7 @@ def _where(a) -> tuple:
     """Where `a`'s elements lie in memory: two arrays alike here are the same elements (views of one copy)."""
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
 
+
 def _same_bits(a, b) -> bool:
     """Every bit of `a` equal to `b`'s (same shape and dtype): NaN payloads and the sign of zero count."""
     if a.shape != b.shape or a.dtype != b.dtype:
