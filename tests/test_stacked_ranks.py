@@ -128,9 +128,13 @@ def test_a_failure_inside_the_stacked_op_leaves_nothing_half_updated(monkeypatch
         return real(self, x_shape, kind)
 
     monkeypatch.setattr(Linear, "flops", failing)
+    stacked_ops = []
+    real_run = compute_module.run_stacked
+    monkeypatch.setattr(compute_module, "run_stacked", lambda *a: stacked_ops.append(a[1]) or real_run(*a))
     data = make_regression(np.random.default_rng(7), 3, 4, [5, 3])
     with pytest.raises(RuntimeError, match="injected failure"):
         engine.step(data)
+    assert stacked_ops[-1].kind == "backward" and stacked_ops[-1].layer == 2  # it failed inside fc1's stacked op
     assert same(snapshot(engine), before) and [set(r.ledger.live) for r in engine.cluster.ranks] == states
     monkeypatch.undo()
     clean, _ = _run(case, True, steps=1)
@@ -191,7 +195,9 @@ def test_each_ranks_dw_has_its_own_bits_batched_or_rank_by_rank(rows, d_in, d_ou
     # below 2**14 elements of a rank's dy and x the ranks' dW are one batched product, above it each rank's own: both
     # against each rank's own `linear_backward`, on bf16 values spread over 2**-6 .. 2**6 so the proofs' bounds work
     rng, n, f = np.random.default_rng(11), 3, get_precision("bf16-mixed").compute_format
-    spread = lambda shape: (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 7, shape)).astype(ml_dtypes.bfloat16)
+    def spread(shape):
+        return (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 7, shape)).astype(ml_dtypes.bfloat16)
+
     x, dy, w = spread((n * rows, d_in)), spread((n * rows, d_out)), spread((d_out, d_in))
     dx, dw, db = _basic.linear_backward_ranks(dy, (x,), w, f, n)
     assert isinstance(dw, np.ndarray) == batched
