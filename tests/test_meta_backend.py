@@ -54,6 +54,18 @@ def test_reshape_like_numpy(shape, new):
     assert MetaArray(shape, np.float32).reshape(new).shape == np.zeros(shape).reshape(new).shape
 
 
+@pytest.mark.parametrize("shape", [(3, 4), (np.int64(3), np.int32(4)), (3.0, 4), (True, 4), [3, 4], 7, np.int64(7),
+                                   np.array([3, 4]), ()])
+def test_a_shape_is_numpys_whatever_it_is_given_as(shape):
+    """Every shape made of Python ints, as numpy's own arrays report theirs: the views and copies a step makes reuse
+    it as it is (MetaArray._of), so nothing downstream ever holds a numpy integer or a float."""
+    a = MetaArray(shape, "float32")
+    want = np.empty(np.asarray(shape, dtype=np.int64).tolist() if np.ndim(shape) else int(shape)).shape
+    assert a.shape == want and all(type(n) is int for n in a.shape) and a.dtype == np.dtype(np.float32)
+    for b in (a.T, a.copy(), a.ravel(), a.reshape(a.shape), a[...], a.astype(np.float16)):
+        assert all(type(n) is int for n in b.shape) and isinstance(b.dtype, np.dtype)
+
+
 @pytest.mark.bad_input("cluster and backends")
 def test_reshape_to_a_wrong_size_is_an_error():
     with pytest.raises(ValueError, match="cannot reshape"):

@@ -62,8 +62,17 @@ class MetaArray(NDArrayOperatorsMixin):
         return META_NAMESPACE
 
     def __init__(self, shape, dtype):
-        self.shape = shape if type(shape) is tuple and all(type(n) is int for n in shape) else _shape_of(shape)
-        self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+        # a step makes thousands of these: `tuple(map(int, ...))` is the same shape as `_shape_of`'s, made faster
+        self.shape = tuple(map(int, shape)) if type(shape) is tuple else _shape_of(shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+
+    @classmethod
+    def _of(cls, shape: tuple, dtype: np.dtype) -> "MetaArray":
+        """One made from a shape of Python ints and a np.dtype already checked (another MetaArray's, or numpy's):
+        the views, reshapes and copies a step makes, without checking them again."""
+        a = object.__new__(cls)
+        a.shape, a.dtype = shape, dtype
+        return a
 
     # -- what an array says about itself ----------------------------------------------------------
     @property
@@ -84,7 +93,7 @@ class MetaArray(NDArrayOperatorsMixin):
 
     @property
     def T(self) -> "MetaArray":
-        return MetaArray(self.shape[::-1], self.dtype)
+        return MetaArray._of(self.shape[::-1], self.dtype)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -96,7 +105,7 @@ class MetaArray(NDArrayOperatorsMixin):
 
     # -- views and copies (no data, so every one is just a new shape and dtype) ---------------------
     def __getitem__(self, key) -> "MetaArray":
-        return MetaArray(_index_shape(self.shape, key), self.dtype)
+        return MetaArray._of(_index_shape(self.shape, key), self.dtype)
 
     def __setitem__(self, key, value) -> None:
         """Assignment writes nothing; the target's shape must exist (numpy would raise otherwise)."""
@@ -104,7 +113,7 @@ class MetaArray(NDArrayOperatorsMixin):
 
     def reshape(self, *shape, order: str = "C") -> "MetaArray":
         if shape == (self.shape,) or shape == self.shape:
-            return MetaArray(self.shape, self.dtype)
+            return MetaArray._of(self.shape, self.dtype)
         shape = _shape_of(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
         if -1 in shape:
             known = math.prod(n for n in shape if n != -1)
@@ -114,7 +123,7 @@ class MetaArray(NDArrayOperatorsMixin):
         return MetaArray(shape, self.dtype)
 
     def ravel(self) -> "MetaArray":
-        return MetaArray((self.size,), self.dtype)
+        return MetaArray._of((self.size,), self.dtype)
 
     flatten = ravel
 
@@ -128,7 +137,7 @@ class MetaArray(NDArrayOperatorsMixin):
         return MetaArray((self.nbytes // dtype.itemsize,) if self.ndim == 1 else self.shape, dtype)
 
     def copy(self) -> "MetaArray":
-        return MetaArray(self.shape, self.dtype)
+        return MetaArray._of(self.shape, self.dtype)
 
     # -- arithmetic: the shape and dtype numpy would give, no values --------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
