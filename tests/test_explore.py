@@ -198,3 +198,20 @@ def test_the_host_column_is_what_zerosim_memory_prints_with_offload(capsys):
                                               for t in ("host", "nvme"))
     with pytest.raises(ValueError, match="runs at stage 3, not 2"):
         Settings(**SMALL | {"stage": 2, "offload": "params-cpu"}).with_()
+
+
+def test_the_explorers_step_leaves_out_only_the_sums_it_does_not_show():
+    """The explorer asks `measure_stage` for no trace totals (`totals=False`): its row is the full row less "sent"
+    and "tiers", and the trace it places in time is the same, event for event."""
+    import pickle
+
+    from zerosim.analysis.costs import measure_stage
+    from zerosim.explore._settings import model_for
+
+    s = Settings(**SMALL | {"ranks": 16})
+    runs = [measure_stage(model_for(s), s.ranks, s.stage, s.optimizer, s.precision, micro_batch=(s.micro_batch,
+                          s.seq_len), gpus_per_node=8, totals=totals) for totals in (True, False)]
+    (full, full_cluster, _), (row, cluster, _) = runs
+    assert set(full) - set(row) == {"sent", "tiers"} and all(row[k] == full[k] for k in row)
+    assert full["tiers"]["inter-node"] > 0  # 16 ranks, 8 a node: there was a sum to leave out
+    assert pickle.dumps(cluster.trace.events) == pickle.dumps(full_cluster.trace.events)

@@ -53,7 +53,8 @@ def explore(s: Settings) -> dict:
     offload = () if s.offload == "none" else (Offload(placement=PLACEMENTS[s.offload]),)
     row, cluster, engine = measure_stage(model, s.ranks, s.stage, s.optimizer, s.precision,
                                          micro_batch=(s.micro_batch, s.seq_len),
-                                         gpus_per_node=GPUS_PER_NODE if nodes else None, parallelisms=offload)
+                                         gpus_per_node=GPUS_PER_NODE if nodes else None, parallelisms=offload,
+                                         totals=False)  # the bytes the trace sent: not shown
     hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None,
                   pcie=host.pcie, host_bandwidth=host.cpu_bandwidth(min(s.ranks, GPUS_PER_NODE)))
     # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline

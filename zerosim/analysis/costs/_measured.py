@@ -57,7 +57,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
 def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
-                  sp: bool = False, mesh=None, recipe=None, parallelisms=()) -> tuple:
+                  sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
@@ -67,7 +67,9 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     (a MetaGPT or MetaLlama) runs tensor-parallel (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU,
     the data-parallel degree ranks / tp. `parallelisms`: others beside data parallelism (offload: the row then has
     "host" and "nvme", each {"resting": {kind: bytes}, "peak": bytes} of its ledger, and "device_formula" etc. are
-    the caller's)."""
+    the caller's). `totals=False` leaves out the row's "sent" and "tiers" (the trace's bytes, summed over every call),
+    for a caller that reads only memory (the explorer, whose times come from the trace itself): under the profiler
+    those sums were a tenth of the explorer's step at 64 ranks."""
     mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
     ranks = mesh.dims.world_size
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
@@ -83,7 +85,6 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
                for r in cluster.ranks]
     peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
     top = max(range(len(peaks)), key=peaks.__getitem__)
-    sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised
     row = {
         "stage": mesh.plan.name or mesh.plan.stage,  # a stage number, or a strategy by name
         "resting": resting[0],
@@ -91,9 +92,10 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
         "peak": peaks[top],
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
         "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
-        "sent": max(sent),
-        "tiers": {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()},
     }
+    if totals:
+        row["sent"] = max(cluster.trace.sent_totals(ranks))  # every rank's, in closed form where the trace summarised
+        row["tiers"] = {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()}
     if parallelisms:  # offload's tiers: what rank `top` holds on its host and NVMe, at rest and at most
         for tier in ("host", "nvme"):
             ledger = cluster.ranks[top].ledger_of(tier)
