@@ -21,11 +21,12 @@ the numbers back.
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 
+from zerosim.explore._key import Key
+from zerosim.explore._png import png_bytes
 from zerosim.explore._text_raster import TextRaster
 from zerosim.viz import kind_colour, kind_label, kind_order
 
@@ -76,6 +77,12 @@ class ExplorerCanvas:
         tim.set_xlabel("ms per step (rank 0)", fontsize=fontsize)
         tim.spines[["top", "right"]].set_visible(False)
         fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.33, wspace=0.45)
+        # the memory panel's x axis and the time panel's y axis have no label: fixed coordinates spare matplotlib
+        # laying their tick labels out a second time to place it (axis.py `Axis._update_label_position`, a tenth of a
+        # full draw here)
+        mem.xaxis.set_label_coords(0.5, 0)
+        tim.yaxis.set_label_coords(0, 0.5)
+        self.key = Key(mem, (0, -0.1), fontsize - 1)  # the legend, below the memory panel
         self._legend = None  # the (kinds, capacity label) the legend shows
         self._backgrounds = {}  # (limits, legend) -> the rasterised axes without the moving artists
 
@@ -130,12 +137,10 @@ class ExplorerCanvas:
         self.mem.set_title(f"{n['model']}, N = {n['ranks']}, ZeRO-{n['stage']}, {n['precision']}:\n"
                            f"peak {n['peak'] / GB:.2f} GB, {verdict}{node}", fontsize=self.fontsize + 1)
         legend = (tuple(k for k in kinds if n["at_peak"].get(k) or columns[2].get(k)), self.capacity.get_label())
-        if legend != self._legend:  # a legend is laid out again only when what it lists changes
+        if legend != self._legend:  # a legend is laid out again only when what it lists changes (_key.py)
             self._legend = legend
-            handles = [self.bars[k][0] if self.bars[k][0].get_visible() else self.bars[k][2] for k in legend[0]]
-            handles += [self.capacity]
-            self.mem.legend(handles, [kind_label(k) for k in legend[0]] + [legend[1]], fontsize=self.fontsize - 1,
-                            frameon=False, loc="upper left", bbox_to_anchor=(0, -0.1), ncol=2)
+            self.key.show([(kind_label(k), ("box", kind_colour(k), "white", 0.5)) for k in legend[0]]
+                          + [(legend[1], ("line", "black", "--", 1))])
         ms = [v * 1e3 for v in (n["compute_s"], n["comm_s"] - n["exposed_s"], n["exposed_s"], n.get("host_wait_s", 0))]
         rows = len(PARTS) if offloaded else 3
         if len(self.tim.get_yticks()) != rows:  # the host's row appears or goes
@@ -165,7 +170,6 @@ class ExplorerCanvas:
 
     def png(self) -> bytes:
         """The figure as PNG bytes: the background rasterised again only for limits or a legend not seen lately."""
-        from matplotlib.image import imsave
         from matplotlib.text import Text
 
         canvas, moving = self.figure.canvas, self._moving()
@@ -194,7 +198,4 @@ class ExplorerCanvas:
         for a in moving:
             if a.get_visible():
                 a.axes.draw_artist(a)
-        out = io.BytesIO()
-        # level 1: a tenth of the default's encoding time for a few per cent more bytes on a flat-coloured figure
-        imsave(out, np.asarray(canvas.buffer_rgba()), format="png", pil_kwargs={"compress_level": 1})
-        return out.getvalue()
+        return png_bytes(np.asarray(canvas.buffer_rgba()))  # unfiltered, zlib level 1 (_png.py)
