@@ -7,7 +7,9 @@ changed. `ExplorerCanvas.update(n)` sets the new numbers on the same artists; `p
 legend (the background) are rasterised again only when their scale or legend changed — limits are rounded up to
 1, 2, 2.5 or 5 x 10^k so most moves keep them — and otherwise the saved background is restored and only the bars,
 value labels, titles and capacity line are drawn over it (matplotlib's blitting: `copy_from_bbox`,
-`restore_region`, `draw_artist`).
+`restore_region`, `draw_artist`). The legend is laid out once per change of what it lists (explore/_key.py), a
+text drawn before at the same place is pasted from its kept pixels (explore/_text_raster.py), and the frame is
+written as PNG by zlib without filtering (explore/_png.py).
 
 What it draws is `memory_explorer.explorer_figure`'s picture: left, what rank 0 holds at the moment of its peak,
 stacked by memory kind (one colour per kind, viz/_palette.py), beside its model states at rest, against the GPU's
