@@ -29,7 +29,8 @@ CASES = [
     (2, {}, "bf16-mixed", "adam", 3, 5, {}),  # each rank's own params buffer: weights compared bit for bit
     (3, {"activation": "gelu"}, "fp16-mixed", "sgd", 3, 4, {}),  # GELU (portable tanh); fp16 with its loss scale
     (3, {}, "fp32", "adamw", 2, 3, {"accumulation_steps": 2}),  # two micro-steps
-    (3, {"bias": False}, "bf16-mixed", "lion", 5, 2, {"checkpoint": True}),  # recompute ops rank by rank between
+    (3, {"bias": False}, "bf16-mixed", "lion", 5, 2, {"checkpoint": True}),  # checkpoints kept, recomputes from them
+    (0, {"activation": "gelu"}, "bf16-mixed", "adam", 3, 4, {"checkpoint": True, "accumulation_steps": 2}),
     (3, {}, "bf16-mixed", "adam", 4, 3, {"recipe": "fsdp2"}),  # per-parameter chunks: a copy per rank, compared
     (3, {}, "bf16-mixed", "adam", 4, 3, {"recipe": "deepspeed-zero3", "comm": CommSchedule(reduce_bucket_size=40)}),
     (1, {}, "bf16-mixed", "adam", 4, 3, {"comm": CommSchedule(reduce_bucket_size=40)}),  # the last micro-step's buckets
@@ -71,6 +72,31 @@ def test_stacked_ranks_give_the_loops_bits_log_and_ledgers(case, monkeypatch):
     assert pickle.dumps(stacked.cluster.trace.log) == pickle.dumps(loop.cluster.trace.log)
     for a, b in zip(stacked.cluster.ranks, loop.cluster.ranks):
         assert a.ledger.timeline == b.ledger.timeline and a.ledger.peak_by_kind() == b.ledger.peak_by_kind()
+
+
+def test_checkpointed_forwards_and_recomputes_are_stacked(monkeypatch):
+    # the forward that keeps its block's input, the recompute that starts from it and the ones after it run once for
+    # every rank (their checkpoints kept and freed rank by rank at the landing); "keep input" computes nothing and
+    # stays on the loop. The bits, log and ledgers are the loop's: the engine cases above
+    ops = []
+    real = compute_module.run_stacked
+    monkeypatch.setattr(compute_module, "run_stacked", lambda *a: ops.append(a[1]) or real(*a))
+    _run(CASES[4], True, steps=1)
+    kinds = {(op.kind, op.checkpoint, op.from_checkpoint) for op in ops}
+    assert {("forward", True, False), ("forward", False, False), ("recompute", False, True)} <= kinds
+    assert "keep input" not in {kind for kind, _, _ in kinds}
+
+
+@pytest.mark.parametrize("stack", [True, False])
+def test_an_op_level_selective_checkpoint_keeps_the_loop_and_its_refusal(stack):
+    # what an op-sac checkpoint keeps besides the block's input is `Pass._selective`'s to say; for an MLP's layers,
+    # which keep no products' outputs, it refuses: stacked or not, the same refusal
+    model = MLP([5, 7, 6, 3])
+    model.checkpoint = "op-sac"
+    engine = ZeroEngine(model, Cluster(3, stack_ranks=stack), 3, get_optimizer("adam", lr=1e-2), "bf16-mixed",
+                        params=model.init_params(np.random.default_rng(3)), checkpoint=True)
+    with pytest.raises(ValueError, match="op-level selective checkpointing"):
+        engine.step(make_regression(np.random.default_rng(2), 3, 4, [5, 3]))
 
 
 def test_ranks_whose_weights_differ_each_use_their_own(monkeypatch):

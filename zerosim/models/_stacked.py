@@ -11,11 +11,13 @@ Python a layer costs per call is paid once, not n times (docs/speed.md, section 
 rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows.
 
     stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made): a
-                                      plain forward, a backward, or the loss (`Loss.rows_apart`: half-MSE, each
-                                      rank's loss its own sum over its rows)
+                                      forward (one that keeps its block's checkpoint too), a recompute (one that
+                                      starts from it too), a backward, or the loss (`Loss.rows_apart`: half-MSE,
+                                      each rank's loss its own sum over its rows)
     run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
-                                      rows land: its saved tensors adopted or freed in its ledger as `Pass.run` does
-                                      it, its tensor in flight replaced; yields (i, Done) after pass i has landed
+                                      rows land: its saved tensors (and checkpoints) adopted or freed in its ledger
+                                      as `Pass.run` does it, its tensor in flight replaced; yields (i, Done) after
+                                      pass i has landed
 
 Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
 over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
@@ -30,15 +32,28 @@ import numpy as np
 from zerosim.models._run import done
 from zerosim.precision.arithmetic import arithmetic_of
 
-KINDS = ("forward", "loss", "backward")  # a recompute or checkpointed forward keeps the rank-by-rank path
+KINDS = ("forward", "recompute", "loss", "backward")  # not "keep input": it computes nothing
+
+
+def _input(work, op):
+    """What a forward or recompute multiplies: its block's checkpoint where it starts from one (read, not freed yet:
+    `Pass.run` frees it first, the landing here), else the activation in flight; None where there is none."""
+    if not op.from_checkpoint:
+        return work.a
+    key = ("checkpoint", op.layer)
+    return work.saved.peek(key).get("block input") if key in work.saved.items else None
 
 
 def stacks(passes: list, op, model) -> bool:
-    """Whether `op` may run as one computation over `passes`: two or more passes, a plain forward or a backward of a
-    `rows_apart` layer (or the loss of a `rows_apart` loss) on `rows_apart` kernels, no values kept for narration,
-    and every pass's tensor in flight a 2-D host array of one shape and dtype (with its saved tensors at hand, for a
-    backward; its target alike and one loss scale, for the loss)."""
-    if len(passes) < 2 or op.kind not in KINDS or op.checkpoint or op.from_checkpoint:
+    """Whether `op` may run as one computation over `passes`: two or more passes, a forward, recompute or backward
+    of a `rows_apart` layer (or the loss of a `rows_apart` loss) on `rows_apart` kernels, no values kept for
+    narration, and every pass's tensor in flight (its block's checkpoint, for a recompute that starts from one) a 2-D
+    host array of one shape and dtype (with its saved tensors at hand, for a backward; its target alike and one loss
+    scale, for the loss). A checkpoint under op-level selective checkpointing keeps the loop (`Pass._selective`
+    decides what it keeps, or refuses)."""
+    if len(passes) < 2 or op.kind not in KINDS:
+        return False
+    if op.checkpoint and getattr(model, "checkpoint", None) == "op-sac":
         return False
     loss = op.kind == "loss"
     if not (model.loss if loss else model.layers[op.layer]).stacks_rows():
@@ -46,12 +61,12 @@ def stacks(passes: list, op, model) -> bool:
     first, backward = passes[0], op.kind == "backward"
     if first.keep_values or not arithmetic_of(first.fmt).rows_apart:
         return False
-    x, t = first.dy if backward else first.a, first.target
+    x, t = first.dy if backward else _input(first, op), first.target
     if type(x) is not np.ndarray or x.ndim != 2 or (loss and (type(t) is not np.ndarray or t.shape != x.shape)):
         return False
     shape, dtype, fmt, scale = x.shape, x.dtype, first.fmt, first.loss_scale
     for work in passes:
-        x = work.dy if backward else work.a
+        x = work.dy if backward else _input(work, op)
         if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or work.fmt != fmt or work.keep_values:
             return False
         if backward and op.layer not in work.saved.items:
@@ -80,10 +95,10 @@ def run_stacked(passes: list, op, model, params: dict):
         return _land_loss(passes, rows, losses, cache, dy, made)
     layer = model.layers[op.layer]
     weights = sum(int(a.nbytes) for a in params.values())
-    if op.kind == "forward":
-        x0 = passes[0].a  # (B, D_in)
+    if op.kind != "backward":  # a forward or recompute
+        x0 = _input(passes[0], op)  # (B, D_in)
         rows = x0.shape[0]
-        x = np.concatenate([work.a for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
+        x = np.concatenate([_input(work, op) for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
         out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
@@ -113,6 +128,10 @@ def _rows_of(rows: int, *arrays) -> bool:
 def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
     for i, work in enumerate(passes):
         part = slice(i * rows, (i + 1) * rows)  # rank i's rows
+        if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
+            work.saved.pop(("checkpoint", op.layer))
+        if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
+            work.saved.put(("checkpoint", op.layer), name, {"block input": work.a})
         if op.save:
             work.saved.put(op.layer, name, {k: a[part] for k, a in cache.items()})
         work.a = out[part]  # (B, D_out)
