@@ -13,6 +13,13 @@ ledgers' timelines, the default window of cluster/_window.py), ZeRO-3 on `zerosi
 in this process; --keep-steps none holds every step (what a hand-made Cluster did before the default window).
 
     python benchmarks/long_run.py --hand-made [--keep-steps auto|none|K] [--steps 3000] [--print-every 250]
+
+With --fold-cost: what a step past the window costs. Two such hand-made runs step in turns (a new seeded order each
+round), one folding a step at every step's end (`keep_steps=1`, as the default window does past its 1,024 steps),
+one holding every step (`keep_steps=None`); the median of the rounds' own CPU ratios, after 50 rounds of warm-up,
+with its quartiles; the two runs' masters compared at the end.
+
+    python benchmarks/long_run.py --fold-cost [--steps 400]
 """
 
 import argparse
@@ -57,14 +64,56 @@ def hand_made(steps: int, every: int, keep: str) -> None:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+def fold_cost(steps: int) -> None:
+    """A step that folds one against a step that holds everything: CPU per step, in turns."""
+    import random
+    import statistics
+
+    import numpy as np
+
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+
+    widths = [16, 64, 64, 4]
+    model = MLP(widths)
+    params = model.init_params()
+    runs = {keep: ZeroEngine(model, Cluster(4, keep_steps=keep), 3, Adam(lr=1e-3), "bf16-mixed", params=params)
+            for keep in (1, None)}
+    batches = [make_regression(np.random.default_rng(s), 4, 16, widths) for s in range(8)]
+    print(f"Cluster(4) by hand, ZeRO-3, MLP {widths}, bf16-mixed, an event per hop: keep_steps=1 (a step folds at "
+          f"every step's end) against keep_steps=None, {steps} steps in turns; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    cpu, order = {keep: [] for keep in runs}, random.Random(0)
+    for step in range(steps):
+        keeps = list(runs)
+        order.shuffle(keeps)
+        for keep in keeps:
+            start = time.process_time()
+            runs[keep].step(batches[step % len(batches)])
+            cpu[keep].append(time.process_time() - start)
+    if not np.array_equal(runs[1].full_master(), runs[None].full_master()):
+        raise AssertionError("the folding run and the holding run disagree: not the same arithmetic")
+    warm = min(50, steps // 2)
+    rounds = [a / b for a, b in zip(cpu[1][warm:], cpu[None][warm:])]
+    q1, _, q3 = statistics.quantiles(rounds, n=4) if len(rounds) > 1 else (rounds[0],) * 3
+    print(f"CPU a step: folding {statistics.median(cpu[1][warm:]) * 1e3:.2f} ms, holding "
+          f"{statistics.median(cpu[None][warm:]) * 1e3:.2f} ms; folding / holding {statistics.median(rounds):.3f} "
+          f"(rounds' quartiles {q1:.3f}-{q3:.3f})")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=10000)
+    p.add_argument("--steps", type=int, default=None, help="steps to run (default: 10000; 400 with --fold-cost)")
     p.add_argument("--print-every", type=int, default=500)
     p.add_argument("--hand-made", action="store_true", help="a hand-made Cluster(4) in this process instead")
     p.add_argument("--keep-steps", default="auto", help="with --hand-made: auto (the default window), none, or K")
+    p.add_argument("--fold-cost", action="store_true", help="a step that folds one against one that holds all")
     p.add_argument("extra", nargs="*", help="more `zerosim train` arguments (after --)")
     args = p.parse_args()
+    if args.fold_cost:
+        return fold_cost(args.steps or 400)
+    args.steps = args.steps or 10000
     if args.hand_made:
         return hand_made(args.steps, args.print_every, args.keep_steps)
     zerosim = os.path.join(os.path.dirname(sys.executable), "zerosim")

@@ -65,6 +65,18 @@ def test_a_window_answers_as_the_whole_trace(keep, steps, stage, granularity, ti
     assert all(window.trace.call(c.call) is c for c in window.trace.calls)  # numbers stay absolute
 
 
+@pytest.mark.parametrize("stage", [2, 3, "hsdp"])
+def test_a_ring_phase_folded_whole_counts_as_its_sends(stage):
+    # a per-hop trace records a ring phase whole (RingHops) and, with no log file, folds it counted from that record:
+    # uneven chunks (stages 2 and 3 shard this model's 66 elements as 17, 17, 8, 0 and 0, 0, 9, 15) and two tiers
+    # (2 GPUs a node) give every rank its own count, which must be what its sends one by one add up to
+    whole, _ = run(None, 4, stage, "hop", gpus_per_node=2)
+    window, _ = run(1, 4, stage, "hop", gpus_per_node=2)
+    folded = window.trace.folded
+    assert folded.events > 0 and folded.by_tier["intra-node"] > 0 and folded.by_tier["inter-node"] > 0
+    assert byte_answers(whole.trace, 4) == byte_answers(window.trace, 4)
+
+
 def test_memory_of_a_long_run_stays_bounded():
     cluster, _ = run(3, 40, 3, "call", timeline=True)
     per_step = len(run(None, 1, 3, "call", timeline=True)[0].trace.log)

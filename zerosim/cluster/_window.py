@@ -113,6 +113,26 @@ class Summary:
         if not transfer:  # a copy to host or NVMe crosses no link between ranks
             self.by_step[step] += event.bytes
 
+    def add_ring(self, hops, collective: str, tag, tier, step: int, transfer: bool) -> None:
+        """Count one folded ring phase recorded whole (a `RingHops` of call `collective`, `tag`; `tier(src, dst)`)
+        as `add` counts its sends one by one, without making them: over its n - 1 steps the rank at ring position p
+        sends every chunk but (p - lag + 1) mod n, the one step n - 1 would send (RingHops.hops), all to one
+        neighbour, so each rank's bytes are one sum and every key is met in the order its sends meet it."""
+        n = len(hops.sizes)
+        if n < 2:
+            return  # no send
+        total, sizes, lag, size = sum(hops.sizes), hops.sizes, hops.lag, hops.itemsize
+        self.events += hops.count
+        for src, p, dst in zip(hops.ranks, hops.positions, hops.sends_to):
+            sent = (total - sizes[(p - lag + 1) % n]) * size
+            self.by_collective[collective] += sent
+            self.by_tier[tier(src, dst)] += sent
+            self.sent[src, collective, tag] += sent
+            if dst >= 0:
+                self.received[dst, collective, tag] += sent
+            if not transfer:
+                self.by_step[step] += sent
+
 
 class LogFile:
     """Where a trace streams its log when asked (`log_to`): one line per log entry (its repr), each call's sends
@@ -142,16 +162,26 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     held, j = trace._events, 0
     while j < len(held) and held[j].call < upto_call:  # sends come in call order: the folded ones are a prefix
         j += 1
-    gone = []
+    writes = trace._log_file is not None
+    gone = []  # the sends folded, one by one, for the log file
     for e in held[:j]:
-        if type(e) is RingHops:  # a ring phase recorded whole: its sends, to count (and write) one by one
-            gone += trace._unfold(e)
-            trace._records -= 1
-            trace._folded -= e.count - 1
-        else:
-            gone.append(e)
-    for e in gone:
-        summary.add(e, step_of.get(e.call, 0), e.collective in TRANSFERS)
+        step = step_of.get(e.call, 0)
+        if type(e) is not RingHops:
+            summary.add(e, step, e.collective in TRANSFERS)
+            if writes:
+                gone.append(e)
+            continue
+        trace._records -= 1  # a ring phase recorded whole
+        trace._folded -= e.count - 1
+        if writes:  # its sends made, to write and count one by one
+            sends = trace._unfold(e)
+            gone += sends
+            for send in sends:
+                summary.add(send, step, send.collective in TRANSFERS)
+        else:  # counted from the record: a hand-made Cluster past its window pays no Event per send
+            c = trace.call(e.call)
+            summary.add_ring(e, c.collective, c.tag, lambda src, dst, call=e.call: trace._tier(call, src, dst), step,
+                             c.collective in TRANSFERS)
     for c in calls:  # closed-form calls (the meta backend's representative): kept small, counted
         form = trace.ring_calls.pop(c.call, None)
         group = trace.call_groups.pop(c.call, None)
