@@ -111,6 +111,8 @@ def main():
     p.add_argument("--fold-cost", action="store_true", help="a step that folds one against one that holds all")
     p.add_argument("extra", nargs="*", help="more `zerosim train` arguments (after --)")
     args = p.parse_args()
+    if args.steps is not None and args.steps < (2 if args.fold_cost else 1):
+        p.error(f"--steps must be at least {2 if args.fold_cost else 1}, got {args.steps}")
     if args.fold_cost:
         return fold_cost(args.steps or 400)
     args.steps = args.steps or 10000

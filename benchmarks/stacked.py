@@ -65,6 +65,8 @@ def main():
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--case", choices=("small", "large", "both"), default="both")
     args = p.parse_args()
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     print(f"ZeRO-3 step, bf16-mixed, Adam, portable kernels: ranks stacked (Cluster(N)) ÷ the loop over ranks "
           f"(Cluster(N, stack_ranks=False)); median of {args.repeats} in turns; CPU time; BLAS threads {threads}")
