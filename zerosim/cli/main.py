@@ -13,6 +13,8 @@
     zerosim explore     the memory explorer as a self-contained web page for a course site
     zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
     zerosim parity      compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
+    zerosim diff        two configurations on the same data: where their bits first part, which event did it, and why
+    zerosim lint        a configuration's silent numerics traps, each with the framework code and thread behind it
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ COMMANDS = {
                  "predicted vs measured on published runs (torchtitan, llm-foundry): the error of every point"),
     "verify-nccl": ("zerosim.cli.verify_nccl_cmd",
                     "compare zerosim's ring with NCCL's own collectives, byte for byte, on your GPUs"),
+    "diff": ("zerosim.cli.diff_cmd",
+             "train two configurations on the same data and say where their bits first part, which event did it, and "
+             "why"),
     "parity": ("zerosim.cli.parity_cmd",
                "compare zerosim with real torch (DDP, ZeroRedundancyOptimizer, FSDP2) on N gloo processes (needs "
                "torch)"),

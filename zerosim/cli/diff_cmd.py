@@ -1,0 +1,66 @@
+"""Train two configurations of one model on the same data from the same seed, and say where their bits first part,
+which event in each run made them part, why, and how far each run is from a float64 run.
+
+    zerosim diff --a '--ranks 2 --accumulation-steps 2' --b '--ranks 4'
+    zerosim diff --a '--stage 1 --accumulation-steps 2' --b '--stage 3 --accumulation-steps 2'
+    zerosim diff --a '--clip-grad 0.5' --b '' --steps 20 --json
+
+Each of --a and --b is a string of `zerosim train` flags, read by train's own parser (a flag means what it means
+there; a DeepSpeed config through --ds-config); what a string leaves out is train's default. --steps is diff's own
+(10 by default) and applies to both runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+
+HELP = "train two configurations on the same data and say where their bits first part, which event did it, and why"
+
+STEPS = 10  # steps of each run unless --steps says
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--a", required=True, metavar="'TRAIN FLAGS'", help="run A: zerosim train's flags, in one string")
+    p.add_argument("--b", required=True, metavar="'TRAIN FLAGS'", help="run B: zerosim train's flags, in one string")
+    p.add_argument("--steps", type=int, default=STEPS, help=f"steps of both runs (default {STEPS})")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+class _Refusal(argparse.ArgumentParser):
+    """train's parser, raising instead of exiting, so a bad string is named as run A's or run B's."""
+
+    def error(self, message):
+        raise ValueError(message)
+
+
+def config_from_flags(text: str, which: str):
+    """The TrainConfig a string of `zerosim train` flags describes (run `which`'s), parsed by train's own parser."""
+    from zerosim.cli import train_cmd
+
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"--{which.lower()}: {e} in {text!r}") from None
+    if "--steps" in words or any(w.startswith("--steps=") for w in words):
+        raise ValueError(f"--{which.lower()}: give --steps to diff itself (it sets both runs' steps), not inside the "
+                         "string")
+    parser = _Refusal(prog=f"zerosim diff --{which.lower()}", add_help=False)
+    train_cmd.add_arguments(parser)
+    try:
+        args = parser.parse_args(words)
+        return train_cmd.config_from_args(args)[0]
+    except ValueError as e:
+        raise ValueError(f"--{which.lower()} {text!r}: {e}") from None
+
+
+def run(args) -> int:
+    from zerosim.diff import diff
+
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {args.steps}")
+    a, b = config_from_flags(args.a, "A"), config_from_flags(args.b, "B")
+    report = diff(a, b, steps=args.steps)
+    print(json.dumps(report.as_json(), indent=1) if args.json else report.text())
+    return 0
