@@ -28,6 +28,20 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+def prepare_argv(argv: list) -> list:
+    """The word after --a or --b is its string of flags even when it starts with a dash and holds no space (`--a
+    --checkpoint`, which argparse would read as a flag of diff's own): joined as --a=WORDS."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--a", "--b") and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 class _Refusal(argparse.ArgumentParser):
     """train's parser, raising instead of exiting, so a bad string is named as run A's or run B's."""
 

@@ -55,6 +55,9 @@ COMMANDS = {
     "diff": ("zerosim.cli.diff_cmd",
              "train two configurations on the same data and say where their bits first part, which event did it, and "
              "why"),
+    "lint": ("zerosim.cli.lint_cmd",
+             "name the silent numerics traps in a training configuration, each with its framework source and a user "
+             "thread"),
     "parity": ("zerosim.cli.parity_cmd",
                "compare zerosim with real torch (DDP, ZeroRedundancyOptimizer, FSDP2) on N gloo processes (needs "
                "torch)"),
@@ -96,7 +99,10 @@ def _command_in(argv: list) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(only=_command_in(argv))
+    name = _command_in(argv)
+    if name and hasattr(command(name), "prepare_argv"):  # a command that reads its own values first (diff's flags)
+        argv = command(name).prepare_argv(argv)
+    parser = build_parser(only=name)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

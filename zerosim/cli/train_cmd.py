@@ -166,6 +166,8 @@ def run(args) -> int:
 def config_from_args(args) -> tuple:
     """(the TrainConfig the parsed flags describe, its precision policy), every flag checked first: what `zerosim
     train` runs and what `zerosim diff` compares (each of its --a and --b parsed by this command's parser)."""
+    if args.ds_config is not None and args.resume is not None:
+        raise ValueError("--ds-config describes a new run; a resumed one keeps its checkpoint's settings: drop one")
     widths = _widths(args.widths)
     ranks = _check_run(args)
     return _train_config(args, widths, ranks)
@@ -209,13 +211,11 @@ def _ds_config(args, ranks):
     from zerosim.cli.schedule_args import agree_with_config
     from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
 
-    if args.resume is not None:
-        raise ValueError("--ds-config describes a new run; a resumed one keeps its checkpoint's settings: drop one")
     trainer = TrainerArgs(per_device_train_batch_size=args.batch, gradient_accumulation_steps=args.accumulation_steps,
                           max_grad_norm=args.clip_grad,
                           fp16=None if args.precision is None else args.precision == "fp16-mixed",
                           bf16=None if args.precision is None else args.precision == "bf16-mixed")
-    ds = read_ds_config(args.ds_config, ranks, args.d_model if args.model != "mlp" else None, trainer)
+    ds = read_ds_config(args.ds_config, ranks, hidden_size(args), trainer)
     agree_with_config(args, ds)
     if ds.recipe is None:
         raise ValueError(f"{args.ds_config}: zero_optimization.stage 0 reduces through DeepSpeed's engine "
@@ -228,6 +228,16 @@ def _ds_config(args, ranks):
     args.accumulation_steps, args.clip_grad = ds.accumulation_steps, ds.clip_grad
     args.lr, options = _ds_optimizer(args, ds)
     return dataclasses.replace(ds, precision=ds.precision.with_(reduction=ds.recipe)), options
+
+
+def hidden_size(args) -> int:
+    """The model's hidden size, which the HF Trainer's "auto" bucket sizes are made of: the decoder's d_model, the MLP's
+    widest layer."""
+    from zerosim.train import TrainConfig
+
+    if args.model != "mlp":
+        return args.d_model if args.d_model is not None else TrainConfig.__dataclass_fields__["d_model"].default
+    return max(_widths(args.widths))
 
 
 # optimizer.params keys train --ds-config reads (the rest of DeepSpeed's, e.g. torch_adam, are refused by name)

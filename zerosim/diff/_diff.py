@@ -77,9 +77,10 @@ def same_model(a: TrainConfig, b: TrainConfig) -> None:
 def yardstick(config: TrainConfig) -> TrainConfig:
     """The float64 run beside `config`: one rank, stage 0, every one of its N·K micro-batches on it, in float64."""
     dp = config.ranks // config.tp
+    options = {k: v for k, v in config.optimizer_options.items() if k != "formula"}  # a kernel's order is fp32's
     return dataclasses.replace(config, precision="fp64", ranks=1, stage=0, tp=1, sp=False,
                                accumulation_steps=dp * config.accumulation_steps, comm=None, muon_sharding=None,
-                               clip_grad=config.clip_grad)
+                               optimizer_options=options)
 
 
 def diff(a: TrainConfig, b: TrainConfig, steps: int | None = None) -> DiffReport:
@@ -127,7 +128,8 @@ def explain(parting, side_a: Side, side_b: Side) -> tuple:
     chains = [CHAINS[t.kind](side, t, i, param, value) for side, value in ((side_a, parting.a), (side_b, parting.b))]
     event_a, event_b = parting_events(*chains)
     steps_a, steps_b = side_a.recorder.steps.get(t.step), side_b.recorder.steps.get(t.step)
-    rule, why = cause(t.kind, side_a.facts, side_b.facts, steps_a, steps_b)
+    events = {e.what for e in (event_a, event_b) if e is not None}
+    rule, why = cause(t.kind, events, side_a.facts, side_b.facts, steps_a, steps_b)
     if rule is None:
         rule = "order"
         why = (f"the runs do the same arithmetic in another order: run A's {event_a.what if event_a else 'event'} "

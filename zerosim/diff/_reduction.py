@@ -21,6 +21,8 @@ from zerosim.collectives import naive_reduce
 from zerosim.diff._events import Event, number, same_bits
 from zerosim.diff._names import AFTER
 from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.recipes import ready_order
+from zerosim.parallel.data.recipes._bucket_allreduce import call_chunks, flat_chunks, range_slices, split_calls
 
 
 def reduction_chain(side, step: int, param, index: int) -> list:
@@ -30,16 +32,15 @@ def reduction_chain(side, step: int, param, index: int) -> list:
     q = param.offset + index
     local = {g: record.flats[g, "grad"][q] for g in _micro_batches(record)}
     recorded = record.flats[AFTER, "reduced"][q]
-    owner = _owner(side, q)
-    tried = [(owner, 1)] if owner is not None else []
+    cut = _chunk(side, record, param, q)  # the chunk the run's collective put the element in, where it can be read
+    tried = [cut] if cut is not None else []
     tried += [(c, d) for d in (1, -1) for c in range(facts.dp) if (c, d) not in tried]
     for start, direction in tried:
         events, value = _replay(side, record, param, local, start, direction)
         if same_bits(value, recorded):
-            if (start, direction) != tried[0] and owner is not None:
-                events.append(Event("reduction", f"(the layout puts this element in ring position {owner}'s chunk; "
-                                                 f"its bits are the sum ending at position {start}: the collective's "
-                                                 f"own chunk map)", ("chunk map", start, direction)))
+            if (start, direction) != cut:  # an order the bits allow, one of several perhaps: said so
+                events.append(Event("reduction", "(an order found by its bits: the collective's cut of this element "
+                                                 "was not read from the run)", ("chunk map", start, direction)))
             return events
     call = _call(record, param, side, 0)
     return [Event("reduction", f"{_call_text(call)}: the {facts.dp} ranks' gradients reduced by recipe "
@@ -52,13 +53,33 @@ def _micro_batches(record) -> list:
     return sorted(k[0] for k in record.flats if k[1] == "grad")
 
 
-def _owner(side, q: int) -> int | None:
-    """The ring position whose chunk holds whole-model element q, by the run's layout (None beside tensor parallelism,
-    where the element's place in a slice is the slicing rule's: every order is tried instead)."""
+def _chunk(side, record, param, q: int) -> tuple | None:
+    """(the ring chunk whose sum holds whole-model element q, the ring's direction) as the run's collective cut it,
+    from the recipe's own rules — a bucket all-reduced whole (DeepSpeed ZeRO-1/2: the bucket's parameters in
+    gradient-ready order, cut where the owner changes, its calls by the bucket limit, each call's chunk map), a whole
+    buffer's all-reduce by its chunk map (stage 0: NCCL's, gloo's or the ring's), else the layout's owner (a
+    reduce-scatter to the owners) — or None beside tensor parallelism, where the element's place in a slice is the
+    slicing rule's (every order is tried instead)."""
     if side.recorder.tensor is not None and side.recorder.tensor.local is not None:
         return None
-    layout = side.recorder.engine.ctx.layout
-    return next((c for c, a, b in layout.owner_chunks(layout.padded) if a <= q < b), None)
+    engine, facts = side.recorder.engine, side.facts
+    ctx, itemsize = engine.ctx, engine.precision.reduce_format.itemsize
+    call = _call(record, param, side, 0)
+    if facts.collective == "bucket all-reduce" and call is not None and call.layers:
+        params = [p for p in ready_order(list(ctx.params)) if p[0] in call.layers]
+        slices = range_slices(ctx.layout, [(a, b) for _, a, b in params])
+        for piece in split_calls(slices, ctx.bucket_limit):
+            chunks, direction = flat_chunks(piece, facts.dp, itemsize, facts.allreduce)
+            found = next((c for c, a, b in chunks if a <= q < b), None)
+            if found is not None:
+                return found, direction
+        return None
+    if call is not None and not call.layers and call.collective != "reduce_scatter":  # stage 0: the whole buffer
+        m = engine.model.num_params if facts.allreduce != "ring" else ctx.layout.padded  # over P: NCCL's and gloo's
+        chunks, direction = call_chunks(m, facts.dp, itemsize, facts.allreduce)
+        return next(((c, direction) for c, a, b in chunks if a <= q < b), None)
+    layout = ctx.layout
+    return next(((c, 1) for c, a, b in layout.owner_chunks(layout.padded) if a <= q < b), None)
 
 
 def _replay(side, record, param, local: dict, start: int, direction: int) -> tuple:
@@ -85,7 +106,7 @@ def _replay(side, record, param, local: dict, start: int, direction: int) -> tup
             key = expr if total is None else ("+", fmt.name, total[0], expr)
             total = (key, acc[0])
             events.append(Event("accumulation", f"the reduced micro-step {k} accumulated into the gradient shard in "
-                                                f"{fmt.name}", ("accumulate reduced", key), number(acc[0])))
+                                                f"{fmt.name}", held(key, acc[0]), number(acc[0])))
             value = acc[0]
     return events, value
 
@@ -101,8 +122,9 @@ def _accumulate(side, record, p: int, micro: list, local: dict, fmt: str, events
         expr = (g,) if expr is None else ("+", fmt, expr, (g,))
         if k:
             events.append(Event("accumulation", f"rank {_rank(record, p)} adds micro-batch {g}'s gradient to its "
-                                                f"micro-batches {', '.join(map(str, micro[:k]))} in {fmt} "
-                                                f"(param.grad += g)", ("accumulate", expr), number(acc[0])))
+                                                f"micro-batch{'es' if k > 1 else ''} "
+                                                f"{', '.join(map(str, micro[:k]))} in {fmt} (param.grad += g)",
+                                held(expr, acc[0]), number(acc[0])))
     return expr, acc[0]
 
 
@@ -117,7 +139,7 @@ def _ring(side, record, param, sums: dict, order: list, op, wire, events: list, 
         wired = op.pre(np.asarray([value]), n, wire)
         if op.changes_input:
             expr = ("pre", op.name, n, expr)
-            events.append(Event("pre-divide", f"rank {_rank(record, p)}: {op.description}", ("pre", expr),
+            events.append(Event("pre-divide", f"rank {_rank(record, p)}: {op.description}", held(expr, wired[0]),
                                 number(wired[0])))
         pre[p] = (expr, wired)
     call = _call(record, param, side, micro)
@@ -125,33 +147,33 @@ def _ring(side, record, param, sums: dict, order: list, op, wire, events: list, 
     for j in range(1, n):
         p = order[j]
         expr = ("+", wire.name, expr, pre[p][0])
-        held = [pre[q][1] for q in order[: j + 1]]
-        partial = naive_reduce(held, op="sum", wire=wire, order="ring", chunks=[(j, 0, 1)])
+        terms = [pre[q][1] for q in order[: j + 1]]
+        partial = naive_reduce(terms, op="sum", wire=wire, order="ring", chunks=[(j, 0, 1)])
         events.append(Event("ring hop", f"{_call_text(call)}: hop {j}, rank {_rank(record, order[j - 1])} -> rank "
-                                        f"{_rank(record, p)}, partial sum of micro-batches {_members(expr)} "
-                                        f"rounded to {wire.name} = {number(partial[0])!r}", ("sum", expr),
-                            number(partial[0])))
+                                        f"{_rank(record, p)}, partial sum of micro-batches "
+                                        f"{{{', '.join(map(str, members(expr)))}}} rounded to {wire.name} = "
+                                        f"{number(partial[0])!r}", held(expr, partial[0]), number(partial[0])))
     out = averaging.after_reduce(op.post(np.asarray(partial), n), engine.precision, n, engine.recipe)
     if not same_bits(out[0], partial[0]) or out.dtype != partial.dtype:
         expr = ("after", facts.recipe, expr)
         events.append(Event("after", f"recipe {facts.recipe} keeps the reduced piece as {out.dtype.name}",
-                            ("after", expr), number(out[0])))
+                            held(expr, out[0]), number(out[0])))
     return out[0], expr
 
 
-def _members(expr) -> str:
-    """The micro-batches an expression holds, in the order it added them."""
-    seen = []
+def members(expr) -> tuple:
+    """The micro-batches an expression holds, in the order it added them (an expression: (g,) for one micro-batch's
+    gradient, or an operation's name and arguments, e.g. ("+", "bf16", left, right))."""
+    if len(expr) == 1 and isinstance(expr[0], (int, np.integer)):
+        return (int(expr[0]),)
+    return tuple(g for part in expr if isinstance(part, tuple) for g in members(part))
 
-    def walk(e):
-        if isinstance(e, tuple) and e and isinstance(e[0], (int, np.integer)) and len(e) == 1:
-            seen.append(int(e[0]))
-        elif isinstance(e, tuple):
-            for part in e:
-                if isinstance(part, tuple):
-                    walk(part)
-    walk(expr)
-    return "{" + ", ".join(map(str, seen)) + "}"
+
+def held(expr, value) -> tuple:
+    """An event's key: which micro-batches its value holds and its bits. Two runs form the same value when they sum
+    the same micro-batches to the same bits, whatever the order or the words (DeepSpeed's div_ by 4 and FSDP2's
+    premultiply by 1/4 make the same bits); a value the other run never forms is where it parts."""
+    return ("value", frozenset(members(expr)), np.asarray(value, np.float64).tobytes())
 
 
 def _rank(record, position: int) -> int:
