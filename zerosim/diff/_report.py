@@ -32,7 +32,8 @@ class Growth:
     step: int
     loss_a: float
     loss_b: float
-    max_ulps: float  # the largest |A - B| in units of the last place (of the narrower update format) at B
+    ulps: float  # the median |A - B| of the weights that differ, in units of the last place (of the narrower update
+    #              format) at B: how many roundings apart a typical parted weight is
     differing: int  # how many weights differ
     rel_error: float  # ||A - B|| / ||B|| (L2)
     a_to_float64: float  # ||A - F|| / ||F||
@@ -57,10 +58,10 @@ def growth_of(a, b, fa, fb) -> list:
     for step in range(1, len(a.losses) + 1):
         wa, wb, xa, xb = (_weights(s, step) for s in (a, b, fa, fb))
         gap = np.abs(wa - wb)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ulps = gap / ulp(wb, narrow)
+        parted = gap != 0
+        ulps = gap[parted] / ulp(wb[parted], narrow)
         rows.append(dict(step=step, loss_a=a.losses[step - 1], loss_b=b.losses[step - 1],
-                         max_ulps=float(np.nanmax(ulps)) if ulps.size else 0.0, differing=int(np.count_nonzero(gap)),
+                         ulps=float(np.median(ulps)) if ulps.size else 0.0, differing=int(np.count_nonzero(gap)),
                          rel_error=_rel(wa - wb, wb), a_to_float64=_rel(wa - xa, xa), b_to_float64=_rel(wb - xb, xb)))
     return rows
 
@@ -139,11 +140,13 @@ class DiffReport:
                       f"  run B  {_show(v.b):>24}    float64 {_show(v.float64_b)}"]
         lines += [f"event in run A: {self.event_a.text if self.event_a else '(none)'}",
                   f"event in run B: {self.event_b.text if self.event_b else '(none)'}",
-                  f"cause ({self.rule}): {self.cause}", "", "how it grows (the update-format weights after each step):",
-                  f"{'step':>5} {'loss A':>12} {'loss B':>12} {'max ulps':>9} {'differ':>7} {'A vs B':>9} "
+                  f"cause ({self.rule}): {self.cause}", "",
+                  "how it grows (the update-format weights after each step; ulps: the median distance of the "
+                  "weights that differ, in units of the last place):",
+                  f"{'step':>5} {'loss A':>12} {'loss B':>12} {'ulps':>9} {'differ':>7} {'A vs B':>9} "
                   f"{'A-float64':>10} {'B-float64':>10}"]
         for g in _shown(self.growth):
-            lines.append(f"{g.step:>5} {g.loss_a:>12.7g} {g.loss_b:>12.7g} {g.max_ulps:>9.4g} {g.differing:>7} "
+            lines.append(f"{g.step:>5} {g.loss_a:>12.7g} {g.loss_b:>12.7g} {g.ulps:>9.4g} {g.differing:>7} "
                          f"{g.rel_error:>9.2e} {g.a_to_float64:>10.2e} {g.b_to_float64:>10.2e}")
         last = self.growth[-1] if self.growth else None
         if last is not None:
