@@ -110,3 +110,15 @@ def test_flags_mean_what_they_mean_in_train():
     config = config_from_flags("--stage 3 --ranks 2 --precision fp16-mixed --clip-grad 0.5", "A")
     assert (config.stage, config.ranks, config.clip_grad) == (3, 2, 0.5)
     assert config.precision.compute == "fp16"
+
+
+def test_the_float64_value_is_in_each_runs_units():
+    # DeepSpeed ZeRO-2's recipe keeps the reduced gradient divided by N = 4 already, the seeds' recipe keeps the sum:
+    # one float64 run serves both, its value shown in each run's units — exactly a quarter in run A's
+    from zerosim.precision import get_precision
+
+    a = dataclasses.replace(SMALL, steps=1, precision=get_precision("bf16-mixed").with_(reduction="deepspeed-zero12"))
+    report = diff(a, dataclasses.replace(SMALL, steps=1))
+    assert report.parting.tensor.kind == "reduced"
+    assert report.values.float64_b == 4 * report.values.float64_a
+    assert abs(report.values.float64_a - float(report.values.a)) < 0.05 * abs(report.values.float64_a) + 1e-3
