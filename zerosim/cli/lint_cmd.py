@@ -77,7 +77,8 @@ def _configuration(args) -> tuple:
 def _steps(config):
     import dataclasses
 
-    return dataclasses.replace(config, steps=1)  # measured runs set their own steps
+    # measured runs set their own steps, and write nothing
+    return dataclasses.replace(config, steps=1, save=None, save_every=0, overwrite=False, trace_log=None)
 
 
 def _measured(m: dict) -> str:

@@ -65,14 +65,16 @@ def _tensor_parallel(side, t) -> list:
     Megatron's row-parallel layers and vocabulary-parallel loss make), in the order they ran."""
     record, f = side.recorder.steps[t.step], side.facts
     micro = next((ids.index(t.slot) for _, _, _, ids in record.placement if t.slot in ids), 0)
-    layers = {layer.name for layer in side.recorder.whole.layers}
+    compared = set(side.recorder.layer_ends.values())  # the whole layers whose output the run recorded
     events = []
     for kind, item in record.tp_forward.get(micro, ()):
         if kind == "unit" and t.kind == "out" and item == t.name:
             break
-        if kind == "unit" and item in layers:  # an earlier whole layer ended (and matched): its sums are behind
+        if kind == "unit" and item in compared:  # an earlier whole layer ended (and matched): its sums are behind
             events = []
-        elif kind == "call" and item.op == "sum":
+        elif kind == "call" and item.op == "sum" and not item.tag.startswith("embed"):
+            # (the vocabulary-parallel embedding's sum is exact: each token's row lives on one TP rank, the others add
+            # zeros — Megatron's VocabParallelEmbedding — so it makes no other bits and is passed over)
             events.append(Event("tensor parallel", f"{item.collective} call #{item.call} ({item.tag!r}, {item.dtype}, "
                                                    f"over the {item.world_size} TP ranks): each rank's partial sum "
                                                    f"added in the ring's order", ("tp", item.tag, f.tp, f.sp)))
@@ -82,8 +84,9 @@ def _tensor_parallel(side, t) -> list:
 def _backward(side, t, index, param, value) -> list:
     f, record = side.facts, side.recorder.steps[t.step]
     scale = record.values.get((-1, "loss scale", ""), 1.0)
+    layer = side.recorder.whole.layers[param.layer].name
     return [Event("loss scale", f"the loss gradient multiplied by S = {scale:g}", ("scale", scale)),
-            Event("backward", f"{param.name.rsplit('.', 1)[0]}.backward{_where(side, t)} in {f.compute} "
+            Event("backward", f"{layer}.backward{_where(side, t)} in {f.compute} "
                               f"({f.arithmetic} kernels"
                               f"{', its TP slices joined' if f.tp > 1 else ''}), loss-scaled by {scale:g}",
                   ("backward", param.name, _op(side, t), scale), number(value))]

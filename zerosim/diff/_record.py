@@ -44,7 +44,8 @@ class Recorder:
     """The observer that records a run's logical checkpoints (`zerosim.train.train(config, observer=Recorder())`).
 
     `steps`: {step: StepRecord} (step 0: the weights it starts from); `params`: the whole model's parameters by name;
-    `engine`, `tensor`: the run's ZeroEngine and TensorParallel (None without one), for the explanation's facts."""
+    `engine`, `tensor`: the run's ZeroEngine and TensorParallel (None without one), for the explanation's facts;
+    `layer_ends`: {a tensor-parallel unit: the whole-model layer whose output it hands on} ({} without TP)."""
 
     def __init__(self, full: bool = True):
         # full: every logical tensor, from a trace that keeps each op's values; else only the weights after each step,
@@ -58,7 +59,9 @@ class Recorder:
         self.engine, self.tensor = engine, tensor
         self.whole = engine.model if tensor is None or tensor.local is None else tensor.full
         self.params = params_of(self.whole)
-        self._ends = {} if not self._sliced else _layer_ends(self.whole, tensor.local)
+        # a TP run's activations where a unit ends a whole-model layer; none with sequence parallelism (its units hand
+        # on sequence shards, and partial sums before their reduce-scatter)
+        self.layer_ends = {} if not self._sliced or tensor.sequence_parallel else _layer_ends(self.whole, tensor.local)
         first = StepRecord(0)
         first.flats[BEFORE, "params"] = self._weights("params")
         if engine.precision.master_format is not None:
@@ -104,10 +107,10 @@ class Recorder:
                 g = ids[i][e.micro]
                 if e.kind == "forward" and not self._sliced:
                     record.values[g, "out", e.name] = _plain(e.values["out"])
-                elif e.kind == "forward" and e.name in self._ends and not isinstance(e.values["out"], dict):
-                    record.values[g, "out", self._ends[e.name]] = np.array(e.values["out"])  # a whole layer's end
+                elif e.kind == "forward" and e.name in self.layer_ends and not isinstance(e.values["out"], dict):
+                    record.values[g, "out", self.layer_ends[e.name]] = np.array(e.values["out"])  # a whole layer's end
                 if self._sliced and e.rank == first and e.kind in ("forward", "loss") and e.micro not in ended:
-                    forward[e.micro].append(("unit", self._ends.get(e.name, e.name)))
+                    forward[e.micro].append(("unit", self.layer_ends.get(e.name, e.name)))
                     ended |= {e.micro} if e.kind == "loss" else set()
                 if e.kind == "loss" and position == 0:
                     record.values[g, "loss", ""] = float(e.values["loss"])
