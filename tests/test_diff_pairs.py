@@ -16,8 +16,6 @@ holds, in the order it added them.
 import json
 import math
 
-import pytest
-
 from zerosim.cli.diff_cmd import config_from_flags
 from zerosim.diff import diff
 
@@ -46,7 +44,6 @@ def parts_at(report, step: int, kind: str, name: str):
     return report.parting.index
 
 
-@pytest.mark.slow
 def test_stage_1_vs_3_in_fp16_with_accumulation():
     # Hand: forward and backward read the same fp16 weights (stage 3 gathers copies), so micro-batch gradients agree.
     # Stage 1 adds each rank's K = 2 micro-batches locally in fp16 and reduce-scatters once; stage 3 reduce-scatters
@@ -64,7 +61,6 @@ def test_stage_1_vs_3_in_fp16_with_accumulation():
     assert r.rule == "accumulation placement"
 
 
-@pytest.mark.slow
 def test_two_ranks_vs_four_at_the_same_global_batch():
     # Hand: 2 ranks × 2 accumulation steps read the step's micro-batches 0..3 as 4 ranks do (rank p's j-th is
     # p·K + j). Both are stage 2: each micro-step is reduce-scattered. Run A's micro-step 0 adds ring positions 0
@@ -80,7 +76,6 @@ def test_two_ranks_vs_four_at_the_same_global_batch():
     assert r.rule == "ranks"
 
 
-@pytest.mark.slow
 def test_ring_vs_nccl_all_reduce_chunk_map():
     # Hand: stage 0 all-reduces the whole gradient. zerosim's ring cuts the padded 52 elements into shards of 13;
     # NCCL's ring all-reduce over the 51 real elements (bf16, one loop: 51 < its 2 MiB chunk) cuts chunks of
@@ -101,7 +96,6 @@ def test_ring_vs_nccl_all_reduce_chunk_map():
     assert r.rule == "chunk map"
 
 
-@pytest.mark.slow
 def test_deepspeed_zero12_vs_fsdp2():
     # Hand: DeepSpeed ZeRO-2 divides by N = 4 in bf16 (exact: a power of two) and all-reduces each unit's bucket whole
     # (no bucket size: a unit per bucket). fc0's bucket holds, in gradient-ready order, fc0.b's slices then fc0.w's
@@ -118,7 +112,6 @@ def test_deepspeed_zero12_vs_fsdp2():
     assert r.rule == "layout"
 
 
-@pytest.mark.slow
 def test_bf16_vs_fp32_optimizer_state():
     # Hand: everything up to the optimizer agrees; Adam's step-1 arithmetic runs in fp32 from zero state in both
     # (torch's fused Adam: widen, fp32 math, store), so m, v and the new master agree; the stored m is rounded to
@@ -130,7 +123,6 @@ def test_bf16_vs_fp32_optimizer_state():
     assert r.rule == "optimizer state format"
 
 
-@pytest.mark.slow
 def test_fp32_vs_16_bit_accumulation():
     # Hand: stage 1, K = 3: each rank adds its three micro-batch gradients before the one reduction, in fp32 in run A
     # (--grad-accum fp32: exact here, then one cast to the bf16 wire) and in bf16 in run B (a rounding at each add:
@@ -145,7 +137,6 @@ def test_fp32_vs_16_bit_accumulation():
     assert r.rule == "accumulation format"
 
 
-@pytest.mark.slow
 def test_fp32_vs_16_bit_accumulation_of_two_is_identical():
     # Hand: with K = 2 there is one add: bf16 + bf16 in bf16 is their exact sum rounded once (ml_dtypes adds in fp32,
     # which holds the sum of two bf16 numbers exactly unless their exponents are 16 apart), and the fp32 accumulator's
@@ -154,7 +145,6 @@ def test_fp32_vs_16_bit_accumulation_of_two_is_identical():
     assert r.identical
 
 
-@pytest.mark.slow
 def test_averaging_before_vs_after_the_sum():
     # Hand: N = 3 (17 elements a shard): DeepSpeed's reduce path divides each rank's bf16 gradient by 3 before the
     # sum (a rounding: 3 is no power of two), zerosim's seeds recipe sums first and divides the fp32 cast. Both reduce
@@ -168,7 +158,6 @@ def test_averaging_before_vs_after_the_sum():
     assert r.rule == "averaging variant"
 
 
-@pytest.mark.slow
 def test_bucket_sizes(tmp_path):
     # Hand: two DeepSpeed configs, ZeRO-2 (deepspeed-zero12: each bucket all-reduced whole), reduce_bucket_size 24
     # and 1000. Backward finishes fc1 (21 elements), then fc0 (30). With 1000 one bucket holds all four parameters in
@@ -190,7 +179,6 @@ def test_bucket_sizes(tmp_path):
     assert r.rule == "buckets"
 
 
-@pytest.mark.slow
 def test_tensor_parallel_1_vs_2():
     # Hand: a GPT on one rank against the same GPT over 2 TP ranks (dp 1 both: the same micro-batch). The
     # vocabulary-parallel embedding sums each token's row with zeros from the other rank (exact), so the embedding's
@@ -205,7 +193,6 @@ def test_tensor_parallel_1_vs_2():
     assert r.rule == "tensor parallelism"
 
 
-@pytest.mark.slow
 def test_clipping_on_vs_off():
     # Hand: a fresh MLP's averaged gradient has a global norm of order 1, far above max_norm 1e-3, so run A scales
     # every gradient by 1e-3 / (norm + 1e-6) < 1 at step 1: the averaged gradient parts at its first nonzero
@@ -217,7 +204,6 @@ def test_clipping_on_vs_off():
     assert r.rule == "clipping"
 
 
-@pytest.mark.slow
 def test_stage_1_vs_2_without_accumulation_are_identical():
     # Hand: K = 1. Stage 1 reduce-scatters the whole flat buffer at the end of backward, stage 2 each unit's window as
     # backward makes it: an element's window ∩ shard goes to the same owner, its sum in the same ring order (DESIGN.md:
@@ -227,7 +213,6 @@ def test_stage_1_vs_2_without_accumulation_are_identical():
     assert "identical" in r.text()
 
 
-@pytest.mark.slow
 def test_fp16_vs_bf16_compute():
     # Hand: the same fp32 initial weights rounded to fp16 in run A and bf16 in run B: step 0's params part at the
     # first weight whose two roundings differ (bf16 keeps 8 significant bits, fp16 11).
@@ -238,7 +223,6 @@ def test_fp16_vs_bf16_compute():
     assert r.rule == "compute format"
 
 
-@pytest.mark.slow
 def test_more_ranks_at_the_same_per_rank_batch_see_other_data():
     # Hand: 2 ranks draw 2 micro-batches a step, 4 ranks draw 4: run B's micro-batch 2 does not exist in run A.
     r = run(f"{MLP} --ranks 2", f"{MLP} --ranks 4")
@@ -247,7 +231,6 @@ def test_more_ranks_at_the_same_per_rank_batch_see_other_data():
     assert r.rule == "data"
 
 
-@pytest.mark.slow
 def test_a_static_loss_scale():
     # Hand: fp16 with a static loss scale of 1024 against fp16's default scale 1: step 1's loss scale is the first
     # logical value of the step, before any micro-batch.

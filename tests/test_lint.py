@@ -78,7 +78,6 @@ def test_every_rule_cites_a_release_file_function_and_a_thread(rule):
     assert rule.severity in ("error", "warning", "info")
 
 
-@pytest.mark.slow
 def test_a_trap_is_measured_by_diff():
     # the long-accumulation trap trained beside fp32 accumulation: they part in the reduced gradient (a rank's three
     # micro-batches summed in bf16 round twice, in fp32 once) and end apart
@@ -88,7 +87,6 @@ def test_a_trap_is_measured_by_diff():
     assert m["steps"] == 2 and m["apart"] > 0 and "reduced gradient" in m["first_parting"]
 
 
-@pytest.mark.slow
 def test_a_way_out_zerosim_does_not_run_is_said():
     # DDP all-reduces in the gradient's own dtype: an fp32 wire beside it is refused, and the finding says so
     finding = next(f for f in lint(TrainConfig(widths=(4, 6, 3), stage=0, precision=BF16.with_(reduction="ddp")),
