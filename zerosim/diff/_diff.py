@@ -23,7 +23,6 @@ from zerosim.diff._chains import CHAINS
 from zerosim.diff._compare import first_parting, value_of
 from zerosim.diff._events import parting_events
 from zerosim.diff._facts import facts_of
-from zerosim.diff._names import AFTER
 from zerosim.diff._record import Recorder
 from zerosim.diff._report import DiffReport, Growth, Values, growth_of
 from zerosim.train import TrainConfig, build_model, train
@@ -163,5 +162,3 @@ def float64_value(parting, side: Side, exact: Side):
         x *= scale / (side.facts.dp if side.facts.divides_by_n else 1)
     return x
 
-
-__all__ = ["AFTER", "Side", "diff", "run", "yardstick"]
