@@ -16,6 +16,8 @@ holds, in the order it added them.
 import json
 import math
 
+import pytest
+
 from zerosim.cli.diff_cmd import config_from_flags
 from zerosim.diff import diff
 
@@ -239,3 +241,20 @@ def test_a_static_loss_scale():
     assert (t.step, t.kind) == (1, "loss scale")
     assert (r.event_a.what, r.event_b.what) == ("loss scale", "loss scale") and "1024" in r.event_a.text
     assert r.rule == "loss scale"
+
+
+@pytest.mark.slow
+def test_an_fp16_sum_that_overflows_in_one_recipe_only():
+    # Hand: fp16 with torch's GradScaler starts at S = 2^16. The seeds' recipe sums the four ranks' scaled fp16
+    # gradients on the wire; DeepSpeed ZeRO-2's divides each by 4 first (exact) and sums a quarter as much. Where an
+    # element's scaled sum passes fp16's largest finite value (65504) but a quarter of it does not, run A's reduced
+    # gradient holds an inf, its scaler skips the step (S: 65536 -> 32768) and keeps no reduced gradient; run B steps.
+    # The default MLP's first step has such an element in fc0.w: the runs part there, the reduced gradient in run B
+    # only, and run B's first event is its first division by 4.
+    r = run("--precision fp16-mixed --loss-scale torch", "--precision fp16-mixed --loss-scale torch "
+            "--reduction deepspeed-zero12")
+    t = r.parting.tensor
+    assert (t.step, t.kind, t.name, r.parting.why) == (1, "reduced", "fc0.w", "only in run B")
+    assert r.event_a.what == "loss scale" and "skipped step 1" in r.event_a.text and "65536 -> 32768" in r.event_a.text
+    assert r.event_b.what == "pre-divide" and "x.div_(N)" in r.event_b.text
+    assert r.rule == "averaging variant"

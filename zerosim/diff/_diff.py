@@ -21,7 +21,8 @@ import numpy as np
 from zerosim.diff._causes import cause
 from zerosim.diff._chains import CHAINS
 from zerosim.diff._compare import first_parting, value_of
-from zerosim.diff._events import parting_events
+from zerosim.diff._events import Event, parting_events
+from zerosim.diff._names import AFTER
 from zerosim.diff._facts import facts_of
 from zerosim.diff._record import Recorder
 from zerosim.diff._report import DiffReport, Growth, Values, growth_of
@@ -124,7 +125,7 @@ def explain(parting, side_a: Side, side_b: Side) -> tuple:
     param = next((p for p in side_a.recorder.params if t.name.split(" ")[-1] == p.name), None)
     if i is None:  # a tensor one run lacks, or of another shape: its events, without an element
         i = 0
-    chains = [CHAINS[t.kind](side, t, i, param, value) for side, value in ((side_a, parting.a), (side_b, parting.b))]
+    chains = [_chain(side, t, i, param, value) for side, value in ((side_a, parting.a), (side_b, parting.b))]
     event_a, event_b = parting_events(*chains)
     steps_a, steps_b = side_a.recorder.steps.get(t.step), side_b.recorder.steps.get(t.step)
     events = {e.what for e in (event_a, event_b) if e is not None}
@@ -137,6 +138,18 @@ def explain(parting, side_a: Side, side_b: Side) -> tuple:
 
 
 WEIGHTS = {"params": "params", "master": "params", "new master": "new master", "new params": "new master"}
+
+
+def _chain(side: Side, t, i: int, param, value) -> list:
+    """A run's chain of events for element i of tensor t (_chains.py); a step its loss scaler skipped holds nothing
+    after its micro-batches, and says so."""
+    record = side.recorder.steps.get(t.step)
+    if t.slot == AFTER and record is not None and record.skipped:
+        d = record.scale
+        return [Event("loss scale", f"the loss scaler ({d.scaler}) skipped step {t.step}: an inf or NaN in the reduced "
+                                    f"gradient; the scale {d.scale_before:g} -> {d.scale_after:g}, nothing updated",
+                      ("skipped", t.step, d.scale_before))]
+    return CHAINS[t.kind](side, t, i, param, value)
 
 
 def float64_value(parting, side: Side, exact: Side):
