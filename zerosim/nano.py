@@ -61,7 +61,10 @@ def reduce_scatter(xs: list) -> list:
 
     The partial sum of chunk c starts at rank c+1 and travels the ring, so rank c ends with
     ((x[c+1] + x[c+2]) + ...) + x[c]. Each hop adds in the arrays' own format (the wire's), one rounding per add,
-    as NCCL's kernels do: a 16-bit sum of N terms rounds N-1 times, and so its bits depend on this order."""
+    as NCCL's kernels do (NCCL 2.30.7 src/device/reduce_scatter.h, reduce.h: runRing): a 16-bit sum of N terms
+    rounds N-1 times, and so its bits depend on this order. NOTE: that is one ring in rank order (NCCL_ALGO=Ring,
+    one channel); NCCL's own all-reduce cuts the buffer otherwise, and more channels, trees or NVLS add in other
+    orders (docs/explanation/nccl.md)."""
     n = len(xs)
     s = len(xs[0]) // n
 
@@ -132,8 +135,8 @@ class NanoZero:
         return whole[r * self.s : (r + 1) * self.s].copy() if buffer in self.sharded else whole.copy()
 
     def layer(self, i: int) -> list:
-        """Layer i's (W, b) on every rank. Stage 3: all-gathered from the shards that hold [a, b) (one for each rank,
-        so each gathers them again for backward); stages 0-2: every rank's own whole copy."""
+        """Layer i's (W, b) on every rank. Stage 3: all-gathered from the shards that hold [a, b), in forward and again
+        in backward (a rank keeps no whole layer between the two); stages 0-2: every rank's own whole copy."""
         a, b = self.windows[i]
         if "params" in self.sharded:
             s = self.s
