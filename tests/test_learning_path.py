@@ -3,7 +3,8 @@ takes, the questions its notebooks ask first, and questions to check yourself wi
 
 What a student alone at night relies on, checked: every session in the table has its page and the page's time is
 the table's; every notebook, command and prediction a page names exists; every notebook in notebooks/ is opened by
-some session; every check-your-understanding question has an answer.
+some session; every check-your-understanding question has an answer; every session names two or three files of the
+package to read next, and every zerosim file a page names exists.
 """
 
 import re
@@ -66,3 +67,33 @@ def test_every_notebook_is_opened_by_a_session():
     pages = [page for *_, page, _ in sessions()] + [PATH / "README.md"]  # its practice line opens the exercises
     opened = {m for page in pages for m in re.findall(r"notebooks/([\w.]+\.ipynb)", page.read_text())}
     assert opened == {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+
+
+CODE = re.compile(r"`(zerosim/[\w/.]+)`")  # a file of the package, as a page names it: in code
+
+
+@pytest.mark.parametrize("n, title, page, minutes", sessions(), ids=[p.stem for _, _, p, _ in sessions()])
+def test_each_session_names_two_or_three_files_to_read_next_and_they_exist(n, title, page, minutes):
+    text = page.read_text()
+    named = CODE.findall(field(text, "Read next"))
+    assert 2 <= len(set(named)) <= 3, (page.name, named)
+    missing = [p for p in CODE.findall(text) if not (ROOT / p).is_file()]
+    assert not missing, (page.name, missing)
+
+
+def test_the_file_checker_sees_a_missing_file():
+    text = "**Read next.** `zerosim/parallel/data/_engine.py` and `zerosim/parallel/data/_gone.py`.\n"
+    assert [p for p in CODE.findall(field(text, "Read next")) if not (ROOT / p).is_file()] == \
+        ["zerosim/parallel/data/_gone.py"]
+
+
+def test_session_2_reads_the_reading_unit():
+    text = (PATH / "02-one-zero-step.md").read_text()
+    assert "zerosim/nano.py" in field(text, "Open")
+    walk = text.split("**Read nano.py.**", 1)[1].split("**Read next.**", 1)[0]
+    sections = re.findall(r"^\d\. \*(.+?)\*", walk, re.M)
+    assert len(sections) >= 5, sections
+    source = (ROOT / "zerosim" / "nano.py").read_text()
+    for section in sections:  # each names what nano.py defines, in the file's order
+        for name in re.findall(r"`(\w+)(?:\.\w+)?`", section):
+            assert re.search(rf"^(?:def|class) {name}\b|^{name} = |^    def {name}\b", source, re.M), name

@@ -13,8 +13,9 @@ parameters, s the shard in shard order (the layout over S ranks: flat.py or part
                 all-reduce until the last micro-step: level one summed in the reduce dtype, level two once;
                 MiCS: level one, cast and accumulate per replica group, level two on the accumulated gradient
 
-Code shared with the engines: the recipes' arithmetic (averaging.py, replicate.py's `replicate_op`) and the
-layouts' owners. Not shared: the ring, its chunk bookkeeping, the groups, which rank holds what.
+Code shared with the engines: the layout passed in (its owners and its shard order). Not shared: the recipes'
+arithmetic (the oracle's own, _recipes.py: FSDP2's AVG or pre/post divide, MiCS's `div_(R)` before its all-reduce),
+the ring, its chunk bookkeeping, the groups, which rank holds what.
 """
 
 from __future__ import annotations
@@ -22,24 +23,24 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.collectives import naive_reduce
-from zerosim.parallel.data.multinode import replicate_op
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.reference import _recipes as recipes
 
 
-def level_one(grads: list, shards: int, op, wire, layout, order: str) -> list:
+def level_one(grads: list, shards: int, twin, policy, n: int, layout, order: str) -> list:
     """Each shard group's reduction of its S gradients (model order, the oracle's padded length): R arrays."""
     chunks = layout.owner_chunks(grads[0].shape[0])
-    return [naive_reduce(grads[i:i + shards], op=op, wire=wire, order=order, chunks=chunks)
-            for i in range(0, len(grads), shards)]
+    return [naive_reduce(recipes.wire_inputs(grads[i:i + shards], twin, policy, n), op="sum", wire=policy.reduce_format,
+                         order=order, chunks=chunks) for i in range(0, len(grads), shards)]
 
 
-def level_two(partials: list, op, wire, layout, num_params: int, order: str) -> np.ndarray:
+def level_two(partials: list, recipe: str, policy, wire, layout, num_params: int, order: str) -> np.ndarray:
     """The R replicas' arrays (model order) summed shard by shard in the replicate ring's order: one array."""
     if len(partials) == 1:  # one replica: the all-reduce is skipped (DeepSpeed: param_repli_size <= 1)
         return partials[0]
     s = layout.shard_size
     shard_order = [layout.arrange(np.ascontiguousarray(x[:num_params])) for x in partials]  # (S·s,) each
-    out = np.concatenate([naive_reduce([x[p * s:(p + 1) * s] for x in shard_order], op=op, wire=wire, order=order)
+    shard_order = recipes.replicate_inputs(shard_order, recipe, policy, layout.world_size, wire)
+    out = np.concatenate([naive_reduce([x[p * s:(p + 1) * s] for x in shard_order], op="sum", wire=wire, order=order)
                           for p in range(layout.world_size)])  # shard p: the R replicas' copies, sub-shard by sub-shard
     whole = np.zeros(partials[0].shape[0], dtype=out.dtype)
     whole[:num_params] = layout.unarrange(out)
@@ -50,39 +51,34 @@ def reduce_on_mesh(grads_by_step: list, policy, recipe, layout, plan, num_params
     """The K micro-steps' N gradients (model order) -> the accumulated, reduced gradient every rank's shard holds
     once the plan's last collective ran (not yet averaged by N·K, nor unscaled), as the engine makes it."""
     n, shards = len(grads_by_step[0]), layout.world_size
-    replicas = n // shards
-    wire, K = policy.reduce_format, len(grads_by_step)
-    rs_op = averaging.reduce_op(policy, n, recipe)
-    ar_op = replicate_op(policy, recipe, shards, replicas)
-    accum = averaging.accum_format(policy, True, recipe).dtype
+    wire, K, twin, name = policy.reduce_format, len(grads_by_step), recipes.TWINS[recipe.reduction], recipe.reduction
+    accum = recipes.accum_format(policy, twin, True).dtype
     acc, partial, per_group = None, None, None
     for k, grads in enumerate(grads_by_step):
         first, last = k == 0, k == K - 1
-        ones = level_one(grads, shards, rs_op, wire, layout, order)  # R arrays, reduce dtype
+        ones = level_one(grads, shards, twin, policy, n, layout, order)  # R arrays, reduce dtype
         if plan.replicate == "each micro-step":
-            reduced = averaging.after_reduce(level_two(ones, ar_op, wire, layout, num_params, order), policy, n,
-                                             recipe)
+            reduced = recipes.after(level_two(ones, name, policy, wire, layout, num_params, order), twin, n, policy)
             acc = _accumulate(acc, reduced, accum, first)
         elif plan.replicate == "last micro-step":  # FSDP2's partial_reduce_output, in the reduce dtype
             if not last:
                 partial = ones if first else [p + x for p, x in zip(partial, ones)]
                 continue
             summed = ones if first else [x + p for x, p in zip(ones, partial)]  # reduce_output += partial
-            reduced = averaging.after_reduce(level_two(summed, ar_op, wire, layout, num_params, order), policy, n,
-                                             recipe)
+            reduced = recipes.after(level_two(summed, name, policy, wire, layout, num_params, order), twin, n, policy)
             acc = _accumulate(None, reduced, accum, True)
         else:  # "accumulated" (MiCS): each replica group accumulates its own; level two at the boundary
-            kept = [averaging.after_reduce(x, policy, n, recipe) for x in ones]
+            kept = [recipes.after(x, twin, n, policy) for x in ones]
             per_group = [_accumulate(None if first else a, x, accum, first)
                          for a, x in zip(per_group or [None] * len(kept), kept)]
             if last:
-                acc = level_two(per_group, ar_op, None, layout, num_params, order)
+                acc = level_two(per_group, name, policy, None, layout, num_params, order)
     return acc
 
 
 def _accumulate(acc, g: np.ndarray, dtype, first: bool) -> np.ndarray:
-    """acc = g (first) or acc + g, in the accumulation dtype, as the engines' `averaging.accumulate`."""
+    """acc = g (first) or acc + g, in the accumulation dtype (_recipes.py `accumulate`)."""
     if acc is None:
         acc = np.zeros(g.shape[0], dtype=dtype)
-    averaging.accumulate(acc, g, first)
+    recipes.accumulate(acc, g, first)
     return acc

@@ -3,18 +3,24 @@
 One device runs each micro-batch's forward/backward the same way the ranks do (the same schedule of
 ops, models/_schedule.py), reduces the N gradients with the naive twin in the ring's order and dtypes
 (`naive_reduce(order="ring")`, which shares no code with the ring or the engines' collectives; NCCL's
-all-reduce chunk map with allreduce="nccl"), accumulates, averages and unscales with the same
-definitions the engines use (parallel/data/recipes/_averaging.py and the recipe, parallel/data/recipes/_recipes.py: the
-one place they are written), skips the steps its own loss scaler skips (an inf or NaN anywhere in the reduced gradient),
-clips by the global norm summed over the same N shards in the same order (parallel/data/_clipping.py), and runs
-the same optimizer over the whole flat vector. Because the optimizers are elementwise and the reduction
-order is the ring's, the fp32 masters, optimizer states and 16-bit params equal every stage's exactly.
+all-reduce chunk map with allreduce="nccl"), accumulates, averages and unscales, skips the steps its own loss
+scaler skips (an inf or NaN anywhere in the reduced gradient), clips by the global norm summed over the same N
+shards in the same order, and runs the same optimizer over the whole flat vector. Because the optimizers are
+elementwise and the reduction order is the ring's, the fp32 masters, optimizer states and 16-bit params equal
+every stage's exactly.
 
-What it shares with the engines, and so does not check: the recipes' arithmetic (averaging.py, recipes.py),
-clipping's (clipping.py), the scalers and optimizers, and which rank owns which element (the layouts:
-flat.py, partition.py — the owner decides a ring sum's order). What it checks: sharding, the ring and its
-chunk bookkeeping, buckets and prefetch, accumulation across micro-steps, and the step's order of events.
-Fidelity to the frameworks is checked against their source and hand-derived tables (tests/test_recipes.py).
+Each recipe's reduction it writes again in its own plain code, the naive twin of parallel/data/recipes/: what
+each framework does before the wire and after the sum, the averaging by N·K (_recipes.py); who owns each element
+and so where its ring sum ends, the buckets of DDP and DeepSpeed and each call's chunk map (_chunk_maps.py);
+clipping's norm and coefficient (_clip.py). A bug in the engine's recipe code is then caught, not agreed with.
+
+What it shares with the engines, and so does not check: the arithmetic kernels (casts, the models' forward and
+backward on the portable products, the optimizers' elementwise math, the loss scalers), the collectives' chunk
+maps of NCCL and gloo, the configuration records it is handed (GradientRecipe's name, a strategy's plan, DDP's
+caps), and the layout's shard order where copies move in it (the quantized gather, HSDP's and MiCS's second
+level). What it checks: sharding, the ring and its chunk bookkeeping, the recipes, buckets and prefetch,
+accumulation across micro-steps, and the step's order of events. Fidelity to the frameworks is checked against
+their source and hand-derived tables (tests/test_recipes.py).
 
 `Reference.float64(...)` is the second check: the same micro-batches in float64 end to end, no
 rounding to speak of, to measure how far low precision drifts.
@@ -24,28 +30,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.collectives import ShardLayout, gloo_ring, naive_reduce, nccl_ring_allreduce_chunks
+from zerosim.collectives import naive_reduce
 from zerosim.models import forward_backward
-from zerosim.optim import Optimizer, check_stored, step_in_blocks, widened
-from zerosim.optim._by_matrix import step_by_matrix
-from zerosim.parallel.data import _clipping as clipping
+from zerosim.optim import Optimizer, check_stored, step_by_matrix, step_in_blocks, widened
 from zerosim.parallel.data import get_plan, skips_steps
 from zerosim.parallel.data.layouts import layout_for
 from zerosim.parallel.data.multinode import default_recipe
-from zerosim.parallel.data.recipes import (
-    DDPBuckets,
-    GradientRecipe,
-    ddp_buckets,
-    ipg_buckets,
-    ready_order,
-    registration,
-    split_calls,
-)
-from zerosim.parallel.data.recipes import _averaging as averaging
-from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
-from zerosim.parallel.data.recipes._bucket_allreduce import flat_chunks, range_slices
+from zerosim.parallel.data.recipes import DDPBuckets, GradientRecipe
 from zerosim.precision import cast, get_precision
 from zerosim.precision.cast import ArrayNamespace
+from zerosim.reference import _chunk_maps as maps
+from zerosim.reference import _clip as clipping
+from zerosim.reference import _recipes as recipes
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._wire import WireOracle
 
@@ -79,11 +75,10 @@ class Reference:
             (one call per rank's shard, as stages 1-3 make): an optimizer whose arithmetic depends on where a call
             ends (DeepSpeed's CPU Adam: its scalar tail, optim/_cpu_adam.py) then gives the engine's bits.
         reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, where a bucket's bounds change bits:
-            "deepspeed-zero12" all-reduces each bucket whole (parallel/data/recipes/_bucket_allreduce.py: the oracle
-            forms the buckets by parameter with param_buckets.py's `ipg_buckets` and sums each in the all-reduce's
-            order over the bucket).
+            "deepspeed-zero12" all-reduces each bucket whole (the oracle forms the buckets by parameter with DeepSpeed's
+            ipg rule, _chunk_maps.py, and sums each in the all-reduce's order over the bucket).
         ddp: the engine's `CommSchedule.ddp` (DDP's bucket caps) for the `ddp` recipe: the first step all-reduces one
-            bucket in registration order, later steps DDP's rebuilt buckets (param_buckets.py), each in its own
+            bucket in registration order, later steps DDP's rebuilt buckets (_chunk_maps.py), each in its own
             all-reduce's chunk map.
         strategy, shard_group: a strategy for many nodes and its group size S, as `ZeroEngine(stage=..., shard_group=)`
             (parallel/data/_plan.py STRATEGIES): HSDP and MiCS reduce in two levels (_mesh_reduce.py); the others
@@ -126,17 +121,18 @@ class Reference:
         if order not in ("ring", "ring-native"):
             raise ValueError(f"order must be 'ring' or 'ring-native', got {order!r}")
         self.order = order
-        self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
+        self.clip_grad, self.clip_norm = clipping.check(clip_grad, clip_norm)
         self.reduce_bucket_size = reduce_bucket_size
         self.ddp = DDPBuckets() if ddp is None else ddp
         self.ddp_rebuilt = False  # as the engine's: DDP's buckets are rebuilt after the first reduction
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
-        self.padded = ShardLayout(model.num_params, world_size).padded
+        self.padded = maps.ceil_div(model.num_params, world_size) * world_size
         self.plan = None if strategy is None else get_plan(strategy)
         if self.plan is not None:
             recipe = default_recipe(self.plan, self.precision, recipe)
-        self.recipe = GradientRecipe.of(self.precision, recipe)
+        self.recipe = GradientRecipe.of(self.precision, recipe)  # the configuration: a recipe's name, a chunk map
+        self.twin = recipes.TWINS[self.recipe.reduction]  # what the recipe does, in the oracle's own code
         shards = world_size
         if self.plan is not None:
             self.reduce_every_micro_step = self.plan.reduces_per_unit
@@ -145,7 +141,9 @@ class Reference:
                     raise ValueError(f"{self.plan.label} needs shard_group=S dividing world_size {world_size}, got "
                                      f"{shard_group!r}")
                 shards = shard_group
-        # who owns which element: the ring order of its sum (over each shard group's S ranks with HSDP and MiCS)
+        # who owns which element: the ring order of its sum (over each shard group's S ranks with HSDP and MiCS);
+        # the engine's layout only for what moves copies in shard order (the quantized gather, HSDP's second level)
+        self.owners = maps.owner_chunks(model.specs, shards, self.twin.partition, self.padded)
         self.layout = layout_for(model, shards, self.recipe)
         wide = np.zeros(self.padded, dtype=np.float64)
         wide[: model.num_params] = init.astype(np.float64)
@@ -194,54 +192,44 @@ class Reference:
     def _reduce(self, grads: list) -> np.ndarray:
         """N flat gradients -> their reduction in the ring's order and wire format, as the recipe keeps it
         (no averaging by N·K yet). With allreduce="nccl" (the all-reduce of stage 0) in NCCL's chunk map."""
-        p, n = self.precision, len(grads)
-        chunks, direction, real = None, 1, self.model.num_params
+        p, n, how = self.precision, len(grads), self.recipe.allreduce
+        chunks, direction, real, size = None, 1, self.model.num_params, p.reduce_format.itemsize
+        params = maps.registration(self.model.specs)
         if self.recipe.reduction == "ddp":  # DDP: each bucket its own all-reduce, in flat coordinates
             chunks = [(0, real, self.padded)]
-            for bucket in ddp_buckets(registration(self.model.specs), p.compute_format.itemsize, self.ddp.caps,
-                                      self.ddp_rebuilt):
-                more, direction = flat_chunks([(0, a, b) for _, a, b in bucket], n, p.reduce_format.itemsize,
-                                              self.recipe.allreduce)
+            for bucket in maps.ddp_buckets(params, p.compute_format.itemsize, maps.ddp_caps(self.ddp),
+                                           self.ddp_rebuilt):
+                more, direction = maps.in_flat([(0, a, b) for _, a, b in bucket], n, size, how)
                 chunks += more
             self.ddp_rebuilt = True
-        elif self._buckets_all_reduced():  # DeepSpeed ZeRO-1/2's default: each call's own chunk map, flat coordinates
+        elif self.twin.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1/2: each call's own chunk map
             chunks = [(0, real, self.padded)]
-            for bucket in self._buckets():
-                slices = range_slices(self.layout, [(a, b) for _, a, b in bucket])
-                for call in split_calls(slices, self.reduce_bucket_size):
-                    more, direction = flat_chunks(call, n, p.reduce_format.itemsize, self.recipe.allreduce)
+            s = self.padded // n
+            for bucket in self._buckets(params):
+                for call in maps.calls(maps.owner_slices([(a, b) for _, a, b in bucket], s), self.reduce_bucket_size):
+                    more, direction = maps.in_flat(call, n, size, how)
                     chunks += more
-        elif self.recipe.rules.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
-            chunks, direction = bf16_optimizer.oracle_chunks(real, self.padded, n, p.reduce_format.itemsize,
-                                                             self.recipe.allreduce)
-        elif self.recipe.allreduce == "nccl":  # over the P real elements, as the engine all-reduces them
-            loops = nccl_ring_allreduce_chunks(real, n, p.reduce_format.itemsize)
-            chunks = [(c, a, b) for loop in loops for c, (a, b) in enumerate(loop.chunks)] + [(0, real, self.padded)]
-        elif self.recipe.allreduce == "gloo" and not self.reduce_every_micro_step:  # stage 0: gloo's, over P
-            ring, direction = gloo_ring(real, n, p.reduce_format.itemsize), -1
-            chunks = [(c, a, b) for c, (a, b) in enumerate(ring.chunks)] + [(0, real, self.padded)]
-        else:  # the layout's owners: the flat shards, or each parameter's chunks (parallel/data/layouts/_partition.py)
-            chunks = self.layout.owner_chunks(self.padded)
-        reduced = naive_reduce(grads, op=averaging.reduce_op(p, n, self.recipe), wire=p.reduce_format, order=self.order,
-                               chunks=chunks, direction=direction)
-        return averaging.after_reduce(reduced, p, n, self.recipe)
+        elif self.twin.collective == "aligned all-reduce":  # BF16_Optimizer: the (L,) buffer in one call
+            chunks, direction = maps.aligned_chunks(real, self.padded, n, size, how)
+        elif how == "nccl" or (how == "gloo" and not self.reduce_every_micro_step):  # stage 0: one call over P
+            chunks, direction = maps.call_chunks(real, n, size, how)
+            chunks.append((0, real, self.padded))
+        else:  # the owners: the flat shards, or each parameter's chunks
+            chunks = self.owners
+        reduced = naive_reduce(recipes.wire_inputs(grads, self.twin, p, n), op="sum", wire=p.reduce_format,
+                               order=self.order, chunks=chunks, direction=direction)
+        return recipes.after(reduced, self.twin, n, p)
 
-    def _buckets_all_reduced(self) -> bool:
-        return self.recipe.rules.collective == "bucket all-reduce"
-
-    def _buckets(self) -> list:
+    def _buckets(self, params: list) -> list:
         """The engine's gradient buckets of (unit, a, b) parameters in the order they joined: gradient-ready order
         by DeepSpeed's ipg rule; stage 1 without a bucket size: one bucket of every parameter in flat order."""
-        params = registration(self.model.specs)
         if not self.reduce_every_micro_step and self.reduce_bucket_size is None:
             return [params]
-        return ipg_buckets(ready_order(params), self.reduce_bucket_size)
+        return maps.ipg_buckets(list(reversed(params)), self.reduce_bucket_size)
 
     def reduce(self, grads: list) -> np.ndarray:
         """N micro-batch gradients (K = 1) -> the averaged, unscaled gradient in the update format (N*s,)."""
-        return averaging.finish(
-            self._reduce(grads), self.precision, len(grads), 1, self.scaler.scale, recipe=self.recipe
-        )
+        return recipes.finish(self._reduce(grads), self.twin, self.precision, len(grads), 1, self.scaler.scale)
 
     def step(self, batches) -> list:
         """One step on N micro-batches (K = 1: one (x, target) per rank), or N lists of K of them.
@@ -288,15 +276,13 @@ class Reference:
             raise FloatingPointError("reduced gradient contains NaN or inf; no state was changed")
         else:
             self.decisions.append(self.scaler.update(False))
-        g = averaging.finish(reduced, p, N, K, self.decisions[-1].scale_before, recipe=self.recipe)
+        g = recipes.finish(reduced, self.twin, p, N, K, self.decisions[-1].scale_before)
         if self.clip_grad is not None and self.clip_norm == "torch":  # clip_grad_norm_ on the whole gradient
-            self.norms.append(clipping.torch_total_norm(g, registration(self.model.specs)))
+            self.norms.append(clipping.torch_norm(g, maps.registration(self.model.specs)))
         elif self.clip_grad is not None:  # the N shards' sums of squares, added in the ring's order
-            total = naive_reduce(clipping.shard_partials(g, self.layout.world_size,
-                                                         self.layout.owner_chunks(self.padded)), op="sum", order="ring")
-            self.norms.append(clipping.norm_of(total))
+            self.norms.append(clipping.shard_norm(g, self.owners, self.layout.world_size))
         if self.clip_grad is not None:
-            clipping.apply(g, clipping.clip_coefficient(self.norms[-1], self.clip_grad, g.dtype))
+            clipping.clip(g, self.norms[-1], self.clip_grad)
         self.t += 1
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
         with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
@@ -331,16 +317,16 @@ class Reference:
                 grads.append(g)
             if self.reduce_every_micro_step:  # stages 2/3: reduce now, accumulate the reduced gradient
                 reduced = self._reduce(grads)
-                acc = reduced.astype(averaging.accum_format(p, True, self.recipe).dtype) if acc is None else acc
-                averaging.accumulate(acc, reduced, first=k == 0)
+                acc = reduced.astype(recipes.accum_format(p, self.twin, True).dtype) if acc is None else acc
+                recipes.accumulate(acc, reduced, first=k == 0)
             else:  # stages 0/1: each rank accumulates its own; one reduction at the end
-                fmt = averaging.accum_format(p, False, self.recipe).dtype
+                fmt = recipes.accum_format(p, self.twin, False).dtype
                 if K == 1 and all(g.dtype == fmt for g in grads):
-                    acc = grads  # the first micro-step assigns (averaging.accumulate): a copy would change nothing
+                    acc = grads  # the first micro-step assigns (recipes.accumulate): a copy would change nothing
                     continue
                 acc = [np.zeros(self.padded, fmt) for _ in range(N)] if acc is None else acc
                 for a, g in zip(acc, grads):
-                    averaging.accumulate(a, g, first=k == 0)
+                    recipes.accumulate(a, g, first=k == 0)
         return acc
 
     def set_state(self, params, master, optimizer_state: dict, t: int) -> None:

@@ -9,9 +9,9 @@ through qgZ (collectives/quantized/_qgz.py), the others through `reduce_scatter_
 reads is qgZ's Σ/n for the first (n nodes), Σ/W for the others (qgz.py's NOTE: nothing divides by the d GPUs of a node).
 
 Here the plain reduction is the oracle's (`Reference._reduce`: the ring sum in the wire format), and each qgZ
-parameter's elements are replaced by the int4 route's result, so that `averaging.finish`'s division by W returns it
-exactly: fl32(x·W) / W = x for an fp16 x and W < 2^13 (11 + 13 bits fit in fp32's 24). This reference is what a run
-with qgZ computes, rounding for rounding, the
+parameter's elements are replaced by the int4 route's result, so that the oracle's division by W (_recipes.py
+`finish`) returns it exactly: fl32(x·W) / W = x for an fp16 x and W < 2^13 (11 + 13 bits fit in fp32's 24). This
+reference is what a run with qgZ computes, rounding for rounding, the
 collective and its error feedback included. Stage 3 with the "seeds" recipe (one division by W at the end), or with
 "deepspeed-zero3" (recipe="deepspeed-zero3"): then the plain parameters are the recipe's (pre-divided by W on the
 wire) and the qgZ ones its Σ/n cast as the recipe keeps it — what `ZeroEngine(wire=Wire(zero_quantized_gradients=
@@ -24,7 +24,7 @@ import numpy as np
 
 from zerosim.cluster import Cluster
 from zerosim.collectives.quantized import LocoState, all_to_all_quant_reduce, check_qgz, qgz_applies
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.reference import _recipes as recipes
 from zerosim.reference._oracle import Reference
 
 
@@ -51,7 +51,7 @@ class QgzReference(Reference):
             raise ValueError(f"qgZ's kernels read fp16 gradients; this precision computes in "
                              f"{self.precision.compute_format.name} and reduces in {self.precision.reduce_format.name}")
         self.deepspeed = self.recipe.reduction == "deepspeed-zero3"
-        if ((self.recipe.rules.divides_by_n and not self.deepspeed) or self.accumulation_steps != 1
+        if ((self.twin.divides_by_n and not self.deepspeed) or self.accumulation_steps != 1
                 or self.reduce_every_micro_step):
             raise ValueError("QgzReference models the 'seeds' recipe (one division by N at the end) or "
                              "'deepspeed-zero3' (qgZ's Σ/n kept as it comes), with one micro-batch a step")
@@ -92,8 +92,8 @@ class QgzReference(Reference):
                                             key=f"{s.layer}.{s.name}", tag=f"layer {s.layer} {s.name} grads")
             whole = np.concatenate(parts).astype(np.float32)  # (M,) Σ/n, rank p's partition at p·M/W
             if self.deepspeed:  # `.to(gradient_accumulation_dtype)` (stage3.py __avg_scatter_grads)
-                out[s.offset : s.offset + s.size] = averaging.after_reduce(np.concatenate(parts), self.precision, n,
-                                                                           self.recipe)
+                out[s.offset : s.offset + s.size] = recipes.after(np.concatenate(parts), self.twin, n,
+                                                                  self.precision)
             else:
                 out[s.offset : s.offset + s.size] = whole * np.float32(n)  # exact; finish's / N gives it back
         return out

@@ -14,12 +14,13 @@ side; where _plan.py places an operator (the same table the engine's hooks read)
 
 Then each slice is a data-parallel job of its own: a `Reference` over dp ranks (its stage or strategy, recipe,
 precision, accumulation) reduces the dp gradients of its slice; with sequence parallelism the norms' and biases'
-reduced gradients are summed over the T slices as the engine's coalesced all-reduce packs them (_plan.py
-`packed_pieces`, in the ring's order); the loss scaler decides on an inf or NaN in any slice (the engine's overflow
-flag is all-reduced over every rank); and each slice's optimizer steps. What it shares with the engine: the TP units'
-arithmetic (_layers.py ...), where the operators sit (_plan.py) and which elements the SP sum packs, and everything
-`Reference` shares. What it checks: the TP collectives over the mesh's groups and their ring order, the hooks'
-sequencing through the step's contract, and ZeRO's sharding of each slice over its data-parallel group.
+reduced gradients are summed over the T slices packed as Megatron's coalesced all-reduce packs them, in the ring's
+order (_tensor_sums.py, the oracle's own, as are the loss's statistics); the loss scaler decides on an inf or NaN in
+any slice (the engine's overflow flag is all-reduced over every rank); and each slice's optimizer steps. What it
+shares with the engine: the TP units' arithmetic (_layers.py ...), where the operators sit (the placement table,
+parallel/tensor's face), and everything `Reference` shares. What it checks: the TP collectives over the mesh's groups
+and their ring order, the hooks' sequencing through the step's contract, and ZeRO's sharding of each slice over its
+data-parallel group.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import numpy as np
 from zerosim.collectives import naive_reduce
 from zerosim.models import Pass, needs_params, schedule
 from zerosim.parallel.tensor import CONJUGATES, Bundle, VocabTarget, local_flat, placement, whole_flat
-from zerosim.parallel.tensor._cross_entropy import row_max, row_sums
-from zerosim.parallel.tensor._plan import SPLIT, pack, packed_length, packed_pieces, sequence_parallel_windows, unpack
 from zerosim.reference._oracle import Reference
+from zerosim.reference._tensor_sums import (coalesced_length, pack, pieces_of, row_max, row_sums,
+                                            sequence_parallel_windows, unpack)
 
 
 class _Key:
@@ -183,7 +184,8 @@ class TensorReference:
     def _before(self, passes, op, unit, place, kept) -> None:
         if op.kind == "backward":
             for name in reversed(place.exit):
-                self._side(passes, "dy", CONJUGATES[name].backward, place.both_parts and name == SPLIT, "backward")
+                both = place.both_parts and name == place.exit[-1]  # the exit's last operator cuts the residual too
+                self._side(passes, "dy", CONJUGATES[name].backward, both, "backward")
             if place.keeps_shard:
                 full = np.concatenate(kept.pop(op.layer), axis=1)
                 for p in passes:
@@ -204,7 +206,7 @@ class TensorReference:
                 self._side(passes, "dy", CONJUGATES[place.entry].backward, False, "backward")
             return
         for name in place.exit:
-            self._side(passes, "a", CONJUGATES[name].forward, place.both_parts and name == SPLIT, "forward")
+            self._side(passes, "a", CONJUGATES[name].forward, place.both_parts and name == place.exit[-1], "forward")
 
     def _loss_statistics(self, passes) -> None:
         vocab_r = self.model.layers[-1].vocab
@@ -222,9 +224,9 @@ class TensorReference:
         windows = sequence_parallel_windows(self.model)
         arranged = [np.array(layout.arrange(r[:P])) for r in reduced]  # model order -> the shards' order
         positions = range(1 if self.whole_stage else layout.world_size)  # stage 0: one region, the whole buffer
-        size = packed_length(layout, windows, self.whole_stage)
+        size = coalesced_length(layout, windows, self.whole_stage)
         for q in positions:
-            pieces = packed_pieces(layout, q, windows, self.whole_stage)
+            pieces = pieces_of(layout, q, windows, self.whole_stage)
             regions = [a if self.whole_stage else a[layout.own(q)] for a in arranged]
             total = naive_reduce([pack(region, pieces, size) for region in regions], order="ring")
             for region in regions:
