@@ -88,8 +88,8 @@ RULES = (
                    f"(FSDP2's MixedPrecisionPolicy(reduce_dtype=torch.float32), DeepSpeed's "
                    f"communication_data_type fp32) to keep them",
          "torch 2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy: reduce_dtype None "
-         "reduces in the compute dtype (param_dtype); DeepSpeed 0.19.8 communicates in the model's dtype unless "
-         "communication_data_type says",
+         "reduces in the compute dtype (param_dtype); DeepSpeed 0.19.8 deepspeed/runtime/engine.py "
+         "DeepSpeedEngine.communication_data_type: fp16 or bf16 when enabled, unless the config names one",
          "https://github.com/huggingface/accelerate/issues/2624 (FSDP requires larger LR to converge at similar rate "
          "as DeepSpeed: the maintainers ask whether reduce_dtype is bf16)",
          fix={"reduce": "fp32"}),
