@@ -92,6 +92,8 @@ def test_the_float64_values_are_the_float64_runs():
     ("'unclosed", "", 1, "--a"),
     ("", "", 0, "--steps must be at least 1"),
     ("--backend mpi --ranks 2", "", 1, "numpy backend"),
+    ("--model gpt --ranks 4 --tp 4 --heads 4", "--model gpt --ranks 1 --heads 4", 1,
+     "pads the vocabulary as Megatron does: 512 rows in run A, 6 in run B"),
 ])
 def test_bad_input_names_the_flag(a, b, steps, words, capsys):
     assert main(["diff", "--a", a, "--b", b, "--steps", str(steps)]) == 2

@@ -26,7 +26,7 @@ from zerosim.diff._names import AFTER
 from zerosim.diff._facts import facts_of
 from zerosim.diff._record import Recorder
 from zerosim.diff._report import DiffReport, Growth, Values, growth_of
-from zerosim.train import TrainConfig, build_model, train
+from zerosim.train import TrainConfig, run_model, train
 
 # what a run under diff may not do: it runs in memory, on the simulator, from the start
 REFUSED = {"save": "--save", "resume": "--resume", "trace_log": "--trace-log", "offload": "--offload-optimizer"}
@@ -67,11 +67,15 @@ def check(config: TrainConfig, which: str) -> None:
 
 def same_model(a: TrainConfig, b: TrainConfig) -> None:
     """Refuse two configurations of different models: diff compares one model's runs, parameter by parameter."""
-    names = [[(s.layer, s.name, s.shape) for s in build_model(c).specs] for c in (a, b)]
+    models = [run_model(c) for c in (a, b)]
+    names = [[(s.layer, s.name, s.shape) for s in m.specs] for m in models]
     if names[0] != names[1]:
-        raise ValueError("runs A and B train different models (their parameters differ: --model, --widths, "
-                         "--d-model, --heads, --layers, --vocab, --length): diff compares two configurations of one "
-                         "model")
+        vocab = [getattr(getattr(m, "gpt", m), "vocab", None) for m in models]
+        padded = f" (tensor parallelism pads the vocabulary as Megatron does: {vocab[0]} rows in run A, {vocab[1]} " \
+                 f"in run B — give a --vocab both TP degrees divide)" if vocab[0] != vocab[1] else ""
+        raise ValueError(f"runs A and B train different models (their parameters differ: --model, --widths, "
+                         f"--d-model, --heads, --layers, --vocab, --length){padded}: diff compares two configurations "
+                         f"of one model")
 
 
 def yardstick(config: TrainConfig) -> TrainConfig:

@@ -238,6 +238,17 @@ def build_model(config: TrainConfig):
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
+def run_model(config: TrainConfig):
+    """The model a run of `config` trains: `build_model`'s, its vocabulary padded as Megatron pads it when tensor
+    parallelism does not split it (parallel/tensor/_vocab.py: another model, with other initial weights)."""
+    model = build_model(config)
+    if config.tp > 1:
+        from zerosim.parallel.tensor import padded_model
+
+        model = padded_model(model, config.tp)
+    return model
+
+
 def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
     with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
@@ -267,11 +278,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
     """
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
-    model = build_model(config)
-    if config.tp > 1:  # the vocabulary padded as Megatron pads it when it does not split (parallel/tensor/_vocab.py)
-        from zerosim.parallel.tensor import padded_model
-
-        model = padded_model(model, config.tp)
+    model = run_model(config)
     more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
     if config.offload is not None:  # DeepSpeed steps an offloaded Adam as DeepSpeedCPUAdam (parallel/offload)
         from zerosim.parallel.offload import host_optimizer
