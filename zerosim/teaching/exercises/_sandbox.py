@@ -118,8 +118,8 @@ def grade_in_child(report, source: bytes, path: str, name: str) -> None:
 def _refused(said: str | None) -> str | None:
     """`said`, and where the learner's code met a PermissionError, the sandbox's rules that likely raised it."""
     if said and "raised PermissionError" in said:
-        said += (" (the grader lets a solution write only in its own folder, its working directory, and signal only "
-                 "the processes it started)")
+        said += (" (in the grader a solution may write only in its own folder, its working directory, and may not "
+                 "signal other processes)")
     return said
 
 
