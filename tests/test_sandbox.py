@@ -265,3 +265,12 @@ def test_a_user_without_landlock_still_grades(tmp_path, monkeypatch):
     monkeypatch.setattr(_confine, "confinement", lambda: Confinement(0, False, NO_LANDLOCK.why_not))
     assert grade_file("ring_chunk", solution(tmp_path, RIGHT), time_limit=3600).passed
 
+
+
+def test_a_relative_path_still_has_its_lines_quoted(tmp_path, monkeypatch):
+    """The child works in its case folder, where a path relative to the grader's names nothing: the lines a message
+    quotes come from the source the grader read."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text("def chunk_sent(rank, step, world_size):\n    raise ValueError('no')\n")
+    result = grade_file("ring_chunk", "mine.py", time_limit=3600)
+    assert "raised ValueError: no (line 2: raise ValueError('no'))" in result.counterexample

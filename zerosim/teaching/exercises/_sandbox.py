@@ -22,6 +22,7 @@ The learner's prints reach the grader's stdout, up to the sandbox's cap (1 MiB).
 from __future__ import annotations
 
 import importlib
+import linecache
 import os
 import signal
 
@@ -90,7 +91,11 @@ def grade_in_child(report, source: bytes, path: str, name: str) -> None:
         ex = exercises.get(name)
     report.ready()  # what grading needs is imported: the clock starts
     try:
-        fn = load(source.decode("utf-8"), ex.function, path)
+        text = source.decode("utf-8")
+        # the lines a message quotes, from the source the grader read: the child's working directory is its case
+        # folder, where `path` (perhaps relative to the grader's) names nothing
+        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+        fn = load(text, ex.function, path)
     except NotRunnable as e:
         return report.done(passed=False, cases=0, counterexample=_refused(str(e)))
     except UnicodeDecodeError as e:
