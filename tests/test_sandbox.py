@@ -124,7 +124,7 @@ def test_a_solution_raising_keyboard_interrupt_fails_with_one_line(tmp_path, cap
 def _grader(tmp_path, text: str):
     """`zerosim exercise check` on `text` in a session of its own (as a terminal's job), its case limit far past any
     wait here; returns the process and the pids the solution printed (its own, its parent's)."""
-    path = solution(tmp_path, SLEEPER + "print('PIDS', os.getpid(), os.getppid(), flush=True)\n" + text)
+    path = solution(tmp_path, SLEEPER + "print('PIDS', os.getpid(), os.getppid(), os.getcwd(), flush=True)\n" + text)
     grader = subprocess.Popen([sys.executable, "-m", "zerosim.cli.main", "exercise", "check", "ring_chunk", "--file",
                                path, "--time-limit", str(2 * HANG_TIMEOUT)], cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
@@ -132,7 +132,8 @@ def _grader(tmp_path, text: str):
     while b"PIDS" not in line:  # the solution is running, its grandchild started
         line = grader.stdout.readline()
         assert line, grader.stderr.read()[-2000:]
-    return grader, [int(w) for w in line.split()[1:3]]
+    words = line.decode().split()
+    return grader, [int(w) for w in words[1:3]], words[3]
 
 
 @linux_only
@@ -143,11 +144,11 @@ def test_ctrl_c_stops_the_grader_at_once_and_everything_it_started(tmp_path):
     and more: the grader ends with one line and status 130 (not at the case limit: the test would wait that out), and
     the solution, its keeper and the grandchild that left its session are gone."""
     before = sleepers()
-    grader, pids = _grader(tmp_path, LOOPS)
+    grader, pids, folder = _grader(tmp_path, LOOPS)
     os.killpg(grader.pid, signal.SIGINT)
     out, err = grader.communicate(timeout=HANG_TIMEOUT)
     assert grader.returncode == 130 and err == b"zerosim exercise: interrupted\n", (grader.returncode, err[-2000:])
-    assert not any(running(p) for p in pids) and sleepers() <= before
+    assert not any(running(p) for p in pids) and sleepers() <= before and not os.path.exists(folder)
 
 
 @linux_only
@@ -155,16 +156,20 @@ def test_ctrl_c_stops_the_grader_at_once_and_everything_it_started(tmp_path):
 @pytest.mark.bad_input("exercises")
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_grader_killed_leaves_nothing_running(tmp_path, how):
-    """The grader killed outright (no `finally` runs): the keeper sees the grader's pipe close and ends the solution
-    and everything it started. Before, both were found running long after, with parent pid 1."""
+    """The grader killed outright (no `finally` runs): the keeper sees the grader's pipe close, ends the solution and
+    everything it started, and removes the case folder. Before, both were found running long after, parent pid 1."""
     before = sleepers()
-    grader, pids = _grader(tmp_path, LOOPS)
+    grader, pids, folder = _grader(tmp_path, LOOPS)
     os.kill(grader.pid, how)
     grader.wait(timeout=HANG_TIMEOUT)
+
+    def left():
+        return any(running(p) for p in pids) or not sleepers() <= before or os.path.exists(folder)
+
     deadline = time.monotonic() + HANG_TIMEOUT  # the keeper's sweep runs on its own: wait for it, bounded
-    while (any(running(p) for p in pids) or not sleepers() <= before) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(running(p) for p in pids) and sleepers() <= before
+    assert not left()  # the solution, its grandchild and its case folder
 
 
 def _outside(tmp_path) -> dict:

@@ -10,17 +10,19 @@ pid on its stdout; then waits for whichever comes first:
   interrupted, or died (even by SIGKILL: the kernel closes its end).
 
 Either way it then ends the child's process group and every process the learner's code started, wherever it went
-(`sweep`), and exits. On Linux the keeper is a child subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4): a process
-the learner's code leaves behind (a double fork, os.setsid) is reparented to the keeper, not to init, so the sweep
-finds it among the keeper's children (their /proc/PID/stat) and kills it, until the keeper has no child left.
-Elsewhere only the child's group is killed. Where the learner's code could signal the keeper (no Landlock signal
-scope: _confine.py) and kills it, the grader sees the keeper end without the child's status and says so.
+(`sweep`), removes the case folder (the grader, if it was killed, cannot), and exits. On Linux the keeper is a child
+subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4): a process the learner's code leaves behind (a double fork,
+os.setsid) is reparented to the keeper, not to init, so the sweep finds it among the keeper's children (their
+/proc/PID/stat) and kills it, until the keeper has no child left. Elsewhere only the child's group is killed. Where the
+learner's code could signal the keeper (no Landlock signal scope: _confine.py) and kills it, the grader sees the keeper
+end without the child's status and says so.
 """
 
 import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +49,7 @@ def main(plan: dict) -> None:
             _say(child.returncode)
     finally:
         sweep(None if child is None else child.pid)
+        shutil.rmtree(plan["folder"], ignore_errors=True)  # the grader may be gone: the case folder goes with its child
 
 
 def _say(value: int) -> None:
