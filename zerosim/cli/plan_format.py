@@ -33,6 +33,8 @@ def format_plan(r: dict) -> str:
                   + (f" with {p['offload']}" if "offload" in p else "")
                   + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
+    for x in r["left_out"]:  # strategies TP's units cannot run: not tried beside TP, with the reason
+        lines += [f"Left out beside TP {', '.join(map(str, x['tp']))}: {', '.join(x['strategies'])} ({x['why']})", ""]
     if not r["fitting"]:
         lines += ["Nothing tried fits. Closest:"] + [
             _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
