@@ -70,11 +70,14 @@ def predict(run: PublishedRun, reserve: float = 0.05) -> dict:
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
+    # the loss as torchtitan 9dec370's train.py runs it: cross_entropy(pred.float(), ...) under loss_parallel
+    # (utils.py `get_train_context`), eager (its torch.compile of the loss is commented out): "eager" on V/t columns
     model = MetaLlama.from_config(read_hf_config(shipped_config(run.model)), seq_len=run.seq_len, checkpoint="block",
-                                  attention="flash")
+                                  attention="flash", loss="eager")
     precision = get_precision("bf16-mixed").with_(reduce="fp32", reduction="fsdp2")  # FSDP2: bf16 params, fp32 reduce
     comm, micro = get_comm_schedule("fsdp"), (run.local_batch, run.seq_len)
-    beside = {"gpus_per_node": run.gpus_per_node, "tp": run.tp, "sp": run.sequence_parallel}
+    # torch DTensor's TP as torchtitan runs it: the all-gathered inputs kept (parallel/tensor LAYOUTS)
+    beside = {"gpus_per_node": run.gpus_per_node, "tp": run.tp, "sp": run.sequence_parallel, "layout": "torchtitan"}
     row, _, _ = measure_stage(model, run.gpus, 3, "adamw", precision, micro_batch=micro, comm=comm, **beside)
     estimates = runtime_overheads(row["peak"], run.gpus, 3, None, reserve)
     memory = (row["peak"] + sum(o.bytes for o in estimates)) / GIB
