@@ -23,7 +23,7 @@ LayerNorm / bias-dropout-add on the sequence shard; torchtitan's SequenceParalle
 fp8 GEMMs: the column-row units' GEMMs, as torchao's Float8Linear converts every linear of the blocks
 (torchtitan's float8 converter leaves `output` out: torchtitan/components/quantization/float8.py, the
 `filter_fqns` default ["output"]) and Megatron-Core runs the blocks' linears as Transformer Engine's fp8 GEMMs
-(TE v2.9, transformer_engine/pytorch/module/linear.py `_Linear.forward`), with their casts (FP8_CAST). The head
+(Transformer Engine 2.18, transformer_engine/pytorch/module/linear.py `_Linear.forward`), with their casts. The head
 stays 16-bit. The GEMM shapes are the rank's, so `--fp8-gemms` shortens a TP GEMM by the factor it gives the same
 shape at TP 1.
 """
