@@ -83,8 +83,8 @@ def test_megatrons_layout_sends_what_the_page_says():
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.parallel.data.multinode import DataMesh
 
-    gb, calls = quoted(r"In Megatron's layout \(`--tp-layout megatron`[^)]*\)\) backward all-gathers each column GEMM's "
-                       r"input again: ([\d,]+) GB in ([\d,]+) calls")
+    gb, calls = quoted(r"In Megatron's layout \(`--tp-layout megatron`[^)]*\)\) backward all-gathers each column "
+                       r"GEMM's input again: ([\d,]+) GB in ([\d,]+) calls")
     model = MetaLlama.from_config(read_hf_config(shipped_config("llama-3-70b")), 8192, checkpoint="block",
                                   kernels="eager")
     work = Workload(model, (16, 8192), get_comm_schedule("fsdp"), "bf16-mixed", "bf16-mixed", "adam")
