@@ -25,7 +25,7 @@ from zerosim.cli.precision_args import (
     precision_summary,
     step_note,
 )
-from zerosim.cli.tensor_args import add_tensor_arguments
+from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.choices import MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS
 
 MLP_WIDTHS = "16,64,64,4"
@@ -199,6 +199,8 @@ def _check_run(args) -> int | None:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
+    if ranks is not None:
+        tensor_of(args, ranks)  # --tp (a positive integer dividing --ranks), --sp, --tp-layout: checked by their names
     return ranks
 
 
@@ -287,8 +289,8 @@ def _train_config(args, widths: list, ranks) -> tuple:
                          optimizer_options=options,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
-                         sp=args.sp,
+                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload,
+                         tp=1 if args.tp is None else args.tp, sp=args.sp, tp_layout=layout_of(args),
                          **gpt_options(args))
     return config, precision
 
@@ -314,6 +316,7 @@ class _Printer:
                     f"MLP {self.widths}")
             tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
                                             + (" (sequence parallel)" if config.sp else ""))
+            what += _padded_words(config)
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
                   f"{config.optimizer} lr "
@@ -384,3 +387,14 @@ def _is_rank_zero(backend: str) -> bool:
     from zerosim.backends.mpi import world_rank_from_environment
 
     return world_rank_from_environment() == 0
+
+
+def _padded_words(config) -> str:
+    """Beside TP, the vocabulary the run trains when Megatron's padding changes it (the header says what runs)."""
+    if config.tp == 1 or config.model == "mlp":
+        return ""
+    from zerosim.parallel.tensor import padded_vocab
+
+    padded = padded_vocab(config.vocab, config.tp) if config.vocab % config.tp else config.vocab
+    return "" if padded == config.vocab else (f", its vocabulary of {config.vocab} padded to {padded:,} as Megatron "
+                                              f"pads it over tp {config.tp} (rows no data uses)")

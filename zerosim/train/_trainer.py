@@ -81,6 +81,8 @@ class TrainConfig:
     tp: int = 1  # tensor parallelism's degree (gpt, llama): T consecutive ranks split every layer; dp = ranks / T
     sp: bool = False  # with tp > 1: Megatron's sequence parallelism
     comm: object = None  # a parallel.data.CommSchedule (buckets, prefetch: a DeepSpeed config's), or None (seed 004's)
+    # with tp > 1: what a TP rank keeps for backward (parallel/tensor LAYOUTS); no bit moves
+    tp_layout: str = "megatron"
 
     def __post_init__(self):
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
@@ -314,7 +316,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
             from zerosim.parallel.tensor import TensorParallel
 
-            tensor = TensorParallel(model, config.tp, config.sp, params=params)
+            tensor = TensorParallel(model, config.tp, config.sp, params=params, layout=config.tp_layout)
         engine = ZeroEngine(
             model if tensor is None else tensor.model,
             cluster,

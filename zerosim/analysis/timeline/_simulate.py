@@ -153,6 +153,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
+            sent = sent if costs is None else costs.call_bytes(ev, sent)  # fp8 beside TP: its all-gathers in fp8
             nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
             end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
             comm_free[stream] = call_end[ev.call] = end

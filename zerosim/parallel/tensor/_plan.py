@@ -22,7 +22,7 @@ all-gathers it in backward; Korthikanti et al. 2022 count it as sbh/t).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,9 +55,11 @@ PLACEMENTS = {  # (role, sequence parallel, the embedding has positions) -> Plac
 }
 
 
-def placement(unit, sequence_parallel: bool) -> Placement:
-    """Where the operators sit around `unit` (a TP unit of _model.py)."""
-    return PLACEMENTS[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
+def placement(unit, sequence_parallel: bool, keeps_shard: bool = True) -> Placement:
+    """Where the operators sit around `unit` (a TP unit of _model.py); `keeps_shard` False: the layout keeps the
+    gathered input instead of the shard (torch DTensor's, _model.py LAYOUTS), so nothing is gathered again."""
+    place = PLACEMENTS[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
+    return place if keeps_shard or not place.keeps_shard else replace(place, keeps_shard=False)
 
 
 def shard_name(unit) -> str:
