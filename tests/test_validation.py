@@ -84,7 +84,7 @@ def test_validate_names_an_unknown_point(capsys):
 def test_plans_default_mfu_for_torchtitans_8_gpu_run(capsys):
     """Must show 4: `zerosim plan` says what efficiency it assumed, and with the default (eager: torchtitan's run
     did not compile) its MFU for Table 1's FSDP row (Llama 3.1 8B, 8 GPUs, 2 × 8192, op-level SAC) is within ±15 %
-    of the measured run's, both counted as torchtitan counts MFU (analysis/costs/_mfu.py) on the same peak."""
+    of the measured run's, both counted as torchtitan counts MFU (analysis/costs/_throughput.py) on the same peak."""
     from zerosim.analysis.costs._throughput import mfu
     from zerosim.analysis.costs._validation_points import LLAMA_3_1_8B
     from zerosim.analysis.timeline import DEVICES
