@@ -21,16 +21,20 @@ from zerosim.models.layers._basic import Layer, acc_dtype
 from zerosim.precision import cast, get_format
 
 
-def embedding_forward(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
-    """ids (B, L) integers, wte (V, d), wpe (L_max, d) -> (y (B, L, d) in fmt, (ids,))."""
+def embedding_forward(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, fmt,
+                      positions=None) -> tuple[np.ndarray, tuple]:
+    """ids (B, L) integers, wte (V, d), wpe (L_max, d) -> (y (B, L, d) in fmt, (ids,)). `positions` (L,): where the
+    tokens sit in their sequence (context parallelism's shard of it: parallel/context/); default 0 .. L−1."""
     acc = acc_dtype(get_format(fmt))
     L = ids.shape[1]
-    y = wte.astype(acc)[ids] + wpe[:L].astype(acc)  # (B, L, d) acc
+    rows = wpe[:L] if positions is None else wpe[positions]
+    y = wte.astype(acc)[ids] + rows.astype(acc)  # (B, L, d) acc
     return cast(y, fmt), (ids,)
 
 
-def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, fmt) -> tuple[np.ndarray, np.ndarray]:
-    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe beyond L get exact zeros."""
+def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, fmt,
+                       positions=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe no token sits at get exact zeros."""
     f = get_format(fmt)
     acc = acc_dtype(f)
     (ids,) = cache
@@ -44,7 +48,7 @@ def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, f
         for j, token in enumerate(ids.reshape(-1).get().tolist()):
             dwte[token] += rows[j]
     dwpe = zeros_like_space(dy, (max_len, d), acc)  # (L_max, d) acc
-    dwpe[:L] = dy_acc.sum(axis=0, dtype=acc)
+    dwpe[slice(0, L) if positions is None else positions] = dy_acc.sum(axis=0, dtype=acc)
     return cast(dwte, f), cast(dwpe, f)
 
 
