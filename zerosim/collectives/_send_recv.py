@@ -43,14 +43,20 @@ def send_recv(cluster, tensors, group=None, shift: int = 1, tag: str = "") -> li
     at = [group.position(r) for r in me]
     dst = [_member(group, r, p, shift) for r, p in zip(me, at)]
     src = [_member(group, r, p, -shift) for r, p in zip(me, at)]
+    sends = [a for (_, a, _) in arrays]
     if shift % n == 0:  # a ring of one, or a whole turn: every buffer stays where it is
-        out = [a.copy() for (_, a, _) in arrays]
+        out = [a.copy() for a in sends]
     else:
-        sends = [a for (_, a, _) in arrays]
         for i, r in enumerate(me):
             cluster.trace.hop(call, 0, r, dst[i], -1, count, fmt.itemsize, fmt.name, sends[i])
-        received = cluster.backend.exchange(sends, dst, src, recv_like=[(count, fmt.dtype)] * len(me))
-        out = [x.copy() for x in received]  # the receive buffer is the receiver's own
+        if not cluster.backend.holds_values:  # the meta backend: what arrives, by shape (its peers are not here) ...
+            out = [cluster.backend.empty(shape, a.dtype) for a in sends]
+            for r in sorted(set(range(cluster.world_size)) - set(me)):  # ... and their sends, the same as its own
+                cluster.trace.hop(call, 0, r, _member(group, r, group.position(r), shift), -1, count, fmt.itemsize,
+                                  fmt.name)
+        else:
+            received = cluster.backend.exchange(sends, dst, src, recv_like=[(count, fmt.dtype)] * len(me))
+            out = [x.copy() for x in received]  # the receive buffer is the receiver's own
     cluster.trace.end(call)
     return Collected([o.reshape(shape) for o in out], cluster.trace.handle(call))
 

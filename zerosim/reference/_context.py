@@ -37,7 +37,9 @@ from zerosim.models.layers import flash_attention_backward, flash_attention_forw
 from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
 from zerosim.models.llama import repeat_kv, repeat_kv_backward
 from zerosim.parallel.context import Located
+from zerosim.parallel.tensor import local_flat, placement, whole_flat
 from zerosim.reference._oracle import Reference
+from zerosim.reference._tensor import TensorReference
 
 CHUNKS = {"contiguous": 1, "zigzag": 2}  # chunks a position holds
 
@@ -89,55 +91,102 @@ class ContextReference:
 
     def __init__(self, cp, optimizer, precision="bf16-mixed", world_size: int = 2, stage=0,
                  accumulation_steps: int = 1, recipe=None):
-        if world_size % cp.cp:
-            raise ValueError(f"cp = {cp.cp} does not divide the {world_size} ranks")
-        self.cp, self.C, self.dp = cp, cp.cp, world_size // cp.cp
+        T = 1 if cp.tensor is None else cp.tensor.tp
+        if world_size % (cp.cp * T):
+            raise ValueError(f"cp = {cp.cp} · tp = {T} does not divide the {world_size} ranks")
+        self.cp, self.C, self.T, self.dp = cp, cp.cp, T, world_size // (cp.cp * T)
         self.model = cp.model
-        self.inner = _Fed(self.model, optimizer, precision, world_size, params=cp.full.init_params(),
-                          accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage)
-        self.inner.made = {}
+        # beside tensor parallelism, its operators as TensorReference does them, on one device (and its slices)
+        self.tensor = None if T == 1 else TensorReference(cp.tensor, optimizer, precision, world_size // cp.cp,
+                                                          stage, accumulation_steps, recipe)
+        tp = cp.tensor  # each TP slice's weights, cut from the whole model's as TensorReference cuts them
+        params = [cp.full.init_params()] if T == 1 else [local_flat(tp.local, tp._whole, tp.full, t) for t in range(T)]
+        self.slices = [_Fed(self.model, optimizer, precision, self.dp * self.C, params=w,
+                            accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage) for w in params]
+        for s in self.slices:
+            s.made = {}
+        self.inner = self.slices[0]
         self.precision = self.inner.precision
+        if cp.local is None:  # cp = 1: the data-parallel (or tensor-parallel) oracle itself
+            self.inner = self.tensor if T > 1 else Reference(cp.full, optimizer, precision, world_size,
+                                                             accumulation_steps=accumulation_steps, recipe=recipe,
+                                                             strategy=stage)
 
     def step(self, batches) -> list:
         """`batches`: per data-parallel rank one (x, target) (B, L) micro-batch or a list of K. Returns each rank's loss
-        (rank d·C + c: position c of data-parallel rank d)."""
-        K = self.inner.accumulation_steps
-        if self.cp.local is None:  # cp = 1: the data-parallel oracle itself
+        (rank d·C + c: position c of data-parallel rank d; beside TP, those of TP position 0)."""
+        if self.cp.local is None:
             return self.inner.step(batches)
+        K = self.inner.accumulation_steps
         micro = [[b] if K == 1 and len(b) == 2 and not isinstance(b[0], (list, tuple)) else list(b) for b in batches]
         scale = self.inner.scaler.scale
         with np.errstate(over="ignore", invalid="ignore"):
             for d in range(self.dp):
                 for k in range(K):
-                    for c, made in enumerate(self.gradients(*micro[d][k], scale)):
-                        self.inner.made[(d * self.C + c, k)] = made
-        out = self.inner.step([[(_Key(r, k), None) for k in range(K)] for r in range(self.dp * self.C)])
-        self.inner.made = {}
-        return out
+                    for c, per_slice in enumerate(self.gradients(*micro[d][k], scale)):
+                        for s, made in zip(self.slices, per_slice):
+                            s.made[(d * self.C + c, k)] = made
+            keys = [[(_Key(r, k), None) for k in range(K)] for r in range(self.dp * self.C)]
+            losses = [[[] for _ in keys] for _ in self.slices]
+            reduced = [s.reduce_step(keys, lost) for s, lost in zip(self.slices, losses)]
+        found = any(not np.all(np.isfinite(r.astype(np.float64))) for r in reduced)  # the engine's flag: every rank
+        out = [s.apply_step(r, lost, found) for s, r, lost in zip(self.slices, reduced, losses)]
+        for s in self.slices:
+            s.made = {}
+        return out[0]
 
-    # -- one micro-batch's C shards -------------------------------------------------------------------------------
+    def whole_params(self) -> np.ndarray:
+        """The whole model's (P,) 16-bit weights (joined from the TP slices beside tensor parallelism)."""
+        if self.cp.local is None and self.tensor is not None:
+            return self.tensor.whole_params()
+        if self.tensor is None:
+            return self.inner.compute_params()
+        return whole_flat(self.cp.tensor.local, [s.compute_params() for s in self.slices], self.cp.full)
+
+    def whole_master(self) -> np.ndarray:
+        if self.cp.local is None and self.tensor is not None:
+            return self.tensor.whole_master()
+        if self.tensor is None:
+            return self.inner.master()
+        return whole_flat(self.cp.tensor.local, [s.master() for s in self.slices], self.cp.full)
+
+    # -- one micro-batch's C shards (each on T TP slices) ------------------------------------------------------------
     def gradients(self, x, target, scale: float = 1.0) -> list:
-        """The C positions' (loss, (padded,) gradient) of one micro-batch (B, L)."""
-        model, C, f, split = self.model, self.C, self.precision.compute_format, self.cp.split
+        """[position c][TP slice t] (loss, (padded,) gradient) of one micro-batch (B, L)."""
+        model, C, T, f, split = self.model, self.C, self.T, self.precision.compute_format, self.cp.split
         x, target = np.asarray(x), np.asarray(target)
         where = [_positions(x.shape[1], split, C, c) for c in range(C)]
-        passes = [Pass(model, x[:, w], target[:, w], f, loss_scale=scale) for w in where]
-        grads = [np.zeros(self.inner.padded, f.dtype) for _ in range(C)]
+        passes = [[Pass(model, x[:, w], target[:, w], f, loss_scale=scale) for _ in range(T)] for w in where]
+        grads = [[np.zeros(self.inner.padded, f.dtype) for _ in range(T)] for _ in range(C)]
+        kept = {}
         for op in schedule(model):
             unit = model.layers[op.layer] if op.layer >= 0 else None
             if getattr(unit, "core", False):  # the attention core: the oracle's own, at its first unit
-                first = not hasattr(unit, "hop") or unit.hop == (0 if op.kind == "forward" else C - 1)
-                if first:
-                    (self._forward if op.kind == "forward" else self._backward)(passes, where, unit)
+                if not hasattr(unit, "hop") or unit.hop == (0 if op.kind == "forward" else C - 1):
+                    for t in range(T):  # each TP slice's heads: a ring of its own over the C positions
+                        (self._forward if op.kind == "forward" else self._backward)([ps[t] for ps in passes],
+                                                                                     where, unit)
                 continue
-            if op.kind == "forward" and getattr(unit, "needs_positions", False):
-                for p, w in zip(passes, where):
-                    p.a = Located(p.a, w)
-            for c, p in enumerate(passes):
-                done = p.run(op, self.inner.layer_params(op.layer) if needs_params(model, op) else {})
-                for spec in (model.layer_specs(op.layer) if done.grads else ()):
-                    grads[c][spec.offset:spec.offset + spec.size] = np.asarray(done.grads[spec.name]).reshape(-1)
-        return [(p.loss, g) for p, g in zip(passes, grads)]
+            place = None if self.tensor is None or unit is None else placement(unit, False)
+            for ps in passes if self.tensor is not None else ():
+                if op.kind == "loss":
+                    self.tensor._loss_statistics(ps)
+                else:
+                    self.tensor._before(ps, op, unit, place, kept)
+            if op.kind == "forward" and op.layer in model.positioned:
+                for ps, w in zip(passes, where):
+                    for p in ps:
+                        p.a = Located(p.a, w)
+            for c, ps in enumerate(passes):
+                for t, p in enumerate(ps):
+                    done = p.run(op, self.slices[t].layer_params(op.layer) if needs_params(model, op) else {})
+                    for spec in (model.layer_specs(op.layer) if done.grads else ()):
+                        grads[c][t][spec.offset:spec.offset + spec.size] = np.asarray(
+                            done.grads[spec.name]).reshape(-1)
+            if place is not None:
+                for ps in passes:
+                    self.tensor._after(ps, op, place)
+        return [[(p.loss, g) for p, g in zip(ps, gs)] for ps, gs in zip(passes, grads)]
 
     # -- attention, forward ----------------------------------------------------------------------------------------
     def _forward(self, passes, where, unit) -> None:

@@ -63,11 +63,15 @@ class Embedding(Layer):
         self.param_shapes = {"wte": (vocab, d), "wpe": (max_len, d)}
 
     def forward(self, p, x, fmt):
-        y, (ids,) = embedding_forward(x, p["wte"], p["wpe"], fmt)
-        return y, {"input": ids}
+        """x: token ids (B, L), or ids beside their positions (`x.value`, `x.positions`: a context-parallel rank's
+        shard of the sequence, parallel/context/_records.py), kept as given."""
+        y, _ = embedding_forward(getattr(x, "value", x), p["wte"], p["wpe"], fmt, getattr(x, "positions", None))
+        return y, {"input": x}
 
     def backward(self, p, dy, cache, fmt):
-        dwte, dwpe = embedding_backward(dy, (cache["input"],), self.vocab, self.max_len, fmt)
+        x = cache["input"]
+        dwte, dwpe = embedding_backward(dy, (getattr(x, "value", x),), self.vocab, self.max_len, fmt,
+                                        getattr(x, "positions", None))
         return None, {"wte": dwte, "wpe": dwpe}
 
     def saved_spec(self, x_shape, fmt, ids_dtype=np.int64) -> dict:

@@ -31,7 +31,8 @@ from zerosim.models import GPT, Llama
 from zerosim.models.gpt import AttentionBlock, Decoder, Embedding, FFNBlock, TransformerBlock
 from zerosim.models.llama import LlamaAttention, LlamaBlock
 from zerosim.parallel.context._split import SPLITS, check_split
-from zerosim.parallel.context._units import AttentionOut, Gathered, GptQKV, Hop, LlamaQKV, PositionedEmbedding
+from zerosim.parallel.context._core import Gathered, Hop
+from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV, TensorOut, TensorQKV
 
 STYLES = ("ring", "allgather")  # Transformer Engine's cp_comm_type "p2p" and "all_gather"
 
@@ -65,33 +66,40 @@ def check_model(full) -> None:
 class ContextParallelModel(Decoder):
     """One CP rank's units of `full` (a GPT or a Llama with attention="flash") at degree `cp`, communicating in
     `style` ("ring" or "allgather"), its sequences cut by `split` ("contiguous" or "zigzag"); `causal` False drops
-    the attention's mask (a model that sees both ways). `base[i]` is the index in `full.layers` unit i came from."""
+    the attention's mask (a model that sees both ways). `tensor`: a TP rank's model of `full`
+    (parallel/tensor's TensorParallelModel), whose units are cut instead (its attention region into its column and
+    row halves: _ends.py). `base[i]` is the index of the unit of the model cut that unit i came from; `positioned`
+    the units whose input comes beside the tokens' positions (the GPT's embedding, the Llama's QKV end)."""
 
-    def __init__(self, full, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True):
+    def __init__(self, full, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True,
+                 tensor=None):
         check_model(full)
         self.cp, self.style, self.split = check_cp(cp), check_style(style), check_split(split)
         self.causal = bool(causal)
-        self.full = full
-        layers, base, spans = [], [], []
-        for i, unit in enumerate(full.layers):
+        self.full, self.cut = full, full if tensor is None else tensor
+        layers, base, spans, positioned = [], [], [], set()
+        for i, unit in enumerate(self.cut.layers):
             start = len(layers)
             for made in self._units(unit):
+                if getattr(unit, "positions", None) or isinstance(unit, Embedding) or isinstance(made, LlamaQKV) or (
+                        isinstance(made, TensorQKV) and made.gqa):
+                    positioned.add(len(layers))
                 layers.append(made)
                 base.append(i)
             spans.append((start, len(layers)))
-        blocks = [(spans[s][0], spans[e - 1][1]) for s, e in full.checkpoint_blocks]
-        super().__init__(layers, full.loss, checkpoint_blocks=blocks)
-        self.base = tuple(base)
+        blocks = [(spans[s][0], spans[e - 1][1]) for s, e in self.cut.checkpoint_blocks]
+        super().__init__(layers, self.cut.loss, checkpoint_blocks=blocks)
+        self.base, self.positioned = tuple(base), frozenset(positioned)
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
             full.vocab, full.d_model, full.n_heads, full.n_layers, full.seq_len)
         self.attention, self.checkpoint, self.unit = full.attention, full.checkpoint, "context parallel"
         self.family = "gpt" if isinstance(full, GPT) else "llama"
-        if [(s.name, s.shape) for s in self.specs] != [(s.name, s.shape) for s in full.specs]:
-            raise AssertionError("the CP rank's units must hold the whole model's parameters in its flat order")
+        if [(s.name, s.shape) for s in self.specs] != [(s.name, s.shape) for s in self.cut.specs]:
+            raise AssertionError("the CP rank's units must hold the cut model's parameters in its flat order")
 
     def _units(self, unit) -> list:
-        if isinstance(unit, Embedding):
-            return [PositionedEmbedding(unit)]
+        if getattr(unit, "role", None) == "column-row" and hasattr(unit, "heads") and hasattr(unit, "block"):
+            return self._tensor_attention(unit)  # tensor parallelism's attention region
         if isinstance(unit, TransformerBlock):
             return self._gpt_attention(unit, unit.name) + [FFNBlock(unit.d, unit.activation, unit.n_layers,
                                                                     name=f"{unit.name}.ffn")]
@@ -123,9 +131,16 @@ class ContextParallelModel(Decoder):
                 AttentionOut(attn.d, attn.heads, attn.kv_heads, attn.head_dim, "o_proj",
                              "o_bias" if attn.o_bias else None, f"{name}.attn.out")]
 
+    def _tensor_attention(self, unit) -> list:
+        self._flash_block = unit.block
+        name = unit.name.removesuffix(".attn")
+        return [TensorQKV(unit, f"{name}.attn.qkv"), *self._core(name, unit.heads, getattr(unit, "kv_heads",
+                                                                                           unit.heads)),
+                TensorOut(unit, f"{name}.attn.out")]
+
     def init_params(self, rng=None):
-        """The whole model's initial weights (the same flat vector, in the same order)."""
-        return self.full.init_params(rng)
+        """The cut model's initial weights (the same flat vector, in the same order)."""
+        return self.cut.init_params(rng)
 
     def __repr__(self) -> str:
         mask = "" if self.causal else ", not causal"

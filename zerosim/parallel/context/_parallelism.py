@@ -38,10 +38,11 @@ from zerosim.collectives import all_gather, reduce_scatter, send_recv
 from zerosim.models.meta import like
 from zerosim.parallel._contract import Parallelism
 from zerosim.parallel.context._blocks import gathered_reach, ring_block
+from zerosim.parallel.context._meta import MetaContextParallelModel
 from zerosim.parallel.context._model import ContextParallelModel, check_cp, check_style
 from zerosim.parallel.context._records import Located
 from zerosim.parallel.context._split import check_length, check_split, positions, shard
-from zerosim.parallel.context._units import Gathered, Hop, rows_of
+from zerosim.parallel.context._core import Gathered, Hop, rows_of
 
 
 class ContextParallel(Parallelism):
@@ -57,15 +58,37 @@ class ContextParallel(Parallelism):
 
     name = "context parallel"
 
-    def __init__(self, model, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True):
+    def __init__(self, model, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True,
+                 tensor=None):
         self.cp, self.style, self.split = check_cp(cp), check_style(style), check_split(split)
         self.causal = bool(causal)
-        self.full = model
-        self.local = None if self.cp == 1 and self.causal else ContextParallelModel(model, self.cp, style, split,
-                                                                                     causal)
-        self.model = model if self.local is None else self.local
+        self.tensor = tensor if tensor is not None and tensor.local is not None else None
+        if self.tensor is not None and self.tensor.sequence_parallel:
+            raise NotImplementedError("context parallelism beside tensor parallelism's sequence parallelism is not "
+                                      "modelled yet: build TensorParallel(..., sequence_parallel=False)")
+        if self.tensor is not None and (tensor.full is not model):
+            raise ValueError("tensor= must be the TensorParallel of this same model")
+        whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
+        self.meta = whole is not None
+        if self.meta and self.tensor is not None:
+            raise NotImplementedError("the meta backend's twin of context beside tensor parallelism is not modelled "
+                                      "yet")
+        self.full = whole if self.meta else model
+        cut = None if self.tensor is None else self.tensor.local
+        self.local = None if self.cp == 1 and self.causal else ContextParallelModel(self.full, self.cp, style, split,
+                                                                                     causal, cut)
+        if self.local is None:
+            self.model = model if self.tensor is None else self.tensor.model
+        else:
+            self.model = MetaContextParallelModel(self.local, model.loss) if self.meta else self.local
         self.degrees = {"cp": self.cp}
         self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
+
+    @property
+    def parallelisms(self) -> tuple:
+        """What the engine runs, in order: tensor parallelism's operators first (its f before a unit, its vocabulary
+        shift), then this one's (which hands the unit its input beside the tokens' positions)."""
+        return (self,) if self.tensor is None else (self.tensor, self)
 
     # -- before the step ----------------------------------------------------------------------------------------
     def batches(self, dims, per_data_rank: list) -> list:
@@ -101,9 +124,11 @@ class ContextParallel(Parallelism):
             if isinstance(unit, Gathered):
                 return self._gather(ctx, passes, "dy", unit, group, where, "backward")
             return Handle()
-        if getattr(unit, "needs_positions", False) and not op.from_checkpoint:
+        if op.layer in self.local.positioned and not op.from_checkpoint:
             for p, c in zip(passes, where):
-                p.a = Located(p.a, positions(p.a.shape[1] * self.cp, self.split, self.cp, c))
+                L = p.a.shape[1] * self.cp
+                at = like(p.a, (L // self.cp,), np.int64) if self.meta else positions(L, self.split, self.cp, c)
+                p.a = Located(p.a, at)
         if isinstance(unit, Hop):
             return self._hop_forward(ctx, passes, unit, group, where)
         if isinstance(unit, Gathered):
