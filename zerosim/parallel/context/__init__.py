@@ -10,19 +10,23 @@ reduces and shards the gradients over dp × cp as torchtitan's FSDP does.
 
 Its files, the algorithm apart from its communication:
 
-    _parallelism.py   ContextParallel: the step's points (the contract): the K/V's sends, gathers and reductions
+    _parallelism.py   ContextParallel: the step's points (the contract), each rank's tokens
+    _communication.py the K/V's sends round the ring, the all-gather and its reduce-scatter, on the records
     _split.py         how a sequence is cut over the CP ranks (contiguous, zigzag); what does not split is refused
     _blocks.py        the ring's schedule as data: which block of attention each hop computes, and the all-gather's
     _model.py         ContextParallelModel: the GPT's or Llama's units, attention cut where the ring communicates
-    _units.py         those units: the QKV and output ends, a hop of the ring, the gathered core, the positioned
-                      embedding
-    _records.py       what crosses between them: Located (a value beside its positions), Ring, RingGrad
+    _ends.py          the QKV end before the ring and the output end after it (the GPT's, the Llama's, TP's halves)
+    _core.py          a hop of ring attention, and the all-gather's core: the arithmetic between the sends
+    _records.py       what crosses between the units: Located (a value beside its positions), Ring, RingGrad
+    _attend.py        ring_attention: the core alone, each rank's Q, K, V in, O and LSE out
+    _meta.py          the data-less twin of a CP rank's model, for the meta backend
 
 The oracle is zerosim.reference's ContextReference (its own plain ring attention); the merge's arithmetic is
 models/layers/_attention_merge.py. Pipeline parallelism composes at the same points (parallel/_contract.py): a
 pipeline stage holds whole units, and the CP units of a block stay on one stage.
 """
 
+from zerosim.parallel.context._attend import ring_attention
 from zerosim.parallel.context._blocks import Block, Reach, gathered_reach, ring_block, ring_schedule
 from zerosim.parallel.context._model import STYLES, ContextParallelModel
 from zerosim.parallel.context._parallelism import ContextParallel
@@ -30,5 +34,5 @@ from zerosim.parallel.context._records import Located, Ring, RingGrad
 from zerosim.parallel.context._split import SPLITS, check_length, chunk_ids, positions, shard, unshard
 
 __all__ = ["Block", "ContextParallel", "ContextParallelModel", "Located", "Reach", "Ring", "RingGrad", "SPLITS",
-           "STYLES", "check_length", "chunk_ids", "gathered_reach", "positions", "ring_block", "ring_schedule",
-           "shard", "unshard"]
+           "STYLES", "check_length", "chunk_ids", "gathered_reach", "positions", "ring_attention", "ring_block",
+           "ring_schedule", "shard", "unshard"]

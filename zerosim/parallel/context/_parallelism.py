@@ -22,9 +22,8 @@ At the step's points (parallel/_contract.py) it runs, over the CP groups (collec
     after a unit, backward     allgather: dK, then dV, reduce-scattered to their owners (16-bit, the ring's
                                order: TE's reduce_scatter_along_first_dim)
 
-Each hop is told its block (_blocks.py) — which pieces of Q meet which of the held K/V — so the units (_units.py)
-never ask which rank they run on. Nothing is kept between steps; what a hop's K/V costs in memory while in flight
-(TE's p2p_comm_buffers) is transport, as the ring's FIFOs are (collectives/_ring.py).
+The sends themselves are _communication.py's. Each hop is told its block (_blocks.py) — which pieces of Q meet which
+of the held K/V — so the units (_core.py) never ask which rank they run on. Nothing is kept between steps.
 
 `cp = 1` is no context parallelism: the model itself, no hook does anything, every bit and call as without it.
 """
@@ -34,15 +33,14 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.cluster import Handle
-from zerosim.collectives import all_gather, reduce_scatter, send_recv
 from zerosim.models.meta import like
 from zerosim.parallel._contract import Parallelism
-from zerosim.parallel.context._blocks import gathered_reach, ring_block
+from zerosim.parallel.context import _communication as comm
+from zerosim.parallel.context._core import Gathered, Hop
 from zerosim.parallel.context._meta import MetaContextParallelModel
 from zerosim.parallel.context._model import ContextParallelModel, check_cp, check_style
 from zerosim.parallel.context._records import Located
 from zerosim.parallel.context._split import check_length, check_split, positions, shard
-from zerosim.parallel.context._core import Gathered, Hop, rows_of
 
 
 class ContextParallel(Parallelism):
@@ -82,6 +80,7 @@ class ContextParallel(Parallelism):
         else:
             self.model = MetaContextParallelModel(self.local, model.loss) if self.meta else self.local
         self.degrees = {"cp": self.cp}
+        self.layout = comm.Layout(self.cp, self.split, self.causal)
         self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
 
     @property
@@ -120,139 +119,40 @@ class ContextParallel(Parallelism):
         where = [group.position(rank.index) for rank in ctx.ranks]
         if op.kind == "backward":
             if isinstance(unit, Hop):
-                return self._hop_backward(ctx, passes, unit, group, where)
-            if isinstance(unit, Gathered):
-                return self._gather(ctx, passes, "dy", unit, group, where, "backward")
-            return Handle()
+                grads, handle = comm.backward_hop(ctx.cluster, group, [p.dy for p in passes], where, unit,
+                                                  self.layout)
+            elif isinstance(unit, Gathered):
+                grads, handle = comm.gather(ctx.cluster, group, [p.dy for p in passes], where, unit, self.layout,
+                                            "backward")
+            else:
+                return Handle()
+            for p, g in zip(passes, grads):
+                p.dy = g
+            return handle
         if op.layer in self.local.positioned and not op.from_checkpoint:
             for p, c in zip(passes, where):
                 L = p.a.shape[1] * self.cp
                 at = like(p.a, (L // self.cp,), np.int64) if self.meta else positions(L, self.split, self.cp, c)
                 p.a = Located(p.a, at)
+        states = [p.a for p in passes]
         if isinstance(unit, Hop):
-            return self._hop_forward(ctx, passes, unit, group, where)
-        if isinstance(unit, Gathered):
-            return self._gather(ctx, passes, "a", unit, group, where, "forward")
-        return Handle()
+            states, handle, self._ahead = comm.forward_hop(ctx.cluster, group, states, where, unit, self.layout,
+                                                           self._ahead)
+        elif isinstance(unit, Gathered):
+            states, handle = comm.gather(ctx.cluster, group, states, where, unit, self.layout, "forward")
+        else:
+            return Handle()
+        for p, state in zip(passes, states):
+            p.a = state
+        return handle
 
     def after_unit(self, ctx, passes, ops) -> Handle:
         op = ops[0]
         unit = None if self.local is None or op.kind != "backward" else self.local.layers[op.layer]
         if not isinstance(unit, Gathered):
             return Handle()
-        group, handle, owned = ctx.mesh.dims.groups("cp"), Handle(), []
-        for i, name in enumerate(("dK", "dV")):  # TE: reduce_scatter_along_first_dim(dk), then (dv)
-            sends = [_rank_order(p.dy.dkv[i], self.split, self.cp) for p in passes]
-            got = reduce_scatter(ctx.cluster, sends, group=group, tag=f"{unit.name}: {name} reduce-scatter")
-            handle += got.handle
-            owned.append([g.reshape(p.dy.held[i].shape) for g, p in zip(got, passes)])  # (B, G, L_r, d_h)
-        for p, dk, dv in zip(passes, *owned):
-            p.dy = p.dy.but(dk=dk, dv=dv, dkv=None)
+        grads, handle = comm.scatter_dkv(ctx.cluster, ctx.mesh.dims.groups("cp"), [p.dy for p in passes], unit,
+                                         self.layout)
+        for p, g in zip(passes, grads):
+            p.dy = g
         return handle
-
-    # -- the ring ------------------------------------------------------------------------------------------------
-    def _hop_forward(self, ctx, passes, unit, group, where) -> Handle:
-        j, C = unit.hop, self.cp
-        waited, self._ahead = (self._ahead if j else Handle()), Handle()
-        held = [p.a.kv if j == 0 else p.a.incoming for p in passes]
-        incoming = [None] * len(passes)
-        if j < C - 1:  # hop j+1's K/V, posted now (TE: the receive for step i+1 before step i's attention)
-            got = send_recv(ctx.cluster, [_pack(kv) for kv in held], group=group, shift=1,
-                            tag=f"{unit.name}: K, V to the next rank")
-            incoming = [_unpack(m, kv) for m, kv in zip(got, held)]
-            self._ahead = got.handle
-        for p, kv, nxt, c in zip(passes, held, incoming, where):
-            block = ring_block(self.split, self.causal, C, c, j)
-            p.a = p.a.but(held=kv, incoming=nxt, block=block, work=_work(p.a.q, kv[0], block, unit.pieces))
-        return waited
-
-    def _hop_backward(self, ctx, passes, unit, group, where) -> Handle:
-        j, C = unit.hop, self.cp
-        held = [p.dy.held if j == C - 1 else p.dy.incoming for p in passes]
-        # the first hop's dK/dV buffer: TE's torch.empty; zeros here (whatever it holds, a first write copies over it)
-        handle, incoming, dkv = Handle(), [None] * len(passes), [tuple(_zeros(a) for a in kv) for kv in held]
-        if C > 1:  # TE's backward step C−1−j: [kv] at j = C−1, [kv, dkv] between, [dkv] at j = 0
-            parts = [(kv if j > 0 else ()) + (p.dy.dkv if j < C - 1 else ()) for p, kv in zip(passes, held)]
-            what = " and ".join(x for x, on in (("K, V", j > 0), ("dK, dV", j < C - 1)) if on)
-            got = send_recv(ctx.cluster, [_pack(x) for x in parts], group=group, shift=-1,
-                            tag=f"{unit.name}: {what} to the previous rank (backward)")
-            handle = got.handle
-            received = [_unpack(m, x) for m, x in zip(got, parts)]
-            incoming = [r[:2] if j > 0 else None for r in received]
-            dkv = [r[-2:] if j < C - 1 else d for r, d in zip(received, dkv)]
-        for p, kv, nxt, d, c in zip(passes, held, incoming, dkv, where):
-            block = ring_block(self.split, self.causal, C, c, j)
-            p.dy = p.dy.but(held=kv, incoming=nxt, dkv=d, block=block, work=_work(p.dy.q, kv[0], block, unit.pieces))
-        return handle
-
-    # -- the all-gather -------------------------------------------------------------------------------------------
-    def _gather(self, ctx, passes, slot: str, unit, group, where, direction: str) -> Handle:
-        states = [getattr(p, slot) for p in passes]
-        own = [s.kv if direction == "forward" else s.held for s in states]
-        handle, gathered = Handle(), []
-        for i, name in enumerate(("K", "V")):  # TE: gather_along_first_dim(k), then (v)
-            got = all_gather(ctx.cluster, [kv[i].reshape(-1) for kv in own], group=group,
-                             tag=f"{unit.name}: {name} all-gather ({direction})")
-            handle += got.handle
-            gathered.append([_sequence_order(g, kv[i], self.split, self.cp) for g, kv in zip(got, own)])
-        for p, s, k, v, c in zip(passes, states, *gathered, where):
-            length = k.shape[-2]
-            reach = gathered_reach(self.split, self.causal, self.cp, c, length)
-            work = tuple((s.q.shape[0], s.q.shape[1], length // (len(reach) * self.cp), r.stop, s.q.shape[3])
-                         for r in reach)
-            setattr(p, slot, s.but(gathered=(k, v), block=reach, work=work))
-        return handle
-
-
-def _work(q, k, block, pieces: int) -> tuple:
-    """(B, H, queries, keys, d_h) of a hop's block (0 queries and keys: a skipped hop)."""
-    B, H, L, dh = q.shape
-    if block is None:
-        return (B, H, 0, 0, dh)
-    qr, kr = rows_of(block.q, pieces, L), rows_of(block.k, pieces, k.shape[-2])
-    return (B, H, qr.stop - qr.start, kr.stop - kr.start, dh)
-
-
-def _zeros(a):
-    return like(a, a.shape, a.dtype) if getattr(a, "is_meta", False) else np.zeros_like(a)
-
-
-def _pack(arrays: tuple):
-    """One flat message of the arrays, one after another (TE's torch.cat of the flattened k and v)."""
-    arrays = [a for a in arrays if a is not None]
-    if getattr(arrays[0], "is_meta", False):
-        return like(arrays[0], (sum(int(np.prod(a.shape)) for a in arrays),), arrays[0].dtype)
-    return np.concatenate([a.reshape(-1) for a in arrays])
-
-
-def _unpack(message, like_these: tuple) -> tuple:
-    """The arrays back from a message, shaped as `like_these` (what was sent: every rank sends the same shapes)."""
-    out, at = [], 0
-    for a in like_these:
-        n = int(np.prod(a.shape))
-        out.append(like(message, a.shape, a.dtype) if getattr(message, "is_meta", False)
-                   else message[at:at + n].reshape(a.shape))
-        at += n
-    return tuple(out)
-
-
-def _sequence_order(gathered, own, split: str, cp: int):
-    """(B, G, L, d_h) from an all-gather's (C·B·G·L_r·d_h,) in CP position order: each position's tokens placed at
-    their sequence positions (TE: index_select by get_seq_chunk_ids_for_reordering_before_attn)."""
-    B, G, Lr, dh = own.shape
-    if getattr(gathered, "is_meta", False):
-        return like(gathered, (B, G, Lr * cp, dh), own.dtype)
-    per = gathered.reshape(cp, B, G, Lr, dh)
-    out = np.empty((B, G, Lr * cp, dh), own.dtype)
-    for p in range(cp):
-        out[:, :, positions(Lr * cp, split, cp, p)] = per[p]
-    return out
-
-
-def _rank_order(whole, split: str, cp: int):
-    """(C·B·G·L_r·d_h,) of a whole-sequence (B, G, L, d_h): position p's tokens, then p+1's (TE: index_select by
-    get_seq_chunk_ids_for_reordering_after_attn before the reduce-scatter), so the ring's chunk p is p's own."""
-    B, G, L, dh = whole.shape
-    if getattr(whole, "is_meta", False):
-        return like(whole, (B * G * L * dh,), whole.dtype)
-    return np.concatenate([whole[:, :, positions(L, split, cp, p)].reshape(-1) for p in range(cp)])

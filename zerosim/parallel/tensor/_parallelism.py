@@ -258,9 +258,11 @@ class TensorParallel(Parallelism):
 
 
 def _unit(local, passes, op):
-    """The unit `op` runs: of the model the engine runs (`Pass.model`), which is this TP rank's model or another
-    parallelism's cut of its units (context parallelism cuts the attention region in two: parallel/context/)."""
-    return (passes[0].model if passes else local).layers[op.layer]
+    """The unit `op` runs: of the model the engine runs (`Pass.model`), which is this TP rank's model, another
+    parallelism's cut of its units (context parallelism cuts the attention region in two: parallel/context/), or the
+    data-less twin of either (its real unit, `.unit`)."""
+    unit = (passes[0].model if passes else local).layers[op.layer]
+    return getattr(unit, "unit", unit)
 
 
 def _value(a):

@@ -117,6 +117,10 @@ class DataMesh:
                                       "dp_shard × cp and replicates over dp_replicate; zerosim models CP with the "
                                       "flat stages 0-3 only, for now")
         _data_parallel(world_size, tp)
+        if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1 or world_size % (tp * cp):
+            raise ValueError(f"context parallelism of degree {cp!r} beside tp = {tp} does not divide the {world_size} "
+                             "ranks: cp · tp must divide the world size (the data-parallel degree is the quotient, as "
+                             "torchtitan's degrees multiply to it)")
         return cls(plan, ParallelDims(world_size, tp=tp, cp=cp), g, None)
 
     @property
