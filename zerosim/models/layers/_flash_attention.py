@@ -124,7 +124,7 @@ def flash_attention_flops(B: int, H: int, L: int, dh: int, kind: str, block: int
     keys = L if keys is None else keys
     gemm = 2 * B * H * L * keys * dh
     n_scores, rows, elems = B * H * L * keys, B * H * L, B * H * L * dh
-    n_tiles = len(_tiles(keys, block)) if keys else 0
+    n_tiles = -(-keys // block) if block >= 1 else len(_tiles(keys, block))  # ⌈keys / T⌉ (_tiles refuses T < 1)
     if kind == "forward":
         return 2 * gemm + 5 * n_scores + n_tiles * (5 * rows + 2 * elems) + elems + 2 * rows
     return 5 * gemm + 5 * n_scores + 3 * elems + n_tiles * 2 * elems

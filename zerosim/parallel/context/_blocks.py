@@ -1,5 +1,5 @@
 """Which block of attention a CP rank computes at each hop of the ring, and what the all-gather variant computes: the
-schedule, as data, apart from the arithmetic (_units.py) and the communication (_parallelism.py).
+schedule, as data, apart from the arithmetic (_core.py) and the communication (_communication.py).
 
 Letters: C the CP degree, p a rank's position in its CP group, j the hop (0 .. C−1), s = (p − j) mod C the position
 whose keys and values p holds at hop j (they travel p → p + 1: Transformer Engine's `send_dst = cp_global_ranks[(rank

@@ -5,7 +5,7 @@ unsplit) on its own tokens, so one `ContextParallelModel` serves them all and it
 model's, in the same order: ZeRO shards it over dp × cp (parallel/data/multinode/_groups.py). Its units:
 
     embed                        GPT: token + learned position embedding at the rank's positions; Llama: as is
-    block{i}.attn.qkv            the norm and the QKV GEMM (Llama: rotary at the rank's positions)   _units.py
+    block{i}.attn.qkv            the norm and the QKV GEMM (Llama: rotary at the rank's positions)   _ends.py
     block{i}.attn.hop0 .. hop{C−1}   ring: one block of attention a hop (the K/V arrive between hops)
       or block{i}.attn.gathered      all-gather: the local queries against the gathered keys
     block{i}.attn.out            W_o, its bias, the residual add

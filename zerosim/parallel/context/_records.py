@@ -4,7 +4,7 @@ holds at this hop, what its hops made so far — and, backward, their gradients.
 Letters: B batch, H query heads, G key/value heads, L_r the rank's tokens, d_h head width; arrays in the compute
 format fmt unless marked acc (fp32; float64 under fp64). The step calls a parallelism only between units
 (parallel/_contract.py), and ring attention sends keys and values between blocks of attention, so the attention
-core is cut into units (one per hop, _units.py) and its state crosses each cut in one of these records. Each answers
+core is cut into units (one per hop, _core.py) and its state crosses each cut in one of these records. Each answers
 what the step asks of the activation in flight (models/_run.py, `Pass`): `shape` (the block this op computes: the
 FLOPs of a hop follow from it), `dtype`, `nbytes` (every part), `snapshot()` (copies for narration).
 
