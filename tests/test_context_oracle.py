@@ -205,7 +205,7 @@ def _upper_as_lower(real):
                                          (_upper_as_lower, "ring_block")],
                          ids=["forward ring turned", "backward ring turned", "upper block's rows"])
 def test_a_bug_in_the_engines_ring_is_caught(monkeypatch, plant, what):
-    import zerosim.parallel.context._parallelism as engine_side
+    import zerosim.parallel.context._communication as engine_side
 
     full = gpt(layers=1)
     clean = run_both(full, 4, dp=1, stage=0, precision="fp16-mixed")
