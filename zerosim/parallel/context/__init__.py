@@ -22,8 +22,13 @@ Its files, the algorithm apart from its communication:
     _meta.py          the data-less twin of a CP rank's model, for the meta backend
 
 The oracle is zerosim.reference's ContextReference (its own plain ring attention); the merge's arithmetic is
-models/layers/_attention_merge.py. Pipeline parallelism composes at the same points (parallel/_contract.py): a
-pipeline stage holds whole units, and the CP units of a block stay on one stage.
+models/layers/_attention_merge.py.
+
+Beside tensor parallelism (without sequence parallelism, for now) `ContextParallel(gpt, cp=C, tensor=tp)` cuts TP's
+attention region into its column and row halves; `cp.parallelisms` is (tp, cp), TP's operators first. Pipeline
+parallelism will compose at the same points (parallel/_contract.py): a stage must hold a block's CP units whole (its
+QKV end, its hops, its output end: a cut between them would cross the ring's state), its CP groups are
+`ParallelDims(..., pp=P, cp=C).groups("cp")` within the stage, and the flat stages' "fsdp" groups are cut per stage.
 """
 
 from zerosim.parallel.context._attend import ring_attention

@@ -12,6 +12,10 @@ model's, in the same order: ZeRO shards it over dp × cp (parallel/data/multinod
     block{i}.ffn                 the FFN sub-block, as is (a token's FFN needs no other token)
     head                         as is; the loss is each rank's mean over its own B·L_r tokens
 
+Beside tensor parallelism the units cut are a TP rank's (parallel/tensor/_model.py): its attention region (the
+column-parallel QKV GEMM, attention, the row-parallel W_o) becomes the QKV end, the core and the output end, with f
+before the first and g after the last (parallel/tensor/_plan.py's "column" and "row").
+
 A GPT or Llama of unit="block" has its block cut in two here (attention, FFN), as unit="sublayer" has it: a
 collective may only sit between units (parallel/_contract.py). ZeRO-3 therefore gathers a block's parameters in three
 calls where FSDP wraps the block once (the bytes are the same). Checkpoint blocks follow the model's own, each

@@ -98,7 +98,6 @@ class Ring(_Record):
     lse: object = None  # (B, H, L_r) acc, merged so far
     gathered: tuple = None  # all-gather: every rank's (K, V) in sequence order, (B, G, L, d_h)
     o: object = None  # (B, H, L_r, d_h) the attention output, once every hop is in
-    extra: object = None  # what another parallelism hands through the core untouched (tensor parallelism: nothing)
 
     @property
     def shape(self) -> tuple:
@@ -123,7 +122,6 @@ class RingGrad(_Record):
     gathered: tuple = None
     dk: object = None  # (B, G, L_r, d_h) the rank's own, once the ring is done
     dv: object = None
-    extra: object = None  # tensor parallelism with sequence parallelism: the gathered input of the QKV GEMM
 
     @property
     def shape(self) -> tuple:
