@@ -32,10 +32,7 @@ from zerosim.models.layers import (
     prenorm_residual_backward,
     prenorm_residual_flops,
     residual_add,
-    rmsnorm_backward,
     rmsnorm_flops,
-    rmsnorm_forward,
-    rmsnorm_output,
     rope_backward,
     rope_flops,
     rope_forward,
@@ -44,6 +41,7 @@ from zerosim.models.layers import (
     tokens_linear_backward,
     tokens_linear_forward,
 )
+from zerosim.models.llama import norm_qkv_backward, norm_qkv_forward
 from zerosim.parallel.context._records import Ring, RingGrad
 from zerosim.parallel.tensor import Bundle
 from zerosim.precision import get_format
@@ -103,33 +101,16 @@ class LlamaQKV(Layer):
     def forward(self, p, x, fmt):
         f = get_format(fmt)
         x, positions = x.value, x.positions
-        wq, wkv = self._widths()
-        ln, (_, rstd) = rmsnorm_forward(x, p["norm1.w"], f, self.rms_eps)
-        w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])
-        b = np.concatenate([p["q_bias"], p["k_bias"], p["v_bias"]]) if self.qkv_bias else None
-        qkv = tokens_linear_forward(ln, w, b, f)  # (B, L_r, (H+2G)·d_h) fmt
         cos, sin = self._tables(positions, f)
-        q = rope_forward(split_heads(qkv[..., :wq], self.heads), cos, sin, f)
-        k = rope_forward(split_heads(qkv[..., wq:wq + wkv], self.kv_heads), cos, sin, f)
-        v = split_heads(qkv[..., wq + wkv:], self.kv_heads)
+        q, k, v, rstd = norm_qkv_forward(p, x, self.heads, self.kv_heads, self.qkv_bias, self.rms_eps, cos, sin, f)
         return Ring(x, q, (k, v)), {"block input": x, "norm1 rstd": rstd, "positions": positions}
 
     def backward(self, p, dy, cache, fmt):
         f = get_format(fmt)
         x = cache["block input"]
         cos, sin = self._tables(cache["positions"], f)
-        dq = rope_backward(dy.dq, cos, sin, f)
-        dk = rope_backward(dy.dk, cos, sin, f)
-        dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dy.dv)], axis=-1)
-        norm_cache = (x, cache["norm1 rstd"])
-        ln = rmsnorm_output(norm_cache, p["norm1.w"], f)
-        w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])
-        dln, dw, db = tokens_linear_backward(dqkv, ln, w, f)
-        dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f)
-        wq, wkv = self._widths()
-        grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq:wq + wkv], "v_proj": dw[wq + wkv:]}
-        if self.qkv_bias:
-            grads |= {"q_bias": db[:wq], "k_bias": db[wq:wq + wkv], "v_bias": db[wq + wkv:]}
+        dx_norm, grads = norm_qkv_backward(p, dy.dq, dy.dk, dy.dv, x, cache["norm1 rstd"], self.qkv_bias, cos, sin,
+                                           f)
         return residual_add(dy.residual, dx_norm, f), grads  # the residual's two gradient paths, summed once
 
     def saved_spec(self, x_shape, fmt) -> dict:
