@@ -21,10 +21,10 @@ and starts from the last K/V the forward received): hop j's dK and dV join the s
 the K/V, dQ the rank's own. The first hop to write a piece copies its gradient in, the later ones add (TE's
 `dq.copy_(dq_)` / `dk.add_(dk_)` rules): `first_dq` and `first_dkv` name those pieces.
 
-The all-gather variant (Transformer Engine's AttnFuncWithCPAndKVAllGather; the Llama 3 paper, §3.3.2: "all-gather
-the key (K) and value (V) tensors, and then compute attention output for the local query (Q) tensor chunk"): every
-piece of Q attends to the gathered keys up to the end of its own chunk (causal, its mask aligned to the bottom right
-corner, `get_kv_seq_info_after_all_gather`), or to all of them.
+The all-gather variant (Transformer Engine's AttnFuncWithCPAndKVAllGather, whose docstring points to §3.3.2 of the
+Llama 3 paper: K and V all-gathered first, then attention for the rank's own queries): every piece of Q attends to
+the gathered keys up to the end of its own chunk (causal, its mask aligned to the bottom right corner,
+`get_kv_seq_info_after_all_gather`), or to all of them.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ group. The sequence is cut into `pieces(split) · C` equal chunks; position p ho
                                                context_parallel_load_balancer = None)
     zigzag       chunks p and 2C − 1 − p,     (Transformer Engine 2.18, context_parallel.py: "Context parallelism
                  in that order                 assigns two discontiguous sequence chunks to each GPU for load
-                                               balancing", get_seq_chunk_ids_for_reordering_before_attn; Megatron's
-                                               get_batch_on_this_cp_rank; torch 2.13's _HeadTailLoadBalancer, the
-                                               default of torchtitan's context_parallel_load_balancer = "headtail")
+                                               balancing", get_seq_chunk_ids_for_reordering_before_attn and its
+                                               THD get_batch_on_this_cp_rank; torch 2.13's _HeadTailLoadBalancer,
+                                               the default of torchtitan's context_parallel_load_balancer =
+                                               "headtail")
 
 Why the zigzag balances causal attention: a chunk attends to its own keys and every earlier chunk's. Cut contiguously,
 rank p's one chunk attends to p + 1 chunks (rank 0 to one, the last rank to C: the last does C times the work). In
@@ -18,10 +19,10 @@ the zigzag, rank p's chunks attend to p + 1 and 2C − p chunks (half as long): 
 What does not split is refused, as the frameworks refuse it (`check_length`): zigzag needs L divisible by 2C (torch
 2.13, _load_balancer.py `_HeadTailLoadBalancer._generate_indices`: `if seq_length % (world_size * 2) != 0: raise
 AssertionError`; torchtitan's ParallelDims.seq_len_divisor "Context Parallel requires that seq_len be divisible by
-2 * CP degree, when load balancing is enabled"), contiguous L divisible by C (torchtitan's graph trainer:
-"seq_len={...} must be divisible by CP degree={...}"; torch's DTensor Shard would cut unevenly and the ring's
-equal-sized buffers would not line up). Padding is what Transformer Engine does for packed (THD) sequences only
-(`pad_thd_sequences_for_cp`): zerosim's batches are (B, L), so it refuses.
+2 * CP degree, when load balancing is enabled"), contiguous L divisible by C (torch's ring takes every rank's K/V
+to be its own shape: `_templated_ring_attention` reads the received buffer as `next_kv[: key.numel()].reshape(
+key.shape)`, where DTensor's Shard would have cut an uneven L unevenly). Padding is what Transformer Engine does for
+packed (THD) sequences only (`pad_thd_sequences_for_cp`): zerosim's batches are (B, L), so it refuses.
 """
 
 from __future__ import annotations
