@@ -51,9 +51,9 @@ def _tiles(L: int, block: int):
 
 def _tile_scores(q_acc, k_acc, j0, j1, scale, f, causal: bool = True):
     """S_j (B, H, L, T) in acc, -inf where the key is in a query's future (when `causal`): with more keys than
-    queries the mask is aligned to the bottom right corner, as flash-attn's is since 2.1 ("If seqlen_q != seqlen_k
-    and causal=True, the causal mask is aligned to the bottom right corner of the attention matrix"), so query i
-    sees keys up to i + (keys − queries)."""
+    queries the mask is aligned to the bottom right corner, as flash-attn's is (flash_attn/flash_attn_interface.py,
+    `flash_attn_func`: "If causal=True, the causal mask is aligned to the bottom right corner of the attention
+    matrix"), so query i sees keys up to i + (keys − queries)."""
     s = arithmetic_of(f).matmul(q_acc, np.swapaxes(k_acc[..., j0:j1, :], -1, -2)) * scale
     if causal:
         offset = k_acc.shape[-2] - q_acc.shape[-2]
