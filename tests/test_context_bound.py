@@ -111,7 +111,7 @@ def test_a_merge_done_wrong_lands_outside_the_bound(monkeypatch):
     """The bound has teeth: the outputs summed without their rescaling by e^(lse_i − lse) (each hop's output taken
     as if it were the whole softmax's), or with the exponent's sign turned, leave it."""
     import zerosim.parallel.context._core as core
-    from zerosim.models.layers._attention_merge import correct_out
+    from zerosim.models.layers import correct_out
 
     def unscaled(out, step, lse, lse_step, f, rows=slice(None)):
         own = lse.copy()

@@ -16,7 +16,7 @@ import pytest
 
 from zerosim import Cluster
 from zerosim.models.layers import flash_attention_forward
-from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
+from zerosim.models.layers import accumulate, correct_out, merge_lse
 from zerosim.parallel.context import ring_attention
 from zerosim.precision import cast
 

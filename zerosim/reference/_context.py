@@ -34,7 +34,7 @@ import numpy as np
 from zerosim.collectives import naive_reduce
 from zerosim.models import Pass, needs_params, schedule
 from zerosim.models.layers import flash_attention_backward, flash_attention_forward
-from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
+from zerosim.models.layers import accumulate, correct_out, merge_lse
 from zerosim.models.llama import repeat_kv, repeat_kv_backward
 from zerosim.parallel.context import Located
 from zerosim.parallel.tensor import local_flat, placement, whole_flat

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models.layers import Layer, flash_attention_backward, flash_attention_flops, flash_attention_forward
-from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
+from zerosim.models.layers import accumulate, correct_out, merge_lse
 from zerosim.models.llama import repeat_kv, repeat_kv_backward
 from zerosim.precision import get_format
 
