@@ -2,10 +2,10 @@
 ZeroEngine(cp.model, ..., parallelisms=cp.parallelisms) on N = dp·C·T ranks against ContextReference
 (reference/_context.py: the C shards of every sequence on one device, with its own plain ring attention, reduced over
 dp × cp by Reference), for CP in {1, 2, 4} x ring and all-gather x contiguous and zigzag x causal on and off x
-precisions x ZeRO stages 0-3 x TP in {1, 2}, on Hypothesis-drawn GPT and Llama shapes and sequence lengths — those
-that do not split refused as torch and torchtitan refuse them. cp = 1 is no context parallelism: the same bits and
-the same log as the engine without it. And the oracle is independent: bugs planted in the engine's ring (its
-direction either way, a block's rows) are caught."""
+precisions x ZeRO stages 0-3 (and FSDP2's, DeepSpeed's and DDP's recipes and schedules) x TP in {1, 2}, on
+Hypothesis-drawn GPT and Llama shapes and sequence lengths — those that do not split refused as torch and torchtitan
+refuse them. cp = 1 is no context parallelism: the same bits and the same log as the engine without it. And the
+oracle is independent: bugs planted in the engine's ring (its direction either way, a block's rows) are caught."""
 
 import numpy as np
 import pytest
@@ -78,6 +78,24 @@ def test_beside_tensor_parallelism_every_stage_equals_the_oracle(stage, style):
     full = gpt(heads=2, layers=1) if stage % 2 else llama(kv=2, rep=1, layers=1)
     assert_same(*run_both(full, 2, dp=1, stage=stage, style=style, split="zigzag" if stage < 2 else "contiguous",
                           T=2))
+
+
+@pytest.mark.parametrize("stage, recipe, comm", [(3, "fsdp2", "fsdp"), (3, "deepspeed-zero3", "deepspeed"),
+                                                  (0, "ddp", None), (1, "deepspeed-zero12", "deepspeed")])
+def test_every_framework_recipe_and_schedule_equals_the_oracle(stage, recipe, comm):
+    """FSDP2's and DeepSpeed's recipes with their own schedules (prefetch, buckets), DDP's: reduced over dp × cp."""
+    full = gpt(layers=1)
+    cp = ContextParallel(full, cp=2, split="contiguous")
+    engine = ZeroEngine(cp.model, Cluster(4), stage, get_optimizer("adam", lr=1e-2), "bf16-mixed",
+                        parallelisms=(cp,), recipe=recipe, comm=comm)
+    oracle = ContextReference(cp, get_optimizer("adam", lr=1e-2), "bf16-mixed", 4, stage, recipe=recipe,
+                              reduce_bucket_size=engine.comm.reduce_bucket_size)
+    rng = np.random.default_rng(5)
+    losses = []
+    for _ in range(2):
+        per_dp = [(rng.integers(0, 16, (2, 8)), rng.integers(0, 16, (2, 8))) for _ in range(2)]
+        losses.append((engine.step(cp.batches(engine.dims, per_dp)), oracle.step(per_dp)))
+    assert_same(engine, cp, oracle, losses)
 
 
 def drawn(data, family, C=2, split="zigzag", T=1):

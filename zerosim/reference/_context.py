@@ -87,10 +87,11 @@ class ContextReference:
         optimizer, precision: as for the engine.
         world_size: N (dp = N / C micro-batches a step).
         stage, accumulation_steps, recipe: as for the engine (the flat stages 0-3).
+        reduce_bucket_size: the engine's `CommSchedule.reduce_bucket_size`, as `Reference` takes it.
     """
 
     def __init__(self, cp, optimizer, precision="bf16-mixed", world_size: int = 2, stage=0,
-                 accumulation_steps: int = 1, recipe=None):
+                 accumulation_steps: int = 1, recipe=None, reduce_bucket_size: int | None = None):
         T = 1 if cp.tensor is None else cp.tensor.tp
         if world_size % (cp.cp * T):
             raise ValueError(f"cp = {cp.cp} · tp = {T} does not divide the {world_size} ranks")
@@ -102,7 +103,8 @@ class ContextReference:
         tp = cp.tensor  # each TP slice's weights, cut from the whole model's as TensorReference cuts them
         params = [cp.full.init_params()] if T == 1 else [local_flat(tp.local, tp._whole, tp.full, t) for t in range(T)]
         self.slices = [_Fed(self.model, optimizer, precision, self.dp * self.C, params=w,
-                            accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage) for w in params]
+                            accumulation_steps=accumulation_steps, recipe=recipe, strategy=stage,
+                            reduce_bucket_size=reduce_bucket_size) for w in params]
         for s in self.slices:
             s.made = {}
         self.inner = self.slices[0]
@@ -110,7 +112,7 @@ class ContextReference:
         if cp.local is None:  # cp = 1: the data-parallel (or tensor-parallel) oracle itself
             self.inner = self.tensor if T > 1 else Reference(cp.full, optimizer, precision, world_size,
                                                              accumulation_steps=accumulation_steps, recipe=recipe,
-                                                             strategy=stage)
+                                                             strategy=stage, reduce_bucket_size=reduce_bucket_size)
 
     def step(self, batches) -> list:
         """`batches`: per data-parallel rank one (x, target) (B, L) micro-batch or a list of K. Returns each rank's loss
