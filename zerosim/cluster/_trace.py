@@ -29,7 +29,7 @@ from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
-COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce")
+COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce", "send_recv")
 # copies between one rank's memory tiers (parallel/offload): {name: the link it crosses}. Each is recorded as a call
 # over every local rank at once, one event per rank (its own copy on its own link), so handles and the timeline
 # treat it as a collective's phase; `bytes_sent` and `sent_totals` count only the collectives' links

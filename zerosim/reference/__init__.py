@@ -8,12 +8,15 @@
     _stale.py         StaleReference: the oracle of offload's DPU, the same one-step stale update
     _tensor.py        TensorReference: tensor (and sequence) parallelism's slices on one device, their partial sums
                       in the ring's order, each slice reduced over its data-parallel ranks as Reference does
+    _context.py       ContextReference: context parallelism's sequence shards on one device, with its own plain ring
+                      attention (and all-gather), their gradients reduced over dp × cp as Reference does
 
 The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
 """
 
 import warnings
 
+from zerosim.reference._context import ContextReference
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
 from zerosim.reference._qgz import QgzReference
@@ -21,7 +24,8 @@ from zerosim.reference._stale import StaleReference
 from zerosim.reference._tensor import TensorReference
 from zerosim.reference._wire import WireOracle
 
-__all__ = ["QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle", "reduce_on_mesh"]
+__all__ = ["ContextReference", "QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle",
+           "reduce_on_mesh"]
 
 _MOVED = ("replay", "replay_live", "narrate")
 

@@ -159,7 +159,7 @@ class TensorParallel(Parallelism):
             return self._loss_statistics(ctx, passes)
         if not op.computes:
             return Handle()
-        unit = self.local.layers[op.layer]
+        unit = _unit(self.local, passes, op)
         place, group = placement(unit, self.sequence_parallel, self.layout.keeps_shard), ctx.mesh.dims.groups("tp")
         if op.kind == "backward":
             handle = Handle()
@@ -187,7 +187,7 @@ class TensorParallel(Parallelism):
         op = ops[0]
         if not op.computes or op.kind == "loss":
             return Handle()
-        unit = self.local.layers[op.layer]
+        unit = _unit(self.local, passes, op)
         place = placement(unit, self.sequence_parallel, self.layout.keeps_shard)
         if op.kind == "backward":
             return self._side(ctx, passes, "dy", unit, place.entry, "backward") if place.entry else Handle()
@@ -271,6 +271,14 @@ class TensorParallel(Parallelism):
         for p, lab, m, pr, s in zip(passes, labels, maxes, predicted, exp_sums):
             p.target = VocabTarget(lab, m, pr, s)
         return handle + more
+
+
+def _unit(local, passes, op):
+    """The unit `op` runs: of the model the engine runs (`Pass.model`), which is this TP rank's model, another
+    parallelism's cut of its units (context parallelism cuts the attention region in two: parallel/context/), or the
+    data-less twin of either (its real unit, `.unit`)."""
+    unit = (passes[0].model if passes else local).layers[op.layer]
+    return getattr(unit, "unit", unit)
 
 
 def _value(a):

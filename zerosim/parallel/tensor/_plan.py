@@ -12,7 +12,10 @@ before the backward, in reverse). Operators are _communication.CONJUGATES' (Mega
                                                                               positions join after the reduce)
     column-row    attention, MLP            entry: f = copy_to                entry: gather_from_sequence
                                             exit: g = reduce_from             exit: reduce_scatter_to_sequence
-    column        the LM head               entry: f = copy_to                entry: gather_from_sequence
+    column        the LM head; context      entry: f = copy_to                entry: gather_from_sequence
+                  parallelism's QKV end
+    row           context parallelism's     exit: g = reduce_from             (not modelled beside CP)
+                  output end
     replicated    norms, bias + residual    -                                 - (on sequence shards)
 
 With sequence parallelism a column GEMM's input is kept as the rank's sequence shard and gathered again for the
@@ -49,6 +52,7 @@ PLACEMENTS = {  # (role, sequence parallel, the embedding has positions) -> Plac
     ("column-row", False, False): Placement(entry=COPY, exit=(REDUCE,)),
     ("column-row", True, False): Placement(entry=GATHER, exit=(SCATTER_REDUCE,), keeps_shard=True),
     ("column", False, False): Placement(entry=COPY),
+    ("row", False, False): Placement(exit=(REDUCE,)),  # context parallelism's cut of the attention region
     ("column", True, False): Placement(entry=GATHER, keeps_shard=True),
     ("replicated", False, False): Placement(),
     ("replicated", True, False): Placement(),

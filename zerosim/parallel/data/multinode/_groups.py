@@ -24,6 +24,9 @@ torchtitan's FSDP runs over the "dp_shard" sub-mesh after TP (parallelize_llama.
 world_mesh["dp_shard_cp"]): every group above is cut from `ParallelDims(N, ..., tp=T)` (parallel/_dims.py), whose TP
 dim is innermost, so "world" becomes each TP rank's data-parallel group (the N / T ranks with its TP coordinate,
 torchtitan's "dp"), and ZeRO shards each TP rank's slice over it. `tp = 1` builds the groups exactly as before.
+Beside context parallelism (`cp` = C > 1: parallel/context/) the flat stages run over torchtitan's "fsdp" groups,
+dp_shard × cp (apply_fsdp on world_mesh["fsdp"]): each CP rank computed its gradient on its own tokens, so the C
+ranks of one sequence are summed like data-parallel ranks, and FSDP2 shards the parameters over them too.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def mesh_groups(plan, cluster, size: int | None = None, tp: int = 1) -> MeshGrou
 
 def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
     """The groups of a checked `DataMesh` (see the module docstring), cut from its `ParallelDims`."""
+    if mesh.dims.cp != 1:  # the flat stages over torchtitan's "fsdp" mesh, dp_shard × cp (DataMesh.of refuses more)
+        data = mesh.dims.groups("fsdp")
+        return MeshGroups(data, data, dims=mesh.dims)
     if mesh.dims.tp != 1:
         return _beside_tp(mesh)
     n, plan, dims = mesh.dims.world_size, mesh.plan, mesh.dims
