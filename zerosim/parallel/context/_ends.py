@@ -183,7 +183,7 @@ class TensorQKV(Layer):
     def __init__(self, unit, name: str):
         super().__init__(name)
         self.tp, self.d, self.heads = unit.tp, unit.d, unit.heads
-        self.gqa = hasattr(unit, "kv_heads")
+        self.gqa = "q_proj" in unit.param_shapes  # a Llama's attention (separate projections, rotary), not a GPT's
         self.kv_heads = unit.kv_heads if self.gqa else unit.heads
         self.head_dim = unit.head_dim if self.gqa else unit.d // unit.tp // unit.heads
         self.rope_theta, self.qkv_bias = getattr(unit, "rope_theta", None), getattr(unit, "qkv_bias", True)
