@@ -10,7 +10,11 @@ removing one empty file there: permissions alone do not tell, e.g. under /proc o
 it lies inside a checkpoint folder — a tag folder (it holds a zerosim `manifest.json`) or the folder a run saves
 into (it holds a `latest` file naming such a tag, or such tags): a command never writes into a checkpoint it was
 not asked to save (torch DCP and DeepSpeed own their folders the same way; zerosim.checkpoint.save is the one
-writer there). Symbolic links are followed, so a link into a checkpoint is refused too.
+writer there). The folders on the way are followed as the user named them (a link among them is resolved, so a path
+through one into a checkpoint is refused too), but the file itself is never a symbolic link: a link may point out
+of the folder the user named, into a checkpoint or at any file, and writing through it would change that file
+(`open_output` opens with O_NOFOLLOW, so a link made after the check is refused too). An existing file without
+write permission is refused rather than replaced, as `cp` refuses it without -f.
 """
 
 from __future__ import annotations
@@ -72,13 +76,44 @@ def refuse_inside_checkpoint(path: str, flag: str, include_self: bool = True) ->
 def check_file(path, flag: str = "", suffixes: tuple = ()) -> str:
     """`path` as a file this command may write, checked before any work (see the module docstring); returns it."""
     path = _text(path, flag)
+    refuse_link(path, flag)
     refuse_inside_checkpoint(path, flag)
     if suffixes and not path.lower().endswith(tuple(s.lower() for s in suffixes)):
         raise ValueError(f"{_named(flag, path)}: expected a {' or '.join(suffixes)} file name")
     if os.path.isdir(path):
         raise ValueError(f"{_named(flag, path)}: a folder; give a file name in it")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"{_named(flag, path)}: not a regular file (a device, pipe or socket); give a file name")
+    if os.path.isfile(path) and not (os.stat(path).st_mode & 0o222 and os.access(path, os.W_OK)):
+        raise ValueError(f"{_named(flag, path)}: a read-only file; make it writable or name another file")
     _writable(os.path.dirname(os.path.abspath(path)), path, flag)
     return path
+
+
+def refuse_link(path: str, flag: str = "") -> None:
+    """Refuse a `path` that is itself a symbolic link (a dangling one too): see the module docstring."""
+    if os.path.islink(path):
+        raise ValueError(f"{_named(flag, path)}: a symbolic link (to {os.readlink(path)}); zerosim writes no file "
+                         "through a link, which may point out of the folder you named: remove the link or name "
+                         "another file")
+
+
+def open_output(path: str, mode: str = "w", flag: str = ""):
+    """`path` opened for writing ("w": emptied first, "a": appended to) as a text file, never through a symbolic
+    link (O_NOFOLLOW); an OSError names `path` and `flag`."""
+    how = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.fdopen(os.open(path, how, 0o644), mode, encoding="utf-8")
+    except OSError as e:
+        raise OSError(e.errno, f"{_named(flag, path)}: could not be written ({e.strerror or e})") from None
+
+
+def refuse_inside(path: str, flag: str, folder: str, folder_flag: str) -> None:
+    """Refuse a file `path` that lies in (or is) `folder`, another output of the same command (a run's --save)."""
+    here, there = os.path.realpath(path), os.path.realpath(folder)
+    if here == there or here.startswith(there.rstrip(os.sep) + os.sep):
+        raise ValueError(f"{_named(flag, path)}: inside {_named(folder_flag, folder)}, the folder the run saves its "
+                         "checkpoints into; write it outside it")
 
 
 def check_folder(path, flag: str = "", checkpoint_ok: bool = False) -> str:

@@ -186,6 +186,12 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     if ("master" in state.files[0]) != (saved_policy.master is not None):
         raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
                               + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
+    for name, fmt in (("params", saved_policy.compute_format), ("master", saved_policy.master_format)):
+        held = state.files[0].get(name)  # the files passed their checksums: a mismatch is the manifest's precision
+        if held is not None and fmt is not None and held.dtype != fmt.dtype:
+            key = "precision.compute" if name == "params" else "precision.master"
+            raise CheckpointError(f"{where}: {key} says {fmt.name}, but the rank files hold {name} as "
+                                  f"{held.dtype}: the manifest's precision was edited")
     if precision is not None:  # the kernels (`arithmetic`) are how steps run, not a format: the asked ones run on
         saved_policy = saved_policy.with_(arithmetic=get_precision(precision).arithmetic)
     if precision is not None and get_precision(precision) != saved_policy:

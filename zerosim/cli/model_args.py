@@ -15,10 +15,10 @@ import math
 from zerosim.cli import choices
 from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
+from zerosim.models.hf import MAX_PARAMS
 
 ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
-MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:

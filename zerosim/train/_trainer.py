@@ -44,7 +44,8 @@ class TrainConfig:
     task: str | None = None  # MLP: "regression" (default) or "classification"; GPT: "copy" (default), "reverse", "sort"
     # None below: the saved run's value when resuming, else the default in RUN_DEFAULTS (the resume rule: what
     # you leave out continues the saved run; a stage or rank count you give reshards; a precision or optimizer kind
-    # other than the saved one is refused, as ZeroEngine.load refuses it)
+    # other than the saved one is refused, as ZeroEngine.load refuses it; so are a seed, batch or task other than
+    # the data the saved run trained on, DATA_FIELDS, which its checkpoints record)
     stage: int | None = None  # ZeRO stage (2)
     ranks: int | None = None  # N (4)
     backend: str = "numpy"  # "numpy", "mpi" or "cupy"
@@ -54,9 +55,9 @@ class TrainConfig:
     muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
-    batch: int = 16  # samples per micro-batch
+    batch: int | None = None  # samples per micro-batch (16)
     accumulation_steps: int | None = None  # K (1)
-    seed: int = 0  # data (seed) and initial weights (seed + 1)
+    seed: int | None = None  # data (seed) and initial weights (seed + 1) (0)
     checkpoint: bool = False
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
@@ -80,6 +81,22 @@ class TrainConfig:
     sp: bool = False  # with tp > 1: Megatron's sequence parallelism
 
     def __post_init__(self):
+        if self.trace_log is not None:  # before a resume reads anything: never into a checkpoint (zerosim/outputs.py)
+            from zerosim.outputs import check_file, refuse_inside
+
+            check_file(self.trace_log, "trace_log")
+            if self.save is not None:
+                refuse_inside(self.trace_log, "trace_log", self.save, "save")
+        saved = {} if self.resume is None else ckpt.saved_data(self.resume)  # the data the saved run trained on
+        for name in DATA_FIELDS:
+            given = getattr(self, name)
+            if name in saved and given is not None and given != saved[name]:  # the same run on other data: refused
+                raise ValueError(f"{name} {given!r} (--{name} {given}): the checkpoint in {self.resume} was trained "
+                                 f"with {name} {saved[name]!r} (its manifest's data.{name}); a resumed run continues "
+                                 f"on the same data: leave {name} out (or give {saved[name]!r}), or start a new run "
+                                 "without resuming")
+            if given is None and name in saved:
+                object.__setattr__(self, name, saved[name])
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -130,6 +147,10 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+        if self.muon_sharding is not None and self.stage == 0:  # whole matrices on every rank: nothing to bring
+            raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how ZeRO stages 1-3 bring "
+                             "Muon's sharded matrices together; at stage 0 every rank holds them whole, so it would "
+                             "change nothing: drop it, or give stage 1, 2 or 3")
         if self.offload is not None:
             from zerosim.parallel.offload import Offload
 
@@ -144,6 +165,8 @@ class TrainConfig:
                 raise ValueError("offload beside tensor parallelism is not modelled: drop offload or tp / sp")
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
+        if not isinstance(self.sp, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
+            raise ValueError(f"sp must be True or False, got {self.sp!r}")
         if self.sp and self.tp == 1:
             raise ValueError("sp cuts the sequence over a TP group: give tp > 1 with it")
         if self.tp > 1:
@@ -164,7 +187,10 @@ MAX_SIMULATED_RANKS = 4096
 # silence (K = 100,000 on 4 ranks ran past 20 s with no output and would take ~10 minutes here). Refused up front.
 MAX_STEP_MICRO_BATCHES = 1 << 16
 RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
-                "accumulation_steps": 1}
+                "accumulation_steps": 1, "seed": 0, "batch": 16}
+# What a run's micro-batches are drawn from (the pool's seed, the samples per micro-batch, the task): recorded in its
+# checkpoints ("data"), so that a resume with another is refused rather than run as the same run on other data
+DATA_FIELDS = ("seed", "batch", "task")
 
 
 def run_defaults(resume: str | None) -> dict:
@@ -172,7 +198,7 @@ def run_defaults(resume: str | None) -> dict:
     count, precision policy, optimizer, learning rate and K (read from its manifest, checked)."""
     if resume is None:
         return dict(RUN_DEFAULTS)
-    return ckpt.saved_settings(resume)
+    return {"seed": RUN_DEFAULTS["seed"], "batch": RUN_DEFAULTS["batch"], **ckpt.saved_settings(resume)}
 
 
 def _check_ranks_agree(cluster, config: TrainConfig) -> None:
@@ -354,7 +380,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
+            ckpt.save(engine, config.save, overwrite=bool(config.overwrite),
+                      data={name: getattr(config, name) for name in DATA_FIELDS})
     cluster.trace.flush_log()
     stats = cluster.backend.all_meta(
         [

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.analysis.costs._links import base_latency, step_latency
+from zerosim.analysis.costs._rates import check_latency, check_rate
 from zerosim.collectives import ShardLayout
 from zerosim.parallel.data import Plan, get_plan
 
@@ -95,6 +96,11 @@ class Link:
     alpha: float  # α: seconds per ring step (latency)
     note: str
     base: float = 0.0  # seconds per call, whatever its size (NCCL's baseLatencies; 0 for a link built by hand)
+
+    def __post_init__(self):  # where a link's rates are born: a NaN or a zero would divide every time (_rates.py)
+        check_rate(self.bandwidth, f"the bandwidth (bytes/s) of link {self.name!r}")
+        check_latency(self.alpha, f"the alpha (s) of link {self.name!r}")
+        check_latency(self.base, f"the base (s) of link {self.name!r}")
 
 
 _SIMPLE = base_latency("Simple")  # 8.4 µs per call: NCCL's Ring + Simple base latency (links.py)
