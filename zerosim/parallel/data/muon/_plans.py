@@ -91,8 +91,8 @@ def check_matrix_optimizer(optimizer, plan, recipe) -> None:
     if not plan.shards("optimizer"):  # whole matrices on every rank: no way of sharding applies, so none is taken
         if getattr(optimizer, "sharding", "gather") != "gather":
             raise ValueError(f"sharding={optimizer.sharding!r} (--muon-sharding) says how ZeRO stages 1-3 bring a "
-                             f"sharded matrix together; at {plan.label} every rank holds whole matrices, so it would "
-                             "change nothing: drop it, or run stage 1, 2 or 3")
+                             f"sharded matrix together; at stage {plan.stage} every rank holds whole matrices, so it "
+                             "would change nothing: drop it, or run stage 1, 2 or 3")
         return
     get_muon_plan(optimizer.sharding).check(recipe.partition, plan.label)
 
