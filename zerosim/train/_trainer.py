@@ -25,7 +25,7 @@ from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predi
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression
 from zerosim.optim import get_optimizer
-from zerosim.parallel.data import ZeroEngine, check_engine_fits
+from zerosim.parallel.data import ZeroEngine, check_engine_fits, get_plan
 from zerosim.precision import get_precision
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
@@ -147,10 +147,10 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
-        if self.muon_sharding is not None and self.stage == 0:  # whole matrices on every rank: nothing to bring
+        if self.muon_sharding is not None and not get_plan(self.stage).shards("optimizer"):  # whole matrices
             raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how ZeRO stages 1-3 bring "
-                             "Muon's sharded matrices together; at stage 0 every rank holds them whole, so it would "
-                             "change nothing: drop it, or give stage 1, 2 or 3")
+                             f"Muon's sharded matrices together; at stage {self.stage} every rank holds them whole, so "
+                             "it would change nothing: drop it, or give stage 1, 2 or 3")
         if self.offload is not None:
             from zerosim.parallel.offload import Offload
 
