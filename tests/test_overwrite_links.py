@@ -103,18 +103,27 @@ def test_a_save_waits_for_another_save_into_its_folder(tmp_path, monkeypatch):
 SAVES = textwrap.dedent("""
     import sys
     from zerosim.train import TrainConfig, train
-    train(TrainConfig(widths=(4, 6, 3), ranks=2, steps=25, save=sys.argv[1], save_every=1))
-    print("ok")
+    try:
+        train(TrainConfig(widths=(4, 6, 3), ranks=2, steps=25, save=sys.argv[1], save_every=1))
+    except ValueError as e:  # a clear refusal, before its first step: the folder already held the first save
+        print("refused:", e)
+    else:
+        print("ok")
 """)
 
 
 @pytest.mark.slow  # four processes train and save 25 steps each into one folder at once
 def test_four_processes_saving_one_run_into_one_folder_all_finish(tmp_path):
+    # A process that checks the folder after another's first save is a new run to it (a run's id comes from its
+    # first save) and is refused before its first step, clearly; the others save the same bytes, one at a time.
     folder = tmp_path / "CC"
     procs = [subprocess.Popen([sys.executable, "-c", SAVES, str(folder)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=HANG_TIMEOUT) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err[-400:] for _, err in outs]  # was: [Errno 2] .../latest
+    said = [out.strip() for out, _ in outs]
+    assert "ok" in said and all(s == "ok" or s.startswith("refused: ") and "holds the checkpoints of another run"
+                                in s and "Nothing was written" in s for s in said), said
     assert folders.complete_tags(str(folder)) == [f"step{s:06d}" for s in range(1, 26)]
     assert not [n for n in os.listdir(folder) if ".tmp-" in n]
     loaded = ckpt.load(str(folder), Cluster(2), MLP([4, 6, 3]))

@@ -138,3 +138,61 @@ def test_auto_the_trainer_does_not_fill_is_refused_naming_the_key(tmp_path):
     path.write_text(json.dumps(AUTO))
     code, out, _ = run_cli("memory", "--model", "gpt2-small", "--ranks", "8", "--ds-config", path)
     assert code == 0 and "optimizer.params.lr: auto -> 5e-05 (the Trainer's learning_rate, TrainingArguments'" in out
+
+
+# ------------------------------------------------------------------ found by probing the Python faces (issue 56, 7)
+@pytest.mark.bad_input("cost formulas")
+@pytest.mark.parametrize("make, error, words", [
+    (lambda: __import__("zerosim.analysis.costs", fromlist=["x"]).comm_volume(7e9, 0, 3), ValueError,
+     "ranks must be a whole number >= 1, got 0"),  # was: ZeroDivisionError
+    (lambda: __import__("zerosim.analysis.costs", fromlist=["x"]).model_state_memory(7e9, float("nan"), 3),
+     ValueError, "ranks must be a whole number >= 1, got nan"),  # was: NaN bytes
+    (lambda: __import__("zerosim.analysis.costs", fromlist=["x"]).model_state_memory(7e9, 1.5, 3), ValueError,
+     "ranks must be a whole number"),
+    (lambda: __import__("zerosim.analysis.costs", fromlist=["x"]).comm_time(7e9, 8, 3, 1.5), TypeError,
+     "link must be a Link or a link's name"),  # was: AttributeError: 'float' object has no attribute 'alpha'
+    (lambda: __import__("zerosim.analysis.costs", fromlist=["x"]).comm_time(7e9, 8, 3, "nvlink9"), ValueError,
+     "unknown link 'nvlink9'"),  # was: KeyError
+    (lambda: __import__("zerosim.optim", fromlist=["x"]).get_optimizer([]), ValueError,
+     r"unknown optimizer \[\]"),  # was: TypeError: unhashable type: 'list'
+    (lambda: __import__("zerosim.precision", fromlist=["x"]).get_precision({}), ValueError,
+     "unknown precision preset"),
+])
+def test_python_faces_name_what_is_wrong(make, error, words):
+    with pytest.raises(error, match=words):
+        make()
+
+
+@pytest.mark.bad_input("checkpoint files", unchanged=True)
+def test_checkpoint_faces_refuse_what_is_not_a_model_or_a_tag(tmp_path):
+    from zerosim import Adam, ZeroEngine
+
+    engine = ZeroEngine(MLP([4, 6, 3]), Cluster(2), 1, Adam())
+    ckpt.save(engine, str(tmp_path / "ck"))
+    before = files_of(tmp_path)
+    with pytest.raises(TypeError, match="model must be a zerosim model"):  # was: AttributeError ... 'num_params'
+        ckpt.load(str(tmp_path / "ck"), Cluster(2), 1.5)
+    with pytest.raises(TypeError, match="tag must be a folder name"):  # was: a folder named "1.5"
+        ckpt.save(engine, str(tmp_path / "ck"), tag=1.5)
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.bad_input("models")
+def test_a_data_pool_this_machine_cannot_hold_is_refused_before_it_is_drawn():
+    import numpy as np
+
+    from zerosim.models import make_regression, make_sequence_task
+
+    with pytest.raises(MemoryError, match="the task's data .1,000,000,000,000,000,000,000,000,000,000 micro-batches"):
+        make_regression(np.random.default_rng(0), 10**30, 3, [4, 3])  # was: drew for ever
+    with pytest.raises(ValueError, match="n_micro must be an integer >= 0, got 1.5"):
+        make_regression(np.random.default_rng(0), 1.5, 3, [4, 3])
+    with pytest.raises(MemoryError, match="the task's strings"):
+        make_sequence_task(np.random.default_rng(0), 10**15, 16, 3, 6)
+
+
+@pytest.mark.bad_input("command line")
+def test_a_decoder_of_more_blocks_than_zerosim_steps_is_refused_before_it_is_built():
+    # was: `train --model gpt --layers 100000` built blocks for minutes with nothing printed
+    code, _, err = run_cli("train", "--model", "gpt", "--ranks", "2", "--steps", "2", "--layers", "100000")
+    assert code == 2 and "layers 100,000 (--layers): the model would have 100,002 units" in err

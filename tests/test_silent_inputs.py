@@ -192,3 +192,37 @@ def test_a_resume_that_names_the_saved_data_or_none_goes_on(saved_run, tmp_path)
         TrainConfig(widths=(4, 6, 3), steps=3, resume=str(saved_run), seed=7)
     assert TrainConfig(widths=(4, 6, 3), steps=3, resume=str(saved_run)).seed == 0
     assert np.isfinite(TrainConfig().lr)
+
+
+# ------------------------------------------------------------------ found by probing every flag (issue 56, item 7)
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("argv, words", [
+    # was: rc 0 and fp32 masters all NaN (1/S overflows fp32)
+    (("replay", "--loss-scale", "1e-300"), "scale 1e-300 is so small that its fp32 reciprocal"),
+    ((*TRAIN, "--tp", "0"), "--tp must be at least 1"),  # was: rc 0, run as --tp 1
+    ((*MEM, "--layers", "4"), "--layers sizes a --params model"),  # was: rc 0, the preset's own layers
+    ((*TL, "--layers", "4"), "--layers sizes a --params model"),
+    ((*TL, "--sweep-ranks", "0"), "--sweep-ranks lists the rank counts of --sweep"),  # was: rc 0, one step on --ranks
+    ((*TL, "--tokens", "99999999999999999999"), "--tokens 99,999,999,999,999,999,999 is more than 2,147,483,647"),
+])
+def test_flags_found_silent_by_probing_are_refused(argv, words):
+    refused(argv, words)
+
+
+@pytest.mark.bad_input("engine arguments")
+@pytest.mark.parametrize("field, value", [
+    ("widths", 1.5), ("widths", (4, 0, 3)), ("stage", []), ("stage", 1.5), ("lr", math.nan), ("lr", -1.0),
+    ("clip_grad", -1.0), ("clip_grad", math.inf), ("kv_heads", 1.5), ("attention", "fast"), ("backend", "gpu"),
+    ("muon_sharding", "everyone"), ("optimizer", []), ("precision", []), ("save", 3), ("resume", 3.5),
+])
+def test_a_train_config_field_is_checked_where_it_is_born(field, value):
+    # was: TrainConfig(...) accepted each; a run failed later (a raw error, or none: widths=(4, 0, 3))
+    with pytest.raises(ValueError, match=f"^{field}|{field} must be|unknown|ZeRO stage must be"):
+        TrainConfig(**{field: value})
+
+
+@pytest.mark.bad_input("optimizers")
+def test_newton_schulz_steps_are_bounded():
+    with pytest.raises(ValueError, match=r"ns_steps must be an integer in \[0, 1000\], got 10{30}"):
+        Muon(ns_steps=10**30)  # was: accepted; its first step never ended
+    assert Muon(ns_steps=1000).ns_steps == 1000

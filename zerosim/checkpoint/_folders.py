@@ -90,6 +90,9 @@ def _iteration(folder: str) -> int:
 def resolve(directory: str, tag: str | None = None) -> str:
     """The checkpoint folder to load: DIR/<tag>; DIR itself if it holds a manifest; the tag DIR/latest names;
     or, when `latest` is missing or names a folder whose save never finished, the newest complete tag."""
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+        raise TypeError(f"a checkpoint folder is a path, got {directory!r}")
+    directory = os.fspath(directory)
     if tag is not None:
         return refuse_link(os.path.join(directory, check_tag(tag)))
     if not os.path.isdir(directory):

@@ -177,6 +177,9 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     """
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
+    if not (hasattr(model, "specs") and hasattr(model, "num_params")):  # checked first: 1.5 failed as an AttributeError
+        raise TypeError(f"model must be a zerosim model (MLP, GPT, Llama, ...) the checkpoint was saved from, got "
+                        f"{model!r}")
     if not cluster.backend.holds_values:  # checked first: on a meta cluster it loaded, then failed its first step
         raise ValueError(f"a checkpoint holds values, which the {cluster.backend.name} backend does not keep; "
                          "load it on a numpy (or mpi) cluster — the meta backend accounts memory and traffic only")

@@ -69,6 +69,8 @@ def save(engine, directory: str, tag: str | None = None, overwrite: bool = False
     """
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
+    if tag is not None and not isinstance(tag, str):  # str(1.5) or str([]) would name a folder the caller never did
+        raise TypeError(f"tag must be a folder name (a str) or None, got {tag!r}")
     if data is not None and not isinstance(data, dict):
         raise TypeError(f"data must be a dict (what the run trains on) or None, got {data!r}")
     writer = 0 in (rank.index for rank in engine.cluster.ranks)

@@ -218,6 +218,9 @@ def model_from_args(args, config=None):
     if args.ranks < 1 or (args.layers is not None and args.layers < 1):
         raise ValueError("--ranks and --layers must be at least 1")
     config = config_from_args(args) if config is None else config
+    if args.layers is not None and getattr(args, "d_model", None) is None and (config is not None or args.model):
+        raise ValueError(f"--layers sizes a --params model (or --d-model's blocks); {_model_words(args, config)} has "
+                         "its own: drop --layers")
     check_units(_units(args, config), _model_words(args, config))  # before the twin is built: it takes its time
     micro = micro_batch_from_args(args)
     if micro is not None:

@@ -59,6 +59,7 @@ from zerosim.cli.strategy_args import (
 from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
+from zerosim.models.hf import MAX_DIM
 from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -132,6 +133,11 @@ def device_for(args, gpu) -> str:
 def _check(args) -> None:
     if args.tokens is not None and (type(args.tokens) is not int or args.tokens < 1):
         raise ValueError(f"--tokens must be a positive integer, got {args.tokens!r}")
+    if args.tokens is not None and args.tokens > MAX_DIM:  # a step's tokens are its GEMMs' rows: a 32-bit dimension
+        raise ValueError(f"--tokens {args.tokens:,} is more than {MAX_DIM:,}, the rows a GEMM takes (cuBLAS's 32-bit "
+                         "dimensions): give the tokens one rank computes in a step")
+    if args.sweep_ranks is not None and not args.sweep:  # the single step runs on --ranks: nothing would read it
+        raise ValueError("--sweep-ranks lists the rank counts of --sweep: add --sweep, or give one count as --ranks")
     if args.tokens is not None and args.seq_len is not None:
         raise ValueError(
             "--tokens sets the work of a model without shapes; with --seq-len the work is "

@@ -172,6 +172,7 @@ def _check_run(args) -> int | None:
         ("--steps", args.steps),
         ("--batch", args.batch),
         ("--accumulation-steps", args.accumulation_steps),
+        ("--tp", args.tp),
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
@@ -217,7 +218,8 @@ def _train_config(args, widths: list, ranks) -> tuple:
                          batch=args.batch,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
+                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload,
+                         tp=1 if args.tp is None else args.tp,
                          sp=args.sp,
                          **gpt_options(args))
     return config, precision

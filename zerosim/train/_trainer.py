@@ -14,17 +14,21 @@ Letters: N ranks, K micro-steps per step (gradient accumulation), V vocabulary, 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from zerosim import checkpoint as ckpt
 from zerosim.cluster import Cluster, GradClip
-from zerosim.cluster._budget import available_bytes, check_fits
+from zerosim.cluster._budget import MAX_UNITS, available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression
-from zerosim.optim import get_optimizer
+from zerosim.models.layers import MODES as ATTENTIONS
+from zerosim.optim import SHARDINGS, get_optimizer
 from zerosim.parallel.data import ZeroEngine, check_engine_fits, get_plan
 from zerosim.precision import get_precision
 
@@ -81,6 +85,10 @@ class TrainConfig:
     sp: bool = False  # with tp > 1: Megatron's sequence parallelism
 
     def __post_init__(self):
+        for name in ("save", "resume", "trace_log"):  # paths, checked before a resume reads anything
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ValueError(f"{name} must be None or a path, got {value!r}")
         if self.trace_log is not None:  # before a resume reads anything: never into a checkpoint (zerosim/outputs.py)
             from zerosim.outputs import check_file, refuse_inside
 
@@ -100,8 +108,9 @@ class TrainConfig:
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        if self.model not in MODELS:
+        if not isinstance(self.model, str) or self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        self._check_fields()
         tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
         object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
         if self.task not in tasks:
@@ -118,6 +127,10 @@ class TrainConfig:
                     raise ValueError(f"{name} must be a positive integer, got {value!r}")
             if self.vocab < 3:
                 raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
+            if self.layers + 2 > MAX_UNITS:  # before the model is built, which visits every block in Python
+                raise ValueError(f"layers {self.layers:,} (--layers): the model would have {self.layers + 2:,} units "
+                                 f"(blocks and ends); zerosim takes at most {MAX_UNITS:,}: each is built and stepped "
+                                 "one by one")
         for name in ("steps", "batch", "ranks", "accumulation_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -178,6 +191,38 @@ class TrainConfig:
                    if self.save or self.resume else None)
             if why:
                 raise ValueError(why)
+
+
+    def _check_fields(self) -> None:
+        """Every field `train` reads, checked where the config is born (a wrong one would fail later, or not at all:
+        an MLP's widths of 1.5, an attention it does not know, a NaN learning rate)."""
+        widths = self.widths
+        if not isinstance(widths, (tuple, list)) or len(widths) < 2 or any(
+                isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in widths):
+            raise ValueError(f"widths must be at least two layer sizes, each an integer >= 1, got {widths!r}")
+        get_plan(self.stage)  # a stage (0-3) or a strategy's name, else a ValueError naming them
+        get_optimizer(self.optimizer)  # a known name, else a ValueError naming them
+        get_precision(self.precision)
+        for name, value, ok, want in (
+            ("lr", self.lr, _real(self.lr) and math.isfinite(self.lr) and self.lr >= 0, "a finite number >= 0"),
+            ("clip_grad", self.clip_grad, self.clip_grad is None or (_real(self.clip_grad) and math.isfinite(
+                self.clip_grad) and self.clip_grad > 0), "None or a finite number > 0"),
+            ("kv_heads", self.kv_heads, self.kv_heads is None or (not isinstance(self.kv_heads, bool) and isinstance(
+                self.kv_heads, (int, np.integer)) and self.kv_heads >= 1), "None or an integer >= 1"),
+            ("attention", self.attention, self.attention in ATTENTIONS, f"one of {ATTENTIONS}"),
+            ("backend", self.backend, self.backend in BACKENDS, f"one of {BACKENDS}"),
+            ("muon_sharding", self.muon_sharding, self.muon_sharding is None or self.muon_sharding in SHARDINGS,
+             f"None or one of {SHARDINGS}"),
+        ):
+            if not ok:
+                raise ValueError(f"{name} must be {want}, got {value!r}")
+
+
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+BACKENDS = ("numpy", "mpi", "cupy")
 
 
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:

@@ -3,6 +3,7 @@ refused naming it (a Link's bandwidth, a Device's peaks, an Efficiency's fractio
 command line's rates must lie between physical bounds (below, a time of 300 digits is printed as if it meant something).
 
     check_rate(450e9, "bandwidth")                          # a finite number > 0, or a ValueError naming it
+    check_count(8, "ranks")                                  # a whole number >= 1 (the formulas' N, Ψ, buckets)
     check_flag_range(1e-300, "--link-bandwidth", LINK_GB_S)  # the flag's physical bounds, said in the error
 
 The API keeps any positive finite rate (the tests' unit devices run at 1 FLOP/s and 1 B/s, to make times exact);
@@ -51,6 +52,14 @@ def check_latency(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < math.inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return value
+
+
+def check_count(value, name: str, minimum: int = 1) -> int:
+    """`value` as a count (ranks, buckets, parameters): a whole number >= `minimum` (not a bool, NaN or 1.5)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value != int(value) or value < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def check_flag_range(value, flag: str, bounds: Bounds, low_open: bool = False) -> float:
