@@ -135,3 +135,17 @@ def test_a_chrome_trace_is_checked_as_every_output_is(run_b, tmp_path):
         write_chrome_trace(result, tmp_path / "t.json")
     assert files_of(run_b) == before and list(tmp_path.iterdir()) == [tmp_path / "t.json"]
     assert write_chrome_trace(result, tmp_path / "ok.json") == str(tmp_path / "ok.json")  # a plain path: written
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
+def test_the_nccl_graph_file_is_checked_as_every_output_is(run_b, tmp_path):
+    from zerosim.frameworks.nccl import ring_environment
+
+    before = files_of(run_b)
+    with pytest.raises(ValueError, match="inside the checkpoint"):  # was: zerosim_ring_3.xml written into run B
+        ring_environment(3, str(run_b / "step000002"))
+    (tmp_path / "precious.txt").write_text("the user's file\n")
+    os.symlink(tmp_path / "precious.txt", tmp_path / "zerosim_ring_3.xml")
+    with pytest.raises(ValueError, match="a symbolic link"):  # was: written through the link
+        ring_environment(3, str(tmp_path))
+    assert files_of(run_b) == before and (tmp_path / "precious.txt").read_text() == "the user's file\n"
