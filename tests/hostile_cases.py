@@ -75,6 +75,7 @@ FILES = {  # name -> (file name, its text); "dir:" makes a folder
     "dangling": ("link:dangling.log", "nowhere/x.log"),
     "linkedtag": ("link:C/step000002", "../ck/step000002"),  # another folder's tag, linked into C
     "linkedrun": ("link:cklink", "ck"),
+    "fifo": ("fifo:pipe.json", None),
 }
 
 
@@ -353,6 +354,12 @@ def cases() -> list:
              ("bytes.json", "UTF-8"), files=("bytes",)),
         Case("configs", "--ds-config not UTF-8", (*MEM, "--ds-config", "{bytes}"), ("bytes.json", "UTF-8"),
              files=("bytes",)),
+        Case("configs", "--config a named pipe", ("memory", "--config", "{fifo}", "--ranks", "8"),
+             ("pipe.json", "not a regular file"), files=("fifo",)),
+        Case("configs", "--ds-config a named pipe", (*MEM, "--ds-config", "{fifo}"),
+             ("pipe.json", "not a regular file"), files=("fifo",)),
+        Case("configs", "--config /dev/zero", ("memory", "--config", "/dev/zero", "--ranks", "8"),
+             ("/dev/zero", "not a regular file")),
         Case("configs", "--config nested 10^5 deep", ("memory", "--config", "{cfg}", "--ranks", "8"), ("nested",),
              files=(("cfg", ("deep.json", lambda: "[" * 100_000)),)),
         Case("configs", "--ds-config not JSON", (*MEM, "--ds-config", "{notjson}"), ("not JSON",),
@@ -639,6 +646,10 @@ def cases() -> list:
              files=("ck", ("edit", "manifest optimizer.hyperparameters.betas [0.5, 0.6]"))),
         Case("checkpoints", "a manifest's precision edited", ("checkpoint", "inspect", "{ck}"),
              ("manifest.json", "precision.compute"), files=("ck", ("edit", 'manifest precision.compute "fp16"'))),
+        Case("checkpoints", "latest a named pipe", ("checkpoint", "inspect", "{ck}"), ("latest", "not a file"),
+             files=("ck", ("pipe", ("fifo:ck/latest", None)))),
+        Case("checkpoints", "a rank file a named pipe", ("checkpoint", "inspect", "{ck}"), ("rank00001.safetensors",),
+             files=("ck", ("pipe", ("fifo:ck/step000002/rank00001.safetensors", None)))),
         Case("checkpoints", "a manifest's checksums removed", ("checkpoint", "inspect", "{ck}"),
              ("manifest.json", "checksums"), files=("ck", ("edit", "manifest checksums null"))),
         *_python_checkpoint_cases(),
@@ -665,6 +676,9 @@ def cases() -> list:
              files=("afile", "linkout")),
         Case("outputs", "--trace-log a dangling link", (*log, "{dangling}"), ("--trace-log", "symbolic link"),
              files=("dangling",)),
+        Case("outputs", "--trace-log a 300-byte name", (*log, "a" * 300 + ".log"),
+             ("--trace-log", "longer than the file system takes")),
+        Case("outputs", "--save a 300-byte name", (*log[:-1], "--save", "s" * 300), ("--save", "longer than")),
         Case("outputs", "timeline --trace a folder", (*TL, "--trace", "{adir}"), ("--trace", "adir"),
              files=("adir",)),
         Case("outputs", "timeline --trace onto a checkpoint's latest", (*TL, "--trace", "{ck}/latest"),

@@ -74,6 +74,11 @@ def make_files(case, folder, checkpoint) -> dict:
         elif name.startswith("link:"):  # a symbolic link to `text` (as written: relative to the link's folder)
             path.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(text, path)
+        elif name.startswith("fifo:"):  # a named pipe: reading it would wait for a writer for ever
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                path.unlink()
+            os.mkfifo(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             body = text()

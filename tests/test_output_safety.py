@@ -149,3 +149,20 @@ def test_the_nccl_graph_file_is_checked_as_every_output_is(run_b, tmp_path):
     with pytest.raises(ValueError, match="a symbolic link"):  # was: written through the link
         ring_environment(3, str(tmp_path))
     assert files_of(run_b) == before and (tmp_path / "precious.txt").read_text() == "the user's file\n"
+
+
+@pytest.mark.bad_input("command line", unchanged=True)
+@pytest.mark.parametrize("argv", [
+    (*TRAIN, "--trace-log", "{long}.log"),  # was: the run, then "[Errno 36] log_to ...: could not be written"
+    (*TRAIN, "--save", "{long}"),  # was: the run, then "[Errno 36] File name too long: ..."
+    ("timeline", "--model", "gpt2-small", "--ranks", "8", "--figure", "{long}.png"),  # was: the timeline, then Errno
+    ("explore", "--html", "{long}"),
+], ids=["--trace-log", "--save", "--figure", "--html"])
+def test_a_name_longer_than_the_file_system_takes_is_refused_before_the_work(tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(long="a" * 300) for a in argv]
+    flag = next(a for a in argv if a.startswith("--") and "{" not in a and a in ("--trace-log", "--save", "--figure",
+                                                                                    "--html"))
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and f"error: {flag} aaa" in err and "longer than the file system takes" in err
+    assert "Errno" not in err and list(tmp_path.iterdir()) == []

@@ -196,3 +196,34 @@ def test_a_decoder_of_more_blocks_than_zerosim_steps_is_refused_before_it_is_bui
     # was: `train --model gpt --layers 100000` built blocks for minutes with nothing printed
     code, _, err = run_cli("train", "--model", "gpt", "--ranks", "2", "--steps", "2", "--layers", "100000")
     assert code == 2 and "layers 100,000 (--layers): the model would have 100,002 units" in err
+
+
+@pytest.mark.bad_input("model configs")
+@pytest.mark.parametrize("flag", ["--config", "--ds-config"])
+def test_a_pipe_or_a_device_named_as_a_config_is_refused_not_waited_on(tmp_path, flag):
+    # was: open() of a FIFO waited for a writer for ever (the command hung); /dev/zero read without end
+    import os
+
+    os.mkfifo(tmp_path / "f.json")
+    for path in (tmp_path / "f.json", "/dev/zero"):
+        argv = ("memory", "--config", path, "--ranks", "8") if flag == "--config" else (
+            "memory", "--model", "gpt2-small", "--ranks", "8", "--ds-config", path)
+        code, _, err = run_cli(*argv)
+        assert code == 2 and f"{path}: not a regular file (a pipe, a device or a socket)" in err
+
+
+@pytest.mark.bad_input("checkpoint files", unchanged=True)
+@pytest.mark.parametrize("name, words", [
+    ("latest", "latest: not a file, where the name of the newest checkpoint's tag belongs"),
+    ("step000002/rank00001.safetensors", "rank00001.safetensors: not a regular file, where a rank's file belongs"),
+])
+def test_a_pipe_in_a_checkpoint_is_refused_not_waited_on(tmp_path, name, words):
+    import os
+
+    assert run_cli("train", "--widths", "4,6,3", "--ranks", "2", "--steps", "2", "--save", tmp_path / "CK")[0] == 0
+    os.remove(tmp_path / "CK" / name)
+    os.mkfifo(tmp_path / "CK" / name)  # was: inspect and resume waited on it for ever
+    before = files_of(tmp_path)
+    code, _, err = run_cli("checkpoint", "inspect", tmp_path / "CK")
+    assert code == 2 and words in err
+    assert files_of(tmp_path) == before

@@ -28,6 +28,7 @@ import re
 import time
 
 from zerosim.checkpoint._files import CheckpointError
+from zerosim.outputs import open_input
 
 MANIFEST, LATEST = "manifest.json", "latest"
 _TEMP = re.compile(r".+\.tmp-\d+$")  # files.write_atomic's temporary names
@@ -44,19 +45,19 @@ def check_tag(tag: str) -> str:
 
 def is_complete(folder: str) -> bool:
     """True when `folder` holds a manifest: every rank file was in place before it was written."""
-    return os.path.isfile(os.path.join(folder, MANIFEST))
+    return os.path.isfile(os.path.join(folder, MANIFEST))  # (a FIFO or a device is not a file: not complete)
 
 
 def read_latest(directory: str) -> str | None:
     """The tag DIR/latest names (None when there is no such file); a clear error naming it when it is not a tag."""
     path = os.path.join(directory, LATEST)
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "rb") as f:  # a FIFO would block the read for ever: refused
             raw = f.read(4097)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: a folder, where the name of the newest checkpoint's tag belongs") from None
+    except (IsADirectoryError, ValueError):
+        raise CheckpointError(f"{path}: not a file, where the name of the newest checkpoint's tag belongs") from None
     try:
         tag = raw.decode("utf-8").strip()
         if len(raw) > 4096:
@@ -80,7 +81,7 @@ def complete_tags(directory: str) -> list:
 def _iteration(folder: str) -> int:
     """The manifest's iteration, or -1 when it cannot be read (such a folder sorts first: never preferred)."""
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
+        with open_input(os.path.join(folder, MANIFEST)) as f:
             value = json.load(f).get("iteration", -1)
         return value if type(value) is int else -1
     except (OSError, ValueError, AttributeError):
@@ -172,5 +173,5 @@ def clean_incomplete(directory: str, folder: str | None) -> None:
 def _listing(folder: str) -> list:
     try:
         return os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # missing, not a folder, a name too long, not readable: nothing of zerosim's listed there
         return []

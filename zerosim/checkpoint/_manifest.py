@@ -41,6 +41,7 @@ import xxhash
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._manifest_checks import check_manifest
 from zerosim.checkpoint._replicas import mesh_spec
+from zerosim.outputs import open_input
 from zerosim.parallel.data.layouts import from_description
 
 FORMAT, VERSION = "zerosim-checkpoint", 2
@@ -131,7 +132,7 @@ def read_manifest(folder: str) -> dict:
     """The manifest of the checkpoint in `folder`, checked for format and version."""
     path = os.path.join(folder, "manifest.json")
     try:
-        with open(path) as f:
+        with open_input(path) as f:  # a FIFO would block the read for ever: refused (a ValueError, below)
             m = json.load(f)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no manifest — not a zerosim checkpoint, or its save never finished") from None

@@ -31,6 +31,7 @@ import xxhash
 
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._folders import LATEST, MANIFEST, complete_tags, read_latest
+from zerosim.outputs import open_input
 
 _RANK_FILE = re.compile(r"rank\d{5}\.safetensors")  # the rank files a manifest lists (_manifest.py rank_file)
 _RUNS = weakref.WeakKeyDictionary()  # engine -> its run id: set by its first save, or by the load that made it
@@ -139,7 +140,7 @@ def remove_run(directory: str, folders: list) -> None:
 
 def _read(folder: str) -> dict:
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
+        with open_input(os.path.join(folder, MANIFEST)) as f:
             m = json.load(f)
         return m if isinstance(m, dict) else {}
     except (OSError, ValueError):

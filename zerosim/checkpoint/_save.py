@@ -153,7 +153,7 @@ def check_save(engine, directory: str, overwrite: bool = False) -> None:
     problem = None
     if writer:
         problem = _directory_problem(directory)
-        found, run = runs.owner(directory), registered(engine)
+        found, run = (runs.owner(directory) if problem is None else None), registered(engine)
         if problem is None and found is not None and found[0] != run and overwrite:
             try:
                 runs.refuse_overwrite_through_link(directory)

@@ -162,9 +162,11 @@ def run(args) -> int:
 def _check_run(args) -> int | None:
     """The ranks (--ranks, or MPI's world size), every flag that sizes the run checked first: the output paths
     before anything, so that no work runs (nor a resume reads its checkpoint) for a file that cannot be written."""
-    if args.trace_log is not None:  # never into a checkpoint, through a link, or into --save (zerosim/outputs.py)
-        from zerosim.outputs import check_file, refuse_inside
+    from zerosim.outputs import check_file, check_folder, refuse_inside
 
+    if args.save is not None:  # a place that can hold checkpoints (whose run owns it: checked before the first step)
+        check_folder(args.save, "--save", checkpoint_ok=True)
+    if args.trace_log is not None:  # never into a checkpoint, through a link, or into --save (zerosim/outputs.py)
         check_file(args.trace_log, "--trace-log")
         if args.save is not None:
             refuse_inside(args.trace_log, "--trace-log", args.save, "--save")

@@ -28,6 +28,8 @@ import os
 from dataclasses import dataclass, replace
 from importlib import resources
 
+from zerosim.outputs import open_input
+
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B, beyond any model trained so far (the CLI's --params too)
 # A width, a vocabulary or a position count is a GEMM dimension or a table's rows: cuBLAS takes them as 32-bit ints
@@ -284,7 +286,11 @@ def read_json_object(source, what: str, one_object: str) -> tuple:
         raw = dict(source) if isinstance(source, dict) else source
     else:
         try:
-            text = source.read_text() if hasattr(source, "read_text") else open(source, encoding="utf-8").read()
+            if hasattr(source, "read_text"):
+                text = source.read_text()
+            else:
+                with open_input(source) as f:  # a FIFO or a device would block the read for ever: refused
+                    text = f.read()
             raw = json.loads(text)
         except OSError as e:
             raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
