@@ -68,6 +68,54 @@ def pytest_collection_modifyitems(config, items):
         json.dump(census, f)
 
 
+# -- the bad-input outcomes: with ZEROSIM_BAD_INPUT_OUTCOMES set to a path, every bad-input case that ran is classified
+# as its answer was: clear (the test passed: the clear error it asserts came), silent (pytest.raises saw nothing
+# raised: the input was accepted), raw (any other failure: another exception, a message without the words, a setup
+# that failed), or not run (skipped). The table by what the input reaches counts them (tests/test_bad_input_table.py),
+# so a hole shows in its row. Workers tag their reports; the process that prints the results (the controller under
+# pytest -n) writes them when the session ends.
+_BAD_INPUT_OUTCOMES = {}  # nodeid -> {"test", "category", "unchanged", "outcome"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    mark = item.get_closest_marker("bad_input")
+    if mark is not None and os.environ.get("ZEROSIM_BAD_INPUT_OUTCOMES"):
+        report.user_properties.append(("bad_input", [mark.args[0], bool(mark.kwargs.get("unchanged"))]))
+
+
+def bad_input_outcome(report) -> str | None:
+    """What one phase's report says of a bad-input case: "clear", "silent", "raw", "not run", or None (no verdict
+    from this phase: a setup or teardown that passed)."""
+    if report.skipped:
+        return "not run"
+    if report.failed:
+        return "silent" if report.when == "call" and "DID NOT RAISE" in str(report.longrepr) else "raw"
+    return "clear" if report.when == "call" else None
+
+
+def pytest_runtest_logreport(report):
+    tag = dict(report.user_properties).get("bad_input")
+    verdict = bad_input_outcome(report) if tag else None
+    if verdict is None:
+        return
+    seen = _BAD_INPUT_OUTCOMES.get(report.nodeid)
+    if seen is None or seen["outcome"] == "clear":  # a teardown that fails after a clear call makes the case raw
+        _BAD_INPUT_OUTCOMES[report.nodeid] = {"test": report.nodeid, "category": tag[0], "unchanged": tag[1],
+                                              "outcome": verdict}
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("ZEROSIM_BAD_INPUT_OUTCOMES")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import json
+
+        with open(path, "w") as f:
+            json.dump(list(_BAD_INPUT_OUTCOMES.values()), f)
+
+
 # -- pytest -n (pytest-xdist): two workers, each test once, the longest first ------------------------------------------
 # Tests that share one expensive run in a process go to one worker, as a unit: a notebook's three tests read one
 # execution of it (test_notebooks.executed), the browser's tests one browser and one CLI run per setting, the hostile

@@ -125,3 +125,36 @@ def torch_bits(records) -> str:
 
     walk(records, "")
     return digest.hexdigest()
+
+
+def as_version_1(manifest: dict) -> dict:
+    """A checkpoint manifest as format version 1 wrote it, without the checksums of version 2 (checkpoint/
+    _manifest.py): so a test of what the semantic checks refuse in a hand-edited manifest reaches them (a version-2
+    manifest's edit is refused first by its checksum, tests/test_checkpoint_safety.py)."""
+    manifest.pop("checksums", None)
+    manifest["version"] = 1
+    return manifest
+
+
+def run_cli(*argv) -> tuple:
+    """(exit status, stdout, stderr) of `zerosim *argv`, run in this process."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from zerosim.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def files_of(root) -> dict:
+    """{path under `root`: its bytes, or a link's target} of every file and link under `root` (links not followed):
+    what a refused command must leave as it was."""
+    import os
+    from pathlib import Path
+
+    root = Path(root)
+    return {str(p.relative_to(root)): (os.readlink(p) if p.is_symlink() else p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()}

@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-FEATURES = ("configs", "planner", "mesh", "quantized", "explorer", "assignments/exercises", "replay", "checkpoints")
+FEATURES = ("configs", "planner", "mesh", "quantized", "explorer", "assignments/exercises", "replay", "checkpoints",
+            "outputs", "training")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Case:
     name: str
     argv: tuple = ()  # a command line (without "zerosim"), files named by FILES keys in braces: "{llama}"
     words: tuple = ()  # what a clear answer names (each must appear)
-    expect: str = "error"  # "error" (exit 2 / an exception) or "graded" (a failing grade, exit 1)
+    expect: str = "error"  # "error" (exit 2 / an exception), "graded" (a failing grade, exit 1) or "runs" (exit 0:
+    #                        the input is run, or a part of it skipped, and the output says so in `words`)
     call: object = None  # a Python case: call(folder) -> whatever; it must raise
     files: tuple = field(default=())  # FILES it needs
 
@@ -69,6 +71,13 @@ FILES = {  # name -> (file name, its text); "dir:" makes a folder
     "chunk_exits": ("mine.py", lambda: "import os\n\ndef chunk_sent(rank, step, world_size):\n    os._exit(4)\n"),
     "chunk_none": ("mine.py", lambda: "def chunk_sent(rank, step, world_size):\n    return None\n"),
     "notpy": ("mine.txt", lambda: "def chunk_sent(rank, step, world_size):\n    return 0\n"),
+    "bytes": ("bytes.json", lambda: b"\x00\xff\xfe\x80{}"),  # not UTF-8
+    "readonly": ("ro:ro.log", lambda: "the user's log\n"),
+    "linkout": ("link:out.log", "afile.txt"),  # a link to another file (afile must be made too)
+    "dangling": ("link:dangling.log", "nowhere/x.log"),
+    "linkedtag": ("link:C/step000002", "../ck/step000002"),  # another folder's tag, linked into C
+    "linkedrun": ("link:cklink", "ck"),
+    "fifo": ("fifo:pipe.json", None),
 }
 
 
@@ -100,6 +109,93 @@ def _hf(name, changes, words):
 def _dscase(name, top, words):
     return Case("configs", f"ds_config {name}", ("memory", "--model", "gpt2-small", "--ranks", "8", "--ds-config",
                                                    "{dscfg}"), words, files=(("dscfg", _ds(**top)),))
+
+
+def _python_output_cases() -> list:
+    def chrome_into(folder, where):
+        import numpy as np
+
+        from zerosim import Cluster
+        from zerosim.analysis.timeline import simulate, write_chrome_trace
+        from zerosim.collectives import all_reduce
+
+        cluster = Cluster(2)
+        all_reduce(cluster, [np.ones(4, np.float32)] * 2)
+        write_chrome_trace(simulate(cluster.trace), where(folder))
+
+    def log_to(folder, where):
+        from zerosim import Cluster
+
+        Cluster(2, log_to=where(folder))
+
+    def trainconfig_log(folder):
+        from zerosim.train import TrainConfig
+
+        TrainConfig(widths=(4, 6, 3), ranks=2, steps=1, trace_log=str(folder / "ck" / "latest"))
+
+    return [
+        Case("outputs", "write_chrome_trace into a folder", words=("a folder",),
+             call=lambda folder: chrome_into(folder, lambda f: f)),
+        Case("outputs", "write_chrome_trace into a checkpoint", words=("inside the checkpoint",), files=("ck",),
+             call=lambda folder: chrome_into(folder, lambda f: f / "ck" / "step000002" / "manifest.json")),
+        Case("outputs", "Cluster(log_to=a folder)", words=("log_to", "a folder"),
+             call=lambda folder: log_to(folder, lambda f: f)),
+        Case("outputs", "Cluster(log_to=a checkpoint's latest)", words=("log_to", "inside the checkpoint"),
+             files=("ck",), call=lambda folder: log_to(folder, lambda f: f / "ck" / "latest")),
+        Case("outputs", "TrainConfig(trace_log=a checkpoint's latest)", words=("trace_log", "inside the checkpoint"),
+             files=("ck",), call=trainconfig_log),
+    ]
+
+
+def _python_training_cases() -> list:
+    def engine(stage, optimizer, **kw):
+        from zerosim import MLP, Cluster, ZeroEngine
+
+        ZeroEngine(MLP([4, 6, 3]), Cluster(2), stage, optimizer, "bf16-mixed", **kw)
+
+    def module(name, attr):
+        return getattr(__import__(name, fromlist=[attr]), attr)
+
+    nan = float("nan")
+    return [
+        Case("training", "Muon(ns_coefficients=(nan, 0, 0))", words=("ns_coefficients",),
+             call=lambda folder: module("zerosim.optim", "Muon")(ns_coefficients=(nan, 0, 0))),
+        Case("training", "Muon(sharding='owner') at stage 0", words=("sharding", "stage 0"),
+             call=lambda folder: engine(0, module("zerosim.optim", "Muon")(sharding="owner"))),
+        Case("training", "Offload(dpu_warmup=5) without dpu", words=("dpu_warmup",),
+             call=lambda folder: module("zerosim.parallel.offload", "Offload")(dpu_warmup=5)),
+        Case("training", "Offload(dpu='yes')", words=("dpu",),
+             call=lambda folder: module("zerosim.parallel.offload", "Offload")(dpu="yes")),
+        Case("training", "TensorParallel(sequence_parallel='yes')", words=("sequence_parallel",),
+             call=lambda folder: module("zerosim.parallel.tensor", "TensorParallel")(
+                 module("zerosim.models", "GPT")(8, 16, 2, 1, 6), 2, sequence_parallel="yes")),
+        Case("training", "FSDP2's offload under DeepSpeed ZeRO-3's recipe", words=("fsdp2-cpu", "deepspeed-zero3"),
+             call=lambda folder: engine(3, module("zerosim.optim", "get_optimizer")("adam"), recipe="deepspeed-zero3",
+                                        parallelisms=(module("zerosim.parallel.offload", "Offload")(fsdp2=True),))),
+        Case("training", "TrainConfig(sp='yes')", words=("sp",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(model="gpt", tp=2, sp="yes")),
+        Case("training", "compute_time(rate=0)", words=("rate",),
+             call=lambda folder: module("zerosim.analysis.timeline._cost", "compute_time")(1.0, 1.0, 0, 1.0)),
+        Case("training", "Link(bandwidth=nan)", words=("bandwidth",),
+             call=lambda folder: module("zerosim.analysis.costs", "Link")("x", nan, 0.0, "")),
+        Case("training", "Efficiency(flat=inf)", words=("flat",),
+             call=lambda folder: module("zerosim.analysis.costs", "Efficiency")("x", flat=float("inf"))),
+        Case("training", "comm_volume(ranks=0)", words=("ranks",),
+             call=lambda folder: module("zerosim.analysis.costs", "comm_volume")(7e9, 0, 3)),
+        Case("training", "comm_time(link=1.5)", words=("link",),
+             call=lambda folder: module("zerosim.analysis.costs", "comm_time")(7e9, 8, 3, 1.5)),
+        Case("training", "get_optimizer([])", words=("optimizer",),
+             call=lambda folder: module("zerosim.optim", "get_optimizer")([])),
+        Case("training", "Muon(ns_steps=10^30)", words=("ns_steps",),
+             call=lambda folder: module("zerosim.optim", "Muon")(ns_steps=10**30)),
+        Case("training", "TrainConfig(widths=(4, 0, 3))", words=("widths",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(widths=(4, 0, 3))),
+        Case("training", "TrainConfig(lr=nan)", words=("lr",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(lr=nan)),
+        Case("training", "make_regression of 10^30 micro-batches", words=("micro-batches",),
+             call=lambda folder: module("zerosim.models", "make_regression")(
+                 __import__("numpy").random.default_rng(0), 10**30, 3, [4, 3])),
+    ]
 
 
 def _python_checkpoint_cases() -> list:
@@ -155,6 +251,15 @@ def _python_checkpoint_cases() -> list:
         Case("checkpoints", "save(overwrite='yes')", words=("overwrite",), call=save_overwrite),
         Case("checkpoints", "save into a tag folder", words=("inside the checkpoint",), call=save_nested),
         Case("checkpoints", "save another run into a run's folder", words=("another run",), call=save_other_run),
+        Case("checkpoints", "save(tag=1.5)", words=("tag",),
+             call=lambda folder: __import__("zerosim.checkpoint", fromlist=["save"]).save(trained(folder),
+                                                                                         str(folder / "ck"), tag=1.5)),
+        Case("checkpoints", "load(model=1.5)", words=("model",),
+             call=lambda folder: __import__("zerosim.checkpoint", fromlist=["load"]).load(
+                 str(folder / "ck"), __import__("zerosim", fromlist=["Cluster"]).Cluster(2), 1.5)),
+        Case("checkpoints", "save(data='x')", words=("data",),
+             call=lambda folder: __import__("zerosim.checkpoint", fromlist=["save"]).save(trained(folder),
+                                                                                         str(folder / "ck"), data="x")),
         Case("checkpoints", "load with another model", words=("another model",), call=load_other_model),
         Case("checkpoints", "load a missing folder", words=("no such folder",), call=load_not_folder),
     ]
@@ -234,6 +339,31 @@ def cases() -> list:
         _dscase("gradient_predivide_factor 0", {"gradient_predivide_factor": 0}, ("gradient_predivide_factor",)),
         _dscase("mics_shard_size 0", {"zero_optimization": {"stage": 3, "mics_shard_size": 0}}, ("mics_shard_size",)),
         _dscase("overlap_comm 'yes'", {"zero_optimization": {"stage": 3, "overlap_comm": "yes"}}, ("overlap_comm",)),
+        _dscase("optimizer.params.momentum 'auto'", {"optimizer": {"type": "SGD", "params": {"momentum": "auto"}}},
+                ("optimizer.params.momentum",)),
+        Case("configs", "ds_config optimizer.params 'auto' (the HF Trainer's)", (*MEM, "--ds-config", "{dscfg}"),
+             ("optimizer.params.lr: auto -> 5e-05", "TrainingArguments' default"), "runs",
+             files=(("dscfg", _ds(optimizer={"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                                          "weight_decay": "auto"}})),)),
+        _hf("intermediate_size 10^15", {"intermediate_size": 10**15}, ("intermediate_size", "cfg.json")),
+        _hf("hidden_size 2^40", {"hidden_size": 2**40}, ("hidden_size", "cfg.json")),
+        _hf("vocab_size 2^31", {"vocab_size": 2**31}, ("vocab_size",)),
+        _hf("a 7e15-parameter model", {"hidden_size": 2**20, "intermediate_size": 2**30, "num_attention_heads": 2**10},
+            ("parameters", "cfg.json")),
+        _hf("model_type a list", {"model_type": ["llama"]}, ("model_type",)),
+        _hf("model_type an object", {"model_type": {"a": 1}}, ("model_type",)),
+        Case("configs", "--config not UTF-8", ("memory", "--config", "{bytes}", "--ranks", "8"),
+             ("bytes.json", "UTF-8"), files=("bytes",)),
+        Case("configs", "--ds-config not UTF-8", (*MEM, "--ds-config", "{bytes}"), ("bytes.json", "UTF-8"),
+             files=("bytes",)),
+        Case("configs", "--config a named pipe", ("memory", "--config", "{fifo}", "--ranks", "8"),
+             ("pipe.json", "not a regular file"), files=("fifo",)),
+        Case("configs", "--ds-config a named pipe", (*MEM, "--ds-config", "{fifo}"),
+             ("pipe.json", "not a regular file"), files=("fifo",)),
+        Case("configs", "--config /dev/zero", ("memory", "--config", "/dev/zero", "--ranks", "8"),
+             ("/dev/zero", "not a regular file")),
+        Case("configs", "--config nested 10^5 deep", ("memory", "--config", "{cfg}", "--ranks", "8"), ("nested",),
+             files=(("cfg", ("deep.json", lambda: "[" * 100_000)),)),
         Case("configs", "--ds-config not JSON", (*MEM, "--ds-config", "{notjson}"), ("not JSON",),
              files=("notjson",)),
         Case("configs", "--ds-config with --stage's flags", (*TL, "--ds-config", "{ds}", "--stage", "1"),
@@ -288,6 +418,27 @@ def cases() -> list:
         Case("planner", "timeline --tokens 0", (*TL, "--tokens", "0"), ("--tokens",)),
         Case("planner", "train --accumulation-steps 100000", ("train", "--accumulation-steps", "100000", "--steps",
                                                              "1"), ("400,000 micro-batches",)),
+        Case("planner", "timeline --efficiency 1e-300", (*TL, "--efficiency", "1e-300"), ("--efficiency",)),
+        Case("planner", "memory --layers beside --model", (*MEM, "--layers", "4"), ("--layers",)),
+        Case("planner", "timeline --sweep-ranks without --sweep", (*TL, "--sweep-ranks", "8,16"), ("--sweep-ranks",)),
+        Case("planner", "timeline --tokens 10^20", (*TL, "--tokens", "99999999999999999999"), ("--tokens",)),
+        Case("planner", "plan --efficiency eager:gemm=1e-9", (*PLAN, "--efficiency", "eager:gemm=1e-9"),
+             ("--efficiency", "gemm")),
+        Case("planner", "timeline --link-bandwidth 1e-300", (*TL, "--link-bandwidth", "1e-300"), ("--link-bandwidth",)),
+        Case("planner", "timeline --link-bandwidth nan", (*TL, "--link-bandwidth", "nan"), ("--link-bandwidth",)),
+        Case("planner", "plan --link-bandwidth inf", (*PLAN, "--link-bandwidth", "inf"), ("--link-bandwidth",)),
+        Case("planner", "timeline --link-alpha 1e300", (*TL, "--link-alpha", "1e300"), ("--link-alpha",)),
+        Case("planner", "memory --host-memory without offload", (*MEM, "--host-memory", "100"), ("--host-memory",)),
+        Case("planner", "memory --host without offload", (*MEM, "--host", "dgx-a100"), ("--host",)),
+        Case("planner", "timeline --pcie without offload", (*TL, "--pcie", "pcie4"), ("--pcie",)),
+        Case("planner", "timeline --host-bandwidth without offload", (*TL, "--host-bandwidth", "10"),
+             ("--host-bandwidth",)),
+        Case("planner", "plan --host-nvme without offload", (*PLAN, "--host-nvme", "5"), ("--host-nvme",)),
+        Case("planner", "timeline --offload-optimizer --host-bandwidth 1e-300", (
+            *TL, "--offload-optimizer", "cpu", "--host-bandwidth", "1e-300"), ("--host-bandwidth",)),
+        Case("planner", "memory --offload-policy with a DeepSpeed config", (*MEM, "--offload-policy", "cpu",
+                                                                           "--ds-config", "{ds}"),
+             ("--offload-policy", "--ds-config"), files=("ds",)),
     ]
     # ---------------------------------------------------------------------------------------------- mesh
     c += [
@@ -321,6 +472,12 @@ def cases() -> list:
         Case("mesh", "--link bogus", (*TL, "--link", "bogus"), ("--link",)),
         Case("mesh", "timeline --ranks 10^8", ("timeline", "--model", "gpt2-small", "--ranks", "100000000"),
              ("100,000,000",)),
+        Case("mesh", "memory --strategy all where one does not apply", ("memory", "--strategy", "all", "--params",
+                                                                         "7e9", "--ranks", "8", "--gpus-per-node", "4"),
+             ("skipped mics_hierarchical",), "runs"),
+        Case("mesh", "timeline --sweep --strategy all where one does not apply", (
+            "timeline", "--sweep", "--strategy", "all", "--params", "7e9", "--gpus-per-node", "4", "--sweep-ranks",
+            "8,16"), ("skipped mics_hierarchical",), "runs"),
     ]
     # ---------------------------------------------------------------------------------------------- quantized
     c += [
@@ -473,6 +630,86 @@ def cases() -> list:
         Case("checkpoints", "--save-every without --save", (*TRAIN, "--save-every", "1"), ("save",)),
         Case("checkpoints", "--save-every -1", (*TRAIN, "--save", "x", "--save-every", "-1"), ("save",)),
         Case("checkpoints", "--save under /proc", (*TRAIN, "--save", "/proc/zerosim-ck"), ("cannot write",)),
+        Case("checkpoints", "--overwrite through a linked tag", (*TRAIN, "--seed", "3", "--save", "{cdir}",
+                                                                  "--overwrite"), ("symbolic link",),
+             files=("ck", ("cdir", ("dir:C", None)), "linkedtag")),
+        Case("checkpoints", "--overwrite through a linked folder", (*TRAIN, "--seed", "3", "--save", "{linkedrun}",
+                                                                     "--overwrite"), ("symbolic link",),
+             files=("ck", "linkedrun")),
+        Case("checkpoints", "inspect a folder whose latest names a linked tag", ("checkpoint", "inspect", "{cdir}"),
+             ("symbolic link",), files=("ck", ("cdir", ("dir:C", None)), "linkedtag",
+                                        ("latest", ("C/latest", lambda: "step000002\n")))),
+        Case("checkpoints", "resume with another --seed", ("train", "--widths", "4,6,3", "--steps", "3", "--resume",
+                                                           "{ck}", "--seed", "7"), ("--seed 7", "data.seed"),
+             files=("ck",)),
+        Case("checkpoints", "resume with another --batch", ("train", "--widths", "4,6,3", "--steps", "3", "--resume",
+                                                            "{ck}", "--batch", "8"), ("--batch 8", "data.batch"),
+             files=("ck",)),
+        Case("checkpoints", "resume with another --task", ("train", "--widths", "4,6,3", "--steps", "3", "--resume",
+                                                           "{ck}", "--task", "classification"), ("--task",),
+             files=("ck",)),
+        Case("checkpoints", "a manifest's betas edited", ("train", "--widths", "4,6,3", "--steps", "3", "--resume",
+                                                          "{ck}"), ("manifest.json", "optimizer.hyperparameters.betas"),
+             files=("ck", ("edit", "manifest optimizer.hyperparameters.betas [0.5, 0.6]"))),
+        Case("checkpoints", "a manifest's precision edited", ("checkpoint", "inspect", "{ck}"),
+             ("manifest.json", "precision.compute"), files=("ck", ("edit", 'manifest precision.compute "fp16"'))),
+        Case("checkpoints", "latest a named pipe", ("checkpoint", "inspect", "{ck}"), ("latest", "not a file"),
+             files=("ck", ("pipe", ("fifo:ck/latest", None)))),
+        Case("checkpoints", "a rank file a named pipe", ("checkpoint", "inspect", "{ck}"), ("rank00001.safetensors",),
+             files=("ck", ("pipe", ("fifo:ck/step000002/rank00001.safetensors", None)))),
+        Case("checkpoints", "a manifest's checksums removed", ("checkpoint", "inspect", "{ck}"),
+             ("manifest.json", "checksums"), files=("ck", ("edit", "manifest checksums null"))),
         *_python_checkpoint_cases(),
+    ]
+    # ---------------------------------------------------------------------------------------------- outputs
+    log = ("train", "--widths", "4,6,3", "--ranks", "2", "--steps", "2", "--trace-log")
+    c += [
+        Case("outputs", "--trace-log into another run's rank file", (*log, "{ck}/step000002/rank00000.safetensors"),
+             ("--trace-log", "inside the checkpoint"), files=("ck",)),
+        Case("outputs", "--trace-log onto another run's latest", (*log, "{ck}/latest"),
+             ("--trace-log", "inside the checkpoint"), files=("ck",)),
+        Case("outputs", "--trace-log onto another run's manifest", (*log, "{ck}/step000002/manifest.json"),
+             ("--trace-log", "inside the checkpoint"), files=("ck",)),
+        Case("outputs", "--trace-log into the checkpoint it resumes", (
+            "train", "--widths", "4,6,3", "--steps", "4", "--resume", "{ck}", "--save", "{ck}", "--trace-log",
+            "{ck}/step000002/rank00001.safetensors"), ("--trace-log", "inside the checkpoint"), files=("ck",)),
+        Case("outputs", "--trace-log inside the --save folder", (*log[:-1], "--save", "N", "--trace-log", "N/t.log"),
+             ("--trace-log", "--save")),
+        Case("outputs", "--trace-log a folder", (*log, "{adir}"), ("--trace-log", "a folder"), files=("adir",)),
+        Case("outputs", "--trace-log under /proc", (*log, "/proc/zerosim-x.log"), ("--trace-log", "cannot write")),
+        Case("outputs", "--trace-log a read-only file", (*log, "{readonly}"), ("--trace-log", "read-only"),
+             files=("readonly",)),
+        Case("outputs", "--trace-log a link to another file", (*log, "{linkout}"), ("--trace-log", "symbolic link"),
+             files=("afile", "linkout")),
+        Case("outputs", "--trace-log a dangling link", (*log, "{dangling}"), ("--trace-log", "symbolic link"),
+             files=("dangling",)),
+        Case("outputs", "--trace-log a 300-byte name", (*log, "a" * 300 + ".log"),
+             ("--trace-log", "longer than the file system takes")),
+        Case("outputs", "--save a 300-byte name", (*log[:-1], "--save", "s" * 300), ("--save", "longer than")),
+        Case("outputs", "timeline --trace a folder", (*TL, "--trace", "{adir}"), ("--trace", "adir"),
+             files=("adir",)),
+        Case("outputs", "timeline --trace onto a checkpoint's latest", (*TL, "--trace", "{ck}/latest"),
+             ("--trace", "inside the checkpoint"), files=("ck",)),
+        Case("outputs", "plan --figure a link", (*PLAN, "--figure", "{linkpng}"), ("--figure", "symbolic link"),
+             files=(("linkpng", ("link:fig.png", "elsewhere.png")),)),
+        Case("outputs", "figures --out inside a checkpoint", ("figures", "--out", "{ck}/figs"),
+             ("--out", "inside the checkpoint"), files=("ck",)),
+        *_python_output_cases(),
+    ]
+    # ---------------------------------------------------------------------------------------------- training
+    c += [
+        Case("training", "--muon-sharding at stage 0", (*TRAIN, "--stage", "0", "--optimizer", "muon",
+                                                         "--muon-sharding", "owner"), ("--muon-sharding",)),
+        Case("training", "--tp 0", (*TRAIN, "--tp", "0"), ("--tp",)),
+        Case("training", "--model gpt --layers 100000", ("train", "--model", "gpt", "--ranks", "2", "--steps", "1",
+                                                          "--layers", "100000"), ("--layers",)),
+        Case("training", "replay --loss-scale 1e-300", ("replay", "--loss-scale", "1e-300"), ("scale", "fp32")),
+        Case("training", "--offload-policy under DeepSpeed's recipe", (*TRAIN, "--stage", "3", "--offload-policy",
+                                                                        "cpu", "--reduction", "deepspeed-zero3"),
+             ("--offload-policy", "deepspeed-zero3")),
+        Case("training", "--offload-optimizer under FSDP2's recipe", (*TRAIN, "--stage", "3", "--offload-optimizer",
+                                                                       "cpu", "--reduction", "fsdp2"),
+             ("--offload-optimizer", "fsdp2")),
+        *_python_training_cases(),
     ]
     return c

@@ -206,7 +206,7 @@ def test_a_corrupted_file_fails_its_checksum(checkpoint):
 
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 @pytest.mark.parametrize("edit, match", [
-    (lambda m: m.update(version=99), "checkpoint format version 99; this zerosim reads version 1"),
+    (lambda m: m.update(version=99), "checkpoint format version 99; this zerosim reads versions 1 and 2"),
     (lambda m: m.update(format="something-else"), "not a zerosim checkpoint manifest"),
 ])
 def test_a_manifest_of_another_format_is_refused(checkpoint, edit, match):

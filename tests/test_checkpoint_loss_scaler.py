@@ -11,7 +11,7 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from helpers import bits  # the tests' shared helpers (tests/helpers.py)
+from helpers import as_version_1, bits  # the tests' shared helpers (tests/helpers.py)
 
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer
 from zerosim import checkpoint as ckpt
@@ -113,7 +113,7 @@ def test_a_manifest_from_before_the_recipes_is_read_or_refused(tmp_path):
     engine = ZeroEngine(model, Cluster(2), 1, get_optimizer("adam"), "fp16-mixed")
     folder = ckpt.save(engine, str(tmp_path))
     path = f"{folder}/manifest.json"
-    manifest = json.loads(open(path).read())
+    manifest = as_version_1(json.loads(open(path).read()))  # an old manifest: no checksums
     for key in ("reduction", "unscale", "allreduce", "loss_scale_options"):
         del manifest["precision"][key]
     manifest["precision"]["average"] = "avg"
@@ -132,7 +132,7 @@ def test_a_manifest_from_before_the_recipes_is_read_or_refused(tmp_path):
 def test_a_scaler_that_does_not_match_the_policy_is_refused(tmp_path):
     model = MLP(WIDTHS)
     folder = ckpt.save(ZeroEngine(model, Cluster(2), 1, get_optimizer("adam"), POLICIES["torch"]), str(tmp_path))
-    manifest = json.loads(open(f"{folder}/manifest.json").read())
+    manifest = as_version_1(json.loads(open(f"{folder}/manifest.json").read()))  # its own check, not the checksum
     manifest["loss_scaler"]["kind"] = "deepspeed"
     open(f"{folder}/manifest.json", "w").write(json.dumps(manifest))
     cluster = Cluster(2)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import as_version_1
 
 from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim import checkpoint as checkpoints
@@ -226,8 +227,9 @@ EDITS = [  # (edit, the words the error must hold); the checkpoint: N = 3, stage
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 @pytest.mark.parametrize("change, words", EDITS)
 def test_a_hand_edited_manifest_is_refused_naming_the_file_and_the_key(ckpt, change, words):
+    # as a version-1 manifest (no checksums): what each key's own check says
     path = ckpt / "step000002" / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = as_version_1(json.loads(path.read_text()))
     change(manifest)
     path.write_text(json.dumps(manifest))
     before = snapshot(ckpt)
@@ -236,6 +238,39 @@ def test_a_hand_edited_manifest_is_refused_naming_the_file_and_the_key(ckpt, cha
         checkpoints.load(str(ckpt), cluster, MLP(WIDTHS))
     assert all(r.ledger.current() == 0 and not r.ledger.live for r in cluster.ranks)  # nothing was built
     assert snapshot(ckpt) == before
+
+
+@pytest.mark.bad_input("checkpoint files", unchanged=True)
+@pytest.mark.parametrize("change, words", EDITS)
+def test_a_hand_edited_manifest_fails_its_checksum_naming_the_key(ckpt, change, words):
+    # the same edits of a version-2 manifest: refused by its checksums, naming the first key that changed
+    path = ckpt / "step000002" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    before_edit = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+    changed = sorted(set(_leaves(manifest).items()) ^ set(_leaves(before_edit).items()))  # the keys the edit touched
+    before = snapshot(ckpt)
+    cluster = Cluster(N)
+    with pytest.raises(CheckpointError, match="step000002/manifest.json: (.+) is not what the save wrote") as e:
+        checkpoints.load(str(ckpt), cluster, MLP(WIDTHS))
+    named = str(e.value).split(": ")[1].split(" ")[0]
+    assert named in {k for k, _ in changed}, (named, changed)
+    assert all(r.ledger.current() == 0 and not r.ledger.live for r in cluster.ranks)  # nothing was built
+    assert snapshot(ckpt) == before
+
+
+def _leaves(value, prefix=""):
+    """{dotted key: its JSON} of a manifest's values, dicts walked (as its checksums are made, written here again)."""
+    out = {}
+    for key, v in value.items():
+        if key == "checksums":
+            continue
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(v, sort_keys=True)
+    return out
 
 
 # ---------------------------------------------------------------- 7. the same state, the same bytes

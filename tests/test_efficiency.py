@@ -53,9 +53,9 @@ def test_presets_and_overrides():
 
 @pytest.mark.bad_input("command line")
 @pytest.mark.parametrize("text, words", [
-    ("fast", "choose a preset"), ("1.5", "must lie in (0, 1]"), ("0", "must lie in (0, 1]"),
+    ("fast", "choose a preset"), ("1.5", "must lie in [0.001, 1]"), ("0", "must lie in [0.001, 1]"),
     ("eager:gemm", "is not FIELD=VALUE"), ("eager:speed=0.5", "is not FIELD=VALUE"),
-    ("eager:gemm=x", "is not a number"), ("eager:hbm=2", "must lie in (0, 1]"),
+    ("eager:gemm=x", "is not a number"), ("eager:hbm=2", "must lie in [0.001, 1]"),
 ])
 def test_bad_efficiencies_are_named(text, words):
     with pytest.raises(ValueError, match=None) as e:

@@ -56,20 +56,35 @@ def make_files(case, folder, checkpoint) -> dict:
             shutil.copytree(checkpoint, folder / "ck")
             paths["ck"] = str(folder / "ck")
             continue
-        if spec == "manifest world_size 5":  # a hand edit of the newest manifest
-            m = folder / "ck" / "step000002" / "manifest.json"
+        if isinstance(spec, str) and spec.startswith("manifest "):  # a hand edit of the newest manifest: "manifest
+            m = folder / "ck" / "step000002" / "manifest.json"  # KEY.PATH JSON-VALUE"
             data = json.loads(m.read_text())
-            data["world_size"] = 5
+            keys, value = spec.split(" ", 2)[1:]
+            *parents, last = keys.split(".")
+            node = data
+            for k in parents:
+                node = node[k]
+            node[last] = json.loads(value)
             m.write_text(json.dumps(data))
             continue
         name, text = spec
-        path = folder / name.removeprefix("dir:")
+        path = folder / name.split(":", 1)[-1]
         if name.startswith("dir:"):
             path.mkdir(parents=True, exist_ok=True)
+        elif name.startswith("link:"):  # a symbolic link to `text` (as written: relative to the link's folder)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(text, path)
+        elif name.startswith("fifo:"):  # a named pipe: reading it would wait for a writer for ever
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                path.unlink()
+            os.mkfifo(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             body = text()
             path.write_bytes(body if isinstance(body, bytes) else body.encode("utf-8", "surrogateescape"))
+            if name.startswith("ro:"):  # a read-only file
+                path.chmod(0o444)
         paths[key] = str(path)
     return paths
 
@@ -91,6 +106,11 @@ def classify(case, outcome) -> tuple:
     lines = [line for line in err.strip().splitlines() if line.strip()]
     if "Traceback (most recent call last)" in err:
         return "raw", lines[-1]
+    if case.expect == "runs":  # the input is one zerosim runs (or skips a part of, saying so): rc 0 and the words
+        said = out + err
+        ok = code == 0 and all(w in said for w in case.words)
+        last = said.strip().splitlines()[-1] if said.strip() else ""
+        return ("clear" if ok else "raw" if code in (0, 2) else "crash"), last
     if case.expect == "graded":
         failed = [line for line in out.splitlines() if line.startswith("FAIL") or line.startswith("      ")]
         said = out + err

@@ -19,8 +19,8 @@ it: `save` reads an engine's states, `load` builds an engine that takes the load
 from zerosim.checkpoint._consolidate import consolidate, consolidated, inspect
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._load import SavedState, load, read_state
-from zerosim.checkpoint._resume import saved_optimizer, saved_settings
+from zerosim.checkpoint._resume import saved_data, saved_optimizer, saved_settings
 from zerosim.checkpoint._save import check_save, save
 
 __all__ = ["CheckpointError", "SavedState", "check_save", "consolidate", "consolidated", "inspect", "load",
-           "read_state", "save", "saved_optimizer", "saved_settings"]
+           "read_state", "save", "saved_data", "saved_optimizer", "saved_settings"]

@@ -28,6 +28,7 @@ import os
 import numpy as np
 import xxhash
 
+from zerosim.outputs import open_input  # a checkpoint's files are read only when they are regular files
 from zerosim.outputs import write_atomic  # (its temporary names, path.tmp-<pid>, are what _folders.py cleans up)
 from zerosim.precision import get_format
 
@@ -132,16 +133,19 @@ def read_checked(path: str, size: int, digest: str) -> bytearray:
     ("<algorithm>:<hex>") — or a CheckpointError. Writable, so a loading engine can take the tensors in it
     as its own states without another copy."""
     try:
-        with open(path, "rb") as f:
-            actual = os.fstat(f.fileno()).st_size
-            if actual != size:
-                raise CheckpointError(f"{path}: {actual} bytes, the manifest says {size}: truncated or replaced")
-            data = bytearray(size)
-            if f.readinto(data) != size:
-                raise CheckpointError(f"{path}: fewer bytes could be read than the manifest's {size}: truncated while "
-                                      "reading")
+        f = open_input(path, "rb")  # a FIFO would block the read for ever: refused
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
+    except (ValueError, IsADirectoryError):
+        raise CheckpointError(f"{path}: not a regular file, where a rank's file belongs") from None
+    with f:
+        actual = os.fstat(f.fileno()).st_size
+        if actual != size:
+            raise CheckpointError(f"{path}: {actual} bytes, the manifest says {size}: truncated or replaced")
+        data = bytearray(size)
+        if f.readinto(data) != size:
+            raise CheckpointError(f"{path}: fewer bytes could be read than the manifest's {size}: truncated while "
+                                  "reading")
     algorithm = digest.split(":", 1)[0]
     if algorithm not in CHECKSUMS:
         raise CheckpointError(

@@ -11,15 +11,24 @@ whether a checkpoint exists by its metadata file alone (torch/distributed/checkp
 `_FileSystemWriter._metadata_exists`, called by `prepare_local_plan`; `finish` writes `.metadata.tmp`
 and renames it), and DeepSpeed loads only the tag its `latest` names, written after every file of the
 tag (deepspeed/runtime/engine.py, `save_checkpoint`: `commit(tag)`, then `latest`; `load_checkpoint`).
+
+zerosim writes no symbolic link into a checkpoint folder, so a link there is not one of its tags: a tag folder that
+is a link is neither listed, loaded, written into nor removed (a link `C/step000006 -> ../B/step000006` would
+otherwise let a save or an overwrite of C change B's files), and is refused by name where a save or a load would
+reach it. One process saves into a folder at a time (`save_lock`: an advisory lock on the folder itself), so two
+saves of one run at once cannot remove each other's temporary files or mix their rank files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import time
 
 from zerosim.checkpoint._files import CheckpointError
+from zerosim.outputs import open_input
 
 MANIFEST, LATEST = "manifest.json", "latest"
 _TEMP = re.compile(r".+\.tmp-\d+$")  # files.write_atomic's temporary names
@@ -36,19 +45,19 @@ def check_tag(tag: str) -> str:
 
 def is_complete(folder: str) -> bool:
     """True when `folder` holds a manifest: every rank file was in place before it was written."""
-    return os.path.isfile(os.path.join(folder, MANIFEST))
+    return os.path.isfile(os.path.join(folder, MANIFEST))  # (a FIFO or a device is not a file: not complete)
 
 
 def read_latest(directory: str) -> str | None:
     """The tag DIR/latest names (None when there is no such file); a clear error naming it when it is not a tag."""
     path = os.path.join(directory, LATEST)
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "rb") as f:  # a FIFO would block the read for ever: refused
             raw = f.read(4097)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: a folder, where the name of the newest checkpoint's tag belongs") from None
+    except (IsADirectoryError, ValueError):
+        raise CheckpointError(f"{path}: not a file, where the name of the newest checkpoint's tag belongs") from None
     try:
         tag = raw.decode("utf-8").strip()
         if len(raw) > 4096:
@@ -64,7 +73,7 @@ def complete_tags(directory: str) -> list:
     found = []
     for name in _listing(directory):
         folder = os.path.join(directory, name)
-        if name != LATEST and os.path.isdir(folder) and is_complete(folder):
+        if name != LATEST and not os.path.islink(folder) and os.path.isdir(folder) and is_complete(folder):
             found.append((_iteration(folder), name))
     return [name for _, name in sorted(found)]
 
@@ -72,7 +81,7 @@ def complete_tags(directory: str) -> list:
 def _iteration(folder: str) -> int:
     """The manifest's iteration, or -1 when it cannot be read (such a folder sorts first: never preferred)."""
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
+        with open_input(os.path.join(folder, MANIFEST)) as f:
             value = json.load(f).get("iteration", -1)
         return value if type(value) is int else -1
     except (OSError, ValueError, AttributeError):
@@ -82,14 +91,19 @@ def _iteration(folder: str) -> int:
 def resolve(directory: str, tag: str | None = None) -> str:
     """The checkpoint folder to load: DIR/<tag>; DIR itself if it holds a manifest; the tag DIR/latest names;
     or, when `latest` is missing or names a folder whose save never finished, the newest complete tag."""
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+        raise TypeError(f"a checkpoint folder is a path, got {directory!r}")
+    directory = os.fspath(directory)
     if tag is not None:
-        return os.path.join(directory, check_tag(tag))
+        return refuse_link(os.path.join(directory, check_tag(tag)))
     if not os.path.isdir(directory):
         raise CheckpointError(f"{directory}: no such folder" if not os.path.exists(directory)
                               else f"{directory}: a file, not a checkpoint folder")
     if is_complete(directory):
         return directory
     named = read_latest(directory)
+    if named is not None:
+        refuse_link(os.path.join(directory, named), f"{os.path.join(directory, LATEST)} names {named!r}: ")
     if named is not None and is_complete(os.path.join(directory, named)):
         return os.path.join(directory, named)
     complete = complete_tags(directory)
@@ -100,6 +114,48 @@ def resolve(directory: str, tag: str | None = None) -> str:
                               f"(no {MANIFEST}), and no other complete checkpoint is in {directory}")
     raise CheckpointError(f"{directory}: no checkpoint here (neither a {MANIFEST} nor a '{LATEST}' file, "
                           "nor a complete tag folder)")
+
+
+def refuse_link(folder: str, said: str = "") -> str:
+    """`folder` (a tag's place), refused when it is a symbolic link: zerosim neither reads, writes nor removes a
+    checkpoint through one (see the module docstring)."""
+    if os.path.islink(folder):
+        raise CheckpointError(f"{said}{folder}: a symbolic link (to {os.readlink(folder)}), not a checkpoint this "
+                              "folder holds; zerosim neither follows nor removes links in a checkpoint folder: name "
+                              "the folder it points to, or remove the link")
+    return folder
+
+
+LOCK_WAIT = 600.0  # seconds a save waits for another process's save into the same folder (a large one takes minutes)
+
+
+@contextlib.contextmanager
+def save_lock(directory: str, wait: float | None = None):
+    """Hold the folder's save lock while the body runs: an exclusive `flock` on the folder itself (no file is added
+    to it), released by the kernel when the process ends, kill -9 included. Where flock is missing (Windows) nothing
+    is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (no flock: no lock, as before)
+        yield
+        return
+    wait = LOCK_WAIT if wait is None else wait
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise CheckpointError(f"{directory}: another process has been saving into it for {wait:g} s "
+                                          "(it holds the folder's lock); nothing was written: let it finish, or save "
+                                          "into another folder") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def clean_incomplete(directory: str, folder: str | None) -> None:
@@ -117,5 +173,5 @@ def clean_incomplete(directory: str, folder: str | None) -> None:
 def _listing(folder: str) -> list:
     try:
         return os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # missing, not a folder, a name too long, not readable: nothing of zerosim's listed there
         return []

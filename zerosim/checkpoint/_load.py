@@ -177,6 +177,9 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     """
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
+    if not (hasattr(model, "specs") and hasattr(model, "num_params")):  # checked first: 1.5 failed as an AttributeError
+        raise TypeError(f"model must be a zerosim model (MLP, GPT, Llama, ...) the checkpoint was saved from, got "
+                        f"{model!r}")
     if not cluster.backend.holds_values:  # checked first: on a meta cluster it loaded, then failed its first step
         raise ValueError(f"a checkpoint holds values, which the {cluster.backend.name} backend does not keep; "
                          "load it on a numpy (or mpi) cluster — the meta backend accounts memory and traffic only")
@@ -186,6 +189,12 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     if ("master" in state.files[0]) != (saved_policy.master is not None):
         raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
                               + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
+    for name, fmt in (("params", saved_policy.compute_format), ("master", saved_policy.master_format)):
+        held = state.files[0].get(name)  # the files passed their checksums: a mismatch is the manifest's precision
+        if held is not None and fmt is not None and held.dtype != fmt.dtype:
+            key = "precision.compute" if name == "params" else "precision.master"
+            raise CheckpointError(f"{where}: {key} says {fmt.name}, but the rank files hold {name} as "
+                                  f"{held.dtype}: the manifest's precision was edited")
     if precision is not None:  # the kernels (`arithmetic`) are how steps run, not a format: the asked ones run on
         saved_policy = saved_policy.with_(arithmetic=get_precision(precision).arithmetic)
     if precision is not None and get_precision(precision) != saved_policy:

@@ -21,7 +21,13 @@ so the seed and t resume them);
 and one entry per rank file: name, bytes, XXH3-64 checksum, and each tensor's format. A strategy for many
 nodes adds "mesh": its name, shard group S, replicas R, ranks N, GPUs per node and the ranks that wrote; with
 replicas (HSDP, MiCS) world_size is then S, the shards written once each (_replicas.py). "run": the id of the run
-the checkpoint belongs to (_runs.py: whose the folder is).
+the checkpoint belongs to (_runs.py: whose the folder is). "data": what a `zerosim train` run drew its micro-batches
+from (its seed, batch and task), so a resume on other data is refused (train/_trainer.py).
+
+The manifest is checksummed like the rank files (format version 2): "checksums" holds the XXH3-64 of every value,
+by its dotted key ("optimizer.hyperparameters.betas"), so a hand edit of any value — betas, a precision field, the
+step — is refused naming the file and the key, before anything is loaded. Version 1 manifests (written before) have
+no checksums and are read as they were.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ import dataclasses
 import json
 import os
 
+import xxhash
+
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._manifest_checks import check_manifest
 from zerosim.checkpoint._replicas import mesh_spec
+from zerosim.outputs import open_input
 from zerosim.parallel.data.layouts import from_description
 
-FORMAT, VERSION = "zerosim-checkpoint", 1
+FORMAT, VERSION = "zerosim-checkpoint", 2
+READS = (1, 2)  # version 1: no "checksums" (read as before); 2: every value checksummed
 
 
 def rank_file(rank: int) -> str:
@@ -60,7 +70,7 @@ def optimizer_spec(optimizer) -> dict:
     }
 
 
-def make_manifest(engine, files: list, run: str | None = None) -> dict:
+def make_manifest(engine, files: list, run: str | None = None, data: dict | None = None) -> dict:
     layout = engine.layout
     p = engine.precision.with_(reduction=engine.recipe.reduction, allreduce=engine.recipe.allreduce)  # the recipe too
     regions = [engine.region(r) for r in range(layout.world_size)]
@@ -82,14 +92,47 @@ def make_manifest(engine, files: list, run: str | None = None) -> dict:
         manifest["mesh"] = mesh
     if run is not None:  # the run these checkpoints belong to (runs.py)
         manifest["run"] = {"id": run}
-    return manifest
+    if data is not None:  # what the run drew its micro-batches from (train/_trainer.py)
+        manifest["data"] = dict(data)
+    return seal(manifest)
+
+
+def seal(manifest: dict) -> dict:
+    """`manifest` with "checksums": the XXH3-64 of each value's JSON, by dotted key (dicts walked, lists whole)."""
+    body = json.loads(json.dumps({k: v for k, v in manifest.items() if k != "checksums"}))  # as read back
+    return {**body, "checksums": dict(_digests(body))}
+
+
+def _digests(value, prefix: str = ""):
+    for key, v in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(v, dict) and v:
+            yield from _digests(v, name + ".")
+        else:
+            yield name, xxhash.xxh3_64_hexdigest(json.dumps(v, sort_keys=True, separators=(",", ":")).encode())
+
+
+def check_seal(m: dict, path: str) -> None:
+    """Refuse a version-2 manifest whose values are not the ones its save checksummed, naming the key."""
+    if m.get("version") == 1:
+        return
+    saved = m.get("checksums")
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: no checksums (format version 2 records one for every value): the manifest "
+                              "was edited or cut short; nothing was loaded")
+    now = dict(_digests({k: v for k, v in m.items() if k != "checksums"}))
+    changed = [k for k in now if saved.get(k) != now[k]] + [k for k in saved if k not in now]
+    if changed:
+        more = f" (and {len(changed) - 1} other key(s))" if len(changed) > 1 else ""
+        raise CheckpointError(f"{path}: {changed[0]}{more} is not what the save wrote (its checksum in the manifest "
+                              "differs): the manifest was edited or corrupted; nothing was loaded")
 
 
 def read_manifest(folder: str) -> dict:
     """The manifest of the checkpoint in `folder`, checked for format and version."""
     path = os.path.join(folder, "manifest.json")
     try:
-        with open(path) as f:
+        with open_input(path) as f:  # a FIFO would block the read for ever: refused (a ValueError, below)
             m = json.load(f)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no manifest — not a zerosim checkpoint, or its save never finished") from None
@@ -98,9 +141,10 @@ def read_manifest(folder: str) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a zerosim checkpoint manifest (format "
                               f"{m.get('format') if isinstance(m, dict) else None!r})")
-    if m.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads version "
-                              f"{VERSION}")
+    if m.get("version") not in READS:
+        raise CheckpointError(f"{path}: checkpoint format version {m.get('version')!r}; this zerosim reads versions "
+                              f"{' and '.join(map(str, READS))}")
+    check_seal(m, path)  # any value edited since the save, named (format version 2)
     check_manifest(m, path)  # every key a load reads, and their agreement (_manifest_checks.py)
     return m
 

@@ -36,6 +36,16 @@ def saved_optimizer(directory: str, tag: str | None = None):
                               f"({e})") from None
 
 
+def saved_data(directory: str, tag: str | None = None) -> dict:
+    """What the saved run drew its micro-batches from: the manifest's "data" ({"seed", "batch", "task"} of
+    `zerosim train`), or {} for a checkpoint that did not record it."""
+    m, where = _manifest(directory, tag)
+    data = m.get("data", {})
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{where}: data must be an object (the run's seed, batch and task), got {data!r}")
+    return data
+
+
 def saved_settings(directory: str, tag: str | None = None) -> dict:
     """{"stage", "ranks", "precision", "optimizer", "lr", "accumulation_steps"} of the saved run."""
     from zerosim.checkpoint._load import policy_from_manifest

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import weakref
 
 import xxhash
 
 from zerosim.checkpoint._files import CheckpointError
 from zerosim.checkpoint._folders import LATEST, MANIFEST, complete_tags, read_latest
+from zerosim.outputs import open_input
 
+_RANK_FILE = re.compile(r"rank\d{5}\.safetensors")  # the rank files a manifest lists (_manifest.py rank_file)
 _RUNS = weakref.WeakKeyDictionary()  # engine -> its run id: set by its first save, or by the load that made it
 
 
@@ -47,8 +50,8 @@ def run_id_of(manifest: dict) -> str:
 
 def mint(manifest: dict) -> str:
     """A new run's id: a hash of everything its first save records (the manifest, without a run)."""
-    return xxhash.xxh3_64_hexdigest(json.dumps({k: v for k, v in manifest.items() if k != "run"}, sort_keys=True,
-                                               default=str).encode())
+    return xxhash.xxh3_64_hexdigest(json.dumps({k: v for k, v in manifest.items() if k not in ("run", "checksums")},
+                                               sort_keys=True, default=str).encode())
 
 
 def registered(engine) -> str | None:
@@ -96,6 +99,8 @@ def check_owner(directory: str, run: str, manifest: dict, overwrite: bool) -> li
     if found is None or found[0] == run:
         return []
     other, theirs = found
+    if overwrite:
+        refuse_overwrite_through_link(directory)
     if not overwrite:
         raise ValueError(
             f"{directory} holds the checkpoints of another run ({describe(other, theirs)}); this is "
@@ -105,22 +110,37 @@ def check_owner(directory: str, run: str, manifest: dict, overwrite: bool) -> li
     return [os.path.join(directory, t) for t in complete_tags(directory)]
 
 
+def refuse_overwrite_through_link(directory: str) -> None:
+    """overwrite=True removes checkpoints only in a folder named as itself, never through a symbolic link to it."""
+    if os.path.islink(directory.rstrip(os.sep) or directory):
+        raise ValueError(f"{directory} is a symbolic link (to {os.readlink(directory.rstrip(os.sep))}) to another "
+                         "run's checkpoints; overwrite (zerosim train --overwrite) never removes files through a "
+                         "link: name the folder itself, or save into another folder. Nothing was written")
+
+
 def remove_run(directory: str, folders: list) -> None:
-    """Remove the other run's tag folders (only the files zerosim writes there) and `latest`: overwrite=True."""
+    """Remove the other run's tag folders and `latest` (overwrite=True): only what zerosim wrote there — the
+    manifest and the rank files it lists, each a regular file, never a link — and a tag folder then left empty."""
     latest = os.path.join(directory, LATEST)
-    if os.path.isfile(latest):
+    if os.path.isfile(latest) and not os.path.islink(latest):
         os.remove(latest)  # first: a kill from here on leaves no `latest` naming a half-removed tag
     for folder in folders:
-        for name in os.listdir(folder):
-            if name == MANIFEST or name.startswith("rank") and ".safetensors" in name:
-                os.remove(os.path.join(folder, name))
+        if os.path.islink(folder):  # complete_tags lists none: never followed
+            continue
+        listed = [e.get("file") for e in _read(folder).get("files", []) if isinstance(e, dict)]
+        # the manifest first (the tag's commit, _folders.py): a kill from here on leaves an incomplete tag, skipped
+        names = [MANIFEST] + [n for n in listed if isinstance(n, str) and _RANK_FILE.fullmatch(n)]
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)
         if not os.listdir(folder):
             os.rmdir(folder)
 
 
 def _read(folder: str) -> dict:
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
+        with open_input(os.path.join(folder, MANIFEST)) as f:
             m = json.load(f)
         return m if isinstance(m, dict) else {}
     except (OSError, ValueError):

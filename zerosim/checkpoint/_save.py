@@ -27,7 +27,15 @@ import os
 
 from zerosim.checkpoint import _runs as runs
 from zerosim.checkpoint._files import checksum, tensor_bytes, write_atomic, write_bytes
-from zerosim.checkpoint._folders import LATEST, MANIFEST, check_tag, clean_incomplete, is_complete, read_latest
+from zerosim.checkpoint._folders import (
+    LATEST,
+    MANIFEST,
+    check_tag,
+    clean_incomplete,
+    is_complete,
+    read_latest,
+    save_lock,
+)
 from zerosim.checkpoint._manifest import make_manifest, rank_file
 from zerosim.checkpoint._replicas import check_replicas, file_index, writers
 from zerosim.checkpoint._runs import mint, register, registered
@@ -43,7 +51,7 @@ def rank_tensors(rank) -> dict:
     return out
 
 
-def save(engine, directory: str, tag: str | None = None, overwrite: bool = False) -> str:
+def save(engine, directory: str, tag: str | None = None, overwrite: bool = False, data: dict | None = None) -> str:
     """Save `engine`'s state under DIR/<tag> (default f"step{iteration:06d}": calls of `step`, which are the
     optimizer steps t unless the loss scaler skipped some) and point DIR/latest at it.
 
@@ -55,10 +63,25 @@ def save(engine, directory: str, tag: str | None = None, overwrite: bool = False
     under MPI: every process calls it.
 
     With replicas (HSDP, MiCS) each shard is written once, by replica 0, after the replicas are checked to hold
-    equal bits (_replicas.py); a disagreement is refused before anything is written.
+    equal bits (_replicas.py); a disagreement is refused before anything is written. `data`: what the run drew its
+    micro-batches from ({"seed", "batch", "task"}, `zerosim train`'s), recorded so that a resume on other data is
+    refused; one save in DIR at a time (a second process's save waits for the first: _folders.py save_lock).
     """
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}")
+    if tag is not None and not isinstance(tag, str):  # str(1.5) or str([]) would name a folder the caller never did
+        raise TypeError(f"tag must be a folder name (a str) or None, got {tag!r}")
+    if data is not None and not isinstance(data, dict):
+        raise TypeError(f"data must be a dict (what the run trains on) or None, got {data!r}")
+    writer = 0 in (rank.index for rank in engine.cluster.ranks)
+    if not writer or _directory_problem(directory) is not None:  # the checks below say why, before anything
+        return _save(engine, directory, tag, overwrite, data)
+    os.makedirs(directory, exist_ok=True)
+    with save_lock(directory):  # one save into DIR at a time (_folders.py)
+        return _save(engine, directory, tag, overwrite, data)
+
+
+def _save(engine, directory: str, tag: str | None, overwrite: bool, data: dict | None) -> str:
     cluster, backend = engine.cluster, engine.cluster.backend
     tag = check_tag(f"step{engine.iteration:06d}" if tag is None else str(tag))
     check_replicas(engine, rank_tensors)  # before any file is touched
@@ -75,16 +98,16 @@ def save(engine, directory: str, tag: str | None = None, overwrite: bool = False
     owned = decided(runs.owner(directory) is not None if writer else None)
     if run is None and (owned or found == "complete"):  # a new run's id comes from what it saves: made before writing
         entries = _encoded(engine, tag)
-        run = mint(make_manifest(engine, entries))
-    others = decided(_others(directory, run, make_manifest(engine, entries or [], run), overwrite) if writer and owned
-                     else [])
+        run = mint(make_manifest(engine, entries, data=data))
+    others = decided(_others(directory, run, make_manifest(engine, entries or [], run, data), overwrite)
+                     if writer and owned else [])
     if isinstance(others, str):
         raise ValueError(others)
     if folder in others:  # overwrite=True: the other run's tag of this name goes before this one is written
         found = "absent"
     if found == "complete":  # is it this very state? Compare manifests: every file's checksum, and the rest
         entries = entries or _encoded(engine, tag)
-        manifest = make_manifest(engine, entries, run)
+        manifest = make_manifest(engine, entries, run, data)
         same = decided(_holds(folder, manifest) if writer else None)
         if same is not True:
             raise ValueError(same)
@@ -106,12 +129,12 @@ def save(engine, directory: str, tag: str | None = None, overwrite: bool = False
         if tensors is None:  # a replica: its shard is written by replica 0
             entries.append(None)
             continue
-        formats, data = tensor_bytes(tensors, metadata)
-        write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, data))
-        entries.append(_entry(r, (formats, data)))
+        formats, payload = tensor_bytes(tensors, metadata)
+        write_atomic(os.path.join(folder, rank_file(r)), lambda tmp: write_bytes(tmp, payload))
+        entries.append(_entry(r, (formats, payload)))
     entries = _gathered(backend, entries)  # every file in place
-    run = run or mint(make_manifest(engine, entries))
-    manifest = make_manifest(engine, entries, run)
+    run = run or mint(make_manifest(engine, entries, data=data))
+    manifest = make_manifest(engine, entries, run, data)
     if writer:
         write_atomic(os.path.join(folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
         write_atomic(os.path.join(directory, LATEST), lambda tmp: _write_text(tmp, tag + "\n"))
@@ -130,7 +153,12 @@ def check_save(engine, directory: str, overwrite: bool = False) -> None:
     problem = None
     if writer:
         problem = _directory_problem(directory)
-        found, run = runs.owner(directory), registered(engine)
+        found, run = (runs.owner(directory) if problem is None else None), registered(engine)
+        if problem is None and found is not None and found[0] != run and overwrite:
+            try:
+                runs.refuse_overwrite_through_link(directory)
+            except ValueError as e:
+                problem = str(e)
         if problem is None and found is not None and found[0] != run and not overwrite:
             this = f"run {run}, resumed from elsewhere" if run else "a new run (not resumed from one of them)"
             problem = (f"{directory} holds the checkpoints of another run ({runs.describe(*found)}); this is {this}. "
@@ -184,6 +212,10 @@ def _found(directory: str, folder: str) -> str:
     problem = _directory_problem(directory)
     if problem is not None:
         return problem
+    if os.path.islink(folder):
+        return (f"{folder}: a symbolic link (to {os.readlink(folder)}) where this checkpoint's tag folder goes; "
+                "zerosim never writes or removes through a link in a checkpoint folder: remove the link or save into "
+                "another folder; nothing was written")
     if not os.path.exists(folder):
         return "absent"
     if not os.path.isdir(folder):
@@ -199,11 +231,31 @@ def _directory_problem(directory: str) -> str | None:
         return f"{e}; nothing was written"
     if os.path.exists(directory) and not os.path.isdir(directory):
         return f"{directory}: a file, not a folder to save checkpoints into; nothing was written"
+    links = _checkpoint_links(directory)
+    if links:
+        return (f"{links[0]}: a symbolic link (to {os.readlink(links[0])}) to a checkpoint, in the folder this run "
+                "saves into; zerosim never writes or removes through a link there: remove it or save into another "
+                "folder; nothing was written")
     try:
         check_folder(directory, checkpoint_ok=True)
     except ValueError as e:
         return f"{e}; nothing was written"
     return None
+
+
+def _checkpoint_links(directory: str) -> list:
+    """The symbolic links in DIR that a save could reach through: `latest`, and links to a checkpoint's tag folder
+    (zerosim writes no link there: someone made them, maybe into another run's checkpoints)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.islink(path) and (name == LATEST or os.path.isfile(os.path.join(path, MANIFEST))):
+            out.append(path)
+    return out
 
 
 def _holds(folder: str, manifest: dict):

@@ -93,14 +93,13 @@ def loss_of(args) -> str:
 
 def links_from_args(args, hardware):
     """`hardware` with the link flags applied (bandwidths in GB/s, latencies in µs, each checked positive)."""
-    changes = {}
+    from zerosim.analysis.costs import LATENCY_US, LINK_GB_S, check_flag_range
+
     for flag, value in (("--link-bandwidth", args.link_bandwidth), ("--link-alpha", args.link_alpha),
                         ("--inter-link-bandwidth", args.inter_link_bandwidth),
                         ("--inter-link-alpha", args.inter_link_alpha), ("--call-latency", args.call_latency)):
-        if value is not None and not (value >= 0 and value == value and value != float("inf")):
-            raise ValueError(f"{flag} must be a finite number >= 0, got {value!r}")
-        if value is not None and "bandwidth" in flag and value == 0:
-            raise ValueError(f"{flag} must be more than 0 GB/s")
+        if value is not None:  # physical bounds, each end said (analysis/costs/_rates.py)
+            check_flag_range(value, flag, LINK_GB_S if "bandwidth" in flag else LATENCY_US)
     if (args.inter_link_bandwidth is not None or args.inter_link_alpha is not None) and hardware.inter_link is None:
         raise ValueError("--inter-link-bandwidth and --inter-link-alpha set the link between nodes: the ranks fit in "
                          "one node (add --gpus-per-node G with more ranks than G)")

@@ -46,7 +46,14 @@ from zerosim.cli.model_args import (
 )
 from zerosim.cli.offload_args import add_offload_arguments, host_from_args, offload_memory_rows, offload_request
 from zerosim.cli.schedule_args import add_schedule_arguments
-from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of
+from zerosim.cli.strategy_args import (
+    add_mesh_arguments,
+    check_nodes,
+    each_strategy,
+    mesh_of,
+    skipped_lines,
+    strategies_of,
+)
 from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 
@@ -79,8 +86,11 @@ def strategies_report(args, s, names, tp: int = 1, sp: bool = False):
                          "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
                          "or the other")
     check_nodes(args.ranks, args.gpus_per_node)
-    return strategy_memory_report(s, [mesh_of(args, name, tp=tp) for name in names], step=not args.no_step, sp=sp,
-                                  layout=layout_of(args) if tp > 1 else None)
+    parts, skipped = each_strategy(args, names, lambda name: strategy_memory_report(
+        s, [mesh_of(args, name, tp=tp)], step=not args.no_step, sp=sp,
+        layout=layout_of(args) if tp > 1 else None))  # one row each: all, less what does not apply
+    report = replace(parts[0], strategies=[row for p in parts for row in p.strategies])
+    return report if not skipped else _Skipping(report, skipped)
 
 
 def report(args):
@@ -128,10 +138,21 @@ def report(args):
     return replace(r, offload=hosted)
 
 
+class _Skipping:
+    """A strategies' report with the strategies --strategy all skipped (its dict gains "skipped")."""
+
+    def __init__(self, report, skipped):
+        self.report, self.skipped = report, skipped
+
+    def to_dict(self) -> dict:
+        return {**self.report.to_dict(), "skipped": self.skipped}
+
+
 def run(args) -> int:
     from zerosim.cli.memory_format import format_report, format_strategies
 
     r = report(args).to_dict()
     text = format_strategies(r) if "strategies" in r else format_report(r)
+    text = "\n".join([text, "", *skipped_lines(r.get("skipped", []))]) if r.get("skipped") else text
     print(json.dumps(r, indent=1) if args.json else text)
     return 0

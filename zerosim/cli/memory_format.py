@@ -207,6 +207,7 @@ def _config_lines(r: dict) -> list:
         lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])
         lines += _wrapped("  defaults (not in the file): ", [_default(k) for k in keys.get("default", [])])
         auto = [k for k in modelled if str(k["value"]) == "auto" or "which zerosim runs as" in k["note"]]
+        auto += [k for k in no_effect if k["note"].startswith("auto -> ")]  # optimizer.params: filled, and said
         for k in auto:
             lines += textwrap.wrap(f"{k['key']}: {k['note']}", 116, initial_indent="  ", subsequent_indent="    ")
         for k in keys.get("not modelled", []):

@@ -15,10 +15,10 @@ import math
 from zerosim.cli import choices
 from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
+from zerosim.models.hf import MAX_PARAMS
 
 ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
-MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
@@ -218,6 +218,9 @@ def model_from_args(args, config=None):
     if args.ranks < 1 or (args.layers is not None and args.layers < 1):
         raise ValueError("--ranks and --layers must be at least 1")
     config = config_from_args(args) if config is None else config
+    if args.layers is not None and getattr(args, "d_model", None) is None and (config is not None or args.model):
+        raise ValueError(f"--layers sizes a --params model (or --d-model's blocks); {_model_words(args, config)} has "
+                         "its own: drop --layers")
     check_units(_units(args, config), _model_words(args, config))  # before the twin is built: it takes its time
     micro = micro_batch_from_args(args)
     if micro is not None:

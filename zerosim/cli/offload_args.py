@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 DEVICES = ("cpu", "nvme")
 PCIE = ("pcie3", "pcie4", "pcie5")
+HOST_FLAGS = ("--host", "--host-memory", "--host-nvme", "--pcie", "--host-bandwidth")  # read only with offload
 
 
 def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bool = False, host: bool = True) -> None:
@@ -125,6 +126,10 @@ def offload_request(args, ds=None, several: bool = False) -> Request | None:
         raise ValueError("--offload-optimizer / --offload-params / --offload-policy and --ds-config's "
                          "zero_optimization.offload_optimizer / offload_param both set the offload: drop the flags or "
                          "edit the config")
+    if ds is not None and fsdp2:  # DeepSpeed's config runs DeepSpeed's ZeRO optimizer: FSDP2's policy is not in it
+        raise ValueError("--offload-policy cpu is FSDP2's CPUOffloadPolicy (torch's fully_shard); --ds-config "
+                         "describes a DeepSpeed run, which offloads through its own zero_optimization."
+                         "offload_optimizer / offload_param: set those in the config, or drop --ds-config")
     if params and not optimizers:
         raise ValueError("--offload-params offloads the parameter shards with the optimizer (ZeRO-Infinity): add "
                          "--offload-optimizer cpu or nvme")
@@ -138,6 +143,11 @@ def offload_request(args, ds=None, several: bool = False) -> Request | None:
     if not given:
         if dpu is not None:
             raise ValueError("--dpu delays the CPU's update of an offloaded optimizer: add --offload-optimizer cpu")
+        host = [f for f in HOST_FLAGS if getattr(args, f[2:].replace("-", "_"), None) is not None]
+        if host:  # they describe the host an offloaded run uses: without offload nothing reads them
+            raise ValueError(f"{', '.join(host)} describe{'s' if len(host) == 1 else ''} the host an offloaded run "
+                             "copies to and steps on; nothing is offloaded here: add --offload-optimizer cpu (or "
+                             "nvme, or --offload-policy cpu), or drop " + ("it" if len(host) == 1 else "them"))
         return None
     if (len(optimizers) > 1 or len(params) > 1) and not several:
         raise ValueError("--offload-optimizer and --offload-params take one device here (zerosim plan tries several)")
@@ -165,9 +175,11 @@ def host_from_args(args, gpu=None):
 def offload_hardware(args, hardware, host, ranks_per_node: int):
     """`hardware` with the host's link (--pcie, else the host's) and one rank's CPU bandwidth (--host-bandwidth GB/s,
     else the host's DRAM peak shared by `ranks_per_node`)."""
+    from zerosim.analysis.costs import LINK_GB_S, check_flag_range
+
     bandwidth = getattr(args, "host_bandwidth", None)
-    if bandwidth is not None and not (bandwidth > 0 and bandwidth < 1e6):
-        raise ValueError(f"--host-bandwidth is GB/s, more than 0, got {bandwidth!r}")
+    if bandwidth is not None:  # physical bounds, each end said (analysis/costs/_rates.py)
+        check_flag_range(bandwidth, "--host-bandwidth", LINK_GB_S)
     return replace(hardware, pcie=getattr(args, "pcie", None) or host.pcie,
                    host_bandwidth=bandwidth * 1e9 if bandwidth is not None else host.cpu_bandwidth(ranks_per_node))
 

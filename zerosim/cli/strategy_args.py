@@ -68,6 +68,28 @@ def strategies_of(args, several: bool) -> tuple:
     return names
 
 
+def each_strategy(args, names, make) -> tuple:
+    """([make(name), ...], skipped): with --strategy all, a strategy that does not apply here (its ValueError: a
+    group that does not fit these nodes, ...) is skipped, {"strategy", "why"}, and the others run; a strategy named
+    by hand is never skipped (its error is the answer). Refused when none applies."""
+    if args.strategy != "all":
+        return [make(name) for name in names], []
+    made, skipped = [], []
+    for name in names:
+        try:
+            made.append(make(name))
+        except ValueError as e:
+            skipped.append({"strategy": name, "why": str(e)})
+    if not made:
+        raise ValueError(f"--strategy all: no strategy applies here ({skipped[0]['strategy']}: {skipped[0]['why']})")
+    return made, skipped
+
+
+def skipped_lines(skipped: list) -> list:
+    """The lines that say which strategies --strategy all left out, and why."""
+    return [f"skipped {s['strategy']}: {s['why']}" for s in skipped]
+
+
 def flags(ranks_flag: str = "--ranks"):
     """How the commands spell what a DataMesh checks (parallel/data/multinode/_data_mesh.py): its errors name the
     flags."""

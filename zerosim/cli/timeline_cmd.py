@@ -47,10 +47,19 @@ from zerosim.cli.model_args import (
     setup,
 )
 from zerosim.cli.schedule_args import add_schedule_arguments
-from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of, strategy_recipe
+from zerosim.cli.strategy_args import (
+    add_mesh_arguments,
+    check_nodes,
+    each_strategy,
+    mesh_of,
+    skipped_lines,
+    strategies_of,
+    strategy_recipe,
+)
 from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
+from zerosim.models.hf import MAX_DIM
 from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -124,6 +133,11 @@ def device_for(args, gpu) -> str:
 def _check(args) -> None:
     if args.tokens is not None and (type(args.tokens) is not int or args.tokens < 1):
         raise ValueError(f"--tokens must be a positive integer, got {args.tokens!r}")
+    if args.tokens is not None and args.tokens > MAX_DIM:  # a step's tokens are its GEMMs' rows: a 32-bit dimension
+        raise ValueError(f"--tokens {args.tokens:,} is more than {MAX_DIM:,}, the rows a GEMM takes (cuBLAS's 32-bit "
+                         "dimensions): give the tokens one rank computes in a step")
+    if args.sweep_ranks is not None and not args.sweep:  # the single step runs on --ranks: nothing would read it
+        raise ValueError("--sweep-ranks lists the rank counts of --sweep: add --sweep, or give one count as --ranks")
     if args.tokens is not None and args.seq_len is not None:
         raise ValueError(
             "--tokens sets the work of a model without shapes; with --seq-len the work is "
@@ -271,10 +285,15 @@ def _run_strategy_sweep(args, s, names) -> int:
     for n in ranks:  # every N of the sweep fills nodes of G, by the one rule
         check_nodes(n, g, "--sweep-ranks")
     bar = progress(total=len(names) * len(ranks), desc="strategy sweep", enabled=None if not args.json else False)
-    report = strategy_sweep_report(s, ranks, names, g, device, args.shard_group, args.hpz_group,
-                                   args.tokens or 2048, time_model_from_args(args), lambda done, total: bar.update(1))
+    parts, skipped = each_strategy(args, names, lambda name: strategy_sweep_report(  # all: less what does not apply
+        s, ranks, (name,), g, device, args.shard_group, args.hpz_group, args.tokens or 2048, time_model_from_args(args),
+        lambda done, total: bar.update(1)))
     bar.close()
-    print(json.dumps(report.to_dict(), indent=1) if args.json else format_strategy_sweep(report.to_dict()))
+    report = replace(parts[0], rows=[row for p in parts for row in p.rows],
+                     exposed_over_compute={k: v for p in parts for k, v in p.exposed_over_compute.items()})
+    r = {**report.to_dict(), **({"skipped": skipped} if skipped else {})}
+    print(json.dumps(r, indent=1) if args.json else "\n".join([format_strategy_sweep(r), *(
+        ["", *skipped_lines(skipped)] if skipped else [])]))
     return 0
 
 

@@ -97,13 +97,15 @@ def add_arguments(p) -> None:
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
     p.add_argument("--task", choices=("regression", "classification", *SEQUENCE_TASKS), default=None,
                    help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
-    p.add_argument("--batch", type=int, default=None, help=f"samples per micro-batch (default {BATCH})")
+    p.add_argument("--batch", type=int, default=None,
+                   help=f"samples per micro-batch (default {BATCH}; with --resume the saved one)")
     p.add_argument("--accumulation-steps", type=int, default=None,
                    help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the "
                         "saved K)")
     p.add_argument("--grad-accum", choices=("compute", "fp32"), default="compute",
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed for the data and the initial weights (default 0; with --resume the saved one)")
     p.add_argument("--ds-config", metavar="DS_CONFIG.json", default=None,
                    help="a DeepSpeed config: its stage, precision, loss scaling, micro-batch, accumulation steps, "
                         "clipping, optimizer and buckets, run with the gradient recipe DeepSpeed runs at that stage "
@@ -124,9 +126,9 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue from the checkpoint in DIR (the tag its latest names, or the newest complete one; "
                         "a save that never finished is skipped); --steps counts from the start of the run. What you "
-                        "leave out is the saved run's: stage, ranks, precision, optimizer, lr, K (--seed, --batch, "
-                        "--task: give the saved run's); --stage or --ranks reshards, another --precision or "
-                        "--optimizer is refused")
+                        "leave out is the saved run's: stage, ranks, precision, optimizer, lr, K, and the data it "
+                        "trains on (--seed, --batch, --task); --stage or --ranks reshards; another --precision, "
+                        "--optimizer, --seed, --batch or --task is refused")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
     # -- --model gpt / llama: their own flags, together (defaults: zerosim.train.TrainConfig) ------------------
@@ -174,11 +176,21 @@ def config_from_args(args) -> tuple:
 
 
 def _check_run(args) -> int | None:
-    """The ranks (--ranks, or MPI's world size), every flag that sizes the run checked first."""
+    """The ranks (--ranks, or MPI's world size), every flag that sizes the run checked first: the output paths
+    before anything, so that no work runs (nor a resume reads its checkpoint) for a file that cannot be written."""
+    from zerosim.outputs import check_file, check_folder, refuse_inside
+
+    if args.save is not None:  # a place that can hold checkpoints (whose run owns it: checked before the first step)
+        check_folder(args.save, "--save", checkpoint_ok=True)
+    if args.trace_log is not None:  # never into a checkpoint, through a link, or into --save (zerosim/outputs.py)
+        check_file(args.trace_log, "--trace-log")
+        if args.save is not None:
+            refuse_inside(args.trace_log, "--trace-log", args.save, "--save")
     for flag, value in (
         ("--steps", args.steps),
         ("--batch", args.batch),
         ("--accumulation-steps", args.accumulation_steps),
+        ("--tp", args.tp),
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
@@ -192,7 +204,7 @@ def _check_run(args) -> int | None:
 
         ranks = world_size_from_environment()
     for flag, value, ok, want in (("--print-every", args.print_every, args.print_every >= 1, ">= 1"),
-                                  ("--seed", args.seed, args.seed >= 0, ">= 0"),
+                                  ("--seed", args.seed, args.seed is None or args.seed >= 0, ">= 0"),
                                   ("--lr", args.lr, args.lr is None or (math.isfinite(args.lr) and args.lr >= 0),
                                    "a finite number >= 0")):
         if not ok:

@@ -17,7 +17,8 @@ say what each count took on one core of the 2-core machine this was written on (
 
 from __future__ import annotations
 
-UNITS = 20_000
+from zerosim.cluster import MAX_UNITS as UNITS  # the one count, shared with zerosim train
+
 UNIT_PASSES = 200_000
 RANK_STEPS = 1 << 20
 

@@ -17,6 +17,7 @@
     window.py    a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
+from zerosim.cluster._budget import MAX_UNITS
 from zerosim.cluster._closed import busiest_bytes
 from zerosim.cluster._cluster import Cluster
 from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
@@ -27,6 +28,7 @@ from zerosim.cluster._runs import RunBounds, RunCounts
 from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
 __all__ = [
+    "MAX_UNITS",
     "Buffer",
     "Call",
     "Cluster",

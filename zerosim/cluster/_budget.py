@@ -11,6 +11,10 @@ from __future__ import annotations
 from zerosim.backends._base import available_bytes  # noqa: F401 (the host's free memory, for callers before a backend exists)
 
 GB = 1e9  # the ZeRO paper's and the seeds' GB: 10**9 bytes (DeepSpeed's estimators print GiB, 2**30)
+# Units (blocks and ends) in one model: building it and stepping it visit each once per micro-step, one by one in
+# Python (10,000 blocks take about half a minute to step; 100,000 did not finish building in a minute); the deepest
+# shipped config has 96. `zerosim memory`/`timeline` (cli/work_budget.py) and `zerosim train` refuse more.
+MAX_UNITS = 20_000
 MAX_IN_PROCESS_RANKS = 2**20  # 1,048,576: more than any data-parallel job; each rank costs ~10 µs and ~750 B here
 
 

@@ -138,13 +138,17 @@ class LogFile:
     """Where a trace streams its log when asked (`log_to`): one line per log entry (its repr), each call's sends
     (its events) below it, indented by two spaces; written as steps fold, and the rest by `Trace.flush_log`."""
 
-    def __init__(self, path):
-        self.path = path
-        with open(path, "w", encoding="utf-8"):
+    def __init__(self, path, flag: str = "log_to"):
+        from zerosim.outputs import check_file, open_output
+
+        self.path, self.flag = check_file(path, flag), flag  # never into a checkpoint, nor through a link
+        with open_output(self.path, "w", flag):
             pass  # a fresh file: a rerun does not append to the last run's log
 
     def write(self, lines) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
+        from zerosim.outputs import open_output
+
+        with open_output(self.path, "a", self.flag) as f:
             for line in lines:
                 f.write(line + "\n")
 

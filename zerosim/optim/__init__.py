@@ -25,7 +25,7 @@ OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon, Muon
 
 def get_optimizer(name: str, **hyper) -> Optimizer:
     """Build optimizer `name` (one of OPTIMIZERS) with hyperparameters, e.g. get_optimizer("adam", lr=0.1)."""
-    cls = OPTIMIZERS.get(name.lower() if isinstance(name, str) else name)
+    cls = OPTIMIZERS.get(name.lower()) if isinstance(name, str) else None  # a list or dict is no name (unhashable)
     if cls is None:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
     known = tuple(cls.__dataclass_fields__)

@@ -38,12 +38,13 @@ accumulated in fp32 (float64 for float64 input).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from zerosim.optim._adam import AdamW
-from zerosim.optim._base import Optimizer, check_nonneg, check_step_args, scalar
+from zerosim.optim._base import Optimizer, _is_real, check_nonneg, check_step_args, scalar
 from zerosim.precision import cast, get_format
 from zerosim.precision.arithmetic import exact_matmul
 
@@ -119,10 +120,14 @@ class Muon(Optimizer):
             raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
         if not isinstance(self.nesterov, bool):  # bool("no") is True: a string is refused, not read as yes
             raise ValueError(f"nesterov must be True or False, got {self.nesterov!r}")
-        if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or self.ns_steps < 0:
-            raise ValueError(f"ns_steps must be an integer >= 0, got {self.ns_steps!r}")
+        if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or not 0 <= self.ns_steps <= 1000:
+            # each iteration is three matrix products on every matrix, every step; the reference runs 5, and past a
+            # few dozen the iteration has long stopped moving (10^30 of them ran for ever)
+            raise ValueError(f"ns_steps must be an integer in [0, 1000], got {self.ns_steps!r}")
         if not (isinstance(self.ns_coefficients, (tuple, list)) and len(self.ns_coefficients) == 3):
             raise ValueError(f"ns_coefficients must be (a, b, c), got {self.ns_coefficients!r}")
+        if not all(_is_real(x) and math.isfinite(x) for x in self.ns_coefficients):  # a NaN turns every master NaN
+            raise ValueError(f"ns_coefficients must be three finite numbers (a, b, c), got {self.ns_coefficients!r}")
         object.__setattr__(self, "ns_coefficients", tuple(float(x) for x in self.ns_coefficients))
         for field_name in ("ns_dtype", "gather"):
             value = getattr(self, field_name)

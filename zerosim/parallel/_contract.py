@@ -26,7 +26,8 @@ the world leaves, parallel/data/multinode/_groups.py); `initial_params(dims, ran
 from where ranks hold different parts of the model (tensor parallelism: each TP rank its slice; None: the engine's
 `params`, the same on every rank, as data parallelism alone has it); and `place(plan)`, where each buffer lives (a
 parallelism that moves buffers off the device, offload, returns the plan with its placement, which the helpers that
-allocate read as data).
+allocate read as data). Once the gradient recipe is chosen, `check_recipe(recipe)` lets a parallelism refuse one it
+does not run beside, still before anything is allocated (offload: one framework's offload under the other's recipe).
 
 A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-
 batches in flight where it runs between units (`passes[i]`: local rank i's `models.Pass`, whose `a` is the
@@ -69,6 +70,10 @@ class Parallelism:
         """Before any state is born: the plan with this parallelism's placement (where each buffer lives: device,
         host, NVMe, `Plan.placement`), as data the step's helpers read; the plan itself by default."""
         return plan
+
+    def check_recipe(self, recipe) -> None:
+        """Before anything is allocated: raise ValueError if this parallelism cannot run beside the gradient `recipe`
+        (a `GradientRecipe`); any recipe by default."""
 
     def setup(self, ctx) -> None:
         """Once, after the ranks' model states are born: allocate what this parallelism keeps, in the ledgers."""
@@ -141,6 +146,10 @@ class Parallelisms:
         for m in self.members:
             plan = m.place(plan)
         return plan
+
+    def check_recipe(self, recipe) -> None:
+        for m in self.members:
+            m.check_recipe(recipe)
 
     def setup(self, ctx) -> None:
         for m in self.members:

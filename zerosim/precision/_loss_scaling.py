@@ -68,6 +68,10 @@ def _scale(x, name: str) -> float:
     if not math.isfinite(_f32(value)):
         raise ValueError(f"{name} {x!r} overflows fp32 (largest finite {float(np.finfo(np.float32).max):.7g}); "
                          "loss scales are powers of two such as 2**16")
+    if not math.isfinite(_f32(1.0 / value)) or _f32(value) == 0:  # the unscale 1/S would be inf: every master NaN
+        raise ValueError(f"{name} {x!r} is so small that its fp32 reciprocal, which unscales the gradient, overflows "
+                         f"(the least scale is {1 / float(np.finfo(np.float32).max):.4g}); loss scales are powers of "
+                         "two such as 2**16")
     return value
 
 

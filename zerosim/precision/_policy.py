@@ -211,6 +211,8 @@ def get_precision(p: "str | MixedPrecision") -> MixedPrecision:
     if isinstance(p, MixedPrecision):
         return p
     try:
+        if not isinstance(p, str):  # a list or dict would not hash: the same answer as any unknown name
+            raise KeyError(p)
         return PRESETS[p]
     except KeyError:
         raise ValueError(f"unknown precision preset {p!r}; choose one of {', '.join(PRESETS)}") from None

@@ -14,18 +14,22 @@ Letters: N ranks, K micro-steps per step (gradient accumulation), V vocabulary, 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from zerosim import checkpoint as ckpt
 from zerosim.cluster import Cluster, GradClip
-from zerosim.cluster._budget import available_bytes, check_fits
+from zerosim.cluster._budget import MAX_UNITS, available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression
-from zerosim.optim import get_optimizer
-from zerosim.parallel.data import CommSchedule, ZeroEngine, check_engine_fits
+from zerosim.models.layers import MODES as ATTENTIONS
+from zerosim.optim import SHARDINGS, get_optimizer
+from zerosim.parallel.data import CommSchedule, ZeroEngine, check_engine_fits, get_plan
 from zerosim.precision import get_precision
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
@@ -44,7 +48,8 @@ class TrainConfig:
     task: str | None = None  # MLP: "regression" (default) or "classification"; GPT: "copy" (default), "reverse", "sort"
     # None below: the saved run's value when resuming, else the default in RUN_DEFAULTS (the resume rule: what
     # you leave out continues the saved run; a stage or rank count you give reshards; a precision or optimizer kind
-    # other than the saved one is refused, as ZeroEngine.load refuses it)
+    # other than the saved one is refused, as ZeroEngine.load refuses it; so are a seed, batch or task other than
+    # the data the saved run trained on, DATA_FIELDS, which its checkpoints record)
     stage: int | None = None  # ZeRO stage (2)
     ranks: int | None = None  # N (4)
     backend: str = "numpy"  # "numpy", "mpi" or "cupy"
@@ -56,9 +61,9 @@ class TrainConfig:
     muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
-    batch: int = 16  # samples per micro-batch
+    batch: int | None = None  # samples per micro-batch (16)
     accumulation_steps: int | None = None  # K (1)
-    seed: int = 0  # data (seed) and initial weights (seed + 1)
+    seed: int | None = None  # data (seed) and initial weights (seed + 1) (0)
     checkpoint: bool = False
     save: str | None = None  # a folder to save checkpoints into (zerosim.checkpoint)
     save_every: int = 0  # save after every this many steps (0: only at the end, when `save` is given)
@@ -85,11 +90,32 @@ class TrainConfig:
     tp_layout: str = "megatron"
 
     def __post_init__(self):
+        for name in ("save", "resume", "trace_log"):  # paths, checked before a resume reads anything
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ValueError(f"{name} must be None or a path, got {value!r}")
+        if self.trace_log is not None:  # before a resume reads anything: never into a checkpoint (zerosim/outputs.py)
+            from zerosim.outputs import check_file, refuse_inside
+
+            check_file(self.trace_log, "trace_log")
+            if self.save is not None:
+                refuse_inside(self.trace_log, "trace_log", self.save, "save")
+        saved = {} if self.resume is None else ckpt.saved_data(self.resume)  # the data the saved run trained on
+        for name in DATA_FIELDS:
+            given = getattr(self, name)
+            if name in saved and given is not None and given != saved[name]:  # the same run on other data: refused
+                raise ValueError(f"{name} {given!r} (--{name} {given}): the checkpoint in {self.resume} was trained "
+                                 f"with {name} {saved[name]!r} (its manifest's data.{name}); a resumed run continues "
+                                 f"on the same data: leave {name} out (or give {saved[name]!r}), or start a new run "
+                                 "without resuming")
+            if given is None and name in saved:
+                object.__setattr__(self, name, saved[name])
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        if self.model not in MODELS:
+        if not isinstance(self.model, str) or self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        self._check_fields()
         tasks = TASKS if self.model == "mlp" else SEQUENCE_TASKS
         object.__setattr__(self, "task", tasks[0] if self.task is None else self.task)  # the model's default task
         if self.task not in tasks:
@@ -106,6 +132,10 @@ class TrainConfig:
                     raise ValueError(f"{name} must be a positive integer, got {value!r}")
             if self.vocab < 3:
                 raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
+            if self.layers + 2 > MAX_UNITS:  # before the model is built, which visits every block in Python
+                raise ValueError(f"layers {self.layers:,} (--layers): the model would have {self.layers + 2:,} units "
+                                 f"(blocks and ends); zerosim takes at most {MAX_UNITS:,}: each is built and stepped "
+                                 "one by one")
         for name in ("steps", "batch", "ranks", "accumulation_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -135,6 +165,10 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+        if self.muon_sharding is not None and not get_plan(self.stage).shards("optimizer"):  # whole matrices
+            raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how ZeRO stages 1-3 bring "
+                             f"Muon's sharded matrices together; at stage {self.stage} every rank holds them whole, so "
+                             "it would change nothing: drop it, or give stage 1, 2 or 3")
         if self.offload is not None:
             from zerosim.parallel.offload import Offload
 
@@ -157,6 +191,8 @@ class TrainConfig:
                              "comm or resume")
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
+        if not isinstance(self.sp, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
+            raise ValueError(f"sp must be True or False, got {self.sp!r}")
         if self.sp and self.tp == 1:
             raise ValueError("sp cuts the sequence over a TP group: give tp > 1 with it")
         if self.tp > 1:
@@ -170,6 +206,38 @@ class TrainConfig:
                 raise ValueError(why)
 
 
+    def _check_fields(self) -> None:
+        """Every field `train` reads, checked where the config is born (a wrong one would fail later, or not at all:
+        an MLP's widths of 1.5, an attention it does not know, a NaN learning rate)."""
+        widths = self.widths
+        if not isinstance(widths, (tuple, list)) or len(widths) < 2 or any(
+                isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1 for w in widths):
+            raise ValueError(f"widths must be at least two layer sizes, each an integer >= 1, got {widths!r}")
+        get_plan(self.stage)  # a stage (0-3) or a strategy's name, else a ValueError naming them
+        get_optimizer(self.optimizer)  # a known name, else a ValueError naming them
+        get_precision(self.precision)
+        for name, value, ok, want in (
+            ("lr", self.lr, _real(self.lr) and math.isfinite(self.lr) and self.lr >= 0, "a finite number >= 0"),
+            ("clip_grad", self.clip_grad, self.clip_grad is None or (_real(self.clip_grad) and math.isfinite(
+                self.clip_grad) and self.clip_grad > 0), "None or a finite number > 0"),
+            ("kv_heads", self.kv_heads, self.kv_heads is None or (not isinstance(self.kv_heads, bool) and isinstance(
+                self.kv_heads, (int, np.integer)) and self.kv_heads >= 1), "None or an integer >= 1"),
+            ("attention", self.attention, self.attention in ATTENTIONS, f"one of {ATTENTIONS}"),
+            ("backend", self.backend, self.backend in BACKENDS, f"one of {BACKENDS}"),
+            ("muon_sharding", self.muon_sharding, self.muon_sharding is None or self.muon_sharding in SHARDINGS,
+             f"None or one of {SHARDINGS}"),
+        ):
+            if not ok:
+                raise ValueError(f"{name} must be {want}, got {value!r}")
+
+
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+BACKENDS = ("numpy", "mpi", "cupy")
+
+
 # The numpy backend hosts every rank in this process and a ring over N ranks moves N·(N-1) chunks per collective:
 # 2048 ranks take ~7 s a step here. Past this, refuse at once (100,000 ranks ran 99 s, then ran out of memory).
 MAX_SIMULATED_RANKS = 4096
@@ -177,7 +245,10 @@ MAX_SIMULATED_RANKS = 4096
 # silence (K = 100,000 on 4 ranks ran past 20 s with no output and would take ~10 minutes here). Refused up front.
 MAX_STEP_MICRO_BATCHES = 1 << 16
 RUN_DEFAULTS = {"stage": 2, "ranks": 4, "precision": "bf16-mixed", "optimizer": "adam", "lr": 1e-2,
-                "accumulation_steps": 1}
+                "accumulation_steps": 1, "seed": 0, "batch": 16}
+# What a run's micro-batches are drawn from (the pool's seed, the samples per micro-batch, the task): recorded in its
+# checkpoints ("data"), so that a resume with another is refused rather than run as the same run on other data
+DATA_FIELDS = ("seed", "batch", "task")
 
 
 def run_defaults(resume: str | None) -> dict:
@@ -185,7 +256,7 @@ def run_defaults(resume: str | None) -> dict:
     count, precision policy, optimizer, learning rate and K (read from its manifest, checked)."""
     if resume is None:
         return dict(RUN_DEFAULTS)
-    return ckpt.saved_settings(resume)
+    return {"seed": RUN_DEFAULTS["seed"], "batch": RUN_DEFAULTS["batch"], **ckpt.saved_settings(resume)}
 
 
 def _check_ranks_agree(cluster, config: TrainConfig) -> None:
@@ -388,7 +459,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
                 if on_eval is not None:
                     on_eval(step, acc)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-            ckpt.save(engine, config.save, overwrite=bool(config.overwrite))
+            ckpt.save(engine, config.save, overwrite=bool(config.overwrite),
+                      data={name: getattr(config, name) for name in DATA_FIELDS})
     cluster.trace.flush_log()
     stats = cluster.backend.all_meta(
         [

@@ -23,6 +23,7 @@ measured by one meta-backend step of the real engine.
     _throughput.py   tokens/s per GPU (the job's tokens ÷ step ÷ GPUs) and MFU: the one definition every report reads
     _reserve.py      reserved beside allocated: the caching allocator's measured ratios
     _fsdp2_view.py   the step peak as FSDP2 keeps it (torch's FSDPMemTracker's view)
+    _rates.py        every rate checked where it is born (finite, > 0); the flags' physical bounds
     _validation_points.py  published runs (torchtitan, llm-foundry): conditions, source file and commit, numbers
 
 The formulas are checked against the engines' ledgers and traces, which are the measurement.
@@ -90,6 +91,7 @@ from zerosim.analysis.costs._overheads import (
                                           fit,
                                           runtime_overheads,
 )
+from zerosim.analysis.costs._rates import EFFICIENCY, LATENCY_US, LINK_GB_S, check_flag_range, check_rate
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.analysis.costs._retention import Retained, lifetimes, recompute_table, seed001_p_multiply_adds
@@ -99,6 +101,7 @@ from zerosim.analysis.costs._validation_points import POINTS, TREND, Point, conf
 __all__ = [
     "DEEPSPEED_FIGURE", "MuonStateBytes", "muon_state_bytes",
     "NCCL_RELEASE", "base_latency", "ring_latency", "step_latency",
+    "EFFICIENCY", "LATENCY_US", "LINK_GB_S", "check_flag_range", "check_rate",
     "EFFICIENCY_PRESETS", "KERNEL_RATES", "Efficiency", "KernelRates", "parse_efficiency", "wave_efficiency",
     "Work", "loss_work", "unit_work", "FRAMEWORK", "mfu", "model_flops_per_token", "reserved", "fsdp2_peak",
     "tokens_per_s_per_gpu", "tokens_per_step",

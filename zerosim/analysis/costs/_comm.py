@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.analysis.costs._links import base_latency, step_latency
+from zerosim.analysis.costs._rates import check_count, check_latency, check_rate
 from zerosim.collectives import ShardLayout
 from zerosim.parallel.data import Plan, get_plan
 
@@ -79,6 +80,7 @@ def sent_bytes(c: Collective, params: int, ranks: int, padded: bool = False):
 def comm_volume(params, ranks: int, stage: int, grad_wire_bytes: int = 2, param_wire_bytes: int = 2,
                 padded: bool = False):
     """Bytes one rank sends per step: 2Ψ(N−1)/N·bytes at stages 0-2, 3Ψ(N−1)/N·bytes at stage 3."""
+    params, ranks = check_count(params, "params", 0), check_count(ranks, "ranks")
     cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
     if padded:
         return sum(sent_bytes(c, params, ranks, padded=True) for c in cs)
@@ -95,6 +97,11 @@ class Link:
     alpha: float  # α: seconds per ring step (latency)
     note: str
     base: float = 0.0  # seconds per call, whatever its size (NCCL's baseLatencies; 0 for a link built by hand)
+
+    def __post_init__(self):  # where a link's rates are born: a NaN or a zero would divide every time (_rates.py)
+        check_rate(self.bandwidth, f"the bandwidth (bytes/s) of link {self.name!r}")
+        check_latency(self.alpha, f"the alpha (s) of link {self.name!r}")
+        check_latency(self.base, f"the base (s) of link {self.name!r}")
 
 
 _SIMPLE = base_latency("Simple")  # 8.4 µs per call: NCCL's Ring + Simple base latency (links.py)
@@ -161,7 +168,13 @@ def comm_time(params, ranks: int, stage: int, link: Link, buckets: int = 1, grad
     ZeRO-3 gathers layer by layer, so pass the number of layers there. Collectives run one after
     another with no overlap with compute or with each other.
     """
+    params, ranks = check_count(params, "params", 0), check_count(ranks, "ranks")
+    buckets = check_count(buckets, "buckets")
+    if isinstance(link, str) and link not in LINKS:
+        raise ValueError(f"unknown link {link!r}; choose one of {sorted(LINKS)} or pass a Link")
     link_of = LINKS[link] if isinstance(link, str) else link
+    if not isinstance(link_of, Link):
+        raise TypeError(f"link must be a Link or a link's name ({', '.join(sorted(LINKS))}), got {link!r}")
     cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
     latency = sum(buckets * (c.phases * (ranks - 1) * link_of.alpha + link_of.base) for c in cs)
     transfer = sum(sent_bytes(c, params, ranks) for c in cs) / link_of.bandwidth

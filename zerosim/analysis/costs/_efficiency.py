@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zerosim.analysis.costs._calibration import FRAMEWORK
+from zerosim.analysis.costs._rates import EFFICIENCY, check_rate
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class KernelRates:
     hbm: float  # a streaming elementwise kernel's bandwidth / the datasheet HBM bandwidth
     sms: int  # streaming multiprocessors: a GEMM's tiles run in waves of this many
     source: str
+
+    def __post_init__(self):  # fractions every kernel's time divides by: finite and > 0 (_rates.py)
+        for name in ("gemm", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "sms"):
+            if name != "gemm_fp8" or self.gemm_fp8 is not None:
+                check_rate(getattr(self, name), f"kernel rates' {name}")
 
 
 # (device key of zerosim.analysis.timeline.DEVICES) -> what its kernels reach; see the module docstring for each source
@@ -100,6 +106,13 @@ class Efficiency:
     flat: float | None = None  # a single fraction for everything (--efficiency 0.45), or None
     overrides: tuple = ()  # ((KernelRates field, value), ...) the user set (--efficiency eager:gemm=0.7)
 
+    def __post_init__(self):  # where an efficiency is born: every time divides by it (_rates.py)
+        check_rate(self.framework, "efficiency's framework factor")
+        if self.flat is not None:
+            check_rate(self.flat, "efficiency's flat fraction")
+        for key, value in self.overrides:
+            check_rate(value, f"efficiency's {key}")
+
     def rates(self, device: str) -> KernelRates:
         """The kernel rates on `device` (a DEVICES key), with the user's overrides."""
         base = KERNEL_RATES.get(device)
@@ -139,8 +152,9 @@ def parse_efficiency(text) -> Efficiency | None:
     except ValueError:
         flat = None
     if flat is not None:
-        if not 0 < flat <= 1:
-            raise ValueError(f"--efficiency {text}: a fraction of the datasheet peaks must lie in (0, 1]")
+        if not EFFICIENCY.low <= flat <= EFFICIENCY.high:  # NaN too; the floor: _rates.py
+            raise ValueError(f"--efficiency {text}: a fraction of the datasheet peaks must lie in "
+                             f"[{EFFICIENCY.low:g}, 1] ({EFFICIENCY.why})")
         return Efficiency(f"{flat:g} of peak", flat=flat)
     name, _, rest = text.partition(":")
     if name not in PRESETS:
@@ -156,8 +170,9 @@ def parse_efficiency(text) -> Efficiency | None:
             v = float(value)
         except ValueError:
             raise ValueError(f"--efficiency {text!r}: {key}={value!r} is not a number") from None
-        if not 0 < v <= 1:
-            raise ValueError(f"--efficiency {text!r}: {key}={value} must lie in (0, 1]")
+        if not EFFICIENCY.low <= v <= EFFICIENCY.high:  # NaN too; the floor: _rates.py
+            raise ValueError(f"--efficiency {text!r}: {key}={value} must lie in [{EFFICIENCY.low:g}, 1] "
+                             f"({EFFICIENCY.why})")
         if key == "framework":
             framework = v
         else:

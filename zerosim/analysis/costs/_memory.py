@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.analysis.costs._rates import check_count
 from zerosim.cluster._budget import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
 from zerosim.collectives import ShardLayout
 from zerosim.parallel.data import PLANS
@@ -147,13 +148,10 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     With Adam, K + 4 = 12 and Ψ = 7.5e9, N = 64 this gives the paper's 120 / 31.4 / 16.6 / 1.9 GB.
     """
     config = config or MemoryConfig()  # defaults: Adam, 16-bit params and grads, fp32 master, padded shards
-    psi = int(params)
-    if psi != params or psi < 0:
-        raise ValueError(f"params must be a non-negative whole number, got {params!r}")
-    if stage not in PLANS:
+    psi = check_count(params, "params", 0)  # a whole number >= 0 (not NaN, a bool or 1.5)
+    if isinstance(stage, bool) or stage not in PLANS:
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
-    if ranks < 1:
-        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    ranks = check_count(ranks, "ranks")
     # which parts the stage shards: its plan's (parallel/data/_plan.py), sized here by the formula's own padding
     # convention
     sizes = PLANS[stage].sizes(

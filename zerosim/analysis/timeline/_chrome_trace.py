@@ -23,11 +23,10 @@ Open the file at ui.perfetto.dev ("Open trace file") or chrome://tracing ("Load"
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 from zerosim.analysis.timeline._result import STREAMS
 from zerosim.cluster import Compute, OptimizerStep
+from zerosim.outputs import check_file, write_atomic
 
 THREAD_NAMES = {"compute": "compute stream", "comm": "communication stream", "cpu": "host CPU (offloaded optimizer)",
                 "pcie": "PCIe copies", "nvme": "NVMe reads and writes"}
@@ -84,25 +83,19 @@ def chrome_trace_events(result, ranks=None) -> list:
 
 def write_chrome_trace(result, path, ranks=None) -> str:
     """Write `result` as {"traceEvents": [...]} to `path` atomically (a temporary file in the same
-    directory, then a rename: a reader never sees half a file). Returns the path.
+    directory, then a rename: a reader never sees half a file). Returns the path. The path is checked first as
+    every output is (zerosim/outputs.py: not a folder, a link, a read-only file, nor inside a checkpoint).
 
     At 1024 ranks a step holds ~500k intervals (~100 MB of JSON): pass `ranks` to keep a few."""
-    path = os.fspath(path)
+    path = check_file(path)
     doc = {
         "traceEvents": chrome_trace_events(result, ranks),
         "otherData": {k: str(v) for k, v in result.summary().items()},
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".zerosim-trace-", suffix=".json", dir=folder)
-    except OSError as e:  # name the user's file, not the temporary one beside it
-        raise OSError(f"{path}: cannot write a file there ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "w") as f:
+
+    def write(tmp):
+        with open(tmp, "w") as f:
             json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    write_atomic(path, write)
     return path

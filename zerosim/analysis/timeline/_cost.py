@@ -97,6 +97,9 @@ def equal_chunk_bytes(call) -> int:
 
 def compute_time(flops: float, bytes_moved: float, rate: float, hbm: float) -> float:
     """Roofline: max(FLOPs / rate, bytes / HBM bandwidth), seconds."""
+    if not (0 < rate < math.inf and 0 < hbm < math.inf):  # NaN fails too: a clear error, not a ZeroDivisionError
+        raise ValueError(f"compute_time needs a rate and an HBM bandwidth that are finite and > 0, got rate={rate!r}, "
+                         f"hbm={hbm!r}")
     return max(flops / rate, bytes_moved / hbm)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zerosim.analysis.costs._comm import LINKS, Link
+from zerosim.analysis.costs._rates import check_rate
 from zerosim.cluster import INTER, INTRA
 from zerosim.precision import get_format
 
@@ -34,6 +35,11 @@ class Device:
     fp8: float | None  # FP8 tensor cores, dense; None where the device has none (fp8 then runs at the 16-bit rate)
     hbm: float  # bytes/s, peak memory bandwidth
     source: str
+
+    def __post_init__(self):  # where a device's rates are born: every time divides by them (costs/_rates.py)
+        for name in ("fp64", "fp32", "fp16", "fp8", "hbm"):
+            if name != "fp8" or self.fp8 is not None:
+                check_rate(getattr(self, name), f"the {name} rate of device {self.name!r}")
 
     def rate(self, fmt) -> float:
         """Peak FLOP/s for matrix work in `fmt` (a format name or `Format`)."""
@@ -140,6 +146,7 @@ class Hardware:
             object.__setattr__(self, "inter_link", get_link(self.inter_link))
         object.__setattr__(self, "pcie", get_link(self.pcie))
         object.__setattr__(self, "nvme", get_link(self.nvme))
+        check_rate(self.host_bandwidth, "host_bandwidth (bytes/s)")
 
     def transfer_link(self, tier: str) -> Link:
         """The link an offload copy of `tier` ("pcie" or "nvme", cluster/_trace.py TRANSFERS) runs over."""

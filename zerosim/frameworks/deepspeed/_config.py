@@ -13,10 +13,12 @@ fp16 and bf16 not both on (`_do_error_check`), zero_optimization's unknown keys 
 "auto" is Hugging Face's Trainer's placeholder (transformers, integrations/deepspeed.py,
 `HfTrainerDeepSpeedConfig.trainer_config_process` and `trainer_config_finalize`); it is filled as the Trainer fills
 it: train_micro_batch_size_per_gpu from per_device_train_batch_size, gradient_accumulation_steps from its
-namesake, train_batch_size = ranks × both, gradient_clipping from max_grad_norm, fp16/bf16.enabled from the
-fp16/bf16 flags, reduce_bucket_size = hidden_size², stage3_prefetch_bucket_size = 0.9·hidden_size² and
-stage3_param_persistence_threshold = 10·hidden_size (stage 3). zerosim's own flags stand for the Trainer's
-arguments (`TrainerArgs`); an argument not given takes TrainingArguments' default, and the report says so.
+namesake, train_batch_size = ranks × both, gradient_clipping from max_grad_norm, optimizer.params lr, betas, eps and
+weight_decay from learning_rate, [adam_beta1, adam_beta2], adam_epsilon and weight_decay (`trainer_config_process`'s
+`fill_match` calls, transformers 5.23.0), fp16/bf16.enabled from the fp16/bf16 flags, reduce_bucket_size =
+hidden_size², stage3_prefetch_bucket_size = 0.9·hidden_size² and stage3_param_persistence_threshold =
+10·hidden_size (stage 3). zerosim's own flags stand for the Trainer's arguments (`TrainerArgs`); an argument not
+given takes TrainingArguments' default, and the report says so.
 Offload (offload_optimizer, offload_param, the deprecated cpu_offload flags) is read by _offload.py into the placement
 DeepSpeed 0.19.8 runs at the config's stage (`DeepSpeedRun.offload`).
 """
@@ -59,6 +61,11 @@ class TrainerArgs:
     max_grad_norm: float | None = None  # [1.0]
     fp16: bool | None = None  # [False]; --precision fp16-mixed
     bf16: bool | None = None  # [False]; --precision bf16-mixed
+    learning_rate: float | None = None  # [5e-5]: optimizer.params.lr
+    adam_beta1: float | None = None  # [0.9]: optimizer.params.betas[0]
+    adam_beta2: float | None = None  # [0.999]: optimizer.params.betas[1]
+    adam_epsilon: float | None = None  # [1e-8]: optimizer.params.eps
+    weight_decay: float | None = None  # [0.0]: optimizer.params.weight_decay
 
 
 TRAINER_DEFAULTS = {
@@ -67,7 +74,20 @@ TRAINER_DEFAULTS = {
     "max_grad_norm": 1.0,
     "fp16": False,
     "bf16": False,
+    # transformers 5.23.0 training_args.py TrainingArguments: learning_rate 5e-5, weight_decay 0.0, adam_beta1 0.9,
+    # adam_beta2 0.999, adam_epsilon 1e-8
+    "learning_rate": 5e-5,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.999,
+    "adam_epsilon": 1e-8,
+    "weight_decay": 0.0,
 }
+# optimizer.params keys the Trainer fills when "auto" (integrations/deepspeed.py, HfTrainerDeepSpeedConfig.
+# trainer_config_process: fill_match("optimizer.params.lr", args.learning_rate), ("optimizer.params.betas",
+# [args.adam_beta1, args.adam_beta2]), ("optimizer.params.eps", args.adam_epsilon), ("optimizer.params.weight_decay",
+# args.weight_decay)): key -> the TrainingArguments fields it comes from
+AUTO_OPTIMIZER_PARAMS = {"lr": ("learning_rate",), "betas": ("adam_beta1", "adam_beta2"), "eps": ("adam_epsilon",),
+                         "weight_decay": ("weight_decay",)}
 
 
 @dataclass(frozen=True)
@@ -449,6 +469,20 @@ class _Reader:
         if not isinstance(params, dict):
             raise ValueError(f"{self.where}: optimizer.params must be an object (the optimizer's arguments), "
                              f"got {params!r}")
+        self.optimizer_params = dict(params)  # as written, "auto" kept: `train --ds-config` fills it from its flags
+        params = dict(params)
+        for key, fields in AUTO_OPTIMIZER_PARAMS.items():  # "auto": filled as the Trainer fills it, and said
+            if params.get(key) == "auto":
+                values = [self.trainer_value(f) for f in fields]
+                value = [v for v, _ in values] if len(values) > 1 else values[0][0]
+                params[key] = value
+                default = "" if all(given for _, given in values) else ", TrainingArguments' default"
+                self.report(f"optimizer.params.{key}", "auto", "no effect", f"auto -> {value!r} (the Trainer's "
+                            f"{' and '.join(fields)}{default}); the update's numbers, not its memory or time")
+        auto = [k for k, v in params.items() if v == "auto"]
+        if auto:  # the Trainer fills only the four above; DeepSpeed itself would fail on the string
+            raise ValueError(f'{self.where}: optimizer.params.{auto[0]} is "auto", which the HF Trainer does not fill '
+                             f"(it fills {', '.join(AUTO_OPTIMIZER_PARAMS)}): give a value")
         for key, (ok, words) in OPTIMIZER_PARAMS.items():
             if key in params and not ok(params[key]):
                 raise ValueError(f"{self.where}: optimizer.params.{key} must be {words}, got {params[key]!r} "
@@ -463,8 +497,10 @@ class _Reader:
                 f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})"
             )
         self.report("optimizer.type", obj["type"], "modelled", f"zerosim's {name!r}: its state's bytes per parameter")
-        self.optimizer_params = dict(params)
+        filled = {k.key for k in self.keys}
         for key, v in params.items():
+            if f"optimizer.params.{key}" in filled:  # an "auto" filled above: reported there, with its source
+                continue
             self.report(f"optimizer.params.{key}", v, "no effect", "the update's numbers, not its memory or time")
         return name
 

@@ -67,9 +67,15 @@ def ring_graph_xml(n: int) -> str:
 def ring_environment(n: int, directory: str) -> dict:
     """The environment NCCL must see at communicator creation to run one ring in rank order; writes the graph
     file into `directory`. Returns {variable: value} (the caller sets them before NCCL initialises)."""
-    path = os.path.join(directory, f"zerosim_ring_{n}.xml")
-    with open(path, "w") as f:
-        f.write(ring_graph_xml(n))
+    from zerosim.outputs import check_file, check_folder, write_atomic
+
+    path = check_file(os.path.join(check_folder(directory, "directory"), f"zerosim_ring_{n}.xml"))  # zerosim/outputs.py
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(ring_graph_xml(n))
+
+    write_atomic(path, write)
     return dict(RING_ENV, NCCL_GRAPH_FILE=path)
 
 

@@ -7,13 +7,28 @@ or several per rank under gradient accumulation).
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
+from zerosim.cluster._budget import available_bytes, check_fits
 from zerosim.models._run import predict
 from zerosim.models.mlp._mlp import MLP
 
 
+def check_pool(n_micro, batch, sample_bytes: int, what: str) -> None:
+    """Refuse counts that are not positive integers, and a pool of `n_micro` micro-batches of `batch` samples
+    (`sample_bytes` each) that this machine cannot hold, before the first one is drawn (a count of 10^30 looped on
+    for ever)."""
+    for name, v in (("n_micro", n_micro), ("batch", batch)):  # 0: an empty pool, or empty micro-batches
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    check_fits(int(n_micro) * int(batch) * sample_bytes, f"{what} ({n_micro:,} micro-batches of {batch:,} samples)",
+               "draw fewer or smaller micro-batches", available_bytes())
+
+
 def _teacher_outputs(rng, n_micro, batch, widths, activation):
+    check_pool(n_micro, batch, 4 * int(widths[0]) + 8 * int(widths[-1]), "the task's data")
     teacher = MLP(widths, activation=activation)
     theta = teacher.init_params(rng)  # (P,) fp32 teacher weights
     for _ in range(n_micro):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.models.data._regression import check_pool
+
 TASKS = ("copy", "reverse", "sort")
 
 
@@ -32,6 +34,7 @@ def make_sequence_task(rng: np.random.Generator, n_micro: int, batch: int, n: in
         raise ValueError(f"the vocabulary needs at least two symbols and the separator, got vocab={vocab}")
     if min(n_micro, batch, n) < 1:
         raise ValueError(f"n_micro, batch and n must be positive, got {n_micro}, {batch}, {n}")
+    check_pool(n_micro, batch, 32 * int(n), "the task's strings")  # (B, 2n) ids and targets, int64
     sep = vocab - 1
     out = []
     for _ in range(n_micro):

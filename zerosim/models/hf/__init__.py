@@ -7,6 +7,8 @@ cites each one's source and published parameter count).
 
 from zerosim.models.hf._config import (
                                        LLAMA_TYPES,
+                                       MAX_DIM,
+                                       MAX_PARAMS,
                                        MODEL_TYPES,
                                        REQUIRED,
                                        WHAT_NONE_MEANS,
@@ -18,5 +20,5 @@ from zerosim.models.hf._config import (
                                        shipped_configs,
 )
 
-__all__ = ["DecoderConfig", "KeyStatus", "LLAMA_TYPES", "MODEL_TYPES", "REQUIRED", "WHAT_NONE_MEANS", "read_hf_config",
-           "read_json_object", "shipped_config", "shipped_configs"]
+__all__ = ["DecoderConfig", "KeyStatus", "LLAMA_TYPES", "MAX_DIM", "MAX_PARAMS", "MODEL_TYPES", "REQUIRED",
+           "WHAT_NONE_MEANS", "read_hf_config", "read_json_object", "shipped_config", "shipped_configs"]

@@ -28,7 +28,13 @@ import os
 from dataclasses import dataclass, replace
 from importlib import resources
 
+from zerosim.outputs import open_input
+
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
+MAX_PARAMS = 1e15  # a quadrillion: 1,000x GPT-3's 175B, beyond any model trained so far (the CLI's --params too)
+# A width, a vocabulary or a position count is a GEMM dimension or a table's rows: cuBLAS takes them as 32-bit ints
+# (cublasGemmEx's m, n, k), so no model has one past 2^31 - 1; past it numpy's shapes overflow too.
+MAX_DIM = 2**31 - 1
 MODEL_TYPES = (*LLAMA_TYPES, "gpt2")
 
 # Defaults of the transformers config classes, for keys a file leaves out.
@@ -280,12 +286,21 @@ def read_json_object(source, what: str, one_object: str) -> tuple:
         raw = dict(source) if isinstance(source, dict) else source
     else:
         try:
-            text = source.read_text() if hasattr(source, "read_text") else open(source, encoding="utf-8").read()
+            if hasattr(source, "read_text"):
+                text = source.read_text()
+            else:
+                with open_input(source) as f:  # a FIFO or a device would block the read for ever: refused
+                    text = f.read()
             raw = json.loads(text)
         except OSError as e:
             raise ValueError(f"cannot read {where}: {e.strerror or e}") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{where} is not JSON: {e.msg} at line {e.lineno}") from None
+        except UnicodeDecodeError as e:  # a binary file: JSON is UTF-8 text (RFC 8259 section 8.1)
+            raise ValueError(f"{where} is not JSON: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                             f"{e.start}); is it a binary file?") from None
+        except RecursionError:  # thousands of nested brackets
+            raise ValueError(f"{where} is not JSON zerosim reads: nested too deeply") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: {one_object}, got {type(raw).__name__}")
     return raw, where
@@ -300,6 +315,8 @@ def read_hf_config(source, name: str | None = None) -> DecoderConfig:
     if "model_type" not in raw:
         raise ValueError(f"{where} has no model_type: is it a Hugging Face config.json?")
     mt = raw["model_type"]
+    if not isinstance(mt, str):  # a list or an object would not be a name (and cannot be looked up)
+        raise ValueError(f"{where}: model_type must be a string such as 'llama', got {mt!r}")
     if mt not in MODEL_TYPES:
         why = OTHER_ARCHITECTURES.get(mt, "its blocks may differ from Llama's and GPT-2's")
         raise ValueError(f"{where}: model_type {mt!r} is not one zerosim builds ({', '.join(MODEL_TYPES)}): {why}")
@@ -316,7 +333,12 @@ def read_hf_config(source, name: str | None = None) -> DecoderConfig:
                          f"the model has {it}")
     values = {**DEFAULTS[mt], **raw}
     reader = _read_gpt2 if mt == "gpt2" else _read_llama
-    return replace(reader(values, raw, name, where), defaults=_defaults(mt, raw))
+    config = replace(reader(values, raw, name, where), defaults=_defaults(mt, raw))
+    if config.num_params > MAX_PARAMS:  # each size fits a GEMM, but together past any model trained
+        sizes = ", ".join(f"{k} {raw[k]:,}" for k in REQUIRED[mt] if isinstance(raw.get(k), int))
+        raise ValueError(f"{where}: {config.num_params:.3g} parameters ({sizes}), more than {MAX_PARAMS:g}, beyond any "
+                         "model trained so far: check its sizes")
+    return config
 
 
 def _defaults(mt: str, raw: dict) -> tuple:
@@ -330,10 +352,13 @@ def _defaults(mt: str, raw: dict) -> tuple:
     return tuple(out)
 
 
-def _int(values, key, where, minimum=1):
+def _int(values, key, where, minimum=1, maximum=MAX_DIM):
     v = values[key]
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
         raise ValueError(f"{where}: {key} must be an integer >= {minimum}, got {v!r}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{where}: {key} {v:,} is more than {maximum:,}: a width, vocabulary or position count is a "
+                         "GEMM dimension or a table's rows, which cuBLAS takes as 32-bit ints")
     return int(v)
 
 
@@ -433,7 +458,7 @@ def _read_llama(values, raw, name, where) -> DecoderConfig:
         mt,
         _int(values, "vocab_size", where),
         d,
-        _int(values, "num_hidden_layers", where),
+        _int(values, "num_hidden_layers", where, maximum=None),
         H,
         G,
         head_dim,
@@ -481,7 +506,7 @@ def _read_gpt2(values, raw, name, where) -> DecoderConfig:
         "gpt2",
         _int(values, "vocab_size", where),
         d,
-        _int(values, "n_layer", where),
+        _int(values, "n_layer", where, maximum=None),
         H,
         H,
         d // H,

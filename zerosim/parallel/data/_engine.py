@@ -149,6 +149,7 @@ class ZeroEngine:
         check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
+        self.parallelisms.check_recipe(self.recipe)  # e.g. offload: one framework's, not under another's recipe
         # the plan on these ranks beside the other parallelisms' dims: its degrees (ParallelDims), its group, the
         # nodes (multinode/_data_mesh.py)
         self.mesh = DataMesh.of(plan, cluster.world_size, cluster.gpus_per_node, shard_group,

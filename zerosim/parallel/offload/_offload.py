@@ -29,6 +29,11 @@ from zerosim.parallel.offload._placement import Placement, get_placement
 from zerosim.parallel.data._state import own_params
 from zerosim.parallel.offload._transfers import copy, region_elements, unit_elements
 
+WHOSE = {  # a framework's offload or recipe, by its flags' names (the command line's and the Python API's)
+    "deepspeed": "DeepSpeed's (offload_optimizer / offload_param, --offload-optimizer; recipes deepspeed-*)",
+    "fsdp2": "FSDP2's (CPUOffloadPolicy, --offload-policy cpu; recipe fsdp2)",
+    "ddp": "torch DDP's (recipe ddp)",
+}
 BIT16 = "offload.bit16"  # (region,) 16-bit host buffer: the updated region cast on the host, copied to the device
 
 
@@ -58,6 +63,12 @@ class Offload(Parallelism):
             raise TypeError(f"placement must be a zerosim.parallel.offload.Placement, got {placement!r}")
         if type(dpu_warmup) is not int or dpu_warmup < 0:
             raise ValueError(f"dpu_warmup must be an integer >= 0, got {dpu_warmup!r}")
+        for name, value in (("dpu", dpu), ("fsdp2", fsdp2)):  # bool("no") is True: a string is refused, not read
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        if dpu_warmup and not dpu:  # the steps before DPU starts: without DPU nothing reads them
+            raise ValueError(f"dpu_warmup={dpu_warmup} counts the steps taken before DPU's delay starts; without "
+                             "dpu=True there is no delay: add dpu=True (--dpu WARMUP) or drop dpu_warmup")
         self.dpu, self.dpu_warmup = bool(dpu), dpu_warmup
         self._copies = {}  # {id(trace): Handle}: the gradient copies of the step in flight (bookkeeping, not state)
 
@@ -84,6 +95,20 @@ class Offload(Parallelism):
         if self.dpu and not p.offloads_optimizer:
             raise ValueError("DPU delays the CPU's update: it needs the optimizer offloaded")
         return replace(plan, placement=p.for_plan(plan))
+
+    def check_recipe(self, recipe) -> None:
+        """One framework's offload is refused under the other framework's gradient recipe: DeepSpeed offloads only
+        inside its ZeRO optimizers (0.19.8 deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer's
+        cpu_offload, stage3.py DeepSpeedZeroOptimizer_Stage3's offload_optimizer / offload_param), which reduce
+        gradients their own way; FSDP2's CPUOffloadPolicy is an argument of torch 2.13's fully_shard
+        (_fully_shard/_fsdp_api.py, applied by _fsdp_param.py FSDPParam), whose reduce-scatter is foreach_reduce.
+        Neither framework runs the other's offload, so no mapping would be a run anyone makes. The seeds' own
+        protocol (no framework) takes either."""
+        theirs, mine = recipe.rules.framework, self.placement.framework
+        if theirs is not None and theirs != mine:
+            raise ValueError(f"offload {self.placement.name!r} is {WHOSE[mine]}; the gradient recipe "
+                             f"{recipe.reduction!r} is {WHOSE.get(theirs, theirs)}: neither framework runs the other's "
+                             f"offload. Give a recipe of the offload's framework, or that framework's offload")
 
     def _keeps_bit16(self, plan) -> bool:
         """DeepSpeed's stage_1_and_2.py keeps a pinned 16-bit host copy of the region (stage3.py copies the fp32

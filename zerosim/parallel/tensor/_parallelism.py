@@ -87,6 +87,9 @@ class TensorParallel(Parallelism):
         if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
             raise ValueError(f"tp must be a positive integer (the GPUs of a TP group), got {tp!r}")
         self.tp = int(tp)
+        for name, value in (("sequence_parallel", sequence_parallel), ("async_tp", async_tp)):
+            if not isinstance(value, (bool, np.bool_)):  # bool("no") is True: a string is refused, not read as yes
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         self.sequence_parallel = bool(sequence_parallel) and self.tp != 1
         if layout not in LAYOUTS:
             raise ValueError(

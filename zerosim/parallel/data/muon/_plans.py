@@ -86,7 +86,13 @@ assert tuple(MUON_PLANS) == SHARDINGS, "optim.SHARDINGS names the plans: keep th
 def check_matrix_optimizer(optimizer, plan, recipe) -> None:
     """Before anything is allocated: a Muon whose sharding does not apply to how `plan` and `recipe` cut the shards
     is refused, naming why (elementwise optimizers and unsharded state pass)."""
-    if optimizer.elementwise or not plan.shards("optimizer"):
+    if optimizer.elementwise:
+        return
+    if not plan.shards("optimizer"):  # whole matrices on every rank: no way of sharding applies, so none is taken
+        if getattr(optimizer, "sharding", "gather") != "gather":
+            raise ValueError(f"sharding={optimizer.sharding!r} (--muon-sharding) says how ZeRO stages 1-3 bring a "
+                             f"sharded matrix together; at stage {plan.stage} every rank holds whole matrices, so it "
+                             "would change nothing: drop it, or run stage 1, 2 or 3")
         return
     get_muon_plan(optimizer.sharding).check(recipe.partition, plan.label)
 

@@ -37,6 +37,7 @@ class Recipe:
     #                                     "bucket all-reduce" of the whole bucket (_bucket_allreduce.py), or "aligned
     #                                     all-reduce" of the whole gradient buffer at once (_bf16_optimizer.py)
     requires: Callable = lambda plan, policy: None  # (Plan, policy) -> why its framework runs something else there
+    framework: str | None = None  # whose code it follows ("deepspeed", "fsdp2", "ddp"); None: the seeds' own protocol
 
     @property
     def stages(self) -> tuple:
@@ -156,6 +157,7 @@ RECIPES = {
             _ddp_op,
             None,
             True,
+            framework="ddp",
         ),
         Recipe(  # DeepSpeed's default: use_multi_rank_bucket_allreduce=True (zero/config.py)
             "deepspeed-zero12",
@@ -167,6 +169,7 @@ RECIPES = {
             True,
             collective="bucket all-reduce",
             requires=_deepspeed_zero12_requires,
+            framework="deepspeed",
         ),
         Recipe(  # use_multi_rank_bucket_allreduce=False: each slice reduced to its owner
             "deepspeed-zero12-reduce",
@@ -177,6 +180,7 @@ RECIPES = {
             _deepspeed_zero12_after,
             True,
             requires=_deepspeed_zero12_requires,
+            framework="deepspeed",
         ),
         Recipe(  # bf16 + grad_accum_dtype fp32 at stage 1: DeepSpeed's engine picks BF16_Optimizer
             bf16_optimizer.NAME,
@@ -188,6 +192,7 @@ RECIPES = {
             True,
             collective="aligned all-reduce",
             requires=bf16_optimizer.requires,
+            framework="deepspeed",
         ),
         Recipe(
             "deepspeed-zero3",
@@ -198,6 +203,7 @@ RECIPES = {
             _deepspeed_zero3_after,
             True,
             "per-parameter",
+            framework="deepspeed",
         ),
         Recipe(
             "fsdp2",
@@ -207,6 +213,7 @@ RECIPES = {
             _fsdp2_after,
             True,
             "per-parameter dim 0",
+            framework="fsdp2",
         ),
     )
 }
