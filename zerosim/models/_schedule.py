@@ -39,6 +39,11 @@ class Op:
         """False for the bookkeeping-only "keep input"."""
         return self.kind != "keep input"
 
+    @property
+    def makes_grads(self) -> bool:
+        """Whether the op hands its layer's weight gradients on (a backward)."""
+        return self.kind == "backward"
+
 
 def schedule(model, checkpoint: bool = False) -> tuple:
     """The ops one micro-batch runs through `model`, in order (see the module docstring)."""
