@@ -8,6 +8,8 @@
     _stale.py         StaleReference: the oracle of offload's DPU, the same one-step stale update
     _tensor.py        TensorReference: tensor (and sequence) parallelism's slices on one device, their partial sums
                       in the ring's order, each slice reduced over its data-parallel ranks as Reference does
+    _pipeline.py      PipelineReference: every micro-batch through the whole model on one device, its gradient cut
+                      into the stages', each stage a Reference over its data-parallel ranks in the schedule's order
 
 The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
 """
@@ -16,12 +18,14 @@ import warnings
 
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
+from zerosim.reference._pipeline import PipelineReference
 from zerosim.reference._qgz import QgzReference
 from zerosim.reference._stale import StaleReference
 from zerosim.reference._tensor import TensorReference
 from zerosim.reference._wire import WireOracle
 
-__all__ = ["QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle", "reduce_on_mesh"]
+__all__ = ["PipelineReference", "QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle",
+           "reduce_on_mesh"]
 
 _MOVED = ("replay", "replay_live", "narrate")
 

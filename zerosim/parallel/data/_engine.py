@@ -265,11 +265,12 @@ class ZeroEngine:
         with self.cluster.trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(self.ctx):
             yield
 
-    def passes(self, batches: list) -> list:
+    def passes(self, batches: list, tag: str = "") -> list:
         """A `Pass` per local rank for its micro-batch `batches[i]` = (x, target) (x: the data, or the activation a
-        pipeline stage received; target None where no loss runs)."""
+        pipeline stage received; target None where no loss runs); `tag` names what it keeps apart from another
+        micro-batch's in flight on the same rank (models/_run.py)."""
         return [Pass(self.model, x, target, self.precision.compute_format, ledger=rank.ledger,
-                     loss_scale=self.scaler.scale, keep_values=self.cluster.trace.keep_values)
+                     loss_scale=self.scaler.scale, keep_values=self.cluster.trace.keep_values, tag=tag)
                 for rank, (x, target) in zip(self.cluster.ranks, batches)]
 
     def run(self, k: int, passes: list, ops, needs=Handle()) -> Handle:
@@ -362,28 +363,34 @@ class ZeroEngine:
         """Local rank i's 16-bit params as it holds them (full flat buffer at stages 0-2, its shard at stage 3)."""
         return self.cluster.ranks[i].params.array.copy()
 
-    def full_master(self) -> np.ndarray:
-        """The whole fp32 master vector (P,), assembled from the local ranks (simulator only)."""
+    def full_master(self, rank: int | None = None) -> np.ndarray:
+        """The whole fp32 master vector (P,), assembled from the local ranks (simulator only): as the shard group of
+        rank `rank` holds it (default: the first local rank's; beside tensor parallelism each TP position's group
+        holds its own slice)."""
         return self._assemble([master_of(r, self.plan, self.layout, self.precision) for r in self.cluster.ranks],
-                              "master")
+                              "master", rank)
 
-    def full_optimizer_state(self) -> dict:
-        """{state name: (P,) array} assembled from the local ranks (simulator only)."""
-        return {k: self._assemble([r.optim[k].array for r in self.cluster.ranks], "optimizer")
+    def full_optimizer_state(self, rank: int | None = None) -> dict:
+        """{state name: (P,) array} assembled from the local ranks (simulator only), as `full_master`."""
+        return {k: self._assemble([r.optim[k].array for r in self.cluster.ranks], "optimizer", rank)
                 for k in self.optimizer.state_names}
 
-    def full_params(self) -> np.ndarray:
-        """The whole 16-bit params vector (P,): rank 0's copy where ranks hold it whole, else the shards joined."""
-        return self._assemble([r.params.array for r in self.cluster.ranks], "params")
+    def full_params(self, rank: int | None = None) -> np.ndarray:
+        """The whole 16-bit params vector (P,): rank 0's copy where ranks hold it whole, else the shards joined (of
+        rank `rank`'s shard group, as `full_master`)."""
+        return self._assemble([r.params.array for r in self.cluster.ranks], "params", rank)
 
-    def _assemble(self, held: list, buffer: str) -> np.ndarray:
-        """(P,) model order from each local rank's `buffer` as the plan has them held: rank 0's, or the shards."""
+    def _assemble(self, held: list, buffer: str, rank: int | None = None) -> np.ndarray:
+        """(P,) model order from each local rank's `buffer` as the plan has them held: one rank's copy, or the shards
+        of one shard group (the first local rank's, or `rank`'s; the others hold replicas or other slices)."""
+        here = {r.index: i for i, r in enumerate(self.cluster.ranks)}
+        first = self.cluster.ranks[0].index if rank is None else rank
         if not self.plan.shards(buffer):
-            return np.array(self.layout.unarrange(held[0]))
-        if self.cluster.local_size != self.cluster.world_size:
+            return np.array(self.layout.unarrange(held[here[first]]))
+        group = self.groups.shard.group_of(first)  # one shard group holds every shard once (the others: replicas)
+        if any(r not in here for r in group):
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
-        first = self.groups.shard.members[0]  # one shard group holds every shard once (the others: replicas)
-        return np.array(self.layout.unarrange(np.concatenate([held[r] for r in first])))
+        return np.array(self.layout.unarrange(np.concatenate([held[here[r]] for r in group])))
 
 
 @dataclass(frozen=True)
