@@ -278,7 +278,7 @@ class ZeroEngine:
         by unit, their first compute also waiting for `needs`. Returns the handle of its last gradient reduction."""
         ctx, model, plan, trace, more = self.ctx, self.model, self.plan, self.cluster.trace, self.parallelisms
         params = ParamFetcher(ctx, self.comm, model, ops) if plan.gathers_params else None  # stage 3
-        grads = self._grad_buckets(k)  # stages 2/3 (and 0/1 in buckets): gradients reduced as backward makes them
+        grads = self._grad_buckets(k) if any(op.makes_grads for op in ops) else None  # stages 2/3, 0/1 in buckets
         waits = needs + (trace.live(self._refresh) if k == 0 else Handle())  # the first compute: the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
             for i, unit in runs(ops, alone=params is not None or grads is not None or more.per_unit):
