@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster
-from zerosim.models import GPT, MLP
+from zerosim.models import GPT, MLP, MetaGPT
 from zerosim.optim import Adam
+from zerosim.parallel import ParallelDims
 from zerosim.parallel.pipeline import PipelineEngine, make_table
 from zerosim.parallel.pipeline._costs import in_flight
+from zerosim.parallel.tensor import TensorParallel
 
 B, W = 3, 8
 INPUT = B * W * 4  # one saved (B, W) fp32 input
@@ -79,3 +81,37 @@ def test_the_embedding_sits_on_the_first_stage_and_the_head_on_the_last():
     assert [m.num_params for m in engine.stage_models] == want
     assert [r.ledger.current("params") for r in cluster.ranks] == [2 * n for n in want]  # bf16 params, stage 0
     assert engine.stage_models[0].units == (0, 1, 2) and engine.stage_models[1].units == (3, 4, 5)
+
+
+@pytest.mark.parametrize("schedule, stage", [("1f1b", 3), ("interleaved-1f1b", 1)])
+def test_the_meta_backend_answers_for_each_stage_as_the_real_run(schedule, stage):
+    """One representative a stage on the meta backend (a data-less GPT twin beside TP 2) holds, kind by kind, what
+    the real run's rank holds: the meta accounting of benchmarks/pipeline_meta.py (405B on 16,384 GPUs) rests on it."""
+    gpt = GPT(vocab=16, d_model=8, n_heads=2, n_layers=4, seq_len=4)
+    dims = ParallelDims(8, pp=2, tp=2)
+    peaks = []
+    for meta in (False, True):
+        if meta:
+            cluster = Cluster(8, backend="meta", hosted=dims.groups("pp").group_of(0), trace="call")
+            tensor = TensorParallel(MetaGPT(gpt), 2)
+            ids = cluster.backend.empty((2, 4), np.int64)
+            batches = [[(ids, ids)] * 4 for _ in range(dims.dp)]
+        else:
+            cluster, tensor, rng = Cluster(8), TensorParallel(gpt, 2), np.random.default_rng(0)
+            batches = [[(rng.integers(0, 16, (2, 4)), rng.integers(0, 16, (2, 4))) for _ in range(4)]
+                       for _ in range(dims.dp)]
+        engine = PipelineEngine(tensor.model, cluster, stage, Adam(), "bf16-mixed", pp=2, micro_batches=4,
+                                schedule=schedule, tensor=tensor)
+        engine.step(batches)
+        peaks.append({r.index: r.ledger.peak_by_kind() for r in cluster.ranks})
+    real, meta = peaks
+    assert sorted(meta) == [0, 4]  # the first rank of each stage
+    assert all(meta[r] == real[r] for r in meta)
+
+
+@pytest.mark.bad_input("cluster and backends")
+@pytest.mark.parametrize("hosted", [(), (3, 1), (0, 8), (0, 0), ("0",), (True,)])
+def test_the_meta_backend_hosts_only_ranks_it_can(hosted):
+    with pytest.raises(ValueError, match="or the ranks it hosts in increasing order"):
+        Cluster(8, backend="meta", hosted=hosted, trace="call")
+    assert [r.index for r in Cluster(8, backend="meta", hosted=(0, 4), trace="call").ranks] == [0, 4]

@@ -264,9 +264,8 @@ class _Stage(Parallelism):
         self.degrees, self.part, self.tensor = {"pp": dims.pp}, part, tensor
 
     def initial_params(self, dims, rank: int):
-        if self.tensor is None:
-            return None
-        return self.part.cut(self.tensor.initial_params(dims, rank))
+        whole = None if self.tensor is None else self.tensor.initial_params(dims, rank)
+        return None if whole is None else self.part.cut(whole)  # None: a meta model's, which hold no values
 
 
 class _TensorStage(Parallelism):
@@ -278,11 +277,16 @@ class _TensorStage(Parallelism):
 
     def __init__(self, tensor, part: StageModel):
         self.tensor, self.part, self.degrees = tensor, part, {"tp": tensor.tp}
+        self._seen = {}  # a stage's op -> the TP model's (ops are frozen records: made once, every micro-batch)
 
     def _whole(self, ops) -> list:
-        return [op if op.layer < 0 else replace(op, layer=self.part.units[op.layer],
-                                               kind="backward" if op.kind == "backward-input" else op.kind)
-                for op in ops]
+        out = []
+        for op in ops:
+            if op not in self._seen:
+                self._seen[op] = op if op.layer < 0 else replace(
+                    op, layer=self.part.units[op.layer], kind="backward" if op.kind == "backward-input" else op.kind)
+            out.append(self._seen[op])
+        return out
 
     def before_unit(self, ctx, passes, ops) -> Handle:
         if ops[0].kind == "backward-weight":
@@ -297,9 +301,16 @@ class _TensorStage(Parallelism):
 
 def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
     """What the pipeline refuses, before anything is made (the module docstring says why each)."""
-    if cluster.local_size != cluster.world_size:
-        raise NotImplementedError("the pipeline runs every rank in this process (the numpy or meta backend); under "
-                                  "processes (MPI) it is not modelled yet")
+    if cluster.local_size != cluster.world_size and cluster.backend.holds_values:
+        raise NotImplementedError("the pipeline runs every rank in this process (the numpy backend; the meta backend "
+                                  "may host a representative a stage); under processes (MPI) it is not modelled yet")
+    blocks = Groups.blocks(cluster.world_size, cluster.world_size // table.pp, "stage")
+    here = {r.index for r in cluster.ranks}
+    empty = [s for s, members in enumerate(blocks.members) if not here & set(members)]
+    if empty:
+        raise ValueError(f"pipeline stage {empty[0]}'s ranks {blocks.members[empty[0]][0]}.."
+                         f"{blocks.members[empty[0]][-1]} are not hosted: on the meta backend host one a stage "
+                         "(Cluster(N, backend='meta', hosted=ParallelDims(N, pp=P, ...).groups('pp').group_of(0)))")
     plan = get_plan(stage)
     name = recipe if isinstance(recipe, str) else getattr(recipe, "reduction", "") or ""
     if name.startswith("deepspeed") and plan.shards("grads"):  # DeepSpeed: `< ZeroStageEnum.gradients` asserted

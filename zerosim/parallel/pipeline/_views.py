@@ -61,7 +61,10 @@ class _Hosting:
 
     def all_meta(self, items) -> list:
         """Every rank's item: the stage's own, and for a rank of another stage the item of the rank at its place in
-        this stage (the module docstring)."""
+        this stage (the module docstring). On a backend without values (meta) hosting a representative a stage:
+        the representative's, as the meta backend answers (its collectives take the others alike)."""
+        if not self._backend.holds_values:
+            return self._backend.all_meta(items)
         block = len(self.local_ranks)
         return [items[r % block] for r in range(self.world_size)]
 
