@@ -16,7 +16,10 @@ Letters: N = world size, R = dp_replicate, S = dp_shard, T = tp, C = cp, P = pp.
 
 Data parallelism reads its groups from here (parallel/data/multinode/_groups.py): FULL_SHARD shards over dp_shard =
 N; HSDP and MiCS over dp_shard = S with dp_replicate = N / S replicas. Tensor parallelism reads its TP groups the
-same way. `tp = 1` (and every degree 1) leaves the data-parallel groups exactly as they were.
+same way. Pipeline parallelism (parallel/pipeline/) reads `pp`: pp outermost, so pipeline rank p holds the block of
+N / P consecutive ranks [p·N/P, (p+1)·N/P) — whole nodes, the stages talking across them, as torchtitan lays them
+out — and `groups("pp")` pairs each rank with its neighbours in the other stages (its data and TP coordinates the
+same). `tp = 1` and `pp = 1` (every degree 1) leave the data-parallel groups exactly as they were.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class ParallelDims:
     dp_replicate: int = 1  # R: replicas of each shard (HSDP, MiCS); 1 for flat ZeRO
     tp: int = 1  # T: tensor parallelism (Megatron's column/row split), innermost
     cp: int = 1  # C: context parallelism (not modelled yet; kept so the record and its mesh match torchtitan's)
-    pp: int = 1  # P: pipeline parallelism (not modelled yet; likewise)
+    pp: int = 1  # P: pipeline parallelism (parallel/pipeline/), outermost
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
