@@ -10,7 +10,8 @@ ledger is every rank of its stage's (their buffers are the same shapes), the rin
 
 Per configuration (schedule × ZeRO stage): the wall and CPU time of building the engines and one step (median of
 --repeats), and what the ledgers say: each stage's peak (GB) and its activations' peak, the first stage's and the
-last's. Target (issue 59): under a second per configuration.
+last's; first, the yardstick: the same model, TP and micro-batches with no pipeline. Target (issue 59): under a
+second per configuration.
 """
 
 import os
@@ -61,6 +62,19 @@ def account(schedule: str, virtual: int, stage: int, recipe: str, micro: int, ch
     return cluster
 
 
+def without_pipeline(micro: int, checkpoint: str = "block"):
+    """The yardstick: the same model, TP and micro-batches on one stage's worth of ranks (N / PP) with no pipeline:
+    ZeroEngine with K = M, one representative rank. What the pipeline adds is the rest."""
+    from zerosim import ZeroEngine
+
+    tensor = TensorParallel(MetaLlama(llama_405b(checkpoint)), TP)
+    cluster = Cluster(N // PP, backend="meta", trace="call", timeline=False)
+    engine = ZeroEngine(tensor.model, cluster, 1, Adam(), "bf16-mixed", accumulation_steps=micro,
+                        parallelisms=(tensor,))
+    ids = cluster.backend.empty((1, SEQ), np.int64)
+    engine.step([[(ids, ids)] * micro])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -71,6 +85,10 @@ def main():
         p.error("--repeats and --micro-batches must be at least 1")
     print(f"Llama 3.1 405B on {N:,} GPUs: TP {TP} × PP {PP} × DP {N // (TP * PP)}, {args.micro_batches} micro-batches "
           f"of one {SEQ}-token sequence, bf16, Adam, activation checkpointing {args.checkpoint!r}")
+    w0, c0 = time.perf_counter(), time.process_time()
+    without_pipeline(args.micro_batches, args.checkpoint)
+    print(f"  yardstick, no pipeline (ZeroEngine, TP {TP}, K = {args.micro_batches}, {N // PP:,} ranks): "
+          f"{time.perf_counter() - w0:.2f} s wall, {time.process_time() - c0:.2f} s CPU")
     for schedule, virtual, stage, recipe in CONFIGS:
         walls, cpus = [], []
         for _ in range(args.repeats):
