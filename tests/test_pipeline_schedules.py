@@ -51,6 +51,14 @@ HAND = {
         ["", "1F0", "1F1", "3F0", "3I0", "3F1", "3I1", "3W0", "1F2", "1I0", "3W1", "1F3", "1I1", "1W0", "3F2", "3I2",
          "1W1", "3F3", "3I3", "3W2", "1I2", "3W3", "1I3", "1W2", "1W3"],
     ],
+    # ScheduleInterleavedZeroBubble, P=2, M=1, V=2 (m = 1): where `_add_bubbles_to_actions` idles a forward
+    ("zero-bubble", 2, 1, 2): [
+        # r=0: warmup min((2-1)·1 + 1, 2) = 2 forwards (0F0 2F0), 1 idle, then each I with its W; 2F0 waits a step:
+        # its input, 1F0, is made at step 1, not before
+        ["0F0", "", "2F0", "", "2I0", "2W0", "0I0", "0W0"],
+        # r=1: 1 idle, warmup 1 (1F0), then F/I pairs; 3F0 waits a step for 2F0, itself a step late
+        ["", "1F0", "", "3F0", "3I0", "1I0", "3W0", "1W0"],
+    ],
 }
 
 
@@ -111,6 +119,17 @@ def test_a_table_that_cannot_finish_is_refused():
             Action(1, 1, "forward", 0, 1))
     with pytest.raises(ValueError, match="cannot finish: 0B0, 1B0 each wait"):
         Table("stuck", 2, 1, 1, rows).order()
+
+
+def test_what_each_action_waits_for_by_hand():
+    table = make_table("zero-bubble", 2, 2, 2)  # 4 stages; backward split into I and W
+    assert table.needs(Action(0, 0, "forward", 1, 0)) == ()  # the first stage reads the data
+    assert table.needs(Action(1, 0, "forward", 1, 1)) == ((0, "forward", 1),)  # the stage before's output
+    assert table.needs(Action(1, 0, "backward-input", 1, 3)) == ((3, "forward", 1),)  # the last stage: its loss
+    assert table.needs(Action(0, 0, "backward-input", 1, 2)) == ((2, "forward", 1), (3, "backward-input", 1))
+    assert table.needs(Action(0, 0, "backward-weight", 1, 2)) == ((2, "backward-input", 1),)
+    plain = make_table("1f1b", 2, 2)
+    assert plain.needs(Action(0, 0, "backward", 0, 0)) == ((0, "forward", 0), (1, "backward", 0))
 
 
 def test_the_order_keeps_every_ranks_own_order_and_every_dependency():

@@ -17,6 +17,7 @@ import pytest
 
 from zerosim import Cluster
 from zerosim.analysis.costs import Link
+from zerosim.cluster import Compute
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.models import MLP, make_regression
 from zerosim.optim import Adam
@@ -94,3 +95,22 @@ def test_a_slower_link_only_adds_to_the_bubble():
     busy = timeline.compute_busy
     assert all(b == 4 * 3 for b in busy)  # 4 micro-batches × (1 + 2) seconds each
     assert timeline.span > (4 + 2 - 1) * 3 and free == [Fraction(1, 5)] * 2
+
+
+def test_zero_bubbles_split_backward_costs_what_one_backward_costs():
+    """backward-input and backward-weight (models/_run.py) are charged half a Linear's backward FLOPs each (dx and dW
+    are products of one size), their sum the fused backward's; the same run, the same bits, either way."""
+    widths = [4, 6, 6, 3]
+    flops = {}
+    for schedule in ("1f1b", "zero-bubble"):
+        cluster = Cluster(2)
+        engine = PipelineEngine(MLP(widths), cluster, 1, Adam(lr=1e-2), "fp32", pp=2, schedule=schedule,
+                                micro_batches=2, virtual_stages=1)
+        engine.step([[make_regression(np.random.default_rng(k), 1, 2, widths)[0] for k in range(2)]])
+        flops[schedule] = {}
+        for e in cluster.trace.of_type(Compute):
+            if e.name.startswith("fc") and e.kind != "forward":
+                flops[schedule].setdefault((e.rank, e.micro, e.name), {})[e.kind] = e.flops
+    for key, split in flops["zero-bubble"].items():
+        fused = flops["1f1b"][key]["backward"]
+        assert split == {"backward-input": fused // 2, "backward-weight": fused - fused // 2}, key
