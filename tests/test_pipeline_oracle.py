@@ -1,8 +1,9 @@
 """Pipeline parallelism equals its oracle bit for bit (zerosim/parallel/pipeline/_engine.py against
 zerosim/reference/_pipeline.py): PP 1, 2 and 4 × every schedule × micro-batch counts (fewer than the stages where torch
 runs them) × the ZeRO stages each framework runs beside a pipeline × TP 1 and 2, on MLPs, GPTs and Llamas whose
-layers do not split evenly; PP 1 is the data-parallel step itself, call for call; what the frameworks refuse is
-refused in their words; and how far a pipeline's bits are from a run without one, and both from float64.
+layers do not split evenly, with activation checkpointing or without; PP 1 is the data-parallel step itself, call for
+call; what the frameworks refuse is refused in their words; and how far a pipeline's bits are from a run without
+one, and both from float64.
 
 The frameworks' ZeRO stages beside a pipeline: DeepSpeed's pipeline engine runs stages 0 and 1 and refuses 2 and 3
 (runtime/pipe/engine.py; its stage-1 recipe "deepspeed-zero12" here); torch's DDP (stage 0, "ddp") and torchtitan's
@@ -54,8 +55,9 @@ def shapes(draw, families, tp: int):
 def model_of(family: str, layers: int):
     if family == "mlp":  # `layers` Linear layers (an activation after all but the last) of uneven widths
         return MLP([5] + [(6, 4, 7)[i % 3] for i in range(layers - 1)] + [3])
-    make = GPT if family == "gpt" else Llama
-    return make(vocab=16, d_model=8, n_heads=2, n_layers=layers, seq_len=4)
+    name, _, checkpoint = family.partition("+")  # "gpt+block": with activation checkpointing (recomputed units)
+    make = GPT if name == "gpt" else Llama
+    return make(vocab=16, d_model=8, n_heads=2, n_layers=layers, seq_len=4, checkpoint=checkpoint or "none")
 
 
 def batches_of(family, model, rng, dp: int, micro: int) -> list:
@@ -108,15 +110,15 @@ def test_mlp_pipelines_equal_the_oracle(case):
 
 @pytest.mark.slow
 @settings(max_examples=25)
-@given(shapes(["gpt", "llama"], 1))
+@given(shapes(["gpt", "llama", "gpt+block", "llama+every-k"], 1))
 def test_decoder_pipelines_equal_the_oracle(case):
     engine, oracle = run_both(case)
     assert_equal_bits(engine, oracle, 1)
 
 
 @pytest.mark.slow
-@settings(max_examples=12)
-@given(shapes(["gpt", "llama"], 2))
+@settings(max_examples=10)
+@given(shapes(["gpt", "llama", "llama+block"], 2))
 def test_pipelines_beside_tensor_parallelism_equal_the_oracle(case):
     engine, oracle = run_both(case)
     assert_equal_bits(engine, oracle, 2)
