@@ -241,3 +241,25 @@ def test_deepspeeds_bucket_owner_is_its_place_in_the_shard_group(pp, tp):
         batches = [(rng.integers(0, 16, (2, 4)), rng.integers(0, 16, (2, 4))) for _ in range(2)]
         assert engine.step(tensor.batches(engine.dims, batches))[::2] == oracle.step(batches)
     assert same(tensor.whole_params(engine.ctx), oracle.whole_params())
+
+
+@pytest.mark.bad_input("engine steps", unchanged=True)
+def test_a_step_given_the_wrong_micro_batches_is_refused_before_anything_runs():
+    model = MLP([4, 4, 4, 2])
+    cluster = Cluster(4)
+    engine = PipelineEngine(model, cluster, 1, Adam(), "bf16-mixed", pp=2, micro_batches=2)
+    logged, master = len(cluster.trace.log), engine.full_master()
+    x, y = np.zeros((2, 4), np.float32), np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError, match="a list of 2 lists of 2 \\(x, target\\) pairs"):
+        engine.step([[(x, y)] * 2])  # one data-parallel rank's, not two
+    with pytest.raises(ValueError, match="data-parallel rank 1, micro-batch 0: the input must have shape"):
+        engine.step([[(x, y)] * 2, [(np.zeros((2, 5), np.float32), y)] * 2])
+    assert len(cluster.trace.log) == logged and same(engine.full_master(), master)
+
+
+@pytest.mark.bad_input("engine arguments", unchanged=True)
+def test_a_stage_without_a_hosted_rank_is_refused_on_the_meta_backend():
+    cluster = Cluster(8, backend="meta", trace="call")  # the meta backend's one representative: rank 0
+    with pytest.raises(ValueError, match="pipeline stage 1's ranks 4..7 are not hosted"):
+        PipelineEngine(MLP([4, 4, 4, 2]), cluster, 1, Adam(), "bf16-mixed", pp=2)
+    assert len(cluster.trace.log) == 0

@@ -34,6 +34,10 @@ ZeRO-3's gathers and reduce-scatters run per micro-batch, as zerosim's stage 3 r
 pipelining instead keeps the stage's parameters gathered over the step and reduce-scatters once after the last
 backward (torch 2.13 pipelining/stage.py `backward_maybe_with_nosync`: `set_requires_gradient_sync(False)`;
 `perform_reduce_grad`) — a strategy of its own, not modelled here.
+
+On the meta backend one rank a stage may stand for its stage (`Cluster(N, backend="meta", hosted=...)`): its ledger is
+every rank's of that stage; the ring's bytes in closed form are counted as if every stage ran each stage's call
+(the closed form knows no stage), so read a pipeline's bytes from a run that hosts every rank.
 """
 
 from __future__ import annotations
