@@ -22,6 +22,7 @@ TABLES = {
     "SHARDINGS": ("zerosim.optim", lambda m: tuple(m.SHARDINGS)),
     "CHECKPOINTING": ("zerosim.models.gpt", lambda m: tuple(m.ALL_STRATEGIES)),
     "LOSSES": ("zerosim.models.meta", lambda m: tuple(m.LOSSES)),
+    "TP_LAYOUTS": ("zerosim.parallel.tensor", lambda m: tuple(m.LAYOUTS)),
     "SEQUENCE_TASKS": ("zerosim.models.data", lambda m: tuple(m.TASKS)),
     "PRECISION_PRESETS": ("zerosim.precision", lambda m: tuple(sorted(m.PRESETS))),
     "REDUCTIONS": ("zerosim.precision", lambda m: tuple(m.REDUCTIONS)),

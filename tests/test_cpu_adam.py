@@ -13,7 +13,11 @@ import pytest
 from cpu_adam_cases import CASES, case_inputs
 from helpers import bits
 
-from zerosim.optim import get_optimizer
+from zerosim import Cluster, Reference, ZeroEngine
+from zerosim import checkpoint as ckpt
+from zerosim.models import MLP, make_regression
+from zerosim.optim import OptimizerRun, get_optimizer
+from zerosim.parallel.offload import Offload
 from zerosim.optim._cpu_adam import beta_power, cpu_adam_coefficients, cpu_adam_step
 from zerosim.precision import cast
 
@@ -161,8 +165,9 @@ def test_hand_table_of_four_elements():
 
 
 def test_beta_powers_are_repeated_fp32_products_not_pow():
-    """IncrementStep: _betta1_t *= _betta1 each step. fp32(0.999)**3 so formed differs in the last bit from the
-    power rounded once (std::pow's, where the step jumps), and fp32(0.9)**9 too: the bias correction is formed so."""
+    """IncrementStep: _betta1_t *= _betta1 each step of a run from the start. fp32(0.999)**3 so formed differs in the
+    last bit from the power rounded once (std::pow's, where a run begins past step 1: the resumes below), and
+    fp32(0.9)**9 too: the bias correction is formed so."""
     b = np.float32(0.9)
     by_hand = np.float32(1)
     for _ in range(10):
@@ -184,3 +189,86 @@ def test_adam_formula_deepspeed_cpu_is_the_transcription():
     get_optimizer("adamw", lr=1e-2, weight_decay=0.1, formula="deepspeed-cpu").step(w2, g, s, 1)
     cpu_adam_step(w, g, m, v, 1, 1e-2, weight_decay=0.1, adamw_mode=True)
     assert bits(w2).tolist() == bits(w).tolist() and bits(s["v"]).tolist() == bits(v).tolist()
+
+
+# DeepSpeed 0.19.8, csrc/includes/cpu_adam.h, Adam_Optimizer::IncrementStep(step, beta1, beta2), as each adam_update
+# (csrc/adam/cpu_adam_impl.cpp, ds_adam_step) calls it before update_state. A DeepSpeedCPUAdam made in this process
+# starts with _step 0 and _betta1_t 1.0f (the constructor), so:
+#   step == _step + 1  -> _betta1_t *= _betta1          (a run from step 1: fp32 products)
+#   step == _step      -> return                        (another parameter group at the same step)
+#   otherwise          -> _betta1_t = std::pow(_betta1, step); _step = step
+# A run resumed from a checkpoint of step T calls adam_update(T + 1) first (cpu_adam.py: state['step'] += 1 on the
+# loaded step): the pow branch. std::pow(float, size_t) is pow(double, double) (C++11's overloads for arithmetic
+# types), its double result rounded to the float _betta1_t. Rows: (beta, first step of the run, step t, _betta1_t's
+# bits at t). Each pow below is its exact double (beta's float to the power), rounded to float by hand.
+INCREMENT_STEP = [
+    (0.9, 1, 10, 0x3EB285F8),  # from the start: ten products 1.0f * 0.9f * ... = 0.34867835
+    (0.999, 1, 1, 0x3F7FBE77),  # from the start, step 1: 1.0f * 0.999f = 0.999f exactly
+    (0.999, 1, 3, 0x3F7F3B98),  # from the start: three products = 0.9970031 (the last bit above the pow's)
+    (0.999, 3, 3, 0x3F7F3B97),  # resumed from step 2: pow(0.999f, 3) = 0.99700303754660... -> 0.997003 (0x3F7F3B97)
+    (0.999, 3, 5, 0x3F7EB8FA),  # ... then two products: 0.99501, one ulp below the uninterrupted run's 0x3F7EB8FB
+    (0.9, 9, 9, 0x3EC65BF7),  # resumed from step 8: pow(0.9f, 9) = 0.38742039663176... -> 0x3EC65BF7 (products: ...F8)
+    (0.9, 9, 10, 0x3EB285F8),  # ... one product on: the uninterrupted run's bits again at step 10
+    (0.999, 1001, 1001, 0x3EBC1300),  # resumed from step 1000: pow = 0.36733246804337... (products: 0x3EBC1303)
+    (0.999, 1001, 1003, 0x3EBBB2C2),  # ... two products on (the uninterrupted run: 0x3EBBB2C5)
+    (0.95, 6, 6, 0x3F3C2EFB),  # resumed from step 5: pow(0.95f, 6) = 0.73509183527987... (products: 0x3F3C2EFA)
+    (0.98, 2, 2, 0x3F75DCC7),  # resumed from step 1: pow(0.98f, 2) = 0.96040003738403...: the same as the product
+    (0.9999, 100001, 100001, 0x383DFDC7),  # resumed from step 100000: pow = 4.5297459251481e-05 (products drift 92
+    #                                        ulps above it: 0x383DFE23)
+]
+
+
+@pytest.mark.pinned
+@pytest.mark.parametrize("beta, first, t, want", INCREMENT_STEP)
+def test_beta_power_is_increment_steps_after_a_resume_too(beta, first, t, want):
+    assert bits(np.float32([beta_power(beta, t, first)]))[0] == want
+
+
+def test_the_optimizer_run_follows_increment_steps_branches():
+    run = OptimizerRun()  # a fresh process: _step 0
+    assert [run.at(t) for t in (1, 2, 2, 3)] == [1, 1, 1, 1]  # the next step, the same step again: one run
+    assert run.at(7) == 7 and run.at(8) == 7  # a jump (a checkpoint of step 6 loaded into it): std::pow at 7
+    assert OptimizerRun().at(5) == 5  # a fresh process resumed from step 4
+
+
+@pytest.mark.bad_input("optimizers")
+@pytest.mark.parametrize("first_step", [0, 3, 1.0, True])
+def test_first_step_must_be_a_step_of_the_run(first_step):
+    w, g = np.ones(4, np.float32), np.ones(4, np.float32)
+    state = {"m": np.zeros(4, np.float32), "v": np.zeros(4, np.float32)}
+    with pytest.raises(ValueError, match="first_step must be an integer step in 1..t = 1..2"):
+        get_optimizer("adamw", formula="deepspeed-cpu").step(w, g, state, 2, first_step=first_step)
+    assert w.tolist() == [1.0] * 4 and state["m"].tolist() == [0.0] * 4
+
+
+@pytest.mark.slow  # three engines and an oracle of a few steps each, a checkpoint between
+def test_a_resumed_run_takes_std_pow_at_its_first_step(tmp_path):
+    """ZeRO-Offload's CPU Adam: DeepSpeed's own resumed run differs from its uninterrupted one. The resumed engine's
+    first step forms beta2**3 by std::pow (0.999f: 0x3F7F3B97, not the products' 0x3F7F3B98), so its bits part from
+    the uninterrupted run's, and equal those of a run whose optimizer restarts at step 3 and those of the oracle
+    resumed from the same state."""
+    model, n = MLP([9, 13, 3]), 3  # 172 params: shards of 58, vector bodies and scalar tails both
+    params = model.init_params(np.random.default_rng(1))
+    data = make_regression(np.random.default_rng(0), 3 * 4, 3, [9, 13, 3])
+    steps = [data[3 * s:3 * s + 3] for s in range(4)]
+    opt = dict(lr=1e-2, weight_decay=0.1, formula="deepspeed-cpu")  # betas (0.9, 0.999)
+
+    def engine():
+        return ZeroEngine(model, Cluster(n), 2, get_optimizer("adamw", **opt), "fp32", params=params,
+                          parallelisms=(Offload("cpu"),))
+
+    whole, restarted, first = engine(), engine(), engine()
+    for b in steps[:2]:
+        whole.step(b), restarted.step(b), first.step(b)
+    ckpt.save(first, str(tmp_path))
+    resumed = ckpt.load(str(tmp_path), Cluster(n), model)
+    restarted.optimizer_run = OptimizerRun()  # as a fresh process would hold it
+    oracle = Reference(model, get_optimizer("adamw", **opt), "fp32", world_size=n, params=params,
+                       reduce_every_micro_step=True, optimizer_calls="shards")
+    oracle.set_state(first.full_params(), first.full_master(), first.full_optimizer_state(), first.t)
+    for b in steps[2:]:
+        whole.step(b), restarted.step(b), resumed.step(b), oracle.step(b)
+    assert resumed.optimizer_run.first == 3 and whole.optimizer_run.first == 1
+    assert bits(resumed.full_master()).tolist() == bits(restarted.full_master()).tolist()
+    assert bits(resumed.full_master()).tolist() == bits(oracle.master()).tolist()
+    assert bits(resumed.full_master()).tolist() != bits(whole.full_master()).tolist()

@@ -8,7 +8,7 @@ import pytest
 from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._efficiency import KERNEL_RATES, PRESETS, parse_efficiency, wave_efficiency
 from zerosim.analysis.costs._kernel_work import loss_work, unit_work
-from zerosim.analysis.costs._mfu import mfu, model_flops_per_token
+from zerosim.analysis.costs._throughput import mfu, model_flops_per_token
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.models.hf._config import read_hf_config, shipped_config
 from zerosim.models.llama._block import LlamaBlock

@@ -43,6 +43,9 @@ class ChunkCosts:
     def optimizer(self, *args) -> float:
         return 0.0
 
+    def call_bytes(self, call, sent: float) -> float:
+        return sent  # every call's bytes as recorded
+
 
 def measured_bubbles(schedule: str, P: int, M: int, V: int, costs: ChunkCosts) -> list:
     """Each rank's idle fraction of the pipeline's span, as exact rationals, from a real run's timeline."""

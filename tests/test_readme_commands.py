@@ -407,6 +407,17 @@ def check_offload_train(out: str, readme: str, project: Path) -> None:
     assert "host peak (B)" in out, out
 
 
+def check_said(out: str, page: str, project: Path, line: str) -> None:
+    """`zerosim diff` and `zerosim lint` pages: each ';'-separated phrase of the command's comment is in what it prints
+    (the parting, the events, the cause and the numbers the page quotes), and the page's own words say the same."""
+    said = [part.strip() for part in line.split("#", 1)[1].split(";")]
+    for phrase in said:
+        assert phrase in out, (phrase, out[-3000:])
+    if "they are 4.72e-03 apart" in said:  # the tutorial reads the yardstick of the same run from its table
+        assert "run A is\n1.56e-02 and run B 1.62e-02 from the float64 run" in page, page
+        assert "run A is 1.56e-02 and run B 1.62e-02 from the float64 run" in out, out
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"zerosim validate +#", check_validate),
     (r"zerosim validate --fit", check_validate_fit),
@@ -445,6 +456,7 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim timeline --params 13e9 .*--offload-optimizer cpu --dpu", check_offload_timeline),
     (r"zerosim plan --model llama-2-13b .*--offload-optimizer cpu,nvme", check_offload_plan),
     (r"zerosim train --stage 2 --offload-optimizer cpu --dpu 10", check_offload_train),
+    (r"zerosim (diff|lint) .*#", check_said),
 ]
 
 

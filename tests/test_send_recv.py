@@ -1,89 +1,53 @@
-"""Point to point (zerosim/collectives/_p2p.py): `send_recv` equals its naive twin on any pairing, shapes and formats;
-each send is one event with its bytes, format and link tier; the receiver's copy is its own; bad pairings are
-refused before anything is recorded."""
+"""send_recv, one step of a ring (collectives/_send_recv.py), against its naive twin: every member's buffer lands on
+the member `shift` places on, bit for bit, in any format and shape, over the world or groups, either way round; the
+trace holds one send per rank of the whole buffer; what cannot be sent is refused before anything moves."""
 
-import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from helpers import bits
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerosim import Cluster
+from zerosim.cluster import Groups
 from zerosim.collectives import naive_send_recv, send_recv
-
-DTYPES = (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)
-
-
-@st.composite
-def pairings(draw):
-    """A world, some disjoint (sender, receiver) pairs, and what each sender sends."""
-    n = draw(st.integers(2, 8))
-    order = draw(st.permutations(range(n)))
-    pairs = [(order[2 * i], order[2 * i + 1]) for i in range(draw(st.integers(1, n // 2)))]
-    if draw(st.booleans()) and n >= 3:  # a chain: a rank may receive and send in one call (a middle stage)
-        pairs = [(order[i], order[i + 1]) for i in range(draw(st.integers(1, n - 1)))]
-    shape = draw(st.sampled_from([(3,), (2, 5), (1, 2, 3), (0,)]))
-    dtype = draw(st.sampled_from(DTYPES))
-    seed = draw(st.integers(0, 2**16))
-    return n, pairs, shape, dtype, seed
+from zerosim.precision import cast
 
 
-@given(pairings())
-def test_send_recv_equals_its_naive_twin(case):
-    n, pairs, shape, dtype, seed = case
+@settings(max_examples=40)
+@given(n=st.integers(1, 8), size=st.sampled_from([1, 2, 4]), shift=st.integers(-3, 3),
+       fmt=st.sampled_from(["fp32", "bf16", "fp16", "fp64"]), shape=st.sampled_from([(3,), (2, 3), (1, 2, 2)]),
+       seed=st.integers(0, 9))
+def test_send_recv_is_its_naive_twin(n, size, shift, fmt, shape, seed):
+    if n % size:
+        size = 1
     rng = np.random.default_rng(seed)
-    to = dict(pairs)
-    came = {dst: src for src, dst in pairs}
-    sends = [rng.normal(size=shape).astype(dtype) if r in to else None for r in range(n)]
-    cluster = Cluster(n)
-    got = send_recv(cluster, sends, [to.get(r) for r in range(n)], [came.get(r) for r in range(n)], tag="x")
-    want = naive_send_recv(sends, [to.get(r) for r in range(n)], [came.get(r) for r in range(n)])
-    for r in range(n):
-        if want[r] is None:
-            assert got[r] is None
-        else:
-            assert got[r].dtype == want[r].dtype and got[r].shape == shape
-            assert np.array_equal(got[r].view(np.uint8), want[r].view(np.uint8))  # every bit, NaN and -0 alike
-            assert not np.shares_memory(got[r], sends[came[r]])  # the receiver's own copy
-    (call,) = cluster.trace.calls
-    assert call.collective == "send_recv" and call.world_size == 2 and got.handle == (call.call,)
-    events = cluster.trace.select(call=call.call)
-    assert sorted((e.src, e.dst) for e in events) == sorted(pairs)
-    itemsize = np.dtype(dtype).itemsize
-    assert all(e.elements == int(np.prod(shape)) and e.bytes == e.elements * itemsize for e in events)
+    xs = [cast(rng.standard_normal(shape), fmt) for _ in range(n)]
+    groups = Groups.blocks(n, size, "ring") if size > 1 else None
+    got = send_recv(Cluster(n), xs, group=groups, shift=shift)
+    want = naive_send_recv(xs, None if groups is None else groups.members, shift)
+    assert all(np.array_equal(bits(g), bits(w)) for g, w in zip(got, want)) and len(got) == n
+    assert all(g is not x for g, x in zip(got, xs))  # each receive buffer is the receiver's own
 
 
-def test_each_send_says_its_tier_and_format():
-    cluster = Cluster(4, gpus_per_node=2)  # ranks 0, 1 on node 0; 2, 3 on node 1
-    x = np.ones(6, ml_dtypes.bfloat16)
-    out = send_recv(cluster, [x, x, None, None], [1, 2, None, None], [None, 0, 1, None], tag="act")
-    events = sorted(cluster.trace.select(call=out.handle[0]), key=lambda e: e.src)
-    assert [(e.src, e.dst, e.tier, e.dtype, e.bytes) for e in events] == [
-        (0, 1, "intra-node", "bf16", 12),  # within node 0: NVLink
-        (1, 2, "inter-node", "bf16", 12),  # node 0 to node 1: InfiniBand
-    ]
-    assert cluster.trace.calls[-1].tier == "inter-node"  # the call is as slow as its slowest send
-    assert cluster.trace.bytes_sent(1) == 12 and cluster.trace.bytes_received(2) == 12
-
-
-def snapshot(cluster):
-    return len(cluster.trace.calls), len(cluster.trace.events), [r.ledger.current() for r in cluster.ranks]
+def test_the_trace_holds_one_send_per_rank_of_the_whole_buffer():
+    cluster = Cluster(4)
+    out = send_recv(cluster, [np.full(5, r, np.float32) for r in range(4)], group=Groups("cp", ((0, 2), (1, 3))),
+                    tag="K, V")
+    events = cluster.trace.select("send_recv")
+    assert [(e.src, e.dst, e.bytes) for e in events] == [(0, 2, 20), (1, 3, 20), (2, 0, 20), (3, 1, 20)]
+    assert [o.tolist()[0] for o in out] == [2.0, 3.0, 0.0, 1.0] and len(out.handle) == 1
 
 
 @pytest.mark.bad_input("collectives", unchanged=True)
-@pytest.mark.parametrize("sends, to, came, words", [
-    ([1, None, None], [1, None, None], [None, None, None], "rank 0 sends to rank 1, which receives nothing"),
-    ([1, None, None], [1, None, None], [None, 2, None], "rank 0 sends to rank 1, which receives from rank 2"),
-    ([None, None, None], [None, None, None], [None, 0, None], "rank 1 receives from rank 0, which sends nothing"),
-    ([1, None, None], [0, None, None], [0, None, None], "rank 0 cannot send to itself"),
-    ([1, None, None], [5, None, None], [None, 0, None], "send_to must be a rank 0..2, got 5"),
-    ([None, None, None], [1, None, None], [None, 0, None], "rank 0 names send_to=1 but sends no array"),
-    ([1, None], [1, None], [None, 0], "tensors must be a list with one entry per local rank"),
-])
-def test_bad_pairings_are_refused_before_anything_moves(sends, to, came, words):
-    cluster = Cluster(3)
-    arrays = [None if s is None else np.ones(2, np.float32) for s in sends]
-    before = snapshot(cluster)
-    with pytest.raises(ValueError, match=words):
-        send_recv(cluster, arrays, to, came)
-    assert snapshot(cluster) == before
+@pytest.mark.parametrize("tensors, shift, match", [
+    ([np.zeros(3, np.float32), np.zeros(4, np.float32)], 1, "every rank must pass the same shape"),
+    ([np.zeros(3, np.float32), np.zeros(3, np.float16)], 1, "every rank must pass the same dtype"),
+    ([np.zeros(3, np.float32)] * 2, 1.5, "shift must be an integer"),
+    ([np.zeros(3, np.float32)], 1, "pass one array per local rank"),
+], ids=["shape", "dtype", "shift", "count"])
+def test_what_cannot_be_sent_is_refused(tensors, shift, match):
+    cluster = Cluster(2)
+    with pytest.raises(ValueError, match=match):
+        send_recv(cluster, tensors, shift=shift)
+    assert not cluster.trace.log  # nothing was recorded, nothing moved

@@ -28,6 +28,8 @@ SHARDINGS = ("gather", "owner", "round_robin", "distributed")
 CHECKPOINTING = ("none", "block", "subblock", "selective", "every-k", "flash", "block-flash", "subblock-flash",
                  "every-k-flash", "op-sac")
 LOSSES = ("probabilities", "eager", "chunked", "fused-linear")
+# zerosim.parallel.tensor: tuple(LAYOUTS)
+TP_LAYOUTS = ("megatron", "torchtitan")
 SEQUENCE_TASKS = ("copy", "reverse", "sort")
 # zerosim.precision: sorted(PRESETS), REDUCTIONS, ALLREDUCES, OPTIM_STATES; zerosim.precision.quantize: FP8_RECIPES
 PRECISION_PRESETS = ("bf16-mixed", "bf16-pure", "bf16-pure-sr", "fp16-mixed", "fp16-pure", "fp16-pure-sr", "fp32",

@@ -13,6 +13,8 @@
     zerosim explore     the memory explorer as a self-contained web page for a course site
     zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
     zerosim parity      compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
+    zerosim diff        two configurations on the same data: where their bits first part, which event did it, and why
+    zerosim lint        a configuration's silent numerics traps, each with the framework code and thread behind it
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ COMMANDS = {
                  "predicted vs measured on published runs (torchtitan, llm-foundry): the error of every point"),
     "verify-nccl": ("zerosim.cli.verify_nccl_cmd",
                     "compare zerosim's ring with NCCL's own collectives, byte for byte, on your GPUs"),
+    "diff": ("zerosim.cli.diff_cmd",
+             "train two configurations on the same data and say where their bits first part, which event did it, and "
+             "why"),
+    "lint": ("zerosim.cli.lint_cmd",
+             "name the silent numerics traps in a training configuration, each with its framework source and a user "
+             "thread"),
     "parity": ("zerosim.cli.parity_cmd",
                "compare zerosim with real torch (DDP, ZeroRedundancyOptimizer, FSDP2) on N gloo processes (needs "
                "torch)"),
@@ -91,7 +99,10 @@ def _command_in(argv: list) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(only=_command_in(argv))
+    name = _command_in(argv)
+    if name and hasattr(command(name), "prepare_argv"):  # a command that reads its own values first (diff's flags)
+        argv = command(name).prepare_argv(argv)
+    parser = build_parser(only=name)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -47,7 +47,7 @@ from zerosim.cli.model_args import (
 from zerosim.cli.offload_args import add_offload_arguments, host_from_args, offload_memory_rows, offload_request
 from zerosim.cli.schedule_args import add_schedule_arguments
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of
-from zerosim.cli.tensor_args import add_tensor_arguments, tensor_of
+from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
@@ -79,7 +79,8 @@ def strategies_report(args, s, names, tp: int = 1, sp: bool = False):
                          "stage 3's collectives; `memory --strategy` measures the strategies unquantized: give one "
                          "or the other")
     check_nodes(args.ranks, args.gpus_per_node)
-    return strategy_memory_report(s, [mesh_of(args, name, tp=tp) for name in names], step=not args.no_step, sp=sp)
+    return strategy_memory_report(s, [mesh_of(args, name, tp=tp) for name in names], step=not args.no_step, sp=sp,
+                                  layout=layout_of(args) if tp > 1 else None)
 
 
 def report(args):
@@ -117,6 +118,7 @@ def report(args):
     r = memory_report(s, args.ranks, (3,) if qgz else stages, quantized, step=not args.no_step, unit=unit,
                       mesh=mesh_of(args, 3) if qgz else None, recipe=qgz_recipe(args),
                       show_progress=not args.json and sys.stderr.isatty(), tp=tp, sp=sp,
+                      layout=layout_of(args) if tp > 1 else None,
                       gpus_per_node=args.gpus_per_node,
                       parallelisms=offload and (lambda st: (offload.offload(offload.configs[0], st)[0],)))
     if offload is None:

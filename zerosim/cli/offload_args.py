@@ -248,11 +248,6 @@ def offload_timeline(r: dict, result, engine, offload, notes, host) -> None:
 
     w = step_window(result)
     trace, last = engine.cluster.trace, w.step
-    calls = {}
-    for iv in result.track(0, "comm"):
-        if iv.event.step == last:
-            seconds, count = calls.get(iv.category, (0.0, 0))
-            calls[iv.category] = (seconds + iv.end - iv.start, count + 1)
     moved = {}
     for e in trace.events:
         if e.collective in TRANSFERS and e.src == 0 and trace.calls[e.call].step == last:
@@ -261,7 +256,7 @@ def offload_timeline(r: dict, result, engine, offload, notes, host) -> None:
     r.update(compute_s=w.busy["compute"], comm_s=comm, exposed_comm_s=w.uncovered["comm"],
              overlapped_s=comm - w.uncovered["comm"],
              busy_fraction={"compute": w.busy["compute"] / step if step else 0.0, "comm": comm / step if step else 0.0},
-             by_purpose={k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())})
+             by_purpose=result.comm_by_purpose(0, step=last))
     hw, ledger = result.hardware, engine.cluster.ranks[0].ledger_of("host")
     r["offload"] = {
         "placement": offload.placement.name, "dpu": offload.dpu, "notes": list(notes), "host": host.name,

@@ -22,6 +22,7 @@ import sys
 from dataclasses import replace
 
 from zerosim.cli import choices
+from zerosim.cli.tensor_args import layout_of
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
 
@@ -115,6 +116,10 @@ def _add_search_arguments(p) -> None:
                    help="tensor-parallel degrees to try beside every stage, comma-separated (default 1); each divides "
                         "--gpus, the data-parallel degree is the quotient")
     p.add_argument("--sp", action="store_true", help="with --tp: Megatron's sequence parallelism")
+    p.add_argument("--tp-layout", choices=choices.TP_LAYOUTS, default=None,
+                   help="with --tp: what a TP rank keeps for backward: megatron (each column GEMM's input as its "
+                        "sequence shard) or torchtitan (torch DTensor's all-gathered input); default by --comm: "
+                        "torchtitan for fsdp, megatron otherwise")
 
 
 def _ints(text: str, flag: str, allowed=None) -> tuple:
@@ -147,6 +152,8 @@ def _tps(args) -> tuple:
         raise ValueError(f"--tp degrees must be at least 1, got {args.tp!r}")
     if args.sp and max(tps) == 1:
         raise ValueError("--sp cuts the sequence over a TP group: give --tp degrees above 1 with it")
+    if args.tp_layout is not None and max(tps) == 1:
+        raise ValueError("--tp-layout says what a TP rank keeps: give --tp degrees above 1 with it")
     return tps
 
 
@@ -191,6 +198,7 @@ def report(args):
         host=host,
         tps=_tps(args),
         sp=args.sp,
+        layout=layout_of(args) if max(_tps(args)) > 1 else None,
         spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
     )
     bar.close()

@@ -22,7 +22,11 @@ def format_plan(r: dict) -> str:
         f"({s['gpus_per_node']} per node; {link})",
         f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
         f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
-        f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}",
+        f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}"
+        + (f"; beside TP, {s['tp_layout']}'s activation layout (--tp-layout" + (
+            "; Megatron's own kernels and vocabulary-parallel loss: --kernels and --loss apply to torchtitan's)"
+            if s["tp_layout"] == "megatron" else ")")
+           if s.get("tp_layout") else ""),
         f"  time from: {s['time_model']}",
         f"  links: {r['link_model']}",
         "",
@@ -33,6 +37,8 @@ def format_plan(r: dict) -> str:
                   + (f" with {p['offload']}" if "offload" in p else "")
                   + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
+    for x in r["left_out"]:  # strategies TP's units cannot run: not tried beside TP, with the reason
+        lines += [f"Left out beside TP {', '.join(map(str, x['tp']))}: {', '.join(x['strategies'])} ({x['why']})", ""]
     if not r["fitting"]:
         lines += ["Nothing tried fits. Closest:"] + [
             _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]

@@ -134,15 +134,16 @@ def ds_config_from_args(args, config):
         bf16=None if args.precision is None else args.precision == "bf16-mixed",
     )
     ds = read_ds_config(args.ds_config, args.ranks, config.d_model if config else args.d_model, trainer)
-    _agree(args, ds)
+    agree_with_config(args, ds)
     args.precision, args.optimizer = ds.precision_name, ds.optimizer
     if getattr(args, "seq_len", None) is not None:
         args.batch = ds.micro_batch
     return ds
 
 
-def _agree(args, ds) -> None:
-    """A flag that contradicts the DeepSpeed config is refused, as the HF Trainer refuses a mismatch."""
+def agree_with_config(args, ds) -> None:
+    """A flag that contradicts the DeepSpeed config is refused, as the HF Trainer refuses a mismatch (`zerosim memory`,
+    `timeline` and `train` read --ds-config through here)."""
     clash = []
     if args.precision is not None and args.precision != ds.precision_name:
         clash.append(f"--precision {args.precision} vs the config's {ds.precision_name}")
@@ -156,6 +157,9 @@ def _agree(args, ds) -> None:
     stage = getattr(args, "stage", None)
     if stage is not None and stage != ds.stage:
         clash.append(f"--stage {stage} vs zero_optimization.stage {ds.stage}")
+    clip = getattr(args, "clip_grad", None)
+    if clip is not None and clip != ds.clip_grad:
+        clash.append(f"--clip-grad {clip:g} vs gradient_clipping {ds.clip_grad}")
     if clash:
         raise ValueError(
             "the flags disagree with the DeepSpeed config: "

@@ -8,9 +8,15 @@
                 all-reduces become all-gathers and reduce-scatters along the sequence)
     --async-tp  (timeline) with --tp: the bound of overlapping TP's collectives with the GEMMs they feed
                 (torchtitan's async TP, Megatron's --tp-comm-overlap): no compute waits for them
+    --tp-layout with --tp: what a TP rank keeps for backward: "megatron" (each column GEMM's input as its sequence
+                shard, all-gathered again) or "torchtitan" (torch DTensor's all-gathered input; with --kernels eager
+                every tensor torch's eager autograd saves). Default: the framework's, by --comm (torchtitan's for
+                FSDP's schedule, Megatron's otherwise: DeepSpeed runs Megatron-DeepSpeed's TP)
 """
 
 from __future__ import annotations
+
+from zerosim.cli import choices
 
 
 def add_tensor_arguments(p) -> None:
@@ -21,12 +27,25 @@ def add_tensor_arguments(p) -> None:
     t.add_argument("--sp", action="store_true",
                    help="with --tp: sequence parallelism (norms on sequence shards; all-gather / reduce-scatter "
                         "along the sequence instead of all-reduce)")
+    t.add_argument("--tp-layout", choices=choices.TP_LAYOUTS, default=None,
+                   help="with --tp: what a TP rank keeps for backward: megatron (each column GEMM's input as its "
+                        "sequence shard) or torchtitan (torch DTensor's all-gathered input); default by --comm: "
+                        "torchtitan for fsdp, megatron otherwise")
 
 
 def add_async_argument(p) -> None:
     p.add_argument("--async-tp", action="store_true",
                    help="with --tp: TP's collectives overlap the GEMMs they feed, as torchtitan's async TP and "
                         "Megatron's --tp-comm-overlap try to (an upper bound: no compute waits for them)")
+
+
+FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
+
+
+def layout_of(args) -> str:
+    """--tp-layout, or the layout of the framework --comm names (FRAMEWORK_LAYOUT; Megatron's otherwise)."""
+    given = getattr(args, "tp_layout", None)
+    return given if given is not None else FRAMEWORK_LAYOUT.get(getattr(args, "comm", None), "megatron")
 
 
 def tensor_of(args, ranks: int) -> tuple:
@@ -40,6 +59,8 @@ def tensor_of(args, ranks: int) -> tuple:
                          "parallelism off at tensor parallel size 1)")
     if getattr(args, "async_tp", False) and tp == 1:
         raise ValueError("--async-tp overlaps TP's collectives: give --tp T > 1 with it")
+    if getattr(args, "tp_layout", None) is not None and tp == 1:
+        raise ValueError("--tp-layout says what a TP rank keeps: give --tp T > 1 with it")
     if ranks % tp:
         raise ValueError(f"--tp {tp} does not divide --ranks {ranks}: --ranks counts every GPU and the data-parallel "
                          f"degree is ranks / tp")

@@ -3,6 +3,8 @@ formula (the numbers: zerosim.analysis.reports, tp_activations)."""
 
 from __future__ import annotations
 
+import textwrap
+
 MB = 1e6
 
 
@@ -15,7 +17,9 @@ def tp_activation_lines(a: dict) -> list:
         f"L = {a['seq_len']} tokens per data-parallel rank (each TP group trains on one micro-batch), checkpoint "
         f"{a['checkpoint']!r}, attention {a['attention']!r}.",
         "",
-        f"What one layer saves on one of tp = {a['tp']} ranks{sp}, by name (MB = 1e6 bytes):",
+        f"What one layer saves on one of tp = {a['tp']} ranks{sp}, by name (MB = 1e6 bytes), in {a['tp_layout']}'s "
+        "layout (--tp-layout):",
+        *textwrap.wrap(a["tp_layout_why"], 110, initial_indent="  ", subsequent_indent="  "),
     ]
     lines += [f"    {name:<40s} {nbytes / MB:12.3f}" for name, nbytes in a["per_block"].items()]
     lines.append(f"    {'one layer':<40s} {a['per_block_total'] / MB:12.3f}   "
@@ -28,9 +32,11 @@ def tp_activation_lines(a: dict) -> list:
         ]
     else:
         lines.append(f"  {a['formula_name']} (c = t with SP, else 1)")
+    gathered = a["tp_layout"] == "torchtitan"
     lines += [
-        "The norms' inputs and the two column-parallel GEMMs' inputs are "
-        + ("cut along the sequence (/t);" if a["sp"] else "whole on every rank;"),
+        "The norms' inputs " + ("are " if gathered else "and the two column-parallel GEMMs' inputs are ")
+        + ("cut along the sequence (/t);" if a["sp"] else "whole on every rank;")
+        + (" the column GEMMs' inputs are kept all-gathered (whole);" if gathered and a["sp"] else ""),
         "the heads' and FFN columns' tensors are cut by t. Full recomputation keeps a layer's input, "
         + ("2sbh/t." if a["sp"] else "2sbh."),
     ]

@@ -48,7 +48,7 @@ from zerosim.cli.model_args import (
 )
 from zerosim.cli.schedule_args import add_schedule_arguments
 from zerosim.cli.strategy_args import add_mesh_arguments, check_nodes, mesh_of, strategies_of, strategy_recipe
-from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, tensor_of
+from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -214,6 +214,7 @@ def one_report(args, s):
         hw = offload_hardware(args, hw, host, min(args.ranks, mesh.gpus_per_node or host.gpus))
     report = timeline_step(s, mesh, hw, args.tokens or 2048, wire_from_args(args), time_model_from_args(args),
                            recipe, sp=sp, async_tp=args.async_tp, parallelisms=() if offload is None else (offload,),
+                           layout=layout_of(args) if tp > 1 else None,
                            steps=offload_steps(req))
     if offload is None:
         return report

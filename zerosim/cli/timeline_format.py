@@ -24,6 +24,7 @@ def format_one(r: dict) -> str:
     tp = r.get("tensor_parallel")
     if tp is not None:
         nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+            f", {tp['layout']}'s activation layout" if "layout" in tp else "") + (
             ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
@@ -41,10 +42,12 @@ def format_one(r: dict) -> str:
         f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: "
         "compute waited for it)",
         "",
-        "communication by purpose:",
+        "communication by purpose (exposed: compute waited for it):",
     ]
+    why = r.get("exposure", {})
     for purpose, v in r["by_purpose"].items():
-        lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}")
+        lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  exposed {unit(v['exposed'])}")
+        lines += [f"      {line}" for line in _wrapped(why.get(purpose, ""))]
     if r["inter_link"] is not None:
         lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
         for tier, v in r["tiers"].items():
@@ -54,7 +57,7 @@ def format_one(r: dict) -> str:
     lines += _memory_lines(r)
     lines += [
         "",
-        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" if r["tokens_per_s_per_gpu"] else "",
+        _throughput_line(r),
         f"time from: {r['time_model']}",
         f"links: {r['link_model']}",
         "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
@@ -62,6 +65,30 @@ def format_one(r: dict) -> str:
         "the words (exposed, hidden, phase, prefetch, unit): docs/glossary.md",
     ]
     return "\n".join(line for line in lines if line is not None)
+
+
+def _wrapped(text: str, width: int = 100) -> list:
+    """`text` in lines of at most `width` characters, broken between words."""
+    lines = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def _throughput_line(r: dict) -> str:
+    """Tokens/s per GPU and MFU, the one definition's (analysis/costs/_throughput.py): the job's tokens / step /
+    GPUs."""
+    if not r["tokens_per_s_per_gpu"]:
+        return ""
+    tp = r.get("tensor_parallel")
+    shared = "" if tp is None else f"; a TP group's {tp['tp']} GPUs share one batch rank's tokens"
+    mfu = "" if r["mfu"] is None else f", MFU {100 * r['mfu']:.1f} %"
+    return (
+        f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU{mfu} (the job's tokens / step / GPUs{shared})"
+    )
 
 
 def _memory_lines(r: dict) -> list:

@@ -12,6 +12,7 @@ memory and bytes communicated. Under MPI: `mpiexec -n 4 zerosim train --backend 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -24,10 +25,11 @@ from zerosim.cli.precision_args import (
     precision_summary,
     step_note,
 )
-from zerosim.cli.tensor_args import add_tensor_arguments
+from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.choices import MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS
 
 MLP_WIDTHS = "16,64,64,4"
+BATCH = 16  # samples per micro-batch, unless --batch or a DeepSpeed config says
 
 HELP = "train an MLP, a GPT or a Llama on a synthetic task (stage, ranks, precision, optimizer, steps)"
 
@@ -95,13 +97,18 @@ def add_arguments(p) -> None:
     p.add_argument("--widths", default=MLP_WIDTHS, help=f"MLP layer sizes, input first (default {MLP_WIDTHS})")
     p.add_argument("--task", choices=("regression", "classification", *SEQUENCE_TASKS), default=None,
                    help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
-    p.add_argument("--batch", type=int, default=16, help="samples per micro-batch (default 16)")
+    p.add_argument("--batch", type=int, default=None, help=f"samples per micro-batch (default {BATCH})")
     p.add_argument("--accumulation-steps", type=int, default=None,
                    help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the "
                         "saved K)")
     p.add_argument("--grad-accum", choices=("compute", "fp32"), default="compute",
                    help="format gradients accumulate in across micro-steps (default: the compute format)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the initial weights (default 0)")
+    p.add_argument("--ds-config", metavar="DS_CONFIG.json", default=None,
+                   help="a DeepSpeed config: its stage, precision, loss scaling, micro-batch, accumulation steps, "
+                        "clipping, optimizer and buckets, run with the gradient recipe DeepSpeed runs at that stage "
+                        "(deepspeed-zero12, deepspeed-bf16-optimizer, deepspeed-zero3); a flag that contradicts it is "
+                        "refused, and its \"auto\" values take the flags' (as the HF Trainer fills them)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
     p.add_argument("--save", metavar="DIR", default=None,
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
@@ -142,9 +149,8 @@ def run(args) -> int:
     from zerosim.progress import progress
     from zerosim.train import train
 
-    widths = _widths(args.widths)
-    ranks = _check_run(args)
-    config, precision = _train_config(args, widths, ranks)
+    config, precision = config_from_args(args)
+    widths = list(config.widths)
     talk = _is_rank_zero(args.backend)  # only global rank 0 prints
     bar = progress(
         total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
@@ -155,6 +161,16 @@ def run(args) -> int:
     if talk:
         _print_result(args, config, precision, result)
     return 0
+
+
+def config_from_args(args) -> tuple:
+    """(the TrainConfig the parsed flags describe, its precision policy), every flag checked first: what `zerosim
+    train` runs and what `zerosim diff` compares (each of its --a and --b parsed by this command's parser)."""
+    if args.ds_config is not None and args.resume is not None:
+        raise ValueError("--ds-config describes a new run; a resumed one keeps its checkpoint's settings: drop one")
+    widths = _widths(args.widths)
+    ranks = _check_run(args)
+    return _train_config(args, widths, ranks)
 
 
 def _check_run(args) -> int | None:
@@ -183,7 +199,70 @@ def _check_run(args) -> int | None:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
+    if ranks is not None:
+        tensor_of(args, ranks)  # --tp (a positive integer dividing --ranks), --sp, --tp-layout: checked by their names
     return ranks
+
+
+def _ds_config(args, ranks):
+    """(the DeepSpeedRun --ds-config describes, its optimizer's hyperparameters besides lr), or None without one;
+    checked against the flags, which then take its values (stage, optimizer, lr, batch, accumulation steps, clipping);
+    its policy carries the recipe DeepSpeed runs at its stage."""
+    if args.ds_config is None:
+        return None
+    from zerosim.cli.schedule_args import agree_with_config
+    from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
+
+    trainer = TrainerArgs(per_device_train_batch_size=args.batch, gradient_accumulation_steps=args.accumulation_steps,
+                          max_grad_norm=args.clip_grad,
+                          fp16=None if args.precision is None else args.precision == "fp16-mixed",
+                          bf16=None if args.precision is None else args.precision == "bf16-mixed")
+    ds = read_ds_config(args.ds_config, ranks, hidden_size(args), trainer)
+    agree_with_config(args, ds)
+    if ds.recipe is None:
+        raise ValueError(f"{args.ds_config}: zero_optimization.stage 0 reduces through DeepSpeed's engine "
+                         "(allreduce_gradients), which zerosim does not model as a gradient recipe: --ds-config runs "
+                         "stages 1, 2 and 3")
+    if ds.offload is not None:
+        raise ValueError(f"{args.ds_config}: its offload keys are read by `zerosim memory`; zerosim train --ds-config "
+                         "runs without offload (drop offload_optimizer / offload_param)")
+    args.stage, args.optimizer, args.batch = ds.stage, ds.optimizer, ds.micro_batch
+    args.accumulation_steps, args.clip_grad = ds.accumulation_steps, ds.clip_grad
+    args.lr, options = _ds_optimizer(args, ds)
+    return dataclasses.replace(ds, precision=ds.precision.with_(reduction=ds.recipe)), options
+
+
+def hidden_size(args) -> int:
+    """The model's hidden size, which the HF Trainer's "auto" bucket sizes are made of: the decoder's d_model, the MLP's
+    widest layer."""
+    from zerosim.train import TrainConfig
+
+    if args.model != "mlp":
+        return args.d_model if args.d_model is not None else TrainConfig.__dataclass_fields__["d_model"].default
+    return max(_widths(args.widths))
+
+
+# optimizer.params keys train --ds-config reads (the rest of DeepSpeed's, e.g. torch_adam, are refused by name)
+DS_OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")
+
+
+def _ds_optimizer(args, ds) -> tuple:
+    """(lr, the other hyperparameters) of the DeepSpeed config's optimizer: its params ("auto": the flag's, as the
+    HF Trainer fills them), and DeepSpeed's FusedAdam operation order for Adam and AdamW (optim/_adam.py's
+    "deepspeed")."""
+    params = {k: v for k, v in ds.optimizer_params if v != "auto"}
+    unread = sorted(set(params) - set(DS_OPTIMIZER_PARAMS))
+    if unread:
+        raise ValueError(f"{args.ds_config}: optimizer.params.{unread[0]} is not read by zerosim train (it reads "
+                         f"{', '.join(DS_OPTIMIZER_PARAMS)}): remove it")
+    lr = params.pop("lr", None)
+    if lr is not None and args.lr is not None and lr != args.lr:
+        raise ValueError(f"the flags disagree with the DeepSpeed config: --lr {args.lr:g} vs optimizer.params.lr {lr:g}"
+                         ' (set the config\'s value to "auto" to take the flag, as with the HF Trainer)')
+    options = {k: tuple(v) if k == "betas" else v for k, v in params.items()}
+    if ds.optimizer in ("adam", "adamw"):
+        options["formula"] = "deepspeed"
+    return (lr if lr is not None else args.lr), options
 
 
 def _train_config(args, widths: list, ranks) -> tuple:
@@ -192,7 +271,8 @@ def _train_config(args, widths: list, ranks) -> tuple:
     from zerosim.train import TrainConfig, run_defaults
 
     defaults = run_defaults(args.resume)  # the saved run's settings when resuming (the resume rule), else the defaults
-    precision = get_precision(args.precision or defaults["precision"])
+    ds, options = _ds_config(args, ranks if ranks is not None else defaults["ranks"]) or (None, {})  # a DeepSpeed
+    precision = ds.precision if ds is not None else get_precision(args.precision or defaults["precision"])  # config
     if args.native and precision.reduce_format.name not in ("fp32", "fp64"):
         raise ValueError("--native uses MPI's Reduce_scatter, which has no 16-bit types: add --precision fp32 or drop "
                          "--native")
@@ -205,11 +285,12 @@ def _train_config(args, widths: list, ranks) -> tuple:
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
-                         batch=args.batch,
+                         batch=args.batch if args.batch is not None else BATCH, comm=None if ds is None else ds.comm,
+                         optimizer_options=options,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
-                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload, tp=args.tp or 1,
-                         sp=args.sp,
+                         trace_log=args.trace_log, overwrite=args.overwrite, offload=offload,
+                         tp=1 if args.tp is None else args.tp, sp=args.sp, tp_layout=layout_of(args),
                          **gpt_options(args))
     return config, precision
 
@@ -235,6 +316,7 @@ class _Printer:
                     f"MLP {self.widths}")
             tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
                                             + (" (sequence parallel)" if config.sp else ""))
+            what += _padded_words(config)
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "
                   f"{config.optimizer} lr "
@@ -305,3 +387,14 @@ def _is_rank_zero(backend: str) -> bool:
     from zerosim.backends.mpi import world_rank_from_environment
 
     return world_rank_from_environment() == 0
+
+
+def _padded_words(config) -> str:
+    """Beside TP, the vocabulary the run trains when Megatron's padding changes it (the header says what runs)."""
+    if config.tp == 1 or config.model == "mlp":
+        return ""
+    from zerosim.parallel.tensor import padded_vocab
+
+    padded = padded_vocab(config.vocab, config.tp) if config.vocab % config.tp else config.vocab
+    return "" if padded == config.vocab else (f", its vocabulary of {config.vocab} padded to {padded:,} as Megatron "
+                                              f"pads it over tp {config.tp} (rows no data uses)")

@@ -13,7 +13,7 @@ on AdamW).
 
 from zerosim.optim._adam import Adam, AdamW
 from zerosim.optim._adan import Adan
-from zerosim.optim._base import STEP_BLOCK, Optimizer, scalar, step_in_blocks
+from zerosim.optim._base import STEP_BLOCK, Optimizer, OptimizerRun, scalar, step_in_blocks
 from zerosim.optim._by_matrix import step_by_matrix
 from zerosim.optim._lion import Lion
 from zerosim.optim._muon import AUX_NAMES, CUBIC, QUINTIC, SHARDINGS, Muon, MuonAdamW, newton_schulz
@@ -36,7 +36,8 @@ def get_optimizer(name: str, **hyper) -> Optimizer:
 
 
 __all__ = [
-    "AUX_NAMES", "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "MuonAdamW", "OPTIMIZERS", "Optimizer", "QUINTIC",
+    "AUX_NAMES", "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "MuonAdamW", "OPTIMIZERS", "Optimizer",
+    "OptimizerRun", "QUINTIC",
     "SGD", "SHARDINGS",
     "STEP_BLOCK", "check_stored", "get_optimizer", "newton_schulz", "scalar", "step_by_matrix", "step_in_blocks",
     "widened",

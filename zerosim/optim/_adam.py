@@ -57,8 +57,9 @@ in a float (multi_tensor_adam_cuda):
   from these by an ulp or so. Nothing here ran on a GPU.
 
 "deepspeed-cpu": DeepSpeed's CPU Adam (DeepSpeedCPUAdam, what ZeRO-Offload steps on the host), operation by
-operation in _cpu_adam.py: fused multiply-adds, beta**t as repeated fp32 products, 1/sqrt(1 - b2**t) multiplied
-in. Adam is its adamw_mode=False with weight_decay 0; AdamW its adamw_mode=True (DeepSpeed's default).
+operation in _cpu_adam.py: fused multiply-adds, beta**t as a running fp32 product from the first step this process
+took (std::pow at that step when it is not 1: a resume; `first_step`), 1/sqrt(1 - b2**t) multiplied in. Adam is
+its adamw_mode=False with weight_decay 0; AdamW its adamw_mode=True (DeepSpeed's default).
 
 "torch", "deepspeed" and "deepspeed-cpu" model fp32 kernels, so they take fp32 state only.
 """
@@ -102,9 +103,9 @@ class Adam(Optimizer):
         if self.formula not in FORMULAS:
             raise ValueError(f"unknown Adam formula {self.formula!r}; choose one of {FORMULAS}")
 
-    def _update(self, w, g, s, t, record):
+    def _update(self, w, g, s, t, record, first_step=1):
         if self.formula != "seed":
-            return self._kernel_step(w, g, s, t, record)
+            return self._kernel_step(w, g, s, t, record, first_step=first_step)
         dt = w.dtype
         b1, b2 = self.betas
         m, v = s["m"], s["v"]
@@ -120,21 +121,23 @@ class Adam(Optimizer):
         if record is not None:
             record.update(m=m.copy(), v=v.copy(), m_hat=m_hat, v_hat=v_hat, update=update)
 
-    def _kernel_step(self, w, g, s, t, record, wd: float = 0.0):
-        """The "torch" or "deepspeed" step; `wd` is AdamW's decoupled weight decay (0 for Adam)."""
+    def _kernel_step(self, w, g, s, t, record, wd: float = 0.0, first_step: int = 1):
+        """The "torch", "deepspeed" or "deepspeed-cpu" step; `wd` is AdamW's decoupled weight decay (0 for Adam);
+        `first_step` the step this process's run began at (only "deepspeed-cpu" reads it: _cpu_adam.py)."""
         if w.dtype != np.float32:
             raise ValueError(f"{type(self).__name__}(formula={self.formula!r}) models an fp32 kernel; the state is "
                              f"{w.dtype}")
         if not has_values(w):
             return  # the meta backend: shapes and dtypes do not change
         kernels = {"torch": self._torch, "deepspeed": self._deepspeed, "deepspeed-cpu": self._deepspeed_cpu}
-        kernels[self.formula](w, g, s, t, record, wd)
+        kernels[self.formula](w, g, s, t, record, wd, first_step)
 
-    def _deepspeed_cpu(self, w, g, s, t, record, wd):
+    def _deepspeed_cpu(self, w, g, s, t, record, wd, first_step):
         """DeepSpeedCPUAdam.step (_cpu_adam.py): AdamW mode when there is a decoupled decay to apply."""
-        cpu_adam_step(w, g, s["m"], s["v"], t, self.lr, self.betas, self.eps, wd, adamw_mode=True, record=record)
+        cpu_adam_step(w, g, s["m"], s["v"], t, self.lr, self.betas, self.eps, wd, adamw_mode=True, record=record,
+                      first_step=first_step)
 
-    def _torch(self, w, g, s, t, record, wd):
+    def _torch(self, w, g, s, t, record, wd, first_step=1):
         """torch.optim.adam._single_tensor_adam, capturable=False, amsgrad=False, maximize=False."""
         f32 = np.float32
         b1, b2 = self.betas
@@ -164,7 +167,7 @@ class Adam(Optimizer):
         (zerosim/frameworks/torch/_sqrt.py), which on some CPUs is not correctly rounded (module docstring)."""
         return np.sqrt(v)
 
-    def _deepspeed(self, w, g, s, t, record, wd):
+    def _deepspeed(self, w, g, s, t, record, wd, first_step=1):
         """multi_tensor_adam.cu AdamFunctor: ADAM_MODE_0 for Adam (decay 0), ADAM_MODE_1 for AdamW."""
         f32 = np.float32
         b1, b2 = scalar(self.betas[0], f32), scalar(self.betas[1], f32)  # `const float beta1, beta2`
@@ -205,10 +208,10 @@ class AdamW(Adam):
         super().__post_init__()
         check_nonneg(self.weight_decay, "weight_decay")
 
-    def _update(self, w, g, s, t, record):
+    def _update(self, w, g, s, t, record, first_step=1):
         if self.formula != "seed":
-            return self._kernel_step(w, g, s, t, record, self.weight_decay)
+            return self._kernel_step(w, g, s, t, record, self.weight_decay, first_step)
         w *= scalar(1.0 - self.lr * self.weight_decay, w.dtype)  # 1 - lr*wd formed in float64
         if record is not None:
             record["decayed"] = w.copy()
-        super()._update(w, g, s, t, record)
+        super()._update(w, g, s, t, record, first_step)

@@ -54,7 +54,7 @@ class Adan(Optimizer):
         check_nonneg(self.weight_decay, "weight_decay")
         object.__setattr__(self, "betas", check_betas(self.betas, 3))
 
-    def _update(self, w, g, s, t, record):
+    def _update(self, w, g, s, t, record, first_step=1):  # first_step: only DeepSpeed's CPU Adam reads it
         dt, lr = w.dtype, self.lr
         b1, b2, b3 = self.betas
         m, v, n, g_prev = s["m"], s["v"], s["n"], s["g_prev"]

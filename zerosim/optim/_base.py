@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -31,13 +32,33 @@ from zerosim.precision import cast, get_format
 STEP_BLOCK = 2**17
 
 
-def step_in_blocks(optimizer, w, g, state: dict, t: int) -> None:
-    """`optimizer.step(w, g, state, t)` on STEP_BLOCK elements at a time, nothing recorded: for an elementwise
-    optimizer the same bits as one step over the whole buffer (reference/_oracle.py's speed yardstick and the
-    engines' update, parallel/data/_update.py, step this way). w, g and each state array: (n,), as `step` takes them."""
+def step_in_blocks(optimizer, w, g, state: dict, t: int, first_step: int = 1) -> None:
+    """`optimizer.step(w, g, state, t, first_step=first_step)` on STEP_BLOCK elements at a time, nothing recorded:
+    for an elementwise optimizer the same bits as one step over the whole buffer (reference/_oracle.py's speed
+    yardstick and the engines' update, parallel/data/_update.py, step this way). w, g and each state array: (n,),
+    as `step` takes them."""
     for a in range(0, max(w.shape[0], 1), STEP_BLOCK):
         b = a + STEP_BLOCK
-        optimizer.step(w[a:b], g[a:b], {k: v[a:b] for k, v in state.items()}, t)
+        optimizer.step(w[a:b], g[a:b], {k: v[a:b] for k, v in state.items()}, t, first_step=first_step)
+
+
+@dataclass
+class OptimizerRun:
+    """The steps an optimizer has taken in this process, as DeepSpeed's C++ CPU Adam counts them
+    (csrc/includes/cpu_adam.h, Adam_Optimizer::IncrementStep, 0.19.8): `at(t)` says the step its current run of
+    consecutive steps began at. A fresh one has taken none (`last` 0), so a run from the start begins at 1 and one
+    resumed from a checkpoint of step T at T + 1; a step that is neither the last one again nor the next begins a
+    new run. Only the "deepspeed-cpu" Adam's bits depend on it (its beta**t: optim/_cpu_adam.py); an engine and its
+    oracle each keep one and pass `at(t)` to `Optimizer.step` as `first_step`."""
+
+    first: int = 1
+    last: int = 0
+
+    def at(self, t: int) -> int:
+        if t not in (self.last, self.last + 1):  # IncrementStep's `else` branch: std::pow at this step
+            self.first = t
+        self.last = t
+        return self.first
 
 
 def scalar(x: float, dtype) -> np.generic:
@@ -155,15 +176,21 @@ class Optimizer:
                              "this stage "
                              f"shards across ranks; use stage {allowed} (why: {type(self).__name__}.why_not_sharded)")
 
-    def step(self, w: np.ndarray, g: np.ndarray, state: dict, t: int, record: dict | None = None) -> None:
+    def step(self, w: np.ndarray, g: np.ndarray, state: dict, t: int, record: dict | None = None,
+             first_step: int = 1) -> None:
         """Update `w` and `state` in place from gradient `g` at 1-based step `t`.
 
         `state` maps each of `state_names` to an array (or ledger Buffer) shaped and typed like `w`.
         Arguments are checked before anything changes. If `record` is a dict, copies of the
-        intermediates are stored in it (the keys each optimizer documents).
+        intermediates are stored in it (the keys each optimizer documents). `first_step` (1 <= first_step <= t):
+        the step this process's run of consecutive steps began at (`OptimizerRun`): 1 from the start, T + 1 after a
+        resume from step T; only DeepSpeed's CPU Adam reads it.
         """
         arrays = check_step_args(w, g, state, self.state_names, t)
-        self._update(w, g, arrays, int(t), record)
+        if isinstance(first_step, (bool, np.bool_)) or not isinstance(first_step, (int, np.integer)) \
+                or not 1 <= first_step <= t:
+            raise ValueError(f"first_step must be an integer step in 1..t = 1..{t}, got {first_step!r}")
+        self._update(w, g, arrays, int(t), record, int(first_step))
 
-    def _update(self, w, g, s, t, record) -> None:  # pragma: no cover - every subclass defines it
+    def _update(self, w, g, s, t, record, first_step) -> None:  # pragma: no cover - every subclass defines it
         raise NotImplementedError

@@ -21,7 +21,9 @@ def matrix_shape(shape) -> tuple:
 def step_by_matrix(optimizer, specs, w, g, state: dict, t: int, record: dict | None = None) -> None:
     """optimizer.step_matrix on every parameter's views of the flat w, g and state (all updated in place); a
     parameter the optimizer keeps off Muon (`is_matrix` False: MuonAdamW's embeddings, head, norms, biases) steps
-    with its elementwise `step_aux`."""
+    with its elementwise `step_aux`. Data-less arrays (the meta backend) have no values to step: nothing runs."""
+    if getattr(w, "is_meta", False):
+        return
     for spec in specs:
         window = slice(spec.offset, spec.offset + spec.size)
         if not optimizer.is_matrix(spec.name, spec.shape):

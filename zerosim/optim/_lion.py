@@ -36,7 +36,7 @@ class Lion(Optimizer):
         check_nonneg(self.weight_decay, "weight_decay")
         object.__setattr__(self, "betas", check_betas(self.betas, 2))
 
-    def _update(self, w, g, s, t, record):
+    def _update(self, w, g, s, t, record, first_step=1):  # first_step: only DeepSpeed's CPU Adam reads it
         dt = w.dtype
         b1, b2 = self.betas
         m = s["m"]

@@ -36,7 +36,7 @@ class SGD(Optimizer):
     def state_names(self) -> tuple:
         return ("b",) if self.momentum else ()
 
-    def _update(self, w, g, s, t, record):
+    def _update(self, w, g, s, t, record, first_step=1):  # first_step: only DeepSpeed's CPU Adam reads it
         lr = scalar(self.lr, w.dtype)
         if self.momentum:
             b = s["b"]

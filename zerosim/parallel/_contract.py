@@ -52,6 +52,13 @@ class Parallelism:
 
     name = "parallelism"
     degrees: dict = {}  # the mesh dims it takes, {dim: degree} (tensor parallelism: {"tp": T}); none by default
+    # the parallelisms it does not run beside, {their name: why} (checked by `Parallelisms` before the step is built)
+    refuses: dict = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether it does anything (tensor parallelism of degree 1 does not: it is then no parallelism)."""
+        return True
 
     def initial_params(self, dims, rank: int):
         """The (P,) weights `rank` starts from, where this parallelism gives ranks different ones (`dims`: the job's
@@ -98,6 +105,10 @@ class Parallelisms:
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"each parallelism at most once, got {names}")
+        for a in members:  # a pair one of them refuses, before any state is born (active members only)
+            for b in members:
+                if a is not b and b.name in a.refuses and a.active and b.active:
+                    raise ValueError(a.refuses[b.name])
         object.__setattr__(self, "members", members)
 
     @property

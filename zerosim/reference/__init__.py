@@ -8,6 +8,8 @@
     _stale.py         StaleReference: the oracle of offload's DPU, the same one-step stale update
     _tensor.py        TensorReference: tensor (and sequence) parallelism's slices on one device, their partial sums
                       in the ring's order, each slice reduced over its data-parallel ranks as Reference does
+    _context.py       ContextReference: context parallelism's sequence shards on one device, with its own plain ring
+                      attention (and all-gather), their gradients reduced over dp × cp as Reference does
     _pipeline.py      PipelineReference: every micro-batch through the whole model on one device, its gradient cut
                       into the stages', each stage a Reference over its data-parallel ranks in the schedule's order
 
@@ -16,6 +18,7 @@ The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.na
 
 import warnings
 
+from zerosim.reference._context import ContextReference
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
 from zerosim.reference._pipeline import PipelineReference
@@ -24,8 +27,8 @@ from zerosim.reference._stale import StaleReference
 from zerosim.reference._tensor import TensorReference
 from zerosim.reference._wire import WireOracle
 
-__all__ = ["PipelineReference", "QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle",
-           "reduce_on_mesh"]
+__all__ = ["ContextReference", "PipelineReference", "QgzReference", "Reference", "StaleReference", "TensorReference",
+           "WireOracle", "reduce_on_mesh"]
 
 _MOVED = ("replay", "replay_live", "narrate")
 

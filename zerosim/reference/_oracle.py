@@ -32,7 +32,7 @@ import numpy as np
 
 from zerosim.collectives import naive_reduce
 from zerosim.models import forward_backward
-from zerosim.optim import Optimizer, check_stored, step_by_matrix, step_in_blocks, widened
+from zerosim.optim import Optimizer, OptimizerRun, check_stored, step_by_matrix, step_in_blocks, widened
 from zerosim.parallel.data import get_plan, skips_steps
 from zerosim.parallel.data.layouts import layout_for
 from zerosim.parallel.data.multinode import default_recipe
@@ -154,6 +154,7 @@ class Reference:
         # (N*s,) per state name, in its storage format (the update format, or optim_state's 16 bits)
         self.state = {k: np.zeros(self.padded, dtype=p.state_format.dtype) for k in optimizer.state_names}
         self.t = 0  # optimizer steps taken (skipped steps take none)
+        self.optimizer_run = OptimizerRun()  # where this oracle's run of steps began (after set_state: past 1)
         self.scaler = p.make_scaler()
         self.decisions, self.norms = [], []
         self.wire = None if wire is None or not wire.gathers_quantized else WireOracle(wire, self.layout, world_size)
@@ -284,16 +285,18 @@ class Reference:
         if self.clip_grad is not None:
             clipping.clip(g, self.norms[-1], self.clip_grad)
         self.t += 1
+        first = self.optimizer_run.at(self.t)  # DeepSpeed's CPU Adam depends on it (optim/_cpu_adam.py)
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
         with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
             if self.optimizer.elementwise and self.optimizer_calls == "shards":  # one call per rank's shard
                 for r in range(self.layout.world_size):
                     own = self.layout.own(r)
-                    step_in_blocks(self.optimizer, w[own], g[own], {k: v[own] for k, v in state.items()}, self.t)
+                    step_in_blocks(self.optimizer, w[own], g[own], {k: v[own] for k, v in state.items()}, self.t,
+                                   first)
             elif self.optimizer.elementwise and self.order == "ring-native":
-                step_in_blocks(self.optimizer, w, g, state, self.t)
+                step_in_blocks(self.optimizer, w, g, state, self.t, first)
             elif self.optimizer.elementwise:
-                self.optimizer.step(w, g, state, self.t)
+                self.optimizer.step(w, g, state, self.t, first_step=first)
             else:  # Muon: each parameter as a whole matrix
                 step_by_matrix(self.optimizer, self.model.specs, w, g, state, self.t)
         self.params = p.round_weights(w, self.t, 0)

@@ -11,8 +11,9 @@ from zerosim.train._trainer import (
                                    TrainResult,
                                    build_model,
                                    run_defaults,
+                                   run_model,
                                    train,
 )
 
 __all__ = ["MAX_SIMULATED_RANKS", "RUN_DEFAULTS", "StepInfo", "TrainConfig", "TrainResult", "build_model",
-           "run_defaults", "train"]
+           "run_defaults", "run_model", "train"]

@@ -25,7 +25,7 @@ from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predi
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression
 from zerosim.optim import get_optimizer
-from zerosim.parallel.data import ZeroEngine, check_engine_fits
+from zerosim.parallel.data import CommSchedule, ZeroEngine, check_engine_fits
 from zerosim.precision import get_precision
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
@@ -51,6 +51,8 @@ class TrainConfig:
     backend_options: dict = field(default_factory=dict)  # e.g. {"native": True} for MPI's own reduce-scatter
     precision: object = None  # a preset name or a MixedPrecision ("bf16-mixed")
     optimizer: str | None = None  # ("adam")
+    optimizer_options: dict = field(default_factory=dict)  # its hyperparameters besides lr (betas, eps, weight_decay,
+    #                                                         formula: a DeepSpeed config's), {} for its defaults
     muon_sharding: str | None = None  # Muon's way of sharding at stages 1-3 (optim.SHARDINGS); None: its default
     lr: float | None = None  # (1e-2)
     steps: int = 100
@@ -78,6 +80,9 @@ class TrainConfig:
     offload: object = None  # a parallel.offload.Offload: the optimizer (and params) on host / NVMe, or None
     tp: int = 1  # tensor parallelism's degree (gpt, llama): T consecutive ranks split every layer; dp = ranks / T
     sp: bool = False  # with tp > 1: Megatron's sequence parallelism
+    comm: object = None  # a parallel.data.CommSchedule (buckets, prefetch: a DeepSpeed config's), or None (seed 004's)
+    # with tp > 1: what a TP rank keeps for backward (parallel/tensor LAYOUTS); no bit moves
+    tp_layout: str = "megatron"
 
     def __post_init__(self):
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
@@ -142,6 +147,14 @@ class TrainConfig:
                 raise ValueError("offload runs on the numpy backend (its host tier is simulated there)")
             if self.tp > 1 or self.sp:
                 raise ValueError("offload beside tensor parallelism is not modelled: drop offload or tp / sp")
+        if not isinstance(self.optimizer_options, dict) or "lr" in self.optimizer_options:
+            raise ValueError(f"optimizer_options must be a dict of the optimizer's hyperparameters besides lr, got "
+                             f"{self.optimizer_options!r}")
+        if self.comm is not None and not isinstance(self.comm, CommSchedule):
+            raise ValueError(f"comm must be a zerosim.parallel.data.CommSchedule or None, got {self.comm!r}")
+        if self.comm is not None and self.resume is not None:
+            raise ValueError("comm sets a new run's buckets and prefetch; a resumed run keeps its checkpoint's: drop "
+                             "comm or resume")
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
         if self.sp and self.tp == 1:
@@ -227,6 +240,17 @@ def build_model(config: TrainConfig):
     return MLP([int(w) for w in config.widths], loss="xent" if config.task == "classification" else "mse")
 
 
+def run_model(config: TrainConfig):
+    """The model a run of `config` trains: `build_model`'s, its vocabulary padded as Megatron pads it when tensor
+    parallelism does not split it (parallel/tensor/_vocab.py: another model, with other initial weights)."""
+    model = build_model(config)
+    if config.tp > 1:
+        from zerosim.parallel.tensor import padded_model
+
+        model = padded_model(model, config.tp)
+    return model
+
+
 def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
     with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
@@ -240,26 +264,29 @@ def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     return float(np.mean(guess[:, answer] == target[:, answer]))
 
 
-def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> TrainResult:
+def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observer=None) -> TrainResult:
     """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
     passed, before the first step, and `on_step(step, mean_loss, StepInfo)` after each (headers, progress bars);
     for a GPT, `on_eval(step, accuracy)` after the steps its answer accuracy is measured at.
+
+    `observer` (None: nothing is recorded, the run as it is) watches the run from outside the engine, as
+    `zerosim.diff` does: its `cluster_options` (a dict) go to the Cluster (e.g. a trace that keeps values), then
+    `observer.start(engine, tensor)` before the first step (`tensor`: the TensorParallel, or None) and
+    `observer.step(step, engine, since, ids, batches)` after each, where `since` is the trace's log position the
+    step began at, `ids[i][j]` the place among the step's micro-batches of local rank i's j-th micro-batch, and
+    `batches[i][j]` that micro-batch.
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
     widths = [int(w) for w in config.widths]
     classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
-    model = build_model(config)
-    if config.tp > 1:  # the vocabulary padded as Megatron pads it when it does not split (parallel/tensor/_vocab.py)
-        from zerosim.parallel.tensor import padded_model
-
-        model = padded_model(model, config.tp)
+    model = run_model(config)
     more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
     if config.offload is not None:  # DeepSpeed steps an offloaded Adam as DeepSpeedCPUAdam (parallel/offload)
         from zerosim.parallel.offload import host_optimizer
 
         more |= host_optimizer(config.offload.placement, config.optimizer)
-    optimizer = get_optimizer(config.optimizer, lr=config.lr, **more)
+    optimizer = get_optimizer(config.optimizer, lr=config.lr, **config.optimizer_options, **more)
     optimizer.check_stage(config.stage)
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
@@ -269,8 +296,9 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
                          f"process), not {config.backend!r}")
     # the trace holds the last steps only (what a step reads of it: its own events), the whole run's bytes in its
     # summary: 10,000 steps in the memory of a few (cluster/_window.py); the whole log streamed if asked
-    cluster = Cluster(config.ranks, backend=config.backend, trace="call", timeline=False, keep_steps=TRACE_STEPS,
-                      log_to=config.trace_log, **config.backend_options)
+    options = dict(trace="call", timeline=False, keep_steps=TRACE_STEPS, log_to=config.trace_log)
+    options |= {} if observer is None else observer.cluster_options  # e.g. a trace that keeps values
+    cluster = Cluster(config.ranks, backend=config.backend, **options, **config.backend_options)
     _check_ranks_agree(cluster, config)
     tensor = None  # the TensorParallel beside the engine (tp > 1)
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
@@ -288,7 +316,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
         if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
             from zerosim.parallel.tensor import TensorParallel
 
-            tensor = TensorParallel(model, config.tp, config.sp, params=params)
+            tensor = TensorParallel(model, config.tp, config.sp, params=params, layout=config.tp_layout)
         engine = ZeroEngine(
             model if tensor is None else tensor.model,
             cluster,
@@ -300,6 +328,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
             parallelisms=tuple(p for p in (tensor, config.offload) if p is not None),
+            comm=config.comm,
         )
     if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
         ckpt.check_save(engine, config.save, bool(config.overwrite))
@@ -330,14 +359,19 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None) -> Tra
     first = engine.iteration + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
         on_start(model.num_params, first)
+    if observer is not None:
+        observer.start(engine, tensor)
     losses, accuracy, scales, skipped, norms = [], [], [], [], []
     for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
         base = ((step - 1) * per_step) % pool_size
         data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
-        mine = [[pool[base + data.position(r.index) * k + j] for j in range(k)] for r in cluster.ranks]
+        ids = [[data.position(r.index) * k + j for j in range(k)] for r in cluster.ranks]  # places among the N·K
+        mine = [[pool[base + i] for i in row] for row in ids]
         scales.append(engine.scaler.scale)
         t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
         local = engine.step(mine)
+        if observer is not None:
+            observer.step(step, engine, since, ids, mine)
         if engine.t == t:
             skipped.append(step)
         if config.clip_grad is not None:

@@ -18,8 +18,9 @@ measured by one meta-backend step of the real engine.
     _links.py        NCCL's own latencies (tuning.cc at a named release): per protocol, per ring step, per call
     _efficiency.py   the rates kernels achieve per GPU and kernel class (cited), presets eager / compiled, --efficiency
     _kernel_work.py  what each kernel class of a unit reads, writes and computes (GEMMs, attention, elementwise)
+    _tensor_work.py  the same for one tensor-parallel rank's unit: its slice's GEMMs (fp8 too), heads, tokens
     _calibration.py  the framework factors, fitted on the named calibration set only (docs/validation.md)
-    _mfu.py          model FLOPs per token and MFU as torchtitan counts them
+    _throughput.py   tokens/s per GPU (the job's tokens ÷ step ÷ GPUs) and MFU: the one definition every report reads
     _reserve.py      reserved beside allocated: the caching allocator's measured ratios
     _fsdp2_view.py   the step peak as FSDP2 keeps it (torch's FSDPMemTracker's view)
     _validation_points.py  published runs (torchtitan, llm-foundry): conditions, source file and commit, numbers
@@ -76,7 +77,7 @@ from zerosim.analysis.costs._memory import (
                                           model_state_memory,
                                           model_state_memory_by_stage,
 )
-from zerosim.analysis.costs._mfu import mfu, model_flops_per_token
+from zerosim.analysis.costs._throughput import mfu, model_flops_per_token, tokens_per_s_per_gpu, tokens_per_step
 from zerosim.analysis.costs._muon import DEEPSPEED_FIGURE, MuonStateBytes, muon_state_bytes
 from zerosim.analysis.costs._overheads import (
                                           ALLOCATOR_RESERVE,
@@ -100,6 +101,7 @@ __all__ = [
     "NCCL_RELEASE", "base_latency", "ring_latency", "step_latency",
     "EFFICIENCY_PRESETS", "KERNEL_RATES", "Efficiency", "KernelRates", "parse_efficiency", "wave_efficiency",
     "Work", "loss_work", "unit_work", "FRAMEWORK", "mfu", "model_flops_per_token", "reserved", "fsdp2_peak",
+    "tokens_per_s_per_gpu", "tokens_per_step",
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",

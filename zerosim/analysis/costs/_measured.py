@@ -24,7 +24,7 @@ MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the rest
 def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
                      comm=None, clip_grad: float | None = None, wire=None, tp: int = 1, sp: bool = False,
-                     gpus_per_node: int | None = None, parallelisms=None) -> list:
+                     gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
@@ -33,7 +33,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     a zeropp.Wire for stage 3's weight gathers (the other stages gather no weights and run without it). One
     micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
     does not change with K). `tp`, `sp`: tensor (and sequence) parallelism of that degree beside each stage, `ranks`
-    every GPU (the data-parallel degree is ranks / tp), the ranks placed `gpus_per_node` to a node.
+    every GPU (the data-parallel degree is ranks / tp), the ranks placed `gpus_per_node` to a node; `layout` what a
+    TP rank keeps (parallel/tensor LAYOUTS).
 
     Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
     bytes}, "sent": bytes, "ranks_agree": bool}] (and with offload, "host" and "nvme": their tiers'), where resting is
@@ -49,7 +50,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
         stages, f"{model.num_params / 1e9:.3g}B params on {ranks} ranks", enabled=show_progress, unit="stage"
     ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
-                                 wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp,
+                                 wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp, layout=layout,
                                  parallelisms=parallelisms(stage) if parallelisms else ())[0])
     return out
 
@@ -57,7 +58,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
 def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
-                  sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True) -> tuple:
+                  sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True,
+                  layout: str | None = None) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
@@ -67,15 +69,16 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     (a MetaGPT or MetaLlama) runs tensor-parallel (zerosim.parallel.tensor) beside the stage: `ranks` is every GPU,
     the data-parallel degree ranks / tp. `parallelisms`: others beside data parallelism (offload: the row then has
     "host" and "nvme", each {"resting": {kind: bytes}, "peak": bytes} of its ledger, and "device_formula" etc. are
-    the caller's). `totals=False` leaves out the row's "sent" and "tiers" (the trace's bytes, summed over every call),
-    for a caller that reads only memory (the explorer, whose times come from the trace itself): under the profiler
+    the caller's); `layout`: what a TP rank keeps (parallel/tensor LAYOUTS). `totals=False` leaves out the row's
+    "sent" and "tiers" (the trace's bytes, summed over every call), for a caller that reads only memory (the explorer,
+    whose times come from the trace itself): under the profiler
     those sums were a tenth of the explorer's step at 64 ranks."""
     mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
     ranks = mesh.dims.world_size
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
-    model, tensor = tensor_parallel(model, mesh.dims.tp, sp)
+    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, layout=layout)
     engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
                         shard_group=mesh.group, recipe=recipe, parallelisms=(*tensor, *parallelisms))
@@ -103,10 +106,11 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     return row, cluster, engine
 
 
-def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False) -> tuple:
+def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False, layout: str | None = None) -> tuple:
     """(the model the engine runs, the parallelisms beside it): `model` itself and none at tp = 1 without SP, else
     one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it). A vocabulary
-    that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py)."""
+    that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py).
+    `layout`: what a TP rank keeps for backward (parallel/tensor LAYOUTS; None: the library's default, Megatron's)."""
     if tp == 1 and not sp:
         return model, ()
     from zerosim.parallel.tensor import TensorParallel, padded_model  # the tensor folder, only where asked for
@@ -114,7 +118,8 @@ def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False
     if getattr(model, "gpt", None) is None:
         raise ValueError("tensor parallelism splits a transformer's heads, columns and vocabulary: give the model's "
                          "shape (a --model preset or --config with --seq-len), not a parameter count")
-    parallel = TensorParallel(padded_model(model, tp), tp, sp, async_tp=async_tp)  # vocabulary padded as Megatron
+    parallel = TensorParallel(padded_model(model, tp), tp, sp, async_tp=async_tp,  # vocabulary padded as Megatron
+                              **({} if layout is None else {"layout": layout}))
     return parallel.model, (parallel,)
 
 
@@ -213,13 +218,15 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     return rows
 
 
-def measure_tp_activations(model, batch: int, seq_len: int, precision: str, tp: int, sp: bool) -> ActivationsMeasured:
+def measure_tp_activations(model, batch: int, seq_len: int, precision: str, tp: int, sp: bool,
+                           layout: str | None = None) -> ActivationsMeasured:
     """One TP rank's activations for one micro-batch of (batch, seq_len): a meta step of `model` (a MetaGPT or
     MetaLlama) at degree `tp` on tp ranks (the data-parallel degree does not change a rank's activations), read back
     by name: block 0's buffers, what lives outside the blocks, and the peak with the model's own checkpointing."""
     # NOTE: a checkpointed block's first unit saves the block's input under the name its norm gives it too
     # ("block0.ln1.block input"), the same bytes: the table keeps one
-    _, cluster, _ = measure_stage(model, tp, 0, "adam", precision, micro_batch=(batch, seq_len), tp=tp, sp=sp)
+    _, cluster, _ = measure_stage(model, tp, 0, "adam", precision, micro_batch=(batch, seq_len), tp=tp, sp=sp,
+                                  layout=layout)
     own = cluster.ranks[0].ledger  # checkpointed, a block's buffers are born again in its recompute, by name
     allocs = [e for e in own.timeline if e.action == "alloc" and e.kind == "activations"]
     peak = own.peak("activations")

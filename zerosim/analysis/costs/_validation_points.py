@@ -84,6 +84,9 @@ class Point:
     tp: int = 1  # tensor parallelism's degree (torchtitan's tp): tokens per GPU are B·L·K / tp
     sp: bool = False  # sequence parallelism beside TP
     async_tp: bool = False  # torchtitan's async TP (zerosim's bound: no compute waits for TP's collectives)
+    # what a TP rank keeps (parallel/tensor LAYOUTS): the framework's; every TP point here
+    tp_layout: str = "torchtitan"
+    #                                is torchtitan's (DTensor's all-gathered inputs, torch's loss_parallel)
     # the loss (models/meta/_loss_peak.py): eager unless the run compiled it. torchtitan at 9dec370 compiles the blocks
     # only (parallelize_llama.py, apply_compile; train.py's `loss_fn = torch.compile(loss_fn)` commented out), its
     # loss is cross_entropy(pred.float(), ...); llm-foundry's MPT computes F.cross_entropy under bf16 autocast,

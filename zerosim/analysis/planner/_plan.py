@@ -78,6 +78,7 @@ class Plan:
     settings: dict  # what was asked: model, ranks, gpus_per_node, gpu, seq_len, global_batch, precision, ...
     link: str  # the ring's link
     pruned_offload: tuple = ()  # ((stage, device model-state bytes, placement), ...): the same, with an offload
+    left_out: tuple = ()  # ((tp, strategy, why), ...): strategies a TP degree cannot run, not tried at it
 
     def commands(self, row: PlanRow, model_flag: str) -> tuple:
         """The `zerosim memory` and `zerosim timeline` command lines that reproduce `row` (model_flag: "--model X"
@@ -89,7 +90,9 @@ class Plan:
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
         if row.tp > 1:
-            common += f" --tp {row.tp}" + (" --sp" if s.get("sp") else "") + f" --gpus-per-node {s['gpus_per_node']}"
+            common += (f" --tp {row.tp}" + (" --sp" if s.get("sp") else "")
+                       + (f" --tp-layout {s['tp_layout']}" if s.get("tp_layout") else "")
+                       + f" --gpus-per-node {s['gpus_per_node']}")
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
@@ -107,7 +110,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
          reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
-         spelling=None, offloads: tuple = (), host=None) -> Plan:
+         spelling=None, offloads: tuple = (), host=None, layout: str | None = None) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
@@ -115,7 +118,9 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
     to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
     on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
-    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes. `spelling`: how the caller
+    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes, a rank keeping what `layout`
+    says (parallel/tensor LAYOUTS; None: the library's default). Strategies TP's units cannot run are not tried
+    beside it (`left_out`, with the reason). `spelling`: how the caller
     names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names).
 
     `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
@@ -131,13 +136,15 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
-    tps = _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling)
+    tps = _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling, optimizer)
     strategies = tuple(strategies or ALL_STRATEGIES)
+    left_out = _left_out(strategies, tps)
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
     host = HOSTS["dgx-h100"] if host is None else get_host(host)
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
-                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, sp, host)
+                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, sp, host,
+                   layout)
     rows, pruned, pruned_offload, tried = [], [], [], set()
     for tp in tps:
         per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
@@ -153,7 +160,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 if (tp, stage, label) in tried:  # (DeepSpeed runs several offload keys alike at stages 1/2)
                     continue
                 tried.add((tp, stage, label))
-                stage_rows, states = trial.stage(stage, strategies, batches, tp, per_rank, label, more)
+                mine = tuple(x for x in strategies if (tp, x) not in {(t, y) for t, y, _ in left_out})
+                stage_rows, states = trial.stage(stage, mine, batches, tp, per_rank, label, more)
                 rows += stage_rows
                 if states is None:
                     continue
@@ -167,19 +175,45 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
         "global_batch": global_batch,
         "per_rank": global_batch // ranks,  # sequences a GPU's data-parallel rank takes per step without TP
-        **({"tps": tps, "sp": sp} if tps != (1,) else {}),
+        **({"tps": tps, "sp": sp, "tp_layout": trial.layout} if tps != (1,) else {}),
         "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
         "micro_batches": batches if len(tps) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
         **({"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}),
     }
-    return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0], tuple(pruned_offload))
+    return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0], tuple(pruned_offload),
+                left_out)
 
 
-def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling) -> tuple:
-    """The tensor-parallel degrees to try, every argument checked first."""
-    from zerosim.parallel.data.multinode import Spelling, check_nodes
+def _left_out(strategies: tuple, tps: tuple) -> tuple:
+    """((tp, strategy, why), ...): the strategies tensor parallelism's units cannot run (parallel/tensor
+    `check_checkpoint`, the one rule the engine follows), at every degree above 1. Every one left out at every degree
+    is an error: nothing would be tried."""
+    from zerosim.models.gpt import strategy_options
+    from zerosim.parallel.tensor import check_checkpoint
+
+    out = []
+    for tp in tps:
+        if tp == 1:
+            continue
+        for name in strategies:
+            try:
+                check_checkpoint(strategy_options(name).get("checkpoint"))
+            except ValueError as why:
+                out.append((tp, name, str(why)))
+    if tps and all(tp > 1 for tp in tps) and {s for _, s, _ in out} >= set(strategies):
+        reasons = "; ".join(sorted({why for _, _, why in out}))
+        raise ValueError(f"none of the strategies {', '.join(strategies)} runs beside tensor parallelism: {reasons}")
+    return tuple(out)
+
+
+def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling, optimizer="adam") -> tuple:
+    """The tensor-parallel degrees to try, every argument checked first (the optimizer beside TP included, before
+    anything is measured)."""
+    from zerosim.optim import get_optimizer
+    from zerosim.parallel import ParallelDims
+    from zerosim.parallel.data.multinode import Spelling, check_matrix_optimizer, check_nodes
 
     for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
                     ("global_batch", global_batch)):
@@ -199,6 +233,8 @@ def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling) -
             )
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
+    for tp in tps:  # the engine's own rule (Muon orthogonalises whole matrices), asked before any step is measured
+        check_matrix_optimizer(ParallelDims(ranks, tp=tp), get_optimizer(optimizer))
     return tps
 
 
@@ -223,6 +259,7 @@ class _Trial:
     loss: str | None
     sp: bool  # with tp > 1: sequence parallelism
     host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
+    layout: str | None = None  # beside TP: what a rank keeps (parallel/tensor LAYOUTS; None: the library's default)
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -263,9 +300,10 @@ class _Trial:
 
         tp = mesh.dims.tp
         sp = self.sp and tp > 1  # sequence parallelism cuts over a TP group: none at tp = 1
+        layout = self.layout if tp > 1 else None
         m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
                                            micro_batch=(B, self.seq_len), comm=self.schedule, sp=sp, mesh=mesh,
-                                           parallelisms=more)
+                                           parallelisms=more, layout=layout)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
         row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
@@ -287,5 +325,5 @@ class _Trial:
         one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
         t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                       (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh, sp=sp,
-                      parallelisms=more)
+                      parallelisms=more, layout=layout)
         return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None

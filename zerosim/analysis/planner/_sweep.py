@@ -65,7 +65,8 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
               tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
-              sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=()):
+              sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=(),
+              layout: str | None = None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -76,14 +77,15 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     or `mesh`, a `DataMesh` (parallel/data/multinode), says all of these and `tp` at once (then `ranks` and `stage`
     may be None). `recipe`: the gradient recipe (a GradientRecipe or its name; None: the plan's default).
     `time_model`: a timeline TimeModel (each kernel class at its achieved rate); None: the datasheet roofline.
-    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU).
+    `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU),
+    `layout` what a TP rank keeps (parallel/tensor LAYOUTS; None: the library's default).
     `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams)."""
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)
-    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, async_tp)  # one TP rank's twin, or the model
+    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, async_tp, layout)  # one TP rank's twin, or the model
     engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits

@@ -9,7 +9,8 @@ it ran (torchtitan 9dec370 of 2024-12-26): Grand Teton H100s (96 GB HBM2e, 500 W
 torchtitan/parallelisms/parallelize_llama.py, apply_tp: SequenceParallel on every norm, ColwiseParallel /
 RowwiseParallel on the projections, loss_parallel (the vocabulary-parallel loss); apply_fsdp over dp_shard with
 bf16 parameters and fp32 gradient reduction (mixed_precision_reduce's default); train.py logs "memory" as
-`max_reserved_gib` and tokens/s/GPU as tokens / (time · non_data_parallel_size).
+`max_reserved_gib` and tokens/s/GPU as tokens / (time · non_data_parallel_size), zerosim's one definition too
+(analysis/costs/_throughput.py).
 
 What zerosim runs for it: MetaLlama of the shipped llama-3-70b.json (Llama 3.1 70B's shape; its 131,072 positions and
 rope scaling do not change a step of 8,192 tokens), flash attention (SDPA's kernel), block checkpointing, ZeRO-3 with
@@ -62,25 +63,28 @@ TORCHTITAN_70B = (
 def predict(run: PublishedRun, reserve: float = 0.05) -> dict:
     """zerosim's memory (GiB, peak reserved as estimated) and tokens/s/GPU for `run`, and their errors against the
     published numbers: (predicted − measured) / measured."""
-    from zerosim.analysis.costs import get_gpu, measure_stage, runtime_overheads
+    from zerosim.analysis.costs import get_gpu, measure_stage, runtime_overheads, tokens_per_s_per_gpu
     from zerosim.analysis.planner._sweep import meta_step
     from zerosim.analysis.timeline._devices import Hardware
     from zerosim.models import MetaLlama, read_hf_config, shipped_config
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision
 
+    # the loss as torchtitan 9dec370's train.py runs it: cross_entropy(pred.float(), ...) under loss_parallel
+    # (utils.py `get_train_context`), eager (its torch.compile of the loss is commented out): "eager" on V/t columns
     model = MetaLlama.from_config(read_hf_config(shipped_config(run.model)), seq_len=run.seq_len, checkpoint="block",
-                                  attention="flash")
+                                  attention="flash", loss="eager")
     precision = get_precision("bf16-mixed").with_(reduce="fp32", reduction="fsdp2")  # FSDP2: bf16 params, fp32 reduce
     comm, micro = get_comm_schedule("fsdp"), (run.local_batch, run.seq_len)
-    beside = {"gpus_per_node": run.gpus_per_node, "tp": run.tp, "sp": run.sequence_parallel}
+    # torch DTensor's TP as torchtitan runs it: the all-gathered inputs kept (parallel/tensor LAYOUTS)
+    beside = {"gpus_per_node": run.gpus_per_node, "tp": run.tp, "sp": run.sequence_parallel, "layout": "torchtitan"}
     row, _, _ = measure_stage(model, run.gpus, 3, "adamw", precision, micro_batch=micro, comm=comm, **beside)
     estimates = runtime_overheads(row["peak"], run.gpus, 3, None, reserve)
     memory = (row["peak"] + sum(o.bytes for o in estimates)) / GIB
     hw = Hardware(get_gpu("h100-80gb").device, "nvlink4", precision.compute, inter_link="ib_ndr")
-    result, _ = meta_step(model, run.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
-                          async_tp=run.async_tp, **beside)
-    tokens = run.local_batch * run.seq_len / run.tp / result.step_time  # per GPU: torchtitan's tps
+    result, engine = meta_step(model, run.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
+                               async_tp=run.async_tp, **beside)
+    tokens = tokens_per_s_per_gpu(engine.ctx.mesh.dims, run.local_batch * run.seq_len, result.step_time)
     return {
         "key": run.key, "source": run.source,
         "memory_gib": memory, "memory_measured_gib": run.memory_gib,

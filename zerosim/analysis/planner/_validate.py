@@ -6,9 +6,10 @@
 Each point runs the meta engine at its conditions (its model's data-less twin with the run's checkpointing and
 kernels; ZeRO-3 with FSDP's schedule, bf16 with an fp32 master and the run's reduce format; the GPU's rates; NVLink
 within a node and the run's network across) and the timeline under the point's efficiency preset: one micro-step
-simulated, K micro-steps by the line through K = 1 and 2 (sweep.step_time). Predicted tokens per second per GPU =
-B·L·K / step. Memory: rank 0's ledger peak is what PyTorch would allocate; the reserve model (costs/_overheads.py,
-`reserved`) adds what its caching allocator keeps on top, the figure torchtitan logs.
+simulated, K micro-steps by the line through K = 1 and 2 (sweep.step_time). Predicted tokens per second per GPU:
+the job's tokens / step / GPUs (analysis/costs/_throughput.py). Memory: rank 0's ledger peak is what PyTorch would
+allocate; the reserve model (costs/_overheads.py, `reserved`) adds what its caching allocator keeps on top, the figure
+torchtitan logs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from statistics import median
 from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._efficiency import PRESETS
 from zerosim.analysis.costs._gpus import get_gpu
-from zerosim.analysis.costs._mfu import mfu
+from zerosim.analysis.costs._throughput import mfu, tokens_per_s_per_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.analysis.costs._validation_points import POINTS, TREND, config_of
@@ -42,7 +43,7 @@ class Prediction:
     exposed_s: float
     allocated: int  # rank 0's ledger peak, bytes
     reserved: int  # with the allocator's reserve, bytes
-    mfu: float  # predicted MFU (torchtitan's model FLOPs, analysis/costs/_mfu.py) on the GPU's dense peak
+    mfu: float  # predicted MFU (torchtitan's model FLOPs, analysis/costs/_throughput.py) on the GPU's dense peak
     measured_mfu: float  # the measured run's, counted the same way
 
     @property
@@ -86,14 +87,15 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     wire = Wire(fp8_all_gather="torchao") if point.fp8_all_gather else None
     per_node = point.gpus_per_node if nodes else None
     micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule("fsdp")
-    tensor = {"tp": point.tp, "sp": point.sp, "async_tp": point.async_tp} if point.tp > 1 else {}
+    tensor = {"tp": point.tp, "sp": point.sp, "async_tp": point.async_tp, "layout": point.tp_layout} \
+        if point.tp > 1 else {}
     result, engine = meta_step(model, point.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
                                wire=wire, gpus_per_node=per_node, time_model=time_model, **tensor)
     t = step_time(model, point.gpus, 3, hw, comm, precision, "adamw", micro, point.accumulation,
                   first=step_time_of(result), time_model=time_model, gpus_per_node=per_node, wire=wire, **tensor)
     allocated = engine.cluster.ranks[0].ledger.peak()
-    # a TP group of tp GPUs computes one data-parallel rank's B·L·K tokens: torchtitan's tokens / (time · tp)
-    tps = point.micro_batch * point.seq_len * point.accumulation / t.step / point.tp
+    # the one definition (costs/_throughput.py): a TP group's GPUs share a batch rank's B·L·K tokens
+    tps = tokens_per_s_per_gpu(engine.ctx.mesh.dims, point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")
     return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
                       mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))

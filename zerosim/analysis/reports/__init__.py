@@ -4,6 +4,7 @@ the command's `--json` (the command itself only reads flags, calls these and pri
     _workload.py   Workload: what a report's step runs (model, micro-batch, schedule, formats, optimizer, K, the GPU)
     _fit.py        judge: a rank's peak plus the labelled estimates against a GPU; its verdict in words and lines
     _step.py       StepReport, timeline_step: one simulated step (zerosim timeline); Report, the reports' base
+    _exposure.py   exposure: why each purpose's communication is exposed or hidden, in words (the timeline's lines)
     _sweeps.py     SweepReport, stages_sweep; StrategySweepReport, strategy_sweep_report (zerosim timeline --sweep)
     _memory.py     MemoryReport, memory_report; StrategyMemoryReport, strategy_memory_report (zerosim memory)
     _plan.py       PlanReport, plan_report: the planner's rows with MFU and the commands that reproduce the top one

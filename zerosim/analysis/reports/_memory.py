@@ -48,12 +48,13 @@ class MemoryReport(Report):
 
 def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool = True, unit: str | None = None,
                   mesh=None, recipe=None, show_progress: bool | None = None, tp: int = 1, sp: bool = False,
-                  gpus_per_node: int | None = None, parallelisms=None) -> MemoryReport:
+                  gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None) -> MemoryReport:
     """The memory of `stages` for `work` (a Workload) on `ranks` ranks (see the module docstring). `mesh`: a DataMesh
     for the one stage that needs nodes (ZeRO++'s qgZ at stage 3); `wire`: ZeRO++'s Wire for stage 3; `recipe`: the
     gradient recipe (None: each plan's default); `unit`: how the report names the model's units. `tp`, `sp`: each
     stage beside tensor (and sequence) parallelism, `ranks` every GPU placed `gpus_per_node` to a node; the formulas
-    then read one TP rank's slice over its ranks / tp data-parallel ranks, the activations one TP rank's.
+    then read one TP rank's slice over its ranks / tp data-parallel ranks, the activations one TP rank's, as
+    `layout` keeps them (parallel/tensor LAYOUTS; None: the library's default).
     `parallelisms(stage)`: the other parallelisms a stage runs with (offload: each row then holds its "host" and
     "nvme" ledgers; the caller adds the report's `offload` block), or None."""
     from zerosim.analysis.costs import (
@@ -72,7 +73,8 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         measured = measure_by_stage(model, N, work.optimizer, work.precision, step=step, stages=stages,
                                     show_progress=show_progress, micro_batch=micro, comm=work.comm,
                                     clip_grad=work.clip_grad, wire=wire, tp=tp, sp=sp,
-                                    gpus_per_node=gpus_per_node if tp > 1 else None, parallelisms=parallelisms)
+                                    gpus_per_node=gpus_per_node if tp > 1 else None, parallelisms=parallelisms,
+                                    layout=layout)
     name, P = work.precision_name, model.num_params
     local, dp = (P, N) if tp == 1 else (local_params(model, tp, sp), N // tp)  # one TP rank's slice, its dp ranks
     config = MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="all")  # the engines pad every buffer
@@ -97,7 +99,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         wire=None if wire is None else wire.describe(), offload=None,
         activations=None if micro is None else (
             activations(model, micro, work.checkpointing, work.precision) if tp == 1 else
-            tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp)),
+            tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp, layout)),
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
                                               "vocab": padded_vocab(model, tp),
                                               "vocab_padded": padded_vocab(model, tp) != model.vocab},
@@ -194,7 +196,8 @@ class StrategyMemoryReport(Report):
     strategies: list  # one row per strategy: {"strategy", "group", "replicas", "recipe", "resting", ...}
 
 
-def strategy_memory_report(work, meshes: list, step: bool = True, sp: bool = False) -> StrategyMemoryReport:
+def strategy_memory_report(work, meshes: list, step: bool = True, sp: bool = False,
+                           layout: str | None = None) -> StrategyMemoryReport:
     """One measured row per strategy, each on its `DataMesh` (all of one N, one tp), with its framework's recipe, the
     hand formula of its states, (2 + g + 4 + K)·Ψ / shards, and the bytes each tier carried per rank. Beside tensor
     parallelism (the meshes' tp, with `sp`) the formula reads one TP rank's slice over its N / tp data-parallel
@@ -207,7 +210,8 @@ def strategy_memory_report(work, meshes: list, step: bool = True, sp: bool = Fal
     for mesh in meshes:
         name = mesh.plan.name
         row, cluster, engine = measure_stage(work.model, None, None, work.optimizer, work.precision, step, work.micro,
-                                             work.comm, work.clip_grad, sp=sp, mesh=mesh, recipe=recipe_of(name))
+                                             work.comm, work.clip_grad, sp=sp, mesh=mesh, recipe=recipe_of(name),
+                                             layout=layout)
         P = engine.model.num_params  # the model's, or one TP rank's slice
         grads = engine.cluster.ranks[0].grads.array.dtype.itemsize  # the recipe's: FSDP2 keeps fp32 gradients
         config = replace(MemoryConfig.for_precision(work.precision_name, optimizer=work.optimizer, padding="none"),

@@ -5,7 +5,7 @@
     report.fitting[0]["step_s"], report.fitting[0]["mfu"], report.reproduce
 
 Each row of the planner (a stage × checkpointing strategy × micro-batch it tried) with its memory grouped by kind at the
-peak, the allocator's reserve, tokens per second per GPU and MFU (model FLOPs per token, torchtitan's and PaLM's);
+peak, the allocator's reserve, tokens per second per GPU and MFU (analysis/costs/_throughput.py, the one definition);
 the two commands that reproduce the top row.
 """
 
@@ -43,6 +43,7 @@ class PlanReport(Report):
     fitting: list  # the rows that fit, fastest first
     did_not_fit: list
     pruned: list  # [{"stage", "model_states"(, "tp" or "offload")}]: stages whose model states alone exceed the GPU
+    left_out: list  # [{"tp", "strategies", "why"}]: strategies a TP degree cannot run (not tried there), by reason
     reproduce: list  # the `zerosim memory` and `zerosim timeline` commands of the top row
     plan: object = kept()
 
@@ -62,12 +63,23 @@ def plan_report(p, config, model_flag: str, extra_flags: str = "", top: int = 10
     return PlanReport(
         settings={**{k: v for k, v in s.items() if k != "hardware"}, "top": top},
         link_model=link_model(s["hardware"]), model_flops_per_token=per_token, link=p.link,
-        fitting=[_row(r, s, rate, per_token) for r in p.fitting],
-        did_not_fit=[_row(r, s, rate, per_token) for r in p.rows if not r.fits],
+        fitting=[_row(r, s, rate, config) for r in p.fitting],
+        did_not_fit=[_row(r, s, rate, config) for r in p.rows if not r.fits],
         pruned=[{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned]
         + [{"stage": st, "model_states": b, "offload": o} for st, b, o in p.pruned_offload],
-        reproduce=reproduce, plan=p,
+        left_out=_left_out(p.left_out), reproduce=reproduce, plan=p,
     )
+
+
+def _left_out(rows: tuple) -> list:
+    """The planner's ((tp, strategy, why), ...) grouped: one entry per (degrees, reason) with its strategies."""
+    by = {}
+    for tp, name, why in rows:
+        by.setdefault(why, {"tps": [], "strategies": []})
+        entry = by[why]
+        entry["tps"] += [] if tp in entry["tps"] else [tp]
+        entry["strategies"] += [] if name in entry["strategies"] else [name]
+    return [{"tp": v["tps"], "strategies": v["strategies"], "why": why} for why, v in by.items()]
 
 
 def _peak_rate(device: str, precision: str) -> float:
@@ -77,10 +89,10 @@ def _peak_rate(device: str, precision: str) -> float:
     return DEVICES[device].rate(get_precision(precision).compute)
 
 
-def _row(r, s, rate, per_token) -> dict:
-    from zerosim.analysis.costs import reserved
+def _row(r, s, rate, config) -> dict:
+    from zerosim.analysis.costs import mfu, reserved, tokens_per_s_per_gpu
+    from zerosim.parallel import ParallelDims
 
-    tokens = s["per_rank"] * s["seq_len"]  # per GPU per step
     by = {label: 0 for label, _ in KINDS}
     for kind, nbytes in r.at_peak.items():
         by[kind_group(kind)] += nbytes
@@ -94,7 +106,8 @@ def _row(r, s, rate, per_token) -> dict:
     out["reserved"] = reserved(r.peak, s["reserve"])  # what the caching allocator would hold (costs/_reserve.py)
     if "offloads" in s:  # offload tried: where each row keeps what, on the host and NVMe too
         out |= {"offload": r.offload, "host_peak": r.host_peak, "nvme_peak": r.nvme_peak, "host_fits": r.host_fits}
-    if r.step_s:
-        out["tokens_per_s_per_gpu"] = tokens / r.step_s
-        out["mfu"] = per_token * tokens / (r.step_s * rate)  # torchtitan's / PaLM's model FLOPs (costs/_mfu.py)
+    if r.step_s:  # the one definition (costs/_throughput.py): a batch rank's B·K sequences, shared by its TP group
+        tps = tokens_per_s_per_gpu(ParallelDims(s["ranks"], tp=r.tp), r.micro_batch * r.accumulation * s["seq_len"],
+                                   r.step_s)
+        out["tokens_per_s_per_gpu"], out["mfu"] = tps, mfu(tps, config, s["seq_len"], rate)
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from zerosim.analysis.costs import mfu, tokens_per_s_per_gpu
+from zerosim.analysis.reports._exposure import exposure
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.timeline import TimeModel
 
@@ -48,7 +50,7 @@ class StepReport(Report):
     params: int
     units: int  # beside TP: one TP rank's
     ranks: int
-    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async"}
+    tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async", "layout"}
     stage: object  # the ZeRO stage, or the strategy's name
     precision: str
     optimizer: str
@@ -58,19 +60,21 @@ class StepReport(Report):
     micro_batch: dict | None  # {"batch", "seq_len"}
     checkpoint: str | None
     accumulation_steps: int
-    tokens_per_rank: int  # per step: B·L·K (or the tokens given, times K)
+    tokens_per_rank: int  # per step: B·L·K (or the tokens given, times K), one batch rank's (a TP group shares it)
     comm: str  # the schedule in words (describe_comm)
     overlap: bool
     time_model: str
     link_model: str
     step_s: float
-    tokens_per_s_per_gpu: float | None
+    tokens_per_s_per_gpu: float | None  # the job's tokens / step / GPUs (analysis/costs/_throughput.py)
+    mfu: float | None  # torchtitan's model FLOPs × tokens/s per GPU / the dense 16-bit peak (None without a shape)
     compute_s: float
     comm_s: float
     exposed_comm_s: float
     overlapped_s: float
     busy_fraction: dict
-    by_purpose: dict  # {purpose: {"seconds", "calls"}}
+    by_purpose: dict  # {purpose: {"seconds", "calls", "exposed"}}
+    exposure: dict  # {purpose: why it is exposed or hidden} (_exposure.py), for the purposes this step ran
     params_peak_gb: float
     peak_gb: float
     peak: int
@@ -82,13 +86,15 @@ class StepReport(Report):
 
 
 def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None, sp: bool = False,
-                  async_tp: bool = False, parallelisms: tuple = (), steps: int = 1) -> StepReport:
+                  async_tp: bool = False, parallelisms: tuple = (), steps: int = 1,
+                  layout: str | None = None) -> StepReport:
     """One step of `work` (a Workload) on `mesh` (a DataMesh) over `hardware`, simulated (see the module docstring).
     `tokens`: per rank per micro-step when the model has no micro-batch; `wire`: ZeRO++'s Wire; `recipe`: the
     gradient recipe (None: the plan's default); `time_model`: a TimeModel (None: the datasheet roofline). Beside
     tensor parallelism (the mesh's tp): `sp`, sequence parallelism; `async_tp`, TP's collectives overlapping the GEMMs
-    they feed (a bound). `parallelisms`: others beside data parallelism (offload), run for `steps` steps (DPU's
-    steady state is the second); the numbers are the whole run's (the caller reads one step's window)."""
+    they feed (a bound); `layout`, what a TP rank keeps (parallel/tensor LAYOUTS). `parallelisms`: others beside
+    data parallelism (offload), run for `steps` steps (DPU's steady state is the second); the numbers are the whole
+    run's (the caller reads one step's window)."""
     from zerosim.analysis.planner import meta_step
 
     time_model = time_model if time_model is not None else TimeModel()
@@ -96,27 +102,34 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     result, engine = meta_step(work.model, None, None, hardware, work.comm, work.precision, tokens, work.optimizer,
                                micro_batch=work.micro, accumulation_steps=K, clip_grad=work.clip_grad, wire=wire,
                                time_model=time_model, mesh=mesh, recipe=recipe, sp=sp, async_tp=async_tp,
-                               steps=steps, parallelisms=parallelisms)
+                               steps=steps, parallelisms=parallelisms, layout=layout)
     per_micro = work.tokens_per_micro_step or tokens
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
     exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
     peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
+    tps = tokens_per_s_per_gpu(mesh.dims, per_micro * K, step)
+    flops = mfu(tps, work.config if work.micro else None, work.micro[1] if work.micro else 0,
+                hardware.device.rate(hardware.compute))
     return StepReport(
         strategy=plan.name or None, shard_group=mesh.group, gpus_per_node=mesh.gpus_per_node,
         inter_link=None if hardware.inter_link is None else hardware.inter_link.name,
         tiers=tier_summary(result, engine.cluster), model=work.model.name, params=work.model.num_params,
         units=len(engine.model.layers), ranks=n,
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // tp,
-                                              "local_params": engine.model.num_params, "async": async_tp},
+                                              "local_params": engine.model.num_params, "async": async_tp,
+                                              "layout": engine.model.layout},
         stage=plan.name or plan.stage, precision=work.precision_name,
         optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
         micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
         checkpoint=work.checkpointing if work.micro else None, accumulation_steps=K, tokens_per_rank=per_micro * K,
-        comm=describe_comm(work.comm), overlap=work.comm.overlap_comm, time_model=time_model.describe(),
-        link_model=link_model(hardware), step_s=step, tokens_per_s_per_gpu=per_micro * K / step if step else None,
+        comm=describe_comm(work.comm), overlap=work.comm.overlap_comm,
+        time_model=time_model.describe() + _beside_tp(time_model, tp, sp, async_tp),
+        link_model=link_model(hardware), step_s=step, tokens_per_s_per_gpu=tps, mfu=flops,
         compute_s=compute, comm_s=comm, exposed_comm_s=exposed, overlapped_s=comm - exposed,
         busy_fraction={"compute": compute / step if step else 0.0, "comm": comm / step if step else 0.0},
-        by_purpose=by_purpose(result), params_peak_gb=ledger.peak("params") / 1e9, peak_gb=peak / 1e9, peak=peak,
+        by_purpose=(purposes := by_purpose(result)),
+        exposure={k: v for k, v in exposure(work.comm, tp, async_tp).items() if k in purposes},
+        params_peak_gb=ledger.peak("params") / 1e9, peak_gb=peak / 1e9, peak=peak,
         peak_by_kind={k: v for k, v in ledger.peak_by_kind().items() if v},
         fit=None if work.gpu is None else judge(peak, plan.stage, n, work.gpu, work.reserve,
                                                 work.ds.buckets if work.ds else None),
@@ -124,13 +137,24 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     )
 
 
+def _beside_tp(time_model, tp: int, sp: bool, async_tp: bool) -> str:
+    """What the time model did beside tensor parallelism, for the "time from:" line: fp8 on the TP GEMMs (and on the
+    sequence-parallel all-gathers), async TP's bound."""
+    if tp == 1:
+        return ""
+    out = ""
+    if time_model.fp8_gemms:
+        out += f"; beside TP {tp}: the blocks' TP GEMMs in fp8" + (", their sequence-parallel all-gathers in fp8 "
+                                                                  "(torchao's Float8 TP, TE)" if sp else "")
+    if async_tp:
+        out += "; async TP as a bound (no compute waits for TP's collectives)"
+    return out
+
+
 def by_purpose(result) -> dict:
-    """{purpose: {"seconds", "calls"}} of rank 0's communication stream, by the purpose each call was made for."""
-    calls = {}
-    for iv in result.track(0, "comm"):
-        seconds, count = calls.get(iv.category, (0.0, 0))
-        calls[iv.category] = (seconds + iv.end - iv.start, count + 1)
-    return {k: {"seconds": v[0], "calls": v[1]} for k, v in sorted(calls.items())}
+    """{purpose: {"seconds", "calls", "exposed"}} of rank 0's communication stream, by the purpose each call was made
+    for; `exposed`: the part of those calls rank 0's compute did not hide (timeline `comm_by_purpose`)."""
+    return result.comm_by_purpose(0)
 
 
 def describe_comm(comm) -> str:

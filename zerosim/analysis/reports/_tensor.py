@@ -40,31 +40,52 @@ def tp_sent(model, micro: tuple, tp: int, sp: bool, width: int) -> float:
                                    gpt=not isinstance(model, MetaLlama), width=width)
 
 
-def tp_activations(model, micro: tuple, checkpoint: str, precision, tp: int, sp: bool) -> dict:
-    """One TP rank's activations: the measured layer, the peak, and the formulas beside them (JSON-ready)."""
+def tp_activations(
+    model, micro: tuple, checkpoint: str, precision, tp: int, sp: bool, layout: str | None = None
+) -> dict:
+    """One TP rank's activations: the measured layer, the peak, and the formulas beside them (JSON-ready).
+    `layout`: what a TP rank keeps (parallel/tensor LAYOUTS; None: the library's default)."""
     from zerosim.analysis.costs import measure_tp_activations
     from zerosim.models.llama import MetaLlama
-    from zerosim.parallel.tensor import MEGATRON_TERMS, llama_layer_bytes, megatron_formula, term_bytes
+    from zerosim.parallel.tensor import (
+        DEFAULT_LAYOUT,
+        LAYOUTS,
+        MEGATRON_TERMS,
+        llama_layer_bytes,
+        megatron_formula,
+        term_bytes,
+        torchtitan_eager_layer_bytes,
+    )
     from zerosim.precision import get_precision
 
     B, L = micro
-    a = measure_tp_activations(model, B, L, get_precision(precision), tp, sp)
+    layout = DEFAULT_LAYOUT if layout is None else layout
+    a = measure_tp_activations(model, B, L, get_precision(precision), tp, sp, layout)
     llama, selective = isinstance(model, MetaLlama), model.attention != "standard"
+    eager = getattr(model, "kernels", "fused") == "eager" and layout == "torchtitan" and llama
     out = {"tp": tp, "sp": sp, "seq_len": L, "batch": B, "checkpoint": checkpoint, "attention": model.attention,
            "per_block": a.per_block, "per_block_total": a.per_block_total, "outside_blocks": a.outside,
-           "peak": a.peak, "peak_at": a.peak_at, "layout": "llama" if llama else "gpt2"}
-    if llama:
-        out["formula_per_layer"] = llama_layer_bytes(L, B, model.d_model, model.n_heads, model.n_kv_heads,
-                                                     model.head_dim, model.d_ff, tp, sp, selective)
-        out["formula_name"] = "the named tensors: (4d/c + 2H·d_h/t + 2G·d_h/t + 3F/t)·B·L·2 + B·H/t·L²·2 + 8·B·L/c"
+           "peak": a.peak, "peak_at": a.peak_at, "layout": "llama" if llama else "gpt2", "tp_layout": layout,
+           "tp_layout_why": LAYOUTS[layout].why + (" (torch eager's tensors: --kernels eager)" if eager else "")}
+    gathered = not LAYOUTS[layout].keeps_shard
+    shape = (L, B, model.d_model) + ((model.n_heads, model.n_kv_heads, model.head_dim, model.d_ff) if llama else ())
+    if eager and model.attention == "flash":
+        out["formula_per_layer"] = torchtitan_eager_layer_bytes(*shape, tp, sp)
+        out["formula_name"] = ("torch eager's tensors: (8d + 4)·2·B·L/c + (2d + 2H·d_h/t + 2G·d_h/t + 4F/t)·B·L·2 + "
+                               "4·B·H/t·L")
+    elif llama:
+        out["formula_per_layer"] = llama_layer_bytes(*shape, tp, sp, selective, gathered=gathered)
+        out["formula_name"] = ("the named tensors: (" + ("2d/c + 2d" if gathered else "4d/c")
+                               + " + 2H·d_h/t + 2G·d_h/t + 3F/t)·B·L·2 + B·H/t·L²·2 + 8·B·L/c")
     else:
         s, b, h, heads = L, B, model.d_model, model.n_heads
         megatron = megatron_formula(s, b, h, heads, tp, sp, selective)
         dropout = sum(term_bytes(x, s, b, h, heads, tp, sp) for x in MEGATRON_TERMS
                       if x.zerosim is None and not (selective and x.quadratic))
         stats = 4 * 4 * s * b / (tp if sp else 1)
+        kept_whole = 4 * s * b * h * (1 - 1 / tp) if gathered and sp else 0  # QKV's and the MLP's inputs, gathered
         out |= {"megatron": megatron, "dropout_not_modelled": dropout, "norm_statistics": stats,
-                "formula_per_layer": megatron - dropout + stats,
+                "gathered_inputs": kept_whole, "formula_per_layer": megatron - dropout + stats + kept_whole,
                 "formula_name": ("sbh(34/t + 5as/(ht))" if sp else "sbh(10 + 24/t + 5as/(ht))")
                 + (" without the a·s² terms (selective)" if selective else "")}
     return out

@@ -10,8 +10,8 @@ One compute event (a unit's forward, recompute or backward, or the loss) costs
 
 with the work from costs/_kernel_work.py, the rates and `framework` from costs/_efficiency.py. A unit of a model
 known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. A tensor-parallel
-slice (parallel/tensor) is a roofline of its event's FLOPs and bytes at the achieved GEMM and HBM rates: its kernels
-are not yet split by class (NOTE: so its eager elementwise kernels are not charged apart). An optimizer step
+rank's unit (parallel/tensor) is split the same way, on its slice (costs/_tensor_work.py): its GEMMs' shapes, fp8
+where the blocks' linears run in fp8, attention on H/T heads, the norms on L/T tokens with SP. An optimizer step
 moves optimizer_bytes_per_element (cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
 single number) it is the roofline with every peak derated by it.
 """
@@ -21,14 +21,19 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from zerosim.analysis.costs._efficiency import Efficiency, wave_efficiency
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
+from zerosim.analysis.costs._tensor_work import tp_unit_work
 from zerosim.analysis.timeline._cost import compute_time, optimizer_time
 from zerosim.analysis.timeline._devices import DEVICES
 from zerosim.models.meta._sac import is_block
+from zerosim.precision import get_format
+from zerosim.parallel.tensor import MetaTensorParallelModel, fp8_wire
 from zerosim.parallel.tensor._meta import MetaTensorParallelUnit
 
-TP_ROOFLINE = Work()  # the mark of a unit timed as a roofline at the achieved GEMM and HBM rates (KernelTimes._work)
+PASSES = ("forward", "recompute", "backward")  # a unit's passes; any other compute (Newton-Schulz) is GEMM FLOPs
 
 
 def device_key(device) -> str:
@@ -75,14 +80,19 @@ class KernelTimes:
 
     def _work(self, ev):
         B, L = self.micro or (None, None)
-        if ev.layer < 0:  # the loss
-            return loss_work(B * L, self.model.vocab, self.loss) if self.micro else None
+        if ev.layer < 0:  # the loss (beside TP, the vocabulary-parallel one on the rank's V/T columns)
+            return loss_work(B * L, self.model.vocab // getattr(self.model, "tp", 1), self.loss) if self.micro else None
+        if ev.kind not in PASSES:  # not a unit's pass: Muon's Newton-Schulz, all matrix products (its FLOPs)
+            return None
         layer = self.model.layers[ev.layer]
         unit = getattr(layer, "unit", None)
         if unit is None or self.micro is None:
             return None
-        if isinstance(layer, MetaTensorParallelUnit):  # a tensor-parallel slice: its kernels not split by class yet
-            return TP_ROOFLINE
+        if isinstance(layer, MetaTensorParallelUnit):  # a TP rank's slice, by kernel class (costs/_tensor_work.py)
+            if ev.kind == "recompute" and not layer.name.startswith("block"):
+                return Work()  # as below: the frameworks recompute the transformer blocks only
+            m = self.model
+            return tp_unit_work(unit, B, L, ev.kind, self.efficiency.kernels, self.fp8, m.tp, m.sequence_parallel)
         table = any(k in unit.param_shapes for k in ("embed_tokens", "wte"))
         x_shape = (B, L) if table else (B, L, self.model.d_model)
         again = None
@@ -103,9 +113,6 @@ class KernelTimes:
             f = self.efficiency.flat
             return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * f, dev.hbm * f)
         w, r = self.work(ev), self.rates
-        if w is TP_ROOFLINE:  # the event's own FLOPs and bytes, each at its achieved rate (the slower one counts)
-            return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * r.gemm,
-                                dev.hbm * r.hbm) / self.efficiency.framework
         if w is None:  # counts only: all of it GEMM work
             return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework
         key = (ev.layer, ev.kind)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
@@ -114,6 +121,14 @@ class KernelTimes:
             fmt_peak = dev.fp8 if w.fp8 else peak16
             self._seconds[key] = work_seconds(w, r, fmt_peak, peak16, dev.hbm) / self.efficiency.framework
         return self._seconds[key]
+
+    def call_bytes(self, call, sent: float) -> float:
+        """The bytes `call` carries for its busiest rank: `sent` as recorded, but with fp8 GEMMs beside tensor
+        parallelism the blocks' sequence-parallel all-gathers travel in float8, one byte an element (parallel/
+        tensor `fp8_wire`: torchao's Float8 TP styles and Transformer Engine cast before they gather)."""
+        if self.fp8 and isinstance(self.model, MetaTensorParallelModel) and fp8_wire(call):
+            return sent / np.dtype(get_format(call.dtype).dtype).itemsize
+        return sent
 
     def optimizer(self, elements: int, states: int, grad_bytes: int, param_bytes: int) -> float:
         """Seconds of one optimizer step over `elements` (memory-bound)."""

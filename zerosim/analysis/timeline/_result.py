@@ -184,6 +184,29 @@ class Timeline:
                 out.append((t, b))
         return out
 
+    def exposed_by_call(self, rank: int):
+        """(K,) seconds of each call (log order) during which rank `rank`'s compute stream was idle: the part of that
+        call its compute did not hide. With two tiers two calls may run at once, so these may add up to more than
+        `exposed_comm[rank]` (which counts such a stretch once)."""
+        cs, ce = self._rank_columns(rank)
+        hidden = _busy_before(cs, ce, self._k_end) - _busy_before(cs, ce, self._k_start)
+        return (self._k_end - self._k_start) - hidden
+
+    def comm_by_purpose(self, rank: int, step: int | None = None) -> dict:
+        """{purpose: {"seconds", "calls", "exposed"}} of rank `rank`'s communication stream (offload's copies apart),
+        by the purpose each call was made for (`category`), sorted; `exposed`: the seconds of those calls its compute
+        did not hide (`exposed_by_call`). `step`: that engine step's calls only (None: every call)."""
+        exposed, out = self.exposed_by_call(rank), {}
+        for i, at in enumerate(self._k_at.tolist()):
+            ev = self.log[at]
+            if ev.collective in TRANSFERS or (step is not None and ev.step != step):
+                continue
+            row = out.setdefault(category(ev), {"seconds": 0.0, "calls": 0, "exposed": 0.0})
+            row["seconds"] = row["seconds"] + float(self._k_end[i]) - float(self._k_start[i])  # (a + end) - start
+            row["calls"] += 1
+            row["exposed"] += float(exposed[i])
+        return dict(sorted(out.items()))
+
     @property
     def streams(self) -> tuple:
         """The streams this step used: compute and comm, and with offload its cpu, pcie and nvme tracks."""

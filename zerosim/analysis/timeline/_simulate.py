@@ -14,7 +14,7 @@ rules, one pass over it (O(events) plus O(N) per collective):
                                         (n−1)·α + busiest rank's bytes / β on every rank, n the
                                         ring's length (the group's size: every group's ring runs
                                         at once, each rank in one)
-    Call "send_recv" (point to point)   starts when its senders' compute before it has ended and
+    Call of send_pairs (point to point) starts when its senders' compute before it has ended and
                                         their last send is done (a pipeline stage sends as soon as it
                                         made the activation, while the receiver has posted its
                                         receive long before: torch's irecv), one hop: α + bytes / β on
@@ -155,7 +155,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 ready, latest = [max(x, end) for x in ready], max(latest, end)
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
-        elif kind is Call and ev.collective == "send_recv":  # point to point: when its senders made what they send
+        elif kind is Call and ev.op == "pairs":  # point to point (send_pairs): when its senders made what they send
             who = senders.get(ev.call) or range(n)
             start = max(max(ready[r] for r in who), max(sending.get(r, 0.0) for r in who))
             sent = busiest.get(ev.call, 0)
@@ -175,6 +175,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
+            sent = sent if costs is None else costs.call_bytes(ev, sent)  # fp8 beside TP: its all-gathers in fp8
             nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
             end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
             comm_free[stream] = call_end[ev.call] = end

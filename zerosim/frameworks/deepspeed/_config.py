@@ -86,9 +86,20 @@ class DeepSpeedRun:
     buckets: DeepSpeedBuckets  # for the bucket-buffer estimate
     keys: tuple  # (KeyStatus, ...) every key of the file, dotted
     offload: object = None  # the parallel.offload.Placement DeepSpeed runs for its offload keys at `stage`, or None
+    optimizer_params: tuple = ()  # ((key, value), ...): the config's optimizer.params as written ("auto" kept)
 
     def status(self, status: str) -> list:
         return [k for k in self.keys if k.status == status]
+
+    @property
+    def recipe(self) -> str | None:
+        """The gradient recipe DeepSpeed 0.19.8 runs at this stage (parallel/data/recipes): stage_1_and_2.py's
+        ("deepspeed-zero12"), BF16_Optimizer's for bf16 with grad_accum_dtype fp32 at stage 1 (runtime/engine.py:
+        _do_optimizer_sanity_check), stage3.py's ("deepspeed-zero3"); None at stage 0, whose all-reduce (engine.py:
+        allreduce_gradients) zerosim does not model as a recipe."""
+        if self.stage == 1 and (self.precision.compute, self.precision.grad_accum) == ("bf16", "fp32"):
+            return "deepspeed-bf16-optimizer"
+        return {1: "deepspeed-zero12", 2: "deepspeed-zero12", 3: "deepspeed-zero3"}.get(self.stage)
 
 
 def read_ds_config(
@@ -188,7 +199,7 @@ class _Reader:
         )  # the IPG buffers hold the parameters' dtype
         return DeepSpeedRun(
             zero["stage"], comm, precision, name, micro, gas, total, clip, optimizer, buckets, tuple(self.keys),
-            zero["offload"],
+            zero["offload"], tuple(sorted(self.optimizer_params.items())),
         )
 
     def section_zero(self) -> dict:
@@ -427,6 +438,7 @@ class _Reader:
         return clip or None
 
     def section_optimizer(self, stage: int) -> str:
+        self.optimizer_params = {}
         obj = self.raw.get("optimizer")
         if obj is None:  # no optimizer in the config: the HF Trainer's AdamW (integrations/deepspeed.py)
             return "adamw"
@@ -451,6 +463,7 @@ class _Reader:
                 f"({', '.join(sorted({*OPTIMIZERS, 'sgd'}))})"
             )
         self.report("optimizer.type", obj["type"], "modelled", f"zerosim's {name!r}: its state's bytes per parameter")
+        self.optimizer_params = dict(params)
         for key, v in params.items():
             self.report(f"optimizer.params.{key}", v, "no effect", "the update's numbers, not its memory or time")
         return name

@@ -21,16 +21,20 @@ from zerosim.models.layers._basic import Layer, acc_dtype
 from zerosim.precision import cast, get_format
 
 
-def embedding_forward(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
-    """ids (B, L) integers, wte (V, d), wpe (L_max, d) -> (y (B, L, d) in fmt, (ids,))."""
+def embedding_forward(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, fmt,
+                      positions=None) -> tuple[np.ndarray, tuple]:
+    """ids (B, L) integers, wte (V, d), wpe (L_max, d) -> (y (B, L, d) in fmt, (ids,)). `positions` (L,): where the
+    tokens sit in their sequence (context parallelism's shard of it: parallel/context/); default 0 .. L−1."""
     acc = acc_dtype(get_format(fmt))
     L = ids.shape[1]
-    y = wte.astype(acc)[ids] + wpe[:L].astype(acc)  # (B, L, d) acc
+    rows = wpe[:L] if positions is None else wpe[positions]
+    y = wte.astype(acc)[ids] + rows.astype(acc)  # (B, L, d) acc
     return cast(y, fmt), (ids,)
 
 
-def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, fmt) -> tuple[np.ndarray, np.ndarray]:
-    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe beyond L get exact zeros."""
+def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, fmt,
+                       positions=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe no token sits at get exact zeros."""
     f = get_format(fmt)
     acc = acc_dtype(f)
     (ids,) = cache
@@ -44,7 +48,7 @@ def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, f
         for j, token in enumerate(ids.reshape(-1).get().tolist()):
             dwte[token] += rows[j]
     dwpe = zeros_like_space(dy, (max_len, d), acc)  # (L_max, d) acc
-    dwpe[:L] = dy_acc.sum(axis=0, dtype=acc)
+    dwpe[slice(0, L) if positions is None else positions] = dy_acc.sum(axis=0, dtype=acc)
     return cast(dwte, f), cast(dwpe, f)
 
 
@@ -59,11 +63,15 @@ class Embedding(Layer):
         self.param_shapes = {"wte": (vocab, d), "wpe": (max_len, d)}
 
     def forward(self, p, x, fmt):
-        y, (ids,) = embedding_forward(x, p["wte"], p["wpe"], fmt)
-        return y, {"input": ids}
+        """x: token ids (B, L), or ids beside their positions (`x.value`, `x.positions`: a context-parallel rank's
+        shard of the sequence, parallel/context/_records.py), kept as given."""
+        y, _ = embedding_forward(getattr(x, "value", x), p["wte"], p["wpe"], fmt, getattr(x, "positions", None))
+        return y, {"input": x}
 
     def backward(self, p, dy, cache, fmt):
-        dwte, dwpe = embedding_backward(dy, (cache["input"],), self.vocab, self.max_len, fmt)
+        x = cache["input"]
+        dwte, dwpe = embedding_backward(dy, (getattr(x, "value", x),), self.vocab, self.max_len, fmt,
+                                        getattr(x, "positions", None))
         return None, {"wte": dwte, "wpe": dwpe}
 
     def saved_spec(self, x_shape, fmt, ids_dtype=np.int64) -> dict:

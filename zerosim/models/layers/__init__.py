@@ -12,6 +12,8 @@ Letters: B batch, L sequence length, D widths, d model width, H heads.
     _rotary.py           rotary position embeddings (RoPE), Hugging Face's layout
     _attention.py        causal attention and its softmax, step by step (seed 001 §5c); MODES
     _flash_attention.py  the tiled, memory-efficient twin: no L × L buffer
+    _attention_merge.py  attention over key blocks put back together: the lse merge, the output correction, the
+                         16-bit sums (ring attention's, with Transformer Engine's roundings)
     _prenorm.py          the pre-LN residual wrapper both sub-blocks share
 """
 
@@ -27,6 +29,7 @@ from zerosim.models.layers._attention import (
                                               softmax_forward,
                                               split_heads,
 )
+from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
 from zerosim.models.layers._basic import (
                                               GELU,
                                               Layer,
@@ -61,13 +64,13 @@ from zerosim.models.layers._rotary import ROPE_THETA, rope_backward, rope_flops,
 from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 
 __all__ = [
-    "BLOCK", "GELU", "HalfMSE", "LMCrossEntropy", "LOSSES", "Layer", "Linear", "Loss", "MODES", "RMS_EPS",
-    "ROPE_THETA", "ReLU", "SoftmaxCrossEntropy", "acc_dtype", "attention_backward", "attention_flops",
-    "attention_forward", "check_heads", "check_mode", "flash_attention_backward", "flash_attention_flops",
-    "flash_attention_forward", "gelu_backward", "gelu_forward", "get_loss", "layernorm_backward", "layernorm_flops",
-    "layernorm_forward", "layernorm_output", "linear_backward", "linear_flops", "linear_forward", "merge_heads",
-    "prenorm_linear_forward", "prenorm_residual_backward", "prenorm_residual_flops", "relu_backward",
-    "relu_forward", "residual_add", "rmsnorm_backward", "rmsnorm_flops", "rmsnorm_forward", "rmsnorm_output",
-    "rope_backward", "rope_flops", "rope_forward", "rope_tables", "rounded", "softmax_backward", "softmax_forward",
-    "split_heads", "tokens_linear_backward", "tokens_linear_forward",
+    "BLOCK", "GELU", "HalfMSE", "LMCrossEntropy", "LOSSES", "Layer", "Linear", "Loss", "MODES", "RMS_EPS", "ROPE_THETA",
+    "ReLU", "SoftmaxCrossEntropy", "acc_dtype", "accumulate", "attention_backward", "attention_flops",
+    "attention_forward", "check_heads", "check_mode", "correct_out", "flash_attention_backward",
+    "flash_attention_flops", "flash_attention_forward", "gelu_backward", "gelu_forward", "get_loss",
+    "layernorm_backward", "layernorm_flops", "layernorm_forward", "layernorm_output", "linear_backward", "linear_flops",
+    "linear_forward", "merge_heads", "merge_lse", "prenorm_linear_forward", "prenorm_residual_backward",
+    "prenorm_residual_flops", "relu_backward", "relu_forward", "residual_add", "rmsnorm_backward", "rmsnorm_flops",
+    "rmsnorm_forward", "rmsnorm_output", "rope_backward", "rope_flops", "rope_forward", "rope_tables", "rounded",
+    "softmax_backward", "softmax_forward", "split_heads", "tokens_linear_backward", "tokens_linear_forward",
 ]

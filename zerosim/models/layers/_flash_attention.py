@@ -20,6 +20,9 @@ scores stay in fp32 registers; P̃ is converted to the 16-bit type before the PV
 (`softmax_lse`); backward takes D = rowsum(dO ⊙ O) (flash_bwd_preprocess_kernel.h, dot_do_o) and
 converts P and dS to 16 bits for its products while dQ accumulates in fp32.
 
+`causal=False` drops the mask: a block of ring attention whose keys all precede its queries (parallel/context/), or
+attention that sees both ways. Its keys may then number other than its queries.
+
 Saved for backward: Q, K, V, O and LSE (B, H, L) — no B·H·L² term (seed 001 §5e, "strategy 3 ...
 memory-efficient attention"). Not bitwise equal to standard attention (_attention.py): the sums run
 in another order and P is never rounded as a whole; both are within a derived bound of float64
@@ -46,15 +49,22 @@ def _tiles(L: int, block: int):
     return [(j, min(j + block, L)) for j in range(0, L, block)]
 
 
-def _tile_scores(q_acc, k_acc, j0, j1, scale, f):
-    """S_j (B, H, L, T) in acc, -inf where the key is in a query's future."""
+def _tile_scores(q_acc, k_acc, j0, j1, scale, f, causal: bool = True):
+    """S_j (B, H, L, T) in acc, -inf where the key is in a query's future (when `causal`): with more keys than
+    queries the mask is aligned to the bottom right corner, as flash-attn's is (flash_attn/flash_attn_interface.py,
+    `flash_attn_func`: "If causal=True, the causal mask is aligned to the bottom right corner of the attention
+    matrix"), so query i sees keys up to i + (keys − queries)."""
     s = arithmetic_of(f).matmul(q_acc, np.swapaxes(k_acc[..., j0:j1, :], -1, -2)) * scale
-    s[..., causal_mask(q_acc.shape[-2], j0, j1)] = -np.inf
+    if causal:
+        offset = k_acc.shape[-2] - q_acc.shape[-2]
+        s[..., causal_mask(q_acc.shape[-2], j0 - offset, j1 - offset)] = -np.inf
     return s
 
 
-def flash_attention_forward(q, k, v, fmt, block: int = BLOCK) -> tuple[np.ndarray, tuple]:
-    """O (B, H, L, d_h) in fmt; cache (Q, K, V, O, LSE (B, H, L) in acc)."""
+def flash_attention_forward(q, k, v, fmt, block: int = BLOCK, causal: bool = True) -> tuple[np.ndarray, tuple]:
+    """O (B, H, L, d_h) in fmt; cache (Q, K, V, O, LSE (B, H, L) in acc). K and V may hold another number of keys
+    than Q holds queries where `causal` is False (a block of ring attention: parallel/context/); causal masks key j
+    of query i where j > i, both counted from the block's start."""
     f = get_format(fmt)
     acc, ops = acc_dtype(f), arithmetic_of(f)
     B, H, L, dh = q.shape
@@ -63,8 +73,8 @@ def flash_attention_forward(q, k, v, fmt, block: int = BLOCK) -> tuple[np.ndarra
     m = np.full((B, H, L), -np.inf, acc)  # running row max
     ell = np.zeros((B, H, L), acc)  # running row sum of exp(S - m)
     o_acc = np.zeros((B, H, L, dh), acc)  # running unnormalized output
-    for j0, j1 in _tiles(L, block):
-        s = _tile_scores(q_acc, k_acc, j0, j1, scale, f)
+    for j0, j1 in _tiles(k.shape[-2], block):
+        s = _tile_scores(q_acc, k_acc, j0, j1, scale, f, causal)
         m_new = np.maximum(m, s.max(axis=-1))  # finite: key 0 is in every query's first tile
         alpha = ops.exp(m - m_new)  # rescales what was summed under the old max (0 on the first tile)
         p = ops.exp(s - m_new[..., None])  # (B, H, L, T) acc
@@ -76,8 +86,10 @@ def flash_attention_forward(q, k, v, fmt, block: int = BLOCK) -> tuple[np.ndarra
     return o, (q, k, v, o, lse)
 
 
-def flash_attention_backward(do, cache, fmt, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dQ, dK, dV), each (B, H, L, d_h) in fmt, rebuilding P tile by tile from Q, K and LSE."""
+def flash_attention_backward(do, cache, fmt, block: int = BLOCK,
+                             causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) in fmt, dQ shaped as Q and dK, dV as K and V, rebuilding P tile by tile from Q, K and LSE (O and
+    LSE those of the whole attention where this is one block of it: ring attention's backward)."""
     f = get_format(fmt)
     acc, ops = acc_dtype(f), arithmetic_of(f)
     q, k, v, o, lse = cache
@@ -87,8 +99,8 @@ def flash_attention_backward(do, cache, fmt, block: int = BLOCK) -> tuple[np.nda
     D = (do_acc * o.astype(acc)).sum(axis=-1, dtype=acc)  # (B, H, L) = rowsum(P ⊙ dP), from O
     dq_acc = np.zeros((B, H, L, dh), acc)
     dk, dv = np.empty_like(k), np.empty_like(v)  # (B, H, L, d_h) fmt, filled tile by tile
-    for j0, j1 in _tiles(L, block):
-        p = ops.exp(_tile_scores(q_acc, k_acc, j0, j1, scale, f) - lse[..., None])  # (B, H, L, T) acc
+    for j0, j1 in _tiles(k.shape[-2], block):
+        p = ops.exp(_tile_scores(q_acc, k_acc, j0, j1, scale, f, causal) - lse[..., None])  # (B, H, L, T) acc
         dv[..., j0:j1, :] = cast(ops.matmul(np.swapaxes(cast(p, f).astype(acc), -1, -2), do_acc), f)
         dp = ops.matmul(do_acc, np.swapaxes(v_acc[..., j0:j1, :], -1, -2))  # (B, H, L, T) acc
         ds = cast(p * (dp - D[..., None]), f).astype(acc)  # seed 001's dS = P ⊙ (dP − D), per tile
@@ -97,7 +109,8 @@ def flash_attention_backward(do, cache, fmt, block: int = BLOCK) -> tuple[np.nda
     return cast(dq_acc, f), dk, dv
 
 
-def flash_attention_flops(B: int, H: int, L: int, dh: int, kind: str, block: int = BLOCK) -> int:
+def flash_attention_flops(B: int, H: int, L: int, dh: int, kind: str, block: int = BLOCK,
+                          keys: int | None = None) -> int:
     """FLOPs of the tiled core, counting every tile in full (the masked entries too, as attention_flops does).
 
     Forward: the S and P̃V products (2·L²·d_h each per (batch, head)); per score the scale, max,
@@ -105,11 +118,13 @@ def flash_attention_flops(B: int, H: int, L: int, dh: int, kind: str, block: int
     per tile and element of O_acc its rescale and add (2); then O_acc/ℓ (1 per element) and the LSE
     (log and add, 2 per row). Backward: D (multiply and add, 2 per element of O); per score the
     rebuilt P (scale, subtract, exp) and dS (subtract, multiply): 5; the S, dV, dP, dK, dQ products
-    (five); dK's 1/√d_h (1 per element); per tile dQ's 1/√d_h and accumulation (2 per element).
+    (five); dK's 1/√d_h (1 per element); per tile dQ's 1/√d_h and accumulation (2 per element). `keys`: a block of L
+    queries over another number of keys (ring attention's hops); default L.
     """
-    gemm = 2 * B * H * L * L * dh
-    n_scores, rows, elems = B * H * L * L, B * H * L, B * H * L * dh
-    n_tiles = len(_tiles(L, block))
+    keys = L if keys is None else keys
+    gemm = 2 * B * H * L * keys * dh
+    n_scores, rows, elems = B * H * L * keys, B * H * L, B * H * L * dh
+    n_tiles = -(-keys // block) if block >= 1 else len(_tiles(keys, block))  # ⌈keys / T⌉ (_tiles refuses T < 1)
     if kind == "forward":
         return 2 * gemm + 5 * n_scores + n_tiles * (5 * rows + 2 * elems) + elems + 2 * rows
     return 5 * gemm + 5 * n_scores + 3 * elems + n_tiles * 2 * elems

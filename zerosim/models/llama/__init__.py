@@ -11,7 +11,14 @@ Its files pair with the GPT family's (models/gpt/):
     _meta.py       MetaLlama: the data-less twin for the meta backend      (gpt/_meta.py: MetaGPT)
 """
 
-from zerosim.models.llama._attention import LlamaAttention, check_gqa, repeat_kv, repeat_kv_backward
+from zerosim.models.llama._attention import (
+    LlamaAttention,
+    check_gqa,
+    norm_qkv_backward,
+    norm_qkv_forward,
+    repeat_kv,
+    repeat_kv_backward,
+)
 from zerosim.models.llama._block import LlamaBlock
 from zerosim.models.llama._embedding import TokenEmbedding, token_embedding_backward, token_embedding_forward
 from zerosim.models.llama._head import LlamaHead
@@ -21,6 +28,6 @@ from zerosim.models.llama._model import Llama
 
 __all__ = [
     "Llama", "LlamaAttention", "LlamaBlock", "LlamaHead", "MetaLlama", "SwiGLUFFN", "TokenEmbedding", "check_gqa",
-    "repeat_kv", "repeat_kv_backward", "swiglu_backward", "swiglu_forward", "token_embedding_backward",
-    "token_embedding_forward",
+    "norm_qkv_backward", "norm_qkv_forward", "repeat_kv", "repeat_kv_backward", "swiglu_backward", "swiglu_forward",
+    "token_embedding_backward", "token_embedding_forward",
 ]

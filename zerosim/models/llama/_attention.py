@@ -107,6 +107,41 @@ def gqa_param_shapes(
     return shapes
 
 
+def norm_qkv_forward(p, x, heads: int, kv_heads: int, qkv_bias: bool, eps: float, cos, sin, fmt) -> tuple:
+    """The sub-block's first half: RMSNorm, the fused Q/K/V GEMM, rotary by the tables `cos`, `sin` (L, d_h) of the
+    tokens' positions -> (Q (B, H, L, d_h), K, V (B, G, L, d_h), the norm's rstd (B, L)). A context-parallel rank runs
+    it on its tokens, with the tables at their positions (parallel/context/_ends.py)."""
+    f = get_format(fmt)
+    d_h = cos.shape[-1]
+    wq, wkv = heads * d_h, kv_heads * d_h
+    ln, (_, rstd) = rmsnorm_forward(x, p["norm1.w"], f, eps)  # (B, L, d) fmt, dropped after the GEMM
+    w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])  # ((H+2G)·d_h, d) fmt: one fused GEMM
+    b = np.concatenate([p["q_bias"], p["k_bias"], p["v_bias"]]) if qkv_bias else None
+    qkv = tokens_linear_forward(ln, w, b, f)  # (B, L, (H+2G)·d_h) fmt
+    q = rope_forward(split_heads(qkv[..., :wq], heads), cos, sin, f)  # (B, H, L, d_h) fmt
+    k = rope_forward(split_heads(qkv[..., wq : wq + wkv], kv_heads), cos, sin, f)  # (B, G, L, d_h) fmt
+    v = split_heads(qkv[..., wq + wkv :], kv_heads)  # (B, G, L, d_h) fmt
+    return q, k, v, rstd
+
+
+def norm_qkv_backward(p, dq, dk, dv, x, rstd, qkv_bias: bool, cos, sin, fmt) -> tuple:
+    """The first half's backward from dQ (B, H, L, d_h) and dK, dV (B, G, L, d_h, K/V heads summed already): (dx
+    through the norm alone, {norm1.w, q/k/v_proj (and biases): grads})."""
+    f = get_format(fmt)
+    dq, dk = rope_backward(dq, cos, sin, f), rope_backward(dk, cos, sin, f)
+    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, L, (H+2G)·d_h)
+    norm_cache = (x, rstd)
+    ln = rmsnorm_output(norm_cache, p["norm1.w"], f)  # the GEMM's input, bitwise the forward's
+    w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])
+    dln, dw, db = tokens_linear_backward(dqkv, ln, w, f)
+    dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f)
+    wq, wkv = dq.shape[1] * dq.shape[3], dk.shape[1] * dk.shape[3]
+    grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq : wq + wkv], "v_proj": dw[wq + wkv :]}
+    if qkv_bias:
+        grads |= {"q_bias": db[:wq], "k_bias": db[wq : wq + wkv], "v_bias": db[wq + wkv :]}
+    return dx_norm, grads
+
+
 class LlamaAttention(Layer):
     """RMSNorm + Q/K/V + rotary + grouped-query causal attention + o_proj + residual: one ZeRO unit.
 
@@ -152,15 +187,8 @@ class LlamaAttention(Layer):
 
     def forward(self, p, x, fmt):
         f = get_format(fmt)
-        wq, wkv = self._widths()
-        ln, (_, rstd) = rmsnorm_forward(x, p["norm1.w"], f, self.rms_eps)  # (B, L, d) fmt, dropped after the GEMM
-        w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])  # ((H+2G)·d_h, d) fmt: one fused GEMM
-        b = np.concatenate([p["q_bias"], p["k_bias"], p["v_bias"]]) if self.qkv_bias else None
-        qkv = tokens_linear_forward(ln, w, b, f)  # (B, L, (H+2G)·d_h) fmt
         cos, sin = rope_tables(x.shape[1], self.head_dim, self.rope_theta, f)  # (L, d_h) fmt each
-        q = rope_forward(split_heads(qkv[..., :wq], self.heads), cos, sin, f)  # (B, H, L, d_h) fmt
-        k = rope_forward(split_heads(qkv[..., wq : wq + wkv], self.kv_heads), cos, sin, f)  # (B, G, L, d_h) fmt
-        v = split_heads(qkv[..., wq + wkv :], self.kv_heads)  # (B, G, L, d_h) fmt
+        q, k, v, rstd = norm_qkv_forward(p, x, self.heads, self.kv_heads, self.qkv_bias, self.rms_eps, cos, sin, f)
         cache = {"block input": x, "norm1 rstd": rstd, "Q": q, "K": k, "V": v}
         k_rep, v_rep = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)  # (B, H, L, d_h): rebuilt, not kept
         if self.attention == "flash":
@@ -189,19 +217,8 @@ class LlamaAttention(Layer):
         else:
             dq, dk_rep, dv_rep = attention_backward(do_heads, (q, k_rep, v_rep, cache.get("P")), f)
         cos, sin = rope_tables(x.shape[1], self.head_dim, self.rope_theta, f)  # the forward's tables, rebuilt
-        dq = rope_backward(dq, cos, sin, f)
-        dk = rope_backward(repeat_kv_backward(dk_rep, self.n_rep, f), cos, sin, f)
-        dv = repeat_kv_backward(dv_rep, self.n_rep, f)
-        dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, L, (H+2G)·d_h)
-        norm_cache = (x, cache["norm1 rstd"])
-        ln = rmsnorm_output(norm_cache, p["norm1.w"], f)  # the GEMM's input, bitwise the forward's
-        w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])
-        dln, dw, db = tokens_linear_backward(dqkv, ln, w, f)
-        dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f)
-        wq, wkv = self._widths()
-        grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq : wq + wkv], "v_proj": dw[wq + wkv :]}
-        if self.qkv_bias:
-            grads |= {"q_bias": db[:wq], "k_bias": db[wq : wq + wkv], "v_bias": db[wq + wkv :]}
+        dk, dv = repeat_kv_backward(dk_rep, self.n_rep, f), repeat_kv_backward(dv_rep, self.n_rep, f)
+        dx_norm, grads = norm_qkv_backward(p, dq, dk, dv, x, cache["norm1 rstd"], self.qkv_bias, cos, sin, f)
         grads["o_proj"] = dw_o
         if self.o_bias:
             grads["o_bias"] = db_o

@@ -35,7 +35,7 @@ import numpy as np
 from zerosim.cluster import Cluster, Handle, StepBoundary
 from zerosim.cluster._budget import check_fits, gb
 from zerosim.models import Pass, schedule
-from zerosim.optim import Optimizer, check_stored
+from zerosim.optim import Optimizer, OptimizerRun, check_stored
 from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
 from zerosim.parallel.data._batches import micro_batches
@@ -127,6 +127,7 @@ class ZeroEngine:
         own, padded = self._initial_weights(params, states)
         self.ctx = self._context(wire)
         self.t = 0  # optimizer steps taken
+        self.optimizer_run = OptimizerRun()  # where this engine's run of steps began (a resume: past 1)
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
         self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
@@ -323,7 +324,7 @@ class ZeroEngine:
         self.t += 1
         with phase("optimizer step"), trace.about(step=i, micro=K - 1):
             update(ctx, self.optimizer, self.model.specs, reduced.grads32, reduced.reduced, self.t,
-                   needs=reduced.waits)
+                   needs=reduced.waits, first_step=self.optimizer_run.at(self.t))
         with phase("refresh params"), trace.about(step=i, micro=K - 1):  # stages 1/2: all-gather params
             self._refresh = self.parallelisms.after_update(ctx)  # e.g. offload: the new shard to the device
             if self.plan.refresh_after_update:

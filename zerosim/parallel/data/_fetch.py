@@ -27,6 +27,8 @@ from which later gathers run within a group of S.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from zerosim.cluster import Handle
 from zerosim.models import needs_params
 from zerosim.parallel.data._gather import gather, keep_secondary, release, secondary_name
@@ -45,6 +47,8 @@ class ParamFetcher:
         self.size = {layer: windows[layer][1] - windows[layer][0] for _, layer, _ in self.uses}
         self.live = {}  # layer -> the handle of its gather (its computes wait for it)
         self.needed_at = {}  # layer -> the last use it was prefetched for: not freed before it
+        self.runs, self.run_of = _runs(self.uses, ops, model, comm)
+        self.unit = {self.uses[u][1]: self.runs[r].unit for u, r in enumerate(self.run_of)}  # layer -> its FSDP unit
         self.queue = 0  # DeepSpeed's trace queue: uses before this one were already considered for prefetch
 
     def gather(self, op_index: int) -> Handle:
@@ -56,6 +60,12 @@ class ParamFetcher:
         _, layer, kind = self.uses[u]
         if layer not in self.live:
             self.live[layer] = gather(self.ctx, layer)
+            run = self.runs[self.run_of[u]]
+            for v in range(u + 1, run.last + 1):  # FSDP's unit of several layers: the rest of it too, as one
+                other = self.uses[v][1]
+                self.needed_at[other] = max(self.needed_at.get(other, -1), v)
+                if other not in self.live:
+                    self.live[other] = gather(self.ctx, other)
         if not (kind == "backward" and self.comm.prefetch_after_compute):
             self._prefetch(u)
         return self.live[layer]
@@ -118,20 +128,26 @@ class ParamFetcher:
             self.queue += 1
 
     def _prefetch_by_units(self, u: int, depth: int) -> None:
-        """FSDP: gather the next `depth` units this pass will use, if not live and under the gathered-units cap."""
+        """FSDP: gather the next `depth` units this pass will use, if not live and under the gathered-units cap. A
+        unit is what one fully_shard wraps (`_runs`): a layer, or beside tensor parallelism a transformer block's
+        five units, as torchtitan's apply_fsdp wraps each TransformerBlock with TP inside it."""
         kind, cap = self.uses[u][2], self.comm.max_gathered_units
-        ahead = [layer for _, layer, k in self.uses[u + 1 :] if k == kind]
-        for layer in dict.fromkeys(ahead):  # distinct, in use order
+        ahead = [run for run in self.runs[self.run_of[u] + 1:] if run.kind == kind]
+        for unit in dict.fromkeys(run.unit for run in ahead):  # distinct, in use order
             if depth == 0:
                 break
             depth -= 1
-            nxt = next(v for v in range(u + 1, len(self.uses)) if self.uses[v][1] == layer)
-            self.needed_at[layer] = max(self.needed_at.get(layer, -1), nxt)
-            if layer in self.live:
+            nxt = next(run for run in ahead if run.unit == unit)
+            layers = [self.uses[v][1] for v in range(nxt.first, nxt.last + 1)]
+            for v, layer in zip(range(nxt.first, nxt.last + 1), layers):
+                self.needed_at[layer] = max(self.needed_at.get(layer, -1), v)
+            if all(layer in self.live for layer in layers):
                 continue
-            if cap is not None and len(self.live) >= cap:
+            if cap is not None and len({self.unit[x] for x in self.live}) >= cap:
                 break
-            self.live[layer] = gather(self.ctx, layer)
+            for layer in layers:
+                if layer not in self.live:
+                    self.live[layer] = gather(self.ctx, layer)
 
     def _reused_soon(self, u: int, layer: int) -> bool:
         """DeepSpeed's `__params_to_release`: keep the unit if it is used again before max_reuse_distance
@@ -147,3 +163,35 @@ class ParamFetcher:
                 return True
             passed += self.size[other]
         return False
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive uses of one FSDP unit in one kind of op: what FSDP gathers, prefetches and counts as one."""
+
+    unit: int  # the unit's first layer
+    kind: str  # "forward" or "backward" (the pass: a recompute is part of backward)
+    op: str  # the ops' kind: "forward", "recompute" or "backward"
+    first: int  # its first use
+    last: int  # its last use
+
+
+def _runs(uses: list, ops: list, model, comm) -> tuple:
+    """([Run], the run of every use). FSDP's unit is the layers one fully_shard wraps: the model's `wrap_units`
+    (a TP block's five units) under FSDP's knobs (prefetch by units, the gathered-units cap); each layer otherwise
+    (DeepSpeed's coordinator and seed 004 fetch sub-module by sub-module). With one layer a unit, every use is a
+    run of its own: the schedule is the one-layer one, unchanged."""
+    fsdp = comm.prefetch_bucket_size is None and bool(comm.prefetch_forward or comm.prefetch_backward
+                                                      or comm.max_gathered_units is not None)
+    unit_of = {}
+    for a, b in getattr(model, "wrap_units", ()) if fsdp else ():
+        unit_of |= {layer: a for layer in range(a, b)} if b - a > 1 else {}
+    runs, run_of = [], []
+    for u, (i, layer, kind) in enumerate(uses):
+        unit, op = unit_of.get(layer, layer), ops[i].kind
+        if runs and layer in unit_of and runs[-1].unit == unit and runs[-1].op == op and runs[-1].kind == kind:
+            runs[-1] = Run(unit, kind, op, runs[-1].first, u)
+        else:
+            runs.append(Run(unit, kind, op, u, u))
+        run_of.append(len(runs) - 1)
+    return runs, run_of

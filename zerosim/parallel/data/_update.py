@@ -31,22 +31,25 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     return [rank.ledger_of(tier).adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
 
 
-def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = ()) -> None:
+def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = (), first_step: int = 1) -> None:
     """Every local rank's optimizer step `t` from its (region,) fp32 gradient, one rank at a time, then the
     gradients freed; logs an `OptimizerStep` per rank that waited for `needs` (with the intermediates, and the
-    `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices)."""
+    `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices);
+    `first_step`: where this process's run of steps began (optim/_base.py OptimizerRun)."""
     if not optimizer.elementwise and ctx.plan.shards("optimizer"):  # Muon on shards: parallel/data/muon
         muon_update(ctx, optimizer, specs, grads32, reduced, t, needs,
-                    lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step))
+                    lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step,
+                                                              first_step))
     else:  # each rank's region on the cluster's pool; the OptimizerStep events in rank order after
         ranks = ctx.ranks
-        ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs),
+        ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs,
+                                               first_step=first_step),
                              ranks, lambda i, event: ctx.cluster.trace.record(event))
     for rank in ctx.ranks:
         rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
 
 
-def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> OptimizerStep:
+def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None, first_step: int = 1) -> OptimizerStep:
     """Optimizer step on rank's region in the update format, then round into its 16-bit params; returns its
     `OptimizerStep` event for the caller to record. `step(w, state)` replaces the optimizer's own step (sharded
     Muon applies its slice of the update there)."""
@@ -65,9 +68,9 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None) -> O
         if step is not None:
             step(w, work)
         elif optimizer.elementwise and values is None and isinstance(w, np.ndarray):
-            step_in_blocks(optimizer, w, g32, work, t)  # cache-sized blocks: the same bits (optim/_base.py)
+            step_in_blocks(optimizer, w, g32, work, t, first_step)  # cache-sized blocks: the same bits (optim/_base.py)
         elif optimizer.elementwise:
-            optimizer.step(w, g32, work, t, values)
+            optimizer.step(w, g32, work, t, values, first_step=first_step)
         else:  # a matrix optimizer on whole parameters: only where the region is the whole model
             step_by_matrix(optimizer, specs, w, g32, work, t)
     mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)

@@ -46,6 +46,8 @@ class Offload(Parallelism):
     """
 
     name = "offload"
+    refuses = {"tensor parallel": "offload beside tensor parallelism is not modelled (a TP rank's slice on the host, "
+                                  "its copies beside TP's collectives): drop the Offload or the TensorParallel"}
 
     def __init__(self, optimizer: str | None = ..., params: str | None = None, fsdp2: bool = False,
                  dpu: bool = False, dpu_warmup: int = 0, placement: Placement | None = None):

@@ -1,5 +1,5 @@
 """What crosses between neighbouring stages: a micro-batch's activation forward, its gradient backward, one
-point-to-point call per tensor (zerosim.collectives.send_recv: torch's `batch_isend_irecv` of a stage's
+point-to-point call per tensor (zerosim.collectives.send_pairs: torch's `batch_isend_irecv` of a stage's
 `get_fwd_send_ops` / `get_bwd_send_ops`, Megatron-Core's p2p_communication.py `_communicate`).
 
 Every rank of a stage sends to the rank of the next (or previous) stage with its data- and tensor-parallel
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from zerosim.cluster import Handle
-from zerosim.collectives import send_recv
+from zerosim.collectives import send_pairs
 
 
 def _parts(a) -> list:
@@ -44,7 +44,7 @@ def hand_on(cluster, sent: dict, peers: dict, tag: str) -> tuple:
     for k in range(count):
         names = layouts[senders[0]][k][0] if senders else ()
         part = tag if not names or len(layouts[senders[0]]) == 1 else f"{tag} ({'/'.join(names)})"
-        out = send_recv(cluster, [layouts[r][k][1] if r in sent else None for r in ranks],
+        out = send_pairs(cluster, [layouts[r][k][1] if r in sent else None for r in ranks],
                         [peers[r] if r in sent else None for r in ranks], [came_from.get(r) for r in ranks], part)
         handle += out.handle
         for r, a in zip(ranks, out):

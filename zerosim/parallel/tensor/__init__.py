@@ -21,13 +21,15 @@ Its files, the algorithm apart from its communication:
     _bundle.py          the residual stream beside the value, between units
     _slicing.py         which part of each parameter a TP rank holds: the whole model cut and joined back
     _meta.py            the data-less twin of a TP rank's model, for the meta backend
+    _eager.py           what torch's eager autograd keeps on a TP rank under torchtitan's DTensor TP + SP plan (the
+                        "torchtitan" layout; _model.py LAYOUTS names the two layouts)
     _costs.py           by hand: Megatron's activation formulas, a TP slice's ZeRO model states, TP's bytes a step
 
 The oracle is zerosim.reference's TensorReference; docs/tensor-parallelism.md is the user's page.
 """
 
 from zerosim.parallel.tensor._bundle import Bundle
-from zerosim.parallel.tensor._communication import CONJUGATES, Conjugate
+from zerosim.parallel.tensor._communication import CONJUGATES, Conjugate, fp8_wire
 from zerosim.parallel.tensor._costs import (
     MEGATRON_TERMS,
     Term,
@@ -36,22 +38,32 @@ from zerosim.parallel.tensor._costs import (
     megatron_layer_bytes,
     term_bytes,
     tp_bytes_per_micro_step,
+    torchtitan_eager_layer_bytes,
     tp_model_state_bytes,
     zerosim_layer_bytes,
 )
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy, VocabTarget
 from zerosim.parallel.tensor._meta import MetaTensorParallelModel
-from zerosim.parallel.tensor._model import TensorParallelModel, check_splits, padded_model
+from zerosim.parallel.tensor._model import (
+    DEFAULT_LAYOUT,
+    LAYOUTS,
+    REFUSED_CHECKPOINTS,
+    Layout,
+    TensorParallelModel,
+    check_checkpoint,
+    check_splits,
+    padded_model,
+)
 from zerosim.parallel.tensor._parallelism import TensorParallel
 from zerosim.parallel.tensor._plan import PLACEMENTS, Placement, placement
 from zerosim.parallel.tensor._slicing import RULES, local_flat, whole_flat
 from zerosim.parallel.tensor._vocab import MEGATRON_VOCAB_MULTIPLE, padded_vocab
 
 __all__ = [
-    "Bundle", "CONJUGATES", "Conjugate", "MEGATRON_TERMS", "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel",
-    "PLACEMENTS", "Placement", "RULES", "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy",
-    "VocabTarget", "check_splits", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
-    "padded_model", "padded_vocab", "placement", "term_bytes", "tp_bytes_per_micro_step", "tp_model_state_bytes",
-    "whole_flat",
-    "zerosim_layer_bytes",
+    "Bundle", "CONJUGATES", "Conjugate", "DEFAULT_LAYOUT", "LAYOUTS", "Layout", "MEGATRON_TERMS",
+    "MEGATRON_VOCAB_MULTIPLE", "MetaTensorParallelModel", "PLACEMENTS", "Placement", "REFUSED_CHECKPOINTS", "RULES",
+    "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy", "VocabTarget", "check_checkpoint",
+    "check_splits", "fp8_wire", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
+    "padded_model", "padded_vocab", "placement", "term_bytes", "torchtitan_eager_layer_bytes",
+    "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat", "zerosim_layer_bytes",
 ]

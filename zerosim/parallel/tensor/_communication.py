@@ -129,3 +129,16 @@ def all_reduce_sequence_parallel_grads(cluster, group, xs: list, tag: str) -> tu
     with cluster.trace.about(purpose="tensor parallel"):
         out = all_reduce(cluster, list(xs), tag=tag, group=group)
     return list(out), out.handle
+
+
+def fp8_wire(call) -> bool:
+    """Whether `call` (a trace Call) is one of the TP all-gathers that fp8 linears carry in float8: the sequence-
+    parallel all-gathers of a block's column-parallel input (forward, and Megatron's again in backward) and of a
+    row-parallel output's gradient (backward). torchao's Float8 TP styles cast before they redistribute
+    (torchao 0.18.0, torchao/float8/float8_tensor_parallel.py: `Float8ColwiseParallel._prepare_input_fn` and
+    `PrepareFloat8ModuleInput`: "the float8 cast happens before the all-gather"; `NoopFwToFloat8BwDynamic` casts the
+    output's gradient before the Shard -> Replicate all-gather backward); Transformer Engine quantizes first too
+    (2.18: module/linear.py `gather_along_first_dim(inputmat, tp_group, quantizer=...)`, module/base.py
+    `grad_output_preprocess`). The reduce-scatters and all-reduces sum partial outputs in 16 bits in both."""
+    return (call.purpose == "tensor parallel" and call.collective == "all_gather"
+            and call.tag.split(".", 1)[0].startswith("block"))

@@ -91,10 +91,12 @@ def zerosim_layer_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, select
 
 
 def llama_layer_bytes(s: int, b: int, d: int, heads: int, kv_heads: int, head_dim: int, ffn: int, t: int, sp: bool,
-                      selective: bool = False, width: int = 2) -> float:
+                      selective: bool = False, width: int = 2, gathered: bool = False) -> float:
     """A Llama TP rank's named tensors per decoder layer (16-bit `width`, fp32 statistics):
 
-        block input, attention input, pre-FFN input, FFN input     4 · s·b·d          (/t with SP)
+        block input, attention input, pre-FFN input, FFN input     4 · s·b·d          (/t with SP; `gathered`:
+                                                                                       the two GEMM inputs whole,
+                                                                                       torch DTensor's layout)
         Q, attention output                                        2 · s·b·H·d_h / t
         K, V                                                       2 · s·b·G·d_h / t
         gate, up, h (SwiGLU)                                       3 · s·b·F / t
@@ -102,9 +104,30 @@ def llama_layer_bytes(s: int, b: int, d: int, heads: int, kv_heads: int, head_di
         norm1 and norm2 rstd (fp32)                                2 · 4 bytes · s·b  (/t with SP)
     """
     cut = t if sp else 1
-    elements = (4 * s * b * d / cut + 2 * s * b * heads * head_dim / t + 2 * s * b * kv_heads * head_dim / t
+    inputs = 2 * s * b * d / cut + 2 * s * b * d / (1 if gathered else cut)
+    elements = (inputs + 2 * s * b * heads * head_dim / t + 2 * s * b * kv_heads * head_dim / t
                 + 3 * s * b * ffn / t + (0 if selective else b * heads / t * s * s))
     return elements * width + 2 * 4 * s * b / cut
+
+
+def torchtitan_eager_layer_bytes(s: int, b: int, d: int, heads: int, kv_heads: int, head_dim: int, ffn: int, t: int,
+                                 sp: bool, width: int = 2) -> float:
+    """What torch's eager autograd keeps per Llama block on one TP rank under torchtitan's plan (_eager.py), flash
+    attention (SDPA); c = t with SP, else 1:
+
+        norm1, norm2: fp32 input, fp32 x·rstd, rstd         2 · (8·s·b·d + 4·s·b) / c
+        attention input, FFN input (all-gathered)            2 · s·b·d · width
+        q rotated, sdpa out                                  2 · s·b·H·d_h/t · width
+        k rotated, v (enable_gqa: G heads)                   2 · s·b·G·d_h/t · width
+        sdpa lse                                             4 · b·H/t·s
+        gate, silu(gate), up, h                              4 · s·b·F/t · width
+    """
+    cut = t if sp else 1
+    norms = 2 * (8 * s * b * d + 4 * s * b) / cut
+    elements = (
+        2 * s * b * d + 2 * s * b * heads * head_dim / t + 2 * s * b * kv_heads * head_dim / t + 4 * s * b * ffn / t
+    )
+    return norms + elements * width + 4 * b * heads / t * s
 
 
 # -- model states: a TP slice's, sharded by ZeRO over its data-parallel group ----------------------------------

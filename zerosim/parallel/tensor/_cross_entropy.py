@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.models.layers import LMCrossEntropy, acc_dtype
-from zerosim.models.meta import like
+from zerosim.models.meta import like, loss_spec
 from zerosim.parallel.tensor._vocab import owned
 from zerosim.precision import cast, format_of, get_format
 from zerosim.precision.arithmetic import arithmetic_of
@@ -86,10 +86,21 @@ class VocabParallelCrossEntropy(LMCrossEntropy):
 
     name = "vocab-parallel-xent"
 
+    def __init__(self, variant: str = "probabilities"):
+        self.variant = variant  # what the meta backend holds at the loss's peak (models/meta/_loss_peak.py)
+
+    def spec(self, y_shape, y_dtype) -> dict:
+        """{name: (shape, dtype)} held at the loss's peak for the rank's (B, L, V/T) logits: this kernel's own
+        (Megatron's: the fp32 softmax, "probabilities"), or another implementation's on the rank's columns."""
+        if self.variant == "probabilities":
+            return self.saved_spec(y_shape, y_dtype)
+        B, L, V = y_shape
+        return loss_spec(self.variant, B, L, V, 1, acc_dtype(get_format(np.dtype(y_dtype))))
+
     def forward(self, y, target, fmt=None):
         if getattr(y, "is_meta", False):  # shapes only (the meta backend)
             return float("nan"), {name: like(y, shape, dtype) for name, (shape, dtype)
-                                   in self.saved_spec(y.shape, y.dtype).items()}
+                                   in self.spec(y.shape, y.dtype).items()}
         z = _rows(y) - target.logits_max[:, None]  # (M, V/T) acc
         ops = _ops(y, fmt)
         probabilities = ops.exp(z) / target.sum_exp[:, None]
@@ -98,9 +109,11 @@ class VocabParallelCrossEntropy(LMCrossEntropy):
         return float(loss), {"probabilities": probabilities, "labels": np.asarray(target.labels, np.int64)}
 
     def backward(self, cache, fmt, scale=1.0):
-        p, labels = cache["probabilities"], cache["labels"]
-        if getattr(p, "is_meta", False):
-            return like(p, (*labels.shape, p.shape[-1]), get_format(fmt).dtype)
+        labels = cache["labels"]
+        if getattr(labels, "is_meta", False):
+            V = next(iter(cache.values())).shape[-1]
+            return like(labels, (*labels.shape, V), get_format(fmt).dtype)
+        p = cache["probabilities"]
         g = p.copy()  # dL/dy = (softmax - onehot) / M, the onehot on the rank that owns the target
         flat = labels.reshape(-1)
         mine = owned(flat, p.shape[1])

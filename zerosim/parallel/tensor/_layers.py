@@ -161,6 +161,7 @@ class Attention(ColumnRow):
         super().__init__(name, tp, saves_input)
         self.d, self.heads, self.mode, self.block = d, heads // tp, mode, block  # heads: this rank's H_r
         dr = d // tp
+        self.kv_heads, self.head_dim = self.heads, d // heads  # multi-head: every query head its own K and V
         self.param_shapes = {"w_qkv": (3 * dr, d), "b_qkv": (3 * dr,), "w_o": (d, dr)}
 
     def region_forward(self, p, h, f):

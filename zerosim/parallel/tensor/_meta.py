@@ -13,6 +13,8 @@ from __future__ import annotations
 from zerosim.models.layers import Layer
 from zerosim.models.meta import MetaDecoder, like
 from zerosim.parallel.tensor._bundle import Bundle
+from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy
+from zerosim.parallel.tensor._eager import eager_tp_spec
 from zerosim.parallel.tensor._layers import ColumnRow
 from zerosim.parallel.tensor._replicated import Add, Norm
 from zerosim.parallel.tensor._vocab import Embedding, Head
@@ -35,7 +37,7 @@ def _norm_out(u, x, f):
 
 
 def _norm_back(u, dy, cache, f):
-    x = cache[u.input_name]
+    x = cache[u.input_name] if u.input_name in cache else next(iter(cache.values()))  # eager's: the fp32 copy
     dx = like(x, x.shape, f.dtype)
     return Bundle(dx, dx) if u.bias is not None else dx
 
@@ -68,11 +70,12 @@ def _kind(unit) -> type:
 class MetaTensorParallelUnit(Layer):
     """A TP unit's twin: the same name, parameters, saved tensors, output and FLOPs, no values."""
 
-    def __init__(self, unit, param_shapes: dict | None = None):
+    def __init__(self, unit, param_shapes: dict | None = None, saved=None):
         super().__init__(unit.name)
         self.unit, self.kind = unit, _kind(unit)
         self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
         self.saves_input_only = unit.saves_input_only
+        self.saved = unit.saved_spec if saved is None else saved  # (x_shape, fmt) -> {name: (shape, dtype)}
 
     def forward(self, p, x, fmt):
         f = get_format(fmt)
@@ -80,7 +83,7 @@ class MetaTensorParallelUnit(Layer):
             cache = {"input": x}
         else:
             v = _value(x)
-            cache = {n: like(v, shape, dtype) for n, (shape, dtype) in self.unit.saved_spec(v.shape, f).items()}
+            cache = {n: like(v, shape, dtype) for n, (shape, dtype) in self.saved(v.shape, f).items()}
         return FORWARD[self.kind](self.unit, x, f), cache
 
     def backward(self, p, dy, cache, fmt):
@@ -101,14 +104,18 @@ class MetaTensorParallelModel(MetaDecoder):
     the head reuses the embedding's V/T rows (Megatron's share_embeddings_and_output_weights), so its weight is
     counted once, in the embedding, as MetaGPT counts a tied head."""
 
-    def __init__(self, model, tied_head: bool = False):
-        units = [MetaTensorParallelUnit(u) for u in model.layers]
+    def __init__(self, model, tied_head: bool = False, kernels: str = "fused", loss: str | None = None):
+        eager = kernels == "eager" and model.layout == "torchtitan"  # torch eager's tensors (_eager.py)
+        units = [MetaTensorParallelUnit(u, saved=eager_tp_spec(u) if eager else None) for u in model.layers]
         if tied_head:
             units[-1] = MetaTensorParallelUnit(model.layers[-1], {})
-        super().__init__(units, model.loss, checkpoint_blocks=model.checkpoint_blocks)
-        self.local = model
+        # the loss's peak: Megatron's fused vocabulary-parallel kernel keeps the fp32 softmax of the rank's V/T columns;
+        # torch's loss_parallel (torchtitan) runs the loss the twin was given on them (models/meta/_loss_peak.py)
+        variant = "probabilities" if model.layout == "megatron" or loss is None else loss
+        super().__init__(units, VocabParallelCrossEntropy(variant), checkpoint_blocks=model.checkpoint_blocks)
+        self.local, self.kernels, self.loss_variant = model, kernels, variant
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "tp",
-                     "sequence_parallel", "family", "full"):
+                     "sequence_parallel", "family", "full", "wrap_units", "layout"):
             setattr(self, name, getattr(model, name))
         self.name = f"{model.full!r} at tp={model.tp}" + (" with SP" if model.sequence_parallel else "")
         self._index_specs()
@@ -120,5 +127,5 @@ class MetaTensorParallelModel(MetaDecoder):
                              "ranks: the length must be a multiple of tp (Megatron asserts the same)")
 
 
-def meta_twin(model, tied_head: bool = False) -> MetaTensorParallelModel:
-    return MetaTensorParallelModel(model, tied_head)
+def meta_twin(model, tied_head: bool = False, kernels: str = "fused", loss: str | None = None):
+    return MetaTensorParallelModel(model, tied_head, kernels, loss)

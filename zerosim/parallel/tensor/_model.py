@@ -29,6 +29,8 @@ build the model with the padded vocabulary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from zerosim.models import GPT, Llama
@@ -48,7 +50,7 @@ def _divides(what: str, n: int, tp: int, fix: str = "") -> None:
                          f"divisible by {tp}'){fix}")
 
 
-def _gpt(m, tp, sp):
+def _gpt(m, tp, saves):
     """The GPT's TP units and, per local parameter, (its whole-model (block, name), its rule)."""
     d = m.d_model
     layers = [Embedding(m.vocab, d, tp, "wte", positions=m.seq_len), Add("embed.add", d)]
@@ -57,11 +59,11 @@ def _gpt(m, tp, sp):
         b = f"block{i}"
         units = [
             (Norm(f"{b}.ln1", d, "layernorm", "ln1", "block input", "LN1"), {"ln1.g": "whole", "ln1.b": "whole"}),
-            (Attention(d, m.n_heads, tp, m.attention, _flash_block(m), f"{b}.attn", not sp),
+            (Attention(d, m.n_heads, tp, m.attention, _flash_block(m), f"{b}.attn", saves),
              {"w_qkv": "thirds", "b_qkv": "thirds", "w_o": "cols"}),
             (Norm(f"{b}.ln2", d, "layernorm", "ln2", "pre-FFN input", "LN2", bias="b_o"),
              {"b_o": "whole", "ln2.g": "whole", "ln2.b": "whole"}),
-            (MLP(d, 4 * d, tp, m.activation, f"{b}.mlp", not sp), {"w1": "rows", "b1": "rows", "w2": "cols"}),
+            (MLP(d, 4 * d, tp, m.activation, f"{b}.mlp", saves), {"w1": "rows", "b1": "rows", "w2": "cols"}),
             (Add(f"{b}.out", d, "b2"), {"b2": "whole"}),
         ]
         for unit, rules in units:
@@ -70,11 +72,11 @@ def _gpt(m, tp, sp):
     sources |= {(len(layers), n): (("head", n), "whole") for n in ("lnf.g", "lnf.b")}
     layers.append(Norm("lnf", d, "layernorm", "lnf", "final LN input", "LN", hands_on_residual=False))
     sources[(len(layers), "w_head")] = (("head", "w_head"), "rows")
-    layers.append(Head(d, m.vocab, tp, "w_head", saves_input=not sp))
+    layers.append(Head(d, m.vocab, tp, "w_head", saves_input=saves))
     return layers, sources
 
 
-def _llama(m, tp, sp):
+def _llama(m, tp, saves):
     d, eps = m.d_model, m.rms_eps
     layers = [Embedding(m.vocab, d, tp, "embed_tokens")]
     sources = {(0, "embed_tokens"): (("embed", "embed_tokens"), "rows")}
@@ -85,10 +87,10 @@ def _llama(m, tp, sp):
         units = [
             (Norm(f"{b}.ln1", d, "rmsnorm", "norm1", "block input", "norm1", eps), {"norm1.w": "whole"}),
             (GQAttention(d, m.n_heads, m.n_kv_heads, m.head_dim, tp, m.attention, m.rope_theta, m.qkv_bias,
-                         _flash_block(m), f"{b}.attn", not sp), {**qkv, "o_proj": "cols"}),
+                         _flash_block(m), f"{b}.attn", saves), {**qkv, "o_proj": "cols"}),
             (Norm(f"{b}.ln2", d, "rmsnorm", "norm2", "pre-FFN input", "norm2", eps, bias="o_bias" if m.o_bias else ""),
              {"norm2.w": "whole"} | ({"o_bias": "whole"} if m.o_bias else {})),
-            (SwiGLU(d, m.d_ff, tp, f"{b}.mlp", not sp), {"gate_proj": "rows", "up_proj": "rows", "down_proj": "cols"}),
+            (SwiGLU(d, m.d_ff, tp, f"{b}.mlp", saves), {"gate_proj": "rows", "up_proj": "rows", "down_proj": "cols"}),
             (Add(f"{b}.out", d), {}),
         ]
         for unit, rules in units:
@@ -97,7 +99,7 @@ def _llama(m, tp, sp):
     sources[(len(layers), "norm.w")] = (("head", "norm.w"), "whole")
     layers.append(Norm("lnf", d, "rmsnorm", "norm", "final norm input", "final norm", eps, hands_on_residual=False))
     sources[(len(layers), "lm_head")] = (("head", "lm_head"), "rows")
-    layers.append(Head(d, m.vocab, tp, "lm_head", saves_input=not sp))
+    layers.append(Head(d, m.vocab, tp, "lm_head", saves_input=saves))
     return layers, sources
 
 
@@ -111,6 +113,42 @@ def _flash_block(m) -> int:
 
 
 FAMILIES = {GPT: _gpt, Llama: _llama}  # the whole model's class -> its TP units
+
+@dataclass(frozen=True)
+class Layout:
+    """What a TP rank keeps for backward, by the framework that runs it."""
+
+    name: str
+    keeps_shard: bool  # with SP: keep the column GEMM's input as the sequence shard and all-gather it again in backward
+    why: str  # the source, in words
+
+
+LAYOUTS = {layout.name: layout for layout in (
+    # Megatron-LM core_v0.19.0, tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication saves the
+    # input shard (`ctx.save_for_backward(input, weight)` before the all-gather) and all-gathers it again for the
+    # weight gradient; Korthikanti et al. 2022, Table 2: "sbh/t"
+    Layout("megatron", True, "Megatron: each column GEMM keeps its input's sequence shard, all-gathered again in "
+                             "backward (Korthikanti et al. 2022)"),
+    # torch's DTensor TP as torchtitan plans it (a33d0e3, torchtitan/models/llama3/infra/parallelize.py `apply_tp`:
+    # PrepareModuleInput(Shard(1) -> Replicate()) before attention and feed_forward, ColwiseParallel on wq, wk, wv,
+    # w1, w3): the redistribute's output is the linears' input, and autograd saves it whole
+    Layout("torchtitan", False, "torch DTensor TP as torchtitan plans it: each column GEMM keeps its all-gathered "
+                                "input (autograd saves the redistribute's output)"),
+)}
+DEFAULT_LAYOUT = "megatron"  # the library's default; the commands pick by framework (torchtitan's for FSDP's schedule)
+
+REFUSED_CHECKPOINTS = {  # checkpointing TP's units cannot run -> why (the planner leaves these strategies out)
+    "subblock": "checkpoint='subblock' keeps each sub-block's input, which beside tensor parallelism is a bundle of "
+                "the residual stream and a partial sum: use 'block' or 'every-k'",
+    "op-sac": "op-level selective checkpointing ('op-sac') keeps every other matmul's output by op, and a TP rank's "
+              "units are not split by op: use 'block' (torchtitan's 'full', what its TP runs use) or 'none'",
+}
+
+
+def check_checkpoint(checkpoint: str | None) -> None:
+    """Refuse a checkpointing scheme tensor parallelism's units cannot run (REFUSED_CHECKPOINTS), saying why."""
+    if checkpoint in REFUSED_CHECKPOINTS:
+        raise ValueError(REFUSED_CHECKPOINTS[checkpoint])
 
 
 def check_splits(full, tp: int) -> None:
@@ -131,18 +169,25 @@ class TensorParallelModel(Decoder):
     """One TP rank's units of `full` (a GPT or a Llama) at degree `tp`, with or without sequence parallelism (module
     docstring). `sources[(unit, name)]` = ((block, name) in `full`, rule): where each parameter comes from."""
 
-    def __init__(self, full, tp: int, sequence_parallel: bool = False):
+    def __init__(self, full, tp: int, sequence_parallel: bool = False, layout: str = "megatron"):
         check_splits(full, tp)
-        if full.checkpoint == "subblock":
-            raise ValueError("checkpoint='subblock' keeps each sub-block's input, which beside tensor parallelism is "
-                             "a bundle of the residual stream and a partial sum: use 'block' or 'every-k'")
+        check_checkpoint(full.checkpoint)
         check_units(full.unit, full.checkpoint)
-        layers, sources = FAMILIES[type(full)](full, tp, sequence_parallel)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {tuple(LAYOUTS)} (what a TP rank keeps for backward), got "
+                             f"{layout!r}")
+        # the column GEMMs keep their (gathered) input, unless Megatron's SP keeps the shard and gathers it again
+        saves = not sequence_parallel or not LAYOUTS[layout].keeps_shard
+        layers, sources = FAMILIES[type(full)](full, tp, saves)
         first = 2 if isinstance(full, GPT) else 1  # the embedding's units
         per_block = [(first + UNITS_PER_BLOCK * i, first + UNITS_PER_BLOCK * (i + 1)) for i in range(full.n_layers)]
         super().__init__(layers, VocabParallelCrossEntropy(), checkpoint_blocks=_blocks(per_block, len(layers),
                                                                                          first, full.checkpoint))
         self.full, self.tp, self.sequence_parallel, self.sources = full, tp, sequence_parallel, sources
+        self.layout = layout
+        # what FSDP wraps as one unit: each transformer block's five units (torchtitan's apply_fsdp calls fully_shard
+        # on every TransformerBlock, TP inside it), the embedding's, the final norm and head
+        self.wrap_units = [(0, first), *per_block, (len(layers) - 2, len(layers))]
         self.vocab, self.d_model, self.n_heads, self.n_layers, self.seq_len = (
             full.vocab, full.d_model, full.n_heads, full.n_layers, full.seq_len)
         self.attention, self.checkpoint, self.unit = full.attention, full.checkpoint, "tensor parallel"
@@ -157,7 +202,8 @@ class TensorParallelModel(Decoder):
 
     def __repr__(self) -> str:
         sp = ", sequence parallel" if self.sequence_parallel else ""
-        return f"TensorParallelModel({self.full!r}, tp={self.tp}{sp}, P per rank={self.num_params})"
+        layout = "" if self.layout == "megatron" else f", layout={self.layout!r}"
+        return f"TensorParallelModel({self.full!r}, tp={self.tp}{sp}{layout}, P per rank={self.num_params})"
 
 
 def _blocks(per_block: list, n_units: int, first: int, checkpoint: str) -> list:

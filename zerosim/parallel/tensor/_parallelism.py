@@ -39,7 +39,7 @@ from zerosim.parallel.tensor import _communication as comm
 from zerosim.parallel.tensor._bundle import Bundle
 from zerosim.parallel.tensor._cross_entropy import VocabTarget, row_max, row_sums
 from zerosim.parallel.tensor._meta import meta_twin
-from zerosim.parallel.tensor._model import TensorParallelModel
+from zerosim.parallel.tensor._model import DEFAULT_LAYOUT, LAYOUTS, TensorParallelModel
 from zerosim.parallel.tensor._plan import (
     COPY,
     GATHER,
@@ -63,7 +63,11 @@ SHORT = {COPY: "f", REDUCE: "g", GATHER: "f (SP all-gather)", SCATTER_REDUCE: "g
 class TensorParallel(Parallelism):
     """Tensor parallelism of degree `tp` over `model` (a GPT or a Llama; or its MetaGPT / MetaLlama twin for the
     meta backend), with Megatron's sequence parallelism when `sequence_parallel`. `params`: the whole model's
-    (P,) initial weights (default `model.init_params()`), cut into each rank's slice.
+    (P,) initial weights (default `model.init_params()`), cut into each rank's slice. `layout`: what a rank keeps
+    for backward (_model.py LAYOUTS): "megatron" (the column GEMMs' input shard, gathered again) or "torchtitan"
+    (torch DTensor's gathered input; on the meta backend with a twin's kernels="eager", every tensor torch's eager
+    autograd saves, _eager.py). The layout moves memory and calls, never a bit: the same gathered input feeds the
+    weight gradient either way.
 
         tp = TensorParallel(GPT(vocab=64, d_model=32, n_heads=4, n_layers=2, seq_len=16), tp=2)
         engine = ZeroEngine(tp.model, Cluster(4, gpus_per_node=2), 3, Adam(), "bf16-mixed", parallelisms=(tp,))
@@ -71,7 +75,8 @@ class TensorParallel(Parallelism):
 
     name = "tensor parallel"
 
-    def __init__(self, model, tp: int, sequence_parallel: bool = False, params=None, async_tp: bool = False):
+    def __init__(self, model, tp: int, sequence_parallel: bool = False, params=None, async_tp: bool = False,
+                 layout: str = DEFAULT_LAYOUT):
         whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
         self.meta = whole is not None
         self.full = whole if self.meta else model
@@ -83,9 +88,16 @@ class TensorParallel(Parallelism):
             raise ValueError(f"tp must be a positive integer (the GPUs of a TP group), got {tp!r}")
         self.tp = int(tp)
         self.sequence_parallel = bool(sequence_parallel) and self.tp != 1
-        self.local = None if self.tp == 1 else TensorParallelModel(self.full, tp, self.sequence_parallel)
+        if layout not in LAYOUTS:
+            raise ValueError(
+                f"layout must be one of {tuple(LAYOUTS)} (what a TP rank keeps for backward: Megatron's "
+                f"sequence shard, or torch DTensor's gathered input as torchtitan runs it), got {layout!r}"
+            )
+        self.layout = LAYOUTS[layout]
+        self.local = None if self.tp == 1 else TensorParallelModel(self.full, tp, self.sequence_parallel, layout)
         self.model = model if self.local is None else (
-            meta_twin(self.local, getattr(model, "tied_head", False)) if self.meta else self.local)
+            meta_twin(self.local, getattr(model, "tied_head", False), getattr(model, "kernels", "fused"),
+                      getattr(getattr(model, "loss", None), "variant", None)) if self.meta else self.local)
         self.degrees = {"tp": self.tp}
         self.async_tp = bool(async_tp)  # the activations' collectives overlap compute (module docstring)
         if self.meta and params is not None:
@@ -99,6 +111,10 @@ class TensorParallel(Parallelism):
         self._slices = {}
 
     # -- before the step is built ---------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        return self.local is not None  # tp = 1: no tensor parallelism, nothing to refuse beside
+
     def initial_params(self, dims, rank: int):
         if self.meta or self.local is None:
             return self._whole  # tp = 1: the given weights on every rank, or None: the engine's own
@@ -143,8 +159,8 @@ class TensorParallel(Parallelism):
             return self._loss_statistics(ctx, passes)
         if not op.computes:
             return Handle()
-        unit = self.local.layers[op.layer]
-        place, group = placement(unit, self.sequence_parallel), ctx.mesh.dims.groups("tp")
+        unit = _unit(self.local, passes, op)
+        place, group = placement(unit, self.sequence_parallel, self.layout.keeps_shard), ctx.mesh.dims.groups("tp")
         if op.kind == "backward":
             handle = Handle()
             for name in reversed(place.exit):
@@ -171,8 +187,8 @@ class TensorParallel(Parallelism):
         op = ops[0]
         if not op.computes or op.kind == "loss":
             return Handle()
-        unit = self.local.layers[op.layer]
-        place = placement(unit, self.sequence_parallel)
+        unit = _unit(self.local, passes, op)
+        place = placement(unit, self.sequence_parallel, self.layout.keeps_shard)
         if op.kind == "backward":
             return self._side(ctx, passes, "dy", unit, place.entry, "backward") if place.entry else Handle()
         handle = Handle()
@@ -255,6 +271,14 @@ class TensorParallel(Parallelism):
         for p, lab, m, pr, s in zip(passes, labels, maxes, predicted, exp_sums):
             p.target = VocabTarget(lab, m, pr, s)
         return handle + more
+
+
+def _unit(local, passes, op):
+    """The unit `op` runs: of the model the engine runs (`Pass.model`), which is this TP rank's model, another
+    parallelism's cut of its units (context parallelism cuts the attention region in two: parallel/context/), or the
+    data-less twin of either (its real unit, `.unit`)."""
+    unit = (passes[0].model if passes else local).layers[op.layer]
+    return getattr(unit, "unit", unit)
 
 
 def _value(a):

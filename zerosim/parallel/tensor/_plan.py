@@ -12,7 +12,10 @@ before the backward, in reverse). Operators are _communication.CONJUGATES' (Mega
                                                                               positions join after the reduce)
     column-row    attention, MLP            entry: f = copy_to                entry: gather_from_sequence
                                             exit: g = reduce_from             exit: reduce_scatter_to_sequence
-    column        the LM head               entry: f = copy_to                entry: gather_from_sequence
+    column        the LM head; context      entry: f = copy_to                entry: gather_from_sequence
+                  parallelism's QKV end
+    row           context parallelism's     exit: g = reduce_from             (not modelled beside CP)
+                  output end
     replicated    norms, bias + residual    -                                 - (on sequence shards)
 
 With sequence parallelism a column GEMM's input is kept as the rank's sequence shard and gathered again for the
@@ -22,7 +25,7 @@ all-gathers it in backward; Korthikanti et al. 2022 count it as sbh/t).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,15 +52,18 @@ PLACEMENTS = {  # (role, sequence parallel, the embedding has positions) -> Plac
     ("column-row", False, False): Placement(entry=COPY, exit=(REDUCE,)),
     ("column-row", True, False): Placement(entry=GATHER, exit=(SCATTER_REDUCE,), keeps_shard=True),
     ("column", False, False): Placement(entry=COPY),
+    ("row", False, False): Placement(exit=(REDUCE,)),  # context parallelism's cut of the attention region
     ("column", True, False): Placement(entry=GATHER, keeps_shard=True),
     ("replicated", False, False): Placement(),
     ("replicated", True, False): Placement(),
 }
 
 
-def placement(unit, sequence_parallel: bool) -> Placement:
-    """Where the operators sit around `unit` (a TP unit of _model.py)."""
-    return PLACEMENTS[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
+def placement(unit, sequence_parallel: bool, keeps_shard: bool = True) -> Placement:
+    """Where the operators sit around `unit` (a TP unit of _model.py); `keeps_shard` False: the layout keeps the
+    gathered input instead of the shard (torch DTensor's, _model.py LAYOUTS), so nothing is gathered again."""
+    place = PLACEMENTS[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
+    return place if keeps_shard or not place.keeps_shard else replace(place, keeps_shard=False)
 
 
 def shard_name(unit) -> str:

@@ -61,19 +61,24 @@ class Embedding(Layer):
         self.param_shapes = {table: (self.vocab, d)} | ({"wpe": (positions, d)} if positions else {})
 
     def forward(self, p, x, fmt):
+        """x: the shifted ids (B, L), or ids beside their positions (`x.value`, `x.positions`: a context-parallel
+        rank's shard of the sequence, parallel/context/), kept as given."""
         f = get_format(fmt)
-        mine = owned(x, self.vocab)
-        tokens = cast(p[self.table][np.where(mine, x, 0)], f)  # (B, L, d) fmt: a gather, exact
+        ids, at = getattr(x, "value", x), getattr(x, "positions", None)
+        mine = owned(ids, self.vocab)
+        tokens = cast(p[self.table][np.where(mine, ids, 0)], f)  # (B, L, d) fmt: a gather, exact
         tokens[~mine] = 0  # Megatron's output_parallel[input_mask, :] = 0.0
         if not self.positions:
             return tokens, {"input": x}
-        pos = np.broadcast_to(cast(p["wpe"][:x.shape[1]], f), tokens.shape).copy()  # (B, L, d) fmt, every rank
+        rows = p["wpe"][:ids.shape[1]] if at is None else p["wpe"][at]
+        pos = np.broadcast_to(cast(rows, f), tokens.shape).copy()  # (B, L, d) fmt, every rank
         return Bundle(pos, tokens), {"input": x}
 
     def backward(self, p, dy, cache, fmt):
         f = get_format(fmt)
         acc = acc_dtype(f)
-        ids = cache["input"]
+        at = getattr(cache["input"], "positions", None)
+        ids = getattr(cache["input"], "value", cache["input"])
         d_tokens = dy.value if self.positions else dy
         mine = owned(ids, self.vocab).reshape(-1)
         dwte = np.zeros((self.vocab, self.d), acc)  # (V/T, d) acc: the rank's own tokens, in (b, t) order
@@ -81,7 +86,7 @@ class Embedding(Layer):
         grads = {self.table: cast(dwte, f)}
         if self.positions:
             dwpe = np.zeros((self.positions, self.d), acc)
-            dwpe[:ids.shape[1]] = dy.residual.astype(acc).sum(axis=0, dtype=acc)
+            dwpe[slice(0, ids.shape[1]) if at is None else at] = dy.residual.astype(acc).sum(axis=0, dtype=acc)
             grads["wpe"] = cast(dwpe, f)
         return None, grads
 

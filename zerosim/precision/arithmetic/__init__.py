@@ -14,7 +14,9 @@
                            a small one's extent remembered, every rank's next operand measured together
                            (`Arithmetic.prepare`); `clear_kept_operands` empties it
     _rank_products.py      every rank's product by the same matrix made as one stacked product (`prepare`)
-    _correctly_rounded.py  exp, log, tanh, sin, cos, power for float32 arrays, correctly rounded
+    _correctly_rounded.py  exp, log, tanh, sin, cos, power for float32 arrays, correctly rounded (a power's exact
+                           ties to even); power_of_int: a float to an integer power (C++'s std::pow(float, n))
+    _nan.py                one canonical NaN per format in every portable kernel's output
     _round_once.py         the step both share: a float64 value known to within an error bound, rounded to float32
                            where the bound cannot change the rounding, and the rest marked for an exact evaluation
 
@@ -22,11 +24,12 @@ docs/portable_numbers.md: what moved between machines before, what each choice c
 machine.
 """
 
-from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, rounded, sin, tanh
+from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, power_of_int, rounded, sin, tanh
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul, exact_sum_f32
 from zerosim.precision.arithmetic._kernels import (ARITHMETICS, Arithmetic, arithmetic_of, check_arithmetic,
                                                   clear_kept_operands)
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction
 
 __all__ = ["ARITHMETICS", "Arithmetic", "arithmetic_of", "certain_f32", "check_arithmetic", "clear_kept_operands",
-           "cos", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power", "rounded", "sin", "tanh"]
+           "cos", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power", "power_of_int", "rounded",
+           "sin", "tanh"]

@@ -39,9 +39,11 @@ significant bits leave it no room. A large operand's float64 copy and facts are 
 
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
 An exact zero is +0 (a GEMM starts its accumulator at +0; a sum's sign of zero would otherwise depend on the
-order). What it assumes: a dgemm that forms each element as a sum of its K products in some order (every BLAS in
-use; none applies Strassen's algorithm to dgemm) and IEEE-754 float64 arithmetic, rounding to nearest. float64
-inputs (zerosim's fp64 yardstick) go to the machine's dgemm as they are: their products are not exact.
+order); a NaN (from a NaN or inf input) is the canonical one (_nan.py: its sign and payload would otherwise depend
+on the BLAS and the CPU). What it assumes: a dgemm that forms each element as a sum of its K products in some order
+(every BLAS in use; none applies Strassen's algorithm to dgemm) and IEEE-754 float64 arithmetic, rounding to
+nearest. float64 inputs (zerosim's fp64 yardstick) go to the machine's dgemm as they are: their products are not
+exact.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import numpy as np
 
 from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
+from zerosim.precision.arithmetic._nan import CANONICAL_NAN, canonical_nans
 from zerosim.precision.arithmetic._operand_cache import kept_extent, operand, operand_once
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
 from zerosim.precision.cast import NUMPY, has_values, namespace_of
@@ -80,7 +83,8 @@ def exact_matmul(a, b):
     (_rank_products.py: the same bits).
     """
     out = rank_products.take(a, b, _exact_once)
-    return _exact_alone(a, b) if out is None else out
+    out = _exact_alone(a, b) if out is None else out
+    return canonical_nans(out, namespace_of(out)) if has_values(out) else out  # NaN in, one NaN out (_nan.py)
 
 
 def _exact_once(a, b):
@@ -359,6 +363,8 @@ def _repair(out, where, a64, b64, ns):
 def exact_sum_f32(terms: list) -> np.float32:
     """The exact sum of float `terms` rounded once to nearest-even float32 (+0 for an exact zero)."""
     s = math.fsum(terms)  # the exact sum rounded once to float64 (0 only for an exact zero)
+    if s != s:  # a NaN term: the canonical NaN (_nan.py)
+        return CANONICAL_NAN[np.dtype(np.float32)]
     if s == 0.0:
         return np.float32(0.0)
     with np.errstate(over="ignore"):

@@ -38,11 +38,13 @@ def certain_f32(y, err, ns):
     """(y rounded to float32, suspects): for float64 y within err (>= 0) of an exact value s, the float32 where
     that is s rounded once too, and a bool mask where it may not be (an exact y on a float32 midpoint among them:
     the caller knows whether it is exact). NaN and ±inf in y are never
-    suspects: they come from NaN or inf inputs, and every correct evaluation gives them too."""
+    suspects: they come from NaN or inf inputs, and every correct evaluation gives them too. Nor is a y with err 0
+    (only a zero y can have it: the caller says it is exact, as tanh(-0) = -0 is): y ± 0 would round to -0 and +0
+    (IEEE's -0 + +0 is +0) and look unsure, and the exact evaluation would lose the sign of zero."""
     with np.errstate(invalid="ignore", over="ignore"):
         err = err + np.abs(y) * _ROUNDING_OF_Y
         low, high = narrow32(y - err, ns), narrow32(y + err, ns)
-    return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y)
+    return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y) & (err > 0)
 
 
 def f32_of_fraction(x: Fraction) -> np.float32:

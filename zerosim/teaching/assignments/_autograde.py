@@ -6,8 +6,10 @@
 Gradescope runs an autograder's `run_autograder` script in a container and reads /autograder/results/results.json:
 {"score", "output", "tests": [{"name", "score", "max_score", "status", "output", "visibility"}], ...}
 (https://gradescope-autograders.readthedocs.io/en/latest/specs/, "Output format"). `check_results` holds a
-results dict to that format. Each test runs in a child process under a time limit (teaching/exercises/_sandbox.py): a
-student's loop, sys.exit, crash or import error scores 0 on that test with one line, and the grader goes on.
+results dict to that format. Each test runs in the sandbox, each case under a time limit
+(teaching/exercises/_sandbox.py): a student's loop, flood of output, sys.exit, crash or import error scores 0 on that
+test with one line, and the grader goes on; where the sandbox cannot confine a solution and the grader is root,
+nothing is graded (CannotConfine).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from zerosim.outputs import check_file, write_atomic
 from zerosim.teaching.assignments._assignment import VISIBILITY, Assignment
 from zerosim.teaching.exercises._sandbox import grade_file
+from zerosim.teaching.sandbox import CannotConfine, check_confinable
 
 TIME_LIMIT = 60.0  # seconds per case, as `zerosim exercise check`
 OUTPUT_FORMATS = ("text", "html", "simple_format", "md", "ansi")
@@ -28,6 +31,7 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
     """Grade the student's file at `path`: every test (only the visible ones when `hidden` is False)."""
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
+    check_confinable()  # as root where nothing confines a solution: refused before any test, not one by one
     started, tests, unrunnable = time.monotonic(), [], None
     for n, t in enumerate(a.tests, 1):
         if not (hidden or t.visible):
@@ -37,6 +41,8 @@ def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool
         else:
             try:
                 r = grade_file(t.exercise.name, path, time_limit, where=t.where)
+            except CannotConfine:  # the grader's machine, not the student's file: no results.json at all
+                raise
             except ValueError as e:  # the file defines no such function: the student's own usage mistake, one line
                 passed, out = False, str(e)
             except OSError as e:  # the grader could not start the test (no process, no pipe): still a result, said

@@ -13,6 +13,7 @@ from zerosim.parallel.data.multinode._group_layout import GroupLayout
 from zerosim.parallel.data.multinode._groups import (
                                                      FRAMEWORK_RECIPES,
                                                      MeshGroups,
+                                                     check_matrix_optimizer,
                                                      check_recipe,
                                                      default_recipe,
                                                      default_size,
@@ -21,4 +22,4 @@ from zerosim.parallel.data.multinode._groups import (
 from zerosim.parallel.data.multinode._replicate import PARTIAL, replicate_op
 
 __all__ = ["API", "DataMesh", "FRAMEWORK_RECIPES", "GroupLayout", "MeshGroups", "PARTIAL", "Spelling", "check_nodes",
-           "check_recipe", "default_recipe", "default_size", "mesh_groups", "replicate_op"]
+           "check_matrix_optimizer", "check_recipe", "default_recipe", "default_size", "mesh_groups", "replicate_op"]

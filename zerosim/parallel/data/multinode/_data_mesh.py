@@ -8,6 +8,8 @@ reshard_after_forward=S secondary group), R = N / S replicas.
                                   hpZ's secondary group S', and G: every check of these choices is here
     DataMesh.of(stage, N, G, S, tp=T)   beside tensor parallelism: ParallelDims(N, ..., tp=T), the groups cut from
                                   the data dims N / T (torchtitan's "dp"), the default group G / T
+    DataMesh.of(stage, N, G, tp=T, cp=C)   beside context parallelism: the flat stages over dp × cp (torchtitan's
+                                  "fsdp" mesh: the CP ranks hold different tokens, so their gradients are summed too)
     mesh.groups(world)            the `MeshGroups` its collectives run over (_groups.py)
 
 The engine (`ZeroEngine(..., shard_group=S)` on `Cluster(N, gpus_per_node=G)`), the meta backend's accounting
@@ -80,14 +82,21 @@ class DataMesh:
 
     @classmethod
     def of(cls, stage, world_size: int, gpus_per_node: int | None = None, group: int | None = None,
-           spelling: Spelling = API, tp: int = 1, pp: int = 1) -> "DataMesh":
+           spelling: Spelling = API, tp: int = 1, cp: int = 1, pp: int = 1) -> "DataMesh":
         """The mesh of `stage` (0-3, a strategy's name, or a Plan) on `world_size` ranks placed `gpus_per_node` to
         a node, with the strategy's group S = `group` (default G), beside tensor parallelism of degree `tp` (the
         data-parallel ranks are then the N / T of each TP coordinate, and a node holds G / T of them: the default
-        group is still a node's) and pipeline parallelism of degree `pp` (each stage's N / (P·T): a pipeline stage's
-        engine, parallel/pipeline); a ValueError naming the choice otherwise."""
+        group is still a node's), context parallelism of degree `cp` (the flat stages then shard and reduce over
+        the N / T ranks of dp × cp, torchtitan's "fsdp" mesh: parallel/_dims.py) and pipeline parallelism of degree
+        `pp` (each stage's N / (P·T): a pipeline stage's engine, parallel/pipeline); a ValueError naming the choice
+        otherwise."""
         plan = stage if isinstance(stage, Plan) else get_plan(stage)
         g = check_nodes(world_size, gpus_per_node, spelling)
+        if cp != 1:
+            if pp != 1:
+                raise NotImplementedError(f"context parallelism (cp={cp}) beside pipeline parallelism (pp={pp}): not "
+                                          "modelled yet")
+            return cls._beside_cp(plan, world_size, g, group, tp, cp)
         dp = _data_parallel(world_size, tp, pp)
         per_node = g if tp == 1 else (None if g is None or g % tp else g // tp)  # data-parallel ranks on a node
         s = _group_size(plan, dp, per_node, group, spelling)
@@ -101,6 +110,22 @@ class DataMesh:
                              "DeepSpeed asserts the same (mics_utils.py: 'sharding spans on single node, no need for "
                              "hierarchy allgather')")
         return cls(plan, dims, g, None)
+
+    @classmethod
+    def _beside_cp(cls, plan: Plan, world_size: int, g: int | None, group, tp: int, cp: int) -> "DataMesh":
+        """`of` with context parallelism: ParallelDims(N, tp=T, cp=C) (checked there: C must be a positive integer
+        and T·C divide N), the flat stages over its "fsdp" groups. The strategies' groups (HSDP, MiCS, hpZ) beside
+        CP are not modelled yet."""
+        if plan.uses_groups or group is not None:
+            raise NotImplementedError(f"{plan.label} beside context parallelism (cp={cp}): torchtitan shards over "
+                                      "dp_shard × cp and replicates over dp_replicate; zerosim models CP with the "
+                                      "flat stages 0-3 only, for now")
+        _data_parallel(world_size, tp)
+        if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1 or world_size % (tp * cp):
+            raise ValueError(f"context parallelism of degree {cp!r} beside tp = {tp} does not divide the {world_size} "
+                             "ranks: cp · tp must divide the world size (the data-parallel degree is the quotient, as "
+                             "torchtitan's degrees multiply to it)")
+        return cls(plan, ParallelDims(world_size, tp=tp, cp=cp), g, None)
 
     @property
     def group(self) -> int | None:

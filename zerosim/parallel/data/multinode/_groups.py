@@ -24,6 +24,9 @@ torchtitan's FSDP runs over the "dp_shard" sub-mesh after TP (parallelize_llama.
 world_mesh["dp_shard_cp"]): every group above is cut from `ParallelDims(N, ..., tp=T)` (parallel/_dims.py), whose TP
 dim is innermost, so "world" becomes each TP rank's data-parallel group (the N / T ranks with its TP coordinate,
 torchtitan's "dp"), and ZeRO shards each TP rank's slice over it. `tp = 1` builds the groups exactly as before.
+Beside context parallelism (`cp` = C > 1: parallel/context/) the flat stages run over torchtitan's "fsdp" groups,
+dp_shard × cp (apply_fsdp on world_mesh["fsdp"]): each CP rank computed its gradient on its own tokens, so the C
+ranks of one sequence are summed like data-parallel ranks, and FSDP2 shards the parameters over them too.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def mesh_groups(plan, cluster, size: int | None = None, tp: int = 1) -> MeshGrou
 
 def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
     """The groups of a checked `DataMesh` (see the module docstring), cut from its `ParallelDims`."""
+    if mesh.dims.cp != 1:  # the flat stages over torchtitan's "fsdp" mesh, dp_shard × cp (DataMesh.of refuses more)
+        data = mesh.dims.groups("fsdp")
+        return MeshGroups(data, data, dims=mesh.dims)
     if mesh.dims.tp != 1 or mesh.dims.pp != 1:
         return _beside_tp(mesh)
     n, plan, dims = mesh.dims.world_size, mesh.plan, mesh.dims
@@ -123,16 +129,13 @@ def check_sub_mesh(dims, recipe, optimizer, clip_grad, wire) -> None:
     ring of every rank), a matrix optimizer (Muon would orthogonalise a TP slice), clipping (the global norm also sums
     the other TP ranks' slices, counting their replicated parameters once: not modelled yet) and ZeRO++'s quantized
     gathers (over the world)."""
-    other = [d for d in ("tp", "cp", "pp") if getattr(dims, d) > 1]
-    if not other:
+    beside = _beside(dims)
+    if not beside:
         return
-    beside = " × ".join(f"{d} {getattr(dims, d)}" for d in other)
     if recipe.allreduce != "ring":
         raise ValueError(f"allreduce={recipe.allreduce!r} maps one all-reduce over every rank; beside {beside} the "
                          "data-parallel ranks reduce in groups over the ring's map: use allreduce='ring'")
-    if not optimizer.elementwise:
-        raise ValueError(f"{optimizer.name} updates whole matrices; beside {beside} a rank holds a slice of each: use "
-                         "an elementwise optimizer (adam, adamw, sgd, lion, adan)")
+    check_matrix_optimizer(dims, optimizer)
     if clip_grad is not None:
         raise NotImplementedError(f"clip_grad beside {beside}: the global norm sums every TP rank's slice (their "
                                   "replicated parameters once, as Megatron's get_grad_norm_fp32 filters duplicates); "
@@ -140,6 +143,21 @@ def check_sub_mesh(dims, recipe, optimizer, clip_grad, wire) -> None:
     if wire is not None:
         raise NotImplementedError(f"ZeRO++'s quantized gathers and reductions run over every rank; beside {beside} "
                                   "they are not modelled")
+
+
+def _beside(dims) -> str:
+    """The degrees beside data parallelism, in words ("tp 8"), or "" where there are none."""
+    return " × ".join(f"{d} {getattr(dims, d)}" for d in ("tp", "cp", "pp") if getattr(dims, d) > 1)
+
+
+def check_matrix_optimizer(dims, optimizer) -> None:
+    """A matrix optimizer (Muon: `optimizer.elementwise` False) orthogonalises whole weight matrices; beside tensor
+    (or context, pipeline) parallelism a rank holds a slice of each: refused (what the planner asks before it
+    measures anything, and the engine before it builds)."""
+    beside = _beside(dims)
+    if beside and not optimizer.elementwise:
+        raise ValueError(f"{optimizer.name} updates whole matrices; beside {beside} a rank holds a slice of each: use "
+                         "an elementwise optimizer (adam, adamw, sgd, lion, adan)")
 
 
 def check_recipe(plan, recipe) -> None:

@@ -175,7 +175,7 @@ def all_reduce_bucket(ctx, params: list, first: bool, limit: int | None, held: b
             out = collective(cluster, [buf.array[start : start + size] for buf in bucket], op=op, wire=wire, tag=name,
                              **over_data_parallel(ctx))
         for rank, result in zip(ranks, out):
-            at, mine = 0, ctx.mesh.shard.position(rank.index)  # the shard it owns: its place in its shard group
+            at, mine = 0, ctx.mesh.world.position(rank.index)  # its shard's position among the data-parallel ranks
             for owner, a, b in call:
                 if owner == mine:  # allreduce_and_copy_with_multiple_ranks: only the owner copies back
                     piece = averaging.after_reduce(result[at : at + b - a], policy, n, recipe)

@@ -1,0 +1,64 @@
+"""Why each kind of communication is exposed or hidden: the words `zerosim timeline` prints beside each purpose's
+exposed seconds (its `--json` "exposure"), from the schedule the step ran.
+
+The seconds are the timeline's (analysis/timeline `comm_by_purpose`: the part of each call its rank's compute did not
+cover); these lines say which rule of the schedule put them there:
+
+    gather params     FSDP (torch/distributed/fsdp, BackwardPrefetch): forward gathers a unit right before its use
+                      unless forward_prefetch; backward prefetches `backward_prefetch` units ahead. With tensor
+                      parallelism a block's five units are one FSDP unit, as torchtitan's apply_fsdp wraps each
+                      TransformerBlock with TP inside (torchtitan a33d0e3, torchtitan/models/llama3/infra/
+                      parallelize.py `apply_fsdp`), so the next block is gathered while this one computes.
+                      DeepSpeed (partitioned_param_coordinator.py): prefetched from the trace up to
+                      stage3_prefetch_bucket_size elements. seed 004: gathered right before each use.
+    reduce grads      a unit's gradients reduce-scatter once its backward is done: hidden behind the backward of
+                      the units before it; the first units' (the last computed) wait at the step's end.
+    tensor parallel   Megatron's f and g and torch's DTensor redistributes: the next GEMM needs the collective's
+                      output, so it is on the critical path (Megatron without --tp-comm-overlap, torchtitan without
+                      async TP). With async TP (torchtitan's enable_async_tensor_parallel: torch's micro-pipelined
+                      `_fused_all_gather_matmul` / `_fused_matmul_reduce_scatter`, torch/distributed/
+                      _symmetric_memory/__init__.py at torch 2.13.0) zerosim's bound lets no compute wait for them.
+    replicate grads   HSDP's / MiCS's all-reduce over the replicas after each reduce-scatter, as the reduce-scatter.
+    refresh params    stages 1 and 2 all-gather the updated shards after the optimizer step: nothing is left to hide
+                      it behind.
+    optimizer, check  Muon's matrices brought together, the overflow flag and the norm: the update waits for them.
+"""
+
+from __future__ import annotations
+
+GATHER = {  # (prefetch by units?, forward prefetch?) -> why the parameter gathers are exposed or hidden
+    "fsdp": "FSDP: backward prefetches the next unit while this one computes; forward gathers each unit right "
+            "before its use (forward_prefetch off), so those gathers are exposed",
+    "fsdp-forward": "FSDP: the next unit prefetched in forward and backward, while this one computes",
+    "deepspeed": "DeepSpeed: prefetched from the trace of upcoming uses, up to stage3_prefetch_bucket_size elements",
+    "seed": "seed 004's schedule: gathered right before each use, nothing prefetched: all exposed",
+}
+REASONS = {
+    "reduce grads": "issued as each unit's backward ends: hidden behind the backward before it; the last ones wait "
+                    "at the step's end",
+    "replicate grads": "the replicas' all-reduce of each reduced shard (HSDP, MiCS), issued after its reduce-scatter: "
+                       "hidden behind the backward before it, the last ones at the step's end",
+    "optimizer": "the optimizer's own collectives (Muon's whole matrices) between the backward and the update: "
+                 "nothing left to hide them behind",
+    "check": "a few bytes of agreement (the overflow flag, the gradient norm) the update waits for",
+    "refresh params": "after the optimizer step: nothing left to hide it behind",
+    "tensor parallel": "on the critical path: the next GEMM needs its output (Megatron without --tp-comm-overlap, "
+                       "torchtitan without async TP)",
+}
+ASYNC_TP = ("async TP (torch's micro-pipelined all-gather / reduce-scatter matmuls) as a bound: no compute waits for "
+            "it; what shows as exposed ran while compute waited for something else")
+TP_UNIT = "; beside TP a block's five units are one FSDP unit (torchtitan's fully_shard per TransformerBlock)"
+
+
+def exposure(comm, tp: int = 1, async_tp: bool = False) -> dict:
+    """{purpose: why} for a step run with CommSchedule `comm` beside tensor parallelism of degree `tp`."""
+    if comm.prefetch_bucket_size:
+        gather = GATHER["deepspeed"]
+    elif comm.prefetch_forward or comm.prefetch_backward:
+        gather = GATHER["fsdp-forward" if comm.prefetch_forward else "fsdp"] + (TP_UNIT if tp > 1 else "")
+    else:
+        gather = GATHER["seed"]
+    out = {"gather params": gather, **REASONS}
+    if async_tp:
+        out["tensor parallel"] = ASYNC_TP
+    return out

@@ -1,0 +1,43 @@
+"""Ring attention alone: each rank's queries, keys and values in, each rank's output and log-sum-exp out, through the
+very hops, sends and arithmetic the model's attention core runs (_communication.py, _core.py) — for a learner to
+watch a ring carry K/V, for a test to hold against exact attention or torch's.
+
+    o, lse = ring_attention(Cluster(2), q, k, v, fmt="bf16")     # q[i]: rank i's (B, H, L_r, d_h), k[i], v[i] alike
+
+Letters: C ranks on the CP ring (the cluster's world, or each group of `group`), L_r = L / C tokens a rank, cut by
+`split` (_split.py: rank p's tokens are `positions(L, split, C, p)`). The trace records every send.
+"""
+
+from __future__ import annotations
+
+from zerosim.cluster import Groups, Handle
+from zerosim.models.layers import BLOCK
+from zerosim.parallel.context._communication import Layout, forward_hop, gather
+from zerosim.parallel.context._core import Gathered, Hop
+from zerosim.parallel.context._model import check_style
+from zerosim.parallel.context._records import Ring
+from zerosim.parallel.context._split import SPLITS, check_split
+from zerosim.precision import get_format
+
+
+def ring_attention(cluster, q: list, k: list, v: list, style: str = "ring", split: str = "contiguous",
+                   causal: bool = True, fmt="bf16", block: int = BLOCK, group: Groups | None = None) -> tuple:
+    """([O (B, H, L_r, d_h) in fmt], [LSE (B, H, L_r) in acc]), one per local rank: attention of each rank's queries
+    over the whole sequence's keys, with `style` "ring" (hop by hop, Transformer Engine's merge) or "allgather"."""
+    check_style(style), check_split(split)
+    group = Groups.world(cluster.world_size) if group is None else group
+    f, C = get_format(fmt), group.size
+    how, where = Layout(C, split, bool(causal)), [group.position(r.index) for r in cluster.ranks]
+    pieces, n_rep = SPLITS[split], q[0].shape[1] // k[0].shape[1]
+    states = [Ring(None, qi, (ki, vi)) for qi, ki, vi in zip(q, k, v)]
+    if style == "allgather":
+        unit = Gathered(pieces, n_rep, block, "attention.gathered")
+        states, _ = gather(cluster, group, states, where, unit, how, "forward")
+        states = [unit.forward({}, s, f)[0] for s in states]
+    else:
+        ahead = Handle()
+        for j in range(C):
+            hop = Hop(j, C, pieces, n_rep, block, f"attention.hop{j}")
+            states, _, ahead = forward_hop(cluster, group, states, where, hop, how, ahead)
+            states = [hop.forward({}, s, f)[0] for s in states]
+    return [s.o for s in states], [s.lse for s in states]

@@ -1,0 +1,132 @@
+"""The data-less twin of a CP rank's model, for the meta backend: 128k to 1M-token sequences without a byte.
+
+As models/meta/_decoder.py twins a decoder's units, each twin here answers from shapes alone by asking the real CP
+unit: forward saves a MetaArray for each entry of `unit.saved_spec` (the names, shapes and dtypes the real forward
+saves) and hands on what the real unit hands on — a `Ring` (_records.py) through the attention core, with MetaArrays
+where the arrays would be; backward hands back the gradients' shapes; `flops` is the unit's own (a hop's from its
+block, which the parallelism names as for real). The parallelism's hooks (_parallelism.py) run unchanged on the
+MetaArrays: its sends, gathers and reduce-scatters are the meta backend's. So every activation a rank keeps is in
+its ledger by name, at L / C tokens (tests/test_context_memory.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.models.layers import Layer, acc_dtype
+from zerosim.models.meta import MetaDecoder, MetaUnit, like
+from zerosim.parallel.context._core import Gathered, Hop
+from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV
+from zerosim.parallel.context._records import Ring, RingGrad
+from zerosim.precision import get_format
+
+
+def _qkv_out(u, x, f):
+    v = getattr(x, "value", x)  # Located(x) for the Llama's end
+    B, L, _ = v.shape
+    heads, kv_heads, dh = u.heads, getattr(u, "kv_heads", u.heads), getattr(u, "head_dim", u.d // u.heads)
+    kv = tuple(like(v, (B, kv_heads, L, dh), f.dtype) for _ in range(2))
+    return Ring(v, like(v, (B, heads, L, dh), f.dtype), kv), v
+
+
+def _core_out(u, x, f):
+    if isinstance(u, Hop) and u.hop < u.hops - 1:
+        return x
+    B, H, L, dh = x.q.shape
+    o, lse = like(x.q, x.q.shape, f.dtype), like(x.q, (B, H, L), np.dtype(acc_dtype(f)))
+    held = x.held if isinstance(u, Hop) else x.kv
+    return x.but(o=o, lse=lse, held=held, steps=(), incoming=None, gathered=None, work=(B, L, H * dh))
+
+
+def _core_back(u, dy, f):
+    if isinstance(u, Gathered):
+        return dy.but(dq=like(dy.q, dy.q.shape, f.dtype), dkv=tuple(like(a, a.shape, f.dtype) for a in dy.gathered),
+                      gathered=None)
+    if u.hop:
+        return dy
+    return dy.but(dq=like(dy.q, dy.q.shape, f.dtype), dk=dy.dkv[0], dv=dy.dkv[1], dkv=None, incoming=None)
+
+
+class MetaContextUnit(Layer):
+    """A CP unit's twin: the same name, parameters, saved tensors, output and FLOPs, no values."""
+
+    def __init__(self, unit):
+        super().__init__(unit.name)
+        self.unit = unit
+        self.param_shapes = dict(unit.param_shapes)
+        self.saves_input_only = unit.saves_input_only
+        for name in ("core", "hop", "hops", "n_rep", "block", "pieces", "role"):
+            if hasattr(unit, name):
+                setattr(self, name, getattr(unit, name))
+
+    def forward(self, p, x, fmt):
+        f, u = get_format(fmt), self.unit
+        if isinstance(u, (GptQKV, LlamaQKV)):
+            out, v = _qkv_out(u, x, f)
+            return out, {n: like(v, s, d) for n, (s, d) in u.saved_spec(v.shape, f).items()}
+        if isinstance(u, (Hop, Gathered)):
+            return _core_out(u, x, f), {}
+        if isinstance(u, AttentionOut):
+            o_shape = x.work
+            cache = {n: like(x.q, s, d) for n, (s, d) in u.saved_spec(o_shape, f).items()}
+            return like(x.residual, x.residual.shape, f.dtype), cache
+        raise TypeError(f"no twin for {type(u).__name__}")
+
+    def backward(self, p, dy, cache, fmt):
+        f, u = get_format(fmt), self.unit
+        grads = {n: like(cache[next(iter(cache))] if cache else dy.q, s, f.dtype) for n, s in
+                 self.param_shapes.items()}
+        if isinstance(u, (Hop, Gathered)):
+            return _core_back(u, dy, f), grads
+        if isinstance(u, AttentionOut):
+            o = cache["attention output"]
+            B, L, _ = o.shape
+            heads = like(o, (B, u.heads, L, u.head_dim), f.dtype)
+            return RingGrad(dy, heads, like(o, heads.shape, f.dtype), cache["LSE"], cache["Q"],
+                            held=(cache["K"], cache["V"])), grads
+        x = cache["block input"]
+        return like(x, x.shape, f.dtype), grads
+
+    def output_shape(self, x_shape):
+        return tuple(x_shape)
+
+    def flops(self, x_shape, kind):
+        return self.unit.flops(x_shape, kind)
+
+    def __repr__(self) -> str:
+        return f"MetaContextUnit({self.unit.name!r})"
+
+
+class _MetaEmbedding(MetaUnit):
+    """The GPT's embedding twin, its input Located (ids beside their positions)."""
+
+    def forward(self, p, x, fmt):
+        ids = getattr(x, "value", x)
+        return like(ids, self.unit.output_shape(ids.shape), get_format(fmt).dtype), {"input": x}
+
+    def backward(self, p, dy, cache, fmt):
+        dtype = get_format(fmt).dtype
+        return None, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
+
+
+class MetaContextParallelModel(MetaDecoder):
+    """A `ContextParallelModel`'s units as twins (the same flat layout, checkpoint blocks, names, positioned units and
+    loss); the units it keeps from the whole model (the FFN, the head, the Llama's embedding) twinned as MetaGPT and
+    MetaLlama twin them."""
+
+    def __init__(self, model, loss):
+        units = []
+        for i, u in enumerate(model.layers):
+            if isinstance(u, (GptQKV, LlamaQKV, Hop, Gathered, AttentionOut)):
+                units.append(MetaContextUnit(u))
+            elif i in model.positioned:
+                units.append(_MetaEmbedding(u))
+            else:
+                units.append(MetaUnit(u))
+        super().__init__(units, loss, checkpoint_blocks=model.checkpoint_blocks)
+        self.local = model
+        for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "cp",
+                     "style", "split", "causal", "positioned", "family", "full"):
+            setattr(self, name, getattr(model, name))
+        self.name = f"{model.full!r} at cp={model.cp} ({model.style}, {model.split})"
+        self._index_specs()

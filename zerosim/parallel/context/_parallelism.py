@@ -1,0 +1,158 @@
+"""ContextParallel: every rank holds 1/C of every sequence; attention's keys and values travel the CP group.
+
+Letters: N ranks, C the CP degree, p a rank's position in its CP group (`ParallelDims.groups("cp")`: C consecutive
+ranks beside TP's innermost ones), L_r = L / C. The engine is given the CP rank's model (`ContextParallel.model`,
+_model.py) and this parallelism; it then reduces and shards its gradients over dp × cp (torchtitan's "fsdp" mesh:
+DataMesh.of(..., cp=C)), and `batches` hands each rank its tokens of its data-parallel rank's sequences (_split.py).
+At the step's points (parallel/_contract.py) it runs, over the CP groups (collectives: every send in the trace):
+
+    before a unit, forward     the embedding (GPT) and the Llama's QKV unit: their input beside the tokens'
+                               positions (Located)
+                               ring, hop j: the K/V hop j attends to (own at j = 0; else the one that arrived),
+                               and, for j < C−1, that K/V sent on to p + 1 (`send_recv`, one message of K and V:
+                               Transformer Engine's p2p_comm_buffers[i], torch.cat((k.view(-1), v.view(-1)))) —
+                               posted before hop j computes, as TE posts step i+1's receive before step i's
+                               attention; hop j+1 waits for it
+                               allgather: K, then V, all-gathered (TE's gather_along_first_dim, twice)
+    before a unit, backward    ring, hop j (C−1 down to 0): one message to p − 1 (TE's backward ring: send_dst =
+                               rank − 1) carrying the K/V held now (for p − 1's next hop; not at j = 0) and the dK/dV
+                               summed so far for the K/V p − 1 holds (not at j = C−1) — TE's [kv, dkv] buffers;
+                               the hop waits for it
+                               allgather: K and V all-gathered again (TE gathers them again in backward)
+    after a unit, backward     allgather: dK, then dV, reduce-scattered to their owners (16-bit, the ring's
+                               order: TE's reduce_scatter_along_first_dim)
+
+The sends themselves are _communication.py's. Each hop is told its block (_blocks.py) — which pieces of Q meet which
+of the held K/V — so the units (_core.py) never ask which rank they run on. Nothing is kept between steps.
+
+`cp = 1` is no context parallelism: the model itself, no hook does anything, every bit and call as without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.cluster import Handle
+from zerosim.models.meta import like
+from zerosim.parallel._contract import Parallelism
+from zerosim.parallel.context import _communication as comm
+from zerosim.parallel.context._core import Gathered, Hop
+from zerosim.parallel.context._meta import MetaContextParallelModel
+from zerosim.parallel.context._model import ContextParallelModel, check_cp, check_style
+from zerosim.parallel.context._records import Located
+from zerosim.parallel.context._split import check_length, check_split, positions, shard
+
+
+class ContextParallel(Parallelism):
+    """Context parallelism of degree `cp` over `model` (a GPT or a Llama with attention="flash"): `style` "ring"
+    (Transformer Engine's p2p, Megatron-Core's default cp_comm_type) or "allgather" (the Llama 3 paper's, TE's
+    all_gather); `split` "zigzag" (load-balanced: TE's, torch's head-tail) or "contiguous"; `causal` False: attention
+    without its mask.
+
+        cp = ContextParallel(GPT(vocab=64, d_model=32, n_heads=4, n_layers=2, seq_len=16, attention="flash"), cp=2)
+        engine = ZeroEngine(cp.model, Cluster(4), 3, Adam(), "bf16-mixed", parallelisms=(cp,))
+        engine.step(cp.batches(engine.dims, [(x0, t0), (x1, t1)]))      # one (x, target) per data-parallel rank
+    """
+
+    name = "context parallel"
+
+    def __init__(self, model, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True,
+                 tensor=None):
+        self.cp, self.style, self.split = check_cp(cp), check_style(style), check_split(split)
+        self.causal = bool(causal)
+        self.tensor = tensor if tensor is not None and tensor.local is not None else None
+        if self.tensor is not None and self.tensor.sequence_parallel:
+            raise NotImplementedError("context parallelism beside tensor parallelism's sequence parallelism is not "
+                                      "modelled yet: build TensorParallel(..., sequence_parallel=False)")
+        if self.tensor is not None and (tensor.full is not model):
+            raise ValueError("tensor= must be the TensorParallel of this same model")
+        whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
+        self.meta = whole is not None
+        if self.meta and self.tensor is not None:
+            raise NotImplementedError("the meta backend's twin of context beside tensor parallelism is not modelled "
+                                      "yet")
+        self.full = whole if self.meta else model
+        cut = None if self.tensor is None else self.tensor.local
+        self.local = None if self.cp == 1 and self.causal else ContextParallelModel(self.full, self.cp, style, split,
+                                                                                     causal, cut)
+        if self.local is None:
+            self.model = model if self.tensor is None else self.tensor.model
+        else:
+            self.model = MetaContextParallelModel(self.local, model.loss) if self.meta else self.local
+        self.degrees = {"cp": self.cp}
+        self.layout = comm.Layout(self.cp, self.split, self.causal)
+        self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
+
+    @property
+    def parallelisms(self) -> tuple:
+        """What the engine runs, in order: tensor parallelism's operators first (its f before a unit, its vocabulary
+        shift), then this one's (which hands the unit its input beside the tokens' positions)."""
+        return (self,) if self.tensor is None else (self.tensor, self)
+
+    # -- before the step ----------------------------------------------------------------------------------------
+    def batches(self, dims, per_data_rank: list) -> list:
+        """Every rank's micro-batch(es) from the data-parallel ranks' (x, target) (B, L) (or lists of K): position p
+        of a CP group gets its tokens of its group's sequences (_split.py). A length that does not split is refused
+        before anything runs."""
+        dp, cps = dims.groups("dp"), dims.groups("cp")
+        if len(per_data_rank) != dp.size:
+            raise ValueError(f"{dp.size} data-parallel ranks train on a batch each (dp = N / (cp · tp)), got "
+                             f"{len(per_data_rank)} batches")
+
+        def cut(batch, p):
+            if len(batch) == 2 and not isinstance(batch[0], (list, tuple)):
+                x, t = np.asarray(batch[0]), np.asarray(batch[1])
+                if x.ndim != 2:
+                    raise ValueError(f"token ids must be (batch, length), got shape {x.shape}")
+                check_length(x.shape[1], self.split, self.cp)
+                return shard(x, self.split, self.cp, p), shard(t, self.split, self.cp, p)
+            return [cut(b, p) for b in batch]
+
+        return [cut(per_data_rank[dp.position(r)], cps.position(r)) for r in range(dims.world_size)]
+
+    # -- the step's points --------------------------------------------------------------------------------------
+    def before_unit(self, ctx, passes, ops) -> Handle:
+        op = ops[0]
+        if self.local is None or not op.computes or op.kind == "loss":
+            return Handle()
+        unit, group = self.local.layers[op.layer], ctx.mesh.dims.groups("cp")
+        where = [group.position(rank.index) for rank in ctx.ranks]
+        if op.kind == "backward":
+            if isinstance(unit, Hop):
+                grads, handle = comm.backward_hop(ctx.cluster, group, [p.dy for p in passes], where, unit,
+                                                  self.layout)
+            elif isinstance(unit, Gathered):
+                grads, handle = comm.gather(ctx.cluster, group, [p.dy for p in passes], where, unit, self.layout,
+                                            "backward")
+            else:
+                return Handle()
+            for p, g in zip(passes, grads):
+                p.dy = g
+            return handle
+        if op.layer in self.local.positioned and not op.from_checkpoint:
+            for p, c in zip(passes, where):
+                L = p.a.shape[1] * self.cp
+                at = like(p.a, (L // self.cp,), np.int64) if self.meta else positions(L, self.split, self.cp, c)
+                p.a = Located(p.a, at)
+        states = [p.a for p in passes]
+        if isinstance(unit, Hop):
+            states, handle, self._ahead = comm.forward_hop(ctx.cluster, group, states, where, unit, self.layout,
+                                                           self._ahead)
+        elif isinstance(unit, Gathered):
+            states, handle = comm.gather(ctx.cluster, group, states, where, unit, self.layout, "forward")
+        else:
+            return Handle()
+        for p, state in zip(passes, states):
+            p.a = state
+        return handle
+
+    def after_unit(self, ctx, passes, ops) -> Handle:
+        op = ops[0]
+        unit = None if self.local is None or op.kind != "backward" else self.local.layers[op.layer]
+        if not isinstance(unit, Gathered):
+            return Handle()
+        grads, handle = comm.scatter_dkv(ctx.cluster, ctx.mesh.dims.groups("cp"), [p.dy for p in passes], unit,
+                                         self.layout)
+        for p, g in zip(passes, grads):
+            p.dy = g
+        return handle
