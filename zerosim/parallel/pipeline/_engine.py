@@ -273,34 +273,33 @@ class _Stage(Parallelism):
 
 
 class _TensorStage(Parallelism):
-    """Tensor parallelism inside one stage: the TP parallelism's points, each told the unit of the whole TP model
-    (a stage's unit i is the TP model's unit `part.units[i]`). A zero-bubble backward-input is a backward to it (the
+    """Tensor parallelism inside one stage: the TP parallelism's points (it reads each unit from the stage's model the
+    passes run, parallel/tensor/_parallelism.py `_unit`). A zero-bubble backward-input is a backward to it (the
     activations' gradients cross its operators); a backward-weight moves no activation, so no operator runs."""
 
     name = "tensor parallel"
 
     def __init__(self, tensor, part: StageModel):
         self.tensor, self.part, self.degrees = tensor, part, {"tp": tensor.tp}
-        self._seen = {}  # a stage's op -> the TP model's (ops are frozen records: made once, every micro-batch)
+        self._seen = {}  # a zero-bubble op -> the backward TP sees (ops are frozen records: made once)
 
-    def _whole(self, ops) -> list:
+    def _as_tp_sees(self, ops) -> list:
         out = []
         for op in ops:
             if op not in self._seen:
-                self._seen[op] = op if op.layer < 0 else replace(
-                    op, layer=self.part.units[op.layer], kind="backward" if op.kind == "backward-input" else op.kind)
+                self._seen[op] = replace(op, kind="backward") if op.kind == "backward-input" else op
             out.append(self._seen[op])
         return out
 
     def before_unit(self, ctx, passes, ops) -> Handle:
         if ops[0].kind == "backward-weight":
             return Handle()
-        return self.tensor.before_unit(ctx, passes, self._whole(ops))
+        return self.tensor.before_unit(ctx, passes, self._as_tp_sees(ops))
 
     def after_unit(self, ctx, passes, ops) -> Handle:
         if ops[0].kind == "backward-weight":
             return Handle()
-        return self.tensor.after_unit(ctx, passes, self._whole(ops))
+        return self.tensor.after_unit(ctx, passes, self._as_tp_sees(ops))
 
 
 def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
