@@ -127,7 +127,7 @@ def test_the_docs_example_parallelism_runs_and_prints_what_it_says(capsys):
 
     page = Path(__file__).resolve().parent.parent / "docs" / "explanation" / "adding-a-parallelism.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
-    assert len(blocks) == 4  # ParallelDims, the small parallelism, context parallelism's ring and its training
+    assert len(blocks) == 5  # ParallelDims, the small parallelism, context's ring and its training, a pipeline
     for block in blocks:
         exec(compile(block, str(page), "exec"), {})
         printed = capsys.readouterr().out.splitlines()

@@ -230,23 +230,31 @@ class MetaBackend:
     holds_values = False
     xp = NUMPY  # its arrays are data-less, shaped and typed as numpy's would be
 
-    def __init__(self, world_size: int, hosted: str = "representative"):
-        if hosted not in self.HOSTED:
-            raise ValueError(f"hosted must be one of {self.HOSTED}, got {hosted!r}")
-        self.world_size, self.hosted = world_size, hosted
+    def __init__(self, world_size: int, hosted: str | tuple = "representative"):
+        chosen = hosted if isinstance(hosted, str) else tuple(hosted)
+        if isinstance(chosen, str) and chosen not in self.HOSTED or not isinstance(chosen, str) and (
+                not chosen or any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in chosen)
+                or sorted(set(chosen)) != list(chosen) or not 0 <= chosen[0] <= chosen[-1] < world_size):
+            raise ValueError(f"hosted must be one of {self.HOSTED}, or the ranks it hosts in increasing order, got "
+                             f"{hosted!r}")
+        self.world_size, self.hosted = world_size, chosen
         # "representative": one rank (0) stands for all. Every rank of a ZeRO engine allocates the same buffers
         # (same shapes: shards are padded to equal size) and its bytes on the wire follow in closed form from
         # the chunk sizes, so one rank's ledger and the trace's summaries answer for every rank in O(layers)
         # (tests/test_meta_backend.py checks this against "all" on a sweep of shapes). "all": every rank, O(N·layers).
-        self.local_ranks = [0] if hosted == "representative" else list(range(world_size))
+        # A tuple of ranks: those (a pipeline's stages each have one representative: parallel/pipeline).
+        self.local_ranks = [0] if chosen == "representative" else list(range(world_size)) if chosen == "all" else \
+            [int(r) for r in chosen]
 
     def empty(self, shape, dtype) -> MetaArray:
         return MetaArray(shape, dtype)
 
     def exchange(self, sends, send_to, recv_from, recv_like=None) -> list:
-        """What each rank receives: a MetaArray like the one its peer sent (used by broadcast)."""
-        outbox = {(src, dst): a for src, (a, dst) in enumerate(zip(sends, send_to)) if dst is not None}
-        return [None if src is None else outbox[(src, dst)].copy() for dst, src in enumerate(recv_from)]
+        """What each rank receives: a MetaArray like the one its peer sent (used by broadcast, and point to point);
+        ranks by their numbers, the local ranks in `local_ranks`' order."""
+        here = self.local_ranks
+        outbox = {(src, dst): a for src, a, dst in zip(here, sends, send_to) if dst is not None}
+        return [None if src is None else outbox[(src, dst)].copy() for dst, src in zip(here, recv_from)]
 
     def all_meta(self, items) -> list:
         return list(items)

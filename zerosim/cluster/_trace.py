@@ -224,9 +224,10 @@ class Trace:
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
-              group: Groups | None = None, chunk_map: tuple = ()) -> int:
+              group: Groups | None = None, chunk_map: tuple = (), tier: str | None = None) -> int:
         """Open a collective call over `group` (None: the world of `world_size` ranks); returns its number, which
-        `hop` and `end` take. `world_size` is the ring's length: the group's size."""
+        `hop` and `end` take. `world_size` is the ring's length: the group's size. `tier`: the slowest link of a call
+        that runs over no group (a point-to-point call's sends: collectives/_p2p.py)."""
         fields = {}  # what differs from a Call's defaults, set at once (dataclasses.replace is slow, and per call)
         number = self.folded.calls + len(self._calls)
         if group is not None and not group.is_world:
@@ -234,6 +235,8 @@ class Trace:
             self.call_groups[number] = group
         elif group is not None and self.gpus_per_node is not None:
             fields["tier"] = group.tier(self.gpus_per_node)
+        if tier is not None:
+            fields["tier"] = tier
         fields.update(self._about)
         call = Call(number, collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map), **fields)
         self._calls.append(call)

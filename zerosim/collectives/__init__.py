@@ -9,6 +9,7 @@ Collectives know nothing about ZeRO.
     _send_recv.py   one step of a ring: each member's buffer to the next (point-to-point sends, no sum)
     _all_to_all.py  every rank sends chunk k to the k-th member of its group
     _all_to_all_v.py  the same with uneven pieces (all_to_all_single with split sizes): a matrix to its owner
+    _p2p.py         point to point between any pairs: send_pairs (a pipeline stage's activations to the next)
     _naive.py       the naive twins: everything in one place, summed in the ring's order or in float64
     _ops.py         reduction operators (sum, max, avg and its variants; a recipe's own ReduceOp)
     _shards.py      shard arithmetic, in one place: padding to a multiple of N, each rank's [start, stop)
@@ -27,6 +28,7 @@ from zerosim.collectives._broadcast import broadcast
 from zerosim.collectives._calls import all_gather, all_reduce, reduce_scatter
 from zerosim.collectives._naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
 from zerosim.collectives._ops import OPS, ReduceOp, get_op
+from zerosim.collectives._p2p import naive_send_pairs, send_pairs
 from zerosim.collectives._send_recv import naive_send_recv, send_recv
 from zerosim.collectives._shards import ShardLayout
 from zerosim.collectives._staging import Collected
@@ -49,8 +51,6 @@ __all__ = [
     "all_to_all_v", "naive_all_to_all_v",
     "broadcast", "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather",
     "naive_all_reduce", "naive_all_to_all", "naive_reduce", "naive_reduce_scatter", "naive_send_recv",
-    "nccl_all_reduce",
-    "nccl_ring_allreduce_chunks", "reduce_scatter", "ring_tree_crossover", "send_recv", "tree_all_reduce",
-    "tree_all_reduce_time",
-    "wire_itemsize",
+    "nccl_all_reduce", "nccl_ring_allreduce_chunks", "reduce_scatter", "ring_tree_crossover", "send_pairs",
+    "naive_send_pairs", "send_recv", "tree_all_reduce", "tree_all_reduce_time", "wire_itemsize",
 ]

@@ -17,7 +17,7 @@ Each family's face (zerosim.models.gpt, .llama, ...) lists its units; the names 
 
 from zerosim.models._model import Model, ParamSpec
 from zerosim.models._run import Pass, forward_backward, loss_and_grad, predict
-from zerosim.models._schedule import Op, needs_params, schedule
+from zerosim.models._schedule import Op, needs_params, schedule, split_backward
 from zerosim.models.data import answer_positions, make_classification, make_regression, make_sequence_task
 from zerosim.models.gpt import (
                                    GPT,
@@ -70,4 +70,5 @@ __all__ = [
     "layernorm_forward", "linear_backward", "linear_forward", "loss_and_grad", "make_classification",
     "make_regression", "make_sequence_task", "needs_params", "predict", "read_hf_config", "relu_backward",
     "relu_forward", "schedule", "shipped_config", "shipped_configs", "softmax_backward", "softmax_forward",
+    "split_backward",
 ]

@@ -75,15 +75,15 @@ def _as_dict(cache) -> dict:
 class _Saved:
     """Tensors saved for backward, keyed; each one a ledger buffer when there is a ledger."""
 
-    def __init__(self, ledger):
-        self.ledger, self.items = ledger, {}
+    def __init__(self, ledger, tag: str = ""):
+        self.ledger, self.items, self.tag = ledger, {}, tag
 
     def put(self, key, prefix: str, cache) -> None:
         named = _as_dict(cache)
         ledger = self.ledger
         if ledger is not None:
-            adopt = ledger.adopt
-            named = {k: adopt(f"{prefix}.{k}", a, KIND) for k, a in named.items()}
+            adopt, tag = ledger.adopt, self.tag
+            named = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
     def peek(self, key) -> dict:
@@ -112,12 +112,16 @@ class Pass:
         ledger: a MemoryLedger; saved tensors are allocated and freed in it as kind "activations".
         loss_scale: dy = cast(loss_scale * dL/dy, fmt), so every gradient is scaled by it.
         keep_values: copy each op's output (and gradients) into `Done.values`, for narration.
+        tag: put before the name of everything it keeps in the ledger, where several micro-batches are in flight on
+            one rank at once (a pipeline stage's: "micro 3: fc0.input"); "" (default) for one at a time.
     """
 
-    def __init__(self, model, x, target, fmt, *, ledger=None, loss_scale: float = 1.0, keep_values: bool = False):
+    def __init__(self, model, x, target, fmt, *, ledger=None, loss_scale: float = 1.0, keep_values: bool = False,
+                 tag: str = ""):
         self.model, self.target, self.fmt = model, target, get_format(fmt)
         self.loss_scale, self.keep_values = loss_scale, keep_values
-        self.saved = _Saved(ledger)
+        self.saved = _Saved(ledger, tag)
+        self.waiting = {}  # layer -> (its weight gradients, their FLOPs): a backward-input's, until its backward-weight
         integer = getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
         self.a = x if integer else cast(x, self.fmt)  # (B, D_in) the micro-batch in the compute format
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
@@ -157,6 +161,8 @@ class Pass:
             self.saved.put(op.layer, layer.name, {"input": self.a})
             return done(None, 0, 0, 0)
         read = _nbytes(*params.values())
+        if op.kind in ("backward-input", "backward-weight"):
+            return self._split(op, layer, params, read)
         if op.kind == "backward":
             cache = self.saved.pop(op.layer)
             read += _nbytes(self.dy, *cache.values())
@@ -177,6 +183,33 @@ class Pass:
         self.a = out
         values = {"out": _kept(out)} if self.keep_values else None
         return done(None, layer.flops(x.shape, "forward"), read + _nbytes(x), _nbytes(out), values)
+
+
+    def _split(self, op: Op, layer, params: dict, read: int) -> Done:
+        """Zero bubble's backward in two (models/_schedule.py `split_backward`). "backward-input" runs the layer's
+        backward whole (the same bits as one backward: dW = dyᵀ·x is the same product made now or later), hands dx on
+        and keeps the weights' gradients, in the ledger as "grads" named "<layer>.<param> (waiting for W)", until its
+        "backward-weight" hands them on. FLOPs: half the backward's to each for a layer with weights (the paper's
+        T_B = T_W; exactly so for a Linear, whose dx and dW are products of one size), all to the input's otherwise.
+        NOTE: a split backward keeps the layer's input and dy until W instead (what dW is made from); zerosim keeps
+        dW itself, which the ledger shows."""
+        if op.kind == "backward-weight":
+            grads, weight = self.waiting.pop(op.layer)
+            held = grads if self.saved.ledger is None else {k: b.array for k, b in grads.items()}
+            for b in (grads.values() if self.saved.ledger is not None else ()):
+                b.free()
+            return done(held, weight, _nbytes(*held.values()), _nbytes(*held.values()))
+        cache = self.saved.pop(op.layer)
+        read += _nbytes(self.dy, *cache.values())
+        x_shape = next(iter(cache.values())).shape if cache else self.dy.shape
+        self.dy, grads = layer.backward(params, self.dy, cache, self.fmt)
+        flops = layer.flops(x_shape, "backward")
+        weight = flops // 2 if grads else 0
+        if grads:
+            ledger = self.saved.ledger
+            self.waiting[op.layer] = ({k: ledger.adopt(f"{self.saved.tag}{layer.name}.{k} (waiting for W)", g, "grads")
+                                       for k, g in grads.items()} if ledger is not None else grads), weight
+        return done(None, flops - weight, read, _nbytes(self.dy))
 
 
 def _no_selective(layer, x, fmt):

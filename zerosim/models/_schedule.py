@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("forward", "loss", "recompute", "keep input", "backward")
+KINDS = ("forward", "loss", "recompute", "keep input", "backward", "backward-input", "backward-weight")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class Op:
     def computes(self) -> bool:
         """False for the bookkeeping-only "keep input"."""
         return self.kind != "keep input"
+
+    @property
+    def makes_grads(self) -> bool:
+        """Whether the op hands its layer's weight gradients on (a backward, or a zero-bubble backward-weight)."""
+        return self.kind in ("backward", "backward-weight")
 
 
 def schedule(model, checkpoint: bool = False) -> tuple:
@@ -59,6 +64,17 @@ def schedule(model, checkpoint: bool = False) -> tuple:
     return tuple(ops)
 
 
+def split_backward(model, ops) -> tuple:
+    """Zero bubble's split of a backward (Qi et al. 2023, "Zero Bubble Pipeline Parallelism" §2: B, the input's
+    gradient, hands on at once; W, the weights', waits): `ops` (the recompute and backward ops of some of `model`'s
+    units) as (the same with each "backward" a "backward-input", then one "backward-weight" per unit that has
+    weights, in the same order). A pipeline schedule runs the two lists at different times (parallel/pipeline)."""
+    inputs = tuple(Op("backward-input", op.layer) if op.kind == "backward" else op for op in ops)
+    return inputs, tuple(Op("backward-weight", op.layer) for op in ops
+                         if op.kind == "backward" and model.layers[op.layer].param_shapes)
+
+
 def needs_params(model, op: Op) -> bool:
-    """Whether `op` reads its layer's weights (a ZeRO-3 engine gathers them first)."""
-    return op.computes and op.kind != "loss" and bool(model.layers[op.layer].param_shapes)
+    """Whether `op` reads its layer's weights (a ZeRO-3 engine gathers them first): not a loss, and not a
+    backward-weight (dW = dyᵀ·x needs no weights)."""
+    return op.computes and op.kind not in ("loss", "backward-weight") and bool(model.layers[op.layer].param_shapes)

@@ -6,6 +6,8 @@ their degrees.
     _contract.py   Parallelism: the four points of a step where a parallelism acts (before / after a unit, at the
                    end of backward, after the update), each returning handles; Parallelisms fans them out
     data/          data parallelism: ZeRO stages 0-3, FSDP2, HSDP / MiCS / hpZ, ZeRO++ (the step itself)
+    pipeline/      pipeline parallelism: stages over the pipeline ranks, schedules as tables, each stage's ranks a
+                   data-parallel job driven phase by phase
 
 docs/explanation/adding-a-parallelism.md walks a new parallelism through the contract, the data-parallel step its
 example.

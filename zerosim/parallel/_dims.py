@@ -18,8 +18,11 @@ Data parallelism reads its groups from here (parallel/data/multinode/_groups.py)
 N; HSDP and MiCS over dp_shard = S with dp_replicate = N / S replicas. Tensor parallelism reads its TP groups the
 same way. Context parallelism (parallel/context/) reads its CP groups here — the C consecutive ranks of one dp
 coordinate, each holding 1/C of every sequence — and the flat ZeRO stages then shard and reduce over "fsdp" (dp_shard
-× cp), as torchtitan's fully_shard does. `tp = 1`, `cp = 1` (and every degree 1) leave the data-parallel groups
-exactly as they were.
+× cp), as torchtitan's fully_shard does. Pipeline parallelism (parallel/pipeline/) reads `pp`: pp outermost, so
+pipeline rank p holds the block of N / P consecutive ranks [p·N/P, (p+1)·N/P) — whole nodes, the stages talking
+across them, as torchtitan lays them out — and `groups("pp")` pairs each rank with its neighbours in the other stages
+(its data, context and TP coordinates the same). `tp = 1`, `cp = 1`, `pp = 1` (every degree 1) leave the
+data-parallel groups exactly as they were.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class ParallelDims:
     dp_replicate: int = 1  # R: replicas of each shard (HSDP, MiCS); 1 for flat ZeRO
     tp: int = 1  # T: tensor parallelism (Megatron's column/row split), innermost
     cp: int = 1  # C: context parallelism, each rank 1/C of every sequence (parallel/context/), inside TP's dim
-    pp: int = 1  # P: pipeline parallelism (not modelled yet; likewise)
+    pp: int = 1  # P: pipeline parallelism (parallel/pipeline/), outermost
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -10,6 +10,8 @@
                       in the ring's order, each slice reduced over its data-parallel ranks as Reference does
     _context.py       ContextReference: context parallelism's sequence shards on one device, with its own plain ring
                       attention (and all-gather), their gradients reduced over dp × cp as Reference does
+    _pipeline.py      PipelineReference: every micro-batch through the whole model on one device, its gradient cut
+                      into the stages', each stage a Reference over its data-parallel ranks in the schedule's order
 
 The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
 """
@@ -19,13 +21,14 @@ import warnings
 from zerosim.reference._context import ContextReference
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
+from zerosim.reference._pipeline import PipelineReference
 from zerosim.reference._qgz import QgzReference
 from zerosim.reference._stale import StaleReference
 from zerosim.reference._tensor import TensorReference
 from zerosim.reference._wire import WireOracle
 
-__all__ = ["ContextReference", "QgzReference", "Reference", "StaleReference", "TensorReference", "WireOracle",
-           "reduce_on_mesh"]
+__all__ = ["ContextReference", "PipelineReference", "QgzReference", "Reference", "StaleReference", "TensorReference",
+           "WireOracle", "reduce_on_mesh"]
 
 _MOVED = ("replay", "replay_live", "narrate")
 

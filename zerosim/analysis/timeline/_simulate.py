@@ -14,6 +14,13 @@ rules, one pass over it (O(events) plus O(N) per collective):
                                         (n−1)·α + busiest rank's bytes / β on every rank, n the
                                         ring's length (the group's size: every group's ring runs
                                         at once, each rank in one)
+    Call of send_pairs (point to point) starts when its senders' compute before it has ended and
+                                        their last send is done (a pipeline stage sends as soon as it
+                                        made the activation, while the receiver has posted its
+                                        receive long before: torch's irecv), one hop: α + bytes / β on
+                                        the link its sends cross; whoever received waits for it. So a
+                                        pipeline's bubble appears by itself: a stage's first forward
+                                        waits for the activation the stage before made
 
 Two link tiers (`Hardware(inter_link=...)`, a trace of a `Cluster(gpus_per_node=G)`): a call whose rings
 stay inside nodes runs over `link` (NVLink), one whose rings leave a node over `inter_link` (InfiniBand: a
@@ -83,6 +90,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
     param_bytes = get_format(hw.compute).bits // 8
     states = {}  # optimizer name -> number of fp32 state buffers
+    senders = _senders(events)  # point-to-point call -> the ranks that sent in it
+    sending = {}  # rank -> when its last point-to-point send is done
 
     ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
     latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
@@ -146,6 +155,19 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 ready, latest = [max(x, end) for x in ready], max(latest, end)
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
+        elif kind is Call and ev.op == "pairs":  # point to point (send_pairs): when its senders made what they send
+            who = senders.get(ev.call) or range(n)
+            start = max(max(ready[r] for r in who), max(sending.get(r, 0.0) for r in who))
+            sent = busiest.get(ev.call, 0)
+            end = start + p2p_time(ev, sent, hw)
+            call_end[ev.call], call_dtype[ev.call] = end, ev.dtype
+            for r in who:
+                sending[r] = end
+                if not overlap:
+                    ready[r] = end
+            latest = max(latest, end) if not overlap else latest
+            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
+                col.append(v)
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
@@ -175,6 +197,14 @@ def call_time(call, sent: float, hw: Hardware, nodes: int) -> float:
         nics = max(call.world_size // max(nodes, 1), 1)  # the ring's ranks in one node, one NIC each
         return phase_time(call.world_size, sent, hw.link, inter=hw.inter_link, nodes=nodes, nics=nics, base=first)
     return phase_time(call.world_size, sent, hw.link_of(call.tier), base=first)
+
+
+def p2p_time(call, sent: float, hw: Hardware) -> float:
+    """A point-to-point call: one hop, its link's per-call and per-step latency and its busiest sender's bytes over
+    the link its sends cross (the inter link's, across nodes)."""
+    if call.tier == INTER and hw.inter_link is not None:
+        return phase_time(2, sent, hw.link, inter=hw.inter_link, nodes=2, nics=1)
+    return phase_time(2, sent, hw.link_of(call.tier))
 
 
 def nodes_spanned(trace, call) -> int:
@@ -216,6 +246,15 @@ def _world_size(log) -> int:
         return sizes.pop()
     ranks = [ev.rank for ev in log if type(ev) in (Compute, OptimizerStep)]
     return max(ranks) + 1 if ranks else 0
+
+
+def _senders(events) -> dict:
+    """{point-to-point call: the ranks that sent in it}."""
+    out = defaultdict(set)
+    for e in events:
+        if e.collective == "send_recv":
+            out[e.call].add(e.src)
+    return out
 
 
 def _busiest_bytes(events, ring_calls: dict) -> dict:

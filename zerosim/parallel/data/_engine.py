@@ -27,6 +27,9 @@ engine. Letters: P parameters, N ranks, K micro-steps, s the shard, Ψ = N*s the
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 import numpy as np
 
 from zerosim.cluster import Cluster, Handle, StepBoundary
@@ -228,61 +231,105 @@ class ZeroEngine:
         Returns each local rank's loss (unscaled; the mean over its micro-batches). Malformed batches raise before
         any state changes; an overflow raises FloatingPointError (a static loss scale) or skips the step (a
         dynamic one: nothing changes but the scale)."""
-        micro = micro_batches(self.model, self.cluster, batches, self.accumulation_steps)  # micro[i][k]: (x, target)
-        ctx, plan, trace, phase = self.ctx, self.plan, self.cluster.trace, self.cluster.phase
-        i, K = self.iteration + 1, self.accumulation_steps
-        trace.record(StepBoundary(i, "begin", K))
-        try:  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: the overflow all-reduce finds it
-            with trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(ctx):  # refused: no trace
+        K = self.accumulation_steps
+        micro = micro_batches(self.model, self.cluster, batches, K)  # micro[i][k]: (x, target)
+        with self.stepping() as i:
+            with self.computing(i):  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: found in `reduce`
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
-                with phase("reduce gradients"):  # stage 0: all-reduce, stage 1: reduce-scatter; 2/3: done already
-                    waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last[-1])
-                    waits += self.parallelisms.end_of_backward(ctx, reduced)  # e.g. offload: the shard to host
-                with phase("optimizer step"):
-                    decision, checked = all_reduce_overflow(ctx, reduced, self.scaler, i, self.t)
-                    if not decision.skip:
-                        grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
-                        if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
-                            checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
-            self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
-            if not decision.skip:  # skipped: masters, optimizer state, t and the 16-bit params stay as they were
-                self.t += 1
-                with phase("optimizer step"), trace.about(step=i, micro=K - 1):
-                    update(ctx, self.optimizer, self.model.specs, grads32, reduced, self.t, needs=waits + checked,
-                           first_step=self.optimizer_run.at(self.t))
-                with phase("refresh params"), trace.about(step=i, micro=K - 1):  # stages 1/2: all-gather params
-                    self._refresh = self.parallelisms.after_update(ctx)  # e.g. offload: the new shard to the device
-                    if plan.refresh_after_update:
-                        self._refresh += self.hooks.refresh(ctx, self.comm.allgather_bucket_size)
-        finally:
-            _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
-        trace.record(StepBoundary(i, "end", K))
+                reduced = self.reduce(last[-1])  # stage 0: all-reduce, 1: reduce-scatter; the overflow, the norm
+            self.finish(reduced)  # the optimizer on each rank's region, then the refresh (stages 1/2)
         return [_mean_loss(per_rank) for per_rank in zip(*losses)]
 
     def _micro_step(self, k: int, batches: list) -> tuple:
         """Micro-step k: every op of the schedule, unit by unit, on every local rank -> (losses, last grad handle)."""
+        passes = self.passes(batches)
+        last = self.run(k, passes, self.ops)
+        return [work.loss for work in passes], last
+
+    # -- the step's phases: `step` runs them in order; an engine that drives micro-batches itself (a pipeline
+    # stage, parallel/pipeline) calls them one by one --------------------------------------------------------------
+    @contextmanager
+    def stepping(self):
+        """One step's frame, yielding its iteration number i: its `StepBoundary` events, and every buffer the step
+        allocated freed at its end, whether it ends or raises (refused: no "end" boundary)."""
+        i, trace = self.iteration + 1, self.cluster.trace
+        trace.record(StepBoundary(i, "begin", self.accumulation_steps))
+        try:
+            yield i
+        finally:
+            _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
+        trace.record(StepBoundary(i, "end", self.accumulation_steps))
+
+    @contextmanager
+    def computing(self, i: int):
+        """Around the micro-steps and the reduction of iteration i: the trace's step label, 16-bit overflow left
+        silent (the overflow check finds it), and the wire's carried state put back if the step is refused."""
+        with self.cluster.trace.about(step=i), np.errstate(over="ignore", invalid="ignore"), carry(self.ctx):
+            yield
+
+    def passes(self, batches: list, tag: str = "") -> list:
+        """A `Pass` per local rank for its micro-batch `batches[i]` = (x, target) (x: the data, or the activation a
+        pipeline stage received; target None where no loss runs); `tag` names what it keeps apart from another
+        micro-batch's in flight on the same rank (models/_run.py)."""
+        return [Pass(self.model, x, target, self.precision.compute_format, ledger=rank.ledger,
+                     loss_scale=self.scaler.scale, keep_values=self.cluster.trace.keep_values, tag=tag)
+                for rank, (x, target) in zip(self.cluster.ranks, batches)]
+
+    def run(self, k: int, passes: list, ops, needs=Handle()) -> Handle:
+        """`ops` (this engine's schedule of a micro-step, or a part of it) of micro-step k on every local rank, unit
+        by unit, their first compute also waiting for `needs`. Returns the handle of its last gradient reduction."""
         ctx, model, plan, trace, more = self.ctx, self.model, self.plan, self.cluster.trace, self.parallelisms
-        passes = [Pass(model, x, target, self.precision.compute_format, ledger=rank.ledger,
-                       loss_scale=self.scaler.scale, keep_values=trace.keep_values)
-                  for rank, (x, target) in zip(self.cluster.ranks, batches)]
-        params = ParamFetcher(ctx, self.comm, model, self.ops) if plan.gathers_params else None  # stage 3
-        grads = self._grad_buckets(k)  # stages 2/3 (and 0/1 in buckets): gradients reduced as backward makes them
-        waits = trace.live(self._refresh) if k == 0 else Handle()  # the first compute waits for the last refresh
+        params = ParamFetcher(ctx, self.comm, model, ops) if plan.gathers_params else None  # stage 3
+        grads = self._grad_buckets(k) if any(op.makes_grads for op in ops) else None  # stages 2/3, 0/1 in buckets
+        waits = needs + (trace.live(self._refresh) if k == 0 else Handle())  # the first compute: the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
-            for i, ops in runs(self.ops, alone=params is not None or grads is not None or more.per_unit):
+            for i, unit in runs(ops, alone=params is not None or grads is not None or more.per_unit):
                 gathered = params.gather(i) if params else Handle()  # stage 3: all-gather the layer it reads
-                needs = gathered + waits + more.before_unit(ctx, passes, ops)
-                compute(ctx, model, passes, ops, needs, self.iteration + 1, k)
-                waits = waits if not any(op.computes for op in ops) else Handle()
+                needs = gathered + waits + more.before_unit(ctx, passes, unit)
+                compute(ctx, model, passes, unit, needs, self.iteration + 1, k)
+                waits = waits if not any(op.computes for op in unit) else Handle()
                 if gathered:
                     params.release(i)  # stage 3: free the gathered layer (unless needed again soon)
-                if ops[-1].kind == "backward" and grads is not None:
-                    grads.reduce(ops[-1].layer)  # stages 2/3: reduce_scatter(grads) of the layer, in buckets
-                waits += more.after_unit(ctx, passes, ops)  # e.g. tensor parallelism's all-reduce of the output
+                if unit[-1].makes_grads and grads is not None:
+                    grads.reduce(unit[-1].layer)  # stages 2/3: reduce_scatter(grads) of the layer, in buckets
+                waits += more.after_unit(ctx, passes, unit)  # e.g. tensor parallelism's all-reduce of the output
             if params:
                 params.release_all()
-            last = grads.flush() if grads is not None else Handle()
-        return [work.loss for work in passes], last
+            return grads.flush() if grads is not None else Handle()
+
+    def reduce(self, last: Handle) -> "Reduced":
+        """After the last micro-step's backward (`last`: its last gradient reduction): the gradients reduced (stage 0:
+        all-reduce, stage 1: reduce-scatter; stages 2/3: done already), the overflow all-reduce and the loss scaler's
+        decision, the average and, with clipping, the norm's all-reduce."""
+        ctx, phase, i, K = self.ctx, self.cluster.phase, self.iteration + 1, self.accumulation_steps
+        with phase("reduce gradients"):
+            waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last)
+            waits += self.parallelisms.end_of_backward(ctx, reduced)  # e.g. offload: the shard to host
+        with phase("optimizer step"):
+            decision, checked = all_reduce_overflow(ctx, reduced, self.scaler, i, self.t)
+            grads32 = None
+            if not decision.skip:
+                grads32 = average(ctx, reduced, K, decision.scale_before, self.hooks.finish)
+                if self.clip_grad is not None:  # global norm over the shards, then g *= clip_coef
+                    checked += all_reduce_norm(ctx, grads32, self.clip_grad, i, self.clip_norm)
+        return Reduced(decision, reduced, grads32, waits + checked)
+
+    def finish(self, reduced: "Reduced") -> None:
+        """The step's end: the optimizer on every rank's region and the 16-bit params refreshed (stages 1/2), unless
+        the loss scaler skipped the step (masters, optimizer state, t and the 16-bit params stay as they were)."""
+        ctx, phase, trace, i, K = self.ctx, self.cluster.phase, self.cluster.trace, self.iteration + 1, \
+            self.accumulation_steps
+        self.iteration, self.ddp_rebuilt = i, self.ddp_rebuilt or self._bucketed(K - 1)  # DDP: after a backward
+        if reduced.decision.skip:
+            return
+        self.t += 1
+        with phase("optimizer step"), trace.about(step=i, micro=K - 1):
+            update(ctx, self.optimizer, self.model.specs, reduced.grads32, reduced.reduced, self.t,
+                   needs=reduced.waits, first_step=self.optimizer_run.at(self.t))
+        with phase("refresh params"), trace.about(step=i, micro=K - 1):  # stages 1/2: all-gather params
+            self._refresh = self.parallelisms.after_update(ctx)  # e.g. offload: the new shard to the device
+            if self.plan.refresh_after_update:
+                self._refresh += self.hooks.refresh(ctx, self.comm.allgather_bucket_size)
 
     def _grad_buckets(self, k: int):
         """Micro-step k's `GradBucket` (buckets.py): how its gradients travel during backward, or None when they
@@ -318,28 +365,45 @@ class ZeroEngine:
         """Local rank i's 16-bit params as it holds them (full flat buffer at stages 0-2, its shard at stage 3)."""
         return self.cluster.ranks[i].params.array.copy()
 
-    def full_master(self) -> np.ndarray:
-        """The whole fp32 master vector (P,), assembled from the local ranks (simulator only)."""
+    def full_master(self, rank: int | None = None) -> np.ndarray:
+        """The whole fp32 master vector (P,), assembled from the local ranks (simulator only): as the shard group of
+        rank `rank` holds it (default: the first local rank's; beside tensor parallelism each TP position's group
+        holds its own slice)."""
         return self._assemble([master_of(r, self.plan, self.layout, self.precision) for r in self.cluster.ranks],
-                              "master")
+                              "master", rank)
 
-    def full_optimizer_state(self) -> dict:
-        """{state name: (P,) array} assembled from the local ranks (simulator only)."""
-        return {k: self._assemble([r.optim[k].array for r in self.cluster.ranks], "optimizer")
+    def full_optimizer_state(self, rank: int | None = None) -> dict:
+        """{state name: (P,) array} assembled from the local ranks (simulator only), as `full_master`."""
+        return {k: self._assemble([r.optim[k].array for r in self.cluster.ranks], "optimizer", rank)
                 for k in self.optimizer.state_names}
 
-    def full_params(self) -> np.ndarray:
-        """The whole 16-bit params vector (P,): rank 0's copy where ranks hold it whole, else the shards joined."""
-        return self._assemble([r.params.array for r in self.cluster.ranks], "params")
+    def full_params(self, rank: int | None = None) -> np.ndarray:
+        """The whole 16-bit params vector (P,): rank 0's copy where ranks hold it whole, else the shards joined (of
+        rank `rank`'s shard group, as `full_master`)."""
+        return self._assemble([r.params.array for r in self.cluster.ranks], "params", rank)
 
-    def _assemble(self, held: list, buffer: str) -> np.ndarray:
-        """(P,) model order from each local rank's `buffer` as the plan has them held: rank 0's, or the shards."""
+    def _assemble(self, held: list, buffer: str, rank: int | None = None) -> np.ndarray:
+        """(P,) model order from each local rank's `buffer` as the plan has them held: one rank's copy, or the shards
+        of one shard group (the first local rank's, or `rank`'s; the others hold replicas or other slices)."""
+        here = {r.index: i for i, r in enumerate(self.cluster.ranks)}
+        first = self.cluster.ranks[0].index if rank is None else rank
         if not self.plan.shards(buffer):
-            return np.array(self.layout.unarrange(held[0]))
-        if self.cluster.local_size != self.cluster.world_size:
+            return np.array(self.layout.unarrange(held[here[first]]))
+        group = self.groups.shard.group_of(first)  # one shard group holds every shard once (the others: replicas)
+        if any(r not in here for r in group):
             raise RuntimeError("assembling the whole vector needs every rank in this process (numpy backend)")
-        first = self.groups.shard.members[0]  # one shard group holds every shard once (the others: replicas)
-        return np.array(self.layout.unarrange(np.concatenate([held[r] for r in first])))
+        return np.array(self.layout.unarrange(np.concatenate([held[here[r]] for r in group])))
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """What `ZeroEngine.reduce` hands `finish`: the loss scaler's decision, each local rank's reduced gradient (its
+    region), the averaged fp32 gradients (None when the step is skipped) and the handles the update waits for."""
+
+    decision: object
+    reduced: list
+    grads32: list | None
+    waits: Handle
 
 
 def _checkpointing(model, checkpoint) -> bool:

@@ -82,23 +82,27 @@ class DataMesh:
 
     @classmethod
     def of(cls, stage, world_size: int, gpus_per_node: int | None = None, group: int | None = None,
-           spelling: Spelling = API, tp: int = 1, cp: int = 1) -> "DataMesh":
+           spelling: Spelling = API, tp: int = 1, cp: int = 1, pp: int = 1) -> "DataMesh":
         """The mesh of `stage` (0-3, a strategy's name, or a Plan) on `world_size` ranks placed `gpus_per_node` to
         a node, with the strategy's group S = `group` (default G), beside tensor parallelism of degree `tp` (the
         data-parallel ranks are then the N / T of each TP coordinate, and a node holds G / T of them: the default
-        group is still a node's) and context parallelism of degree `cp` (the flat stages then shard and reduce over
-        the N / T ranks of dp × cp, torchtitan's "fsdp" mesh: parallel/_dims.py); a ValueError naming the choice
+        group is still a node's), context parallelism of degree `cp` (the flat stages then shard and reduce over
+        the N / T ranks of dp × cp, torchtitan's "fsdp" mesh: parallel/_dims.py) and pipeline parallelism of degree
+        `pp` (each stage's N / (P·T): a pipeline stage's engine, parallel/pipeline); a ValueError naming the choice
         otherwise."""
         plan = stage if isinstance(stage, Plan) else get_plan(stage)
         g = check_nodes(world_size, gpus_per_node, spelling)
         if cp != 1:
+            if pp != 1:
+                raise NotImplementedError(f"context parallelism (cp={cp}) beside pipeline parallelism (pp={pp}): not "
+                                          "modelled yet")
             return cls._beside_cp(plan, world_size, g, group, tp, cp)
-        dp = _data_parallel(world_size, tp)
+        dp = _data_parallel(world_size, tp, pp)
         per_node = g if tp == 1 else (None if g is None or g % tp else g // tp)  # data-parallel ranks on a node
         s = _group_size(plan, dp, per_node, group, spelling)
         if s is None or plan.sharded_over == "world":  # flat stages; hpZ and FSDP2's resharding shard over all N
-            return cls(plan, ParallelDims(world_size, tp=tp), g, s)
-        dims = ParallelDims(world_size, dp_shard=s, dp_replicate=dp // s, tp=tp)  # S-way shards, R replicas
+            return cls(plan, ParallelDims(world_size, tp=tp, pp=pp), g, s)
+        dims = ParallelDims(world_size, dp_shard=s, dp_replicate=dp // s, tp=tp, pp=pp)  # S-way shards, R replicas
         if plan.hierarchical_gather and (per_node is None or s <= per_node or s % per_node):
             where = (f"of {s} must span whole nodes of GPUs (gpus_per_node={g})" if tp == 1 else
                      f"of {s} ranks, {tp} GPUs apart (tp={tp}), must span whole nodes of gpus_per_node={g}")
@@ -151,13 +155,14 @@ class DataMesh:
         return groups_of(self, world if world is not None else Groups.world(self.dims.world_size))
 
 
-def _data_parallel(world_size: int, tp) -> int:
-    """N / T: the data-parallel ranks beside tensor parallelism of degree `tp`, which must divide the world."""
+def _data_parallel(world_size: int, tp, pp=1) -> int:
+    """N / (T·P): the data-parallel ranks beside tensor parallelism of degree `tp` and pipeline parallelism of degree
+    `pp`, which must divide the world (ParallelDims checks their product; this says which degree to fix first)."""
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or world_size % tp:
         raise ValueError(f"tensor parallelism of degree {tp!r} does not divide the {world_size} ranks: tp must divide "
                          "the world size (the data-parallel degree is the quotient, as torchtitan's degrees multiply "
                          "to it)")
-    return world_size // int(tp)
+    return ParallelDims(world_size, tp=int(tp), pp=pp).dp
 
 
 def _group_size(plan: Plan, world_size: int, gpus_per_node: int | None, size, spelling: Spelling) -> int | None:

@@ -73,7 +73,7 @@ def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
     if mesh.dims.cp != 1:  # the flat stages over torchtitan's "fsdp" mesh, dp_shard × cp (DataMesh.of refuses more)
         data = mesh.dims.groups("fsdp")
         return MeshGroups(data, data, dims=mesh.dims)
-    if mesh.dims.tp != 1:
+    if mesh.dims.tp != 1 or mesh.dims.pp != 1:
         return _beside_tp(mesh)
     n, plan, dims = mesh.dims.world_size, mesh.plan, mesh.dims
     if mesh.secondary is None and plan.sharded_over == "world":  # the flat stages: the world for everything
@@ -91,12 +91,14 @@ def groups_of(mesh: DataMesh, world: Groups) -> MeshGroups:
 
 
 def _beside_tp(mesh: DataMesh) -> MeshGroups:
-    """`groups_of` with T = tp > 1: the same groups, each cut from the data dims of ParallelDims(N, ..., tp=T)."""
+    """`groups_of` with T = tp > 1 or P = pp > 1: the same groups, each cut from the data dims of ParallelDims(N, ...,
+    tp=T, pp=P) (with pipeline parallelism: within each stage)."""
     plan, dims, n, tp = mesh.plan, mesh.dims, mesh.dims.world_size, mesh.dims.tp
-    dp = n // tp
+    dp = dims.dp
     if mesh.secondary is not None or plan.sharded_over == "world":  # flat stages, hpZ, FSDP2's resharding: all of dp
         data, s = dims.groups("dp"), mesh.secondary
-        secondary = None if s is None else ParallelDims(n, dp_replicate=dp // s, dp_shard=s, tp=tp).groups("dp_shard")
+        secondary = None if s is None else ParallelDims(n, dp_replicate=dp // s, dp_shard=s, tp=tp,
+                                                        pp=dims.pp).groups("dp_shard")
         return MeshGroups(data, data, secondary=None if secondary is None else secondary.renamed("secondary"),
                           dims=dims)
     shard, replicate = dims.groups("dp_shard").renamed("shard"), dims.groups("dp_replicate").renamed("replicate")

@@ -1,0 +1,120 @@
+"""Point to point between any pairs of ranks: each rank sends one array to one peer and receives one from another, in
+one call (torch's `batch_isend_irecv`, NCCL's grouped ncclSend / ncclRecv). `send_recv` (_send_recv.py) is its case
+of a whole ring, every member to the next; here any rank may send or not, to any other (a pipeline stage's ranks to
+the next stage's).
+
+    out = send_pairs(cluster, tensors, send_to, recv_from, tag="activations")
+        tensors[i], send_to[i]    what local rank i sends and the rank it goes to (None, None: it sends nothing)
+        recv_from[i]              the rank local rank i receives from (None: nothing)
+        out[i]                    the array it received (None where it receives nothing); out.handle the call
+
+Every send must be received and every receive sent, between two different ranks, with the sender's shape and dtype:
+checked on every rank from every rank's description (the backend's metadata exchange) before any data moves. The
+receiver gets its own copy (a GPU's receive buffer is its own memory). The trace records one call ("send_recv", op
+"pairs", a ring of 2: one hop) and one event per send with its source, destination, elements, bytes, dtype and link
+tier; the call's tier is the slowest its sends cross. It knows nothing of pipelines: a pipeline stage hands its
+activation on with it (parallel/pipeline/_communication.py), and so could anything else that pairs ranks.
+
+`naive_send_pairs` is its twin: every rank's array in one list, each receiver's copy read from it by index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerosim.cluster import INTER, INTRA
+from zerosim.collectives._checks import check_inputs
+from zerosim.collectives._staging import Collected
+
+
+def send_pairs(cluster, tensors, send_to, recv_from, tag: str = "") -> Collected:
+    """Point-to-point sends and receives over every local rank, one call (see the module docstring)."""
+    n = cluster.local_size
+    for name, given in (("tensors", tensors), ("send_to", send_to), ("recv_from", recv_from)):
+        if not isinstance(given, (list, tuple)) or len(given) != n:
+            raise ValueError(f"send-pairs: {name} must be a list with one entry per local rank ({n}), got {given!r}")
+    me = [rank.index for rank in cluster.ranks]
+    sending = [i for i, t in enumerate(tensors) if t is not None]
+    checked = check_inputs(_Senders(cluster, sending), [tensors[i] for i in sending], "send-pairs", flat=False)
+    arrays = {i: (a, fmt) for i, (_, a, fmt) in zip(sending, checked)}
+    described = [(me[i], _peer(send_to[i], cluster, "send_to", me[i]) if i in arrays else _none(send_to[i], me[i]),
+                  _peer(recv_from[i], cluster, "recv_from", me[i]),
+                  (tuple(arrays[i][0].shape), arrays[i][0].dtype, arrays[i][1].name) if i in arrays else None)
+                 for i in range(n)]
+    everyone = [d for part in cluster.backend.all_meta([described]) for d in part]  # every rank's, on every rank
+    _check_pairs(everyone)
+    like = {src: what for src, _, _, what in everyone if what is not None}  # sender -> (shape, dtype, format)
+    tiers = {cluster.tier(src, dst) for src, dst, _, _ in everyone if dst is not None}
+    largest = max((int(np.prod(shape)) for shape, _, _ in like.values()), default=0)
+    wire = next(iter(like.values()))[2] if like else ""
+    call = cluster.trace.begin("send_recv", "pairs", 2, largest, wire, tag, tier=INTER if INTER in tiers else INTRA)
+    sends = [arrays[i][0].reshape(-1) if i in arrays else None for i in range(n)]
+    for i, (a, fmt) in arrays.items():
+        cluster.trace.hop(call, 0, me[i], send_to[i], -1, int(np.prod(a.shape)), fmt.itemsize, fmt.name, sends[i])
+    recv_like = [None if src is None else (int(np.prod(like[src][0])), like[src][1]) for src in recv_from]
+    received = cluster.backend.exchange(sends, [send_to[i] if i in arrays else None for i in range(n)],
+                                        list(recv_from), recv_like=recv_like)
+    cluster.trace.end(call)
+    out = []
+    for src, got in zip(recv_from, received):
+        if src is None:
+            out.append(None)
+        elif getattr(got, "is_meta", False) or not cluster.backend.xp.is_numpy:
+            out.append(got.reshape(like[src][0]))
+        else:  # the sender's array itself where sends are references: the receiver's own copy
+            out.append(np.array(got).reshape(like[src][0]))
+    return Collected(out, cluster.trace.handle(call))
+
+
+def naive_send_pairs(tensors, send_to, recv_from) -> list:
+    """The twin: `tensors[r]` is rank r's array (None: it sends nothing), sent to rank `send_to[r]`; rank r receives
+    a copy of `tensors[recv_from[r]]` (None where it receives nothing)."""
+    out = []
+    for r, src in enumerate(recv_from):
+        if src is None:
+            out.append(None)
+        elif send_to[src] != r or tensors[src] is None:
+            sent = "nothing" if tensors[src] is None else f"to rank {send_to[src]}"
+            raise ValueError(f"rank {r} receives from rank {src}, which sends {sent}")
+        else:
+            out.append(np.array(tensors[src]))
+    return out
+
+
+class _Senders:
+    """The local ranks that send, as `check_inputs` reads a cluster: their arrays checked, nothing agreed (each
+    sender's shape and dtype are its own)."""
+
+    def __init__(self, cluster, indices):
+        self.ranks = [cluster.ranks[i] for i in indices]
+        self.local_size, self.backend, self.world_size = len(indices), cluster.backend, cluster.world_size
+
+
+def _peer(value, cluster, name: str, me: int):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < cluster.world_size:
+        raise ValueError(f"send-pairs: rank {me}'s {name} must be a rank 0..{cluster.world_size - 1}, got {value!r}")
+    if value == me:
+        raise ValueError(f"send-pairs: rank {me} cannot {'send to' if name == 'send_to' else 'receive from'} itself")
+    return int(value)
+
+
+def _none(value, me: int):
+    if value is not None:
+        raise ValueError(f"send-pairs: rank {me} names send_to={value!r} but sends no array")
+    return None
+
+
+def _check_pairs(everyone: list) -> None:
+    """Every send received by the rank it names, every receive sent by the rank it names: one message per pair."""
+    sends = {src: dst for src, dst, _, _ in everyone if dst is not None}
+    recvs = {dst: src for dst, _, src, _ in everyone if src is not None}
+    for src, dst in sends.items():
+        if recvs.get(dst) != src:
+            raise ValueError(f"send-pairs: rank {src} sends to rank {dst}, which "
+                             f"{'receives nothing' if dst not in recvs else f'receives from rank {recvs[dst]}'}")
+    for dst, src in recvs.items():
+        if sends.get(src) != dst:
+            raise ValueError(f"send-pairs: rank {dst} receives from rank {src}, which "
+                             f"{'sends nothing' if src not in sends else f'sends to rank {sends[src]}'}")

@@ -1,0 +1,33 @@
+"""Pipeline parallelism: the model's layers cut into stages over the pipeline ranks, micro-batches driven through a
+schedule that is data (a table of actions), activations and their gradients sent between neighbouring stages, and
+each stage's ranks a data-parallel job of their own.
+
+    from zerosim.parallel.pipeline import PipelineEngine
+    pipe = PipelineEngine(gpt, Cluster(8, gpus_per_node=4), 1, Adam(), "bf16-mixed", pp=2, schedule="1f1b",
+                          micro_batches=4)
+    losses = pipe.step(batches)           # batches[d]: data-parallel rank d's 4 (x, target) micro-batches
+
+Its files, the algorithm apart from its communication:
+
+    _table.py           Action, Table: a schedule as rows (rank, time step, action, micro-batch, stage), what each
+                        action waits for, the order the engine runs them in, the activations held
+    _schedules.py       gpipe, 1f1b, interleaved-1f1b, zero-bubble: each table made by torch 2.13's rule, cited
+    _stages.py          where the layers are cut (torchtitan's even split, Megatron's, or the user's) and the model
+                        each pipeline rank holds (StageModel)
+    _views.py           StageCluster: one stage's ranks as the data-parallel step sees a cluster
+    _communication.py   a stage's activations or gradients handed to the neighbouring stage, point to point
+    _engine.py          PipelineEngine: a ZeroEngine per pipeline rank, driven action by action through the table
+    _memory.py          the activations each schedule holds in flight, by hand (GPipe M, 1F1B P - s, ...)
+
+The oracle is zerosim.reference's PipelineReference; docs/explanation/adding-a-parallelism.md says why the pipeline
+drives the data-parallel step's phases instead of being one more set of its hooks.
+"""
+
+from zerosim.parallel.pipeline._engine import PipelineEngine
+from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, SCHEDULES, Schedule, get_schedule, make_table
+from zerosim.parallel.pipeline._stages import RULES, Pieces, StageModel, StageSplit, pieces, split
+from zerosim.parallel.pipeline._table import ACTION_KINDS, Action, Table
+from zerosim.parallel.pipeline._views import StageCluster
+
+__all__ = ["ACTION_KINDS", "Action", "DEFAULT_SCHEDULE", "PipelineEngine", "Pieces", "RULES", "SCHEDULES", "Schedule",
+           "StageCluster", "StageModel", "StageSplit", "Table", "get_schedule", "make_table", "pieces", "split"]
