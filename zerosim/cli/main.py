@@ -12,6 +12,7 @@
     zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
     zerosim explore     the memory explorer as a self-contained web page for a course site
     zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
+    zerosim notebooks   the learning path's notebooks, written into a folder of yours (outputs cleared)
     zerosim parity      compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
 """
 
@@ -41,6 +42,8 @@ COMMANDS = {
                 "browser)"),
     "assignment": ("zerosim.cli.assignment_cmd",
                    "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"),
+    "notebooks": ("zerosim.cli.notebooks_cmd",
+                  "write the learning path's notebooks into a folder of yours (outputs cleared: predict, then run)"),
     "timeline": ("zerosim.cli.timeline_cmd",
                  "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta "
                  "backend)"),
