@@ -178,3 +178,14 @@ def test_zerosim_notebooks_writes_every_notebook_cleared(tmp_path, capsys):
     for p in (tmp_path / "nb").glob("*.ipynb"):
         assert all(not c.get("outputs") for c in json.loads(p.read_text())["cells"]), p.name
     assert f"jupyter lab {tmp_path / 'nb'}" in capsys.readouterr().out
+
+
+def test_the_learning_paths_student_instructions_never_clone():
+    """A student installs the package and writes what they need from it; the path never sends them to a clone (an
+    editable install, `pip install -e`, is a clone's): the install line names the package and `zerosim notebooks`."""
+    pages = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
+    text = "\n".join(p.read_text() for p in pages)
+    assert pages and not re.search(r"git clone|pip install -e|pip install \./", text)
+    readme = " ".join((ROOT / "docs" / "tutorials" / "README.md").read_text().split())
+    assert '.venv/bin/pip install "zerosim[notebooks]"' in readme and "zerosim notebooks --out" in readme
+    assert "zerosim assignment starter N --out aN" in readme
