@@ -84,6 +84,9 @@ def _rank(run, learner, rank: int, world: int, store: str, q) -> None:
         finally:
             dist.destroy_process_group()
         q.put((rank, True, (out, sends)))
+    except NotImplementedError:  # the starter's own stub
+        q.put((rank, False, f"{getattr(learner, '__name__', 'your function')} is not written yet (it raised "
+                            "NotImplementedError)"))
     except BaseException as e:  # the learner's error, said in one line with its place in their file
         q.put((rank, False, f"{type(e).__name__}: {e}{_where(e, learner)}"))
     finally:
