@@ -85,3 +85,14 @@ def test_the_notebook_explorers_verdict_counts_the_estimates():
     assert n["estimates"] == 287_047_680 + 1_060_000_000 + n["peak"] * 5 // 100
     assert n["total"] == n["peak"] + n["estimates"] and n["fits"] == (n["total"] <= GPUS["h100-80gb"].capacity)
     assert np.isclose(n["total"] / 1e9, 19.04, atol=0.005)
+
+
+def test_a_wide_table_scrolls_on_a_phone_instead_of_running_off_it():
+    """The learning path's six-column table ran past a 390-px screen's right edge on the docs site (Material's table
+    wrapper let it overflow unseen). The site's stylesheet keeps the wrapper to the screen and lets it scroll; seen in
+    Chromium at 390 px after `mkdocs build`: the table 356 px wide, its 529 px scrolled to."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^extra_css:\n  - stylesheets/extra\.css", config, re.M)
+    css = re.sub(r"/\*.*?\*/", "", (ROOT / "docs" / "stylesheets" / "extra.css").read_text(), flags=re.S)
+    rule = re.search(r"\.md-typeset__table\s*\{([^}]*)\}", css)
+    assert rule and "max-width: 100%" in rule[1] and "overflow-x: auto" in rule[1]
