@@ -59,7 +59,7 @@ def run(args) -> int:
     if args.action == "export-instructor":
         kit = instructor_kit()
         written = kit.export(args.folder)
-        print(f"wrote {len(written)} files of the instructor kit into {args.folder}: a1-a3 (solution.py, planted/, "
+        print(f"wrote {len(written)} files of the instructor kit into {args.folder}: a1-a4 (solution.py, planted/, "
               "rubric.md), misbehaving/, exercises/, gradescope/, README.md")
         return 0
     a = assignments.get(args.number)
