@@ -525,7 +525,7 @@ def cases() -> list:
     # ---------------------------------------------------------------------------------------------- assignments
     a1 = ("assignment", "check", "1", "--file")
     c += [
-        Case("assignments/exercises", "assignment 4", ("assignment", "show", "4"), ("4",)),
+        Case("assignments/exercises", "assignment 5", ("assignment", "show", "5"), ("5",)),
         Case("assignments/exercises", "assignment -1", ("assignment", "check", "-1", "--file", "x.py"), ("-1",)),
         Case("assignments/exercises", "--file missing", (*a1, "missing.py"), ("missing.py",)),
         Case("assignments/exercises", "--file a folder", (*a1, "{adir}"), ("adir",), files=("adir",)),

@@ -8,6 +8,8 @@ export-instructor DIR` writes it out, and without the kit installed says in one 
 
 import ast
 import importlib.util
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -53,10 +55,10 @@ def kit_files() -> list:
 
 
 def own_lines(path: Path) -> set:
-    """The lines of a kit file long enough to be its own (code or prose): not comments, docstrings' first lines or a
-    function's signature (the starter the student gets has every one)."""
+    """The lines of a kit file long enough to be its own (code or prose): not comments, docstrings' first lines, a
+    function's signature or an import (the starter the student gets has every one)."""
     return {line.strip() for line in path.read_text().splitlines()
-            if len(line.strip()) > 30 and not line.strip().startswith(("#", '"""', "def "))}
+            if len(line.strip()) > 30 and not line.strip().startswith(("#", '"""', "def ", "import ", "from "))}
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +121,71 @@ def test_export_instructor_writes_the_kit_or_says_how_to_get_it(tmp_path, capsys
     assert (out / "gradescope" / "run_autograder").stat().st_mode & 0o100
     assert main(["assignment", "export-instructor", str(tmp_path / "kit")]) == 2  # not over a folder with files
     assert "is not an empty folder" in capsys.readouterr().err
+
+
+def test_the_student_wheel_carries_the_notebooks_with_their_outputs_cleared(student_wheel):
+    """`zerosim notebooks --out DIR` works from a wheel: every notebook of notebooks/ is in it (setup.py's build step),
+    each cell's source as in the repository, no cell holding an output (a stored output would answer a prediction)."""
+    with zipfile.ZipFile(student_wheel) as z:
+        shipped = {n.rsplit("/", 1)[1]: json.loads(z.read(n)) for n in z.namelist()
+                   if n.startswith("zerosim/teaching/notebooks/") and n.endswith(".ipynb")}
+    repo = {p.name: json.loads(p.read_text()) for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert sorted(shipped) == sorted(repo) and len(repo) >= 15
+    for name, nb in shipped.items():
+        assert [c["source"] for c in nb["cells"]] == [c["source"] for c in repo[name]["cells"]], name
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code), name
+    assert any(c.get("outputs") for c in repo["01_worked_example.ipynb"]["cells"])  # the repository's copy has some
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_the_starter_kit_holds_the_handout_the_file_and_no_line_of_a_solution(tmp_path, capsys, number):
+    from zerosim.teaching.assignments import get
+
+    a = get(number)
+    assert main(["assignment", "starter", str(number), "--out", str(tmp_path / "kit")]) == 0
+    said = capsys.readouterr().out
+    written = sorted(str(p.relative_to(tmp_path / "kit")) for p in (tmp_path / "kit").rglob("*") if p.is_file())
+    assert "README.md" in written and a.files in written, written
+    assert (tmp_path / "kit" / a.files).read_text() == a.starter
+    assert a.handout in (tmp_path / "kit" / "README.md").read_text()
+    assert f"zerosim assignment check {number} --file" in said
+    named = sorted(set(re.findall(r"notebooks/(\d\d_\w+\.ipynb)", a.handout)))
+    assert [w for w in written if w.startswith("notebooks/")] == [f"notebooks/{n}" for n in named]
+    text = "\n".join(p.read_text() for p in (tmp_path / "kit").rglob("*") if p.is_file())
+    assert not [w for w in written if "solution" in w or "planted" in w or "rubric" in w]
+    kit = [p for p in kit_files() if p.parts[len(KIT.parts)] in (f"a{number}", "exercises")]
+    assert kit or number == 4  # (assignment 4's reference and planted ones are the kit's too: a4/)
+    leaked = {str(p.relative_to(KIT)): {line for line in own_lines(p) if line in text} for p in kit}
+    assert {k: v for k, v in leaked.items() if v} == {}
+
+
+@pytest.mark.bad_input("outputs", unchanged=True)
+def test_the_starter_kit_never_overwrites_a_students_file(tmp_path, capsys):
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "kit" / "a1_ring.py").write_text("# my week of work\n")
+    assert main(["assignment", "starter", "1", "--out", str(tmp_path / "kit")]) == 2
+    err = capsys.readouterr().err
+    assert "a1_ring.py is there already" in err and "--out" in err
+    assert sorted(p.name for p in (tmp_path / "kit").iterdir()) == ["a1_ring.py"]  # nothing else written either
+    assert (tmp_path / "kit" / "a1_ring.py").read_text() == "# my week of work\n"
+
+
+def test_zerosim_notebooks_writes_every_notebook_cleared(tmp_path, capsys):
+    assert main(["notebooks", "--out", str(tmp_path / "nb")]) == 0
+    names = sorted(p.name for p in (tmp_path / "nb").glob("*.ipynb"))
+    assert names == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    for p in (tmp_path / "nb").glob("*.ipynb"):
+        assert all(not c.get("outputs") for c in json.loads(p.read_text())["cells"]), p.name
+    assert f"jupyter lab {tmp_path / 'nb'}" in capsys.readouterr().out
+
+
+def test_the_learning_paths_student_instructions_never_clone():
+    """A student installs the package and writes what they need from it; the path never sends them to a clone (an
+    editable install, `pip install -e`, is a clone's): the install line names the package and `zerosim notebooks`."""
+    pages = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
+    text = "\n".join(p.read_text() for p in pages)
+    assert pages and not re.search(r"git clone|pip install -e|pip install \./", text)
+    readme = " ".join((ROOT / "docs" / "tutorials" / "README.md").read_text().split())
+    assert '.venv/bin/pip install "zerosim[notebooks]"' in readme and "zerosim notebooks --out" in readme
+    assert "zerosim assignment starter N --out aN" in readme

@@ -3,8 +3,9 @@
 Each notebook is executed once here. Then: every cell tagged "figure" must hold a drawn image in its
 outputs (notebook 03's 7.5B figure once vanished because a figure function switched matplotlib's
 backend, and a test that only ran the cells passed), and the numbers each notebook teaches must be in
-its printed output. The notebooks also assert their numbers themselves, so a cell that computes a
-different number fails the run.
+its printed output. The numbers each notebook computes are also checked in its own kernel, right after the cell that
+computes them (tests/notebook_checks.py: the checks run in the test's copy, never in the learner's), so a cell that
+computes a different number fails the run.
 
 Needs the `notebooks` extra (nbclient, nbformat, ipykernel), which the README's test command installs;
 in CI a missing extra is a failure, not a skip.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import HANG_TIMEOUT
+from notebook_checks import CHECKS
 
 from zerosim.explore._front_end import STATIC
 
@@ -87,8 +89,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "stage 3:    1.875 GB resting",
         "ERRATUM",
         # the memory explorer on Llama-2-7B, 8 ranks, L = 4096, block checkpointing: ZeRO-0 needs 135 GB per GPU
-        "ZeRO-0: peak 134.77 GB per GPU, does not fit an H100",
-        "ZeRO-3: peak  16.85 GB per GPU, fits an H100",
+        "ZeRO-0: peak 134.77 GB per GPU, 142.85 GB with what no ledger sees: does not fit an H100",
+        # the verdict counts what no ledger sees, as `zerosim memory --gpu` does: 16.85 + 0.29 + 1.06 + 5 % = 19.04
+        "ZeRO-3: peak  16.85 GB per GPU,  19.04 GB with what no ledger sees: fits an H100",
         "112.0 GB per GPU, 896 GB on all eight, 784 GB of it copies",  # seed 001 §7's aggregate
         "   72B parameters x 14 B =  1.008 TB",  # seed 000's "terabytes": from ~72B parameters, not one billion
         "N = 1024: ZeRO's flat shards split 226 of the 226 matrices",  # Shampoo's GGᵀ needs a whole matrix
@@ -104,7 +107,15 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "L 2048 -> 4096 adds 133,148,180,480 bytes (133.1 GB)",  # the seed's "roughly 128 GB"
         "block              4.094 GB  block31.x2                  1.179e+14  +33.3%",  # seed 001: "≈ 1/3"
         "selective  gradients bitwise equal to the plain run's: True",
+        "block      gradients bitwise equal to the plain run's: True",  # recomputation changes no bit
+        "every-k    gradients bitwise equal to the plain run's: True",
         "checkpoint none  stage 3: model states  13.317 GB + activations 66.143 GB",
+        "checkpoint block stage 3: model states  13.317 GB + activations  4.094 GB",  # 31 block inputs and one block
+        # seed 001 §6's "leaves the L² term", reconciled: one rebuilt block's P, 4·32·2048²·2 B, not 32 layers'
+        "block: peak 4.094 GB at block31.x2, of which one layer's P 1.074 GB (26%); all 32 layers' P would be 34.4 GB",
+        "block-flash: peak 3.862 GB at loss.labels: no P kept, the peak moved to the loss",
+        "dS = P ⊙ (dP − D), row 0: [-0.091507  0.148102  0.049476 -0.106072]",  # the softmax's backward, seed 001
+        "(diag(p) − p pᵀ)·dp, float64: [-0.091507  0.148102  0.049476 -0.106072]",  # its Jacobian, by definition
         # seed 001's "≈ 70 GFLOP" for P: B·H·L²·d_h multiply-adds, twice that in FLOPs with the softmax
         "that is B·H·L²·d_h = 68.7 G multiply-adds; counted as FLOPs with the softmax: 140.7 GFLOP",
         "embed.input          born at   0%, freed at 100%",  # seed 001's retention contract
@@ -130,6 +141,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "DeepSpeed's DynamicLossScaler, scale_window 10: skipped [1, 2, 3, 25, 45]",  # hysteresis 2
         "Attempted loss scale: 65536, but hysteresis is 2. Reducing hysteresis to 1",
         "stage 0: norm 2.181190252304077  (oracle 2.181190252304077)",
+        "stage 1: norm 2.181190252304077  (oracle 2.181190252304077)",  # the global norm over shards, every stage
+        "stage 2: norm 2.181190252304077  (oracle 2.181190252304077)",
+        "stage 3: norm 2.181190252304077  (oracle 2.181190252304077)",
         "seeds 0.500244140625   deepspeed-zero12 0.5",  # DeepSpeed's copy back into fp16
         "seeds 3 x 2**-24   fsdp2 4 x 2**-24",  # FSDP2's pre-divide at N = 6
         "seeds fp16               N = 3: 2.95e-04   N = 192: 2.06e-03   ratio  7.0  (sqrt(64) = 8)",
@@ -145,6 +159,7 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "full_shard NVLink  8,820 B   InfiniBand 2,940 B",
         # 3 node-ring phases, 8 ranks · 3 · 140 B each; the replicas' all-reduce 8 · 140 B, all across
         "hsdp       NVLink 10,080 B   InfiniBand 1,120 B",
+        "mics       NVLink 10,080 B   InfiniBand 1,120 B",  # MiCS shards and replicates as HSDP does here
         # forward gather and reduce-scatter as FULL_SHARD (2 · 2,940 / 980), backward's gather within nodes: 3,360
         "hpz        NVLink  9,240 B   InfiniBand 1,960 B",
         # seed 004, sample A (x = [1, 3], t = 5) on GPU 3: w3, w4 grads [0, -4.5], ÷ 2 by FSDP2's fp16 pre-divide
@@ -157,6 +172,8 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         # backward gathers (U) stay within the node, its forward gathers and reduce-scatters (2U) do not
         "full_shard calls on NVLink   0   on InfiniBand 297",
         "hpz        calls on NVLink  99   on InfiniBand 198",
+        "hsdp       calls on NVLink 297   on InfiniBand 198",  # 3U within nodes, the all-reduce's two phases across
+        "mics       calls on NVLink 297   on InfiniBand 198",
     ],
     "09_will_it_fit.ipynb": [
         "parameters: 8,030,261,248",  # the published count, from the shipped config.json
@@ -239,13 +256,26 @@ def executed(path):
     return _executed[path]
 
 
+def with_checks(nb, name: str):
+    """`nb` with each of CHECKS[name] inserted as a code cell (tagged "check") right after the one code cell holding
+    its anchor: the notebook's own numbers checked in its own kernel (tests/notebook_checks.py)."""
+    for anchor, check in CHECKS.get(name, []):
+        at = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and anchor in c.source]
+        assert len(at) == 1, f"{name}: {len(at)} code cells hold the check's anchor {anchor!r}"
+        cell = nbformat.v4.new_code_cell(check)
+        cell.metadata["tags"] = ["check"]
+        nb.cells.insert(at[0] + 1, cell)
+    return nb
+
+
 def run(path):
-    """Every cell of the notebook at `path`, executed in a fresh Jupyter kernel; the notebook with its outputs."""
-    nb = nbformat.read(path, as_version=4)
+    """Every cell of the notebook at `path`, executed in a fresh Jupyter kernel, with its checks in place (a failed
+    one fails the run, naming the cell); the notebook with its outputs."""
+    nb = with_checks(nbformat.read(path, as_version=4), path.name)
     client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
         nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
-    client.execute()  # raises CellExecutionError naming the cell on any error, a failed assert included
+    client.execute()  # raises CellExecutionError naming the cell on any error, a failed check included
     return nb
 
 

@@ -60,7 +60,7 @@ def test_a_prediction_cell_judges_a_right_a_wrong_and_no_answer(notebook, index,
     wrong = run_cell(source, value)
     assert wrong.startswith("Not quite: ") and "The misconception: " in wrong and misconception in wrong, wrong
     far = run_cell(source, q.value() * 5 + 7.25)  # nothing anyone should say: off, by how much and which way
-    assert far.startswith("Off: ") and "above it" in far, far
+    assert far.startswith("Off: ") and ("above it" if q.value() * 5 + 7.25 > q.value() else "below it") in far, far
     assert run_cell(source, None).startswith("No prediction yet.")
 
 

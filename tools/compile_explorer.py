@@ -1,19 +1,50 @@
-"""Compile every shipped model's step for the explorer's web page into zerosim/explore/steps.json.
+"""Compile the explorer page's grid into zerosim/explore/grid.json: `zerosim memory --json` and `zerosim timeline
+--json` once for every setting of the page (zerosim/explore/_grid.py), run in this process, a worker per core.
 
-    python tools/compile_explorer.py          # ~4 minutes: 14 models x 6 checkpointing strategies x 2 widths
+    python tools/compile_explorer.py            # 87 minutes on 2 busy cores (17,280 settings, 6,912 memory runs)
+    python tools/compile_explorer.py --jobs 16  # a worker per core of a bigger machine
 
-Run it when the engine changes what a step holds (tests/test_explore_closed.py says so: its freshness test
-compiles a sample again and compares).
+Run it when a number the commands print changes (tests/test_explore_page.py says so: it runs the CLI again at sampled
+settings and compares with the shipped grid).
 """
 
+import argparse
 import json
+import os
 import sys
+import time
+from multiprocessing import get_context
 from pathlib import Path
 
-from zerosim.explore import compile_all
+from zerosim.cli.explore_cmd import cli_json
+from zerosim.explore._grid import MEMORY, argv, compile_grid, pack, points
+
+
+def _part(todo):
+    return compile_grid(cli_json, todo, show_progress=False)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per core)")
+    jobs = p.parse_args().jobs
+    out = Path(__file__).resolve().parent.parent / "zerosim" / "explore" / "grid.json"
+    groups = {}  # the points one memory run answers stay in one part, so that it runs once
+    for point in points():
+        groups.setdefault(tuple(argv(point, MEMORY)), []).append(point)
+    parts = list(groups.values())
+    started, numbers = time.monotonic(), {}
+    with get_context("spawn").Pool(jobs) as pool:
+        for n, done in enumerate(pool.imap_unordered(_part, parts, chunksize=4), 1):
+            numbers.update(done)
+            if n % 200 == 0 or n == len(parts):
+                print(f"{n}/{len(parts)} memory runs' settings, {time.monotonic() - started:.0f} s", file=sys.stderr)
+    grid = pack(numbers)
+    out.write_text(json.dumps(grid, separators=(",", ":"), allow_nan=False) + "\n")
+    print(f"wrote {out}: {len(grid['points'])} settings, {len(grid['memory'])} memory and {len(grid['time'])} time "
+          f"records, {len(grid['errors'])} refusals, {out.stat().st_size / 1e6:.1f} MB, in "
+          f"{time.monotonic() - started:.0f} s")
+
 
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parent.parent / "zerosim" / "explore" / "steps.json"
-    data = compile_all(show_progress=sys.stderr.isatty())
-    out.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    print(f"wrote {out}: {len(data['steps'])} compiled steps")
+    main()

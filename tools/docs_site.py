@@ -9,6 +9,7 @@ except in tests/test_docs_site.py, which checks what it generates.
                       by mkdocstrings from the docstrings (static analysis: nothing is imported)
     figures           figures/*.png (what `zerosim figures` draws at the project's root) served at /figures/, so a
                       page shows the committed figure without a copy in docs/
+    explorer_page()   the explorer web page (`zerosim explore --html`), served at /explore/index.html
     outside_links()   a link from a page to a project file outside docs/ (a notebook, a test: it works on GitHub) has
                       no page on the site: there it is shown as the file's path; a link to a file that does not
                       exist is left alone, so the strict build still fails on it
@@ -175,7 +176,21 @@ def on_files(files, config):
         files.append(File.generated(config, path, content=text))
     for png in sorted((ROOT / "figures").glob("*.png")):
         files.append(File(f"figures/{png.name}", str(ROOT), config["site_dir"], config["use_directory_urls"]))
+    files.append(File.generated(config, EXPLORER, content=explorer_page()))
     return files
+
+
+EXPLORER = "explore/index.html"  # the explorer web page, hosted on the site (docs/classroom.md links it)
+
+
+def explorer_page() -> str:
+    """The explorer's page as `zerosim explore --html` writes it (the shipped grid, nothing computed here)."""
+    import tempfile
+
+    from zerosim.explore import write_page
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(write_page(tmp)).read_text("utf-8")
 
 
 def on_page_markdown(markdown, page, config, files):

@@ -2,7 +2,8 @@
 
     zerosim assignment list
     zerosim assignment show 1                           # the handout: predict -> run -> explain
-    zerosim assignment starter 1 > a1_ring.py           # the file to fill in
+    zerosim assignment starter 1 --out a1               # the starter kit: the handout, the file, its notebooks
+    zerosim assignment starter 1 > a1_ring.py           # the file to fill in, alone
     zerosim assignment check 1 --file a1_ring.py        # the visible tests: what a student runs
     zerosim assignment grade 1 --file a1_ring.py --results results/results.json   # every test (instructors)
     zerosim assignment export-instructor DIR            # the instructor kit (its own package: solutions, rubrics)
@@ -17,6 +18,7 @@ scores 0 on that test with one line saying what happened.
 from __future__ import annotations
 
 import math
+import os
 
 HELP = "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"
 
@@ -24,12 +26,16 @@ HELP = "week-sized assignments (handout, starter, visible and hidden tests) and 
 def add_arguments(p) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="the assignments, one line each")
-    for name, text in (("show", "the handout"), ("starter", "the starter file (redirect it into a .py file)")):
-        actions.add_parser(name, help=text).add_argument("number", type=int, help="1, 2 or 3")
+    actions.add_parser("show", help="the handout").add_argument("number", type=int, help="1, 2, 3 or 4")
+    starter = actions.add_parser("starter", help="the starter kit into a new folder (--out DIR): the handout, the file "
+                                 "to fill in and the notebooks it reads; without --out, the file alone on stdout")
+    starter.add_argument("number", type=int, help="1, 2, 3 or 4")
+    starter.add_argument("--out", default=None, metavar="DIR",
+                         help="a new (or empty) folder for the kit; nothing in it is overwritten")
     check = actions.add_parser("check", help="run the visible tests on your file")
     grade = actions.add_parser("grade", help="run every test, visible and hidden; write Gradescope's results.json")
     for q in (check, grade):
-        q.add_argument("number", type=int, help="1, 2 or 3")
+        q.add_argument("number", type=int, help="1, 2, 3 or 4")
         q.add_argument("--file", required=True, help="the student's .py file")
         q.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                        help="seconds each case may take before it fails as a loop (default 60)")
@@ -47,13 +53,13 @@ def run(args) -> int:
     if args.action in (None, "list"):
         for n, a in assignments.ASSIGNMENTS.items():
             print(f"{n}  {a.title}  ({a.max_score:g} points; your file: {a.files})")
-        print("\nzerosim assignment show N, then zerosim assignment starter N > FILE, then zerosim assignment check N "
-              "--file FILE")
+        print("\nzerosim assignment show N, then zerosim assignment starter N --out DIR, then zerosim assignment "
+              "check N --file DIR/FILE")
         return 0
     if args.action == "export-instructor":
         kit = instructor_kit()
         written = kit.export(args.folder)
-        print(f"wrote {len(written)} files of the instructor kit into {args.folder}: a1-a3 (solution.py, planted/, "
+        print(f"wrote {len(written)} files of the instructor kit into {args.folder}: a1-a4 (solution.py, planted/, "
               "rubric.md), misbehaving/, exercises/, gradescope/, README.md")
         return 0
     a = assignments.get(args.number)
@@ -61,7 +67,17 @@ def run(args) -> int:
         print(a.handout, end="")
         return 0
     if args.action == "starter":
-        print(a.starter, end="")
+        if args.out is None:
+            print(a.starter, end="")
+            return 0
+        from zerosim.teaching import write_starter
+
+        written = write_starter(a, args.out, "--out")
+        mine = os.path.join(args.out, a.files)
+        print(f"wrote assignment {a.number}'s starter kit into {args.out}: "
+              + ", ".join(os.path.relpath(p, args.out) for p in written)
+              + f"\nnext: read {os.path.join(args.out, 'README.md')}, fill in {mine}, then zerosim assignment check "
+                f"{a.number} --file {mine}")
         return 0
     if not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise ValueError(f"--time-limit takes a number of seconds > 0, got {args.time_limit:g}")

@@ -10,8 +10,9 @@
     zerosim checkpoint  inspect or consolidate a sharded checkpoint
     zerosim exercise    write one small function of ZeRO yourself; the package grades it
     zerosim verify-nccl compare the ring with NCCL's own collectives, byte for byte, on your GPUs
-    zerosim explore     the memory explorer as a self-contained web page for a course site
+    zerosim explore     the explorer as a self-contained web page for a course site
     zerosim assignment  week-sized assignments with an autograder (Gradescope's results.json)
+    zerosim notebooks   the learning path's notebooks, written into a folder of yours (outputs cleared)
     zerosim parity      compare zerosim's DDP reduction with real torch on gloo, bit for bit (needs torch)
     zerosim diff        two configurations on the same data: where their bits first part, which event did it, and why
     zerosim lint        a configuration's silent numerics traps, each with the framework code and thread behind it
@@ -39,10 +40,11 @@ COMMANDS = {
     "exercise": ("zerosim.cli.exercise_cmd",
                  "write one small function of ZeRO yourself; the package's own checks grade it"),
     "explore": ("zerosim.cli.explore_cmd",
-                "the memory explorer as a self-contained web page for a course site (every setting computed in the "
-                "browser)"),
+                "the explorer as a self-contained web page for a course site (memory, time, overlap, offload, TP)"),
     "assignment": ("zerosim.cli.assignment_cmd",
                    "week-sized assignments (handout, starter, visible and hidden tests) and their autograder"),
+    "notebooks": ("zerosim.cli.notebooks_cmd",
+                  "write the learning path's notebooks into a folder of yours (outputs cleared: predict, then run)"),
     "timeline": ("zerosim.cli.timeline_cmd",
                  "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta "
                  "backend)"),

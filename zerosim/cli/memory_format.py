@@ -48,10 +48,16 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
+# what the header calls a preset's units: at --unit block each transformer block is one, and so are the layers outside
+# the blocks (the embeddings, the final norm and head), which is why gpt2-small's 12 blocks are 15 units
+UNITS = {"block": "units: its blocks and the layers outside them", "module": "modules"}
+
+
 def _header(r: dict) -> list:
     return [
         f"zerosim memory: Ψ = {r['params']:,} parameters ("
-        + (r["model"] if r["unit"] == "layer" else f"{r['model']}, {r['layers']} {r['unit']}s")
+        + (r["model"] if r["unit"] == "layer"
+           else f"{r['model']}, {r['layers']} {UNITS.get(r['unit'], r['unit'] + 's')}")
         + f"), N = {r['ranks']} ranks, "
         f"{r['optimizer']}, {r['precision']}",
         "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"

@@ -137,7 +137,8 @@ class ExplorerCanvas:
             f"; host: {host['host']['per_node'] / 1e12:.2f} of {host['host']['capacity'] / 1e12:.2f} TB a node, "
             + ("fits" if host["host"]["fits"] and host["nvme"]["fits"] else "does NOT fit"))
         self.mem.set_title(f"{n['model']}, N = {n['ranks']}, ZeRO-{n['stage']}, {n['precision']}:\n"
-                           f"peak {n['peak'] / GB:.2f} GB, {verdict}{node}", fontsize=self.fontsize + 1)
+                           f"peak {n['peak'] / GB:.2f} GB + {n['estimates'] / GB:.2f} GB no ledger sees, {verdict}"
+                           f"{node}", fontsize=self.fontsize + 1)
         legend = (tuple(k for k in kinds if n["at_peak"].get(k) or columns[2].get(k)), self.capacity.get_label())
         if legend != self._legend:  # a legend is laid out again only when what it lists changes (_key.py)
             self._legend = legend

@@ -35,13 +35,16 @@ def explore(s: Settings) -> dict:
 
     Returns {"model", "params", "ranks", "stage", "at_peak": {kind: bytes live at rank 0's peak moment},
     "peak", "resting": {kind: bytes of model states after the step}, "capacity" (the GPU's driver total),
-    "fits", "step_s", "compute_s", "comm_s", "exposed_s" (the collectives'), "host_wait_s" (the step less compute
-    and exposed collectives: what the device waited for the host's copies and CPU step; 0 without offload), "link",
+    "estimates" (what no ledger sees, as `zerosim memory --gpu` counts it), "total" (peak + estimates), "fits" (the
+    total against the capacity), "step_s", "compute_s", "comm_s", "exposed_s" (the collectives'), "host_wait_s"
+    (the step less compute and exposed collectives: what the device waited for the host's copies and CPU step; 0
+    without offload), "link",
     "device", "host": the host column}: "host" holds
     the offload placement and, for "host" and "nvme", rank 0's {"resting": {kind: bytes}, "peak", "per_node" (the
     peak times the ranks of a node of 8), "capacity" (the node's, the host whose GPUs `s.gpu` are), "fits"} — all
     empty and 0 without offload (`zerosim memory --offload-... --json`'s "host" and "nvme", and its node's verdict)."""
-    from zerosim.analysis.costs import get_gpu, host_fit, host_of, measure_stage
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, host_fit, host_of, measure_stage
+    from zerosim.analysis.reports import judge
     from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
     from zerosim.parallel.offload import PLACEMENTS, Offload
     from zerosim.precision import get_precision
@@ -66,6 +69,7 @@ def explore(s: Settings) -> dict:
     if offload:  # the collectives alone, as `zerosim timeline --offload-...` reads them; the copies and the CPU step
         w = step_window(t)  # are the host's (their busy time, and what the device waited for beside the collectives)
         compute, comm, exposed = w.busy["compute"], w.busy["comm"], w.uncovered["comm"]
+    verdict = judge(row["peak"], s.stage, s.ranks, gpu, ALLOCATOR_RESERVE)
     ledgers = {tier: cluster.ranks[0].ledger_of(tier) for tier in ("host", "nvme")}
     node = host_fit({tier: ledger.peak() for tier, ledger in ledgers.items()}, s.ranks, host, GPUS_PER_NODE)
     return {
@@ -79,7 +83,11 @@ def explore(s: Settings) -> dict:
         "resting": row["resting"],
         "capacity": gpu.capacity,
         "gpu": gpu.name,
-        "fits": row["peak"] <= gpu.capacity,  # the ledger's bytes alone; `zerosim memory --gpu` adds the overheads
+        # the verdict `zerosim memory --gpu` gives: the ledger's peak plus what no ledger sees (CUDA context, NCCL's
+        # buffers, the allocator's reserve), against the capacity (analysis/reports/_fit.py `judge`)
+        "estimates": verdict["overheads_total"],
+        "total": verdict["total"],
+        "fits": verdict["fits"],
         "step_s": t.step_time,
         "compute_s": compute,
         "comm_s": comm,

@@ -107,6 +107,11 @@ def narrate_mesh(result: dict) -> str:
     for s in result["samples"]:
         out.append(f"  GPU {s['gpu']} (node {s['gpu'] // 2}): x = {_vec(s['x'])}, t = {s['target']:g}; owns "
                    f"{', '.join(result['owns'][s['gpu']])}")
+    if any(set(owned) == {"padding"} for owned in result["owns"]):  # why a GPU holds no weight at all
+        shapes = ", ".join(str(tuple(s.shape)) for s in TinyNet().specs)
+        out.append(f"  (why padding: FSDP2 cuts each parameter along its first dimension, Shard(0); seed 004's weights "
+                   f"are {shapes},")
+        out.append("   one row each, so the first GPU of each shard group owns them all and the second padding only)")
     out.append("Backward: each GPU's own gradients")
     for r, layers in result["local_grads"].items():
         out.append(f"  GPU {r}: " + "   ".join(f"{name} {_vec(g)}" for name, g in layers.items()))

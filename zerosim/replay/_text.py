@@ -259,8 +259,27 @@ def _say_memory(t: _Teller, s: dict) -> None:
               + ", ".join(f"{b['name']} {b['bytes']} B" for b in top["at_peak"]))
         t.explain([b["name"] for b in top["at_peak"]], s["calls"], "      ")
     t.say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
+    if stage == 3 and len(set(s["bytes_sent"])) > 1:
+        t.say(_why_bytes_differ(s))
     if stage >= 2:
         t.say(_when_sharding_grads_pays(s["memory"][0], r["memory_at_start"][0], r["world_size"]))
+
+
+def _why_bytes_differ(s: dict) -> str:
+    """Stage 3's unequal bytes, from the step's gathers: each layer's window lies in one GPU's shard, so its owner
+    sends it whole at every gather, and a layer is gathered once more for checkpointing's recompute."""
+    sent = {}  # (GPU, layer's tag) -> (calls, bytes a call)
+    for h in s["stage3_gathers"]:
+        if h["bytes"]:
+            calls, size = sent.get((h["src"], h["tag"]), (set(), h["bytes"]))
+            sent[(h["src"], h["tag"])] = (calls | {h["call"]}, size)
+    parts = ", ".join(f"GPU {g} its {tag} {len(calls)} × {size} B" for (g, tag), (calls, size) in sorted(sent.items()))
+    import textwrap
+
+    why = ("why they differ: each layer lies in one GPU's shard, and its owner sends it whole at every gather ("
+           + parts + "; a checkpointed layer is gathered again for its recompute), beside the other GPU's layer "
+           "gradients in the reduce-scatters; 3Ψ(N−1)/N counts two gathers a layer over equal chunks")
+    return textwrap.fill(why, 110, initial_indent="  ", subsequent_indent="  ")
 
 
 def _say_brief(t: _Teller, s: dict) -> None:

@@ -6,9 +6,10 @@
     _predict.py    predict / judge: a typed number against the run's answer, within a tolerance, naming the
                    misconception a known wrong answer comes from
     _questions.py  the notebooks' prediction questions, each computing its answer from zerosim
+    _starter.py    what a student gets from the installed package: an assignment's starter kit, the notebooks
     exercises/     six small functions (the ring's chunk index, a shard's offset, the stage-2 free, ...), each graded
                    against the oracle or the naive twin, with the first counterexample
-    assignments/   three week-sized assignments with an autograder (Gradescope's results.json)
+    assignments/   four week-sized assignments with an autograder (Gradescope's results.json)
     sandbox/       where a learner's file runs: a process of its own, confined to a folder of its own, each step
                    under a time limit, its output capped, nothing it started left running
 
@@ -17,5 +18,6 @@ The learning path through the notebooks, commands, exercises and assignments is 
 
 from zerosim.teaching._predict import Question, Verdict, judge, predict
 from zerosim.teaching._questions import QUESTIONS
+from zerosim.teaching._starter import notebook_names, write_notebooks, write_starter
 
-__all__ = ["QUESTIONS", "Question", "Verdict", "judge", "predict"]
+__all__ = ["QUESTIONS", "Question", "Verdict", "judge", "notebook_names", "predict", "write_notebooks", "write_starter"]

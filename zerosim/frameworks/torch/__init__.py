@@ -14,7 +14,16 @@ torch is the optional `parity` extra; nothing in zerosim imports torch otherwise
 """
 
 from zerosim.frameworks.torch._collectives import torch_gloo, torch_gloo_calls
-from zerosim.frameworks.torch._common import StepParity, first_difference, ordered, same_bits, step_parity
+from zerosim.frameworks.torch._common import (
+    StepParity,
+    first_difference,
+    ordered,
+    same_bits,
+    step_parity,
+    torch_batch,
+    torch_half_mse,
+    torch_model,
+)
 from zerosim.frameworks.torch._ddp import compare_ddp, run_torch_ddp
 from zerosim.frameworks.torch._fsdp import compare_fsdp, dim0_rows, fsdp_reduce
 from zerosim.frameworks.torch._kits import ranks_of, run_torch_kits
@@ -26,6 +35,6 @@ from zerosim.frameworks.torch._zero1 import compare_zero1, zero_redundancy_parti
 __all__ = [
     "StepParity", "TorchMissing", "TorchSqrtAdam", "compare_ddp", "compare_fsdp", "compare_zero1", "dim0_rows",
     "first_difference", "fsdp_reduce", "local_gradients", "ordered", "ranks_of", "require_torch", "run_on_gloo",
-    "run_torch_ddp", "run_torch_kits", "same_bits", "step_parity", "torch_gloo", "torch_gloo_calls",
-    "zero_redundancy_partition",
+    "run_torch_ddp", "run_torch_kits", "same_bits", "step_parity", "torch_batch", "torch_gloo", "torch_gloo_calls",
+    "torch_half_mse", "torch_model", "zero_redundancy_partition",
 ]

@@ -353,8 +353,12 @@ def _check_2048(fn, case):
         exact = [2051.0] * 4
         named = None
         if said is not None and [float(v) for v in said] == exact:
-            named = Misconception("exact_sum", "2051 is the exact sum, which fp16 cannot hold (its spacing above 2048 "
-                                  "is 2); a ring rounds each chunk's partial sums in its own order", None)
+            from zerosim.precision import ulp
+
+            spacing = float(ulp(2048.0, case["fmt"]))  # the format asked about: fp16's 2 above 2048, bf16's 16
+            named = Misconception("exact_sum", f"2051 is the exact sum, which {case['fmt']} cannot hold (its spacing "
+                                  f"above 2048 is {spacing:g}); a ring rounds each chunk's partial sums in its own "
+                                  "order", None)
         raise wrong(f"your {case['fmt']} prediction {said!r} is not what the ring gives; run your ring_reduce_scatter "
                     "on it and find the hop where each chunk rounds", named)
 
