@@ -99,7 +99,8 @@ class Link:
     base: float = 0.0  # seconds per call, whatever its size (NCCL's baseLatencies; 0 for a link built by hand)
 
     def __post_init__(self):  # where a link's rates are born: a NaN or a zero would divide every time (_rates.py)
-        check_rate(self.bandwidth, f"the bandwidth (bytes/s) of link {self.name!r}")
+        # inf: an ideal link (bytes cost no time; the pipeline's bubble alone, tests/test_pipeline_timeline.py)
+        check_rate(self.bandwidth, f"the bandwidth (bytes/s) of link {self.name!r}", ideal=True)
         check_latency(self.alpha, f"the alpha (s) of link {self.name!r}")
         check_latency(self.base, f"the base (s) of link {self.name!r}")
 

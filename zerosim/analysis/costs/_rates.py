@@ -40,10 +40,12 @@ LATENCY_US = Bounds(0.0, 1e6, "µs", "a second a step is slower than a satellite
 EFFICIENCY = Bounds(1e-3, 1.0, "of peak", "0.1 % of a GPU's peak is slower than its host CPU")
 
 
-def check_rate(value, name: str) -> float:
-    """`value` as a rate: a finite real number > 0 (not a bool), else a ValueError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < math.inf):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+def check_rate(value, name: str, ideal: bool = False) -> float:
+    """`value` as a rate: a finite real number > 0 (not a bool), else a ValueError naming `name`; with `ideal`, inf too
+    (a link that moves any bytes in no time: what a test of compute alone builds, never a flag's value)."""
+    real = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if not (real and (0 < value < math.inf or (ideal and value == math.inf))):
+        raise ValueError(f"{name} must be a {'' if ideal else 'finite '}number > 0, got {value!r}")
     return value
 
 
