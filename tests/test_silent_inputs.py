@@ -200,7 +200,7 @@ def test_a_resume_that_names_the_saved_data_or_none_goes_on(saved_run, tmp_path)
 @pytest.mark.parametrize("argv, words", [
     # was: rc 0 and fp32 masters all NaN (1/S overflows fp32)
     (("replay", "--loss-scale", "1e-300"), "scale 1e-300 is so small that its fp32 reciprocal"),
-    ((*TRAIN, "--tp", "0"), "--tp must be at least 1"),  # was: rc 0, run as --tp 1
+    ((*TRAIN, "--tp", "0"), "--tp must be a positive integer"),  # was: rc 0, run as --tp 1
     ((*MEM, "--layers", "4"), "--layers sizes a --params model"),  # was: rc 0, the preset's own layers
     ((*TL, "--layers", "4"), "--layers sizes a --params model"),
     ((*TL, "--sweep-ranks", "0"), "--sweep-ranks lists the rank counts of --sweep"),  # was: rc 0, one step on --ranks

@@ -48,8 +48,9 @@ def layout_of(args) -> str:
     return given if given is not None else FRAMEWORK_LAYOUT.get(getattr(args, "comm", None), "megatron")
 
 
-def tensor_of(args, ranks: int) -> tuple:
-    """(T, SP) from --tp and --sp, checked against the GPUs: T divides --ranks."""
+def tensor_of(args, ranks: int | None) -> tuple:
+    """(T, SP) from --tp and --sp, checked against the GPUs: T divides --ranks (None: not known yet, a resumed run's
+    saved count, checked where the run reads it)."""
     tp = 1 if getattr(args, "tp", None) is None else args.tp
     sp = bool(getattr(args, "sp", False))
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -61,7 +62,7 @@ def tensor_of(args, ranks: int) -> tuple:
         raise ValueError("--async-tp overlaps TP's collectives: give --tp T > 1 with it")
     if getattr(args, "tp_layout", None) is not None and tp == 1:
         raise ValueError("--tp-layout says what a TP rank keeps: give --tp T > 1 with it")
-    if ranks % tp:
+    if ranks is not None and ranks % tp:
         raise ValueError(f"--tp {tp} does not divide --ranks {ranks}: --ranks counts every GPU and the data-parallel "
                          f"degree is ranks / tp")
     return tp, sp

@@ -190,7 +190,6 @@ def _check_run(args) -> int | None:
         ("--steps", args.steps),
         ("--batch", args.batch),
         ("--accumulation-steps", args.accumulation_steps),
-        ("--tp", args.tp),
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
@@ -211,8 +210,7 @@ def _check_run(args) -> int | None:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
-    if ranks is not None:
-        tensor_of(args, ranks)  # --tp (a positive integer dividing --ranks), --sp, --tp-layout: checked by their names
+    tensor_of(args, ranks)  # --tp (a positive integer dividing --ranks), --sp, --tp-layout: checked by their names
     return ranks
 
 
