@@ -15,7 +15,6 @@ import math
 from zerosim.cli import choices
 from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
-from zerosim.models.hf import MAX_PARAMS
 
 ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
 PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
@@ -239,6 +238,8 @@ def model_from_args(args, config=None):
     params = 7.5e9 if args.params is None else args.params
     if not math.isfinite(params) or params != int(params) or params < 1:
         raise ValueError(f"--params must be a whole number of parameters >= 1, got {params!r}")
+    from zerosim.models.hf import MAX_PARAMS  # here, not at import: a command's --help loads no NumPy
+
     if params > MAX_PARAMS:
         raise ValueError(f"--params {params:g} is more than {MAX_PARAMS:g} parameters, beyond any model trained so far")
     return MetaModel.from_params(int(params), layers=64 if args.layers is None else args.layers)

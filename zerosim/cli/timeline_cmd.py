@@ -59,7 +59,6 @@ from zerosim.cli.strategy_args import (
 from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, layout_of, tensor_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
-from zerosim.models.hf import MAX_DIM
 from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -131,6 +130,8 @@ def device_for(args, gpu) -> str:
 
 
 def _check(args) -> None:
+    from zerosim.models.hf import MAX_DIM  # here, not at import: a command's --help loads no NumPy
+
     if args.tokens is not None and (type(args.tokens) is not int or args.tokens < 1):
         raise ValueError(f"--tokens must be a positive integer, got {args.tokens!r}")
     if args.tokens is not None and args.tokens > MAX_DIM:  # a step's tokens are its GEMMs' rows: a 32-bit dimension

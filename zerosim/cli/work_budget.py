@@ -17,14 +17,15 @@ say what each count took on one core of the 2-core machine this was written on (
 
 from __future__ import annotations
 
-from zerosim.cluster import MAX_UNITS as UNITS  # the one count, shared with zerosim train
-
 UNIT_PASSES = 200_000
 RANK_STEPS = 1 << 20
 
 
 def check_units(units: int, what: str) -> None:
-    """Refuse a model of more than UNITS units, before it is built."""
+    """Refuse a model of more than UNITS units (cluster.MAX_UNITS: the one count, shared with zerosim train), before
+    it is built."""
+    from zerosim.cluster import MAX_UNITS as UNITS  # here, not at import: a command's --help loads no NumPy
+
     if units > UNITS:
         raise ValueError(f"{what} has {units:,} units (blocks and ends); zerosim takes at most {UNITS:,}: each is "
                          "built and stepped one by one (10,000 take about half a minute; the deepest shipped config "
