@@ -351,7 +351,7 @@ def test_notebook_01_explains_seed_001s_stage_1_all_reduce_with_the_runs_numbers
     from zerosim.collectives import all_reduce
 
     text = notebook_text("01_worked_example.ipynb", "markdown").replace("\n", " ")
-    assert "Seed 001 says stage 1 *all-reduces* the gradients; this run reduce-scatters them" in text
+    assert "Seed 001 says stage 1 *all-reduces* the gradients: does it matter that this run reduce-scatters them?" in text
     assert "here 8 B a GPU instead of 4" in text and "`use_multi_rank_bucket_allreduce=True`" in text
     cluster = Cluster(2)
     engine = ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), "fp16-mixed", checkpoint=True)
@@ -376,7 +376,7 @@ def test_notebook_01_reconciles_seed_003s_2l_minus_1_gathers_with_the_traces():
     counts = {(s, c): all_gathers(s, c) for s in (2, 3) for c in (False, True)}
     assert counts == {(2, False): 1, (2, True): 1, (3, False): 2 * L, (3, True): 2 * L + 1}
     text = notebook_text("01_worked_example.ipynb", "markdown").replace("\n", " ")
-    assert "Seed 003's \"2·L − 1 extra gathers\" against the 5 above" in text
+    assert "Does seed 003's \"2·L − 1 extra gathers\" count the 5 above?" in text
     assert f"(2·L = {counts[3, False]}, each freed right after its use)" in text
     assert f"so 2·L − 1 = {counts[3, False] - counts[2, False]} calls more" in text
     assert f"the {counts[3, True]} above, {counts[3, True] - counts[2, True]} more than ZeRO-2" in text

@@ -514,8 +514,10 @@ def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tm
     assert used == {check for _, check in CHECKS}, ran  # every check met its command (a page's command was not lost)
     # left out, and marked: the GPU suite, opening the notebooks in JupyterLab (a server waiting for a browser; the
     # nbconvert command beside it runs a notebook from the same install, and test_notebooks_extra.py checks that the
-    # extra provides `jupyter lab`), and installing torch for the parity kit (its tests skip without it)
-    assert all("gpu" in line or line.endswith("jupyter lab notebooks/") or "zerosim parity" in line
+    # extra provides `jupyter lab`; test_instructor_kit.py runs `zerosim notebooks --out`), and installing torch for the
+    # parity kit (its tests skip without it)
+    assert all("gpu" in line or line.endswith(("jupyter lab notebooks/", "jupyter lab zerosim-notebooks"))
+               or "zerosim parity" in line
                for line in not_run), not_run
     # what the commands wrote is in scratch/ (and the figures they are meant to redraw): nothing else in the project
     assert not [p for p in ("ckpt", "full.safetensors", "step.json", "step.png", "sweep.png") if (project / p).exists()]

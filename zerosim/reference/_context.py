@@ -154,7 +154,7 @@ class ContextReference:
 
     # -- one micro-batch's C shards (each on T TP slices) ------------------------------------------------------------
     def gradients(self, x, target, scale: float = 1.0) -> list:
-        """[position c][TP slice t] (loss, (padded,) gradient) of one micro-batch (B, L)."""
+        """`[position c][TP slice t]` (loss, (padded,) gradient) of one micro-batch (B, L)."""
         model, C, T, f, split = self.model, self.C, self.T, self.precision.compute_format, self.cp.split
         x, target = np.asarray(x), np.asarray(target)
         where = [_positions(x.shape[1], split, C, c) for c in range(C)]
