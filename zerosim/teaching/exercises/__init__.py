@@ -35,8 +35,9 @@ from zerosim.teaching.exercises import (
     _stage2_free,
     _unscale_once,
 )
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, NotRunnable, Result, first_difference, load
+from zerosim.teaching.exercises._grading import Counterexample, Exercise, Result, first_difference, load
 from zerosim.teaching.exercises._sandbox import TIME_LIMIT, grade_file
+from zerosim.teaching.sandbox import NotRunnable
 
 EXERCISES = {
     m.EXERCISE.name: m.EXERCISE
