@@ -21,6 +21,7 @@ confine a solution and the grader is root, nothing is graded (CannotConfine).
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from zerosim.outputs import check_file, write_atomic
@@ -87,7 +88,14 @@ def _test(learner: Learner, exercise) -> tuple:
     passed = len(cases) - sum(map(len, failed.values()))
     if not failed:
         return passed, len(cases), f"passed all {len(cases)} case{'s' if len(cases) > 1 else ''}"
-    lines = [f"{'; '.join(whats)}: {said}" for said, whats in failed.items()]  # one line per way of failing
+    lines, explained = [], set()
+    for said, whats in failed.items():  # one line per way of failing; a misconception explained once
+        named = re.search(r"Misconception '[^']+': ", said)
+        if named and named.group() in explained:
+            said = said[:named.start()] + named.group()[:-2] + " (above)"
+        elif named:
+            explained.add(named.group())
+        lines.append(f"{'; '.join(whats)}: {said}")
     more = f"; and {len(lines) - SAID} more" if len(lines) > SAID else ""
     head = f"{passed} of {len(cases)} cases passed: " if len(cases) > 1 else ""
     return passed, len(cases), head + "; ".join(lines[:SAID]) + more
