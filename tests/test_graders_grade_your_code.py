@@ -12,6 +12,8 @@ it earns every point: what the sandbox refuses is an answer that would otherwise
 Every test runs the real sandbox (a confined child per file): marked slow, each a few seconds.
 """
 
+from pathlib import Path
+
 import pytest
 from helpers import InProcess
 
@@ -21,6 +23,7 @@ from zerosim.teaching.exercises import grade_file
 from zerosim.teaching.exercises._sandbox import Learner
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
 
 CALLS = "calling {}, zerosim's own implementation of what it grades, is not allowed here"
 
@@ -251,6 +254,10 @@ def test_an_assignment_that_calls_zerosims_own_code_scores_0_on_those_cases_and_
     for t in graded["tests"]:
         function = function_of[t["name"].split(": ")[0]]
         assert f"this case grades your {function}; calling {called[function]}" in t["output"], t["output"]
+    if number == 1:  # the line docs/how-to/teach-a-course.md quotes is the grader's own
+        page = " ".join((ROOT / "docs" / "how-to" / "teach-a-course.md").read_text().split())
+        quoted = next(t["output"] for t in graded["tests"] if t["name"].startswith("ring_reduce_scatter 2:"))
+        assert quoted.startswith("N = 4, L = 4, fp16") and quoted in page, quoted
     here = results(a, InProcess(path), only=set(called))
     assert here["score"] == sum(t["max_score"] for t in here["tests"]), [t["output"] for t in here["tests"]
                                                                            if t["status"] == "failed"]

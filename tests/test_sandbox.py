@@ -24,10 +24,13 @@ from zerosim.teaching.sandbox import _confine
 
 RIGHT = "def chunk_sent(rank, step, world_size):\n    return (rank - step - 1) % world_size\n"
 LOOPS = "def chunk_sent(rank, step, world_size):\n    while True:\n        pass\n"
+# a grandchild left behind in a session of its own (a double fork): the keeper's to end. Its command line names this
+# test process, so that another worker's tests (pytest -n), which leave their own, are not taken for this one's
+SLEEPS = f"time.sleep(100000)  # {os.getpid()}"
 SLEEPER = ("import os, subprocess, sys\n"
            "kid = subprocess.Popen([sys.executable, '-c', 'import os, time\\nos.setsid()\\nif os.fork():\\n"
-           "    os._exit(0)\\ntime.sleep(100000)'], stdout=subprocess.DEVNULL)\n"
-           "kid.wait()\n")  # a grandchild left behind in a session of its own (a double fork): the keeper's to end
+           f"    os._exit(0)\\n{SLEEPS}'], stdout=subprocess.DEVNULL)\n"
+           "kid.wait()\n")
 
 
 def solution(tmp_path, text: str):
@@ -49,7 +52,7 @@ def sleepers() -> set:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if b"time.sleep(100000)" in line and state != b"Z":
+        if SLEEPS.encode() in line and state != b"Z":
             found.add(int(entry))
     return found
 

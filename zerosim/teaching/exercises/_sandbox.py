@@ -63,7 +63,7 @@ class Learner:
     def __init__(self, source: bytes, path: str, policy: Policy, time_limit: float = TIME_LIMIT):
         self.source, self.path, self.policy, self.limit = source, path, policy, float(time_limit)
         self.session, self.budget, self.unrunnable = None, None, None
-        self.ended: dict = {}  # function -> the line saying how it ended the child
+        self.ended: dict = {}  # function -> the Outcome of the case in which it ended the child
         self.noted: list = []  # what the lecturer should see (processes started), in order, once each
 
     def __enter__(self) -> Learner:
@@ -84,12 +84,12 @@ class Learner:
             try:
                 reply = self.session.load(Budget(self.limit))
             except Ended as e:
-                self.unrunnable = ending(e.outcome, None, self.limit)
+                self.unrunnable = ending(e.outcome, loading=True)
                 self.close()
             else:
                 self._note(reply.noted)
                 if reply.event == "not runnable":
-                    self.unrunnable = reply.fields.get("why") or f"{self.path} could not be run"
+                    self.unrunnable = _hint(reply.fields.get("why") or f"{self.path} could not be run")
                     self.close()
         return self.unrunnable
 
@@ -111,13 +111,13 @@ class Learner:
                 return reply.fields["value"]
             if reply.event == "raised":
                 f = reply.fields
-                raise LearnerRaised(str(f.get("kind")), str(f.get("words")), str(f.get("line") or ""), f.get("code"))
+                raise LearnerRaised(f.get("kind") or "", f.get("words") or "", f.get("line") or "", f.get("code"))
             if reply.event == "missing":
                 raise NoFunction(no_function(self.path, name))
             if reply.event == "unsendable":
                 raise Counterexample(f"your {name} returned {reply.fields.get('message')}, which cannot reach the "
                                      "grader")
-            raise self.session._over(Outcome("broke the protocol"))
+            raise Ended(Outcome("broke the protocol"))  # a reply the session let through but no call answers with
 
         call.__name__ = name
         return call
@@ -128,25 +128,26 @@ class Learner:
         if why is not None:
             return why
         if exercise.function in self.ended:
-            return f"{describe(case)}: not run: {ending(self.ended[exercise.function], None, self.limit, again=True)}"
+            return f"{describe(case)}: not run: {ending(self.ended[exercise.function], again=True)}"
         self.budget = Budget(self.limit)
         try:
-            return exercise.judge(self.function(exercise.function), case)
+            return _hint(exercise.judge(self.function(exercise.function), case))
         except Refusal as e:
             return f"{describe(case)}: {e.line}"
         except Ended as e:
             self.ended[exercise.function] = e.outcome
             self.close()  # a new child for the next case
-            return f"{describe(case)}: {ending(e.outcome, case, self.limit)}"
+            return f"{describe(case)}: {ending(e.outcome)}"
 
     def _note(self, noted: list) -> None:
         self.noted += [n for n in noted if n not in self.noted]
 
 
-def ending(o, case, limit: float, again: bool = False) -> str:
-    """The sandbox's Outcome `o` in one line (`case`: the case it ended, None while the file was loaded)."""
-    at = "loading your file" if case is None else "this case"
-    during = "while your file was loaded" if case is None else "during this case"
+def ending(o, loading: bool = False, again: bool = False) -> str:
+    """The sandbox's Outcome `o` in one line: it ended this case, or the file's `loading`, or (`again`) an earlier
+    case of the same function."""
+    at = "loading your file" if loading else "this case"
+    during = "while your file was loaded" if loading else "during this case"
     if again:
         at, during = "an earlier case", "during an earlier case"
     if o.how == "timed out":
@@ -186,7 +187,7 @@ def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:
     with Learner(source, path, policy_of(ex), time_limit) as learner:
         why = learner.loaded()
         if why is not None:
-            return Result(ex.name, False, 0, _hint(why))
+            return Result(ex.name, False, 0, why)
         n = 0
         for n, case in enumerate(ex.cases(), 1):
             try:
@@ -194,7 +195,7 @@ def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:
             except NoFunction as e:
                 raise ValueError(str(e)) from None
             if failed is not None:
-                return Result(ex.name, False, n, _hint(failed))
+                return Result(ex.name, False, n, failed)
         return Result(ex.name, True, n)
 
 
@@ -206,9 +207,9 @@ def read(path: str) -> bytes:
         return f.read()
 
 
-def _hint(said: str) -> str:
+def _hint(said: str | None) -> str | None:
     """`said`, and where the learner's code met a PermissionError, the sandbox's rules that likely raised it."""
-    if "raised PermissionError" in said:
+    if said and "raised PermissionError" in said:
         said += (" (in the grader a solution may write only in its own folder, its working directory, may not signal "
                  "other processes, and may not read zerosim's own code of what it is graded on)")
     return said

@@ -67,6 +67,7 @@ from zerosim.teaching.sandbox._values import Malformed, Values
 
 OUTPUT_LIMIT = 1 << 20  # bytes a solution may print (stdout and stderr together): pages of prints, not a flood
 REPLY_LIMIT = 64 << 20  # bytes of one reply: the largest value a case gets back is a few kB
+TEXT_LIMIT = 1000  # characters of any text the child sends that the grader repeats (a message, a line of code)
 _KEEPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_keeper.py")
 # -c, not -m: the package imports zerosim first, and runpy would warn
 _CHILD = "from zerosim.teaching.sandbox._child import main; main()"
@@ -196,10 +197,11 @@ class Session:
         event = message.get("event")
         if event not in _REPLIES:
             raise self._over(Outcome("broke the protocol"))
-        fields = {k: v for k, v in message.items() if k not in ("event", "changes", "refused", "noted")}
+        fields = {k: text(v) if v is not None else None for k, v in message.items()
+                  if k not in ("event", "value", "changes", "refused", "noted")}
         if event == "returned":
             try:
-                fields["value"] = values.load(fields.get("value"))
+                fields["value"] = values.load(message.get("value"))
             except Malformed:
                 raise self._over(Outcome("broke the protocol")) from None
         return Reply(event, fields, _strings(message.get("refused")), _strings(message.get("noted")), error)
@@ -234,7 +236,14 @@ class Session:
 
 
 def _strings(value) -> list:
-    return [str(v) for v in value] if isinstance(value, list) else []
+    """A list of the child's strings, each cut to TEXT_LIMIT and at most 16 of them (they reach results.json)."""
+    return [text(v) for v in value[:16]] if isinstance(value, list) else []
+
+
+def text(value) -> str:
+    """One of the child's strings as the grader repeats it: a str, cut to TEXT_LIMIT characters."""
+    words = value if isinstance(value, str) else str(value) if isinstance(value, (int, float)) else repr(type(value))
+    return words if len(words) <= TEXT_LIMIT else words[:TEXT_LIMIT] + "..."
 
 
 def _wait_for(keeper, child: int | None) -> None:
