@@ -304,15 +304,15 @@ for patch in (lambda: setattr(grading.Exercise, "grade", lambda self, fn, on_cas
     assert "ends holding the sum of chunk 0" in graded.counterexample, str(graded)
 
 
-BYPASSES = {  # name -> an expression that, when it works, is zerosim's own reduce_scatter
+BYPASSES = {  # name -> an expression that, when it works, is zerosim's own reduce_scatter (tried in this order)
     "import": "__import__('zerosim.collectives', fromlist=['x']).reduce_scatter",
     "importlib, a private module": "importlib.import_module('zerosim.collectives._calls').reduce_scatter",
     "a face's getattr": "getattr(importlib.import_module('zerosim'), 'reduce_scatter')",
     "an old path": "importlib.import_module('zerosim.collectives.calls').reduce_scatter",
-    "sys.modules and sys.meta_path emptied of the policy": "forget() or importlib.import_module("
-                                                           "'zerosim.collectives').reduce_scatter",
-    "a PathFinder asked directly": "load(importlib.machinery.PathFinder.find_spec('zerosim.collectives', [ROOT]))"
-                                  ".reduce_scatter",
+    "its __code__ copied": "(lambda f: types.FunctionType(f.__code__, f.__globals__, 'mine', f.__defaults__, "
+                           "f.__closure__))(importlib.import_module('zerosim.collectives').reduce_scatter)",
+    "a PathFinder asked directly": "load(importlib.machinery.PathFinder.find_spec('zerosim.collectives', "
+                                   "[ROOT + '/zerosim'])).reduce_scatter",
     "spec_from_file_location": "load(importlib.util.spec_from_file_location('mine', ROOT + '/zerosim/collectives/"
                                "_calls.py')).reduce_scatter",
     "the source read and exec'd": "run(open(ROOT + '/zerosim/collectives/_calls.py').read())['reduce_scatter']",
@@ -324,9 +324,16 @@ BYPASSES = {  # name -> an expression that, when it works, is zerosim's own redu
                               "dir_fd=os.open(ROOT, os.O_RDONLY)), 1 << 20).decode())['reduce_scatter']",
     "a symlink to it": "os.symlink(ROOT + '/zerosim/collectives/_calls.py', 'calls.py') or "
                        "run(open('calls.py').read())['reduce_scatter']",
-    "its __code__ copied": "types.FunctionType(importlib.import_module('zerosim.collectives').reduce_scatter"
-                           ".__code__, {})",
     "gc": "next(o for o in gc.get_objects() if getattr(o, '__name__', '') == 'reduce_scatter')",
+    # from here on the policy's finder and stand-ins are gone, or its own class changed, for good: an import statement
+    # puts the finder back, and nothing opens zerosim's source for an import that goes round it
+    "sys.modules and sys.meta_path emptied, then import": "forget() or __import__('zerosim.collectives', "
+                                                          "fromlist=['x']).reduce_scatter",
+    "sys.modules and sys.meta_path emptied, then importlib": "forget() or importlib.import_module("
+                                                             "'zerosim.collectives').reduce_scatter",
+    "the policy patched to offer everything": "setattr(importlib.import_module('zerosim.teaching.sandbox._policy')"
+                                              ".Policy, 'offered', lambda self, module: True) or forget() or "
+                                              "importlib.import_module('zerosim.collectives').reduce_scatter",
 }
 PROBE = '''\
 import gc, importlib, importlib.machinery, importlib.util, os, sys, types

@@ -29,7 +29,8 @@ The ways round it a student could try, and what closes each:
   `getattr(zerosim, "reduce_scatter")`, an old path `zerosim.collectives.ring`: all go through the import system,
   whose first finder (`sys.meta_path[0]`) is the policy's; a stand-in comes back.
 - Removing that finder, or the stand-ins from `sys.modules`: an audit hook (PEP 578; `sys.addaudithook`, which
-  nothing can remove) puts the finder back in front at every import.
+  nothing can remove) puts the finder back in front at every import statement (CPython raises its "import" event
+  there, not in `importlib.import_module`); an import that goes round it meets the next guard.
 - Loading zerosim's source past the import system (`importlib.util.spec_from_file_location`, a `PathFinder` asked
   directly, `open(...).read()` then `exec`, `runpy`, `inspect.getsource`, a `.pyc` from `__pycache__`): every one
   opens the file, and the audit hook refuses to open the source or bytecode of a module that is not offered, the
