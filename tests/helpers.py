@@ -9,6 +9,8 @@
     accepted_combinations()          every (recipe, stage, grad_accum, precision preset) the engine accepts
     torch_bits(records)              XXH3-64 of every array torch recorded: a number that follows torch's bits
                                      (the kits' table, the ring's fractions, MKL's sqrt) is pinned where they match
+    InProcess(path)                  a learner's file loaded in this process, judged case by case as the sandbox's
+                                     Learner is (assignments.results takes either)
 """
 
 from __future__ import annotations
@@ -158,3 +160,31 @@ def files_of(root) -> dict:
     root = Path(root)
     return {str(p.relative_to(root)): (os.readlink(p) if p.is_symlink() else p.read_bytes())
             for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+class InProcess:
+    """A learner's file loaded here, not in the sandbox: the same `loaded()` and `judge(exercise, case)` as the
+    sandbox's Learner (zerosim/teaching/exercises/_sandbox.py), so that `assignments.results` scores it the same way,
+    case by case, without a process (the planted solutions' tests run many engines)."""
+
+    def __init__(self, path):
+        from zerosim.teaching.sandbox import NotRunnable, run_source
+
+        self.path, self.why = str(path), None
+        try:
+            with open(path) as f:
+                self.namespace = run_source(f.read(), self.path)
+        except NotRunnable as e:
+            self.namespace, self.why = {}, str(e)
+
+    def loaded(self):
+        return self.why
+
+    def judge(self, exercise, case):
+        from zerosim.teaching.exercises._grading import no_function
+        from zerosim.teaching.exercises._sandbox import NoFunction
+
+        fn = self.namespace.get(exercise.function)
+        if not callable(fn):
+            raise NoFunction(no_function(self.path, exercise.function))
+        return exercise.judge(fn, case)

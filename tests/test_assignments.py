@@ -10,27 +10,25 @@ path, a process per test with a time limit, is exercised end to end on assignmen
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
+from helpers import InProcess
 
 from zerosim.cli.main import main
 from zerosim.teaching import assignments, exercises
-from zerosim.teaching.assignments import check_results, get, grade
-from zerosim.teaching.exercises import load
+from zerosim.teaching.assignments import check_results, get, grade, results
 
 COURSE = Path(__file__).resolve().parent.parent / "course" / "instructor"
 PLANTED = {n: sorted((COURSE / f"a{n}" / "planted").glob("*.py")) for n in (1, 2, 3)}
 
 
 def score_here(a, path: Path) -> tuple:
-    """(points, [(test name, first failure or None)]) grading `path` in this process, test by test."""
-    source, points, lines = path.read_text(), 0.0, []
-    for t in a.tests:
-        r = t.exercise.grade(load(source, t.exercise.function, str(path)))
-        points += t.points if r.passed else 0
-        lines.append((t.exercise.name, r.counterexample))
-    return points, lines
+    """(points, [(test name, its output when it failed, else None)]) grading `path` in this process, case by case, as
+    the autograder scores it (each case its share of its test's points)."""
+    r = results(a, InProcess(path))
+    return r["score"], [(t["name"].split(":")[0], None if t["status"] == "passed" else t["output"]) for t in r["tests"]]
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])
@@ -46,17 +44,41 @@ PLANTED_CASES = [(n, p) for n in (1, 2, 3) for p in PLANTED[n]]
 @pytest.mark.parametrize("number, path", [pytest.param(n, p, marks=pytest.mark.slow) if n == 2 else (n, p)
                                           for n, p in PLANTED_CASES],  # 2 runs engines (~1.5 s each)
                          ids=[f"a{n}-{p.stem}" for n, p in PLANTED_CASES])
-def test_a_planted_solution_earns_partial_credit_and_its_misconception_is_named(number, path):
+def test_a_planted_solution_earns_partial_credit_case_by_case_and_its_misconception_is_named(number, path):
     a = get(number)
-    points, lines = score_here(a, path)
-    failures = [f for _, f in lines if f is not None]
-    assert 0 < points < a.max_score and failures, (path.name, points)
-    # every failure is one readable line naming what the student's code did against the oracle / ledger / ring
-    assert all("\n" not in f and len(f) < 900 for f in failures), failures
+    r = results(a, InProcess(path))
+    failed = [t for t in r["tests"] if t["status"] == "failed"]
+    assert 0 < r["score"] < a.max_score and failed, (path.name, r["score"])
+    # a test's score is its share of the cases that passed (it says how many): the other cases still earn theirs
+    for t in failed:
+        passed = re.match(r"(\d+) of (\d+) cases passed: ", t["output"])
+        k, n = (int(passed[1]), int(passed[2])) if passed else (0, 1)
+        assert t["score"] == pytest.approx(t["max_score"] * k / n) and k < n, t
+    # every failing test is one readable line: each way its cases failed, what the student's code did against the
+    # oracle / ledger / ring (up to three ways, each a sentence or two)
+    assert all("\n" not in t["output"] and len(t["output"]) < 1500 for t in failed), [t["output"] for t in failed]
     # and the mistake is named: by the planted file's own name (the grader's misconception table), or, for a
     # prediction, by the judge's "The misconception: ..." line
     named = f"Misconception '{path.stem}'"
-    assert any(named in f for f in failures) or any("The misconception: " in f for f in failures), failures
+    outputs = [t["output"] for t in failed]
+    assert any(named in f for f in outputs) or any("The misconception: " in f for f in outputs), outputs
+
+
+@pytest.mark.parametrize("number, stem, test, points", [
+    # assignment 3's peak with prefetch, cases 5 and 6: on 1 rank with no prefetch the two largest layers are not
+    # held, so the planted answer is right; with prefetch on (3000, 100, 2900, 2800) it holds 3000 + 2900 where the
+    # ledger's largest neighbouring pair is 2900 + 2800: one case of two, half the point (before: 0)
+    (3, "prefetch_two_largest", "predict_params_peak 4", 0.5),
+    # assignment 2's shards, the ten visible cases: L = 0 on 1-5 ranks and L = 1 on 1 rank are right with floor as
+    # with ceil; L = 1 on 2-5 ranks is not: 6 of 10 (before: 0)
+    (2, "floor_instead_of_ceil", "shard_offset 1", 0.6),
+])
+def test_each_case_earns_its_own_credit(number, stem, test, points):
+    r = results(get(number), InProcess(COURSE / f"a{number}" / "planted" / f"{stem}.py"), only={
+        t.exercise.function for t in get(number).tests if t.exercise.name.startswith(test)})
+    graded = next(t for t in r["tests"] if t["name"].startswith(test + ":") or t["name"].startswith(test + " ("))
+    assert graded["score"] == pytest.approx(points) and graded["status"] == "failed"
+    assert f"Misconception '{stem}'" in graded["output"]
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])

@@ -205,7 +205,7 @@ def test_a_file_without_the_function_is_a_clear_error(tmp_path):
 # -- a learner's file never takes the grader down (issue 20, item 4) ------------------------------------
 WAYWARD = {  # file -> (the one line the grade must hold, the case it fails on; 0: before any case)
     "loops.py": ("def chunk_sent(rank, step, world_size):\n    while True:\n        pass\n",
-                 "case 1 (N = 2 ranks, one fp16 element per chunk: rank 0 holds 2048, the others 1) did not finish "
+                 "N = 2 ranks, one fp16 element per chunk: rank 0 holds 2048, the others 1: this case did not finish "
                  "within 1 s", 1),
     "exits_on_load.py": ("import sys\nsys.exit(3)\n", "exits_on_load.py called sys.exit(3) while it was loaded", 0),
     "exits_in_a_case.py": ("import sys\n\ndef chunk_sent(rank, step, world_size):\n    sys.exit(3)\n",
@@ -215,7 +215,7 @@ WAYWARD = {  # file -> (the one line the grade must hold, the case it fails on; 
     "imports.py": ("import no_such_module_here\n", "imports.py (line 1: import no_such_module_here): loading it raised "
                    "ModuleNotFoundError: No module named 'no_such_module_here'", 0),
     "dies.py": ("import os\n\ndef chunk_sent(rank, step, world_size):\n    os._exit(4)\n",
-                "the grading process ended during case 1", 1),
+                "the grading process ended during this case", 1),
 }
 
 

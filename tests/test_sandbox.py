@@ -24,12 +24,13 @@ from zerosim.teaching.sandbox import _confine
 
 RIGHT = "def chunk_sent(rank, step, world_size):\n    return (rank - step - 1) % world_size\n"
 LOOPS = "def chunk_sent(rank, step, world_size):\n    while True:\n        pass\n"
+# a grandchild left behind in a session of its own (a double fork): the keeper's to end. Its command line names this
+# test process, so that another worker's tests (pytest -n), which leave their own, are not taken for this one's
+SLEEPS = f"time.sleep(100000)  # {os.getpid()}"
 SLEEPER = ("import os, subprocess, sys\n"
            "kid = subprocess.Popen([sys.executable, '-c', 'import os, time\\nos.setsid()\\nif os.fork():\\n"
-           "    os._exit(0)\\ntime.sleep(100000)  # ' + os.getcwd()], stdout=subprocess.DEVNULL)\n"
-           "kid.wait()\n")  # a grandchild left behind in a session of its own (a double fork): the keeper's to end;
-# its command line names the case folder it started in, so a test counts only its own (the suite runs tests side by
-# side, and another test's sleeper may be alive at that moment)
+           f"    os._exit(0)\\n{SLEEPS}'], stdout=subprocess.DEVNULL)\n"
+           "kid.wait()\n")
 
 
 def solution(tmp_path, text: str):
@@ -38,9 +39,8 @@ def solution(tmp_path, text: str):
     return str(path)
 
 
-def sleepers(mark: str = "") -> set:
-    """The pids of the SLEEPER grandchildren running now (not zombies): found by their command line, which holds the
-    folder their solution ran in (`mark`: only those whose folder's path contains it, e.g. the test's tmp_path)."""
+def sleepers() -> set:
+    """The pids of the SLEEPER grandchildren running now (not zombies): found by their command line."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -52,7 +52,7 @@ def sleepers(mark: str = "") -> set:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if b"time.sleep(100000)" in line and mark.encode() in line and state != b"Z":
+        if SLEEPS.encode() in line and state != b"Z":
             found.add(int(entry))
     return found
 
@@ -102,11 +102,12 @@ def test_printing_does_not_feed_the_clock(tmp_path, capfd):
 @pytest.mark.bad_input("exercises")
 def test_a_timed_out_case_leaves_nothing_running(tmp_path, capfd):
     """The time limit ends the solution and every process it started, one that left its session included."""
-    text = SLEEPER + "print('PIDS', os.getpid(), os.getcwd(), flush=True)\n" + LOOPS
+    before = sleepers()
+    text = SLEEPER + "print('PIDS', os.getpid(), flush=True)\n" + LOOPS
     result = grade_file("ring_chunk", solution(tmp_path, text), time_limit=1)
     assert "did not finish within 1 s" in str(result)
-    child, folder = capfd.readouterr().out.split("PIDS")[1].split()[:2]
-    assert not running(int(child)) and not sleepers(folder)
+    child = int(capfd.readouterr().out.split("PIDS")[1].split()[0])
+    assert not running(child) and sleepers() <= before
 
 
 @pytest.mark.slow
@@ -145,11 +146,12 @@ def test_ctrl_c_stops_the_grader_at_once_and_everything_it_started(tmp_path):
     """Ctrl-C (SIGINT to the grader's process group, as a terminal sends it) while a case loops with an hour's limit
     and more: the grader ends with one line and status 130 (not at the case limit: the test would wait that out), and
     the solution, its keeper and the grandchild that left its session are gone."""
+    before = sleepers()
     grader, pids, folder = _grader(tmp_path, LOOPS)
     os.killpg(grader.pid, signal.SIGINT)
     out, err = grader.communicate(timeout=HANG_TIMEOUT)
     assert grader.returncode == 130 and err == b"zerosim exercise: interrupted\n", (grader.returncode, err[-2000:])
-    assert not any(running(p) for p in pids) and not sleepers(folder) and not os.path.exists(folder)
+    assert not any(running(p) for p in pids) and sleepers() <= before and not os.path.exists(folder)
 
 
 @linux_only
@@ -159,12 +161,13 @@ def test_ctrl_c_stops_the_grader_at_once_and_everything_it_started(tmp_path):
 def test_a_grader_killed_leaves_nothing_running(tmp_path, how):
     """The grader killed outright (no `finally` runs): the keeper sees the grader's pipe close, ends the solution and
     everything it started, and removes the case folder. Before, both were found running long after, parent pid 1."""
+    before = sleepers()
     grader, pids, folder = _grader(tmp_path, LOOPS)
     os.kill(grader.pid, how)
     grader.wait(timeout=HANG_TIMEOUT)
 
     def left():
-        return any(running(p) for p in pids) or sleepers(folder) or os.path.exists(folder)
+        return any(running(p) for p in pids) or not sleepers() <= before or os.path.exists(folder)
 
     deadline = time.monotonic() + HANG_TIMEOUT  # the keeper's sweep runs on its own: wait for it, bounded
     while left() and time.monotonic() < deadline:

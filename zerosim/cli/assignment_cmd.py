@@ -11,8 +11,9 @@
 `grade` writes Gradescope's results.json (score per test, visible or hidden until published). The reference solutions,
 planted wrong ones, rubrics and Gradescope scripts are the instructor kit, a package of its own (`pip install
 ./course/instructor` from zerosim's repository): the student's install carries none of it. A student's file runs in
-a process of its own, each case limited to 60 s (--time-limit S): a loop, sys.exit or an import that fails
-scores 0 on that test with one line saying what happened.
+a process of its own, each case limited to 60 s (--time-limit S), with only what the handout offers: a loop,
+sys.exit or a call of zerosim's own implementation of what a case grades scores 0 on that case with one line saying
+what happened, and each case earns its share of its test's points.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@
     exercises/     six small functions (the ring's chunk index, a shard's offset, the stage-2 free, ...), each graded
                    against the oracle or the naive twin, with the first counterexample
     assignments/   four week-sized assignments with an autograder (Gradescope's results.json)
-    sandbox/       where a learner's file runs: a process of its own, confined to a folder of its own, each step
-                   under a time limit, its output capped, nothing it started left running
+    sandbox/       where a learner's file runs: a process of its own, confined to a folder of its own, policed
+                   (never zerosim's own code of what is graded), returning only values for the grader to judge,
+                   each step under a time limit, its output capped, nothing it started left running
 
 The learning path through the notebooks, commands, exercises and assignments is in the docs (docs/tutorials/).
 """

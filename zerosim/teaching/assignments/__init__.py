@@ -20,7 +20,7 @@ folder (course/instructor/), which `zerosim exercise show` and these commands ne
 
 from zerosim.teaching.assignments import _a1_ring, _a2_zero12, _a3_zero3, _a4_torch
 from zerosim.teaching.assignments._assignment import Assignment, GradedTest
-from zerosim.teaching.assignments._autograde import check_results, grade, write_results
+from zerosim.teaching.assignments._autograde import check_results, grade, results, write_results
 
 ASSIGNMENTS = {m.ASSIGNMENT.number: m.ASSIGNMENT for m in (_a1_ring, _a2_zero12, _a3_zero3, _a4_torch)}
 
@@ -32,4 +32,4 @@ def get(number: int) -> Assignment:
     return ASSIGNMENTS[number]
 
 
-__all__ = ["ASSIGNMENTS", "Assignment", "GradedTest", "check_results", "get", "grade", "write_results"]
+__all__ = ["ASSIGNMENTS", "Assignment", "GradedTest", "check_results", "get", "grade", "results", "write_results"]

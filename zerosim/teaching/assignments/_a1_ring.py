@@ -414,25 +414,31 @@ def _check_ms(fn, case):
         raise Counterexample(verdict.message.replace("\n", " "))
 
 
-def _exercise(name, title, function, cases, check):
-    return Exercise(name, title, function, "", STARTER, "", cases=cases, check=check)
+def _exercise(name, title, function, cases, check, grades):
+    return Exercise(name, title, function, "", STARTER, "", cases=cases, check=check, grades=grades)
+
+
+# What answers each part's cases in zerosim, refused to a submission: the collectives (and the oracle's twins of
+# them) for the code, the α-β model for the time, the ring's own run for the prediction of what it sums
+COLLECTIVES = ("zerosim.collectives", "zerosim.reference")
+COSTS = ("zerosim.analysis", "zerosim.collectives")
 
 
 PREDICT_2048 = _exercise("predict_2048", "2048 + 1 + 1 + 1 by hand", "predict_2048",
                          lambda: iter([{"what": "fp16", "fmt": "fp16"}, {"what": "bf16", "fmt": "bf16"}]),
-                         _check_2048)
+                         _check_2048, COLLECTIVES)
 PREDICT_BYTES = _exercise("predict_ring_bytes", "bytes one rank sends in a ring all-reduce", "predict_ring_bytes",
-                          _bytes_cases, _check_bytes)
+                          _bytes_cases, _check_bytes, COSTS)
 PREDICT_MS = _exercise("predict_allreduce_ms", "a ring all-reduce's time on a datasheet's link", "predict_allreduce_ms",
-                       _ms_cases, _check_ms)
+                       _ms_cases, _check_ms, COSTS)
 RS = _exercise("ring_reduce_scatter", "ring reduce-scatter, NCCL's order, every hop rounded", "ring_reduce_scatter",
-               _rs_cases, _check_rs)
+               _rs_cases, _check_rs, COLLECTIVES)
 AG = _exercise("ring_all_gather", "ring all-gather: every rank ends with every shard", "ring_all_gather", _ag_cases,
-               _check_ag)
+               _check_ag, COLLECTIVES)
 AR = _exercise("ring_all_reduce", "ring all-reduce: the reduce-scatter, then the all-gather", "ring_all_reduce",
-               _ar_cases, _check_ar)
+               _ar_cases, _check_ar, COLLECTIVES)
 TREE = _exercise("tree_all_reduce", "a binary tree's all-reduce, every add rounded", "tree_all_reduce", _tree_cases,
-                 _check_tree)
+                 _check_tree, COLLECTIVES)
 
 V, H = "visible", "after_published"
 PARTS = (

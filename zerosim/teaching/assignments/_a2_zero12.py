@@ -30,7 +30,7 @@ from zerosim.teaching.exercises import (
 from zerosim.teaching.exercises import (
     _stage2_free as stage2_free,
 )
-from zerosim.teaching.exercises._grading import Counterexample, Exercise
+from zerosim.teaching.exercises._grading import Counterexample, Exercise, LearnerRaised
 
 STARTER = '''\
 """Assignment 2: ZeRO-1/2. See `zerosim assignment show 2`."""
@@ -281,22 +281,25 @@ def _reduce_named(check):
         except Counterexample as e:
             raise wrong(str(e), next((m for words, m in table if words in str(e)), None)) from None
         except Exception as e:  # the ledger's own refusal (reading a freed buffer) reaches here as LedgerError
-            if "freed" in str(e):
-                raise wrong(f"your reduce_layer_grads raised {type(e).__name__}: {e}", table[2][1]) from None
+            if "freed" in str(e):  # (in the sandbox, as the LearnerRaised that carried it out of the child)
+                words = e.words if isinstance(e, LearnerRaised) else f"{type(e).__name__}: {e}"
+                raise wrong(f"your reduce_layer_grads raised {words}", table[2][1]) from None
             raise
     return checked
 
 
+# the memory predictions are answered by the ledgers' run (`measure_stage`) and seed 001's formulas, both in analysis/
+COSTS = ("zerosim.analysis", "zerosim.parallel", "zerosim.reference")
 SHARD = replace(shard_offset.EXERCISE, check=_probe(_shard_probe)(shard_offset.EXERCISE.check))
 REDUCE = replace(stage2_free.EXERCISE, check=_reduce_named(stage2_free.EXERCISE.check))
 AVERAGE = replace(average_dtype.EXERCISE, check=_probe(_average_probe)(average_dtype.EXERCISE.check))
 REFRESH = replace(refresh_params.EXERCISE, check=_probe(_refresh_probe)(refresh_params.EXERCISE.check))
 MEMORY = Exercise("predict_memory", "bytes per rank at rest, stages 0-2, measured by the ledgers", "predict_memory",
-                  "", STARTER, "", cases=_memory_cases, check=_check_memory)
+                  "", STARTER, "", cases=_memory_cases, check=_check_memory, grades=COSTS)
 PEAK = Exercise("predict_peak", "the step's peak per rank, measured by the ledgers", "predict_peak", "", STARTER, "",
-                cases=_peak_cases, check=_check_peak)
+                cases=_peak_cases, check=_check_peak, grades=COSTS)
 TABLE = Exercise("seed001_table", "seed 001's memory formulas against its own printed table", "seed001_table", "",
-                 STARTER, "", cases=_table_cases, check=_check_table)
+                 STARTER, "", cases=_table_cases, check=_check_table, grades=COSTS)
 
 V, H = "visible", "after_published"
 PARTS = (

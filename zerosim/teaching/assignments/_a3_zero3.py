@@ -191,14 +191,19 @@ def _check_gathers(fn, case):
     if not verdict.right:
         raise Counterexample(verdict.message.replace("\n", " "))
 
+# What answers each part's cases in zerosim, refused to a submission: the engine and its all-gather for the gather;
+# the engine's trace, the ledgers' run (`measure_stage`) and the timeline for the predictions
+ENGINE = ("zerosim.parallel", "zerosim.collectives", "zerosim.reference")
+COSTS = ("zerosim.analysis", "zerosim.parallel", "zerosim.reference")
 GATHER = Exercise("gather_layer", "gather one layer from every rank's shard, in one all-gather", "gather_layer", "",
-                  STARTER, "", cases=_gather_cases, check=_check_gather)
+                  STARTER, "", cases=_gather_cases, check=_check_gather, grades=ENGINE)
 PEAK = Exercise("predict_params_peak", "the peak of parameters with and without prefetch, measured",
-                "predict_params_peak", "", STARTER, "", cases=_peak_cases, check=_check_peak)
+                "predict_params_peak", "", STARTER, "", cases=_peak_cases, check=_check_peak, grades=COSTS)
 GATHERS = Exercise("predict_gathers", "how many all-gathers a ZeRO-3 step makes, counted in the trace",
-                   "predict_gathers", "", STARTER, "", cases=_gathers_cases, check=_check_gathers)
+                   "predict_gathers", "", STARTER, "", cases=_gathers_cases, check=_check_gathers, grades=COSTS)
 EXPOSED = Exercise("exposed_comm", "the exposed communication of a forward pass with and without prefetch, timed",
-                   "exposed_comm", "", STARTER, "", cases=a3_exposed.cases, check=a3_exposed.check)
+                   "exposed_comm", "", STARTER, "", cases=a3_exposed.cases, check=a3_exposed.check,
+                   grades=("zerosim.analysis",))
 
 V, H = "visible", "after_published"
 PARTS = (

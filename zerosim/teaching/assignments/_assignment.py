@@ -1,17 +1,20 @@
 """A week-sized assignment: a handout, a starter file, and graded tests, visible and hidden.
 
-Each test is an `Exercise` (zerosim/teaching/exercises/_grading.py): a function the student's file defines, cases
-smallest first, the first counterexample as its one line of output. A test is visible (the student runs it with `zerosim
-assignment check`) or hidden (only the instructor's `zerosim assignment grade` runs it; Gradescope shows it after
-the grades are published). The autograder (_autograde.py) runs every test on the student's file in a process of its
-own, under a time limit, through the exercises' sandbox.
+Each test is an `Exercise` (zerosim/teaching/exercises/_grading.py): a function the student's file defines, a few
+cases smallest first, each case earning its share of the test's points, each failing case one line (its first
+difference, and the misconception it matches). A test is visible (the student runs it with `zerosim assignment
+check`) or hidden (only the instructor's `zerosim assignment grade` runs it; Gradescope shows it after the grades are
+published). The autograder (_autograde.py) runs every test on the student's file through the exercises' sandbox:
+the file in a confined child, under a time limit per case, with only what the handout offers (`Assignment.offers`)
+and never zerosim's own implementation of what a test grades (its exercise's `grades`); the checks in the grader.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zerosim.teaching.exercises._grading import Exercise
+from zerosim.teaching.exercises._grading import OFFERS, Exercise
+from zerosim.teaching.sandbox import Policy
 
 VISIBILITY = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's four
 
@@ -23,7 +26,7 @@ class GradedTest:
     exercise: Exercise
     points: float
     visibility: str  # "visible" (the student runs it too) or "after_published" (hidden until grades are out)
-    where: str  # "module:attribute" of the exercise, for the grading process (teaching/exercises/_sandbox.py)
+    where: str  # "module:attribute" of the exercise: where it is defined
 
     @property
     def visible(self) -> bool:
@@ -39,10 +42,20 @@ class Assignment:
     tests: tuple  # GradedTest, in the order the grade lists them
     files: str  # the name the student's file takes ("a1_ring.py")
     parts: tuple = ()  # _parts.Part: the handout's parts, each with its tests, hours and points
+    offers: tuple = OFFERS  # what the handout gives a solution beside numpy (the sandbox loads only these of zerosim)
 
     @property
     def max_score(self) -> float:
         return sum(t.points for t in self.tests)
+
+    def policy(self) -> Policy:
+        """What the sandbox lets a submission use: for each function, zerosim's modules that answer its cases are
+        refused; what the handout offers is loaded (zerosim/teaching/sandbox/_policy.py)."""
+        grades: dict = {}
+        for t in self.tests:
+            grades[t.exercise.function] = tuple(dict.fromkeys(grades.get(t.exercise.function, ())
+                                                              + tuple(t.exercise.grades)))
+        return Policy(grades, tuple(self.offers), f"assignment {self.number}'s handout")
 
 
 def cases_of(exercise: Exercise, which: slice, name: str) -> Exercise:

@@ -6,61 +6,99 @@
 Gradescope runs an autograder's `run_autograder` script in a container and reads /autograder/results/results.json:
 {"score", "output", "tests": [{"name", "score", "max_score", "status", "output", "visibility"}], ...}
 (https://gradescope-autograders.readthedocs.io/en/latest/specs/, "Output format"). `check_results` holds a
-results dict to that format. Each test runs in the sandbox, each case under a time limit
-(teaching/exercises/_sandbox.py): a student's loop, flood of output, sys.exit, crash or import error scores 0 on that
-test with one line, and the grader goes on; where the sandbox cannot confine a solution and the grader is root,
-nothing is graded (CannotConfine).
+results dict to that format.
+
+Each case earns its own share of its test's points: a test of two cases with one right scores half (before, a test
+scored all or nothing, and a group with one case of two right scored 0). A test's output says how many cases passed
+and, for each failing one, its first difference and the misconception it matches (up to `SAID` of them; then how
+many more). The file is loaded once, in the sandbox (teaching/exercises/_sandbox.py), with the assignment's policy:
+a call of zerosim's own implementation of what a test grades fails that case and says why; a loop, a flood of
+output, sys.exit or a crash fails its case with one line (and that function's later cases), and the grader goes on;
+a file that cannot be loaded (a syntax error, an import that fails) scores 0 with that line. Where the sandbox cannot
+confine a solution and the grader is root, nothing is graded (CannotConfine).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import time
 
 from zerosim.outputs import check_file, write_atomic
 from zerosim.teaching.assignments._assignment import VISIBILITY, Assignment
-from zerosim.teaching.exercises._sandbox import grade_file
-from zerosim.teaching.sandbox import CannotConfine, check_confinable
+from zerosim.teaching.exercises._grading import describe
+from zerosim.teaching.exercises._sandbox import Learner, NoFunction, read
+from zerosim.teaching.sandbox import check_confinable
 
 TIME_LIMIT = 60.0  # seconds per case, as `zerosim exercise check`
 OUTPUT_FORMATS = ("text", "html", "simple_format", "md", "ansi")
+SAID = 3  # ways of failing a test's output describes in full (each with the cases that failed that way)
 
 
 def grade(a: Assignment, path: str, time_limit: float = TIME_LIMIT, hidden: bool = True) -> dict:
-    """Grade the student's file at `path`: every test (only the visible ones when `hidden` is False)."""
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
+    """Grade the student's file at `path` in the sandbox: every test (only the visible ones when `hidden` is False),
+    case by case."""
+    source = read(path)
     check_confinable()  # as root where nothing confines a solution: refused before any test, not one by one
-    started, tests, unrunnable = time.monotonic(), [], None
+    started = time.monotonic()
+    with Learner(source, path, a.policy(), time_limit) as learner:
+        return results(a, learner, hidden, started=started)
+
+
+def results(a: Assignment, learner, hidden: bool = True, only=None, started: float | None = None) -> dict:
+    """results.json's dict for the file `learner` holds: `learner.loaded()` (None, or the line saying why the file
+    cannot run) and `learner.judge(exercise, case)` (None, or the case's line) — the sandbox's Learner, or the same
+    two on a function in this process. `only`: the functions whose tests to run (None: all)."""
+    started = time.monotonic() if started is None else started
+    unrunnable, tests = learner.loaded(), []
     for n, t in enumerate(a.tests, 1):
-        if not (hidden or t.visible):
+        if not (hidden or t.visible) or only is not None and t.exercise.function not in only:
             continue
-        if unrunnable is not None:  # the file did not load for the first test: it will not for the others
-            passed, out = False, unrunnable
-        else:
-            try:
-                r = grade_file(t.exercise.name, path, time_limit, where=t.where)
-            except CannotConfine:  # the grader's machine, not the student's file: no results.json at all
-                raise
-            except ValueError as e:  # the file defines no such function: the student's own usage mistake, one line
-                passed, out = False, str(e)
-            except OSError as e:  # the grader could not start the test (no process, no pipe): still a result, said
-                passed, out = False, (f"the grader could not run this test ({type(e).__name__}: {e}), through no "
-                                      "fault of yours")
-            else:
-                passed = r.passed
-                out = f"passed all {r.cases} cases" if passed else r.counterexample.replace("\n", " ")
-                if r.cases == 0:  # a syntax error, an import that fails, sys.exit while loading
-                    unrunnable = out
+        passed, of, out = _test(learner, t.exercise)
         tests.append({"name": f"{t.exercise.name}: {t.exercise.title}", "number": str(n),
-                      "score": t.points if passed else 0.0, "max_score": t.points,
-                      "status": "passed" if passed else "failed", "output": out, "visibility": t.visibility})
+                      "score": t.points if passed == of else t.points * passed / of, "max_score": t.points,
+                      "status": "passed" if passed == of else "failed", "output": out, "visibility": t.visibility})
     score, most = sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
     said = f"assignment {a.number} ({a.title}): {score:g} of {most:g} points"
+    if unrunnable:
+        said += f"; your file could not be run: {unrunnable}"
+    noted = getattr(learner, "noted", [])
+    if noted:  # not a refusal: what a lecturer reading the feedback should know the file did
+        said += f"; while it was graded your code {', '.join(noted)}"
     return {"score": score, "execution_time": round(time.monotonic() - started, 3), "output_format": "text",
-            "output": said + (f"; your file could not be run: {unrunnable}" if unrunnable else ""),
-            "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+            "output": said, "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+
+
+def _test(learner: Learner, exercise) -> tuple:
+    """(cases passed, cases, the test's one-line output): every case judged, each on its own."""
+    cases = list(exercise.cases())
+    why = learner.loaded()
+    if why is not None:
+        return 0, len(cases), why
+    failed: dict = {}  # what a failing case says (its case left out) -> the cases that said it
+    for case in cases:
+        try:
+            line = learner.judge(exercise, case)
+        except NoFunction as e:  # the file defines no such function: the student's own usage mistake, one line
+            return 0, len(cases), str(e)
+        if line is not None:
+            what = describe(case)
+            said = line[len(what) + 2:] if line.startswith(what + ": ") else line
+            failed.setdefault(" ".join(said.split("\n")), []).append(what)
+    passed = len(cases) - sum(map(len, failed.values()))
+    if not failed:
+        return passed, len(cases), f"passed all {len(cases)} case{'s' if len(cases) > 1 else ''}"
+    lines, explained = [], set()
+    for said, whats in failed.items():  # one line per way of failing; a misconception explained once
+        named = re.search(r"Misconception '[^']+': ", said)
+        if named and named.group() in explained:
+            said = said[:named.start()] + named.group()[:-2] + " (above)"
+        elif named:
+            explained.add(named.group())
+        lines.append(f"{'; '.join(whats)}: {said}")
+    more = f"; and {len(lines) - SAID} more" if len(lines) > SAID else ""
+    head = f"{passed} of {len(cases)} cases passed: " if len(cases) > 1 else ""
+    return passed, len(cases), head + "; ".join(lines[:SAID]) + more
 
 
 def write_results(results: dict, path: str, flag: str = "") -> None:

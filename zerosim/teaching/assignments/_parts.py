@@ -1,6 +1,6 @@
-"""How a week-sized assignment is scored: parts of a handout, each worth points, each point earned by one small group
-of cases (partial credit: a part half right scores half), and feedback that names a misconception where a wrong
-answer is what that misconception produces.
+"""How a week-sized assignment is scored: parts of a handout, each worth points, each point a test of a small group
+of cases of which every case earns its share (partial credit: a test half right scores half; _autograde.py), and
+feedback that names a misconception where a wrong answer is what that misconception produces.
 
     Misconception("round_once", "you summed exactly and rounded once at the end; NCCL rounds at every hop", output)
     tests_of(module_name, globals(), "RS", exercise, [(slice(0, 1), 0.5, "visible"), ...])

@@ -19,8 +19,10 @@ with the instructor (course/instructor/a2/solution.py) so that no student-facing
     average_dtype   divide by N in fp32, after the cast                                 _average_dtype.py
     unscale_once    divide by N·K and by the loss scale once, in fp32                   _unscale_once.py
 
-A learner's file runs in a process of its own, each case under a time limit (_sandbox.py): a loop, sys.exit
-or a syntax error is a failing grade with one line saying what happened, never a hung or crashed grader.
+A learner's file runs in a process of its own, each case under a time limit, with only what the exercise's handout
+offers (_sandbox.py): a loop, sys.exit, a syntax error or a call of zerosim's own implementation of what the exercise
+grades is a failing grade with one line saying what happened, never a hung or crashed grader; the checks run in the
+grader, on what the file's function returned.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from zerosim.teaching.exercises import (
     _stage2_free,
     _unscale_once,
 )
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, NotRunnable, Result, first_difference, load
+from zerosim.teaching.exercises._grading import Counterexample, Exercise, Result, first_difference, load
 from zerosim.teaching.exercises._sandbox import TIME_LIMIT, grade_file
+from zerosim.teaching.sandbox import NotRunnable
 
 EXERCISES = {
     m.EXERCISE.name: m.EXERCISE
@@ -55,10 +58,11 @@ def get(name: str) -> Exercise:
 def check(name: str, solution, time_limit: float = TIME_LIMIT) -> Result:
     """Grade `solution` for exercise `name`: a function, the source of a file defining it, or a file's path.
 
-    A file is graded in a process of its own, each case under `time_limit` seconds (_sandbox.py): a loop, a
-    `sys.exit` or a crash in it becomes a failing grade with one line saying so. A function or source is graded
-    here, in this process (a notebook's own cell; interrupt the kernel to stop a loop); a file or source that
-    does not compile, fails to import or calls sys.exit also gives a failing grade, not a traceback."""
+    A file is graded in a process of its own, each case under `time_limit` seconds, with only what the exercise's
+    handout offers (_sandbox.py): a loop, a `sys.exit`, a crash or a call of zerosim's own implementation of what the
+    exercise grades becomes a failing grade with one line saying so. A function or source is graded here, in this
+    process, unpoliced (a notebook's own cell, for practice; interrupt the kernel to stop a loop); a file or source
+    that does not compile, fails to import or calls sys.exit also gives a failing grade, not a traceback."""
     ex = get(name)
     if callable(solution):
         fn = solution

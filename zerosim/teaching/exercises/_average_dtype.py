@@ -11,7 +11,7 @@ import numpy as np
 
 from zerosim.teaching.exercises._engine_cases import describe, run_case
 from zerosim.teaching.exercises._finish_cases import finish_with
-from zerosim.teaching.exercises._grading import WITHHELD, Exercise
+from zerosim.teaching.exercises._grading import ENGINE, Exercise, WITHHELD
 
 TASK = """\
 After the reduce-scatter a rank holds its shard of the *sum* of N ranks' gradients, in the 16-bit wire
@@ -89,4 +89,4 @@ def check(fn, case) -> None:
 
 EXERCISE = Exercise("average_dtype", "dividing by N in the right dtype: the averaged gradient the fp32 optimizer reads",
                     "average", TASK, STUB, SOLUTION, PLANTED, cases, check,
-                    withheld=WITHHELD)
+                    withheld=WITHHELD, grades=ENGINE)

@@ -9,18 +9,35 @@ engine's named extension points (`zerosim.parallel.data.Hooks`): one engine gets
 
 from __future__ import annotations
 
-import linecache
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from zerosim.teaching.sandbox import learner_line, run_source
 
 # Where the reference of an exercise that assignment 2 grades lives: with the instructor, never in the package
 WITHHELD = "assignment 2's, kept with the instructor (course/instructor/a2/solution.py in zerosim's repository)"
 
 
+# What a solution may use beside numpy, in every exercise and assignment the sandbox grades (their handouts'): casts and
+# formats, the cluster (ranks, ledgers, the trace) and its backends. Nothing here answers a case: the collectives,
+# the engines, the oracle and the cost models do, and each exercise names those it grades (`Exercise.grades`).
+OFFERS = ("zerosim.precision", "zerosim.cluster", "zerosim.backends")
+# What the engine-run exercises grade: the engine's own pieces, the collectives under them, the oracle beside them
+ENGINE = ("zerosim.parallel", "zerosim.collectives", "zerosim.reference")
+
+
 class Counterexample(Exception):
     """Raised by a harness check: the message says what the learner's function did and what it should have."""
+
+
+class LearnerRaised(Exception):
+    """The learner's function raised `kind` in the sandbox's child (`words`: "Kind: message"; `line`: where in their
+    file; `code`: sys.exit's argument, as repr)."""
+
+    def __init__(self, kind: str, words: str, line: str = "", code: str | None = None):
+        super().__init__(words)
+        self.kind, self.words, self.line, self.code = kind, words, line, code
 
 
 @dataclass(frozen=True)
@@ -56,28 +73,42 @@ class Exercise:
     cases: object = None  # cases() -> iterable of cases, smallest first
     check: object = None  # check(fn, case) -> None, or raises Counterexample (or the learner's own error)
     withheld: str = ""  # when `solution` is "": where its reference lives instead, in words (an assignment's)
+    # zerosim's modules whose own code answers these cases: the sandbox refuses a solution's calls into them
+    # (zerosim/teaching/sandbox/_policy.py), and its refusal names them
+    grades: tuple = ()
+    offers: tuple = OFFERS  # what the handout gives a solution beside numpy (loaded for real in the sandbox)
+
+    def judge(self, fn, case) -> str | None:
+        """None when `fn` passes `case`, else the one line (or few) saying how it failed."""
+        try:
+            self.check(fn, case)
+        except Counterexample as e:
+            return f"{describe(case)}: {e}"
+        except LearnerRaised as e:  # in the sandbox: the learner's function raised in the child
+            if e.kind == "NotImplementedError":
+                return f"{describe(case)}: {self.function} is not written yet (it raised NotImplementedError)"
+            if e.kind == "SystemExit":
+                return f"{describe(case)}: your {self.function} called sys.exit({e.code}); return a value instead"
+            return f"{describe(case)}: your {self.function} raised {e.words}{e.line}"
+        except NotImplementedError:
+            return f"{describe(case)}: {self.function} is not written yet (it raised NotImplementedError)"
+        except SystemExit as e:  # sys.exit() in the learner's function must not end the grader
+            return f"{describe(case)}: your {self.function} called sys.exit({e.code!r}); return a value instead"
+        except Exception as e:  # the learner's code failed: say where, in their words
+            where = learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
+            return f"{describe(case)}: your {self.function} raised {type(e).__name__}: {e}{where}"
+        return None
 
     def grade(self, fn, on_case=None) -> Result:
         """Run every case against `fn` (the learner's function); the first failure is the counterexample.
-        `on_case(n, case)` is told before case n runs (_sandbox.py times each case from it)."""
+        `on_case(n, case)` is told before case n runs."""
         n = 0
         for n, case in enumerate(self.cases(), 1):
             if on_case is not None:
                 on_case(n, case)
-            try:
-                self.check(fn, case)
-            except Counterexample as e:
-                return Result(self.name, False, n, f"{describe(case)}: {e}")
-            except NotImplementedError:
-                return Result(self.name, False, n, f"{describe(case)}: {self.function} is not written yet (it raised "
-                                                   "NotImplementedError)")
-            except SystemExit as e:  # sys.exit() in the learner's function must not end the grader
-                return Result(self.name, False, n, f"{describe(case)}: your {self.function} called "
-                                                   f"sys.exit({e.code!r}); return a value instead")
-            except Exception as e:  # the learner's code failed: say where, in their words
-                where = _learner_line(e, getattr(getattr(fn, "__code__", None), "co_filename", None))
-                return Result(self.name, False, n, f"{describe(case)}: your {self.function} raised {type(e).__name__}: "
-                                                   f"{e}{where}")
+            failed = self.judge(fn, case)
+            if failed is not None:
+                return Result(self.name, False, n, failed)
         return Result(self.name, True, n)
 
 
@@ -86,41 +117,18 @@ def describe(case: dict) -> str:
     return case["what"]
 
 
-def _learner_line(error: Exception, filename: str | None) -> str:
-    """' (line L: code)' for the innermost frame in the learner's file `filename`, if any."""
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        if frame.filename == filename:
-            return f" (line {frame.lineno}: {frame.line})" if frame.line else f" (line {frame.lineno})"
-    return ""
-
-
-class NotRunnable(Exception):
-    """The learner's file could not be run to define its function: the message is one line saying why."""
-
-
 def load(source: str, function: str, filename: str = "<exercise>"):
     """The function called `function` that `source` defines (a ValueError naming it when there is none; a
     NotRunnable with one line when the file does not compile, fails to import, raises or calls sys.exit)."""
-    namespace = {"__name__": "exercise_solution"}
-    if filename.startswith("<"):  # source with no file: let tracebacks quote its lines all the same
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    try:
-        code = compile(source, filename, "exec")
-    except SyntaxError as e:  # one line: where and what, not a traceback
-        text = f": {e.text.strip()}" if e.text and e.text.strip() else ""
-        raise NotRunnable(f"{filename} line {e.lineno}: {type(e).__name__}: {e.msg}{text}") from None
-    try:
-        exec(code, namespace)  # the learner's own file: running it is the point
-    except SystemExit as e:
-        raise NotRunnable(f"{filename} called sys.exit({e.code!r}) while it was loaded; "
-                          "define the function only") from None
-    except Exception as e:  # an import that fails, a name error at the top level, ...
-        where = _learner_line(e, filename)
-        raise NotRunnable(f"{filename}{where or ''}: loading it raised {type(e).__name__}: {e}") from None
-    fn = namespace.get(function)
+    fn = run_source(source, filename).get(function)
     if not callable(fn):
-        raise ValueError(f"{filename} defines no function {function}(...); start from `zerosim exercise show`")
+        raise ValueError(no_function(filename, function))
     return fn
+
+
+def no_function(filename: str, function: str) -> str:
+    """The usage line for a file that defines no `function`."""
+    return f"{filename} defines no function {function}(...); start from `zerosim exercise show`"
 
 
 def first_difference(got, want, what: str, where=None) -> str | None:

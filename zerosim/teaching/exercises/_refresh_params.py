@@ -10,7 +10,7 @@ bit for bit (a rank left with a stale shard computes the second step's gradients
 from __future__ import annotations
 
 from zerosim.teaching.exercises._engine_cases import describe, run_case
-from zerosim.teaching.exercises._grading import WITHHELD, Exercise
+from zerosim.teaching.exercises._grading import ENGINE, Exercise, WITHHELD
 
 TASK = """\
 At ZeRO stages 1 and 2 every rank keeps the whole 16-bit model, but updates only its own shard of it
@@ -78,4 +78,4 @@ def check(fn, case) -> None:
 
 EXERCISE = Exercise("refresh_params", "the all-gather after the update: every rank's 16-bit model whole again",
                     "refresh", TASK, STUB, SOLUTION, PLANTED, cases, check,
-                    withheld=WITHHELD)
+                    withheld=WITHHELD, grades=ENGINE)

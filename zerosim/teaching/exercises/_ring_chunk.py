@@ -100,4 +100,5 @@ def check(fn, case) -> None:
 
 
 EXERCISE = Exercise("ring_chunk", "the ring reduce-scatter's chunk index: which chunk rank r sends at step k",
-                    "chunk_sent", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "chunk_sent", TASK, STUB, SOLUTION, PLANTED, cases, check,
+                    grades=("zerosim.collectives", "zerosim.reference"))  # a ring's trace names every send

@@ -1,136 +1,215 @@
-"""Grade a learner's file in the sandbox, each case under a time limit, out of reach of the grader.
+"""Grade a learner's file in the sandbox: the file runs in a confined child, the checks run here, case by case.
 
-    result = grade_file("ring_chunk", "my_solution.py", time_limit=60)
+    result = grade_file("ring_chunk", "my_solution.py", time_limit=60)     # exercise check: the first counterexample
+    with Learner(source, path, policy, time_limit) as learner:            # an assignment: every case its own verdict
+        verdicts = learner.cases(exercise)
 
 A learner's file may loop forever, print without end, call `sys.exit`, raise KeyboardInterrupt, crash the
-interpreter, fail to compile, signal its parent or its group, start processes that outlive it, or write outside its
-folder: none of that may take the grader down, leave it hanging, leave anything running, or change a file outside the
-case folder, and the grade (`zerosim assignment grade`'s results.json) is always written. The sandbox
-(zerosim/teaching/sandbox/) runs the file in a confined child process; here is what grading means there:
+interpreter, fail to compile, signal its parent or its group, start processes that outlive it, write outside its
+folder, call zerosim's own implementation of what it is graded on, or write a verdict of its own on the grader's
+pipe: none of that may take the grader down, leave it hanging, leave anything running, change a file outside the case
+folder, or earn a point, and the grade (`zerosim assignment grade`'s results.json) is always written. The sandbox
+(zerosim/teaching/sandbox/) runs the file in a confined, policed child that returns only what the learner's
+functions returned; here is what grading means on top of it:
 
-- in the child (`grade_in_child`): load the file, then run the exercise's cases, saying each before it runs (each
-  case gets `time_limit` seconds of its own, as does the loading), then the result. KeyboardInterrupt and any other
-  exception the learner's code raises that `Exercise.grade` leaves to its caller (in a notebook an interrupt is the
-  user's) is that case failing, with one line: nothing in the child is the user's Ctrl-C, which stops the grader;
-- in the grader (`grade_file`): the sandbox's Outcome as a `Result` with one line saying what happened: a case that
-  ran past the limit, output past the cap, a process that ended with no result (its exit status), a keeper the
-  learner's code killed.
+- each case's check runs in the grader, exactly as in a notebook (`Exercise.judge`), with a stand-in for the
+  learner's function (`Learner.function`) that calls it in the child and returns its value, raises what it raised
+  (`LearnerRaised`), and answers the callbacks it makes (an all_gather, a ledger Buffer's `.free()`: `HANDLES`);
+- each case gets `time_limit` seconds of the learner's time, as does loading the file;
+- a case in which the learner's code called zerosim code the policy refuses fails, with the policy's line, even where
+  the learner's code caught the refusal;
+- a case that ends the child (a timeout, output past the cap, an exit, a crash, a signal, a broken protocol) fails with
+  one line saying what happened; the next case loads the file again in a new child, but a function that ended one is
+  not called again (its remaining cases fail with the same line: a loop would otherwise cost the limit in every case).
 
 The learner's prints reach the grader's stdout, up to the sandbox's cap (1 MiB).
 """
 
 from __future__ import annotations
 
-import importlib
-import linecache
 import os
 import signal
 
-from zerosim.teaching.exercises._grading import NotRunnable, Result, _learner_line, describe, load
-from zerosim.teaching.sandbox import OUTPUT_LIMIT, run
+from zerosim.teaching.exercises._grading import Counterexample, LearnerRaised, Result, describe, no_function
+from zerosim.teaching.sandbox import OUTPUT_LIMIT, Budget, Ended, Outcome, Policy, Remote, Session
 
 TIME_LIMIT = 60.0  # seconds per case (and for loading the file): generous, since the grader's own cases take < 2 s
-_ENTRY = "zerosim.teaching.exercises._sandbox:grade_in_child"
 
 
-def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT, where: str | None = None) -> Result:
-    """Grade the file at `path` for exercise `name` in the sandbox; each case may take `time_limit` seconds.
+def _handles() -> dict:
+    """What the grader may lend a solution beyond functions, and what the solution may do with each: a ledger Buffer
+    (stage2_free's `held`), its array read and freed as the engine's are."""
+    from zerosim.cluster import Buffer
 
-    `where`: "module:attribute" of an `Exercise` outside this package's list (an assignment's tests,
-    zerosim/teaching/assignments); the child imports it from there instead of looking `name` up."""
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
-        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
-    with open(path, "rb") as f:  # the grader reads it: a confined child need not be able to
-        source = f.read()
-    outcome = run(_ENTRY, [where or name], source, path, float(time_limit))
-    if outcome.how == "done" and "usage" in outcome.result:  # the file defines no such function: the learner's usage
-        raise ValueError(outcome.result["usage"])
-    return _result(name, outcome)
+    return {Buffer: Remote(attrs=("name", "kind", "shape", "nbytes", "freed", "array"), methods=("free",))}
 
 
-def _result(name: str, o) -> Result:
-    """The sandbox's Outcome `o` as a grade, with one line saying what happened."""
-    case = 0 if o.where is None else o.where["n"]
-    at = "loading your file" if case == 0 else f"case {case} ({o.where['what']})"
-    during = "while your file was loaded" if case == 0 else f"during case {case} ({o.where['what']})"
-    if o.how == "done":
-        r = o.result
-        return Result(name, r["passed"], r["cases"], r["counterexample"])
+class Refusal(BaseException):
+    """A case in which the learner's code called zerosim code the policy refuses: the case fails with `line`. A
+    BaseException, so that a check's own `except Exception` cannot swallow it."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line
+
+
+class NoFunction(BaseException):
+    """The file defines no such function: the learner's usage mistake, one line."""
+
+
+class Learner:
+    """The learner's file in the sandbox for as long as grading needs it, loaded again after a case ended the child."""
+
+    def __init__(self, source: bytes, path: str, policy: Policy, time_limit: float = TIME_LIMIT):
+        self.source, self.path, self.policy, self.limit = source, path, policy, float(time_limit)
+        self.session, self.budget, self.unrunnable = None, None, None
+        self.ended: dict = {}  # function -> the Outcome of the case in which it ended the child
+        self.noted: list = []  # what the lecturer should see (processes started), in order, once each
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            session.close()
+
+    def loaded(self) -> str | None:
+        """None when the file loads; else the one line saying why it cannot run (every case fails with it)."""
+        if self.unrunnable is None and self.session is None:
+            self.session = Session(self.source, self.path, self.policy, handles=_handles())
+            try:
+                reply = self.session.load(Budget(self.limit))
+            except Ended as e:
+                self.unrunnable = ending(e.outcome, loading=True)
+                self.close()
+            else:
+                self._note(reply.noted)
+                if reply.event == "not runnable":
+                    self.unrunnable = _hint(reply.fields.get("why") or f"{self.path} could not be run")
+                    self.close()
+        return self.unrunnable
+
+    def function(self, name: str):
+        """A stand-in for the learner's `name`: called here, it runs in the child under the current case's budget."""
+        def call(*args, **kwargs):
+            if name in self.ended:
+                raise Ended(self.ended[name])
+            reply = self.session.call(name, args, kwargs, self.budget)
+            self._note(reply.noted)
+            if reply.refused:
+                raise Refusal(self.policy.refusal(name, reply.refused[0]))
+            if isinstance(reply.error, Counterexample):  # a check inside a callback failed: the case's verdict
+                raise reply.error
+            if reply.error is not None:  # the grader refused what the callback asked (a freed buffer's array)
+                raise LearnerRaised(type(reply.error).__name__, f"{type(reply.error).__name__}: {reply.error}",
+                                    reply.fields.get("line", ""))
+            if reply.event == "returned":
+                return reply.fields["value"]
+            if reply.event == "raised":
+                f = reply.fields
+                raise LearnerRaised(f.get("kind") or "", f.get("words") or "", f.get("line") or "", f.get("code"))
+            if reply.event == "missing":
+                raise NoFunction(no_function(self.path, name))
+            if reply.event == "unsendable":
+                raise Counterexample(f"your {name} returned {reply.fields.get('message')}, which cannot reach the "
+                                     "grader")
+            raise Ended(Outcome("broke the protocol"))  # a reply the session let through but no call answers with
+
+        call.__name__ = name
+        return call
+
+    def judge(self, exercise, case) -> str | None:
+        """One case: None when it passes, else its line. Never raises for what the learner's code did."""
+        why = self.loaded()
+        if why is not None:
+            return why
+        if exercise.function in self.ended:
+            return f"{describe(case)}: not run: {ending(self.ended[exercise.function], again=True)}"
+        self.budget = Budget(self.limit)
+        try:
+            return _hint(exercise.judge(self.function(exercise.function), case))
+        except Refusal as e:
+            return f"{describe(case)}: {e.line}"
+        except Ended as e:
+            self.ended[exercise.function] = e.outcome
+            self.close()  # a new child for the next case
+            return f"{describe(case)}: {ending(e.outcome)}"
+
+    def _note(self, noted: list) -> None:
+        self.noted += [n for n in noted if n not in self.noted]
+
+
+def ending(o, loading: bool = False, again: bool = False) -> str:
+    """The sandbox's Outcome `o` in one line: it ended this case, or the file's `loading`, or (`again`) an earlier
+    case of the same function."""
+    at = "loading your file" if loading else "this case"
+    during = "while your file was loaded" if loading else "during this case"
+    if again:
+        at, during = "an earlier case", "during an earlier case"
     if o.how == "timed out":
-        return Result(name, False, case, f"{at} did not finish within {o.facts['limit']:g} s: does your code loop "
-                                         "forever? (zerosim exercise check --time-limit S allows more)")
+        return (f"{at} did not finish within {o.facts['limit']:g} s: does your code loop forever? (zerosim exercise "
+                "check --time-limit S allows more)")
     if o.how == "too much output":
-        return Result(name, False, case, f"{at} printed more than {OUTPUT_LIMIT // (1 << 20)} MiB and was stopped: "
-                                         "print less (a few lines say what a case did)")
+        return f"{at} printed more than {OUTPUT_LIMIT // (1 << 20)} MiB and was stopped: print less (a few lines say " \
+               "what a case did)"
     if o.how == "parent ended":
         s = o.keeper_status
         how = signal.Signals(-s).name if s is not None and s < 0 else f"exit status {s}"
-        return Result(name, False, case, f"the process that started your code was ended ({how}) {during}: did your "
-                                         "code signal its parent (os.getppid())? A solution may not signal other "
-                                         "processes")
+        return (f"the process that started your code was ended ({how}) {during}: did your code signal its parent "
+                "(os.getppid())? A solution may not signal other processes")
     if o.how == "broke the protocol":
-        return Result(name, False, case, f"{during}, your code wrote on the grader's own report pipe: a solution may "
-                                         "print, but not write to the grader's file descriptors")
+        return (f"{during}, your code wrote on the grader's own report pipe: a solution may print, but not write to "
+                "the grader's file descriptors")
     s = o.status  # "ended"
     how = ("an unknown status" if s is None else f"signal {signal.Signals(-s).name} (exit status {s})" if s < 0
            else f"exit status {s}")
-    return Result(name, False, case, f"the grading process ended {during}, with {how} (os._exit, a crash or a "
-                                     "signal) and no result")
+    return f"the grading process ended {during}, with {how} (os._exit, a crash or a signal) and no result"
 
 
-def grade_in_child(report, source: bytes, path: str, name: str) -> None:
-    """In the child (the sandbox's entry): load the learner's file, grade it case by case, report as it goes."""
-    if ":" in name:  # "module:attribute": an assignment's exercise
-        module, attribute = name.split(":")
-        ex = getattr(importlib.import_module(module), attribute)
-    else:
-        from zerosim.teaching import exercises
-
-        ex = exercises.get(name)
-    report.ready()  # what grading needs is imported: the clock starts
-    try:
-        text = source.decode("utf-8")
-        # the lines a message quotes, from the source the grader read: the child's working directory is its case
-        # folder, where `path` (perhaps relative to the grader's) names nothing
-        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
-        fn = load(text, ex.function, path)
-    except NotRunnable as e:
-        return report.done(passed=False, cases=0, counterexample=_refused(str(e)))
-    except UnicodeDecodeError as e:
-        return report.done(passed=False, cases=0, counterexample=f"{path}: not a text file ({e})")
-    except ValueError as e:
-        return report.done(usage=str(e))
-    except BaseException as e:  # KeyboardInterrupt and kin while loading (SystemExit is load's own case)
-        return report.done(passed=False, cases=0, counterexample=f"{path}{_learner_line(e, path)}: loading it "
-                                                                 f"raised {_named(e)}")
-    at = [0, None]
-
-    def on_case(n, case):
-        at[:] = n, case
-        report.step(n=n, what=describe(case))
-
-    try:
-        result = ex.grade(fn, on_case=on_case)
-    except BaseException as e:  # what Exercise.grade leaves to its caller: here, the learner's doing
-        n, case = at
-        what = describe(case) if case else ex.name
-        result = Result(ex.name, False, n, f"{what}: your {ex.function} raised {_named(e)}{_learner_line(e, path)}")
-    report.done(passed=result.passed, cases=result.cases, counterexample=_refused(result.counterexample))
+def policy_of(ex, handout: str | None = None) -> Policy:
+    """The sandbox's policy for exercise `ex`: what it grades, what its handout offers."""
+    return Policy({ex.function: tuple(ex.grades)}, tuple(ex.offers), handout or f"exercise {ex.name}'s handout")
 
 
-def _refused(said: str | None) -> str | None:
+def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:
+    """Grade the file at `path` for exercise `name` in the sandbox; each case may take `time_limit` seconds. The first
+    failing case is the counterexample; a file that defines no such function is a ValueError (the learner's usage)."""
+    from zerosim.teaching import exercises
+
+    ex = exercises.get(name)
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit!r}")
+    source = read(path)
+    with Learner(source, path, policy_of(ex), time_limit) as learner:
+        why = learner.loaded()
+        if why is not None:
+            return Result(ex.name, False, 0, why)
+        n = 0
+        for n, case in enumerate(ex.cases(), 1):
+            try:
+                failed = learner.judge(ex, case)
+            except NoFunction as e:
+                raise ValueError(str(e)) from None
+            if failed is not None:
+                return Result(ex.name, False, n, failed)
+        return Result(ex.name, True, n)
+
+
+def read(path: str) -> bytes:
+    """The learner's file, read by the grader (a confined child need not be able to)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _hint(said: str | None) -> str | None:
     """`said`, and where the learner's code met a PermissionError, the sandbox's rules that likely raised it."""
     if said and "raised PermissionError" in said:
-        said += (" (in the grader a solution may write only in its own folder, its working directory, and may not "
-                 "signal other processes)")
+        said += (" (in the grader a solution may write only in its own folder, its working directory, may not signal "
+                 "other processes, and may not read zerosim's own code of what it is graded on)")
     return said
-
-
-def _named(e: BaseException) -> str:
-    """The exception in words; KeyboardInterrupt with why a solution may not raise it."""
-    words = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-    if isinstance(e, KeyboardInterrupt):
-        words += " (a grader takes KeyboardInterrupt for Ctrl-C, so a solution may not raise it)"
-    return words

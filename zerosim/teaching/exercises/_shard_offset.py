@@ -78,4 +78,4 @@ def check(fn, case) -> None:
 
 EXERCISE = Exercise("shard_offset", "a shard's offset with padding: rank r's [start, stop) of a flat buffer",
                     "shard_bounds", TASK, STUB, SOLUTION, PLANTED, cases, check,
-                    withheld=WITHHELD)
+                    withheld=WITHHELD, grades=("zerosim.collectives", "zerosim.parallel", "zerosim.reference"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.teaching.exercises._engine_cases import describe, run_case
-from zerosim.teaching.exercises._grading import WITHHELD, Counterexample, Exercise
+from zerosim.teaching.exercises._grading import Counterexample, ENGINE, Exercise, WITHHELD
 
 TASK = """\
 ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
@@ -119,4 +119,4 @@ def check(fn, case) -> None:
 EXERCISE = Exercise("stage2_free", "the stage-2 gradient free: reduce-scatter a layer's gradients, keep your piece, "
                                    "free them",
                     "reduce_layer_grads", TASK, STUB, SOLUTION, PLANTED, cases, check,
-                    withheld=WITHHELD)
+                    withheld=WITHHELD, grades=ENGINE)

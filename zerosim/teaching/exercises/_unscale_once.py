@@ -11,7 +11,7 @@ from __future__ import annotations
 from zerosim.precision import get_precision
 from zerosim.teaching.exercises._engine_cases import describe, run_case
 from zerosim.teaching.exercises._finish_cases import finish_with
-from zerosim.teaching.exercises._grading import Exercise
+from zerosim.teaching.exercises._grading import ENGINE, Exercise
 
 TASK = """\
 With fp16 and a loss scale S, backward makes gradients of S times the loss, so small ones stay above
@@ -93,4 +93,4 @@ def check(fn, case) -> None:
 
 
 EXERCISE = Exercise("unscale_once", "unscaling once: from the reduced, loss-scaled, accumulated gradient to Adam's",
-                    "finish", TASK, STUB, SOLUTION, PLANTED, cases, check)
+                    "finish", TASK, STUB, SOLUTION, PLANTED, cases, check, grades=ENGINE)
