@@ -411,6 +411,9 @@ def test_nothing_of_zerosim_but_the_offer_and_the_sandbox_is_loaded_before_the_l
     loaded = next(line for line in capfd.readouterr().out.splitlines() if line.startswith("REAL")).split()[1:]
     assert "zerosim.teaching.sandbox._child" in loaded and "zerosim.precision" in loaded, loaded
     machinery = ("zerosim", "zerosim._compat", "zerosim.teaching", "zerosim.teaching._predict",
-                 "zerosim.teaching._questions")
+                 "zerosim.teaching._questions",
+                 # the questions by topic and the starter kit, which teaching's face brings: no engine among them
+                 "zerosim.teaching._questions_memory", "zerosim.teaching._questions_step",
+                 "zerosim.teaching._questions_time", "zerosim.teaching._starter")
     assert all(n in machinery or n.startswith(("zerosim.precision", "zerosim.teaching.sandbox")) for n in loaded), \
         loaded
