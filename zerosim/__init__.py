@@ -62,7 +62,7 @@ def __getattr__(name: str):
 
     if name in _HOME:
         value = getattr(importlib.import_module(_HOME[name]), name)
-    elif name in _SUBPACKAGES or _compat.moved(f"zerosim.{name}"):  # or an old package (zerosim.zero): a stand-in
+    elif name in _SUBPACKAGES or _compat.moved(f"zerosim.{name}"):  # or an old package (_compat.py): a stand-in
         value = importlib.import_module(f"zerosim.{name}")
     else:
         raise AttributeError(f"module 'zerosim' has no attribute {name!r}")

@@ -28,7 +28,7 @@ class Settings:
     optimizer: str = "adam"
     seq_len: int = 4096  # L, tokens per sequence
     micro_batch: int = 1  # B, sequences per rank per micro-step
-    checkpoint: str = "block"  # a key of zerosim.models.gpt._model.STRATEGIES
+    checkpoint: str = "block"  # a key of zerosim.models.gpt.STRATEGIES
     gpu: str = "h100-80gb"  # a key of zerosim.analysis.costs._gpus.GPUS: the capacity line and the compute rates
     offload: str = "none"  # a placement (zerosim.parallel.offload.PLACEMENTS): what leaves the device, to host / NVMe
 

@@ -323,7 +323,7 @@ def run_model(config: TrainConfig):
 
 
 def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
-    """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
+    """How often the GPT's most likely token is the answer a_1..a_n (models/data/_sequences.py), on held-out strings,
     with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
     None when no process holds them all (stage 3 under MPI)."""
     if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:

@@ -186,7 +186,7 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     """Seed 001's checkpointing strategies side by side: one step of the GPT's twin per strategy, on the meta backend.
 
     `shape`: GPT's vocab, d_model, n_heads, n_layers (its position table is seq_len long). Returns, per
-    strategy (default all of `zerosim.models.gpt._model.STRATEGIES`), {"strategy", "peak" (activation bytes),
+    strategy (default all of `zerosim.models.gpt.STRATEGIES`), {"strategy", "peak" (activation bytes),
     "peak_at" (the buffer that reached it), "flops": {kind: FLOPs} of one rank's compute events
     ("forward", "recompute", "backward", "loss"), "extra": the step's FLOPs over the plain step's, minus one}.
     """
