@@ -170,7 +170,7 @@ def measure_activations(model, batch: int, seq_len: int, precision: str = "fp16-
 
 
 def _activation_ledger(model, batch: int, seq_len: int, precision: str, checkpointing: bool) -> MemoryLedger:
-    from zerosim.backends._meta import MetaArray  # NOTE: costs uses the meta backend's arrays, never its ranks
+    from zerosim.precision.cast import MetaArray  # the data-less tensor (the meta backend's), never the backend's ranks
 
     fmt = get_precision(precision).compute_format
     flat = MetaArray((model.num_params,), fmt.dtype)  # (P,) compute format, no data
