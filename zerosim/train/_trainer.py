@@ -358,7 +358,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
 
         more |= host_optimizer(config.offload.placement, config.optimizer)
     optimizer = get_optimizer(config.optimizer, lr=config.lr, **config.optimizer_options, **more)
-    optimizer.check_stage(config.stage)
+    optimizer.check_stage(get_plan(config.stage).stage)  # a strategy is a stage-3 plan
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
     check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
