@@ -50,7 +50,7 @@ def test_over_groups_and_in_a_narrower_wire():
 
 
 def test_on_the_meta_backend_only_shapes_travel():
-    from zerosim.backends._meta import MetaArray
+    from zerosim.precision.cast import MetaArray
 
     counts = [[0, 5], [2, 1]]
     cluster = Cluster(2, backend="meta", hosted="all")

@@ -212,7 +212,7 @@ EDITS = [  # (edit, the words the error must hold); the checkpoint: N = 3, stage
     (edit("stage", 3),
      r"stage is 3, but rank00000.safetensors holds 'params' of shape \(51,\); stage 3 on 3 ranks keeps \(17,\)"),
     (edit("stage", 0), r"layout.regions is \[\[0, 17\], .*world_size 3 give \[\[0, 51\]"),
-    (edit("stage", 7), r"stage must be one of \[0, 1, 2, 3\], got 7"),
+    (edit("stage", 7), r"stage must be 0, 1, 2 or 3, got 7"),
     (edit("files.1.rank", 2), r"files\[1\].rank is 2; the files are listed in rank order"),
     (edit("files.2.file", "../../etc.safetensors"), r"files\[2\].file must be 'rank00002.safetensors'"),
     (edit("model.num_params", 52), "model.num_params is 52, but the parameters' shapes hold 51"),

@@ -17,6 +17,7 @@ TABLES = {
     "ALLOCATOR_RESERVE": ("zerosim.analysis.costs", lambda m: m.ALLOCATOR_RESERVE),
     "HOSTS": ("zerosim.analysis.costs", lambda m: tuple(m.HOSTS)),
     "LINKS": ("zerosim.analysis.costs", lambda m: tuple(sorted(m.LINKS))),
+    "MEMORY_PRECISIONS": ("zerosim.analysis.costs", lambda m: tuple(m.MEMORY_PRECISIONS)),
     "DEVICES": ("zerosim.analysis.timeline", lambda m: tuple(sorted(m.DEVICES))),
     "OPTIMIZERS": ("zerosim.optim", lambda m: tuple(m.OPTIMIZERS)),
     "SHARDINGS": ("zerosim.optim", lambda m: tuple(m.SHARDINGS)),
@@ -29,6 +30,7 @@ TABLES = {
     "ALLREDUCES": ("zerosim.precision", lambda m: tuple(m.ALLREDUCES)),
     "OPTIM_STATES": ("zerosim.precision", lambda m: tuple(m.OPTIM_STATES)),
     "FP8_RECIPES": ("zerosim.precision.quantize", lambda m: tuple(m.FP8_RECIPES)),
+    "STAGES": ("zerosim.parallel.data", lambda m: m.STAGES),
     # a strategy some releases lack carries them: "mics (DeepSpeed <= 0.19.6)"
     "MESH_STRATEGIES": ("zerosim.parallel.data", lambda m: tuple(
         f"{n} ({p.release.split(' (')[0]})" if p.release else n for n, p in m.STRATEGIES.items())),

@@ -15,8 +15,8 @@ import pytest
 from zerosim.cli.main import COMMANDS
 
 # What a fresh `import zerosim` may load of zerosim: the package and its old-path shim, nothing else (each name of the
-# face, each subpackage, is imported when first used: zerosim/__init__.py). The stand-ins for old paths
-# (_compat.py) are placeholders in sys.modules, not imports, and are not counted.
+# face, each subpackage, is imported when first used: zerosim/__init__.py). A stand-in for an old path (_compat.py)
+# is made only when that path is used, and is not counted.
 LOADED = """
 import json, sys
 before = set(sys.modules)

@@ -5,11 +5,13 @@ paths still answer for one release, with a warning, and hand back the very objec
                       (a dotted path with a component that starts with "_")
     old paths         every path zerosim/_compat.py's MOVED lists imports, warns once (DeprecationWarning) and gives
                       the new module's objects; a stand-in never hides a face's own name (zerosim.models.schedule is
-                      the function, not the old module)
+                      the function, not the old module); a stand-in exists only once its path is used; and the old
+                      paths have a removal date, after which a test here fails
     private files     every module behind a face is named with a leading "_" (a folder is a face, a file is private)
 """
 
 import ast
+import datetime
 import importlib
 import json
 import re
@@ -80,7 +82,7 @@ def test_every_module_behind_a_face_is_private():
 @pytest.mark.parametrize("old", sorted(_compat.MOVED))
 def test_an_old_path_still_answers_and_warns(old):
     new = importlib.import_module(_compat.MOVED[old])
-    stand_in = sys.modules[old]
+    stand_in = importlib.import_module(old)
     stand_in.__dict__.pop("_zerosim_warned", None)
     public = [k for k in getattr(new, "__all__", vars(new)) if not k.startswith("_")]
     if not public:
@@ -111,3 +113,58 @@ def test_a_stand_in_never_hides_a_faces_name():
     import zerosim.models
 
     assert callable(zerosim.models.schedule) and not isinstance(zerosim.models.schedule, type(sys))
+
+
+def test_shadowed_lists_every_old_path_whose_name_a_face_took():
+    """An old module named like one of its face's own functions must be placed, not imported (_compat.py)."""
+    found = {}
+    for old in _compat.MOVED:
+        face, _, name = old.rpartition(".")
+        if face in _compat.MOVED:  # under an old package: its parent is a stand-in, nothing of a face to hide
+            continue
+        value = vars(importlib.import_module(face)).get(name)
+        if value is not None and not isinstance(value, type(sys)):
+            found[old] = face
+    assert found == _compat.SHADOWED
+
+
+STAND_INS = """
+import json, sys
+import zerosim
+def stand_ins():
+    return sorted(m for m, mod in list(sys.modules.items()) if type(mod).__name__ == "_Moved")
+out = [stand_ins()]
+import zerosim.costs.memory
+out.append(stand_ins())
+import zerosim.models.schedule
+zero = zerosim.zero.__name__
+out.append([stand_ins(), sorted(m for m in sys.modules if m.startswith("zerosim")), callable(zerosim.models.schedule),
+            zero])
+print(json.dumps(out))
+"""
+
+
+def test_a_stand_in_is_made_only_when_its_path_is_used():
+    """`import zerosim` makes none of the 217 stand-ins; an old path makes its own (and its old package's); a face
+    places only its SHADOWED ones, as it loads; an old package asked for as an attribute is imported then."""
+    run = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", STAND_INS], capture_output=True,
+                         text=True, check=True)
+    at_import, after_old, (after_face, loaded, schedule_is_the_function, zero) = json.loads(run.stdout)
+    assert at_import == []
+    assert after_old == ["zerosim.costs", "zerosim.costs.memory"]
+    placed = [old for old, face in _compat.SHADOWED.items() if face in loaded]
+    assert "zerosim.models.schedule" in placed and len(placed) < len(_compat.SHADOWED)
+    assert after_face == sorted(after_old + placed + ["zerosim.zero"])
+    assert schedule_is_the_function and zero == "zerosim.zero"
+
+
+def test_the_old_paths_go_on_their_date():
+    """zerosim/_compat.py's old paths (and zerosim.reference's old names) are kept until REMOVAL or release REMOVED_IN,
+    whichever comes first (docs/contributing.md). When this fails, delete zerosim/_compat.py, its install() in
+    zerosim/__init__.py, zerosim.reference's __getattr__ and the tests of the old paths above."""
+    release = tuple(int(x) for x in zerosim.__version__.split(".")[:2])
+    due = tuple(int(x) for x in _compat.REMOVED_IN.split(".")[:2])
+    assert datetime.date.today() <= _compat.REMOVAL and release < due, (
+        f"the old import paths were due to go in release {_compat.REMOVED_IN} or on {_compat.REMOVAL}: remove them")
+    contributing = (REPO / "docs" / "contributing.md").read_text(encoding="utf-8")
+    assert _compat.REMOVAL.isoformat() in contributing and _compat.REMOVED_IN in contributing

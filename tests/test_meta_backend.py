@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from zerosim import MLP, Adam, Cluster, MixedPrecision, ZeroEngine
 from zerosim.analysis.costs import get_preset
-from zerosim.backends._meta import MetaArray, MetaDataError
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.models import make_regression
+from zerosim.models.gpt import GPT, MetaGPT
 from zerosim.models.meta import MetaModel
 from zerosim.precision import cast
-from zerosim.precision.cast import has_values
+from zerosim.precision.cast import MetaArray, MetaDataError, has_values
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 # the ring's scratch (simulator's own) and activations (left out by the meta model)
@@ -334,3 +334,19 @@ def test_a_representative_rank_keeps_a_per_call_trace():
         Cluster(8, backend="meta").trace.granularity == "call"
         and Cluster(8, backend="meta", hosted="all").trace.granularity == "hop"
     )
+
+
+# ---------------------------------------------------------------- one way to model a tensor without data
+
+def test_a_tensor_without_data_is_one_class_wherever_it_is_made():
+    """The meta backend's arrays, a meta model's initial weights and the costs' measuring arrays are one class,
+    MetaArray (precision/cast/_meta_array.py): a meta model's weights were once a zero-stride broadcast of real zeros
+    (values a reader could read) beside the backend's MetaArray (none to read)."""
+    from zerosim.backends._meta import MetaBackend
+
+    backend_array = MetaBackend(2).empty((3,), np.float32)
+    for weights in (MetaModel.from_preset(get_preset("zero-paper-7.5b")).init_params(),
+                    MetaGPT(GPT(9, 8, 2, 1, 6)).init_params()):
+        assert type(weights) is type(backend_array) is MetaArray and weights.dtype == np.float32
+        with pytest.raises(MetaDataError):
+            np.asarray(weights)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerosim import Cluster, Groups, all_gather, reduce_scatter
-from zerosim.backends._meta import MetaArray
+from zerosim.precision.cast import MetaArray
 from zerosim.cluster import RunCounts
 from zerosim.cluster import _closed as closed
 from zerosim.collectives._shards import _bounds_of_counts, chunk_bounds

@@ -62,7 +62,7 @@ def __getattr__(name: str):
 
     if name in _HOME:
         value = getattr(importlib.import_module(_HOME[name]), name)
-    elif name in _SUBPACKAGES:
+    elif name in _SUBPACKAGES or _compat.moved(f"zerosim.{name}"):  # or an old package (_compat.py): a stand-in
         value = importlib.import_module(f"zerosim.{name}")
     else:
         raise AttributeError(f"module 'zerosim' has no attribute {name!r}")
@@ -74,4 +74,4 @@ def __dir__() -> list:
     return sorted(set(globals()) | set(__all__) | set(_SUBPACKAGES))
 
 
-_compat.install()  # old import paths (zerosim.zero, zerosim.costs, ...) forward here for one release
+_compat.install()  # the old import paths (_compat.py's MOVED) answer, with a warning, until _compat.REMOVAL

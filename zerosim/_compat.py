@@ -1,22 +1,33 @@
-"""Old import paths, kept working for one release: zerosim's modules moved into folders by concept (issue 34), and
-each old dotted path is a stand-in module that forwards to the new one with a DeprecationWarning.
+"""Old import paths, kept working until REMOVAL: zerosim's modules moved into folders by concept (issue 34), and
+each old dotted path answers with a stand-in module that forwards to the new one with a DeprecationWarning.
 
     import zerosim.zero.engine                 # works, warns: use zerosim.parallel.data (ZeroEngine)
     from zerosim.timeline import simulate      # works, warns: use zerosim.analysis.timeline
 
-The stand-ins are placed in `sys.modules` when zerosim is imported (a few hundred small objects, no import of
-their targets), so `import` finds them without a finder and never sets them as attributes of the faces that
-replaced their parents (a stand-in `zerosim.models.schedule` must not hide the function `zerosim.models.schedule`).
-An old *package* (zerosim.zero, zerosim.costs, ...) is also set on its parent, so `zerosim.zero.ZeroEngine` works.
+They go after REMOVAL (release REMOVED_IN, or the date, whichever comes first; docs/contributing.md says so):
+tests/test_layout.py fails from that day on, so whoever works then deletes this file, its `install()` in
+zerosim/__init__.py and the tests of the old paths.
+
+A stand-in costs nothing until it is used: `install()` puts one finder at the head of `sys.meta_path`, which answers
+only for MOVED's names and makes a stand-in when one is imported (importlib then sets it on its parent, so
+`zerosim.zero.ZeroEngine` works after `import zerosim.zero`). Every other import asks it one dictionary lookup and
+goes on. SHADOWED are the old modules whose name a face now gives one of its own functions (`zerosim.models.schedule`
+is a function): an import through a finder would set the stand-in over the function, so their stand-ins are put in
+`sys.modules` as their face starts loading, where `import` finds them without setting anything.
 MOVED is the whole move, old path -> new path: docs/explanation/architecture.md draws the new tree.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
+import importlib.machinery
 import sys
 import types
 import warnings
+
+REMOVED_IN = "0.2.0"  # the release without the old paths (zerosim.__version__ is 0.1.0)
+REMOVAL = datetime.date(2027, 2, 25)  # ... or this day, three months after the date was set, if no release came first
 
 MOVED = {
     "zerosim.precision.formats": "zerosim.precision._formats",
@@ -238,6 +249,24 @@ MOVED = {
     "zerosim.assignments.autograde": "zerosim.teaching.assignments._autograde",
 }
 
+# old module -> its face, which defines a function of the same name (tests/test_layout.py checks the list)
+SHADOWED = {
+    "zerosim.precision.ulp": "zerosim.precision",
+    "zerosim.collectives.broadcast": "zerosim.collectives",
+    "zerosim.collectives.all_to_all": "zerosim.collectives",
+    "zerosim.models.schedule": "zerosim.models",
+    "zerosim.checkpoint.save": "zerosim.checkpoint",
+    "zerosim.checkpoint.load": "zerosim.checkpoint",
+    "zerosim.checkpoint.consolidate": "zerosim.checkpoint",
+    **{f"zerosim.viz.{name}": "zerosim.viz" for name in (
+        "dataflow_figure", "fit_figure", "ledger_figure", "loss_scale_figure", "many_nodes_figure",
+        "mesh_ownership_figure", "ownership_figure", "plan_figure", "recipe_figure", "ring_figure", "spacing_figure",
+        "sweep_figure", "tier_timeline_figure", "timeline_figure", "underflow_figure", "zero3_figure")},
+}
+_SHADOWED_UNDER = {}  # face -> its SHADOWED old modules
+for _old, _face in SHADOWED.items():
+    _SHADOWED_UNDER.setdefault(_face, []).append(_old)
+
 
 class _Moved(types.ModuleType):
     """A module that moved: attributes come from its new home, with a warning the first time."""
@@ -254,20 +283,50 @@ class _Moved(types.ModuleType):
         if not self.__dict__.get("_zerosim_warned"):
             self.__dict__["_zerosim_warned"] = True
             face = new.split("._")[0]  # the package whose __init__ exports the names
-            warnings.warn(f"{self.__name__} moved into {face} (import from there); the old path goes in the next "
-                          "release", DeprecationWarning, stacklevel=2)
+            warnings.warn(f"{self.__name__} moved into {face} (import from there); the old path goes in release "
+                          f"{REMOVED_IN} or on {REMOVAL.isoformat()}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(new), name)
 
     def __dir__(self):
         return dir(importlib.import_module(self.__dict__["_zerosim_new"]))
 
+    def __setattr__(self, name: str, value) -> None:
+        """importlib sets a child it imported on its parent: not a stand-in on a stand-in, whose names forward to the
+        new face (`from zerosim.timeline import simulate` is the function, not the old module's stand-in)."""
+        if not isinstance(value, _Moved):
+            super().__setattr__(name, value)
+
+
+class _Finder:
+    """The one `sys.meta_path` entry of the old paths (module docstring): a MOVED name gets a stand-in; a face about
+    to load first gets its SHADOWED stand-ins placed; every other name is left to the finders after it."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        for old in _SHADOWED_UNDER.get(name, ()):
+            if old not in sys.modules:
+                sys.modules[old] = _Moved(old, MOVED[old])
+        if name not in MOVED or name in SHADOWED:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        return _Moved(spec.name, MOVED[spec.name])
+
+    def exec_module(self, module) -> None:
+        """Nothing to run: a stand-in reads its new home when first asked for a name."""
+
+
+_FINDER = _Finder()
+
 
 def install() -> None:
-    """Place a stand-in for every old path that no module of today answers to (see the module docstring)."""
-    for old, new in MOVED.items():
-        if old not in sys.modules:
-            sys.modules[old] = _Moved(old, new)
-    for old in MOVED:  # old packages on their parents: zerosim.zero, zerosim.costs, ...
-        parent, _, child = old.rpartition(".")
-        if parent == "zerosim" and not hasattr(sys.modules[parent], child):
-            setattr(sys.modules[parent], child, sys.modules[old])
+    """Put the old paths' finder first on `sys.meta_path` (once), and the SHADOWED stand-ins of faces loaded already."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    for face in [f for f in _SHADOWED_UNDER if f in sys.modules]:
+        _FINDER.find_spec(face)
+
+
+def moved(name: str) -> bool:
+    """Whether `name` is an old path (zerosim/__init__.py imports an old package asked for as an attribute)."""
+    return name in MOVED

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import stat
 
-MANIFEST, LATEST = "manifest.json", "latest"  # zerosim.checkpoint's names (checkpoint/folders.py)
+MANIFEST, LATEST = "manifest.json", "latest"  # zerosim.checkpoint's names (checkpoint/_folders.py)
 MARK = b'"zerosim-checkpoint"'  # the manifest's "format" value, in its first bytes
 
 

@@ -60,13 +60,15 @@ def check_manifest(m: dict, path: str) -> None:
     """Refuse (CheckpointError naming `path` and the key) a manifest that is missing a key, holds a value of the
     wrong kind, or whose fields disagree with each other."""
     from zerosim.optim import OPTIMIZERS
-    from zerosim.parallel.data import PLANS
+    from zerosim.parallel.data import check_stage
 
     c = _Checker(m, path)
     _check_model(c)
     stage = c.get("stage", int)
-    if stage not in PLANS:
-        c.fail("stage", f"must be one of {sorted(PLANS)}, got {stage!r}")
+    try:
+        check_stage(stage)
+    except ValueError as e:
+        c.fail("stage", str(e).removeprefix("stage "))
     n = c.count("world_size", 1)
     _check_layout(c, stage, n)
     c.get("precision", dict)

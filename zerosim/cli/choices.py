@@ -10,7 +10,7 @@ this light.
 from __future__ import annotations
 
 # zerosim.analysis.costs: sorted(PRESETS) (`memory`, `timeline`, `figures` --model) and the ones with a config
-# (`plan` --model); tuple(GPUS); ALLOCATOR_RESERVE; tuple(HOSTS); sorted(LINKS)
+# (`plan` --model); tuple(GPUS); ALLOCATOR_RESERVE; tuple(HOSTS); sorted(LINKS); tuple(MEMORY_PRECISIONS)
 MODEL_PRESETS = ("gpt2-large", "gpt2-medium", "gpt2-small", "gpt2-xl", "gpt3-175b", "gpt3-6.7b", "llama-2-13b",
                  "llama-2-70b", "llama-2-7b", "llama-3-70b", "llama-3-8b", "llama-7b", "mistral-7b", "qwen2.5-7b",
                  "zero-paper-7.5b")
@@ -18,6 +18,7 @@ CONFIG_PRESETS = tuple(name for name in MODEL_PRESETS if name != "zero-paper-7.5
 GPUS = ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h100-hbm2e", "v100-32gb", "h200")
 ALLOCATOR_RESERVE = 0.05
 HOSTS = ("dgx-2", "dgx-a100", "dgx-h100")
+MEMORY_PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")
 LINKS = ("100gbe", "ib_hdr", "ib_ndr", "nvlink3", "nvlink4", "nvme", "pcie3", "pcie4", "pcie5")
 # zerosim.analysis.timeline: sorted(DEVICES)
 DEVICES = ("a100", "a100-40gb", "h100", "h100-hbm2e", "h200", "rtx3090", "v100")
@@ -39,7 +40,8 @@ REDUCTIONS = ("seeds", "ddp", "deepspeed-zero12", "deepspeed-zero12-reduce", "de
 ALLREDUCES = ("ring", "nccl", "gloo")
 OPTIM_STATES = ("fp32", "fp16", "bf16")
 FP8_RECIPES = ("torchao", "torchao-amax_to_scale", "delayed", "current", "mxfp8")
-# zerosim.parallel.data: STRATEGIES in order, with the releases some lack ("mics (DeepSpeed <= 0.19.6)")
+# zerosim.parallel.data: STAGES; STRATEGIES in order, with the releases some lack ("mics (DeepSpeed <= 0.19.6)")
+STAGES = (0, 1, 2, 3)
 MESH_STRATEGIES = ("full_shard", "no_reshard", "reshard_to_group", "hpz", "hsdp", "hsdp_no_sync",
                    "mics (DeepSpeed <= 0.19.6)", "mics_hierarchical (DeepSpeed <= 0.19.6)")
 # zerosim.train: MAX_SIMULATED_RANKS; zerosim.replay: MAX_STEPS

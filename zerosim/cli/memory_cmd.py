@@ -38,6 +38,7 @@ import json
 import sys
 from dataclasses import replace
 
+from zerosim.cli.choices import STAGES
 from zerosim.cli.model_args import (
     add_activation_arguments,
     add_gpu_arguments,
@@ -116,7 +117,7 @@ def report(args):
                          " (and offload: a node's ranks share its host); "
                          "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
                          "links): drop it, or add --strategy")
-    stages = (s.ds.stage,) if s.ds is not None else (0, 1, 2, 3)
+    stages = (s.ds.stage,) if s.ds is not None else STAGES
     stages = stages if offload is None else offload.stages(offload.configs[0], stages)  # where it runs
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, s.model)

@@ -17,7 +17,6 @@ from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
 from zerosim.cli.work_budget import check_units
 
 ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
-PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # fp32: seed 002's "pure fp32", no master copy
 
 
 def add_model_arguments(p, default_ranks: int = 64) -> None:
@@ -47,7 +46,8 @@ def add_model_arguments(p, default_ranks: int = 64) -> None:
     p.add_argument("--ranks", type=int, default=default_ranks, help=f"data-parallel ranks N (default {default_ranks})")
     p.add_argument("--optimizer", choices=ELEMENTWISE, default=None,
                    help="optimizer (default adam, K = 8 + 4 master; muon K = 4; muon_adamw: the reference's split)")
-    p.add_argument("--precision", choices=PRECISIONS, default=None, help="mixed-precision preset (default fp16-mixed)")
+    p.add_argument("--precision", choices=choices.MEMORY_PRECISIONS, default=None,
+                   help="mixed-precision preset (default fp16-mixed)")
     p.add_argument(
         "--unit",
         choices=("module", "block"),

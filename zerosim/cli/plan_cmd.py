@@ -184,7 +184,7 @@ def report(args):
         args.precision,
         args.optimizer,
         args.comm,
-        _ints(args.stages, "--stages", (0, 1, 2, 3)),
+        _ints(args.stages, "--stages", choices.STAGES),
         _strategies(args.strategies),
         micro,
         args.reserve,

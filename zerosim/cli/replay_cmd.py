@@ -16,7 +16,7 @@ HELP = "replay seed 004's worked example step by step (the main job)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1, the article's "
+    p.add_argument("--stage", type=int, choices=choices.STAGES, default=1, help="ZeRO stage (default 1, the article's "
                                                                               "first)")
     p.add_argument("--precision", choices=choices.PRECISION_PRESETS, default="fp16-mixed",
                    help="mixed-precision preset (default fp16-mixed)")

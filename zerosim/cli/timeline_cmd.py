@@ -66,10 +66,10 @@ SWEEP_RANKS = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def add_arguments(p) -> None:
-    from zerosim.cli.choices import DEVICES, LINKS
+    from zerosim.cli.choices import DEVICES, LINKS, STAGES
 
     add_model_arguments(p, default_ranks=64)
-    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage (default 3)")
+    p.add_argument("--stage", type=int, choices=STAGES, default=None, help="ZeRO stage (default 3)")
     add_wire_arguments(p)
     p.add_argument(
         "--device", choices=DEVICES, default=None, help="every rank's accelerator (default: --gpu's, or h100)"

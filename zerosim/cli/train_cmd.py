@@ -26,7 +26,8 @@ from zerosim.cli.precision_args import (
     step_note,
 )
 from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
-from zerosim.cli.choices import MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS
+from zerosim.cli.choices import (MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS,
+                                 STAGES)
 
 MLP_WIDTHS = "16,64,64,4"
 BATCH = 16  # samples per micro-batch, unless --batch or a DeepSpeed config says
@@ -73,7 +74,7 @@ def gpt_options(args) -> dict:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=None,
+    p.add_argument("--stage", type=int, choices=STAGES, default=None,
                    help="ZeRO stage (default 2; with --resume the saved stage, and a stage you give reshards)")
     p.add_argument("--ranks", type=int, default=None,
                    help=f"simulated ranks, 1..{MAX_SIMULATED_RANKS} (default 4; with --resume the saved count, and a "

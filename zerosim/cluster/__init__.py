@@ -1,20 +1,21 @@
 """Cluster, Rank, MemoryLedger, Trace: what each rank holds and what crossed a link.
 
-    cluster.py   Cluster: the ranks this process hosts, their ledgers, the trace, the backend (no collectives:
+    _cluster.py  Cluster: the ranks this process hosts, their ledgers, the trace, the backend (no collectives:
                  they are functions one layer up, zerosim.collectives)
-    rank.py      Rank: one rank's model states
-    mesh.py      Mesh (torch's DeviceMesh: dims with names) and Groups (the process groups a collective runs over);
+    _rank.py     Rank: one rank's model states
+    _mesh.py     Mesh (torch's DeviceMesh: dims with names) and Groups (the process groups a collective runs over);
                  the two link tiers, within a node and across nodes
-    ledger.py    MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
-    trace.py     Trace: every hop and the ordered log; Handle, the calls one collective recorded
-    events.py    the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip,
+    _ledger.py   MemoryLedger: every buffer a rank holds, by kind, with peaks and a timeline
+    _trace.py    Trace: every hop and the ordered log; Handle, the calls one collective recorded
+    _events.py   the typed events of a step (Compute, OptimizerStep, LossScaleUpdate, GradClip,
                  Fp8ScaleUpdate, StepBoundary)
-    report.py    per-rank reports gathered on rank 0
-    budget.py    will it fit? refuse a run before allocating it
-    hops.py      a ring phase's sends as one record, its hop events derived when read
-    runs.py      RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
-    closed.py    a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
-    window.py    a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
+    _report.py   per-rank reports gathered on rank 0
+    _budget.py   will it fit? refuse a run before allocating it
+    _pool.py     the local ranks' work in parallel: one op's per-rank compute on a few threads, its record in rank order
+    _hops.py     a ring phase's sends as one record, its hop events derived when read
+    _runs.py     RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
+    _closed.py   a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
+    _window.py   a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
 from zerosim.cluster._budget import MAX_UNITS

@@ -28,7 +28,8 @@ from zerosim.cluster._runs import RunCounts
 from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
 
 GRANULARITIES = ("hop", "call")
-# what the collectives record their calls as (collectives/_ring.py, nccl_allreduce.py): the names a question may use
+# what the collectives record their calls as (collectives/_ring.py, collectives/chunk_maps/_nccl.py): the names a
+# question may use
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "nccl_all_reduce", "send_recv")
 # copies between one rank's memory tiers (parallel/offload): {name: the link it crosses}. Each is recorded as a call
 # over every local rank at once, one event per rank (its own copy on its own link), so handles and the timeline
@@ -92,7 +93,7 @@ class Call:
     group: str = "world"  # the groups it ran over (their name); world_size is then each group's ring length
     tier: str = INTRA  # the slowest link its rings cross: "inter-node" if any hop leaves a node
     chunk_map: tuple = ()  # ((start, stop), ...): the element range of each ring chunk, where it is not the N equal
-    #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/chunk_maps/_nccl.py, gloo.py)
+    #                        shards (NCCL's and gloo's all-reduce chunk maps: collectives/chunk_maps/_nccl.py, _gloo.py)
 
 
 @dataclass

@@ -8,7 +8,7 @@ grouped point-to-point sends, src/collectives.cc: ncclAllToAll is not a ring). `
 cover the world and run at once (a `zerosim.cluster.Groups`, or lists of ranks), each on its own communicator
 (DeepSpeed's qgZ runs every node's intra-node all-to-all together, then every across-node one:
 runtime/comm/coalesced_collectives.py, all_to_all_quant_reduce); None: one group, the world. The trace records
-the call over the groups, world_size g (trace.py: `Call.group`). Each rank sends (g−1)/g of its buffer, one
+the call over the groups, world_size g (cluster/_trace.py: `Call.group`). Each rank sends (g−1)/g of its buffer, one
 message to each peer: at step k = 1..g−1 member p sends chunk (p + k) mod g to member (p + k) mod g
 (`cluster.backend.exchange`), and keeps chunk p.
 
@@ -66,7 +66,7 @@ def all_to_all(cluster, tensors, groups=None, tag: str = "", wire: str | None = 
         raise ValueError(f"all-to-all: {length} elements do not cut into {g} equal chunks (one per group member)")
     w = wire_of(arrays[0].dtype, wire)
     c = length // g
-    # world_size is the group's size, as for every collective over groups (trace.py: Call.group)
+    # world_size is the group's size, as for every collective over groups (cluster/_trace.py: Call.group)
     named = groups_in if isinstance(groups_in, Groups) else Groups("all-to-all", groups)
     call = cluster.trace.begin("all_to_all", "copy", g, length, w.name, tag, group=named)
     where = {r: (gi, grp.index(r)) for gi, grp in enumerate(groups) for r in grp}

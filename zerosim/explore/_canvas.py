@@ -33,7 +33,7 @@ from zerosim.explore._text_raster import TextRaster
 from zerosim.viz import kind_colour, kind_label, kind_order
 
 GB = 1e9
-# timeline_figure.py's forward / comm / red; the host's: viz/_offload_step.py's CPU optimizer step
+# viz/_timeline.py's forward / comm / red; the host's: viz/_offload_step.py's CPU optimizer step
 TIME = {"compute": "#f28e2b", "hidden": "#76b7b2", "exposed": "#d62728", "host": "#9c755f"}
 COLUMNS = ("at the peak", "at rest after the step", "host, at rest")
 GIDS = ("kind", "kind", "host")  # the gid prefix of each column's segments

@@ -19,7 +19,7 @@ from __future__ import annotations
 from zerosim.explore._canvas import ExplorerCanvas
 from zerosim.explore._front_end import live, show
 from zerosim.explore._numbers import explore
-from zerosim.explore._settings import OPTIMIZERS, PRECISIONS, Settings
+from zerosim.explore._settings import OPTIMIZERS, Settings
 
 RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # the N slider's stops
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # the L slider's stops
@@ -47,8 +47,9 @@ class MemoryExplorer:
     def __init__(self, **settings):
         import ipywidgets as w
 
-        from zerosim.analysis.costs import GPUS, PRESETS
+        from zerosim.analysis.costs import GPUS, MEMORY_PRECISIONS, PRESETS
         from zerosim.models.gpt import STRATEGIES
+        from zerosim.parallel.data import STAGES
         from zerosim.parallel.offload import PLACEMENTS
 
         s = Settings().with_(**settings)
@@ -56,8 +57,8 @@ class MemoryExplorer:
         self.controls = {
             "model": w.Dropdown(options=sorted({*shaped, s.model}), value=s.model, description="model"),
             "ranks": w.SelectionSlider(options=sorted({*RANKS, s.ranks}), value=s.ranks, description="N ranks"),
-            "stage": w.ToggleButtons(options=(0, 1, 2, 3), value=s.stage, description="ZeRO stage"),
-            "precision": w.Dropdown(options=PRECISIONS, value=s.precision, description="precision"),
+            "stage": w.ToggleButtons(options=STAGES, value=s.stage, description="ZeRO stage"),
+            "precision": w.Dropdown(options=tuple(MEMORY_PRECISIONS), value=s.precision, description="precision"),
             "optimizer": w.Dropdown(options=OPTIMIZERS, value=s.optimizer, description="optimizer"),
             "seq_len": w.SelectionSlider(options=sorted({*SEQ_LENS, s.seq_len}), value=s.seq_len,
                                          description="seq length"),

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 
 from zerosim.optim import OPTIMIZERS as _ALL
 
-PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")  # as `zerosim memory --precision`
 OPTIMIZERS = tuple(n for n, cls in _ALL.items() if cls.elementwise)  # what every stage can shard (as cli/model_args)
 
 
@@ -28,7 +27,7 @@ class Settings:
     optimizer: str = "adam"
     seq_len: int = 4096  # L, tokens per sequence
     micro_batch: int = 1  # B, sequences per rank per micro-step
-    checkpoint: str = "block"  # a key of zerosim.models.gpt._model.STRATEGIES
+    checkpoint: str = "block"  # a key of zerosim.models.gpt.STRATEGIES
     gpu: str = "h100-80gb"  # a key of zerosim.analysis.costs._gpus.GPUS: the capacity line and the compute rates
     offload: str = "none"  # a placement (zerosim.parallel.offload.PLACEMENTS): what leaves the device, to host / NVMe
 
@@ -39,16 +38,17 @@ class Settings:
 
 def check(s: Settings) -> Settings:
     """`s`, or a ValueError naming the first setting that is out of range."""
-    from zerosim.analysis.costs import GPUS
+    from zerosim.analysis.costs import GPUS, MEMORY_PRECISIONS
     from zerosim.models.gpt import STRATEGIES
+    from zerosim.parallel.data import check_stage
 
     for name in ("ranks", "seq_len", "micro_batch"):
         v = getattr(s, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
-    if s.stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {s.stage!r}")
-    for name, allowed in (("precision", PRECISIONS), ("checkpoint", tuple(STRATEGIES)), ("gpu", tuple(GPUS))):
+    check_stage(s.stage)
+    for name, allowed in (("precision", tuple(MEMORY_PRECISIONS)), ("checkpoint", tuple(STRATEGIES)),
+                          ("gpu", tuple(GPUS))):
         if getattr(s, name) not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(s, name)!r}")
     if s.optimizer not in OPTIMIZERS:

@@ -8,7 +8,7 @@ sees whole matrices, which one of the ways of sharding in `zerosim.parallel.data
 
 One `step_matrix`, in w.dtype (c(x): x formed in float64, rounded once to w.dtype):
 
-    B = c(mu)*B + G                          # momentum, PyTorch convention (the original _muon.py)
+    B = c(mu)*B + G                          # momentum, PyTorch convention (KellerJordan's original muon.py)
     U = G + c(mu)*B   (nesterov)   or   B    # Nesterov look-ahead, the reference's default
     O = newton_schulz(U)                     # ~ U V^T, see below (in `ns_dtype` when given)
     w = w * c(1 - lr*wd)                     # decoupled weight decay (a no-op for wd = 0)
@@ -21,19 +21,19 @@ by the factor 1 - beta, which Newton-Schulz's normalisation removes up to roundi
 
 Newton-Schulz: X = U/(||U||_F + 1e-7) (so every singular value is <= 1), then `ns_steps` times
 A = X X^T;  X = a X + (b A + c A A) X.  Acting on singular values this is the odd polynomial
-f(s) = a s + b s^3 + c s^5. The default is the quintic (3.4445, -4.7750, 2.0315) of Keller Jordan's
-_muon.py, tuned for a steep slope at 0: after 5 steps the singular values are not 1 but land in
+f(s) = a s + b s^3 + c s^5. The default is the quintic (3.4445, -4.7750, 2.0315) of KellerJordan's
+muon.py, tuned for a steep slope at 0: after 5 steps the singular values are not 1 but land in
 roughly [0.7, 1.2], which the reference accepts. (1.5, -0.5, 0) is seed 001's cubic, which does
 converge to 1 but needs many more steps for small singular values. Like the reference we iterate on
 the wide orientation (X X^T is the smaller Gram matrix). By default we compute in w.dtype; `ns_dtype="bf16"` is
-the reference's `X = G.bfloat16()` (muon.py `zeropower_via_newtonschulz5`; DeepSpeed 0.19.5's
+the reference's `X = G.bfloat16()` (KellerJordan's muon.py `zeropower_via_newtonschulz5`; DeepSpeed 0.19.5's
 `zeropower_via_newtonschulz5` where the accelerator has bf16; torchtitan's DistMuon): U rounded once to bf16,
 every product rounded to bf16, and O widened exactly before the scaling.
 Matrix products accumulate as NumPy's BLAS does and are rounded to the working dtype; the Frobenius norm is
 accumulated in fp32 (float64 for float64 input).
 
-`MuonAdamW` is the split the reference runs (muon.py `MuonWithAuxAdam`; DeepSpeed's `set_optimizer_flags`):
-2-D hidden matrices on Muon; embeddings, the head, norms and biases on AdamW.
+`MuonAdamW` is the split the reference runs (KellerJordan's muon.py `MuonWithAuxAdam`; DeepSpeed's
+`set_optimizer_flags`): 2-D hidden matrices on Muon; embeddings, the head, norms and biases on AdamW.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from zerosim.optim._base import Optimizer, _is_real, check_nonneg, check_step_ar
 from zerosim.precision import cast, get_format
 from zerosim.precision.arithmetic import exact_matmul
 
-QUINTIC = (3.4445, -4.7750, 2.0315)  # Keller Jordan's _muon.py
+QUINTIC = (3.4445, -4.7750, 2.0315)  # KellerJordan's muon.py
 CUBIC = (1.5, -0.5, 0.0)  # seed 001: X <- 3/2 X - 1/2 X X^T X
 # How the ranks bring whole matrices together under ZeRO stages 1-3: the records (who gathers, who computes, who
 # receives) are zerosim.parallel.data.muon.MUON_PLANS, keyed by these names (a test holds the two lists equal).
@@ -204,11 +204,11 @@ class MuonAdamW(Muon):
     moment. NOTE: zerosim's state buffers cover a rank's whole region, so "v" is held (and stays 0) for Muon's
     elements too: 8 bytes a parameter in the ledgers, where DeepSpeed's per-group flat buffers hold 4 for Muon's
     (its optimizer state per parameter group); `zerosim.analysis.costs` counts the split as DeepSpeed holds it.
-    The AdamW steps zerosim's AdamW (torch's order, `formula="seed"` by default), not muon.py's `adam_update`
-    (lerp_ and a bias-corrected quotient): the split is the reference's, the AdamW arithmetic zerosim's.
+    The AdamW steps zerosim's AdamW (torch's order, `formula="seed"` by default), not KellerJordan's muon.py
+    `adam_update` (lerp_ and a bias-corrected quotient): the split is the reference's, the AdamW arithmetic zerosim's.
     """
 
-    adam_lr: float = 3e-4  # muon.py MuonWithAuxAdam's defaults for the Adam groups
+    adam_lr: float = 3e-4  # KellerJordan's muon.py MuonWithAuxAdam's defaults for the Adam groups
     adam_betas: tuple = (0.9, 0.95)
     adam_eps: float = 1e-10
     adam_weight_decay: float = 0.0

@@ -13,11 +13,13 @@
     _pipeline.py      PipelineReference: every micro-batch through the whole model on one device, its gradient cut
                       into the stages', each stage a Reference over its data-parallel ranks in the schedule's order
 
-The worked examples moved to zerosim.replay; `zerosim.reference.replay` and `.narrate` still answer, with a warning.
+The worked examples moved to zerosim.replay; its old names here (replay, replay_live, narrate) still answer, with a
+warning, until the old import paths go (zerosim/_compat.py REMOVAL).
 """
 
 import warnings
 
+from zerosim._compat import REMOVAL, REMOVED_IN
 from zerosim.reference._context import ContextReference
 from zerosim.reference._mesh_reduce import reduce_on_mesh
 from zerosim.reference._oracle import Reference
@@ -33,10 +35,10 @@ __all__ = ["ContextReference", "PipelineReference", "QgzReference", "Reference",
 _MOVED = ("replay", "replay_live", "narrate")
 
 
-def __getattr__(name):  # PEP 562: the replay's old home, for one release
+def __getattr__(name):  # PEP 562: the replay's old home, until the old import paths go
     if name in _MOVED:
-        warnings.warn(f"zerosim.reference.{name} moved to zerosim.replay.{name}; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(f"zerosim.reference.{name} moved to zerosim.replay.{name}; the old name goes in release "
+                      f"{REMOVED_IN} or on {REMOVAL.isoformat()}", DeprecationWarning, stacklevel=2)
         import zerosim.replay
 
         return getattr(zerosim.replay, name)

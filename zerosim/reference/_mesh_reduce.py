@@ -1,7 +1,7 @@
 """The oracle's side of HSDP and MiCS: N gradients reduced in two levels, in the engines' orders and dtypes.
 
 Letters: N ranks, S per shard group (the blocks 0..S−1, S..2S−1, ...), R = N / S replicas, K micro-steps, P
-parameters, s the shard in shard order (the layout over S ranks: flat.py or partition.py).
+parameters, s the shard in shard order (the layout over S ranks: layouts/_flat.py or layouts/_partition.py).
 
     level one   each shard group's S gradients summed in its ring's order, element by element as the layout
                 says who owns it (`naive_reduce(chunks=owner_chunks)`): the reduce-scatter's sums, whole

@@ -287,7 +287,7 @@ class Reference:
         self.t += 1
         first = self.optimizer_run.at(self.t)  # DeepSpeed's CPU Adam depends on it (optim/_cpu_adam.py)
         w = self.master_buf if self.master_buf is not None else self.params.astype(p.update_format.dtype)
-        with widened(self.state, w.dtype) as state:  # as the engines' update.py: 16-bit state rounded on store
+        with widened(self.state, w.dtype) as state:  # as the engines' _update.py: 16-bit state rounded on store
             if self.optimizer.elementwise and self.optimizer_calls == "shards":  # one call per rank's shard
                 for r in range(self.layout.world_size):
                     own = self.layout.own(r)

@@ -6,7 +6,8 @@
 What DeepSpeed's stage 3 does with `zero_quantized_gradients` (runtime/zero/stage3.py: __avg_scatter_grads, then
 runtime/comm/coalesced_collectives.py: all_to_all_quant_reduce): every gradient of dim > 1 with M % 2W == 0 goes
 through qgZ (collectives/quantized/_qgz.py), the others through `reduce_scatter_coalesced`. The result the optimizer
-reads is qgZ's Σ/n for the first (n nodes), Σ/W for the others (qgz.py's NOTE: nothing divides by the d GPUs of a node).
+reads is qgZ's Σ/n for the first (n nodes), Σ/W for the others (quantized/_qgz.py's NOTE: nothing divides by the d
+GPUs of a node).
 
 Here the plain reduction is the oracle's (`Reference._reduce`: the ring sum in the wire format), and each qgZ
 parameter's elements are replaced by the int4 route's result, so that the oracle's division by W (_recipes.py
@@ -68,7 +69,7 @@ class QgzReference(Reference):
 
     def step(self, batches) -> list:
         """Reference.step, then LoCo's errors as DeepSpeed treats them once the scaler has decided
-        (collectives/qgz.py LocoState.after_step: dropped by an overflow, rescaled by a new scale)."""
+        (collectives/quantized/_qgz.py LocoState.after_step: dropped by an overflow, rescaled by a new scale)."""
         decided = len(self.decisions)
         losses = super().step(batches)
         if self.loco is not None and len(self.decisions) > decided:

@@ -21,8 +21,8 @@ Sources (the framework code on its default path; docs/recipes.md has each step):
     zero12       DeepSpeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py: average_tensor (`tensor.div_(world_size)`),
                  allreduce_bucket, allreduce_and_copy_with_multiple_ranks; `_add_to_grad_partition_buffer` keeps an
                  fp32 grad_accum's piece as it came off the wire
-    bf16 opt.    deepspeed/runtime/bf16_optimizer.py: BF16_Optimizer; engine.py allreduce_bucket (`mul_(1/N)` after
-                 the SUM, then `copy_` into the fp32 buffer)
+    bf16 opt.    deepspeed/runtime/bf16_optimizer.py: BF16_Optimizer; deepspeed/runtime/engine.py allreduce_bucket
+                 (`mul_(1/N)` after the SUM, then `copy_` into the fp32 buffer)
     zero3        deepspeed/runtime/zero/stage3.py: __avg_scatter_grads; runtime/comm/coalesced_collectives.py:
                  reduce_scatter_coalesced (`div_(world_sz)` in the wire dtype), then `.to(gradient_accumulation_dtype)`
     fsdp2        torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce,

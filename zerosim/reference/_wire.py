@@ -4,7 +4,7 @@ For each unit the oracle cuts the weights as the layout cuts them (each rank's p
 shard order) and quantizes and dequantizes every piece with the collectives' naive twins
 (`naive_qwz_all_gather`, `naive_mxfp8_all_gather`) or, for an fp8 recipe with one scale a unit, the same cast
 with the scale the unit's recipe decides from the global amax (max over the pieces here: no all-reduce). It shares
-the kernels' arithmetic (precision/quantize/_int_quant.py, fp8_scaling.py) and the recipes' state machines with the
+the kernels' arithmetic (precision/quantize/_int_quant.py, _fp8_scaling.py) and the recipes' state machines with the
 engine, not the collectives' bookkeeping (who sends what, uneven counts, the amax all-reduce, the ledger).
 """
 

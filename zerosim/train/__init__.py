@@ -1,6 +1,6 @@
 """Training runs as library code, above the engines and the checkpoints: what `zerosim train` runs.
 
-    trainer.py   TrainConfig, train(config) -> TrainResult: a model on a synthetic task, saved and resumed
+    _trainer.py  TrainConfig, train(config) -> TrainResult: a model on a synthetic task, saved and resumed
 """
 
 from zerosim.train._trainer import (

@@ -323,7 +323,7 @@ def run_model(config: TrainConfig):
 
 
 def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
-    """How often the GPT's most likely token is the answer a_1..a_n (sequence_data.py), on held-out strings,
+    """How often the GPT's most likely token is the answer a_1..a_n (models/data/_sequences.py), on held-out strings,
     with the 16-bit params the ranks compute with (beside TP: the TP ranks' slices joined into the whole model).
     None when no process holds them all (stage 3 under MPI)."""
     if engine.plan.shards("params") and engine.cluster.local_size < engine.cluster.world_size:
@@ -358,7 +358,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
 
         more |= host_optimizer(config.offload.placement, config.optimizer)
     optimizer = get_optimizer(config.optimizer, lr=config.lr, **config.optimizer_options, **more)
-    optimizer.check_stage(config.stage)
+    optimizer.check_stage(get_plan(config.stage).stage)  # a strategy is a stage-3 plan
     local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
     # before any rank exists
     check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())

@@ -71,6 +71,7 @@ from zerosim.analysis.costs._measured import (
 )
 from zerosim.analysis.costs._memory import (
                                           GB,
+                                          MEMORY_PRECISIONS,
                                           OPTIMIZER_STATES,
                                           MemoryConfig,
                                           ModelStateMemory,
@@ -125,6 +126,7 @@ __all__ = [
     "preset_from_config",
     "runtime_overheads",
     "LINKS",
+    "MEMORY_PRECISIONS",
     "OPTIMIZER_STATES",
     "PRESETS",
     "ActivationMemory",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from zerosim.analysis.costs._links import base_latency, step_latency
 from zerosim.analysis.costs._rates import check_count, check_latency, check_rate
 from zerosim.collectives import ShardLayout
-from zerosim.parallel.data import Plan, get_plan
+from zerosim.parallel.data import Plan, check_stage, get_plan
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,7 @@ def stage_collectives(stage, grad_wire_bytes: int = 2, param_wire_bytes: int = 2
 
 def _plan_of(stage) -> Plan:
     """The plan of ZeRO `stage` 0-3 (a strategy's name is a plan too, but its groups change the volume: refused)."""
-    if isinstance(stage, str) or isinstance(stage, bool):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
-    try:
-        return get_plan(stage)
-    except ValueError:
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}") from None
+    return get_plan(check_stage(stage))
 
 
 def sent_bytes(c: Collective, params: int, ranks: int, padded: bool = False):

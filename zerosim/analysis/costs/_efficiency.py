@@ -68,7 +68,8 @@ KERNEL_RATES = {
     "h100": KernelRates(0.803, 0.709, 0.35, 0.35, 0.852, 132,
                         "MAMF H100 SXM 794.5/989, fp8 1402.6/1979; FA-3 abstract (FA-2: 35 % on H100); "
                         "gpu-benches h100_pcie scale 1704/2000"),
-    # torchtitan's Grand Teton H100 (96 GB HBM2e, 500 W): the H100's die, so its fractions; its own peaks (devices.py)
+    # torchtitan's Grand Teton H100 (96 GB HBM2e, 500 W): the H100's die, so its fractions; its own peaks
+    # (analysis/timeline/_devices.py)
     "h100-hbm2e": KernelRates(0.803, 0.709, 0.35, 0.35, 0.852, 132,
                               "the H100 SXM's fractions (same GH100 die), of this card's own peaks"),
     "h200": KernelRates(0.803, 0.734, 0.35, 0.35, 0.659, 132,

@@ -170,7 +170,7 @@ def measure_activations(model, batch: int, seq_len: int, precision: str = "fp16-
 
 
 def _activation_ledger(model, batch: int, seq_len: int, precision: str, checkpointing: bool) -> MemoryLedger:
-    from zerosim.backends._meta import MetaArray  # NOTE: costs uses the meta backend's arrays, never its ranks
+    from zerosim.precision.cast import MetaArray  # the data-less tensor (the meta backend's), never the backend's ranks
 
     fmt = get_precision(precision).compute_format
     flat = MetaArray((model.num_params,), fmt.dtype)  # (P,) compute format, no data
@@ -186,7 +186,7 @@ def strategy_costs(batch: int, seq_len: int, precision: str = "fp16-mixed", stra
     """Seed 001's checkpointing strategies side by side: one step of the GPT's twin per strategy, on the meta backend.
 
     `shape`: GPT's vocab, d_model, n_heads, n_layers (its position table is seq_len long). Returns, per
-    strategy (default all of `zerosim.models.gpt._model.STRATEGIES`), {"strategy", "peak" (activation bytes),
+    strategy (default all of `zerosim.models.gpt.STRATEGIES`), {"strategy", "peak" (activation bytes),
     "peak_at" (the buffer that reached it), "flops": {kind: FLOPs} of one rank's compute events
     ("forward", "recompute", "backward", "loss"), "extra": the step's FLOPs over the plain step's, minus one}.
     """

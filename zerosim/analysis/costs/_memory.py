@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from zerosim.analysis.costs._rates import check_count
 from zerosim.cluster._budget import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
 from zerosim.collectives import ShardLayout
-from zerosim.parallel.data import PLANS
+from zerosim.parallel.data import PLANS, check_stage
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,16 @@ OPTIMIZER_STATES = {  # the state each optimizer keeps, by ledger kind (zerosim.
 PADDINGS = ("none", "shards", "all")
 
 
+# the precision presets the formula has byte sizes for, and the MemoryConfig fields each sets (`zerosim memory`'s and
+# the explorer's --precision choices): 2-byte params and grads with an fp32 master (the defaults), or seed 002's
+# "pure fp32" (4-byte params and grads, no master)
+MEMORY_PRECISIONS = {
+    "fp16-mixed": {},
+    "bf16-mixed": {},
+    "fp32": {"param_bytes": 4, "master_bytes": 0, "fp32_grad_accum": True},
+}
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """What the memory formula counts: the optimizer, byte sizes, fp32 gradient accumulation, padding."""
@@ -92,13 +102,11 @@ class MemoryConfig:
 
     @classmethod
     def for_precision(cls, precision: str, **fields) -> "MemoryConfig":
-        """The byte sizes a precision preset implies: "fp16-mixed" / "bf16-mixed" (2-byte params and grads,
-        fp32 master) or "fp32" (4-byte params and grads, no master: seed 002's "pure fp32")."""
-        if precision in ("fp16-mixed", "bf16-mixed"):
-            return cls(**fields)
-        if precision == "fp32":
-            return cls(param_bytes=4, master_bytes=0, fp32_grad_accum=True, **fields)
-        raise ValueError(f"no memory formula for precision {precision!r}; choose fp16-mixed, bf16-mixed or fp32")
+        """The byte sizes a precision preset implies (MEMORY_PRECISIONS)."""
+        if precision not in MEMORY_PRECISIONS:
+            *others, last = MEMORY_PRECISIONS
+            raise ValueError(f"no memory formula for precision {precision!r}; choose {', '.join(others)} or {last}")
+        return cls(**MEMORY_PRECISIONS[precision], **fields)
 
 
 
@@ -149,8 +157,7 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     """
     config = config or MemoryConfig()  # defaults: Adam, 16-bit params and grads, fp32 master, padded shards
     psi = check_count(params, "params", 0)  # a whole number >= 0 (not NaN, a bool or 1.5)
-    if isinstance(stage, bool) or stage not in PLANS:
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    check_stage(stage)
     ranks = check_count(ranks, "ranks")
     # which parts the stage shards: its plan's (parallel/data/_plan.py), sized here by the formula's own padding
     # convention

@@ -5,10 +5,10 @@ DeepSpeed's estimator counts them (`model_to_params`: parameters(recurse=False) 
 `largest_layer` is its L — with the `DecoderConfig` it came from (zerosim/models/hf/_config.py). Tied weights
 are counted once: GPT-2 and GPT-3 reuse the token embedding as the output projection, so there is no lm_head
 entry (as `sum(p.numel() for p in model.parameters())` counts them). The shapes are not typed here: each comes
-from `zerosim/models/hf/configs/NAME.json`, whose source and published parameter count that folder's README
+from its `NAME.json` in `zerosim/models/hf/configs/`, whose source and published parameter count that folder's README
 cites, and `tests/test_hf_config.py` checks.
 
-`shape` keeps the fields activation memory needs (models/gpt/_meta.py and meta_llama.py measure it on zerosim's
+`shape` keeps the fields activation memory needs (models/gpt/_meta.py and models/llama/_meta.py measure it on zerosim's
 GPT and Llama); the ZeRO paper's 7.5B model is known by its parameter count only.
 """
 

@@ -167,7 +167,8 @@ def activations(model, micro: tuple, checkpointing: str | None, precision) -> di
         "peak_at": a.peak_at, "layout": "llama" if isinstance(model, MetaLlama) else "gpt2",
     }
     if out["layout"] == "llama":
-        # llama_block.py: (2d + 2·H·d_h + 2·G·d_h + 3F)·B·L elements (x, Q, K, V, O, h, gate, up, SwiGLU's h) + P,
+        # models/llama/_block.py: (2d + 2·H·d_h + 2·G·d_h + 3F)·B·L elements (x, Q, K, V, O, h, gate, up, SwiGLU's h) +
+        # P,
         # in the compute format, + two fp32 RMSNorm statistics per token
         q, kv = model.n_heads * model.head_dim, model.n_kv_heads * model.head_dim
         out |= {

@@ -12,7 +12,7 @@ with the work from costs/_kernel_work.py, the rates and `framework` from costs/_
 known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. A tensor-parallel
 rank's unit (parallel/tensor) is split the same way, on its slice (costs/_tensor_work.py): its GEMMs' shapes, fp8
 where the blocks' linears run in fp8, attention on H/T heads, the norms on L/T tokens with SP. An optimizer step
-moves optimizer_bytes_per_element (cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
+moves optimizer_bytes_per_element (_cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
 single number) it is the roofline with every peak derated by it.
 """
 

@@ -76,7 +76,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
         overlap: communication on its own stream (True), or serialised with compute on each rank
             (False, DeepSpeed's overlap_comm=False).
         costs: what a compute and an optimizer step take (a `kernel_time.KernelTimes`: each kernel class at its
-            achieved rate); None: the datasheet roofline (cost.py).
+            achieved rate); None: the datasheet roofline (_cost.py).
     """
     hw = Hardware() if hardware is None else hardware
     if not isinstance(hw, Hardware):

@@ -34,7 +34,7 @@ class CupySimBackend:
     """
 
     name = "cupy-sim"
-    sends_by_reference = True  # every rank is here: the collectives may add chunk by chunk (fast.py)
+    sends_by_reference = True  # every rank is here: the collectives may add chunk by chunk (collectives/_fast.py)
     holds_values = True
 
     def __init__(self, world_size: int, device: int = 0, xp: str = "cupy"):

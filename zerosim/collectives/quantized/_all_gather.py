@@ -122,10 +122,11 @@ def gather_payload(cluster, arrays, counts, wire: str, tag: str) -> list:
 
 
 def fp8_amax_all_reduce(cluster, pieces_per_rank, tag: str = "fp8 amax") -> list:
-    """torchao's amax all-reduce: each rank's amax of each of its pieces (0.0 for an empty one: fp8_scaling.py says
-    why), stacked in the pieces' dtype (`torch.stack(max_weights)` of `_foreach_norm`s in the weights' dtype; fp32
-    if they differ), one MAX all-reduce (exact in any dtype). Returns the (k,) global amaxes per local rank, with
-    `.handle`. The precompute path sends every unit's amax at once, amax_to_scale's one unit's before its gather."""
+    """torchao's amax all-reduce: each rank's amax of each of its pieces (0.0 for an empty one:
+    precision/quantize/_fp8_scaling.py says why), stacked in the pieces' dtype (`torch.stack(max_weights)` of
+    `_foreach_norm`s in the weights' dtype; fp32 if they differ), one MAX all-reduce (exact in any dtype). Returns the
+    (k,) global amaxes per local rank, with `.handle`. The precompute path sends every unit's amax at once,
+    amax_to_scale's one unit's before its gather."""
     dtypes = {x.dtype for ps in pieces_per_rank for x in ps}
     dtype = dtypes.pop() if len(dtypes) == 1 else np.dtype(np.float32)
     dtype = dtype if get_format(dtype).name in ("fp16", "bf16", "fp32") else np.dtype(np.float32)

@@ -48,7 +48,7 @@ from zerosim.frameworks.deepspeed._keys import (
 )
 from zerosim.frameworks.deepspeed._offload import read_offload
 from zerosim.models.hf import KeyStatus, read_json_object
-from zerosim.parallel.data import CommSchedule
+from zerosim.parallel.data import CommSchedule, check_stage
 from zerosim.precision import MixedPrecision
 
 
@@ -234,8 +234,7 @@ class _Reader:
                 "(DeepSpeedZeroConfig refuses unknown keys too)"
             )
         stage = self.value(ZERO, "zero_optimization.", "stage", obj)
-        if stage not in (0, 1, 2, 3):
-            raise ValueError(f"{self.where}: zero_optimization.stage must be 0, 1, 2 or 3, got {obj.get('stage')!r}")
+        check_stage(stage, f"{self.where}: zero_optimization.stage")
         out = {}
         for key in ZERO:
             value = self.value(ZERO, "zero_optimization.", key, obj)

@@ -9,7 +9,7 @@
     _loss_peak.py the cross-entropy's real peak, by implementation (eager, chunked, fused-linear, probabilities)
 """
 
-from zerosim.models.meta._arrays import like, source_arrays, zeros_without_memory
+from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
 from zerosim.models.meta._decoder import KERNELS, LOSS_OF, MetaDecoder, MetaLMLoss, MetaUnit
 from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, fused_linear_rows, loss_spec
@@ -18,4 +18,4 @@ from zerosim.models.meta._sac import is_block, sac_spec, saved_weights
 
 __all__ = ["KERNELS", "LOSSES", "LOSS_OF", "MetaDecoder", "MetaLMLoss", "MetaLayer", "MetaLoss", "MetaModel",
            "MetaUnit", "UNITS", "eager_spec", "fused_linear_rows", "is_block", "like", "loss_spec", "sac_spec",
-           "saved_weights", "source_arrays", "zeros_without_memory"]
+           "saved_weights", "source_arrays", "weights_without_data"]

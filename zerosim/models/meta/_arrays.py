@@ -1,5 +1,6 @@
 """The arrays a meta model makes: in the namespace of the arrays it was handed (data-less on the meta backend), so
-models never import a backend; weights that take no memory.
+models never import a backend; weights with no data (MetaArray, precision/cast/_meta_array.py: the one data-less
+tensor).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._spaces import space_of
+from zerosim.precision.cast import MetaArray
 
 
 def like(x, shape, dtype):
@@ -28,6 +30,7 @@ def source_arrays(ranks, empty):
     return int(ranks), empty
 
 
-def zeros_without_memory(count: int) -> np.ndarray:
-    """(count,) fp32 zeros that take no memory: a read-only broadcast of one element (a meta model's weights)."""
-    return np.broadcast_to(np.zeros((), np.float32), (count,))
+def weights_without_data(count: int) -> MetaArray:
+    """(count,) fp32 weights with no data: a meta model's initial weights (it has no values to draw; the engine reads
+    their shape and dtype, and the meta backend holds them as they are)."""
+    return MetaArray((count,), np.float32)

@@ -24,7 +24,7 @@ import numpy as np
 from zerosim.models._model import Model
 from zerosim.models.layers._basic import Layer, acc_dtype
 from zerosim.models.layers._lm_loss import LMCrossEntropy
-from zerosim.models.meta._arrays import like, source_arrays, zeros_without_memory
+from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
 from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, loss_spec
 from zerosim.models.meta._sac import is_block, sac_spec
@@ -181,8 +181,8 @@ class MetaDecoder(Model):
         return like(g, (stop - start,), g.dtype)  # (window,) in the gradient's dtype
 
     def init_params(self, rng=None):
-        """(P,) fp32 zeros that take no memory: there are no initial values to draw."""
-        return zeros_without_memory(self.num_params)
+        """(P,) fp32 weights with no data (a MetaArray): there are no initial values to draw."""
+        return weights_without_data(self.num_params)
 
     def batches(self, ranks, batch: int = 1, seq_len: int | None = None, empty=None) -> list:
         """One (ids, targets) micro-batch per rank, both (B, L) int64 data-less arrays (L defaults to seq_len).

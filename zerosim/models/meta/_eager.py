@@ -3,7 +3,7 @@
 Letters: B batch, L sequence length, d model width, H query heads, G key/value heads, d_h head width, F the
 feed-forward width. Bytes for 16-bit activations ("act"); fp32 where the op computes in fp32.
 
-zerosim's own layers keep what one fused kernel per step keeps (gqa_attention.py, swiglu.py: Megatron's fused
+zerosim's own layers keep what one fused kernel per step keeps (llama/_attention.py, llama/_mlp.py: Megatron's fused
 SwiGLU, a fused RMSNorm's rstd). Plain PyTorch and Hugging Face Transformers run every op as its own kernel, and
 autograd then keeps each op's saved inputs and outputs. For a Llama decoder layer as HF's modeling_llama.py writes
 it (LlamaRMSNorm, apply_rotary_pos_emb with rotate_half, repeat_kv, scaled_dot_product_attention, LlamaMLP), op by

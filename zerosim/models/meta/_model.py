@@ -31,7 +31,7 @@ import numpy as np
 from zerosim.models._model import Model
 from zerosim.models.layers._basic import Layer
 from zerosim.models.layers._losses import Loss
-from zerosim.models.meta._arrays import like, source_arrays, zeros_without_memory
+from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
 from zerosim.precision import get_format
 
 UNITS = ("module", "block")
@@ -139,9 +139,8 @@ class MetaModel(Model):
         return like(w, (stop - start,), w.dtype)  # (count,) in the gradient's dtype
 
     def init_params(self, rng=None):
-        """(P,) fp32 zeros that take no memory: there are no initial values to draw (the meta backend's
-        `asarray` turns them into a data-less array without reading them)."""
-        return zeros_without_memory(self.num_params)
+        """(P,) fp32 weights with no data (a MetaArray): there are no initial values to draw."""
+        return weights_without_data(self.num_params)
 
     def batches(self, ranks, batch: int = 1, empty=None) -> list:
         """One (x, target) micro-batch per rank: x is (B, 0) fp32 (no features: activations left out).

@@ -32,7 +32,7 @@ from zerosim.parallel.data._clipping import clip_coefficient, norm_error_bound
 from zerosim.parallel.data._comm_schedule import BACKWARD_PREFETCH, CommSchedule, get_comm_schedule
 from zerosim.parallel.data._engine import ZeroEngine, check_engine_fits
 from zerosim.parallel.data._hooks import Hooks
-from zerosim.parallel.data._plan import BUFFERS, PLANS, STRATEGIES, Plan, buffer_sizes, get_plan
+from zerosim.parallel.data._plan import BUFFERS, PLANS, STAGES, STRATEGIES, Plan, buffer_sizes, check_stage, get_plan
 from zerosim.parallel.data._step_checks import skips_steps
 from zerosim.parallel.data.layouts import FlatLayout, ParamLayout
 from zerosim.parallel.data.recipes import RECIPES, GradientRecipe
@@ -40,6 +40,6 @@ from zerosim.parallel.data.zeropp import LocoParams, Wire
 
 __all__ = [
     "BACKWARD_PREFETCH", "BUFFERS", "CommSchedule", "FlatLayout", "GradientRecipe", "Hooks", "LocoParams", "PLANS",
-    "ParamLayout", "Plan", "RECIPES", "STRATEGIES", "Wire", "ZeroEngine", "buffer_sizes", "check_engine_fits",
-    "clip_coefficient", "get_comm_schedule", "get_plan", "norm_error_bound", "skips_steps",
+    "ParamLayout", "Plan", "RECIPES", "STAGES", "STRATEGIES", "Wire", "ZeroEngine", "buffer_sizes", "check_engine_fits",
+    "check_stage", "clip_coefficient", "get_comm_schedule", "get_plan", "norm_error_bound", "skips_steps",
 ]

@@ -332,7 +332,7 @@ class ZeroEngine:
                 self._refresh += self.hooks.refresh(ctx, self.comm.allgather_bucket_size)
 
     def _grad_buckets(self, k: int):
-        """Micro-step k's `GradBucket` (buckets.py): how its gradients travel during backward, or None when they
+        """Micro-step k's `GradBucket` (_buckets.py): how its gradients travel during backward, or None when they
         wait for the end of backward (stages 0/1 without buckets)."""
         if not self._bucketed(k):
             return None

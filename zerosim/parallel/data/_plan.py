@@ -196,17 +196,34 @@ STRATEGIES = {
 }
 
 
+STAGES = tuple(PLANS)  # the ZeRO stages by number, 0-3 (STRATEGIES name the rest)
+
+
 def get_plan(stage) -> Plan:
     """The plan of ZeRO `stage` (0-3), or of a strategy by name (STRATEGIES: "hsdp", "mics", "hpz", ...); a
-    ValueError naming what there is otherwise. A Plan is its own plan."""
+    ValueError naming what there is otherwise. A Plan is its own plan. The one check of a stage, with `check_stage`
+    (a number only): the engine, TrainConfig, the formulas, a manifest, the explorer and the flags' choices
+    (cli/choices.py STAGES, a copy of STAGES) all come here."""
     if isinstance(stage, Plan):
         return stage
     if isinstance(stage, str) and stage in STRATEGIES:
         return STRATEGIES[stage]
-    if type(stage) is not int or stage not in PLANS:
+    if not _is_stage(stage):
         raise ValueError(f"ZeRO stage must be one of {sorted(PLANS)} or a strategy {tuple(STRATEGIES)}, got "
                          f"{stage!r}")
     return PLANS[stage]
+
+
+def check_stage(stage, name: str = "stage") -> int:
+    """`stage` when it is a ZeRO stage by number (STAGES), else a ValueError "{name} must be 0, 1, 2 or 3, got ...":
+    for what takes no strategy's name (a formula, a manifest, the explorer, a DeepSpeed config's key)."""
+    if not _is_stage(stage):
+        raise ValueError(f"{name} must be {', '.join(map(str, STAGES[:-1]))} or {STAGES[-1]}, got {stage!r}")
+    return stage
+
+
+def _is_stage(stage) -> bool:
+    return type(stage) is int and stage in PLANS  # not a bool, not 2.0
 
 
 def buffer_sizes(plan: Plan, layout) -> dict:

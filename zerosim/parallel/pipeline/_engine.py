@@ -57,7 +57,7 @@ from zerosim.parallel.pipeline._table import BACKWARD, FORWARD, INPUT, WEIGHT
 from zerosim.parallel.pipeline._views import StageCluster
 from zerosim.precision import get_precision
 
-DEEPSPEED_REFUSES = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"  # engine.py, PipelineEngine
+DEEPSPEED_REFUSES = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"  # pipe/engine.py, PipelineEngine
 
 
 class PipelineEngine:

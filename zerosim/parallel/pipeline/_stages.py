@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.models import Model
-from zerosim.models.meta import zeros_without_memory
+from zerosim.models.meta import weights_without_data
 
 _NUMBERED = re.compile(r"^[A-Za-z_]*?(\d+)$")  # "block3" -> 3, "fc0" -> 0, "act0" -> 0
 
@@ -220,9 +220,9 @@ class StageModel(Model):
 
     def cut(self, whole_flat) -> np.ndarray:
         """This rank's (P_s,) weights from the whole model's (P,) vector: its units' windows, one after another (a
-        meta model's weights, which take no memory, stay so)."""
-        if getattr(whole_flat, "strides", None) == (0,):
-            return zeros_without_memory(self.num_params)
+        meta model's weights, which have no data, stay so)."""
+        if getattr(whole_flat, "is_meta", False):
+            return weights_without_data(self.num_params)
         parts = [whole_flat[slice(*self.whole.layer_window(u))] for u in self.units]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 

@@ -13,7 +13,8 @@ that refuses what CuPy refuses, so the device path is checked without a GPU.
     _counter_random.py  uniforms that belong to an element (its index and a seed), not to whoever computes it
     _arrays.py          ArrayNamespace: an array module and how it stores each format; NUMPY, device_namespace
     _namespace.py       `cast_on`: the naive twin's steps on another array module (CuPy, the stand-in)
-    _standin.py         StandinArray: a NumPy array dressed as a CuPy array
+    _standin.py         StandinArray: a NumPy array dressed as a CuPy array (its data on the host)
+    _meta_array.py      MetaArray: a tensor with no data (a shape and a dtype), the one way zerosim models one
     _bf16_bits.py       bf16 through uint16 bit operations, for array modules without a bfloat16 dtype
     _subnormals.py      float32 <-> float64 that keep float32's subnormals where the device's float32 work flushes them
 """
@@ -22,10 +23,11 @@ from zerosim.precision.cast._arrays import NUMPY, ArrayNamespace, device_namespa
 from zerosim.precision.cast._cast import cast, to_float64
 from zerosim.precision.cast._counter_random import counter_uniforms
 from zerosim.precision.cast._inputs import ROUNDINGS, has_values
+from zerosim.precision.cast._meta_array import META_NAMESPACE, MetaArray, MetaDataError
 from zerosim.precision.cast._namespace import cast_on
 from zerosim.precision.cast._reference import cast_reference
 from zerosim.precision.cast._subnormals import f32_to_f64, f64_to_f32
 
-__all__ = ["NUMPY", "ROUNDINGS", "ArrayNamespace", "cast", "cast_on", "cast_reference", "counter_uniforms",
-           "device_namespace", "f32_to_f64", "f64_to_f32", "has_values", "namespace_of", "numpy_standin",
-           "to_float64"]
+__all__ = ["META_NAMESPACE", "NUMPY", "ROUNDINGS", "ArrayNamespace", "MetaArray", "MetaDataError", "cast", "cast_on",
+           "cast_reference", "counter_uniforms", "device_namespace", "f32_to_f64", "f64_to_f32", "has_values",
+           "namespace_of", "numpy_standin", "to_float64"]

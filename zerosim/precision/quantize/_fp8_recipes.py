@@ -23,7 +23,7 @@ by Transformer Engine's names (TE 2.18, common/recipe/__init__.py; d0067d0 reads
 - `TorchaoDynamic`: torchao's tensorwise dynamic scaling for FSDP2's fp8 all-gather on the precompute path
   (`precompute_float8_dynamic_scale_for_fsdp` after each optimizer step: fp8_scaling.torchao_scale, float64
   division, EPS clamp in the amax's dtype, e4m3 everywhere); `TorchaoAmaxToScale` ("torchao-amax_to_scale"): the
-  path torchao 0.18 takes when that call is not made, `amax_to_scale` at every gather (fp8_scaling.py's docstring
+  path torchao 0.18 takes when that call is not made, `amax_to_scale` at every gather (_fp8_scaling.py's docstring
   says where the two differ).
 """
 

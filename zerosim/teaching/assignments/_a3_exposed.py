@@ -4,8 +4,8 @@ communication stream and its compute on the compute stream, with and without pre
 Graded against zerosim's own timeline (analysis/timeline/_simulate.py): each case is the log such a pass writes (one
 all-gather `Call` per layer, the layer's `Compute` on every rank naming that call in `needs`, in the order the
 prefetch depth puts them), placed in time by `simulate`, whose rank-0 exposed communication is the answer. The
-seconds the student is given are the simulator's own durations for those events (cost.py: `compute_time` of the
-FLOPs, `phase_time` of the bytes), so both sides start from the same numbers.
+seconds the student is given are the simulator's own durations for those events (analysis/timeline/_cost.py:
+`compute_time` of the FLOPs, `phase_time` of the bytes), so both sides start from the same numbers.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ folder is its communication: who gathers what, who computes, who receives.
 
     _plans.py    MuonPlan and MUON_PLANS: gather-everywhere, owner-per-matrix (balanced / round robin), Moonshot's
                  Distributed Muon, each with the code it follows
-    _owners.py   Newton-Schulz's FLOPs; torchtitan's balanced assignment (and its naive twin), muon.py's round robin;
-                 the balance (busiest owner's FLOPs over the mean)
+    _owners.py   Newton-Schulz's FLOPs; torchtitan's balanced assignment (and its naive twin), KellerJordan's muon.py
+                 round robin; the balance (busiest owner's FLOPs over the mean)
     _pieces.py   where each matrix lies on the shards: the piece every position holds
     _step.py     the sharded step: shards -> whole matrices -> Newton-Schulz -> slices back, every buffer in the ledger
     _bytes.py    hand formulas of the extra bytes each rank sends and holds per plan (the tests check the trace and

@@ -34,7 +34,7 @@ def _wire_bytes(optimizer) -> int:
 
 
 def _owner_buckets(optimizer, mats, n: int) -> list:
-    """[(bucket, owners)] as _step.py forms them: units with torchtitan's balance, or muon.py's blocks."""
+    """[(bucket, owners)] as _step.py forms them: units with torchtitan's balance, or KellerJordan's muon.py blocks."""
     if optimizer.sharding == "round_robin":
         order, own = owners.round_robin([m.shape for m in mats], n)
         return [([mats[i] for i in order[a : a + n]], [own[i] for i in order[a : a + n]])

@@ -66,8 +66,9 @@ def balanced_naive(buckets: list, n: int) -> list:
 
 
 def round_robin(shapes: list, n: int) -> tuple:
-    """muon.py's assignment: (order, owners) — the matrices' indices sorted by shape descending (a stable sort, as
-    Python's `sorted(params, key=lambda x: x.size(), reverse=True)`), and owners[i] = (place of i in it) mod n."""
+    """KellerJordan's muon.py assignment: (order, owners) — the matrices' indices sorted by shape descending (a stable
+    sort, as Python's `sorted(params, key=lambda x: x.size(), reverse=True)`), and owners[i] = (place of i in it) mod
+    n."""
     order = sorted(range(len(shapes)), key=lambda i: tuple(shapes[i]), reverse=True)
     owners = [0] * len(shapes)
     for place, i in enumerate(order):

@@ -50,7 +50,7 @@ class MuonPlan:
     #                   (the owner sends each holder its piece), "all_gather" (every rank receives whole updates)
     owners: str | None  # the assignment M -> o(M): "balanced" (LPT over NS FLOPs), "round_robin", None
     buckets: str  # what one collective carries: "matrix", "unit" (a model unit's matrices), "units of >= N matrices",
-    #               "block" (N matrices in muon.py's order)
+    #               "block" (N matrices in KellerJordan's muon.py order)
     layouts: tuple  # the layouts' partitions it applies to (GradientRecipe.partition)
     follows: str  # whose code it is, release and file
 

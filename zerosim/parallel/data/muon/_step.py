@@ -171,8 +171,9 @@ def _back_to_holders(ctx, bucket, own, updates, work) -> Handle:
 
 
 def _round_robin(ctx, opt, mats, work) -> Handle:
-    """muon.py's Muon: matrices sorted by size, block by block of N, the i-th to position i mod N; each block's
-    U to its owners (all-to-all-v), NS there, then an all-gather of the whole updates (every rank takes its slice)."""
+    """KellerJordan's muon.py Muon: matrices sorted by size, block by block of N, the i-th to position i mod N; each
+    block's U to its owners (all-to-all-v), NS there, then an all-gather of the whole updates (every rank takes its
+    slice)."""
     group, n = ctx.mesh.shard, ctx.mesh.shard.size
     order, own = owners.round_robin([m.shape for m in mats], n)
     handle = Handle()

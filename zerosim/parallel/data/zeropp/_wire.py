@@ -137,8 +137,8 @@ class Wire:
 def _refuse_empty_fsdp2_shards(layout, specs) -> None:
     """torchao 0.18 raises on a rank whose FSDP2 shard of a weight is empty (fewer rows than ranks): `torch.max` of
     an empty tensor in tensor_to_amax, `torch._foreach_norm(ord=inf)` in precompute_float8_dynamic_scale_for_fsdp
-    (precision/fp8_scaling.py). zerosim refuses the same weights (the 2-D ones: Float8Linear converts weights, not
-    biases), before anything is built."""
+    (precision/quantize/_fp8_scaling.py). zerosim refuses the same weights (the 2-D ones: Float8Linear converts
+    weights, not biases), before anything is built."""
     n = layout.world_size
     for spec in specs:
         rows = spec.shape[0] if spec.shape else 0
