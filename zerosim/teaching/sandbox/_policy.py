@@ -26,7 +26,7 @@ there is no function object whose `__code__` could be copied, no module to find 
 The ways round it a student could try, and what closes each:
 
 - `import`, `importlib.import_module`, `__import__`, `from zerosim.collectives._ring import ...`, a face's
-  `getattr(zerosim, "reduce_scatter")`, an old path `zerosim.collectives.ring`: all go through the import system,
+  `getattr(zerosim, "reduce_scatter")`, an old path (`zerosim/_compat.py`'s MOVED): all go through the import system,
   whose first finder (`sys.meta_path[0]`) is the policy's; a stand-in comes back.
 - Removing that finder, or the stand-ins from `sys.modules`: an audit hook (PEP 578; `sys.addaudithook`, which
   nothing can remove) puts the finder back in front at every import statement (CPython raises its "import" event
