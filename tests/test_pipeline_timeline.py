@@ -24,7 +24,9 @@ from zerosim.optim import Adam
 from zerosim.parallel.pipeline import PipelineEngine
 from zerosim.parallel.pipeline._costs import bubble_fraction
 
-FREE = Link("free", float("inf"), 0.0, "no latency, infinite bandwidth: the bubble alone", 0.0)
+# a link is born with a finite bandwidth (analysis/costs/_comm.py Link): 1e300 bytes/s makes any send 1e-290 s or
+# less, which vanishes when added to a whole number of seconds (half an ulp of 1.0 is 1.1e-16): the bubble alone
+FREE = Link("free", 1e300, 0.0, "no latency, a bandwidth no send takes time on: the bubble alone", 0.0)
 PASSES = ("forward", "backward", "backward-input", "backward-weight", "loss")
 
 

@@ -14,6 +14,7 @@
     hops.py      a ring phase's sends as one record, its hop events derived when read
     runs.py      RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
     closed.py    a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
+    recording.py a span of a run recorded and written again, renumbered (the meta pipeline's repeated actions)
     window.py    a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
@@ -24,6 +25,7 @@ from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScale
 from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster._rank import Rank
+from zerosim.cluster._recording import Recording
 from zerosim.cluster._runs import RunBounds, RunCounts
 from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
@@ -47,6 +49,7 @@ __all__ = [
     "Mesh",
     "OptimizerStep",
     "Rank",
+    "Recording",
     "RunBounds",
     "RunCounts",
     "StepBoundary",

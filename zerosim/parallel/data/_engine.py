@@ -341,6 +341,14 @@ class ZeroEngine:
                             None if plan.reduces_per_unit else self.end_reduction, self.hooks.reduce_unit,
                             last if plan.replicate else None, self.ddp_rebuilt)
 
+    def special_micro_step(self, k: int) -> bool:
+        """Whether micro-step k's collectives differ from a middle micro-step's (a pipeline writes those again on the
+        meta backend, parallel/pipeline/_repeat.py): the first (its backward makes the accumulation buffers, its
+        first compute waits for the last refresh), and the last where it closes buckets (stages 0/1) or the replicas
+        agree (HSDP)."""
+        last = k == self.accumulation_steps - 1
+        return k == 0 or last and (self.plan.replicate is not None or self._bucketed(k) != self._bucketed(1))
+
     def _bucketed(self, k: int) -> bool:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a
         reduce_bucket_size, the end-of-backward collective in buckets during the last micro-step."""
