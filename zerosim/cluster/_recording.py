@@ -144,6 +144,8 @@ class Recording:
                 continue
             call = _new(Call)
             call.__dict__.update(e.__dict__, call=e.call + shift, micro=micro, tag=tag(e.tag) if unit else e.tag)
+            if t.scope is not None:  # the ranks taking part: those of the block it is written in (Trace.within)
+                t.call_ranks[call.call] = t.scope
             calls.append(call)
             log.append(call)
         for c, form in self.forms.items():

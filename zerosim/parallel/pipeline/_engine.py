@@ -108,6 +108,7 @@ class PipelineEngine:
             return
         self.stage_models = []
         blocks = Groups.blocks(cluster.world_size, cluster.world_size // P, "stage")  # pp outermost: a block a stage
+        self._blocks = [(members[0], members[-1] + 1) for members in blocks.members]  # ranks [lo, hi) of each stage
         for p in range(P):
             part = StageModel(whole, self.split, p)
             view = StageCluster(cluster, blocks.members[p], blocks)
@@ -139,16 +140,22 @@ class PipelineEngine:
         passes, inbox, losses = {}, {}, {}
         last = [Handle() for _ in self.engines]
         self._records.clear()  # each step records its own (its first micro-batch waits for the last refresh)
+        within = self.cluster.trace.within  # each stage's calls among its own ranks, at its own times
         with ExitStack() as stepping:  # each stage's step frame: its boundaries, its transients freed at the end
             steps = [stepping.enter_context(e.stepping()) for e in self.engines]
             with ExitStack() as computing:  # its labels, silent overflow, carried state: until the reductions
                 for e, i in zip(self.engines, steps):
                     computing.enter_context(e.computing(i))
                 for a in self.table.order():
-                    self._act(a, micro, passes, inbox, losses, last)
-                reduced = [e.reduce(h) for e, h in zip(self.engines, last)]
-            for e, red in zip(self.engines, reduced):
-                e.finish(red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
+                    with within(self._blocks[a.rank]):
+                        self._act(a, micro, passes, inbox, losses, last)
+                reduced = []
+                for e, h, block in zip(self.engines, last, self._blocks):
+                    with within(block):
+                        reduced.append(e.reduce(h))
+            for e, red, block in zip(self.engines, reduced, self._blocks):
+                with within(block):
+                    e.finish(red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
         return self._mean_losses(losses)
 
     def _act(self, a, micro, passes: dict, inbox: dict, losses: dict, last: list) -> None:
@@ -223,7 +230,8 @@ class PipelineEngine:
         peers = {r: pp.group_of(r)[to % self.dims.pp] for r in held}
         what = "act" if direction > 0 else "grad"
         with self.cluster.trace.about(micro=a.micro, purpose="send activations" if direction > 0 else
-                                      "send gradients", layers=()):
+                                      "send gradients", layers=()), \
+                self.cluster.trace.within(self._blocks[a.rank], self._blocks[to % self.dims.pp]):
             got, handle = hand_on(self.cluster, held, peers, f"stage {a.stage} -> {to} micro-batch {a.micro} "
                                   f"{'activation' if direction > 0 else 'gradient'}")
         inbox[(to, what, a.micro)] = (got, handle)
