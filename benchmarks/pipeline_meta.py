@@ -4,7 +4,10 @@ The run: Llama 3.1 405B (torchtitan's llama3 "405B": dim 16384, 126 layers, 128 
 vocabulary 128256; torchtitan/models/llama3/__init__.py `_405b`, b5bcd76) on 16,384 GPUs as the Llama 3 paper ran
 it (Dubey et al. 2024, Table 4: TP 8 × PP 16 × DP 128, 8,192-token sequences), every stage's ZeroEngine on the meta
 backend with one representative rank a stage (`Cluster(..., backend="meta", hosted=<each stage's first rank>)`): its
-ledger is every rank of its stage's (their buffers are the same shapes), the ring's bytes in closed form.
+ledger is every rank of its stage's (their buffers are the same shapes), the ring's bytes in closed form. Alike
+actions are written again from a record instead of run (parallel/pipeline/_repeat.py: micro-batch 1's on its own rank
+or on a rank holding a stage of the same make; the same events, peaks and bytes, tests/test_pipeline_repeat.py);
+`--run-every-action` runs them all, as before.
 
     python benchmarks/pipeline_meta.py [--repeats 3] [--micro-batches 16]
 
@@ -48,7 +51,8 @@ def llama_405b(checkpoint: str = "block") -> Llama:
                  rope_theta=500000.0, checkpoint=checkpoint)
 
 
-def account(schedule: str, virtual: int, stage: int, recipe: str, micro: int, checkpoint: str = "block"):
+def account(schedule: str, virtual: int, stage: int, recipe: str, micro: int, checkpoint: str = "block",
+            repeat: bool = True):
     """Build the pipeline on the meta backend and run one step; returns the cluster."""
     dims = ParallelDims(N, pp=PP, tp=TP)
     first = tuple(members[0] for members in dims.groups("pp").members[:1])[0]  # rank 0's pipeline: one rank a stage
@@ -56,7 +60,7 @@ def account(schedule: str, virtual: int, stage: int, recipe: str, micro: int, ch
     cluster = Cluster(N, backend="meta", hosted=stage_ranks, trace="call", timeline=False)
     tensor = TensorParallel(MetaLlama(llama_405b(checkpoint)), TP)
     engine = PipelineEngine(tensor.model, cluster, stage, Adam(), "bf16-mixed", pp=PP, schedule=schedule,
-                            micro_batches=micro, virtual_stages=virtual, tensor=tensor, recipe=recipe)
+                            micro_batches=micro, virtual_stages=virtual, tensor=tensor, recipe=recipe, repeat=repeat)
     ids = cluster.backend.empty((1, SEQ), np.int64)  # one 8,192-token sequence a micro-batch
     engine.step([[(ids, ids)] * micro for _ in range(dims.dp)])
     return cluster
@@ -80,6 +84,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--micro-batches", type=int, default=16)  # the Llama 3 paper's 16M tokens: 16 sequences a DP rank
     p.add_argument("--checkpoint", choices=("block", "none"), default="block")
+    p.add_argument("--run-every-action", action="store_true", help="no action written again from a record")
     args = p.parse_args()
     if args.repeats < 1 or args.micro_batches < 1:
         p.error("--repeats and --micro-batches must be at least 1")
@@ -93,7 +98,8 @@ def main():
         walls, cpus = [], []
         for _ in range(args.repeats):
             w0, c0 = time.perf_counter(), time.process_time()
-            cluster = account(schedule, virtual, stage, recipe, args.micro_batches, args.checkpoint)
+            cluster = account(schedule, virtual, stage, recipe, args.micro_batches, args.checkpoint,
+                              not args.run_every_action)
             walls.append(time.perf_counter() - w0)
             cpus.append(time.process_time() - c0)
         peaks = [r.ledger.peak() / GB for r in cluster.ranks]

@@ -24,7 +24,9 @@ from zerosim.optim import Adam
 from zerosim.parallel.pipeline import PipelineEngine
 from zerosim.parallel.pipeline._costs import bubble_fraction
 
-FREE = Link("free", float("inf"), 0.0, "no latency, infinite bandwidth: the bubble alone", 0.0)
+# a link is born with a finite bandwidth (analysis/costs/_comm.py Link): 1e300 bytes/s makes any send 1e-290 s or
+# less, which vanishes when added to a whole number of seconds (half an ulp of 1.0 is 1.1e-16): the bubble alone
+FREE = Link("free", 1e300, 0.0, "no latency, a bandwidth no send takes time on: the bubble alone", 0.0)
 PASSES = ("forward", "backward", "backward-input", "backward-weight", "loss")
 
 
@@ -117,3 +119,49 @@ def test_zero_bubbles_split_backward_costs_what_one_backward_costs():
     for key, split in flops["zero-bubble"].items():
         fused = flops["1f1b"][key]["backward"]
         assert split == {"backward-input": fused // 2, "backward-weight": fused - fused // 2}, key
+
+
+def stage_run(P: int, D: int, stage: int = 1):
+    """P stages of one Linear each over D data-parallel ranks each (a stage a node), 4 micro-batches, 1F1B; the
+    timeline with the chunk costs above and NVLink within, InfiniBand across the stages."""
+    widths = [4] * (P + 1)
+    cluster = Cluster(P * D, gpus_per_node=D)
+    engine = PipelineEngine(MLP(widths), cluster, stage, Adam(lr=1e-2), "fp32", pp=P, micro_batches=4)
+    engine.step([[make_regression(np.random.default_rng(k + 10 * d), 1, 2, widths)[0] for k in range(4)]
+                 for d in range(D)])
+    return cluster, simulate(cluster.trace, Hardware("h100", "nvlink4", "fp32", inter_link="ib_ndr"),
+                             costs=ChunkCosts(1, 2))
+
+
+def test_a_stages_collectives_start_when_its_own_ranks_reach_them():
+    """Megatron's distributed optimizer (ZeRO-1) on 2 stages: the last stage's backwards end first (1F1B), and its
+    gradients' reduce-scatter starts right then, while the first stage still computes; before, every call waited
+    for every rank."""
+    cluster, timeline = stage_run(2, 2)
+    last_backward = [max(i.end for i in timeline.track(r, "compute") if i.category == "backward") for r in range(4)]
+    assert last_backward[2] < last_backward[0]  # stage 1 (ranks 2, 3) is done before stage 0 (ranks 0, 1)
+    reduce = {r: [i for i in timeline.track(r, "comm") if i.category == "reduce grads"] for r in range(4)}
+    assert len(reduce[0]) == len(reduce[2]) == 1 and reduce[0][0].event.call != reduce[2][0].event.call
+    assert reduce[2][0].start == last_backward[2]  # issued as stage 1's ranks reach it, its link free
+    assert reduce[0][0].start == last_backward[0]
+
+
+def test_each_rank_counts_only_the_calls_it_takes_part_in():
+    """4 stages: a send from stage 0 to stage 1 is on ranks 0 and 1's communication streams, not on rank 3's; each
+    rank's busy communication is the sum of its own calls (one stream, NVLink only: no two of a rank's calls overlap
+    in time... but sends to and from it may: so the union)."""
+    cluster, timeline = stage_run(4, 1, stage=0)
+    for r in range(4):
+        mine = timeline.track(r, "comm")
+        sends = [i for i in mine if i.event.collective == "send_recv"]
+        stages = {int(t) for i in sends for t in i.event.tag.split(" ")[1:4:2]}  # "stage 0 -> 1 micro-batch ..."
+        assert stages <= {r - 1, r, r + 1} and r in stages, (r, stages)
+        assert len(sends) == 2 * 4 * (1 if r in (0, 3) else 2)  # each micro-batch's activation and gradient, a side
+        spans = sorted((i.start, i.end) for i in mine)
+        merged = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        assert timeline.comm_busy[r] == pytest.approx(sum(b - a for a, b in merged), rel=1e-12)

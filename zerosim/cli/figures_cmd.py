@@ -269,6 +269,12 @@ def _tensor_mesh(args):
     return tensor_mesh_figure()
 
 
+def _pipeline_schedules(args):
+    from zerosim.viz import schedule_figure
+
+    return schedule_figure()
+
+
 FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "memory_by_stage": _memory_by_stage,
     "peak_by_stage": _peak_by_stage,
@@ -287,6 +293,7 @@ FIGURES = {  # name -> how to draw it; each is written to <out>/<name>.png
     "mesh_ownership": _mesh_ownership,
     "tensor_mesh": _tensor_mesh,
     "tier_timeline": _tier_timeline,
+    "pipeline_schedules": _pipeline_schedules,
 }
 
 

@@ -42,6 +42,10 @@ def add_arguments(p) -> None:
     p.add_argument("--tp", type=int, default=None, metavar="2",
                    help="tell seed 004's first layer as a 2-way row-parallel linear: one tensor-parallel layer, "
                         "its partial sums and their all-reduce, number by number")
+    p.add_argument("--pp", type=int, default=None, metavar="2",
+                   help="tell seed 004's network cut into 2 pipeline stages, its two samples as 2 micro-batches "
+                        "through 1F1B: each stage's forward and backward, the activations and gradients sent between "
+                        "them; takes --precision, --lr and --json")
 
 
 def _run_mesh(args) -> int:
@@ -69,6 +73,20 @@ def _run_tensor(args) -> int:
     return 0
 
 
+def _run_pipeline(args) -> int:
+    from zerosim.replay import narrate_pipeline, pipeline_replay
+
+    if args.pp != 2:
+        raise ValueError(f"--pp replays seed 004's two layers as 2 pipeline stages: give --pp 2, got {args.pp}")
+    if args.tp is not None or args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
+            args.loss_scale is not None or args.exact:
+        raise ValueError("--pp 2 replays one 1F1B step of 2 micro-batches; it takes --precision, --lr and --json, not "
+                         "--tp, --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    result = pipeline_replay(args.precision, args.lr)
+    print(json.dumps(result, indent=1) if args.json else narrate_pipeline(result))
+    return 0
+
+
 def run(args) -> int:
     from zerosim.precision import LOSS_SCALERS
     from zerosim.replay import MAX_STEPS, narrate, replay
@@ -78,6 +96,8 @@ def run(args) -> int:
     if args.exact and args.json:
         raise ValueError("--exact writes each fp32 value's exact value into the narration; --json prints the values "
                          "themselves (every fp32 is a float64 exactly): give one")
+    if args.pp is not None:
+        return _run_pipeline(args)
     if args.tp is not None:
         return _run_tensor(args)
     if args.mesh is not None:

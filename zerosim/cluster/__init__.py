@@ -15,6 +15,7 @@
     _hops.py     a ring phase's sends as one record, its hop events derived when read
     _runs.py     RunCounts: per-rank counts of a flat range, run-length encoded (O(1) at any N)
     _closed.py   a ring phase in closed form: each rank's bytes from the chunk sizes (the meta backend's)
+    _recording.py a span of a run recorded and written again, renumbered (the meta pipeline's repeated actions)
     _window.py   a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
@@ -25,6 +26,7 @@ from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScale
 from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster._rank import Rank
+from zerosim.cluster._recording import Recording
 from zerosim.cluster._runs import RunBounds, RunCounts
 from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
 
@@ -48,6 +50,7 @@ __all__ = [
     "Mesh",
     "OptimizerStep",
     "Rank",
+    "Recording",
     "RunBounds",
     "RunCounts",
     "StepBoundary",

@@ -137,6 +137,10 @@ class Trace:
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
         self.ring_calls = {}
         self.call_groups = {}  # call -> the Groups it ran over, for calls not over the world
+        # call -> ((lo, hi), ...): the ranks that take part in it, for a call made inside `within` (a pipeline stage's
+        # calls are its own ranks', a send between two stages both stages'); a call not listed: every rank's
+        self.call_ranks = {}
+        self._within = None
         self.generation = 0  # how many times the trace was cleared: handles of an earlier generation name nothing
 
     @property
@@ -208,6 +212,23 @@ class Trace:
         finally:
             self._about = previous
 
+    @contextmanager
+    def within(self, *ranges):
+        """Every call begun inside the block takes part on the ranks of `ranges` ((lo, hi), ...: ranks lo..hi-1)
+        alone (`call_ranks`): a pipeline stage's collectives run among its own ranks, at its own times (the timeline
+        issues them when those ranks reach them and counts them on those ranks' streams). Outside any block a call
+        takes part on every rank."""
+        previous, self._within = self._within, tuple((int(lo), int(hi)) for lo, hi in ranges)
+        try:
+            yield
+        finally:
+            self._within = previous
+
+    @property
+    def scope(self):
+        """The ranges of the `within` block being recorded now, or None (every rank)."""
+        return self._within
+
     def labels(self) -> dict:
         """What `about` labels the calls begun now with (step, micro, purpose, ...): a copy, for events made by hand."""
         return dict(self._about)
@@ -239,6 +260,8 @@ class Trace:
         if tier is not None:
             fields["tier"] = tier
         fields.update(self._about)
+        if self._within is not None:
+            self.call_ranks[number] = self._within
         call = Call(number, collective, op, world_size, elements, dtype, tag, chunk_map=tuple(chunk_map), **fields)
         self._calls.append(call)
         self._log.append(call)
@@ -516,6 +539,7 @@ class Trace:
         self._checked = 0
         self.ring_calls.clear()
         self.call_groups.clear()
+        self.call_ranks.clear()
         self._pending.clear()
         self.folded = Summary()
         self._step_ends.clear()

@@ -189,6 +189,7 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     for c in calls:  # closed-form calls (the meta backend's representative): kept small, counted
         form = trace.ring_calls.pop(c.call, None)
         group = trace.call_groups.pop(c.call, None)
+        trace.call_ranks.pop(c.call, None)
         if form is not None:
             n = group.world_size if group is not None else len(form[0])
             summary.closed.append((c, form, group, n))

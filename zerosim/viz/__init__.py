@@ -21,6 +21,7 @@ from zerosim.viz._peak import at_peak, mlp_runs, peak_by_stage_figure
 from zerosim.viz._plan import plan_figure
 from zerosim.viz._recipe import recipe_figure
 from zerosim.viz._ring import ring_figure, ring_steps_figure
+from zerosim.viz._schedule import measure_schedule, schedule_figure
 from zerosim.viz._slides import enlarge_text, slides_style, stage_frames
 from zerosim.viz._spacing import spacing_figure
 from zerosim.viz._sweep import sweep_figure
@@ -37,7 +38,8 @@ __all__ = [
     "loss_scale_figure", "many_nodes_figure", "measure_mesh_ownership", "measure_ownership", "memory_by_stage_figure",
     "mesh_ownership_figure", "mlp_runs", "offload_step_figure", "ownership_figure", "peak_by_stage_figure",
     "plan_figure", "recipe_figure",
-    "ring_figure", "ring_steps_figure", "slides_style", "spacing_figure", "stage_frames", "stage_peaks_figure",
+    "ring_figure", "ring_steps_figure",
+    "measure_schedule", "schedule_figure", "slides_style", "spacing_figure", "stage_frames", "stage_peaks_figure",
     "strategies_figure", "sweep_figure", "measure_tensor_mesh", "tensor_mesh_figure", "tier_rows",
     "tier_timeline_figure", "timeline_figure", "timelines_figure",
     "underflow_figure", "underflow_panels", "wire_colour", "wire_loss_figure", "wire_time_figure", "zero3_figure",

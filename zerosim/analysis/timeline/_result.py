@@ -8,6 +8,10 @@ rank has issued it and lasts the ring's time), so each call is stored once and s
 intervals, one on each rank's communication stream. `Interval` objects are built only on request
 (`track`, `intervals`) for figures, Chrome traces and tests.
 
+A pipeline's calls are its stages' own (`Trace.within`: simulate passes each call's ranges of ranks): such a call
+stands for an interval on those ranks' streams only, and each rank's busy and exposed communication counts the calls it
+takes part in.
+
 With two link tiers a rank has two communication streams whose calls may overlap in time: "communication
 busy" is then the time *some* link of the rank is busy (the union of its calls), and exposed communication the
 part of that union its compute did not cover. With one stream the calls never overlap and both are plain sums.
@@ -105,18 +109,24 @@ class Timeline:
         synchronous = (h_step, self._h_end) if not dpu else (h_step[:0], self._h_end[:0])
         self.step_times = self._step_times(comp["step"], calls["step"], *synchronous)
         self.compute_busy = np.zeros(world_size)  # (N,) s
-        self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link is busy
-        comm = self._u_end - self._u_start  # (U,) s
-        self.comm_busy = np.full(world_size, comm.sum())  # (N,) s: every rank takes part in every call
-        # (N,) s. A rank that computed nothing hides nothing: (comm - 0).sum(), the same bits as the loop gives it; the
-        # loop runs over the ranks that computed (on the meta backend, the representative: O(1), not O(N))
-        self.exposed_comm = np.full(world_size, comm.sum())
-        for r in np.unique(self._c_rank).tolist():
-            cs, ce = self._rank_columns(r)
-            self.compute_busy[r] = (ce - cs).sum()
-            # (U,) compute inside each stretch of communication
-            hidden = _busy_before(cs, ce, self._u_end) - _busy_before(cs, ce, self._u_start)
-            self.exposed_comm[r] = (comm - hidden).sum()
+        self.comm_busy = np.zeros(world_size)  # (N,) s
+        self.exposed_comm = np.zeros(world_size)  # (N,) s
+        self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link of some rank is busy
+        self._segments = _segments(calls.get("ranks"), world_size)  # [(lo, hi, the calls those ranks take part in)]
+        computing = np.unique(self._c_rank)
+        for lo, hi, mine in self._segments:
+            # (U,) s: when some link of these ranks is busy (every call: the whole world is one segment)
+            us, ue = (self._u_start, self._u_end) if mine is None else _union(self._k_start[mine],
+                                                                              self._k_end[mine])
+            comm = ue - us  # (U,) s
+            # A rank that computed nothing hides nothing: (comm - 0).sum(), the same bits as the loop gives it; the
+            # loop runs over the ranks that computed (on the meta backend, the representatives: O(1), not O(N))
+            self.comm_busy[lo:hi] = self.exposed_comm[lo:hi] = comm.sum()
+            for r in computing[(computing >= lo) & (computing < hi)].tolist():
+                cs, ce = self._rank_columns(r)
+                self.compute_busy[r] = (ce - cs).sum()
+                hidden = _busy_before(cs, ce, ue) - _busy_before(cs, ce, us)  # (U,) compute inside each stretch
+                self.exposed_comm[r] = (comm - hidden).sum()
 
     # -- summaries ---------------------------------------------------------------------------------
     @property
@@ -156,7 +166,8 @@ class Timeline:
         if stream in ("comm", "pcie", "nvme"):  # every rank's copy of a call; offload's copies by their link
             tier = [getattr(self.log[i], "tier", "") if self.log[i].collective in TRANSFERS else "comm"
                     for i in self._k_at.tolist()]
-            cols = [c for c, t in zip(zip(self._k_start, self._k_end, self._k_at), tier) if t == stream]
+            mine = self._calls_of(rank)
+            cols = [c for c, t, m in zip(zip(self._k_start, self._k_end, self._k_at), tier, mine) if t == stream and m]
         elif stream == "cpu":
             mine = self._h_rank == rank
             cols = zip(self._h_start[mine], self._h_end[mine], self._h_at[mine])
@@ -170,8 +181,10 @@ class Timeline:
         """[(start, end), ...] when rank `rank`'s communication stream is busy and its compute stream idle;
         their lengths add up to `exposed_comm[rank]`."""
         cs, ce = self._rank_columns(rank)
+        mine = self._calls_of(rank)
+        us, ue = _union(self._k_start[mine], self._k_end[mine])
         out, j = [], 0
-        for a, b in zip(self._u_start.tolist(), self._u_end.tolist()):  # communication, in time order
+        for a, b in zip(us.tolist(), ue.tolist()):  # communication, in time order
             while j < cs.size and ce[j] <= a:
                 j += 1  # computes that ended before this call began
             t, k = a, j
@@ -190,16 +203,16 @@ class Timeline:
         `exposed_comm[rank]` (which counts such a stretch once)."""
         cs, ce = self._rank_columns(rank)
         hidden = _busy_before(cs, ce, self._k_end) - _busy_before(cs, ce, self._k_start)
-        return (self._k_end - self._k_start) - hidden
+        return np.where(self._calls_of(rank), (self._k_end - self._k_start) - hidden, 0.0)  # (K,) 0 where not its
 
     def comm_by_purpose(self, rank: int, step: int | None = None) -> dict:
         """{purpose: {"seconds", "calls", "exposed"}} of rank `rank`'s communication stream (offload's copies apart),
         by the purpose each call was made for (`category`), sorted; `exposed`: the seconds of those calls its compute
         did not hide (`exposed_by_call`). `step`: that engine step's calls only (None: every call)."""
-        exposed, out = self.exposed_by_call(rank), {}
+        exposed, out, mine = self.exposed_by_call(rank), {}, self._calls_of(rank)
         for i, at in enumerate(self._k_at.tolist()):
             ev = self.log[at]
-            if ev.collective in TRANSFERS or (step is not None and ev.step != step):
+            if ev.collective in TRANSFERS or (step is not None and ev.step != step) or not mine[i]:
                 continue
             row = out.setdefault(category(ev), {"seconds": 0.0, "calls": 0, "exposed": 0.0})
             row["seconds"] = row["seconds"] + float(self._k_end[i]) - float(self._k_start[i])  # (a + end) - start
@@ -222,6 +235,13 @@ class Timeline:
                 yield from self.track(r, stream)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _calls_of(self, rank: int):
+        """(K,) bool: the calls rank `rank` takes part in (every call, but where a pipeline's stages made their own)."""
+        for lo, hi, mine in self._segments:
+            if lo <= rank < hi:
+                return np.ones(self._k_at.size, dtype=bool) if mine is None else mine
+        return np.ones(self._k_at.size, dtype=bool)
+
     def _rank_columns(self, r: int):
         rows = self._order[self._bounds[r]:self._bounds[r + 1]]
         return self._c_start[rows], self._c_end[rows]  # sorted: a rank's computes run one after another
@@ -236,6 +256,20 @@ class Timeline:
             out[int(s)] = end - previous
             previous = end
         return out
+
+
+def _segments(ranks, world_size: int) -> list:
+    """[(lo, hi, (K,) bool or None)]: the world cut where the calls' ranges of ranks begin and end (`Trace.within`),
+    each piece with the calls its ranks take part in (a call without ranges: every rank's); [(0, N, None)] where no
+    call has ranges, every call on every rank."""
+    if ranks is None or all(r is None for r in ranks):
+        return [(0, world_size, None)]
+    cuts = sorted({0, world_size} | {x for scope in ranks if scope is not None for rng in scope for x in rng})
+    out = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        mine = np.array([scope is None or any(a <= lo and hi <= b for a, b in scope) for scope in ranks], dtype=bool)
+        out.append((lo, hi, mine))
+    return out
 
 
 def _union(starts, ends) -> tuple:

@@ -14,6 +14,9 @@ rules, one pass over it (O(events) plus O(N) per collective):
                                         (n−1)·α + busiest rank's bytes / β on every rank, n the
                                         ring's length (the group's size: every group's ring runs
                                         at once, each rank in one)
+    Call made inside `Trace.within`     the same among its own ranks alone (`call_ranks`: a pipeline stage's
+                                        collectives): issued when those ranks reach it, on a stream of
+                                        theirs, and counted on their communication streams only
     Call of send_pairs (point to point) starts when its senders' compute before it has ended and
                                         their last send is done (a pipeline stage sends as soon as it
                                         made the activation, while the receiver has posted its
@@ -92,6 +95,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     states = {}  # optimizer name -> number of fp32 state buffers
     senders = _senders(events)  # point-to-point call -> the ranks that sent in it
     sending = {}  # rank -> when its last point-to-point send is done
+    scopes = getattr(trace, "call_ranks", {})  # call -> the ranges of ranks taking part (a pipeline stage's own)
+    within = _Within(scopes.values())  # the latest end of a compute in each such range
 
     ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
     latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
@@ -139,6 +144,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                                                               param_bytes))
             ready[r] = start + took
             latest = max(latest, start + took)
+            if within.ranges:
+                within.reached(r, start + took)
             for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "device")):
                 col.append(v)
         elif kind is Call and ev.collective in TRANSFERS:  # offload: a copy over PCIe or NVMe, on its own stream
@@ -171,8 +178,11 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
-            stream = hw.stream_of(ev.tier)
-            start = max(latest, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
+            stream, scope = hw.stream_of(ev.tier), scopes.get(ev.call)
+            if scope is not None:  # its own ranks have issued it, and their stream is free
+                stream = (stream, scope)
+            issued = latest if scope is None else within.latest(scope)
+            start = max(issued, comm_free.get(stream, 0.0))  # every rank has issued it, and its stream is free
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
             sent = sent if costs is None else costs.call_bytes(ev, sent)  # fp8 beside TP: its all-gathers in fp8
@@ -180,11 +190,40 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
             comm_free[stream] = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
-            if not overlap:
+            if not overlap and scope is None:
                 ready, latest = [end] * n, end  # one stream per rank: nothing else runs until the call is done
+            elif not overlap:
+                for lo, hi in scope:
+                    ready[lo:hi] = [end] * (hi - lo)
+                    within.reached(lo, end)
+                latest = max(latest, end)
             for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
                 col.append(v)
+    if scopes:  # which ranks each call counts on: its own, or (None) every rank
+        calls["ranks"] = [scopes.get(log[at].call) for at in calls["at"]]
     return Timeline(log, n, hw, overlap, comp, calls)
+
+
+class _Within:
+    """The latest end of a compute in each range of ranks some call runs among (`Trace.within`'s ranges: a pipeline
+    stage's block of ranks), kept as computes end: a call made inside a range is issued when its last rank reaches
+    it, not the world's (O(ranges a rank is in) per compute, not O(N) per call)."""
+
+    def __init__(self, scopes):
+        self.ranges = sorted({rng for scope in scopes for rng in scope})
+        self.ends = dict.fromkeys(self.ranges, 0.0)
+        self._of = {}  # rank -> the ranges it is in
+
+    def reached(self, r: int, t: float) -> None:
+        mine = self._of.get(r)
+        if mine is None:
+            mine = self._of[r] = [rng for rng in self.ranges if rng[0] <= r < rng[1]]
+        for rng in mine:
+            if t > self.ends[rng]:
+                self.ends[rng] = t
+
+    def latest(self, scope) -> float:
+        return max(self.ends[rng] for rng in scope)
 
 
 def call_time(call, sent: float, hw: Hardware, nodes: int) -> float:

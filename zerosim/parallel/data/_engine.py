@@ -213,7 +213,9 @@ class ZeroEngine:
         fp32 already (a cast from fp32 rounds once too, and the copy is half the size). Checked before anything
         is allocated."""
         model, backend = self.model, self.cluster.backend
-        init = model.init_params() if params is None else np.asarray(params)
+        init = model.init_params() if params is None else params
+        if not hasattr(init, "dtype"):  # a list of numbers; an array (NumPy's, or the meta backend's: a stage's cut of
+            init = np.asarray(init)     # a meta model's weights) is taken as given
         if init.shape != (model.num_params,):
             raise ValueError(f"params must have shape ({model.num_params},) for this model, got {init.shape}")
         if not backend.all_finite(init):
@@ -340,6 +342,14 @@ class ZeroEngine:
         return grad_buckets(self.ctx, self.comm.reduce_bucket_size, k == 0,
                             None if plan.reduces_per_unit else self.end_reduction, self.hooks.reduce_unit,
                             last if plan.replicate else None, self.ddp_rebuilt)
+
+    def special_micro_step(self, k: int) -> bool:
+        """Whether micro-step k's collectives differ from a middle micro-step's (a pipeline writes those again on the
+        meta backend, parallel/pipeline/_repeat.py): the first (its backward makes the accumulation buffers, its
+        first compute waits for the last refresh), and the last where it closes buckets (stages 0/1) or the replicas
+        agree (HSDP)."""
+        last = k == self.accumulation_steps - 1
+        return k == 0 or last and (self.plan.replicate is not None or self._bucketed(k) != self._bucketed(1))
 
     def _bucketed(self, k: int) -> bool:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a

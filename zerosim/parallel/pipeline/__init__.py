@@ -17,7 +17,8 @@ Its files, the algorithm apart from its communication:
     _views.py           StageCluster: one stage's ranks as the data-parallel step sees a cluster
     _communication.py   a stage's activations or gradients handed to the neighbouring stage, point to point
     _engine.py          PipelineEngine: a ZeroEngine per pipeline rank, driven action by action through the table
-    _memory.py          the activations each schedule holds in flight, by hand (GPipe M, 1F1B P - s, ...)
+    _repeat.py          on the meta backend, alike actions written again from a record instead of run
+    _costs.py           by hand: the activations each schedule holds in flight (GPipe M, 1F1B P - r, ...), the bubble
 
 The oracle is zerosim.reference's PipelineReference; docs/explanation/adding-a-parallelism.md says why the pipeline
 drives the data-parallel step's phases instead of being one more set of its hooks.

@@ -42,7 +42,7 @@ every rank's of that stage; the ring's bytes in closed form are counted as if ev
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext as _nothing
 from dataclasses import replace
 
 from zerosim.cluster import Cluster, Groups, Handle
@@ -51,12 +51,14 @@ from zerosim.parallel._contract import Parallelism
 from zerosim.parallel._dims import ParallelDims
 from zerosim.parallel.data import ZeroEngine, get_plan, skips_steps
 from zerosim.parallel.pipeline._communication import hand_on
+from zerosim.parallel.pipeline._repeat import REPLAY, Records, applies, make_of
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, make_table
 from zerosim.parallel.pipeline._stages import StageModel, split
 from zerosim.parallel.pipeline._table import BACKWARD, FORWARD, INPUT, WEIGHT
 from zerosim.parallel.pipeline._views import StageCluster
 from zerosim.precision import get_precision
 
+_WRITTEN_AGAIN = "written again"  # a micro-batch's passes where its forward was written from a record (_repeat.py)
 DEEPSPEED_REFUSES = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"  # pipe/engine.py, PipelineEngine
 
 
@@ -76,12 +78,14 @@ class PipelineEngine:
         tensor: a `zerosim.parallel.tensor.TensorParallel` of `model`: tensor parallelism inside every stage.
         params: the whole model's (P,) initial weights (default `model.init_params()`; with `tensor`, its own).
         checkpoint, comm, recipe, shard_group: each stage's ZeroEngine's.
+        repeat: on the meta backend, write micro-batches 2 .. M - 2's actions again from micro-batch 1's instead of
+            running them (_repeat.py: the same events, peaks and bytes); False runs every action.
     """
 
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
                  DEFAULT_SCHEDULE, micro_batches: int | None = None, virtual_stages: int | None = None,
                  split_rule: str = "torchtitan", layers=None, tensor=None, params=None, checkpoint=None, comm=None,
-                 recipe=None, shard_group=None):
+                 recipe=None, shard_group=None, repeat: bool = True):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         tp = 1 if tensor is None else tensor.tp
@@ -104,6 +108,7 @@ class PipelineEngine:
             return
         self.stage_models = []
         blocks = Groups.blocks(cluster.world_size, cluster.world_size // P, "stage")  # pp outermost: a block a stage
+        self._blocks = [(members[0], members[-1] + 1) for members in blocks.members]  # ranks [lo, hi) of each stage
         for p in range(P):
             part = StageModel(whole, self.split, p)
             view = StageCluster(cluster, blocks.members[p], blocks)
@@ -115,6 +120,11 @@ class PipelineEngine:
                                            accumulation_steps=M, comm=comm, recipe=recipe, shard_group=shard_group,
                                            parallelisms=members))
         self._ops = [_chunk_ops(e.ops, part, self.table.stages) for e, part in zip(self.engines, self.stage_models)]
+        self._names = [tuple(u.name for u in part.layers) for part in self.stage_models]
+        on = bool(repeat) and applies(cluster)  # the meta backend: actions alike written again (_repeat.py)
+        self._records = Records(on, self.table.order(), [make_of(p, e.layout) for p, e in zip(self.stage_models,
+                                self.engines)], P, M, lambda r, k: self.engines[r].special_micro_step(k)) if on \
+            else Records(False)
 
     # -- the step ---------------------------------------------------------------------------------------
     def step(self, batches) -> list:
@@ -129,40 +139,71 @@ class PipelineEngine:
             return [made[r.index] for r in self.cluster.ranks if tp.position(r.index) == 0]
         passes, inbox, losses = {}, {}, {}
         last = [Handle() for _ in self.engines]
+        self._records.clear()  # each step records its own (its first micro-batch waits for the last refresh)
+        within = self.cluster.trace.within  # each stage's calls among its own ranks, at its own times
         with ExitStack() as stepping:  # each stage's step frame: its boundaries, its transients freed at the end
             steps = [stepping.enter_context(e.stepping()) for e in self.engines]
             with ExitStack() as computing:  # its labels, silent overflow, carried state: until the reductions
                 for e, i in zip(self.engines, steps):
                     computing.enter_context(e.computing(i))
                 for a in self.table.order():
-                    self._act(a, micro, passes, inbox, losses, last)
-                reduced = [e.reduce(h) for e, h in zip(self.engines, last)]
-            for e, red in zip(self.engines, reduced):
-                e.finish(red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
+                    with within(self._blocks[a.rank]):
+                        self._act(a, micro, passes, inbox, losses, last)
+                reduced = []
+                for e, h, block in zip(self.engines, last, self._blocks):
+                    with within(block):
+                        reduced.append(e.reduce(h))
+            for e, red, block in zip(self.engines, reduced, self._blocks):
+                with within(block):
+                    e.finish(red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
         return self._mean_losses(losses)
 
     def _act(self, a, micro, passes: dict, inbox: dict, losses: dict, last: list) -> None:
         """Run action `a` of the table on its stage's ranks: its ZeroEngine runs the chunk's ops of that kind on the
-        micro-batch's passes, waiting for what arrived; a forward's output and a backward's input gradient go on."""
+        micro-batch's passes, waiting for what arrived; a forward's output and a backward's input gradient go on.
+        On the meta backend an action alike one run before is written again from its record (_repeat.py)."""
         r, c, k = a.rank, a.stage // self.dims.pp, a.micro
         engine, ranks = self.engines[r], self.engines[r].cluster.ranks
+        names, what = self._names[r], self._records.what(a)
         if a.kind == FORWARD:
             ins, needs = self._inputs(a, micro, inbox)
-            work = passes[(a.stage, k)] = engine.passes(ins, f"micro {k} stage {a.stage}: ")
-            engine.run(k, work, self._ops[r][c][FORWARD], needs)
-            if not self.table.is_last(a.stage):
-                self._send(a, {rk.index: p.a for rk, p in zip(ranks, work)}, inbox, +1)
+            if what == REPLAY:
+                again = self._records.find(a)
+                again.replay(k, needs, ranks, names)
+                passes[(a.stage, k)] = _WRITTEN_AGAIN
+                out, made = again.handed_on(ranks), again.losses
             else:
-                losses[k] = [p.loss for p in work]
+                with self._records.record(a, self.cluster.trace, ranks, names, needs) or _nothing() as rec:
+                    work = passes[(a.stage, k)] = engine.passes(ins, f"micro {k} stage {a.stage}: ")
+                    engine.run(k, work, self._ops[r][c][FORWARD], needs)
+                out, made = {rk.index: p.a for rk, p in zip(ranks, work)}, [p.loss for p in work]
+                if rec is not None:
+                    rec.sent, rec.losses = out, made
+            if not self.table.is_last(a.stage):
+                self._send(a, out, inbox, +1)
+            else:
+                losses[k] = made
             return
         work, needs = passes[(a.stage, k)], Handle()
         if a.kind != WEIGHT and not self.table.is_last(a.stage):  # the gradient from the next stage
             got, needs = inbox.pop((a.stage, "grad", k))
-            for rk, p in zip(ranks, work):
-                p.dy = got[rk.index]
-        last[r] = engine.run(k, work, self._ops[r][c][a.kind], needs) or last[r]
+        if what == REPLAY:
+            again = self._records.find(a)
+            last[r] = again.replay(k, needs, ranks, names) or last[r]
+            sent = again.handed_on(ranks)
+        else:
+            if a.kind != WEIGHT and not self.table.is_last(a.stage):
+                for rk, p in zip(ranks, work):
+                    p.dy = got[rk.index]
+            with self._records.record(a, self.cluster.trace, ranks, names, needs) or _nothing() as rec:
+                made = engine.run(k, work, self._ops[r][c][a.kind], needs)
+            last[r] = made or last[r]
+            sent = {rk.index: p.dy for rk, p in zip(ranks, work)}
+            if rec is not None:
+                rec.sent = sent
+                rec.returned(made)
         if a.kind != WEIGHT and not self.table.is_first(a.stage):
-            self._send(a, {rk.index: p.dy for rk, p in zip(ranks, work)}, inbox, -1)
+            self._send(a, sent, inbox, -1)
         if a.kind != INPUT:
             del passes[(a.stage, k)]
 
@@ -189,7 +230,8 @@ class PipelineEngine:
         peers = {r: pp.group_of(r)[to % self.dims.pp] for r in held}
         what = "act" if direction > 0 else "grad"
         with self.cluster.trace.about(micro=a.micro, purpose="send activations" if direction > 0 else
-                                      "send gradients", layers=()):
+                                      "send gradients", layers=()), \
+                self.cluster.trace.within(self._blocks[a.rank], self._blocks[to % self.dims.pp]):
             got, handle = hand_on(self.cluster, held, peers, f"stage {a.stage} -> {to} micro-batch {a.micro} "
                                   f"{'activation' if direction > 0 else 'gradient'}")
         inbox[(to, what, a.micro)] = (got, handle)

@@ -27,6 +27,7 @@ are out of step still runs; one that can never finish is refused.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 FORWARD, BACKWARD, INPUT, WEIGHT = "forward", "backward", "backward-input", "backward-weight"
@@ -72,7 +73,7 @@ class Table:
         """S = P·V: every stage of the model."""
         return self.pp * self.virtual
 
-    @property
+    @functools.cached_property  # asked for every action `order` waits on: read once
     def splits_backward(self) -> bool:
         """Whether the backward comes as backward-input and backward-weight (a zero-bubble table)."""
         return any(a.kind == INPUT for a in self.actions)
@@ -130,7 +131,15 @@ class Table:
                     raise ValueError(f"{self.name}: stage {j}'s {kind} runs micro-batches {micros}; gradients "
                                      "accumulate in micro-batch order (as every torch schedule runs them)")
 
+    @functools.cached_property
+    def _order(self) -> tuple:
+        return self._walk()
+
     def order(self) -> tuple:
+        """The actions in the order the engine runs them (see `_walk`): made once a table."""
+        return self._order
+
+    def _walk(self) -> tuple:
         """The actions in the order the engine runs them: time step by time step, rank by rank, each rank's own
         order kept and an action waiting until what it needs is done (see the module docstring)."""
         queues = [list(self.of_rank(r)) for r in range(self.pp)]

@@ -1,0 +1,99 @@
+"""On the meta backend a pipeline writes alike actions again from a record instead of running them
+(zerosim/parallel/pipeline/_repeat.py): every event of the trace, every ledger's peaks and totals, and the timeline's
+numbers must be what running every action gives, on every schedule, ZeRO stage 1 and 3 (torchtitan's FSDP) and
+TP 1 and 2, over two steps. The run with `repeat=False` is the yardstick: it runs every action.
+
+The model is small enough to run in a second and cut so that two middle pipeline ranks hold stages of one make (a
+Llama of 10 blocks over 4 ranks: torchtitan's split gives the embedding and 2 blocks, 3, 3, 2 blocks and the head), so
+records are written again on their own rank and on another.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from zerosim import Adam, Cluster
+from zerosim.analysis.timeline import Hardware, simulate
+from zerosim.models import Llama, MetaLlama
+from zerosim.parallel import ParallelDims
+from zerosim.parallel.pipeline import PipelineEngine
+from zerosim.parallel.tensor import TensorParallel
+
+P, M, SEQ = 4, 6, 16
+
+
+def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, steps: int = 2):
+    model = Llama(vocab=256, d_model=64, n_heads=4, n_layers=10, seq_len=SEQ, d_ff=128, n_kv_heads=2,
+                  checkpoint="block")
+    N = P * tp * 2
+    dims = ParallelDims(N, pp=P, tp=tp)
+    cluster = Cluster(N, backend="meta", hosted=dims.groups("pp").group_of(0), trace="call", timeline=False,
+                      gpus_per_node=4)
+    tensor = TensorParallel(MetaLlama(model), tp) if tp > 1 else None
+    engine = PipelineEngine(MetaLlama(model) if tensor is None else tensor.model, cluster, stage, Adam(), "bf16-mixed",
+                            pp=P, micro_batches=M, schedule=schedule, virtual_stages=V, tensor=tensor, recipe=recipe,
+                            repeat=repeat)
+    ids = cluster.backend.empty((1, SEQ), np.int64)
+    for _ in range(steps):
+        engine.step([[(ids, ids)] * M for _ in range(dims.dp)])
+    return engine, cluster
+
+
+def what_a_user_reads(cluster) -> dict:
+    trace = cluster.trace
+    timeline = simulate(trace, Hardware("h100", "nvlink4", inter_link="ib_ndr"))
+    return {
+        "log": [repr(e) for e in trace.log],
+        "closed forms": trace.ring_calls,
+        "groups": trace.call_groups,
+        "bytes by tier": trace.bytes_by_tier(),
+        "sent by rank": list(trace.sent_totals(cluster.world_size)),
+        "peaks": [(r.ledger.peak(), r.ledger.peak_by_kind()) for r in cluster.ranks],
+        "now": [(r.ledger.current(), dict(r.ledger._current), r.ledger._seq) for r in cluster.ranks],
+        "step time": timeline.step_time,
+        "per rank": (timeline.compute_busy.tolist(), timeline.exposed_comm.tolist()),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule, V, stage, recipe, tp", [
+    ("1f1b", 1, 1, "seeds", 2),  # Megatron's distributed optimizer beside TP
+    ("1f1b", 1, 3, "fsdp2", 2),  # torchtitan's FSDP beside TP
+    ("gpipe", 1, 3, "fsdp2", 1),
+    ("interleaved-1f1b", 2, 1, "seeds", 2),
+    ("zero-bubble", 2, 1, "seeds", 1),
+])
+def test_writing_actions_again_changes_nothing_a_user_reads(schedule, V, stage, recipe, tp):
+    engine, written = run(schedule, V, stage, recipe, tp, repeat=True)
+    _, ran = run(schedule, V, stage, recipe, tp, repeat=False)
+    plan = Counter(engine._records.plan.values())
+    assert plan["write again"] > plan["run"] + plan["record"]  # most actions were written again
+    again, yardstick = what_a_user_reads(written), what_a_user_reads(ran)
+    for key in yardstick:
+        assert again[key] == yardstick[key], key
+
+
+def test_records_cross_to_a_rank_of_the_same_make():
+    """Ranks 1 and 2 hold stages of one make (3 blocks each): a forward made on rank 1 is written again on rank 2, a
+    backward made on rank 2 (the backward flows down) is written again on rank 1; the first and last ranks (embedding,
+    head) have makes of their own."""
+    engine, _ = run("1f1b", 1, 1, "seeds", 1, repeat=True, steps=1)
+    records = engine._records
+    assert records.makes[1] == records.makes[2] and len(set(records.makes)) == 3
+    by_rank = {(a.rank, a.micro, a.kind): w for a, w in records.plan.items()}
+    assert by_rank[(1, 1, "forward")] == "record" and by_rank[(2, 2, "forward")] == "write again"
+    # rank 2 meets micro-batch 1's backward first and records it: its forward of micro-batch 1 had to run (a forward
+    # written again has its backward written again); rank 1's, whose forward ran, runs; its later ones are written
+    assert by_rank[(2, 1, "forward")] == by_rank[(1, 1, "backward")] == "run"
+    assert by_rank[(2, 1, "backward")] == "record" and by_rank[(1, 2, "backward")] == "write again"
+    assert all(w == "run" for (r, k, _), w in by_rank.items() if k == 0)  # each stage makes its own buffers
+
+
+def test_only_the_meta_backend_writes_again():
+    gpt_cluster = Cluster(4)
+    from zerosim.models import GPT
+
+    engine = PipelineEngine(GPT(vocab=16, d_model=8, n_heads=2, n_layers=2, seq_len=4), gpt_cluster, 1, Adam(),
+                            "bf16-mixed", pp=2, micro_batches=4)
+    assert not engine._records.on and engine._records.plan == {}

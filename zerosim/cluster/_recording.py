@@ -1,0 +1,179 @@
+"""A span of a run recorded, to be written again: the calls, compute events and ledger changes a block of work made
+on some local ranks, written into the trace and the ledgers again as if the same work ran again later, on the same
+ranks or on others of the same make, another micro-batch. The meta backend's pipeline uses it for actions that repeat
+(parallel/pipeline/_repeat.py says when that holds).
+
+    with Recording(trace, ranks, names, waited) as rec:    the work, waiting for the handle `waited`
+        ...
+    rec.replay(micro, waited_now, ranks_now, names_now)     the same calls and compute events, renumbered and
+                                                            relabelled; the ledgers moved as the work moved them
+
+What `replay` writes anew: each call number moves by (the first free call number now) - (the recorded first call); a
+number of the handle the work waited for becomes the number at its place in `waited_now`; every call and compute
+event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name)
+those given now. The ledgers keep only what their questions read: per kind the bytes the work ended with and the most
+it held above where it started (MemoryLedger's peaks are maxima of running sums: the same allocations and frees from
+another start give that start plus the same maxima), and the count of events; a buffer it made is never in `live`.
+So it writes again only what ran on a backend without values, with a trace of calls and ledgers without a timeline
+(whose events carry names), and refuses (`usable` False) a record that holds other events or names a call made
+before it other than those it waited for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerosim.cluster._events import ComputeFields
+from zerosim.cluster._trace import Call, Event, Handle
+
+_new = object.__new__
+
+
+@dataclass
+class _LedgerDelta:
+    """What one action did to one ledger, apart from where it started."""
+
+    peaks: dict  # {kind: most bytes of the kind at an allocation, minus the kind's bytes at the start}
+    total_peak: int | None  # the most bytes in all at an allocation, minus the start's; None: nothing allocated
+    current: dict  # {kind: bytes at the end minus at the start} for every kind it touched
+    total: int
+    events: int  # allocations and frees: the ledger's sequence numbers it used
+
+
+class _LedgerWatch:
+    """Around a recorded action: the ledgers' peaks measured from its start, then put back together."""
+
+    def __init__(self, ranks):
+        self.ledgers = [r.ledger for r in ranks]
+
+    def __enter__(self):
+        self.start = []
+        for led in self.ledgers:
+            self.start.append((led._peak, led._peak_total, dict(led._current), led._total, led._seq))
+            led._peak, led._peak_total = {}, -1  # each alloc now writes its own running sum: the maxima from here
+        return self
+
+    def __exit__(self, *exc):
+        self.deltas = []
+        for led, (peak, peak_total, current, total, seq) in zip(self.ledgers, self.start):
+            mine, mine_total = led._peak, led._peak_total
+            touched = set(mine) | {k for k, v in led._current.items() if current.get(k) != v}
+            self.deltas.append(_LedgerDelta({k: v - current.get(k, 0) for k, v in mine.items()},
+                                            None if mine_total < 0 else mine_total - total,
+                                            {k: led._current.get(k, 0) - current.get(k, 0) for k in touched},
+                                            led._total - total, led._seq - seq))
+            for k, v in mine.items():  # MemoryLedger.adopt: peak = max(peak so far, running sum) at each alloc
+                peak[k] = max(peak.get(k, 0), v)
+            led._peak, led._peak_total = peak, max(peak_total, mine_total)
+        return False
+
+
+class Recording:
+    """What happened on `ranks` (local ranks) and in `trace` inside the block: its calls, compute events and ledger
+    changes, and what the caller notes it handed on (`sent`, `losses`, `returned`); `replay` writes it again (see the
+    module docstring)."""
+
+    def __init__(self, trace, ranks, names: tuple, waited: Handle):
+        self.trace, self.ranks, self.names, self.waited = trace, ranks, names, tuple(waited)
+        self.usable = True
+        self.sent = self.losses = self.made = None  # what the action handed on, its losses, its returned handle
+
+    def __enter__(self):
+        t = self.trace
+        self.first_call, self.first_log, self.first_event = t.folded.calls + len(t._calls), len(t._log), len(t._events)
+        self.watch = _LedgerWatch(self.ranks).__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.watch.__exit__(*exc)
+        if exc[0] is not None:
+            self.usable = False
+            return False
+        t = self.trace
+        self.end_call = t.folded.calls + len(t._calls)
+        self.log = t._log[self.first_log:]
+        self.events = t._events[self.first_event:]
+        self.forms = {c: t.ring_calls[c] for c in range(self.first_call, self.end_call) if c in t.ring_calls}
+        self.groups = {c: t.call_groups[c] for c in range(self.first_call, self.end_call) if c in t.call_groups}
+        self.ledgers = self.watch.deltas
+        self.usable = all(type(e) in (Call, ComputeFields) for e in self.log) and all(
+            self._refers(e[9]) for e in self.log if type(e) is ComputeFields)
+        return False
+
+    def _refers(self, needs) -> bool:
+        """Whether every call `needs` names is this action's own or one of the handle it waited for."""
+        return all(self.first_call <= c < self.end_call or c in self.waited for c in needs)
+
+    def returned(self, handle) -> None:
+        """The handle the action returned (its last gradient reduction), to return again."""
+        self.made = handle
+        self.usable = self.usable and self._refers(handle)
+
+    # -- writing it again ---------------------------------------------------------------------------------
+    def replay(self, micro: int, waited: Handle, ranks, names: tuple) -> Handle:
+        """Write the record again as micro-batch `micro`'s action on `ranks` (local ranks, in place of the recorded
+        ones by position) holding units `names` (likewise), having waited for `waited` (the handle received now, in
+        place of the recorded one). Returns the action's handle, as the run returned it."""
+        t = self.trace
+        shift = t.folded.calls + len(t._calls) - self.first_call
+        waited = tuple(waited)
+        if len(waited) != len(self.waited):
+            raise RuntimeError(f"micro-batch {micro} waited for {len(waited)} calls where the recorded action waited "
+                               f"for {len(self.waited)}: it is not the same action")
+        outside = dict(zip(self.waited, waited))
+        rank = {a.index: b.index for a, b in zip(self.ranks, ranks)}
+        unit = {a: b for a, b in zip(self.names, names) if a != b}
+        generation = t.generation
+
+        lo, hi, nothing = self.first_call, self.end_call, Handle((), generation)
+
+        def moved(needs) -> Handle:
+            if not needs:
+                return nothing
+            return Handle(tuple(c + shift if lo <= c < hi else outside[c] for c in needs), generation)
+
+        def tag(text: str) -> str:  # "block2.attn g" -> "block9.attn g": a call's tag starts with its unit's name
+            first, space, rest = text.partition(" ")
+            return unit[first] + space + rest if first in unit else text
+
+        log, calls = t._log, t._calls
+        for e in self.log:
+            if type(e) is ComputeFields:
+                log.append(ComputeFields((rank[e[0]], e[1], micro, e[3], unit.get(e[4], e[4])) + e[5:9]
+                                         + (moved(e[9]),) + e[10:]))
+                continue
+            call = _new(Call)
+            call.__dict__.update(e.__dict__, call=e.call + shift, micro=micro, tag=tag(e.tag) if unit else e.tag)
+            if t.scope is not None:  # the ranks taking part: those of the block it is written in (Trace.within)
+                t.call_ranks[call.call] = t.scope
+            calls.append(call)
+            log.append(call)
+        for c, form in self.forms.items():
+            t.ring_calls[c + shift] = form
+        for c, group in self.groups.items():
+            t.call_groups[c + shift] = group
+        for e in self.events:
+            event = _new(Event)
+            event.__dict__.update(e.__dict__, call=e.call + shift, src=rank.get(e.src, e.src),
+                                  dst=rank.get(e.dst, e.dst))
+            t._events.append(event)
+        for r, d in zip(ranks, self.ledgers):
+            _apply(r.ledger, d)
+        return moved(self.made) if self.made is not None else Handle()
+
+    def handed_on(self, ranks) -> dict:
+        """What the action sent on ({local rank: activation or gradient}), for `ranks` in place of the recorded."""
+        return {b.index: self.sent[a.index] for a, b in zip(self.ranks, ranks)}
+
+
+def _apply(led, d: _LedgerDelta) -> None:
+    """The recorded action's allocations and frees, from where `led` stands now (see _LedgerWatch)."""
+    current, peak = led._current, led._peak
+    for k, v in d.peaks.items():
+        peak[k] = max(peak.get(k, 0), current.get(k, 0) + v)
+    if d.total_peak is not None:
+        led._peak_total = max(led._peak_total, led._total + d.total_peak)
+    for k, v in d.current.items():
+        current[k] = current.get(k, 0) + v
+    led._total += d.total
+    led._seq += d.events

@@ -1,0 +1,126 @@
+"""Actions that repeat, written again instead of run again: on the meta backend a stage's forward (or backward) of a
+micro-batch does exactly what the same chunk's forward (backward) of micro-batch 1 did, on its own pipeline rank or on
+another rank holding a stage of the same make, so the pipeline runs it once, records what it did, and writes the
+record again for the others.
+
+Letters: P pipeline ranks, M micro-batches, k one of them, c0 the first call number an action made.
+
+Why it holds. On the meta backend (arrays without data) an action's work depends on the shapes it runs on, never on
+the values: the same ops, the same allocations and frees in the same order, the same calls with the same sizes. A
+405B model's middle stages are alike (the same units, but for their numbers), so their chunks' actions are too. What
+differs from one action to the other is what the record leaves out and `replay` writes anew:
+
+    the call numbers              its calls are numbered from the next free number: each recorded number moves by
+                                  (c0 now) - (c0 then), and so do the handles that name them
+    the handle it waited for      the activation (or gradient) received: each number of the recorded one is replaced
+                                  by the number at its place in the handle received now
+    the micro-batch               the `micro` of every call and compute event
+    the rank and the units        on another pipeline rank: its ranks in place of the recorded ones (by position), its
+                                  units' names in place of theirs (by position: "block9.attn" for "block2.attn"),
+                                  in the compute events and the calls' tags
+    the ledger                    only what its questions read: per kind the bytes it ends with and the most it held
+                                  above where it started (MemoryLedger's peaks are maxima of running sums: the same
+                                  allocations and frees from another start give the start plus the same maxima), and
+                                  the count of events. Buffers born in a forward and freed in its backward, both
+                                  written again, never enter `live`.
+
+Micro-batch 0 always runs (its backward makes each stage's accumulation buffers; its first forward waits for the last
+step's refresh), and so does micro-batch M - 1 where its backward differs (ZeroEngine.special_micro_step: buckets
+closed at stages 0/1, HSDP's replicas). A forward written again has every backward of its micro-batch written again
+(the buffers they would free were never made), so `plan` walks the table in the engine's order first: an action is
+written again where a record of its make will exist by then, recorded where none exists yet, and a forward runs after
+all where one of its backwards would find no record. A record that names a call made before its action (other than
+what it waited for), or holds events besides calls and compute, is not written again.
+
+Where it applies (`applies`): a cluster without values (the meta backend), a trace of calls (granularity "call"),
+ledgers without a timeline (their events carry names and positions). Every other run runs every action.
+tests/test_pipeline_repeat.py compares the two event by event, peak by peak and on the timeline, for every schedule,
+ZeRO stage 1 and 3 and TP 1 and 2.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zerosim.cluster import Handle, Recording
+
+RUN, RECORD, REPLAY = "run", "record", "write again"
+_NUMBER = re.compile(r"\d+")
+
+
+def applies(cluster) -> bool:
+    """Whether `cluster`'s actions may be written again (see the module docstring)."""
+    trace = cluster.trace
+    return (not cluster.backend.holds_values and trace.granularity == "call" and not trace.keep_values
+            and not any(r.ledger.keep_timeline for r in cluster.ranks))
+
+
+def make_of(part, layout) -> tuple:
+    """What makes one pipeline rank's actions alike another's: its units by kind and name but for their numbers,
+    their sizes, whether it holds the first or the last stage, and its data-parallel `layout`'s sizes."""
+    units = tuple((type(u).__name__, _NUMBER.sub("#", u.name), b - a)
+                  for u, (a, b) in zip(part.layers, (part.layer_window(i) for i in range(len(part.layers)))))
+    return units, part.first, part.last, layout.padded, layout.shard_size
+
+
+def plan(order, makes: list, pp: int, micro_batches: int, special) -> dict:
+    """{action: RUN, RECORD or REPLAY} for the actions in the engine's `order`, rank r's actions alike another's
+    where `makes[r]` are equal; `special(r, k)`: whether micro-batch k runs on rank r whatever (the module
+    docstring)."""
+    forced = set()  # (stage, micro) whose forward must run: a backward of theirs would find no record
+    while True:
+        out, recorded, again, missing = {}, set(), set(), None
+        for a in order:
+            key, mine = (makes[a.rank], a.stage // pp, a.kind), (a.stage, a.micro)
+            if a.micro == 0 or special(a.rank, a.micro):
+                out[a] = RUN
+            elif a.kind == "forward":
+                out[a] = REPLAY if key in recorded and mine not in forced else RECORD if key not in recorded else RUN
+                if out[a] == REPLAY:
+                    again.add(mine)
+            elif mine in again:
+                out[a] = REPLAY
+                if key not in recorded:
+                    missing = mine
+                    break
+            else:
+                out[a] = RUN if key in recorded else RECORD
+            if out[a] == RECORD:
+                recorded.add(key)
+        if missing is None:
+            return out
+        forced.add(missing)
+
+
+class Records:
+    """One step's records by (make, chunk, kind), and the plan of which action runs, records or is written again."""
+
+    def __init__(self, on: bool, order=(), makes=(), pp: int = 1, micro_batches: int = 1, special=None):
+        self.on = on
+        self.plan = plan(order, list(makes), pp, micro_batches, special) if on else {}
+        self.makes, self.pp = list(makes), pp
+        self.held = {}
+
+    def clear(self) -> None:
+        self.held = {}
+
+    def what(self, a) -> str:
+        return self.plan.get(a, RUN)
+
+    def key(self, a) -> tuple:
+        return self.makes[a.rank], a.stage // self.pp, a.kind
+
+    def record(self, a, trace, ranks, names: tuple, waited: Handle):
+        """A `Recording` to run action `a` inside, where the plan records it; else None."""
+        if self.what(a) != RECORD:
+            return None
+        rec = self.held[self.key(a)] = Recording(trace, ranks, names, waited)
+        return rec
+
+    def find(self, a):
+        """The record action `a` is written from (the plan says it is)."""
+        rec = self.held.get(self.key(a))
+        if rec is None or not rec.usable:
+            raise RuntimeError(f"{a}: planned to be written again, but its record "
+                               f"{'is missing' if rec is None else 'names calls outside its action'}")
+        return rec
