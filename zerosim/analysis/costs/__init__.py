@@ -19,6 +19,7 @@ measured by one meta-backend step of the real engine.
     _efficiency.py   the rates kernels achieve per GPU and kernel class (cited), presets eager / compiled, --efficiency
     _kernel_work.py  what each kernel class of a unit reads, writes and computes (GEMMs, attention, elementwise)
     _tensor_work.py  the same for one tensor-parallel rank's unit: its slice's GEMMs (fp8 too), heads, tokens
+    _context_work.py the same for one context-parallel rank's attention parts: each hop on its block of the ring
     _calibration.py  the framework factors, fitted on the named calibration set only (docs/validation.md)
     _throughput.py   tokens/s per GPU (the job's tokens ÷ step ÷ GPUs) and MFU: the one definition every report reads
     _reserve.py      reserved beside allocated: the caching allocator's measured ratios

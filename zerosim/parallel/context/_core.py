@@ -42,6 +42,7 @@ class Hop(Layer):
 
     saves_input_only = False
     core = True  # a unit of the attention core (the oracle does the core in its own code)
+    cp_part = "core"  # what the time model charges it as (analysis/costs/_context_work.py)
     role = "replicated"  # beside tensor parallelism: no operator around it (parallel/tensor/_plan.py)
 
     def __init__(self, hop: int, hops: int, pieces: int, n_rep: int, block: int, name: str):
@@ -113,6 +114,7 @@ class Gathered(Layer):
 
     saves_input_only = False
     core = True
+    cp_part = "core"
     role = "replicated"
 
     def __init__(self, pieces: int, n_rep: int, block: int, name: str):
