@@ -64,8 +64,11 @@ from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_laten
 from zerosim.analysis.costs._measured import (
                                           measure_activations,
                                           measure_by_stage,
+                                          measure_rank_activations,
                                           measure_stage,
                                           measure_tp_activations,
+                                          parallel_model,
+                                          positions_of,
                                           strategy_costs,
                                           tensor_parallel,
 )
@@ -105,8 +108,8 @@ __all__ = [
     "tokens_per_s_per_gpu", "tokens_per_step",
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",
-    "tensor_parallel",
+    "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
+    "parallel_model", "positions_of", "strategy_costs", "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

@@ -43,11 +43,11 @@ from zerosim.parallel.context._blocks import (
     ring_block,
     ring_schedule,
 )
-from zerosim.parallel.context._model import STYLES, ContextParallelModel
+from zerosim.parallel.context._model import STYLES, ContextParallelModel, check_options
 from zerosim.parallel.context._parallelism import ContextParallel
 from zerosim.parallel.context._records import Located, Ring, RingGrad
 from zerosim.parallel.context._split import SPLITS, check_length, chunk_ids, positions, shard, unshard
 
 __all__ = ["Block", "ContextParallel", "ContextParallelModel", "Located", "Reach", "Ring", "RingGrad", "SPLITS",
-           "STYLES", "block_shapes", "block_work", "busiest_position", "check_length", "chunk_ids", "gathered_reach",
-           "positions", "ring_attention", "ring_block", "ring_schedule", "shard", "unshard"]
+           "STYLES", "block_shapes", "block_work", "busiest_position", "check_length", "check_options", "chunk_ids",
+           "gathered_reach", "positions", "ring_attention", "ring_block", "ring_schedule", "shard", "unshard"]

@@ -29,6 +29,7 @@ the gathered keys up to the end of its own chunk (causal, its mask aligned to th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from zerosim.parallel.context._split import SPLITS, chunk_ids
@@ -58,6 +59,7 @@ def _forward_block(split: str, causal: bool, cp: int, p: int, j: int) -> Block |
     return Block(both, (0,), False) if below else Block((1,), both, False)
 
 
+@functools.lru_cache(maxsize=8192)  # every unit of every step asks again: O(C) work, the same answer
 def ring_block(split: str, causal: bool, cp: int, p: int, j: int) -> Block | None:
     """Position p's work at hop j (None: nothing, torch's SKIP), with its backward's first writes."""
     block = _forward_block(split, causal, cp, p, j)
@@ -119,6 +121,7 @@ def block_work(shapes: tuple) -> float:
     return sum(q * (k - q / 2 if causal else k) for q, k, causal in shapes)
 
 
+@functools.lru_cache(maxsize=256)
 def busiest_position(split: str, causal: bool, cp: int) -> int:
     """The CP position whose attention costs the most over the ring's hops (the first of equals). At every hop of
     the ring it computes at least what any other position does (contiguous and causal: the last position, which sees
