@@ -24,10 +24,11 @@ def cp_activation_lines(a: dict) -> list:
     """The rows below the memory table for one CP rank's activations."""
     when = "when the loss runs" if a["peak_at"].startswith("loss.") else f"saving {a['peak_at']!r}"
     lines = [
-        f"activ.: the most activation bytes one CP rank held at once, {when}: its L / C = {a['tokens_per_rank']:,} "
-        f"tokens of B = {a['batch']} sequences",
-        f"of L = {a['seq_len']:,} (cp {a['cp']}, {a['split']} split), checkpoint {a['checkpoint']!r}, attention "
-        f"{a['attention']!r}; the same model unsplit on one GPU: {a['unsplit_peak'] / MB:,.1f} MB.",
+        f"activ.: the most activation bytes one CP rank held at once, {when}: its L / C = "
+        f"{a['tokens_per_rank']:,} tokens",
+        f"of each of B = {a['batch']} sequences of L = {a['seq_len']:,} (cp {a['cp']}, {a['split']} split), checkpoint "
+        f"{a['checkpoint']!r}, attention {a['attention']!r};",
+        f"the same model unsplit on one GPU holds {a['unsplit_peak'] / MB:,.1f} MB at its peak.",
         "",
         f"What one layer saves on one of cp = {a['cp']} ranks, by name, beside the unsplit layer's (MB = 1e6 bytes):",
         f"    {'':<32s} {'CP rank':>12s} {'unsplit':>12s} {'ratio':>7s}",
@@ -39,11 +40,10 @@ def cp_activation_lines(a: dict) -> list:
     total, whole = a["per_block_total"], a["unsplit_per_block_total"]
     lines += [
         f"    {'one layer':<32s} {total / MB:12.3f} {whole / MB:12.3f} {whole / total:7.2f}",
-        "Every tensor a layer keeps is per token (flash attention keeps one fp32 LSE row a head, no L×L buffer), so "
-        "each is",
-        "1/C of the unsplit one's; (CP) marks what context parallelism adds: the rotary positions of a rank's tokens "
-        "(int64).",
-        "K and V in attn.out are the last pair the ring held (Transformer Engine saves p2p_comm_buffers[-1]), the "
-        "size of its own.",
+        "Every tensor a layer keeps is per token (flash attention keeps one fp32 LSE row a head, no L×L buffer), so",
+        "each is 1/C of the unsplit one's; (CP) marks what context parallelism adds: the rotary positions of a rank's",
+        "tokens (int64).",
+        "K and V in attn.out are the last pair the ring held (Transformer Engine saves p2p_comm_buffers[-1]), its "
+        "own size.",
     ]
     return lines
