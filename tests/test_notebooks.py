@@ -57,6 +57,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     # DPU's loss curve; one offloaded step without and with DPU; ms per token against the batch; ZeRO-Infinity's step
     "14_offload.ipynb": 4,
     "15_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
+    "16_context_parallel.ipynb": 1,  # one step's attention per GPU, contiguous against zigzag, on the timeline
 }
 NEEDS = {"15_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
@@ -216,6 +217,12 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "distributed  Newton-Schulz on: 0.w -> ranks [0, 1], 2.w -> ranks [2, 3], 4.w -> ranks [3]",
         "  8 ranks, 224 matrices: owner 1.000, round robin 1.000",  # Llama-3-8B's balance, exact from the shapes
         " 64 ranks, 224 matrices: owner 1.264, round robin 1.264",
+    ],
+    "16_context_parallel.ipynb": [
+        "    zigzag: GPU 0 [0, 1, 14, 15]",  # chunks p and 2C − 1 − p (Transformer Engine's, torch's head-tail)
+        "contiguous: the last GPU computes 7 times the first's; zigzag: 1 times",  # 2C − 1; balanced
+        "out = bf16(out + out_1 · w_1) = bf16(1.0120126) = 1.015625",  # tests/test_context_merge.py's hand row
+        "One pass of flash attention over both keys: 1.0078125",
     ],
     "13_tensor_parallel.ipynb": [
         "rank 0's TP group:   (0, 1, 2, 3, 4, 5, 6, 7)",  # torchtitan's mesh: TP innermost, a node's 8 GPUs

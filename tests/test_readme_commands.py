@@ -418,6 +418,46 @@ def check_said(out: str, page: str, project: Path, line: str) -> None:
         assert "run A is 1.56e-02 and run B 1.62e-02 from the float64 run" in out, out
 
 
+def check_cp_replay(out: str, page: str, project: Path) -> None:
+    text = " ".join(page.split())
+    ring, one = re.search(r"gives \*\*([\d.]+)\*\* through the ring in bf16, where one pass of flash attention gives "
+                          r"\*\*([\d.]+)\*\*", text).groups()
+    assert f"= {ring}\n" in out and f"One pass of flash attention over both keys: {one};" in out, out
+
+
+def check_cp_train(out: str, page: str, project: Path) -> None:
+    assert "4 ranks = cp 2 x dp 2 (ring, zigzag split)" in out.splitlines()[0], out
+    assert "The GPT trains on 4 GPUs = cp 2 × dp 2" in " ".join(page.split())
+
+
+def check_cp_memory(out: str, page: str, project: Path) -> None:
+    text = " ".join(page.split())
+    layer, unsplit = re.search(r"layer keeps \*\*([\d.]+) MB\*\* by name against the unsplit layer's "
+                               r"\*\*([\d,.]+) MB\*\*", text).groups()
+    row = rf"^ +one layer +{re.escape(layer)} +{re.escape(unsplit.replace(',', ''))} +4\.00$"
+    assert re.search(row, out, re.M), out
+
+
+def check_cp_timeline(out: str, page: str, project: Path) -> None:
+    step = re.search(r"Cut contiguously, the step takes \*\*([\d.]+) ms\*\*", " ".join(page.split())).group(1)
+    assert re.search(rf"^step time +{re.escape(step)} ms", out, re.M) and "rank 0 computing CP position 3" in out, out
+
+
+def check_cp_plan(out: str, page: str, project: Path) -> None:
+    assert "Left out beside CP 2, 4: block (context parallelism runs attention as flash blocks" in out, out
+    assert re.search(r"^ 1  1  3 ", out, re.M), out  # CP 1 first, as the page says
+    assert "the planner still ranks CP 1 first" in " ".join(page.split())
+
+
+def check_cp_config(out: str, page: str, project: Path) -> None:
+    assert '"max_position_embeddings": 262144' in (project / "scratch" / "llama-3.1-8b-256k.json").read_text()
+
+
+def check_cp_published(out: str, page: str, project: Path) -> None:
+    predicted = re.search(r"\| FSDP 2, CP 4 \| 131,072 \| 1,071 \| ([\d,]+) \|", page).group(1)
+    assert f"throughput: {predicted} tokens/s per GPU" in out, out
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"zerosim validate +#", check_validate),
     (r"zerosim validate --fit", check_validate_fit),
@@ -457,6 +497,13 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim plan --model llama-2-13b .*--offload-optimizer cpu,nvme", check_offload_plan),
     (r"zerosim train --stage 2 --offload-optimizer cpu --dpu 10", check_offload_train),
     (r"zerosim (diff|lint) .*#", check_said),
+    (r"zerosim replay --cp 2", check_cp_replay),
+    (r"zerosim train --model gpt --attention flash --length 4 --cp 2", check_cp_train),
+    (r"zerosim memory --model llama-3-8b --ranks 8 --cp 4", check_cp_memory),
+    (r"zerosim timeline --model llama-3-8b --ranks 8 .*--cp 4 --cp-split contiguous", check_cp_timeline),
+    (r"zerosim plan --model llama-3-8b .*--cp 1,2,4", check_cp_plan),
+    (r"sed 's/\"max_position_embeddings\": 8192/", check_cp_config),
+    (r"zerosim timeline --config scratch/llama-3\.1-8b-256k\.json", check_cp_published),
 ]
 
 

@@ -59,12 +59,21 @@ def add_efficiency_arguments(p) -> None:
 
 
 def kernels_of(args) -> str:
-    """--kernels; else the --efficiency preset's (compiled: fused); else eager, what a user of plain PyTorch or HF
-    Transformers runs (torch.compile is opt-in)."""
+    """--kernels; else the --efficiency preset's (compiled: fused); else fused beside --cp (context parallelism's
+    twin runs zerosim's units, as Transformer Engine's fused attention and torchtitan's compiled CP runs do); else
+    eager, what a user of plain PyTorch or HF Transformers runs (torch.compile is opt-in)."""
     if getattr(args, "kernels", None):
         return args.kernels
     preset = str(getattr(args, "efficiency", None) or "").partition(":")[0]
-    return {v: k for k, v in KERNEL_PRESET.items()}.get(preset, "eager")
+    return {v: k for k, v in KERNEL_PRESET.items()}.get(preset, "fused" if _beside_cp(args) else "eager")
+
+
+def _beside_cp(args) -> bool:
+    """--cp above 1 (a degree, or any of plan's list)."""
+    cp = getattr(args, "cp", None)
+    if isinstance(cp, str):
+        return any(x.strip() not in ("", "1") for x in cp.split(","))
+    return isinstance(cp, int) and cp > 1
 
 
 def time_model_from_args(args):

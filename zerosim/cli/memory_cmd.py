@@ -13,6 +13,8 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
     zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
     zerosim memory --model llama-3-70b --ranks 256 --gpus-per-node 8 --tp 8 --sp --seq-len 8192 --batch 16 \
         --checkpoint block --precision bf16-mixed --gpu h100-80gb      # torchtitan's FSDP 32 x TP 8
+    zerosim memory --model llama-3-8b --ranks 8 --cp 8 --seq-len 262144 --batch 1 --checkpoint block-flash \
+        --stage 3 --gpu h100-80gb                                      # 256k tokens, each GPU 32k of them
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -28,8 +30,10 @@ config (--ds-config) sets the stage, schedule, precision, batch and clipping; ev
 --config, is listed as modelled, not modelled or no effect. With --strategy (and --gpus-per-node, --shard-group)
 the strategies for many nodes are measured instead of the stages. With --tp T (and --sp) every stage runs beside
 Megatron's tensor parallelism: --ranks stays the GPU count, ZeRO shards each TP rank's slice over the ranks / T
-data-parallel ranks that hold it, and the activations are one TP rank's, beside Megatron's formulas. The report is
-the library's (zerosim.analysis.reports: MemoryReport, StrategyMemoryReport): --json prints its `to_dict()`.
+data-parallel ranks that hold it, and the activations are one TP rank's, beside Megatron's formulas. With --cp C
+(--cp-style, --cp-split) each rank holds L / C tokens of every sequence: its activations by name beside the unsplit
+layer's, ZeRO sharding over dp × cp as torchtitan's FSDP does. The report is the library's
+(zerosim.analysis.reports: MemoryReport, StrategyMemoryReport): --json prints its `to_dict()`.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from zerosim.cli.strategy_args import (
     skipped_lines,
     strategies_of,
 )
-from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
+from zerosim.cli.parallel_args import add_parallel_arguments, layout_of, spec_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
@@ -73,7 +77,7 @@ def add_arguments(p) -> None:
     add_wire_arguments(p)
     add_mesh_arguments(p, several=True)
     add_offload_arguments(p, dpu=True)
-    add_tensor_arguments(p)
+    add_parallel_arguments(p)
 
 
 def strategies_report(args, s, names, tp: int = 1, sp: bool = False):
@@ -101,20 +105,29 @@ def report(args):
     s = setup(args)
     names = strategies_of(args, several=True)
     offload = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
-    tp, sp = tensor_of(args, args.ranks)
-    if offload is not None and (names or wire_from_args(args) is not None or tp > 1 or sp):
-        raise ValueError("offload is measured on the ZeRO stages' table: drop --strategy, --tp/--sp and the "
+    spec = spec_of(args, args.ranks)
+    tp, sp = spec.tp, spec.sp
+    if offload is not None and (names or wire_from_args(args) is not None or tp > 1 or sp or spec.cp > 1):
+        raise ValueError("offload is measured on the ZeRO stages' table: drop --strategy, --tp/--sp/--cp and the "
                          "quantized gathers (offload beside them is not modelled)")
-    if tp > 1 and s.micro is None:
-        raise ValueError("--tp splits a transformer's heads, columns and vocabulary: give its shape and work, "
+    if (tp > 1 or spec.cp > 1) and s.micro is None:
+        raise ValueError(f"{'--tp' if tp > 1 else '--cp'} splits a transformer's "
+                         + ("heads, columns and vocabulary" if tp > 1 else "sequences") + ": give its shape and work, "
                          "--seq-len (and --batch) with a --model, --config or --d-model")
+    if spec.cp > 1:
+        spec.model_check(s.micro[1], s.model.attention, s.model.checkpoint, names=_names(),
+                         kernels=getattr(s.model, "kernels", None))
     if names:
+        if spec.cp > 1:  # the one rule (DataMesh), in the flags' words
+            for name in names:
+                mesh_of(args, name, tp=tp, cp=spec.cp)
         return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
-    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1 and offload is None:
+    if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1 and spec.cp == 1 and \
+            offload is None:
         # (the table has no tiers; offload: a node's ranks share its host memory, so there it counts)
         raise ValueError("--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"
-                         " (and offload: a node's ranks share its host); "
+                         " (and --cp, and offload: a node's ranks share its host); "
                          "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
                          "links): drop it, or add --strategy")
     stages = (s.ds.stage,) if s.ds is not None else STAGES
@@ -128,8 +141,7 @@ def report(args):
     unit = getattr(s.model, "unit", None) or ((args.unit or "block") if s.config or args.model else "layer")
     r = memory_report(s, args.ranks, (3,) if qgz else stages, quantized, step=not args.no_step, unit=unit,
                       mesh=mesh_of(args, 3) if qgz else None, recipe=qgz_recipe(args),
-                      show_progress=not args.json and sys.stderr.isatty(), tp=tp, sp=sp,
-                      layout=layout_of(args) if tp > 1 else None,
+                      show_progress=not args.json and sys.stderr.isatty(), spec=spec,
                       gpus_per_node=args.gpus_per_node,
                       parallelisms=offload and (lambda st: (offload.offload(offload.configs[0], st)[0],)))
     if offload is None:
@@ -147,6 +159,12 @@ class _Skipping:
 
     def to_dict(self) -> dict:
         return {**self.report.to_dict(), "skipped": self.skipped}
+
+
+def _names() -> dict:
+    from zerosim.parallel._spec import FLAGS
+
+    return FLAGS
 
 
 def run(args) -> int:

@@ -8,6 +8,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
+from zerosim.cli.context_format import cp_activation_lines, cp_header
 from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.tensor_format import tp_activation_lines
 
@@ -16,14 +17,20 @@ def format_report(r: dict) -> str:
     """The whole report as a newcomer reads it (what `zerosim memory` prints): the header, the table by stage and
     kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
     and the seeds' conventions."""
-    act, tp = r["activations"], r.get("tensor_parallel")
-    lines = _header(r) if tp is None else _tp_header(r, tp)
+    act, tp, cp = r["activations"], r.get("tensor_parallel"), r.get("context_parallel")
+    lines = cp_header(r, cp) if cp is not None else _header(r) if tp is None else _tp_header(r, tp)
     lines += _table(r)
     lines += [
         "",
         "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
         "whole buffer at stage 0; at stages 2-3 one unit's gathered params and gradients). sent: bytes one rank put on",
         "the wire in the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
+    ] if tp is None and cp is None else [
+        "",
+        "peak: the most one rank held at once during the step. sent: bytes one rank put on the wire in the step",
+        "(trace), beside the formula: ZeRO's 2Ψ or 3Ψ times (N−1)/N, plus the K/V's round the CP group (2·B·G·L/C·d_h",
+        "each way per message; zerosim.analysis.reports, cp_sent).",
         "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ] if tp is None else [
         "",
@@ -34,7 +41,8 @@ def format_report(r: dict) -> str:
     ]
     lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     lines += _wire_lines(r) if r.get("wire") else []
-    lines += (_activation_lines(act) if tp is None else tp_activation_lines(act)) if act else [
+    lines += (cp_activation_lines(act) if cp is not None else _activation_lines(act) if tp is None else
+              tp_activation_lines(act)) if act else [
         "Activations are not counted: add --seq-len (and --batch, --checkpoint) with a --model or --config, or",
         "--d-model/--heads/--layers, to measure them on the ledgers too.",
     ]

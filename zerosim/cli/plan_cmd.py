@@ -5,6 +5,7 @@
     zerosim plan --model llama-3-8b --gpus 8 --gpu rtx3090 --seq-len 2048 --global-batch 32 --figure plan.png
     zerosim plan --model llama-3-70b --gpus 256 --gpu h100-80gb --seq-len 8192 --global-batch 512 --tp 1,2,4,8 --sp \
         --stages 3 --strategies block,flash
+    zerosim plan --model llama-3-8b --gpus 8 --gpu h100-80gb --seq-len 8192 --global-batch 8 --cp 1,2,4 --stages 3
 
 For each stage × strategy × micro-batch that splits the global batch, one micro-step of the model's data-less
 twin runs on the meta backend (its memory, from rank 0's ledger: model states, activations by name, gathered
@@ -12,7 +13,10 @@ units, the fp32 gradient shard) and, where it fits with the labelled estimates a
 timeline (time: the GPU's compute rates, NVLink inside a node, InfiniBand NDR across nodes). The ones that fit
 are ranked by step time; the top row is reproduced by the two commands printed below it. With --tp the
 tensor-parallel degrees are tried beside every stage (--gpus stays the GPU count; the data-parallel degree is
-gpus / tp): TP's collectives on NVLink within a node, the data-parallel ones across nodes.
+gpus / tp): TP's collectives on NVLink within a node, the data-parallel ones across nodes. With --cp the
+context-parallel degrees likewise (each GPU 1/C of every sequence; the data-parallel degree gpus / (tp · cp)): the
+combinations of the two lists are tried as data, those refused (CP beside SP, CP beside TP on the meta backend, a
+sequence that does not split) left out with the reason, and each one's strategies CP cannot run (not flash).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 from dataclasses import replace
 
 from zerosim.cli import choices
-from zerosim.cli.tensor_args import layout_of
+from zerosim.cli.parallel_args import add_parallel_arguments, specs_of
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
 
@@ -112,14 +116,7 @@ def _add_search_arguments(p) -> None:
     from zerosim.cli.offload_args import add_offload_arguments
 
     add_offload_arguments(p, times=True, several=True)  # offload configurations ranked beside no offload (tp = 1)
-    p.add_argument("--tp", default="1", metavar="T,...",
-                   help="tensor-parallel degrees to try beside every stage, comma-separated (default 1); each divides "
-                        "--gpus, the data-parallel degree is the quotient")
-    p.add_argument("--sp", action="store_true", help="with --tp: Megatron's sequence parallelism")
-    p.add_argument("--tp-layout", choices=choices.TP_LAYOUTS, default=None,
-                   help="with --tp: what a TP rank keeps for backward: megatron (each column GEMM's input as its "
-                        "sequence shard) or torchtitan (torch DTensor's all-gathered input); default by --comm: "
-                        "torchtitan for fsdp, megatron otherwise")
+    add_parallel_arguments(p, several=True)  # --tp 1,2,4 and --cp 1,2,4: every combination tried
 
 
 def _ints(text: str, flag: str, allowed=None) -> tuple:
@@ -144,17 +141,6 @@ def _strategies(text):
     if bad:
         raise ValueError(f"--strategies: unknown {bad[0]!r}; choose among {', '.join(ALL_STRATEGIES)}")
     return names
-
-
-def _tps(args) -> tuple:
-    tps = _ints(args.tp, "--tp")
-    if min(tps) < 1:
-        raise ValueError(f"--tp degrees must be at least 1, got {args.tp!r}")
-    if args.sp and max(tps) == 1:
-        raise ValueError("--sp cuts the sequence over a TP group: give --tp degrees above 1 with it")
-    if args.tp_layout is not None and max(tps) == 1:
-        raise ValueError("--tp-layout says what a TP rank keeps: give --tp degrees above 1 with it")
-    return tps
 
 
 def report(args):
@@ -196,9 +182,7 @@ def report(args):
         hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node),
         offloads=offloads,
         host=host,
-        tps=_tps(args),
-        sp=args.sp,
-        layout=layout_of(args) if max(_tps(args)) > 1 else None,
+        specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp and --cp
         spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
     )
     bar.close()

@@ -33,12 +33,14 @@ def format_plan(r: dict) -> str:
     ]
     if r["pruned"]:
         lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
-        lines += [f"  ZeRO-{p['stage']}" + (f" beside TP {p['tp']}" if p.get("tp", 1) > 1 else "")
+        lines += [f"  ZeRO-{p['stage']}" + _beside(p)
                   + (f" with {p['offload']}" if "offload" in p else "")
                   + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
-    for x in r["left_out"]:  # strategies TP's units cannot run: not tried beside TP, with the reason
-        lines += [f"Left out beside TP {', '.join(map(str, x['tp']))}: {', '.join(x['strategies'])} ({x['why']})", ""]
+    for x in r["left_out"]:  # strategies TP's or CP's units cannot run, or a combination refused, with the reason
+        at = " × ".join(f"{d.upper()} {', '.join(map(str, x[d]))}" for d in ("tp", "cp") if d in x)
+        lines += [f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})" if x["strategies"] else
+                  f"Left out: {at} ({x['why']})", ""]
     if not r["fitting"]:
         lines += ["Nothing tried fits. Closest:"] + [
             _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
@@ -49,31 +51,42 @@ def format_plan(r: dict) -> str:
         ]
         return "\n".join(lines)
     tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
-    lines += _fitting_lines(r, tp)
+    cp = "cps" in s  # a CP column likewise
+    lines += _fitting_lines(r, tp, cp)
     top = r["fitting"][0]
     lines += [
         "",
         "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
         "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
         "B × K: micro-batch × accumulation steps per GPU"
-        + (" (a TP group's GPUs share" if tp else "."),
-        *(["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp else []),
+        + (" (a TP group's GPUs share" if tp else " (a CP group's GPUs share" if cp else "."),
+        *(["theirs); TP, CP: the tensor- and context-parallel degrees, the data-parallel degree is GPUs / (TP · CP)."]
+          if tp and cp else ["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp
+          else ["theirs, each its L / CP tokens of every sequence); CP: the context-parallel degree, the data-parallel "
+                "degree is GPUs / CP."] if cp else []),
         f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
         "torchtitan's and PaLM's)",
         "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",
         "published runs: zerosim validate (docs/validation.md).",
         "",
         f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
-        + (f" beside TP {top['tp']}" if top.get("tp", 1) > 1 else "") + ", is what these two commands measure:",
+        + _beside(top) + ", is what these two commands measure:",
     ] + [f"  {c}" for c in r["reproduce"]]
     return "\n".join(lines)
 
 
-def _fitting_lines(r: dict, tp: bool) -> list:
+def _beside(x: dict) -> str:
+    """" beside TP 2 × CP 4" for a row (or a pruned stage) run beside parallel degrees above 1; "" otherwise."""
+    at = " × ".join(f"{d.upper()} {x[d]}" for d in ("tp", "cp") if x.get(d, 1) > 1)
+    return f" beside {at}" if at else ""
+
+
+def _fitting_lines(r: dict, tp: bool, cp: bool = False) -> list:
     """The rows that fit, fastest first (the first --top of them), then those tried that did not."""
     s = r["settings"]
     head = (
-        f"{'#':>2s}  " + ("TP " if tp else "") + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
+        f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "")
+        + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
         f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
         f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
         + ("   offload" if "offloads" in s else "")
@@ -85,7 +98,8 @@ def _fitting_lines(r: dict, tp: bool) -> list:
     ]
     for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
         lines.append(
-            f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + f"{x['stage']:<5d} {x['strategy']:14s} "
+            f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + (f"{x.get('cp', 1):<2d} " if cp else "")
+            + f"{x['stage']:<5d} {x['strategy']:14s} "
             f"{x['micro_batch']:>3d} × {x['accumulation']:<3d} "
             f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
             f"{x['peak'] / GB:8.2f} {x['reserved'] / GB:6.2f} {x['overheads'] / GB:6.2f} {x['margin'] / GB:7.2f}   "
@@ -108,7 +122,8 @@ def _line(x: dict) -> str:
                 f"host or NVMe is too small (host {x['host_peak'] / GB:.1f} GB, NVMe {x['nvme_peak'] / GB:.1f} GB "
                 "per rank)")
     return (
-        f"  ZeRO-{x['stage']}" + (f" TP {x['tp']}" if x.get("tp", 1) > 1 else "") + f" {x['strategy']:14s} B = "
+        f"  ZeRO-{x['stage']}" + "".join(f" {d.upper()} {x[d]}" for d in ("tp", "cp") if x.get(d, 1) > 1)
+        + f" {x['strategy']:14s} B = "
         f"{x['micro_batch']:<3d}" + (f" with {x['offload']}" if x.get("offload", "none") != "none" else "")
         + f" needs {x['total'] / GB:7.1f} GB "
         f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "

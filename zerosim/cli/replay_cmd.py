@@ -18,8 +18,8 @@ HELP = "replay seed 004's worked example step by step (the main job)"
 def add_arguments(p) -> None:
     p.add_argument("--stage", type=int, choices=choices.STAGES, default=1, help="ZeRO stage (default 1, the article's "
                                                                               "first)")
-    p.add_argument("--precision", choices=choices.PRECISION_PRESETS, default="fp16-mixed",
-                   help="mixed-precision preset (default fp16-mixed)")
+    p.add_argument("--precision", choices=choices.PRECISION_PRESETS, default=None,
+                   help="mixed-precision preset (default fp16-mixed; bf16-mixed with --cp)")
     p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
     p.add_argument("--steps", type=int, default=1,
                    help=f"training steps on the same two samples, 1..{choices.MAX_REPLAY_STEPS} (default 1; a bar on "
@@ -46,6 +46,9 @@ def add_arguments(p) -> None:
                    help="tell seed 004's network cut into 2 pipeline stages, its two samples as 2 micro-batches "
                         "through 1F1B: each stage's forward and backward, the activations and gradients sent between "
                         "them; takes --precision, --lr and --json")
+    p.add_argument("--cp", type=int, default=None, metavar="2",
+                   help="tell one hop of ring attention over 2 GPUs: the keys and values sent, each hop's output and "
+                        "log-sum-exp, and the online softmax's merge, number by number (context parallelism)")
 
 
 def _run_mesh(args) -> int:
@@ -79,11 +82,25 @@ def _run_pipeline(args) -> int:
     if args.pp != 2:
         raise ValueError(f"--pp replays seed 004's two layers as 2 pipeline stages: give --pp 2, got {args.pp}")
     if args.tp is not None or args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
-            args.loss_scale is not None or args.exact:
+            args.loss_scale is not None or args.exact or args.cp is not None:
         raise ValueError("--pp 2 replays one 1F1B step of 2 micro-batches; it takes --precision, --lr and --json, not "
-                         "--tp, --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+                         "--tp, --cp, --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
     result = pipeline_replay(args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_pipeline(result))
+    return 0
+
+
+def _run_context(args) -> int:
+    from zerosim.replay import cp_replay, narrate_cp
+
+    if args.cp != 2:
+        raise ValueError(f"--cp replays one hop of ring attention over 2 GPUs: give --cp 2, got {args.cp}")
+    if args.tp is not None or args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
+            args.loss_scale is not None or args.exact or args.strategy is not None or args.pp is not None:
+        raise ValueError("--cp 2 replays one forward of ring attention; it takes --precision and --json, not --tp, "
+                         "--pp, --mesh, --strategy, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    result = cp_replay(args.precision or "bf16-mixed")
+    print(json.dumps(result, indent=1) if args.json else narrate_cp(result))
     return 0
 
 
@@ -91,6 +108,9 @@ def run(args) -> int:
     from zerosim.precision import LOSS_SCALERS
     from zerosim.replay import MAX_STEPS, narrate, replay
 
+    if args.cp is not None:
+        return _run_context(args)
+    args.precision = args.precision or "fp16-mixed"
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
         raise ValueError(f"--lr must be a finite number >= 0, got {args.lr}")
     if args.exact and args.json:

@@ -9,6 +9,8 @@ r"""Time of one ZeRO step at real scale: each rank's compute and communication s
     zerosim timeline --model gpt3-175b --sweep --gpus-per-node 8 --strategy full_shard,hsdp,mics,hpz --shard-group 64
     zerosim timeline --model llama-7b --ranks 64 --gpus-per-node 8 --seq-len 2048 --batch 1 \
         --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ: int4 gradients through two all-to-alls
+    zerosim timeline --model llama-3-8b --ranks 8 --gpus-per-node 8 --seq-len 8192 --batch 1 --cp 4 \
+        --checkpoint block-flash --comm fsdp    # context parallelism: the K/V ring beside each hop's attention
 
 The engine runs one step on the meta backend (data-less arrays, one representative rank for all N), with
 the bucketing and prefetch knobs DeepSpeed and FSDP expose; every recorded event is then placed in time:
@@ -23,6 +25,11 @@ Without --seq-len the model is its layers' parameter counts and --tokens sets th
 with --seq-len it is zerosim's GPT or Llama at the model's shape: its attention, its checkpointing's recompute
 and its activations are in the step. --gpu judges rank 0's peak against the GPU (and picks its compute rates);
 the sweep marks every configuration that would not fit instead of plotting it as if it ran.
+
+With --cp C (--cp-style, --cp-split) each rank runs L / C tokens of every sequence: the K/V's sends on the CP group's
+own stream beside each hop's block of attention (or their all-gathers), each hop charged for its rank's block; rank 0
+then computes the CP position with the most attention (the last, under a contiguous causal split), which every send
+waits for.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_recipe,
 )
-from zerosim.cli.tensor_args import add_async_argument, add_tensor_arguments, layout_of, tensor_of
+from zerosim.cli.parallel_args import add_parallel_arguments, spec_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -87,8 +94,7 @@ def add_arguments(p) -> None:
         help="with --gpus-per-node: the link between nodes (default ib_ndr)",
     )
     add_mesh_arguments(p, several=True)
-    add_tensor_arguments(p)
-    add_async_argument(p)
+    add_parallel_arguments(p, async_tp=True)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
     p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
     add_activation_arguments(p)
@@ -163,10 +169,13 @@ def _check(args) -> None:
                          "stages' sweep")
     if len(names) > 1 and not args.sweep:
         raise ValueError("several strategies are compared by --sweep; a single step takes one --strategy")
-    tp, _ = tensor_of(args, args.ranks)
-    if tp > 1 and (args.seq_len is None or args.sweep):
+    spec = spec_of(args, args.ranks)
+    if spec.tp > 1 and (args.seq_len is None or args.sweep):
         raise ValueError("--tp splits a transformer's heads, columns and vocabulary: time one step of its shape with "
                          "--seq-len (and --batch), without --sweep")
+    if spec.cp > 1 and (args.seq_len is None or args.sweep):
+        raise ValueError("--cp cuts a transformer's sequences: time one step of its shape with --seq-len (and "
+                         "--batch), without --sweep")
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -216,20 +225,26 @@ def one_report(args, s):
     stage = names[0] if names else args.stage if args.stage is not None else (s.ds.stage if s.ds is not None else 3)
     hw = links_from_args(args, hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute,
                                              args.ranks))
-    tp, sp = tensor_of(args, args.ranks)
-    mesh = mesh_of(args, stage, tp=tp)  # the stage or strategy on --ranks, --gpus-per-node, its group and --tp: checked
-    check_qgz_model(args, s.model)
+    spec = spec_of(args, args.ranks)
+    mesh = mesh_of(args, stage, tp=spec.tp, cp=spec.cp)  # the stage or strategy on --ranks, --gpus-per-node, its
+    check_qgz_model(args, s.model)  # group, --tp and --cp: checked
+    if spec.cp > 1:
+        from zerosim.parallel._spec import FLAGS
+
+        spec.model_check(s.micro[1], s.model.attention, s.model.checkpoint, names=FLAGS,
+                         kernels=getattr(s.model, "kernels", None))
     recipe = strategy_recipe(names[0]) if names else qgz_recipe(args)
     req = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
-    if req and (tp > 1 or sp):
+    if req and (spec.tp > 1 or spec.sp):
         raise ValueError("offload beside tensor parallelism is not modelled: drop --tp/--sp or the offload flags")
+    if req and spec.cp > 1:
+        raise ValueError("offload beside context parallelism is not modelled: drop --cp or the offload flags")
     offload, notes = req.offload(req.configs[0], stage) if req else (None, ())
     if req:
         host = host_from_args(args, s.gpu)
         hw = offload_hardware(args, hw, host, min(args.ranks, mesh.gpus_per_node or host.gpus))
     report = timeline_step(s, mesh, hw, args.tokens or 2048, wire_from_args(args), time_model_from_args(args),
-                           recipe, sp=sp, async_tp=args.async_tp, parallelisms=() if offload is None else (offload,),
-                           layout=layout_of(args) if tp > 1 else None,
+                           recipe, parallelisms=() if offload is None else (offload,), spec=spec,
                            steps=offload_steps(req))
     if offload is None:
         return report

@@ -26,6 +26,12 @@ def format_one(r: dict) -> str:
         nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
             f", {tp['layout']}'s activation layout" if "layout" in tp else "") + (
             ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
+    cp = r.get("context_parallel")
+    if cp is not None:
+        nodes += f" = cp {cp['cp']} x dp {cp['dp']} ({cp['style']}, {cp['split']} split)"
+        work += (f"; each rank {cp['tokens_per_rank']:,} tokens of a sequence, " + (
+            "every CP position the same attention pairs" if cp["balanced"] else
+            f"rank 0 computing CP position {cp['rank0_position']}'s blocks (the busiest: every send waits for it)"))
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [
@@ -83,8 +89,9 @@ def _throughput_line(r: dict) -> str:
     GPUs."""
     if not r["tokens_per_s_per_gpu"]:
         return ""
-    tp = r.get("tensor_parallel")
+    tp, cp = r.get("tensor_parallel"), r.get("context_parallel")
     shared = "" if tp is None else f"; a TP group's {tp['tp']} GPUs share one batch rank's tokens"
+    shared += "" if cp is None else f"; a CP group's {cp['cp']} GPUs share one batch rank's sequences"
     mfu = "" if r["mfu"] is None else f", MFU {100 * r['mfu']:.1f} %"
     return (
         f"throughput: {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU{mfu} (the job's tokens / step / GPUs{shared})"

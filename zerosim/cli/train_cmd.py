@@ -25,7 +25,7 @@ from zerosim.cli.precision_args import (
     precision_summary,
     step_note,
 )
-from zerosim.cli.tensor_args import add_tensor_arguments, layout_of, tensor_of
+from zerosim.cli.parallel_args import add_parallel_arguments, layout_of, spec_of
 from zerosim.cli.choices import (MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRESETS, SEQUENCE_TASKS, SHARDINGS,
                                  STAGES)
 
@@ -141,7 +141,7 @@ def add_arguments(p) -> None:
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
                    help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
                         "(default standard)")
-    add_tensor_arguments(p)
+    add_parallel_arguments(p)
     add_precision_arguments(p)
     from zerosim.cli.offload_args import add_offload_arguments
 
@@ -211,7 +211,21 @@ def _check_run(args) -> int | None:
             raise ValueError(f"{flag} must be {want}, got {value}")
     if args.native and args.backend != "mpi":
         raise ValueError("--native chooses MPI's own collectives; it needs --backend mpi")
-    tensor_of(args, ranks)  # --tp (a positive integer dividing --ranks), --sp, --tp-layout: checked by their names
+    # --tp, --sp, --tp-layout, --cp, --cp-style, --cp-split: checked by their names (a resumed run's GPUs, None here,
+    # against its saved count where the run reads it)
+    spec = spec_of(args, ranks)
+    if spec.cp > 1 and args.model in ("gpt", "llama") and (args.attention or "standard") != "flash":
+        raise ValueError("--cp runs attention as flash blocks, whose log-sum-exp the ring merges (Transformer "
+                         "Engine disables its unfused attention with context parallelism): add --attention flash")
+    if spec.cp > 1 and args.model in ("gpt", "llama"):
+        from zerosim.parallel.context import check_length
+        from zerosim.train import TrainConfig
+
+        n = args.length if args.length is not None else TrainConfig.__dataclass_fields__["length"].default
+        try:
+            check_length(2 * n, spec.cp_split, spec.cp)
+        except ValueError as e:
+            raise ValueError(f"--length {n} makes sequences of {2 * n} tokens, and {e}") from None
     return ranks
 
 
@@ -302,6 +316,8 @@ def _train_config(args, widths: list, ranks) -> tuple:
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
                          trace_log=args.trace_log, overwrite=args.overwrite, offload=offload,
                          tp=1 if args.tp is None else args.tp, sp=args.sp, tp_layout=layout_of(args),
+                         cp=1 if args.cp is None else args.cp, cp_style=args.cp_style or "ring",
+                         cp_split=args.cp_split or "zigzag",
                          **gpt_options(args))
     return config, precision
 
@@ -325,8 +341,11 @@ class _Printer:
             what = (f"{'GPT' if config.model == 'gpt' else 'Llama'}(vocab={config.vocab}, d_model={config.d_model}, "
                     f"heads={config.heads}{kv}, layers={config.layers})" if config.model != "mlp" else
                     f"MLP {self.widths}")
-            tp = "" if config.tp == 1 else (f" = tp {config.tp} x dp {config.ranks // config.tp}"
-                                            + (" (sequence parallel)" if config.sp else ""))
+            dp = config.ranks // (config.tp * config.cp)
+            tp = "" if config.tp == 1 and config.cp == 1 else (
+                " = " + "".join(f"{n} {d} x " for n, d in (("tp", config.tp), ("cp", config.cp)) if d > 1)
+                + f"dp {dp}" + (" (sequence parallel)" if config.sp else "")
+                + (f" ({config.cp_style}, {config.cp_split} split)" if config.cp > 1 else ""))
             what += _padded_words(config)
             print(f"zerosim train: {what} ({params} params), {config.task}, ZeRO stage {config.stage}, "
                   f"{config.ranks} ranks{tp} on {args.backend}, {_precision_name(config.precision)}, "

@@ -31,6 +31,8 @@ PURPOSES = (
     "refresh params",  # stage 1/2: the all-gather of the updated 16-bit params after the step
     "optimizer",  # a collective the optimizer itself needs (Muon bringing its matrices together: parallel/data/muon)
     "check",  # a tiny agreement collective (overflow flag, gradient norm)
+    "tensor parallel",  # Megatron's f and g inside a layer (parallel/tensor/_communication.py)
+    "context parallel",  # the K/V's sends round the CP ring, or their all-gather (parallel/context/_communication.py)
     "",  # a collective called directly, outside an engine
 )
 

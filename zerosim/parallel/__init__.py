@@ -3,6 +3,8 @@ their degrees.
 
     _dims.py       ParallelDims: every parallel degree of a job (dp_replicate, dp_shard, tp, cp, pp), validated against
                    the world size, and the named mesh it lays the ranks out on (torchtitan's order and flattenings)
+    _spec.py       ParallelSpec: the parallelisms beside data parallelism one job asks for (tp, sp, cp, their
+                   options), checked once, and what builds a job's model from them
     _contract.py   Parallelism: the four points of a step where a parallelism acts (before / after a unit, at the
                    end of backward, after the update), each returning handles; Parallelisms fans them out
     data/          data parallelism: ZeRO stages 0-3, FSDP2, HSDP / MiCS / hpZ, ZeRO++ (the step itself)
@@ -15,5 +17,6 @@ example.
 
 from zerosim.parallel._contract import Parallelism, Parallelisms
 from zerosim.parallel._dims import FLATTENED, ORDER, ParallelDims
+from zerosim.parallel._spec import ParallelSpec
 
-__all__ = ["FLATTENED", "ORDER", "ParallelDims", "Parallelism", "Parallelisms"]
+__all__ = ["FLATTENED", "ORDER", "ParallelDims", "ParallelSpec", "Parallelism", "Parallelisms"]

@@ -174,6 +174,24 @@ def _tp_peak_ratio() -> float:
     return peaks[1] / peaks[0]
 
 
+def _cp_contiguous_ratio() -> float:
+    """Notebook 16's causal attention over 4 CP ranks cut contiguously: the last rank's query-key pairs over the
+    first's, summed over the ring's hops (parallel/context's blocks, as the time model charges them)."""
+    from zerosim.parallel.context import block_shapes, block_work
+
+    def pairs(p):
+        return sum(block_work(block_shapes("ring", "contiguous", True, 4, p, j, 8)) for j in range(4))
+
+    return pairs(3) / pairs(0)
+
+
+def _cp_bf16_merge() -> float:
+    """Notebook 16's one-hop merge in bf16 (replay --cp 2): GPU 1's ring output."""
+    from zerosim.replay import cp_replay
+
+    return cp_replay("bf16-mixed")["output"][0]
+
+
 def _offload_host_gb() -> float:
     """Notebook 14's 13B on one V100 with ZeRO-Offload (stage 2, Adam, fp16): the host's ledger at rest, in GB."""
     from zerosim.analysis.costs import measure_stage
@@ -378,6 +396,28 @@ QUESTIONS = {q.name: q for q in (
              wrong=((156, "the master and Adam's moments alone, 12Ψ: the host also keeps the fp16 gradient it is "
                           "sent and the pinned fp16 copy it sends back."),
                     (26, "the device's share, 2Ψ: that is what stays on the GPU."))),
+    # -- notebook 16: context parallelism --
+    Question("cp-contiguous-ratio", "Causal attention over a CP group of 4, the sequence cut contiguously (rank p "
+             "holds chunk p): how many times the first rank's query-key pairs does the last rank compute over the "
+             "ring's hops?", "x", _cp_contiguous_ratio,
+             "7 = 2C − 1: a chunk attends to its own keys (the diagonal block, half its pairs under the mask) and to "
+             "every earlier chunk's in full, so rank p computes p + ½ chunks' worth; the last 3.5, the first 0.5. The "
+             "zigzag split cuts the sequence in 2C chunks half as long and gives rank p chunks p and 2C − 1 − p, "
+             "which attend to p + ½ and 2C − 1 − p + ½ of them: 2C on every rank.",
+             wrong=((4, "C: the last rank sees C chunks of keys, but the first sees half of one, not one (its "
+                        "diagonal block is masked above)."),
+                    (1, "the same work everywhere: true of the zigzag split, not of the contiguous one."))),
+    Question("cp-bf16-merge", "bf16, two GPUs, one token each: GPU 1's query scores its own key 0 (value 1) and the "
+             "key that arrives from GPU 0, 1 (value 1.015625). The ring merges the two steps as Transformer Engine "
+             "does: what is GPU 1's output?", "", _cp_bf16_merge,
+             "1.015625: the merge rounds twice. lse = 1 + log1p(e⁻¹) = 1.3132617 (fp32); the first step's term "
+             "1 · e^(0 − lse) = 0.2689414 is stored in bf16 as 0.26953125 (rounded up), and adding the second's "
+             "1.015625 · e^(1 − lse) = 0.7424... gives 1.0120126, past the midpoint 1.01171875 between bf16's "
+             "1.0078125 and 1.015625. One pass of flash attention keeps an fp32 accumulator and gives 1.0078125, "
+             "the float64 value's nearest (1.0114228).",
+             wrong=((1.0078125, "one pass of flash attention's answer (and float64's nearest bf16): it rounds once; "
+                                "the ring stored the first step's term in bf16 before adding the second."),
+                    (1.0114228, "float64's value: bf16 has no such number (its spacing at 1 is 2⁻⁷)."))),
     # -- notebook 15: real torch --
     Question("torch-ddp-equal", "Real DDP on 3 gloo processes, 3 steps: in the worst step, what percent of the reduced "
              "gradient's elements does zerosim's `ddp` recipe, adding in gloo's order, reproduce bit for bit?", "%",

@@ -88,6 +88,9 @@ class TrainConfig:
     comm: object = None  # a parallel.data.CommSchedule (buckets, prefetch: a DeepSpeed config's), or None (seed 004's)
     # with tp > 1: what a TP rank keeps for backward (parallel/tensor LAYOUTS); no bit moves
     tp_layout: str = "megatron"
+    cp: int = 1  # context parallelism's degree (gpt, llama with attention="flash"): each rank 1/C of every sequence
+    cp_style: str = "ring"  # with cp > 1: "ring" (the K/V sent hop by hop) or "allgather"
+    cp_split: str = "zigzag"  # with cp > 1: "zigzag" (load-balanced) or "contiguous"
 
     def __post_init__(self):
         for name in ("save", "resume", "trace_log"):  # paths, checked before a resume reads anything
@@ -204,6 +207,25 @@ class TrainConfig:
                    if self.save or self.resume else None)
             if why:
                 raise ValueError(why)
+        self._check_context()
+
+    def _check_context(self) -> None:
+        """Context parallelism's choices, checked by its own rules (zerosim.parallel ParallelSpec, parallel/context)."""
+        from zerosim.parallel import ParallelSpec
+
+        spec = ParallelSpec(tp=self.tp, sp=self.sp, cp=self.cp, cp_style=self.cp_style, cp_split=self.cp_split)
+        spec.check(self.ranks if self.backend == "numpy" else None)
+        if self.cp == 1:
+            return
+        why = ("context parallelism cuts a transformer's sequences: use model 'gpt' or 'llama'" if self.model == "mlp"
+               else f"context parallelism runs on the numpy backend here, not {self.backend!r}"
+               if self.backend != "numpy" else
+               "checkpoints of context-parallel runs are not written or read yet: drop save / resume"
+               if self.save or self.resume else
+               "offload beside context parallelism is not modelled: drop offload or cp" if self.offload else None)
+        if why:
+            raise ValueError(why)
+        spec.model_check(2 * self.length, self.attention, "block" if self.checkpoint else "none", meta=False)
 
 
     def _check_fields(self) -> None:
@@ -371,7 +393,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
     options |= {} if observer is None else observer.cluster_options  # e.g. a trace that keeps values
     cluster = Cluster(config.ranks, backend=config.backend, **options, **config.backend_options)
     _check_ranks_agree(cluster, config)
-    tensor = None  # the TensorParallel beside the engine (tp > 1)
+    tensor = context = None  # the TensorParallel (tp > 1) and ContextParallel (cp > 1) beside the engine
     if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
         saved = ckpt.saved_optimizer(config.resume)
         if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
@@ -388,8 +410,14 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
             from zerosim.parallel.tensor import TensorParallel
 
             tensor = TensorParallel(model, config.tp, config.sp, params=params, layout=config.tp_layout)
+        beside = () if tensor is None else (tensor,)
+        if config.cp > 1:  # each rank its tokens of every sequence: the whole model's weights (TP's slice beside TP)
+            from zerosim.parallel.context import ContextParallel
+
+            context = ContextParallel(model, config.cp, config.cp_style, config.cp_split, tensor=tensor)
+            beside = context.parallelisms
         engine = ZeroEngine(
-            model if tensor is None else tensor.model,
+            beside[-1].model if beside else model,
             cluster,
             config.stage,
             optimizer,
@@ -398,12 +426,12 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
             params=params if tensor is None else None,
             accumulation_steps=config.accumulation_steps,
             clip_grad=config.clip_grad,
-            parallelisms=tuple(p for p in (tensor, config.offload) if p is not None),
+            parallelisms=tuple(p for p in (*beside, config.offload) if p is not None),
             comm=config.comm,
         )
     if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
         ckpt.check_save(engine, config.save, bool(config.overwrite))
-    n, k = config.ranks // config.tp, config.accumulation_steps  # the data-parallel ranks draw micro-batches
+    n, k = config.ranks // (config.tp * config.cp), config.accumulation_steps  # the data-parallel ranks draw
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
     if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
@@ -438,6 +466,8 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
         ids = [[data.position(r.index) * k + j for j in range(k)] for r in cluster.ranks]  # places among the N·K
         mine = [[pool[base + i] for i in row] for row in ids]
+        if context is not None:  # each CP rank its tokens of its data-parallel rank's sequences (cut as CP cuts)
+            mine = context.batches(engine.dims, [[pool[base + d * k + j] for j in range(k)] for d in range(n)])
         scales.append(engine.scaler.scale)
         t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
         local = engine.step(mine)

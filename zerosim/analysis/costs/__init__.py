@@ -19,6 +19,7 @@ measured by one meta-backend step of the real engine.
     _efficiency.py   the rates kernels achieve per GPU and kernel class (cited), presets eager / compiled, --efficiency
     _kernel_work.py  what each kernel class of a unit reads, writes and computes (GEMMs, attention, elementwise)
     _tensor_work.py  the same for one tensor-parallel rank's unit: its slice's GEMMs (fp8 too), heads, tokens
+    _context_work.py the same for one context-parallel rank's attention parts: each hop on its block of the ring
     _calibration.py  the framework factors, fitted on the named calibration set only (docs/validation.md)
     _throughput.py   tokens/s per GPU (the job's tokens ÷ step ÷ GPUs) and MFU: the one definition every report reads
     _reserve.py      reserved beside allocated: the caching allocator's measured ratios
@@ -64,8 +65,11 @@ from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_laten
 from zerosim.analysis.costs._measured import (
                                           measure_activations,
                                           measure_by_stage,
+                                          measure_rank_activations,
                                           measure_stage,
                                           measure_tp_activations,
+                                          parallel_model,
+                                          positions_of,
                                           strategy_costs,
                                           tensor_parallel,
 )
@@ -108,8 +112,8 @@ __all__ = [
     "tokens_per_s_per_gpu", "tokens_per_step",
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
-    "measure_activations", "measure_by_stage", "measure_stage", "measure_tp_activations", "strategy_costs",
-    "tensor_parallel",
+    "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
+    "parallel_model", "positions_of", "strategy_costs", "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

@@ -116,6 +116,22 @@ def elementwise_per_token(unit, kernels: str) -> float:
     return total
 
 
+def gemm_work(unit, T: int, kind: str, recompute_weights=None) -> tuple:
+    """([(M, N, K), ...] the unit's GEMMs on T tokens in pass `kind`, the bytes their fp8 casts would move): each
+    weight (out, in) forward (T, out, in), backward dX (T, in, out) and dW (out, in, T) (module docstring)."""
+    gemms, cast = [], 0.0
+    for name, (out, inp) in weights(unit):
+        if kind == "recompute" and recompute_weights is not None and name not in recompute_weights:
+            continue
+        if kind == "backward":
+            gemms += [(T, inp, out), (out, inp, T)]
+            cast += FP8_CAST["backward"][0] * T * out + FP8_CAST["backward"][1] * out * inp + 3 * T * inp
+        else:
+            gemms.append((T, out, inp))
+            cast += FP8_CAST["forward"][0] * T * inp + FP8_CAST["forward"][1] * out * inp
+    return gemms, cast
+
+
 def unit_work(unit, x_shape: tuple, kind: str, kernels: str = "eager", fp8: bool = False,
               recompute_weights=None) -> Work:
     """The work of `unit` (a real layer: zerosim.models' LlamaBlock, TransformerBlock, ...) on an input of x_shape
@@ -128,16 +144,7 @@ def unit_work(unit, x_shape: tuple, kind: str, kernels: str = "eager", fp8: bool
         raise ValueError(f"unknown pass {kind!r}")
     B, L = x_shape[0], x_shape[1]
     T = B * L
-    gemms, cast = [], 0.0
-    for name, (out, inp) in weights(unit):
-        if kind == "recompute" and recompute_weights is not None and name not in recompute_weights:
-            continue
-        if kind == "backward":
-            gemms += [(T, inp, out), (out, inp, T)]
-            cast += FP8_CAST["backward"][0] * T * out + FP8_CAST["backward"][1] * out * inp + 3 * T * inp
-        else:
-            gemms.append((T, out, inp))
-            cast += FP8_CAST["forward"][0] * T * inp + FP8_CAST["forward"][1] * out * inp
+    gemms, cast = gemm_work(unit, T, kind, recompute_weights)
     memory = elementwise_per_token(unit, kernels) * T * (BACKWARD_BYTES if kind == "backward" else 1)
     if "embed_tokens" in unit.param_shapes or "wte" in unit.param_shapes:
         if kind == "backward":  # the (V, d) gradient: zeroed in fp32, accumulated, cast to 16 bits

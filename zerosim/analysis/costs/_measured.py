@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from zerosim.cluster import Cluster, Compute, MemoryLedger
 from zerosim.models import forward_backward
 from zerosim.optim import get_optimizer
+from zerosim.parallel import ParallelSpec
 from zerosim.parallel.data import ZeroEngine
 from zerosim.parallel.data.multinode import DataMesh
 from zerosim.precision import get_precision
@@ -24,7 +25,8 @@ MODEL_STATES = ("params", "grads", "master")  # and every optim:* kind: the rest
 def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16-mixed", step: bool = True,
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
                      comm=None, clip_grad: float | None = None, wire=None, tp: int = 1, sp: bool = False,
-                     gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None) -> list:
+                     gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None,
+                     spec=None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
@@ -34,7 +36,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     micro-step: with gradient accumulation every micro-step holds the same (tests/test_plan.py shows the peak
     does not change with K). `tp`, `sp`: tensor (and sequence) parallelism of that degree beside each stage, `ranks`
     every GPU (the data-parallel degree is ranks / tp), the ranks placed `gpus_per_node` to a node; `layout` what a
-    TP rank keeps (parallel/tensor LAYOUTS).
+    TP rank keeps (parallel/tensor LAYOUTS); or `spec`, a ParallelSpec, says all of these and context parallelism
+    (each rank's L / C tokens of every sequence, `micro_batch` then the whole sequences').
 
     Returns [{"stage", "resting": {kind: bytes}, "peak": bytes, "peak_by_kind": {kind: bytes}, "at_peak": {kind:
     bytes}, "sent": bytes, "ranks_agree": bool}] (and with offload, "host" and "nvme": their tiers'), where resting is
@@ -51,7 +54,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
                                  wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp, layout=layout,
-                                 parallelisms=parallelisms(stage) if parallelisms else ())[0])
+                                 parallelisms=parallelisms(stage) if parallelisms else (), spec=spec)[0])
     return out
 
 
@@ -59,7 +62,7 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
                   sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True,
-                  layout: str | None = None) -> tuple:
+                  layout: str | None = None, spec=None) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
@@ -72,18 +75,23 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     the caller's); `layout`: what a TP rank keeps (parallel/tensor LAYOUTS). `totals=False` leaves out the row's
     "sent" and "tiers" (the trace's bytes, summed over every call), for a caller that reads only memory (the explorer,
     whose times come from the trace itself): under the profiler
-    those sums were a tenth of the explorer's step at 64 ranks."""
-    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
+    those sums were a tenth of the explorer's step at 64 ranks. `spec`: a ParallelSpec in place of `tp`, `sp` and
+    `layout`, with context parallelism (its degree the mesh's cp; `micro_batch` the whole sequences, each rank then
+    running its L / C tokens of them)."""
+    spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout)
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp)
+    spec.check_mesh(mesh)
     ranks = mesh.dims.world_size
     cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
     for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
         r.ledger.keep_timeline = True
-    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, layout=layout)
+    model, beside = parallel_model(model, spec)
     engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
                         checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
-                        shard_group=mesh.group, recipe=recipe, parallelisms=(*tensor, *parallelisms))
+                        shard_group=mesh.group, recipe=recipe, parallelisms=(*beside, *parallelisms))
     if step:  # one micro-batch per rank this process hosts (the representative: 1)
-        engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster, *micro_batch))
+        engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster,
+                                                                                      *spec.micro(*micro_batch)))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
                for r in cluster.ranks]
     peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
@@ -111,16 +119,25 @@ def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False
     one TP rank's twin and its `TensorParallel` (a MetaGPT's or MetaLlama's shape is needed to split it). A vocabulary
     that does not split over tp is padded as Megatron pads it (up to a multiple of 128·tp: tensor/_vocab.py).
     `layout`: what a TP rank keeps for backward (parallel/tensor LAYOUTS; None: the library's default, Megatron's)."""
-    if tp == 1 and not sp:
-        return model, ()
-    from zerosim.parallel.tensor import TensorParallel, padded_model  # the tensor folder, only where asked for
+    return parallel_model(model, ParallelSpec(tp=tp, sp=sp, tp_layout=layout, async_tp=async_tp))
 
-    if getattr(model, "gpt", None) is None:
-        raise ValueError("tensor parallelism splits a transformer's heads, columns and vocabulary: give the model's "
-                         "shape (a --model preset or --config with --seq-len), not a parameter count")
-    parallel = TensorParallel(padded_model(model, tp), tp, sp, async_tp=async_tp,  # vocabulary padded as Megatron
-                              **({} if layout is None else {"layout": layout}))
-    return parallel.model, (parallel,)
+
+def parallel_model(model, spec) -> tuple:
+    """(the model the engine runs, the parallelisms beside it) for `spec` (a ParallelSpec): `model` itself and none
+    without TP or CP, else one TP and CP rank's twin and its parallelisms (a MetaGPT's or MetaLlama's shape is needed
+    to split it)."""
+    if (spec.tp > 1 or spec.sp or spec.cp > 1) and getattr(model, "gpt", None) is None:
+        what = "tensor parallelism splits a transformer's heads, columns and vocabulary" if spec.cp == 1 else \
+            "context parallelism cuts a transformer's sequences"
+        raise ValueError(f"{what}: give the model's shape (a --model preset or --config with --seq-len), not a "
+                         "parameter count")
+    return spec.build(model)
+
+
+def positions_of(parallelisms, cluster, dims):
+    """rank -> its CP position as the run computed it (context parallelism's `position_of`), or None without CP:
+    what the time model reads to charge each hop its block (analysis/timeline KernelTimes)."""
+    return next((p.position_of(cluster, dims) for p in parallelisms if hasattr(p, "position_of")), None)
 
 
 def at_peak_by_kind(ledger) -> dict:
@@ -223,10 +240,18 @@ def measure_tp_activations(model, batch: int, seq_len: int, precision: str, tp: 
     """One TP rank's activations for one micro-batch of (batch, seq_len): a meta step of `model` (a MetaGPT or
     MetaLlama) at degree `tp` on tp ranks (the data-parallel degree does not change a rank's activations), read back
     by name: block 0's buffers, what lives outside the blocks, and the peak with the model's own checkpointing."""
+    return measure_rank_activations(model, batch, seq_len, precision, ParallelSpec(tp=tp, sp=sp, tp_layout=layout))
+
+
+def measure_rank_activations(model, batch: int, seq_len: int, precision: str, spec) -> ActivationsMeasured:
+    """One rank's activations beside the parallelisms `spec` names (a ParallelSpec: a TP rank's slice, a CP rank's
+    L / C tokens) for one micro-batch of (batch, seq_len): a meta step of `model` on tp · cp ranks (the
+    data-parallel degree does not change a rank's activations), read back by name: block 0's buffers, what lives
+    outside the blocks, and the peak with the model's own checkpointing."""
     # NOTE: a checkpointed block's first unit saves the block's input under the name its norm gives it too
     # ("block0.ln1.block input"), the same bytes: the table keeps one
-    _, cluster, _ = measure_stage(model, tp, 0, "adam", precision, micro_batch=(batch, seq_len), tp=tp, sp=sp,
-                                  layout=layout)
+    _, cluster, _ = measure_stage(model, spec.tp * spec.cp, 0, "adam", precision, micro_batch=(batch, seq_len),
+                                  spec=spec)
     own = cluster.ranks[0].ledger  # checkpointed, a block's buffers are born again in its recompute, by name
     allocs = [e for e in own.timeline if e.action == "alloc" and e.kind == "activations"]
     peak = own.peak("activations")

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
+from zerosim.analysis.costs._measured import positions_of
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline._devices import Hardware
@@ -53,7 +54,8 @@ class PlanRow:
     host_peak: int = 0  # rank 0's host ledger peak, bytes (offload)
     nvme_peak: int = 0  # rank 0's NVMe ledger peak, bytes (offload)
     host_fits: bool = True  # the ranks of a node fit its host DRAM and NVMe (costs.host_fit)
-    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / tp)
+    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / (tp · cp))
+    cp: int = 1  # context parallelism's degree: each of cp GPUs holds 1/cp of every sequence
 
     @property
     def total(self) -> int:
@@ -78,7 +80,9 @@ class Plan:
     settings: dict  # what was asked: model, ranks, gpus_per_node, gpu, seq_len, global_batch, precision, ...
     link: str  # the ring's link
     pruned_offload: tuple = ()  # ((stage, device model-state bytes, placement), ...): the same, with an offload
-    left_out: tuple = ()  # ((tp, strategy, why), ...): strategies a TP degree cannot run, not tried at it
+    # (({degree: value}, strategy or None, why), ...): strategies a combination of degrees cannot run, or (None) a
+    # combination not tried at all, with the reason
+    left_out: tuple = ()
 
     def commands(self, row: PlanRow, model_flag: str) -> tuple:
         """The `zerosim memory` and `zerosim timeline` command lines that reproduce `row` (model_flag: "--model X"
@@ -89,15 +93,24 @@ class Plan:
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
-        if row.tp > 1:
-            common += (f" --tp {row.tp}" + (" --sp" if s.get("sp") else "")
-                       + (f" --tp-layout {s['tp_layout']}" if s.get("tp_layout") else "")
-                       + f" --gpus-per-node {s['gpus_per_node']}")
+        beside = row.tp > 1 or row.cp > 1
+        if beside:
+            common += " " + self.spec_of(row).flags() + f" --gpus-per-node {s['gpus_per_node']}"
         return (
             f"zerosim memory {common}",
             f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
-            + ("" if row.tp > 1 else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
+            + ("" if beside else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
         )
+
+    def spec_of(self, row: PlanRow):
+        """The ParallelSpec `row` ran beside its stage: its degrees with the plan's options."""
+        from zerosim.parallel import ParallelSpec
+
+        s = self.settings
+        return ParallelSpec(tp=row.tp, sp=bool(s.get("sp")) and row.tp > 1,
+                            tp_layout=s.get("tp_layout") if row.tp > 1 else None, cp=row.cp,
+                            cp_style=s.get("cp_style", "ring") if row.cp > 1 else "ring",
+                            cp_split=s.get("cp_split", "zigzag") if row.cp > 1 else "zigzag")
 
 
 def divisors(n: int) -> tuple:
@@ -110,7 +123,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
          reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
-         spelling=None, offloads: tuple = (), host=None, layout: str | None = None) -> Plan:
+         spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
@@ -120,7 +133,11 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
     of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes, a rank keeping what `layout`
     says (parallel/tensor LAYOUTS; None: the library's default). Strategies TP's units cannot run are not tried
-    beside it (`left_out`, with the reason). `spelling`: how the caller
+    beside it (`left_out`, with the reason). Or `specs`: the combinations of parallel degrees to try, as data —
+    ((ParallelSpec, None) or ({degree: value}, why it is refused), ...), the product of each degree's list (the
+    CLI's `specs_of`): each tried beside every stage, a refused one left out with its reason, and each strategy a
+    combination cannot run (TP's checkpointing rules, CP's flash attention: ParallelSpec.model_check) left out beside
+    it. `spelling`: how the caller
     names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names).
 
     `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
@@ -136,48 +153,55 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
-    tps = _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling, optimizer)
+    specs = _tp_specs(tps, sp, layout) if specs is None else tuple(specs)
+    tried = _check(config, ranks, gpus_per_node, seq_len, global_batch, specs, spelling, optimizer)
     strategies = tuple(strategies or ALL_STRATEGIES)
-    left_out = _left_out(strategies, tps)
+    left_out, runs = _left_out(strategies, tried, seq_len, kernels)
+    tps = tuple(dict.fromkeys(spec.tp for spec, _ in runs))
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
     host = HOSTS["dgx-h100"] if host is None else get_host(host)
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
-                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, sp, host,
-                   layout)
-    rows, pruned, pruned_offload, tried = [], [], [], set()
-    for tp in tps:
-        per_rank = global_batch // (ranks // tp)  # sequences a data-parallel rank (a TP group) takes per step
+                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
+    rows, pruned, pruned_offload, done = [], [], [], set()
+    for spec, mine in runs:
+        alone = spec.tp == 1 and spec.cp == 1
+        per_rank = global_batch // spec.dims(ranks).dp  # sequences a data-parallel rank (a TP/CP group) takes a step
         batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
         if not batches:
             raise ValueError(f"no micro-batch divides the {per_rank} sequences each rank takes per step")
-        for _, at in (("none", None), *(offloads if tp == 1 else ())):  # offload beside TP: not modelled
+        for _, at in (("none", None), *(offloads if alone else ())):  # offload beside TP or CP: not modelled
             for stage in stages:
                 try:
                     label, more = ("none", ()) if at is None else at(stage)
                 except ValueError:  # this offload does not run at this stage
                     continue
-                if (tp, stage, label) in tried:  # (DeepSpeed runs several offload keys alike at stages 1/2)
+                if (spec, stage, label) in done:  # (DeepSpeed runs several offload keys alike at stages 1/2)
                     continue
-                tried.add((tp, stage, label))
-                mine = tuple(x for x in strategies if (tp, x) not in {(t, y) for t, y, _ in left_out})
-                stage_rows, states = trial.stage(stage, mine, batches, tp, per_rank, label, more)
+                done.add((spec, stage, label))
+                stage_rows, states = trial.stage(stage, mine, batches, spec, per_rank, label, more)
                 rows += stage_rows
                 if states is None:
                     continue
                 if label != "none":  # the device's model states alone: this placement cannot fit this stage
                     pruned_offload.append((stage, states, label))
                 else:
-                    pruned.append((stage, states) if tp == 1 else (stage, states, tp))
-    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp)))
+                    pruned.append((stage, states) if alone else (stage, states, spec.degrees))
+    fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp,
+                                                                        r.cp)))
+    cps = tuple(dict.fromkeys(spec.cp for spec, _ in runs))
+    context = {} if cps == (1,) else {"cps": cps, "cp_style": next(s.cp_style for s, _ in runs if s.cp > 1),
+                                      "cp_split": next(s.cp_split for s, _ in runs if s.cp > 1)}
     settings = {
         "model": config.name, "params": config.num_params, "ranks": ranks, "gpus_per_node": gpus_per_node,
         "gpu": g.key, "gpu_name": g.name, "capacity": g.capacity, "device": g.device, "seq_len": seq_len,
         "global_batch": global_batch,
         "per_rank": global_batch // ranks,  # sequences a GPU's data-parallel rank takes per step without TP
-        **({"tps": tps, "sp": sp, "tp_layout": trial.layout} if tps != (1,) else {}),
+        **({"tps": tps, "sp": any(s.sp for s, _ in runs), "tp_layout": next(s.tp_layout for s, _ in runs
+                                                                               if s.tp > 1)} if tps != (1,) else {}),
+        **context,
         "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
-        "micro_batches": batches if len(tps) == 1 else micro_batches, "stages": tuple(stages),
+        "micro_batches": batches if len(runs) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
         **({"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}),
@@ -186,33 +210,61 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 left_out)
 
 
-def _left_out(strategies: tuple, tps: tuple) -> tuple:
-    """((tp, strategy, why), ...): the strategies tensor parallelism's units cannot run (parallel/tensor
-    `check_checkpoint`, the one rule the engine follows), at every degree above 1. Every one left out at every degree
-    is an error: nothing would be tried."""
-    from zerosim.models.gpt import strategy_options
-    from zerosim.parallel.tensor import check_checkpoint
+def _tp_specs(tps, sp: bool, layout: str | None) -> tuple:
+    """The ((ParallelSpec, None), ...) of `tps` (each a TP degree: the older argument) with SP and the layout where
+    the degree is above 1."""
+    from zerosim.parallel import ParallelSpec
 
     out = []
-    for tp in tps:
-        if tp == 1:
-            continue
-        for name in strategies:
-            try:
-                check_checkpoint(strategy_options(name).get("checkpoint"))
-            except ValueError as why:
-                out.append((tp, name, str(why)))
-    if tps and all(tp > 1 for tp in tps) and {s for _, s, _ in out} >= set(strategies):
-        reasons = "; ".join(sorted({why for _, _, why in out}))
-        raise ValueError(f"none of the strategies {', '.join(strategies)} runs beside tensor parallelism: {reasons}")
+    for tp in tuple(tps):
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"a tensor-parallel degree must divide the GPUs, got {tp!r}")
+        out.append((ParallelSpec(tp=tp, sp=sp and tp > 1, tp_layout=layout if tp > 1 else None), None))
     return tuple(out)
 
 
-def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling, optimizer="adam") -> tuple:
-    """The tensor-parallel degrees to try, every argument checked first (the optimizer beside TP included, before
+def _left_out(strategies: tuple, specs: tuple, seq_len: int, kernels: str) -> tuple:
+    """((({degree: value}, strategy or None, why), ...), ((spec, its strategies), ...)): what each combination of
+    degrees cannot run — the whole combination where it or the model refuses it (a strategy of None), else the
+    strategies its parallelisms' units cannot run (ParallelSpec.model_check: TP's checkpointing, CP's flash
+    attention) — and what is left to try. Nothing left to try at all is an error."""
+    from zerosim.models.gpt import strategy_options
+    from zerosim.parallel._spec import DEGREES
+
+    out, runs = [], []
+    for spec, why in specs:
+        degrees = spec if why is not None else {d: getattr(spec, d) for d in DEGREES}
+        if why is None:
+            try:  # the combination itself: CP's sequence length, its twin beside TP, its kernels
+                spec.model_check(seq_len, "flash", None, kernels=kernels) if spec.cp > 1 else None
+            except ValueError as e:
+                why = str(e)
+        if why is not None:
+            out.append((degrees, None, why))
+            continue
+        mine = []
+        for name in strategies:
+            options = strategy_options(name)
+            try:
+                spec.model_check(None, options.get("attention", "standard"), options.get("checkpoint"))
+            except ValueError as e:
+                out.append((degrees, name, str(e)))
+                continue
+            mine.append(name)
+        if mine:
+            runs.append((spec, tuple(mine)))
+    if not runs:
+        reasons = "; ".join(sorted({why for _, _, why in out}))
+        raise ValueError(f"none of the strategies {', '.join(strategies)} runs beside the parallel degrees asked "
+                         f"for: {reasons}")
+    return tuple(out), tuple(runs)
+
+
+def _check(config, ranks, gpus_per_node, seq_len, global_batch, specs, spelling, optimizer="adam") -> tuple:
+    """The combinations of parallel degrees to try (a combination whose data-parallel degree does not split the
+    global batch is refused with its reason), every argument checked first (the optimizer beside TP included, before
     anything is measured)."""
     from zerosim.optim import get_optimizer
-    from zerosim.parallel import ParallelDims
     from zerosim.parallel.data.multinode import Spelling, check_matrix_optimizer, check_nodes
 
     for name, v in (("ranks", ranks), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
@@ -221,21 +273,26 @@ def _check(config, ranks, gpus_per_node, seq_len, global_batch, tps, spelling, o
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     # the one rule `zerosim memory` and `timeline` follow, so the commands the plan prints run (DataMesh)
     check_nodes(ranks, gpus_per_node, spelling or Spelling(ranks="ranks"))
-    tps = tuple(tps)
-    for tp in tps:
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or ranks % tp:
-            raise ValueError(f"a tensor-parallel degree must divide the {ranks} GPUs, got {tp!r}")
-        if global_batch % (ranks // tp):
-            over = f"{ranks} ranks" if tp == 1 else f"{ranks // tp} data-parallel ranks ({ranks} GPUs / tp {tp})"
-            raise ValueError(
-                f"a global batch of {global_batch} sequences does not split over {over} "
-                f"(each rank takes micro-batch × accumulation sequences per step)"
-            )
+    out = []
+    for spec, why in specs:
+        if why is None:
+            spec.check(ranks)
+            dp = spec.dims(ranks).dp
+            if global_batch % dp:
+                beside = " × ".join(f"{d} {v}" for d, v in spec.degrees.items())
+                over = f"{ranks} ranks" if not beside else f"{dp} data-parallel ranks ({ranks} GPUs / {beside})"
+                message = (f"a global batch of {global_batch} sequences does not split over {over} "
+                           f"(each rank takes micro-batch × accumulation sequences per step)")
+                if len(specs) == 1:
+                    raise ValueError(message)
+                why = message
+        out.append((spec, why))
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
-    for tp in tps:  # the engine's own rule (Muon orthogonalises whole matrices), asked before any step is measured
-        check_matrix_optimizer(ParallelDims(ranks, tp=tp), get_optimizer(optimizer))
-    return tps
+    for spec, why in out:  # the engine's own rule (Muon orthogonalises whole matrices), asked before any step
+        if why is None:
+            check_matrix_optimizer(spec.dims(ranks), get_optimizer(optimizer))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -257,24 +314,24 @@ class _Trial:
     hardware: object
     kernels: str
     loss: str | None
-    sp: bool  # with tp > 1: sequence parallelism
     host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
-    layout: str | None = None  # beside TP: what a rank keeps (parallel/tensor LAYOUTS; None: the library's default)
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def stage(self, stage: int, strategies: tuple, batches: tuple, tp: int, per_rank: int, label: str = "none",
+    def stage(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
               more: tuple = ()) -> tuple:
-        """(every PlanRow tried at `stage` beside TP of degree `tp`, its model states' bytes when they alone exceed
-        the GPU, else None). Each strategy's micro-batches are tried smallest first, up to the first that does not
-        fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`, `more`: the offload placement
-        and its parallelisms ("none", ())."""
+        """(every PlanRow tried at `stage` beside the parallelisms of `spec` (a ParallelSpec), its model states'
+        bytes when they alone exceed the GPU, else None). Each strategy's micro-batches are tried smallest first, up
+        to the first that does not fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`,
+        `more`: the offload placement and its parallelisms ("none", ())."""
         from zerosim.models.gpt import MetaGPT, strategy_options
         from zerosim.models.llama import MetaLlama
         from zerosim.parallel.data.multinode import DataMesh
 
-        # the stage on the job's ranks and nodes (beside TP the ranks sit on nodes even within one)
-        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or tp > 1 else None, tp=tp)
+        # the stage on the job's ranks and nodes (beside TP or CP the ranks sit on nodes even within one)
+        beside = spec.tp > 1 or spec.cp > 1
+        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or beside else None, tp=spec.tp,
+                           cp=spec.cp)
         twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
@@ -283,7 +340,7 @@ class _Trial:
                                                         loss=self.loss, **strategy_options(strategy))
             model = self.twins[strategy]
             for B in batches:
-                row, states = self.measure(mesh, model, strategy, B, per_rank, label, more)
+                row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more)
                 if states is not None:
                     return rows, states
                 rows.append(row)
@@ -291,39 +348,40 @@ class _Trial:
                     break  # a larger micro-batch only holds more activations
         return rows, None
 
-    def measure(self, mesh, model, strategy: str, B: int, per_rank: int, label: str = "none", more: tuple = ()):
+    def measure(self, mesh, spec, model, strategy: str, B: int, per_rank: int, label: str = "none",
+                more: tuple = ()):
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
         alone exceed the GPU, else None). With an offload `label`, the row holds the host's and NVMe's peaks and
         whether a node's ranks fit its host."""
         from zerosim.analysis.costs._hosts import host_fit
         from zerosim.analysis.costs._measured import measure_stage
 
-        tp = mesh.dims.tp
-        sp = self.sp and tp > 1  # sequence parallelism cuts over a TP group: none at tp = 1
-        layout = self.layout if tp > 1 else None
+        tp = spec.tp
         m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
-                                           micro_batch=(B, self.seq_len), comm=self.schedule, sp=sp, mesh=mesh,
-                                           parallelisms=more, layout=layout)
+                                           micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh,
+                                           parallelisms=more, spec=spec)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
         row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
-                      tp=tp)
+                      tp=tp, cp=spec.cp)
         if label != "none":  # the host's and NVMe's peaks, against a node's
             tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
             node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
             row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
                           host_fits=node["host"]["fits"] and node["nvme"]["fits"])
         if self.progress is not None:
-            self.progress(f"ZeRO-{stage} {strategy} B={B}" + (f" tp {tp}" if tp > 1 else "")
+            self.progress(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
                           + ("" if label == "none" else f" {label}"))
         if fit(resting, self.gpu).total > self.gpu.capacity:
             return row, resting
         if not row.fits:
             return row, None
         hw, time_model = self.hardware, self.time_model
-        costs = time_model.costs(engine.model, (B, self.seq_len), hw) if time_model is not None else None
+        costs = None if time_model is None else time_model.costs(
+            engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
+                                                                       engine.dims))
         one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
         t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
-                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh, sp=sp,
-                      parallelisms=more, layout=layout)
+                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
+                      parallelisms=more, spec=spec)
         return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.analysis.costs import tensor_parallel
+from zerosim.analysis.costs import parallel_model, positions_of
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 from zerosim.cluster import Cluster
 from zerosim.optim import get_optimizer
+from zerosim.parallel import ParallelSpec
 from zerosim.parallel.data import ZeroEngine
 from zerosim.parallel.data.multinode import DataMesh
 
@@ -66,7 +67,7 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
               sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=(),
-              layout: str | None = None):
+              layout: str | None = None, spec=None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -79,20 +80,26 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     `time_model`: a timeline TimeModel (each kernel class at its achieved rate); None: the datasheet roofline.
     `tp`, `sp`: tensor (and sequence) parallelism beside the stage (a decoder twin's shape; `ranks` every GPU),
     `layout` what a TP rank keeps (parallel/tensor LAYOUTS; None: the library's default).
-    `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams)."""
+    `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams). `spec`: a
+    ParallelSpec in place of `tp`, `sp`, `async_tp` and `layout`, with context parallelism (`micro_batch` the whole
+    sequences; each rank runs its L / C tokens, the time model charges each hop its rank's block)."""
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
-    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=tp)
+    spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout, async_tp)
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp)
+    spec.check_mesh(mesh)
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)
-    model, tensor = tensor_parallel(model, mesh.dims.tp, sp, async_tp, layout)  # one TP rank's twin, or the model
+    model, beside = parallel_model(model, spec)  # one TP and CP rank's twin, or the model
     engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision, comm=comm,
                         checkpoint=getattr(model, "checkpointing", False), accumulation_steps=accumulation_steps,
                         clip_grad=clip_grad, wire=wire,  # wire: zeropp.Wire, stage 3's gathers in fewer bits
-                        shard_group=mesh.group, recipe=recipe, parallelisms=(*tensor, *parallelisms))
+                        shard_group=mesh.group, recipe=recipe, parallelisms=(*beside, *parallelisms))
+    local = None if micro_batch is None else spec.micro(*micro_batch)  # a CP rank's L / C tokens
     for _ in range(steps):
-        engine.step(micro_batches(model, cluster, tokens, micro_batch, accumulation_steps))
-    costs = time_model.costs(model, micro_batch, hardware) if time_model is not None else None
+        engine.step(micro_batches(model, cluster, tokens, local, accumulation_steps))
+    costs = None if time_model is None else time_model.costs(model, local, hardware,
+                                                             positions_of(beside, cluster, engine.dims))
     return simulate(cluster.trace, hardware, overlap=engine.comm.overlap_comm, costs=costs), engine
 
 

@@ -22,6 +22,15 @@ cover); these lines say which rule of the schedule put them there:
     refresh params    stages 1 and 2 all-gather the updated shards after the optimizer step: nothing is left to hide
                       it behind.
     optimizer, check  Muon's matrices brought together, the overflow flag and the norm: the update waits for them.
+    context parallel  ring: hop j + 1's K/V travel while hop j's block of attention computes (Transformer Engine 2.18,
+                      context_parallel.py `AttnFuncWithCPAndKVP2P.forward`: step i waits for the K/V posted at step
+                      i − 1, posts step i + 1's, then attends), and backward each hop's [kv, dkv] message beside its
+                      flash backward (`.backward`: "wait until dKV is received" only before the dkv correction); on
+                      the CP group's own communicator, beside data parallelism's. Exposed where a message outlasts
+                      the block it hides behind (a causal diagonal block is half the work, a skipped one none) and
+                      before the first hop. allgather (`AttnFuncWithCPAndKVAllGather`): K and V all-gathered
+                      (`gather_along_first_dim`, a synchronous call) before the attention that reads them and dK, dV
+                      reduce-scattered after it: nothing to hide behind.
 """
 
 from __future__ import annotations
@@ -48,10 +57,20 @@ REASONS = {
 ASYNC_TP = ("async TP (torch's micro-pipelined all-gather / reduce-scatter matmuls) as a bound: no compute waits for "
             "it; what shows as exposed ran while compute waited for something else")
 TP_UNIT = "; beside TP a block's five units are one FSDP unit (torchtitan's fully_shard per TransformerBlock)"
+CONTEXT = {  # --cp-style -> why context parallelism's calls are exposed or hidden
+    "ring": "the next hop's K/V travel while this hop's block of attention computes, and backward each hop's "
+            "K/V and dK/dV beside its attention backward (Transformer Engine's AttnFuncWithCPAndKVP2P), on the CP "
+            "group's own stream: exposed where a message outlasts its block (a causal diagonal block is half the "
+            "work, a skipped one none) and before the first hop",
+    "allgather": "K and V all-gathered before the attention that reads them (forward, recompute, backward) and dK, "
+                 "dV reduce-scattered after it (Transformer Engine's AttnFuncWithCPAndKVAllGather, synchronous "
+                 "calls): nothing to hide behind, all exposed",
+}
 
 
-def exposure(comm, tp: int = 1, async_tp: bool = False) -> dict:
-    """{purpose: why} for a step run with CommSchedule `comm` beside tensor parallelism of degree `tp`."""
+def exposure(comm, tp: int = 1, async_tp: bool = False, cp_style: str | None = None) -> dict:
+    """{purpose: why} for a step run with CommSchedule `comm` beside tensor parallelism of degree `tp` (and context
+    parallelism of `cp_style`, or None without it)."""
     if comm.prefetch_bucket_size:
         gather = GATHER["deepspeed"]
     elif comm.prefetch_forward or comm.prefetch_backward:
@@ -61,4 +80,6 @@ def exposure(comm, tp: int = 1, async_tp: bool = False) -> dict:
     out = {"gather params": gather, **REASONS}
     if async_tp:
         out["tensor parallel"] = ASYNC_TP
+    if cp_style is not None:
+        out["context parallel"] = CONTEXT[cp_style]
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from zerosim.analysis.reports._context import cp_activations, cp_sent
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.reports._step import Report, optional
 from zerosim.analysis.reports._tensor import local_params, padded_vocab, tp_activations, tp_sent
@@ -38,6 +39,7 @@ class MemoryReport(Report):
     offload: dict | None = optional()  # with offload: its configuration, the host's preset (cli/offload_args.py)
     activations: dict | None  # one rank's micro-batch, measured by name beside the count by hand
     tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "vocab", ...}
+    context_parallel: dict | None = optional()  # beside CP: {"cp", "style", "split", "dp", "seq_len", ...}
     stages: list  # one measured row per stage, with its formula
     gpu: dict | None  # the GPU and each stage's verdict
     config: dict | None  # the model config's keys: modelled, not modelled, no effect
@@ -48,7 +50,8 @@ class MemoryReport(Report):
 
 def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool = True, unit: str | None = None,
                   mesh=None, recipe=None, show_progress: bool | None = None, tp: int = 1, sp: bool = False,
-                  gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None) -> MemoryReport:
+                  gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None,
+                  spec=None) -> MemoryReport:
     """The memory of `stages` for `work` (a Workload) on `ranks` ranks (see the module docstring). `mesh`: a DataMesh
     for the one stage that needs nodes (ZeRO++'s qgZ at stage 3); `wire`: ZeRO++'s Wire for stage 3; `recipe`: the
     gradient recipe (None: each plan's default); `unit`: how the report names the model's units. `tp`, `sp`: each
@@ -56,7 +59,14 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     then read one TP rank's slice over its ranks / tp data-parallel ranks, the activations one TP rank's, as
     `layout` keeps them (parallel/tensor LAYOUTS; None: the library's default).
     `parallelisms(stage)`: the other parallelisms a stage runs with (offload: each row then holds its "host" and
-    "nvme" ledgers; the caller adds the report's `offload` block), or None."""
+    "nvme" ledgers; the caller adds the report's `offload` block), or None. `spec`: a ParallelSpec in place of `tp`,
+    `sp` and `layout`, with context parallelism: each rank then holds L / C tokens of the micro-batch's sequences,
+    the activations by name beside the unsplit layer's (_context.py), ZeRO sharding over dp × cp as torchtitan's
+    "fsdp" mesh does."""
+    from zerosim.parallel import ParallelSpec
+
+    spec = ParallelSpec.of(spec, tp, sp, layout)
+    tp, sp, layout = spec.tp, spec.sp, spec.tp_layout
     from zerosim.analysis.costs import (
         MemoryConfig,
         comm_volume,
@@ -73,8 +83,8 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         measured = measure_by_stage(model, N, work.optimizer, work.precision, step=step, stages=stages,
                                     show_progress=show_progress, micro_batch=micro, comm=work.comm,
                                     clip_grad=work.clip_grad, wire=wire, tp=tp, sp=sp,
-                                    gpus_per_node=gpus_per_node if tp > 1 else None, parallelisms=parallelisms,
-                                    layout=layout)
+                                    gpus_per_node=gpus_per_node if tp > 1 or spec.cp > 1 else None,
+                                    parallelisms=parallelisms, spec=spec)
     name, P = work.precision_name, model.num_params
     local, dp = (P, N) if tp == 1 else (local_params(model, tp, sp), N // tp)  # one TP rank's slice, its dp ranks
     config = MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="all")  # the engines pad every buffer
@@ -90,6 +100,8 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
         if tp > 1:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
             row["sent_formula"] += tp_sent(model, micro, tp, sp, bytes_)
+        if spec.cp > 1:  # and the K/V's, on the CP group (_context.py)
+            row["sent_formula"] += cp_sent(model, micro, spec, bytes_)
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)
             row["total"] = row["ledger_total"] + row["activations"]
@@ -98,8 +110,11 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         optimizer=work.optimizer, precision=name, unit=unit, step=step,
         wire=None if wire is None else wire.describe(), offload=None,
         activations=None if micro is None else (
+            cp_activations(model, micro, work.checkpointing or "none", work.precision, spec) if spec.cp > 1 else
             activations(model, micro, work.checkpointing, work.precision) if tp == 1 else
             tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp, layout)),
+        context_parallel=None if spec.cp == 1 else {"cp": spec.cp, "style": spec.cp_style, "split": spec.cp_split,
+                                                    "dp": N // (tp * spec.cp)},
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
                                               "vocab": padded_vocab(model, tp),
                                               "vocab_padded": padded_vocab(model, tp) != model.vocab},

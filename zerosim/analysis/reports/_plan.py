@@ -42,8 +42,10 @@ class PlanReport(Report):
     link: str
     fitting: list  # the rows that fit, fastest first
     did_not_fit: list
-    pruned: list  # [{"stage", "model_states"(, "tp" or "offload")}]: stages whose model states alone exceed the GPU
-    left_out: list  # [{"tp", "strategies", "why"}]: strategies a TP degree cannot run (not tried there), by reason
+    pruned: list  # [{"stage", "model_states"(, "tp", "cp" or "offload")}]: stages whose states alone exceed the GPU
+    # [{"tp" (, "cp"): [degrees], "strategies", "why"}]: strategies a combination of degrees cannot run (not tried
+    # there; "strategies" [] when the combination itself is refused), by reason
+    left_out: list
     reproduce: list  # the `zerosim memory` and `zerosim timeline` commands of the top row
     plan: object = kept()
 
@@ -65,21 +67,24 @@ def plan_report(p, config, model_flag: str, extra_flags: str = "", top: int = 10
         link_model=link_model(s["hardware"]), model_flops_per_token=per_token, link=p.link,
         fitting=[_row(r, s, rate, config) for r in p.fitting],
         did_not_fit=[_row(r, s, rate, config) for r in p.rows if not r.fits],
-        pruned=[{"stage": x[0], "model_states": x[1], **({"tp": x[2]} if len(x) > 2 else {})} for x in p.pruned]
+        pruned=[{"stage": x[0], "model_states": x[1], **(x[2] if len(x) > 2 else {})} for x in p.pruned]
         + [{"stage": st, "model_states": b, "offload": o} for st, b, o in p.pruned_offload],
         left_out=_left_out(p.left_out), reproduce=reproduce, plan=p,
     )
 
 
 def _left_out(rows: tuple) -> list:
-    """The planner's ((tp, strategy, why), ...) grouped: one entry per (degrees, reason) with its strategies."""
+    """The planner's (({degree: value}, strategy or None, why), ...) grouped: one entry per reason with the degrees
+    it was left out at (a list per degree that the plan varied: "tp", and "cp" where context parallelism was tried)
+    and its strategies ([] where the combination itself was refused)."""
+    varied = [d for d in ("tp", "cp") if any(degrees.get(d, 1) > 1 for degrees, _, _ in rows)] or ["tp"]
     by = {}
-    for tp, name, why in rows:
-        by.setdefault(why, {"tps": [], "strategies": []})
-        entry = by[why]
-        entry["tps"] += [] if tp in entry["tps"] else [tp]
-        entry["strategies"] += [] if name in entry["strategies"] else [name]
-    return [{"tp": v["tps"], "strategies": v["strategies"], "why": why} for why, v in by.items()]
+    for degrees, name, why in rows:
+        entry = by.setdefault(why, {**{d: [] for d in varied}, "strategies": []})
+        for d in varied:
+            entry[d] += [] if degrees.get(d, 1) in entry[d] else [degrees.get(d, 1)]
+        entry["strategies"] += [] if name is None or name in entry["strategies"] else [name]
+    return [{**v, "why": why} for why, v in by.items()]
 
 
 def _peak_rate(device: str, precision: str) -> float:
@@ -98,6 +103,7 @@ def _row(r, s, rate, config) -> dict:
         by[kind_group(kind)] += nbytes
     out = {
         **({"tp": r.tp} if tuple(s.get("tps", (1,))) != (1,) else {}),  # tensor parallelism's degree, when tried
+        **({"cp": r.cp} if "cps" in s else {}),  # context parallelism's, when tried
         "stage": r.stage, "strategy": r.strategy, "micro_batch": r.micro_batch, "accumulation": r.accumulation,
         "peak": r.peak, "at_peak": r.at_peak, "by_group": by, "overheads": r.overheads, "total": r.total,
         "capacity": r.capacity, "margin": r.margin, "fits": r.fits, "step_s": r.step_s, "compute_s": r.compute_s,
@@ -107,7 +113,7 @@ def _row(r, s, rate, config) -> dict:
     if "offloads" in s:  # offload tried: where each row keeps what, on the host and NVMe too
         out |= {"offload": r.offload, "host_peak": r.host_peak, "nvme_peak": r.nvme_peak, "host_fits": r.host_fits}
     if r.step_s:  # the one definition (costs/_throughput.py): a batch rank's B·K sequences, shared by its TP group
-        tps = tokens_per_s_per_gpu(ParallelDims(s["ranks"], tp=r.tp), r.micro_batch * r.accumulation * s["seq_len"],
-                                   r.step_s)
+        tps = tokens_per_s_per_gpu(ParallelDims(s["ranks"], tp=r.tp, cp=r.cp),
+                                   r.micro_batch * r.accumulation * s["seq_len"], r.step_s)
         out["tokens_per_s_per_gpu"], out["mfu"] = tps, mfu(tps, config, s["seq_len"], rate)
     return out

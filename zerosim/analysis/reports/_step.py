@@ -51,6 +51,7 @@ class StepReport(Report):
     units: int  # beside TP: one TP rank's
     ranks: int
     tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async", "layout"}
+    context_parallel: dict | None = optional()  # beside CP: {"cp", "style", "split", "dp", "tokens_per_gpu", ...}
     stage: object  # the ZeRO stage, or the strategy's name
     precision: str
     optimizer: str
@@ -87,22 +88,26 @@ class StepReport(Report):
 
 def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None, sp: bool = False,
                   async_tp: bool = False, parallelisms: tuple = (), steps: int = 1,
-                  layout: str | None = None) -> StepReport:
+                  layout: str | None = None, spec=None) -> StepReport:
     """One step of `work` (a Workload) on `mesh` (a DataMesh) over `hardware`, simulated (see the module docstring).
     `tokens`: per rank per micro-step when the model has no micro-batch; `wire`: ZeRO++'s Wire; `recipe`: the
     gradient recipe (None: the plan's default); `time_model`: a TimeModel (None: the datasheet roofline). Beside
     tensor parallelism (the mesh's tp): `sp`, sequence parallelism; `async_tp`, TP's collectives overlapping the GEMMs
     they feed (a bound); `layout`, what a TP rank keeps (parallel/tensor LAYOUTS). `parallelisms`: others beside
     data parallelism (offload), run for `steps` steps (DPU's steady state is the second); the numbers are the whole
-    run's (the caller reads one step's window)."""
+    run's (the caller reads one step's window). `spec`: a ParallelSpec in place of `sp`, `async_tp` and `layout`,
+    with context parallelism (its degree the mesh's cp)."""
     from zerosim.analysis.planner import meta_step
+    from zerosim.parallel import ParallelSpec
 
     time_model = time_model if time_model is not None else TimeModel()
     K, plan = work.accumulation, mesh.plan
+    spec = ParallelSpec.of(spec, mesh.dims.tp, sp, layout, async_tp)
     result, engine = meta_step(work.model, None, None, hardware, work.comm, work.precision, tokens, work.optimizer,
                                micro_batch=work.micro, accumulation_steps=K, clip_grad=work.clip_grad, wire=wire,
-                               time_model=time_model, mesh=mesh, recipe=recipe, sp=sp, async_tp=async_tp,
-                               steps=steps, parallelisms=parallelisms, layout=layout)
+                               time_model=time_model, mesh=mesh, recipe=recipe, steps=steps,
+                               parallelisms=parallelisms, spec=spec)
+    sp, async_tp = spec.sp, spec.async_tp
     per_micro = work.tokens_per_micro_step or tokens
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
     exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
@@ -118,17 +123,19 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // tp,
                                               "local_params": engine.model.num_params, "async": async_tp,
                                               "layout": engine.model.layout},
+        context_parallel=None if spec.cp == 1 else context_summary(spec, mesh.dims, work.micro, engine),
         stage=plan.name or plan.stage, precision=work.precision_name,
         optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
         micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
         checkpoint=work.checkpointing if work.micro else None, accumulation_steps=K, tokens_per_rank=per_micro * K,
         comm=describe_comm(work.comm), overlap=work.comm.overlap_comm,
-        time_model=time_model.describe() + _beside_tp(time_model, tp, sp, async_tp),
+        time_model=time_model.describe() + _beside_tp(time_model, tp, sp, async_tp) + _beside_cp(time_model, spec),
         link_model=link_model(hardware), step_s=step, tokens_per_s_per_gpu=tps, mfu=flops,
         compute_s=compute, comm_s=comm, exposed_comm_s=exposed, overlapped_s=comm - exposed,
         busy_fraction={"compute": compute / step if step else 0.0, "comm": comm / step if step else 0.0},
         by_purpose=(purposes := by_purpose(result)),
-        exposure={k: v for k, v in exposure(work.comm, tp, async_tp).items() if k in purposes},
+        exposure={k: v for k, v in exposure(work.comm, tp, async_tp, spec.cp_style if spec.cp > 1 else None).items()
+                  if k in purposes},
         params_peak_gb=ledger.peak("params") / 1e9, peak_gb=peak / 1e9, peak=peak,
         peak_by_kind={k: v for k, v in ledger.peak_by_kind().items() if v},
         fit=None if work.gpu is None else judge(peak, plan.stage, n, work.gpu, work.reserve,
@@ -149,6 +156,32 @@ def _beside_tp(time_model, tp: int, sp: bool, async_tp: bool) -> str:
     if async_tp:
         out += "; async TP as a bound (no compute waits for TP's collectives)"
     return out
+
+
+def _beside_cp(time_model, spec) -> str:
+    """What the time model did beside context parallelism, for the "time from:" line."""
+    if spec.cp == 1:
+        return ""
+    if time_model.efficiency is None or time_model.efficiency.flat is not None:
+        return f"; beside CP {spec.cp}: each hop's recorded FLOPs (every tile in full)"
+    return f"; beside CP {spec.cp}: each hop's attention on its own block (a causal diagonal block half the pairs)"
+
+
+def context_summary(spec, dims, micro, engine) -> dict:
+    """What a step beside context parallelism says of it: the degree, style and split, the data-parallel degree
+    (N / (T·C)), each rank's tokens of a sequence, and the position the representative rank computed (the meta
+    backend hosts one rank for all; it computes the busiest position's blocks: parallel/context `position_of`)."""
+    from zerosim.analysis.costs import positions_of
+    from zerosim.parallel.context import block_shapes, block_work
+
+    where = positions_of(engine.parallelisms.members, engine.cluster, dims)
+    pairs = {sum(block_work(block_shapes("ring", spec.cp_split, True, spec.cp, p, j, 2 * spec.cp))
+                 for j in range(spec.cp)) for p in range(spec.cp)}
+    return {"cp": spec.cp, "style": spec.cp_style, "split": spec.cp_split, "dp": dims.dp,
+            "seq_len": None if micro is None else micro[1],
+            "tokens_per_rank": None if micro is None else micro[1] // spec.cp,
+            "rank0_position": None if where is None else where(engine.cluster.ranks[0].index),
+            "balanced": len(pairs) == 1}  # every position's causal attention the same query-key pairs
 
 
 def by_purpose(result) -> dict:

@@ -44,7 +44,7 @@ def ring_steps(world_size: int) -> int:
 
 
 def phase_time(world_size: int, busiest_bytes: float, link, *, inter=None, nodes: int = 1, nics: int = 1,
-               base: bool = True) -> float:
+               base: bool = True, steps: int | None = None) -> float:
     """One ring phase: [the call's base latency] + (N−1)·α + busiest rank's bytes over the phase / β (seconds).
 
     With `inter` (the link between nodes) and the `nodes` the ring spans, the steps are charged as NCCL charges
@@ -53,8 +53,8 @@ def phase_time(world_size: int, busiest_bytes: float, link, *, inter=None, nodes
     each entering and leaving a node through one NIC (src/graph/search.cc, `ncclTopoSelectNets`), so a ring whose
     node holds `nics` of its ranks, one NIC each, crosses between nodes over all of them (tuning.cc: busBw =
     nChannels · bwInter). `base`: charge the link's per-call latency (False for the second phase of an all-reduce,
-    one call to NCCL)."""
-    steps = ring_steps(world_size)
+    one call to NCCL). `steps`: the phase's steps when it is not a ring's N−1 (a send/receive: one)."""
+    steps = ring_steps(world_size) if steps is None else min(int(steps), ring_steps(world_size))
     if steps == 0:
         return 0.0  # one rank: nothing crosses a link
     crossings = 0 if inter is None else min(max(int(nodes) - 1, 0), steps)

@@ -11,7 +11,10 @@ One compute event (a unit's forward, recompute or backward, or the loss) costs
 with the work from costs/_kernel_work.py, the rates and `framework` from costs/_efficiency.py. A unit of a model
 known only by its parameter counts (MetaModel) is all GEMM: its event's FLOPs at the GEMM rate. A tensor-parallel
 rank's unit (parallel/tensor) is split the same way, on its slice (costs/_tensor_work.py): its GEMMs' shapes, fp8
-where the blocks' linears run in fp8, attention on H/T heads, the norms on L/T tokens with SP. An optimizer step
+where the blocks' linears run in fp8, attention on H/T heads, the norms on L/T tokens with SP. A context-parallel
+rank's attention parts (parallel/context) are charged on its L/C tokens, each hop of the ring on the block its rank
+computes there (costs/_context_work.py: half a causal diagonal block's pairs; `position(rank)` says which blocks
+each rank's event computed). An optimizer step
 moves optimizer_bytes_per_element (_cost.py) per element at HBM · hbm / framework. With a flat efficiency (a user's
 single number) it is the roofline with every peak derated by it.
 """
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerosim.analysis.costs._efficiency import Efficiency, wave_efficiency
+from zerosim.analysis.costs._context_work import cp_unit_work
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
 from zerosim.analysis.costs._tensor_work import tp_unit_work
 from zerosim.analysis.timeline._cost import compute_time, optimizer_time
@@ -55,12 +59,14 @@ class KernelTimes:
         hardware: the `Hardware` the step runs on (its device and compute format).
         fp8_gemms: the blocks' linears in float8 (torchao Float8Linear); the device must have fp8 units.
         loss: the loss kernel ("eager", "chunked", "fused": costs/kernel_work.loss_work).
+        position: beside context parallelism, rank -> its position in its CP group, whose blocks its events computed
+            (`ContextParallel.position_of`); None: every rank at position 0.
     """
 
     def __init__(self, model, micro_batch, efficiency: Efficiency, hardware, fp8_gemms: bool = False,
-                 loss: str = "eager"):
+                 loss: str = "eager", position=None):
         self.model, self.micro, self.efficiency, self.hw = model, micro_batch, efficiency, hardware
-        self.fp8, self.loss = fp8_gemms, loss
+        self.fp8, self.loss, self.position = fp8_gemms, loss, position
         self.rates = None if efficiency.flat is not None else efficiency.rates(device_key(hardware.device))
         if fp8_gemms and hardware.device.fp8 is None:
             raise ValueError(f"{hardware.device.name} has no fp8 tensor cores: fp8 GEMMs need an H100 or H200")
@@ -72,13 +78,21 @@ class KernelTimes:
 
     # -- the work of an event ------------------------------------------------------------------------------
     def work(self, ev) -> Work | None:
-        """The event's work by kernel class, or None for a unit without shapes (a MetaModel's layer)."""
-        key = (ev.layer, ev.kind)
+        """The event's work by kernel class, or None for a unit without shapes (a MetaModel's layer); for a CP core
+        unit, the blocks its rank computed."""
+        key = self._key(ev)
         if key not in self._cache:
-            self._cache[key] = self._work(ev)
+            self._cache[key] = self._work(ev, key[2] if len(key) == 3 else 0)
         return self._cache[key]
 
-    def _work(self, ev):
+    def _key(self, ev) -> tuple:
+        """What an event's work depends on: its unit and pass, and for a CP core unit its rank's position (each
+        position computes its own blocks)."""
+        if ev.layer >= 0 and getattr(getattr(self.model.layers[ev.layer], "unit", None), "cp_part", None) == "core":
+            return ev.layer, ev.kind, 0 if self.position is None else self.position(ev.rank)
+        return ev.layer, ev.kind
+
+    def _work(self, ev, position: int = 0):
         B, L = self.micro or (None, None)
         if ev.layer < 0:  # the loss (beside TP, the vocabulary-parallel one on the rank's V/T columns)
             return loss_work(B * L, self.model.vocab // getattr(self.model, "tp", 1), self.loss) if self.micro else None
@@ -93,6 +107,8 @@ class KernelTimes:
                 return Work()  # as below: the frameworks recompute the transformer blocks only
             m = self.model
             return tp_unit_work(unit, B, L, ev.kind, self.efficiency.kernels, self.fp8, m.tp, m.sequence_parallel)
+        if getattr(unit, "cp_part", None) is not None:  # a CP rank's attention part (costs/_context_work.py)
+            return cp_unit_work(self.model, unit, B, L, ev.kind, self.efficiency.kernels, self.fp8, position)
         table = any(k in unit.param_shapes for k in ("embed_tokens", "wte"))
         x_shape = (B, L) if table else (B, L, self.model.d_model)
         again = None
@@ -115,7 +131,7 @@ class KernelTimes:
         w, r = self.work(ev), self.rates
         if w is None:  # counts only: all of it GEMM work
             return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework
-        key = (ev.layer, ev.kind)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
+        key = self._key(ev)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
         if key not in self._seconds:  # (a 70B plan times ~12,000 computes of ~100 GEMMs each, 160 distinct)
             peak16 = dev.rate(self.hw.compute)
             fmt_peak = dev.fp8 if w.fp8 else peak16
@@ -159,13 +175,14 @@ class TimeModel:
     fp8_gemms: bool = False  # the blocks' linears in float8 (torchao Float8Linear): H100 / H200
     loss: str = "eager"  # the loss kernel: "eager", "chunked", "fused"
 
-    def costs(self, model, micro_batch, hardware):
-        """The `KernelTimes` of one model's step on `hardware`, or None for the roofline."""
+    def costs(self, model, micro_batch, hardware, position=None):
+        """The `KernelTimes` of one model's step on `hardware`, or None for the roofline (`position`: beside
+        context parallelism, rank -> its CP position: KernelTimes)."""
         if self.efficiency is None:
             if self.fp8_gemms:
                 raise ValueError("fp8 GEMMs are charged by the efficiency model: give an efficiency preset, not 'peak'")
             return None
-        return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss)
+        return KernelTimes(model, micro_batch, self.efficiency, hardware, self.fp8_gemms, self.loss, position)
 
     def gemm_rate(self, hardware) -> float:
         """FLOP/s a large GEMM runs at on `hardware` under this model: the peak, derated (what a model known only by

@@ -37,6 +37,10 @@ earlier and overlaps the computes between it and the compute that needs it.
 is issued only after everything before it on that rank, and the next compute waits for the call
 to end whether it needs it or not.
 
+Context parallelism's calls (purpose "context parallel": the K/V's sends and gathers) run on a stream of their own
+on their tier (OWN_STREAM): another NCCL communicator's, beside data parallelism's. A send/receive is one hop of a
+ring, not N−1 steps (ONE_STEP).
+
 What is left out: kernel launch overheads, contention between a
 collective and compute for HBM and SMs (and between the two tiers' streams for NVLink and SMs), separate
 streams for gathers and reductions on one tier (DeepSpeed ZeRO-3 and FSDP use more than one), NCCL's
@@ -179,6 +183,8 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
             stream, scope = hw.stream_of(ev.tier), scopes.get(ev.call)
+            if ev.purpose in OWN_STREAM:  # another communicator's: a stream of its own beside data parallelism's
+                stream = f"{stream}: {ev.purpose}"
             if scope is not None:  # its own ranks have issued it, and their stream is free
                 stream = (stream, scope)
             issued = latest if scope is None else within.latest(scope)
@@ -226,16 +232,30 @@ class _Within:
         return max(self.ends[rng] for rng in scope)
 
 
+# purposes whose calls run on a communicator of their own, so on a stream of their own beside data parallelism's (on
+# each tier): context parallelism's sends and gathers go over the CP group's NCCL communicator (Transformer Engine's
+# flash_attn_p2p_communicate and gather_along_first_dim on cp_group), not FSDP's or DeepSpeed's. Their contention for
+# the link's bandwidth is not modelled
+OWN_STREAM = ("context parallel",)
+
+# calls that are not a ring's N−1 steps: {collective: steps}. A send/receive (context parallelism's K/V, one hop of
+# its ring) is one step: every rank's message crosses one link at once, over its own NIC between nodes
+ONE_STEP = {"send_recv": 1}
+
+
 def call_time(call, sent: float, hw: Hardware, nodes: int) -> float:
     """One phase of `call` on `hw`: over `hw.link` on one tier; a call whose rings leave a node and span `nodes`
     nodes crosses between them nodes − 1 times at the inter link's α, its other steps at the link's α (NCCL's ring
     latency, costs/_links.py), its bytes over the NICs of the ring's ranks in a node (cost.phase_time). The
-    per-call base latency is charged once: not again for an all-reduce's second (gather) phase."""
+    per-call base latency is charged once: not again for an all-reduce's second (gather) phase. A send/receive is
+    one step (ONE_STEP): α (the inter link's where a message leaves a node) + the busiest rank's bytes / β."""
     first = not (call.collective.endswith("all_reduce") and call.op == "gather")
+    steps = ONE_STEP.get(call.collective)
     if call.tier == INTER and hw.inter_link is not None:
-        nics = max(call.world_size // max(nodes, 1), 1)  # the ring's ranks in one node, one NIC each
-        return phase_time(call.world_size, sent, hw.link, inter=hw.inter_link, nodes=nodes, nics=nics, base=first)
-    return phase_time(call.world_size, sent, hw.link_of(call.tier), base=first)
+        nics = 1 if steps else max(call.world_size // max(nodes, 1), 1)  # the ring's ranks in one node, one NIC each
+        return phase_time(call.world_size, sent, hw.link, inter=hw.inter_link, nodes=nodes, nics=nics, base=first,
+                          steps=steps)
+    return phase_time(call.world_size, sent, hw.link_of(call.tier), base=first, steps=steps)
 
 
 def p2p_time(call, sent: float, hw: Hardware) -> float:

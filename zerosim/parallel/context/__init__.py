@@ -13,7 +13,8 @@ Its files, the algorithm apart from its communication:
     _parallelism.py   ContextParallel: the step's points (the contract), each rank's tokens
     _communication.py the K/V's sends round the ring, the all-gather and its reduce-scatter, on the records
     _split.py         how a sequence is cut over the CP ranks (contiguous, zigzag); what does not split is refused
-    _blocks.py        the ring's schedule as data: which block of attention each hop computes, and the all-gather's
+    _blocks.py        the ring's schedule as data: which block of attention each hop computes, and the all-gather's;
+                      what each block costs (its query-key pairs), the busiest position
     _model.py         ContextParallelModel: the GPT's or Llama's units, attention cut where the ring communicates
     _ends.py          the QKV end before the ring and the output end after it (the GPT's, the Llama's, TP's halves)
     _core.py          a hop of ring attention, and the all-gather's core: the arithmetic between the sends
@@ -32,12 +33,21 @@ QKV end, its hops, its output end: a cut between them would cross the ring's sta
 """
 
 from zerosim.parallel.context._attend import ring_attention
-from zerosim.parallel.context._blocks import Block, Reach, gathered_reach, ring_block, ring_schedule
-from zerosim.parallel.context._model import STYLES, ContextParallelModel
+from zerosim.parallel.context._blocks import (
+    Block,
+    Reach,
+    block_shapes,
+    block_work,
+    busiest_position,
+    gathered_reach,
+    ring_block,
+    ring_schedule,
+)
+from zerosim.parallel.context._model import STYLES, ContextParallelModel, check_options
 from zerosim.parallel.context._parallelism import ContextParallel
 from zerosim.parallel.context._records import Located, Ring, RingGrad
 from zerosim.parallel.context._split import SPLITS, check_length, chunk_ids, positions, shard, unshard
 
 __all__ = ["Block", "ContextParallel", "ContextParallelModel", "Located", "Reach", "Ring", "RingGrad", "SPLITS",
-           "STYLES", "check_length", "chunk_ids", "gathered_reach", "positions", "ring_attention", "ring_block",
-           "ring_schedule", "shard", "unshard"]
+           "STYLES", "block_shapes", "block_work", "busiest_position", "check_length", "check_options", "chunk_ids",
+           "gathered_reach", "positions", "ring_attention", "ring_block", "ring_schedule", "shard", "unshard"]

@@ -21,9 +21,13 @@ from zerosim.precision import get_format
 
 
 def ring_attention(cluster, q: list, k: list, v: list, style: str = "ring", split: str = "contiguous",
-                   causal: bool = True, fmt="bf16", block: int = BLOCK, group: Groups | None = None) -> tuple:
+                   causal: bool = True, fmt="bf16", block: int = BLOCK, group: Groups | None = None,
+                   watch=None) -> tuple:
     """([O (B, H, L_r, d_h) in fmt], [LSE (B, H, L_r) in acc]), one per local rank: attention of each rank's queries
-    over the whole sequence's keys, with `style` "ring" (hop by hop, Transformer Engine's merge) or "allgather"."""
+    over the whole sequence's keys, with `style` "ring" (hop by hop, Transformer Engine's merge) or "allgather".
+    `watch(j, states)`: called after hop j (ring) with every rank's `Ring` record, whose `steps` hold each hop's
+    (out_i, lse_i, rows) so far — after the last hop too, beside the merged `lse` and the output `o` (what a
+    narration reads: replay/_context.py)."""
     check_style(style), check_split(split)
     group = Groups.world(cluster.world_size) if group is None else group
     f, C = get_format(fmt), group.size
@@ -37,7 +41,9 @@ def ring_attention(cluster, q: list, k: list, v: list, style: str = "ring", spli
     else:
         ahead = Handle()
         for j in range(C):
-            hop = Hop(j, C, pieces, n_rep, block, f"attention.hop{j}")
+            hop = Hop(j, C, pieces, n_rep, block, f"attention.hop{j}", keep_steps=watch is not None)
             states, _, ahead = forward_hop(cluster, group, states, where, hop, how, ahead)
             states = [hop.forward({}, s, f)[0] for s in states]
+            if watch is not None:
+                watch(j, states)
     return [s.o for s in states], [s.lse for s in states]

@@ -29,6 +29,7 @@ the gathered keys up to the end of its own chunk (causal, its mask aligned to th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from zerosim.parallel.context._split import SPLITS, chunk_ids
@@ -58,6 +59,7 @@ def _forward_block(split: str, causal: bool, cp: int, p: int, j: int) -> Block |
     return Block(both, (0,), False) if below else Block((1,), both, False)
 
 
+@functools.lru_cache(maxsize=8192)  # every unit of every step asks again: O(C) work, the same answer
 def ring_block(split: str, causal: bool, cp: int, p: int, j: int) -> Block | None:
     """Position p's work at hop j (None: nothing, torch's SKIP), with its backward's first writes."""
     block = _forward_block(split, causal, cp, p, j)
@@ -94,3 +96,38 @@ def gathered_reach(split: str, causal: bool, cp: int, p: int, length: int) -> tu
     chunk = length // (SPLITS[split] * cp)
     return tuple(Reach(i, (c + 1) * chunk if causal else length, causal)
                  for i, c in enumerate(chunk_ids(split, cp, p)))
+
+
+# -- what each block costs: the time model's view of the schedule (analysis/costs/_context_work.py) ---------------
+def block_shapes(style: str, split: str, causal: bool, cp: int, position: int, hop: int | None,
+                 tokens: int) -> tuple:
+    """((queries, keys, causal), ...) of the attention position p computes in one unit on its `tokens` (L_r): the
+    ring's hop `hop` (one block, or none where it skips), or the all-gather's core (`hop` None: one per piece, against
+    the gathered keys it reaches)."""
+    pieces = SPLITS[split]
+    size = tokens // pieces
+    if style == "allgather":
+        return tuple((size, r.stop, r.causal) for r in gathered_reach(split, causal, cp, position, tokens * cp))
+    block = ring_block(split, causal, cp, position, hop)
+    if block is None:
+        return ()
+    return ((len(block.q) * size, len(block.k) * size, block.causal),)
+
+
+def block_work(shapes: tuple) -> float:
+    """Query-key pairs the kernel computes over `shapes` (block_shapes): queries × keys, half of a causal diagonal
+    block's (its mask aligned to the bottom right, FlashAttention skips the tiles above it: the convention of
+    costs/_kernel_work.py's 4·B·H·L²·d_h / 2)."""
+    return sum(q * (k - q / 2 if causal else k) for q, k, causal in shapes)
+
+
+@functools.lru_cache(maxsize=256)
+def busiest_position(split: str, causal: bool, cp: int) -> int:
+    """The CP position whose attention costs the most over the ring's hops (the first of equals). At every hop of
+    the ring it computes at least what any other position does (contiguous and causal: the last position, which sees
+    every earlier chunk; zigzag or not causal: every position alike), so where one rank stands for all (the meta
+    backend's representative) it is this one: each send waits for the slowest rank of its ring."""
+    def work(p):
+        return sum(block_work(block_shapes("ring", split, causal, cp, p, j, 2 * cp)) for j in range(cp))
+
+    return max(range(cp), key=lambda p: (work(p), -p))

@@ -16,7 +16,8 @@ record (and its position p) and returns the records as the next unit reads them,
     scatter_dkv     dK, then dV, reduce-scattered to their owners in the compute format, the ring's order (TE's
                     reduce_scatter_along_first_dim)
 
-Every send is a collective (zerosim.collectives) over the CP groups, in the trace with its handle. What a K/V costs
+Every send is a collective (zerosim.collectives) over the CP groups, in the trace with its handle and the purpose
+"context parallel" (what the timeline's exposure report reads it by). What a K/V costs
 in memory while in flight (TE's p2p_comm_buffers) is transport, as the ring's FIFOs are (collectives/_ring.py).
 """
 
@@ -33,6 +34,7 @@ from zerosim.parallel.context._blocks import gathered_reach, ring_block
 from zerosim.parallel.context._core import rows_of
 from zerosim.parallel.context._split import positions
 
+PURPOSE = "context parallel"  # every call this file makes, as the trace labels it (cluster/_events.py PURPOSES)
 
 @dataclass(frozen=True)
 class Layout:
@@ -50,8 +52,9 @@ def forward_hop(cluster, group, states: list, where: list, unit, how: Layout, ah
     held = [s.kv if j == 0 else s.incoming for s in states]
     incoming, ahead = [None] * len(states), Handle()
     if j < C - 1:
-        got = send_recv(cluster, [_pack(kv) for kv in held], group=group, shift=1,
-                        tag=f"{unit.name}: K, V to the next rank")
+        with cluster.trace.about(purpose=PURPOSE):
+            got = send_recv(cluster, [_pack(kv) for kv in held], group=group, shift=1,
+                            tag=f"{unit.name}: K, V to the next rank")
         incoming, ahead = [_unpack(m, kv) for m, kv in zip(got, held)], got.handle
     out = []
     for s, kv, nxt, c in zip(states, held, incoming, where):
@@ -69,8 +72,9 @@ def backward_hop(cluster, group, grads: list, where: list, unit, how: Layout):
     if C > 1:  # TE's backward step C−1−j: [kv] at j = C−1, [kv, dkv] between, [dkv] at j = 0
         parts = [(kv if j > 0 else ()) + (g.dkv if j < C - 1 else ()) for g, kv in zip(grads, held)]
         what = " and ".join(x for x, on in (("K, V", j > 0), ("dK, dV", j < C - 1)) if on)
-        got = send_recv(cluster, [_pack(x) for x in parts], group=group, shift=-1,
-                        tag=f"{unit.name}: {what} to the previous rank (backward)")
+        with cluster.trace.about(purpose=PURPOSE):
+            got = send_recv(cluster, [_pack(x) for x in parts], group=group, shift=-1,
+                            tag=f"{unit.name}: {what} to the previous rank (backward)")
         handle = got.handle
         received = [_unpack(m, x) for m, x in zip(got, parts)]
         incoming = [r[:2] if j > 0 else None for r in received]
@@ -87,8 +91,9 @@ def gather(cluster, group, states: list, where: list, unit, how: Layout, directi
     own = [s.kv if direction == "forward" else s.held for s in states]
     handle, gathered = Handle(), []
     for i, name in enumerate(("K", "V")):  # TE: gather_along_first_dim(k), then (v)
-        got = all_gather(cluster, [kv[i].reshape(-1) for kv in own], group=group,
-                         tag=f"{unit.name}: {name} all-gather ({direction})")
+        with cluster.trace.about(purpose=PURPOSE):
+            got = all_gather(cluster, [kv[i].reshape(-1) for kv in own], group=group,
+                             tag=f"{unit.name}: {name} all-gather ({direction})")
         handle += got.handle
         gathered.append([_sequence_order(g, kv[i], how.split, how.cp) for g, kv in zip(got, own)])
     out = []
@@ -106,7 +111,8 @@ def scatter_dkv(cluster, group, grads: list, unit, how: Layout):
     handle, owned = Handle(), []
     for i, name in enumerate(("dK", "dV")):  # TE: reduce_scatter_along_first_dim(dk), then (dv)
         sends = [_rank_order(g.dkv[i], how.split, how.cp) for g in grads]
-        got = reduce_scatter(cluster, sends, group=group, tag=f"{unit.name}: {name} reduce-scatter")
+        with cluster.trace.about(purpose=PURPOSE):
+            got = reduce_scatter(cluster, sends, group=group, tag=f"{unit.name}: {name} reduce-scatter")
         handle += got.handle
         owned.append([m.reshape(g.held[i].shape) for m, g in zip(got, grads)])  # (B, G, L_r, d_h)
     return [g.but(dk=dk, dv=dv, dkv=None) for g, dk, dv in zip(grads, *owned)], handle

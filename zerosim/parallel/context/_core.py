@@ -42,11 +42,14 @@ class Hop(Layer):
 
     saves_input_only = False
     core = True  # a unit of the attention core (the oracle does the core in its own code)
+    cp_part = "core"  # what the time model charges it as (analysis/costs/_context_work.py)
     role = "replicated"  # beside tensor parallelism: no operator around it (parallel/tensor/_plan.py)
 
-    def __init__(self, hop: int, hops: int, pieces: int, n_rep: int, block: int, name: str):
+    def __init__(self, hop: int, hops: int, pieces: int, n_rep: int, block: int, name: str,
+                 keep_steps: bool = False):
         super().__init__(name)
         self.hop, self.hops, self.pieces, self.n_rep, self.block = hop, hops, pieces, n_rep, block
+        self.keep_steps = keep_steps  # the last hop hands every step's (out_i, lse_i) on, for a narration to read
 
     def forward(self, p, x, fmt):
         f = get_format(fmt)
@@ -65,7 +68,7 @@ class Hop(Layer):
         o = None
         for out, lse_step, qr in steps:  # TE: every step's output corrected with the final lse, in step order
             o = correct_out(o, out, lse, lse_step, f, qr)
-        return x.but(steps=(), lse=lse, o=o, incoming=None, work=_merged(o)), {}
+        return x.but(steps=steps if self.keep_steps else (), lse=lse, o=o, incoming=None, work=_merged(o)), {}
 
     def backward(self, p, dy, cache, fmt):
         f = get_format(fmt)
@@ -113,6 +116,7 @@ class Gathered(Layer):
 
     saves_input_only = False
     core = True
+    cp_part = "core"
     role = "replicated"
 
     def __init__(self, pieces: int, n_rep: int, block: int, name: str):

@@ -50,6 +50,7 @@ class GptQKV(Layer):
     """LN1, then qkv = ln W_qkvᵀ + b_qkv, split into heads (models/gpt/_attention.py's first half)."""
 
     saves_input_only = False
+    cp_part = "qkv"  # what the time model charges it as (analysis/costs/_context_work.py)
 
     def __init__(self, d: int, heads: int, name: str):
         super().__init__(name)
@@ -85,6 +86,7 @@ class LlamaQKV(Layer):
     """RMSNorm, the fused Q/K/V GEMM, rotary at the tokens' positions (models/llama/_attention.py's first half)."""
 
     saves_input_only = False
+    cp_part = "qkv"
 
     def __init__(self, attn, name: str):
         super().__init__(name)
@@ -131,6 +133,7 @@ class AttentionOut(Layer):
     """O merged from its heads, W_o (and its bias), the residual add; saves the core's tensors for its backward."""
 
     saves_input_only = False
+    cp_part = "out"
 
     def __init__(self, d: int, heads: int, kv_heads: int, head_dim: int, weight: str, bias: str | None, name: str):
         super().__init__(name)

@@ -54,17 +54,23 @@ def check_cp(cp) -> int:
     return int(cp)
 
 
+def check_options(attention: str, checkpoint: str | None) -> None:
+    """The attention and checkpointing a CP rank's model may be built with (see the module docstring), refused
+    otherwise: the one rule the model, the planner and the commands follow."""
+    if attention != "flash":
+        raise ValueError(f"context parallelism runs attention as flash blocks, whose log-sum-exp the ring merges: "
+                         f"build the model with attention='flash', not {attention!r} (Transformer Engine disables "
+                         "UnfusedDotProductAttention with context parallelism)")
+    if checkpoint == "op-sac":
+        raise ValueError("checkpoint='op-sac' is modelled on the data-less twins only; use 'none', 'block', "
+                         "'subblock' or 'every-k'")
+
+
 def check_model(full) -> None:
     """What a CP rank's model is built from, refused otherwise (see the module docstring)."""
     if type(full) not in (GPT, Llama):
         raise TypeError(f"context parallelism splits zerosim's GPT and Llama, got {type(full).__name__}")
-    if full.attention != "flash":
-        raise ValueError(f"context parallelism runs attention as flash blocks, whose log-sum-exp the ring merges: "
-                         f"build the model with attention='flash', not {full.attention!r} (Transformer Engine disables "
-                         "UnfusedDotProductAttention with context parallelism)")
-    if full.checkpoint == "op-sac":
-        raise ValueError("checkpoint='op-sac' is modelled on the data-less twins only; use 'none', 'block', "
-                         "'subblock' or 'every-k'")
+    check_options(full.attention, full.checkpoint)
 
 
 class ContextParallelModel(Decoder):

@@ -16,11 +16,21 @@ At the step's points (parallel/_contract.py) it runs, over the CP groups (collec
                                allgather: K, then V, all-gathered (TE's gather_along_first_dim, twice)
     before a unit, backward    ring, hop j (C−1 down to 0): one message to p − 1 (TE's backward ring: send_dst =
                                rank − 1) carrying the K/V held now (for p − 1's next hop; not at j = 0) and the dK/dV
-                               summed so far for the K/V p − 1 holds (not at j = C−1) — TE's [kv, dkv] buffers;
-                               the hop waits for it
-                               allgather: K and V all-gathered again (TE gathers them again in backward)
-    after a unit, backward     allgather: dK, then dV, reduce-scattered to their owners (16-bit, the ring's
-                               order: TE's reduce_scatter_along_first_dim)
+                               summed so far for the K/V p − 1 holds (not at j = C−1) — TE's [kv, dkv] buffers —
+                               posted before hop j computes; hop j waits for nothing new (its K/V came with the
+                               message before)
+                               allgather: K and V all-gathered again (TE gathers them again in backward); the core
+                               waits for them
+    after a unit, backward     ring: hop j's message, which the next unit waits for (hop j − 1, or the QKV end
+                               after hop 0), as Transformer Engine 2.18 overlaps it: context_parallel.py,
+                               `AttnFuncWithCPAndKVP2P.backward`, step i: "wait until KV is received" (the previous
+                               step's requests), `flash_attn_p2p_communicate` of [kv, dkv], the step's flash backward
+                               beside it, then "wait until dKV is received" before the dkv correction adds into the
+                               received buffer. The hop's dK/dV add rides in its compute here, timed with the
+                               block's attention backward; its bits are the same, in the same order
+                               allgather: dK, then dV, reduce-scattered to their owners (16-bit, the ring's
+                               order: TE's reduce_scatter_along_first_dim, a synchronous call): the next unit
+                               waits for them
 
 The sends themselves are _communication.py's. Each hop is told its block (_blocks.py) — which pieces of Q meet which
 of the held K/V — so the units (_core.py) never ask which rank they run on. Nothing is kept between steps.
@@ -36,6 +46,7 @@ from zerosim.cluster import Handle
 from zerosim.models.meta import like
 from zerosim.parallel._contract import Parallelism
 from zerosim.parallel.context import _communication as comm
+from zerosim.parallel.context._blocks import busiest_position
 from zerosim.parallel.context._core import Gathered, Hop
 from zerosim.parallel.context._meta import MetaContextParallelModel
 from zerosim.parallel.context._model import ContextParallelModel, check_cp, check_style
@@ -82,6 +93,7 @@ class ContextParallel(Parallelism):
         self.degrees = {"cp": self.cp}
         self.layout = comm.Layout(self.cp, self.split, self.causal)
         self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
+        self._behind = Handle()  # backward: the hop's message, sent before its compute, waited for after it
 
     @property
     def parallelisms(self) -> tuple:
@@ -110,17 +122,31 @@ class ContextParallel(Parallelism):
 
         return [cut(per_data_rank[dp.position(r)], cps.position(r)) for r in range(dims.world_size)]
 
+    def position_of(self, cluster, dims):
+        """rank -> its position in its CP group (`dims.groups("cp")`), as this run computes it. On the meta backend's
+        representative rank (one rank hosted for all N, which the timeline's rank 0 reports) that is the position whose
+        attention costs the most (_blocks.py `busiest_position`: the last under a contiguous causal split, which is
+        the slowest at every hop, so the step is every rank's to the bit; under zigzag the positions' pairs are
+        equal, their merges and copies of keys not, and no position is the slowest at every hop: the first stands
+        for all, its step within the ranks' per-hop differences of theirs). The bytes and the memory are every
+        position's alike."""
+        if _representative(cluster):
+            busiest = busiest_position(self.split, self.causal, self.cp)
+            return lambda rank: busiest
+        return dims.groups("cp").position
+
     # -- the step's points --------------------------------------------------------------------------------------
     def before_unit(self, ctx, passes, ops) -> Handle:
         op = ops[0]
         if self.local is None or not op.computes or op.kind == "loss":
             return Handle()
         unit, group = self.local.layers[op.layer], ctx.mesh.dims.groups("cp")
-        where = [group.position(rank.index) for rank in ctx.ranks]
+        where = [self.position_of(ctx.cluster, ctx.mesh.dims)(rank.index) for rank in ctx.ranks]
         if op.kind == "backward":
-            if isinstance(unit, Hop):
-                grads, handle = comm.backward_hop(ctx.cluster, group, [p.dy for p in passes], where, unit,
-                                                  self.layout)
+            if isinstance(unit, Hop):  # sent now, waited for by the next unit (after_unit): TE's overlap
+                grads, self._behind = comm.backward_hop(ctx.cluster, group, [p.dy for p in passes], where, unit,
+                                                        self.layout)
+                handle = Handle()
             elif isinstance(unit, Gathered):
                 grads, handle = comm.gather(ctx.cluster, group, [p.dy for p in passes], where, unit, self.layout,
                                             "backward")
@@ -149,6 +175,9 @@ class ContextParallel(Parallelism):
     def after_unit(self, ctx, passes, ops) -> Handle:
         op = ops[0]
         unit = None if self.local is None or op.kind != "backward" else self.local.layers[op.layer]
+        if isinstance(unit, Hop):  # the message this hop's before_unit sent: the next unit waits for it
+            handle, self._behind = self._behind, Handle()
+            return handle
         if not isinstance(unit, Gathered):
             return Handle()
         grads, handle = comm.scatter_dkv(ctx.cluster, ctx.mesh.dims.groups("cp"), [p.dy for p in passes], unit,
@@ -156,3 +185,8 @@ class ContextParallel(Parallelism):
         for p, g in zip(passes, grads):
             p.dy = g
         return handle
+
+
+def _representative(cluster) -> bool:
+    """The meta backend's representative rank: one rank hosted, with no values, for the whole world."""
+    return cluster.local_size < cluster.world_size and not cluster.backend.holds_values

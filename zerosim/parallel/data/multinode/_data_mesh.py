@@ -96,7 +96,7 @@ class DataMesh:
             if pp != 1:
                 raise NotImplementedError(f"context parallelism (cp={cp}) beside pipeline parallelism (pp={pp}): not "
                                           "modelled yet")
-            return cls._beside_cp(plan, world_size, g, group, tp, cp)
+            return cls._beside_cp(plan, world_size, g, group, tp, cp, spelling)
         dp = _data_parallel(world_size, tp, pp)
         per_node = g if tp == 1 else (None if g is None or g % tp else g // tp)  # data-parallel ranks on a node
         s = _group_size(plan, dp, per_node, group, spelling)
@@ -112,14 +112,18 @@ class DataMesh:
         return cls(plan, dims, g, None)
 
     @classmethod
-    def _beside_cp(cls, plan: Plan, world_size: int, g: int | None, group, tp: int, cp: int) -> "DataMesh":
+    def _beside_cp(cls, plan: Plan, world_size: int, g: int | None, group, tp: int, cp: int,
+                   spelling: Spelling = API) -> "DataMesh":
         """`of` with context parallelism: ParallelDims(N, tp=T, cp=C) (checked there: C must be a positive integer
         and T·C divide N), the flat stages over its "fsdp" groups. The strategies' groups (HSDP, MiCS, hpZ) beside
-        CP are not modelled yet."""
+        CP are not modelled yet: refused in the caller's words."""
         if plan.uses_groups or group is not None:
-            raise NotImplementedError(f"{plan.label} beside context parallelism (cp={cp}): torchtitan shards over "
-                                      "dp_shard × cp and replicates over dp_replicate; zerosim models CP with the "
-                                      "flat stages 0-3 only, for now")
+            what = spelling.strategy.format(plan.name) if plan.name else spelling.value(spelling.shard_group, group)
+            degree = spelling.value("--cp" if spelling.flags else "cp", cp)
+            raise ValueError(f"{what} beside context parallelism ({degree}) "
+                             "is not modelled: torchtitan shards over dp_shard × cp and replicates over dp_replicate "
+                             "(HSDP with CP), MiCS and hpZ have no CP; zerosim runs CP beside the flat stages 0-3 "
+                             "(FSDP's FULL_SHARD among them)")
         _data_parallel(world_size, tp)
         if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1 or world_size % (tp * cp):
             raise ValueError(f"context parallelism of degree {cp!r} beside tp = {tp} does not divide the {world_size} "

@@ -1,0 +1,81 @@
+"""What one context-parallel rank's unit computes and moves, by kernel class: the calibrated time model's view of a CP
+rank (analysis/timeline/_kernel_time.py), as costs/_kernel_work.py gives it for an unsplit unit.
+
+Letters: B batch, L_r = L / C the rank's tokens, C the CP degree, p the rank's position in its CP group, j the hop,
+d width, H query heads, G key/value heads, d_h head width. A CP rank's attention sub-block is cut in three
+(parallel/context/_model.py), and each part is charged the kernels the unsplit sub-block runs on its share:
+
+    part        GEMMs, per weight, on B·L_r tokens      attention                          elementwise (eager|compiled)
+    attn.qkv    W_qkv (GPT) or q, k, v (Llama)          none                               the norm; rotary on Q and
+                                                                                           K (Llama)
+    hop j /     none                                    4·B·H·d_h per query-key pair of    repeat_kv's copies of the
+    gathered                                            its block (_blocks.py              keys it reads (G < H); the
+                                                        `block_shapes`), half the pairs    merges, the final output
+                                                        of a causal diagonal block;        correction (forward), the
+                                                        backward 2.5x (five products       dQ, dK, dV adds (backward)
+                                                        against two)
+    attn.out    W_o                                     none                               the output's copy to
+                                                                                           (B, L_r, H·d_h), the residual
+
+so at every hop the time is the block's: under a causal mask a contiguous split gives position p one diagonal block
+and p full ones (the last position the most), the zigzag split every position the same (_split.py says why), and
+the sum over a rank's hops is L² / (2C) pairs under causal masking — 1/C of the unsplit sub-block's, as FlashAttention
+counts it. The merges (Transformer Engine's `flash_attn_fwd_softmax_lse_correction`: read two fp32 rows, write
+one, 12 bytes a row), the output correction once every hop is in (`flash_attn_fwd_out_correction`, per step and
+element: read its 16-bit output, read and write the running one, 6 bytes) and backward's adds into dQ and into the
+travelling dK, dV (read both 16-bit operands, write one: 6 bytes an element) are memory-bound. A backward pass moves
+BACKWARD_BYTES times its forward's elementwise bytes, as the unsplit units' do.
+"""
+
+from __future__ import annotations
+
+from zerosim.analysis.costs._kernel_work import BACKWARD_BYTES, Work, _bytes, gemm_work
+from zerosim.parallel.context import block_shapes, block_work
+
+FORWARD_ATTENTION = 4.0  # FLOPs per query-key pair and head width: the S and PV products (2 multiply-adds)
+BACKWARD_FACTOR = 2.5  # the backward kernel's five products against the forward's two
+MERGE_ROW_BYTES = 12  # merge_lse: read two fp32 log-sum-exps, write one
+CORRECT_BYTES = 6  # correct_out: read the step's 16-bit output, read and write the running output
+ADD_BYTES = 6  # a 16-bit add into a running sum: read both, write one
+
+
+def heads_of(model) -> tuple:
+    """(H, G, d_h) of the CP model's attention (the whole model's: a CP rank runs every head)."""
+    full = model.full
+    H = full.n_heads
+    return H, getattr(full, "n_kv_heads", H), getattr(full, "head_dim", None) or full.d_model // H
+
+
+def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8: bool, position: int) -> Work:
+    """The work of one CP rank's `unit` (a part of its attention sub-block: `unit.cp_part`) in pass `kind`, the rank
+    at `position` of its CP group holding `tokens` (L_r) of each of its B sequences (see the module docstring)."""
+    H, G, dh = heads_of(model)
+    d, T = model.d_model, B * tokens
+    scale = BACKWARD_BYTES if kind == "backward" else 1
+    if unit.cp_part != "core":
+        gemms, cast = gemm_work(unit, T, kind)
+        if unit.cp_part == "qkv":
+            if "ln1.g" in unit.param_shapes:  # the GPT's LayerNorm
+                per_token = _bytes("layernorm", d, kernels)
+            else:  # the Llama's RMSNorm, rotary on Q and on K
+                per_token = _bytes("rmsnorm", d, kernels) + _bytes("rope", H * dh, kernels) + _bytes("rope", G * dh,
+                                                                                                       kernels)
+        else:  # the merged heads' copy for o_proj (the Llama's), the residual add
+            per_token = (_bytes("copy", H * dh, kernels) if "o_proj" in unit.param_shapes else 0.0) + \
+                _bytes("residual", d, kernels)
+        return Work(tuple(gemms), memory=per_token * T * scale + (cast if fp8 else 0.0), fp8=fp8)
+    hop = getattr(unit, "hop", None)
+    shapes = block_shapes(model.style, model.split, model.causal, model.cp, position, hop, tokens)
+    flops = FORWARD_ATTENTION * B * H * dh * block_work(shapes)
+    keys, rows = sum(k for _, k, _ in shapes), sum(q for q, _, _ in shapes)
+    memory = (2 * _bytes("copy", H * dh, kernels) if G < H else 0.0) * B * keys * scale  # repeat_kv's K and V
+    if kind == "backward":
+        memory += ADD_BYTES * B * (H * dh * rows + 2 * G * dh * keys)
+        return Work(attention_bwd=BACKWARD_FACTOR * flops, memory=memory)
+    if hop is not None:
+        memory += MERGE_ROW_BYTES * B * H * rows if hop else 0  # hop 0's lse is the first: nothing to merge
+        if hop == model.cp - 1:  # every step's output corrected, once the last lse is in
+            every = sum(q for j in range(model.cp) for q, _, _ in
+                        block_shapes(model.style, model.split, model.causal, model.cp, position, j, tokens))
+            memory += CORRECT_BYTES * B * H * dh * every
+    return Work(attention_fwd=flops, memory=memory)

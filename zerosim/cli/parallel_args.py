@@ -1,0 +1,158 @@
+"""The parallel-degree flags `zerosim memory`, `timeline`, `train` and `plan` share, defined once as one argument
+group; what they say is one `zerosim.parallel.ParallelSpec`, checked by it in these flags' names:
+
+    --tp T        Megatron's tensor parallelism of degree T beside the ZeRO stage or strategy: each layer's heads,
+                  columns and vocabulary cut over T consecutive GPUs (one node's, by torchtitan's mesh order);
+                  --ranks stays the number of GPUs and the data-parallel degree is ranks / (T·C), as torchtitan's
+                  degrees multiply to the world size
+    --sp          with --tp: Megatron's sequence parallelism (norms and residuals on sequence shards; the
+                  all-reduces become all-gathers and reduce-scatters along the sequence)
+    --tp-layout   with --tp: what a TP rank keeps for backward: "megatron" (each column GEMM's input as its sequence
+                  shard, all-gathered again) or "torchtitan" (torch DTensor's all-gathered input; with --kernels eager
+                  every tensor torch's eager autograd saves). Default: the framework's, by --comm (torchtitan's for
+                  FSDP's schedule, Megatron's otherwise: DeepSpeed runs Megatron-DeepSpeed's TP)
+    --async-tp    (timeline) with --tp: the bound of overlapping TP's collectives with the GEMMs they feed
+                  (torchtitan's async TP, Megatron's --tp-comm-overlap): no compute waits for them
+    --cp C        context parallelism of degree C: each of C GPUs holds 1/C of every sequence, attention's keys and
+                  values travelling the CP group (Megatron-Core's --context-parallel-size, torchtitan's
+                  context_parallel_degree); ZeRO shards and reduces over dp × cp (torchtitan's "fsdp" mesh)
+    --cp-style    with --cp: "ring" (Transformer Engine's p2p: K/V sent hop by hop, each hop's attention merged;
+                  Megatron-Core's default --cp-comm-type) or "allgather" (the Llama 3 paper's: K/V all-gathered)
+    --cp-split    with --cp: "zigzag" (each rank chunks p and 2C−1−p, balancing causal work: TE's, torch's head-tail
+                  load balancer) or "contiguous"
+
+`plan` takes comma-separated lists of --tp and --cp degrees (every combination tried, those zerosim or the
+frameworks refuse left out with the reason); the other commands one value each. Pipeline parallelism's degree and
+options join this group.
+"""
+
+from __future__ import annotations
+
+from zerosim.cli import choices
+
+FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
+CP_STYLES = ("ring", "allgather")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
+CP_SPLITS = ("zigzag", "contiguous")  # zerosim.parallel.context SPLITS
+
+
+def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> None:
+    """The group of parallel-degree flags; `several`: --tp and --cp take comma-separated lists (plan's);
+    `async_tp`: with --async-tp (timeline's)."""
+    g = p.add_argument_group("parallelism beside ZeRO (tensor: Megatron's column- and row-parallel layers; context: "
+                             "each GPU 1/C of every sequence)")
+    each = "degrees to try, comma-separated (default 1): " if several else "degree: "
+    g.add_argument("--tp", type=str if several else int, default="1" if several else None,
+                   metavar="T,..." if several else "T",
+                   help=f"tensor-parallel {each}T consecutive GPUs split every layer; --ranks stays the GPU count, "
+                        "the data-parallel degree is ranks / (T·C) (default 1)")
+    g.add_argument("--sp", action="store_true",
+                   help="with --tp: sequence parallelism (norms on sequence shards; all-gather / reduce-scatter "
+                        "along the sequence instead of all-reduce)")
+    g.add_argument("--tp-layout", choices=choices.TP_LAYOUTS, default=None,
+                   help="with --tp: what a TP rank keeps for backward: megatron (each column GEMM's input as its "
+                        "sequence shard) or torchtitan (torch DTensor's all-gathered input); default by --comm: "
+                        "torchtitan for fsdp, megatron otherwise")
+    if async_tp:
+        g.add_argument("--async-tp", action="store_true",
+                       help="with --tp: TP's collectives overlap the GEMMs they feed, as torchtitan's async TP and "
+                            "Megatron's --tp-comm-overlap try to (an upper bound: no compute waits for them)")
+    g.add_argument("--cp", type=str if several else int, default="1" if several else None,
+                   metavar="C,..." if several else "C",
+                   help=f"context-parallel {each}C GPUs each hold 1/C of every sequence (its length a multiple of "
+                        "2·C zigzag, C contiguous); ZeRO shards over dp × cp (default 1)")
+    g.add_argument("--cp-style", choices=CP_STYLES, default=None,
+                   help="with --cp: ring (K/V sent round the CP group hop by hop, Transformer Engine's p2p; the "
+                        "default) or allgather (K/V all-gathered, the Llama 3 paper's)")
+    g.add_argument("--cp-split", choices=CP_SPLITS, default=None,
+                   help="with --cp: zigzag (rank p holds chunks p and 2C−1−p, balancing causal work; the default) or "
+                        "contiguous")
+
+
+def layout_of(args) -> str:
+    """--tp-layout, or the layout of the framework --comm names (FRAMEWORK_LAYOUT; Megatron's otherwise)."""
+    given = getattr(args, "tp_layout", None)
+    return given if given is not None else FRAMEWORK_LAYOUT.get(getattr(args, "comm", None), "megatron")
+
+
+def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
+    """The ParallelSpec the flags say, checked in their names against the `ranks` GPUs (None: not yet known);
+    --tp-layout left out takes the framework's by --comm (layout_of)."""
+    from dataclasses import replace
+
+    from zerosim.parallel import ParallelSpec
+
+    tp, cp = _one(getattr(args, "tp", None), "--tp"), _one(getattr(args, "cp", None), "--cp")
+    options = {"sp": bool(getattr(args, "sp", False)), "tp_layout": getattr(args, "tp_layout", None),
+               "async_tp": bool(getattr(args, "async_tp", False)), "cp_style": getattr(args, "cp_style", None),
+               "cp_split": getattr(args, "cp_split", None)}
+    given = {k for k, v in options.items() if v not in (None, False)}
+    asked = ParallelSpec(tp=tp, cp=cp, **{k: v for k, v in options.items() if v is not None})
+    asked.check(ranks, _names(ranks_flag), given)
+    return replace(asked, tp_layout=layout_of(args) if tp > 1 else None)
+
+
+def _names(ranks_flag: str) -> dict:
+    from zerosim.parallel._spec import FLAGS
+
+    return {**FLAGS, "world_size": ranks_flag}
+
+
+def _one(value, flag: str) -> int:
+    """A degree flag's value: 1 when not given (the other commands take one integer)."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+    return value
+
+
+def tensor_of(args, ranks: int) -> tuple:
+    """(T, SP) from --tp and --sp, every parallel flag checked against the GPUs (spec_of)."""
+    spec = spec_of(args, ranks)
+    return spec.tp, spec.sp
+
+
+def degrees(text: str, flag: str) -> tuple:
+    """A list-valued degree flag of plan's ("1,2,4"): positive integers, each once, in the order given."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} degrees must be at least 1, got {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
+def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
+    """plan's ((ParallelSpec, None) or (None, why), ...): one per combination of its --tp and --cp lists, in the
+    product's order (the degrees as data: a further degree is one more list). A combination the spec refuses (SP
+    beside CP, degrees that do not divide the GPUs) is left out with the reason; --sp, --tp-layout, --cp-style and
+    --cp-split apply where their degree is above 1, and each needs one of its degrees above 1."""
+    from itertools import product
+
+    lists = {"tp": degrees(args.tp, "--tp"), "cp": degrees(args.cp, "--cp")}
+    for flag, degree, what in (("--sp", "tp", "cuts the sequence over a TP group"),
+                               ("--tp-layout", "tp", "says what a TP rank keeps"),
+                               ("--cp-style", "cp", "says how the keys and values travel a CP group"),
+                               ("--cp-split", "cp", "says how a sequence is cut over a CP group")):
+        given = getattr(args, flag[2:].replace("-", "_"), None)
+        if given and max(lists[degree]) == 1:
+            raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
+    out = []
+    for combo in product(*lists.values()):
+        chosen = dict(zip(lists, combo))
+        try:
+            out.append((_plan_spec(args, ranks, ranks_flag, **chosen), None))
+        except ValueError as why:
+            out.append((chosen, str(why)))
+    return tuple(out)
+
+
+def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int):
+    """One combination's spec: the options where their degree is above 1 (--sp beside TP only)."""
+    from zerosim.parallel import ParallelSpec
+
+    spec = ParallelSpec(tp=tp, sp=args.sp and tp > 1, tp_layout=layout_of(args) if tp > 1 else None, cp=cp,
+                        cp_style=(args.cp_style or "ring") if cp > 1 else "ring",
+                        cp_split=(args.cp_split or "zigzag") if cp > 1 else "zigzag")
+    return spec.check(ranks, _names(ranks_flag))
