@@ -135,3 +135,16 @@ def test_threads_multiplying_at_once_get_their_own_bits():
     first = exact_matmul(*pairs[0])
     exact_matmul(*pairs[1])  # the next product reuses the temporaries, never the output handed back
     assert np.array_equal(bits(first), bits(want[0]))
+
+
+def test_a_gram_matrix_is_widened_once_and_exactly_symmetric(monkeypatch):
+    # x @ x.T (Newton-Schulz's Gram matrix): b is a's transpose, so one float64 copy serves both (a BLAS then forms
+    # it in half the FLOPs), and each element is its exact sum either way
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((6, 70)) * 2.0 ** rng.integers(-20, 20, size=(6, 70))).astype(np.float32)
+    widened = Spy(monkeypatch, _exact_matmul, "_widened")
+    got = exact_matmul(x, x.T)
+    assert widened.calls == 1
+    assert np.array_equal(bits(got), bits(reference(x, x.T))) and np.array_equal(bits(got), bits(got.T))
+    y = x.copy()
+    assert np.array_equal(bits(exact_matmul(x, y.T)), bits(got)) and widened.calls == 3  # another matrix: two
