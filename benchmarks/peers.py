@@ -21,11 +21,13 @@ line). Needs torch (the parity extra, CPU build): without it the script says so 
 
 What the ratios depend on is printed beside them (benchmarks/machine.py): the CPU's bf16 instructions (torch's bf16
 matmul is native with AVX512_BF16 or AMX, emulated without: the bf16 goal is per class of CPU, `BF16_CLASSES`) and
-the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU capability). zerosim runs its
-"native" arithmetic here (the machine's sgemm, zerosim/precision/arithmetic/), as torch runs its own BLAS: the
-portable default's exact products cost more (benchmarks/portable_numbers.py).
+the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU capability). zerosim runs the arithmetic
+--arithmetic names (zerosim/precision/arithmetic/): "portable", its default (each product's exact dot products
+rounded once: the same bits on every machine; issue 63 holds the default against torch), or "native" (the machine's
+sgemm, as torch runs its own BLAS; issue 28's table). --rows picks the comparisons.
 
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
+                               [--arithmetic portable|native] [--rows zero1,zero3-fp32,zero3-bf16]
 """
 
 import os
@@ -51,11 +53,12 @@ MODELS = {  # name: MLP widths
     "10M": [1024, 2048, 2560, 1024],  # 9,967,104 params
 }
 BATCH = 32  # rows per rank per step
-ROWS = [  # (label, zerosim stage, zerosim precision, torch mode, target ratio: issue 28; None: by the CPU's bf16 class)
-    ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1", 1.0),
-    ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32", 1.0),
-    ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16", None),
-]
+ROWS = {  # --rows name: (label, zerosim stage, zerosim precision, torch mode, target ratio: issue 28; None: by the
+    #        CPU's bf16 class)
+    "zero1": ("ZeRO-1 ÷ DDP+ZeroRedundancyOptimizer, fp32", 1, "fp32", "ddp-zero1", 1.0),
+    "zero3-fp32": ("ZeRO-3 ÷ FSDP2, fp32 params", 3, "fp32", "fsdp2-fp32", 1.0),
+    "zero3-bf16": ("ZeRO-3 ÷ FSDP2, bf16 params", 3, "bf16-mixed", "fsdp2-bf16", None),
+}
 MIN_REPEATS = 3  # a row stops repeating after this many once it has used its --budget
 
 
@@ -156,13 +159,13 @@ class TorchPeers:
 
 
 # -- zerosim's side ------------------------------------------------------------------------------------------------
-def zerosim_engine(widths, n, stage, precision, workers):
+def zerosim_engine(widths, n, stage, precision, workers, arithmetic):
     from zerosim import MLP, Adam, Cluster, ZeroEngine
     from zerosim.precision import get_precision
 
     model = MLP(widths, activation="relu")
     cluster = Cluster(n, trace="call", timeline=False, workers=workers)
-    policy = get_precision(precision).with_(arithmetic="native")  # the machine's sgemm, as torch runs its BLAS
+    policy = get_precision(precision).with_(arithmetic=arithmetic)  # native: the machine's sgemm, as torch's BLAS
     return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), policy, params=model.init_params())
 
 
@@ -173,16 +176,16 @@ def timed(fn) -> tuple:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def run_case(name, n, repeats, budget, port):
+def run_case(name, n, repeats, budget, port, arithmetic, chosen):
     widths = MODELS[name]
     data = batches(widths, n)
     peers = TorchPeers(n, widths, port)
     rows = []
     try:
-        for label, stage, precision, mode, target in ROWS:
+        for label, stage, precision, mode, target in chosen:
             peers.mode(mode)
-            pooled = zerosim_engine(widths, n, stage, precision, "auto")
-            single = zerosim_engine(widths, n, stage, precision, 1)
+            pooled = zerosim_engine(widths, n, stage, precision, "auto", arithmetic)
+            single = zerosim_engine(widths, n, stage, precision, 1, arithmetic)
             peers.step(), pooled.step(data), single.step(data)  # warm up: first touches, BLAS, gloo's buffers
             times = {"torch": [], "pool": [], "one": []}
             start = time.perf_counter()
@@ -232,11 +235,11 @@ def verdict(ratio: float, target, bf16: Bf16Class) -> str:
     return f"{'met' if ratio <= goal else 'MISSED'} (≤ {goal}{where})"
 
 
-def readme_table(results, header: str, bf16: Bf16Class) -> list:
+def readme_table(results, header: str, bf16: Bf16Class, chosen: list | None = None) -> list:
     """The table of benchmarks/README.md: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch
     ms; 1 worker ratio; CPU s ratio)", then the targets met or missed (the bf16 goal: `bf16`'s, the class of the CPU it
     ran on)."""
-    labels = [label for label, *_ in ROWS]
+    labels = [label for label, *_ in (list(ROWS.values()) if chosen is None else chosen)]
     lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     verdicts = []
     for (name, n), rows in results:
@@ -258,7 +261,11 @@ def main():
                    f"(after {MIN_REPEATS} steps)")
     p.add_argument("--cases", default="919k:4,919k:8,10M:4,10M:8", help="MODEL:N,... (MODEL: 919k or 10M)")
     p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--arithmetic", choices=("portable", "native"), default="portable",
+                   help="zerosim's products: its default, portable (the same bits everywhere), or the machine's own")
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comparisons, of {', '.join(ROWS)}")
     args = p.parse_args()
+    chosen = [ROWS[r] for r in args.rows.split(",")]
     try:
         import torch
     except ImportError:
@@ -276,9 +283,9 @@ def main():
           f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'steps':>5}  depends on")
     results = []
     for k, (name, n) in enumerate(cases):
-        rows = run_case(name, n, args.repeats, args.budget, args.port + k)
+        rows = run_case(name, n, args.repeats, args.budget, args.port + k, args.arithmetic, chosen)
         results.append(((name, n), rows))
-        for (label, med, params, workers, _), (_, _, precision, _, _) in zip(rows, ROWS):
+        for (label, med, params, workers, _), (_, _, precision, _, _) in zip(rows, chosen):
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
                   f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f} "
@@ -286,11 +293,11 @@ def main():
         sys.stdout.flush()
     workers = results[0][1][0][3] if results else 1
     header = (f"Measured on {machine()} ({platform.system()}; bf16: {bf16.name}, torch's bf16 GEMMs {bf16.how}); "
-              f"{numpy_kernels()}; {torch_kernels(torch)}; zerosim with {workers} worker threads, its native "
-              f"arithmetic; load average {load_start} at the start, {load()} at the end; "
+              f"{numpy_kernels()}; {torch_kernels(torch)}; zerosim with {workers} worker threads, its "
+              f"{args.arithmetic} arithmetic; load average {load_start} at the start, {load()} at the end; "
               f"{(time.perf_counter() - started) / 60:.1f} min. Each cell: zerosim ÷ torch, per-step wall time, median "
               f"of {MIN_REPEATS}-{args.repeats} steps in turns.")
-    print("\n" + "\n".join(readme_table(results, header, bf16)))
+    print("\n" + "\n".join(readme_table(results, header, bf16, chosen)))
     return 0
 
 

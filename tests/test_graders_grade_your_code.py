@@ -410,7 +410,7 @@ def test_nothing_of_zerosim_but_the_offer_and_the_sandbox_is_loaded_before_the_l
     grade_file("ring_chunk", write(tmp_path, text), time_limit=3600)
     loaded = next(line for line in capfd.readouterr().out.splitlines() if line.startswith("REAL")).split()[1:]
     assert "zerosim.teaching.sandbox._child" in loaded and "zerosim.precision" in loaded, loaded
-    machinery = ("zerosim", "zerosim._compat", "zerosim.teaching", "zerosim.teaching._predict",
+    machinery = ("zerosim", "zerosim._compat", "zerosim._lazy", "zerosim.teaching", "zerosim.teaching._predict",
                  "zerosim.teaching._questions",
                  # the questions by topic and the starter kit, which teaching's face brings: no engine among them
                  "zerosim.teaching._questions_memory", "zerosim.teaching._questions_step",

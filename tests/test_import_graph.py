@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from zerosim.cli.main import COMMANDS
 
-# What a fresh `import zerosim` may load of zerosim: the package and its old-path shim, nothing else (each name of the
-# face, each subpackage, is imported when first used: zerosim/__init__.py). A stand-in for an old path (_compat.py)
-# is made only when that path is used, and is not counted.
+# What a fresh `import zerosim` may load of zerosim: the package, its old-path shim and its lazy faces' helper, nothing
+# else (each name of the face, each subpackage, is imported when first used: zerosim/__init__.py, zerosim/_lazy.py).
+# A stand-in for an old path (_compat.py) is made only when that path is used, and is not counted.
 LOADED = """
 import json, sys
 before = set(sys.modules)
@@ -33,7 +34,7 @@ def loaded_by(code: str) -> list:
 
 def test_import_zerosim_loads_no_subpackage_and_no_numpy():
     loaded = loaded_by("import zerosim")
-    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat"]
+    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat", "zerosim._lazy"]
     assert "numpy" not in loaded and "ml_dtypes" not in loaded
     assert len(loaded) <= 10, loaded  # the standard library's few (importlib's helpers, warnings, types)
 
@@ -44,6 +45,8 @@ def test_the_face_still_answers_every_name_and_subpackage():
     for name in zerosim.__all__:
         assert getattr(zerosim, name) is not None
     assert zerosim.precision.cast is zerosim.cast and zerosim.parallel.data.ZeroEngine is zerosim.ZeroEngine
+    folders = {p.name for p in Path(zerosim.__file__).parent.iterdir() if (p / "__init__.py").is_file()}
+    assert {"analysis", "cli", "models", "parallel", "teaching"} <= folders <= set(dir(zerosim))  # as an eager face's
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
         zerosim.nonsense  # noqa: B018
 
@@ -53,8 +56,8 @@ def test_help_loads_no_command_and_no_numpy():
     loaded = loaded_by(code)
     commands = [m for m in loaded if m.startswith("zerosim.cli.") and m.endswith("_cmd")]
     assert commands == [] and "numpy" not in loaded, loaded
-    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat", "zerosim.cli",
-                                                             "zerosim.cli.main"]
+    assert [m for m in loaded if m.startswith("zerosim")] == ["zerosim", "zerosim._compat", "zerosim._lazy",
+                                                             "zerosim.cli", "zerosim.cli.main"]
 
 
 def test_a_command_loads_its_own_module_only():
@@ -65,8 +68,8 @@ def test_a_command_loads_its_own_module_only():
 
 # What a command's parser may load of zerosim besides the command line's own modules (zerosim/cli/): the package
 # and its shim, and zerosim.outputs (a few path checks, no NumPy). Its choices come from zerosim/cli/choices.py.
-PARSER_MAY_LOAD = {"zerosim", "zerosim._compat", "zerosim.outputs"}
-MOST_CLI_MODULES = 16  # timeline's loads 15: these three, zerosim.cli, main, choices, its module, 8 argument modules
+PARSER_MAY_LOAD = {"zerosim", "zerosim._compat", "zerosim._lazy", "zerosim.outputs"}
+MOST_CLI_MODULES = 17  # timeline's loads 16: these four, zerosim.cli, main, choices, its module, 8 argument modules
 RUN_MAIN = "from zerosim.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
 
 
@@ -81,3 +84,47 @@ def test_a_commands_help_and_parsing_load_no_machinery(argv):
     assert "numpy" not in loaded and "ml_dtypes" not in loaded, ours
     assert {m for m in ours if not m.startswith("zerosim.cli")} <= PARSER_MAY_LOAD, ours
     assert len(ours) <= MOST_CLI_MODULES, ours
+
+
+# What a first script's names load (issue 63): the engine and what a default ZeRO engine runs, not the features beside
+# it, each imported where it is used (zerosim/_lazy.py's faces, and the recipes' own imports in their functions)
+FIRST_SCRIPT = "from zerosim import MLP, Adam, Cluster, ZeroEngine"
+NOT_IN_A_FIRST_SCRIPT = (
+    "zerosim.models.gpt", "zerosim.models.llama", "zerosim.models.hf", "zerosim.models.meta",  # the other families
+    "zerosim.models.layers._attention", "zerosim.models.layers._flash_attention",  # their layers
+    "zerosim.collectives.chunk_maps", "zerosim.collectives.quantized", "zerosim.precision.quantize",  # their wires
+    "zerosim.parallel.data.muon._step", "zerosim.optim._adan", "zerosim.optim._lion",  # other optimizers
+    "concurrent.futures",  # the rank pool's threads: workers > 1 only
+)
+MOST_FIRST_SCRIPT_MODULES = 115  # 112 at issue 63 (175 before); 115 with the pipeline's and context parallelism's
+# (cluster._recording, parallel._spec, precision.cast._meta_array)
+
+
+def test_a_first_scripts_names_load_the_engine_and_not_the_features_beside_it():
+    loaded = loaded_by(FIRST_SCRIPT)
+    ours = [m for m in loaded if m.startswith("zerosim")]
+    assert not [m for m in loaded if m.startswith(NOT_IN_A_FIRST_SCRIPT)], ours
+    assert len(ours) <= MOST_FIRST_SCRIPT_MODULES, len(ours)
+
+
+LAZY_FACES = ("zerosim.models", "zerosim.models.layers", "zerosim.collectives", "zerosim.collectives.chunk_maps",
+              "zerosim.collectives.quantized", "zerosim.optim", "zerosim.parallel.data",
+              "zerosim.parallel.data.multinode", "zerosim.parallel.data.muon", "zerosim.parallel.data.recipes",
+              "zerosim.parallel.data.zeropp", "zerosim.precision", "zerosim.precision.quantize")
+
+
+@pytest.mark.parametrize("face", LAZY_FACES)
+def test_a_lazy_face_answers_every_name_and_none_hides_a_submodule(face):
+    # a name equal to one of the face's submodules would lose its place to that module the first time the module is
+    # imported (precision's `cast`: the function and the subpackage), so such a name stays eager
+    import importlib
+    import pkgutil
+
+    module = importlib.import_module(face)
+    submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
+    lazy = set(getattr(module, "_NAMES", {}) and [n for names in module._NAMES.values() for n in names])
+    assert not lazy & submodules, lazy & submodules
+    for name in module.__all__:
+        assert getattr(module, name) is not None and name in dir(module)
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        module.nonsense  # noqa: B018

@@ -122,7 +122,8 @@ def test_shadowed_lists_every_old_path_whose_name_a_face_took():
         face, _, name = old.rpartition(".")
         if face in _compat.MOVED:  # under an old package: its parent is a stand-in, nothing of a face to hide
             continue
-        value = vars(importlib.import_module(face)).get(name)
+        module = importlib.import_module(face)  # a lazy face's names are not in its vars until used: ask dir()
+        value = getattr(module, name) if name in dir(module) else None
         if value is not None and not isinstance(value, type(sys)):
             found[old] = face
     assert found == _compat.SHADOWED
@@ -156,6 +157,25 @@ def test_a_stand_in_is_made_only_when_its_path_is_used():
     assert "zerosim.models.schedule" in placed and len(placed) < len(_compat.SHADOWED)
     assert after_face == sorted(after_old + placed + ["zerosim.zero"])
     assert schedule_is_the_function and zero == "zerosim.zero"
+
+
+OLD_ATTRIBUTES = """
+import json, warnings
+import zerosim, zerosim.models
+names = [zerosim.zero.__name__, zerosim.models.transformer.__name__]  # neither imported before: asked as attributes
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    same = zerosim.models.transformer.TransformerBlock is zerosim.models.TransformerBlock
+print(json.dumps([names, same, [str(w.category.__name__) for w in caught]]))
+"""
+
+
+def test_an_old_path_asked_for_as_an_attribute_of_a_lazy_face_answers():
+    """A lazy face (zerosim/_lazy.py: the package's and a subpackage's) imports an old path asked for as its attribute,
+    as an eager face's `import` would have left it there: the stand-in, which warns at its first name."""
+    run = subprocess.run([sys.executable, "-c", OLD_ATTRIBUTES], capture_output=True, text=True, check=True)
+    names, same, warned = json.loads(run.stdout)
+    assert names == ["zerosim.zero", "zerosim.models.transformer"] and same and warned == ["DeprecationWarning"]
 
 
 def test_the_old_paths_go_on_their_date():

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerosim import MLP, Cluster, Reference, ZeroEngine
+from zerosim.cluster import Compute
 from zerosim.models import make_regression
 from zerosim.optim import SHARDINGS, Muon, MuonAdamW, newton_schulz
 from zerosim.parallel.data.muon import (
@@ -126,6 +127,33 @@ def test_the_test_fails_when_a_plan_drops_a_piece(monkeypatch):
     monkeypatch.setattr(_step, "_back_to_holders", lossy)
     with pytest.raises(AssertionError):
         _same_bits(*_run([5, 7, 3, 2], (3, None, 3, None, None), Muon(sharding="owner"), "fp32"))
+
+
+@pytest.mark.parametrize("sharding", ["gather", "distributed"])
+def test_ranks_holding_the_same_whole_matrix_share_one_newton_schulz(monkeypatch, sharding):
+    # every rank gathers every matrix ("gather"), or the sharers of a unit do ("distributed"): the simulator makes
+    # one Newton-Schulz per distinct U, found by its bytes, yet each rank records its own Compute event, and the
+    # oracle's bits hold; a rank whose U differs gets its own
+    from zerosim.parallel.data.muon import _step
+
+    calls = []
+    real = MuonAdamW.orthogonalised
+    monkeypatch.setattr(MuonAdamW, "orthogonalised", lambda self, u: calls.append(u.shape) or real(self, u))
+    engine, ref = _run([8, 12, 6, 4], (3, None, 4, None, None), MuonAdamW(sharding=sharding), "bf16-mixed", steps=1)
+    _same_bits(engine, ref)
+    matrices = [(12, 8), (6, 12), (4, 6)]
+    assert sorted(calls) == sorted(matrices * 2)  # once each in the engine (not once per rank), once in the oracle
+    events = [e for e in engine.cluster.trace.of_type(Compute) if e.kind == "newton-schulz"]
+    assert len(events) > len(matrices)  # every computing rank still charged for its own
+    made, rank = {}, engine.cluster.ranks[0]
+    u = np.arange(12 * 8, dtype=np.float32)
+    m = next(m for m in muon_matrices(engine.optimizer, engine.model.specs, engine.layout) if m.shape == (12, 8))
+    ctx = engine.ctx
+    wire = ctx.layout.to_wire(m.lo, m.hi, u)
+    calls.clear()
+    for w in (wire, wire.copy(), wire + 1, wire.copy()):
+        _step._orthogonalise(ctx, engine.optimizer, m, rank, w, (), {rank.index: np.zeros(1, np.float32)}, made=made)
+    assert len(calls) == 2  # the same bits twice: one; other bits: one more
 
 
 # -- bytes sent and held: hand formulas against the trace and the ledgers -------------------------------------------

@@ -24,12 +24,14 @@ docs/explanation/architecture.md draws the layers and walks one ZeRO-3 step file
 """
 
 from zerosim import _compat
+from zerosim._lazy import lazy_face
 
 __version__ = "0.1.0"
 
-# Each name of the face and the face that defines it, imported the first time it is asked for (PEP 562): `import
-# zerosim` loads no NumPy and no subpackage, so the command line starts at once (tests/test_import_graph.py keeps it
-# so); `from zerosim import ZeroEngine` loads what the engine needs, no more.
+# Each name of the face and the face that defines it, imported the first time it is asked for (PEP 562,
+# zerosim/_lazy.py): `import zerosim` loads no NumPy and no subpackage, so the command line starts at once
+# (tests/test_import_graph.py keeps it so); `from zerosim import ZeroEngine` loads what the engine needs, no more. A
+# subpackage (zerosim.models, ...) or an old package (_compat.py's MOVED) is imported when first asked for too.
 _FACES = {
     "zerosim.cluster": ("Buffer", "Cluster", "Groups", "LedgerError", "MemoryLedger", "Mesh", "Rank", "Trace"),
     "zerosim.collectives": ("ShardLayout", "all_gather", "all_reduce", "broadcast", "reduce_scatter"),
@@ -41,10 +43,7 @@ _FACES = {
                           "ulp"),
     "zerosim.reference": ("Reference",),
 }
-_HOME = {name: face for face, names in _FACES.items() for name in names}
-_SUBPACKAGES = ("analysis", "backends", "checkpoint", "cli", "cluster", "collectives", "explore", "frameworks",
-                "models", "optim", "parallel", "precision", "progress", "reference", "replay", "teaching", "train",
-                "viz")
+__getattr__, __dir__ = lazy_face(__name__, _FACES)
 
 __all__ = [
     "Adam", "AdamW", "Adan", "Buffer", "Cluster", "FORMATS", "Format", "GradientRecipe", "Groups", "Hooks",
@@ -54,24 +53,6 @@ __all__ = [
     "all_gather", "all_reduce", "broadcast", "cast", "get_format", "get_optimizer", "get_precision", "lost_update",
     "reduce_scatter", "ulp",
 ]
-
-
-def __getattr__(name: str):
-    """A name of the face, or a subpackage, imported on first use (and kept, so the next lookup is plain)."""
-    import importlib
-
-    if name in _HOME:
-        value = getattr(importlib.import_module(_HOME[name]), name)
-    elif name in _SUBPACKAGES or _compat.moved(f"zerosim.{name}"):  # or an old package (_compat.py): a stand-in
-        value = importlib.import_module(f"zerosim.{name}")
-    else:
-        raise AttributeError(f"module 'zerosim' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__) | set(_SUBPACKAGES))
 
 
 _compat.install()  # the old import paths (_compat.py's MOVED) answer, with a warning, until _compat.REMOVAL

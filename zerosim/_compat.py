@@ -325,8 +325,3 @@ def install() -> None:
         sys.meta_path.insert(0, _FINDER)
     for face in [f for f in _SHADOWED_UNDER if f in sys.modules]:
         _FINDER.find_spec(face)
-
-
-def moved(name: str) -> bool:
-    """Whether `name` is an old path (zerosim/__init__.py imports an old package asked for as an attribute)."""
-    return name in MOVED

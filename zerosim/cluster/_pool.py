@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -124,6 +123,8 @@ class RankPool:
             before(0)
         try:
             if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor  # here: one worker (the default) never needs it
+
                 self._executor = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="zerosim-rank-worker")
             # errstate and other context variables follow the caller into the threads (a copy per task)
             futures = [self._executor.submit(contextvars.copy_context().run, self._group, work, g, steps, ranks,

@@ -22,35 +22,26 @@ Every function takes the `Cluster` first (as torch.distributed's take a process 
 local rank, and returns one array per local rank in a list that carries `.handle`: the calls it recorded.
 """
 
-from zerosim.collectives._all_to_all import all_to_all, naive_all_to_all
-from zerosim.collectives._all_to_all_v import all_to_all_v, naive_all_to_all_v
-from zerosim.collectives._broadcast import broadcast
-from zerosim.collectives._calls import all_gather, all_reduce, reduce_scatter
-from zerosim.collectives._naive import naive_all_gather, naive_all_reduce, naive_reduce, naive_reduce_scatter
-from zerosim.collectives._ops import OPS, ReduceOp, get_op
-from zerosim.collectives._p2p import naive_send_pairs, send_pairs
-from zerosim.collectives._send_recv import naive_send_recv, send_recv
-from zerosim.collectives._shards import ShardLayout
-from zerosim.collectives._staging import Collected
-from zerosim.collectives._wire import wire_itemsize
-from zerosim.collectives.chunk_maps import (
-                                            GlooRing,
-                                            NcclLoop,
-                                            gloo_all_reduce,
-                                            gloo_reduce_scatter,
-                                            gloo_ring,
-                                            nccl_all_reduce,
-                                            nccl_ring_allreduce_chunks,
-                                            ring_tree_crossover,
-                                            tree_all_reduce,
-                                            tree_all_reduce_time,
-)
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "Collected", "GlooRing", "NcclLoop", "OPS", "ReduceOp", "ShardLayout", "all_gather", "all_reduce", "all_to_all",
-    "all_to_all_v", "naive_all_to_all_v",
-    "broadcast", "get_op", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "naive_all_gather",
-    "naive_all_reduce", "naive_all_to_all", "naive_reduce", "naive_reduce_scatter", "naive_send_recv",
-    "nccl_all_reduce", "nccl_ring_allreduce_chunks", "reduce_scatter", "ring_tree_crossover", "send_pairs",
-    "naive_send_pairs", "send_recv", "tree_all_reduce", "tree_all_reduce_time", "wire_itemsize",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._all_to_all": ("all_to_all", "naive_all_to_all"),
+    "._all_to_all_v": ("all_to_all_v", "naive_all_to_all_v"),
+    "._broadcast": ("broadcast",),
+    "._calls": ("all_gather", "all_reduce", "reduce_scatter"),
+    "._naive": ("naive_all_gather", "naive_all_reduce", "naive_reduce", "naive_reduce_scatter"),
+    "._ops": ("OPS", "ReduceOp", "get_op"),
+    "._p2p": ("naive_send_pairs", "send_pairs"),
+    "._send_recv": ("naive_send_recv", "send_recv"),
+    "._shards": ("ShardLayout",),
+    "._staging": ("Collected",),
+    "._wire": ("wire_itemsize",),
+    ".chunk_maps": (
+        "GlooRing", "NcclLoop", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring", "nccl_all_reduce",
+        "nccl_ring_allreduce_chunks", "ring_tree_crossover", "tree_all_reduce", "tree_all_reduce_time",
+    ),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -15,60 +15,29 @@
 Each family's face (zerosim.models.gpt, .llama, ...) lists its units; the names below are the ones most runs use.
 """
 
-from zerosim.models._model import Model, ParamSpec
-from zerosim.models._run import Pass, forward_backward, loss_and_grad, predict
-from zerosim.models._schedule import Op, needs_params, schedule, split_backward
-from zerosim.models.data import answer_positions, make_classification, make_regression, make_sequence_task
-from zerosim.models.gpt import (
-                                   GPT,
-                                   AttentionBlock,
-                                   Embedding,
-                                   FFNBlock,
-                                   LMHead,
-                                   MetaGPT,
-                                   TransformerBlock,
-                                   embedding_backward,
-                                   embedding_forward,
-)
-from zerosim.models.hf import DecoderConfig, read_hf_config, shipped_config, shipped_configs
-from zerosim.models.layers import (
-                                   GELU,
-                                   HalfMSE,
-                                   Layer,
-                                   Linear,
-                                   LMCrossEntropy,
-                                   Loss,
-                                   ReLU,
-                                   SoftmaxCrossEntropy,
-                                   acc_dtype,
-                                   attention_backward,
-                                   attention_forward,
-                                   flash_attention_backward,
-                                   flash_attention_forward,
-                                   gelu_backward,
-                                   gelu_forward,
-                                   get_loss,
-                                   layernorm_backward,
-                                   layernorm_forward,
-                                   linear_backward,
-                                   linear_forward,
-                                   relu_backward,
-                                   relu_forward,
-                                   softmax_backward,
-                                   softmax_forward,
-)
-from zerosim.models.llama import Llama, MetaLlama
-from zerosim.models.meta import MetaModel
-from zerosim.models.mlp import MLP, TinyNet
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "AttentionBlock", "DecoderConfig", "Embedding", "FFNBlock", "GELU", "GPT", "HalfMSE", "LMCrossEntropy", "LMHead",
-    "Layer", "Linear", "Llama", "Loss", "MLP", "MetaGPT", "MetaLlama", "MetaModel", "Model", "Op", "ParamSpec", "Pass",
-    "ReLU", "SoftmaxCrossEntropy", "TinyNet", "TransformerBlock", "acc_dtype", "answer_positions",
-    "attention_backward", "attention_forward", "embedding_backward", "embedding_forward", "flash_attention_backward",
-    "flash_attention_forward", "forward_backward", "gelu_backward", "gelu_forward", "get_loss", "layernorm_backward",
-    "layernorm_forward", "linear_backward", "linear_forward", "loss_and_grad", "make_classification",
-    "make_regression", "make_sequence_task", "needs_params", "predict", "read_hf_config", "relu_backward",
-    "relu_forward", "schedule", "shipped_config", "shipped_configs", "softmax_backward", "softmax_forward",
-    "split_backward",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._model": ("Model", "ParamSpec"),
+    "._run": ("Pass", "forward_backward", "loss_and_grad", "predict"),
+    "._schedule": ("Op", "needs_params", "schedule", "split_backward"),
+    ".data": ("answer_positions", "make_classification", "make_regression", "make_sequence_task"),
+    ".gpt": (
+        "GPT", "AttentionBlock", "Embedding", "FFNBlock", "LMHead", "MetaGPT", "TransformerBlock", "embedding_backward",
+        "embedding_forward",
+    ),
+    ".hf": ("DecoderConfig", "read_hf_config", "shipped_config", "shipped_configs"),
+    ".layers": (
+        "GELU", "HalfMSE", "Layer", "Linear", "LMCrossEntropy", "Loss", "ReLU", "SoftmaxCrossEntropy", "acc_dtype",
+        "attention_backward", "attention_forward", "flash_attention_backward", "flash_attention_forward",
+        "gelu_backward", "gelu_forward", "get_loss", "layernorm_backward", "layernorm_forward", "linear_backward",
+        "linear_forward", "relu_backward", "relu_forward", "softmax_backward", "softmax_forward",
+    ),
+    ".llama": ("Llama", "MetaLlama"),
+    ".meta": ("MetaModel",),
+    ".mlp": ("MLP", "TinyNet"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -11,20 +11,34 @@ its `sharding` says (zerosim.parallel.data.muon). MuonAdamW is the reference's s
 on AdamW).
 """
 
-from zerosim.optim._adam import Adam, AdamW
-from zerosim.optim._adan import Adan
-from zerosim.optim._base import STEP_BLOCK, Optimizer, OptimizerRun, scalar, step_in_blocks
-from zerosim.optim._by_matrix import step_by_matrix
-from zerosim.optim._lion import Lion
-from zerosim.optim._muon import AUX_NAMES, CUBIC, QUINTIC, SHARDINGS, Muon, MuonAdamW, newton_schulz
-from zerosim.optim._sgd import SGD
-from zerosim.optim._stored_state import check_stored, widened
+from zerosim._lazy import lazy_face, names_of
 
-OPTIMIZERS = {cls.name: cls for cls in (Adam, AdamW, SGD, Lion, Adan, Muon, MuonAdamW)}
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._adam": ("Adam", "AdamW"),
+    "._adan": ("Adan",),
+    "._base": ("STEP_BLOCK", "Optimizer", "OptimizerRun", "scalar", "step_in_blocks"),
+    "._by_matrix": ("step_by_matrix",),
+    "._lion": ("Lion",),
+    "._muon": ("AUX_NAMES", "CUBIC", "QUINTIC", "SHARDINGS", "Muon", "MuonAdamW", "newton_schulz"),
+    "._sgd": ("SGD",),
+    "._stored_state": ("check_stored", "widened"),
+}
+_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Lion", "Adan", "Muon", "MuonAdamW")  # OPTIMIZERS' classes, in its order
+_name_of, __dir__ = lazy_face(__name__, _NAMES)
 
 
-def get_optimizer(name: str, **hyper) -> Optimizer:
+def __getattr__(name: str):
+    """A name of the face on first use; OPTIMIZERS ({name: class}) imports every optimizer when first asked for."""
+    if name == "OPTIMIZERS":
+        value = globals()["OPTIMIZERS"] = {cls.name: cls for cls in map(_name_of, _OPTIMIZERS)}
+        return value
+    return _name_of(name)
+
+
+def get_optimizer(name: str, **hyper):
     """Build optimizer `name` (one of OPTIMIZERS) with hyperparameters, e.g. get_optimizer("adam", lr=0.1)."""
+    OPTIMIZERS = __getattr__("OPTIMIZERS")
     cls = OPTIMIZERS.get(name.lower()) if isinstance(name, str) else None  # a list or dict is no name (unhashable)
     if cls is None:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
@@ -35,10 +49,4 @@ def get_optimizer(name: str, **hyper) -> Optimizer:
     return cls(**hyper)
 
 
-__all__ = [
-    "AUX_NAMES", "Adam", "AdamW", "Adan", "CUBIC", "Lion", "Muon", "MuonAdamW", "OPTIMIZERS", "Optimizer",
-    "OptimizerRun", "QUINTIC",
-    "SGD", "SHARDINGS",
-    "STEP_BLOCK", "check_stored", "get_optimizer", "newton_schulz", "scalar", "step_by_matrix", "step_in_blocks",
-    "widened",
-]
+__all__ = sorted(names_of(_NAMES) + ["OPTIMIZERS", "get_optimizer"])

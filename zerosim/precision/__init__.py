@@ -9,27 +9,21 @@
     quantize/         fp8 with scales and DeepSpeed's integer quantizer
 """
 
-from zerosim.precision._formats import FORMATS, Format, format_of, get_format
-from zerosim.precision._loss_scaling import (
-    LOSS_SCALERS,
-    DeepSpeedLossScaler,
-    LossScaleAtMinimum,
-    StaticLossScale,
-    StepDecision,
-    TorchGradScaler,
-    get_loss_scaler,
-    has_inf_or_nan,
-    loss_scaler_from_state_dict,
-    unscale,
-)
-from zerosim.precision._policy import ALLREDUCES, OPTIM_STATES, PRESETS, REDUCTIONS, MixedPrecision, get_precision
-from zerosim.precision._ulp import lost_update, ulp
-from zerosim.precision.cast import ROUNDINGS, cast, to_float64
+from zerosim._lazy import lazy_face, names_of
+# eager: the function `cast` shares its name with the subpackage, which a first import of the subpackage would put in
+# its place on this face (everything imports the subpackage anyway)
+from zerosim.precision.cast import ROUNDINGS, cast, to_float64  # noqa: F401 (the face's: __all__ below)
 
-__all__ = [
-    "ALLREDUCES", "OPTIM_STATES", "REDUCTIONS",
-    "DeepSpeedLossScaler", "FORMATS", "Format", "LOSS_SCALERS", "LossScaleAtMinimum", "MixedPrecision", "PRESETS",
-    "ROUNDINGS", "StaticLossScale", "StepDecision", "TorchGradScaler", "cast", "format_of", "get_format",
-    "get_loss_scaler", "get_precision", "has_inf_or_nan", "loss_scaler_from_state_dict", "lost_update",
-    "to_float64", "ulp", "unscale",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._formats": ("FORMATS", "Format", "format_of", "get_format"),
+    "._loss_scaling": (
+        "LOSS_SCALERS", "DeepSpeedLossScaler", "LossScaleAtMinimum", "StaticLossScale", "StepDecision",
+        "TorchGradScaler", "get_loss_scaler", "has_inf_or_nan", "loss_scaler_from_state_dict", "unscale",
+    ),
+    "._policy": ("ALLREDUCES", "OPTIM_STATES", "PRESETS", "REDUCTIONS", "MixedPrecision", "get_precision"),
+    "._ulp": ("lost_update", "ulp"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES) + ["ROUNDINGS", "cast", "to_float64"])

@@ -7,21 +7,14 @@ recipe names them (`allreduce="nccl"` / `"gloo"`); the simulator's own ring (one
     _tree.py   tree_all_reduce (a binary tree's order), its pipelined time and where it beats the ring (seed 001)
 """
 
-from zerosim.collectives.chunk_maps._gloo import (
-                                                  GLOO_MAX_SEGMENT_BYTES,
-                                                  GlooRing,
-                                                  gloo_all_reduce,
-                                                  gloo_reduce_scatter,
-                                                  gloo_ring,
-)
-from zerosim.collectives.chunk_maps._nccl import (
-                                                  NCCL_SIMPLE_CHUNK_BYTES,
-                                                  NcclLoop,
-                                                  nccl_all_reduce,
-                                                  nccl_ring_allreduce_chunks,
-)
-from zerosim.collectives.chunk_maps._tree import ring_tree_crossover, tree_all_reduce, tree_all_reduce_time, tree_levels
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["GLOO_MAX_SEGMENT_BYTES", "GlooRing", "NCCL_SIMPLE_CHUNK_BYTES", "NcclLoop", "gloo_all_reduce",
-           "gloo_reduce_scatter", "gloo_ring", "nccl_all_reduce", "nccl_ring_allreduce_chunks", "ring_tree_crossover",
-           "tree_all_reduce", "tree_all_reduce_time", "tree_levels"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._gloo": ("GLOO_MAX_SEGMENT_BYTES", "GlooRing", "gloo_all_reduce", "gloo_reduce_scatter", "gloo_ring"),
+    "._nccl": ("NCCL_SIMPLE_CHUNK_BYTES", "NcclLoop", "nccl_all_reduce", "nccl_ring_allreduce_chunks"),
+    "._tree": ("ring_tree_crossover", "tree_all_reduce", "tree_all_reduce_time", "tree_levels"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -5,32 +5,19 @@ each rounding where the framework's kernel puts it.
     _qgz.py          qgZ: a gradient reduce-scattered as int4 through two all-to-alls; LoCo's error feedback state
 """
 
-from zerosim.collectives.quantized._all_gather import (
-                                                       fp8_all_gather,
-                                                       fp8_amax_all_reduce,
-                                                       gather_payload,
-                                                       group_count,
-                                                       mxfp8_all_gather,
-                                                       naive_fp8_all_gather,
-                                                       naive_mxfp8_all_gather,
-                                                       naive_qwz_all_gather,
-                                                       padded_count,
-                                                       qwz_all_gather,
-)
-from zerosim.collectives.quantized._qgz import (
-                                                       QGZ_ELEMENTS_PER_LOAD,
-                                                       QGZ_MAX_GROUP,
-                                                       LocoState,
-                                                       all_to_all_quant_reduce,
-                                                       check_qgz,
-                                                       naive_all_to_all_quant_reduce,
-                                                       qgz_applies,
-                                                       qgz_groups,
-)
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "QGZ_ELEMENTS_PER_LOAD", "QGZ_MAX_GROUP",
-    "LocoState", "all_to_all_quant_reduce", "check_qgz", "fp8_all_gather", "fp8_amax_all_reduce", "gather_payload",
-    "group_count", "mxfp8_all_gather", "naive_all_to_all_quant_reduce", "naive_fp8_all_gather",
-    "naive_mxfp8_all_gather", "naive_qwz_all_gather", "padded_count", "qgz_applies", "qgz_groups", "qwz_all_gather",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._all_gather": (
+        "fp8_all_gather", "fp8_amax_all_reduce", "gather_payload", "group_count", "mxfp8_all_gather",
+        "naive_fp8_all_gather", "naive_mxfp8_all_gather", "naive_qwz_all_gather", "padded_count", "qwz_all_gather",
+    ),
+    "._qgz": (
+        "QGZ_ELEMENTS_PER_LOAD", "QGZ_MAX_GROUP", "LocoState", "all_to_all_quant_reduce", "check_qgz",
+        "naive_all_to_all_quant_reduce", "qgz_applies", "qgz_groups",
+    ),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

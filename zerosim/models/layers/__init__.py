@@ -17,60 +17,28 @@ Letters: B batch, L sequence length, D widths, d model width, H heads.
     _prenorm.py          the pre-LN residual wrapper both sub-blocks share
 """
 
-from zerosim.models.layers._attention import (
-                                              MODES,
-                                              attention_backward,
-                                              attention_flops,
-                                              attention_forward,
-                                              check_heads,
-                                              check_mode,
-                                              merge_heads,
-                                              softmax_backward,
-                                              softmax_forward,
-                                              split_heads,
-)
-from zerosim.models.layers._attention_merge import accumulate, correct_out, merge_lse
-from zerosim.models.layers._basic import (
-                                              GELU,
-                                              Layer,
-                                              Linear,
-                                              ReLU,
-                                              acc_dtype,
-                                              gelu_backward,
-                                              gelu_forward,
-                                              linear_backward,
-                                              linear_forward,
-                                              relu_backward,
-                                              relu_forward,
-                                              rounded,
-)
-from zerosim.models.layers._flash_attention import (
-                                              BLOCK,
-                                              flash_attention_backward,
-                                              flash_attention_flops,
-                                              flash_attention_forward,
-)
-from zerosim.models.layers._layernorm import layernorm_backward, layernorm_flops, layernorm_forward, layernorm_output
-from zerosim.models.layers._lm_loss import LMCrossEntropy
-from zerosim.models.layers._losses import LOSSES, HalfMSE, Loss, SoftmaxCrossEntropy, get_loss
-from zerosim.models.layers._prenorm import (
-                                              prenorm_linear_forward,
-                                              prenorm_residual_backward,
-                                              prenorm_residual_flops,
-                                              residual_add,
-)
-from zerosim.models.layers._rmsnorm import RMS_EPS, rmsnorm_backward, rmsnorm_flops, rmsnorm_forward, rmsnorm_output
-from zerosim.models.layers._rotary import ROPE_THETA, rope_backward, rope_flops, rope_forward, rope_tables
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "BLOCK", "GELU", "HalfMSE", "LMCrossEntropy", "LOSSES", "Layer", "Linear", "Loss", "MODES", "RMS_EPS", "ROPE_THETA",
-    "ReLU", "SoftmaxCrossEntropy", "acc_dtype", "accumulate", "attention_backward", "attention_flops",
-    "attention_forward", "check_heads", "check_mode", "correct_out", "flash_attention_backward",
-    "flash_attention_flops", "flash_attention_forward", "gelu_backward", "gelu_forward", "get_loss",
-    "layernorm_backward", "layernorm_flops", "layernorm_forward", "layernorm_output", "linear_backward", "linear_flops",
-    "linear_forward", "merge_heads", "merge_lse", "prenorm_linear_forward", "prenorm_residual_backward",
-    "prenorm_residual_flops", "relu_backward", "relu_forward", "residual_add", "rmsnorm_backward", "rmsnorm_flops",
-    "rmsnorm_forward", "rmsnorm_output", "rope_backward", "rope_flops", "rope_forward", "rope_tables", "rounded",
-    "softmax_backward", "softmax_forward", "split_heads", "tokens_linear_backward", "tokens_linear_forward",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._attention": (
+        "MODES", "attention_backward", "attention_flops", "attention_forward", "check_heads", "check_mode",
+        "merge_heads", "softmax_backward", "softmax_forward", "split_heads",
+    ),
+    "._attention_merge": ("accumulate", "correct_out", "merge_lse"),
+    "._basic": (
+        "GELU", "Layer", "Linear", "ReLU", "acc_dtype", "gelu_backward", "gelu_forward", "linear_backward",
+        "linear_forward", "relu_backward", "relu_forward", "rounded",
+    ),
+    "._flash_attention": ("BLOCK", "flash_attention_backward", "flash_attention_flops", "flash_attention_forward"),
+    "._layernorm": ("layernorm_backward", "layernorm_flops", "layernorm_forward", "layernorm_output"),
+    "._lm_loss": ("LMCrossEntropy",),
+    "._losses": ("LOSSES", "HalfMSE", "Loss", "SoftmaxCrossEntropy", "get_loss"),
+    "._prenorm": ("prenorm_linear_forward", "prenorm_residual_backward", "prenorm_residual_flops", "residual_add"),
+    "._rmsnorm": ("RMS_EPS", "rmsnorm_backward", "rmsnorm_flops", "rmsnorm_forward", "rmsnorm_output"),
+    "._rotary": ("ROPE_THETA", "rope_backward", "rope_flops", "rope_forward", "rope_tables"),
+    "._token_linear": ("linear_flops", "tokens_linear_backward", "tokens_linear_forward"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

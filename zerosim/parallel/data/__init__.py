@@ -28,18 +28,20 @@ and five folders, each an idea of its own:
     muon/        Muon on sharded state: who gathers each matrix, who orthogonalises it, who receives the update
 """
 
-from zerosim.parallel.data._clipping import clip_coefficient, norm_error_bound
-from zerosim.parallel.data._comm_schedule import BACKWARD_PREFETCH, CommSchedule, get_comm_schedule
-from zerosim.parallel.data._engine import ZeroEngine, check_engine_fits
-from zerosim.parallel.data._hooks import Hooks
-from zerosim.parallel.data._plan import BUFFERS, PLANS, STAGES, STRATEGIES, Plan, buffer_sizes, check_stage, get_plan
-from zerosim.parallel.data._step_checks import skips_steps
-from zerosim.parallel.data.layouts import FlatLayout, ParamLayout
-from zerosim.parallel.data.recipes import RECIPES, GradientRecipe
-from zerosim.parallel.data.zeropp import LocoParams, Wire
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "BACKWARD_PREFETCH", "BUFFERS", "CommSchedule", "FlatLayout", "GradientRecipe", "Hooks", "LocoParams", "PLANS",
-    "ParamLayout", "Plan", "RECIPES", "STAGES", "STRATEGIES", "Wire", "ZeroEngine", "buffer_sizes", "check_engine_fits",
-    "check_stage", "clip_coefficient", "get_comm_schedule", "get_plan", "norm_error_bound", "skips_steps",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._clipping": ("clip_coefficient", "norm_error_bound"),
+    "._comm_schedule": ("BACKWARD_PREFETCH", "CommSchedule", "get_comm_schedule"),
+    "._engine": ("ZeroEngine", "check_engine_fits"),
+    "._hooks": ("Hooks",),
+    "._plan": ("BUFFERS", "PLANS", "STAGES", "STRATEGIES", "Plan", "buffer_sizes", "check_stage", "get_plan"),
+    "._step_checks": ("skips_steps",),
+    ".layouts": ("FlatLayout", "ParamLayout"),
+    ".recipes": ("RECIPES", "GradientRecipe"),
+    ".zeropp": ("LocoParams", "Wire"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -22,9 +22,6 @@ from collections import Counter
 
 from zerosim.cluster import Handle
 from zerosim.parallel.data._reduce import reduce_range, reduce_unit, reduce_units
-from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
-from zerosim.parallel.data.recipes._ddp_reduce import ddp_all_reduce
-from zerosim.parallel.data.recipes._param_buckets import ddp_buckets, ipg_buckets, ready_order
 
 
 class GradBucket:
@@ -117,9 +114,15 @@ def grad_buckets(ctx, limit: int | None, first: bool, whole: str | None, reduce_
     arguments: see there)."""
     rules = ctx.recipe.rules
     if rules.name == "ddp":
+        from zerosim.parallel.data.recipes._ddp_reduce import ddp_all_reduce  # the recipes' own, where they run
+        from zerosim.parallel.data.recipes._param_buckets import ddp_buckets
+
         buckets = ddp_buckets(list(ctx.params), ctx.policy.compute_format.itemsize, ctx.ddp_caps, rebuilt)
         return ParamBucket(buckets, lambda bucket, free: ddp_all_reduce(ctx, bucket), eager=True)
     if rules.collective == "bucket all-reduce" and whole != "all_reduce":
+        from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
+        from zerosim.parallel.data.recipes._param_buckets import ipg_buckets, ready_order
+
         held = whole is None  # stage 2: the units' gradients wait in their own buffers
         return ParamBucket(
             ipg_buckets(ready_order(list(ctx.params)), limit),

@@ -15,14 +15,14 @@ or bits.
 
 from __future__ import annotations
 
+from zerosim import collectives
 from zerosim.cluster import Handle
-from zerosim.collectives import all_reduce, gloo_all_reduce, nccl_all_reduce, reduce_scatter
+from zerosim.collectives import all_reduce, reduce_scatter
 from zerosim.parallel.data.multinode._replicate import AGREEMENTS
 from zerosim.parallel.data.recipes import _averaging as averaging
-from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
-from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
-from zerosim.parallel.data.recipes._param_buckets import ready_order
-from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
+
+# NOTE: the recipes' own collectives (DeepSpeed's bucket and aligned all-reduces, ZeRO++ qgZ, NCCL's and gloo's chunk
+# maps) are imported where their recipe runs: a default engine never calls them (benchmarks/imports.py)
 
 WIRE = "grads (wire format)"  # stages 0/1: the reduced gradient, when it travelled in another format than it is kept
 
@@ -87,6 +87,9 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
 
 def _bucket_all_reduce_units(ctx, layers: list, first: bool, last: bool) -> Handle:
     """DeepSpeed ZeRO-2's default path: the units' parameters in ready order, each bucket all-reduced whole."""
+    from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
+    from zerosim.parallel.data.recipes._param_buckets import ready_order
+
     mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
     return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
 
@@ -99,6 +102,8 @@ def _scatter_units(ctx, layers: list, first: bool, last: bool) -> Handle:
         return Handle()
     held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ctx.ranks]
     if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
+        from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
+
         handle = reduce_params_qgz(ctx, layers, held, first)
         _free(held)
         return handle
@@ -184,8 +189,8 @@ def _free(buffers: list) -> None:
 
 
 END_OF_BACKWARD = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter}  # Plan.end_of_backward -> the call
-OWN_CHUNK_MAPS = {"nccl": nccl_all_reduce, "gloo": gloo_all_reduce}  # GradientRecipe.allreduce -> its all-reduce
-#                                                                     ("ring": END_OF_BACKWARD's, over the shards)
+# GradientRecipe.allreduce -> its all-reduce in zerosim.collectives ("ring": END_OF_BACKWARD's, over the shards)
+OWN_CHUNK_MAPS = {"nccl": "nccl_all_reduce", "gloo": "gloo_all_reduce"}
 
 
 def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
@@ -194,15 +199,21 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     if recipe.rules.collective == "aligned all-reduce":  # DeepSpeed's BF16_Optimizer: the whole buffer, one call
+        from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
+
         return all_reduce_aligned(ctx, layers)
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
+        from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
+        from zerosim.parallel.data.recipes._param_buckets import ready_order
+
         mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
         return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order
     n, wire, group = ctx.mesh.world.size, policy.reduce_format, ctx.mesh.world  # the data-parallel ranks
     op = averaging.reduce_op(policy, n, recipe)
     whole = (lo, hi) == (0, layout.padded)
     counts = None if whole else layout.range_counts(lo, hi)  # each element keeps its owner: the same bits
-    own_map = OWN_CHUNK_MAPS.get(recipe.allreduce) if how == "all_reduce" else None
+    own_map = getattr(collectives, OWN_CHUNK_MAPS[recipe.allreduce]) if (
+        how == "all_reduce" and recipe.allreduce in OWN_CHUNK_MAPS) else None
     with cluster.trace.about(purpose="reduce grads", layers=tuple(sorted(layers, reverse=True))):
         if own_map is not None:  # NCCL's and gloo's all-reduce: their own chunk maps, over the P elements
             hi = layout.num_params  # (the padding [P, Ψ) is zero on every rank and stays so)

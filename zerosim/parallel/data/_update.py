@@ -14,9 +14,7 @@ import numpy as np
 
 from zerosim.cluster import OptimizerStep
 from zerosim.optim import step_in_blocks, widened
-from zerosim.optim._by_matrix import step_by_matrix
 from zerosim.parallel.data._state import master_of, own_params
-from zerosim.parallel.data.muon._step import muon_update
 from zerosim.parallel.data.recipes import _averaging as averaging
 
 
@@ -37,6 +35,8 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
     `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices);
     `first_step`: where this process's run of steps began (optim/_base.py OptimizerRun)."""
     if not optimizer.elementwise and ctx.plan.shards("optimizer"):  # Muon on shards: parallel/data/muon
+        from zerosim.parallel.data.muon._step import muon_update  # here: an elementwise optimizer never loads it
+
         muon_update(ctx, optimizer, specs, grads32, reduced, t, needs,
                     lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step,
                                                               first_step))
@@ -72,6 +72,8 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None, firs
         elif optimizer.elementwise:
             optimizer.step(w, g32, work, t, values, first_step=first_step)
         else:  # a matrix optimizer on whole parameters: only where the region is the whole model
+            from zerosim.optim._by_matrix import step_by_matrix
+
             step_by_matrix(optimizer, specs, w, g32, work, t)
     mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)
     _round_into(own_params(rank, plan, layout), w, policy, t, layout.draw_index(mine))

@@ -25,6 +25,10 @@ of 300 random fp32 products (benchmarks/portable_numbers.py); MKL, Accelerate an
    float64, which rounds on to float32 correctly unless it is itself a float32 midpoint (float32's midpoints are
    float64 numbers, so only there can the second rounding go wrong); then the exact rational sum decides.
 
+fp32 operands on the host skip step 1's second dgemm: Cauchy–Schwarz bounds Σ_k |a_ik·b_kj| by ||a_i||·||b_j||, a pass
+over each operand (_norm_bound.py), and the few elements that bound leaves in doubt get their own sum of magnitudes,
+then sums twice as precise for all of them at once (_twice_precise.py), before any is summed one by one.
+
 Shortcuts before steps 1-3, on the host for 16- and 8-bit inputs (`_narrow_product`): the exactness condition of
 step 1 shown for every element at once, from facts read off the operands' bits (_extents.py: the largest magnitude
 and the quantum), no second GEMM. A small product: one bound over each whole operand, else the long way (for a few
@@ -56,8 +60,12 @@ import numpy as np
 from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
 from zerosim.precision.arithmetic._nan import CANONICAL_NAN, canonical_nans
+from zerosim.precision.arithmetic._norm_bound import SHORT_K as _SHORT_K
+from zerosim.precision.arithmetic._norm_bound import rounded_by_norms
 from zerosim.precision.arithmetic._operand_cache import kept_extent, operand, operand_once
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
+from zerosim.precision.arithmetic._scratch import scratch
+from zerosim.precision.arithmetic._twice_precise import gathered_rows, twice_precise_sums
 from zerosim.precision.cast import NUMPY, has_values, namespace_of
 
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
@@ -106,13 +114,28 @@ def _exact_alone(a, b, once: bool = False):
     elif not (has_values(a) and has_values(b)):
         return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
-    a64, b64 = widen64(a, ns), widen64(b, ns)  # exact, and so is every product of them
+    if ns.is_numpy:  # exact, and so is every product of them; into reused buffers (_scratch.py)
+        # b's columns contiguous where it is a transposed matrix already (the forward's W.T) or short (dW's x)
+        b_columns = b.ndim >= 2 and (np.swapaxes(b, -1, -2).flags.c_contiguous or b.shape[-2] <= _SHORT_K)
+        a64 = _widened(a, 6, True)
+        # a @ a.T (a Gram matrix: Newton-Schulz's) from one widened copy: a BLAS multiplies a matrix by its own
+        # transpose in half the FLOPs (NumPy calls syrk), and each element is the same exact sum either way
+        b64 = a64.T if _transpose_of(b, a) else _widened(b, 7, not b_columns)
+    else:
+        a64, b64 = widen64(a, ns), widen64(b, ns)
+    k = a64.shape[-1]
+    precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
+    # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
+    # columns (below) cannot pass for them
+    if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA >= 53:
+        found = rounded_by_norms(a64, b64)
+        if found is not None:
+            out, suspects = found
+            return out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
     c += 0.0
-    k = a64.shape[-1]
-    precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
     # on the host (a device's arrays go the long way), where a bound by rows and columns can pass, and not tried
     # already (`_narrow_product` ran the same bound from the same facts, read off the bits, or found NaN or inf)
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA < 53:
@@ -147,6 +170,25 @@ def _exact_alone(a, b, once: bool = False):
     if exact.all():
         return out
     return _repair(out, tuple(x[~exact] for x in where), a64, b64, ns)
+
+
+def _transpose_of(b, a) -> bool:
+    """True where 2-D b is a's transpose, a view of the same memory."""
+    return (a.ndim == 2 and b.ndim == 2 and b.shape == a.shape[::-1] and b.strides == a.strides[::-1]
+            and b.dtype == a.dtype and b.ctypes.data == a.ctypes.data)
+
+
+def _widened(x, slot: int, lines_last: bool):
+    """Host array x as float64 (exact), in this thread's buffer `slot` (_scratch.py). `lines_last`: x's lines along
+    its last axis contiguous (a's rows), else along its second-to-last (b's columns): the few elements summed on
+    their own later gather their row of a and column of b (`_magnitudes`, `_repair`), and a strided line costs a
+    cache miss per product (ZeRO's dW = dy.T @ x: 11,000 of a product's elements on a ReLU's sparse lines)."""
+    if lines_last or x.ndim < 2:
+        x64 = scratch(x.shape, slot)
+    else:
+        x64 = np.swapaxes(scratch(x.shape[:-2] + x.shape[:-3:-1], slot), -1, -2)
+    np.copyto(x64, x)
+    return x64
 
 
 def _exact_by_whole_quanta(a, b, bound) -> bool:
@@ -313,6 +355,15 @@ def _settle(out, c, where, size, q, a64, b64, ns):
     return _repair(out, where, a64, b64, ns)
 
 
+def _settle_by_magnitudes(out, suspects, a64, b64, ns):
+    """`out` with the suspects (index arrays `where`, their float64 sums `y`) settled from their own Σ_k |a_ik·b_kj|
+    (their K products): rounded where that error bound allows, summed exactly where it does not (`_repair`)."""
+    where, y = suspects
+    size = _magnitudes(where, a64, b64)
+    _, doubt = certain_f32(y, size * ((a64.shape[-1] + 2) * _ERROR_PER_TERM), ns)
+    return _repair(out, tuple(x[doubt] for x in where), a64, b64, ns) if doubt.any() else out
+
+
 def _unsettled(c, where, size, q, k: int, ns) -> tuple:
     """(index arrays, q) of the elements at `where` whose c rounded once may not be s rounded once, judged from
     `size` (count,) >= Σ_k |a_ik·b_kj| and q (count,): not shown exact by their quanta (every partial sum below
@@ -326,13 +377,22 @@ def _unsettled(c, where, size, q, k: int, ns) -> tuple:
 
 def _magnitudes(where, a64, b64) -> np.ndarray:
     """(count,) Σ_k |a_ik·b_kj| of the elements at index arrays `where` (host float64 a and b, leading dims
-    broadcast): each product exact, their sum within γ(K) of the true one, which `_ERROR_PER_TERM` covers."""
+    broadcast): each product exact, their sum within γ(K) of the true one, which `_ERROR_PER_TERM` covers. Gathered
+    a few thousand elements at a time: small temporaries (memory fresh from the system costs a page fault per 4 kB,
+    _scratch.py)."""
     *lead, i, j = where
     if lead:
         batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
         a64, b64 = np.broadcast_to(a64, batch + a64.shape[-2:]), np.broadcast_to(b64, batch + b64.shape[-2:])
-    rows, columns = a64[(*lead, i)], np.swapaxes(b64, -1, -2)[(*lead, j)]  # (count, K) each
-    return np.abs(rows * columns).sum(axis=-1)
+    columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
+    step = gathered_rows(a64.shape[-1])
+    size = np.empty(len(i))
+    for start in range(0, len(i), step):
+        part = tuple(x[start:start + step] for x in where)
+        *lead, i, j = part
+        rows_part = np.abs(a64[(*lead, i)])  # (step, K)
+        size[start:start + step] = np.einsum("ck,ck->c", rows_part, np.abs(columns[(*lead, j)]))
+    return size
 
 
 def _quantum(magnitude, precision: int, axis: int):
@@ -349,14 +409,30 @@ def _quantum(magnitude, precision: int, axis: int):
 
 def _repair(out, where, a64, b64, ns):
     """`out` with the elements at index arrays `where` replaced by their exact sums rounded once (on the host: they
-    are few)."""
+    are few). Their sums to twice float64's precision first, all at once (_twice_precise.py): they round to float32
+    alone but for near-ties, which `exact_sum_f32` sums exactly, one by one."""
     batch = out.shape[:-2]
     a_h = np.broadcast_to(ns.to_host(a64), batch + a64.shape[-2:])  # views: batch dims broadcast, nothing copied
     b_h = np.broadcast_to(ns.to_host(b64), batch + b64.shape[-2:])
-    values = [exact_sum_f32((a_h[(*lead, i)] * b_h[(*lead, slice(None), j)]).tolist())  # K exact products each
-              for *lead, i, j in zip(*where)]
     host = out if ns.is_numpy else ns.to_host(out)
-    host[where] = values
+    *lead, i, j = where
+    step = gathered_rows(a_h.shape[-1])
+    rest = []
+    for start in range(0, len(i), step):
+        part = tuple(x[start:start + step] for x in where)
+        *lead, i, j = part
+        products = a_h[(*lead, i)] * np.swapaxes(b_h, -1, -2)[(*lead, j)]  # (step, K) exact products
+        finite = np.isfinite(products).all(axis=1)
+        sums, errors = twice_precise_sums(np.where(finite[:, None], products, 0.0))
+        rounded, doubt = certain_f32(sums, errors, NUMPY)
+        doubt |= ~finite  # a NaN or inf product: the one-by-one sum, which gives the canonical NaN
+        sure = tuple(x[~doubt] for x in part)
+        host[sure] = rounded[~doubt]
+        rest.append(tuple(x[doubt] for x in part))
+    rest = tuple(np.concatenate(x) for x in zip(*rest)) if rest else where
+    values = [exact_sum_f32((a_h[(*lead, i)] * b_h[(*lead, slice(None), j)]).tolist())  # K exact products each
+              for *lead, i, j in zip(*rest)]
+    host[rest] = values
     return host if ns.is_numpy else ns.from_host(host)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from zerosim.precision.arithmetic import _correctly_rounded as correctly_rounded
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul
-from zerosim.precision.arithmetic import _operand_cache, _rank_products
+from zerosim.precision.arithmetic import _operand_cache, _rank_products, _scratch
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ def clear_kept_operands() -> None:
     (_rank_products.py): tests, benchmarks that must not find another contender's work, a caller wanting memory."""
     _operand_cache.clear()
     _rank_products.clear()
+    _scratch.clear()
 
 
 def _native_power(base, x):

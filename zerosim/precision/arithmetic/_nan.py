@@ -26,7 +26,7 @@ def canonical_nans(out, ns):
     if nan is None:
         return out
     xp = ns.xp
-    where = xp.isnan(out)
-    if not bool(where.any()):
+    # a maximum is NaN where any element is (NumPy's and CuPy's reductions propagate NaN): one pass, no mask made
+    if out.size == 0 or not bool(xp.isnan(out.max())):
         return out
-    return xp.where(where, out.dtype.type(nan), out)
+    return xp.where(xp.isnan(out), out.dtype.type(nan), out)

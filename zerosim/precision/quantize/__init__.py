@@ -7,43 +7,24 @@ symmetric integer quantizer (ZeRO++ qwZ, qgZ), each rounding where its framework
     _int_quant.py     DeepSpeed's int8/int4 quantizer: groups, scales, packing, qgZ's swizzle
 """
 
-from zerosim.precision.quantize._fp8_blocks import mxfp8_dequantize, mxfp8_quantize
-from zerosim.precision.quantize._fp8_recipes import (
-                                                     FP8_RECIPES,
-                                                     DelayedScaling,
-                                                     Float8CurrentScaling,
-                                                     MXFP8BlockScaling,
-                                                     TorchaoAmaxToScale,
-                                                     TorchaoDynamic,
-                                                     get_fp8_recipe,
-)
-from zerosim.precision.quantize._fp8_scaling import (
-                                                     TORCHAO_SCALE_PATHS,
-                                                     amax_of,
-                                                     axiswise_scales,
-                                                     floor_power_of_2,
-                                                     scaled_cast,
-                                                     te_scale,
-                                                     torchao_amax_to_scale,
-                                                     torchao_received,
-                                                     torchao_scale,
-)
-from zerosim.precision.quantize._int_quant import (
-                                                     Quantized,
-                                                     deepspeed_groups,
-                                                     dequantize,
-                                                     group_scales,
-                                                     pack_int4,
-                                                     quantize,
-                                                     swizzle_order,
-                                                     to_integers,
-                                                     unpack_int4,
-)
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "FP8_RECIPES", "TORCHAO_SCALE_PATHS", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Quantized",
-    "TorchaoAmaxToScale", "TorchaoDynamic", "amax_of", "axiswise_scales", "deepspeed_groups", "dequantize",
-    "floor_power_of_2", "get_fp8_recipe", "group_scales",
-    "mxfp8_dequantize", "mxfp8_quantize", "pack_int4", "quantize", "scaled_cast", "swizzle_order", "te_scale",
-    "to_integers", "torchao_amax_to_scale", "torchao_received", "torchao_scale", "unpack_int4",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._fp8_blocks": ("mxfp8_dequantize", "mxfp8_quantize"),
+    "._fp8_recipes": (
+        "FP8_RECIPES", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "TorchaoAmaxToScale",
+        "TorchaoDynamic", "get_fp8_recipe",
+    ),
+    "._fp8_scaling": (
+        "TORCHAO_SCALE_PATHS", "amax_of", "axiswise_scales", "floor_power_of_2", "scaled_cast", "te_scale",
+        "torchao_amax_to_scale", "torchao_received", "torchao_scale",
+    ),
+    "._int_quant": (
+        "Quantized", "deepspeed_groups", "dequantize", "group_scales", "pack_int4", "quantize", "swizzle_order",
+        "to_integers", "unpack_int4",
+    ),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

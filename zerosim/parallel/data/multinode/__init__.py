@@ -8,18 +8,18 @@ all-reduce. The strategies themselves are plans (parallel/data/_plan.py: STRATEG
     _group_layout.py   a layout cut over a shard group of S ranks, asked with world ranks
 """
 
-from zerosim.parallel.data.multinode._data_mesh import API, DataMesh, Spelling, check_nodes
-from zerosim.parallel.data.multinode._group_layout import GroupLayout
-from zerosim.parallel.data.multinode._groups import (
-                                                     FRAMEWORK_RECIPES,
-                                                     MeshGroups,
-                                                     check_matrix_optimizer,
-                                                     check_recipe,
-                                                     default_recipe,
-                                                     default_size,
-                                                     mesh_groups,
-)
-from zerosim.parallel.data.multinode._replicate import PARTIAL, replicate_op
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["API", "DataMesh", "FRAMEWORK_RECIPES", "GroupLayout", "MeshGroups", "PARTIAL", "Spelling", "check_nodes",
-           "check_matrix_optimizer", "check_recipe", "default_recipe", "default_size", "mesh_groups", "replicate_op"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._data_mesh": ("API", "DataMesh", "Spelling", "check_nodes"),
+    "._group_layout": ("GroupLayout",),
+    "._groups": (
+        "FRAMEWORK_RECIPES", "MeshGroups", "check_matrix_optimizer", "check_recipe", "default_recipe", "default_size",
+        "mesh_groups",
+    ),
+    "._replicate": ("PARTIAL", "replicate_op"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -18,24 +18,18 @@ folder is its communication: who gathers what, who computes, who receives.
 docs/muon.md is the user's page.
 """
 
-from zerosim.parallel.data.muon._bytes import extra_bytes_held, extra_bytes_sent
-from zerosim.parallel.data.muon._owners import (
-    balance,
-    balanced,
-    balanced_naive,
-    by_unit,
-    loads,
-    ns_flops,
-    round_robin,
-    units_of_at_least,
-)
-from zerosim.parallel.data.muon._pieces import Matrix, aux_params, muon_matrices
-from zerosim.parallel.data.muon._plans import MUON_PLANS, MuonPlan, check_matrix_optimizer, get_muon_plan
-from zerosim.parallel.data.muon._step import muon_update
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "MUON_PLANS", "Matrix", "MuonPlan", "aux_params", "balance", "balanced", "balanced_naive", "check_matrix_optimizer",
-    "extra_bytes_held",
-    "extra_bytes_sent", "get_muon_plan", "loads", "muon_matrices", "muon_update", "ns_flops", "round_robin", "by_unit",
-    "units_of_at_least",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._bytes": ("extra_bytes_held", "extra_bytes_sent"),
+    "._owners": (
+        "balance", "balanced", "balanced_naive", "by_unit", "loads", "ns_flops", "round_robin", "units_of_at_least",
+    ),
+    "._pieces": ("Matrix", "aux_params", "muon_matrices"),
+    "._plans": ("MUON_PLANS", "MuonPlan", "check_matrix_optimizer", "get_muon_plan"),
+    "._step": ("muon_update",),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -81,9 +81,10 @@ def _gather(ctx, opt, mats, work) -> Handle:
         whole = all_gather(ctx.cluster, sends, wire=opt.gather, counts=m.counts, group=ctx.mesh.shard,
                            tag=f"muon {m.name}")
         handle += whole.handle
+        made = {}  # one Newton-Schulz for every rank holding the same U's bits (`_orthogonalise`)
         for rank, w in zip(ctx.ranks, whole):
             got = rank.ledger.adopt(RECEIVED, w, KIND)  # (Σc,) M's whole U on the wire, in the gather's format
-            _orthogonalise_into(ctx, opt, m, rank, got.array, whole.handle, work)
+            _orthogonalise_into(ctx, opt, m, rank, got.array, whole.handle, work, made)
             got.free()
     return handle
 
@@ -214,11 +215,12 @@ def _distributed(ctx, opt, mats, work) -> Handle:
         sharers = [m.holders() for m in bucket]
         whole, there = _to_computers(ctx, opt, bucket, sharers, work)
         handle += there
+        made = [{} for _ in bucket]  # one Newton-Schulz per matrix for the sharers holding the same U's bits
         for rank in ctx.ranks:
             q = group.position(rank.index)
             for i, m in enumerate(bucket):
                 if q in sharers[i]:
-                    _orthogonalise_into(ctx, opt, m, rank, whole[(rank.index, i)], there, work)
+                    _orthogonalise_into(ctx, opt, m, rank, whole[(rank.index, i)], there, work, made[i])
             _free(rank, RECEIVED)
     return handle
 
@@ -227,21 +229,29 @@ TRANSPORTS = {"gather": _gather, "owner": _owner, "round_robin": _round_robin, "
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
-def _orthogonalise(ctx, opt, m, rank, wire_u, needs, work, keep: str | None = None):
+def _orthogonalise(ctx, opt, m, rank, wire_u, needs, work, keep: str | None = None, made: dict | None = None):
     """Newton-Schulz on M's whole U (on the wire, in position order) on `rank`: its update on the wire, (Σc,) fp32,
     held as `keep` when the caller keeps it (else a transient the caller reads at once). A U that travelled
     narrower is widened into a buffer of its own (exact) for the NS; a Compute event charges NS's FLOPs to the
-    rank's compute stream, after `needs`."""
+    rank's compute stream, after `needs`. `made` ({U's bytes: result}, one per matrix): the ranks that gathered
+    the same whole U (every rank under "gather", the sharers under "distributed") each hold what one
+    Newton-Schulz makes of those bits, so the simulator makes it once for them, found by every byte compared; each
+    rank still records its own Compute event and holds its own copy."""
     layout, dt = ctx.layout, work[rank.index].dtype
     widened = None
     if wire_u.dtype != dt:
         widened = rank.ledger.adopt(WIDENED, wire_u.astype(dt), KIND)  # (Σc,) update format
         wire_u = widened.array
     u = layout.from_wire(m.lo, m.hi, wire_u).reshape(m.shape)  # (rows, cols) model order
+    key = None if made is None or getattr(u, "is_meta", False) else (u.dtype, u.shape, u.tobytes())
     if getattr(u, "is_meta", False):  # data-less: only the shape and dtype of the result
         out = u.reshape(-1)
+    elif made is not None and key in made:
+        out = made[key].copy()  # the same bits a Newton-Schulz of this rank's U gives
     else:
         out = opt.orthogonalised(u)[0].reshape(-1)
+        if made is not None:
+            made[key] = out.copy()  # kept apart from what this rank's caller may write into
     result = layout.to_wire(m.lo, m.hi, out)  # (Σc,) fp32, padding 0
     if widened is not None:
         widened.free()
@@ -255,10 +265,10 @@ def _orthogonalise(ctx, opt, m, rank, wire_u, needs, work, keep: str | None = No
     return result
 
 
-def _orthogonalise_into(ctx, opt, m, rank, wire_u, needs, work) -> None:
+def _orthogonalise_into(ctx, opt, m, rank, wire_u, needs, work, made: dict | None = None) -> None:
     """`_orthogonalise`, keeping only rank's own piece of the update (the whole result held while it is cut)."""
     q = ctx.mesh.shard.position(rank.index)
-    out = _orthogonalise(ctx, opt, m, rank, wire_u, needs, work, keep=RESULT)
+    out = _orthogonalise(ctx, opt, m, rank, wire_u, needs, work, keep=RESULT, made=made)
     work[rank.index][piece(ctx.layout, m.lo, m.hi, rank.index)] = out[m.start(q) : m.start(q) + m.counts[q]]
     _free(rank, RESULT)
 

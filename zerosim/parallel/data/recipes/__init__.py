@@ -13,32 +13,20 @@ reduction operator, its dtype, where it divides by N, the buckets), apart from t
 docs/recipes.md cites the framework code each follows (release, file and function).
 """
 
-from zerosim.parallel.data.recipes._averaging import accum_format, finish, reduce_op
-from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket, bucket_slices, split_calls
-from zerosim.parallel.data.recipes._ddp_reduce import ddp_all_reduce
-from zerosim.parallel.data.recipes._divide_factors import (
-                                                           FSDP2DivideFactors,
-                                                           fsdp2_divide_factors,
-                                                           torch_scalar_div,
-                                                           torch_scalar_mul,
-)
-from zerosim.parallel.data.recipes._param_buckets import (
-                                                           DDP_BUCKET_CAP_MB,
-                                                           DDP_FIRST_BUCKET_BYTES,
-                                                           MIB,
-                                                           DDPBuckets,
-                                                           bucket_assignment_by_size,
-                                                           ddp_buckets,
-                                                           ipg_buckets,
-                                                           ready_order,
-                                                           registration,
-)
-from zerosim.parallel.data.recipes._recipes import ALL_REDUCING, ALLREDUCE_MAPS, RECIPES, GradientRecipe, Recipe
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "ALL_REDUCING", "ALLREDUCE_MAPS", "DDPBuckets", "DDP_BUCKET_CAP_MB", "DDP_FIRST_BUCKET_BYTES", "FSDP2DivideFactors",
-    "MIB",
-    "RECIPES", "GradientRecipe", "Recipe", "accum_format", "all_reduce_bucket", "bucket_assignment_by_size",
-    "bucket_slices", "ddp_all_reduce", "ddp_buckets", "finish", "fsdp2_divide_factors", "ipg_buckets", "ready_order",
-    "reduce_op", "registration", "split_calls", "torch_scalar_div", "torch_scalar_mul",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._averaging": ("accum_format", "finish", "reduce_op"),
+    "._bucket_allreduce": ("all_reduce_bucket", "bucket_slices", "split_calls"),
+    "._ddp_reduce": ("ddp_all_reduce",),
+    "._divide_factors": ("FSDP2DivideFactors", "fsdp2_divide_factors", "torch_scalar_div", "torch_scalar_mul"),
+    "._param_buckets": (
+        "DDP_BUCKET_CAP_MB", "DDP_FIRST_BUCKET_BYTES", "MIB", "DDPBuckets", "bucket_assignment_by_size", "ddp_buckets",
+        "ipg_buckets", "ready_order", "registration",
+    ),
+    "._recipes": ("ALL_REDUCING", "ALLREDUCE_MAPS", "RECIPES", "GradientRecipe", "Recipe"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

@@ -6,7 +6,13 @@ with LoCo's error feedback) and torchao's fp8 all-gather. The quantized collecti
     _qgz_reduce.py   qgZ in the engine: stage 3's gradient reduction through the int4 all-to-alls
 """
 
-from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, check_qgz_engine, reduce_params_qgz
-from zerosim.parallel.data.zeropp._wire import LocoParams, Wire, WireState, gather_quantized
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["LOCO", "LocoParams", "Wire", "WireState", "check_qgz_engine", "gather_quantized", "reduce_params_qgz"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._qgz_reduce": ("LOCO", "check_qgz_engine", "reduce_params_qgz"),
+    "._wire": ("LocoParams", "Wire", "WireState", "gather_quantized"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

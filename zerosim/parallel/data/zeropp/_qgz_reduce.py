@@ -27,7 +27,6 @@ import numpy as np
 
 from zerosim.cluster import Handle
 from zerosim.collectives import reduce_scatter
-from zerosim.collectives.quantized import all_to_all_quant_reduce, check_qgz, qgz_applies
 from zerosim.parallel.data.recipes import _averaging as averaging
 
 LOCO = "LoCo error"  # the ledger rows' name prefix: kept across steps (engine._free_transients)
@@ -54,6 +53,8 @@ def check_qgz_engine(wire, plan, recipe, policy, cluster, specs) -> None:
                              f"{fmt.name}")
     if wire.loco is not None and not cluster.backend.holds_values:
         raise ValueError("LoCo's error feedback needs values: run it on a cluster that holds them, not the meta one")
+    from zerosim.collectives.quantized import check_qgz, qgz_applies  # here: an engine without qgZ never loads them
+
     for s in specs:
         if qgz_applies(s.shape, w, w // d):
             check_qgz(s.shape, w, w // d)
@@ -62,6 +63,8 @@ def check_qgz_engine(wire, plan, recipe, policy, cluster, specs) -> None:
 def reduce_params_qgz(ctx, layers: list, held: list, first: bool) -> Handle:
     """Stage 3 with qgZ: the gradients of `layers` (`held[r][i]`: rank r's buffer of layers[i], (b-a,) fp16),
     parameter by parameter in model order, each into its chunk of every rank's gradient shard."""
+    from zerosim.collectives.quantized import all_to_all_quant_reduce, qgz_applies
+
     state, layout, policy, recipe, ranks, cluster = ctx.wire, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks, ctx.cluster
     w, d = cluster.world_size, cluster.gpus_per_node
     handle = Handle()

@@ -20,21 +20,16 @@ are `Fp8ScaleUpdate` events in the trace, as the loss scaler's are `LossScaleUpd
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from zerosim.cluster import Fp8ScaleUpdate, Handle
-from zerosim.collectives.quantized import (
-    LocoState,
-    fp8_all_gather,
-    fp8_amax_all_reduce,
-    group_count,
-    mxfp8_all_gather,
-    padded_count,
-    qwz_all_gather,
-)
-from zerosim.precision.quantize import FP8_RECIPES, get_fp8_recipe
-from zerosim.precision.quantize._fp8_blocks import BLOCK
+
+# NOTE: the quantized collectives and the fp8 recipes are imported where a quantized wire uses them: the default wire
+# (nothing quantized) never does, and `from zerosim import ZeroEngine` need not load them (benchmarks/imports.py)
+if TYPE_CHECKING:
+    from zerosim.collectives.quantized import LocoState
 
 SCALES = "fp8 scales"
 FP8_WIRE_NAMES = {  # what `describe` (and so the CLI) calls each fp8_all_gather choice
@@ -83,8 +78,8 @@ class Wire:
         if self.zero_quantized_weights and self.fp8_all_gather is not None:
             raise ValueError("choose one quantized gather: zero_quantized_weights (DeepSpeed) or fp8_all_gather "
                              "(torchao), not both")
-        if self.fp8_all_gather is not None and self.fp8_all_gather not in FP8_RECIPES:
-            raise ValueError(f"fp8_all_gather must be one of {tuple(FP8_RECIPES)}, got {self.fp8_all_gather!r}")
+        if self.fp8_all_gather is not None and self.fp8_all_gather not in _fp8_recipes():
+            raise ValueError(f"fp8_all_gather must be one of {tuple(_fp8_recipes())}, got {self.fp8_all_gather!r}")
         if self.weight_groups != "deepspeed" and (isinstance(self.weight_groups, bool)
                                                   or not isinstance(self.weight_groups, int) or self.weight_groups < 1):
             raise ValueError(f"weight_groups must be 'deepspeed' or a positive group size, got {self.weight_groups!r}")
@@ -122,6 +117,8 @@ class Wire:
         if (self.fp8_all_gather or "").startswith("torchao") and getattr(layout, "split", None) == "dim 0":
             _refuse_empty_fsdp2_shards(layout, specs)
         if self.zero_quantized_weights and self.weight_groups == "deepspeed":
+            from zerosim.collectives.quantized import group_count
+
             for layer in range(len(layout.windows)):
                 counts = layout.counts(layer)
                 if sum(counts) == 0:
@@ -132,6 +129,13 @@ class Wire:
                     except ValueError as e:
                         raise ValueError(f"layer {layer}, rank {r}'s piece of {m} elements: {e}; pass "
                                          "weight_groups=<group size> (zerosim's fixed groups) to run it") from None
+
+
+def _fp8_recipes() -> dict:
+    """precision/quantize's FP8_RECIPES, imported where an fp8 wire is asked for."""
+    from zerosim.precision.quantize import FP8_RECIPES
+
+    return FP8_RECIPES
 
 
 def _refuse_empty_fsdp2_shards(layout, specs) -> None:
@@ -163,10 +167,14 @@ class WireState:
 
     def __post_init__(self):
         if self.wire.loco is not None and self.loco is None:
+            from zerosim.collectives.quantized import LocoState
+
             self.loco = LocoState(err_beta=self.wire.loco.err_beta, reset_T=self.wire.loco.reset_T)
 
     def recipe(self, layer: int):
         if layer not in self.recipes:
+            from zerosim.precision.quantize import get_fp8_recipe
+
             self.recipes[layer] = get_fp8_recipe(self.wire.fp8_all_gather)
         return self.recipes[layer]
 
@@ -174,6 +182,8 @@ class WireState:
 def gather_quantized(ctx, layer: int, adopt_as: str) -> Handle:
     """ZeRO-3's gather of unit `layer`, quantized as the wire says; each rank adopts the dequantized (b - a,)
     compute-format window as `adopt_as` (kind "params"), as gather.gather does."""
+    from zerosim.collectives.quantized import fp8_all_gather, mxfp8_all_gather, qwz_all_gather
+
     wire, layout, ranks, cluster = ctx.wire.wire, ctx.layout, ctx.ranks, ctx.cluster
     counts = layout.counts(layer)
     out_format = ctx.policy.compute_format
@@ -206,6 +216,9 @@ def _receive_buffers(ledger, wire: Wire, counts) -> list:
     buffers of their own and dequantizes from them (partition_parameters.py: _all_gather_coalesced,
     AllGatherCoalescedHandle.wait); torchao's fp8 all-gather lands in an fp8 buffer before its cast
     (float8/fsdp_utils.py: fsdp_post_all_gather). Counted, not written: the collective returns its own arrays."""
+    from zerosim.collectives.quantized import group_count, padded_count
+    from zerosim.precision.quantize._fp8_blocks import BLOCK
+
     if wire.zero_quantized_weights:
         g = wire.weight_groups
         sizes = [("int8", sum(padded_count(m, g) for m in counts), np.int8),
@@ -225,6 +238,8 @@ def _master(ctx, rank):
 def _scale_at_gather(ctx, layer: int, pieces) -> np.float32:
     """torchao without a precomputed scale (fsdp_pre_all_gather -> tensor_to_scale, reduce_amax=True): this unit's
     amax all-reduced right before each of its gathers, forward and backward alike, then amax_to_scale."""
+    from zerosim.collectives.quantized import fp8_amax_all_reduce
+
     cluster = ctx.cluster
     amax = fp8_amax_all_reduce(cluster, [[p] for p in pieces], tag=f"fp8 amax ({ctx.names[layer]})")
     value = amax[0][0] if cluster.backend.holds_values else np.float32(0)
@@ -243,6 +258,8 @@ def _scales(ctx, layer: int, pieces) -> np.float32:
 
 
 def _step_scales(ctx) -> np.ndarray:
+    from zerosim.collectives.quantized import fp8_amax_all_reduce
+
     first = ctx.ranks[0].ledger.live.get(SCALES)
     if first is not None:
         return first.array

@@ -1,0 +1,150 @@
+"""fp32 products by one float64 GEMM whose error the operands' norms bound (precision/arithmetic/_norm_bound.py), the
+few elements it leaves in doubt settled by their own sums of magnitudes, then by sums twice as precise
+(_twice_precise.py), then one by one: every path the same bits as the exact rational sums rounded once.
+
+The reference is test_exact_matmul's (Python's Fraction sums the K products exactly, integer arithmetic rounds) and,
+for `twice_precise_sums`, Fraction sums of its terms.
+"""
+
+import threading
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from helpers import bits
+from hypothesis import given
+from hypothesis import strategies as st
+from test_exact_matmul import reference
+
+from zerosim.precision.arithmetic import _exact_matmul, _norm_bound, exact_matmul
+from zerosim.precision.arithmetic._twice_precise import twice_precise_sums
+
+pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
+
+
+class Spy:
+    """Counts the calls of `module.name` while installed."""
+
+    def __init__(self, monkeypatch, module, name):
+        self.calls, inner = 0, getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return inner(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+
+@given(m=st.integers(1, 6), k=st.integers(1, 90), n=st.integers(1, 6), seed=st.integers(0, 2**32 - 1),
+       spread=st.integers(0, 40))
+def test_fp32_products_by_one_gemm_equal_the_exact_sums_rounded_once(m, k, n, seed, spread):
+    # K on both sides of SHORT_K (the blocked rows): magnitudes 2**±spread apart, so sums cancel
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-spread, spread + 1, size=(m, k))).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+
+
+def near_ties(rows: int, k: int, rng) -> np.ndarray:
+    """(rows, k) float32: each row's sum (against a column of ones) lies on a float32 midpoint, or 2**-45 or 2**-60
+    beside one, its other K - 3 terms ±1 cancelling in pairs (a 0 for an odd one out): Σ|p| ~ K, the sum ~1.5."""
+    base = rng.uniform(1, 2, rows).astype(np.float32)
+    nudge = rng.choice([-1.0, 0.0, 1.0], rows) * rng.choice([2.0**-45, 2.0**-60], rows)
+    out = np.zeros((rows, k), np.float32)
+    out[:, 0], out[:, 1], out[:, 2] = base, np.spacing(base) / 2, nudge.astype(np.float32)
+    out[:, 3:3 + 2 * ((k - 3) // 2)] = np.tile([1.0, -1.0], (k - 3) // 2)
+    return out
+
+
+@pytest.mark.parametrize("k", [40, 200])  # blocked rows (K <= SHORT_K) and one block
+def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
+    rng = np.random.default_rng(11)
+    n = 4096 if k <= _norm_bound.SHORT_K else 8  # 32,768 / 4,096 = 8 rows a block: three blocks of 20 rows
+    a = near_ties(20, k, rng)
+    b = np.ones((k, n), np.float32)
+    b[:, 1::2] *= -1  # every other column the negated sums: ties on both sides of zero
+    magnitudes = Spy(monkeypatch, _exact_matmul, "_magnitudes")
+    twice = Spy(monkeypatch, _exact_matmul, "twice_precise_sums")
+    one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
+    got = exact_matmul(a, b)
+    want = reference(a, b[:, :2])  # every even column equals column 0, every odd one column 1
+    assert np.array_equal(bits(got), bits(np.tile(want, (1, n // 2))))
+    assert magnitudes.calls and twice.calls  # each level reached
+    # exact midpoints and sums 2**-60 beside one: only these are summed one by one (2**-45 beside one: settled by
+    # the sums twice as precise)
+    assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
+
+
+def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
+    # dW = dy.T @ x under ReLU masks: many elements sum only zero products; their norms do not show it
+    rng = np.random.default_rng(3)
+    dy = rng.standard_normal((32, 48)).astype(np.float32)
+    x = rng.standard_normal((32, 300)).astype(np.float32)
+    dy[rng.random(dy.shape) < 0.6] = 0
+    x[rng.random(x.shape) < 0.6] = 0
+    x[:, 7] = -0.0  # a column of -0: products of -0 only sum to +0
+    got = exact_matmul(dy.T, x)
+    assert np.array_equal(bits(got), bits(reference(dy.T, x)))
+    assert not np.signbit(got[:, 7]).any()
+
+
+def test_the_rows_bound_alone_would_round_near_ties_wrongly(monkeypatch):
+    # the bound is what makes them right: with no error allowed, c rounds as float64 does and misses the ties
+    rng = np.random.default_rng(5)
+    a, b = near_ties(16, 40, rng), np.ones((40, 3), np.float32)
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+    monkeypatch.setattr(_norm_bound, "_SLACK", 0.0)  # E_i = 0: no suspects
+    assert not np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+
+
+@given(k=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), spread=st.integers(0, 60))
+def test_twice_precise_sums_lie_within_their_bound_of_the_exact_sums(k, seed, spread):
+    rng = np.random.default_rng(seed)
+    terms = rng.standard_normal((4, k)) * 2.0 ** rng.integers(-spread, spread + 1, size=(4, k))
+    terms[1] = np.concatenate([terms[1][: k // 2], -terms[1][: k // 2], terms[1][2 * (k // 2):]])  # cancels
+    sums, errors = twice_precise_sums(terms)
+    for row, s, e in zip(terms, sums, errors):
+        exact = sum((Fraction(float(t)) for t in row), Fraction(0))
+        assert abs(Fraction(float(s)) - exact) <= Fraction(float(e))
+        assert e <= 2.0**-52 * abs(float(s)) + 2.0**-80 * float(np.abs(row).sum())  # far inside the GEMM's bound
+
+
+def test_twice_precise_zero_sums_are_plus_zero_with_no_error():
+    terms = np.array([[-0.0, -0.0, -0.0], [1.5, -1.5, 0.0], [2.0**-1074, -(2.0**-1074), -0.0]])
+    sums, errors = twice_precise_sums(terms)
+    assert bits(sums).tolist() == bits(np.zeros(3)).tolist() and errors[0] == 0
+
+
+def test_threads_multiplying_at_once_get_their_own_bits():
+    # the rank pool's workers may multiply together: each thread's temporaries are its own (_scratch.py)
+    rng = np.random.default_rng(8)
+    pairs = [(near_ties(12, 40, rng), np.ones((40, 700), np.float32)) for _ in range(4)]
+    want = [exact_matmul(a, b) for a, b in pairs]
+    got = [None] * len(pairs)
+
+    def run(i):
+        for _ in range(3):
+            got[i] = exact_matmul(*pairs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(bits(g), bits(w)) for g, w in zip(got, want))
+    first = exact_matmul(*pairs[0])
+    exact_matmul(*pairs[1])  # the next product reuses the temporaries, never the output handed back
+    assert np.array_equal(bits(first), bits(want[0]))
+
+
+def test_a_gram_matrix_is_widened_once_and_exactly_symmetric(monkeypatch):
+    # x @ x.T (Newton-Schulz's Gram matrix): b is a's transpose, so one float64 copy serves both (a BLAS then forms
+    # it in half the FLOPs), and each element is its exact sum either way
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((6, 70)) * 2.0 ** rng.integers(-20, 20, size=(6, 70))).astype(np.float32)
+    widened = Spy(monkeypatch, _exact_matmul, "_widened")
+    got = exact_matmul(x, x.T)
+    assert widened.calls == 1
+    assert np.array_equal(bits(got), bits(reference(x, x.T))) and np.array_equal(bits(got), bits(got.T))
+    y = x.copy()
+    assert np.array_equal(bits(exact_matmul(x, y.T)), bits(got)) and widened.calls == 3  # another matrix: two

@@ -1,0 +1,61 @@
+"""Faces that import each name the first time it is asked for (PEP 562), so that `from zerosim import ZeroEngine`
+loads what the engine needs and no more (benchmarks/imports.py; tests/test_import_graph.py counts the modules).
+
+    _NAMES = {"._model": ("Model", "ParamSpec"), ".mlp": ("MLP", "TinyNet")}   # module (relative) -> its names
+    __getattr__, __dir__ = lazy_face(__name__, _NAMES)
+    __all__ = sorted(names_of(_NAMES))
+
+A name is imported from its module on first use and kept in the face's namespace (the next lookup is plain); a
+subpackage or module of the face (`zerosim.models.gpt`) is imported when first asked for as an attribute, as an
+eager face's imports used to make it, and so is an old path while it still answers (one of MOVED's: the finder of
+zerosim/_compat.py gives it a spec, so the import system itself decides, and the stand-in goes when the path does).
+`dir()` lists the face's names and its public subpackages and modules. Anything else is the usual AttributeError.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+
+def names_of(table: dict) -> list:
+    """Every name a face's table lists."""
+    return [name for names in table.values() for name in names]
+
+
+def _is_module(dotted: str) -> bool:
+    """True where the import system can import `dotted`: a module or package, or an old path that zerosim/_compat.py's
+    finder still answers (a stand-in placed in sys.modules without a spec, SHADOWED's, is no module: a face's own
+    function of that name answers first)."""
+    if dotted.rsplit(".", 1)[-1].startswith("__"):
+        return False
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def lazy_face(package: str, table: dict) -> tuple:
+    """(__getattr__, __dir__) for the face module `package`, whose names come from `table` (module -> names)."""
+    homes = {name: module for module, names in table.items() for name in names}
+
+    def __getattr__(name: str):
+        module = sys.modules[package]
+        if name in homes:
+            value = getattr(importlib.import_module(homes[name], package), name)
+        elif _is_module(f"{package}.{name}"):
+            value = importlib.import_module(f"{package}.{name}")  # a subpackage or module, or an old path's stand-in
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(module, name, value)
+        return value
+
+    def __dir__() -> list:
+        import pkgutil  # only when someone asks: dir() is for people and tab completion
+
+        module = sys.modules[package]
+        children = {m.name for m in pkgutil.iter_modules(module.__path__) if not m.name.startswith("_")}
+        return sorted(set(vars(module)) | set(homes) | children)
+
+    return __getattr__, __dir__
