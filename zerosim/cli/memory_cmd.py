@@ -162,7 +162,7 @@ class _Skipping:
 
 
 def _names() -> dict:
-    from zerosim.parallel._spec import FLAGS
+    from zerosim.parallel import FLAGS
 
     return FLAGS
 

@@ -92,7 +92,7 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
 
 
 def _names(ranks_flag: str) -> dict:
-    from zerosim.parallel._spec import FLAGS
+    from zerosim.parallel import FLAGS
 
     return {**FLAGS, "world_size": ranks_flag}
 

@@ -229,7 +229,7 @@ def one_report(args, s):
     mesh = mesh_of(args, stage, tp=spec.tp, cp=spec.cp)  # the stage or strategy on --ranks, --gpus-per-node, its
     check_qgz_model(args, s.model)  # group, --tp and --cp: checked
     if spec.cp > 1:
-        from zerosim.parallel._spec import FLAGS
+        from zerosim.parallel import FLAGS
 
         spec.model_check(s.micro[1], s.model.attention, s.model.checkpoint, names=FLAGS,
                          kernels=getattr(s.model, "kernels", None))
