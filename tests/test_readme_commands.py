@@ -458,6 +458,33 @@ def check_cp_published(out: str, page: str, project: Path) -> None:
     assert f"throughput: {predicted} tokens/s per GPU" in out, out
 
 
+def check_pp_replay(out: str, page: str, project: Path) -> None:
+    text = " ".join(page.split())
+    a0, a1 = re.search(r"the activation `(\[-?[\d.]+\])` .*?, micro-batch 1 as `(\[-?[\d.]+\])`", text).groups()
+    g0, g1 = re.search(r"sends back the gradients `(\[-?[\d.]+\])` and `(\[-?[\d.]+\])`", text).groups()
+    size = re.search(r"(\d+) bytes of fp16 each", text).group(1)
+    for what, value, gpu in (("activation a", a0, 1), ("activation a", a1, 1), ("gradient da", g0, 0),
+                             ("gradient da", g1, 0)):
+        assert f"sends its {what} = {value} to GPU {gpu}: {size} B of fp16" in out, (what, value, out)
+    masters = re.search(r"the masters are seed 004's `(\[[-\d., |]+\])`", text).group(1)
+    assert f"masters [w1, w2 | w3, w4] = {masters}" in out, out
+
+
+def png_size(path: Path) -> tuple:
+    """A PNG's (width, height) from its IHDR chunk (bytes 16-24, big-endian)."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def check_pp_figure(out: str, page: str, project: Path) -> None:
+    assert "wrote scratch/pipeline_schedules.png" in out.splitlines(), out
+    assert "![GPipe, 1F1B, interleaved 1F1B and zero bubble on 4 ranks](pipeline_schedules.png)" in page
+    # the page shows what this command writes: the same figure (its size is the figure's, whatever draws the text)
+    assert png_size(project / "scratch" / "pipeline_schedules.png") == png_size(project / "docs" /
+                                                                                 "pipeline_schedules.png")
+
+
 CHECKS = [  # (a regular expression the command matches, its check; a check taking `line` reads the command's comment)
     (r"zerosim validate +#", check_validate),
     (r"zerosim validate --fit", check_validate_fit),
@@ -504,6 +531,8 @@ CHECKS = [  # (a regular expression the command matches, its check; a check taki
     (r"zerosim plan --model llama-3-8b .*--cp 1,2,4", check_cp_plan),
     (r"sed 's/\"max_position_embeddings\": 8192/", check_cp_config),
     (r"zerosim timeline --config scratch/llama-3\.1-8b-256k\.json", check_cp_published),
+    (r"zerosim replay --pp 2", check_pp_replay),
+    (r"zerosim figures --only pipeline_schedules", check_pp_figure),
 ]
 
 
