@@ -157,13 +157,15 @@ class Session:
             raise self._over(Outcome("broke the protocol"))
         return self._reply(self._next(budget), None)
 
-    def call(self, function: str, args, kwargs, budget: Budget) -> Reply:
+    def call(self, function: str, args, kwargs, budget: Budget, via: str | None = None) -> Reply:
         """Call the learner's `function` on `args` (lent handles and arrays as _values.py says), answering its
-        callbacks; the step may take `budget`'s seconds of the learner's time."""
+        callbacks; the step may take `budget`'s seconds of the learner's time. `via`: one of the policy's harnesses
+        ("module:function"), which the child calls on the learner's function and `args` instead (_child.py)."""
         if self.over is not None:
             raise Ended(self.over)
         values = Values(self.handles)
-        self.wire.send({"call": function, "args": values.dump(list(args)), "kwargs": values.dump(dict(kwargs))})
+        request = {"call": function, "args": values.dump(list(args)), "kwargs": values.dump(dict(kwargs))}
+        self.wire.send(request if via is None else {**request, "via": via})
         error = None
         while True:
             message = self._next(budget)
