@@ -351,7 +351,8 @@ def test_notebook_01_explains_seed_001s_stage_1_all_reduce_with_the_runs_numbers
     from zerosim.collectives import all_reduce
 
     text = notebook_text("01_worked_example.ipynb", "markdown").replace("\n", " ")
-    assert "Seed 001 says stage 1 *all-reduces* the gradients: does it matter that this run reduce-scatters them?" in text
+    assert ("Seed 001 says stage 1 *all-reduces* the gradients: does it matter that this run reduce-scatters "
+            "them?") in text
     assert "here 8 B a GPU instead of 4" in text and "`use_multi_rank_bucket_allreduce=True`" in text
     cluster = Cluster(2)
     engine = ZeroEngine(TinyNet(), cluster, 1, Adam(lr=0.1), "fp16-mixed", checkpoint=True)
