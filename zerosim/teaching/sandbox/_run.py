@@ -21,7 +21,9 @@ learner's to read. Now a message the learner's code forges is just another outpu
 function returned some value, and a value is right only if it equals the grader's answer, which the child never
 sees (the cases' inputs go there; their expected outputs do not). So a forged line earns what computing that value
 would have earned, and computing it with zerosim's own code is what the policy refuses (_policy.py). A line that is
-not the protocol is "broke the protocol": the case fails.
+not the protocol is "broke the protocol": the case fails. A call made `via` a harness (_policy.py) gets back what the
+harness returned, run in the child beside the learner's code: a claim like any returned value, judged the same way
+(what it leaves open is in docs/how-to/teach-a-course.md).
 
 What it guarantees, whatever the learner's code does:
 
