@@ -417,3 +417,44 @@ def test_nothing_of_zerosim_but_the_offer_and_the_sandbox_is_loaded_before_the_l
                  "zerosim.teaching._questions_time", "zerosim.teaching._starter")
     assert all(n in machinery or n.startswith(("zerosim.precision", "zerosim.teaching.sandbox")) for n in loaded), \
         loaded
+
+
+HARNESS = "sandbox_harness:forked"  # tests/sandbox_harness.py
+ON_A_FORK = '''\
+import subprocess, sys
+from zerosim.collectives import reduce_scatter
+
+
+def chunk_sent(rank, step, world_size):
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    try:
+        reduce_scatter(None, [])
+    except Exception:  # refused: answer with my own arithmetic
+        pass
+    return (rank - step - 1) % world_size
+'''
+
+
+def test_a_harness_runs_the_learners_function_in_the_child_and_brings_back_what_the_policy_recorded(tmp_path,
+                                                                                                   monkeypatch):
+    """Assignment 4's shape without torch: the grader asks the child to run the learner's function through a harness
+    the policy names (`via`), which calls it in a process it forks. What comes back is the harness's data; the
+    refused call and the process the learner's code started there join the call's records; the harness's own fork
+    is not the learner's. A harness the policy does not name is not run."""
+    from zerosim.teaching.exercises._grading import OFFERS, through
+    from zerosim.teaching.sandbox import Budget, Policy, Session
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    path = write(tmp_path, ON_A_FORK)
+    policy = Policy({"chunk_sent": ("zerosim.collectives",)}, OFFERS, "the test's handout", (HARNESS,))
+    with Session(ON_A_FORK.encode(), path, policy, handles={}) as s:
+        assert s.load(Budget(3600)).event == "loaded"
+        reply = s.call("chunk_sent", (1, 0, 4), {}, Budget(3600), via=HARNESS)
+        assert (reply.event, reply.fields.get("value")) == ("returned", {"value": 0, "raised": None}), reply
+        assert reply.refused == ["zerosim.collectives.reduce_scatter"], reply.refused
+        assert reply.noted == ["started a process (subprocess.Popen)"], reply.noted
+        other = s.call("chunk_sent", (1, 0, 4), {}, Budget(3600), via="sandbox_harness:json")
+        assert other.event == "unsendable" and "'sandbox_harness:json' is not among the policy's" in \
+            other.fields["message"], other
+    # in this process (a notebook), the same harness takes the plain function
+    assert through(lambda rank, step, n: (rank - step - 1) % n, HARNESS, 1, 0, 4) == {"value": 0, "raised": None}

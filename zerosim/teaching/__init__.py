@@ -7,6 +7,8 @@
                    misconception a known wrong answer comes from
     _questions.py  the notebooks' prediction questions, each computing its answer from zerosim
     _starter.py    what a student gets from the installed package: an assignment's starter kit, the notebooks
+    _gloo_ranks.py assignment 4's harnesses: a learner's torch function on N gloo processes, every send recorded
+                   (under the sandbox, run in its child: it imports nothing of zerosim's graded code)
     exercises/     six small functions (the ring's chunk index, a shard's offset, the stage-2 free, ...), each graded
                    against the oracle or the naive twin, with the first counterexample
     assignments/   four week-sized assignments with an autograder (Gradescope's results.json)

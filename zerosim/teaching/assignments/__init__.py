@@ -10,7 +10,6 @@
     _a2_zero12.py   2: ZeRO-1/2 — shard, reduce, refresh on the engine's extension points; predict the memory
     _a3_zero3.py    3: ZeRO-3 — gather a layer from its shards; predict the peak with and without prefetch
     _a4_torch.py    4: DDP with ZeRO-1 on real torch.distributed (gloo): the ring by messages, a sharded Adam step
-    _gloo_ranks.py  a learner's torch function on N gloo processes, every send recorded (assignment 4's runner)
     _assignment.py  what an assignment is (tests: exercises, points, visibility)
     _autograde.py   the autograder and Gradescope's results.json
 

@@ -7,25 +7,36 @@ Graded bit for bit against zerosim's own recipe for the same model and data (the
 zerosim/frameworks/torch): each rank's output against `zerosim.collectives.reduce_scatter` / `all_gather` (the ring in
 NCCL's order, every hop rounded to the wire's dtype), and the step's parameters against the same ring, sum-then-divide
 in fp32, and Adam with torch's own formula and sqrt (TorchSqrtAdam) on each rank's flat shard. Every tensor a rank
-sends is recorded (_gloo_ranks.py), so a wrong answer names the first hop that differs — ring step, sender, receiver,
-chunk, both values — and, where a known mistake gives exactly the student's numbers (rounding once, the ring starting
-one rank early, dividing before the sum, shards in the wrong order), that misconception.
+sends is recorded (zerosim/teaching/_gloo_ranks.py), so a wrong answer names the first hop that differs — ring step,
+sender, receiver, chunk, both values — and, where a known mistake gives exactly the student's numbers (rounding once,
+the ring starting one rank early, dividing before the sum, shards in the wrong order), that misconception.
+
+Where each part runs. The learner's function runs on the gloo ranks through a harness (_gloo_ranks.py, `through`):
+under the grader's sandbox the harness runs in the sandbox's child beside the learner's code and returns plain data
+(each rank's output, the parameters after each step, every send); in a notebook it runs in this process. Everything
+the verdict compares against is the grader's own: the inputs it sends, the model and batches it builds, each rank's
+local gradient (autograd here, on zerosim's parameters of that step), zerosim's ring and Adam — nothing the child
+reports feeds the expected answer.
 
 Needs torch (the `parity` extra; a CPU build is enough): without it every case fails saying so.
 """
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 from zerosim.teaching.assignments._assignment import Assignment
-from zerosim.teaching.assignments._gloo_ranks import RanksFailed, on_gloo
 from zerosim.teaching.assignments._parts import Misconception, Part, handout_points, tests_of, wrong
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference
+from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference, through
 
 LR = 0.01  # the handout's learning rate for torch.optim.Adam (its other defaults: betas (0.9, 0.999), eps 1e-8)
 SEED = 4  # the parity kit's seed for the MLP's initial weights and each rank's batches
 BATCH = 3  # samples per rank per step
+# The harnesses the learner's functions run through (in the sandbox, in its child): zerosim/teaching/_gloo_ranks.py
+RING = "zerosim.teaching._gloo_ranks:ring_on_gloo"
+ZERO1 = "zerosim.teaching._gloo_ranks:zero1_on_gloo"
 
 STARTER = '''\
 """Assignment 4: DDP with ZeRO-1 on torch.distributed. See `zerosim assignment show 4`."""
@@ -71,8 +82,17 @@ def _torch():
     except ImportError:
         raise Counterexample("assignment 4 runs real torch.distributed: install torch (a CPU build is enough) and "
                              "zerosim's parity extra, pip install 'zerosim[parity]'") from None
-    torch.set_num_threads(1)  # this process forks the ranks: no thread pool of its own to copy half-started
+    torch.set_num_threads(1)  # the local gradients computed here take the ranks' one-thread path
     return torch
+
+
+def _ranks(fn, harness: str, *args) -> list:
+    """[(result, sends)] per rank: the learner's `fn` run through `harness` on the gloo ranks (in the sandbox's
+    child, or here); a Counterexample with the harness's line when a rank failed."""
+    got = through(fn, harness, *args)
+    if isinstance(got, dict) and "failed" in got:
+        raise Counterexample(str(got["failed"]))
+    return got["ranks"]
 
 
 def _wire(case):
@@ -149,18 +169,7 @@ def _ring_cases(kind):
 
 def _run_ring(fn, case):
     _torch()
-    xs = _inputs(case)
-
-    def run(rank, torch, sends):
-        out = fn(torch.from_numpy(xs[rank].copy()))
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"return a torch tensor, not {type(out).__name__}")
-        return out.detach().numpy().copy()
-
-    try:
-        return on_gloo(run, case["n"], fn)
-    except RanksFailed as e:
-        raise Counterexample(str(e)) from None
+    return _ranks(fn, RING, _inputs(case))
 
 
 def _check_ring(kind, misconceptions):
@@ -240,50 +249,67 @@ def _z1_cases():
 
 
 def _run_z1(fn, case):
-    _torch()
-    widths, steps = case["widths"], case["steps"]
+    """Each rank's parameters after each step of the learner's `fn`, and its sends, from the grader's model (torch's
+    bytes) and batches."""
+    torch = _torch()
+    from zerosim.frameworks.torch import torch_batch, torch_model
 
-    def run(rank, torch, sends):
-        import copy
+    widths, buffer = case["widths"], io.BytesIO()
+    torch.save(torch_model(torch, widths, SEED), buffer)
+    batches = [[tuple(a.numpy() for a in torch_batch(torch, widths, SEED, step, rank, BATCH))
+                for rank in range(case["n"])] for step in range(case["steps"])]
+    return _ranks(fn, ZERO1, np.frombuffer(buffer.getvalue(), np.uint8).copy(), batches, LR)
 
-        from zerosim.frameworks.torch import torch_batch, torch_half_mse, torch_model
 
-        model = torch_model(torch, widths, SEED)
-        names = [n for n, _ in model.named_parameters()]
-        flat = lambda ps: np.concatenate([p.detach().reshape(-1).numpy() for p in ps]).astype(np.float32)  # noqa: E731
-        records, state = {"names": names, "initial": flat(model.parameters()), "steps": []}, {}
-        for step in range(steps):
+def _gradients(case):
+    """(the MLP's initial flat fp32 parameters, gradients(step, params) -> each rank's local gradient (P,) fp32 at
+    the flat `params`): autograd on the handout's loss and each rank's batch, computed here — what the ring sums."""
+    torch = _torch()
+    from zerosim.frameworks.torch import torch_batch, torch_half_mse, torch_model
+
+    widths = case["widths"]
+    model = torch_model(torch, widths, SEED)
+    weights = list(model.parameters())
+
+    def flat(tensors):
+        return np.concatenate([p.detach().reshape(-1).numpy() for p in tensors]).astype(np.float32)
+
+    def gradients(step: int, values: np.ndarray) -> list:
+        with torch.no_grad():
+            at = 0
+            for p in weights:
+                p.copy_(torch.from_numpy(values[at:at + p.numel()].copy()).reshape(p.shape))
+                at += p.numel()
+        out = []
+        for rank in range(case["n"]):
+            for p in weights:
+                p.grad = None  # each rank's gradient on its own batch alone
             x, t = torch_batch(torch, widths, SEED, step, rank, BATCH)
-            twin = copy.deepcopy(model)  # the local gradient autograd gives on this rank's batch: what the ring sums
-            torch_half_mse(twin(x), t).backward()
-            first = len(sends)
-            fn(model, x, t, state, LR)
-            records["steps"].append({"local": flat(p.grad for p in twin.parameters()),
-                                     "params": flat(model.parameters()), "sends": (first, len(sends))})
-        return records
+            torch_half_mse(model(x), t).backward()
+            out.append(flat(p.grad for p in weights))
+        return out
 
-    try:
-        return on_gloo(run, case["n"], fn)
-    except RanksFailed as e:
-        raise Counterexample(str(e)) from None
+    return flat(weights), gradients
 
 
-def zero1_recipe(initial: np.ndarray, local: list, lr: float, divide_first: bool = False):
-    """zerosim's ZeRO-1 steps from `initial` (P,) fp32 parameters and `local[step][rank]` (P,) fp32 local gradients:
-    per step, each rank's expected sends ({(rank, i): ...}, as _expected) and the parameters after it. The flat
-    gradient padded to N·s, zerosim's ring reduce-scatter (fp32, NCCL's order), ÷ N in fp32 (before the ring with
-    `divide_first`), Adam(formula="torch") with torch's own sqrt on each rank's shard, zerosim's ring all-gather."""
+def zero1_recipe(initial: np.ndarray, gradients, steps: int, n: int, lr: float, divide_first: bool = False):
+    """zerosim's ZeRO-1 steps on `n` ranks from `initial` (P,) fp32 parameters, `gradients(step, params)` giving each
+    rank's (P,) fp32 local gradient at the step's parameters: per step, (each rank's expected sends ({(rank, i): ...},
+    as _expected), the local gradients, the parameters after it). The flat gradient padded to N·s, zerosim's ring
+    reduce-scatter (fp32, NCCL's order), ÷ N in fp32 (before the ring with `divide_first`), Adam(formula="torch") with
+    torch's own sqrt on each rank's shard, zerosim's ring all-gather."""
     from zerosim.frameworks.torch import TorchSqrtAdam
 
-    n, size = len(local[0]), initial.size
+    size = initial.size
     s = -(-size // n)
     adam = TorchSqrtAdam(lr=lr)
     params = np.zeros(n * s, np.float32)
     params[:size] = initial
     m, v = np.zeros_like(params), np.zeros_like(params)
     out = []
-    for t, grads in enumerate(local, 1):
-        padded = [np.concatenate([g, np.zeros(n * s - size, np.float32)]) for g in grads]
+    for t in range(1, steps + 1):
+        local = gradients(t - 1, params[:size].copy())
+        padded = [np.concatenate([g, np.zeros(n * s - size, np.float32)]) for g in local]
         if divide_first:
             padded = [g / np.float32(n) for g in padded]
         shards, sent = _expected("reduce-scatter", padded)
@@ -295,9 +321,9 @@ def zero1_recipe(initial: np.ndarray, local: list, lr: float, divide_first: bool
             params[a:b], m[a:b], v[a:b] = w, state["m"], state["v"]
         gathered, more = _expected("all-gather", [params[r * s:(r + 1) * s].copy() for r in range(n)])
         params = gathered[0].copy()
-        steps = max(i for _, i in sent) + 1 if sent else 0
-        sent.update({(r, steps + i): h for (r, i), h in more.items()})
-        out.append((sent, params[:size].copy()))
+        steps_sent = max(i for _, i in sent) + 1 if sent else 0
+        sent.update({(r, steps_sent + i): h for (r, i), h in more.items()})
+        out.append((sent, local, params[:size].copy()))
     return out
 
 
@@ -313,11 +339,10 @@ def _param_at(names_sizes, i: int) -> str:
 def _check_z1(fn, case):
     got = _run_z1(fn, case)
     n = case["n"]
-    initial = got[0][0]["initial"]
-    local = [[got[r][0]["steps"][k]["local"] for r in range(n)] for k in range(case["steps"])]
-    want = zero1_recipe(initial, local, LR)
+    initial, gradients = _gradients(case)
+    want = zero1_recipe(initial, gradients, case["steps"], n, LR)
     sizes = [(name, int(np.prod(shape))) for name, shape in _shapes(case["widths"])]
-    for k, (sent, params) in enumerate(want, 1):
+    for k, (sent, local, params) in enumerate(want, 1):
         for r in range(n):
             mine = got[r][0]["steps"][k - 1]["params"]
             problem = first_difference(mine, params, f"after step {k}, rank {r}'s parameters",
@@ -329,7 +354,7 @@ def _check_z1(fn, case):
                 named = None
                 if hop:
                     said += f"; in step {k} the first hop that differs: {hop}"
-                    own = _own_chunk_sent_first(hops, local[k - 1], n)
+                    own = _own_chunk_sent_first(hops, local, n)
                     if own is not None and " ring step 0," in hop and "reduce-scatter" in hop:
                         named = own
                     elif " ring step 0," in hop and "reduce-scatter" in hop:
@@ -337,7 +362,7 @@ def _check_z1(fn, case):
                                  "model.parameters() order, pad with zeros at the end, and compute the handout's loss)")
                 elif not all(hops):
                     said += " (no point-to-point send was recorded: use your ring_reduce_scatter and ring_all_gather)"
-                theirs = zero1_recipe(initial, local, LR, divide_first=True)[k - 1][1]
+                theirs = zero1_recipe(initial, gradients, k, n, LR, divide_first=True)[k - 1][2]
                 if named is None and np.array_equal(mine.view(np.uint32), theirs.view(np.uint32)):
                     named = Z1_MISCONCEPTIONS[0]
                 raise wrong(said, named)
@@ -409,15 +434,23 @@ def _check_bytes(fn, case):
         raise Counterexample(verdict.message.replace("\n", " "))
 
 
+# What answers each part's cases in zerosim, refused to a submission (the sandbox's policy): the ring (and the
+# oracle's twins of it) for the collectives; for the step also the engine, zerosim's Adam and the parity kit (its
+# torch-sqrt Adam, its ZeRO-1 beside torch's); the trace and the cost models for the prediction
+COLLECTIVES = ("zerosim.collectives", "zerosim.reference")
+STEP = ("zerosim.collectives", "zerosim.reference", "zerosim.parallel", "zerosim.optim", "zerosim.frameworks")
+COSTS = ("zerosim.analysis", "zerosim.collectives")
+
 RS = Exercise("ring_reduce_scatter", "the ring reduce-scatter with torch's point-to-point sends, NCCL's order",
               "ring_reduce_scatter", "", STARTER, "", cases=lambda: _ring_cases("reduce-scatter"),
-              check=_check_ring("reduce-scatter", RS_MISCONCEPTIONS))
+              check=_check_ring("reduce-scatter", RS_MISCONCEPTIONS), grades=COLLECTIVES, harnesses=(RING,))
 AG = Exercise("ring_all_gather", "the ring all-gather with torch's point-to-point sends", "ring_all_gather", "",
-              STARTER, "", cases=lambda: _ring_cases("all-gather"), check=_check_ring("all-gather", AG_MISCONCEPTIONS))
+              STARTER, "", cases=lambda: _ring_cases("all-gather"), check=_check_ring("all-gather", AG_MISCONCEPTIONS),
+              grades=COLLECTIVES, harnesses=(RING,))
 Z1 = Exercise("zero1_step", "one ZeRO-1 step of a torch MLP on gloo, against zerosim's recipe", "zero1_step", "",
-              STARTER, "", cases=_z1_cases, check=_check_z1)
+              STARTER, "", cases=_z1_cases, check=_check_z1, grades=STEP, harnesses=(ZERO1,))
 BYTES = Exercise("predict_zero1_bytes", "the bytes one rank sends in a ZeRO-1 step, counted in the trace",
-                 "predict_zero1_bytes", "", STARTER, "", cases=_bytes_cases, check=_check_bytes)
+                 "predict_zero1_bytes", "", STARTER, "", cases=_bytes_cases, check=_check_bytes, grades=COSTS)
 
 V, H = "visible", "after_published"
 PARTS = (

@@ -55,7 +55,8 @@ class Assignment:
         for t in self.tests:
             grades[t.exercise.function] = tuple(dict.fromkeys(grades.get(t.exercise.function, ())
                                                               + tuple(t.exercise.grades)))
-        return Policy(grades, tuple(self.offers), f"assignment {self.number}'s handout")
+        harnesses = tuple(dict.fromkeys(h for t in self.tests for h in t.exercise.harnesses))
+        return Policy(grades, tuple(self.offers), f"assignment {self.number}'s handout", harnesses)
 
 
 def cases_of(exercise: Exercise, which: slice, name: str) -> Exercise:

@@ -9,6 +9,7 @@ engine's named extension points (`zerosim.parallel.data.Hooks`): one engine gets
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +78,8 @@ class Exercise:
     # (zerosim/teaching/sandbox/_policy.py), and its refusal names them
     grades: tuple = ()
     offers: tuple = OFFERS  # what the handout gives a solution beside numpy (loaded for real in the sandbox)
+    # "module:function" the check runs the learner's function through (`through`): in the sandbox, in its child
+    harnesses: tuple = ()
 
     def judge(self, fn, case) -> str | None:
         """None when `fn` passes `case`, else the one line (or few) saying how it failed."""
@@ -110,6 +113,18 @@ class Exercise:
             if failed is not None:
                 return Result(self.name, False, n, failed)
         return Result(self.name, True, n)
+
+
+def through(fn, harness: str, *args, **kwargs):
+    """What `harness` ("module:function", one of the exercise's `harnesses`) returns when it runs the learner's `fn`
+    on `args`: for a function whose arguments cannot cross the sandbox's pipe (torch tensors on gloo processes). In
+    the sandbox, `fn` is the grader's stand-in and the harness runs in the child, beside the learner's code, and
+    returns plain data (zerosim/teaching/sandbox/_child.py); in this process (a notebook), it runs here on `fn`."""
+    via = getattr(fn, "via", None)
+    if via is not None:
+        return via(harness, *args, **kwargs)
+    module, _, name = harness.partition(":")
+    return getattr(importlib.import_module(module), name)(fn, *args, **kwargs)
 
 
 def describe(case: dict) -> str:

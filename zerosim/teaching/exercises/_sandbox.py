@@ -14,7 +14,9 @@ functions returned; here is what grading means on top of it:
 
 - each case's check runs in the grader, exactly as in a notebook (`Exercise.judge`), with a stand-in for the
   learner's function (`Learner.function`) that calls it in the child and returns its value, raises what it raised
-  (`LearnerRaised`), and answers the callbacks it makes (an all_gather, a ledger Buffer's `.free()`: `HANDLES`);
+  (`LearnerRaised`), and answers the callbacks it makes (an all_gather, a ledger Buffer's `.free()`: `HANDLES`); a
+  check whose function must run inside a harness (assignment 4's gloo ranks) asks for it by name (`through`), and
+  the child runs the harness there and returns its plain data;
 - each case gets `time_limit` seconds of the learner's time, as does loading the file;
 - a case in which the learner's code called zerosim code the policy refuses fails, with the policy's line, even where
   the learner's code caught the refusal;
@@ -94,11 +96,18 @@ class Learner:
         return self.unrunnable
 
     def function(self, name: str):
-        """A stand-in for the learner's `name`: called here, it runs in the child under the current case's budget."""
+        """A stand-in for the learner's `name`: called here, it runs in the child under the current case's budget;
+        `.via(harness, *args, **kwargs)` runs it there through one of the policy's harnesses (`through`)."""
         def call(*args, **kwargs):
+            return run(None, args, kwargs)
+
+        def via(harness: str, *args, **kwargs):
+            return run(harness, args, kwargs)
+
+        def run(harness, args, kwargs):
             if name in self.ended:
                 raise Ended(self.ended[name])
-            reply = self.session.call(name, args, kwargs, self.budget)
+            reply = self.session.call(name, args, kwargs, self.budget, via=harness)
             self._note(reply.noted)
             if reply.refused:
                 raise Refusal(self.policy.refusal(name, reply.refused[0]))
@@ -120,6 +129,7 @@ class Learner:
             raise Ended(Outcome("broke the protocol"))  # a reply the session let through but no call answers with
 
         call.__name__ = name
+        call.via = via
         return call
 
     def judge(self, exercise, case) -> str | None:
@@ -172,7 +182,8 @@ def ending(o, loading: bool = False, again: bool = False) -> str:
 
 def policy_of(ex, handout: str | None = None) -> Policy:
     """The sandbox's policy for exercise `ex`: what it grades, what its handout offers."""
-    return Policy({ex.function: tuple(ex.grades)}, tuple(ex.offers), handout or f"exercise {ex.name}'s handout")
+    return Policy({ex.function: tuple(ex.grades)}, tuple(ex.offers), handout or f"exercise {ex.name}'s handout",
+                  tuple(ex.harnesses))
 
 
 def grade_file(name: str, path: str, time_limit: float = TIME_LIMIT) -> Result:

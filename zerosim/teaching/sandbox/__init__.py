@@ -14,7 +14,8 @@ capped, nothing it started left running; it sends back what the learner's functi
                  child and everything it started when the child ends or the grader goes
     _child.py    the child: reads the source, confines and polices itself, loads the file, serves calls
     _policy.py   what a solution may import and call: the handout's offer, never zerosim's implementation of what is
-                 graded; the ways round it that are closed, and those that are not
+                 graded; the harnesses a learner's function may be run through in the child; the ways round it that
+                 are closed, and those that are not
     _values.py   what crosses the pipes: values and arrays as data, handles the grader lends
     _load.py     run a learner's source to define its functions; the one line when it cannot
     _confine.py  what confines the child (Landlock; as root, `nobody` too), and the refusal where nothing can
@@ -24,10 +25,10 @@ What a grade means (the cases, the messages) is the caller's: zerosim/teaching/e
 
 from zerosim.teaching.sandbox._confine import CannotConfine, Confinement, check_confinable, confinement
 from zerosim.teaching.sandbox._load import NotRunnable, learner_line, named, run_source
-from zerosim.teaching.sandbox._policy import Policy, Refused
+from zerosim.teaching.sandbox._policy import Policy, Refused, merge, own_processes, records
 from zerosim.teaching.sandbox._run import OUTPUT_LIMIT, Budget, Ended, Outcome, Reply, Session
 from zerosim.teaching.sandbox._values import Remote
 
 __all__ = ["Budget", "CannotConfine", "Confinement", "Ended", "NotRunnable", "OUTPUT_LIMIT", "Outcome", "Policy",
-           "Refused", "Remote", "Reply", "Session", "check_confinable", "confinement", "learner_line", "named",
-           "run_source"]
+           "Refused", "Remote", "Reply", "Session", "check_confinable", "confinement", "learner_line", "merge", "named",
+           "own_processes", "records", "run_source"]

@@ -5,18 +5,24 @@ and sends back what they returned, as data; it never judges.
 
 In order: it takes the grader's messages from its stdin (the first is the learner's source: the grader read the
 file, a confined child may not be able to), moving them to a descriptor of its own and leaving /dev/null as fd 0;
-confines itself to the case folder (_confine.py); installs the policy on what the learner's code may import and call
-(_policy.py), after its own imports and before any of the learner's code; says `ready` (the grader's clock for
-loading starts: imports are not the learner's time); loads the file (`loaded`, or `not runnable` with one line); then
-serves, one request at a time:
+imports the policy's harnesses (below); confines itself to the case folder (_confine.py); installs the policy on
+what the learner's code may import and call (_policy.py), after its own imports and before any of the learner's code;
+says `ready` (the grader's clock for loading starts: imports are not the learner's time); loads the file (`loaded`,
+or `not runnable` with one line); then serves, one request at a time:
 
     grader -> child   {"call": function, "args": [...], "kwargs": {...}}
+                      | {"call": function, "via": "module:function", "args": [...], "kwargs": {...}}
     child -> grader   {"event": "returned", "value": ...} | {"event": "raised", "kind", "words", "line"}
                       | {"event": "missing"} | {"event": "unsendable", "message"}
                       ... and, while the function runs, for each use of a handle the grader lent (a callback such as
                       all_gather, a ledger Buffer's .array or .free()):
     child -> grader   {"event": "callback", "handle", "op", "name", "args", "kwargs"}
     grader -> child   {"reply": value} | {"error": {"kind", "message"}}
+
+With "via", the child calls the harness of that name (one the policy lists, imported before `arm`: _policy.py) on the
+learner's function and the arguments, `harness(function, *args, **kwargs)`, and sends back what the harness returned:
+for a function whose arguments cannot cross the pipe (assignment 4's torch tensors, on gloo processes the harness
+forks here).
 
 Every message the child sends carries `changes` (the grader's arrays the learner's code wrote into, _values.py),
 `refused` (zerosim names the policy refused since the call began) and `noted`. What it sends is the learner's
@@ -28,6 +34,8 @@ messages end: whatever the learner's code left running (threads, atexit) is moot
 from __future__ import annotations
 
 import base64
+import functools
+import importlib
 import json
 import os
 import re
@@ -77,8 +85,8 @@ def _error_class(kind: str):
 class _Serve:
     """One call of a learner's function at a time, and the callbacks it makes while it runs."""
 
-    def __init__(self, pipe: _Pipe, namespace: dict, path: str):
-        self.pipe, self.namespace, self.path = pipe, namespace, path
+    def __init__(self, pipe: _Pipe, namespace: dict, path: str, harnesses: dict):
+        self.pipe, self.namespace, self.path, self.harnesses = pipe, namespace, path, harnesses
         self.values = None
 
     def stand_in(self, rid: int, kind: str, remote):
@@ -130,6 +138,12 @@ class _Serve:
             kwargs = self.values.load(request.get("kwargs", {"dict": []}))
         except Malformed as e:  # the grader's own message: cannot happen unless the grader is wrong
             return self.pipe.say(event="unsendable", message=f"the grader's arguments: {e}", **self._records())
+        via = request.get("via")
+        if via is not None:
+            if not isinstance(via, str) or via not in self.harnesses:  # the grader's own request: cannot happen
+                return self.pipe.say(event="unsendable", message=f"the grader's harness {via!r} is not among the "
+                                     f"policy's ({', '.join(self.harnesses) or 'none'})", **self._records())
+            fn = functools.partial(self.harnesses[via], fn)
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:  # the learner's code failed (SystemExit and KeyboardInterrupt included)
@@ -144,6 +158,19 @@ class _Serve:
         self.pipe.say(event="returned", value=value, **self._records())
 
 
+def _harnesses(policy: Policy) -> dict:
+    """{"module:function": the function} for the policy's harnesses, imported now, before `arm` (machinery: what they
+    import of zerosim is checked there)."""
+    found = {}
+    for name in policy.harnesses:
+        module, _, function = name.partition(":")
+        try:
+            found[name] = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError) as e:
+            raise RuntimeError(f"the grader's harness {name}: {e}") from None
+    return found
+
+
 def main() -> None:
     plan = json.loads(sys.argv[1])
     request_fd = os.dup(0)
@@ -153,9 +180,11 @@ def main() -> None:
     pipe = _Pipe(plan["report"], request_fd)
     first = pipe.ask()
     source = base64.b64decode(first["source"])
+    policy = Policy.from_plan(plan["policy"])
     try:
+        harnesses = _harnesses(policy)
         confine(plan["folder"])
-        arm(Policy.from_plan(plan["policy"]))
+        arm(policy)
     except (OSError, ValueError, RuntimeError) as e:  # the learner's code must not run unconfined or unpoliced
         pipe.say(event="unconfined", why=str(e))
         _exit()
@@ -171,6 +200,6 @@ def main() -> None:
         namespace = None
     else:
         pipe.say(event="loaded", refused=refused(), noted=noted())
-    serve = _Serve(pipe, namespace or {}, path)  # a file that did not load has no function: each call says so
+    serve = _Serve(pipe, namespace or {}, path, harnesses)  # a file that did not load has no function: each says so
     while True:
         serve.call(pipe.ask())

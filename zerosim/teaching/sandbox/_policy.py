@@ -23,6 +23,16 @@ if anything else of zerosim was loaded by then). So zerosim's graded functions n
 there is no function object whose `__code__` could be copied, no module to find in `sys.modules` or through a face's
 `getattr`, nothing for `gc` to find.
 
+One exception, named in the policy: a *harness* (`harnesses`, "module:function") that a learner's function must run
+inside, because what it is given cannot cross the pipe (assignment 4's: torch tensors, on N forked gloo processes,
+zerosim/teaching/_gloo_ranks.py). The child imports each before `arm`, as machinery, and runs the learner's function
+through it when the grader asks; it returns plain data, which the grader judges. A harness module imports nothing of
+zerosim beyond MACHINERY at its top (`check_machinery` holds it to that too), so it brings no graded code into reach.
+It runs beside the learner's code, so the learner's code can change what it does: what it reports is a claim, like a
+returned value (docs/how-to/teach-a-course.md says what that leaves open). The processes it starts are its own, not
+the learner's (`own_processes`); what the learner's code did in them (a refused call, a process started) it brings
+back (`records`, `merge`).
+
 The ways round it a student could try, and what closes each:
 
 - `import`, `importlib.import_module`, `__import__`, `from zerosim.collectives._ring import ...`, a face's
@@ -49,6 +59,7 @@ and the grader's record (`noted()`: the processes a solution started) is in its 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -74,14 +85,20 @@ class Policy:
     grades: dict = field(default_factory=dict)
     offers: tuple = ()
     handout: str = "the handout"  # what offers them, in words ("assignment 1's handout")
+    harnesses: tuple = ()  # "module:function" the grader may ask the child to run a learner's function through
 
     def to_plan(self) -> dict:
         return {"grades": {f: list(p) for f, p in self.grades.items()}, "offers": list(self.offers),
-                "handout": self.handout}
+                "handout": self.handout, "harnesses": list(self.harnesses)}
 
     @classmethod
     def from_plan(cls, plan: dict) -> Policy:
-        return cls({f: tuple(p) for f, p in plan["grades"].items()}, tuple(plan["offers"]), plan["handout"])
+        return cls({f: tuple(p) for f, p in plan["grades"].items()}, tuple(plan["offers"]), plan["handout"],
+                   tuple(plan["harnesses"]))
+
+    def harness_modules(self) -> tuple:
+        """The modules of `harnesses`, each once."""
+        return tuple(dict.fromkeys(h.split(":", 1)[0] for h in self.harnesses))
 
     def offered(self, module: str) -> bool:
         """Whether the zerosim module called `module` runs for real (the longest matching prefix decides)."""
@@ -129,6 +146,30 @@ def refused() -> list:
 def noted() -> list:
     """What the learner's code did that the lecturer should see (a process started), since `calling`."""
     return list(_STATE["noted"])
+
+
+def records() -> tuple:
+    """(refused(), noted()): what a process a harness started (a copy of this one, made by fork) sends back."""
+    return refused(), noted()
+
+
+def merge(refused_there: list, noted_there: list) -> None:
+    """Add what the learner's code did in a process a harness started (its `records()`) to this process's records,
+    each once: the call's reply carries them."""
+    for mine, theirs in ((_STATE["refused"], refused_there), (_STATE["noted"], noted_there)):
+        for n in map(str, theirs):
+            if n not in mine:
+                mine.append(n)
+
+
+@contextlib.contextmanager
+def own_processes():
+    """The processes a harness starts in this block (its ranks) are its own, not the learner's: not noted."""
+    before = len(_STATE["noted"])
+    try:
+        yield
+    finally:
+        del _STATE["noted"][before:]
 
 
 class Refuser:
@@ -182,11 +223,11 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def check_machinery() -> None:
-    """Raise RuntimeError if a zerosim module outside MACHINERY and the sandbox was loaded before arming: its real
-    functions would be in the learner's reach."""
+def check_machinery(harnesses: tuple = ()) -> None:
+    """Raise RuntimeError if a zerosim module outside MACHINERY, the sandbox and the policy's `harnesses` (modules)
+    was loaded before arming: its real functions would be in the learner's reach."""
     extra = sorted(n for n, m in sys.modules.items() if n.startswith("zerosim.") and isinstance(m, types.ModuleType)
-                   and type(m) is types.ModuleType and n not in MACHINERY
+                   and type(m) is types.ModuleType and n not in MACHINERY and n not in harnesses
                    and not n.startswith(("zerosim.teaching.sandbox.", "zerosim.precision.")))
     if extra:
         raise RuntimeError(f"the grading process loaded {', '.join(extra[:5])} before the learner's file: it would "
@@ -195,8 +236,9 @@ def check_machinery() -> None:
 
 def arm(policy: Policy) -> None:
     """Install `policy` in this process for good: the finder first on sys.meta_path, the audit hook (module
-    docstring). Call once, after this process's own imports and before any of the learner's code."""
-    check_machinery()
+    docstring). Call once, after this process's own imports (the policy's harnesses included) and before any of the
+    learner's code."""
+    check_machinery(policy.harness_modules())
     _STATE["policy"] = policy
     finder = _Finder()
     sys.meta_path.insert(0, finder)

@@ -21,7 +21,9 @@ learner's to read. Now a message the learner's code forges is just another outpu
 function returned some value, and a value is right only if it equals the grader's answer, which the child never
 sees (the cases' inputs go there; their expected outputs do not). So a forged line earns what computing that value
 would have earned, and computing it with zerosim's own code is what the policy refuses (_policy.py). A line that is
-not the protocol is "broke the protocol": the case fails.
+not the protocol is "broke the protocol": the case fails. A call made `via` a harness (_policy.py) gets back what the
+harness returned, run in the child beside the learner's code: a claim like any returned value, judged the same way
+(what it leaves open is in docs/how-to/teach-a-course.md).
 
 What it guarantees, whatever the learner's code does:
 
@@ -157,13 +159,15 @@ class Session:
             raise self._over(Outcome("broke the protocol"))
         return self._reply(self._next(budget), None)
 
-    def call(self, function: str, args, kwargs, budget: Budget) -> Reply:
+    def call(self, function: str, args, kwargs, budget: Budget, via: str | None = None) -> Reply:
         """Call the learner's `function` on `args` (lent handles and arrays as _values.py says), answering its
-        callbacks; the step may take `budget`'s seconds of the learner's time."""
+        callbacks; the step may take `budget`'s seconds of the learner's time. `via`: one of the policy's harnesses
+        ("module:function"), which the child calls on the learner's function and `args` instead (_child.py)."""
         if self.over is not None:
             raise Ended(self.over)
         values = Values(self.handles)
-        self.wire.send({"call": function, "args": values.dump(list(args)), "kwargs": values.dump(dict(kwargs))})
+        request = {"call": function, "args": values.dump(list(args)), "kwargs": values.dump(dict(kwargs))}
+        self.wire.send(request if via is None else {**request, "via": via})
         error = None
         while True:
             message = self._next(budget)
