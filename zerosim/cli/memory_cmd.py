@@ -13,8 +13,8 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
     zerosim memory --model gpt3-175b --ranks 4096 --gpus-per-node 8 --strategy all --shard-group 64  # many nodes
     zerosim memory --model llama-3-70b --ranks 256 --gpus-per-node 8 --tp 8 --sp --seq-len 8192 --batch 16 \
         --checkpoint block --precision bf16-mixed --gpu h100-80gb      # torchtitan's FSDP 32 x TP 8
-    zerosim memory --model llama-3-8b --ranks 8 --cp 8 --seq-len 262144 --batch 1 --checkpoint block-flash \
-        --stage 3 --gpu h100-80gb                                      # 256k tokens, each GPU 32k of them
+    zerosim memory --model llama-3-8b --ranks 8 --cp 8 --seq-len 8192 --batch 1 --checkpoint block-flash \
+        --gpu h100-80gb                                                # 8k tokens, each GPU 1k of them
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
