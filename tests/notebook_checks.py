@@ -452,4 +452,19 @@ if TORCH:
         assert first is None or first.cause == ("update" if "sqrt" in name else "local")
 '''),
     ],
+    '16_context_parallel.ipynb': [
+        ('C, L = 4, 8', '''\
+assert [work["contiguous", p] / work["contiguous", 0] for p in range(C)] == [1, 3, 5, 7]  # p + 1/2 chunks, by hand
+assert len({work["zigzag", p] for p in range(C)}) == 1  # chunks p and 2C - 1 - p: 2 chunks' worth on every GPU
+'''),
+        ('shape = {"model_type": "llama"', '''\
+assert steps["zigzag"] < steps["contiguous"]
+'''),
+        ('replayed = cp_replay("bf16-mixed")', '''\
+assert replayed["output"] == [1.015625] and replayed["single_pass"] == [1.0078125]  # the question's hand merge
+'''),
+        ('rng = np.random.default_rng(0)', '''\
+assert means == sorted(means)  # each further hop adds a rounding of the running output
+'''),
+    ],
 }
