@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.analysis.costs import parallel_model, positions_of
+from zerosim.analysis.costs import parallel_model, pipeline_run, positions_of
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 from zerosim.cluster import Cluster
@@ -86,8 +86,14 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout, async_tp)
-    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp)
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp,
+                                                     pp=spec.pp)
     spec.check_mesh(mesh)
+    if spec.pp > 1:  # a pipeline: its engine, every micro-batch of the step (analysis/costs pipeline_run)
+        cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
+                                       clip_grad, wire, recipe, parallelisms, steps, tokens)
+        costs = None if time_model is None else time_model.costs(engine.model, micro_batch, hardware, None)
+        return simulate(cluster.trace, hardware, overlap=engine.engines[0].comm.overlap_comm, costs=costs), engine
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)
     model, beside = parallel_model(model, spec)  # one TP and CP rank's twin, or the model
