@@ -150,6 +150,10 @@ MEM = ["memory", *GPT2]
      "--virtual-stages says how many stages each pipeline rank holds: give --pp P > 1 with it"),
     ([*MEM, "--ranks", "8", "--pp", "2", "--virtual-stages", "2"],
      "--pp-schedule 1f1b runs one stage a rank (torch's PipelineScheduleSingle"),
+    ([*MEM, "--ranks", "8", "--pp-split", "megatron"],
+     "--pp-split says where the layers are cut into stages: give --pp P > 1 with it"),
+    ([*MEM, "--ranks", "8", "--pp", "8", "--pp-split", "megatron"],
+     "num_layers=12 should be divisible by config.pipeline_model_parallel_size=8 (Megatron-Core core_v0.19.0"),
     ([*MEM, "--ranks", "8", "--pp", "2", "--cp", "2"], "--cp beside --pp is not modelled"),
     ([*MEM, "--ranks", "8", "--pp", "2", "--tp", "2", "--sp"], "--pp beside sequence parallelism (--sp) is not "
                                                                "modelled"),
@@ -176,9 +180,10 @@ MEM = ["memory", *GPT2]
       "8", "--pp", "2", "--pp-schedule", "1f1b,chimera"], "--pp-schedule takes comma-separated schedules of gpipe, "
                                                           "1f1b, interleaved-1f1b, zero-bubble; got 'chimera'"),
 ], ids=["pp does not divide", "tp x pp does not divide", "schedule without pp", "virtual without pp",
-        "virtual stages of a single-stage schedule", "cp beside pp", "sp beside pp", "1f1b with fewer micro-batches",
-        "accumulation without pp", "hsdp beside pp", "buckets with virtual stages", "timeline sweep", "train",
-        "plan schedule without pp", "plan virtual of single-stage schedules", "plan unknown schedule"])
+        "virtual stages of a single-stage schedule", "split without pp", "megatron split does not divide",
+        "cp beside pp", "sp beside pp", "1f1b with fewer micro-batches", "accumulation without pp", "hsdp beside pp",
+        "buckets with virtual stages", "timeline sweep", "train", "plan schedule without pp",
+        "plan virtual of single-stage schedules", "plan unknown schedule"])
 def test_what_zerosim_or_the_frameworks_refuse_is_refused_by_its_flags(argv, said):
     code, _, err = run_cli(*argv)
     assert code == 2 and said in err, err

@@ -128,7 +128,7 @@ def report(args):
     if args.accumulation_steps is not None and spec.pp == 1:
         raise ValueError("--accumulation-steps counts a pipeline's micro-batches (with --pp); the data-parallel "
                          "step's peak does not depend on it (every micro-step holds the same): drop it, or add --pp")
-    refuse_beside_pipeline(spec, names, args.zero_quantized_gradients)
+    refuse_beside_pipeline(spec, names, wire_from_args(args))
     if (tp > 1 or spec.cp > 1) and s.micro is None:
         raise ValueError(f"{'--tp' if tp > 1 else '--cp'} splits a transformer's "
                          + ("heads, columns and vocabulary" if tp > 1 else "sequences") + ": give its shape and work, "

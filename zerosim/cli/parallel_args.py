@@ -31,6 +31,9 @@ group; what they say is one `zerosim.parallel.ParallelSpec`, checked by it in th
                   ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble)
     --virtual-stages  with --pp: V stages a rank (interleaved-1f1b and zero-bubble; default 2, torchtitan's; Megatron's
                   --num-virtual-stages-per-pipeline-rank)
+    --pp-split    with --pp: where the layers are cut: torchtitan (the default: the embedding and the head each
+                  weighing one layer, cut evenly) or megatron (L / (P·V) layers a stage, the embedding on the first,
+                  the head on the last; refused where it does not divide, as Megatron-Core asserts)
 
 `plan` takes comma-separated lists of --tp, --cp and --pp degrees, of --pp-schedule schedules and --virtual-stages
 counts (every combination tried, those zerosim or the frameworks refuse left out with the reason); the other commands
@@ -45,6 +48,7 @@ FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the fram
 CP_STYLES = ("ring", "allgather")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
 CP_SPLITS = ("zigzag", "contiguous")  # zerosim.parallel.context SPLITS
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # zerosim.parallel.pipeline SCHEDULES
+PP_SPLITS = ("torchtitan", "megatron")  # zerosim.parallel.pipeline RULES
 
 
 def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> None:
@@ -92,6 +96,10 @@ def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> 
     g.add_argument("--virtual-stages", type=str if several else int, default=None, metavar="V,..." if several else "V",
                    help="with --pp: stages a rank holds" + (", comma-separated" if several else "")
                         + " (interleaved-1f1b and zero-bubble; default 2, torchtitan's; 1 for gpipe and 1f1b)")
+    g.add_argument("--pp-split", choices=PP_SPLITS, default=None,
+                   help="with --pp: where the layers are cut: torchtitan (the default: the embedding and the head each "
+                        "weighing one layer, cut evenly) or megatron (L / (P·V) layers a stage, refused where it does "
+                        "not divide)")
 
 
 def layout_of(args) -> str:
@@ -112,7 +120,7 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
     options = {"sp": bool(getattr(args, "sp", False)), "tp_layout": getattr(args, "tp_layout", None),
                "async_tp": bool(getattr(args, "async_tp", False)), "cp_style": getattr(args, "cp_style", None),
                "cp_split": getattr(args, "cp_split", None), "pp_schedule": getattr(args, "pp_schedule", None),
-               "virtual_stages": getattr(args, "virtual_stages", None)}
+               "virtual_stages": getattr(args, "virtual_stages", None), "pp_split": getattr(args, "pp_split", None)}
     given = {k for k, v in options.items() if v not in (None, False)}
     asked = ParallelSpec(tp=tp, cp=cp, pp=pp, **{k: v for k, v in options.items() if v is not None})
     asked.check(ranks, _names(ranks_flag), given)
@@ -145,12 +153,18 @@ def micro_batches_of(args) -> int:
     return pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
 
 
-def refuse_beside_pipeline(spec, strategies: tuple, qgz: bool) -> None:
-    """With --pp: a --strategy for many nodes or ZeRO++'s quantized gradients (qgZ) beside it, refused by name."""
-    if spec.pp > 1 and (strategies or qgz):
-        raise ValueError(f"{'--strategy' if strategies else '--zero-quantized-gradients'} beside --pp is not "
-                         "modelled: a pipeline's stages run the flat ZeRO stages 0-3 (Megatron's distributed "
-                         "optimizer, torchtitan's FSDP)")
+def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
+    """With --pp: a --strategy for many nodes or ZeRO++'s quantized collectives (`wire`: --zero-quantized-weights,
+    --fp8-all-gather, --zero-quantized-gradients) beside it, refused by name."""
+    if spec.pp == 1:
+        return
+    if strategies:
+        raise ValueError("--strategy beside --pp is not modelled: a pipeline's stages run the flat ZeRO stages 0-3 "
+                         "(Megatron's distributed optimizer, torchtitan's FSDP)")
+    if wire is not None:
+        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients beside --pp are "
+                         "not modelled: ZeRO++'s and torchao's quantized collectives run over every rank, not a "
+                         "stage's")
 
 
 def check_pipeline(spec, work, stages, recipe=None, ranks_flag: str = "--ranks") -> None:
@@ -202,7 +216,8 @@ def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
                                ("--cp-style", "cp", "says how the keys and values travel a CP group"),
                                ("--cp-split", "cp", "says how a sequence is cut over a CP group"),
                                ("--pp-schedule", "pp", "says in which order a pipeline runs its micro-batches"),
-                               ("--virtual-stages", "pp", "says how many stages each pipeline rank holds")):
+                               ("--virtual-stages", "pp", "says how many stages each pipeline rank holds"),
+                               ("--pp-split", "pp", "says where the layers are cut into stages")):
         given = getattr(args, flag[2:].replace("-", "_"), None)
         if given and max(lists[degree]) == 1:
             raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
@@ -246,5 +261,6 @@ def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int, pp: int = 1, pp_schedu
     spec = ParallelSpec(tp=tp, sp=args.sp and tp > 1, tp_layout=layout_of(args) if tp > 1 else None, cp=cp,
                         cp_style=(args.cp_style or "ring") if cp > 1 else "ring",
                         cp_split=(args.cp_split or "zigzag") if cp > 1 else "zigzag", pp=pp,
-                        pp_schedule=pp_schedule, virtual_stages=virtual_stages)
+                        pp_schedule=pp_schedule, virtual_stages=virtual_stages,
+                        pp_split=(getattr(args, "pp_split", None) or "torchtitan") if pp > 1 else "torchtitan")
     return spec.check(ranks, _names(ranks_flag))

@@ -14,7 +14,7 @@ def pp_header(r: dict, pp: dict, tp: dict | None) -> list:
         f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = {degrees}, "
         f"{r['optimizer']}, {r['precision']}",
         f"A pipeline of {pp['pp']} ranks ({_schedule(pp)}, M = {pp['micro_batches']} micro-batches a step on each "
-        f"data-parallel rank; {pp['split']}'s even split):",
+        f"data-parallel rank; {pp['split']}'s split):",
         "each pipeline rank holds its stages' layers" + (" (one TP rank's slice of them)" if tp else "")
         + f" and ZeRO shards them over the dp = {pp['dp']} ranks holding them.",
         "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them after "

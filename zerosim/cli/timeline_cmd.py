@@ -188,7 +188,7 @@ def _check(args) -> None:
     if spec.pp > 1 and args.sweep:
         raise ValueError("--pp times one step of a pipeline; --sweep times the data-parallel stages over many N: "
                          "drop one")
-    refuse_beside_pipeline(spec, names, args.zero_quantized_gradients)
+    refuse_beside_pipeline(spec, names, wire_from_args(args))
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -275,12 +275,14 @@ def _run_one(args, s) -> int:
 
     report = one_report(args, s)
     r, result = report.to_dict(), report.timeline
+    # beside a pipeline, each stage's representative GPU (its bubble shows stage by stage); else rank 0 (the trace: 0-3)
+    stages = [x["gpu"] for x in r["pipeline_parallel"]["ranks"]] if r.get("pipeline_parallel") else None
     written = []
     if args.trace:
         from zerosim.analysis.timeline import write_chrome_trace
 
         os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)  # checked writable before the run
-        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))  # atomic, names args.trace
+        write_chrome_trace(result, args.trace, ranks=stages or range(min(4, result.world_size)))  # atomic
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -294,7 +296,7 @@ def _run_one(args, s) -> int:
             fig = offload_step_figure({f"{r['offload']['placement']}" + (" with DPU" if r["offload"]["dpu"] else ""):
                                        result}, title=name)
         else:
-            fig = timeline_figure(result, ranks=[0], title=name).figure
+            fig = timeline_figure(result, ranks=stages or [0], title=name).figure
         save_figure(fig, args.figure)
         written.append(f"figure: {args.figure}")
     print(

@@ -9,8 +9,10 @@ name:
                                     consecutive GPUs, sequence parallelism, what a TP rank keeps, async TP's bound
     cp, cp_style, cp_split          context parallelism (parallel/context): each rank 1/C of every sequence, the K/V
                                     round a ring or all-gathered, sequences cut contiguously or in the zigzag
-    pp, pp_schedule, virtual_stages pipeline parallelism (parallel/pipeline): the layers cut into P stages (P·V with
-                                    virtual stages), the micro-batches driven through the schedule's table
+    pp, pp_schedule, virtual_stages, pp_split
+                                    pipeline parallelism (parallel/pipeline): the layers cut into P stages (P·V with
+                                    virtual stages) by torchtitan's rule or Megatron's, the micro-batches driven
+                                    through the schedule's table
 
 `spec.check(world_size)` checks every choice once, in the words of whoever made it (`names`: the API's field names,
 or the command line's flags); `spec.model_check(...)` what the model's shape and strategy must allow;
@@ -28,10 +30,11 @@ import numpy as np
 from zerosim.parallel._dims import ParallelDims
 
 API = {}  # how the library names each field: by itself
-FLAGS = {"tp": "--tp", "sp": "--sp", "tp_layout": "--tp-layout", "async_tp": "--async-tp", "cp": "--cp",
-         "cp_style": "--cp-style", "cp_split": "--cp-split", "pp": "--pp", "pp_schedule": "--pp-schedule",
-         "virtual_stages": "--virtual-stages", "world_size": "--ranks", "kernels": "--kernels",
-         "micro_batches": "--accumulation-steps", "stage": "--stage"}  # how the command line names them
+FLAGS = {  # how the command line names them
+    "tp": "--tp", "sp": "--sp", "tp_layout": "--tp-layout", "async_tp": "--async-tp", "cp": "--cp",
+    "cp_style": "--cp-style", "cp_split": "--cp-split", "pp": "--pp", "pp_schedule": "--pp-schedule",
+    "virtual_stages": "--virtual-stages", "pp_split": "--pp-split", "world_size": "--ranks", "kernels": "--kernels",
+    "micro_batches": "--accumulation-steps", "stage": "--stage"}
 DEGREES = ("tp", "cp", "pp")  # the fields that are ParallelDims' degrees, in its names
 LETTERS = {"tp": "T", "cp": "C", "pp": "P"}  # each degree's letter, as the flags' help writes it
 
@@ -51,6 +54,7 @@ class ParallelSpec:
     pp: int = 1  # P: pipeline parallelism's degree, outermost on the mesh (a stage a block of N / P ranks)
     pp_schedule: str = "1f1b"  # with pp > 1: the schedule's table (parallel/pipeline SCHEDULES; torchtitan's default)
     virtual_stages: int | None = None  # with pp > 1: V stages a rank; None: the schedule's (1, or 2 interleaved)
+    pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
 
     def check(self, world_size: int | None = None, names: dict = API, given=None) -> "ParallelSpec":
         """Every choice checked, naming it as `names` spells it (FLAGS on the command line): degrees positive
@@ -71,7 +75,8 @@ class ParallelSpec:
             "cp_style": ("cp", "says how the keys and values travel the CP group", ""),
             "cp_split": ("cp", "says how a sequence is cut over the CP group", ""),
             "pp_schedule": ("pp", "says in which order the pipeline runs its micro-batches", ""),
-            "virtual_stages": ("pp", "says how many stages each pipeline rank holds", "")}
+            "virtual_stages": ("pp", "says how many stages each pipeline rank holds", ""),
+            "pp_split": ("pp", "says where the layers are cut into stages", "")}
         defaults = ParallelSpec()
         given = {f for f in beside if getattr(self, f) != getattr(defaults, f)} if given is None else set(given)
         for field, (degree, what, why) in beside.items():
@@ -102,10 +107,12 @@ class ParallelSpec:
     def _check_pipeline(self, name) -> None:
         """Pipeline parallelism's options (`name`: how the caller spells each field), and what beside it zerosim
         does not model (parallel/pipeline/_engine.py says why)."""
-        from zerosim.parallel.pipeline import SCHEDULES
+        from zerosim.parallel.pipeline import RULES, SCHEDULES
 
         if self.pp_schedule not in SCHEDULES:
             raise ValueError(f"{name('pp_schedule')} must be one of {', '.join(SCHEDULES)}, got {self.pp_schedule!r}")
+        if self.pp_split not in RULES:
+            raise ValueError(f"{name('pp_split')} must be one of {', '.join(RULES)}, got {self.pp_split!r}")
         v = self.virtual_stages
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
             raise ValueError(f"{name('virtual_stages')} must be a positive integer, got {v!r}")
@@ -240,6 +247,7 @@ class ParallelSpec:
             parts.append(f"CP {self.cp} ({self.cp_style}, {self.cp_split})")
         if self.pp > 1:
             v = self.virtual_stages
-            parts.append(f"PP {self.pp} ({self.pp_schedule}" + ("" if v is None else f", {v} virtual stages") + ")")
+            parts.append(f"PP {self.pp} ({self.pp_schedule}" + ("" if v is None else f", {v} virtual stages")
+                         + ("" if self.pp_split == "torchtitan" else f", {self.pp_split}'s split") + ")")
         return " × ".join(parts)
 

@@ -38,7 +38,7 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     micro-batches (default P) of `micro_batch` = (B, L) sequences (or `tokens` rows of a MetaModel) a data-parallel
     rank (none when not `step`). `keep_timeline`: each ledger keeps its alloc/free order (what was live at the peak).
     What the pipeline does not run beside it is refused here, by name: clipping and offload (their decisions and
-    copies span every stage), a strategy for many nodes."""
+    copies span every stage), ZeRO++'s `wire` (its collectives span every rank), a strategy for many nodes."""
     from zerosim.parallel.pipeline import PipelineEngine
 
     if clip_grad is not None:
@@ -46,6 +46,9 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
                          "(Megatron and DeepSpeed all-reduce it over the pipeline group); not modelled yet")
     if parallelisms:
         raise ValueError("offload beside pipeline parallelism is not modelled")
+    if wire is not None:  # (ZeroEngine's own rule: ZeRO++'s collectives run over every rank, not a stage's)
+        raise ValueError("ZeRO++'s quantized gathers and reductions (and torchao's fp8 all-gather) beside pipeline "
+                         "parallelism are not modelled: they run over every rank, not a stage's")
     if mesh.plan.name:
         raise ValueError(f"{mesh.plan.name} beside pipeline parallelism is not modelled: a stage runs the "
                          "flat ZeRO stages 0-3 (Megatron's distributed optimizer, torchtitan's FSDP)")
@@ -61,8 +64,9 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     M = spec.pp if micro_batches is None else micro_batches
     engine = PipelineEngine(whole, cluster, mesh.plan, get_optimizer(optimizer), precision, pp=spec.pp,
                             schedule=spec.pp_schedule, micro_batches=M, virtual_stages=spec.virtual_stages,
+                            split_rule=spec.pp_split,
                             tensor=beside[0] if beside else None, checkpoint=getattr(whole, "checkpointing", False),
-                            comm=comm, recipe=recipe, wire=wire)
+                            comm=comm, recipe=recipe)
     if step:
         pair = (whole.batches(cluster, batch=tokens) if micro_batch is None else
                 whole.batches(cluster, *micro_batch))[0]  # every micro-batch the same shapes: one pair stands for all

@@ -120,7 +120,8 @@ class Plan:
                             tp_layout=s.get("tp_layout") if row.tp > 1 else None, cp=row.cp,
                             cp_style=s.get("cp_style", "ring") if row.cp > 1 else "ring",
                             cp_split=s.get("cp_split", "zigzag") if row.cp > 1 else "zigzag", pp=row.pp,
-                            pp_schedule=row.pp_schedule or "1f1b", virtual_stages=row.virtual_stages)
+                            pp_schedule=row.pp_schedule or "1f1b", virtual_stages=row.virtual_stages,
+                            pp_split=s.get("pp_split", "torchtitan") if row.pp > 1 else "torchtitan")
 
 
 def divisors(n: int) -> tuple:
@@ -203,7 +204,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     cps = tuple(dict.fromkeys(spec.cp for spec, _ in runs))
     pps = tuple(dict.fromkeys(spec.pp for spec, _ in runs))
     pipeline = {} if pps == (1,) else {
-        "pps": pps, "pp_schedules": tuple(dict.fromkeys(s.pp_schedule for s, _ in runs if s.pp > 1))}
+        "pps": pps, "pp_schedules": tuple(dict.fromkeys(s.pp_schedule for s, _ in runs if s.pp > 1)),
+        "pp_split": next(s.pp_split for s, _ in runs if s.pp > 1)}
     context = {} if cps == (1,) else {"cps": cps, "cp_style": next(s.cp_style for s, _ in runs if s.cp > 1),
                                       "cp_split": next(s.cp_split for s, _ in runs if s.cp > 1)}
     settings = {

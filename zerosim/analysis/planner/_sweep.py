@@ -127,7 +127,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
     communication (every micro-step but the last starts and ends with both streams in the same state;
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
-    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
+    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step. Beside
+    pipeline parallelism (a `spec` with pp > 1 in `beside`) the step of K micro-batches is simulated whole (`first`:
+    that run when it was made): its bubble makes it no line in K, and 1F1B refuses K < P.
     `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
@@ -137,6 +139,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps
+    spec = beside.get("spec")
+    if spec is not None and spec.pp > 1:  # a pipeline's step is no line in K (its bubble, 1F1B's K >= P): run whole
+        return first if first is not None and first.simulated == (K,) else run(K)
     one = first if first is not None else run(1)
     if K == 1:
         return one
@@ -146,9 +151,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     return StepTime(*line, (1, 2))
 
 
-def step_time_of(result) -> StepTime:
-    """The StepTime of a simulated one-step Timeline (rank 0's view)."""
-    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (1,))
+def step_time_of(result, micro_steps: int = 1) -> StepTime:
+    """The StepTime of a simulated one-step Timeline of `micro_steps` micro-steps (rank 0's view)."""
+    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (micro_steps,))
 
 
 def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow:

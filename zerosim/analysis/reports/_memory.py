@@ -137,13 +137,13 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
 
 def pipeline_summary(spec, ranks: int, micro_batches: int | None) -> dict:
     """What a report says of a pipeline: its degree, schedule, virtual stages a rank, micro-batches a step (a data-
-    parallel rank's), the data-parallel degree N / (T·P) and the split rule (torchtitan's even split)."""
+    parallel rank's), the data-parallel degree N / (T·P) and the split rule (parallel/pipeline RULES)."""
     from zerosim.parallel.pipeline import get_schedule
 
     return {"pp": spec.pp, "schedule": spec.pp_schedule,
             "virtual_stages": spec.virtual_stages or get_schedule(spec.pp_schedule).default_virtual,
             "micro_batches": spec.pp if micro_batches is None else micro_batches, "dp": spec.dims(ranks).dp,
-            "split": "torchtitan"}
+            "split": spec.pp_split}
 
 
 def _gpu(work, measured: list, ranks: int) -> dict | None:

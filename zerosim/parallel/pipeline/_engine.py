@@ -77,8 +77,7 @@ class PipelineEngine:
             the layers of each of the P·V stages.
         tensor: a `zerosim.parallel.tensor.TensorParallel` of `model`: tensor parallelism inside every stage.
         params: the whole model's (P,) initial weights (default `model.init_params()`; with `tensor`, its own).
-        checkpoint, comm, recipe, shard_group, wire: each stage's ZeroEngine's (wire: stage 3's gathers in fewer
-            bits, torchao's fp8 all-gather as torchtitan runs it beside its pipeline).
+        checkpoint, comm, recipe, shard_group: each stage's ZeroEngine's.
         repeat: on the meta backend, write micro-batches 2 .. M - 2's actions again from micro-batch 1's instead of
             running them (_repeat.py: the same events, peaks and bytes); False runs every action.
     """
@@ -86,7 +85,7 @@ class PipelineEngine:
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
                  DEFAULT_SCHEDULE, micro_batches: int | None = None, virtual_stages: int | None = None,
                  split_rule: str = "torchtitan", layers=None, tensor=None, params=None, checkpoint=None, comm=None,
-                 recipe=None, shard_group=None, repeat: bool = True, wire=None):
+                 recipe=None, shard_group=None, repeat: bool = True):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         tp = 1 if tensor is None else tensor.tp
@@ -105,8 +104,7 @@ class PipelineEngine:
         if P == 1:  # no pipeline: the data-parallel step itself (`step`), call for call and bit for bit
             self.engines.append(ZeroEngine(whole, cluster, stage, optimizer, precision, checkpoint=checkpoint,
                                            params=initial, accumulation_steps=M, comm=comm, recipe=recipe,
-                                           shard_group=shard_group, parallelisms=() if tensor is None else (tensor,),
-                                           wire=wire))
+                                           shard_group=shard_group, parallelisms=() if tensor is None else (tensor,)))
             return
         self.stage_models = []
         blocks = Groups.blocks(cluster.world_size, cluster.world_size // P, "stage")  # pp outermost: a block a stage
@@ -120,7 +118,7 @@ class PipelineEngine:
             self.engines.append(ZeroEngine(part, view, stage, optimizer, precision, checkpoint=checkpoint,
                                            params=None if initial is None else part.cut(initial),
                                            accumulation_steps=M, comm=comm, recipe=recipe, shard_group=shard_group,
-                                           parallelisms=members, wire=wire))
+                                           parallelisms=members))
         self._ops = [_chunk_ops(e.ops, part, self.table.stages) for e, part in zip(self.engines, self.stage_models)]
         self._names = [tuple(u.name for u in part.layers) for part in self.stage_models]
         on = bool(repeat) and applies(cluster)  # the meta backend: actions alike written again (_repeat.py)
