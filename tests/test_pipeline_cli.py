@@ -83,6 +83,44 @@ def test_timeline_shows_the_bubble_and_the_one_throughput():
     assert "= pp 4 x tp 2 x dp 8" in text and "Pipeline: 4 ranks, 1f1b, M = 8" in text and "27.3 %" in text
 
 
+@pytest.mark.slow  # four ZeRO stages of a 4-stage pipeline of Llama 3 8B beside TP 2, and the same built by hand: ~3 s
+def test_memory_is_the_pipeline_engine_built_as_the_python_api_builds_it():
+    """`memory --pp` reads the ledgers of the same PipelineEngine a user builds by hand (docs/pipeline-parallelism.md's
+    405B example, at Llama 3 8B's size): every pipeline rank's peak, byte for byte."""
+    import numpy as np
+
+    from zerosim import Adam, Cluster
+    from zerosim.models import MetaLlama, read_hf_config, shipped_config
+    from zerosim.parallel.pipeline import PipelineEngine
+    from zerosim.parallel.tensor import TensorParallel
+
+    r = as_json("memory", "--model", "llama-3-8b", "--ranks", "64", "--gpus-per-node", "8", "--tp", "2", "--pp", "4",
+                "--seq-len", "4096", "--batch", "1", "--checkpoint", "block", "--kernels", "fused", "--precision",
+                "bf16-mixed", "--optimizer", "adam", "--accumulation-steps", "8")
+    dims = ParallelDims(64, pp=4, tp=2)
+    for row in r["stages"]:
+        cluster = Cluster(64, backend="meta", hosted=dims.groups("pp").group_of(0), trace="call", timeline=False,
+                          gpus_per_node=8)
+        model = MetaLlama.from_config(read_hf_config(shipped_config("llama-3-8b")), seq_len=4096, checkpoint="block",
+                                      kernels="fused")
+        tp = TensorParallel(model, 2, layout="megatron")
+        pipe = PipelineEngine(tp.model, cluster, row["stage"], Adam(), "bf16-mixed", pp=4, micro_batches=8, tensor=tp,
+                              checkpoint=tp.model.checkpointing)
+        ids = cluster.backend.empty((1, 4096), np.int64)
+        pipe.step([[(ids, ids)] * 8 for _ in range(dims.dp)])
+        assert [x["peak"] for x in row["pipeline"]] == [rank.ledger.peak() for rank in cluster.ranks], row["stage"]
+
+
+def test_timelines_trace_shows_each_stage_and_not_only_the_first(tmp_path):
+    """A pipeline's Chrome trace holds each stage's representative GPU (the first of its block of N / P), where a
+    data-parallel step's holds ranks 0-3, which beside a pipeline are all the first stage's."""
+    trace = tmp_path / "pipeline.json"
+    as_json("timeline", *GPT2, "--ranks", "8", "--pp", "4", "--stage", "1", "--trace", str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {"rank 0", "rank 2", "rank 4", "rank 6"}  # pp outermost: stage p holds ranks 2p, 2p + 1
+
+
 def test_a_zero_bubble_backward_costs_on_the_time_model_what_a_fused_backward_costs():
     """Zero bubble splits each backward into backward-input and backward-weight (models/_run.py `_split`: the FLOPs
     half each); the time model charges the halves the fused backward's seconds, kernel class by kernel class, so a
