@@ -165,6 +165,42 @@ def test_plan_ranks_pipeline_degrees_and_schedules_in_one_table_and_its_commands
     assert "Left out: PP 2 (1f1b) (micro-batch 4" in text and "PP: the pipeline's degree and schedule" in text
 
 
+@pytest.mark.parametrize("schedule, V, stage, Ms", [
+    ("1f1b", None, 1, (17, 20)), ("1f1b", None, 3, (18,)), ("gpipe", None, 1, (19,)),
+    ("interleaved-1f1b", 2, 1, (16, 20)), ("zero-bubble", 2, 3, (16,))])
+def test_a_long_pipeline_step_lies_on_the_line_its_repeating_schedule_draws(schedule, V, stage, Ms):
+    """The planner times a step of M micro-batches past twice the warm-up by the line through M1 and M1 + P
+    (analysis/costs line_points, planner step_time): equal to simulating all M, step, compute and exposed
+    communication, to float rounding; and a pipeline's memory at M1 is its memory at M (the micro-batches in flight
+    saturate) but for GPipe's, which holds all M (the planner runs GPipe whole)."""
+    from zerosim.analysis.costs import line_points, measure_stage
+    from zerosim.analysis.planner import meta_step, step_time
+    from zerosim.analysis.timeline import Hardware, TimeModel
+    from zerosim.models import MetaGPT, read_hf_config, shipped_config
+
+    model = MetaGPT.from_config(read_hf_config(shipped_config("gpt2-small")), seq_len=256, checkpoint="block",
+                                attention="flash")
+    spec = ParallelSpec(pp=4, pp_schedule=schedule, virtual_stages=V)
+    hw, tm = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr"), TimeModel()
+    for M in Ms:
+        m1, m2 = line_points(spec, M)
+        assert (m1 - 8) % 4 == (M - 8) % 4 and 8 <= m1 < m2 == m1 + 4 < M  # M1 >= 2P, M1 = M mod P
+        line = step_time(model, 16, stage, hw, None, "bf16-mixed", "adam", (2, 256), M, time_model=tm,
+                         gpus_per_node=8, spec=spec)
+        whole, engine = meta_step(model, 16, stage, hw, None, "bf16-mixed", micro_batch=(2, 256), accumulation_steps=M,
+                                  gpus_per_node=8, time_model=tm, spec=spec)
+        assert line.simulated == (m1, m2)
+        assert line.step == pytest.approx(whole.step_time, rel=1e-12)
+        assert line.compute == pytest.approx(float(whole.compute_busy[0]), rel=1e-12)
+        assert line.exposed == pytest.approx(float(whole.exposed_comm[0]), rel=1e-9, abs=1e-15)
+        if schedule != "gpipe":
+            row = measure_stage(model, 16, stage, "adam", "bf16-mixed", micro_batch=(2, 256), gpus_per_node=8,
+                                spec=spec, micro_batches=m1)[0]
+            assert [x["peak"] for x in row["pipeline"]] == [r.ledger.peak() for r in engine.cluster.ranks]
+    assert line_points(ParallelSpec(pp=4, pp_schedule="interleaved-1f1b"), 18) is None  # 4 does not divide 18
+    assert line_points(spec, 12 if V is None else 8) is None  # not past M1 + P: run whole
+
+
 @pytest.mark.bad_input("command line", unchanged="nothing runs: refused before the engine is built")
 def test_deepspeeds_refusal_of_zero_2_beside_a_pipeline_is_quoted(tmp_path):
     config = tmp_path / "ds.json"

@@ -20,9 +20,10 @@ context-parallel degrees likewise (each GPU 1/C of every sequence; the data-para
 combinations of the two lists are tried as data, those refused (CP beside SP, CP beside TP on the meta backend, a
 sequence that does not split) left out with the reason, and each one's strategies CP cannot run (not flash). With
 --pp the pipeline degrees, each with every --pp-schedule (and --virtual-stages) given: the data-parallel degree
-gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's whole step of K
-micro-batches run and timed (its bubble in it), and the micro-batches its schedule refuses (1F1B with K < PP, the
-interleaved schedules' rounds) or a stage it refuses beside it left out with the reason.
+gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's step of K micro-batches
+run and timed with its bubble (past twice its warm-up, on the line through two shorter steps its repeating schedule
+draws), and the micro-batches its schedule refuses (1F1B with K < PP, the interleaved schedules' rounds) or a stage it
+refuses beside it left out with the reason.
 """
 
 from __future__ import annotations

@@ -62,13 +62,14 @@ def format_plan(r: dict) -> str:
         "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
         "B × K: micro-batch × accumulation steps per GPU"
         + (" (a TP group's GPUs share" if tp else " (a CP group's GPUs share" if cp else "."),
-        *(["PP: the pipeline's degree and schedule (V: stages a rank); beside it K is the micro-batches a step on each "
-           "data-parallel rank,", "GPUs / (TP · CP · PP) of them; a pipeline's step is simulated whole, its bubble "
-           "in it."] if pp else []),
         *(["theirs); TP, CP: the tensor- and context-parallel degrees, the data-parallel degree is GPUs / (TP · CP)."]
           if tp and cp else ["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp
           else ["theirs, each its L / CP tokens of every sequence); CP: the context-parallel degree, the data-parallel "
                 "degree is GPUs / CP."] if cp else []),
+        *(["PP: the pipeline's degree and schedule (V: stages a rank); beside it K is the micro-batches a step on each "
+           "data-parallel rank,", "GPUs / (TP · CP · PP) of them; a pipeline's step is simulated with its bubble "
+           "(past twice its warm-up, on the line", "through two shorter steps its repeating schedule draws)."]
+          if pp else []),
         f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
         "torchtitan's and PaLM's)",
         "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",

@@ -63,7 +63,7 @@ from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
 from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_of
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
-from zerosim.analysis.costs._pipeline import pipeline_run, stage_rows
+from zerosim.analysis.costs._pipeline import line_points, pipeline_run, stage_rows
 from zerosim.analysis.costs._measured import (
                                           measure_activations,
                                           measure_by_stage,
@@ -115,7 +115,7 @@ __all__ = [
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
-    "parallel_model", "pipeline_run", "positions_of", "stage_rows", "strategy_costs", "tensor_parallel",
+    "line_points", "parallel_model", "pipeline_run", "positions_of", "stage_rows", "strategy_costs", "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

@@ -10,6 +10,9 @@ Megatron's num_microbatches), V virtual stages a rank, B·L a micro-batch's toke
                                                                         representative of stage p the first rank of
                                                                         its block, p·N/P, standing for every rank of
                                                                         its stage (they hold the same shapes)
+    line_points(spec, M)                                                the two smaller steps a long step's time lies
+                                                                        on the line through (a schedule repeats past
+                                                                        its warm-up)
     stage_rows(engine)                                                  per pipeline rank: its units, parameters, peak,
                                                                         activations' peak and chunks in flight (the
                                                                         table's count: GPipe M, 1F1B P − r, ...)
@@ -73,6 +76,24 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
         for _ in range(steps):
             engine.step([[pair] * M for _ in range(dims.dp)])
     return cluster, engine
+
+
+def line_points(spec, micro_batches: int) -> tuple | None:
+    """(M1, M2): the two smaller step sizes whose simulated times a pipeline's step of M = `micro_batches` lies on the
+    line through, or None when M is not past them (run it whole). Past its warm-up a schedule repeats itself: every P
+    more micro-batches add the same time on every rank (each the same shapes), so from M1 = the least M' >= 2P with
+    M' = M mod P, and M2 = M1 + P, T(M) = T(M1) + (M - M1)/P·(T(M2) - T(M1)); its compute and exposed communication
+    likewise (tests/test_pipeline_cli.py holds the line to full simulations of every schedule). The interleaved
+    schedules' rounds change with M unless P divides it (torch's microbatches_per_round): then the line needs P | M.
+    Its memory is M1's too, the micro-batches in flight saturating by 2P — but for GPipe, which holds all M."""
+    from zerosim.parallel.pipeline import get_schedule
+
+    P, M = spec.pp, micro_batches
+    looped = get_schedule(spec.pp_schedule).default_virtual > 1
+    if looped and M % P:
+        return None
+    first = 2 * P + (M - 2 * P) % P
+    return (first, first + P) if M > first + P else None
 
 
 def stage_rows(engine) -> list:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._measured import positions_of
+from zerosim.analysis.costs._pipeline import line_points
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline._devices import Hardware
@@ -401,11 +402,13 @@ class _Trial:
         from zerosim.analysis.costs._measured import measure_stage
 
         tp = spec.tp
-        pipeline = spec.pp > 1  # a pipeline's memory and time are its whole step's, every micro-batch in it
+        pipeline = spec.pp > 1  # a pipeline's memory and time: its whole step's, or its line's first point's
+        K = per_rank // B
+        points = line_points(spec, K) if pipeline and spec.pp_schedule != "gpipe" else None  # (GPipe holds all K)
+        M = K if points is None else points[0]
         m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
                                            micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh,
-                                           parallelisms=more, spec=spec,
-                                           micro_batches=per_rank // B if pipeline else None)
+                                           parallelisms=more, spec=spec, micro_batches=M if pipeline else None)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
         row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
@@ -424,9 +427,12 @@ class _Trial:
         if not row.fits:
             return row, None
         hw, time_model = self.hardware, self.time_model
-        if pipeline:  # the memory run was the whole step: its timeline is the step's time
+        if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
             costs = None if time_model is None else time_model.costs(engine.model, (B, self.seq_len), hw, None)
-            t = step_time_of(simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs))
+            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs),
+                               M)
+            t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
+                          (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec)
             return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
         costs = None if time_model is None else time_model.costs(
             engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,

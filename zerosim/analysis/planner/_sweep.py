@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.analysis.costs import parallel_model, pipeline_run, positions_of
+from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 from zerosim.cluster import Cluster
@@ -128,8 +128,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     communication (every micro-step but the last starts and ends with both streams in the same state;
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
     float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step. Beside
-    pipeline parallelism (a `spec` with pp > 1 in `beside`) the step of K micro-batches is simulated whole (`first`:
-    that run when it was made): its bubble makes it no line in K, and 1F1B refuses K < P.
+    pipeline parallelism (a `spec` with pp > 1 in `beside`) the step of K micro-batches is simulated whole, or, past
+    twice the pipeline's warm-up, on the line through two smaller steps its repeating schedule draws
+    (analysis/costs line_points); `first`: the step simulated already (of K, or of the line's first point).
     `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
@@ -140,8 +141,16 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
 
     K = accumulation_steps
     spec = beside.get("spec")
-    if spec is not None and spec.pp > 1:  # a pipeline's step is no line in K (its bubble, 1F1B's K >= P): run whole
-        return first if first is not None and first.simulated == (K,) else run(K)
+    if spec is not None and spec.pp > 1:  # a pipeline's step: whole, or on the line its repeating schedule draws
+        if first is not None and first.simulated == (K,):
+            return first
+        points = line_points(spec, K)
+        if points is None:
+            return run(K)
+        (m1, m2), one = points, first if first is not None and first.simulated == (points[0],) else run(points[0])
+        two = run(m2)
+        pairs = zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed))
+        return StepTime(*(a + (K - m1) / (m2 - m1) * (b - a) for a, b in pairs), (m1, m2))
     one = first if first is not None else run(1)
     if K == 1:
         return one
