@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "docs" / "pipeline-parallelism.md").read_text()
@@ -162,15 +163,18 @@ def test_the_replay_paragraph_is_the_run_and_seed_004s_arithmetic():
 
 # -- what the command line has -------------------------------------------------------------------------------------
 def test_the_command_line_is_as_the_page_says():
-    """The page: `train`, `memory`, `timeline` and `plan` take no --pp, --pp-schedule or --virtual-stages yet, and
-    `replay --pp 2` is the one command that runs a pipeline. The day the flags come, this fails: say so on the page."""
+    """The page: `memory`, `timeline` and `plan` take --pp, --pp-schedule, --virtual-stages and --pp-split; `train`
+    refuses --pp by name; `replay --pp 2` tells one step."""
     from zerosim.cli.main import build_parser
 
-    said = quoted(r"`(\w+)`, `(\w+)`, `(\w+)` and `(\w+)` take no `(--pp)`, `(--pp-schedule)` or `(--virtual-stages)`")
-    commands, flags = said[:4], set(said[4:])
-    assert "`zerosim replay --pp 2` is the one command that runs one" in PAGE
+    said = quoted(r"`(\w+)`, `(\w+)` and `(\w+)` take `(--pp) P`, `(--pp-schedule) \{[^}]*\}` \(1F1B by default\), "
+                  r"`(--virtual-stages) V` and `(--pp-split) \{[^}]*\}`")
+    commands, flags = said[:3], set(said[3:])
+    assert "`train` refuses `--pp`" in PAGE and "`zerosim replay --pp 2` tells one step in full" in PAGE
     parser = build_parser()
     (sub,) = [a for a in parser._actions if a.choices and "replay" in a.choices]
     options = {name: {o for a in p._actions for o in a.option_strings} for name, p in sub.choices.items()}
-    assert not any(flags & options[name] for name in commands), {n: flags & options[n] for n in commands}
-    assert {name for name, opts in options.items() if "--pp" in opts} == {"replay"}
+    assert all(flags <= options[name] for name in commands), {n: flags - options[n] for n in commands}
+    assert "--pp" in options["replay"]
+    code, _, err = run_cli("train", "--pp", "2", "--ranks", "2")
+    assert code != 0 and "--pp is not in `zerosim train` yet" in err

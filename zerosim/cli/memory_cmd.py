@@ -15,6 +15,8 @@ r"""Per-rank memory of ZeRO stages 0-3 at real scale, measured by the meta backe
         --checkpoint block --precision bf16-mixed --gpu h100-80gb      # torchtitan's FSDP 32 x TP 8
     zerosim memory --model llama-3-8b --ranks 8 --cp 8 --seq-len 8192 --batch 1 --checkpoint block-flash \
         --gpu h100-80gb                                                # 8k tokens, each GPU 1k of them
+    zerosim memory --model llama-3-8b --ranks 64 --gpus-per-node 8 --tp 2 --pp 4 --seq-len 4096 --batch 1 \
+        --checkpoint block --precision bf16-mixed --accumulation-steps 8   # each pipeline rank's peak, 1F1B
 
 The same engines that train the small models run one step of a model given by its layer sizes on
 data-less arrays (the meta backend), so every number in the table is what the ledgers recorded;
@@ -32,7 +34,10 @@ the strategies for many nodes are measured instead of the stages. With --tp T (a
 Megatron's tensor parallelism: --ranks stays the GPU count, ZeRO shards each TP rank's slice over the ranks / T
 data-parallel ranks that hold it, and the activations are one TP rank's, beside Megatron's formulas. With --cp C
 (--cp-style, --cp-split) each rank holds L / C tokens of every sequence: its activations by name beside the unsplit
-layer's, ZeRO sharding over dp × cp as torchtitan's FSDP does. The report is the library's
+layer's, ZeRO sharding over dp × cp as torchtitan's FSDP does. With --pp P (--pp-schedule, --virtual-stages,
+--accumulation-steps M: the micro-batches a step on each data-parallel rank, default P) each stage runs the pipeline's
+engine for a whole step, one representative GPU a pipeline stage: every pipeline rank's layers, parameters, peak and
+micro-batches in flight, the first holding the most; the table is the rank that peaks. The report is the library's
 (zerosim.analysis.reports: MemoryReport, StrategyMemoryReport): --json prints its `to_dict()`.
 """
 
@@ -59,7 +64,13 @@ from zerosim.cli.strategy_args import (
     skipped_lines,
     strategies_of,
 )
-from zerosim.cli.parallel_args import add_parallel_arguments, layout_of, spec_of
+from zerosim.cli.parallel_args import (
+    add_parallel_arguments,
+    check_pipeline,
+    layout_of,
+    refuse_beside_pipeline,
+    spec_of,
+)
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 
 HELP = "per-rank memory by stage and kind at real scale (meta backend), beside the formulas; will it fit a GPU"
@@ -78,6 +89,9 @@ def add_arguments(p) -> None:
     add_mesh_arguments(p, several=True)
     add_offload_arguments(p, dpu=True)
     add_parallel_arguments(p)
+    p.add_argument("--accumulation-steps", type=int, default=None, metavar="M",
+                   help="with --pp: micro-batches per step per data-parallel rank (Megatron's num_microbatches; "
+                        "default P): how many a pipeline's schedule holds in flight")
 
 
 def strategies_report(args, s, names, tp: int = 1, sp: bool = False):
@@ -107,9 +121,14 @@ def report(args):
     offload = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
     spec = spec_of(args, args.ranks)
     tp, sp = spec.tp, spec.sp
-    if offload is not None and (names or wire_from_args(args) is not None or tp > 1 or sp or spec.cp > 1):
-        raise ValueError("offload is measured on the ZeRO stages' table: drop --strategy, --tp/--sp/--cp and the "
+    if offload is not None and (names or wire_from_args(args) is not None or tp > 1 or sp or spec.cp > 1 or
+                                spec.pp > 1):
+        raise ValueError("offload is measured on the ZeRO stages' table: drop --strategy, --tp/--sp/--cp/--pp and the "
                          "quantized gathers (offload beside them is not modelled)")
+    if args.accumulation_steps is not None and spec.pp == 1:
+        raise ValueError("--accumulation-steps counts a pipeline's micro-batches (with --pp); the data-parallel "
+                         "step's peak does not depend on it (every micro-step holds the same): drop it, or add --pp")
+    refuse_beside_pipeline(spec, names, wire_from_args(args))
     if (tp > 1 or spec.cp > 1) and s.micro is None:
         raise ValueError(f"{'--tp' if tp > 1 else '--cp'} splits a transformer's "
                          + ("heads, columns and vocabulary" if tp > 1 else "sequences") + ": give its shape and work, "
@@ -124,16 +143,17 @@ def report(args):
         return strategies_report(args, s, names, tp, sp)
     check_nodes(args.ranks, args.gpus_per_node)
     if args.gpus_per_node is not None and not args.zero_quantized_gradients and tp == 1 and spec.cp == 1 and \
-            offload is None:
+            spec.pp == 1 and offload is None:
         # (the table has no tiers; offload: a node's ranks share its host memory, so there it counts)
         raise ValueError("--gpus-per-node places the ranks on nodes for --strategy, --tp or --zero-quantized-gradients"
-                         " (and --cp, and offload: a node's ranks share its host); "
+                         " (and --cp, --pp, and offload: a node's ranks share its host); "
                          "the stages' memory does not depend on it (zerosim timeline --gpus-per-node times the "
                          "links): drop it, or add --strategy")
     stages = (s.ds.stage,) if s.ds is not None else STAGES
     stages = stages if offload is None else offload.stages(offload.configs[0], stages)  # where it runs
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, s.model)
+    check_pipeline(spec, s, stages, qgz_recipe(args))  # --pp: its schedule's table, what is refused beside it
     if quantized is not None and 3 not in stages:
         raise ValueError(f"--zero-quantized-weights and --fp8-all-gather quantize ZeRO-3's weight gathers; the "
                          f"DeepSpeed config runs stage {stages[0]}")
@@ -142,7 +162,7 @@ def report(args):
     r = memory_report(s, args.ranks, (3,) if qgz else stages, quantized, step=not args.no_step, unit=unit,
                       mesh=mesh_of(args, 3) if qgz else None, recipe=qgz_recipe(args),
                       show_progress=not args.json and sys.stderr.isatty(), spec=spec,
-                      gpus_per_node=args.gpus_per_node,
+                      gpus_per_node=args.gpus_per_node, micro_batches=s.accumulation if spec.pp > 1 else None,
                       parallelisms=offload and (lambda st: (offload.offload(offload.configs[0], st)[0],)))
     if offload is None:
         return r

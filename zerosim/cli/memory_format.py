@@ -10,6 +10,7 @@ from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
 from zerosim.cli.context_format import cp_activation_lines, cp_header
 from zerosim.cli.offload_args import offload_lines
+from zerosim.cli.pipeline_format import pp_header, pp_rank_lines
 from zerosim.cli.tensor_format import tp_activation_lines
 
 
@@ -17,9 +18,10 @@ def format_report(r: dict) -> str:
     """The whole report as a newcomer reads it (what `zerosim memory` prints): the header, the table by stage and
     kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
     and the seeds' conventions."""
-    act, tp, cp = r["activations"], r.get("tensor_parallel"), r.get("context_parallel")
-    lines = cp_header(r, cp) if cp is not None else _header(r) if tp is None else _tp_header(r, tp)
-    lines += _table(r)
+    act, tp, cp, pp = r["activations"], r.get("tensor_parallel"), r.get("context_parallel"), r.get("pipeline_parallel")
+    lines = (pp_header(r, pp, tp) if pp is not None else cp_header(r, cp) if cp is not None
+             else _header(r) if tp is None else _tp_header(r, tp))
+    lines += _table(r) + pp_rank_lines(r)
     lines += [
         "",
         "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
@@ -105,9 +107,11 @@ def _table(r: dict) -> list:
         cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
         same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
         added = f"{row['activations'] / GB:9.3f} {row['total'] / GB:9.3f} | " if act else ""
+        sent = (f"{'—':>9s} {'—':>9s}" if row["sent"] is None else  # beside a pipeline: not measured
+                f"{row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}")
         lines.append(
             f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | {added}"
-            f"{row['peak'] / GB:9.3f} {row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}{same}"
+            f"{row['peak'] / GB:9.3f} {sent}{same}"
         )
     return lines
 

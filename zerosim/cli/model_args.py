@@ -249,6 +249,7 @@ def setup(args):
     """Read every shared flag once into a Workload (see the module docstring)."""
     from zerosim.analysis.costs import get_gpu
     from zerosim.analysis.reports import Workload
+    from zerosim.cli.parallel_args import micro_batches_of
 
     config = config_from_args(args)
     ds = ds_config_from_args(args, config)  # its values win over defaults; a flag that contradicts it is an error
@@ -264,7 +265,7 @@ def setup(args):
         ds.precision if ds else args.precision,
         args.precision,
         args.optimizer,
-        ds.accumulation_steps if ds else (getattr(args, "accumulation_steps", None) or 1),
+        ds.accumulation_steps if ds else micro_batches_of(args),  # M: --accumulation-steps, beside --pp P
         ds.clip_grad if ds else None,
         config,
         ds,

@@ -21,9 +21,23 @@ group; what they say is one `zerosim.parallel.ParallelSpec`, checked by it in th
     --cp-split    with --cp: "zigzag" (each rank chunks p and 2C−1−p, balancing causal work: TE's, torch's head-tail
                   load balancer) or "contiguous"
 
-`plan` takes comma-separated lists of --tp and --cp degrees (every combination tried, those zerosim or the
-frameworks refuse left out with the reason); the other commands one value each. Pipeline parallelism's degree and
-options join this group.
+    --pp P        pipeline parallelism of degree P: the layers cut into P stages (torchtitan's even split), each a
+                  block of ranks / P GPUs (pp outermost on the mesh, so stages talk across nodes), the micro-batches
+                  driven through the schedule's table; ZeRO shards each stage over its ranks / (T·P) data-parallel
+                  ranks (Megatron-Core's --pipeline-model-parallel-size, torchtitan's pipeline_parallel_degree).
+                  --accumulation-steps M is the micro-batches per step per data-parallel rank (Megatron's
+                  num_microbatches; default P, torchtitan's pipeline_parallel_microbatches default)
+    --pp-schedule with --pp: gpipe, 1f1b (the default, torchtitan's), interleaved-1f1b or zero-bubble (torch 2.13's
+                  ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble)
+    --virtual-stages  with --pp: V stages a rank (interleaved-1f1b and zero-bubble; default 2, torchtitan's; Megatron's
+                  --num-virtual-stages-per-pipeline-rank)
+    --pp-split    with --pp: where the layers are cut: torchtitan (the default: the embedding and the head each
+                  weighing one layer, cut evenly) or megatron (L / (P·V) layers a stage, the embedding on the first,
+                  the head on the last; refused where it does not divide, as Megatron-Core asserts)
+
+`plan` takes comma-separated lists of --tp, --cp and --pp degrees, of --pp-schedule schedules and --virtual-stages
+counts (every combination tried, those zerosim or the frameworks refuse left out with the reason); the other commands
+one value each.
 """
 
 from __future__ import annotations
@@ -33,13 +47,15 @@ from zerosim.cli import choices
 FRAMEWORK_LAYOUT = {"fsdp": "torchtitan"}  # --comm -> the TP layout of the framework that runs that schedule
 CP_STYLES = ("ring", "allgather")  # zerosim.parallel.context STYLES (the CLI imports no engine at parse time)
 CP_SPLITS = ("zigzag", "contiguous")  # zerosim.parallel.context SPLITS
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")  # zerosim.parallel.pipeline SCHEDULES
+PP_SPLITS = ("torchtitan", "megatron")  # zerosim.parallel.pipeline RULES
 
 
 def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> None:
-    """The group of parallel-degree flags; `several`: --tp and --cp take comma-separated lists (plan's);
-    `async_tp`: with --async-tp (timeline's)."""
+    """The group of parallel-degree flags; `several`: --tp, --cp, --pp, --pp-schedule and --virtual-stages take
+    comma-separated lists (plan's); `async_tp`: with --async-tp (timeline's)."""
     g = p.add_argument_group("parallelism beside ZeRO (tensor: Megatron's column- and row-parallel layers; context: "
-                             "each GPU 1/C of every sequence)")
+                             "each GPU 1/C of every sequence; pipeline: the layers cut into stages)")
     each = "degrees to try, comma-separated (default 1): " if several else "degree: "
     g.add_argument("--tp", type=str if several else int, default="1" if several else None,
                    metavar="T,..." if several else "T",
@@ -66,6 +82,24 @@ def add_parallel_arguments(p, several: bool = False, async_tp: bool = False) -> 
     g.add_argument("--cp-split", choices=CP_SPLITS, default=None,
                    help="with --cp: zigzag (rank p holds chunks p and 2C−1−p, balancing causal work; the default) or "
                         "contiguous")
+    g.add_argument("--pp", type=str if several else int, default="1" if several else None,
+                   metavar="P,..." if several else "P",
+                   help=f"pipeline-parallel {each}the layers cut into P stages of ranks / P GPUs each"
+                        + ("; K is the micro-batches a step on each data-parallel rank" if several else
+                           "; --accumulation-steps is the micro-batches per step per data-parallel rank (default P) "
+                           "(default 1)"))
+    g.add_argument("--pp-schedule", type=str if several else None, choices=None if several else PP_SCHEDULES,
+                   default=None, metavar="S,..." if several else None,
+                   help="with --pp: " + ("schedules to try, comma-separated: " if several else "")
+                        + f"{', '.join(PP_SCHEDULES)} (torch's ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
+                        "ScheduleInterleavedZeroBubble; default 1f1b, torchtitan's)")
+    g.add_argument("--virtual-stages", type=str if several else int, default=None, metavar="V,..." if several else "V",
+                   help="with --pp: stages a rank holds" + (", comma-separated" if several else "")
+                        + " (interleaved-1f1b and zero-bubble; default 2, torchtitan's; 1 for gpipe and 1f1b)")
+    g.add_argument("--pp-split", choices=PP_SPLITS, default=None,
+                   help="with --pp: where the layers are cut: torchtitan (the default: the embedding and the head each "
+                        "weighing one layer, cut evenly) or megatron (L / (P·V) layers a stage, refused where it does "
+                        "not divide)")
 
 
 def layout_of(args) -> str:
@@ -82,11 +116,13 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
     from zerosim.parallel import ParallelSpec
 
     tp, cp = _one(getattr(args, "tp", None), "--tp"), _one(getattr(args, "cp", None), "--cp")
+    pp = _one(getattr(args, "pp", None), "--pp")
     options = {"sp": bool(getattr(args, "sp", False)), "tp_layout": getattr(args, "tp_layout", None),
                "async_tp": bool(getattr(args, "async_tp", False)), "cp_style": getattr(args, "cp_style", None),
-               "cp_split": getattr(args, "cp_split", None)}
+               "cp_split": getattr(args, "cp_split", None), "pp_schedule": getattr(args, "pp_schedule", None),
+               "virtual_stages": getattr(args, "virtual_stages", None), "pp_split": getattr(args, "pp_split", None)}
     given = {k for k, v in options.items() if v not in (None, False)}
-    asked = ParallelSpec(tp=tp, cp=cp, **{k: v for k, v in options.items() if v is not None})
+    asked = ParallelSpec(tp=tp, cp=cp, pp=pp, **{k: v for k, v in options.items() if v is not None})
     asked.check(ranks, _names(ranks_flag), given)
     return replace(asked, tp_layout=layout_of(args) if tp > 1 else None)
 
@@ -104,6 +140,48 @@ def _one(value, flag: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{flag} must be a positive integer, got {value!r}")
     return value
+
+
+def micro_batches_of(args) -> int:
+    """M, the micro-batches per step per data-parallel rank: --accumulation-steps, or beside --pp P the P of
+    torchtitan's default (`pipeline_parallel_microbatches or parallel_dims.pp`, parallelisms/pipeline_llama.py at
+    9dec370), else 1."""
+    given = getattr(args, "accumulation_steps", None)
+    if given is not None:
+        return given
+    pp = getattr(args, "pp", None)
+    return pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
+
+
+def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
+    """With --pp: a --strategy for many nodes or ZeRO++'s quantized collectives (`wire`: --zero-quantized-weights,
+    --fp8-all-gather, --zero-quantized-gradients) beside it, refused by name."""
+    if spec.pp == 1:
+        return
+    if strategies:
+        raise ValueError("--strategy beside --pp is not modelled: a pipeline's stages run the flat ZeRO stages 0-3 "
+                         "(Megatron's distributed optimizer, torchtitan's FSDP)")
+    if wire is not None:
+        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients beside --pp are "
+                         "not modelled: ZeRO++'s and torchao's quantized collectives run over every rank, not a "
+                         "stage's")
+
+
+def check_pipeline(spec, work, stages, recipe=None, ranks_flag: str = "--ranks") -> None:
+    """With --pp: the schedule's table for the run's micro-batches (`work.accumulation`, --accumulation-steps or a
+    DeepSpeed config's) and what is refused beside a pipeline at each ZeRO stage of `stages` with the run's precision,
+    `recipe` (None: a DeepSpeed config's, else the policy's) and schedule, in the flags' words
+    (ParallelSpec.pipeline_check); clipping (a DeepSpeed config's gradient_clipping) is not modelled beside it."""
+    if spec.pp == 1:
+        return
+    if recipe is None and work.ds is not None:  # a DeepSpeed config: DeepSpeed's pipeline engine, its recipe
+        recipe = work.ds.recipe
+    for stage in stages:
+        spec.pipeline_check(work.accumulation, stage, work.precision, recipe, work.comm, _names(ranks_flag))
+    if work.clip_grad is not None:
+        raise ValueError(f"clipping (gradient_clipping {work.clip_grad}) beside --pp {spec.pp}: the gradient's norm "
+                         "spans every stage (Megatron and DeepSpeed all-reduce it over the pipeline group); not "
+                         "modelled yet")
 
 
 def tensor_of(args, ranks: int) -> tuple:
@@ -124,35 +202,65 @@ def degrees(text: str, flag: str) -> tuple:
 
 
 def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
-    """plan's ((ParallelSpec, None) or (None, why), ...): one per combination of its --tp and --cp lists, in the
-    product's order (the degrees as data: a further degree is one more list). A combination the spec refuses (SP
-    beside CP, degrees that do not divide the GPUs) is left out with the reason; --sp, --tp-layout, --cp-style and
-    --cp-split apply where their degree is above 1, and each needs one of its degrees above 1."""
+    """plan's ((ParallelSpec, None) or ({degree: value}, why), ...): one per combination of its --tp, --cp and --pp
+    lists, and beside a degree of --pp above 1 of its --pp-schedule and --virtual-stages lists (the virtual stages of
+    the schedules that run several a rank), in the product's order (the degrees as data: a further degree is one more
+    list). A combination the spec refuses (SP beside CP or PP, CP beside PP, degrees that do not divide the GPUs) is
+    left out with the reason; --sp, --tp-layout, --cp-style, --cp-split, --pp-schedule and --virtual-stages apply
+    where their degree is above 1, and each needs one of its degrees above 1."""
     from itertools import product
 
-    lists = {"tp": degrees(args.tp, "--tp"), "cp": degrees(args.cp, "--cp")}
+    lists = {"tp": degrees(args.tp, "--tp"), "cp": degrees(args.cp, "--cp"), "pp": degrees(args.pp, "--pp")}
     for flag, degree, what in (("--sp", "tp", "cuts the sequence over a TP group"),
                                ("--tp-layout", "tp", "says what a TP rank keeps"),
                                ("--cp-style", "cp", "says how the keys and values travel a CP group"),
-                               ("--cp-split", "cp", "says how a sequence is cut over a CP group")):
+                               ("--cp-split", "cp", "says how a sequence is cut over a CP group"),
+                               ("--pp-schedule", "pp", "says in which order a pipeline runs its micro-batches"),
+                               ("--virtual-stages", "pp", "says how many stages each pipeline rank holds"),
+                               ("--pp-split", "pp", "says where the layers are cut into stages")):
         given = getattr(args, flag[2:].replace("-", "_"), None)
         if given and max(lists[degree]) == 1:
             raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
+    pipelines = _pipelines(args)
     out = []
     for combo in product(*lists.values()):
         chosen = dict(zip(lists, combo))
-        try:
-            out.append((_plan_spec(args, ranks, ranks_flag, **chosen), None))
-        except ValueError as why:
-            out.append((chosen, str(why)))
+        for schedule, virtual in pipelines if chosen["pp"] > 1 else ((None, None),):
+            asked = chosen if schedule is None else {**chosen, "pp_schedule": schedule, "virtual_stages": virtual}
+            try:
+                out.append((_plan_spec(args, ranks, ranks_flag, **asked), None))
+            except ValueError as why:
+                out.append((asked, str(why)))
     return tuple(out)
 
 
-def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int):
+def _pipelines(args) -> tuple:
+    """((schedule, virtual stages or None), ...) of plan's --pp-schedule and --virtual-stages lists: each schedule
+    that runs several stages a rank with each count (None: its default), one that runs one with None."""
+    from zerosim.parallel.pipeline import SCHEDULES
+
+    text = getattr(args, "pp_schedule", None) or "1f1b"
+    schedules = tuple(dict.fromkeys(x.strip() for x in text.split(",")))
+    unknown = [x for x in schedules if x not in SCHEDULES]
+    if unknown:
+        raise ValueError(f"--pp-schedule takes comma-separated schedules of {', '.join(SCHEDULES)}; got {unknown[0]!r}")
+    given = getattr(args, "virtual_stages", None)
+    virtuals = (None,) if given is None else degrees(given, "--virtual-stages")
+    looped = [x for x in schedules if SCHEDULES[x].default_virtual > 1]
+    if given is not None and not looped:
+        raise ValueError(f"--virtual-stages {given} counts the stages a rank of interleaved-1f1b or zero-bubble holds; "
+                         f"--pp-schedule {text} runs one a rank: add one of those schedules")
+    return tuple((x, v) for x in schedules for v in (virtuals if x in looped else (None,)))
+
+
+def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int, pp: int = 1, pp_schedule: str = "1f1b",
+               virtual_stages: int | None = None):
     """One combination's spec: the options where their degree is above 1 (--sp beside TP only)."""
     from zerosim.parallel import ParallelSpec
 
     spec = ParallelSpec(tp=tp, sp=args.sp and tp > 1, tp_layout=layout_of(args) if tp > 1 else None, cp=cp,
                         cp_style=(args.cp_style or "ring") if cp > 1 else "ring",
-                        cp_split=(args.cp_split or "zigzag") if cp > 1 else "zigzag")
+                        cp_split=(args.cp_split or "zigzag") if cp > 1 else "zigzag", pp=pp,
+                        pp_schedule=pp_schedule, virtual_stages=virtual_stages,
+                        pp_split=(getattr(args, "pp_split", None) or "torchtitan") if pp > 1 else "torchtitan")
     return spec.check(ranks, _names(ranks_flag))

@@ -6,6 +6,8 @@
     zerosim plan --model llama-3-70b --gpus 256 --gpu h100-80gb --seq-len 8192 --global-batch 512 --tp 1,2,4,8 --sp \
         --stages 3 --strategies block,flash
     zerosim plan --model llama-3-8b --gpus 8 --gpu h100-80gb --seq-len 8192 --global-batch 8 --cp 1,2,4 --stages 3
+    zerosim plan --model llama-3-8b --gpus 16 --gpu h100-80gb --seq-len 4096 --global-batch 32 --pp 1,2,4 \
+        --pp-schedule 1f1b,interleaved-1f1b --stages 1,3 --strategies block
 
 For each stage × strategy × micro-batch that splits the global batch, one micro-step of the model's data-less
 twin runs on the meta backend (its memory, from rank 0's ledger: model states, activations by name, gathered
@@ -16,7 +18,12 @@ tensor-parallel degrees are tried beside every stage (--gpus stays the GPU count
 gpus / tp): TP's collectives on NVLink within a node, the data-parallel ones across nodes. With --cp the
 context-parallel degrees likewise (each GPU 1/C of every sequence; the data-parallel degree gpus / (tp · cp)): the
 combinations of the two lists are tried as data, those refused (CP beside SP, CP beside TP on the meta backend, a
-sequence that does not split) left out with the reason, and each one's strategies CP cannot run (not flash).
+sequence that does not split) left out with the reason, and each one's strategies CP cannot run (not flash). With
+--pp the pipeline degrees, each with every --pp-schedule (and --virtual-stages) given: the data-parallel degree
+gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's step of K micro-batches
+run and timed with its bubble (past twice its warm-up, on the line through two shorter steps its repeating schedule
+draws), and the micro-batches its schedule refuses (1F1B with K < PP, the interleaved schedules' rounds) or a stage it
+refuses beside it left out with the reason.
 """
 
 from __future__ import annotations
@@ -116,7 +123,7 @@ def _add_search_arguments(p) -> None:
     from zerosim.cli.offload_args import add_offload_arguments
 
     add_offload_arguments(p, times=True, several=True)  # offload configurations ranked beside no offload (tp = 1)
-    add_parallel_arguments(p, several=True)  # --tp 1,2,4 and --cp 1,2,4: every combination tried
+    add_parallel_arguments(p, several=True)  # --tp 1,2,4, --cp 1,2,4, --pp 1,2,4: every combination tried
 
 
 def _ints(text: str, flag: str, allowed=None) -> tuple:
@@ -182,7 +189,7 @@ def report(args):
         hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node),
         offloads=offloads,
         host=host,
-        specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp and --cp
+        specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp, --cp, --pp
         spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
     )
     bar.close()

@@ -38,7 +38,8 @@ def format_plan(r: dict) -> str:
                   + f": {p['model_states'] / GB:.1f} GB" for p in r["pruned"]]
         lines.append("")
     for x in r["left_out"]:  # strategies TP's or CP's units cannot run, or a combination refused, with the reason
-        at = " × ".join(f"{d.upper()} {', '.join(map(str, x[d]))}" for d in ("tp", "cp") if d in x)
+        at = " × ".join(f"{d.upper()} {', '.join(map(str, x[d]))}" for d in ("tp", "cp", "pp") if d in x)
+        at += f" ({', '.join(x['pp_schedule'])})" if x.get("pp_schedule") else ""
         lines += [f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})" if x["strategies"] else
                   f"Left out: {at} ({x['why']})", ""]
     if not r["fitting"]:
@@ -52,7 +53,8 @@ def format_plan(r: dict) -> str:
         return "\n".join(lines)
     tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
     cp = "cps" in s  # a CP column likewise
-    lines += _fitting_lines(r, tp, cp)
+    pp = "pps" in s  # and a PP column with its schedule
+    lines += _fitting_lines(r, tp, cp, pp)
     top = r["fitting"][0]
     lines += [
         "",
@@ -64,6 +66,10 @@ def format_plan(r: dict) -> str:
           if tp and cp else ["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp
           else ["theirs, each its L / CP tokens of every sequence); CP: the context-parallel degree, the data-parallel "
                 "degree is GPUs / CP."] if cp else []),
+        *(["PP: the pipeline's degree and schedule (V: stages a rank); beside it K is the micro-batches a step on each "
+           "data-parallel rank,", "GPUs / (TP · CP · PP) of them; a pipeline's step is simulated with its bubble "
+           "(past twice its warm-up, on the line", "through two shorter steps its repeating schedule draws)."]
+          if pp else []),
         f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
         "torchtitan's and PaLM's)",
         "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",
@@ -77,15 +83,24 @@ def format_plan(r: dict) -> str:
 
 def _beside(x: dict) -> str:
     """" beside TP 2 × CP 4" for a row (or a pruned stage) run beside parallel degrees above 1; "" otherwise."""
-    at = " × ".join(f"{d.upper()} {x[d]}" for d in ("tp", "cp") if x.get(d, 1) > 1)
+    at = " × ".join(f"{d.upper()} {x[d]}" for d in ("tp", "cp", "pp") if x.get(d, 1) > 1)
+    at += f" ({x['pp_schedule']})" if x.get("pp_schedule") else ""
     return f" beside {at}" if at else ""
 
 
-def _fitting_lines(r: dict, tp: bool, cp: bool = False) -> list:
+def _pp_cell(x: dict) -> str:
+    """A row's PP column: its degree and schedule (and virtual stages), or 1."""
+    if x.get("pp", 1) == 1:
+        return f"{1:<22d} "
+    v = f" V{x['virtual_stages']}" if x.get("virtual_stages") else ""
+    return f"{x['pp']:<2d} {x['pp_schedule'] + v:<19s} "
+
+
+def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> list:
     """The rows that fit, fastest first (the first --top of them), then those tried that did not."""
     s = r["settings"]
     head = (
-        f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "")
+        f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "") + (f"{'PP':22s} " if pp else "")
         + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
         f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
         f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
@@ -99,6 +114,7 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False) -> list:
     for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
         lines.append(
             f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + (f"{x.get('cp', 1):<2d} " if cp else "")
+            + (_pp_cell(x) if pp else "")
             + f"{x['stage']:<5d} {x['strategy']:14s} "
             f"{x['micro_batch']:>3d} × {x['accumulation']:<3d} "
             f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
@@ -122,7 +138,8 @@ def _line(x: dict) -> str:
                 f"host or NVMe is too small (host {x['host_peak'] / GB:.1f} GB, NVMe {x['nvme_peak'] / GB:.1f} GB "
                 "per rank)")
     return (
-        f"  ZeRO-{x['stage']}" + "".join(f" {d.upper()} {x[d]}" for d in ("tp", "cp") if x.get(d, 1) > 1)
+        f"  ZeRO-{x['stage']}" + "".join(f" {d.upper()} {x[d]}" for d in ("tp", "cp", "pp") if x.get(d, 1) > 1)
+        + (f" ({x['pp_schedule']})" if x.get("pp_schedule") else "")
         + f" {x['strategy']:14s} B = "
         f"{x['micro_batch']:<3d}" + (f" with {x['offload']}" if x.get("offload", "none") != "none" else "")
         + f" needs {x['total'] / GB:7.1f} GB "

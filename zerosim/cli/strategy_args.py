@@ -108,19 +108,20 @@ def check_nodes(ranks: int, gpus_per_node: int | None, ranks_flag: str = "--rank
     return nodes(ranks, gpus_per_node, flags(ranks_flag))
 
 
-def mesh_of(args, stage, ranks: int | None = None, ranks_flag: str = "--ranks", tp: int = 1, cp: int = 1):
+def mesh_of(args, stage, ranks: int | None = None, ranks_flag: str = "--ranks", tp: int = 1, cp: int = 1,
+            pp: int = 1):
     """The DataMesh of `stage` (a ZeRO stage or a strategy's name) on --ranks (or `ranks`) ranks placed
     --gpus-per-node to a node, its group the flag that sizes it (--shard-group for HSDP and MiCS, --hpz-group for hpZ
     and FSDP2's reshard to a group; a flag that sizes another kind of strategy is left out), beside --tp `tp`
-    (the default group then a node's data-parallel ranks, G / tp) and --cp `cp`: checked once, by the library, in
-    the flags' words."""
+    (the default group then a node's data-parallel ranks, G / tp), --cp `cp` and --pp `pp`: checked once, by the
+    library, in the flags' words."""
     from zerosim.parallel.data import get_plan
     from zerosim.parallel.data.multinode import DataMesh
 
     plan, spelling = get_plan(stage), flags(ranks_flag)
     given = {"--shard-group": args.shard_group, "--hpz-group": args.hpz_group}[spelling.group(plan)]
     return DataMesh.of(plan, args.ranks if ranks is None else ranks, args.gpus_per_node,
-                       given if plan.uses_groups else None, spelling, tp=tp, cp=cp)
+                       given if plan.uses_groups else None, spelling, tp=tp, cp=cp, pp=pp)
 
 
 def strategy_recipe(name: str) -> str:

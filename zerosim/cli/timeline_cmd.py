@@ -11,6 +11,8 @@ r"""Time of one ZeRO step at real scale: each rank's compute and communication s
         --zero-quantized-gradients    # DeepSpeed ZeRO++ qgZ: int4 gradients through two all-to-alls
     zerosim timeline --model llama-3-8b --ranks 8 --gpus-per-node 8 --seq-len 8192 --batch 1 --cp 4 \
         --checkpoint block-flash --comm fsdp    # context parallelism: the K/V ring beside each hop's attention
+    zerosim timeline --model llama-3-8b --ranks 64 --gpus-per-node 8 --tp 2 --pp 4 --pp-schedule interleaved-1f1b \
+        --seq-len 4096 --batch 1 --checkpoint block --accumulation-steps 8 --comm fsdp   # a pipeline and its bubble
 
 The engine runs one step on the meta backend (data-less arrays, one representative rank for all N), with
 the bucketing and prefetch knobs DeepSpeed and FSDP expose; every recorded event is then placed in time:
@@ -30,6 +32,11 @@ With --cp C (--cp-style, --cp-split) each rank runs L / C tokens of every sequen
 own stream beside each hop's block of attention (or their all-gathers), each hop charged for its rank's block; rank 0
 then computes the CP position with the most attention (the last, under a contiguous causal split), which every send
 waits for.
+
+With --pp P (--pp-schedule, --virtual-stages) the pipeline's engine runs the whole step of --accumulation-steps M
+micro-batches on each data-parallel rank (default P), one representative GPU a pipeline stage, each stage's calls
+among its own ranks and the activations' sends on the link between its nodes: the bubble appears on the timeline by
+itself. Rank 0 is the first stage's; each pipeline rank's compute and idle share stand beside the bubble's closed form.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_recipe,
 )
-from zerosim.cli.parallel_args import add_parallel_arguments, spec_of
+from zerosim.cli.parallel_args import add_parallel_arguments, check_pipeline, refuse_beside_pipeline, spec_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -96,7 +103,9 @@ def add_arguments(p) -> None:
     add_mesh_arguments(p, several=True)
     add_parallel_arguments(p, async_tp=True)
     p.add_argument("--tokens", type=int, default=None, help="tokens per rank per step without --seq-len (default 2048)")
-    p.add_argument("--accumulation-steps", type=int, default=None, metavar="K", help="micro-steps per step (default 1)")
+    p.add_argument("--accumulation-steps", type=int, default=None, metavar="K",
+                   help="micro-steps per step (default 1); with --pp the micro-batches per step per data-parallel rank "
+                        "(Megatron's num_microbatches; default P)")
     add_activation_arguments(p)
     add_gpu_arguments(p)
     add_schedule_arguments(p)
@@ -176,6 +185,10 @@ def _check(args) -> None:
     if spec.cp > 1 and (args.seq_len is None or args.sweep):
         raise ValueError("--cp cuts a transformer's sequences: time one step of its shape with --seq-len (and "
                          "--batch), without --sweep")
+    if spec.pp > 1 and args.sweep:
+        raise ValueError("--pp times one step of a pipeline; --sweep times the data-parallel stages over many N: "
+                         "drop one")
+    refuse_beside_pipeline(spec, names, wire_from_args(args))
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -226,19 +239,22 @@ def one_report(args, s):
     hw = links_from_args(args, hardware_for(args, device_for(args, s.gpu), get_precision(s.precision).compute,
                                              args.ranks))
     spec = spec_of(args, args.ranks)
-    mesh = mesh_of(args, stage, tp=spec.tp, cp=spec.cp)  # the stage or strategy on --ranks, --gpus-per-node, its
-    check_qgz_model(args, s.model)  # group, --tp and --cp: checked
+    mesh = mesh_of(args, stage, tp=spec.tp, cp=spec.cp, pp=spec.pp)  # the stage or strategy on --ranks,
+    check_qgz_model(args, s.model)  # --gpus-per-node, its group, --tp, --cp and --pp: checked
     if spec.cp > 1:
         from zerosim.parallel import FLAGS
 
         spec.model_check(s.micro[1], s.model.attention, s.model.checkpoint, names=FLAGS,
                          kernels=getattr(s.model, "kernels", None))
     recipe = strategy_recipe(names[0]) if names else qgz_recipe(args)
+    check_pipeline(spec, s, (stage,), recipe)  # --pp: its schedule's table for K = M, what is refused beside it
     req = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
     if req and (spec.tp > 1 or spec.sp):
         raise ValueError("offload beside tensor parallelism is not modelled: drop --tp/--sp or the offload flags")
     if req and spec.cp > 1:
         raise ValueError("offload beside context parallelism is not modelled: drop --cp or the offload flags")
+    if req and spec.pp > 1:
+        raise ValueError("offload beside pipeline parallelism is not modelled: drop --pp or the offload flags")
     offload, notes = req.offload(req.configs[0], stage) if req else (None, ())
     if req:
         host = host_from_args(args, s.gpu)
@@ -259,12 +275,14 @@ def _run_one(args, s) -> int:
 
     report = one_report(args, s)
     r, result = report.to_dict(), report.timeline
+    # beside a pipeline, each stage's representative GPU (its bubble shows stage by stage); else rank 0 (the trace: 0-3)
+    stages = [x["gpu"] for x in r["pipeline_parallel"]["ranks"]] if r.get("pipeline_parallel") else None
     written = []
     if args.trace:
         from zerosim.analysis.timeline import write_chrome_trace
 
         os.makedirs(os.path.dirname(os.path.abspath(args.trace)), exist_ok=True)  # checked writable before the run
-        write_chrome_trace(result, args.trace, ranks=range(min(4, result.world_size)))  # atomic, names args.trace
+        write_chrome_trace(result, args.trace, ranks=stages or range(min(4, result.world_size)))  # atomic
         written.append(f"trace: {args.trace} (open https://ui.perfetto.dev and drag the file in, or chrome://tracing)")
     if args.figure:
         import matplotlib
@@ -278,7 +296,7 @@ def _run_one(args, s) -> int:
             fig = offload_step_figure({f"{r['offload']['placement']}" + (" with DPU" if r["offload"]["dpu"] else ""):
                                        result}, title=name)
         else:
-            fig = timeline_figure(result, ranks=[0], title=name).figure
+            fig = timeline_figure(result, ranks=stages or [0], title=name).figure
         save_figure(fig, args.figure)
         written.append(f"figure: {args.figure}")
     print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import verdict_word
 from zerosim.cli.offload_args import offload_timeline_lines
+from zerosim.cli.pipeline_format import pp_step_lines
 
 
 def format_one(r: dict) -> str:
@@ -21,11 +22,15 @@ def format_one(r: dict) -> str:
     what = f"ZeRO-{r['stage']}" if r["strategy"] is None else f"{r['strategy']}" + (
         f" (group of {r['shard_group']})" if r["shard_group"] else "")
     nodes = "" if r["gpus_per_node"] is None else f" on nodes of {r['gpus_per_node']}"
-    tp = r.get("tensor_parallel")
+    tp, pp = r.get("tensor_parallel"), r.get("pipeline_parallel")
     if tp is not None:
-        nodes += f" = tp {tp['tp']} x dp {tp['dp']}" + (" (sequence parallel)" if tp["sp"] else "") + (
+        nodes += (f" = tp {tp['tp']} x dp {tp['dp']}" if pp is None else "") + (
+            " (sequence parallel)" if tp["sp"] else "") + (
             f", {tp['layout']}'s activation layout" if "layout" in tp else "") + (
             ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
+    if pp is not None:
+        nodes += f" = pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp is not None else "") + f"dp {pp['dp']}"
+        work = work.replace("micro-steps per rank", "micro-batches per data-parallel rank")
     cp = r.get("context_parallel")
     if cp is not None:
         nodes += f" = cp {cp['cp']} x dp {cp['dp']} ({cp['style']}, {cp['split']} split)"
@@ -57,9 +62,11 @@ def format_one(r: dict) -> str:
     if r["inter_link"] is not None:
         lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
         for tier, v in r["tiers"].items():
-            lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  "
-                         f"{v['bytes_per_rank'] / GB:10.2f} GB sent")
+            sent = "  (bytes not measured beside a pipeline)" if v["bytes_per_rank"] is None else \
+                f"{v['bytes_per_rank'] / GB:10.2f} GB sent"
+            lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  {sent}")
     lines += offload_timeline_lines(r)  # with offload: the host's streams and what the device waited for
+    lines += pp_step_lines(r["pipeline_parallel"]) if r.get("pipeline_parallel") else []
     lines += _memory_lines(r)
     lines += [
         "",
@@ -89,8 +96,9 @@ def _throughput_line(r: dict) -> str:
     GPUs."""
     if not r["tokens_per_s_per_gpu"]:
         return ""
-    tp, cp = r.get("tensor_parallel"), r.get("context_parallel")
+    tp, cp, pp = r.get("tensor_parallel"), r.get("context_parallel"), r.get("pipeline_parallel")
     shared = "" if tp is None else f"; a TP group's {tp['tp']} GPUs share one batch rank's tokens"
+    shared += "" if pp is None else f"; a pipeline's {pp['pp']} stages share one batch rank's micro-batches"
     shared += "" if cp is None else f"; a CP group's {cp['cp']} GPUs share one batch rank's sequences"
     mfu = "" if r["mfu"] is None else f", MFU {100 * r['mfu']:.1f} %"
     return (

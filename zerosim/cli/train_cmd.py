@@ -214,6 +214,11 @@ def _check_run(args) -> int | None:
     # --tp, --sp, --tp-layout, --cp, --cp-style, --cp-split: checked by their names (a resumed run's GPUs, None here,
     # against its saved count where the run reads it)
     spec = spec_of(args, ranks)
+    if spec.pp > 1:  # NOTE: PipelineEngine trains on real numbers (zerosim.parallel.pipeline); the trainer does not
+        raise ValueError("--pp is not in `zerosim train` yet: the trainer's step, checkpoints, resume, loss scaler "
+                         "and evaluation run the data-parallel engine; a pipeline trains on real numbers through the "
+                         "Python API (zerosim.parallel.pipeline PipelineEngine, bit for bit against its oracle), and "
+                         "`zerosim replay --pp 2` narrates one; `zerosim memory` and `zerosim timeline` take --pp")
     if spec.cp > 1 and args.model in ("gpt", "llama") and (args.attention or "standard") != "flash":
         raise ValueError("--cp runs attention as flash blocks, whose log-sum-exp the ring merges (Transformer "
                          "Engine disables its unfused attention with context parallelism): add --attention flash")

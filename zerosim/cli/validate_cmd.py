@@ -49,6 +49,8 @@ def row_of(r) -> dict:
         "micro_batch": p.micro_batch, "seq_len": p.seq_len, "accumulation": p.accumulation, "strategy": p.strategy,
         "preset": p.preset, "fp8": p.fp8, "fp8_all_gather": p.fp8_all_gather, "links": list(p.links), "note": p.note,
         "tp": p.tp, "sp": p.sp, "async_tp": p.async_tp,
+        **({"stage": p.stage, "comm": p.comm, "pp": p.pp, "pp_schedule": p.pp_schedule,
+            "virtual_stages": p.virtual_stages, "pp_split": p.pp_split} if p.pp > 1 else {}),
         "measured_tokens_per_s": p.tokens_per_s, "predicted_tokens_per_s": r.tokens_per_s, "error": r.error,
         "measured_mfu": r.measured_mfu, "predicted_mfu": r.mfu, "step_s": r.step_s, "exposed_s": r.exposed_s,
         "allocated": r.allocated, "reserved": r.reserved, "measured_memory_gib": p.memory_gib,
@@ -64,19 +66,22 @@ def format_table(rows: list, stats: dict) -> str:
         + (f" × {x['accumulation']}" if x["accumulation"] > 1 else "")
         + f", {x['strategy']}, {x['preset']}" + (", fp8" if x["fp8"] else "")
         + (f", TP {x['tp']}" + (" + SP" if x["sp"] else "") + (", async" if x["async_tp"] else "")
-           if x["tp"] > 1 else ""))
+           if x["tp"] > 1 else "")
+        + (f", PP {x['pp']} {x['pp_schedule']}" + (f" V {x['virtual_stages']}" if x["virtual_stages"] else "")
+           + f", ZeRO-{x['stage']}" if x.get("pp", 1) > 1 else ""))
+    width = max([24] + [len(x["key"]) for x in rows])  # the point column: the longest key shown
     lines = [
         "zerosim validate: predicted against measured tokens per second per GPU (and reserved memory where published)",
         f"framework factors (calibrated): {', '.join(f'{k} {v:.3f}' for k, v in FRAMEWORK.items())}",
         "",
-        f"{'role':5s} {'point':24s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  {'mem GiB':>7s} {'pred.':>6s} "
-        f"{'error':>6s}  conditions",
+        f"{'role':5s} {'point':{width}s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  {'mem GiB':>7s} "
+        f"{'pred.':>6s} {'error':>6s}  conditions",
     ]
     for x in rows:
         mem = ("" if x["measured_memory_gib"] is None else
                f"{x['measured_memory_gib']:7.1f} {x['reserved'] / 2**30:6.1f} {100 * x['memory_error']:+5.0f}%")
         lines.append(
-            f"{ROLE[x['role']]:5s} {x['key']:24s} {x['measured_tokens_per_s']:9,.0f} "
+            f"{ROLE[x['role']]:5s} {x['key']:{width}s} {x['measured_tokens_per_s']:9,.0f} "
             f"{x['predicted_tokens_per_s']:9,.0f} {100 * x['error']:+6.1f}%  {mem:22s}  {conditions(x)}")
     lines.append("")
     for role in ("calibration", "held-out"):

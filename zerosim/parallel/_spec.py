@@ -9,11 +9,16 @@ name:
                                     consecutive GPUs, sequence parallelism, what a TP rank keeps, async TP's bound
     cp, cp_style, cp_split          context parallelism (parallel/context): each rank 1/C of every sequence, the K/V
                                     round a ring or all-gathered, sequences cut contiguously or in the zigzag
+    pp, pp_schedule, virtual_stages, pp_split
+                                    pipeline parallelism (parallel/pipeline): the layers cut into P stages (P·V with
+                                    virtual stages) by torchtitan's rule or Megatron's, the micro-batches driven
+                                    through the schedule's table
 
 `spec.check(world_size)` checks every choice once, in the words of whoever made it (`names`: the API's field names,
 or the command line's flags); `spec.model_check(...)` what the model's shape and strategy must allow;
 `spec.build(model)` the model the engine runs and the parallelisms beside it; `spec.micro(B, L)` a rank's share of a
-micro-batch. Pipeline parallelism joins as one more degree and its options.
+micro-batch; `spec.pipeline_check(M, stage, recipe)` what a pipeline's schedule and the frameworks allow with M
+micro-batches a step (Megatron's num_microbatches: `--accumulation-steps`) at a ZeRO stage.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ import numpy as np
 from zerosim.parallel._dims import ParallelDims
 
 API = {}  # how the library names each field: by itself
-FLAGS = {"tp": "--tp", "sp": "--sp", "tp_layout": "--tp-layout", "async_tp": "--async-tp", "cp": "--cp",
-         "cp_style": "--cp-style", "cp_split": "--cp-split", "world_size": "--ranks",
-         "kernels": "--kernels"}  # how the command line names them
-DEGREES = ("tp", "cp")  # the fields that are ParallelDims' degrees, in its names
+FLAGS = {  # how the command line names them
+    "tp": "--tp", "sp": "--sp", "tp_layout": "--tp-layout", "async_tp": "--async-tp", "cp": "--cp",
+    "cp_style": "--cp-style", "cp_split": "--cp-split", "pp": "--pp", "pp_schedule": "--pp-schedule",
+    "virtual_stages": "--virtual-stages", "pp_split": "--pp-split", "world_size": "--ranks", "kernels": "--kernels",
+    "micro_batches": "--accumulation-steps", "stage": "--stage"}
+DEGREES = ("tp", "cp", "pp")  # the fields that are ParallelDims' degrees, in its names
+LETTERS = {"tp": "T", "cp": "C", "pp": "P"}  # each degree's letter, as the flags' help writes it
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,10 @@ class ParallelSpec:
     cp: int = 1  # C: context parallelism's degree, each rank 1/C of every sequence
     cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p) or "allgather" (Llama 3's)
     cp_split: str = "zigzag"  # with cp > 1: "zigzag" (load-balanced) or "contiguous"
+    pp: int = 1  # P: pipeline parallelism's degree, outermost on the mesh (a stage a block of N / P ranks)
+    pp_schedule: str = "1f1b"  # with pp > 1: the schedule's table (parallel/pipeline SCHEDULES; torchtitan's default)
+    virtual_stages: int | None = None  # with pp > 1: V stages a rank; None: the schedule's (1, or 2 interleaved)
+    pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
 
     def check(self, world_size: int | None = None, names: dict = API, given=None) -> "ParallelSpec":
         """Every choice checked, naming it as `names` spells it (FLAGS on the command line): degrees positive
@@ -61,12 +73,15 @@ class ParallelSpec:
                    "parallel size 1)"),
             "async_tp": ("tp", "overlaps TP's collectives", ""), "tp_layout": ("tp", "says what a TP rank keeps", ""),
             "cp_style": ("cp", "says how the keys and values travel the CP group", ""),
-            "cp_split": ("cp", "says how a sequence is cut over the CP group", "")}
+            "cp_split": ("cp", "says how a sequence is cut over the CP group", ""),
+            "pp_schedule": ("pp", "says in which order the pipeline runs its micro-batches", ""),
+            "virtual_stages": ("pp", "says how many stages each pipeline rank holds", ""),
+            "pp_split": ("pp", "says where the layers are cut into stages", "")}
         defaults = ParallelSpec()
         given = {f for f in beside if getattr(self, f) != getattr(defaults, f)} if given is None else set(given)
         for field, (degree, what, why) in beside.items():
             if field in given and getattr(self, degree) == 1:
-                letter = {"tp": "T", "cp": "C"}[degree] if name(degree).startswith("--") else ""
+                letter = LETTERS[degree] if name(degree).startswith("--") else ""
                 raise ValueError(f"{name(field)} {what}: give {name(degree)} {letter + ' ' if letter else ''}> 1 with "
                                  f"it{why}")
         if self.cp > 1:
@@ -78,13 +93,64 @@ class ParallelSpec:
             if self.sp:
                 raise ValueError(f"{name('cp')} beside sequence parallelism ({name('sp')}) is not modelled: context "
                                  "parallelism runs beside TP's attention without it (drop one)")
-        if world_size is not None and world_size % (self.tp * self.cp):
-            product = "" if (self.tp == 1) != (self.cp == 1) else f" = {self.tp * self.cp} GPUs"
+        if self.pp > 1:
+            self._check_pipeline(name)
+        beside = self.tp * self.cp * self.pp
+        if world_size is not None and world_size % beside:
+            product = "" if len(self.degrees) == 1 else f" = {beside} GPUs"
             quotient = " · ".join(d for d in DEGREES if getattr(self, d) > 1)
             raise ValueError(f"{self._degrees_text(name)}{product} does not divide {name('world_size')} {world_size}: "
                              f"{name('world_size')} counts every GPU and the data-parallel degree is ranks / "
                              f"{quotient if ' ' not in quotient else '(' + quotient + ')'}")
         return self
+
+    def _check_pipeline(self, name) -> None:
+        """Pipeline parallelism's options (`name`: how the caller spells each field), and what beside it zerosim
+        does not model (parallel/pipeline/_engine.py says why)."""
+        from zerosim.parallel.pipeline import RULES, SCHEDULES
+
+        if self.pp_schedule not in SCHEDULES:
+            raise ValueError(f"{name('pp_schedule')} must be one of {', '.join(SCHEDULES)}, got {self.pp_schedule!r}")
+        if self.pp_split not in RULES:
+            raise ValueError(f"{name('pp_split')} must be one of {', '.join(RULES)}, got {self.pp_split!r}")
+        v = self.virtual_stages
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ValueError(f"{name('virtual_stages')} must be a positive integer, got {v!r}")
+        if v is not None and v != 1 and SCHEDULES[self.pp_schedule].default_virtual == 1:
+            raise ValueError(f"{name('pp_schedule')} {self.pp_schedule} runs one stage a rank (torch's "
+                             f"PipelineScheduleSingle; torchtitan: 'Single stage schedule requires exactly 1 stage per "
+                             f"rank'), not {name('virtual_stages')} {v}: use interleaved-1f1b or zero-bubble")
+        if self.cp > 1:
+            raise ValueError(f"{name('cp')} beside {name('pp')} is not modelled: the pipeline's stages run beside "
+                             "tensor and data parallelism (drop one)")
+        if self.sp:
+            raise ValueError(f"{name('pp')} beside sequence parallelism ({name('sp')}) is not modelled: its gradient "
+                             "sum over the TP group reads the whole TP model's layout (drop one)")
+
+    def pipeline_check(self, micro_batches: int, stage=None, precision=None, recipe=None, comm=None,
+                       names: dict = API) -> None:
+        """With pp > 1: the schedule's table for `micro_batches` M a data-parallel rank (torch refuses 1F1B with fewer
+        micro-batches than stages, the interleaved schedules' rounds: parallel/pipeline make_table) and what is
+        refused beside a pipeline at ZeRO `stage` with `precision`, `recipe` (None: the policy's) and `comm`
+        (DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3; a loss scaler that skips steps: parallel/pipeline
+        check_beside), in the caller's words."""
+        if self.pp == 1:
+            return
+        from zerosim.parallel.pipeline import check_beside, get_schedule, make_table
+
+        def name(field):
+            return names.get(field, field)
+
+        try:
+            make_table(self.pp_schedule, self.pp, micro_batches, self.virtual_stages)
+        except ValueError as e:
+            why = str(e).removeprefix(f"{self.pp_schedule}: ")  # the schedule is named already
+            raise ValueError(f"{name('micro_batches')} {micro_batches} beside {name('pp')} {self.pp} "
+                             f"{name('pp_schedule')} {self.pp_schedule}: {why}") from None
+        if stage is not None:
+            virtual = self.virtual_stages or get_schedule(self.pp_schedule).default_virtual
+            check_beside(stage, "fp32" if precision is None else precision, recipe, comm, virtual,
+                         f"{name('stage')} {stage} beside {name('pp')} {self.pp}")
 
     @classmethod
     def of(cls, spec, tp: int = 1, sp: bool = False, layout: str | None = None, async_tp: bool = False):
@@ -96,9 +162,10 @@ class ParallelSpec:
 
     def check_mesh(self, mesh) -> None:
         """A DataMesh given beside this spec must hold its degrees."""
-        if (mesh.dims.tp, mesh.dims.cp) != (self.tp, self.cp):
-            raise ValueError(f"the mesh's degrees (tp {mesh.dims.tp}, cp {mesh.dims.cp}) and the ParallelSpec's (tp "
-                             f"{self.tp}, cp {self.cp}) differ: build the mesh from the spec")
+        if (mesh.dims.tp, mesh.dims.cp, mesh.dims.pp) != (self.tp, self.cp, self.pp):
+            raise ValueError(f"the mesh's degrees (tp {mesh.dims.tp}, cp {mesh.dims.cp}, pp {mesh.dims.pp}) and the "
+                             f"ParallelSpec's (tp {self.tp}, cp {self.cp}, pp {self.pp}) differ: build the mesh from "
+                             "the spec")
 
     def _degrees_text(self, name) -> str:
         return " × ".join(f"{name(d)} {getattr(self, d)}" for d in DEGREES if getattr(self, d) > 1) or "1"
@@ -178,5 +245,9 @@ class ParallelSpec:
             parts.append(f"TP {self.tp}" + (" + SP" if self.sp else ""))
         if self.cp > 1:
             parts.append(f"CP {self.cp} ({self.cp_style}, {self.cp_split})")
+        if self.pp > 1:
+            v = self.virtual_stages
+            parts.append(f"PP {self.pp} ({self.pp_schedule}" + ("" if v is None else f", {v} virtual stages")
+                         + ("" if self.pp_split == "torchtitan" else f", {self.pp_split}'s split") + ")")
         return " × ".join(parts)
 

@@ -14,6 +14,7 @@ measured by one meta-backend step of the real engine.
     _overheads.py    what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
                      estimates; the fits / does-not-fit verdict
     _measured.py     the same quantities measured: one step of the real engine on the meta backend, its ledgers
+    _pipeline.py     the same beside pipeline parallelism: the pipeline's engine, a representative a stage, per stage
     _muon.py         Muon's state beside AdamW's per parameter group (DeepSpeed's), and DeepSpeed's published figure
     _links.py        NCCL's own latencies (tuning.cc at a named release): per protocol, per ring step, per call
     _efficiency.py   the rates kernels achieve per GPU and kernel class (cited), presets eager / compiled, --efficiency
@@ -62,6 +63,7 @@ from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
 from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_of
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
+from zerosim.analysis.costs._pipeline import line_points, pipeline_run, stage_rows
 from zerosim.analysis.costs._measured import (
                                           measure_activations,
                                           measure_by_stage,
@@ -113,7 +115,7 @@ __all__ = [
     "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
-    "parallel_model", "positions_of", "strategy_costs", "tensor_parallel",
+    "line_points", "parallel_model", "pipeline_run", "positions_of", "stage_rows", "strategy_costs", "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerosim.analysis.costs._pipeline import pipeline_run, stage_rows
 from zerosim.cluster import Cluster, Compute, MemoryLedger
 from zerosim.models import forward_backward
 from zerosim.optim import get_optimizer
@@ -26,7 +27,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
                      stages=(0, 1, 2, 3), show_progress: bool | None = None, micro_batch: tuple | None = None,
                      comm=None, clip_grad: float | None = None, wire=None, tp: int = 1, sp: bool = False,
                      gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None,
-                     spec=None) -> list:
+                     spec=None, micro_batches: int | None = None) -> list:
     """Run each stage on the meta backend; per stage what the ledgers and the trace recorded.
 
     `micro_batch`: (B, L) for a `MetaGPT` (each rank's sequences and their length), whose activations the
@@ -54,7 +55,8 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
     ):
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
                                  wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp, layout=layout,
-                                 parallelisms=parallelisms(stage) if parallelisms else (), spec=spec)[0])
+                                 parallelisms=parallelisms(stage) if parallelisms else (), spec=spec,
+                                 micro_batches=micro_batches)[0])
     return out
 
 
@@ -62,7 +64,7 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
                   sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True,
-                  layout: str | None = None, spec=None) -> tuple:
+                  layout: str | None = None, spec=None, micro_batches: int | None = None) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
@@ -77,34 +79,46 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     whose times come from the trace itself): under the profiler
     those sums were a tenth of the explorer's step at 64 ranks. `spec`: a ParallelSpec in place of `tp`, `sp` and
     `layout`, with context parallelism (its degree the mesh's cp; `micro_batch` the whole sequences, each rank then
-    running its L / C tokens of them)."""
+    running its L / C tokens of them), or pipeline parallelism (pp > 1: the pipeline's engine, one representative
+    rank a stage (_pipeline.py), the whole step of `micro_batches` M a data-parallel rank, default P, its peaks those
+    of every micro-batch in flight; the row's "pipeline" holds each pipeline rank's, its "peak" the largest)."""
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout)
-    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp)
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp,
+                                                     pp=spec.pp)
     spec.check_mesh(mesh)
     ranks = mesh.dims.world_size
-    cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
-    for r in cluster.ranks:  # each hosted rank's alloc/free order (not copied to the trace): what was live at the peak
-        r.ledger.keep_timeline = True
-    model, beside = parallel_model(model, spec)
-    engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
-                        checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad, wire=wire,
-                        shard_group=mesh.group, recipe=recipe, parallelisms=(*beside, *parallelisms))
-    if step:  # one micro-batch per rank this process hosts (the representative: 1)
-        engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster,
-                                                                                      *spec.micro(*micro_batch)))
+    if spec.pp > 1:  # a pipeline: its engine, one representative a stage, the whole step of M micro-batches
+        cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, micro_batches, comm,
+                                       clip_grad, wire, recipe, parallelisms, step=step, keep_timeline=True)
+    else:
+        cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
+        for r in cluster.ranks:  # each hosted rank's alloc/free order (not in the trace): what was live at the peak
+            r.ledger.keep_timeline = True
+        model, beside = parallel_model(model, spec)
+        engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
+                            checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad,
+                            wire=wire, shard_group=mesh.group, recipe=recipe, parallelisms=(*beside, *parallelisms))
+        if step:  # one micro-batch per rank this process hosts (the representative: 1)
+            engine.step(model.batches(cluster) if micro_batch is None else model.batches(cluster,
+                                                                                          *spec.micro(*micro_batch)))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
                for r in cluster.ranks]
     peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
     top = max(range(len(peaks)), key=peaks.__getitem__)
     row = {
         "stage": mesh.plan.name or mesh.plan.stage,  # a stage number, or a strategy by name
-        "resting": resting[0],
-        "ranks_agree": all(r == resting[0] for r in resting),  # padded buffers: every rank holds the same (hosted ones)
+        "resting": resting[top if spec.pp > 1 else 0],  # a pipeline's: the rank that peaks (its stage's states)
+        # padded buffers: every rank holds the same (the hosted ones; a pipeline's stages hold their own layers)
+        "ranks_agree": spec.pp > 1 or all(r == resting[0] for r in resting),
         "peak": peaks[top],
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
         "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
     }
-    if totals:
+    if spec.pp > 1:  # each pipeline rank: its units, parameters, peaks, chunks in flight (the first holds the most)
+        row["pipeline"] = stage_rows(engine)
+    if totals and spec.pp > 1:  # NOTE: the closed form counts a call for every rank, not its stage's alone
+        row["sent"], row["tiers"] = None, None  # (parallel/pipeline/_engine.py): not measured here
+    elif totals:
         row["sent"] = max(cluster.trace.sent_totals(ranks))  # every rank's, in closed form where the trace summarised
         row["tiers"] = {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()}
     if parallelisms:  # offload's tiers: what rank `top` holds on its host and NVMe, at rest and at most

@@ -22,6 +22,15 @@ Sources (fetched read-only; nothing is fetched at run time):
     FOUNDRY   mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d, scripts/train/benchmarking/README.md
               (last changed by 495218376; model shapes from scripts/train/yamls/pretrain/mpt-*.yaml at 5e85bd62d;
               attn_impl triton, low_precision_layernorm, torch 2.1, Composer FSDP FULL_SHARD)
+    TT_405B   pytorch/torchtitan @ b5bcd76, benchmarks/llama3_h100_202412_torchtitan.md, Table 5 (Llama 3.1 405B, 512
+              H100s, FSDP 8 × TP 8 × PP 8; torchtitan 9dec370: train_configs/llama3_405b.toml, seq_len 8192, full AC,
+              Float8 with its FSDP all-gather, async TP; pipeline_parallel_microbatches unset, so the pp degree, 8:
+              torchtitan/parallelisms/pipeline_llama.py `pipeline_llama_manual_split`)
+    NEMO      NVIDIA NeMo Framework user guide, "Performance Summary for Large Language Models", pre-training at FP8,
+              container NeMo 25.02, system DGX-H100 (docs.nvidia.com/nemo-framework/user-guide/latest/performance/
+              performance_summary.html), row GPT3-175B; the run: NVIDIA/NeMo scripts/performance/llm/
+              pretrain_gpt3_175b.py (fp8: bf16_with_fp8_mixed, grad_reduce_in_fp32 False) over nemo/collections/llm/
+              recipes/gpt3_175b.py (sequence parallel, Megatron's distributed optimizer, no recompute, TP comm overlap)
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ TT_A100 = "pytorch/torchtitan@1ea476e9 docs/performance.md"
 TT_H200 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
 TT_70B = "pytorch/torchtitan@d4c86e375 docs/performance.md, Table 4"
 FOUNDRY = "mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"
+TT_405B = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md, Table 5"
+NEMO = ("https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html as read "
+        "(container NeMo 25.02), 'Pretraining' at FP8, 'System: DGX-H100'")
 
 # Hugging Face style config dicts (zerosim.models.hf._config reads them as it reads a config.json)
 LLAMA_3_1_8B = {  # meta-llama/Llama-3.1-8B's shape: Llama 3 8B's, with 131,072 positions (rope scaling not modelled)
@@ -43,6 +55,12 @@ LLAMA_3_1_8B = {  # meta-llama/Llama-3.1-8B's shape: Llama 3 8B's, with 131,072 
 LLAMA_3_70B = {  # meta-llama/Meta-Llama-3-70B (the shipped llama-3-70b.json)
     "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
     "num_hidden_layers": 80, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+}
+LLAMA_3_1_405B = {  # torchtitan 9dec370's llama3 "405B" (torchtitan/models/llama/__init__.py): dim 16384, 126 layers,
+    # 128 heads, 8 KV heads, FFN 53,248 (ffn_dim_multiplier 1.2, multiple_of 4096); meta-llama/Llama-3.1-405B's shape
+    "model_type": "llama", "hidden_size": 16384, "intermediate_size": 53248, "num_attention_heads": 128,
+    "num_hidden_layers": 126, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
     "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
 }
 MPT = {  # scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads, n_layers; expansion_ratio 4, vocab 50,368
@@ -92,6 +110,12 @@ class Point:
     # loss is cross_entropy(pred.float(), ...); llm-foundry's MPT computes F.cross_entropy under bf16 autocast,
     # which runs it in fp32
     loss: str = "eager"
+    stage: int = 3  # the ZeRO stage: FSDP's (3) for torchtitan and llm-foundry, Megatron's distributed optimizer (1)
+    comm: str = "fsdp"  # the communication schedule (zerosim.parallel.data get_comm_schedule)
+    pp: int = 1  # pipeline parallelism's degree: `accumulation` is then its micro-batches a step (num_microbatches)
+    pp_schedule: str = "1f1b"  # with pp > 1: the schedule (parallel/pipeline SCHEDULES)
+    virtual_stages: int | None = None  # with pp > 1: stages a rank (None: the schedule's default)
+    pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
 
     @property
     def kernels(self) -> str:
@@ -176,6 +200,34 @@ POINTS = (
          table="'A100 40GB with 1600 Gbps node-node interconnect (RoCE)'"),
     _mpt("foundry-a100-40-13b-8", "mpt-13b", "a100-40gb", 8, 2048, 4, 16, True, 1668, pure=True,
          table="'A100 40GB with 1600 Gbps node-node interconnect (RoCE)'"),
+    # -- held out: pipeline parallelism (issue 59), added after the framework factors were frozen -------------------
+    # torchtitan's 3-D run: local batch 32 = 8 micro-batches of 4 sequences (M = the pp degree, torchtitan 9dec370's
+    # default), its layers cut as torchtitan cuts them (126 + 2 over 8 or 16 stages: 9dec370's generate_split_points
+    # and b5bcd76's rule give the same counts here), torch.compile + Float8 + async TP; sequence parallelism, which
+    # torchtitan runs beside TP, is not modelled beside a pipeline (sp False: TP's all-reduces, the block input whole),
+    # nor Float8's FSDP all-gather beside TP
+    Point("tt-h100-512-405b-3d-1f1b", "held-out", f"{TT_405B}, row '1F1B'", "llama-3.1-405b", "h100-hbm2e", 512, 8,
+          ("nvlink4", "ib_ndr"), 4, 8192, 8, "block-flash", "compiled", 100, 82.5, fp8=True, tp=8, async_tp=True,
+          pp=8, pp_schedule="1f1b",
+          note="async TP as zerosim's bound; SequenceParallel not modelled beside PP (taken as off); Float8's FSDP "
+               "all-gather (enable_fsdp_float8_all_gather) not modelled beside TP and PP (taken as off); FSDP2 beside "
+               "PP keeps the stage gathered over the step (reshard_after_forward=False), zerosim gathers per "
+               "micro-batch"),
+    Point("tt-h100-512-405b-3d-interleaved", "held-out", f"{TT_405B}, row 'Interleaved 1F1B'", "llama-3.1-405b",
+          "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 4, 8192, 8, "block-flash", "compiled", 128, 72.7, fp8=True,
+          tp=8, async_tp=True, pp=8, pp_schedule="interleaved-1f1b", virtual_stages=2,
+          note="as the 1F1B row; 2 stages a rank (torchtitan's default for a looped schedule)"),
+    # NeMo's GPT-3 175B: GBS 2048, MBS 2, TP 4, PP 8, VP 6, GA 64 (the micro-batches a step on each of the 16
+    # data-parallel ranks); Megatron's layout and split (96 layers, 2 a virtual stage), ZeRO-1 (the distributed
+    # optimizer) reducing in bf16, Transformer Engine's fused kernels and FP8 GEMMs, no recompute, TP comm overlap
+    Point("nemo-h100-512-gpt3-175b", "held-out", f"{NEMO}, row 'GPT3-175B | 512 | 2048 | 2 | 2048 | 4 | 8 | 1 | "
+          "6 | 1 | 64 | 866'", "gpt3-175b", "h100-80gb", 512, 8, ("nvlink4", "ib_ndr"), 2, 2048, 64, "flash",
+          "compiled", 866, fp8=True, reduce_fp32=False, tp=4, async_tp=True, tp_layout="megatron", stage=1,
+          pp=8, pp_schedule="interleaved-1f1b", virtual_stages=6, pp_split="megatron",
+          note="TP comm overlap (userbuffers) as zerosim's async-TP bound; sequence parallelism not modelled beside "
+               "PP (taken as off); Megatron's overlapped gradient reduce-scatter and parameter all-gather not "
+               "modelled (after the stage's last backward); the tied embedding's gradient all-reduce between the "
+               "first and last stage not modelled"),
 )
 ROLES = ("calibration", "held-out")
 TREND = ("tt-h100-8-eager", "tt-h100-128-eager")  # the 8 -> 128 GPU trend the issue names (same run, 16x the GPUs)
@@ -189,4 +241,10 @@ def config_of(point: Point) -> dict:
         return LLAMA_3_70B
     if point.model == "llama-3-8b":
         return {**LLAMA_3_1_8B, "max_position_embeddings": 8192}
+    if point.model == "llama-3.1-405b":
+        return LLAMA_3_1_405B
+    if point.model == "gpt3-175b":  # the shipped config (zerosim/models/hf/configs: GPT-3's Table 2.1 shape)
+        from zerosim.models.hf._config import read_json_object, shipped_config
+
+        return read_json_object(shipped_config("gpt3-175b"), "gpt3-175b", "a config")[0]
     return mpt_config(point.model, point.seq_len)

@@ -27,11 +27,15 @@ from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs._gpus import get_gpu
 from zerosim.analysis.costs._measured import positions_of
+from zerosim.analysis.costs._pipeline import line_points
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._kernel_time import TimeModel
 from zerosim.analysis.timeline._simulate import simulate
+
+
+PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,11 @@ class PlanRow:
     host_peak: int = 0  # rank 0's host ledger peak, bytes (offload)
     nvme_peak: int = 0  # rank 0's NVMe ledger peak, bytes (offload)
     host_fits: bool = True  # the ranks of a node fit its host DRAM and NVMe (costs.host_fit)
-    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / (tp · cp))
+    tp: int = 1  # tensor parallelism's degree beside the stage (the data-parallel degree is ranks / (tp · cp · pp))
     cp: int = 1  # context parallelism's degree: each of cp GPUs holds 1/cp of every sequence
+    pp: int = 1  # pipeline parallelism's degree: the layers cut into pp stages, K the micro-batches a step
+    pp_schedule: str | None = None  # with pp > 1: the schedule (parallel/pipeline SCHEDULES)
+    virtual_stages: int | None = None  # with pp > 1: the stages a rank holds (None: the schedule's default)
 
     @property
     def total(self) -> int:
@@ -93,12 +100,15 @@ class Plan:
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
-        beside = row.tp > 1 or row.cp > 1
+        beside = row.tp > 1 or row.cp > 1 or row.pp > 1
         if beside:
             common += " " + self.spec_of(row).flags() + f" --gpus-per-node {s['gpus_per_node']}"
+        if row.pp > 1:  # a pipeline's memory depends on its micro-batches in flight
+            common += f" --accumulation-steps {row.accumulation}"
         return (
             f"zerosim memory {common}",
-            f"zerosim timeline {common} --stage {row.stage} --accumulation-steps {row.accumulation} "
+            f"zerosim timeline {common} --stage {row.stage}"
+            + ("" if row.pp > 1 else f" --accumulation-steps {row.accumulation}") + " "
             + ("" if beside else f"--gpus-per-node {s['gpus_per_node']} ") + s["time_flags"],
         )
 
@@ -110,7 +120,9 @@ class Plan:
         return ParallelSpec(tp=row.tp, sp=bool(s.get("sp")) and row.tp > 1,
                             tp_layout=s.get("tp_layout") if row.tp > 1 else None, cp=row.cp,
                             cp_style=s.get("cp_style", "ring") if row.cp > 1 else "ring",
-                            cp_split=s.get("cp_split", "zigzag") if row.cp > 1 else "zigzag")
+                            cp_split=s.get("cp_split", "zigzag") if row.cp > 1 else "zigzag", pp=row.pp,
+                            pp_schedule=row.pp_schedule or "1f1b", virtual_stages=row.virtual_stages,
+                            pp_split=s.get("pp_split", "torchtitan") if row.pp > 1 else "torchtitan")
 
 
 def divisors(n: int) -> tuple:
@@ -165,7 +177,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                    reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
     rows, pruned, pruned_offload, done = [], [], [], set()
     for spec, mine in runs:
-        alone = spec.tp == 1 and spec.cp == 1
+        alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
         per_rank = global_batch // spec.dims(ranks).dp  # sequences a data-parallel rank (a TP/CP group) takes a step
         batches = tuple(b for b in (micro_batches or divisors(per_rank)) if per_rank % b == 0)
         if not batches:
@@ -188,8 +200,13 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 else:
                     pruned.append((stage, states) if alone else (stage, states, spec.degrees))
     fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp,
-                                                                        r.cp)))
+                                                                        r.cp, r.pp)))
+    left_out += tuple(trial.refused)  # a pipeline's micro-batches its schedule or the frameworks refuse, by reason
     cps = tuple(dict.fromkeys(spec.cp for spec, _ in runs))
+    pps = tuple(dict.fromkeys(spec.pp for spec, _ in runs))
+    pipeline = {} if pps == (1,) else {
+        "pps": pps, "pp_schedules": tuple(dict.fromkeys(s.pp_schedule for s, _ in runs if s.pp > 1)),
+        "pp_split": next(s.pp_split for s, _ in runs if s.pp > 1)}
     context = {} if cps == (1,) else {"cps": cps, "cp_style": next(s.cp_style for s, _ in runs if s.cp > 1),
                                       "cp_split": next(s.cp_split for s, _ in runs if s.cp > 1)}
     settings = {
@@ -199,7 +216,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         "per_rank": global_batch // ranks,  # sequences a GPU's data-parallel rank takes per step without TP
         **({"tps": tps, "sp": any(s.sp for s, _ in runs), "tp_layout": next(s.tp_layout for s, _ in runs
                                                                                if s.tp > 1)} if tps != (1,) else {}),
-        **context,
+        **context, **pipeline,
         "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
         "micro_batches": batches if len(runs) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
@@ -317,6 +334,8 @@ class _Trial:
     host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
+    # (({degree: value}, None, why), ...): a pipeline's micro-batches its schedule or the frameworks refuse
+    refused: list = field(default_factory=list, compare=False, repr=False)
 
     def stage(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
               more: tuple = ()) -> tuple:
@@ -328,10 +347,12 @@ class _Trial:
         from zerosim.models.llama import MetaLlama
         from zerosim.parallel.data.multinode import DataMesh
 
-        # the stage on the job's ranks and nodes (beside TP or CP the ranks sit on nodes even within one)
-        beside = spec.tp > 1 or spec.cp > 1
+        # the stage on the job's ranks and nodes (beside TP, CP or PP the ranks sit on nodes even within one)
+        beside = spec.tp > 1 or spec.cp > 1 or spec.pp > 1
         mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or beside else None, tp=spec.tp,
-                           cp=spec.cp)
+                           cp=spec.cp, pp=spec.pp)
+        if spec.pp > 1:  # the micro-batches whose K = per_rank / B the schedule and the frameworks run
+            batches = self.pipeline_batches(spec, stage, batches, per_rank)
         twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
@@ -348,6 +369,30 @@ class _Trial:
                     break  # a larger micro-batch only holds more activations
         return rows, None
 
+    def pipeline_batches(self, spec, stage: int, batches: tuple, per_rank: int) -> tuple:
+        """The micro-batches B whose K = per_rank / B micro-batches a step `spec`'s pipeline runs at `stage`
+        (ParallelSpec.pipeline_check: 1F1B refuses K < P, the interleaved schedules' rounds, a recipe or buckets a
+        pipeline refuses); the others left out, one line for the combination with the first reason."""
+        degrees = {**spec.degrees, "pp_schedule": spec.pp_schedule}
+        try:  # the stage beside the pipeline (K = P always runs: every schedule's table takes it)
+            spec.pipeline_check(spec.pp, stage, self.precision, None, self.schedule, PLAN_WORDS)
+        except ValueError as e:
+            self.refused.append((degrees, None, f"ZeRO-{stage}: {e}"))
+            return ()
+        ok, refused = [], []
+        for B in batches:
+            try:
+                spec.pipeline_check(per_rank // B, names=PLAN_WORDS)
+                ok.append(B)
+            except ValueError as e:
+                refused.append((B, str(e)))
+        if refused:
+            why = (f"micro-batch {', '.join(str(B) for B, _ in refused)} ({per_rank} sequences a data-parallel rank: "
+                   f"K = {per_rank} / B): {refused[0][1]}")
+            if (degrees, None, why) not in self.refused:
+                self.refused.append((degrees, None, why))
+        return tuple(ok)
+
     def measure(self, mesh, spec, model, strategy: str, B: int, per_rank: int, label: str = "none",
                 more: tuple = ()):
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
@@ -357,13 +402,18 @@ class _Trial:
         from zerosim.analysis.costs._measured import measure_stage
 
         tp = spec.tp
+        pipeline = spec.pp > 1  # a pipeline's memory and time: its whole step's, or its line's first point's
+        K = per_rank // B
+        points = line_points(spec, K) if pipeline and spec.pp_schedule != "gpipe" else None  # (GPipe holds all K)
+        M = K if points is None else points[0]
         m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
                                            micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh,
-                                           parallelisms=more, spec=spec)
+                                           parallelisms=more, spec=spec, micro_batches=M if pipeline else None)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
         row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
-                      tp=tp, cp=spec.cp)
+                      tp=tp, cp=spec.cp, pp=spec.pp, pp_schedule=spec.pp_schedule if pipeline else None,
+                      virtual_stages=spec.virtual_stages if pipeline else None)
         if label != "none":  # the host's and NVMe's peaks, against a node's
             tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
             node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
@@ -377,6 +427,13 @@ class _Trial:
         if not row.fits:
             return row, None
         hw, time_model = self.hardware, self.time_model
+        if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
+            costs = None if time_model is None else time_model.costs(engine.model, (B, self.seq_len), hw, None)
+            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs),
+                               M)
+            t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
+                          (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec)
+            return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
         costs = None if time_model is None else time_model.costs(
             engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
                                                                        engine.dims))

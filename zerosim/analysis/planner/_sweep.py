@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.analysis.costs import parallel_model, positions_of
+from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
 from zerosim.analysis.timeline._devices import Hardware
 from zerosim.analysis.timeline._simulate import simulate
 from zerosim.cluster import Cluster
@@ -86,8 +86,14 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout, async_tp)
-    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp)
+    mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp,
+                                                     pp=spec.pp)
     spec.check_mesh(mesh)
+    if spec.pp > 1:  # a pipeline: its engine, every micro-batch of the step (analysis/costs pipeline_run)
+        cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
+                                       clip_grad, wire, recipe, parallelisms, steps, tokens)
+        costs = None if time_model is None else time_model.costs(engine.model, micro_batch, hardware, None)
+        return simulate(cluster.trace, hardware, overlap=engine.engines[0].comm.overlap_comm, costs=costs), engine
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)
     model, beside = parallel_model(model, spec)  # one TP and CP rank's twin, or the model
@@ -121,7 +127,10 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
     communication (every micro-step but the last starts and ends with both streams in the same state;
     tests/test_plan.py holds the line to full simulations, every stage, schedule and strategy, to 1e-12 relative:
-    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step.
+    float sums in another order). The planner uses it; `zerosim timeline` simulates every micro-step. Beside
+    pipeline parallelism (a `spec` with pp > 1 in `beside`) the step of K micro-batches is simulated whole, or, past
+    twice the pipeline's warm-up, on the line through two smaller steps its repeating schedule draws
+    (analysis/costs line_points); `first`: the step simulated already (of K, or of the line's first point).
     `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
@@ -131,6 +140,17 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps
+    spec = beside.get("spec")
+    if spec is not None and spec.pp > 1:  # a pipeline's step: whole, or on the line its repeating schedule draws
+        if first is not None and first.simulated == (K,):
+            return first
+        points = line_points(spec, K)
+        if points is None:
+            return run(K)
+        (m1, m2), one = points, first if first is not None and first.simulated == (points[0],) else run(points[0])
+        two = run(m2)
+        pairs = zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed))
+        return StepTime(*(a + (K - m1) / (m2 - m1) * (b - a) for a, b in pairs), (m1, m2))
     one = first if first is not None else run(1)
     if K == 1:
         return one
@@ -140,9 +160,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     return StepTime(*line, (1, 2))
 
 
-def step_time_of(result) -> StepTime:
-    """The StepTime of a simulated one-step Timeline (rank 0's view)."""
-    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (1,))
+def step_time_of(result, micro_steps: int = 1) -> StepTime:
+    """The StepTime of a simulated one-step Timeline of `micro_steps` micro-steps (rank 0's view)."""
+    return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (micro_steps,))
 
 
 def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow:

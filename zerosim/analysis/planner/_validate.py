@@ -86,19 +86,32 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     precision = MixedPrecision(compute="bf16", master="fp32", reduce="fp32" if point.reduce_fp32 else None)
     wire = Wire(fp8_all_gather="torchao") if point.fp8_all_gather else None
     per_node = point.gpus_per_node if nodes else None
-    micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule("fsdp")
-    tensor = {"tp": point.tp, "sp": point.sp, "async_tp": point.async_tp, "layout": point.tp_layout} \
-        if point.tp > 1 else {}
-    result, engine = meta_step(model, point.gpus, 3, hw, comm, precision, optimizer="adamw", micro_batch=micro,
-                               wire=wire, gpus_per_node=per_node, time_model=time_model, **tensor)
-    t = step_time(model, point.gpus, 3, hw, comm, precision, "adamw", micro, point.accumulation,
-                  first=step_time_of(result), time_model=time_model, gpus_per_node=per_node, wire=wire, **tensor)
-    allocated = engine.cluster.ranks[0].ledger.peak()
-    # the one definition (costs/_throughput.py): a TP group's GPUs share a batch rank's B·L·K tokens
-    tps = tokens_per_s_per_gpu(engine.ctx.mesh.dims, point.micro_batch * point.seq_len * point.accumulation, t.step)
+    micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule(point.comm)
+    spec = spec_of(point)
+    # a pipeline's step is run whole, its K = M micro-batches in it (analysis/costs pipeline_run); the data-parallel
+    # step's one micro-step, then the line through K = 1 and 2 (sweep.step_time)
+    K = point.accumulation if spec.pp > 1 else 1
+    result, engine = meta_step(model, point.gpus, point.stage, hw, comm, precision, optimizer="adamw",
+                               micro_batch=micro, accumulation_steps=K, wire=wire, gpus_per_node=per_node,
+                               time_model=time_model, spec=spec)
+    t = step_time(model, point.gpus, point.stage, hw, comm, precision, "adamw", micro, point.accumulation,
+                  first=step_time_of(result, K), time_model=time_model, gpus_per_node=per_node, wire=wire, spec=spec)
+    allocated = max(r.ledger.peak() for r in engine.cluster.ranks)  # a pipeline's: its largest stage's
+    # the one definition (costs/_throughput.py): a TP (and pipeline) group's GPUs share a batch rank's B·L·K tokens
+    tps = tokens_per_s_per_gpu(spec.dims(point.gpus), point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")
     return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
                       mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))
+
+
+def spec_of(point):
+    """The ParallelSpec a point runs beside data parallelism: its TP (with SP, async TP and the framework's layout)
+    and its pipeline."""
+    from zerosim.parallel import ParallelSpec
+
+    return ParallelSpec(tp=point.tp, sp=point.sp, tp_layout=point.tp_layout if point.tp > 1 or point.sp else None,
+                        async_tp=point.async_tp, pp=point.pp, pp_schedule=point.pp_schedule,
+                        virtual_stages=point.virtual_stages, pp_split=point.pp_split)
 
 
 def validate(points=POINTS, factors: dict | None = None) -> list:

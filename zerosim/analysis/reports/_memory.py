@@ -40,6 +40,8 @@ class MemoryReport(Report):
     activations: dict | None  # one rank's micro-batch, measured by name beside the count by hand
     tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "vocab", ...}
     context_parallel: dict | None = optional()  # beside CP: {"cp", "style", "split", "dp", "seq_len", ...}
+    # beside PP: {"pp", "schedule", "virtual_stages", "micro_batches", "dp", "split"}; each row's "pipeline" its ranks'
+    pipeline_parallel: dict | None = optional()
     stages: list  # one measured row per stage, with its formula
     gpu: dict | None  # the GPU and each stage's verdict
     config: dict | None  # the model config's keys: modelled, not modelled, no effect
@@ -51,7 +53,7 @@ class MemoryReport(Report):
 def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool = True, unit: str | None = None,
                   mesh=None, recipe=None, show_progress: bool | None = None, tp: int = 1, sp: bool = False,
                   gpus_per_node: int | None = None, parallelisms=None, layout: str | None = None,
-                  spec=None) -> MemoryReport:
+                  spec=None, micro_batches: int | None = None) -> MemoryReport:
     """The memory of `stages` for `work` (a Workload) on `ranks` ranks (see the module docstring). `mesh`: a DataMesh
     for the one stage that needs nodes (ZeRO++'s qgZ at stage 3); `wire`: ZeRO++'s Wire for stage 3; `recipe`: the
     gradient recipe (None: each plan's default); `unit`: how the report names the model's units. `tp`, `sp`: each
@@ -62,7 +64,11 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     "nvme" ledgers; the caller adds the report's `offload` block), or None. `spec`: a ParallelSpec in place of `tp`,
     `sp` and `layout`, with context parallelism: each rank then holds L / C tokens of the micro-batch's sequences,
     the activations by name beside the unsplit layer's (_context.py), ZeRO sharding over dp × cp as torchtitan's
-    "fsdp" mesh does."""
+    "fsdp" mesh does; or pipeline parallelism: each ZeRO stage then runs the pipeline's engine for a whole step of
+    `micro_batches` M a data-parallel rank (default P), one representative rank a pipeline stage, each row's
+    "pipeline" holding every pipeline rank's units, parameters, peaks and chunks in flight, its "peak" and resting
+    states the largest rank's (the first: it holds the most micro-batches in flight) beside the formula for that
+    rank's parameters over its N / (T·P) data-parallel ranks; the bytes sent are not measured (None)."""
     from zerosim.parallel import ParallelSpec
 
     spec = ParallelSpec.of(spec, tp, sp, layout)
@@ -83,12 +89,15 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         measured = measure_by_stage(model, N, work.optimizer, work.precision, step=step, stages=stages,
                                     show_progress=show_progress, micro_batch=micro, comm=work.comm,
                                     clip_grad=work.clip_grad, wire=wire, tp=tp, sp=sp,
-                                    gpus_per_node=gpus_per_node if tp > 1 or spec.cp > 1 else None,
-                                    parallelisms=parallelisms, spec=spec)
+                                    gpus_per_node=gpus_per_node if tp > 1 or spec.cp > 1 or spec.pp > 1 else None,
+                                    parallelisms=parallelisms, spec=spec, micro_batches=micro_batches)
     name, P = work.precision_name, model.num_params
     local, dp = (P, N) if tp == 1 else (local_params(model, tp, sp), N // tp)  # one TP rank's slice, its dp ranks
     config = MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="all")  # the engines pad every buffer
     for row in measured:
+        if spec.pp > 1:  # the rank that peaks: its stage's parameters (a TP slice's) over its N / (T·P) ranks
+            top = max(row["pipeline"], key=lambda x: x["peak"])
+            local, dp = top["params"], N // (tp * spec.pp)
         formula = model_state_memory(local, dp, row["stage"], config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
@@ -97,8 +106,9 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         ).total
         row["ledger_total"] = sum(row["resting"].values())
         bytes_ = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
-        row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
-        if tp > 1:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
+        row["sent_formula"] = None if row["sent"] is None else comm_volume(
+            local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+        if tp > 1 and row["sent"] is not None:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
             row["sent_formula"] += tp_sent(model, micro, tp, sp, bytes_)
         if spec.cp > 1:  # and the K/V's, on the CP group (_context.py)
             row["sent_formula"] += cp_sent(model, micro, spec, bytes_)
@@ -115,6 +125,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
             tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp, layout)),
         context_parallel=None if spec.cp == 1 else {"cp": spec.cp, "style": spec.cp_style, "split": spec.cp_split,
                                                     "dp": N // (tp * spec.cp)},
+        pipeline_parallel=None if spec.pp == 1 else pipeline_summary(spec, N, micro_batches),
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
                                               "vocab": padded_vocab(model, tp),
                                               "vocab_padded": padded_vocab(model, tp) != model.vocab},
@@ -122,6 +133,17 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         _keys(work.config.keys + work.config.defaults), ds_config=_ds_config(work),
         conventions=_conventions(P, N, model.largest_layer, work.optimizer, name), seed001_erratum=_erratum(),
     )
+
+
+def pipeline_summary(spec, ranks: int, micro_batches: int | None) -> dict:
+    """What a report says of a pipeline: its degree, schedule, virtual stages a rank, micro-batches a step (a data-
+    parallel rank's), the data-parallel degree N / (T·P) and the split rule (parallel/pipeline RULES)."""
+    from zerosim.parallel.pipeline import get_schedule
+
+    return {"pp": spec.pp, "schedule": spec.pp_schedule,
+            "virtual_stages": spec.virtual_stages or get_schedule(spec.pp_schedule).default_virtual,
+            "micro_batches": spec.pp if micro_batches is None else micro_batches, "dp": spec.dims(ranks).dp,
+            "split": spec.pp_split}
 
 
 def _gpu(work, measured: list, ranks: int) -> dict | None:

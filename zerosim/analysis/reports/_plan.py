@@ -43,8 +43,8 @@ class PlanReport(Report):
     fitting: list  # the rows that fit, fastest first
     did_not_fit: list
     pruned: list  # [{"stage", "model_states"(, "tp", "cp" or "offload")}]: stages whose states alone exceed the GPU
-    # [{"tp" (, "cp"): [degrees], "strategies", "why"}]: strategies a combination of degrees cannot run (not tried
-    # there; "strategies" [] when the combination itself is refused), by reason
+    # [{"tp" (, "cp", "pp"): [degrees], "strategies", "why"}]: strategies a combination of degrees cannot run (not
+    # tried there; "strategies" [] when the combination itself, or a pipeline's micro-batches, are refused), by reason
     left_out: list
     reproduce: list  # the `zerosim memory` and `zerosim timeline` commands of the top row
     plan: object = kept()
@@ -77,12 +77,14 @@ def _left_out(rows: tuple) -> list:
     """The planner's (({degree: value}, strategy or None, why), ...) grouped: one entry per reason with the degrees
     it was left out at (a list per degree that the plan varied: "tp", and "cp" where context parallelism was tried)
     and its strategies ([] where the combination itself was refused)."""
-    varied = [d for d in ("tp", "cp") if any(degrees.get(d, 1) > 1 for degrees, _, _ in rows)] or ["tp"]
+    varied = [d for d in ("tp", "cp", "pp") if any(degrees.get(d, 1) > 1 for degrees, _, _ in rows)] or ["tp"]
+    varied += ["pp_schedule"] if any("pp_schedule" in degrees for degrees, _, _ in rows) else []
     by = {}
     for degrees, name, why in rows:
         entry = by.setdefault(why, {**{d: [] for d in varied}, "strategies": []})
         for d in varied:
-            entry[d] += [] if degrees.get(d, 1) in entry[d] else [degrees.get(d, 1)]
+            value = degrees.get(d, 1 if d != "pp_schedule" else None)
+            entry[d] += [] if value in entry[d] or value is None else [value]
         entry["strategies"] += [] if name is None or name in entry["strategies"] else [name]
     return [{**v, "why": why} for why, v in by.items()]
 
@@ -104,6 +106,7 @@ def _row(r, s, rate, config) -> dict:
     out = {
         **({"tp": r.tp} if tuple(s.get("tps", (1,))) != (1,) else {}),  # tensor parallelism's degree, when tried
         **({"cp": r.cp} if "cps" in s else {}),  # context parallelism's, when tried
+        **({"pp": r.pp, "pp_schedule": r.pp_schedule, "virtual_stages": r.virtual_stages} if "pps" in s else {}),
         "stage": r.stage, "strategy": r.strategy, "micro_batch": r.micro_batch, "accumulation": r.accumulation,
         "peak": r.peak, "at_peak": r.at_peak, "by_group": by, "overheads": r.overheads, "total": r.total,
         "capacity": r.capacity, "margin": r.margin, "fits": r.fits, "step_s": r.step_s, "compute_s": r.compute_s,
@@ -112,8 +115,9 @@ def _row(r, s, rate, config) -> dict:
     out["reserved"] = reserved(r.peak, s["reserve"])  # what the caching allocator would hold (costs/_reserve.py)
     if "offloads" in s:  # offload tried: where each row keeps what, on the host and NVMe too
         out |= {"offload": r.offload, "host_peak": r.host_peak, "nvme_peak": r.nvme_peak, "host_fits": r.host_fits}
-    if r.step_s:  # the one definition (costs/_throughput.py): a batch rank's B·K sequences, shared by its TP group
-        tps = tokens_per_s_per_gpu(ParallelDims(s["ranks"], tp=r.tp, cp=r.cp),
+    if r.step_s:  # the one definition (costs/_throughput.py): a batch rank's B·K sequences, shared by its TP, CP and
+        # pipeline groups
+        tps = tokens_per_s_per_gpu(ParallelDims(s["ranks"], tp=r.tp, cp=r.cp, pp=r.pp),
                                    r.micro_batch * r.accumulation * s["seq_len"], r.step_s)
         out["tokens_per_s_per_gpu"], out["mfu"] = tps, mfu(tps, config, s["seq_len"], rate)
     return out

@@ -52,6 +52,9 @@ class StepReport(Report):
     ranks: int
     tensor_parallel: dict | None = optional()  # beside TP: {"tp", "sp", "dp", "local_params", "async", "layout"}
     context_parallel: dict | None = optional()  # beside CP: {"cp", "style", "split", "dp", "tokens_per_gpu", ...}
+    # beside PP: {"pp", "schedule", "virtual_stages", "micro_batches", "dp", "ranks": [each pipeline rank's compute and
+    # idle], "bubble_closed_form", "bubble_formula"}
+    pipeline_parallel: dict | None = optional()
     stage: object  # the ZeRO stage, or the strategy's name
     precision: str
     optimizer: str
@@ -96,7 +99,10 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     they feed (a bound); `layout`, what a TP rank keeps (parallel/tensor LAYOUTS). `parallelisms`: others beside
     data parallelism (offload), run for `steps` steps (DPU's steady state is the second); the numbers are the whole
     run's (the caller reads one step's window). `spec`: a ParallelSpec in place of `sp`, `async_tp` and `layout`,
-    with context parallelism (its degree the mesh's cp)."""
+    with context parallelism (its degree the mesh's cp) or pipeline parallelism (its degree the mesh's pp: the
+    pipeline's engine runs the step's K = M micro-batches a data-parallel rank, one representative rank a stage; rank
+    0 is the first stage's, and each pipeline rank's compute and idle share of the step stand beside the bubble's
+    closed form)."""
     from zerosim.analysis.planner import meta_step
     from zerosim.parallel import ParallelSpec
 
@@ -112,18 +118,19 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
     exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
     peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
-    tps = tokens_per_s_per_gpu(mesh.dims, per_micro * K, step)
+    tps = tokens_per_s_per_gpu(mesh.dims, per_micro * K, step)  # the job's degrees: dp = N / (T·C·P)
     flops = mfu(tps, work.config if work.micro else None, work.micro[1] if work.micro else 0,
                 hardware.device.rate(hardware.compute))
     return StepReport(
         strategy=plan.name or None, shard_group=mesh.group, gpus_per_node=mesh.gpus_per_node,
         inter_link=None if hardware.inter_link is None else hardware.inter_link.name,
-        tiers=tier_summary(result, engine.cluster), model=work.model.name, params=work.model.num_params,
+        tiers=tier_summary(result, engine.cluster, spec.pp > 1), model=work.model.name, params=work.model.num_params,
         units=len(engine.model.layers), ranks=n,
-        tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // tp,
+        tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // (tp * spec.pp),
                                               "local_params": engine.model.num_params, "async": async_tp,
                                               "layout": engine.model.layout},
         context_parallel=None if spec.cp == 1 else context_summary(spec, mesh.dims, work.micro, engine),
+        pipeline_parallel=None if spec.pp == 1 else pipeline_timing(spec, n, result, engine),
         stage=plan.name or plan.stage, precision=work.precision_name,
         optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
         micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
@@ -184,6 +191,31 @@ def context_summary(spec, dims, micro, engine) -> dict:
             "balanced": len(pairs) == 1}  # every position's causal attention the same query-key pairs
 
 
+def pipeline_timing(spec, ranks: int, result, engine) -> dict:
+    """What a step beside pipeline parallelism says of it (analysis/reports pipeline_summary's record, and): each
+    pipeline rank's compute on the timeline and the share of the step it did not compute (its bubble, and the
+    communication it waited for); the bubble's closed form with every stage costing the first rank's forward,
+    backward and backward-weight a micro-batch and the links free (parallel/pipeline bubble_fraction)."""
+    from zerosim.analysis.reports._memory import pipeline_summary
+    from zerosim.parallel.pipeline import BUBBLE_FORMULA, bubble_fraction
+
+    table, step = engine.table, result.step_time
+    out = []
+    for p, r in enumerate(engine.cluster.ranks):  # the representatives, one a stage, in pipeline order
+        busy = float(result.compute_busy[r.index])
+        out.append({"rank": p, "gpu": r.index, "compute_s": busy, "idle": 1 - busy / step if step else 0.0})
+    kinds = {}
+    for iv in result.track(engine.cluster.ranks[0].index, "compute"):
+        kinds[iv.category] = kinds.get(iv.category, 0.0) + iv.end - iv.start
+    t_f = kinds.get("forward", 0.0)
+    t_w = kinds.get("backward-weight", 0.0)
+    t_b = t_w + sum(kinds.get(k, 0.0) for k in ("backward", "backward-input", "recompute"))
+    M = table.micro_batches
+    closed = bubble_fraction(table.name, table.pp, M, table.virtual, t_f / M, t_b / M, t_w / M) if t_f + t_b else 0
+    return {**pipeline_summary(spec, ranks, M), "ranks": out, "bubble_closed_form": float(closed),
+            "bubble_formula": BUBBLE_FORMULA[table.name]}
+
+
 def by_purpose(result) -> dict:
     """{purpose: {"seconds", "calls", "exposed"}} of rank 0's communication stream, by the purpose each call was made
     for; `exposed`: the part of those calls rank 0's compute did not hide (timeline `comm_by_purpose`)."""
@@ -215,13 +247,15 @@ def link_model(hw) -> str:
                            " (NCCL's ring: nodes − 1 steps at its α)")
 
 
-def tier_summary(result, cluster) -> dict:
-    """{tier: {"link", "calls", "seconds" (its calls' time, summed), "bytes_per_rank" (sent, the ranks' average)}}."""
+def tier_summary(result, cluster, pipeline: bool = False) -> dict:
+    """{tier: {"link", "calls", "seconds" (its calls' time, summed), "bytes_per_rank" (sent, the ranks' average)}};
+    beside a `pipeline` the bytes are not measured (None: the meta backend's closed form counts a call for every rank,
+    not its stage's alone: parallel/pipeline/_engine.py)."""
     from zerosim.cluster import TIERS
 
     hw, sent = result.hardware, cluster.trace.bytes_by_tier()
-    out = {t: {"link": hw.link_of(t).name, "calls": 0, "seconds": 0.0, "bytes_per_rank": sent[t] / cluster.world_size}
-           for t in TIERS}
+    out = {t: {"link": hw.link_of(t).name, "calls": 0, "seconds": 0.0,
+               "bytes_per_rank": None if pipeline else sent[t] / cluster.world_size} for t in TIERS}
     for iv in result.track(0, "comm"):
         row = out[iv.event.tier if hw.inter_link is not None else TIERS[0]]
         row["calls"] += 1

@@ -22,7 +22,7 @@ single number) it is the roofline with every peak derated by it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +38,10 @@ from zerosim.parallel.tensor import MetaTensorParallelModel, fp8_wire
 from zerosim.parallel.tensor._meta import MetaTensorParallelUnit
 
 PASSES = ("forward", "recompute", "backward")  # a unit's passes; any other compute (Newton-Schulz) is GEMM FLOPs
+# zero bubble's halves of a unit's backward (models/_run.py `_split`): their share of the backward's work, as the
+# engine shares its FLOPs — half each for a unit with weights (the paper's T_B = T_W), all to the input's otherwise
+SPLIT = {"backward-input": lambda weights: 0.5 if weights else 1.0,
+         "backward-weight": lambda weights: 0.5 if weights else 0.0}
 
 
 def device_key(device) -> str:
@@ -128,6 +132,11 @@ class KernelTimes:
         if self.efficiency.flat is not None:
             f = self.efficiency.flat
             return compute_time(ev.flops, ev.bytes_read + ev.bytes_written, dev.rate(self.hw.compute) * f, dev.hbm * f)
+        if ev.kind in SPLIT:  # a zero-bubble half: its share of the unit's backward, kernel class by class
+            unit = getattr(self.model.layers[ev.layer], "unit", None) if ev.layer >= 0 else None
+            if unit is not None and self.micro is not None:
+                whole = replace(ev, kind="backward", needs=(), values=None)
+                return SPLIT[ev.kind](bool(getattr(unit, "param_shapes", None))) * self.compute(whole)
         w, r = self.work(ev), self.rates
         if w is None:  # counts only: all of it GEMM work
             return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework

@@ -24,11 +24,13 @@ The oracle is zerosim.reference's PipelineReference; docs/explanation/adding-a-p
 drives the data-parallel step's phases instead of being one more set of its hooks.
 """
 
-from zerosim.parallel.pipeline._engine import PipelineEngine
+from zerosim.parallel.pipeline._costs import BUBBLE_FORMULA, bubble_fraction, in_flight
+from zerosim.parallel.pipeline._engine import PipelineEngine, check_beside
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, SCHEDULES, Schedule, get_schedule, make_table
 from zerosim.parallel.pipeline._stages import RULES, Pieces, StageModel, StageSplit, pieces, split
 from zerosim.parallel.pipeline._table import ACTION_KINDS, Action, Table
 from zerosim.parallel.pipeline._views import StageCluster
 
-__all__ = ["ACTION_KINDS", "Action", "DEFAULT_SCHEDULE", "PipelineEngine", "Pieces", "RULES", "SCHEDULES", "Schedule",
-           "StageCluster", "StageModel", "StageSplit", "Table", "get_schedule", "make_table", "pieces", "split"]
+__all__ = ["ACTION_KINDS", "Action", "BUBBLE_FORMULA", "DEFAULT_SCHEDULE", "PipelineEngine", "Pieces", "RULES",
+           "SCHEDULES", "Schedule", "StageCluster", "StageModel", "StageSplit", "Table", "bubble_fraction",
+           "check_beside", "get_schedule", "in_flight", "make_table", "pieces", "split"]

@@ -63,6 +63,14 @@ def in_flight(schedule: str, P: int, M: int, V: int, r: int) -> int:
     return IN_FLIGHT[schedule](P, M, V, r)
 
 
+BUBBLE_FORMULA = {  # the closed forms of bubble_fraction, in words (the module docstring cites each)
+    "gpipe": "(P − 1) / (M + P − 1)",
+    "1f1b": "(P − 1) / (M + P − 1)",
+    "interleaved-1f1b": "(P − 1) / (V·M + P − 1)",
+    "zero-bubble": "idle (P − 1)(T_F + T_B − 2·T_W) / V of M·(T_F + T_B) + idle",
+}
+
+
 def bubble_fraction(schedule: str, P: int, M: int, V: int, t_f, t_b, t_w=0) -> Fraction:
     """The fraction of the step a rank idles, by hand, as an exact rational (times as ints or Fractions; t_b the
     whole backward's, t_w the part a zero-bubble schedule runs as backward-weight)."""

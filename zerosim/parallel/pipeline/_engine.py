@@ -49,7 +49,7 @@ from zerosim.cluster import Cluster, Groups, Handle
 from zerosim.models import split_backward
 from zerosim.parallel._contract import Parallelism
 from zerosim.parallel._dims import ParallelDims
-from zerosim.parallel.data import ZeroEngine, get_plan, skips_steps
+from zerosim.parallel.data import GradientRecipe, ZeroEngine, get_comm_schedule, get_plan, skips_steps
 from zerosim.parallel.pipeline._communication import hand_on
 from zerosim.parallel.pipeline._repeat import REPLAY, Records, applies, make_of
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, make_table
@@ -344,6 +344,35 @@ class _TensorStage(Parallelism):
         return self.tensor.after_unit(ctx, passes, self._as_tp_sees(ops))
 
 
+def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who: str | None = None) -> None:
+    """What a pipeline refuses beside it at ZeRO `stage` (0-3) with `precision`, `recipe` (a recipe's name, a
+    GradientRecipe or None: the policy's), `comm` (a CommSchedule or None) and `virtual` stages a rank, a ValueError
+    quoting who refuses it (`who`: how the caller names the stage, e.g. the command line's flags):
+
+      DeepSpeed's recipes ("deepspeed-*") at stages 2 and 3: its pipeline engine asserts the stage is below gradients
+      a loss scaler that skips steps: the overflow decision spans every stage (Megatron all-reduces found_inf over the
+          pipeline group too); not modelled yet
+      reduction buckets at stages 0/1 with virtual stages: a bucket would span the chunks' backwards; not modelled yet
+    """
+    plan = get_plan(stage)
+    name = GradientRecipe.of(get_precision(precision), recipe).reduction  # the recipe given, or the policy's
+    if name.startswith("deepspeed") and plan.shards("grads"):  # DeepSpeed: `< ZeroStageEnum.gradients` asserted
+        who = (f"recipe {name!r} at stage {plan.stage} beside pipeline parallelism" if who is None else
+               f"{who} with DeepSpeed's recipe {name!r}")
+        raise ValueError(f"{who}: DeepSpeed refuses it: '{DEEPSPEED_REFUSES}' (DeepSpeed 0.19.8 "
+                         "runtime/pipe/engine.py, PipelineEngine.__init__, line 77); Megatron's distributed "
+                         "optimizer (stage 1) and torchtitan's FSDP (stage 3, recipe 'fsdp2') run beside it")
+    if skips_steps(get_precision(precision).make_scaler()):
+        raise ValueError("a loss scaler that skips steps beside pipeline parallelism: the overflow decision spans "
+                         "every stage (Megatron all-reduces found_inf over the pipeline group too); not modelled yet: "
+                         "use a static loss scale (or bf16)")
+    comm = get_comm_schedule(comm) if isinstance(comm, str) else comm
+    bucketed = comm is not None and getattr(comm, "reduce_bucket_size", None) is not None or name == "ddp"
+    if virtual > 1 and bucketed and not plan.reduces_per_unit:
+        raise ValueError("reduction buckets at stages 0/1 with virtual stages: a bucket would span the chunks' "
+                         "backwards; not modelled yet (a stage 2 or 3, or one stage a rank)")
+
+
 def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
     """What the pipeline refuses, before anything is made (the module docstring says why each)."""
     if cluster.local_size != cluster.world_size and cluster.backend.holds_values:
@@ -356,21 +385,7 @@ def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
         raise ValueError(f"pipeline stage {empty[0]}'s ranks {blocks.members[empty[0]][0]}.."
                          f"{blocks.members[empty[0]][-1]} are not hosted: on the meta backend host one a stage "
                          "(Cluster(N, backend='meta', hosted=ParallelDims(N, pp=P, ...).groups('pp').group_of(0)))")
-    plan = get_plan(stage)
-    name = recipe if isinstance(recipe, str) else getattr(recipe, "reduction", "") or ""
-    if name.startswith("deepspeed") and plan.shards("grads"):  # DeepSpeed: `< ZeroStageEnum.gradients` asserted
-        raise ValueError(f"recipe {name!r} at stage {plan.stage} beside pipeline parallelism: DeepSpeed refuses it: "
-                         f"'{DEEPSPEED_REFUSES}' (DeepSpeed 0.19.8 runtime/pipe/engine.py, PipelineEngine.__init__, "
-                         "line 77); Megatron's distributed optimizer (stage 1) and torchtitan's FSDP (stage 3, "
-                         "recipe 'fsdp2') run beside it")
-    if skips_steps(get_precision(precision).make_scaler()):
-        raise NotImplementedError("a loss scaler that skips steps beside pipeline parallelism: the overflow decision "
-                                  "spans every stage (Megatron all-reduces found_inf over the pipeline group too); not "
-                                  "modelled yet: use a static loss scale")
+    check_beside(stage, precision, recipe, comm, table.virtual)
     if tensor is not None and tensor.sequence_parallel:
         raise NotImplementedError("sequence parallelism beside pipeline parallelism: its gradient sum over the TP "
                                   "group reads the whole TP model's layout; not modelled yet")
-    bucketed = comm is not None and getattr(comm, "reduce_bucket_size", None) is not None or name == "ddp"
-    if table.virtual > 1 and bucketed and not plan.reduces_per_unit:
-        raise NotImplementedError("reduction buckets at stages 0/1 with virtual stages: a bucket would span the "
-                                  "chunks' backwards; not modelled yet")

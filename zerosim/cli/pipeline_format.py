@@ -1,0 +1,75 @@
+"""`zerosim memory --pp P` and `zerosim timeline --pp P` as text: the header, and each pipeline rank's layers, peaks and
+micro-batches in flight (memory), or its compute and idle time beside the bubble's closed form (timeline). The numbers
+are the reports' (zerosim.analysis.reports: pipeline_summary, each row's "pipeline"; StepReport.pipeline_parallel)."""
+
+from __future__ import annotations
+
+GB = 1e9
+
+
+def pp_header(r: dict, pp: dict, tp: dict | None) -> list:
+    """The lines above `zerosim memory`'s table beside pipeline parallelism (and TP)."""
+    degrees = f"pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp else "") + f"dp {pp['dp']}"
+    return [
+        f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = {degrees}, "
+        f"{r['optimizer']}, {r['precision']}",
+        f"A pipeline of {pp['pp']} ranks ({_schedule(pp)}, M = {pp['micro_batches']} micro-batches a step on each "
+        f"data-parallel rank; {pp['split']}'s split):",
+        "each pipeline rank holds its stages' layers" + (" (one TP rank's slice of them)" if tp else "")
+        + f" and ZeRO shards them over the dp = {pp['dp']} ranks holding them.",
+        "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them after "
+        "one step;",
+        "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",
+        "",
+    ]
+
+
+def pp_rank_lines(r: dict) -> list:
+    """Each pipeline rank's units, parameters, chunks in flight, and its peak at each ZeRO stage of the table."""
+    rows = [row for row in r["stages"] if row.get("pipeline")]
+    if not rows:
+        return []
+    pp = r["pipeline_parallel"]
+    lines = [
+        "",
+        f"Per pipeline rank (one GPU of each stage's block stands for its block; GB = 1e9 bytes; {pp['schedule']}, "
+        f"M = {pp['micro_batches']}):",
+        f"  {'rank':>4s} {'GPUs':>13s}  {'units':<28s} {'params':>14s} {'in flight':>9s}   "
+        + " ".join(f"{'ZeRO-' + str(row['stage']):>8s}" for row in rows) + f" {'activ.':>8s}",
+    ]
+    for p, first in enumerate(rows[0]["pipeline"]):
+        lo, hi = first["gpus"]
+        units = f"{first['units'][0]} .. {first['units'][1]}"
+        peaks = " ".join(f"{row['pipeline'][p]['peak'] / GB:8.2f}" for row in rows)
+        lines.append(f"  {p:>4d} {f'{lo}-{hi - 1}':>13s}  {units:<28s} {first['params']:>14,d} "
+                     f"{first['in_flight']:>9d}   {peaks} {first['activations'] / GB:8.2f}")
+    lines += [
+        "in flight: the most micro-batch chunks whose activations the rank holds at once (GPipe M, 1F1B P − r,",
+        "interleaved 2(P − 1 − r) + (V − 1)·m + 1: zerosim/parallel/pipeline/_costs.py), so the first rank peaks "
+        "highest;",
+        "activ.: its activations' peak. The bytes each rank sends are not measured beside a pipeline (sent: —).",
+    ]
+    return lines
+
+
+def pp_step_lines(pp: dict) -> list:
+    """`zerosim timeline --pp`'s lines: each pipeline rank's compute and idle share of the step, the bubble's closed
+    form with equal stages beside them."""
+    lines = [
+        "",
+        f"Pipeline: {pp['pp']} ranks, {_schedule(pp)}, M = {pp['micro_batches']} micro-batches a step on each "
+        f"data-parallel rank (dp {pp['dp']}).",
+        f"  {'rank':>4s} {'compute s':>10s} {'idle':>7s}",
+    ]
+    for x in pp["ranks"]:
+        lines.append(f"  {x['rank']:>4d} {x['compute_s']:10.3f} {100 * x['idle']:6.1f}%")
+    lines += [
+        f"idle: the part of the step the rank does not compute (its bubble, and what communication it waits for); the "
+        f"closed form with equal stages and free links: {100 * pp['bubble_closed_form']:.1f} % "
+        f"({pp['bubble_formula']}, zerosim/parallel/pipeline/_costs.py).",
+    ]
+    return lines
+
+
+def _schedule(pp: dict) -> str:
+    return pp["schedule"] + (f", {pp['virtual_stages']} stages a rank" if pp["virtual_stages"] > 1 else "")
