@@ -47,7 +47,8 @@ def test_the_narration_and_the_command():
 
 
 @pytest.mark.bad_input("command line")
-@pytest.mark.parametrize("argv", [["--pp", "3"], ["--pp", "2", "--tp", "2"], ["--pp", "2", "--stage", "3"]])
+@pytest.mark.parametrize("argv", [["--pp", "3"], ["--pp", "2", "--tp", "2"], ["--pp", "2", "--stage", "3"],
+                                  ["--pp", "2", "--strategy", "mics"]])  # --strategy was taken and not used
 def test_pp_other_than_2_or_with_other_flags_is_refused(argv):
     done = subprocess.run([sys.executable, "-m", "zerosim.cli.main", "replay", *argv], capture_output=True, text=True)
     assert done.returncode != 0 and "--pp" in done.stderr and "Traceback" not in done.stderr

@@ -126,4 +126,5 @@ def test_every_ledger_name_is_put_in_plain_words_where_it_first_appears(args, na
 def test_exact_with_the_mesh_replay_is_refused_by_name(capsys):
     assert main(["replay", "--mesh", "2x2", "--exact"]) == 2
     out, err = capsys.readouterr()
-    assert not out and err.count("\n") == 1 and "not --stage, --steps, --no-checkpoint, --loss-scale or --exact" in err
+    assert not out and err.count("\n") == 1
+    assert "not --tp, --cp, --pp, --stage, --steps, --no-checkpoint, --loss-scale or --exact" in err

@@ -86,6 +86,9 @@ def test_plan_ranks_tp_degrees_with_the_stages():
     (["plan", "--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-80gb", "--seq-len", "2048", "--global-batch",
       "32", "--sp"], "--sp cuts the sequence over a TP group"),
     (["replay", "--tp", "4"], "--tp replays seed 004's two-weight first layer over 2 GPUs"),
+    # --strategy chooses --mesh's strategy: beside --tp it was taken and never used
+    (["replay", "--tp", "2", "--strategy", "hsdp"],
+     "it takes --precision and --json, not --cp, --pp, --mesh, --strategy"),
 ])
 def test_bad_tp_flags_are_clear_errors(argv, said):
     out = zerosim(*argv)

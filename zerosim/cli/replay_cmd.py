@@ -51,12 +51,28 @@ def add_arguments(p) -> None:
                         "log-sum-exp, and the online softmax's merge, number by number (context parallelism)")
 
 
+# Every flag of the article's replay a narrow replay (--mesh, --tp, --pp, --cp) may find beside its own, and how to
+# tell it was given (the defaults are the article's one step: stage 1, checkpointing, no loss scale)
+_GIVEN = {"--tp": lambda a: a.tp is not None, "--cp": lambda a: a.cp is not None, "--pp": lambda a: a.pp is not None,
+          "--mesh": lambda a: a.mesh is not None, "--strategy": lambda a: a.strategy is not None,
+          "--stage": lambda a: a.stage != 1, "--steps": lambda a: a.steps != 1,
+          "--no-checkpoint": lambda a: a.no_checkpoint, "--loss-scale": lambda a: a.loss_scale is not None,
+          "--exact": lambda a: a.exact}
+
+
+def _alone(args, what: str, takes: str, own: tuple) -> None:
+    """Refuse, before anything runs, every flag of _GIVEN beside a narrow replay but its `own`; the message says
+    `what` it replays, what it `takes`, and every flag it does not."""
+    if any(given(args) for flag, given in _GIVEN.items() if flag not in own):
+        others = [flag for flag in _GIVEN if flag not in own]
+        raise ValueError(f"{what}; it takes {takes}, not {', '.join(others[:-1])} or {others[-1]}")
+
+
 def _run_mesh(args) -> int:
     from zerosim.replay import mesh_replay, narrate_mesh
 
-    if args.stage != 1 or args.steps != 1 or args.no_checkpoint or args.loss_scale is not None or args.exact:
-        raise ValueError("--mesh replays one step of --strategy (hsdp or mics); it takes --precision, --lr and --json, "
-                         "not --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    _alone(args, "--mesh replays one step of --strategy (hsdp or mics)", "--precision, --lr and --json",
+           ("--mesh", "--strategy"))
     result = mesh_replay(args.strategy or "hsdp", args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
     return 0
@@ -67,10 +83,8 @@ def _run_tensor(args) -> int:
 
     if args.tp != 2:
         raise ValueError(f"--tp replays seed 004's two-weight first layer over 2 GPUs: give --tp 2, got {args.tp}")
-    if args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
-            args.loss_scale is not None or args.exact:
-        raise ValueError("--tp 2 replays one forward and backward of one tensor-parallel layer; it takes --precision "
-                         "and --json, not --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    _alone(args, "--tp 2 replays one forward and backward of one tensor-parallel layer", "--precision and --json",
+           ("--tp",))
     result = tensor_replay(args.precision)
     print(json.dumps(result, indent=1) if args.json else narrate_tensor(result))
     return 0
@@ -81,10 +95,7 @@ def _run_pipeline(args) -> int:
 
     if args.pp != 2:
         raise ValueError(f"--pp replays seed 004's two layers as 2 pipeline stages: give --pp 2, got {args.pp}")
-    if args.tp is not None or args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
-            args.loss_scale is not None or args.exact or args.cp is not None:
-        raise ValueError("--pp 2 replays one 1F1B step of 2 micro-batches; it takes --precision, --lr and --json, not "
-                         "--tp, --cp, --mesh, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    _alone(args, "--pp 2 replays one 1F1B step of 2 micro-batches", "--precision, --lr and --json", ("--pp",))
     result = pipeline_replay(args.precision, args.lr)
     print(json.dumps(result, indent=1) if args.json else narrate_pipeline(result))
     return 0
@@ -95,10 +106,7 @@ def _run_context(args) -> int:
 
     if args.cp != 2:
         raise ValueError(f"--cp replays one hop of ring attention over 2 GPUs: give --cp 2, got {args.cp}")
-    if args.tp is not None or args.mesh is not None or args.stage != 1 or args.steps != 1 or args.no_checkpoint or \
-            args.loss_scale is not None or args.exact or args.strategy is not None or args.pp is not None:
-        raise ValueError("--cp 2 replays one forward of ring attention; it takes --precision and --json, not --tp, "
-                         "--pp, --mesh, --strategy, --stage, --steps, --no-checkpoint, --loss-scale or --exact")
+    _alone(args, "--cp 2 replays one forward of ring attention", "--precision and --json", ("--cp",))
     result = cp_replay(args.precision or "bf16-mixed")
     print(json.dumps(result, indent=1) if args.json else narrate_cp(result))
     return 0
