@@ -9,30 +9,17 @@ the planning (34 s); a config of 10^6 layers or `--accumulation-steps 100000` pr
 "Before any work" is checked by replacing the work with a function that fails the test if it is called."""
 
 import errno
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from helpers import files_of as snapshot  # what a refused command must leave as it was, links included
+from helpers import run_cli as run  # (exit status, stdout, stderr) of `zerosim *argv`, in this process
 
-from zerosim.cli.main import main
 from zerosim.models.hf import shipped_config
 from zerosim.outputs import checkpoint_around, write_atomic
 
 PROC = "/proc/zerosim-cannot-write-here"  # /proc takes no new files, for root neither: permissions alone do not tell
-
-
-def run(*argv) -> tuple:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def snapshot(root) -> dict:
-    root = Path(root)
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
