@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 # name: (its module, its one-line help). The help is written here as well as in the module (`HELP`; a test keeps
@@ -156,5 +157,15 @@ def _run(args) -> int:
         return 2
 
 
+def entry() -> None:
+    """The `zerosim` command: main(), then exit with its status. After Ctrl-C (status 130) a second SIGINT while
+    Python shuts down is ignored: the shell sees 130 and the one "interrupted" line, not a death by signal. (Here, not
+    in main(): a test calling main() in-process keeps its own SIGINT handler.)"""
+    code = main()
+    if code == 130:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
