@@ -10,6 +10,8 @@ catch, so a rule that stopped looking would fail here rather than pass silently.
                        in parallel/, checkpoint/ and train/: code asks a plan what it shards
     layouts hide kind  no `<...layout...>.kind` outside the layouts (parallel/data/layouts/)
     no engine helper   no function in parallel/ takes a parameter called `engine`
+    faces only         no module imports another folder's private file or name (`zerosim.a._b`, `from zerosim.a
+                       import _b`) unless it lives in that folder: folders reach each other through their faces
     one screen         ZeroEngine.step and _micro_step: <= 60 lines, <= 120 columns, naming every collective
                        a stage-3 step makes
 """
@@ -94,12 +96,44 @@ def engine_parameters(source: str) -> list:
             and any(a.arg == "engine" for a in n.args.args + n.args.kwonlyargs + n.args.posonlyargs)]
 
 
+def private_reach_ins(source: str, module: str = "zerosim.x.y._here") -> list:
+    """The imports in `source` (the module `module`) of a private file or name that belongs to a folder `module` is
+    not in: `zerosim.a._b` (or `from zerosim.a import _b`) belongs to zerosim.a, and only modules under zerosim.a
+    may import it."""
+    package = module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [f"{node.module}.{a.name}" if a.name.startswith("_") and not a.name.startswith("__")
+                       else node.module for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            private = [i for i, part in enumerate(parts) if part.startswith("_") and not part.startswith("__")]
+            if parts[0] != "zerosim" or not private:
+                continue
+            owner = ".".join(parts[:private[0]])
+            if not (package == owner or package.startswith(owner + ".")):
+                found.append(f"line {node.lineno}: {target} (belongs to {owner})")
+    return found
+
+
 VIOLATIONS = {  # checker -> a small source it must catch, and a correct one it must let pass
     counts_trace_calls: ("first = len(cluster.trace.calls)\n", "handle = all_gather(cluster, xs).handle\n"),
     stage_literals: ("if engine.stage_number == 3:\n    pass\nx = PLANS[1]\nok = stage in (1, 2)\n",
                      "if plan.shards('params'):\n    pass\n"),
     layout_kinds: ("if self.layout.kind != 'flat':\n    pass\n", "if op.kind == 'backward':\n    pass\n"),
     engine_parameters: ("def gather_unit(engine, layer):\n    pass\n", "def gather(ctx, layer):\n    pass\n"),
+    # the checker's default module is zerosim.x.y._here: it may import zerosim.x.y's private files and names, and
+    # zerosim.x's (it lives in both folders); not a sibling's, a child folder's, nor the same names by a plain import
+    private_reach_ins: ("from zerosim.x.z._file import f\nfrom zerosim.x.y.child._file import f\n"
+                        "from zerosim.x.z import _file\nimport zerosim.x.z._file\n",
+                        "from zerosim.x.y._file import f\nfrom zerosim.x._file import f\n"
+                        "from zerosim.x.y import _file\nfrom zerosim.x.z import f, __version__\n"
+                        "import zerosim.x._file\n"),
 }
 
 
@@ -110,6 +144,8 @@ def test_each_checker_catches_its_violation(checker):
     assert checker(good) == []
     if checker is stage_literals:
         assert len(checker(bad)) == 3  # the ==, the PLANS[1] and the `in (1, 2)`
+    if checker is private_reach_ins:
+        assert len(checker(bad)) == 4  # the sibling's file, the child folder's, the sibling's by name, the plain import
 
 
 # ------------------------------------------------------------------------------------------ the rules
@@ -127,6 +163,17 @@ def test_no_stage_number_outside_the_plans():
 def test_layouts_hide_their_kind():
     layouts = tuple(f"parallel/data/layouts/{f}" for f in ("_flat.py", "_partition.py", "_choose.py"))
     found = {p: layout_kinds(s) for p, s in sources(".", skip=layouts).items()}
+    assert not {p: v for p, v in found.items() if v}
+
+
+def test_folders_reach_each_other_only_through_their_faces():
+    """Issue 58: a module imports another folder's code by that folder's face (its __init__.py), never its private
+    files or names, so a folder can change what is behind its face without dragging its readers along."""
+    found = {}
+    for path, source in sources(".").items():
+        module = "zerosim." + path.removesuffix(".py").replace("/", ".")
+        module = module.removesuffix(".__init__") + (".__init__" if path.endswith("__init__.py") else "")
+        found[path] = private_reach_ins(source, module)
     assert not {p: v for p, v in found.items() if v}
 
 

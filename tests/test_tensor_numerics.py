@@ -24,8 +24,7 @@ from zerosim.analysis.numerics import gamma
 from zerosim.models import GPT, Llama, loss_and_grad
 from zerosim.models.layers import tokens_linear_forward
 from zerosim.parallel import ParallelDims
-from zerosim.parallel.tensor import TensorParallel, padded_vocab, whole_flat
-from zerosim.parallel.tensor._communication import run
+from zerosim.parallel.tensor import TensorParallel, padded_vocab, run_side, whole_flat
 from zerosim.parallel.tensor._plan import sequence_parallel_windows
 from zerosim.precision import cast, get_format
 from zerosim.reference import TensorReference
@@ -67,7 +66,7 @@ def row_parallel(x, W, T, fmt):
     cluster, group = tp_cluster(T)
     k = W.shape[1] // T
     partials = [tokens_linear_forward(x[:, r * k:(r + 1) * k], W[:, r * k:(r + 1) * k], None, fmt) for r in range(T)]
-    summed, _ = run("all-reduce", cluster, group, [p[None] for p in partials], "test")
+    summed, _ = run_side("all-reduce", cluster, group, [p[None] for p in partials], "test")
     return summed[0][0], partials
 
 
@@ -90,7 +89,7 @@ def test_a_row_parallel_matmul_in_fp16_by_hand():
 def test_sequence_parallel_reduce_scatter_by_hand():
     f = get_format("fp16")
     cluster, group = tp_cluster(2)
-    kept, _ = run("reduce-scatter", cluster, group, [cast(p, f) for p in SP_PARTIALS], "test")
+    kept, _ = run_side("reduce-scatter", cluster, group, [cast(p, f) for p in SP_PARTIALS], "test")
     for got, (want, exact) in zip(kept, SP_KEPT):
         assert np.array_equal(got.astype(np.float64), want)
         assert np.all(np.abs(got.astype(np.float64) - exact) <= f.unit_roundoff * np.abs(exact))

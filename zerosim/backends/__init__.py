@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from zerosim.backends._base import available_bytes  # noqa: F401 (the host's free memory: cluster/ reads it here)
+
 BACKENDS = ("numpy", "meta", "mpi", "cupy", "cupy-sim")
 
 
@@ -26,15 +28,15 @@ def make_backend(name: str, world_size: int, **options):
 
         return MetaBackend(world_size, **options)
     if name == "mpi":
-        from zerosim.backends.mpi._backend import MpiBackend  # mpi4py itself is imported only when the backend is made
+        from zerosim.backends.mpi import MpiBackend  # mpi4py itself is imported only when the backend is made
 
         return MpiBackend(world_size, **options)
     if name == "cupy":
-        from zerosim.backends.cupy._backend import CupyBackend  # cupy itself is imported only when the backend is made
+        from zerosim.backends.cupy import CupyBackend  # cupy itself is imported only when the backend is made
 
         return CupyBackend(world_size, **options)
     if name == "cupy-sim":
-        from zerosim.backends.cupy._sim import CupySimBackend  # cupy itself is imported only when the backend is made
+        from zerosim.backends.cupy import CupySimBackend  # cupy itself is imported only when the backend is made
 
         return CupySimBackend(world_size, **options)
     if name in BACKENDS:

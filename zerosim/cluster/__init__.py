@@ -19,10 +19,18 @@
     _window.py   a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
-from zerosim.cluster._budget import MAX_UNITS
+from zerosim.cluster._budget import GB, MAX_UNITS, available_bytes, check_fits, gb
 from zerosim.cluster._closed import busiest_bytes
 from zerosim.cluster._cluster import Cluster
-from zerosim.cluster._events import Compute, Fp8ScaleUpdate, GradClip, LossScaleUpdate, OptimizerStep, StepBoundary
+from zerosim.cluster._events import (
+    Compute,
+    ComputeFields,
+    Fp8ScaleUpdate,
+    GradClip,
+    LossScaleUpdate,
+    OptimizerStep,
+    StepBoundary,
+)
 from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
 from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
 from zerosim.cluster._rank import Rank
@@ -58,4 +66,5 @@ __all__ = [
     "TRANSFERS",
     "Trace",
     "busiest_bytes",
+    "ComputeFields", "GB", "available_bytes", "check_fits", "gb",
 ]

@@ -8,7 +8,7 @@ instead (the meta backend accounts any size without allocating).
 
 from __future__ import annotations
 
-from zerosim.backends._base import available_bytes  # noqa: F401 (the host's free memory, for callers before a backend exists)
+from zerosim.backends import available_bytes  # noqa: F401 (the host's free memory, for callers before a backend exists)
 
 GB = 1e9  # the ZeRO paper's and the seeds' GB: 10**9 bytes (DeepSpeed's estimators print GiB, 2**30)
 # Units (blocks and ends) in one model: building it and stepping it visit each once per micro-step, one by one in

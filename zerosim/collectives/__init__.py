@@ -31,7 +31,7 @@ _NAMES = {
     "._broadcast": ("broadcast",),
     "._calls": ("all_gather", "all_reduce", "reduce_scatter"),
     "._naive": ("naive_all_gather", "naive_all_reduce", "naive_reduce", "naive_reduce_scatter"),
-    "._ops": ("OPS", "ReduceOp", "get_op"),
+    "._ops": ("OPS", "ReduceOp", "add", "get_op", "premul_reciprocal"),
     "._p2p": ("naive_send_pairs", "send_pairs"),
     "._send_recv": ("naive_send_recv", "send_recv"),
     "._shards": ("ShardLayout",),

@@ -7,8 +7,7 @@ import functools
 import numpy as np
 
 from zerosim.cluster import RunCounts
-from zerosim.precision import format_of
-from zerosim.precision._formats import FORMAT_BY_DTYPE
+from zerosim.precision import FORMAT_BY_DTYPE, format_of
 
 
 def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:

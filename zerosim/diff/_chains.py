@@ -14,7 +14,7 @@ import numpy as np
 from zerosim.diff._events import Event, number
 from zerosim.diff._names import AFTER
 from zerosim.diff._reduction import reduction_chain
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
 
 def _weights(side, t, index, param, value) -> list:

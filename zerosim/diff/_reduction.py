@@ -20,9 +20,8 @@ import numpy as np
 from zerosim.collectives import naive_reduce
 from zerosim.diff._events import Event, number, same_bits
 from zerosim.diff._names import AFTER
-from zerosim.parallel.data.recipes import _averaging as averaging
-from zerosim.parallel.data.recipes import ready_order
-from zerosim.parallel.data.recipes._bucket_allreduce import call_chunks, flat_chunks, range_slices, split_calls
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
+from zerosim.parallel.data.recipes import call_chunks, flat_chunks, range_slices, ready_order, split_calls
 
 
 def reduction_chain(side, step: int, param, index: int) -> list:

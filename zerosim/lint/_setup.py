@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.parallel.data import GradientRecipe
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 from zerosim.precision import get_precision
 
 

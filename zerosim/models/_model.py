@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerosim.models.layers._basic import Layer
-from zerosim.models.layers._losses import Loss
+from zerosim.models.layers import Layer, Loss
 
 
 def all_finite(x: np.ndarray) -> bool:

@@ -18,7 +18,7 @@ _NAMES = {
     "._adam": ("Adam", "AdamW"),
     "._adan": ("Adan",),
     "._base": ("STEP_BLOCK", "Optimizer", "OptimizerRun", "scalar", "step_in_blocks"),
-    "._by_matrix": ("step_by_matrix",),
+    "._by_matrix": ("matrix_shape", "step_by_matrix"),
     "._lion": ("Lion",),
     "._muon": ("AUX_NAMES", "CUBIC", "QUINTIC", "SHARDINGS", "Muon", "MuonAdamW", "newton_schulz"),
     "._sgd": ("SGD",),

@@ -17,6 +17,6 @@ example.
 
 from zerosim.parallel._contract import Parallelism, Parallelisms
 from zerosim.parallel._dims import FLATTENED, ORDER, ParallelDims
-from zerosim.parallel._spec import FLAGS, ParallelSpec
+from zerosim.parallel._spec import DEGREES, FLAGS, ParallelSpec
 
-__all__ = ["FLAGS", "FLATTENED", "ORDER", "ParallelDims", "ParallelSpec", "Parallelism", "Parallelisms"]
+__all__ = ["FLAGS", "FLATTENED", "ORDER", "ParallelDims", "ParallelSpec", "Parallelism", "Parallelisms", "DEGREES"]

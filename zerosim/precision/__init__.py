@@ -10,13 +10,14 @@
 """
 
 from zerosim._lazy import lazy_face, names_of
+
 # eager: the function `cast` shares its name with the subpackage, which a first import of the subpackage would put in
 # its place on this face (everything imports the subpackage anyway)
 from zerosim.precision.cast import ROUNDINGS, cast, to_float64  # noqa: F401 (the face's: __all__ below)
 
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
-    "._formats": ("FORMATS", "Format", "format_of", "get_format"),
+    "._formats": ("FORMATS", "FORMAT_BY_DTYPE", "Format", "format_of", "get_format"),
     "._loss_scaling": (
         "LOSS_SCALERS", "DeepSpeedLossScaler", "LossScaleAtMinimum", "StaticLossScale", "StepDecision",
         "TorchGradScaler", "get_loss_scaler", "has_inf_or_nan", "loss_scaler_from_state_dict", "unscale",

@@ -54,8 +54,7 @@ import numpy as np
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision._loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 from zerosim.precision.arithmetic import check_arithmetic
-from zerosim.precision.cast._cast import cast
-from zerosim.precision.cast._counter_random import counter_uniforms
+from zerosim.precision.cast import cast, counter_uniforms
 
 # what each name means is written in zerosim/parallel/data/recipes/_recipes.py (RECIPES), the one place; listed here to
 # check input

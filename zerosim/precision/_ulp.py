@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.precision._formats import get_format
-from zerosim.precision.cast._cast import cast, to_float64
+from zerosim.precision.cast import cast, to_float64
 
 
 def ulp(x, fmt) -> np.ndarray:

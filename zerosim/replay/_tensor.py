@@ -23,7 +23,7 @@ from zerosim.cluster import Cluster
 from zerosim.models.layers import relu_forward, tokens_linear_backward, tokens_linear_forward
 from zerosim.models.mlp import TinyNet
 from zerosim.parallel import ParallelDims
-from zerosim.parallel.tensor._communication import run
+from zerosim.parallel.tensor import run_side
 from zerosim.precision import cast, get_precision
 
 
@@ -51,7 +51,7 @@ def tensor_replay(precision: str = "fp16-mixed") -> dict:
     # forward: each GPU its column of x and of W = [w1, w2]
     partial = [tokens_linear_forward(x[:, r:r + 1], w[r:r + 1].reshape(1, 1), None, fmt) for r in range(2)]
     first = len(cluster.trace.calls)
-    h, _ = run("all-reduce", cluster, group, [p.reshape(1, 2, 1) for p in partial], "layer1 g")
+    h, _ = run_side("all-reduce", cluster, group, [p.reshape(1, 2, 1) for p in partial], "layer1 g")
     forward_hops = _hops(cluster.trace, first)
     h = h[0].reshape(2, 1)
     a, _ = relu_forward(h, fmt)
@@ -64,9 +64,9 @@ def tensor_replay(precision: str = "fp16-mixed") -> dict:
     dh = cast(np.where(h.astype(acc) > 0, da.astype(acc), 0.0), fmt)
     halves = [tokens_linear_backward(dh, x[:, r:r + 1], w[r:r + 1].reshape(1, 1), fmt) for r in range(2)]
     first = len(cluster.trace.calls)
-    dx, _ = run("all-reduce", cluster, group, [np.concatenate([halves[r][0] if c == r else np.zeros((2, 1), fmt.dtype)
-                                                               for c in range(2)], axis=1).reshape(1, 2, 2)
-                                               for r in range(2)], "layer1 f backward")
+    placed = [np.concatenate([halves[r][0] if c == r else np.zeros((2, 1), fmt.dtype) for c in range(2)],
+                             axis=1).reshape(1, 2, 2) for r in range(2)]
+    dx, _ = run_side("all-reduce", cluster, group, placed, "layer1 f backward")
     return {
         "precision": precision, "compute": fmt.name, "weights": _f(w), "x": [_f(row) for row in x], "t": _f(t),
         "partials": [_f(p) for p in partial], "forward_hops": forward_hops, "h": _f(h), "a": _f(a), "y": _f(y),

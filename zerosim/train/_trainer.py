@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from zerosim import checkpoint as ckpt
-from zerosim.cluster import Cluster, GradClip
-from zerosim.cluster._budget import MAX_UNITS, available_bytes, check_fits
+from zerosim.cluster import MAX_UNITS, Cluster, GradClip, available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression

@@ -52,8 +52,7 @@ def measure_schedule(schedule: str, pp: int = 4, micro_batches: int = 8, virtual
     from zerosim.cluster import Cluster
     from zerosim.models import MLP, make_regression
     from zerosim.optim import Adam
-    from zerosim.parallel.pipeline import PipelineEngine
-    from zerosim.parallel.pipeline._costs import bubble_fraction
+    from zerosim.parallel.pipeline import PipelineEngine, bubble_fraction
 
     widths = [4] * (pp * virtual + 1)  # one Linear a stage
     cluster = Cluster(pp)

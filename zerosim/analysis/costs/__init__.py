@@ -43,6 +43,7 @@ from zerosim.analysis.costs._comm import (
                                           sent_bytes,
                                           stage_collectives,
 )
+from zerosim.analysis.costs._context_work import cp_unit_work
 from zerosim.analysis.costs._conventions import (
                                           ConventionRow,
                                           conventions_table,
@@ -61,9 +62,8 @@ from zerosim.analysis.costs._efficiency import PRESETS as EFFICIENCY_PRESETS
 from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
 from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_of
-from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work
+from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
-from zerosim.analysis.costs._pipeline import line_points, pipeline_run, stage_rows
 from zerosim.analysis.costs._measured import (
                                           measure_activations,
                                           measure_by_stage,
@@ -85,7 +85,6 @@ from zerosim.analysis.costs._memory import (
                                           model_state_memory,
                                           model_state_memory_by_stage,
 )
-from zerosim.analysis.costs._throughput import mfu, model_flops_per_token, tokens_per_s_per_gpu, tokens_per_step
 from zerosim.analysis.costs._muon import DEEPSPEED_FIGURE, MuonStateBytes, muon_state_bytes
 from zerosim.analysis.costs._overheads import (
                                           ALLOCATOR_RESERVE,
@@ -98,11 +97,14 @@ from zerosim.analysis.costs._overheads import (
                                           fit,
                                           runtime_overheads,
 )
-from zerosim.analysis.costs._rates import EFFICIENCY, LATENCY_US, LINK_GB_S, check_flag_range, check_rate
+from zerosim.analysis.costs._pipeline import line_points, pipeline_run, stage_rows
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
+from zerosim.analysis.costs._rates import EFFICIENCY, LATENCY_US, LINK_GB_S, check_flag_range, check_rate
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.analysis.costs._retention import Retained, lifetimes, recompute_table, seed001_p_multiply_adds
 from zerosim.analysis.costs._second_order import SecondOrder, second_order_memory
+from zerosim.analysis.costs._tensor_work import tp_unit_work
+from zerosim.analysis.costs._throughput import mfu, model_flops_per_token, tokens_per_s_per_gpu, tokens_per_step
 from zerosim.analysis.costs._validation_points import POINTS, TREND, Point, config_of
 
 __all__ = [
@@ -164,4 +166,5 @@ __all__ = [
     "stage_collectives",
     "zero_paper",
     "zerosim_parts",
+    "cp_unit_work", "tp_unit_work", "weights",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.analysis.costs._rates import check_count
-from zerosim.cluster._budget import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
+from zerosim.cluster import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
 from zerosim.collectives import ShardLayout
 from zerosim.parallel.data import PLANS, check_stage
 

@@ -244,7 +244,7 @@ def config_of(point: Point) -> dict:
     if point.model == "llama-3.1-405b":
         return LLAMA_3_1_405B
     if point.model == "gpt3-175b":  # the shipped config (zerosim/models/hf/configs: GPT-3's Table 2.1 shape)
-        from zerosim.models.hf._config import read_json_object, shipped_config
+        from zerosim.models.hf import read_json_object, shipped_config
 
         return read_json_object(shipped_config("gpt3-175b"), "gpt3-175b", "a config")[0]
     return mpt_config(point.model, point.seq_len)

@@ -34,7 +34,7 @@ import numpy as np
 from zerosim.parallel.data import STRATEGIES
 from zerosim.parallel.data.layouts import ParamLayout
 from zerosim.parallel.data.recipes import GradientRecipe
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 from zerosim.precision import cast, get_format, get_precision
 from zerosim.reference import reduce_on_mesh
 

@@ -25,15 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from zerosim.analysis.costs._gpus import get_gpu
-from zerosim.analysis.costs._measured import positions_of
-from zerosim.analysis.costs._pipeline import line_points
-from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE, fit, runtime_overheads
+from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
 from zerosim.analysis.planner._sweep import step_time, step_time_of
-from zerosim.analysis.timeline._devices import Hardware
-from zerosim.analysis.timeline._kernel_time import TimeModel
-from zerosim.analysis.timeline._simulate import simulate
-
+from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
 PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
 
@@ -158,7 +152,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     Their rows fit when the device does and the ranks of a node fit its `host` (a costs.Host; default the DGX H100's
     DRAM and NVMe per node), and are timed with their copies and CPU step on the timeline; they are tried at tp = 1
     only (offload beside tensor parallelism is not modelled)."""
-    from zerosim.analysis.costs._hosts import HOSTS, get_host
+    from zerosim.analysis.costs import HOSTS, get_host
     from zerosim.models.gpt import ALL_STRATEGIES
     from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
@@ -246,7 +240,7 @@ def _left_out(strategies: tuple, specs: tuple, seq_len: int, kernels: str) -> tu
     strategies its parallelisms' units cannot run (ParallelSpec.model_check: TP's checkpointing, CP's flash
     attention) — and what is left to try. Nothing left to try at all is an error."""
     from zerosim.models.gpt import strategy_options
-    from zerosim.parallel._spec import DEGREES
+    from zerosim.parallel import DEGREES
 
     out, runs = [], []
     for spec, why in specs:
@@ -398,8 +392,7 @@ class _Trial:
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
         alone exceed the GPU, else None). With an offload `label`, the row holds the host's and NVMe's peaks and
         whether a node's ranks fit its host."""
-        from zerosim.analysis.costs._hosts import host_fit
-        from zerosim.analysis.costs._measured import measure_stage
+        from zerosim.analysis.costs import host_fit, measure_stage
 
         tp = spec.tp
         pipeline = spec.pp > 1  # a pipeline's memory and time: its whole step's, or its line's first point's

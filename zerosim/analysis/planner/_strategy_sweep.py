@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zerosim.analysis.planner._sweep import meta_step
-from zerosim.analysis.timeline._devices import Hardware
+from zerosim.analysis.timeline import Hardware
 
 STRATEGIES = ("full_shard", "hsdp", "mics", "hpz")  # the four compared
 RANKS = (64, 128, 256, 512, 1024, 2048, 4096)

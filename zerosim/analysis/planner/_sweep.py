@@ -25,8 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
-from zerosim.analysis.timeline._devices import Hardware
-from zerosim.analysis.timeline._simulate import simulate
+from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Cluster
 from zerosim.optim import get_optimizer
 from zerosim.parallel import ParallelSpec

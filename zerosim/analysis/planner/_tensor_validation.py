@@ -65,7 +65,7 @@ def predict(run: PublishedRun, reserve: float = 0.05) -> dict:
     published numbers: (predicted − measured) / measured."""
     from zerosim.analysis.costs import get_gpu, measure_stage, runtime_overheads, tokens_per_s_per_gpu
     from zerosim.analysis.planner._sweep import meta_step
-    from zerosim.analysis.timeline._devices import Hardware
+    from zerosim.analysis.timeline import Hardware
     from zerosim.models import MetaLlama, read_hf_config, shipped_config
     from zerosim.parallel.data import get_comm_schedule
     from zerosim.precision import get_precision

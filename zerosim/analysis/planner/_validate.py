@@ -18,16 +18,20 @@ import math
 from dataclasses import dataclass, replace
 from statistics import median
 
-from zerosim.analysis.costs._calibration import FRAMEWORK
-from zerosim.analysis.costs._efficiency import PRESETS
-from zerosim.analysis.costs._gpus import get_gpu
-from zerosim.analysis.costs._throughput import mfu, tokens_per_s_per_gpu
-from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE
-from zerosim.analysis.costs._reserve import reserved
-from zerosim.analysis.costs._validation_points import POINTS, TREND, config_of
+from zerosim.analysis.costs import (
+    ALLOCATOR_RESERVE,
+    FRAMEWORK,
+    POINTS,
+    PRESETS,
+    TREND,
+    config_of,
+    get_gpu,
+    mfu,
+    reserved,
+    tokens_per_s_per_gpu,
+)
 from zerosim.analysis.planner._sweep import meta_step, step_time, step_time_of
-from zerosim.analysis.timeline._devices import Hardware
-from zerosim.analysis.timeline._kernel_time import TimeModel
+from zerosim.analysis.timeline import Hardware, TimeModel
 
 GIB = 1 << 30
 
@@ -58,10 +62,9 @@ class Prediction:
 
 
 def _model(point):
-    from zerosim.models.gpt import strategy_options
-    from zerosim.models.gpt._meta import MetaGPT
-    from zerosim.models.hf._config import read_hf_config
-    from zerosim.models.llama._meta import MetaLlama
+    from zerosim.models.gpt import MetaGPT, strategy_options
+    from zerosim.models.hf import read_hf_config
+    from zerosim.models.llama import MetaLlama
 
     config = read_hf_config(config_of(point), name=point.model)
     twin = MetaLlama if config.layout == "llama" else MetaGPT
@@ -71,8 +74,8 @@ def _model(point):
 
 def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RESERVE) -> Prediction:
     """zerosim's prediction for `point` (framework: the preset's calibrated factor unless given)."""
-    from zerosim.parallel.data._comm_schedule import get_comm_schedule
-    from zerosim.parallel.data.zeropp._wire import Wire
+    from zerosim.parallel.data import get_comm_schedule
+    from zerosim.parallel.data.zeropp import Wire
     from zerosim.precision import MixedPrecision
 
     config, model = _model(point)

@@ -19,6 +19,7 @@ The planner (which stage, strategy and micro-batch to run) is zerosim.analysis.p
 from zerosim.analysis.timeline._chrome_trace import chrome_trace_events, write_chrome_trace
 from zerosim.analysis.timeline._cost import (
     compute_time,
+    equal_chunk_bytes,
     optimizer_bytes_per_element,
     optimizer_time,
     phase_time,
@@ -35,4 +36,5 @@ __all__ = [
     "A100_80GB_SXM", "DEVICES", "Device", "H100_SXM", "Hardware", "Interval", "STREAMS", "Timeline", "category",
     "chrome_trace_events", "compute_time", "get_device", "get_link", "optimizer_bytes_per_element", "optimizer_time",
     "phase_time", "ring_collective_time", "simulate", "write_chrome_trace", "StepWindow", "step_window",
+    "equal_chunk_bytes",
 ]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from zerosim.analysis.costs._links import ring_latency
+from zerosim.analysis.costs import ring_latency
 from zerosim.analysis.timeline._devices import get_link
 
 RING_PHASES = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2, "broadcast": 1}

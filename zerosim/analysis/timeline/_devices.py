@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zerosim.analysis.costs._comm import LINKS, Link
-from zerosim.analysis.costs._rates import check_rate
+from zerosim.analysis.costs import LINKS, Link, check_rate
 from zerosim.cluster import INTER, INTRA
 from zerosim.precision import get_format
 

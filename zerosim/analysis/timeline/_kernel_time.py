@@ -26,16 +26,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from zerosim.analysis.costs._efficiency import Efficiency, wave_efficiency
-from zerosim.analysis.costs._context_work import cp_unit_work
-from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
-from zerosim.analysis.costs._tensor_work import tp_unit_work
+from zerosim.analysis.costs import (
+    Efficiency,
+    Work,
+    cp_unit_work,
+    loss_work,
+    tp_unit_work,
+    unit_work,
+    wave_efficiency,
+    weights,
+)
 from zerosim.analysis.timeline._cost import compute_time, optimizer_time
 from zerosim.analysis.timeline._devices import DEVICES
-from zerosim.models.meta._sac import is_block
+from zerosim.models.meta import is_block
+from zerosim.parallel.tensor import MetaTensorParallelModel, MetaTensorParallelUnit, fp8_wire
 from zerosim.precision import get_format
-from zerosim.parallel.tensor import MetaTensorParallelModel, fp8_wire
-from zerosim.parallel.tensor._meta import MetaTensorParallelUnit
 
 PASSES = ("forward", "recompute", "backward")  # a unit's passes; any other compute (Newton-Schulz) is GEMM FLOPs
 # zero bubble's halves of a unit's backward (models/_run.py `_split`): their share of the backward's work, as the
@@ -213,7 +218,7 @@ class TimeModel:
         elif e.flat is not None:
             text = f"{e.flat:g}"
         else:
-            from zerosim.analysis.costs._efficiency import PRESETS
+            from zerosim.analysis.costs import PRESETS
 
             extra = [f"{k}={v:g}" for k, v in e.overrides]
             if e.framework != PRESETS[e.name].framework:

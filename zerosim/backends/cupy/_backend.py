@@ -37,7 +37,7 @@ from zerosim.backends._base import HostArrays
 from zerosim.backends.cupy._nccl_collectives import NcclCollectives
 from zerosim.backends.cupy._nccl_types import NCCL_2_10_3, Wire, _key, wire_for
 from zerosim.backends.cupy._probe import BackendUnavailable, import_cupy
-from zerosim.backends.mpi._launch import launched_by_mpiexec
+from zerosim.backends.mpi import launched_by_mpiexec
 from zerosim.precision.cast import NUMPY, device_namespace
 
 _HEADER_TAG = 4242  # mpi4py tag of the (dtype, count) note that precedes each message under mpiexec

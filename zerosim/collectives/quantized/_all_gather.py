@@ -29,6 +29,7 @@ from zerosim.collectives._staging import Collected, phases
 from zerosim.collectives._wire import wire_of
 from zerosim.precision import cast, get_format
 from zerosim.precision.quantize import (
+    BLOCK,
     Quantized,
     amax_of,
     deepspeed_groups,
@@ -39,7 +40,6 @@ from zerosim.precision.quantize import (
     scaled_cast,
     torchao_received,
 )
-from zerosim.precision.quantize._fp8_blocks import BLOCK
 
 
 def group_count(m: int, groups) -> int:

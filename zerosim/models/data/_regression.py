@@ -11,9 +11,9 @@ import numbers
 
 import numpy as np
 
-from zerosim.cluster._budget import available_bytes, check_fits
+from zerosim.cluster import available_bytes, check_fits
 from zerosim.models._run import predict
-from zerosim.models.mlp._mlp import MLP
+from zerosim.models.mlp import MLP
 
 
 def check_pool(n_micro, batch, sample_bytes: int, what: str) -> None:

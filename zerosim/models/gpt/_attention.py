@@ -30,29 +30,28 @@ import math
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._attention import (
+from zerosim.models.layers import (
+    BLOCK,
+    Layer,
+    acc_dtype,
     attention_backward,
     attention_flops,
     attention_forward,
     check_heads,
     check_mode,
-    merge_heads,
-    split_heads,
-)
-from zerosim.models.layers._basic import Layer, acc_dtype
-from zerosim.models.layers._flash_attention import (
-    BLOCK,
     flash_attention_backward,
     flash_attention_flops,
     flash_attention_forward,
-)
-from zerosim.models.layers._prenorm import (
+    linear_flops,
+    merge_heads,
     prenorm_linear_forward,
     prenorm_residual_backward,
     prenorm_residual_flops,
     residual_add,
+    split_heads,
+    tokens_linear_backward,
+    tokens_linear_forward,
 )
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import get_format
 
 

@@ -34,8 +34,7 @@ from zerosim.models.gpt._mlp import (
     ffn_param_shapes,
     init_ffn,
 )
-from zerosim.models.layers._basic import Layer
-from zerosim.models.layers._flash_attention import BLOCK
+from zerosim.models.layers import BLOCK, Layer
 
 
 class TransformerBlock(Layer):

@@ -17,7 +17,7 @@ import numpy as np
 
 from zerosim.models._decoder import INIT_STD
 from zerosim.models._spaces import zeros_like_space
-from zerosim.models.layers._basic import Layer, acc_dtype
+from zerosim.models.layers import Layer, acc_dtype
 from zerosim.precision import cast, get_format
 
 

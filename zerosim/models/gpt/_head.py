@@ -14,9 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._basic import Layer, acc_dtype
-from zerosim.models.layers._layernorm import layernorm_backward, layernorm_flops, layernorm_forward, layernorm_output
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
+from zerosim.models.layers import (
+    Layer,
+    acc_dtype,
+    layernorm_backward,
+    layernorm_flops,
+    layernorm_forward,
+    layernorm_output,
+    linear_flops,
+    tokens_linear_backward,
+    tokens_linear_forward,
+)
 from zerosim.precision import get_format
 
 

@@ -20,7 +20,7 @@ is not modelled (the preset route never had a head entry to gather).
 from __future__ import annotations
 
 from zerosim.models.gpt._model import GPT
-from zerosim.models.meta._decoder import MetaDecoder, twin_loss, twin_units
+from zerosim.models.meta import MetaDecoder, twin_loss, twin_units
 
 
 class MetaGPT(MetaDecoder):

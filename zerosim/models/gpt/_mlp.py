@@ -31,14 +31,21 @@ import math
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._basic import GELU, Layer, acc_dtype, gelu_backward, gelu_forward, relu_forward
-from zerosim.models.layers._prenorm import (
+from zerosim.models.layers import (
+    GELU,
+    Layer,
+    acc_dtype,
+    gelu_backward,
+    gelu_forward,
+    linear_flops,
     prenorm_linear_forward,
     prenorm_residual_backward,
     prenorm_residual_flops,
+    relu_forward,
     residual_add,
+    tokens_linear_backward,
+    tokens_linear_forward,
 )
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import cast, get_format
 
 ACTIVATIONS = ("gelu", "relu")

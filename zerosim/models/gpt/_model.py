@@ -31,9 +31,7 @@ from zerosim.models.gpt._block import TransformerBlock
 from zerosim.models.gpt._embedding import Embedding
 from zerosim.models.gpt._head import LMHead
 from zerosim.models.gpt._mlp import FFNBlock, check_activation
-from zerosim.models.layers._attention import check_heads, check_mode
-from zerosim.models.layers._flash_attention import BLOCK
-from zerosim.models.layers._lm_loss import LMCrossEntropy
+from zerosim.models.layers import BLOCK, LMCrossEntropy, check_heads, check_mode
 
 
 class GPT(Decoder):

@@ -39,25 +39,34 @@ import math
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._attention import (
+from zerosim.models.layers import (
+    BLOCK,
     MODES,
+    RMS_EPS,
+    ROPE_THETA,
+    Layer,
+    acc_dtype,
     attention_backward,
     attention_flops,
     attention_forward,
-    merge_heads,
-    split_heads,
-)
-from zerosim.models.layers._basic import Layer, acc_dtype
-from zerosim.models.layers._flash_attention import (
-    BLOCK,
     flash_attention_backward,
     flash_attention_flops,
     flash_attention_forward,
+    linear_flops,
+    merge_heads,
+    residual_add,
+    rmsnorm_backward,
+    rmsnorm_flops,
+    rmsnorm_forward,
+    rmsnorm_output,
+    rope_backward,
+    rope_flops,
+    rope_forward,
+    rope_tables,
+    split_heads,
+    tokens_linear_backward,
+    tokens_linear_forward,
 )
-from zerosim.models.layers._prenorm import residual_add
-from zerosim.models.layers._rmsnorm import RMS_EPS, rmsnorm_backward, rmsnorm_flops, rmsnorm_forward, rmsnorm_output
-from zerosim.models.layers._rotary import ROPE_THETA, rope_backward, rope_flops, rope_forward, rope_tables
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
 from zerosim.precision import cast, get_format
 
 

@@ -14,10 +14,7 @@ For 16-bit activations, standard attention, H query heads and G key/value heads 
 
 from __future__ import annotations
 
-from zerosim.models.layers._basic import Layer
-from zerosim.models.layers._flash_attention import BLOCK
-from zerosim.models.layers._rmsnorm import RMS_EPS
-from zerosim.models.layers._rotary import ROPE_THETA
+from zerosim.models.layers import BLOCK, RMS_EPS, ROPE_THETA, Layer
 from zerosim.models.llama._attention import LlamaAttention
 from zerosim.models.llama._mlp import SwiGLUFFN
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._basic import Layer, acc_dtype
+from zerosim.models.layers import Layer, acc_dtype
 from zerosim.precision import cast, get_format
 
 

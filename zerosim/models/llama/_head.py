@@ -17,9 +17,18 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers._basic import Layer, acc_dtype
-from zerosim.models.layers._rmsnorm import RMS_EPS, rmsnorm_backward, rmsnorm_flops, rmsnorm_forward, rmsnorm_output
-from zerosim.models.layers._token_linear import linear_flops, tokens_linear_backward, tokens_linear_forward
+from zerosim.models.layers import (
+    RMS_EPS,
+    Layer,
+    acc_dtype,
+    linear_flops,
+    rmsnorm_backward,
+    rmsnorm_flops,
+    rmsnorm_forward,
+    rmsnorm_output,
+    tokens_linear_backward,
+    tokens_linear_forward,
+)
 from zerosim.precision import get_format
 
 

@@ -22,7 +22,7 @@ would gather that weight a second time for the head; the second gather is not mo
 from __future__ import annotations
 
 from zerosim.models.llama._model import Llama
-from zerosim.models.meta._decoder import MetaDecoder, twin_loss, twin_units
+from zerosim.models.meta import MetaDecoder, twin_loss, twin_units
 
 
 class MetaLlama(MetaDecoder):

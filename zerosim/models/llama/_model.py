@@ -21,11 +21,7 @@ import math
 import numpy as np
 
 from zerosim.models._decoder import Decoder, check_units, strategy_blocks
-from zerosim.models.layers._attention import check_mode
-from zerosim.models.layers._flash_attention import BLOCK
-from zerosim.models.layers._lm_loss import LMCrossEntropy
-from zerosim.models.layers._rmsnorm import RMS_EPS
-from zerosim.models.layers._rotary import ROPE_THETA
+from zerosim.models.layers import BLOCK, RMS_EPS, ROPE_THETA, LMCrossEntropy, check_mode
 from zerosim.models.llama._attention import LlamaAttention, check_gqa
 from zerosim.models.llama._block import LlamaBlock
 from zerosim.models.llama._embedding import TokenEmbedding

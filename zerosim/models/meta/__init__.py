@@ -10,7 +10,7 @@
 """
 
 from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
-from zerosim.models.meta._decoder import KERNELS, LOSS_OF, MetaDecoder, MetaLMLoss, MetaUnit
+from zerosim.models.meta._decoder import KERNELS, LOSS_OF, MetaDecoder, MetaLMLoss, MetaUnit, twin_loss, twin_units
 from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, fused_linear_rows, loss_spec
 from zerosim.models.meta._model import UNITS, MetaLayer, MetaLoss, MetaModel
@@ -18,4 +18,4 @@ from zerosim.models.meta._sac import is_block, sac_spec, saved_weights
 
 __all__ = ["KERNELS", "LOSSES", "LOSS_OF", "MetaDecoder", "MetaLMLoss", "MetaLayer", "MetaLoss", "MetaModel",
            "MetaUnit", "UNITS", "eager_spec", "fused_linear_rows", "is_block", "like", "loss_spec", "sac_spec",
-           "saved_weights", "source_arrays", "weights_without_data"]
+           "saved_weights", "source_arrays", "weights_without_data", "twin_loss", "twin_units"]

@@ -22,8 +22,7 @@ import math
 import numpy as np
 
 from zerosim.models._model import Model
-from zerosim.models.layers._basic import Layer, acc_dtype
-from zerosim.models.layers._lm_loss import LMCrossEntropy
+from zerosim.models.layers import Layer, LMCrossEntropy, acc_dtype
 from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
 from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, loss_spec

@@ -29,8 +29,7 @@ import re
 import numpy as np
 
 from zerosim.models._model import Model
-from zerosim.models.layers._basic import Layer
-from zerosim.models.layers._losses import Loss
+from zerosim.models.layers import Layer, Loss
 from zerosim.models.meta._arrays import like, source_arrays, weights_without_data
 from zerosim.precision import get_format
 

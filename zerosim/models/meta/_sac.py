@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.models.layers._basic import acc_dtype
+from zerosim.models.layers import acc_dtype
 from zerosim.precision import get_format
 
 

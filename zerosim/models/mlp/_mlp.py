@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._model import Model
-from zerosim.models.layers._basic import GELU, Linear, ReLU
-from zerosim.models.layers._losses import get_loss
+from zerosim.models.layers import GELU, Linear, ReLU, get_loss
 
 ACTIVATIONS = {"relu": ReLU, "gelu": GELU}
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._model import Model
-from zerosim.models.layers._basic import Linear, ReLU
-from zerosim.models.layers._losses import HalfMSE
+from zerosim.models.layers import HalfMSE, Linear, ReLU
 
 
 class TinyNet(Model):

@@ -37,6 +37,8 @@ _NAMES = {
     "._engine": ("ZeroEngine", "check_engine_fits"),
     "._hooks": ("Hooks",),
     "._plan": ("BUFFERS", "PLANS", "STAGES", "STRATEGIES", "Plan", "buffer_sizes", "check_stage", "get_plan"),
+    "._reduce": ("grads_name",),
+    "._state": ("own_params",),
     "._step_checks": ("skips_steps",),
     ".layouts": ("FlatLayout", "ParamLayout"),
     ".recipes": ("RECIPES", "GradientRecipe"),

@@ -114,14 +114,15 @@ def grad_buckets(ctx, limit: int | None, first: bool, whole: str | None, reduce_
     arguments: see there)."""
     rules = ctx.recipe.rules
     if rules.name == "ddp":
-        from zerosim.parallel.data.recipes._ddp_reduce import ddp_all_reduce  # the recipes' own, where they run
-        from zerosim.parallel.data.recipes._param_buckets import ddp_buckets
+        from zerosim.parallel.data.recipes import (
+            ddp_all_reduce,  # the recipes' own, where they run
+            ddp_buckets,
+        )
 
         buckets = ddp_buckets(list(ctx.params), ctx.policy.compute_format.itemsize, ctx.ddp_caps, rebuilt)
         return ParamBucket(buckets, lambda bucket, free: ddp_all_reduce(ctx, bucket), eager=True)
     if rules.collective == "bucket all-reduce" and whole != "all_reduce":
-        from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
-        from zerosim.parallel.data.recipes._param_buckets import ipg_buckets, ready_order
+        from zerosim.parallel.data.recipes import all_reduce_bucket, ipg_buckets, ready_order
 
         held = whole is None  # stage 2: the units' gradients wait in their own buffers
         return ParamBucket(

@@ -27,7 +27,7 @@ import copy
 from contextlib import contextmanager
 from dataclasses import replace
 
-from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, ledger_rows
+from zerosim.parallel.data.zeropp import LOCO, ledger_rows
 
 
 @contextmanager

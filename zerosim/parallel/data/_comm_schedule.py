@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zerosim.parallel.data.recipes._param_buckets import DDPBuckets
+from zerosim.parallel.data.recipes import DDPBuckets
 
 # DeepSpeed's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig's fields)
 DS_REDUCE_BUCKET = 500_000_000

@@ -18,11 +18,9 @@ ledger events, its `Compute` event and its gradients follow in rank order, as th
 
 from __future__ import annotations
 
-from zerosim.cluster import Handle
-from zerosim.cluster._events import ComputeFields
-from zerosim.models import needs_params
-from zerosim.models._run import done as made
-from zerosim.models._stacked import run_stacked, stacks
+from zerosim.cluster import ComputeFields, Handle
+from zerosim.models import done as made
+from zerosim.models import needs_params, run_stacked, stacks
 from zerosim.parallel.data._gather import shared_unit, unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, stage_grads
 from zerosim.precision.arithmetic import arithmetic_of

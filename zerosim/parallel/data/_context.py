@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.parallel.data.multinode._groups import MeshGroups
+from zerosim.parallel.data.multinode import MeshGroups
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerosim.cluster import Cluster, Handle, StepBoundary
-from zerosim.cluster._budget import check_fits, gb
+from zerosim.cluster import Cluster, Handle, StepBoundary, check_fits, gb
 from zerosim.models import Pass, schedule
 from zerosim.optim import Optimizer, OptimizerRun, check_stored
 from zerosim.parallel._contract import Parallelisms
@@ -51,15 +50,12 @@ from zerosim.parallel.data._reduce import reduce_gradients
 from zerosim.parallel.data._state import check_given, check_namespace, init_rank, master_of, state_bytes
 from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overflow
 from zerosim.parallel.data._update import average, update
-from zerosim.parallel.data.layouts._choose import layout_for
-from zerosim.parallel.data.multinode._data_mesh import DataMesh
-from zerosim.parallel.data.multinode._groups import check_recipe, check_sub_mesh, default_recipe
-from zerosim.parallel.data.muon._plans import check_matrix_optimizer
-from zerosim.parallel.data.recipes._bf16_optimizer import check_engine as check_bf16_optimizer
-from zerosim.parallel.data.recipes._param_buckets import registration
-from zerosim.parallel.data.recipes._recipes import GradientRecipe
-from zerosim.parallel.data.zeropp._qgz_reduce import LOCO, check_qgz_engine
-from zerosim.parallel.data.zeropp._wire import Wire, WireState
+from zerosim.parallel.data.layouts import layout_for
+from zerosim.parallel.data.multinode import DataMesh, check_recipe, check_sub_mesh, default_recipe
+from zerosim.parallel.data.muon import check_matrix_optimizer
+from zerosim.parallel.data.recipes import GradientRecipe, registration
+from zerosim.parallel.data.recipes import check_engine as check_bf16_optimizer
+from zerosim.parallel.data.zeropp import LOCO, Wire, WireState, check_qgz_engine
 from zerosim.precision import cast, get_precision
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from zerosim.cluster import Handle
 from zerosim.collectives import Collected, all_gather
 from zerosim.parallel.data._comm_schedule import allgather_pieces
-from zerosim.parallel.data.layouts._flat import FlatLayout
+from zerosim.parallel.data.layouts import FlatLayout
 
 
 def gathered_name(layer: int) -> str:
@@ -44,7 +44,7 @@ def gather(ctx, layer: int) -> Handle:
     shard groups (HSDP, MiCS: across nodes first with MiCS's hierarchy), or from the secondary piece where the
     ranks keep one (hpZ, FSDP2's reshard to a group); in fewer bits over the world with a quantized wire."""
     if ctx.wire is not None and ctx.wire.wire.gathers_quantized:  # ZeRO++ qwZ or torchao's fp8 all-gather
-        from zerosim.parallel.data.zeropp._wire import gather_quantized
+        from zerosim.parallel.data.zeropp import gather_quantized
 
         return gather_quantized(ctx, layer, gathered_name(layer))
     layout, ranks, tag = ctx.layout, ctx.ranks, f"{ctx.names[layer]} params"

@@ -18,8 +18,8 @@ from __future__ import annotations
 from zerosim import collectives
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, reduce_scatter
-from zerosim.parallel.data.multinode._replicate import AGREEMENTS
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data.multinode import AGREEMENTS
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
 # NOTE: the recipes' own collectives (DeepSpeed's bucket and aligned all-reduces, ZeRO++ qgZ, NCCL's and gloo's chunk
 # maps) are imported where their recipe runs: a default engine never calls them (benchmarks/imports.py)
@@ -87,8 +87,7 @@ def reduce_units(ctx, layers: list, first: bool, last: bool = True) -> Handle:
 
 def _bucket_all_reduce_units(ctx, layers: list, first: bool, last: bool) -> Handle:
     """DeepSpeed ZeRO-2's default path: the units' parameters in ready order, each bucket all-reduced whole."""
-    from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
-    from zerosim.parallel.data.recipes._param_buckets import ready_order
+    from zerosim.parallel.data.recipes import all_reduce_bucket, ready_order
 
     mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)]
     return all_reduce_bucket(ctx, mine, first, ctx.bucket_limit, held=True, free=list(layers))
@@ -102,7 +101,7 @@ def _scatter_units(ctx, layers: list, first: bool, last: bool) -> Handle:
         return Handle()
     held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ctx.ranks]
     if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
-        from zerosim.parallel.data.zeropp._qgz_reduce import reduce_params_qgz
+        from zerosim.parallel.data.zeropp import reduce_params_qgz
 
         handle = reduce_params_qgz(ctx, layers, held, first)
         _free(held)
@@ -199,12 +198,11 @@ def reduce_range(ctx, lo: int, hi: int, how: str, layers: tuple) -> Handle:
     in place, or into a WIRE buffer when it travelled in another format (`reduced` finds either)."""
     cluster, layout, policy, recipe, ranks = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     if recipe.rules.collective == "aligned all-reduce":  # DeepSpeed's BF16_Optimizer: the whole buffer, one call
-        from zerosim.parallel.data.recipes._bf16_optimizer import all_reduce_aligned
+        from zerosim.parallel.data.recipes import all_reduce_aligned
 
         return all_reduce_aligned(ctx, layers)
     if how == "reduce_scatter" and recipe.rules.collective == "bucket all-reduce":  # DeepSpeed ZeRO-1's default
-        from zerosim.parallel.data.recipes._bucket_allreduce import all_reduce_bucket
-        from zerosim.parallel.data.recipes._param_buckets import ready_order
+        from zerosim.parallel.data.recipes import all_reduce_bucket, ready_order
 
         mine = [p for p in ready_order(list(ctx.params)) if p[0] in set(layers)] if layers else list(ctx.params)
         return all_reduce_bucket(ctx, mine, True, ctx.bucket_limit, held=False)  # the end of backward: flat order

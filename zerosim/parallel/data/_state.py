@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.parallel.data._plan import buffer_sizes
-from zerosim.parallel.data.recipes._averaging import accum_format
+from zerosim.parallel.data.recipes import accum_format
 from zerosim.precision import cast
 
 

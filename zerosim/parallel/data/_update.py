@@ -15,7 +15,7 @@ import numpy as np
 from zerosim.cluster import OptimizerStep
 from zerosim.optim import step_in_blocks, widened
 from zerosim.parallel.data._state import master_of, own_params
-from zerosim.parallel.data.recipes import _averaging as averaging
+from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
 
 def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging.finish) -> list:
@@ -35,7 +35,7 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
     `reduced` gradient, when the cluster keeps values). `specs`: the model's parameters (Muon's matrices);
     `first_step`: where this process's run of steps began (optim/_base.py OptimizerRun)."""
     if not optimizer.elementwise and ctx.plan.shards("optimizer"):  # Muon on shards: parallel/data/muon
-        from zerosim.parallel.data.muon._step import muon_update  # here: an elementwise optimizer never loads it
+        from zerosim.parallel.data.muon import muon_update  # here: an elementwise optimizer never loads it
 
         muon_update(ctx, optimizer, specs, grads32, reduced, t, needs,
                     lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step,
@@ -72,7 +72,7 @@ def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None, firs
         elif optimizer.elementwise:
             optimizer.step(w, g32, work, t, values, first_step=first_step)
         else:  # a matrix optimizer on whole parameters: only where the region is the whole model
-            from zerosim.optim._by_matrix import step_by_matrix
+            from zerosim.optim import step_by_matrix
 
             step_by_matrix(optimizer, specs, w, g32, work, t)
     mine = plan.region(layout, rank.index)  # w's place in the flat vector (stochastic rounding draws by index)

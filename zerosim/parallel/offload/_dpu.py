@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.parallel.data._state import own_params
+from zerosim.parallel.data import own_params
 
 PENDING = "offload.dpu pending"  # (region,) 16-bit host buffer: the params the device gets one step late
 STEPS = "offload.dpu steps"  # (1,) int64 host counter: optimizer steps this rank took (warmup runs undelayed)

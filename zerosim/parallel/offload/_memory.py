@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zerosim.collectives import ShardLayout
-from zerosim.parallel.data._plan import get_plan
+from zerosim.parallel.data import get_plan
 from zerosim.parallel.offload._placement import TIERS, Placement
 
 

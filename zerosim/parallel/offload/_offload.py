@@ -24,9 +24,9 @@ import numpy as np
 
 from zerosim.cluster import Handle
 from zerosim.parallel._contract import Parallelism
+from zerosim.parallel.data import own_params
 from zerosim.parallel.offload import _dpu as dpu
 from zerosim.parallel.offload._placement import Placement, get_placement
-from zerosim.parallel.data._state import own_params
 from zerosim.parallel.offload._transfers import copy, region_elements, unit_elements
 
 WHOSE = {  # a framework's offload or recipe, by its flags' names (the command line's and the Python API's)

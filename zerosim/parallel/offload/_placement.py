@@ -138,7 +138,7 @@ def deepspeed_placement(stage: int, optimizer: str | None = None, params: str | 
     `offload_param.device` = `params` ("cpu", "nvme", "none" or None), and a note for every key it runs otherwise than
     it reads (DEEPSPEED_AT_STAGE). Raises ValueError for what DeepSpeed does not run (stage 0 with an offload) and for
     what zerosim does not model (offload_param without offload_optimizer at stage 3)."""
-    from zerosim.parallel.data._plan import get_plan
+    from zerosim.parallel.data import get_plan
 
     get_plan(stage)  # a stage, checked
     get_placement(optimizer, None), get_placement("cpu", params)  # the device names, checked

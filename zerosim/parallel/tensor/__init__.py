@@ -29,7 +29,7 @@ The oracle is zerosim.reference's TensorReference; docs/tensor-parallelism.md is
 """
 
 from zerosim.parallel.tensor._bundle import Bundle
-from zerosim.parallel.tensor._communication import CONJUGATES, Conjugate, fp8_wire
+from zerosim.parallel.tensor._communication import CONJUGATES, Conjugate, fp8_wire, run_side
 from zerosim.parallel.tensor._costs import (
     MEGATRON_TERMS,
     Term,
@@ -37,13 +37,13 @@ from zerosim.parallel.tensor._costs import (
     megatron_formula,
     megatron_layer_bytes,
     term_bytes,
-    tp_bytes_per_micro_step,
     torchtitan_eager_layer_bytes,
+    tp_bytes_per_micro_step,
     tp_model_state_bytes,
     zerosim_layer_bytes,
 )
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy, VocabTarget
-from zerosim.parallel.tensor._meta import MetaTensorParallelModel
+from zerosim.parallel.tensor._meta import MetaTensorParallelModel, MetaTensorParallelUnit
 from zerosim.parallel.tensor._model import (
     DEFAULT_LAYOUT,
     LAYOUTS,
@@ -66,4 +66,5 @@ __all__ = [
     "check_splits", "fp8_wire", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
     "padded_model", "padded_vocab", "placement", "term_bytes", "torchtitan_eager_layer_bytes",
     "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat", "zerosim_layer_bytes",
+    "MetaTensorParallelUnit", "run_side",
 ]

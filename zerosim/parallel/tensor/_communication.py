@@ -109,7 +109,7 @@ SIDES = {  # what one side of an operator does to every local rank's tensor: (ne
 }
 
 
-def run(side: str, cluster, group, xs: list, tag: str) -> tuple:
+def run_side(side: str, cluster, group, xs: list, tag: str) -> tuple:
     """One side ("identity", "all-reduce", ...) over the TP `group` on every local rank's tensor (B, L, d):
     (their results, the handle of the calls it made)."""
     with cluster.trace.about(purpose="tensor parallel"):

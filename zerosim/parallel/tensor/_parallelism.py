@@ -230,17 +230,17 @@ class TensorParallel(Parallelism):
         tag = f"{unit.name} {SHORT[name]}" + (" backward" if direction == "backward" else "")
         xs = [getattr(p, slot) for p in passes]
         if not isinstance(xs[0], Bundle):
-            ys, handle = comm.run(side, ctx.cluster, group, xs, tag)
+            ys, handle = comm.run_side(side, ctx.cluster, group, xs, tag)
             for p, y in zip(passes, ys):
                 setattr(p, slot, y)
             return Handle() if self.async_tp else handle
-        values, handle = comm.run(side, ctx.cluster, group, [x.value for x in xs], tag)
+        values, handle = comm.run_side(side, ctx.cluster, group, [x.value for x in xs], tag)
         residuals = [x.residual for x in xs]
         if both:  # the residual is cut too; backward, it is the add's very gradient: gathered once, shared
             if direction == "backward" and all(x.residual is x.value for x in xs):
                 residuals = values
             else:
-                residuals, more = comm.run(side, ctx.cluster, group, residuals, tag + " (positions)")
+                residuals, more = comm.run_side(side, ctx.cluster, group, residuals, tag + " (positions)")
                 handle += more
         for p, x, r, v in zip(passes, xs, residuals, values):
             setattr(p, slot, replace(x, residual=r, value=v))
@@ -250,7 +250,8 @@ class TensorParallel(Parallelism):
         """SP: all-gather the input shard the unit's forward kept, hand it to the backward in `dy.input`, free it."""
         name = shard_name(unit)
         shards = [rank.ledger.get(name).array for rank in ctx.ranks]
-        full, handle = comm.run("all-gather", ctx.cluster, group, shards, f"{unit.name} input again (SP all-gather)")
+        again = f"{unit.name} input again (SP all-gather)"
+        full, handle = comm.run_side("all-gather", ctx.cluster, group, shards, again)
         for p, rank, h in zip(passes, ctx.ranks, full):
             rank.ledger.free(name)
             p.dy = replace(p.dy, input=h) if isinstance(p.dy, Bundle) else Bundle(None, p.dy, h)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.precision._formats import get_format
-from zerosim.precision.cast._cast import cast
+from zerosim.precision.cast import cast
 from zerosim.precision.quantize._fp8_scaling import fp8_format
 
 BLOCK = 32  # MXFP8BlockScaling: "Each group of 32 consecutive values is scaled together"

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.precision._formats import Format, get_format
-from zerosim.precision.cast._cast import cast
+from zerosim.precision.cast import cast
 
 EPS = 1e-12  # torchao/float8/float8_utils.py: EPS
 FP8 = ("fp8_e4m3", "fp8_e5m2")

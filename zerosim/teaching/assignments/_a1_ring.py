@@ -14,7 +14,7 @@ import numpy as np
 
 from zerosim.teaching.assignments._assignment import Assignment
 from zerosim.teaching.assignments._parts import Misconception, Part, diagnose, handout_points, tests_of, wrong
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference
+from zerosim.teaching.exercises import Counterexample, Exercise, first_difference
 
 STARTER = '''\
 """Assignment 1: collectives and rounding. See `zerosim assignment show 1`."""

@@ -18,19 +18,7 @@ import numpy as np
 
 from zerosim.teaching.assignments._assignment import Assignment
 from zerosim.teaching.assignments._parts import Misconception, Part, handout_points, tests_of, wrong
-from zerosim.teaching.exercises import (
-    _average_dtype as average_dtype,
-)
-from zerosim.teaching.exercises import (
-    _refresh_params as refresh_params,
-)
-from zerosim.teaching.exercises import (
-    _shard_offset as shard_offset,
-)
-from zerosim.teaching.exercises import (
-    _stage2_free as stage2_free,
-)
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, LearnerRaised
+from zerosim.teaching.exercises import EXERCISES, Counterexample, Exercise, LearnerRaised
 
 STARTER = '''\
 """Assignment 2: ZeRO-1/2. See `zerosim assignment show 2`."""
@@ -290,10 +278,10 @@ def _reduce_named(check):
 
 # the memory predictions are answered by the ledgers' run (`measure_stage`) and seed 001's formulas, both in analysis/
 COSTS = ("zerosim.analysis", "zerosim.parallel", "zerosim.reference")
-SHARD = replace(shard_offset.EXERCISE, check=_probe(_shard_probe)(shard_offset.EXERCISE.check))
-REDUCE = replace(stage2_free.EXERCISE, check=_reduce_named(stage2_free.EXERCISE.check))
-AVERAGE = replace(average_dtype.EXERCISE, check=_probe(_average_probe)(average_dtype.EXERCISE.check))
-REFRESH = replace(refresh_params.EXERCISE, check=_probe(_refresh_probe)(refresh_params.EXERCISE.check))
+SHARD = replace(EXERCISES["shard_offset"], check=_probe(_shard_probe)(EXERCISES["shard_offset"].check))
+REDUCE = replace(EXERCISES["stage2_free"], check=_reduce_named(EXERCISES["stage2_free"].check))
+AVERAGE = replace(EXERCISES["average_dtype"], check=_probe(_average_probe)(EXERCISES["average_dtype"].check))
+REFRESH = replace(EXERCISES["refresh_params"], check=_probe(_refresh_probe)(EXERCISES["refresh_params"].check))
 MEMORY = Exercise("predict_memory", "bytes per rank at rest, stages 0-2, measured by the ledgers", "predict_memory",
                   "", STARTER, "", cases=_memory_cases, check=_check_memory, grades=COSTS)
 PEAK = Exercise("predict_peak", "the step's peak per rank, measured by the ledgers", "predict_peak", "", STARTER, "",

@@ -64,8 +64,7 @@ def _log(elements, flops, prefetch: int) -> list:
 
 
 def cases():
-    from zerosim.analysis.timeline import Hardware, compute_time, phase_time
-    from zerosim.analysis.timeline._cost import equal_chunk_bytes
+    from zerosim.analysis.timeline import Hardware, compute_time, equal_chunk_bytes, phase_time
 
     hw = Hardware("h100", "nvlink4", "fp16")
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm

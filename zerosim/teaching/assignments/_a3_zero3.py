@@ -17,7 +17,7 @@ import numpy as np
 from zerosim.teaching.assignments import _a3_exposed as a3_exposed
 from zerosim.teaching.assignments._assignment import Assignment
 from zerosim.teaching.assignments._parts import Misconception, Part, diagnose, handout_points, tests_of, wrong
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference
+from zerosim.teaching.exercises import Counterexample, Exercise, first_difference
 
 STARTER = '''\
 """Assignment 3: ZeRO-3. See `zerosim assignment show 3`."""

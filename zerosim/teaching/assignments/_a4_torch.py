@@ -29,7 +29,7 @@ import numpy as np
 
 from zerosim.teaching.assignments._assignment import Assignment
 from zerosim.teaching.assignments._parts import Misconception, Part, handout_points, tests_of, wrong
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, first_difference, through
+from zerosim.teaching.exercises import Counterexample, Exercise, first_difference, through
 
 LR = 0.01  # the handout's learning rate for torch.optim.Adam (its other defaults: betas (0.9, 0.999), eps 1e-8)
 SEED = 4  # the parity kit's seed for the MLP's initial weights and each rank's batches

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zerosim.teaching.exercises._grading import OFFERS, Exercise
+from zerosim.teaching.exercises import OFFERS, Exercise
 from zerosim.teaching.sandbox import Policy
 
 VISIBILITY = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's four

@@ -26,8 +26,7 @@ import time
 
 from zerosim.outputs import check_file, write_atomic
 from zerosim.teaching.assignments._assignment import VISIBILITY, Assignment
-from zerosim.teaching.exercises._grading import describe
-from zerosim.teaching.exercises._sandbox import Learner, NoFunction, read
+from zerosim.teaching.exercises import Learner, NoFunction, describe, read
 from zerosim.teaching.sandbox import check_confinable
 
 TIME_LIMIT = 60.0  # seconds per case, as `zerosim exercise check`

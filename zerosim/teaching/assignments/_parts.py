@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from zerosim.teaching.assignments._assignment import GradedTest, cases_of
-from zerosim.teaching.exercises._grading import Counterexample
+from zerosim.teaching.exercises import Counterexample
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,18 @@ from zerosim.teaching.exercises import (
     _stage2_free,
     _unscale_once,
 )
-from zerosim.teaching.exercises._grading import Counterexample, Exercise, Result, first_difference, load
-from zerosim.teaching.exercises._sandbox import TIME_LIMIT, grade_file
+from zerosim.teaching.exercises._grading import (
+    OFFERS,
+    Counterexample,
+    Exercise,
+    LearnerRaised,
+    Result,
+    describe,
+    first_difference,
+    load,
+    through,
+)
+from zerosim.teaching.exercises._sandbox import TIME_LIMIT, Learner, NoFunction, grade_file, read
 from zerosim.teaching.sandbox import NotRunnable
 
 EXERCISES = {
@@ -79,4 +89,5 @@ def check(name: str, solution, time_limit: float = TIME_LIMIT) -> Result:
 
 
 __all__ = ["Counterexample", "EXERCISES", "Exercise", "NotRunnable", "Result", "TIME_LIMIT", "check",
-           "first_difference", "get", "grade_file", "load"]
+           "first_difference", "get", "grade_file", "load", "Learner", "LearnerRaised", "NoFunction", "OFFERS",
+           "describe", "read", "through"]

@@ -21,7 +21,7 @@ def finish_with(fn, call, applies, explain=None):
     package's. `explain(got, reduced, world_size, i)`, when given, says in words what the learner's answer at the
     first differing element i did instead (a sentence, or "" when it recognises no known mistake)."""
     from zerosim.parallel.data import GradientRecipe, Hooks
-    from zerosim.parallel.data.recipes import _averaging as averaging
+    from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
     def finish(reduced, policy, world_size, micro_steps=1, scale=None, recipe=None):
         want = averaging.finish(reduced, policy, world_size, micro_steps, scale, recipe=recipe)

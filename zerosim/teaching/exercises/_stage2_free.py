@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.teaching.exercises._engine_cases import describe, run_case
-from zerosim.teaching.exercises._grading import Counterexample, ENGINE, Exercise, WITHHELD
+from zerosim.teaching.exercises._grading import ENGINE, WITHHELD, Counterexample, Exercise
 
 TASK = """\
 ZeRO-2 keeps only a 1/N shard of the gradients. As backward finishes a layer, every rank holds that
@@ -57,8 +57,8 @@ def _in_engine(fn):
     """The engine's per-layer reduction (parallel/data/_reduce.py, reduce_unit: its `Hooks.reduce_unit`) with `fn`
     doing the work."""
     from zerosim.collectives import reduce_scatter as ring_reduce_scatter
-    from zerosim.parallel.data._reduce import grads_name
-    from zerosim.parallel.data.recipes import _averaging as averaging
+    from zerosim.parallel.data import grads_name
+    from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
     def reduce_unit(ctx, layer: int, first: bool):
         cluster, layout, policy, recipe = ctx.cluster, ctx.layout, ctx.policy, ctx.recipe

@@ -15,7 +15,7 @@ import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
 from zerosim.parallel.data.layouts._partition import ParamLayout
-from zerosim.parallel.data.multinode._group_layout import GroupLayout
+from zerosim.parallel.data.multinode import GroupLayout
 
 
 def layout_for(model, world_size: int, recipe, backend=None, groups=None):

@@ -15,10 +15,10 @@ _NAMES = {
     "._data_mesh": ("API", "DataMesh", "Spelling", "check_nodes"),
     "._group_layout": ("GroupLayout",),
     "._groups": (
-        "FRAMEWORK_RECIPES", "MeshGroups", "check_matrix_optimizer", "check_recipe", "default_recipe", "default_size",
-        "mesh_groups",
+        "FRAMEWORK_RECIPES", "MeshGroups", "check_matrix_optimizer", "check_recipe", "check_sub_mesh", "default_recipe",
+        "default_size", "mesh_groups",
     ),
-    "._replicate": ("PARTIAL", "replicate_op"),
+    "._replicate": ("AGREEMENTS", "PARTIAL", "replicate_op"),
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 

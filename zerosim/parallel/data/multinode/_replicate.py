@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zerosim.cluster import Handle
-from zerosim.collectives import ReduceOp, ShardLayout, all_reduce, get_op
-from zerosim.collectives._ops import add, premul_reciprocal
+from zerosim.collectives import ReduceOp, ShardLayout, add, all_reduce, get_op, premul_reciprocal
 from zerosim.parallel.data._plan import REPLICATIONS
-from zerosim.parallel.data.recipes._divide_factors import fsdp2_divide_factors, torch_scalar_div
+from zerosim.parallel.data.recipes import fsdp2_divide_factors, torch_scalar_div
 
 PARTIAL = "hsdp partial sums"  # HSDP without all-reduce until the last micro-step: FSDP2's partial_reduce_output
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerosim.optim._by_matrix import matrix_shape
+from zerosim.optim import matrix_shape
 
 
 @dataclass(frozen=True)

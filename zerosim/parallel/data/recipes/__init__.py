@@ -17,8 +17,11 @@ from zerosim._lazy import lazy_face, names_of
 
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
-    "._averaging": ("accum_format", "finish", "reduce_op"),
-    "._bucket_allreduce": ("all_reduce_bucket", "bucket_slices", "split_calls"),
+    "._averaging": ("accum_format", "accumulate", "after_reduce", "finish", "reduce_op"),
+    "._bf16_optimizer": ("all_reduce_aligned", "check_engine"),
+    "._bucket_allreduce": (
+        "all_reduce_bucket", "bucket_slices", "call_chunks", "flat_chunks", "range_slices", "split_calls",
+    ),
     "._ddp_reduce": ("ddp_all_reduce",),
     "._divide_factors": ("FSDP2DivideFactors", "fsdp2_divide_factors", "torch_scalar_div", "torch_scalar_mul"),
     "._param_buckets": (

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zerosim.collectives import ReduceOp, get_op
-from zerosim.collectives._ops import add, premul_reciprocal
+from zerosim.collectives import ReduceOp, add, get_op, premul_reciprocal
 from zerosim.parallel.data._plan import PLANS
 from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer
 from zerosim.parallel.data.recipes._divide_factors import fsdp2_divide_factors, torch_scalar_div, torch_scalar_mul

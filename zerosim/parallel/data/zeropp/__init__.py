@@ -10,7 +10,7 @@ from zerosim._lazy import lazy_face, names_of
 
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
-    "._qgz_reduce": ("LOCO", "check_qgz_engine", "reduce_params_qgz"),
+    "._qgz_reduce": ("LOCO", "check_qgz_engine", "ledger_rows", "reduce_params_qgz"),
     "._wire": ("LocoParams", "Wire", "WireState", "gather_quantized"),
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)

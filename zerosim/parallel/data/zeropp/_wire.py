@@ -217,7 +217,7 @@ def _receive_buffers(ledger, wire: Wire, counts) -> list:
     AllGatherCoalescedHandle.wait); torchao's fp8 all-gather lands in an fp8 buffer before its cast
     (float8/fsdp_utils.py: fsdp_post_all_gather). Counted, not written: the collective returns its own arrays."""
     from zerosim.collectives.quantized import group_count, padded_count
-    from zerosim.precision.quantize._fp8_blocks import BLOCK
+    from zerosim.precision.quantize import BLOCK
 
     if wire.zero_quantized_weights:
         g = wire.weight_groups
