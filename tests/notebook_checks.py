@@ -467,4 +467,40 @@ assert replayed["output"] == [1.015625] and replayed["single_pass"] == [1.007812
 assert means == sorted(means)  # each further hop adds a rounding of the running output
 '''),
     ],
+    '17_pipeline_parallel.ipynb': [
+        ('P, M = 4, 8', '''\
+from zerosim.teaching import QUESTIONS
+
+# every rank idles (P - 1)/(M + P - 1) = 3/11 of the step, GPipe and 1F1B alike: P - 1 = 3 stage-times beside M = 8
+assert [runs[name]["bubbles"] for name in ("gpipe", "1f1b")] == [[Fraction(3, 11)] * 4] * 2
+assert runs["1f1b"]["span"] == (8 + 4 - 1) * (1 + 2)  # M + P - 1 stage-times of a forward (1) and a backward (2)
+assert QUESTIONS["pp-bubble-1f1b"].value() == 3 / 11
+assert [str(a) for a in table.of_rank(0)][:6] == ["0F0", "0F1", "0F2", "0F3", "0B0", "0F4"]  # P warmup forwards
+'''),
+        ('inter = measure_schedule("interleaved-1f1b", P, M, 2)', '''\
+assert inter["bubbles"] == [Fraction(3, 19)] * 4  # (P - 1)/(V·M + P - 1) = 3/(16 + 3)
+assert inter["span"] == Fraction(19 * 3, 2)  # V·M + P - 1 chunk-times of half a stage's 1 + 2 units
+assert QUESTIONS["pp-bubble-interleaved"].value() == 3 / 19
+'''),
+        ('def sends(schedule, V):', '''\
+assert sent == {"1f1b": 2 * 8 * (4 - 1), "interleaved-1f1b": 2 * 8 * (4 * 2 - 1)}  # each way, each boundary, each M
+'''),
+        ('sweep = {(V, m)', '''\
+assert all(bubble == Fraction(4 - 1, V * m + 4 - 1) for (V, m), bubble in sweep.items())  # by hand, each dot
+'''),
+        ('def activation_peaks(schedule, m):', '''\
+assert one == 4 * 3 * 8 * 4  # fc, ReLU, fc, ReLU each save their (3, 8) fp32 input
+assert held == {("gpipe", 8): 8, ("1f1b", 8): 4, ("1f1b", 16): 4}  # GPipe: M; 1F1B: P - 0, whatever M
+assert QUESTIONS["pp-1f1b-in-flight"].value() == 4
+assert chunks == 2 * (4 - 1 - 0) + (2 - 1) * 4 + 1  # Megatron's warmup 2(P - 1 - r) + (V - 1)·m, then one more
+'''),
+        ('def stage0_calls(stage):', '''\
+L, Mb = 2, 4  # Linear layers a stage, micro-batches a step
+assert calls[0] == {"all_reduce": L, "reduce_scatter": 0, "all_gather": 0}  # each layer's gradient once a step
+assert calls[1] == {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 1}  # the flat gradient once, the update once
+assert calls[2] == {"all_reduce": 0, "reduce_scatter": L * Mb, "all_gather": 1}  # every micro-batch's gradient
+assert calls[3] == {"all_reduce": 0, "reduce_scatter": L * Mb, "all_gather": 2 * L * Mb}  # and a gather each pass
+assert QUESTIONS["pp-zero3-gathers"].value() == 2 * L * Mb
+'''),
+    ],
 }

@@ -58,6 +58,7 @@ FIGURES = {  # notebook -> images its figure cells must show
     "14_offload.ipynb": 4,
     "15_torch_parity_lab.ipynb": 0,  # tables: torch's DDP and ZeRO-1 beside zerosim, step by step
     "16_context_parallel.ipynb": 1,  # one step's attention per GPU, contiguous against zigzag, on the timeline
+    "17_pipeline_parallel.ipynb": 2,  # GPipe and 1F1B drawn from their runs; the bubble against M for V = 1, 2, 4
 }
 NEEDS = {"15_torch_parity_lab.ipynb": "torch"}  # a notebook whose lesson needs an optional extra: skipped without it
 TAUGHT = {  # notebook -> text its outputs must print (each number from the seeds or derived in the notebook)
@@ -223,6 +224,22 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "contiguous: the last GPU computes 7 times the first's; zigzag: 1 times",  # 2C − 1; balanced
         "out = bf16(out + out_1 · w_1) = bf16(1.0120126) = 1.015625",  # tests/test_context_merge.py's hand row
         "One pass of flash attention over both keys: 1.0078125",
+    ],
+    "17_pipeline_parallel.ipynb": [
+        "  rank 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1",  # 1F1B: P - r = 4 warmup forwards on rank 0, then one of each
+        # (P - 1)/(M + P - 1) at P = 4, M = 8, for both: measured on the timeline, then the closed form
+        "gpipe: the ranks idle 3/11, 3/11, 3/11, 3/11 of the step; closed form (P − 1) / (M + P − 1) = 3/11",
+        "1f1b: the ranks idle 3/11, 3/11, 3/11, 3/11 of the step",
+        "interleaved-1f1b, V = 2: the ranks idle 3/19, 3/19, 3/19, 3/19 of the step",  # (P - 1)/(V·M + P - 1)
+        "interleaved-1f1b: step 28.5 units, of which each rank idles 4.5",  # 1F1B: 33 and 9; the idle time halved
+        "sends a step: 1f1b 48, interleaved-1f1b (V = 2) 112",  # 2·M·(P·V − 1): the pipeline page's 48 and 112
+        "1f1b, M =  8: rank 0 peaks at 1,536 B =  4 micro-batches",  # P - r = 4 of 384 B (4 saved (3, 8) fp32 inputs)
+        "1f1b, M = 16: rank 0 peaks at 1,536 B =  4 micro-batches",  # whatever M
+        "gpipe, M =  8: rank 0 peaks at 3,072 B =  8 micro-batches",  # every micro-batch
+        "rank 0 holds 11 chunks of half a stage in flight",  # Megatron's 2(P − 1) + (V − 1)·m warmup, one more
+        "ZeRO-3: stage 0's GPUs run 0 all_reduce, 8 reduce_scatter, 16 all_gather a step",  # L·M and 2·L·M
+        "ZeRO-1: stage 0's GPUs run 0 all_reduce, 1 reduce_scatter, 1 all_gather a step",  # once a step
+        "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",  # DeepSpeed's refusal, quoted
     ],
     "13_tensor_parallel.ipynb": [
         "rank 0's TP group:   (0, 1, 2, 3, 4, 5, 6, 7)",  # torchtitan's mesh: TP innermost, a node's 8 GPUs

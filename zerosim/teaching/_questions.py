@@ -1,7 +1,7 @@
 """The notebooks' prediction questions: each asks for a number before the cell that computes it, and computes its
 own answer from zerosim (a replay, a ledger, a timeline), so `predict` (_predict.py) can grade a typed guess. Every
 section of a notebook that computes asks one at least: those below, and by theme _questions_step.py,
-_questions_memory.py and _questions_time.py.
+_questions_memory.py, _questions_time.py and _questions_pipeline.py.
 
 A question names the misconceptions its common wrong answers come from (seed 001's printed table, the bidirectional
 bandwidth, fp16 holding 2.1, ...): the verdict says which one a guess matches. Tolerances are 0 for what is exact
@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from zerosim.teaching._predict import Question
 from zerosim.teaching._questions_memory import QUESTIONS_MEMORY
+from zerosim.teaching._questions_pipeline import QUESTIONS_PIPELINE
 from zerosim.teaching._questions_step import QUESTIONS_STEP
 from zerosim.teaching._questions_time import QUESTIONS_TIME
 
@@ -470,4 +471,4 @@ QUESTIONS = {q.name: q for q in (
                     (0, "'never bit-exact across implementations': it is, wherever they do the same operations in the "
                         "same order.")),
              needs="torch"),
-) + QUESTIONS_STEP + QUESTIONS_MEMORY + QUESTIONS_TIME}
+) + QUESTIONS_STEP + QUESTIONS_MEMORY + QUESTIONS_TIME + QUESTIONS_PIPELINE}
