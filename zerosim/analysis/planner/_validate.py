@@ -21,8 +21,8 @@ from statistics import median
 from zerosim.analysis.costs import (
     ALLOCATOR_RESERVE,
     FRAMEWORK,
+    EFFICIENCY_PRESETS,
     POINTS,
-    PRESETS,
     TREND,
     config_of,
     get_gpu,
@@ -79,7 +79,7 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     from zerosim.precision import MixedPrecision
 
     config, model = _model(point)
-    efficiency = PRESETS[point.preset]
+    efficiency = EFFICIENCY_PRESETS[point.preset]
     if framework is not None:
         efficiency = replace(efficiency, framework=framework)
     time_model = TimeModel(efficiency, point.fp8, point.loss)
@@ -130,7 +130,7 @@ def fit(points=POINTS, low: float = 0.2, high: float = 1.5, tolerance: float = 1
     Least squares in log space weighs each point by how much the factor moves it: a point whose prediction is
     bound by communication (the factor speeds compute only) barely pulls the fit, as it should."""
     out = {}
-    for preset in PRESETS:
+    for preset in EFFICIENCY_PRESETS:
         mine = [p for p in points if p.role == "calibration" and p.preset == preset]
         if not mine:
             raise ValueError(f"no calibration point runs the {preset!r} preset")

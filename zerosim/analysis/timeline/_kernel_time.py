@@ -218,7 +218,7 @@ class TimeModel:
         elif e.flat is not None:
             text = f"{e.flat:g}"
         else:
-            from zerosim.analysis.costs import PRESETS
+            from zerosim.analysis.costs import EFFICIENCY_PRESETS as PRESETS
 
             extra = [f"{k}={v:g}" for k, v in e.overrides]
             if e.framework != PRESETS[e.name].framework:
