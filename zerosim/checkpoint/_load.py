@@ -185,41 +185,10 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
                          "load it on a numpy (or mpi) cluster — the meta backend accounts memory and traffic only")
     state = read_state(directory, model, tag)
     m, where = state.manifest, os.path.join(state.folder, "manifest.json")
-    saved_policy = state.precision
-    if ("master" in state.files[0]) != (saved_policy.master is not None):
-        raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
-                              + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
-    for name, fmt in (("params", saved_policy.compute_format), ("master", saved_policy.master_format)):
-        held = state.files[0].get(name)  # the files passed their checksums: a mismatch is the manifest's precision
-        if held is not None and fmt is not None and held.dtype != fmt.dtype:
-            key = "precision.compute" if name == "params" else "precision.master"
-            raise CheckpointError(f"{where}: {key} says {fmt.name}, but the rank files hold {name} as "
-                                  f"{held.dtype}: the manifest's precision was edited")
-    if precision is not None:  # the kernels (`arithmetic`) are how steps run, not a format: the asked ones run on
-        saved_policy = saved_policy.with_(arithmetic=get_precision(precision).arithmetic)
-    if precision is not None and get_precision(precision) != saved_policy:
-        asked = get_precision(precision)
-        differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]
-        saved, wanted = (", ".join(f"{k}={getattr(p, k)!r}" for k in differ) for p in (saved_policy, asked))
-        raise CheckpointError(f"{where}: saved with precision {saved}, not the {wanted} asked for "
-                              "(states cannot change format on load)")
+    saved_policy = _saved_policy(state, precision, where)
     if expect_stage is not None and m["stage"] != expect_stage:
         raise CheckpointError(f"{where}: saved at ZeRO stage {m['stage']}, not the stage {expect_stage} expected")
-    saved_opt = m["optimizer"]
-    if optimizer is None:
-        try:
-            optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
-                                                            for k, v in saved_opt["hyperparameters"].items()})
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer "
-                                  f"({e})") from None
-    elif optimizer.name != saved_opt["name"]:
-        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume "
-                              f"{optimizer.name}")
-    saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
-    if set(optimizer.state_names) != set(saved_names):
-        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps "
-                              f"{sorted(optimizer.state_names)}")
+    optimizer = _saved_optimizer(state, optimizer, where)
     mesh = m.get("mesh") or {}
     if stage is None:
         stage = mesh.get("strategy", m["stage"])
@@ -240,6 +209,52 @@ def load(directory: str, cluster, model, optimizer=None, *, stage: int | None = 
     engine.t, engine.iteration, engine.scaler = state.t, state.iteration, scaler
     register(engine, run_id_of(m))  # a resumed run is the saved one: it saves on into that run's folder (runs.py)
     return engine
+
+
+def _saved_policy(state: SavedState, precision, where: str):
+    """The saved precision policy, checked against the rank files and against `precision` if given (only its
+    `arithmetic` may differ: the resumed steps run on the asked one)."""
+    saved_policy = state.precision
+    if ("master" in state.files[0]) != (saved_policy.master is not None):
+        raise CheckpointError(f"{where}: precision says master {saved_policy.master!r}, but the rank files "
+                              + ("hold" if "master" in state.files[0] else "lack") + " a master copy")
+    for name, fmt in (("params", saved_policy.compute_format), ("master", saved_policy.master_format)):
+        held = state.files[0].get(name)  # the files passed their checksums: a mismatch is the manifest's precision
+        if held is not None and fmt is not None and held.dtype != fmt.dtype:
+            key = "precision.compute" if name == "params" else "precision.master"
+            raise CheckpointError(f"{where}: {key} says {fmt.name}, but the rank files hold {name} as "
+                                  f"{held.dtype}: the manifest's precision was edited")
+    if precision is not None:  # the kernels (`arithmetic`) are how steps run, not a format: the asked ones run on
+        saved_policy = saved_policy.with_(arithmetic=get_precision(precision).arithmetic)
+    if precision is not None and get_precision(precision) != saved_policy:
+        asked = get_precision(precision)
+        differ = [f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(saved_policy, f.name)]
+        saved, wanted = (", ".join(f"{k}={getattr(p, k)!r}" for k in differ) for p in (saved_policy, asked))
+        raise CheckpointError(f"{where}: saved with precision {saved}, not the {wanted} asked for "
+                              "(states cannot change format on load)")
+    return saved_policy
+
+
+def _saved_optimizer(state: SavedState, optimizer, where: str):
+    """The optimizer to resume: the saved one when None, else `optimizer`, refused if its kind or state names differ
+    from the saved state's."""
+    m = state.manifest
+    saved_opt = m["optimizer"]
+    if optimizer is None:
+        try:
+            optimizer = get_optimizer(saved_opt["name"], **{k: tuple(v) if isinstance(v, list) else v
+                                                            for k, v in saved_opt["hyperparameters"].items()})
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{where}: optimizer.hyperparameters do not make a {saved_opt['name']} optimizer "
+                                  f"({e})") from None
+    elif optimizer.name != saved_opt["name"]:
+        raise CheckpointError(f"{where}: its optimizer state is {saved_opt['name']}'s; it cannot resume "
+                              f"{optimizer.name}")
+    saved_names = sorted(k[len("optim."):] for k in state.files[0] if k.startswith("optim."))
+    if set(optimizer.state_names) != set(saved_names):
+        raise CheckpointError(f"{where}: it holds optimizer state {saved_names}; {optimizer!r} keeps "
+                              f"{sorted(optimizer.state_names)}")
+    return optimizer
 
 
 def rank_states(state: SavedState, cluster, model, stage, shard_group: int | None = None) -> dict:

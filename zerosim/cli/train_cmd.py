@@ -74,6 +74,19 @@ def gpt_options(args) -> dict:
 
 
 def add_arguments(p) -> None:
+    """The flags of `zerosim train`, in --help's order."""
+    _add_run_arguments(p)
+    _add_output_arguments(p)
+    _add_model_arguments(p)
+    add_parallel_arguments(p)
+    add_precision_arguments(p)
+    from zerosim.cli.offload_args import add_offload_arguments
+
+    add_offload_arguments(p, dpu=True, host=False)  # DeepSpeed's CPU Adam on the host, DPU (docs/offload.md)
+
+
+def _add_run_arguments(p) -> None:
+    """What runs: the stage, ranks, backend, precision, optimizer, data and steps (the MLP's widths among them)."""
     p.add_argument("--stage", type=int, choices=STAGES, default=None,
                    help="ZeRO stage (default 2; with --resume the saved stage, and a stage you give reshards)")
     p.add_argument("--ranks", type=int, default=None,
@@ -113,6 +126,10 @@ def add_arguments(p) -> None:
                         "(deepspeed-zero12, deepspeed-bf16-optimizer, deepspeed-zero3); a flag that contradicts it is "
                         "refused, and its \"auto\" values take the flags' (as the HF Trainer fills them)")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
+
+
+def _add_output_arguments(p) -> None:
+    """What the run writes and prints: checkpoints (save, resume, overwrite), the trace log, the losses."""
     p.add_argument("--save", metavar="DIR", default=None,
                    help="save a sharded checkpoint into DIR at the end (and every --save-every steps); a step's folder "
                         "that a killed save left unfinished is cleaned and written anew")
@@ -132,6 +149,10 @@ def add_arguments(p) -> None:
                         "--optimizer, --seed, --batch or --task is refused")
     p.add_argument("--print-every", type=int, default=10, help="print the loss every N steps (default 10)")
     p.add_argument("--json", action="store_true", help="print the losses and statistics as JSON at the end")
+
+
+def _add_model_arguments(p) -> None:
+    """--model gpt or llama, and their own flags, together in one group."""
     # -- --model gpt / llama: their own flags, together (defaults: zerosim.train.TrainConfig) ------------------
     g = p.add_argument_group("--model gpt or llama", "a small GPT or Llama learns to copy, reverse or sort strings "
                              "(--task); --checkpoint keeps each block's input and recomputes the block")
@@ -141,11 +162,6 @@ def add_arguments(p) -> None:
     g.add_argument("--attention", choices=("standard", "selective", "flash"), default=None,
                    help="with --model gpt or llama: keep P, rebuild it from Q and K, or tile it away "
                         "(default standard)")
-    add_parallel_arguments(p)
-    add_precision_arguments(p)
-    from zerosim.cli.offload_args import add_offload_arguments
-
-    add_offload_arguments(p, dpu=True, host=False)  # DeepSpeed's CPU Adam on the host, DPU (docs/offload.md)
 
 
 def run(args) -> int:

@@ -102,17 +102,7 @@ class RankPool:
         result."""
         ranks = list(ranks)
         if self.workers == 1 or len(ranks) < 2:  # the loop itself: op-major, each after at once
-            results = [[None] * steps for _ in ranks]
-            if ranks and steps:
-                self._run(lambda i, j: None, 0, 0)  # notes the caller's thread among those used, once
-            for j in range(steps):
-                if before is not None:
-                    before(j)
-                for i in range(len(ranks)):
-                    results[i][j] = out = work(i, j)
-                    if after is not None:
-                        after(i, j, out)
-            return results
+            return self._loop(work, ranks, steps, after, before)
         held = [[[] for _ in range(steps)] for _ in ranks]  # held[i][j]: rank i's ledger events of step j
         sinks = [r.ledger.sink for r in ranks]
         # k contiguous groups of ranks: the caller's thread runs the first, k-1 pool threads the others (one task
@@ -135,6 +125,26 @@ class RankPool:
         finally:
             for r, sink in zip(ranks, sinks):
                 r.ledger.sink = sink
+        self._hand_over(held, sinks, outcomes, steps, after)
+        return [results for _, _, results in outcomes]
+
+    def _loop(self, work, ranks: list, steps: int, after, before) -> list:
+        """map_steps on the calling thread: the loop itself, step by step, rank by rank, each `after` at once."""
+        results = [[None] * steps for _ in ranks]
+        if ranks and steps:
+            self._run(lambda i, j: None, 0, 0)  # notes the caller's thread among those used, once
+        for j in range(steps):
+            if before is not None:
+                before(j)
+            for i in range(len(ranks)):
+                results[i][j] = out = work(i, j)
+                if after is not None:
+                    after(i, j, out)
+        return results
+
+    def _hand_over(self, held: list, sinks: list, outcomes: list, steps: int, after) -> None:
+        """The workers' held ledger events and the `after`s, step by step in rank order, up to the first failing
+        step (then only the ledger events); that step's failure raised."""
         failures = [(j, i, e) for i, (j, e, _) in enumerate(outcomes) if e is not None]
         stop = min(failures, key=lambda f: f[:2])[0] if failures else steps
         for j in range(steps):
@@ -145,7 +155,6 @@ class RankPool:
                     after(i, j, outcomes[i][2][j])
         if failures:
             raise min(failures, key=lambda f: f[:2])[2]
-        return [results for _, _, results in outcomes]
 
     def _group(self, work, indices, steps, ranks, held) -> list:
         """[(failing step, exception or None, [result of each step])] for each rank i in `indices`: its steps in

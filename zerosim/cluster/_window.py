@@ -157,18 +157,37 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
     step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
     trace writes its log to a file)."""
-    from zerosim.cluster import _closed as closed
-    from zerosim.cluster._trace import TRANSFERS, RingHops
-
     summary = trace.folded
     calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
     held, j = trace._events, 0
     while j < len(held) and held[j].call < upto_call:  # sends come in call order: the folded ones are a prefix
         j += 1
+    gone = _fold_sends(trace, held[:j], step_of)
+    _fold_closed(trace, calls)
+    entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
+    if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
+        trace.on_fold(_last_folded(entries))
+    if trace._log_file is not None:
+        write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
+        trace._written = max(trace._written, upto_log)
+    del trace._log[: len(entries)]
+    trace._checked = max(trace._checked - len(entries), 0)
+    del trace._calls[: len(calls)]
+    del trace._events[:j]
+    summary.log += len(entries)
+    summary.calls += len(calls)
+
+
+def _fold_sends(trace, folded: list, step_of: dict) -> list:
+    """The sends `folded` counted into the summary (a ring phase recorded whole: counted from its record, or made
+    send by send when the log is written); returns the sends one by one for the log file (none when not written)."""
+    from zerosim.cluster._trace import TRANSFERS, RingHops
+
+    summary = trace.folded
     writes = trace._log_file is not None
     gone = []  # the sends folded, one by one, for the log file
-    for e in held[:j]:
+    for e in folded:
         step = step_of.get(e.call, 0)
         if type(e) is not RingHops:
             summary.add(e, step, e.collective in TRANSFERS)
@@ -186,6 +205,14 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
             c = trace.call(e.call)
             summary.add_ring(e, c.collective, c.tag, lambda src, dst, call=e.call: trace._tier(call, src, dst), step,
                              c.collective in TRANSFERS)
+    return gone
+
+
+def _fold_closed(trace, calls: list) -> None:
+    """The closed-form calls among `calls` (the meta backend's representative) kept small and counted."""
+    from zerosim.cluster import _closed as closed
+
+    summary = trace.folded
     for c in calls:  # closed-form calls (the meta backend's representative): kept small, counted
         form = trace.ring_calls.pop(c.call, None)
         group = trace.call_groups.pop(c.call, None)
@@ -199,24 +226,17 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
             intra, inter = closed.bytes_by_tier(*form, group, n, trace.gpus_per_node)
             summary.by_tier["intra-node"] += intra
             summary.by_tier["inter-node"] += inter
-    entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
-    if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
-        last = {}
-        for e in entries:
-            if type(e) is tuple:
-                last[e[8]] = e[0]  # rank, seq (ledger_event's order)
-            elif type(e) is LedgerEvent:
-                last[e.rank] = e.seq
-        trace.on_fold(last)
-    if trace._log_file is not None:
-        write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
-        trace._written = max(trace._written, upto_log)
-    del trace._log[: len(entries)]
-    trace._checked = max(trace._checked - len(entries), 0)
-    del trace._calls[: len(calls)]
-    del trace._events[:j]
-    summary.log += len(entries)
-    summary.calls += len(calls)
+
+
+def _last_folded(entries: list) -> dict:
+    """{rank: the seq of its last ledger event among the log `entries` folded}."""
+    last = {}
+    for e in entries:
+        if type(e) is tuple:
+            last[e[8]] = e[0]  # rank, seq (ledger_event's order)
+        elif type(e) is LedgerEvent:
+            last[e.rank] = e.seq
+    return last
 
 
 def write_log(trace, entries, events) -> None:

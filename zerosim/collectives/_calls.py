@@ -112,6 +112,32 @@ def all_gather(
     meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
     require_same([m[1] for m in meta], what, "dtype")
     everyone, n = [m[0] for m in meta], group.size
+    bounds, total, length, by_position = _gather_sizes(cluster, group, everyone, counts, _length, what)
+    if out is not None:
+        if total != length:
+            raise ValueError(f"{what}: out= needs shards that are not padded (equal sizes, or counts), got a padded "
+                             f"{total} for {length}")
+        out = check_out(cluster, out, [length] * n, wire_fmt, what, False, group)
+    call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag, group)
+    padded, temps = _stage_shards(cluster, call, group, arrays, wire_fmt, bounds, by_position)
+    phase = phases(cluster)[1]  # the backend's own, the chunk-order shortcut, or the ring
+    share = {"shared": True} if shared and out is None and phase is _fast.all_gather_phase else {}
+    full = phase(cluster, padded, bounds, total, wire_fmt, call, out=out, **_over(group), **share)
+    free(temps)
+    cluster.trace.end(call)
+    handle = cluster.trace.handle(call)
+    if out is not None:
+        for o, f in zip(out, full):
+            if f is not o:
+                o[...] = f
+        return Collected(out, handle)
+    return Collected([f[:length] for f in full], handle)
+
+
+def _gather_sizes(cluster, group, everyone: list, counts, _length, what: str) -> tuple:
+    """The all-gather's chunks from the shards' sizes (or `counts`), checked: (bounds, total sent per rank with
+    padding, length of the result, each ring position's chunk size when every rank is here and counts say it)."""
+    n = group.size
     partial = len(everyone) < cluster.world_size  # a representative rank (meta backend) sees only the ranks it hosts
     sizes = everyone if partial else _by_position(everyone, group, what)
     by_position = None  # each ring position's chunk size, when every rank is here and counts say it
@@ -129,12 +155,12 @@ def all_gather(
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         bounds, total, length = chunk_bounds(layout, None), layout.padded, layout.length
-    if out is not None:
-        if total != length:
-            raise ValueError(f"{what}: out= needs shards that are not padded (equal sizes, or counts), got a padded "
-                             f"{total} for {length}")
-        out = check_out(cluster, out, [length] * n, wire_fmt, what, False, group)
-    call = cluster.trace.begin(_name, "gather", n, total, wire_fmt.name, tag, group)
+    return bounds, total, length, by_position
+
+
+def _stage_shards(cluster, call: int, group, arrays, wire_fmt, bounds, by_position) -> tuple:
+    """Each local rank's shard as it travels: its own array when already in the wire format and chunk size, else a
+    re-typed and/or zero-padded copy on its ledger (kind "comm"); (shards, temporary buffers)."""
     padded, temps = [], []
     # each local rank's position on its ring (all of them, in rank order, when every rank is local)
     local = cluster.local_size == cluster.world_size
@@ -149,18 +175,7 @@ def all_gather(
         buf.array[a.shape[0] :] = 0  # a short last shard travels padded with zeros
         padded.append(buf.array)
         temps.append(buf)
-    phase = phases(cluster)[1]  # the backend's own, the chunk-order shortcut, or the ring
-    share = {"shared": True} if shared and out is None and phase is _fast.all_gather_phase else {}
-    full = phase(cluster, padded, bounds, total, wire_fmt, call, out=out, **_over(group), **share)
-    free(temps)
-    cluster.trace.end(call)
-    handle = cluster.trace.handle(call)
-    if out is not None:
-        for o, f in zip(out, full):
-            if f is not o:
-                o[...] = f
-        return Collected(out, handle)
-    return Collected([f[:length] for f in full], handle)
+    return padded, temps
 
 
 def all_reduce(cluster, tensors, op: str = "sum", wire=None, tag: str = "", counts=None, group=None) -> list:

@@ -78,26 +78,46 @@ class Recorder:
         return np.array(self.tensor.whole_params(engine.ctx, held, buffer))
 
     def step(self, step: int, engine, since: int, ids: list, batches: list) -> None:
+        """Record step `step` from the trace since log position `since` (the weights only unless `full`)."""
         if not self.full:  # the weights only
             record = self.steps[step] = StepRecord(step)
             record.flats[AFTER, "new master"] = self._weights("master")
             record.flats[AFTER, "new params"] = self._weights("params")
             return
-        record, trace = StepRecord(step), engine.cluster.trace
+        record = StepRecord(step)
         ranks = engine.cluster.ranks
         tp = engine.dims.groups("tp")
         where = {r.index: (i, tp.position(r.index)) for i, r in enumerate(ranks)}
         record.placement = tuple((r.index, engine.dims.groups("dp").position(r.index), where[r.index][1],
                                   tuple(ids[i])) for i, r in enumerate(ranks))
+        self._record_data(record, where, ranks, ids, batches)
+        grads, regions, calls, states, forward = self._read_log(record, engine.cluster.trace, since, where, ids,
+                                                               ranks[0].index)
+        stored = self._record_after(record, engine, where, grads, regions)
+        record.stored = tuple(stored)
+        record.states, record.calls = states, tuple(calls)
+        record.tp_forward = {k: tuple(v) for k, v in forward.items()}
+        record.skipped = record.scale is not None and record.scale.skipped
+        self._scale = float(engine.scaler.scale)  # the next step's S
+        self.steps[step] = record
+
+    def _record_data(self, record: StepRecord, where: dict, ranks, ids: list, batches: list) -> None:
+        """The loss scale the step starts with, and each micro-batch's input and target (from one rank of each TP
+        group)."""
         record.values[BEFORE, "loss scale", ""] = self._scale
         for i, row in enumerate(ids):  # the data, from one rank of each TP group
             if where[ranks[i].index][1] == 0:
                 for j, g in enumerate(row):
                     x, target = batches[i][j]
                     record.values[g, "input", ""], record.values[g, "target", ""] = np.array(x), np.array(target)
+
+    def _read_log(self, record: StepRecord, trace, since: int, where: dict, ids: list, first: int):
+        """The step's events read once, in order: each micro-batch's activations, loss and local gradient, each rank's
+        optimizer region, the reducing calls, a sliced run's forward as rank `first` ran it; returns (grads, regions,
+        calls, states, forward)."""
         grads = defaultdict(dict)  # g -> {tp position: (P_l,) local gradient}
         regions = defaultdict(dict)  # value name -> {tp position: (Ψ,) array}
-        calls, states, first = [], (), ranks[0].index
+        calls, states = [], ()
         forward = defaultdict(list)  # micro-step -> its forward's units and tensor-parallel calls (sliced runs)
         ended = set()  # the micro-steps whose forward (up to the loss) is over
         for e in trace.log[since - trace.folded.log:]:
@@ -130,6 +150,12 @@ class Recorder:
                 record.clip = e
             elif kind is LossScaleUpdate:
                 record.scale = e
+        return grads, regions, calls, states, forward
+
+    def _record_after(self, record: StepRecord, engine, where: dict, grads, regions) -> dict:
+        """The whole (P,) vectors joined from the parts: each micro-batch's gradient, what the optimizer read and
+        wrote, and the state each rank stores between steps; returns the stored state's parts by name."""
+        ranks = engine.cluster.ranks
         for g, parts in grads.items():
             record.flats[g, "grad"] = self._join(parts)
         names = {"reduced": "reduced", "grad32": "grad32", "master": "new master", "compute_after": "new params"}
@@ -146,12 +172,7 @@ class Recorder:
         for name, parts in stored.items():
             record.flats[AFTER, f"stored:{name}"] = self._join({p: np.array(layout.unarrange(a))
                                                                 for p, a in parts.items()})
-        record.stored = tuple(stored)
-        record.states, record.calls = states, tuple(calls)
-        record.tp_forward = {k: tuple(v) for k, v in forward.items()}
-        record.skipped = record.scale is not None and record.scale.skipped
-        self._scale = float(engine.scaler.scale)  # the next step's S
-        self.steps[step] = record
+        return stored
 
     # -- consolidation by name ----------------------------------------------------------------------------------------
     @property

@@ -43,11 +43,9 @@ def explore(s: Settings) -> dict:
     the offload placement and, for "host" and "nvme", rank 0's {"resting": {kind: bytes}, "peak", "per_node" (the
     peak times the ranks of a node of 8), "capacity" (the node's, the host whose GPUs `s.gpu` are), "fits"} — all
     empty and 0 without offload (`zerosim memory --offload-... --json`'s "host" and "nvme", and its node's verdict)."""
-    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, host_fit, host_of, measure_stage
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, host_of, measure_stage
     from zerosim.analysis.reports import judge
-    from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
     from zerosim.parallel.offload import PLACEMENTS, Offload
-    from zerosim.precision import get_precision
 
     check(s)
     model = model_for(s)
@@ -58,20 +56,8 @@ def explore(s: Settings) -> dict:
                                          micro_batch=(s.micro_batch, s.seq_len),
                                          gpus_per_node=GPUS_PER_NODE if nodes else None, parallelisms=offload,
                                          totals=False)  # the bytes the trace sent: not shown
-    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None,
-                  pcie=host.pcie, host_bandwidth=host.cpu_bandwidth(min(s.ranks, GPUS_PER_NODE)))
-    # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline
-    # --efficiency peak --kernels fused` prints the same (its defaults, eager kernels at achieved rates, are slower)
-    time_model = TimeModel(None)
-    t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
-                 costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
-    compute, comm, exposed = float(t.compute_busy[0]), float(t.comm_busy[0]), float(t.exposed_comm[0])
-    if offload:  # the collectives alone, as `zerosim timeline --offload-...` reads them; the copies and the CPU step
-        w = step_window(t)  # are the host's (their busy time, and what the device waited for beside the collectives)
-        compute, comm, exposed = w.busy["compute"], w.busy["comm"], w.uncovered["comm"]
+    t, hw, time_model, (compute, comm, exposed) = _step_time(s, model, cluster, engine, gpu, host, nodes, offload)
     verdict = judge(row["peak"], s.stage, s.ranks, gpu, ALLOCATOR_RESERVE)
-    ledgers = {tier: cluster.ranks[0].ledger_of(tier) for tier in ("host", "nvme")}
-    node = host_fit({tier: ledger.peak() for tier, ledger in ledgers.items()}, s.ranks, host, GPUS_PER_NODE)
     return {
         "model": model.name,
         "params": model.num_params,
@@ -96,8 +82,37 @@ def explore(s: Settings) -> dict:
         "link": (hw.inter_link or hw.link).name,  # the slowest link the ring crosses
         "device": hw.device.name,
         "time_model": time_model.describe(),  # what the times assume
-        "host": {"offload": s.offload, "machine": host.name, "ranks_per_node": node["ranks_per_node"],
-                 **{tier: {"resting": {k: v for k, v in ledger.by_kind().items() if v}, "peak": ledger.peak(),
-                           "per_node": node[tier]["per_node"], "capacity": node[tier]["capacity"],
-                           "fits": node[tier]["fits"]} for tier, ledger in ledgers.items()}},
+        "host": _host_column(s, cluster, host),
     }
+
+
+def _step_time(s: Settings, model, cluster, engine, gpu, host, nodes: bool, offload: tuple):
+    """The step simulated from the trace on `s`'s hardware: (timeline, Hardware, TimeModel, (compute, comm, exposed
+    collectives) in seconds)."""
+    from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
+    from zerosim.precision import get_precision
+
+    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None,
+                  pcie=host.pcie, host_bandwidth=host.cpu_bandwidth(min(s.ranks, GPUS_PER_NODE)))
+    # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline
+    # --efficiency peak --kernels fused` prints the same (its defaults, eager kernels at achieved rates, are slower)
+    time_model = TimeModel(None)
+    t = simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm,
+                 costs=time_model.costs(model, (s.micro_batch, s.seq_len), hw))
+    compute, comm, exposed = float(t.compute_busy[0]), float(t.comm_busy[0]), float(t.exposed_comm[0])
+    if offload:  # the collectives alone, as `zerosim timeline --offload-...` reads them; the copies and the CPU step
+        w = step_window(t)  # are the host's (their busy time, and what the device waited for beside the collectives)
+        compute, comm, exposed = w.busy["compute"], w.busy["comm"], w.uncovered["comm"]
+    return t, hw, time_model, (compute, comm, exposed)
+
+
+def _host_column(s: Settings, cluster, host) -> dict:
+    """The host column: the offload placement and rank 0's host and NVMe tiers against its node's."""
+    from zerosim.analysis.costs import host_fit
+
+    ledgers = {tier: cluster.ranks[0].ledger_of(tier) for tier in ("host", "nvme")}
+    node = host_fit({tier: ledger.peak() for tier, ledger in ledgers.items()}, s.ranks, host, GPUS_PER_NODE)
+    return {"offload": s.offload, "machine": host.name, "ranks_per_node": node["ranks_per_node"],
+            **{tier: {"resting": {k: v for k, v in ledger.by_kind().items() if v}, "peak": ledger.peak(),
+                      "per_node": node[tier]["per_node"], "capacity": node[tier]["capacity"],
+                      "fits": node[tier]["fits"]} for tier, ledger in ledgers.items()}}

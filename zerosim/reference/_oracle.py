@@ -128,6 +128,12 @@ class Reference:
         init = model.init_params() if params is None else np.asarray(params)
         # Pad like the engines so both run the optimizer over the same (N*s,) vector.
         self.padded = maps.ceil_div(model.num_params, world_size) * world_size
+        self._set_recipe(strategy, recipe, shard_group)
+        self._set_buffers(init, wire)
+
+    def _set_recipe(self, strategy, recipe, shard_group) -> None:
+        """The plan and gradient recipe, the shard groups, and who owns which element (the ring order of its sum)."""
+        world_size = self.world_size
         self.plan = None if strategy is None else get_plan(strategy)
         if self.plan is not None:
             recipe = default_recipe(self.plan, self.precision, recipe)
@@ -143,21 +149,25 @@ class Reference:
                 shards = shard_group
         # who owns which element: the ring order of its sum (over each shard group's S ranks with HSDP and MiCS);
         # the engine's layout only for what moves copies in shard order (the quantized gather, HSDP's second level)
-        self.owners = maps.owner_chunks(model.specs, shards, self.twin.partition, self.padded)
-        self.layout = layout_for(model, shards, self.recipe)
+        self.owners = maps.owner_chunks(self.model.specs, shards, self.twin.partition, self.padded)
+        self.layout = layout_for(self.model, shards, self.recipe)
+
+    def _set_buffers(self, init, wire) -> None:
+        """The (N*s,) params, master and optimizer states from `init`, the loss scaler, and the quantized wire."""
         wide = np.zeros(self.padded, dtype=np.float64)
-        wide[: model.num_params] = init.astype(np.float64)
+        wide[: self.model.num_params] = init.astype(np.float64)
         p = self.precision
         self.params = cast(wide, p.compute_format)  # (N*s,) compute format
         self.master_buf = cast(wide, p.master_format) if p.master_format is not None else None  # (N*s,) fp32
-        check_stored(optimizer, p.state_format, p.update_format)
+        check_stored(self.optimizer, p.state_format, p.update_format)
         # (N*s,) per state name, in its storage format (the update format, or optim_state's 16 bits)
-        self.state = {k: np.zeros(self.padded, dtype=p.state_format.dtype) for k in optimizer.state_names}
+        self.state = {k: np.zeros(self.padded, dtype=p.state_format.dtype) for k in self.optimizer.state_names}
         self.t = 0  # optimizer steps taken (skipped steps take none)
         self.optimizer_run = OptimizerRun()  # where this oracle's run of steps began (after set_state: past 1)
         self.scaler = p.make_scaler()
         self.decisions, self.norms = [], []
-        self.wire = None if wire is None or not wire.gathers_quantized else WireOracle(wire, self.layout, world_size)
+        quantized = wire is not None and wire.gathers_quantized
+        self.wire = WireOracle(wire, self.layout, self.world_size) if quantized else None
 
     @classmethod
     def float64(cls, model, optimizer, world_size: int = 1, params=None, accumulation_steps: int = 1) -> "Reference":

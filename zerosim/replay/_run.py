@@ -171,11 +171,21 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
     model = TinyNet()
     cluster = Cluster(2, keep_values=True, keep_steps=None)  # reads each step by its log positions: hold them all
     engine = ZeroEngine(model, cluster, stage, Adam(lr=lr, betas=tuple(betas), eps=eps), policy, checkpoint=checkpoint)
-    names = list(TinyNet.NAMES)
     regions = [engine.region(r) for r in range(2)]  # what each GPU updates: its shard (all of it at stage 0)
-    owners = [names[g.start : min(g.stop, model.num_params)] for g in regions]
     batches = TinyNet.seed_batches()
-    result = {
+    result = _setting(engine, model, policy, regions, batches, stage, precision, checkpoint, lr, betas, eps)
+    for step in progress(range(1, steps + 1), "replaying", enabled=show_progress, unit="step"):
+        result["steps"].append(_replay_step(engine, model, policy, regions, result["owners"], batches, stage, step))
+    result["master"] = _f(engine.full_master())
+    result["final_params"] = [_f(engine.compute_params(i)) for i in range(2)]
+    return engine, result
+
+
+def _setting(engine, model, policy, regions, batches, stage, precision, checkpoint, lr, betas, eps) -> dict:
+    """The replay's numbers before its first step: the settings, who owns which weight, the inputs, the memory."""
+    names = list(TinyNet.NAMES)
+    owners = [names[g.start : min(g.stop, model.num_params)] for g in regions]
+    return {
         "example": "seed 004: four weights, two GPUs",
         "stage": stage, "precision": precision if isinstance(precision, str) else repr(policy),
         "world_size": 2, "checkpoint": checkpoint, "has_master": policy.master is not None, "compute": policy.compute,
@@ -184,82 +194,86 @@ def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: 
         "weights": names, "owners": owners,
         "initial_params": _f(engine.compute_params(0)[: model.num_params]) if stage < 3 else _f(model.init_params()),
         "inputs": [{"gpu": g, "x": _f(x[0]), "target": _f(t[0, 0])} for g, (x, t) in enumerate(batches)],
-        "memory_at_start": [_memory(r.ledger) for r in cluster.ranks],
+        "memory_at_start": [_memory(r.ledger) for r in engine.cluster.ranks],
         "steps": [],
     }
+
+
+def _replay_step(engine, model, policy, regions, owners, batches, stage, step: int) -> dict:
+    """Run one step and read its numbers back from the trace: each GPU's, the collectives' hops, the memory."""
+    cluster = engine.cluster
     trace = cluster.trace
-    for step in progress(range(1, steps + 1), "replaying", enabled=show_progress, unit="step"):
-        first_event, first_log = len(trace.events), len(trace.log)
-        timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
-        scale = engine.scaler.scale  # the S this step's loss is multiplied by
-        before = _full_params(engine, model.num_params)  # the 16-bit weights the step starts from
-        engine.step(batches)
-        computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
-        decided = trace.of_type(LossScaleUpdate, first_log)  # dynamic scaling: skipped or not, and the next S
-        calls = {
-            p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p]
-            for p in ("reduce grads", "gather params", "refresh params")
+    first_event, first_log = len(trace.events), len(trace.log)
+    timeline_start = [len(r.ledger.timeline) for r in cluster.ranks]
+    scale = engine.scaler.scale  # the S this step's loss is multiplied by
+    before = _full_params(engine, model.num_params)  # the 16-bit weights the step starts from
+    engine.step(batches)
+    computes, optim = trace.of_type(Compute, first_log), trace.of_type(OptimizerStep, first_log)
+    decided = trace.of_type(LossScaleUpdate, first_log)  # dynamic scaling: skipped or not, and the next S
+    calls = {
+        p: [c.call for c in trace.of_type(Call, first_log) if c.purpose == p]
+        for p in ("reduce grads", "gather params", "refresh params")
+    }
+    gpus = [_gpu_record(engine, model, regions, owners, stage, i, rank, computes, optim)
+            for i, rank in enumerate(cluster.ranks)]
+    return {
+        "step": step,
+        "params_before": _f(before),
+        "loss_scale": _scale_record(policy, scale, decided),
+        # what S multiplied, in float64: only when the loss was scaled
+        "unscaled_grads": _unscaled_grads(model, before, batches) if policy.loss_scale != 1 or decided else None,
+        "order": _order(trace, first_log),
+        "calls": {str(c.call): f"{c.collective.replace('_', '-')} of the {c.tag}"
+                  for c in trace.of_type(Call, first_log)},
+        "gpus": gpus,
+        "reduce_scatter": _hops(trace, calls["reduce grads"]),
+        "all_gather": _hops(trace, calls["refresh params"]),
+        "stage3_gathers": _hops(trace, calls["gather params"]),
+        "memory": [_memory(r.ledger, start) for r, start in zip(cluster.ranks, timeline_start)],
+        "bytes_sent": [sum(e.bytes for e in trace.events[first_event:] if e.src == r) for r in range(2)],
+    }
+
+
+def _gpu_record(engine, model, regions, owners, stage, i: int, rank, computes, optim) -> dict:
+    """One GPU's step: its forward and backward, its local gradient, and its shard's reduced gradient, Adam moments
+    and weights."""
+    ev = _model_events([e for e in computes if e.rank == rank.index])
+    local = np.zeros(model.num_params)
+    for b in ev["backward"]:
+        a, z = model.layer_window(b["layer"])
+        local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
+    # None: the loss scaler skipped the step
+    opt = next((e.values for e in optim if e.rank == rank.index), None)
+    own = regions[rank.index]
+    real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
+    mine = (
+        slice(own.start, own.start + real.stop)
+        if opt is not None and len(opt["reduced"]) == engine.layout.padded
+        else real
+    )
+    return {
+        "gpu": rank.index,
+        "loss": ev["loss"],
+        "prediction": ev["prediction"],
+        "forward": ev["forward"],
+        "recompute": ev["recompute"],
+        "backward": ev["backward"],
+        "local_grads": local.tolist(),
+        "owns": owners[rank.index],
+        # summed, still loss-scaled, in the reduced format
+        "reduced_shard": _f(opt["reduced"][mine]) if opt else None,
+        "averaged_shard": _f(opt["grad32"][real]) if opt else None,
+        "adam": {
+            k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt
         }
-        gpus = []
-        for i, rank in enumerate(cluster.ranks):
-            ev = _model_events([e for e in computes if e.rank == rank.index])
-            local = np.zeros(model.num_params)
-            for b in ev["backward"]:
-                a, z = model.layer_window(b["layer"])
-                local[a:z] = np.concatenate([np.ravel(v) for v in b["grads"].values()]) if b["grads"] else []
-            # None: the loss scaler skipped the step
-            opt = next((e.values for e in optim if e.rank == rank.index), None)
-            own = regions[rank.index]
-            real = slice(0, max(0, min(own.stop, model.num_params) - own.start))
-            mine = (
-                slice(own.start, own.start + real.stop)
-                if opt is not None and len(opt["reduced"]) == engine.layout.padded
-                else real
-            )
-            gpus.append(
-                {
-                    "gpu": rank.index,
-                    "loss": ev["loss"],
-                    "prediction": ev["prediction"],
-                    "forward": ev["forward"],
-                    "recompute": ev["recompute"],
-                    "backward": ev["backward"],
-                    "local_grads": local.tolist(),
-                    "owns": owners[rank.index],
-                    # summed, still loss-scaled, in the reduced format
-                    "reduced_shard": _f(opt["reduced"][mine]) if opt else None,
-                    "averaged_shard": _f(opt["grad32"][real]) if opt else None,
-                    "adam": {
-                        k: _f(np.asarray(opt[k])[real]) for k in ("m", "v", "m_hat", "v_hat", "update") if k in opt
-                    }
-                    if opt
-                    else None,
-                    "master": _f(engine.master_shards()[i][real]),
-                    "compute_shard": _f(opt["compute_after"][real]) if opt else None,
-                    "params_before_refresh": _f(opt["params_held"][: model.num_params])
-                    if opt and "params_held" in opt
-                    else None,
-                    "params_after": _f(engine.compute_params(i)[: model.num_params])
-                    if stage < 3
-                    else _f(engine.compute_params(i)[real]),
-                }
-            )
-        result["steps"].append({
-            "step": step,
-            "params_before": _f(before),
-            "loss_scale": _scale_record(policy, scale, decided),
-            # what S multiplied, in float64: only when the loss was scaled
-            "unscaled_grads": _unscaled_grads(model, before, batches) if policy.loss_scale != 1 or decided else None,
-            "order": _order(trace, first_log),
-            "calls": {str(c.call): f"{c.collective.replace('_', '-')} of the {c.tag}"
-                      for c in trace.of_type(Call, first_log)},
-            "gpus": gpus,
-            "reduce_scatter": _hops(trace, calls["reduce grads"]),
-            "all_gather": _hops(trace, calls["refresh params"]),
-            "stage3_gathers": _hops(trace, calls["gather params"]),
-            "memory": [_memory(r.ledger, start) for r, start in zip(cluster.ranks, timeline_start)],
-            "bytes_sent": [sum(e.bytes for e in trace.events[first_event:] if e.src == r) for r in range(2)],
-        })
-    result["master"] = _f(engine.full_master())
-    result["final_params"] = [_f(engine.compute_params(i)) for i in range(2)]
-    return engine, result
+        if opt
+        else None,
+        "master": _f(engine.master_shards()[i][real]),
+        "compute_shard": _f(opt["compute_after"][real]) if opt else None,
+        "params_before_refresh": _f(opt["params_held"][: model.num_params])
+        if opt and "params_held" in opt
+        else None,
+        "params_after": _f(engine.compute_params(i)[: model.num_params])
+        if stage < 3
+        else _f(engine.compute_params(i)[real]),
+    }

@@ -92,6 +92,18 @@ class TrainConfig:
     cp_split: str = "zigzag"  # with cp > 1: "zigzag" (load-balanced) or "contiguous"
 
     def __post_init__(self):
+        self._check_paths()  # before a resume reads anything
+        self._fill_from_resume()
+        self._check_model()
+        self._check_transformer()
+        self._check_counts()
+        self._check_run_flags()
+        self._check_engine_options()
+        self._check_tensor()
+        self._check_context()
+
+    def _check_paths(self) -> None:
+        """The paths (save, resume, trace_log), and a trace log never written into a checkpoint."""
         for name in ("save", "resume", "trace_log"):  # paths, checked before a resume reads anything
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -102,6 +114,9 @@ class TrainConfig:
             check_file(self.trace_log, "trace_log")
             if self.save is not None:
                 refuse_inside(self.trace_log, "trace_log", self.save, "save")
+
+    def _fill_from_resume(self) -> None:
+        """The unset fields from the saved run (its data refused if other than given) or the defaults (RUN_DEFAULTS)."""
         saved = {} if self.resume is None else ckpt.saved_data(self.resume)  # the data the saved run trained on
         for name in DATA_FIELDS:
             given = getattr(self, name)
@@ -115,6 +130,9 @@ class TrainConfig:
         for name, value in run_defaults(self.resume).items():  # the saved run's settings, or the defaults
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+
+    def _check_model(self) -> None:
+        """The model, every field `train` reads, and the model's task (its default if unset)."""
         if not isinstance(self.model, str) or self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         self._check_fields()
@@ -127,17 +145,24 @@ class TrainConfig:
                 else "the MLP learns regression or classification"
             )
             raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
-        if self.model in ("gpt", "llama"):
-            for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
-                value = getattr(self, name)
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-            if self.vocab < 3:
-                raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
-            if self.layers + 2 > MAX_UNITS:  # before the model is built, which visits every block in Python
-                raise ValueError(f"layers {self.layers:,} (--layers): the model would have {self.layers + 2:,} units "
-                                 f"(blocks and ends); zerosim takes at most {MAX_UNITS:,}: each is built and stepped "
-                                 "one by one")
+
+    def _check_transformer(self) -> None:
+        """A GPT's or Llama's sizes: positive, a vocabulary of 3 at least, not too many blocks."""
+        if self.model not in ("gpt", "llama"):
+            return
+        for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.vocab < 3:
+            raise ValueError(f"vocab must be at least 3 (two symbols and the separator), got {self.vocab}")
+        if self.layers + 2 > MAX_UNITS:  # before the model is built, which visits every block in Python
+            raise ValueError(f"layers {self.layers:,} (--layers): the model would have {self.layers + 2:,} units "
+                             f"(blocks and ends); zerosim takes at most {MAX_UNITS:,}: each is built and stepped "
+                             "one by one")
+
+    def _check_counts(self) -> None:
+        """Steps, batch, ranks and K: positive, and within what the numpy backend runs in one process."""
         for name in ("steps", "batch", "ranks", "accumulation_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -151,6 +176,9 @@ class TrainConfig:
                              f"({self.accumulation_steps:,} accumulation steps on each of {self.ranks:,} ranks), "
                              f"each a forward and backward pass, before its loss is printed; zerosim trains at most "
                              f"{MAX_STEP_MICRO_BATCHES:,} a step: lower --accumulation-steps (or raise --batch)")
+
+    def _check_run_flags(self) -> None:
+        """Checkpointing, the seed, and what saving may do (save_every, overwrite)."""
         if not isinstance(self.checkpoint, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
             raise ValueError(f"checkpoint must be True or False, got {self.checkpoint!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
@@ -167,6 +195,9 @@ class TrainConfig:
             raise ValueError(f"overwrite must be True or False, got {self.overwrite!r}")
         if self.overwrite and self.save is None:
             raise ValueError("overwrite says what a save may remove: it needs a folder to save into (save=...)")
+
+    def _check_engine_options(self) -> None:
+        """The engine's options: Muon's sharding, offload, the optimizer's hyperparameters, the comm schedule."""
         if self.muon_sharding is not None and not get_plan(self.stage).shards("optimizer"):  # whole matrices
             raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how ZeRO stages 1-3 bring "
                              f"Muon's sharded matrices together; at stage {self.stage} every rank holds them whole, so "
@@ -191,6 +222,9 @@ class TrainConfig:
         if self.comm is not None and self.resume is not None:
             raise ValueError("comm sets a new run's buckets and prefetch; a resumed run keeps its checkpoint's: drop "
                              "comm or resume")
+
+    def _check_tensor(self) -> None:
+        """Tensor parallelism's degree and sequence parallelism, and where they run."""
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
         if not isinstance(self.sp, (bool, np.bool_)):  # bool("no") is True: refused, not read as yes
@@ -206,7 +240,6 @@ class TrainConfig:
                    if self.save or self.resume else None)
             if why:
                 raise ValueError(why)
-        self._check_context()
 
     def _check_context(self) -> None:
         """Context parallelism's choices, checked by its own rules (zerosim.parallel ParallelSpec, parallel/context)."""
@@ -370,90 +403,17 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
 
     Under MPI every process calls this; each returns the same losses and every rank's statistics.
     """
-    widths = [int(w) for w in config.widths]
-    classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
+    gpt = config.model in ("gpt", "llama")
     model = run_model(config)
-    more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
-    if config.offload is not None:  # DeepSpeed steps an offloaded Adam as DeepSpeedCPUAdam (parallel/offload)
-        from zerosim.parallel.offload import host_optimizer
-
-        more |= host_optimizer(config.offload.placement, config.optimizer)
-    optimizer = get_optimizer(config.optimizer, lr=config.lr, **config.optimizer_options, **more)
-    optimizer.check_stage(get_plan(config.stage).stage)  # a strategy is a stage-3 plan
-    local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
-    # before any rank exists
-    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
-    if config.trace_log is not None and config.backend != "numpy":
-        raise ValueError(f"--trace-log streams one process's trace: run it on the numpy backend (every rank in this "
-                         f"process), not {config.backend!r}")
-    # the trace holds the last steps only (what a step reads of it: its own events), the whole run's bytes in its
-    # summary: 10,000 steps in the memory of a few (cluster/_window.py); the whole log streamed if asked
-    options = dict(trace="call", timeline=False, keep_steps=TRACE_STEPS, log_to=config.trace_log)
-    options |= {} if observer is None else observer.cluster_options  # e.g. a trace that keeps values
-    cluster = Cluster(config.ranks, backend=config.backend, **options, **config.backend_options)
-    _check_ranks_agree(cluster, config)
-    tensor = context = None  # the TensorParallel (tp > 1) and ContextParallel (cp > 1) beside the engine
-    if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
-        saved = ckpt.saved_optimizer(config.resume)
-        if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
-            optimizer = dataclasses.replace(saved, lr=config.lr)
-        engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
-                           accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
-                           clip_grad=config.clip_grad)
-        if engine.iteration >= config.steps:
-            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
-                             "asks for no more")
-    else:
-        params = model.init_params(np.random.default_rng(config.seed + 1))
-        if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
-            from zerosim.parallel.tensor import TensorParallel
-
-            tensor = TensorParallel(model, config.tp, config.sp, params=params, layout=config.tp_layout)
-        beside = () if tensor is None else (tensor,)
-        if config.cp > 1:  # each rank its tokens of every sequence: the whole model's weights (TP's slice beside TP)
-            from zerosim.parallel.context import ContextParallel
-
-            context = ContextParallel(model, config.cp, config.cp_style, config.cp_split, tensor=tensor)
-            beside = context.parallelisms
-        engine = ZeroEngine(
-            beside[-1].model if beside else model,
-            cluster,
-            config.stage,
-            optimizer,
-            config.precision,
-            checkpoint=config.checkpoint,
-            params=params if tensor is None else None,
-            accumulation_steps=config.accumulation_steps,
-            clip_grad=config.clip_grad,
-            parallelisms=tuple(p for p in (*beside, config.offload) if p is not None),
-            comm=config.comm,
-        )
+    optimizer = _run_optimizer(config, model)
+    cluster = _run_cluster(config, observer)
+    engine, tensor, context = _run_engine(config, cluster, model, optimizer)
     if config.save is not None:  # before any step: a folder that cannot hold this run's checkpoints is refused now
         ckpt.check_save(engine, config.save, bool(config.overwrite))
     n, k = config.ranks // (config.tp * config.cp), config.accumulation_steps  # the data-parallel ranks draw
     per_step = n * k  # micro-batches a step consumes
     pool_size = per_step * min(config.steps, 32)  # a fixed pool of micro-batches, cycled
-    if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
-        L = 2 * config.length
-        need = (pool_size + EVAL_SEQUENCES) * config.batch * L * 16 + cluster.local_size * config.batch * L * 8 * (
-            (config.layers + 1) * (16 * config.d_model + config.heads * L) + 2 * config.vocab)
-    else:  # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
-        # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
-        per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
-        need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
-    check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
-               "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
-    if gpt:  # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
-        pool = make_sequence_task(
-            np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task
-        )
-        held_out = make_sequence_task(
-            np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task
-        )[0]
-        fmt = get_precision(config.precision).compute_format
-    else:
-        make = make_classification if classify else make_regression
-        pool = make(np.random.default_rng(config.seed), pool_size, config.batch, widths)
+    pool, held_out, fmt = _run_data(config, cluster, pool_size)
     first = engine.iteration + 1  # 1, or the step after a resumed checkpoint's
     if on_start is not None:
         on_start(model.num_params, first)
@@ -461,12 +421,7 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         observer.start(engine, tensor)
     losses, accuracy, scales, skipped, norms = [], [], [], [], []
     for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
-        base = ((step - 1) * per_step) % pool_size
-        data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
-        ids = [[data.position(r.index) * k + j for j in range(k)] for r in cluster.ranks]  # places among the N·K
-        mine = [[pool[base + i] for i in row] for row in ids]
-        if context is not None:  # each CP rank its tokens of its data-parallel rank's sequences (cut as CP cuts)
-            mine = context.batches(engine.dims, [[pool[base + d * k + j] for j in range(k)] for d in range(n)])
+        ids, mine = _step_batches(engine, cluster, context, pool, ((step - 1) * per_step) % pool_size, n, k)
         scales.append(engine.scaler.scale)
         t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
         local = engine.step(mine)
@@ -482,16 +437,141 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
         if on_step is not None:
             on_step(step, losses[-1], StepInfo(scales[-1], step in skipped[-1:], norms[-1] if norms else None))
         if gpt and (step % config.eval_every == 0 or step in (first, config.steps)):
-            acc = answer_accuracy(model, engine, held_out, fmt, tensor)
-            if acc is not None:
-                accuracy.append((step, acc))
-                if on_eval is not None:
-                    on_eval(step, acc)
+            _evaluate(model, engine, held_out, fmt, tensor, step, accuracy, on_eval)
         if config.save is not None and ((config.save_every and step % config.save_every == 0) or step == config.steps):
             ckpt.save(engine, config.save, overwrite=bool(config.overwrite),
                       data={name: getattr(config, name) for name in DATA_FIELDS})
     cluster.trace.flush_log()
-    stats = cluster.backend.all_meta(
+    return TrainResult(losses, _rank_stats(config, cluster), model.num_params, first, accuracy,
+                       1 / (config.vocab - 1) if gpt else None, scales, skipped, norms)
+
+
+def _run_optimizer(config: TrainConfig, model):
+    """The run's optimizer (Muon's sharding, an offloaded Adam as DeepSpeed steps it), checked against the stage and
+    against the memory the engine would take, before any rank exists."""
+    more = {} if config.muon_sharding is None else {"sharding": config.muon_sharding}  # a non-Muon optimizer refuses it
+    if config.offload is not None:  # DeepSpeed steps an offloaded Adam as DeepSpeedCPUAdam (parallel/offload)
+        from zerosim.parallel.offload import host_optimizer
+
+        more |= host_optimizer(config.offload.placement, config.optimizer)
+    optimizer = get_optimizer(config.optimizer, lr=config.lr, **config.optimizer_options, **more)
+    optimizer.check_stage(get_plan(config.stage).stage)  # a strategy is a stage-3 plan
+    local = config.ranks if config.backend == "numpy" else 1  # ranks this process will host
+    # before any rank exists
+    check_engine_fits(model, config.ranks, local, config.stage, optimizer, config.precision, available_bytes())
+    return optimizer
+
+
+def _run_cluster(config: TrainConfig, observer):
+    """The ranks, with a trace that holds the last steps only, and the check that every process was given the same
+    config."""
+    if config.trace_log is not None and config.backend != "numpy":
+        raise ValueError(f"--trace-log streams one process's trace: run it on the numpy backend (every rank in this "
+                         f"process), not {config.backend!r}")
+    # the trace holds the last steps only (what a step reads of it: its own events), the whole run's bytes in its
+    # summary: 10,000 steps in the memory of a few (cluster/_window.py); the whole log streamed if asked
+    options = dict(trace="call", timeline=False, keep_steps=TRACE_STEPS, log_to=config.trace_log)
+    options |= {} if observer is None else observer.cluster_options  # e.g. a trace that keeps values
+    cluster = Cluster(config.ranks, backend=config.backend, **options, **config.backend_options)
+    _check_ranks_agree(cluster, config)
+    return cluster
+
+
+def _run_engine(config: TrainConfig, cluster, model, optimizer):
+    """The engine, loaded from `config.resume` (resharded to this run's ranks and stage) or started from the seed's
+    weights, and the TensorParallel (tp > 1) and ContextParallel (cp > 1) beside it (None where absent)."""
+    tensor = context = None
+    if config.resume is not None:  # the saved state, on this run's ranks and stage (resharded if they differ)
+        saved = ckpt.saved_optimizer(config.resume)
+        if saved.name == optimizer.name:  # the saved hyperparameters (betas, eps, ...), with this run's lr
+            optimizer = dataclasses.replace(saved, lr=config.lr)
+        engine = ckpt.load(config.resume, cluster, model, optimizer, stage=config.stage, precision=config.precision,
+                           accumulation_steps=config.accumulation_steps, checkpoint=config.checkpoint,
+                           clip_grad=config.clip_grad)
+        if engine.iteration >= config.steps:
+            raise ValueError(f"the checkpoint in {config.resume} is at step {engine.iteration}; --steps {config.steps} "
+                             "asks for no more")
+        return engine, tensor, context
+    params = model.init_params(np.random.default_rng(config.seed + 1))
+    if config.tp > 1:  # each rank starts from its TP slice of the whole model's weights
+        from zerosim.parallel.tensor import TensorParallel
+
+        tensor = TensorParallel(model, config.tp, config.sp, params=params, layout=config.tp_layout)
+    beside = () if tensor is None else (tensor,)
+    if config.cp > 1:  # each rank its tokens of every sequence: the whole model's weights (TP's slice beside TP)
+        from zerosim.parallel.context import ContextParallel
+
+        context = ContextParallel(model, config.cp, config.cp_style, config.cp_split, tensor=tensor)
+        beside = context.parallelisms
+    engine = ZeroEngine(
+        beside[-1].model if beside else model,
+        cluster,
+        config.stage,
+        optimizer,
+        config.precision,
+        checkpoint=config.checkpoint,
+        params=params if tensor is None else None,
+        accumulation_steps=config.accumulation_steps,
+        clip_grad=config.clip_grad,
+        parallelisms=tuple(p for p in (*beside, config.offload) if p is not None),
+        comm=config.comm,
+    )
+    return engine, tensor, context
+
+
+def _run_data(config: TrainConfig, cluster, pool_size: int):
+    """The fixed pool of micro-batches the steps cycle through, checked to fit beside the activations; for a GPT also
+    the held-out strings and the compute format its accuracy is measured with (None, None for an MLP)."""
+    widths = [int(w) for w in config.widths]
+    classify, gpt = config.task == "classification", config.model in ("gpt", "llama")
+    if gpt:  # (pool, B, 2n) int64 ids and targets; a rank's activations per layer: B·2n·(16d + H·2n) values, ≤ 8 bytes
+        L = 2 * config.length
+        need = (pool_size + EVAL_SEQUENCES) * config.batch * L * 16 + cluster.local_size * config.batch * L * 8 * (
+            (config.layers + 1) * (16 * config.d_model + config.heads * L) + 2 * config.vocab)
+    else:  # (pool, B, D_in) fp32 inputs, (pool, B, D_out) fp32 targets (int64 labels), and each rank's
+        # activations while it runs: about B * sum(widths) values per rank in fp32, forward and backward
+        per_sample = 4 * widths[0] + (8 if classify else 4 * widths[-1])
+        need = pool_size * config.batch * per_sample + cluster.local_size * config.batch * 2 * 4 * sum(widths)
+    check_fits(need, f"the data pool ({pool_size:,} micro-batches of {config.batch:,} samples) and activations",
+               "use a smaller --batch or fewer --ranks", cluster.backend.available_bytes())
+    if not gpt:
+        make = make_classification if classify else make_regression
+        return make(np.random.default_rng(config.seed), pool_size, config.batch, widths), None, None
+    # random strings to copy, reverse or sort; held-out ones from their own stream, for the accuracy
+    pool = make_sequence_task(
+        np.random.default_rng(config.seed), pool_size, config.batch, config.length, config.vocab, config.task
+    )
+    held_out = make_sequence_task(
+        np.random.default_rng(config.seed + 2), 1, EVAL_SEQUENCES, config.length, config.vocab, config.task
+    )[0]
+    return pool, held_out, get_precision(config.precision).compute_format
+
+
+def _step_batches(engine, cluster, context, pool, base: int, n: int, k: int):
+    """A step's micro-batches from `pool[base:]`: `ids[i][j]`, the place among the step's N·K of local rank i's j-th,
+    and `mine[i][j]`, that micro-batch (beside CP: the rank's tokens of it)."""
+    data = engine.dims.groups("dp")  # a TP group's ranks train on their data-parallel rank's micro-batches
+    ids = [[data.position(r.index) * k + j for j in range(k)] for r in cluster.ranks]  # places among the N·K
+    mine = [[pool[base + i] for i in row] for row in ids]
+    if context is not None:  # each CP rank its tokens of its data-parallel rank's sequences (cut as CP cuts)
+        mine = context.batches(engine.dims, [[pool[base + d * k + j] for j in range(k)] for d in range(n)])
+    return ids, mine
+
+
+def _evaluate(model, engine, held_out, fmt, tensor, step: int, accuracy: list, on_eval) -> None:
+    """The GPT's answer accuracy after `step`, appended to `accuracy` and told to `on_eval` (nothing where no process
+    holds the whole params)."""
+    acc = answer_accuracy(model, engine, held_out, fmt, tensor)
+    if acc is not None:
+        accuracy.append((step, acc))
+        if on_eval is not None:
+            on_eval(step, acc)
+
+
+def _rank_stats(config: TrainConfig, cluster) -> list:
+    """Every rank's peak memory (by kind, and the host's when offloading) and bytes sent, gathered from every
+    process."""
+    return cluster.backend.all_meta(
         [
             {
                 "rank": r.index,
@@ -503,5 +583,3 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
             for r in cluster.ranks
         ]
     )
-    return TrainResult(losses, stats, model.num_params, first, accuracy, 1 / (config.vocab - 1) if gpt else None,
-                       scales, skipped, norms)

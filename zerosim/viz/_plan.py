@@ -20,12 +20,27 @@ def plan_figure(plan, top: int = 10):
     fits = list(plan.fitting[:top])
     misses = sorted((r for r in plan.rows if not r.fits), key=lambda r: r.total)[: max(2, top - len(fits))]
     rows = fits + misses
-    GB = 1e9
     height = 2.0 + 0.38 * len(rows)
     fig, (mem, time) = plt.subplots(1, 2, figsize=(12, height), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
-    kinds = kind_order({k for r in rows for k in r.at_peak})
     labels = [f"ZeRO-{r.stage} {r.strategy}, B {r.micro_batch} × K {r.accumulation}" for r in rows]
     y = list(range(len(rows)))[::-1]  # the fastest at the top
+    _memory_panel(mem, plan, rows, y, labels)
+    _legend(fig, mem)
+    _time_panel(time, plan, rows, fits, y)
+    s = plan.settings
+    fig.suptitle(
+        f"{s['model']} on {s['ranks']} × {s['gpu_name']}: {s['global_batch']:,} sequences of {s['seq_len']:,} "
+        f"tokens per step, {s['precision']}",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))  # room for the legend below
+    return fig
+
+
+def _memory_panel(mem, plan, rows, y, labels) -> None:
+    """Each row's per-GPU memory stacked by kind, the estimates hatched beside it, and the GPU's capacity a line."""
+    GB = 1e9
+    kinds = kind_order({k for r in rows for k in r.at_peak})
     for yi, r in zip(y, rows):
         left = 0.0
         for k in kinds:
@@ -62,6 +77,10 @@ def plan_figure(plan, top: int = 10):
     mem.set_xlim(0, max(cap, widest) * 1.45)  # room for the "does not fit" labels
     mem.set_yticks(y, labels, fontsize=8)
     mem.set_xlabel("per-GPU memory at the step's peak (GB = 1e9 bytes)")
+
+
+def _legend(fig, mem) -> None:
+    """The memory kinds' legend, each name once, below both panels."""
     handles, names = mem.get_legend_handles_labels()
     seen = {}
     for h, n in zip(handles, names):
@@ -70,6 +89,10 @@ def plan_figure(plan, top: int = 10):
     fig.legend(
         seen.values(), seen.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0)
     )  # below both panels: it covers no bar
+
+
+def _time_panel(time, plan, rows, fits, y) -> None:
+    """Each row's simulated step time (none for a row that does not fit), and what the times assume."""
     for yi, r in zip(y, rows):
         if r.step_s is not None:
             time.barh(yi, r.step_s, color="#4c72b0", height=0.7)
@@ -82,11 +105,3 @@ def plan_figure(plan, top: int = 10):
     where = f"\n({assumed}: docs/validation.md)" if assumed else ""  # what the times assume
     time.set_xlabel("simulated step time (s), fewer is better" + where)
     time.set_title("one step (B sequences × K micro-steps per GPU)", fontsize=9)
-    s = plan.settings
-    fig.suptitle(
-        f"{s['model']} on {s['ranks']} × {s['gpu_name']}: {s['global_batch']:,} sequences of {s['seq_len']:,} "
-        f"tokens per step, {s['precision']}",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))  # room for the legend below
-    return fig

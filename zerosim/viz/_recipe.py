@@ -54,22 +54,8 @@ def recipe_figure(errors: list, ax=None, title: str | None = None, guide: str | 
                                             layout="constrained")
         else:
             _, ax = plt.subplots(figsize=(9.5, 4.8), dpi=130)
-    style = {}
-    for k, group in enumerate(groups):
-        rows = [e for e in errors if e.label == group[0]]
-        ns, rms = np.array([e.n for e in rows]), np.array([e.rms for e in rows])
-        style[group[0]] = dict(color=CHUNKS[k % len(CHUNKS)], marker=MARKERS[k % len(MARKERS)],
-                               linestyle=STYLES[k % len(STYLES)])
-        for label in group[1:]:
-            style[label] = style[group[0]]
-        (line,) = ax.plot(ns, rms, ms=5, lw=1.6, label=" = ".join(group), **style[group[0]])
-        line.set_gid(f"recipe:{group[0]}")
-    labels = [g[0] for g in groups]
-    first = [e for e in errors if e.label == (guide or labels[0])]
-    if first:
-        ns = np.array([e.n for e in first], dtype=float)
-        (g,) = ax.plot(ns, first[0].rms * np.sqrt(ns / ns[0]), ":", color="0.3", lw=1.2, label="∝ √N")
-        g.set_gid("sqrt-n")
+    style = _recipe_lines(ax, errors, groups)
+    _sqrt_guide(ax, errors, guide or groups[0][0])
     every = sorted({e.n for e in errors})
     for a in [ax] + ([right] if fig is not None else []):
         a.set_xscale("log", base=2)
@@ -84,6 +70,40 @@ def recipe_figure(errors: list, ax=None, title: str | None = None, guide: str | 
         ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.figure.tight_layout()
         return ax
+    _ratio_lines(right, errors, groups, style, compare)
+    right.axhline(1.0, color="0.6", lw=0.8)
+    right.set_ylabel(f"error ÷ {compare[0]}'s at the same N")
+    right.set_title(f"the {len(compare)} recipes that overlap on the left, apart", fontsize=10)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    return fig
+
+
+def _recipe_lines(ax, errors: list, groups: list) -> dict:
+    """One line per group of recipes with equal errors, each its own colour, marker and style: {label: style}."""
+    style = {}
+    for k, group in enumerate(groups):
+        rows = [e for e in errors if e.label == group[0]]
+        ns, rms = np.array([e.n for e in rows]), np.array([e.rms for e in rows])
+        style[group[0]] = dict(color=CHUNKS[k % len(CHUNKS)], marker=MARKERS[k % len(MARKERS)],
+                               linestyle=STYLES[k % len(STYLES)])
+        for label in group[1:]:
+            style[label] = style[group[0]]
+        (line,) = ax.plot(ns, rms, ms=5, lw=1.6, label=" = ".join(group), **style[group[0]])
+        line.set_gid(f"recipe:{group[0]}")
+    return style
+
+
+def _sqrt_guide(ax, errors: list, guide: str) -> None:
+    """The dotted √N guide through the first point of `guide`'s errors."""
+    first = [e for e in errors if e.label == guide]
+    if first:
+        ns = np.array([e.n for e in first], dtype=float)
+        (g,) = ax.plot(ns, first[0].rms * np.sqrt(ns / ns[0]), ":", color="0.3", lw=1.2, label="∝ √N")
+        g.set_gid("sqrt-n")
+
+
+def _ratio_lines(right, errors: list, groups: list, style: dict, compare) -> None:
+    """Each of `compare`'s recipes' errors over the first's at the same N, one line per group."""
     base = {e.n: e.rms for e in errors if e.label == compare[0]}
     shown = set()
     for label in compare:
@@ -94,8 +114,3 @@ def recipe_figure(errors: list, ax=None, title: str | None = None, guide: str | 
         rows = [e for e in errors if e.label == rep]
         (line,) = right.plot([e.n for e in rows], [e.rms / base[e.n] for e in rows], ms=5, lw=1.6, **style[rep])
         line.set_gid(f"ratio:{rep}")
-    right.axhline(1.0, color="0.6", lw=0.8)
-    right.set_ylabel(f"error ÷ {compare[0]}'s at the same N")
-    right.set_title(f"the {len(compare)} recipes that overlap on the left, apart", fontsize=10)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
-    return fig

@@ -113,52 +113,15 @@ def ring_figure(trace, call: int, inputs=None, outputs=None, ax=None, title: str
     name = info.collective.replace("_", "-") + (
         " (its all-gather half)" if info.collective == "all_reduce" and info.op == "gather" else ""
     )
-    caption = [title or f"{name}, {info.op}, {info.dtype} on the wire{', ' + info.tag if info.tag else ''}"]
-    if inputs is not None and info.op == "sum":
-        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in magenta "
-                       "when it differs)")
-    caption.append(f"the arrow from rank {n - 1} wraps around the ring to rank 0")
+    caption = _caption(info, name, title, inputs)
     longest = max(len(line) for text, _, _ in cells.values() for line in text.splitlines())
     column_in = max(2.0, 0.072 * longest / TEXT_END)  # ~0.072 in per character at 8 pt
     width = max(column_in * (steps + 1) + 0.9, 0.075 * max(map(len, caption)) + 1.2)
     if ax is None:
         _, ax = plt.subplots(figsize=(width, 0.95 * n + 1.6), dpi=110)
-    for r in range(n):
-        ax.axhline(r * ROW, color="0.88", lw=0.8, zorder=0)
-    for (k, r), (text, chunk, lost) in cells.items():
-        final = k == steps
-        ax.text(k + 0.04, r * ROW - 0.1, text, ha="left", va="bottom", fontsize=8, zorder=3,
-                color=LOSS if lost else chunk_colour(chunk),
-                bbox=dict(boxstyle="round,pad=0.25", fc="white", ec=chunk_colour(chunk) if final else "none",
-                          lw=1.6 if final else 0))
-    for e in events:
-        style = dict(arrowstyle="->", color=chunk_colour(e.chunk), lw=1.4, shrinkA=0, shrinkB=2)
-        start = (e.step + TEXT_END, e.src * ROW)
-        if e.dst == (e.src + 1) % n and e.dst < e.src:  # the wrap-around hop: out at the bottom, in at the top
-            # both halves are one hop: the one leaving the bottom says where it lands, the one entering the top where
-            # it came from, each in the chunk's colour (gids "wrap-out" / "wrap-in"), so neither is a bare stub
-            bottom, top = (n - 0.55) * ROW, -0.75 * ROW
-            ax.annotate("", xy=(e.step + 0.9, bottom), xytext=start, arrowprops=style)
-            out = ax.text(e.step + 0.93, bottom, f"to rank {e.dst} (top) ↺", ha="left", va="center", fontsize=7,
-                          color=chunk_colour(e.chunk))
-            out.set_gid("wrap-out")
-            ax.annotate("", xy=(e.step + 1, 0), xytext=(e.step + 0.9, top), arrowprops=style)
-            into = ax.text(e.step + 0.87, top, f"from rank {e.src} ↺", ha="right", va="center", fontsize=7,
-                           color=chunk_colour(e.chunk))
-            into.set_gid("wrap-in")
-        else:
-            ax.annotate("", xy=(e.step + 1, e.dst * ROW), xytext=start, arrowprops=style)
-    ax.set_yticks([r * ROW for r in range(n)], [f"rank {r}" for r in range(n)])
-    ends = "owns its chunk" if info.op != "gather" else "holds all"
-    ax.set_xticks([k + 0.4 for k in range(steps + 1)], [f"step {k}: sends" for k in range(steps)] + ["end: each rank "
-                                                                                                     f"{ends}"])
-    ax.xaxis.tick_top()
-    ax.tick_params(axis="x", length=0)
-    ax.set_ylim((n - 0.4) * ROW, -0.85 * ROW)
-    ax.set_xlim(-0.05, steps + 1)
-    ax.set_xlabel("\n".join(caption), fontsize=9)
-    for side in ("top", "right", "bottom", "left"):
-        ax.spines[side].set_visible(False)
+    _draw_cells(ax, cells, n, steps)
+    _draw_hops(ax, events, n)
+    _style_axes(ax, info, n, steps, caption)
     ax.figure.tight_layout()
     return ax
 
@@ -184,3 +147,62 @@ def ring_steps_figure(world_size: int = 4):
                 title=f"phase 2: all-gather ({world_size - 1} steps): each rank forwards the chunk it just received")
     fig.tight_layout()
     return fig
+
+
+def _caption(info, name: str, title: str | None, inputs) -> list:
+    """The lines under the figure: what the call is, how to read an add, where the wrap-around arrow goes."""
+    caption = [title or f"{name}, {info.op}, {info.dtype} on the wire{', ' + info.tag if info.tag else ''}"]
+    if inputs is not None and info.op == "sum":
+        caption.append(f"each add: received partial + own copy = exact sum (→ what {info.dtype} kept, in magenta "
+                       "when it differs)")
+    caption.append(f"the arrow from rank {info.world_size - 1} wraps around the ring to rank 0")
+    return caption
+
+
+def _draw_cells(ax, cells: dict, n: int, steps: int) -> None:
+    """Each rank's row line, and each cell's text in its chunk's colour (a rounding loss in magenta, the end boxed)."""
+    for r in range(n):
+        ax.axhline(r * ROW, color="0.88", lw=0.8, zorder=0)
+    for (k, r), (text, chunk, lost) in cells.items():
+        final = k == steps
+        ax.text(k + 0.04, r * ROW - 0.1, text, ha="left", va="bottom", fontsize=8, zorder=3,
+                color=LOSS if lost else chunk_colour(chunk),
+                bbox=dict(boxstyle="round,pad=0.25", fc="white", ec=chunk_colour(chunk) if final else "none",
+                          lw=1.6 if final else 0))
+
+
+def _draw_hops(ax, events: list, n: int) -> None:
+    """Each hop an arrow from its sender's cell to its receiver's next one; the wrap-around hop in two labelled
+    halves."""
+    for e in events:
+        style = dict(arrowstyle="->", color=chunk_colour(e.chunk), lw=1.4, shrinkA=0, shrinkB=2)
+        start = (e.step + TEXT_END, e.src * ROW)
+        if e.dst == (e.src + 1) % n and e.dst < e.src:  # the wrap-around hop: out at the bottom, in at the top
+            # both halves are one hop: the one leaving the bottom says where it lands, the one entering the top where
+            # it came from, each in the chunk's colour (gids "wrap-out" / "wrap-in"), so neither is a bare stub
+            bottom, top = (n - 0.55) * ROW, -0.75 * ROW
+            ax.annotate("", xy=(e.step + 0.9, bottom), xytext=start, arrowprops=style)
+            out = ax.text(e.step + 0.93, bottom, f"to rank {e.dst} (top) ↺", ha="left", va="center", fontsize=7,
+                          color=chunk_colour(e.chunk))
+            out.set_gid("wrap-out")
+            ax.annotate("", xy=(e.step + 1, 0), xytext=(e.step + 0.9, top), arrowprops=style)
+            into = ax.text(e.step + 0.87, top, f"from rank {e.src} ↺", ha="right", va="center", fontsize=7,
+                           color=chunk_colour(e.chunk))
+            into.set_gid("wrap-in")
+        else:
+            ax.annotate("", xy=(e.step + 1, e.dst * ROW), xytext=start, arrowprops=style)
+
+
+def _style_axes(ax, info, n: int, steps: int, caption: list) -> None:
+    """The ranks down the side, the steps along the top, the caption below, no frame."""
+    ax.set_yticks([r * ROW for r in range(n)], [f"rank {r}" for r in range(n)])
+    ends = "owns its chunk" if info.op != "gather" else "holds all"
+    ax.set_xticks([k + 0.4 for k in range(steps + 1)], [f"step {k}: sends" for k in range(steps)] + ["end: each rank "
+                                                                                                     f"{ends}"])
+    ax.xaxis.tick_top()
+    ax.tick_params(axis="x", length=0)
+    ax.set_ylim((n - 0.4) * ROW, -0.85 * ROW)
+    ax.set_xlim(-0.05, steps + 1)
+    ax.set_xlabel("\n".join(caption), fontsize=9)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)

@@ -56,12 +56,23 @@ def tensor_mesh_figure(nodes: int = 4, gpus_per_node: int = 2, tp: int = 2, sp: 
     """Left: the mesh with its TP axis; right: the bytes each GPU sent, by purpose and link. Boxes carry gid
     "gpu:<r>", lines "tp group" / "dp group", bars "sent:<purpose>:<tier>". Returns the Figure."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch, Rectangle
 
     m = measure_tensor_mesh(nodes, gpus_per_node, tp, sp)
     n = nodes * gpus_per_node
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 0.95 * nodes + 2.4), dpi=110,
                                    gridspec_kw={"width_ratios": [1, 1.1]})
+    _mesh_panel(ax, m, nodes, gpus_per_node, tp)
+    _sent_panel(bars, m, n)
+    fig.tight_layout()
+    return fig
+
+
+def _mesh_panel(ax, m: dict, nodes: int, gpus_per_node: int, tp: int) -> None:
+    """The mesh: each GPU a box coloured by its TP slice in its node's frame, the TP groups (NVLink) and the
+    data-parallel groups (InfiniBand) drawn between them."""
+    from matplotlib.patches import FancyBboxPatch, Rectangle
+
+    n = nodes * gpus_per_node
     where = {}
     for r in range(n):
         node, slot = divmod(r, gpus_per_node)
@@ -99,6 +110,10 @@ def tensor_mesh_figure(nodes: int = 4, gpus_per_node: int = 2, tp: int = 2, sp: 
                  f"{m['params']:,} parameters),\nand ZeRO-3 cuts that slice into {m['dp']} shards over its "
                  "data-parallel group", fontsize=8.5, loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=7.5, frameon=False, ncol=1)
+
+
+def _sent_panel(bars, m: dict, n: int) -> None:
+    """The bytes each GPU sent in one step, stacked by purpose (TP, ZeRO) and link (NVLink, InfiniBand)."""
     bottom = [0.0] * n
     for purpose, hatch in (("tensor parallel", None), ("ZeRO", "//")):
         for tier, colour in TIERS.items():
@@ -119,5 +134,3 @@ def tensor_mesh_figure(nodes: int = 4, gpus_per_node: int = 2, tp: int = 2, sp: 
                    "NVLink, ZeRO's across the nodes", fontsize=8.5, loc="left")
     bars.legend(fontsize=7.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
     bars.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
-    return fig

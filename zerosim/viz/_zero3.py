@@ -86,13 +86,31 @@ def zero3_figure(trace, rank: int = 0, step: int | None = None, ax=None, title: 
     """One row per layer (and the loss), slots left to right; gathered copies as bars (gid "kind:params"),
     computations as markers, gradient reduce-scatters as down-triangles (gid "kind:grads"). Returns the Axes."""
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     seq = zero3_sequence(trace, rank, step)
     layers = sorted(seq["names"], key=lambda layer: (layer < 0, layer))  # model order, the loss last
     row = {layer: i for i, layer in enumerate(layers)}
     if ax is None:
         _, ax = plt.subplots(figsize=(max(7.0, 0.42 * len(seq["events"]) + 3), 0.6 * len(layers) + 1.8), dpi=120)
+    _gather_bars(ax, seq, row)
+    _event_marks(ax, seq, row, len(layers))
+    ax.set_yticks(range(len(layers)), [seq["names"][layer] for layer in layers])
+    ax.set_ylim(len(layers) - 0.4, -0.8)
+    ax.set_xlim(-0.8, len(seq["events"]) - 0.2)
+    ax.set_xticks([])
+    ax.set_xlabel("what rank {} did, in order (one slot per event in the trace's log)".format(rank))
+    ax.spines[["top", "right"]].set_visible(False)
+    _legend(ax)
+    ax.set_title(
+        title or f"ZeRO-3 on rank {rank}: {len(seq['spans'])} all-gathers, each copy freed right after its use",
+        fontsize=10,
+    )
+    ax.figure.tight_layout()
+    return ax
+
+
+def _gather_bars(ax, seq: dict, row: dict) -> None:
+    """Each gathered copy a bar on its layer's row, from its all-gather to its free, labelled with its first values."""
     for n, span in enumerate(seq["spans"]):
         y = row[span["layer"]]
         bar = ax.barh(
@@ -119,20 +137,26 @@ def zero3_figure(trace, rank: int = 0, step: int | None = None, ax=None, title: 
             ha="left",
             color=kind_colour("params"),
         )
+
+
+def _event_marks(ax, seq: dict, row: dict, rows: int) -> None:
+    """Each computation a marker of its kind, each gradient reduce-scatter a down-triangle (the loss's on the last
+    row)."""
     for slot, what, layer, detail in seq["events"]:
         if what == "compute":
             ax.plot(slot, row[layer], MARKS[detail], color=PEAK_TICK, ms=7, zorder=3)
         elif what == "reduce":
             (mark,) = ax.plot(
-                slot, row.get(layer, len(layers) - 1), "v", color=kind_colour("grads"), mec="black", ms=11, zorder=3
+                slot, row.get(layer, rows - 1), "v", color=kind_colour("grads"), mec="black", ms=11, zorder=3
             )
             mark.set_gid("kind:grads")
-    ax.set_yticks(range(len(layers)), [seq["names"][layer] for layer in layers])
-    ax.set_ylim(len(layers) - 0.4, -0.8)
-    ax.set_xlim(-0.8, len(seq["events"]) - 0.2)
-    ax.set_xticks([])
-    ax.set_xlabel("what rank {} did, in order (one slot per event in the trace's log)".format(rank))
-    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _legend(ax) -> None:
+    """The legend beside the axes: the computations' markers, the gathered bars, the reduce-scatters."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
     handles = [Line2D([], [], ls="", marker=m, color=PEAK_TICK, label=k) for k, m in MARKS.items()]
     handles += [
         plt.Rectangle(
@@ -143,9 +167,3 @@ def zero3_figure(trace, rank: int = 0, step: int | None = None, ax=None, title: 
         ),
     ]
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(
-        title or f"ZeRO-3 on rank {rank}: {len(seq['spans'])} all-gathers, each copy freed right after its use",
-        fontsize=10,
-    )
-    ax.figure.tight_layout()
-    return ax

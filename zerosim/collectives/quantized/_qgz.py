@@ -162,12 +162,29 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
     # side) or element by element, so the ranks' arrays stacked and flattened give each rank's bits (the naive twin,
     # which names partitions and moves nothing, is held equal by tests/test_zeropp.py)
     parts = np.stack([np.asarray(x).reshape(w, per)[order].reshape(-1) for x in grads[:k]])  # (k, M) swizzled
+    intra = inter = None  # with LoCo: the error feedback each step adds before it quantizes
     if loco is not None:
         intra = np.zeros((k, m), np.float16) if reset else np.stack([dequantize(kept[r][0]) for r in ranks])
+    total, err_in, in_node = _in_node(cluster, parts, intra, beta, k, m, g, d, nodes, tag)
+    if loco is not None:
+        inter = np.zeros((k, m // d), np.float16) if reset else np.stack([dequantize(kept[r][1]) for r in ranks])
+    out, err_out, across_nodes = _across_nodes(cluster, total, inter, beta, k, m, g, d, n, per, across, tag)
+    if loco is not None:  # `p.intra_ef_buf = quantize(intra_err, G, 8)`, `p.inter_ef_buf = ...(G / d groups)`
+        e_in, e_out = quantize(err_in.reshape(-1), 8, k * g), quantize(err_out.reshape(-1), 8, k * (g // d))
+        loco.buffers.setdefault(key, {}).update(
+            (r, (_part(e_in, i, k), _part(e_out, i, k))) for i, r in enumerate(ranks))
+        loco.idx += 1
+    return Collected(out, in_node + across_nodes)
+
+
+def _in_node(cluster, parts, intra, beta, k: int, m: int, g: int, d: int, nodes, tag: str) -> tuple:
+    """Step 1, within each node: the swizzled (k, M) gradients (plus LoCo's `intra` error) quantized to int4, sent
+    all-to-all among the node's d GPUs, each rank's d received chunks added in fp16: ((k, M/d) sums, LoCo's new
+    error or None, the two all-to-alls' handle)."""
+    if intra is not None:
         parts = _add16(parts, intra)
     q = quantize(parts.reshape(-1), 4, k * g)  # (k·M/2,) int4 bytes, (k·G,) scales
-    if loco is not None:
-        err_in = _loco_update(parts.reshape(-1), q, intra.reshape(-1), beta).reshape(k, m)
+    err_in = None if intra is None else _loco_update(parts.reshape(-1), q, intra.reshape(-1), beta).reshape(k, m)
     got_q = all_to_all(cluster, list(q.payload.reshape(k, m // 2)), groups=nodes, tag=f"{tag} (int4, in node)",
                        wire="int4x2")
     got_s = all_to_all(cluster, list(q.scales.reshape(k, g)), groups=nodes, tag=f"{tag} (scales, in node)")
@@ -176,24 +193,24 @@ def all_to_all_quant_reduce(cluster, grads, shape, gpus_per_node: int, loco: Loc
     total = np.zeros((k, m // d), np.float16)
     for j in range(d):
         total = _add16(total, received[:, j])
-    if loco is not None:
-        inter = np.zeros((k, m // d), np.float16) if reset else np.stack([dequantize(kept[r][1]) for r in ranks])
+    return total, err_in, got_q.handle + got_s.handle
+
+
+def _across_nodes(cluster, total, inter, beta, k: int, m: int, g: int, d: int, n: int, per: int, across,
+                  tag: str) -> tuple:
+    """Step 2, across nodes: each node's sums (plus LoCo's `inter` error) quantized again, sent all-to-all among the
+    n GPUs of the same place on every node, the n nodes' parts summed: (each rank's (M/W,) partition of Σ/n, LoCo's
+    new error or None, the two all-to-alls' handle)."""
+    if inter is not None:
         total = _add16(total, inter)
     q = quantize(total.reshape(-1), 4, k * (g // d))
-    if loco is not None:
-        err_out = _loco_update(total.reshape(-1), q, inter.reshape(-1), beta).reshape(k, m // d)
+    err_out = None if inter is None else _loco_update(total.reshape(-1), q, inter.reshape(-1), beta).reshape(k, m // d)
     fin_q = all_to_all(cluster, list(q.payload.reshape(k, m // (2 * d))), groups=across,
                        tag=f"{tag} (int4, across nodes)", wire="int4x2")
     fin_s = all_to_all(cluster, list(q.scales.reshape(k, g // d)), groups=across,
                        tag=f"{tag} (scales, across nodes)")
     final = dequantize(Quantized(np.concatenate(fin_q), np.concatenate(fin_s), 4, k * per * n)).reshape(k, n, per)
-    out = list(_sum_nodes_each(final, n))
-    if loco is not None:  # `p.intra_ef_buf = quantize(intra_err, G, 8)`, `p.inter_ef_buf = ...(G / d groups)`
-        e_in, e_out = quantize(err_in.reshape(-1), 8, k * g), quantize(err_out.reshape(-1), 8, k * (g // d))
-        loco.buffers.setdefault(key, {}).update(
-            (r, (_part(e_in, i, k), _part(e_out, i, k))) for i, r in enumerate(ranks))
-        loco.idx += 1
-    return Collected(out, got_q.handle + got_s.handle + fin_q.handle + fin_s.handle)
+    return list(_sum_nodes_each(final, n)), err_out, fin_q.handle + fin_s.handle
 
 
 def _part(q: Quantized, i: int, parts: int) -> Quantized:

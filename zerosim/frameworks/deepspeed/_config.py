@@ -292,7 +292,32 @@ class _Reader:
         self.report(name, raw_value, status, note)
 
     def section_precision(self, stage: int) -> tuple:
+        """The fp16 / bf16 sections and communication_data_type, each key reported: (MixedPrecision, its name)."""
         fp16, bf16 = self.raw.get("fp16", {}), self.raw.get("bf16", self.raw.get("bfloat16", {}))
+        on = self._precision_sections(fp16, bf16)
+        if on["fp16"] and on["bf16"]:
+            raise ValueError(
+                f"{self.where}: fp16 and bf16 are both enabled; DeepSpeed refuses that too "
+                "('bfloat16 and fp16 modes cannot be simultaneously enabled')"
+            )
+        wire = self._wire_format()
+        accum = self.section_data_types()
+        if not (on["fp16"] or on["bf16"]):
+            return MixedPrecision(compute="fp32", master=None, reduce=wire and wire.lower()), "fp32"
+        compute = "fp16" if on["fp16"] else "bf16"
+        scale, options = self._fp16_scale(fp16) if on["fp16"] else (1.0, ())
+        policy = MixedPrecision(
+            compute=compute,
+            master="fp32",
+            reduce=wire and wire.lower(),
+            loss_scale=scale,
+            loss_scale_options=options,
+            grad_accum=accum,
+        )
+        return policy, f"{compute}-mixed"
+
+    def _precision_sections(self, fp16: dict, bf16: dict) -> dict:
+        """The fp16 and bf16 sections checked and each key reported: {"fp16": enabled, "bf16": enabled}."""
         for section, obj, table in (("fp16", fp16, FP16), ("bf16", bf16, BF16)):
             if not isinstance(obj, dict):
                 raise ValueError(f"{self.where}: {section} must be an object, got {obj!r}")
@@ -321,44 +346,31 @@ class _Reader:
                 if status == "refused" or (section == "fp16" and not enabled):
                     status, note = "no effect", note if status != "refused" else "false: " + note
                 self.report(f"{section}.{key}", obj[key], status, note)
-        if on["fp16"] and on["bf16"]:
-            raise ValueError(
-                f"{self.where}: fp16 and bf16 are both enabled; DeepSpeed refuses that too "
-                "('bfloat16 and fp16 modes cannot be simultaneously enabled')"
-            )
+        return on
+
+    def _wire_format(self):
+        """communication_data_type, checked and reported (None when not given)."""
         wire = self.value(TOP, "", "communication_data_type", self.raw)
         if wire is not None and wire.lower() not in ("fp32", "fp16", "bf16"):
             raise ValueError(f"{self.where}: communication_data_type must be fp32, fp16 or bf16, got {wire!r}")
         if "communication_data_type" in self.raw:
             self.report("communication_data_type", wire, "modelled", TOP["communication_data_type"][3])
-        accum = self.section_data_types()
-        if not (on["fp16"] or on["bf16"]):
-            return MixedPrecision(compute="fp32", master=None, reduce=wire and wire.lower()), "fp32"
-        compute = "fp16" if on["fp16"] else "bf16"
-        scale, options = 1.0, ()
-        if on["fp16"]:
-            static = self.value(FP16, "fp16.", "loss_scale", fp16)
-            if static > 0:
-                scale = static
-            else:  # DeepSpeed's DynamicLossScaler with the config's options (precision/_loss_scaling.py)
-                self.check_dynamic(fp16)
-                scale = "deepspeed"
-                options = (
-                    ("init_scale", 2.0 ** self.value(FP16, "fp16.", "initial_scale_power", fp16)),
-                    ("scale_window", self.value(FP16, "fp16.", "loss_scale_window", fp16)),
-                    ("hysteresis", self.value(FP16, "fp16.", "hysteresis", fp16)),
-                    ("min_scale", float(self.value(FP16, "fp16.", "min_loss_scale", fp16))),
-                    ("consecutive_hysteresis", self.value(FP16, "fp16.", "consecutive_hysteresis", fp16)),
-                )
-        policy = MixedPrecision(
-            compute=compute,
-            master="fp32",
-            reduce=wire and wire.lower(),
-            loss_scale=scale,
-            loss_scale_options=options,
-            grad_accum=accum,
+        return wire
+
+    def _fp16_scale(self, fp16: dict) -> tuple:
+        """fp16's loss scale: a static one, or "deepspeed" (its DynamicLossScaler) with the config's options."""
+        static = self.value(FP16, "fp16.", "loss_scale", fp16)
+        if static > 0:
+            return static, ()
+        # DeepSpeed's DynamicLossScaler with the config's options (precision/_loss_scaling.py)
+        self.check_dynamic(fp16)
+        return "deepspeed", (
+            ("init_scale", 2.0 ** self.value(FP16, "fp16.", "initial_scale_power", fp16)),
+            ("scale_window", self.value(FP16, "fp16.", "loss_scale_window", fp16)),
+            ("hysteresis", self.value(FP16, "fp16.", "hysteresis", fp16)),
+            ("min_scale", float(self.value(FP16, "fp16.", "min_loss_scale", fp16))),
+            ("consecutive_hysteresis", self.value(FP16, "fp16.", "consecutive_hysteresis", fp16)),
         )
-        return policy, f"{compute}-mixed"
 
     def check_dynamic(self, fp16: dict) -> None:
         """What DeepSpeed checks with dynamic loss scaling on (DYNAMIC_LIMITS), and a first scale at its floor or above

@@ -399,6 +399,7 @@ def _statuses(raw, modelled: dict, not_modelled: dict) -> tuple:
 
 
 def _read_llama(values, raw, name, where) -> DecoderConfig:
+    """A Llama-family config (llama, mistral, qwen2) checked and read, with what of it zerosim models."""
     mt = raw["model_type"]
     d, H = _int(values, "hidden_size", where), _int(values, "num_attention_heads", where)
     G = H if values.get("num_key_value_heads") is None else _int(values, "num_key_value_heads", where)
@@ -415,6 +416,31 @@ def _read_llama(values, raw, name, where) -> DecoderConfig:
     theta = rope.get("rope_theta", values.get("rope_theta", 10000.0))
     bias = _bool(values, "attention_bias", where) if mt == "llama" else False
     qkv_bias = bias or mt == "qwen2"  # Qwen2Attention: q/k/v bias=True, o_proj bias=False (modular_qwen2.py)
+    modelled, not_modelled = _llama_statuses(values, mt)
+    return DecoderConfig(
+        name,
+        mt,
+        _int(values, "vocab_size", where),
+        d,
+        _int(values, "num_hidden_layers", where, maximum=None),
+        H,
+        G,
+        head_dim,
+        _int(values, "intermediate_size", where),
+        _int(values, "max_position_embeddings", where),
+        _bool(values, "tie_word_embeddings", where),
+        qkv_bias,
+        bias,
+        _float({"rope_theta": theta}, "rope_theta", where),
+        _float(values, "rms_norm_eps", where),
+        _statuses(raw, modelled, not_modelled),
+    )
+
+
+
+def _llama_statuses(values, mt: str) -> tuple:
+    """Which of a Llama-family config's keys zerosim models ({key: note}) and which it does not (dropout, a sliding
+    window): (modelled, not_modelled)."""
     modelled = {
         k: ""
         for k in (
@@ -453,25 +479,7 @@ def _read_llama(values, raw, name, where) -> DecoderConfig:
         not_modelled["sliding_window"] = "see use_sliding_window"
     else:
         modelled |= {"sliding_window": "unused (use_sliding_window is false)", "use_sliding_window": ""}
-    return DecoderConfig(
-        name,
-        mt,
-        _int(values, "vocab_size", where),
-        d,
-        _int(values, "num_hidden_layers", where, maximum=None),
-        H,
-        G,
-        head_dim,
-        _int(values, "intermediate_size", where),
-        _int(values, "max_position_embeddings", where),
-        _bool(values, "tie_word_embeddings", where),
-        qkv_bias,
-        bias,
-        _float({"rope_theta": theta}, "rope_theta", where),
-        _float(values, "rms_norm_eps", where),
-        _statuses(raw, modelled, not_modelled),
-    )
-
+    return modelled, not_modelled
 
 def _read_gpt2(values, raw, name, where) -> DecoderConfig:
     d, H = _int(values, "n_embd", where), _int(values, "n_head", where)

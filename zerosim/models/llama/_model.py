@@ -34,6 +34,31 @@ def default_ffn(d_model: int) -> int:
     return 8 * math.ceil(8 * d_model / 3 / 8)
 
 
+def _llama_layers(vocab, d_model, n_heads, n_kv_heads, head_dim, d_ff, n_layers, unit, attention, common) -> tuple:
+    """The layers in order, embedding, a block (or its attention and FFN, as `unit` says) per decoder layer, head;
+    and each decoder layer's [start, stop) layer range."""
+    layers = [TokenEmbedding(vocab, d_model)]
+    per_block = []  # [start, stop) layer range of each decoder layer
+    for i in range(n_layers):
+        start = len(layers)
+        if unit == "block":
+            layers.append(
+                LlamaBlock(
+                    d_model, n_heads, n_kv_heads, head_dim, d_ff, attention, n_layers, name=f"block{i}", **common
+                )
+            )
+        else:
+            layers.append(
+                LlamaAttention(
+                    d_model, n_heads, n_kv_heads, head_dim, attention, n_layers, name=f"block{i}.attn", **common
+                )
+            )
+            layers.append(SwiGLUFFN(d_model, d_ff, n_layers, common["rms_eps"], name=f"block{i}.ffn"))
+        per_block.append((start, len(layers)))
+    layers.append(LlamaHead(d_model, vocab, common["rms_eps"]))
+    return layers, per_block
+
+
 class Llama(Decoder):
     """A Llama-family decoder over token ids (B, L) with next-token targets (B, L)."""
 
@@ -76,25 +101,8 @@ class Llama(Decoder):
         check_mode(attention)
         check_units(unit, checkpoint)
         common = dict(rope_theta=rope_theta, rms_eps=rms_eps, qkv_bias=qkv_bias, o_bias=o_bias, block=flash_block)
-        layers = [TokenEmbedding(vocab, d_model)]
-        per_block = []  # [start, stop) layer range of each decoder layer
-        for i in range(n_layers):
-            start = len(layers)
-            if unit == "block":
-                layers.append(
-                    LlamaBlock(
-                        d_model, n_heads, n_kv_heads, head_dim, d_ff, attention, n_layers, name=f"block{i}", **common
-                    )
-                )
-            else:
-                layers.append(
-                    LlamaAttention(
-                        d_model, n_heads, n_kv_heads, head_dim, attention, n_layers, name=f"block{i}.attn", **common
-                    )
-                )
-                layers.append(SwiGLUFFN(d_model, d_ff, n_layers, rms_eps, name=f"block{i}.ffn"))
-            per_block.append((start, len(layers)))
-        layers.append(LlamaHead(d_model, vocab, rms_eps))
+        layers, per_block = _llama_layers(vocab, d_model, n_heads, n_kv_heads, head_dim, d_ff, n_layers, unit,
+                                          attention, common)
         super().__init__(
             layers, LMCrossEntropy(), checkpoint_blocks=strategy_blocks(per_block, len(layers), checkpoint)
         )

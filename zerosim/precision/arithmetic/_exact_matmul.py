@@ -114,15 +114,7 @@ def _exact_alone(a, b, once: bool = False):
     elif not (has_values(a) and has_values(b)):
         return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
-    if ns.is_numpy:  # exact, and so is every product of them; into reused buffers (_scratch.py)
-        # b's columns contiguous where it is a transposed matrix already (the forward's W.T) or short (dW's x)
-        b_columns = b.ndim >= 2 and (np.swapaxes(b, -1, -2).flags.c_contiguous or b.shape[-2] <= _SHORT_K)
-        a64 = _widened(a, 6, True)
-        # a @ a.T (a Gram matrix: Newton-Schulz's) from one widened copy: a BLAS multiplies a matrix by its own
-        # transpose in half the FLOPs (NumPy calls syrk), and each element is the same exact sum either way
-        b64 = a64.T if _transpose_of(b, a) else _widened(b, 7, not b_columns)
-    else:
-        a64, b64 = widen64(a, ns), widen64(b, ns)
+    a64, b64 = _widen_both(a, b, ns)
     k = a64.shape[-1]
     precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
     # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
@@ -154,10 +146,31 @@ def _exact_alone(a, b, once: bool = False):
     out, suspects = certain_f32(c, err, ns)
     if not bool(suspects.any()):
         return out
+    return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns)
+
+
+def _widen_both(a, b, ns) -> tuple:
+    """a and b in float64: on the host into reused buffers (a Gram matrix's b a view of a's copy), else `widen64`."""
+    if ns.is_numpy:  # exact, and so is every product of them; into reused buffers (_scratch.py)
+        # b's columns contiguous where it is a transposed matrix already (the forward's W.T) or short (dW's x)
+        b_columns = b.ndim >= 2 and (np.swapaxes(b, -1, -2).flags.c_contiguous or b.shape[-2] <= _SHORT_K)
+        a64 = _widened(a, 6, True)
+        # a @ a.T (a Gram matrix: Newton-Schulz's) from one widened copy: a BLAS multiplies a matrix by its own
+        # transpose in half the FLOPs (NumPy calls syrk), and each element is the same exact sum either way
+        b64 = a64.T if _transpose_of(b, a) else _widened(b, 7, not b_columns)
+    else:
+        a64, b64 = widen64(a, ns), widen64(b, ns)
+    return a64, b64
+
+
+def _settle_suspects(out, suspects, batch: tuple, size, a, b, a64, b64, tried: bool, ns):
+    """`out` with its suspects settled: those whose every partial sum is a whole number of quanta are exact (c = s);
+    the rest repaired the long way (`_repair`)."""
+    k = a64.shape[-1]
+    precision_a, precision_b = ns.format_of(a).precision, ns.format_of(b).precision
     # Exact in any order where every product is a whole multiple of q = q_i·q_j and every partial sum stays below
     # 2**53·q: then c = s, and a suspect that is an exact float32 midpoint is a true tie, settled by ties-to-even
     # (16-bit inputs are mostly exact, and their sums often land on float32 midpoints)
-    batch = c.shape[:-2]
     where = ns.to_host(suspects).nonzero()  # (..., i, j) index arrays of the suspects
     *lead, i, j = where
     with np.errstate(invalid="ignore", over="ignore"):
