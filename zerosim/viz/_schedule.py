@@ -125,7 +125,8 @@ def schedule_figure(pp: int = 4, micro_batches: int = 8, panels=PANELS):
         measured = run["bubbles"][0]
         ax.set_title(f"{name}: P = {pp}, M = {micro_batches}{chunks}: bubble {float(measured):.1%} of the step "
                      f"(closed form {run['closed_form']} = {float(run['closed_form']):.1%})", fontsize=9, loc="left")
-    handles = [Patch(fc=KIND_COLOURS[k], label=f"{LETTERS[k]}: {k}") for k in KIND_COLOURS]
+    drawn = {kind for run in runs for row in run["rows"] for _, _, kind, _, _ in row}  # the legend names only these
+    handles = [Patch(fc=KIND_COLOURS[k], label=f"{LETTERS[k]}: {k}") for k in KIND_COLOURS if k in drawn]
     handles.append(Patch(fc="0.88", hatch="///", label="idle: the bubble"))
     axes[-1, 0].set_xlabel(f"time (a forward takes {T_F} unit, a backward {T_B})", fontsize=8)
     fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
