@@ -116,6 +116,9 @@ class Point:
     pp_schedule: str = "1f1b"  # with pp > 1: the schedule (parallel/pipeline SCHEDULES)
     virtual_stages: int | None = None  # with pp > 1: stages a rank (None: the schedule's default)
     pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
+    cp: int = 1  # context parallelism's degree: each GPU L / cp tokens of every sequence (parallel/context)
+    cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p) or "allgather" (the Llama 3 paper's)
+    cp_split: str = "zigzag"  # with cp > 1: the load-balanced 2·cp chunks (torch's, TE's, the Llama 3 paper's)
 
     @property
     def kernels(self) -> str:

@@ -105,13 +105,14 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
 
 
 def spec_of(point):
-    """The ParallelSpec a point runs beside data parallelism: its TP (with SP, async TP and the framework's layout)
-    and its pipeline."""
+    """The ParallelSpec a point runs beside data parallelism: its TP (with SP, async TP and the framework's layout),
+    its context parallelism and its pipeline."""
     from zerosim.parallel import ParallelSpec
 
     return ParallelSpec(tp=point.tp, sp=point.sp, tp_layout=point.tp_layout if point.tp > 1 or point.sp else None,
-                        async_tp=point.async_tp, pp=point.pp, pp_schedule=point.pp_schedule,
-                        virtual_stages=point.virtual_stages, pp_split=point.pp_split)
+                        async_tp=point.async_tp, cp=point.cp, cp_style=point.cp_style, cp_split=point.cp_split,
+                        pp=point.pp, pp_schedule=point.pp_schedule, virtual_stages=point.virtual_stages,
+                        pp_split=point.pp_split)
 
 
 def validate(points=POINTS, factors: dict | None = None) -> list:
