@@ -21,7 +21,7 @@ from statistics import median
 from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._efficiency import PRESETS
 from zerosim.analysis.costs._gpus import get_gpu
-from zerosim.analysis.costs._throughput import mfu, tokens_per_s_per_gpu
+from zerosim.analysis.costs._throughput import mfu, model_flops_per_token, tokens_per_s_per_gpu
 from zerosim.analysis.costs._overheads import ALLOCATOR_RESERVE
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.analysis.costs._validation_points import POINTS, TREND, config_of
@@ -45,11 +45,12 @@ class Prediction:
     reserved: int  # with the allocator's reserve, bytes
     mfu: float  # predicted MFU (torchtitan's model FLOPs, analysis/costs/_throughput.py) on the GPU's dense peak
     measured_mfu: float  # the measured run's, counted the same way
+    measured_tokens_per_s: float  # the point's, or its published model TFLOP/s over the one FLOPs count
 
     @property
     def error(self) -> float:
         """predicted / measured − 1 for tokens per second per GPU."""
-        return self.tokens_per_s / self.point.tokens_per_s - 1
+        return self.tokens_per_s / self.measured_tokens_per_s - 1
 
     @property
     def memory_error(self) -> float | None:
@@ -100,8 +101,10 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     # the one definition (costs/_throughput.py): a TP (and pipeline) group's GPUs share a batch rank's B·L·K tokens
     tps = tokens_per_s_per_gpu(spec.dims(point.gpus), point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")
+    measured = point.tokens_per_s if point.model_tflops is None else (  # a source that publishes FLOP/s per GPU
+        point.model_tflops * 1e12 / model_flops_per_token(config, point.seq_len))
     return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
-                      mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))
+                      mfu(tps, config, point.seq_len, peak), mfu(measured, config, point.seq_len, peak), measured)
 
 
 def spec_of(point):
