@@ -121,3 +121,39 @@ def test_real_numbers_beside_a_pipeline_are_refused():
     with pytest.raises(NotImplementedError, match="context parallelism beside pipeline parallelism runs on the "
                                                   "meta backend"):
         PipelineEngine(cp.model, Cluster(8), 3, get_optimizer("adam"), "bf16-mixed", pp=2, context=cp)
+
+
+def test_a_tp_ranks_stage_shards_its_slice_over_dp_times_cp():
+    """TP 2 × CP 2 × PP 2 on 8 GPUs (dp 1): the first stage's TP slice of a Llama, by hand, over the stage's dp × cp."""
+    from zerosim.models import Llama, MetaLlama
+
+    twin_ = MetaLlama(Llama(vocab=64, d_model=32, n_heads=4, n_kv_heads=2, n_layers=4, seq_len=L, d_ff=64,
+                            attention="flash"))
+    row, _, engine = measure_stage(twin_, 8, 3, precision="bf16-mixed", micro_batch=(2, L),
+                                   spec=ParallelSpec(tp=2, cp=2, pp=2), micro_batches=4)
+    assert engine.dims == ParallelDims(8, tp=2, cp=2, pp=2)
+    embed = 64 // 2 * 32  # the vocabulary-parallel table: V / T rows of d
+    block = (32  # the attention's RMSNorm, whole on every TP rank
+             + 2 * (2 * 8 * 32)  # q_proj and o_proj: H / T = 2 heads of 8 by d
+             + 2 * (1 * 8 * 32)  # k_proj and v_proj: G / T = 1 head of 8 by d
+             + 32  # the FFN's RMSNorm
+             + 3 * (64 // 2) * 32)  # gate, up and down: F / T = 32 columns (rows) of d
+    assert row["pipeline"][0]["params"] == embed + 2 * block == 10368  # torchtitan's split: embed, block0, block1
+    shard = (embed + 2 * block) // 2  # over dp × cp = 1 × 2
+    assert row["resting"] == {"params": 2 * shard, "grads": 2 * shard, "master": 4 * shard, "optim:m": 4 * shard,
+                              "optim:v": 4 * shard}
+
+
+@pytest.mark.slow  # the command in a process of its own: ~4 s
+def test_memory_and_timeline_take_pp_beside_cp(capsys):
+    from zerosim.cli.main import main
+
+    argv = ["--model", "gpt2-small", "--seq-len", "1024", "--batch", "2", "--precision", "bf16-mixed", "--ranks", "8",
+            "--pp", "2", "--cp", "2", "--checkpoint", "flash"]
+    assert main(["memory", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "N = 8 GPUs = pp 2 x cp 2 x dp 2" in out and "over the dp × cp = 4 ranks holding them" in out
+    assert main(["timeline", *argv, "--gpu", "h100-80gb"]) == 0
+    out = capsys.readouterr().out
+    assert "N = 8 ranks = pp 2 x cp 2 x dp 2 (ring, zigzag split)" in out
+    assert "each rank 512 tokens of a sequence" in out
