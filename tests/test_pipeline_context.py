@@ -152,7 +152,7 @@ def test_memory_and_timeline_take_pp_beside_cp(capsys):
             "--pp", "2", "--cp", "2", "--checkpoint", "flash"]
     assert main(["memory", *argv]) == 0
     out = capsys.readouterr().out
-    assert "N = 8 GPUs = pp 2 x cp 2 x dp 2" in out and "over the dp × cp = 4 ranks holding them" in out
+    assert "N = 8 GPUs = pp 2 x cp 2 x dp 2" in out and "over the dp × cp = 4 ranks\nholding them" in out
     assert main(["timeline", *argv, "--gpu", "h100-80gb"]) == 0
     out = capsys.readouterr().out
     assert "N = 8 ranks = pp 2 x cp 2 x dp 2 (ring, zigzag split)" in out

@@ -166,8 +166,8 @@ class MetaContextParallelModel(MetaDecoder):
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "cp",
                      "style", "split", "causal", "positioned", "family", "full"):
             setattr(self, name, getattr(model, name))
-        if tensor:  # what the time model reads of a TP rank's units (analysis/timeline KernelTimes)
-            self.tp, self.sequence_parallel = model.cut.tp, model.cut.sequence_parallel
+        if tensor:  # what the time model and the reports read of a TP rank (analysis/timeline KernelTimes)
+            self.tp, self.sequence_parallel, self.layout = model.cut.tp, model.cut.sequence_parallel, model.cut.layout
         self.name = f"{model.full!r} at cp={model.cp} ({model.style}, {model.split})" + (
             f" and tp={self.tp}" if tensor else "")
         self._index_specs()
