@@ -179,9 +179,9 @@ class ParallelSpec:
     def model_check(self, seq_len: int | None, attention: str | None = None, checkpoint: str | None = None,
                     meta: bool = True, names: dict = API, kernels: str | None = None) -> None:
         """What the model must allow: beside CP, flash attention without op-level checkpointing and a sequence
-        length that splits (parallel/context's own checks); on the meta backend (`meta`), CP beside TP is not
-        modelled yet (its twin), nor torch eager's extra tensors (`kernels` "eager": the CP twin keeps what zerosim's
-        units keep, as fused kernels do)."""
+        length that splits (parallel/context's own checks); on the meta backend (`meta`), torch eager's extra tensors
+        are not modelled beside CP (`kernels` "eager": the CP twin keeps what zerosim's units keep, as fused kernels
+        do)."""
         if self.tp > 1:
             from zerosim.parallel.tensor import check_checkpoint
 
