@@ -150,8 +150,6 @@ def test_train_with_cp_cuts_each_data_parallel_ranks_sequences_over_its_cp_group
      "--cp 3 does not divide --ranks 8"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--tp", "2", "--sp"],
      "--cp beside sequence parallelism (--sp) is not modelled"),
-    (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--tp", "2",
-      "--checkpoint", "flash"], "the data-less twin of context parallelism beside tensor parallelism is not modelled"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "256", "--cp", "2", "--checkpoint", "block"],
      "attention='flash', not 'standard'"),
     (["memory", "--model", "llama-3-8b", "--ranks", "8", "--seq-len", "254", "--cp", "2", "--checkpoint", "flash"],
@@ -167,7 +165,7 @@ def test_train_with_cp_cuts_each_data_parallel_ranks_sequences_over_its_cp_group
     (["train", "--model", "gpt", "--ranks", "4", "--cp", "2", "--length", "4"], "add --attention flash"),
     (["train", "--model", "gpt", "--ranks", "4", "--cp", "2", "--length", "3", "--attention", "flash"],
      "--length 3 makes sequences of 6 tokens, and a sequence of 6 tokens does not split zigzag"),
-], ids=["style without cp", "cp does not divide", "sp beside cp", "tp beside cp (meta)", "not flash", "length",
+], ids=["style without cp", "cp does not divide", "sp beside cp", "not flash", "length",
         "eager kernels", "hsdp beside cp", "timeline without shape", "plan split without cp", "train not flash",
         "train length"])
 def test_what_zerosim_or_the_frameworks_refuse_is_refused_by_its_flags(argv, said):

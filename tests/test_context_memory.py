@@ -11,26 +11,36 @@ import pytest
 from zerosim import Cluster, ZeroEngine, get_optimizer
 from zerosim.models import GPT, Llama, MetaGPT, MetaLlama, read_hf_config, shipped_config
 from zerosim.parallel.context import ContextParallel
+from zerosim.parallel.tensor import TensorParallel
 
 
-def ledger_and_sends(model, backend, style, stage=3):
-    cp = ContextParallel(model, cp=2, style=style)
-    cluster = Cluster(4, backend=backend, trace="call")
+def ledger_and_sends(model, backend, style, stage=3, tp=1):
+    """Rank 0's ledger in order and every rank's bytes sent, for one step beside CP 2 (and TP `tp`: N = 4·tp, the TP
+    rank's CP model, or the twin's)."""
+    whole = getattr(model, "gpt", model)
+    tensor = None if tp == 1 else TensorParallel(model, tp=tp, params=None if backend == "meta" else
+                                                 whole.init_params(np.random.default_rng(0)))
+    cp = ContextParallel(model, cp=2, style=style, tensor=tensor)
+    cluster = Cluster(4 * tp, backend=backend, trace="call")
     for r in cluster.ranks:
         r.ledger.keep_timeline = True
-    engine = ZeroEngine(cp.model, cluster, stage, get_optimizer("adam"), "bf16-mixed", parallelisms=(cp,))
+    engine = ZeroEngine(cp.model, cluster, stage, get_optimizer("adam"), "bf16-mixed", parallelisms=cp.parallelisms)
     if backend == "numpy":
         rng = np.random.default_rng(0)
         engine.step(cp.batches(engine.dims, [(rng.integers(0, 16, (2, 8)),) * 2 for _ in range(2)]))
     else:
         engine.step(cp.model.batches(cluster, 2, 4))
-    return [(e.action, e.name, e.nbytes) for e in cluster.ranks[0].ledger.timeline], cluster.trace.sent_totals(4)
+    return [(e.action, e.name, e.nbytes) for e in cluster.ranks[0].ledger.timeline], cluster.trace.sent_totals(4 * tp)
 
 
+@pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("checkpoint", ["none", "block"])
 @pytest.mark.parametrize("style", ["ring", "allgather"])
 @pytest.mark.parametrize("family", ["gpt", "llama"])
-def test_the_twin_holds_and_sends_what_the_real_model_does(family, style, checkpoint):
+def test_the_twin_holds_and_sends_what_the_real_model_does(family, style, checkpoint, tp):
+    """Every buffer rank 0's ledger allocates and frees, in order, by name and size, and every rank's bytes sent: the
+    twin's as the real model's on real numbers; beside TP 2, the TP rank's CP twin (parallel/context/_meta.py beside
+    parallel/tensor/_meta.py) as the real TP rank's CP model."""
     if family == "gpt":
         real = GPT(vocab=16, d_model=8, n_heads=2, n_layers=2, seq_len=8, attention="flash", checkpoint=checkpoint)
         twin = MetaGPT(real)
@@ -38,7 +48,7 @@ def test_the_twin_holds_and_sends_what_the_real_model_does(family, style, checkp
         real = Llama(vocab=16, d_model=8, n_heads=4, n_kv_heads=2, n_layers=2, seq_len=8, d_ff=16,
                      attention="flash", checkpoint=checkpoint)
         twin = MetaLlama(real)
-    assert ledger_and_sends(real, "numpy", style) == ledger_and_sends(twin, "meta", style)
+    assert ledger_and_sends(real, "numpy", style, tp=tp) == ledger_and_sends(twin, "meta", style, tp=tp)
 
 
 def llama_3_8b_step(L: int, C: int, style: str = "ring", watch: bool = True):

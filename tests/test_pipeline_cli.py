@@ -228,7 +228,8 @@ MEM = ["memory", *GPT2]
      "--pp-split says where the layers are cut into stages: give --pp P > 1 with it"),
     ([*MEM, "--ranks", "8", "--pp", "8", "--pp-split", "megatron"],
      "num_layers=12 should be divisible by config.pipeline_model_parallel_size=8 (Megatron-Core core_v0.19.0"),
-    ([*MEM, "--ranks", "8", "--pp", "2", "--cp", "2"], "--cp beside --pp is not modelled"),
+    ([*MEM, "--ranks", "8", "--pp", "2", "--cp", "2", "--tp", "2", "--sp"], "--cp beside sequence parallelism "
+                                                                           "(--sp) is not modelled"),
     ([*MEM, "--ranks", "8", "--pp", "2", "--tp", "2", "--sp"], "--pp beside sequence parallelism (--sp) is not "
                                                                "modelled"),
     ([*MEM, "--ranks", "8", "--pp", "4", "--accumulation-steps", "2"],

@@ -19,7 +19,7 @@ def format_report(r: dict) -> str:
     kind, what the table's columns mean, ZeRO++'s wire, the activations, the configs' keys, the verdict against a GPU
     and the seeds' conventions."""
     act, tp, cp, pp = r["activations"], r.get("tensor_parallel"), r.get("context_parallel"), r.get("pipeline_parallel")
-    lines = (pp_header(r, pp, tp) if pp is not None else cp_header(r, cp) if cp is not None
+    lines = (pp_header(r, pp, tp, cp) if pp is not None else cp_header(r, cp) if cp is not None
              else _header(r) if tp is None else _tp_header(r, tp))
     lines += _table(r) + pp_rank_lines(r)
     lines += [

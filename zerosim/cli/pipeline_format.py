@@ -7,16 +7,22 @@ from __future__ import annotations
 GB = 1e9
 
 
-def pp_header(r: dict, pp: dict, tp: dict | None) -> list:
-    """The lines above `zerosim memory`'s table beside pipeline parallelism (and TP)."""
-    degrees = f"pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp else "") + f"dp {pp['dp']}"
+def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> list:
+    """The lines above `zerosim memory`'s table beside pipeline parallelism (and TP, and CP)."""
+    degrees = (f"pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp else "") + (f"cp {cp['cp']} x " if cp else "")
+               + f"dp {pp['dp']}")
+    shards = (f"the dp = {pp['dp']} ranks holding them." if cp is None else
+              f"the dp × cp = {pp['dp'] * cp['cp']} ranks")
+    sequence = [] if cp is None else [f"holding them (torchtitan's \"fsdp\" mesh), each GPU on 1/{cp['cp']} of every "
+                                      f"sequence ({cp['style']}, {cp['split']} split)."]
     return [
         f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = {degrees}, "
         f"{r['optimizer']}, {r['precision']}",
         f"A pipeline of {pp['pp']} ranks ({_schedule(pp)}, M = {pp['micro_batches']} micro-batches a step on each "
         f"data-parallel rank; {pp['split']}'s split):",
         "each pipeline rank holds its stages' layers" + (" (one TP rank's slice of them)" if tp else "")
-        + f" and ZeRO shards them over the dp = {pp['dp']} ranks holding them.",
+        + f" and ZeRO shards them over {shards}",
+        *sequence,
         "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them after "
         "one step;",
         "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",

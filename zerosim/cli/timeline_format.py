@@ -28,12 +28,13 @@ def format_one(r: dict) -> str:
             " (sequence parallel)" if tp["sp"] else "") + (
             f", {tp['layout']}'s activation layout" if "layout" in tp else "") + (
             ", async TP (no compute waits for TP's collectives: a bound)" if tp["async"] else "")
-    if pp is not None:
-        nodes += f" = pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp is not None else "") + f"dp {pp['dp']}"
-        work = work.replace("micro-steps per rank", "micro-batches per data-parallel rank")
     cp = r.get("context_parallel")
+    if pp is not None:
+        nodes += f" = pp {pp['pp']} x " + (f"tp {tp['tp']} x " if tp is not None else "") + (
+            "" if cp is None else f"cp {cp['cp']} x ") + f"dp {pp['dp']}"
+        work = work.replace("micro-steps per rank", "micro-batches per data-parallel rank")
     if cp is not None:
-        nodes += f" = cp {cp['cp']} x dp {cp['dp']} ({cp['style']}, {cp['split']} split)"
+        nodes += (f" = cp {cp['cp']} x dp {cp['dp']}" if pp is None else "") + f" ({cp['style']}, {cp['split']} split)"
         work += (f"; each rank {cp['tokens_per_rank']:,} tokens of a sequence, " + (
             "every CP position the same attention pairs" if cp["balanced"] else
             f"rank 0 computing CP position {cp['rank0_position']}'s blocks (the busiest: every send waits for it)"))

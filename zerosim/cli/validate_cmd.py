@@ -30,12 +30,12 @@ def add_arguments(p) -> None:
 
 
 def _points(only):
-    from zerosim.analysis.costs import POINTS
+    from zerosim.analysis.costs import LONG_CONTEXT, POINTS
 
     if only is None:
         return POINTS
     keys = [k.strip() for k in only.split(",") if k.strip()]
-    known = {p.key: p for p in POINTS}
+    known = {p.key: p for p in POINTS + LONG_CONTEXT}  # the long-context 4-D runs by name only (docs/validation.md)
     bad = [k for k in keys if k not in known]
     if bad or not keys:
         raise ValueError(f"--only: unknown point {bad[0] if bad else only!r}; points: {', '.join(known)}")
@@ -51,7 +51,8 @@ def row_of(r) -> dict:
         "tp": p.tp, "sp": p.sp, "async_tp": p.async_tp,
         **({"stage": p.stage, "comm": p.comm, "pp": p.pp, "pp_schedule": p.pp_schedule,
             "virtual_stages": p.virtual_stages, "pp_split": p.pp_split} if p.pp > 1 else {}),
-        "measured_tokens_per_s": p.tokens_per_s, "predicted_tokens_per_s": r.tokens_per_s, "error": r.error,
+        **({"cp": p.cp, "cp_style": p.cp_style, "cp_split": p.cp_split} if p.cp > 1 else {}),
+        "measured_tokens_per_s": r.measured_tokens_per_s, "predicted_tokens_per_s": r.tokens_per_s, "error": r.error,
         "measured_mfu": r.measured_mfu, "predicted_mfu": r.mfu, "step_s": r.step_s, "exposed_s": r.exposed_s,
         "allocated": r.allocated, "reserved": r.reserved, "measured_memory_gib": p.memory_gib,
         "memory_error": r.memory_error,
@@ -68,7 +69,8 @@ def format_table(rows: list, stats: dict) -> str:
         + (f", TP {x['tp']}" + (" + SP" if x["sp"] else "") + (", async" if x["async_tp"] else "")
            if x["tp"] > 1 else "")
         + (f", PP {x['pp']} {x['pp_schedule']}" + (f" V {x['virtual_stages']}" if x["virtual_stages"] else "")
-           + f", ZeRO-{x['stage']}" if x.get("pp", 1) > 1 else ""))
+           + f", ZeRO-{x['stage']}" if x.get("pp", 1) > 1 else "")
+        + (f", CP {x['cp']} {x['cp_style']}" if x.get("cp", 1) > 1 else ""))
     width = max([24] + [len(x["key"]) for x in rows])  # the point column: the longest key shown
     lines = [
         "zerosim validate: predicted against measured tokens per second per GPU (and reserved memory where published)",

@@ -120,9 +120,6 @@ class ParallelSpec:
             raise ValueError(f"{name('pp_schedule')} {self.pp_schedule} runs one stage a rank (torch's "
                              f"PipelineScheduleSingle; torchtitan: 'Single stage schedule requires exactly 1 stage per "
                              f"rank'), not {name('virtual_stages')} {v}: use interleaved-1f1b or zero-bubble")
-        if self.cp > 1:
-            raise ValueError(f"{name('cp')} beside {name('pp')} is not modelled: the pipeline's stages run beside "
-                             "tensor and data parallelism (drop one)")
         if self.sp:
             raise ValueError(f"{name('pp')} beside sequence parallelism ({name('sp')}) is not modelled: its gradient "
                              "sum over the TP group reads the whole TP model's layout (drop one)")
@@ -182,9 +179,9 @@ class ParallelSpec:
     def model_check(self, seq_len: int | None, attention: str | None = None, checkpoint: str | None = None,
                     meta: bool = True, names: dict = API, kernels: str | None = None) -> None:
         """What the model must allow: beside CP, flash attention without op-level checkpointing and a sequence
-        length that splits (parallel/context's own checks); on the meta backend (`meta`), CP beside TP is not
-        modelled yet (its twin), nor torch eager's extra tensors (`kernels` "eager": the CP twin keeps what zerosim's
-        units keep, as fused kernels do)."""
+        length that splits (parallel/context's own checks); on the meta backend (`meta`), torch eager's extra tensors
+        are not modelled beside CP (`kernels` "eager": the CP twin keeps what zerosim's units keep, as fused kernels
+        do)."""
         if self.tp > 1:
             from zerosim.parallel.tensor import check_checkpoint
 
@@ -193,10 +190,6 @@ class ParallelSpec:
             return
         from zerosim.parallel.context import check_length, check_options
 
-        if meta and self.tp > 1:
-            raise ValueError(f"{names.get('cp', 'cp')} beside {names.get('tp', 'tp')}: the data-less twin of context "
-                             "parallelism beside tensor parallelism is not modelled yet (zerosim train runs the two "
-                             "together on real numbers)")
         check_options(attention, checkpoint)
         if meta and kernels == "eager":
             raise ValueError(f"{names.get('kernels', 'kernels')} eager keeps torch eager's extra tensors, which beside "
@@ -219,7 +212,8 @@ class ParallelSpec:
             from zerosim.parallel.tensor import TensorParallel, padded_model
 
             layout = {} if self.tp_layout is None else {"layout": self.tp_layout}
-            tensor = TensorParallel(padded_model(model, self.tp), self.tp, self.sp, async_tp=self.async_tp, **layout)
+            model = padded_model(model, self.tp)  # the model itself where its vocabulary splits over T
+            tensor = TensorParallel(model, self.tp, self.sp, async_tp=self.async_tp, **layout)
         if self.cp == 1:
             return tensor.model, (tensor,)
         from zerosim.parallel.context import ContextParallel

@@ -40,10 +40,11 @@ ADD_BYTES = 6  # a 16-bit add into a running sum: read both, write one
 
 
 def heads_of(model) -> tuple:
-    """(H, G, d_h) of the CP model's attention (the whole model's: a CP rank runs every head)."""
-    full = model.full
+    """(H, G, d_h) of the CP model's attention (the whole model's: a CP rank runs every head; beside TP of degree T,
+    the TP rank's H / T and G / T, parallel/tensor's split of the heads)."""
+    full, T = model.full, getattr(model, "tp", 1)
     H = full.n_heads
-    return H, getattr(full, "n_kv_heads", H), getattr(full, "head_dim", None) or full.d_model // H
+    return H // T, getattr(full, "n_kv_heads", H) // T, getattr(full, "head_dim", None) or full.d_model // H
 
 
 def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8: bool, position: int) -> Work:
@@ -54,15 +55,18 @@ def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8:
     scale = BACKWARD_BYTES if kind == "backward" else 1
     if unit.cp_part != "core":
         gemms, cast = gemm_work(unit, T, kind)
+        tensor = getattr(unit, "role", None) in ("column", "row")  # TP's halves: its Norm and Add are TP's units
+        rope = _bytes("rope", H * dh, kernels) + _bytes("rope", G * dh, kernels)  # rotary on Q and on K
         if unit.cp_part == "qkv":
             if "ln1.g" in unit.param_shapes:  # the GPT's LayerNorm
                 per_token = _bytes("layernorm", d, kernels)
+            elif tensor:  # TP's column half: the Llama's rotary (the norm before it is TP's Norm unit)
+                per_token = rope if unit.gqa else 0.0
             else:  # the Llama's RMSNorm, rotary on Q and on K
-                per_token = _bytes("rmsnorm", d, kernels) + _bytes("rope", H * dh, kernels) + _bytes("rope", G * dh,
-                                                                                                       kernels)
-        else:  # the merged heads' copy for o_proj (the Llama's), the residual add
+                per_token = _bytes("rmsnorm", d, kernels) + rope
+        else:  # the merged heads' copy for o_proj (the Llama's), the residual add (beside TP: TP's Add unit)
             per_token = (_bytes("copy", H * dh, kernels) if "o_proj" in unit.param_shapes else 0.0) + \
-                _bytes("residual", d, kernels)
+                (0.0 if tensor else _bytes("residual", d, kernels))
         return Work(tuple(gemms), memory=per_token * T * scale + (cast if fp8 else 0.0), fp8=fp8)
     hop = getattr(unit, "hop", None)
     shapes = block_shapes(model.style, model.split, model.causal, model.cp, position, hop, tokens)

@@ -8,7 +8,7 @@ This is the second route to the numbers in _memory.py and _comm.py; tests check 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zerosim.analysis.costs._pipeline import pipeline_run, stage_rows
 from zerosim.cluster import Cluster, Compute, MemoryLedger
@@ -264,8 +264,10 @@ def measure_rank_activations(model, batch: int, seq_len: int, precision: str, sp
     outside the blocks, and the peak with the model's own checkpointing."""
     # NOTE: a checkpointed block's first unit saves the block's input under the name its norm gives it too
     # ("block0.ln1.block input"), the same bytes: the table keeps one
-    _, cluster, _ = measure_stage(model, spec.tp * spec.cp, 0, "adam", precision, micro_batch=(batch, seq_len),
-                                  spec=spec)
+    one = replace(spec, pp=1, pp_schedule="1f1b", virtual_stages=None, pp_split="torchtitan")  # a pipeline's stage
+    # keeps each micro-batch's block buffers as the data-parallel step keeps them (how many, the schedule says)
+    _, cluster, _ = measure_stage(model, one.tp * one.cp, 0, "adam", precision, micro_batch=(batch, seq_len),
+                                  spec=one)
     own = cluster.ranks[0].ledger  # checkpointed, a block's buffers are born again in its recompute, by name
     allocs = [e for e in own.timeline if e.action == "alloc" and e.kind == "activations"]
     peak = own.peak("activations")

@@ -63,16 +63,18 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
         r.ledger.keep_timeline = keep_timeline
     from zerosim.analysis.costs._measured import parallel_model
 
-    whole, beside = parallel_model(model, spec)  # one TP rank's twin and its TensorParallel, or the model
+    whole, beside = parallel_model(model, spec)  # one TP and CP rank's twin and its parallelisms, or the model
+    tensor, context = (next((b for b in beside if dim in b.degrees), None) for dim in ("tp", "cp"))
     M = spec.pp if micro_batches is None else micro_batches
     engine = PipelineEngine(whole, cluster, mesh.plan, get_optimizer(optimizer), precision, pp=spec.pp,
                             schedule=spec.pp_schedule, micro_batches=M, virtual_stages=spec.virtual_stages,
                             split_rule=spec.pp_split,
-                            tensor=beside[0] if beside else None, checkpoint=getattr(whole, "checkpointing", False),
+                            tensor=tensor, context=context, checkpoint=getattr(whole, "checkpointing", False),
                             comm=comm, recipe=recipe)
     if step:
         pair = (whole.batches(cluster, batch=tokens) if micro_batch is None else
-                whole.batches(cluster, *micro_batch))[0]  # every micro-batch the same shapes: one pair stands for all
+                whole.batches(cluster, *spec.micro(*micro_batch)))[0]  # every micro-batch the same shapes (a CP
+        # rank's L / C tokens of each sequence): one pair stands for all
         for _ in range(steps):
             engine.step([[pair] * M for _ in range(dims.dp)])
     return cluster, engine

@@ -26,6 +26,12 @@ Sources (fetched read-only; nothing is fetched at run time):
               H100s, FSDP 8 × TP 8 × PP 8; torchtitan 9dec370: train_configs/llama3_405b.toml, seq_len 8192, full AC,
               Float8 with its FSDP all-gather, async TP; pipeline_parallel_microbatches unset, so the pp degree, 8:
               torchtitan/parallelisms/pipeline_llama.py `pipeline_llama_manual_split`)
+    TT_4D     pytorch/torchtitan @ b5bcd76, benchmarks/llama3_h100_202412_torchtitan.md, Table 6 (Llama 3.1 405B, 512
+              H100s, FSDP × TP 8 × PP 8 × CP, 1F1B, local batch 8, full AC, torch.compile + Float8 + async TP; the
+              same torch 1963fc8 / torchtitan 9dec370 as Table 5)
+    LLAMA3    The Llama 3 Herd of Models (arXiv 2407.21783), §3.3.2 and Table 4, "Scaling configurations and MFU for
+              each stage of Llama 3 405B pre-training", row '16,384 | 8 | 16 | 16 | 4 | 131,072 | 16 | 16M | 380 |
+              38%' (GPUs, TP, CP, PP, DP, sequence, batch size / DP, tokens / batch, TFLOPs / GPU, BF16 MFU)
     NEMO      NVIDIA NeMo Framework user guide, "Performance Summary for Large Language Models", pre-training at FP8,
               container NeMo 25.02, system DGX-H100 (docs.nvidia.com/nemo-framework/user-guide/latest/performance/
               performance_summary.html), row GPT3-175B; the run: NVIDIA/NeMo scripts/performance/llm/
@@ -43,6 +49,8 @@ TT_H200 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3-8b_h200_202506_trainy-wh
 TT_70B = "pytorch/torchtitan@d4c86e375 docs/performance.md, Table 4"
 FOUNDRY = "mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"
 TT_405B = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md, Table 5"
+TT_4D = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md, Table 6"
+LLAMA3 = "The Llama 3 Herd of Models (arXiv 2407.21783), Table 4"
 NEMO = ("https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html as read "
         "(container NeMo 25.02), 'Pretraining' at FP8, 'System: DGX-H100'")
 
@@ -93,7 +101,7 @@ class Point:
     accumulation: int  # K micro-steps per step
     strategy: str  # checkpointing (zerosim.models.gpt.ALL_STRATEGIES)
     preset: str  # efficiency preset: "eager" or "compiled"
-    tokens_per_s: float  # measured tokens per second per GPU
+    tokens_per_s: float | None  # measured tokens per second per GPU (None: the source gives `model_tflops` instead)
     memory_gib: float | None = None  # measured peak reserved memory, GiB (None: not published)
     fp8: bool = False  # torchao Float8Linear in the blocks
     fp8_all_gather: bool = False  # torchao's enable_fsdp_float8_all_gather
@@ -116,6 +124,12 @@ class Point:
     pp_schedule: str = "1f1b"  # with pp > 1: the schedule (parallel/pipeline SCHEDULES)
     virtual_stages: int | None = None  # with pp > 1: stages a rank (None: the schedule's default)
     pp_split: str = "torchtitan"  # with pp > 1: where the layers are cut (parallel/pipeline RULES)
+    cp: int = 1  # context parallelism's degree: each GPU L / cp tokens of every sequence (parallel/context)
+    cp_style: str = "ring"  # with cp > 1: "ring" (Transformer Engine's p2p) or "allgather" (the Llama 3 paper's)
+    cp_split: str = "zigzag"  # with cp > 1: the load-balanced 2·cp chunks (torch's, TE's, the Llama 3 paper's)
+    # the model TFLOP/s per GPU the source publishes where it gives no tokens per second (the Llama 3 paper): the
+    # measured tokens/s are then these over the one FLOPs count (costs/_throughput.py model_flops_per_token)
+    model_tflops: float | None = None
 
     @property
     def kernels(self) -> str:
@@ -228,6 +242,37 @@ POINTS = (
                "PP (taken as off); Megatron's overlapped gradient reduce-scatter and parameter all-gather not "
                "modelled (after the stage's last backward); the tied embedding's gradient all-reduce between the "
                "first and last stage not modelled"),
+)
+# -- held out: context parallelism beside pipeline parallelism (issue 60), added after the factors were frozen, each
+# typed in before its prediction was first computed; not in POINTS (issue 36's table and its targets), run by name
+# (`zerosim validate --only KEY`). torchtitan's Table 6: each data-parallel rank's local batch 8 = 8 micro-batches of
+# one sequence (pipeline_parallel_microbatches unset: the pp degree, as in Table 5), CP on the FSDP mesh; zerosim runs
+# Transformer Engine's ring where torch's context_parallel all-gathers K/V and merges in fp32 (docs/context-
+# parallelism.md, as for Table 2's rows)
+_4D_NOTE = ("as Table 5's rows (async TP as zerosim's bound; SequenceParallel, Float8's FSDP all-gather, FSDP2 "
+            "keeping the stage gathered not modelled beside PP); torch's context_parallel taken as Transformer "
+            "Engine's ring (zigzag split)")
+LONG_CONTEXT = tuple(
+    Point(f"tt-h100-512-405b-4d-cp{cp}", "held-out", f"{TT_4D}, row 'FSDP {8 // cp}, CP {cp} | {32768 * cp}'",
+          "llama-3.1-405b", "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 1, 32768 * cp, 8, "block-flash", "compiled",
+          tps, mem, fp8=True, tp=8, async_tp=True, pp=8, pp_schedule="1f1b", cp=cp, note=_4D_NOTE)
+    for cp, tps, mem in ((1, 76, 75.3), (2, 47, 75.9), (4, 31, 77.1), (8, 16, 84.9))
+) + (
+    # the Llama 3 paper's 128k stage. Its row says DP 4, but its 16,384 GPUs and 16M tokens a batch both need DP 8
+    # (8 · 16 · 16 · 8 = 16,384; 8 · 16 · 131,072 = 16.8M): typed in on its 16,384 GPUs, 16 sequences a data-parallel
+    # rank as 16 micro-batches of one. Stated in §3.3: H100 80GB HBM3 at 700 W, 400 Gb/s RoCE a GPU (taken as
+    # InfiniBand NDR's rates), [TP, CP, PP, DP] inner to outer (zerosim's mesh order: ParallelDims), FSDP reducing in
+    # fp32, CP all-gathering K and V over 2·CP load-balanced chunks, an interleaved schedule whose first and last
+    # chunks hold the embedding and the output alone: torchtitan's split at V = 8 (126 layers + 2 over 128 stages,
+    # one a stage), the one V > 1 that cuts 126 layers so; BF16 (no Float8). Not stated, taken: full activation
+    # checkpointing (the paper runs its 8K stage without it; at 128k zerosim's ledger without it is 186 GiB, more than
+    # the GPU holds), the compiled preset, FLOPs counted as torchtitan counts them (attention's whole L×L)
+    Point("llama3-h100-16k-405b-cp16", "held-out", f"{LLAMA3}, row '16,384 | 8 | 16 | 16 | 4 | 131,072 | 16 | 16M "
+          "| 380 | 38%'", "llama-3.1-405b", "h100-80gb", 16384, 8, ("nvlink4", "ib_ndr"), 1, 131072, 16, "block-flash",
+          "compiled", None, None, tp=8, pp=16, pp_schedule="interleaved-1f1b", virtual_stages=8, cp=16,
+          cp_style="allgather", model_tflops=380,
+          note="DP 8 (the row's 16,384 GPUs and 16M tokens; it prints DP 4); full activation checkpointing assumed; "
+               "RoCE taken as InfiniBand NDR; the paper's FLOPs count taken as torchtitan's"),
 )
 ROLES = ("calibration", "held-out")
 TREND = ("tt-h100-8-eager", "tt-h100-128-eager")  # the 8 -> 128 GPU trend the issue names (same run, 16x the GPUs)

@@ -421,7 +421,9 @@ class _Trial:
             return row, None
         hw, time_model = self.hardware, self.time_model
         if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
-            costs = None if time_model is None else time_model.costs(engine.model, (B, self.seq_len), hw, None)
+            costs = None if time_model is None else time_model.costs(
+                engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
+                                                                            engine.dims))
             one = step_time_of(simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs),
                                M)
             t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,

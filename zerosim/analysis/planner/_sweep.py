@@ -91,7 +91,9 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     if spec.pp > 1:  # a pipeline: its engine, every micro-batch of the step (analysis/costs pipeline_run)
         cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
                                        clip_grad, wire, recipe, parallelisms, steps, tokens)
-        costs = None if time_model is None else time_model.costs(engine.model, micro_batch, hardware, None)
+        costs = None if time_model is None else time_model.costs(  # a CP rank's L / C tokens, its hops' blocks
+            engine.model, None if micro_batch is None else spec.micro(*micro_batch), hardware,
+            positions_of(engine.parallelisms.members, cluster, engine.dims))
         return simulate(cluster.trace, hardware, overlap=engine.engines[0].comm.overlap_comm, costs=costs), engine
     cluster = Cluster(mesh.dims.world_size, backend="meta", trace="call", timeline=False,
                       gpus_per_node=mesh.gpus_per_node)

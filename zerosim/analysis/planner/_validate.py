@@ -27,6 +27,7 @@ from zerosim.analysis.costs import (
     config_of,
     get_gpu,
     mfu,
+    model_flops_per_token,
     reserved,
     tokens_per_s_per_gpu,
 )
@@ -49,11 +50,12 @@ class Prediction:
     reserved: int  # with the allocator's reserve, bytes
     mfu: float  # predicted MFU (torchtitan's model FLOPs, analysis/costs/_throughput.py) on the GPU's dense peak
     measured_mfu: float  # the measured run's, counted the same way
+    measured_tokens_per_s: float  # the point's, or its published model TFLOP/s over the one FLOPs count
 
     @property
     def error(self) -> float:
         """predicted / measured − 1 for tokens per second per GPU."""
-        return self.tokens_per_s / self.point.tokens_per_s - 1
+        return self.tokens_per_s / self.measured_tokens_per_s - 1
 
     @property
     def memory_error(self) -> float | None:
@@ -103,18 +105,21 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     # the one definition (costs/_throughput.py): a TP (and pipeline) group's GPUs share a batch rank's B·L·K tokens
     tps = tokens_per_s_per_gpu(spec.dims(point.gpus), point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")
+    measured = point.tokens_per_s if point.model_tflops is None else (  # a source that publishes FLOP/s per GPU
+        point.model_tflops * 1e12 / model_flops_per_token(config, point.seq_len))
     return Prediction(point, tps, t.step, t.compute, t.exposed, allocated, reserved(allocated, reserve),
-                      mfu(tps, config, point.seq_len, peak), mfu(point.tokens_per_s, config, point.seq_len, peak))
+                      mfu(tps, config, point.seq_len, peak), mfu(measured, config, point.seq_len, peak), measured)
 
 
 def spec_of(point):
-    """The ParallelSpec a point runs beside data parallelism: its TP (with SP, async TP and the framework's layout)
-    and its pipeline."""
+    """The ParallelSpec a point runs beside data parallelism: its TP (with SP, async TP and the framework's layout),
+    its context parallelism and its pipeline."""
     from zerosim.parallel import ParallelSpec
 
     return ParallelSpec(tp=point.tp, sp=point.sp, tp_layout=point.tp_layout if point.tp > 1 or point.sp else None,
-                        async_tp=point.async_tp, pp=point.pp, pp_schedule=point.pp_schedule,
-                        virtual_stages=point.virtual_stages, pp_split=point.pp_split)
+                        async_tp=point.async_tp, cp=point.cp, cp_style=point.cp_style, cp_split=point.cp_split,
+                        pp=point.pp, pp_schedule=point.pp_schedule, virtual_stages=point.virtual_stages,
+                        pp_split=point.pp_split)
 
 
 def validate(points=POINTS, factors: dict | None = None) -> list:

@@ -95,7 +95,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     local, dp = (P, N) if tp == 1 else (local_params(model, tp, sp), N // tp)  # one TP rank's slice, its dp ranks
     config = MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="all")  # the engines pad every buffer
     for row in measured:
-        if spec.pp > 1:  # the rank that peaks: its stage's parameters (a TP slice's) over its N / (T·P) ranks
+        if spec.pp > 1:  # the rank that peaks: its stage's parameters (a TP slice's) over its N / (T·P) ranks (dp × cp)
             top = max(row["pipeline"], key=lambda x: x["peak"])
             local, dp = top["params"], N // (tp * spec.pp)
         formula = model_state_memory(local, dp, row["stage"], config)
@@ -110,7 +110,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
             local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
         if tp > 1 and row["sent"] is not None:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
             row["sent_formula"] += tp_sent(model, micro, tp, sp, bytes_)
-        if spec.cp > 1:  # and the K/V's, on the CP group (_context.py)
+        if spec.cp > 1 and row["sent"] is not None:  # and the K/V's, on the CP group (_context.py)
             row["sent_formula"] += cp_sent(model, micro, spec, bytes_)
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)
@@ -124,7 +124,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
             activations(model, micro, work.checkpointing, work.precision) if tp == 1 else
             tp_activations(model, micro, work.checkpointing or "none", work.precision, tp, sp, layout)),
         context_parallel=None if spec.cp == 1 else {"cp": spec.cp, "style": spec.cp_style, "split": spec.cp_split,
-                                                    "dp": N // (tp * spec.cp)},
+                                                    "dp": spec.dims(N).dp},
         pipeline_parallel=None if spec.pp == 1 else pipeline_summary(spec, N, micro_batches),
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": dp, "local_params": local,
                                               "vocab": padded_vocab(model, tp),

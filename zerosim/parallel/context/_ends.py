@@ -181,6 +181,7 @@ class TensorQKV(Layer):
 
     saves_input_only = False
     role = "column"  # parallel/tensor/_plan.py: f before it
+    cp_part = "qkv"  # what the time model charges it as (analysis/costs/_context_work.py)
     input_name = "attention input"
 
     def __init__(self, unit, name: str):
@@ -252,6 +253,7 @@ class TensorOut(Layer):
 
     saves_input_only = False
     role = "row"  # parallel/tensor/_plan.py: g after it
+    cp_part = "out"  # what the time model charges it as (analysis/costs/_context_work.py)
 
     def __init__(self, unit, name: str):
         super().__init__(name)

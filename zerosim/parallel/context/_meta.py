@@ -7,6 +7,12 @@ where the arrays would be; backward hands back the gradients' shapes; `flops` is
 block, which the parallelism names as for real). The parallelism's hooks (_parallelism.py) run unchanged on the
 MetaArrays: its sends, gathers and reduce-scatters are the meta backend's. So every activation a rank keeps is in
 its ledger by name, at L / C tokens (tests/test_context_memory.py).
+
+Beside tensor parallelism the CP rank's model is cut from a TP rank's (parallel/context/_model.py): its attention's
+column and row halves (TensorQKV, TensorOut) are twinned here, handing on what the real halves hand on (a Ring from
+the column half's Bundle(x, h), a Bundle(x, partial) from the row half); every other unit is a TP unit, twinned as
+parallel/tensor/_meta.py twins it (`MetaTensorParallelUnit`), and the loss is the TP twin's vocabulary-parallel one.
+TP's hooks then run unchanged on both (they read each unit's real one: parallel/tensor/_parallelism.py `_unit`).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import numpy as np
 from zerosim.models.layers import Layer, acc_dtype
 from zerosim.models.meta import MetaDecoder, MetaUnit, like
 from zerosim.parallel.context._core import Gathered, Hop
-from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV
-from zerosim.parallel.context._records import Ring, RingGrad
+from zerosim.parallel.context._ends import AttentionOut, GptQKV, LlamaQKV, TensorOut, TensorQKV
+from zerosim.parallel.context._records import Located, Ring, RingGrad
+from zerosim.parallel.tensor import Bundle, MetaTensorParallelUnit
 from zerosim.precision import get_format
 
 
@@ -27,6 +34,16 @@ def _qkv_out(u, x, f):
     heads, kv_heads, dh = u.heads, getattr(u, "kv_heads", u.heads), getattr(u, "head_dim", u.d // u.heads)
     kv = tuple(like(v, (B, kv_heads, L, dh), f.dtype) for _ in range(2))
     return Ring(v, like(v, (B, heads, L, dh), f.dtype), kv), v
+
+
+def _tensor_qkv_out(u, x, f):
+    """TensorQKV's output from Bundle(x, h) (Located beside the Llama's positions): the rank's H/T heads of Q and
+    G/T of K and V, at the rank's L / C tokens."""
+    bundle = x.value if isinstance(x, Located) else x
+    h = bundle.value
+    B, L, _ = h.shape
+    kv = tuple(like(h, (B, u.kv_heads, L, u.head_dim), f.dtype) for _ in range(2))
+    return Ring(bundle.residual, like(h, (B, u.heads, L, u.head_dim), f.dtype), kv), h
 
 
 def _core_out(u, x, f):
@@ -64,12 +81,16 @@ class MetaContextUnit(Layer):
         if isinstance(u, (GptQKV, LlamaQKV)):
             out, v = _qkv_out(u, x, f)
             return out, {n: like(v, s, d) for n, (s, d) in u.saved_spec(v.shape, f).items()}
+        if isinstance(u, TensorQKV):
+            out, h = _tensor_qkv_out(u, x, f)
+            return out, {n: like(h, s, d) for n, (s, d) in u.saved_spec(h.shape, f).items()}
         if isinstance(u, (Hop, Gathered)):
             return _core_out(u, x, f), {}
-        if isinstance(u, AttentionOut):
+        if isinstance(u, (AttentionOut, TensorOut)):
             o_shape = x.work
             cache = {n: like(x.q, s, d) for n, (s, d) in u.saved_spec(o_shape, f).items()}
-            return like(x.residual, x.residual.shape, f.dtype), cache
+            out = like(x.residual, x.residual.shape, f.dtype)
+            return (Bundle(x.residual, out) if isinstance(u, TensorOut) else out), cache  # TP: a partial sum
         raise TypeError(f"no twin for {type(u).__name__}")
 
     def backward(self, p, dy, cache, fmt):
@@ -78,12 +99,16 @@ class MetaContextUnit(Layer):
                  self.param_shapes.items()}
         if isinstance(u, (Hop, Gathered)):
             return _core_back(u, dy, f), grads
-        if isinstance(u, AttentionOut):
-            o = cache["attention output"]
+        if isinstance(u, (AttentionOut, TensorOut)):
+            o, q = cache["attention output"], getattr(u, "qkv", u)
             B, L, _ = o.shape
-            heads = like(o, (B, u.heads, L, u.head_dim), f.dtype)
-            return RingGrad(dy, heads, like(o, heads.shape, f.dtype), cache["LSE"], cache["Q"],
+            heads = like(o, (B, q.heads, L, q.head_dim), f.dtype)
+            residual = dy.residual if isinstance(u, TensorOut) else dy
+            return RingGrad(residual, heads, like(o, heads.shape, f.dtype), cache["LSE"], cache["Q"],
                             held=(cache["K"], cache["V"])), grads
+        if isinstance(u, TensorQKV):  # this rank's partial dh beside the residual's gradient (f's backward sums it)
+            h = cache[u.input_name]
+            return Bundle(dy.residual, like(h, h.shape, f.dtype)), grads
         x = cache["block input"]
         return like(x, x.shape, f.dtype), grads
 
@@ -109,16 +134,28 @@ class _MetaEmbedding(MetaUnit):
         return None, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
 
 
+class _MetaTensorPositioned(MetaTensorParallelUnit):
+    """A TP unit whose input CP hands on beside the tokens' positions (the GPT's vocabulary-parallel embedding): the
+    TP twin of the ids alone (the meta backend holds no positions' values)."""
+
+    def forward(self, p, x, fmt):
+        return super().forward(p, x.value if isinstance(x, Located) else x, fmt)
+
+
 class MetaContextParallelModel(MetaDecoder):
     """A `ContextParallelModel`'s units as twins (the same flat layout, checkpoint blocks, names, positioned units and
     loss); the units it keeps from the whole model (the FFN, the head, the Llama's embedding) twinned as MetaGPT and
-    MetaLlama twin them."""
+    MetaLlama twin them, or beside TP (`tied_head`: the head's weight counted in the embedding, as the TP twin counts
+    it) as the TP twin twins a TP rank's units; `loss` the twin's (beside TP, its vocabulary-parallel one)."""
 
-    def __init__(self, model, loss):
-        units = []
+    def __init__(self, model, loss, tied_head: bool = False):
+        units, tensor = [], model.cut is not model.full
         for i, u in enumerate(model.layers):
-            if isinstance(u, (GptQKV, LlamaQKV, Hop, Gathered, AttentionOut)):
+            if isinstance(u, (GptQKV, LlamaQKV, Hop, Gathered, AttentionOut, TensorQKV, TensorOut)):
                 units.append(MetaContextUnit(u))
+            elif tensor:
+                twin = _MetaTensorPositioned if i in model.positioned else MetaTensorParallelUnit
+                units.append(twin(u, {}) if tied_head and i == len(model.layers) - 1 else twin(u))
             elif i in model.positioned:
                 units.append(_MetaEmbedding(u))
             else:
@@ -128,5 +165,8 @@ class MetaContextParallelModel(MetaDecoder):
         for name in ("vocab", "d_model", "n_heads", "n_layers", "seq_len", "checkpoint", "attention", "unit", "cp",
                      "style", "split", "causal", "positioned", "family", "full"):
             setattr(self, name, getattr(model, name))
-        self.name = f"{model.full!r} at cp={model.cp} ({model.style}, {model.split})"
+        if tensor:  # what the time model and the reports read of a TP rank (analysis/timeline KernelTimes)
+            self.tp, self.sequence_parallel, self.layout = model.cut.tp, model.cut.sequence_parallel, model.cut.layout
+        self.name = f"{model.full!r} at cp={model.cp} ({model.style}, {model.split})" + (
+            f" and tp={self.tp}" if tensor else "")
         self._index_specs()

@@ -75,13 +75,10 @@ class ContextParallel(Parallelism):
         if self.tensor is not None and self.tensor.sequence_parallel:
             raise NotImplementedError("context parallelism beside tensor parallelism's sequence parallelism is not "
                                       "modelled yet: build TensorParallel(..., sequence_parallel=False)")
-        if self.tensor is not None and (tensor.full is not model):
-            raise ValueError("tensor= must be the TensorParallel of this same model")
         whole = getattr(model, "gpt", None)  # a meta twin's real model (MetaGPT.gpt, MetaLlama.gpt)
         self.meta = whole is not None
-        if self.meta and self.tensor is not None:
-            raise NotImplementedError("the meta backend's twin of context beside tensor parallelism is not modelled "
-                                      "yet")
+        if self.tensor is not None and (tensor.full is not (whole if self.meta else model)):
+            raise ValueError("tensor= must be the TensorParallel of this same model")
         self.full = whole if self.meta else model
         cut = None if self.tensor is None else self.tensor.local
         self.local = None if self.cp == 1 and self.causal else ContextParallelModel(self.full, self.cp, style, split,
@@ -89,7 +86,9 @@ class ContextParallel(Parallelism):
         if self.local is None:
             self.model = model if self.tensor is None else self.tensor.model
         else:
-            self.model = MetaContextParallelModel(self.local, model.loss) if self.meta else self.local
+            self.model = (MetaContextParallelModel(self.local, model.loss if self.tensor is None else
+                                                   self.tensor.model.loss, self.tensor is not None and
+                                                   getattr(model, "tied_head", False)) if self.meta else self.local)
         self.degrees = {"cp": self.cp}
         self.layout = comm.Layout(self.cp, self.split, self.causal)
         self._ahead = Handle()  # the K/V send of the next hop, posted before this hop's compute
@@ -158,7 +157,8 @@ class ContextParallel(Parallelism):
         if op.layer in self.local.positioned and not op.from_checkpoint:
             for p, c in zip(passes, where):
                 L = p.a.shape[1] * self.cp
-                at = like(p.a, (L // self.cp,), np.int64) if self.meta else positions(L, self.split, self.cp, c)
+                at = (like(getattr(p.a, "value", p.a), (L // self.cp,), np.int64) if self.meta else  # (TP's Bundle)
+                      positions(L, self.split, self.cp, c))
                 p.a = Located(p.a, at)
         states = [p.a for p in passes]
         if isinstance(unit, Hop):

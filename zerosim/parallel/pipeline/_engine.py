@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from zerosim.cluster import Cluster, Groups, Handle
 from zerosim.models import split_backward
-from zerosim.parallel._contract import Parallelism
+from zerosim.parallel._contract import Parallelism, Parallelisms
 from zerosim.parallel._dims import ParallelDims
 from zerosim.parallel.data import GradientRecipe, ZeroEngine, get_comm_schedule, get_plan, skips_steps
 from zerosim.parallel.pipeline._communication import hand_on
@@ -76,6 +76,9 @@ class PipelineEngine:
         split: "torchtitan" (default) or "megatron": where the layers are cut (_stages.py); `layers` instead gives
             the layers of each of the P·V stages.
         tensor: a `zerosim.parallel.tensor.TensorParallel` of `model`: tensor parallelism inside every stage.
+        context: a `zerosim.parallel.context.ContextParallel` of `model` (of its data-less twin: the meta backend):
+            context parallelism inside every stage, each stage's activations a sequence shard (L / C tokens), its
+            ring (or all-gather) over the stage's CP groups, its gradients reduced over dp × cp (`_ContextStage`).
         params: the whole model's (P,) initial weights (default `model.init_params()`; with `tensor`, its own).
         checkpoint, comm, recipe, shard_group: each stage's ZeroEngine's.
         repeat: on the meta backend, write micro-batches 2 .. M - 2's actions again from micro-batch 1's instead of
@@ -85,26 +88,32 @@ class PipelineEngine:
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
                  DEFAULT_SCHEDULE, micro_batches: int | None = None, virtual_stages: int | None = None,
                  split_rule: str = "torchtitan", layers=None, tensor=None, params=None, checkpoint=None, comm=None,
-                 recipe=None, shard_group=None, repeat: bool = True):
+                 recipe=None, shard_group=None, repeat: bool = True, context=None):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         tp = 1 if tensor is None else tensor.tp
-        self.dims = ParallelDims(cluster.world_size, pp=pp, tp=tp)  # every degree checked once, there
+        cp = 1 if context is None else context.cp
+        self.dims = ParallelDims(cluster.world_size, pp=pp, tp=tp, cp=cp)  # every degree checked once, there
         self.table = make_table(schedule, self.dims.pp, pp if micro_batches is None else micro_batches,
                                 virtual_stages)
         self.tensor = tensor if tensor is not None and tensor.local is not None else None
+        self.context = context if context is not None and context.local is not None else None
         whole = model if self.tensor is None else self.tensor.model  # the TP rank's model (its units, its slice)
+        if self.context is not None:  # the CP rank's (of the TP rank's, beside TP): its attention cut at the ring
+            whole = self.context.model
         self.model, self.cluster, self.optimizer = model, cluster, optimizer
         P, M = self.dims.pp, self.table.micro_batches
         if P > 1:
-            _check(cluster, stage, precision, recipe, comm, self.table, self.tensor)
+            _check(cluster, stage, precision, recipe, comm, self.table, self.tensor, self.context)
         self.split = split(whole, P, self.table.virtual, split_rule, layers)
         initial = None if self.tensor is not None else (model.init_params() if params is None else params)
         self.stage_models, self.engines = [StageModel(whole, self.split, 0)], []
         if P == 1:  # no pipeline: the data-parallel step itself (`step`), call for call and bit for bit
             self.engines.append(ZeroEngine(whole, cluster, stage, optimizer, precision, checkpoint=checkpoint,
                                            params=initial, accumulation_steps=M, comm=comm, recipe=recipe,
-                                           shard_group=shard_group, parallelisms=() if tensor is None else (tensor,)))
+                                           shard_group=shard_group,
+                                           parallelisms=(() if tensor is None else (tensor,)) if self.context is None
+                                           else self.context.parallelisms))
             return
         self.stage_models = []
         blocks = Groups.blocks(cluster.world_size, cluster.world_size // P, "stage")  # pp outermost: a block a stage
@@ -113,7 +122,8 @@ class PipelineEngine:
             part = StageModel(whole, self.split, p)
             view = StageCluster(cluster, blocks.members[p], blocks)
             members = (_Stage(self.dims, part, self.tensor),) + (() if self.tensor is None else
-                                                                (_TensorStage(self.tensor, part),))
+                                                                (_TensorStage(self.tensor, part),)) + (
+                () if self.context is None else (_ContextStage(self.context, part),))
             self.stage_models.append(part)
             self.engines.append(ZeroEngine(part, view, stage, optimizer, precision, checkpoint=checkpoint,
                                            params=None if initial is None else part.cut(initial),
@@ -125,6 +135,15 @@ class PipelineEngine:
         self._records = Records(on, self.table.order(), [make_of(p, e.layout) for p, e in zip(self.stage_models,
                                 self.engines)], P, M, lambda r, k: self.engines[r].special_micro_step(k)) if on \
             else Records(False)
+
+    @property
+    def parallelisms(self) -> Parallelisms:
+        """The parallelisms beside data parallelism inside each stage, as the data-parallel step runs them
+        (`ZeroEngine.parallelisms`: TP's first, then CP's, ContextParallel.parallelisms): what a report reads of them
+        (analysis/costs `positions_of`: the CP position whose blocks each hop's attention is timed by)."""
+        if self.context is not None:
+            return Parallelisms(self.context.parallelisms)
+        return Parallelisms(() if self.tensor is None else (self.tensor,))
 
     # -- the step ---------------------------------------------------------------------------------------
     def step(self, batches) -> list:
@@ -344,6 +363,39 @@ class _TensorStage(Parallelism):
         return self.tensor.after_unit(ctx, passes, self._as_tp_sees(ops))
 
 
+class _ContextStage(Parallelism):
+    """Context parallelism inside one stage: the CP parallelism's points (parallel/context/_parallelism.py), each op
+    told its unit's index in the whole CP rank's model (`StageModel.units`), which the parallelism reads its unit and
+    its positioned units by. A stage ends between layers (_stages.py), so a unit's ring (its hops, the K/V sent ahead
+    of each) starts and ends in one stage's action. As for TP, a zero-bubble backward-input is a backward to it (the
+    ring's dK/dV travel with the activations' gradients); a backward-weight moves nothing along the ring."""
+
+    name = "context parallel"
+
+    def __init__(self, context, part: StageModel):
+        self.context, self.part, self.degrees = context, part, {"cp": context.cp}
+        self._seen = {}  # a stage's op -> the op the CP parallelism sees (ops are frozen records: made once)
+
+    def _as_cp_sees(self, ops) -> list:
+        out = []
+        for op in ops:
+            if op not in self._seen:
+                kind = "backward" if op.kind == "backward-input" else op.kind
+                self._seen[op] = replace(op, layer=self.part.units[op.layer], kind=kind)
+            out.append(self._seen[op])
+        return out
+
+    def before_unit(self, ctx, passes, ops) -> Handle:
+        if ops[0].kind == "backward-weight":
+            return Handle()
+        return self.context.before_unit(ctx, passes, self._as_cp_sees(ops))
+
+    def after_unit(self, ctx, passes, ops) -> Handle:
+        if ops[0].kind == "backward-weight":
+            return Handle()
+        return self.context.after_unit(ctx, passes, self._as_cp_sees(ops))
+
+
 def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who: str | None = None) -> None:
     """What a pipeline refuses beside it at ZeRO `stage` (0-3) with `precision`, `recipe` (a recipe's name, a
     GradientRecipe or None: the policy's), `comm` (a CommSchedule or None) and `virtual` stages a rank, a ValueError
@@ -373,7 +425,7 @@ def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who
                          "backwards; not modelled yet (a stage 2 or 3, or one stage a rank)")
 
 
-def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
+def _check(cluster, stage, precision, recipe, comm, table, tensor, context=None) -> None:
     """What the pipeline refuses, before anything is made (the module docstring says why each)."""
     if cluster.local_size != cluster.world_size and cluster.backend.holds_values:
         raise NotImplementedError("the pipeline runs every rank in this process (the numpy backend; the meta backend "
@@ -389,3 +441,8 @@ def _check(cluster, stage, precision, recipe, comm, table, tensor) -> None:
     if tensor is not None and tensor.sequence_parallel:
         raise NotImplementedError("sequence parallelism beside pipeline parallelism: its gradient sum over the TP "
                                   "group reads the whole TP model's layout; not modelled yet")
+    if context is not None and not context.meta:
+        raise NotImplementedError("context parallelism beside pipeline parallelism runs on the meta backend (memory "
+                                  "and time, a data-less twin: ContextParallel(MetaGPT(...) or MetaLlama(...), cp)); "
+                                  "on real numbers each rank's micro-batches would be its sequence shard: not "
+                                  "modelled yet")

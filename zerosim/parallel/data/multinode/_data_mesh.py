@@ -93,10 +93,7 @@ class DataMesh:
         plan = stage if isinstance(stage, Plan) else get_plan(stage)
         g = check_nodes(world_size, gpus_per_node, spelling)
         if cp != 1:
-            if pp != 1:
-                raise NotImplementedError(f"context parallelism (cp={cp}) beside pipeline parallelism (pp={pp}): not "
-                                          "modelled yet")
-            return cls._beside_cp(plan, world_size, g, group, tp, cp, spelling)
+            return cls._beside_cp(plan, world_size, g, group, tp, cp, spelling, pp)
         dp = _data_parallel(world_size, tp, pp)
         per_node = g if tp == 1 else (None if g is None or g % tp else g // tp)  # data-parallel ranks on a node
         s = _group_size(plan, dp, per_node, group, spelling)
@@ -113,10 +110,12 @@ class DataMesh:
 
     @classmethod
     def _beside_cp(cls, plan: Plan, world_size: int, g: int | None, group, tp: int, cp: int,
-                   spelling: Spelling = API) -> "DataMesh":
-        """`of` with context parallelism: ParallelDims(N, tp=T, cp=C) (checked there: C must be a positive integer
-        and T·C divide N), the flat stages over its "fsdp" groups. The strategies' groups (HSDP, MiCS, hpZ) beside
-        CP are not modelled yet: refused in the caller's words."""
+                   spelling: Spelling = API, pp: int = 1) -> "DataMesh":
+        """`of` with context parallelism: ParallelDims(N, tp=T, cp=C, pp=P) (checked there: C must be a positive
+        integer and T·C·P divide N), the flat stages over its "fsdp" groups (beside a pipeline, a stage's: pp is
+        outermost, so dp_shard × cp lies inside a stage's block, as torchtitan's "fsdp" mesh lies inside a "pp"
+        coordinate). The strategies' groups (HSDP, MiCS, hpZ) beside CP are not modelled yet: refused in the caller's
+        words."""
         if plan.uses_groups or group is not None:
             what = spelling.strategy.format(plan.name) if plan.name else spelling.value(spelling.shard_group, group)
             degree = spelling.value("--cp" if spelling.flags else "cp", cp)
@@ -124,12 +123,14 @@ class DataMesh:
                              "is not modelled: torchtitan shards over dp_shard × cp and replicates over dp_replicate "
                              "(HSDP with CP), MiCS and hpZ have no CP; zerosim runs CP beside the flat stages 0-3 "
                              "(FSDP's FULL_SHARD among them)")
-        _data_parallel(world_size, tp)
-        if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1 or world_size % (tp * cp):
-            raise ValueError(f"context parallelism of degree {cp!r} beside tp = {tp} does not divide the {world_size} "
-                             "ranks: cp · tp must divide the world size (the data-parallel degree is the quotient, as "
-                             "torchtitan's degrees multiply to it)")
-        return cls(plan, ParallelDims(world_size, tp=tp, cp=cp), g, None)
+        _data_parallel(world_size, tp, pp)
+        if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1 or world_size % (tp * cp * pp):
+            beside = f"tp = {tp}" + ("" if pp == 1 else f" and pp = {pp}")
+            product = "cp · tp" + ("" if pp == 1 else " · pp")
+            raise ValueError(f"context parallelism of degree {cp!r} beside {beside} does not divide the {world_size} "
+                             f"ranks: {product} must divide the world size (the data-parallel degree is the quotient, "
+                             "as torchtitan's degrees multiply to it)")
+        return cls(plan, ParallelDims(world_size, tp=tp, cp=cp, pp=pp), g, None)
 
     @property
     def group(self) -> int | None:
