@@ -64,7 +64,8 @@ def sign(x: float, digits: int = 1) -> str:
     return ("+" if x >= 0 else "−") + f"{abs(x):.{digits}f}"
 
 
-@pytest.mark.slow  # a 405B pipeline step on 512 or 16,384 GPUs and its timeline: 25-100 s on a busy 2-core machine
+@pytest.mark.heavy  # a 405B pipeline step on 512 or 16,384 GPUs and its timeline: 9-111 s on a busy 2-core machine
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(BY_KEY))
 def test_each_4d_row_is_the_prediction_the_page_quotes(key):
     from zerosim.analysis.planner._validate import validate
