@@ -686,6 +686,8 @@ def project(tmp_path_factory):
             break
         result = made.step(step)
         assert result.returncode == 0, f"the quick start's {step!r} failed:\n{result.stdout[-3000:]}{result.stderr}"
+    where = run_line(".venv/bin/python -c 'import zerosim; print(zerosim.__file__)'", made.root).stdout.strip()
+    assert Path(where).resolve().is_relative_to(made.root.resolve()), f"`.venv` imports another zerosim: {where}"
     return made
 
 
