@@ -16,8 +16,9 @@ install command against them and builds zerosim from the copy, but downloads and
 test minutes; `.ci/run` runs the README's two install commands as printed into an empty `.venv`, then the suite in
 it. The quick start's test command would run the whole suite: that suite is the one running this test, so here it
 only collects (`--collect-only`), which proves the install and the suite's imports; `.ci/run` runs it in full. The
-fast lane the README names beside it is collected the same way. Every Python block of the README and the docs runs
-too, and says what it prints: each `print` carries a comment, and one written `# → VALUE` must print VALUE.
+fast lane the README names beside it is collected the same way (the shared packages hold all it needs of the test
+command's install, so it does not wait for that). Every Python block of the README and the docs runs too, and says
+what it prints: each `print` carries a comment, and one written `# → VALUE` must print VALUE.
 """
 
 import ast
@@ -580,8 +581,6 @@ def steps(line: str) -> list:
     fails). The test command's last step, pytest, only collects the suite (that suite is the one running now), and
     with no test run, no assert is rewritten for one (`--assert=plain`: half the collection's time)."""
     parts = line.split(" && ")
-    if line == fast_lane():  # the README names it beside the test command, to run after that command's install
-        parts = readme_marked("test-command").split(" && ")[:-1] + parts
     if line in (readme_marked("test-command"), fast_lane()):
         parts[-1] += " --collect-only -q --assert=plain"
     return parts
