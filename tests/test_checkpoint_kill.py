@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from helpers import HANG_TIMEOUT
 
-pytestmark = pytest.mark.slow  # ~25 trials, two processes each: ~40 s on two cores
+pytestmark = pytest.mark.slow  # 26 trials, two or three processes each: a test id per trial, ~2 s apiece
 
 STEPS, SEED = 5, 20
 KINDS = ("a training step", "rank 0's file half written", "before rank 0's file is renamed", "after it",
@@ -126,31 +126,44 @@ def kill_moments() -> list:
     return sorted(moments)
 
 
-def test_killed_at_random_moments_the_run_resumes_and_continues_bit_for_bit(uninterrupted, tmp_path):
+def resumed_after(k: int) -> int:
+    """The step a kill at moment k resumes after, by hand from the order of KINDS: nothing before the first
+    manifest is renamed (kind 9 of step 1: the newest folder with a manifest, no `latest` yet); after that, the
+    step `latest` names, which moves to the new checkpoint only once renamed (kind 12)."""
+    step, kind = divmod(k, len(KINDS))  # killed during step `step` + 1 or its save
+    if step == 0:
+        return 1 if kind >= 9 else 0
+    return step + 1 if kind == 12 else step
+
+
+KILLS = kill_moments()
+
+
+def test_the_kills_resume_from_scratch_and_after_every_checkpoint_but_the_last():
+    assert len(KILLS) == 2 * len(KINDS) and len(set(KILLS)) == len(KILLS)  # two steps for each kind of moment
+    assert {resumed_after(k) for k in KILLS} == set(range(STEPS)), KILLS
+
+
+@pytest.mark.parametrize("k", KILLS, ids=[f"moment{k:02d}" for k in KILLS])
+def test_killed_at_random_moments_the_run_resumes_and_continues_bit_for_bit(uninterrupted, tmp_path, k):
     losses, saved, moments = uninterrupted
     assert moments == STEPS * len(KINDS)  # the instrumented run met every moment the kills are drawn from
-    kills = kill_moments()
-    assert len(kills) >= 20
-    resumed_after = []
-    for trial, k in enumerate(kills):
-        what = f"killed at moment {k}: step {k // len(KINDS) + 1}, {KINDS[k % len(KINDS)]}"
-        directory = tmp_path / f"trial{trial:02d}"
-        killed = train(k, directory)
-        assert killed.returncode == -9, f"{what}: {killed.stderr[-2000:]}"
-        start = resumes_from(directory)
-        if start is None:  # killed before the first checkpoint was complete: nothing to resume, and it says so
-            refused = train(-1, directory, "--resume", str(directory))
-            said = ("no such folder" if not directory.exists() else "no checkpoint here") in refused.stderr
-            assert refused.returncode == 2 and said, f"{what}: {refused.stderr}"
-            again = train(-1, directory)  # the run started again saves into D, over what the kill left
-        else:
-            again = train(-1, directory, "--resume", str(directory))
-        assert again.returncode == 0, f"{what}: the run after the kill failed: {again.stderr[-2000:]}"
-        out = json.loads(again.stdout)
-        start = start or 0
-        assert out["first_step"] == start + 1, what
-        assert out["losses"] == losses[start:], f"{what}: the losses differ from the uninterrupted run's"
-        assert files(directory) == saved, f"{what}: the checkpoints differ from the uninterrupted run's"
-        resumed_after.append(start)
-    # from scratch, and after every checkpoint but the last
-    assert set(resumed_after) == set(range(STEPS)), resumed_after
+    what = f"killed at moment {k}: step {k // len(KINDS) + 1}, {KINDS[k % len(KINDS)]}"
+    directory = tmp_path / "ckpt"
+    killed = train(k, directory)
+    assert killed.returncode == -9, f"{what}: {killed.stderr[-2000:]}"
+    start = resumes_from(directory)
+    assert (start or 0) == resumed_after(k), (what, start)
+    if start is None:  # killed before the first checkpoint was complete: nothing to resume, and it says so
+        refused = train(-1, directory, "--resume", str(directory))
+        said = ("no such folder" if not directory.exists() else "no checkpoint here") in refused.stderr
+        assert refused.returncode == 2 and said, f"{what}: {refused.stderr}"
+        again = train(-1, directory)  # the run started again saves into D, over what the kill left
+    else:
+        again = train(-1, directory, "--resume", str(directory))
+    assert again.returncode == 0, f"{what}: the run after the kill failed: {again.stderr[-2000:]}"
+    out = json.loads(again.stdout)
+    start = start or 0
+    assert out["first_step"] == start + 1, what
+    assert out["losses"] == losses[start:], f"{what}: the losses differ from the uninterrupted run's"
+    assert files(directory) == saved, f"{what}: the checkpoints differ from the uninterrupted run's"

@@ -3,6 +3,7 @@ answer, a known wrong answer is named as its misconception, and every notebook's
 uses it — run with a right answer, a wrong one and none, in this process (the cells import only zerosim).
 """
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -79,6 +80,19 @@ def test_a_verdict_says_how_far_and_which_way_within_the_tolerance():
                                          ([46], "should be a number")])
 def test_what_a_learner_types_never_raises(typed, says):
     assert says in predict("seed004-stage2-peak", typed).message
+
+
+def test_a_cell_run_as_shipped_runs_no_answer(monkeypatch):
+    """No guess yet: the verdict shows no answer, so the answer's run (100 GPT steps for copy-task-fp16) is not made;
+    a number typed makes it."""
+    runs = []
+    shipped = QUESTIONS["copy-task-fp16"]
+    counted = dataclasses.replace(shipped, answer=lambda: runs.append(1) or 1.0, _cache={})
+    monkeypatch.setitem(QUESTIONS, "copy-task-fp16", counted)
+    for typed in (None, ...):
+        verdict = predict("copy-task-fp16", typed)
+        assert verdict.message.startswith("No prediction yet.") and math.isnan(verdict.answer) and runs == []
+    assert predict("copy-task-fp16", 1.0).right and runs == [1]
 
 
 @pytest.mark.bad_input("teaching", unchanged=True)

@@ -1,27 +1,36 @@
 """The README and the docs run as written and print what they say: every shell command of README.md and of every
-page under docs/, page by page (the README first: its quick start makes `.venv`), in order, from a fresh shell, in a
-fresh copy of the project — and the numbers a page quotes beside a command are the numbers it prints.
+page under docs/, each its own test, from a fresh shell, in a fresh copy of the project — and the numbers a page
+quotes beside a command are the numbers it prints.
 
 What a new user does: copy the project, paste the quick start (which makes `.venv`), then paste each later
-command into a *new* shell (no activated environment, nothing on PATH from us). Blocks marked
-`<!-- not run here: REASON -->` (a GPU, a browser, torch) are listed, not run, and REASON must be one of
-NOT_RUN_REASONS. Every command that runs must have an entry in CHECKS saying what its output must show; a command
-without one fails the test (test_every_docs_command_has_a_check says so in the fast lane). A command that two pages
-show runs once; each page's check reads that page's own words.
+command into a *new* shell (no activated environment, nothing on PATH from us). Each test process (each
+pytest-xdist worker) makes its own copy and runs the quick start's install in it once (the `project` fixture); a
+command that reads what an earlier command of its page wrote (`--resume scratch/ckpt` after `--save scratch/ckpt`)
+runs after it, in the same copy. Blocks marked `<!-- not run here: REASON -->` (a GPU, a browser, torch) are listed,
+not run, and REASON must be one of NOT_RUN_REASONS. Every command that runs must have an entry in CHECKS saying what
+its output must show; a command without one fails (test_every_docs_command_has_a_check says so in the fast lane). A
+command that two pages show runs once; each page's check reads that page's own words.
 
-The quick start's test command installs the test extras and would run the whole suite: that suite is the one
-running this test, so here it only collects (`--collect-only`), which proves the install and the suite's
-imports; `.ci/run` runs it in full. The fast lane the README names beside it is collected the same way.
-Every Python block of the README and the docs runs too, and says what it prints: each `print` carries a comment,
-and one written `# → VALUE` must print VALUE.
+`.venv` shares the packages of the environment running this test (share_test_environment): pip resolves every
+install command against them and builds zerosim from the copy, but downloads and unpacks nothing, which took this
+test minutes; `.ci/run` runs the README's two install commands as printed into an empty `.venv`, then the suite in
+it. The quick start's test command would run the whole suite: that suite is the one running this test, so here it
+only collects (`--collect-only`), which proves the install and the suite's imports; `.ci/run` runs it in full. The
+fast lane the README names beside it is collected the same way (the shared packages hold all it needs of the test
+command's install, so it does not wait for that). Every Python block of the README and the docs runs too, and says
+what it prints: each `print` carries a comment, and one written `# → VALUE` must print VALUE.
 """
 
+import ast
+import importlib.metadata
 import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -30,7 +39,7 @@ from helpers import HANG_TIMEOUT
 ROOT = Path(__file__).resolve().parent.parent
 SAFETY_TIMEOUT = HANG_TIMEOUT  # seconds: only a command that hangs gets here (the quick start's install is the longest)
 
-pytestmark = pytest.mark.slow  # a fresh virtual environment, an install and every command: minutes
+pytestmark = pytest.mark.slow  # a test a command, each a process (`zerosim figures`: ~16 s of CPU)
 
 
 NOT_RUN_REASONS = ("needs an NVIDIA GPU", "it starts a server and opens a browser", "needs torch")
@@ -545,58 +554,197 @@ def checks_for(line: str) -> list:
     return [check for pattern, check in CHECKS if re.search(pattern, line)]
 
 
-def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    test_command = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```", readme).group(1)
-    fast_lane = re.search(r"<!-- fast-lane -->`([^`]+)`", readme).group(1)
-    project = fresh_copy(tmp_path / "project")
-    ran, not_run, used, outputs = [], [], set(), {}
+def readme_marked(marker: str) -> str:
+    """The README command after `<!-- marker -->`: the quick start (main-command) or the test command."""
+    return re.search(rf"<!-- {marker} -->\n```bash\n(.*?)\n```", (ROOT / "README.md").read_text()).group(1)
+
+
+def fast_lane() -> str:
+    return re.search(r"<!-- fast-lane -->`([^`]+)`", (ROOT / "README.md").read_text()).group(1)
+
+
+def shown() -> list:
+    """[(line, runnable, [(page, its line number there), ...])] for every shell command of the pages, each once (a
+    command that two pages show is one entry, with both pages), in the order the pages first show them."""
+    found = {}
     for page in pages():
         text = (ROOT / page).read_text()
         for lang, code, runnable in readme_blocks(text):
-            if lang != "bash":
-                continue
-            for line in code.strip().splitlines():
-                if not runnable:
-                    not_run.append(line)
-                    continue
-                if line == test_command:  # install the test extras; collect the suite, not run it (it is running now)
-                    if line not in outputs:
-                        result = run_line(line + " --collect-only -q", project)
-                        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-                        collected = int(re.search(r"(\d+) tests collected", result.stdout).group(1))
-                        assert collected > 1000, result.stdout[-500:]
-                        lane = run_line(fast_lane + " --collect-only -q", project)
-                        counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", lane.stdout)
-                        picked, total, left_out = map(int, counted.groups())
-                        assert picked > 1000 and left_out > 0 and picked + left_out == total, lane.stdout[-500:]
-                        outputs[line] = result
-                    ran.append(line)
-                    continue
-                if line not in outputs:  # a command two pages show runs once; each page checks its own words
-                    outputs[line] = run_line(line, project)
-                result = outputs[line]
-                failed = f"{page}: command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-                assert result.returncode == 0, failed
-                matching = checks_for(line)
-                assert len(matching) == 1, f"{page}: {line!r}: {len(matching)} checks of what it prints (want one)"
-                check = matching[0]
-                used.add(check)
-                if "line" in check.__code__.co_varnames[: check.__code__.co_argcount]:
-                    check(result.stdout, text, project, line)
-                else:
-                    check(result.stdout, text, project)
-                ran.append(line)
-    assert used == {check for _, check in CHECKS}, ran  # every check met its command (a page's command was not lost)
-    # left out, and marked: the GPU suite, opening the notebooks in JupyterLab (a server waiting for a browser; the
-    # nbconvert command beside it runs a notebook from the same install, and test_notebooks_extra.py checks that the
-    # extra provides `jupyter lab`; test_instructor_kit.py runs `zerosim notebooks --out`), and installing torch for the
-    # parity kit (its tests skip without it)
+            for line in code.strip().splitlines() if lang == "bash" else []:
+                where = (page, next(n for n, x in enumerate(text.splitlines(), 1) if x.strip() == line.strip()))
+                found.setdefault(line, (runnable, []))[1].append(where)
+    return [(line, runnable, where) for line, (runnable, where) in found.items()]
+
+
+def steps(line: str) -> list:
+    """What a command line runs, one step after another: its parts between ` && ` (bash stops at the first that
+    fails). The test command's last step, pytest, only collects the suite (that suite is the one running now), and
+    with no test run, no assert is rewritten for one (`--assert=plain`: half the collection's time)."""
+    parts = line.split(" && ")
+    if line in (readme_marked("test-command"), fast_lane()):
+        parts[-1] += " --collect-only -q --assert=plain"
+    return parts
+
+
+def needs(line: str, page: str) -> list:
+    """The commands `line` reads the work of: those before it on `page` that name a file under scratch/ it names
+    too (`--save scratch/ckpt`, then `--resume scratch/ckpt`; the sed that writes a config, then `--config`)."""
+    def files(x):
+        return set(re.findall(r"scratch/[\w.-]+", x.split("#", 1)[0]))
+
+    before = []
+    for lang, code, runnable in readme_blocks((ROOT / page).read_text()):
+        for earlier in code.strip().splitlines() if lang == "bash" and runnable else []:
+            if earlier == line:
+                return before
+            if files(earlier) & files(line):
+                before.append(earlier)
+    return before
+
+
+VENV_STEP = "python3 -m venv .venv"  # the quick start's first step: every other command runs in what it makes
+
+
+def share_test_environment(project: Path) -> None:
+    """Give the `.venv` just made the packages of the environment running this test: a .pth file after its own
+    site-packages names this environment's, each program this environment's bin/ holds and `.venv/bin` does not
+    (jupyter, mpiexec, ...: what the extras put there) is there too, run by `.venv`'s own Python, and so is each file
+    the extras put beside them (MPICH's lib/libmpi.so, Jupyter's share/). pip then finds every requirement and
+    extra satisfied (it downloads and unpacks nothing: the minutes this test took) and still builds zerosim from the
+    copy and installs it into `.venv`, as the README says. The install from nothing, each dependency downloaded, is
+    `.ci/run`'s: it runs the README's two commands as printed in a fresh `.venv`, then the suite in it. A `python3`
+    of another version than this test's cannot share its packages: there `.venv` installs everything for real."""
+    python = project / ".venv" / "bin" / "python"
+    asked = "import sys, sysconfig; print(sys.version_info[:2] == tuple(map(int, sys.argv[1:])), sysconfig.get_paths())"
+    same, paths = subprocess.run([python, "-c", asked, *map(str, sys.version_info[:2])], capture_output=True,
+                                 text=True, check=True).stdout.split(" ", 1)
+    if same != "True":
+        return
+    paths = ast.literal_eval(paths)
+    (Path(paths["purelib"]) / "test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    ours = {e.name for e in importlib.metadata.distribution("zerosim").entry_points if e.group == "console_scripts"}
+    for program in sorted(Path(sysconfig.get_path("scripts")).iterdir()):
+        mine = Path(paths["scripts"]) / program.name
+        own = program.name in ours or program.name.startswith(("python", "activate", "Activate"))
+        if mine.exists() or own or not program.is_file():
+            continue
+        head = program.read_bytes()[:256]
+        if head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]:  # a Python launcher: .venv's Python
+            mine.write_text(re.sub(r"^#!.*", f"#!{python}", program.read_text(), count=1))
+            mine.chmod(0o755)
+        else:  # a program of its own (MPICH's mpiexec)
+            mine.symlink_to(program)
+    done = {Path(sysconfig.get_path(key)).resolve() for key in ("scripts", "purelib", "platlib")}  # shared above
+    link_missing(Path(sys.prefix), project / ".venv", done)
+
+
+def link_missing(source: Path, to: Path, skip: set) -> None:
+    """A link in `to` to each file and folder of `source` that `to` lacks, folder by folder (none into `skip`)."""
+    for entry in source.iterdir():
+        if entry.resolve() in skip or entry.name == "pyvenv.cfg":
+            continue
+        mine = to / entry.name
+        if not mine.exists() and not mine.is_symlink():
+            mine.symlink_to(entry)
+        elif entry.is_dir() and mine.is_dir() and not mine.is_symlink():
+            link_missing(entry, mine, skip)
+
+
+class Project:
+    """A fresh copy of the project and what ran in it: each step once, in the order the tests ask for them."""
+
+    def __init__(self, root: Path):
+        self.root, self.ran = root, {}
+
+    def step(self, step: str) -> subprocess.CompletedProcess:
+        if step not in self.ran:
+            self.ran[step] = run_line(step, self.root)
+            if step == VENV_STEP and self.ran[step].returncode == 0:
+                share_test_environment(self.root)
+        return self.ran[step]
+
+    def line(self, line: str) -> subprocess.CompletedProcess:
+        """`line`'s steps in order (each once: two commands that share one, the quick start's `python3 -m venv
+        .venv`, share its run), stopping at the first that fails; what they printed, and the last one's status."""
+        done = []
+        for step in steps(line):
+            done.append(self.step(step))
+            if done[-1].returncode != 0:
+                break
+        return subprocess.CompletedProcess(line, done[-1].returncode, "".join(r.stdout for r in done),
+                                           "".join(r.stderr for r in done))
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory):
+    """The quick start's project, once per test process (each pytest-xdist worker has its own): a fresh copy, and
+    the README's quick start up to its first `.venv/bin/zerosim`, the install every later command stands on."""
+    made = Project(fresh_copy(tmp_path_factory.mktemp("readme") / "project"))
+    for step in readme_marked("main-command").split(" && "):
+        if step.startswith(".venv/bin/zerosim"):
+            break
+        result = made.step(step)
+        assert result.returncode == 0, f"the quick start's {step!r} failed:\n{result.stdout[-3000:]}{result.stderr}"
+    where = run_line(".venv/bin/python -c 'import zerosim; print(zerosim.__file__)'", made.root).stdout.strip()
+    assert Path(where).resolve().is_relative_to(made.root.resolve()), f"`.venv` imports another zerosim: {where}"
+    return made
+
+
+def commands_run() -> list:
+    """[(line, where)]: every command a page runs, and the README's fast lane after its test command."""
+    run = [(line, where) for line, runnable, where in shown() if runnable]
+    at = [line for line, _ in run].index(readme_marked("test-command")) + 1
+    readme = (ROOT / "README.md").read_text().splitlines()
+    lane = next(n for n, x in enumerate(readme, 1) if "<!-- fast-lane -->" in x)
+    return run[:at] + [(fast_lane(), [("README.md", lane)])] + run[at:]
+
+
+RUN = commands_run()
+LEFT_OUT = [line for line, runnable, _ in shown() if not runnable]
+
+
+@pytest.mark.parametrize("line, where", RUN, ids=[f"{where[0][0]}:{where[0][1]}" for _, where in RUN])
+def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(project, line, where):
+    """One command, as a user runs it after the quick start: after the commands of its page whose files it reads,
+    in a new shell. Every page that shows it checks what it printed in its own words."""
+    for page, _ in where:
+        for earlier in needs(line, page):
+            before = project.line(earlier)
+            assert before.returncode == 0, f"{page}: {earlier!r}, which {line!r} reads, failed:\n{before.stderr}"
+    result = project.line(line)
+    assert result.returncode == 0, f"command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    if line == readme_marked("test-command"):  # installed the test extras and collected the suite, not run it
+        collected = int(re.search(r"(\d+) tests collected", result.stdout).group(1))
+        assert collected > 1000, result.stdout[-500:]
+    elif line == fast_lane():
+        counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", result.stdout)
+        picked, total, left_out = map(int, counted.groups())
+        assert picked > 1000 and left_out > 0 and picked + left_out == total, result.stdout[-500:]
+    else:
+        (check,) = checks_for(line)  # test_docs_site.py: every command has one
+        for page, _ in where:
+            text = (ROOT / page).read_text()
+            if "line" in check.__code__.co_varnames[: check.__code__.co_argcount]:
+                check(result.stdout, text, project.root, line)
+            else:
+                check(result.stdout, text, project.root)
+    # what the commands write is in scratch/ (and the figures they are meant to redraw): nothing else in the project
+    wrote = ("ckpt", "full.safetensors", "step.json", "step.png", "sweep.png")
+    assert not [p for p in wrote if (project.root / p).exists()], line
+
+
+def test_every_check_meets_its_command_and_what_is_not_run_is_named():
+    """Each check of CHECKS matches a command a page runs (a page's command was not lost), and the commands left
+    out are the marked ones: the GPU suite, opening the notebooks in JupyterLab (a server waiting for a browser; the
+    nbconvert command beside it runs a notebook from the same install, test_notebooks_extra.py checks that the extra
+    provides `jupyter lab`, and test_instructor_kit.py runs `zerosim notebooks --out`), and installing torch for the
+    parity kit (its tests skip without it). The fast lane is the README's, beside the test command."""
+    runs = [line for line, _ in RUN]
+    assert {check for _, check in CHECKS} == {check for line in runs for check in checks_for(line)}, runs
+    assert readme_marked("main-command") in runs and readme_marked("test-command") in runs
+    assert [line for line, runnable, _ in shown() if runnable] == [line for line in runs if line != fast_lane()]
     assert all("gpu" in line or line.endswith(("jupyter lab notebooks/", "jupyter lab zerosim-notebooks"))
-               or "zerosim parity" in line
-               for line in not_run), not_run
-    # what the commands wrote is in scratch/ (and the figures they are meant to redraw): nothing else in the project
-    assert not [p for p in ("ckpt", "full.safetensors", "step.json", "step.png", "sweep.png") if (project / p).exists()]
+               or "zerosim parity" in line for line in LEFT_OUT), LEFT_OUT
     ignored = subprocess.run(["git", "check-ignore", "-q", "scratch/x"], cwd=ROOT)
     assert ignored.returncode == 0, "scratch/ must be ignored by git"
 

@@ -47,7 +47,8 @@ class Question:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What `predict` or `judge` found: `right`, the relative error `off` (None without a guess), the message."""
+    """What `predict` or `judge` found: `right`, the relative error `off` (None without a guess), the message;
+    `answer` is NaN when `predict` had no guess (its run waits for one)."""
 
     name: str
     guess: float | None
@@ -121,5 +122,8 @@ def predict(name: str, guess) -> Verdict:
     if not q.available():
         return Verdict(name, None, float("nan"), False, None, f"This question's run needs {q.needs}, which is not "
                        f"installed here: pip install -e '.[parity]' (a CPU build of torch is enough).")
-    return judge(guess, q.value(), tolerance=q.tolerance, unit=q.unit, why=q.why, wrong=q.wrong, name=name,
-                 ask=q.ask, digits=q.digits)
+    # Nothing typed yet: the verdict asks for a number and shows no answer, so the answer's run (a training run, for
+    # some) waits for a guess; a notebook run as shipped computes none of them.
+    waiting = guess is None or guess is ...
+    return judge(guess, math.nan if waiting else q.value(), tolerance=q.tolerance, unit=q.unit, why=q.why,
+                 wrong=q.wrong, name=name, ask=q.ask, digits=q.digits)
