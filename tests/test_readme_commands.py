@@ -703,7 +703,17 @@ RUN = commands_run()
 LEFT_OUT = [line for line, runnable, _ in shown() if not runnable]
 
 
-@pytest.mark.parametrize("line, where", RUN, ids=[f"{where[0][0]}:{where[0][1]}" for _, where in RUN])
+# commands over the 20 s a test of the README's command may take, run by .ci/heavy: every figure at once (~16 s of
+# CPU, 28 s at load 1-3; each figure's own `--only` command stays in the default run)
+HEAVY = (r"zerosim figures *(#|$)",)
+
+
+def _param(line: str, where: list):
+    heavy = [pytest.mark.heavy] if any(re.search(h, line) for h in HEAVY) else []
+    return pytest.param(line, where, id=f"{where[0][0]}:{where[0][1]}", marks=heavy)
+
+
+@pytest.mark.parametrize("line, where", [_param(line, where) for line, where in RUN])
 def test_every_readme_command_runs_as_written_and_prints_what_the_readme_says(project, line, where):
     """One command, as a user runs it after the quick start: after the commands of its page whose files it reads,
     in a new shell. Every page that shows it checks what it printed in its own words."""
