@@ -123,9 +123,6 @@ class ParallelSpec:
         if self.cp > 1:
             raise ValueError(f"{name('cp')} beside {name('pp')} is not modelled: the pipeline's stages run beside "
                              "tensor and data parallelism (drop one)")
-        if self.sp:
-            raise ValueError(f"{name('pp')} beside sequence parallelism ({name('sp')}) is not modelled: its gradient "
-                             "sum over the TP group reads the whole TP model's layout (drop one)")
 
     def pipeline_check(self, micro_batches: int, stage=None, precision=None, recipe=None, comm=None,
                        names: dict = API) -> None:
