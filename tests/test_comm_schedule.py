@@ -300,7 +300,9 @@ def test_names_give_the_presets():
         max_live_parameters=1_000_000_000,
         max_reuse_distance=1_000_000_000,
     )
-    assert get_comm_schedule("fsdp") == CommSchedule(prefetch_backward=1, max_gathered_units=2)
+    assert get_comm_schedule("fsdp") == CommSchedule(prefetch_backward=1, max_gathered_units=2, framework="fsdp")
+    # Megatron-Core's overlap_grad_reduce buckets: max(40000000, 1000000 * dp_size), at dp <= 40 the floor
+    assert get_comm_schedule("megatron") == CommSchedule(reduce_bucket_size=40_000_000, framework="megatron")
 
 
 @pytest.mark.bad_input("engine arguments")
@@ -311,7 +313,7 @@ def test_names_give_the_presets():
     (lambda: CommSchedule(overlap_comm="yes"), "overlap_comm must be True or False"),
     (lambda: CommSchedule.fsdp(backward_prefetch="BACKWARD_SOON"), "backward_prefetch must be one of"),
     (lambda: CommSchedule.deepspeed(reduce_bucket_size=5.5e3 + 0.5), "reduce_bucket_size must be a whole number"),
-    (lambda: get_comm_schedule("megatron"), "one of 'seed', 'deepspeed', 'fsdp'"),
+    (lambda: get_comm_schedule("nemo"), "one of 'seed', 'deepspeed', 'fsdp', 'megatron'"),
     (lambda: ZeroEngine(MLP([2, 2]), Cluster(2), 3, Adam(), comm="zero++"), "one of 'seed', 'deepspeed', 'fsdp'"),
 ])
 def test_bad_knobs_are_named(make, words):

@@ -27,6 +27,7 @@ RECIPES = {  # the recipes each strategy runs with: its framework's, and the see
     "no_reshard": ("seeds", "fsdp2"),
     "reshard_to_group": ("seeds", "fsdp2"),
     "hpz": ("seeds", "deepspeed-zero3"),
+    "no_reshard_no_sync": ("seeds",),  # zerosim's flat layout: FSDP2's own recipe beside it is refused (not modelled)
     "hsdp": ("fsdp2",),
     "hsdp_no_sync": ("fsdp2",),
     "mics": ("deepspeed-zero3",),

@@ -63,12 +63,15 @@ def what_a_user_reads(cluster) -> dict:
     ("gpipe", 1, 3, "fsdp2", 1),
     ("interleaved-1f1b", 2, 1, "seeds", 2),
     ("zero-bubble", 2, 1, "seeds", 1),
+    ("1f1b", 1, "no_reshard_no_sync", "seeds", 2),  # torchtitan's FSDP beside PP: gathered once a step, freed after
+    ("interleaved-1f1b", 2, "no_reshard_no_sync", "seeds", 1),  # each chunk's backward in the last micro-batch
 ])
 def test_writing_actions_again_changes_nothing_a_user_reads(schedule, V, stage, recipe, tp):
     engine, written = run(schedule, V, stage, recipe, tp, repeat=True)
     _, ran = run(schedule, V, stage, recipe, tp, repeat=False)
     plan = Counter(engine._records.plan.values())
-    assert plan["write again"] > plan["run"] + plan["record"]  # most actions were written again
+    assert plan["write again"] >= plan["run"] + plan["record"]  # at least half (most, but where the last micro-batch
+    #                                                              runs too: FSDP2 beside PP frees its units there)
     again, yardstick = what_a_user_reads(written), what_a_user_reads(ran)
     for key in yardstick:
         assert again[key] == yardstick[key], key

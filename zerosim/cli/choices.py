@@ -42,7 +42,7 @@ OPTIM_STATES = ("fp32", "fp16", "bf16")
 FP8_RECIPES = ("torchao", "torchao-amax_to_scale", "delayed", "current", "mxfp8")
 # zerosim.parallel.data: STAGES; STRATEGIES in order, with the releases some lack ("mics (DeepSpeed <= 0.19.6)")
 STAGES = (0, 1, 2, 3)
-MESH_STRATEGIES = ("full_shard", "no_reshard", "reshard_to_group", "hpz", "hsdp", "hsdp_no_sync",
+MESH_STRATEGIES = ("full_shard", "no_reshard", "reshard_to_group", "hpz", "no_reshard_no_sync", "hsdp", "hsdp_no_sync",
                    "mics (DeepSpeed <= 0.19.6)", "mics_hierarchical (DeepSpeed <= 0.19.6)")
 # zerosim.train: MAX_SIMULATED_RANKS; zerosim.replay: MAX_STEPS
 MAX_SIMULATED_RANKS = 4096

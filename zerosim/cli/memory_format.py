@@ -288,6 +288,8 @@ def _hint(r: dict) -> str:
 
 def format_strategies(r: dict) -> str:
     """The strategies' table as `zerosim memory` prints it."""
+    from zerosim.parallel.data import get_plan
+
     tp = r.get("tensor_parallel")
     lines = [
         f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']:,} ranks"
@@ -298,6 +300,8 @@ def format_strategies(r: dict) -> str:
                                  "and groups count data-parallel ranks."]),
         "Per-rank memory in GB (1e9 bytes) as the meta backend's ledgers recorded one step; 'formula' is (2 + g + 4",
         "+ K)·Ψ/shards, shards = S (HSDP, MiCS) or N; bytes sent per rank in the step, by the link tier they crossed.",
+        *[f"{row['strategy']} keeps its gradients whole: its formula counts g·Ψ of them." for row in r["strategies"]
+          if not get_plan(row["strategy"]).shards("grads")],
         "",
         f"{'strategy':18s} {'S':>5s} {'R':>5s}  {'states':>8s} {'formula':>8s}  {'2nd':>7s} {'2Ψ/S':>7s}  "
         f"{'peak':>8s}  {'NVLink':>8s} {'IB':>8s}",

@@ -160,7 +160,8 @@ def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
         return
     if strategies:
         raise ValueError("--strategy beside --pp is not modelled: a pipeline's stages run the flat ZeRO stages 0-3 "
-                         "(Megatron's distributed optimizer, torchtitan's FSDP)")
+                         "(Megatron's distributed optimizer; torchtitan's FSDP: ZeRO-3 with --comm fsdp, which runs "
+                         "no_reshard_no_sync beside --pp)")
     if wire is not None:
         raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients beside --pp are "
                          "not modelled: ZeRO++'s and torchao's quantized collectives run over every rank, not a "

@@ -26,6 +26,9 @@ def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> lis
         "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them after "
         "one step;",
         "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",
+        *(f"ZeRO-{row['stage']} runs as {row['beside_pipeline']} beside the pipeline, as its framework runs it there "
+          "(parallel/pipeline/_beside.py): gathered once a step, gradients whole until one reduce-scatter."
+          for row in r["stages"] if row.get("beside_pipeline")),
         "",
     ]
 

@@ -27,6 +27,7 @@ from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._trace import Call, Event, Handle
 
 _new = object.__new__
+_CALL, _OWN, _COMPUTE = "call", "compute waiting for its own calls", "compute"  # a log entry, as `_relabelled` marks it
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Recording:
         self.trace, self.ranks, self.names, self.waited = trace, ranks, names, tuple(waited)
         self.usable = True
         self.sent = self.losses = self.made = None  # what the action handed on, its losses, its returned handle
+        self._places = {}  # (ranks, names) -> the log relabelled for them (`_relabelled`)
 
     def __enter__(self):
         t = self.trace
@@ -122,7 +124,6 @@ class Recording:
                                f"for {len(self.waited)}: it is not the same action")
         outside = dict(zip(self.waited, waited))
         rank = {a.index: b.index for a, b in zip(self.ranks, ranks)}
-        unit = {a: b for a, b in zip(self.names, names) if a != b}
         generation = t.generation
 
         lo, hi, nothing = self.first_call, self.end_call, Handle((), generation)
@@ -132,20 +133,17 @@ class Recording:
                 return nothing
             return Handle(tuple(c + shift if lo <= c < hi else outside[c] for c in needs), generation)
 
-        def tag(text: str) -> str:  # "block2.attn g" -> "block9.attn g": a call's tag starts with its unit's name
-            first, space, rest = text.partition(" ")
-            return unit[first] + space + rest if first in unit else text
-
-        log, calls = t._log, t._calls
-        for e in self.log:
-            if type(e) is ComputeFields:
-                log.append(ComputeFields((rank[e[0]], e[1], micro, e[3], unit.get(e[4], e[4])) + e[5:9]
-                                         + (moved(e[9]),) + e[10:]))
+        log, calls, scope = t._log, t._calls, t.scope
+        for what, e, head, body, fields in self._relabelled(rank, names):
+            if what is not _CALL:  # (rank, op, micro, kind, unit, ...fields, needs, ...rest): micro, needs anew
+                needs = (Handle(tuple([c + shift for c in e[9]]), generation) if what is _OWN  # its own calls only
+                         else moved(e[9]))
+                log.append(ComputeFields(head + (micro,) + body + (needs,) + fields))
                 continue
             call = _new(Call)
-            call.__dict__.update(e.__dict__, call=e.call + shift, micro=micro, tag=tag(e.tag) if unit else e.tag)
-            if t.scope is not None:  # the ranks taking part: those of the block it is written in (Trace.within)
-                t.call_ranks[call.call] = t.scope
+            call.__dict__.update(e.__dict__, call=e.call + shift, micro=micro, tag=head)
+            if scope is not None:  # the ranks taking part: those of the block it is written in (Trace.within)
+                t.call_ranks[call.call] = scope
             calls.append(call)
             log.append(call)
         for c, form in self.forms.items():
@@ -160,6 +158,31 @@ class Recording:
         for r, d in zip(ranks, self.ledgers):
             _apply(r.ledger, d)
         return moved(self.made) if self.made is not None else Handle()
+
+    def _relabelled(self, rank: dict, names: tuple) -> list:
+        """The log's entries relabelled for ranks `rank` (recorded index -> now) holding units `names`, what is the
+        same each time the record is written again there (made once per place: the middle micro-batches repeat it):
+        (_OWN or _COMPUTE, e, (rank, op), (kind, unit, ...fields), rest) for a compute event, (_CALL, e, its tag,
+        None, None) for a call."""
+        key = (tuple(rank.items()), names)
+        made = self._places.get(key)
+        if made is not None:
+            return made
+        unit = {a: b for a, b in zip(self.names, names) if a != b}
+
+        def tag(text: str) -> str:  # "block2.attn g" -> "block9.attn g": a call's tag starts with its unit's name
+            first, space, rest = text.partition(" ")
+            return unit[first] + space + rest if first in unit else text
+
+        lo, hi = self.first_call, self.end_call
+
+        def what(needs) -> str:  # a compute event whose every awaited call is the action's own: moved by the shift
+            return _OWN if needs and all(lo <= c < hi for c in needs) else _COMPUTE
+
+        made = self._places[key] = [
+            (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
+            if type(e) is ComputeFields else (_CALL, e, tag(e.tag) if unit else e.tag, None, None) for e in self.log]
+        return made
 
     def handed_on(self, ranks) -> dict:
         """What the action sent on ({local rank: activation or gradient}), for `ranks` in place of the recorded."""

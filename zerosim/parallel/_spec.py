@@ -120,9 +120,6 @@ class ParallelSpec:
             raise ValueError(f"{name('pp_schedule')} {self.pp_schedule} runs one stage a rank (torch's "
                              f"PipelineScheduleSingle; torchtitan: 'Single stage schedule requires exactly 1 stage per "
                              f"rank'), not {name('virtual_stages')} {v}: use interleaved-1f1b or zero-bubble")
-        if self.sp:
-            raise ValueError(f"{name('pp')} beside sequence parallelism ({name('sp')}) is not modelled: its gradient "
-                             "sum over the TP group reads the whole TP model's layout (drop one)")
 
     def pipeline_check(self, micro_batches: int, stage=None, precision=None, recipe=None, comm=None,
                        names: dict = API) -> None:

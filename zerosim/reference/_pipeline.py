@@ -31,7 +31,12 @@ import numpy as np
 from zerosim.models import forward_backward
 from zerosim.parallel.pipeline import StageModel, make_table, split
 from zerosim.parallel.tensor import local_flat
-from zerosim.reference._tensor import TensorReference, _Key, _Slice  # _Slice: a Reference fed made gradients
+from zerosim.reference._tensor import (  # _Slice: a Reference fed made gradients
+    TensorReference,
+    _Key,
+    _Slice,
+    sum_sequence_parallel,
+)
 
 
 class PipelineReference:
@@ -96,7 +101,10 @@ class PipelineReference:
             for p, row in enumerate(self.stages):
                 order = self.table.backward_order(self.parts[p].stage_ids[0])  # the micro-batches' order on stage p
                 keys = [[(_Key(d, k), None) for k in order] for d in range(D)]
-                reduced += [ref.reduce_step(keys, kept[len(reduced) + t]) for t, ref in enumerate(row)]
+                mine = [ref.reduce_step(keys, kept[len(reduced) + t]) for t, ref in enumerate(row)]
+                if self.tensor is not None and self.tensor.sequence_parallel:  # the stage's norms summed over TP
+                    sum_sequence_parallel(row[0].layout, self.parts[p], mine, row[0].plan.stage == 0)
+                reduced += mine
         refs = [ref for row in self.stages for ref in row]
         for ref, r, lost in zip(refs, reduced, kept):
             ref.apply_step(r, lost)

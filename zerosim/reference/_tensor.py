@@ -218,21 +218,7 @@ class TensorReference:
             p.target = VocabTarget(lab, top, predicted, exp_sum)
 
     def _sum_sequence_parallel(self, reduced: list) -> None:
-        """Each slice's reduced norms' and biases' gradients summed over the T slices, packed per shard position as
-        the engine packs them (so each element lands in the same ring chunk), in place."""
-        layout, P = self.slices[0].layout, self.model.num_params
-        windows = sequence_parallel_windows(self.model)
-        arranged = [np.array(layout.arrange(r[:P])) for r in reduced]  # model order -> the shards' order
-        positions = range(1 if self.whole_stage else layout.world_size)  # stage 0: one region, the whole buffer
-        size = coalesced_length(layout, windows, self.whole_stage)
-        for q in positions:
-            pieces = pieces_of(layout, q, windows, self.whole_stage)
-            regions = [a if self.whole_stage else a[layout.own(q)] for a in arranged]
-            total = naive_reduce([pack(region, pieces, size) for region in regions], order="ring")
-            for region in regions:
-                unpack(total, pieces, region)
-        for r, a in zip(reduced, arranged):
-            r[:P] = layout.unarrange(a)
+        sum_sequence_parallel(self.slices[0].layout, self.model, reduced, self.whole_stage)
 
     # -- looking inside ---------------------------------------------------------------------------------
     def whole_params(self) -> np.ndarray:
@@ -245,3 +231,22 @@ class TensorReference:
         if self.model is None:
             return self.slices[0].master()
         return whole_flat(self.model, [s.master() for s in self.slices], self.tp.full)
+
+
+def sum_sequence_parallel(layout, model, reduced: list, whole_stage: bool) -> None:
+    """Each TP slice's reduced norms' and biases' gradients (`reduced[t]`, over `layout`, of `model`: the TP rank's
+    units, or a pipeline stage's) summed over the T slices, packed per shard position as the engine packs them (so
+    each element lands in the same ring chunk), in place; `whole_stage`: stage 0's one region, the whole buffer."""
+    P = model.num_params
+    windows = sequence_parallel_windows(model)
+    arranged = [np.array(layout.arrange(r[:P])) for r in reduced]  # model order -> the shards' order
+    positions = range(1 if whole_stage else layout.world_size)
+    size = coalesced_length(layout, windows, whole_stage)
+    for q in positions:
+        pieces = pieces_of(layout, q, windows, whole_stage)
+        regions = [a if whole_stage else a[layout.own(q)] for a in arranged]
+        total = naive_reduce([pack(region, pieces, size) for region in regions], order="ring")
+        for region in regions:
+            unpack(total, pieces, region)
+    for r, a in zip(reduced, arranged):
+        r[:P] = layout.unarrange(a)

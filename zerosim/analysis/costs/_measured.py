@@ -116,6 +116,8 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     }
     if spec.pp > 1:  # each pipeline rank: its units, parameters, peaks, chunks in flight (the first holds the most)
         row["pipeline"] = stage_rows(engine)
+        if engine.engines[0].plan.name != mesh.plan.name:  # what the stage's framework runs beside a pipeline
+            row["beside_pipeline"] = engine.engines[0].plan.name  # (parallel/pipeline/_beside.py)
     if totals and spec.pp > 1:  # NOTE: the closed form counts a call for every rank, not its stage's alone
         row["sent"], row["tiers"] = None, None  # (parallel/pipeline/_engine.py): not measured here
     elif totals:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from zerosim.analysis.costs._rates import check_count
 from zerosim.cluster import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
 from zerosim.collectives import ShardLayout
-from zerosim.parallel.data import PLANS, check_stage
+from zerosim.parallel.data import PLANS, Plan, check_stage
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,9 @@ def _elements(params: int, ranks: int, sharded: bool, padding: str) -> float:
     return layout.padded if padding == "all" else params
 
 
-def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | None = None) -> ModelStateMemory:
-    """Per-rank model-state bytes at `stage`: the ZeRO paper's (2 + 2 + K)Ψ, sharded stage by stage.
+def model_state_memory(params, ranks: int, stage, config: MemoryConfig | None = None) -> ModelStateMemory:
+    """Per-rank model-state bytes at `stage` (0-3, or a `Plan`: what its buffers shard, e.g. no_reshard_no_sync's
+    stage-3 shards with whole gradients): the ZeRO paper's (2 + 2 + K)Ψ, sharded stage by stage.
 
     stage 0: (2 + g + 4 + K)Ψ;  stage 1: (2 + g)Ψ + (4 + K)Ψ/N;  stage 2: 2Ψ + (g + 4 + K)Ψ/N;
     stage 3: (2 + g + 4 + K)Ψ/N, with g = 2 (4 with fp32 gradient accumulation) and K from OPTIMIZER_STATES.
@@ -157,17 +158,17 @@ def model_state_memory(params, ranks: int, stage: int, config: MemoryConfig | No
     """
     config = config or MemoryConfig()  # defaults: Adam, 16-bit params and grads, fp32 master, padded shards
     psi = check_count(params, "params", 0)  # a whole number >= 0 (not NaN, a bool or 1.5)
-    check_stage(stage)
+    plan = stage if isinstance(stage, Plan) else PLANS[check_stage(stage)]  # N: the shards a sharded buffer is cut in
     ranks = check_count(ranks, "ranks")
     # which parts the stage shards: its plan's (parallel/data/_plan.py), sized here by the formula's own padding
     # convention
-    sizes = PLANS[stage].sizes(
+    sizes = plan.sizes(
         _elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding)
     )
     p, g = sizes["params"], sizes["grads"]
     opt = OPTIMIZER_STATES[config.optimizer]
     return ModelStateMemory(
-        stage=stage,
+        stage=plan.stage,
         ranks=ranks,
         params=config.param_bytes * p,  # (Ψ,) or (ceil(Ψ/N),) 16-bit
         grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32

@@ -29,6 +29,7 @@ M, and 1F1B refuses M < P).
 from __future__ import annotations
 
 from zerosim.cluster import Cluster
+from zerosim.parallel.data import get_comm_schedule
 from zerosim.optim import get_optimizer
 
 
@@ -41,8 +42,10 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     micro-batches (default P) of `micro_batch` = (B, L) sequences (or `tokens` rows of a MetaModel) a data-parallel
     rank (none when not `step`). `keep_timeline`: each ledger keeps its alloc/free order (what was live at the peak).
     What the pipeline does not run beside it is refused here, by name: clipping and offload (their decisions and
-    copies span every stage), ZeRO++'s `wire` (its collectives span every rank), a strategy for many nodes."""
-    from zerosim.parallel.pipeline import PipelineEngine
+    copies span every stage), ZeRO++'s `wire` (its collectives span every rank), a strategy for many nodes. The stage
+    runs what its framework runs beside a pipeline (parallel/pipeline/_beside.py: ZeRO-3 with FSDP's `comm` becomes
+    torchtitan's no_reshard_no_sync, gathered once a step and reduce-scattered once)."""
+    from zerosim.parallel.pipeline import PIPELINE_STRATEGIES, PipelineEngine, plan_beside_pipeline
 
     if clip_grad is not None:
         raise ValueError("clipping beside pipeline parallelism: the gradient's norm spans every stage "
@@ -52,9 +55,11 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     if wire is not None:  # (ZeroEngine's own rule: ZeRO++'s collectives run over every rank, not a stage's)
         raise ValueError("ZeRO++'s quantized gathers and reductions (and torchao's fp8 all-gather) beside pipeline "
                          "parallelism are not modelled: they run over every rank, not a stage's")
-    if mesh.plan.name:
+    if mesh.plan.name and mesh.plan.name not in PIPELINE_STRATEGIES:
         raise ValueError(f"{mesh.plan.name} beside pipeline parallelism is not modelled: a stage runs the "
-                         "flat ZeRO stages 0-3 (Megatron's distributed optimizer, torchtitan's FSDP)")
+                         f"flat ZeRO stages 0-3 (Megatron's distributed optimizer, torchtitan's FSDP) or "
+                         f"{', '.join(PIPELINE_STRATEGIES)}")
+    plan = plan_beside_pipeline(mesh.plan, get_comm_schedule(comm))
     spec.check_mesh(mesh)
     dims = spec.dims(mesh.dims.world_size)
     cluster = Cluster(dims.world_size, backend="meta", hosted=dims.groups("pp").group_of(0), trace="call",
@@ -66,7 +71,7 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     whole, beside = parallel_model(model, spec)  # one TP and CP rank's twin and its parallelisms, or the model
     tensor, context = (next((b for b in beside if dim in b.degrees), None) for dim in ("tp", "cp"))
     M = spec.pp if micro_batches is None else micro_batches
-    engine = PipelineEngine(whole, cluster, mesh.plan, get_optimizer(optimizer), precision, pp=spec.pp,
+    engine = PipelineEngine(whole, cluster, plan, get_optimizer(optimizer), precision, pp=spec.pp,
                             schedule=spec.pp_schedule, micro_batches=M, virtual_stages=spec.virtual_stages,
                             split_rule=spec.pp_split,
                             tensor=tensor, context=context, checkpoint=getattr(whole, "checkpointing", False),

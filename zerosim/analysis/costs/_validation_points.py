@@ -217,31 +217,32 @@ POINTS = (
     # -- held out: pipeline parallelism (issue 59), added after the framework factors were frozen -------------------
     # torchtitan's 3-D run: local batch 32 = 8 micro-batches of 4 sequences (M = the pp degree, torchtitan 9dec370's
     # default), its layers cut as torchtitan cuts them (126 + 2 over 8 or 16 stages: 9dec370's generate_split_points
-    # and b5bcd76's rule give the same counts here), torch.compile + Float8 + async TP; sequence parallelism, which
-    # torchtitan runs beside TP, is not modelled beside a pipeline (sp False: TP's all-reduces, the block input whole),
-    # nor Float8's FSDP all-gather beside TP
+    # and b5bcd76's rule give the same counts here), torch.compile + Float8 + async TP, sequence parallelism beside TP
+    # (torchtitan's apply_tp: SequenceParallel on the norms); FSDP2 beside PP as torchtitan runs it (comm "fsdp" at
+    # stage 3: gathered once a step, parallel/pipeline/_beside.py); Float8's FSDP all-gather beside TP not modelled
     Point("tt-h100-512-405b-3d-1f1b", "held-out", f"{TT_405B}, row '1F1B'", "llama-3.1-405b", "h100-hbm2e", 512, 8,
-          ("nvlink4", "ib_ndr"), 4, 8192, 8, "block-flash", "compiled", 100, 82.5, fp8=True, tp=8, async_tp=True,
-          pp=8, pp_schedule="1f1b",
-          note="async TP as zerosim's bound; SequenceParallel not modelled beside PP (taken as off); Float8's FSDP "
-               "all-gather (enable_fsdp_float8_all_gather) not modelled beside TP and PP (taken as off); FSDP2 beside "
-               "PP keeps the stage gathered over the step (reshard_after_forward=False), zerosim gathers per "
-               "micro-batch"),
+          ("nvlink4", "ib_ndr"), 4, 8192, 8, "block-flash", "compiled", 100, 82.5, fp8=True, tp=8, sp=True,
+          async_tp=True, pp=8, pp_schedule="1f1b",
+          note="async TP as zerosim's bound; Float8's FSDP all-gather (enable_fsdp_float8_all_gather) not modelled "
+               "beside TP and PP (taken as off); FSDP2 beside PP keeps the stage gathered over the step "
+               "(reshard_after_forward=False) and reduce-scatters once (no_reshard_no_sync)"),
     Point("tt-h100-512-405b-3d-interleaved", "held-out", f"{TT_405B}, row 'Interleaved 1F1B'", "llama-3.1-405b",
           "h100-hbm2e", 512, 8, ("nvlink4", "ib_ndr"), 4, 8192, 8, "block-flash", "compiled", 128, 72.7, fp8=True,
-          tp=8, async_tp=True, pp=8, pp_schedule="interleaved-1f1b", virtual_stages=2,
+          tp=8, sp=True, async_tp=True, pp=8, pp_schedule="interleaved-1f1b", virtual_stages=2,
           note="as the 1F1B row; 2 stages a rank (torchtitan's default for a looped schedule)"),
     # NeMo's GPT-3 175B: GBS 2048, MBS 2, TP 4, PP 8, VP 6, GA 64 (the micro-batches a step on each of the 16
     # data-parallel ranks); Megatron's layout and split (96 layers, 2 a virtual stage), ZeRO-1 (the distributed
-    # optimizer) reducing in bf16, Transformer Engine's fused kernels and FP8 GEMMs, no recompute, TP comm overlap
+    # optimizer) reducing in bf16, sequence parallelism, Transformer Engine's fused kernels and FP8 GEMMs, no
+    # recompute, TP comm overlap, overlap_grad_reduce (NVIDIA/NeMo 0175f4c nemo/collections/llm/recipes/gpt3_175b.py,
+    # `trainer`: DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True, ...))
     Point("nemo-h100-512-gpt3-175b", "held-out", f"{NEMO}, row 'GPT3-175B | 512 | 2048 | 2 | 2048 | 4 | 8 | 1 | "
           "6 | 1 | 64 | 866'", "gpt3-175b", "h100-80gb", 512, 8, ("nvlink4", "ib_ndr"), 2, 2048, 64, "flash",
-          "compiled", 866, fp8=True, reduce_fp32=False, tp=4, async_tp=True, tp_layout="megatron", stage=1,
-          pp=8, pp_schedule="interleaved-1f1b", virtual_stages=6, pp_split="megatron",
-          note="TP comm overlap (userbuffers) as zerosim's async-TP bound; sequence parallelism not modelled beside "
-               "PP (taken as off); Megatron's overlapped gradient reduce-scatter and parameter all-gather not "
-               "modelled (after the stage's last backward); the tied embedding's gradient all-reduce between the "
-               "first and last stage not modelled"),
+          "compiled", 866, fp8=True, reduce_fp32=False, tp=4, sp=True, async_tp=True, tp_layout="megatron",
+          stage=1, comm="megatron", pp=8, pp_schedule="interleaved-1f1b", virtual_stages=6, pp_split="megatron",
+          note="TP comm overlap (userbuffers) as zerosim's async-TP bound; Megatron's overlapped gradient "
+               "reduce-scatter (overlap_grad_reduce: 40M-parameter buckets in each chunk's last backward); its "
+               "overlapped parameter all-gather not modelled (after the update); the tied embedding's gradient "
+               "all-reduce between the first and last stage not modelled"),
 )
 # -- held out: context parallelism beside pipeline parallelism (issue 60), added after the factors were frozen, each
 # typed in before its prediction was first computed; not in POINTS (issue 36's table and its targets), run by name

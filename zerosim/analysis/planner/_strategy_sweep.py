@@ -73,11 +73,13 @@ def fitting_shard_group(params: int, gpus_per_node: int, capacity: float = 80e9,
 def recipe_of(strategy: str) -> str:
     """Each strategy with its framework's recipe, read from its plan (`Plan.framework`): FSDP2's for FULL_SHARD (no
     framework of its own: FSDP2's default), HSDP and FSDP2's resharding (no_reshard, reshard_to_group), DeepSpeed
-    ZeRO-3's for MiCS and hpZ."""
+    ZeRO-3's for MiCS and hpZ; the plan's own `recipe` where its framework's is not modelled beside it
+    (no_reshard_no_sync: zerosim's flat one)."""
     from zerosim.parallel.data import STRATEGIES
     from zerosim.parallel.data.multinode import FRAMEWORK_RECIPES
 
-    return FRAMEWORK_RECIPES[STRATEGIES[strategy].framework or "fsdp2"]
+    plan = STRATEGIES[strategy]
+    return plan.recipe or FRAMEWORK_RECIPES[plan.framework or "fsdp2"]
 
 
 def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",

@@ -70,6 +70,7 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     states the largest rank's (the first: it holds the most micro-batches in flight) beside the formula for that
     rank's parameters over its N / (T·P) data-parallel ranks; the bytes sent are not measured (None)."""
     from zerosim.parallel import ParallelSpec
+    from zerosim.parallel.data import get_plan
 
     spec = ParallelSpec.of(spec, tp, sp, layout)
     tp, sp, layout = spec.tp, spec.sp, spec.tp_layout
@@ -98,11 +99,12 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         if spec.pp > 1:  # the rank that peaks: its stage's parameters (a TP slice's) over its N / (T·P) ranks (dp × cp)
             top = max(row["pipeline"], key=lambda x: x["peak"])
             local, dp = top["params"], N // (tp * spec.pp)
-        formula = model_state_memory(local, dp, row["stage"], config)
+        plan = get_plan(row["beside_pipeline"]) if "beside_pipeline" in row else row["stage"]  # what the stage ran
+        formula = model_state_memory(local, dp, plan, config)
         row["formula"] = {k: v for k, v in formula.by_kind.items() if v}
         row["formula_total"] = formula.total
         row["formula_unpadded_total"] = model_state_memory(
-            local, dp, row["stage"], MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="none")
+            local, dp, plan, MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="none")
         ).total
         row["ledger_total"] = sum(row["resting"].values())
         bytes_ = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
@@ -254,7 +256,8 @@ def strategy_memory_report(work, meshes: list, step: bool = True, sp: bool = Fal
         grads = engine.cluster.ranks[0].grads.array.dtype.itemsize  # the recipe's: FSDP2 keeps fp32 gradients
         config = replace(MemoryConfig.for_precision(work.precision_name, optimizer=work.optimizer, padding="none"),
                          fp32_grad_accum=grads == 4)
-        formula = model_state_memory(P, mesh.shards, 3, config)
+        formula = model_state_memory(P, mesh.shards, mesh.plan, config)  # stage 3's shards (no_reshard_no_sync's
+        #                                                                  gradients whole)
         secondary = config.param_bytes * P / mesh.group if mesh.plan.reshard.keeps_piece else 0
         rows.append({
             "strategy": name, "group": mesh.group, "replicas": mesh.replicas, "recipe": engine.recipe.reduction,

@@ -233,7 +233,7 @@ def describe_comm(comm) -> str:
         if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
         else f"{f}={getattr(comm, f)}"
         for f in comm.__dataclass_fields__
-        if getattr(comm, f) != getattr(CommSchedule(), f)
+        if f != "framework" and getattr(comm, f) != getattr(CommSchedule(), f)  # its knobs (not whose defaults)
     ]
     return ", ".join(parts)
 

@@ -9,7 +9,7 @@ _remove_grads` (deepspeed/runtime/zero/stage_1_and_2.py).
                         unit goes through the engine's `Hooks.reduce_unit`)
     stages 0/1 bucketed the end-of-backward collective ("all_reduce" or "reduce_scatter") done bucket by
                         bucket on the whole gradient buffer (reduce.reduce_range), the padding [P, Ψ) with the
-                        first bucket
+                        bucket of the last unit
 
 Two recipes bucket by parameter instead (_param_buckets.py decides the buckets, `ParamBucket` sends them):
 `ddp` (DDP's buckets, every step at stage 0) and `deepspeed-zero12` (DeepSpeed's ipg bucket filled parameter by
@@ -57,10 +57,11 @@ class GradBucket:
 
     def _send(self) -> None:
         ctx, units = self.ctx, self.units
-        if self.whole is not None:
-            windows = ctx.layout.windows
+        if self.whole is not None:  # the padding [P, Ψ) goes with the bucket of the model's last unit: the first
+            windows = ctx.layout.windows  # sent in a backward, or a pipeline chunk's (each its own buckets)
             lo, hi = windows[min(units)][0], windows[max(units)][1]
-            sent = reduce_range(ctx, lo, ctx.layout.padded if not self.sent else hi, self.whole, tuple(units))
+            end = ctx.layout.padded if hi == max(b for _, b in windows) else hi
+            sent = reduce_range(ctx, lo, end, self.whole, tuple(units))
         elif self.final is not None:  # the replicas agree on the last micro-step: the reducer needs to know it
             sent = self.reduce_many(ctx, units, self.first, self.final)
         elif len(units) == 1:

@@ -87,6 +87,8 @@ class CommSchedule:
     overlap_comm: bool = True
     bucket_cap_mb: float | None = None
     first_bucket_mb: float | None = None
+    framework: str | None = None  # whose defaults these are ("fsdp", "megatron"; None: the seed's, DeepSpeed's or the
+    #                               user's): a pipeline reads it for its framework's plan there (pipeline/_beside.py)
 
     def __post_init__(self):
         DDPBuckets(self.bucket_cap_mb, self.first_bucket_mb)  # checks them
@@ -152,10 +154,23 @@ class CommSchedule:
             raise ValueError(f"backward_prefetch must be one of {BACKWARD_PREFETCH}, got {backward_prefetch!r}")
         if not isinstance(forward_prefetch, bool) or not isinstance(limit_all_gathers, bool):
             raise ValueError("forward_prefetch and limit_all_gathers must be True or False")
-        return cls(prefetch_forward=FSDP_PREFETCH_LIMIT if forward_prefetch else 0,
+        return cls(framework="fsdp", prefetch_forward=FSDP_PREFETCH_LIMIT if forward_prefetch else 0,
                    prefetch_backward=FSDP_PREFETCH_LIMIT if backward_prefetch else 0,
                    prefetch_after_compute=backward_prefetch == "BACKWARD_POST",
                    max_gathered_units=FSDP_INFLIGHT_ALL_GATHERS if limit_all_gathers else None)
+
+    @classmethod
+    def megatron(cls, dp: int = 1) -> "CommSchedule":
+        """Megatron-Core's DDP with `overlap_grad_reduce=True` over `dp` data-parallel ranks: the gradients in buckets
+        of `bucket_size` parameters, max(40000000, 1000000 · dp) by default (NVIDIA/Megatron-LM 0011998,
+        megatron/core/distributed/distributed_data_parallel_config.py, DistributedDataParallelConfig.bucket_size),
+        each reduce-scattered (the distributed optimizer, ZeRO-1) as backward fills it, in the last micro-batch only:
+        the pipeline schedules turn grad sync off for the others ("Enable grad sync for the last microbatch in the
+        batch", core/pipeline_parallel/schedules.py, forward_backward_pipelining_without_interleaving; per model
+        chunk with interleaving). At stages 0/1 zerosim's `reduce_bucket_size` does that (ZeroEngine._bucketed)."""
+        if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+            raise ValueError(f"dp must be a positive integer (the data-parallel ranks), got {dp!r}")
+        return cls(framework="megatron", reduce_bucket_size=max(40_000_000, 1_000_000 * dp))
 
     def with_(self, **changes) -> "CommSchedule":
         """A copy with some knobs changed (validated again)."""
@@ -163,7 +178,8 @@ class CommSchedule:
 
 
 def get_comm_schedule(schedule) -> CommSchedule:
-    """A `CommSchedule`, or a name: "seed" (the default: no buckets, no prefetch), "deepspeed", "fsdp"."""
+    """A `CommSchedule`, or a name: "seed" (the default: no buckets, no prefetch), "deepspeed", "fsdp", "megatron"
+    (overlap_grad_reduce's buckets at the default size for up to 40 data-parallel ranks: CommSchedule.megatron)."""
     if schedule is None or schedule == "seed":
         return CommSchedule()
     if isinstance(schedule, CommSchedule):
@@ -172,7 +188,10 @@ def get_comm_schedule(schedule) -> CommSchedule:
         return CommSchedule.deepspeed()
     if schedule == "fsdp":
         return CommSchedule.fsdp()
-    raise ValueError(f"comm schedule must be a CommSchedule or one of 'seed', 'deepspeed', 'fsdp', got {schedule!r}")
+    if schedule == "megatron":
+        return CommSchedule.megatron()
+    raise ValueError(f"comm schedule must be a CommSchedule or one of 'seed', 'deepspeed', 'fsdp', 'megatron', got "
+                     f"{schedule!r}")
 
 
 def allgather_pieces(shard_size: int, world_size: int, limit: int | None) -> list:

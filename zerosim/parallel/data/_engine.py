@@ -43,7 +43,7 @@ from zerosim.parallel.data._carried import carry
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
-from zerosim.parallel.data._fetch import ParamFetcher
+from zerosim.parallel.data._fetch import KeptForStep, ParamFetcher
 from zerosim.parallel.data._hooks import Hooks
 from zerosim.parallel.data._plan import get_plan
 from zerosim.parallel.data._reduce import reduce_gradients
@@ -126,6 +126,7 @@ class ZeroEngine:
         self.optimizer_run = OptimizerRun()  # where this engine's run of steps began (a resume: past 1)
         self.iteration = 0  # calls of step() that ran to the end, skipped ones included (DeepSpeed's global_steps)
         self._refresh = Handle()  # the last refresh all-gather: the next step's first computation waits for it
+        self._kept = KeptForStep(accumulation_steps)  # the units a plan keeps for the step (FSDP2 beside PP)
         self.ddp_rebuilt = False  # DDP's Reducer::rebuild_buckets has run: after this engine's first synced backward
         with cluster.phase("init"):
             for rank in cluster.ranks:
@@ -148,6 +149,10 @@ class ZeroEngine:
         check_stored(optimizer, self.precision.state_format, self.precision.update_format)  # 16-bit state: elementwise
         self.recipe = GradientRecipe.of(self.precision, default_recipe(plan, self.precision, recipe))
         self.recipe.check(plan, self.precision, self.comm.reduce_bucket_size is not None)
+        if plan.reshard.keeps_for_step and self.recipe.reduction == "fsdp2":
+            raise NotImplementedError(f"{plan.name} with recipe 'fsdp2': FSDP2's per-parameter reduce-scatter of the "
+                                      "accumulated gradient after the last backward is not modelled yet; it runs with "
+                                      "zerosim's flat layout (recipe 'seeds', the default)")
         self.parallelisms.check_recipe(self.recipe)  # e.g. offload: one framework's, not under another's recipe
         # the plan on these ranks beside the other parallelisms' dims: its degrees (ParallelDims), its group, the
         # nodes (multinode/_data_mesh.py)
@@ -277,7 +282,7 @@ class ZeroEngine:
         """`ops` (this engine's schedule of a micro-step, or a part of it) of micro-step k on every local rank, unit
         by unit, their first compute also waiting for `needs`. Returns the handle of its last gradient reduction."""
         ctx, model, plan, trace, more = self.ctx, self.model, self.plan, self.cluster.trace, self.parallelisms
-        params = ParamFetcher(ctx, self.comm, model, ops) if plan.gathers_params else None  # stage 3
+        params = ParamFetcher(ctx, self.comm, model, ops, self._kept, k) if plan.gathers_params else None  # stage 3
         grads = self._grad_buckets(k) if any(op.makes_grads for op in ops) else None  # stages 2/3, 0/1 in buckets
         waits = needs + (trace.live(self._refresh) if k == 0 else Handle())  # the first compute: the last refresh
         with self.cluster.phase("forward/backward"), trace.about(micro=k):
@@ -342,10 +347,11 @@ class ZeroEngine:
     def special_micro_step(self, k: int) -> bool:
         """Whether micro-step k's collectives differ from a middle micro-step's (a pipeline writes those again on the
         meta backend, parallel/pipeline/_repeat.py): the first (its backward makes the accumulation buffers, its
-        first compute waits for the last refresh), and the last where it closes buckets (stages 0/1) or the replicas
-        agree (HSDP)."""
+        first compute waits for the last refresh), and the last where it closes buckets (stages 0/1), the replicas
+        agree (HSDP) or the units kept for the step are freed (FSDP2 beside a pipeline)."""
         last = k == self.accumulation_steps - 1
-        return k == 0 or last and (self.plan.replicate is not None or self._bucketed(k) != self._bucketed(1))
+        return k == 0 or last and (self.plan.replicate is not None or self.plan.reshard.keeps_for_step
+                                   or self._bucketed(k) != self._bucketed(1))
 
     def _bucketed(self, k: int) -> bool:
         """Whether micro-step k's gradients travel during backward: always at stages 2/3; at stages 0/1 with a

@@ -22,7 +22,9 @@ micro-step ends (DeepSpeed's `release_and_reset_all`).
 After its forward use the plan decides (`plan.after_forward`): "free" (FSDP2's reshard_after_forward=True),
 "keep" it gathered until its backward use (reshard_after_forward=False: FSDP2's `post_forward` skips the
 reshard, and backward needs no all-gather), or keep a secondary piece (_gather.py: hpZ, reshard_after_forward=S)
-from which later gathers run within a group of S.
+from which later gathers run within a group of S. A plan that keeps units for the step ("keep for the step": FSDP2
+beside a pipeline, _plan.py) hands every micro-step the same `live` map (`KeptForStep`): a unit is gathered once, at its
+first use in the step, and freed after its backward in the last micro-step.
 """
 
 from __future__ import annotations
@@ -34,18 +36,30 @@ from zerosim.models import needs_params
 from zerosim.parallel.data._gather import gather, keep_secondary, release, secondary_name
 
 
+class KeptForStep(dict):
+    """layer -> its gather's handle, held over one step's `micro_steps` (a plan that keeps units for the step: FSDP2
+    beside a pipeline): a unit gathered at its first use of the step, freed after its backward in the last micro-step
+    (torch's `perform_reduce_grad` reshards then, _plan.py)."""
+
+    def __init__(self, micro_steps: int):
+        super().__init__()
+        self.last = micro_steps - 1
+
+
 class ParamFetcher:
     """ZeRO-3's gathers and frees for one micro-step's `ops` of `model`, by a `CommSchedule` (`comm`)."""
 
-    def __init__(self, ctx, comm, model, ops):
+    def __init__(self, ctx, comm, model, ops, kept: KeptForStep | None = None, k: int = 0):
         self.ctx, self.comm = ctx, comm
+        self.keeping = kept is not None and ctx.plan.reshard.keeps_for_step  # the step's map, micro-step k of it
+        self.final = self.keeping and k == kept.last
         windows = ctx.layout.windows
         # the uses: (op index, layer, pass) of every op that reads a unit that has weights
         self.uses = [(i, op.layer, "forward" if op.kind == "forward" else "backward") for i, op in enumerate(ops)
                      if needs_params(model, op) and windows[op.layer][1] > windows[op.layer][0]]
         self.use_of = {i: u for u, (i, _, _) in enumerate(self.uses)}
         self.size = {layer: windows[layer][1] - windows[layer][0] for _, layer, _ in self.uses}
-        self.live = {}  # layer -> the handle of its gather (its computes wait for it)
+        self.live = kept if self.keeping else {}  # layer -> its gather's handle (its computes wait for it)
         self.needed_at = {}  # layer -> the last use it was prefetched for: not freed before it
         self.runs, self.run_of = _runs(self.uses, ops, model, comm)
         self.unit = {self.uses[u][1]: self.runs[r].unit for u, r in enumerate(self.run_of)}  # layer -> its FSDP unit
@@ -78,6 +92,8 @@ class ParamFetcher:
         if kind == "backward" and self.comm.prefetch_after_compute:
             self._prefetch(u)
         after = self.ctx.plan.reshard
+        if after.keeps_for_step:  # held until the step's last backward: the engine frees it (ZeroEngine.reduce)
+            return
         if kind == "forward" and after.keeps_whole:  # reshard_after_forward=False: gathered until its backward use
             backward = [v for v in range(u + 1, len(self.uses)) if self.uses[v][1:] == (layer, "backward")]
             self.needed_at[layer] = max(self.needed_at.get(layer, -1), backward[0] if backward else u)
@@ -89,11 +105,21 @@ class ParamFetcher:
         del self.live[layer]
 
     def release_all(self) -> None:
-        """End of the micro-step: free every unit still gathered."""
+        """End of the micro-step (or of its part a pipeline runs): free every unit still gathered; a unit kept for the
+        step only after its backward in the last micro-step."""
+        self.needed_at.clear()
+        if self.keeping:
+            done = {layer for _, layer, kind in self.uses if kind == "backward"} if self.final else ()
+            for layer in list(self.live):
+                if layer in done:
+                    release(self.ctx, layer)
+                    del self.live[layer]
+                else:  # gathered before: a later use waits for nothing (its compute stream ran this one's)
+                    self.live[layer] = Handle()
+            return
         for layer in list(self.live):
             release(self.ctx, layer)
         self.live.clear()
-        self.needed_at.clear()
 
     # -- the two policies ------------------------------------------------------------------------------
     def _prefetch(self, u: int) -> None:

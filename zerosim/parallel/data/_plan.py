@@ -32,6 +32,9 @@ S the shard group (`shard_group=`, default G), R = N/S its replicas.
                                                                                                forward=S
     hpz               the world     -                              a 1/S piece until the step  ZeRO++ hpZ, zero_hpz_
                                                                                                partition_size=S
+    no_reshard_no_sync the world    -                              kept until the step's last  FSDP2 under torch's
+                                                                   backward; gradients whole,  pipelining (below)
+                                                                   reduce-scattered once then
     hsdp              S ranks       each micro-step, after its RS  freed                       FSDP2 HSDP (2-D mesh)
     hsdp_no_sync      S ranks       the last micro-step: partial   freed                       ... with set_requires_
                                     sums until then                                            all_reduce(False)
@@ -39,6 +42,18 @@ S the shard group (`shard_group=`, default G), R = N/S its replicas.
                                                                                                (<= 0.19.6)
     mics_hierarchical S ranks       at the boundary, accumulated   freed; gathered across      ... mics_hierarchical_
                                                                    nodes, then within each     params_gather
+
+no_reshard_no_sync is what a stage's FSDP2 does beside a pipeline on torchtitan's default path: apply_fsdp sets
+`reshard_after_forward = not pp_enabled` ("to avoid per-microbatch all-gathers, which can be expensive and
+non-overlapped": torchtitan 018740b, torchtitan/models/llama3/infra/parallelize.py, `apply_fsdp`), and torch's
+pipelining runs every micro-batch's backward with `set_reshard_after_backward(False)` and
+`set_requires_gradient_sync(False)`, then, after the last, `perform_reduce_grad` turns both back on and runs each FSDP
+group's `post_backward`: one reshard and one reduce-scatter a step (torch 2.13, distributed/pipelining/stage.py,
+`_PipelineStageBase.backward_maybe_with_nosync`, `perform_reduce_grad`). So the stage's parameters are
+gathered once a step (the first micro-batch's forward) and held to the last backward, its gradients accumulate whole
+(FSDP2's unsharded accumulated gradient) and are reduce-scattered once, a call a unit: ZeRO-3's shards at rest,
+ZeRO-1's reduction. It runs with zerosim's flat layout and recipe (`recipe="seeds"`): FSDP2's per-parameter reduction
+of the accumulated gradient is not modelled yet (the engine refuses recipe "fsdp2" beside it).
 
 docs/recipes.md cites the code each follows (file and function); parallel/data/multinode/_groups.py builds their groups.
 MiCS is DeepSpeed <= 0.19.6: 0.19.7 removed it (runtime/config.py: _REMOVED_ZERO_CONFIG_KEYS); zerosim keeps it,
@@ -67,6 +82,7 @@ class AfterForward:
     keeps_whole: bool = False  # gathered until its backward use: reshard_after_forward=False (no backward gather)
     keeps_piece: bool = False  # a 1/S secondary piece, from which backward gathers within a group of S
     piece_until_backward: bool = False  # ... freed by that gather (FSDP2's to_unsharded); else kept until the step
+    keeps_for_step: bool = False  # gathered once a step and held over every micro-step until the end of backward
 
 
 AFTER_FORWARD = {
@@ -76,6 +92,7 @@ AFTER_FORWARD = {
         AfterForward("keep", keeps_whole=True),  # reshard_after_forward=False: FSDP2's post_forward skips the reshard
         AfterForward("piece until backward", keeps_piece=True, piece_until_backward=True),  # reshard_after_forward=S
         AfterForward("piece until step", keeps_piece=True),  # ZeRO++ hpZ: the secondary partition lives to the step
+        AfterForward("keep for the step", keeps_whole=True, keeps_for_step=True),  # FSDP2 beside PP (docstring)
     )
 }
 # how the replicas of a shard agree (HSDP, MiCS): parallel/data/multinode/_replicate.py AGREEMENTS holds each one's
@@ -102,7 +119,11 @@ class Plan:
     #                              "piece until backward", "piece until step" (a 1/S secondary piece, gathered
     #                              within the secondary groups)
     hierarchical_gather: bool = False  # gather across nodes, then within each (MiCS)
+    end_by_unit: bool = False  # the end-of-backward collective one call a unit (FSDP2's post_backward per group), not
+    #                            one over the whole buffer
     framework: str | None = None  # whose code it follows ("fsdp2", "deepspeed"): the recipes it runs with
+    recipe: str | None = None  # the recipe it runs with where its framework's is not modelled beside it (None: the
+    #                            framework's)
     release: str = ""  # which releases of that framework have it, where not all do (docs/frameworks.md)
     # where each buffer lives: ((buffer, tier), ...) for the PLACED buffers not on the device (parallel/offload sets it)
     placement: tuple = field(default=(), repr=False)
@@ -185,6 +206,9 @@ STRATEGIES = {
         replace(_FULL_SHARD, name="no_reshard", after_forward="keep", framework="fsdp2"),
         replace(_FULL_SHARD, name="reshard_to_group", after_forward="piece until backward", framework="fsdp2"),
         replace(_FULL_SHARD, name="hpz", after_forward="piece until step", framework="deepspeed"),
+        replace(_FULL_SHARD, name="no_reshard_no_sync", sharded=("params", "master", "optimizer"),
+                end_of_backward="reduce_scatter", after_forward="keep for the step", end_by_unit=True,
+                framework="fsdp2", recipe="seeds"),
         replace(_FULL_SHARD, name="hsdp", sharded_over="shard", replicate="each micro-step", framework="fsdp2"),
         replace(_FULL_SHARD, name="hsdp_no_sync", sharded_over="shard", replicate="last micro-step",
                 framework="fsdp2"),

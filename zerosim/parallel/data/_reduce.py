@@ -240,8 +240,19 @@ def reduce_gradients(ctx, how: str | None, bucketed: bool, last: Handle) -> tupl
     None: stages 2/3) or bucket by bucket during the last backward (`bucketed`), whose last call was `last`.
     Returns (the handle the optimizer waits for, each rank's reduced gradient region: `reduced`)."""
     if how is not None and not bucketed:
-        last = reduce_range(ctx, 0, ctx.layout.padded, how, ())
+        for lo, hi, layers in _end_ranges(ctx):
+            last = reduce_range(ctx, lo, hi, how, layers)
     return last, reduced(ctx, how)
+
+
+def _end_ranges(ctx) -> list:
+    """[(lo, hi, layers)] the end-of-backward collective runs over: the whole buffer in one call, or one call a unit
+    with parameters (`plan.end_by_unit`: FSDP2's post_backward per group after a pipeline's last backward, torch 2.13
+    pipelining/stage.py `perform_reduce_grad`, over `_state_ctx.all_states` in model order). A unit's window is a run
+    of whole parameters in every layout, and each element keeps its owner: the same bits as one call."""
+    if not ctx.plan.end_by_unit:
+        return [(0, ctx.layout.padded, ())]
+    return [(a, b, (layer,)) for layer, (a, b) in enumerate(ctx.layout.windows) if b > a]
 
 
 def reduced(ctx, how: str | None) -> list:

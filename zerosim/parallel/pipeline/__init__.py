@@ -18,12 +18,15 @@ Its files, the algorithm apart from its communication:
     _communication.py   a stage's activations or gradients handed to the neighbouring stage, point to point
     _engine.py          PipelineEngine: a ZeroEngine per pipeline rank, driven action by action through the table
     _repeat.py          on the meta backend, alike actions written again from a record instead of run
+    _beside.py          what a framework's data parallelism becomes beside a pipeline (torchtitan's FSDP2: gathered
+                        once a step, reduce-scattered once)
     _costs.py           by hand: the activations each schedule holds in flight (GPipe M, 1F1B P - r, ...), the bubble
 
 The oracle is zerosim.reference's PipelineReference; docs/explanation/adding-a-parallelism.md says why the pipeline
 drives the data-parallel step's phases instead of being one more set of its hooks.
 """
 
+from zerosim.parallel.pipeline._beside import BESIDE_PIPELINE, PIPELINE_STRATEGIES, plan_beside_pipeline
 from zerosim.parallel.pipeline._costs import BUBBLE_FORMULA, bubble_fraction, in_flight
 from zerosim.parallel.pipeline._engine import PipelineEngine, check_beside
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, SCHEDULES, Schedule, get_schedule, make_table
@@ -31,6 +34,7 @@ from zerosim.parallel.pipeline._stages import RULES, Pieces, StageModel, StageSp
 from zerosim.parallel.pipeline._table import ACTION_KINDS, Action, Table
 from zerosim.parallel.pipeline._views import StageCluster
 
-__all__ = ["ACTION_KINDS", "Action", "BUBBLE_FORMULA", "DEFAULT_SCHEDULE", "PipelineEngine", "Pieces", "RULES",
-           "SCHEDULES", "Schedule", "StageCluster", "StageModel", "StageSplit", "Table", "bubble_fraction",
-           "check_beside", "get_schedule", "in_flight", "make_table", "pieces", "split"]
+__all__ = ["ACTION_KINDS", "Action", "BESIDE_PIPELINE", "BUBBLE_FORMULA", "DEFAULT_SCHEDULE", "PIPELINE_STRATEGIES",
+           "PipelineEngine", "Pieces", "RULES", "SCHEDULES", "Schedule", "StageCluster", "StageModel", "StageSplit",
+           "Table", "bubble_fraction", "check_beside", "get_schedule", "in_flight", "make_table", "pieces",
+           "plan_beside_pipeline", "split"]

@@ -29,11 +29,14 @@ ZeRO-3 (`deepspeed-*` recipes: runtime/pipe/engine.py, PipelineEngine.__init__, 
 micro-batches than stages, the interleaved and zero-bubble schedules' rounds (torch, _schedules.py); a split that
 does not divide (_stages.py). What zerosim does not model yet is refused too, saying so: a loss scaler that skips
 steps, clipping (their decisions span every stage: DeepSpeed and Megatron all-reduce them over the pipeline group),
-sequence parallelism beside the pipeline, reduction buckets at stages 0/1 with virtual stages, processes (MPI).
-ZeRO-3's gathers and reduce-scatters run per micro-batch, as zerosim's stage 3 runs; torchtitan's FSDP2 under torch's
-pipelining instead keeps the stage's parameters gathered over the step and reduce-scatters once after the last
-backward (torch 2.13 pipelining/stage.py `backward_maybe_with_nosync`: `set_requires_gradient_sync(False)`;
-`perform_reduce_grad`) — a strategy of its own, not modelled here.
+DDP's and DeepSpeed ZeRO-1's buckets of parameters with virtual stages, processes (MPI). ZeRO-3's gathers and
+reduce-scatters run per micro-batch, as zerosim's stage 3 runs; torchtitan's FSDP2 under torch's pipelining instead
+keeps the stage's parameters gathered over the step and reduce-scatters once after the last backward (torch 2.13
+pipelining/stage.py `backward_maybe_with_nosync`): the strategy `no_reshard_no_sync` (parallel/data/_plan.py), which a
+stage runs like any plan and which analysis/costs picks for ZeRO-3 with FSDP's schedule (_beside.py). At stages 0/1 a
+`reduce_bucket_size` (Megatron's overlap_grad_reduce: CommSchedule.megatron) reduces each chunk's buckets in its last
+micro-batch's backward. Sequence parallelism runs inside each stage: its norms' gradients summed over the TP group on
+the stage's own flat vector (`_TensorStage.end_of_backward`).
 
 On the meta backend one rank a stage may stand for its stage (`Cluster(N, backend="meta", hosted=...)`): its ledger is
 every rank's of that stage; the ring's bytes in closed form are counted as if every stage ran each stage's call
@@ -362,6 +365,9 @@ class _TensorStage(Parallelism):
             return Handle()
         return self.tensor.after_unit(ctx, passes, self._as_tp_sees(ops))
 
+    def end_of_backward(self, ctx, reduced) -> Handle:  # sequence parallelism: the stage's norms summed over TP
+        return self.tensor.end_of_backward(ctx, reduced, self.part)
+
 
 class _ContextStage(Parallelism):
     """Context parallelism inside one stage: the CP parallelism's points (parallel/context/_parallelism.py), each op
@@ -404,7 +410,8 @@ def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who
       DeepSpeed's recipes ("deepspeed-*") at stages 2 and 3: its pipeline engine asserts the stage is below gradients
       a loss scaler that skips steps: the overflow decision spans every stage (Megatron all-reduces found_inf over the
           pipeline group too); not modelled yet
-      reduction buckets at stages 0/1 with virtual stages: a bucket would span the chunks' backwards; not modelled yet
+      DDP's and DeepSpeed ZeRO-1's buckets of parameters at stages 0/1 with virtual stages: a bucket would span the
+          chunks' backwards; not modelled yet (buckets of units, zerosim's and Megatron's, run: each chunk's own)
     """
     plan = get_plan(stage)
     name = GradientRecipe.of(get_precision(precision), recipe).reduction  # the recipe given, or the policy's
@@ -420,9 +427,12 @@ def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who
                          "use a static loss scale (or bf16)")
     comm = get_comm_schedule(comm) if isinstance(comm, str) else comm
     bucketed = comm is not None and getattr(comm, "reduce_bucket_size", None) is not None or name == "ddp"
-    if virtual > 1 and bucketed and not plan.reduces_per_unit:
-        raise ValueError("reduction buckets at stages 0/1 with virtual stages: a bucket would span the chunks' "
-                         "backwards; not modelled yet (a stage 2 or 3, or one stage a rank)")
+    by_parameter = GradientRecipe.of(get_precision(precision), recipe).rules.collective == "bucket all-reduce" \
+        or name == "ddp"  # DDP's and DeepSpeed ZeRO-1's buckets, decided over the whole model (_buckets.py)
+    if virtual > 1 and bucketed and by_parameter and not plan.reduces_per_unit:
+        raise ValueError(f"reduction buckets of recipe {name!r} at stages 0/1 with virtual stages: its buckets of "
+                         "parameters would span the chunks' backwards; not modelled yet (zerosim's and Megatron's "
+                         "buckets of units run: each chunk's own in its last backward)")
 
 
 def _check(cluster, stage, precision, recipe, comm, table, tensor, context=None) -> None:
@@ -438,9 +448,6 @@ def _check(cluster, stage, precision, recipe, comm, table, tensor, context=None)
                          f"{blocks.members[empty[0]][-1]} are not hosted: on the meta backend host one a stage "
                          "(Cluster(N, backend='meta', hosted=ParallelDims(N, pp=P, ...).groups('pp').group_of(0)))")
     check_beside(stage, precision, recipe, comm, table.virtual)
-    if tensor is not None and tensor.sequence_parallel:
-        raise NotImplementedError("sequence parallelism beside pipeline parallelism: its gradient sum over the TP "
-                                  "group reads the whole TP model's layout; not modelled yet")
     if context is not None and not context.meta:
         raise NotImplementedError("context parallelism beside pipeline parallelism runs on the meta backend (memory "
                                   "and time, a data-less twin: ContextParallel(MetaGPT(...) or MetaLlama(...), cp)); "

@@ -181,7 +181,7 @@ class TensorParallel(Parallelism):
             return Handle()
         if place.keeps_shard and op.save:  # the shard this unit's backward gathers again
             for p, rank in zip(passes, ctx.ranks):
-                rank.ledger.adopt(shard_name(unit), _value(p.a), "activations")
+                rank.ledger.adopt(p.saved.tag + shard_name(unit), _value(p.a), "activations")  # tag: the micro-batch
         return self._side(ctx, passes, "a", unit, place.entry, "forward")
 
     def after_unit(self, ctx, passes, ops) -> Handle:
@@ -199,13 +199,14 @@ class TensorParallel(Parallelism):
             handle += self._side(ctx, passes, "a", unit, name, "forward", place.both_parts and name == SPLIT)
         return handle
 
-    def end_of_backward(self, ctx, reduced) -> Handle:
+    def end_of_backward(self, ctx, reduced, model=None) -> Handle:
         """Sequence parallelism: each rank's gradients of the norms and row-parallel biases came from its L/T
         tokens; their sum over the TP group, in one coalesced all-reduce (Megatron's
-        `_allreduce_non_tensor_model_parallel_grads`), each rank sending the part its region holds (_plan.py)."""
+        `_allreduce_non_tensor_model_parallel_grads`), each rank sending the part its region holds (_plan.py).
+        `model`: the units the ranks' flat vector holds (a pipeline stage's), default the whole TP rank's."""
         if not self.sequence_parallel:
             return Handle()
-        layout, windows = ctx.layout, sequence_parallel_windows(self.local)
+        layout, windows = ctx.layout, sequence_parallel_windows(self.local if model is None else model)
         whole = len(reduced[0]) == layout.padded  # stage 0 holds the whole reduced buffer
         size = packed_length(layout, windows, whole)
         sends, places = [], []
@@ -248,11 +249,11 @@ class TensorParallel(Parallelism):
 
     def _gather_kept(self, ctx, passes, unit, group) -> Handle:
         """SP: all-gather the input shard the unit's forward kept, hand it to the backward in `dy.input`, free it."""
-        name = shard_name(unit)
-        shards = [rank.ledger.get(name).array for rank in ctx.ranks]
+        names = [p.saved.tag + shard_name(unit) for p in passes]  # the micro-batch's (a pipeline holds several)
+        shards = [rank.ledger.get(name).array for rank, name in zip(ctx.ranks, names)]
         again = f"{unit.name} input again (SP all-gather)"
         full, handle = comm.run_side("all-gather", ctx.cluster, group, shards, again)
-        for p, rank, h in zip(passes, ctx.ranks, full):
+        for p, rank, h, name in zip(passes, ctx.ranks, full, names):
             rank.ledger.free(name)
             p.dy = replace(p.dy, input=h) if isinstance(p.dy, Bundle) else Bundle(None, p.dy, h)
         return handle
