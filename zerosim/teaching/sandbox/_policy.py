@@ -72,7 +72,8 @@ from dataclasses import dataclass, field
 # The teaching package's own face brings the questions and the starter kit: each imports nothing of zerosim at its
 # top beyond _predict, so what their functions compute still passes the policy when called
 MACHINERY = ("zerosim", "zerosim._compat", "zerosim._lazy", "zerosim.teaching", "zerosim.teaching._predict",
-             "zerosim.teaching._questions", "zerosim.teaching._questions_memory", "zerosim.teaching._questions_step",
+             "zerosim.teaching._questions", "zerosim.teaching._questions_memory",
+             "zerosim.teaching._questions_pipeline", "zerosim.teaching._questions_step",
              "zerosim.teaching._questions_time", "zerosim.teaching._starter", "zerosim.teaching.sandbox",
              "zerosim.precision")
 
