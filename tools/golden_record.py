@@ -131,19 +131,26 @@ def make_model(kind: str, rng):
     return model, batches
 
 
-def engine_case(i: int, rng) -> dict:
-    """One seeded configuration: its settings and what the engine made of it (or the error it raised)."""
+# the strategies of the seeded draw, as they were when the record was first made: a strategy added later does not
+# move the draw (every case before it would differ); it gets LATER cases of its own, appended after the draw
+DRAWN_STRATEGIES = ("full_shard", "no_reshard", "reshard_to_group", "hpz", "hsdp", "hsdp_no_sync", "mics",
+                    "mics_hierarchical")
+LATER = 12  # cases for each strategy added since
+
+
+def engine_case(i: int, rng, only=None) -> dict:
+    """One seeded configuration: its settings and what the engine made of it (or the error it raised); `only`: that
+    stage or strategy instead of the drawn one."""
     from zerosim import Cluster, ZeroEngine, get_optimizer
     from zerosim.analysis.timeline import Hardware, simulate
-    from zerosim.parallel.data._plan import STRATEGIES
     from zerosim.parallel.data.recipes._recipes import RECIPES
     from zerosim.parallel.data.zeropp._wire import Wire
     from zerosim.precision import get_precision
 
     kind = str(rng.choice(["tinynet", "mlp", "mlp-gelu", "gpt", "llama"], p=[0.1, 0.35, 0.2, 0.2, 0.15]))
     model, batches = make_model(kind, rng)
-    stages = [0, 1, 2, 3] * 3 + list(STRATEGIES)
-    stage = stages[int(rng.integers(len(stages)))]
+    stages = [0, 1, 2, 3] * 3 + list(DRAWN_STRATEGIES)
+    stage = stages[int(rng.integers(len(stages)))] if only is None else only
     n = int(rng.choice([1, 2, 3, 4, 5, 8]))
     gpn = None
     if isinstance(stage, str):
@@ -242,6 +249,13 @@ def record(cases: int, zerosim: str) -> dict:
     for i in range(cases):
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             runs.append(engine_case(i, np.random.default_rng(rng.integers(2**32))))
+    from zerosim.parallel.data import STRATEGIES
+
+    for name in [s for s in STRATEGIES if s not in DRAWN_STRATEGIES]:  # each with a seed of its own name's
+        later = np.random.default_rng(int.from_bytes(name.encode(), "little") % 2**32)
+        for _ in range(LATER):  # numbered on after the draw's cases
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                runs.append(engine_case(len(runs), np.random.default_rng(later.integers(2**32)), only=name))
     return dict(engine=runs, replay=replay_texts(), cli=cli_outputs(zerosim))
 
 
