@@ -336,70 +336,66 @@ class _Stage(Parallelism):
         return None if whole is None else self.part.cut(whole)  # None: a meta model's, which hold no values
 
 
-class _TensorStage(Parallelism):
-    """Tensor parallelism inside one stage: the TP parallelism's points (it reads each unit from the stage's model the
-    passes run, parallel/tensor/_parallelism.py `_unit`). A zero-bubble backward-input is a backward to it (the
-    activations' gradients cross its operators); a backward-weight moves no activation, so no operator runs."""
+class _InsideStage(Parallelism):
+    """A parallelism inside one stage (TP, CP): its points, each op as it sees one (`_sees`). A zero-bubble
+    backward-input is a backward to it (the activations' gradients cross its operators, or travel its ring); a
+    backward-weight moves no activation, so nothing of it runs."""
 
-    name = "tensor parallel"
+    def __init__(self, inner, part: StageModel, degrees: dict):
+        self.inner, self.part, self.degrees = inner, part, degrees
+        self._seen = {}  # a stage's op -> the op the inner parallelism sees (ops are frozen records: made once)
 
-    def __init__(self, tensor, part: StageModel):
-        self.tensor, self.part, self.degrees = tensor, part, {"tp": tensor.tp}
-        self._seen = {}  # a zero-bubble op -> the backward TP sees (ops are frozen records: made once)
+    def _sees(self, op):
+        return replace(op, kind="backward") if op.kind == "backward-input" else op
 
-    def _as_tp_sees(self, ops) -> list:
+    def _as_seen(self, ops) -> list:
         out = []
         for op in ops:
             if op not in self._seen:
-                self._seen[op] = replace(op, kind="backward") if op.kind == "backward-input" else op
+                self._seen[op] = self._sees(op)
             out.append(self._seen[op])
         return out
 
     def before_unit(self, ctx, passes, ops) -> Handle:
         if ops[0].kind == "backward-weight":
             return Handle()
-        return self.tensor.before_unit(ctx, passes, self._as_tp_sees(ops))
+        return self.inner.before_unit(ctx, passes, self._as_seen(ops))
 
     def after_unit(self, ctx, passes, ops) -> Handle:
         if ops[0].kind == "backward-weight":
             return Handle()
-        return self.tensor.after_unit(ctx, passes, self._as_tp_sees(ops))
+        return self.inner.after_unit(ctx, passes, self._as_seen(ops))
+
+
+class _TensorStage(_InsideStage):
+    """Tensor parallelism inside one stage: the TP parallelism's points (it reads each unit from the stage's model the
+    passes run, parallel/tensor/_parallelism.py `_unit`)."""
+
+    name = "tensor parallel"
+
+    def __init__(self, tensor, part: StageModel):
+        super().__init__(tensor, part, {"tp": tensor.tp})
+        self.tensor = tensor
 
     def end_of_backward(self, ctx, reduced) -> Handle:  # sequence parallelism: the stage's norms summed over TP
         return self.tensor.end_of_backward(ctx, reduced, self.part)
 
 
-class _ContextStage(Parallelism):
+class _ContextStage(_InsideStage):
     """Context parallelism inside one stage: the CP parallelism's points (parallel/context/_parallelism.py), each op
     told its unit's index in the whole CP rank's model (`StageModel.units`), which the parallelism reads its unit and
     its positioned units by. A stage ends between layers (_stages.py), so a unit's ring (its hops, the K/V sent ahead
-    of each) starts and ends in one stage's action. As for TP, a zero-bubble backward-input is a backward to it (the
-    ring's dK/dV travel with the activations' gradients); a backward-weight moves nothing along the ring."""
+    of each) starts and ends in one stage's action; the ring's dK/dV travel with the activations' gradients."""
 
     name = "context parallel"
 
     def __init__(self, context, part: StageModel):
-        self.context, self.part, self.degrees = context, part, {"cp": context.cp}
-        self._seen = {}  # a stage's op -> the op the CP parallelism sees (ops are frozen records: made once)
+        super().__init__(context, part, {"cp": context.cp})
+        self.context = context
 
-    def _as_cp_sees(self, ops) -> list:
-        out = []
-        for op in ops:
-            if op not in self._seen:
-                kind = "backward" if op.kind == "backward-input" else op.kind
-                self._seen[op] = replace(op, layer=self.part.units[op.layer], kind=kind)
-            out.append(self._seen[op])
-        return out
-
-    def before_unit(self, ctx, passes, ops) -> Handle:
-        if ops[0].kind == "backward-weight":
-            return Handle()
-        return self.context.before_unit(ctx, passes, self._as_cp_sees(ops))
-
-    def after_unit(self, ctx, passes, ops) -> Handle:
-        if ops[0].kind == "backward-weight":
-            return Handle()
-        return self.context.after_unit(ctx, passes, self._as_cp_sees(ops))
+    def _sees(self, op):
+        kind = "backward" if op.kind == "backward-input" else op.kind
+        return replace(op, layer=self.part.units[op.layer], kind=kind)
 
 
 def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who: str | None = None) -> None:
