@@ -14,10 +14,29 @@ KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kern
 def format_plan(r: dict) -> str:
     """The plan as a reader sees it: what was asked, what was skipped, the rows that fit (or the closest ones), the
     legend and the two commands that reproduce the top row."""
+    lines = _asked(r["settings"], r["link_model"]) + _skipped(r)
+    if not r["fitting"]:
+        lines += ["Nothing tried fits. Closest:"] + [
+            _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
+        ]
+        lines += [
+            "",
+            "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
+        ]
+        return "\n".join(lines)
     s = r["settings"]
+    tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
+    cp = "cps" in s  # a CP column likewise
+    pp = "pps" in s  # and a PP column with its schedule
+    lines += _fitting_lines(r, tp, cp, pp) + _legend(r, tp, cp, pp)
+    return "\n".join(lines)
+
+
+def _asked(s: dict, link_model: str) -> list:
+    """What was asked: the model, the GPUs, the batch, the precision, the kernels, where the times come from."""
     across = s["ranks"]
     link = "the rings cross nodes" if across > s["gpus_per_node"] else "one node"
-    lines = [
+    return [
         f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
         f"({s['gpus_per_node']} per node; {link})",
         f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
@@ -28,9 +47,15 @@ def format_plan(r: dict) -> str:
             if s["tp_layout"] == "megatron" else ")")
            if s.get("tp_layout") else ""),
         f"  time from: {s['time_model']}",
-        f"  links: {r['link_model']}",
+        f"  links: {link_model}",
         "",
     ]
+
+
+def _skipped(r: dict) -> list:
+    """What was not tried: stages whose model states alone exceed a GPU, and what TP, CP or PP leave out, each with
+    the reason."""
+    lines = []
     if r["pruned"]:
         lines.append("Skipped, as the model states alone (no strategy or micro-batch makes them smaller) exceed a GPU:")
         lines += [f"  ZeRO-{p['stage']}" + _beside(p)
@@ -42,21 +67,13 @@ def format_plan(r: dict) -> str:
         at += f" ({', '.join(x['pp_schedule'])})" if x.get("pp_schedule") else ""
         lines += [f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})" if x["strategies"] else
                   f"Left out: {at} ({x['why']})", ""]
-    if not r["fitting"]:
-        lines += ["Nothing tried fits. Closest:"] + [
-            _line(x) for x in sorted(r["did_not_fit"], key=lambda x: x["total"])[:5]
-        ]
-        lines += [
-            "",
-            "More GPUs, a shorter --seq-len, or a GPU with more memory; --strategies flash or block keep the least.",
-        ]
-        return "\n".join(lines)
-    tp = tuple(s.get("tps", (1,))) != (1,)  # a TP column when degrees above 1 were tried
-    cp = "cps" in s  # a CP column likewise
-    pp = "pps" in s  # and a PP column with its schedule
-    lines += _fitting_lines(r, tp, cp, pp)
+    return lines
+
+
+def _legend(r: dict, tp: bool, cp: bool, pp: bool) -> list:
+    """The columns in words, what MFU counts, and the two commands that measure the top row."""
     top = r["fitting"][0]
-    lines += [
+    return [
         "",
         "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
         "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
@@ -78,7 +95,6 @@ def format_plan(r: dict) -> str:
         f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
         + _beside(top) + ", is what these two commands measure:",
     ] + [f"  {c}" for c in r["reproduce"]]
-    return "\n".join(lines)
 
 
 def _beside(x: dict) -> str:
