@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # Seconds. No test may depend on the machine's speed: starved to a nice-19 share beside busy loops on every core
@@ -188,3 +190,21 @@ class InProcess:
         if not callable(fn):
             raise NoFunction(no_function(self.path, exercise.function))
         return exercise.judge(fn, case)
+
+
+# A TP slice's model states by hand (seed 001's formulas with Ψ = P_local, N = dp), written apart from the
+# package's plans (parallel/data/_plan.py) so that the engine's ledgers are checked against something they do not read
+def tp_model_state_bytes(local_params: int, dp: int, stage: int, param_bytes: int = 2, grad_bytes: int = 2,
+                         master_bytes: int = 4, state_bytes: int = 8) -> dict:
+    """{kind: bytes} one rank holds at rest: its TP slice of P_local parameters, padded to dp·ceil(P_local/dp) and
+    cut over the dp ranks that hold the same slice (seed 001's formulas with Ψ = P_local, N = dp):
+
+        stage 0   everything whole        stage 1   + master, optimizer state / dp
+        stage 2   + grads / dp            stage 3   + params / dp
+    """
+    shard = math.ceil(local_params / dp)
+    padded = shard * dp
+    cut = {0: (), 1: ("master", "optim"), 2: ("master", "optim", "grads"), 3: ("master", "optim", "grads", "params")}
+    n = {k: shard if k in cut[stage] else padded for k in ("params", "grads", "master", "optim")}
+    return {"params": param_bytes * n["params"], "grads": grad_bytes * n["grads"],
+            "master": master_bytes * n["master"], "optim": state_bytes * n["optim"]}

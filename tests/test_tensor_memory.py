@@ -10,6 +10,7 @@
 import math
 
 import pytest
+from helpers import tp_model_state_bytes
 
 from zerosim.analysis.costs import measure_stage
 from zerosim.models import GPT, Llama, MetaGPT, MetaLlama, read_hf_config, shipped_config
@@ -19,7 +20,6 @@ from zerosim.parallel.tensor._costs import (
     megatron_formula,
     megatron_layer_bytes,
     term_bytes,
-    tp_model_state_bytes,
     zerosim_layer_bytes,
 )
 

@@ -4,11 +4,12 @@ buffers born and freed in the same order, the same bytes on the wire; and it acc
 
 import numpy as np
 import pytest
+from helpers import tp_model_state_bytes
 
 from zerosim import Cluster, ZeroEngine, get_optimizer
 from zerosim.analysis.costs import measure_stage
 from zerosim.models import GPT, Llama, MetaGPT, MetaLlama
-from zerosim.parallel.tensor import TensorParallel, tp_model_state_bytes
+from zerosim.parallel.tensor import TensorParallel
 
 
 def run(model, backend, sp, stage):

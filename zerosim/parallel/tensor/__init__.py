@@ -23,7 +23,7 @@ Its files, the algorithm apart from its communication:
     _meta.py            the data-less twin of a TP rank's model, for the meta backend
     _eager.py           what torch's eager autograd keeps on a TP rank under torchtitan's DTensor TP + SP plan (the
                         "torchtitan" layout; _model.py LAYOUTS names the two layouts)
-    _costs.py           by hand: Megatron's activation formulas, a TP slice's ZeRO model states, TP's bytes a step
+    _costs.py           by hand: Megatron's activation formulas, TP's bytes a step
 
 The oracle is zerosim.reference's TensorReference; docs/tensor-parallelism.md is the user's page.
 """
@@ -39,7 +39,6 @@ from zerosim.parallel.tensor._costs import (
     term_bytes,
     torchtitan_eager_layer_bytes,
     tp_bytes_per_micro_step,
-    tp_model_state_bytes,
     zerosim_layer_bytes,
 )
 from zerosim.parallel.tensor._cross_entropy import VocabParallelCrossEntropy, VocabTarget
@@ -65,6 +64,6 @@ __all__ = [
     "Term", "TensorParallel", "TensorParallelModel", "VocabParallelCrossEntropy", "VocabTarget", "check_checkpoint",
     "check_splits", "fp8_wire", "llama_layer_bytes", "local_flat", "megatron_formula", "megatron_layer_bytes",
     "padded_model", "padded_vocab", "placement", "term_bytes", "torchtitan_eager_layer_bytes",
-    "tp_bytes_per_micro_step", "tp_model_state_bytes", "whole_flat", "zerosim_layer_bytes",
+    "tp_bytes_per_micro_step", "whole_flat", "zerosim_layer_bytes",
     "MetaTensorParallelUnit", "run_side",
 ]

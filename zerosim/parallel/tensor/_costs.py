@@ -1,6 +1,5 @@
-"""What one TP rank holds and sends, by hand: Megatron's activation formulas term by term, the model states of a TP
-slice sharded by ZeRO over its data-parallel group, and TP's bytes a step — the numbers the ledgers and the trace
-are checked against.
+"""What one TP rank holds and sends, by hand: Megatron's activation formulas term by term and TP's bytes a step — the
+numbers the ledgers and the trace are checked against (a TP slice's model states by hand: tests/helpers.py).
 
 Letters (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4): s sequence
 length, b micro-batch, h hidden size, a attention heads, t the TP degree; 16-bit activations (2 bytes), 1-byte
@@ -128,24 +127,6 @@ def torchtitan_eager_layer_bytes(s: int, b: int, d: int, heads: int, kv_heads: i
         2 * s * b * d + 2 * s * b * heads * head_dim / t + 2 * s * b * kv_heads * head_dim / t + 4 * s * b * ffn / t
     )
     return norms + elements * width + 4 * b * heads / t * s
-
-
-# -- model states: a TP slice's, sharded by ZeRO over its data-parallel group ----------------------------------
-
-def tp_model_state_bytes(local_params: int, dp: int, stage: int, param_bytes: int = 2, grad_bytes: int = 2,
-                         master_bytes: int = 4, state_bytes: int = 8) -> dict:
-    """{kind: bytes} one rank holds at rest: its TP slice of P_local parameters, padded to dp·ceil(P_local/dp) and
-    cut over the dp ranks that hold the same slice (seed 001's formulas with Ψ = P_local, N = dp):
-
-        stage 0   everything whole        stage 1   + master, optimizer state / dp
-        stage 2   + grads / dp            stage 3   + params / dp
-    """
-    shard = math.ceil(local_params / dp)
-    padded = shard * dp
-    cut = {0: (), 1: ("master", "optim"), 2: ("master", "optim", "grads"), 3: ("master", "optim", "grads", "params")}
-    n = {k: shard if k in cut[stage] else padded for k in ("params", "grads", "master", "optim")}
-    return {"params": param_bytes * n["params"], "grads": grad_bytes * n["grads"],
-            "master": master_bytes * n["master"], "optim": state_bytes * n["optim"]}
 
 
 # -- bytes on the wire: TP's collectives in one micro-step ---------------------------------------------------------
