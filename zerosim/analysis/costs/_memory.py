@@ -160,22 +160,18 @@ def model_state_memory(params, ranks: int, stage, config: MemoryConfig | None = 
     psi = check_count(params, "params", 0)  # a whole number >= 0 (not NaN, a bool or 1.5)
     plan = stage if isinstance(stage, Plan) else PLANS[check_stage(stage)]  # N: the shards a sharded buffer is cut in
     ranks = check_count(ranks, "ranks")
-    # which parts the stage shards: its plan's (parallel/data/_plan.py), sized here by the formula's own padding
-    # convention
-    sizes = plan.sizes(
-        _elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding)
-    )
-    p, g = sizes["params"], sizes["grads"]
     opt = OPTIMIZER_STATES[config.optimizer]
-    return ModelStateMemory(
-        stage=plan.stage,
-        ranks=ranks,
-        params=config.param_bytes * p,  # (Ψ,) or (ceil(Ψ/N),) 16-bit
-        grads=config.grad_bytes * g,  # (Ψ,) or (ceil(Ψ/N),) 16-bit or fp32
-        master=config.master_bytes * sizes["master"],  # fp32 master, sharded from stage 1
+    widths = {  # bytes an element: 16-bit params, 16-bit or fp32 grads, the fp32 master (sharded from stage 1)
+        "params": config.param_bytes, "grads": config.grad_bytes, "master": config.master_bytes,
         # each state tensor's fp32 bytes per element, scaled to the storage format's (2 of 4 with 16-bit state)
-        optimizer=tuple((kind, nbytes * config.state_bytes // 4 * sizes["optimizer"]) for kind, nbytes in opt.states),
-    )
+        **{kind: nbytes * config.state_bytes // 4 for kind, nbytes in opt.states},
+    }
+    # which parts the stage shards and their bytes: its plan's (parallel/data/_plan.py `bytes_of`), sized here by the
+    # formula's own padding convention
+    held = plan.bytes_of(_elements(psi, ranks, False, config.padding), _elements(psi, ranks, True, config.padding),
+                         widths)
+    return ModelStateMemory(stage=plan.stage, ranks=ranks, params=held["params"], grads=held["grads"],
+                            master=held["master"], optimizer=tuple((kind, held[kind]) for kind, _ in opt.states))
 
 
 def model_state_memory_by_stage(params, ranks: int, config: MemoryConfig | None = None) -> tuple:

@@ -175,6 +175,14 @@ class Plan:
         "optimizer" cover the region the rank updates). Numbers of any kind: a layout's Ψ and s, or a formula's."""
         return {b: shard if self.shards(b) else whole for b in BUFFERS}
 
+    def bytes_of(self, whole, shard, widths: dict) -> dict:
+        """{part: bytes one rank holds}: each part of `widths` ({"params": 2, "grads": 2, "master": 4, "optim:m": 4,
+        ...}: bytes an element; an "optim:<name>" part is the optimizer buffer's) times its buffer's `sizes`. The one
+        place a rank's model-state bytes come from: the ZeRO paper's formula (analysis/costs/_memory.py) and the
+        offload tiers (parallel/offload/_memory.py) read it; a run's ledger allocates the same (_state.py)."""
+        n = self.sizes(whole, shard)
+        return {part: width * n["optimizer" if part.startswith("optim:") else part] for part, width in widths.items()}
+
     def region(self, layout, rank: int) -> slice:
         """The part of the padded flat buffer `rank` updates (its master and optimizer state): its shard, or all."""
         return layout.own(rank) if self.shards("master") else slice(0, layout.padded)

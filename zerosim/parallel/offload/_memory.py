@@ -47,14 +47,14 @@ def offload_memory(params: int, ranks: int, stage: int, placement: Placement, pa
     layout = ShardLayout(int(params), ranks)
     n = plan.sizes(layout.padded, layout.shard_size)  # {buffer: elements}
     region = n["master"]
-    parts = {"params": ("params", param_bytes * n["params"]), "grads": ("grads", grad_bytes * n["grads"]),
-             "master": ("master", master_bytes * n["master"])}
+    held = plan.bytes_of(layout.padded, layout.shard_size,  # {part: bytes}: the plan's one rule
+                         {"params": param_bytes, "grads": grad_bytes, "master": master_bytes, **dict(state)})
     tiers = {t: {} for t in TIERS}
-    for buffer, (kind, nbytes) in parts.items():
+    for buffer in ("params", "grads", "master"):
         where = placement.tier(buffer) if buffer != "grads" or plan.shards("grads") else "device"
-        tiers[where][kind] = tiers[where].get(kind, 0) + nbytes
-    for kind, nbytes in state:
-        tiers[placement.tier("optimizer")][kind] = nbytes * n["optimizer"]
+        tiers[where][buffer] = tiers[where].get(buffer, 0) + held[buffer]
+    for kind, _ in state:
+        tiers[placement.tier("optimizer")][kind] = held[kind]
     host = tiers["host"]
     if placement.offloads_optimizer and not plan.shards("params") and placement.cast_on == "host":
         host["params"] = host.get("params", 0) + param_bytes * region  # the pinned 16-bit copy (offload.bit16)
