@@ -166,8 +166,10 @@ class CommSchedule:
         megatron/core/distributed/distributed_data_parallel_config.py, DistributedDataParallelConfig.bucket_size),
         each reduce-scattered (the distributed optimizer, ZeRO-1) as backward fills it, in the last micro-batch only:
         the pipeline schedules turn grad sync off for the others ("Enable grad sync for the last microbatch in the
-        batch", core/pipeline_parallel/schedules.py, forward_backward_pipelining_without_interleaving; per model
-        chunk with interleaving). At stages 0/1 zerosim's `reduce_bucket_size` does that (ZeroEngine._bucketed)."""
+        batch", NVIDIA/Megatron-LM 00611e6, megatron/core/pipeline_parallel/schedules.py,
+        forward_backward_pipelining_without_interleaving; with interleaving, each model chunk's last micro-batch:
+        forward_backward_pipelining_with_interleaving, `is_last_microbatch_for_model_chunk`). At stages 0/1
+        zerosim's `reduce_bucket_size` does that (ZeroEngine._bucketed)."""
         if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
             raise ValueError(f"dp must be a positive integer (the data-parallel ranks), got {dp!r}")
         return cls(framework="megatron", reduce_bucket_size=max(40_000_000, 1_000_000 * dp))
