@@ -46,7 +46,7 @@ import numpy as np
 from zerosim.optim._adam import AdamW
 from zerosim.optim._base import Optimizer, _is_real, check_nonneg, check_step_args, scalar
 from zerosim.precision import cast, get_format
-from zerosim.precision.arithmetic import exact_matmul
+from zerosim.precision.arithmetic import exact_gram, exact_matmul
 
 QUINTIC = (3.4445, -4.7750, 2.0315)  # KellerJordan's muon.py
 CUBIC = (1.5, -0.5, 0.0)  # seed 001: X <- 3/2 X - 1/2 X X^T X
@@ -73,11 +73,14 @@ def newton_schulz(g2d: np.ndarray, steps: int = 5, coefficients: tuple = QUINTIC
             return p @ q
         return exact_matmul(p, q).astype(dt, copy=False)  # the same bits on every BLAS (precision/arithmetic/)
 
+    def gram_of(p):  # mm(p, p.T): a BLAS forms it in half the FLOPs (syrk), each mirrored pair settled once
+        return p @ p.T if dt == np.float64 else exact_gram(p).astype(dt, copy=False)
+
     for _ in range(steps):
-        gram = mm(x, x.T)  # (r, r): needs whole rows of x, the reason ZeRO-2/3 cannot shard this
-        # gram is exactly symmetric (each element its exact sum, rounded once), so gram @ gram.T is gram @ gram,
-        # bit for bit, and a BLAS forms a product of a matrix by its own transpose in half the FLOPs (syrk)
-        x = a * x + mm(b * gram + c * mm(gram, gram.T), x)
+        gram = gram_of(x)  # (r, r): needs whole rows of x, the reason ZeRO-2/3 cannot shard this
+        # gram is exactly symmetric (each element its exact sum, rounded once), so gram @ gram is gram @ gram.T,
+        # bit for bit: a Gram matrix too
+        x = a * x + mm(b * gram + c * gram_of(gram), x)
     return x.T if tall else x
 
 

@@ -8,6 +8,7 @@
 
     _kernels.py            Arithmetic and ARITHMETICS: each choice as a record of its kernels; arithmetic_of
     _exact_matmul.py       exact_matmul: each element the exact dot product rounded once, whatever BLAS sums it
+    _gram.py               exact_gram: a @ a.T as exact_matmul makes it, each mirrored pair in doubt settled once
     _extents.py            a 16- or 8-bit operand's largest magnitude and quantum read from its bits; one bound
                            over whole operands that shows a small product exact in float64
     _norm_bound.py         an fp32 product by one float64 GEMM, its error bounded by the operands' norms
@@ -29,10 +30,11 @@ machine.
 
 from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, power_of_int, rounded, sin, tanh
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul, exact_sum_f32
+from zerosim.precision.arithmetic._gram import exact_gram
 from zerosim.precision.arithmetic._kernels import (ARITHMETICS, Arithmetic, arithmetic_of, check_arithmetic,
                                                   clear_kept_operands)
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction
 
 __all__ = ["ARITHMETICS", "Arithmetic", "arithmetic_of", "certain_f32", "check_arithmetic", "clear_kept_operands",
-           "cos", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power", "power_of_int", "rounded",
-           "sin", "tanh"]
+           "cos", "exact_gram", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power",
+           "power_of_int", "rounded", "sin", "tanh"]
