@@ -29,8 +29,9 @@ the wide orientation (X X^T is the smaller Gram matrix). By default we compute i
 the reference's `X = G.bfloat16()` (KellerJordan's muon.py `zeropower_via_newtonschulz5`; DeepSpeed 0.19.5's
 `zeropower_via_newtonschulz5` where the accelerator has bf16; torchtitan's DistMuon): U rounded once to bf16,
 every product rounded to bf16, and O widened exactly before the scaling.
-Matrix products accumulate as NumPy's BLAS does and are rounded to the working dtype; the Frobenius norm is
-accumulated in fp32 (float64 for float64 input).
+Each matrix product is the exact dot products rounded once to fp32 (precision/arithmetic/ `exact_matmul`, and
+`exact_gram` for X X^T and A A^T: the same bits on every BLAS), then to the working dtype; float64 input (the
+yardstick) takes NumPy's dgemm. The Frobenius norm is accumulated in fp32 (float64 for float64 input).
 
 `MuonAdamW` is the split the reference runs (KellerJordan's muon.py `MuonWithAuxAdam`; DeepSpeed's
 `set_optimizer_flags`): 2-D hidden matrices on Muon; embeddings, the head, norms and biases on AdamW.
@@ -46,7 +47,8 @@ import numpy as np
 from zerosim.optim._adam import AdamW
 from zerosim.optim._base import Optimizer, _is_real, check_nonneg, check_step_args, scalar
 from zerosim.precision import cast, get_format
-from zerosim.precision.arithmetic import exact_gram, exact_matmul
+from zerosim.precision import arithmetic
+from zerosim.precision.arithmetic import exact_matmul
 
 QUINTIC = (3.4445, -4.7750, 2.0315)  # KellerJordan's muon.py
 CUBIC = (1.5, -0.5, 0.0)  # seed 001: X <- 3/2 X - 1/2 X X^T X
@@ -74,7 +76,8 @@ def newton_schulz(g2d: np.ndarray, steps: int = 5, coefficients: tuple = QUINTIC
         return exact_matmul(p, q).astype(dt, copy=False)  # the same bits on every BLAS (precision/arithmetic/)
 
     def gram_of(p):  # mm(p, p.T): a BLAS forms it in half the FLOPs (syrk), each mirrored pair settled once
-        return p @ p.T if dt == np.float64 else exact_gram(p).astype(dt, copy=False)
+        # (exact_gram, looked up on first use: a first script that never steps Muon does not load it)
+        return p @ p.T if dt == np.float64 else arithmetic.exact_gram(p).astype(dt, copy=False)
 
     for _ in range(steps):
         gram = gram_of(x)  # (r, r): needs whole rows of x, the reason ZeRO-2/3 cannot shard this

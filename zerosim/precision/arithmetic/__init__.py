@@ -28,12 +28,15 @@ docs/portable_numbers.md: what moved between machines before, what each choice c
 machine.
 """
 
+from zerosim._lazy import lazy_face
 from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, power_of_int, rounded, sin, tanh
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul, exact_sum_f32
-from zerosim.precision.arithmetic._gram import exact_gram
 from zerosim.precision.arithmetic._kernels import (ARITHMETICS, Arithmetic, arithmetic_of, check_arithmetic,
                                                   clear_kept_operands)
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction
+
+# Newton-Schulz's alone: imported the first time it is asked for (zerosim/_lazy.py), not by a first script
+__getattr__, __dir__ = lazy_face(__name__, {"._gram": ("exact_gram",)})
 
 __all__ = ["ARITHMETICS", "Arithmetic", "arithmetic_of", "certain_f32", "check_arithmetic", "clear_kept_operands",
            "cos", "exact_gram", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power",
