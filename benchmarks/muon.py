@@ -9,15 +9,16 @@ round steps both engines once in a new seeded order; CPU time of this process (B
 of --repeats after a warm-up round, and the quartiles of the rounds' own Muon ÷ Adam. Both engines' losses are
 checked finite. The two optimizers give different bits: there is nothing to compare but time.
 
-Where the time goes, measured in the same rounds on the step's own matrices (MuonAdamW's: the three hidden
-weights; each round's Nesterov inputs are the Muon engine's gradients, rebuilt here from random data of their
-shapes, as NS's cost barely depends on the values): `newton_schulz` as the engine runs it (each product exact,
-rounded once: precision/arithmetic/ `exact_matmul`), and the same iteration on float64 copies (`newton_schulz`'s
-fp64 yardstick: NumPy's dgemm, syrk for the two Gram products, as the portable path forms them). An fp32 product
-rounded once and the same on every machine needs that float64 product of the widened operands at least (the
-products of two fp32 are exact in float64; a float32 GEMM's sums round after every add), so "floor" = the Muon
-step with its NS replaced by the float64 one's time: what Muon ÷ Adam would be if every check and settling of the
-exact products cost nothing.
+Where the time goes, measured in the same rounds on matrices of the step's own shapes (MuonAdamW's: the three
+hidden weights), random normal ones drawn anew each round (NS's cost depends on the values only through the few
+elements its products leave in doubt; "ns portable" came within a few per cent of the Muon step's extra time over
+Adam's in the runs of benchmarks/README.md): `newton_schulz` as the engine runs it (each product exact, rounded
+once: precision/arithmetic/ `exact_matmul` and `exact_gram`), and the same iteration on float64 copies
+(`newton_schulz`'s fp64 yardstick: NumPy's dgemm, syrk for the two Gram products, as the portable path forms them).
+An fp32 product rounded once and the same on every machine needs at least that float64 product of the widened
+operands (the products of two fp32 are exact in float64; a float32 GEMM's sums round after every add), so "floor" =
+the Muon step with its NS replaced by the float64 one's time: what Muon ÷ Adam would be if every check and settling
+of the exact products cost nothing.
 
     python benchmarks/muon.py [--repeats 9] [--cases 919k:4] [--shardings gather,owner]
 """
