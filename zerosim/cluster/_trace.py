@@ -25,7 +25,7 @@ from zerosim.cluster._ledger import LedgerEvent, ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
 from zerosim.cluster._events import Compute, ComputeFields, StepBoundary
 from zerosim.cluster._runs import RunCounts
-from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
+from zerosim.cluster._window import LogFile, Summary, Tail, fold, fold_to_budget, write_log
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, collectives/chunk_maps/_nccl.py): the names a
@@ -109,6 +109,9 @@ class Trace:
     #                                (_window.py); None: hold everything
     log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
     absolute: bool = False  # once steps fold, `log`, `calls` and `events` keep absolute positions (a Tail: _window.py)
+    # with keep_steps: a function giving the bytes the events held may cost (a Cluster's default window: a share of what
+    # its ranks' ledgers peaked at, _window.py SHARE); older steps fold while they would cost more. None: no such bound
+    budget: object = field(default=None, repr=False)
     _calls: list = field(default_factory=list, repr=False)  # [Call] held: call number folded.calls + i is _calls[i]
     # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., each ledger's allocs and
     # frees as the plain tuples of their fields and an engine's Compute events as their `ComputeFields` until the log
@@ -243,6 +246,8 @@ class Trace:
                 upto = self._step_ends[-self.keep_steps - 1]
                 del self._step_ends[: len(self._step_ends) - self.keep_steps]
                 fold(self, *upto)
+            if self.budget is not None:  # a Cluster's default window: no more than a share of what the ranks hold
+                fold_to_budget(self, self.budget())
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",
