@@ -186,10 +186,11 @@ def fold_to_budget(trace, budget: int) -> None:
         fold(trace, *upto)
 
 
-def fold(trace, upto_log: int, upto_call: int) -> None:
+def fold(trace, upto_log: int, upto_call: int, ledger_seqs: dict | None = None) -> None:
     """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
     step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
-    trace writes its log to a file)."""
+    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's last seq} at that point, taken when the step
+    ended (`Trace.ledger_seqs`), else read from the entries folded."""
     summary = trace.folded
     calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
@@ -200,7 +201,7 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     _fold_closed(trace, calls)
     entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
     if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
-        trace.on_fold(_last_folded(entries))
+        trace.on_fold(_last_folded(entries) if ledger_seqs is None else ledger_seqs)
     if trace._log_file is not None:
         write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
         trace._written = max(trace._written, upto_log)
