@@ -21,15 +21,16 @@ Measured as above (peak RSS of the run minus RSS before the cluster), beside:
     ledgers     the ledgers' peak total at one moment, replayed from a twin `Cluster(N, keep_steps=None)` run for two
                 steps afterwards (every step allocates alike, so its peak is the run's; the window folds the log)
     allowance   what an empty `Cluster(N)` costs, no model, no engine: measured in a fresh process per N (its
-                ledgers, trace, pool and backend; ~0.2 MB) — the fixed allowance of issue 63's Must show 5
-
-Before either is measured the process runs one step of the same engine code on a `Cluster(2)` and empties the memos
-(`warm_up`): what a process loads once, whatever its clusters (the modules an engine imports lazily, ~1.5 MB; the
-kernels' scratch, 0.6 MB), is then in neither measure, and the memos start empty.
+                ledgers, trace, pool and backend: 0.00-0.05 MB after the warm-up) — with the trace's floor, below, the
+                fixed allowance of issue 63's Must show 5
     memos       what the portable kernels' process-wide memos of operands hold at the end (zerosim/precision/
                 arithmetic/_operand_cache.py: bounded by their own byte budgets, 56 MB in all, whatever the model),
                 measured as the RSS handed back when they are emptied (`clear_kept_operands`, then `malloc_trim`)
     held        log entries the trace still holds at the end
+
+Before either is measured the process runs one step of the same engine code on a `Cluster(2)` and empties the memos
+(`warm_up`): what a process loads once, whatever its clusters (the modules an engine imports lazily, ~1.5 MB; the
+kernels' scratch, 0.6 MB), is then in neither measure, and the memos start empty.
 
 and three ratios: (RSS − allowance) ÷ ledgers, everything the process grew by; (RSS − allowance − memos) ÷
 ledgers, the cluster's own (ledgers, the backend's pool of freed storage, the trace); and that less the trace's floor
@@ -37,10 +38,10 @@ ledgers, the cluster's own (ledgers, the backend's pool of freed storage, the tr
 notebooks' whole runs of small models stay readable) — the target, ≤ 5, with a fixed allowance of an empty
 `Cluster(N)` plus that floor: beyond it the default window holds no more entries than the ledgers' peaks in bytes
 (`SHARE`), so what the cluster holds is proportional to what its ranks hold. Checked: before the trace's default
-window was bounded by the ledgers, N = 8 grew ~0.1 MB a step (363 log entries) to ~110 MB at the window's 1024 steps
-(36.9 MB at 300), N = 64 ~0.8 MB a step (261 MB at 300); tracemalloc showed the log's entries (ledger events, Compute
-records) as all of it but the memos, and, with the window bounded, the entries held × ENTRY_BYTES within 2 % of the
-RSS the floor accounts for.
+window was bounded by the ledgers, N = 8 grew ~0.1 MB a step (363 log entries) to 104 MB at 1,100 steps (36.9 MB
+at 300), N = 64 ~0.7 MB a step (754 MB at 1,100, 261 MB at 300); tracemalloc showed the log's entries (ledger events,
+Compute records) as all of it but the memos; with the window bounded, the entries held × ENTRY_BYTES (29,040 × 280 B =
+8.1 MB at N = 8, 300 steps) are all but ~1 MB of the cluster's own 9.2 MB.
 """
 
 import os
@@ -180,7 +181,9 @@ def child(what: str, *args) -> dict:
 def hand_built(steps: int) -> None:
     print(f"hand-built: Cluster(N) with its defaults, ZeRO-3 bf16-mixed Adam, batch 8 per rank, {steps} steps; peak "
           "RSS minus RSS before the cluster; allowance: an empty Cluster(N); memos: the kernels' process-wide memos")
-    from zerosim.cluster._window import FLOOR_BYTES
+    from zerosim.cluster import _window
+
+    floor = getattr(_window, "FLOOR_BYTES", 0)  # 0 before the window had one (to measure an older tree)
 
     print(f"{'model':>6s} {'N':>4s} {'ledgers MB':>11s} {'RSS MB':>8s} {'allow MB':>9s} {'memos MB':>9s} "
           f"{'held':>7s} {'all/ledg':>9s} {'own/ledg':>9s} {'beyond floor':>13s}")
@@ -191,12 +194,12 @@ def hand_built(steps: int) -> None:
             r = child("hand", name, ranks, steps)
             everything = (r["rss"] - allowance) / r["ledgers"]
             own = (r["rss"] - allowance - r["memos"]) / r["ledgers"]
-            beyond = (r["rss"] - allowance - r["memos"] - FLOOR_BYTES) / r["ledgers"]
+            beyond = (r["rss"] - allowance - r["memos"] - floor) / r["ledgers"]
             worst = max(worst, beyond)
             print(f"{name:>6s} {ranks:4d} {r['ledgers'] / 1e6:11.3f} {r['rss'] / 1e6:8.1f} {allowance / 1e6:9.2f} "
                   f"{r['memos'] / 1e6:9.1f} {r['held']:7d} {everything:9.1f} {own:9.1f} {beyond:13.1f}", flush=True)
     print(f"worst ratio beyond the floor {worst:.1f}: {'within' if worst <= HAND_TARGET else 'OVER'} the {HAND_TARGET} "
-          f"target (the cluster's own memory less an empty cluster's and the trace's {FLOOR_BYTES >> 20} MB floor, ÷ "
+          f"target (the cluster's own memory less an empty cluster's and the trace's {floor >> 20} MB floor, ÷ "
           "its ledgers' peak)")
 
 

@@ -123,3 +123,21 @@ def test_a_small_run_within_the_floor_is_held_whole():
     engine, seen, held = run(cluster, steps=30)
     assert cluster.trace.folded.log == 0 and type(cluster.trace.log) is list and held[-1][0] == len(cluster.trace.log)
     assert held[-1][0] * _window.ENTRY_BYTES < _window.FLOOR_BYTES
+
+
+@pytest.mark.slow  # 60 steps on 4 ranks: ~1 s
+def test_the_floor_holds_the_largest_whole_run_a_notebook_reads():
+    """Notebook 06 reads its 60-step runs' whole traces (every LossScaleUpdate, GradClip): 10,908 entries (docs/speed.md
+    section 4 quotes it), within the floor, so its default window folds nothing."""
+    from zerosim import get_optimizer, get_precision
+
+    widths = [16, 64, 64, 4]  # notebook 06's MLP, batches and scaler
+    batches = make_regression(np.random.default_rng(0), 4 * 60, 16, widths)
+    policy = get_precision("fp16-mixed").with_(loss_scale="torch", loss_scale_options={"growth_interval": 10})
+    cluster = Cluster(4, trace="call")
+    engine = ZeroEngine(MLP(widths), cluster, 2, get_optimizer("adam", lr=1e-2), policy,
+                        params=MLP(widths).init_params(np.random.default_rng(1)), clip_grad=1.0)
+    for s in range(60):
+        engine.step(batches[s * 4:(s + 1) * 4])
+    assert cluster.trace.folded.log == 0 and len(cluster.trace.log) == 10_908
+    assert 10_908 * _window.ENTRY_BYTES < _window.FLOOR_BYTES
