@@ -9,9 +9,39 @@ there). Two things would flatter it, and are undone first: memory the setup free
 cluster would reuse it unseen: `malloc_trim(0)` hands it back), and an earlier peak (Linux's high-water
 mark is reset through /proc/self/clear_refs, so the peak is the step's own). Linux with glibc only.
 
-    python benchmarks/memory.py [--quick]
+    python benchmarks/memory.py [--quick] [--hand-built]
 
 Target (issue 14): peak RSS ÷ ledgers' peak total ≤ 1.5 at every stage, for 1M and 10M params, N = 8 and 64.
+
+Hand-built (issue 63, Must show 5: `--hand-built` runs only these): a small model on a cluster made by hand,
+`Cluster(N)` with its defaults (the trace's default window, every hop, the ledgers' timelines), ZeRO-3 bf16-mixed
+Adam, `--steps` steps (300: past the longest notebook's 200), the yardstick's 10,416-parameter MLP on N = 8 and 64.
+Measured as above (peak RSS of the run minus RSS before the cluster), beside:
+
+    ledgers     the ledgers' peak total at one moment, replayed from a twin `Cluster(N, keep_steps=None)` run for two
+                steps afterwards (every step allocates alike, so its peak is the run's; the window folds the log)
+    allowance   what an empty `Cluster(N)` costs, no model, no engine: measured in a fresh process per N (its
+                ledgers, trace, pool and backend: 0.00-0.05 MB after the warm-up) — with the trace's floor, below, the
+                fixed allowance of issue 63's Must show 5
+    memos       what the portable kernels' process-wide memos of operands hold at the end (zerosim/precision/
+                arithmetic/_operand_cache.py: bounded by their own byte budgets, 56 MB in all, whatever the model),
+                measured as the RSS handed back when they are emptied (`clear_kept_operands`, then `malloc_trim`)
+    held        log entries the trace still holds at the end
+
+Before either is measured the process runs one step of the same engine code on a `Cluster(2)` and empties the memos
+(`warm_up`): what a process loads once, whatever its clusters (the modules an engine imports lazily, ~1.5 MB; the
+kernels' scratch, 0.6 MB), is then in neither measure, and the memos start empty.
+
+and three ratios: (RSS − allowance) ÷ ledgers, everything the process grew by; (RSS − allowance − memos) ÷
+ledgers, the cluster's own (ledgers, the backend's pool of freed storage, the trace); and that less the trace's floor
+(cluster/_window.py FLOOR_BYTES, 8 MB: the events any default window may hold, whatever the ledgers, so that the
+notebooks' whole runs of small models stay readable) — the target, ≤ 5, with a fixed allowance of an empty
+`Cluster(N)` plus that floor: beyond it the default window holds no more entries than the ledgers' peaks in bytes
+(`SHARE`), so what the cluster holds is proportional to what its ranks hold. Checked: before the trace's default
+window was bounded by the ledgers, N = 8 grew ~0.1 MB a step (363 log entries) to 104 MB at 1,100 steps (36.9 MB
+at 300), N = 64 ~0.7 MB a step (754 MB at 1,100, 261 MB at 300); tracemalloc showed the log's entries (ledger events,
+Compute records) as all of it but the memos; with the window bounded, the entries held × ENTRY_BYTES (29,040 × 280 B =
+8.1 MB at N = 8, 300 steps) are all but ~1 MB of the cluster's own 9.2 MB.
 """
 
 import os
@@ -27,6 +57,8 @@ import sys
 TARGET = 1.5
 # 4 square layers: 4·(512² + 512) = 1,050,624; 4·(1600² + 1600) = 10,246,400
 MODELS = {"1M": [512] * 5, "10M": [1600] * 5}
+HAND_BUILT = {"10k": [32, 96, 64, 16]}  # benchmarks/yardstick.py's small case: 10,416 params
+HAND_TARGET = 5.0
 
 
 def rss_bytes() -> int:
@@ -58,7 +90,6 @@ def one_case(widths, ranks, stage) -> dict:
     import numpy as np
 
     from zerosim import MLP, Adam, Cluster, ZeroEngine
-    from zerosim.cluster import LedgerEvent
     from zerosim.models import make_regression
 
     model = MLP(widths)
@@ -68,23 +99,128 @@ def one_case(widths, ranks, stage) -> dict:
     engine = ZeroEngine(model, cluster, stage, Adam(lr=1e-3), "bf16-mixed")
     engine.step(data)
     peak_rss = peak_rss_bytes()
+    return {"params": model.num_params, "ranks": ranks, "stage": stage, "rss": peak_rss - before,
+            "ledgers": ledgers_peak_total(cluster.trace.log), "before": before}
+
+
+def ledgers_peak_total(log) -> int:
+    """The most bytes every rank held together at one moment: the log's allocs and frees replayed in order."""
+    from zerosim.cluster import LedgerEvent
+
     total = top = 0
-    for ev in cluster.trace.log:  # every rank's allocations and frees, in the order they happened
+    for ev in log:  # every rank's allocations and frees, in the order they happened
         if type(ev) is LedgerEvent:
             total += ev.nbytes if ev.action == "alloc" else -ev.nbytes
             top = max(top, total)
-    return {"params": model.num_params, "ranks": ranks, "stage": stage, "rss": peak_rss - before, "ledgers": top,
-            "before": before}
+    return top
+
+
+def warm_up(widths) -> None:
+    """One step of the hand-built cases' engine code on a `Cluster(2)`, then the kernels' memos emptied: what a process
+    loads once (lazily imported modules, the kernels' scratch) is loaded before measuring."""
+    import numpy as np
+
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+    from zerosim.precision.arithmetic import clear_kept_operands
+
+    ZeroEngine(MLP(widths), Cluster(2), 3, Adam(lr=1e-3), "bf16-mixed").step(
+        make_regression(np.random.default_rng(1), 2, 8, widths))
+    clear_kept_operands()
+
+
+def empty_cluster(widths, ranks) -> dict:
+    """Runs in the child process: what an empty `Cluster(N)` costs (the hand-built cases' fixed allowance)."""
+    from zerosim import Cluster
+
+    warm_up(widths)
+    before = start_measuring()
+    cluster = Cluster(ranks)
+    grown = rss_bytes() - before
+    return {"allowance": max(peak_rss_bytes() - before, grown), "ranks": cluster.world_size}
+
+
+def hand_built_case(widths, ranks, steps) -> dict:
+    """Runs in the child process: `steps` ZeRO-3 steps on a `Cluster(N)` with its defaults."""
+    import ctypes
+
+    import numpy as np
+
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.models import make_regression
+    from zerosim.precision.arithmetic import clear_kept_operands
+
+    model = MLP(widths)
+    data = make_regression(np.random.default_rng(0), ranks, 8, widths)
+    warm_up(widths)
+    before = start_measuring()
+    cluster = Cluster(ranks)
+    engine = ZeroEngine(model, cluster, 3, Adam(lr=1e-3), "bf16-mixed")
+    for _ in range(steps):
+        engine.step(data)
+    peak_rss = peak_rss_bytes()
+    held = len(cluster.trace._log)
+    with_memos = rss_bytes()
+    clear_kept_operands()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    memos = with_memos - rss_bytes()
+    twin = Cluster(ranks, keep_steps=None)
+    twin_engine = ZeroEngine(MLP(widths), twin, 3, Adam(lr=1e-3), "bf16-mixed")
+    for _ in range(2):
+        twin_engine.step(data)
+    return {"params": model.num_params, "ranks": ranks, "rss": peak_rss - before, "memos": memos, "held": held,
+            "ledgers": ledgers_peak_total(twin.trace.log)}
+
+
+def child(what: str, *args) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", ",".join([what, *map(str, args)])],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def hand_built(steps: int) -> None:
+    print(f"hand-built: Cluster(N) with its defaults, ZeRO-3 bf16-mixed Adam, batch 8 per rank, {steps} steps; peak "
+          "RSS minus RSS before the cluster; allowance: an empty Cluster(N); memos: the kernels' process-wide memos")
+    from zerosim.cluster import _window
+
+    floor = getattr(_window, "FLOOR_BYTES", 0)  # 0 before the window had one (to measure an older tree)
+
+    print(f"{'model':>6s} {'N':>4s} {'ledgers MB':>11s} {'RSS MB':>8s} {'allow MB':>9s} {'memos MB':>9s} "
+          f"{'held':>7s} {'all/ledg':>9s} {'own/ledg':>9s} {'beyond floor':>13s}")
+    worst = 0.0
+    for name, widths in HAND_BUILT.items():
+        for ranks in (8, 64):
+            allowance = child("empty", name, ranks)["allowance"]
+            r = child("hand", name, ranks, steps)
+            everything = (r["rss"] - allowance) / r["ledgers"]
+            own = (r["rss"] - allowance - r["memos"]) / r["ledgers"]
+            beyond = (r["rss"] - allowance - r["memos"] - floor) / r["ledgers"]
+            worst = max(worst, beyond)
+            print(f"{name:>6s} {ranks:4d} {r['ledgers'] / 1e6:11.3f} {r['rss'] / 1e6:8.1f} {allowance / 1e6:9.2f} "
+                  f"{r['memos'] / 1e6:9.1f} {r['held']:7d} {everything:9.1f} {own:9.1f} {beyond:13.1f}", flush=True)
+    print(f"worst ratio beyond the floor {worst:.1f}: {'within' if worst <= HAND_TARGET else 'OVER'} the {HAND_TARGET} "
+          f"target (the cluster's own memory less an empty cluster's and the trace's {floor >> 20} MB floor, ÷ "
+          "its ledgers' peak)")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1M params only")
+    p.add_argument("--hand-built", action="store_true", help="only the small hand-built cluster's cases (issue 63)")
+    p.add_argument("--steps", type=int, default=300, help="steps of each hand-built case (default 300)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        name, ranks, stage = args.child.split(",")
-        print(json.dumps(one_case(MODELS[name], int(ranks), int(stage))))
+        what, *rest = args.child.split(",")
+        if what == "empty":
+            print(json.dumps(empty_cluster(HAND_BUILT[rest[0]], int(rest[1]))))
+        elif what == "hand":
+            print(json.dumps(hand_built_case(HAND_BUILT[rest[0]], int(rest[1]), int(rest[2]))))
+        else:
+            print(json.dumps(one_case(MODELS[what], int(rest[0]), int(rest[1]))))
+        return
+    if args.hand_built:
+        hand_built(args.steps)
         return
     print(f"peak RSS of one step (init + step) minus RSS before the cluster, ÷ the ledgers' peak total over all ranks; "
           f"bf16-mixed, Adam, batch 8 per rank; BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; a fresh process per "
@@ -94,13 +230,7 @@ def main():
     for name in ["1M"] if args.quick else list(MODELS):
         for ranks in (8, 64):
             for stage in range(4):
-                out = subprocess.run(
-                    [sys.executable, __file__, "--child", f"{name},{ranks},{stage}"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                r = json.loads(out.stdout)
+                r = child(name, ranks, stage)
                 ratio = r["rss"] / r["ledgers"]
                 worst = max(worst, ratio)
                 print(

@@ -1,4 +1,5 @@
-"""A Cluster made by hand holds a window of its last steps by default (cluster/_window.py WINDOW, 1024 steps): a long
+"""A Cluster made by hand holds a window of its last steps by default (cluster/_window.py WINDOW, 1024 steps at most,
+in no more entries than its ranks' ledgers hold bytes, or FLOOR_BYTES, at least HELD_AT_LEAST steps): a long
 run's trace stays bounded, and once it folds its lists keep absolute positions (a Tail), so what a notebook reads —
 `since = len(cluster.trace.log)` before a step and `log[since:]` after it, `trace.calls[e.call]`, a ledger's
 `by_phase(since)` — is what the same run holding every step (`keep_steps=None`, the naive twin) gives, and every
@@ -89,3 +90,54 @@ def test_the_default_window_folds_past_1024_steps():
     assert len(cluster.trace.log) == len(whole.trace.log) and len(cluster.trace._log) < len(whole.trace.log) / 1.004
     assert [repr(e) for e in cluster.trace.log[-50:]] == [repr(e) for e in whole.trace.log[-50:]]
     assert byte_answers(cluster.trace, 2) == byte_answers(whole.trace, 2)
+
+
+@pytest.fixture
+def no_floor(monkeypatch):
+    monkeypatch.setattr(_window, "FLOOR_BYTES", 0)
+
+
+def test_a_small_models_window_holds_no_more_events_than_its_ranks_hold(no_floor):
+    """A 5-7-3 MLP's ledgers peak at a few hundred bytes a rank, so with no floor (the same code; the floor's 8 MB
+    would take ~1,000 of its steps to pass) its default window folds long before 1024 steps: it holds the fewest steps
+    it may (HELD_AT_LEAST) or entries within SHARE times the ledgers' peaks, and every step still reads as the naive
+    twin's."""
+    default, whole = Cluster(4), Cluster(4, keep_steps=None)
+    e_default, seen_default, held = run(default)
+    e_whole, seen_whole, _ = run(whole)
+    assert np.array_equal(e_default.full_master(), e_whole.full_master())
+    assert seen_default == seen_whole and byte_answers(default.trace, 4) == byte_answers(whole.trace, 4)
+    trace, steps_held = default.trace, len(default.trace._step_ends)
+    budget = _window.SHARE * sum(r.ledger.peak() for r in default.ranks)  # a few kB: no floor
+    entries = len(trace._log) * (1 + len(trace._events) / len(trace._log))
+    assert trace.folded.calls > 0 and len(trace.log) == len(whole.trace.log)  # folded 1,012 steps before WINDOW
+    assert steps_held == _window.HELD_AT_LEAST or (steps_held > _window.HELD_AT_LEAST and
+                                                   entries * _window.ENTRY_BYTES <= budget)
+    assert held[-1][0] * STEPS < len(whole.trace.log) * (_window.HELD_AT_LEAST + 1)  # about HELD_AT_LEAST steps' log
+
+
+def test_a_small_run_within_the_floor_is_held_whole():
+    """Below FLOOR_BYTES of entries (8 MB) the window holds every step, however little the ledgers hold: 30 steps of
+    the 5-7-3 MLP on 4 ranks (~8,000 entries, ~2 MB) fold nothing."""
+    cluster = Cluster(4)
+    engine, seen, held = run(cluster, steps=30)
+    assert cluster.trace.folded.log == 0 and type(cluster.trace.log) is list and held[-1][0] == len(cluster.trace.log)
+    assert held[-1][0] * _window.ENTRY_BYTES < _window.FLOOR_BYTES
+
+
+@pytest.mark.slow  # 60 steps on 4 ranks: ~1 s
+def test_the_floor_holds_the_largest_whole_run_a_notebook_reads():
+    """Notebook 06 reads its 60-step runs' whole traces (every LossScaleUpdate, GradClip): 10,908 entries (docs/speed.md
+    section 4 quotes it), within the floor, so its default window folds nothing."""
+    from zerosim import get_optimizer, get_precision
+
+    widths = [16, 64, 64, 4]  # notebook 06's MLP, batches and scaler
+    batches = make_regression(np.random.default_rng(0), 4 * 60, 16, widths)
+    policy = get_precision("fp16-mixed").with_(loss_scale="torch", loss_scale_options={"growth_interval": 10})
+    cluster = Cluster(4, trace="call")
+    engine = ZeroEngine(MLP(widths), cluster, 2, get_optimizer("adam", lr=1e-2), policy,
+                        params=MLP(widths).init_params(np.random.default_rng(1)), clip_grad=1.0)
+    for s in range(60):
+        engine.step(batches[s * 4:(s + 1) * 4])
+    assert cluster.trace.folded.log == 0 and len(cluster.trace.log) == 10_908
+    assert 10_908 * _window.ENTRY_BYTES < _window.FLOOR_BYTES

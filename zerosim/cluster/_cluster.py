@@ -22,7 +22,7 @@ from zerosim.cluster._mesh import Groups, Mesh, hop_tier
 from zerosim.cluster._pool import RankPool
 from zerosim.cluster._rank import Rank
 from zerosim.cluster._trace import Trace
-from zerosim.cluster._window import WINDOW
+from zerosim.cluster._window import WINDOW, budget
 
 
 class Cluster:
@@ -45,7 +45,10 @@ class Cluster:
             summary, so a long run's memory stays flat (cluster/_window.py: bytes per collective, tier, step and
             rank stay whole-run; call numbers stay absolute, and `trace.logged` is the absolute log position; the
             lists lose their front: `zerosim train` holds 2 and reads nothing older). None: every step is held.
-            "auto" (default): the last `WINDOW` (1024) steps, far more than any notebook runs, with absolute
+            "auto" (default): the last `WINDOW` (1024) steps, far more than any notebook runs, but no more of them than
+            their events' share of what the ranks hold (cluster/_window.py `budget`: the ledgers' peaks, or 8 MB
+            where that is more, at least `HELD_AT_LEAST` steps: a small model's 1024 steps of events were ~300 times
+            its ledgers' peak), with absolute
             positions once a step folds (`trace.log`, `calls`, `events` and the ledgers' timelines become a
             `Tail`), so a position read as `len(trace.log)` before a step still points at that step's events
             after it.
@@ -110,7 +113,14 @@ class Cluster:
             for i in self.backend.local_ranks
         ]
         by_rank = {r.index: r.ledger for r in self.ranks}
+        if auto:  # the default window holds no more events than a share of what the ranks hold (_window.py)
+            ranks = self.ranks
+            self.trace.budget = lambda: budget(sum(
+                r.ledger._peak_total + sum(t._peak_total for t in r.tiers.values()) for r in ranks))
         self.trace.on_fold = lambda last: [by_rank[r].fold_timeline(seq) for r, seq in last.items() if r in by_rank]
+        if timeline:  # each step's end notes where every ledger's timeline stood, for a fold to let go of it
+            ledgers = list(by_rank.items())
+            self.trace.ledger_seqs = lambda: {r: ledger._seq for r, ledger in ledgers}
 
     def __repr__(self) -> str:
         local = [r.index for r in self.ranks]

@@ -25,7 +25,7 @@ from zerosim.cluster._ledger import LedgerEvent, ledger_event
 from zerosim.cluster._mesh import INTRA, TIERS, Groups, hop_tier
 from zerosim.cluster._events import Compute, ComputeFields, StepBoundary
 from zerosim.cluster._runs import RunCounts
-from zerosim.cluster._window import LogFile, Summary, Tail, fold, write_log
+from zerosim.cluster._window import LogFile, Summary, Tail, fold, fold_to_budget, write_log
 
 GRANULARITIES = ("hop", "call")
 # what the collectives record their calls as (collectives/_ring.py, collectives/chunk_maps/_nccl.py): the names a
@@ -109,6 +109,12 @@ class Trace:
     #                                (_window.py); None: hold everything
     log_to: object = None  # a path: stream the whole log there (each entry's repr, its call's sends below it)
     absolute: bool = False  # once steps fold, `log`, `calls` and `events` keep absolute positions (a Tail: _window.py)
+    # with keep_steps: a function giving the bytes the events held may cost (a Cluster's default window: a share of what
+    # its ranks' ledgers peaked at, _window.py SHARE); older steps fold while they would cost more. None: no such bound
+    budget: object = field(default=None, repr=False)
+    # a function giving {rank: its ledger's last seq} now (a Cluster's ledgers): taken at each step's end, it tells the
+    # ledgers what a fold lets go of without reading the folded entries again (_window.py `fold`)
+    ledger_seqs: object = field(default=None, repr=False)
     _calls: list = field(default_factory=list, repr=False)  # [Call] held: call number folded.calls + i is _calls[i]
     # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., each ledger's allocs and
     # frees as the plain tuples of their fields and an engine's Compute events as their `ComputeFields` until the log
@@ -123,7 +129,8 @@ class Trace:
             raise ValueError(f"keep_steps must be a positive integer (steps whose events the trace holds) or None "
                              f"(every step; a Cluster also takes \"auto\", its default window), got {k!r}")
         self.folded = Summary()  # what the steps before the window sent, added up (_window.py)
-        self._step_ends = []  # [(absolute log position, call number) just after each step held ended]
+        # [(absolute log position, call number, {rank: ledger seq} or None) just after each step held ended]
+        self._step_ends = []
         self._log_file = LogFile(self.log_to) if self.log_to is not None else None
         self._written = 0  # absolute log position up to which the log file has it
         self.on_fold = None  # called with {rank: last ledger seq folded} when steps fold (the Cluster's ledgers)
@@ -238,11 +245,14 @@ class Trace:
         steps before the window (`keep_steps`)."""
         self._log.append(event)
         if type(event) is StepBoundary and event.what == "end" and self.keep_steps is not None:
-            self._step_ends.append((self.logged, self.folded.calls + len(self._calls)))
+            self._step_ends.append((self.logged, self.folded.calls + len(self._calls),
+                                    None if self.ledger_seqs is None else self.ledger_seqs()))
             if len(self._step_ends) > self.keep_steps:
                 upto = self._step_ends[-self.keep_steps - 1]
                 del self._step_ends[: len(self._step_ends) - self.keep_steps]
                 fold(self, *upto)
+            if self.budget is not None:  # a Cluster's default window: no more than a share of what the ranks hold
+                fold_to_budget(self, self.budget())
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",

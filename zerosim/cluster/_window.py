@@ -32,7 +32,25 @@ from dataclasses import dataclass, field
 from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._ledger import LedgerEvent, ledger_event
 
-WINDOW = 1024  # steps a Cluster made without keep_steps holds (the longest run in a notebook is 200 steps)
+WINDOW = 1024  # steps a Cluster made without keep_steps holds at most (the longest run in a notebook is 200 steps)
+# ... and no more of them than their entries' share of what the ranks hold: a small model's step logs as many entries
+# as a large one's (an alloc, a free, a Compute per rank and layer), so 1024 steps of a 10k-parameter MLP on 8 ranks
+# held ~110 MB of events beside 0.38 MB of ledgers (benchmarks/memory.py --hand-built). The window folds its oldest
+# steps while the entries held would cost more than `budget(ledgers)`: SHARE times the ranks' ledger peaks (summed),
+# or FLOOR_BYTES where that is more (what any run may hold: the notebooks read whole runs of small models, the largest
+# 06's 60 steps on 4 ranks, 10,908 entries, ~3 MB), and at least HELD_AT_LEAST steps. ENTRY_BYTES: what one held
+# entry costs, measured: the RSS a 10k MLP on 8 ranks grew per step past its first ÷ the entries it logged (0.10 MB ÷
+# 363; tracemalloc: a ledger event's tuple and its three fresh ints, 208-240 B; a Compute record, 136 B and its ints).
+SHARE = 1
+FLOOR_BYTES = 8 << 20
+HELD_AT_LEAST = 4
+ENTRY_BYTES = 280
+
+
+def budget(ledgers_peak: int) -> int:
+    """The bytes of entries a Cluster's default window may hold, its ranks' ledgers having peaked at `ledgers_peak`
+    (summed over ranks and tiers)."""
+    return max(FLOOR_BYTES, SHARE * ledgers_peak)
 
 
 class Tail(Sequence):
@@ -81,7 +99,8 @@ class Tail(Sequence):
 
     def _gone(self, position: int) -> str:
         return (f"{self.what} position {position} belongs to a step folded out of the trace's window (the last "
-                f"{WINDOW} steps are held, from position {self.start}): its bytes are in the summary; pass "
+                f"steps are held, at most {WINDOW}, in no more events than {SHARE}x what the ranks' ledgers peaked at "
+                f"or {FLOOR_BYTES >> 20} MB, from position {self.start}): its bytes are in the summary; pass "
                 "keep_steps=None to the Cluster to hold every step, or log_to= to stream the log to a file")
 
     def __repr__(self) -> str:
@@ -153,10 +172,25 @@ class LogFile:
                 f.write(line + "\n")
 
 
-def fold(trace, upto_log: int, upto_call: int) -> None:
+def fold_to_budget(trace, budget: int) -> None:
+    """Fold the oldest steps `trace` holds while what it holds would cost more than `budget` bytes (ENTRY_BYTES an
+    entry: its log's and its sends'), at least HELD_AT_LEAST steps kept."""
+    ends, logged, start = trace._step_ends, trace.logged, trace.folded.log
+    per_entry = ENTRY_BYTES * (1 + len(trace._events) / max(len(trace._log), 1))  # a log entry and its share of sends
+    k = 0
+    while len(ends) - k > HELD_AT_LEAST and per_entry * (logged - (ends[k - 1][0] if k else start)) > budget:
+        k += 1
+    if k:
+        upto = ends[k - 1]
+        del ends[:k]
+        fold(trace, *upto)
+
+
+def fold(trace, upto_log: int, upto_call: int, ledger_seqs: dict | None = None) -> None:
     """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
     step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
-    trace writes its log to a file)."""
+    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's last seq} at that point, taken when the step
+    ended (`Trace.ledger_seqs`), else read from the entries folded."""
     summary = trace.folded
     calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
@@ -167,7 +201,7 @@ def fold(trace, upto_log: int, upto_call: int) -> None:
     _fold_closed(trace, calls)
     entries = trace._log[: upto_log - summary.log]  # a ledger's allocs and frees may still be plain tuples
     if trace.on_fold is not None:  # the ledgers' timelines let go of the allocs and frees folded here
-        trace.on_fold(_last_folded(entries))
+        trace.on_fold(_last_folded(entries) if ledger_seqs is None else ledger_seqs)
     if trace._log_file is not None:
         write_log(trace, entries[max(trace._written - summary.log, 0):], gone)
         trace._written = max(trace._written, upto_log)

@@ -96,6 +96,11 @@ class Adam(Optimizer):
     name = "adam"
     state_names = ("m", "v")
 
+    @property
+    def split_freely(self) -> bool:
+        # DeepSpeedCPUAdam's last (n mod 16) elements of each call take its scalar tail's roundings (_cpu_adam.py)
+        return self.formula != "deepspeed-cpu"
+
     def __post_init__(self):
         check_nonneg(self.lr, "lr")
         check_nonneg(self.eps, "eps")

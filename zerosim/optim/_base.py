@@ -142,6 +142,8 @@ class Optimizer:
         elementwise: True when element i's update reads only element i (shardable at every stage).
         allowed_stages: the ZeRO stages this optimizer can run under.
         why_not_sharded: why some stages are refused ("" when every stage is allowed).
+        split_freely: True when an elementwise step's bits do not depend on where a call's region begins and ends
+            either (stepping two regions end to end in one call gives each the bits of its own call).
     """
 
     name: ClassVar[str] = ""
@@ -149,6 +151,10 @@ class Optimizer:
     elementwise: ClassVar[bool] = True
     allowed_stages: ClassVar[tuple] = (0, 1, 2, 3)
     why_not_sharded: ClassVar[str] = ""  # elementwise: each rank can update its own slice alone
+
+    @property
+    def split_freely(self) -> bool:
+        return self.elementwise
 
     def state_bytes_per_param(self, dtype=np.float32) -> int:
         """Optimizer-state bytes per parameter (Adam in fp32: 2 x 4 = 8, seed 001's "4k bytes")."""

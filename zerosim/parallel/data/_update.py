@@ -40,6 +40,9 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
         muon_update(ctx, optimizer, specs, grads32, reduced, t, needs,
                     lambda rank, g, red, waits, step: _update(ctx, optimizer, specs, rank, g, red, t, waits, step,
                                                               first_step))
+    elif _together(ctx, optimizer, grads32):  # small regions: every rank's at once, the events in rank order after
+        for event in _update_together(ctx, optimizer, grads32, t, needs, first_step):
+            ctx.cluster.trace.record(event)
     else:  # each rank's region on the cluster's pool; the OptimizerStep events in rank order after
         ranks = ctx.ranks
         ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs,
@@ -47,6 +50,52 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
                              ranks, lambda i, event: ctx.cluster.trace.record(event))
     for rank in ctx.ranks:
         rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
+
+
+TOGETHER = 1 << 14  # elements of all ranks' regions at most, for `_update_together`
+
+
+def _together(ctx, optimizer, grads32: list) -> bool:
+    """Whether `_update_together` may step every local rank's region at once: an optimizer whose bits are each
+    element's own wherever a call's region begins (`split_freely`: not DeepSpeedCPUAdam's tail), one worker
+    that may stack ranks (`Cluster(N, stack_ranks=False)` keeps the loop it is checked against), no values kept, every
+    rank's fp32 master, state and gradient host arrays of one dtype, rounding to nearest, and few elements in all (the
+    copies in and out then cost less than a step's Python per rank: 10k parameters on 64 ranks)."""
+    if (not optimizer.split_freely or not ctx.cluster.pool.stacks or ctx.cluster.trace.keep_values
+            or ctx.policy.rounding != "nearest" or sum(g.size for g in grads32) > TOGETHER):
+        return False
+    for rank, g in zip(ctx.ranks, grads32):
+        w = None if rank.master is None else rank.master.array
+        if type(w) is not np.ndarray or type(g) is not np.ndarray or w.dtype != np.float32 or g.dtype != w.dtype:
+            return False
+        if any(type(b.array) is not np.ndarray or b.array.dtype != w.dtype for b in rank.optim.values()):
+            return False
+    return len({tuple(rank.optim) for rank in ctx.ranks}) == 1
+
+
+def _update_together(ctx, optimizer, grads32: list, t: int, needs, first_step: int) -> list:
+    """`_update` on every local rank at once, where `_together` allows: the ranks' masters, gradients and state laid
+    end to end, one optimizer step over them (elementwise: each element's bits are its own rank's step's,
+    optim/_base.py), copied back, each rank's 16-bit params rounded from its master as `_round_into` does. Returns the
+    ranks' `OptimizerStep` events, in rank order."""
+    plan, layout, policy, ranks = ctx.plan, ctx.layout, ctx.policy, ctx.ranks
+    masters = [rank.master.array for rank in ranks]
+    states = [{k: b.array for k, b in rank.optim.items()} for rank in ranks]
+    w, g = np.concatenate(masters), np.concatenate(grads32)
+    work = {k: np.concatenate([s[k] for s in states]) for k in states[0]}
+    optimizer.step(w, g, work, t, first_step=first_step)
+    events, a = [], 0
+    for rank, master, state in zip(ranks, masters, states):
+        b = a + master.shape[0]
+        master[...] = w[a:b]
+        for k, array in state.items():
+            array[...] = work[k][a:b]
+        mine = plan.region(layout, rank.index)
+        _round_into(own_params(rank, plan, layout), master, policy, t, None)  # nearest: no draws
+        events.append(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None,
+                                    where=plan.where("optimizer")))
+        a = b
+    return events
 
 
 def _update(ctx, optimizer, specs, rank, g32, reduced, t, needs, step=None, first_step: int = 1) -> OptimizerStep:
