@@ -10,8 +10,9 @@ with quartiles.
 Every child runs with BLAS pinned to one thread (OPENBLAS_NUM_THREADS=1, as every benchmark here): importing NumPy
 starts OpenBLAS's threads, one a core, and waits for them. Unpinned, `import numpy`'s wall time here read 55 ms in
 one run and 107-119 ms in others at load 0.8-1.8, and 60-141 ms at load 5-7 where pinned samples taken in turns read
-52-54 ms (five of six; 2026-11-25, -X importtime): the same zerosim code read 1.45 in one run and 1.89 in another.
-CPU time with BLAS pinned holds still: both contenders load the same NumPy the same way, whatever the load.
+52-54 ms (five of six; 2026-11-25, -X importtime); with wall time as the yardstick, six runs of the same code at load
+5-7 read 1.45 to 3.10. Its CPU time, BLAS pinned, read 1.96-2.12 over six such runs: both contenders load the same
+NumPy the same way, and the load does not enter.
 
 Beside them: the modules each import leaves in sys.modules (old-path stand-ins, zerosim/_compat.py, are not imports
 and are not counted), and the wall time of whole `zerosim --help` and `zerosim <command> --help` processes, start-up
