@@ -184,7 +184,7 @@ def test_the_old_paths_go_on_their_date():
     zerosim/__init__.py, zerosim.reference's __getattr__ and the tests of the old paths above."""
     release = tuple(int(x) for x in zerosim.__version__.split(".")[:2])
     due = tuple(int(x) for x in _compat.REMOVED_IN.split(".")[:2])
-    assert datetime.date.today() <= _compat.REMOVAL and release < due, (
+    assert datetime.date.today() <= datetime.date.fromisoformat(_compat.REMOVAL) and release < due, (
         f"the old import paths were due to go in release {_compat.REMOVED_IN} or on {_compat.REMOVAL}: remove them")
     contributing = (REPO / "docs" / "contributing.md").read_text(encoding="utf-8")
-    assert _compat.REMOVAL.isoformat() in contributing and _compat.REMOVED_IN in contributing
+    assert _compat.REMOVAL in contributing and _compat.REMOVED_IN in contributing

@@ -19,7 +19,6 @@ MOVED is the whole move, old path -> new path: docs/explanation/architecture.md 
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import importlib.machinery
 import sys
@@ -27,7 +26,8 @@ import types
 import warnings
 
 REMOVED_IN = "0.2.0"  # the release without the old paths (zerosim.__version__ is 0.1.0)
-REMOVAL = datetime.date(2027, 2, 25)  # ... or this day, three months after the date was set, if no release came first
+REMOVAL = "2027-02-25"  # ... or this day, three months after the date was set, if no release came first (ISO 8601:
+# a string, so that `import zerosim` loads no datetime; tests/test_layout.py reads it as a date)
 
 MOVED = {
     "zerosim.precision.formats": "zerosim.precision._formats",
@@ -284,7 +284,7 @@ class _Moved(types.ModuleType):
             self.__dict__["_zerosim_warned"] = True
             face = new.split("._")[0]  # the package whose __init__ exports the names
             warnings.warn(f"{self.__name__} moved into {face} (import from there); the old path goes in release "
-                          f"{REMOVED_IN} or on {REMOVAL.isoformat()}", DeprecationWarning, stacklevel=2)
+                          f"{REMOVED_IN} or on {REMOVAL}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(new), name)
 
     def __dir__(self):

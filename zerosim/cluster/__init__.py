@@ -19,52 +19,23 @@
     _window.py   a long run's trace: the last steps' events, a summary of the rest, the whole log to a file
 """
 
-from zerosim.cluster._budget import GB, MAX_UNITS, available_bytes, check_fits, gb
-from zerosim.cluster._closed import busiest_bytes
-from zerosim.cluster._cluster import Cluster
-from zerosim.cluster._events import (
-    Compute,
-    ComputeFields,
-    Fp8ScaleUpdate,
-    GradClip,
-    LossScaleUpdate,
-    OptimizerStep,
-    StepBoundary,
-)
-from zerosim.cluster._ledger import Buffer, LedgerError, LedgerEvent, MemoryLedger
-from zerosim.cluster._mesh import INTER, INTRA, TIERS, Groups, Mesh
-from zerosim.cluster._rank import Rank
-from zerosim.cluster._recording import Recording
-from zerosim.cluster._runs import RunBounds, RunCounts
-from zerosim.cluster._trace import TRANSFERS, Call, Event, Handle, Trace
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = [
-    "MAX_UNITS",
-    "Buffer",
-    "Call",
-    "Cluster",
-    "Compute",
-    "Event",
-    "Fp8ScaleUpdate",
-    "GradClip",
-    "Groups",
-    "Handle",
-    "INTER",
-    "INTRA",
-    "LedgerError",
-    "LedgerEvent",
-    "LossScaleUpdate",
-    "MemoryLedger",
-    "Mesh",
-    "OptimizerStep",
-    "Rank",
-    "Recording",
-    "RunBounds",
-    "RunCounts",
-    "StepBoundary",
-    "TIERS",
-    "TRANSFERS",
-    "Trace",
-    "busiest_bytes",
-    "ComputeFields", "GB", "available_bytes", "check_fits", "gb",
-]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py):
+# `from zerosim.cluster import Cluster` loads the cluster, not the pipeline's recordings beside it
+_NAMES = {
+    "._budget": ("GB", "MAX_UNITS", "available_bytes", "check_fits", "gb"),
+    "._closed": ("busiest_bytes",),
+    "._cluster": ("Cluster",),
+    "._events": ("Compute", "ComputeFields", "Fp8ScaleUpdate", "GradClip", "LossScaleUpdate", "OptimizerStep",
+                 "StepBoundary"),
+    "._ledger": ("Buffer", "LedgerError", "LedgerEvent", "MemoryLedger"),
+    "._mesh": ("INTER", "INTRA", "TIERS", "Groups", "Mesh"),
+    "._rank": ("Rank",),
+    "._recording": ("Recording",),
+    "._runs": ("RunBounds", "RunCounts"),
+    "._trace": ("TRANSFERS", "Call", "Event", "Handle", "Trace"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

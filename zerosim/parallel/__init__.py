@@ -15,8 +15,14 @@ docs/explanation/adding-a-parallelism.md walks a new parallelism through the con
 example.
 """
 
-from zerosim.parallel._contract import Parallelism, Parallelisms
-from zerosim.parallel._dims import FLATTENED, ORDER, ParallelDims
-from zerosim.parallel._spec import DEGREES, FLAGS, ParallelSpec
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["FLAGS", "FLATTENED", "ORDER", "ParallelDims", "ParallelSpec", "Parallelism", "Parallelisms", "DEGREES"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._contract": ("Parallelism", "Parallelisms"),
+    "._dims": ("FLATTENED", "ORDER", "ParallelDims"),
+    "._spec": ("DEGREES", "FLAGS", "ParallelSpec"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

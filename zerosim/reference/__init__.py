@@ -38,7 +38,7 @@ _MOVED = ("replay", "replay_live", "narrate")
 def __getattr__(name):  # PEP 562: the replay's old home, until the old import paths go
     if name in _MOVED:
         warnings.warn(f"zerosim.reference.{name} moved to zerosim.replay.{name}; the old name goes in release "
-                      f"{REMOVED_IN} or on {REMOVAL.isoformat()}", DeprecationWarning, stacklevel=2)
+                      f"{REMOVED_IN} or on {REMOVAL}", DeprecationWarning, stacklevel=2)
         import zerosim.replay
 
         return getattr(zerosim.replay, name)

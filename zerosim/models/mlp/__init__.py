@@ -4,7 +4,10 @@
     _mlp.py       MLP: Linear/activation pairs, half-MSE or softmax cross-entropy on top
 """
 
-from zerosim.models.mlp._mlp import ACTIVATIONS, MLP
-from zerosim.models.mlp._tinynet import TinyNet
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["ACTIVATIONS", "MLP", "TinyNet"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {"._mlp": ("ACTIVATIONS", "MLP"), "._tinynet": ("TinyNet",)}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

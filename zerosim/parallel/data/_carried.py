@@ -27,7 +27,7 @@ import copy
 from contextlib import contextmanager
 from dataclasses import replace
 
-from zerosim.parallel.data.zeropp import LOCO, ledger_rows
+from zerosim.parallel.data import zeropp  # ZeRO++'s LoCo, by its lazy face: loaded when a step first asks
 
 
 @contextmanager
@@ -70,13 +70,13 @@ def _restore(wire, kept: tuple, ranks) -> None:
         wire.loco.buffers, wire.loco.idx = buffers, idx
         _drop_rows(ranks)
         for key in buffers:
-            ledger_rows(ranks, wire.loco, key)
+            zeropp.ledger_rows(ranks, wire.loco, key)
 
 
 def _drop_rows(ranks) -> None:
     """Free LoCo's ledger rows on every rank (the buffers they stood for are gone or replaced)."""
     for rank in ranks:
-        for name in [n for n in rank.ledger.live if n.startswith(LOCO)]:
+        for name in [n for n in rank.ledger.live if n.startswith(zeropp.LOCO)]:
             rank.ledger.free(name)
 
 

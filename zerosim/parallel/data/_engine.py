@@ -37,6 +37,8 @@ from zerosim.models import Pass, schedule
 from zerosim.optim import Optimizer, OptimizerRun, check_stored
 from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
+# the features beside the default step by their lazy faces (zerosim/_lazy.py): each loads when an engine first asks
+from zerosim.parallel.data import muon, recipes, zeropp
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
 from zerosim.parallel.data._carried import carry
@@ -52,10 +54,7 @@ from zerosim.parallel.data._step_checks import all_reduce_norm, all_reduce_overf
 from zerosim.parallel.data._update import average, update
 from zerosim.parallel.data.layouts import layout_for
 from zerosim.parallel.data.multinode import DataMesh, check_recipe, check_sub_mesh, default_recipe
-from zerosim.parallel.data.muon import check_matrix_optimizer
 from zerosim.parallel.data.recipes import GradientRecipe, registration
-from zerosim.parallel.data.recipes import check_engine as check_bf16_optimizer
-from zerosim.parallel.data.zeropp import LOCO, Wire, WireState, check_qgz_engine
 from zerosim.precision import cast, get_precision
 
 
@@ -161,8 +160,8 @@ class ZeroEngine:
         self.groups = self.mesh.groups(cluster.world)  # the world, or the strategy's groups (_groups.py)
         self.dims = self.mesh.dims  # ParallelDims: the degrees those groups come from
         check_recipe(plan, self.recipe)
-        check_bf16_optimizer(self.recipe, optimizer, self.clip_grad)
-        check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards (parallel/data/muon)
+        recipes.check_engine(self.recipe, optimizer, self.clip_grad)
+        muon.check_matrix_optimizer(optimizer, plan, self.recipe)  # Muon's sharding fits these shards
         check_sub_mesh(self.dims, self.recipe, optimizer, clip_grad, wire)  # what runs over the world alone
         check_namespace(cluster.backend.xp, self.precision, self.recipe)  # bf16 on CuPy: the ring, not the models
 
@@ -199,15 +198,15 @@ class ZeroEngine:
         """The frozen record every helper of the step reads (_context.py), `wire` checked first."""
         model, plan = self.model, self.plan
         if wire is not None:
-            if not isinstance(wire, Wire):
+            if not isinstance(wire, zeropp.Wire):
                 raise TypeError(f"wire must be a zerosim.parallel.data.zeropp._wire.Wire, got {wire!r}")
             wire.check(plan, self.layout, getattr(model, "specs", ()))
-            check_qgz_engine(wire, plan, self.recipe, self.precision, self.cluster, getattr(model, "specs", ()))
+            zeropp.check_qgz_engine(wire, plan, self.recipe, self.precision, self.cluster, getattr(model, "specs", ()))
         names = tuple(x.name for x in model.layers)
         return Context(self.cluster, plan, self.layout, self.precision, self.recipe, names, groups=self.groups,
                        bucket_limit=self.comm.reduce_bucket_size, params=tuple(registration(model.specs)),
                        ddp_caps=self.comm.ddp.caps,
-                       wire=None if wire is None else WireState(wire, specs=tuple(getattr(model, "specs", ()))))
+                       wire=None if wire is None else zeropp.WireState(wire, specs=tuple(getattr(model, "specs", ()))))
 
     def _initial_padded(self, params) -> np.ndarray:
         """(Ψ,) the initial weights in the layout's shard order, zero padding: float64, or float32 when they are
@@ -446,7 +445,7 @@ def _free_transients(ranks) -> None:
     for rank in ranks:
         keep = {id(b) for b in rank.model_states()}
         for buf in list(rank.ledger.live.values()):
-            if id(buf) not in keep and not buf.name.startswith(LOCO):  # LoCo's error buffers outlive the step
+            if id(buf) not in keep and not buf.name.startswith(zeropp.LOCO):  # LoCo's error buffers outlive the step
                 buf.free()
 
 

@@ -28,16 +28,16 @@ docs/portable_numbers.md: what moved between machines before, what each choice c
 machine.
 """
 
-from zerosim._lazy import lazy_face
-from zerosim.precision.arithmetic._correctly_rounded import cos, exp, log, power, power_of_int, rounded, sin, tanh
-from zerosim.precision.arithmetic._exact_matmul import exact_matmul, exact_sum_f32
-from zerosim.precision.arithmetic._kernels import (ARITHMETICS, Arithmetic, arithmetic_of, check_arithmetic,
-                                                  clear_kept_operands)
-from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction
+from zerosim._lazy import lazy_face, names_of
 
-# Newton-Schulz's alone: imported the first time it is asked for (zerosim/_lazy.py), not by a first script
-__getattr__, __dir__ = lazy_face(__name__, {"._gram": ("exact_gram",)})
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._correctly_rounded": ("cos", "exp", "log", "power", "power_of_int", "rounded", "sin", "tanh"),
+    "._exact_matmul": ("exact_matmul", "exact_sum_f32"),
+    "._gram": ("exact_gram",),  # Newton-Schulz's alone
+    "._kernels": ("ARITHMETICS", "Arithmetic", "arithmetic_of", "check_arithmetic", "clear_kept_operands"),
+    "._round_once": ("certain_f32", "f32_of_fraction"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
 
-__all__ = ["ARITHMETICS", "Arithmetic", "arithmetic_of", "certain_f32", "check_arithmetic", "clear_kept_operands",
-           "cos", "exact_gram", "exact_matmul", "exact_sum_f32", "exp", "f32_of_fraction", "log", "power",
-           "power_of_int", "rounded", "sin", "tanh"]
+__all__ = sorted(names_of(_NAMES))

@@ -19,15 +19,19 @@ that refuses what CuPy refuses, so the device path is checked without a GPU.
     _subnormals.py      float32 <-> float64 that keep float32's subnormals where the device's float32 work flushes them
 """
 
-from zerosim.precision.cast._arrays import NUMPY, ArrayNamespace, device_namespace, namespace_of, numpy_standin
-from zerosim.precision.cast._cast import cast, to_float64
-from zerosim.precision.cast._counter_random import counter_uniforms
-from zerosim.precision.cast._inputs import ROUNDINGS, has_values
-from zerosim.precision.cast._meta_array import META_NAMESPACE, MetaArray, MetaDataError
-from zerosim.precision.cast._namespace import cast_on
-from zerosim.precision.cast._reference import cast_reference
-from zerosim.precision.cast._subnormals import f32_to_f64, f64_to_f32
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["META_NAMESPACE", "NUMPY", "ROUNDINGS", "ArrayNamespace", "MetaArray", "MetaDataError", "cast", "cast_on",
-           "cast_reference", "counter_uniforms", "device_namespace", "f32_to_f64", "f64_to_f32", "has_values",
-           "namespace_of", "numpy_standin", "to_float64"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._arrays": ("NUMPY", "ArrayNamespace", "device_namespace", "namespace_of", "numpy_standin"),
+    "._cast": ("cast", "to_float64"),
+    "._counter_random": ("counter_uniforms",),
+    "._inputs": ("ROUNDINGS", "has_values"),
+    "._meta_array": ("META_NAMESPACE", "MetaArray", "MetaDataError"),
+    "._namespace": ("cast_on",),
+    "._reference": ("cast_reference",),
+    "._subnormals": ("f32_to_f64", "f64_to_f32"),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))

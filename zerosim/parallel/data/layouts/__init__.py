@@ -6,8 +6,14 @@ chunks as DeepSpeed ZeRO-3 and FSDP2 cut them. The shard arithmetic itself is `z
     _choose.py      layout_for: which layout a recipe shards by; a saved layout read back
 """
 
-from zerosim.parallel.data.layouts._choose import from_description, layout_for
-from zerosim.parallel.data.layouts._flat import FlatLayout
-from zerosim.parallel.data.layouts._partition import ParamLayout
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["FlatLayout", "ParamLayout", "from_description", "layout_for"]
+# each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
+_NAMES = {
+    "._choose": ("from_description", "layout_for"),
+    "._flat": ("FlatLayout",),
+    "._partition": ("ParamLayout",),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+
+__all__ = sorted(names_of(_NAMES))
