@@ -7,6 +7,7 @@ The reference is test_exact_matmul's: Python's Fraction sums the K products exac
 """
 
 import math
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -137,6 +138,32 @@ def test_batched_products_settle_their_few_unsure_elements_too():
     for i in range(2):
         for h in range(3):
             assert np.array_equal(bits(got[i, h]), bits(want[i][h]))
+
+
+def test_a_batch_of_products_one_by_one_settles_each_ones_unsure_elements_as_that_product_alone(monkeypatch):
+    # (3, 40, K) @ (3, K, 40), each product its own (the ranks' dW: `_shortcut_each`): product 1 holds the hard row
+    # of the test above against a column of ones (79 unsure elements, one summed exactly), product 2 a row and a
+    # column that leave elements unsure which their own sums of magnitudes settle, product 0 none; each against the
+    # exact rational sums, and the hard element summed exactly in product 1 only
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
+    a[1, 3, :3], a[1, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
+    b[1, :3, 5] = 1.0
+    a[2, 7], b[2, :2] = 0, 0
+    a[2, 7, :2], b[2, :2, 9] = [2.0**40, 1.0], [1.0, 2.0**40]
+    want = [reference(a[p], b[p]) for p in range(3)]
+    a, b = padded(a, b)
+    repaired, repair = [], _exact_matmul._repair
+    monkeypatch.setattr(_exact_matmul, "_repair", lambda out, where, *rest: repaired.append(
+        list(zip(*where))) or repair(out, where, *rest))
+    each = mock.Mock(wraps=_exact_matmul._shortcut_each)
+    monkeypatch.setattr(_exact_matmul, "_shortcut_each", each)
+    got = exact_matmul(a, b)
+    assert each.call_count == 1 and got.shape == (3, 40, 40)
+    assert got[1, 3, 5] == np.float32(2.0**60 + 2.0**37) and got[2, 7, 9] == np.float32(2.0**41)
+    assert repaired == [[(3, 5)]]  # product 1's element, at its own (i, j)
+    for p in range(3):
+        assert np.array_equal(bits(got[p]), bits(want[p]))
 
 
 def test_a_training_step_in_bf16_proves_every_product_from_bits_or_sends_a_small_one_the_long_way(monkeypatch):

@@ -36,8 +36,11 @@ thousand elements its second GEMM costs less than facts by rows and columns), wh
 settle most suspects before any per-row pass (`_exact_by_whole_quanta`). A larger one: a bound by rows and columns
 (Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16,
 found among the candidate rows and columns by a mask or a sorted search, `_unsure_sorted`) are settled one by one
-(`_settle`), past that the whole product goes the long way. fp32 products skip the bound by rows and columns: 48
-significant bits leave it no room. A large operand's float64 copy and facts are kept across products
+(`_settle`), past that the whole product goes the long way; K·max|a_ik| in place of Σ|a_ik| first, from the facts
+alone (`_rows_hold`: most of a ZeRO step's dW pass it, and skip a pass over a). A batch of products, one each (the
+ranks' dW), is proved from facts read once for all and rounded product by product (`_shortcut_each`), each
+element as its product alone would be. fp32 products skip the bound by rows and columns: 48 significant bits leave
+it no room. A large operand's float64 copy and facts are kept across products
 (_operand_cache.py: the ranks of a ZeRO step multiply by the same gathered weights). The same bits on every path
 (tests/test_exact_matmul_bound.py, tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
@@ -229,19 +232,23 @@ def _narrow_product(a, b, once: bool = False):
     if facts_a is None or facts_b is None:
         return None
     a64, b64 = left.wide, right.wide
-    c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded (_shortcut)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
+        if a64.ndim == 3 and b64.ndim == 3 and a64.shape[0] == b64.shape[0]:  # n products, one each (ranks' dW)
+            return _shortcut_each(a64, facts_a, b64, facts_b)
+        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded
         return _shortcut(c, a64, facts_a, b64, facts_b, NUMPY)
 
 
 def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
     16 are unsure (the long way is cheaper then). facts: (max|x| or None, q) by rows of a and by columns of b."""
-    sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
-    rows = sums / facts_a[1]  # (..., M)
     columns = facts_b[0] / facts_b[1]  # (..., N) max_k |b_kj| / q_j
-    limit = c.size // 16
-    where = (_unsure_sorted if rows.ndim == 1 else _unsure)(rows, columns, limit)  # the same (a test says so)
+    if _rows_hold(a64.shape[-1], facts_a, columns):  # every element sure from the facts alone: no pass over a64
+        sums, where = None, None
+    else:
+        sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
+        rows = sums / facts_a[1]  # (..., M)
+        where = _unsure_by_batch(rows, columns, c.size // 16)  # the same elements as `_unsure` (a test says so)
     if where is MANY:
         return None
     count = 0 if where is None else len(where[0])
@@ -260,7 +267,47 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     return out
 
 
-def _rounded_plus_zero(c, q_rows, q_columns):
+def _shortcut_each(a64, facts_a, b64, facts_b):
+    """`_shortcut` of n products a64 (n, M, K) @ b64 (n, K, N), one by one (a ZeRO step's dW: each rank's own, the
+    ranks' micro-batches stacked, models/_stacked.py), their unsure elements found for all n at once from facts read
+    for all n at once: each product's float64 GEMM is rounded into its block of the answer and its unsure elements
+    settled while its c is at hand. The n products' c whole would be fresh pages every step (32 MB at 919k parameters
+    on 8 ranks: 8,000 page faults, more than the facts save); one product's c is what a product alone allocates.
+    Each element settled as `_shortcut` settles it for product p alone: the same bits. None past one in 16 unsure."""
+    n, m, k = a64.shape
+    columns = facts_b[0] / facts_b[1]  # (n, N) max_k |b_kj| / q_j
+    if _rows_hold(k, facts_a, columns):  # every product's every element sure from the facts alone
+        sums, where = None, None
+    else:
+        sums = np.abs(a64).sum(axis=-1)  # (n, M) Σ_k |a_ik|
+        where = _unsure_by_batch(sums / facts_a[1], columns, n * m * b64.shape[-1] // 16)  # (p, i, j) or None
+    if where is MANY:
+        return None
+    out = np.empty((n, m, b64.shape[-1]), np.float32)
+    for p in range(n):
+        c = a64[p] @ b64[p]  # (M, N) float64
+        _rounded_plus_zero(c, facts_a[1][p], facts_b[1][p], out=out[p])
+        mine = None if where is None else np.flatnonzero(where[0] == p)
+        if mine is not None and len(mine):
+            i, j = where[1][mine], where[2][mine]  # (count,) product p's unsure elements
+            size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` makes them
+            _settle(out[p], c, (i, j), size, q, a64[p], b64[p], NUMPY)  # on the host: into out[p] itself
+    return out
+
+
+def _rows_hold(k: int, facts_a, columns) -> bool:
+    """True where `_unsure` would find no unsure element, shown without Σ_k |a_ik|: K·max_k |a_ik| bounds it (each
+    partial float64 sum of K terms at most max_k |a_ik| is at most K times it, K·max exact), so the largest row's
+    K·max|a_i| / q_i times the largest of `columns` below 2**52 is `_unsure`'s first test passed with room to spare.
+    A ZeRO step's dW products (K: the rows of one micro-batch) mostly pass it (benchmarks/products.py). False where
+    a's largest magnitudes are not known (fp32 operands: `_float_extents` of b only) or the test fails: nothing
+    follows, the sums decide."""
+    if facts_a[0] is None or not columns.size or not facts_a[1].size:
+        return False
+    return float((facts_a[0] / facts_a[1]).max()) * k * float(columns.max()) < 2.0**52
+
+
+def _rounded_plus_zero(c, q_rows, q_columns, out=None):
     """c (..., M, N) float64, each element an exact sum, rounded to float32 with an exact zero as +0 (a BLAS that
     starts a sum from its first product may give -0 for products of -0 only) and a tiny negative sum's -0 kept.
     q_rows (..., M), q_columns (..., N): every product of element (i, j), so its sum, is a whole multiple of
@@ -269,11 +316,20 @@ def _rounded_plus_zero(c, q_rows, q_columns):
     cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
     slower than the two (72 products of benchmarks/yardstick.py's 919k step: 1-2 ms; speed.md section 1, item 9)."""
     if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
-        out = c.astype(np.float32)
+        out = _narrowed(c, out)
         out += np.float32(0.0)
         return out
     c += 0.0
-    return c.astype(np.float32)
+    return _narrowed(c, out)
+
+
+def _narrowed(c, out=None):
+    """float64 c rounded to float32 (NumPy's cast: to nearest even, inf past float32's range), into `out` if given
+    (the same cast loop, no new array)."""
+    if out is None:
+        return c.astype(np.float32)
+    np.copyto(out, c, casting="same_kind")
+    return out
 
 
 def _float_extents(x64, precision: int, axis: int) -> tuple:
@@ -330,6 +386,34 @@ def _unsure_sorted(rows, columns, limit=None):
         found = _tails(columns[c], rows[r], limit)  # sort the rows, search for each column
         found = found if found is None or found is MANY else (found[1], found[0])
     return found if found is None or found is MANY else (r[found[0]], c[found[1]])
+
+
+def _unsure_by_batch(rows, columns, limit=None):
+    """`_unsure` for any product, batched or not, by `_unsure_sorted`: one product's rows (M,) and columns (N,) as
+    they are; a batched product's (..., M) and (..., N) product by product, only those whose largest row and column
+    fail the bound searched (a ZeRO step's dW: each rank's own product, the ranks' batch; the mask would cost three
+    passes over n·M·N where a rank or two hold a few unsure elements). The same elements, in another order; `MANY`
+    past `limit` over the whole batch."""
+    if rows.ndim == 1 and columns.ndim == 1:
+        return _unsure_sorted(rows, columns, limit)
+    batch = np.broadcast_shapes(rows.shape[:-1], columns.shape[:-1])
+    rows = np.broadcast_to(rows, batch + rows.shape[-1:]).reshape(-1, rows.shape[-1])  # (products, M)
+    columns = np.broadcast_to(columns, batch + columns.shape[-1:]).reshape(-1, columns.shape[-1])  # (products, N)
+    if not (rows.size and columns.size):
+        return None
+    doubt = np.flatnonzero(~(rows.max(axis=-1) * columns.max(axis=-1) < 2.0**52))  # products to search (NaN: too)
+    found, total = [], 0
+    for p in doubt.tolist():
+        where = _unsure_sorted(rows[p], columns[p], None if limit is None else limit - total)
+        if where is MANY:
+            return MANY
+        if where is not None:
+            total += len(where[0])
+            found.append((np.full(len(where[0]), p), *where))
+    if not found:
+        return None
+    p, i, j = (np.concatenate(x) for x in zip(*found))
+    return (*np.unravel_index(p, batch), i, j)
 
 
 def _tails(long, short, limit=None):
