@@ -140,11 +140,15 @@ def test_batched_products_settle_their_few_unsure_elements_too():
             assert np.array_equal(bits(got[i, h]), bits(want[i][h]))
 
 
-def test_a_batch_of_products_one_by_one_settles_each_ones_unsure_elements_as_that_product_alone(monkeypatch):
+@pytest.mark.parametrize("at_once", [None, 40 * 5], ids=["whole", "blocks of 5 rows"])
+def test_a_batch_of_products_one_by_one_settles_each_ones_unsure_elements_as_that_product_alone(monkeypatch, at_once):
     # (3, 40, K) @ (3, K, 40), each product its own (the ranks' dW: `_shortcut_each`): product 1 holds the hard row
     # of the test above against a column of ones (79 unsure elements, one summed exactly), product 2 a row and a
     # column that leave elements unsure which their own sums of magnitudes settle, product 0 none; each against the
-    # exact rational sums, and the hard element summed exactly in product 1 only
+    # exact rational sums, and the hard element summed exactly in product 1 only; c made and rounded whole, or five
+    # rows at a time (the hard rows 3 and 7 in the first and second block)
+    if at_once:
+        monkeypatch.setattr(_exact_matmul, "_ROUNDED_AT_ONCE", at_once)
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
     a[1, 3, :3], a[1, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
@@ -161,7 +165,7 @@ def test_a_batch_of_products_one_by_one_settles_each_ones_unsure_elements_as_tha
     got = exact_matmul(a, b)
     assert each.call_count == 1 and got.shape == (3, 40, 40)
     assert got[1, 3, 5] == np.float32(2.0**60 + 2.0**37) and got[2, 7, 9] == np.float32(2.0**41)
-    assert repaired == [[(3, 5)]]  # product 1's element, at its own (i, j)
+    assert repaired == [[(3, 5)]]  # product 1's element, at its own (i, j) (its block's first five rows)
     for p in range(3):
         assert np.array_equal(bits(got[p]), bits(want[p]))
 

@@ -82,6 +82,10 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+# float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
+# Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
+# 10.7 ms against 8.2 in blocks, 6.3 for the GEMMs alone (random bf16 of its shapes, in turns, loaded 2-core EPYC)
+_ROUNDED_AT_ONCE = 1 << 18
 
 
 def exact_matmul(a, b):
@@ -271,9 +275,10 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     """`_shortcut` of n products a64 (n, M, K) @ b64 (n, K, N), one by one (a ZeRO step's dW: each rank's own, the
     ranks' micro-batches stacked, models/_stacked.py), their unsure elements found for all n at once from facts read
     for all n at once: each product's float64 GEMM is rounded into its block of the answer and its unsure elements
-    settled while its c is at hand. The n products' c whole would be fresh pages every step (32 MB at 919k parameters
-    on 8 ranks: 8,000 page faults, more than the facts save); one product's c is what a product alone allocates.
-    Each element settled as `_shortcut` settles it for product p alone: the same bits. None past one in 16 unsure."""
+    settled while its c is at hand: `_ROUNDED_AT_ONCE` elements of c at a time, in one buffer, rounded while still in
+    cache (the n products' c whole, 32 MB at 919k parameters on 8 ranks, would be rounded from
+    memory). Each element settled as `_shortcut` settles it for product p alone: the same bits (which way rounds an
+    exact zero to +0 is decided per block: both give an exact sum's rounding). None past one in 16 unsure."""
     n, m, k = a64.shape
     columns = facts_b[0] / facts_b[1]  # (n, N) max_k |b_kj| / q_j
     if _rows_hold(k, facts_a, columns):  # every product's every element sure from the facts alone
@@ -283,15 +288,23 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
         where = _unsure_by_batch(sums / facts_a[1], columns, n * m * b64.shape[-1] // 16)  # (p, i, j) or None
     if where is MANY:
         return None
-    out = np.empty((n, m, b64.shape[-1]), np.float32)
+    width = b64.shape[-1]
+    out = np.empty((n, m, width), np.float32)
+    step = max(1, min(m, _ROUNDED_AT_ONCE // max(1, width)))  # rows of c made and rounded at a time
+    block = np.empty((step, width))  # c's rows, reused block by block (the allocator's own memory from call to call)
     for p in range(n):
-        c = a64[p] @ b64[p]  # (M, N) float64
-        _rounded_plus_zero(c, facts_a[1][p], facts_b[1][p], out=out[p])
         mine = None if where is None else np.flatnonzero(where[0] == p)
-        if mine is not None and len(mine):
-            i, j = where[1][mine], where[2][mine]  # (count,) product p's unsure elements
-            size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` makes them
-            _settle(out[p], c, (i, j), size, q, a64[p], b64[p], NUMPY)  # on the host: into out[p] itself
+        for start in range(0, m, step):
+            stop = min(m, start + step)
+            c = np.matmul(a64[p, start:stop], b64[p], out=block[:stop - start])  # (rows, N) float64
+            _rounded_plus_zero(c, facts_a[1][p, start:stop], facts_b[1][p], out=out[p, start:stop])
+            if mine is None or not len(mine):
+                continue
+            here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
+            if len(here):
+                i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
+                size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
+                _settle(out[p, start:stop], c, (i - start, j), size, q, a64[p, start:stop], b64[p], NUMPY)  # in place
     return out
 
 
