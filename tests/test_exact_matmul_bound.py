@@ -112,6 +112,22 @@ def test_a_large_product_gives_plus_zero_for_exact_zeros_and_minus_zero_for_tiny
     assert np.all(got == 0) and np.all(np.signbit(got[0])) and not np.any(np.signbit(got[1:]))
 
 
+def test_a_proved_product_past_float32s_range_is_inf_never_nan_and_is_not_searched_for_nan(monkeypatch):
+    # bf16's largest value 8 times over (8 x 3.39e38) sums past float32's largest: +inf, and -inf against a column
+    # of -1, as the exact sums round; the bound by rows and columns proves it (finite operands), so no element can be
+    # NaN and the output is not searched for one (_nan.py's pass, kept for the long way's NaN and inf operands)
+    big = float(ml_dtypes.finfo(BF16).max)
+    a, b = np.ones((40, 8), BF16), np.ones((8, 40), BF16)
+    a[0], b[:, 1] = big, -1.0
+    want = reference(a, b)
+    a, b = padded(a, b)
+    assert paths(a, b) == "certified"
+    monkeypatch.setattr(_exact_matmul, "canonical_nans", mock.Mock(side_effect=AssertionError("searched")))
+    got = exact_matmul(a, b)
+    assert got[0, 0] == np.inf and got[0, 1] == -np.inf and not np.isnan(got).any()
+    assert np.array_equal(bits(got), bits(want))
+
+
 def test_rounding_makes_exact_zeros_plus_zero_on_either_side_of_the_smallest_subnormal_quanta():
     # _rounded_plus_zero: where every q_i·q_j reaches 2**-149 no nonzero sum rounds to zero, so +0 is added after the
     # float32 rounding; below, before it, in float64, so that a tiny negative sum still rounds to -0. A BLAS that

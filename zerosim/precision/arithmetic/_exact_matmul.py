@@ -97,9 +97,8 @@ def exact_matmul(a, b):
     float64 product. Where every rank multiplies by the same b, one stacked product serves them all
     (_rank_products.py: the same bits).
     """
-    out = rank_products.take(a, b, _exact_once)
-    out = _exact_alone(a, b) if out is None else out
-    return canonical_nans(out, namespace_of(out)) if has_values(out) else out  # NaN in, one NaN out (_nan.py)
+    out = rank_products.take(a, b, _exact_once)  # a block of a stacked product finite everywhere, or None
+    return _exact_alone(a, b) if out is None else out
 
 
 def _exact_once(a, b):
@@ -110,16 +109,26 @@ def _exact_once(a, b):
 
 
 def _exact_alone(a, b, once: bool = False):
-    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`)."""
-    tried = narrow_host(a) and narrow_host(b)  # plain host arrays of 16- or 8-bit formats, what models multiply
-    if tried:
+    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`). NaN
+    in, one NaN out (_nan.py), but for what `_narrow_product` answers: it reads facts only where every value is
+    finite, and a finite GEMM's sums hold no NaN (a look for one is a pass over the output: 1 ms of a 919k step on 8
+    ranks, whose dW are 29 MB)."""
+    if narrow_host(a) and narrow_host(b):  # plain host arrays of 16- or 8-bit formats, what models multiply
         out = _narrow_product(a, b, once)
         if out is not None:
             return out
-    elif a.dtype == np.float64 or b.dtype == np.float64:
-        return a @ b
-    elif not (has_values(a) and has_values(b)):
-        return a.astype(np.float32) @ b.astype(np.float32)
+    out = _exact_long(a, b)
+    return canonical_nans(out, namespace_of(out)) if has_values(out) else out
+
+
+def _exact_long(a, b):
+    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come)."""
+    tried = narrow_host(a) and narrow_host(b)  # `_narrow_product` ran the bound by rows, or found NaN or inf
+    if not tried:
+        if a.dtype == np.float64 or b.dtype == np.float64:
+            return a @ b
+        if not (has_values(a) and has_values(b)):
+            return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
     a64, b64 = _widen_both(a, b, ns)
     k = a64.shape[-1]
