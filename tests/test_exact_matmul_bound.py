@@ -7,6 +7,7 @@ The reference is test_exact_matmul's: Python's Fraction sums the K products exac
 """
 
 import math
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -111,6 +112,22 @@ def test_a_large_product_gives_plus_zero_for_exact_zeros_and_minus_zero_for_tiny
     assert np.all(got == 0) and np.all(np.signbit(got[0])) and not np.any(np.signbit(got[1:]))
 
 
+def test_a_proved_product_past_float32s_range_is_inf_never_nan_and_is_not_searched_for_nan(monkeypatch):
+    # bf16's largest value 8 times over (8 x 3.39e38) sums past float32's largest: +inf, and -inf against a column
+    # of -1, as the exact sums round; the bound by rows and columns proves it (finite operands), so no element can be
+    # NaN and the output is not searched for one (_nan.py's pass, kept for the long way's NaN and inf operands)
+    big = float(ml_dtypes.finfo(BF16).max)
+    a, b = np.ones((40, 8), BF16), np.ones((8, 40), BF16)
+    a[0], b[:, 1] = big, -1.0
+    want = reference(a, b)
+    a, b = padded(a, b)
+    assert paths(a, b) == "certified"
+    monkeypatch.setattr(_exact_matmul, "canonical_nans", mock.Mock(side_effect=AssertionError("searched")))
+    got = exact_matmul(a, b)
+    assert got[0, 0] == np.inf and got[0, 1] == -np.inf and not np.isnan(got).any()
+    assert np.array_equal(bits(got), bits(want))
+
+
 def test_rounding_makes_exact_zeros_plus_zero_on_either_side_of_the_smallest_subnormal_quanta():
     # _rounded_plus_zero: where every q_i·q_j reaches 2**-149 no nonzero sum rounds to zero, so +0 is added after the
     # float32 rounding; below, before it, in float64, so that a tiny negative sum still rounds to -0. A BLAS that
@@ -137,6 +154,36 @@ def test_batched_products_settle_their_few_unsure_elements_too():
     for i in range(2):
         for h in range(3):
             assert np.array_equal(bits(got[i, h]), bits(want[i][h]))
+
+
+@pytest.mark.parametrize("at_once", [None, 40 * 5], ids=["whole", "blocks of 5 rows"])
+def test_a_batch_of_products_one_by_one_settles_each_ones_unsure_elements_as_that_product_alone(monkeypatch, at_once):
+    # (3, 40, K) @ (3, K, 40), each product its own (the ranks' dW: `_shortcut_each`): product 1 holds the hard row
+    # of the test above against a column of ones (79 unsure elements, one summed exactly), product 2 a row and a
+    # column that leave elements unsure which their own sums of magnitudes settle, product 0 none; each against the
+    # exact rational sums, and the hard element summed exactly in product 1 only; c made and rounded whole, or five
+    # rows at a time (the hard rows 3 and 7 in the first and second block)
+    if at_once:
+        monkeypatch.setattr(_exact_matmul, "_ROUNDED_AT_ONCE", at_once)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 40, 8)).astype(BF16), rng.standard_normal((3, 8, 40)).astype(BF16)
+    a[1, 3, :3], a[1, 3, 3:] = [2.0**60, 2.0**36, 1.0], 0
+    b[1, :3, 5] = 1.0
+    a[2, 7], b[2, :2] = 0, 0
+    a[2, 7, :2], b[2, :2, 9] = [2.0**40, 1.0], [1.0, 2.0**40]
+    want = [reference(a[p], b[p]) for p in range(3)]
+    a, b = padded(a, b)
+    repaired, repair = [], _exact_matmul._repair
+    monkeypatch.setattr(_exact_matmul, "_repair", lambda out, where, *rest: repaired.append(
+        list(zip(*where))) or repair(out, where, *rest))
+    each = mock.Mock(wraps=_exact_matmul._shortcut_each)
+    monkeypatch.setattr(_exact_matmul, "_shortcut_each", each)
+    got = exact_matmul(a, b)
+    assert each.call_count == 1 and got.shape == (3, 40, 40)
+    assert got[1, 3, 5] == np.float32(2.0**60 + 2.0**37) and got[2, 7, 9] == np.float32(2.0**41)
+    assert repaired == [[(3, 5)]]  # product 1's element, at its own (i, j) (its block's first five rows)
+    for p in range(3):
+        assert np.array_equal(bits(got[p]), bits(want[p]))
 
 
 def test_a_training_step_in_bf16_proves_every_product_from_bits_or_sends_a_small_one_the_long_way(monkeypatch):

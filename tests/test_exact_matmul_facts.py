@@ -144,6 +144,43 @@ def test_the_sorted_search_finds_the_same_unsure_elements_as_the_mask(m, n, seed
         assert len(clever[0]) == len(as_set(clever))  # no element twice
 
 
+@given(batch=st.sampled_from([(3,), (2, 2)]), m=st.integers(1, 20), n=st.integers(1, 20),
+       seed=st.integers(0, 2**32 - 1), top=st.integers(20, 60), limit=st.one_of(st.none(), st.integers(0, 200)),
+       broadcast=st.booleans())
+def test_the_search_product_by_product_finds_the_same_unsure_elements_as_the_mask(batch, m, n, seed, top, limit,
+                                                                                  broadcast):
+    # a batch of products' rows (..., M) and columns (..., N) (`_unsure_by_batch`: each product whose largest pair
+    # fails searched alone) against `_unsure`'s one mask over the whole batch: the same elements, MANY past the same
+    # limit over the whole batch; `broadcast`: the columns one set for every product, as NumPy's matmul broadcasts
+    rng = np.random.default_rng(seed)
+    rows = 2.0 ** rng.uniform(0, top, batch + (m,))
+    columns = 2.0 ** rng.uniform(0, top, (n,) if broadcast else batch + (n,))
+    rows[rng.random(rows.shape) < 0.1], columns[rng.random(columns.shape) < 0.1] = 0.0, 0.0
+    naive, clever = _exact_matmul._unsure(rows, columns, limit), _exact_matmul._unsure_by_batch(rows, columns, limit)
+    every = _exact_matmul._unsure(rows, columns)
+    as_set = (lambda where: set() if where is None else set(zip(*(x.tolist() for x in where))))
+    if limit is not None and len(as_set(every)) > limit:
+        assert naive is clever is _exact_matmul.MANY
+        return
+    assert as_set(clever) == as_set(naive) == as_set(every)
+    if clever is not None:
+        assert len(clever) == len(batch) + 2 and len(clever[0]) == len(as_set(clever))  # (..., i, j), none twice
+
+
+@given(m=st.integers(1, 20), n=st.integers(1, 20), k=st.integers(1, 1100), seed=st.integers(0, 2**32 - 1),
+       top=st.integers(10, 40))
+def test_the_bound_from_the_largest_magnitudes_passes_only_where_the_sums_find_nothing_unsure(m, n, k, seed, top):
+    # `_rows_hold`: K·max_k|a_ik| in place of Σ_k|a_ik|. Where it passes, `_unsure` over the sums (every a_ik of the
+    # row at its largest: the sums' worst case, K·max itself) finds no element; rows of a random spread of
+    # magnitudes, some near the line, so that it both passes and fails
+    rng = np.random.default_rng(seed)
+    largest, q = 2.0 ** rng.integers(0, top, m), 2.0 ** -rng.integers(0, 8, m)  # (M,) max|a_i| and q_i
+    columns = 2.0 ** rng.uniform(0, 52 - top, n)  # (N,) max|b_j| / q_j
+    if _exact_matmul._rows_hold(k, (largest, q), columns):
+        assert _exact_matmul._unsure(k * largest / q, columns) is None
+    assert not _exact_matmul._rows_hold(k, (None, q), columns)  # a's largest magnitudes unknown (fp32): no claim
+
+
 def _searched(rows, columns, limit=None):
     """`_unsure_sorted` with its candidates always sorted and searched, never masked whole."""
     with mock.patch.object(_exact_matmul, "_BLOCK", 0):

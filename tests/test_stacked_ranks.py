@@ -216,13 +216,16 @@ def test_each_ranks_rows_of_a_stacked_batch_have_the_bits_of_its_own_call(case):
             assert same(out[part], out_r) and same(back[part], layer.backward({}, x[part], cache_r, f)[0])
 
 
-@pytest.mark.parametrize("rows, d_in, d_out, batched", [(8, 32, 96, True), (32, 256, 300, False)])
-def test_each_ranks_dw_has_its_own_bits_batched_or_rank_by_rank(rows, d_in, d_out, batched):
-    # below 2**14 elements of a rank's dy and x the ranks' dW are one batched product, above it each rank's own: both
-    # against each rank's own `linear_backward`, on bf16 values spread over 2**-6 .. 2**6 so the proofs' bounds work
-    rng, n, f = np.random.default_rng(11), 3, get_precision("bf16-mixed").compute_format
+@pytest.mark.parametrize("rows, d_in, d_out, precision, batched", [
+    (8, 32, 96, "bf16-mixed", True), (32, 256, 300, "bf16-mixed", True), (8, 32, 96, "fp32", True),
+    (32, 256, 300, "fp32", False)])
+def test_each_ranks_dw_has_its_own_bits_batched_or_rank_by_rank(rows, d_in, d_out, precision, batched):
+    # 16- and 8-bit dW, and below 2**14 elements of a rank's dy and x fp32 too, are one batched product over the
+    # ranks, larger fp32 ones each rank's own: all against each rank's own `linear_backward`, on values spread over
+    # 2**-6 .. 2**6 (bf16: so the proofs' bounds work)
+    rng, n, f = np.random.default_rng(11), 3, get_precision(precision).compute_format
     def spread(shape):
-        return (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 7, shape)).astype(ml_dtypes.bfloat16)
+        return (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 7, shape)).astype(f.dtype)
 
     x, dy, w = spread((n * rows, d_in)), spread((n * rows, d_out)), spread((d_out, d_in))
     dx, dw, db = _basic.linear_backward_ranks(dy, (x,), w, f, n)

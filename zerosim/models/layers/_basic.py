@@ -92,16 +92,16 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     x (n·B, D_in), rank r's rows at [r·B, (r+1)·B); returns (dx (n·B, D_in), dw, db (n, D_out)), dw[r] rank r's
     (D_out, D_in).
 
-    dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: small
-    products as one batched product over the ranks' blocks (an (n, D_out, D_in) array), large ones rank by rank (a
-    list), and each rank's column sums of its own (B, D_out) block in row order, as `linear_backward`'s `sum(axis=0)`
-    adds them (tests/test_stacked_ranks.py: the same bits, rank by rank)."""
+    dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: 16-
+    and 8-bit products and small fp32 ones as one batched product over the ranks' blocks (an (n, D_out, D_in) array),
+    large fp32 ones rank by rank (a list), and each rank's column sums of its own (B, D_out) block in row order, as
+    `linear_backward`'s `sum(axis=0)` adds them (tests/test_stacked_ranks.py: the same bits, rank by rank)."""
     f = get_format(fmt)
     acc, ops = acc_dtype(f), arithmetic_of(f)
     (x,) = cache
     dy_r, x_r = dy.reshape(n, -1, dy.shape[-1]), x.reshape(n, -1, x.shape[-1])  # (n, B, D_out), (n, B, D_in)
     dx = rounded(ops.matmul(dy, w), f)  # (n·B, D_in)
-    if dy_r[0].size + x_r[0].size < _BATCHED_BELOW:
+    if dy_r[0].size + x_r[0].size < _BATCHED_BELOW or f.bits < 32:
         dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r), f)  # (n, D_out, D_in)
     else:
         dw = [rounded(ops.matmul(dy_r[r].T, x_r[r]), f) for r in range(n)]  # n × (D_out, D_in)
@@ -109,10 +109,11 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     return dx, dw, db
 
 
-# elements of one rank's dy and x below which the ranks' dW are one batched product: where the portable kernel proves a
+# elements of one rank's dy and x below which fp32 dW are one batched product: where the portable kernel proves a
 # product by one bound over whole operands (_exact_matmul.py `_WHOLE_FIRST`), for the whole stack at once. Above it
-# each rank's own product: a batched one would prove every element by a mask, leave BLAS for the transposed dy, and
-# make an (n, D_out, D_in) array of fresh pages every step (919k parameters on 8 ranks: 3,300 page faults a step)
+# each rank's own fp32 product (its norm bound is per product). 16- and 8-bit dW are batched at any size: the
+# portable kernel reads every rank's facts in one pass and proves and rounds each rank's product in turn
+# (_exact_matmul.py `_shortcut_each`; 919k parameters on 8 ranks: benchmarks/portable_step.py)
 _BATCHED_BELOW = 1 << 14
 
 

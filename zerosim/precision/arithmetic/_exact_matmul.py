@@ -36,8 +36,11 @@ thousand elements its second GEMM costs less than facts by rows and columns), wh
 settle most suspects before any per-row pass (`_exact_by_whole_quanta`). A larger one: a bound by rows and columns
 (Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16,
 found among the candidate rows and columns by a mask or a sorted search, `_unsure_sorted`) are settled one by one
-(`_settle`), past that the whole product goes the long way. fp32 products skip the bound by rows and columns: 48
-significant bits leave it no room. A large operand's float64 copy and facts are kept across products
+(`_settle`), past that the whole product goes the long way; K·max|a_ik| in place of Σ|a_ik| first, from the facts
+alone (`_rows_hold`: most of a ZeRO step's dW pass it, and skip a pass over a). A batch of products, one each (the
+ranks' dW), is proved from facts read once for all and rounded product by product (`_shortcut_each`), each
+element as its product alone would be. fp32 products skip the bound by rows and columns: 48 significant bits leave
+it no room. A large operand's float64 copy and facts are kept across products
 (_operand_cache.py: the ranks of a ZeRO step multiply by the same gathered weights). The same bits on every path
 (tests/test_exact_matmul_bound.py, tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
@@ -79,6 +82,10 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+# float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
+# Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
+# 10.7 ms against 8.2 in blocks, 6.3 for the GEMMs alone (random bf16 of its shapes, in turns, loaded 2-core EPYC)
+_ROUNDED_AT_ONCE = 1 << 18
 
 
 def exact_matmul(a, b):
@@ -90,9 +97,8 @@ def exact_matmul(a, b):
     float64 product. Where every rank multiplies by the same b, one stacked product serves them all
     (_rank_products.py: the same bits).
     """
-    out = rank_products.take(a, b, _exact_once)
-    out = _exact_alone(a, b) if out is None else out
-    return canonical_nans(out, namespace_of(out)) if has_values(out) else out  # NaN in, one NaN out (_nan.py)
+    out = rank_products.take(a, b, _exact_once)  # a block of a stacked product finite everywhere, or None
+    return _exact_alone(a, b) if out is None else out
 
 
 def _exact_once(a, b):
@@ -103,16 +109,26 @@ def _exact_once(a, b):
 
 
 def _exact_alone(a, b, once: bool = False):
-    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`)."""
-    tried = narrow_host(a) and narrow_host(b)  # plain host arrays of 16- or 8-bit formats, what models multiply
-    if tried:
+    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`). NaN
+    in, one NaN out (_nan.py), but for what `_narrow_product` answers: it reads facts only where every value is
+    finite, and a finite GEMM's sums hold no NaN (a look for one is a pass over the output: 1 ms of a 919k step on 8
+    ranks, whose dW are 29 MB)."""
+    if narrow_host(a) and narrow_host(b):  # plain host arrays of 16- or 8-bit formats, what models multiply
         out = _narrow_product(a, b, once)
         if out is not None:
             return out
-    elif a.dtype == np.float64 or b.dtype == np.float64:
-        return a @ b
-    elif not (has_values(a) and has_values(b)):
-        return a.astype(np.float32) @ b.astype(np.float32)
+    out = _exact_long(a, b)
+    return canonical_nans(out, namespace_of(out)) if has_values(out) else out
+
+
+def _exact_long(a, b):
+    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come)."""
+    tried = narrow_host(a) and narrow_host(b)  # `_narrow_product` ran the bound by rows, or found NaN or inf
+    if not tried:
+        if a.dtype == np.float64 or b.dtype == np.float64:
+            return a @ b
+        if not (has_values(a) and has_values(b)):
+            return a.astype(np.float32) @ b.astype(np.float32)
     ns = namespace_of(a)
     a64, b64 = _widen_both(a, b, ns)
     k = a64.shape[-1]
@@ -229,19 +245,23 @@ def _narrow_product(a, b, once: bool = False):
     if facts_a is None or facts_b is None:
         return None
     a64, b64 = left.wide, right.wide
-    c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded (_shortcut)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
+        if a64.ndim == 3 and b64.ndim == 3 and a64.shape[0] == b64.shape[0]:  # n products, one each (ranks' dW)
+            return _shortcut_each(a64, facts_a, b64, facts_b)
+        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded
         return _shortcut(c, a64, facts_a, b64, facts_b, NUMPY)
 
 
 def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
     16 are unsure (the long way is cheaper then). facts: (max|x| or None, q) by rows of a and by columns of b."""
-    sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
-    rows = sums / facts_a[1]  # (..., M)
     columns = facts_b[0] / facts_b[1]  # (..., N) max_k |b_kj| / q_j
-    limit = c.size // 16
-    where = (_unsure_sorted if rows.ndim == 1 else _unsure)(rows, columns, limit)  # the same (a test says so)
+    if _rows_hold(a64.shape[-1], facts_a, columns):  # every element sure from the facts alone: no pass over a64
+        sums, where = None, None
+    else:
+        sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
+        rows = sums / facts_a[1]  # (..., M)
+        where = _unsure_by_batch(rows, columns, c.size // 16)  # the same elements as `_unsure` (a test says so)
     if where is MANY:
         return None
     count = 0 if where is None else len(where[0])
@@ -260,7 +280,56 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     return out
 
 
-def _rounded_plus_zero(c, q_rows, q_columns):
+def _shortcut_each(a64, facts_a, b64, facts_b):
+    """`_shortcut` of n products a64 (n, M, K) @ b64 (n, K, N), one by one (a ZeRO step's dW: each rank's own, the
+    ranks' micro-batches stacked, models/_stacked.py), their unsure elements found for all n at once from facts read
+    for all n at once: each product's float64 GEMM is rounded into its block of the answer and its unsure elements
+    settled while its c is at hand: `_ROUNDED_AT_ONCE` elements of c at a time, in one buffer, rounded while still in
+    cache (the n products' c whole, 32 MB at 919k parameters on 8 ranks, would be rounded from
+    memory). Each element settled as `_shortcut` settles it for product p alone: the same bits (which way rounds an
+    exact zero to +0 is decided per block: both give an exact sum's rounding). None past one in 16 unsure."""
+    n, m, k = a64.shape
+    columns = facts_b[0] / facts_b[1]  # (n, N) max_k |b_kj| / q_j
+    if _rows_hold(k, facts_a, columns):  # every product's every element sure from the facts alone
+        sums, where = None, None
+    else:
+        sums = np.abs(a64).sum(axis=-1)  # (n, M) Σ_k |a_ik|
+        where = _unsure_by_batch(sums / facts_a[1], columns, n * m * b64.shape[-1] // 16)  # (p, i, j) or None
+    if where is MANY:
+        return None
+    width = b64.shape[-1]
+    out = np.empty((n, m, width), np.float32)
+    step = max(1, min(m, _ROUNDED_AT_ONCE // max(1, width)))  # rows of c made and rounded at a time
+    block = np.empty((step, width))  # c's rows, reused block by block (the allocator's own memory from call to call)
+    for p in range(n):
+        mine = None if where is None else np.flatnonzero(where[0] == p)
+        for start in range(0, m, step):
+            stop = min(m, start + step)
+            c = np.matmul(a64[p, start:stop], b64[p], out=block[:stop - start])  # (rows, N) float64
+            _rounded_plus_zero(c, facts_a[1][p, start:stop], facts_b[1][p], out=out[p, start:stop])
+            if mine is None or not len(mine):
+                continue
+            here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
+            if len(here):
+                i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
+                size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
+                _settle(out[p, start:stop], c, (i - start, j), size, q, a64[p, start:stop], b64[p], NUMPY)  # in place
+    return out
+
+
+def _rows_hold(k: int, facts_a, columns) -> bool:
+    """True where `_unsure` would find no unsure element, shown without Σ_k |a_ik|: K·max_k |a_ik| bounds it (each
+    partial float64 sum of K terms at most max_k |a_ik| is at most K times it, K·max exact), so the largest row's
+    K·max|a_i| / q_i times the largest of `columns` below 2**52 is `_unsure`'s first test passed with room to spare.
+    A ZeRO step's dW products (K: the rows of one micro-batch) mostly pass it (benchmarks/products.py). False where
+    a's largest magnitudes are not known (fp32 operands: `_float_extents` of b only) or the test fails: nothing
+    follows, the sums decide."""
+    if facts_a[0] is None or not columns.size or not facts_a[1].size:
+        return False
+    return float((facts_a[0] / facts_a[1]).max()) * k * float(columns.max()) < 2.0**52
+
+
+def _rounded_plus_zero(c, q_rows, q_columns, out=None):
     """c (..., M, N) float64, each element an exact sum, rounded to float32 with an exact zero as +0 (a BLAS that
     starts a sum from its first product may give -0 for products of -0 only) and a tiny negative sum's -0 kept.
     q_rows (..., M), q_columns (..., N): every product of element (i, j), so its sum, is a whole multiple of
@@ -269,11 +338,20 @@ def _rounded_plus_zero(c, q_rows, q_columns):
     cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
     slower than the two (72 products of benchmarks/yardstick.py's 919k step: 1-2 ms; speed.md section 1, item 9)."""
     if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
-        out = c.astype(np.float32)
+        out = _narrowed(c, out)
         out += np.float32(0.0)
         return out
     c += 0.0
-    return c.astype(np.float32)
+    return _narrowed(c, out)
+
+
+def _narrowed(c, out=None):
+    """float64 c rounded to float32 (NumPy's cast: to nearest even, inf past float32's range), into `out` if given
+    (the same cast loop, no new array)."""
+    if out is None:
+        return c.astype(np.float32)
+    np.copyto(out, c, casting="same_kind")
+    return out
 
 
 def _float_extents(x64, precision: int, axis: int) -> tuple:
@@ -330,6 +408,34 @@ def _unsure_sorted(rows, columns, limit=None):
         found = _tails(columns[c], rows[r], limit)  # sort the rows, search for each column
         found = found if found is None or found is MANY else (found[1], found[0])
     return found if found is None or found is MANY else (r[found[0]], c[found[1]])
+
+
+def _unsure_by_batch(rows, columns, limit=None):
+    """`_unsure` for any product, batched or not, by `_unsure_sorted`: one product's rows (M,) and columns (N,) as
+    they are; a batched product's (..., M) and (..., N) product by product, only those whose largest row and column
+    fail the bound searched (a ZeRO step's dW: each rank's own product, the ranks' batch; the mask would cost three
+    passes over n·M·N where a rank or two hold a few unsure elements). The same elements, in another order; `MANY`
+    past `limit` over the whole batch."""
+    if rows.ndim == 1 and columns.ndim == 1:
+        return _unsure_sorted(rows, columns, limit)
+    batch = np.broadcast_shapes(rows.shape[:-1], columns.shape[:-1])
+    rows = np.broadcast_to(rows, batch + rows.shape[-1:]).reshape(-1, rows.shape[-1])  # (products, M)
+    columns = np.broadcast_to(columns, batch + columns.shape[-1:]).reshape(-1, columns.shape[-1])  # (products, N)
+    if not (rows.size and columns.size):
+        return None
+    doubt = np.flatnonzero(~(rows.max(axis=-1) * columns.max(axis=-1) < 2.0**52))  # products to search (NaN: too)
+    found, total = [], 0
+    for p in doubt.tolist():
+        where = _unsure_sorted(rows[p], columns[p], None if limit is None else limit - total)
+        if where is MANY:
+            return MANY
+        if where is not None:
+            total += len(where[0])
+            found.append((np.full(len(where[0]), p), *where))
+    if not found:
+        return None
+    p, i, j = (np.concatenate(x) for x in zip(*found))
+    return (*np.unravel_index(p, batch), i, j)
 
 
 def _tails(long, short, limit=None):
