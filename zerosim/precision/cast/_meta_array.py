@@ -85,7 +85,7 @@ class MetaArray(NDArrayOperatorsMixin):
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # `size`'s product, asked for every buffer of every op
 
     @property
     def T(self) -> "MetaArray":
