@@ -19,7 +19,9 @@ from zerosim.models.gpt import strategy_options
 from zerosim.models.hf import read_hf_config
 from zerosim.models.llama import Llama, MetaLlama
 from zerosim.optim import get_optimizer
+from zerosim.parallel import ParallelSpec
 from zerosim.parallel.data import get_comm_schedule
+from zerosim.parallel.offload import Offload
 from zerosim.precision import get_precision
 
 # A step's time is a sum of many float64 durations; the line through K = 1 and 2 adds them in another order, so it
@@ -80,6 +82,25 @@ def test_the_peak_does_not_change_with_the_accumulation_steps(stage, accumulate)
         engine.step(batches if K == 1 else [[b] * K for b in batches])
         peaks.append(cluster.ranks[0].ledger.peak_by_kind())
     assert peaks[0] == peaks[1] == peaks[2]
+
+
+@pytest.mark.parametrize("stage, schedule", list(itertools.product((0, 1, 2, 3), SCHEDULES)))
+def test_a_step_leaves_the_model_states_as_the_engine_made_them(stage, schedule):
+    # The planner prunes a stage on the model states the engine allocates before any step: what the step leaves must
+    # be the same, kind by kind, to the byte (the step's own ledger is the reference), on the device beside an
+    # offload and tensor parallelism too.
+    model = small("block")
+    besides = [{}, {"spec": ParallelSpec(tp=2), "gpus_per_node": 4}]
+    if stage > 0:  # ZeRO-Offload runs at stages 1-3, ZeRO-Infinity's parameters at 3
+        besides.append({"parallelisms": (Offload("cpu"),)})
+    if stage == 3:
+        besides.append({"parallelisms": (Offload("nvme", params="nvme"),)})
+    for beside in besides:
+        run = {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "totals": False, **beside}
+        before, _, _ = measure_stage(model, 8, stage, "adam", "bf16-mixed", step=False, **run)
+        after, _, _ = measure_stage(model, 8, stage, "adam", "bf16-mixed", **run)
+        assert before["resting"] == after["resting"], beside
+        assert sum(after["resting"].values()) > 0 or "parallelisms" in beside  # (NVMe holds all of ZeRO-Infinity's)
 
 
 @pytest.mark.slow

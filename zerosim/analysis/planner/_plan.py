@@ -355,7 +355,7 @@ class _Trial:
                                                         loss=self.loss, **strategy_options(strategy))
             model = self.twins[strategy]
             for B in batches:
-                row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more)
+                row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more, first=not rows)
                 if states is not None:
                     return rows, states
                 rows.append(row)
@@ -388,10 +388,13 @@ class _Trial:
         return tuple(ok)
 
     def measure(self, mesh, spec, model, strategy: str, B: int, per_rank: int, label: str = "none",
-                more: tuple = ()):
+                more: tuple = (), first: bool = False):
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
         alone exceed the GPU, else None). With an offload `label`, the row holds the host's and NVMe's peaks and
-        whether a node's ranks fit its host."""
+        whether a node's ranks fit its host. `first`: the stage's first configuration, whose model states are read
+        before its step is run — a step leaves a rank's as the engine made them (tests/test_plan.py), so a stage they
+        alone do not fit is pruned without one (the row is then None); a pipeline's row reads the rank that peaks,
+        known only once the step ran."""
         from zerosim.analysis.costs import host_fit, measure_stage
 
         tp = spec.tp
@@ -399,9 +402,16 @@ class _Trial:
         K = per_rank // B
         points = line_points(spec, K) if pipeline and spec.pp_schedule != "gpipe" else None  # (GPipe holds all K)
         M = K if points is None else points[0]
-        m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision,
-                                           micro_batch=(B, self.seq_len), comm=self.schedule, mesh=mesh,
-                                           parallelisms=more, spec=spec, micro_batches=M if pipeline else None)
+        run = {"micro_batch": (B, self.seq_len), "comm": self.schedule, "mesh": mesh, "parallelisms": more,
+               "spec": spec, "micro_batches": M if pipeline else None,
+               "totals": False}  # a row reads memory; the bytes sent are not printed
+        if first and not pipeline:
+            m, _, _ = measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)
+            resting = sum(m["resting"].values())
+            if fit(resting, self.gpu).total > self.gpu.capacity:
+                self.tried(mesh.plan.stage, strategy, B, spec, label)
+                return None, resting
+        m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision, **run)
         resting, stage = sum(m["resting"].values()), mesh.plan.stage
         extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
         row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
@@ -412,9 +422,7 @@ class _Trial:
             node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
             row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
                           host_fits=node["host"]["fits"] and node["nvme"]["fits"])
-        if self.progress is not None:
-            self.progress(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
-                          + ("" if label == "none" else f" {label}"))
+        self.tried(stage, strategy, B, spec, label)
         if fit(resting, self.gpu).total > self.gpu.capacity:
             return row, resting
         if not row.fits:
@@ -437,3 +445,9 @@ class _Trial:
                       (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
                       parallelisms=more, spec=spec)
         return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
+
+    def tried(self, stage: int, strategy: str, B: int, spec, label: str) -> None:
+        """The caller's `progress`, told of one configuration measured."""
+        if self.progress is not None:
+            self.progress(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
+                          + ("" if label == "none" else f" {label}"))

@@ -16,6 +16,8 @@ def like(x, shape, dtype):
     `__array_namespace__`): data-less when x is the meta backend's. The backend hands its arrays to the model
     (the micro-batch, dy) and the model makes more of the same kind, so models never import a backend.
     CuPy's arrays have no `__array_namespace__` (CuPy 14): their module is the namespace."""
+    if type(x) is MetaArray:  # what its namespace's `empty` makes, without asking for it (every op makes several)
+        return MetaArray(shape, dtype)
     return space_of(x).empty(shape, dtype=dtype)
 
 

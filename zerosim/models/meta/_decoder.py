@@ -28,6 +28,9 @@ from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, loss_spec
 from zerosim.models.meta._sac import is_block, sac_spec
 from zerosim.precision import get_format
+from zerosim.precision.cast import MetaArray
+
+_fresh = MetaArray._of  # a new data-less array of a shape and dtype checked already
 
 
 class MetaUnit(Layer):
@@ -42,6 +45,10 @@ class MetaUnit(Layer):
         self.param_shapes = dict(unit.param_shapes if param_shapes is None else param_shapes)
         self.saved = saved
         self.saves_input_only = unit.saves_input_only and saved is None
+        # what a data-less forward saves, backward makes and an op costs, by the input's shape and the format: each
+        # a function of those alone (the unit's spec, parameters' shapes and FLOPs), asked again at every op of every
+        # micro-step (the planner runs tens of steps of one twin); shapes and dtypes checked once, as MetaArray does
+        self._saved_of, self._grads_of, self._flops_of = {}, {}, {}
 
     def spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} this twin's forward saves for an input of x_shape."""
@@ -51,6 +58,12 @@ class MetaUnit(Layer):
         f = get_format(fmt)
         if self.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
             cache = {"input": x}
+        elif type(x) is MetaArray:  # fresh arrays of the shapes and dtypes `spec` gives, checked the first time
+            made = self._saved_of.get((x.shape, f.name))
+            if made is None:
+                made = self._saved_of[(x.shape, f.name)] = tuple(
+                    (name, MetaArray(shape, dtype)) for name, (shape, dtype) in self.spec(x.shape, f).items())
+            cache = {name: _fresh(a.shape, a.dtype) for name, a in made}
         else:
             cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.spec(x.shape, f).items()}
         return like(x, self.unit.output_shape(x.shape), f.dtype), cache
@@ -70,10 +83,20 @@ class MetaUnit(Layer):
         dtype = get_format(fmt).dtype
         x = next(iter(cache.values()))  # the unit's input, saved first (see the module docstring)
         dx = None if np.dtype(x.dtype).kind in "iu" else like(dy, x.shape, dtype)
-        return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
+        if type(dy) is not MetaArray:
+            return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
+        made = self._grads_of.get(dtype)
+        if made is None:
+            made = self._grads_of[dtype] = tuple((name, MetaArray(shape, dtype))
+                                                 for name, shape in self.param_shapes.items())
+        return dx, {name: _fresh(a.shape, a.dtype) for name, a in made}
 
     def flops(self, x_shape, kind):
-        return self.unit.flops(x_shape, kind)
+        key = (tuple(x_shape), kind)
+        n = self._flops_of.get(key)
+        if n is None:
+            n = self._flops_of[key] = self.unit.flops(x_shape, kind)
+        return n
 
     def output_shape(self, x_shape):
         return self.unit.output_shape(x_shape)
@@ -135,6 +158,7 @@ class MetaDecoder(Model):
         self._specs_of = {}  # layer -> [ParamSpec]: O(1) lookups
         for spec in self.specs:
             self._specs_of.setdefault(spec.layer, []).append(spec)
+        self._views_of = {}  # (layer, the flat vector's shape and dtype) -> (name, MetaArray) of each: unflatten
 
     @property
     def checkpointing(self) -> bool:
@@ -168,11 +192,15 @@ class MetaDecoder(Model):
         gives (a slice, then a reshape), built directly, since the engines ask for them before every op."""
         if not getattr(flat, "is_meta", False):
             return super().unflatten(flat, i)
-        start, stop = self.layer_window(i)
-        if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
-            raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
-                             f"got shape {flat.shape}")
-        return {s.name: like(flat, s.shape, flat.dtype) for s in self.layer_specs(i)}
+        made = self._views_of.get((i, flat.shape, flat.dtype))  # asked before every op of every micro-step
+        if made is None:
+            start, stop = self.layer_window(i)
+            if flat.ndim != 1 or len(flat) not in (self.num_params, stop - start):
+                raise ValueError(f"layer {i}: expected a flat vector of {self.num_params} or {stop - start} elements, "
+                                 f"got shape {flat.shape}")
+            made = self._views_of[(i, flat.shape, flat.dtype)] = tuple(
+                (s.name, like(flat, s.shape, flat.dtype)) for s in self.layer_specs(i))
+        return {name: _fresh(a.shape, a.dtype) for name, a in made}
 
     def pack(self, i: int, tensors: dict):
         start, stop = self.layer_window(i)

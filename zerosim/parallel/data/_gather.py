@@ -136,6 +136,8 @@ def unit_reader(ctx, model, layer: int):
         window = rank.ledger.get(name).array
         if window.shape != (b - a,):
             return unit_weights(ctx, model, rank, layer)  # let unflatten say what is wrong
+        if getattr(window, "is_meta", False):  # a data-less window: the twin's own unflatten, its views remembered
+            return model.unflatten(window, layer)
         return {key: window[start:stop].reshape(shape) for key, start, stop, shape in views}
 
     return read

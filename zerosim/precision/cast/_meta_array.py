@@ -28,7 +28,7 @@ class MetaDataError(TypeError):
 def _shape_of(shape) -> tuple:
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
-    return tuple(int(n) for n in shape)
+    return tuple(map(int, shape))
 
 
 def _index_shape(shape: tuple, key) -> tuple:
@@ -85,7 +85,7 @@ class MetaArray(NDArrayOperatorsMixin):
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # `size`'s product, asked for every buffer of every op
 
     @property
     def T(self) -> "MetaArray":
@@ -116,7 +116,7 @@ class MetaArray(NDArrayOperatorsMixin):
             shape = tuple(self.size // known if n == -1 and known else n for n in shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape MetaArray of size {self.size} into shape {shape}")
-        return MetaArray(shape, self.dtype)
+        return MetaArray._of(shape, self.dtype)  # Python ints already (`_shape_of`), the dtype this one's
 
     def ravel(self) -> "MetaArray":
         return MetaArray._of((self.size,), self.dtype)
