@@ -59,6 +59,7 @@ def near_ties(rows: int, k: int, rng) -> np.ndarray:
 @pytest.mark.parametrize("k", [40, 200])  # blocked rows (K <= SHORT_K) and one block
 def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     rng = np.random.default_rng(11)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
     n = 4096 if k <= _norm_bound.SHORT_K else 8  # 32,768 / 4,096 = 8 rows a block: three blocks of 20 rows
     a = near_ties(20, k, rng)
     b = np.ones((k, n), np.float32)
