@@ -391,21 +391,31 @@ def _unsettled(c, where, size, q, k: int, ns) -> tuple:
 def _magnitudes(where, a64, b64) -> np.ndarray:
     """(count,) Σ_k |a_ik·b_kj| of the elements at index arrays `where` (host float64 a and b, leading dims
     broadcast): each product exact, their sum within γ(K) of the true one, which `_ERROR_PER_TERM` covers. Gathered
-    a few thousand elements at a time: small temporaries (memory fresh from the system costs a page fault per 4 kB,
-    _scratch.py)."""
-    *lead, i, j = where
-    if lead:
-        batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
-        a64, b64 = np.broadcast_to(a64, batch + a64.shape[-2:]), np.broadcast_to(b64, batch + b64.shape[-2:])
-    columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
+    a few thousand elements at a time (`_lines`)."""
     step = gathered_rows(a64.shape[-1])
-    size = np.empty(len(i))
-    for start in range(0, len(i), step):
-        part = tuple(x[start:start + step] for x in where)
-        *lead, i, j = part
-        rows_part = np.abs(a64[(*lead, i)])  # (step, K)
-        size[start:start + step] = np.einsum("ck,ck->c", rows_part, np.abs(columns[(*lead, j)]))
+    size = np.empty(len(where[-1]))
+    for start in range(0, len(size), step):
+        rows, columns = _lines(where, a64, b64, slice(start, start + step))  # (count, K) each
+        size[start:start + step] = np.einsum("ck,ck->c", np.abs(rows, out=rows), np.abs(columns, out=columns))
     return size
+
+
+def _lines(where, a64, b64, part: slice) -> tuple:
+    """(rows of a, columns of b), (count, K) each, of the elements at index arrays `where`[part] (host a and b,
+    leading dims broadcast), the caller's to overwrite: for a 2-D product in this thread's buffers (_scratch.py), as
+    a gather into memory fresh from the system costs a page fault per 4 kB (the few hundred elements a 919k MLP's
+    products leave to sum at K = 1024: 1.4 ms of a 7.7 ms product); else gathered through the batch dims."""
+    *lead, i, j = (x[part] for x in where)
+    columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
+    if lead or a64.ndim != 2 or b64.ndim != 2:
+        batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
+        a64, columns = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (a64, columns))
+        return a64[(*lead, i)], columns[(*lead, j)]
+    k = a64.shape[-1]
+    rows_part = np.take(a64, i, axis=0, out=scratch((len(i), k), 20), mode="clip")  # "clip": no buffered copy;
+    if columns.strides[-1] == columns.itemsize:  # every index is in range
+        return rows_part, np.take(columns, j, axis=0, out=scratch((len(j), k), 21), mode="clip")
+    return rows_part, np.take(b64, j, axis=1, out=scratch((k, len(j)), 21), mode="clip").T  # b's lines are its rows
 
 
 def _quantum(magnitude, precision: int, axis: int):
@@ -433,10 +443,12 @@ def _repair(out, where, a64, b64, ns):
     rest = []
     for start in range(0, len(i), step):
         part = tuple(x[start:start + step] for x in where)
-        *lead, i, j = part
-        products = a_h[(*lead, i)] * np.swapaxes(b_h, -1, -2)[(*lead, j)]  # (step, K) exact products
+        rows, columns = _lines(where, a_h, b_h, slice(start, start + step))
+        products = np.multiply(rows, columns, out=rows)  # (step, K) exact products
         finite = np.isfinite(products).all(axis=1)
-        sums, errors = twice_precise_sums(np.where(finite[:, None], products, 0.0))
+        if not finite.all():
+            products[~finite] = 0.0
+        sums, errors = twice_precise_sums(products)
         rounded, doubt = certain_f32(sums, errors, NUMPY)
         doubt |= ~finite  # a NaN or inf product: the one-by-one sum, which gives the canonical NaN
         sure = tuple(x[~doubt] for x in part)
