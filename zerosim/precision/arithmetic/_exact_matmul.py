@@ -79,6 +79,7 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+_COLUMNS_AT_ONCE = 1 << 20  # elements of b's strided columns gathered in one pass (8 MB)
 
 
 def exact_matmul(a, b):
@@ -392,30 +393,48 @@ def _magnitudes(where, a64, b64) -> np.ndarray:
     """(count,) Σ_k |a_ik·b_kj| of the elements at index arrays `where` (host float64 a and b, leading dims
     broadcast): each product exact, their sum within γ(K) of the true one, which `_ERROR_PER_TERM` covers. Gathered
     a few thousand elements at a time (`_lines`)."""
-    step = gathered_rows(a64.shape[-1])
     size = np.empty(len(where[-1]))
-    for start in range(0, len(size), step):
-        rows, columns = _lines(where, a64, b64, slice(start, start + step))  # (count, K) each
-        size[start:start + step] = np.einsum("ck,ck->c", np.abs(rows, out=rows), np.abs(columns, out=columns))
+    for part, rows, columns in _lines(where, a64, b64):  # (count, K) each
+        size[part] = np.einsum("ck,ck->c", np.abs(rows, out=rows), np.abs(columns, out=columns))
     return size
 
 
-def _lines(where, a64, b64, part: slice) -> tuple:
-    """(rows of a, columns of b), (count, K) each, of the elements at index arrays `where`[part] (host a and b,
-    leading dims broadcast), the caller's to overwrite: for a 2-D product in this thread's buffers (_scratch.py), as
-    a gather into memory fresh from the system costs a page fault per 4 kB (the few hundred elements a 919k MLP's
-    products leave to sum at K = 1024: 1.4 ms of a 7.7 ms product); else gathered through the batch dims."""
-    *lead, i, j = (x[part] for x in where)
+def _lines(where, a64, b64):
+    """(part, rows of a, columns of b) for consecutive slices `part` of the elements at index arrays `where`, a few
+    thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the caller's to overwrite.
+    A 2-D product's lines go to this thread's buffers (_scratch.py): a gather into memory fresh from the system
+    costs a page fault per 4 kB (the few hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4 ms of
+    a 7.7 ms product). Where b's columns are strided (dx = dy @ W), those of up to `_COLUMNS_AT_ONCE` elements are
+    gathered in one pass over b's rows: a gather per few elements read all of b each time (44 ms of a 10M MLP's
+    84 ms dx product)."""
+    *lead, i, j = where
+    step = gathered_rows(a64.shape[-1])
     columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
     if lead or a64.ndim != 2 or b64.ndim != 2:
         batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
         a64, columns = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (a64, columns))
-        return a64[(*lead, i)], columns[(*lead, j)]
+        for start in range(0, len(i), step):
+            part = slice(start, start + step)
+            *lead_part, i_part, j_part = (x[part] for x in where)
+            yield part, a64[(*lead_part, i_part)], columns[(*lead_part, j_part)]
+        return
     k = a64.shape[-1]
-    rows_part = np.take(a64, i, axis=0, out=scratch((len(i), k), 20), mode="clip")  # "clip": no buffered copy;
-    if columns.strides[-1] == columns.itemsize:  # every index is in range
-        return rows_part, np.take(columns, j, axis=0, out=scratch((len(j), k), 21), mode="clip")
-    return rows_part, np.take(b64, j, axis=1, out=scratch((k, len(j)), 21), mode="clip").T  # b's lines are its rows
+    strided = columns.strides[-1] != columns.itemsize
+    group = step * max(1, _COLUMNS_AT_ONCE // max(k * step, 1)) if strided else max(len(i), 1)  # whole steps
+    for first in range(0, len(i), group):
+        if strided:  # (K, group) the group's columns, one pass over b's rows
+            gathered = np.take(b64, j[first:first + group], axis=1, mode="clip",
+                               out=scratch((k, len(j[first:first + group])), 26))
+        for start in range(first, min(first + group, len(i)), step):
+            part = slice(start, start + step)
+            count = len(i[part])
+            rows = np.take(a64, i[part], axis=0, out=scratch((count, k), 20), mode="clip")  # "clip": no buffered
+            lines = scratch((count, k), 21)  # copy (every index is in range)
+            if strided:
+                np.copyto(lines, gathered[:, start - first:start - first + count].T)
+            else:
+                np.take(columns, j[part], axis=0, out=lines, mode="clip")
+            yield part, rows, lines
 
 
 def _quantum(magnitude, precision: int, axis: int):
@@ -438,12 +457,9 @@ def _repair(out, where, a64, b64, ns):
     a_h = np.broadcast_to(ns.to_host(a64), batch + a64.shape[-2:])  # views: batch dims broadcast, nothing copied
     b_h = np.broadcast_to(ns.to_host(b64), batch + b64.shape[-2:])
     host = out if ns.is_numpy else ns.to_host(out)
-    *lead, i, j = where
-    step = gathered_rows(a_h.shape[-1])
     rest = []
-    for start in range(0, len(i), step):
-        part = tuple(x[start:start + step] for x in where)
-        rows, columns = _lines(where, a_h, b_h, slice(start, start + step))
+    for lines, rows, columns in _lines(where, a_h, b_h):
+        part = tuple(x[lines] for x in where)
         products = np.multiply(rows, columns, out=rows)  # (step, K) exact products
         finite = np.isfinite(products).all(axis=1)
         if not finite.all():
