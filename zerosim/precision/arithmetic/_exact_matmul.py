@@ -79,7 +79,6 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
-_COLUMNS_AT_ONCE = 1 << 20  # elements of b's strided columns gathered in one pass (8 MB)
 
 
 def exact_matmul(a, b):
@@ -404,37 +403,28 @@ def _lines(where, a64, b64):
     thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the caller's to overwrite.
     A 2-D product's lines go to this thread's buffers (_scratch.py): a gather into memory fresh from the system
     costs a page fault per 4 kB (the few hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4 ms of
-    a 7.7 ms product). Where b's columns are strided (dx = dy @ W), those of up to `_COLUMNS_AT_ONCE` elements are
-    gathered in one pass over b's rows: a gather per few elements read all of b each time (44 ms of a 10M MLP's
-    84 ms dx product)."""
+    a 7.7 ms product). Strided columns of b (dx = dy @ W) are gathered along b's rows: np.take of strided lines is
+    ten times slower."""
     *lead, i, j = where
     step = gathered_rows(a64.shape[-1])
     columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
-    if lead or a64.ndim != 2 or b64.ndim != 2:
+    batched = lead or a64.ndim != 2 or b64.ndim != 2
+    if batched:
         batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
         a64, columns = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (a64, columns))
-        for start in range(0, len(i), step):
-            part = slice(start, start + step)
-            *lead_part, i_part, j_part = (x[part] for x in where)
-            yield part, a64[(*lead_part, i_part)], columns[(*lead_part, j_part)]
-        return
     k = a64.shape[-1]
-    strided = columns.strides[-1] != columns.itemsize
-    group = step * max(1, _COLUMNS_AT_ONCE // max(k * step, 1)) if strided else max(len(i), 1)  # whole steps
-    for first in range(0, len(i), group):
-        if strided:  # (K, group) the group's columns, one pass over b's rows
-            gathered = np.take(b64, j[first:first + group], axis=1, mode="clip",
-                               out=scratch((k, len(j[first:first + group])), 26))
-        for start in range(first, min(first + group, len(i)), step):
-            part = slice(start, start + step)
-            count = len(i[part])
-            rows = np.take(a64, i[part], axis=0, out=scratch((count, k), 20), mode="clip")  # "clip": no buffered
-            lines = scratch((count, k), 21)  # copy (every index is in range)
-            if strided:
-                np.copyto(lines, gathered[:, start - first:start - first + count].T)
-            else:
-                np.take(columns, j[part], axis=0, out=lines, mode="clip")
-            yield part, rows, lines
+    for start in range(0, len(i), step):
+        part = slice(start, start + step)
+        *lead_part, i_part, j_part = (x[part] for x in where)
+        if batched:
+            yield part, a64[(*lead_part, i_part)], columns[(*lead_part, j_part)]
+            continue
+        count = len(i_part)
+        rows = np.take(a64, i_part, axis=0, out=scratch((count, k), 20), mode="clip")  # "clip": no buffered copy
+        if columns.strides[-1] == columns.itemsize:  # (every index is in range)
+            yield part, rows, np.take(columns, j_part, axis=0, out=scratch((count, k), 21), mode="clip")
+        else:
+            yield part, rows, np.take(b64, j_part, axis=1, out=scratch((k, count), 21), mode="clip").T
 
 
 def _quantum(magnitude, precision: int, axis: int):
