@@ -46,10 +46,11 @@ def rounded_by_norms(a64, b64):
     """(c rounded to float32, suspects), c = a64 @ b64 the exact sums' float64 approximation, each exact zero +0; or
     None where a or b holds NaN or inf (the caller's long way handles those). suspects: None where there are none,
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
-    doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i (a scalar: half the
-    cost of a column of E_i per pass; a looser bound only for the first test, as every suspect meets its own norms'
-    next), a 2-D product with a short K also GEMM'd by those blocks; every temporary lives in this thread's reused
-    buffers (_scratch.py): memory fresh from the system costs a page fault per 4 kB, more than these passes."""
+    doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
+    within a factor of two (a scalar: half the cost of a column of E_i per pass; a looser bound only for the first
+    test, as every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
+    temporary lives in this thread's reused buffers (_scratch.py): memory fresh from the system costs a page fault
+    per 4 kB, more than these passes."""
     rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))  # (..., M) ||a_i||, to within (K + 4)·2**-53
     columns = np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))  # (..., N) ||b_j||
     widest = columns.max(axis=-1, initial=0.0)  # (...,) max_j ||b_j||
@@ -66,8 +67,13 @@ def rounded_by_norms(a64, b64):
     part = shape[:-2] + (min(step, m), n)
     buffers = (_scratch(part, 0), _scratch(part, 3, np.float32), _scratch(part, 4, np.float32),
                _scratch(part, 5, np.bool_))
-    largest = error.reshape(-1, m).max(axis=0) if m else error  # (M,) each row's E_i, the largest over the batch
-    bounds = np.maximum.reduceat(largest, np.arange(0, m, step)).tolist() if m else []  # each block's largest E_i
+    by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
+    starts = np.arange(0, m, step)
+    highs = np.maximum.reduceat(by_row.max(axis=0), starts).tolist() if m else []  # each block's largest E_i
+    lows = np.minimum.reduceat(by_row.min(axis=0), starts).tolist() if m else []  # and smallest
+    # columns of b that are all zero (a ReLU's dead units in dW = dy.T @ x): their elements are exact zeros, which the
+    # row's bound would leave in doubt by the million; +0 in out (a BLAS may give -0), never suspects
+    dead = np.flatnonzero(columns == 0) if columns.ndim == 1 else np.zeros(0, np.intp)
     found, values = [], []
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
         for start in range(0, m, gemm_step):
@@ -79,16 +85,23 @@ def rounded_by_norms(a64, b64):
                 top = start + first  # c's first row in the product
                 r = c.shape[-2]
                 shifted, low, high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
-                e = bounds[top // step]  # the block's largest E_i: a scalar costs half a column's pass
+                # the block's largest E_i: a scalar costs half a column's pass; each row's own where they differ
+                # more than twofold (a ReLU's dead units give rows of E_i = 0, exact zeros all)
+                e = highs[top // step]
+                e = e if e <= 2 * lows[top // step] else error[..., top:top + r, None]
                 np.copyto(out[..., top:top + r, :], c, casting="unsafe")
                 np.copyto(low, np.subtract(c, e, out=shifted), casting="unsafe")  # c - E rounded
                 np.copyto(high, np.add(c, e, out=shifted), casting="unsafe")  # c + E rounded
                 np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
+                if len(dead):
+                    doubt[..., dead] = False
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
                     values.append(c.reshape(-1)[flat])
                     where = np.unravel_index(flat, doubt.shape)
                     found.append(where[:-2] + (where[-2] + top, where[-1]))
+    if len(dead):
+        out[..., dead] = 0.0
     if not found:
         return out, None
     where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
