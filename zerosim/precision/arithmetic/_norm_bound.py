@@ -105,8 +105,9 @@ def rounded_by_norms(a64, b64):
     if not found:
         return out, None
     where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
-    # every zero of c is a suspect (c ± E round to float32s of both signs), so the -0s of a BLAS that starts a sum
-    # from its first product are all here: +0 in out, a pass over the few suspects rather than c += 0 over all of c
+    # every -0 of c outside a dead column is a suspect (c ± E round to float32s of both signs, E = 0 included), so
+    # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
+    # suspects rather than c += 0 over all of c
     zero = np.flatnonzero(y == 0)
     out[tuple(x[zero] for x in where)] = 0.0  # a zero that stays in doubt is overwritten by its exact sum
     y[zero] = 0.0  # -0 ± 0 rounds to both signs: a -0 with norms of 0 would stay in doubt
