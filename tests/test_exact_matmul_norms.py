@@ -59,6 +59,7 @@ def near_ties(rows: int, k: int, rng) -> np.ndarray:
 @pytest.mark.parametrize("k", [40, 200])  # blocked rows (K <= SHORT_K) and one block
 def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     rng = np.random.default_rng(11)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
     n = 4096 if k <= _norm_bound.SHORT_K else 8  # 32,768 / 4,096 = 8 rows a block: three blocks of 20 rows
     a = near_ties(20, k, rng)
     b = np.ones((k, n), np.float32)
@@ -86,6 +87,43 @@ def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
     got = exact_matmul(dy.T, x)
     assert np.array_equal(bits(got), bits(reference(dy.T, x)))
     assert not np.signbit(got[:, 7]).any()
+
+
+def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypatch):
+    # dW = dy.T @ x under ReLU masks: thousands of zeros whose every product is 0, settled by bitmaps of where a and b
+    # are nonzero; a zero that float64 reaches by cancelling (1 + 2**-60 - 1, summed in order) is not one of them
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 160)).astype(np.float32)
+    a[:, 16:] = 0
+    b[:16, :100] = 0  # columns 0-99 of b meet rows 1-39 of a nowhere: 3,900 exact zeros
+    b[:, 3] = -0.0  # a column of -0: +0 too
+    a[0, 16:19] = [1.0, 2.0**-60, -1.0]
+    b[16:19, 5] = 1.0  # element (0, 5): s = 2**-60, its float64 sum 0 in order
+    bitmaps = Spy(monkeypatch, _norm_bound, "_nonzero_bits")
+    got = exact_matmul(a, b)
+    assert np.array_equal(bits(got), bits(reference(a, b)))
+    assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
+
+
+def test_a_blas_whose_zero_sums_are_minus_zero_still_gives_plus_zero(monkeypatch):
+    # a BLAS that starts each sum from its first product gives -0 for products of -0 only (OpenBLAS starts from +0):
+    # every zero of c is then -0 here, exact zeros and cancellations alike, and each must come out as its exact sum
+    def minus_zero_blas(a, b, out):
+        np.matmul(a, b, out=out)
+        out[out == 0] = -0.0
+
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((12, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 30)).astype(np.float32)
+    a[:6, 20:] = 0
+    b[:20, :10] = 0  # rows 0-5 and columns 0-9 meet nowhere: exact zeros
+    a[6, :4] = [1.0, -1.0, 0.5, -0.5]
+    a[6, 4:] = 0  # row 6 with any column: 1 - 1 + 0.5·b - 0.5·b sums to 0 where b's first four are equal
+    b[:4, 12] = 2.0
+    b[:, 20] = -0.0
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
 
 
 def test_the_rows_bound_alone_would_round_near_ties_wrongly(monkeypatch):

@@ -18,28 +18,37 @@ within γ(K) of the true one, the square root and the products within a few unit
 column norm by a little more: still about K·2**-50 of |c|, far below float32's half-ulp of 2**-25·|c|.
 
 Where c - E_i and c + E_i round to the same float32, the exact sum s (within E_i of c) rounds there too, since
-rounding is monotone (_round_once.py `certain_f32`, with one error per row). The rest are the suspects, a few in a
-million for well-conditioned data: the caller bounds each by its own Σ_k |a_ik·b_kj| and sums exactly those that
-stay in doubt (_exact_matmul.py `_settle`). So one GEMM and five passes over c, in place of two GEMMs and a dozen.
+rounding is monotone (_round_once.py `certain_f32`, with one error per row, or the largest of a block of rows'). The
+rest are the suspects, a few in a million for well-conditioned data: each is tried again with its own column's norm
+(||a_i||·||b_j|| in place of the row's widest), zeros whose every product is 0 are told apart by where a and b are
+nonzero (a ReLU's dW has thousands), and the caller bounds the rest by their own Σ_k |a_ik·b_kj| and sums exactly
+those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). So one GEMM and six passes over c, in place of
+two GEMMs and a dozen.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from zerosim.precision.arithmetic._scratch import scratch as _scratch
 
 _SLACK = 1 + 2.0**-20  # the norms' and E's own roundings, for K < 2**31 (module docstring)
-SHORT_K = 64  # K at most this: the product's rows in blocks, each tested while it is in cache (its output is as
+SHORT_K = 64  # K at most this: the product GEMM'd by the same blocks of rows it is tested in (its output is as
 # large as its arithmetic: a dW over 32 rows of a micro-batch)
-_BLOCK = 1 << 15  # elements of c per block
+_BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
+_gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
+_ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
 
 
 def rounded_by_norms(a64, b64):
     """(c rounded to float32, suspects), c = a64 @ b64 the exact sums' float64 approximation, each exact zero +0; or
     None where a or b holds NaN or inf (the caller's long way handles those). suspects: None where there are none,
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
-    doubt. A 2-D product with a short K runs in blocks of rows, each GEMM'd and tested while it is in cache; every
+    doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
+    within a factor of two (a scalar: half the cost of a column of E_i per pass; a looser bound only for the first
+    test, as every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
     temporary lives in this thread's reused buffers (_scratch.py): memory fresh from the system costs a page fault
     per 4 kB, more than these passes."""
     rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))  # (..., M) ||a_i||, to within (K + 4)·2**-53
@@ -52,33 +61,89 @@ def rounded_by_norms(a64, b64):
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     m, n = shape[-2:]
     out = np.empty(shape, np.float32)
-    step = max(1, _BLOCK // max(n, 1)) if len(shape) == 2 and k <= SHORT_K else m  # rows at a time
-    block = shape[:-2] + (min(step, m), n)
-    buffers = (_scratch(block, 2), _scratch(block, 0), _scratch(block, 3, np.float32),
-               _scratch(block, 4, np.float32), _scratch(block, 5, np.bool_))
+    step = max(1, _BLOCK // max(math.prod(shape[:-2]) * n, 1))  # rows tested at a time
+    gemm_step = step if len(shape) == 2 and k <= SHORT_K else m  # rows GEMM'd at a time
+    c_all = _scratch(shape[:-2] + (min(gemm_step, m), n), 2)
+    part = shape[:-2] + (min(step, m), n)
+    buffers = (_scratch(part, 0), _scratch(part, 3, np.float32), _scratch(part, 4, np.float32),
+               _scratch(part, 5, np.bool_))
+    by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
+    starts = np.arange(0, m, step)
+    highs = np.maximum.reduceat(by_row.max(axis=0), starts).tolist() if m else []  # each block's largest E_i
+    lows = np.minimum.reduceat(by_row.min(axis=0), starts).tolist() if m else []  # and smallest
+    # columns of b that are all zero (a ReLU's dead units in dW = dy.T @ x): their elements are exact zeros, which the
+    # row's bound would leave in doubt by the million; +0 in out (a BLAS may give -0), never suspects
+    dead = np.flatnonzero(columns == 0) if columns.ndim == 1 else np.zeros(0, np.intp)
     found, values = [], []
-    for start in range(0, m, step):
-        rows_here = slice(start, start + step)
-        a_part = a64[..., rows_here, :]
-        r = a_part.shape[-2]
-        c, shifted, low, high, doubt = (x[..., :r, :] for x in buffers)
-        np.matmul(a_part, b64, out=c)  # float64, summed in the machine's order
-        c += 0.0  # -0 becomes +0: only a sum of zero products can be -0 (a BLAS starting from its first product)
-        e = error[..., rows_here, None]  # (..., rows, 1)
-        with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
-            np.copyto(out[..., rows_here, :], c, casting="unsafe")
-            np.copyto(low, np.subtract(c, e, out=shifted), casting="unsafe")  # c - E_i rounded
-            np.copyto(high, np.add(c, e, out=shifted), casting="unsafe")  # c + E_i rounded
-        np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
-        if doubt.any():
-            flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-            values.append(c.reshape(-1)[flat])
-            where = np.unravel_index(flat, doubt.shape)
-            found.append(where[:-2] + (where[-2] + start, where[-1]))
+    with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
+        for start in range(0, m, gemm_step):
+            a_part = a64[..., start:start + gemm_step, :]
+            c_part = c_all[..., :a_part.shape[-2], :]
+            _gemm(a_part, b64, out=c_part)  # float64, summed in the machine's order
+            for first in range(0, c_part.shape[-2], step):
+                c = c_part[..., first:first + step, :]
+                top = start + first  # c's first row in the product
+                r = c.shape[-2]
+                shifted, low, high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
+                # the block's largest E_i: a scalar costs half a column's pass; each row's own where they differ
+                # more than twofold (a ReLU's dead units give rows of E_i = 0, exact zeros all)
+                e = highs[top // step]
+                e = e if e <= 2 * lows[top // step] else error[..., top:top + r, None]
+                np.copyto(out[..., top:top + r, :], c, casting="unsafe")
+                np.copyto(low, np.subtract(c, e, out=shifted), casting="unsafe")  # c - E rounded
+                np.copyto(high, np.add(c, e, out=shifted), casting="unsafe")  # c + E rounded
+                np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
+                if len(dead):
+                    doubt[..., dead] = False
+                if doubt.any():
+                    flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
+                    values.append(c.reshape(-1)[flat])
+                    where = np.unravel_index(flat, doubt.shape)
+                    found.append(where[:-2] + (where[-2] + top, where[-1]))
+    if len(dead):
+        out[..., dead] = 0.0
     if not found:
         return out, None
-    where = tuple(np.concatenate(x) for x in zip(*found))
-    return out, _own_norms(where, np.concatenate(values), rows, columns, shape, (k + 4) * 2.0**-52 * _SLACK)
+    where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
+    # every -0 of c outside a dead column is a suspect (c ± E round to float32s of both signs, E = 0 included), so
+    # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
+    # suspects rather than c += 0 over all of c
+    zero = np.flatnonzero(y == 0)
+    out[tuple(x[zero] for x in where)] = 0.0  # a zero that stays in doubt is overwritten by its exact sum
+    y[zero] = 0.0  # -0 ± 0 rounds to both signs: a -0 with norms of 0 would stay in doubt
+    where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
+    return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * _SLACK) if len(y) else None
+
+
+def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
+    """(where, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
+    the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
+    has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
+    within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
+    b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
+    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps. Which path runs changes no bit."""
+    zero = np.flatnonzero(y == 0)
+    m, n = shape[-2:]
+    if _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
+        return where, y
+    *lead, i, j = (x[zero] for x in where)
+    batch = shape[:-2]
+    rows = _nonzero_bits(a64)  # (..., M, words)
+    columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
+    rows = np.broadcast_to(rows, batch + rows.shape[-2:])[(*lead, i)]  # (zeros, words)
+    columns = np.broadcast_to(columns, batch + columns.shape[-2:])[(*lead, j)]
+    keep = np.ones(len(y), bool)
+    keep[zero[~(rows & columns).any(axis=-1)]] = False  # no k where both are nonzero: an exact +0
+    return tuple(x[keep] for x in where), y[keep]
+
+
+def _nonzero_bits(lines) -> np.ndarray:
+    """(..., L, words) uint64 for lines (..., L, K): bit k of line l set where lines[..., l, k] != 0."""
+    packed = np.packbits(lines != 0, axis=-1)  # (..., L, ceil(K / 8)) uint8
+    words = max(1, -(-packed.shape[-1] // 8))
+    padded = np.zeros(packed.shape[:-1] + (8 * words,), np.uint8)
+    padded[..., :packed.shape[-1]] = packed
+    return padded.view(np.uint64)
 
 
 def _own_norms(where, y, rows, columns, shape, per_term):

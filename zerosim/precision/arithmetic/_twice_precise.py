@@ -22,23 +22,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerosim.precision.arithmetic._scratch import scratch
+
 _GATHERED = 1 << 16  # products held at a time (count x K): small temporaries, no fresh pages
 
 
 def twice_precise_sums(products: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sums, errors) (count,) float64 for products (count, K), each row's terms exact and finite: |sums - Σ_k
-    products| <= errors, elementwise; an exact zero sum is +0 with error 0."""
+    products| <= errors, elementwise; an exact zero sum is +0 with error 0. The tree's levels live in this thread's
+    buffers (_scratch.py); a level of odd width passes its last term up as it is (x + 0 = x exactly: no error)."""
     count, k = products.shape
-    magnitude = np.abs(products).sum(axis=1)  # (count,) Σ|p|, to within γ(K)
+    magnitude = np.abs(products, out=scratch((count, k), 22)).sum(axis=1)  # (count,) Σ|p|, to within γ(K)
     level, levels, spilled = products, 0, np.zeros(count)
     while level.shape[1] > 1:
-        if level.shape[1] % 2:
-            level = np.concatenate([level, np.zeros((count, 1))], axis=1)  # x + 0 = x exactly: no error
-        x, y = level[:, 0::2], level[:, 1::2]
-        t = x + y
-        z = t - x
-        spilled += ((x - (t - z)) + (y - z)).sum(axis=1)  # TwoSum's error terms, added as they come
-        level, levels = t, levels + 1
+        width = level.shape[1]
+        pairs = width // 2
+        x, y = level[:, 0:2 * pairs:2], level[:, 1:2 * pairs:2]
+        up = scratch((count, pairs + width % 2), 23 + levels % 2)  # each level's sums, two buffers in turn
+        # (Σ|p| is summed already: its buffer 22 is free)
+        t, z, e = up[:, :pairs], scratch((count, pairs), 25), scratch((count, pairs), 22)
+        np.add(x, y, out=t)
+        np.subtract(t, x, out=z)  # z = t - x
+        np.subtract(x, np.subtract(t, z, out=e), out=e)  # x - (t - z)
+        np.add(e, np.subtract(y, z, out=z), out=e)  # TwoSum's error term: (x - (t - z)) + (y - z)
+        spilled += e.sum(axis=1)  # added as they come
+        if width % 2:
+            up[:, pairs] = level[:, width - 1]
+        level, levels = up, levels + 1
     sums = level[:, 0] + spilled if k else np.zeros(count)  # spilled starts at +0: an exact zero sum is +0
     bound = (k + levels + 2) * (levels + 1) * 2.0**-104 * (1 + (k + 2) * 2.0**-52)
     return sums, np.abs(sums) * 2.0**-52 + magnitude * bound
