@@ -141,3 +141,35 @@ def test_on_a_device_the_same_bits(dtype):
     got = exact_matmul(ns.from_host(a), ns.from_host(b))
     assert type(got).__name__ == "StandinArray"
     assert np.array_equal(bits(ns.to_host(got)), bits(exact_matmul(a, b))) and ns.to_host(got)[0, 0, 0] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+def test_narrow_products_whose_bound_by_lines_fails_round_as_the_rational_sums_do(dtype, monkeypatch):
+    # Even rows of a spread over 2**±40 (fp16: ±10): the bound by rows and columns leaves more than one element in 16
+    # unsure, so the narrow path takes one GEMM bounded by the norms and settles its suspects (_exact_matmul.py
+    # `_narrow_by_norms`). Rows 1 and 3 hold three terms against b's first three rows, 2**15, 2**3, 2**-24 in its
+    # first two columns: (2**15)**2 + (2**3)**2 = 2**30 + 2**6 is a float32 midpoint (its spacing there is 2**7), a
+    # true tie, rounded to even (2**30) in row 3; row 1 adds (2**-24)**2 = 2**-48, which a float64 sum loses (below
+    # 2**30 · 2**-53), so only an exact sum rounds it up to 2**30 + 2**7. The other odd rows are alike in magnitude.
+    # Large enough (a and b over 2**14 elements) for the narrow path's facts, its suspects (rows 1 and 3) few enough.
+    from zerosim.precision.arithmetic import _exact_matmul
+
+    ran = []
+    real = _exact_matmul._narrow_by_norms
+    monkeypatch.setattr(_exact_matmul, "_narrow_by_norms", lambda *args: ran.append(1) or real(*args))
+    rng = np.random.default_rng(11)
+    m, k, n = 48, 700, 12
+    spread = 10 if dtype is np.float16 else 40
+    a = rng.standard_normal((m, k))
+    a[::2] *= 2.0 ** rng.integers(-spread, spread + 1, size=(m // 2, k))
+    a[1:4:2] = 0.0
+    a[1:4:2, :3] = [2.0**15, 2.0**3, 2.0**-24]
+    a[3, 2] = 0.0  # the exact tie
+    b = rng.standard_normal((k, n))
+    b[:3, :2] = np.array([2.0**15, 2.0**3, 2.0**-24])[:, None]
+    a, b = a.astype(dtype), b.astype(dtype)
+    got = exact_matmul(a, b)
+    assert ran, "the product did not take the norms' way"
+    assert (got[1, :2] == np.float32(2.0**30 + 2.0**7)).all() and (got[3, :2] == np.float32(2.0**30)).all()
+    assert np.array_equal(bits(got), bits(reference(a, b)))

@@ -34,14 +34,15 @@ step 1 shown for every element at once, from facts read off the operands' bits (
 and the quantum), no second GEMM. A small product: one bound over each whole operand, else the long way (for a few
 thousand elements its second GEMM costs less than facts by rows and columns), where the whole operands' quanta
 settle most suspects before any per-row pass (`_exact_by_whole_quanta`). A larger one: a bound by rows and columns
-(Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16,
-found among the candidate rows and columns by a mask or a sorted search, `_unsure_sorted`) are settled one by one
-(`_settle`), past that the whole product goes the long way; K·max|a_ik| in place of Σ|a_ik| first, from the facts
-alone (`_rows_hold`: most of a ZeRO step's dW pass it, and skip a pass over a). A batch of products, one each (the
-ranks' dW), is proved from facts read once for all and rounded product by product (`_shortcut_each`), each
-element as its product alone would be. fp32 products skip the bound by rows and columns: 48 significant bits leave
-it no room. A large operand's float64 copy and facts are kept across products
-(_operand_cache.py: the ranks of a ZeRO step multiply by the same gathered weights). The same bits on every path
+(Σ|a_ik| and max|b_kj| over the quanta, `_shortcut`), where the few elements it leaves unsure (up to one in 16, found
+among the candidate rows and columns by a mask or a sorted search, `_unsure_sorted`) are settled one by one (`_settle`);
+past that one GEMM whose error the norms bound, its suspects settled alike (`_narrow_by_norms`: a 10M MLP's wide
+products, where the long way took three GEMMs), and the long way only where those are many too; K·max|a_ik| in place of
+Σ|a_ik| first, from the facts alone (`_rows_hold`: most of a ZeRO step's dW pass it, and skip a pass over a). A batch of
+products, one each (the ranks' dW), is proved from facts read once for all and rounded product by product
+(`_shortcut_each`), each element as its product alone would be. fp32 products skip the bound by rows and columns: 48
+significant bits leave it no room. A large operand's float64 copy and facts are kept across products (_operand_cache.py:
+the ranks of a ZeRO step multiply by the same gathered weights). The same bits on every path
 (tests/test_exact_matmul_bound.py, tests/test_exact_matmul_facts.py); benchmarks/yardstick.py has what each costs.
 
 So every element is s rounded to nearest-even float32, whichever BLAS, kernel, thread count or device formed c.
@@ -247,23 +248,61 @@ def _narrow_product(a, b, once: bool = False):
     a64, b64 = left.wide, right.wide
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
         if a64.ndim == 3 and b64.ndim == 3 and a64.shape[0] == b64.shape[0]:  # n products, one each (ranks' dW)
-            return _shortcut_each(a64, facts_a, b64, facts_b)
-        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order; its -0s become +0 as it is rounded
-        return _shortcut(c, a64, facts_a, b64, facts_b, NUMPY)
+            out = _shortcut_each(a64, facts_a, b64, facts_b)
+        else:  # c (a64 @ b64, its -0s made +0 as it is rounded) made once the bound is known to pass
+            out = _shortcut(None, a64, facts_a, b64, facts_b, NUMPY)
+    return _narrow_by_norms(a64, facts_a, b64, facts_b) if out is None else out
+
+
+def _narrow_by_norms(a64, facts_a, b64, facts_b):
+    """exact_matmul of narrow a64 @ b64 where the bound by rows and columns leaves more than one element in 16 unsure
+    (magnitudes spread wide within a line: a 10M MLP's larger products): one GEMM, its error bounded by the norms
+    (_norm_bound.py), and its few suspects settled as `_settle` settles them: exact by their quanta (c = s; an exact
+    float32 midpoint is a true tie, which narrow sums often are), else rounded where their own Σ_k |a_ik·b_kj| allows,
+    else summed exactly (`_repair`). The long way took three GEMMs (this product's, again, and |a| @ |b|). None where
+    the suspects are many too (the long way then)."""
+    found = rounded_by_norms(a64, b64)
+    if found is None:
+        return None
+    out, suspects = found
+    if suspects is None:
+        return out
+    where, y = suspects
+    if len(y) > out.size // 16:
+        return None
+    batch = out.shape[:-2]
+    *lead, i, j = where
+    q = (np.broadcast_to(facts_a[1], batch + facts_a[1].shape[-1:])[(*lead, i)]
+         * np.broadcast_to(facts_b[1], batch + facts_b[1].shape[-1:])[(*lead, j)])  # (count,) q_i·q_j
+    k = a64.shape[-1]
+    # first by Cauchy-Schwarz, ||a_i||·||b_j|| >= Σ_k |a_ik·b_kj| (two passes over the operands, not K products each);
+    # the norms' own rounding (<= (2K + 16)·2**-53 relative, _norm_bound.py) covered by the same slack
+    rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))  # (..., M)
+    columns = np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))  # (..., N)
+    norms = (np.broadcast_to(rows, batch + rows.shape[-1:])[(*lead, i)]
+             * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * (1 + 2.0**-20))  # (count,)
+    where, q, y = _unsettled_at(y, where, norms, q, k, NUMPY)
+    if len(where[-1]):
+        where, _, _ = _unsettled_at(y, where, _magnitudes(where, a64, b64), q, k, NUMPY)
+    return _repair(out, where, a64, b64, NUMPY) if len(where[-1]) else out
 
 
 def _shortcut(c, a64, facts_a, b64, facts_b, ns):
     """c rounded to float32, with the few elements `_unsure` leaves settled one by one; None where more than one in
-    16 are unsure (the long way is cheaper then). facts: (max|x| or None, q) by rows of a and by columns of b."""
+    16 are unsure (the long way is cheaper then). facts: (max|x| or None, q) by rows of a and by columns of b. c None:
+    a64 @ b64, made here once the bound passes (a product it fails for is made another way)."""
+    shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     columns = facts_b[0] / facts_b[1]  # (..., N) max_k |b_kj| / q_j
     if _rows_hold(a64.shape[-1], facts_a, columns):  # every element sure from the facts alone: no pass over a64
         sums, where = None, None
     else:
         sums = np.abs(a64).sum(axis=-1)  # (..., M) Σ_k |a_ik| (NaN, inf: unsure below)
         rows = sums / facts_a[1]  # (..., M)
-        where = _unsure_by_batch(rows, columns, c.size // 16)  # the same elements as `_unsure` (a test says so)
+        where = _unsure_by_batch(rows, columns, math.prod(shape) // 16)  # as `_unsure` finds them (a test says so)
     if where is MANY:
         return None
+    if c is None:
+        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     count = 0 if where is None else len(where[0])
     # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
     out = _rounded_plus_zero(c, facts_a[1], facts_b[1])  # (..., M, N) float32
@@ -488,10 +527,15 @@ def _unsettled(c, where, size, q, k: int, ns) -> tuple:
     `size` (count,) >= Σ_k |a_ik·b_kj| and q (count,): not shown exact by their quanta (every partial sum below
     2**53·q_i·q_j) and not certain to round alike anywhere within the error bound. Where the one holds c = s; where
     the other does, s rounds as c does: either way the float32 already in `out` is the answer."""
+    return _unsettled_at(c[where], where, size, q, k, ns)[:2]
+
+
+def _unsettled_at(y, where, size, q, k: int, ns) -> tuple:
+    """`_unsettled` from y (count,), the float64 sums c at `where`; and the y of those it leaves."""
     exact = size * (1 + (k + 2) * _ERROR_PER_TERM) < q * 2.0**53
     rest = tuple(x[~exact] for x in where)
-    _, suspects = certain_f32(c[rest], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)
-    return tuple(x[suspects] for x in rest), q[~exact][suspects]
+    _, suspects = certain_f32(y[~exact], size[~exact] * ((k + 2) * _ERROR_PER_TERM), ns)
+    return tuple(x[suspects] for x in rest), q[~exact][suspects], y[~exact][suspects]
 
 
 def _magnitudes(where, a64, b64) -> np.ndarray:

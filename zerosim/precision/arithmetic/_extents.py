@@ -58,7 +58,9 @@ def extent(x) -> tuple[float, float] | None:
     # both ends from one product and one max (for small operands the NumPy calls, not the bytes, are the cost):
     # a pattern s·2**(bits-1) + m times 2 is 2m modulo 2**bits (the sign bit falls off; m < 2**(bits-1)), in order
     # of magnitude; times -2 it is 2**bits - 2m, in reverse order, and a zero is 0, out of the max's way
-    top, bottom = (x.view(uint).reshape(1, -1) * ends).max(axis=1).tolist()  # same-width view: any strides
+    # same-width view: any strides; flattened in memory's order (a view where x is a permuted contiguous array, as a
+    # transposed weight is: `reshape` would copy it column by column, 25 ms for a 2560 x 2048 bf16 W.T)
+    top, bottom = (x.view(uint).ravel(order="K")[None] * ends).max(axis=1).tolist()
     largest = values[top >> 1]
     if not math.isfinite(largest):
         return None
