@@ -15,18 +15,20 @@ Target (issue 14): peak RSS ÷ ledgers' peak total ≤ 1.5 at every stage, for 1
 
 Hand-built (issue 63, Must show 5: `--hand-built` runs only these): a small model on a cluster made by hand,
 `Cluster(N)` with its defaults (the trace's default window, every hop, the ledgers' timelines), ZeRO-3 bf16-mixed
-Adam, `--steps` steps (300: past the longest notebook's 200), the yardstick's 10,416-parameter MLP on N = 8 and 64.
-Measured as above (peak RSS of the run minus RSS before the cluster), beside:
+Adam, `--steps` steps (300: past the longest notebook's 200; `--steps 300,1100,3000` reads one run at each length),
+the yardstick's 10,416-parameter MLP on N = 8 and 64. Measured as above (the high-water mark of RSS so far, less RSS
+before the cluster), beside:
 
     ledgers     the ledgers' peak total at one moment, replayed from a twin `Cluster(N, keep_steps=None)` run for two
                 steps afterwards (every step allocates alike, so its peak is the run's; the window folds the log)
     allowance   what an empty `Cluster(N)` costs, no model, no engine: measured in a fresh process per N (its
                 ledgers, trace, pool and backend: 0.00-0.05 MB after the warm-up) — with the trace's floor, below, the
                 fixed allowance of issue 63's Must show 5
-    memos       what the portable kernels' process-wide memos of operands hold at the end (zerosim/precision/
+    memos       what the portable kernels' process-wide memos of operands hold at the run's end (zerosim/precision/
                 arithmetic/_operand_cache.py: bounded by their own byte budgets, 56 MB in all, whatever the model),
-                measured as the RSS handed back when they are emptied (`clear_kept_operands`, then `malloc_trim`)
-    held        log entries the trace still holds at the end
+                measured as the RSS handed back when they are emptied (`clear_kept_operands`, then `malloc_trim`),
+                after a first `malloc_trim` has handed back the heap's free pages (the run's fragments, not the memos')
+    held        log entries the trace still holds at that length
 
 Before either is measured the process runs one step of the same engine code on a `Cluster(2)` and empties the memos
 (`warm_up`): what a process loads once, whatever its clusters (the modules an engine imports lazily, ~1.5 MB; the
@@ -35,13 +37,24 @@ kernels' scratch, 0.6 MB), is then in neither measure, and the memos start empty
 and three ratios: (RSS − allowance) ÷ ledgers, everything the process grew by; (RSS − allowance − memos) ÷
 ledgers, the cluster's own (ledgers, the backend's pool of freed storage, the trace); and that less the trace's floor
 (cluster/_window.py FLOOR_BYTES, 8 MB: the events any default window may hold, whatever the ledgers, so that the
-notebooks' whole runs of small models stay readable) — the target, ≤ 5, with a fixed allowance of an empty
-`Cluster(N)` plus that floor: beyond it the default window holds no more entries than the ledgers' peaks in bytes
-(`SHARE`), so what the cluster holds is proportional to what its ranks hold. Checked: before the trace's default
+notebooks' whole runs of small models stay readable) — the target, ≤ 5 at every length, with a fixed allowance of an
+empty `Cluster(N)` plus that floor: beyond it the default window holds no more entries than the ledgers' peaks in
+bytes (`SHARE`), so what the cluster holds is proportional to what its ranks hold. Checked: before the trace's default
 window was bounded by the ledgers, N = 8 grew ~0.1 MB a step (363 log entries) to 104 MB at 1,100 steps (36.9 MB
 at 300), N = 64 ~0.7 MB a step (754 MB at 1,100, 261 MB at 300); tracemalloc showed the log's entries (ledger events,
 Compute records) as all of it but the memos; with the window bounded, the entries held × ENTRY_BYTES (29,040 × 280 B =
-8.1 MB at N = 8, 300 steps) are all but ~1 MB of the cluster's own 9.2 MB.
+8.1 MB at N = 8, 300 steps) are all but ~1 MB of the cluster's own 9.2 MB (tracemalloc: 229 B an entry held).
+
+What still grew with the steps once the entries held were constant (N = 8, RSS at every step, tracemalloc snapshots
+at 300 and 1,100 compared, gdb on the interpreter's dict resizes): the summary's bytes per folded step (a dict entry a
+step: now runs of steps that sent alike, cluster/_window.py `StepRuns`), the optimizer's memo of rounded scalars
+(Adam's 1 − β^t, one a step, up to 4,096 held: now 256), and the interpreter's table of interned strings, made anew
+(~1 MB) every ~1,000 steps because NumPy's `__array_interface__` interns a key no object held (parallel/data/_gather.py
+now holds them). What remains is not a record of the steps but the peak of one: the exact product's long way
+(precision/arithmetic/_exact_matmul.py: c, Σ|a·b|, its bound and y ± err in float64 over all the stacked ranks' dW
+at once, ~40 B an element of an (8, 64, 96) product: +1.8 MB) runs at a few data-dependent steps (468, 681, 2,029,
+... here), so the high-water mark steps up the first time a run meets it; and the heap's pages, handed back before
+the run, are touched again as it goes (at most its free bytes, ~1.2 MB at N = 8).
 """
 
 import os
@@ -141,7 +154,8 @@ def empty_cluster(widths, ranks) -> dict:
 
 
 def hand_built_case(widths, ranks, steps) -> dict:
-    """Runs in the child process: `steps` ZeRO-3 steps on a `Cluster(N)` with its defaults."""
+    """Runs in the child process: `steps` ZeRO-3 steps on a `Cluster(N)` with its defaults (`steps`: step counts,
+    ascending, read as the run goes: one run answers each length)."""
     import ctypes
 
     import numpy as np
@@ -156,19 +170,22 @@ def hand_built_case(widths, ranks, steps) -> dict:
     before = start_measuring()
     cluster = Cluster(ranks)
     engine = ZeroEngine(model, cluster, 3, Adam(lr=1e-3), "bf16-mixed")
-    for _ in range(steps):
+    at = {}
+    for step in range(1, steps[-1] + 1):
         engine.step(data)
-    peak_rss = peak_rss_bytes()
-    held = len(cluster.trace._log)
+        if step in steps:  # the high-water mark so far: the peak of a run this long
+            at[step] = {"rss": peak_rss_bytes() - before, "held": len(cluster.trace._log)}
+    trim = ctypes.CDLL("libc.so.6").malloc_trim
+    trim(0)  # the heap's free pages first: they are the run's (its fragments), not the memos'
     with_memos = rss_bytes()
     clear_kept_operands()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trim(0)
     memos = with_memos - rss_bytes()
     twin = Cluster(ranks, keep_steps=None)
     twin_engine = ZeroEngine(MLP(widths), twin, 3, Adam(lr=1e-3), "bf16-mixed")
     for _ in range(2):
         twin_engine.step(data)
-    return {"params": model.num_params, "ranks": ranks, "rss": peak_rss - before, "memos": memos, "held": held,
+    return {"params": model.num_params, "ranks": ranks, "at": at, "memos": memos,
             "ledgers": ledgers_peak_total(twin.trace.log)}
 
 
@@ -178,36 +195,54 @@ def child(what: str, *args) -> dict:
     return json.loads(out.stdout)
 
 
-def hand_built(steps: int) -> None:
-    print(f"hand-built: Cluster(N) with its defaults, ZeRO-3 bf16-mixed Adam, batch 8 per rank, {steps} steps; peak "
-          "RSS minus RSS before the cluster; allowance: an empty Cluster(N); memos: the kernels' process-wide memos")
+def hand_built(steps: list) -> None:
+    print(f"hand-built: Cluster(N) with its defaults, ZeRO-3 bf16-mixed Adam, batch 8 per rank, one run per N read at "
+          f"steps {', '.join(map(str, steps))}; peak RSS so far minus RSS before the cluster; allowance: an empty "
+          "Cluster(N); memos: the kernels' process-wide memos at the run's end")
     from zerosim.cluster import _window
 
     floor = getattr(_window, "FLOOR_BYTES", 0)  # 0 before the window had one (to measure an older tree)
 
-    print(f"{'model':>6s} {'N':>4s} {'ledgers MB':>11s} {'RSS MB':>8s} {'allow MB':>9s} {'memos MB':>9s} "
+    print(f"{'model':>6s} {'N':>4s} {'steps':>6s} {'ledgers MB':>11s} {'RSS MB':>8s} {'allow MB':>9s} {'memos MB':>9s} "
           f"{'held':>7s} {'all/ledg':>9s} {'own/ledg':>9s} {'beyond floor':>13s}")
     worst = 0.0
     for name, widths in HAND_BUILT.items():
         for ranks in (8, 64):
             allowance = child("empty", name, ranks)["allowance"]
-            r = child("hand", name, ranks, steps)
-            everything = (r["rss"] - allowance) / r["ledgers"]
-            own = (r["rss"] - allowance - r["memos"]) / r["ledgers"]
-            beyond = (r["rss"] - allowance - r["memos"] - floor) / r["ledgers"]
-            worst = max(worst, beyond)
-            print(f"{name:>6s} {ranks:4d} {r['ledgers'] / 1e6:11.3f} {r['rss'] / 1e6:8.1f} {allowance / 1e6:9.2f} "
-                  f"{r['memos'] / 1e6:9.1f} {r['held']:7d} {everything:9.1f} {own:9.1f} {beyond:13.1f}", flush=True)
+            r = child("hand", name, ranks, ",".join(map(str, steps)))
+            for step in steps:
+                rss, held = r["at"][str(step)]["rss"], r["at"][str(step)]["held"]
+                everything = (rss - allowance) / r["ledgers"]
+                own = (rss - allowance - r["memos"]) / r["ledgers"]
+                beyond = (rss - allowance - r["memos"] - floor) / r["ledgers"]
+                worst = max(worst, beyond)
+                print(f"{name:>6s} {ranks:4d} {step:6d} {r['ledgers'] / 1e6:11.3f} {rss / 1e6:8.1f} "
+                      f"{allowance / 1e6:9.2f} {r['memos'] / 1e6:9.1f} {held:7d} {everything:9.1f} {own:9.1f} "
+                      f"{beyond:13.1f}", flush=True)
     print(f"worst ratio beyond the floor {worst:.1f}: {'within' if worst <= HAND_TARGET else 'OVER'} the {HAND_TARGET} "
           f"target (the cluster's own memory less an empty cluster's and the trace's {floor >> 20} MB floor, ÷ "
           "its ledgers' peak)")
+
+
+def step_counts(text: str) -> list:
+    """--steps: a step count, or several, comma-separated and ascending."""
+    try:
+        steps = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes step counts such as 300 or 300,1100,3000, got {text!r}") \
+            from None
+    if not steps or min(steps) < 1 or steps != sorted(set(steps)):
+        raise argparse.ArgumentTypeError(f"--steps takes positive step counts in ascending order, got {text!r}")
+    return steps
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1M params only")
     p.add_argument("--hand-built", action="store_true", help="only the small hand-built cluster's cases (issue 63)")
-    p.add_argument("--steps", type=int, default=300, help="steps of each hand-built case (default 300)")
+    p.add_argument("--steps", type=step_counts, default=[300],
+                   help="steps of each hand-built case, or several ascending (300,1100,3000: one run read at each; "
+                        "default 300)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -215,7 +250,7 @@ def main():
         if what == "empty":
             print(json.dumps(empty_cluster(HAND_BUILT[rest[0]], int(rest[1]))))
         elif what == "hand":
-            print(json.dumps(hand_built_case(HAND_BUILT[rest[0]], int(rest[1]), int(rest[2]))))
+            print(json.dumps(hand_built_case(HAND_BUILT[rest[0]], int(rest[1]), step_counts(",".join(rest[2:])))))
         else:
             print(json.dumps(one_case(MODELS[what], int(rest[0]), int(rest[1]))))
         return

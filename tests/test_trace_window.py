@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from zerosim import MLP, Adam, Cluster, ZeroEngine
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Call, Compute, StepBoundary
+from zerosim.cluster._window import StepRuns
 from zerosim.models import make_regression
 from zerosim.models.meta import MetaModel
 
@@ -83,6 +84,27 @@ def test_memory_of_a_long_run_stays_bounded():
     assert len(cluster.trace.log) <= 4 * per_step  # three steps and the step boundaries around them
     assert all(len(r.ledger.timeline) <= 3 * per_step for r in cluster.ranks)
     assert cluster.trace.folded.calls > 0 and cluster.trace.summary()["calls"] == 40 * len(cluster.trace.calls) // 3
+    # the folded steps' bytes per step: one run for each stretch of consecutive steps that sent alike, and this
+    # run's steps all send alike (the same shards, every step), so the 37 folded steps cost one run, not 37 entries
+    per_step_bytes = cluster.trace.summary()["by_step"]
+    folded_steps = list(per_step_bytes.items())[:37]
+    assert len(per_step_bytes) == 40 and len({b for _, b in folded_steps}) == 1
+    assert len(cluster.trace.folded.by_step.firsts) == 1
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 12), st.sampled_from([0, 1, 5, 7])), max_size=40))
+def test_step_runs_are_the_dict_they_stand_for(adds):
+    # against a plain dict: any order of steps, a step added again, zero bytes (the step is there all the same)
+    runs, plain = StepRuns(), {}
+    for step, nbytes in adds:
+        runs.add(step, nbytes)
+        plain[step] = plain.get(step, 0) + nbytes
+    assert list(runs.items()) == sorted(plain.items()) and len(runs) == len(plain)
+    spans = list(zip(runs.firsts, runs.lasts, runs.values))
+    assert all(a <= b for a, b, _ in spans)
+    # as few runs as the steps allow: two runs side by side differ in bytes or leave a step out between them
+    assert all(b0 + 1 < a1 or v0 != v1 for (_, b0, v0), (a1, _, v1) in zip(spans, spans[1:]))
 
 
 def test_positions_since_stay_absolute():
@@ -126,6 +148,10 @@ def test_closed_form_calls_fold_into_the_same_totals():
         t = cluster.trace
         answers.append((t.volume_by_collective(), t.bytes_by_tier(), t.sent_totals(64), t.bytes_sent(5),
                         t.bytes_sent(5, collective="reduce_scatter"), t.summary()["by_step"]))
+        if keep == 1:  # a step's closed-form calls recur every step: the two folded steps are held as one, counted
+            per_step = len(t.ring_calls)
+            assert sum(entry[5] for entry in t.folded.closed.values()) == 2 * per_step
+            assert len(t.folded.closed) <= per_step
     assert answers[0] == answers[1]
 
 

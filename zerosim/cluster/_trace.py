@@ -395,10 +395,11 @@ class Trace:
                 totals[rank] += b
         base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
         held = [(form, self.call_groups.get(c), self._ring_size(c)) for c, form in self.ring_calls.items()]
-        for (sizes, itemsize, lag), group, n in held + [(form, group, n) for _, form, group, n in self.folded.closed]:
-            base += closed.base_bytes(sizes, itemsize)
+        folded = [(form, group, n, count) for _, _, form, group, n, count in self.folded.closed.values()]
+        for (sizes, itemsize, lag), group, n, count in [(*h, 1) for h in held] + folded:  # count: calls alike
+            base += closed.base_bytes(sizes, itemsize) * count
             for ranks, less in closed.shortfalls(sizes, itemsize, lag, group, n):
-                totals[ranks] -= less
+                totals[ranks] -= less * count
         return (totals + base).tolist()
 
     def bytes_by_tier(self, call: int | None = None) -> dict:
@@ -458,8 +459,9 @@ class Trace:
         folded = sum(b for (r, coll, t), b in self.folded.sent.items() if r == rank
                      and (coll == collective if collective is not None else coll not in TRANSFERS)
                      and (tag is None or t == tag))
-        folded += sum(closed.sent_by_one_rank(*form, group, rank) for c, form, group, _ in self.folded.closed
-                      if (collective is None or c.collective == collective) and (tag is None or c.tag == tag))
+        folded += sum(closed.sent_by_one_rank(*form, group, rank) * count
+                      for coll, t, form, group, _, count in self.folded.closed.values()
+                      if (collective is None or coll == collective) and (tag is None or t == tag))
         return from_events + held + folded
 
     def _check_rank(self, rank) -> None:
@@ -504,7 +506,7 @@ class Trace:
     def summary(self) -> dict:
         """What the whole run sent, folded steps and window together: {"by_collective": {collective: bytes},
         "by_tier": {tier: bytes}, "by_step": {step: bytes between ranks}, "calls": n, "folded_calls": n}."""
-        by_step = defaultdict(int, self.folded.by_step)
+        by_step = defaultdict(int, self.folded.steps())
         for e in self.events:
             if e.collective not in TRANSFERS:
                 by_step[self.call(e.call).step] += e.bytes

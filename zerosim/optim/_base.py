@@ -67,10 +67,12 @@ def scalar(x: float, dtype) -> np.generic:
     return _rounded(x, math.copysign(1.0, x), np.dtype(dtype))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _rounded(x: float, sign: float, dtype: np.dtype) -> np.generic:
     # Cached: a ZeRO engine steps one shard per rank, so the same coefficients are rounded N times a step
-    # (NumPy scalars are immutable: sharing one is safe).
+    # (NumPy scalars are immutable: sharing one is safe). Small: a step brings new ones (Adam's 1 - beta**t, a
+    # schedule's lr) that are never asked again once it ends, and 4,096 of them held ~0.8 MB for good; the ones
+    # every step asks (lr, betas, eps) are the most recent whatever the size.
     return cast(np.float64(x), dtype)[()]  # NOTE: not dtype(x): ml_dtypes rounds float64 twice
 
 

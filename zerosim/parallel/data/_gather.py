@@ -168,6 +168,13 @@ def _where(a) -> tuple:
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
 
 
+# NumPy makes `__array_interface__` with PyDict_SetItemString, which interns each key: a key that no live object holds
+# goes into the interpreter's table of interned strings and out again at every call, and once the entries dropped fill
+# the table (~1 MB) it is made anew: a megabyte more RSS, every ~1,000 steps of a small model (benchmarks/memory.py
+# --hand-built). Held here, the keys stay in the table (`ctypes.data` interns nothing, at 0.8 µs more a call).
+_INTERFACE_KEYS = ("data", "strides", "descr", "typestr", "shape", "version")
+
+
 def _same_bits(a, b) -> bool:
     """Every bit of `a` equal to `b`'s (same shape and dtype): NaN payloads and the sign of zero count."""
     if a.shape != b.shape or a.dtype != b.dtype:
