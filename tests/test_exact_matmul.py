@@ -173,3 +173,22 @@ def test_narrow_products_whose_bound_by_lines_fails_round_as_the_rational_sums_d
     assert ran, "the product did not take the norms' way"
     assert (got[1, :2] == np.float32(2.0**30 + 2.0**7)).all() and (got[3, :2] == np.float32(2.0**30)).all()
     assert np.array_equal(bits(got), bits(reference(a, b)))
+
+
+@pytest.mark.parametrize("shared_b", [False, True], ids=["each its own b", "one b for all"])
+def test_a_stacked_narrow_product_the_long_way_makes_in_pieces_equals_each_product_alone(shared_b):
+    # 8 products of (40, 4) @ (4, 40) bf16, magnitudes 2**±40 apart within a line: the whole bound fails, so the long
+    # way makes them, a few products at a time (12,800 output elements, more than it makes at once); rank 3 holds a
+    # NaN (one canonical NaN out, in its own rows) and rank 6 an inf
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((8, 40, 4)) * 2.0 ** rng.integers(-40, 41, size=(8, 40, 4))).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((1 if shared_b else 8, 4, 40)).astype(ml_dtypes.bfloat16)
+    a[3, 7, 1], a[6, 2, 0] = np.nan, np.inf
+    b_of = (lambda p: b[0]) if shared_b else (lambda p: b[p])
+    got = exact_matmul(a, b[0] if shared_b else b)
+    assert got.shape == (8, 40, 40)
+    for p in range(8):
+        if p in (3, 6):  # NaN and inf rows: as the product alone gives them
+            assert np.array_equal(bits(got[p]), bits(exact_matmul(a[p], b_of(p))))
+        else:
+            assert np.array_equal(bits(got[p]), bits(reference(a[p], b_of(p)))), p

@@ -83,6 +83,7 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+_LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
 # 10.7 ms against 8.2 in blocks, 6.3 for the GEMMs alone (random bf16 of its shapes, in turns, loaded 2-core EPYC)
@@ -118,6 +119,15 @@ def _exact_alone(a, b, once: bool = False):
         out = _narrow_product(a, b, once)
         if out is not None:
             return out
+        m, n = a.shape[-2], b.shape[-1]
+        if a.ndim == 3 and a.shape[0] > 1 and a.shape[0] * m * n > _LONG_WAY_ELEMENTS:
+            # the long way's float64 temporaries (c, |a| @ |b|, its bound, y ± err: ~40 B an element) a few of the
+            # stacked products at a time: each element's bits are its own, whichever products it is made beside (a
+            # hand-built Cluster(8)'s ranks' dW all at once lifted its peak RSS 1.8 MB, 4.7x its ledgers' peak)
+            at = max(1, _LONG_WAY_ELEMENTS // max(1, m * n))
+            stacked_b = b.ndim == 3 and b.shape[0] == a.shape[0]
+            return np.concatenate([_exact_alone(a[i:i + at], b[i:i + at] if stacked_b else b, once)
+                                   for i in range(0, a.shape[0], at)])
     out = _exact_long(a, b)
     return canonical_nans(out, namespace_of(out)) if has_values(out) else out
 
