@@ -103,10 +103,12 @@ class Tail(Sequence):
         raise ValueError(f"{value!r} is not in the {self.what} held")
 
     def _gone(self, position: int) -> str:
-        return (f"{self.what} position {position} belongs to a step folded out of the trace's window (the last "
-                f"steps are held, at most {WINDOW}, in no more events than {SHARE}x what the ranks' ledgers peaked at "
-                f"or {FLOOR_BYTES >> 20} MB, from position {self.start}): its bytes are in the summary; pass "
-                "keep_steps=None to the Cluster to hold every step, or log_to= to stream the log to a file")
+        return (f"{self.what} position {position} belongs to a step folded out of the trace's window (a Cluster "
+                f"made without keep_steps holds its last steps, at most {WINDOW}, in entries costing no more than "
+                f"{FLOOR_BYTES >> 20} MB or {'' if SHARE == 1 else f'{SHARE} times '}what its ranks' ledgers peaked "
+                f"at, whichever is more; the first held is "
+                f"at position {self.start}): its bytes are in the summary; pass keep_steps=None to the Cluster to "
+                "hold every step, or log_to= to stream the log to a file")
 
     def __repr__(self) -> str:
         return f"Tail({self.what}: {len(self.held)} held from position {self.start})"
