@@ -65,7 +65,8 @@ from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
 from zerosim.precision.arithmetic._nan import CANONICAL_NAN, canonical_nans
 from zerosim.precision.arithmetic._norm_bound import SHORT_K as _SHORT_K
-from zerosim.precision.arithmetic._norm_bound import rounded_by_norms
+from zerosim.precision.arithmetic._norm_bound import SLACK as NORM_SLACK
+from zerosim.precision.arithmetic._norm_bound import line_norms, rounded_by_norms
 from zerosim.precision.arithmetic._operand_cache import kept_extent, operand, operand_once
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
 from zerosim.precision.arithmetic._scratch import scratch
@@ -287,10 +288,9 @@ def _narrow_by_norms(a64, facts_a, b64, facts_b):
     k = a64.shape[-1]
     # first by Cauchy-Schwarz, ||a_i||·||b_j|| >= Σ_k |a_ik·b_kj| (two passes over the operands, not K products each);
     # the norms' own rounding (<= (2K + 16)·2**-53 relative, _norm_bound.py) covered by the same slack
-    rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))  # (..., M)
-    columns = np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))  # (..., N)
+    rows, columns = line_norms(a64, b64)  # (..., M), (..., N)
     norms = (np.broadcast_to(rows, batch + rows.shape[-1:])[(*lead, i)]
-             * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * (1 + 2.0**-20))  # (count,)
+             * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * NORM_SLACK)  # (count,)
     where, q, y = _unsettled_at(y, where, norms, q, k, NUMPY)
     if len(where[-1]):
         where, _, _ = _unsettled_at(y, where, _magnitudes(where, a64, b64), q, k, NUMPY)

@@ -34,12 +34,18 @@ import numpy as np
 
 from zerosim.precision.arithmetic._scratch import scratch as _scratch
 
-_SLACK = 1 + 2.0**-20  # the norms' and E's own roundings, for K < 2**31 (module docstring)
+SLACK = 1 + 2.0**-20  # the norms' and E's own roundings, for K < 2**31 (module docstring)
 SHORT_K = 64  # K at most this: the product GEMM'd by the same blocks of rows it is tested in (its output is as
 # large as its arithmetic: a dW over 32 rows of a micro-batch)
 _BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
 _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
+
+
+def line_norms(a64, b64) -> tuple:
+    """(||a_i|| (..., M), ||b_j|| (..., N)): the norms of a's rows and b's columns, each to within (K + 4)·2**-53 (a
+    square of a value of at most 24 significant bits is exact; `SLACK` covers the sum's and the root's roundings)."""
+    return np.sqrt(np.einsum("...ik,...ik->...i", a64, a64)), np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))
 
 
 def rounded_by_norms(a64, b64):
@@ -51,13 +57,12 @@ def rounded_by_norms(a64, b64):
     test, as every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
     temporary lives in this thread's reused buffers (_scratch.py): memory fresh from the system costs a page fault
     per 4 kB, more than these passes."""
-    rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))  # (..., M) ||a_i||, to within (K + 4)·2**-53
-    columns = np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))  # (..., N) ||b_j||
+    rows, columns = line_norms(a64, b64)
     widest = columns.max(axis=-1, initial=0.0)  # (...,) max_j ||b_j||
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
         return None
     k = a64.shape[-1]
-    error = rows * (np.asarray(widest)[..., None] * ((k + 4) * 2.0**-52 * _SLACK))  # (..., M) E_i, one per row
+    error = rows * (np.asarray(widest)[..., None] * ((k + 4) * 2.0**-52 * SLACK))  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     m, n = shape[-2:]
     out = np.empty(shape, np.float32)
@@ -112,7 +117,7 @@ def rounded_by_norms(a64, b64):
     out[tuple(x[zero] for x in where)] = 0.0  # a zero that stays in doubt is overwritten by its exact sum
     y[zero] = 0.0  # -0 ± 0 rounds to both signs: a -0 with norms of 0 would stay in doubt
     where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
-    return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * _SLACK) if len(y) else None
+    return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
 
 
 def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
