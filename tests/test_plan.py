@@ -11,9 +11,11 @@ from contextlib import redirect_stdout
 import pytest
 
 from zerosim import Cluster, ZeroEngine
+from zerosim.cluster import Compute
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_preset, measure_stage, runtime_overheads
 from zerosim.analysis.planner import meta_step, plan, step_time
-from zerosim.analysis.timeline import Hardware
+from zerosim.analysis.planner._repeat import repeats, twice
+from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cli.main import main
 from zerosim.models.gpt import strategy_options
 from zerosim.models.hf import read_hf_config
@@ -64,6 +66,46 @@ def test_a_step_of_k_micro_steps_is_the_line_through_one_and_two(stage, schedule
         assert line.step == pytest.approx(full.step_time, rel=LINE_TOL, abs=0)
         assert line.compute == pytest.approx(float(full.compute_busy[0]), rel=LINE_TOL, abs=0)
         assert line.exposed == pytest.approx(float(full.exposed_comm[0]), rel=LINE_TOL, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "stage, schedule, precision",
+    list(itertools.product((2, 3), SCHEDULES, ("bf16-mixed", "fp16-mixed"))),
+)
+def test_the_second_micro_step_written_from_the_first_is_the_one_the_engine_runs(stage, schedule, precision):
+    # The planner's K = 2 point (_repeat.py): the log of a step of one micro-step with its micro-step written twice
+    # must be, event by event, what a step of two micro-steps records (on nodes: the calls' groups and tiers too), and
+    # its timeline the same to the bit.
+    hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
+    for strategy, nodes in (("none", None), ("block", 4), ("subblock", None), ("flash", 4), ("op-sac", 4)):
+        model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": nodes}
+        _, cluster, engine = measure_stage(model, 16, stage, "adam", precision, totals=False, **run)
+        assert repeats(engine)
+        written = twice(cluster.trace)
+        full, ran = meta_step(model, 16, stage, hw, precision=precision, accumulation_steps=2, **run)
+        trace = ran.cluster.trace
+        assert written is not None and sum(type(e) is Compute and e.micro == 1 for e in trace.log) > 10
+        assert written.log == trace.log, strategy
+        assert (written.events, written.ring_calls, written.call_groups) == (trace.events, trace.ring_calls,
+                                                                             trace.call_groups)
+        mine = simulate(written, hw, overlap=engine.comm.overlap_comm)
+        assert (mine.step_time, list(mine.compute_busy), list(mine.exposed_comm)) == (
+            full.step_time, list(full.compute_busy), list(full.exposed_comm))
+
+
+@pytest.mark.parametrize("stage", (0, 1))
+def test_the_second_micro_step_is_not_written_where_it_differs(stage):
+    # At stages 0/1 the gradients go in buckets during the last micro-step only: a step of two micro-steps is not its
+    # first written twice (the log would differ), so `repeats` refuses it and the planner runs it; so it does beside
+    # an offload and tensor parallelism.
+    model, run = small("block"), {"micro_batch": (2, 256), "comm": SCHEDULES["deepspeed"]}
+    _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
+    assert not repeats(engine)
+    _, ran = meta_step(model, 16, stage, Hardware(), precision="bf16-mixed", accumulation_steps=2, **run)
+    assert twice(cluster.trace) is None or twice(cluster.trace).log != ran.cluster.trace.log
+    for beside in ({"parallelisms": (Offload("cpu"),)}, {"spec": ParallelSpec(tp=2), "gpus_per_node": 4}):
+        _, _, engine = measure_stage(model, 16, 3, "adam", "bf16-mixed", totals=False, **run, **beside)
+        assert not repeats(engine)
 
 
 @pytest.mark.parametrize("stage, accumulate", list(itertools.product((0, 1, 2, 3), (None, "fp32"))))

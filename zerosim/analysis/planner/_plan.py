@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
+from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.planner._sweep import step_time, step_time_of
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
@@ -441,9 +442,12 @@ class _Trial:
             engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
                                                                        engine.dims))
         one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+        written = twice(cluster.trace) if row.accumulation > 1 and repeats(engine) else None  # K = 2 from K = 1
+        two = None if written is None else step_time_of(
+            simulate(written, hw, overlap=engine.comm.overlap_comm, costs=costs), 2)
         t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                       (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
-                      parallelisms=more, spec=spec)
+                      parallelisms=more, spec=spec, second=two)
         return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
 
     def tried(self, stage: int, strategy: str, B: int, spec, label: str) -> None:

@@ -122,7 +122,8 @@ class StepTime:
 
 def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
-              tokens: int = 2048, first: StepTime | None = None, time_model=None, **beside) -> StepTime:
+              tokens: int = 2048, first: StepTime | None = None, time_model=None, second: StepTime | None = None,
+              **beside) -> StepTime:
     """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
 
     The simulated step is affine in K: T(K) = T(1) + (K − 1)·(T(2) − T(1)), and so are compute and exposed
@@ -132,7 +133,8 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     pipeline parallelism (a `spec` with pp > 1 in `beside`) the step of K micro-batches is simulated whole, or, past
     twice the pipeline's warm-up, on the line through two smaller steps its repeating schedule draws
     (analysis/costs line_points); `first`: the step simulated already (of K, or of the line's first point).
-    `first`: the K = 1 step when it was simulated already (the planner's memory run); `beside`: meta_step's
+    `first`: the K = 1 step when it was simulated already (the planner's memory run); `second`: the K = 2 step when
+    it is known already (the planner writes its log from the memory run's: _repeat.py); `beside`: meta_step's
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
     def run(K):
@@ -155,7 +157,7 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     one = first if first is not None else run(1)
     if K == 1:
         return one
-    two = run(2)
+    two = second if second is not None and second.simulated == (2,) else run(2)
     pairs = zip((one.step, one.compute, one.exposed), (two.step, two.compute, two.exposed))
     line = (a + (K - 1) * (b - a) for a, b in pairs)
     return StepTime(*line, (1, 2))
