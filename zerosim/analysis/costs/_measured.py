@@ -160,10 +160,10 @@ def at_peak_by_kind(ledger) -> dict:
     """{kind: bytes} live at the first moment the ledger's total peaked, from its timeline: what a bar of the peak
     stacks (each kind's own peak, `peak_by_kind`, comes at its own moment: stacking those overstates the peak)."""
     live, best, most = {}, {}, -1
-    for e in ledger.timeline:
-        live[e.kind] = e.kind_total
-        if e.total > most:
-            most, best = e.total, {k: v for k, v in live.items() if v}
+    for kind, total, kind_total in ledger.totals():
+        live[kind] = kind_total
+        if total > most:
+            most, best = total, {k: v for k, v in live.items() if v}
     return best
 
 
