@@ -5,6 +5,8 @@ tensor).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from zerosim.models._spaces import space_of
@@ -17,8 +19,27 @@ def like(x, shape, dtype):
     (the micro-batch, dy) and the model makes more of the same kind, so models never import a backend.
     CuPy's arrays have no `__array_namespace__` (CuPy 14): their module is the namespace."""
     if type(x) is MetaArray:  # what its namespace's `empty` makes, without asking for it (every op makes several)
-        return MetaArray(shape, dtype)
+        return data_less(shape, dtype)
     return space_of(x).empty(shape, dtype=dtype)
+
+
+def data_less(shape, dtype) -> MetaArray:
+    """A new `MetaArray(shape, dtype)`, its shape and dtype checked once per pair asked (`_checked`): a 70B plan's
+    twins ask for ~50,000 arrays of a few hundred shapes (every unit of every micro-step its outputs and saved
+    tensors). A shape that is not hashable (a list) is checked each time."""
+    try:
+        a = _checked(shape, dtype)
+    except TypeError:  # unhashable: no cache; MetaArray checks it (and raises what it raises)
+        return MetaArray(shape, dtype)
+    return _fresh(a.shape, a.dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(shape, dtype) -> MetaArray:
+    return MetaArray(shape, dtype)
+
+
+_fresh = MetaArray._of  # a new data-less array of a shape and dtype checked already
 
 
 def source_arrays(ranks, empty):
