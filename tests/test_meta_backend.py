@@ -18,7 +18,7 @@ from zerosim.analysis.costs import get_preset
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.models import make_regression
 from zerosim.models.gpt import GPT, MetaGPT
-from zerosim.models.meta import MetaModel
+from zerosim.models.meta import MetaModel, like
 from zerosim.precision import cast
 from zerosim.precision.cast import MetaArray, MetaDataError, has_values
 
@@ -350,3 +350,19 @@ def test_a_tensor_without_data_is_one_class_wherever_it_is_made():
         assert type(weights) is type(backend_array) is MetaArray and weights.dtype == np.float32
         with pytest.raises(MetaDataError):
             np.asarray(weights)
+
+
+def test_a_twins_arrays_checked_once_are_what_metaarray_makes():
+    # `like` on the meta backend (models/meta/_arrays.py) checks each shape and dtype once and makes every later array
+    # of the pair from that check: each must be a new MetaArray equal to what the constructor makes (Python ints, a
+    # np.dtype), whatever spelling of the shape and dtype came first; a list shape and a bad dtype as the constructor.
+    x = MetaArray((2,), np.float32)
+    made = [like(x, (np.int64(3), 4), np.float32), like(x, (3, 4), np.float32), like(x, (3, 4), "float32")]
+    assert len({id(a) for a in made}) == 3
+    for a in made + [like(x, [3, 4], BF16), like(x, 7, BF16)]:
+        b = MetaArray(a.shape, a.dtype)
+        assert type(a) is MetaArray and (a.shape, a.dtype) == (b.shape, b.dtype)
+        assert all(type(n) is int for n in a.shape) and isinstance(a.dtype, np.dtype)
+    assert (like(x, [3, 4], BF16).shape, like(x, 7, BF16).shape) == ((3, 4), (7,))
+    with pytest.raises(TypeError):
+        like(x, (3, 4), "not a dtype")
