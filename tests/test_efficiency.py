@@ -7,7 +7,7 @@ import pytest
 
 from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._efficiency import KERNEL_RATES, PRESETS, parse_efficiency, wave_efficiency
-from zerosim.analysis.costs._kernel_work import loss_work, unit_work
+from zerosim.analysis.costs._kernel_work import _unit_work, loss_work, unit_work
 from zerosim.analysis.costs._throughput import mfu, model_flops_per_token
 from zerosim.analysis.costs._reserve import reserved
 from zerosim.models.hf._config import read_hf_config, shipped_config
@@ -173,3 +173,22 @@ def test_reserved_is_allocated_plus_the_reserve():
     assert reserved(1000, 0.0) == 1000
     with pytest.raises(ValueError, match="fraction of the allocated peak"):
         reserved(1, 1.0)
+
+
+def test_a_units_work_is_remembered_by_all_it_reads():
+    # unit_work remembers its answers by the unit's parameters and attention (_kernel_work.py `_WORK`): every answer
+    # must be the one computed afresh, alike blocks (by name only: block0, block7) must share one, and units whose
+    # parameters have the same shapes but whose attention differs (32 heads of 128 against 64 of 64, flash against
+    # standard) must not.
+    units = [LlamaBlock(4096, 32, 8, 128, 14336, "standard", name="block0"),
+             LlamaBlock(4096, 32, 8, 128, 14336, "standard", name="block7"),
+             LlamaBlock(4096, 64, 16, 64, 14336, "standard", name="block0"),
+             LlamaBlock(4096, 32, 8, 128, 14336, "flash", name="block0")]
+    assert len({tuple(u.param_shapes.items()) for u in units}) == 1
+    for B, kind, kernels, again in [(1, "forward", "eager", None), (2, "backward", "compiled", None),
+                                    (1, "recompute", "eager", None), (1, "recompute", "eager", {"k_proj"})]:
+        works = [unit_work(u, (B, 2048, 4096), kind, kernels, recompute_weights=again) for u in units]
+        fresh = [_unit_work(u, (B, 2048, 4096), kind, kernels, False, again) for u in units]
+        assert works == fresh
+        assert works[0] is works[1]
+        assert len({works[0], works[2], works[3]}) == (3 if again is None else 1)  # (a SAC recompute: no attention)

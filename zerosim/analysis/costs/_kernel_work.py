@@ -139,9 +139,27 @@ def unit_work(unit, x_shape: tuple, kind: str, kernels: str = "eager", fp8: bool
 
     `recompute_weights`: for an op-level selective checkpoint, the weights whose products a recompute re-runs
     (the others' outputs were saved, and so was attention's); None: a recompute re-runs the whole forward.
-    `fp8`: the unit's GEMMs run in float8 (the head's too, if the caller says so)."""
+    `fp8`: the unit's GEMMs run in float8 (the head's too, if the caller says so).
+
+    Remembered by everything it reads of the unit (its parameters' names and shapes, its attention's heads, head width
+    and mode) and the other arguments: a 70B plan's 80 alike blocks ask for one work each (`_WORK`)."""
     if kind not in ("forward", "recompute", "backward"):
         raise ValueError(f"unknown pass {kind!r}")
+    key = (tuple((k, tuple(s)) for k, s in unit.param_shapes.items()), attention_of(unit), tuple(x_shape), kind,
+           kernels, fp8, None if recompute_weights is None else frozenset(recompute_weights))
+    w = _WORK.get(key)
+    if w is None:
+        if len(_WORK) >= 4096:  # a long session's models: start again rather than grow
+            _WORK.clear()
+        w = _WORK[key] = _unit_work(unit, x_shape, kind, kernels, fp8, recompute_weights)
+    return w
+
+
+_WORK = {}  # unit_work's answers by what it reads
+
+
+def _unit_work(unit, x_shape: tuple, kind: str, kernels: str, fp8: bool, recompute_weights) -> Work:
+    """`unit_work`, computed."""
     B, L = x_shape[0], x_shape[1]
     T = B * L
     gemms, cast = gemm_work(unit, T, kind, recompute_weights)
