@@ -366,3 +366,17 @@ def test_a_twins_arrays_checked_once_are_what_metaarray_makes():
     assert (like(x, [3, 4], BF16).shape, like(x, 7, BF16).shape) == ((3, 4), (7,))
     with pytest.raises(TypeError):
         like(x, (3, 4), "not a dtype")
+
+
+def test_a_twins_saved_tensors_are_new_arrays_each_forward():
+    # A twin remembers what its forward saves and its backward makes by shape, from shared checked templates
+    # (models/meta/_decoder.py): each call must hand out new arrays of the spec's shapes and dtypes, never a template.
+    twin = MetaGPT(GPT(64, 32, 2, 2, 16))
+    unit, x = twin.layers[1], MetaArray((2, 16, 32), np.float16)
+    first, second = (unit.forward({}, x, "fp16")[1] for _ in range(2))
+    spec = unit.spec(x.shape, "fp16")
+    assert list(first) == list(second) == list(spec)
+    for name, (shape, dtype) in spec.items():
+        assert first[name] is not second[name] and (first[name].shape, first[name].dtype) == (shape, np.dtype(dtype))
+    grads = [unit.backward({}, x, first, "fp16")[1] for _ in range(2)]
+    assert all(grads[0][k] is not grads[1][k] and grads[0][k].shape == tuple(unit.param_shapes[k]) for k in grads[0])

@@ -87,7 +87,7 @@ def twice(trace) -> StepLog | None:
         return None
 
     def moved(needs) -> tuple:
-        return tuple(c + lo for c in needs)
+        return tuple([c + lo for c in needs])
 
     def again(e, relabel: bool):
         if type(e) is StepBoundary:

@@ -142,15 +142,17 @@ class KernelTimes:
             if unit is not None and self.micro is not None:
                 whole = replace(ev, kind="backward", needs=(), values=None)
                 return SPLIT[ev.kind](bool(getattr(unit, "param_shapes", None))) * self.compute(whole)
+        key = self._key(ev)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
+        seconds = self._seconds.get(key)  # (a 70B plan times ~12,000 computes of ~100 GEMMs each, 160 distinct)
+        if seconds is not None:
+            return seconds
         w, r = self.work(ev), self.rates
         if w is None:  # counts only: all of it GEMM work
             return ev.flops / (dev.rate(self.hw.compute) * r.gemm) / self.efficiency.framework
-        key = self._key(ev)  # the work of (layer, kind) is one `Work` (`work`): its seconds are computed once
-        if key not in self._seconds:  # (a 70B plan times ~12,000 computes of ~100 GEMMs each, 160 distinct)
-            peak16 = dev.rate(self.hw.compute)
-            fmt_peak = dev.fp8 if w.fp8 else peak16
-            self._seconds[key] = work_seconds(w, r, fmt_peak, peak16, dev.hbm) / self.efficiency.framework
-        return self._seconds[key]
+        peak16 = dev.rate(self.hw.compute)
+        fmt_peak = dev.fp8 if w.fp8 else peak16
+        seconds = self._seconds[key] = work_seconds(w, r, fmt_peak, peak16, dev.hbm) / self.efficiency.framework
+        return seconds
 
     def call_bytes(self, call, sent: float) -> float:
         """The bytes `call` carries for its busiest rank: `sent` as recorded, but with fp8 GEMMs beside tensor

@@ -24,14 +24,20 @@ def like(x, shape, dtype):
 
 
 def data_less(shape, dtype) -> MetaArray:
-    """A new `MetaArray(shape, dtype)`, its shape and dtype checked once per pair asked (`_checked`): a 70B plan's
+    """A new `MetaArray(shape, dtype)`, its shape and dtype checked once per pair asked (`template`): a 70B plan's
     twins ask for ~50,000 arrays of a few hundred shapes (every unit of every micro-step its outputs and saved
-    tensors). A shape that is not hashable (a list) is checked each time."""
+    tensors)."""
+    a = template(shape, dtype)
+    return _fresh(a.shape, a.dtype)
+
+
+def template(shape, dtype) -> MetaArray:
+    """A `MetaArray(shape, dtype)` to read a checked shape and dtype from, made once per pair and shared: never handed
+    on as an array (`data_less` makes those). A shape that is not hashable (a list) is checked each time."""
     try:
-        a = _checked(shape, dtype)
+        return _checked(shape, dtype)
     except TypeError:  # unhashable: no cache; MetaArray checks it (and raises what it raises)
         return MetaArray(shape, dtype)
-    return _fresh(a.shape, a.dtype)
 
 
 @functools.lru_cache(maxsize=4096)

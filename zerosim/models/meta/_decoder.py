@@ -23,7 +23,7 @@ import numpy as np
 
 from zerosim.models._model import Model
 from zerosim.models.layers import Layer, LMCrossEntropy, acc_dtype
-from zerosim.models.meta._arrays import data_less, like, source_arrays, weights_without_data
+from zerosim.models.meta._arrays import like, source_arrays, template, weights_without_data
 from zerosim.models.meta._eager import eager_spec
 from zerosim.models.meta._loss_peak import LOSSES, loss_spec
 from zerosim.models.meta._sac import is_block, sac_spec
@@ -62,7 +62,7 @@ class MetaUnit(Layer):
             made = self._saved_of.get((x.shape, f.name))
             if made is None:
                 made = self._saved_of[(x.shape, f.name)] = tuple(
-                    (name, data_less(shape, dtype)) for name, (shape, dtype) in self.spec(x.shape, f).items())
+                    (name, template(shape, dtype)) for name, (shape, dtype) in self.spec(x.shape, f).items())
             cache = {name: _fresh(a.shape, a.dtype) for name, a in made}
         else:
             cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.spec(x.shape, f).items()}
@@ -87,7 +87,7 @@ class MetaUnit(Layer):
             return dx, {name: like(dy, shape, dtype) for name, shape in self.param_shapes.items()}
         made = self._grads_of.get(dtype)
         if made is None:
-            made = self._grads_of[dtype] = tuple((name, MetaArray(shape, dtype))
+            made = self._grads_of[dtype] = tuple((name, template(shape, dtype))
                                                  for name, shape in self.param_shapes.items())
         return dx, {name: _fresh(a.shape, a.dtype) for name, a in made}
 
