@@ -4,7 +4,9 @@ The work (issue 23): every ZeRO stage × checkpointing strategy × micro-batch d
 takes per step (1,024 sequences of 4,096 tokens on 64 GPUs, 8 per node), the memory of each on the meta backend and
 the step time of each that fits an H100 80GB, ranked. zerosim's planner skips the stages whose model states alone
 cannot fit, stops each strategy at its first micro-batch that does not fit, reuses the memory run as the first
-micro-step and extends the line through one and two micro-steps. The yardstick does what a user would with the
+micro-step, writes the step of two micro-steps from that run's log where the second repeats the first (stages 2/3:
+analysis/planner/_repeat.py, held event by event to the engine's own in tests/test_plan.py) and extends the line
+through one and two micro-steps. The yardstick does what a user would with the
 CLI: every configuration measured (`measure_stage`), and every one that fits simulated micro-step by micro-step
 (`meta_step` with K micro-steps), then sorted. Both must give the same ranking (checked: the same configurations
 in the same order, step times within 1e-12). Measured in turns; median of --repeats for the planner, the
