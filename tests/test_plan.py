@@ -19,7 +19,7 @@ from zerosim.analysis.planner import meta_step, plan, step_time
 from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cli.main import main
-from zerosim.models.gpt import strategy_options
+from zerosim.models.gpt import ALL_STRATEGIES, strategy_options
 from zerosim.models.hf import read_hf_config
 from zerosim.models.llama import Llama, MetaLlama
 from zerosim.optim import get_optimizer
@@ -79,7 +79,7 @@ def test_the_second_micro_step_written_from_the_first_is_the_one_the_engine_runs
     # must be, event by event, what a step of two micro-steps records (on nodes: the calls' groups and tiers too), and
     # its timeline the same to the bit.
     hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
-    for strategy, nodes in (("none", None), ("block", 4), ("subblock", None), ("flash", 4), ("op-sac", 4)):
+    for strategy, nodes in zip(ALL_STRATEGIES, itertools.cycle((None, 4))):  # every strategy, one node or four
         model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": nodes}
         _, cluster, engine = measure_stage(model, 16, stage, "adam", precision, totals=False, **run)
         assert repeats(engine)

@@ -26,9 +26,10 @@ step (`keeps_for_step`) or a piece kept over it (hpZ), with no parallelism besid
 wire or values; and `twice` refuses (None) a log holding anything else than the calls and computes of a micro-step
 ("gather params", "reduce grads") before the optimizer, or at its end anything but the optimizer steps, the refresh
 and the boundary. Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of
-two micro-steps records, event by event, and its timeline to the bit, for every strategy at stages 2 and 3 under
-DeepSpeed's and FSDP's schedules, bf16 and fp16; `cluster/_recording.py` writes a pipeline's repeated actions the same
-way (call numbers moved by the calls made since).
+two micro-steps records, event by event, and its timeline to the bit, for every checkpointing strategy at stages 2
+and 3 under three schedules (the seed's, FSDP's, DeepSpeed's with buckets and prefetch), bf16 and fp16, on one node
+and on four; `cluster/_recording.py` writes a pipeline's repeated actions the same way (call numbers moved by the
+calls made since).
 """
 
 from __future__ import annotations
