@@ -95,6 +95,24 @@ def test_the_second_micro_step_written_from_the_first_is_the_one_the_engine_runs
             full.step_time, list(full.compute_busy), list(full.exposed_comm))
 
 
+@pytest.mark.parametrize("stage, optimizer", list(itertools.product((2, 3), ("sgd", "adamw", "muon"))))
+def test_the_second_micro_step_is_written_alike_in_every_precision(stage, optimizer):
+    # The same, over the precisions (pure 16-bit, stochastic rounding, fp32, gradients accumulated in fp32) and
+    # optimizers; Muon's step brings its matrices together at the step's end ("optimizer" calls), which `twice`
+    # does not write again: its second step runs.
+    hw, model = Hardware("h100", "nvlink4", "bf16"), small("block")
+    run = {"micro_batch": (2, 256), "comm": SCHEDULES["deepspeed"]}
+    for precision in ("fp32", "bf16-pure", "fp16-pure-sr", get_precision("bf16-mixed").with_(grad_accum="fp32")):
+        _, cluster, engine = measure_stage(model, 16, stage, optimizer, precision, totals=False, **run)
+        written = twice(cluster.trace)
+        full, ran = meta_step(model, 16, stage, hw, precision=precision, optimizer=optimizer, accumulation_steps=2,
+                              **run)
+        assert repeats(engine) and (written is None) == (optimizer == "muon")
+        if written is not None:
+            assert written.log == ran.cluster.trace.log and written.ring_calls == ran.cluster.trace.ring_calls
+            assert simulate(written, hw, overlap=engine.comm.overlap_comm).step_time == full.step_time
+
+
 @pytest.mark.parametrize("stage", (0, 1))
 def test_the_second_micro_step_is_not_written_where_it_differs(stage):
     # At stages 0/1 the gradients go in buckets during the last micro-step only: a step of two micro-steps is not its

@@ -28,8 +28,9 @@ wire or values; and `twice` refuses (None) a log holding anything else than the 
 and the boundary. Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of
 two micro-steps records, event by event, and its timeline to the bit, for every checkpointing strategy at stages 2
 and 3 under three schedules (the seed's, FSDP's, DeepSpeed's with buckets and prefetch), bf16 and fp16, on one node
-and on four; `cluster/_recording.py` writes a pipeline's repeated actions the same way (call numbers moved by the
-calls made since).
+and on four, and over the pure, stochastic-rounding and fp32 precisions, fp32 accumulation, SGD and AdamW (Muon's
+step ends in its own calls and products, which are not written again); `cluster/_recording.py` writes a pipeline's
+repeated actions the same way (call numbers moved by the calls made since).
 """
 
 from __future__ import annotations
