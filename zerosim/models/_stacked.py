@@ -79,7 +79,7 @@ def stacks(passes: list, op, model) -> bool:
 
 def run_stacked(passes: list, op, model, params: dict):
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
-    an iterator of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
+    a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
     layer's results do not come back with the passes' rows (a cache of another shape)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
@@ -92,7 +92,7 @@ def run_stacked(passes: list, op, model, params: dict):
         if len(losses) != n or not _rows_of(n * rows, dy, *cache.values()):
             return None
         made = done(None, model.loss.flops(y0.shape), int(y0.nbytes), int(dy[:rows].nbytes))
-        return _land_loss(passes, rows, losses, cache, dy, made)
+        return Landing(_land_loss(passes, rows, losses, cache, dy, made))
     layer = model.layers[op.layer]
     weights = sum(int(a.nbytes) for a in params.values())
     if op.kind != "backward":  # a forward or recompute
@@ -103,7 +103,7 @@ def run_stacked(passes: list, op, model, params: dict):
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
-        return _land_forward(passes, op, layer.name, rows, out, cache, made)
+        return Landing(_land_forward(passes, op, layer.name, rows, out, cache, made))
     dy0 = passes[0].dy  # (B, D_out)
     rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
     first = saved[0]
@@ -118,38 +118,64 @@ def run_stacked(passes: list, op, model, params: dict):
     x_shape = next(iter(first.values())).shape if first else dy0.shape
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
     written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
-    return _land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written)
+    return Landing(_land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written), grads)
 
 
 def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
 
 
+class Landing:
+    """`run_stacked`'s answer: iterated, (i, Done) as pass i lands; `grads`, for a backward, the layer's gradients of
+    every pass at once ({name: n passes' (n, ...) array, or a list of n}: what each pass's `Done.grads` holds row i
+    of), for a caller that keeps them for all passes in one go (parallel/data/_compute.py); None for other ops."""
+
+    __slots__ = ("_lands", "grads")
+
+    def __init__(self, lands, grads: dict | None = None):
+        self._lands, self.grads = lands, grads
+
+    def __iter__(self):
+        return self._lands
+
+
+def _each_pass(a, n: int, rows: int) -> list:
+    """[a[i·rows:(i+1)·rows] for i < n]: pass i's rows of a stacked array, views of it alike (its shape, strides and
+    bytes), from one reshape where `a` is contiguous (a slice per pass costs more)."""
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        return list(a.reshape(n, rows, *a.shape[1:]))
+    return [a[i * rows:(i + 1) * rows] for i in range(n)]
+
+
 def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
+    n = len(passes)
+    outs = _each_pass(out, n, rows)  # (B, D_out) each
+    saves = [(k, _each_pass(a, n, rows)) for k, a in cache.items()] if op.save else ()
     for i, work in enumerate(passes):
-        part = slice(i * rows, (i + 1) * rows)  # rank i's rows
         if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
             work.saved.pop(("checkpoint", op.layer))
         if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
             work.saved.put(("checkpoint", op.layer), name, {"block input": work.a})
         if op.save:
-            work.saved.put(op.layer, name, {k: a[part] for k, a in cache.items()})
-        work.a = out[part]  # (B, D_out)
+            work.saved.put(op.layer, name, {k: parts[i] for k, parts in saves})
+        work.a = outs[i]  # (B, D_out)
         yield i, made
 
 
 def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
+    n = len(passes)
+    dys, saves = _each_pass(dy, n, rows), [(k, _each_pass(a, n, rows)) for k, a in cache.items()]
     for i, work in enumerate(passes):
-        part = slice(i * rows, (i + 1) * rows)
         work.loss = losses[i]
-        work.saved.put("loss", "loss", {k: a[part] for k, a in cache.items()})  # its cache, adopted and freed
+        work.saved.put("loss", "loss", {k: parts[i] for k, parts in saves})  # its cache, adopted and freed
         work.saved.pop("loss")
-        work.dy = dy[part]  # (B, D_out)
+        work.dy = dys[i]  # (B, D_out)
         yield i, made
 
 
 def _land_backward(passes, op, rows: int, dx, grads: dict, flops: int, read: int, written: int):
+    dxs = _each_pass(dx, len(passes), rows)  # (B, D_in) each
     for i, work in enumerate(passes):
         work.saved.pop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward
-        work.dy = dx[i * rows:(i + 1) * rows]  # (B, D_in)
+        work.dy = dxs[i]
         yield i, done({k: g[i] for k, g in grads.items()}, flops, read, written)

@@ -84,6 +84,10 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+# elements of c that a stack of small products makes and rounds at once, whole products each (`_shortcut_each`):
+# 120 kB of float64, in the core's own cache. benchmarks/yardstick.py's 10k MLP on 64 ranks: its three stacked dW
+# 2.0 -> 1.0-1.2 ms (bf16 operands of its shapes, in turns); at 2**16 and up, 2.3-2.5 ms (out of cache)
+_PRODUCTS_AT_ONCE = 15 << 10
 _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
@@ -349,20 +353,29 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     width = b64.shape[-1]
     out = np.empty((n, m, width), np.float32)
     step = max(1, min(m, _ROUNDED_AT_ONCE // max(1, width)))  # rows of c made and rounded at a time
-    block = np.empty((step, width))  # c's rows, reused block by block (the allocator's own memory from call to call)
-    for p in range(n):
-        mine = None if where is None else np.flatnonzero(where[0] == p)
+    # whole products at a time where several fit in `_PRODUCTS_AT_ONCE` elements (small ones: 10k parameters on 64
+    # ranks, 192 products a step, each its own GEMM and rounding before); each element's bits are its own, however
+    # many products it is made beside (`_shortcut` makes them all as one), and the +0 rule's choice per block holds
+    per = max(1, _PRODUCTS_AT_ONCE // max(1, m * width)) if step == m else 1
+    block = scratch((min(per, n), step, width), 8)  # c's rows, reused block by block and from call to call
+    owned = {}  # product -> the positions in `where` of its unsure elements, found once
+    for first in range(0, n, per):
+        last = min(n, first + per)
         for start in range(0, m, step):
             stop = min(m, start + step)
-            c = np.matmul(a64[p, start:stop], b64[p], out=block[:stop - start])  # (rows, N) float64
-            _rounded_plus_zero(c, facts_a[1][p, start:stop], facts_b[1][p], out=out[p, start:stop])
-            if mine is None or not len(mine):
-                continue
-            here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
-            if len(here):
-                i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
-                size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
-                _settle(out[p, start:stop], c, (i - start, j), size, q, a64[p, start:stop], b64[p], NUMPY)  # in place
+            c = np.matmul(a64[first:last, start:stop], b64[first:last], out=block[:last - first, :stop - start])
+            _rounded_plus_zero(c, facts_a[1][first:last, start:stop], facts_b[1][first:last],
+                               out=out[first:last, start:stop])  # (products, rows, N) float64 -> float32
+            for p in () if where is None else range(first, last):
+                if p not in owned:
+                    owned[p] = np.flatnonzero(where[0] == p)  # product p's unsure elements
+                mine = owned[p]
+                here = mine if step == m else mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
+                if len(here):
+                    i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
+                    size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut`
+                    _settle(out[p, start:stop], c[p - first], (i - start, j), size, q, a64[p, start:stop], b64[p],
+                            NUMPY)  # in place
     return out
 
 
