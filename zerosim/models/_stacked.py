@@ -79,8 +79,8 @@ def stacks(passes: list, op, model) -> bool:
 
 def run_stacked(passes: list, op, model, params: dict):
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
-    a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
-    layer's results do not come back with the passes' rows (a cache of another shape)."""
+    a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed,
+    where the layer's results do not come back with the passes' rows (a cache of another shape)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)
