@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._run import done
-from zerosim.precision.arithmetic import arithmetic_of
+from zerosim.precision.arithmetic import arithmetic_of, used_once
 
 KINDS = ("forward", "recompute", "loss", "backward")  # not "keep input": it computes nothing
 
@@ -99,7 +99,8 @@ def run_stacked(passes: list, op, model, params: dict):
         x0 = _input(passes[0], op)  # (B, D_in)
         rows = x0.shape[0]
         x = np.concatenate([_input(work, op) for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
-        out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
+        with used_once(x):  # a stack no later product meets again: the portable kernels keep nothing of it
+            out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
@@ -112,7 +113,8 @@ def run_stacked(passes: list, op, model, params: dict):
         return None
     dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
     cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
-    dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
+    with used_once(dy, *cache.values()):
+        dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
     if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
         return None
     x_shape = next(iter(first.values())).shape if first else dy0.shape
