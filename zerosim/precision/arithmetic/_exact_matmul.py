@@ -339,8 +339,9 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     for all n at once: each product's float64 GEMM is rounded into its block of the answer and its unsure elements
     settled while its c is at hand: `_ROUNDED_AT_ONCE` elements of c at a time, in one buffer, rounded while still in
     cache (the n products' c whole, 32 MB at 919k parameters on 8 ranks, would be rounded from
-    memory). Each element settled as `_shortcut` settles it for product p alone: the same bits (which way rounds an
-    exact zero to +0 is decided per block: both give an exact sum's rounding). None past one in 16 unsure."""
+    memory); small products several whole ones at a time (`_shortcut_stacked`). Each element settled as `_shortcut`
+    settles it for product p alone: the same bits (which way rounds an exact zero to +0 is decided per block: both
+    give an exact sum's rounding). None past one in 16 unsure."""
     n, m, k = a64.shape
     columns = facts_b[0] / facts_b[1]  # (n, N) max_k |b_kj| / q_j
     if _rows_hold(k, facts_a, columns):  # every product's every element sure from the facts alone
@@ -353,30 +354,48 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     width = b64.shape[-1]
     out = np.empty((n, m, width), np.float32)
     step = max(1, min(m, _ROUNDED_AT_ONCE // max(1, width)))  # rows of c made and rounded at a time
-    # whole products at a time where several fit in `_PRODUCTS_AT_ONCE` elements (small ones: 10k parameters on 64
-    # ranks, 192 products a step, each its own GEMM and rounding before); each element's bits are its own, however
-    # many products it is made beside (`_shortcut` makes them all as one), and the +0 rule's choice per block holds
-    per = max(1, _PRODUCTS_AT_ONCE // max(1, m * width)) if step == m else 1
-    block = scratch((min(per, n), step, width), 8)  # c's rows, reused block by block and from call to call
-    owned = {}  # product -> the positions in `where` of its unsure elements, found once
-    for first in range(0, n, per):
-        last = min(n, first + per)
+    per = _PRODUCTS_AT_ONCE // max(1, m * width) if step == m else 1
+    if per > 1:  # small products, several whole ones at a time (`_PRODUCTS_AT_ONCE`)
+        return _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per)
+    block = np.empty((step, width))  # c's rows, reused block by block (the allocator's own memory from call to call)
+    for p in range(n):
+        mine = None if where is None else np.flatnonzero(where[0] == p)
         for start in range(0, m, step):
             stop = min(m, start + step)
-            c = np.matmul(a64[first:last, start:stop], b64[first:last], out=block[:last - first, :stop - start])
-            _rounded_plus_zero(c, facts_a[1][first:last, start:stop], facts_b[1][first:last],
-                               out=out[first:last, start:stop])  # (products, rows, N) float64 -> float32
-            for p in () if where is None else range(first, last):
-                if p not in owned:
-                    owned[p] = np.flatnonzero(where[0] == p)  # product p's unsure elements
-                mine = owned[p]
-                here = mine if step == m else mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
-                if len(here):
-                    i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
-                    size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut`
-                    _settle(out[p, start:stop], c[p - first], (i - start, j), size, q, a64[p, start:stop], b64[p],
-                            NUMPY)  # in place
+            c = np.matmul(a64[p, start:stop], b64[p], out=block[:stop - start])  # (rows, N) float64
+            _rounded_plus_zero(c, facts_a[1][p, start:stop], facts_b[1][p], out=out[p, start:stop])
+            if mine is not None and len(mine):
+                here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
+                _settle_product(out[p, start:stop], c, p, start, here, where, sums, facts_a, facts_b, a64, b64)
     return out
+
+
+def _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per: int):
+    """`_shortcut_each`'s products `per` whole ones at a time, each group one batched GEMM and one rounding into out
+    (n, M, N) (10k parameters on 64 ranks: 192 products a step, each its own GEMM and rounding before). Each
+    element's bits are its own, however many products it is made beside (`_shortcut` makes them all as one), and
+    the +0 rule chosen per group holds for each of its products (their smallest quanta are no smaller)."""
+    n = len(out)
+    block = scratch((min(per, n),) + out.shape[1:], 8)  # c of a group, reused group by group and call by call
+    for first in range(0, n, per):
+        last = min(n, first + per)
+        c = np.matmul(a64[first:last], b64[first:last], out=block[:last - first])  # (products, M, N) float64
+        _rounded_plus_zero(c, facts_a[1][first:last], facts_b[1][first:last], out=out[first:last])
+        for p in () if where is None else range(first, last):
+            here = np.flatnonzero(where[0] == p)
+            _settle_product(out[p], c[p - first], p, 0, here, where, sums, facts_a, facts_b, a64, b64)
+    return out
+
+
+def _settle_product(out, c, p: int, start: int, here, where, sums, facts_a, facts_b, a64, b64) -> None:
+    """Product p's unsure elements `here` (positions in `where`) among c's rows from `start` on, settled in `out`,
+    its rounded rows, in place, as `_shortcut` settles them."""
+    if not len(here):
+        return
+    i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
+    size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
+    rows = slice(start, start + len(c))
+    _settle(out, c, (i - start, j), size, q, a64[p, rows], b64[p], NUMPY)
 
 
 def _rows_hold(k: int, facts_a, columns) -> bool:
