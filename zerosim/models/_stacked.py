@@ -16,8 +16,9 @@ rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's 
                                       each rank's loss its own sum over its rows)
     run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
                                       rows land: its saved tensors (and checkpoints) adopted or freed in its ledger
-                                      as `Pass.run` does it, its tensor in flight replaced; yields (i, Done) after
-                                      pass i has landed
+                                      as `Pass.run` does it, its tensor in flight replaced; a `Landing` that yields
+                                      (i, Done) after pass i has landed, and holds a backward's gradients of every
+                                      pass at once (`grads`), for a caller that packs them in one go
 
 Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
 over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
