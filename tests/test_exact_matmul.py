@@ -175,6 +175,36 @@ def test_narrow_products_whose_bound_by_lines_fails_round_as_the_rational_sums_d
     assert np.array_equal(bits(got), bits(reference(a, b)))
 
 
+def test_small_stacked_products_made_several_at_a_time_settle_each_ones_unsure_elements(monkeypatch):
+    # 40 products of (16, 8) @ (8, 40) bf16, as a ZeRO step's stacked dW of a small model: whole products 24 at a
+    # time (_exact_matmul.py `_shortcut_stacked`, two groups). Products 5 and 31, one in each group, hold row 1 =
+    # 2**15, 2**3, 2**-24 against b's first two columns alike: 2**30 + 2**6 is a float32 midpoint and the 2**-48 that
+    # lifts it above is lost by a float64 sum, so only the settled element rounds up to 2**30 + 2**7 (the GEMM's c
+    # rounded alone gives 2**30); their row 2, spread 2**±30, is settled from the group's c. Each product's bits are
+    # the rational sums' (`reference`)
+    from zerosim.precision.arithmetic import _exact_matmul
+
+    groups, settled = [], []
+    real_stacked, real_settle = _exact_matmul._shortcut_stacked, _exact_matmul._settle_product
+    monkeypatch.setattr(_exact_matmul, "_shortcut_stacked", lambda *a: groups.append(a[-1]) or real_stacked(*a))
+    monkeypatch.setattr(_exact_matmul, "_settle_product",
+                        lambda out, c, p, *rest: settled.append(p) or real_settle(out, c, p, *rest))
+    rng = np.random.default_rng(12)
+    a, b = rng.standard_normal((40, 16, 8)), rng.standard_normal((40, 8, 40))
+    for p in (5, 31):
+        a[p, 1] = 0.0
+        a[p, 1, :3] = [2.0**15, 2.0**3, 2.0**-24]
+        b[p, :3, :2] = np.array([2.0**15, 2.0**3, 2.0**-24])[:, None]
+        a[p, 2] *= 2.0 ** rng.integers(-30, 31, 8)  # spread wide: unsure, and settled from the GEMM's own c
+    a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    got = exact_matmul(a, b)
+    assert groups == [24] and {5, 31} <= set(settled)
+    for p in (5, 31):
+        assert (got[p, 1, :2] == np.float32(2.0**30 + 2.0**7)).all()
+    for p in (0, 5, 23, 24, 31, 39):  # each group's ends and the two products settled
+        assert np.array_equal(bits(got[p]), bits(reference(a[p], b[p]))), p
+
+
 @pytest.mark.parametrize("shared_b", [False, True], ids=["each its own b", "one b for all"])
 def test_a_stacked_narrow_product_the_long_way_makes_in_pieces_equals_each_product_alone(shared_b):
     # 8 products of (40, 4) @ (4, 40) bf16, magnitudes 2**±40 apart within a line: the whole bound fails, so the long

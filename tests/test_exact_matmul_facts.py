@@ -223,6 +223,34 @@ def test_a_kept_operand_gives_what_a_fresh_one_gives_its_transpose_sharing_the_e
     assert np.array_equal(bits(exact_matmul(w.T, x.T)), bits(reference(w.T, x.T)))
 
 
+def test_an_operand_used_once_is_not_kept_and_multiplies_as_a_kept_one_does(fresh_cache, monkeypatch):
+    # models/_stacked.py names each stack it makes (`used_once`): its products' bits are the reference's, and the memo
+    # holds nothing of it after, inside the block or out (it would never be found again); a stack's transpose, an
+    # array with its values but not itself, and the same array once the block is left are kept as before
+    monkeypatch.setattr(_exact_matmul, "_WHOLE_FIRST", 16)  # products by rows and columns: their operands kept
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((40, 12)) * 2.0 ** rng.integers(-20, 20, (40, 12))).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((12, 6)).astype(ml_dtypes.bfloat16)
+    with _operand_cache.used_once(x):
+        assert np.array_equal(bits(exact_matmul(x, w)), bits(reference(x, w)))
+        assert [e.bits.shape for e in _operand_cache._entries.values()] == [w.shape]  # w's alone
+        _operand_cache.operand(x.copy())  # the same values in another array: kept
+        assert len(_operand_cache._entries) == 2
+    _operand_cache.clear()
+    assert np.array_equal(bits(exact_matmul(x, w)), bits(reference(x, w)))
+    assert len(_operand_cache._entries) == 2 and not _operand_cache._made_once  # x kept again, the block forgotten
+
+
+def test_a_stacked_step_keeps_no_stack_in_the_memo():
+    # 10k parameters on 64 ranks kept 81 stacks (32 MB) after 30 steps; now only what a later product finds
+    _kernels.clear_kept_operands()
+    model = MLP([32, 96, 64, 16])
+    engine = ZeroEngine(model, Cluster(64), 3, Adam(lr=1e-3), "bf16-mixed", params=model.init_params())
+    engine.step(make_regression(np.random.default_rng(0), 64, 8, [32, 96, 64, 16]))
+    assert len(_operand_cache._entries) == 0 and _operand_cache._held[0] == 0
+    _kernels.clear_kept_operands()
+
+
 def test_two_matrices_whose_hashes_collide_are_told_apart(fresh_cache, monkeypatch):
     # the hash only says where to look: with every hash equal, the bits compared keep the answers right
     monkeypatch.setattr(_operand_cache.xxhash, "xxh3_64_intdigest", lambda data: 0)

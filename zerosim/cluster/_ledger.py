@@ -128,7 +128,13 @@ class MemoryLedger:
         if name in live:
             raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick "
                               "another name")
-        buf = live[name] = Buffer(name, kind, array, self, owned=_owned)
+        if type(array) is np.ndarray:  # `Buffer(...)` written out for NumPy's arrays: thousands a step
+            buf = _new(Buffer)
+            buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, _owned, array, self
+            buf.shape, buf.dtype, buf.nbytes = array.shape, array.dtype, array.nbytes
+        else:
+            buf = Buffer(name, kind, array, self, owned=_owned)
+        live[name] = buf
         # the bookkeeping of an alloc, written out: thousands a step (every saved activation, gathered unit, ...)
         nbytes, current, peak = buf.nbytes, self._current, self._peak
         kind_total = current[kind] = current.get(kind, 0) + nbytes

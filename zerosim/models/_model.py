@@ -132,6 +132,18 @@ class Model:
         parts = [tensors[s.name].reshape(-1) for s in self._layer_specs()[i]]  # numpy or a device's arrays: kept there
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
+    def pack_ranks(self, i: int, tensors: dict, n: int):
+        """`pack` of n ranks' tensors at once, each tensor {name: (n, ...)} holding rank r's at [r]: an (n, stop -
+        start) array whose row r is `pack` of rank r's (the same elements in the same order, dtype kept: one
+        concatenate for every rank, not one each); None where a tensor is not such a host array (a list per rank)."""
+        parts = []
+        for s in self._layer_specs()[i]:
+            t = tensors[s.name]
+            if type(t) is not np.ndarray or t.ndim < 1 or t.shape[0] != n:
+                return None
+            parts.append(t.reshape(n, -1))
+        return np.concatenate(parts, axis=1) if parts else None
+
     def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """Initial weights as a float32 (P,) vector; `rng` defaults to default_rng(0), so runs repeat."""
         rng = np.random.default_rng(0) if rng is None else rng

@@ -16,8 +16,9 @@ rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's 
                                       each rank's loss its own sum over its rows)
     run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
                                       rows land: its saved tensors (and checkpoints) adopted or freed in its ledger
-                                      as `Pass.run` does it, its tensor in flight replaced; yields (i, Done) after
-                                      pass i has landed
+                                      as `Pass.run` does it, its tensor in flight replaced; a `Landing` that yields
+                                      (i, Done) after pass i has landed, and holds a backward's gradients of every
+                                      pass at once (`grads`), for a caller that packs them in one go
 
 Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
 over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
@@ -30,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._run import done
-from zerosim.precision.arithmetic import arithmetic_of
+from zerosim.precision.arithmetic import arithmetic_of, used_once
 
 KINDS = ("forward", "recompute", "loss", "backward")  # not "keep input": it computes nothing
 
@@ -79,8 +80,8 @@ def stacks(passes: list, op, model) -> bool:
 
 def run_stacked(passes: list, op, model, params: dict):
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
-    an iterator of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed, where the
-    layer's results do not come back with the passes' rows (a cache of another shape)."""
+    a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed,
+    where the layer's results do not come back with the passes' rows (a cache of another shape)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)
@@ -92,18 +93,19 @@ def run_stacked(passes: list, op, model, params: dict):
         if len(losses) != n or not _rows_of(n * rows, dy, *cache.values()):
             return None
         made = done(None, model.loss.flops(y0.shape), int(y0.nbytes), int(dy[:rows].nbytes))
-        return _land_loss(passes, rows, losses, cache, dy, made)
+        return Landing(_land_loss(passes, rows, losses, cache, dy, made))
     layer = model.layers[op.layer]
     weights = sum(int(a.nbytes) for a in params.values())
     if op.kind != "backward":  # a forward or recompute
         x0 = _input(passes[0], op)  # (B, D_in)
         rows = x0.shape[0]
         x = np.concatenate([_input(work, op) for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
-        out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
+        with used_once(x):  # a stack no later product meets again: the portable kernels keep nothing of it
+            out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
-        return _land_forward(passes, op, layer.name, rows, out, cache, made)
+        return Landing(_land_forward(passes, op, layer.name, rows, out, cache, made))
     dy0 = passes[0].dy  # (B, D_out)
     rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
     first = saved[0]
@@ -112,44 +114,71 @@ def run_stacked(passes: list, op, model, params: dict):
         return None
     dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
     cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
-    dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
+    with used_once(dy, *cache.values()):
+        dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
     if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
         return None
     x_shape = next(iter(first.values())).shape if first else dy0.shape
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
     written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
-    return _land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written)
+    return Landing(_land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written), grads)
 
 
 def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
 
 
+class Landing:
+    """`run_stacked`'s answer: iterated, (i, Done) as pass i lands; `grads`, for a backward, the layer's gradients of
+    every pass at once ({name: n passes' (n, ...) array, or a list of n}: what each pass's `Done.grads` holds row i
+    of), for a caller that keeps them for all passes in one go (parallel/data/_compute.py); None for other ops."""
+
+    __slots__ = ("_lands", "grads")
+
+    def __init__(self, lands, grads: dict | None = None):
+        self._lands, self.grads = lands, grads
+
+    def __iter__(self):
+        return self._lands
+
+
+def _each_pass(a, n: int, rows: int) -> list:
+    """[a[i·rows:(i+1)·rows] for i < n]: pass i's rows of a stacked array, views of it alike (its shape, strides and
+    bytes), from one reshape where `a` is contiguous (a slice per pass costs more)."""
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        return list(a.reshape(n, rows, *a.shape[1:]))
+    return [a[i * rows:(i + 1) * rows] for i in range(n)]
+
+
 def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
+    n = len(passes)
+    outs = _each_pass(out, n, rows)  # (B, D_out) each
+    saves = [(k, _each_pass(a, n, rows)) for k, a in cache.items()] if op.save else ()
     for i, work in enumerate(passes):
-        part = slice(i * rows, (i + 1) * rows)  # rank i's rows
         if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
             work.saved.pop(("checkpoint", op.layer))
         if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
             work.saved.put(("checkpoint", op.layer), name, {"block input": work.a})
         if op.save:
-            work.saved.put(op.layer, name, {k: a[part] for k, a in cache.items()})
-        work.a = out[part]  # (B, D_out)
+            work.saved.put(op.layer, name, {k: parts[i] for k, parts in saves})
+        work.a = outs[i]  # (B, D_out)
         yield i, made
 
 
 def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
+    n = len(passes)
+    dys, saves = _each_pass(dy, n, rows), [(k, _each_pass(a, n, rows)) for k, a in cache.items()]
     for i, work in enumerate(passes):
-        part = slice(i * rows, (i + 1) * rows)
         work.loss = losses[i]
-        work.saved.put("loss", "loss", {k: a[part] for k, a in cache.items()})  # its cache, adopted and freed
+        work.saved.put("loss", "loss", {k: parts[i] for k, parts in saves})  # its cache, adopted and freed
         work.saved.pop("loss")
-        work.dy = dy[part]  # (B, D_out)
+        work.dy = dys[i]  # (B, D_out)
         yield i, made
 
 
 def _land_backward(passes, op, rows: int, dx, grads: dict, flops: int, read: int, written: int):
+    dxs = _each_pass(dx, len(passes), rows)  # (B, D_in) each
     for i, work in enumerate(passes):
         work.saved.pop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward
-        work.dy = dx[i * rows:(i + 1) * rows]  # (B, D_in)
+        work.dy = dxs[i]
         yield i, done({k: g[i] for k, g in grads.items()}, flops, read, written)

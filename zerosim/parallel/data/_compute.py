@@ -22,7 +22,7 @@ from zerosim.cluster import ComputeFields, Handle
 from zerosim.models import done as made
 from zerosim.models import needs_params, run_stacked, stacks
 from zerosim.parallel.data._gather import shared_unit, unit_reader
-from zerosim.parallel.data._reduce import adopt_grads, stage_grads
+from zerosim.parallel.data._reduce import adopt_grads, stage_grads, stage_grads_together
 from zerosim.precision.arithmetic import arithmetic_of
 
 
@@ -89,9 +89,14 @@ def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, m
     if landing is None:
         return False
     log, ranks = ctx.cluster.trace.record, ctx.ranks
+    # stages 2/3 pack every rank's gradients in one go (arithmetic only: nothing is recorded until the ranks' turns)
+    packs = stage_grads_together(ctx, model, op.layer, landing.grads, len(passes)) if landing.grads else None
     for i, done in landing:  # rank i's saved tensors adopted or freed just now; its record follows, as in the loop
         rank = ranks[i]
-        packed = stage_grads(ctx, model, rank, op.layer, done.grads, micro == 0) if done.grads else None
+        if packs is not None:
+            packed = packs[i]
+        else:
+            packed = stage_grads(ctx, model, rank, op.layer, done.grads, micro == 0) if done.grads else None
         log(ComputeFields((rank.index, step, micro, op.layer, name, op.kind, done.flops, done.bytes_read,
                            done.bytes_written, waited, None)))
         adopt_grads(rank, op.layer, packed)

@@ -154,7 +154,9 @@ def shared_unit(ctx, model, layer: int) -> dict | None:
         name = gathered_name(layer)
         window = ranks[0].ledger.get(name).array
         where = _where(window)
-        if all(_where(rank.ledger.get(name).array) == where for rank in ranks):  # one copy, read by every rank
+        # one copy, read by every rank: the very array (a ring's shared window, the common case), or views alike
+        held = [rank.ledger.live.get(name) for rank in ranks]  # each rank's buffer, as `get` finds it
+        if all(buf is not None and (buf.array is window or _where(buf.array) == where) for buf in held):
             return first
     for rank in ranks[1:]:
         theirs = read(rank)

@@ -60,6 +60,18 @@ def stage_grads(ctx, model, rank, layer: int, grads: dict, first: bool):
     return None
 
 
+def stage_grads_together(ctx, model, layer: int, grads: dict, n: int):
+    """`stage_grads` of every local rank at once, from their gradients stacked (models/_stacked.py `Landing.grads`:
+    {name: (n, ...)}, rank r's at [r]): stages 2/3's packed gradients, rank r's the row r of one (n, b-a) array (the
+    elements `model.pack` makes of rank r's, one concatenate for all); None where this does not apply (stages 0/1,
+    gradients that are a list per rank), and `stage_grads` runs rank by rank instead."""
+    a, b = ctx.layout.windows[layer]
+    if b <= a or not ctx.plan.reduces_per_unit:
+        return None
+    packed = model.pack_ranks(layer, grads, n)
+    return None if packed is None else list(packed)
+
+
 def adopt_grads(rank, layer: int, packed) -> None:
     """Stages 2/3: the packed gradients `stage_grads` made, into `rank`'s ledger as kind "grads" (None: nothing)."""
     if packed is not None:

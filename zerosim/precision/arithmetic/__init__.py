@@ -36,6 +36,7 @@ _NAMES = {
     "._exact_matmul": ("exact_matmul", "exact_sum_f32"),
     "._gram": ("exact_gram",),  # Newton-Schulz's alone
     "._kernels": ("ARITHMETICS", "Arithmetic", "arithmetic_of", "check_arithmetic", "clear_kept_operands"),
+    "._operand_cache": ("used_once",),
     "._round_once": ("certain_f32", "f32_of_fraction"),
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)

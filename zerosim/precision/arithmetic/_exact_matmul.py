@@ -84,6 +84,10 @@ _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (f
 # cost more than the long way, 60 % of an fp32 product in notebook 11). Which path runs never changes a bit.
 _SPAN_FOR_REAL_DATA = 4
 _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this it sorts and searches
+# elements of c that a stack of small products makes and rounds at once, whole products each (`_shortcut_each`):
+# 120 kB of float64, in the core's own cache. benchmarks/yardstick.py's 10k MLP on 64 ranks: its three stacked dW
+# 2.0 -> 1.0-1.2 ms (bf16 operands of its shapes, in turns); at 2**16 and up, 2.3-2.5 ms (out of cache)
+_PRODUCTS_AT_ONCE = 15 << 10
 _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
@@ -335,8 +339,9 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     for all n at once: each product's float64 GEMM is rounded into its block of the answer and its unsure elements
     settled while its c is at hand: `_ROUNDED_AT_ONCE` elements of c at a time, in one buffer, rounded while still in
     cache (the n products' c whole, 32 MB at 919k parameters on 8 ranks, would be rounded from
-    memory). Each element settled as `_shortcut` settles it for product p alone: the same bits (which way rounds an
-    exact zero to +0 is decided per block: both give an exact sum's rounding). None past one in 16 unsure."""
+    memory); small products several whole ones at a time (`_shortcut_stacked`). Each element settled as `_shortcut`
+    settles it for product p alone: the same bits (which way rounds an exact zero to +0 is decided per block: both
+    give an exact sum's rounding). None past one in 16 unsure."""
     n, m, k = a64.shape
     columns = facts_b[0] / facts_b[1]  # (n, N) max_k |b_kj| / q_j
     if _rows_hold(k, facts_a, columns):  # every product's every element sure from the facts alone
@@ -349,6 +354,9 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
     width = b64.shape[-1]
     out = np.empty((n, m, width), np.float32)
     step = max(1, min(m, _ROUNDED_AT_ONCE // max(1, width)))  # rows of c made and rounded at a time
+    per = _PRODUCTS_AT_ONCE // max(1, m * width) if step == m else 1
+    if per > 1:  # small products, several whole ones at a time (`_PRODUCTS_AT_ONCE`)
+        return _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per)
     block = np.empty((step, width))  # c's rows, reused block by block (the allocator's own memory from call to call)
     for p in range(n):
         mine = None if where is None else np.flatnonzero(where[0] == p)
@@ -356,14 +364,38 @@ def _shortcut_each(a64, facts_a, b64, facts_b):
             stop = min(m, start + step)
             c = np.matmul(a64[p, start:stop], b64[p], out=block[:stop - start])  # (rows, N) float64
             _rounded_plus_zero(c, facts_a[1][p, start:stop], facts_b[1][p], out=out[p, start:stop])
-            if mine is None or not len(mine):
-                continue
-            here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
-            if len(here):
-                i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
-                size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
-                _settle(out[p, start:stop], c, (i - start, j), size, q, a64[p, start:stop], b64[p], NUMPY)  # in place
+            if mine is not None and len(mine):
+                here = mine[(where[1][mine] >= start) & (where[1][mine] < stop)]
+                _settle_product(out[p, start:stop], c, p, start, here, where, sums, facts_a, facts_b, a64, b64)
     return out
+
+
+def _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per: int):
+    """`_shortcut_each`'s products `per` whole ones at a time, each group one batched GEMM and one rounding into out
+    (n, M, N) (10k parameters on 64 ranks: 192 products a step, each its own GEMM and rounding before). Each
+    element's bits are its own, however many products it is made beside (`_shortcut` makes them all as one), and
+    the +0 rule chosen per group holds for each of its products (their smallest quanta are no smaller)."""
+    n = len(out)
+    block = scratch((min(per, n),) + out.shape[1:], 8)  # c of a group, reused group by group and call by call
+    for first in range(0, n, per):
+        last = min(n, first + per)
+        c = np.matmul(a64[first:last], b64[first:last], out=block[:last - first])  # (products, M, N) float64
+        _rounded_plus_zero(c, facts_a[1][first:last], facts_b[1][first:last], out=out[first:last])
+        for p in () if where is None else range(first, last):
+            here = np.flatnonzero(where[0] == p)
+            _settle_product(out[p], c[p - first], p, 0, here, where, sums, facts_a, facts_b, a64, b64)
+    return out
+
+
+def _settle_product(out, c, p: int, start: int, here, where, sums, facts_a, facts_b, a64, b64) -> None:
+    """Product p's unsure elements `here` (positions in `where`) among c's rows from `start` on, settled in `out`,
+    its rounded rows, in place, as `_shortcut` settles them."""
+    if not len(here):
+        return
+    i, j = where[1][here], where[2][here]  # (count,) product p's unsure elements in these rows
+    size, q = sums[p][i] * facts_b[0][p][j], facts_a[1][p][i] * facts_b[1][p][j]  # as `_shortcut` has them
+    rows = slice(start, start + len(c))
+    _settle(out, c, (i - start, j), size, q, a64[p, rows], b64[p], NUMPY)
 
 
 def _rows_hold(k: int, facts_a, columns) -> bool:

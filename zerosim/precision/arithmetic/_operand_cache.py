@@ -28,12 +28,16 @@ each op an engine hands over what every rank is about to multiply (`remember_ext
 alone (10k parameters on 64 ranks: 384 activations and gradients a step, benchmarks/yardstick.py). Operands
 between (2-D, below `_SMALLEST` elements: a larger model's activations and gradients) keep their facts along both
 axes, read in one pass (`kept_facts`): each is read by rows in one product and by columns in another.
+
+An operand made for one op (the ranks' micro-batches stacked, models/_stacked.py) is named by `used_once` while the op
+runs: nothing of it is kept, as nothing would ever find it again.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 import xxhash
@@ -177,7 +181,9 @@ class Operand:
 
 def operand(x) -> Operand:
     """x (a narrow host array) ready for exact_matmul: its entry shared with every equal operand before it where
-    x is large and 2-D."""
+    x is large and 2-D (not one `used_once` names: `operand_once`)."""
+    if _made_once and _made_once.get(id(x)) is x:
+        return Operand(x, once=True)
     if (x.ndim == 2 and _SMALLEST <= x.size <= _LARGEST and (x.flags.c_contiguous or x.flags.f_contiguous)):
         transposed = not x.flags.c_contiguous
         return Operand(x, _entry(x.T if transposed else x), transposed)
@@ -190,6 +196,27 @@ def operand_once(x) -> Operand:
     `operand` keeps a large one, a stack would cost a copy of its bits and both axes' facts, never be found again,
     and push out entries a later product would find (the gathered weights)."""
     return Operand(x, once=True)
+
+
+_made_once: dict = {}  # id -> array, while a `used_once` block names it
+
+
+@contextmanager
+def used_once(*arrays):
+    """Within the block, a product whose left operand is one of `arrays` (made for this one op: the ranks' rows
+    stacked, models/_stacked.py) keeps nothing of it for later products, as `operand_once`. Kept by content, such a
+    stack would never be found again (each op stacks anew; a product by its rank blocks is 3-D, never kept) and
+    would fill the budget with entries of its bits and float64 copy: 32 MB after ~16 steps of benchmarks/
+    yardstick.py's 10k MLP on 64 ranks. Names only what the block's thread multiplies (the stacked path runs with one
+    worker); answers are the same either way, as the memo is pure."""
+    added = [a for a in arrays if id(a) not in _made_once]
+    for a in added:
+        _made_once[id(a)] = a  # held, so that no other array takes its id while the block runs
+    try:
+        yield
+    finally:
+        for a in added:
+            del _made_once[id(a)]
 
 
 def kept_facts(x):
