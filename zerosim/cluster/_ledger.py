@@ -14,7 +14,9 @@ Standard kinds (any string is allowed; these are the ones the engines use):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._ledger import LedgerEvent, ledger_event
 

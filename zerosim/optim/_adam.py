@@ -66,10 +66,11 @@ its adamw_mode=False with weight_decay 0; AdamW its adamw_mode=True (DeepSpeed's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
 from zerosim.optim._cpu_adam import cpu_adam_step
 from zerosim.optim._fma import fma32  # noqa: F401 (its home was here: tests import it from _adam)

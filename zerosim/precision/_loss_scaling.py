@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision._loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 from zerosim.precision.arithmetic import check_arithmetic

@@ -19,7 +19,7 @@ m̂/√v̂ does not change, up to ε).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

@@ -9,7 +9,7 @@ processes (_launch.py) or once a run has started.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

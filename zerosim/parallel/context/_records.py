@@ -17,7 +17,9 @@ FLOPs of a hop follow from it), `dtype`, `nbytes` (every part), `snapshot()` (co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
+
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

@@ -20,7 +20,9 @@ the shape the unit computes on; `nbytes` counts every part; `snapshot()` copies 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+from zerosim._dataclass import dataclass
 
 import numpy as np
 

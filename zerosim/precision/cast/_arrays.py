@@ -15,10 +15,11 @@ against the NumPy path (tests/test_array_namespace.py), so that path is exercise
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision.cast import _bf16_bits as bf16_bits
 from zerosim.precision.cast import _standin as standin_array

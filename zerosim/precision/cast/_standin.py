@@ -17,7 +17,7 @@ caught here since: an engine that checked its batch with `np.asarray(x)`, a cast
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin

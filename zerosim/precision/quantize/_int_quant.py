@@ -29,7 +29,7 @@ per group in Python (tests/test_int_quant.py); the functions here work on all gr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 import numpy as np
 
