@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import field
 
-from zerosim._dataclass import dataclass
-
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 class LedgerError(RuntimeError):

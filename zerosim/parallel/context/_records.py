@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from zerosim._dataclass import dataclass
-
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 def _arrays(record) -> list:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from zerosim._dataclass import dataclass
-
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,6 @@ exact.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -641,6 +640,8 @@ def exact_sum_f32(terms: list) -> np.float32:
     rest = math.fsum(terms + [-s])  # exact sum - s, rounded: its sign says on which side of the midpoint it lies
     if rest == 0.0:
         return nearest  # a true tie: float32's ties-to-even settled it
+    from fractions import Fraction  # a rare tie's: not a cost of importing the engine (tests/test_import_graph.py)
+
     return np.float32(f32_of_fraction(Fraction(s) + Fraction(rest)))  # s ± a little: rounds away from the tie
 
 

@@ -13,8 +13,6 @@ On a device (CuPy) float32 arithmetic may flush subnormals, so widening and narr
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from zerosim.precision.cast import f64_to_f32
@@ -47,8 +45,10 @@ def certain_f32(y, err, ns):
     return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y) & (err > 0)
 
 
-def f32_of_fraction(x: Fraction) -> np.float32:
+def f32_of_fraction(x: Fraction) -> np.float32:  # noqa: F821 (imported below, where a tie needs it)
     """The rational x rounded once to nearest-even float32 (+0 for 0; ±inf past the overflow threshold)."""
+    from fractions import Fraction  # a rare tie's: not a cost of importing the engine (tests/test_import_graph.py)
+
     if x == 0:
         return np.float32(0.0)
     m = abs(x)
