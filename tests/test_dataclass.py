@@ -184,3 +184,21 @@ def test_a_record_pickles_and_copies_as_itself():
     made = Pickled(3)
     assert pickle.loads(pickle.dumps(made)) == made and copy.deepcopy(made) == made
     assert pickle.loads(pickle.dumps(made)) is not made
+
+
+def test_init_is_compiled_when_first_wanted_and_reads_the_same_before():
+    # a record a run never makes never compiles its __init__ (zerosim/_dataclass.py's _FirstInit); asking for its
+    # signature, or making one, compiles it then, and it is the standard library's from the first
+    class Late:
+        """Documented: no signature is read to write a docstring."""
+
+        x: int
+        y: str = "y"
+
+    std, ours = dataclasses.dataclass(type("Late", (), dict(vars(Late)))), dataclass(Late, frozen=True)
+    assert not inspect.isfunction(vars(ours)["__init__"])  # not compiled yet
+    assert str(inspect.signature(ours)) == str(inspect.signature(std))
+    assert inspect.isfunction(vars(ours)["__init__"]) and ours.__init__.__qualname__.endswith("<locals>.Late.__init__")
+    again = dataclass(type("Again", (), {"__annotations__": {"x": int}, "__doc__": "d"}))
+    assert again(5).x == 5 and inspect.isfunction(vars(again)["__init__"])  # compiled by the first record made
+    assert again.__init__.__annotations__ == {"x": int, "return": None}

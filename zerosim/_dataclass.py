@@ -5,17 +5,19 @@ frozen-ness, made for a fraction of the cost.
     @dataclass(frozen=True)
     class Hop: ...
 
-Python 3.11's `dataclasses.dataclass` writes each method it makes as source and compiles it: a frozen record costs five
-`exec`s (`__init__`, `__repr__`, `__eq__`, `__setattr__`, `__delattr__`, `__hash__`), about 0.55 ms, and the engine's
-import path makes 50 of them (27 ms of `from zerosim import ZeroEngine`, against `import numpy`'s whole 55 ms;
-benchmarks/imports.py). Here the standard library still reads the fields (`dataclasses.fields`, `replace`, `asdict`,
-`is_dataclass` and pickling see a dataclass), and writes only `__init__`, the one method that runs per record made, as
-its own code (the same text as `dataclasses._init_fn`, so a record is made as fast). The others are the same function
-for every record, over the class's field names read once by `operator.attrgetter`: equality and hash compare the
-same tuples of the same fields, repr prints the same text, and a frozen record refuses the same assignments with the
-same `FrozenInstanceError`. tests/test_dataclass.py holds each behaviour against the standard library's on the same
-class. What this decorator does not make itself (`order`, `unsafe_hash`, `slots`, `weakref_slot`) it leaves to
-`dataclasses.dataclass` whole. The API pages read it as `dataclasses.dataclass` (tools/docs_griffe.py).
+Python 3.11's `dataclasses.dataclass` writes each method it makes as source and compiles it: a frozen record costs six
+(`__init__`, `__repr__`, `__eq__`, `__setattr__`, `__delattr__`, `__hash__`), and the engine's import path defines 50
+records: 27 ms of `from zerosim import ZeroEngine`, against `import numpy`'s whole 55 ms (benchmarks/imports.py).
+Here the standard library still reads the fields (`dataclasses.fields`, `replace`, `asdict`, `is_dataclass` and
+pickling see a dataclass) and makes no method. `__init__`, the one method that runs per record made, is compiled
+from the same text as `dataclasses._init_fn` writes, so a record is made as fast, but only when first wanted (the
+first record made, or its signature asked for: `_FirstInit`); of the engine path's 50 records, 11 are made at import.
+The other methods are the same function for every record, over the class's field names read once by
+`operator.attrgetter`: equality and hash compare the same tuples of the same fields, repr prints the same text, and a
+frozen record refuses the same assignments with the same `FrozenInstanceError`. tests/test_dataclass.py holds each
+behaviour against the standard library's on the same class. What this decorator does not make itself (`order`,
+`unsafe_hash`, `slots`, `weakref_slot`) it leaves to `dataclasses.dataclass` whole. The API pages read it as
+`dataclasses.dataclass` (tools/docs_griffe.py).
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ def _record(cls, init: bool, repr: bool, eq: bool, frozen: bool, match_args: boo
     params = cls.__dataclass_params__
     params.init, params.repr, params.eq, params.frozen = init, repr, eq, frozen
     fields = dataclasses.fields(cls)
-    if init:
-        _add(cls, "__init__", _init(cls, frozen))
+    if init and "__init__" not in cls.__dict__:
+        _init_fields(cls)  # its errors now, as dataclasses raises them, not at the first record made
+        cls.__init__ = _FirstInit(cls, frozen)
     if repr:
         _add(cls, "__repr__", _repr([f.name for f in fields if f.repr]))
     if eq:
@@ -159,8 +162,28 @@ def _frozen(cls, names: set) -> tuple:
     return __setattr__, __delattr__
 
 
-def _init(cls, frozen: bool):
-    """dataclasses._init_fn's __init__ (Python 3.11's text): the one method compiled, as it runs per record made."""
+class _FirstInit:
+    """A record's `__init__` until it is first looked up (the first record made, `inspect.signature`, a subclass's
+    `super().__init__`): then `_init` compiles it and it takes this one's place in the class. A record a run never
+    makes never pays for its compilation (about 0.2 ms in a fresh interpreter; the engine's import path defines 50
+    records and makes 11)."""
+
+    __slots__ = ("cls", "frozen")
+
+    def __init__(self, cls, frozen: bool):
+        self.cls, self.frozen = cls, frozen
+
+    def __get__(self, obj, owner=None):
+        init = self.cls.__dict__["__init__"]
+        if init is self:  # else another thread compiled it first
+            init = _named(self.cls, _init(self.cls, self.frozen))
+            type.__setattr__(self.cls, "__init__", init)
+        return init.__get__(obj, owner)
+
+
+def _init_fields(cls) -> tuple:
+    """The fields __init__ sets (InitVars too) in declaration order, and in its parameters' order (keyword-only
+    last), with dataclasses' check that no argument without a default follows one with a default."""
     every = [f for f in cls.__dataclass_fields__.values() if f._field_type in (dataclasses._FIELD, _INITVAR)]
     ordered = [f for f in every if not f.kw_only] + [f for f in every if f.kw_only]
     seen_default = False
@@ -170,6 +193,12 @@ def _init(cls, frozen: bool):
                 seen_default = True
             elif seen_default:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
+    return every, ordered
+
+
+def _init(cls, frozen: bool):
+    """dataclasses._init_fn's __init__ (Python 3.11's text): the one method compiled, as it runs per record made."""
+    every, ordered = _init_fields(cls)
     self_name = "__dataclass_self__" if "self" in cls.__dataclass_fields__ else "self"
     names = {f"_type_{f.name}": f.type for f in every}
     names.update({"_HAS_DEFAULT_FACTORY": _HAS_DEFAULT_FACTORY, "__dataclass_builtins_object__": object,
