@@ -68,9 +68,8 @@ def test_a_command_loads_its_own_module_only():
 
 
 # What a command's parser may load of zerosim besides the command line's own modules (zerosim/cli/): the package
-# and its shim, zerosim.outputs (a few path checks, no NumPy) and zerosim._dataclass (the records of its arguments).
-# Its choices come from zerosim/cli/choices.py.
-PARSER_MAY_LOAD = {"zerosim", "zerosim._compat", "zerosim._dataclass", "zerosim._lazy", "zerosim.outputs"}
+# and its shim, and zerosim.outputs (a few path checks, no NumPy). Its choices come from zerosim/cli/choices.py.
+PARSER_MAY_LOAD = {"zerosim", "zerosim._compat", "zerosim._lazy", "zerosim.outputs"}
 MOST_CLI_MODULES = 17  # timeline's loads 16: these four, zerosim.cli, main, choices, its module, 8 argument modules
 RUN_MAIN = "from zerosim.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
 
@@ -129,8 +128,7 @@ for name, module in sorted(sys.modules.items()):
                              inspect.isfunction(vars(cls).get("__init__"))])
 print(json.dumps(rows))
 """
-MOST_RECORDS_MADE_AT_IMPORT = 12  # 11 made by the import's own tables (Format, MixedPrecision, Recipe, ReduceOp, Plan,
-# ...) and cast._standin._Flags, whose docstring is written from its signature, as dataclasses writes it
+MOST_RECORDS_MADE_AT_IMPORT = 11  # by the import's own tables: Format, MixedPrecision, Recipe, ReduceOp, Plan, ...
 
 
 def test_a_first_scripts_records_are_zerosims_and_compile_only_what_the_import_makes():

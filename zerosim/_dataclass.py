@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import _thread
 import dataclasses
+import re
 import sys
 from dataclasses import MISSING, FrozenInstanceError
 from operator import attrgetter
+from typing import ClassVar
 
 _OWN = frozenset({"init", "repr", "eq", "frozen", "match_args", "kw_only"})  # the options made here
 _INITVAR = dataclasses._FIELD_INITVAR  # the marker of an InitVar pseudo-field (3.7 to 3.13 alike)
 _HAS_DEFAULT_FACTORY = dataclasses._HAS_DEFAULT_FACTORY  # the default that says "call the factory"
+_PLAIN = object()  # an annotation dataclasses sees at once is neither ClassVar, InitVar nor KW_ONLY (_record)
+_IDENTIFIER = re.compile(r"^(?:\s*(\w+)\s*\.)?\s*(\w+)")  # dataclasses' _MODULE_IDENTIFIER_RE
 
 
 def dataclass(cls=None, /, **options):
@@ -60,8 +64,19 @@ def _record(cls, init: bool, repr: bool, eq: bool, frozen: bool, match_args: boo
         cls.__doc__ = "-"  # dataclasses would read a signature without __init__; it is written below
     # The fields, read by the standard library with no method of its own made (a frozen base's subclass has its
     # __setattr__ and __delattr__ from there: the base-class check above already passed)
-    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=frozen_base, match_args=match_args,
-                                kw_only=kw_only)
+    # dataclasses tests each string annotation three times (ClassVar, InitVar, KW_ONLY), a third of its time here:
+    # those that name none of the three by its own rule are shown to it as a plain object, and given back after
+    written = cls.__dict__.get("__annotations__", {})
+    module = sys.modules.get(cls.__module__)
+    plain = {name: kind for name, kind in written.items() if isinstance(kind, str) and _plain(kind, module)}
+    written.update(dict.fromkeys(plain, _PLAIN))
+    try:
+        cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=frozen_base, match_args=match_args,
+                                    kw_only=kw_only)
+    finally:
+        written.update(plain)
+    for name in plain:
+        cls.__dataclass_fields__[name].type = plain[name]
     params = cls.__dataclass_params__
     params.init, params.repr, params.eq, params.frozen = init, repr, eq, frozen
     fields = dataclasses.fields(cls)
@@ -83,13 +98,39 @@ def _record(cls, init: bool, repr: bool, eq: bool, frozen: bool, match_args: boo
         else:
             cls.__hash__ = None
     if undocumented:
-        import inspect  # only for a record without a docstring, as dataclasses does
-
-        try:
-            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
-        except (TypeError, ValueError):
-            cls.__doc__ = cls.__name__
+        cls.__doc__ = cls.__name__ + _signature_text(cls)
     return cls
+
+
+def _signature_text(cls) -> str:
+    """What dataclasses writes after an undocumented record's name: `str(inspect.signature(cls))` without its
+    " -> None", read from the fields where __init__ is not compiled yet (compiling it for that would undo
+    _FirstInit), else from the class."""
+    import inspect  # only for a record without a docstring, as dataclasses does
+
+    if isinstance(cls.__dict__.get("__init__"), _FirstInit):
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        signature = inspect.Signature([inspect.Parameter(
+            f.name, kinds[bool(f.kw_only)], annotation=f.type,
+            default=(f.default if f.default is not MISSING else _HAS_DEFAULT_FACTORY
+                     if f.default_factory is not MISSING else inspect.Parameter.empty))
+            for f in _init_fields(cls)[1] if f.init], return_annotation=None)
+        return str(signature).replace(" -> None", "")
+    try:
+        return str(inspect.signature(cls)).replace(" -> None", "")
+    except (TypeError, ValueError):
+        return ""
+
+
+def _plain(kind: str, module) -> bool:
+    """True where dataclasses' `_is_type` finds no ClassVar, InitVar or KW_ONLY in the string annotation `kind`: it
+    reads the name after an optional `module.` and looks it up in the class's module (Python 3.11's rule)."""
+    match = _IDENTIFIER.match(kind)
+    if not match:
+        return True
+    named = getattr(module, "__dict__", {}).get(match.group(2))
+    return not (named is ClassVar or getattr(named, "__origin__", None) is ClassVar or named is dataclasses.InitVar
+                or isinstance(named, dataclasses.InitVar) or named is dataclasses.KW_ONLY)
 
 
 def _named(cls, fn):

@@ -20,9 +20,7 @@ A DeepSpeed config's offload_optimizer / offload_param (--ds-config) set the sam
 from __future__ import annotations
 
 import textwrap
-from dataclasses import replace
-
-from zerosim._dataclass import dataclass
+from dataclasses import dataclass, replace
 
 DEVICES = ("cpu", "nvme")
 PCIE = ("pcie3", "pcie4", "pcie5")

@@ -32,7 +32,7 @@ axes, read in one pass (`kept_facts`): each is read by rows in one product and b
 
 from __future__ import annotations
 
-import threading
+import _thread
 from collections import OrderedDict
 
 import numpy as np
@@ -75,7 +75,7 @@ _facts_held = [0]
 _at: OrderedDict = OrderedDict()
 _at_held = [0]
 _AT_BYTES = 8 << 20
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading (0.6 ms)
 
 
 def _entry(matrix: np.ndarray) -> _Entry:
