@@ -72,7 +72,6 @@ import numpy as np
 
 from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
-from zerosim.optim._cpu_adam import cpu_adam_step
 from zerosim.optim._fma import fma32  # noqa: F401 (its home was here: tests import it from _adam)
 from zerosim.precision.cast import has_values
 
@@ -140,6 +139,8 @@ class Adam(Optimizer):
 
     def _deepspeed_cpu(self, w, g, s, t, record, wd, first_step):
         """DeepSpeedCPUAdam.step (_cpu_adam.py): AdamW mode when there is a decoupled decay to apply."""
+        from zerosim.optim._cpu_adam import cpu_adam_step  # this formula's alone: not a cost of importing Adam
+
         cpu_adam_step(w, g, s["m"], s["v"], t, self.lr, self.betas, self.eps, wd, adamw_mode=True, record=record,
                       first_step=first_step)
 
