@@ -15,7 +15,6 @@ import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
 from zerosim.parallel.data.layouts._partition import ParamLayout
-from zerosim.parallel.data.multinode import GroupLayout
 
 
 def layout_for(model, world_size: int, recipe, backend=None, groups=None):
@@ -30,7 +29,11 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
         layout = FlatLayout.for_model(model, n)
     else:
         layout = ParamLayout.for_model(model, n, dim0=partition == "per-parameter dim 0")
-    return layout if groups is None or groups.is_world else GroupLayout(layout, groups)
+    if groups is None or groups.is_world:
+        return layout
+    from zerosim.parallel.data.multinode import GroupLayout  # shard groups' alone (HSDP, MiCS): not the engine's import
+
+    return GroupLayout(layout, groups)
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
