@@ -102,6 +102,7 @@ NOT_IN_A_FIRST_SCRIPT = (
     # fractions they hold (1.4 ms): imported by the first such argument (_correctly_rounded.py, _round_once.py)
     "zerosim.precision.arithmetic._exact_values", "decimal", "fractions",
     "threading",  # a second worker's (_pool.py): locks and thread-locals come from _thread
+    "bisect",  # a folding trace window's (_window.py StepRuns)
     "zerosim.optim._cpu_adam", "zerosim.precision.cast._stochastic",  # formula="deepspeed-cpu", stochastic rounding
     "zerosim.parallel.data.multinode._group_layout",  # shard groups (HSDP, MiCS)
 )
