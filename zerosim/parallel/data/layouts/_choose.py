@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
-from zerosim.parallel.data.layouts._partition import ParamLayout
 
 
 def layout_for(model, world_size: int, recipe, backend=None, groups=None):
@@ -27,7 +26,9 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
     partition = recipe.partition
     if partition == "flat":
         layout = FlatLayout.for_model(model, n)
-    else:
+    else:  # DeepSpeed's and FSDP2's per-parameter shards: imported here, not by the engine's import
+        from zerosim.parallel.data.layouts._partition import ParamLayout
+
         layout = ParamLayout.for_model(model, n, dim0=partition == "per-parameter dim 0")
     if groups is None or groups.is_world:
         return layout
@@ -40,6 +41,8 @@ def from_description(described: dict, world_size: int, windows: tuple, shapes: l
     """The layout a checkpoint recorded (`describe()`), for a model of these layer `windows` and parameter `shapes`
     (one without a "kind" predates per-parameter layouts: flat)."""
     if described.get("kind", "flat") == "per-parameter":
+        from zerosim.parallel.data.layouts._partition import ParamLayout
+
         rows = tuple(shape[0] if shape else 1 for shape in shapes) if described.get("split") == "dim 0" else None
         return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, world_size, rows)
     return FlatLayout(described["num_params"], world_size, windows)
