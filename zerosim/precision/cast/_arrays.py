@@ -15,6 +15,7 @@ against the NumPy path (tests/test_array_namespace.py), so that path is exercise
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import field
 
 import numpy as np
@@ -22,8 +23,6 @@ import numpy as np
 from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision.cast import _bf16_bits as bf16_bits
-from zerosim.precision.cast import _standin as standin_array
-from zerosim.precision.cast._standin import StandinArray
 from zerosim.precision.cast._subnormals import f32_to_f64
 
 
@@ -153,7 +152,8 @@ def namespace_of(array) -> ArrayNamespace:
     module's (the array API standard's `__array_namespace__`, or the module that defines its type)."""
     if isinstance(array, np.ndarray) or getattr(array, "is_meta", False) or np.isscalar(array):
         return NUMPY
-    if isinstance(array, StandinArray):
+    standin = sys.modules.get("zerosim.precision.cast._standin")  # no stand-in array exists before it is imported
+    if standin is not None and isinstance(array, standin.StandinArray):
         return numpy_standin()
     module = type(array).__module__.split(".")[0]
     if module == "cupy":
@@ -177,6 +177,9 @@ class _StrictNumpy:
     _FROM_HOST = frozenset({"asarray", "array", "ascontiguousarray"})
 
     def __getattr__(self, name):
+        from zerosim.precision.cast import _standin as standin_array  # the stand-in's: not the engine's import
+
+        StandinArray = standin_array.StandinArray
         thing = getattr(np, name)
         if not callable(thing) or isinstance(thing, type) and not issubclass(thing, np.generic):
             return thing
