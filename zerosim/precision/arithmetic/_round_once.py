@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.precision.cast import f64_to_f32
 
 # y ± err rounds as well: by at most half an ulp of |y| + err; err also gets |y|·2**-51 (a full ulp and then some)
 _ROUNDING_OF_Y = 2.0**-51
@@ -29,7 +28,11 @@ def widen64(x, ns):
 
 def narrow32(x, ns):
     """float64 `x` rounded once to nearest-even float32, subnormals included."""
-    return x.astype(np.float32) if ns.is_numpy else f64_to_f32(x, ns.xp)
+    if ns.is_numpy:
+        return x.astype(np.float32)
+    from zerosim.precision.cast import f64_to_f32  # a device's (subnormals by their bits): not the engine's import
+
+    return f64_to_f32(x, ns.xp)
 
 
 def certain_f32(y, err, ns):
