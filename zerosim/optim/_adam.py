@@ -72,7 +72,6 @@ import numpy as np
 
 from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
-from zerosim.optim._fma import fma32  # noqa: F401 (its home was here: tests import it from _adam)
 from zerosim.precision.cast import has_values
 
 FORMULAS = ("seed", "torch", "deepspeed", "deepspeed-cpu")
@@ -146,6 +145,8 @@ class Adam(Optimizer):
 
     def _torch(self, w, g, s, t, record, wd, first_step=1):
         """torch.optim.adam._single_tensor_adam, capturable=False, amsgrad=False, maximize=False."""
+        from zerosim.optim._fma import fma32  # this formula's (and CPU Adam's): not a cost of importing Adam
+
         f32 = np.float32
         b1, b2 = self.betas
         m, v = s["m"], s["v"]
