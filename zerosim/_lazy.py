@@ -41,14 +41,26 @@ def _submodule(dotted: str):
         return None
 
 
+def _absolute(module: str, package: str) -> str:
+    """`module` of a face's table as an absolute name: ".x" is `package`.x, "..x" its parent's x (import's rule)."""
+    level = len(module) - len(module.lstrip("."))
+    if not level:
+        return module
+    base = package.rsplit(".", level - 1)[0]
+    return f"{base}.{module[level:]}" if module[level:] else base
+
+
 def lazy_face(package: str, table: dict) -> tuple:
     """(__getattr__, __dir__) for the face module `package`, whose names come from `table` (module -> names)."""
-    homes = {name: module for module, names in table.items() for name in names}
+    homes = {name: _absolute(module, package) for module, names in table.items() for name in names}
 
     def __getattr__(name: str):
         module = sys.modules[package]
         if name in homes:
-            value = getattr(importlib.import_module(homes[name], package), name)
+            home = sys.modules.get(homes[name])  # imported already (most are, by the engine's own imports): as is
+            if home is None or getattr(getattr(home, "__spec__", None), "_initializing", False):
+                home = importlib.import_module(homes[name])  # (one still being imported: as importlib waits for it)
+            value = getattr(home, name)
         else:
             value = _submodule(f"{package}.{name}")  # a subpackage or module, or an old path's stand-in
             if value is None:
