@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from zerosim.optim import Adam, AdamW
-from zerosim.optim._adam import fma32
+from zerosim.optim._fma import fma32
 
 HALF = Q(1, 2)
 

@@ -215,8 +215,8 @@ def test_an_import_against_the_layers_breaks_the_contract(tmp_path):
     # a copy of the package whose plan imports the checkpoint code, one layer up: the contract must break
     shutil.copytree(ROOT, tmp_path / "zerosim", ignore=shutil.ignore_patterns("__pycache__"))
     plan = tmp_path / "zerosim" / "parallel" / "data" / "_plan.py"
-    plan.write_text(plan.read_text().replace("from dataclasses import dataclass",
-                                             "from dataclasses import dataclass\n\nimport zerosim.checkpoint", 1))
+    plan.write_text(plan.read_text().replace("from zerosim._dataclass import dataclass",
+                                             "from zerosim._dataclass import dataclass\nimport zerosim.checkpoint", 1))
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "zerosim.parallel.data._plan -> zerosim.checkpoint" in result.stdout

@@ -210,3 +210,35 @@ def test_a_lazy_faces_api_page_lists_the_names_the_face_answers():
 
 # names a face computes when first asked for, with no object in its source for the docs to show
 COMPUTED = {"zerosim.optim": {"OPTIMIZERS"}}  # {name: class} of every optimizer (zerosim/optim/__init__.py)
+
+
+def test_a_records_api_page_reads_it_as_a_dataclass():
+    """zerosim's records are made by zerosim/_dataclass.py's `dataclass`, not the standard library's whose path griffe
+    knows; tools/docs_griffe.py's Dataclasses reads one as the other. Each record of the modules below, as the docs
+    build reads it, is labelled a dataclass and shows the `__init__` the imported class has (where griffe is
+    installed: the docs extra)."""
+    griffe = pytest.importorskip("griffe", reason="the docs extra (pip install -e '.[docs]') is not installed")
+    import dataclasses
+    import importlib
+    import inspect
+
+    import docs_griffe
+
+    package = griffe.load("zerosim", search_paths=[str(ROOT)], allow_inspection=False, resolve_aliases=True,
+                          extensions=griffe.load_extensions(docs_griffe.IndentedBlocks, docs_griffe.LazyFaces,
+                                                            docs_griffe.Dataclasses))
+    seen = 0
+    for name in ("zerosim.optim._adam", "zerosim.cluster._trace", "zerosim.precision._formats",
+                 "zerosim.parallel.data._plan"):
+        static = package
+        for part in name.split(".")[1:]:
+            static = static.members[part]
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)):
+                continue
+            read = static.members[cls.__name__]
+            assert "dataclass" in read.labels, cls
+            assert [p.name for p in read.members["__init__"].parameters] == ["self", *inspect.signature(cls).parameters]
+            seen += 1
+    assert seen >= 8

@@ -98,10 +98,25 @@ NOT_IN_A_FIRST_SCRIPT = (
     "concurrent.futures",  # the rank pool's threads: workers > 1 only
     "zerosim.parallel.data.zeropp._wire", "zerosim.optim._muon",  # ZeRO++'s wires, Muon: by their faces, when asked
     "zerosim.cluster._recording", "zerosim.parallel._spec", "zerosim.precision.cast._meta_array",  # pp, tp, meta
+    # the exact values of the few portable exp/log/power arguments in doubt, and the standard library's decimal and
+    # fractions they hold (1.4 ms): imported by the first such argument (_correctly_rounded.py, _round_once.py)
+    "zerosim.precision.arithmetic._exact_values", "decimal", "fractions",
+    "threading",  # a second worker's (_pool.py): locks and thread-locals come from _thread
+    "bisect",  # a folding trace window's (_window.py StepRuns)
+    "zerosim.optim._cpu_adam", "zerosim.optim._fma",  # formula="deepspeed-cpu", formula="torch"'s fused adds
+    "zerosim.precision.cast._stochastic", "zerosim.precision.cast._counter_random",  # stochastic rounding
+    "zerosim.parallel.data.multinode._group_layout",  # shard groups (HSDP, MiCS)
+    "zerosim.parallel.data.layouts._partition",  # DeepSpeed's and FSDP2's per-parameter shards (the default is flat)
+    "zerosim.precision.cast._standin",  # NumPy standing in for CuPy (the device path's tests)
+    "zerosim.precision.cast._bf16_bits", "zerosim.precision.cast._subnormals",  # a device's bf16 bits, subnormals
+    "zerosim.collectives._ring",  # hop by hop: kept values, another process's ranks (the twin is _fast.py)
+    "zerosim.precision.arithmetic._norm_bound",  # the products bounded by the norms (fp32's, wide narrow ones)
 )
-MOST_FIRST_SCRIPT_MODULES = 106  # 112 at issue 63 (175 before); 115 with the pipeline's and context parallelism's
+MOST_FIRST_SCRIPT_MODULES = 96  # 112 at issue 63 (175 before); 115 with the pipeline's and context parallelism's
 # (cluster._recording, parallel._spec, precision.cast._meta_array); 106 with the cluster, parallel, cast, arithmetic,
-# mlp and layouts faces lazy and the engine reaching ZeRO++ and Muon by their faces
+# mlp and layouts faces lazy and the engine reaching ZeRO++ and Muon by their faces; 96 with zerosim._dataclass in
+# and the features a default step does not run (CPU Adam, stochastic rounding, per-parameter and group layouts, the
+# device paths, the ring hop by hop, the norms' bound) imported where they are used
 
 
 def test_a_first_scripts_names_load_the_engine_and_not_the_features_beside_it():
@@ -109,6 +124,36 @@ def test_a_first_scripts_names_load_the_engine_and_not_the_features_beside_it():
     ours = [m for m in loaded if m.startswith("zerosim")]
     assert not [m for m in loaded if m.startswith(NOT_IN_A_FIRST_SCRIPT)], ours
     assert len(ours) <= MOST_FIRST_SCRIPT_MODULES, len(ours)
+
+
+# Each record the first script's names define, as a fresh interpreter has it after the import: where its __eq__ was
+# written, and whether its __init__ is compiled yet
+RECORDS = FIRST_SCRIPT + """
+import dataclasses, inspect, json, sys
+rows = []
+for name, module in sorted(sys.modules.items()):
+    if name.startswith("zerosim"):
+        for cls in [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == name]:
+            if dataclasses.is_dataclass(cls):
+                eq = vars(cls).get("__eq__")
+                rows.append([f"{name}.{cls.__qualname__}", getattr(getattr(eq, "__code__", None), "co_filename", ""),
+                             inspect.isfunction(vars(cls).get("__init__"))])
+print(json.dumps(rows))
+"""
+MOST_RECORDS_MADE_AT_IMPORT = 11  # by the import's own tables: Format, MixedPrecision, Recipe, ReduceOp, Plan, ...
+
+
+def test_a_first_scripts_records_are_zerosims_and_compile_only_what_the_import_makes():
+    """Python 3.11's dataclasses compile six methods for each frozen record (27 ms of the first script's import for
+    its 50 records); zerosim/_dataclass.py's compiles a record's __init__ when the first one is made and shares the
+    rest. A record made by the standard library's decorator, or an __init__ compiled for a record nobody made yet,
+    puts that cost back."""
+    out = subprocess.run([sys.executable, "-c", RECORDS], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout.splitlines()[-1])
+    assert len(rows) >= 40, len(rows)
+    assert [name for name, eq, _ in rows if eq and not eq.endswith("_dataclass.py")] == []
+    compiled = [name for name, _, init in rows if init]
+    assert len(compiled) <= MOST_RECORDS_MADE_AT_IMPORT, compiled
 
 
 LAZY_FACES = ("zerosim.models", "zerosim.models.layers", "zerosim.models.mlp", "zerosim.cluster", "zerosim.collectives",

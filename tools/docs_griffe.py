@@ -68,3 +68,25 @@ def _table(node) -> dict | None:
     """The face's table of lazy names ({module: (names...)}) from its source, or None where it has none."""
     value = _assigned(node, "_NAMES") or _assigned(node, "_FACES")
     return None if value is None else ast.literal_eval(value)
+
+
+class Dataclasses(griffe.Extension):
+    """zerosim's records are made by zerosim/_dataclass.py's `dataclass`: the standard library's, with its methods
+    made for less (the same fields, `__init__`, equality, hash, repr and frozen-ness). griffe knows a dataclass by its
+    decorator's path, `dataclasses.dataclass`: it labels the class "dataclass" as it reads it, and writes its
+    `__init__` signature from the fields once the package is read. Here a class decorated by zerosim's gets the same
+    label, and a module's import of it is read as the standard library's, so a record's API page shows what it showed
+    with the standard library's decorator."""
+
+    def on_class_instance(self, *, node, cls, agent, **kwargs) -> None:
+        if any(d.callable_path == OURS for d in cls.decorators):
+            cls.labels.add("dataclass")
+
+    def on_module_members(self, *, node, mod, agent, **kwargs) -> None:
+        for name, path in list(mod.imports.items()):
+            if path == OURS:  # the import, and the alias the decorator's name resolves through
+                mod.imports[name] = "dataclasses.dataclass"
+                mod.set_member(name, griffe.Alias(name, "dataclasses.dataclass", parent=mod))
+
+
+OURS = "zerosim._dataclass.dataclass"

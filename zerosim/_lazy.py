@@ -15,7 +15,6 @@ zerosim/_compat.py gives it a spec, so the import system itself decides, and the
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 
@@ -24,30 +23,48 @@ def names_of(table: dict) -> list:
     return [name for names in table.values() for name in names]
 
 
-def _is_module(dotted: str) -> bool:
-    """True where the import system can import `dotted`: a module or package, or an old path that zerosim/_compat.py's
-    finder still answers (a stand-in placed in sys.modules without a spec, SHADOWED's, is no module: a face's own
-    function of that name answers first)."""
+def _submodule(dotted: str):
+    """The module `dotted` where the import system can import it: a module or package, or an old path that
+    zerosim/_compat.py's finder still answers (a stand-in placed in sys.modules without a spec, SHADOWED's, is no
+    module: a face's own function of that name answers first); else None. Imported at once, not looked for first:
+    the path is searched once (a face's private modules are most of what it is asked for by the engine's imports)."""
     if dotted.rsplit(".", 1)[-1].startswith("__"):
-        return False
+        return None
+    if dotted in sys.modules:
+        found = sys.modules[dotted]
+        return found if getattr(found, "__spec__", None) is not None else None
     try:
-        return importlib.util.find_spec(dotted) is not None
-    except (ImportError, ValueError):
-        return False
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as e:
+        if e.name != dotted:  # a module there, whose own import needs one that is missing: its error, as it is
+            raise
+        return None
+
+
+def _absolute(module: str, package: str) -> str:
+    """`module` of a face's table as an absolute name: ".x" is `package`.x, "..x" its parent's x (import's rule)."""
+    level = len(module) - len(module.lstrip("."))
+    if not level:
+        return module
+    base = package.rsplit(".", level - 1)[0]
+    return f"{base}.{module[level:]}" if module[level:] else base
 
 
 def lazy_face(package: str, table: dict) -> tuple:
     """(__getattr__, __dir__) for the face module `package`, whose names come from `table` (module -> names)."""
-    homes = {name: module for module, names in table.items() for name in names}
+    homes = {name: _absolute(module, package) for module, names in table.items() for name in names}
 
     def __getattr__(name: str):
         module = sys.modules[package]
         if name in homes:
-            value = getattr(importlib.import_module(homes[name], package), name)
-        elif _is_module(f"{package}.{name}"):
-            value = importlib.import_module(f"{package}.{name}")  # a subpackage or module, or an old path's stand-in
+            home = sys.modules.get(homes[name])  # imported already (most are, by the engine's own imports): as is
+            if home is None or getattr(getattr(home, "__spec__", None), "_initializing", False):
+                home = importlib.import_module(homes[name])  # (one still being imported: as importlib waits for it)
+            value = getattr(home, name)
         else:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            value = _submodule(f"{package}.{name}")  # a subpackage or module, or an old path's stand-in
+            if value is None:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
         setattr(module, name, value)
         return value
 

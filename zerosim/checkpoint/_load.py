@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.checkpoint._files import CheckpointError, read_checked, read_tensors
 from zerosim.checkpoint._folders import resolve
 from zerosim.checkpoint._manifest import check_model, read_manifest, saved_layout

@@ -20,7 +20,9 @@ cluster keeps values (`Cluster(..., keep_values=True)`, small teaching runs); ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from zerosim._dataclass import dataclass
 
 PASSES = ("forward", "recompute", "backward", "loss")
 PURPOSES = (

@@ -14,7 +14,7 @@ two give the same events, field for field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

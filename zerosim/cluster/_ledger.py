@@ -14,9 +14,11 @@ Standard kinds (any string is allowed; these are the ones the engines use):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 class LedgerError(RuntimeError):

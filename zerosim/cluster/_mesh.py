@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 INTRA, INTER = "intra-node", "inter-node"
 TIERS = (INTRA, INTER)  # the two link tiers: NVLink within a node, InfiniBand across nodes

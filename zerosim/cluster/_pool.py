@@ -34,9 +34,9 @@ whether the environment asks for one thread.
 
 from __future__ import annotations
 
+import _thread
 import contextvars
 import os
-import threading
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -73,7 +73,7 @@ class RankPool:
         self.stacks = stack_ranks and self.workers == 1  # one op may run as one computation for every rank
         self._executor = None  # k-1 threads made on first use, named "zerosim-rank-worker_<i>"; the caller is one
         self.threads_used = set()  # names of the threads that ran a rank's work (tests read it)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock: threading waits for a second worker
 
     def __repr__(self) -> str:
         return f"RankPool(workers={self.workers})"
@@ -174,6 +174,8 @@ class RankPool:
         return out
 
     def _run(self, work, i, j):
+        import threading  # loaded with the workers' threads (concurrent.futures) by now
+
         name = threading.current_thread().name
         if name not in self.threads_used:
             with self._lock:

@@ -10,8 +10,9 @@ as return values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster._ledger import Buffer, MemoryLedger
 
 TIERS = ("host", "nvme")  # the memory tiers beside the device's (parallel/offload places buffers there)

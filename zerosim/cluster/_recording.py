@@ -21,8 +21,8 @@ before it other than those it waited for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._trace import Call, Event, Handle
 

@@ -8,7 +8,9 @@ Gathering goes through the backend protocol (`all_meta`), so the same call works
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

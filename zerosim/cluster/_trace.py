@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import _closed as closed
 from zerosim.cluster._hops import RingHops
 from zerosim.cluster._ledger import LedgerEvent, ledger_event

@@ -29,11 +29,11 @@ run passes `WINDOW` steps the lists are plain lists, as they always were.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._ledger import LedgerEvent, ledger_event
 
@@ -128,6 +128,8 @@ class StepRuns:
 
     def add(self, step: int, nbytes: int) -> None:
         """The map's `[step] += nbytes` (a step not there yet comes in with `nbytes`)."""
+        from bisect import bisect_right  # a folding window's: not a cost of importing the engine
+
         firsts, lasts, values = self.firsts, self.lasts, self.values
         i = bisect_right(firsts, step) - 1
         if i >= 0 and step <= lasts[i]:  # inside run i: split it around `step`

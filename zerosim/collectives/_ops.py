@@ -29,10 +29,10 @@ rounded once with saturation gives the same bits (tests/test_fp8_wire.py checks 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import Format, cast, get_format
 from zerosim.precision.cast import NUMPY
 

@@ -8,7 +8,6 @@ backend's closed form, MPI's own reduce-scatter), the in-process twin (_fast.py)
 from __future__ import annotations
 
 from zerosim.collectives import _fast as fast
-from zerosim.collectives import _ring as ring
 from zerosim.precision import get_format
 
 
@@ -45,8 +44,12 @@ def phases(cluster) -> tuple:
     backend = cluster.backend
     local = (getattr(backend, "sends_by_reference", False) and cluster.local_size == cluster.world_size
              and not cluster.trace.keep_values)
-    rs = getattr(backend, "reduce_scatter_phase", fast.reduce_scatter_phase if local else ring.reduce_scatter_phase)
-    ag = getattr(backend, "all_gather_phase", fast.all_gather_phase if local else ring.all_gather_phase)
+    if local:
+        moves = fast
+    else:  # hop by hop: kept values (teaching runs), another process's ranks; not a cost of importing the engine
+        from zerosim.collectives import _ring as moves
+    rs = getattr(backend, "reduce_scatter_phase", moves.reduce_scatter_phase)
+    ag = getattr(backend, "all_gather_phase", moves.all_gather_phase)
     return rs, ag
 
 

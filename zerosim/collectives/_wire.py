@@ -7,10 +7,10 @@ byte, carried as uint8 and named "int4x2" so the trace says what its bytes hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import get_format
 
 

@@ -10,7 +10,7 @@ only when the runs differ in nothing these facts hold: then the cause is the ord
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 WEIGHTS, FORWARD, BACKWARD = {"params", "master"}, {"out", "loss"}, {"grad"}
 REDUCED, AVERAGED, STATE = {"reduced"}, {"grad32"}, {"state", "stored"}

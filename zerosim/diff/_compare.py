@@ -10,10 +10,10 @@ activation where one run's layers are tensor-parallel units: _record.py). Per-pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.diff._names import AFTER, BEFORE, KINDS, MICRO, STEP_END, STEP_START, Tensor, backward_order
 from zerosim.precision import to_float64
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.diff._causes import cause
 from zerosim.diff._chains import CHAINS
 from zerosim.diff._compare import first_parting, value_of

@@ -9,10 +9,10 @@ element part at each run's first event whose key the other run never forms (`par
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import to_float64
 
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 
 

@@ -26,7 +26,7 @@ per rank, G = N·K micro-batches a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 BEFORE, AFTER = -1, 1 << 30  # the micro-batch slots of a step's first and last tensors
 

@@ -12,10 +12,11 @@ Letters: P the whole model's parameters, P_l a tensor-parallel rank's, Ψ the pa
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Call, Compute, GradClip, LossScaleUpdate, OptimizerStep
 from zerosim.diff._names import AFTER, BEFORE, Param, params_of
 

@@ -5,10 +5,10 @@ JSON (`identical`, and when the runs part `first_step`, `tensor`, `index`, `even
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.diff._facts import LABELS
 from zerosim.diff._names import AFTER, BEFORE
 from zerosim.precision import get_format, ulp

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from zerosim._dataclass import dataclass
 
 MEMORY, TIMELINE = "memory", "timeline"
 # What every point shares, and says on the page: zerosim's own fused kernels at the datasheet's peak rates (what the

@@ -9,8 +9,9 @@ a MetaLlama at the model's shape, so its activations and its checkpointing's rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from zerosim._dataclass import dataclass
 from zerosim.optim import OPTIMIZERS as _ALL
 
 OPTIMIZERS = tuple(n for n, cls in _ALL.items() if cls.elementwise)  # what every stage can shard (as cli/model_args)

@@ -5,8 +5,8 @@ distance between them, and each one's to a float64 run, is said."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.lint._rules import RULES
 from zerosim.lint._setup import setup_of
 from zerosim.precision import get_precision

@@ -12,7 +12,7 @@ was looked for there and not found: no rule cites it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 SEVERITIES = ("error", "warning", "info")  # error: the run is not what it claims; warning: it drifts; info: a fact
 

@@ -4,8 +4,8 @@ degrees and gradient recipe — from a zerosim.train.TrainConfig, or from a Deep
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data import GradientRecipe
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 from zerosim.precision import get_precision

@@ -8,10 +8,10 @@ is which tensor, so a parameter that straddles two shards is still found by offs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models.layers import Layer, Loss
 
 

@@ -18,10 +18,10 @@ and not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models._schedule import Op, needs_params, schedule
 from zerosim.models._spaces import zeros_like_space
 from zerosim.precision import cast, get_format

@@ -19,7 +19,7 @@ output is not needed (seed 004 recomputes h and a, not y) — the "keep input" o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 KINDS = ("forward", "loss", "recompute", "keep input", "backward", "backward-input", "backward-weight")
 

@@ -66,13 +66,12 @@ its adamw_mode=False with weight_decay 0; AdamW its adamw_mode=True (DeepSpeed's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
-from zerosim.optim._cpu_adam import cpu_adam_step
-from zerosim.optim._fma import fma32  # noqa: F401 (its home was here: tests import it from _adam)
 from zerosim.precision.cast import has_values
 
 FORMULAS = ("seed", "torch", "deepspeed", "deepspeed-cpu")
@@ -139,11 +138,15 @@ class Adam(Optimizer):
 
     def _deepspeed_cpu(self, w, g, s, t, record, wd, first_step):
         """DeepSpeedCPUAdam.step (_cpu_adam.py): AdamW mode when there is a decoupled decay to apply."""
+        from zerosim.optim._cpu_adam import cpu_adam_step  # this formula's alone: not a cost of importing Adam
+
         cpu_adam_step(w, g, s["m"], s["v"], t, self.lr, self.betas, self.eps, wd, adamw_mode=True, record=record,
                       first_step=first_step)
 
     def _torch(self, w, g, s, t, record, wd, first_step=1):
         """torch.optim.adam._single_tensor_adam, capturable=False, amsgrad=False, maximize=False."""
+        from zerosim.optim._fma import fma32  # this formula's (and CPU Adam's): not a cost of importing Adam
+
         f32 = np.float32
         b1, b2 = self.betas
         m, v = s["m"], s["v"]

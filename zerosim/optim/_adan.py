@@ -29,10 +29,10 @@ state dtype, because the optimizer receives the gradient in that dtype: 16 bytes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import cast, get_format
 
 # Elementwise optimizers step a long buffer in blocks of this many elements (`step_in_blocks`): the same bits as

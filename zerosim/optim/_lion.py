@@ -13,10 +13,10 @@ Seed 001: one state tensor, 4 bytes/param in fp32, half of Adam's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_betas, check_nonneg, scalar
 
 

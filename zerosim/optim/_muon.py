@@ -40,10 +40,10 @@ yardstick) takes NumPy's dgemm. The Frobenius norm is accumulated in fp32 (float
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._adam import AdamW
 from zerosim.optim._base import Optimizer, _is_real, check_nonneg, check_step_args, scalar
 from zerosim.precision import cast, get_format

@@ -12,8 +12,8 @@ so the first step is the same (up to the sign of a zero gradient).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.optim._base import Optimizer, check_nonneg, scalar
 
 

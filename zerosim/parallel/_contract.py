@@ -42,8 +42,8 @@ call and bit for bit. docs/explanation/adding-a-parallelism.md walks a new one t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Handle
 
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Groups, Mesh
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # torchtitan's mesh order, outermost first

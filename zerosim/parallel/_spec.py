@@ -23,10 +23,11 @@ micro-batches a step (Megatron's num_microbatches: `--accumulation-steps`) at a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel._dims import ParallelDims
 
 API = {}  # how the library names each field: by itself

@@ -11,11 +11,13 @@ precision. The two fp8 formats are the OCP / NVIDIA ones that ml_dtypes implemen
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import lru_cache
 
 import ml_dtypes
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

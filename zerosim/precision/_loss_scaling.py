@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 UNSCALE_HOWS = ("reciprocal", "divide")
 

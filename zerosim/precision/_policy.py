@@ -47,14 +47,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision._loss_scaling import LOSS_SCALERS, UNSCALE_HOWS, get_loss_scaler
 from zerosim.precision.arithmetic import check_arithmetic
-from zerosim.precision.cast import cast, counter_uniforms
+from zerosim.precision.cast import cast
 
 # what each name means is written in zerosim/parallel/data/recipes/_recipes.py (RECIPES), the one place; listed here to
 # check input
@@ -179,6 +180,8 @@ class MixedPrecision:
         runs (per-parameter partitions: parallel/data/layouts/_partition.py); elements no run covers are padding."""
         if self.rounding == "nearest":
             return cast(w, self.compute_format)
+        from zerosim.precision.cast import counter_uniforms  # stochastic rounding's draws: not the engine's import
+
         if isinstance(start, numbers.Integral):
             uniforms = counter_uniforms(self.seed, step, int(start), w.shape[0])
         else:

@@ -38,10 +38,11 @@ dtype (src/enqueue.cc), one rounding of the product.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import cast, format_of, get_format, unscale
 
 

@@ -17,10 +17,11 @@ import dataclasses
 import math
 import numbers
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim import checkpoint as ckpt
 from zerosim.cluster import MAX_UNITS, Cluster, GradClip, available_bytes, check_fits
 from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predict

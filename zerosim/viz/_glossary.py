@@ -9,7 +9,7 @@ Letters: P parameters, N ranks, s = ceil(P / N) one rank's shard, Ψ = N·s the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 DOC = "docs/glossary.md"  # where the entries are read as a page (a relative link from the repository's root)
 

@@ -11,7 +11,7 @@ shard them: every rank holds its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 LINEAR_TERMS = 14  # seed 001's "≈ 14 BLd": 1 + 3 + 1 + 1 + 4 + 4 (see module docstring)
 STRATEGIES = ("none", "selective", "block")

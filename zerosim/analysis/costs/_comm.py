@@ -21,8 +21,8 @@ its own volume section, the paper and the engines here reduce-scatter them (2Ψ)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._links import base_latency, step_latency
 from zerosim.analysis.costs._rates import check_count, check_latency, check_rate
 from zerosim.collectives import ShardLayout

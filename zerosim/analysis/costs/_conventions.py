@@ -7,8 +7,8 @@ where the numbers come from and why they differ from `memory.model_state_memory`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._memory import GB, MemoryConfig, model_state_memory_by_stage
 
 

@@ -35,8 +35,9 @@ moves the eager bytes: _kernel_work.py); "compiled" — torch.compile's fused el
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._calibration import FRAMEWORK
 from zerosim.analysis.costs._rates import EFFICIENCY, check_rate
 

@@ -24,7 +24,7 @@ sizes; the driver totals are those nvidia-smi prints on these cards (e.g. "81559
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 MIB = 1 << 20
 

@@ -25,7 +25,9 @@ of the DRAM: what one process can pin is less (set `memory` from `free -b` on yo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+from zerosim._dataclass import dataclass
 
 TIB = 1 << 40
 

@@ -34,7 +34,7 @@ written), backward nll_loss's gradient (4V written), log_softmax's backward (8V 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 EMBEDDING_TABLES = ("embed_tokens", "wte", "wpe")  # gathered by token or position: no GEMM
 BACKWARD_BYTES = 2  # a backward pass moves this many times its forward's elementwise bytes (module docstring)

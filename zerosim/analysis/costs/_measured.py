@@ -8,8 +8,9 @@ This is the second route to the numbers in _memory.py and _comm.py; tests check 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._pipeline import pipeline_run, stage_rows
 from zerosim.cluster import Cluster, Compute, MemoryLedger
 from zerosim.models import forward_backward

@@ -18,8 +18,8 @@ multiple of N (shard arithmetic from `ShardLayout`, the one place it lives).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._rates import check_count
 from zerosim.cluster import GB  # noqa: F401 (re-exported: zerosim.analysis.costs.GB)
 from zerosim.collectives import ShardLayout

@@ -19,7 +19,7 @@ which AdamW kernel, the allocator's reserve, whether the peak is torch's max_mem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 GIB = 2**30
 DEEPSPEED_FIGURE = {"model": "Qwen2.5-3B", "gpus": 8, "stage": 2, "precision": "bf16", "batch": 32,

@@ -28,8 +28,8 @@ A verdict (`fit`) compares the measured peak plus these with a GPU's capacity an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs._gpus import get_gpu
 
 CUDA_CONTEXT = 287_047_680  # pytorch/pytorch#86509, lazy loading (CUDA_MODULE_LOADING=LAZY, PyTorch >= 1.13)

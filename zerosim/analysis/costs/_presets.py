@@ -14,8 +14,8 @@ GPT and Llama); the ZeRO paper's 7.5B model is known by its parameter count only
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.models.hf import DecoderConfig, read_hf_config, shipped_config, shipped_configs
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

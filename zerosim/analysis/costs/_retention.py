@@ -14,7 +14,7 @@ fraction of the step's ledger events — the first layer's input is made first a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

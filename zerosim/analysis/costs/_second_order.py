@@ -17,7 +17,7 @@ bytes where Adam keeps 8mn. Two things follow, and `second_order_memory` measure
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ Sources (fetched read-only; nothing is fetched at run time):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 TT_H100 = "pytorch/torchtitan@b5bcd76 benchmarks/llama3_h100_202412_torchtitan.md"
 TT_A100 = "pytorch/torchtitan@1ea476e9 docs/performance.md"

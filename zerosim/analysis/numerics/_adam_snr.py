@@ -19,9 +19,10 @@ m̂/√v̂ does not change, up to ε).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ with N − 1 = S·R − 1, HSDP's with S + R − 2: the replicate degree adds on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data import STRATEGIES
 from zerosim.parallel.data.layouts import ParamLayout
 from zerosim.parallel.data.recipes import GradientRecipe

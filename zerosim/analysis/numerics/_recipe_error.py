@@ -12,10 +12,10 @@ wire leaves one rounding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives import naive_reduce
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
 from zerosim.precision import MixedPrecision, cast, get_format

@@ -15,10 +15,10 @@ Letters: P parameters, N ranks (micro-batches per step), T steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models import MLP
 from zerosim.models.data import make_regression
 from zerosim.optim import get_optimizer

@@ -23,8 +23,9 @@ ranked by step time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
 from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.planner._sweep import step_time, step_time_of

@@ -29,8 +29,9 @@ the formula's N* for HSDP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.planner._sweep import meta_step
 from zerosim.analysis.timeline import Hardware
 

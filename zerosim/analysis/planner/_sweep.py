@@ -22,8 +22,8 @@ more than the compute; `latency_bound_ranks` gives the formula's N.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Cluster

@@ -26,7 +26,7 @@ HBM2e parts' lower clocks at 500 W.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 GIB = 2**30
 SOURCE = "pytorch/torchtitan@d4c86e375 docs/performance.md, Table 4"

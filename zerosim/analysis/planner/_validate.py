@@ -15,9 +15,10 @@ torchtitan logs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from statistics import median
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import (
     ALLOCATOR_RESERVE,
     FRAMEWORK,

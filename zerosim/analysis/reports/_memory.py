@@ -14,8 +14,9 @@ what the ledgers and the trace recorded in one step of the real engine on data-l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.reports._context import cp_activations, cp_sent
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.reports._step import Report, optional

@@ -11,8 +11,8 @@ the two commands that reproduce the top row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.reports._step import Report, kept, link_model
 
 KINDS = (  # the columns a plan groups a peak's ledger kinds into: (label, what it holds)

@@ -10,8 +10,9 @@ ranks, K micro-steps, B·L tokens per rank per micro-step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import mfu, tokens_per_s_per_gpu
 from zerosim.analysis.reports._exposure import exposure
 from zerosim.analysis.reports._fit import judge

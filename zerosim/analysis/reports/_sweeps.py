@@ -11,8 +11,8 @@ Every cell is one meta step (analysis/planner: `sweep`, `strategy_sweep`), rank 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.reports._step import Report, describe_comm, kept
 from zerosim.analysis.timeline import Hardware, TimeModel

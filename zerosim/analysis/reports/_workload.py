@@ -8,7 +8,7 @@ clipping, and the GPU its memory is judged against. `zerosim memory`, `timeline`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5) and a rank's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import LINKS, Link, check_rate
 from zerosim.cluster import INTER, INTRA
 from zerosim.precision import get_format

@@ -22,10 +22,11 @@ single number) it is the roofline with every peak derated by it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import (
     Efficiency,
     Work,

@@ -19,10 +19,10 @@ part of that union its compute did not cover. With one stream the calls never ov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import TRANSFERS, Compute, OptimizerStep
 
 STREAMS = ("compute", "comm", "cpu", "pcie", "nvme")  # the last three only with offload: its CPU optimizer, copies

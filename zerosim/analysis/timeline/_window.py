@@ -11,7 +11,7 @@ runs while the device idles for another reason counts too; the device's own idle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ reduces fp8 here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import FORMATS, Format
 
 NCCL_2_10_3 = 21003  # ncclAvg and ncclBfloat16 arrived in NCCL 2.10.3 (version code 2*10000 + 10*100 + 3)

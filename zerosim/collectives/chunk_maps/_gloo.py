@@ -28,10 +28,10 @@ Letters: N ranks, L elements per rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives._checks import check_counts, check_inputs, require_same
 from zerosim.collectives._ops import get_op
 from zerosim.collectives._staging import Collected, free, stage, wire_format

@@ -27,10 +27,10 @@ LL/LL128 protocols, tree, NVLS, CollNet and PAT algorithms — each changes the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives._checks import check_inputs, require_same
 from zerosim.collectives._ops import get_op
 from zerosim.collectives._staging import Collected, free, phases, stage, wire_format

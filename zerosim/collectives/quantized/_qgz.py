@@ -35,10 +35,11 @@ zerosim rounds each product.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Groups
 from zerosim.collectives._all_to_all import all_to_all
 from zerosim.collectives._staging import Collected

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import DeepSpeedBuckets
 from dataclasses import replace
 

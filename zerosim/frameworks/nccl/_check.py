@@ -31,10 +31,10 @@ collectives/chunk_maps/_nccl.py), which zerosim's `all_reduce` (equal contiguous
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.collectives.chunk_maps import nccl_all_reduce
 from zerosim.precision import cast, get_format

@@ -9,9 +9,10 @@ processes (_launch.py) or once a run has started.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 # Where a step's first difference from torch arises, in the order the step runs: the name printed beside it.
 CAUSES = {

@@ -17,10 +17,10 @@ the path users run by default — so the kit keeps torch's default and substitut
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.optim import Adam
 
 

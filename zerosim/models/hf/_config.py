@@ -25,9 +25,10 @@ import json
 import math
 import numbers
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import resources
 
+from zerosim._dataclass import dataclass
 from zerosim.outputs import open_input
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2")

@@ -30,8 +30,8 @@ the gathered keys up to the end of its own chunk (causal, its mask aligned to th
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.context._split import SPLITS, chunk_ids
 
 

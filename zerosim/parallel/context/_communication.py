@@ -23,10 +23,10 @@ in memory while in flight (TE's p2p_comm_buffers) is transport, as the ring's FI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Handle
 from zerosim.collectives import all_gather, reduce_scatter, send_recv
 from zerosim.models.meta import like

@@ -17,9 +17,11 @@ FLOPs of a hop follow from it), `dtype`, `nbytes` (every part), `snapshot()` (co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 def _arrays(record) -> list:

@@ -31,8 +31,9 @@ use and free right after, no prefetch, no buckets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data.recipes import DDPBuckets
 
 # DeepSpeed's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig's fields)

@@ -8,8 +8,8 @@ and hands nothing over through a rank's fields. The cluster is here because the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data.multinode import MeshGroups
 
 

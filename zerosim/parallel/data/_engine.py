@@ -28,10 +28,10 @@ engine. Letters: P parameters, N ranks, K micro-steps, s the shard, Ψ = N*s the
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Cluster, Handle, StepBoundary, check_fits, gb
 from zerosim.models import Pass, schedule
 from zerosim.optim import Optimizer, OptimizerRun, check_stored

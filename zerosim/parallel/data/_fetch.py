@@ -29,8 +29,8 @@ first use in the step, and freed after its backward in the last micro-step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Handle
 from zerosim.models import needs_params
 from zerosim.parallel.data._gather import gather, keep_secondary, release, secondary_name

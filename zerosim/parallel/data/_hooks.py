@@ -19,8 +19,8 @@ and the oracle, keep the package's pieces. The exercises (zerosim/teaching/exerc
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.data._gather import refresh
 from zerosim.parallel.data._reduce import reduce_unit
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face

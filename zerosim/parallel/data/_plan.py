@@ -63,7 +63,9 @@ labelled.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
+
+from zerosim._dataclass import dataclass
 
 BUFFERS = ("params", "grads", "master", "optimizer")  # a rank's model states: 16-bit params, grads, fp32 master, state
 PLACED = BUFFERS + ("grad32",)  # ... and the fp32 gradient the optimizer reads: what a placement may move

@@ -20,8 +20,9 @@ ZeRO-Infinity (params-nvme) the device keeps nothing at rest and the NVMe holds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives import ShardLayout
 from zerosim.parallel.data import get_plan
 from zerosim.parallel.offload._placement import TIERS, Placement

@@ -43,7 +43,7 @@ plan's and the optimizer's (tests/test_offload.py: engine = oracle with every pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 TIERS = ("device", "host", "nvme")
 

@@ -21,8 +21,8 @@ A new schedule is a new function here returning a `Table`, and a row in SCHEDULE
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.parallel.pipeline._table import BACKWARD, FORWARD, INPUT, WEIGHT, Action, Table
 
 

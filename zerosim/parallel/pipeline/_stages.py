@@ -30,10 +30,10 @@ model's loss where it holds the last stage.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models import Model
 from zerosim.models.meta import weights_without_data
 

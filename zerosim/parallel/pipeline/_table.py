@@ -28,7 +28,7 @@ are out of step still runs; one that can never finish is refused.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 FORWARD, BACKWARD, INPUT, WEIGHT = "forward", "backward", "backward-input", "backward-weight"
 ACTION_KINDS = KINDS = (FORWARD, BACKWARD, INPUT, WEIGHT)

@@ -20,9 +20,11 @@ the shape the unit computes on; `nbytes` counts every part; `snapshot()` copies 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

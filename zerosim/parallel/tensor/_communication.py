@@ -25,10 +25,10 @@ divisible by tensor parallel size").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Handle
 from zerosim.collectives import all_gather, all_reduce, reduce_scatter
 from zerosim.models.meta import like

@@ -25,7 +25,7 @@ unsplit unit's at H/t heads, G/t key/value heads and F/t columns, with the two G
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ the ring's order (in fp32, as Megatron's `.float()` logits). Every rank ends wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models.layers import LMCrossEntropy, acc_dtype
 from zerosim.models.meta import like, loss_spec
 from zerosim.parallel.tensor._vocab import owned

@@ -29,10 +29,10 @@ build the model with the padded vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models import GPT, Llama
 from zerosim.models.gpt import Decoder, check_units, every_k
 from zerosim.models.layers import BLOCK

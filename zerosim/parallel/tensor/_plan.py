@@ -25,10 +25,11 @@ all-gathers it in backward; Korthikanti et al. 2022 count it as sbh/t).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.models.meta import like
 
 

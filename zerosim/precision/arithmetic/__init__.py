@@ -20,6 +20,8 @@
     _rank_products.py      every rank's product by the same matrix made as one stacked product (`prepare`)
     _correctly_rounded.py  exp, log, tanh, sin, cos, power for float32 arrays, correctly rounded (a power's exact
                            ties to even); power_of_int: a float to an integer power (C++'s std::pow(float, n))
+    _exact_values.py       their exact values (decimal, fractions) for the few arguments in doubt, imported by the
+                           first one
     _nan.py                one canonical NaN per format in every portable kernel's output
     _round_once.py         the step both share: a float64 value known to within an error bound, rounded to float32
                            where the bound cannot change the rounding, and the rest marked for an exact evaluation

@@ -57,16 +57,12 @@ exact.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
 from zerosim.precision.arithmetic import _rank_products as rank_products
 from zerosim.precision.arithmetic._extents import narrow_host, whole_bound_holds
 from zerosim.precision.arithmetic._nan import CANONICAL_NAN, canonical_nans
-from zerosim.precision.arithmetic._norm_bound import SHORT_K as _SHORT_K
-from zerosim.precision.arithmetic._norm_bound import SLACK as NORM_SLACK
-from zerosim.precision.arithmetic._norm_bound import line_norms, rounded_by_norms
 from zerosim.precision.arithmetic._operand_cache import kept_extent, operand, operand_once
 from zerosim.precision.arithmetic._round_once import certain_f32, f32_of_fraction, narrow32, widen64
 from zerosim.precision.arithmetic._scratch import scratch
@@ -152,7 +148,7 @@ def _exact_long(a, b):
     # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
     # columns (below) cannot pass for them
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA >= 53:
-        found = rounded_by_norms(a64, b64)
+        found = _norms().rounded_by_norms(a64, b64)
         if found is not None:
             out, suspects = found
             return out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)
@@ -181,11 +177,19 @@ def _exact_long(a, b):
     return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns)
 
 
+def _norms():
+    """_norm_bound.py, imported by the first product that needs a bound by the norms (an fp32 product on the host, a
+    narrow one whose bound by rows and columns fails): not a cost of importing the engine."""
+    from zerosim.precision.arithmetic import _norm_bound
+
+    return _norm_bound
+
+
 def _widen_both(a, b, ns) -> tuple:
     """a and b in float64: on the host into reused buffers (a Gram matrix's b a view of a's copy), else `widen64`."""
     if ns.is_numpy:  # exact, and so is every product of them; into reused buffers (_scratch.py)
         # b's columns contiguous where it is a transposed matrix already (the forward's W.T) or short (dW's x)
-        b_columns = b.ndim >= 2 and (np.swapaxes(b, -1, -2).flags.c_contiguous or b.shape[-2] <= _SHORT_K)
+        b_columns = b.ndim >= 2 and (np.swapaxes(b, -1, -2).flags.c_contiguous or b.shape[-2] <= _norms().SHORT_K)
         a64 = _widened(a, 6, True)
         # a @ a.T (a Gram matrix: Newton-Schulz's) from one widened copy: a BLAS multiplies a matrix by its own
         # transpose in half the FLOPs (NumPy calls syrk), and each element is the same exact sum either way
@@ -276,7 +280,8 @@ def _narrow_by_norms(a64, facts_a, b64, facts_b):
     float32 midpoint is a true tie, which narrow sums often are), else rounded where their own Σ_k |a_ik·b_kj| allows,
     else summed exactly (`_repair`). The long way took three GEMMs (this product's, again, and |a| @ |b|). None where
     the suspects are many too (the long way then)."""
-    found = rounded_by_norms(a64, b64)
+    bound = _norms()
+    found = bound.rounded_by_norms(a64, b64)
     if found is None:
         return None
     out, suspects = found
@@ -292,9 +297,9 @@ def _narrow_by_norms(a64, facts_a, b64, facts_b):
     k = a64.shape[-1]
     # first by Cauchy-Schwarz, ||a_i||·||b_j|| >= Σ_k |a_ik·b_kj| (two passes over the operands, not K products each);
     # the norms' own rounding (<= (2K + 16)·2**-53 relative, _norm_bound.py) covered by the same slack
-    rows, columns = line_norms(a64, b64)  # (..., M), (..., N)
+    rows, columns = bound.line_norms(a64, b64)  # (..., M), (..., N)
     norms = (np.broadcast_to(rows, batch + rows.shape[-1:])[(*lead, i)]
-             * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * NORM_SLACK)  # (count,)
+             * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * bound.SLACK)  # (count,)
     where, q, y = _unsettled_at(y, where, norms, q, k, NUMPY)
     if len(where[-1]):
         where, _, _ = _unsettled_at(y, where, _magnitudes(where, a64, b64), q, k, NUMPY)
@@ -673,6 +678,8 @@ def exact_sum_f32(terms: list) -> np.float32:
     rest = math.fsum(terms + [-s])  # exact sum - s, rounded: its sign says on which side of the midpoint it lies
     if rest == 0.0:
         return nearest  # a true tie: float32's ties-to-even settled it
+    from fractions import Fraction  # a rare tie's: not a cost of importing the engine (tests/test_import_graph.py)
+
     return np.float32(f32_of_fraction(Fraction(s) + Fraction(rest)))  # s ± a little: rounds away from the tie
 
 

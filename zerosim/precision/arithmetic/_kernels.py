@@ -18,11 +18,11 @@ under both: they are compared within tolerances, never pinned bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision.arithmetic import _correctly_rounded as correctly_rounded
 from zerosim.precision.arithmetic._exact_matmul import exact_matmul
 from zerosim.precision.arithmetic import _operand_cache, _rank_products, _scratch

@@ -35,7 +35,7 @@ runs: nothing of it is kept, as nothing would ever find it again.
 
 from __future__ import annotations
 
-import threading
+import _thread
 from collections import OrderedDict
 from contextlib import contextmanager
 
@@ -79,7 +79,7 @@ _facts_held = [0]
 _at: OrderedDict = OrderedDict()
 _at_held = [0]
 _AT_BYTES = 8 << 20
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading (0.6 ms)
 
 
 def _entry(matrix: np.ndarray) -> _Entry:

@@ -25,7 +25,7 @@ tests/test_rank_products.py). The memo lives until the next `prepare` (or `clear
 
 from __future__ import annotations
 
-import threading
+import _thread
 
 import numpy as np
 import xxhash
@@ -46,7 +46,7 @@ class _Batch:
         self.asked = {}  # partner key -> (position of the rank that asked first: its own product; partner's bytes)
         self.blocks = {}  # partner key -> (partner's bytes, {position: (its rows of the stacked operand, its block)})
         self.pinned = {}  # id -> immutable partner's owner: no other object takes its id while its key stands
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 
 
 _batch: list = [None]

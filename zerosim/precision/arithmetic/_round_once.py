@@ -13,11 +13,8 @@ On a device (CuPy) float32 arithmetic may flush subnormals, so widening and narr
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
-from zerosim.precision.cast import f64_to_f32
 
 # y ± err rounds as well: by at most half an ulp of |y| + err; err also gets |y|·2**-51 (a full ulp and then some)
 _ROUNDING_OF_Y = 2.0**-51
@@ -31,7 +28,11 @@ def widen64(x, ns):
 
 def narrow32(x, ns):
     """float64 `x` rounded once to nearest-even float32, subnormals included."""
-    return x.astype(np.float32) if ns.is_numpy else f64_to_f32(x, ns.xp)
+    if ns.is_numpy:
+        return x.astype(np.float32)
+    from zerosim.precision.cast import f64_to_f32  # a device's (subnormals by their bits): not the engine's import
+
+    return f64_to_f32(x, ns.xp)
 
 
 def certain_f32(y, err, ns):
@@ -47,8 +48,10 @@ def certain_f32(y, err, ns):
     return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y) & (err > 0)
 
 
-def f32_of_fraction(x: Fraction) -> np.float32:
+def f32_of_fraction(x: Fraction) -> np.float32:  # noqa: F821 (imported below, where a tie needs it)
     """The rational x rounded once to nearest-even float32 (+0 for 0; ±inf past the overflow threshold)."""
+    from fractions import Fraction  # a rare tie's: not a cost of importing the engine (tests/test_import_graph.py)
+
     if x == 0:
         return np.float32(0.0)
     m = abs(x)

@@ -15,15 +15,13 @@ against the NumPy path (tests/test_array_namespace.py), so that path is exercise
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+import sys
+from dataclasses import field
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
-from zerosim.precision.cast import _bf16_bits as bf16_bits
-from zerosim.precision.cast import _standin as standin_array
-from zerosim.precision.cast._standin import StandinArray
-from zerosim.precision.cast._subnormals import f32_to_f64
 
 
 @dataclass(frozen=True)
@@ -91,8 +89,10 @@ class ArrayNamespace:
         xp, f = self.xp, get_format(fmt) if fmt is not None else self.format_of(array)
         wide = xp.float32 if bits == 32 else xp.float64
         if f.name == "bf16" and "bf16" in self.bit_formats:
-            array = bf16_bits.widen(array, xp)  # float32, subnormals as bits
+            array = _bf16_bits().widen(array, xp)  # float32, subnormals as bits
         if bits == 64 and array.dtype == xp.float32:
+            from zerosim.precision.cast._subnormals import f32_to_f64
+
             return f32_to_f64(array, xp)  # exact for subnormals too, where float32 work flushes them (CuPy)
         return array.astype(wide, copy=False)
 
@@ -118,13 +118,20 @@ class ArrayNamespace:
     def add(self, a, b, out=None):
         """a + b rounded once to their format (ml_dtypes' bf16 add, for bits)."""
         if self.format_of(a).name in self.bit_formats:
-            return bf16_bits.add(a, b, self.xp, out=out)
+            return _bf16_bits().add(a, b, self.xp, out=out)
         return self.xp.add(a, b, out=out)
 
     def maximum(self, a, b, out=None):
         if self.format_of(a).name in self.bit_formats:
-            return bf16_bits.maximum(a, b, self.xp, out=out)
+            return _bf16_bits().maximum(a, b, self.xp, out=out)
         return self.xp.maximum(a, b, out=out)
+
+
+def _bf16_bits():
+    """_bf16_bits.py: bf16 as uint16 bits, a device namespace's alone (NumPy has ml_dtypes' bf16)."""
+    from zerosim.precision.cast import _bf16_bits
+
+    return _bf16_bits
 
 
 NUMPY = ArrayNamespace("numpy", np)
@@ -152,7 +159,8 @@ def namespace_of(array) -> ArrayNamespace:
     module's (the array API standard's `__array_namespace__`, or the module that defines its type)."""
     if isinstance(array, np.ndarray) or getattr(array, "is_meta", False) or np.isscalar(array):
         return NUMPY
-    if isinstance(array, StandinArray):
+    standin = sys.modules.get("zerosim.precision.cast._standin")  # no stand-in array exists before it is imported
+    if standin is not None and isinstance(array, standin.StandinArray):
         return numpy_standin()
     module = type(array).__module__.split(".")[0]
     if module == "cupy":
@@ -176,6 +184,9 @@ class _StrictNumpy:
     _FROM_HOST = frozenset({"asarray", "array", "ascontiguousarray"})
 
     def __getattr__(self, name):
+        from zerosim.precision.cast import _standin as standin_array  # the stand-in's: not the engine's import
+
+        StandinArray = standin_array.StandinArray
         thing = getattr(np, name)
         if not callable(thing) or isinstance(thing, type) and not issubclass(thing, np.generic):
             return thing

@@ -26,7 +26,6 @@ import numpy as np
 from zerosim.precision._formats import FORMATS, Format, get_format
 from zerosim.precision.cast._inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
 from zerosim.precision.cast._reference import nearest_reference, saturate_reference
-from zerosim.precision.cast._stochastic import stochastic_fast
 
 __all__ = ["ROUNDINGS", "cast", "has_values", "to_float64"]
 
@@ -97,7 +96,14 @@ def saturate_fast(a: np.ndarray, out: np.ndarray, f: Format) -> np.ndarray:
     return saturate_reference(a, out, f)
 
 
-FAST_KERNELS = CastKernels(nearest_fast, stochastic_fast, saturate_fast)
+def _stochastic_fast(a, f, u):
+    """_stochastic.py's `stochastic_fast`, imported by the first stochastic cast: not a cost of importing the engine."""
+    from zerosim.precision.cast._stochastic import stochastic_fast
+
+    return stochastic_fast(a, f, u)
+
+
+FAST_KERNELS = CastKernels(nearest_fast, _stochastic_fast, saturate_fast)
 
 
 def _plain_casts() -> dict:

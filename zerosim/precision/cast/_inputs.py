@@ -4,11 +4,11 @@ zerosim/precision/cast/_reference.py (naive) or zerosim/precision/cast/_cast.py 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision._formats import Format, get_format
 from zerosim.precision.cast._arrays import namespace_of
 

@@ -17,10 +17,11 @@ caught here since: an engine that checked its batch with `np.asarray(x)`, a cast
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from zerosim._dataclass import dataclass
 
 _HOST_MIXED = "Unsupported type <class 'numpy.ndarray'>: a host array met a device array (numpy-standin, as CuPy)"
 

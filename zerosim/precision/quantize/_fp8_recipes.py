@@ -29,11 +29,11 @@ by Transformer Engine's names (TE 2.18, common/recipe/__init__.py; d0067d0 reads
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision.quantize._fp8_scaling import te_scale, torchao_amax_to_scale, torchao_scale
 
 ROLES = ("forward", "backward")

@@ -29,9 +29,10 @@ per group in Python (tests/test_int_quant.py); the functions here work on all gr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+
+from zerosim._dataclass import dataclass
 
 _TARGET_GROUP_SIZE = 8000  # CUDAQuantizer.target_group_size: "the optimal size is 4k, so we set the target below 8k"
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
-from zerosim.parallel.data.layouts._partition import ParamLayout
-from zerosim.parallel.data.multinode import GroupLayout
 
 
 def layout_for(model, world_size: int, recipe, backend=None, groups=None):
@@ -28,15 +26,23 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
     partition = recipe.partition
     if partition == "flat":
         layout = FlatLayout.for_model(model, n)
-    else:
+    else:  # DeepSpeed's and FSDP2's per-parameter shards: imported here, not by the engine's import
+        from zerosim.parallel.data.layouts._partition import ParamLayout
+
         layout = ParamLayout.for_model(model, n, dim0=partition == "per-parameter dim 0")
-    return layout if groups is None or groups.is_world else GroupLayout(layout, groups)
+    if groups is None or groups.is_world:
+        return layout
+    from zerosim.parallel.data.multinode import GroupLayout  # shard groups' alone (HSDP, MiCS): not the engine's import
+
+    return GroupLayout(layout, groups)
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
     """The layout a checkpoint recorded (`describe()`), for a model of these layer `windows` and parameter `shapes`
     (one without a "kind" predates per-parameter layouts: flat)."""
     if described.get("kind", "flat") == "per-parameter":
+        from zerosim.parallel.data.layouts._partition import ParamLayout
+
         rows = tuple(shape[0] if shape else 1 for shape in shapes) if described.get("split") == "dim 0" else None
         return ParamLayout(tuple(math.prod(shape) for shape in shapes), windows, world_size, rows)
     return FlatLayout(described["num_params"], world_size, windows)

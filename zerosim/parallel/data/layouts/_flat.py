@@ -10,10 +10,10 @@ same elements, and every element is still summed in the same ring order as at st
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import RunCounts
 from zerosim.collectives import ShardLayout
 

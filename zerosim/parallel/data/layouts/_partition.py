@@ -26,10 +26,10 @@ rank 0 owns p1[0:2], p2[0:1]; rank 1 p1[2:4], p2[1:2]; rank 2 p1[4:5] + 1 paddin
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives import ShardLayout
 
 

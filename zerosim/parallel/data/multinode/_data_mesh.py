@@ -21,10 +21,10 @@ on the command line). Another parallelism's degree (tensor parallelism's tp) is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Groups
 from zerosim.parallel._dims import ParallelDims
 from zerosim.parallel.data._plan import Plan, get_plan

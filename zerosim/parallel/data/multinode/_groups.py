@@ -31,8 +31,8 @@ ranks of one sequence are summed like data-parallel ranks, and FSDP2 shards the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Groups
 from zerosim.parallel._dims import ParallelDims
 from zerosim.parallel.data.multinode._data_mesh import DataMesh

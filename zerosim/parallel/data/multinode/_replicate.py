@@ -30,8 +30,8 @@ additions can differ from NCCL's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Handle
 from zerosim.collectives import ReduceOp, ShardLayout, add, all_reduce, get_op, premul_reciprocal
 from zerosim.parallel.data._plan import REPLICATIONS

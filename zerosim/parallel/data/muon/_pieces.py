@@ -10,8 +10,8 @@ wire", which `from_wire` turns into model order and `to_wire` back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.optim import matrix_shape
 
 

@@ -34,8 +34,8 @@ Where zerosim's plan differs from the code it follows, the docs page (docs/muon.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.optim import SHARDINGS
 
 

@@ -27,10 +27,10 @@ The CPU's division agrees with the correctly rounded quotient for all of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.precision import cast, format_of, get_format
 
 DEVICES = ("cuda", "cpu")

@@ -39,7 +39,7 @@ All of zerosim's parameters share one dtype and device (DDP keys buckets by both
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerosim._dataclass import dataclass
 
 MIB = 1024 * 1024  # torch/nn/parallel/distributed.py: _MB_TO_BYTES
 DDP_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB

@@ -11,8 +11,8 @@ and torch's scalar division bits are in _divide_factors.py beside it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from zerosim._dataclass import dataclass
 from zerosim.collectives import ReduceOp, add, get_op, premul_reciprocal
 from zerosim.parallel.data._plan import PLANS
 from zerosim.parallel.data.recipes import _bf16_optimizer as bf16_optimizer

@@ -19,11 +19,12 @@ are `Fp8ScaleUpdate` events in the trace, as the loss scaler's are `LossScaleUpd
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from zerosim._dataclass import dataclass
 from zerosim.cluster import Fp8ScaleUpdate, Handle
 
 # NOTE: the quantized collectives and the fp8 recipes are imported where a quantized wire uses them: the default wire
