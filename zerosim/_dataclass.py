@@ -34,8 +34,14 @@ from operator import attrgetter
 from typing import ClassVar
 
 _OWN = frozenset({"init", "repr", "eq", "frozen", "match_args", "kw_only"})  # the options made here
-_INITVAR = dataclasses._FIELD_INITVAR  # the marker of an InitVar pseudo-field (3.7 to 3.13 alike)
-_HAS_DEFAULT_FACTORY = dataclasses._HAS_DEFAULT_FACTORY  # the default that says "call the factory"
+# The standard library's private names read here (`_FIELD`, `_FIELD_INITVAR`, `_HAS_DEFAULT_FACTORY`, a field's
+# `_field_type`) are those of Python 3.10 to 3.13, the releases this module was checked on (tests/test_dataclass.py).
+# On any other release, or where one is missing, every record is the standard library's own: the same record, made
+# more slowly (3.13's dataclasses compiles a record's methods in one exec anyway).
+_CHECKED = (3, 10) <= sys.version_info[:2] <= (3, 13) and all(
+    hasattr(dataclasses, name) for name in ("_FIELD", "_FIELD_INITVAR", "_HAS_DEFAULT_FACTORY"))
+_INITVAR = getattr(dataclasses, "_FIELD_INITVAR", None)  # the marker of an InitVar pseudo-field
+_HAS_DEFAULT_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)  # the default that says "call the factory"
 _PLAIN = object()  # an annotation dataclasses sees at once is neither ClassVar, InitVar nor KW_ONLY (_record)
 _IDENTIFIER = re.compile(r"^(?:\s*(\w+)\s*\.)?\s*(\w+)")  # dataclasses' _MODULE_IDENTIFIER_RE
 
@@ -44,7 +50,7 @@ def dataclass(cls=None, /, **options):
     """`dataclasses.dataclass(cls, **options)`'s class, with its methods made as the module docstring says."""
     if cls is None:
         return lambda c: dataclass(c, **options)
-    if not set(options) <= _OWN or options.get("order") or options.get("unsafe_hash"):
+    if not _CHECKED or not set(options) <= _OWN or options.get("order") or options.get("unsafe_hash"):
         return dataclasses.dataclass(cls, **options)
     return _record(cls, options.get("init", True), options.get("repr", True), options.get("eq", True),
                    options.get("frozen", False), options.get("match_args", True), options.get("kw_only", False))
