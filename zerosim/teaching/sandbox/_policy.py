@@ -75,7 +75,7 @@ MACHINERY = ("zerosim", "zerosim._compat", "zerosim._lazy", "zerosim.teaching", 
              "zerosim.teaching._questions", "zerosim.teaching._questions_memory",
              "zerosim.teaching._questions_pipeline", "zerosim.teaching._questions_step",
              "zerosim.teaching._questions_time", "zerosim.teaching._starter", "zerosim.teaching.sandbox",
-             "zerosim.precision")
+             "zerosim.precision", "zerosim._dataclass")  # the last: the records' decorator, which answers nothing
 
 
 @dataclass(frozen=True)
