@@ -110,11 +110,11 @@ FAST_KERNELS = CastKernels(nearest_fast, _stochastic_fast, saturate_fast)
 
 def _plain_casts(formats) -> dict:
     """{(from dtype, to dtype): how} among `formats` for the casts to nearest that are one NumPy `astype` — what
-    `nearest_reference` does for them, without its checks, and with its warnings: "copy" (the same format), "astype" (a widening, exact,
-    which `nearest_reference` makes as plainly: a signalling NaN warns there too), "quiet" (one rounding from fp32 into
-    a narrower format, or fp64 into fp32, under the error state `nearest_reference` sets: an overflow, or a
-    signalling NaN, is the format's defined answer). Every other pair (fp64 into a format narrower than fp32: double
-    rounding to avoid; 16-bit to 16-bit) takes the general path (tests/test_cast_plain.py)."""
+    `nearest_reference` does for them, without its checks, and with its warnings: "copy" (the same format), "astype"
+    (a widening, exact, which `nearest_reference` makes as plainly: a signalling NaN warns there too), "quiet" (one
+    rounding from fp32 into a narrower format, or fp64 into fp32, under the error state `nearest_reference` sets: an
+    overflow, or a signalling NaN, is the format's defined answer). Every other pair (fp64 into a format narrower than
+    fp32: double rounding to avoid; 16-bit to 16-bit) takes the general path (tests/test_cast_plain.py)."""
     table = {}
     for a in formats:
         for b in formats:
