@@ -132,9 +132,10 @@ _PLAIN = _plain_casts([f for f in FORMATS.values() if f.name not in _ML_DTYPES])
 
 @lru_cache(maxsize=None)
 def _plain_ml() -> dict:
-    """_PLAIN with ml_dtypes' formats too, made at the first cast from or to one of them (_formats.py reads their
-    dtypes when first wanted: an fp32 run never imports ml_dtypes)."""
-    return _plain_casts(list(FORMATS.values()))
+    """_PLAIN, joined by ml_dtypes' formats at the first cast from or to one of them (_formats.py reads their dtypes
+    when first wanted: an fp32 run never imports ml_dtypes); later casts find them in _PLAIN itself."""
+    _PLAIN.update(_plain_casts(list(FORMATS.values())))
+    return _PLAIN
 
 
 def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False,
