@@ -149,6 +149,7 @@ def is_ml_dtype(dtype: np.dtype) -> bool:
     theirs are (NumPy's own formats never import it)."""
     return dtype.kind == "V" and dtype in _ml_dtypes().values()
 
+
 # Names people type for the same thing; they resolve to the canonical names above.
 _ALIASES = {
     "float64": "fp64", "double": "fp64",
