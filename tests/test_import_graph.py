@@ -111,6 +111,7 @@ NOT_IN_A_FIRST_SCRIPT = (
     "zerosim.precision.cast._bf16_bits", "zerosim.precision.cast._subnormals",  # a device's bf16 bits, subnormals
     "zerosim.collectives._ring",  # hop by hop: kept values, another process's ranks (the twin is _fast.py)
     "zerosim.precision.arithmetic._norm_bound",  # the products bounded by the norms (fp32's, wide narrow ones)
+    "ml_dtypes",  # bf16's and fp8's dtypes (4-5 ms): read by their formats' first use (precision/_formats.py)
 )
 MOST_FIRST_SCRIPT_MODULES = 96  # 112 at issue 63 (175 before); 115 with the pipeline's and context parallelism's
 # (cluster._recording, parallel._spec, precision.cast._meta_array); 106 with the cluster, parallel, cast, arithmetic,
@@ -154,6 +155,41 @@ def test_a_first_scripts_records_are_zerosims_and_compile_only_what_the_import_m
     assert [name for name, eq, _ in rows if eq and not eq.endswith("_dataclass.py")] == []
     compiled = [name for name, _, init in rows if init]
     assert len(compiled) <= MOST_RECORDS_MADE_AT_IMPORT, compiled
+
+
+# An fp32 engine's step needs no ml_dtypes (its formats' dtypes are read when first wanted: precision/_formats.py);
+# a bf16 one, or anyone's ml_dtypes array, finds those formats as before
+FORMATS_LATER = FIRST_SCRIPT + """
+import json, sys
+import numpy as np
+from zerosim.models import make_regression
+engine = ZeroEngine(MLP([4, 8, 2]), Cluster(2), stage=3, optimizer=Adam(lr=1e-3), precision="{precision}")
+engine.step(make_regression(np.random.default_rng(0), 2, 4, [4, 8, 2]))
+rows = ["ml_dtypes" in sys.modules]
+import ml_dtypes
+from zerosim.precision import FORMAT_BY_DTYPE, FORMATS, cast, format_of, get_format, is_ml_dtype
+bf16 = np.dtype(ml_dtypes.bfloat16)
+rows.append(format_of(np.zeros(2, bf16)).name)  # ml_dtypes' own array, before any format's dtype was asked for
+rows.append([str(FORMATS[name].dtype) for name in ("bf16", "fp8_e4m3", "fp8_e5m2")])
+rows.append([FORMAT_BY_DTYPE.get(np.dtype(t)).name for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e5m2)])
+rows.append([is_ml_dtype(np.dtype(t)) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.float16, "V2")])
+x = np.array([1 + 2**-8 + 2**-20, 3.0], np.float32)
+rows.append([int(v) for v in cast(x, "bf16").view(np.uint16)] + [str(cast(x, "fp8_e4m3").dtype)])
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_an_fp32_step_reads_no_ml_dtypes_and_their_formats_are_found_when_wanted(precision):
+    out = subprocess.run([sys.executable, "-c", FORMATS_LATER.format(precision=precision)], capture_output=True,
+                         text=True, check=True)
+    loaded, found, dtypes, by_dtype, ml, bits = json.loads(out.stdout.splitlines()[-1])
+    assert loaded is (precision == "bf16-mixed")
+    assert found == "bf16" and dtypes == ["bfloat16", "float8_e4m3fn", "float8_e5m2"] and by_dtype == ["bf16",
+                                                                                                       "fp8_e5m2"]
+    assert ml == [True, True, False, False]
+    # 1 + 2**-8 + 2**-20 rounds up to 1 + 2**-7 in bf16 (0x3F81: past the tie at 2**-8); 3.0 is 0x4040
+    assert bits == [0x3F81, 0x4040, "float8_e4m3fn"]
 
 
 LAZY_FACES = ("zerosim.models", "zerosim.models.layers", "zerosim.models.mlp", "zerosim.cluster", "zerosim.collectives",

@@ -87,7 +87,7 @@ class ReduceOp:
                 return ns.maximum
             raise NotImplementedError(f"op {self.name!r} on {wire.name} runs on the numpy backend only")
         if self.combine is add and not saturates(wire):
-            return add_bf16 if wire.dtype == _BF16 else np.add
+            return add_bf16 if wire.dtype.name == "bfloat16" else np.add  # ml_dtypes' name: an fp32 wire imports none
         return self.combine
 
     @property
@@ -104,7 +104,6 @@ class ReduceOp:
         return y.astype(wide) / wide(n)
 
 
-_BF16 = get_format("bf16").dtype
 _BF16_WIDE_FROM = 2048  # elements: ml_dtypes' add and this one cost the same here (AMD EPYC, 2026-11-24)
 
 
@@ -124,7 +123,7 @@ def add_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.
         return np.add(a, b, out=out)
     total = np.add(b.astype(np.float32), a.astype(np.float32))  # exact widenings; one float32 rounding
     if out is None:
-        return total.astype(_BF16)
+        return total.astype(a.dtype)  # bf16, as b's
     out[...] = total  # ml_dtypes' float32 -> bf16 cast: round to nearest even
     return out
 

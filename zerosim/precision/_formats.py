@@ -7,6 +7,13 @@ precision. The two fp8 formats are the OCP / NVIDIA ones that ml_dtypes implemen
 - ``fp8_e4m3`` is *E4M3FN*: no infinities, a single NaN pattern per sign, max 448. Overflow on a
   cast gives NaN (the format has nothing else to give) unless the caller asks to saturate.
 - ``fp8_e5m2`` is IEEE-like: infinities exist, max 57344, overflow rounds to inf.
+
+NumPy has no bf16 or fp8: their dtypes are ml_dtypes', read from it when a format's `dtype` is first asked for (the
+three at once, `_ml_dtypes`). Importing ml_dtypes costs 4-5 ms of CPU, a twelfth of `import numpy` (2026-11-26,
+benchmarks/imports.py), and an fp32 or fp16 run never needs it; a bf16 or fp8 one imports it at its first cast (or
+first look at such a format's dtype, finfo or hash). Nothing else changes: the record's fields, equality, hash and
+repr are the same, and every dtype lookup below finds ml_dtypes' formats once they are read (no array can hold one
+before ml_dtypes is imported; `get_format` reads them on a miss).
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from __future__ import annotations
 from dataclasses import field, replace
 from functools import lru_cache
 
-import ml_dtypes
 import numpy as np
 
 from zerosim._dataclass import dataclass
@@ -34,9 +40,21 @@ class Format:
     # the arithmetic runs, not what the format is: formats that differ only in it compare (and hash) equal
     arithmetic: str = field(default="portable", compare=False, repr=False)
 
+    def __post_init__(self):
+        if self.dtype is _LATER:  # one of ml_dtypes' formats: `dtype` is read by __getattr__ when first asked for
+            del self.__dict__["dtype"]
+
+    def __getattr__(self, name: str):
+        """Only for a format made with its dtype `_LATER`, before its `dtype` is first read (module docstring)."""
+        if name != "dtype" or "name" not in self.__dict__ or self.name not in _ML_DTYPES:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return _ml_dtypes()[self.name]
+
     @property
     def finfo(self):
-        return ml_dtypes.finfo(self.dtype)  # covers numpy's own float types too
+        import ml_dtypes  # module docstring: its finfo covers numpy's own float types too
+
+        return ml_dtypes.finfo(self.dtype)
 
     @property
     def precision(self) -> int:
@@ -94,19 +112,43 @@ def _with_arithmetic(fmt: Format, arithmetic: str) -> Format:
     return replace(fmt, arithmetic=arithmetic)
 
 
+_LATER = object()  # a format's dtype, to be read from ml_dtypes when first asked for (module docstring)
+_ML_DTYPES = {"bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}  # format: ml_dtypes' name
+
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
         Format("fp64", 64, 11, 52, np.dtype(np.float64), True),
         Format("fp32", 32, 8, 23, np.dtype(np.float32), True),
         Format("fp16", 16, 5, 10, np.dtype(np.float16), True),
-        Format("bf16", 16, 8, 7, np.dtype(ml_dtypes.bfloat16), True),
-        Format("fp8_e4m3", 8, 4, 3, np.dtype(ml_dtypes.float8_e4m3fn), False),
-        Format("fp8_e5m2", 8, 5, 2, np.dtype(ml_dtypes.float8_e5m2), True),
+        Format("bf16", 16, 8, 7, _LATER, True),
+        Format("fp8_e4m3", 8, 4, 3, _LATER, False),
+        Format("fp8_e5m2", 8, 5, 2, _LATER, True),
     )
 }
 
-_BY_DTYPE = FORMAT_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}  # dtype -> Format (dtypes hash by value)
+# dtype -> Format (dtypes hash by value); ml_dtypes' formats join it when read (_ml_dtypes)
+_BY_DTYPE = FORMAT_BY_DTYPE = {f.dtype: f for f in FORMATS.values() if f.name not in _ML_DTYPES}
+
+
+@lru_cache(maxsize=None)
+def _ml_dtypes() -> dict:
+    """{format name: dtype} of ml_dtypes' formats, read once: each of FORMATS' own records takes its dtype (as if it
+    had been made with it) and joins FORMAT_BY_DTYPE."""
+    import ml_dtypes
+
+    dtypes = {name: np.dtype(getattr(ml_dtypes, kind)) for name, kind in _ML_DTYPES.items()}
+    for name, dtype in dtypes.items():
+        object.__setattr__(FORMATS[name], "dtype", dtype)
+        _BY_DTYPE[dtype] = FORMATS[name]
+    return dtypes
+
+
+def is_ml_dtype(dtype: np.dtype) -> bool:
+    """True for the dtype of one of ml_dtypes' formats (bf16, fp8); reads ml_dtypes only for a void-kind dtype, which
+    theirs are (NumPy's own formats never import it)."""
+    return dtype.kind == "V" and dtype in _ml_dtypes().values()
+
 
 # Names people type for the same thing; they resolve to the canonical names above.
 _ALIASES = {

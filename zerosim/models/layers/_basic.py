@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from zerosim.precision import Format, cast, get_format
+from zerosim.precision import Format, cast, get_format, is_ml_dtype
 from zerosim.precision.arithmetic import arithmetic_of
 
 GELU_K = math.sqrt(2.0 / math.pi)  # tanh-form GELU (Hendrycks & Gimpel 2016; GPT-2's "gelu_new")
@@ -52,12 +52,10 @@ def rounded(z, f: Format):
     there only of a signalling NaN, which no arithmetic makes (tests/test_cast_plain.py)."""
     if z.dtype == f.dtype:
         return z
-    if z.dtype == np.float32 and f.dtype in _ML_DTYPES:
+    if z.dtype == np.float32 and is_ml_dtype(f.dtype):
         return z.astype(f.dtype)
     return cast(z, f)
 
-
-_ML_DTYPES = tuple(get_format(name).dtype for name in ("bf16", "fp8_e4m3", "fp8_e5m2"))  # no warning on overflow
 
 
 # -- plain functions: the math, one pair per op ---------------------------------------------------

@@ -26,10 +26,10 @@ import math
 
 import numpy as np
 
-from zerosim.precision._formats import get_format
+from zerosim.precision._formats import get_format, is_ml_dtype
 
 _HEADROOM = 2.0**52
-_NARROW = frozenset(np.dtype(name) for name in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
+_FP16 = np.dtype(np.float16)  # with ml_dtypes' bf16 and fp8 (is_ml_dtype), the narrow formats
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +47,7 @@ def _decoder(dtype: np.dtype) -> tuple:
 
 def narrow_host(x) -> bool:
     """True for a host NumPy array of a 16- or 8-bit float format (the only operands these facts are read from)."""
-    return type(x) is np.ndarray and x.dtype in _NARROW
+    return type(x) is np.ndarray and (x.dtype == _FP16 or is_ml_dtype(x.dtype))
 
 
 def extent(x) -> tuple[float, float] | None:

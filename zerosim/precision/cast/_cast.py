@@ -21,9 +21,11 @@ Stochastic rounding lives in zerosim/precision/cast/_stochastic.py.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from zerosim.precision._formats import FORMATS, Format, get_format
+from zerosim.precision._formats import _ML_DTYPES, FORMATS, Format, get_format
 from zerosim.precision.cast._inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
 from zerosim.precision.cast._reference import nearest_reference, saturate_reference
 
@@ -106,16 +108,16 @@ def _stochastic_fast(a, f, u):
 FAST_KERNELS = CastKernels(nearest_fast, _stochastic_fast, saturate_fast)
 
 
-def _plain_casts() -> dict:
-    """{(from dtype, to dtype): how} for the casts to nearest that are one NumPy `astype` — what `nearest_reference`
-    does for them, without its checks, and with its warnings: "copy" (the same format), "astype" (a widening, exact,
-    which `nearest_reference` makes as plainly: a signalling NaN warns there too), "quiet" (one rounding from fp32 into
-    a narrower format, or fp64 into fp32, under the error state `nearest_reference` sets: an overflow, or a
-    signalling NaN, is the format's defined answer). Every other pair (fp64 into a format narrower than fp32: double
-    rounding to avoid; 16-bit to 16-bit) takes the general path (tests/test_cast_plain.py)."""
+def _plain_casts(formats) -> dict:
+    """{(from dtype, to dtype): how} among `formats` for the casts to nearest that are one NumPy `astype` — what
+    `nearest_reference` does for them, without its checks, and with its warnings: "copy" (the same format), "astype"
+    (a widening, exact, which `nearest_reference` makes as plainly: a signalling NaN warns there too), "quiet" (one
+    rounding from fp32 into a narrower format, or fp64 into fp32, under the error state `nearest_reference` sets: an
+    overflow, or a signalling NaN, is the format's defined answer). Every other pair (fp64 into a format narrower than
+    fp32: double rounding to avoid; 16-bit to 16-bit) takes the general path (tests/test_cast_plain.py)."""
     table = {}
-    for a in FORMATS.values():
-        for b in FORMATS.values():
+    for a in formats:
+        for b in formats:
             if a is b:
                 table[a.dtype, b.dtype] = "copy"
             elif b.bits > a.bits and b.bits >= 32:
@@ -125,7 +127,15 @@ def _plain_casts() -> dict:
     return table
 
 
-_PLAIN = _plain_casts()
+_PLAIN = _plain_casts([f for f in FORMATS.values() if f.name not in _ML_DTYPES])  # NumPy's own: no ml_dtypes read
+
+
+@lru_cache(maxsize=None)
+def _plain_ml() -> dict:
+    """_PLAIN, joined by ml_dtypes' formats at the first cast from or to one of them (_formats.py reads their dtypes
+    when first wanted: an fp32 run never imports ml_dtypes); later casts find them in _PLAIN itself."""
+    _PLAIN.update(_plain_casts(list(FORMATS.values())))
+    return _PLAIN
 
 
 def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = None, saturate: bool = False,
@@ -150,6 +160,8 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
     if type(x) is np.ndarray and rounding == "nearest" and saturate is False:  # the hot path: one astype, no checks
         to = (fmt if type(fmt) is Format else get_format(fmt)).dtype
         how = _PLAIN.get((x.dtype, to))
+        if how is None and (to.kind == "V" or x.dtype.kind == "V"):  # ml_dtypes' formats are void-kind dtypes
+            how = _plain_ml().get((x.dtype, to))
         if how == "astype":
             return x.astype(to)
         if how == "copy":
