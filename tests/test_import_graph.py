@@ -192,6 +192,23 @@ def test_an_fp32_step_reads_no_ml_dtypes_and_their_formats_are_found_when_wanted
     assert bits == [0x3F81, 0x4040, "float8_e4m3fn"]
 
 
+PUBLIC_TABLE_FIRST = """
+import json, sys
+import numpy as np
+from zerosim.precision import FORMAT_BY_DTYPE
+import ml_dtypes
+print(json.dumps(sorted(f.name for f in FORMAT_BY_DTYPE.values())
+                 + [FORMAT_BY_DTYPE[np.dtype(ml_dtypes.bfloat16)].name]))
+"""
+
+
+def test_the_public_dtype_table_holds_every_format_when_read_first():
+    # FORMAT_BY_DTYPE read before any format's dtype (a user's first look): bf16 and fp8 are in it, as when
+    # ml_dtypes was imported with the formats; the engine's own look-ups (known_format) read it as it stands
+    out = subprocess.run([sys.executable, "-c", PUBLIC_TABLE_FIRST], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == ["bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "bf16"]
+
+
 LAZY_FACES = ("zerosim.models", "zerosim.models.layers", "zerosim.models.mlp", "zerosim.cluster", "zerosim.collectives",
               "zerosim.collectives.chunk_maps", "zerosim.collectives.quantized", "zerosim.optim", "zerosim.parallel",
               "zerosim.parallel.data", "zerosim.parallel.data.layouts", "zerosim.parallel.data.multinode",

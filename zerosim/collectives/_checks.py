@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from zerosim.cluster import RunCounts
-from zerosim.precision import FORMAT_BY_DTYPE, format_of
+from zerosim.precision import format_of, known_format
 
 
 def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
@@ -26,7 +26,7 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
     arrays, numpy = [], cluster.backend.xp.is_numpy
     for rank, t in zip(cluster.ranks, tensors):
         if numpy and type(t) is np.ndarray and (t.ndim == 1 or not flat):  # the hot path: the format by dtype
-            fmt = FORMAT_BY_DTYPE.get(t.dtype)
+            fmt = known_format(t.dtype)  # None for a dtype no format read so far has: format_of below
             if fmt is not None:
                 arrays.append((rank.index, t, fmt))
                 continue

@@ -17,7 +17,7 @@ from zerosim.precision.cast import ROUNDINGS, cast, to_float64  # noqa: F401 (th
 
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
-    "._formats": ("FORMATS", "FORMAT_BY_DTYPE", "Format", "format_of", "get_format", "is_ml_dtype"),
+    "._formats": ("FORMATS", "FORMAT_BY_DTYPE", "Format", "format_of", "get_format", "is_ml_dtype", "known_format"),
     "._loss_scaling": (
         "LOSS_SCALERS", "DeepSpeedLossScaler", "LossScaleAtMinimum", "StaticLossScale", "StepDecision",
         "TorchGradScaler", "get_loss_scaler", "has_inf_or_nan", "loss_scaler_from_state_dict", "unscale",

@@ -127,14 +127,25 @@ FORMATS: dict[str, Format] = {
     )
 }
 
-# dtype -> Format (dtypes hash by value); ml_dtypes' formats join it when read (_ml_dtypes)
-_BY_DTYPE = FORMAT_BY_DTYPE = {f.dtype: f for f in FORMATS.values() if f.name not in _ML_DTYPES}
+# dtype -> Format (dtypes hash by value); ml_dtypes' formats join it when read (_ml_dtypes). Read from outside as
+# FORMAT_BY_DTYPE (`__getattr__` below), it holds them all; inside, `known_format` looks a dtype up in it as it stands
+_BY_DTYPE = {f.dtype: f for f in FORMATS.values() if f.name not in _ML_DTYPES}
+known_format = _BY_DTYPE.get  # (dtype) -> Format, or None for a dtype no format read so far has: a hot path's look-up
+
+
+def __getattr__(name: str):
+    """FORMAT_BY_DTYPE, {dtype: Format} for every format, ml_dtypes' read first where they were not yet (PEP 562: a
+    reader of the public table finds bf16 and fp8 in it, as before their dtypes were read lazily)."""
+    if name == "FORMAT_BY_DTYPE":
+        _ml_dtypes()
+        return _BY_DTYPE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @lru_cache(maxsize=None)
 def _ml_dtypes() -> dict:
     """{format name: dtype} of ml_dtypes' formats, read once: each of FORMATS' own records takes its dtype (as if it
-    had been made with it) and joins FORMAT_BY_DTYPE."""
+    had been made with it) and joins the dtype table (FORMAT_BY_DTYPE)."""
     import ml_dtypes
 
     dtypes = {name: np.dtype(getattr(ml_dtypes, kind)) for name, kind in _ML_DTYPES.items()}
