@@ -37,6 +37,8 @@ INDEXES = [  # (shape, key): numpy's answer on a real array is the expected shap
     ((4, 6), (slice(1, 3), 2)),
     ((4, 6), 3),
     ((4, 6), Ellipsis),
+    ((5,), Ellipsis),
+    ((), Ellipsis),  # the whole array, a 0-d one too (`out[...] = r`)
     ((2, 3, 4), (Ellipsis, slice(1, None))),
     ((5,), None),
 ]
