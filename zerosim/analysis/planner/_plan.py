@@ -22,9 +22,9 @@ ranked by step time.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
@@ -138,7 +138,7 @@ def divisors(n: int) -> tuple:
 YOUNG_COLLECTIONS = 20_000
 
 
-@contextmanager
+@contextlib.contextmanager
 def fewer_collections():
     """The cyclic garbage collector's youngest threshold raised to YOUNG_COLLECTIONS (never lowered) while the block
     runs, as it was after, an exception too; the collector on or off as it was."""
