@@ -206,3 +206,26 @@ def test_long_runs_show_progress_on_a_terminal_and_nothing_otherwise():
     assert quiet.returncode == 0 and quiet.stderr == ""
     code, terminal = _run_with_terminal_stderr([*cmd, "--json"])
     assert code == 0 and terminal == ""  # --json is for machines: no bar even on a terminal
+
+
+PLAN = ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "1024", "--global-batch",
+        "32", "--strategies", "block", "--stages", "3"]
+# what a plan without --tp, --cp or --pp, piped, has no use for: the bar's tqdm and the other parallelisms' modules
+NOT_LOADED = ("tqdm", "zerosim.parallel.tensor", "zerosim.parallel.context", "zerosim.parallel.pipeline")
+
+
+@pytest.mark.slow
+def test_plan_shows_its_bar_on_a_terminal_and_loads_no_bar_when_piped():
+    """On a terminal the planning bar shows (tqdm's); piped, nothing is drawn and tqdm is never imported, nor the
+    modules of tensor, context and pipeline parallelism the plan does not ask for (each module a fresh process
+    imports is CPU the README's `zerosim plan` spends: issue 63)."""
+    code, terminal = _run_with_terminal_stderr([*ZEROSIM, *PLAN])
+    assert code == 0 and "planning" in terminal and "config" in terminal  # tqdm's bar: its desc and unit
+    script = ("import contextlib, io, sys\nfrom zerosim.cli.main import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()) as out:\n    main(sys.argv[1:])\n"
+              "print('Fits, fastest first' in out.getvalue(), "
+              f"*[m for m in sys.modules if m.split('.')[0] == 'tqdm' or m in {NOT_LOADED!r}])")
+    piped = subprocess.run([sys.executable, "-c", script, *PLAN], capture_output=True, text=True,
+                           timeout=SAFETY_TIMEOUT)
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+    assert piped.stdout.split() == ["True"]  # the plan's table printed, and none of those modules loaded

@@ -37,6 +37,8 @@ INDEXES = [  # (shape, key): numpy's answer on a real array is the expected shap
     ((4, 6), (slice(1, 3), 2)),
     ((4, 6), 3),
     ((4, 6), Ellipsis),
+    ((5,), Ellipsis),
+    ((), Ellipsis),  # the whole array, a 0-d one too (`out[...] = r`)
     ((2, 3, 4), (Ellipsis, slice(1, None))),
     ((5,), None),
 ]
@@ -373,7 +375,10 @@ def test_a_twins_saved_tensors_are_new_arrays_each_forward():
     # (models/meta/_decoder.py): each call must hand out new arrays of the spec's shapes and dtypes, never a template.
     twin = MetaGPT(GPT(64, 32, 2, 2, 16))
     unit, x = twin.layers[1], MetaArray((2, 16, 32), np.float16)
-    first, second = (unit.forward({}, x, "fp16")[1] for _ in range(2))
+    (out, first), (again, second) = (unit.forward({}, x, "fp16") for _ in range(2))
+    assert out is not again and (out.shape, out.dtype) == (again.shape, again.dtype) == (x.shape, np.float16)
+    head_out = twin.layers[-1].forward({}, x, "fp16")[0]  # another unit's output: its own shape (B, L, V)
+    assert head_out.shape == (2, 16, 64) and head_out is not out
     spec = unit.spec(x.shape, "fp16")
     assert list(first) == list(second) == list(spec)
     for name, (shape, dtype) in spec.items():

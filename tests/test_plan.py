@@ -296,3 +296,33 @@ def test_what_was_live_at_the_peak_is_read_from_the_timeline_as_recorded():
     assert list(led.totals()) == [("params", 10, 10), ("grads", 16, 6), ("grads", 10, 0), ("activations", 13, 3),
                                   ("comm", 33, 20), ("comm", 13, 0), ("grads", 33, 20)]
     assert list(led.totals()) == [(e.kind, e.total, e.kind_total) for e in led.timeline]
+
+
+def test_the_planner_looks_for_garbage_less_often_and_leaves_the_collector_as_it_was():
+    """While `plan` runs, the collector's youngest threshold is YOUNG_COLLECTIONS (the memory runs' short-lived
+    objects mostly freed before it looks); after it, returned or raised, every threshold is what it was before, and
+    the collector on or off as it was. A threshold set higher already is not lowered."""
+    import gc
+
+    from zerosim.analysis.planner._plan import YOUNG_COLLECTIONS
+
+    before, enabled, seen = gc.get_threshold(), gc.isenabled(), []
+    config = get_preset("gpt2-small").config
+    try:
+        gc.set_threshold(700, 10, 10)  # CPython's defaults
+        plan(config, 8, 8, "h100-80gb", 1024, 8, stages=(3,), strategies=("block",),
+             progress=lambda label: seen.append(gc.get_threshold()))
+        assert seen and set(seen) == {(YOUNG_COLLECTIONS, 10, 10)}
+        assert gc.get_threshold() == (700, 10, 10) and gc.isenabled() == enabled
+        def stop(label):
+            raise KeyboardInterrupt(label)
+
+        with pytest.raises(KeyboardInterrupt, match="ZeRO-3 block B=1"):  # stopped in its first configuration
+            plan(config, 8, 8, "h100-80gb", 1024, 8, stages=(3,), strategies=("block",), progress=stop)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(10 * YOUNG_COLLECTIONS, 5, 5)
+        plan(config, 8, 8, "h100-80gb", 1024, 8, stages=(3,), strategies=("block",),
+             progress=lambda label: seen.append(gc.get_threshold()))
+        assert seen[-1] == (10 * YOUNG_COLLECTIONS, 5, 5) and gc.get_threshold() == (10 * YOUNG_COLLECTIONS, 5, 5)
+    finally:
+        gc.set_threshold(*before)

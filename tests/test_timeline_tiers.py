@@ -62,3 +62,26 @@ def test_without_an_inter_link_a_mesh_trace_times_as_the_flat_one():
         result = simulate(cluster.trace, Hardware())
         times.append([(iv.start, iv.end) for iv in result.track(3, "comm")])
     assert times[0] == times[1]
+
+
+def test_each_call_takes_call_time_of_its_own_fields_though_alike_calls_are_timed_once():
+    """simulate times a call once per (collective, op, tier, world size, bytes, nodes): the fields `call_time` reads
+    (a step's units make the same few calls again and again). Each call must still end exactly `call_time` after it
+    starts, asked of that call: an all-reduce's two phases differ in `op` alone (the gather phase pays no base
+    latency), the same calls repeat, and the world's ring crosses nodes beside the node groups' rings."""
+    from zerosim.analysis.timeline._simulate import call_time, nodes_spanned
+
+    cluster = Cluster(8, gpus_per_node=4, trace="call")
+    xs = [np.ones(4096, np.float16)] * 8
+    for _ in range(2):
+        all_reduce(cluster, xs, group=cluster.mesh.groups("node"))
+        reduce_scatter(cluster, xs, group=cluster.mesh.groups("gpu"))
+        all_reduce(cluster, xs)
+    result = simulate(cluster.trace, TWO_TIERS)
+    checked = 0
+    for iv in result.track(0, "comm"):
+        ev = iv.event
+        assert iv.end == iv.start + call_time(ev, result.call_bytes[ev.call], TWO_TIERS,
+                                              nodes_spanned(cluster.trace, ev) if ev.tier == "inter-node" else 1)
+        checked += 1
+    assert checked == 2 * (2 + 1 + 2)  # every phase of every call

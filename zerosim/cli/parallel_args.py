@@ -222,7 +222,9 @@ def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
         given = getattr(args, flag[2:].replace("-", "_"), None)
         if given and max(lists[degree]) == 1:
             raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
-    pipelines = _pipelines(args)
+    # read (and the pipeline's schedules imported) only where a --pp degree is above 1: the flags that need one were
+    # refused above without it
+    pipelines = _pipelines(args) if max(lists["pp"]) > 1 else ()
     out = []
     for combo in product(*lists.values()):
         chosen = dict(zip(lists, combo))

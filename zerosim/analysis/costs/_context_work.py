@@ -30,7 +30,6 @@ BACKWARD_BYTES times its forward's elementwise bytes, as the unsplit units' do.
 from __future__ import annotations
 
 from zerosim.analysis.costs._kernel_work import BACKWARD_BYTES, Work, _bytes, gemm_work
-from zerosim.parallel.context import block_shapes, block_work
 
 FORWARD_ATTENTION = 4.0  # FLOPs per query-key pair and head width: the S and PV products (2 multiply-adds)
 BACKWARD_FACTOR = 2.5  # the backward kernel's five products against the forward's two
@@ -68,6 +67,8 @@ def cp_unit_work(model, unit, B: int, tokens: int, kind: str, kernels: str, fp8:
             per_token = (_bytes("copy", H * dh, kernels) if "o_proj" in unit.param_shapes else 0.0) + \
                 (0.0 if tensor else _bytes("residual", d, kernels))
         return Work(tuple(gemms), memory=per_token * T * scale + (cast if fp8 else 0.0), fp8=fp8)
+    from zerosim.parallel.context import block_shapes, block_work  # CP's own (and its models'): only a CP plan's
+
     hop = getattr(unit, "hop", None)
     shapes = block_shapes(model.style, model.split, model.causal, model.cp, position, hop, tokens)
     flops = FORWARD_ATTENTION * B * H * dh * block_work(shapes)

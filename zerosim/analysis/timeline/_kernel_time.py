@@ -40,7 +40,6 @@ from zerosim.analysis.costs import (
 from zerosim.analysis.timeline._cost import compute_time, optimizer_time
 from zerosim.analysis.timeline._devices import DEVICES
 from zerosim.models.meta import is_block
-from zerosim.parallel.tensor import MetaTensorParallelModel, MetaTensorParallelUnit, fp8_wire
 from zerosim.precision import get_format
 
 PASSES = ("forward", "recompute", "backward")  # a unit's passes; any other compute (Newton-Schulz) is GEMM FLOPs
@@ -82,6 +81,7 @@ class KernelTimes:
             raise ValueError(f"{hardware.device.name} has no fp8 tensor cores: fp8 GEMMs need an H100 or H200")
         self._cache = {}
         self._seconds = {}  # (layer, kind) -> seconds of a unit with shapes: its work and the rates are fixed
+        self._core = {}  # layer -> whether it is a CP core unit (its work depends on its rank's position)
 
     def describe(self) -> str:
         return self.efficiency.describe() + (", fp8 GEMMs in the blocks" if self.fp8 else "")
@@ -98,7 +98,11 @@ class KernelTimes:
     def _key(self, ev) -> tuple:
         """What an event's work depends on: its unit and pass, and for a CP core unit its rank's position (each
         position computes its own blocks)."""
-        if ev.layer >= 0 and getattr(getattr(self.model.layers[ev.layer], "unit", None), "cp_part", None) == "core":
+        core = self._core.get(ev.layer)  # asked of every compute a simulation times: the model's layers are fixed
+        if core is None:
+            core = self._core[ev.layer] = ev.layer >= 0 and getattr(
+                getattr(self.model.layers[ev.layer], "unit", None), "cp_part", None) == "core"
+        if core:
             return ev.layer, ev.kind, 0 if self.position is None else self.position(ev.rank)
         return ev.layer, ev.kind
 
@@ -112,7 +116,9 @@ class KernelTimes:
         unit = getattr(layer, "unit", None)
         if unit is None or self.micro is None:
             return None
-        if isinstance(layer, MetaTensorParallelUnit):  # a TP rank's slice, by kernel class (costs/_tensor_work.py)
+        tensor = _tensor_parallel()
+        if tensor is not None and isinstance(layer, tensor.MetaTensorParallelUnit):  # a TP rank's slice, by kernel
+            # class (costs/_tensor_work.py)
             if ev.kind == "recompute" and not layer.name.startswith("block"):
                 return Work()  # as below: the frameworks recompute the transformer blocks only
             m = self.model
@@ -159,7 +165,8 @@ class KernelTimes:
         """The bytes `call` carries for its busiest rank: `sent` as recorded, but with fp8 GEMMs beside tensor
         parallelism the blocks' sequence-parallel all-gathers travel in float8, one byte an element (parallel/
         tensor `fp8_wire`: torchao's Float8 TP styles and Transformer Engine cast before they gather)."""
-        if self.fp8 and isinstance(self.model, MetaTensorParallelModel) and fp8_wire(call):
+        tensor = _tensor_parallel() if self.fp8 else None
+        if tensor is not None and isinstance(self.model, tensor.MetaTensorParallelModel) and tensor.fp8_wire(call):
             return sent / np.dtype(get_format(call.dtype).dtype).itemsize
         return sent
 
@@ -170,6 +177,15 @@ class KernelTimes:
             return optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.efficiency.flat)
         seconds = optimizer_time(elements, states, grad_bytes, param_bytes, hbm * self.rates.hbm)
         return seconds / self.efficiency.framework
+
+
+def _tensor_parallel():
+    """zerosim.parallel.tensor once something has loaded it, else None: its twins (MetaTensorParallelUnit, _Model) are
+    made only by that module, so no model is one before it is imported, and a plan without tensor parallelism never
+    loads it (its modules are ~0.03 s of the command's start)."""
+    import sys
+
+    return sys.modules.get("zerosim.parallel.tensor")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -113,7 +113,7 @@ class Timeline:
         self.exposed_comm = np.zeros(world_size)  # (N,) s
         self._u_start, self._u_end = _union(self._k_start, self._k_end)  # (U,) s: when some link of some rank is busy
         self._segments = _segments(calls.get("ranks"), world_size)  # [(lo, hi, the calls those ranks take part in)]
-        computing = np.unique(self._c_rank)
+        computing = np.array(sorted(set(self._c_rank.tolist())), dtype=np.int64)  # np.unique's (numpy.ma's import)
         for lo, hi, mine in self._segments:
             # (U,) s: when some link of these ranks is busy (every call: the whole world is one segment)
             us, ue = (self._u_start, self._u_end) if mine is None else _union(self._k_start[mine],
@@ -251,7 +251,7 @@ class Timeline:
                                 host_steps])
         ends = np.concatenate([self._c_end, self._k_end, host_ends])
         out, previous = {}, 0.0
-        for s in np.unique(steps):
+        for s in sorted(set(steps.tolist())):  # np.unique's values, without the numpy.ma it imports
             end = float(ends[steps == s].max())
             out[int(s)] = end - previous
             previous = end

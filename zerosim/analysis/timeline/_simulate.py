@@ -106,10 +106,10 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
     comm_free = {}  # stream -> when it is free (one time for every rank: every call spans all ranks at once)
     call_end, call_dtype = {}, {}
+    phases = {}  # what call_time reads of a call -> its seconds on hw
     host = [0.0] * n  # when rank r's CPU is free (offload: its optimizer step runs there, beside the device's work)
     done_before = [0.0] * n  # when rank r's CPU step before its last one ended (DPU's copy carries that one's params)
-    comp = {"rank": [], "start": [], "end": [], "at": [], "step": [], "lane": []}
-    calls = {"start": [], "end": [], "at": [], "step": [], "bytes": []}
+    comp_rows, call_rows = [], []  # a tuple per compute and per call, made columns at the end (_columns)
     for at, ev in enumerate(log):
         kind = type(ev)
         if kind is Compute or kind is OptimizerStep:
@@ -132,8 +132,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                     states[ev.optimizer] = len(get_optimizer(ev.optimizer).state_names)
                 took = host_optimizer_time(ev.stop - ev.start, states[ev.optimizer], hw.host_bandwidth)
                 done_before[r], host[r] = host[r], start + took
-                for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "cpu")):
-                    col.append(v)
+                comp_rows.append((r, start, start + took, at, ev.step, "cpu"))
                 continue
             if kind is Compute:
                 took = (compute_time(ev.flops, ev.bytes_read + ev.bytes_written, rate, hbm) if costs is None
@@ -150,8 +149,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             latest = max(latest, start + took)
             if within.ranges:
                 within.reached(r, start + took)
-            for col, v in zip(comp.values(), (r, start, start + took, at, ev.step, "device")):
-                col.append(v)
+            comp_rows.append((r, start, start + took, at, ev.step, "device"))
         elif kind is Call and ev.collective in TRANSFERS:  # offload: a copy over PCIe or NVMe, on its own stream
             # what it carries is made by the GPU, by the CPU step just recorded, or (DPU) by the one before it
             issued = {"after host": max(host), "after previous host": max(done_before)}.get(ev.op, latest)
@@ -164,8 +162,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             call_dtype[ev.call] = ev.dtype
             if ev.op == "after host":  # DeepSpeed's step() is synchronous: the device's program waits for the copy
                 ready, latest = [max(x, end) for x in ready], max(latest, end)
-            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
-                col.append(v)
+            call_rows.append((start, end, at, ev.step, sent))
         elif kind is Call and ev.op == "pairs":  # point to point (send_pairs): when its senders made what they send
             who = senders.get(ev.call) or range(n)
             start = max(max(ready[r] for r in who), max(sending.get(r, 0.0) for r in who))
@@ -177,8 +174,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 if not overlap:
                     ready[r] = end
             latest = max(latest, end) if not overlap else latest
-            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
-                col.append(v)
+            call_rows.append((start, end, at, ev.step, sent))
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
@@ -193,7 +189,12 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             sent = equal_chunk_bytes(ev) if sent is None else sent
             sent = sent if costs is None else costs.call_bytes(ev, sent)  # fp8 beside TP: its all-gathers in fp8
             nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
-            end = start + call_time(ev, sent, hw, nodes)  # over groups: world_size is g
+            # every field call_time reads, and the bytes: a step's units make the same few calls again and again
+            key = (ev.collective, ev.op, ev.tier, ev.world_size, sent, nodes)
+            took = phases.get(key)
+            if took is None:
+                took = phases[key] = call_time(ev, sent, hw, nodes)  # over groups: world_size is g
+            end = start + took
             comm_free[stream] = call_end[ev.call] = end
             call_dtype[ev.call] = ev.dtype
             if not overlap and scope is None:
@@ -203,11 +204,19 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                     ready[lo:hi] = [end] * (hi - lo)
                     within.reached(lo, end)
                 latest = max(latest, end)
-            for col, v in zip(calls.values(), (start, end, at, ev.step, sent)):
-                col.append(v)
+            call_rows.append((start, end, at, ev.step, sent))
+    comp = _columns(comp_rows, ("rank", "start", "end", "at", "step", "lane"))
+    calls = _columns(call_rows, ("start", "end", "at", "step", "bytes"))
     if scopes:  # which ranks each call counts on: its own, or (None) every rank
         calls["ranks"] = [scopes.get(log[at].call) for at in calls["at"]]
     return Timeline(log, n, hw, overlap, comp, calls)
+
+
+def _columns(rows: list, names: tuple) -> dict:
+    """{name: [its value in each row, in order]}: the rows' tuples as the Timeline's columns."""
+    if not rows:
+        return {name: [] for name in names}
+    return dict(zip(names, map(list, zip(*rows))))
 
 
 class _Within:

@@ -56,14 +56,17 @@ class MetaUnit(Layer):
 
     def forward(self, p, x, fmt):
         f = get_format(fmt)
-        if self.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
-            cache = {"input": x}
-        elif type(x) is MetaArray:  # fresh arrays of the shapes and dtypes `spec` gives, checked the first time
+        if type(x) is MetaArray:  # fresh arrays of the output's and the spec's shapes and dtypes, checked once
             made = self._saved_of.get((x.shape, f.name))
             if made is None:
-                made = self._saved_of[(x.shape, f.name)] = tuple(
+                saved = None if self.saves_input_only else tuple(
                     (name, template(shape, dtype)) for name, (shape, dtype) in self.spec(x.shape, f).items())
-            cache = {name: _fresh(a.shape, a.dtype) for name, a in made}
+                made = self._saved_of[(x.shape, f.name)] = (template(self.unit.output_shape(x.shape), f.dtype), saved)
+            out, saved = made
+            cache = {"input": x} if saved is None else {name: _fresh(a.shape, a.dtype) for name, a in saved}
+            return _fresh(out.shape, out.dtype), cache
+        if self.saves_input_only:  # the cache is the input itself (Layer.saves_input_only)
+            cache = {"input": x}
         else:
             cache = {name: like(x, shape, dtype) for name, (shape, dtype) in self.spec(x.shape, f).items()}
         return like(x, self.unit.output_shape(x.shape), f.dtype), cache

@@ -35,6 +35,8 @@ def _index_shape(shape: tuple, key) -> tuple:
     """The shape numpy gives `x[key]` for x of `shape`, found without data."""
     if type(key) is slice and len(shape) == 1:  # the hot path: a window of a flat buffer
         return (len(range(*key.indices(shape[0]))),)
+    if key is Ellipsis:  # `out[...] = r`, a collective writing its result into a given buffer: the whole array
+        return shape
     if isinstance(key, MetaArray):
         raise MetaDataError("indexing with a MetaArray needs its values (a boolean mask or indices)")
     # A zero-stride view of one byte has every shape for free; numpy does the index arithmetic.
