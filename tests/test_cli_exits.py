@@ -210,8 +210,11 @@ def test_long_runs_show_progress_on_a_terminal_and_nothing_otherwise():
 
 PLAN = ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "1024", "--global-batch",
         "32", "--strategies", "block", "--stages", "3"]
-# what a plan without --tp, --cp or --pp, piped, has no use for: the bar's tqdm and the other parallelisms' modules
-NOT_LOADED = ("tqdm", "zerosim.parallel.tensor", "zerosim.parallel.context", "zerosim.parallel.pipeline")
+# what a plan without --tp, --cp or --pp, piped, has no use for: the bar's tqdm, the other parallelisms' modules, and
+# the MPI and CuPy backends (the command line asks only whether it runs under mpiexec and names CuPy's error)
+NOT_LOADED = ("tqdm", "zerosim.parallel.tensor", "zerosim.parallel.context", "zerosim.parallel.pipeline",
+              "zerosim.backends.mpi._backend", "zerosim.backends.mpi._failure", "zerosim.backends.cupy._backend",
+              "zerosim.backends.cupy._sim")
 
 
 @pytest.mark.slow

@@ -209,7 +209,8 @@ def test_the_public_dtype_table_holds_every_format_when_read_first():
     assert json.loads(out.stdout.splitlines()[-1]) == ["bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "bf16"]
 
 
-LAZY_FACES = ("zerosim.models", "zerosim.models.layers", "zerosim.models.mlp", "zerosim.cluster", "zerosim.collectives",
+LAZY_FACES = ("zerosim.backends.cupy", "zerosim.backends.mpi",
+              "zerosim.models", "zerosim.models.layers", "zerosim.models.mlp", "zerosim.cluster", "zerosim.collectives",
               "zerosim.collectives.chunk_maps", "zerosim.collectives.quantized", "zerosim.optim", "zerosim.parallel",
               "zerosim.parallel.data", "zerosim.parallel.data.layouts", "zerosim.parallel.data.multinode",
               "zerosim.parallel.data.muon", "zerosim.parallel.data.recipes", "zerosim.parallel.data.zeropp",

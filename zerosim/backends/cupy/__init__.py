@@ -8,8 +8,14 @@ or every rank on one GPU running the simulator's ring (cupy-sim). CuPy is import
     _probe.py               is the backend usable here? `import_cupy` answers or says what is missing
 """
 
-from zerosim.backends.cupy._backend import CupyBackend
-from zerosim.backends.cupy._probe import INSTALL_HINT, NCCL_HINT, BackendUnavailable, import_cupy
-from zerosim.backends.cupy._sim import CupySimBackend
+from zerosim._lazy import lazy_face, names_of
 
-__all__ = ["BackendUnavailable", "CupyBackend", "CupySimBackend", "INSTALL_HINT", "NCCL_HINT", "import_cupy"]
+# each name and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py): the command
+# line names BackendUnavailable for every command (_probe.py), the backends only where one is made
+_NAMES = {
+    "._backend": ("CupyBackend",),
+    "._probe": ("BackendUnavailable", "INSTALL_HINT", "NCCL_HINT", "import_cupy"),
+    "._sim": ("CupySimBackend",),
+}
+__getattr__, __dir__ = lazy_face(__name__, _NAMES)
+__all__ = sorted(names_of(_NAMES))
