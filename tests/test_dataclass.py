@@ -237,3 +237,32 @@ def test_init_is_compiled_when_first_wanted_and_reads_the_same_before():
     again = dataclass(type("Again", (), {"__annotations__": {"x": int}, "__doc__": "d"}))
     assert again(5).x == 5 and inspect.isfunction(vars(again)["__init__"])  # compiled by the first record made
     assert again.__init__.__annotations__ == {"x": int, "return": None}
+
+
+def test_a_records_init_is_run_from_a_code_object_never_from_a_string(monkeypatch):
+    # exec of a string runs through CPython's run_eval_code_obj (Python/pythonrun.c, 3.8 on), which marks the process
+    # as ended by an unhandled Ctrl-C when a KeyboardInterrupt passes through that code, even one the caller catches:
+    # the interpreter then kills itself with SIGINT at exit instead of exiting with the status the program chose. A
+    # kind's first record is made mid-step, so Ctrl-C there made `zerosim train` under mpiexec end with status 2, not
+    # 130, about one run in ten (tests/test_cli_exits.py). A code object goes straight to PyEval_EvalCode.
+    import types
+
+    import zerosim._dataclass as module
+
+    given = []
+
+    def recording_exec(source, *namespaces):
+        given.append(type(source))
+        return exec(source, *namespaces)
+
+    monkeypatch.setattr(module, "exec", recording_exec, raising=False)  # the module's name `exec` finds this first
+    if not module._CHECKED:
+        pytest.skip("this Python's records are the standard library's own (zerosim/_dataclass.py _CHECKED)")
+
+    @dataclass(frozen=True)
+    class Fresh:
+        a: int
+        b: int = 2
+
+    assert Fresh(1) == Fresh(1, 2)  # the first record of the kind builds its __init__
+    assert given == [types.CodeType]

@@ -283,7 +283,13 @@ def _init(cls, frozen: bool):
     text = f"def __create_fn__({', '.join(names)}):\n def __init__({','.join(params)}):\n{lines}\n return __init__"
     module = sys.modules.get(cls.__module__)
     space = {}
-    exec(text, vars(module) if module is not None else {}, space)  # dataclasses' own way, for one method
+    # compiled first, then run: exec of a string runs through CPython's run_eval_code_obj (Python/pythonrun.c, 3.8 on),
+    # which marks the process as ended by an unhandled Ctrl-C when its code is interrupted, even where the caller
+    # catches the KeyboardInterrupt, and the interpreter then kills itself with SIGINT at exit in place of the status
+    # the program chose. The first record of a kind is made mid-step, so a Ctrl-C there turned `zerosim train`'s 130
+    # into a death by signal (under mpiexec: status 2, tests/test_cli_exits.py). A code object goes to PyEval_EvalCode.
+    code = compile(text, "<string>", "exec")  # the file name exec gives a string
+    exec(code, vars(module) if module is not None else {}, space)  # dataclasses' own way, for one method
     init = space["__create_fn__"](**names)
     init.__annotations__ = {**{f.name: f.type for f in ordered if f.init}, "return": None}
     return init
