@@ -489,3 +489,23 @@ def test_facts_remembered_by_content_are_each_axis_s_own_either_way_round(name, 
     assert _operand_cache.kept_facts(x[0]) is None  # 1-D
     assert _operand_cache.kept_facts(np.zeros((256, 128), dtype)) is None  # past `_SMALLEST`: the large cache's
     _operand_cache.clear()
+
+
+def test_stacked_small_products_keep_a_tiny_negative_sums_minus_zero():
+    """The ranks' small dW, made several whole products at a time (_exact_matmul.py `_shortcut_stacked`), choose once
+    for the stack whether an exact zero is made +0 before or after rounding to float32: a product whose sum is a tiny
+    negative (-2**-160: below half of float32's smallest subnormal) keeps its -0, an exact zero of -0 products is +0,
+    as in each product made alone; checked against exact rational sums (`reference`), product by product."""
+    rng = np.random.default_rng(63)
+    n, m, k, width = 48, 16, 8, 32  # 18,432 elements: facts by rows and columns, 30 products a group
+    a = rng.standard_normal((n, m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((n, k, width)).astype(ml_dtypes.bfloat16)
+    a[5, 0] = 0
+    a[5, 0, 0] = 2.0**-80
+    b[5, 0] = -(2.0**-80)  # row 0 of product 5: one product each, -2**-160, and zeros
+    a[5, 1] = 0  # row 1: every product ±0 (b has negatives): an exact zero
+    a[40, 3] = -0.0
+    out = exact_matmul(a, b)
+    for p in (0, 5, 29, 30, 40, 47):  # the first and last of both groups, the special rows'
+        assert bits(out[p]).tolist() == bits(reference(a[p], b[p])).tolist(), p
+    assert np.signbit(out[5, 0]).all() and not np.signbit(out[5, 1]).any() and not np.signbit(out[40, 3]).any()

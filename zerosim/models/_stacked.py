@@ -68,7 +68,8 @@ def stacks(passes: list, op, model) -> bool:
     shape, dtype, fmt, scale = x.shape, x.dtype, first.fmt, first.loss_scale
     for work in passes:
         x = work.dy if backward else _input(work, op)
-        if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or work.fmt != fmt or work.keep_values:
+        if (type(x) is not np.ndarray or x.shape != shape or (x.dtype is not dtype and x.dtype != dtype)
+                or (work.fmt is not fmt and work.fmt != fmt) or work.keep_values):  # `is` first: the passes share them
             return False
         if backward and op.layer not in work.saved.items:
             return False

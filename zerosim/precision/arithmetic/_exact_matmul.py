@@ -382,10 +382,13 @@ def _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per: int):
     the +0 rule chosen per group holds for each of its products (their smallest quanta are no smaller)."""
     n = len(out)
     block = scratch((min(per, n),) + out.shape[1:], 8)  # c of a group, reused group by group and call by call
+    # `_rounded_plus_zero`'s way, chosen once for every group by the whole stack's smallest quanta: each group's are
+    # no smaller, and either way gives an exact sum's rounding where it is taken (a tenth of a small stack's time)
+    after = _zero_after(facts_a[1], facts_b[1])
     for first in range(0, n, per):
         last = min(n, first + per)
         c = np.matmul(a64[first:last], b64[first:last], out=block[:last - first])  # (products, M, N) float64
-        _rounded_plus_zero(c, facts_a[1][first:last], facts_b[1][first:last], out=out[first:last])
+        _rounded_with_zero(c, after, out[first:last])
         for p in () if where is None else range(first, last):
             here = np.flatnonzero(where[0] == p)
             _settle_product(out[p], c[p - first], p, 0, here, where, sums, facts_a, facts_b, a64, b64)
@@ -423,7 +426,18 @@ def _rounded_plus_zero(c, q_rows, q_columns, out=None):
     zeros are the exact zeros, and +0 is added after rounding, over half the bytes; else before, in float64. A plain
     cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
     slower than the two (72 products of benchmarks/yardstick.py's 919k step: 1-2 ms; speed.md section 1, item 9)."""
-    if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
+    return _rounded_with_zero(c, _zero_after(q_rows, q_columns), out)
+
+
+def _zero_after(q_rows, q_columns) -> bool:
+    """Whether `_rounded_plus_zero` may make exact zeros +0 after rounding: every q_i·q_j reaches float32's smallest
+    subnormal."""
+    return q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST
+
+
+def _rounded_with_zero(c, after: bool, out=None):
+    """`_rounded_plus_zero` of c, its +0 made `after` rounding (`_zero_after` said so) or before."""
+    if after:
         out = _narrowed(c, out)
         out += np.float32(0.0)
         return out
