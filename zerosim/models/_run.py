@@ -86,6 +86,16 @@ class _Saved:
             named = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
+    def put_each(self, key, prefix: str, whats: tuple, arrays) -> None:
+        """`put(key, prefix, dict(zip(whats, arrays)))`, without the dict: the ranks' stacked landing puts one op's
+        tensors on every pass (models/_stacked.py). Each name made afresh, as `put` makes it."""
+        ledger = self.ledger
+        if ledger is None:
+            self.items[key] = dict(zip(whats, arrays))
+            return
+        adopt, tag = ledger.adopt, self.tag
+        self.items[key] = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in zip(whats, arrays)}
+
     def peek(self, key) -> dict:
         """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
         held = self.items[key]
