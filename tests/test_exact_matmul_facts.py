@@ -7,6 +7,7 @@ value found in float64 from the widened values, every bit pattern of each 16- an
 against test_exact_matmul's rational sums.
 """
 
+import contextlib
 import dataclasses
 import math
 from unittest import mock
@@ -509,3 +510,26 @@ def test_stacked_small_products_keep_a_tiny_negative_sums_minus_zero():
     for p in (0, 5, 29, 30, 40, 47):  # the first and last of both groups, the special rows'
         assert bits(out[p]).tolist() == bits(reference(a[p], b[p])).tolist(), p
     assert np.signbit(out[5, 0]).all() and not np.signbit(out[5, 1]).any() and not np.signbit(out[40, 3]).any()
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_unsure_elements_settled_from_operands_widened_for_one_product(once):
+    """Operands kept by no memo are widened into this thread's scratch buffers (Operand.wide_in), and a 2-D
+    product's float64 c made in another (`_shortcut`): the unsure elements settled after c is made read the
+    operands' rows and columns again, so they must still hold the operands. Row 0 of a holds 2**60 first and -2**60
+    last, over two equal rows of b, values near 1 between them: every element of it unsure (1 in 48 of the product),
+    their float64 sums wrong (the small products lost beside 2**60), so that only exact sums from a's and b's lines
+    settle them; checked against exact rational sums (`reference`). The second product, made with the same buffers,
+    leaves the first's answer as it was."""
+    rng = np.random.default_rng(7)
+    m, k, n = 48, 160, 64  # 17,920 elements of a and b: by facts, not one bound over the whole; c fits in a's buffer
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    a[0, 0], a[0, -1] = 2.0**60, -(2.0**60)
+    b[-1] = b[0]
+    with _operand_cache.used_once(a) if once else contextlib.nullcontext():
+        out = exact_matmul(a, b)
+    kept = out.copy()
+    exact_matmul(b.T.copy(), a.T.copy())  # the same buffers, other operands
+    assert bits(out).tolist() == bits(reference(a, b)).tolist()
+    assert bits(out).tolist() == bits(kept).tolist()

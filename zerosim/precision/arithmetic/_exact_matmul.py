@@ -84,6 +84,10 @@ _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this i
 # 120 kB of float64, in the core's own cache. benchmarks/yardstick.py's 10k MLP on 64 ranks: its three stacked dW
 # 2.0 -> 1.0-1.2 ms (bf16 operands of its shapes, in turns); at 2**16 and up, 2.3-2.5 ms (out of cache)
 _PRODUCTS_AT_ONCE = 15 << 10
+# _scratch.py's buffers a narrow product's own float64 temporaries go in: its operands' copies where they are not kept
+# (Operand.wide_in) and a 2-D product's c (`_shortcut`); 8 holds `_shortcut_stacked`'s groups; none of them is taken
+# by anything a narrow product calls
+_A_SLOT, _B_SLOT, _C_SLOT = 9, 10, 11
 _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
@@ -264,7 +268,7 @@ def _narrow_product(a, b, once: bool = False):
     facts_a, facts_b = left.facts(-1), right.facts(-2)
     if facts_a is None or facts_b is None:
         return None
-    a64, b64 = left.wide, right.wide
+    a64, b64 = left.wide_in(_A_SLOT), right.wide_in(_B_SLOT)  # float64 copies, in scratch where not kept
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
         if a64.ndim == 3 and b64.ndim == 3 and a64.shape[0] == b64.shape[0]:  # n products, one each (ranks' dW)
             out = _shortcut_each(a64, facts_a, b64, facts_b)
@@ -320,8 +324,8 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
         where = _unsure_by_batch(rows, columns, math.prod(shape) // 16)  # as `_unsure` finds them (a test says so)
     if where is MANY:
         return None
-    if c is None:
-        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
+    if c is None:  # (..., M, N) float64, summed in the machine's order; in scratch: it never leaves this call
+        c = np.matmul(a64, b64, out=scratch(shape, _C_SLOT))
     count = 0 if where is None else len(where[0])
     # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
     out = _rounded_plus_zero(c, facts_a[1], facts_b[1])  # (..., M, N) float32
