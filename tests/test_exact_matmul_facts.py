@@ -533,3 +533,24 @@ def test_unsure_elements_settled_from_operands_widened_for_one_product(once):
     exact_matmul(b.T.copy(), a.T.copy())  # the same buffers, other operands
     assert bits(out).tolist() == bits(reference(a, b)).tolist()
     assert bits(out).tolist() == bits(kept).tolist()
+
+
+def test_clearing_the_kept_operands_may_keep_the_scratch_buffers():
+    """`clear_kept_operands(buffers=False)` forgets every operand kept and every product prepared, and keeps the
+    float64 scratch buffers (memory only: benchmarks/yardstick.py empties the memos between contenders, as a run
+    keeps the buffers from step to step); the default lets them go too."""
+    from zerosim.precision.arithmetic import _scratch
+
+    w = np.random.default_rng(5).standard_normal((256, 160)).astype(ml_dtypes.bfloat16)  # large enough to be kept
+    x = np.random.default_rng(6).standard_normal((64, 256)).astype(ml_dtypes.bfloat16)
+    for buffers in (False, True):
+        _rank_products.prepare([x, x.copy()])  # two ranks' next operands noted, to be forgotten
+        exact_matmul(x, w)
+        assert _rank_products._batch[0] is not None
+        held = dict(_scratch._local.buffers)
+        assert len(_operand_cache._entries) >= 1 and held
+        _kernels.clear_kept_operands(buffers=buffers)
+        assert len(_operand_cache._entries) == 0 and _rank_products._batch[0] is None
+        assert (getattr(_scratch._local, "buffers", {}) == {}) is buffers
+        if not buffers:
+            assert all(_scratch._local.buffers[s] is b for s, b in held.items())  # the same arrays
