@@ -34,7 +34,10 @@ Measured in one run, in CPU time (and wall time beside it): each round runs ever
 order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
 (set before numpy loads). The load average is printed before and after. Before each contender's step the portable
 kernels' memo of operands is emptied (untimed): a step alone keeps what it measured for its own later products,
-never for another contender's (the engine and the oracle multiply the same operands bit for bit).
+never for another contender's (the engine and the oracle multiply the same operands bit for bit). Their scratch
+buffers, memory that holds no measurement, stay from step to step, as in a run (`forget_kept_operands`; until
+2026-11-26 they went too, and --drop-buffers measures that way: ~1,000 page faults a step at 10k / N = 64 that no run
+pays).
 
 Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
 "native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
