@@ -111,6 +111,15 @@ class _Saved:
             free(buf)
         return arrays
 
+    def drop(self, key) -> None:
+        """`pop(key)` where its arrays were read already (`peek`) and are not wanted again: freed, no dict of them made
+        (freeing one freed already raises, as reading it would)."""
+        held = self.items.pop(key)
+        if self.ledger is not None:
+            free = self.ledger.free
+            for buf in held.values():
+                free(buf)
+
     def nbytes(self, key) -> int:
         return sum(int(a.nbytes) for a in self.items[key].values())
 

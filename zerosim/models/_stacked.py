@@ -177,11 +177,12 @@ def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
 
 def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
     n = len(passes)
-    dys, saves = _each_pass(dy, n, rows), [(k, _each_pass(a, n, rows)) for k, a in cache.items()]
+    dys, whats = _each_pass(dy, n, rows), tuple(cache)
+    parts = list(zip(*(_each_pass(a, n, rows) for a in cache.values()))) if cache else None
     for i, work in enumerate(passes):
         work.loss = losses[i]
-        work.saved.put("loss", "loss", {k: parts[i] for k, parts in saves})  # its cache, adopted and freed
-        work.saved.pop("loss")
+        work.saved.put_each("loss", "loss", whats, parts[i] if parts else ())  # its cache, adopted and freed
+        work.saved.drop("loss")
         work.dy = dys[i]  # (B, D_out)
         yield i, made
 
@@ -189,6 +190,6 @@ def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
 def _land_backward(passes, op, rows: int, dx, made):
     dxs = _each_pass(dx, len(passes), rows)  # (B, D_in) each
     for i, work in enumerate(passes):
-        work.saved.pop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward
+        work.saved.drop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward (read: `peek`)
         work.dy = dxs[i]
         yield i, made
