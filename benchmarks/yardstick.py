@@ -34,7 +34,10 @@ Measured in one run, in CPU time (and wall time beside it): each round runs ever
 order (all see the same machine load, none always follows another), median of --repeats, BLAS pinned to one thread
 (set before numpy loads). The load average is printed before and after. Before each contender's step the portable
 kernels' memo of operands is emptied (untimed): a step alone keeps what it measured for its own later products,
-never for another contender's (the engine and the oracle multiply the same operands bit for bit).
+never for another contender's (the engine and the oracle multiply the same operands bit for bit). Their scratch
+buffers, memory that holds no measurement, stay from step to step, as in a run (`forget_kept_operands`; until
+2026-11-26 they went too, and --drop-buffers measures that way: ~1,000 page faults a step at 10k / N = 64 that no run
+pays).
 
 Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
 "native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
@@ -247,10 +250,15 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def forget_kept_operands() -> None:
+def forget_kept_operands(buffers: bool = False) -> None:
     """Empty the portable kernels' memo of operands (precision/arithmetic/_operand_cache.py), where this zerosim
     keeps one: the engine and the oracle multiply the very same operands, so whichever ran second in a round would
-    find the other's extents and float64 copies kept and measure nothing."""
+    find the other's extents and float64 copies kept and measure nothing.
+
+    The products' float64 scratch buffers (_scratch.py) stay, unless `buffers` (--drop-buffers): memory, not
+    measurements, which a run keeps from step to step. Let go every round, as they were until 2026-11-26, every
+    zerosim contender took them again as fresh pages, a cost no run pays: at 10k / N = 64 ~710-1,050 page faults a
+    step against ~120, 1.5-3 ms of system time (getrusage, the engine's step alone; the load 2-3.5)."""
     try:
         from zerosim.precision.arithmetic import clear_kept_operands
     except ImportError:  # a zerosim from before the name: its memo, where it has one (issue 41's fourth stop on)
@@ -258,7 +266,20 @@ def forget_kept_operands() -> None:
             from zerosim.precision.arithmetic._operand_cache import clear as clear_kept_operands
         except ImportError:
             return
-    clear_kept_operands()
+    try:
+        clear_kept_operands(buffers=buffers)
+    except TypeError:  # a zerosim from before the choice: its memos alone where the buffers stay, as here
+        if buffers:
+            clear_kept_operands()
+            return
+        from zerosim.precision.arithmetic import _operand_cache
+
+        _operand_cache.clear()
+        try:
+            from zerosim.precision.arithmetic import _rank_products
+        except ImportError:
+            return
+        _rank_products.clear()
 
 
 def policy(arithmetic: str):
@@ -273,7 +294,8 @@ def policy(arithmetic: str):
     return base.with_(arithmetic=arithmetic)
 
 
-def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes") -> tuple:
+def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes",
+            drop_buffers: bool = False) -> tuple:
     """({(who, arithmetic): median CPU s}, {...: median wall s}, {arithmetic: (q1, q3)}) for who in hand, engine,
     oracle: every contender once per round, in a new seeded order; after each round every arithmetic's three fp32
     masters compared bit for bit. The quartiles are of the rounds' own engine ÷ hand ratios (both measured in the
@@ -297,7 +319,7 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
         names = list(runs)
         order.shuffle(names)
         for name in names:
-            forget_kept_operands()  # untimed: no contender finds what another measured (module docstring)
+            forget_kept_operands(drop_buffers)  # untimed: no contender finds what another measured (docstring)
             c, w = timed(lambda: runs[name].step(batches))
             if round_:
                 cpu[name].append(c)
@@ -329,12 +351,15 @@ def main():
     p.add_argument("--hand-adds", choices=tuple(ADDS), default="ml_dtypes",
                    help="how the hand step adds its bf16 ring chunks: ml_dtypes' own add (the obvious way, the "
                         "default) or widened to float32 as the engine adds them (the same bits)")
+    p.add_argument("--drop-buffers", action="store_true",
+                   help="also let go of the portable kernels' scratch buffers before every contender's step, as "
+                        "this script did until 2026-11-26 (fresh pages each step: `forget_kept_operands`)")
     args = p.parse_args()
     arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
           f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
-          f"{args.hand_adds}")
+          f"{args.hand_adds}; the kernels' scratch buffers {'let go' if args.drop_buffers else 'kept'} between steps")
     print(f"load average before: {load()} (on {os.cpu_count()} cores)")
     print("CPU milliseconds per step (the process's own time); rounds q1-q3: the quartiles of each round's own "
           "engine/hand; wall e/h: the wall-clock ratio; fast ms: benchmarks/hand_zero3.py's native step; e/fast: "
@@ -344,7 +369,7 @@ def main():
           f"{'fast ms':>8} {'e/fast':>7} {'rounds q1-q3':>12}")
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
-        t, w, spread = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds)
+        t, w, spread = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds, args.drop_buffers)
         params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
         fast = t["fast hand", "native"]
         for a in dict.fromkeys(("native", *arithmetics)):

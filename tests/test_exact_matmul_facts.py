@@ -7,6 +7,7 @@ value found in float64 from the widened values, every bit pattern of each 16- an
 against test_exact_matmul's rational sums.
 """
 
+import contextlib
 import dataclasses
 import math
 from unittest import mock
@@ -489,3 +490,67 @@ def test_facts_remembered_by_content_are_each_axis_s_own_either_way_round(name, 
     assert _operand_cache.kept_facts(x[0]) is None  # 1-D
     assert _operand_cache.kept_facts(np.zeros((256, 128), dtype)) is None  # past `_SMALLEST`: the large cache's
     _operand_cache.clear()
+
+
+def test_stacked_small_products_keep_a_tiny_negative_sums_minus_zero():
+    """The ranks' small dW, made several whole products at a time (_exact_matmul.py `_shortcut_stacked`), choose once
+    for the stack whether an exact zero is made +0 before or after rounding to float32: a product whose sum is a tiny
+    negative (-2**-160: below half of float32's smallest subnormal) keeps its -0, an exact zero of -0 products is +0,
+    as in each product made alone; checked against exact rational sums (`reference`), product by product."""
+    rng = np.random.default_rng(63)
+    n, m, k, width = 48, 16, 8, 32  # 18,432 elements: facts by rows and columns, 30 products a group
+    a = rng.standard_normal((n, m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((n, k, width)).astype(ml_dtypes.bfloat16)
+    a[5, 0] = 0
+    a[5, 0, 0] = 2.0**-80
+    b[5, 0] = -(2.0**-80)  # row 0 of product 5: one product each, -2**-160, and zeros
+    a[5, 1] = 0  # row 1: every product ±0 (b has negatives): an exact zero
+    a[40, 3] = -0.0
+    out = exact_matmul(a, b)
+    for p in (0, 5, 29, 30, 40, 47):  # the first and last of both groups, the special rows'
+        assert bits(out[p]).tolist() == bits(reference(a[p], b[p])).tolist(), p
+    assert np.signbit(out[5, 0]).all() and not np.signbit(out[5, 1]).any() and not np.signbit(out[40, 3]).any()
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_unsure_elements_settled_from_operands_widened_for_one_product(once):
+    """Operands kept by no memo are widened into this thread's scratch buffers (Operand.wide_in), and a 2-D
+    product's float64 c made in another (`_shortcut`): the unsure elements settled after c is made read the
+    operands' rows and columns again, so they must still hold the operands. Row 0 of a holds 2**60 first and -2**60
+    last, over two equal rows of b, values near 1 between them: every element of it unsure (1 in 48 of the product),
+    their float64 sums wrong (the small products lost beside 2**60), so that only exact sums from a's and b's lines
+    settle them; checked against exact rational sums (`reference`). The second product, made with the same buffers,
+    leaves the first's answer as it was."""
+    rng = np.random.default_rng(7)
+    m, k, n = 48, 160, 64  # 17,920 elements of a and b: by facts, not one bound over the whole; c fits in a's buffer
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    a[0, 0], a[0, -1] = 2.0**60, -(2.0**60)
+    b[-1] = b[0]
+    with _operand_cache.used_once(a) if once else contextlib.nullcontext():
+        out = exact_matmul(a, b)
+    kept = out.copy()
+    exact_matmul(b.T.copy(), a.T.copy())  # the same buffers, other operands
+    assert bits(out).tolist() == bits(reference(a, b)).tolist()
+    assert bits(out).tolist() == bits(kept).tolist()
+
+
+def test_clearing_the_kept_operands_may_keep_the_scratch_buffers():
+    """`clear_kept_operands(buffers=False)` forgets every operand kept and every product prepared, and keeps the
+    float64 scratch buffers (memory only: benchmarks/yardstick.py empties the memos between contenders, as a run
+    keeps the buffers from step to step); the default lets them go too."""
+    from zerosim.precision.arithmetic import _scratch
+
+    w = np.random.default_rng(5).standard_normal((256, 160)).astype(ml_dtypes.bfloat16)  # large enough to be kept
+    x = np.random.default_rng(6).standard_normal((64, 256)).astype(ml_dtypes.bfloat16)
+    for buffers in (False, True):
+        _rank_products.prepare([x, x.copy()])  # two ranks' next operands noted, to be forgotten
+        exact_matmul(x, w)
+        assert _rank_products._batch[0] is not None
+        held = dict(_scratch._local.buffers)
+        assert len(_operand_cache._entries) >= 1 and held
+        _kernels.clear_kept_operands(buffers=buffers)
+        assert len(_operand_cache._entries) == 0 and _rank_products._batch[0] is None
+        assert (getattr(_scratch._local, "buffers", {}) == {}) is buffers
+        if not buffers:
+            assert all(_scratch._local.buffers[s] is b for s, b in held.items())  # the same arrays

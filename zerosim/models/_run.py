@@ -79,12 +79,22 @@ class _Saved:
         self.ledger, self.items, self.tag = ledger, {}, tag
 
     def put(self, key, prefix: str, cache) -> None:
-        named = _as_dict(cache)
+        named = cache if type(cache) is dict else _as_dict(cache)
         ledger = self.ledger
         if ledger is not None:
             adopt, tag = ledger.adopt, self.tag
             named = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
+
+    def put_each(self, key, prefix: str, whats: tuple, arrays) -> None:
+        """`put(key, prefix, dict(zip(whats, arrays)))`, without the dict: the ranks' stacked landing puts one op's
+        tensors on every pass (models/_stacked.py). Each name made afresh, as `put` makes it."""
+        ledger = self.ledger
+        if ledger is None:
+            self.items[key] = dict(zip(whats, arrays))
+            return
+        adopt, tag = ledger.adopt, self.tag
+        self.items[key] = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in zip(whats, arrays)}
 
     def peek(self, key) -> dict:
         """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
@@ -96,9 +106,19 @@ class _Saved:
         if self.ledger is None:
             return held
         arrays = {k: buf.array for k, buf in held.items()}  # reading a freed buffer raises: a use-after-free check
+        free = self.ledger.free  # each buffer's own ledger's: `Buffer.free`, one call fewer
         for buf in held.values():
-            buf.free()
+            free(buf)
         return arrays
+
+    def drop(self, key) -> None:
+        """`pop(key)` where its arrays were read already (`peek`) and are not wanted again: freed, no dict of them made
+        (freeing one freed already raises, as reading it would)."""
+        held = self.items.pop(key)
+        if self.ledger is not None:
+            free = self.ledger.free
+            for buf in held.values():
+                free(buf)
 
     def nbytes(self, key) -> int:
         return sum(int(a.nbytes) for a in self.items[key].values())

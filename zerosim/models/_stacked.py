@@ -18,7 +18,8 @@ rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's 
                                       rows land: its saved tensors (and checkpoints) adopted or freed in its ledger
                                       as `Pass.run` does it, its tensor in flight replaced; a `Landing` that yields
                                       (i, Done) after pass i has landed, and holds a backward's gradients of every
-                                      pass at once (`grads`), for a caller that packs them in one go
+                                      pass at once (`grads`; pass i's, `grads_of(i)`), for a caller that packs them
+                                      in one go
 
 Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
 over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
@@ -68,7 +69,8 @@ def stacks(passes: list, op, model) -> bool:
     shape, dtype, fmt, scale = x.shape, x.dtype, first.fmt, first.loss_scale
     for work in passes:
         x = work.dy if backward else _input(work, op)
-        if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype or work.fmt != fmt or work.keep_values:
+        if (type(x) is not np.ndarray or x.shape != shape or (x.dtype is not dtype and x.dtype != dtype)
+                or (work.fmt is not fmt and work.fmt != fmt) or work.keep_values):  # `is` first: the passes share them
             return False
         if backward and op.layer not in work.saved.items:
             return False
@@ -121,7 +123,8 @@ def run_stacked(passes: list, op, model, params: dict):
     x_shape = next(iter(first.values())).shape if first else dy0.shape
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
     written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
-    return Landing(_land_backward(passes, op, rows, dx, grads, layer.flops(x_shape, "backward"), read, written), grads)
+    made = done(None, layer.flops(x_shape, "backward"), read, written)
+    return Landing(_land_backward(passes, op, rows, dx, made), grads)
 
 
 def _rows_of(rows: int, *arrays) -> bool:
@@ -129,9 +132,11 @@ def _rows_of(rows: int, *arrays) -> bool:
 
 
 class Landing:
-    """`run_stacked`'s answer: iterated, (i, Done) as pass i lands; `grads`, for a backward, the layer's gradients of
-    every pass at once ({name: n passes' (n, ...) array, or a list of n}: what each pass's `Done.grads` holds row i
-    of), for a caller that keeps them for all passes in one go (parallel/data/_compute.py); None for other ops."""
+    """`run_stacked`'s answer: iterated, (i, Done) as pass i lands, one `Done` for every pass (what the op cost each:
+    the same; its `grads` None); `grads`, for a backward, the layer's gradients of every pass at once ({name: n
+    passes' (n, ...) array, or a list of n}), for a caller that keeps them for all passes in one go
+    (parallel/data/_compute.py), pass i's own as `grads_of(i)` (what its `Pass.run` gives as `Done.grads`); None for
+    other ops."""
 
     __slots__ = ("_lands", "grads")
 
@@ -140,6 +145,10 @@ class Landing:
 
     def __iter__(self):
         return self._lands
+
+    def grads_of(self, i: int) -> dict:
+        """Pass i's gradients, by name ({}: none)."""
+        return {k: g[i] for k, g in (self.grads or {}).items()}
 
 
 def _each_pass(a, n: int, rows: int) -> list:
@@ -153,32 +162,34 @@ def _each_pass(a, n: int, rows: int) -> list:
 def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
     n = len(passes)
     outs = _each_pass(out, n, rows)  # (B, D_out) each
-    saves = [(k, _each_pass(a, n, rows)) for k, a in cache.items()] if op.save else ()
+    parts = list(zip(*(_each_pass(a, n, rows) for a in cache.values()))) if op.save and cache else None
+    whats = tuple(cache)
     for i, work in enumerate(passes):
         if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
             work.saved.pop(("checkpoint", op.layer))
         if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
             work.saved.put(("checkpoint", op.layer), name, {"block input": work.a})
         if op.save:
-            work.saved.put(op.layer, name, {k: parts[i] for k, parts in saves})
+            work.saved.put_each(op.layer, name, whats, parts[i] if parts else ())
         work.a = outs[i]  # (B, D_out)
         yield i, made
 
 
 def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
     n = len(passes)
-    dys, saves = _each_pass(dy, n, rows), [(k, _each_pass(a, n, rows)) for k, a in cache.items()]
+    dys, whats = _each_pass(dy, n, rows), tuple(cache)
+    parts = list(zip(*(_each_pass(a, n, rows) for a in cache.values()))) if cache else None
     for i, work in enumerate(passes):
         work.loss = losses[i]
-        work.saved.put("loss", "loss", {k: parts[i] for k, parts in saves})  # its cache, adopted and freed
-        work.saved.pop("loss")
+        work.saved.put_each("loss", "loss", whats, parts[i] if parts else ())  # its cache, adopted and freed
+        work.saved.drop("loss")
         work.dy = dys[i]  # (B, D_out)
         yield i, made
 
 
-def _land_backward(passes, op, rows: int, dx, grads: dict, flops: int, read: int, written: int):
+def _land_backward(passes, op, rows: int, dx, made):
     dxs = _each_pass(dx, len(passes), rows)  # (B, D_in) each
     for i, work in enumerate(passes):
-        work.saved.pop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward
+        work.saved.drop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward (read: `peek`)
         work.dy = dxs[i]
-        yield i, done({k: g[i] for k, g in grads.items()}, flops, read, written)
+        yield i, made

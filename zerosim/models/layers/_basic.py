@@ -117,18 +117,28 @@ _BATCHED_BELOW = 1 << 14
 
 def relu_forward(x: np.ndarray, fmt) -> tuple[np.ndarray, tuple]:
     """max(x, 0), exact in any format; returns (y, (x,))."""
-    y = cast(x, fmt)  # a copy in fmt; ReLU itself never rounds
     # NOTE: "<= 0", not "not > 0": NaN passes through (overflow stays visible)
-    y[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
-    return y, (x,)
+    return _zeroed(x, x, fmt), (x,)
 
 
 def relu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
     """dy where x > 0, else 0 (the subgradient at 0 is taken as 0, as PyTorch does)."""
     (x,) = cache
-    dx = cast(dy, fmt)
-    dx[x.astype(acc_dtype(fmt), copy=False) <= 0] = 0
-    return dx
+    return _zeroed(dy, x, fmt)
+
+
+def _zeroed(v, x, fmt):
+    """v in fmt, +0 where x <= 0 (a new array; NaN in x keeps v). Where v is a NumPy array already in fmt, one
+    `np.where` over it: the same bits as its copy with the mask's elements set to 0 (the way any other array goes:
+    CuPy's, a meta one, another format's), in a third of the time (a boolean-mask assignment is NumPy's slow path:
+    ~100 µs of a (512, 96) bf16 ReLU, four of them a step of benchmarks/yardstick.py's small case)."""
+    mask = x.astype(acc_dtype(fmt), copy=False) <= 0
+    f = fmt if type(fmt) is Format else get_format(fmt)
+    if type(v) is np.ndarray and v.dtype == f.dtype:
+        return np.where(mask, np.zeros((), f.dtype), v)
+    out = cast(v, f)
+    out[mask] = 0
+    return out
 
 
 def _gelu_parts(x_acc: np.ndarray, f: Format) -> tuple[np.ndarray, np.ndarray]:

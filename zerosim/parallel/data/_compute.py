@@ -88,18 +88,22 @@ def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, m
     landing = None if params is None else run_stacked(passes, op, model, params)
     if landing is None:
         return False
-    log, ranks = ctx.cluster.trace.record, ctx.ranks
+    log, ranks, grads = ctx.cluster.trace.record, ctx.ranks, landing.grads
     # stages 2/3 pack every rank's gradients in one go (arithmetic only: nothing is recorded until the ranks' turns)
-    packs = stage_grads_together(ctx, model, op.layer, landing.grads, len(passes)) if landing.grads else None
+    packs = stage_grads_together(ctx, model, op.layer, grads, len(passes)) if grads else None
+    costs = None  # the op's `Compute` fields after the rank's, alike on every rank (one `Done` for all: the landing's)
     for i, done in landing:  # rank i's saved tensors adopted or freed just now; its record follows, as in the loop
         rank = ranks[i]
         if packs is not None:
             packed = packs[i]
         else:
-            packed = stage_grads(ctx, model, rank, op.layer, done.grads, micro == 0) if done.grads else None
-        log(ComputeFields((rank.index, step, micro, op.layer, name, op.kind, done.flops, done.bytes_read,
-                           done.bytes_written, waited, None)))
-        adopt_grads(rank, op.layer, packed)
+            packed = stage_grads(ctx, model, rank, op.layer, landing.grads_of(i), micro == 0) if grads else None
+        if costs is None:
+            costs = (step, micro, op.layer, name, op.kind, done.flops, done.bytes_read, done.bytes_written, waited,
+                     None)
+        log(ComputeFields((rank.index, *costs)))
+        if packed is not None:
+            adopt_grads(rank, op.layer, packed)
     return True
 
 

@@ -84,16 +84,25 @@ def _update_together(ctx, optimizer, grads32: list, t: int, needs, first_step: i
     w, g = np.concatenate(masters), np.concatenate(grads32)
     work = {k: np.concatenate([s[k] for s in states]) for k in states[0]}
     optimizer.step(w, g, work, t, first_step=first_step)
-    events, a = [], 0
-    for rank, master, state in zip(ranks, masters, states):
+    owns = [own_params(rank, plan, layout) for rank in ranks]
+    # the 16-bit params rounded from every rank's master at once, as `_round_into` rounds each (NumPy's cast to
+    # nearest: each element its own), where every rank's are host arrays of one dtype; else rank by rank
+    at_once = all(type(own) is np.ndarray and own.dtype == owns[0].dtype for own in owns)
+    if at_once:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the format's defined answer
+            rounded = w.astype(owns[0].dtype)
+    events, a, where = [], 0, plan.where("optimizer")
+    for rank, master, state, own in zip(ranks, masters, states, owns):
         b = a + master.shape[0]
         master[...] = w[a:b]
         for k, array in state.items():
             array[...] = work[k][a:b]
         mine = plan.region(layout, rank.index)
-        _round_into(own_params(rank, plan, layout), master, policy, t, None)  # nearest: no draws
-        events.append(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None,
-                                    where=plan.where("optimizer")))
+        if at_once:
+            own[...] = rounded[a:b]
+        else:
+            _round_into(own, master, policy, t, None)  # nearest: no draws
+        events.append(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None, where=where))
         a = b
     return events
 

@@ -84,6 +84,10 @@ _BLOCK = 1 << 15  # candidate elements `_unsure_sorted` masks whole; past this i
 # 120 kB of float64, in the core's own cache. benchmarks/yardstick.py's 10k MLP on 64 ranks: its three stacked dW
 # 2.0 -> 1.0-1.2 ms (bf16 operands of its shapes, in turns); at 2**16 and up, 2.3-2.5 ms (out of cache)
 _PRODUCTS_AT_ONCE = 15 << 10
+# _scratch.py's buffers a narrow product's own float64 temporaries go in: its operands' copies where they are not kept
+# (Operand.wide_in) and a 2-D product's c (`_shortcut`); 8 holds `_shortcut_stacked`'s groups; none of them is taken
+# by anything a narrow product calls
+_A_SLOT, _B_SLOT, _C_SLOT = 9, 10, 11
 _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
@@ -264,7 +268,7 @@ def _narrow_product(a, b, once: bool = False):
     facts_a, facts_b = left.facts(-1), right.facts(-2)
     if facts_a is None or facts_b is None:
         return None
-    a64, b64 = left.wide, right.wide
+    a64, b64 = left.wide_in(_A_SLOT), right.wide_in(_B_SLOT)  # float64 copies, in scratch where not kept
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # float32's overflow: inf, as the long way
         if a64.ndim == 3 and b64.ndim == 3 and a64.shape[0] == b64.shape[0]:  # n products, one each (ranks' dW)
             out = _shortcut_each(a64, facts_a, b64, facts_b)
@@ -320,8 +324,8 @@ def _shortcut(c, a64, facts_a, b64, facts_b, ns):
         where = _unsure_by_batch(rows, columns, math.prod(shape) // 16)  # as `_unsure` finds them (a test says so)
     if where is MANY:
         return None
-    if c is None:
-        c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
+    if c is None:  # (..., M, N) float64, summed in the machine's order; in scratch: it never leaves this call
+        c = np.matmul(a64, b64, out=scratch(shape, _C_SLOT))
     count = 0 if where is None else len(where[0])
     # c = s wherever the bound holds: rounding it once is the answer (inf beyond float32's range)
     out = _rounded_plus_zero(c, facts_a[1], facts_b[1])  # (..., M, N) float32
@@ -382,10 +386,13 @@ def _shortcut_stacked(out, a64, facts_a, b64, facts_b, where, sums, per: int):
     the +0 rule chosen per group holds for each of its products (their smallest quanta are no smaller)."""
     n = len(out)
     block = scratch((min(per, n),) + out.shape[1:], 8)  # c of a group, reused group by group and call by call
+    # `_rounded_plus_zero`'s way, chosen once for every group by the whole stack's smallest quanta: each group's are
+    # no smaller, and either way gives an exact sum's rounding where it is taken (a tenth of a small stack's time)
+    after = _zero_after(facts_a[1], facts_b[1])
     for first in range(0, n, per):
         last = min(n, first + per)
         c = np.matmul(a64[first:last], b64[first:last], out=block[:last - first])  # (products, M, N) float64
-        _rounded_plus_zero(c, facts_a[1][first:last], facts_b[1][first:last], out=out[first:last])
+        _rounded_with_zero(c, after, out[first:last])
         for p in () if where is None else range(first, last):
             here = np.flatnonzero(where[0] == p)
             _settle_product(out[p], c[p - first], p, 0, here, where, sums, facts_a, facts_b, a64, b64)
@@ -423,7 +430,18 @@ def _rounded_plus_zero(c, q_rows, q_columns, out=None):
     zeros are the exact zeros, and +0 is added after rounding, over half the bytes; else before, in float64. A plain
     cast either way: `np.add(c, 0.0, out=float32)` does both in one pass, but through NumPy's buffered casting loop,
     slower than the two (72 products of benchmarks/yardstick.py's 919k step: 1-2 ms; speed.md section 1, item 9)."""
-    if q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST:
+    return _rounded_with_zero(c, _zero_after(q_rows, q_columns), out)
+
+
+def _zero_after(q_rows, q_columns) -> bool:
+    """Whether `_rounded_plus_zero` may make exact zeros +0 after rounding: every q_i·q_j reaches float32's smallest
+    subnormal."""
+    return q_rows.min(initial=np.inf) * q_columns.min(initial=np.inf) >= _F32_TINIEST
+
+
+def _rounded_with_zero(c, after: bool, out=None):
+    """`_rounded_plus_zero` of c, its +0 made `after` rounding (`_zero_after` said so) or before."""
+    if after:
         out = _narrowed(c, out)
         out += np.float32(0.0)
         return out

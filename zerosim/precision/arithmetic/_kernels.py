@@ -76,12 +76,15 @@ def _prepare_portable(tensors) -> None:
     _rank_products.prepare(tensors)
 
 
-def clear_kept_operands() -> None:
+def clear_kept_operands(buffers: bool = True) -> None:
     """Forget every operand the portable kernels keep (_operand_cache.py) and the ranks' products prepared
-    (_rank_products.py): tests, benchmarks that must not find another contender's work, a caller wanting memory."""
+    (_rank_products.py): tests, benchmarks that must not find another contender's work, a caller wanting memory.
+    `buffers`: let go of the products' float64 scratch buffers too (_scratch.py); False keeps them, as a run keeps
+    them from step to step: memory only, they hold nothing a later product finds (benchmarks/yardstick.py)."""
     _operand_cache.clear()
     _rank_products.clear()
-    _scratch.clear()
+    if buffers:
+        _scratch.clear()
 
 
 def _native_power(base, x):

@@ -43,6 +43,7 @@ import numpy as np
 import xxhash
 
 from zerosim.precision.arithmetic._extents import extent, extent_of_pieces, extents, extents_along, narrow_host
+from zerosim.precision.arithmetic._scratch import scratch
 
 # A step's weights change at its update, so an entry older than a step is dead weight: the budget holds about two
 # steps of the yardstick's 919k MLP (14 MB of entries a step). 64 MB held four, and the churn of the stale entries'
@@ -163,6 +164,23 @@ class Operand:
         if self._wide is None:
             self._wide = self.x.astype(np.float64)
         return self._wide
+
+    def wide_in(self, slot: int) -> np.ndarray:
+        """`wide`, where x's float64 copy is for this product alone (not kept): written into this thread's buffer
+        `slot` (_scratch.py), laid out as `wide` lays it out (NumPy's `astype`: C order, or the last two axes swapped
+        for a transposed view), valid until the slot's next use, so that a step's products do not each take fresh
+        pages for it (a page fault per 4 kB; speed.md). A kept copy, or x of another layout, as `wide`."""
+        x = self.x
+        if self._entry is not None or self._wide is not None:
+            return self.wide
+        if x.flags.c_contiguous:
+            x64 = scratch(x.shape, slot)
+        elif x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous:
+            x64 = np.swapaxes(scratch(x.shape[:-2] + x.shape[:-3:-1], slot), -1, -2)
+        else:
+            return self.wide
+        np.copyto(x64, x)
+        return x64
 
     def facts(self, axis: int):
         """`extents(x, axis)`: max|x| and q along `axis` (negative: from the end), or None for NaN or inf."""
