@@ -106,6 +106,47 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
 
 
+def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
+    # dW = dy.T @ x where a unit's ReLU is off for the whole micro-batch: a row of a all zero (or -0), whose E_i = 0;
+    # the rows beside it share their block's largest E_i, under which c ± E of a zero c would round to both signs.
+    # Under a BLAS that gives -0 for sums of zero products, and for b stacked as the ranks' operands are
+    def minus_zero_blas(a, b, out):
+        np.matmul(a, b, out=out)
+        out[out == 0] = -0.0
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((2, 32, 300)).astype(np.float32)
+    a[[3, 17, 39]] = 0.0
+    a[17] = -0.0
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    for got, b_ in [(exact_matmul(a, b[0]), b[0]), *zip(exact_matmul(a, b), b)]:
+        assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
+    seen = []  # the zero suspects: none in a dead row
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda where, *rest: seen.append(where[-2])
+                        or inner(where, *rest))
+    exact_matmul(a, b[0])
+    assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
+
+
+def test_rows_whose_bounds_differ_share_the_largest(monkeypatch):
+    # a block's rows tested against one E, its largest E_i, where the smallest live one is within _SPREAD of it: sums
+    # 2**-25 past float32 midpoints, beside ±2**30 (a float64 sum summed in order loses the midpoint's last bit: c
+    # 2**-25 short of it, on the other side) and beside ±2**21 (c exact), 2**9 apart in E_i: the smaller rows' E_i
+    # for all would call the larger rows' c certain
+    rng = np.random.default_rng(8)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
+    a = np.zeros((20, 8), np.float32)
+    a[:, :3] = near_ties(20, 3, rng)  # base, half its spacing, a nudge of 0 or ±2**-45 or ±2**-60
+    a[:, 3] = 2.0 ** np.where(np.arange(20) % 2, 21, 30)
+    a[:, 4] = -a[:, 3]
+    a[:, 5] = 2.0**-25
+    b = np.ones((8, 4096), np.float32)  # 8 rows a block
+    b[:, 1::2] *= -1
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 2048))))
+
+
 def test_a_blas_whose_zero_sums_are_minus_zero_still_gives_plus_zero(monkeypatch):
     # a BLAS that starts each sum from its first product gives -0 for products of -0 only (OpenBLAS starts from +0):
     # every zero of c is then -0 here, exact zeros and cancellations alike, and each must come out as its exact sum
