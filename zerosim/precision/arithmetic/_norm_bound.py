@@ -121,13 +121,12 @@ def rounded_by_norms(a64, b64):
     if not found:
         return out, None
     where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
-    out[where] = y  # c rounded where it is in doubt (the exact sum's rounding wherever a later test settles it)
-    # every -0 of c outside a dead column is a suspect (c ± E round to float32s of both signs, E = 0 included), so
+    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0 included), so
     # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
-    # suspects rather than c += 0 over all of c
-    zero = np.flatnonzero(y == 0)
-    out[tuple(x[zero] for x in where)] = 0.0  # a zero that stays in doubt is overwritten by its exact sum
-    y[zero] = 0.0  # -0 ± 0 rounds to both signs: a -0 with norms of 0 would stay in doubt
+    # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
+    # would stay in doubt)
+    y[y == 0] = 0.0
+    out[where] = y  # c rounded where it is in doubt (the exact sum's rounding wherever a later test settles it)
     where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
     return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
 
