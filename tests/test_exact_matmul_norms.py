@@ -76,6 +76,19 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
 
 
+def test_suspects_on_strided_columns_are_gathered_in_column_order():
+    # dx = dy @ W: b's columns strided, the suspects' columns gathered in sorted order, a part at a time (K = 200:
+    # 327 a part); 1,280 near ties, each column its own power of two, so one mixed up gives another column's sum
+    rng = np.random.default_rng(9)
+    a = near_ties(20, 200, rng)
+    scale = 2.0 ** rng.integers(-4, 5, 64)
+    b = np.ones((200, 64), np.float32) * (scale * np.where(np.arange(64) % 2, -1, 1)).astype(np.float32)
+    assert b.flags.c_contiguous  # its columns strided in the float64 copy too
+    got = exact_matmul(a, b)
+    want = reference(a, np.ones((200, 1), np.float32))  # each column of b is a power of two times the first
+    assert np.array_equal(bits(got), bits((want * b[0].astype(np.float64)).astype(np.float32)))
+
+
 def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
     # dW = dy.T @ x under ReLU masks: many elements sum only zero products; their norms do not show it
     rng = np.random.default_rng(3)
