@@ -7,6 +7,7 @@ for `twice_precise_sums`, Fraction sums of its terms.
 """
 
 import threading
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from helpers import bits
 from hypothesis import given
 from hypothesis import strategies as st
-from test_exact_matmul import reference
+from test_exact_matmul import HARD, reference
 
 from zerosim.precision.arithmetic import _exact_matmul, _norm_bound, exact_matmul
 from zerosim.precision.arithmetic._twice_precise import twice_precise_sums
@@ -158,6 +159,17 @@ def test_rows_whose_bounds_differ_share_the_largest(monkeypatch):
     b = np.ones((8, 4096), np.float32)  # 8 rows a block
     b[:, 1::2] *= -1
     assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 2048))))
+
+
+@pytest.mark.parametrize("name", [n for n in HARD if "overflow" in n])
+def test_sums_near_float32s_overflow_round_there_without_a_warning(name):
+    # a suspect past float32's range rounds to inf, as its exact sum does: no RuntimeWarning for the user to read
+    row, column, want = HARD[name]
+    a, b = np.array([row], np.float32), np.array(column, np.float32)[:, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = exact_matmul(a, b)
+    assert bits(got) == bits(np.float32([[want]]))
 
 
 def test_a_blas_whose_zero_sums_are_minus_zero_still_gives_plus_zero(monkeypatch):

@@ -127,7 +127,8 @@ def rounded_by_norms(a64, b64):
     # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
     # would stay in doubt)
     y[y == 0] = 0.0
-    out[where] = y  # c rounded where it is in doubt (the exact sum's rounding wherever a later test settles it)
+    with np.errstate(over="ignore"):  # c rounded where it is in doubt (a later test settles it, or it is the answer)
+        out[where] = y
     where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
     return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
 
