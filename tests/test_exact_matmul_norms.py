@@ -7,6 +7,7 @@ for `twice_precise_sums`, Fraction sums of its terms.
 """
 
 import threading
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from helpers import bits
 from hypothesis import given
 from hypothesis import strategies as st
-from test_exact_matmul import reference
+from test_exact_matmul import HARD, reference
 
 from zerosim.precision.arithmetic import _exact_matmul, _norm_bound, exact_matmul
 from zerosim.precision.arithmetic._twice_precise import twice_precise_sums
@@ -76,6 +77,19 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
 
 
+def test_suspects_on_strided_columns_are_gathered_in_column_order():
+    # dx = dy @ W: b's columns strided, the suspects' columns gathered in sorted order, a part at a time (K = 200:
+    # 327 a part); 1,280 near ties, each column its own power of two, so one mixed up gives another column's sum
+    rng = np.random.default_rng(9)
+    a = near_ties(20, 200, rng)
+    scale = 2.0 ** rng.integers(-4, 5, 64)
+    b = np.ones((200, 64), np.float32) * (scale * np.where(np.arange(64) % 2, -1, 1)).astype(np.float32)
+    assert b.flags.c_contiguous  # its columns strided in the float64 copy too
+    got = exact_matmul(a, b)
+    want = reference(a, np.ones((200, 1), np.float32))  # each column of b is a power of two times the first
+    assert np.array_equal(bits(got), bits((want * b[0].astype(np.float64)).astype(np.float32)))
+
+
 def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
     # dW = dy.T @ x under ReLU masks: many elements sum only zero products; their norms do not show it
     rng = np.random.default_rng(3)
@@ -104,6 +118,58 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b)))
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
+
+
+def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
+    # dW = dy.T @ x where a unit's ReLU is off for the whole micro-batch: a row of a all zero (or -0), whose E_i = 0;
+    # the rows beside it share their block's largest E_i, under which c ± E of a zero c would round to both signs.
+    # Under a BLAS that gives -0 for sums of zero products, and for b stacked as the ranks' operands are
+    def minus_zero_blas(a, b, out):
+        np.matmul(a, b, out=out)
+        out[out == 0] = -0.0
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((2, 32, 300)).astype(np.float32)
+    a[[3, 17, 39]] = 0.0
+    a[17] = -0.0
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    for got, b_ in [(exact_matmul(a, b[0]), b[0]), *zip(exact_matmul(a, b), b)]:
+        assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
+    seen = []  # the zero suspects: none in a dead row
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda where, *rest: seen.append(where[-2])
+                        or inner(where, *rest))
+    exact_matmul(a, b[0])
+    assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
+
+
+def test_rows_whose_bounds_differ_share_the_largest(monkeypatch):
+    # a block's rows tested against one E, its largest E_i, where the smallest live one is within _SPREAD of it: sums
+    # 2**-25 past float32 midpoints, beside ±2**30 (a float64 sum summed in order loses the midpoint's last bit: c
+    # 2**-25 short of it, on the other side) and beside ±2**21 (c exact), 2**9 apart in E_i: the smaller rows' E_i
+    # for all would call the larger rows' c certain
+    rng = np.random.default_rng(8)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
+    a = np.zeros((20, 8), np.float32)
+    a[:, :3] = near_ties(20, 3, rng)  # base, half its spacing, a nudge of 0 or ±2**-45 or ±2**-60
+    a[:, 3] = 2.0 ** np.where(np.arange(20) % 2, 21, 30)
+    a[:, 4] = -a[:, 3]
+    a[:, 5] = 2.0**-25
+    b = np.ones((8, 4096), np.float32)  # 8 rows a block
+    b[:, 1::2] *= -1
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 2048))))
+
+
+@pytest.mark.parametrize("name", [n for n in HARD if "overflow" in n])
+def test_sums_near_float32s_overflow_round_there_without_a_warning(name):
+    # a suspect past float32's range rounds to inf, as its exact sum does: no RuntimeWarning for the user to read
+    row, column, want = HARD[name]
+    a, b = np.array([row], np.float32), np.array(column, np.float32)[:, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = exact_matmul(a, b)
+    assert bits(got) == bits(np.float32([[want]]))
 
 
 def test_a_blas_whose_zero_sums_are_minus_zero_still_gives_plus_zero(monkeypatch):

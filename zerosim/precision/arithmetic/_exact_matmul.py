@@ -72,6 +72,10 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
+# `_repair`: below this many products (plus 100 a sum, its list's own cost) the elements are summed one by one, not
+# by the tree first: the tree's ~20 NumPy calls cost ~100 µs, one exact sum ~3.5 µs and 35 ns a product (2-core AMD
+# EPYC); a 919k MLP's step leaves 1-5 at K = 32 in each of 24 dW. Either way the same bits
+_ONE_BY_ONE = 3500
 _WHOLE_FIRST = 1 << 14  # elements of a and b together: below this, one bound over the whole is tried first
 _F32_TINIEST = 2.0**-149  # float32's smallest subnormal: a nonzero sum at least this large rounds to a nonzero
 _ABOVE_ALL = 2.0**1000  # above every |value| of a format of 32 bits or fewer (float32's largest is below 2**128)
@@ -614,12 +618,14 @@ def _magnitudes(where, a64, b64) -> np.ndarray:
 
 
 def _lines(where, a64, b64):
-    """(part, rows of a, columns of b) for consecutive slices `part` of the elements at index arrays `where`, a few
-    thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the caller's to overwrite.
-    A 2-D product's lines go to this thread's buffers (_scratch.py): a gather into memory fresh from the system
-    costs a page fault per 4 kB (the few hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4 ms of
-    a 7.7 ms product). Strided columns of b (dx = dy @ W) are gathered along b's rows: np.take of strided lines is
-    ten times slower."""
+    """(part, rows of a, columns of b) for parts `part` (slices or index arrays) of the elements at index arrays
+    `where`, a few thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the caller's
+    to overwrite. A 2-D product's lines go to this thread's buffers (_scratch.py): a gather into memory fresh from the
+    system costs a page fault per 4 kB (the few hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4
+    ms of a 7.7 ms product). Strided columns of b (dx = dy @ W) are gathered along b's rows (np.take of strided
+    lines is ten times slower), the elements in the order of their columns: a part's columns then share b's cache
+    lines, where in the suspects' own order each column costs a line of each of b's K rows (a 10M MLP's dx, 1,177
+    suspects at K = 2560: 49-55 ms to settle in their own order, 29-34 ms sorted)."""
     *lead, i, j = where
     step = gathered_rows(a64.shape[-1])
     columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
@@ -628,15 +634,17 @@ def _lines(where, a64, b64):
         batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
         a64, columns = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (a64, columns))
     k = a64.shape[-1]
+    strided = not batched and columns.strides[-1] != columns.itemsize
+    order = np.argsort(j, kind="stable") if strided and len(j) > step else None
     for start in range(0, len(i), step):
-        part = slice(start, start + step)
+        part = slice(start, start + step) if order is None else order[start:start + step]
         *lead_part, i_part, j_part = (x[part] for x in where)
         if batched:
             yield part, a64[(*lead_part, i_part)], columns[(*lead_part, j_part)]
             continue
         count = len(i_part)
         rows = np.take(a64, i_part, axis=0, out=scratch((count, k), 20), mode="clip")  # "clip": no buffered copy
-        if columns.strides[-1] == columns.itemsize:  # (every index is in range)
+        if not strided:  # (every index is in range)
             yield part, rows, np.take(columns, j_part, axis=0, out=scratch((count, k), 21), mode="clip")
         else:
             yield part, rows, np.take(b64, j_part, axis=1, out=scratch((k, count), 21), mode="clip").T
@@ -657,13 +665,15 @@ def _quantum(magnitude, precision: int, axis: int):
 def _repair(out, where, a64, b64, ns):
     """`out` with the elements at index arrays `where` replaced by their exact sums rounded once (on the host: they
     are few). Their sums to twice float64's precision first, all at once (_twice_precise.py): they round to float32
-    alone but for near-ties, which `exact_sum_f32` sums exactly, one by one."""
+    alone but for near-ties, which `exact_sum_f32` sums exactly, one by one; so are all of them where they are few
+    enough (`_ONE_BY_ONE`)."""
     batch = out.shape[:-2]
     a_h = np.broadcast_to(ns.to_host(a64), batch + a64.shape[-2:])  # views: batch dims broadcast, nothing copied
     b_h = np.broadcast_to(ns.to_host(b64), batch + b64.shape[-2:])
     host = out if ns.is_numpy else ns.to_host(out)
     rest = []
-    for lines, rows, columns in _lines(where, a_h, b_h):
+    few = len(where[-1]) * (a64.shape[-1] + 100) < _ONE_BY_ONE
+    for lines, rows, columns in () if few else _lines(where, a_h, b_h):
         part = tuple(x[lines] for x in where)
         products = np.multiply(rows, columns, out=rows)  # (step, K) exact products
         finite = np.isfinite(products).all(axis=1)

@@ -22,8 +22,9 @@ rounding is monotone (_round_once.py `certain_f32`, with one error per row, or t
 rest are the suspects, a few in a million for well-conditioned data: each is tried again with its own column's norm
 (||a_i||·||b_j|| in place of the row's widest), zeros whose every product is 0 are told apart by where a and b are
 nonzero (a ReLU's dW has thousands), and the caller bounds the rest by their own Σ_k |a_ik·b_kj| and sums exactly
-those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). So one GEMM and six passes over c, in place of
-two GEMMs and a dozen.
+those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). Rows and columns all zero (a ReLU's dead units)
+are exact zeros, +0, never suspects. So one GEMM and four passes over c (c - E rounded into the output, c + E
+rounded, their comparison, the suspects found), in place of two GEMMs and a dozen.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from zerosim.precision.arithmetic._scratch import scratch as _scratch
 SLACK = 1 + 2.0**-20  # the norms' and E's own roundings, for K < 2**31 (module docstring)
 SHORT_K = 64  # K at most this: the product GEMM'd by the same blocks of rows it is tested in (its output is as
 # large as its arithmetic: a dW over 32 rows of a micro-batch)
+_SPREAD = 2.0**10  # a block of rows tested against its largest E_i where its smallest (of rows not all zero) is within
+# this factor, else each row against its own: a column of E_i makes two passes a third to four fifths dearer than a
+# scalar, and a bound 2**10 looser leaves at most ~2**10 times the few suspects per million (a 919k MLP's dW: rows
+# 10-500x apart, 63,220 suspects a step under one E a block against 62,819 under twofold, nearly all exact zeros)
 _BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
 _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
@@ -53,8 +58,8 @@ def rounded_by_norms(a64, b64):
     None where a or b holds NaN or inf (the caller's long way handles those). suspects: None where there are none,
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
     doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
-    within a factor of two (a scalar: half the cost of a column of E_i per pass; a looser bound only for the first
-    test, as every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
+    within `_SPREAD` (a scalar: a column of E_i costs more per pass; a looser bound only for the first test, as
+    every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
     temporary lives in this thread's reused buffers (_scratch.py): memory fresh from the system costs a page fault
     per 4 kB, more than these passes."""
     rows, columns = line_norms(a64, b64)
@@ -70,15 +75,16 @@ def rounded_by_norms(a64, b64):
     gemm_step = step if len(shape) == 2 and k <= SHORT_K else m  # rows GEMM'd at a time
     c_all = _scratch(shape[:-2] + (min(gemm_step, m), n), 2)
     part = shape[:-2] + (min(step, m), n)
-    buffers = (_scratch(part, 0), _scratch(part, 3, np.float32), _scratch(part, 4, np.float32),
-               _scratch(part, 5, np.bool_))
+    buffers = (_scratch(part, 4, np.float32), _scratch(part, 5, np.bool_))
     by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
     starts = np.arange(0, m, step)
     highs = np.maximum.reduceat(by_row.max(axis=0), starts).tolist() if m else []  # each block's largest E_i
-    lows = np.minimum.reduceat(by_row.min(axis=0), starts).tolist() if m else []  # and smallest
-    # columns of b that are all zero (a ReLU's dead units in dW = dy.T @ x): their elements are exact zeros, which the
-    # row's bound would leave in doubt by the million; +0 in out (a BLAS may give -0), never suspects
+    # columns of b and rows of a that are all zero (a ReLU's dead units in dW = dy.T @ x): their elements are exact
+    # zeros, which a bound above 0 would leave in doubt by the thousand; +0 in out (a BLAS may give -0), never suspects
     dead = np.flatnonzero(columns == 0) if columns.ndim == 1 else np.zeros(0, np.intp)
+    dead_rows = np.flatnonzero(rows == 0) if rows.ndim == 1 else np.zeros(0, np.intp)
+    live = np.where(by_row > 0, by_row, np.inf) if len(dead_rows) else by_row  # a dead row's E_i = 0 bounds nothing
+    lows = np.minimum.reduceat(live.min(axis=0), starts).tolist() if m else []  # and smallest
     found, values = [], []
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
         for start in range(0, m, gemm_step):
@@ -89,17 +95,22 @@ def rounded_by_norms(a64, b64):
                 c = c_part[..., first:first + step, :]
                 top = start + first  # c's first row in the product
                 r = c.shape[-2]
-                shifted, low, high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
-                # the block's largest E_i: a scalar costs half a column's pass; each row's own where they differ
-                # more than twofold (a ReLU's dead units give rows of E_i = 0, exact zeros all)
+                high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
+                # the block's largest E_i (a scalar), or each row's own where they differ more than _SPREAD-fold
                 e = highs[top // step]
-                e = e if e <= 2 * lows[top // step] else error[..., top:top + r, None]
-                np.copyto(out[..., top:top + r, :], c, casting="unsafe")
-                np.copyto(low, np.subtract(c, e, out=shifted), casting="unsafe")  # c - E rounded
-                np.copyto(high, np.add(c, e, out=shifted), casting="unsafe")  # c + E rounded
+                e = e if e <= _SPREAD * lows[top // step] else error[..., top:top + r, None]
+                # c - E rounded, straight into out (one pass, no float64 temporary): where c + E rounds alike, so
+                # does the exact sum, and that is the answer; the suspects get c rounded (below), as their next
+                # tests assume
+                low = out[..., top:top + r, :]
+                np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
+                np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
                 np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
                 if len(dead):
                     doubt[..., dead] = False
+                if len(dead_rows):
+                    here = dead_rows[(dead_rows >= top) & (dead_rows < top + r)]
+                    doubt[..., here - top, :] = False
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
                     values.append(c.reshape(-1)[flat])
@@ -107,15 +118,17 @@ def rounded_by_norms(a64, b64):
                     found.append(where[:-2] + (where[-2] + top, where[-1]))
     if len(dead):
         out[..., dead] = 0.0
+    out[..., dead_rows, :] = 0.0
     if not found:
         return out, None
     where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
-    # every -0 of c outside a dead column is a suspect (c ± E round to float32s of both signs, E = 0 included), so
+    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0 included), so
     # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
-    # suspects rather than c += 0 over all of c
-    zero = np.flatnonzero(y == 0)
-    out[tuple(x[zero] for x in where)] = 0.0  # a zero that stays in doubt is overwritten by its exact sum
-    y[zero] = 0.0  # -0 ± 0 rounds to both signs: a -0 with norms of 0 would stay in doubt
+    # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
+    # would stay in doubt)
+    y[y == 0] = 0.0
+    with np.errstate(over="ignore"):  # c rounded where it is in doubt (a later test settles it, or it is the answer)
+        out[where] = y
     where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
     return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
 

@@ -42,10 +42,10 @@ def certain_f32(y, err, ns):
     suspects: they come from NaN or inf inputs, and every correct evaluation gives them too. Nor is a y with err 0
     (only a zero y can have it: the caller says it is exact, as tanh(-0) = -0 is): y ± 0 would round to -0 and +0
     (IEEE's -0 + +0 is +0) and look unsure, and the exact evaluation would lose the sign of zero."""
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # past float32's range: inf, as the exact value rounds there
         err = err + np.abs(y) * _ROUNDING_OF_Y
-        low, high = narrow32(y - err, ns), narrow32(y + err, ns)
-    return narrow32(y, ns), (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y) & (err > 0)
+        low, high, rounded = narrow32(y - err, ns), narrow32(y + err, ns), narrow32(y, ns)
+    return rounded, (low.view(np.uint32) != high.view(np.uint32)) & np.isfinite(y) & (err > 0)
 
 
 def f32_of_fraction(x: Fraction) -> np.float32:  # noqa: F821 (imported below, where a tie needs it)
