@@ -135,14 +135,30 @@ class Model:
     def pack_ranks(self, i: int, tensors: dict, n: int):
         """`pack` of n ranks' tensors at once, each tensor {name: (n, ...)} holding rank r's at [r]: an (n, stop -
         start) array whose row r is `pack` of rank r's (the same elements in the same order, dtype kept: one
-        concatenate for every rank, not one each); None where a tensor is not such a host array (a list per rank)."""
+        array for every rank, not one each, laid out by `packed_ranks`); None where a tensor is not such a host
+        array (a list per rank)."""
         parts = []
         for s in self._layer_specs()[i]:
             t = tensors[s.name]
-            if type(t) is not np.ndarray or t.ndim < 1 or t.shape[0] != n:
+            if type(t) is not np.ndarray or t.ndim < 1 or t.shape[0] != n or t.size != n * s.size:
                 return None
-            parts.append(t.reshape(n, -1))
-        return np.concatenate(parts, axis=1) if parts else None
+            parts.append(t)
+        if not parts:
+            return None
+        packed, views = self.packed_ranks(i, n, np.result_type(*parts))
+        for s, t in zip(self._layer_specs()[i], parts):
+            views[s.name][...] = t.reshape(views[s.name].shape)
+        return packed
+
+    def packed_ranks(self, i: int, n: int, dtype) -> tuple:
+        """(packed, views): an uninitialised (n, stop - start) array of `dtype` for n ranks' tensors of layer i, and
+        its views by name, each (n, *shape), rank r's at [r] a C-contiguous view into row r where `pack` puts it.
+        The one layout of the ranks' packed tensors: `pack_ranks` copies into it, a backward writes its gradients
+        there itself (parallel/data/_reduce.py `grads_room`)."""
+        start, stop = self._windows[i]
+        packed = np.empty((n, stop - start), dtype)  # (n, stop - start)
+        return packed, {s.name: packed[:, s.offset - start:s.offset - start + s.size].reshape(n, *s.shape)
+                        for s in self._layer_specs()[i]}
 
     def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """Initial weights as a float32 (P,) vector; `rng` defaults to default_rng(0), so runs repeat."""

@@ -60,14 +60,28 @@ def stage_grads(ctx, model, rank, layer: int, grads: dict, first: bool):
     return None
 
 
-def stage_grads_together(ctx, model, layer: int, grads: dict, n: int):
-    """`stage_grads` of every local rank at once, from their gradients stacked (models/_stacked.py `Landing.grads`:
-    {name: (n, ...)}, rank r's at [r]): stages 2/3's packed gradients, rank r's the row r of one (n, b-a) array (the
-    elements `model.pack` makes of rank r's, one concatenate for all); None where this does not apply (stages 0/1,
-    gradients that are a list per rank), and `stage_grads` runs rank by rank instead."""
+def grads_room(ctx, model, layer: int, n: int, dtype):
+    """Stages 2/3: where every local rank's packed gradients of `layer` will lie, before backward makes them:
+    (packed (n, b-a) array of `dtype`, its views by name, rank r's at [r]: models/_model.py `packed_ranks`), for the
+    stacked backward to write them into (models/_stacked.py), so that no rank's gradients are made apart and copied
+    together; None where the gradients are not packed per unit (stages 0/1) or the layer has none."""
     a, b = ctx.layout.windows[layer]
     if b <= a or not ctx.plan.reduces_per_unit:
         return None
+    return model.packed_ranks(layer, n, dtype)
+
+
+def stage_grads_together(ctx, model, layer: int, grads: dict, n: int, room=None):
+    """`stage_grads` of every local rank at once, from their gradients stacked (models/_stacked.py `Landing.grads`:
+    {name: (n, ...)}, rank r's at [r]): stages 2/3's packed gradients, rank r's the row r of one (n, b-a) array (the
+    elements `model.pack` makes of rank r's); None where this does not apply (stages 0/1, gradients that are a list
+    per rank), and `stage_grads` runs rank by rank instead. `room` (`grads_room`): where the gradients are its views,
+    written there by the backward, its array is the answer as it is; else they are packed afresh (`pack_ranks`)."""
+    a, b = ctx.layout.windows[layer]
+    if b <= a or not ctx.plan.reduces_per_unit:
+        return None
+    if room is not None and grads.keys() == room[1].keys() and all(grads[k] is v for k, v in room[1].items()):
+        return list(room[0])
     packed = model.pack_ranks(layer, grads, n)
     return None if packed is None else list(packed)
 
