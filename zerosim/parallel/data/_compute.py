@@ -23,7 +23,6 @@ from zerosim.models import done as made
 from zerosim.models import needs_params, run_stacked, stacks
 from zerosim.parallel.data._gather import shared_unit, unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, grads_room, stage_grads, stage_grads_together
-from zerosim.precision import get_format
 from zerosim.precision.arithmetic import arithmetic_of
 
 
@@ -87,7 +86,7 @@ def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, m
         return False
     params = shared_unit(ctx, model, op.layer) if read else {}
     # stages 2/3: every rank's packed gradients laid out before the backward, which writes them there
-    room = grads_room(ctx, model, op.layer, len(passes), get_format(passes[0].fmt).dtype) if (
+    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt) if (
         params is not None and op.kind == "backward") else None
     landing = None if params is None else run_stacked(passes, op, model, params, None if room is None else room[1])
     if landing is None:
