@@ -156,7 +156,10 @@ def test_pack_ranks_is_the_concatenate_of_each_ranks_tensors():
         got = model.pack_ranks(layer, tensors, n)
         assert got.shape == want.shape and bits(got).tolist() == bits(want).tolist()
         assert all(same(got[r], model.pack(layer, {k: t[r] for k, t in tensors.items()})) for r in range(n))
-        packed, views = model.packed_ranks(layer, n, np.float32)
+        packed, views = model.packed_ranks(layer, n, np.float32)  # the layout a backward writes into
         assert all(views[s.name][r].flags.c_contiguous and np.shares_memory(views[s.name][r], packed[r])
                    for s in specs for r in range(n))
+        for s in specs:
+            views[s.name][...] = tensors[s.name]
+        assert bits(packed).tolist() == bits(want).tolist()
     assert model.pack_ranks(0, {"w": [np.zeros((7, 5))] * n, "b": np.zeros((n, 7))}, n) is None  # a list per rank
