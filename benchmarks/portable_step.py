@@ -18,9 +18,15 @@ not exact, though on the 30 products of a 919k, N = 8 step, 8.3 million elements
 product's), so only its time counts; portable ÷ floor is what the proof and its settling cost. (For
 bf16 the exact products read the operands' facts and keep widened weights, which a plain widening would not match.)
 
+With --faults, each engine's minor page faults and system CPU ms per step too (medians of the same rounds, from
+`resource.getrusage` of this process around each step): memory fresh from the system costs a fault per 4 kB page,
+which the step's user time does not show. They depend on the heap's history (glibc hands large blocks back to the
+system and maps them afresh), so compare them within one run of one case, or run one case per process.
+
 Targets (issue 63): portable ÷ native <= 1.25 for bf16-mixed at 919k, <= 1.5 for fp32 (at 919k and 10M).
 
     python benchmarks/portable_step.py [--repeats 9] [--cases 919k:8,10M:4] [--precisions bf16-mixed,fp32] [--floor]
+        [--faults]
 """
 
 import os
@@ -88,28 +94,35 @@ def stepped(engine, batches, floor: bool) -> list:
 
 
 def measure(widths, n: int, precision: str, repeats: int, floor: bool = False) -> tuple:
-    """({engine: median CPU s}, (q1, q3) of the rounds' portable ÷ native)."""
+    """({engine: median CPU s}, (q1, q3) of the rounds' portable ÷ native, {engine: (median minor page faults,
+    median system CPU s) per step})."""
+    import resource
+
     from zerosim.models import make_regression
     from zerosim.precision.arithmetic import clear_kept_operands
 
     batches = make_regression(np.random.default_rng(0), n, BATCH, widths)
     runs, order = engines(widths, n, precision, floor), random.Random(0)
-    cpu = {a: [] for a in runs}
+    cpu, faults, system = ({a: [] for a in runs} for _ in range(3))
     for round_ in range(repeats + 1):  # round 0 warms up
         names = list(runs)
         order.shuffle(names)
         for a in names:
             clear_kept_operands()  # untimed: neither finds the other's widened weights
-            c = time.process_time()
+            before, c = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
             losses = stepped(runs[a], batches, a == "floor")
             if round_:
                 cpu[a].append(time.process_time() - c)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                faults[a].append(after.ru_minflt - before.ru_minflt)
+                system[a].append(after.ru_stime - before.ru_stime)
             runs[a].cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
             if not all(math.isfinite(x) for x in losses):
                 raise FloatingPointError(f"{a}: a loss is not finite")
     rounds = sorted(p / q for p, q in zip(cpu["portable"], cpu["native"]))
     spread = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
-    return {a: statistics.median(v) for a, v in cpu.items()}, spread
+    paging = {a: (statistics.median(faults[a]), statistics.median(system[a])) for a in runs}
+    return {a: statistics.median(v) for a, v in cpu.items()}, spread, paging
 
 
 def main():
@@ -121,19 +134,24 @@ def main():
     p.add_argument("--precisions", default="bf16-mixed,fp32")
     p.add_argument("--floor", action="store_true", help="fp32 rows: also the portable engine with every product a "
                    "float64 GEMM rounded once and no proof, in the same turns (the design's floor)")
+    p.add_argument("--faults", action="store_true", help="also each engine's minor page faults and system CPU ms per "
+                   "step (medians)")
     args = p.parse_args()
     print(f"ZeRO-3, Adam, Cluster(N) defaults; CPU ms per step, median of {args.repeats} in turns; BLAS threads "
           f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}")
     floor_head = f" {'floor ms':>9} {'portable/floor':>14}" if args.floor else ""
+    faults_head = f" {'faults p/n':>13} {'sys ms p/n':>11}" if args.faults else ""
     print(f"{'MLP':<24} {'params':>10} {'N':>3} {'precision':>10} {'native ms':>10} {'portable ms':>12} "
-          f"{'portable/native':>15} {'rounds q1-q3':>12} {'target':>7}{floor_head}")
+          f"{'portable/native':>15} {'rounds q1-q3':>12} {'target':>7}{floor_head}{faults_head}")
     for case in args.cases.split(","):
         name, n = case.split(":")
         widths = MODELS[name]
         for precision in args.precisions.split(","):
-            t, (q1, q3) = measure(widths, int(n), precision, args.repeats, args.floor and precision == "fp32")
+            t, (q1, q3), paging = measure(widths, int(n), precision, args.repeats, args.floor and precision == "fp32")
             params = MLP(widths).num_params
             floor = f" {t['floor'] * 1e3:>9.1f} {t['portable'] / t['floor']:>14.2f}" if "floor" in t else ""
+            (pf, ps), (nf, ns) = paging["portable"], paging["native"]
+            floor += f" {f'{pf:.0f}/{nf:.0f}':>13} {f'{ps * 1e3:.1f}/{ns * 1e3:.1f}':>11}" if args.faults else ""
             print(f"{str(widths):<24} {params:>10,} {n:>3} {precision:>10} {t['native'] * 1e3:>10.1f} "
                   f"{t['portable'] * 1e3:>12.1f} {t['portable'] / t['native']:>15.2f} {q1:>7.2f}-{q3:<4.2f} "
                   f"{'<= ' + str(TARGETS[precision]):>7}{floor}", flush=True)

@@ -38,6 +38,9 @@ CASES = [
     (1, {"activation": "gelu"}, "bf16-mixed", "sgd", 4, 2, {}),
     (3, {"loss": "xent"}, "bf16-mixed", "adam", 3, 4, {}),  # cross-entropy's loss op rank by rank, the layers stacked
     ("hpz", {}, "bf16-mixed", "adam", 4, 3, {"shard_group": 2}),  # backward gathers from the secondary pieces
+    # fp32 dW of 32 rows of 300 and 250 wide, rank by rank (_basic.py `_BATCHED_BELOW`), written into the packed rows
+    (3, {}, "fp32", "adam", 2, 32, {"widths": [5, 300, 250, 3]}),
+    (2, {}, "fp32", "sgd", 3, 32, {"widths": [5, 300, 250, 3]}),
 ]
 
 
@@ -45,7 +48,7 @@ def _run(case, stack: bool, steps: int = 3):
     stage, options, precision, opt, n, rows, extra = case
     extra = dict(extra)
     k = extra.pop("accumulation_steps", 1)
-    widths = [5, 7, 6, 3]
+    widths = extra.pop("widths", [5, 7, 6, 3])
     model = MLP(widths, **options)
     make = make_classification if options.get("loss") == "xent" else make_regression
     data = make(np.random.default_rng(2), n * steps * k, rows, widths)

@@ -135,7 +135,11 @@ class Model:
     def pack_ranks(self, i: int, tensors: dict, n: int):
         """`pack` of n ranks' tensors at once, each tensor {name: (n, ...)} holding rank r's at [r]: an (n, stop -
         start) array whose row r is `pack` of rank r's (the same elements in the same order, dtype kept: one
-        concatenate for every rank, not one each); None where a tensor is not such a host array (a list per rank)."""
+        concatenate for every rank, not one each; the layout `packed_ranks` gives a backward to write into, as
+        `unflatten` is `pack`'s); None where a tensor is not such a host array (a list per rank).
+
+        NOTE: a concatenate, not a copy into `packed_ranks`' array: the same bytes, but in portable_step.py's turns
+        the copy moved the heap so that the native engine's 10M bf16 step met ~9,000 more page faults."""
         parts = []
         for s in self._layer_specs()[i]:
             t = tensors[s.name]
@@ -143,6 +147,17 @@ class Model:
                 return None
             parts.append(t.reshape(n, -1))
         return np.concatenate(parts, axis=1) if parts else None
+
+    def packed_ranks(self, i: int, n: int, dtype) -> tuple:
+        """(packed, views): an uninitialised (n, stop - start) array of `dtype` for n ranks' tensors of layer i, and
+        its views by name, each (n, *shape), rank r's at [r] a C-contiguous view into row r where `pack` puts it.
+        Each tensor at its offset in the layer's window, as `unflatten` finds it in one rank's (tests pin it to
+        `pack_ranks`' concatenate, element for element): a backward writes its gradients there itself
+        (parallel/data/_reduce.py `grads_room`)."""
+        start, stop = self._windows[i]
+        packed = np.empty((n, stop - start), dtype)  # (n, stop - start)
+        return packed, {s.name: packed[:, s.offset - start:s.offset - start + s.size].reshape(n, *s.shape)
+                        for s in self._layer_specs()[i]}
 
     def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """Initial weights as a float32 (P,) vector; `rng` defaults to default_rng(0), so runs repeat."""

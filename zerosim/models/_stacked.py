@@ -80,10 +80,11 @@ def stacks(passes: list, op, model) -> bool:
     return True
 
 
-def run_stacked(passes: list, op, model, params: dict):
+def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = None):
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
     a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed,
-    where the layer's results do not come back with the passes' rows (a cache of another shape)."""
+    where the layer's results do not come back with the passes' rows (a cache of another shape). `grads_out`: for a
+    backward, {name: (n, ...) array} the layer may write its gradients into (`Layer.backward_ranks`' `out`)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)
@@ -117,7 +118,7 @@ def run_stacked(passes: list, op, model, params: dict):
     dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
     cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
     with used_once(dy, *cache.values()):
-        dx, grads = layer.backward_ranks(params, dy, cache, f, n)  # (n·B, D_in), {name: n ranks' (...)}
+        dx, grads = layer.backward_ranks(params, dy, cache, f, n, grads_out)  # (n·B, D_in), {name: n ranks' (...)}
     if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
         return None
     x_shape = next(iter(first.values())).shape if first else dy0.shape

@@ -85,10 +85,12 @@ def linear_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[n
     return dx, dw, db
 
 
-def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: int) -> tuple:
+def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: int, out=None) -> tuple:
     """`linear_backward` for n ranks' micro-batches stacked row by row (models/_stacked.py): dy (n·B, D_out) and
     x (n·B, D_in), rank r's rows at [r·B, (r+1)·B); returns (dx (n·B, D_in), dw, db (n, D_out)), dw[r] rank r's
-    (D_out, D_in).
+    (D_out, D_in). `out`: {"w": (n, D_out, D_in), "b": (n, D_out)} arrays in fmt's dtype (views of the ranks' packed
+    gradients: models/_model.py `packed_ranks`) that dw and db are written into and returned as; where the product
+    is already in fmt (fp32) the kernel writes each rank's dW there itself, else it is rounded and copied in.
 
     dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: 16-
     and 8-bit products and small fp32 ones as one batched product over the ranks' blocks (an (n, D_out, D_in) array),
@@ -99,12 +101,22 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     (x,) = cache
     dy_r, x_r = dy.reshape(n, -1, dy.shape[-1]), x.reshape(n, -1, x.shape[-1])  # (n, B, D_out), (n, B, D_in)
     dx = rounded(ops.matmul(dy, w), f)  # (n·B, D_in)
+    into = out["w"] if out is not None and f.dtype == acc else None  # the product is the gradient: made in place
     if dy_r[0].size + x_r[0].size < _BATCHED_BELOW or f.bits < 32:
-        dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r), f)  # (n, D_out, D_in)
+        dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r, out=into), f)  # (n, D_out, D_in)
+    elif into is not None:
+        for r in range(n):  # each rank's (D_out, D_in) into its row of the packed gradients
+            ops.matmul(dy_r[r].T, x_r[r], out=into[r])
+        dw = into
     else:
         dw = [rounded(ops.matmul(dy_r[r].T, x_r[r]), f) for r in range(n)]  # n × (D_out, D_in)
     db = rounded(dy_r.astype(acc, copy=False).sum(axis=1, dtype=acc), f)  # (n, D_out)
-    return dx, dw, db
+    if out is None:
+        return dx, dw, db
+    for name, made in (("w", dw), ("b", db)):
+        if name in out and made is not out[name]:
+            out[name][...] = made
+    return dx, out["w"], out.get("b", db)
 
 
 # elements of one rank's dy and x below which fp32 dW are one batched product: where the portable kernel proves a
@@ -212,9 +224,11 @@ class Layer:
     def backward(self, p: dict, dy: np.ndarray, cache: tuple, fmt) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
 
-    def backward_ranks(self, p: dict, dy, cache: dict, fmt, n: int) -> tuple:
+    def backward_ranks(self, p: dict, dy, cache: dict, fmt, n: int, out: dict | None = None) -> tuple:
         """`backward` for n ranks' micro-batches stacked row by row (`rows_apart`): (dx with dy's rows, grads by name,
-        each n ranks' arrays, rank r's at [r]). A parameter-free layer's is `backward` itself."""
+        each n ranks' arrays, rank r's at [r]). `out`: {name: (n, ...) array} the gradients may be written into (then
+        they are those arrays; a layer that ignores it gives its own). A parameter-free layer's is `backward`
+        itself."""
         if self.param_shapes:
             raise NotImplementedError(f"{type(self).__name__} has no backward for stacked ranks")
         return self.backward(p, dy, cache, fmt)
@@ -257,10 +271,10 @@ class Linear(Layer):
         dx, dw, db = linear_backward(dy, (cache["input"],), p["w"], fmt)
         return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
 
-    def backward_ranks(self, p, dy, cache, fmt, n):
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
         if dy.ndim != 2:  # (B, L, D) activations: linear_backward's dy.T is not the per-row transpose
             raise NotImplementedError("Linear stacks ranks of 2-D activations only")
-        dx, dw, db = linear_backward_ranks(dy, (cache["input"],), p["w"], fmt, n)
+        dx, dw, db = linear_backward_ranks(dy, (cache["input"],), p["w"], fmt, n, out)
         return dx, ({"w": dw, "b": db} if self.bias else {"w": dw})
 
     def flops(self, x_shape, kind):

@@ -22,7 +22,7 @@ from zerosim.cluster import ComputeFields, Handle
 from zerosim.models import done as made
 from zerosim.models import needs_params, run_stacked, stacks
 from zerosim.parallel.data._gather import shared_unit, unit_reader
-from zerosim.parallel.data._reduce import adopt_grads, stage_grads, stage_grads_together
+from zerosim.parallel.data._reduce import adopt_grads, grads_room, stage_grads, stage_grads_together
 from zerosim.precision.arithmetic import arithmetic_of
 
 
@@ -85,12 +85,15 @@ def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, m
     if not stacks(passes, op, model):
         return False
     params = shared_unit(ctx, model, op.layer) if read else {}
-    landing = None if params is None else run_stacked(passes, op, model, params)
+    # stages 2/3: every rank's packed gradients laid out before the backward, which writes them there
+    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt) if (
+        params is not None and op.kind == "backward") else None
+    landing = None if params is None else run_stacked(passes, op, model, params, None if room is None else room[1])
     if landing is None:
         return False
     log, ranks, grads = ctx.cluster.trace.record, ctx.ranks, landing.grads
     # stages 2/3 pack every rank's gradients in one go (arithmetic only: nothing is recorded until the ranks' turns)
-    packs = stage_grads_together(ctx, model, op.layer, grads, len(passes)) if grads else None
+    packs = stage_grads_together(ctx, model, op.layer, grads, len(passes), room) if grads else None
     costs = None  # the op's `Compute` fields after the rank's, alike on every rank (one `Done` for all: the landing's)
     for i, done in landing:  # rank i's saved tensors adopted or freed just now; its record follows, as in the loop
         rank = ranks[i]

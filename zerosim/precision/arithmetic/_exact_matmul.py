@@ -99,7 +99,7 @@ _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long 
 _ROUNDED_AT_ONCE = 1 << 18
 
 
-def exact_matmul(a, b):
+def exact_matmul(a, b, out=None):
     """a (..., M, K) @ b (..., K, N) as float32 (..., M, N): each element the exact sum of its K products,
     rounded once to nearest-even float32 (+0 for an exact zero), the same bits on every machine.
 
@@ -107,9 +107,29 @@ def exact_matmul(a, b):
     are exact in float64). Meta arrays (no values) give the product's float32 shape; float64 inputs the machine's
     float64 product. Where every rank multiplies by the same b, one stacked product serves them all
     (_rank_products.py: the same bits).
+
+    `out`: a host array of the product's shape and dtype to hold it, returned (any strides; say, a rank's dW inside
+    the ranks' packed gradients, models/layers/_basic.py). The fp32 operands' bound by the norms writes its rounded
+    sums there as it makes them; every other path makes its answer and copies it in. The same bits either way
+    (tests/test_exact_matmul_out.py).
     """
-    out = rank_products.take(a, b, _exact_once)  # a block of a stacked product finite everywhere, or None
-    return _exact_alone(a, b) if out is None else out
+    if out is not None:
+        _check_out(a, b, out)
+    found = rank_products.take(a, b, _exact_once)  # a block of a stacked product finite everywhere, or None
+    found = _exact_alone(a, b, out=out) if found is None else found
+    if out is None or found is out:
+        return found
+    np.copyto(out, found)
+    return out
+
+
+def _check_out(a, b, out) -> None:
+    """A ValueError where `out` cannot hold a @ b as it is: another shape, or another dtype than the product's."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    dtype = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    if type(out) is not np.ndarray or out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"exact_matmul: out must be a {np.dtype(dtype)} array of shape {shape}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
 
 
 def _exact_once(a, b):
@@ -119,15 +139,15 @@ def _exact_once(a, b):
     return _exact_alone(a, b, once=True)
 
 
-def _exact_alone(a, b, once: bool = False):
-    """exact_matmul(a, b), made for this product alone; `once`: a is used by no other product (`_exact_once`). NaN
-    in, one NaN out (_nan.py), but for what `_narrow_product` answers: it reads facts only where every value is
-    finite, and a finite GEMM's sums hold no NaN (a look for one is a pass over the output: 1 ms of a 919k step on 8
-    ranks, whose dW are 29 MB)."""
+def _exact_alone(a, b, once: bool = False, out=None):
+    """exact_matmul(a, b), made for this product alone, into `out` where the path allows (else fresh); `once`: a is
+    used by no other product (`_exact_once`). NaN in, one NaN out (_nan.py), but for what `_narrow_product`
+    answers: it reads facts only where every value is finite, and a finite GEMM's sums hold no NaN (a look for one
+    is a pass over the output: 1 ms of a 919k step on 8 ranks, whose dW are 29 MB)."""
     if narrow_host(a) and narrow_host(b):  # plain host arrays of 16- or 8-bit formats, what models multiply
-        out = _narrow_product(a, b, once)
-        if out is not None:
-            return out
+        made = _narrow_product(a, b, once)
+        if made is not None:
+            return made
         m, n = a.shape[-2], b.shape[-1]
         if a.ndim == 3 and a.shape[0] > 1 and a.shape[0] * m * n > _LONG_WAY_ELEMENTS:
             # the long way's float64 temporaries (c, |a| @ |b|, its bound, y ± err: ~40 B an element) a few of the
@@ -137,12 +157,13 @@ def _exact_alone(a, b, once: bool = False):
             stacked_b = b.ndim == 3 and b.shape[0] == a.shape[0]
             return np.concatenate([_exact_alone(a[i:i + at], b[i:i + at] if stacked_b else b, once)
                                    for i in range(0, a.shape[0], at)])
-    out = _exact_long(a, b)
-    return canonical_nans(out, namespace_of(out)) if has_values(out) else out
+    made = _exact_long(a, b, out)
+    return canonical_nans(made, namespace_of(made)) if has_values(made) else made
 
 
-def _exact_long(a, b):
-    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come)."""
+def _exact_long(a, b, out=None):
+    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come); into `out` where the bound
+    by the norms answers (else fresh)."""
     tried = narrow_host(a) and narrow_host(b)  # `_narrow_product` ran the bound by rows, or found NaN or inf
     if not tried:
         if a.dtype == np.float64 or b.dtype == np.float64:
@@ -156,7 +177,7 @@ def _exact_long(a, b):
     # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
     # columns (below) cannot pass for them
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA >= 53:
-        found = _norms().rounded_by_norms(a64, b64)
+        found = _norms().rounded_by_norms(a64, b64, out)
         if found is not None:
             out, suspects = found
             return out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)

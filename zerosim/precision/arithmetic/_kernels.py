@@ -33,7 +33,9 @@ class Arithmetic:
     """One set of kernels, each giving fp32 arrays (float64 for float64 inputs: NumPy's float64 kernels)."""
 
     name: str
-    matmul: Callable  # (a (..., M, K), b (..., K, N)) in the compute format or fp32 -> (..., M, N) fp32
+    # (a (..., M, K), b (..., K, N)) in the compute format or fp32 -> (..., M, N) fp32; `out=`: an array of that
+    # shape and dtype the product is put in and returned (same bits as without)
+    matmul: Callable
     exp: Callable
     log: Callable
     tanh: Callable
@@ -50,10 +52,16 @@ class Arithmetic:
     rows_apart: bool = False
 
 
-def _native_matmul(a, b):
-    """The machine's GEMM on a and b widened to fp32 (float64 where either is float64), as zerosim always ran it."""
+def _native_matmul(a, b, out=None):
+    """The machine's GEMM on a and b widened to fp32 (float64 where either is float64), as zerosim always ran it;
+    copied into `out` where given, not made there: a BLAS may pick its kernel by where its output lies, and these
+    bits are the machine's own, kept as they were."""
     acc = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
-    return a.astype(acc, copy=False) @ b.astype(acc, copy=False)
+    product = a.astype(acc, copy=False) @ b.astype(acc, copy=False)
+    if out is None:
+        return product
+    np.copyto(out, product)
+    return out
 
 
 # The hint pays where what it saves each rank, times the ranks, outweighs its fixed cost (hashing each tensor, one

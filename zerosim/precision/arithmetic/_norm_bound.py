@@ -53,9 +53,11 @@ def line_norms(a64, b64) -> tuple:
     return np.sqrt(np.einsum("...ik,...ik->...i", a64, a64)), np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))
 
 
-def rounded_by_norms(a64, b64):
+def rounded_by_norms(a64, b64, out=None):
     """(c rounded to float32, suspects), c = a64 @ b64 the exact sums' float64 approximation, each exact zero +0; or
-    None where a or b holds NaN or inf (the caller's long way handles those). suspects: None where there are none,
+    None where a or b holds NaN or inf (the caller's long way handles those, `out` untouched). The rounded c is made
+    in `out` where given (a float32 array of c's shape, any strides: a rank's dW in the ranks' packed gradients),
+    else in a fresh array. suspects: None where there are none,
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
     doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
     within `_SPREAD` (a scalar: a column of E_i costs more per pass; a looser bound only for the first test, as
@@ -70,7 +72,7 @@ def rounded_by_norms(a64, b64):
     error = rows * (np.asarray(widest)[..., None] * ((k + 4) * 2.0**-52 * SLACK))  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     m, n = shape[-2:]
-    out = np.empty(shape, np.float32)
+    out = np.empty(shape, np.float32) if out is None else out
     step = max(1, _BLOCK // max(math.prod(shape[:-2]) * n, 1))  # rows tested at a time
     gemm_step = step if len(shape) == 2 and k <= SHORT_K else m  # rows GEMM'd at a time
     c_all = _scratch(shape[:-2] + (min(gemm_step, m), n), 2)
