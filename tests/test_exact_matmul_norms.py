@@ -120,14 +120,16 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
 
 
+def minus_zero_blas(a, b, out):
+    """A BLAS that starts each sum from its first product: -0 for a sum of -0 products, where OpenBLAS gives +0."""
+    np.matmul(a, b, out=out)
+    out[out == 0] = -0.0
+
+
 def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
     # dW = dy.T @ x where a unit's ReLU is off for the whole micro-batch: a row of a all zero (or -0), whose E_i = 0;
     # the rows beside it share their block's largest E_i, under which c ± E of a zero c would round to both signs.
     # Under a BLAS that gives -0 for sums of zero products, and for b stacked as the ranks' operands are
-    def minus_zero_blas(a, b, out):
-        np.matmul(a, b, out=out)
-        out[out == 0] = -0.0
-
     rng = np.random.default_rng(7)
     a = rng.standard_normal((40, 32)).astype(np.float32)
     b = rng.standard_normal((2, 32, 300)).astype(np.float32)
@@ -175,10 +177,6 @@ def test_sums_near_float32s_overflow_round_there_without_a_warning(name):
 def test_a_blas_whose_zero_sums_are_minus_zero_still_gives_plus_zero(monkeypatch):
     # a BLAS that starts each sum from its first product gives -0 for products of -0 only (OpenBLAS starts from +0):
     # every zero of c is then -0 here, exact zeros and cancellations alike, and each must come out as its exact sum
-    def minus_zero_blas(a, b, out):
-        np.matmul(a, b, out=out)
-        out[out == 0] = -0.0
-
     rng = np.random.default_rng(6)
     a = rng.standard_normal((12, 40)).astype(np.float32)
     b = rng.standard_normal((40, 30)).astype(np.float32)
