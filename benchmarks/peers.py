@@ -62,6 +62,38 @@ ROWS = {  # --rows name: (label, zerosim stage, zerosim precision, torch mode, t
 MIN_REPEATS = 3  # a row stops repeating after this many once it has used its --budget
 
 
+def forget_kept_operands(buffers: bool = False) -> None:
+    """Empty the portable kernels' memo of operands (precision/arithmetic/_operand_cache.py), where this zerosim
+    keeps one: contenders that multiply the very same operands (the engine and the oracle; the portable and native
+    engines of one model) would otherwise find what another kept and measure less than a run does.
+
+    The products' float64 scratch buffers (_scratch.py) stay, unless `buffers` (--drop-buffers): memory, not
+    measurements, which a run keeps from step to step. Let go every round, as they were until 2026-11-26, every
+    zerosim contender took them again as fresh pages, a cost no run pays: at 10k / N = 64 ~710-1,050 page faults a
+    step against ~120, 1.5-3 ms of system time (getrusage, the engine's step alone; the load 2-3.5)."""
+    try:
+        from zerosim.precision.arithmetic import clear_kept_operands
+    except ImportError:  # a zerosim from before the name: its memo, where it has one (issue 41's fourth stop on)
+        try:
+            from zerosim.precision.arithmetic._operand_cache import clear as clear_kept_operands
+        except ImportError:
+            return
+    try:
+        clear_kept_operands(buffers=buffers)
+    except TypeError:  # a zerosim from before the choice: its memos alone where the buffers stay, as here
+        if buffers:
+            clear_kept_operands()
+            return
+        from zerosim.precision.arithmetic import _operand_cache
+
+        _operand_cache.clear()
+        try:
+            from zerosim.precision.arithmetic import _rank_products
+        except ImportError:
+            return
+        _rank_products.clear()
+
+
 def batches(widths, n, seed=0):
     """One (x (B, D_in), t (B, D_out)) fp32 pair per rank, the same on both sides."""
     rng = np.random.default_rng(seed)

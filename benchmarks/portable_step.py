@@ -9,6 +9,12 @@ CPU time of this process (BLAS pinned to one thread), median of --repeats after 
 of the rounds' own portable ÷ native. The two arithmetics give different bits, so there is nothing to compare but
 time; each engine's losses are checked finite.
 
+Before each step the portable kernels' memo of operands is emptied, untimed (benchmarks/peers.py
+`forget_kept_operands`): the two engines multiply the same weights, and the second would find the first's float64
+copies. Their scratch buffers stay, as a run keeps them from step to step (--drop-buffers lets them go, as this
+benchmark did until 2026-11-26: every portable step then took its scratch as fresh pages, which no run does; at 919k
+on 8 ranks both ways read alike within their rounds' spread, bf16 1.43-1.44 kept against 1.44-1.46 let go).
+
 For fp32, a third engine in the same turns measures the floor of the portable design (--floor): the portable engine
 with every matrix product replaced, while it steps, by what each exact product costs at the least: both operands
 widened to float64 into reused buffers, one float64 GEMM into a reused buffer, its sums rounded once into a fresh
@@ -44,7 +50,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
-from peers import BATCH, MODELS  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
+from peers import BATCH, MODELS, forget_kept_operands  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -61,18 +67,20 @@ def engines(widths, n: int, precision: str, floor: bool = False) -> dict:
             for name, a in arithmetic.items()}
 
 
-def floor_matmul(a, b):
+def floor_matmul(a, b, out=None):
     """What an exact product costs at the least (the module docstring): a and b widened to float64 into reused
-    buffers, one float64 GEMM into a reused buffer, rounded once to a fresh fp32 array; no proof."""
+    buffers, one float64 GEMM into a reused buffer, rounded once into `out` (the ranks' packed gradients, as the
+    exact kernel writes them) or a fresh fp32 array; no proof."""
     from zerosim.precision.arithmetic._scratch import scratch
 
     a64, b64 = scratch(a.shape, 6), scratch(b.shape, 7)
     np.copyto(a64, a)
     np.copyto(b64, b)
     if a.ndim < 2 or b.ndim < 2:
-        return (a64 @ b64).astype(np.float32)
+        c = (a64 @ b64).astype(np.float32)
+        return c if out is None else np.copyto(out, c) or out
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    out = np.empty(shape, np.float32)
+    out = np.empty(shape, np.float32) if out is None else out
     np.copyto(out, np.matmul(a64, b64, out=scratch(shape, 2)), casting="unsafe")
     return out
 
@@ -93,13 +101,12 @@ def stepped(engine, batches, floor: bool) -> list:
         _kernels.ARITHMETICS["portable"] = portable
 
 
-def measure(widths, n: int, precision: str, repeats: int, floor: bool = False) -> tuple:
+def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, drop_buffers: bool = False) -> tuple:
     """({engine: median CPU s}, (q1, q3) of the rounds' portable ÷ native, {engine: (median minor page faults,
     median system CPU s) per step})."""
     import resource
 
     from zerosim.models import make_regression
-    from zerosim.precision.arithmetic import clear_kept_operands
 
     batches = make_regression(np.random.default_rng(0), n, BATCH, widths)
     runs, order = engines(widths, n, precision, floor), random.Random(0)
@@ -108,7 +115,7 @@ def measure(widths, n: int, precision: str, repeats: int, floor: bool = False) -
         names = list(runs)
         order.shuffle(names)
         for a in names:
-            clear_kept_operands()  # untimed: neither finds the other's widened weights
+            forget_kept_operands(drop_buffers)  # untimed: neither finds the other's widened weights (docstring)
             before, c = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
             losses = stepped(runs[a], batches, a == "floor")
             if round_:
@@ -136,9 +143,12 @@ def main():
                    "float64 GEMM rounded once and no proof, in the same turns (the design's floor)")
     p.add_argument("--faults", action="store_true", help="also each engine's minor page faults and system CPU ms per "
                    "step (medians)")
+    p.add_argument("--drop-buffers", action="store_true", help="let the portable kernels' scratch buffers go before "
+                   "every step, as this benchmark did until 2026-11-26 (a run keeps them)")
     args = p.parse_args()
     print(f"ZeRO-3, Adam, Cluster(N) defaults; CPU ms per step, median of {args.repeats} in turns; BLAS threads "
-          f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}")
+          f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}; the kernels' scratch "
+          f"buffers {'let go' if args.drop_buffers else 'kept'} between steps")
     floor_head = f" {'floor ms':>9} {'portable/floor':>14}" if args.floor else ""
     faults_head = f" {'faults p/n':>13} {'sys ms p/n':>11}" if args.faults else ""
     print(f"{'MLP':<24} {'params':>10} {'N':>3} {'precision':>10} {'native ms':>10} {'portable ms':>12} "
@@ -147,7 +157,8 @@ def main():
         name, n = case.split(":")
         widths = MODELS[name]
         for precision in args.precisions.split(","):
-            t, (q1, q3), paging = measure(widths, int(n), precision, args.repeats, args.floor and precision == "fp32")
+            t, (q1, q3), paging = measure(widths, int(n), precision, args.repeats, args.floor and precision == "fp32",
+                                          args.drop_buffers)
             params = MLP(widths).num_params
             floor = f" {t['floor'] * 1e3:>9.1f} {t['portable'] / t['floor']:>14.2f}" if "floor" in t else ""
             (pf, ps), (nf, ns) = paging["portable"], paging["native"]

@@ -77,6 +77,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
+from peers import forget_kept_operands  # noqa: E402  (the memos emptied, the scratch buffers kept)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -248,38 +249,6 @@ def timed(fn) -> tuple:
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def forget_kept_operands(buffers: bool = False) -> None:
-    """Empty the portable kernels' memo of operands (precision/arithmetic/_operand_cache.py), where this zerosim
-    keeps one: the engine and the oracle multiply the very same operands, so whichever ran second in a round would
-    find the other's extents and float64 copies kept and measure nothing.
-
-    The products' float64 scratch buffers (_scratch.py) stay, unless `buffers` (--drop-buffers): memory, not
-    measurements, which a run keeps from step to step. Let go every round, as they were until 2026-11-26, every
-    zerosim contender took them again as fresh pages, a cost no run pays: at 10k / N = 64 ~710-1,050 page faults a
-    step against ~120, 1.5-3 ms of system time (getrusage, the engine's step alone; the load 2-3.5)."""
-    try:
-        from zerosim.precision.arithmetic import clear_kept_operands
-    except ImportError:  # a zerosim from before the name: its memo, where it has one (issue 41's fourth stop on)
-        try:
-            from zerosim.precision.arithmetic._operand_cache import clear as clear_kept_operands
-        except ImportError:
-            return
-    try:
-        clear_kept_operands(buffers=buffers)
-    except TypeError:  # a zerosim from before the choice: its memos alone where the buffers stay, as here
-        if buffers:
-            clear_kept_operands()
-            return
-        from zerosim.precision.arithmetic import _operand_cache
-
-        _operand_cache.clear()
-        try:
-            from zerosim.precision.arithmetic import _rank_products
-        except ImportError:
-            return
-        _rank_products.clear()
 
 
 def policy(arithmetic: str):
