@@ -38,7 +38,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
-from peers import BATCH, MODELS  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
+from peers import BATCH, MODELS, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
 
 TARGET = 2.0  # issue 63, Must show 5
 
@@ -109,7 +109,7 @@ def main():
     shardings = args.shardings.split(",")
     print(f"ZeRO-3, precision fp16-mixed (the default), MuonAdamW() vs Adam(lr=1e-3); CPU ms, median of "
           f"{args.repeats} in turns; BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load average before "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{os.getloadavg()[0]:.2f}; zerosim from {measured_tree()}")
     for case in args.cases.split(","):
         name, n = case.split(":")
         widths = MODELS[name]

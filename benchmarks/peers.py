@@ -62,6 +62,15 @@ ROWS = {  # --rows name: (label, zerosim stage, zerosim precision, torch mode, t
 MIN_REPEATS = 3  # a row stops repeating after this many once it has used its --budget
 
 
+def measured_tree() -> str:
+    """The source tree of the zerosim this process imports, for a benchmark's first line: a script's own folder comes
+    first on sys.path, not the working directory, so from another checkout it still imports the installed (editable)
+    one unless PYTHONPATH names that checkout."""
+    import zerosim
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(zerosim.__file__)))
+
+
 def forget_kept_operands(buffers: bool = False) -> None:
     """Empty the portable kernels' memo of operands (precision/arithmetic/_operand_cache.py), where this zerosim
     keeps one: contenders that multiply the very same operands (the engine and the oracle; the portable and native
@@ -308,6 +317,7 @@ def main():
     started, load_start = time.perf_counter(), load()
     bf16, numpy_blas_used, torch_blas_used = bf16_class(cpu_flags()), numpy_blas(), torch_blas(torch)
     print(f"depends on: {describe(torch)}")
+    print(f"zerosim from {measured_tree()}")
     print(f"torch {torch.__version__}, {machine()}, load average at start {load_start}; BLAS threads "
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
           f"median of {MIN_REPEATS}-{args.repeats} steps in turns (--budget {args.budget:g} s a row)")

@@ -50,7 +50,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
-from peers import BATCH, MODELS, forget_kept_operands  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
+from peers import BATCH, MODELS, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -148,7 +148,7 @@ def main():
     args = p.parse_args()
     print(f"ZeRO-3, Adam, Cluster(N) defaults; CPU ms per step, median of {args.repeats} in turns; BLAS threads "
           f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}; the kernels' scratch "
-          f"buffers {'let go' if args.drop_buffers else 'kept'} between steps")
+          f"buffers {'let go' if args.drop_buffers else 'kept'} between steps; zerosim from {measured_tree()}")
     floor_head = f" {'floor ms':>9} {'portable/floor':>14}" if args.floor else ""
     faults_head = f" {'faults p/n':>13} {'sys ms p/n':>11}" if args.faults else ""
     print(f"{'MLP':<24} {'params':>10} {'N':>3} {'precision':>10} {'native ms':>10} {'portable ms':>12} "

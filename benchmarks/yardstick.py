@@ -77,7 +77,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
-from peers import forget_kept_operands  # noqa: E402  (the memos emptied, the scratch buffers kept)
+from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -329,7 +329,7 @@ def main():
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
           f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
           f"{args.hand_adds}; the kernels' scratch buffers {'let go' if args.drop_buffers else 'kept'} between steps")
-    print(f"load average before: {load()} (on {os.cpu_count()} cores)")
+    print(f"load average before: {load()} (on {os.cpu_count()} cores); zerosim from {measured_tree()}")
     print("CPU milliseconds per step (the process's own time); rounds q1-q3: the quartiles of each round's own "
           "engine/hand; wall e/h: the wall-clock ratio; fast ms: benchmarks/hand_zero3.py's native step; e/fast: "
           "the engine against it, with its rounds' quartiles (issue 63's targets)")
