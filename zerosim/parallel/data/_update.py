@@ -23,10 +23,32 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
     n, ranks = ctx.mesh.world.size, ctx.ranks  # N: the data-parallel ranks
-    made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
-                                ranks)  # elementwise, each rank's own region: on the pool
+    if finish is averaging.finish and _finish_together(ctx, reduced):  # small regions: every rank's in one call
+        made = _finished_together(ctx, reduced, n, micro_steps, scale)
+    else:
+        made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
+                                    ranks)  # elementwise, each rank's own region: on the pool
     tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition
     return [rank.ledger_of(tier).adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
+
+
+def _finish_together(ctx, reduced: list) -> bool:
+    """Whether `average` may finish every local rank's region in one call: one worker that may stack ranks (the loop
+    of `Cluster(N, stack_ranks=False)` is what it is checked against), every region a 1-D host array of one dtype,
+    and few elements in all (`TOGETHER`: the copy in costs less than a call per rank)."""
+    if not ctx.cluster.pool.stacks or len(reduced) < 2 or sum(r.size for r in reduced) > TOGETHER:
+        return False
+    dtype = reduced[0].dtype
+    return all(type(r) is np.ndarray and r.ndim == 1 and r.dtype == dtype for r in reduced)
+
+
+def _finished_together(ctx, reduced: list, n: int, micro_steps: int, scale: float) -> list:
+    """`averaging.finish` of every rank's region at once (`_finish_together` allows): their
+    regions laid end to end, finished in one call (elementwise, with the same scalars: each element's bits are its
+    own rank's call's), each rank's the view of its span of the one new array."""
+    made = averaging.finish(np.concatenate(reduced), ctx.policy, n, micro_steps, scale, recipe=ctx.recipe)
+    ends = np.cumsum([len(r) for r in reduced]).tolist()
+    return [made[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = (), first_step: int = 1) -> None:
