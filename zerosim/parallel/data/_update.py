@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.cluster import OptimizerStep
+from zerosim.cluster import OptimizerStep, optimizer_step_event
 from zerosim.optim import step_in_blocks, widened
 from zerosim.parallel.data._state import master_of, own_params
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
@@ -70,8 +70,9 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
         ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs,
                                                first_step=first_step),
                              ranks, lambda i, event: ctx.cluster.trace.record(event))
+    tier = ctx.plan.where("grad32")
     for rank in ctx.ranks:
-        rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
+        rank.ledger_of(tier).free("grad32")
 
 
 TOGETHER = 1 << 14  # elements of all ranks' regions at most, for `_update_together`
@@ -90,8 +91,10 @@ def _together(ctx, optimizer, grads32: list) -> bool:
         w = None if rank.master is None else rank.master.array
         if type(w) is not np.ndarray or type(g) is not np.ndarray or w.dtype != np.float32 or g.dtype != w.dtype:
             return False
-        if any(type(b.array) is not np.ndarray or b.array.dtype != w.dtype for b in rank.optim.values()):
-            return False
+        for b in rank.optim.values():  # a loop, not a generator per rank: 64 ranks' states
+            state = b.array
+            if type(state) is not np.ndarray or state.dtype != w.dtype:
+                return False
     return len({tuple(rank.optim) for rank in ctx.ranks}) == 1
 
 
@@ -124,7 +127,7 @@ def _update_together(ctx, optimizer, grads32: list, t: int, needs, first_step: i
             own[...] = rounded[a:b]
         else:
             _round_into(own, master, policy, t, None)  # nearest: no draws
-        events.append(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None, where=where))
+        events.append(optimizer_step_event(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None, where))
         a = b
     return events
 
