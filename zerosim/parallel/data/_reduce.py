@@ -15,11 +15,10 @@ or bits.
 
 from __future__ import annotations
 
-import functools
-
 from zerosim import collectives
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, reduce_scatter
+from zerosim.parallel.data.layouts import owned_slices
 from zerosim.parallel.data.multinode import AGREEMENTS
 from zerosim.precision import get_format
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
@@ -191,7 +190,7 @@ def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -
                                                                                         "grads"))
               for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
     sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
-    spans = _owned_slices(layout, lo, hi)
+    spans = owned_slices(layout, lo, hi, ctx.cluster.world_size)
     places = [rank.grads.array[spans[rank.index]] for rank in ranks]  # views of shards
     n, wire, agree = ctx.mesh.world.size, policy.reduce_format, AGREEMENTS[ctx.plan.replicate]  # N: data-parallel
     op = averaging.reduce_op(policy, n, recipe)
@@ -212,14 +211,6 @@ def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -
         with ctx.cluster.trace.about(purpose="reduce grads", layers=tuple(reversed(layers))):
             handle += agree.at_boundary(ctx, tuple(layers), q, name)
     return handle, interleaved
-
-
-@functools.lru_cache(maxsize=256)
-def _owned_slices(layout, lo: int, hi: int) -> tuple:
-    """slice(*layout.owned_range(lo, hi, r)) for every rank r of the world ([lo, hi) ∩ shard_r, in shard
-    coordinates): found once per layout and range, where every reduction of a unit asked rank by rank (layouts are
-    frozen: equal ones own equal ranges)."""
-    return tuple(slice(*layout.owned_range(lo, hi, r)) for r in range(layout.world_size))
 
 
 def _free(buffers: list) -> None:
