@@ -108,8 +108,12 @@ def forget_kept_operands(buffers: bool = False) -> None:
 
 def floor_matmul(a, b, out=None):
     """What an exact product costs at the least (benchmarks/portable_step.py's docstring): a and b widened to float64
-    into reused buffers, one float64 GEMM into a reused buffer, rounded once into `out` (the ranks' packed gradients,
-    as the exact kernel writes them) or a fresh fp32 array; no proof, so its bits are not the portable ones."""
+    into reused buffers, one float64 GEMM, rounded once into `out` (the ranks' packed gradients, as the exact kernel
+    writes them) or a fresh fp32 array; no proof, so its bits are not the portable ones. A 2-D product with a short K
+    (a rank's dW over its micro-batch) is GEMM'd and rounded by blocks of rows whose float64 sums stay in cache, as
+    the exact kernel makes it (_norm_bound.py `SHORT_K`, `_BLOCK`): rounding a whole float64 c read back from memory
+    would make the floor dearer than the kernel it bounds (a 10M MLP's dW are 10 million elements a rank)."""
+    from zerosim.precision.arithmetic import _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
 
     a64, b64 = scratch(a.shape, 6), scratch(b.shape, 7)
@@ -120,7 +124,13 @@ def floor_matmul(a, b, out=None):
         return c if out is None else np.copyto(out, c) or out
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = np.empty(shape, np.float32) if out is None else out
-    np.copyto(out, np.matmul(a64, b64, out=scratch(shape, 2)), casting="unsafe")
+    m, n, k = shape[-2], shape[-1], a.shape[-1]
+    rows = max(1, _norm_bound._BLOCK // max(n, 1)) if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
+    c = scratch(shape[:-2] + (min(rows, m), n), 2)
+    for start in range(0, m, rows):
+        part = c[..., :min(rows, m - start), :]
+        np.matmul(a64[..., start:start + rows, :], b64, out=part)
+        np.copyto(out[..., start:start + rows, :], part, casting="unsafe")
     return out
 
 
