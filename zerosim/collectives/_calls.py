@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.collectives import _fast
-from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same
+from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same, require_same_meta
 from zerosim.collectives._ops import get_op
 from zerosim.collectives._shards import ShardLayout, chunk_bounds, counts_total
 from zerosim.collectives._staging import Collected, check_out, free, phases, stage, wire_format
@@ -48,8 +48,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     arrays = check_inputs(cluster, tensors, what)
     wire_fmt = wire_format(arrays, wire)
     meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
-    require_same([m[0] for m in meta], what, "length")
-    require_same([m[1] for m in meta], what, "dtype")
+    require_same_meta(meta, what, ("length", "dtype"))
     length, n = meta[0][0], group.size
     layout = ShardLayout(length, n)
     if counts is not None:

@@ -26,7 +26,7 @@ import functools
 
 import numpy as np
 
-from zerosim.cluster import Groups
+from zerosim.cluster import Groups, RunBounds, RunCounts
 
 _SMALL_CHUNK = 2048  # elements: a mean chunk at most this size is added a ring step at a time (`_by_step`)
 _MOST_TERMS = 1 << 20  # N × elements at most for `_by_step`: its (N, E) index (int32: 4 MB) and addends
@@ -82,10 +82,10 @@ def _by_chunk(ns, combine, staged, ring, bounds, wire, out, results) -> None:
 def _small_chunks(ns, staged, ring, bounds) -> bool:
     """True where `_by_step` pays: NumPy arrays of one length, three or more ranks, chunks small on average."""
     n = len(ring)
-    if not ns.is_numpy or n < 3 or any(type(staged[r]) is not np.ndarray for r in ring):
+    if not ns.is_numpy or n < 3:
         return False
-    length = len(staged[ring[0]])
-    if any(len(staged[r]) != length for r in ring):
+    inputs = [staged[r] for r in ring] if len(ring) != len(staged) else staged  # (a world ring: all, in order)
+    if set(map(type, inputs)) != {np.ndarray} or len(set(map(len, inputs))) != 1:  # C loops, not a step per rank
         return False
     elements = sum(b - a for a, b in bounds)
     chunks = sum(1 for a, b in bounds if b > a)
@@ -96,7 +96,7 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
     """`_by_chunk`'s results with one add per ring step over every chunk: each element's addends in the same order
     (positions c+1, c+2, ..., c+N for an element of chunk c), each add rounded to the wire dtype as before."""
     n = len(ring)
-    spans, width, side_by_side = _spans(tuple((int(a), int(b)) for a, b in bounds))
+    spans, width, side_by_side = _spans(_key(bounds))
     if not side_by_side:  # chunks that overlap, leave gaps or come out of order: not a reduce-scatter's layout
         return _by_chunk(ns, combine, staged, ring, bounds, wire, out, results)
     rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input, our own copy
@@ -124,10 +124,21 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
             results[ring[c]] = piece.copy()  # its own array, as `_by_chunk` gives
 
 
+def _key(bounds):
+    """`bounds` as `_spans`' memo key: `chunk_bounds`' own tuple as it is, a `RunBounds` by its counts (a
+    `RunCounts` keeps its hash), anything else as a tuple of int pairs."""
+    if type(bounds) is RunBounds:
+        return bounds.counts
+    return bounds if type(bounds) is tuple else tuple((int(a), int(b)) for a, b in bounds)
+
+
 @functools.lru_cache(maxsize=64)
 def _spans(bounds: tuple) -> tuple:
     """({c: the offset of non-empty chunk c among the non-empty ones}, their elements E, whether they lie side by
-    side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every step."""
+    side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every step.
+    `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
+    if type(bounds) is RunCounts:
+        bounds = RunBounds(bounds)
     spans, offset, end = {}, 0, None
     side_by_side = any(b > a for a, b in bounds)
     for c, (a, b) in enumerate(bounds):
