@@ -13,8 +13,8 @@ derives the ring's events, hop by hop, when they are read: the same events the r
 Two ways to add up, the same adds in the same order for every element (a test holds them equal, bit for bit):
 `_by_chunk`, one add per chunk per step, the naive twin; and `_by_step`, one add per ring step over every chunk at
 once, where the chunks are small (a ZeRO layer's window cut by 64 ranks: a few hundred elements each, where a NumPy
-call costs more than its adds). It stacks the ranks' inputs and rotates each chunk's rows in place (whole rows
-moved, one NumPy call a chunk), so that row k holds every chunk's k-th addend: its work is the same element adds
+call costs more than its adds). It stacks the ranks' inputs and rotates each chunk's rows in place (two slices
+joined, one small copy a chunk), so that row k holds every chunk's k-th addend: its work is the same element adds
 plus about two copies of the inputs. benchmarks/yardstick.py's 10k-parameter MLP on 64 ranks reduces its three
 windows in 1.5 ms instead of 3.9 chunk by chunk (69 chunks of up to 163 elements; 1.9 ms with one index of every
 addend, which it used before; `python benchmarks/collectives.py --windows`).
@@ -96,30 +96,30 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
     """`_by_chunk`'s results with one add per ring step over every chunk: each element's addends in the same order
     (positions c+1, c+2, ..., c+N for an element of chunk c), each add rounded to the wire dtype as before."""
     n = len(ring)
-    spans, width, side_by_side = _spans(_key(bounds))
+    pieces, width, side_by_side = _spans(_key(bounds))
     if not side_by_side:  # chunks that overlap, leave gaps or come out of order: not a reduce-scatter's layout
         return _by_chunk(ns, combine, staged, ring, bounds, wire, out, results)
     rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input, our own copy
-    # each chunk's rows rotated in place, so that row k holds every chunk's addend from position c + k (whole rows
-    # moved as unsigned integers, which NumPy copies without the format's own loop)
-    raw, rotations = rows.view(f"uint{8 * rows.itemsize}"), _rotations(n)
-    for c, (a, b) in enumerate(bounds):
-        if b > a and c % n:
-            raw[:, a:b] = raw[rotations[c], a:b]  # the right side is a copy: the rotation reads no row it wrote
-    lo = next(a for a, b in bounds if b > a)
+    # each chunk's rows rotated in place, so that row k holds every chunk's addend from position c + k: rows c..N-1,
+    # then 0..c-1, joined in one small array (whole rows moved as unsigned integers, which NumPy copies without the
+    # format's own loop; no second (N, L) array, whose allocation on every call cost page faults)
+    raw = rows.view(f"uint{8 * rows.itemsize}")
+    for c, a, b, _ in pieces:
+        if c:
+            block = raw[:, a:b]
+            raw[:, a:b] = np.concatenate((block[c:], block[:c]))  # the right side is a copy: it reads no row it wrote
+    lo = pieces[0][1]
     terms = rows[:, lo:lo + width]  # (N, E) terms[k, e]: the addend of element e at position c(e) + k
     acc = np.empty(width, wire)  # (E,) wire: every non-empty chunk's result, in chunk order
     combine(terms[1], terms[2 % n], out=acc)
     for k in range(3, n + 1):  # positions c+3, ..., c+N (= c), every chunk at once
         combine(acc, terms[k % n], out=acc)
-    for c, (a, b) in enumerate(bounds):
-        if b <= a:
-            results[ring[c]] = out[ring[c]] if out else ns.empty(b - a, wire)
-            continue
-        piece = acc[spans[c]:spans[c] + b - a]
+    for r in ring:  # every position's result: empty where its chunk is (host arrays here: NumPy's own empty) ...
+        results[r] = out[r] if out else np.empty(0, wire.dtype)
+    for c, a, b, at in pieces:  # ... and its chunk of the sum where it is not
+        piece = acc[at:at + b - a]
         if out:
             out[ring[c]][...] = piece
-            results[ring[c]] = out[ring[c]]
         else:
             results[ring[c]] = piece.copy()  # its own array, as `_by_chunk` gives
 
@@ -134,27 +134,19 @@ def _key(bounds):
 
 @functools.lru_cache(maxsize=64)
 def _spans(bounds: tuple) -> tuple:
-    """({c: the offset of non-empty chunk c among the non-empty ones}, their elements E, whether they lie side by
-    side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every step.
-    `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
+    """(the non-empty chunks as (c, start, stop, offset among the non-empty ones), their elements E, whether they lie
+    side by side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every
+    step. `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
     if type(bounds) is RunCounts:
         bounds = RunBounds(bounds)
-    spans, offset, end = {}, 0, None
+    pieces, offset, end = [], 0, None
     side_by_side = any(b > a for a, b in bounds)
     for c, (a, b) in enumerate(bounds):
         if b > a:
             side_by_side = side_by_side and end in (None, a)
-            spans[c], offset, end = offset, offset + b - a, b
-    return spans, offset, side_by_side
-
-
-@functools.lru_cache(maxsize=16)
-def _rotations(n: int) -> np.ndarray:
-    """(N, N) rotations[c, k] = (c + k) mod N: the ring position chunk c's k-th addend comes from."""
-    step = np.arange(n)
-    rotations = (step[:, None] + step) % n
-    rotations.flags.writeable = False
-    return rotations
+            pieces.append((c, a, b, offset))
+            offset, end = offset + b - a, b
+    return tuple(pieces), offset, side_by_side
 
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None, shared=False):
