@@ -130,6 +130,8 @@ def all_gather(
             if f is not o:
                 o[...] = f
         return Collected(out, handle)
+    if share and length == total:  # nothing to cut: each ring's one immutable copy is every member's result
+        return Collected(full, handle)
     if share:  # the ranks that share one immutable copy share its one view too (a reader may know it by identity)
         views = {}
         return Collected([views[id(f)] if id(f) in views else views.setdefault(id(f), f[:length]) for f in full],
@@ -164,6 +166,8 @@ def _gather_sizes(cluster, group, everyone: list, counts, _length, what: str) ->
 def _stage_shards(cluster, call: int, group, arrays, wire_fmt, bounds, by_position) -> tuple:
     """Each local rank's shard as it travels: its own array when already in the wire format and chunk size, else a
     re-typed and/or zero-padded copy on its ledger (kind "comm"); (shards, temporary buffers)."""
+    if by_position is not None and all(fmt is wire_fmt or fmt == wire_fmt for (_, _, fmt) in arrays):
+        return [a for (_, a, _) in arrays], []  # every shard its position's count (`_gather_sizes` saw it): as it is
     padded, temps = [], []
     # each local rank's position on its ring (all of them, in rank order, when every rank is local)
     local = cluster.local_size == cluster.world_size

@@ -52,7 +52,7 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
     ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
     combine = op.combiner(wire, ns)
     results = [None] * cluster.world_size
-    sizes = [stop - start for start, stop in bounds]
+    sizes = _spans(_key(bounds))[3]
     summaries = not _record_hops(cluster, call, sizes, wire, 1, group)
     for ring in _members(cluster, group):
         n = len(ring)
@@ -96,7 +96,7 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
     """`_by_chunk`'s results with one add per ring step over every chunk: each element's addends in the same order
     (positions c+1, c+2, ..., c+N for an element of chunk c), each add rounded to the wire dtype as before."""
     n = len(ring)
-    pieces, width, side_by_side = _spans(_key(bounds))
+    pieces, width, side_by_side, _ = _spans(_key(bounds))
     if not side_by_side:  # chunks that overlap, leave gaps or come out of order: not a reduce-scatter's layout
         return _by_chunk(ns, combine, staged, ring, bounds, wire, out, results)
     rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input, our own copy
@@ -135,8 +135,8 @@ def _key(bounds):
 @functools.lru_cache(maxsize=64)
 def _spans(bounds: tuple) -> tuple:
     """(the non-empty chunks as (c, start, stop, offset among the non-empty ones), their elements E, whether they lie
-    side by side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every
-    step. `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
+    side by side in chunk order, each where the one before ends, every chunk's size): a ZeRO step moves the same
+    layer windows every step. `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
     if type(bounds) is RunCounts:
         bounds = RunBounds(bounds)
     pieces, offset, end = [], 0, None
@@ -146,19 +146,20 @@ def _spans(bounds: tuple) -> tuple:
             side_by_side = side_by_side and end in (None, a)
             pieces.append((c, a, b, offset))
             offset, end = offset + b - a, b
-    return tuple(pieces), offset, side_by_side
+    return tuple(pieces), offset, side_by_side, tuple(b - a for a, b in bounds)
 
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None, shared=False):
     """ring.all_gather_phase's result: the shards joined in ring order, copied once per rank; with `shared` (and no
     `out`), one immutable copy per ring that every member receives (`frozen`)."""
     full, ns = [None] * cluster.world_size, cluster.backend.xp
-    summaries = not _record_hops(cluster, call, [b - a for a, b in bounds], wire, 0, group)
+    pieces, _, _, sizes = _spans(_key(bounds))  # the non-empty chunks: an empty shard moves nothing
+    summaries = not _record_hops(cluster, call, sizes, wire, 0, group)
     for ring in _members(cluster, group):
         n = len(ring)
         joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
-        for (a, b), r in zip(bounds, ring):
-            joined[a:b] = shards[r]
+        for c, a, b, _ in pieces:
+            joined[a:b] = shards[ring[c]]
         if n > 1 and summaries:
             for p, r in enumerate(ring):  # position p forwarded every shard but p+1's, the last to reach it
                 c = (p + 1) % n
