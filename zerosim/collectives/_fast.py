@@ -87,9 +87,8 @@ def _small_chunks(ns, staged, ring, bounds) -> bool:
     inputs = [staged[r] for r in ring] if len(ring) != len(staged) else staged  # (a world ring: all, in order)
     if set(map(type, inputs)) != {np.ndarray} or len(set(map(len, inputs))) != 1:  # C loops, not a step per rank
         return False
-    elements = sum(b - a for a, b in bounds)
-    chunks = sum(1 for a, b in bounds if b > a)
-    return 0 < elements <= _SMALL_CHUNK * chunks and n * elements <= _MOST_TERMS
+    pieces, elements = _spans(_key(bounds))[:2]  # the non-empty chunks and their elements, found once per layout
+    return 0 < elements <= _SMALL_CHUNK * len(pieces) and n * elements <= _MOST_TERMS
 
 
 def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
@@ -110,7 +109,7 @@ def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
             raw[:, a:b] = np.concatenate((block[c:], block[:c]))  # the right side is a copy: it reads no row it wrote
     lo = pieces[0][1]
     terms = rows[:, lo:lo + width]  # (N, E) terms[k, e]: the addend of element e at position c(e) + k
-    acc = np.empty(width, wire)  # (E,) wire: every non-empty chunk's result, in chunk order
+    acc = np.empty(width, wire.dtype)  # (E,) wire: every non-empty chunk's result, in chunk order
     combine(terms[1], terms[2 % n], out=acc)
     for k in range(3, n + 1):  # positions c+3, ..., c+N (= c), every chunk at once
         combine(acc, terms[k % n], out=acc)

@@ -131,7 +131,8 @@ def _scatter_units(ctx, layers: list, first: bool, last: bool) -> Handle:
     layers = _adjacent(ctx.layout, layers)
     if not layers:
         return Handle()
-    held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ctx.ranks]
+    names = [grads_name(x) for x in layers]  # (named once, not once a rank)
+    held = [[rank.ledger.get(name) for name in names] for rank in ctx.ranks]
     if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
         from zerosim.parallel.data.zeropp import reduce_params_qgz
 
