@@ -571,3 +571,27 @@ def test_the_bf16_wires_float32_add_gives_ml_dtypes_bits_for_every_pattern():
         acc = a.copy()  # as the ring adds: the partial sum written over itself
         assert add_bf16(acc, b, out=acc) is acc
         assert np.array_equal(acc.view(np.uint16)[~both_nan], np.add(a, b).view(np.uint16)[~both_nan])
+
+
+@settings(max_examples=EXAMPLES)
+@given(n=st.integers(1, 6), data=st.data())
+def test_checking_every_rank_at_once_finds_each_ranks_own_format_or_its_error(n, data):
+    # collectives/_checks.py `check_inputs` looks at every rank in one pass where all pass host arrays of one dtype
+    # (`_alike`), and rank by rank otherwise. Each rank's format is what `get_format` says of its own dtype, and a
+    # rank whose array is not flat, or of a dtype no format has, is named in the error, whichever way was taken:
+    # ranks of mixed dtypes and shapes here, so a pass that took one rank's format for all would show.
+    from zerosim.collectives._checks import check_inputs
+    from zerosim.precision import get_format
+
+    names = data.draw(st.lists(st.sampled_from(["fp32", "fp16", "bf16", "int8"]), min_size=n, max_size=n))
+    flat = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    xs = [np.zeros(3 if f else (1, 3), DTYPES.get(name, np.int8)) for name, f in zip(names, flat)]
+    cluster = Cluster(n)
+    bad = [r for r, (name, f) in enumerate(zip(names, flat)) if not f or name == "int8"]
+    if bad:
+        with pytest.raises(ValueError, match=f"rank {bad[0]}"):
+            check_inputs(cluster, xs, "all-gather")
+        return
+    got = check_inputs(cluster, xs, "all-gather")
+    assert [r for r, _, _ in got] == list(range(n)) and all(a is x for (_, a, _), x in zip(got, xs))
+    assert [fmt.name for _, _, fmt in got] == [get_format(name).name for name in names]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.collectives import _fast
-from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same
+from zerosim.collectives._checks import check_counts, check_group, check_inputs, require_same, require_same_meta
 from zerosim.collectives._ops import get_op
 from zerosim.collectives._shards import ShardLayout, chunk_bounds, counts_total
 from zerosim.collectives._staging import Collected, check_out, free, phases, stage, wire_format
@@ -48,8 +48,7 @@ def reduce_scatter(cluster, tensors, op: str = "sum", wire=None, tag: str = "", 
     arrays = check_inputs(cluster, tensors, what)
     wire_fmt = wire_format(arrays, wire)
     meta = cluster.backend.all_meta([(a.shape[0], fmt.name) for (_, a, fmt) in arrays])
-    require_same([m[0] for m in meta], what, "length")
-    require_same([m[1] for m in meta], what, "dtype")
+    require_same_meta(meta, what, ("length", "dtype"))
     length, n = meta[0][0], group.size
     layout = ShardLayout(length, n)
     if counts is not None:
@@ -131,6 +130,8 @@ def all_gather(
             if f is not o:
                 o[...] = f
         return Collected(out, handle)
+    if share and length == total:  # nothing to cut: each ring's one immutable copy is every member's result
+        return Collected(full, handle)
     if share:  # the ranks that share one immutable copy share its one view too (a reader may know it by identity)
         views = {}
         return Collected([views[id(f)] if id(f) in views else views.setdefault(id(f), f[:length]) for f in full],
@@ -165,6 +166,8 @@ def _gather_sizes(cluster, group, everyone: list, counts, _length, what: str) ->
 def _stage_shards(cluster, call: int, group, arrays, wire_fmt, bounds, by_position) -> tuple:
     """Each local rank's shard as it travels: its own array when already in the wire format and chunk size, else a
     re-typed and/or zero-padded copy on its ledger (kind "comm"); (shards, temporary buffers)."""
+    if by_position is not None and all(fmt is wire_fmt or fmt == wire_fmt for (_, _, fmt) in arrays):
+        return [a for (_, a, _) in arrays], []  # every shard its position's count (`_gather_sizes` saw it): as it is
     padded, temps = [], []
     # each local rank's position on its ring (all of them, in rank order, when every rank is local)
     local = cluster.local_size == cluster.world_size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -24,6 +25,10 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
             f"of a world of {cluster.world_size}: pass one array per local rank"
         )
     arrays, numpy = [], cluster.backend.xp.is_numpy
+    if numpy:  # the hot path, every rank at once: host arrays of one kind, a format known by its dtype
+        alike = _alike(tensors, flat)
+        if alike is not None:
+            return list(zip(_indices(cluster), tensors, itertools.repeat(alike)))
     for rank, t in zip(cluster.ranks, tensors):
         if numpy and type(t) is np.ndarray and (t.ndim == 1 or not flat):  # the hot path: the format by dtype
             fmt = known_format(t.dtype)  # None for a dtype no format read so far has: format_of below
@@ -42,12 +47,41 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
     return arrays
 
 
+def _alike(tensors, flat: bool):
+    """The one format of `tensors` when every one is a host array (1-D where `flat`) of one dtype that a format was
+    read from so far (`known_format`); else None, and `check_inputs` looks rank by rank (the same answer, or its
+    error). Sets built at C speed: two passes over the list instead of a Python step per rank."""
+    if set(map(type, tensors)) != {np.ndarray}:
+        return None
+    kinds = {(t.ndim == 1 or not flat, t.dtype) for t in tensors}
+    if len(kinds) != 1:
+        return None
+    ((ok, dtype),) = kinds
+    return known_format(dtype) if ok else None
+
+
+def _indices(cluster) -> list:
+    """Every local rank's index, in the order of `cluster.ranks`."""
+    return [rank.index for rank in cluster.ranks]
+
+
 def require_same(values, what: str, field: str) -> None:
     first = values[0]
+    if values.count(first) == len(values):  # all alike (a C loop): nothing to name
+        return
     for r, v in enumerate(values):
         if v != first:
             raise ValueError(f"{what}: rank {r} has {field} {v} but rank 0 has {first}; every rank must pass the same "
                              f"{field}")
+
+
+def require_same_meta(meta: list, what: str, fields: tuple) -> None:
+    """`require_same` for each field of every rank's meta tuple (`backend.all_meta`), in `fields`' order: one C-speed
+    comparison of the whole tuples where all agree, field by field (to name the first that differs) where not."""
+    if meta.count(meta[0]) == len(meta):
+        return
+    for i, field in enumerate(fields):
+        require_same([m[i] for m in meta], what, field)
 
 
 def check_counts(counts, n: int, what: str) -> tuple:

@@ -13,8 +13,8 @@ derives the ring's events, hop by hop, when they are read: the same events the r
 Two ways to add up, the same adds in the same order for every element (a test holds them equal, bit for bit):
 `_by_chunk`, one add per chunk per step, the naive twin; and `_by_step`, one add per ring step over every chunk at
 once, where the chunks are small (a ZeRO layer's window cut by 64 ranks: a few hundred elements each, where a NumPy
-call costs more than its adds). It stacks the ranks' inputs and rotates each chunk's rows in place (whole rows
-moved, one NumPy call a chunk), so that row k holds every chunk's k-th addend: its work is the same element adds
+call costs more than its adds). It stacks the ranks' inputs and rotates each chunk's rows in place (two slices
+joined, one small copy a chunk), so that row k holds every chunk's k-th addend: its work is the same element adds
 plus about two copies of the inputs. benchmarks/yardstick.py's 10k-parameter MLP on 64 ranks reduces its three
 windows in 1.5 ms instead of 3.9 chunk by chunk (69 chunks of up to 163 elements; 1.9 ms with one index of every
 addend, which it used before; `python benchmarks/collectives.py --windows`).
@@ -26,7 +26,7 @@ import functools
 
 import numpy as np
 
-from zerosim.cluster import Groups
+from zerosim.cluster import Groups, RunBounds, RunCounts
 
 _SMALL_CHUNK = 2048  # elements: a mean chunk at most this size is added a ring step at a time (`_by_step`)
 _MOST_TERMS = 1 << 20  # N × elements at most for `_by_step`: its (N, E) index (int32: 4 MB) and addends
@@ -52,7 +52,7 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
     ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
     combine = op.combiner(wire, ns)
     results = [None] * cluster.world_size
-    sizes = [stop - start for start, stop in bounds]
+    sizes = _spans(_key(bounds))[3]
     summaries = not _record_hops(cluster, call, sizes, wire, 1, group)
     for ring in _members(cluster, group):
         n = len(ring)
@@ -82,80 +82,83 @@ def _by_chunk(ns, combine, staged, ring, bounds, wire, out, results) -> None:
 def _small_chunks(ns, staged, ring, bounds) -> bool:
     """True where `_by_step` pays: NumPy arrays of one length, three or more ranks, chunks small on average."""
     n = len(ring)
-    if not ns.is_numpy or n < 3 or any(type(staged[r]) is not np.ndarray for r in ring):
+    if not ns.is_numpy or n < 3:
         return False
-    length = len(staged[ring[0]])
-    if any(len(staged[r]) != length for r in ring):
+    inputs = [staged[r] for r in ring] if len(ring) != len(staged) else staged  # (a world ring: all, in order)
+    if set(map(type, inputs)) != {np.ndarray} or len(set(map(len, inputs))) != 1:  # C loops, not a step per rank
         return False
-    elements = sum(b - a for a, b in bounds)
-    chunks = sum(1 for a, b in bounds if b > a)
-    return 0 < elements <= _SMALL_CHUNK * chunks and n * elements <= _MOST_TERMS
+    pieces, elements = _spans(_key(bounds))[:2]  # the non-empty chunks and their elements, found once per layout
+    return 0 < elements <= _SMALL_CHUNK * len(pieces) and n * elements <= _MOST_TERMS
 
 
 def _by_step(ns, combine, staged, ring, bounds, wire, out, results) -> None:
     """`_by_chunk`'s results with one add per ring step over every chunk: each element's addends in the same order
     (positions c+1, c+2, ..., c+N for an element of chunk c), each add rounded to the wire dtype as before."""
     n = len(ring)
-    spans, width, side_by_side = _spans(tuple((int(a), int(b)) for a, b in bounds))
+    pieces, width, side_by_side, _ = _spans(_key(bounds))
     if not side_by_side:  # chunks that overlap, leave gaps or come out of order: not a reduce-scatter's layout
         return _by_chunk(ns, combine, staged, ring, bounds, wire, out, results)
     rows = np.stack([staged[r] for r in ring])  # (N, L) wire: row p is ring position p's input, our own copy
-    # each chunk's rows rotated in place, so that row k holds every chunk's addend from position c + k (whole rows
-    # moved as unsigned integers, which NumPy copies without the format's own loop)
-    raw, rotations = rows.view(f"uint{8 * rows.itemsize}"), _rotations(n)
-    for c, (a, b) in enumerate(bounds):
-        if b > a and c % n:
-            raw[:, a:b] = raw[rotations[c], a:b]  # the right side is a copy: the rotation reads no row it wrote
-    lo = next(a for a, b in bounds if b > a)
+    # each chunk's rows rotated in place, so that row k holds every chunk's addend from position c + k: rows c..N-1,
+    # then 0..c-1, joined in one small array (whole rows moved as unsigned integers, which NumPy copies without the
+    # format's own loop; no second (N, L) array, whose allocation on every call cost page faults)
+    raw = rows.view(f"uint{8 * rows.itemsize}")
+    for c, a, b, _ in pieces:
+        if c:
+            block = raw[:, a:b]
+            raw[:, a:b] = np.concatenate((block[c:], block[:c]))  # the right side is a copy: it reads no row it wrote
+    lo = pieces[0][1]
     terms = rows[:, lo:lo + width]  # (N, E) terms[k, e]: the addend of element e at position c(e) + k
-    acc = np.empty(width, wire)  # (E,) wire: every non-empty chunk's result, in chunk order
+    acc = np.empty(width, wire.dtype)  # (E,) wire: every non-empty chunk's result, in chunk order
     combine(terms[1], terms[2 % n], out=acc)
     for k in range(3, n + 1):  # positions c+3, ..., c+N (= c), every chunk at once
         combine(acc, terms[k % n], out=acc)
-    for c, (a, b) in enumerate(bounds):
-        if b <= a:
-            results[ring[c]] = out[ring[c]] if out else ns.empty(b - a, wire)
-            continue
-        piece = acc[spans[c]:spans[c] + b - a]
+    for r in ring:  # every position's result: empty where its chunk is (host arrays here: NumPy's own empty) ...
+        results[r] = out[r] if out else np.empty(0, wire.dtype)
+    for c, a, b, at in pieces:  # ... and its chunk of the sum where it is not
+        piece = acc[at:at + b - a]
         if out:
             out[ring[c]][...] = piece
-            results[ring[c]] = out[ring[c]]
         else:
             results[ring[c]] = piece.copy()  # its own array, as `_by_chunk` gives
 
 
+def _key(bounds):
+    """`bounds` as `_spans`' memo key: `chunk_bounds`' own tuple as it is, a `RunBounds` by its counts (a
+    `RunCounts` keeps its hash), anything else as a tuple of int pairs."""
+    if type(bounds) is RunBounds:
+        return bounds.counts
+    return bounds if type(bounds) is tuple else tuple((int(a), int(b)) for a, b in bounds)
+
+
 @functools.lru_cache(maxsize=64)
 def _spans(bounds: tuple) -> tuple:
-    """({c: the offset of non-empty chunk c among the non-empty ones}, their elements E, whether they lie side by
-    side in chunk order, each where the one before ends): a ZeRO step reduces the same layer windows every step."""
-    spans, offset, end = {}, 0, None
+    """(the non-empty chunks as (c, start, stop, offset among the non-empty ones), their elements E, whether they lie
+    side by side in chunk order, each where the one before ends, every chunk's size): a ZeRO step moves the same
+    layer windows every step. `bounds` as `_key` gives it: a `RunCounts` stands for its `RunBounds`."""
+    if type(bounds) is RunCounts:
+        bounds = RunBounds(bounds)
+    pieces, offset, end = [], 0, None
     side_by_side = any(b > a for a, b in bounds)
     for c, (a, b) in enumerate(bounds):
         if b > a:
             side_by_side = side_by_side and end in (None, a)
-            spans[c], offset, end = offset, offset + b - a, b
-    return spans, offset, side_by_side
-
-
-@functools.lru_cache(maxsize=16)
-def _rotations(n: int) -> np.ndarray:
-    """(N, N) rotations[c, k] = (c + k) mod N: the ring position chunk c's k-th addend comes from."""
-    step = np.arange(n)
-    rotations = (step[:, None] + step) % n
-    rotations.flags.writeable = False
-    return rotations
+            pieces.append((c, a, b, offset))
+            offset, end = offset + b - a, b
+    return tuple(pieces), offset, side_by_side, tuple(b - a for a, b in bounds)
 
 
 def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, group=None, shared=False):
     """ring.all_gather_phase's result: the shards joined in ring order, copied once per rank; with `shared` (and no
     `out`), one immutable copy per ring that every member receives (`frozen`)."""
     full, ns = [None] * cluster.world_size, cluster.backend.xp
-    summaries = not _record_hops(cluster, call, [b - a for a, b in bounds], wire, 0, group)
+    pieces, _, _, sizes = _spans(_key(bounds))  # the non-empty chunks: an empty shard moves nothing
+    summaries = not _record_hops(cluster, call, sizes, wire, 0, group)
     for ring in _members(cluster, group):
         n = len(ring)
         joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
-        for (a, b), r in zip(bounds, ring):
-            joined[a:b] = shards[r]
+        for c, a, b, _ in pieces:
+            joined[a:b] = shards[ring[c]]
         if n > 1 and summaries:
             for p, r in enumerate(ring):  # position p forwarded every shard but p+1's, the last to reach it
                 c = (p + 1) % n

@@ -24,6 +24,8 @@ def stage(cluster, call: int, arrays, op, wire, length: int, padded: int, n: int
     """Each rank's input as a wire-dtype buffer of `padded` elements. Zero-copy when nothing changes. `n`: the ranks
     on each ring (the group's size; default the world), which an averaging op divides by."""
     n = cluster.world_size if n is None else n
+    if padded == length and not op.changes_input and all(fmt is wire or fmt == wire for (_, _, fmt) in arrays):
+        return [a for (_, a, _) in arrays], []  # nothing changes on any rank: every input as it is, read only
     staged, temps = [], []
     for rank, (_, a, fmt) in zip(cluster.ranks, arrays):
         if (fmt is wire or fmt == wire) and not op.changes_input and padded == length:
@@ -71,8 +73,10 @@ def check_out(cluster, out, sizes: list, wire, what: str, averaging: bool, group
     if not isinstance(out, (list, tuple)) or len(out) != cluster.local_size:
         raise ValueError(f"{what}: out must be a list of {cluster.local_size} array(s), one per local rank")
     stored = cluster.backend.xp.storage(wire)  # bf16 as uint16 where the backend keeps it as bits
+    sizes = tuple(sizes)  # (a RunCounts answers one index by walking its runs: expanded once)
+    where = group.ring_order[1] if group is not None else range(cluster.world_size)  # every rank's place in `sizes`
     for rank, o in zip(cluster.ranks, out):
-        want = sizes[rank.index if group is None else group.position(rank.index)]
+        want = sizes[where[rank.index]]
         flags = getattr(o, "flags", None)  # data-less (meta) arrays have none: nothing to write into
         read_only = flags is not None and not getattr(flags, "writeable", True)  # CuPy's flags have no writeable
         if getattr(o, "shape", None) != (want,) or o.dtype != stored or read_only:

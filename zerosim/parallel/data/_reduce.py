@@ -131,7 +131,8 @@ def _scatter_units(ctx, layers: list, first: bool, last: bool) -> Handle:
     layers = _adjacent(ctx.layout, layers)
     if not layers:
         return Handle()
-    held = [[rank.ledger.get(grads_name(x)) for x in layers] for rank in ctx.ranks]
+    names = [grads_name(x) for x in layers]  # (named once, not once a rank)
+    held = [[rank.ledger.get(name) for name in names] for rank in ctx.ranks]
     if ctx.wire is not None and ctx.wire.wire.zero_quantized_gradients:  # ZeRO++ qgZ: parameter by parameter
         from zerosim.parallel.data.zeropp import reduce_params_qgz
 
@@ -186,10 +187,12 @@ def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -
     Returns (the handle, the interleaved staging buffers for the caller to free)."""
     layout, policy, recipe, ranks = ctx.layout, ctx.policy, ctx.recipe, ctx.ranks
     lo, hi = layout.windows[layers[0]][0], layout.windows[layers[-1]][1]
-    staged = [layout.staged_for_wire(lo, hi, x, lambda n, dtype, r=rank: r.ledger.alloc("grads (interleaved)", n, dtype,
-                                                                                        "grads"))
-              for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
-    sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
+    interleaved = []
+    if not layout.sends_as_is:  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer, rank by rank
+        staged = [layout.staged_for_wire(lo, hi, x, lambda n, dtype, r=rank: r.ledger.alloc("grads (interleaved)", n,
+                                                                                            dtype, "grads"))
+                  for rank, x in zip(ranks, sends)]
+        sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
     spans = owned_slices(layout, lo, hi, ctx.cluster.world_size)
     places = [rank.grads.array[spans[rank.index]] for rank in ranks]  # views of shards
     n, wire, agree = ctx.mesh.world.size, policy.reduce_format, AGREEMENTS[ctx.plan.replicate]  # N: data-parallel

@@ -25,6 +25,7 @@ class FlatLayout:
     num_params: int  # P
     world_size: int  # N
     windows: tuple  # ((a, b), ...) per layer, in the flat buffer
+    sends_as_is = True  # `staged_for_wire` hands every x back as it is: a caller of n ranks may skip asking n times
 
     @classmethod
     def for_model(cls, model, world_size: int) -> "FlatLayout":

@@ -41,6 +41,7 @@ class ParamLayout:
     windows: tuple  # ((a, b), ...) per layer, in the model's flat vector
     world_size: int  # N
     rows: tuple | None = None  # None: chunks of ceil(n_p/N) elements (DeepSpeed); else each parameter's dim 0 (FSDP2)
+    sends_as_is = False  # `staged_for_wire` copies x into shard order (FlatLayout's sends it as it is)
 
     @classmethod
     def for_model(cls, model, world_size: int, dim0: bool = False) -> "ParamLayout":
