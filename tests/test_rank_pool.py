@@ -22,10 +22,10 @@ from zerosim.models.data import make_sequence_task
 from zerosim.precision import get_precision
 
 
-def _mlp_run(stage, workers, precision="bf16-mixed", opt="adam", steps=3, keep_values=False, k=1):
+def _mlp_run(stage, workers, precision="bf16-mixed", opt="adam", steps=3, keep_values=False, k=1, stack_ranks=True):
     model = MLP([6, 9, 5, 3], activation="gelu")
     data = make_regression(np.random.default_rng(0), 3 * steps * k, 4, [6, 3])  # (x (4, 6), t (4, 3)) pairs
-    cluster = Cluster(3, workers=workers, keep_values=keep_values)
+    cluster = Cluster(3, workers=workers, keep_values=keep_values, stack_ranks=stack_ranks)
     engine = ZeroEngine(model, cluster, stage, get_optimizer(opt, lr=1e-2), precision, accumulation_steps=k,
                         params=model.init_params(np.random.default_rng(1)))
     losses = [engine.step([data[(s * 3 + r) * k:(s * 3 + r + 1) * k] for r in range(3)]) for s in range(steps)]
@@ -83,8 +83,12 @@ def test_the_pool_runs_ranks_on_more_than_one_thread(stage):
     used = engine.cluster.pool.threads_used  # the caller's thread runs one group of ranks, a pool thread the other
     assert len(used) == 2 and {threading.current_thread().name} < used
     assert any(name.startswith("zerosim-rank-worker") for name in used)
-    engine, _ = _mlp_run(2, workers=1, steps=1)
+    # one worker: every rank's work on the caller's thread; the rank loop goes through the pool, while a stacked
+    # step may make every rank's op as one computation and call no map at all
+    engine, _ = _mlp_run(2, workers=1, steps=1, stack_ranks=False)
     assert engine.cluster.pool.threads_used == {threading.current_thread().name}
+    engine, _ = _mlp_run(2, workers=1, steps=1)
+    assert engine.cluster.pool.threads_used <= {threading.current_thread().name}
 
 
 def test_the_pool_records_in_rank_order_whatever_order_the_workers_finish():
