@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim._dataclass import dataclass
+from zerosim.cluster import adopt_ranks, free_ranks
 from zerosim.models._schedule import Op, needs_params, schedule
 from zerosim.models._spaces import zeros_like_space
 from zerosim.precision import cast, get_format
@@ -86,20 +87,6 @@ class _Saved:
             named = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
-    def put_each(self, key, prefix: str, whats: tuple, arrays) -> None:
-        """`put(key, prefix, dict(zip(whats, arrays)))`, without the dict: the ranks' stacked landing puts one op's
-        tensors on every pass (models/_stacked.py). Each name made afresh, as `put` makes it."""
-        ledger = self.ledger
-        if ledger is None:
-            self.items[key] = dict(zip(whats, arrays))
-            return
-        adopt, tag = ledger.adopt, self.tag
-        if len(whats) == 1:  # one tensor (a Linear's input, a ReLU's): its dict made as it is, no comprehension
-            what = whats[0]
-            self.items[key] = {what: adopt(f"{tag}{prefix}.{what}", arrays[0], KIND)}
-            return
-        self.items[key] = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in zip(whats, arrays)}
-
     def peek(self, key) -> dict:
         """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
         held = self.items[key]
@@ -120,20 +107,49 @@ class _Saved:
             free(buf)
         return arrays
 
-    def drop(self, key) -> None:
-        """`pop(key)` where its arrays were read already (`peek`) and are not wanted again: freed, no dict of them made
-        (freeing one freed already raises, as reading it would)."""
-        held = self.items.pop(key)
-        ledger = self.ledger
-        if ledger is not None:
-            if len(held) == 1:  # one tensor: no loop
-                ledger.free(next(iter(held.values())))
-                return
-            for buf in held.values():
-                ledger.free(buf)
-
     def nbytes(self, key) -> int:
         return sum(int(a.nbytes) for a in self.items[key].values())
+
+
+def put_ranks(saves: list, key, prefix: str, whats: tuple, arrays: list) -> list:
+    """`saves[i].put(key, prefix, dict(zip(whats, [a[i] for a in arrays])))` for every pass's `_Saved` in one go (n
+    passes: the ranks' stacked landing, models/_stacked.py; `arrays`: per what, the n passes' arrays): each ledger as
+    its own `put` leaves it. Returns the ledger events, a list of n per what (cluster/_ledger.py `adopt_ranks`), for
+    the caller to record in rank order (`Trace.record_ranks`): a rank's `put` adopts its whats in order. Every pass
+    has a ledger, or none does (nothing is recorded then: [])."""
+    if saves[0].ledger is None:
+        for i, saved in enumerate(saves):
+            saved.items[key] = {what: a[i] for what, a in zip(whats, arrays)}
+        return []
+    ledgers, columns, held = [saved.ledger for saved in saves], [], []
+    for what, column in zip(whats, arrays):
+        # each name made afresh, as `put` makes it: one string object per rank (a log pickles the same bytes)
+        names = [f"{saved.tag}{prefix}.{what}" for saved in saves]
+        buffers, events = adopt_ranks(ledgers, names, column, KIND)
+        held.append(buffers)
+        columns.append(events)
+    if len(whats) == 1:  # one tensor (a Linear's input, a ReLU's): its dict made as it is
+        what = whats[0]
+        for saved, buf in zip(saves, held[0]):
+            saved.items[key] = {what: buf}
+    else:
+        for saved, bufs in zip(saves, zip(*held)):
+            saved.items[key] = dict(zip(whats, bufs))
+    return columns
+
+
+def drop_ranks(saves: list, key) -> list:
+    """`saves[i].pop(key)` for every pass's `_Saved` in one go, where its arrays were read already (`peek`) and are
+    not wanted again, as `put_ranks` puts them: each what's buffers freed, in `pop`'s order, the events returned, a
+    list of n per what (cluster/_ledger.py `free_ranks`), for the caller to record in rank order. Every pass kept the
+    same whats under `key` (the ranks' landing of one op put them)."""
+    held = [saved.items.pop(key) for saved in saves]
+    if saves[0].ledger is None:
+        return []
+    first = held[0]
+    if any(h.keys() != first.keys() for h in held):
+        raise ValueError(f"the passes kept different tensors under {key!r}: they cannot be freed together")
+    return [free_ranks([h[what] for h in held]) for what in first]
 
 
 class Pass:
