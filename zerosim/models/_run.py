@@ -174,6 +174,9 @@ class Pass:
         self.a = x if integer else cast(x, self.fmt)  # (B, D_in) the micro-batch in the compute format
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
         self.loss = None  # the unscaled loss, a Python float
+        # on a stacked run's first pass: the stacked arrays the ranks' rows were cut from, by what they are ("a",
+        # "dy", ("saved", layer)), for the next op that would stack them again (models/_stacked.py `_stack`)
+        self.stacks = {}
 
     def _selective(self, layer, x) -> dict:
         """What an op-level selective checkpoint keeps besides the block input (models/meta/_sac.py), when the model's

@@ -30,6 +30,8 @@ it counted its own arrays'.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from zerosim.models._run import done, drop_ranks, put_ranks
@@ -91,7 +93,7 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)
         rows = y0.shape[0]
-        y = np.concatenate([work.a for work in passes])  # (n·B, D_out)
+        y = _stack(passes, "a", [work.a for work in passes])  # (n·B, D_out)
         target = np.concatenate([work.target for work in passes])  # (n·B, D_out)
         losses, cache = model.loss.forward_ranks(y, target, f, n)  # [n floats], {what: (n·B, ...)}
         dy = model.loss.backward_ranks(cache, f, n, scale=passes[0].loss_scale)  # (n·B, D_out) fmt
@@ -104,20 +106,25 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     if op.kind != "backward":  # a forward or recompute
         x0 = _input(passes[0], op)  # (B, D_in)
         rows = x0.shape[0]
-        x = np.concatenate([_input(work, op) for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
-        with used_once(x):  # a stack no later product meets again: the portable kernels keep nothing of it
+        # (n·B, D_in) the ranks' rows, rank by rank: the array the last landing cut them from, else a copy
+        x = _stack(passes, "a", [_input(work, op) for work in passes])
+        with used_once(x):  # a stack the portable kernels keep nothing of (its backward's dW meets it once more)
             out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
         return Landing(made, _land_forward(passes, op, layer.name, rows, out, cache))
     dy0 = passes[0].dy  # (B, D_out)
-    rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
-    first = saved[0]
-    if not _alike(saved) or not _rows_of(rows, *first.values()):
+    rows, cache = dy0.shape[0], _saved_stack(passes, op.layer)  # {what: (n·B, ...)}: what the forward landed
+    if cache is None:  # not (all) landed by one stacked forward: every pass's read (not freed yet), stacked afresh
+        saved = [work.saved.peek(op.layer) for work in passes]
+        if not _alike(saved) or not _rows_of(rows, *saved[0].values()):
+            return None
+        cache = {k: np.concatenate([s[k] for s in saved]) for k in saved[0]}  # {what: (n·B, ...)}
+    elif not _rows_of(n * rows, *cache.values()):
         return None
-    dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
-    cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
+    first = passes[0].saved.peek(op.layer)
+    dy = _stack(passes, "dy", [work.dy for work in passes])  # (n·B, D_out)
     with used_once(dy, *cache.values()):
         dx, grads = layer.backward_ranks(params, dy, cache, f, n, grads_out)  # (n·B, D_in), {name: n ranks' (...)}
     if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
@@ -142,6 +149,38 @@ def _alike(saved: list) -> bool:
 
 def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
+
+
+def _stack(passes: list, key, arrays: list):
+    """The (n·B, ...) stack of `arrays` (pass i's at [i]): the array the last landing cut them from (`_cut`), where
+    they are still its n row blocks in order (the same elements, so the same bits as their concatenation, with no
+    copy: the next layer's forward reads the last one's output so, the loss the model's, a backward the gradient the
+    last one handed back); else their concatenation."""
+    cut = passes[0].stacks.get(key)
+    if cut is not None and len(cut[0]) == len(arrays) and all(map(operator.is_, arrays, cut[0])):
+        return cut[1]
+    return np.concatenate(arrays)
+
+
+def _cut(passes: list, key, a, n: int, rows: int) -> list:
+    """`_each_pass(a, n, rows)`, remembered on the first pass under `key` for `_stack` where `a` is C-contiguous (the
+    layout a concatenation of the parts makes, so a layer reading it sees what it saw before)."""
+    parts = _each_pass(a, n, rows)
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        passes[0].stacks[key] = (parts, a)
+    else:
+        passes[0].stacks.pop(key, None)
+    return parts
+
+
+def _saved_stack(passes: list, layer: int) -> dict | None:
+    """{what: (n·B, ...)}: what every pass saved for `layer`'s backward, as the stacked forward made it, where each
+    pass still holds the very tensors it landed (`_land_forward` remembers them: the dicts it put); None elsewhere."""
+    cut = passes[0].stacks.pop(("saved", layer), None)
+    if cut is None or len(cut[0]) != len(passes):
+        return None
+    held = [work.saved.items.get(layer) for work in passes]
+    return cut[1] if all(map(operator.is_, held, cut[0])) else None
 
 
 class Landing:
@@ -183,7 +222,9 @@ def _land_forward(passes, op, name: str, rows: int, out, cache: dict) -> list:
         events += put_ranks(saves, ("checkpoint", op.layer), name, ("block input",), [[work.a for work in passes]])
     if op.save:
         events += put_ranks(saves, op.layer, name, tuple(cache), [_each_pass(a, n, rows) for a in cache.values()])
-    for work, a in zip(passes, _each_pass(out, n, rows)):
+        if all(type(a) is np.ndarray and a.flags.c_contiguous for a in cache.values()):  # for its backward's stack
+            passes[0].stacks[("saved", op.layer)] = ([saved.items[op.layer] for saved in saves], cache)
+    for work, a in zip(passes, _cut(passes, "a", out, n, rows)):
         work.a = a  # (B, D_out)
     return events
 
@@ -193,7 +234,7 @@ def _land_loss(passes, rows: int, losses: list, cache: dict, dy) -> list:
     n, saves = len(passes), [work.saved for work in passes]
     events = put_ranks(saves, "loss", "loss", tuple(cache), [_each_pass(a, n, rows) for a in cache.values()])
     events += drop_ranks(saves, "loss")
-    for work, loss, d in zip(passes, losses, _each_pass(dy, n, rows)):
+    for work, loss, d in zip(passes, losses, _cut(passes, "dy", dy, n, rows)):
         work.loss, work.dy = loss, d  # (B, D_out)
     return events
 
@@ -202,6 +243,6 @@ def _land_backward(passes, op, rows: int, dx) -> list:
     """Every pass's landing of a backward: its saved tensors freed (`Pass.run` frees them before the layer's
     backward; read already: `peek`), its gradient in flight replaced."""
     events = drop_ranks([work.saved for work in passes], op.layer)
-    for work, d in zip(passes, _each_pass(dx, len(passes), rows)):
+    for work, d in zip(passes, _cut(passes, "dy", dx, len(passes), rows)):
         work.dy = d  # (B, D_in)
     return events
