@@ -165,12 +165,13 @@ class Pass:
     """
 
     def __init__(self, model, x, target, fmt, *, ledger=None, loss_scale: float = 1.0, keep_values: bool = False,
-                 tag: str = ""):
+                 tag: str = "", _cast: bool = True):
         self.model, self.target, self.fmt = model, target, get_format(fmt)
         self.loss_scale, self.keep_values = loss_scale, keep_values
         self.saved = _Saved(ledger, tag)
         self.waiting = {}  # layer -> (its weight gradients, their FLOPs): a backward-input's, until its backward-weight
-        integer = getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
+        # _cast=False: x is in the compute format already (`passes_of` cast every rank's at once)
+        integer = not _cast or getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
         self.a = x if integer else cast(x, self.fmt)  # (B, D_in) the micro-batch in the compute format
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
         self.loss = None  # the unscaled loss, a Python float
@@ -261,6 +262,29 @@ class Pass:
             self.waiting[op.layer] = ({k: ledger.adopt(f"{self.saved.tag}{layer.name}.{k} (waiting for W)", g, "grads")
                                        for k, g in grads.items()} if ledger is not None else grads), weight
         return done(None, flops - weight, read, _nbytes(self.dy))
+
+
+def passes_of(model, batches: list, fmt, ledgers: list, *, loss_scale: float = 1.0, keep_values: bool = False,
+              tag: str = "") -> list:
+    """[Pass(model, x, target, fmt, ledger=ledgers[i], ...) for i, (x, target) in enumerate(batches)]: a `Pass` per
+    rank's micro-batch, their inputs cast to `fmt` in one go where every x is a float NumPy array of one 2-D shape
+    and dtype: a cast rounds each element alone, so rank i's rows of the cast stack are the bits its own cast gives
+    (tests/test_stacked_ranks.py). Each pass's input is then a view of that stack, remembered on the first pass for
+    the first op that would stack them again (models/_stacked.py `_stack`)."""
+    f = get_format(fmt)
+    xs = [x for x, _ in batches]
+    first = xs[0] if xs else None
+    if (len(xs) < 2 or type(first) is not np.ndarray or first.ndim != 2 or first.dtype.kind in "iub"
+            or any(type(x) is not np.ndarray or x.shape != first.shape or x.dtype != first.dtype for x in xs)):
+        return [Pass(model, x, target, f, ledger=ledger, loss_scale=loss_scale, keep_values=keep_values, tag=tag)
+                for ledger, (x, target) in zip(ledgers, batches)]
+    stack = cast(np.concatenate(xs), f)  # (n·B, D_in) every rank's rows, rank by rank
+    inputs = list(stack.reshape(len(xs), *first.shape))  # rank i's (B, D_in), a view of the stack
+    passes = [Pass(model, a, target, f, ledger=ledger, loss_scale=loss_scale, keep_values=keep_values, tag=tag,
+                   _cast=False) for ledger, a, (_, target) in zip(ledgers, inputs, batches)]
+    if stack.flags.c_contiguous:
+        passes[0].stacks["a"] = (inputs, stack)
+    return passes
 
 
 def _no_selective(layer, x, fmt):
