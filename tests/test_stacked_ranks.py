@@ -285,3 +285,42 @@ def test_stack_ranks_must_be_a_bool():
         Cluster(2, stack_ranks="no")
     assert not Cluster(2, workers=2).pool.stacks  # threads run the ranks one by one
     assert _basic.Layer("x").stacks_rows() is False
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e4m3", "fp32"])
+def test_every_rank_s_input_cast_together_is_its_own_cast(fmt):
+    # `passes_of` casts every rank's micro-batch in one go: rank i's rows must be the bits `Pass` gives it alone,
+    # over float32 patterns that round every way (ties, subnormals, overflow, NaN, -0), not only the data's
+    from zerosim.cluster import MemoryLedger
+    from zerosim.models import Pass, passes_of
+
+    n, rows, width = 5, 4, 7
+    patterns = np.random.default_rng(0).integers(0, 2**32, size=(n * rows, width), dtype=np.uint64).astype(np.uint32)
+    xs = patterns.view(np.float32)
+    xs[0, :4] = [np.nan, -0.0, np.inf, 1 + 2.0**-8]  # and values that tie in bf16
+    batches = [(xs[i * rows:(i + 1) * rows].copy(), None) for i in range(n)]
+    model = MLP([width, 3])
+    together = passes_of(model, batches, fmt, [MemoryLedger(i) for i in range(n)])
+    for i, (x, _) in enumerate(batches):
+        alone = Pass(model, x, None, fmt, ledger=MemoryLedger(i)).a
+        mine = together[i].a
+        assert mine.dtype == alone.dtype and mine.shape == alone.shape
+        assert mine.tobytes() == alone.tobytes()  # bit for bit, NaN's and -0's patterns included
+    views, stack = together[0].stacks["a"]  # remembered for the first forward's stack: the passes' own inputs
+    assert all(v is w.a for v, w in zip(views, together)) and stack.shape == (n * rows, width)
+
+
+def test_inputs_that_differ_in_shape_or_kind_are_cast_rank_by_rank():
+    from zerosim.cluster import MemoryLedger
+    from zerosim.models import passes_of
+
+    model = MLP([3, 2])
+    rng = np.random.default_rng(1)
+    ragged = [(rng.standard_normal((2 + i, 3)).astype(np.float32), None) for i in range(3)]
+    labels = [(np.arange(6).reshape(2, 3), None) for _ in range(3)]  # integers pass unchanged
+    for batches in (ragged, labels):
+        made = passes_of(model, batches, "bf16", [MemoryLedger(i) for i in range(3)])
+        assert not made[0].stacks  # no stack to remember
+        for work, (x, _) in zip(made, batches):
+            assert work.a.shape == x.shape
+    assert all(w.a is x for w, (x, _) in zip(passes_of(model, labels, "bf16", [None] * 3), labels))

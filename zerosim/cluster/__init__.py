@@ -29,7 +29,7 @@ _NAMES = {
     "._cluster": ("Cluster",),
     "._events": ("Compute", "ComputeFields", "Fp8ScaleUpdate", "GradClip", "LossScaleUpdate", "OptimizerStep",
                  "StepBoundary", "optimizer_step_event"),
-    "._ledger": ("Buffer", "LedgerError", "LedgerEvent", "MemoryLedger"),
+    "._ledger": ("Buffer", "LedgerError", "LedgerEvent", "MemoryLedger", "adopt_ranks", "free_ranks"),
     "._mesh": ("INTER", "INTRA", "TIERS", "Groups", "Mesh"),
     "._rank": ("Rank",),
     "._recording": ("Recording",),

@@ -53,6 +53,73 @@ def ledger_event(seq, action, name, kind, nbytes, total, kind_total, phase, rank
 _new = object.__new__
 
 
+def adopt_ranks(ledgers: list, names: list, arrays: list, kind: str) -> tuple[list, list]:
+    """`ledgers[i].adopt(names[i], arrays[i], kind)` for n ranks' ledgers in one call (an op landing on every rank at
+    once: models/_stacked.py): each ledger's buffer, totals, peaks and timeline as its own `adopt` leaves them, but its
+    event not handed to its sink. Returns (buffers, events): events[i] rank i's event, the tuple `adopt` hands its sink
+    (None where its ledger keeps no timeline), for the caller to hand on with the other ranks' in rank order
+    (cluster/_trace.py `Trace.record_ranks`), as n calls of `adopt`, rank after rank, would have. `adopt`'s
+    bookkeeping, written once more for n ledgers: the loop is the batch (tests/test_ledger_ranks.py holds the two to
+    the same buffers, totals, peaks and timelines)."""
+    buffers, events = [], []
+    add_buffer, add_event = buffers.append, events.append
+    for ledger, name, array in zip(ledgers, names, arrays):
+        live = ledger.live
+        if name in live:
+            raise LedgerError(f"rank {ledger.rank}: a buffer named {name!r} is already live; free it first or pick "
+                              "another name")
+        if type(array) is np.ndarray:
+            buf = _new(Buffer)
+            buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, False, array, ledger
+            buf.shape, buf.dtype, buf.nbytes = array.shape, array.dtype, array.nbytes
+        else:
+            buf = Buffer(name, kind, array, ledger)
+        live[name] = buf
+        add_buffer(buf)
+        nbytes, current, peak = buf.nbytes, ledger._current, ledger._peak
+        kind_total = current[kind] = current.get(kind, 0) + nbytes
+        total = ledger._total = ledger._total + nbytes
+        if kind_total > peak.get(kind, 0) or kind not in peak:
+            peak[kind] = kind_total if kind_total > 0 else 0
+        if total > ledger._peak_total:
+            ledger._peak_total = total
+        seq = ledger._seq = ledger._seq + 1
+        if ledger.keep_timeline:
+            event = (seq, "alloc", name, kind, nbytes, total, kind_total, ledger.phase_label, ledger.rank)
+            ledger._held.append(event)
+            add_event(event)
+        else:
+            add_event(None)
+    return buffers, events
+
+
+def free_ranks(buffers: list) -> list:
+    """`buffers[i].free()` for n ranks' buffers (each in its own ledger) in one call, as `adopt_ranks` adopts them:
+    each ledger as its own `free` leaves it, its event returned, not handed to its sink (events[i]: rank i's, None
+    where its ledger keeps no timeline), for the caller to hand on in rank order (`Trace.record_ranks`)."""
+    events = []
+    add_event = events.append
+    for buf in buffers:
+        ledger, name = buf._ledger, buf.name
+        if ledger.live.get(name) is not buf:
+            raise LedgerError(f"rank {ledger.rank}: buffer {name!r} is not live (already freed, or never allocated)")
+        del ledger.live[name]
+        kind, nbytes, current = buf.kind, buf.nbytes, ledger._current
+        kind_total = current[kind] = current.get(kind, 0) - nbytes
+        total = ledger._total = ledger._total - nbytes
+        seq = ledger._seq = ledger._seq + 1
+        if ledger.keep_timeline:
+            event = (seq, "free", name, kind, nbytes, total, kind_total, ledger.phase_label, ledger.rank)
+            ledger._held.append(event)
+            add_event(event)
+        else:
+            add_event(None)
+        if buf.owned and ledger.recycle is not None:
+            ledger.recycle(buf._array)
+        buf._array = None
+    return events
+
+
 class Buffer:
     """A named array owned by one rank's ledger. Reading `.array` after `free` raises `LedgerError`."""
 

@@ -16,6 +16,7 @@ On a mesh (`Cluster(..., gpus_per_node=G)`) every call records the group it ran 
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import chain
 from contextlib import contextmanager
 from dataclasses import field, replace
 
@@ -254,6 +255,28 @@ class Trace:
                 fold(self, *upto)
             if self.budget is not None:  # a Cluster's default window: no more than a share of what the ranks hold
                 fold_to_budget(self, self.budget())
+
+    def record_ranks(self, columns: list, sinks: list) -> None:
+        """What n ranks recording one after another append: rank 0's entry of every column in column order, then rank
+        1's, ... (`columns`: lists of n entries, rank i's at [i]; None: nothing of that rank). A ledger's event (the
+        plain tuple `adopt_ranks` / `free_ranks` return, cluster/_ledger.py) goes to rank i's ledger's sink,
+        `sinks[i]`, as its own `adopt` or `free` hands it; any other entry (an engine's `ComputeFields`) to the log,
+        as `record` appends it (none here is a `StepBoundary`, the one entry `record` does more for). Where every
+        sink is this log's own (a Cluster's ledgers) and no entry is None, the ranks' rows are one `extend`."""
+        log = self._log
+        append = log.append
+        if all(s == append for s in sinks) and not any(None in column for column in columns):
+            log.extend(chain.from_iterable(zip(*columns)))
+            return
+        for i, row in enumerate(zip(*columns)):
+            for entry in row:
+                if entry is None:
+                    continue
+                if type(entry) is tuple:  # a ledger's event: its own sink's (none where no trace takes it)
+                    if sinks[i] is not None:
+                        sinks[i](entry)
+                else:
+                    self.record(entry)
 
     # -- recording (used by the collectives) -----------------------------------------------------
     def begin(self, collective: str, op: str, world_size: int, elements: int, dtype: str, tag: str = "",

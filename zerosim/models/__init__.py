@@ -20,7 +20,7 @@ from zerosim._lazy import lazy_face, names_of
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
     "._model": ("Model", "ParamSpec"),
-    "._run": ("Pass", "done", "forward_backward", "loss_and_grad", "predict"),
+    "._run": ("Pass", "done", "forward_backward", "loss_and_grad", "passes_of", "predict"),
     "._schedule": ("Op", "needs_params", "schedule", "split_backward"),
     "._stacked": ("run_stacked", "stacks"),
     ".data": ("answer_positions", "make_classification", "make_regression", "make_sequence_task"),

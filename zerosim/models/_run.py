@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim._dataclass import dataclass
+from zerosim.cluster import adopt_ranks, free_ranks
 from zerosim.models._schedule import Op, needs_params, schedule
 from zerosim.models._spaces import zeros_like_space
 from zerosim.precision import cast, get_format
@@ -86,20 +87,6 @@ class _Saved:
             named = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in named.items()}
         self.items[key] = named
 
-    def put_each(self, key, prefix: str, whats: tuple, arrays) -> None:
-        """`put(key, prefix, dict(zip(whats, arrays)))`, without the dict: the ranks' stacked landing puts one op's
-        tensors on every pass (models/_stacked.py). Each name made afresh, as `put` makes it."""
-        ledger = self.ledger
-        if ledger is None:
-            self.items[key] = dict(zip(whats, arrays))
-            return
-        adopt, tag = ledger.adopt, self.tag
-        if len(whats) == 1:  # one tensor (a Linear's input, a ReLU's): its dict made as it is, no comprehension
-            what = whats[0]
-            self.items[key] = {what: adopt(f"{tag}{prefix}.{what}", arrays[0], KIND)}
-            return
-        self.items[key] = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in zip(whats, arrays)}
-
     def peek(self, key) -> dict:
         """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
         held = self.items[key]
@@ -120,20 +107,49 @@ class _Saved:
             free(buf)
         return arrays
 
-    def drop(self, key) -> None:
-        """`pop(key)` where its arrays were read already (`peek`) and are not wanted again: freed, no dict of them made
-        (freeing one freed already raises, as reading it would)."""
-        held = self.items.pop(key)
-        ledger = self.ledger
-        if ledger is not None:
-            if len(held) == 1:  # one tensor: no loop
-                ledger.free(next(iter(held.values())))
-                return
-            for buf in held.values():
-                ledger.free(buf)
-
     def nbytes(self, key) -> int:
         return sum(int(a.nbytes) for a in self.items[key].values())
+
+
+def put_ranks(saves: list, key, prefix: str, whats: tuple, arrays: list) -> list:
+    """`saves[i].put(key, prefix, dict(zip(whats, [a[i] for a in arrays])))` for every pass's `_Saved` in one go (n
+    passes: the ranks' stacked landing, models/_stacked.py; `arrays`: per what, the n passes' arrays): each ledger as
+    its own `put` leaves it. Returns the ledger events, a list of n per what (cluster/_ledger.py `adopt_ranks`), for
+    the caller to record in rank order (`Trace.record_ranks`): a rank's `put` adopts its whats in order. Every pass
+    has a ledger, or none does (nothing is recorded then: [])."""
+    if saves[0].ledger is None:
+        for i, saved in enumerate(saves):
+            saved.items[key] = {what: a[i] for what, a in zip(whats, arrays)}
+        return []
+    ledgers, columns, held = [saved.ledger for saved in saves], [], []
+    for what, column in zip(whats, arrays):
+        # each name made afresh, as `put` makes it: one string object per rank (a log pickles the same bytes)
+        names = [f"{saved.tag}{prefix}.{what}" for saved in saves]
+        buffers, events = adopt_ranks(ledgers, names, column, KIND)
+        held.append(buffers)
+        columns.append(events)
+    if len(whats) == 1:  # one tensor (a Linear's input, a ReLU's): its dict made as it is
+        what = whats[0]
+        for saved, buf in zip(saves, held[0]):
+            saved.items[key] = {what: buf}
+    else:
+        for saved, bufs in zip(saves, zip(*held)):
+            saved.items[key] = dict(zip(whats, bufs))
+    return columns
+
+
+def drop_ranks(saves: list, key) -> list:
+    """`saves[i].pop(key)` for every pass's `_Saved` in one go, where its arrays were read already (`peek`) and are
+    not wanted again, as `put_ranks` puts them: each what's buffers freed, in `pop`'s order, the events returned, a
+    list of n per what (cluster/_ledger.py `free_ranks`), for the caller to record in rank order. Every pass kept the
+    same whats under `key` (the ranks' landing of one op put them)."""
+    held = [saved.items.pop(key) for saved in saves]
+    if saves[0].ledger is None:
+        return []
+    first = held[0]
+    if any(h.keys() != first.keys() for h in held):
+        raise ValueError(f"the passes kept different tensors under {key!r}: they cannot be freed together")
+    return [free_ranks([h[what] for h in held]) for what in first]
 
 
 class Pass:
@@ -149,15 +165,19 @@ class Pass:
     """
 
     def __init__(self, model, x, target, fmt, *, ledger=None, loss_scale: float = 1.0, keep_values: bool = False,
-                 tag: str = ""):
+                 tag: str = "", _cast: bool = True):
         self.model, self.target, self.fmt = model, target, get_format(fmt)
         self.loss_scale, self.keep_values = loss_scale, keep_values
         self.saved = _Saved(ledger, tag)
         self.waiting = {}  # layer -> (its weight gradients, their FLOPs): a backward-input's, until its backward-weight
-        integer = getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
+        # _cast=False: x is in the compute format already (`passes_of` cast every rank's at once)
+        integer = not _cast or getattr(x, "dtype", None) is not None and np.dtype(x.dtype).kind in "iub"
         self.a = x if integer else cast(x, self.fmt)  # (B, D_in) the micro-batch in the compute format
         self.dy = None  # (B, D) the gradient coming back, once the loss has run
         self.loss = None  # the unscaled loss, a Python float
+        # on a stacked run's first pass: the stacked arrays the ranks' rows were cut from, by what they are ("a",
+        # "dy", ("saved", layer)), for the next op that would stack them again (models/_stacked.py `_stack`)
+        self.stacks = {}
 
     def _selective(self, layer, x) -> dict:
         """What an op-level selective checkpoint keeps besides the block input (models/meta/_sac.py), when the model's
@@ -242,6 +262,29 @@ class Pass:
             self.waiting[op.layer] = ({k: ledger.adopt(f"{self.saved.tag}{layer.name}.{k} (waiting for W)", g, "grads")
                                        for k, g in grads.items()} if ledger is not None else grads), weight
         return done(None, flops - weight, read, _nbytes(self.dy))
+
+
+def passes_of(model, batches: list, fmt, ledgers: list, *, loss_scale: float = 1.0, keep_values: bool = False,
+              tag: str = "") -> list:
+    """[Pass(model, x, target, fmt, ledger=ledgers[i], ...) for i, (x, target) in enumerate(batches)]: a `Pass` per
+    rank's micro-batch, their inputs cast to `fmt` in one go where every x is a float NumPy array of one 2-D shape
+    and dtype: a cast rounds each element alone, so rank i's rows of the cast stack are the bits its own cast gives
+    (tests/test_stacked_ranks.py). Each pass's input is then a view of that stack, remembered on the first pass for
+    the first op that would stack them again (models/_stacked.py `_stack`)."""
+    f = get_format(fmt)
+    xs = [x for x, _ in batches]
+    first = xs[0] if xs else None
+    if (len(xs) < 2 or type(first) is not np.ndarray or first.ndim != 2 or first.dtype.kind in "iub"
+            or any(type(x) is not np.ndarray or x.shape != first.shape or x.dtype != first.dtype for x in xs)):
+        return [Pass(model, x, target, f, ledger=ledger, loss_scale=loss_scale, keep_values=keep_values, tag=tag)
+                for ledger, (x, target) in zip(ledgers, batches)]
+    stack = cast(np.concatenate(xs), f)  # (n·B, D_in) every rank's rows, rank by rank
+    inputs = list(stack.reshape(len(xs), *first.shape))  # rank i's (B, D_in), a view of the stack
+    passes = [Pass(model, a, target, f, ledger=ledger, loss_scale=loss_scale, keep_values=keep_values, tag=tag,
+                   _cast=False) for ledger, a, (_, target) in zip(ledgers, inputs, batches)]
+    if stack.flags.c_contiguous:
+        passes[0].stacks["a"] = (inputs, stack)
+    return passes
 
 
 def _no_selective(layer, x, fmt):

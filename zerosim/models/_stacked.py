@@ -14,24 +14,27 @@ rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's 
                                       forward (one that keeps its block's checkpoint too), a recompute (one that
                                       starts from it too), a backward, or the loss (`Loss.rows_apart`: half-MSE,
                                       each rank's loss its own sum over its rows)
-    run_stacked(passes, op, model, p)  op computed once for every pass, changing nothing; then, pass by pass, its
-                                      rows land: its saved tensors (and checkpoints) adopted or freed in its ledger
-                                      as `Pass.run` does it, its tensor in flight replaced; a `Landing` that yields
-                                      (i, Done) after pass i has landed, and holds a backward's gradients of every
-                                      pass at once (`grads`; pass i's, `grads_of(i)`), for a caller that packs them
-                                      in one go
+    run_stacked(passes, op, model, p)  op computed once for every pass; then every pass's rows land: its saved tensors
+                                      (and checkpoints) adopted or freed in its ledger as `Pass.run` does it, all
+                                      passes' in one call per tensor (models/_run.py `put_ranks`, `drop_ranks`), its
+                                      tensor in flight replaced; a `Landing`: what the op cost each pass, the ledger
+                                      events by pass, and a backward's gradients of every pass at once (`grads`; pass
+                                      i's, `grads_of(i)`), for a caller that packs them in one go
 
-Each pass lands before the next, so a caller that records rank i's events between yields writes the log a loop
-over `Pass.run` writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
+The ledger events come back unrecorded, a list of n per alloc or free: a caller that records pass i's row, then its
+own events of rank i, rank after rank (cluster/_trace.py `Trace.record_ranks`), writes the log a loop over `Pass.run`
+writes. That loop is the naive twin (tests/test_stacked_ranks.py: the same bits, events and ledgers).
 A pass's saved tensors and its tensor in flight are views of the stacked arrays: its ledger counts their bytes as
 it counted its own arrays'.
 """
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
-from zerosim.models._run import done
+from zerosim.models._run import done, drop_ranks, put_ranks
 from zerosim.precision.arithmetic import arithmetic_of, used_once
 
 KINDS = ("forward", "recompute", "loss", "backward")  # not "keep input": it computes nothing
@@ -66,11 +69,12 @@ def stacks(passes: list, op, model) -> bool:
     x, t = first.dy if backward else _input(first, op), first.target
     if type(x) is not np.ndarray or x.ndim != 2 or (loss and (type(t) is not np.ndarray or t.shape != x.shape)):
         return False
-    shape, dtype, fmt, scale = x.shape, x.dtype, first.fmt, first.loss_scale
+    shape, dtype, fmt, scale, unledgered = x.shape, x.dtype, first.fmt, first.loss_scale, first.saved.ledger is None
     for work in passes:
         x = work.dy if backward else _input(work, op)
         if (type(x) is not np.ndarray or x.shape != shape or (x.dtype is not dtype and x.dtype != dtype)
-                or (work.fmt is not fmt and work.fmt != fmt) or work.keep_values):  # `is` first: the passes share them
+                or (work.fmt is not fmt and work.fmt != fmt) or work.keep_values  # `is` first: the passes share them
+                or (work.saved.ledger is None) is not unledgered):  # a ledger on every pass, or on none
             return False
         if backward and op.layer not in work.saved.items:
             return False
@@ -81,41 +85,46 @@ def stacks(passes: list, op, model) -> bool:
 
 
 def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = None):
-    """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name):
-    a `Landing`, an iterable of (i, Done) that lands pass i's rows just before its yield; None, with nothing changed,
-    where the layer's results do not come back with the passes' rows (a cache of another shape). `grads_out`: for a
-    backward, {name: (n, ...) array} the layer may write its gradients into (`Layer.backward_ranks`' `out`)."""
+    """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name),
+    every pass's rows landed: a `Landing` (its ledger events not recorded yet); None, with nothing changed, where the
+    layer's results do not come back with the passes' rows (a cache of another shape). `grads_out`: for a backward,
+    {name: (n, ...) array} the layer may write its gradients into (`Layer.backward_ranks`' `out`)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)
         rows = y0.shape[0]
-        y = np.concatenate([work.a for work in passes])  # (n·B, D_out)
+        y = _stack(passes, "a", [work.a for work in passes])  # (n·B, D_out)
         target = np.concatenate([work.target for work in passes])  # (n·B, D_out)
         losses, cache = model.loss.forward_ranks(y, target, f, n)  # [n floats], {what: (n·B, ...)}
         dy = model.loss.backward_ranks(cache, f, n, scale=passes[0].loss_scale)  # (n·B, D_out) fmt
         if len(losses) != n or not _rows_of(n * rows, dy, *cache.values()):
             return None
         made = done(None, model.loss.flops(y0.shape), int(y0.nbytes), int(dy[:rows].nbytes))
-        return Landing(_land_loss(passes, rows, losses, cache, dy, made))
+        return Landing(made, _land_loss(passes, rows, losses, cache, dy))
     layer = model.layers[op.layer]
     weights = sum(int(a.nbytes) for a in params.values())
     if op.kind != "backward":  # a forward or recompute
         x0 = _input(passes[0], op)  # (B, D_in)
         rows = x0.shape[0]
-        x = np.concatenate([_input(work, op) for work in passes])  # (n·B, D_in) the ranks' rows, rank by rank: a copy
-        with used_once(x):  # a stack no later product meets again: the portable kernels keep nothing of it
+        # (n·B, D_in) the ranks' rows, rank by rank: the array the last landing cut them from, else a copy
+        x = _stack(passes, "a", [_input(work, op) for work in passes])
+        with used_once(x):  # a stack the portable kernels keep nothing of (its backward's dW meets it once more)
             out, cache = layer.forward(params, x, f)  # (n·B, D_out), {what: (n·B, ...)}
         if not _rows_of(n * rows, out, *cache.values()):
             return None
         made = done(None, layer.flops(x0.shape, "forward"), weights + int(x0.nbytes), int(out[:rows].nbytes))
-        return Landing(_land_forward(passes, op, layer.name, rows, out, cache, made))
+        return Landing(made, _land_forward(passes, op, layer.name, rows, out, cache))
     dy0 = passes[0].dy  # (B, D_out)
-    rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
-    first = saved[0]
-    if not _alike(saved) or not _rows_of(rows, *first.values()):
+    rows, cache = dy0.shape[0], _saved_stack(passes, op.layer)  # {what: (n·B, ...)}: what the forward landed
+    if cache is None:  # not (all) landed by one stacked forward: every pass's read (not freed yet), stacked afresh
+        saved = [work.saved.peek(op.layer) for work in passes]
+        if not _alike(saved) or not _rows_of(rows, *saved[0].values()):
+            return None
+        cache = {k: np.concatenate([s[k] for s in saved]) for k in saved[0]}  # {what: (n·B, ...)}
+    elif not _rows_of(n * rows, *cache.values()):
         return None
-    dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
-    cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
+    first = passes[0].saved.peek(op.layer)
+    dy = _stack(passes, "dy", [work.dy for work in passes])  # (n·B, D_out)
     with used_once(dy, *cache.values()):
         dx, grads = layer.backward_ranks(params, dy, cache, f, n, grads_out)  # (n·B, D_in), {name: n ranks' (...)}
     if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
@@ -124,7 +133,7 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
     written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
     made = done(None, layer.flops(x_shape, "backward"), read, written)
-    return Landing(_land_backward(passes, op, rows, dx, made), grads)
+    return Landing(made, _land_backward(passes, op, rows, dx), grads)
 
 
 def _alike(saved: list) -> bool:
@@ -142,20 +151,51 @@ def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
 
 
+def _stack(passes: list, key, arrays: list):
+    """The (n·B, ...) stack of `arrays` (pass i's at [i]): the array the last landing cut them from (`_cut`), where
+    they are still its n row blocks in order (the same elements, so the same bits as their concatenation, with no
+    copy: the next layer's forward reads the last one's output so, the loss the model's, a backward the gradient the
+    last one handed back); else their concatenation."""
+    cut = passes[0].stacks.get(key)
+    if cut is not None and len(cut[0]) == len(arrays) and all(map(operator.is_, arrays, cut[0])):
+        return cut[1]
+    return np.concatenate(arrays)
+
+
+def _cut(passes: list, key, a, n: int, rows: int) -> list:
+    """`_each_pass(a, n, rows)`, remembered on the first pass under `key` for `_stack` where `a` is C-contiguous (the
+    layout a concatenation of the parts makes, so a layer reading it sees what it saw before)."""
+    parts = _each_pass(a, n, rows)
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        passes[0].stacks[key] = (parts, a)
+    else:
+        passes[0].stacks.pop(key, None)
+    return parts
+
+
+def _saved_stack(passes: list, layer: int) -> dict | None:
+    """{what: (n·B, ...)}: what every pass saved for `layer`'s backward, as the stacked forward made it, where each
+    pass still holds the very tensors it landed (`_land_forward` remembers them: the dicts it put); None elsewhere."""
+    cut = passes[0].stacks.pop(("saved", layer), None)
+    if cut is None or len(cut[0]) != len(passes):
+        return None
+    held = [work.saved.items.get(layer) for work in passes]
+    return cut[1] if all(map(operator.is_, held, cut[0])) else None
+
+
 class Landing:
-    """`run_stacked`'s answer: iterated, (i, Done) as pass i lands, one `Done` for every pass (what the op cost each:
-    the same; its `grads` None); `grads`, for a backward, the layer's gradients of every pass at once ({name: n
-    passes' (n, ...) array, or a list of n}), for a caller that keeps them for all passes in one go
-    (parallel/data/_compute.py), pass i's own as `grads_of(i)` (what its `Pass.run` gives as `Done.grads`); None for
-    other ops."""
+    """`run_stacked`'s answer, once every pass has landed: `made`, what the op cost each pass (one `Done` for every
+    pass: the same; its `grads` None); `events`, the ledger events of the landing, a list of n per alloc or free
+    (rank i's at [i]; a pass's row, its events in the order its `Pass.run` makes them), for the caller to record
+    rank by rank with its own (cluster/_trace.py `Trace.record_ranks`); `grads`, for a backward, the layer's gradients
+    of every pass at once ({name: n passes' (n, ...) array, or a list of n}), for a caller that keeps them for all
+    passes in one go (parallel/data/_compute.py), pass i's own as `grads_of(i)` (what its `Pass.run` gives as
+    `Done.grads`); None for other ops."""
 
-    __slots__ = ("_lands", "grads")
+    __slots__ = ("made", "events", "grads")
 
-    def __init__(self, lands, grads: dict | None = None):
-        self._lands, self.grads = lands, grads
-
-    def __iter__(self):
-        return self._lands
+    def __init__(self, made, events: list, grads: dict | None = None):
+        self.made, self.events, self.grads = made, events, grads
 
     def grads_of(self, i: int) -> dict:
         """Pass i's gradients, by name ({}: none)."""
@@ -170,37 +210,39 @@ def _each_pass(a, n: int, rows: int) -> list:
     return [a[i * rows:(i + 1) * rows] for i in range(n)]
 
 
-def _land_forward(passes, op, name: str, rows: int, out, cache: dict, made):
-    n = len(passes)
-    outs = _each_pass(out, n, rows)  # (B, D_out) each
-    parts = list(zip(*(_each_pass(a, n, rows) for a in cache.values()))) if op.save and cache else None
-    whats = tuple(cache)
-    for i, work in enumerate(passes):
-        if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
-            work.saved.pop(("checkpoint", op.layer))
-        if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
-            work.saved.put(("checkpoint", op.layer), name, {"block input": work.a})
-        if op.save:
-            work.saved.put_each(op.layer, name, whats, parts[i] if parts else ())
-        work.a = outs[i]  # (B, D_out)
-        yield i, made
+def _land_forward(passes, op, name: str, rows: int, out, cache: dict) -> list:
+    """Every pass's landing of a forward or recompute, as its `Pass.run` makes it: its block's input freed (a
+    recompute from a checkpoint), its own input kept as its block's checkpoint, its saved tensors adopted, its tensor
+    in flight replaced; the ledger events, a list of n per alloc or free, in that order."""
+    n, saves = len(passes), [work.saved for work in passes]
+    events = []
+    if op.from_checkpoint:  # its block's input freed, as `Pass.run` frees it before the recompute
+        events += drop_ranks(saves, ("checkpoint", op.layer))
+    if op.checkpoint:  # its own input kept as its block's checkpoint, as `Pass.run` keeps it before the forward
+        events += put_ranks(saves, ("checkpoint", op.layer), name, ("block input",), [[work.a for work in passes]])
+    if op.save:
+        events += put_ranks(saves, op.layer, name, tuple(cache), [_each_pass(a, n, rows) for a in cache.values()])
+        if all(type(a) is np.ndarray and a.flags.c_contiguous for a in cache.values()):  # for its backward's stack
+            passes[0].stacks[("saved", op.layer)] = ([saved.items[op.layer] for saved in saves], cache)
+    for work, a in zip(passes, _cut(passes, "a", out, n, rows)):
+        work.a = a  # (B, D_out)
+    return events
 
 
-def _land_loss(passes, rows: int, losses: list, cache: dict, dy, made):
-    n = len(passes)
-    dys, whats = _each_pass(dy, n, rows), tuple(cache)
-    parts = list(zip(*(_each_pass(a, n, rows) for a in cache.values()))) if cache else None
-    for i, work in enumerate(passes):
-        work.loss = losses[i]
-        work.saved.put_each("loss", "loss", whats, parts[i] if parts else ())  # its cache, adopted and freed
-        work.saved.drop("loss")
-        work.dy = dys[i]  # (B, D_out)
-        yield i, made
+def _land_loss(passes, rows: int, losses: list, cache: dict, dy) -> list:
+    """Every pass's landing of the loss: its cache adopted and freed, its loss and gradient set."""
+    n, saves = len(passes), [work.saved for work in passes]
+    events = put_ranks(saves, "loss", "loss", tuple(cache), [_each_pass(a, n, rows) for a in cache.values()])
+    events += drop_ranks(saves, "loss")
+    for work, loss, d in zip(passes, losses, _cut(passes, "dy", dy, n, rows)):
+        work.loss, work.dy = loss, d  # (B, D_out)
+    return events
 
 
-def _land_backward(passes, op, rows: int, dx, made):
-    dxs = _each_pass(dx, len(passes), rows)  # (B, D_in) each
-    for i, work in enumerate(passes):
-        work.saved.drop(op.layer)  # its frees, as `Pass.run` makes them before the layer's backward (read: `peek`)
-        work.dy = dxs[i]
-        yield i, made
+def _land_backward(passes, op, rows: int, dx) -> list:
+    """Every pass's landing of a backward: its saved tensors freed (`Pass.run` frees them before the layer's
+    backward; read already: `peek`), its gradient in flight replaced."""
+    events = drop_ranks([work.saved for work in passes], op.layer)
+    for work, d in zip(passes, _cut(passes, "dy", dx, len(passes), rows)):
+        work.dy = d  # (B, D_in)
+    return events

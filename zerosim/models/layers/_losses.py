@@ -34,11 +34,23 @@ class Loss:
     # n ranks' predictions may go through as one batch of their rows (models/_stacked.py): `forward_ranks` gives each
     # rank's loss as its own forward does, `backward_ranks` each row's dy
     rows_apart: bool = False
+    # `check_target` decides row by row: a (batch, ...) target passes exactly where each of its rows would, so n ranks'
+    # targets of one shape and dtype pass where their stack does (parallel/data/_batches.py asks the stack once)
+    targets_rows_apart: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("rows_apart"):  # what the declaration vouches for: these, not an override or a patch
             cls._rows_apart_for = (cls.forward, cls.backward, cls.forward_ranks, cls.backward_ranks)
+        if cls.__dict__.get("targets_rows_apart"):
+            cls._targets_rows_apart_for = cls.check_target
+
+    def checks_rows(self) -> bool:
+        """`targets_rows_apart`, with `check_target` still the one it was declared for (an override or a patch is
+        asked rank by rank)."""
+        return (self.targets_rows_apart and type(self).check_target is getattr(type(self), "_targets_rows_apart_for",
+                                                                                None)
+                and "check_target" not in self.__dict__)
 
     def stacks_rows(self) -> bool:
         """`rows_apart`, with the methods still the ones it was declared for (a patched or overridden forward or
@@ -78,6 +90,7 @@ class HalfMSE(Loss):
 
     name = "mse"
     rows_apart = True
+    targets_rows_apart = True  # its shape (batch, outputs), a numeric dtype, every element finite: row by row
 
     def check_target(self, target, batch, outputs):
         t = np.asarray(target)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def micro_batches(model, cluster, batches, accumulation_steps: int) -> list:
     """Per local rank, the list of its K micro-batches (x, target); raises on every rank (they agree through
@@ -12,6 +14,9 @@ def micro_batches(model, cluster, batches, accumulation_steps: int) -> list:
         what = "one (x, target) micro-batch" if K == 1 else f"a list of {K} (x, target) micro-batches"
         raise ValueError(f"step needs {what} per local rank ({local}), got {got}")
     micro, problems = [], []
+    if _checked_together(model, batches, K):  # every rank's micro-batches pass: no problem to find rank by rank
+        cluster.agree([None] * local, "; nothing was run")
+        return [[b] for b in batches]  # K = 1: each rank its one pair
     for b in batches:
         pairs = [b] if K == 1 and _is_pair(b) else b
         if not isinstance(pairs, (list, tuple)) or len(pairs) != K or not all(_is_pair(p) for p in pairs):
@@ -28,6 +33,32 @@ def micro_batches(model, cluster, batches, accumulation_steps: int) -> list:
             problems.append(str(e))
     cluster.agree(problems, "; nothing was run")
     return micro
+
+
+def _checked_together(model, batches, K: int) -> bool:
+    """Whether every rank's micro-batches pass `model.check_batch`, asked once of their stack (every input stacked row
+    by row, every target alike) where that is the same question: a plain `Model`'s check (an input's width, dtype and
+    finiteness: row by row) of NumPy arrays of one shape and dtype, with a loss whose `check_target` decides row by
+    row (`Loss.checks_rows`). False where it cannot say (or the stack fails): they are checked rank by rank, and
+    each rank's problem named as before."""
+    from zerosim.models import Model
+
+    if K != 1 or len(batches) < 2 or type(model).check_batch is not Model.check_batch or not model.loss.checks_rows():
+        return False
+    if not all(_is_pair(b) for b in batches):
+        return False
+    x0, t0 = batches[0]
+    if type(x0) is not np.ndarray or type(t0) is not np.ndarray or x0.ndim != 2:
+        return False
+    for x, t in batches:
+        if (type(x) is not np.ndarray or type(t) is not np.ndarray or x.shape != x0.shape or t.shape != t0.shape
+                or x.dtype != x0.dtype or t.dtype != t0.dtype):
+            return False
+    try:
+        model.check_batch(np.concatenate([x for x, _ in batches]), np.concatenate([t for _, t in batches]))
+    except ValueError:
+        return False
+    return True
 
 
 def _is_pair(b) -> bool:

@@ -10,19 +10,20 @@ it reads as each rank's program in order, whatever the workers' order.
 
 With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU, the half-MSE loss, under the
 portable kernels) runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when
-every rank reads the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, and its
-ledger events, its `Compute` event and its gradients follow in rank order, as the loop makes them
-(tests/test_stacked_ranks.py).
+every rank reads the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, every
+rank's ledger events made in one call per tensor, its `Compute` events in one go, its gradients kept in one call
+(cluster/_ledger.py `adopt_ranks`), and the log written in rank order at the end, each rank's events together, as the
+loop makes them (cluster/_trace.py `Trace.record_ranks`; tests/test_stacked_ranks.py).
 `Cluster(N, stack_ranks=False)` keeps the loop.
 """
 
 from __future__ import annotations
 
-from zerosim.cluster import ComputeFields, Handle
+from zerosim.cluster import ComputeFields, Handle, adopt_ranks
 from zerosim.models import done as made
 from zerosim.models import needs_params, run_stacked, stacks
 from zerosim.parallel.data._gather import shared_unit, unit_reader
-from zerosim.parallel.data._reduce import adopt_grads, grads_room, stage_grads, stage_grads_together
+from zerosim.parallel.data._reduce import adopt_grads, grads_name, grads_room, stage_grads, stage_grads_together
 from zerosim.precision.arithmetic import arithmetic_of
 
 
@@ -91,22 +92,22 @@ def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, m
     landing = None if params is None else run_stacked(passes, op, model, params, None if room is None else room[1])
     if landing is None:
         return False
-    log, ranks, grads = ctx.cluster.trace.record, ctx.ranks, landing.grads
-    # stages 2/3 pack every rank's gradients in one go (arithmetic only: nothing is recorded until the ranks' turns)
-    packs = stage_grads_together(ctx, model, op.layer, grads, len(passes), room) if grads else None
-    costs = None  # the op's `Compute` fields after the rank's, alike on every rank (one `Done` for all: the landing's)
-    for i, done in landing:  # rank i's saved tensors adopted or freed just now; its record follows, as in the loop
-        rank = ranks[i]
-        if packs is not None:
-            packed = packs[i]
-        else:
-            packed = stage_grads(ctx, model, rank, op.layer, landing.grads_of(i), micro == 0) if grads else None
-        if costs is None:
-            costs = (step, micro, op.layer, name, op.kind, done.flops, done.bytes_read, done.bytes_written, waited,
-                     None)
-        log(ComputeFields((rank.index, *costs)))
-        if packed is not None:
-            adopt_grads(rank, op.layer, packed)
+    ranks, grads, made, n = ctx.ranks, landing.grads, landing.made, len(passes)
+    # the op's `Compute` fields after the rank's, alike on every rank (one `Done` for all: the landing's)
+    costs = (step, micro, op.layer, name, op.kind, made.flops, made.bytes_read, made.bytes_written, waited, None)
+    columns = landing.events  # every rank's saved tensors adopted or freed already: its ledger events, by rank
+    columns.append([ComputeFields((rank.index, *costs)) for rank in ranks])
+    if grads:
+        # stages 2/3 pack every rank's gradients in one go; else (or stages 0/1: accumulated, None) rank by rank
+        packs = stage_grads_together(ctx, model, op.layer, grads, n, room)
+        if packs is None:
+            packs = [stage_grads(ctx, model, ranks[i], op.layer, landing.grads_of(i), micro == 0) for i in range(n)]
+        if packs[0] is not None:  # kept as kind "grads" (`adopt_grads`, every rank at once): a unit's window is
+            # the same on every rank, so all or none pack
+            columns.append(adopt_ranks([rank.ledger for rank in ranks], [grads_name(op.layer) for _ in ranks], packs,
+                                       "grads")[1])
+    # each rank's row in rank order: its landing's events, its `Compute`, its gradients kept, as the loop makes them
+    ctx.cluster.trace.record_ranks(columns, [rank.ledger.sink for rank in ranks])
     return True
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from zerosim._dataclass import dataclass
 from zerosim.cluster import Cluster, Handle, StepBoundary, check_fits, gb
-from zerosim.models import Pass, schedule
+from zerosim.models import passes_of, schedule
 from zerosim.optim import Optimizer, OptimizerRun, check_stored
 from zerosim.parallel._contract import Parallelisms
 from zerosim.parallel.data import _clipping as clipping
@@ -273,9 +273,9 @@ class ZeroEngine:
         """A `Pass` per local rank for its micro-batch `batches[i]` = (x, target) (x: the data, or the activation a
         pipeline stage received; target None where no loss runs); `tag` names what it keeps apart from another
         micro-batch's in flight on the same rank (models/_run.py)."""
-        return [Pass(self.model, x, target, self.precision.compute_format, ledger=rank.ledger,
-                     loss_scale=self.scaler.scale, keep_values=self.cluster.trace.keep_values, tag=tag)
-                for rank, (x, target) in zip(self.cluster.ranks, batches)]
+        ledgers = [rank.ledger for rank in self.cluster.ranks]
+        return passes_of(self.model, batches, self.precision.compute_format, ledgers,
+                         loss_scale=self.scaler.scale, keep_values=self.cluster.trace.keep_values, tag=tag)
 
     def run(self, k: int, passes: list, ops, needs=Handle()) -> Handle:
         """`ops` (this engine's schedule of a micro-step, or a part of it) of micro-step k on every local rank, unit
