@@ -77,6 +77,25 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
 
 
+def test_near_ties_in_every_block_of_a_batched_product_settle_where_they_lie(monkeypatch):
+    # a stack of products tested a few rows at a time (4 of each product's 20): each block's suspects found by their
+    # index in the block, which skips the other products' rows of the block; in each product a different order of
+    # the rows, and b of both signs, so a suspect put in another row or product gives another sum
+    rng = np.random.default_rng(12)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
+    a = near_ties(20, 40, rng)
+    a = np.stack([a, a[::-1]])  # (2, 20, 40)
+    b = np.ones((2, 40, 4096), np.float32)  # 32,768 / (2 · 4,096) = 4 rows a block
+    b[0, :, 1::2] *= -1
+    b[1, :, :2048] *= -1
+    got = exact_matmul(a, b)
+    for p in range(2):
+        want = reference(a[p], b[p][:, [0, 1, 2048, 2049]])  # the columns repeat in these four's patterns
+        assert np.array_equal(bits(got[p][:, [0, 1, 2048, 2049]]), bits(want))
+    assert np.array_equal(bits(got[0]), bits(np.tile(reference(a[0], b[0][:, :2]), (1, 2048))))
+    assert np.array_equal(bits(got[1]), bits(np.repeat(reference(a[1], b[1][:, [0, 2048]]), 2048, axis=1)))
+
+
 def test_suspects_on_strided_columns_are_gathered_in_column_order():
     # dx = dy @ W: b's columns strided, the suspects' columns gathered in sorted order, a part at a time (K = 200:
     # 327 a part); 1,280 near ties, each column its own power of two, so one mixed up gives another column's sum
@@ -120,6 +139,24 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
 
 
+def test_zeros_of_disjoint_lines_are_told_apart_in_each_product_of_a_batch():
+    # a stack of products (the ranks' b, one a): each zero suspect's column looked up in its own product. Product 1
+    # has 3,900 exact zeros of disjoint lines and one zero that float64 reaches by cancelling, at (0, 5), whose
+    # column in product 0 meets row 0 of a nowhere: looked up there, it would pass for an exact zero
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((2, 32, 160)).astype(np.float32)
+    a[:, 16:] = 0
+    b[1, :16, :100] = 0  # product 1: columns 0-99 meet rows 1-39 of a nowhere
+    a[0, 16:19] = [1.0, 2.0**-60, -1.0]
+    b[1, 16:19, 5] = 1.0  # product 1's (0, 5): s = 2**-60, its float64 sum 0 in order
+    b[0, :19, 5] = 0  # product 0's column 5: nonzero only where row 0 of a is zero
+    got = exact_matmul(a, b)
+    assert got[1, 0, 5] == np.float32(2.0**-60)
+    for p in range(2):
+        assert np.array_equal(bits(got[p]), bits(reference(a, b[p])))
+
+
 def minus_zero_blas(a, b, out):
     """A BLAS that starts each sum from its first product: -0 for a sum of -0 products, where OpenBLAS gives +0."""
     np.matmul(a, b, out=out)
@@ -140,8 +177,8 @@ def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
         assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
     seen = []  # the zero suspects: none in a dead row
     inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda where, *rest: seen.append(where[-2])
-                        or inner(where, *rest))
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape:
+                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape))  # their rows
     exact_matmul(a, b[0])
     assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
 

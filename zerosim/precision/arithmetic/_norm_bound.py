@@ -116,27 +116,46 @@ def rounded_by_norms(a64, b64, out=None):
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
                     values.append(c.reshape(-1)[flat])
-                    where = np.unravel_index(flat, doubt.shape)
-                    found.append(where[:-2] + (where[-2] + top, where[-1]))
+                    # its index in the whole product: a block of a batched one skips the other m - r rows of each
+                    found.append(flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n)
     if len(dead):
         out[..., dead] = 0.0
     out[..., dead_rows, :] = 0.0
     if not found:
         return out, None
-    where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
+    flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
     # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0 included), so
     # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
     # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
     # would stay in doubt)
     y[y == 0] = 0.0
     with np.errstate(over="ignore"):  # c rounded where it is in doubt (a later test settles it, or it is the answer)
-        out[where] = y
-    where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
-    return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
+        if out.flags.c_contiguous:
+            out.reshape(-1)[flat] = y
+        else:
+            out[np.unravel_index(flat, shape)] = y
+    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
+    return out, _own_norms(flat, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
 
 
-def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
-    """(where, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
+def _lines_of(flat, shape) -> tuple:
+    """(row, column) index arrays of the elements at flat indices `flat` of a product of `shape` (..., M, N): each
+    row's index among the batch's rows (..., M) flattened, each column's among its columns (..., N) flattened."""
+    m, n = shape[-2:]
+    row = flat // n
+    column = flat - row * n
+    return row, column + row // m * n if len(shape) > 2 else column
+
+
+def _flat_lines(lines, batch: tuple, each: int) -> np.ndarray:
+    """Per-line values (..., L) (`each` 0) or (..., L, words) (`each` 1) broadcast to the product's batch, its lines
+    flattened: indexed by `_lines_of`'s row or column (a copy only where the batch broadcasts: a line's few values)."""
+    shape = batch + lines.shape[lines.ndim - 1 - each:]
+    return np.broadcast_to(lines, shape).reshape((-1,) + lines.shape[lines.ndim - each:])
+
+
+def _without_disjoint_zeros(flat, y, a64, b64, shape) -> tuple:
+    """(flat, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
     the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
@@ -145,16 +164,14 @@ def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
     if _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
-        return where, y
-    *lead, i, j = (x[zero] for x in where)
-    batch = shape[:-2]
+        return flat, y
+    row, column = _lines_of(flat[zero], shape)
     rows = _nonzero_bits(a64)  # (..., M, words)
     columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
-    rows = np.broadcast_to(rows, batch + rows.shape[-2:])[(*lead, i)]  # (zeros, words)
-    columns = np.broadcast_to(columns, batch + columns.shape[-2:])[(*lead, j)]
+    shared = _flat_lines(rows, shape[:-2], 1)[row] & _flat_lines(columns, shape[:-2], 1)[column]  # (zeros, words)
     keep = np.ones(len(y), bool)
-    keep[zero[~(rows & columns).any(axis=-1)]] = False  # no k where both are nonzero: an exact +0
-    return tuple(x[keep] for x in where), y[keep]
+    keep[zero[~shared.any(axis=-1)]] = False  # no k where both are nonzero: an exact +0
+    return flat[keep], y[keep]
 
 
 def _nonzero_bits(lines) -> np.ndarray:
@@ -166,13 +183,12 @@ def _nonzero_bits(lines) -> np.ndarray:
     return padded.view(np.uint64)
 
 
-def _own_norms(where, y, rows, columns, shape, per_term):
-    """(where, y) of the suspects still in doubt with their own column's norm, ||a_i||·||b_j||, in place of the
-    row's widest: the row's bound is loose where b's column norms differ widely. None where none is left."""
-    *lead, i, j = where
-    batch = shape[:-2]
-    own = (np.broadcast_to(rows, batch + rows.shape[-1:])[(*lead, i)]
-           * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * per_term)  # (count,)
+def _own_norms(flat, y, rows, columns, shape, per_term):
+    """(index arrays (..., i, j), y) of the suspects (at flat indices `flat`, their c values y) still in doubt with
+    their own column's norm, ||a_i||·||b_j||, in place of the row's widest: the row's bound is loose where b's column
+    norms differ widely. None where none is left."""
+    row, column = _lines_of(flat, shape)
+    own = _flat_lines(rows, shape[:-2], 0)[row] * _flat_lines(columns, shape[:-2], 0)[column] * per_term  # (count,)
     with np.errstate(over="ignore"):
         doubt = (y - own).astype(np.float32).view(np.uint32) != (y + own).astype(np.float32).view(np.uint32)
-    return (tuple(x[doubt] for x in where), y[doubt]) if doubt.any() else None
+    return (np.unravel_index(flat[doubt], shape), y[doubt]) if doubt.any() else None
