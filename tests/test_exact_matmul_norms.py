@@ -287,3 +287,19 @@ def test_a_gram_matrix_is_widened_once_and_exactly_symmetric(monkeypatch):
     assert np.array_equal(bits(got), bits(reference(x, x.T))) and np.array_equal(bits(got), bits(got.T))
     y = x.copy()
     assert np.array_equal(bits(exact_matmul(x, y.T)), bits(got)) and widened.calls == 3  # another matrix: two
+
+
+def test_fp32_products_the_norms_answer_are_not_searched_for_nan_and_a_nan_operand_still_gives_the_canonical_one(
+        monkeypatch):
+    # finite fp32 operands: the norms' bound answers, and its sums are finite or past float32's range (inf, -inf
+    # against a column of -1, as the exact sums round), never NaN: the output is not searched for one (_nan.py's
+    # pass). A NaN operand (sign set, a payload) goes the long way, whose NaN comes out as the canonical one
+    a, b = np.ones((40, 8), np.float32), np.ones((8, 40), np.float32)
+    a[0], b[:, 1] = np.float32(3e38), -1.0
+    want = reference(a, b)
+    with monkeypatch.context() as patched:
+        patched.setattr(_exact_matmul, "canonical_nans", lambda *_: pytest.fail("searched for NaN"))
+        got = exact_matmul(a, b)
+    assert got[0, 0] == np.inf and got[0, 1] == -np.inf and np.array_equal(bits(got), bits(want))
+    a[1, 0] = np.uint32(0xFFC00001).view(np.float32)
+    assert (bits(exact_matmul(a, b)[1]) == 0x7FC00000).all()

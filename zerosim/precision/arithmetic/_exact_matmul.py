@@ -141,9 +141,9 @@ def _exact_once(a, b):
 
 def _exact_alone(a, b, once: bool = False, out=None):
     """exact_matmul(a, b), made for this product alone, into `out` where the path allows (else fresh); `once`: a is
-    used by no other product (`_exact_once`). NaN in, one NaN out (_nan.py), but for what `_narrow_product`
-    answers: it reads facts only where every value is finite, and a finite GEMM's sums hold no NaN (a look for one
-    is a pass over the output: 1 ms of a 919k step on 8 ranks, whose dW are 29 MB)."""
+    used by no other product (`_exact_once`). NaN in, one NaN out (_nan.py), but for what `_narrow_product` and
+    the bound by the norms (`_exact_long`) answer: they answer only where every value is finite, and a finite GEMM's
+    sums hold no NaN (a look for one is a pass over the output: 1 ms of a 919k step on 8 ranks, whose dW are 29 MB)."""
     if narrow_host(a) and narrow_host(b):  # plain host arrays of 16- or 8-bit formats, what models multiply
         made = _narrow_product(a, b, once)
         if made is not None:
@@ -157,19 +157,21 @@ def _exact_alone(a, b, once: bool = False, out=None):
             stacked_b = b.ndim == 3 and b.shape[0] == a.shape[0]
             return np.concatenate([_exact_alone(a[i:i + at], b[i:i + at] if stacked_b else b, once)
                                    for i in range(0, a.shape[0], at)])
-    made = _exact_long(a, b, out)
-    return canonical_nans(made, namespace_of(made)) if has_values(made) else made
+    made, nan_free = _exact_long(a, b, out)
+    return made if nan_free or not has_values(made) else canonical_nans(made, namespace_of(made))
 
 
 def _exact_long(a, b, out=None):
-    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come); into `out` where the bound
-    by the norms answers (else fresh)."""
+    """(exact_matmul(a, b) where `_narrow_product` does not answer, its NaN as they come; whether it holds no NaN):
+    into `out` where the bound by the norms answers (else fresh). That bound answers only where a and b are finite
+    (`rounded_by_norms`), whose sums are finite or past float32's range (inf), never NaN: no pass to look for one
+    (`_exact_alone`; ~1 ms of a 919k MLP's fp32 step on 8 ranks)."""
     tried = narrow_host(a) and narrow_host(b)  # `_narrow_product` ran the bound by rows, or found NaN or inf
     if not tried:
         if a.dtype == np.float64 or b.dtype == np.float64:
-            return a @ b
+            return a @ b, False
         if not (has_values(a) and has_values(b)):
-            return a.astype(np.float32) @ b.astype(np.float32)
+            return a.astype(np.float32) @ b.astype(np.float32), False
     ns = namespace_of(a)
     a64, b64 = _widen_both(a, b, ns)
     k = a64.shape[-1]
@@ -180,7 +182,7 @@ def _exact_long(a, b, out=None):
         found = _norms().rounded_by_norms(a64, b64, out)
         if found is not None:
             out, suspects = found
-            return out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)
+            return (out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)), True
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
@@ -192,18 +194,18 @@ def _exact_long(a, b, out=None):
             facts_a = (None, _quantum(np.abs(a64), precision_a, axis=-1))
             out = _shortcut(c, a64, facts_a, b64, _float_extents(b64, precision_b, axis=-2), ns)
         if out is not None:
-            return out
+            return out, False
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
         # a narrow product whose whole bound failed (K·max|a|·max|b| is loose) is mostly exact all the same: where
         # the largest Σ|a·b| stays below 2**53 whole quanta, c = s everywhere and rounding it once is the answer
         if tried and _exact_by_whole_quanta(a, b, size.max(initial=0.0) * (1 + (k + 2) * _ERROR_PER_TERM)):
-            return narrow32(c, ns)
+            return narrow32(c, ns), False
         err = size * ((k + 2) * _ERROR_PER_TERM)  # (..., M, N) >= |c - s|
     out, suspects = certain_f32(c, err, ns)
     if not bool(suspects.any()):
-        return out
-    return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns)
+        return out, False
+    return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns), False
 
 
 def _norms():

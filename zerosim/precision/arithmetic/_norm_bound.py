@@ -168,9 +168,11 @@ def _without_disjoint_zeros(flat, y, a64, b64, shape) -> tuple:
     row, column = _lines_of(flat[zero], shape)
     rows = _nonzero_bits(a64)  # (..., M, words)
     columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
-    shared = _flat_lines(rows, shape[:-2], 1)[row] & _flat_lines(columns, shape[:-2], 1)[column]  # (zeros, words)
+    each = int(rows.shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
+    rows, columns = (x if each else x[..., 0] for x in (rows, columns))
+    shared = _flat_lines(rows, shape[:-2], each)[row] & _flat_lines(columns, shape[:-2], each)[column]
     keep = np.ones(len(y), bool)
-    keep[zero[~shared.any(axis=-1)]] = False  # no k where both are nonzero: an exact +0
+    keep[zero[~(shared.any(axis=-1) if each else shared.astype(bool))]] = False  # no common k: an exact +0
     return flat[keep], y[keep]
 
 
