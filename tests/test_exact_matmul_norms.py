@@ -248,6 +248,18 @@ def test_twice_precise_sums_lie_within_their_bound_of_the_exact_sums(k, seed, sp
         assert e <= 2.0**-52 * abs(float(s)) + 2.0**-80 * float(np.abs(row).sum())  # far inside the GEMM's bound
 
 
+def test_twice_precise_sums_of_many_terms_all_near_the_largest_lie_within_their_bound():
+    # the split's high parts summed exactly needs Σ|q| below σ: K = 1,024 terms all within 2**-20 of the largest,
+    # one sign (Σ|q| at its most) and cancelling in pairs but for their low bits (Σ r all that is left)
+    rng = np.random.default_rng(14)
+    near = 3.0 * (1 + rng.integers(0, 2**20, size=(2, 1024)) * 2.0**-50)  # 52 significant bits: their sum rounds
+    terms = np.stack([near[0], np.where(np.arange(1024) % 2, -near[1], near[1])])
+    sums, errors = twice_precise_sums(terms)
+    for row, s, e in zip(terms, sums, errors):
+        exact = sum((Fraction(float(t)) for t in row), Fraction(0))
+        assert abs(Fraction(float(s)) - exact) <= Fraction(float(e)) and e <= 2.0**-52 * abs(float(s)) + 2.0**-70 * 3
+
+
 def test_twice_precise_zero_sums_are_plus_zero_with_no_error():
     terms = np.array([[-0.0, -0.0, -0.0], [1.5, -1.5, 0.0], [2.0**-1074, -(2.0**-1074), -0.0]])
     sums, errors = twice_precise_sums(terms)
