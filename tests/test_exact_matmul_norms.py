@@ -200,6 +200,25 @@ def test_rows_whose_bounds_differ_share_the_largest(monkeypatch):
     assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 2048))))
 
 
+@pytest.mark.parametrize("k", [40, 200])  # blocked rows (K <= SHORT_K) and one block
+def test_a_blas_whose_sums_are_off_by_nearly_the_most_any_order_allows_still_gives_the_exact_sums(monkeypatch, k):
+    # the proof assumes only |c - s| <= γ(K-1)·Σ_k |a_ik·b_kj| (Higham, §3.1: any order of the adds): a BLAS whose
+    # every sum is 0.9 of that away, on both sides in turn, pushes each near tie (a float32 midpoint, or 2**-45 or
+    # 2**-60 beside one) across its midpoint. The norms' bound and the sums of magnitudes must each still call it a
+    # suspect; half of either would let c's rounding stand (a row of ±1 and b of ones: Cauchy-Schwarz is nearly tight)
+    rng = np.random.default_rng(15)
+    a, b = near_ties(20, k, rng), np.ones((k, 64), np.float32)
+    b[:, 1::2] *= -1
+
+    def worst_blas(a64, b64, out):
+        np.matmul(a64, b64, out=out)  # the exact sums but for the float64 rounding of the last add or two
+        bound = (k - 1) * 2.0**-53 * (np.abs(a64) @ np.abs(b64))
+        out += np.where(np.arange(out.shape[-1]) % 4 < 2, 0.9, -0.9) * bound
+
+    monkeypatch.setattr(_norm_bound, "_gemm", worst_blas)
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 32))))
+
+
 @pytest.mark.parametrize("name", [n for n in HARD if "overflow" in n])
 def test_sums_near_float32s_overflow_round_there_without_a_warning(name):
     # a suspect past float32's range rounds to inf, as its exact sum does: no RuntimeWarning for the user to read

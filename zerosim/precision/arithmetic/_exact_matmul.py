@@ -72,6 +72,10 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
+# where Σ|a_ik·b_kj| is summed from the K exact products themselves (`_settle_by_magnitudes`), with no margin: the
+# computed sum S' >= S·(1 - γ(K-1)), so (K + 2)·u·S'·(1 + 2**-20) >= γ(K-1)·S plus the roundings of the bound and of
+# certain_f32's y ± err, for any K under 2**31 (three units of u to spare, and the factor for γ's K·u excess)
+_SUMMED_PER_TERM = 2.0**-53 * (1 + 2.0**-20)
 # `_repair`: below this many products (plus 100 a sum, its list's own cost) the elements are summed one by one, not
 # by the tree first: the tree's ~20 NumPy calls cost ~100 µs, one exact sum ~3.5 µs and 35 ns a product (2-core AMD
 # EPYC); a 919k MLP's step leaves 1-5 at K = 32 in each of 24 dW. Either way the same bits
@@ -610,7 +614,7 @@ def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     (their K products): rounded where that error bound allows, summed exactly where it does not (`_repair`)."""
     where, y = suspects
     size = _magnitudes(where, a64, b64)
-    _, doubt = certain_f32(y, size * ((a64.shape[-1] + 2) * _ERROR_PER_TERM), ns)
+    _, doubt = certain_f32(y, size * ((a64.shape[-1] + 2) * _SUMMED_PER_TERM), ns)
     return _repair(out, tuple(x[doubt] for x in where), a64, b64, ns) if doubt.any() else out
 
 

@@ -8,14 +8,17 @@ magnitudes by a second dgemm, |a| @ |b|: an fp32 product cost two GEMMs and a do
 bounds the same sum by the norms, Σ_k |a_ik·b_kj| <= ||a_i||·||b_j|| (a row of a, a column of b), which cost one
 pass over each operand; and ||b_j|| <= max_j ||b_j||, so one bound per row serves the whole row:
 
-    E_i = (K + 4)·2**-52 · ||a_i|| · max_j ||b_j|| · (1 + 2**-20)
+    E_i = (K + 4)·2**-53 · ||a_i|| · max_j ||b_j|| · (1 + 2**-20)
 
-covers c's error (γ(K-1) <= (K-1)·2**-53·(1 + 2**-40), over-stated twice as `_ERROR_PER_TERM` is), the rounding of
-c ± E_i in float64 (at most 2**-53·(|c| + E_i), and |c| <= ||a_i||·||b_j||·(1 + γ(K))), and the rounding of the
-norms themselves (a square of a value of at most 24 significant bits is exact in float64; the sum of K squares is
-within γ(K) of the true one, the square root and the products within a few units: (2K + 16)·2**-53 in all, below
-2**-20 for any K under 2**31). For random data the norms over-state Σ|a·b| by about π/2, and the row's largest
-column norm by a little more: still about K·2**-50 of |c|, far below float32's half-ulp of 2**-25·|c|.
+covers, with N = ||a_i||·||b_j|| and u = 2**-53: c's error, γ(K-1)·N <= (K-1)·u·N·(1 + K·u); the rounding of c ± E_i
+in float64, at most u·(|c| + E_i), with |c| <= N·(1 + γ(K)), so u·N and u·E_i more; and the rounding of the norms
+themselves (a square of a value of at most 24 significant bits is exact in float64; the sum of K squares is within
+γ(K) of the true one, the square root and the products within a few units: (2K + 16)·u in all). That is K·u·N and
+relative excesses below 2**-21 for any K under 2**31, which the factor 1 + 2**-20 and the four units to spare cover.
+(Until 2026-11 E_i was twice this, as `_ERROR_PER_TERM` over-states γ twice; the bound needs no such margin, and
+the half leaves half the suspects to settle.) For random data the norms over-state Σ|a·b| by about π/2, and the
+row's largest column norm by a little more: still about K·2**-51 of |c|, far below float32's half-ulp of
+2**-25·|c|.
 
 Where c - E_i and c + E_i round to the same float32, the exact sum s (within E_i of c) rounds there too, since
 rounding is monotone (_round_once.py `certain_f32`, with one error per row, or the largest of a block of rows'). The
@@ -47,6 +50,11 @@ _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in it
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
 
 
+def _per_term(k: int) -> float:
+    """E_i over ||a_i||·max_j ||b_j|| for K = k (the module docstring)."""
+    return (k + 4) * 2.0**-53 * SLACK
+
+
 def line_norms(a64, b64) -> tuple:
     """(||a_i|| (..., M), ||b_j|| (..., N)): the norms of a's rows and b's columns, each to within (K + 4)·2**-53 (a
     square of a value of at most 24 significant bits is exact; `SLACK` covers the sum's and the root's roundings)."""
@@ -69,7 +77,7 @@ def rounded_by_norms(a64, b64, out=None):
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
         return None
     k = a64.shape[-1]
-    error = rows * (np.asarray(widest)[..., None] * ((k + 4) * 2.0**-52 * SLACK))  # (..., M) E_i, one per row
+    error = rows * (np.asarray(widest)[..., None] * _per_term(k))  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     m, n = shape[-2:]
     out = np.empty(shape, np.float32) if out is None else out
@@ -135,7 +143,7 @@ def rounded_by_norms(a64, b64, out=None):
         else:
             out[np.unravel_index(flat, shape)] = y
     flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
-    return out, _own_norms(flat, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
+    return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
 
 def _lines_of(flat, shape) -> tuple:
