@@ -110,8 +110,8 @@ def rounded_by_norms(a64, b64, out=None):
                 e = highs[top // step]
                 e = e if e <= _SPREAD * lows[top // step] else error[..., top:top + r, None]
                 # c - E rounded, straight into out (one pass, no float64 temporary): where c + E rounds alike, so
-                # does the exact sum, and that is the answer; the suspects get c rounded (below), as their next
-                # tests assume
+                # does the exact sum, and that is the answer; the suspects get c rounded, as their next tests
+                # assume, while the block is in cache (a 10M MLP's dW leave ~85,000 a product, nearly all zeros)
                 low = out[..., top:top + r, :]
                 np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
                 np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
@@ -123,7 +123,16 @@ def rounded_by_norms(a64, b64, out=None):
                     doubt[..., here - top, :] = False
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-                    values.append(c.reshape(-1)[flat])
+                    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0
+                    # included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0
+                    # + 0 = +0, any other y + 0 = y), a pass over the few suspects rather than c += 0 over all of c
+                    # (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0 would stay in doubt)
+                    y = np.add(c.reshape(-1)[flat], 0.0)
+                    if low.flags.c_contiguous:
+                        low.reshape(-1)[flat] = y
+                    else:
+                        low[np.unravel_index(flat, low.shape)] = y
+                    values.append(y)
                     # its index in the whole product: a block of a batched one skips the other m - r rows of each
                     found.append(flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n)
     if len(dead):
@@ -132,16 +141,6 @@ def rounded_by_norms(a64, b64, out=None):
     if not found:
         return out, None
     flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
-    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0 included), so
-    # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
-    # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
-    # would stay in doubt)
-    y[y == 0] = 0.0
-    with np.errstate(over="ignore"):  # c rounded where it is in doubt (a later test settles it, or it is the answer)
-        if out.flags.c_contiguous:
-            out.reshape(-1)[flat] = y
-        else:
-            out[np.unravel_index(flat, shape)] = y
     flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
     return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
