@@ -65,7 +65,7 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     a = near_ties(20, k, rng)
     b = np.ones((k, n), np.float32)
     b[:, 1::2] *= -1  # every other column the negated sums: ties on both sides of zero
-    magnitudes = Spy(monkeypatch, _exact_matmul, "_magnitudes")
+    magnitudes = Spy(monkeypatch, _exact_matmul, "_lines")  # the suspects' K products gathered, their Σ|a·b| tried
     twice = Spy(monkeypatch, _exact_matmul, "twice_precise_sums")
     one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
     got = exact_matmul(a, b)
@@ -94,6 +94,21 @@ def test_near_ties_in_every_block_of_a_batched_product_settle_where_they_lie(mon
         assert np.array_equal(bits(got[p][:, [0, 1, 2048, 2049]]), bits(want))
     assert np.array_equal(bits(got[0]), bits(np.tile(reference(a[0], b[0][:, :2]), (1, 2048))))
     assert np.array_equal(bits(got[1]), bits(np.repeat(reference(a[1], b[1][:, [0, 2048]]), 2048, axis=1)))
+
+
+def test_suspects_their_sums_of_magnitudes_settle_leave_the_others_with_their_own_products():
+    # one gather of each suspect's K products serves both later levels: even rows are near ties (they reach the sums
+    # twice as precise), odd rows suspects of the norms' bound only (a huge a_ik where b is 0: ||a_i|| far above
+    # Σ|a·b|), which their sums of magnitudes settle, between them in the same parts; a near tie handed another
+    # element's products would round that sum
+    rng = np.random.default_rng(16)
+    a = near_ties(20, 200, rng)  # column 199 is 0
+    a[1::2] = rng.standard_normal((10, 200)).astype(np.float32)
+    a[1::2, 199] = 2.0**20
+    b = np.ones((200, 64), np.float32)
+    b[:, 1::2] *= -1
+    b[199] = 0
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
 
 
 def test_suspects_on_strided_columns_are_gathered_in_column_order():
