@@ -24,10 +24,13 @@ matmul is native with AVX512_BF16 or AMX, emulated without: the bf16 goal is per
 the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU capability). zerosim runs the arithmetic
 --arithmetic names (zerosim/precision/arithmetic/): "portable", its default (each product's exact dot products
 rounded once: the same bits on every machine; issue 63 holds the default against torch), or "native" (the machine's
-sgemm, as torch runs its own BLAS; issue 28's table). --rows picks the comparisons.
+sgemm, as torch runs its own BLAS; issue 28's table), or "floor": the portable engine with every product what an exact
+product costs at the least, a float64 GEMM rounded once with no proof (`floor_step`; bits not the portable ones, so
+only its time counts), which says whether a ratio the portable arithmetic misses is within reach of its design.
+--rows picks the comparisons.
 
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
-                               [--arithmetic portable|native] [--rows zero1,zero3-fp32,zero3-bf16]
+                               [--arithmetic portable|native|floor] [--rows zero1,zero3-fp32,zero3-bf16]
 """
 
 import os
@@ -101,6 +104,49 @@ def forget_kept_operands(buffers: bool = False) -> None:
         except ImportError:
             return
         _rank_products.clear()
+
+
+def floor_matmul(a, b, out=None):
+    """What an exact product costs at the least (benchmarks/portable_step.py's docstring): a and b widened to float64
+    into reused buffers, one float64 GEMM, rounded once into `out` (the ranks' packed gradients, as the exact kernel
+    writes them) or a fresh fp32 array; no proof, so its bits are not the portable ones. A 2-D product with a short K
+    (a rank's dW over its micro-batch) is GEMM'd and rounded by blocks of rows whose float64 sums stay in cache, as
+    the exact kernel makes it (_norm_bound.py `SHORT_K`, `_BLOCK`): rounding a whole float64 c read back from memory
+    would make the floor dearer than the kernel it bounds (a 10M MLP's dW are 10 million elements a rank)."""
+    from zerosim.precision.arithmetic import _norm_bound
+    from zerosim.precision.arithmetic._scratch import scratch
+
+    a64, b64 = scratch(a.shape, 6), scratch(b.shape, 7)
+    np.copyto(a64, a)
+    np.copyto(b64, b)
+    if a.ndim < 2 or b.ndim < 2:
+        c = (a64 @ b64).astype(np.float32)
+        return c if out is None else np.copyto(out, c) or out
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = np.empty(shape, np.float32) if out is None else out
+    m, n, k = shape[-2], shape[-1], a.shape[-1]
+    rows = max(1, _norm_bound._BLOCK // max(n, 1)) if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
+    c = scratch(shape[:-2] + (min(rows, m), n), 2)
+    for start in range(0, m, rows):
+        part = c[..., :min(rows, m - start), :]
+        np.matmul(a64[..., start:start + rows, :], b64, out=part)
+        np.copyto(out[..., start:start + rows, :], part, casting="unsafe")
+    return out
+
+
+def floor_step(engine, batches) -> list:
+    """engine.step(batches) with every portable product `floor_matmul` while it steps: the floor of the portable
+    design (an engine on the portable arithmetic; its pool's threads each take their own scratch buffers)."""
+    import dataclasses
+
+    from zerosim.precision.arithmetic import _kernels
+
+    portable = _kernels.ARITHMETICS["portable"]
+    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=floor_matmul)
+    try:
+        return engine.step(batches)
+    finally:
+        _kernels.ARITHMETICS["portable"] = portable
 
 
 def batches(widths, n, seed=0):
@@ -206,7 +252,8 @@ def zerosim_engine(widths, n, stage, precision, workers, arithmetic):
 
     model = MLP(widths, activation="relu")
     cluster = Cluster(n, trace="call", timeline=False, workers=workers)
-    policy = get_precision(precision).with_(arithmetic=arithmetic)  # native: the machine's sgemm, as torch's BLAS
+    # native: the machine's sgemm, as torch's BLAS; floor: the portable engine, stepped by `floor_step`
+    policy = get_precision(precision).with_(arithmetic="portable" if arithmetic == "floor" else arithmetic)
     return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), policy, params=model.init_params())
 
 
@@ -227,15 +274,16 @@ def run_case(name, n, repeats, budget, port, arithmetic, chosen):
             peers.mode(mode)
             pooled = zerosim_engine(widths, n, stage, precision, "auto", arithmetic)
             single = zerosim_engine(widths, n, stage, precision, 1, arithmetic)
-            peers.step(), pooled.step(data), single.step(data)  # warm up: first touches, BLAS, gloo's buffers
+            step = (lambda e: floor_step(e, data)) if arithmetic == "floor" else (lambda e: e.step(data))
+            peers.step(), step(pooled), step(single)  # warm up: first touches, BLAS, gloo's buffers
             times = {"torch": [], "pool": [], "one": []}
             start = time.perf_counter()
             for k in range(repeats):  # in turns: each side idle while the other steps
                 if k >= MIN_REPEATS and time.perf_counter() - start > budget:
                     break
                 times["torch"].append(peers.step())
-                times["pool"].append(timed(lambda: pooled.step(data)))
-                times["one"].append(timed(lambda: single.step(data)))
+                times["pool"].append(timed(lambda: step(pooled)))
+                times["one"].append(timed(lambda: step(single)))
             med = {key: statistics.median(w for w, _ in v) for key, v in times.items()}
             med.update({f"{key} cpu": statistics.median(c for _, c in v) for key, v in times.items()})
             med["repeats"] = len(times["torch"])
@@ -302,8 +350,9 @@ def main():
                    f"(after {MIN_REPEATS} steps)")
     p.add_argument("--cases", default="919k:4,919k:8,10M:4,10M:8", help="MODEL:N,... (MODEL: 919k or 10M)")
     p.add_argument("--port", type=int, default=29517)
-    p.add_argument("--arithmetic", choices=("portable", "native"), default="portable",
-                   help="zerosim's products: its default, portable (the same bits everywhere), or the machine's own")
+    p.add_argument("--arithmetic", choices=("portable", "native", "floor"), default="portable",
+                   help="zerosim's products: its default, portable (the same bits everywhere), the machine's own, or "
+                   "the portable design's floor (each a float64 GEMM rounded once, no proof: `floor_step`)")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comparisons, of {', '.join(ROWS)}")
     args = p.parse_args()
     chosen = [ROWS[r] for r in args.rows.split(",")]

@@ -15,14 +15,17 @@ copies. Their scratch buffers stay, as a run keeps them from step to step (--dro
 benchmark did until 2026-11-26: every portable step then took its scratch as fresh pages, which no run does; at 919k
 on 8 ranks both ways read alike within their rounds' spread, bf16 1.43-1.44 kept against 1.44-1.46 let go).
 
-For fp32, a third engine in the same turns measures the floor of the portable design (--floor): the portable engine
-with every matrix product replaced, while it steps, by what each exact product costs at the least: both operands
-widened to float64 into reused buffers, one float64 GEMM into a reused buffer, its sums rounded once into a fresh
-fp32 output, and no proof (zerosim/precision/arithmetic/_exact_matmul.py does the same three things and then proves
+For fp32, a third engine in the same turns measures the floor of the portable design (--floor; benchmarks/peers.py
+`floor_step`): the portable engine with every matrix product replaced, while it steps, by what each exact product
+costs at the least: both operands widened to float64 into reused buffers, one float64 GEMM into a reused buffer (by
+blocks of rows that stay in cache for a short K, as the exact kernel makes a rank's dW), its sums rounded once into
+the output, and no proof (zerosim/precision/arithmetic/_exact_matmul.py does the same three things and then proves
 the rounding; DESIGN.md "The same numbers everywhere"). Its bits are not proved (a float64 sum of fp32 products is
 not exact, though on the 30 products of a 919k, N = 8 step, 8.3 million elements, every one came out as the exact
-product's), so only its time counts; portable ÷ floor is what the proof and its settling cost. (For
-bf16 the exact products read the operands' facts and keep widened weights, which a plain widening would not match.)
+product's), so only its time counts; portable ÷ floor is what the proof and its settling cost. (For bf16 the exact
+products read the operands' facts and keep widened weights, which a plain widening would not match.) Until
+2026-11-26 the floor rounded a whole float64 c read back from memory: 1.58-1.79x native at 10M on 4 ranks, where the
+blocked one reads 1.40 (the same run: 361 ms against 258).
 
 With --faults, each engine's minor page faults and system CPU ms per step too (medians of the same rounds, from
 `resource.getrusage` of this process around each step): memory fresh from the system costs a fault per 4 kB page,
@@ -50,7 +53,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
-from peers import BATCH, MODELS, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere)
+from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -65,40 +68,6 @@ def engines(widths, n: int, precision: str, floor: bool = False) -> dict:
     arithmetic = {"portable": "portable", "native": "native", **({"floor": "portable"} if floor else {})}
     return {name: ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy.with_(arithmetic=a), params=params)
             for name, a in arithmetic.items()}
-
-
-def floor_matmul(a, b, out=None):
-    """What an exact product costs at the least (the module docstring): a and b widened to float64 into reused
-    buffers, one float64 GEMM into a reused buffer, rounded once into `out` (the ranks' packed gradients, as the
-    exact kernel writes them) or a fresh fp32 array; no proof."""
-    from zerosim.precision.arithmetic._scratch import scratch
-
-    a64, b64 = scratch(a.shape, 6), scratch(b.shape, 7)
-    np.copyto(a64, a)
-    np.copyto(b64, b)
-    if a.ndim < 2 or b.ndim < 2:
-        c = (a64 @ b64).astype(np.float32)
-        return c if out is None else np.copyto(out, c) or out
-    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    out = np.empty(shape, np.float32) if out is None else out
-    np.copyto(out, np.matmul(a64, b64, out=scratch(shape, 2)), casting="unsafe")
-    return out
-
-
-def stepped(engine, batches, floor: bool) -> list:
-    """engine.step(batches), every portable product `floor_matmul` where `floor`."""
-    if not floor:
-        return engine.step(batches)
-    import dataclasses
-
-    from zerosim.precision.arithmetic import _kernels
-
-    portable = _kernels.ARITHMETICS["portable"]
-    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=floor_matmul)
-    try:
-        return engine.step(batches)
-    finally:
-        _kernels.ARITHMETICS["portable"] = portable
 
 
 def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, drop_buffers: bool = False) -> tuple:
@@ -117,7 +86,7 @@ def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, d
         for a in names:
             forget_kept_operands(drop_buffers)  # untimed: neither finds the other's widened weights (docstring)
             before, c = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
-            losses = stepped(runs[a], batches, a == "floor")
+            losses = floor_step(runs[a], batches) if a == "floor" else runs[a].step(batches)
             if round_:
                 cpu[a].append(time.process_time() - c)
                 after = resource.getrusage(resource.RUSAGE_SELF)

@@ -57,6 +57,15 @@ def test_facts_by_row_and_column_match_the_widened_values_for_every_bit_pattern(
         largest, q = _extents.extents(x, axis)
         for line, got_max, got_q in zip(np.moveaxis(x64, axis, -1), largest, q):
             assert (got_max, got_q) == want(line, p)
+    # stacked and transposed views: each axis read as the outermost of a copy, or in place where it is outermost
+    stacked = x[: (len(x) // 8) * 8].reshape(-1, 8, 64)  # (n, 8, 64): a stack of blocks, as the ranks' dW read them
+    for view in (stacked, np.swapaxes(stacked, -1, -2), x.T):
+        for axis in (-1, -2):
+            largest, q = _extents.extents(view, axis)
+            lines = np.moveaxis(view.astype(np.float64), axis, -1).reshape(-1, view.shape[axis])
+            assert largest.shape == q.shape == view.shape[:axis % view.ndim] + view.shape[axis % view.ndim + 1:]
+            for line, got_max, got_q in zip(lines, largest.ravel(), q.ravel()):
+                assert (got_max, got_q) == want(line, p)
     whole = _extents.extent(x)
     assert whole == want(x64.ravel(), p)
     for line, line64 in zip(x, x64):  # the whole extent of each row, every pattern's two ends among them

@@ -187,24 +187,29 @@ def test_relu_is_exact_and_keeps_the_format(fmt):
     )
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_relu_every_bit_pattern_both_ways(fmt):
-    """Every 16-bit pattern through ReLU forward and backward against a float64 reading of the rule, bit for bit:
-    x where x > 0 or NaN (NaN passes: overflow stays visible), else +0 (-0, every negative, -inf: +0); backward the
-    same mask over dy. The input's own bits are the expected ones where kept (a NaN's payload and sign too)."""
+    """Every 16-bit (8-bit) pattern through ReLU forward and backward against a float64 reading of the rule, bit for
+    bit: x where x > 0 or NaN (NaN passes: overflow stays visible), else +0 (-0, every negative, -inf: +0); backward
+    the same mask over dy. The input's own bits are the expected ones where kept (a NaN's payload and sign too).
+    (layers/_basic.py decides x <= 0 from x's integer bits in these formats: this reads their values instead.)"""
     f = get_format(fmt)
-    bits = np.arange(1 << 16, dtype=np.uint16)
-    x = bits.view(f.dtype).reshape(256, 256)  # every pattern once: zeros, subnormals, infs, NaNs of both signs
+    uint = np.dtype(f"uint{f.dtype.itemsize * 8}")
+    bits = np.arange(1 << (8 * uint.itemsize), dtype=uint)
+    side = 1 << (4 * uint.itemsize)
+    x = bits.view(f.dtype).reshape(side, side)  # every pattern once: zeros, subnormals, infs, NaNs of both signs
     with np.errstate(invalid="ignore"):  # a signalling NaN's widening warns; its value is NaN all the same
         wide = x.astype(np.float64)
     kept = (wide > 0) | np.isnan(wide)  # float64 compares exactly: an independent reading of "not x <= 0"
-    expected = np.where(kept, bits.reshape(256, 256), 0)  # +0 is the all-zero pattern
+    expected = np.where(kept, bits.reshape(side, side), 0)  # +0 is the all-zero pattern
     y, cache = ReLU().forward({}, x, fmt)
-    assert y.dtype == f.dtype and np.array_equal(y.view(np.uint16), expected)
-    dy_bits = bits[::-1].copy().reshape(256, 256)  # every pattern as dy too, against another x each
+    assert y.dtype == f.dtype and np.array_equal(y.view(uint), expected)
+    dy_bits = bits[::-1].copy().reshape(side, side)  # every pattern as dy too, against another x each
     dx, _ = ReLU().backward({}, dy_bits.view(f.dtype), cache, fmt)
-    assert dx.dtype == f.dtype and np.array_equal(dx.view(np.uint16), np.where(kept, dy_bits, 0))
-    assert not np.shares_memory(dx, dy_bits) and np.array_equal(x.view(np.uint16).reshape(-1), bits)  # inputs kept
+    assert dx.dtype == f.dtype and np.array_equal(dx.view(uint), np.where(kept, dy_bits, 0))
+    dx_t, _ = ReLU().backward({}, dy_bits.T.view(f.dtype), {"input": x.T}, fmt)  # strided views: the same rule
+    assert np.array_equal(dx_t.view(uint), np.where(kept, dy_bits, 0).T)
+    assert not np.shares_memory(dx, dy_bits) and np.array_equal(x.view(uint).reshape(-1), bits)  # inputs kept
 
 
 def test_linear_declares_params_in_flat_order_and_inits_float32():

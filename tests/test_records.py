@@ -8,12 +8,13 @@ import inspect
 
 import pytest
 
-from zerosim.cluster import Compute, LedgerEvent
-from zerosim.cluster._events import compute_event
+from zerosim.cluster import Compute, LedgerEvent, OptimizerStep
+from zerosim.cluster._events import compute_event, optimizer_step_event
 from zerosim.cluster._ledger import ledger_event
 
 
-@pytest.mark.parametrize("cls, make", [(LedgerEvent, ledger_event), (Compute, compute_event)])
+@pytest.mark.parametrize("cls, make", [(LedgerEvent, ledger_event), (Compute, compute_event),
+                                       (OptimizerStep, optimizer_step_event)])
 def test_a_maker_takes_every_field_in_order(cls, make):
     # a field added to the class and not to its maker would be missing from every event the engines record
     assert list(inspect.signature(make).parameters) == [f.name for f in dataclasses.fields(cls)]
@@ -23,6 +24,8 @@ CASES = [
     (LedgerEvent, ledger_event, (7, "alloc", "fc0.input", "activations", 96, 4096, 512, "forward layer 0", 3)),
     (Compute, compute_event, (1, 2, 0, 4, "fc1", "backward", 1234, 56, 78, (5, 6), {"dx": 1})),
     (Compute, compute_event, (0, 1, 0, -1, "loss", "loss", 4, 8, 8)),  # the defaults left out
+    (OptimizerStep, optimizer_step_event, (3, 2, 163, 326, "adam", (7, 9), {"m": 1}, "host")),
+    (OptimizerStep, optimizer_step_event, (0, 1, 0, 163, "adam")),  # the defaults left out
 ]
 
 

@@ -253,6 +253,20 @@ def test_each_ranks_half_mse_of_a_stacked_batch_is_its_own(case, scale):
         assert same(cache["y - t"][part], own_cache["y - t"]) and same(dy[part], loss.backward(own_cache, f, scale))
 
 
+@pytest.mark.parametrize("rows, width", [(8, 16), (8, 96), (33, 17), (64, 160)])
+@pytest.mark.parametrize("precision", ["bf16-mixed", "fp32"])
+def test_each_ranks_half_mse_sum_of_many_elements_is_its_own(rows, width, precision):
+    # blocks of 128 to 10,240 elements: NumPy's pairwise summation (blocks of 8, halves past 128) and its 8,192-element
+    # buffer both come into play; each rank's loss against its own `forward`, bit for bit
+    rng, n, f = np.random.default_rng(5), 4, get_precision(precision).compute_format
+    y = (rng.standard_normal((n * rows, width)) * 2.0 ** rng.integers(-8, 9, (n * rows, width))).astype(f.dtype)
+    target = rng.standard_normal((n * rows, width)).astype(np.float32)
+    losses, _ = HalfMSE().forward_ranks(y, target, f, n)
+    for r in range(n):
+        own, _ = HalfMSE().forward(y[r * rows:(r + 1) * rows], target[r * rows:(r + 1) * rows], f)
+        assert np.float64(losses[r]).tobytes() == np.float64(own).tobytes()
+
+
 def test_the_batch_sum_of_a_ranks_rows_adds_them_in_row_order():
     # db = each rank's column sums of dy, in float32, in row order, as `linear_backward` adds a rank's own, by hand:
     # (((1 + 1) + 1) + 2**25) - 2**25 = 4 (float32 rounds 2**25 + 3 to 2**25 + 4); from the last row up it is 3

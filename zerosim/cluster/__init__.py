@@ -28,7 +28,7 @@ _NAMES = {
     "._closed": ("busiest_bytes",),
     "._cluster": ("Cluster",),
     "._events": ("Compute", "ComputeFields", "Fp8ScaleUpdate", "GradClip", "LossScaleUpdate", "OptimizerStep",
-                 "StepBoundary"),
+                 "StepBoundary", "optimizer_step_event"),
     "._ledger": ("Buffer", "LedgerError", "LedgerEvent", "MemoryLedger"),
     "._mesh": ("INTER", "INTRA", "TIERS", "Groups", "Mesh"),
     "._rank": ("Rank",),

@@ -96,6 +96,16 @@ class OptimizerStep:
     where: str = field(default="device", repr=False)  # the tier it ran on: "device", or "host" (offload's CPU Adam)
 
 
+def optimizer_step_event(rank, step, start, stop, optimizer, needs=(), values=None, where="device") -> OptimizerStep:
+    """`OptimizerStep(...)` without the frozen dataclass's `__init__`, as `compute_event` makes a `Compute`: the same
+    object; an engine that steps every rank's small region at once makes one per rank (parallel/data/_update.py;
+    tests/test_records.py keeps the fields in step with the class)."""
+    event = _new(OptimizerStep)
+    event.__dict__.update(rank=rank, step=step, start=start, stop=stop, optimizer=optimizer, needs=needs,
+                          values=values, where=where)
+    return event
+
+
 @dataclass(frozen=True)
 class StepBoundary:
     """Where a step begins or ends in the log: `what` is "begin" or "end"."""

@@ -94,12 +94,21 @@ class _Saved:
             self.items[key] = dict(zip(whats, arrays))
             return
         adopt, tag = ledger.adopt, self.tag
+        if len(whats) == 1:  # one tensor (a Linear's input, a ReLU's): its dict made as it is, no comprehension
+            what = whats[0]
+            self.items[key] = {what: adopt(f"{tag}{prefix}.{what}", arrays[0], KIND)}
+            return
         self.items[key] = {k: adopt(f"{tag}{prefix}.{k}", a, KIND) for k, a in zip(whats, arrays)}
 
     def peek(self, key) -> dict:
         """The arrays `pop(key)` will give, not freed yet (a freed buffer raises, as in `pop`)."""
         held = self.items[key]
-        return held if self.ledger is None else {k: buf.array for k, buf in held.items()}
+        if self.ledger is None:
+            return held
+        if len(held) == 1:  # one tensor: its dict made as it is, no comprehension
+            ((what, buf),) = held.items()
+            return {what: buf.array}
+        return {k: buf.array for k, buf in held.items()}
 
     def pop(self, key) -> dict:
         held = self.items.pop(key)
@@ -115,10 +124,13 @@ class _Saved:
         """`pop(key)` where its arrays were read already (`peek`) and are not wanted again: freed, no dict of them made
         (freeing one freed already raises, as reading it would)."""
         held = self.items.pop(key)
-        if self.ledger is not None:
-            free = self.ledger.free
+        ledger = self.ledger
+        if ledger is not None:
+            if len(held) == 1:  # one tensor: no loop
+                ledger.free(next(iter(held.values())))
+                return
             for buf in held.values():
-                free(buf)
+                ledger.free(buf)
 
     def nbytes(self, key) -> int:
         return sum(int(a.nbytes) for a in self.items[key].values())

@@ -112,8 +112,7 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     dy0 = passes[0].dy  # (B, D_out)
     rows, saved = dy0.shape[0], [work.saved.peek(op.layer) for work in passes]  # read, not freed yet
     first = saved[0]
-    if any(len(s) != len(first) or any(s[k].shape != a.shape or s[k].dtype != a.dtype for k, a in first.items())
-           for s in saved) or not _rows_of(rows, *first.values()):
+    if not _alike(saved) or not _rows_of(rows, *first.values()):
         return None
     dy = np.concatenate([work.dy for work in passes])  # (n·B, D_out)
     cache = {k: np.concatenate([s[k] for s in saved]) for k in first}  # {what: (n·B, ...)}
@@ -126,6 +125,17 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
     made = done(None, layer.flops(x_shape, "backward"), read, written)
     return Landing(_land_backward(passes, op, rows, dx, made), grads)
+
+
+def _alike(saved: list) -> bool:
+    """Whether every pass saved what the first did: the same names, each of one shape and dtype."""
+    first = saved[0]
+    if len(first) == 1:  # one tensor (a Linear's input, a ReLU's): its shape and dtype read once, no inner loop
+        ((what, a),) = first.items()
+        shape, dtype = a.shape, a.dtype
+        return all(len(s) == 1 and s[what].shape == shape and s[what].dtype == dtype for s in saved)
+    return not any(len(s) != len(first) or any(s[k].shape != a.shape or s[k].dtype != a.dtype
+                                                for k, a in first.items()) for s in saved)
 
 
 def _rows_of(rows: int, *arrays) -> bool:

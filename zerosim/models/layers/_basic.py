@@ -23,6 +23,7 @@ time. (The plain function pairs below keep a tuple `(x,)`; the Layer objects nam
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -140,17 +141,53 @@ def relu_backward(dy: np.ndarray, cache: tuple, fmt) -> np.ndarray:
 
 
 def _zeroed(v, x, fmt):
-    """v in fmt, +0 where x <= 0 (a new array; NaN in x keeps v). Where v is a NumPy array already in fmt, one
-    `np.where` over it: the same bits as its copy with the mask's elements set to 0 (the way any other array goes:
-    CuPy's, a meta one, another format's), in a third of the time (a boolean-mask assignment is NumPy's slow path:
-    ~100 µs of a (512, 96) bf16 ReLU, four of them a step of benchmarks/yardstick.py's small case)."""
-    mask = x.astype(acc_dtype(fmt), copy=False) <= 0
+    """v in fmt, +0 where x <= 0 (a new array; NaN in x keeps v). Where v and x are NumPy arrays already in a 16- or
+    8-bit fmt, from their bits (`_nonpositive_bits`): x's signed integer view decides x <= 0 in two comparisons, and
+    v's integer view times the 0/1 keep mask is v's pattern or +0's, the same bits as a copy of v with the mask's
+    elements set to 0, in a quarter of the time of widening x and selecting (`np.where` on an ml_dtypes array is
+    NumPy's slow generic loop: ~50 µs of a (512, 96) bf16 ReLU, four of them a step of benchmarks/yardstick.py's
+    small case). Elsewhere (fp32, CuPy's arrays, a meta one, another format's v) the mask widened and a copy."""
     f = fmt if type(fmt) is Format else get_format(fmt)
     if type(v) is np.ndarray and v.dtype == f.dtype:
-        return np.where(mask, np.zeros((), f.dtype), v)
+        bits = _nonpositive_bits(f.dtype) if type(x) is np.ndarray and x.dtype == f.dtype else None
+        if bits is not None:
+            signed, below = bits
+            s = x.view(signed)
+            keep = s > below  # x > 0 or NaN, or +0 (each NaN pattern lies above `below`)
+            keep &= s != 0
+            return np.multiply(v.view(signed), keep, dtype=signed).view(f.dtype)
+        return np.where(x.astype(acc_dtype(f), copy=False) <= 0, np.zeros((), f.dtype), v)
+    mask = x.astype(acc_dtype(f), copy=False) <= 0
     out = cast(v, f)
     out[mask] = 0
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _nonpositive_bits(dtype: np.dtype):
+    """(signed integer dtype of dtype's width, t) such that x <= 0 exactly where x's signed view s is 0 or s <= t,
+    for a 16- or 8-bit float dtype; None for any other dtype, or one whose patterns do not fall so. In a
+    sign-magnitude format the negative patterns, seen as signed integers, run from -0 (the most negative integer)
+    up through the negative values of growing magnitude to -inf, then the NaNs with the sign bit set (bf16, fp16,
+    fp8_e5m2: exponent all ones; fp8_e4m3fn: 0xFF): t is the last non-NaN one. Found, and the rule checked, over
+    every bit pattern of the dtype against its values widened to float64 (ml_dtypes' own conversion, exact), once
+    per dtype: a format where it fails keeps the widened comparison (tests/test_layers.py reads every pattern)."""
+    if dtype.itemsize not in (1, 2) or dtype.kind not in "fV":  # fp16; ml_dtypes' bf16 and fp8 (void kind)
+        return None
+    signed = np.dtype(f"int{dtype.itemsize * 8}")
+    patterns = np.arange(np.iinfo(signed).min, np.iinfo(signed).max + 1, dtype=signed)  # every one, in order
+    try:
+        with np.errstate(invalid="ignore"):
+            truth = patterns.view(dtype).astype(np.float64) <= 0  # NaN compares False
+    except (TypeError, ValueError):  # a void dtype that is no number format
+        return None
+    negative = patterns[truth & (patterns != 0)]
+    if not negative.size:
+        return None
+    below = int(negative.max())
+    if not np.array_equal(truth, (patterns == 0) | (patterns <= below)):
+        return None
+    return signed, signed.type(below)
 
 
 def _gelu_parts(x_acc: np.ndarray, f: Format) -> tuple[np.ndarray, np.ndarray]:

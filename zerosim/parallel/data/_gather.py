@@ -25,7 +25,7 @@ import numpy as np
 from zerosim.cluster import Handle
 from zerosim.collectives import Collected, all_gather
 from zerosim.parallel.data._comm_schedule import allgather_pieces
-from zerosim.parallel.data.layouts import FlatLayout
+from zerosim.parallel.data.layouts import FlatLayout, owned_slices
 
 
 def gathered_name(layer: int) -> str:
@@ -52,7 +52,8 @@ def gather(ctx, layer: int) -> Handle:
         if secondary_name(layer) in ranks[0].ledger.live:
             windows = _from_secondary(ctx, layer, tag)
         else:
-            pieces = [rank.params.array[slice(*layout.owned_piece(layer, rank.index))] for rank in ranks]
+            spans = owned_slices(layout, *layout.windows[layer], ctx.cluster.world_size)  # a unit's piece: its window's
+            pieces = [rank.params.array[spans[rank.index]] for rank in ranks]
             gather_over = _hierarchical if ctx.plan.hierarchical_gather else _within_shard_groups
             windows = gather_over(ctx, pieces, layout.counts(layer), tag)
     name = gathered_name(layer)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from zerosim import collectives
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, reduce_scatter
+from zerosim.parallel.data.layouts import owned_slices
 from zerosim.parallel.data.multinode import AGREEMENTS
 from zerosim.precision import get_format
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
@@ -189,7 +190,8 @@ def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -
                                                                                         "grads"))
               for rank, x in zip(ranks, sends)]  # per-parameter chunks: reduce_scatter_coalesced's interleaved buffer
     sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
-    places = [rank.grads.array[slice(*layout.owned_range(lo, hi, rank.index))] for rank in ranks]  # views of shards
+    spans = owned_slices(layout, lo, hi, ctx.cluster.world_size)
+    places = [rank.grads.array[spans[rank.index]] for rank in ranks]  # views of shards
     n, wire, agree = ctx.mesh.world.size, policy.reduce_format, AGREEMENTS[ctx.plan.replicate]  # N: data-parallel
     op = averaging.reduce_op(policy, n, recipe)
     kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives

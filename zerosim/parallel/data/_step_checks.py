@@ -42,7 +42,7 @@ def all_reduce_overflow(ctx, reduced: list, scaler, step: int, t: int) -> tuple:
     Raises FloatingPointError (a static scale) or `LossScaleAtMinimum` (DeepSpeed at its minimum scale)
     on every rank, before any state changes."""
     cluster, backend = ctx.cluster, ctx.cluster.backend
-    bad = [backend.count_nonfinite(g) for g in reduced]
+    bad = _nonfinite_each(backend, reduced)
     if not skips_steps(scaler):
         problems = [f"{b} reduced gradient element(s) are NaN or inf" if b else None for b in bad]
         scale = scaler.scale
@@ -64,6 +64,21 @@ def all_reduce_overflow(ctx, reduced: list, scaler, step: int, t: int) -> tuple:
     cluster.trace.record(LossScaleUpdate(step, t + (0 if decision.skip else 1), scaler.kind, bool(found), decision.skip,
                                          decision.scale_before, decision.scale_after, decision.message, agreed.handle))
     return decision, agreed.handle
+
+
+# elements of all local ranks' gradients at most that `_nonfinite_each` first counts in one call (a copy of them)
+_COUNTED_TOGETHER = 1 << 16
+
+
+def _nonfinite_each(backend, reduced: list) -> list:
+    """The backend's count of NaN and inf in each rank's gradient. Many small host arrays of one dtype (10k parameters
+    on 64 ranks) are counted in one call first, laid end to end: none anywhere is none on each rank (a call per rank
+    was ~0.2 ms of benchmarks/yardstick.py's small step); else, or where some are, rank by rank."""
+    if (len(reduced) > 1 and all(type(g) is np.ndarray and g.dtype == reduced[0].dtype for g in reduced)
+            and sum(g.size for g in reduced) <= _COUNTED_TOGETHER
+            and backend.count_nonfinite(np.concatenate([g.reshape(-1) for g in reduced])) == 0):
+        return [0] * len(reduced)
+    return [backend.count_nonfinite(g) for g in reduced]
 
 
 def all_reduce_norm(ctx, grads32: list, max_norm: float, step: int, norm: str = "shards") -> Handle:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.cluster import OptimizerStep
+from zerosim.cluster import OptimizerStep, optimizer_step_event
 from zerosim.optim import step_in_blocks, widened
 from zerosim.parallel.data._state import master_of, own_params
 from zerosim.parallel.data import recipes as averaging  # averaging's one place (recipes/_averaging.py), by its face
@@ -23,10 +23,32 @@ def average(ctx, reduced: list, micro_steps: int, scale: float, finish=averaging
     and unscaled by the loss scale S this step used (`finish`: averaging.finish, or a hook's) — adopted into the
     rank's ledger as kind "grad32" until `update` frees it. Returns the (region,) update-format arrays."""
     n, ranks = ctx.mesh.world.size, ctx.ranks  # N: the data-parallel ranks
-    made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
-                                ranks)  # elementwise, each rank's own region: on the pool
+    if finish is averaging.finish and _finish_together(ctx, reduced):  # small regions: every rank's in one call
+        made = _finished_together(ctx, reduced, n, micro_steps, scale)
+    else:
+        made = ctx.cluster.pool.map(lambda i: finish(reduced[i], ctx.policy, n, micro_steps, scale, recipe=ctx.recipe),
+                                    ranks)  # elementwise, each rank's own region: on the pool
     tier = ctx.plan.where("grad32")  # the device's, or (offload) the host's: DeepSpeed's fp32 grad partition
     return [rank.ledger_of(tier).adopt("grad32", g, "grad32").array for rank, g in zip(ranks, made)]
+
+
+def _finish_together(ctx, reduced: list) -> bool:
+    """Whether `average` may finish every local rank's region in one call: one worker that may stack ranks (the loop
+    of `Cluster(N, stack_ranks=False)` is what it is checked against), every region a 1-D host array of one dtype,
+    and few elements in all (`TOGETHER`: the copy in costs less than a call per rank)."""
+    if not ctx.cluster.pool.stacks or len(reduced) < 2 or sum(r.size for r in reduced) > TOGETHER:
+        return False
+    dtype = reduced[0].dtype
+    return all(type(r) is np.ndarray and r.ndim == 1 and r.dtype == dtype for r in reduced)
+
+
+def _finished_together(ctx, reduced: list, n: int, micro_steps: int, scale: float) -> list:
+    """`averaging.finish` of every rank's region at once (`_finish_together` allows): their
+    regions laid end to end, finished in one call (elementwise, with the same scalars: each element's bits are its
+    own rank's call's), each rank's the view of its span of the one new array."""
+    made = averaging.finish(np.concatenate(reduced), ctx.policy, n, micro_steps, scale, recipe=ctx.recipe)
+    ends = np.cumsum([len(r) for r in reduced]).tolist()
+    return [made[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: tuple = (), first_step: int = 1) -> None:
@@ -48,8 +70,9 @@ def update(ctx, optimizer, specs, grads32: list, reduced: list, t: int, needs: t
         ctx.cluster.pool.map(lambda i: _update(ctx, optimizer, specs, ranks[i], grads32[i], reduced[i], t, needs,
                                                first_step=first_step),
                              ranks, lambda i, event: ctx.cluster.trace.record(event))
+    tier = ctx.plan.where("grad32")
     for rank in ctx.ranks:
-        rank.ledger_of(ctx.plan.where("grad32")).free("grad32")
+        rank.ledger_of(tier).free("grad32")
 
 
 TOGETHER = 1 << 14  # elements of all ranks' regions at most, for `_update_together`
@@ -68,8 +91,10 @@ def _together(ctx, optimizer, grads32: list) -> bool:
         w = None if rank.master is None else rank.master.array
         if type(w) is not np.ndarray or type(g) is not np.ndarray or w.dtype != np.float32 or g.dtype != w.dtype:
             return False
-        if any(type(b.array) is not np.ndarray or b.array.dtype != w.dtype for b in rank.optim.values()):
-            return False
+        for b in rank.optim.values():  # a loop, not a generator per rank: 64 ranks' states
+            state = b.array
+            if type(state) is not np.ndarray or state.dtype != w.dtype:
+                return False
     return len({tuple(rank.optim) for rank in ctx.ranks}) == 1
 
 
@@ -102,7 +127,7 @@ def _update_together(ctx, optimizer, grads32: list, t: int, needs, first_step: i
             own[...] = rounded[a:b]
         else:
             _round_into(own, master, policy, t, None)  # nearest: no draws
-        events.append(OptimizerStep(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None, where=where))
+        events.append(optimizer_step_event(rank.index, t, mine.start, mine.stop, optimizer.name, needs, None, where))
         a = b
     return events
 

@@ -96,7 +96,15 @@ def extents(x, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
 def extents_along(x, axes: tuple) -> list:
     """`extents(x, axis)` for each of `axes`, the magnitude bits read once for all of them."""
     uint, mask, values, precision, _ = _decoder(x.dtype)
-    magnitude = x.view(uint) & mask  # same-width view: any strides; the one copy of x made here
+    if len(axes) == 1 and x.ndim > 1 and abs(x.strides[axes[0]]) < max(abs(d) for d in x.strides):
+        # the one axis outermost in the copy: NumPy reduces along an inner axis one line at a time (~20 µs of the
+        # rows of a (512, 32) bf16 stack), along the outermost one whole rows of the others at a time (~2)
+        axis = axes[0] % x.ndim
+        bits = x.view(uint).transpose((axis, *range(axis), *range(axis + 1, x.ndim)))  # np.moveaxis, less Python
+        magnitude = np.bitwise_and(bits, mask, out=np.empty(bits.shape, uint))  # the one copy of x made here
+        axes = (0,)
+    else:
+        magnitude = x.view(uint) & mask  # same-width view: any strides; the one copy of x made here
     largest = [values[magnitude.max(axis=axis)] for axis in axes]  # (...,) float64 per axis
     if not all(np.isfinite(line).all() for line in largest):
         return [None] * len(axes)

@@ -11,6 +11,7 @@ arithmetic is `collectives.ShardLayout`'s, in one place.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
@@ -35,6 +36,16 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
     from zerosim.parallel.data.multinode import GroupLayout  # shard groups' alone (HSDP, MiCS): not the engine's import
 
     return GroupLayout(layout, groups)
+
+
+@functools.lru_cache(maxsize=256)
+def owned_slices(layout, lo: int, hi: int, world_size: int) -> tuple:
+    """(slice(*layout.owned_range(lo, hi, r)) for every rank r < `world_size`): [lo, hi) ∩ each rank's shard, in
+    shard coordinates, as any layout answers it (these two, and multinode's GroupLayout, asked with world ranks:
+    `world_size` is the cluster's). A ZeRO-3 step asked it rank by rank at every gather and reduction of every unit
+    (10k parameters on 64 ranks: ~600 times a step); the answer depends on the layout and the range alone, so it is
+    kept (frozen layouts compare by their fields: equal ones own equal ranges; others by identity)."""
+    return tuple(slice(*layout.owned_range(lo, hi, r)) for r in range(world_size))
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
