@@ -65,7 +65,7 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     a = near_ties(20, k, rng)
     b = np.ones((k, n), np.float32)
     b[:, 1::2] *= -1  # every other column the negated sums: ties on both sides of zero
-    magnitudes = Spy(monkeypatch, _exact_matmul, "_magnitudes")
+    magnitudes = Spy(monkeypatch, _exact_matmul, "_lines")  # the suspects' K products gathered, their Σ|a·b| tried
     twice = Spy(monkeypatch, _exact_matmul, "twice_precise_sums")
     one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
     got = exact_matmul(a, b)
@@ -75,6 +75,40 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     # exact midpoints and sums 2**-60 beside one: only these are summed one by one (2**-45 beside one: settled by
     # the sums twice as precise)
     assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
+
+
+def test_near_ties_in_every_block_of_a_batched_product_settle_where_they_lie(monkeypatch):
+    # a stack of products tested a few rows at a time (4 of each product's 20): each block's suspects found by their
+    # index in the block, which skips the other products' rows of the block; in each product a different order of
+    # the rows, and b of both signs, so a suspect put in another row or product gives another sum
+    rng = np.random.default_rng(12)
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 1 << 15)
+    a = near_ties(20, 40, rng)
+    a = np.stack([a, a[::-1]])  # (2, 20, 40)
+    b = np.ones((2, 40, 4096), np.float32)  # 32,768 / (2 · 4,096) = 4 rows a block
+    b[0, :, 1::2] *= -1
+    b[1, :, :2048] *= -1
+    got = exact_matmul(a, b)
+    for p in range(2):
+        want = reference(a[p], b[p][:, [0, 1, 2048, 2049]])  # the columns repeat in these four's patterns
+        assert np.array_equal(bits(got[p][:, [0, 1, 2048, 2049]]), bits(want))
+    assert np.array_equal(bits(got[0]), bits(np.tile(reference(a[0], b[0][:, :2]), (1, 2048))))
+    assert np.array_equal(bits(got[1]), bits(np.repeat(reference(a[1], b[1][:, [0, 2048]]), 2048, axis=1)))
+
+
+def test_suspects_their_sums_of_magnitudes_settle_leave_the_others_with_their_own_products():
+    # one gather of each suspect's K products serves both later levels: even rows are near ties (they reach the sums
+    # twice as precise), odd rows suspects of the norms' bound only (a huge a_ik where b is 0: ||a_i|| far above
+    # Σ|a·b|), which their sums of magnitudes settle, between them in the same parts; a near tie handed another
+    # element's products would round that sum
+    rng = np.random.default_rng(16)
+    a = near_ties(20, 200, rng)  # column 199 is 0
+    a[1::2] = rng.standard_normal((10, 200)).astype(np.float32)
+    a[1::2, 199] = 2.0**20
+    b = np.ones((200, 64), np.float32)
+    b[:, 1::2] *= -1
+    b[199] = 0
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
 
 
 def test_suspects_on_strided_columns_are_gathered_in_column_order():
@@ -120,6 +154,24 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
 
 
+def test_zeros_of_disjoint_lines_are_told_apart_in_each_product_of_a_batch():
+    # a stack of products (the ranks' b, one a): each zero suspect's column looked up in its own product. Product 1
+    # has 3,900 exact zeros of disjoint lines and one zero that float64 reaches by cancelling, at (0, 5), whose
+    # column in product 0 meets row 0 of a nowhere: looked up there, it would pass for an exact zero
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((2, 32, 160)).astype(np.float32)
+    a[:, 16:] = 0
+    b[1, :16, :100] = 0  # product 1: columns 0-99 meet rows 1-39 of a nowhere
+    a[0, 16:19] = [1.0, 2.0**-60, -1.0]
+    b[1, 16:19, 5] = 1.0  # product 1's (0, 5): s = 2**-60, its float64 sum 0 in order
+    b[0, :19, 5] = 0  # product 0's column 5: nonzero only where row 0 of a is zero
+    got = exact_matmul(a, b)
+    assert got[1, 0, 5] == np.float32(2.0**-60)
+    for p in range(2):
+        assert np.array_equal(bits(got[p]), bits(reference(a, b[p])))
+
+
 def minus_zero_blas(a, b, out):
     """A BLAS that starts each sum from its first product: -0 for a sum of -0 products, where OpenBLAS gives +0."""
     np.matmul(a, b, out=out)
@@ -140,8 +192,8 @@ def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
         assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
     seen = []  # the zero suspects: none in a dead row
     inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda where, *rest: seen.append(where[-2])
-                        or inner(where, *rest))
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape:
+                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape))  # their rows
     exact_matmul(a, b[0])
     assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
 
@@ -161,6 +213,25 @@ def test_rows_whose_bounds_differ_share_the_largest(monkeypatch):
     b = np.ones((8, 4096), np.float32)  # 8 rows a block
     b[:, 1::2] *= -1
     assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 2048))))
+
+
+@pytest.mark.parametrize("k", [40, 200])  # blocked rows (K <= SHORT_K) and one block
+def test_a_blas_whose_sums_are_off_by_nearly_the_most_any_order_allows_still_gives_the_exact_sums(monkeypatch, k):
+    # the proof assumes only |c - s| <= γ(K-1)·Σ_k |a_ik·b_kj| (Higham, §3.1: any order of the adds): a BLAS whose
+    # every sum is 0.9 of that away, on both sides in turn, pushes each near tie (a float32 midpoint, or 2**-45 or
+    # 2**-60 beside one) across its midpoint. The norms' bound and the sums of magnitudes must each still call it a
+    # suspect; half of either would let c's rounding stand (a row of ±1 and b of ones: Cauchy-Schwarz is nearly tight)
+    rng = np.random.default_rng(15)
+    a, b = near_ties(20, k, rng), np.ones((k, 64), np.float32)
+    b[:, 1::2] *= -1
+
+    def worst_blas(a64, b64, out):
+        np.matmul(a64, b64, out=out)  # the exact sums but for the float64 rounding of the last add or two
+        bound = (k - 1) * 2.0**-53 * (np.abs(a64) @ np.abs(b64))
+        out += np.where(np.arange(out.shape[-1]) % 4 < 2, 0.9, -0.9) * bound
+
+    monkeypatch.setattr(_norm_bound, "_gemm", worst_blas)
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 32))))
 
 
 @pytest.mark.parametrize("name", [n for n in HARD if "overflow" in n])
@@ -211,6 +282,18 @@ def test_twice_precise_sums_lie_within_their_bound_of_the_exact_sums(k, seed, sp
         assert e <= 2.0**-52 * abs(float(s)) + 2.0**-80 * float(np.abs(row).sum())  # far inside the GEMM's bound
 
 
+def test_twice_precise_sums_of_many_terms_all_near_the_largest_lie_within_their_bound():
+    # the split's high parts summed exactly needs Σ|q| below σ: K = 1,024 terms all within 2**-20 of the largest,
+    # one sign (Σ|q| at its most) and cancelling in pairs but for their low bits (Σ r all that is left)
+    rng = np.random.default_rng(14)
+    near = 3.0 * (1 + rng.integers(0, 2**20, size=(2, 1024)) * 2.0**-50)  # 52 significant bits: their sum rounds
+    terms = np.stack([near[0], np.where(np.arange(1024) % 2, -near[1], near[1])])
+    sums, errors = twice_precise_sums(terms)
+    for row, s, e in zip(terms, sums, errors):
+        exact = sum((Fraction(float(t)) for t in row), Fraction(0))
+        assert abs(Fraction(float(s)) - exact) <= Fraction(float(e)) and e <= 2.0**-52 * abs(float(s)) + 2.0**-70 * 3
+
+
 def test_twice_precise_zero_sums_are_plus_zero_with_no_error():
     terms = np.array([[-0.0, -0.0, -0.0], [1.5, -1.5, 0.0], [2.0**-1074, -(2.0**-1074), -0.0]])
     sums, errors = twice_precise_sums(terms)
@@ -250,3 +333,19 @@ def test_a_gram_matrix_is_widened_once_and_exactly_symmetric(monkeypatch):
     assert np.array_equal(bits(got), bits(reference(x, x.T))) and np.array_equal(bits(got), bits(got.T))
     y = x.copy()
     assert np.array_equal(bits(exact_matmul(x, y.T)), bits(got)) and widened.calls == 3  # another matrix: two
+
+
+def test_fp32_products_the_norms_answer_are_not_searched_for_nan_and_a_nan_operand_still_gives_the_canonical_one(
+        monkeypatch):
+    # finite fp32 operands: the norms' bound answers, and its sums are finite or past float32's range (inf, -inf
+    # against a column of -1, as the exact sums round), never NaN: the output is not searched for one (_nan.py's
+    # pass). A NaN operand (sign set, a payload) goes the long way, whose NaN comes out as the canonical one
+    a, b = np.ones((40, 8), np.float32), np.ones((8, 40), np.float32)
+    a[0], b[:, 1] = np.float32(3e38), -1.0
+    want = reference(a, b)
+    with monkeypatch.context() as patched:
+        patched.setattr(_exact_matmul, "canonical_nans", lambda *_: pytest.fail("searched for NaN"))
+        got = exact_matmul(a, b)
+    assert got[0, 0] == np.inf and got[0, 1] == -np.inf and np.array_equal(bits(got), bits(want))
+    a[1, 0] = np.uint32(0xFFC00001).view(np.float32)
+    assert (bits(exact_matmul(a, b)[1]) == 0x7FC00000).all()

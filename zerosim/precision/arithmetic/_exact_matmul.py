@@ -72,6 +72,10 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 # γ(K-1) <= (K - 1)·u·(1 + 2**-40) for any K a machine can hold; (K + 2)·2u over-states it at least twice, which also
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
+# where Σ|a_ik·b_kj| is summed from the K exact products themselves (`_settle_by_magnitudes`), with no margin: the
+# computed sum S' >= S·(1 - γ(K-1)), so (K + 2)·u·S'·(1 + 2**-20) >= γ(K-1)·S plus the roundings of the bound and of
+# certain_f32's y ± err, for any K under 2**31 (three units of u to spare, and the factor for γ's K·u excess)
+_SUMMED_PER_TERM = 2.0**-53 * (1 + 2.0**-20)
 # `_repair`: below this many products (plus 100 a sum, its list's own cost) the elements are summed one by one, not
 # by the tree first: the tree's ~20 NumPy calls cost ~100 µs, one exact sum ~3.5 µs and 35 ns a product (2-core AMD
 # EPYC); a 919k MLP's step leaves 1-5 at K = 32 in each of 24 dW. Either way the same bits
@@ -141,9 +145,9 @@ def _exact_once(a, b):
 
 def _exact_alone(a, b, once: bool = False, out=None):
     """exact_matmul(a, b), made for this product alone, into `out` where the path allows (else fresh); `once`: a is
-    used by no other product (`_exact_once`). NaN in, one NaN out (_nan.py), but for what `_narrow_product`
-    answers: it reads facts only where every value is finite, and a finite GEMM's sums hold no NaN (a look for one
-    is a pass over the output: 1 ms of a 919k step on 8 ranks, whose dW are 29 MB)."""
+    used by no other product (`_exact_once`). NaN in, one NaN out (_nan.py), but for what `_narrow_product` and
+    the bound by the norms (`_exact_long`) answer: they answer only where every value is finite, and a finite GEMM's
+    sums hold no NaN (a look for one is a pass over the output: 1 ms of a 919k step on 8 ranks, whose dW are 29 MB)."""
     if narrow_host(a) and narrow_host(b):  # plain host arrays of 16- or 8-bit formats, what models multiply
         made = _narrow_product(a, b, once)
         if made is not None:
@@ -157,19 +161,21 @@ def _exact_alone(a, b, once: bool = False, out=None):
             stacked_b = b.ndim == 3 and b.shape[0] == a.shape[0]
             return np.concatenate([_exact_alone(a[i:i + at], b[i:i + at] if stacked_b else b, once)
                                    for i in range(0, a.shape[0], at)])
-    made = _exact_long(a, b, out)
-    return canonical_nans(made, namespace_of(made)) if has_values(made) else made
+    made, nan_free = _exact_long(a, b, out)
+    return made if nan_free or not has_values(made) else canonical_nans(made, namespace_of(made))
 
 
 def _exact_long(a, b, out=None):
-    """exact_matmul(a, b) where `_narrow_product` does not answer (its NaN as they come); into `out` where the bound
-    by the norms answers (else fresh)."""
+    """(exact_matmul(a, b) where `_narrow_product` does not answer, its NaN as they come; whether it holds no NaN):
+    into `out` where the bound by the norms answers (else fresh). That bound answers only where a and b are finite
+    (`rounded_by_norms`), whose sums are finite or past float32's range (inf), never NaN: no pass to look for one
+    (`_exact_alone`; ~1 ms of a 919k MLP's fp32 step on 8 ranks)."""
     tried = narrow_host(a) and narrow_host(b)  # `_narrow_product` ran the bound by rows, or found NaN or inf
     if not tried:
         if a.dtype == np.float64 or b.dtype == np.float64:
-            return a @ b
+            return a @ b, False
         if not (has_values(a) and has_values(b)):
-            return a.astype(np.float32) @ b.astype(np.float32)
+            return a.astype(np.float32) @ b.astype(np.float32), False
     ns = namespace_of(a)
     a64, b64 = _widen_both(a, b, ns)
     k = a64.shape[-1]
@@ -180,7 +186,7 @@ def _exact_long(a, b, out=None):
         found = _norms().rounded_by_norms(a64, b64, out)
         if found is not None:
             out, suspects = found
-            return out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)
+            return (out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)), True
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
@@ -192,18 +198,18 @@ def _exact_long(a, b, out=None):
             facts_a = (None, _quantum(np.abs(a64), precision_a, axis=-1))
             out = _shortcut(c, a64, facts_a, b64, _float_extents(b64, precision_b, axis=-2), ns)
         if out is not None:
-            return out
+            return out, False
     with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf came in: certain_f32 leaves those alone
         size = np.abs(a64) @ np.abs(b64)  # (..., M, N) Σ_k |a_ik·b_kj|, to within γ(K)
         # a narrow product whose whole bound failed (K·max|a|·max|b| is loose) is mostly exact all the same: where
         # the largest Σ|a·b| stays below 2**53 whole quanta, c = s everywhere and rounding it once is the answer
         if tried and _exact_by_whole_quanta(a, b, size.max(initial=0.0) * (1 + (k + 2) * _ERROR_PER_TERM)):
-            return narrow32(c, ns)
+            return narrow32(c, ns), False
         err = size * ((k + 2) * _ERROR_PER_TERM)  # (..., M, N) >= |c - s|
     out, suspects = certain_f32(c, err, ns)
     if not bool(suspects.any()):
-        return out
-    return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns)
+        return out, False
+    return _settle_suspects(out, suspects, c.shape[:-2], size, a, b, a64, b64, tried, ns), False
 
 
 def _norms():
@@ -604,12 +610,27 @@ def _settle(out, c, where, size, q, a64, b64, ns):
 
 
 def _settle_by_magnitudes(out, suspects, a64, b64, ns):
-    """`out` with the suspects (index arrays `where`, their float64 sums `y`) settled from their own Σ_k |a_ik·b_kj|
-    (their K products): rounded where that error bound allows, summed exactly where it does not (`_repair`)."""
+    """`out` (a host array) with the suspects (index arrays `where`, their float64 sums `y`) settled from their K
+    products, gathered once (`_lines`): rounded where their own Σ_k |a_ik·b_kj| bounds the GEMM's error enough, else
+    where their sums twice as precise do (`_twice_settled`), else summed exactly one by one (`_one_by_one`), as
+    `_repair` settles them; but each suspect's row of a and column of b are gathered once for the first two, not
+    once for its sum of magnitudes and again for `_repair` (a 10M MLP's fp32 step leaves ~2,300 suspects at K =
+    1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step)."""
     where, y = suspects
-    size = _magnitudes(where, a64, b64)
-    _, doubt = certain_f32(y, size * ((a64.shape[-1] + 2) * _ERROR_PER_TERM), ns)
-    return _repair(out, tuple(x[doubt] for x in where), a64, b64, ns) if doubt.any() else out
+    k = a64.shape[-1]
+    left = []  # (index arrays, their K products) of those their sums of magnitudes leave in doubt
+    for lines, rows, columns in _lines(where, a64, b64):
+        products = np.multiply(rows, columns, out=rows)  # (count, K) exact products (finite: so were the norms)
+        size = np.abs(products, out=scratch(products.shape, 22)).sum(axis=1)  # Σ_k |a_ik·b_kj|, within γ(K-1)
+        _, doubt = certain_f32(y[lines], size * ((k + 2) * _SUMMED_PER_TERM), ns)
+        if doubt.any():
+            left.append((tuple(x[lines][doubt] for x in where), products[doubt]))
+    if not left:
+        return out
+    few = sum(len(part[-1]) for part, _ in left) * (k + 100) < _ONE_BY_ONE  # as `_repair` judges it
+    rest = [part if few else _twice_settled(out, part, products) for part, products in left]
+    _one_by_one(out, tuple(np.concatenate(x) for x in zip(*rest)), a64, b64)
+    return out
 
 
 def _unsettled(c, where, size, q, k: int, ns) -> tuple:
@@ -685,32 +706,40 @@ def _quantum(magnitude, precision: int, axis: int):
 
 def _repair(out, where, a64, b64, ns):
     """`out` with the elements at index arrays `where` replaced by their exact sums rounded once (on the host: they
-    are few). Their sums to twice float64's precision first, all at once (_twice_precise.py): they round to float32
+    are few). Their sums to twice float64's precision first, all at once (`_twice_settled`): they round to float32
     alone but for near-ties, which `exact_sum_f32` sums exactly, one by one; so are all of them where they are few
     enough (`_ONE_BY_ONE`)."""
-    batch = out.shape[:-2]
-    a_h = np.broadcast_to(ns.to_host(a64), batch + a64.shape[-2:])  # views: batch dims broadcast, nothing copied
-    b_h = np.broadcast_to(ns.to_host(b64), batch + b64.shape[-2:])
+    a_h, b_h = ns.to_host(a64), ns.to_host(b64)
     host = out if ns.is_numpy else ns.to_host(out)
-    rest = []
     few = len(where[-1]) * (a64.shape[-1] + 100) < _ONE_BY_ONE
-    for lines, rows, columns in () if few else _lines(where, a_h, b_h):
-        part = tuple(x[lines] for x in where)
-        products = np.multiply(rows, columns, out=rows)  # (step, K) exact products
-        finite = np.isfinite(products).all(axis=1)
-        if not finite.all():
-            products[~finite] = 0.0
-        sums, errors = twice_precise_sums(products)
-        rounded, doubt = certain_f32(sums, errors, NUMPY)
-        doubt |= ~finite  # a NaN or inf product: the one-by-one sum, which gives the canonical NaN
-        sure = tuple(x[~doubt] for x in part)
-        host[sure] = rounded[~doubt]
-        rest.append(tuple(x[doubt] for x in part))
-    rest = tuple(np.concatenate(x) for x in zip(*rest)) if rest else where
-    values = [exact_sum_f32((a_h[(*lead, i)] * b_h[(*lead, slice(None), j)]).tolist())  # K exact products each
-              for *lead, i, j in zip(*rest)]
-    host[rest] = values
+    rest = [_twice_settled(host, tuple(x[lines] for x in where), np.multiply(rows, columns, out=rows))
+            for lines, rows, columns in (() if few else _lines(where, a_h, b_h))]  # (step, K) exact products
+    _one_by_one(host, tuple(np.concatenate(x) for x in zip(*rest)) if rest else where, a_h, b_h)
     return host if ns.is_numpy else ns.from_host(host)
+
+
+def _twice_settled(host, part, products) -> tuple:
+    """Index arrays of the elements at `part` left in doubt by their sums to twice float64's precision
+    (_twice_precise.py) from their K products (count, K), the others' rounded sums put in `host`. A NaN or inf
+    product leaves its element in doubt: the one-by-one sum gives the canonical NaN."""
+    finite = np.isfinite(products).all(axis=1)
+    if not finite.all():
+        products[~finite] = 0.0
+    sums, errors = twice_precise_sums(products)
+    rounded, doubt = certain_f32(sums, errors, NUMPY)
+    doubt |= ~finite
+    host[tuple(x[~doubt] for x in part)] = rounded[~doubt]
+    return tuple(x[doubt] for x in part)
+
+
+def _one_by_one(host, where, a_h, b_h) -> None:
+    """The elements at index arrays `where` of `host` set to their exact sums rounded once (`exact_sum_f32` of their
+    K exact products each), from host a and b (leading dims broadcast)."""
+    batch = host.shape[:-2]
+    a_h = np.broadcast_to(a_h, batch + a_h.shape[-2:])  # views: batch dims broadcast, nothing copied
+    b_h = np.broadcast_to(b_h, batch + b_h.shape[-2:])
+    host[where] = [exact_sum_f32((a_h[(*lead, i)] * b_h[(*lead, slice(None), j)]).tolist())
+                   for *lead, i, j in zip(*where)]
 
 
 def exact_sum_f32(terms: list) -> np.float32:

@@ -8,14 +8,17 @@ magnitudes by a second dgemm, |a| @ |b|: an fp32 product cost two GEMMs and a do
 bounds the same sum by the norms, Σ_k |a_ik·b_kj| <= ||a_i||·||b_j|| (a row of a, a column of b), which cost one
 pass over each operand; and ||b_j|| <= max_j ||b_j||, so one bound per row serves the whole row:
 
-    E_i = (K + 4)·2**-52 · ||a_i|| · max_j ||b_j|| · (1 + 2**-20)
+    E_i = (K + 4)·2**-53 · ||a_i|| · max_j ||b_j|| · (1 + 2**-20)
 
-covers c's error (γ(K-1) <= (K-1)·2**-53·(1 + 2**-40), over-stated twice as `_ERROR_PER_TERM` is), the rounding of
-c ± E_i in float64 (at most 2**-53·(|c| + E_i), and |c| <= ||a_i||·||b_j||·(1 + γ(K))), and the rounding of the
-norms themselves (a square of a value of at most 24 significant bits is exact in float64; the sum of K squares is
-within γ(K) of the true one, the square root and the products within a few units: (2K + 16)·2**-53 in all, below
-2**-20 for any K under 2**31). For random data the norms over-state Σ|a·b| by about π/2, and the row's largest
-column norm by a little more: still about K·2**-50 of |c|, far below float32's half-ulp of 2**-25·|c|.
+covers, with N = ||a_i||·||b_j|| and u = 2**-53: c's error, γ(K-1)·N <= (K-1)·u·N·(1 + K·u); the rounding of c ± E_i
+in float64, at most u·(|c| + E_i), with |c| <= N·(1 + γ(K)), so u·N and u·E_i more; and the rounding of the norms
+themselves (a square of a value of at most 24 significant bits is exact in float64; the sum of K squares is within
+γ(K) of the true one, the square root and the products within a few units: (2K + 16)·u in all). That is K·u·N and
+relative excesses below 2**-21 for any K under 2**31, which the factor 1 + 2**-20 and the four units to spare cover.
+(Until 2026-11 E_i was twice this, as `_ERROR_PER_TERM` over-states γ twice; the bound needs no such margin, and
+the half leaves half the suspects to settle.) For random data the norms over-state Σ|a·b| by about π/2, and the
+row's largest column norm by a little more: still about K·2**-51 of |c|, far below float32's half-ulp of
+2**-25·|c|.
 
 Where c - E_i and c + E_i round to the same float32, the exact sum s (within E_i of c) rounds there too, since
 rounding is monotone (_round_once.py `certain_f32`, with one error per row, or the largest of a block of rows'). The
@@ -47,6 +50,11 @@ _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in it
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
 
 
+def _per_term(k: int) -> float:
+    """E_i over ||a_i||·max_j ||b_j|| for K = k (the module docstring)."""
+    return (k + 4) * 2.0**-53 * SLACK
+
+
 def line_norms(a64, b64) -> tuple:
     """(||a_i|| (..., M), ||b_j|| (..., N)): the norms of a's rows and b's columns, each to within (K + 4)·2**-53 (a
     square of a value of at most 24 significant bits is exact; `SLACK` covers the sum's and the root's roundings)."""
@@ -69,7 +77,7 @@ def rounded_by_norms(a64, b64, out=None):
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
         return None
     k = a64.shape[-1]
-    error = rows * (np.asarray(widest)[..., None] * ((k + 4) * 2.0**-52 * SLACK))  # (..., M) E_i, one per row
+    error = rows * (np.asarray(widest)[..., None] * _per_term(k))  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     m, n = shape[-2:]
     out = np.empty(shape, np.float32) if out is None else out
@@ -102,8 +110,8 @@ def rounded_by_norms(a64, b64, out=None):
                 e = highs[top // step]
                 e = e if e <= _SPREAD * lows[top // step] else error[..., top:top + r, None]
                 # c - E rounded, straight into out (one pass, no float64 temporary): where c + E rounds alike, so
-                # does the exact sum, and that is the answer; the suspects get c rounded (below), as their next
-                # tests assume
+                # does the exact sum, and that is the answer; the suspects get c rounded, as their next tests
+                # assume, while the block is in cache (a 10M MLP's dW leave ~85,000 a product, nearly all zeros)
                 low = out[..., top:top + r, :]
                 np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
                 np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
@@ -115,28 +123,46 @@ def rounded_by_norms(a64, b64, out=None):
                     doubt[..., here - top, :] = False
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-                    values.append(c.reshape(-1)[flat])
-                    where = np.unravel_index(flat, doubt.shape)
-                    found.append(where[:-2] + (where[-2] + top, where[-1]))
+                    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0
+                    # included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0
+                    # + 0 = +0, any other y + 0 = y), a pass over the few suspects rather than c += 0 over all of c
+                    # (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0 would stay in doubt)
+                    y = np.add(c.reshape(-1)[flat], 0.0)
+                    if low.flags.c_contiguous:
+                        low.reshape(-1)[flat] = y
+                    else:
+                        low[np.unravel_index(flat, low.shape)] = y
+                    values.append(y)
+                    # its index in the whole product: a block of a batched one skips the other m - r rows of each
+                    found.append(flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n)
     if len(dead):
         out[..., dead] = 0.0
     out[..., dead_rows, :] = 0.0
     if not found:
         return out, None
-    where, y = tuple(np.concatenate(x) for x in zip(*found)), np.concatenate(values)
-    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0 included), so
-    # those of a BLAS that starts a sum from its first product are all here: +0 in out, a pass over the few
-    # suspects rather than c += 0 over all of c (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0
-    # would stay in doubt)
-    y[y == 0] = 0.0
-    with np.errstate(over="ignore"):  # c rounded where it is in doubt (a later test settles it, or it is the answer)
-        out[where] = y
-    where, y = _without_disjoint_zeros(where, y, a64, b64, shape)
-    return out, _own_norms(where, y, rows, columns, shape, (k + 4) * 2.0**-52 * SLACK) if len(y) else None
+    flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
+    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
+    return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
 
-def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
-    """(where, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
+def _lines_of(flat, shape) -> tuple:
+    """(row, column) index arrays of the elements at flat indices `flat` of a product of `shape` (..., M, N): each
+    row's index among the batch's rows (..., M) flattened, each column's among its columns (..., N) flattened."""
+    m, n = shape[-2:]
+    row = flat // n
+    column = flat - row * n
+    return row, column + row // m * n if len(shape) > 2 else column
+
+
+def _flat_lines(lines, batch: tuple, each: int) -> np.ndarray:
+    """Per-line values (..., L) (`each` 0) or (..., L, words) (`each` 1) broadcast to the product's batch, its lines
+    flattened: indexed by `_lines_of`'s row or column (a copy only where the batch broadcasts: a line's few values)."""
+    shape = batch + lines.shape[lines.ndim - 1 - each:]
+    return np.broadcast_to(lines, shape).reshape((-1,) + lines.shape[lines.ndim - each:])
+
+
+def _without_disjoint_zeros(flat, y, a64, b64, shape) -> tuple:
+    """(flat, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
     the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
@@ -145,16 +171,16 @@ def _without_disjoint_zeros(where, y, a64, b64, shape) -> tuple:
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
     if _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
-        return where, y
-    *lead, i, j = (x[zero] for x in where)
-    batch = shape[:-2]
+        return flat, y
+    row, column = _lines_of(flat[zero], shape)
     rows = _nonzero_bits(a64)  # (..., M, words)
     columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
-    rows = np.broadcast_to(rows, batch + rows.shape[-2:])[(*lead, i)]  # (zeros, words)
-    columns = np.broadcast_to(columns, batch + columns.shape[-2:])[(*lead, j)]
+    each = int(rows.shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
+    rows, columns = (x if each else x[..., 0] for x in (rows, columns))
+    shared = _flat_lines(rows, shape[:-2], each)[row] & _flat_lines(columns, shape[:-2], each)[column]
     keep = np.ones(len(y), bool)
-    keep[zero[~(rows & columns).any(axis=-1)]] = False  # no k where both are nonzero: an exact +0
-    return tuple(x[keep] for x in where), y[keep]
+    keep[zero[~(shared.any(axis=-1) if each else shared.astype(bool))]] = False  # no common k: an exact +0
+    return flat[keep], y[keep]
 
 
 def _nonzero_bits(lines) -> np.ndarray:
@@ -166,13 +192,12 @@ def _nonzero_bits(lines) -> np.ndarray:
     return padded.view(np.uint64)
 
 
-def _own_norms(where, y, rows, columns, shape, per_term):
-    """(where, y) of the suspects still in doubt with their own column's norm, ||a_i||·||b_j||, in place of the
-    row's widest: the row's bound is loose where b's column norms differ widely. None where none is left."""
-    *lead, i, j = where
-    batch = shape[:-2]
-    own = (np.broadcast_to(rows, batch + rows.shape[-1:])[(*lead, i)]
-           * np.broadcast_to(columns, batch + columns.shape[-1:])[(*lead, j)] * per_term)  # (count,)
+def _own_norms(flat, y, rows, columns, shape, per_term):
+    """(index arrays (..., i, j), y) of the suspects (at flat indices `flat`, their c values y) still in doubt with
+    their own column's norm, ||a_i||·||b_j||, in place of the row's widest: the row's bound is loose where b's column
+    norms differ widely. None where none is left."""
+    row, column = _lines_of(flat, shape)
+    own = _flat_lines(rows, shape[:-2], 0)[row] * _flat_lines(columns, shape[:-2], 0)[column] * per_term  # (count,)
     with np.errstate(over="ignore"):
         doubt = (y - own).astype(np.float32).view(np.uint32) != (y + own).astype(np.float32).view(np.uint32)
-    return (tuple(x[doubt] for x in where), y[doubt]) if doubt.any() else None
+    return (np.unravel_index(flat[doubt], shape), y[doubt]) if doubt.any() else None
