@@ -37,6 +37,18 @@ def test_alloc_and_free_track_current_and_peak_per_kind_and_total():
     assert led.get("w32b").shape == (10,) and set(led.live) == {"w16", "w32b"}
 
 
+def test_an_empty_buffer_gives_its_kind_a_peak_of_zero_and_frees_never_raise_a_peak():
+    led = MemoryLedger(rank=0)
+    led.adopt("e", np.empty(0, np.float32), "comm")  # 0 B of a kind never seen: the kind is listed, at 0
+    assert led.peak_by_kind() == {"comm": 0}
+    a = led.alloc("a", 3, np.float32, "params")  # 12 B
+    led.adopt("e2", np.empty(0, np.float32), "params")  # 0 B of a kind already at 12: its peak stays 12
+    led.free(a)  # params 12 -> 0: the peak stays where it was
+    led.alloc("b", 2, np.float32, "params")  # 8 B, below the peak of 12
+    assert led.peak_by_kind() == {"comm": 0, "params": 12}  # by hand, one row per kind
+    assert (led.peak(), led.current()) == (12, 8)
+
+
 def test_peak_total_is_the_most_live_at_once_not_the_sum_of_kind_peaks():
     led = MemoryLedger(0)
     a = led.alloc("a", 100, np.uint8, "activations")  # 100 B

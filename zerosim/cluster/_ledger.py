@@ -59,8 +59,8 @@ def adopt_ranks(ledgers: list, names: list, arrays: list, kind: str) -> tuple[li
     event not handed to its sink. Returns (buffers, events): events[i] rank i's event, the tuple `adopt` hands its sink
     (None where its ledger keeps no timeline), for the caller to hand on with the other ranks' in rank order
     (cluster/_trace.py `Trace.record_ranks`), as n calls of `adopt`, rank after rank, would have. `adopt`'s
-    bookkeeping, written once more for n ledgers: the loop is the batch (tests/test_ledger_ranks.py holds the two to
-    the same buffers, totals, peaks and timelines)."""
+    bookkeeping (`_noted`, one place for both) for n ledgers: the loop is the batch (tests/test_ledger_ranks.py
+    holds the two to the same buffers, totals, peaks and timelines)."""
     buffers, events = [], []
     add_buffer, add_event = buffers.append, events.append
     for ledger, name, array in zip(ledgers, names, arrays):
@@ -68,28 +68,9 @@ def adopt_ranks(ledgers: list, names: list, arrays: list, kind: str) -> tuple[li
         if name in live:
             raise LedgerError(f"rank {ledger.rank}: a buffer named {name!r} is already live; free it first or pick "
                               "another name")
-        if type(array) is np.ndarray:
-            buf = _new(Buffer)
-            buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, False, array, ledger
-            buf.shape, buf.dtype, buf.nbytes = array.shape, array.dtype, array.nbytes
-        else:
-            buf = Buffer(name, kind, array, ledger)
-        live[name] = buf
+        buf = live[name] = _buffer(name, kind, array, ledger, False)
         add_buffer(buf)
-        nbytes, current, peak = buf.nbytes, ledger._current, ledger._peak
-        kind_total = current[kind] = current.get(kind, 0) + nbytes
-        total = ledger._total = ledger._total + nbytes
-        if kind_total > peak.get(kind, 0) or kind not in peak:
-            peak[kind] = kind_total if kind_total > 0 else 0
-        if total > ledger._peak_total:
-            ledger._peak_total = total
-        seq = ledger._seq = ledger._seq + 1
-        if ledger.keep_timeline:
-            event = (seq, "alloc", name, kind, nbytes, total, kind_total, ledger.phase_label, ledger.rank)
-            ledger._held.append(event)
-            add_event(event)
-        else:
-            add_event(None)
+        add_event(_noted(ledger, "alloc", name, kind, buf.nbytes))
     return buffers, events
 
 
@@ -104,20 +85,45 @@ def free_ranks(buffers: list) -> list:
         if ledger.live.get(name) is not buf:
             raise LedgerError(f"rank {ledger.rank}: buffer {name!r} is not live (already freed, or never allocated)")
         del ledger.live[name]
-        kind, nbytes, current = buf.kind, buf.nbytes, ledger._current
-        kind_total = current[kind] = current.get(kind, 0) - nbytes
-        total = ledger._total = ledger._total - nbytes
-        seq = ledger._seq = ledger._seq + 1
-        if ledger.keep_timeline:
-            event = (seq, "free", name, kind, nbytes, total, kind_total, ledger.phase_label, ledger.rank)
-            ledger._held.append(event)
-            add_event(event)
-        else:
-            add_event(None)
+        add_event(_noted(ledger, "free", name, buf.kind, buf.nbytes))
         if buf.owned and ledger.recycle is not None:
             ledger.recycle(buf._array)
         buf._array = None
     return events
+
+
+def _buffer(name: str, kind: str, array, ledger, owned: bool) -> "Buffer":
+    """`Buffer(name, kind, array, ledger, owned)`, written out for NumPy's arrays: thousands a step."""
+    if type(array) is not np.ndarray:  # CuPy's, a data-less (meta) array's
+        return Buffer(name, kind, array, ledger, owned=owned)
+    buf = _new(Buffer)
+    buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, owned, array, ledger
+    buf.shape, buf.dtype, buf.nbytes = array.shape, array.dtype, array.nbytes
+    return buf
+
+
+def _noted(ledger, action: str, name: str, kind: str, nbytes: int):
+    """The bookkeeping of an alloc ("alloc": `nbytes` more of `kind`, the peaks raised) or a free ("free": fewer) in
+    `ledger` (totals, peaks, sequence, timeline), written out: thousands a step (every saved activation, gathered
+    unit, ...). Returns its event as the timeline holds it (a plain tuple of `LedgerEvent`'s fields), or None where
+    the ledger keeps no timeline; the caller hands it on."""
+    current, change = ledger._current, nbytes if action == "alloc" else -nbytes
+    kind_total = current[kind] = current.get(kind, 0) + change
+    total = ledger._total = ledger._total + change
+    if change > 0:
+        peak = ledger._peak
+        if kind_total > peak.get(kind, 0) or kind not in peak:
+            peak[kind] = kind_total  # max(peak so far or 0, kind_total)
+        if total > ledger._peak_total:
+            ledger._peak_total = total
+    elif action == "alloc" and kind not in ledger._peak:  # an empty buffer's kind has a peak, of 0 at least
+        ledger._peak[kind] = max(kind_total, 0)
+    seq = ledger._seq = ledger._seq + 1
+    if not ledger.keep_timeline:
+        return None
+    event = (seq, action, name, kind, nbytes, total, kind_total, ledger.phase_label, ledger.rank)
+    ledger._held.append(event)
+    return event
 
 
 class Buffer:
@@ -197,27 +203,10 @@ class MemoryLedger:
         if name in live:
             raise LedgerError(f"rank {self.rank}: a buffer named {name!r} is already live; free it first or pick "
                               "another name")
-        if type(array) is np.ndarray:  # `Buffer(...)` written out for NumPy's arrays: thousands a step
-            buf = _new(Buffer)
-            buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, _owned, array, self
-            buf.shape, buf.dtype, buf.nbytes = array.shape, array.dtype, array.nbytes
-        else:
-            buf = Buffer(name, kind, array, self, owned=_owned)
-        live[name] = buf
-        # the bookkeeping of an alloc, written out: thousands a step (every saved activation, gathered unit, ...)
-        nbytes, current, peak = buf.nbytes, self._current, self._peak
-        kind_total = current[kind] = current.get(kind, 0) + nbytes
-        total = self._total = self._total + nbytes
-        if kind_total > peak.get(kind, 0) or kind not in peak:
-            peak[kind] = kind_total if kind_total > 0 else 0  # max(peak so far or 0, kind_total)
-        if total > self._peak_total:
-            self._peak_total = total
-        self._seq += 1
-        if self.keep_timeline:
-            event = (self._seq, "alloc", name, kind, nbytes, total, kind_total, self.phase_label, self.rank)
-            self._held.append(event)
-            if self.sink is not None:
-                self.sink(event)
+        buf = live[name] = _buffer(name, kind, array, self, _owned)
+        event = _noted(self, "alloc", name, kind, buf.nbytes)
+        if event is not None and self.sink is not None:
+            self.sink(event)
         return buf
 
     def free(self, buf_or_name) -> None:
@@ -228,15 +217,9 @@ class MemoryLedger:
         if buf is None or (not named and buf is not buf_or_name):
             raise LedgerError(f"rank {self.rank}: buffer {name!r} is not live (already freed, or never allocated)")
         del self.live[name]
-        kind, current = buf.kind, self._current
-        kind_total = current[kind] = current.get(kind, 0) - buf.nbytes
-        total = self._total = self._total - buf.nbytes
-        self._seq += 1
-        if self.keep_timeline:
-            event = (self._seq, "free", name, kind, buf.nbytes, total, kind_total, self.phase_label, self.rank)
-            self._held.append(event)
-            if self.sink is not None:
-                self.sink(event)
+        event = _noted(self, "free", name, buf.kind, buf.nbytes)
+        if event is not None and self.sink is not None:
+            self.sink(event)
         if buf.owned and self.recycle is not None:
             self.recycle(buf._array)
         buf._array = None
