@@ -32,10 +32,16 @@ With --faults, each engine's minor page faults and system CPU ms per step too (m
 which the step's user time does not show. They depend on the heap's history (glibc hands large blocks back to the
 system and maps them afresh), so compare them within one run of one case, or run one case per process.
 
+With --tree DIR, the same engines of another source tree (e.g. a checkout of the commit before a change) step in
+the same rounds, in turns with this tree's: each tree's engines in a worker process of their own, fed the same
+parameters and batches, each step's CPU seconds measured inside its worker (benchmarks/trees.py says why and how).
+Each row is then one engine: both trees' medians, this ÷ that with the quartiles of the rounds' own ratios, and each
+tree's engine ÷ its own native engine.
+
 Targets (issue 63): portable ÷ native <= 1.25 for bf16-mixed at 919k, <= 1.5 for fp32 (at 919k and 10M).
 
     python benchmarks/portable_step.py [--repeats 9] [--cases 919k:8,10M:4] [--precisions bf16-mixed,fp32] [--floor]
-        [--faults]
+        [--faults] [--drop-buffers] [--tree DIR]
 """
 
 import os
@@ -54,20 +60,58 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
+from trees import Side, Worker, compared, in_turns  # noqa: E402  (--tree: another tree's engines in turns)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
 
-def engines(widths, n: int, precision: str, floor: bool = False) -> dict:
+def engines(widths, n: int, precision: str, floor: bool = False, params=None) -> dict:
     from zerosim import MLP, Adam, Cluster, ZeroEngine
     from zerosim.precision import get_precision
 
     model = MLP(widths)
-    params = model.init_params()
+    params = model.init_params() if params is None else params
     policy = get_precision(precision)
     arithmetic = {"portable": "portable", "native": "native", **({"floor": "portable"} if floor else {})}
     return {name: ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy.with_(arithmetic=a), params=params)
             for name, a in arithmetic.items()}
+
+
+def stepper(runs: dict, name: str, batches):
+    """The call that steps engine `name` once (the floor: the portable engine under `floor_step`)."""
+    return (lambda: floor_step(runs[name], batches)) if name == "floor" else (lambda: runs[name].step(batches))
+
+
+def tidy(runs: dict, name: str, losses) -> None:
+    """After a step, untimed: the trace emptied (a benchmark of many steps keeps no log from step to step) and the
+    losses checked finite (the two arithmetics give different bits: there is nothing else to check)."""
+    runs[name].cluster.trace.clear()
+    if not all(math.isfinite(x) for x in losses):
+        raise FloatingPointError(f"{name}: a loss is not finite")
+
+
+def tree_side(widths, n: int, precision: str, floor: bool, params, batches) -> Side:
+    """The engines of the zerosim this process imports, for a worker of benchmarks/trees.py (--tree)."""
+    runs = engines(widths, n, precision, floor, params)
+    return Side({a: stepper(runs, a, batches) for a in runs}, after=lambda a, losses: tidy(runs, a, losses))
+
+
+def measure_trees(widths, n: int, precision: str, repeats: int, floor: bool, drop_buffers: bool, tree: str) -> tuple:
+    """({(side, engine): [CPU s of each round]}, {side: the tree its worker imported}) for side "this" (the zerosim
+    this script imports) and "that" (`tree`), every engine of both in one shuffled order each round."""
+    from zerosim import MLP
+    from zerosim.models import make_regression
+
+    inputs = dict(widths=list(widths), n=n, precision=precision, floor=floor, params=MLP(widths).init_params(),
+                  batches=make_regression(np.random.default_rng(0), n, BATCH, widths))
+    workers = {}
+    try:
+        for side, where in (("this", measured_tree()), ("that", tree)):
+            workers[side] = Worker(where, "portable_step", "tree_side", drop_buffers, **inputs)
+        return in_turns(workers, repeats), {side: w.tree for side, w in workers.items()}
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, drop_buffers: bool = False) -> tuple:
@@ -86,19 +130,50 @@ def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, d
         for a in names:
             forget_kept_operands(drop_buffers)  # untimed: neither finds the other's widened weights (docstring)
             before, c = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
-            losses = floor_step(runs[a], batches) if a == "floor" else runs[a].step(batches)
+            losses = stepper(runs, a, batches)()
             if round_:
                 cpu[a].append(time.process_time() - c)
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 faults[a].append(after.ru_minflt - before.ru_minflt)
                 system[a].append(after.ru_stime - before.ru_stime)
-            runs[a].cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
-            if not all(math.isfinite(x) for x in losses):
-                raise FloatingPointError(f"{a}: a loss is not finite")
+            tidy(runs, a, losses)
     rounds = sorted(p / q for p, q in zip(cpu["portable"], cpu["native"]))
     spread = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
     paging = {a: (statistics.median(faults[a]), statistics.median(system[a])) for a in runs}
     return {a: statistics.median(v) for a, v in cpu.items()}, spread, paging
+
+
+def compare_trees(args) -> None:
+    """--tree: a row per engine, this tree's and that tree's medians, this ÷ that (the rounds' quartiles), and each
+    tree's engine ÷ its own native engine."""
+    from zerosim import MLP
+
+    print(f"ZeRO-3, Adam, Cluster(N) defaults; two source trees in turns, each tree's engines in a worker process of "
+          f"their own; CPU ms per step measured in the worker, median of {args.repeats}; BLAS threads "
+          f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}; the kernels' scratch "
+          f"buffers {'let go' if args.drop_buffers else 'kept'} between steps")
+    print("this/that: the ratio of the medians; rounds q1-q3: the quartiles of each round's own this/that; "
+          "÷ native: each tree's engine against its own native engine")
+    head = (f"{'MLP':<24} {'params':>10} {'N':>3} {'precision':>10} {'engine':>8} {'this ms':>9} {'that ms':>9} "
+            f"{'this/that':>9} {'rounds q1-q3':>12} {'÷ native this':>13} {'that':>5}")
+    trees = None
+    for case in args.cases.split(","):
+        name, n = case.split(":")
+        widths = MODELS[name]
+        for precision in args.precisions.split(","):
+            cpu, seen = measure_trees(widths, int(n), precision, args.repeats, args.floor and precision == "fp32",
+                                      args.drop_buffers, args.tree)
+            if seen != trees:
+                trees = seen
+                print(f"this: zerosim from {seen['this']}; that: zerosim from {seen['that']} (each asked in its "
+                      f"worker)\n{head}")
+            native = compared(cpu, "native")
+            for engine in dict.fromkeys(a for _, a in cpu):
+                mine, theirs, ratio, (q1, q3) = compared(cpu, engine)
+                print(f"{str(widths):<24} {MLP(widths).num_params:>10,} {n:>3} {precision:>10} {engine:>8} "
+                      f"{mine * 1e3:>9.1f} {theirs * 1e3:>9.1f} {ratio:>9.3f} {q1:>6.3f}-{q3:<5.3f} "
+                      f"{mine / native[0]:>13.2f} {theirs / native[1]:>5.2f}", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 def main():
@@ -114,7 +189,15 @@ def main():
                    "step (medians)")
     p.add_argument("--drop-buffers", action="store_true", help="let the portable kernels' scratch buffers go before "
                    "every step, as this benchmark did until 2026-11-26 (a run keeps them)")
+    p.add_argument("--tree", help="another source tree (e.g. a checkout of the commit before a change): its engines "
+                   "in the same rounds, in turns, each tree's in a worker process of its own")
     args = p.parse_args()
+    if args.tree is not None and args.faults:
+        p.error("--faults counts this process's page faults; with --tree the engines step in worker processes")
+    if args.tree is not None and not os.path.isdir(os.path.join(args.tree, "zerosim")):
+        p.error(f"--tree {args.tree}: no zerosim/ folder there (a source tree, e.g. a checkout of the commit before)")
+    if args.tree is not None:
+        return compare_trees(args)
     print(f"ZeRO-3, Adam, Cluster(N) defaults; CPU ms per step, median of {args.repeats} in turns; BLAS threads "
           f"{os.environ['OPENBLAS_NUM_THREADS']}; load average before {os.getloadavg()[0]:.2f}; the kernels' scratch "
           f"buffers {'let go' if args.drop_buffers else 'kept'} between steps; zerosim from {measured_tree()}")

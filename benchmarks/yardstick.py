@@ -48,7 +48,7 @@ the engine's answer (the per-round check would catch a row where it is not). The
 the native hand step: what a step costs beside plain fp32 NumPy, the portable kernel's price included.
 
     python benchmarks/yardstick.py [--repeats 9] [--case small|large|both] [--arithmetic native|portable|both]
-                                   [--hand-adds ml_dtypes|float32]
+                                   [--hand-adds ml_dtypes|float32] [--drop-buffers] [--tree DIR]
 
 The engine adds a bf16 wire's chunks in float32, rounded once to bf16 (collectives/_ops.py `add_bf16`: ml_dtypes'
 bits in half its time); the hand step adds with ml_dtypes' own add, the obvious way, unless --hand-adds float32,
@@ -59,6 +59,14 @@ every rank's products one batched call, everything else once for all ranks, the 
 note says how it was made so). It multiplies with the machine's sgemm, so it is checked against the native engine:
 after every round its masters equal that engine's bit for bit. The last column puts each engine against it: the
 default (portable) engine ÷ this step is issue 63's Must show 2 (<= 1.3 at 919k on N = 8, <= 2.5 at 10k on N = 64).
+
+With --tree DIR, every contender of another source tree (e.g. a checkout of the commit before a change) steps in the
+same rounds, in turns with this tree's: each tree's contenders in a worker process of their own, fed the same
+parameters and batches, each step's CPU seconds measured inside its worker (benchmarks/trees.py says why and how).
+The hand steps are this tree's code on both sides, so their this ÷ that shows how far two workers' medians differ
+for the same work. After every round each tree's engine, oracle and hand steps are checked as above (this tree's
+disagreeing stops the run; the other tree's is printed), and the two trees' engines' masters are compared: trees that
+differ in bits on purpose print the difference.
 """
 
 import os
@@ -78,6 +86,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
 from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
+from trees import Side, Worker, compared, in_turns  # noqa: E402  (--tree: another tree's contenders in turns)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -263,25 +272,110 @@ def policy(arithmetic: str):
     return base.with_(arithmetic=arithmetic)
 
 
+def contenders(widths, n: int, params, arithmetics, adds: str) -> dict:
+    """{(who, arithmetic): a step of ZeRO-3 on n ranks from `params`} for who in fast hand (native only), hand,
+    engine, oracle, under each of `arithmetics` (native first)."""
+    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+
+    model = MLP(widths)
+    runs = {("fast hand", "native"): FastHandZero3(widths, n, params)}
+    for a in arithmetics:
+        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a, adds=adds)
+        runs["engine", a] = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy(a), params=params)
+        runs["oracle", a] = Reference(model, Adam(lr=1e-3), policy(a), world_size=n, params=params,
+                                      order="ring-native")
+    return runs
+
+
+def checked(runs: dict, arithmetics) -> str | None:
+    """After a round: the engines' traces emptied (a benchmark of many steps keeps no log from step to step), then
+    what disagrees, bit for bit, among each arithmetic's hand step, engine and oracle and between the fast hand step
+    and the native engine (None: nothing)."""
+    for a in arithmetics:
+        engine = runs["engine", a]
+        if hasattr(engine.cluster.trace, "clear"):
+            engine.cluster.trace.clear()
+    for a in arithmetics:
+        hand, mine, oracle = runs["hand", a].full_master(), runs["engine", a].full_master(), runs["oracle", a].master()
+        if not (np.array_equal(hand, mine) and np.array_equal(mine, oracle)):
+            return f"{a}: the hand step, the engine and the oracle disagree: not the same arithmetic"
+        if a == "native" and not np.array_equal(runs["fast hand", "native"].full_master(), mine):
+            return "native: the fast hand step and the native engine disagree"
+    return None
+
+
+def tree_side(widths, n: int, arithmetics, adds: str, params, batches) -> Side:
+    """The contenders with the zerosim this process imports, for a worker of benchmarks/trees.py (--tree); facts:
+    "checked" (after a round) and "masters" ({arithmetic: the engine's fp32 masters})."""
+    runs = contenders(widths, n, params, arithmetics, adds)
+    return Side({k: (lambda r=r: r.step(batches)) for k, r in runs.items()},
+                facts={"checked": lambda: checked(runs, arithmetics),
+                       "masters": lambda: {a: runs["engine", a].full_master() for a in arithmetics}})
+
+
+def bits_apart(mine: np.ndarray, theirs: np.ndarray) -> str:
+    """How two fp32 master vectors differ, for a line of output ("" where they hold the same bits)."""
+    if mine.shape != theirs.shape:
+        return f"shapes {mine.shape} and {theirs.shape}"
+    apart = mine.view(np.uint32) != theirs.view(np.uint32)
+    if not apart.any():
+        return ""
+    gap = np.abs(mine[apart].astype(np.float64) - theirs[apart].astype(np.float64))
+    return f"{int(apart.sum()):,} of {mine.size:,} elements differ, by at most {np.nanmax(gap):.3g}"
+
+
+def measure_trees(widths, n: int, batch: int, repeats: int, arithmetics, adds: str, drop_buffers: bool,
+                  tree: str) -> tuple:
+    """({(side, contender): [CPU s of each round]}, {side: the tree its worker imported}, {arithmetic: how the two
+    trees' engines' masters differ: "" where the same bits after every round, else the first round they differed
+    and how they differ after the last}, what the other tree's own check found) for side "this" (the zerosim this
+    script imports) and "that" (`tree`), every contender of both in one shuffled order each round. This tree's own
+    check failing stops the run, as without --tree; the other tree's is reported (its bits may differ on purpose)."""
+    from zerosim import MLP
+    from zerosim.models import make_regression
+
+    arithmetics = tuple(dict.fromkeys(("native", *arithmetics)))
+    inputs = dict(widths=list(widths), n=n, arithmetics=arithmetics, adds=adds, params=MLP(widths).init_params(),
+                  batches=make_regression(np.random.default_rng(0), n, batch, widths))
+    workers, apart, theirs = {}, {a: "" for a in arithmetics}, []
+
+    def after_round(round_):
+        when = f"round {round_}" if round_ else "the warm-up round"
+        wrong = workers["this"].fact("checked")
+        if wrong:
+            raise AssertionError(f"round {round_}, this tree: {wrong}")
+        wrong = workers["that"].fact("checked")
+        if wrong and not theirs:
+            theirs.append(f"from {when}: {wrong}")
+        mine, other = workers["this"].fact("masters"), workers["that"].fact("masters")
+        for a in arithmetics:
+            now = bits_apart(mine[a], other[a])
+            if now or apart[a]:
+                apart[a] = f"{(apart[a] or f'from {when}').split('; ')[0]}; after the last: {now or 'the same'}"
+
+    try:
+        for side, where in (("this", measured_tree()), ("that", tree)):
+            workers[side] = Worker(where, "yardstick", "tree_side", drop_buffers, **inputs)
+        cpu = in_turns(workers, repeats, after_round=after_round)
+        return cpu, {side: w.tree for side, w in workers.items()}, apart, (theirs or [""])[0]
+    finally:
+        for w in workers.values():
+            w.close()
+
+
 def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes",
             drop_buffers: bool = False) -> tuple:
     """({(who, arithmetic): median CPU s}, {...: median wall s}, {arithmetic: (q1, q3)}) for who in hand, engine,
     oracle: every contender once per round, in a new seeded order; after each round every arithmetic's three fp32
     masters compared bit for bit. The quartiles are of the rounds' own engine ÷ hand ratios (both measured in the
     same round): how far one run's ratio of medians can be trusted near its target."""
-    from zerosim import MLP, Adam, Cluster, Reference, ZeroEngine
+    from zerosim import MLP
     from zerosim.models import make_regression
 
-    model = MLP(widths)
-    params = model.init_params()
+    params = MLP(widths).init_params()
     batches = make_regression(np.random.default_rng(0), n, batch, widths)
-    runs = {("fast hand", "native"): FastHandZero3(widths, n, params)}
     arithmetics = tuple(dict.fromkeys(("native", *arithmetics)))  # the fast hand step is checked on the native engine
-    for a in arithmetics:
-        runs["hand", a] = HandZero3(widths, n, params, arithmetic=a, adds=adds)
-        runs["engine", a] = ZeroEngine(model, Cluster(n), 3, Adam(lr=1e-3), policy(a), params=params)
-        runs["oracle", a] = Reference(model, Adam(lr=1e-3), policy(a), world_size=n, params=params,
-                                      order="ring-native")
+    runs = contenders(widths, n, params, arithmetics, adds)
     cpu, wall = {k: [] for k in runs}, {k: [] for k in runs}
     order = random.Random(0)
     for round_ in range(repeats + 1):  # round 0 warms up (first-touch allocations, BLAS)
@@ -293,16 +387,9 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
             if round_:
                 cpu[name].append(c)
                 wall[name].append(w)
-        for a in arithmetics:
-            engine = runs["engine", a]
-            if hasattr(engine.cluster.trace, "clear"):
-                engine.cluster.trace.clear()  # a benchmark of many steps keeps no log from step to step
-            hand, mine, oracle = runs["hand", a].full_master(), engine.full_master(), runs["oracle", a].master()
-            if not (np.array_equal(hand, mine) and np.array_equal(mine, oracle)):
-                raise AssertionError(f"round {round_}, {a}: the hand step, the engine and the oracle disagree: not the "
-                                     "same arithmetic")
-            if a == "native" and not np.array_equal(runs["fast hand", "native"].full_master(), mine):
-                raise AssertionError(f"round {round_}: the fast hand step and the native engine disagree")
+        wrong = checked(runs, arithmetics)
+        if wrong:
+            raise AssertionError(f"round {round_}, {wrong}")
     spread = {}
     for a in arithmetics:
         for key, base in (((a, "hand"), ("hand", a)), ((a, "fast"), ("fast hand", "native"))):
@@ -310,6 +397,43 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
             spread[key] = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
     return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()},
             spread)
+
+
+def compare_trees(args, arithmetics, threads) -> None:
+    """--tree: a row per contender, this tree's and that tree's medians, this ÷ that (the rounds' quartiles), and
+    each tree's contender ÷ its own fast hand step; then the bits."""
+    print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults), oracle and the hand steps of two source "
+          f"trees in turns, each tree's in a worker process of their own; median of {args.repeats}; BLAS threads "
+          f"{threads}; the hand step's bf16 adds: {args.hand_adds}; the kernels' scratch buffers "
+          f"{'let go' if args.drop_buffers else 'kept'} between steps")
+    print(f"load average before: {load()} (on {os.cpu_count()} cores)")
+    print("CPU milliseconds per step, measured in each tree's worker; this/that: the ratio of the medians; rounds "
+          "q1-q3: the quartiles of each round's own this/that; ÷ fast: each tree's contender against its own fast "
+          "hand step (benchmarks/hand_zero3.py; issue 63's targets for the engine). The hand steps are this tree's "
+          "code on both sides: their this/that is the two workers' difference for the same work")
+    head = (f"{'MLP':<22} {'params':>9} {'N':>4} {'contender':>9} {'arithmetic':>10} {'this ms':>8} {'that ms':>8} "
+            f"{'this/that':>9} {'rounds q1-q3':>12} {'÷ fast this':>11} {'that':>5}")
+    trees = None
+    for name in (("large", "small") if args.case == "both" else (args.case,)):
+        widths, n, batch, target = CASES[name]
+        cpu, seen, apart, theirs = measure_trees(widths, n, batch, args.repeats, arithmetics, args.hand_adds,
+                                                 args.drop_buffers, args.tree)
+        if seen != trees:
+            trees = seen
+            print(f"this: zerosim from {seen['this']}; that: zerosim from {seen['that']} (each asked in its worker)\n"
+                  f"{head}")
+        params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
+        fast = compared(cpu, ("fast hand", "native"))
+        for who, a in dict.fromkeys(k for _, k in cpu):
+            mine, other, ratio, (q1, q3) = compared(cpu, (who, a))
+            print(f"{str(widths):<22} {params:>9,} {n:>4} {who:>9} {a:>10} {mine * 1e3:>8.1f} {other * 1e3:>8.1f} "
+                  f"{ratio:>9.3f} {q1:>6.3f}-{q3:<5.3f} {mine / fast[0]:>11.2f} {other / fast[1]:>5.2f}")
+        for a, how in apart.items():
+            print(f"  the engines' fp32 masters, {a}: " + (f"the two trees DIFFER ({how})" if how else
+                  "the same bits in both trees after every round"))
+        print("  the other tree's engine, oracle and hand steps: " + (f"DISAGREE ({theirs})" if theirs else
+              "the same bits after every round, as this tree's"), flush=True)
+    print(f"load average after: {load()}")
 
 
 def main():
@@ -323,9 +447,15 @@ def main():
     p.add_argument("--drop-buffers", action="store_true",
                    help="also let go of the portable kernels' scratch buffers before every contender's step, as "
                         "this script did until 2026-11-26 (fresh pages each step: `forget_kept_operands`)")
+    p.add_argument("--tree", help="another source tree (e.g. a checkout of the commit before a change): its "
+                   "contenders in the same rounds, in turns, each tree's in a worker process of its own")
     args = p.parse_args()
+    if args.tree is not None and not os.path.isdir(os.path.join(args.tree, "zerosim")):
+        p.error(f"--tree {args.tree}: no zerosim/ folder there (a source tree, e.g. a checkout of the commit before)")
     arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if args.tree is not None:
+        return compare_trees(args, arithmetics, threads)
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
           f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
           f"{args.hand_adds}; the kernels' scratch buffers {'let go' if args.drop_buffers else 'kept'} between steps")

@@ -1,0 +1,170 @@
+"""Two source trees' contenders in one run, in turns: a worker process per tree (`--tree DIR` of
+benchmarks/portable_step.py and yardstick.py).
+
+Why workers: one process imports one zerosim, so an A/B of two trees (main against the commit before a change) used
+to be a script run twice, one tree after the other, and on a shared machine the load moved between the runs: a 5 %
+change drowned. Here each tree's contenders are built and stepped in a process of their own, started with
+PYTHONPATH = that tree (this file run as a script: its own folder, benchmarks/, comes first on sys.path, so the
+contenders' code is this tree's benchmarks and only zerosim differs). This tree's contenders get a worker too, so
+both sides pay the same way. Each worker is fed the same model widths, N, parameters, batches and seeds by the
+script; the script steps one contender at a time in the rounds' shuffled order (`in_turns`), so a busy spell falls
+on both trees.
+
+How the time is taken: inside the worker, `time.process_time()` around the contender's step alone (the worker's
+CPU seconds, all its threads; BLAS pinned to one thread there too, set before NumPy loads), after the portable
+kernels' memo of operands is emptied, untimed (peers.py `forget_kept_operands`). The parent waits on a pipe while
+a worker steps, and the pickling of requests and answers falls outside the timed span. Each worker says which tree
+it imported (peers.py `measured_tree`, asked inside it).
+
+The protocol: pickled requests on the worker's stdin, answers on a copy of its stdout (what the contenders print goes
+to stderr). ("build", module, function, kwargs, drop_buffers): `module.function(**kwargs)` returns a `Side`; the
+answer is the tree imported. ("step", name): the answer is the step's CPU seconds. ("fact", name): a `Side.facts`
+value, untimed (e.g. the masters, for a bit check).
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy loads, in the worker as in the script
+
+import dataclasses  # noqa: E402
+import pickle  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from typing import Callable  # noqa: E402
+
+@dataclasses.dataclass
+class Side:
+    """What a worker holds: its contenders' steps (name -> a call of no arguments, timed), what runs after each step,
+    untimed (`after(name, what the step returned)`: a trace cleared, the losses checked), and facts asked by name
+    between steps, untimed."""
+
+    steps: dict
+    after: Callable | None = None
+    facts: dict = dataclasses.field(default_factory=dict)
+
+
+class Worker:
+    """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there."""
+
+    def __init__(self, tree: str, module: str, function: str, drop_buffers: bool = False, **kwargs):
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = os.environ.get(var, "1")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+        self.given = tree
+        self.tree = self._ask(("build", module, function, kwargs, drop_buffers))
+        self.names = self._ask(("names",))
+
+    def _ask(self, request):
+        pickle.dump(request, self.proc.stdin)
+        self.proc.stdin.flush()
+        try:
+            status, answer = pickle.load(self.proc.stdout)
+        except EOFError:
+            raise RuntimeError(f"the worker for {self.given} ended (its stderr above says why)") from None
+        if status != "ok":
+            raise RuntimeError(f"in the worker for {self.given}:\n{answer}")
+        return answer
+
+    def step(self, name) -> float:
+        """CPU seconds of one step of contender `name`, measured in the worker."""
+        return self._ask(("step", name))
+
+    def fact(self, name):
+        return self._ask(("fact", name))
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                pickle.dump(("stop",), self.proc.stdin)
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        self.proc.wait(timeout=60)
+
+
+def in_turns(workers: dict, repeats: int, seed: int = 0, after_round: Callable | None = None) -> dict:
+    """{(side, contender): [CPU s of each timed round]}: every worker's every contender once a round, all of them in
+    one new seeded order each round; round 0 warms up, untimed. `after_round(round)` runs after each round (the
+    scripts' bit checks)."""
+    cpu = {(side, name): [] for side, w in workers.items() for name in w.names}
+    order = random.Random(seed)
+    for round_ in range(repeats + 1):
+        turns = list(cpu)
+        order.shuffle(turns)
+        for side, name in turns:
+            seconds = workers[side].step(name)
+            if round_:
+                cpu[side, name].append(seconds)
+        if after_round is not None:
+            after_round(round_)
+    return cpu
+
+
+def quartiles(xs) -> tuple:
+    """(q1, q3) of xs (the one value twice for one)."""
+    xs = sorted(xs)
+    return tuple(statistics.quantiles(xs, n=4)[::2]) if len(xs) > 1 else (xs[0], xs[0])
+
+
+def compared(cpu: dict, name, this: str = "this", that: str = "that") -> tuple:
+    """(this tree's median s, that tree's, this ÷ that of the medians, (q1, q3) of each round's own this ÷ that)
+    for contender `name`."""
+    mine, theirs = cpu[this, name], cpu[that, name]
+    rounds = [a / b for a, b in zip(mine, theirs)]
+    return statistics.median(mine), statistics.median(theirs), statistics.median(mine) / statistics.median(theirs), \
+        quartiles(rounds)
+
+
+def serve() -> None:
+    """The worker's loop (this file run as a script)."""
+    from peers import forget_kept_operands, measured_tree
+
+    channel = os.fdopen(os.dup(1), "wb")  # the answers; what the contenders print goes to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    side, drop = None, False
+    while True:
+        try:
+            request = pickle.load(requests)
+        except EOFError:
+            return
+        if request[0] == "stop":
+            return
+        try:
+            if request[0] == "build":
+                import importlib
+
+                _, module, function, kwargs, drop = request
+                side = getattr(importlib.import_module(module), function)(**kwargs)
+                answer = measured_tree()
+            elif request[0] == "names":
+                answer = list(side.steps)
+            elif request[0] == "step":
+                name = request[1]
+                forget_kept_operands(drop)  # untimed: no contender finds what another kept
+                c = time.process_time()
+                out = side.steps[name]()
+                answer = time.process_time() - c
+                if side.after is not None:
+                    side.after(name, out)
+            elif request[0] == "fact":
+                answer = side.facts[request[1]]()
+            else:
+                raise ValueError(f"unknown request {request[0]!r}")
+            reply = ("ok", answer)
+        except Exception:
+            reply = ("error", traceback.format_exc())
+        pickle.dump(reply, channel)
+        channel.flush()
+
+
+if __name__ == "__main__":
+    serve()  # this file's folder is first on sys.path: the scripts and peers.py are this tree's benchmarks
