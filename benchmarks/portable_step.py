@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
-from trees import Side, Worker, compared, in_turns  # noqa: E402  (--tree: another tree's engines in turns)
+from trees import Side, Worker, compared, in_turns, quartiles  # noqa: E402  (--tree: another tree's engines in turns)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -138,7 +138,7 @@ def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, d
                 system[a].append(after.ru_stime - before.ru_stime)
             tidy(runs, a, losses)
     rounds = sorted(p / q for p, q in zip(cpu["portable"], cpu["native"]))
-    spread = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
+    spread = quartiles(rounds)
     paging = {a: (statistics.median(faults[a]), statistics.median(system[a])) for a in runs}
     return {a: statistics.median(v) for a, v in cpu.items()}, spread, paging
 

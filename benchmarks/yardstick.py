@@ -86,7 +86,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
 from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
-from trees import Side, Worker, compared, in_turns  # noqa: E402  (--tree: another tree's contenders in turns)
+from trees import Side, Worker, compared, in_turns, quartiles  # noqa: E402  (--tree: another tree's contenders in turns)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -394,7 +394,7 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
     for a in arithmetics:
         for key, base in (((a, "hand"), ("hand", a)), ((a, "fast"), ("fast hand", "native"))):
             rounds = sorted(e / h for e, h in zip(cpu["engine", a], cpu[base]))
-            spread[key] = statistics.quantiles(rounds, n=4)[::2] if len(rounds) > 1 else (rounds[0], rounds[0])
+            spread[key] = quartiles(rounds)
     return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()},
             spread)
 

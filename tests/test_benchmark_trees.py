@@ -65,3 +65,35 @@ def test_a_worker_steps_the_engine_it_was_fed_on_the_tree_it_names():
                       params=params)
     here.step(batches)
     assert masters["native"].view(np.uint32).tolist() == here.full_master().view(np.uint32).tolist()
+
+
+class Counted:
+    """A stand-in worker: each step answers with how many steps it has taken (no process, no clock)."""
+
+    def __init__(self, names, log):
+        self.names, self.log, self.taken = names, log, 0
+
+    def step(self, name):
+        self.log.append((self, name))
+        self.taken += 1
+        return float(self.taken)
+
+
+def test_in_turns_steps_every_contender_of_both_trees_once_a_round_in_shuffled_orders_and_drops_the_warm_up():
+    log, rounds = [], []
+    workers = {"this": Counted(["a", "b"], log), "that": Counted(["a", "b"], log)}
+    cpu = trees.in_turns(workers, 3, after_round=rounds.append)
+    assert rounds == [0, 1, 2, 3]
+    turns = [[(w is workers["this"], name) for w, name in log[i:i + 4]] for i in range(0, 16, 4)]
+    assert all(sorted(t) == [(False, "a"), (False, "b"), (True, "a"), (True, "b")] for t in turns)
+    assert len({tuple(t) for t in turns}) > 1  # the order moves from round to round (seed 0)
+    assert all(len(v) == 3 for v in cpu.values())  # the warm-up round's answers (1.0 or 2.0) left out
+    assert sum(map(sum, cpu.values())) == sum(range(3, 9)) * 2  # each worker's answers 3..8, its rounds 1-3
+
+
+def test_compared_gives_the_ratio_of_the_medians_and_the_quartiles_of_each_rounds_own_ratio():
+    cpu = {("this", "x"): [1.0, 2.0, 3.0, 4.0, 5.0], ("that", "x"): [2.0, 2.0, 2.0, 2.0, 4.0]}
+    # medians 3 and 2, so 1.5 (the median of the rounds' ratios is 1.25); the rounds' own ratios 0.5, 1, 1.5, 2, 1.25,
+    # sorted 0.5, 1, 1.25, 1.5, 2, whose quartiles (statistics.quantiles' default, "exclusive": positions 1.5 and 4.5
+    # of 5) are 0.75 and 1.75
+    assert trees.compared(cpu, "x") == (3.0, 2.0, 1.5, (0.75, 1.75))
