@@ -18,8 +18,10 @@ it imported (peers.py `measured_tree`, asked inside it).
 
 The protocol: pickled requests on the worker's stdin, answers on a copy of its stdout (what the contenders print goes
 to stderr). ("build", module, function, kwargs, drop_buffers): `module.function(**kwargs)` returns a `Side`; the
-answer is the tree imported. ("step", name): the answer is the step's CPU seconds. ("fact", name): a `Side.facts`
-value, untimed (e.g. the masters, for a bit check).
+answer is the tree imported. ("names",): the contenders' names. ("step", name): the answer is the step's CPU seconds
+(`Side.after` runs after it, untimed). ("fact", name): a `Side.facts` value, untimed (e.g. the masters, for a bit
+check). ("stop",), or the end of stdin: the worker ends. An exception in the worker comes back as its traceback, and
+the parent raises it naming the tree.
 """
 
 import os
