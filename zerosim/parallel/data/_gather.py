@@ -52,8 +52,9 @@ def gather(ctx, layer: int) -> Handle:
         if secondary_name(layer) in ranks[0].ledger.live:
             windows = _from_secondary(ctx, layer, tag)
         else:
-            spans = owned_slices(layout, *layout.windows[layer], ctx.cluster.world_size)  # a unit's piece: its window's
-            pieces = [rank.params.array[spans[rank.index]] for rank in ranks]
+            # each rank's piece of the unit: its window's [lo, hi) ∩ the rank's shard
+            spans = owned_slices(layout, *layout.windows[layer], tuple(rank.index for rank in ranks))
+            pieces = [rank.params.array[span] for rank, span in zip(ranks, spans)]
             gather_over = _hierarchical if ctx.plan.hierarchical_gather else _within_shard_groups
             windows = gather_over(ctx, pieces, layout.counts(layer), tag)
     name = gathered_name(layer)

@@ -193,8 +193,8 @@ def _scatter_and_keep(ctx, layers: list, sends: list, first: bool, last: bool) -
                                                                                             dtype, "grads"))
                   for rank, x in zip(ranks, sends)]
         sends, interleaved = [x for x, _ in staged], [buf for _, buf in staged if buf is not None]
-    spans = owned_slices(layout, lo, hi, ctx.cluster.world_size)
-    places = [rank.grads.array[spans[rank.index]] for rank in ranks]  # views of shards
+    spans = owned_slices(layout, lo, hi, tuple(rank.index for rank in ranks))
+    places = [rank.grads.array[span] for rank, span in zip(ranks, spans)]  # views of shards
     n, wire, agree = ctx.mesh.world.size, policy.reduce_format, AGREEMENTS[ctx.plan.replicate]  # N: data-parallel
     op = averaging.reduce_op(policy, n, recipe)
     kept = recipe.rules.after is None  # the recipe keeps the reduced piece as it arrives

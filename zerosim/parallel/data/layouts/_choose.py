@@ -39,13 +39,15 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
 
 
 @functools.lru_cache(maxsize=256)
-def owned_slices(layout, lo: int, hi: int, world_size: int) -> tuple:
-    """(slice(*layout.owned_range(lo, hi, r)) for every rank r < `world_size`): [lo, hi) ∩ each rank's shard, in
-    shard coordinates, as any layout answers it (these two, and multinode's GroupLayout, asked with world ranks:
-    `world_size` is the cluster's). A ZeRO-3 step asked it rank by rank at every gather and reduction of every unit
-    (10k parameters on 64 ranks: ~600 times a step); the answer depends on the layout and the range alone, so it is
-    kept (frozen layouts compare by their fields: equal ones own equal ranges; others by identity)."""
-    return tuple(slice(*layout.owned_range(lo, hi, r)) for r in range(world_size))
+def owned_slices(layout, lo: int, hi: int, ranks: tuple) -> tuple:
+    """(slice(*layout.owned_range(lo, hi, r)) for each rank r of `ranks`, in their order): [lo, hi) ∩ each rank's
+    shard, in shard coordinates, as any layout answers it (these two, and multinode's GroupLayout, asked with world
+    ranks). A ZeRO-3 step asked it rank by rank at every gather and reduction of every unit (10k parameters on 64
+    ranks: ~600 times a step); the answer depends on the layout, the range and the ranks asked alone, so it is kept
+    (frozen layouts compare by their fields: equal ones own equal ranges; others by identity). `ranks` are the
+    process's own (the engine's `ctx.ranks`' indices), never the whole world: a meta cluster of 16,384 ranks steps a
+    few of them, and every rank of the world made a planner's sweep ~13x slower."""
+    return tuple(slice(*layout.owned_range(lo, hi, r)) for r in ranks)
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
