@@ -11,7 +11,6 @@ arithmetic is `collectives.ShardLayout`'s, in one place.
 
 from __future__ import annotations
 
-import functools
 import math
 
 from zerosim.parallel.data.layouts._flat import FlatLayout
@@ -38,16 +37,28 @@ def layout_for(model, world_size: int, recipe, backend=None, groups=None):
     return GroupLayout(layout, groups)
 
 
-@functools.lru_cache(maxsize=256)
 def owned_slices(layout, lo: int, hi: int, ranks: tuple) -> tuple:
     """(slice(*layout.owned_range(lo, hi, r)) for each rank r of `ranks`, in their order): [lo, hi) ∩ each rank's
     shard, in shard coordinates, as any layout answers it (these two, and multinode's GroupLayout, asked with world
     ranks). A ZeRO-3 step asked it rank by rank at every gather and reduction of every unit (10k parameters on 64
-    ranks: ~600 times a step); the answer depends on the layout, the range and the ranks asked alone, so it is kept
-    (frozen layouts compare by their fields: equal ones own equal ranges; others by identity). `ranks` are the
-    process's own (the engine's `ctx.ranks`' indices), never the whole world: a meta cluster of 16,384 ranks steps a
-    few of them, and every rank of the world made a planner's sweep ~13x slower."""
-    return tuple(slice(*layout.owned_range(lo, hi, r)) for r in ranks)
+    ranks: ~600 times a step); the answer depends on the layout, the range and the ranks asked alone, so it is kept,
+    by the layout object itself (`_SLICES`): hashing and comparing a frozen layout by its fields (an 80-layer model's
+    tuples of sizes) cost the planner more than the slices. `ranks` are the process's own (the engine's `ctx.ranks`'
+    indices), never the whole world: a meta cluster of 16,384 ranks steps a few of them, and every rank of the world
+    made a planner's sweep ~13x slower."""
+    key = (id(layout), lo, hi, ranks)
+    kept = _SLICES.get(key)
+    if kept is not None and kept[0] is layout:
+        return kept[1]
+    if len(_SLICES) >= _SLICES_KEPT:
+        _SLICES.clear()
+    slices = tuple(slice(*layout.owned_range(lo, hi, r)) for r in ranks)
+    _SLICES[key] = (layout, slices)  # the layout held: its id names no other object while the entry stands
+    return slices
+
+
+_SLICES: dict = {}  # (id(layout), lo, hi, ranks) -> (layout, slices): `owned_slices`' memo
+_SLICES_KEPT = 256  # entries at most; past this the memo starts afresh (a step asks a few per unit)
 
 
 def from_description(described: dict, world_size: int, windows: tuple, shapes: list):
