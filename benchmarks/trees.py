@@ -1,5 +1,5 @@
 """Two source trees' contenders in one run, in turns: a worker process per tree (`--tree DIR` of
-benchmarks/portable_step.py and yardstick.py).
+benchmarks/portable_step.py, yardstick.py and plan.py).
 
 Why workers: one process imports one zerosim, so an A/B of two trees (main against the commit before a change) used
 to be a script run twice, one tree after the other, and on a shared machine the load moved between the runs: a 5 %
@@ -11,10 +11,13 @@ script; the script steps one contender at a time in the rounds' shuffled order (
 on both trees.
 
 How the time is taken: inside the worker, `time.process_time()` around the contender's step alone (the worker's
-CPU seconds, all its threads; BLAS pinned to one thread there too, set before NumPy loads), after the portable
-kernels' memo of operands is emptied, untimed (peers.py `forget_kept_operands`). The parent waits on a pipe while
-a worker steps, and the pickling of requests and answers falls outside the timed span. Each worker says which tree
-it imported (peers.py `measured_tree`, asked inside it).
+CPU seconds, all its threads; BLAS pinned to one thread there too, set before NumPy loads), plus the CPU seconds,
+user + system, of any process the step started and waited for (`resource.getrusage(RUSAGE_CHILDREN)`: plan.py's
+command in a fresh process, imports and the interpreter's start included), after the portable kernels' memo of
+operands is emptied, untimed (peers.py `forget_kept_operands`). The parent waits on a pipe while a worker steps,
+and the pickling of requests and answers falls outside the timed span. Each worker says which tree it imported
+(peers.py `measured_tree`, asked inside it). `source_tree` is the scripts' check of a --tree path, made while the
+arguments are parsed: before any work.
 
 The protocol: pickled requests on the worker's stdin, answers on a copy of its stdout (what the contenders print goes
 to stderr). ("build", module, function, kwargs, drop_buffers): `module.function(**kwargs)` returns a `Side`; the
@@ -30,14 +33,31 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy loads, in the worker as in the script
 
 import dataclasses  # noqa: E402
+import contextlib  # noqa: E402
+import importlib  # noqa: E402
 import pickle  # noqa: E402
 import random  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from typing import Callable  # noqa: E402
+
+
+def source_tree(path: str) -> str:
+    """`path` where it can be a --tree (the scripts' argparse `type`: a refusal is printed as "argument --tree:
+    <path>: ..." and exits 2 before any work), else argparse's error saying why."""
+    import argparse
+
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"{path}: no such folder")
+    if not os.path.isdir(os.path.join(path, "zerosim")):
+        raise argparse.ArgumentTypeError(f"{path}: no zerosim/ folder there (a source tree, e.g. a checkout of the "
+                                         "commit before)")
+    return path
+
 
 @dataclasses.dataclass
 class Side:
@@ -54,14 +74,16 @@ class Worker:
     """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there."""
 
     def __init__(self, tree: str, module: str, function: str, drop_buffers: bool = False, **kwargs):
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = os.environ.get(var, "1")
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))  # BLAS's threads: set above, before numpy loads
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
         self.given = tree
-        self.tree = self._ask(("build", module, function, kwargs, drop_buffers))
-        self.names = self._ask(("names",))
+        try:
+            self.tree = self._ask(("build", module, function, kwargs, drop_buffers))
+            self.names = self._ask(("names",))
+        except BaseException:
+            self.close()  # a build that failed leaves no process behind
+            raise
 
     def _ask(self, request):
         pickle.dump(request, self.proc.stdin)
@@ -75,7 +97,7 @@ class Worker:
         return answer
 
     def step(self, name) -> float:
-        """CPU seconds of one step of contender `name`, measured in the worker."""
+        """CPU seconds of one step of contender `name`, measured in the worker (its own and its children's)."""
         return self._ask(("step", name))
 
     def fact(self, name):
@@ -89,6 +111,20 @@ class Worker:
             except BrokenPipeError:
                 pass
         self.proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def started(trees: dict, module: str, function: str, drop_buffers: bool = False, **kwargs):
+    """{side: a Worker of that side's tree}, each building its contenders with `module.function(**kwargs)`; all of
+    them closed on the way out, however it goes (a build that fails closes those already started)."""
+    workers = {}
+    try:
+        for side, tree in trees.items():
+            workers[side] = Worker(tree, module, function, drop_buffers, **kwargs)
+        yield workers
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def in_turns(workers: dict, repeats: int, seed: int = 0, after_round: Callable | None = None) -> dict:
@@ -142,8 +178,6 @@ def serve() -> None:
             return
         try:
             if request[0] == "build":
-                import importlib
-
                 _, module, function, kwargs, drop = request
                 side = getattr(importlib.import_module(module), function)(**kwargs)
                 answer = measured_tree()
@@ -152,9 +186,12 @@ def serve() -> None:
             elif request[0] == "step":
                 name = request[1]
                 forget_kept_operands(drop)  # untimed: no contender finds what another kept
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 c = time.process_time()
                 out = side.steps[name]()
                 answer = time.process_time() - c
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the processes the step waited for
+                answer += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                 if side.after is not None:
                     side.after(name, out)
             elif request[0] == "fact":
