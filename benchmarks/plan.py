@@ -55,10 +55,10 @@ ARGV = ["plan", "--model", "llama-3-70b", "--gpus", str(RANKS), "--gpus-per-node
 def tree_side() -> Side:
     """The three contenders with the zerosim this process imports, for a worker of benchmarks/trees.py (this tree's
     and --tree's alike): "planner", `plan` for the README's job; "command", the README's command in a fresh process
-    started from the tree (the worker counts that process's CPU); "work", the command's `main` called here, what it
-    prints kept. Facts, of the last step of each: "rows", the planner's fitting rows (stage, strategy, micro-batch,
-    step s); "printed", the bytes the command printed. The zerosim imports wait for the worker's build, so that
-    --tree names the tree they come from."""
+    started from the tree (the worker counts that process's CPU); "work", the command's `main` called here (what it
+    prints caught and dropped). Facts, of the last step of each: "rows", the planner's fitting rows (stage,
+    strategy, micro-batch, step s); "printed", the bytes the command printed. The zerosim imports wait for the
+    worker's build, so that --tree names the tree they come from."""
     from zerosim.analysis.costs import get_preset
     from zerosim.analysis.planner import plan
     from zerosim.cli.main import main

@@ -6,25 +6,27 @@ to be a script run twice, one tree after the other, and on a shared machine the 
 change drowned. Here each tree's contenders are built and stepped in a process of their own, started with
 PYTHONPATH = that tree (this file run as a script: its own folder, benchmarks/, comes first on sys.path, so the
 contenders' code is this tree's benchmarks and only zerosim differs). This tree's contenders get a worker too, so
-both sides pay the same way. Each worker is fed the same model widths, N, parameters, batches and seeds by the
-script; the script steps one contender at a time in the rounds' shuffled order (`in_turns`), so a busy spell falls
-on both trees.
+both sides pay the same way. Each worker is fed the same inputs by the script (model widths, N, parameters, batches
+and seeds; plan.py's: the README's job); the script steps one contender at a time in the rounds' shuffled order
+(`in_turns`), so a busy spell falls on both trees.
 
-How the time is taken: inside the worker, `time.process_time()` around the contender's step alone (the worker's
-CPU seconds, all its threads; BLAS pinned to one thread there too, set before NumPy loads), plus the CPU seconds,
-user + system, of any process the step started and waited for (`resource.getrusage(RUSAGE_CHILDREN)`: plan.py's
-command in a fresh process, imports and the interpreter's start included), after the portable kernels' memo of
-operands is emptied, untimed (peers.py `forget_kept_operands`). The parent waits on a pipe while a worker steps,
-and the pickling of requests and answers falls outside the timed span. Each worker says which tree it imported
-(peers.py `measured_tree`, asked inside it). `source_tree` is the scripts' check of a --tree path, made while the
-arguments are parsed: before any work.
+How the time is taken, inside the worker: first the portable kernels' memo of operands is emptied, untimed (peers.py
+`forget_kept_operands`); then `time.process_time()` around the contender's step alone (the worker's CPU seconds, all
+its threads; BLAS pinned to one thread there too, set before NumPy loads), plus the CPU seconds, user + system, of any
+process the step started and waited for (`resource.getrusage(RUSAGE_CHILDREN)`: plan.py's command in a fresh
+process, its imports and the interpreter's start included). The parent waits on a pipe while a worker steps; the
+pickling of requests and answers falls outside the timed span. Each worker says which tree it imported (peers.py
+`measured_tree`, asked inside it).
 
-The protocol: pickled requests on the worker's stdin, answers on a copy of its stdout (what the contenders print goes
-to stderr). ("build", module, function, kwargs, drop_buffers): `module.function(**kwargs)` returns a `Side`; the
-answer is the tree imported. ("names",): the contenders' names. ("step", name): the answer is the step's CPU seconds
-(`Side.after` runs after it, untimed). ("fact", name): a `Side.facts` value, untimed (e.g. the masters, for a bit
-check). ("stop",), or the end of stdin: the worker ends. An exception in the worker comes back as its traceback, and
-the parent raises it naming the tree.
+The protocol (`Worker` asks, `Served` answers): pickled requests on the worker's stdin, answers on a copy of its
+stdout (what the contenders print goes to stderr). ("build", module, function, kwargs, drop_buffers):
+`module.function(**kwargs)` returns a `Side`; the answer is the tree imported. ("names",): the contenders' names.
+("step", name): the answer is the step's CPU seconds (`Side.after` runs after it, untimed). ("fact", name): a
+`Side.facts` value, untimed (e.g. the masters, for a bit check). ("stop",), or the end of stdin: the worker ends. An
+exception in the worker comes back as its traceback, and the parent raises it naming the tree.
+
+A --tree path is checked by `source_tree` (the scripts' argparse `type`) while the arguments are parsed: a refusal
+names the flag and the path, before any work.
 """
 
 import os
@@ -32,8 +34,8 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy loads, in the worker as in the script
 
-import dataclasses  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib  # noqa: E402
 import pickle  # noqa: E402
 import random  # noqa: E402
@@ -71,7 +73,10 @@ class Side:
 
 
 class Worker:
-    """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there."""
+    """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there:
+    `module.function(**kwargs)`, the module found in this file's folder (benchmarks/), returning a `Side`.
+    `drop_buffers`: the portable kernels' scratch buffers let go before every step too (`forget_kept_operands`).
+    `tree`: the zerosim it imported, as the worker says; `names`: the contenders' names."""
 
     def __init__(self, tree: str, module: str, function: str, drop_buffers: bool = False, **kwargs):
         env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))  # BLAS's threads: set above, before numpy loads
@@ -101,6 +106,7 @@ class Worker:
         return self._ask(("step", name))
 
     def fact(self, name):
+        """The value of the Side's fact `name`, asked in the worker (untimed)."""
         return self._ask(("fact", name))
 
     def close(self):
@@ -160,45 +166,58 @@ def compared(cpu: dict, name, this: str = "this", that: str = "that") -> tuple:
         quartiles(rounds)
 
 
-def serve() -> None:
-    """The worker's loop (this file run as a script)."""
-    from peers import forget_kept_operands, measured_tree
+class Served:
+    """The worker's side of the protocol (module docstring): one method per request, by its name."""
 
+    def __init__(self):
+        from peers import forget_kept_operands, measured_tree
+
+        self.forget, self.measured_tree = forget_kept_operands, measured_tree
+        self.side, self.drop = None, False
+
+    def build(self, module, function, kwargs, drop_buffers):
+        self.side, self.drop = getattr(importlib.import_module(module), function)(**kwargs), drop_buffers
+        return self.measured_tree()
+
+    def names(self):
+        return list(self.side.steps)
+
+    def step(self, name):
+        self.forget(self.drop)  # untimed: no contender finds what another kept
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        c = time.process_time()
+        out = self.side.steps[name]()
+        seconds = time.process_time() - c
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the processes the step started and waited for
+        seconds += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        if self.side.after is not None:
+            self.side.after(name, out)
+        return seconds
+
+    def fact(self, name):
+        return self.side.facts[name]()
+
+
+REQUESTS = ("build", "names", "step", "fact")  # Served's methods a request may name; ("stop",) ends the loop
+
+
+def serve() -> None:
+    """The worker's loop (this file run as a script): a request in, ("ok", answer) or ("error", traceback) out."""
     channel = os.fdopen(os.dup(1), "wb")  # the answers; what the contenders print goes to stderr
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    requests = sys.stdin.buffer
-    side, drop = None, False
+    requests, served = sys.stdin.buffer, Served()
     while True:
         try:
-            request = pickle.load(requests)
+            kind, *args = pickle.load(requests)
         except EOFError:
             return
-        if request[0] == "stop":
+        if kind == "stop":
             return
         try:
-            if request[0] == "build":
-                _, module, function, kwargs, drop = request
-                side = getattr(importlib.import_module(module), function)(**kwargs)
-                answer = measured_tree()
-            elif request[0] == "names":
-                answer = list(side.steps)
-            elif request[0] == "step":
-                name = request[1]
-                forget_kept_operands(drop)  # untimed: no contender finds what another kept
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                c = time.process_time()
-                out = side.steps[name]()
-                answer = time.process_time() - c
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the processes the step waited for
-                answer += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-                if side.after is not None:
-                    side.after(name, out)
-            elif request[0] == "fact":
-                answer = side.facts[request[1]]()
-            else:
-                raise ValueError(f"unknown request {request[0]!r}")
-            reply = ("ok", answer)
+            if kind not in REQUESTS:
+                raise ValueError(f"unknown request {kind!r}")
+            reply = ("ok", getattr(served, kind)(*args))
         except Exception:
             reply = ("error", traceback.format_exc())
         pickle.dump(reply, channel)

@@ -87,6 +87,8 @@ def test_a_failure_in_the_worker_comes_back_naming_the_tree_and_the_worker_goes_
             worker.step("fail")
         with pytest.raises(RuntimeError, match="KeyError: 'no such contender'"):
             worker.step("no such contender")
+        with pytest.raises(RuntimeError, match="ValueError: unknown request 'bogus'"):
+            worker._ask(("bogus",))
         assert worker.step("sleep") < 0.1  # still answering
     finally:
         worker.close()
