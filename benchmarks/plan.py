@@ -9,16 +9,18 @@ analysis/planner/_repeat.py, held event by event to the engine's own in tests/te
 through one and two micro-steps. The yardstick does what a user would with the
 CLI: every configuration measured (`measure_stage`), and every one that fits simulated micro-step by micro-step
 (`meta_step` with K micro-steps), then sorted. Both must give the same ranking (checked: the same configurations
-in the same order, step times within 1e-12). Measured in turns; median of --repeats for the planner, the
-yardstick once per round (it is slow).
+in the same order, step times within 1e-12). Measured in turns (benchmarks/trees.py): median of --repeats for the
+planner, the yardstick once, in this process, after the first timed round (it is slow).
 
 The command itself (issue 63: the README's `zerosim plan` at most 1.5 s of CPU): `python -m zerosim.cli.main plan`
-with the README's flags in a fresh process, its CPU time (user + system, the child's `resource.getrusage`), imports
-and the interpreter's start included; its work alone (the command run twice in one fresh process, the second
-timed: imports excluded); and the planner's own CPU (`time.process_time` around `plan` with its defaults). Run it
-from the repository root (`-m` puts the working directory first). `--tree DIR` runs the command from another source
-tree too (e.g. a checkout of the commit before), in turns with this one, and says whether the two printed the same
-bytes. Under PYTHONDONTWRITEBYTECODE every run compiles the modules it imports from source (~0.25 s here).
+with the README's flags in a fresh process, its CPU time (user + system of the process), imports and the
+interpreter's start included; its work alone (the command's `main` called again in a process that has run it
+before: imports excluded); and the planner's own CPU (`plan` with its defaults, imports excluded). All three are
+timed in a worker process of benchmarks/trees.py, which imports the zerosim of its tree and starts the fresh
+process from there (`-m` puts the working directory first); the first round warms up, untimed. `--tree DIR` does
+the same for another source tree (e.g. a checkout of the commit before), in a worker of its own, in turns with
+this one, and says whether the two commands printed the same bytes. Under PYTHONDONTWRITEBYTECODE every run
+compiles the modules it imports from source (~0.25 s here).
 
     python benchmarks/plan.py [--repeats 3] [--no-baseline] [--tree DIR]
 
@@ -30,75 +32,71 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy loads: one BLAS thread, as the tests run
 
-import argparse
-import itertools
-import resource
-import statistics
-import subprocess
-import sys
-import time
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import itertools  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
-from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, get_preset, measure_stage, runtime_overheads
-from zerosim.analysis.planner import divisors, meta_step, plan
-from zerosim.analysis.timeline import Hardware
-from zerosim.models.gpt import ALL_STRATEGIES, strategy_options
-from zerosim.models.llama import MetaLlama
-from zerosim.parallel.data import get_comm_schedule
-from zerosim.precision import get_precision
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/trees.py, however this file is run
+from peers import measured_tree  # noqa: E402
+from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402
 
 TARGET = 10.0
 COMMAND_TARGET = 1.5  # CPU seconds, the whole command (issue 63)
 RANKS, PER_NODE, GPU, L, GLOBAL = 64, 8, "h100-80gb", 4096, 1024
-
-
-def planner(config):
-    """(CPU seconds of `plan` in this process, imports excluded; the fitting rows)."""
-    t = time.process_time()
-    p = plan(config, RANKS, PER_NODE, GPU, L, GLOBAL)
-    return time.process_time() - t, [(r.stage, r.strategy, r.micro_batch, r.step_s) for r in p.fitting]
-
-
 ARGV = ["plan", "--model", "llama-3-70b", "--gpus", str(RANKS), "--gpus-per-node", str(PER_NODE), "--gpu", GPU,
         "--seq-len", str(L), "--global-batch", str(GLOBAL)]  # the README's command
-# the command twice in one fresh process: the second's CPU is its work alone, every module imported by the first
-TWICE = """import contextlib, io, sys, time
-from zerosim.cli.main import main
-for _ in range(2):
-    t = time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):
-        main(sys.argv[1:])
-print(time.process_time() - t)
-"""
 
 
-def command_work(tree=None) -> float:
-    """CPU seconds of the command's work alone: its second run in one process (imports excluded; what a module
-    keeps between calls, e.g. the kernels' seconds by work, kept too)."""
-    env = dict(os.environ, **({"PYTHONPATH": os.path.abspath(tree)} if tree is not None else {}))
-    out = subprocess.run([sys.executable, "-c", TWICE, *ARGV], check=True, capture_output=True, env=env, cwd=tree)
-    return float(out.stdout.split()[-1])
+def tree_side() -> Side:
+    """The three contenders with the zerosim this process imports, for a worker of benchmarks/trees.py (this tree's
+    and --tree's alike): "planner", `plan` for the README's job; "command", the README's command in a fresh process
+    started from the tree (the worker counts that process's CPU); "work", the command's `main` called here (what it
+    prints caught and dropped). Facts, of the last step of each: "rows", the planner's fitting rows (stage,
+    strategy, micro-batch, step s); "printed", the bytes the command printed. The zerosim imports wait for the
+    worker's build, so that --tree names the tree they come from."""
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
+    from zerosim.cli.main import main
+
+    config, tree, last = get_preset("llama-3-70b").config, measured_tree(), {}
+
+    def work():
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(ARGV)
+
+    steps = {
+        "planner": lambda: plan(config, RANKS, PER_NODE, GPU, L, GLOBAL),
+        "command": lambda: subprocess.run([sys.executable, "-m", "zerosim.cli.main", *ARGV], check=True,
+                                          capture_output=True, cwd=tree),  # -m: the working directory first
+        "work": work,
+    }
+    return Side(steps, after=last.__setitem__, facts={
+        "rows": lambda: [(r.stage, r.strategy, r.micro_batch, r.step_s) for r in last["planner"].fitting],
+        "printed": lambda: last["command"].stdout,
+    })
 
 
-def command(tree=None):
-    """(CPU seconds, user + system, of the whole command in a fresh process, imports included, as a user runs it;
-    what it printed). `tree`: the source tree to run it from (None: the one this script imports)."""
-    argv = [sys.executable, "-m", "zerosim.cli.main", *ARGV]
-    env = dict(os.environ)
-    if tree is not None:  # its package first (`-m` also puts the working directory first: run from the tree)
-        env["PYTHONPATH"] = os.path.abspath(tree)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(argv, check=True, capture_output=True, env=env, cwd=tree).stdout
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, out
-
-
-def quartiles(xs) -> str:
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return f"median {q[1]:.2f} s (quartiles {q[0]:.2f}–{q[2]:.2f}; runs {', '.join(f'{x:.2f}' for x in xs)})"
+def spread(xs) -> str:
+    """The median of xs, its quartiles and every run, for a line of output."""
+    (q1, q3), runs = quartiles(xs), ", ".join(f"{x:.2f}" for x in xs)
+    return f"median {statistics.median(xs):.2f} s (quartiles {q1:.2f}–{q3:.2f}; runs {runs})"
 
 
 def exhaustive(config):
     """Every configuration the long way: memory measured, and a full simulation of every one that fits."""
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu, measure_stage, runtime_overheads
+    from zerosim.analysis.planner import divisors, meta_step
+    from zerosim.analysis.timeline import Hardware
+    from zerosim.models.gpt import ALL_STRATEGIES, strategy_options
+    from zerosim.models.llama import MetaLlama
+    from zerosim.parallel.data import get_comm_schedule
+    from zerosim.precision import get_precision
+
     t = time.process_time()
     g, comm = get_gpu(GPU), get_comm_schedule("deepspeed")
     # the planner's: NVLink 4 inside a node, InfiniBand NDR between the 8 nodes (the rings cross them)
@@ -119,45 +117,60 @@ def exhaustive(config):
     return time.process_time() - t, found
 
 
+def measure(repeats: int, tree, baseline: bool) -> tuple:
+    """({(side, contender): [CPU s of each timed round]}, {side: the tree its worker imported}, this tree's planner
+    rows, {every command's printed bytes}, [the exhaustive yardstick's (CPU s, rows)] where `baseline`) for side
+    "this" (the zerosim this script imports) and, with `tree`, "that"; every contender of both in one shuffled order
+    each round."""
+    from zerosim.analysis.costs import get_preset
+
+    sides = {"this": measured_tree(), **({"that": tree} if tree is not None else {})}
+    printed, base = set(), []
+    with started(sides, "plan", "tree_side") as workers:
+
+        def after_round(round_):
+            printed.update(w.fact("printed") for w in workers.values())
+            if baseline and round_ == 1:
+                base.append(exhaustive(get_preset("llama-3-70b").config))
+
+        cpu = in_turns(workers, repeats, after_round=after_round)
+        return cpu, {side: w.tree for side, w in workers.items()}, workers["this"].fact("rows"), printed, base
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-baseline", action="store_true", help="skip the exhaustive yardstick")
-    p.add_argument("--tree", help="another source tree whose command runs in turns with this one's")
+    p.add_argument("--tree", type=source_tree, help="another source tree whose command runs in turns with this one's")
     args = p.parse_args()
-    config = get_preset("llama-3-70b").config
+    if args.repeats < 1:
+        p.error(f"--repeats {args.repeats}: at least 1 (the timed rounds, after one that warms up)")
     print(
         f"zerosim plan: Llama-3-70B, {RANKS} × H100 80GB ({PER_NODE} per node), L = {L}, {GLOBAL} sequences per step; "
         f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load {os.getloadavg()[0]:.2f}; in turns; CPU seconds"
     )
-    ours, base, cli, other, work, other_work = [], [], [], [], [], []
-    for i in range(args.repeats):
-        ours.append(planner(config))
-        cli.append(command())
-        work.append(command_work())
-        if args.tree:
-            other.append(command(args.tree))
-            other_work.append(command_work(args.tree))
-        if not args.no_baseline and i == 0:
-            base.append(exhaustive(config))
-    ours_s, top = statistics.median(t for t, _ in ours), ours[0][1][0]
-    print(f"  planner alone (imports excluded): {quartiles([t for t, _ in ours])}; top row: ZeRO-{top[0]} {top[1]} "
-          f"B = {top[2]}, {top[3]:.2f} s")
-    cli_s = statistics.median(t for t, _ in cli)
-    print(f"  `zerosim plan`, a fresh process, imports included: {quartiles([t for t, _ in cli])}")
-    print(f"  `zerosim plan`, its work alone (a second run in one process): {quartiles(work)}")
-    if other:
-        print(f"  the same from {args.tree}: {quartiles([t for t, _ in other])}; ratio this / that "
-              f"{cli_s / statistics.median(t for t, _ in other):.2f}; the same bytes printed: "
-              f"{'yes' if len({out for _, out in cli + other}) == 1 else 'NO'}")
-        print(f"  its work alone there: {quartiles(other_work)}; ratio this / that "
-              f"{statistics.median(work) / statistics.median(other_work):.2f}")
+    cpu, seen, rows, printed, base = measure(args.repeats, args.tree, not args.no_baseline)
+    ours, cli, work = (cpu["this", name] for name in ("planner", "command", "work"))
+    ours_s, cli_s, top = statistics.median(ours), statistics.median(cli), rows[0]
+    print(f"  zerosim from {seen['this']} (asked in its worker)")
+    print(f"  planner alone (imports excluded): {spread(ours)}; top row: ZeRO-{top[0]} {top[1]} B = {top[2]}, "
+          f"{top[3]:.2f} s")
+    print(f"  `zerosim plan`, a fresh process, imports included: {spread(cli)}")
+    print(f"  `zerosim plan`, its work alone (a later run in one process): {spread(work)}")
+    if args.tree is not None:
+        ratio = {name: compared(cpu, name) for name in ("planner", "command", "work")}
+        print(f"  the same from {seen['that']}: {spread(cpu['that', 'command'])}; ratio this / that "
+              f"{ratio['command'][2]:.2f} (rounds {ratio['command'][3][0]:.2f}–{ratio['command'][3][1]:.2f}); the same "
+              f"bytes printed: {'yes' if len(printed) == 1 else 'NO'}")
+        for name, what in (("work", "its work alone"), ("planner", "the planner alone")):
+            print(f"  {what} there: {spread(cpu['that', name])}; ratio this / that {ratio[name][2]:.2f} (rounds "
+                  f"{ratio[name][3][0]:.2f}–{ratio[name][3][1]:.2f})")
     if base:
         t, found = base[0]
         # the same configurations, each step time within 1e-12 (the line adds the same durations in another order:
         # tests/test_plan.py), ranked alike but for ties within that (two strategies may time the same)
         full = {b[:3]: b[3] for b in found}
-        mine = [(a[:3], a[3]) for a in ours[0][1]]
+        mine = [(a[:3], a[3]) for a in rows]
         same = {k for k, _ in mine} == set(full) and all(abs(t - full[k]) <= 1e-12 * full[k] for k, t in mine) and all(
             full[k] <= full[j] * (1 + 1e-12) for (k, _), (j, _) in zip(mine, mine[1:]))
         print(f"  exhaustive yardstick {t:7.2f} s  ({len(found)} configurations fit)")

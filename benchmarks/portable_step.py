@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
-from trees import Side, Worker, compared, in_turns, quartiles  # noqa: E402  (--tree: another tree's engines in turns)
+from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402  (--tree: another tree's engines in turns)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -104,14 +104,8 @@ def measure_trees(widths, n: int, precision: str, repeats: int, floor: bool, dro
 
     inputs = dict(widths=list(widths), n=n, precision=precision, floor=floor, params=MLP(widths).init_params(),
                   batches=make_regression(np.random.default_rng(0), n, BATCH, widths))
-    workers = {}
-    try:
-        for side, where in (("this", measured_tree()), ("that", tree)):
-            workers[side] = Worker(where, "portable_step", "tree_side", drop_buffers, **inputs)
-        return in_turns(workers, repeats), {side: w.tree for side, w in workers.items()}
-    finally:
-        for w in workers.values():
-            w.close()
+    with started({"this": measured_tree(), "that": tree}, "portable_step", "tree_side", drop_buffers, **inputs) as w:
+        return in_turns(w, repeats), {side: worker.tree for side, worker in w.items()}
 
 
 def measure(widths, n: int, precision: str, repeats: int, floor: bool = False, drop_buffers: bool = False) -> tuple:
@@ -189,13 +183,11 @@ def main():
                    "step (medians)")
     p.add_argument("--drop-buffers", action="store_true", help="let the portable kernels' scratch buffers go before "
                    "every step, as this benchmark did until 2026-11-26 (a run keeps them)")
-    p.add_argument("--tree", help="another source tree (e.g. a checkout of the commit before a change): its engines "
-                   "in the same rounds, in turns, each tree's in a worker process of its own")
+    p.add_argument("--tree", type=source_tree, help="another source tree (e.g. a checkout of the commit before a "
+                   "change): its engines in the same rounds, in turns, each tree's in a worker process of its own")
     args = p.parse_args()
     if args.tree is not None and args.faults:
         p.error("--faults counts this process's page faults; with --tree the engines step in worker processes")
-    if args.tree is not None and not os.path.isdir(os.path.join(args.tree, "zerosim")):
-        p.error(f"--tree {args.tree}: no zerosim/ folder there (a source tree, e.g. a checkout of the commit before)")
     if args.tree is not None:
         return compare_trees(args)
     print(f"ZeRO-3, Adam, Cluster(N) defaults; CPU ms per step, median of {args.repeats} in turns; BLAS threads "

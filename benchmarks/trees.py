@@ -1,27 +1,32 @@
 """Two source trees' contenders in one run, in turns: a worker process per tree (`--tree DIR` of
-benchmarks/portable_step.py and yardstick.py).
+benchmarks/portable_step.py, yardstick.py and plan.py).
 
 Why workers: one process imports one zerosim, so an A/B of two trees (main against the commit before a change) used
 to be a script run twice, one tree after the other, and on a shared machine the load moved between the runs: a 5 %
 change drowned. Here each tree's contenders are built and stepped in a process of their own, started with
 PYTHONPATH = that tree (this file run as a script: its own folder, benchmarks/, comes first on sys.path, so the
 contenders' code is this tree's benchmarks and only zerosim differs). This tree's contenders get a worker too, so
-both sides pay the same way. Each worker is fed the same model widths, N, parameters, batches and seeds by the
-script; the script steps one contender at a time in the rounds' shuffled order (`in_turns`), so a busy spell falls
-on both trees.
+both sides pay the same way. Each worker is fed the same inputs by the script (model widths, N, parameters, batches
+and seeds; plan.py's: the README's job); the script steps one contender at a time in the rounds' shuffled order
+(`in_turns`), so a busy spell falls on both trees.
 
-How the time is taken: inside the worker, `time.process_time()` around the contender's step alone (the worker's
-CPU seconds, all its threads; BLAS pinned to one thread there too, set before NumPy loads), after the portable
-kernels' memo of operands is emptied, untimed (peers.py `forget_kept_operands`). The parent waits on a pipe while
-a worker steps, and the pickling of requests and answers falls outside the timed span. Each worker says which tree
-it imported (peers.py `measured_tree`, asked inside it).
+How the time is taken, inside the worker: first the portable kernels' memo of operands is emptied, untimed (peers.py
+`forget_kept_operands`); then `time.process_time()` around the contender's step alone (the worker's CPU seconds, all
+its threads; BLAS pinned to one thread there too, set before NumPy loads), plus the CPU seconds, user + system, of any
+process the step started and waited for (`resource.getrusage(RUSAGE_CHILDREN)`: plan.py's command in a fresh
+process, its imports and the interpreter's start included). The parent waits on a pipe while a worker steps; the
+pickling of requests and answers falls outside the timed span. Each worker says which tree it imported (peers.py
+`measured_tree`, asked inside it).
 
-The protocol: pickled requests on the worker's stdin, answers on a copy of its stdout (what the contenders print goes
-to stderr). ("build", module, function, kwargs, drop_buffers): `module.function(**kwargs)` returns a `Side`; the
-answer is the tree imported. ("names",): the contenders' names. ("step", name): the answer is the step's CPU seconds
-(`Side.after` runs after it, untimed). ("fact", name): a `Side.facts` value, untimed (e.g. the masters, for a bit
-check). ("stop",), or the end of stdin: the worker ends. An exception in the worker comes back as its traceback, and
-the parent raises it naming the tree.
+The protocol (`Worker` asks, `Served` answers): pickled requests on the worker's stdin, answers on a copy of its
+stdout (what the contenders print goes to stderr). ("build", module, function, kwargs, drop_buffers):
+`module.function(**kwargs)` returns a `Side`; the answer is the tree imported. ("names",): the contenders' names.
+("step", name): the answer is the step's CPU seconds (`Side.after` runs after it, untimed). ("fact", name): a
+`Side.facts` value, untimed (e.g. the masters, for a bit check). ("stop",), or the end of stdin: the worker ends. An
+exception in the worker comes back as its traceback, and the parent raises it naming the tree.
+
+A --tree path is checked by `source_tree` (the scripts' argparse `type`) while the arguments are parsed: a refusal
+names the flag and the path, before any work.
 """
 
 import os
@@ -29,15 +34,32 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy loads, in the worker as in the script
 
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import importlib  # noqa: E402
 import pickle  # noqa: E402
 import random  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from typing import Callable  # noqa: E402
+
+
+def source_tree(path: str) -> str:
+    """`path` where it can be a --tree (the scripts' argparse `type`: a refusal is printed as "argument --tree:
+    <path>: ..." and exits 2 before any work), else argparse's error saying why."""
+    import argparse
+
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"{path}: no such folder")
+    if not os.path.isdir(os.path.join(path, "zerosim")):
+        raise argparse.ArgumentTypeError(f"{path}: no zerosim/ folder there (a source tree, e.g. a checkout of the "
+                                         "commit before)")
+    return path
+
 
 @dataclasses.dataclass
 class Side:
@@ -51,17 +73,22 @@ class Side:
 
 
 class Worker:
-    """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there."""
+    """A process that imports the zerosim of `tree` and steps the contenders a script's function builds there:
+    `module.function(**kwargs)`, the module found in this file's folder (benchmarks/), returning a `Side`.
+    `drop_buffers`: the portable kernels' scratch buffers let go before every step too (`forget_kept_operands`).
+    `tree`: the zerosim it imported, as the worker says; `names`: the contenders' names."""
 
     def __init__(self, tree: str, module: str, function: str, drop_buffers: bool = False, **kwargs):
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = os.environ.get(var, "1")
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))  # BLAS's threads: set above, before numpy loads
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
         self.given = tree
-        self.tree = self._ask(("build", module, function, kwargs, drop_buffers))
-        self.names = self._ask(("names",))
+        try:
+            self.tree = self._ask(("build", module, function, kwargs, drop_buffers))
+            self.names = self._ask(("names",))
+        except BaseException:
+            self.close()  # a build that failed leaves no process behind
+            raise
 
     def _ask(self, request):
         pickle.dump(request, self.proc.stdin)
@@ -75,10 +102,11 @@ class Worker:
         return answer
 
     def step(self, name) -> float:
-        """CPU seconds of one step of contender `name`, measured in the worker."""
+        """CPU seconds of one step of contender `name`, measured in the worker (its own and its children's)."""
         return self._ask(("step", name))
 
     def fact(self, name):
+        """The value of the Side's fact `name`, asked in the worker (untimed)."""
         return self._ask(("fact", name))
 
     def close(self):
@@ -89,6 +117,20 @@ class Worker:
             except BrokenPipeError:
                 pass
         self.proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def started(trees: dict, module: str, function: str, drop_buffers: bool = False, **kwargs):
+    """{side: a Worker of that side's tree}, each building its contenders with `module.function(**kwargs)`; all of
+    them closed on the way out, however it goes (a build that fails closes those already started)."""
+    workers = {}
+    try:
+        for side, tree in trees.items():
+            workers[side] = Worker(tree, module, function, drop_buffers, **kwargs)
+        yield workers
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def in_turns(workers: dict, repeats: int, seed: int = 0, after_round: Callable | None = None) -> dict:
@@ -124,44 +166,58 @@ def compared(cpu: dict, name, this: str = "this", that: str = "that") -> tuple:
         quartiles(rounds)
 
 
-def serve() -> None:
-    """The worker's loop (this file run as a script)."""
-    from peers import forget_kept_operands, measured_tree
+class Served:
+    """The worker's side of the protocol (module docstring): one method per request, by its name."""
 
+    def __init__(self):
+        from peers import forget_kept_operands, measured_tree
+
+        self.forget, self.measured_tree = forget_kept_operands, measured_tree
+        self.side, self.drop = None, False
+
+    def build(self, module, function, kwargs, drop_buffers):
+        self.side, self.drop = getattr(importlib.import_module(module), function)(**kwargs), drop_buffers
+        return self.measured_tree()
+
+    def names(self):
+        return list(self.side.steps)
+
+    def step(self, name):
+        self.forget(self.drop)  # untimed: no contender finds what another kept
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        c = time.process_time()
+        out = self.side.steps[name]()
+        seconds = time.process_time() - c
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the processes the step started and waited for
+        seconds += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        if self.side.after is not None:
+            self.side.after(name, out)
+        return seconds
+
+    def fact(self, name):
+        return self.side.facts[name]()
+
+
+REQUESTS = ("build", "names", "step", "fact")  # Served's methods a request may name; ("stop",) ends the loop
+
+
+def serve() -> None:
+    """The worker's loop (this file run as a script): a request in, ("ok", answer) or ("error", traceback) out."""
     channel = os.fdopen(os.dup(1), "wb")  # the answers; what the contenders print goes to stderr
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    requests = sys.stdin.buffer
-    side, drop = None, False
+    requests, served = sys.stdin.buffer, Served()
     while True:
         try:
-            request = pickle.load(requests)
+            kind, *args = pickle.load(requests)
         except EOFError:
             return
-        if request[0] == "stop":
+        if kind == "stop":
             return
         try:
-            if request[0] == "build":
-                import importlib
-
-                _, module, function, kwargs, drop = request
-                side = getattr(importlib.import_module(module), function)(**kwargs)
-                answer = measured_tree()
-            elif request[0] == "names":
-                answer = list(side.steps)
-            elif request[0] == "step":
-                name = request[1]
-                forget_kept_operands(drop)  # untimed: no contender finds what another kept
-                c = time.process_time()
-                out = side.steps[name]()
-                answer = time.process_time() - c
-                if side.after is not None:
-                    side.after(name, out)
-            elif request[0] == "fact":
-                answer = side.facts[request[1]]()
-            else:
-                raise ValueError(f"unknown request {request[0]!r}")
-            reply = ("ok", answer)
+            if kind not in REQUESTS:
+                raise ValueError(f"unknown request {kind!r}")
+            reply = ("ok", getattr(served, kind)(*args))
         except Exception:
             reply = ("error", traceback.format_exc())
         pickle.dump(reply, channel)

@@ -86,7 +86,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
 from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
-from trees import Side, Worker, compared, in_turns, quartiles  # noqa: E402  (--tree: another tree's contenders in turns)
+from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402  (--tree: another tree's contenders in turns)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -353,14 +353,10 @@ def measure_trees(widths, n: int, batch: int, repeats: int, arithmetics, adds: s
             if now or apart[a]:
                 apart[a] = f"{(apart[a] or f'from {when}').split('; ')[0]}; after the last: {now or 'the same'}"
 
-    try:
-        for side, where in (("this", measured_tree()), ("that", tree)):
-            workers[side] = Worker(where, "yardstick", "tree_side", drop_buffers, **inputs)
+    with started({"this": measured_tree(), "that": tree}, "yardstick", "tree_side", drop_buffers, **inputs) as w:
+        workers.update(w)  # after_round asks them
         cpu = in_turns(workers, repeats, after_round=after_round)
-        return cpu, {side: w.tree for side, w in workers.items()}, apart, (theirs or [""])[0]
-    finally:
-        for w in workers.values():
-            w.close()
+        return cpu, {side: worker.tree for side, worker in workers.items()}, apart, (theirs or [""])[0]
 
 
 def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes",
@@ -447,11 +443,9 @@ def main():
     p.add_argument("--drop-buffers", action="store_true",
                    help="also let go of the portable kernels' scratch buffers before every contender's step, as "
                         "this script did until 2026-11-26 (fresh pages each step: `forget_kept_operands`)")
-    p.add_argument("--tree", help="another source tree (e.g. a checkout of the commit before a change): its "
-                   "contenders in the same rounds, in turns, each tree's in a worker process of its own")
+    p.add_argument("--tree", type=source_tree, help="another source tree (e.g. a checkout of the commit before a "
+                   "change): its contenders in the same rounds, in turns, each tree's in a worker process of its own")
     args = p.parse_args()
-    if args.tree is not None and not os.path.isdir(os.path.join(args.tree, "zerosim")):
-        p.error(f"--tree {args.tree}: no zerosim/ folder there (a source tree, e.g. a checkout of the commit before)")
     arithmetics = ("native", "portable") if args.arithmetic == "both" else (args.arithmetic,)
     threads = {v: os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     if args.tree is not None:
