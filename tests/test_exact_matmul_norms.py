@@ -192,8 +192,8 @@ def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
         assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
     seen = []  # the zero suspects: none in a dead row
     inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape:
-                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape))  # their rows
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape, *bits:
+                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape, *bits))  # their rows
     exact_matmul(a, b[0])
     assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
 
@@ -369,8 +369,8 @@ def test_lines_with_one_nonzero_are_exact_and_never_suspects(monkeypatch):
     monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
     seen = []
     inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape:
-                        seen.append(flat) or inner(flat, y, a64, b64, shape))
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+                        seen.append(flat) or inner(flat, y, *rest))
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b)))
     assert (got[one_rows] == 0).any() and not np.signbit(got[one_rows][got[one_rows] == 0]).any()

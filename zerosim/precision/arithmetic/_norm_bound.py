@@ -98,7 +98,7 @@ def rounded_by_norms(a64, b64, out=None):
     # rows of a and columns of b along which c is the exact sum (a ReLU's dead units in dW = dy.T @ x, and those alive
     # for one row of its micro-batch): rounded as they are, never suspects; of the columns, those all zero (dead) are
     # made +0 once at the end, the rest (few) from c in each block
-    exact_rows, exact_columns = _exact_lines(a64, b64, rows, columns)
+    exact_rows, exact_columns, bitmaps = _exact_lines(a64, b64, rows, columns)
     dead = exact_columns[columns[exact_columns] == 0] if len(exact_columns) else exact_columns
     one_columns = exact_columns[columns[exact_columns] != 0] if len(exact_columns) else exact_columns
     row_cuts = np.searchsorted(exact_rows, np.arange(0, m + step, step)).tolist()  # each block's exact rows
@@ -154,24 +154,30 @@ def rounded_by_norms(a64, b64, out=None):
     if not found:
         return out, None
     flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
-    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
+    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
     return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
 
 def _exact_lines(a64, b64, rows, columns) -> tuple:
-    """(rows of a, columns of b) (sorted index arrays) along which c is every element's exact sum: lines with at most
-    one nonzero. Such an element sums one exact product and zeros, or zeros only: adding ±0 to a float64 rounds
-    nothing, so c = s (or ±0 where s = +0), in any order, with or without FMA. A ReLU's dW = dy.T @ x over a
-    micro-batch has many: the units dead for the whole micro-batch (all zero) and those alive for one row of it, whose
-    elements the norms would leave in doubt wherever they are 0 (half of a 919k MLP's ~90,000 zero suspects a step).
-    Counted for a 2-D product with a short K, where a and b are small beside c; for the rest only the all-zero lines,
-    whose norms are 0 (a batch of products: none)."""
+    """(rows of a, columns of b, their bitmaps or None): the rows and columns (sorted index arrays) along which c is
+    every element's exact sum, lines with at most one nonzero. Such an element sums one exact product and zeros, or
+    zeros only: adding ±0 to a float64 rounds nothing, so c = s (or ±0 where s = +0), in any order, with or without
+    FMA. A ReLU's dW = dy.T @ x over a micro-batch has many: the units dead for the whole micro-batch (all zero) and
+    those alive for one row of it, whose elements the norms would leave in doubt wherever they are 0 (half of a 919k
+    MLP's ~90,000 zero suspects a step). Counted for a 2-D product with a short K, where a and b are small beside c,
+    from bitmaps of where they are nonzero (one word a line, which `_without_disjoint_zeros` reads too: (a's rows
+    (M,), b's columns (N,)) uint64); for the rest only the all-zero lines, whose norms are 0 (a batch: none)."""
     if rows.ndim != 1 or columns.ndim != 1:
-        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+        return np.zeros(0, np.intp), np.zeros(0, np.intp), None
     if a64.shape[-1] > SHORT_K:
-        return np.flatnonzero(rows == 0), np.flatnonzero(columns == 0)
-    return (np.flatnonzero(np.count_nonzero(a64, axis=-1) <= _EXACT_NONZEROS),
-            np.flatnonzero(np.count_nonzero(b64, axis=-2) <= _EXACT_NONZEROS))
+        return np.flatnonzero(rows == 0), np.flatnonzero(columns == 0), None
+    bitmaps = _nonzero_bits(a64)[:, 0], _nonzero_bits(b64.T)[:, 0]  # K <= 64: one word a line
+    exact = []
+    for words in bitmaps:
+        for _ in range(_EXACT_NONZEROS):
+            words = words & (words - np.uint64(1))  # its lowest set bit cleared (0 stays 0)
+        exact.append(np.flatnonzero(words == 0))
+    return (*exact, bitmaps)
 
 
 def _lines_of(flat, shape) -> tuple:
@@ -186,26 +192,34 @@ def _lines_of(flat, shape) -> tuple:
 def _flat_lines(lines, batch: tuple, each: int) -> np.ndarray:
     """Per-line values (..., L) (`each` 0) or (..., L, words) (`each` 1) broadcast to the product's batch, its lines
     flattened: indexed by `_lines_of`'s row or column (a copy only where the batch broadcasts: a line's few values)."""
+    if not batch:
+        return lines
     shape = batch + lines.shape[lines.ndim - 1 - each:]
     return np.broadcast_to(lines, shape).reshape((-1,) + lines.shape[lines.ndim - each:])
 
 
-def _without_disjoint_zeros(flat, y, a64, b64, shape) -> tuple:
+def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
     """(flat, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
     the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
     b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
-    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps. Which path runs changes no bit."""
+    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps (or `bitmaps`, a 2-D product's
+    from `_exact_lines`, are made already). Which path runs changes no bit."""
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
-    if _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
+    if bitmaps is None and _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
+        return flat, y
+    if not len(zero):
         return flat, y
     row, column = _lines_of(flat[zero], shape)
-    rows = _nonzero_bits(a64)  # (..., M, words)
-    columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
-    each = int(rows.shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
-    rows, columns = (x if each else x[..., 0] for x in (rows, columns))
+    if bitmaps is None:
+        bitmaps = _nonzero_bits(a64), _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., M | N, words)
+        each = int(bitmaps[0].shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
+        bitmaps = tuple(x if each else x[..., 0] for x in bitmaps)
+    else:
+        each = 0
+    rows, columns = bitmaps
     shared = _flat_lines(rows, shape[:-2], each)[row] & _flat_lines(columns, shape[:-2], each)[column]
     keep = np.ones(len(y), bool)
     keep[zero[~(shared.any(axis=-1) if each else shared.astype(bool))]] = False  # no common k: an exact +0
