@@ -4,7 +4,7 @@ benchmarks/portable_step.py --floor measures the floor of the portable design: e
 once, no proof. A proof must at least also read the operands' norms (its error bound) and look at every element of c:
 NumPy cannot test a predicate on c without writing an array, so one ufunc pass over c that writes a byte an element
 and one reduction over that byte. `bound_matmul` is exactly that, on top of the floor with its operands widened as
-the kernel widens them (its test, c > E, proves nothing: only its cost counts). Five engines step in turns, each
+the kernel widens them (its test, c > E, proves nothing: only its cost counts). Six engines step in turns, each
 round in a new seeded order, CPU time of this process (BLAS on one thread), median of --repeats after a warm-up
 round, each ÷ native with the quartiles of the rounds' own ratios:
 
@@ -14,6 +14,7 @@ round, each ÷ native with the quartiles of the rounds' own ratios:
               copies a transposed b (the forward's W.T) into C order, a 10M MLP's dx ~30 ms a step dearer than
               the kernel's own widening, which keeps b's columns contiguous
     bound     the floor plus the norms and the cheapest per-element test (`bound_step`)
+    form      the floor plus the norms and the present proof's first test, no suspect settled (`form_matmul`)
     portable  the default engine: every product proved
 
 If bound ÷ native is above issue 63's 1.5, no NumPy proof reaches the target at that size; portable - bound is what
@@ -42,10 +43,12 @@ from portable_step import engines, tidy  # noqa: E402
 from trees import quartiles  # noqa: E402
 
 
-def bound_matmul(a, b, out=None, test: bool = True):
-    """`floor_matmul` plus what any proof reads and writes at the least: both operands' line norms, and per block of
-    rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a byte an element
-    and one reduction over it. Its bits are the floor's."""
+def bound_matmul(a, b, out=None, test: str = "least"):
+    """`floor_matmul` plus what any proof reads and writes at the least (`test` "least"): both operands' line norms,
+    and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
+    byte an element and one reduction over it; or ("form") the passes of the present proof's first test instead (c - E
+    rounded into the output, c + E rounded, their bits compared, the comparison's `any`, and the scan for its suspects
+    that a block with any makes), none of its suspects settled; or none ("" : the floor). Its bits are the floor's."""
     from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
     from zerosim.precision.cast import NUMPY
@@ -53,7 +56,7 @@ def bound_matmul(a, b, out=None, test: bool = True):
     a64, b64 = _exact_matmul._widen_both(a, b, NUMPY)  # as the kernel widens them (b's columns kept contiguous)
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     e = 0.0
-    if test:
+    if test:  # "least" or "form"
         rows_norm, columns_norm = _norm_bound.line_norms(a64, b64)
         e = float(rows_norm.max(initial=0.0) * columns_norm.max(initial=0.0)) * 2.0**-48
     out = np.empty(shape, np.float32) if out is None else out
@@ -62,6 +65,7 @@ def bound_matmul(a, b, out=None, test: bool = True):
     gemm_rows = step if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
     c = scratch(shape[:-2] + (min(gemm_rows, m), n), 2)
     flag = scratch(shape[:-2] + (min(step, m), n), 5, np.bool_)
+    high = scratch(shape[:-2] + (min(step, m), n), 4, np.float32)
     seen = False
     for start in range(0, m, gemm_rows):
         part = c[..., :min(gemm_rows, m - start), :]
@@ -69,7 +73,15 @@ def bound_matmul(a, b, out=None, test: bool = True):
         for first in range(0, part.shape[-2], step):
             block = part[..., first:first + step, :]
             r = block.shape[-2]
-            np.copyto(out[..., start + first:start + first + r, :], block, casting="unsafe")
+            low = out[..., start + first:start + first + r, :]
+            if test == "form":
+                np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
+                np.add(block, e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")
+                np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
+                if flag[..., :r, :].any():
+                    seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
+                continue
+            np.copyto(low, block, casting="unsafe")
             if test:
                 np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
                 seen |= bool(flag[..., :r, :].any())  # and the one reduction
@@ -80,7 +92,13 @@ def floor_matmul_as_kernel(a, b, out=None):
     """`bound_matmul` without the norms and the test: peers.py's floor, but with the operands widened as the kernel
     widens them (peers.py copies a transposed b into C order, which costs a 10M MLP's dx ~30 ms a step more than the
     kernel's own widening)."""
-    return bound_matmul(a, b, out, test=False)
+    return bound_matmul(a, b, out, test="")
+
+
+def form_matmul(a, b, out=None):
+    """`bound_matmul` with the present proof's first test in place of the least one: what that form costs at the
+    least, before any suspect is settled."""
+    return bound_matmul(a, b, out, test="form")
 
 
 def bound_step(engine, batches, matmul=bound_matmul) -> list:
@@ -103,8 +121,8 @@ def main():
     from zerosim.models import make_regression
 
     print(f"zerosim from {measured_tree()}; load average before {os.getloadavg()[0]:.2f}")
-    print(f"{'case':>8} {'native ms':>9}  floor, floor-k, bound, portable ÷ native (medians; q1-q3 of the rounds' own "
-          f"ratios)")
+    print(f"{'case':>8} {'native ms':>9}  floor, floor-k, bound, form, portable ÷ native (medians; q1-q3 of the "
+          f"rounds' own ratios)")
     for case in args.cases.split(","):
         name, n = case.split(":")
         widths, n = MODELS[name], int(n)
@@ -112,11 +130,13 @@ def main():
         runs = engines(widths, n, "fp32", floor=True)
         runs["bound"] = engines(widths, n, "fp32")["portable"]
         runs["floor-k"] = engines(widths, n, "fp32")["portable"]
+        runs["form"] = engines(widths, n, "fp32")["portable"]
         steps = {"native": lambda: runs["native"].step(batches),
                  "portable": lambda: runs["portable"].step(batches),
                  "floor": lambda: floor_step(runs["floor"], batches),
                  "floor-k": lambda: bound_step(runs["floor-k"], batches, floor_matmul_as_kernel),
-                 "bound": lambda: bound_step(runs["bound"], batches)}
+                 "bound": lambda: bound_step(runs["bound"], batches),
+                 "form": lambda: bound_step(runs["form"], batches, form_matmul)}
         cpu, order = {a: [] for a in steps}, random.Random(0)
         for round_ in range(args.repeats + 1):  # round 0 warms up
             names = list(steps)
@@ -130,7 +150,7 @@ def main():
                 tidy(runs, a, losses)
         native = statistics.median(cpu["native"])
         cells = []
-        for a in ("floor", "floor-k", "bound", "portable"):
+        for a in ("floor", "floor-k", "bound", "form", "portable"):
             q1, q3 = quartiles(sorted(x / y for x, y in zip(cpu[a], cpu["native"])))
             cells.append(f"{statistics.median(cpu[a]) / native:.2f} ({q1:.2f}-{q3:.2f})")
         print(f"{case:>8} {native * 1e3:>9.1f} " + "  ".join(cells), flush=True)
