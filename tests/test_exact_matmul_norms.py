@@ -391,3 +391,15 @@ def test_a_line_with_two_nonzeros_is_not_exact(monkeypatch):
     assert (exact_matmul(a, b) == want).all() and (reference(a, b) == want).all()
     monkeypatch.setattr(_norm_bound, "_EXACT_NONZEROS", 2)  # one unit too loose
     assert (exact_matmul(a, b) == np.float32(1 + 2.0**-11)).all()
+
+
+def test_a_few_suspects_are_summed_one_by_one_at_once(monkeypatch):
+    # suspects so few that their exact sums cost less than the ~15 NumPy calls of their sums of magnitudes (a rank's dW
+    # leaves one or two): summed one by one, nothing gathered first, each the exact sum rounded once
+    rng = np.random.default_rng(22)
+    a, b = near_ties(3, 32, rng), np.ones((32, 2), np.float32)
+    b[:, 1] = -1
+    magnitudes = Spy(monkeypatch, _exact_matmul, "_lines")
+    one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+    assert one_by_one.calls == 6 and not magnitudes.calls
