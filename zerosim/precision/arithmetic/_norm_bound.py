@@ -137,7 +137,7 @@ def rounded_by_norms(a64, b64, out=None):
                     low[..., here, :] = np.add(c[..., here, :], 0.0)
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-                    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0
+                    # every -0 of c outside an exact line is a suspect (c ± E round to float32s of both signs, E = 0
                     # included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0
                     # + 0 = +0, any other y + 0 = y), a pass over the few suspects rather than c += 0 over all of c
                     # (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0 would stay in doubt)
