@@ -192,8 +192,8 @@ def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
         assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
     seen = []  # the zero suspects: none in a dead row
     inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape:
-                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape))  # their rows
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape, *bits:
+                        seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape, *bits))  # their rows
     exact_matmul(a, b[0])
     assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
 
@@ -349,3 +349,57 @@ def test_fp32_products_the_norms_answer_are_not_searched_for_nan_and_a_nan_opera
     assert got[0, 0] == np.inf and got[0, 1] == -np.inf and np.array_equal(bits(got), bits(want))
     a[1, 0] = np.uint32(0xFFC00001).view(np.float32)
     assert (bits(exact_matmul(a, b)[1]) == 0x7FC00000).all()
+
+
+def test_lines_with_one_nonzero_are_exact_and_never_suspects(monkeypatch):
+    # dW = dy.T @ x where a unit's ReLU is on for one row of the micro-batch: along a row of a (or a column of b) with
+    # one nonzero, c sums one exact product and zeros, so c is the exact sum: rounded as it is, a zero made +0 (here
+    # under a BLAS that gives -0 for sums of zero products), and none of its elements a suspect, though the norms'
+    # bound leaves every zero there in doubt. The other rows (two nonzeros and more) meet those columns as usual
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((24, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 100)).astype(np.float32)
+    b[rng.random(b.shape) < 0.5] = 0  # half of each column zero: zeros wherever a row meets only those
+    one_rows, one_columns = [2, 11, 20], [5, 77]
+    a[one_rows] = 0
+    a[one_rows, [0, 9, 31]] = [3.0, -2.0**-20, 7.5]
+    b[:, one_columns] = -0.0
+    b[[4, 20], one_columns] = [1.5, -2.0**30]
+    a[7, [4, 20]] = 0  # row 7 meets both of those columns' one nonzero at a zero: c = -0 there, the exact sum +0
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    seen = []
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+                        seen.append(flat) or inner(flat, y, *rest))
+    got = exact_matmul(a, b)
+    assert np.array_equal(bits(got), bits(reference(a, b)))
+    assert (got[one_rows] == 0).any() and not np.signbit(got[one_rows][got[one_rows] == 0]).any()
+    assert (got[7, one_columns] == 0).all() and not np.signbit(got[7, one_columns]).any()
+    row, column = np.divmod(np.concatenate(seen), b.shape[1])
+    assert len(row) and not np.isin(row, one_rows).any() and not np.isin(column, one_columns).any()
+
+
+def test_a_line_with_two_nonzeros_is_not_exact(monkeypatch):
+    # (1 + 2**-12)**2 = 1 + 2**-11 + 2**-24, a float32 midpoint, plus 2**-80: float64 rounds the sum back onto the
+    # midpoint (one rounding, two nonzero products) and float32 then ties to even, down; the exact sum lies above it
+    # and rounds up. Lines of one nonzero are exact; lines of two must meet the bound, or this element comes out wrong
+    a = np.zeros((3, 32), np.float32)
+    a[:, :2] = [1 + 2.0**-12, 2.0**-40]
+    b = np.zeros((32, 4), np.float32)
+    b[:2] = np.array([1 + 2.0**-12, 2.0**-40], np.float32)[:, None]
+    want = np.float32(1 + 2.0**-11 + 2.0**-23)
+    assert (exact_matmul(a, b) == want).all() and (reference(a, b) == want).all()
+    monkeypatch.setattr(_norm_bound, "_EXACT_NONZEROS", 2)  # one unit too loose
+    assert (exact_matmul(a, b) == np.float32(1 + 2.0**-11)).all()
+
+
+def test_a_few_suspects_are_summed_one_by_one_at_once(monkeypatch):
+    # suspects so few that their exact sums cost less than the ~15 NumPy calls of their sums of magnitudes (a rank's dW
+    # leaves one or two): summed one by one, nothing gathered first, each the exact sum rounded once
+    rng = np.random.default_rng(22)
+    a, b = near_ties(3, 32, rng), np.ones((32, 2), np.float32)
+    b[:, 1] = -1
+    magnitudes = Spy(monkeypatch, _exact_matmul, "_lines")
+    one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
+    assert one_by_one.calls == 6 and not magnitudes.calls

@@ -27,7 +27,8 @@ of 300 random fp32 products (benchmarks/portable_numbers.py); MKL, Accelerate an
 
 fp32 operands on the host skip step 1's second dgemm: Cauchy–Schwarz bounds Σ_k |a_ik·b_kj| by ||a_i||·||b_j||, a pass
 over each operand (_norm_bound.py), and the few elements that bound leaves in doubt get their own sum of magnitudes,
-then sums twice as precise for all of them at once (_twice_precise.py), before any is summed one by one.
+then sums twice as precise for all of them at once (_twice_precise.py), before any is summed one by one (a handful
+are summed one by one at once: `_settle_by_magnitudes`).
 
 Shortcuts before steps 1-3, on the host for 16- and 8-bit inputs (`_narrow_product`): the exactness condition of
 step 1 shown for every element at once, from facts read off the operands' bits (_extents.py: the largest magnitude
@@ -615,9 +616,14 @@ def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     where their sums twice as precise do (`_twice_settled`), else summed exactly one by one (`_one_by_one`), as
     `_repair` settles them; but each suspect's row of a and column of b are gathered once for the first two, not
     once for its sum of magnitudes and again for `_repair` (a 10M MLP's fp32 step leaves ~2,300 suspects at K =
-    1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step)."""
+    1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step). So few that `_repair` would sum them one by
+    one (`_ONE_BY_ONE`), they are summed so at once: the sums of magnitudes' ~15 NumPy calls cost more than the
+    exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a product against ~25)."""
     where, y = suspects
     k = a64.shape[-1]
+    if len(y) * (k + 100) < _ONE_BY_ONE:
+        _one_by_one(out, where, a64, b64)
+        return out
     left = []  # (index arrays, their K products) of those their sums of magnitudes leave in doubt
     for lines, rows, columns in _lines(where, a64, b64):
         products = np.multiply(rows, columns, out=rows)  # (count, K) exact products (finite: so were the norms)

@@ -25,9 +25,12 @@ rounding is monotone (_round_once.py `certain_f32`, with one error per row, or t
 rest are the suspects, a few in a million for well-conditioned data: each is tried again with its own column's norm
 (||a_i||·||b_j|| in place of the row's widest), zeros whose every product is 0 are told apart by where a and b are
 nonzero (a ReLU's dW has thousands), and the caller bounds the rest by their own Σ_k |a_ik·b_kj| and sums exactly
-those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). Rows and columns all zero (a ReLU's dead units)
-are exact zeros, +0, never suspects. So one GEMM and four passes over c (c - E rounded into the output, c + E
-rounded, their comparison, the suspects found), in place of two GEMMs and a dozen.
+those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). Along a row of a or a column of b with at most
+one nonzero (a ReLU's units dead for the whole micro-batch, or alive for one row of it) every element sums one exact
+product and zeros: adding ±0 rounds nothing, so c is the exact sum there, rounded as it is (a zero made +0), never a
+suspect (`_exact_lines`; two nonzeros would not do: their one rounding can land on a float32 midpoint). So one GEMM
+and four passes over c (c - E rounded into the output, c + E rounded, their comparison, the suspects found), in place
+of two GEMMs and a dozen.
 """
 
 from __future__ import annotations
@@ -43,11 +46,14 @@ SHORT_K = 64  # K at most this: the product GEMM'd by the same blocks of rows it
 # large as its arithmetic: a dW over 32 rows of a micro-batch)
 _SPREAD = 2.0**10  # a block of rows tested against its largest E_i where its smallest (of rows not all zero) is within
 # this factor, else each row against its own: a column of E_i makes two passes a third to four fifths dearer than a
-# scalar, and a bound 2**10 looser leaves at most ~2**10 times the few suspects per million (a 919k MLP's dW: rows
-# 10-500x apart, 63,220 suspects a step under one E a block against 62,819 under twofold, nearly all exact zeros)
+# scalar, and a bound 2**10 looser leaves at most ~2**10 times the few suspects per million (a 919k MLP's dW on 8 ranks,
+# rows 10-500x apart, each of its first five steps: 41,352-109,768 suspects under one E a block against 41,120-109,661
+# under twofold, all but 178-280 exact zeros after the first step (57,794 in it); 63,002-137,601 and 62,762-137,491
+# before the lines of one nonzero were exact)
 _BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
 _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
+_EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact along it (`_exact_lines`; 2 is not)
 
 
 def _per_term(k: int) -> float:
@@ -89,11 +95,15 @@ def rounded_by_norms(a64, b64, out=None):
     by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
     starts = np.arange(0, m, step)
     highs = np.maximum.reduceat(by_row.max(axis=0), starts).tolist() if m else []  # each block's largest E_i
-    # columns of b and rows of a that are all zero (a ReLU's dead units in dW = dy.T @ x): their elements are exact
-    # zeros, which a bound above 0 would leave in doubt by the thousand; +0 in out (a BLAS may give -0), never suspects
-    dead = np.flatnonzero(columns == 0) if columns.ndim == 1 else np.zeros(0, np.intp)
-    dead_rows = np.flatnonzero(rows == 0) if rows.ndim == 1 else np.zeros(0, np.intp)
-    live = np.where(by_row > 0, by_row, np.inf) if len(dead_rows) else by_row  # a dead row's E_i = 0 bounds nothing
+    # rows of a and columns of b along which c is the exact sum (a ReLU's dead units in dW = dy.T @ x, and those alive
+    # for one row of its micro-batch): rounded as they are, never suspects; of the columns, those all zero (dead) are
+    # made +0 once at the end, the rest (few) from c in each block
+    exact_rows, exact_columns, bitmaps = _exact_lines(a64, b64, rows, columns)
+    dead = exact_columns[columns[exact_columns] == 0] if len(exact_columns) else exact_columns
+    one_columns = exact_columns[columns[exact_columns] != 0] if len(exact_columns) else exact_columns
+    row_cuts = np.searchsorted(exact_rows, np.arange(0, m + step, step)).tolist()  # each block's exact rows
+    dead_row = rows.ndim == 1 and bool((rows == 0).any())
+    live = np.where(by_row > 0, by_row, np.inf) if dead_row else by_row  # a dead row's E_i = 0 bounds nothing
     lows = np.minimum.reduceat(live.min(axis=0), starts).tolist() if m else []  # and smallest
     found, values = [], []
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
@@ -116,14 +126,18 @@ def rounded_by_norms(a64, b64, out=None):
                 np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
                 np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
                 np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
-                if len(dead):
-                    doubt[..., dead] = False
-                if len(dead_rows):
-                    here = dead_rows[(dead_rows >= top) & (dead_rows < top + r)]
-                    doubt[..., here - top, :] = False
+                # the exact lines' c is each element's exact sum: rounded as it is, -0 made +0, never suspects
+                if len(exact_columns):
+                    doubt[..., exact_columns] = False
+                if len(one_columns):
+                    low[..., one_columns] = np.add(c[..., one_columns], 0.0)
+                here = exact_rows[row_cuts[top // step]:row_cuts[top // step + 1]] - top
+                if len(here):
+                    doubt[..., here, :] = False
+                    low[..., here, :] = np.add(c[..., here, :], 0.0)
                 if doubt.any():
                     flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-                    # every -0 of c outside a dead line is a suspect (c ± E round to float32s of both signs, E = 0
+                    # every -0 of c outside an exact line is a suspect (c ± E round to float32s of both signs, E = 0
                     # included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0
                     # + 0 = +0, any other y + 0 = y), a pass over the few suspects rather than c += 0 over all of c
                     # (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0 would stay in doubt)
@@ -137,12 +151,33 @@ def rounded_by_norms(a64, b64, out=None):
                     found.append(flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n)
     if len(dead):
         out[..., dead] = 0.0
-    out[..., dead_rows, :] = 0.0
     if not found:
         return out, None
     flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
-    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape)
+    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
     return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
+
+
+def _exact_lines(a64, b64, rows, columns) -> tuple:
+    """(rows of a, columns of b, their bitmaps or None): the rows and columns (sorted index arrays) along which c is
+    every element's exact sum, lines with at most one nonzero. Such an element sums one exact product and zeros, or
+    zeros only: adding ±0 to a float64 rounds nothing, so c = s (or ±0 where s = +0), in any order, with or without
+    FMA. A ReLU's dW = dy.T @ x over a micro-batch has many: the units dead for the whole micro-batch (all zero) and
+    those alive for one row of it, whose elements the norms would leave in doubt wherever they are 0 (half of a 919k
+    MLP's ~90,000 zero suspects a step). Counted for a 2-D product with a short K, where a and b are small beside c,
+    from bitmaps of where they are nonzero (one word a line, which `_without_disjoint_zeros` reads too: (a's rows
+    (M,), b's columns (N,)) uint64); for the rest only the all-zero lines, whose norms are 0 (a batch: none)."""
+    if rows.ndim != 1 or columns.ndim != 1:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp), None
+    if a64.shape[-1] > SHORT_K:
+        return np.flatnonzero(rows == 0), np.flatnonzero(columns == 0), None
+    bitmaps = _nonzero_bits(a64)[:, 0], _nonzero_bits(b64.T)[:, 0]  # K <= 64: one word a line
+    exact = []
+    for words in bitmaps:
+        for _ in range(_EXACT_NONZEROS):
+            words = words & (words - np.uint64(1))  # its lowest set bit cleared (0 stays 0)
+        exact.append(np.flatnonzero(words == 0))
+    return (*exact, bitmaps)
 
 
 def _lines_of(flat, shape) -> tuple:
@@ -157,26 +192,34 @@ def _lines_of(flat, shape) -> tuple:
 def _flat_lines(lines, batch: tuple, each: int) -> np.ndarray:
     """Per-line values (..., L) (`each` 0) or (..., L, words) (`each` 1) broadcast to the product's batch, its lines
     flattened: indexed by `_lines_of`'s row or column (a copy only where the batch broadcasts: a line's few values)."""
+    if not batch:
+        return lines
     shape = batch + lines.shape[lines.ndim - 1 - each:]
     return np.broadcast_to(lines, shape).reshape((-1,) + lines.shape[lines.ndim - each:])
 
 
-def _without_disjoint_zeros(flat, y, a64, b64, shape) -> tuple:
+def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
     """(flat, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
     the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
     b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
-    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps. Which path runs changes no bit."""
+    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps (or `bitmaps`, a 2-D product's
+    from `_exact_lines`, are made already). Which path runs changes no bit."""
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
-    if _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
+    if bitmaps is None and _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
+        return flat, y
+    if not len(zero):
         return flat, y
     row, column = _lines_of(flat[zero], shape)
-    rows = _nonzero_bits(a64)  # (..., M, words)
-    columns = _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., N, words)
-    each = int(rows.shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
-    rows, columns = (x if each else x[..., 0] for x in (rows, columns))
+    if bitmaps is None:
+        bitmaps = _nonzero_bits(a64), _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., M | N, words)
+        each = int(bitmaps[0].shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
+        bitmaps = tuple(x if each else x[..., 0] for x in bitmaps)
+    else:
+        each = 0
+    rows, columns = bitmaps
     shared = _flat_lines(rows, shape[:-2], each)[row] & _flat_lines(columns, shape[:-2], each)[column]
     keep = np.ones(len(y), bool)
     keep[zero[~(shared.any(axis=-1) if each else shared.astype(bool))]] = False  # no common k: an exact +0

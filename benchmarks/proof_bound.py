@@ -1,0 +1,161 @@
+"""The least any NumPy proof of an fp32 product can cost a step, against the portable step and its floor, in turns.
+
+benchmarks/portable_step.py --floor measures the floor of the portable design: every product a float64 GEMM rounded
+once, no proof. A proof must at least also read the operands' norms (its error bound) and look at every element of c:
+NumPy cannot test a predicate on c without writing an array, so one ufunc pass over c that writes a byte an element
+and one reduction over that byte. `bound_matmul` is exactly that, on top of the floor with its operands widened as
+the kernel widens them (its test, c > E, proves nothing: only its cost counts). Six engines step in turns, each
+round in a new seeded order, CPU time of this process (BLAS on one thread), median of --repeats after a warm-up
+round, each ÷ native with the quartiles of the rounds' own ratios:
+
+    native    the machine's sgemm
+    floor     benchmarks/peers.py `floor_step`
+    floor-k   the same floor with the operands widened as the kernel widens them (`floor_matmul_as_kernel`): peers.py
+              copies a transposed b (the forward's W.T) into C order, a 10M MLP's dx ~30 ms a step dearer than
+              the kernel's own widening, which keeps b's columns contiguous
+    bound     the floor plus the norms and the cheapest per-element test (`bound_step`)
+    form      the floor plus the norms and the present proof's first test, no suspect settled (`form_matmul`)
+    portable  the default engine: every product proved
+
+If bound ÷ native is above issue 63's 1.5, no NumPy proof reaches the target at that size; portable - bound is what
+the present proof spends beyond the least any could (its second rounding of c, the suspects found and settled).
+
+    python benchmarks/proof_bound.py [--repeats 9] [--cases 919k:8,10M:4]
+"""
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
+from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402
+from portable_step import engines, tidy  # noqa: E402
+from trees import quartiles  # noqa: E402
+
+
+def bound_matmul(a, b, out=None, test: str = "least"):
+    """`floor_matmul` plus what any proof reads and writes at the least (`test` "least"): both operands' line norms,
+    and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
+    byte an element and one reduction over it; or ("form") the passes of the present proof's first test instead (c - E
+    rounded into the output, c + E rounded, their bits compared, the comparison's `any`, and the scan for its suspects
+    that a block with any makes), none of its suspects settled; or none ("" : the floor). Its bits are the floor's."""
+    from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
+    from zerosim.precision.arithmetic._scratch import scratch
+    from zerosim.precision.cast import NUMPY
+
+    a64, b64 = _exact_matmul._widen_both(a, b, NUMPY)  # as the kernel widens them (b's columns kept contiguous)
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    e = 0.0
+    if test:  # "least" or "form"
+        rows_norm, columns_norm = _norm_bound.line_norms(a64, b64)
+        e = float(rows_norm.max(initial=0.0) * columns_norm.max(initial=0.0)) * 2.0**-48
+    out = np.empty(shape, np.float32) if out is None else out
+    m, n, k = shape[-2], shape[-1], a.shape[-1]
+    step = max(1, _norm_bound._BLOCK // max(n * int(np.prod(shape[:-2])), 1))
+    gemm_rows = step if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
+    c = scratch(shape[:-2] + (min(gemm_rows, m), n), 2)
+    flag = scratch(shape[:-2] + (min(step, m), n), 5, np.bool_)
+    high = scratch(shape[:-2] + (min(step, m), n), 4, np.float32)
+    seen = False
+    for start in range(0, m, gemm_rows):
+        part = c[..., :min(gemm_rows, m - start), :]
+        np.matmul(a64[..., start:start + gemm_rows, :], b64, out=part)
+        for first in range(0, part.shape[-2], step):
+            block = part[..., first:first + step, :]
+            r = block.shape[-2]
+            low = out[..., start + first:start + first + r, :]
+            if test == "form":
+                np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
+                np.add(block, e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")
+                np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
+                if flag[..., :r, :].any():
+                    seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
+                continue
+            np.copyto(low, block, casting="unsafe")
+            if test:
+                np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
+                seen |= bool(flag[..., :r, :].any())  # and the one reduction
+    return out
+
+
+def floor_matmul_as_kernel(a, b, out=None):
+    """`bound_matmul` without the norms and the test: peers.py's floor, but with the operands widened as the kernel
+    widens them (peers.py copies a transposed b into C order, which costs a 10M MLP's dx ~30 ms a step more than the
+    kernel's own widening)."""
+    return bound_matmul(a, b, out, test="")
+
+
+def form_matmul(a, b, out=None):
+    """`bound_matmul` with the present proof's first test in place of the least one: what that form costs at the
+    least, before any suspect is settled."""
+    return bound_matmul(a, b, out, test="form")
+
+
+def bound_step(engine, batches, matmul=bound_matmul) -> list:
+    """engine.step(batches) with every portable product `matmul`."""
+    from zerosim.precision.arithmetic import _kernels
+
+    portable = _kernels.ARITHMETICS["portable"]
+    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=matmul)
+    try:
+        return engine.step(batches)
+    finally:
+        _kernels.ARITHMETICS["portable"] = portable
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--cases", default="919k:8,10M:4", help="MODEL:N,... (MODEL: 919k or 10M)")
+    args = p.parse_args()
+    from zerosim.models import make_regression
+
+    print(f"zerosim from {measured_tree()}; load average before {os.getloadavg()[0]:.2f}")
+    print(f"{'case':>8} {'native ms':>9}  floor, floor-k, bound, form, portable ÷ native (medians; q1-q3 of the "
+          f"rounds' own ratios)")
+    for case in args.cases.split(","):
+        name, n = case.split(":")
+        widths, n = MODELS[name], int(n)
+        batches = make_regression(np.random.default_rng(0), n, BATCH, widths)
+        runs = engines(widths, n, "fp32", floor=True)
+        runs["bound"] = engines(widths, n, "fp32")["portable"]
+        runs["floor-k"] = engines(widths, n, "fp32")["portable"]
+        runs["form"] = engines(widths, n, "fp32")["portable"]
+        steps = {"native": lambda: runs["native"].step(batches),
+                 "portable": lambda: runs["portable"].step(batches),
+                 "floor": lambda: floor_step(runs["floor"], batches),
+                 "floor-k": lambda: bound_step(runs["floor-k"], batches, floor_matmul_as_kernel),
+                 "bound": lambda: bound_step(runs["bound"], batches),
+                 "form": lambda: bound_step(runs["form"], batches, form_matmul)}
+        cpu, order = {a: [] for a in steps}, random.Random(0)
+        for round_ in range(args.repeats + 1):  # round 0 warms up
+            names = list(steps)
+            order.shuffle(names)
+            for a in names:
+                forget_kept_operands()
+                start = time.process_time()
+                losses = steps[a]()
+                if round_:
+                    cpu[a].append(time.process_time() - start)
+                tidy(runs, a, losses)
+        native = statistics.median(cpu["native"])
+        cells = []
+        for a in ("floor", "floor-k", "bound", "form", "portable"):
+            q1, q3 = quartiles(sorted(x / y for x, y in zip(cpu[a], cpu["native"])))
+            cells.append(f"{statistics.median(cpu[a]) / native:.2f} ({q1:.2f}-{q3:.2f})")
+        print(f"{case:>8} {native * 1e3:>9.1f} " + "  ".join(cells), flush=True)
+    print(f"load average after {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
