@@ -108,20 +108,22 @@ def forget_kept_operands(buffers: bool = False) -> None:
 
 def floor_matmul(a, b, out=None):
     """What an exact product costs at the least (benchmarks/portable_step.py's docstring): a and b widened to float64
-    into reused buffers, one float64 GEMM, rounded once into `out` (the ranks' packed gradients, as the exact kernel
-    writes them) or a fresh fp32 array; no proof, so its bits are not the portable ones. A 2-D product with a short K
-    (a rank's dW over its micro-batch) is GEMM'd and rounded by blocks of rows whose float64 sums stay in cache, as
-    the exact kernel makes it (_norm_bound.py `SHORT_K`, `_BLOCK`): rounding a whole float64 c read back from memory
-    would make the floor dearer than the kernel it bounds (a 10M MLP's dW are 10 million elements a rank)."""
-    from zerosim.precision.arithmetic import _norm_bound
+    as the exact kernel widens them (_exact_matmul.py `_widen_both`: into reused buffers, a transposed b, the
+    forward's W.T, kept with its columns contiguous rather than copied into rows), one float64 GEMM, rounded once into
+    `out` (the ranks' packed gradients, as the exact kernel writes them) or a fresh fp32 array; no proof, so its bits
+    are not the portable ones. A 2-D product with a short K (a rank's dW over its micro-batch) is GEMM'd and rounded
+    by blocks of rows whose float64 sums stay in cache, as the exact kernel makes it (_norm_bound.py `SHORT_K`,
+    `_BLOCK`): rounding a whole float64 c read back from memory would make the floor dearer than the kernel it bounds
+    (a 10M MLP's dW are 10 million elements a rank). Until 2026-11-26 this floor copied a transposed b into rows,
+    ~30 ms a step dearer at 10M / N = 4 than the kernel's own widening (benchmarks/proof_bound.py)."""
+    from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
+    from zerosim.precision.cast import NUMPY
 
-    a64, b64 = scratch(a.shape, 6), scratch(b.shape, 7)
-    np.copyto(a64, a)
-    np.copyto(b64, b)
     if a.ndim < 2 or b.ndim < 2:
-        c = (a64 @ b64).astype(np.float32)
+        c = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
         return c if out is None else np.copyto(out, c) or out
+    a64, b64 = _exact_matmul._widen_both(a, b, NUMPY)
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = np.empty(shape, np.float32) if out is None else out
     m, n, k = shape[-2], shape[-1], a.shape[-1]
@@ -134,15 +136,16 @@ def floor_matmul(a, b, out=None):
     return out
 
 
-def floor_step(engine, batches) -> list:
-    """engine.step(batches) with every portable product `floor_matmul` while it steps: the floor of the portable
-    design (an engine on the portable arithmetic; its pool's threads each take their own scratch buffers)."""
+def floor_step(engine, batches, matmul=floor_matmul) -> list:
+    """engine.step(batches) with every portable product `matmul` while it steps (by default `floor_matmul`: the floor
+    of the portable design; an engine on the portable arithmetic; its pool's threads each take their own scratch
+    buffers)."""
     import dataclasses
 
     from zerosim.precision.arithmetic import _kernels
 
     portable = _kernels.ARITHMETICS["portable"]
-    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=floor_matmul)
+    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=matmul)
     try:
         return engine.step(batches)
     finally:

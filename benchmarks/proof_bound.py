@@ -4,16 +4,13 @@ benchmarks/portable_step.py --floor measures the floor of the portable design: e
 once, no proof. A proof must at least also read the operands' norms (its error bound) and look at every element of c:
 NumPy cannot test a predicate on c without writing an array, so one ufunc pass over c that writes a byte an element
 and one reduction over that byte. `bound_matmul` is exactly that, on top of the floor with its operands widened as
-the kernel widens them (its test, c > E, proves nothing: only its cost counts). Six engines step in turns, each
+the kernel widens them (its test, c > E, proves nothing: only its cost counts). Five engines step in turns, each
 round in a new seeded order, CPU time of this process (BLAS on one thread), median of --repeats after a warm-up
 round, each ÷ native with the quartiles of the rounds' own ratios:
 
     native    the machine's sgemm
-    floor     benchmarks/peers.py `floor_step`
-    floor-k   the same floor with the operands widened as the kernel widens them (`floor_matmul_as_kernel`): peers.py
-              copies a transposed b (the forward's W.T) into C order, a 10M MLP's dx ~30 ms a step dearer than
-              the kernel's own widening, which keeps b's columns contiguous
-    bound     the floor plus the norms and the cheapest per-element test (`bound_step`)
+    floor     benchmarks/peers.py `floor_step`: its operands widened as the kernel widens them
+    bound     the floor plus the norms and the cheapest per-element test (`bound_matmul`)
     form      the floor plus the norms and the present proof's first test, no suspect settled (`form_matmul`)
     portable  the default engine: every product proved
 
@@ -29,7 +26,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -88,29 +84,10 @@ def bound_matmul(a, b, out=None, test: str = "least"):
     return out
 
 
-def floor_matmul_as_kernel(a, b, out=None):
-    """`bound_matmul` without the norms and the test: peers.py's floor, but with the operands widened as the kernel
-    widens them (peers.py copies a transposed b into C order, which costs a 10M MLP's dx ~30 ms a step more than the
-    kernel's own widening)."""
-    return bound_matmul(a, b, out, test="")
-
-
 def form_matmul(a, b, out=None):
     """`bound_matmul` with the present proof's first test in place of the least one: what that form costs at the
     least, before any suspect is settled."""
     return bound_matmul(a, b, out, test="form")
-
-
-def bound_step(engine, batches, matmul=bound_matmul) -> list:
-    """engine.step(batches) with every portable product `matmul`."""
-    from zerosim.precision.arithmetic import _kernels
-
-    portable = _kernels.ARITHMETICS["portable"]
-    _kernels.ARITHMETICS["portable"] = dataclasses.replace(portable, matmul=matmul)
-    try:
-        return engine.step(batches)
-    finally:
-        _kernels.ARITHMETICS["portable"] = portable
 
 
 def main():
@@ -121,7 +98,7 @@ def main():
     from zerosim.models import make_regression
 
     print(f"zerosim from {measured_tree()}; load average before {os.getloadavg()[0]:.2f}")
-    print(f"{'case':>8} {'native ms':>9}  floor, floor-k, bound, form, portable ÷ native (medians; q1-q3 of the "
+    print(f"{'case':>8} {'native ms':>9}  floor, bound, form, portable ÷ native (medians; q1-q3 of the "
           f"rounds' own ratios)")
     for case in args.cases.split(","):
         name, n = case.split(":")
@@ -129,14 +106,12 @@ def main():
         batches = make_regression(np.random.default_rng(0), n, BATCH, widths)
         runs = engines(widths, n, "fp32", floor=True)
         runs["bound"] = engines(widths, n, "fp32")["portable"]
-        runs["floor-k"] = engines(widths, n, "fp32")["portable"]
         runs["form"] = engines(widths, n, "fp32")["portable"]
         steps = {"native": lambda: runs["native"].step(batches),
                  "portable": lambda: runs["portable"].step(batches),
                  "floor": lambda: floor_step(runs["floor"], batches),
-                 "floor-k": lambda: bound_step(runs["floor-k"], batches, floor_matmul_as_kernel),
-                 "bound": lambda: bound_step(runs["bound"], batches),
-                 "form": lambda: bound_step(runs["form"], batches, form_matmul)}
+                 "bound": lambda: floor_step(runs["bound"], batches, bound_matmul),
+                 "form": lambda: floor_step(runs["form"], batches, form_matmul)}
         cpu, order = {a: [] for a in steps}, random.Random(0)
         for round_ in range(args.repeats + 1):  # round 0 warms up
             names = list(steps)
@@ -150,7 +125,7 @@ def main():
                 tidy(runs, a, losses)
         native = statistics.median(cpu["native"])
         cells = []
-        for a in ("floor", "floor-k", "bound", "form", "portable"):
+        for a in ("floor", "bound", "form", "portable"):
             q1, q3 = quartiles(sorted(x / y for x, y in zip(cpu[a], cpu["native"])))
             cells.append(f"{statistics.median(cpu[a]) / native:.2f} ({q1:.2f}-{q3:.2f})")
         print(f"{case:>8} {native * 1e3:>9.1f} " + "  ".join(cells), flush=True)
