@@ -324,3 +324,73 @@ def test_inputs_that_differ_in_shape_or_kind_are_cast_rank_by_rank():
         for work, (x, _) in zip(made, batches):
             assert work.a.shape == x.shape
     assert all(w.a is x for w, (x, _) in zip(passes_of(model, labels, "bf16", [None] * 3), labels))
+
+
+def _passes(n=4, rows=3, widths=(5, 7, 3), fmt="bf16"):
+    from zerosim.cluster import MemoryLedger
+    from zerosim.models import passes_of
+
+    model = MLP(list(widths))
+    batches = make_regression(np.random.default_rng(0), n, rows, list(widths))
+    return model, passes_of(model, batches, fmt, [MemoryLedger(i) for i in range(n)])
+
+
+def _op(model, kind, layer=None):
+    from zerosim.models import schedule
+
+    return next(op for op in schedule(model) if op.kind == kind and layer in (None, op.layer))
+
+
+def _differs(name):
+    """A change to pass 2 that `stacks` must refuse (each what the loop over passes alone may run)."""
+    def fmt(passes, model):
+        passes[2].fmt = get_precision("fp16-mixed").compute_format
+
+    def shape(passes, model):
+        passes[2].a = passes[2].a[:2]
+
+    def dtype(passes, model):
+        passes[2].a = passes[2].a.astype(np.float32)
+
+    def keeps_values(passes, model):
+        passes[2].keep_values = True
+
+    def no_ledger(passes, model):
+        passes[2].saved.ledger = None
+
+    return {"fmt": fmt, "shape": shape, "dtype": dtype, "keeps values": keeps_values, "no ledger": no_ledger}[name]
+
+
+@pytest.mark.parametrize("change", ["fmt", "shape", "dtype", "keeps values", "no ledger"])
+def test_stacks_refuses_passes_that_differ_in_any_respect_and_takes_them_alike(change):
+    """models/_stacked.py `stacks`: every pass asked every question; pass 2 changed in one respect is refused."""
+    from zerosim.models._stacked import stacks
+
+    model, passes = _passes()
+    forward = _op(model, "forward", 0)
+    assert stacks(passes, forward, model)  # alike: one cast stack's rows
+    same_shape = passes[1].a.copy()  # equal, but not the cast stack's own rows: alike
+    passes[1].a = same_shape
+    assert stacks(passes, forward, model)
+    _differs(change)(passes, model)
+    assert not stacks(passes, forward, model)
+
+
+def test_stacks_refuses_a_backward_without_every_pass_s_saved_tensors_and_a_loss_whose_targets_differ():
+    from zerosim.models._stacked import stacks
+
+    model, passes = _passes()
+    loss = _op(model, "loss")
+    for work in passes:  # what the last forward hands the loss: one (B, 3) activation each
+        work.a = np.zeros((3, 3), ml_dtypes.bfloat16)
+    assert stacks(passes, loss, model)
+    passes[3].target = passes[3].target[:2]
+    assert not stacks(passes, loss, model)
+    model, passes = _passes()
+    for work in passes:
+        work.dy = np.zeros((3, 7), ml_dtypes.bfloat16)
+        work.saved.items[0] = {}
+    backward = _op(model, "backward", 0)
+    assert stacks(passes, backward, model)
+    del passes[1].saved.items[0]
+    assert not stacks(passes, backward, model)
