@@ -121,6 +121,21 @@ def test_batched_products_broadcast_as_numpy_matmul_does():
             assert np.array_equal(bits(got[i, h]), bits(reference(a[i, h], b[h])))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 0), (0, 4)), ((2, 3, 0), (0, 4)), ((0, 5), (5, 2)),
+                                              ((3, 5), (5, 0))])
+def test_an_empty_sum_is_plus_zero_and_empty_operands_give_numpy_s_shapes(dtype, a_shape, b_shape):
+    """K = 0: each element sums no products, so its exact value is 0, which rounds to +0 (an fp32 product with K = 0
+    raised from a reduction over K until 2026-11-26); an empty M or N: an empty array of numpy's shape. With `out`
+    too, whatever it held before."""
+    a, b = np.full(a_shape, -1.5, dtype), np.full(b_shape, 2.0, dtype)
+    shape = np.matmul(np.zeros(a_shape), np.zeros(b_shape)).shape
+    for out in (None, np.full(shape, np.nan, np.float32)):
+        got = exact_matmul(a, b, out=out)
+        assert got.shape == shape and got.dtype == np.float32
+        assert np.array_equal(bits(got), np.zeros(shape, np.uint32))  # +0 everywhere: no sign bit, no NaN
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered in matmul")  # inf - inf: NumPy's own warning, as fp32's
 def test_nan_and_inf_pass_through_as_any_order_gives_them():
     a = np.array([[np.inf, 1.0], [np.nan, 1.0], [np.inf, -np.inf]], np.float32)

@@ -192,6 +192,8 @@ def _exact_long(a, b, out=None):
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
     c += 0.0
+    if k == 0:  # no products: every element's exact sum is +0 (the facts below reduce over K, which has no identity)
+        return narrow32(c, ns), True
     # on the host (a device's arrays go the long way), where a bound by rows and columns can pass, and not tried
     # already (`_narrow_product` ran the same bound from the same facts, read off the bits, or found NaN or inf)
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA < 53:
