@@ -43,7 +43,7 @@ import time  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/trees.py, however this file is run
 from peers import measured_tree  # noqa: E402
-from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402
+from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started  # noqa: E402
 
 TARGET = 10.0
 COMMAND_TARGET = 1.5  # CPU seconds, the whole command (issue 63)
@@ -139,12 +139,10 @@ def measure(repeats: int, tree, baseline: bool) -> tuple:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=rounds, default=3)
     p.add_argument("--no-baseline", action="store_true", help="skip the exhaustive yardstick")
     p.add_argument("--tree", type=source_tree, help="another source tree whose command runs in turns with this one's")
     args = p.parse_args()
-    if args.repeats < 1:
-        p.error(f"--repeats {args.repeats}: at least 1 (the timed rounds, after one that warms up)")
     print(
         f"zerosim plan: Llama-3-70B, {RANKS} × H100 80GB ({PER_NODE} per node), L = {L}, {GLOBAL} sequences per step; "
         f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; load {os.getloadavg()[0]:.2f}; in turns; CPU seconds"

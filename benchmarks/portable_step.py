@@ -17,16 +17,17 @@ on 8 ranks both ways read alike within their rounds' spread, bf16 1.43-1.44 kept
 
 For fp32, a third engine in the same turns measures the floor of the portable design (--floor; benchmarks/peers.py
 `floor_step`): the portable engine with every matrix product replaced, while it steps, by what each exact product
-costs at the least: both operands widened to float64 into reused buffers as the kernel widens them, one float64 GEMM into a reused buffer (by
-blocks of rows that stay in cache for a short K, as the exact kernel makes a rank's dW), its sums rounded once into
-the output, and no proof (zerosim/precision/arithmetic/_exact_matmul.py does the same three things and then proves
-the rounding; DESIGN.md "The same numbers everywhere"). Its bits are not proved (a float64 sum of fp32 products is
-not exact, though on the 30 products of a 919k, N = 8 step, 8.3 million elements, every one came out as the exact
-product's), so only its time counts; portable ÷ floor is what the proof and its settling cost. (For bf16 the exact
-products read the operands' facts and keep widened weights, which a plain widening would not match.) Until
-2026-11-26 the floor rounded a whole float64 c read back from memory: 1.58-1.79x native at 10M on 4 ranks, where the
-blocked one reads 1.40 (the same run: 361 ms against 258); and it copied a transposed weight into rows, which the
-kernel does not: 1.35-1.46x native at 10M, where widened as the kernel widens reads 1.27 (benchmarks/proof_bound.py).
+costs at the least: both operands widened to float64 into reused buffers as the kernel widens them, one float64 GEMM
+into a reused buffer (by blocks of rows that stay in cache for a short K, as the exact kernel makes a rank's dW),
+its sums rounded once into the output, and no proof (zerosim/precision/arithmetic/_exact_matmul.py does the same
+three things and then proves the rounding; DESIGN.md "The same numbers everywhere"). Its bits are not proved (a
+float64 sum of fp32 products is not exact, though on the 30 products of a 919k, N = 8 step, 8.3 million elements,
+every one came out as the exact product's), so only its time counts; portable ÷ floor is what the proof and its
+settling cost. (For bf16 the exact products read the operands' facts and keep widened weights, which a plain
+widening would not match.) Until 2026-11-26 the floor rounded a whole float64 c read back from memory: 1.58-1.79x
+native at 10M on 4 ranks, where the blocked one reads 1.40 (the same run: 361 ms against 258); and it copied a
+transposed weight into rows, which the kernel does not: 1.35-1.46x native at 10M, where widened as the kernel widens
+reads 1.27 (benchmarks/proof_bound.py).
 
 With --faults, each engine's minor page faults and system CPU ms per step too (medians of the same rounds, from
 `resource.getrusage` of this process around each step): memory fresh from the system costs a fault per 4 kB page,
@@ -61,7 +62,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
-from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402  (--tree: another tree's engines in turns)
+from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started  # noqa: E402  (--tree: another tree's engines in turns)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -175,7 +176,7 @@ def main():
     from zerosim import MLP
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--repeats", type=rounds, default=9)
     p.add_argument("--cases", default="919k:8,10M:4", help="MODEL:N,... (MODEL: 919k or 10M)")
     p.add_argument("--precisions", default="bf16-mixed,fp32")
     p.add_argument("--floor", action="store_true", help="fp32 rows: also the portable engine with every product a "

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402
 from portable_step import engines, tidy  # noqa: E402
-from trees import quartiles  # noqa: E402
+from trees import quartiles, rounds  # noqa: E402
 
 
 def bound_matmul(a, b, out=None, test: str = "least"):
@@ -92,7 +92,7 @@ def form_matmul(a, b, out=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--repeats", type=rounds, default=9)
     p.add_argument("--cases", default="919k:8,10M:4", help="MODEL:N,... (MODEL: 919k or 10M)")
     args = p.parse_args()
     from zerosim.models import make_regression

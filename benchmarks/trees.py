@@ -61,6 +61,20 @@ def source_tree(path: str) -> str:
     return path
 
 
+def rounds(text: str) -> int:
+    """`text` as a count of timed rounds (the scripts' argparse `type` for --repeats: a refusal is printed as
+    "argument --repeats: ..." and exits 2 before any work; the medians and quartiles need one round at least)."""
+    import argparse
+
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a whole number of rounds") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count}: at least 1 (the timed rounds, after one that warms up)")
+    return count
+
+
 @dataclasses.dataclass
 class Side:
     """What a worker holds: its contenders' steps (name -> a call of no arguments, timed), what runs after each step,

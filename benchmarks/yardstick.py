@@ -86,7 +86,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
 from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
-from trees import Side, compared, in_turns, quartiles, source_tree, started  # noqa: E402  (--tree: another tree's contenders in turns)
+from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started  # noqa: E402  (--tree: another tree's contenders in turns)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -434,7 +434,7 @@ def compare_trees(args, arithmetics, threads) -> None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--repeats", type=rounds, default=9)
     p.add_argument("--case", choices=("small", "large", "both"), default="both")
     p.add_argument("--arithmetic", choices=("native", "portable", "both"), default="both")
     p.add_argument("--hand-adds", choices=tuple(ADDS), default="ml_dtypes",

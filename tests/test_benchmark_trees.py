@@ -187,7 +187,9 @@ REFUSALS = [
     ("yardstick", ["--tree", "TREE"], "argument --tree: TREE: no zerosim/ folder there"),
     ("plan", ["--tree", "NOWHERE"], "argument --tree: NOWHERE: no such folder"),
     ("plan", ["--tree", "TREE"], "argument --tree: TREE: no zerosim/ folder there"),
-    ("plan", ["--repeats", "0"], "--repeats 0: at least 1 (the timed rounds"),
+    *((script, ["--repeats", "0"], "argument --repeats: 0: at least 1 (the timed rounds")
+      for script in ("portable_step", "yardstick", "plan")),  # a median of no rounds: they failed after the work
+    ("yardstick", ["--repeats", "two"], "argument --repeats: 'two': not a whole number of rounds"),
 ]
 
 
