@@ -44,17 +44,15 @@ def bound_matmul(a, b, out=None, test: str = "least"):
     and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
     byte an element and one reduction over it; or ("form") the passes of the present proof's first test instead (c - E
     rounded into the output, c + E rounded, their bits compared, the comparison's `any`, and the scan for its suspects
-    that a block with any makes), none of its suspects settled; or none ("" : the floor). Its bits are the floor's."""
+    that a block with any makes), none of its suspects settled. Its bits are the floor's."""
     from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
     from zerosim.precision.cast import NUMPY
 
     a64, b64 = _exact_matmul._widen_both(a, b, NUMPY)  # as the kernel widens them (b's columns kept contiguous)
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    e = 0.0
-    if test:  # "least" or "form"
-        rows_norm, columns_norm = _norm_bound.line_norms(a64, b64)
-        e = float(rows_norm.max(initial=0.0) * columns_norm.max(initial=0.0)) * 2.0**-48
+    rows_norm, columns_norm = _norm_bound.line_norms(a64, b64)
+    e = float(rows_norm.max(initial=0.0) * columns_norm.max(initial=0.0)) * 2.0**-48
     out = np.empty(shape, np.float32) if out is None else out
     m, n, k = shape[-2], shape[-1], a.shape[-1]
     step = max(1, _norm_bound._BLOCK // max(n * int(np.prod(shape[:-2])), 1))
@@ -78,9 +76,8 @@ def bound_matmul(a, b, out=None, test: str = "least"):
                     seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
                 continue
             np.copyto(low, block, casting="unsafe")
-            if test:
-                np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
-                seen |= bool(flag[..., :r, :].any())  # and the one reduction
+            np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
+            seen |= bool(flag[..., :r, :].any())  # and the one reduction
     return out
 
 
