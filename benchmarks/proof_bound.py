@@ -11,11 +11,23 @@ round, each ÷ native with the quartiles of the rounds' own ratios:
     native    the machine's sgemm
     floor     benchmarks/peers.py `floor_step`: its operands widened as the kernel widens them
     bound     the floor plus the norms and the cheapest per-element test (`bound_matmul`)
+    two       the floor plus the norms and the least test NumPy can decide (`two_matmul`, below)
     form      the floor plus the norms and the present proof's first test, no suspect settled (`form_matmul`)
     portable  the default engine: every product proved
 
 If bound ÷ native is above issue 63's 1.5, no NumPy proof reaches the target at that size; portable - bound is what
 the present proof spends beyond the least any could (its second rounding of c, the suspects found and settled).
+
+"bound" is a lower bound no proof can reach: no one NumPy call over c decides whether [c - E, c + E] holds a float32
+rounding boundary. The boundaries lie half a float32 ulp apart, an ulp that doubles with each binade of c, and E
+differs by row, so the test is not a comparison of c with a broadcast value (monotone in c), nor a bit test of c's
+float64 bits against a broadcast mask (which bits lie within E of the boundary depends on c's binade), nor a casting
+comparison of c with itself (`np.not_equal(x, y, signature=("f4", "f4", "?"))` needs c + E as an array of its own).
+"two" is the least that does decide it: c rounded into the output, as the floor rounds it (a proof with -E folded
+into its GEMM, as a column of a and a row of ones in b, would get c - E there at that cost; here the fold's wider GEMM
+is free), c + 2E rounded (one float64 add with a cast), their bits compared, and the comparison's `any`. Like
+"bound", it settles no suspect and does not even look for one: a proof also scans each block that holds one (the
+present proof's ReLU zeros put one in nearly every block) and settles them.
 
     python benchmarks/proof_bound.py [--repeats 9] [--cases 919k:8,10M:4]
 """
@@ -42,9 +54,11 @@ from trees import quartiles, rounds  # noqa: E402
 def bound_matmul(a, b, out=None, test: str = "least"):
     """`floor_matmul` plus what any proof reads and writes at the least (`test` "least"): both operands' line norms,
     and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
-    byte an element and one reduction over it; or ("form") the passes of the present proof's first test instead (c - E
-    rounded into the output, c + E rounded, their bits compared, the comparison's `any`, and the scan for its suspects
-    that a block with any makes), none of its suspects settled. Its bits are the floor's."""
+    byte an element and one reduction over it; or ("two") the least test NumPy can decide (c rounded into the output,
+    c + 2E rounded, their bits compared, the comparison's `any`: the module docstring); or ("form") the passes of the
+    present proof's first test instead (c - E rounded into the output, c + E rounded, their bits compared, the
+    comparison's `any`, and the scan for its suspects that a block with any makes), none of its suspects settled. Its
+    bits are the floor's, but for "form"'s suspects, left as c - E rounded (the proof's later passes mend them)."""
     from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
     from zerosim.precision.cast import NUMPY
@@ -68,6 +82,12 @@ def bound_matmul(a, b, out=None, test: str = "least"):
             block = part[..., first:first + step, :]
             r = block.shape[-2]
             low = out[..., start + first:start + first + r, :]
+            if test == "two":  # the least a test NumPy can decide costs: two calls over c (the docstring)
+                np.copyto(low, block, casting="unsafe")  # the floor's rounding (c - E, were E folded into the GEMM)
+                np.add(block, 2 * e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")  # c + E rounded
+                np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
+                seen |= bool(flag[..., :r, :].any())
+                continue
             if test == "form":
                 np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
                 np.add(block, e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")
@@ -79,6 +99,11 @@ def bound_matmul(a, b, out=None, test: str = "least"):
             np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
             seen |= bool(flag[..., :r, :].any())  # and the one reduction
     return out
+
+
+def two_matmul(a, b, out=None):
+    """`bound_matmul` with the least test NumPy can decide (`test` "two"; the module docstring says why two calls)."""
+    return bound_matmul(a, b, out, test="two")
 
 
 def form_matmul(a, b, out=None):
@@ -95,7 +120,7 @@ def main():
     from zerosim.models import make_regression
 
     print(f"zerosim from {measured_tree()}; load average before {os.getloadavg()[0]:.2f}")
-    print(f"{'case':>8} {'native ms':>9}  floor, bound, form, portable ÷ native (medians; q1-q3 of the "
+    print(f"{'case':>8} {'native ms':>9}  floor, bound, two, form, portable ÷ native (medians; q1-q3 of the "
           f"rounds' own ratios)")
     for case in args.cases.split(","):
         name, n = case.split(":")
@@ -103,11 +128,13 @@ def main():
         batches = make_regression(np.random.default_rng(0), n, BATCH, widths)
         runs = engines(widths, n, "fp32", floor=True)
         runs["bound"] = engines(widths, n, "fp32")["portable"]
+        runs["two"] = engines(widths, n, "fp32")["portable"]
         runs["form"] = engines(widths, n, "fp32")["portable"]
         steps = {"native": lambda: runs["native"].step(batches),
                  "portable": lambda: runs["portable"].step(batches),
                  "floor": lambda: floor_step(runs["floor"], batches),
                  "bound": lambda: floor_step(runs["bound"], batches, bound_matmul),
+                 "two": lambda: floor_step(runs["two"], batches, two_matmul),
                  "form": lambda: floor_step(runs["form"], batches, form_matmul)}
         cpu, order = {a: [] for a in steps}, random.Random(0)
         for round_ in range(args.repeats + 1):  # round 0 warms up
@@ -122,7 +149,7 @@ def main():
                 tidy(runs, a, losses)
         native = statistics.median(cpu["native"])
         cells = []
-        for a in ("floor", "bound", "form", "portable"):
+        for a in ("floor", "bound", "two", "form", "portable"):
             q1, q3 = quartiles(sorted(x / y for x, y in zip(cpu[a], cpu["native"])))
             cells.append(f"{statistics.median(cpu[a]) / native:.2f} ({q1:.2f}-{q3:.2f})")
         print(f"{case:>8} {native * 1e3:>9.1f} " + "  ".join(cells), flush=True)
