@@ -25,9 +25,12 @@ float64 bits against a broadcast mask (which bits lie within E of the boundary d
 comparison of c with itself (`np.not_equal(x, y, signature=("f4", "f4", "?"))` needs c + E as an array of its own).
 "two" is the least that does decide it: c rounded into the output, as the floor rounds it (a proof with -E folded
 into its GEMM, as a column of a and a row of ones in b, would get c - E there at that cost; here the fold's wider GEMM
-is free), c + 2E rounded (one float64 add with a cast), their bits compared, and the comparison's `any`. Like
-"bound", it settles no suspect and does not even look for one: a proof also scans each block that holds one (the
-present proof's ReLU zeros put one in nearly every block) and settles them.
+is free), c + 2E rounded (one float64 add with a cast), their bits compared, the comparison's `any`, and the scan of a
+block that holds a suspect for where they lie. A proof must scan nearly every block: on the steps of `--cases`' MLPs,
+suspects that are no exact zero (those left after the present proof's tests of zeros, before its per-element norms)
+lie in 58-63 of each step's 64 blocks at 919k / N = 8 and in 292-310 of 320 at 10M / N = 4 (the second to fourth
+steps), so scanning every block that holds any of its suspects over-states what the scans must cost by at most a
+tenth. "two" settles none of them.
 
     python benchmarks/proof_bound.py [--repeats 9] [--cases 919k:8,10M:4]
 """
@@ -55,9 +58,10 @@ def bound_matmul(a, b, out=None, test: str = "least"):
     """`floor_matmul` plus what any proof reads and writes at the least (`test` "least"): both operands' line norms,
     and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
     byte an element and one reduction over it; or ("two") the least test NumPy can decide (c rounded into the output,
-    c + 2E rounded, their bits compared, the comparison's `any`: the module docstring); or ("form") the passes of the
-    present proof's first test instead (c - E rounded into the output, c + E rounded, their bits compared, the
-    comparison's `any`, and the scan for its suspects that a block with any makes), none of its suspects settled. Its
+    c + 2E rounded, their bits compared, the comparison's `any` and the scan of a block that holds a suspect: the module
+    docstring); or ("form") the passes of the present proof's first test instead (c - E rounded into the output, c + E
+    rounded, their bits compared, the comparison's `any`, and the scan for its suspects that a block with any makes),
+    none of its suspects settled. Its
     bits are the floor's, but for "form"'s suspects, left as c - E rounded (the proof's later passes mend them)."""
     from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
@@ -86,7 +90,8 @@ def bound_matmul(a, b, out=None, test: str = "least"):
                 np.copyto(low, block, casting="unsafe")  # the floor's rounding (c - E, were E folded into the GEMM)
                 np.add(block, 2 * e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")  # c + E rounded
                 np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
-                seen |= bool(flag[..., :r, :].any())
+                if flag[..., :r, :].any():  # and where its suspects lie (the module docstring: nearly every block)
+                    seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
                 continue
             if test == "form":
                 np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
