@@ -26,11 +26,13 @@ the BLAS kernels of both sides (NumPy's OpenBLAS kernel, torch's BLAS and CPU ca
 rounded once: the same bits on every machine; issue 63 holds the default against torch), or "native" (the machine's
 sgemm, as torch runs its own BLAS; issue 28's table), or "floor": the portable engine with every product what an exact
 product costs at the least, a float64 GEMM rounded once with no proof (`floor_step`; bits not the portable ones, so
-only its time counts), which says whether a ratio the portable arithmetic misses is within reach of its design.
+only its time counts), which says whether a ratio the portable arithmetic misses is within reach of its design; or
+"two": the floor plus the least proof NumPy can decide (benchmarks/proof_bound.py `two_matmul`: the operands' norms, c
+and c + 2E rounded, compared, the suspects located, none settled), which says whether it is within reach of any proof.
 --rows picks the comparisons.
 
     python benchmarks/peers.py [--repeats 5] [--budget 40] [--cases 919k:4,919k:8,10M:4,10M:8]
-                               [--arithmetic portable|native|floor] [--rows zero1,zero3-fp32,zero3-bf16]
+                               [--arithmetic portable|native|floor|two] [--rows zero1,zero3-fp32,zero3-bf16]
 """
 
 import os
@@ -39,6 +41,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -106,7 +109,7 @@ def forget_kept_operands(buffers: bool = False) -> None:
         _rank_products.clear()
 
 
-def floor_matmul(a, b, out=None):
+def floor_matmul(a, b, out=None, test=None):
     """What an exact product costs at the least (benchmarks/portable_step.py's docstring): a and b widened to float64
     as the exact kernel widens them (_exact_matmul.py `_widen_both`: into reused buffers, a transposed b, the
     forward's W.T, kept with its columns contiguous rather than copied into rows), one float64 GEMM, rounded once into
@@ -115,7 +118,12 @@ def floor_matmul(a, b, out=None):
     by blocks of rows whose float64 sums stay in cache, as the exact kernel makes it (_norm_bound.py `SHORT_K`,
     `_BLOCK`): rounding a whole float64 c read back from memory would make the floor dearer than the kernel it bounds
     (a 10M MLP's dW are 10 million elements a rank). Until 2026-11-26 this floor copied a transposed b into rows,
-    ~30 ms a step dearer at 10M / N = 4 than the kernel's own widening (benchmarks/proof_bound.py)."""
+    ~30 ms a step dearer at 10M / N = 4 than the kernel's own widening (benchmarks/proof_bound.py).
+
+    `test(block, low, e)`, where given, rounds each block of rows the exact kernel tests at a time (`_BLOCK`
+    elements) into `low` in place of the floor's rounding, and tests it as a proof would, `e` the product's widest
+    error bound from the operands' norms (read only then): benchmarks/proof_bound.py's engines, the least any proof
+    costs and the least one NumPy can decide (`--arithmetic two`)."""
     from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
     from zerosim.precision.arithmetic._scratch import scratch
     from zerosim.precision.cast import NUMPY
@@ -127,13 +135,35 @@ def floor_matmul(a, b, out=None):
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = np.empty(shape, np.float32) if out is None else out
     m, n, k = shape[-2], shape[-1], a.shape[-1]
-    rows = max(1, _norm_bound._BLOCK // max(n, 1)) if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
+    step = max(1, _norm_bound._BLOCK // max(n * math.prod(shape[:-2]), 1))  # rows the kernel tests at a time
+    rows = step if len(shape) == 2 and k <= _norm_bound.SHORT_K else m  # and GEMMs at a time
+    e = None
+    if test is not None:  # the error bound's inputs, as the kernel reads them (one for the whole product: a floor)
+        by_rows, by_columns = _norm_bound.line_norms(a64, b64)
+        e = float(by_rows.max(initial=0.0) * by_columns.max(initial=0.0)) * 2.0**-48
     c = scratch(shape[:-2] + (min(rows, m), n), 2)
     for start in range(0, m, rows):
         part = c[..., :min(rows, m - start), :]
         np.matmul(a64[..., start:start + rows, :], b64, out=part)
-        np.copyto(out[..., start:start + rows, :], part, casting="unsafe")
+        if test is None:
+            np.copyto(out[..., start:start + rows, :], part, casting="unsafe")
+            continue
+        for first in range(0, part.shape[-2], step):
+            block = part[..., first:first + step, :]
+            test(block, out[..., start + first:start + first + block.shape[-2], :], e)
     return out
+
+
+def _two_matmul():
+    """benchmarks/proof_bound.py's `two_matmul`: the floor plus the least test NumPy can decide (read when asked for:
+    that script imports this one)."""
+    from proof_bound import two_matmul
+
+    return two_matmul
+
+
+# --arithmetic values that step the portable engine with every product another kernel (`floor_step`): each's maker
+STEPPED = {"floor": lambda: floor_matmul, "two": _two_matmul}
 
 
 def floor_step(engine, batches, matmul=floor_matmul) -> list:
@@ -256,7 +286,7 @@ def zerosim_engine(widths, n, stage, precision, workers, arithmetic):
     model = MLP(widths, activation="relu")
     cluster = Cluster(n, trace="call", timeline=False, workers=workers)
     # native: the machine's sgemm, as torch's BLAS; floor: the portable engine, stepped by `floor_step`
-    policy = get_precision(precision).with_(arithmetic="portable" if arithmetic == "floor" else arithmetic)
+    policy = get_precision(precision).with_(arithmetic="portable" if arithmetic in STEPPED else arithmetic)
     return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), policy, params=model.init_params())
 
 
@@ -277,7 +307,8 @@ def run_case(name, n, repeats, budget, port, arithmetic, chosen):
             peers.mode(mode)
             pooled = zerosim_engine(widths, n, stage, precision, "auto", arithmetic)
             single = zerosim_engine(widths, n, stage, precision, 1, arithmetic)
-            step = (lambda e: floor_step(e, data)) if arithmetic == "floor" else (lambda e: e.step(data))
+            kernel = STEPPED[arithmetic]() if arithmetic in STEPPED else None  # every product, while it steps
+            step = (lambda e: floor_step(e, data, kernel)) if kernel else (lambda e: e.step(data))
             peers.step(), step(pooled), step(single)  # warm up: first touches, BLAS, gloo's buffers
             times = {"torch": [], "pool": [], "one": []}
             start = time.perf_counter()
@@ -353,7 +384,7 @@ def main():
                    f"(after {MIN_REPEATS} steps)")
     p.add_argument("--cases", default="919k:4,919k:8,10M:4,10M:8", help="MODEL:N,... (MODEL: 919k or 10M)")
     p.add_argument("--port", type=int, default=29517)
-    p.add_argument("--arithmetic", choices=("portable", "native", "floor"), default="portable",
+    p.add_argument("--arithmetic", choices=("portable", "native", *STEPPED), default="portable",
                    help="zerosim's products: its default, portable (the same bits everywhere), the machine's own, or "
                    "the portable design's floor (each a float64 GEMM rounded once, no proof: `floor_step`)")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comparisons, of {', '.join(ROWS)}")

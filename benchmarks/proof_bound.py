@@ -49,72 +49,63 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
-from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402
+from peers import BATCH, MODELS, floor_matmul, floor_step, forget_kept_operands, measured_tree  # noqa: E402
 from portable_step import engines, tidy  # noqa: E402
 from trees import quartiles, rounds  # noqa: E402
 
+from zerosim.precision.arithmetic._scratch import scratch  # noqa: E402  (the kernel's reused buffers)
+
+
+def _least(block, low, e) -> None:
+    """The floor's rounding, and what any proof does at the least: one ufunc pass over c writing a byte an element
+    (c > E proves nothing: only its cost counts) and one reduction over it."""
+    flag = scratch(block.shape, 5, np.bool_)
+    np.copyto(low, block, casting="unsafe")
+    np.greater(block, e, out=flag)
+    flag.any()
+
+
+def _two(block, low, e) -> None:
+    """The least test NumPy can decide (the module docstring): c rounded into the output as the floor rounds it,
+    c + 2E rounded, their bits compared, the comparison's `any`, and the scan of a block that holds a suspect."""
+    high, flag = scratch(block.shape, 4, np.float32), scratch(block.shape, 5, np.bool_)
+    np.copyto(low, block, casting="unsafe")
+    np.add(block, 2 * e, out=high, dtype=np.float64, casting="unsafe")
+    np.not_equal(low.view(np.uint32), high.view(np.uint32), out=flag)
+    if flag.any():
+        np.flatnonzero(flag)
+
+
+def _form(block, low, e) -> None:
+    """The present proof's first test (_norm_bound.py `rounded_by_norms`): c - E rounded into the output, c + E
+    rounded, their bits compared, the comparison's `any`, and the scan for its suspects that a block with any makes;
+    none of them mended (they stay c - E rounded) or settled."""
+    high, flag = scratch(block.shape, 4, np.float32), scratch(block.shape, 5, np.bool_)
+    np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
+    np.add(block, e, out=high, dtype=np.float64, casting="unsafe")
+    np.not_equal(low.view(np.uint32), high.view(np.uint32), out=flag)
+    if flag.any():
+        np.flatnonzero(flag)
+
+
+TESTS = {"least": _least, "two": _two, "form": _form}
+
 
 def bound_matmul(a, b, out=None, test: str = "least"):
-    """`floor_matmul` plus what any proof reads and writes at the least (`test` "least"): both operands' line norms,
-    and per block of rows (those the kernel tests at a time, _norm_bound.py `_BLOCK`) one ufunc pass over c writing a
-    byte an element and one reduction over it; or ("two") the least test NumPy can decide (c rounded into the output,
-    c + 2E rounded, their bits compared, the comparison's `any` and the scan of a block that holds a suspect: the module
-    docstring); or ("form") the passes of the present proof's first test instead (c - E rounded into the output, c + E
-    rounded, their bits compared, the comparison's `any`, and the scan for its suspects that a block with any makes),
-    none of its suspects settled. Its
-    bits are the floor's, but for "form"'s suspects, left as c - E rounded (the proof's later passes mend them)."""
-    from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
-    from zerosim.precision.arithmetic._scratch import scratch
-    from zerosim.precision.cast import NUMPY
-
-    a64, b64 = _exact_matmul._widen_both(a, b, NUMPY)  # as the kernel widens them (b's columns kept contiguous)
-    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    rows_norm, columns_norm = _norm_bound.line_norms(a64, b64)
-    e = float(rows_norm.max(initial=0.0) * columns_norm.max(initial=0.0)) * 2.0**-48
-    out = np.empty(shape, np.float32) if out is None else out
-    m, n, k = shape[-2], shape[-1], a.shape[-1]
-    step = max(1, _norm_bound._BLOCK // max(n * int(np.prod(shape[:-2])), 1))
-    gemm_rows = step if len(shape) == 2 and k <= _norm_bound.SHORT_K else m
-    c = scratch(shape[:-2] + (min(gemm_rows, m), n), 2)
-    flag = scratch(shape[:-2] + (min(step, m), n), 5, np.bool_)
-    high = scratch(shape[:-2] + (min(step, m), n), 4, np.float32)
-    seen = False
-    for start in range(0, m, gemm_rows):
-        part = c[..., :min(gemm_rows, m - start), :]
-        np.matmul(a64[..., start:start + gemm_rows, :], b64, out=part)
-        for first in range(0, part.shape[-2], step):
-            block = part[..., first:first + step, :]
-            r = block.shape[-2]
-            low = out[..., start + first:start + first + r, :]
-            if test == "two":  # the least a test NumPy can decide costs: two calls over c (the docstring)
-                np.copyto(low, block, casting="unsafe")  # the floor's rounding (c - E, were E folded into the GEMM)
-                np.add(block, 2 * e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")  # c + E rounded
-                np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
-                if flag[..., :r, :].any():  # and where its suspects lie (the module docstring: nearly every block)
-                    seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
-                continue
-            if test == "form":
-                np.subtract(block, e, out=low, dtype=np.float64, casting="unsafe")
-                np.add(block, e, out=high[..., :r, :], dtype=np.float64, casting="unsafe")
-                np.not_equal(low.view(np.uint32), high[..., :r, :].view(np.uint32), out=flag[..., :r, :])
-                if flag[..., :r, :].any():
-                    seen |= len(np.flatnonzero(flag[..., :r, :])) > 0
-                continue
-            np.copyto(low, block, casting="unsafe")
-            np.greater(block, e, out=flag[..., :r, :])  # the one pass writing a byte an element
-            seen |= bool(flag[..., :r, :].any())  # and the one reduction
-    return out
+    """`floor_matmul` with each block of rows, as the kernel tests them, rounded and tested by `TESTS[test]`: the floor
+    plus both operands' norms and that test. Its bits are the floor's, but for "form"'s suspects (c - E rounded)."""
+    return floor_matmul(a, b, out, TESTS[test])
 
 
 def two_matmul(a, b, out=None):
-    """`bound_matmul` with the least test NumPy can decide (`test` "two"; the module docstring says why two calls)."""
-    return bound_matmul(a, b, out, test="two")
+    """`bound_matmul` with the least test NumPy can decide (peers.py `--arithmetic two` steps with it)."""
+    return floor_matmul(a, b, out, _two)
 
 
 def form_matmul(a, b, out=None):
-    """`bound_matmul` with the present proof's first test in place of the least one: what that form costs at the
-    least, before any suspect is settled."""
-    return bound_matmul(a, b, out, test="form")
+    """`bound_matmul` with the present proof's first test: what that form costs at the least, before any suspect is
+    settled."""
+    return floor_matmul(a, b, out, _form)
 
 
 def main():
