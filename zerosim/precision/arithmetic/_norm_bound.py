@@ -291,8 +291,9 @@ def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
     b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
-    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps (or `bitmaps`, a 2-D product's
-    from `_exact_lines`, are made already). Which path runs changes no bit."""
+    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps, or `bitmaps` are made already (a
+    2-D product with a short K: `_short_product`, whose rows of a few nonzeros tell theirs in the block and leave here
+    those of the rows of more). Which path runs changes no bit."""
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
     if bitmaps is None and _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
