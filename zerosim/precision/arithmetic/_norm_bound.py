@@ -152,10 +152,10 @@ def _short_product(a64, b64, out, error, columns) -> tuple:
     m, n = out.shape
     word = np.uint32 if a64.shape[1] <= 32 else np.uint64  # K <= 64: a word a line, half as wide for K <= 32
     bitmaps = row_bits, column_bits = _nonzero_bits(a64, word)[:, 0], _nonzero_bits(b64.T, word)[:, 0]
-    held = _nonzeros(row_bits, _FEW + 1)  # (M,) each row's nonzeros, up to _FEW + 1
-    order = np.argsort(held, kind="stable")  # rows by how many nonzeros they hold, each count's in order
-    # where rows of no nonzero, of the exact ones, of a few and of more start in `order`, and where they end
-    cuts = np.searchsorted(held[order], [0, 1, _EXACT_NONZEROS + 1, _FEW + 1, _FEW + 2]).tolist()
+    # each row's group: 0 all zero, 1 exact (up to _EXACT_NONZEROS), 2 a few (up to _FEW), 3 more
+    group = np.searchsorted([1, _EXACT_NONZEROS + 1, _FEW + 1], _nonzeros(row_bits, _FEW + 1), side="right")
+    order = np.argsort(group, kind="stable")  # rows by group, each group's ascending (a block's run is a run)
+    cuts = np.searchsorted(group[order], np.arange(5)).tolist()  # where each group starts in `order`, and ends
     out[order[:cuts[1]]] = 0.0  # rows all zero: +0
     held_columns = _nonzeros(column_bits, _EXACT_NONZEROS + 1)
     dead = _dead_columns(held_columns == 0)
