@@ -491,3 +491,23 @@ def test_rows_of_a_few_nonzeros_are_made_where_they_lie_whatever_their_counts():
     b = (rng.standard_normal((8, 6)) * (rng.random((8, 6)) < 0.6)).astype(np.float32)
     out = np.full((5, 6), np.nan, np.float32)
     assert np.array_equal(bits(exact_matmul(a, b, out=out)), bits(reference(a, b)))
+
+
+@pytest.mark.parametrize("k", [32, 100])  # a short K (rows in groups) and a long one (one GEMM)
+@pytest.mark.parametrize("dead", [2, 40])  # few dead columns (set apart by index) and many (by masks)
+def test_dead_columns_of_b_are_plus_zero_however_many(monkeypatch, k, dead):
+    # dW = dy.T @ x where units of x are off for the whole micro-batch: columns of b all zero (some -0), under a BLAS
+    # that gives -0 for sums of zero products; c ± E of their zeros would round to both signs
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    rng = np.random.default_rng(34)
+    a = (rng.standard_normal((24, k)) * (rng.random((24, k)) < 0.5)).astype(np.float32)
+    b = rng.standard_normal((k, 80)).astype(np.float32)
+    gone = rng.choice(80, dead, replace=False)
+    b[:, gone] = np.where(rng.random((k, dead)) < 0.5, 0.0, -0.0)
+    seen = []  # the suspects: none in a dead column
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+                        seen.append(flat % 80) or inner(flat, y, *rest))
+    got = exact_matmul(a, b)
+    assert np.array_equal(bits(got), bits(reference(a, b))) and not bits(got[:, gone]).any()
+    assert not np.isin(np.concatenate([np.zeros(0, np.intp), *seen]), gone).any()
