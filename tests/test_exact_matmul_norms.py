@@ -434,6 +434,7 @@ def rows_of_few_nonzeros() -> tuple:
     a[3, 12:14] = [1.0, -1.0]  # two nonzeros that cancel exactly against column 2's equal pair: +0
     b[12:14, 2] = 0.25
     a[4, 20] = -2.0**-30  # one nonzero: c = a·b exactly, or -0 against b's zeros (+0 the exact sum)
+    # (row 5 stays all zero, some -0: a dead row, +0 throughout)
     b[:, 3] = -0.0  # a dead column: +0 throughout
     b[20, 44] = 3.0  # column 44: one nonzero
     b[np.arange(32) != 20, 44] = -0.0
@@ -442,7 +443,7 @@ def rows_of_few_nonzeros() -> tuple:
 
 @pytest.mark.parametrize("blas", [np.matmul, in_order_blas, minus_zero_blas])
 def test_rows_of_few_nonzeros_give_the_exact_sums_and_their_disjoint_zeros_are_no_suspects(monkeypatch, blas):
-    # a short-K product's rows GEMM'd in groups by how many nonzeros they hold, gathered out of order in blocks of 4
+    # a short-K product's rows GEMM'd in groups by how many nonzeros they hold, each group's gathered in blocks of 4
     # (_BLOCK): rows of one nonzero rounded with no test, rows of 2-4 tested with their zeros of disjoint lines told
     # exact in the block. Each element must be its exact sum (Fraction sums), under BLASes that sum in any order or
     # give -0 for zero sums; a double-rounding trap in a row of two nonzeros and a float64 cancellation to 0 in a row

@@ -239,8 +239,8 @@ def _tested(c, e, low, high, doubt, dead) -> None:
 def _dead_columns(dead):
     """The dead columns of b for `_tested`, from `dead` (N,) bool: None where none is; their indices where they are
     few (`_FEW_DEAD`: each a column of the block set apart); else masks (live (N,) bool, (N,) uint32 of all bits set
-    but in a dead column), one fast pass over the block each (a 10M MLP's (1024, 2560) dW: 736 dead columns, whose
-    indices set apart cost 2.4 ms a product against 0.7)."""
+    but in a dead column), one fast pass over the block each (a 10M MLP's (1024, 2560) dW on 4 ranks, 736 dead
+    columns: by their indices 3.1 ms a product, by masks 0.7)."""
     count = np.count_nonzero(dead)
     if not count:
         return None
