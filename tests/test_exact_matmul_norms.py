@@ -403,3 +403,112 @@ def test_a_few_suspects_are_summed_one_by_one_at_once(monkeypatch):
     one_by_one = Spy(monkeypatch, _exact_matmul, "exact_sum_f32")
     assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
     assert one_by_one.calls == 6 and not magnitudes.calls
+
+
+def in_order_blas(a, b, out):
+    """A BLAS that adds each element's K products left to right, from +0 (an order a dgemm may take): its float64 sum
+    of 1, 2**-60 and -1 is 0, where the exact sum is 2**-60."""
+    out[...] = 0.0
+    for k in range(a.shape[-1]):
+        out += a[..., :, k, None] * b[..., k, None, :]
+
+
+def rows_of_few_nonzeros() -> tuple:
+    """(a (40, 32), b (32, 48)) float32: a dW over a micro-batch of 32 under ReLU masks, each row of a holding 0 to 8
+    nonzeros and the rows of each count scattered among the others; b half zeros, with a dead column (-0) and one of
+    one nonzero. Rows 0-5 and columns 0-3 hold the hard cases named beside them."""
+    rng = np.random.default_rng(31)
+    a = np.zeros((40, 32), np.float32)
+    for i in range(6, 40):
+        held = rng.choice(32, rng.integers(0, 9), replace=False)  # 0 to 8 nonzeros
+        a[i, held] = rng.standard_normal(len(held)) * 2.0 ** rng.integers(-8, 9, len(held))
+    a[rng.random(a.shape) < 0.2] *= -1
+    a[a == 0] = np.where(rng.random(np.count_nonzero(a == 0)) < 0.5, 0.0, -0.0)  # -0 among the zeros
+    b = (rng.standard_normal((32, 48)) * (rng.random((32, 48)) < 0.5)).astype(np.float32)
+    a[0, :2] = [1 + 2.0**-12, 2.0**-40]  # two nonzeros: (1 + 2**-12)**2 = 1 + 2**-11 + 2**-24, a float32 midpoint,
+    b[:, 0], b[:2, 0] = 0.0, [1 + 2.0**-12, 2.0**-40]  # plus 2**-80: c lands on the midpoint, s lies above it
+    a[1, 4:7] = [1.0, 2.0**-60, -1.0]  # three nonzeros: s = 2**-60, where c summed in order is 0
+    b[:, 1], b[4:7, 1] = 0.0, 1.0
+    a[2, 8:12] = [1.0, -1.0, 0.5, -0.5]  # four nonzeros that cancel exactly against column 2: +0
+    b[8:12, 2] = 3.0
+    a[3, 12:14] = [1.0, -1.0]  # two nonzeros that cancel exactly against column 2's equal pair: +0
+    b[12:14, 2] = 0.25
+    a[4, 20] = -2.0**-30  # one nonzero: c = a·b exactly, or -0 against b's zeros (+0 the exact sum)
+    # (row 5 stays all zero, some -0: a dead row, +0 throughout)
+    b[:, 3] = -0.0  # a dead column: +0 throughout
+    b[20, 44] = 3.0  # column 44: one nonzero
+    b[np.arange(32) != 20, 44] = -0.0
+    return a, b
+
+
+@pytest.mark.parametrize("blas", [np.matmul, in_order_blas, minus_zero_blas])
+def test_rows_of_few_nonzeros_give_the_exact_sums_and_their_disjoint_zeros_are_no_suspects(monkeypatch, blas):
+    # a short-K product's rows GEMM'd in groups by how many nonzeros they hold, each group's gathered in blocks of 4
+    # (_BLOCK): rows of one nonzero rounded with no test, rows of 2-4 tested with their zeros of disjoint lines told
+    # exact in the block. Each element must be its exact sum (Fraction sums), under BLASes that sum in any order or
+    # give -0 for zero sums; a double-rounding trap in a row of two nonzeros and a float64 cancellation to 0 in a row
+    # of three must stay suspects
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 4 * 48)
+    monkeypatch.setattr(_norm_bound, "_gemm", blas)
+    a, b = rows_of_few_nonzeros()
+    seen = []  # the zero suspects the block tests leave
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+                        seen.append(flat[y == 0]) or inner(flat, y, *rest))
+    got = exact_matmul(a, b)
+    assert np.array_equal(bits(got), bits(reference(a, b)))
+    assert got[0, 0] == np.float32(1 + 2.0**-11 + 2.0**-23) and got[1, 1] == np.float32(2.0**-60)
+    assert bits(got[2:4, 2]).tolist() == [0, 0] and not bits(got[:, 3]).any()  # +0
+    row, column = np.divmod(np.concatenate(seen), b.shape[1])
+    few = (np.count_nonzero(a, axis=1) >= 2) & (np.count_nonzero(a, axis=1) <= 4)
+    disjoint = ((a != 0).astype(int) @ (b != 0).astype(int)) == 0
+    assert disjoint[few].sum() > 100 and not (few[row] & disjoint[row, column]).any()  # told in the block
+
+
+@given(m=st.integers(1, 24), k=st.integers(1, 64), n=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       held=st.integers(0, 6))
+def test_sparse_short_products_equal_the_exact_sums_rounded_once(m, k, n, seed, held):
+    # rows of a with up to `held` nonzeros (the groups of _short_product) against b half zeros, magnitudes 2**±30
+    # apart so sums cancel, into an out of NaN
+    rng = np.random.default_rng(seed)
+    a = np.zeros((m, k), np.float32)
+    for i in range(m):
+        where = rng.choice(k, min(k, rng.integers(0, held + 1)), replace=False)
+        a[i, where] = rng.standard_normal(len(where)) * 2.0 ** rng.integers(-30, 31, len(where))
+    b = (rng.standard_normal((k, n)) * (rng.random((k, n)) < 0.5)).astype(np.float32)
+    b[rng.random((k, n)) < 0.1] = -0.0
+    out = np.full((m, n), np.nan, np.float32)  # an element left unwritten shows
+    assert np.array_equal(bits(exact_matmul(a, b, out=out)), bits(reference(a, b)))
+
+
+def test_rows_of_a_few_nonzeros_are_made_where_they_lie_whatever_their_counts():
+    # rows 0 and 4 hold two nonzeros, row 1 three, row 3 four, row 2 six: the rows of a few nonzeros (0, 1, 3, 4)
+    # are one block, gathered around row 2, each written to its own row of out (NaN until then) with its own
+    # bitmaps; taken in order of their counts (0, 4, 1, 3) they would look like the run 0-3
+    rng = np.random.default_rng(33)
+    a = np.zeros((5, 8), np.float32)
+    for row, held in enumerate([2, 3, 6, 4, 2]):
+        a[row, rng.choice(8, held, replace=False)] = rng.standard_normal(held)
+    b = (rng.standard_normal((8, 6)) * (rng.random((8, 6)) < 0.6)).astype(np.float32)
+    out = np.full((5, 6), np.nan, np.float32)
+    assert np.array_equal(bits(exact_matmul(a, b, out=out)), bits(reference(a, b)))
+
+
+@pytest.mark.parametrize("k", [32, 100])  # a short K (rows in groups) and a long one (one GEMM)
+@pytest.mark.parametrize("dead", [2, 40])  # few dead columns (set apart by index) and many (by masks)
+def test_dead_columns_of_b_are_plus_zero_however_many(monkeypatch, k, dead):
+    # dW = dy.T @ x where units of x are off for the whole micro-batch: columns of b all zero (some -0), under a BLAS
+    # that gives -0 for sums of zero products; c ± E of their zeros would round to both signs
+    monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
+    rng = np.random.default_rng(34)
+    a = (rng.standard_normal((24, k)) * (rng.random((24, k)) < 0.5)).astype(np.float32)
+    b = rng.standard_normal((k, 80)).astype(np.float32)
+    gone = rng.choice(80, dead, replace=False)
+    b[:, gone] = np.where(rng.random((k, dead)) < 0.5, 0.0, -0.0)
+    seen = []  # the suspects: none in a dead column
+    inner = _norm_bound._without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+                        seen.append(flat % 80) or inner(flat, y, *rest))
+    got = exact_matmul(a, b)
+    assert np.array_equal(bits(got), bits(reference(a, b))) and not bits(got[:, gone]).any()
+    assert not np.isin(np.concatenate([np.zeros(0, np.intp), *seen]), gone).any()

@@ -116,6 +116,24 @@ def test_the_norms_bound_writes_into_out_where_it_rounds(monkeypatch):
     assert [x[0] is out for x in answers] == [True, False] and answers[1][0] is fresh
 
 
+def test_a_sparse_short_product_into_a_transposed_view_has_the_exact_sums(monkeypatch):
+    # a dW over a micro-batch under ReLU masks (rows of a holding 0 to 8 nonzeros, made in groups, some gathered and
+    # put back by row, some in place) into an out whose rows are strided (a transposed array): every element written,
+    # each the exact sum, and the suspects settled where they lie
+    monkeypatch.setattr(_norm_bound, "_BLOCK", 4 * 48)  # blocks of 4 rows
+    rng = np.random.default_rng(23)
+    a = np.zeros((40, 32), np.float32)
+    for i in range(40):
+        held = rng.choice(32, i % 9, replace=False)
+        a[i, held] = rng.standard_normal(len(held)) * 2.0 ** rng.integers(-20, 21, len(held))
+    b = (rng.standard_normal((32, 48)) * (rng.random((32, 48)) < 0.5)).astype(np.float32)
+    b[:, 5] = 0.0
+    base = np.full((48, 40), np.nan, np.float32)
+    out = base.T  # (40, 48), its rows strided
+    assert exact_matmul(a, b, out=out) is out
+    assert bits(out).tolist() == bits(reference(a, b)).tolist() == bits(exact_matmul(a, b)).tolist()
+
+
 def _ranks_case(rows, d_in, d_out, precision, n=3):
     rng, f = np.random.default_rng(7), get_precision(precision).compute_format
     def spread(shape):

@@ -28,9 +28,11 @@ nonzero (a ReLU's dW has thousands), and the caller bounds the rest by their own
 those that stay in doubt (_exact_matmul.py `_settle_by_magnitudes`). Along a row of a or a column of b with at most
 one nonzero (a ReLU's units dead for the whole micro-batch, or alive for one row of it) every element sums one exact
 product and zeros: adding ±0 rounds nothing, so c is the exact sum there, rounded as it is (a zero made +0), never a
-suspect (`_exact_lines`; two nonzeros would not do: their one rounding can land on a float32 midpoint). So one GEMM
-and four passes over c (c - E rounded into the output, c + E rounded, their comparison, the suspects found), in place
-of two GEMMs and a dozen.
+suspect (two nonzeros would not do: their one rounding can land on a float32 midpoint); a row all zero needs no GEMM.
+In a 2-D product with a short K (a dW over a micro-batch) the rows are GEMM'd in groups by how many nonzeros they
+hold, and in rows of a few the zeros whose row and column share no nonzero are told exact in the block, before they
+become suspects (`_short_product`). So one GEMM and four passes over c (c - E rounded into the output, c + E rounded,
+their comparison, the suspects found), in place of two GEMMs and a dozen.
 """
 
 from __future__ import annotations
@@ -53,7 +55,11 @@ _SPREAD = 2.0**10  # a block of rows tested against its largest E_i where its sm
 _BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
 _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
 _ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
-_EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact along it (`_exact_lines`; 2 is not)
+_EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact along it (`_short_product`; 2 is not)
+_FEW = 4  # nonzeros of a row of a up to which its zeros of disjoint lines are told in the block (`_short_product`)
+_TEST_SLOTS = ((1, np.float32), (4, np.float32), (5, np.bool_))  # c - E rounded, c + E rounded, their verdict
+_FEW_DEAD = 16  # dead columns of b up to one in this many: set apart by their indices, else by masks (`_dead_columns`)
+_SET_BITS = np.array([bin(byte).count("1") for byte in range(256)], np.uint8)  # the set bits of each byte
 
 
 def _per_term(k: int) -> float:
@@ -75,9 +81,9 @@ def rounded_by_norms(a64, b64, out=None):
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
     doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
     within `_SPREAD` (a scalar: a column of E_i costs more per pass; a looser bound only for the first test, as
-    every suspect meets its own norms next), a 2-D product with a short K also GEMM'd by those blocks; every
-    temporary lives in this thread's reused buffers (_scratch.py): memory fresh from the system costs a page fault
-    per 4 kB, more than these passes."""
+    every suspect meets its own norms next); a 2-D product with a short K is GEMM'd by those blocks, its rows
+    grouped by how many nonzeros they hold (`_short_product`); every temporary lives in this thread's reused
+    buffers (_scratch.py): memory fresh from the system costs a page fault per 4 kB, more than these passes."""
     rows, columns = line_norms(a64, b64)
     widest = columns.max(axis=-1, initial=0.0)  # (...,) max_j ||b_j||
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
@@ -85,99 +91,188 @@ def rounded_by_norms(a64, b64, out=None):
     k = a64.shape[-1]
     error = rows * (np.asarray(widest)[..., None] * _per_term(k))  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
-    m, n = shape[-2:]
     out = np.empty(shape, np.float32) if out is None else out
-    step = max(1, _BLOCK // max(math.prod(shape[:-2]) * n, 1))  # rows tested at a time
-    gemm_step = step if len(shape) == 2 and k <= SHORT_K else m  # rows GEMM'd at a time
-    c_all = _scratch(shape[:-2] + (min(gemm_step, m), n), 2)
-    part = shape[:-2] + (min(step, m), n)
-    buffers = (_scratch(part, 4, np.float32), _scratch(part, 5, np.bool_))
-    by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
-    starts = np.arange(0, m, step)
-    highs = np.maximum.reduceat(by_row.max(axis=0), starts).tolist() if m else []  # each block's largest E_i
-    # rows of a and columns of b along which c is the exact sum (a ReLU's dead units in dW = dy.T @ x, and those alive
-    # for one row of its micro-batch): rounded as they are, never suspects; of the columns, those all zero (dead) are
-    # made +0 once at the end, the rest (few) from c in each block
-    exact_rows, exact_columns, bitmaps = _exact_lines(a64, b64, rows, columns)
-    dead = exact_columns[columns[exact_columns] == 0] if len(exact_columns) else exact_columns
-    one_columns = exact_columns[columns[exact_columns] != 0] if len(exact_columns) else exact_columns
-    row_cuts = np.searchsorted(exact_rows, np.arange(0, m + step, step)).tolist()  # each block's exact rows
-    dead_row = rows.ndim == 1 and bool((rows == 0).any())
-    live = np.where(by_row > 0, by_row, np.inf) if dead_row else by_row  # a dead row's E_i = 0 bounds nothing
-    lows = np.minimum.reduceat(live.min(axis=0), starts).tolist() if m else []  # and smallest
-    found, values = [], []
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
-        for start in range(0, m, gemm_step):
-            a_part = a64[..., start:start + gemm_step, :]
-            c_part = c_all[..., :a_part.shape[-2], :]
-            _gemm(a_part, b64, out=c_part)  # float64, summed in the machine's order
-            for first in range(0, c_part.shape[-2], step):
-                c = c_part[..., first:first + step, :]
-                top = start + first  # c's first row in the product
-                r = c.shape[-2]
-                high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
-                # the block's largest E_i (a scalar), or each row's own where they differ more than _SPREAD-fold
-                e = highs[top // step]
-                e = e if e <= _SPREAD * lows[top // step] else error[..., top:top + r, None]
-                # c - E rounded, straight into out (one pass, no float64 temporary): where c + E rounds alike, so
-                # does the exact sum, and that is the answer; the suspects get c rounded, as their next tests
-                # assume, while the block is in cache (a 10M MLP's dW leave ~85,000 a product, nearly all zeros)
-                low = out[..., top:top + r, :]
-                np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
-                np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
-                np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
-                # the exact lines' c is each element's exact sum: rounded as it is, -0 made +0, never suspects
-                if len(exact_columns):
-                    doubt[..., exact_columns] = False
-                if len(one_columns):
-                    low[..., one_columns] = np.add(c[..., one_columns], 0.0)
-                here = exact_rows[row_cuts[top // step]:row_cuts[top // step + 1]] - top
-                if len(here):
-                    doubt[..., here, :] = False
-                    low[..., here, :] = np.add(c[..., here, :], 0.0)
-                if doubt.any():
-                    flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
-                    # every -0 of c outside an exact line is a suspect (c ± E round to float32s of both signs, E = 0
-                    # included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0
-                    # + 0 = +0, any other y + 0 = y), a pass over the few suspects rather than c += 0 over all of c
-                    # (and in y: -0 ± 0 rounds to both signs, so a -0 with norms of 0 would stay in doubt)
-                    y = np.add(c.reshape(-1)[flat], 0.0)
-                    if low.flags.c_contiguous:
-                        low.reshape(-1)[flat] = y
-                    else:
-                        low[np.unravel_index(flat, low.shape)] = y
-                    values.append(y)
-                    # its index in the whole product: a block of a batched one skips the other m - r rows of each
-                    found.append(flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n)
-    if len(dead):
-        out[..., dead] = 0.0
+        if len(shape) == 2 and k <= SHORT_K:
+            found, bitmaps = _short_product(a64, b64, out, error, columns)
+        else:
+            found, bitmaps = _whole_product(a64, b64, out, error, rows, columns), None
     if not found:
         return out, None
-    flat, y = np.concatenate(found), np.concatenate(values)  # the suspects, by their flat index in the product
+    flat, y = np.concatenate([f for f, _ in found]), np.concatenate([y for _, y in found])  # by flat index
     flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
     return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
 
-def _exact_lines(a64, b64, rows, columns) -> tuple:
-    """(rows of a, columns of b, their bitmaps or None): the rows and columns (sorted index arrays) along which c is
-    every element's exact sum, lines with at most one nonzero. Such an element sums one exact product and zeros, or
-    zeros only: adding ±0 to a float64 rounds nothing, so c = s (or ±0 where s = +0), in any order, with or without
-    FMA. A ReLU's dW = dy.T @ x over a micro-batch has many: the units dead for the whole micro-batch (all zero) and
-    those alive for one row of it, whose elements the norms would leave in doubt wherever they are 0 (half of a 919k
-    MLP's ~90,000 zero suspects a step). Counted for a 2-D product with a short K, where a and b are small beside c,
-    from bitmaps of where they are nonzero (one word a line, which `_without_disjoint_zeros` reads too: (a's rows
-    (M,), b's columns (N,)) uint64); for the rest only the all-zero lines, whose norms are 0 (a batch: none)."""
-    if rows.ndim != 1 or columns.ndim != 1:
-        return np.zeros(0, np.intp), np.zeros(0, np.intp), None
-    if a64.shape[-1] > SHORT_K:
-        return np.flatnonzero(rows == 0), np.flatnonzero(columns == 0), None
-    bitmaps = _nonzero_bits(a64)[:, 0], _nonzero_bits(b64.T)[:, 0]  # K <= 64: one word a line
-    exact = []
-    for words in bitmaps:
-        for _ in range(_EXACT_NONZEROS):
-            words = words & (words - np.uint64(1))  # its lowest set bit cleared (0 stays 0)
-        exact.append(np.flatnonzero(words == 0))
-    return (*exact, bitmaps)
+def _whole_product(a64, b64, out, error, rows, columns) -> list:
+    """The suspects [(flat indices in the product, their c values)] of a batch of products or of one with a long
+    K, c made by one GEMM and tested by blocks of rows (`_tested`); rows of a and columns of b all zero (a ReLU's
+    dead units, norms of 0) are exact zeros, +0 in out, never suspects (a batch: none looked for)."""
+    shape = out.shape
+    m, n = shape[-2:]
+    step = max(1, _BLOCK // max(math.prod(shape[:-2]) * n, 1))  # rows tested at a time
+    c_all = _scratch(shape, 2)
+    part = shape[:-2] + (min(step, m), n)
+    buffers = (_scratch(part, 4, np.float32), _scratch(part, 5, np.bool_))
+    two_d = rows.ndim == 1 and columns.ndim == 1
+    dead_rows = np.flatnonzero(rows == 0) if two_d else np.zeros(0, np.intp)
+    dead = _dead_columns(columns == 0) if two_d else None
+    row_cuts = np.searchsorted(dead_rows, np.arange(0, m + step, step)).tolist()  # each block's dead rows
+    by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
+    live = np.where(by_row > 0, by_row, np.inf) if len(dead_rows) else by_row  # a dead row's E_i = 0 bounds nothing
+    found = []
+    _gemm(a64, b64, out=c_all)  # float64, summed in the machine's order
+    for top in range(0, m, step):
+        c = c_all[..., top:top + step, :]
+        r = c.shape[-2]
+        high, doubt = buffers if r == step else (x[..., :r, :] for x in buffers)
+        low = out[..., top:top + r, :]
+        _tested(c, _block_error(error[..., top:top + r], live[:, top:top + r]), low, high, doubt, dead)
+        here = dead_rows[row_cuts[top // step]:row_cuts[top // step + 1]] - top
+        if len(here):
+            doubt[..., here, :] = False
+            low[..., here, :] = 0.0
+        suspects = _suspects(c, low, doubt, None)
+        if suspects is not None:
+            flat, y = suspects  # its index in the whole product: a block of a batched one skips the other m - r
+            found.append((flat + (flat // (r * n) * (m - r) + top) * n if len(shape) > 2 else flat + top * n, y))
+    return found
+
+
+def _short_product(a64, b64, out, error, columns) -> tuple:
+    """(the suspects [(flat indices, their c values)], the bitmaps of a's rows and b's columns (M,), (N,) words) of a
+    2-D product with a short K (a ReLU's dW = dy.T @ x over a micro-batch), made by blocks of rows, each GEMM'd, tested
+    and rounded while in cache, the rows gathered by how many nonzeros they hold (a block's rows in one run are taken
+    in place): a row all zero is +0, with no GEMM; along a row of at most `_EXACT_NONZEROS` c is the exact sum (the
+    module docstring), rounded as it is, with no test; rows of up to `_FEW` nonzeros are tested, and their zeros
+    where the row and the column share no nonzero (every product 0) are told exact in the block (`_tested_rows`)
+    rather than found as suspects (a 10M MLP's (2560, 2048) dW on 4 ranks: ~300,000 a product, nearly all in rows of
+    2-4 nonzeros, whose finding, gathering and settling cost more than their GEMM); rows of more nonzeros are only
+    tested, their rare such zeros settled with the suspects (`_without_disjoint_zeros`). Columns of b with at most
+    `_EXACT_NONZEROS` are exact too: c rounded as it is there (`_suspects`), +0 in a dead one (`_tested`). Which
+    group a row goes to, and whether it is gathered, changes no bit."""
+    m, n = out.shape
+    word = np.uint32 if a64.shape[1] <= 32 else np.uint64  # K <= 64: a word a line, half as wide for K <= 32
+    bitmaps = row_bits, column_bits = _nonzero_bits(a64, word)[:, 0], _nonzero_bits(b64.T, word)[:, 0]
+    # each row's group: 0 all zero, 1 exact (up to _EXACT_NONZEROS), 2 a few (up to _FEW), 3 more
+    group = np.searchsorted([1, _EXACT_NONZEROS + 1, _FEW + 1], _nonzeros(row_bits), side="right")
+    order = np.argsort(group, kind="stable")  # rows by group, each group's ascending (a block's run is a run)
+    cuts = np.searchsorted(group[order], np.arange(5)).tolist()  # where each group starts in `order`, and ends
+    out[order[:cuts[1]]] = 0.0  # rows all zero: +0
+    held_columns = _nonzeros(column_bits)
+    dead = _dead_columns(held_columns == 0)
+    one = (held_columns > 0) & (held_columns <= _EXACT_NONZEROS)
+    one = one if one.any() else None
+    step = max(1, _BLOCK // max(n, 1))  # rows GEMM'd and tested at a time
+    a_rows, c_all = _scratch((min(step, m), a64.shape[1]), 3), _scratch((min(step, m), n), 2)
+    low_all, high_all, doubt_all = (_scratch((min(step, m), n), slot, t) for slot, t in _TEST_SLOTS)
+    found = []
+    for kind, first, last in zip(("exact", "few", "more"), cuts[1:], cuts[2:]):
+        for start in range(first, last, step):
+            lines = order[start:min(start + step, last)]  # rows of a, ascending
+            r = len(lines)
+            c, low, high, doubt = (x[:r] for x in (c_all, low_all, high_all, doubt_all))
+            run = int(lines[0]) if lines[-1] - lines[0] == r - 1 else None  # rows in one run: no gather, no scatter
+            a_part = np.take(a64, lines, axis=0, out=a_rows[:r]) if run is None else a64[run:run + r]
+            low = low if run is None else out[run:run + r]
+            _gemm(a_part, b64, out=c)  # float64, summed in the machine's order
+            if kind == "exact":
+                np.add(c, 0.0, out=low, dtype=np.float64, casting="unsafe")  # the exact sums: -0 made +0
+            else:
+                found += _tested_rows(c, low, high, doubt, lines, error, bitmaps if kind == "few" else None, dead, one)
+            if run is None:
+                out[lines] = low
+    return found, bitmaps
+
+
+def _tested_rows(c, low, high, doubt, lines, error, bitmaps, dead, one) -> list:
+    """The suspects [(flat indices in the product, their c values)] of the block c of a 2-D product's rows `lines`,
+    rounded into `low` (`_tested`); with `bitmaps` (a's rows', b's columns' words), its zeros where the row and the
+    column share no nonzero are exact zeros, +0 in low and never suspects (every product there is 0, so the exact sum
+    is +0 whatever order the GEMM added them in)."""
+    n = c.shape[1]
+    rows_error = error[lines]
+    _tested(c, _block_error(rows_error, rows_error), low, high, doubt, dead)
+    if bitmaps is not None:
+        row_bits, column_bits = bitmaps
+        zero = np.equal(c, 0.0, out=_scratch(c.shape, 12, np.bool_))
+        shared = np.bitwise_and(row_bits[lines, None], column_bits, out=_scratch(c.shape, 13, row_bits.dtype))
+        np.logical_and(zero, np.equal(shared, 0, out=_scratch(c.shape, 14, np.bool_)), out=zero)
+        np.greater(doubt, zero, out=doubt)  # in doubt and not an exact zero
+        # +0 there: every bit of low cleared, by a mask of all bits or none (branch-free: copyto(where=) mispredicts
+        # at every other element of a half-zero block, ten times dearer)
+        keep = np.subtract(zero, 1, out=_scratch(c.shape, 13, np.uint32), dtype=np.uint32, casting="unsafe")
+        np.bitwise_and(low.view(np.uint32), keep, out=low.view(np.uint32))
+    suspects = _suspects(c, low, doubt, one)
+    if suspects is None:
+        return []
+    flat, y = suspects
+    row = flat // n
+    return [(lines[row] * n + (flat - row * n), y)]
+
+
+def _block_error(error, live):
+    """The E a block of rows is tested against: its rows' largest E_i (a scalar) where their smallest of `live` (E_i
+    of rows not all zero) is within `_SPREAD` of it, else each row's own (a column)."""
+    high = error.max(initial=0.0)
+    return high if high <= _SPREAD * live.min(initial=np.inf) else error[..., None]
+
+
+def _tested(c, e, low, high, doubt, dead) -> None:
+    """c - E rounded into `low` (one pass, no float64 temporary: where c + E rounds alike, so does the exact sum, and
+    that is the answer) and `doubt` where c + E rounds elsewhere; in the dead columns of b (`_dead_columns`, or None),
+    +0 and no doubt: every product there is 0."""
+    np.subtract(c, e, out=low, dtype=np.float64, casting="unsafe")
+    np.add(c, e, out=high, dtype=np.float64, casting="unsafe")  # c + E rounded
+    np.not_equal(low.view(np.uint32), high.view(np.uint32), out=doubt)
+    if dead is None:
+        return
+    if isinstance(dead, tuple):  # masks
+        live, bits = dead
+        np.logical_and(doubt, live, out=doubt)
+        np.bitwise_and(low.view(np.uint32), bits, out=low.view(np.uint32))  # all 32 bits clear: +0
+    else:  # the few dead columns' indices
+        doubt[..., dead] = False
+        low[..., dead] = 0.0
+
+
+def _dead_columns(dead):
+    """The dead columns of b for `_tested`, from `dead` (N,) bool: None where none is; their indices where they are
+    few (`_FEW_DEAD`: each a column of the block set apart); else masks (live (N,) bool, (N,) uint32 of all bits set
+    but in a dead column), one fast pass over the block each (a 10M MLP's (1024, 2560) dW on 4 ranks, 736 dead
+    columns: by their indices 3.1 ms a product, by masks 0.7)."""
+    count = np.count_nonzero(dead)
+    if not count:
+        return None
+    if count * _FEW_DEAD <= len(dead):
+        return np.flatnonzero(dead)
+    return ~dead, np.where(dead, np.uint32(0), np.uint32(0xFFFFFFFF))
+
+
+def _suspects(c, low, doubt, exact):
+    """(flat indices in the block, their c values) of the elements in doubt, c rounded into `low` there (as their next
+    tests assume), -0 made +0; or None. Every -0 of c outside a dead line is in doubt (c ± E round to float32s of both
+    signs, E = 0 included), so those of a BLAS that starts a sum from its first product are all here: +0 (-0 + 0 =
+    +0, any other y + 0 = y), a pass over the few in doubt rather than c += 0 over all of c. Those in the `exact`
+    columns (N,) bool (or None), whose c is the exact sum, are rounded so and are no suspects."""
+    if not doubt.any():
+        return None
+    flat = np.flatnonzero(doubt)  # one index array: faster than nonzero's one per axis
+    y = np.add(c.reshape(-1)[flat], 0.0)
+    if low.flags.c_contiguous:
+        low.reshape(-1)[flat] = y
+    else:
+        low[np.unravel_index(flat, low.shape)] = y
+    if exact is not None:
+        keep = ~exact[flat % c.shape[-1]]
+        flat, y = flat[keep], y[keep]
+    return (flat, y) if len(y) else None
+
+
+def _nonzeros(words) -> np.ndarray:
+    """(L,) the set bits of each of `words` (L,) (an unsigned integer type): each byte's by a table."""
+    each = _SET_BITS[np.ascontiguousarray(words).view(np.uint8)]  # (L·bytes,) each byte's
+    return each.reshape(len(words), words.itemsize).sum(axis=1, dtype=np.intp)
 
 
 def _lines_of(flat, shape) -> tuple:
@@ -204,8 +299,9 @@ def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
     has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
     within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
     b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
-    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps (or `bitmaps`, a 2-D product's
-    from `_exact_lines`, are made already). Which path runs changes no bit."""
+    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps, or `bitmaps` are made already (a
+    2-D product with a short K: `_short_product`, whose rows of a few nonzeros tell theirs in the block and leave here
+    those of the rows of more). Which path runs changes no bit."""
     zero = np.flatnonzero(y == 0)
     m, n = shape[-2:]
     if bitmaps is None and _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
@@ -226,13 +322,16 @@ def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
     return flat[keep], y[keep]
 
 
-def _nonzero_bits(lines) -> np.ndarray:
-    """(..., L, words) uint64 for lines (..., L, K): bit k of line l set where lines[..., l, k] != 0."""
+def _nonzero_bits(lines, word=np.uint64) -> np.ndarray:
+    """(..., L, words) of `word` (an unsigned integer type) for lines (..., L, K): one bit for each k, set where
+    lines[..., l, k] != 0 (which bit is the same for every line: the words of two lines ANDed or counted alike on any
+    machine, whatever its byte order)."""
     packed = np.packbits(lines != 0, axis=-1)  # (..., L, ceil(K / 8)) uint8
-    words = max(1, -(-packed.shape[-1] // 8))
-    padded = np.zeros(packed.shape[:-1] + (8 * words,), np.uint8)
+    size = np.dtype(word).itemsize
+    words = max(1, -(-packed.shape[-1] // size))
+    padded = np.zeros(packed.shape[:-1] + (size * words,), np.uint8)
     padded[..., :packed.shape[-1]] = packed
-    return padded.view(np.uint64)
+    return padded.view(word)
 
 
 def _own_norms(flat, y, rows, columns, shape, per_term):
