@@ -148,7 +148,7 @@ def test_zeros_of_disjoint_lines_are_told_apart_from_zeros_that_cancel(monkeypat
     b[:, 3] = -0.0  # a column of -0: +0 too
     a[0, 16:19] = [1.0, 2.0**-60, -1.0]
     b[16:19, 5] = 1.0  # element (0, 5): s = 2**-60, its float64 sum 0 in order
-    bitmaps = Spy(monkeypatch, _norm_bound, "_nonzero_bits")
+    bitmaps = Spy(monkeypatch, _norm_bound, "nonzero_bits")
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b)))
     assert bitmaps.calls and got[0, 5] == np.float32(2.0**-60)
@@ -191,8 +191,8 @@ def test_dead_rows_of_a_are_plus_zero_and_never_suspects(monkeypatch):
     for got, b_ in [(exact_matmul(a, b[0]), b[0]), *zip(exact_matmul(a, b), b)]:
         assert np.array_equal(bits(got), bits(reference(a, b_)))  # +0 in each dead row: the exact sums
     seen = []  # the zero suspects: none in a dead row
-    inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, a64, b64, shape, *bits:
+    inner = _norm_bound.without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "without_disjoint_zeros", lambda flat, y, a64, b64, shape, *bits:
                         seen.append(flat // shape[-1]) or inner(flat, y, a64, b64, shape, *bits))  # their rows
     exact_matmul(a, b[0])
     assert seen and not np.isin(np.concatenate(seen), [3, 17, 39]).any()
@@ -368,8 +368,8 @@ def test_lines_with_one_nonzero_are_exact_and_never_suspects(monkeypatch):
     a[7, [4, 20]] = 0  # row 7 meets both of those columns' one nonzero at a zero: c = -0 there, the exact sum +0
     monkeypatch.setattr(_norm_bound, "_gemm", minus_zero_blas)
     seen = []
-    inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+    inner = _norm_bound.without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "without_disjoint_zeros", lambda flat, y, *rest:
                         seen.append(flat) or inner(flat, y, *rest))
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b)))
@@ -452,8 +452,8 @@ def test_rows_of_few_nonzeros_give_the_exact_sums_and_their_disjoint_zeros_are_n
     monkeypatch.setattr(_norm_bound, "_gemm", blas)
     a, b = rows_of_few_nonzeros()
     seen = []  # the zero suspects the block tests leave
-    inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+    inner = _norm_bound.without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "without_disjoint_zeros", lambda flat, y, *rest:
                         seen.append(flat[y == 0]) or inner(flat, y, *rest))
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b)))
@@ -506,8 +506,8 @@ def test_dead_columns_of_b_are_plus_zero_however_many(monkeypatch, k, dead):
     gone = rng.choice(80, dead, replace=False)
     b[:, gone] = np.where(rng.random((k, dead)) < 0.5, 0.0, -0.0)
     seen = []  # the suspects: none in a dead column
-    inner = _norm_bound._without_disjoint_zeros
-    monkeypatch.setattr(_norm_bound, "_without_disjoint_zeros", lambda flat, y, *rest:
+    inner = _norm_bound.without_disjoint_zeros
+    monkeypatch.setattr(_norm_bound, "without_disjoint_zeros", lambda flat, y, *rest:
                         seen.append(flat % 80) or inner(flat, y, *rest))
     got = exact_matmul(a, b)
     assert np.array_equal(bits(got), bits(reference(a, b))) and not bits(got[:, gone]).any()

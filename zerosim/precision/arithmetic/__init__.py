@@ -12,6 +12,7 @@
     _extents.py            a 16- or 8-bit operand's largest magnitude and quantum read from its bits; one bound
                            over whole operands that shows a small product exact in float64
     _norm_bound.py         an fp32 product by one float64 GEMM, its error bounded by the operands' norms
+    _nonzero_lines.py      where a product's lines are nonzero, and the exact zeros that shows (a ReLU's dW)
     _twice_precise.py      the few elements in doubt summed to twice float64's precision, all at once
     _scratch.py            the float64 temporaries each thread reuses (no fresh pages per product)
     _operand_cache.py      a large operand widened and measured once per content (the ranks' gathered weights),

@@ -41,6 +41,8 @@ import math
 
 import numpy as np
 
+from zerosim.precision.arithmetic._nonzero_lines import (flat_lines, lines_of, nonzero_bits, nonzeros,
+                                                          without_disjoint_zeros)
 from zerosim.precision.arithmetic._scratch import scratch as _scratch
 
 SLACK = 1 + 2.0**-20  # the norms' and E's own roundings, for K < 2**31 (module docstring)
@@ -54,12 +56,10 @@ _SPREAD = 2.0**10  # a block of rows tested against its largest E_i where its sm
 # before the lines of one nonzero were exact)
 _BLOCK = 1 << 17  # elements of c tested at a time (1 << 15 or the whole: 5-15 % slower on a 919k MLP's dW)
 _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in its place)
-_ZEROS_PER_LINE = 4  # zero suspects per line of a and b from which their bitmaps cost less than their values
 _EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact along it (`_short_product`; 2 is not)
 _FEW = 4  # nonzeros of a row of a up to which its zeros of disjoint lines are told in the block (`_short_product`)
 _TEST_SLOTS = ((1, np.float32), (4, np.float32), (5, np.bool_))  # c - E rounded, c + E rounded, their verdict
 _FEW_DEAD = 16  # dead columns of b up to one in this many: set apart by their indices, else by masks (`_dead_columns`)
-_SET_BITS = np.array([bin(byte).count("1") for byte in range(256)], np.uint8)  # the set bits of each byte
 
 
 def _per_term(k: int) -> float:
@@ -100,7 +100,7 @@ def rounded_by_norms(a64, b64, out=None):
     if not found:
         return out, None
     flat, y = np.concatenate([f for f, _ in found]), np.concatenate([y for _, y in found])  # by flat index
-    flat, y = _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
+    flat, y = without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
     return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
 
 
@@ -148,18 +148,18 @@ def _short_product(a64, b64, out, error, columns) -> tuple:
     where the row and the column share no nonzero (every product 0) are told exact in the block (`_tested_rows`)
     rather than found as suspects (a 10M MLP's (2560, 2048) dW on 4 ranks: ~300,000 a product, nearly all in rows of
     2-4 nonzeros, whose finding, gathering and settling cost more than their GEMM); rows of more nonzeros are only
-    tested, their rare such zeros settled with the suspects (`_without_disjoint_zeros`). Columns of b with at most
+    tested, their rare such zeros settled with the suspects (`without_disjoint_zeros`). Columns of b with at most
     `_EXACT_NONZEROS` are exact too: c rounded as it is there (`_suspects`), +0 in a dead one (`_tested`). Which
     group a row goes to, and whether it is gathered, changes no bit."""
     m, n = out.shape
     word = np.uint32 if a64.shape[1] <= 32 else np.uint64  # K <= 64: a word a line, half as wide for K <= 32
-    bitmaps = row_bits, column_bits = _nonzero_bits(a64, word)[:, 0], _nonzero_bits(b64.T, word)[:, 0]
+    bitmaps = row_bits, column_bits = nonzero_bits(a64, word)[:, 0], nonzero_bits(b64.T, word)[:, 0]
     # each row's group: 0 all zero, 1 exact (up to _EXACT_NONZEROS), 2 a few (up to _FEW), 3 more
-    group = np.searchsorted([1, _EXACT_NONZEROS + 1, _FEW + 1], _nonzeros(row_bits), side="right")
+    group = np.searchsorted([1, _EXACT_NONZEROS + 1, _FEW + 1], nonzeros(row_bits), side="right")
     order = np.argsort(group, kind="stable")  # rows by group, each group's ascending (a block's run is a run)
     cuts = np.searchsorted(group[order], np.arange(5)).tolist()  # where each group starts in `order`, and ends
     out[order[:cuts[1]]] = 0.0  # rows all zero: +0
-    held_columns = _nonzeros(column_bits)
+    held_columns = nonzeros(column_bits)
     dead = _dead_columns(held_columns == 0)
     one = (held_columns > 0) & (held_columns <= _EXACT_NONZEROS)
     one = one if one.any() else None
@@ -269,77 +269,12 @@ def _suspects(c, low, doubt, exact):
     return (flat, y) if len(y) else None
 
 
-def _nonzeros(words) -> np.ndarray:
-    """(L,) the set bits of each of `words` (L,) (an unsigned integer type): each byte's by a table."""
-    each = _SET_BITS[np.ascontiguousarray(words).view(np.uint8)]  # (L·bytes,) each byte's
-    return each.reshape(len(words), words.itemsize).sum(axis=1, dtype=np.intp)
-
-
-def _lines_of(flat, shape) -> tuple:
-    """(row, column) index arrays of the elements at flat indices `flat` of a product of `shape` (..., M, N): each
-    row's index among the batch's rows (..., M) flattened, each column's among its columns (..., N) flattened."""
-    m, n = shape[-2:]
-    row = flat // n
-    column = flat - row * n
-    return row, column + row // m * n if len(shape) > 2 else column
-
-
-def _flat_lines(lines, batch: tuple, each: int) -> np.ndarray:
-    """Per-line values (..., L) (`each` 0) or (..., L, words) (`each` 1) broadcast to the product's batch, its lines
-    flattened: indexed by `_lines_of`'s row or column (a copy only where the batch broadcasts: a line's few values)."""
-    if not batch:
-        return lines
-    shape = batch + lines.shape[lines.ndim - 1 - each:]
-    return np.broadcast_to(lines, shape).reshape((-1,) + lines.shape[lines.ndim - each:])
-
-
-def _without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps=None) -> tuple:
-    """(flat, y) less the zeros whose row of a and column of b are nonzero at no common k: every product is 0, so
-    the exact sum is +0, which `out` holds (c's -0s became +0). A ReLU's dW = dy.T @ x over a micro-batch's 32 rows
-    has thousands (1.8 % of the elements of a 919k MLP's middle dW, benchmarks/portable_step.py): a zero c lies
-    within the norms' bound of float32's smallest numbers of both signs. Told apart by bitmaps of where a's rows and
-    b's columns are nonzero (K bits a line, one pass over each operand) rather than by gathering 2·K values each
-    (`_magnitudes`); only where the zeros are many enough to pay for the bitmaps, or `bitmaps` are made already (a
-    2-D product with a short K: `_short_product`, whose rows of a few nonzeros tell theirs in the block and leave here
-    those of the rows of more). Which path runs changes no bit."""
-    zero = np.flatnonzero(y == 0)
-    m, n = shape[-2:]
-    if bitmaps is None and _ZEROS_PER_LINE * len(zero) < math.prod(a64.shape[:-1]) + math.prod(b64.shape[:-2]) * n:
-        return flat, y
-    if not len(zero):
-        return flat, y
-    row, column = _lines_of(flat[zero], shape)
-    if bitmaps is None:
-        bitmaps = _nonzero_bits(a64), _nonzero_bits(np.swapaxes(b64, -1, -2))  # (..., M | N, words)
-        each = int(bitmaps[0].shape[-1] > 1)  # K <= 64: one word a line, gathered as (zeros,), else (zeros, words)
-        bitmaps = tuple(x if each else x[..., 0] for x in bitmaps)
-    else:
-        each = 0
-    rows, columns = bitmaps
-    shared = _flat_lines(rows, shape[:-2], each)[row] & _flat_lines(columns, shape[:-2], each)[column]
-    keep = np.ones(len(y), bool)
-    keep[zero[~(shared.any(axis=-1) if each else shared.astype(bool))]] = False  # no common k: an exact +0
-    return flat[keep], y[keep]
-
-
-def _nonzero_bits(lines, word=np.uint64) -> np.ndarray:
-    """(..., L, words) of `word` (an unsigned integer type) for lines (..., L, K): one bit for each k, set where
-    lines[..., l, k] != 0 (which bit is the same for every line: the words of two lines ANDed or counted alike on any
-    machine, whatever its byte order)."""
-    packed = np.packbits(lines != 0, axis=-1)  # (..., L, ceil(K / 8)) uint8
-    size = np.dtype(word).itemsize
-    words = max(1, -(-packed.shape[-1] // size))
-    padded = np.zeros(packed.shape[:-1] + (size * words,), np.uint8)
-    padded[..., :packed.shape[-1]] = packed
-    return padded.view(word)
-
-
 def _own_norms(flat, y, rows, columns, shape, per_term):
     """(index arrays (..., i, j), y) of the suspects (at flat indices `flat`, their c values y) still in doubt with
     their own column's norm, ||a_i||·||b_j||, in place of the row's widest: the row's bound is loose where b's column
     norms differ widely. None where none is left."""
-    row, column = _lines_of(flat, shape)
-    own = _flat_lines(rows, shape[:-2], 0)[row] * _flat_lines(columns, shape[:-2], 0)[column] * per_term  # (count,)
+    row, column = lines_of(flat, shape)
+    own = flat_lines(rows, shape[:-2], 0)[row] * flat_lines(columns, shape[:-2], 0)[column] * per_term  # (count,)
     with np.errstate(over="ignore"):
         doubt = (y - own).astype(np.float32).view(np.uint32) != (y + own).astype(np.float32).view(np.uint32)
     return (np.unravel_index(flat[doubt], shape), y[doubt]) if doubt.any() else None
