@@ -322,3 +322,37 @@ def test_peers_benchmark_prints_the_readme_table_with_each_target_met_or_missed(
     assert lines[-1] == ("Targets (issue 28): ZeRO-1 fp32 919k, N = 4: 0.50 met (≤ 1.0); ZeRO-3 fp32 params 919k, "
                          "N = 4: 0.50 met (≤ 1.0); ZeRO-3 bf16 params 919k, N = 4: 1.20 MISSED "
                          "(≤ 0.5 for CPUs with no bf16 instructions).")
+
+
+# a first fp32 step on two workers, in a fresh process: each worker's first product asks for the norm bound's module
+# (imported on first use) at the same moment
+_FIRST_FP32_STEP = """
+import numpy as np
+from zerosim import MLP, Adam, Cluster, ZeroEngine
+from zerosim.precision import get_precision
+model = MLP([64, 256, 256, 8])
+rng = np.random.default_rng(0)
+data = [(rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((16, 8)).astype(np.float32))
+        for _ in range(4)]
+engine = ZeroEngine(model, Cluster(4, workers=2), 1, Adam(lr=1e-3), get_precision("fp32"), params=model.init_params())
+engine.step(data)
+print(engine.t)
+"""
+
+
+@pytest.mark.slow  # four fresh Python processes (~1 s each on a busy machine)
+def test_the_workers_first_fp32_products_each_get_the_whole_norm_bound():
+    """The pool's workers make their first fp32 products at once, and each asks for _norm_bound.py, which the kernel
+    imports on first use (_exact_matmul.py `_norms`). Python up to 3.11 may hand the second thread the module
+    another is still importing, half made (its import locks' deadlock check misfires); the step then failed with
+    "partially initialized module ... has no attribute 'rounded_by_norms'" in 7 of 10 fresh processes on a 2-core
+    machine, before the import was made by one thread at a time. Four fresh processes, each a first step: all four
+    step (a race that wins 3 times in 10 would pass all four about once in a hundred)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    for _ in range(4):
+        done = subprocess.run([sys.executable, "-c", _FIRST_FP32_STEP], capture_output=True, text=True,
+                              timeout=HANG_TIMEOUT, env=env)
+        assert done.returncode == 0 and done.stdout.split() == ["1"], done.stderr[-600:]
