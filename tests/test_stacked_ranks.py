@@ -42,6 +42,11 @@ CASES = [
     # fp32 dW of 32 rows of 300 and 250 wide, rank by rank (_basic.py `_BATCHED_BELOW`), written into the packed rows
     (3, {}, "fp32", "adam", 2, 32, {"widths": [5, 300, 250, 3]}),
     (2, {}, "fp32", "sgd", 3, 32, {"widths": [5, 300, 250, 3]}),
+    # stages 0/1 in fp32: the first micro-step's dW and db written into each rank's gradient buffer (_reduce.py
+    # `grads_room`), batched (small) and rank by rank (300 and 250 wide); the second micro-step adds to them
+    (1, {}, "fp32", "adam", 4, 3, {"accumulation_steps": 2}),
+    (0, {"bias": False}, "fp32", "sgd", 3, 32, {"widths": [5, 300, 250, 3], "accumulation_steps": 2}),
+    (1, {}, "fp32", "adamw", 2, 32, {"widths": [5, 300, 250, 3]}),
 ]
 
 
@@ -209,6 +214,22 @@ def test_each_layers_replicas_are_compared_once_a_run(stage, options, times, mon
     engine.step([data[r * k:(r + 1) * k] for r in range(n)] if k > 1 else data)
     each = [(7, 5), (7,), (6, 7), (6,), (3, 6), (3,)] * (n - 1)  # every Linear's W and b, against each later rank
     assert sorted(calls) == sorted(each * times)
+
+
+@pytest.mark.parametrize("widths", [[5, 7, 6, 3], [5, 300, 250, 3]])  # dW batched, and rank by rank
+def test_the_first_micro_steps_gradients_are_made_in_each_ranks_buffer(widths, monkeypatch):
+    # stage 1, fp32, two micro-steps: the first's stacked backward writes every rank's dW and db into its (Ψ,)
+    # gradient buffer itself, so nothing is assigned there after (no `stage_grads` for a stacked op); the second's adds
+    # to them (`stage_grads`, rank by rank). The bits are the loop's: CASES above
+    staged = []
+    real = compute_module.stage_grads
+    monkeypatch.setattr(compute_module, "stage_grads", lambda *a: staged.append((a[3], a[5])) or real(*a))
+    model, n = MLP(widths), 3
+    engine = ZeroEngine(model, Cluster(n), 1, get_optimizer("adam", lr=1e-2), "fp32",
+                        params=model.init_params(np.random.default_rng(3)), accumulation_steps=2)
+    data = make_regression(np.random.default_rng(2), 2 * n, 4, [widths[0], widths[-1]])
+    engine.step([data[2 * r:2 * r + 2] for r in range(n)])
+    assert sorted(staged) == sorted([(layer, False) for layer in (0, 2, 4) for _ in range(n)])
 
 
 def test_a_patched_or_overridden_layer_runs_rank_by_rank(monkeypatch):

@@ -84,12 +84,14 @@ def _each_rank(ctx, model, passes: list, ops: list, names: list, reads: list, wa
 def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, micro: int, shared) -> bool:
     """`compute` of one op as one computation for every rank (models/_stacked.py), where it may run: the op and
     tensors allow it and every rank reads the same weights (`shared`: the run's `shared_units`); each rank's events
-    as the loop makes them. False where it did not run (nothing changed)."""
+    as the loop makes them. False where it did not run (nothing changed but, on a first micro-step at stages 0/1,
+    gradients its backward wrote, which the loop then assigns: `grads_room`)."""
     if not stacks(passes, op, model):
         return False
     params = shared(op.layer) if read else {}
-    # stages 2/3: every rank's packed gradients laid out before the backward, which writes them there
-    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt) if (
+    # where every rank's gradients go, laid out before the backward, which writes them there: stages 2/3 packed,
+    # stages 0/1 (the first micro-step) each rank's gradient buffer
+    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt, micro == 0) if (
         params is not None and op.kind == "backward") else None
     landing = None if params is None else run_stacked(passes, op, model, params, None if room is None else room[1])
     if landing is None:
