@@ -18,9 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import zerosim.parallel.data._compute as compute_module
+import zerosim.parallel.data._gather as gather_module
 from zerosim import MLP, Cluster, ZeroEngine, get_optimizer, get_precision
 from zerosim.models import GELU, HalfMSE, Linear, ReLU, make_classification, make_regression
-from zerosim.parallel.data import CommSchedule
+from zerosim.parallel.data import CommSchedule, Hooks
 from zerosim.models.layers import _basic
 
 # (stage, model options, precision, optimizer, ranks, rows per rank, engine options): each a path the stacked ops take
@@ -41,6 +42,11 @@ CASES = [
     # fp32 dW of 32 rows of 300 and 250 wide, rank by rank (_basic.py `_BATCHED_BELOW`), written into the packed rows
     (3, {}, "fp32", "adam", 2, 32, {"widths": [5, 300, 250, 3]}),
     (2, {}, "fp32", "sgd", 3, 32, {"widths": [5, 300, 250, 3]}),
+    # stages 0/1 in fp32: the first micro-step's dW and db written into each rank's gradient buffer (_reduce.py
+    # `grads_room`), batched (small) and rank by rank (300 and 250 wide); the second micro-step adds to them
+    (1, {}, "fp32", "adam", 4, 3, {"accumulation_steps": 2}),
+    (0, {"bias": False}, "fp32", "sgd", 3, 32, {"widths": [5, 300, 250, 3], "accumulation_steps": 2}),
+    (1, {}, "fp32", "adamw", 2, 32, {"widths": [5, 300, 250, 3]}),
 ]
 
 
@@ -123,6 +129,107 @@ def test_ranks_whose_weights_differ_each_use_their_own(monkeypatch):
     assert la == lb and same(snapshot(a), snapshot(b))
     assert pickle.dumps(a.cluster.trace.log) == pickle.dumps(b.cluster.trace.log)
     assert set(layers) == {-1, 1, 2, 3, 4}  # fc0 (layer 0) went rank by rank, forward and backward; -1: the loss
+
+
+def _stacked_and_loop(stage, n, steps, write, monkeypatch, **options):
+    """The engine run stacked and as the loop, `write(engine, s)` before each step s (a user's hand on the replicas),
+    each step's stacked layers recorded: ((stacked engine, its losses, [layers stacked in step s]), (loop, losses))."""
+    per_step = []
+    real = compute_module.run_stacked
+    monkeypatch.setattr(compute_module, "run_stacked", lambda *a: per_step[-1].append(a[1].layer) or real(*a))
+
+    def run(stack):
+        model = MLP([5, 7, 6, 3])
+        engine = ZeroEngine(model, Cluster(n, stack_ranks=stack), stage, get_optimizer("adam", lr=1e-2), "fp32",
+                            params=model.init_params(np.random.default_rng(3)), **options)
+        data = make_regression(np.random.default_rng(2), n * steps, 4, [5, 3])
+        losses = []
+        for s in range(steps):
+            write(engine, s)
+            per_step.append([])
+            losses.append(engine.step(data[s * n:(s + 1) * n]))
+        return engine, losses
+
+    stacked = run(True)
+    return (*stacked, per_step[:steps]), run(False)
+
+
+FC0_WEIGHT = 3  # an element of fc0's W in the flat params (fc0 comes first: W (7, 5) then b)
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_a_replica_written_between_steps_is_compared_again_and_read_as_written(stage, monkeypatch):
+    # stages 0/1 run a micro-step as one run, each layer's replicas compared once in it (_gather.py `shared_units`):
+    # step 0 finds every layer alike and stacks it; the user then moves one weight of rank 1's fc0, and step 1 must
+    # compare again, send fc0 rank by rank (forward and backward) and give rank 1 its own bits: the loop's, the same
+    # write made. An answer kept past its run (a step) would stack fc0 with rank 0's weights, and rank 1's bits part
+    def write(engine, s):
+        if s == 1:
+            engine.cluster.ranks[1].params.array[FC0_WEIGHT] += 1
+
+    (a, la, layers), (b, lb) = _stacked_and_loop(stage, 3, 2, write, monkeypatch)
+    assert {0, 2, 4} <= set(layers[0])  # step 0: every Linear stacked (layers 1, 3 are ReLUs)
+    assert 0 not in layers[1] and {2, 4} <= set(layers[1])  # step 1: fc0 rank by rank, the others still stacked
+    assert la == lb and same(snapshot(a), snapshot(b))
+    assert pickle.dumps(a.cluster.trace.log) == pickle.dumps(b.cluster.trace.log)
+
+
+def test_a_replica_written_inside_a_step_by_a_hook_is_read_as_written(monkeypatch):
+    # stage 2 reduces each unit's gradients between its backward and the next op (`ZeroEngine.run` calls the
+    # `reduce_unit` hook there), so a run is one op and nothing is kept from one to the next: a hook that moves rank
+    # 1's fc0 weight after fc1's reduction (a replica gone wrong in mid-step) has fc0's backward run rank by rank with
+    # rank 1's new bits, as the loop does. An answer kept from fc0's forward would stack its backward with rank 0's
+    def reduce_unit(ctx, layer, first):
+        if layer == 2:  # fc1, reduced after its backward, before fc0's
+            ctx.ranks[1].params.array[FC0_WEIGHT] += 1
+        return Hooks().reduce_unit(ctx, layer, first)
+
+    (a, la, layers), (b, lb) = _stacked_and_loop(2, 3, 1, lambda e, s: None, monkeypatch,
+                                                 hooks=Hooks(reduce_unit=reduce_unit))
+    assert layers[0].count(0) == 1 and layers[0].count(2) == 2  # fc0's forward stacked, its backward not; fc1 both
+    assert la == lb and same(snapshot(a), snapshot(b))
+    assert pickle.dumps(a.cluster.trace.log) == pickle.dumps(b.cluster.trace.log)
+
+
+# (stage, engine options, times a step compares each Linear's replicas): the bit comparison (`_same_bits`, one call per
+# tensor and later rank) counted, for the MLP's 3 Linear layers (W and b) on 3 ranks: once in each run of ops that
+# reads the layer (_gather.py `shared_units`), never once per op
+COMPARES = [
+    (1, {}, 1),  # a micro-step is one run: its forward and backward, 2 reads, compare once
+    (1, {"accumulation_steps": 2}, 2),  # two micro-steps, two runs: compared again in the second
+    (0, {"checkpoint": True}, 1),  # forward, recompute and backward, 3 reads in one run: once
+    (2, {}, 2),  # each op a run of its own (its gradients reduced after it, a hook's place): forward and backward
+]
+
+
+@pytest.mark.parametrize("stage, options, times", COMPARES, ids=lambda c: str(c))
+def test_each_layers_replicas_are_compared_once_a_run(stage, options, times, monkeypatch):
+    calls = []
+    real = gather_module._same_bits
+    monkeypatch.setattr(gather_module, "_same_bits", lambda a, b: calls.append(a.shape) or real(a, b))
+    n, k, model = 3, options.get("accumulation_steps", 1), MLP([5, 7, 6, 3])
+    engine = ZeroEngine(model, Cluster(n), stage, get_optimizer("adam", lr=1e-2), "fp32",
+                        params=model.init_params(np.random.default_rng(3)), **options)
+    data = make_regression(np.random.default_rng(2), n * k, 4, [5, 3])
+    engine.step([data[r * k:(r + 1) * k] for r in range(n)] if k > 1 else data)
+    each = [(7, 5), (7,), (6, 7), (6,), (3, 6), (3,)] * (n - 1)  # every Linear's W and b, against each later rank
+    assert sorted(calls) == sorted(each * times)
+
+
+@pytest.mark.parametrize("widths", [[5, 7, 6, 3], [5, 300, 250, 3]])  # dW batched, and rank by rank
+def test_the_first_micro_steps_gradients_are_made_in_each_ranks_buffer(widths, monkeypatch):
+    # stage 1, fp32, two micro-steps: the first's stacked backward writes every rank's dW and db into its (Ψ,)
+    # gradient buffer itself, so nothing is assigned there after (no `stage_grads` for a stacked op); the second's adds
+    # to them (`stage_grads`, rank by rank). The bits are the loop's: CASES above
+    staged = []
+    real = compute_module.stage_grads
+    monkeypatch.setattr(compute_module, "stage_grads", lambda *a: staged.append((a[3], a[5])) or real(*a))
+    model, n = MLP(widths), 3
+    engine = ZeroEngine(model, Cluster(n), 1, get_optimizer("adam", lr=1e-2), "fp32",
+                        params=model.init_params(np.random.default_rng(3)), accumulation_steps=2)
+    data = make_regression(np.random.default_rng(2), 2 * n, 4, [widths[0], widths[-1]])
+    engine.step([data[2 * r:2 * r + 2] for r in range(n)])
+    assert sorted(staged) == sorted([(layer, False) for layer in (0, 2, 4) for _ in range(n)])
 
 
 def test_a_patched_or_overridden_layer_runs_rank_by_rank(monkeypatch):

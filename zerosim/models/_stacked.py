@@ -88,7 +88,8 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     """`op` on every pass at once (`stacks` said it may), with the weights every pass reads (`params`, by name),
     every pass's rows landed: a `Landing` (its ledger events not recorded yet); None, with nothing changed, where the
     layer's results do not come back with the passes' rows (a cache of another shape). `grads_out`: for a backward,
-    {name: (n, ...) array} the layer may write its gradients into (`Layer.backward_ranks`' `out`)."""
+    {name: (n, ...) array, or a list of each pass's array} the layer may write its gradients into
+    (`Layer.backward_ranks`' `out`)."""
     f, n = passes[0].fmt, len(passes)
     if op.kind == "loss":
         y0 = passes[0].a  # (B, D_out)

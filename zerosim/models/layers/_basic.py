@@ -90,8 +90,9 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     """`linear_backward` for n ranks' micro-batches stacked row by row (models/_stacked.py): dy (n·B, D_out) and
     x (n·B, D_in), rank r's rows at [r·B, (r+1)·B); returns (dx (n·B, D_in), dw, db (n, D_out)), dw[r] rank r's
     (D_out, D_in). `out`: {"w": (n, D_out, D_in), "b": (n, D_out)} arrays in fmt's dtype (views of the ranks' packed
-    gradients: models/_model.py `packed_ranks`) that dw and db are written into and returned as; where the product
-    is already in fmt (fp32) the kernel writes each rank's dW there itself, else it is rounded and copied in.
+    gradients: models/_model.py `packed_ranks`), or for each a list of n arrays (each rank's own buffer), that dw and
+    db are written into and returned as; where the product is already in fmt (fp32) the kernel writes each rank's dW
+    there itself, else it is rounded and copied in.
 
     dx's rows are each their own dot products, made as one product; dw and db sum over each rank's rows alone: 16-
     and 8-bit products and small fp32 ones as one batched product over the ranks' blocks (an (n, D_out, D_in) array),
@@ -104,7 +105,8 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     dx = rounded(ops.matmul(dy, w), f)  # (n·B, D_in)
     into = out["w"] if out is not None and f.dtype == acc else None  # the product is the gradient: made in place
     if dy_r[0].size + x_r[0].size < _BATCHED_BELOW or f.bits < 32:
-        dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r, out=into), f)  # (n, D_out, D_in)
+        stack = into if type(into) is np.ndarray else None  # a list of each rank's array: copied in after
+        dw = rounded(ops.matmul(dy_r.transpose(0, 2, 1), x_r, out=stack), f)  # (n, D_out, D_in)
     elif into is not None:
         for r in range(n):  # each rank's (D_out, D_in) into its row of the packed gradients
             ops.matmul(dy_r[r].T, x_r[r], out=into[r])
@@ -116,7 +118,8 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
         return dx, dw, db
     for name, made in (("w", dw), ("b", db)):
         if name in out and made is not out[name]:
-            out[name][...] = made
+            for r, into_r in enumerate(out[name]):  # rank r's (an (n, ...) array's row, or the list's array r)
+                into_r[...] = made[r]
     return dx, out["w"], out.get("b", db)
 
 

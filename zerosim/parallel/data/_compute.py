@@ -10,10 +10,11 @@ it reads as each rank's program in order, whatever the workers' order.
 
 With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU, the half-MSE loss, under the
 portable kernels) runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when
-every rank reads the same weights' bits (_gather.py `shared_unit`); each rank's rows come back to its `Pass`, every
-rank's ledger events made in one call per tensor, its `Compute` events in one go, its gradients kept in one call
-(cluster/_ledger.py `adopt_ranks`), and the log written in rank order at the end, each rank's events together, as the
-loop makes them (cluster/_trace.py `Trace.record_ranks`; tests/test_stacked_ranks.py).
+every rank reads the same weights' bits (_gather.py `shared_unit`, asked once per layer in a run: `shared_units`);
+each rank's rows come back to its `Pass`, every rank's ledger events made in one call per tensor, its `Compute` events
+in one go, its gradients kept in one call (cluster/_ledger.py `adopt_ranks`), and the log written in rank order at the
+end, each rank's events together, as the loop makes them (cluster/_trace.py `Trace.record_ranks`;
+tests/test_stacked_ranks.py).
 `Cluster(N, stack_ranks=False)` keeps the loop.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 from zerosim.cluster import ComputeFields, Handle, adopt_ranks
 from zerosim.models import done as made
 from zerosim.models import needs_params, run_stacked, stacks
-from zerosim.parallel.data._gather import shared_unit, unit_reader
+from zerosim.parallel.data._gather import shared_units, unit_reader
 from zerosim.parallel.data._reduce import adopt_grads, grads_name, grads_room, stage_grads, stage_grads_together
 from zerosim.precision.arithmetic import arithmetic_of
 
@@ -38,8 +39,9 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
     if not ctx.cluster.pool.stacks:
         _each_rank(ctx, model, passes, ops, names, reads, waited, step, micro)
         return
+    shared = shared_units(ctx, model)  # each layer's replicas compared once in this run: nothing in it writes them
     for j, op in enumerate(ops):  # one worker runs a run op by op anyway: each op once for every rank where it may
-        if not _stacked(ctx, model, passes, op, reads[j], names[j], waited[j], step, micro):
+        if not _stacked(ctx, model, passes, op, reads[j], names[j], waited[j], step, micro, shared):
             _each_rank(ctx, model, passes, [op], [names[j]], [reads[j]], [waited[j]], step, micro)
 
 
@@ -79,15 +81,17 @@ def _each_rank(ctx, model, passes: list, ops: list, names: list, reads: list, wa
     ctx.cluster.pool.map_steps(run, ranks, len(ops), record, None if prepare is None else before)
 
 
-def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, micro: int) -> bool:
+def _stacked(ctx, model, passes, op, read: bool, name: str, waited, step: int, micro: int, shared) -> bool:
     """`compute` of one op as one computation for every rank (models/_stacked.py), where it may run: the op and
-    tensors allow it and every rank reads the same weights; each rank's events as the loop makes them. False where it
-    did not run (nothing changed)."""
+    tensors allow it and every rank reads the same weights (`shared`: the run's `shared_units`); each rank's events
+    as the loop makes them. False where it did not run (nothing changed but, on a first micro-step at stages 0/1,
+    gradients its backward wrote, which the loop then assigns: `grads_room`)."""
     if not stacks(passes, op, model):
         return False
-    params = shared_unit(ctx, model, op.layer) if read else {}
-    # stages 2/3: every rank's packed gradients laid out before the backward, which writes them there
-    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt) if (
+    params = shared(op.layer) if read else {}
+    # where every rank's gradients go, laid out before the backward, which writes them there: stages 2/3 packed,
+    # stages 0/1 (the first micro-step) each rank's gradient buffer
+    room = grads_room(ctx, model, op.layer, len(passes), passes[0].fmt, micro == 0) if (
         params is not None and op.kind == "backward") else None
     landing = None if params is None else run_stacked(passes, op, model, params, None if room is None else room[1])
     if landing is None:

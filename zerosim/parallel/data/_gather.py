@@ -167,6 +167,30 @@ def shared_unit(ctx, model, layer: int) -> dict | None:
     return first
 
 
+def shared_units(ctx, model):
+    """`layer -> shared_unit(ctx, model, layer)` for one run of ops handed to `compute` (_compute.py), each layer's
+    replicas compared once in it, not once per op: at stages 0/1 a micro-step is one run, so a layer's forward,
+    recompute and backward read one answer (the comparison, every rank's whole replica read against rank 0's, was ~5 %
+    of a ZeRO-1 fp32 step at 919k / N = 8 and ~4 % at 10M / N = 4, twice per layer: benchmarks/peers.py).
+
+    Kept for that run alone, because nothing in it writes a rank's params: its ops' layers read their weights and
+    write activations and gradients (models/_stacked.py, models/_run.py; a recompute reads them as the forward did),
+    and their gradients go to the ranks' gradient buffers (_reduce.py `stage_grads`); the pool stacks nothing with
+    several workers. What writes them runs outside it: the update and the refresh after the micro-steps
+    (`ZeroEngine.finish`, _update.py, `refresh`), the user between steps, and between runs whatever the engine calls
+    out to (`ZeroEngine.run`: a gather, a hook's `reduce_unit`, a parallelism's `before_unit` and `after_unit`), so
+    each run starts with nothing known. The answer stays `shared_unit`'s: rank 0's views, or None where a rank's
+    weights differ (each rank then reads its own, op after op)."""
+    answers = {}
+
+    def shared(layer: int) -> dict | None:
+        if layer not in answers:
+            answers[layer] = shared_unit(ctx, model, layer)
+        return answers[layer]
+
+    return shared
+
+
 def _where(a) -> tuple:
     """Where `a`'s elements lie in memory: two arrays alike here are the same elements (views of one copy)."""
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype

@@ -15,6 +15,8 @@ or bits.
 
 from __future__ import annotations
 
+import numpy as np
+
 from zerosim import collectives
 from zerosim.cluster import Handle
 from zerosim.collectives import all_reduce, reduce_scatter
@@ -62,19 +64,32 @@ def stage_grads(ctx, model, rank, layer: int, grads: dict, first: bool):
     return None
 
 
-def grads_room(ctx, model, layer: int, n: int, fmt):
-    """Stages 2/3: where every local rank's packed gradients of `layer` will lie, before backward makes them:
-    (packed (n, b-a) array of compute format `fmt`, its views by name, rank r's at [r]: models/_model.py
-    `packed_ranks`), for the stacked backward to write them into (models/_stacked.py), so that no rank's gradients
-    are made apart and copied together; None where the gradients are not packed per unit (stages 0/1), the layer
-    has none, or `fmt` is narrower than the products (16 and 8 bits): their gradients are rounded from a float32
-    product, a fresh array anyway, and packed after (a room made ahead of the backward only moved the copy, and it
-    lifted a 919k bf16 step on 8 ranks from ~190 page faults to ~2,100 and 66 to 81 ms of CPU: the heap's layout)."""
+def grads_room(ctx, model, layer: int, n: int, fmt, first: bool = False):
+    """Where every local rank's gradients of `layer` will lie, before backward makes them, for the stacked backward
+    to write them there (models/_stacked.py), so that no rank's gradients are made apart and copied after; None where
+    the layer has none, or `fmt` is narrower than the products (16 and 8 bits): their gradients are rounded from a
+    float32 product, a fresh array anyway, and copied after (a room made ahead of the backward only moved the copy,
+    and it lifted a 919k bf16 step on 8 ranks from ~190 page faults to ~2,100 and 66 to 81 ms of CPU: the heap's
+    layout).
+
+    Stages 2/3: (packed (n, b-a) array of compute format `fmt`, its views by name, rank r's at [r]: models/_model.py
+    `packed_ranks`). Stages 0/1, on the `first` micro-step only: (None, {name: [rank r's view of its (Ψ,) gradient
+    buffer]}), where `stage_grads` would assign the gradients there (`accumulate`'s first micro-step: the same bits
+    without a fresh array per rank and tensor and its copy: a 919k ZeRO-1 fp32 step on 8 ranks met ~4,400 minor page
+    faults and ~97 ms of CPU, ~7 and ~83 ms so, benchmarks/peers.py's engine); later micro-steps add to it, so they
+    make their gradients apart, and a stacked backward that gives up after writing there leaves the loop to assign
+    them again."""
     a, b = ctx.layout.windows[layer]
     f = get_format(fmt)
-    if b <= a or not ctx.plan.reduces_per_unit or f.bits < 32:
+    if b <= a or f.bits < 32:
         return None
-    return model.packed_ranks(layer, n, f.dtype)
+    if ctx.plan.reduces_per_unit:
+        return model.packed_ranks(layer, n, f.dtype)
+    held = [rank.grads.array for rank in ctx.ranks]
+    if not first or any(type(g) is not np.ndarray or g.dtype != f.dtype for g in held):
+        return None  # a later micro-step adds; another accumulation format casts; data-less buffers
+    views = [model.unflatten(g[a:b], layer) for g in held]  # each tensor's view of the buffer, as stage_grads's
+    return None, {name: [v[name] for v in views] for name in views[0]}
 
 
 def stage_grads_together(ctx, model, layer: int, grads: dict, n: int, room=None):
@@ -82,12 +97,15 @@ def stage_grads_together(ctx, model, layer: int, grads: dict, n: int, room=None)
     {name: (n, ...)}, rank r's at [r]): stages 2/3's packed gradients, rank r's the row r of one (n, b-a) array (the
     elements `model.pack` makes of rank r's); None where this does not apply (stages 0/1, gradients that are a list
     per rank), and `stage_grads` runs rank by rank instead. `room` (`grads_room`): where the gradients are its views,
-    written there by the backward, its array is the answer as it is; else they are packed afresh (`pack_ranks`)."""
+    written there by the backward, its array is the answer as it is (stages 0/1: n Nones, each rank's gradients in
+    its buffer already, nothing to keep); else they are packed afresh (`pack_ranks`)."""
     a, b = ctx.layout.windows[layer]
-    if b <= a or not ctx.plan.reduces_per_unit:
+    if b <= a:
         return None
     if room is not None and grads.keys() == room[1].keys() and all(grads[k] is v for k, v in room[1].items()):
-        return list(room[0])
+        return list(room[0]) if room[0] is not None else [None] * n  # stages 0/1: in each rank's buffer already
+    if not ctx.plan.reduces_per_unit:
+        return None
     packed = model.pack_ranks(layer, grads, n)
     return None if packed is None else list(packed)
 
