@@ -10,11 +10,14 @@ core (cluster/_pool.py); torch runs N processes (`torch.set_num_threads(1)` each
 `torchrun --nproc-per-node N` would. Per-step wall time, median of --repeats after one warm-up step (at least
 3: a row stops repeating once it has used --budget seconds), the two sides in turns: the torch processes wait
 on a queue while zerosim steps, and zerosim waits while they step (rank 0 times its step between two
-barriers). BLAS pinned to one thread (set before numpy and torch load); `workers=1` is shown too (the pool's
-speedup). The load average is printed: the machine may be shared. On a loaded machine the scheduler gives
-each runnable thread a share, so torch's N processes get N shares and zerosim's pool at most one per worker:
-the CPU seconds per step (zerosim's process, all threads, ÷ the sum over torch's N processes, each between
-its two barriers) compare the work done.
+barriers). BLAS pinned to one thread (set before numpy and torch load). Beside it, in the same turns, zerosim
+as it comes, `Cluster(N)`: one worker, every rank's op run once for all where the bits allow (models/_stacked.py,
+which the pool's threads do not do), every event and every ledger's timeline; issue 63 holds these defaults
+against torch (its Must show 3), in CPU seconds. The load average is printed: the machine may be shared. On a
+loaded machine the scheduler gives each runnable thread a share, so torch's N processes get N shares and zerosim at
+most one per worker: the CPU seconds per step (zerosim's process, all threads, ÷ the sum over torch's N processes,
+each between its two barriers) compare the work done. (Until 2026-11-26 the one-worker engine ran with
+`trace="call", timeline=False`, and issue 63's notes quoted the pooled engine's CPU seconds for its defaults.)
 
 It ends with the table for benchmarks/README.md (Markdown, the machine and the load in its first
 line). Needs torch (the parity extra, CPU build): without it the script says so and exits 0.
@@ -280,11 +283,13 @@ class TorchPeers:
 
 # -- zerosim's side ------------------------------------------------------------------------------------------------
 def zerosim_engine(widths, n, stage, precision, workers, arithmetic):
+    """ZeroEngine on `Cluster(n, trace="call", timeline=False, workers=workers)`, or (`workers` None) on `Cluster(n)`
+    as it comes: one worker, its ranks stacked, every event and every ledger's timeline (issue 63's "defaults")."""
     from zerosim import MLP, Adam, Cluster, ZeroEngine
     from zerosim.precision import get_precision
 
     model = MLP(widths, activation="relu")
-    cluster = Cluster(n, trace="call", timeline=False, workers=workers)
+    cluster = Cluster(n) if workers is None else Cluster(n, trace="call", timeline=False, workers=workers)
     # native: the machine's sgemm, as torch's BLAS; floor: the portable engine, stepped by `floor_step`
     policy = get_precision(precision).with_(arithmetic="portable" if arithmetic in STEPPED else arithmetic)
     return ZeroEngine(model, cluster, stage, Adam(lr=1e-3), policy, params=model.init_params())
@@ -306,7 +311,7 @@ def run_case(name, n, repeats, budget, port, arithmetic, chosen):
         for label, stage, precision, mode, target in chosen:
             peers.mode(mode)
             pooled = zerosim_engine(widths, n, stage, precision, "auto", arithmetic)
-            single = zerosim_engine(widths, n, stage, precision, 1, arithmetic)
+            single = zerosim_engine(widths, n, stage, precision, None, arithmetic)  # Cluster(n) as it comes
             kernel = STEPPED[arithmetic]() if arithmetic in STEPPED else None  # every product, while it steps
             step = (lambda e: floor_step(e, data, kernel)) if kernel else (lambda e: e.step(data))
             peers.step(), step(pooled), step(single)  # warm up: first touches, BLAS, gloo's buffers
@@ -318,6 +323,7 @@ def run_case(name, n, repeats, budget, port, arithmetic, chosen):
                 times["torch"].append(peers.step())
                 times["pool"].append(timed(lambda: step(pooled)))
                 times["one"].append(timed(lambda: step(single)))
+                single.cluster.trace.clear()  # untimed: a benchmark of many steps keeps no log from step to step
             med = {key: statistics.median(w for w, _ in v) for key, v in times.items()}
             med.update({f"{key} cpu": statistics.median(c for _, c in v) for key, v in times.items()})
             med["repeats"] = len(times["torch"])
@@ -360,8 +366,8 @@ def verdict(ratio: float, target, bf16: Bf16Class) -> str:
 
 def readme_table(results, header: str, bf16: Bf16Class, chosen: list | None = None) -> list:
     """The table of benchmarks/README.md: a row per (model, N), a cell per comparison, "**ratio** (zerosim / torch
-    ms; 1 worker ratio; CPU s ratio)", then the targets met or missed (the bf16 goal: `bf16`'s, the class of the CPU it
-    ran on)."""
+    ms; CPU s ratio; `Cluster(N)` as it comes: its ratio, its CPU s ratio)", then the targets met or missed (the bf16
+    goal: `bf16`'s, the class of the CPU it ran on)."""
     labels = [label for label, *_ in (list(ROWS.values()) if chosen is None else chosen)]
     lines = [header, "", "| model, N | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     verdicts = []
@@ -369,8 +375,9 @@ def readme_table(results, header: str, bf16: Bf16Class, chosen: list | None = No
         cells = []
         for label, med, params, _, target in rows:
             ratio = med["pool"] / med["torch"]
-            cells.append(f"**{ratio:.2f}** ({med['pool'] * 1e3:.0f} / {med['torch'] * 1e3:.0f} ms; 1 worker "
-                         f"{med['one'] / med['torch']:.2f}; CPU s {med['pool cpu'] / med['torch cpu']:.2f})")
+            cells.append(f"**{ratio:.2f}** ({med['pool'] * 1e3:.0f} / {med['torch'] * 1e3:.0f} ms; CPU s "
+                         f"{med['pool cpu'] / med['torch cpu']:.2f}; `Cluster(N)` as it comes "
+                         f"{med['one'] / med['torch']:.2f}, CPU s {med['one cpu'] / med['torch cpu']:.2f})")
             verdicts.append(f"{label.split(',')[0].split(' ÷')[0]} {label.split(', ')[-1]} {name}, N = {n}: "
                             f"{ratio:.2f} {verdict(ratio, target, bf16)}")
         lines.append(f"| {rows[0][2]:,} params, N = {n} | " + " | ".join(cells) + " |")
@@ -405,7 +412,8 @@ def main():
           f"{ {v: os.environ[v] for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')} }; batch {BATCH} per rank; "
           f"median of {MIN_REPEATS}-{args.repeats} steps in turns (--budget {args.budget:g} s a row)")
     print(f"{'model':<6} {'N':>2}  {'comparison':<44} {'torch ms':>9} {'zerosim ms':>10} {'ratio':>6}  "
-          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'steps':>5}  depends on")
+          f"{'1 worker ms':>11} {'ratio':>6} {'pool speedup':>12}  {'CPU s ratio':>11} {'1 worker':>8} {'steps':>5}  "
+          "depends on")
     results = []
     for k, (name, n) in enumerate(cases):
         rows = run_case(name, n, args.repeats, args.budget, args.port + k, args.arithmetic, chosen)
@@ -414,7 +422,8 @@ def main():
             print(f"{name:<6} {n:>2}  {label:<44} {med['torch'] * 1e3:>9.1f} {med['pool'] * 1e3:>10.1f} "
                   f"{med['pool'] / med['torch']:>6.2f}  {med['one'] * 1e3:>11.1f} {med['one'] / med['torch']:>6.2f} "
                   f"{med['one'] / med['pool']:>12.2f}  {med['pool cpu'] / med['torch cpu']:>11.2f} "
-                  f"{med['repeats']:>5}  {depends_on(precision, bf16, numpy_blas_used, torch_blas_used)}")
+                  f"{med['one cpu'] / med['torch cpu']:>8.2f} {med['repeats']:>5}  "
+                  f"{depends_on(precision, bf16, numpy_blas_used, torch_blas_used)}")
         sys.stdout.flush()
     workers = results[0][1][0][3] if results else 1
     header = (f"Measured on {machine()} ({platform.system()}; bf16: {bf16.name}, torch's bf16 GEMMs {bf16.how}); "

@@ -315,9 +315,10 @@ def test_peers_benchmark_prints_the_readme_table_with_each_target_met_or_missed(
     no_bf16 = peers["bf16_class"](frozenset({"avx2"}))  # torch emulates bf16 there: issue 28's 0.5 is that class's goal
     lines = peers["readme_table"]([(("919k", 4), rows)], "HEADER", no_bf16)
     assert lines[:2] == ["HEADER", ""] and lines[2].count("|") == 5 and lines[3] == "|---|---|---|---|"
-    # 50 ms ÷ 100 ms = 0.50; one worker 80 ÷ 100 = 0.80; CPU 0.06 ÷ 0.2 = 0.30; the bf16 row 120 ÷ 100 = 1.20
-    cell = "**0.50** (50 / 100 ms; 1 worker 0.80; CPU s 0.30)"
-    slow_cell = "**1.20** (120 / 100 ms; 1 worker 0.80; CPU s 0.30)"
+    # 50 ms ÷ 100 ms = 0.50; pooled CPU 0.06 ÷ 0.2 = 0.30; Cluster(N) as it comes (one worker) 80 ÷ 100 = 0.80 and
+    # its CPU 0.08 ÷ 0.2 = 0.40; the bf16 row 120 ÷ 100 = 1.20
+    cell = "**0.50** (50 / 100 ms; CPU s 0.30; `Cluster(N)` as it comes 0.80, CPU s 0.40)"
+    slow_cell = "**1.20** (120 / 100 ms; CPU s 0.30; `Cluster(N)` as it comes 0.80, CPU s 0.40)"
     assert lines[4] == f"| 919,296 params, N = 4 | {cell} | {cell} | {slow_cell} |"
     assert lines[-1] == ("Targets (issue 28): ZeRO-1 fp32 919k, N = 4: 0.50 met (≤ 1.0); ZeRO-3 fp32 params 919k, "
                          "N = 4: 0.50 met (≤ 1.0); ZeRO-3 bf16 params 919k, N = 4: 1.20 MISSED "
