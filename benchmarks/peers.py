@@ -127,10 +127,11 @@ def floor_matmul(a, b, out=None, test=None):
     elements) into `low` in place of the floor's rounding, and tests it as a proof would, `e` the product's widest
     error bound from the operands' norms (read only then): benchmarks/proof_bound.py's engines, the least any proof
     costs and the least one NumPy can decide (`--arithmetic two`)."""
-    from zerosim.precision.arithmetic import _exact_matmul, _norm_bound
+    from zerosim.precision.arithmetic import _exact_matmul
     from zerosim.precision.arithmetic._scratch import scratch
     from zerosim.precision.cast import NUMPY
 
+    _norm_bound = _exact_matmul._norms()  # as the kernel imports it: by one of the pool's threads, the others waiting
     if a.ndim < 2 or b.ndim < 2:
         c = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
         return c if out is None else np.copyto(out, c) or out
