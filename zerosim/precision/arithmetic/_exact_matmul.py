@@ -220,9 +220,9 @@ def _norms():
     """_norm_bound.py, imported by the first product that needs a bound by the norms (an fp32 product on the host, a
     narrow one whose bound by rows and columns fails): not a cost of importing the engine. By one thread, the others
     waiting for it: the pool's workers (`Cluster(N, workers=k)`) make their first fp32 products at once, and Python
-    up to 3.11 may hand a thread that asks for a module another thread is importing the module half made (its import
-    locks' deadlock check misfires: CPython issues 82272 and 91351, fixed in 3.12), which failed a first ZeRO-1 fp32
-    step on two workers in 8 runs of 8."""
+    (3.11 here) may hand a thread that asks for a module another thread is importing the module half made (its import
+    locks' deadlock check misfires: CPython issues 82272 and 91351), which failed a first ZeRO-1 fp32 step on two
+    workers in 8 runs of 8."""
     if not _NORM_BOUND:
         with _IMPORTING:
             if not _NORM_BOUND:
