@@ -219,10 +219,15 @@ def _norms():
     """_norm_bound.py, imported by the first product that needs a bound by the norms (an fp32 product on the host, a
     narrow one whose bound by rows and columns fails): not a cost of importing the engine. The pool's workers
     (`Cluster(N, workers=k)`) make their first fp32 products at once: the face hands each the whole module, the
-    others waiting while one imports it (zerosim/_lazy.py `_whole`)."""
-    from zerosim.precision.arithmetic import _norm_bound
+    others waiting while one imports it (zerosim/_lazy.py `_whole`), and each keeps the same module here."""
+    if not _NORM_BOUND:
+        from zerosim.precision.arithmetic import _norm_bound
 
-    return _norm_bound
+        _NORM_BOUND.append(_norm_bound)
+    return _NORM_BOUND[0]
+
+
+_NORM_BOUND = []  # the module, once imported (`_norms`: a look-up here costs a tenth of an import statement's)
 
 
 def _widen_both(a, b, ns) -> tuple:
