@@ -344,11 +344,11 @@ print(engine.t)
 @pytest.mark.slow  # four fresh Python processes (~1 s each on a busy machine)
 def test_the_workers_first_fp32_products_each_get_the_whole_norm_bound():
     """The pool's workers make their first fp32 products at once, and each asks for _norm_bound.py, which the kernel
-    imports on first use (_exact_matmul.py `_norms`). Python (3.11 here) may hand the second thread the module
-    another is still importing, half made (its import locks' deadlock check misfires); the step then failed with
-    "partially initialized module ... has no attribute 'rounded_by_norms'" in 7 of 10 fresh processes on a 2-core
-    machine, before the import was made by one thread at a time. Four fresh processes, each a first step: all four
-    step (a race that wins 3 times in 10 would pass all four about once in a hundred)."""
+    imports on first use (_exact_matmul.py `_norms`, `from zerosim.precision.arithmetic import _norm_bound`). A lazy
+    face that answered from sys.modules handed the second thread the module another was still importing, half made
+    (zerosim/_lazy.py `_whole`); the step then failed with "partially initialized module ... has no attribute
+    'rounded_by_norms'" in 7 of 10 fresh processes on a 2-core machine. Four fresh processes, each a first step: all
+    four step (a race that wins 3 times in 10 would pass all four about once in a hundred)."""
     import subprocess
     import sys
 

@@ -10,6 +10,9 @@ subpackage or module of the face (`zerosim.models.gpt`) is imported when first a
 eager face's imports used to make it, and so is an old path while it still answers (one of MOVED's: the finder of
 zerosim/_compat.py gives it a spec, so the import system itself decides, and the stand-in goes when the path does).
 `dir()` lists the face's names and its public subpackages and modules. Anything else is the usual AttributeError.
+
+Threads: a face hands out only whole modules (`_whole`), so the pool's workers (`Cluster(N, workers=k)`) may reach a
+module's first import at once, through a face or around it, as plain imports may.
 """
 
 from __future__ import annotations
@@ -30,15 +33,32 @@ def _submodule(dotted: str):
     the path is searched once (a face's private modules are most of what it is asked for by the engine's imports)."""
     if dotted.rsplit(".", 1)[-1].startswith("__"):
         return None
-    if dotted in sys.modules:
-        found = sys.modules[dotted]
-        return found if getattr(found, "__spec__", None) is not None else None
+    if dotted in sys.modules and getattr(sys.modules[dotted], "__spec__", None) is None:
+        return None
     try:
-        return importlib.import_module(dotted)
+        return _whole(dotted)
     except ModuleNotFoundError as e:
         if e.name != dotted:  # a module there, whose own import needs one that is missing: its error, as it is
             raise
         return None
+
+
+def _whole(dotted: str):
+    """The module `dotted`, whole: sys.modules' entry where its import has finished, else the import system's
+    answer, which imports it here or waits for the thread that is importing it (the module's own import lock).
+
+    Why not sys.modules' entry as it stands: the import system puts a module there before it runs the module's body,
+    and `from face import _module` asks the face for `_module` before it imports anything (CPython's
+    Lib/importlib/_bootstrap.py `_handle_fromlist`: `hasattr(module, x)`, as in 3.10 to 3.13). A face that answered
+    from sys.modules handed a second thread a module another thread was still running, without waiting for its
+    lock: the pool's workers (`Cluster(N, workers=k)`) failed a first fp32 step with "partially initialized module
+    ... has no attribute 'rounded_by_norms'" in 5 fresh processes of 8 on two workers. A plain package (no
+    `__getattr__`) never did, on any of Python 3.10 to 3.13, and the import's deadlock check was not involved. The
+    thread that is itself importing the module (a cycle, in one thread) gets it half made, as a plain import does."""
+    found = sys.modules.get(dotted)
+    if found is None or getattr(getattr(found, "__spec__", None), "_initializing", False):
+        return importlib.import_module(dotted)
+    return found
 
 
 def _absolute(module: str, package: str) -> str:
@@ -57,10 +77,7 @@ def lazy_face(package: str, table: dict) -> tuple:
     def __getattr__(name: str):
         module = sys.modules[package]
         if name in homes:
-            home = sys.modules.get(homes[name])  # imported already (most are, by the engine's own imports): as is
-            if home is None or getattr(getattr(home, "__spec__", None), "_initializing", False):
-                home = importlib.import_module(homes[name])  # (one still being imported: as importlib waits for it)
-            value = getattr(home, name)
+            value = getattr(_whole(homes[name]), name)  # imported already (most are, by the engine's own imports)
         else:
             value = _submodule(f"{package}.{name}")  # a subpackage or module, or an old path's stand-in
             if value is None:

@@ -57,7 +57,6 @@ exact.
 
 from __future__ import annotations
 
-import _thread
 import math
 
 import numpy as np
@@ -218,22 +217,17 @@ def _exact_long(a, b, out=None):
 
 def _norms():
     """_norm_bound.py, imported by the first product that needs a bound by the norms (an fp32 product on the host, a
-    narrow one whose bound by rows and columns fails): not a cost of importing the engine. By one thread, the others
-    waiting for it: the pool's workers (`Cluster(N, workers=k)`) make their first fp32 products at once, and Python
-    (3.11 here) may hand a thread that asks for a module another thread is importing the module half made (its import
-    locks' deadlock check misfires: CPython issues 82272 and 91351), which failed a first ZeRO-1 fp32 step on two
-    workers in 8 runs of 8."""
+    narrow one whose bound by rows and columns fails): not a cost of importing the engine. The pool's workers
+    (`Cluster(N, workers=k)`) make their first fp32 products at once: the face hands each the whole module, the
+    others waiting while one imports it (zerosim/_lazy.py `_whole`), and each keeps the same module here."""
     if not _NORM_BOUND:
-        with _IMPORTING:
-            if not _NORM_BOUND:
-                from zerosim.precision.arithmetic import _norm_bound
+        from zerosim.precision.arithmetic import _norm_bound
 
-                _NORM_BOUND.append(_norm_bound)
+        _NORM_BOUND.append(_norm_bound)
     return _NORM_BOUND[0]
 
 
-_NORM_BOUND = []  # the module, once imported (`_norms`)
-_IMPORTING = _thread.allocate_lock()  # held by the thread importing it (`threading` is not the engine's import)
+_NORM_BOUND = []  # the module, once imported (`_norms`: a look-up here costs a tenth of an import statement's)
 
 
 def _widen_both(a, b, ns) -> tuple:

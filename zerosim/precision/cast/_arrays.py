@@ -159,8 +159,9 @@ def namespace_of(array) -> ArrayNamespace:
     module's (the array API standard's `__array_namespace__`, or the module that defines its type)."""
     if isinstance(array, np.ndarray) or getattr(array, "is_meta", False) or np.isscalar(array):
         return NUMPY
-    standin = sys.modules.get("zerosim.precision.cast._standin")  # no stand-in array exists before it is imported
-    if standin is not None and isinstance(array, standin.StandinArray):
+    # no stand-in array exists before its module defines the class (it may be importing on another thread)
+    standin = getattr(sys.modules.get("zerosim.precision.cast._standin"), "StandinArray", ())
+    if isinstance(array, standin):
         return numpy_standin()
     module = type(array).__module__.split(".")[0]
     if module == "cupy":
