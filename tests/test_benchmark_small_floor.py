@@ -42,6 +42,20 @@ def test_the_product_settles_what_a_float64_sum_gets_wrong():
     np.testing.assert_array_equal(_bits(got), _bits(expected))  # every zero +0 (no sign bit), 1 + 2**-23 exactly
 
 
+def test_an_exact_sum_is_rounded_once_to_nearest_even_and_its_zero_keeps_its_sign():
+    up = np.nextafter(np.float32(1), np.float32(2))  # 1 + 2**-23
+    cases = [  # (terms, the float32 by hand)
+        ([1.0, 2.0**-24], np.float32(1)),  # the tie between 1 and 1 + 2**-23: the even one, 1
+        ([1.0 + 2.0**-23, 2.0**-24], np.float32(1 + 2.0**-22)),  # a tie above an odd one: up, to the even one
+        ([1.0, 2.0**-24, 2.0**-80], up),  # just past the tie: up
+        ([2.0**60, 1.0, -(2.0**60)], np.float32(1)),  # float64 left to right gives 0
+        ([2.0**-200, -(2.0**-200)], np.float32(0.0)),  # an exact zero: +0
+        ([-(2.0**-200)], np.float32(-0.0)),  # a negative sum below float32's smallest subnormal: -0
+    ]
+    for terms, expected in cases:
+        np.testing.assert_array_equal(_bits(small_floor.rounded_exactly(terms)), _bits(expected), err_msg=str(terms))
+
+
 def test_the_product_of_integer_operands_is_their_sum():
     rng = np.random.default_rng(5)
     a = rng.integers(-100, 101, (3, 6, 40)) * np.ldexp(1.0, rng.integers(-30, 30, (3, 6, 1)))  # rows scaled apart
