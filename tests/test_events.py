@@ -130,3 +130,48 @@ def test_values_are_kept_only_when_asked():
     _, log = seed_run(1, keep_values=True)
     loss = [e for e in log if isinstance(e, Compute) and e.kind == "loss"]
     assert [e.values["loss"] for e in loss] == [10.125, 15.125]  # seed 004: 0.5·(0.5 − 5)², 0.5·(1.5 − 7)²
+
+
+def _each(*pairs):  # an op made rank by rank: every pair on rank 0, then on rank 1, then on rank 2
+    return [(action, name, [r]) for r in range(3) for action, name in pairs]
+
+
+# ZeRO-3, MLP [4, 6, 2] (fc0, act0, fc1) on 3 ranks, bf16-mixed: a step's ledger events as the log holds them, written
+# out from seed 004's stage-3 plan; consecutive events of one name and action grouped, with their ranks in log order.
+# Every rank's event of an op comes before the next op's (rank order), each gathered window, gradient and fp32
+# gradient adopted and freed rank 0, 1, 2.
+ZERO3_LEDGER_RUNS = [
+    ("alloc", "layer 0 params (gathered)", [0, 1, 2]),  # forward: fc0's window gathered
+    ("alloc", "fc0.input", [0, 1, 2]),  # fc0 keeps its input
+    ("free", "layer 0 params (gathered)", [0, 1, 2]),  # and its window is released
+    ("alloc", "act0.input", [0, 1, 2]),  # the ReLU keeps its input
+    ("alloc", "layer 2 params (gathered)", [0, 1, 2]),  # fc1 the same
+    ("alloc", "fc1.input", [0, 1, 2]),
+    ("free", "layer 2 params (gathered)", [0, 1, 2]),
+    *_each(("alloc", "loss.y - t"), ("free", "loss.y - t")),  # the loss, rank by rank
+    ("alloc", "layer 2 params (gathered)", [0, 1, 2]),  # backward: fc1's window gathered again
+    *_each(("free", "fc1.input"), ("alloc", "layer 2 grads")),  # its input let go, its gradients kept, rank by rank
+    ("free", "layer 2 params (gathered)", [0, 1, 2]),
+    ("free", "layer 2 grads", [0, 1, 2]),  # sent (reduce-scatter): freed
+    ("free", "act0.input", [0, 1, 2]),  # the ReLU's backward
+    ("alloc", "layer 0 params (gathered)", [0, 1, 2]),  # fc0 the same
+    *_each(("free", "fc0.input"), ("alloc", "layer 0 grads")),
+    ("free", "layer 0 params (gathered)", [0, 1, 2]),
+    ("free", "layer 0 grads", [0, 1, 2]),
+    ("alloc", "grad32", [0, 1, 2]),  # each rank's fp32 gradient shard for the update
+    ("free", "grad32", [0, 1, 2]),  # and freed after it
+]
+
+
+@pytest.mark.parametrize("stack_ranks", [True, False])
+def test_a_zero3_step_s_ledger_events_come_op_by_op_in_rank_order(stack_ranks):
+    import itertools
+
+    cluster = Cluster(3, stack_ranks=stack_ranks)
+    engine = ZeroEngine(MLP([4, 6, 2]), cluster, 3, Adam(lr=1e-3), "bf16-mixed")
+    start = len(cluster.trace.log)
+    engine.step(make_regression(np.random.default_rng(0), 3, 4, [4, 6, 2]))
+    events = [e for e in cluster.trace.log[start:] if isinstance(e, LedgerEvent)]
+    runs = [(action, name, [e.rank for e in group])
+            for (action, name), group in itertools.groupby(events, key=lambda e: (e.action, e.name))]
+    assert runs == ZERO3_LEDGER_RUNS
