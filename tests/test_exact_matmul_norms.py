@@ -6,6 +6,7 @@ The reference is test_exact_matmul's (Python's Fraction sums the K products exac
 for `twice_precise_sums`, Fraction sums of its terms.
 """
 
+import math
 import threading
 import warnings
 from fractions import Fraction
@@ -111,17 +112,45 @@ def test_suspects_their_sums_of_magnitudes_settle_leave_the_others_with_their_ow
     assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b)))
 
 
-def test_suspects_on_strided_columns_are_gathered_in_column_order():
-    # dx = dy @ W: b's columns strided, the suspects' columns gathered in sorted order, a part at a time (K = 200:
-    # 327 a part); 1,280 near ties, each column its own power of two, so one mixed up gives another column's sum
+def scaled_columns(k: int, n: int, rng) -> np.ndarray:
+    """(k, n) float32, C-ordered: column j all ±2**e_j (e_j in -4..4, the sign alternating with j), so each column's
+    products with a row of `near_ties` are a power of two times the first's: one column's products put in another's
+    place give a sum of another size, and so other bits."""
+    scale = 2.0 ** rng.integers(-4, 5, n)
+    return np.ones((k, n), np.float32) * (scale * np.where(np.arange(n) % 2, -1, 1)).astype(np.float32)
+
+
+@pytest.mark.parametrize("width", [None, 3])  # every column the suspects need at once, or three a time
+@pytest.mark.parametrize("source", ["float32", "float64"])  # b's columns from its float32 values, or its copy's
+def test_suspects_on_strided_columns_are_gathered_along_bs_rows(monkeypatch, width, source):
+    # dx = dy @ W: b's columns strided, the suspects' columns gathered along b's rows, `width` of them a time, and
+    # each part of the suspects (K = 200: 327 a part) takes its own from them; 1,280 near ties, 20 to a column, so a
+    # column's suspects span parts and (three columns a block) blocks, and a suspect given a neighbour's column, or
+    # another block's, rounds another column's sum
     rng = np.random.default_rng(9)
     a = near_ties(20, 200, rng)
-    scale = 2.0 ** rng.integers(-4, 5, 64)
-    b = np.ones((200, 64), np.float32) * (scale * np.where(np.arange(64) % 2, -1, 1)).astype(np.float32)
+    b = scaled_columns(200, 64, rng)
     assert b.flags.c_contiguous  # its columns strided in the float64 copy too
+    if width:
+        monkeypatch.setattr(_exact_matmul, "_COLUMNS_AT_ONCE", width * 200)
+    if source == "float64":
+        monkeypatch.setattr(_exact_matmul, "_float32_host", lambda b, b64: None)
+    gathered = Spy(monkeypatch, _exact_matmul, "_strided_columns")
     got = exact_matmul(a, b)
     want = reference(a, np.ones((200, 1), np.float32))  # each column of b is a power of two times the first
     assert np.array_equal(bits(got), bits((want * b[0].astype(np.float64)).astype(np.float32)))
+    assert gathered.calls == 1
+
+
+def test_suspects_on_contiguous_columns_are_gathered_from_bs_float32_values(monkeypatch):
+    # x @ W.T, the forward: b's columns contiguous (rows of W), taken from the float32 W as it is; the same near ties
+    # as above, a suspect given another row of W rounds another column's sum
+    rng = np.random.default_rng(10)
+    a = near_ties(20, 200, rng)
+    w = np.ascontiguousarray(scaled_columns(200, 64, rng).T)  # (64, 200): W, whose rows are b's columns
+    got = exact_matmul(a, w.T)
+    want = reference(a, np.ones((200, 1), np.float32))
+    assert np.array_equal(bits(got), bits((want * w[:, 0].astype(np.float64)).astype(np.float32)))
 
 
 def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
@@ -292,6 +321,26 @@ def test_twice_precise_sums_of_many_terms_all_near_the_largest_lie_within_their_
     for row, s, e in zip(terms, sums, errors):
         exact = sum((Fraction(float(t)) for t in row), Fraction(0))
         assert abs(Fraction(float(s)) - exact) <= Fraction(float(e)) and e <= 2.0**-52 * abs(float(s)) + 2.0**-70 * 3
+
+
+@given(k=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), spread=st.integers(0, 60))
+def test_twice_precise_sums_from_the_callers_sums_of_magnitudes_lie_within_their_bound(k, seed, spread):
+    # `_settle_by_magnitudes` hands over the float64 sums of |p| it made for its first test: σ from them, summed in
+    # any order (here exactly, by math.fsum, and left to right), each within γ(K-1) of the true one; the bound must
+    # hold for each (a σ four times smaller than the rule's fails test_twice_precise_sums_lie_within_their_bound...)
+    rng = np.random.default_rng(seed)
+    terms = rng.standard_normal((4, k)) * 2.0 ** rng.integers(-spread, spread + 1, size=(4, k))
+    terms[1] = np.concatenate([terms[1][: k // 2], -terms[1][: k // 2], terms[1][2 * (k // 2):]])  # cancels
+    terms[2] = 3.0 * (1 + rng.integers(0, 2**20, size=k) * 2.0**-50)  # one sign, all near the largest
+    exact = [sum((Fraction(float(t)) for t in row), Fraction(0)) for row in terms]
+    in_order = np.array([float(np.cumsum(np.abs(row))[-1]) for row in terms])  # left to right
+    for magnitudes in (np.array([math.fsum(np.abs(row)) for row in terms]), in_order):
+        sums, errors = twice_precise_sums(terms.copy(), magnitudes)
+        for s, e, x, row in zip(sums, errors, exact, terms):
+            assert abs(Fraction(float(s)) - x) <= Fraction(float(e))
+            assert e <= 2.0**-52 * abs(float(s)) + 2.0**-80 * float(np.abs(row).sum())
+    assert np.array_equal(bits(np.stack(twice_precise_sums(terms.copy()))),  # its own sums of magnitudes: the same
+                          bits(np.stack(twice_precise_sums(terms.copy(), np.abs(terms).sum(axis=1)))))
 
 
 def test_twice_precise_zero_sums_are_plus_zero_with_no_error():
