@@ -73,9 +73,10 @@ def test_near_ties_in_every_block_settle_at_each_level(monkeypatch, k):
     want = reference(a, b[:, :2])  # every even column equals column 0, every odd one column 1
     assert np.array_equal(bits(got), bits(np.tile(want, (1, n // 2))))
     assert magnitudes.calls and twice.calls  # each level reached
-    # exact midpoints and sums 2**-60 beside one: only these are summed one by one (2**-45 beside one: settled by
-    # the sums twice as precise)
-    assert one_by_one.calls == int(np.count_nonzero(np.abs(a[:, 2]) < 2.0**-50)) * n
+    # sums 2**-60 beside a midpoint: only these are summed one by one (2**-45 beside one: settled by the sums twice
+    # as precise; and so are the exact midpoints, whose every term those sums split leaves no low part: exact, with
+    # no error, true ties rounded to even)
+    assert one_by_one.calls == int(np.count_nonzero((a[:, 2] != 0) & (np.abs(a[:, 2]) < 2.0**-50))) * n
 
 
 def test_near_ties_in_every_block_of_a_batched_product_settle_where_they_lie(monkeypatch):
@@ -341,6 +342,17 @@ def test_twice_precise_sums_from_the_callers_sums_of_magnitudes_lie_within_their
             assert e <= 2.0**-52 * abs(float(s)) + 2.0**-80 * float(np.abs(row).sum())
     assert np.array_equal(bits(np.stack(twice_precise_sums(terms.copy()))),  # its own sums of magnitudes: the same
                           bits(np.stack(twice_precise_sums(terms.copy(), np.abs(terms).sum(axis=1)))))
+
+
+def test_twice_precise_sums_of_terms_the_split_leaves_whole_are_exact_with_no_error():
+    # terms of few significant bits (a first step's gradients): each a whole multiple of 2**-53·σ, every r zero, the
+    # sum T exact and its error 0 (an exact float32 midpoint among them, 1 + 2**-24: a true tie); a term 2**-60 (its
+    # own r) makes the sum inexact, and its error must cover it
+    terms = np.array([[1.0, 2.0**-24, 0.5, -0.5], [1.0, 2.0**-24, 0.5, 2.0**-60], [3.0, -1.25, 2.0**-20, -0.0]])
+    sums, errors = twice_precise_sums(terms)
+    assert sums[0] == 1 + 2.0**-24 and errors[0] == 0 and errors[2] == 0 and sums[2] == 1.75 + 2.0**-20
+    exact = Fraction(3, 2) + Fraction(2)**-24 + Fraction(2)**-60
+    assert errors[1] > 0 and abs(Fraction(float(sums[1])) - exact) <= errors[1]
 
 
 def test_twice_precise_zero_sums_are_plus_zero_with_no_error():

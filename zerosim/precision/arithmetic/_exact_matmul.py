@@ -791,6 +791,7 @@ def _twice_settled(host, part, products, magnitudes=None) -> tuple:
             products[~finite] = 0.0
     sums, errors = twice_precise_sums(products, magnitudes)
     rounded, doubt = certain_f32(sums, errors, NUMPY)
+    doubt &= errors > 0  # an exact sum (error 0) is rounded once as it is: a float32 midpoint there is a true tie
     if magnitudes is None:
         doubt |= ~finite
     host[tuple(x[~doubt] for x in part)] = rounded[~doubt]
