@@ -154,6 +154,43 @@ def test_suspects_on_contiguous_columns_are_gathered_from_bs_float32_values(monk
     assert np.array_equal(bits(got), bits((want * w[:, 0].astype(np.float64)).astype(np.float32)))
 
 
+def float32_columns_at_their_edges() -> np.ndarray:
+    """(100, 6) float32, K past SHORT_K: columns whose float32 sums of squares fall short of the true ones, each
+    named by its comment."""
+    b = np.zeros((100, 6), np.float32)
+    b[:, 0] = 1 + 2.0**-12  # each square 1 + 2**-11 + 2**-24 rounds down, to even: the sum of K short by K·2**-24
+    b[:, 1] = 2.0**-76  # each square 2**-152 below float32's least subnormal, lost: the sum 0, the column not dead
+    b[:, 2] = -0.0  # dead: all zero, -0 included
+    b[:50, 3], b[50:, 3] = 2.0**-60, 1 + 2.0**-12  # squares lost beside ones rounded down
+    b[7, 4] = 2.0**-74  # one square 2**-148, a subnormal, beside zeros: not dead
+    b[:, 5] = np.float32(2e19)  # each square past float32's largest (3.4e38): overflow, b64's norms instead
+    return b
+
+
+def test_float32_column_norms_bound_the_exact_ones_or_give_way():
+    # the bound by the norms sums a long b's column norms in float32 (half the bytes of b64's): each must be at least
+    # the exact norm (Fraction), though every square and add rounds down, squares vanish below the subnormals, or the
+    # sum overflows (then None: b64's norms serve); a dead column alone is 0
+    b = float32_columns_at_their_edges()
+    assert _norm_bound._float32_norms(b) is None  # column 5 overflows float32
+    got = _norm_bound._float32_norms(b[:, :5])
+    for j, norm in enumerate(got):
+        exact = sum((Fraction(float(x)) ** 2 for x in b[:, j]), Fraction(0))
+        assert Fraction(float(norm)) ** 2 >= exact and (norm == 0) == (exact == 0)
+    rows, columns = _norm_bound.line_norms(np.ones((3, 100)), b.astype(np.float64), b)  # overflow: b64's norms
+    assert np.isfinite(columns).all() and columns[0] ** 2 >= 100 * (1 + 2.0**-11)
+
+
+def test_products_whose_float32_column_norms_fall_short_still_give_the_exact_sums(monkeypatch):
+    # a times those columns (K = 100, the long path): the near ties of `near_ties` against each column, and a huge
+    # row against the column of vanished squares (its products 2**24 each: a column taken for dead would give +0)
+    rng = np.random.default_rng(17)
+    b = float32_columns_at_their_edges()[:, :5]
+    a = np.concatenate([near_ties(6, 100, rng), np.full((1, 100), 2.0**100, np.float32)])
+    norms = Spy(monkeypatch, _norm_bound, "_float32_norms")
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(reference(a, b))) and norms.calls == 1
+
+
 def test_sparse_lines_whose_norms_overlap_nowhere_give_exact_zeros():
     # dW = dy.T @ x under ReLU masks: many elements sum only zero products; their norms do not show it
     rng = np.random.default_rng(3)

@@ -189,11 +189,12 @@ def _exact_long(a, b, out=None):
     # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
     # columns (below) cannot pass for them
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA >= 53:
-        found = _norms().rounded_by_norms(a64, b64, out)
+        b32 = _float32_host(b, b64)  # b's own float32 values, where it holds them: half the bytes to read
+        found = _norms().rounded_by_norms(a64, b64, out, b32)
         if found is not None:
             out, suspects = found
             if suspects is not None:  # settled in `out`
-                _settle_by_magnitudes(out, suspects, a64, b64, ns, _float32_host(b, b64))
+                _settle_by_magnitudes(out, suspects, a64, b64, ns, b32)
             return out, True
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
@@ -285,8 +286,9 @@ def _transpose_of(b, a) -> bool:
 
 
 def _float32_host(b, b64):
-    """b where it is a plain host float32 array of b64's shape (b64 its float64 copy), whose suspects' columns
-    `_settle_by_magnitudes` gathers from it, half the bytes; else None (b64's are gathered)."""
+    """b where it is a plain host float32 array of b64's shape (b64 its float64 copy), from which the bound by the
+    norms sums b's column norms and `_settle_by_magnitudes` gathers its suspects' columns, half the bytes; else None
+    (b64 serves)."""
     return b if type(b) is np.ndarray and b.dtype == np.float32 and b.shape == b64.shape else None
 
 
