@@ -97,10 +97,6 @@ _PRODUCTS_AT_ONCE = 15 << 10
 # (Operand.wide_in) and a 2-D product's c (`_shortcut`); 8 holds `_shortcut_stacked`'s groups; none of them is taken
 # by anything a narrow product calls
 _A_SLOT, _B_SLOT, _C_SLOT = 9, 10, 11
-# `_settle_by_magnitudes`' buffers: the products its sums of magnitudes leave in doubt; a block of b's columns as
-# given (K, U), and as float64 rows (U, K) (`_strided_columns`)
-_KEPT_SLOT, _BLOCK_SLOT, _COLUMNS_SLOT = 25, 26, 27
-_COLUMNS_AT_ONCE = 1 << 20  # elements of b's columns `_strided_columns` gathers at a time (8 MB of float64)
 _LONG_WAY_ELEMENTS = 1 << 13  # elements of a stacked product's output the long way makes at once (~40 B each)
 # float64 elements of c `_shortcut_each` makes and rounds at a time (2 MB): a block still in cache as it is rounded.
 # Rounding a whole (512, 1024) c of a ZeRO step's dW (4 MB) read it back from memory: the layer's 8 ranks' dW took
@@ -188,13 +184,10 @@ def _exact_long(a, b, out=None):
     # fp32 operands on the host: one GEMM, its error bounded by the norms (_norm_bound.py); a bound by rows and
     # columns (below) cannot pass for them
     if ns.is_numpy and not tried and precision_a + precision_b + k.bit_length() + _SPAN_FOR_REAL_DATA >= 53:
-        b32 = _float32_host(b, b64)  # b's own float32 values, where it holds them: half the bytes to read
-        found = _norms().rounded_by_norms(a64, b64, out, b32)
+        found = _norms().rounded_by_norms(a64, b64, out)
         if found is not None:
             out, suspects = found
-            if suspects is not None:  # settled in `out`
-                _settle_by_magnitudes(out, suspects, a64, b64, ns, b32)
-            return out, True
+            return (out if suspects is None else _settle_by_magnitudes(out, suspects, a64, b64, ns)), True
     c = a64 @ b64  # (..., M, N) float64, summed in the machine's order
     # -0 becomes +0 (a BLAS that starts a sum from its first product may give -0 for products of -0 only; OpenBLAS
     # gives +0): where Σ|products| is 0 every product is 0, an exact zero; a zero c anywhere else is a suspect
@@ -277,13 +270,6 @@ def _transpose_of(b, a) -> bool:
     """True where 2-D b is a's transpose, a view of the same memory."""
     return (a.ndim == 2 and b.ndim == 2 and b.shape == a.shape[::-1] and b.strides == a.strides[::-1]
             and b.dtype == a.dtype and b.ctypes.data == a.ctypes.data)
-
-
-def _float32_host(b, b64):
-    """b where it is a plain host float32 array of b64's shape (b64 its float64 copy), from which the bound by the
-    norms sums b's column norms and `_settle_by_magnitudes` gathers its suspects' columns, half the bytes; else None
-    (b64 serves)."""
-    return b if type(b) is np.ndarray and b.dtype == np.float32 and b.shape == b64.shape else None
 
 
 def _widened(x, slot: int, lines_last: bool):
@@ -633,35 +619,32 @@ def _settle(out, c, where, size, q, a64, b64, ns):
     return _repair(out, where, a64, b64, ns)
 
 
-def _settle_by_magnitudes(out, suspects, a64, b64, ns, b=None):
+def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     """`out` (a host array) with the suspects (index arrays `where`, their float64 sums `y`) settled from their K
-    products, gathered once (`_lines`, b's columns from `b`, b64's values in their own format, where it is float32):
-    rounded where their own Σ_k |a_ik·b_kj| bounds the GEMM's error enough, else where their sums twice as precise
-    do (`_twice_settled`, from the same products and sums of magnitudes), else summed exactly one by one
-    (`_one_by_one`), as `_repair` settles them; but each suspect's row of a and column of b are gathered once for the
-    first two, not once for its sum of magnitudes and again for `_repair` (a 10M MLP's fp32 step leaves ~2,300
-    suspects at K = 1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step), and those left in doubt by a
-    part's sums of magnitudes go on to their sums twice as precise while that part is in cache, copied into a reused
-    buffer (copies into fresh memory cost a page fault per 4 kB: 4 ms of those suspects' ~26 ms). So few that
-    `_repair` would sum them one by one (`_ONE_BY_ONE`), they are summed so at once: the sums of magnitudes' ~15 NumPy
-    calls cost more than the exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a
-    product against ~25). Which level settles an element changes no bit: each gives the exact sum rounded once."""
+    products, gathered once (`_lines`): rounded where their own Σ_k |a_ik·b_kj| bounds the GEMM's error enough, else
+    where their sums twice as precise do (`_twice_settled`), else summed exactly one by one (`_one_by_one`), as
+    `_repair` settles them; but each suspect's row of a and column of b are gathered once for the first two, not
+    once for its sum of magnitudes and again for `_repair` (a 10M MLP's fp32 step leaves ~2,300 suspects at K =
+    1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step). So few that `_repair` would sum them one by
+    one (`_ONE_BY_ONE`), they are summed so at once: the sums of magnitudes' ~15 NumPy calls cost more than the
+    exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a product against ~25)."""
     where, y = suspects
     k = a64.shape[-1]
     if len(y) * (k + 100) < _ONE_BY_ONE:
         _one_by_one(out, where, a64, b64)
         return out
-    left = []  # index arrays of those their sums twice as precise leave in doubt
-    for lines, rows, columns in _lines(where, a64, b64, b):
+    left = []  # (index arrays, their K products) of those their sums of magnitudes leave in doubt
+    for lines, rows, columns in _lines(where, a64, b64):
         products = np.multiply(rows, columns, out=rows)  # (count, K) exact products (finite: so were the norms)
         size = np.abs(products, out=scratch(products.shape, 22)).sum(axis=1)  # Σ_k |a_ik·b_kj|, within γ(K-1)
         _, doubt = certain_f32(y[lines], size * ((k + 2) * _SUMMED_PER_TERM), ns)
         if doubt.any():
-            held = np.flatnonzero(doubt)
-            kept = np.take(products, held, axis=0, out=scratch((len(held), k), _KEPT_SLOT), mode="clip")
-            left.append(_twice_settled(out, tuple(x[lines][held] for x in where), kept, size[held]))
-    if left:
-        _one_by_one(out, tuple(np.concatenate(x) for x in zip(*left)), a64, b64)
+            left.append((tuple(x[lines][doubt] for x in where), products[doubt]))
+    if not left:
+        return out
+    few = sum(len(part[-1]) for part, _ in left) * (k + 100) < _ONE_BY_ONE  # as `_repair` judges it
+    rest = [part if few else _twice_settled(out, part, products) for part, products in left]
+    _one_by_one(out, tuple(np.concatenate(x) for x in zip(*rest)), a64, b64)
     return out
 
 
@@ -691,18 +674,15 @@ def _magnitudes(where, a64, b64) -> np.ndarray:
     return size
 
 
-def _lines(where, a64, b64, b=None):
+def _lines(where, a64, b64):
     """(part, rows of a, columns of b) for parts `part` (slices or index arrays) of the elements at index arrays
-    `where`, a few thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the rows the
-    caller's to overwrite (float64; the columns float64, or float32 from `b`). A 2-D product's lines go to this
-    thread's buffers (_scratch.py): a gather into memory fresh from the system costs a page fault per 4 kB (the few
-    hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4 ms of a 7.7 ms product). `b`: b64's values in
-    float32 (the operand as given, where it is), b's columns gathered from it: half the bytes of b64's to read from
-    memory (a 10M MLP's products leave a few hundred suspects over a (2560, 2048) b: its columns 6.7 ms from b64, 1.2
-    from float32, read cold). Strided columns of b (dx = dy @ W) are gathered along b's rows, every column the
-    suspects need at once (`_strided_columns`): np.take of strided lines, one suspect's column at a time, costs a
-    cache line of each of b's K rows for each column (a 10M MLP's dx, 393 suspects at K = 2560: 13 ms to settle
-    with their columns gathered by parts from b64, in the order of their columns; 7 ms from float32 W at once)."""
+    `where`, a few thousand products at a time (host a and b, leading dims broadcast), (count, K) each, the caller's
+    to overwrite. A 2-D product's lines go to this thread's buffers (_scratch.py): a gather into memory fresh from the
+    system costs a page fault per 4 kB (the few hundred elements a 919k MLP's products leave to sum at K = 1024: 1.4
+    ms of a 7.7 ms product). Strided columns of b (dx = dy @ W) are gathered along b's rows (np.take of strided
+    lines is ten times slower), the elements in the order of their columns: a part's columns then share b's cache
+    lines, where in the suspects' own order each column costs a line of each of b's K rows (a 10M MLP's dx, 1,177
+    suspects at K = 2560: 49-55 ms to settle in their own order, 29-34 ms sorted)."""
     *lead, i, j = where
     step = gathered_rows(a64.shape[-1])
     columns = np.swapaxes(b64, -1, -2)  # (..., N, K)
@@ -711,42 +691,20 @@ def _lines(where, a64, b64, b=None):
         batch = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2])
         a64, columns = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (a64, columns))
     k = a64.shape[-1]
-    if not batched and columns.strides[-1] != columns.itemsize:
-        yield from _strided_columns(i, j, a64, b64 if b is None else b, step)
-        return
-    if not batched and b is not None:
-        columns = b.T  # float32 columns, contiguous as b64's
+    strided = not batched and columns.strides[-1] != columns.itemsize
+    order = np.argsort(j, kind="stable") if strided and len(j) > step else None
     for start in range(0, len(i), step):
-        part = slice(start, start + step)
+        part = slice(start, start + step) if order is None else order[start:start + step]
         *lead_part, i_part, j_part = (x[part] for x in where)
         if batched:
             yield part, a64[(*lead_part, i_part)], columns[(*lead_part, j_part)]
             continue
         count = len(i_part)
         rows = np.take(a64, i_part, axis=0, out=scratch((count, k), 20), mode="clip")  # "clip": no buffered copy
-        yield part, rows, np.take(columns, j_part, axis=0, out=scratch((count, k), 21, columns.dtype), mode="clip")
-
-
-def _strided_columns(i, j, a64, b, step: int):
-    """`_lines` of a 2-D product whose b (K, N) holds its columns strided (b64, or its float32 values): the suspects
-    taken in the order of their columns, each `_COLUMNS_AT_ONCE` of the columns they need gathered along b's rows in
-    one np.take (a pass over those rows, each read forward) and laid out as float64 rows (U, K), from which each part
-    takes its own."""
-    k = b.shape[0]
-    order = np.argsort(j, kind="stable")  # the suspects by column
-    used, first = np.unique(j[order], return_index=True)  # the columns needed, where each one's suspects begin
-    width = max(1, _COLUMNS_AT_ONCE // max(k, 1))
-    for c0 in range(0, len(used), width):
-        here = used[c0:c0 + width]
-        block = np.take(b, here, axis=1, out=scratch((k, len(here)), _BLOCK_SLOT, b.dtype), mode="clip")  # (K, U)
-        lines = scratch((len(here), k), _COLUMNS_SLOT)  # (U, K) float64
-        np.copyto(lines, block.T)
-        top = first[c0 + width] if c0 + width < len(used) else len(j)
-        for start in range(first[c0], top, step):
-            part = order[start:min(start + step, top)]
-            rows = np.take(a64, i[part], axis=0, out=scratch((len(part), k), 20), mode="clip")
-            at = np.searchsorted(here, j[part])  # each suspect's column among `here`
-            yield part, rows, np.take(lines, at, axis=0, out=scratch((len(part), k), 21), mode="clip")
+        if not strided:  # (every index is in range)
+            yield part, rows, np.take(columns, j_part, axis=0, out=scratch((count, k), 21), mode="clip")
+        else:
+            yield part, rows, np.take(b64, j_part, axis=1, out=scratch((k, count), 21), mode="clip").T
 
 
 def _quantum(magnitude, precision: int, axis: int):
@@ -775,21 +733,16 @@ def _repair(out, where, a64, b64, ns):
     return host if ns.is_numpy else ns.from_host(host)
 
 
-def _twice_settled(host, part, products, magnitudes=None) -> tuple:
+def _twice_settled(host, part, products) -> tuple:
     """Index arrays of the elements at `part` left in doubt by their sums to twice float64's precision
     (_twice_precise.py) from their K products (count, K), the others' rounded sums put in `host`. A NaN or inf
-    product leaves its element in doubt: the one-by-one sum gives the canonical NaN. `magnitudes`: their rows' float64
-    sums of |products|, where the caller summed them (`_settle_by_magnitudes`, whose products are finite, as the
-    norms of a and b were: no look for NaN or inf)."""
-    if magnitudes is None:
-        finite = np.isfinite(products).all(axis=1)
-        if not finite.all():
-            products[~finite] = 0.0
-    sums, errors = twice_precise_sums(products, magnitudes)
+    product leaves its element in doubt: the one-by-one sum gives the canonical NaN."""
+    finite = np.isfinite(products).all(axis=1)
+    if not finite.all():
+        products[~finite] = 0.0
+    sums, errors = twice_precise_sums(products)
     rounded, doubt = certain_f32(sums, errors, NUMPY)
-    doubt &= errors > 0  # an exact sum (error 0) is rounded once as it is: a float32 midpoint there is a true tie
-    if magnitudes is None:
-        doubt |= ~finite
+    doubt |= ~finite
     host[tuple(x[~doubt] for x in part)] = rounded[~doubt]
     return tuple(x[doubt] for x in part)
 

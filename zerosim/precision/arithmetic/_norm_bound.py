@@ -59,8 +59,6 @@ _gemm = np.matmul  # the machine's dgemm (a test puts a BLAS that gives -0 in it
 _EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact along it (`_short_product`; 2 is not)
 _FEW = 4  # nonzeros of a row of a up to which its zeros of disjoint lines are told in the block (`_short_product`)
 _TEST_SLOTS = ((1, np.float32), (4, np.float32), (5, np.bool_))  # c - E rounded, c + E rounded, their verdict
-_F32_NORMS_MOST_K = 1 << 16  # K up to which b's column norms may be float32 sums (`_float32_norms`)
-_F32_NORM_SLACK = 1 + 2.0**-6  # a float32 sum of K <= _F32_NORMS_MOST_K squares over-stated (`_float32_norms`)
 _FEW_DEAD = 16  # dead columns of b up to one in this many: set apart by their indices, else by masks (`_dead_columns`)
 
 
@@ -69,53 +67,24 @@ def _per_term(k: int) -> float:
     return (k + 4) * 2.0**-53 * SLACK
 
 
-def line_norms(a64, b64, b=None) -> tuple:
+def line_norms(a64, b64) -> tuple:
     """(||a_i|| (..., M), ||b_j|| (..., N)): the norms of a's rows and b's columns, each to within (K + 4)·2**-53 (a
-    square of a value of at most 24 significant bits is exact; `SLACK` covers the sum's and the root's roundings);
-    b's from `b`, b64's values in float32 (a 2-D product's operand as given, or None), by float32 sums where K is
-    long (`_float32_norms`: upper bounds a little looser, which is all E needs)."""
-    rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))
-    long = b is not None and b.ndim == 2 and SHORT_K < b.shape[0] <= _F32_NORMS_MOST_K
-    columns = _float32_norms(b) if long else None
-    return rows, np.sqrt(np.einsum("...kj,...kj->...j", b64, b64)) if columns is None else columns
+    square of a value of at most 24 significant bits is exact; `SLACK` covers the sum's and the root's roundings)."""
+    return np.sqrt(np.einsum("...ik,...ik->...i", a64, a64)), np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))
 
 
-def _float32_norms(b):
-    """(N,) float64 upper bounds of ||b_j|| for float32 b (K, N), K <= `_F32_NORMS_MOST_K`, by sums of squares in
-    float32: half the bytes of b64's and twice the lanes (a 10M MLP's (2560, 2048) W: 1.1 ms against 3.4 from b64,
-    each of the step's six such products). None where a sum overflows or b holds NaN (b64's norms then). Each square
-    rounds once (by at most 2**-24 of itself, or 2**-150 below float32's normal range) and the sum in any order by
-    at most γ32(K-1) of the sum of those (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., §3.1 and
-    §4.2; sums below the normal range are exact), so the float32 sum T >= ||b_j||²·(1 - γ32(K)) - K·2**-150, where
-    γ32(K) = K·2**-24 / (1 - K·2**-24) <= 2**-8·1.004 for K <= 2**16: ||b_j||² <= (T + K·2**-150)·(1 + 2**-6), which
-    leaves room for that bound's own float64 roundings (the root's is `SLACK`'s). A column whose T is 0 may hold
-    values below 2**-75, their squares lost: K·2**-150 bounds them, unless the column is all zero, a dead column
-    (norm 0, as `_whole_product` reads it)."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        squares = np.einsum("kj,kj->j", b, b)  # (N,) float32 T
-    if not np.isfinite(squares).all():
-        return None
-    k = b.shape[0]
-    bound = (squares.astype(np.float64) + k * 2.0**-150) * _F32_NORM_SLACK  # >= ||b_j||²
-    zero = np.flatnonzero(squares == 0)
-    if len(zero):
-        bound[zero[~(b[:, zero] != 0).any(axis=0)]] = 0.0  # every value ±0: dead
-    return np.sqrt(bound)
-
-
-def rounded_by_norms(a64, b64, out=None, b=None):
+def rounded_by_norms(a64, b64, out=None):
     """(c rounded to float32, suspects), c = a64 @ b64 the exact sums' float64 approximation, each exact zero +0; or
     None where a or b holds NaN or inf (the caller's long way handles those, `out` untouched). The rounded c is made
     in `out` where given (a float32 array of c's shape, any strides: a rank's dW in the ranks' packed gradients),
-    else in a fresh array; `b`: b64's values in float32 where the caller has them (`line_norms`). suspects: None where
-    there are none,
+    else in a fresh array. suspects: None where there are none,
     else (index arrays (..., i, j), their c values (count,)): the elements whose rounding the row's bound leaves in
     doubt. c is tested in blocks of rows, each while it is in cache, against its rows' largest E_i where they lie
     within `_SPREAD` (a scalar: a column of E_i costs more per pass; a looser bound only for the first test, as
     every suspect meets its own norms next); a 2-D product with a short K is GEMM'd by those blocks, its rows
     grouped by how many nonzeros they hold (`_short_product`); every temporary lives in this thread's reused
     buffers (_scratch.py): memory fresh from the system costs a page fault per 4 kB, more than these passes."""
-    rows, columns = line_norms(a64, b64, b)
+    rows, columns = line_norms(a64, b64)
     widest = columns.max(axis=-1, initial=0.0)  # (...,) max_j ||b_j||
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
         return None
