@@ -38,7 +38,9 @@ With --tree DIR, the same engines of another source tree (e.g. a checkout of the
 the same rounds, in turns with this tree's: each tree's engines in a worker process of their own, fed the same
 parameters and batches, each step's CPU seconds measured inside its worker (benchmarks/trees.py says why and how).
 Each row is then one engine: both trees' medians, this ÷ that with the quartiles of the rounds' own ratios, and each
-tree's engine ÷ its own native engine.
+tree's engine ÷ its own native engine. Where the two workers' native engines (the same code, unless a change
+touched it) read more than 5 % apart, the run says so (benchmarks/trees.py `workers_apart`): the ratios ÷ native
+are then taken in unlike workers, and a run of each tree alone, one after the other, reads them better.
 
 Targets (issue 63): portable ÷ native <= 1.25 for bf16-mixed at 919k, <= 1.5 for fp32 (at 919k and 10M).
 
@@ -62,7 +64,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/peers.py, however this file is run
 from peers import BATCH, MODELS, floor_step, forget_kept_operands, measured_tree  # noqa: E402  (the models and rows per rank issue 63 measures everywhere; the floor)
-from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started  # noqa: E402  (--tree: another tree's engines in turns)
+from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started, workers_apart  # noqa: E402  (--tree: another tree's engines in turns)
 
 TARGETS = {"bf16-mixed": 1.25, "fp32": 1.5}
 
@@ -169,6 +171,9 @@ def compare_trees(args) -> None:
                 print(f"{str(widths):<24} {MLP(widths).num_params:>10,} {n:>3} {precision:>10} {engine:>8} "
                       f"{mine * 1e3:>9.1f} {theirs * 1e3:>9.1f} {ratio:>9.3f} {q1:>6.3f}-{q3:<5.3f} "
                       f"{mine / native[0]:>13.2f} {theirs / native[1]:>5.2f}", flush=True)
+            warning = workers_apart("native", native[2])  # when the change leaves the native engine alone
+            if warning:
+                print(warning)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -180,6 +180,21 @@ def compared(cpu: dict, name, this: str = "this", that: str = "that") -> tuple:
         quartiles(rounds)
 
 
+ALIKE = 0.05  # how far apart (as a fraction) two workers may read the same code before a run says so
+
+
+def workers_apart(name: str, ratio: float) -> str | None:
+    """A warning when contender `name`, the same code in both workers, reads more than ALIKE apart between them
+    (this ÷ that of the medians `ratio`), else None. On this project's 2-core VM a worker's 10M native step read
+    243-308 ms against 253 in a fresh process of its own (2026-11-26), and which worker ran slow followed neither the
+    tree nor the order they started in; every ratio ÷ that worker's own yardstick then moved by up to 0.1. Read such a
+    run's this ÷ that rows with care, rerun, or run each tree alone (no --tree), one after the other."""
+    if 1 - ALIKE <= ratio <= 1 + ALIKE:
+        return None
+    return (f"note: the two workers' {name} steps, the same code in both trees, read {ratio:.3f} apart (more than "
+            f"{ALIKE:.0%}): each tree's ratios ÷ {name} are taken in unlike workers; rerun, or run each tree alone")
+
+
 class Served:
     """The worker's side of the protocol (module docstring): one method per request, by its name."""
 

@@ -86,7 +86,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/hand_zero3.py, however this file is run
 from hand_zero3 import FastHandZero3  # noqa: E402
 from peers import forget_kept_operands, measured_tree  # noqa: E402  (the memos emptied, the scratch buffers kept)
-from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started  # noqa: E402  (--tree: another tree's contenders in turns)
+from trees import Side, compared, in_turns, quartiles, rounds, source_tree, started, workers_apart  # noqa: E402  (--tree: another tree's contenders in turns)
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 BLOCK = 2**17  # Adam's blocks, as the engine steps a shard (the same bits as one whole step: nothing mixes elements)
@@ -429,6 +429,9 @@ def compare_trees(args, arithmetics, threads) -> None:
                   "the same bits in both trees after every round"))
         print("  the other tree's engine, oracle and hand steps: " + (f"DISAGREE ({theirs})" if theirs else
               "the same bits after every round, as this tree's"), flush=True)
+        warning = workers_apart("fast hand", fast[2])  # benchmarks/hand_zero3.py: this tree's in both workers
+        if warning:
+            print("  " + warning)
     print(f"load average after: {load()}")
 
 

@@ -213,3 +213,22 @@ def test_a_script_refuses_what_it_cannot_measure_naming_the_flag_and_the_path_be
     for placeholder, path in paths.items():
         said = said.replace(placeholder, path)
     assert f"{script}.py: error: {said}" in err
+
+
+# (this ÷ that of the medians of one contender, the same code in both workers; whether a run says they read apart)
+WORKERS_APART = [
+    (1.0, False),  # alike
+    (1.05, False),  # 5 % slower: the edge, still alike
+    (0.95, False),  # 5 % faster: the other edge
+    (1.06, True),  # past it
+    (0.94, True),
+    (1.226, True),  # a 10M native step, 303.8 ms against 247.8, in one run (2026-11-26)
+]
+
+
+@pytest.mark.parametrize("ratio, said", WORKERS_APART)
+def test_a_run_says_when_the_same_code_reads_apart_in_its_two_workers(ratio, said):
+    warning = trees.workers_apart("native", ratio)
+    assert (warning is not None) == said
+    if said:
+        assert f"native steps, the same code in both trees, read {ratio:.3f} apart" in warning
