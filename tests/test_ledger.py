@@ -127,6 +127,45 @@ def test_name_clash_and_unknown_name_are_ledger_errors():
     assert led.current() == 4
 
 
+def test_a_ledger_let_go_keeps_its_numbers_forgets_its_names_and_goes_with_its_last_reference():
+    """`let_go`: the totals, peaks and timeline stay (bytes worked by hand: 4 × 2 + 3 × 4 = 20 B, one freed of 8 B
+    before); no buffer is live by name after, so freeing or finding one is refused; and the ledger, which its live
+    buffers point back at, is freed by reference counting alone, where without `let_go` the collector had to find
+    the cycle."""
+    import gc
+    import weakref
+
+    def ledger_with_buffers(let_go: bool):
+        led = MemoryLedger(0)
+        led.alloc("a", 4, np.float16, "params")
+        led.alloc("b", 3, np.float32, "master")
+        led.alloc("c", 4, np.float16, "grads").free()
+        before = (led.current(), led.peak(), led.peak("grads"), led.by_kind(), len(led.timeline))
+        assert before == (20, 28, 8, {"params": 8, "master": 12}, 4)
+        if let_go:
+            kept = led.live["a"]
+            led.let_go()
+            assert (led.current(), led.peak(), led.peak("grads"), led.by_kind(), len(led.timeline)) == before
+            assert led.live == {}
+            with pytest.raises(LedgerError, match="'a' is not live"):
+                led.free(kept)
+            with pytest.raises(LedgerError, match="no live buffer named 'b'"):
+                led.get("b")
+        return weakref.ref(led)
+
+    enabled = gc.isenabled()
+    gc.disable()  # only reference counting frees anything here
+    try:
+        assert ledger_with_buffers(let_go=True)() is None
+        held = ledger_with_buffers(let_go=False)
+        assert held() is not None  # a ledger and its live buffers: a cycle, left for the collector
+        gc.collect()
+        assert held() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_adopt_registers_an_existing_array():
     led = MemoryLedger(0)
     arr = np.zeros((3, 4), ml_dtypes.bfloat16)

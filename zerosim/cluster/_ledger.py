@@ -230,6 +230,14 @@ class MemoryLedger:
         except KeyError:
             raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
 
+    def let_go(self) -> None:
+        """Forget which buffers are live, once their owner is done with this ledger (a memory run read and thrown
+        away: analysis/planner/_plan.py): its totals, peaks and timeline stay as they are; a buffer it held can no
+        longer be freed or looked up by name (`free` and `get` refuse it as not live). Each live buffer points back at
+        its ledger (`Buffer.free`), so until then the two are a reference cycle, and the ledger's timeline (thousands
+        of events a step) waits for Python's cyclic collector instead of going with its last reference."""
+        self.live.clear()
+
     def fold_timeline(self, upto_seq: int) -> None:
         """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's
         window: cluster/_window.py); the totals and peaks stay."""
