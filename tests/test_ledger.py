@@ -173,6 +173,26 @@ def test_adopt_registers_an_existing_array():
     assert b.array is arr and b.nbytes == 24 and led.current("params") == 24
 
 
+def test_a_data_less_array_is_adopted_with_its_shape_dtype_and_bytes():
+    """A MetaArray (the meta backend's) becomes a buffer without `Buffer.__init__` (cluster/_ledger.py `_buffer`):
+    the same name, kind, shape, dtype and bytes it would set, worked by hand: 3 × 4 bfloat16 = 24 B, 5 float32 = 20 B,
+    a 0-d float64 8 B."""
+    from zerosim.precision.cast import MetaArray
+
+    led = MemoryLedger(0)
+    cases = {"w": (MetaArray((3, 4), ml_dtypes.bfloat16), (3, 4), np.dtype(ml_dtypes.bfloat16), 24),
+             "v": (MetaArray(np.int64(5), np.float32), (5,), np.dtype(np.float32), 20),
+             "s": (MetaArray((), "float64"), (), np.dtype(np.float64), 8)}
+    for name, (array, shape, dtype, nbytes) in cases.items():
+        b = led.adopt(name, array, "params")
+        assert (b.name, b.kind, b.shape, b.dtype, b.nbytes, b.array is array) == (name, "params", shape, dtype, nbytes,
+                                                                                True)
+        assert type(b.shape) is tuple and all(type(n) is int for n in b.shape) and type(b.nbytes) is int
+    assert led.current("params") == led.peak() == 52
+    led.free("w")
+    assert led.current() == 28
+
+
 def test_custom_empty_is_used_for_storage():
     made = []
 

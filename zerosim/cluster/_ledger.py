@@ -93,8 +93,10 @@ def free_ranks(buffers: list) -> list:
 
 
 def _buffer(name: str, kind: str, array, ledger, owned: bool) -> "Buffer":
-    """`Buffer(name, kind, array, ledger, owned)`, written out for NumPy's arrays: thousands a step."""
-    if type(array) is not np.ndarray:  # CuPy's, a data-less (meta) array's
+    """`Buffer(name, kind, array, ledger, owned)`, written out for NumPy's arrays and data-less ones: thousands a
+    step. A data-less (meta) array's shape is a tuple of Python ints, its dtype a `np.dtype` and its nbytes their
+    product times the item size (precision/cast/_meta_array.py), as `Buffer.__init__` would make them."""
+    if type(array) is not np.ndarray and not getattr(array, "is_meta", False):  # CuPy's
         return Buffer(name, kind, array, ledger, owned=owned)
     buf = _new(Buffer)
     buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, owned, array, ledger

@@ -23,10 +23,10 @@ ranked by step time.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 from dataclasses import field, replace
 
+from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
 from zerosim.analysis.planner._repeat import repeats, twice
@@ -127,30 +127,6 @@ def divisors(n: int) -> tuple:
     """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))
-
-
-# CPython's cyclic collector looks at its youngest generation each time 700 more containers were made than freed
-# (gc.get_threshold()'s first number; CPython 3.11 Modules/gcmodule.c, gc_alloc and PyObject_GC_Del), and at the
-# older ones after ten of the younger's (the second and third numbers, left as they are). A memory run keeps tens of
-# thousands of objects alive while it runs (its log, the ledgers' events), and each collection looks at every one
-# alive: at 700 the README's plan spent ~0.15 s in 409 young, 37 middle and 4 full collections; at 20,000, 0.06-0.08 s
-# in 14 young and one middle one (the first plan of a process), as each run's ledgers also outlived it in a cycle with
-# their buffers. Now that the planner lets a run go (`let_go`), hardly any of its objects outlive it, and at 200,000
-# the README's plan makes ~6 young collections, ~2 ms (20,000: 11 and one middle, 0.02-0.04 s), its peak RSS 55 MB
-# (65 before `let_go`). What garbage there is is collected all the same, in larger batches; no answer depends on when.
-YOUNG_COLLECTIONS = 200_000
-
-
-@contextlib.contextmanager
-def fewer_collections():
-    """The cyclic garbage collector's youngest threshold raised to YOUNG_COLLECTIONS (never lowered) while the block
-    runs, as it was after, an exception too; the collector on or off as it was."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], YOUNG_COLLECTIONS), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 @contextlib.contextmanager
