@@ -32,7 +32,6 @@ import json
 import sys
 from dataclasses import replace
 
-from zerosim._collector import fewer_collections
 from zerosim.cli import choices
 from zerosim.cli.parallel_args import add_parallel_arguments, specs_of
 
@@ -231,6 +230,8 @@ def _check_flags(args) -> tuple:
 
 
 def run(args) -> int:
+    from zerosim._collector import fewer_collections  # (here: the parser loads no more than the command line's)
+
     with fewer_collections():  # the ~330 modules the plan loads, and its memory runs (zerosim/_collector.py)
         from zerosim.cli.plan_format import format_plan
 
