@@ -127,11 +127,70 @@ def test_name_clash_and_unknown_name_are_ledger_errors():
     assert led.current() == 4
 
 
+def test_a_ledger_let_go_keeps_its_numbers_forgets_its_names_and_goes_with_its_last_reference():
+    """`let_go`: the totals, peaks and timeline stay (bytes worked by hand: 4 × 2 + 3 × 4 = 20 B, one freed of 8 B
+    before); no buffer is live by name after, so freeing or finding one is refused; and the ledger, which its live
+    buffers point back at, is freed by reference counting alone, where without `let_go` the collector had to find
+    the cycle."""
+    import gc
+    import weakref
+
+    def ledger_with_buffers(let_go: bool):
+        led = MemoryLedger(0)
+        led.alloc("a", 4, np.float16, "params")
+        led.alloc("b", 3, np.float32, "master")
+        led.alloc("c", 4, np.float16, "grads").free()
+        before = (led.current(), led.peak(), led.peak("grads"), led.by_kind(), len(led.timeline))
+        assert before == (20, 28, 8, {"params": 8, "master": 12}, 4)
+        if let_go:
+            kept = led.live["a"]
+            led.let_go()
+            assert (led.current(), led.peak(), led.peak("grads"), led.by_kind(), len(led.timeline)) == before
+            assert led.live == {}
+            with pytest.raises(LedgerError, match="'a' is not live"):
+                led.free(kept)
+            with pytest.raises(LedgerError, match="no live buffer named 'b'"):
+                led.get("b")
+        return weakref.ref(led)
+
+    enabled = gc.isenabled()
+    gc.disable()  # only reference counting frees anything here
+    try:
+        assert ledger_with_buffers(let_go=True)() is None
+        held = ledger_with_buffers(let_go=False)
+        assert held() is not None  # a ledger and its live buffers: a cycle, left for the collector
+        gc.collect()
+        assert held() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_adopt_registers_an_existing_array():
     led = MemoryLedger(0)
     arr = np.zeros((3, 4), ml_dtypes.bfloat16)
     b = led.adopt("out", arr, "params")
     assert b.array is arr and b.nbytes == 24 and led.current("params") == 24
+
+
+def test_a_data_less_array_is_adopted_with_its_shape_dtype_and_bytes():
+    """A MetaArray (the meta backend's) becomes a buffer without `Buffer.__init__` (cluster/_ledger.py `_buffer`):
+    the same name, kind, shape, dtype and bytes it would set, worked by hand: 3 × 4 bfloat16 = 24 B, 5 float32 = 20 B,
+    a 0-d float64 8 B."""
+    from zerosim.precision.cast import MetaArray
+
+    led = MemoryLedger(0)
+    cases = {"w": (MetaArray((3, 4), ml_dtypes.bfloat16), (3, 4), np.dtype(ml_dtypes.bfloat16), 24),
+             "v": (MetaArray(np.int64(5), np.float32), (5,), np.dtype(np.float32), 20),
+             "s": (MetaArray((), "float64"), (), np.dtype(np.float64), 8)}
+    for name, (array, shape, dtype, nbytes) in cases.items():
+        b = led.adopt(name, array, "params")
+        assert (b.name, b.kind, b.shape, b.dtype, b.nbytes, b.array is array) == (name, "params", shape, dtype, nbytes,
+                                                                                True)
+        assert type(b.shape) is tuple and all(type(n) is int for n in b.shape) and type(b.nbytes) is int
+    assert led.current("params") == led.peak() == 52
+    led.free("w")
+    assert led.current() == 28
 
 
 def test_custom_empty_is_used_for_storage():

@@ -68,6 +68,34 @@ def test_a_shape_is_numpys_whatever_it_is_given_as(shape):
         assert all(type(n) is int for n in b.shape) and isinstance(b.dtype, np.dtype)
 
 
+MADE = [  # every way a step makes a data-less array, done to a numpy array of the same shape and dtype alike
+    lambda a: a,
+    lambda a: a[1:, ::2],
+    lambda a: a[0],
+    lambda a: a.reshape(-1),
+    lambda a: a.reshape(6, 2),
+    lambda a: a.T,
+    lambda a: a.copy(),
+    lambda a: a.ravel(),
+    lambda a: a.astype(np.float64),
+    lambda a: a.reshape(-1).view(np.uint8),
+    lambda a: a * 2,
+    lambda a: a <= 0,
+    lambda a: np.zeros_like(a, dtype=np.int8),
+    lambda a: np.concatenate([a.reshape(-1), a.reshape(-1)[:5]]),
+    lambda a: np.empty((7, 3), np.float32, like=a),
+]
+
+
+@pytest.mark.parametrize("make", MADE)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_every_array_made_has_numpys_bytes(make, dtype):
+    """A data-less array's nbytes, set when it is made (whichever way), is what numpy's array made alike reports."""
+    real, meta = make(np.zeros((3, 4), dtype)), make(MetaArray((3, 4), dtype))
+    assert (meta.shape, meta.dtype, meta.nbytes) == (real.shape, real.dtype, real.nbytes)
+    assert type(meta.nbytes) is int
+
+
 @pytest.mark.bad_input("cluster and backends")
 def test_reshape_to_a_wrong_size_is_an_error():
     with pytest.raises(ValueError, match="cannot reshape"):

@@ -298,13 +298,65 @@ def test_what_was_live_at_the_peak_is_read_from_the_timeline_as_recorded():
     assert list(led.totals()) == [(e.kind, e.total, e.kind_total) for e in led.timeline]
 
 
+def test_the_planner_leaves_none_of_its_memory_runs_ledgers_to_the_collector():
+    """Each memory run's ledgers let go of their buffers once its row is read (`let_go`), so reference counting
+    frees the run: with the collector off, none of the plan's ledgers is left in a cycle for it to find (four runs
+    here: two micro-batches, without and with an offload, whose host and NVMe ledgers count too)."""
+    import gc
+
+    from zerosim.cluster import MemoryLedger
+
+    config, enabled = get_preset("gpt2-small").config, gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        p = plan(config, 8, 8, "h100-80gb", 1024, 16, stages=(3,), strategies=("block",), micro_batches=(1, 2),
+                 offloads=(("cpu", lambda stage: ("optimizer-cpu", (Offload("cpu"),))),))
+        assert [(r.micro_batch, r.offload) for r in p.rows] == [(1, "none"), (2, "none"), (1, "optimizer-cpu"),
+                                                                 (2, "optimizer-cpu")]
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, MemoryLedger)]
+        assert left == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+
+
+def test_the_plan_command_loads_its_modules_with_the_collector_looking_less_often(monkeypatch):
+    """`zerosim plan` raises the youngest threshold before it loads the modules it plans with (the ~330 a fresh
+    process loads there would otherwise be looked at some 60 times), and puts it back after, an error too."""
+    import gc
+
+    import zerosim.cli.plan_cmd as plan_cmd
+    from zerosim._collector import YOUNG_COLLECTIONS
+
+    before, seen = gc.get_threshold(), []
+
+    def report(args):  # stands in for the report, noting what it ran under
+        seen.append(gc.get_threshold())
+        raise ValueError("--model: stopped here")
+
+    monkeypatch.setattr(plan_cmd, "report", report)
+    try:
+        gc.set_threshold(700, 10, 10)  # CPython's defaults
+        with redirect_stdout(io.StringIO()):
+            assert main(["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "1024",
+                         "--global-batch", "8"]) == 2
+        assert seen == [(YOUNG_COLLECTIONS, 10, 10)] and gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_the_planner_looks_for_garbage_less_often_and_leaves_the_collector_as_it_was():
     """While `plan` runs, the collector's youngest threshold is YOUNG_COLLECTIONS (the memory runs' short-lived
     objects mostly freed before it looks); after it, returned or raised, every threshold is what it was before, and
     the collector on or off as it was. A threshold set higher already is not lowered."""
     import gc
 
-    from zerosim.analysis.planner._plan import YOUNG_COLLECTIONS
+    from zerosim._collector import YOUNG_COLLECTIONS
 
     before, enabled, seen = gc.get_threshold(), gc.isenabled(), []
     config = get_preset("gpt2-small").config

@@ -80,6 +80,25 @@ def test_collectives_label_events_with_their_tag_and_call():
     assert [call.tag for call in c.trace.calls] == ["layer 2 grads", "layer 2 params"]
 
 
+def test_about_labels_the_calls_begun_in_its_block_nested_and_puts_back_what_was_there():
+    """`Trace.about`: a call begun inside takes the block's labels (an inner block's over an outer's, field by field);
+    after a block, or an exception out of one, the labels are what they were before it."""
+    c, x = Cluster(2), [np.ones(4, np.float32)] * 2
+    with c.trace.about(purpose="gather params", layers=(1,)):
+        all_gather(c, x)  # call 0: the outer labels
+        with c.trace.about(layers=(2, 3), step=4):
+            all_gather(c, x)  # call 1: the inner layers and step, the outer purpose
+        all_gather(c, x)  # call 2: the outer labels again
+        with pytest.raises(KeyError):
+            with c.trace.about(purpose="reduce grads"):
+                raise KeyError("out of the block")
+        all_gather(c, x)  # call 3: the outer labels, the exception's block gone
+    all_gather(c, x)  # call 4: none
+    got = [(call.purpose, call.layers, call.step) for call in c.trace.calls]
+    assert got == [("gather params", (1,), 0), ("gather params", (2, 3), 4), ("gather params", (1,), 0),
+                   ("gather params", (1,), 0), ("", (), 0)]  # Call's defaults: no purpose, no layers, step 0
+
+
 @pytest.mark.parametrize("n", [2, 4, 5])
 def test_all_gather_events_forward_shards_in_ring_order(n):
     """At step k rank r forwards shard (r - k) mod N: first its own, then what it just received."""

@@ -127,6 +127,14 @@ class Cluster:
         nodes = "" if self.gpus_per_node is None else f", gpus_per_node={self.gpus_per_node}"
         return f"Cluster(world_size={self.world_size}{nodes}, backend={self.backend.name!r}, local_ranks={local})"
 
+    def let_go(self) -> None:
+        """Every ledger of every local rank (the device's, and an offload's host and NVMe) lets go of its live buffers
+        (`MemoryLedger.let_go`), for an owner done with this cluster's run: its numbers stay, and the run is freed
+        with its last reference instead of waiting for Python's cyclic collector (the planner's memory runs)."""
+        for rank in self.ranks:
+            for ledger in (rank.ledger, *rank.tiers.values()):
+                ledger.let_go()
+
     @property
     def local_size(self) -> int:
         return len(self.ranks)

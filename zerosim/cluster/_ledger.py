@@ -93,8 +93,10 @@ def free_ranks(buffers: list) -> list:
 
 
 def _buffer(name: str, kind: str, array, ledger, owned: bool) -> "Buffer":
-    """`Buffer(name, kind, array, ledger, owned)`, written out for NumPy's arrays: thousands a step."""
-    if type(array) is not np.ndarray:  # CuPy's, a data-less (meta) array's
+    """`Buffer(name, kind, array, ledger, owned)`, written out for NumPy's arrays and data-less ones: thousands a
+    step. A data-less (meta) array's shape is a tuple of Python ints, its dtype a `np.dtype` and its nbytes their
+    product times the item size (precision/cast/_meta_array.py), as `Buffer.__init__` would make them."""
+    if type(array) is not np.ndarray and not getattr(array, "is_meta", False):  # CuPy's
         return Buffer(name, kind, array, ledger, owned=owned)
     buf = _new(Buffer)
     buf.name, buf.kind, buf.owned, buf._array, buf._ledger = name, kind, owned, array, ledger
@@ -229,6 +231,14 @@ class MemoryLedger:
             return self.live[name]
         except KeyError:
             raise LedgerError(f"rank {self.rank}: no live buffer named {name!r}") from None
+
+    def let_go(self) -> None:
+        """Forget which buffers are live, once their owner is done with this ledger (a memory run read and thrown
+        away: analysis/planner/_plan.py): its totals, peaks and timeline stay as they are; a buffer it held can no
+        longer be freed or looked up by name (`free` and `get` refuse it as not live). Each live buffer points back at
+        its ledger (`Buffer.free`), so until then the two are a reference cycle, and the ledger's timeline (thousands
+        of events a step) waits for Python's cyclic collector instead of going with its last reference."""
+        self.live.clear()
 
     def fold_timeline(self, upto_seq: int) -> None:
         """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's

@@ -10,6 +10,7 @@ the total, the non-zero runs) from them; iterated, compared or hashed, it is the
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -37,8 +38,11 @@ class RunCounts(Sequence):
         self._hash = None
 
     @classmethod
+    @functools.lru_cache(maxsize=4096)
     def of_range(cls, a: int, b: int, shard: int, n: int) -> "RunCounts":
-        """|[a, b) ∩ [r·shard, (r+1)·shard)| for r = 0..n-1: a flat range's counts over n shards of `shard`."""
+        """|[a, b) ∩ [r·shard, (r+1)·shard)| for r = 0..n-1: a flat range's counts over n shards of `shard`. Made once
+        per range (a RunCounts is never changed once made): every engine of the same model on the same ranks asks for
+        the same units' ranges, step after step (the planner's memory runs, each a new engine)."""
         if b <= a or shard <= 0:
             return cls([(0, n)])
         first, last = a // shard, (b - 1) // shard

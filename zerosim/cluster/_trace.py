@@ -212,14 +212,9 @@ class Trace:
                       self._tier(hops.call, src, dst)) for k, src, dst, chunk, n in hops.hops()]
 
     # -- recording (used by the engines) ---------------------------------------------------------
-    @contextmanager
-    def about(self, **fields):
+    def about(self, **fields) -> "_About":
         """Label every collective call begun inside the block: purpose, layers, step, micro (see `Call`)."""
-        previous, self._about = self._about, {**self._about, **fields}
-        try:
-            yield
-        finally:
-            self._about = previous
+        return _About(self, fields)
 
     @contextmanager
     def within(self, *ranges):
@@ -583,3 +578,22 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self._events) + self._folded
+
+
+class _About:
+    """`Trace.about`'s block: the labels put on at entry, what was there before put back at exit, an exception too. A
+    class rather than a generator (`contextlib.contextmanager`): an engine opens ~500 of these a micro-step (every
+    gather and reduction of a 70B twin's), at 1.3 µs each as a generator's."""
+
+    __slots__ = ("trace", "fields", "previous")
+
+    def __init__(self, trace, fields: dict):
+        self.trace, self.fields = trace, fields
+
+    def __enter__(self) -> None:
+        trace = self.trace
+        self.previous, trace._about = trace._about, {**trace._about, **self.fields}
+
+    def __exit__(self, *exc) -> bool:
+        self.trace._about = self.previous
+        return False

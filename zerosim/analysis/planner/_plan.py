@@ -23,10 +23,10 @@ ranked by step time.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 from dataclasses import field, replace
 
+from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
 from zerosim.analysis.planner._repeat import repeats, twice
@@ -129,26 +129,17 @@ def divisors(n: int) -> tuple:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-# CPython's cyclic collector looks at its youngest generation each time 700 more containers were made than freed
-# (gc.get_threshold()'s first number; CPython 3.11 Modules/gcmodule.c, gc_alloc and PyObject_GC_Del), and at the
-# older ones after ten of the younger's (the second and third numbers, left as they are). The planner's memory runs
-# keep tens of thousands of objects alive for one run each (its log, the ledgers' events), so the collector kept
-# looking at them and, as they piled up, at everything: the README's plan spent ~0.15 s in 409 young, 37 middle and 4
-# full collections, and with 20,000 ~0.03 s in 9 young ones, its peak RSS 61 MB against 63-64 MB (10,000: ~0.05 s in
-# 20 young and 2 middle ones). The garbage is collected all the same, in larger batches; no answer depends on when.
-YOUNG_COLLECTIONS = 20_000
-
-
 @contextlib.contextmanager
-def fewer_collections():
-    """The cyclic garbage collector's youngest threshold raised to YOUNG_COLLECTIONS (never lowered) while the block
-    runs, as it was after, an exception too; the collector on or off as it was."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], YOUNG_COLLECTIONS), *old[1:])
+def let_go(measured: tuple):
+    """A memory run's (row, cluster, engine) (`costs.measure_stage`) while the block reads it; then its cluster lets
+    go of every live buffer (cluster/_cluster.py `Cluster.let_go`), an exception too. A ledger and the buffers it
+    holds point at each other: left so, each run's ledgers, with their timelines (~4,000 events a run of the
+    README's plan), outlived the run until the cyclic collector found them, and every young collection before that
+    looked at them again; let go, a run is freed with its last reference."""
     try:
-        yield
+        yield measured
     finally:
-        gc.set_threshold(*old)
+        measured[1].let_go()
 
 
 @fewer_collections()  # the memory runs' ~4 M short-lived objects
@@ -433,48 +424,50 @@ class _Trial:
                "spec": spec, "micro_batches": M if pipeline else None,
                "totals": False}  # a row reads memory; the bytes sent are not printed
         if first and not pipeline:
-            m, _, _ = measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)
-            resting = sum(m["resting"].values())
+            with let_go(measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)) as made:
+                resting = sum(made[0]["resting"].values())
             if fit(resting, self.gpu).total > self.gpu.capacity:
                 self.tried(mesh.plan.stage, strategy, B, spec, label)
                 return None, resting
-        m, cluster, engine = measure_stage(model, None, None, self.optimizer, self.precision, **run)
-        resting, stage = sum(m["resting"].values()), mesh.plan.stage
-        extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
-        row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra, self.gpu.capacity,
-                      tp=tp, cp=spec.cp, pp=spec.pp, pp_schedule=spec.pp_schedule if pipeline else None,
-                      virtual_stages=spec.virtual_stages if pipeline else None)
-        if label != "none":  # the host's and NVMe's peaks, against a node's
-            tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
-            node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
-            row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
-                          host_fits=node["host"]["fits"] and node["nvme"]["fits"])
-        self.tried(stage, strategy, B, spec, label)
-        if fit(resting, self.gpu).total > self.gpu.capacity:
-            return row, resting
-        if not row.fits:
-            return row, None
-        hw, time_model = self.hardware, self.time_model
-        if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
+        with let_go(measure_stage(model, None, None, self.optimizer, self.precision, **run)) as made:
+            (m, cluster, engine), stage = made, mesh.plan.stage
+            resting = sum(m["resting"].values())
+            extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
+            row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
+                          self.gpu.capacity, tp=tp, cp=spec.cp, pp=spec.pp,
+                          pp_schedule=spec.pp_schedule if pipeline else None,
+                          virtual_stages=spec.virtual_stages if pipeline else None)
+            if label != "none":  # the host's and NVMe's peaks, against a node's
+                tiers = {t: m[t]["peak"] for t in ("host", "nvme")}
+                node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
+                row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
+                              host_fits=node["host"]["fits"] and node["nvme"]["fits"])
+            self.tried(stage, strategy, B, spec, label)
+            if fit(resting, self.gpu).total > self.gpu.capacity:
+                return row, resting
+            if not row.fits:
+                return row, None
+            hw, time_model = self.hardware, self.time_model
+            if pipeline:  # the memory run is a whole step: K's, or the first point of K's line (sweep.step_time)
+                costs = None if time_model is None else time_model.costs(
+                    engine.model, spec.micro(B, self.seq_len), hw,
+                    positions_of(engine.parallelisms.members, cluster, engine.dims))
+                one = step_time_of(
+                    simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs), M)
+                t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
+                              (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec)
+                return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
             costs = None if time_model is None else time_model.costs(
-                engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
-                                                                            engine.dims))
-            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs),
-                               M)
+                engine.model, spec.micro(B, self.seq_len), hw,
+                positions_of(engine.parallelisms.members, cluster, engine.dims))
+            one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
+            written = twice(cluster.trace) if row.accumulation > 1 and repeats(engine) else None  # K = 2 from K = 1
+            two = None if written is None else step_time_of(
+                simulate(written, hw, overlap=engine.comm.overlap_comm, costs=costs), 2)
             t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
-                          (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec)
+                          (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
+                          parallelisms=more, spec=spec, second=two)
             return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
-        costs = None if time_model is None else time_model.costs(
-            engine.model, spec.micro(B, self.seq_len), hw, positions_of(engine.parallelisms.members, cluster,
-                                                                       engine.dims))
-        one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-        written = twice(cluster.trace) if row.accumulation > 1 and repeats(engine) else None  # K = 2 from K = 1
-        two = None if written is None else step_time_of(
-            simulate(written, hw, overlap=engine.comm.overlap_comm, costs=costs), 2)
-        t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
-                      (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
-                      parallelisms=more, spec=spec, second=two)
-        return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
 
     def tried(self, stage: int, strategy: str, B: int, spec, label: str) -> None:
         """The caller's `progress`, told of one configuration measured."""

@@ -138,8 +138,9 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
     def run(K):
-        result, _ = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
-                              micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)
+        result, engine = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
+                                   micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)
+        engine.cluster.let_go()  # its times read: the run goes with its last reference (_plan.py `let_go`)
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 
     K = accumulation_steps

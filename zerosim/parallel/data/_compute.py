@@ -36,7 +36,7 @@ def compute(ctx, model, passes: list, ops: list, needs, step: int, micro: int) -
     reads = [needs_params(model, op) for op in ops]
     first = next((j for j, op in enumerate(ops) if op.computes), None)
     waited = [needs if j == first else Handle() for j in range(len(ops))]  # one per op, as the ranks share it
-    if not ctx.cluster.pool.stacks:
+    if not ctx.cluster.pool.stacks or len(passes) < 2:  # (one rank hosted, the meta backend's: nothing to stack)
         _each_rank(ctx, model, passes, ops, names, reads, waited, step, micro)
         return
     shared = shared_units(ctx, model)  # each layer's replicas compared once in this run: nothing in it writes them
@@ -71,7 +71,8 @@ def _each_rank(ctx, model, passes: list, ops: list, names: list, reads: list, wa
                                done.bytes_read, done.bytes_written, waited[j], done.values)))
         adopt_grads(ranks[i], op.layer, packed)
 
-    prepare = arithmetic_of(passes[0].fmt).prepare if passes else None
+    # (data-less arrays: nothing for the kernels to measure, and no kernel runs)
+    prepare = arithmetic_of(passes[0].fmt).prepare if passes and ctx.cluster.backend.holds_values else None
 
     def before(j):  # what every rank's op j multiplies, for the kernels to measure together (a hint: no bit moves)
         tensors = [x for x in (work.multiplied(ops[j]) for work in passes) if x is not None]

@@ -51,7 +51,9 @@ def _stand_in(x):
 class MetaArray(NDArrayOperatorsMixin):
     """shape and dtype, no data. Ops give a MetaArray of the shape and dtype numpy would give."""
 
-    __slots__ = ("shape", "dtype")
+    # nbytes: the shape's product times the item size, made with the array (a step asks it of every buffer of every
+    # op, ~7,000 times a meta micro-step of the 70B twin: a property's call each time)
+    __slots__ = ("shape", "dtype", "nbytes")
     is_meta = True
 
     def __array_namespace__(self, api_version=None):
@@ -63,13 +65,14 @@ class MetaArray(NDArrayOperatorsMixin):
         # a step makes thousands of these: `tuple(map(int, ...))` is the same shape as `_shape_of`'s, made faster
         self.shape = tuple(map(int, shape)) if type(shape) is tuple else _shape_of(shape)
         self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
 
     @classmethod
     def _of(cls, shape: tuple, dtype: np.dtype) -> "MetaArray":
         """One made from a shape of Python ints and a np.dtype already checked (another MetaArray's, or numpy's):
         the views, reshapes and copies a step makes, without checking them again."""
         a = object.__new__(cls)
-        a.shape, a.dtype = shape, dtype
+        a.shape, a.dtype, a.nbytes = shape, dtype, math.prod(shape) * dtype.itemsize
         return a
 
     # -- what an array says about itself ----------------------------------------------------------
@@ -84,10 +87,6 @@ class MetaArray(NDArrayOperatorsMixin):
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize  # `size`'s product, asked for every buffer of every op
 
     @property
     def T(self) -> "MetaArray":

@@ -1,0 +1,34 @@
+"""How often CPython's cyclic garbage collector looks, while a command makes many objects it keeps: `zerosim plan`'s
+memory runs (analysis/planner/_plan.py) and the ~330 modules its command loads first (cli/plan_cmd.py). It imports
+nothing of zerosim's, so a command can raise the threshold before its own imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+# CPython's cyclic collector looks at its youngest generation each time 700 more containers were made than freed
+# (gc.get_threshold()'s first number; CPython 3.11 Modules/gcmodule.c, gc_alloc and PyObject_GC_Del), and at the
+# older ones after ten of the younger's (the second and third numbers, left as they are); each look visits every
+# container of the generations it collects. A memory run keeps tens of thousands of objects alive while it runs (its
+# log, the ledgers' events): at 700 the README's plan spent ~0.15 s in 409 young, 37 middle and 4 full collections; at
+# 20,000, 0.06-0.08 s in 14 young and one middle one (the first plan of a process), as each run's ledgers also outlived
+# it in a cycle with their buffers. Now that the planner lets a run go (_plan.py `let_go`), hardly any of its objects
+# outlive it, and at 200,000 the README's plan makes ~6 young collections, ~2 ms (20,000: 11 and one middle,
+# 0.02-0.04 s), its peak RSS 55 MB (65 before `let_go`). The modules `zerosim plan` loads before it plans make ~45,000
+# containers that live as long as the process: at 700, 62 young and 5 middle collections, 17-36 ms, none at 200,000.
+# What garbage there is is collected all the same, in larger batches; no answer depends on when.
+YOUNG_COLLECTIONS = 200_000
+
+
+@contextlib.contextmanager
+def fewer_collections():
+    """The cyclic garbage collector's youngest threshold raised to YOUNG_COLLECTIONS (never lowered) while the block
+    runs, as it was after, an exception too; the collector on or off as it was."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], YOUNG_COLLECTIONS), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
