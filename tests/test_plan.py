@@ -325,31 +325,6 @@ def test_the_planner_leaves_none_of_its_memory_runs_ledgers_to_the_collector():
             gc.enable()
 
 
-def test_the_plan_command_loads_its_modules_with_the_collector_looking_less_often(monkeypatch):
-    """`zerosim plan` raises the youngest threshold before it loads the modules it plans with (the ~330 a fresh
-    process loads there would otherwise be looked at some 60 times), and puts it back after, an error too."""
-    import gc
-
-    import zerosim.cli.plan_cmd as plan_cmd
-    from zerosim._collector import YOUNG_COLLECTIONS
-
-    before, seen = gc.get_threshold(), []
-
-    def report(args):  # stands in for the report, noting what it ran under
-        seen.append(gc.get_threshold())
-        raise ValueError("--model: stopped here")
-
-    monkeypatch.setattr(plan_cmd, "report", report)
-    try:
-        gc.set_threshold(700, 10, 10)  # CPython's defaults
-        with redirect_stdout(io.StringIO()):
-            assert main(["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "1024",
-                         "--global-batch", "8"]) == 2
-        assert seen == [(YOUNG_COLLECTIONS, 10, 10)] and gc.get_threshold() == (700, 10, 10)
-    finally:
-        gc.set_threshold(*before)
-
-
 def test_the_planner_looks_for_garbage_less_often_and_leaves_the_collector_as_it_was():
     """While `plan` runs, the collector's youngest threshold is YOUNG_COLLECTIONS (the memory runs' short-lived
     objects mostly freed before it looks); after it, returned or raised, every threshold is what it was before, and

@@ -1,6 +1,5 @@
-"""How often CPython's cyclic garbage collector looks, while a command makes many objects it keeps: `zerosim plan`'s
-memory runs (analysis/planner/_plan.py) and the ~330 modules its command loads first (cli/plan_cmd.py). It imports
-nothing of zerosim's, so a command can raise the threshold before its own imports.
+"""How often CPython's cyclic garbage collector looks while zerosim makes many objects it keeps for a while: the
+planner's memory runs (analysis/planner/_plan.py `plan`). It imports nothing of zerosim's.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ import gc
 # 20,000, 0.06-0.08 s in 14 young and one middle one (the first plan of a process), as each run's ledgers also outlived
 # it in a cycle with their buffers. Now that the planner lets a run go (_plan.py `let_go`), hardly any of its objects
 # outlive it, and at 200,000 the README's plan makes ~6 young collections, ~2 ms (20,000: 11 and one middle,
-# 0.02-0.04 s), its peak RSS 55 MB (65 before `let_go`). The modules `zerosim plan` loads before it plans make ~45,000
-# containers that live as long as the process: at 700, 62 young and 5 middle collections, 17-36 ms, none at 200,000.
+# 0.02-0.04 s), its peak RSS 55 MB (65 before `let_go`).
 # What garbage there is is collected all the same, in larger batches; no answer depends on when.
 YOUNG_COLLECTIONS = 200_000
 

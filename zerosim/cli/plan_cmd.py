@@ -230,13 +230,10 @@ def _check_flags(args) -> tuple:
 
 
 def run(args) -> int:
-    from zerosim._collector import fewer_collections  # (here: the parser loads no more than the command line's)
+    from zerosim.cli.plan_format import format_plan
 
-    with fewer_collections():  # the ~330 modules the plan loads, and its memory runs (zerosim/_collector.py)
-        from zerosim.cli.plan_format import format_plan
-
-        report_ = report(args)
-        r = report_.to_dict()
+    report_ = report(args)
+    r = report_.to_dict()
     print(json.dumps(r, indent=1, default=str) if args.json else format_plan(r))
     if args.figure:
         import matplotlib
