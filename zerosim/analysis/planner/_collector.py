@@ -1,5 +1,5 @@
-"""How often CPython's cyclic garbage collector looks while zerosim makes many objects it keeps for a while: the
-planner's memory runs (analysis/planner/_plan.py `plan`). It imports nothing of zerosim's.
+"""How often CPython's cyclic garbage collector looks while the planner makes many objects it keeps for a while: its
+memory runs (_plan.py `plan`).
 """
 
 from __future__ import annotations
