@@ -264,11 +264,17 @@ def _segments(ranks, world_size: int) -> list:
     call has ranges, every call on every rank."""
     if ranks is None or all(r is None for r in ranks):
         return [(0, world_size, None)]
-    cuts = sorted({0, world_size} | {x for scope in ranks if scope is not None for rng in scope for x in rng})
+    # a pipeline's ~10^5 calls run among a few distinct ranges (its stages', pairs of them): each piece asks each
+    # distinct one once, and the calls read the answer by index
+    distinct = list(dict.fromkeys(ranks))
+    index = {scope: i for i, scope in enumerate(distinct)}
+    of = np.fromiter((index[scope] for scope in ranks), dtype=np.intp, count=len(ranks))  # (K,) into distinct
+    cuts = sorted({0, world_size} | {x for scope in distinct if scope is not None for rng in scope for x in rng})
     out = []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        mine = np.array([scope is None or any(a <= lo and hi <= b for a, b in scope) for scope in ranks], dtype=bool)
-        out.append((lo, hi, mine))
+        takes = np.array([scope is None or any(a <= lo and hi <= b for a, b in scope) for scope in distinct],
+                         dtype=bool)
+        out.append((lo, hi, takes[of]))
     return out
 
 
