@@ -143,6 +143,9 @@ class KernelTimes:
     # -- seconds ------------------------------------------------------------------------------------------
     def compute(self, ev) -> float:
         """Seconds of one Compute event."""
+        seconds = self._seconds.get((ev.layer, ev.kind))  # timed before: a unit's pass (a CP core unit's key holds its
+        if seconds is not None:  # position too, a zero-bubble half's is never kept, a flat efficiency keeps none)
+            return seconds
         dev = self.hw.device
         if self.efficiency.flat is not None:
             f = self.efficiency.flat
