@@ -85,3 +85,28 @@ def test_each_call_takes_call_time_of_its_own_fields_though_alike_calls_are_time
                                               nodes_spanned(cluster.trace, ev) if ev.tier == "inter-node" else 1)
         checked += 1
     assert checked == 2 * (2 + 1 + 2)  # every phase of every call
+
+
+def test_overlapping_calls_merge_into_the_stretches_a_walk_over_them_finds():
+    """Timeline's busy stretches (_result.py `_union`, NumPy's running maximum of the ends) are, bit for bit, what a
+    walk over the calls in start order finds: a call that starts before the stretch so far has ended extends it, any
+    other opens one. Random intervals on a coarse grid, so that ties, nesting and touching ends all occur."""
+    from zerosim.analysis.timeline._result import _union
+
+    def walk(starts, ends):
+        out_s, out_e = [], []
+        for a, b in sorted(zip(starts.tolist(), ends.tolist()), key=lambda ab: ab[0]):
+            if out_e and a < out_e[-1]:
+                out_e[-1] = max(out_e[-1], b)
+            else:
+                out_s.append(a)
+                out_e.append(b)
+        return out_s, out_e
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        k = int(rng.integers(0, 10))
+        starts = rng.integers(0, 8, k) * 0.1
+        ends = starts + rng.integers(0, 4, k) * 0.37
+        got = _union(starts, ends)
+        assert (got[0].tolist(), got[1].tolist()) == walk(starts, ends)

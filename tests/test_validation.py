@@ -85,6 +85,55 @@ def test_validate_prints_each_point_beside_its_measurement(capsys):
     assert "calib tt-h100-8-eager" in text and "framework factors (calibrated)" in text
 
 
+def test_a_point_of_many_micro_steps_writes_its_second_step_as_running_it_does(monkeypatch):
+    """Where a point's micro-step repeats, predict writes its K = 2 step from the K = 1 run's log (sweep.py
+    `written_second`, planner/_repeat.py `twice`) instead of running it: every number of the prediction is, to the bit,
+    what running the K = 2 step gives (written_second answering None: step_time runs it). A point of 2 micro-steps and
+    one of 21 (the line through K = 1 and 2)."""
+    from zerosim.analysis.planner import _validate
+
+    written = []
+    real = _validate.written_second
+    monkeypatch.setattr(_validate, "written_second", lambda *a, **k: written.append(real(*a, **k)) or written[-1])
+    points = [p for p in POINTS if p.key in ("foundry-a100-7b-8", "foundry-a100-30b-8")]
+    assert [p.accumulation for p in points] == [2, 21]
+    fast = [_validate.predict(p, FRAMEWORK[p.preset]) for p in points]
+    assert len(written) == 2 and None not in written  # the written step was used, not a run
+    monkeypatch.setattr(_validate, "written_second", lambda *a, **k: None)
+    assert fast == [_validate.predict(p, FRAMEWORK[p.preset]) for p in points]
+
+
+def test_predict_leaves_none_of_its_runs_ledgers_to_the_collector_and_the_collector_as_it_was(monkeypatch):
+    """predict lets each run go once its peak is read (Cluster.let_go), so reference counting frees it: with the
+    collector off, none of its ledgers is left in a cycle; it raises the youngest threshold while it runs (the
+    planner's `fewer_collections`) and leaves every threshold as it was."""
+    import gc
+
+    from zerosim.analysis.planner import _validate
+    from zerosim.analysis.planner._collector import YOUNG_COLLECTIONS
+    from zerosim.cluster import MemoryLedger
+
+    point, seen = next(p for p in POINTS if p.key == "tt-h100-8-eager"), []
+    real = _validate.step_time
+    monkeypatch.setattr(_validate, "step_time", lambda *a, **k: seen.append(gc.get_threshold()) or real(*a, **k))
+    before, enabled = gc.get_threshold(), gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        gc.set_threshold(700, 10, 10)
+        _validate.predict(point, FRAMEWORK[point.preset])
+        assert seen == [(YOUNG_COLLECTIONS, 10, 10)] and gc.get_threshold() == (700, 10, 10)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        assert [o for o in gc.garbage if isinstance(o, MemoryLedger)] == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.set_threshold(*before)
+        if enabled:
+            gc.enable()
+
+
 @pytest.mark.bad_input("command line")
 def test_validate_names_an_unknown_point(capsys):
     assert main(["validate", "--only", "nope"]) == 2

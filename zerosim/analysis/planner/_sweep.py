@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
+from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Cluster
 from zerosim.optim import get_optimizer
@@ -167,6 +168,19 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
 def step_time_of(result, micro_steps: int = 1) -> StepTime:
     """The StepTime of a simulated one-step Timeline of `micro_steps` micro-steps (rank 0's view)."""
     return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (micro_steps,))
+
+
+def written_second(engine, hardware: Hardware, time_model=None, micro_batch: tuple | None = None) -> StepTime | None:
+    """The step of K = 2 micro-steps of `engine`, a meta ZeroEngine that ran one step of one (meta_step), written from
+    its log instead of run (_repeat.py `twice`: the second step's timeline to the bit) and simulated with the time
+    model the first was (`micro_batch`: the (B, L) its ranks ran); None where its step does not repeat (`repeats`).
+    What `step_time` takes as `second`."""
+    written = twice(engine.cluster.trace) if repeats(engine) else None
+    if written is None:
+        return None
+    costs = None if time_model is None else time_model.costs(
+        engine.model, micro_batch, hardware, positions_of(engine.parallelisms.members, engine.cluster, engine.dims))
+    return step_time_of(simulate(written, hardware, overlap=engine.comm.overlap_comm, costs=costs), 2)
 
 
 def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow:

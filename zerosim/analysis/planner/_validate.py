@@ -32,7 +32,8 @@ from zerosim.analysis.costs import (
     reserved,
     tokens_per_s_per_gpu,
 )
-from zerosim.analysis.planner._sweep import meta_step, step_time, step_time_of
+from zerosim.analysis.planner._collector import fewer_collections
+from zerosim.analysis.planner._sweep import meta_step, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel
 
 GIB = 1 << 30
@@ -75,6 +76,7 @@ def _model(point):
                                     **strategy_options(point.strategy))
 
 
+@fewer_collections()  # each point's runs keep ~10^5 objects alive a while, as the planner's do
 def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RESERVE) -> Prediction:
     """zerosim's prediction for `point` (framework: the preset's calibrated factor unless given)."""
     from zerosim.parallel.data import get_comm_schedule
@@ -100,9 +102,13 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     result, engine = meta_step(model, point.gpus, point.stage, hw, comm, precision, optimizer="adamw",
                                micro_batch=micro, accumulation_steps=K, wire=wire, gpus_per_node=per_node,
                                time_model=time_model, spec=spec)
-    t = step_time(model, point.gpus, point.stage, hw, comm, precision, "adamw", micro, point.accumulation,
-                  first=step_time_of(result, K), time_model=time_model, gpus_per_node=per_node, wire=wire, spec=spec)
     allocated = max(r.ledger.peak() for r in engine.cluster.ranks)  # a pipeline's: its largest stage's
+    # K = 2 written from the K = 1 run where its micro-step repeats (as the planner's memory runs): not run again
+    two = written_second(engine, hw, time_model, spec.micro(*micro)) if K < point.accumulation else None
+    engine.cluster.let_go()  # its peak read: the run goes with its last reference (_plan.py `let_go`)
+    t = step_time(model, point.gpus, point.stage, hw, comm, precision, "adamw", micro, point.accumulation,
+                  first=step_time_of(result, K), time_model=time_model, gpus_per_node=per_node, wire=wire, spec=spec,
+                  second=two)
     # the one definition (costs/_throughput.py): a TP (and pipeline) group's GPUs share a batch rank's B·L·K tokens
     tps = tokens_per_s_per_gpu(spec.dims(point.gpus), point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")

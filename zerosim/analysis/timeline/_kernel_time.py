@@ -82,6 +82,9 @@ class KernelTimes:
         self._cache = {}
         self._seconds = {}  # (layer, kind) -> seconds of a unit with shapes: its work and the rates are fixed
         self._core = {}  # layer -> whether it is a CP core unit (its work depends on its rank's position)
+        self._tensor = None  # with fp8 GEMMs: parallel/tensor, whose fp8_wire says which calls carry float8, for a
+        # TP twin; False for any other model; None until the first call asks
+        self._itemsize = {}  # a call's dtype -> its format's bytes an element
 
     def describe(self) -> str:
         return self.efficiency.describe() + (", fp8 GEMMs in the blocks" if self.fp8 else "")
@@ -140,6 +143,9 @@ class KernelTimes:
     # -- seconds ------------------------------------------------------------------------------------------
     def compute(self, ev) -> float:
         """Seconds of one Compute event."""
+        seconds = self._seconds.get((ev.layer, ev.kind))  # timed before: a unit's pass (a CP core unit's key holds its
+        if seconds is not None:  # position too, a zero-bubble half's is never kept, a flat efficiency keeps none)
+            return seconds
         dev = self.hw.device
         if self.efficiency.flat is not None:
             f = self.efficiency.flat
@@ -165,9 +171,18 @@ class KernelTimes:
         """The bytes `call` carries for its busiest rank: `sent` as recorded, but with fp8 GEMMs beside tensor
         parallelism the blocks' sequence-parallel all-gathers travel in float8, one byte an element (parallel/
         tensor `fp8_wire`: torchao's Float8 TP styles and Transformer Engine cast before they gather)."""
-        tensor = _tensor_parallel() if self.fp8 else None
-        if tensor is not None and isinstance(self.model, tensor.MetaTensorParallelModel) and tensor.fp8_wire(call):
-            return sent / np.dtype(get_format(call.dtype).dtype).itemsize
+        if not self.fp8:
+            return sent
+        tensor = self._tensor
+        if tensor is None:  # asked once: a model is a TP twin or not for good (and only once the module is loaded)
+            tensor = _tensor_parallel()
+            tensor = self._tensor = tensor if tensor is not None and isinstance(
+                self.model, tensor.MetaTensorParallelModel) else False
+        if tensor and tensor.fp8_wire(call):
+            width = self._itemsize.get(call.dtype)
+            if width is None:
+                width = self._itemsize[call.dtype] = np.dtype(get_format(call.dtype).dtype).itemsize
+            return sent / width
         return sent
 
     def optimizer(self, elements: int, states: int, grad_bytes: int, param_bytes: int) -> float:

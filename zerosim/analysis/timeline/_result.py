@@ -264,11 +264,17 @@ def _segments(ranks, world_size: int) -> list:
     call has ranges, every call on every rank."""
     if ranks is None or all(r is None for r in ranks):
         return [(0, world_size, None)]
-    cuts = sorted({0, world_size} | {x for scope in ranks if scope is not None for rng in scope for x in rng})
+    # a pipeline's ~10^5 calls run among a few distinct ranges (its stages', pairs of them): each piece asks each
+    # distinct one once, and the calls read the answer by index
+    distinct = list(dict.fromkeys(ranks))
+    index = {scope: i for i, scope in enumerate(distinct)}
+    of = np.fromiter((index[scope] for scope in ranks), dtype=np.intp, count=len(ranks))  # (K,) into distinct
+    cuts = sorted({0, world_size} | {x for scope in distinct if scope is not None for rng in scope for x in rng})
     out = []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        mine = np.array([scope is None or any(a <= lo and hi <= b for a, b in scope) for scope in ranks], dtype=bool)
-        out.append((lo, hi, mine))
+        takes = np.array([scope is None or any(a <= lo and hi <= b for a, b in scope) for scope in distinct],
+                         dtype=bool)
+        out.append((lo, hi, takes[of]))
     return out
 
 
@@ -278,14 +284,11 @@ def _union(starts, ends) -> tuple:
     if starts.size < 2 or (np.all(np.diff(starts) >= 0) and np.all(starts[1:] >= ends[:-1])):
         return starts, ends
     order = np.argsort(starts, kind="stable")
-    out_s, out_e = [], []
-    for a, b in zip(starts[order].tolist(), ends[order].tolist()):
-        if out_e and a < out_e[-1]:  # overlaps the stretch before: extend it
-            out_e[-1] = max(out_e[-1], b)
-        else:
-            out_s.append(a)
-            out_e.append(b)
-    return np.asarray(out_s), np.asarray(out_e)
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)  # (K,) the latest end so far: the stretch's end (a call ends after it starts)
+    opens = np.concatenate([[True], s[1:] >= reach[:-1]])  # a call that starts after every call before it has ended
+    first = np.flatnonzero(opens)  # (U,) each stretch's first call; its last is the call before the next's first
+    return s[first], reach[np.concatenate([first[1:] - 1, [s.size - 1]])]
 
 
 def _busy_before(cs, ce, t):

@@ -101,6 +101,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     sending = {}  # rank -> when its last point-to-point send is done
     scopes = getattr(trace, "call_ranks", {})  # call -> the ranges of ranks taking part (a pipeline stage's own)
     within = _Within(scopes.values())  # the latest end of a compute in each such range
+    spans = _Spans(trace)  # each call's nodes, once per group the calls ran over
 
     ready = [0.0] * n  # when rank r's program reaches its next event: the end of its last compute
     latest = 0.0  # max(ready), kept as it grows (ready only grows): a call waits for the last rank to issue it
@@ -145,11 +146,12 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 took = (optimizer_time(ev.stop - ev.start, states[ev.optimizer], grad, param_bytes, hbm)
                         if costs is None else costs.optimizer(ev.stop - ev.start, states[ev.optimizer], grad,
                                                               param_bytes))
-            ready[r] = start + took
-            latest = max(latest, start + took)
+            ready[r] = end = start + took
+            if end > latest:  # max(latest, end), as builtin max keeps the first of equals
+                latest = end
             if within.ranges:
-                within.reached(r, start + took)
-            comp_rows.append((r, start, start + took, at, ev.step, "device"))
+                within.reached(r, end)
+            comp_rows.append((r, start, end, at, ev.step, "device"))
         elif kind is Call and ev.collective in TRANSFERS:  # offload: a copy over PCIe or NVMe, on its own stream
             # what it carries is made by the GPU, by the CPU step just recorded, or (DPU) by the one before it
             issued = {"after host": max(host), "after previous host": max(done_before)}.get(ev.op, latest)
@@ -188,7 +190,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             sent = busiest.get(ev.call)
             sent = equal_chunk_bytes(ev) if sent is None else sent
             sent = sent if costs is None else costs.call_bytes(ev, sent)  # fp8 beside TP: its all-gathers in fp8
-            nodes = nodes_spanned(trace, ev) if ev.tier == INTER else 1
+            nodes = spans.of(ev) if ev.tier == INTER else 1
             # every field call_time reads, and the bytes: a step's units make the same few calls again and again
             key = (ev.collective, ev.op, ev.tier, ev.world_size, sent, nodes)
             took = phases.get(key)
@@ -238,7 +240,25 @@ class _Within:
                 self.ends[rng] = t
 
     def latest(self, scope) -> float:
+        if len(scope) == 1:  # a stage's own call (a send between two stages: two ranges)
+            return self.ends[scope[0]]
         return max(self.ends[rng] for rng in scope)
+
+
+class _Spans:
+    """`nodes_spanned` of each call, worked out once per Groups the calls ran over (or per world size for a call over
+    the world): a step's thousands of calls run over a few groups, each asking for the node of every member."""
+
+    def __init__(self, trace):
+        self.trace, self.groups, self._nodes = trace, getattr(trace, "call_groups", {}), {}
+
+    def of(self, call) -> int:
+        group = self.groups.get(call.call)
+        key = ("world", call.world_size) if group is None else id(group)  # the trace holds its groups: ids stay
+        nodes = self._nodes.get(key)
+        if nodes is None:
+            nodes = self._nodes[key] = nodes_spanned(self.trace, call)
+        return nodes
 
 
 # purposes whose calls run on a communicator of their own, so on a stream of their own beside data parallelism's (on
@@ -332,7 +352,13 @@ def _busiest_bytes(events, ring_calls: dict) -> dict:
     sent = defaultdict(int)
     for e in events:
         sent[(e.call, e.src)] += e.bytes
-    busiest = {call: busiest_bytes(sizes, itemsize) for call, (sizes, itemsize, _) in ring_calls.items()}
+    busiest, of_form = {}, {}  # of_form: a closed form's id -> its bytes (the trace holds its forms: ids stay)
+    for call, form in ring_calls.items():  # a pipeline's actions written again (_repeat.py) share their calls' forms
+        most = of_form.get(id(form))
+        if most is None:
+            sizes, itemsize, _ = form
+            most = of_form[id(form)] = busiest_bytes(sizes, itemsize)
+        busiest[call] = most
     for (call, _), b in sent.items():
         if b > busiest.get(call, -1):
             busiest[call] = b
