@@ -29,8 +29,7 @@ from dataclasses import field, replace
 from zerosim.analysis.planner._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
-from zerosim.analysis.planner._repeat import repeats, twice
-from zerosim.analysis.planner._sweep import step_time, step_time_of
+from zerosim.analysis.planner._sweep import step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
 PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
@@ -461,9 +460,8 @@ class _Trial:
                 engine.model, spec.micro(B, self.seq_len), hw,
                 positions_of(engine.parallelisms.members, cluster, engine.dims))
             one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-            written = twice(cluster.trace) if row.accumulation > 1 and repeats(engine) else None  # K = 2 from K = 1
-            two = None if written is None else step_time_of(
-                simulate(written, hw, overlap=engine.comm.overlap_comm, costs=costs), 2)
+            # K = 2 written from K = 1 where the micro-step repeats (sweep.py `written_second`: not run again)
+            two = written_second(engine, hw, time_model, spec.micro(B, self.seq_len)) if row.accumulation > 1 else None
             t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                           (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
                           parallelisms=more, spec=spec, second=two)
