@@ -29,7 +29,7 @@ from dataclasses import field, replace
 from zerosim.analysis.planner._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
-from zerosim.analysis.planner._sweep import step_time, step_time_of, written_second
+from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
 PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
@@ -456,12 +456,10 @@ class _Trial:
                 t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                               (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec)
                 return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
-            costs = None if time_model is None else time_model.costs(
-                engine.model, spec.micro(B, self.seq_len), hw,
-                positions_of(engine.parallelisms.members, cluster, engine.dims))
+            costs = run_costs(engine, time_model, hw, spec.micro(B, self.seq_len))
             one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
             # K = 2 written from K = 1 where the micro-step repeats (sweep.py `written_second`: not run again)
-            two = written_second(engine, hw, time_model, spec.micro(B, self.seq_len)) if row.accumulation > 1 else None
+            two = written_second(engine, hw, costs) if row.accumulation > 1 else None
             t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                           (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
                           parallelisms=more, spec=spec, second=two)

@@ -170,16 +170,24 @@ def step_time_of(result, micro_steps: int = 1) -> StepTime:
     return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (micro_steps,))
 
 
-def written_second(engine, hardware: Hardware, time_model=None, micro_batch: tuple | None = None) -> StepTime | None:
-    """The step of K = 2 micro-steps of `engine`, a meta ZeroEngine that ran one step of one (meta_step), written from
-    its log instead of run (_repeat.py `twice`: the second step's timeline to the bit) and simulated with the time
-    model the first was (`micro_batch`: the (B, L) its ranks ran); None where its step does not repeat (`repeats`).
-    What `step_time` takes as `second`."""
+def run_costs(engine, time_model, hardware: Hardware, micro_batch: tuple | None = None):
+    """The time model's costs for the run of a meta ZeroEngine `engine` whose ranks each ran `micro_batch` = (B, L)
+    (a CP rank's share: `ParallelSpec.micro`), each rank at its place among the parallelisms; None without a time
+    model (simulate's own kernel times)."""
+    if time_model is None:
+        return None
+    return time_model.costs(engine.model, micro_batch, hardware,
+                            positions_of(engine.parallelisms.members, engine.cluster, engine.dims))
+
+
+def written_second(engine, hardware: Hardware, costs=None) -> StepTime | None:
+    """The step of K = 2 micro-steps of `engine`, a meta ZeroEngine that ran one step of one micro-step, written from
+    its log instead of run (_repeat.py `twice`: the second step's timeline to the bit) and simulated with the `costs`
+    the first was (`run_costs`; the same object keeps its kernel times); None where its step does not repeat
+    (`repeats`). What `step_time` takes as `second`."""
     written = twice(engine.cluster.trace) if repeats(engine) else None
     if written is None:
         return None
-    costs = None if time_model is None else time_model.costs(
-        engine.model, micro_batch, hardware, positions_of(engine.parallelisms.members, engine.cluster, engine.dims))
     return step_time_of(simulate(written, hardware, overlap=engine.comm.overlap_comm, costs=costs), 2)
 
 

@@ -33,7 +33,7 @@ from zerosim.analysis.costs import (
     tokens_per_s_per_gpu,
 )
 from zerosim.analysis.planner._collector import fewer_collections
-from zerosim.analysis.planner._sweep import meta_step, step_time, step_time_of, written_second
+from zerosim.analysis.planner._sweep import meta_step, run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel
 
 GIB = 1 << 30
@@ -104,7 +104,8 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
                                time_model=time_model, spec=spec)
     allocated = max(r.ledger.peak() for r in engine.cluster.ranks)  # a pipeline's: its largest stage's
     # K = 2 written from the K = 1 run where its micro-step repeats (as the planner's memory runs): not run again
-    two = written_second(engine, hw, time_model, spec.micro(*micro)) if K < point.accumulation else None
+    two = (written_second(engine, hw, run_costs(engine, time_model, hw, spec.micro(*micro)))
+           if K < point.accumulation else None)
     engine.cluster.let_go()  # its peak read: the run goes with its last reference (_plan.py `let_go`)
     t = step_time(model, point.gpus, point.stage, hw, comm, precision, "adamw", micro, point.accumulation,
                   first=step_time_of(result, K), time_model=time_model, gpus_per_node=per_node, wire=wire, spec=spec,
