@@ -501,3 +501,21 @@ def test_stacks_refuses_a_backward_without_every_pass_s_saved_tensors_and_a_loss
     assert stacks(passes, backward, model)
     del passes[1].saved.items[0]
     assert not stacks(passes, backward, model)
+
+
+@pytest.mark.parametrize("change", ["a what more", "another what"])
+def test_passes_that_kept_different_tensors_are_refused_together_and_nothing_is_freed(change):
+    """models/_run.py `drop_ranks`: every pass must have kept the first's whats under the key, no more and no fewer;
+    one that did not is refused before any ledger frees a buffer (each ledger as it was: its totals and live names)."""
+    from zerosim.models._run import drop_ranks, put_ranks
+
+    _, passes = _passes()
+    saves = [work.saved for work in passes]
+    put_ranks(saves, 0, "fc0", ("input",), [[np.zeros((3, 5), np.float32) for _ in passes]])
+    extra = saves[2].ledger.adopt("fc0.other", np.zeros(4, np.float32), "activations")
+    saves[2].items[0] = {"input": saves[2].items[0]["input"], "other": extra} if change == "a what more" else {
+        "other": extra}
+    before = [(save.ledger.current(), sorted(save.ledger.live)) for save in saves]
+    with pytest.raises(ValueError, match="the passes kept different tensors under 0"):
+        drop_ranks(saves, 0)
+    assert [(save.ledger.current(), sorted(save.ledger.live)) for save in saves] == before
