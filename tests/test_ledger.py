@@ -301,3 +301,40 @@ def test_live_at_peaks_names_what_made_each_peak():
         ("b", [("x", "params", 10), ("z", "activations", 3), ("w", "comm", 20)]),
     ]
     assert x.nbytes == 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_folded_timeline_answers_as_the_whole_one_from_where_it_was_cut(seed):
+    """`fold_timeline` (a long run's window lets each step's events go): what was live before the first event held is
+    what a plain replay of the whole timeline up to the cut leaves live (worked here name by name, apart from the
+    ledger), and the phase questions asked from the cut on answer as on a ledger that never folded. The events are
+    read into `LedgerEvent`s now and then between the folds, so a fold meets events, plain tuples and both."""
+    rng = np.random.default_rng(seed)
+    whole, window = MemoryLedger(rank=0), MemoryLedger(rank=0)
+    window.absolute = True  # as a Cluster's window sets it: positions count from the run's first event
+    names = [f"b{i}" for i in range(6)]
+    for round_ in range(8):
+        for _ in range(int(rng.integers(1, 12))):
+            name = names[int(rng.integers(len(names)))]
+            for led in (whole, window):
+                led.phase_label = f"phase {round_}"
+                if name in led.live:
+                    led.free(name)
+                else:
+                    led.alloc(name, (int(rng.integers(0, 5)) if led is whole else whole.live[name].shape[0],),
+                              np.float32, "activations" if name < "b3" else "grads")
+        if rng.random() < 0.5:
+            window.timeline  # noqa: B018  (read: its tuples become events)
+        cut = int(rng.integers(window.timeline_folded, whole._seq + 1))
+        window.fold_timeline(cut)
+        assert window.timeline_folded == cut
+        replayed = {}
+        for e in whole.timeline[:cut]:
+            if e.action == "alloc":
+                replayed[e.name] = (e.kind, e.nbytes)
+            else:
+                del replayed[e.name]
+        assert window._live_before == replayed
+        assert [repr(e) for e in window.timeline] == [repr(e) for e in whole.timeline[cut:]]
+        for question in ("by_phase", "peaks_by_phase", "live_at_peaks"):
+            assert getattr(window, question)(since=cut) == getattr(whole, question)(since=cut), question

@@ -14,6 +14,7 @@ Standard kinds (any string is allowed; these are the ones the engines use):
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import field
 
 import numpy as np
@@ -51,6 +52,11 @@ def ledger_event(seq, action, name, kind, nbytes, total, kind_total, phase, rank
 
 
 _new = object.__new__
+
+
+def _seq_of(entry) -> int:
+    """A timeline entry's sequence number: a plain tuple's first field, or a `LedgerEvent`'s `seq`."""
+    return entry[0] if type(entry) is tuple else entry.seq
 
 
 def adopt_ranks(ledgers: list, names: list, arrays: list, kind: str) -> tuple[list, list]:
@@ -242,17 +248,28 @@ class MemoryLedger:
 
     def fold_timeline(self, upto_seq: int) -> None:
         """Let go of the timeline's events up to sequence number `upto_seq` (their step folded out of the trace's
-        window: cluster/_window.py); the totals and peaks stay."""
-        held, k = self._held, 0
-        while k < len(held) and (held[k][0] if type(held[k]) is tuple else held[k].seq) <= upto_seq:
-            k += 1
+        window: cluster/_window.py); the totals and peaks stay, and what was live before the first event held follows
+        them. A Cluster's default window folds every rank's timeline once a step, so on 64 ranks this runs ~2,000
+        events a step: the cut is found by bisection (the events are in sequence order), and plain tuples, all of them
+        where the oldest is one (`timeline` makes the tuples it reads events from the oldest on), are read in place."""
+        held = self._held
+        k = bisect_right(held, upto_seq, key=_seq_of)
         live = self._live_before
-        for e in held[:k]:  # seq, action, name, kind, nbytes, ... (ledger_event's order)
-            _, action, name, kind, nbytes = e[:5] if type(e) is tuple else (0, e.action, e.name, e.kind, e.nbytes)
-            if action == "alloc":
-                live[name] = (kind, nbytes)
-            else:
-                live.pop(name, None)
+        if k and type(held[0]) is tuple:  # seq, action, name, kind, nbytes, ... (ledger_event's order)
+            forget = live.pop
+            for e in held[:k]:
+                if e[1] == "alloc":
+                    live[e[2]] = (e[3], e[4])
+                else:
+                    forget(e[2], None)
+        else:
+            for e in held[:k]:
+                _, action, name, kind, nbytes = e[:5] if type(e) is tuple else (0, e.action, e.name, e.kind,
+                                                                                 e.nbytes)
+                if action == "alloc":
+                    live[name] = (kind, nbytes)
+                else:
+                    live.pop(name, None)
         del held[:k]
         self.timeline_folded += k
 

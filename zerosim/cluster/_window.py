@@ -240,15 +240,24 @@ class Summary:
             return  # no send
         total, sizes, lag, size = sum(hops.sizes), hops.sizes, hops.lag, hops.itemsize
         self.events += hops.count
-        for src, p, dst in zip(hops.ranks, hops.positions, hops.sends_to):
-            sent = (total - sizes[(p - lag + 1) % n]) * size
-            self.by_collective[collective] += sent
-            self.by_tier[tier(src, dst)] += sent
-            self.sent[src, collective, tag] += sent
+        if not hops.ranks:
+            return
+        amounts = [(total - sizes[(p - lag + 1) % n]) * size for p in hops.positions]  # each rank's bytes, in order
+        whole = sum(amounts)  # (bytes are integers: any order of adds gives the same sums)
+        self.by_collective[collective] += whole
+        tiers = list(map(tier, hops.ranks, hops.sends_to))
+        if tiers.count(tiers[0]) == len(tiers):  # one tier, as within a node: one add (a step folds ~10 phases of
+            self.by_tier[tiers[0]] += whole     # 64 ranks on a hand-built Cluster(64))
+        else:
+            for t, sent in zip(tiers, amounts):
+                self.by_tier[t] += sent
+        by_rank, received = self.sent, self.received
+        for src, dst, sent in zip(hops.ranks, hops.sends_to, amounts):
+            by_rank[src, collective, tag] += sent
             if dst >= 0:
-                self.received[dst, collective, tag] += sent
-            if not transfer:
-                self.folding[step] += sent
+                received[dst, collective, tag] += sent
+        if not transfer:
+            self.folding[step] += whole
 
 
 class LogFile:
