@@ -26,6 +26,11 @@ after a warm-up round, each ÷ the hand step with the quartiles of the rounds' o
     rings     portable + a ring per layer                     floor     rings + records, rank by rank
     batched   rings + records, the ranks as one dimension     engine    ZeroEngine(..., Cluster(N), 3, ...), defaults
 
+The engine keeps its trace as a user's run does (its window holds the last steps and folds the oldest: every rank's
+timeline let go of, cluster/_window.py); the floors' records are emptied every round, that folding left out. Until
+2026-11-26 (the eleventh round) the engine's trace was emptied every round too, which left its fold out as well (the
+engine ~7-13 % faster than a run: benchmarks/yardstick.py --clear-trace).
+
 After every round the masters of every contender but the hand step (whose products are sgemm's) are checked to equal
 the engine's bit for bit: the floors do the engine's arithmetic, not less (tests/test_benchmark_small_floor.py holds
 the product, the settling and the bookkeeping to independent answers).
@@ -309,7 +314,6 @@ def main():
             runs[name].step(batches)
             if round_:
                 cpu[name].append(time.process_time() - start)
-        runs["engine"].cluster.trace.clear()
         runs["floor"].records.clear()
         runs["batched"].records.clear()
         master = runs["engine"].full_master()

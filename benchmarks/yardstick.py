@@ -37,7 +37,10 @@ kernels' memo of operands is emptied (untimed): a step alone keeps what it measu
 never for another contender's (the engine and the oracle multiply the same operands bit for bit). Their scratch
 buffers, memory that holds no measurement, stay from step to step, as in a run (`forget_kept_operands`; until
 2026-11-26 they went too, and --drop-buffers measures that way: ~1,000 page faults a step at 10k / N = 64 that no run
-pays).
+pays). Each engine keeps its trace as a user's run keeps it: a `Cluster(N)`'s window holds the last steps and folds
+the oldest, every rank's ledger timeline with it (cluster/_window.py). Until 2026-11-26 (the eleventh round) this
+script emptied the engines' traces after every round, so the engine never folded: at 10k / N = 64 that step was
+~13 % faster than a user's (11.6-11.7 against 13.3-13.7 ms in turns); --clear-trace measures that way.
 
 Under each arithmetic of the models' kernels (`MixedPrecision(arithmetic=...)`, zerosim/precision/arithmetic/):
 "native" multiplies with the machine's sgemm (the hand step: `f32(x) @ f32(W).T`); "portable", the default, rounds
@@ -287,13 +290,13 @@ def contenders(widths, n: int, params, arithmetics, adds: str) -> dict:
     return runs
 
 
-def checked(runs: dict, arithmetics) -> str | None:
-    """After a round: the engines' traces emptied (a benchmark of many steps keeps no log from step to step), then
-    what disagrees, bit for bit, among each arithmetic's hand step, engine and oracle and between the fast hand step
-    and the native engine (None: nothing)."""
+def checked(runs: dict, arithmetics, clear_trace: bool = False) -> str | None:
+    """After a round: with `clear_trace` the engines' traces emptied (--clear-trace; by default each keeps its trace
+    as a user's run does, its window folding the oldest step), then what disagrees, bit for bit, among each
+    arithmetic's hand step, engine and oracle and between the fast hand step and the native engine (None: nothing)."""
     for a in arithmetics:
         engine = runs["engine", a]
-        if hasattr(engine.cluster.trace, "clear"):
+        if clear_trace and hasattr(engine.cluster.trace, "clear"):
             engine.cluster.trace.clear()
     for a in arithmetics:
         hand, mine, oracle = runs["hand", a].full_master(), runs["engine", a].full_master(), runs["oracle", a].master()
@@ -304,12 +307,12 @@ def checked(runs: dict, arithmetics) -> str | None:
     return None
 
 
-def tree_side(widths, n: int, arithmetics, adds: str, params, batches) -> Side:
+def tree_side(widths, n: int, arithmetics, adds: str, params, batches, clear_trace: bool = False) -> Side:
     """The contenders with the zerosim this process imports, for a worker of benchmarks/trees.py (--tree); facts:
     "checked" (after a round) and "masters" ({arithmetic: the engine's fp32 masters})."""
     runs = contenders(widths, n, params, arithmetics, adds)
     return Side({k: (lambda r=r: r.step(batches)) for k, r in runs.items()},
-                facts={"checked": lambda: checked(runs, arithmetics),
+                facts={"checked": lambda: checked(runs, arithmetics, clear_trace),
                        "masters": lambda: {a: runs["engine", a].full_master() for a in arithmetics}})
 
 
@@ -325,7 +328,7 @@ def bits_apart(mine: np.ndarray, theirs: np.ndarray) -> str:
 
 
 def measure_trees(widths, n: int, batch: int, repeats: int, arithmetics, adds: str, drop_buffers: bool,
-                  tree: str) -> tuple:
+                  tree: str, clear_trace: bool = False) -> tuple:
     """({(side, contender): [CPU s of each round]}, {side: the tree its worker imported}, {arithmetic: how the two
     trees' engines' masters differ: "" where the same bits after every round, else the first round they differed
     and how they differ after the last}, what the other tree's own check found) for side "this" (the zerosim this
@@ -336,7 +339,7 @@ def measure_trees(widths, n: int, batch: int, repeats: int, arithmetics, adds: s
 
     arithmetics = tuple(dict.fromkeys(("native", *arithmetics)))
     inputs = dict(widths=list(widths), n=n, arithmetics=arithmetics, adds=adds, params=MLP(widths).init_params(),
-                  batches=make_regression(np.random.default_rng(0), n, batch, widths))
+                  batches=make_regression(np.random.default_rng(0), n, batch, widths), clear_trace=clear_trace)
     workers, apart, theirs = {}, {a: "" for a in arithmetics}, []
 
     def after_round(round_):
@@ -360,7 +363,7 @@ def measure_trees(widths, n: int, batch: int, repeats: int, arithmetics, adds: s
 
 
 def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "ml_dtypes",
-            drop_buffers: bool = False) -> tuple:
+            drop_buffers: bool = False, clear_trace: bool = False) -> tuple:
     """({(who, arithmetic): median CPU s}, {...: median wall s}, {arithmetic: (q1, q3)}) for who in hand, engine,
     oracle: every contender once per round, in a new seeded order; after each round every arithmetic's three fp32
     masters compared bit for bit. The quartiles are of the rounds' own engine ÷ hand ratios (both measured in the
@@ -383,7 +386,7 @@ def measure(widths, n: int, batch: int, repeats: int, arithmetics, adds: str = "
             if round_:
                 cpu[name].append(c)
                 wall[name].append(w)
-        wrong = checked(runs, arithmetics)
+        wrong = checked(runs, arithmetics, clear_trace)
         if wrong:
             raise AssertionError(f"round {round_}, {wrong}")
     spread = {}
@@ -401,7 +404,8 @@ def compare_trees(args, arithmetics, threads) -> None:
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults), oracle and the hand steps of two source "
           f"trees in turns, each tree's in a worker process of their own; median of {args.repeats}; BLAS threads "
           f"{threads}; the hand step's bf16 adds: {args.hand_adds}; the kernels' scratch buffers "
-          f"{'let go' if args.drop_buffers else 'kept'} between steps")
+          f"{'let go' if args.drop_buffers else 'kept'} between steps; the engines' traces "
+          f"{'emptied every round' if args.clear_trace else 'kept, as a run keeps them (its window folds)'}")
     print(f"load average before: {load()} (on {os.cpu_count()} cores)")
     print("CPU milliseconds per step, measured in each tree's worker; this/that: the ratio of the medians; rounds "
           "q1-q3: the quartiles of each round's own this/that; ÷ fast: each tree's contender against its own fast "
@@ -413,7 +417,7 @@ def compare_trees(args, arithmetics, threads) -> None:
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
         cpu, seen, apart, theirs = measure_trees(widths, n, batch, args.repeats, arithmetics, args.hand_adds,
-                                                 args.drop_buffers, args.tree)
+                                                 args.drop_buffers, args.tree, args.clear_trace)
         if seen != trees:
             trees = seen
             print(f"this: zerosim from {seen['this']}; that: zerosim from {seen['that']} (each asked in its worker)\n"
@@ -446,6 +450,9 @@ def main():
     p.add_argument("--drop-buffers", action="store_true",
                    help="also let go of the portable kernels' scratch buffers before every contender's step, as "
                         "this script did until 2026-11-26 (fresh pages each step: `forget_kept_operands`)")
+    p.add_argument("--clear-trace", action="store_true",
+                   help="empty the engines' traces after every round, as this script did until 2026-11-26: the "
+                        "engine then never folds its window (at 10k / N = 64 ~13 %% faster than a user's run)")
     p.add_argument("--tree", type=source_tree, help="another source tree (e.g. a checkout of the commit before a "
                    "change): its contenders in the same rounds, in turns, each tree's in a worker process of its own")
     args = p.parse_args()
@@ -455,7 +462,8 @@ def main():
         return compare_trees(args, arithmetics, threads)
     print(f"ZeRO-3 step, bf16-mixed, Adam: engine (Cluster(N), defaults) and oracle ÷ a hand-written NumPy step doing "
           f"the same arithmetic; median of {args.repeats} in turns; BLAS threads {threads}; the hand step's bf16 adds: "
-          f"{args.hand_adds}; the kernels' scratch buffers {'let go' if args.drop_buffers else 'kept'} between steps")
+          f"{args.hand_adds}; the kernels' scratch buffers {'let go' if args.drop_buffers else 'kept'} between steps; "
+          f"the engines' traces {'emptied every round' if args.clear_trace else 'kept, as a run keeps them'}")
     print(f"load average before: {load()} (on {os.cpu_count()} cores); zerosim from {measured_tree()}")
     print("CPU milliseconds per step (the process's own time); rounds q1-q3: the quartiles of each round's own "
           "engine/hand; wall e/h: the wall-clock ratio; fast ms: benchmarks/hand_zero3.py's native step; e/fast: "
@@ -465,7 +473,8 @@ def main():
           f"{'fast ms':>8} {'e/fast':>7} {'rounds q1-q3':>12}")
     for name in (("large", "small") if args.case == "both" else (args.case,)):
         widths, n, batch, target = CASES[name]
-        t, w, spread = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds, args.drop_buffers)
+        t, w, spread = measure(widths, n, batch, args.repeats, arithmetics, args.hand_adds, args.drop_buffers,
+                               args.clear_trace)
         params = sum(i * o + o for i, o in zip(widths[:-1], widths[1:]))
         fast = t["fast hand", "native"]
         for a in dict.fromkeys(("native", *arithmetics)):
