@@ -14,7 +14,6 @@ Standard kinds (any string is allowed; these are the ones the engines use):
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import field
 
 import numpy as np
@@ -252,6 +251,8 @@ class MemoryLedger:
         them. A Cluster's default window folds every rank's timeline once a step, so on 64 ranks this runs ~2,000
         events a step: the cut is found by bisection (the events are in sequence order), and plain tuples, all of them
         where the oldest is one (`timeline` makes the tuples it reads events from the oldest on), are read in place."""
+        from bisect import bisect_right  # here, not at the top: `import zerosim`'s first names load no module more
+
         held = self._held
         k = bisect_right(held, upto_seq, key=_seq_of)
         live = self._live_before
