@@ -458,7 +458,7 @@ class _Trial:
                 return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
             costs = run_costs(engine, time_model, hw, spec.micro(B, self.seq_len))
             one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
-            # K = 2 written from K = 1 where the micro-step repeats (sweep.py `written_second`: not run again)
+            # K = 2 written from K = 1 where the micro-step repeats (_sweep.py `written_second`: not run again)
             two = written_second(engine, hw, costs) if row.accumulation > 1 else None
             t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
                           (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
