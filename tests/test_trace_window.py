@@ -78,6 +78,17 @@ def test_a_ring_phase_folded_whole_counts_as_its_sends(stage):
     assert byte_answers(whole.trace, 4) == byte_answers(window.trace, 4)
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_ring_phase_folded_whole_without_nodes_counts_every_byte_within_one(stage):
+    # a Cluster without gpus_per_node (the default) has one node: every send of a ring phase folded from its record
+    # crosses the intra-node tier (Trace._tier), one tier for the whole phase, as the whole trace counts them
+    whole, _ = run(None, 4, stage, "hop", n=8)
+    window, _ = run(1, 4, stage, "hop", n=8)
+    folded = window.trace.folded
+    assert folded.events > 0 and dict(folded.by_tier) == {"intra-node": folded.by_tier["intra-node"]}
+    assert byte_answers(whole.trace, 8) == byte_answers(window.trace, 8)
+
+
 def test_memory_of_a_long_run_stays_bounded():
     cluster, _ = run(3, 40, 3, "call", timeline=True)
     per_step = len(run(None, 1, 3, "call", timeline=True)[0].trace.log)

@@ -231,10 +231,11 @@ class Summary:
             self.folding[step] += event.bytes
 
     def add_ring(self, hops, collective: str, tag, tier, step: int, transfer: bool) -> None:
-        """Count one folded ring phase recorded whole (a `RingHops` of call `collective`, `tag`; `tier(src, dst)`)
-        as `add` counts its sends one by one, without making them: over its n - 1 steps the rank at ring position p
-        sends every chunk but (p - lag + 1) mod n, the one step n - 1 would send (RingHops.hops), all to one
-        neighbour, so each rank's bytes are one sum and every key is met in the order its sends meet it."""
+        """Count one folded ring phase recorded whole (a `RingHops` of call `collective`, `tag`; `tier(src, dst)`, or
+        the one tier every send crosses) as `add` counts its sends one by one, without making them: over its n - 1
+        steps the rank at ring position p sends every chunk but (p - lag + 1) mod n, the one step n - 1 would send
+        (RingHops.hops), all to one neighbour, so each rank's bytes are one sum and every key is met in the order its
+        sends meet it."""
         n = len(hops.sizes)
         if n < 2:
             return  # no send
@@ -245,7 +246,7 @@ class Summary:
         amounts = [(total - sizes[(p - lag + 1) % n]) * size for p in hops.positions]  # each rank's bytes, in order
         whole = sum(amounts)  # (bytes are integers: any order of adds gives the same sums)
         self.by_collective[collective] += whole
-        tiers = list(map(tier, hops.ranks, hops.sends_to))
+        tiers = [tier] if type(tier) is str else list(map(tier, hops.ranks, hops.sends_to))
         if tiers.count(tiers[0]) == len(tiers):  # one tier, as within a node: one add (a step folds ~10 phases of
             self.by_tier[tiers[0]] += whole     # 64 ranks on a hand-built Cluster(64))
         else:
@@ -324,6 +325,7 @@ def fold(trace, upto_log: int, upto_call: int, ledger_seqs: dict | None = None) 
 def _fold_sends(trace, folded: list, step_of: dict) -> list:
     """The sends `folded` counted into the summary (a ring phase recorded whole: counted from its record, or made
     send by send when the log is written); returns the sends one by one for the log file (none when not written)."""
+    from zerosim.cluster._mesh import INTRA
     from zerosim.cluster._trace import TRANSFERS, RingHops
 
     summary = trace.folded
@@ -345,8 +347,9 @@ def _fold_sends(trace, folded: list, step_of: dict) -> list:
                 summary.add(send, step, send.collective in TRANSFERS)
         else:  # counted from the record: a hand-made Cluster past its window pays no Event per send
             c = trace.call(e.call)
-            summary.add_ring(e, c.collective, c.tag, lambda src, dst, call=e.call: trace._tier(call, src, dst), step,
-                             c.collective in TRANSFERS)
+            tier = INTRA if trace.gpus_per_node is None else (  # no nodes: every send within one (`Trace._tier`)
+                lambda src, dst, call=e.call: trace._tier(call, src, dst))
+            summary.add_ring(e, c.collective, c.tag, tier, step, c.collective in TRANSFERS)
     return gone
 
 
