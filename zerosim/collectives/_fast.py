@@ -156,16 +156,19 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
     summaries = not _record_hops(cluster, call, sizes, wire, 0, group)
     for ring in _members(cluster, group):
         n = len(ring)
-        joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
-        for c, a, b, _ in pieces:
-            joined[a:b] = shards[ring[c]]
+        one = _frozen_join(shards, ring, pieces, total, wire) if shared and not out and ns.is_numpy else None
+        if one is None:
+            joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
+            for c, a, b, _ in pieces:
+                joined[a:b] = shards[ring[c]]
         if n > 1 and summaries:
             for p, r in enumerate(ring):  # position p forwarded every shard but p+1's, the last to reach it
                 c = (p + 1) % n
                 cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize,
                                   wire.name)
-        if shared and not out and type(joined) is np.ndarray:
+        if one is None and shared and not out and type(joined) is np.ndarray:
             one = frozen(joined)
+        if one is not None:
             for r in ring:
                 full[r] = one
             continue
@@ -177,6 +180,25 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
             else:
                 full[r] = joined.copy()
     return full
+
+
+def _frozen_join(shards, ring, pieces, total: int, wire):
+    """`frozen` of the ring's shards joined, written straight into the one `bytes` object (`bytes.join` over the
+    shards' memory: one copy of the window, where joining into an array and freezing that copy made two, and two
+    fresh allocations of its size: at 10M parameters on 4 ranks a layer's window is 21 MB, six a step); None where
+    the shards are not NumPy arrays of the wire dtype, one line each, that lie side by side from 0 to `total` as the
+    chunks say (then `frozen` of the joined array, as before)."""
+    if not pieces or pieces[0][1] != 0 or pieces[-1][2] != total:
+        return None
+    dtype, parts, end = np.dtype(wire.dtype), [], 0
+    for c, a, b, _ in pieces:
+        x = shards[ring[c]]
+        if (a != end or type(x) is not np.ndarray or x.dtype != dtype or x.shape != (b - a,)
+                or not x.flags.c_contiguous):
+            return None
+        parts.append(x.view(np.uint8))  # its bytes (bytes.join reads any contiguous buffer; as bytes, any dtype)
+        end = b
+    return np.frombuffer(b"".join(parts), dtype)
 
 
 def frozen(x: np.ndarray) -> np.ndarray:
