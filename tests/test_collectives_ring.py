@@ -393,6 +393,19 @@ def test_a_shared_all_gather_hands_every_rank_one_immutable_copy_of_the_same_bit
     assert_lists_same_bits(got, [kept] * n)
 
 
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_a_shared_all_gather_of_strided_shards_is_their_concatenation_in_one_immutable_copy(step):
+    # contiguous shards are joined straight into the one bytes object (collectives/_fast.py `_frozen_join`); a strided
+    # view (a column, every other element) cannot be read as one buffer, so the window is joined into an array and
+    # frozen from it: both give the shards' concatenation, over bytes, one copy for every rank
+    n = 4
+    shards = [(np.arange(7 * step, dtype=np.float32) * (r + 1) - 3)[::step] for r in range(n)]
+    got = all_gather(Cluster(n), shards, shared=True)
+    assert_lists_same_bits(got, [np.concatenate(shards)] * n)
+    owner = _operand_cache.immutable_owner(got[0])
+    assert type(owner) is bytes and all(_operand_cache.immutable_owner(g) is owner for g in got)
+
+
 @settings(max_examples=EXAMPLES)
 @given(cases)
 def test_all_gather_of_equal_or_layout_shards_is_concatenation(case):
