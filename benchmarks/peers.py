@@ -323,8 +323,7 @@ def run_case(name, n, repeats, budget, port, arithmetic, chosen):
                     break
                 times["torch"].append(peers.step())
                 times["pool"].append(timed(lambda: step(pooled)))
-                times["one"].append(timed(lambda: step(single)))
-                single.cluster.trace.clear()  # untimed: a benchmark of many steps keeps no log from step to step
+                times["one"].append(timed(lambda: step(single)))  # its trace kept as a run keeps it (its window folds)
             med = {key: statistics.median(w for w, _ in v) for key, v in times.items()}
             med.update({f"{key} cpu": statistics.median(c for _, c in v) for key, v in times.items()})
             med["repeats"] = len(times["torch"])
