@@ -25,6 +25,8 @@ after a warm-up round, each ÷ the hand step with the quartiles of the rounds' o
     hand      FastHandZero3 (native sgemm)                    portable  hand + portable products
     rings     portable + a ring per layer                     floor     rings + records, rank by rank
     batched   rings + records, the ranks as one dimension     engine    ZeroEngine(..., Cluster(N), 3, ...), defaults
+    unrecorded  the engine with no records at all (no ledger bookkeeping, no ledger or `Compute` events logged from
+              its stacked ops, no window): what is left that no way of keeping the records could take off (`Unrecorded`)
 
 The engine keeps its trace as a user's run does (its window holds the last steps and folds the oldest: every rank's
 timeline let go of, cluster/_window.py); the floors' records are emptied every round, that folding left out. Until
@@ -264,6 +266,43 @@ class Floor(Rings):
         return losses
 
 
+class Unrecorded:
+    """The default engine with its records switched off while it steps: no ledger keeps totals, peaks or a timeline
+    (`_noted`, cluster/_ledger.py, does nothing), no stacked op's ledger or `Compute` events reach the log
+    (`Trace.record_ranks` does nothing), and no window folds (`keep_steps=None`, its trace emptied between rounds as
+    the floors' records are). What is left is the engine's arithmetic, collectives and glue: engine ÷ unrecorded is
+    the most that keeping the records differently (batched over the ranks, or made on read) could take off the step,
+    and unrecorded ÷ hand what it could not. Its masters are held to the engine's every round (records change no
+    bit)."""
+
+    def __init__(self, widths, n, params):
+        from zerosim import MLP, Adam, Cluster, ZeroEngine
+
+        self.engine = ZeroEngine(MLP(widths), Cluster(n, timeline=False, keep_steps=None), 3, Adam(lr=1e-3),
+                                 policy("portable"), params=params)
+        self.engine.cluster.trace.record_ranks = lambda columns, sinks: None  # this trace's only
+
+    def step(self, batches) -> list:
+        from zerosim.cluster import _ledger
+
+        noted, _ledger._noted = _ledger._noted, _off
+        try:
+            return self.engine.step(batches)
+        finally:
+            _ledger._noted = noted
+
+    def full_master(self):
+        return self.engine.full_master()
+
+    def clear(self) -> None:  # between rounds, untimed: the log it keeps without a window
+        self.engine.cluster.trace.clear()
+
+
+def _off(*_):
+    """`_noted` switched off: no totals, peaks, sequence or event (`Unrecorded`)."""
+    return None
+
+
 def engine_records(engine, batches) -> tuple:
     """(rank 0's ledger events of one step as (action, name, kind, nbytes), the `Compute` events logged), read from the
     engine's own ledgers and log: one step made on it, its trace cleared after. Every rank's events are rank 0's."""
@@ -289,7 +328,8 @@ def contenders(widths, n: int, batches) -> dict:
     engine = ZeroEngine(MLP(widths), Cluster(n), 3, Adam(lr=1e-3), policy("portable"), params=params)
     return {"hand": FastHandZero3(widths, n, params), "portable": Portable(widths, n, params),
             "rings": Rings(widths, n, params), "floor": Floor(widths, n, params, events, computes, "per_rank"),
-            "batched": Floor(widths, n, params, events, computes, "batched"), "engine": engine}
+            "batched": Floor(widths, n, params, events, computes, "batched"),
+            "unrecorded": Unrecorded(widths, n, params), "engine": engine}
 
 
 def main():
@@ -316,15 +356,16 @@ def main():
                 cpu[name].append(time.process_time() - start)
         runs["floor"].records.clear()
         runs["batched"].records.clear()
+        runs["unrecorded"].clear()
         master = runs["engine"].full_master()
-        for name in ("portable", "rings", "floor", "batched"):
+        for name in ("portable", "rings", "floor", "batched", "unrecorded"):
             if not np.array_equal(runs[name].full_master().view(np.uint32), master.view(np.uint32)):
                 raise SystemExit(f"{name}'s masters left the engine's in round {round_}")
     hand = statistics.median(cpu["hand"])
-    print(f"{'contender':>9} {'CPU ms':>7}  ÷ hand (q1-q3 of the rounds' own ratios)")
+    print(f"{'contender':>10} {'CPU ms':>7}  ÷ hand (q1-q3 of the rounds' own ratios)")
     for name, xs in cpu.items():
         q1, q3 = quartiles(sorted(x / y for x, y in zip(xs, cpu["hand"])))
-        print(f"{name:>9} {statistics.median(xs) * 1e3:7.2f}  {statistics.median(xs) / hand:.2f} ({q1:.2f}-{q3:.2f})")
+        print(f"{name:>10} {statistics.median(xs) * 1e3:7.2f}  {statistics.median(xs) / hand:.2f} ({q1:.2f}-{q3:.2f})")
     steps = 4 * (args.repeats + 1)  # the four contenders that multiply with `portable_matmul`
     print(f"the elements the products' facts left unsure: {UNSURE[0] / steps:.1f} a step, summed exactly "
           f"{UNSURE[1] / steps:.1f}")

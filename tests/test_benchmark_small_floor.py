@@ -132,9 +132,34 @@ def test_the_floors_end_on_the_default_engine_s_masters():
         for run in runs.values():
             run.step(batches)
     master = runs["engine"].full_master()
-    for name in ("portable", "rings", "floor", "batched"):
+    for name in ("portable", "rings", "floor", "batched", "unrecorded"):
         np.testing.assert_array_equal(runs[name].full_master().view(np.uint32), master.view(np.uint32), err_msg=name)
     # a rank's events a step, counted by hand: forward 9 (each layer's gathered window and inputs kept, its window
     # freed; the loss's y - t kept and freed), backward 11 (each layer gathered, its input freed, its gradients kept,
     # the window and gradients freed; the ReLU's input freed), the fp32 gradient kept and freed 2
     assert len(runs["floor"].records.events) == 9 + 11 + 2
+
+
+def test_the_unrecorded_engine_keeps_no_record_and_switches_the_bookkeeping_back_on():
+    from zerosim import MLP, Adam, Cluster, ZeroEngine
+    from zerosim.cluster import _ledger
+    from zerosim.models import make_regression
+
+    widths, n = [6, 10, 4], 4
+    batches = make_regression(np.random.default_rng(1), n, 4, widths)
+    params = MLP(widths).init_params()
+    run = small_floor.Unrecorded(widths, n, params)
+    noted = _ledger._noted
+    ledgers = [rank.ledger for rank in run.engine.cluster.ranks]
+    made = [(ledger._seq, ledger.current()) for ledger in ledgers]  # the model states it was made with, counted
+    run.step(batches)
+    assert _ledger._noted is noted  # only while it steps: the default engine beside it keeps every record
+    assert [(ledger._seq, ledger.current()) for ledger in ledgers] == made  # the step counted no alloc or free
+    assert all(ledger.timeline == [] for ledger in ledgers)
+    assert not any(type(e).__name__ == "Compute" for e in run.engine.cluster.trace.log)  # the stacked ops logged none
+    # the same engine with its records, beside it: the records cost time, never a bit
+    recorded = ZeroEngine(MLP(widths), Cluster(n), 3, Adam(lr=1e-3), small_floor.policy("portable"), params=params)
+    recorded.step(batches)
+    assert max(ledger.peak() for ledger in (rank.ledger for rank in recorded.cluster.ranks)) > 0
+    assert any(type(e).__name__ == "Compute" for e in recorded.cluster.trace.log)
+    np.testing.assert_array_equal(run.full_master().view(np.uint32), recorded.full_master().view(np.uint32))
