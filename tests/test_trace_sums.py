@@ -10,43 +10,23 @@ must be the same: on the world's ring and on groups, with and without nodes, at 
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_trace_hops import _ring_only  # noqa: E402 (tests/ is on the path)
+from test_trace_hops import _run as _collectives  # the four collectives, each with its own tag, purpose and wire
 
-from zerosim import MLP, Adam, Cluster, Groups, ZeroEngine, all_gather, all_reduce, reduce_scatter
+from zerosim import MLP, Adam, Cluster, Groups, ZeroEngine
 from zerosim.cluster import Call
-from zerosim.collectives import _calls, _ring
 from zerosim.models import make_regression
 
 WIDTHS = [5, 7, 3]  # 66 parameters: stages 2 and 3 cut them unevenly over 4 ranks (17, 17, 8, 0 and 0, 0, 9, 15)
 
 
-def _ring_only(monkeypatch):
-    """Make every collective run collectives/_ring.py hop by hop, which writes each rank's summary itself."""
-    monkeypatch.setattr(_calls, "phases", lambda cluster: (_ring.reduce_scatter_phase, _ring.all_gather_phase))
-
-
-def _collectives(cluster, n, seed, counts, group):
-    """A reduce-scatter with counts (one per ring position) and one padded, an all-gather and an all-reduce; returns
-    the results' bits."""
-    rng = np.random.default_rng(seed)
-    length = sum(counts)
-    xs = [rng.standard_normal(length).astype(ml_dtypes.bfloat16) for _ in range(n)]
-    out = []
-    with cluster.trace.about(purpose="reduce grads", layers=(1,)):
-        out += reduce_scatter(cluster, xs, tag="grads", counts=counts, group=group)
-    out += reduce_scatter(cluster, [x[:length] for x in xs], op="avg", wire="fp32", group=group)
-    out += all_gather(cluster, [x[:2] for x in xs], tag="params", group=group)
-    out += all_reduce(cluster, [x[:5].astype(np.float16) for x in xs], group=group)
-    return [np.asarray(a).view(np.uint8).tobytes() for a in out]
-
-
 def _answers(trace, n) -> dict:
-    """Everything a reader asks of the trace's sends, answered from the record where the trace can (asked first,
-    before anything reads `events`), then from its events."""
+    """Everything a reader asks of the trace's sends: the counts first, which the trace answers from its records
+    before anything reads `events`, then the byte answers and the events and log themselves."""
     out = {"len": len(trace), "entries": trace.entries_held(), "logged": trace.logged,
            "tier": list(trace.bytes_by_tier().items()), "volume": list(trace.volume_by_collective().items()),
            "totals": trace.sent_totals(n), "sent": [trace.bytes_sent(r) for r in range(n)],
