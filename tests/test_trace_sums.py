@@ -27,7 +27,7 @@ WIDTHS = [5, 7, 3]  # 66 parameters: stages 2 and 3 cut them unevenly over 4 ran
 def _answers(trace, n) -> dict:
     """Everything a reader asks of the trace's sends: the counts first, which the trace answers from its records
     before anything reads `events`, then the byte answers and the events and log themselves."""
-    out = {"len": len(trace), "entries": trace.entries_held(), "logged": trace.logged,
+    out = {"len": len(trace), "entries": trace._entries_held(), "logged": trace.logged,
            "tier": list(trace.bytes_by_tier().items()), "volume": list(trace.volume_by_collective().items()),
            "totals": trace.sent_totals(n), "sent": [trace.bytes_sent(r) for r in range(n)],
            "gathered": [trace.bytes_sent(r, collective="all_gather") for r in range(n)],
@@ -119,12 +119,12 @@ def test_the_budget_counts_a_record_as_its_summaries():
     phase recorded whole counts as the Events the ring's `end` appends, one a rank, before anything reads them."""
     def run(cluster):
         _collectives(cluster, 5, 0, (3, 0, 2, 1, 4), None)
-        return cluster.trace.entries_held()
+        return cluster.trace._entries_held()
 
     fast, slow, got, want = _twins(5, None, run)
     assert len(fast.trace._events) == 5 and fast.trace._records == 5  # one entry a phase ...
     assert got == want == 5 * 5  # ... counted as 5 summaries each, as the ring's events are
-    assert len(fast.trace.events) == got and fast.trace.entries_held() == got
+    assert len(fast.trace.events) == got and fast.trace._entries_held() == got
 
 
 def test_a_ring_of_one_records_nothing():

@@ -142,7 +142,7 @@ class Trace:
         self._events = []
         self._records = 0  # RingHops records in _events
         self._folded = 0  # events they stand for, beyond one entry each
-        self._summed = 0  # of those, the summaries of "call" granularity's records (`entries_held` says why)
+        self._summed = 0  # of those, the summaries of "call" granularity's records (`_entries_held` says why)
         self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
@@ -183,7 +183,7 @@ class Trace:
             self._folded = self._records = self._summed = 0
         return self._events
 
-    def entries_held(self) -> int:
+    def _entries_held(self) -> int:
         """What `_events` holds as the window's budget counts it (_window.py `fold_to_budget`): a ring phase recorded
         whole at "hop" granularity as one entry, as the budget has always counted it (until `events` is read), and
         a "call" granularity record as its summaries, the Events `end` appended for it one rank at a time before."""

@@ -283,7 +283,7 @@ def fold_to_budget(trace, budget: int) -> None:
     """Fold the oldest steps `trace` holds while what it holds would cost more than `budget` bytes (ENTRY_BYTES an
     entry: its log's and its sends'), at least HELD_AT_LEAST steps kept."""
     ends, logged, start = trace._step_ends, trace.logged, trace.folded.log
-    per_entry = ENTRY_BYTES * (1 + trace.entries_held() / max(len(trace._log), 1))  # a log entry and its share of sends
+    per_entry = ENTRY_BYTES * (1 + trace._entries_held() / max(len(trace._log), 1))  # a log entry and its sends
     k = 0
     while len(ends) - k > HELD_AT_LEAST and per_entry * (logged - (ends[k - 1][0] if k else start)) > budget:
         k += 1
