@@ -1,4 +1,5 @@
-"""A ring phase's hops as one record: what every send of the phase was, derived on demand in the ring's order.
+"""A ring phase's hops as one record: what every send of the phase was (or what each rank sent in it), derived on
+demand in the ring's order.
 
 Letters: N ranks, n ranks on each ring (a group's size; N for the world's ring).
 
@@ -10,6 +11,11 @@ record the phase as one `RingHops`; the trace turns it into the `Event`s the rin
 send, in the ring's order (step by step, rank by rank), only when someone reads them (`Trace.events`).
 The naive twin is the ring itself, which appends each hop as it sends it; tests/test_trace_hops.py checks that the
 two give the same events, field for field.
+
+At "call" granularity the trace shows a phase as one summary per rank, what it sent over the n-1 steps: every chunk
+but (p - lag + 1) mod n, the one step n-1 would send, all to its ring's next rank. The same record, made `whole`,
+stands for those summaries (`sums`): the trace shows them as the `Event`s `Trace.hop` and `Trace.end` make for them
+one rank at a time (the ring's own way, and the meta backend's); tests/test_trace_sums.py checks that too.
 """
 
 from __future__ import annotations
@@ -29,11 +35,19 @@ class RingHops:
     ranks: tuple  # the ranks that send, in the order the ring records them (rank order)
     positions: tuple  # each one's position on its ring
     sends_to: tuple  # each one's next rank on its ring
+    whole: bool = False  # recorded at "call" granularity: shown as each rank's summary of the phase (`sums`)
 
     @property
     def count(self) -> int:
-        """How many sends: n - 1 steps of every rank."""
-        return (len(self.sizes) - 1) * len(self.ranks)
+        """How many events it stands for: n - 1 steps of every rank's sends, or one summary a rank (`whole`)."""
+        return len(self.ranks) if self.whole else (len(self.sizes) - 1) * len(self.ranks)
+
+    def sums(self) -> list:
+        """[(src, dst, elements)]: what each rank sent over the phase, in `ranks`' order: every chunk but
+        (p - lag + 1) mod n, all of it to its ring's next rank."""
+        n, sizes, lag, total = len(self.sizes), self.sizes, self.lag, sum(self.sizes)
+        return [(src, dst, total - sizes[(p - lag + 1) % n]) for src, p, dst in zip(self.ranks, self.positions,
+                                                                                     self.sends_to)]
 
     def hops(self) -> list:
         """[(step k, src, dst, chunk c, elements)] of every send, in the ring's order: step by step, rank by rank."""

@@ -137,10 +137,12 @@ class Trace:
         self._written = 0  # absolute log position up to which the log file has it
         self.on_fold = None  # called with {rank: last ledger seq folded} when steps fold (the Cluster's ledgers)
         self._checked = 0  # log entries read already: those before it are events, never raw tuples
-        # [Event | RingHops]: the sends in order, a ring phase recorded whole (_hops.py) until `events` is read
+        # [Event | RingHops]: the sends in order (or, at "call" granularity, each rank's summary of a call), a ring
+        # phase recorded whole (_hops.py) until `events` is read
         self._events = []
         self._records = 0  # RingHops records in _events
-        self._folded = 0  # sends they stand for, beyond one entry each
+        self._folded = 0  # events they stand for, beyond one entry each
+        self._summed = 0  # of those, the summaries of "call" granularity's records (`_entries_held` says why)
         self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
@@ -178,8 +180,14 @@ class Trace:
     def _held_events(self) -> list:
         if self._records:
             self._events = [x for e in self._events for x in (self._unfold(e) if type(e) is RingHops else (e,))]
-            self._folded = self._records = 0
+            self._folded = self._records = self._summed = 0
         return self._events
+
+    def _entries_held(self) -> int:
+        """What `_events` holds as the window's budget counts it (_window.py `fold_to_budget`): a ring phase recorded
+        whole at "hop" granularity as one entry, as the budget has always counted it (until `events` is read), and
+        a "call" granularity record as its summaries, the Events `end` appended for it one rank at a time before."""
+        return len(self._events) + self._summed
 
     def _held_log(self) -> list:
         log = self._log
@@ -207,7 +215,12 @@ class Trace:
         return self.folded.log + len(self._log)
 
     def _unfold(self, hops: RingHops) -> list:
+        """The `Event`s a ring phase recorded whole stands for: its sends, or ("call" granularity: `whole`) each
+        rank's summary of it, as `end` writes them (the call's dtype, the tier of its send to its ring's next rank)."""
         c = self.call(hops.call)
+        if hops.whole:
+            return [Event(hops.call, c.collective, -1, src, -1, -1, n, n * hops.itemsize, c.dtype, c.tag, None,
+                          self._tier(hops.call, src, dst)) for src, dst, n in hops.sums()]
         return [Event(hops.call, c.collective, k, src, dst, chunk, n, n * hops.itemsize, hops.dtype, c.tag, None,
                       self._tier(hops.call, src, dst)) for k, src, dst, chunk, n in hops.hops()]
 
@@ -348,18 +361,21 @@ class Trace:
 
     def ring_hops(self, call: int, sizes: tuple, itemsize: int, dtype: str, lag: int, ranks, positions,
                   sends_to) -> None:
-        """Record a whole ring phase of `call` (hop granularity, every rank in this process): at step k the rank
-        ranks[i], at position positions[i] of its ring, sent chunk (positions[i] - lag - k) mod n of `sizes` to
-        sends_to[i] (lag 1: reduce-scatter, 0: all-gather). One record now; `events` shows its n−1 steps of sends
-        as `hop` would have recorded them one by one (_hops.py)."""
+        """Record a whole ring phase of `call` (every rank in this process; no values kept): at step k the
+        rank ranks[i] (in rank order), at position positions[i] of its ring, sent chunk (positions[i] - lag - k)
+        mod n of `sizes` to sends_to[i] (lag 1: reduce-scatter, 0: all-gather). One record now; `events` shows its
+        n−1 steps of sends as `hop` would have recorded them one by one, or at "call" granularity each rank's
+        summary as `hop` and `end` would have made it (_hops.py). Call `end` as after `hop`."""
         if len(sizes) < 2 or not ranks:
             return  # a ring of one sends nothing
-        if self.granularity != "hop":
-            raise ValueError('ring_hops records every send: it needs trace granularity "hop"')
-        hops = RingHops(call, tuple(sizes), itemsize, dtype, lag, tuple(ranks), tuple(positions), tuple(sends_to))
+        whole = self.granularity == "call"
+        hops = RingHops(call, tuple(sizes), itemsize, dtype, lag, tuple(ranks), tuple(positions), tuple(sends_to),
+                        whole)
         self._events.append(hops)
         self._records += 1
         self._folded += hops.count - 1
+        if whole:
+            self._summed += hops.count - 1
 
     def _tier(self, call: int, src: int, dst: int) -> str:
         """The tier of a send: from its two ends, or (a summary, dst -1) from src's next rank on its ring."""
@@ -564,7 +580,7 @@ class Trace:
     def clear(self) -> None:
         self.generation += 1
         self._events.clear()
-        self._folded = self._records = 0
+        self._folded = self._records = self._summed = 0
         self._calls.clear()
         self._log.clear()
         self._checked = 0

@@ -232,18 +232,17 @@ class Summary:
 
     def add_ring(self, hops, collective: str, tag, tier, step: int, transfer: bool) -> None:
         """Count one folded ring phase recorded whole (a `RingHops` of call `collective`, `tag`; `tier(src, dst)`, or
-        the one tier every send crosses) as `add` counts its sends one by one, without making them: over its n - 1
+        the one tier every send crosses) as `add` counts its events one by one, without making them: over its n - 1
         steps the rank at ring position p sends every chunk but (p - lag + 1) mod n, the one step n - 1 would send
-        (RingHops.hops), all to one neighbour, so each rank's bytes are one sum and every key is met in the order its
-        sends meet it."""
-        n = len(hops.sizes)
-        if n < 2:
+        (`RingHops.sums`, the one summary a rank of a `whole` record), all to one neighbour, so each rank's bytes are
+        one sum and every key is met in the order its sends meet it. A summary names no receiver (dst -1): nothing
+        is received."""
+        if len(hops.sizes) < 2:
             return  # no send
-        total, sizes, lag, size = sum(hops.sizes), hops.sizes, hops.lag, hops.itemsize
         self.events += hops.count
         if not hops.ranks:
             return
-        amounts = [(total - sizes[(p - lag + 1) % n]) * size for p in hops.positions]  # each rank's bytes, in order
+        amounts = [n * hops.itemsize for _, _, n in hops.sums()]  # each rank's bytes, in order
         whole = sum(amounts)  # (bytes are integers: any order of adds gives the same sums)
         self.by_collective[collective] += whole
         tiers = [tier] if type(tier) is str else list(map(tier, hops.ranks, hops.sends_to))
@@ -255,7 +254,7 @@ class Summary:
         by_rank, received = self.sent, self.received
         for src, dst, sent in zip(hops.ranks, hops.sends_to, amounts):
             by_rank[src, collective, tag] += sent
-            if dst >= 0:
+            if not hops.whole:
                 received[dst, collective, tag] += sent
         if not transfer:
             self.folding[step] += whole
@@ -284,7 +283,7 @@ def fold_to_budget(trace, budget: int) -> None:
     """Fold the oldest steps `trace` holds while what it holds would cost more than `budget` bytes (ENTRY_BYTES an
     entry: its log's and its sends'), at least HELD_AT_LEAST steps kept."""
     ends, logged, start = trace._step_ends, trace.logged, trace.folded.log
-    per_entry = ENTRY_BYTES * (1 + len(trace._events) / max(len(trace._log), 1))  # a log entry and its share of sends
+    per_entry = ENTRY_BYTES * (1 + trace._entries_held() / max(len(trace._log), 1))  # a log entry and its sends
     k = 0
     while len(ends) - k > HELD_AT_LEAST and per_entry * (logged - (ends[k - 1][0] if k else start)) > budget:
         k += 1
@@ -340,6 +339,8 @@ def _fold_sends(trace, folded: list, step_of: dict) -> list:
             continue
         trace._records -= 1  # a ring phase recorded whole
         trace._folded -= e.count - 1
+        if e.whole:
+            trace._summed -= e.count - 1
         if writes:  # its sends made, to write and count one by one
             sends = trace._unfold(e)
             gone += sends

@@ -3,12 +3,12 @@
 The same additions in the same order as _ring.py, chunk by chunk —
 chunk c = ((x[c+1] + x[c+2]) + ...) + x[c], each add rounded to the wire dtype — without a Python
 step per hop (N·(N-1) of them per call). Bit for bit the ring's (tests/test_collectives_ring.py checks);
-only the per-hop events are not recorded, so _calls.py uses it only when the trace keeps one summary per
-call and no values (`phases`). Over a `Groups` every group is summed the same way over its own members, in
-its ring order (position p plays rank r).
+no sent chunk is copied, so _calls.py uses it only when the trace keeps no values (`phases`). Over a `Groups`
+every group is summed the same way over its own members, in its ring order (position p plays rank r).
 
-At "hop" granularity the phase is recorded as one record of its sends (`Trace.ring_hops`), from which the trace
-derives the ring's events, hop by hop, when they are read: the same events the ring appends one by one.
+The phase is recorded as one record (`Trace.ring_hops`), from which the trace derives, when they are read, the
+events the ring appends one by one: every hop at "hop" granularity, each rank's summary of the phase at "call"
+(tests/test_trace_hops.py, tests/test_trace_sums.py).
 
 Two ways to add up, the same adds in the same order for every element (a test holds them equal, bit for bit):
 `_by_chunk`, one add per chunk per step, the naive twin; and `_by_step`, one add per ring step over every chunk at
@@ -37,14 +37,10 @@ def _members(cluster, group) -> tuple:
     return (tuple(range(cluster.world_size)),) if group is None else group.members
 
 
-def _record_hops(cluster, call: int, sizes: list, wire, lag: int, group) -> bool:
-    """At "hop" granularity, record the phase's sends as one record (lag 1: reduce-scatter, 0: all-gather); returns
-    False at "call" granularity, where the phase records each rank's summary itself."""
-    if cluster.trace.granularity != "hop":
-        return False
+def _record_hops(cluster, call: int, sizes: list, wire, lag: int, group) -> None:
+    """Record the phase's sends as one record (lag 1: reduce-scatter, 0: all-gather), at either granularity."""
     ranks, positions, sends_to = (group if group is not None else Groups.world(cluster.world_size)).ring_order
     cluster.trace.ring_hops(call, tuple(sizes), wire.itemsize, wire.name, lag, ranks, positions, sends_to)
-    return True
 
 
 def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, group=None):
@@ -52,15 +48,10 @@ def reduce_scatter_phase(cluster, staged, op, wire, bounds, call, out=None, grou
     ns = cluster.backend.xp  # where the arrays live and add (numpy, cupy)
     combine = op.combiner(wire, ns)
     results = [None] * cluster.world_size
-    sizes = _spans(_key(bounds))[3]
-    summaries = not _record_hops(cluster, call, sizes, wire, 1, group)
+    _record_hops(cluster, call, _spans(_key(bounds))[3], wire, 1, group)
     for ring in _members(cluster, group):
-        n = len(ring)
         add_up = _by_step if _small_chunks(ns, staged, ring, bounds) else _by_chunk
         add_up(ns, combine, staged, ring, bounds, wire, out, results)
-        if n > 1 and summaries:
-            for p, r in enumerate(ring):  # what position p sent over the N-1 steps: every chunk but its own
-                cluster.trace.hop(call, -1, r, -1, -1, sum(sizes) - sizes[p], wire.itemsize, wire.name)
     return results, []
 
 
@@ -153,19 +144,13 @@ def all_gather_phase(cluster, shards, bounds, total: int, wire, call, out=None, 
     `out`), one immutable copy per ring that every member receives (`frozen`)."""
     full, ns = [None] * cluster.world_size, cluster.backend.xp
     pieces, _, _, sizes = _spans(_key(bounds))  # the non-empty chunks: an empty shard moves nothing
-    summaries = not _record_hops(cluster, call, sizes, wire, 0, group)
+    _record_hops(cluster, call, sizes, wire, 0, group)
     for ring in _members(cluster, group):
-        n = len(ring)
         one = _frozen_join(shards, ring, pieces, total, wire) if shared and not out and ns.is_numpy else None
         if one is None:
             joined = out[ring[0]] if out else ns.empty(total, wire)  # (total,) wire dtype
             for c, a, b, _ in pieces:
                 joined[a:b] = shards[ring[c]]
-        if n > 1 and summaries:
-            for p, r in enumerate(ring):  # position p forwarded every shard but p+1's, the last to reach it
-                c = (p + 1) % n
-                cluster.trace.hop(call, -1, r, -1, -1, total - (bounds[c][1] - bounds[c][0]), wire.itemsize,
-                                  wire.name)
         if one is None and shared and not out and type(joined) is np.ndarray:
             one = frozen(joined)
         if one is not None:
