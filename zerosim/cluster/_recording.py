@@ -134,8 +134,7 @@ class Recording:
             return Handle(tuple(c + shift if lo <= c < hi else outside[c] for c in needs), generation)
 
         log, calls, scope = t._log, t._calls, t.scope
-        entries, sends = self._relabelled(rank, names)
-        for what, e, head, body, fields in entries:
+        for what, e, head, body, fields in self._relabelled(rank, names):
             if what is not _CALL:  # (rank, op, micro, kind, unit, ...fields, needs, ...rest): micro, needs anew
                 needs = (Handle(tuple(c + shift for c in e[9]), generation) if what is _OWN  # its own calls only
                          else moved(e[9]))
@@ -153,23 +152,20 @@ class Recording:
             t.ring_calls[c + shift] = form
         for c, group in self.groups.items():
             t.call_groups[c + shift] = group
-        events = t._events
-        for c, fields in sends:  # each event's fields, its ranks those given now (`_relabelled`): then its call
+        for e in self.events:
             event = _new(Event)
-            made = event.__dict__
-            made.update(fields)
-            made["call"] = c + shift
-            events.append(event)
+            event.__dict__.update(e.__dict__, call=e.call + shift, src=rank.get(e.src, e.src),
+                                  dst=rank.get(e.dst, e.dst))
+            t._events.append(event)
         for r, d in zip(ranks, self.ledgers):
             _apply(r.ledger, d)
         return moved(self.made) if self.made is not None else Handle()
 
-    def _relabelled(self, rank: dict, names: tuple) -> tuple:
-        """The log's entries and the sends relabelled for ranks `rank` (recorded index -> now) holding units `names`,
-        what is the same each time the record is written again there (made once per place: the middle micro-batches
-        repeat it). Entries: (_OWN or _COMPUTE, e, (rank, op), (kind, unit, ...fields), rest) for a compute event,
-        (_CALL, e, its fields with its tag relabelled, None, None) for a call; sends: (its call number, its fields
-        with its ranks relabelled) for each event. `replay` copies a call's or an event's fields into it at once."""
+    def _relabelled(self, rank: dict, names: tuple) -> list:
+        """The log's entries relabelled for ranks `rank` (recorded index -> now) holding units `names`, what is the
+        same each time the record is written again there (made once per place: the middle micro-batches repeat it):
+        (_OWN or _COMPUTE, e, (rank, op), (kind, unit, ...fields), rest) for a compute event, (_CALL, e, its fields
+        with its tag relabelled, None, None) for a call (a dict `replay` copies into each new Call at once)."""
         key = (tuple(rank.items()), names)
         made = self._places.get(key)
         if made is not None:
@@ -185,13 +181,10 @@ class Recording:
         def what(needs) -> str:  # a compute event whose every awaited call is the action's own: moved by the shift
             return _OWN if needs and all(lo <= c < hi for c in needs) else _COMPUTE
 
-        entries = [
+        made = self._places[key] = [
             (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
             if type(e) is ComputeFields else (_CALL, e, {**vars(e), "tag": tag(e.tag) if unit else e.tag}, None, None)
             for e in self.log]
-        sends = [(e.call, {**vars(e), "src": rank.get(e.src, e.src), "dst": rank.get(e.dst, e.dst)})
-                 for e in self.events]
-        made = self._places[key] = entries, sends
         return made
 
     def handed_on(self, ranks) -> dict:
