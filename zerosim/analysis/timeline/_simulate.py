@@ -93,11 +93,11 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     log, events = _log_and_events(trace)
     folded = getattr(getattr(trace, "folded", None), "calls", 0)  # calls of steps folded out of a long run's window
     n = getattr(trace, "world_size", None) or _world_size(log)
-    # the busiest rank's bytes of each call; each point-to-point call's senders
-    busiest, senders = _sends(events, getattr(trace, "ring_calls", {}))
+    busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
     param_bytes = get_format(hw.compute).bits // 8
     states = {}  # optimizer name -> number of fp32 state buffers
+    senders = _senders(events)  # point-to-point call -> the ranks that sent in it
     sending = {}  # rank -> when its last point-to-point send is done
     scopes = getattr(trace, "call_ranks", {})  # call -> the ranges of ranks taking part (a pipeline stage's own)
     within = _Within(scopes.values())  # the latest end of a compute in each such range
@@ -339,18 +339,22 @@ def _world_size(log) -> int:
     return max(ranks) + 1 if ranks else 0
 
 
-def _sends(events, ring_calls: dict) -> tuple:
-    """({call: the most bytes any one rank sent in it}, {point-to-point call: the ranks that sent in it}) from the
-    trace's per-rank summaries or hops, or from its closed-form ring summaries (the meta backend's representative
-    rank: the rank that skips the smallest chunk sends the most). One pass over the events: a context-parallel
-    pipeline's trace holds ~2·10^6."""
-    sent, senders = {}, defaultdict(set)
-    add = sent.get
+def _senders(events) -> dict:
+    """{point-to-point call: the ranks that sent in it}."""
+    out = defaultdict(set)
     for e in events:
-        key = (e.call, e.src)
-        sent[key] = add(key, 0) + e.bytes
         if e.collective == "send_recv":
-            senders[e.call].add(e.src)
+            out[e.call].add(e.src)
+    return out
+
+
+def _busiest_bytes(events, ring_calls: dict) -> dict:
+    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops, or from
+    its closed-form ring summaries (the meta backend's representative rank): the rank that skips the
+    smallest chunk sends the most."""
+    sent = defaultdict(int)
+    for e in events:
+        sent[(e.call, e.src)] += e.bytes
     busiest, of_form = {}, {}  # of_form: a closed form's id -> its bytes (the trace holds its forms: ids stay)
     for call, form in ring_calls.items():  # a pipeline's actions written again (_repeat.py) share their calls' forms
         most = of_form.get(id(form))
@@ -361,4 +365,4 @@ def _sends(events, ring_calls: dict) -> tuple:
     for (call, _), b in sent.items():
         if b > busiest.get(call, -1):
             busiest[call] = b
-    return busiest, senders
+    return busiest
