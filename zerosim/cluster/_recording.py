@@ -183,13 +183,21 @@ class Recording:
 
         made = self._places[key] = [
             (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
-            if type(e) is ComputeFields else (_CALL, e, {**vars(e), "tag": tag(e.tag) if unit else e.tag}, None, None)
+            if type(e) is ComputeFields else (_CALL, e, _fields(e, tag=tag(e.tag) if unit else e.tag), None, None)
             for e in self.log]
         return made
 
     def handed_on(self, ranks) -> dict:
         """What the action sent on ({local rank: activation or gradient}), for `ranks` in place of the recorded."""
         return {b.index: self.sent[a.index] for a, b in zip(self.ranks, ranks)}
+
+
+def _fields(e, **changed) -> dict:
+    """`e`'s fields with `changed`, as a dict of the size a record's own is: a dict literal is made with room to grow,
+    and each dict copied from it would keep that room (a pipeline writes tens of thousands of calls again)."""
+    like = _new(type(e))
+    like.__dict__.update(e.__dict__, **changed)
+    return like.__dict__
 
 
 def _apply(led, d: _LedgerDelta) -> None:
