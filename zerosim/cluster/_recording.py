@@ -136,14 +136,16 @@ class Recording:
         log, calls, scope = t._log, t._calls, t.scope
         for what, e, head, body, fields in self._relabelled(rank, names):
             if what is not _CALL:  # (rank, op, micro, kind, unit, ...fields, needs, ...rest): micro, needs anew
-                needs = (Handle(tuple([c + shift for c in e[9]]), generation) if what is _OWN  # its own calls only
+                needs = (Handle(tuple(c + shift for c in e[9]), generation) if what is _OWN  # its own calls only
                          else moved(e[9]))
-                log.append(ComputeFields(head + (micro,) + body + (needs,) + fields))
+                log.append(ComputeFields((*head, micro, *body, needs, *fields)))  # one tuple, not four joined
                 continue
             call = _new(Call)
-            call.__dict__.update(e.__dict__, call=e.call + shift, micro=micro, tag=head)
+            made = call.__dict__
+            made.update(head)  # the recorded call's fields, its tag relabelled (`_relabelled`): then its number, micro
+            made["call"], made["micro"] = e.call + shift, micro
             if scope is not None:  # the ranks taking part: those of the block it is written in (Trace.within)
-                t.call_ranks[call.call] = scope
+                t.call_ranks[made["call"]] = scope
             calls.append(call)
             log.append(call)
         for c, form in self.forms.items():
@@ -162,8 +164,8 @@ class Recording:
     def _relabelled(self, rank: dict, names: tuple) -> list:
         """The log's entries relabelled for ranks `rank` (recorded index -> now) holding units `names`, what is the
         same each time the record is written again there (made once per place: the middle micro-batches repeat it):
-        (_OWN or _COMPUTE, e, (rank, op), (kind, unit, ...fields), rest) for a compute event, (_CALL, e, its tag,
-        None, None) for a call."""
+        (_OWN or _COMPUTE, e, (rank, op), (kind, unit, ...fields), rest) for a compute event, (_CALL, e, its fields
+        with its tag relabelled, None, None) for a call (a dict `replay` copies into each new Call at once)."""
         key = (tuple(rank.items()), names)
         made = self._places.get(key)
         if made is not None:
@@ -181,12 +183,21 @@ class Recording:
 
         made = self._places[key] = [
             (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
-            if type(e) is ComputeFields else (_CALL, e, tag(e.tag) if unit else e.tag, None, None) for e in self.log]
+            if type(e) is ComputeFields else (_CALL, e, _fields(e, tag=tag(e.tag) if unit else e.tag), None, None)
+            for e in self.log]
         return made
 
     def handed_on(self, ranks) -> dict:
         """What the action sent on ({local rank: activation or gradient}), for `ranks` in place of the recorded."""
         return {b.index: self.sent[a.index] for a, b in zip(self.ranks, ranks)}
+
+
+def _fields(e, **changed) -> dict:
+    """`e`'s fields with `changed`, as a dict of the size a record's own is: a dict literal is made with room to grow,
+    and each dict copied from it would keep that room (a pipeline writes tens of thousands of calls again)."""
+    like = _new(type(e))
+    like.__dict__.update(e.__dict__, **changed)
+    return like.__dict__
 
 
 def _apply(led, d: _LedgerDelta) -> None:

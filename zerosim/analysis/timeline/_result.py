@@ -78,9 +78,11 @@ class Timeline:
         call_bytes: {call number: bytes the busiest rank sent in it} (what its time was charged for).
     """
 
-    def __init__(self, log, world_size, hardware, overlap, comp, calls):
+    def __init__(self, log, world_size, hardware, overlap, comp, calls, dpu: bool = False):
         self.log, self.world_size, self.hardware, self.overlap = log, world_size, hardware, overlap
-        # comp: columns over C compute intervals in log order; calls: columns over K calls in log order
+        # comp: columns over C compute intervals in log order; calls: columns over K calls in log order (their numbers
+        # in "call", and in "ranks" the ranges of ranks each takes part in where some call has them); dpu: whether an
+        # offload copy carries the CPU step before the last one ("after previous host", DeepSpeed's DPU)
         lane = np.asarray(comp.get("lane", ["device"] * len(comp["rank"])), dtype=object)  # (C,) "device" or "cpu"
         host = lane == "cpu"  # offload's CPU optimizer steps: a lane of their own, not the device's compute
         self._h_rank = np.asarray(comp["rank"], dtype=np.int64)[host]
@@ -97,15 +99,13 @@ class Timeline:
         self._k_end = np.asarray(calls["end"], dtype=np.float64)  # (K,) s
         self._k_at = np.asarray(calls["at"], dtype=np.int64)  # (K,) index into log
         # {call: busiest rank's bytes}
-        self.call_bytes = {log[at].call: int(b) for at, b in zip(calls["at"], calls["bytes"])}
+        self.call_bytes = {c: int(b) for c, b in zip(calls["call"], calls["bytes"])}
         self._order = np.argsort(self._c_rank, kind="stable")  # rank-major, log order within a rank
         self._bounds = np.searchsorted(self._c_rank[self._order], np.arange(world_size + 1))  # rank r: [b[r], b[r+1])
         ends = [a.max() for a in (self._c_end, self._k_end, self._h_end) if a.size]
         self.span = float(max(ends)) if ends else 0.0
         # A step ends with its CPU optimizer step (DeepSpeed's step() returns when DeepSpeedCPUAdam has), unless DPU
         # runs (its copies carry the step before's update): then the CPU step belongs to the next step's time
-        dpu = any(self.log[at].op == "after previous host" for at in self._k_at.tolist()
-                  if self.log[at].collective in TRANSFERS)
         synchronous = (h_step, self._h_end) if not dpu else (h_step[:0], self._h_end[:0])
         self.step_times = self._step_times(comp["step"], calls["step"], *synchronous)
         self.compute_busy = np.zeros(world_size)  # (N,) s

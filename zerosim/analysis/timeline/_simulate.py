@@ -111,6 +111,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     host = [0.0] * n  # when rank r's CPU is free (offload: its optimizer step runs there, beside the device's work)
     done_before = [0.0] * n  # when rank r's CPU step before its last one ended (DPU's copy carries that one's params)
     comp_rows, call_rows = [], []  # a tuple per compute and per call, made columns at the end (_columns)
+    dpu = False  # whether a copy carries the CPU step before the last one (DPU): Timeline's step times need it
     for at, ev in enumerate(log):
         kind = type(ev)
         if kind is Compute or kind is OptimizerStep:
@@ -164,7 +165,9 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
             call_dtype[ev.call] = ev.dtype
             if ev.op == "after host":  # DeepSpeed's step() is synchronous: the device's program waits for the copy
                 ready, latest = [max(x, end) for x in ready], max(latest, end)
-            call_rows.append((start, end, at, ev.step, sent))
+            call_rows.append((start, end, at, ev.step, sent, ev.call, scopes.get(ev.call)))
+            if ev.op == "after previous host":
+                dpu = True
         elif kind is Call and ev.op == "pairs":  # point to point (send_pairs): when its senders made what they send
             who = senders.get(ev.call) or range(n)
             start = max(max(ready[r] for r in who), max(sending.get(r, 0.0) for r in who))
@@ -176,7 +179,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 if not overlap:
                     ready[r] = end
             latest = max(latest, end) if not overlap else latest
-            call_rows.append((start, end, at, ev.step, sent))
+            call_rows.append((start, end, at, ev.step, sent, ev.call, scopes.get(ev.call)))
         elif kind is Call:
             if ev.call in call_end:
                 raise ValueError(f"log[{at}]: call number {ev.call} appears twice in the log")
@@ -206,12 +209,12 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                     ready[lo:hi] = [end] * (hi - lo)
                     within.reached(lo, end)
                 latest = max(latest, end)
-            call_rows.append((start, end, at, ev.step, sent))
+            call_rows.append((start, end, at, ev.step, sent, ev.call, scope))
     comp = _columns(comp_rows, ("rank", "start", "end", "at", "step", "lane"))
-    calls = _columns(call_rows, ("start", "end", "at", "step", "bytes"))
-    if scopes:  # which ranks each call counts on: its own, or (None) every rank
-        calls["ranks"] = [scopes.get(log[at].call) for at in calls["at"]]
-    return Timeline(log, n, hw, overlap, comp, calls)
+    calls = _columns(call_rows, ("start", "end", "at", "step", "bytes", "call", "ranks"))
+    if not scopes:  # which ranks each call counts on: its own, or (no column) every rank
+        del calls["ranks"]
+    return Timeline(log, n, hw, overlap, comp, calls, dpu)
 
 
 def _columns(rows: list, names: tuple) -> dict:

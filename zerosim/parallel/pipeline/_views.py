@@ -50,11 +50,19 @@ class StageCluster(Cluster):
         return f"StageCluster(ranks {[r.index for r in self.ranks]} of {self.whole!r})"
 
 
+# what the collectives ask a backend on every call (its namespace, whether it holds values, its own phases): copied
+# once where the backend has them, not looked up through __getattr__ ~80,000 times a pipeline's step
+_ASKED_EVERY_CALL = ("xp", "holds_values", "reduce_scatter_phase", "all_gather_phase", "sends_by_reference")
+
+
 class _Hosting:
     """The world's backend, hosting only the stage's ranks (`local_ranks`)."""
 
     def __init__(self, backend, local_ranks: list, world_size: int):
         self._backend, self.local_ranks, self.world_size = backend, list(local_ranks), world_size
+        for name in _ASKED_EVERY_CALL:
+            if hasattr(backend, name):  # one it lacks stays lacking (`getattr(backend, name, default)` reads it so)
+                setattr(self, name, getattr(backend, name))
 
     def __getattr__(self, name):
         return getattr(self._backend, name)

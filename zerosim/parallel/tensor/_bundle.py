@@ -51,6 +51,11 @@ class Bundle:
     def with_value(self, value) -> "Bundle":
         return replace(self, value=value)
 
+    def with_parts(self, residual, value) -> "Bundle":
+        """This bundle with a new residual and value (a collective's results), its input kept: made directly, as
+        `dataclasses.replace` would make it in ~2.5x the time (tensor parallelism's every side on every rank)."""
+        return Bundle(residual, value, self.input)
+
     def snapshot(self) -> dict:
         """Copies of the parts, by name (what a narration keeps of an op's output)."""
         return {k: np.array(a) for k, a in (("residual", self.residual), ("value", self.value), ("input", self.input))

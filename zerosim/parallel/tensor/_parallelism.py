@@ -244,7 +244,7 @@ class TensorParallel(Parallelism):
                 residuals, more = comm.run_side(side, ctx.cluster, group, residuals, tag + " (positions)")
                 handle += more
         for p, x, r, v in zip(passes, xs, residuals, values):
-            setattr(p, slot, replace(x, residual=r, value=v))
+            setattr(p, slot, x.with_parts(r, v))
         return Handle() if self.async_tp else handle
 
     def _gather_kept(self, ctx, passes, unit, group) -> Handle:

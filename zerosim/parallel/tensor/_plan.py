@@ -60,11 +60,15 @@ PLACEMENTS = {  # (role, sequence parallel, the embedding has positions) -> Plac
 }
 
 
+# PLACEMENTS where the layout keeps the gathered input, not the shard: made once (asked before and after every unit)
+GATHERED_INPUT = {key: replace(place, keeps_shard=False) for key, place in PLACEMENTS.items()}
+
+
 def placement(unit, sequence_parallel: bool, keeps_shard: bool = True) -> Placement:
     """Where the operators sit around `unit` (a TP unit of _model.py); `keeps_shard` False: the layout keeps the
     gathered input instead of the shard (torch DTensor's, _model.py LAYOUTS), so nothing is gathered again."""
-    place = PLACEMENTS[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
-    return place if keeps_shard or not place.keeps_shard else replace(place, keeps_shard=False)
+    table = PLACEMENTS if keeps_shard else GATHERED_INPUT
+    return table[(unit.role, bool(sequence_parallel), bool(getattr(unit, "positions", None)))]
 
 
 def shard_name(unit) -> str:
