@@ -14,9 +14,10 @@ from _thread import _local as _thread_local  # threading.local itself, without i
 import numpy as np
 
 # elements per slot kept (64 MB of float64): past this a temporary is allocated and freed as before. glibc maps a
-# block over 32 MB afresh from the system every time and unmaps it when freed (its mmap threshold stops growing
-# there: malloc/malloc.c DEFAULT_MMAP_THRESHOLD_MAX), so each product past that size paid its faults again: the
-# widest layer of benchmarks/peers.py's 10M MLP (2048 x 2560, 5.2 million elements) took ~1,100 faults a step in
+# block over 32 MB afresh from the system every time and unmaps it when freed (glibc 2.36, this machine's,
+# malloc/malloc.c `__libc_free`: the dynamic mmap threshold rises to a freed mapped chunk's size only up to
+# DEFAULT_MMAP_THRESHOLD_MAX, 4 * 1024 * 1024 * sizeof(long)), so each product past that size paid its faults again:
+# the widest layer of benchmarks/peers.py's 10M MLP (2048 x 2560, 5.2 million elements) took ~1,100 faults a step in
 # fp32 on 4 ranks, and its float64 operand 18 ms to widen against 2; with 1 << 23, 64 faults a step, the portable
 # step 2-5 % less CPU, peak RSS +20 MB (525 -> 545 MB, the native engine beside it)
 _MOST = 1 << 23
