@@ -15,10 +15,16 @@ from pathlib import Path
 import pytest
 from notebook_checks import CHECKS
 
-nbformat = pytest.importorskip("nbformat", reason="install the notebooks extra: pip install -e '.[notebooks]'")
-
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 HEADING = re.compile(r"^(##+) (.+)$", re.M)
+
+
+def read(path):
+    """The notebook at `path`, through nbformat, imported when a test first reads one: not when the suite is collected
+    (its import, jsonschema's with it, is ~1.9 s of collecting the whole suite, which the README's test command does in
+    a test of its own: tests/test_readme_commands.py)."""
+    nbformat = pytest.importorskip("nbformat", reason="install the notebooks extra: pip install -e '.[notebooks]'")
+    return nbformat.read(path, as_version=4)
 
 
 def sections(nb) -> list:
@@ -50,14 +56,14 @@ def unasked(nb) -> list:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_section_that_computes_asks_for_a_prediction_first(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     assert sections(nb), f"{path.name} has no sections"
     assert unasked(nb) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_heading_asks(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     telling = [text for cell in nb.cells if cell.cell_type == "markdown"
                for level, text in HEADING.findall(cell.source) if len(level) >= 2 and "?" not in text]
     assert telling == []
@@ -65,7 +71,7 @@ def test_every_heading_asks(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_notebook_asserts_and_every_check_finds_its_cell(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     asserts = [c.splitlines()[0] for c in code if any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(c)))]
     assert asserts == []
@@ -75,7 +81,7 @@ def test_no_notebook_asserts_and_every_check_finds_its_cell(path):
 
 
 def test_the_counts_the_notebooks_page_quotes_and_that_the_rule_can_fail():
-    books = [nbformat.read(p, as_version=4) for p in NOTEBOOKS]
+    books = [read(p) for p in NOTEBOOKS]
     total = sum(len(sections(nb)) for nb in books)
     computing = sum(any(c.cell_type == "code" and not is_prediction(c) for c in cells)
                     for nb in books for _, cells in sections(nb))
@@ -85,7 +91,7 @@ def test_the_counts_the_notebooks_page_quotes_and_that_the_rule_can_fail():
     assert quoted and tuple(map(int, quoted.groups())) == (total, computing, asked)
     assert asked >= computing >= 70
     # a section whose prediction cell is dropped, or comes after every run, is found
-    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    nb = read(NOTEBOOKS[0])
     heading, cells = next((h, c) for h, c in sections(nb) if any(map(is_prediction, c)))
     first = next(c for c in cells if is_prediction(c))
     nb.cells.remove(first)

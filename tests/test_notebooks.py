@@ -27,12 +27,20 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 PINNED = {"06_precision_lab.ipynb", "10_fewer_bits.ipynb", "11_fp16_vs_bf16.ipynb"}
 CASES = [pytest.param(p, marks=pytest.mark.pinned) if p.name in PINNED else p for p in NOTEBOOKS]
 
-if os.environ.get("CI"):
-    import nbclient
-    import nbformat
-else:
-    nbclient = pytest.importorskip("nbclient", reason="install the notebooks extra: pip install -e '.[notebooks]'")
-    nbformat = pytest.importorskip("nbformat")
+
+
+def notebook_modules() -> tuple:
+    """(nbclient, nbformat): imported when a notebook first runs, not when the suite is collected (nbformat's import,
+    jsonschema's with it, is ~1.9 s of collecting the whole suite, which the README's test command does in a test of
+    its own: tests/test_readme_commands.py). In CI a missing one fails the test; elsewhere it skips, naming the
+    extra."""
+    if os.environ.get("CI"):
+        import nbclient
+        import nbformat
+    else:
+        nbclient = pytest.importorskip("nbclient", reason="install the notebooks extra: pip install -e '.[notebooks]'")
+        nbformat = pytest.importorskip("nbformat")
+    return nbclient, nbformat
 
 FIGURES = {  # notebook -> images its figure cells must show
     # the reduce-scatter, the all-gather, the peaks at stage 1, stages 1-2, ZeRO-3's sequence, stages 1-3
@@ -286,7 +294,7 @@ def with_checks(nb, name: str):
     for anchor, check in CHECKS.get(name, []):
         at = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and anchor in c.source]
         assert len(at) == 1, f"{name}: {len(at)} code cells hold the check's anchor {anchor!r}"
-        cell = nbformat.v4.new_code_cell(check)
+        cell = notebook_modules()[1].v4.new_code_cell(check)
         cell.metadata["tags"] = ["check"]
         nb.cells.insert(at[0] + 1, cell)
     return nb
@@ -295,6 +303,7 @@ def with_checks(nb, name: str):
 def run(path):
     """Every cell of the notebook at `path`, executed in a fresh Jupyter kernel, with its checks in place (a failed
     one fails the run, naming the cell); the notebook with its outputs."""
+    nbclient, nbformat = notebook_modules()
     nb = with_checks(nbformat.read(path, as_version=4), path.name)
     client = nbclient.NotebookClient(  # timeout per cell: only a hang reaches it
         nb, timeout=HANG_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}

@@ -4,6 +4,7 @@ uses it — run with a right answer, a wrong one and none, in this process (the 
 """
 
 import dataclasses
+import json
 import math
 import re
 from pathlib import Path
@@ -13,17 +14,20 @@ import pytest
 from zerosim.teaching import QUESTIONS, judge, predict
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
-nbformat = pytest.importorskip("nbformat", reason="install the notebooks extra: pip install -e '.[notebooks]'")
 
 
 def prediction_cells():
-    """(notebook, cell index, question name, source) for every cell tagged "predict"."""
+    """(notebook, cell index, question name, source) for every cell tagged "predict", read from the notebooks' JSON
+    (nbformat 4: a cell's source a string or its lines, as nbformat.read joins them) when the suite is collected:
+    nbformat's import is ~1.9 s of collecting the whole suite, which the README's test command does in a test of its
+    own (tests/test_readme_commands.py)."""
     out = []
     for path in NOTEBOOKS:
-        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
-            if "predict" in cell.metadata.get("tags", []):
-                name = re.search(r'predict\("([^"]+)", my_answer\)', cell.source).group(1)
-                out.append((path.name, i, name, cell.source))
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if "predict" in cell.get("metadata", {}).get("tags", []):
+                source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+                name = re.search(r'predict\("([^"]+)", my_answer\)', source).group(1)
+                out.append((path.name, i, name, source))
     return out
 
 
