@@ -8,6 +8,7 @@ for `twice_precise_sums`, Fraction sums of its terms.
 
 import threading
 import warnings
+from unittest import mock
 from fractions import Fraction
 
 import numpy as np
@@ -232,6 +233,64 @@ def test_a_blas_whose_sums_are_off_by_nearly_the_most_any_order_allows_still_giv
 
     monkeypatch.setattr(_norm_bound, "_gemm", worst_blas)
     assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 32))))
+
+
+def test_a_long_k_is_bounded_as_one_gemm_over_its_longest_piece_plus_its_pieces():
+    # K' = L + P - 1 for P pieces of at most L terms (γ(L-1) + γ(P-1) + γ(L-1)·γ(P-1) <= γ(L+P-2), Higham Lemma 3.3)
+    assert _norm_bound._PIECE == 256  # the rows below are worked for pieces of 256
+
+    def terms(k, m=128, n=64):
+        return _norm_bound.summed_terms(np.zeros((m, k)), np.zeros((k, n)))
+
+    assert terms(0) == 0  # no products: one (empty) GEMM
+    assert terms(64) == 64  # a dW over 32-64 rows: one GEMM
+    assert terms(512) == 512  # two pieces would cost more than they spare: one GEMM
+    assert terms(513) == 173  # 3 pieces of 171: 171 + 3 - 1
+    assert terms(1024) == 259  # 4 of 256: a 10M MLP's first layer's K
+    assert terms(2560) == 265  # 10 of 256: its widest K, ~10x tighter than one GEMM
+    assert terms(10**6) == 256 + 3907 - 1  # 3,907 pieces of <= 256 (3,906 · 256 = 999,936 < 10**6)
+    assert _norm_bound.summed_terms(np.zeros((2, 128, 1024)), np.zeros((1024, 64))) == 259  # a batch: the same
+    a = np.zeros((64, 2560))
+    assert _norm_bound.summed_terms(a, a.T) == 2560  # a Gram matrix: one syrk
+    assert _norm_bound.summed_terms(a, a.T.copy()) == 265  # the same values, not a's view: a GEMM in pieces
+
+
+@given(m=st.integers(1, 5), k=st.integers(65, 160), n=st.integers(1, 5), batch=st.integers(0, 2),
+       seed=st.integers(0, 2**32 - 1), spread=st.integers(0, 40), piece=st.integers(1, 60))
+def test_fp32_products_summed_in_pieces_equal_the_exact_sums_rounded_once(m, k, n, batch, seed, spread, piece):
+    # pieces of 1-60 terms (the GEMM split at every length, a last piece shorter), 2-D past SHORT_K and batches of
+    # products: each element the exact sum rounded once, whatever the pieces
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    a = (rng.standard_normal(lead + (m, k)) * 2.0 ** rng.integers(-spread, spread + 1, size=lead + (m, k)))
+    a, b = a.astype(np.float32), rng.standard_normal(lead + (k, n)).astype(np.float32)
+    with mock.patch.object(_norm_bound, "_PIECE", piece):
+        got = exact_matmul(a, b)
+    for p in np.ndindex(*lead):
+        assert np.array_equal(bits(got[p]), bits(reference(a[p], b[p])))
+
+
+@pytest.mark.parametrize("k", [600, 599])  # 3 pieces of 200; of 199, 200 and 200 (the longest bounds them)
+def test_pieces_whose_sums_are_each_off_by_nearly_the_most_their_order_allows_still_give_the_exact_sums(
+        monkeypatch, k):
+    # each piece's GEMM 0.9 of γ(L-1)·Σ_p |a_ik·b_kj| from its exact sum, all on the same side (alternating by
+    # column): the pieces' errors add to ~0.9·(L-1)·u·Σ|a·b|, which the bound of one GEMM over K' = L + P - 1 terms
+    # must cover; a bound for the pieces' count alone (or a piece's half) would let near ties round across their
+    # midpoints (a row of ±1 and b of ones: Cauchy-Schwarz nearly tight)
+    rng = np.random.default_rng(17)
+    a, b = near_ties(20, k, rng), np.ones((k, 64), np.float32)
+    b[:, 1::2] *= -1
+
+    def worst_blas(a64, b64, out):
+        np.matmul(a64, b64, out=out)
+        bound = (a64.shape[-1] - 1) * 2.0**-53 * (np.abs(a64) @ np.abs(b64))  # this piece's own γ(L-1)·Σ_p
+        out += np.where(np.arange(out.shape[-1]) % 4 < 2, 0.9, -0.9) * bound
+
+    monkeypatch.setattr(_norm_bound, "_PIECE", 200)
+    monkeypatch.setattr(_norm_bound, "_gemm", worst_blas)
+    pieces = Spy(monkeypatch, _norm_bound, "_gemm")
+    assert np.array_equal(bits(exact_matmul(a, b)), bits(np.tile(reference(a, b[:, :2]), (1, 32))))
+    assert pieces.calls == 3  # one GEMM a piece (the suspects' gathered K products call no GEMM)
 
 
 @pytest.mark.parametrize("name", [n for n in HARD if "overflow" in n])

@@ -74,8 +74,9 @@ from zerosim.precision.cast import NUMPY, has_values, namespace_of
 # covers the relative rounding error (<= γ(K)) of computing Σ|a_ik·b_kj| itself by a dgemm
 _ERROR_PER_TERM = 2.0**-52
 # where Σ|a_ik·b_kj| is summed from the K exact products themselves (`_settle_by_magnitudes`), with no margin: the
-# computed sum S' >= S·(1 - γ(K-1)), so (K + 2)·u·S'·(1 + 2**-20) >= γ(K-1)·S plus the roundings of the bound and of
-# certain_f32's y ± err, for any K under 2**31 (three units of u to spare, and the factor for γ's K·u excess)
+# computed sum S' >= S·(1 - γ(K-1)), so (K' + 2)·u·S'·(1 + 2**-20) >= γ(K'-1)·S plus the roundings of the bound and
+# of certain_f32's y ± err, for any K' <= K under 2**31 (three units of u to spare, and the factor for the K·u excess
+# of γ and of 1/(1 - γ(K-1))); K' the terms c errs as (_norm_bound.py `summed_terms`)
 _SUMMED_PER_TERM = 2.0**-53 * (1 + 2.0**-20)
 # `_repair`: below this many products (plus 100 a sum, its list's own cost) the elements are summed one by one, not
 # by the tree first: the tree's ~20 NumPy calls cost ~100 µs, one exact sum ~3.5 µs and 35 ns a product (2-core AMD
@@ -627,9 +628,13 @@ def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     once for its sum of magnitudes and again for `_repair` (a 10M MLP's fp32 step leaves ~2,300 suspects at K =
     1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step). So few that `_repair` would sum them one by
     one (`_ONE_BY_ONE`), they are summed so at once: the sums of magnitudes' ~15 NumPy calls cost more than the
-    exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a product against ~25)."""
+    exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a product against ~25).
+    The suspects are `rounded_by_norms`'s, whose c errs as one GEMM over K' terms (_norm_bound.py `summed_terms`):
+    their sums of magnitudes bound that error (the sums themselves formed over all K, within γ(K-1): the margin in
+    `_SUMMED_PER_TERM` covers that for any K under 2**31, as it does for K' = K)."""
     where, y = suspects
     k = a64.shape[-1]
+    error_per_size = (_norms().summed_terms(a64, b64) + 2) * _SUMMED_PER_TERM  # c's error <= this·Σ|a·b| computed
     if len(y) * (k + 100) < _ONE_BY_ONE:
         _one_by_one(out, where, a64, b64)
         return out
@@ -637,7 +642,7 @@ def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     for lines, rows, columns in _lines(where, a64, b64):
         products = np.multiply(rows, columns, out=rows)  # (count, K) exact products (finite: so were the norms)
         size = np.abs(products, out=scratch(products.shape, 22)).sum(axis=1)  # Σ_k |a_ik·b_kj|, within γ(K-1)
-        _, doubt = certain_f32(y[lines], size * ((k + 2) * _SUMMED_PER_TERM), ns)
+        _, doubt = certain_f32(y[lines], size * error_per_size, ns)
         if doubt.any():
             left.append((tuple(x[lines][doubt] for x in where), products[doubt]))
     if not left:

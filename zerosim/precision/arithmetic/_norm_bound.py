@@ -33,6 +33,15 @@ In a 2-D product with a short K (a dW over a micro-batch) the rows are GEMM'd in
 hold, and in rows of a few the zeros whose row and column share no nonzero are told exact in the block, before they
 become suspects (`_short_product`). So one GEMM and four passes over c (c - E rounded into the output, c + E rounded,
 their comparison, the suspects found), in place of two GEMMs and a dozen.
+
+A long K is summed in pieces (`_in_pieces`): P GEMMs of at most L = ⌈K/P⌉ terms each (`_PIECE`), their float64 sums
+added in turn. Each piece's sum lies within γ(L-1)·Σ_p |a_ik·b_kj| of its exact sum, in any order, and adding the P
+piece sums rounds within γ(P-1)·Σ_p |c_p|, |c_p| <= (1 + γ(L-1))·Σ_p|...|; since γ(j) + γ(l) + γ(j)·γ(l) <= γ(j + l)
+(Higham, Lemma 3.3), c lies within γ(L + P - 2)·Σ_k |a_ik·b_kj| of s: the bound of one GEMM over K' = L + P - 1
+terms (`summed_terms`), in place of K. A 10M MLP's products at K = 1,024-2,560 (the forward's and dx's, the ranks
+stacked) are bounded 4-10 times tighter and leave that many times fewer suspects to settle from their K products:
+~2,080 a step fp32 on 4 ranks -> ~470, whose settling took 33 -> ~10 ms, for 6 ms more of GEMMs and adds. Every bound
+that reads c's error reads K' (`summed_terms`); one that bounds a sum of magnitudes the machine formed reads K.
 """
 
 from __future__ import annotations
@@ -60,11 +69,52 @@ _EXACT_NONZEROS = 1  # nonzeros a line of a or b may hold for c to be exact alon
 _FEW = 4  # nonzeros of a row of a up to which its zeros of disjoint lines are told in the block (`_short_product`)
 _TEST_SLOTS = ((1, np.float32), (4, np.float32), (5, np.bool_))  # c - E rounded, c + E rounded, their verdict
 _FEW_DEAD = 16  # dead columns of b up to one in this many: set apart by their indices, else by masks (`_dead_columns`)
+# terms a long K's GEMM sums in one piece (`_in_pieces`, `summed_terms`): OpenBLAS's own dgemm blocks K by 256 or
+# so; the six long products of a 10M MLP's step on 4 ranks (K = 1,024-2,560) took 5 % longer in pieces of 256 than
+# whole (107 -> 113 ms), and left 4-10 times fewer suspects; shorter pieces add a pass over c each, and the bound
+# tightens less and less (P = 16 at K = 2,560: 284 suspects a step against 403 for P = 8)
+_PIECE = 256
 
 
 def _per_term(k: int) -> float:
-    """E_i over ||a_i||·max_j ||b_j|| for K = k (the module docstring)."""
+    """E_i over ||a_i||·max_j ||b_j|| where c errs as one GEMM over k terms (`summed_terms`; the module docstring)."""
     return (k + 4) * 2.0**-53 * SLACK
+
+
+def summed_terms(a64, b64) -> int:
+    """The K' whose γ(K'-1)·Σ_k |a_ik·b_kj| bounds the error of c as `rounded_by_norms` forms it for a64 @ b64 over
+    K terms: K for one GEMM; L + P - 1 where `_in_pieces` sums P pieces of at most L terms (the module docstring).
+    Never more than K, so a bound for K holds too."""
+    k, pieces = a64.shape[-1], _pieces(a64, b64)
+    return k if pieces == 1 else -(-k // pieces) + pieces - 1
+
+
+def _pieces(a64, b64) -> int:
+    """How many pieces `_in_pieces` sums a64 @ b64's K terms in: one up to 2·`_PIECE` terms (2 pieces added cost
+    Newton-Schulz's 512 x 512 products more than their fewer suspects spare) and for a Gram matrix (b64 a view of
+    a64's transpose: NumPy's syrk, each piece's triangle mirrored again, 55 ms against 38 for five 512 x 1024 ones),
+    else pieces of at most `_PIECE`."""
+    k = a64.shape[-1]
+    if k <= 2 * _PIECE or (b64.ndim == 2 and b64.shape == a64.shape[::-1] and b64.strides == a64.strides[::-1]
+                           and b64.ctypes.data == a64.ctypes.data):
+        return 1
+    return -(-k // _PIECE)
+
+
+def _in_pieces(a64, b64, out) -> None:
+    """out = a64 @ b64 in float64, K summed in `_pieces` pieces of nearly equal length, each by the machine's dgemm
+    in its own order, their sums added in turn (the piece sums in this thread's buffer 15, _scratch.py)."""
+    k = a64.shape[-1]
+    pieces = _pieces(a64, b64)
+    if pieces == 1:
+        _gemm(a64, b64, out=out)
+        return
+    cuts = [k * p // pieces for p in range(pieces + 1)]
+    _gemm(a64[..., :cuts[1]], b64[..., :cuts[1], :], out=out)
+    part = _scratch(out.shape, 15)
+    for low, high in zip(cuts[1:-1], cuts[2:]):
+        _gemm(a64[..., low:high], b64[..., low:high, :], out=part)
+        np.add(out, part, out=out)
 
 
 def line_norms(a64, b64) -> tuple:
@@ -89,7 +139,8 @@ def rounded_by_norms(a64, b64, out=None):
     if not (np.isfinite(rows).all() and np.isfinite(widest).all()):
         return None
     k = a64.shape[-1]
-    error = rows * (np.asarray(widest)[..., None] * _per_term(k))  # (..., M) E_i, one per row
+    per_term = _per_term(summed_terms(a64, b64))
+    error = rows * (np.asarray(widest)[..., None] * per_term)  # (..., M) E_i, one per row
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     out = np.empty(shape, np.float32) if out is None else out
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
@@ -101,13 +152,14 @@ def rounded_by_norms(a64, b64, out=None):
         return out, None
     flat, y = np.concatenate([f for f, _ in found]), np.concatenate([y for _, y in found])  # by flat index
     flat, y = without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
-    return out, _own_norms(flat, y, rows, columns, shape, _per_term(k)) if len(y) else None
+    return out, _own_norms(flat, y, rows, columns, shape, per_term) if len(y) else None
 
 
 def _whole_product(a64, b64, out, error, rows, columns) -> list:
     """The suspects [(flat indices in the product, their c values)] of a batch of products or of one with a long
-    K, c made by one GEMM and tested by blocks of rows (`_tested`); rows of a and columns of b all zero (a ReLU's
-    dead units, norms of 0) are exact zeros, +0 in out, never suspects (a batch: none looked for)."""
+    K, c made by one GEMM (a long K's in pieces: `_in_pieces`) and tested by blocks of rows (`_tested`); rows of a
+    and columns of b all zero (a ReLU's dead units, norms of 0) are exact zeros, +0 in out, never suspects (a batch:
+    none looked for)."""
     shape = out.shape
     m, n = shape[-2:]
     step = max(1, _BLOCK // max(math.prod(shape[:-2]) * n, 1))  # rows tested at a time
@@ -121,7 +173,7 @@ def _whole_product(a64, b64, out, error, rows, columns) -> list:
     by_row = error.reshape(-1, m) if m else error.reshape(1, 0)  # (batch, M) E_i
     live = np.where(by_row > 0, by_row, np.inf) if len(dead_rows) else by_row  # a dead row's E_i = 0 bounds nothing
     found = []
-    _gemm(a64, b64, out=c_all)  # float64, summed in the machine's order
+    _in_pieces(a64, b64, c_all)  # float64, each piece summed in the machine's order
     for top in range(0, m, step):
         c = c_all[..., top:top + step, :]
         r = c.shape[-2]
