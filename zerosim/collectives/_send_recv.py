@@ -42,9 +42,8 @@ def send_recv(cluster, tensors, group=None, shift: int = 1, tag: str = "") -> li
     count = math.prod(shape)
     call = cluster.trace.begin("send_recv", "copy", n, count, fmt.name, tag, group)
     me = [rank.index for rank in cluster.ranks]
-    at = [group.position(r) for r in me]
-    dst = [_member(group, r, p, shift) for r, p in zip(me, at)]
-    src = [_member(group, r, p, -shift) for r, p in zip(me, at)]
+    dst = [_member(group, r, shift) for r in me]
+    src = [_member(group, r, -shift) for r in me]
     sends = [a for (_, a, _) in arrays]
     if shift % n == 0:  # a ring of one, or a whole turn: every buffer stays where it is
         out = [a.copy() for a in sends]
@@ -54,8 +53,7 @@ def send_recv(cluster, tensors, group=None, shift: int = 1, tag: str = "") -> li
         if not cluster.backend.holds_values:  # the meta backend: what arrives, by shape (its peers are not here) ...
             out = [cluster.backend.empty(shape, a.dtype) for a in sends]
             for r in sorted(set(_taking_part(cluster)) - set(me)):  # ... and their sends, the same as its own
-                cluster.trace.hop(call, 0, r, _member(group, r, group.position(r), shift), -1, count, fmt.itemsize,
-                                  fmt.name)
+                cluster.trace.hop(call, 0, r, _member(group, r, shift), -1, count, fmt.itemsize, fmt.name)
         else:
             received = cluster.backend.exchange(sends, dst, src, recv_like=[(count, fmt.dtype)] * len(me))
             out = [x.copy() for x in received]  # the receive buffer is the receiver's own
@@ -70,7 +68,7 @@ def _taking_part(cluster):
     return range(cluster.world_size) if ranks is None else ranks
 
 
-def _member(group, rank: int, position: int, shift: int) -> int:
+def _member(group, rank: int, shift: int) -> int:
     """The rank `shift` places after `rank` on its group's ring."""
     step = group.next if shift > 0 else group.prev
     r = rank
