@@ -64,7 +64,9 @@ def sign(x: float, digits: int = 1) -> str:
     return ("+" if x >= 0 else "−") + f"{abs(x):.{digits}f}"
 
 
-@pytest.mark.heavy  # a 405B pipeline step on 512 or 16,384 GPUs and its timeline: 9-111 s on a busy 2-core machine
+# a 405B pipeline step on 512 or 16,384 GPUs and its timeline: 3-10 s each on a busy 2-core machine (9-111 s while
+# each stage's CP ring recorded the sends of every rank of the world)
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("key", list(BY_KEY))
 def test_each_4d_row_is_the_prediction_the_page_quotes(key):

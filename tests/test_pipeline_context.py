@@ -73,6 +73,15 @@ def test_the_ring_runs_inside_each_stage_over_its_cp_groups():
     assert {(e.group, e.world_size, e.collective) for e in ring} == {("cp", 2, "send_recv")}
     kv = 2 * 2 * 4 * (L // 2) * (D // 4)  # K and V of one rank's L / C tokens: 2 · B · H · L/C · d_h elements
     assert {e.elements for e in ring if e.tag.endswith("K, V to the next rank")} == {kv}
+    # each message is sent by every rank of its stage (the representative and the 3 it stands for), one K/V (or dK/dV,
+    # or both) of its own, and by no rank of the other stage, which runs its own ring at its own times
+    stage_of = {call.call: 0 if call.tag.startswith(("block0.", "block1.")) else 1 for call in ring}
+    senders = {}
+    for e in cluster.trace.events:
+        if e.call in stage_of:
+            senders.setdefault(e.call, []).append(e.src)
+    assert {c: sorted(s) for c, s in senders.items()} == {c: [4 * p, 4 * p + 1, 4 * p + 2, 4 * p + 3]
+                                                          for c, p in stage_of.items()}
     # the activations handed between stages are a CP rank's: B × L / C × d
     acts = sends(cluster, "send activations")
     assert len(acts) == 4 and {e.elements for e in acts} == {2 * (L // 2) * D}

@@ -1,7 +1,8 @@
 """On the meta backend a pipeline writes alike actions again from a record instead of running them
 (zerosim/parallel/pipeline/_repeat.py): every event of the trace, every ledger's peaks and totals, and the timeline's
-numbers must be what running every action gives, on every schedule, ZeRO stage 1 and 3 (torchtitan's FSDP) and
-TP 1 and 2, over two steps. The run with `repeat=False` is the yardstick: it runs every action.
+numbers must be what running every action gives, on every schedule, ZeRO stage 1 and 3 (torchtitan's FSDP), TP 1
+and 2 and CP 1, 2 and 4 (its ring and its all-gather), over two steps. The run with `repeat=False` is the yardstick:
+it runs every action.
 
 The model is small enough to run in a second and cut so that two middle pipeline ranks hold stages of one make (a
 Llama of 10 blocks over 4 ranks: torchtitan's split gives the embedding and 2 blocks, 3, 3, 2 blocks and the head), so
@@ -17,24 +18,29 @@ from zerosim import Adam, Cluster
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.models import Llama, MetaLlama
 from zerosim.parallel import ParallelDims
+from zerosim.parallel.context import ContextParallel
 from zerosim.parallel.pipeline import PipelineEngine
 from zerosim.parallel.tensor import TensorParallel
 
 P, M, SEQ = 4, 6, 16
 
 
-def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, steps: int = 2):
+def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, steps: int = 2, cp: int = 1,
+        style: str = "ring"):
+    """A PipelineEngine's meta run, as analysis/costs `pipeline_run` builds one (`ParallelSpec.build`): with `cp` > 1
+    the CP rank's twin (flash attention, cut at its ring or all-gather: `style`) on SEQ / cp tokens a rank."""
     model = Llama(vocab=256, d_model=64, n_heads=4, n_layers=10, seq_len=SEQ, d_ff=128, n_kv_heads=2,
-                  checkpoint="block")
-    N = P * tp * 2
-    dims = ParallelDims(N, pp=P, tp=tp)
+                  checkpoint="block", **({} if cp == 1 else {"attention": "flash"}))
+    N = P * tp * cp * 2
+    dims = ParallelDims(N, pp=P, tp=tp, cp=cp)
     cluster = Cluster(N, backend="meta", hosted=dims.groups("pp").group_of(0), trace="call", timeline=False,
                       gpus_per_node=4)
     tensor = TensorParallel(MetaLlama(model), tp) if tp > 1 else None
-    engine = PipelineEngine(MetaLlama(model) if tensor is None else tensor.model, cluster, stage, Adam(), "bf16-mixed",
-                            pp=P, micro_batches=M, schedule=schedule, virtual_stages=V, tensor=tensor, recipe=recipe,
-                            repeat=repeat)
-    ids = cluster.backend.empty((1, SEQ), np.int64)
+    context = ContextParallel(MetaLlama(model), cp, style, tensor=tensor) if cp > 1 else None
+    whole = context.model if context is not None else MetaLlama(model) if tensor is None else tensor.model
+    engine = PipelineEngine(whole, cluster, stage, Adam(), "bf16-mixed", pp=P, micro_batches=M, schedule=schedule,
+                            virtual_stages=V, tensor=tensor, recipe=recipe, repeat=repeat, context=context)
+    ids = cluster.backend.empty((1, SEQ // cp), np.int64)
     for _ in range(steps):
         engine.step([[(ids, ids)] * M for _ in range(dims.dp)])
     return engine, cluster
@@ -67,8 +73,30 @@ def what_a_user_reads(cluster) -> dict:
     ("interleaved-1f1b", 2, "no_reshard_no_sync", "seeds", 1),  # each chunk's backward in the last micro-batch
 ])
 def test_writing_actions_again_changes_nothing_a_user_reads(schedule, V, stage, recipe, tp):
-    engine, written = run(schedule, V, stage, recipe, tp, repeat=True)
-    _, ran = run(schedule, V, stage, recipe, tp, repeat=False)
+    written_again_is_run(schedule, V, stage, recipe, tp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule, V, stage, recipe, tp, cp, style", [
+    ("1f1b", 1, 1, "seeds", 1, 2, "ring"),  # the long-context points' pipeline (zerosim validate --only ...-cp2)
+    ("1f1b", 1, 3, "fsdp2", 2, 2, "ring"),  # ... beside TP, under torchtitan's FSDP, as those points run
+    ("gpipe", 1, 3, "fsdp2", 1, 4, "ring"),
+    ("interleaved-1f1b", 2, 1, "seeds", 1, 2, "ring"),
+    ("zero-bubble", 2, 1, "seeds", 1, 2, "ring"),  # a backward-input is a backward to the ring
+    ("interleaved-1f1b", 2, "no_reshard_no_sync", "seeds", 1, 2, "allgather"),  # the Llama 3 paper's 128k point's
+    ("1f1b", 1, 1, "seeds", 1, 4, "allgather"),
+])
+def test_writing_actions_again_beside_context_parallelism(schedule, V, stage, recipe, tp, cp, style):
+    """A CP ring's calls are tagged by its hops' units ("block2.attn.hop0: K, V to the next rank"), and on the meta
+    backend its sends are recorded for every rank of the stage the representative stands for: written again on
+    another stage, both are that stage's."""
+    written_again_is_run(schedule, V, stage, recipe, tp, cp, style)
+
+
+def written_again_is_run(schedule, V, stage, recipe, tp, cp=1, style="ring"):
+    """Every number a user reads of a run whose alike actions are written again is the run's that runs them."""
+    engine, written = run(schedule, V, stage, recipe, tp, True, cp=cp, style=style)
+    _, ran = run(schedule, V, stage, recipe, tp, False, cp=cp, style=style)
     plan = Counter(engine._records.plan.values())
     assert plan["write again"] >= plan["run"] + plan["record"]  # at least half (most, but where the last micro-batch
     #                                                              runs too: FSDP2 beside PP frees its units there)

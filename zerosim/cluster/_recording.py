@@ -10,8 +10,10 @@ ranks or on others of the same make, another micro-batch. The meta backend's pip
 
 What `replay` writes anew: each call number moves by (the first free call number now) - (the recorded first call); a
 number of the handle the work waited for becomes the number at its place in `waited_now`; every call and compute
-event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name)
-those given now. The ledgers keep only what their questions read: per kind the bytes the work ended with and the most
+event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name,
+then a space or a colon: "block2.attn g", "block2.attn.hop0: K, V to the next rank") those given now, and a send's
+ends the ranks at their places in the `Trace.within` block it is written in (the ranks a meta backend's
+representative stands for send too: collectives/_send_recv.py). The ledgers keep only what their questions read: per kind the bytes the work ended with and the most
 it held above where it started (MemoryLedger's peaks are maxima of running sums: the same allocations and frees from
 another start give that start plus the same maxima), and the count of events; a buffer it made is never in `live`.
 So it writes again only what ran on a backend without values, with a trace of calls and ledgers without a timeline
@@ -21,12 +23,14 @@ before it other than those it waited for.
 
 from __future__ import annotations
 
+import re
 
 from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
 from zerosim.cluster._trace import Call, Event, Handle
 
 _new = object.__new__
+_UNIT_END = re.compile("[ :]")  # where the unit's name a call's tag starts with ends
 _CALL, _OWN, _COMPUTE = "call", "compute waiting for its own calls", "compute"  # a log entry, as `_relabelled` marks it
 
 
@@ -79,10 +83,12 @@ class Recording:
         self.usable = True
         self.sent = self.losses = self.made = None  # what the action handed on, its losses, its returned handle
         self._places = {}  # (ranks, names) -> the log relabelled for them (`_relabelled`)
+        self._moved = {}  # Trace.within's ranges now -> {rank then: rank now} (`_ends`)
 
     def __enter__(self):
         t = self.trace
         self.first_call, self.first_log, self.first_event = t.folded.calls + len(t._calls), len(t._log), len(t._events)
+        self.scope = t.scope  # the ranks its calls take part on (Trace.within): their sends' ends, written again moved
         self.watch = _LedgerWatch(self.ranks).__enter__()
         return self
 
@@ -124,6 +130,7 @@ class Recording:
                                f"for {len(self.waited)}: it is not the same action")
         outside = dict(zip(self.waited, waited))
         rank = {a.index: b.index for a, b in zip(self.ranks, ranks)}
+        ends = {**self._ends(t.scope), **rank}  # a send's ends: the ranks it stood for too
         generation = t.generation
 
         lo, hi, nothing = self.first_call, self.end_call, Handle((), generation)
@@ -154,8 +161,8 @@ class Recording:
             t.call_groups[c + shift] = group
         for e in self.events:
             event = _new(Event)
-            event.__dict__.update(e.__dict__, call=e.call + shift, src=rank.get(e.src, e.src),
-                                  dst=rank.get(e.dst, e.dst))
+            event.__dict__.update(e.__dict__, call=e.call + shift, src=ends.get(e.src, e.src),
+                                  dst=ends.get(e.dst, e.dst))
             t._events.append(event)
         for r, d in zip(ranks, self.ledgers):
             _apply(r.ledger, d)
@@ -172,9 +179,10 @@ class Recording:
             return made
         unit = {a: b for a, b in zip(self.names, names) if a != b}
 
-        def tag(text: str) -> str:  # "block2.attn g" -> "block9.attn g": a call's tag starts with its unit's name
-            first, space, rest = text.partition(" ")
-            return unit[first] + space + rest if first in unit else text
+        def tag(text: str) -> str:  # "block2.attn g" -> "block9.attn g", "block2.attn.hop0: K, V ..." -> "block9.
+            # attn.hop0: K, V ...": a call's tag starts with its unit's name, then a space or a colon
+            first = _UNIT_END.split(text, 1)[0]
+            return unit[first] + text[len(first):] if first in unit else text
 
         lo, hi = self.first_call, self.end_call
 
@@ -185,6 +193,18 @@ class Recording:
             (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
             if type(e) is ComputeFields else (_CALL, e, _fields(e, tag=tag(e.tag) if unit else e.tag), None, None)
             for e in self.log]
+        return made
+
+    def _ends(self, scope) -> dict:
+        """{rank: rank} from the ranks of the `within` block the record was made in to those at the same places of
+        `scope`, the block it is written again in ({} where they are one, or either is every rank): a pipeline stage's
+        action written again on another stage of its make sends from that stage's ranks where the recorded one sent
+        from its own, the ranks the process hosts and those they stand for (the meta backend's) alike."""
+        if scope == self.scope or scope is None or self.scope is None:
+            return {}
+        made = self._moved.get(scope)
+        if made is None:
+            made = self._moved[scope] = dict(zip(*map(self.trace.scope_ranks, (self.scope, scope))))
         return made
 
     def handed_on(self, ranks) -> dict:

@@ -17,7 +17,9 @@ differs from one action to the other is what the record leaves out and `replay` 
     the micro-batch               the `micro` of every call and compute event
     the rank and the units        on another pipeline rank: its ranks in place of the recorded ones (by position), its
                                   units' names in place of theirs (by position: "block9.attn" for "block2.attn"),
-                                  in the compute events and the calls' tags
+                                  in the compute events and the calls' tags ("block9.attn.hop0: K, V ..." for a CP
+                                  ring's), and its stage's ranks in place of the recorded stage's at the ends of
+                                  every send (those a representative stands for too: a CP ring's)
     the ledger                    only what its questions read: per kind the bytes it ends with and the most it held
                                   above where it started (MemoryLedger's peaks are maxima of running sums: the same
                                   allocations and frees from another start give the start plus the same maxima), and
@@ -35,7 +37,7 @@ what it waited for), or holds events besides calls and compute, is not written a
 Where it applies (`applies`): a cluster without values (the meta backend), a trace of calls (granularity "call"),
 ledgers without a timeline (their events carry names and positions). Every other run runs every action.
 tests/test_pipeline_repeat.py compares the two event by event, peak by peak and on the timeline, for every schedule,
-ZeRO stage 1 and 3 and TP 1 and 2.
+ZeRO stage 1 and 3, TP 1 and 2, and CP 2 and 4 (its ring and its all-gather).
 """
 
 from __future__ import annotations
