@@ -13,9 +13,10 @@ number of the handle the work waited for becomes the number at its place in `wai
 event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name,
 then a space or a colon: "block2.attn g", "block2.attn.hop0: K, V to the next rank") those given now, and a send's
 ends the ranks at their places in the `Trace.within` block it is written in (the ranks a meta backend's
-representative stands for send too: collectives/_send_recv.py). The ledgers keep only what their questions read: per kind the bytes the work ended with and the most
-it held above where it started (MemoryLedger's peaks are maxima of running sums: the same allocations and frees from
-another start give that start plus the same maxima), and the count of events; a buffer it made is never in `live`.
+representative stands for send too: collectives/_send_recv.py). The ledgers keep only what their questions read:
+per kind the bytes the work ended with and the most it held above where it started (MemoryLedger's peaks are maxima
+of running sums: the same allocations and frees from another start give that start plus the same maxima), and the
+count of events; a buffer it made is never in `live`.
 So it writes again only what ran on a backend without values, with a trace of calls and ledgers without a timeline
 (whose events carry names), and refuses (`usable` False) a record that holds other events or names a call made
 before it other than those it waited for.
