@@ -629,10 +629,10 @@ def _settle_by_magnitudes(out, suspects, a64, b64, ns):
     1,024-2,560, and ~1,200 of them to `_repair`: 40 -> 34 ms a step). So few that `_repair` would sum them one by
     one (`_ONE_BY_ONE`), they are summed so at once: the sums of magnitudes' ~15 NumPy calls cost more than the
     exact sums they spare (a rank's dW of a 919k MLP leaves one or two at K = 32: ~100 µs a product against ~25).
-    The suspects are `rounded_by_norms`'s (in pieces where long: fp32 operands are), whose c errs as one GEMM over K'
-    terms (_norm_bound.py `summed_terms`):
-    their sums of magnitudes bound that error (the sums themselves formed over all K, within γ(K-1): the margin in
-    `_SUMMED_PER_TERM` covers that for any K under 2**31, as it does for K' = K)."""
+    The suspects are those of `rounded_by_norms` with its pieces (its default, as fp32 operands and Gram matrices
+    call it), whose c errs as one GEMM over K' terms (_norm_bound.py `summed_terms`): their sums of magnitudes bound
+    that error (the sums themselves formed over all K, within γ(K-1): the margin in `_SUMMED_PER_TERM` covers that
+    for any K under 2**31, as it does for K' = K)."""
     where, y = suspects
     k = a64.shape[-1]
     error_per_size = (_norms().summed_terms(a64, b64) + 2) * _SUMMED_PER_TERM  # c's error <= this·Σ|a·b| computed
