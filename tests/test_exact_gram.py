@@ -54,21 +54,18 @@ def test_nearly_orthogonal_rows_against_exact_fractions():
 
 @pytest.mark.parametrize("shape", [(64, 256), (128, 128), (32, 512)])
 def test_newton_schulz_iterates_match_exact_matmul(shape):
-    # the products Newton-Schulz forms: X X^T and A A^T of a symmetric A, over iterations that orthogonalise X
+    # the products Newton-Schulz forms: X X^T and A A^T of a symmetric A, over iterations that orthogonalise X. How
+    # many of their elements the norm bound leaves in doubt depends on the BLAS's order of adds (none, under
+    # OpenBLAS's Prescott kernels, for two of these shapes): the pairs settled are held by the hand-made tie above
     rng = np.random.default_rng(shape[0])
     x = rng.standard_normal(shape).astype(np.float32)
     x /= np.float32(np.linalg.norm(x) + 1e-7)
-    doubted = 0
     for _ in range(5):
         gram = exact_gram(x)
         assert np.array_equal(_bits(gram), _bits(exact_matmul(x, x.T)))
         square = exact_gram(gram)
         assert np.array_equal(_bits(square), _bits(exact_matmul(gram, gram.T)))
-        for m in (x, gram):
-            m64 = m.astype(np.float64)
-            doubted += rounded_by_norms(m64, m64.T)[1] is not None
         x = np.float32(3.4445) * x + exact_matmul(np.float32(-4.7750) * gram + np.float32(2.0315) * square, x)
-    assert doubted  # the settling ran
 
 
 @pytest.mark.parametrize("case", ["zeros", "tiny", "huge", "nan", "inf", "bf16", "float64", "one_row"])
