@@ -42,6 +42,7 @@ from zerosim.parallel.data import muon, recipes, zeropp
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
 from zerosim.parallel.data._carried import carry
+from zerosim.parallel.data._collector import fewer_collections
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -228,6 +229,7 @@ class ZeroEngine:
         return padded
 
     # -- the step --------------------------------------------------------------------------------
+    @fewer_collections()  # the thousands of records a step keeps a while: walked by the collector less often
     def step(self, batches) -> list:
         """One training step on `batches`: per local rank one (x, target) micro-batch, or a list of K of them.
         Returns each local rank's loss (unscaled; the mean over its micro-batches). Malformed batches raise before
