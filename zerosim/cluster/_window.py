@@ -296,8 +296,8 @@ def fold_to_budget(trace, budget: int) -> None:
 def fold(trace, upto_log: int, upto_call: int, ledger_seqs: dict | None = None) -> None:
     """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
     step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
-    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's last seq} at that point, taken when the step
-    ended (`Trace.ledger_seqs`), else read from the entries folded."""
+    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's `mark`} at that point (its last seq, and the
+    buffers live then), taken when the step ended (`Trace.ledger_seqs`), else read from the entries folded."""
     summary = trace.folded
     calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
@@ -375,13 +375,14 @@ def _fold_closed(trace, calls: list) -> None:
 
 
 def _last_folded(entries: list) -> dict:
-    """{rank: the seq of its last ledger event among the log `entries` folded}."""
+    """{rank: (the seq of its last ledger event among the log `entries` folded, None)}: a ledger's `mark` without the
+    buffers live then (its events replayed: `MemoryLedger.fold_timeline`)."""
     last = {}
     for e in entries:
         if type(e) is tuple:
-            last[e[8]] = e[0]  # rank, seq (ledger_event's order)
+            last[e[8]] = (e[0], None)  # rank, seq (ledger_event's order)
         elif type(e) is LedgerEvent:
-            last[e.rank] = e.seq
+            last[e.rank] = (e.seq, None)
     return last
 
 
