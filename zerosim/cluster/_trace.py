@@ -428,7 +428,7 @@ class Trace:
         for e in self.events:
             if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
                 totals[e.src] += e.bytes
-        for (rank, collective, _), b in self.folded.sent.items():  # the steps folded out of the window
+        for (rank, collective, _), b in self.folded.sent_items():  # the steps folded out of the window
             if collective not in TRANSFERS:
                 totals[rank] += b
         base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
@@ -494,7 +494,7 @@ class Trace:
                    for c in self._closed(collective, call, tag))
         if call is not None:
             return from_events + held
-        folded = sum(b for (r, coll, t), b in self.folded.sent.items() if r == rank
+        folded = sum(b for (r, coll, t), b in self.folded.sent_items() if r == rank
                      and (coll == collective if collective is not None else coll not in TRANSFERS)
                      and (tag is None or t == tag))
         folded += sum(closed.sent_by_one_rank(*form, group, rank) * count
@@ -528,7 +528,7 @@ class Trace:
         if call is not None:
             self.call(call)  # a folded call: a clear error
         folded = 0 if call is not None else sum(
-            b for (r, coll, t), b in self.folded.received.items()
+            b for (r, coll, t), b in self.folded.received_items()
             if r == rank and (collective is None or coll == collective) and (tag is None or t == tag))
         return folded + sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)
 
