@@ -229,7 +229,6 @@ class ZeroEngine:
         return padded
 
     # -- the step --------------------------------------------------------------------------------
-    @fewer_collections()  # the thousands of records a step keeps a while: walked by the collector less often
     def step(self, batches) -> list:
         """One training step on `batches`: per local rank one (x, target) micro-batch, or a list of K of them.
         Returns each local rank's loss (unscaled; the mean over its micro-batches). Malformed batches raise before
@@ -237,7 +236,7 @@ class ZeroEngine:
         dynamic one: nothing changes but the scale)."""
         K = self.accumulation_steps
         micro = micro_batches(self.model, self.cluster, batches, K)  # micro[i][k]: (x, target)
-        with self.stepping() as i:
+        with fewer_collections(), self.stepping() as i:  # the collector: its records walked less often (_collector.py)
             with self.computing(i):  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: found in `reduce`
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 reduced = self.reduce(last[-1])  # stage 0: all-reduce, 1: reduce-scatter; the overflow, the norm
