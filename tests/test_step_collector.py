@@ -39,6 +39,14 @@ def test_a_step_raises_the_youngest_threshold_and_puts_it_back(odd_thresholds, m
     assert seen[-1] == (YOUNG_COLLECTIONS, 11, 12) and gc.get_threshold() == ODD
 
 
+def test_the_steps_frame_holds_it_as_a_pipeline_enters_it(odd_thresholds):
+    """`stepping`, the frame a pipeline's step enters for each stage's engine (parallel/pipeline): raised inside."""
+    engines = [ZeroEngine(TinyNet(), Cluster(2), 3, Adam(lr=0.1)) for _ in range(2)]
+    with engines[0].stepping(), engines[1].stepping():
+        assert gc.get_threshold() == (YOUNG_COLLECTIONS, 11, 12)
+    assert gc.get_threshold() == ODD
+
+
 def test_nested_blocks_and_a_higher_threshold(odd_thresholds):
     with fewer_collections():
         with fewer_collections():

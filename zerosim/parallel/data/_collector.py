@@ -1,4 +1,5 @@
-"""How often CPython's cyclic garbage collector looks while an engine steps: less often, and as it was after.
+"""How often CPython's cyclic garbage collector looks while an engine steps: less often, and as it was after (the
+step's frame, `ZeroEngine.stepping`, holds it: a ZeRO step's, and every stage engine's in a pipeline's step).
 
 CPython's collector looks at its youngest generation each time 700 more containers were made than freed
 (`gc.get_threshold()`'s first number; CPython 3.11 Modules/gcmodule.c, gc_alloc and PyObject_GC_Del), at the middle

@@ -236,7 +236,7 @@ class ZeroEngine:
         dynamic one: nothing changes but the scale)."""
         K = self.accumulation_steps
         micro = micro_batches(self.model, self.cluster, batches, K)  # micro[i][k]: (x, target)
-        with fewer_collections(), self.stepping() as i:  # the collector: its records walked less often (_collector.py)
+        with self.stepping() as i:
             with self.computing(i):  # NOTE: a 16-bit overflow in backward is silent, as on a GPU: found in `reduce`
                 losses, last = zip(*(self._micro_step(k, [m[k] for m in micro]) for k in range(K)))
                 reduced = self.reduce(last[-1])  # stage 0: all-reduce, 1: reduce-scatter; the overflow, the norm
@@ -254,14 +254,16 @@ class ZeroEngine:
     @contextmanager
     def stepping(self):
         """One step's frame, yielding its iteration number i: its `StepBoundary` events, and every buffer the step
-        allocated freed at its end, whether it ends or raises (refused: no "end" boundary)."""
+        allocated freed at its end, whether it ends or raises (refused: no "end" boundary); the cyclic collector
+        looking less often meanwhile (_collector.py: the thousands of records a step keeps a while)."""
         i, trace = self.iteration + 1, self.cluster.trace
-        trace.record(StepBoundary(i, "begin", self.accumulation_steps))
-        try:
-            yield i
-        finally:
-            _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
-        trace.record(StepBoundary(i, "end", self.accumulation_steps))
+        with fewer_collections():
+            trace.record(StepBoundary(i, "begin", self.accumulation_steps))
+            try:
+                yield i
+            finally:
+                _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
+            trace.record(StepBoundary(i, "end", self.accumulation_steps))  # (the window folds here)
 
     @contextmanager
     def computing(self, i: int):
