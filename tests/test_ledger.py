@@ -303,6 +303,22 @@ def test_live_at_peaks_names_what_made_each_peak():
     assert x.nbytes == 10
 
 
+def _alike_events(rng, round_: int, lead, twin, after=lambda: None) -> None:
+    """A round of 1 to 11 random allocs and frees of six names, made alike on `lead` and `twin` (a freed name's
+    buffer allocated again with a size drawn for `lead`), phase "phase <round_>"; `after()` after each."""
+    names = [f"b{i}" for i in range(6)]
+    for _ in range(int(rng.integers(1, 12))):
+        name = names[int(rng.integers(len(names)))]
+        for led in (lead, twin):
+            led.phase_label = f"phase {round_}"
+            if name in led.live:
+                led.free(name)
+            else:
+                led.alloc(name, (int(rng.integers(0, 5)) if led is lead else lead.live[name].shape[0],),
+                          np.float32, "activations" if name < "b3" else "grads")
+        after()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_folded_timeline_answers_as_the_whole_one_from_where_it_was_cut(seed):
     """`fold_timeline` (a long run's window lets each step's events go): what was live before the first event held is
@@ -312,17 +328,8 @@ def test_a_folded_timeline_answers_as_the_whole_one_from_where_it_was_cut(seed):
     rng = np.random.default_rng(seed)
     whole, window = MemoryLedger(rank=0), MemoryLedger(rank=0)
     window.absolute = True  # as a Cluster's window sets it: positions count from the run's first event
-    names = [f"b{i}" for i in range(6)]
     for round_ in range(8):
-        for _ in range(int(rng.integers(1, 12))):
-            name = names[int(rng.integers(len(names)))]
-            for led in (whole, window):
-                led.phase_label = f"phase {round_}"
-                if name in led.live:
-                    led.free(name)
-                else:
-                    led.alloc(name, (int(rng.integers(0, 5)) if led is whole else whole.live[name].shape[0],),
-                              np.float32, "activations" if name < "b3" else "grads")
+        _alike_events(rng, round_, whole, window)
         if rng.random() < 0.5:
             window.timeline  # noqa: B018  (read: its tuples become events)
         cut = int(rng.integers(window.timeline_folded, whole._seq + 1))
@@ -338,3 +345,40 @@ def test_a_folded_timeline_answers_as_the_whole_one_from_where_it_was_cut(seed):
         assert [repr(e) for e in window.timeline] == [repr(e) for e in whole.timeline[cut:]]
         for question in ("by_phase", "peaks_by_phase", "live_at_peaks"):
             assert getattr(window, question)(since=cut) == getattr(whole, question)(since=cut), question
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_fold_that_takes_the_buffers_live_at_its_cut_answers_as_one_that_replays_the_events(seed):
+    """`fold_timeline(cut, live_then)` with the ledger's `mark` taken when its last event was `cut` (a step's end, in a
+    Cluster): what was live before the first event held, name by name and in the order the events left it, and the
+    phase questions from the cut on, as a replay of the events folded (a twin folded without the mark) gives them."""
+    rng = np.random.default_rng(seed)
+    replays, marked = MemoryLedger(rank=0), MemoryLedger(rank=0)
+    marks = {0: marked.mark()}
+    for round_ in range(8):
+        _alike_events(rng, round_, replays, marked, lambda: marks.update({marked._seq: marked.mark()}))
+        if rng.random() < 0.5:
+            marked.timeline  # noqa: B018  (read: its tuples become events)
+        cut = int(rng.choice([seq for seq in marks if seq >= marked.timeline_folded]))
+        assert marks[cut][0] == cut and marks[cut][1] is not None
+        replays.fold_timeline(cut)
+        marked.fold_timeline(*marks[cut])
+        assert list(marked._before().items()) == list(replays._live_before.items())
+        assert [repr(e) for e in marked.timeline] == [repr(e) for e in replays.timeline]
+        for question in ("by_phase", "peaks_by_phase", "live_at_peaks"):
+            assert getattr(marked, question)() == getattr(replays, question)(), question
+
+
+def test_a_mark_holds_no_buffers_where_the_events_do_not_say_what_is_live():
+    """Events made while the ledger kept no timeline, or buffers let go of, leave `live` other than what the events
+    held replay to: `mark` gives no buffers there, and a fold replays."""
+    quiet = MemoryLedger(rank=0, keep_timeline=False)
+    quiet.alloc("a", (4,), np.float32, "params")
+    quiet.keep_timeline = True
+    quiet.alloc("b", (4,), np.float32, "params")
+    assert quiet.mark() == (2, None)
+    gone = MemoryLedger(rank=0)
+    gone.alloc("a", (4,), np.float32, "params")
+    assert gone.mark()[1] is not None
+    gone.let_go()
+    assert gone.mark() == (1, None)

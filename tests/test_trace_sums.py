@@ -106,8 +106,9 @@ def test_a_window_folds_the_records_as_the_rings_summaries(tmp_path_factory, kee
     assert np.array_equal(got, want)
     a, b = fast.trace.folded, slow.trace.folded
     assert a.events == b.events > 0 and a.calls == b.calls and a.log == b.log
-    for field in ("by_collective", "by_tier", "sent", "received"):
+    for field in ("by_collective", "by_tier"):
         assert list(getattr(a, field).items()) == list(getattr(b, field).items()), field
+    assert list(a.sent_items()) == list(b.sent_items()) and list(a.received_items()) == list(b.received_items())
     assert a.steps() == b.steps()
     assert _answers(fast.trace, n) == _answers(slow.trace, n)
     if streamed:
@@ -132,3 +133,28 @@ def test_a_ring_of_one_records_nothing():
     assert got == want and len(fast.trace) == 0 and fast.trace.events == [] == slow.trace.events
     assert sum(type(e) is Call for e in fast.trace.log) == 5  # the calls, and no send
     assert [repr(e) for e in fast.trace.log] == [repr(e) for e in slow.trace.log]
+
+
+@pytest.mark.parametrize("waiting", [1, 256])
+def test_the_phases_a_summary_counts_for_later_add_to_the_rings_sums(monkeypatch, waiting):
+    """A window's summary counts the ring phases it folds and adds their bytes to `sent` and `received` when they are
+    read (`Summary.rings`), at once where more than RINGS_WAITING phases wait: the same sums, key by key in the same
+    order, as the ring's events counted one by one, read after the last fold or after each."""
+    from zerosim.cluster import _window
+
+    monkeypatch.setattr(_window, "RINGS_WAITING", waiting)
+
+    def run(cluster, read):
+        e = ZeroEngine(MLP(WIDTHS), cluster, 3, Adam(lr=1e-2))
+        for s in range(5):
+            e.step(make_regression(np.random.default_rng(s), 4, 2, WIDTHS))
+            if read:
+                list(cluster.trace.folded.sent_items())
+        return e.full_master()
+
+    for read in (False, True):
+        fast, slow, got, want = _twins(4, None, lambda c, read=read: run(c, read), keep_steps=1)
+        a, b = fast.trace.folded, slow.trace.folded
+        assert np.array_equal(got, want) and a.events == b.events > 0
+        assert list(a.sent_items()) == list(b.sent_items()) and list(a.received_items()) == list(b.received_items())
+        assert _answers(fast.trace, 4) == _answers(slow.trace, 4)

@@ -117,10 +117,10 @@ class Cluster:
             ranks = self.ranks
             self.trace.budget = lambda: budget(sum(
                 r.ledger._peak_total + sum(t._peak_total for t in r.tiers.values()) for r in ranks))
-        self.trace.on_fold = lambda last: [by_rank[r].fold_timeline(seq) for r, seq in last.items() if r in by_rank]
+        self.trace.on_fold = lambda last: [by_rank[r].fold_timeline(*mark) for r, mark in last.items() if r in by_rank]
         if timeline:  # each step's end notes where every ledger's timeline stood, for a fold to let go of it
             ledgers = list(by_rank.items())
-            self.trace.ledger_seqs = lambda: {r: ledger._seq for r, ledger in ledgers}
+            self.trace.ledger_seqs = lambda: {r: ledger.mark() for r, ledger in ledgers}
 
     def __repr__(self) -> str:
         local = [r.index for r in self.ranks]

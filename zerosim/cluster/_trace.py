@@ -114,8 +114,9 @@ class Trace:
     # with keep_steps: a function giving the bytes the events held may cost (a Cluster's default window: a share of what
     # its ranks' ledgers peaked at, _window.py SHARE); older steps fold while they would cost more. None: no such bound
     budget: object = field(default=None, repr=False)
-    # a function giving {rank: its ledger's last seq} now (a Cluster's ledgers): taken at each step's end, it tells the
-    # ledgers what a fold lets go of without reading the folded entries again (_window.py `fold`)
+    # a function giving {rank: its ledger's `mark`} now (a Cluster's ledgers: the last seq, and the buffers live then):
+    # taken at each step's end, it tells the ledgers what a fold lets go of, and what stays live, without reading the
+    # folded entries again (_window.py `fold`)
     ledger_seqs: object = field(default=None, repr=False)
     _calls: list = field(default_factory=list, repr=False)  # [Call] held: call number folded.calls + i is _calls[i]
     # the ordered log held (`log`): Call | Compute | OptimizerStep | StepBoundary | ..., each ledger's allocs and
@@ -131,11 +132,13 @@ class Trace:
             raise ValueError(f"keep_steps must be a positive integer (steps whose events the trace holds) or None "
                              f"(every step; a Cluster also takes \"auto\", its default window), got {k!r}")
         self.folded = Summary()  # what the steps before the window sent, added up (_window.py)
-        # [(absolute log position, call number, {rank: ledger seq} or None) just after each step held ended]
+        # [(absolute log position, call number, {rank: ledger mark} or None) just after each step held ended]
         self._step_ends = []
         self._log_file = LogFile(self.log_to) if self.log_to is not None else None
         self._written = 0  # absolute log position up to which the log file has it
-        self.on_fold = None  # called with {rank: last ledger seq folded} when steps fold (the Cluster's ledgers)
+        # called with {rank: (last ledger seq folded, its buffers live then or None)} when steps fold (the Cluster's
+        # ledgers: `MemoryLedger.mark`, `fold_timeline`)
+        self.on_fold = None
         self._checked = 0  # log entries read already: those before it are events, never raw tuples
         # [Event | RingHops]: the sends in order (or, at "call" granularity, each rank's summary of a call), a ring
         # phase recorded whole (_hops.py) until `events` is read
@@ -430,7 +433,7 @@ class Trace:
         for e in self.events:
             if e.collective not in TRANSFERS:  # a copy to host or NVMe crosses no link between ranks
                 totals[e.src] += e.bytes
-        for (rank, collective, _), b in self.folded.sent.items():  # the steps folded out of the window
+        for (rank, collective, _), b in self.folded.sent_items():  # the steps folded out of the window
             if collective not in TRANSFERS:
                 totals[rank] += b
         base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
@@ -496,7 +499,7 @@ class Trace:
                    for c in self._closed(collective, call, tag))
         if call is not None:
             return from_events + held
-        folded = sum(b for (r, coll, t), b in self.folded.sent.items() if r == rank
+        folded = sum(b for (r, coll, t), b in self.folded.sent_items() if r == rank
                      and (coll == collective if collective is not None else coll not in TRANSFERS)
                      and (tag is None or t == tag))
         folded += sum(closed.sent_by_one_rank(*form, group, rank) * count
@@ -530,7 +533,7 @@ class Trace:
         if call is not None:
             self.call(call)  # a folded call: a clear error
         folded = 0 if call is not None else sum(
-            b for (r, coll, t), b in self.folded.received.items()
+            b for (r, coll, t), b in self.folded.received_items()
             if r == rank and (collective is None or coll == collective) and (tag is None or t == tag))
         return folded + sum(e.bytes for e in self.select(collective, call, tag) if e.dst == rank)
 

@@ -50,6 +50,7 @@ SHARE = 1
 FLOOR_BYTES = 8 << 20
 HELD_AT_LEAST = 4
 ENTRY_BYTES = 280
+RINGS_WAITING = 256  # distinct ring phases a summary keeps counted before it adds them to its sums (`Summary.rings`)
 
 
 def budget(ledgers_peak: int) -> int:
@@ -205,6 +206,9 @@ class Summary:
     sent: dict = field(default_factory=lambda: defaultdict(int))  # {(rank, collective, tag): bytes it sent}
     received: dict = field(default_factory=lambda: defaultdict(int))  # {(rank, collective, tag): bytes} (hops only)
     closed: ClosedCalls = field(default_factory=ClosedCalls)  # closed-form calls folded, counted by form
+    # the ring phases recorded whole, folded but not yet in `sent` and `received`: {what sets each rank's bytes:
+    # [times folded, each rank's bytes, their sum]} (`add_ring`; `sent_items`, `received_items` add them in)
+    rings: dict = field(default_factory=dict, repr=False)
 
     def steps(self) -> dict:
         """{step: bytes sent over links between ranks} of every step folded, in step order."""
@@ -236,14 +240,25 @@ class Summary:
         steps the rank at ring position p sends every chunk but (p - lag + 1) mod n, the one step n - 1 would send
         (`RingHops.sums`, the one summary a rank of a `whole` record), all to one neighbour, so each rank's bytes are
         one sum and every key is met in the order its sends meet it. A summary names no receiver (dst -1): nothing
-        is received."""
+        is received. What each rank sent and received waits in `rings`, counted by what sets it (a step's phases
+        recur every step: a window folding a step of 64 ranks made ~1,300 additions to `sent` and `received` for its
+        ~10 phases), for `sent_items` and `received_items` to add in; the bytes by collective, tier and step are
+        added now."""
         if len(hops.sizes) < 2:
             return  # no send
         self.events += hops.count
         if not hops.ranks:
             return
-        amounts = [n * hops.itemsize for _, _, n in hops.sums()]  # each rank's bytes, in order
-        whole = sum(amounts)  # (bytes are integers: any order of adds gives the same sums)
+        key = (collective, tag, hops.sizes, hops.itemsize, hops.lag, hops.ranks, hops.positions, hops.sends_to,
+               hops.whole)
+        held = self.rings.get(key)
+        if held is None:
+            if len(self.rings) >= RINGS_WAITING:  # phases that do not recur: added in now, so the wait stays small
+                self._add_rings()
+            amounts = [n * hops.itemsize for _, _, n in hops.sums()]  # each rank's bytes, in order
+            held = self.rings[key] = [0, amounts, sum(amounts)]  # (bytes are integers: any order gives the same)
+        held[0] += 1
+        amounts, whole = held[1], held[2]
         self.by_collective[collective] += whole
         tiers = [tier] if type(tier) is str else list(map(tier, hops.ranks, hops.sends_to))
         if tiers.count(tiers[0]) == len(tiers):  # one tier, as within a node: one add (a step folds ~10 phases of
@@ -251,13 +266,29 @@ class Summary:
         else:
             for t, sent in zip(tiers, amounts):
                 self.by_tier[t] += sent
-        by_rank, received = self.sent, self.received
-        for src, dst, sent in zip(hops.ranks, hops.sends_to, amounts):
-            by_rank[src, collective, tag] += sent
-            if not hops.whole:
-                received[dst, collective, tag] += sent
         if not transfer:
             self.folding[step] += whole
+
+    def sent_items(self):
+        """`sent.items()`, the ring phases waiting in `rings` added in first."""
+        self._add_rings()
+        return self.sent.items()
+
+    def received_items(self):
+        """`received.items()`, the ring phases waiting in `rings` added in first."""
+        self._add_rings()
+        return self.received.items()
+
+    def _add_rings(self) -> None:
+        """The ring phases folded since the last read into `sent` and `received`: each rank's bytes times the phases
+        alike, as `add_ring` once added them phase by phase (integers: the same sums)."""
+        by_rank, received = self.sent, self.received
+        for (collective, tag, _, _, _, ranks, _, sends_to, whole), (times, amounts, _) in self.rings.items():
+            for src, dst, sent in zip(ranks, sends_to, amounts):
+                by_rank[src, collective, tag] += sent * times
+                if not whole:
+                    received[dst, collective, tag] += sent * times
+        self.rings.clear()
 
 
 class LogFile:
@@ -296,8 +327,8 @@ def fold_to_budget(trace, budget: int) -> None:
 def fold(trace, upto_log: int, upto_call: int, ledger_seqs: dict | None = None) -> None:
     """Fold what `trace` holds before absolute log position `upto_log` and call number `upto_call` (the end of a
     step) into `trace.folded`: the sends counted, the calls, sends and log entries let go (streamed first when the
-    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's last seq} at that point, taken when the step
-    ended (`Trace.ledger_seqs`), else read from the entries folded."""
+    trace writes its log to a file). `ledger_seqs`: {rank: its ledger's `mark`} at that point (its last seq, and the
+    buffers live then), taken when the step ended (`Trace.ledger_seqs`), else read from the entries folded."""
     summary = trace.folded
     calls = trace._calls[: upto_call - summary.calls]
     step_of = {c.call: c.step for c in calls}
@@ -375,13 +406,14 @@ def _fold_closed(trace, calls: list) -> None:
 
 
 def _last_folded(entries: list) -> dict:
-    """{rank: the seq of its last ledger event among the log `entries` folded}."""
+    """{rank: (the seq of its last ledger event among the log `entries` folded, None)}: a ledger's `mark` without the
+    buffers live then (its events replayed: `MemoryLedger.fold_timeline`)."""
     last = {}
     for e in entries:
         if type(e) is tuple:
-            last[e[8]] = e[0]  # rank, seq (ledger_event's order)
+            last[e[8]] = (e[0], None)  # rank, seq (ledger_event's order)
         elif type(e) is LedgerEvent:
-            last[e.rank] = e.seq
+            last[e.rank] = (e.seq, None)
     return last
 
 

@@ -42,6 +42,7 @@ from zerosim.parallel.data import muon, recipes, zeropp
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
 from zerosim.parallel.data._carried import carry
+from zerosim.parallel.data._collector import fewer_collections
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -253,14 +254,16 @@ class ZeroEngine:
     @contextmanager
     def stepping(self):
         """One step's frame, yielding its iteration number i: its `StepBoundary` events, and every buffer the step
-        allocated freed at its end, whether it ends or raises (refused: no "end" boundary)."""
+        allocated freed at its end, whether it ends or raises (refused: no "end" boundary); the cyclic collector
+        looking less often meanwhile (_collector.py: the thousands of records a step keeps a while)."""
         i, trace = self.iteration + 1, self.cluster.trace
-        trace.record(StepBoundary(i, "begin", self.accumulation_steps))
-        try:
-            yield i
-        finally:
-            _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
-        trace.record(StepBoundary(i, "end", self.accumulation_steps))
+        with fewer_collections():
+            trace.record(StepBoundary(i, "begin", self.accumulation_steps))
+            try:
+                yield i
+            finally:
+                _free_transients(self.cluster.ranks)  # nothing of a step stays behind but the model states
+            trace.record(StepBoundary(i, "end", self.accumulation_steps))  # (the window folds here)
 
     @contextmanager
     def computing(self, i: int):
