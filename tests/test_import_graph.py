@@ -118,7 +118,7 @@ MOST_FIRST_SCRIPT_MODULES = 97  # 112 at issue 63 (175 before); 115 with the pip
 # mlp and layouts faces lazy and the engine reaching ZeRO++ and Muon by their faces; 96 with zerosim._dataclass in
 # and the features a default step does not run (CPU Adam, stochastic rounding, per-parameter and group layouts, the
 # device paths, the ring hop by hop, the norms' bound) imported where they are used; 97 with the step's collector
-# threshold (parallel.data._collector, ~0.9 ms less a small step)
+# threshold (zerosim._collector, ~0.9 ms less a small step)
 
 
 def test_a_first_scripts_names_load_the_engine_and_not_the_features_beside_it():

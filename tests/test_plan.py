@@ -331,7 +331,7 @@ def test_the_planner_looks_for_garbage_less_often_and_leaves_the_collector_as_it
     the collector on or off as it was. A threshold set higher already is not lowered."""
     import gc
 
-    from zerosim.analysis.planner._collector import YOUNG_COLLECTIONS
+    from zerosim._collector import YOUNG_COLLECTIONS
 
     before, enabled, seen = gc.get_threshold(), gc.isenabled(), []
     config = get_preset("gpt2-small").config

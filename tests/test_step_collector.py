@@ -1,5 +1,5 @@
 """A step raises the cyclic collector's youngest threshold while it runs and leaves every threshold as it found it:
-returned or raised, nested, and with two threads inside at once (parallel/data/_collector.py)."""
+returned or raised, nested, and with two threads inside at once (zerosim/_collector.py)."""
 
 import gc
 import threading
@@ -8,7 +8,7 @@ import pytest
 
 from zerosim import Adam, Cluster, TinyNet, ZeroEngine
 from zerosim.parallel.data import _engine
-from zerosim.parallel.data._collector import YOUNG_COLLECTIONS, fewer_collections
+from zerosim._collector import YOUNG_COLLECTIONS, fewer_collections
 
 ODD = (701, 11, 12)  # not CPython's defaults (700, 10, 10): a threshold put back wrongly would not read so
 

@@ -110,7 +110,7 @@ def test_predict_leaves_none_of_its_runs_ledgers_to_the_collector_and_the_collec
     import gc
 
     from zerosim.analysis.planner import _validate
-    from zerosim.analysis.planner._collector import YOUNG_COLLECTIONS
+    from zerosim._collector import YOUNG_COLLECTIONS
     from zerosim.cluster import MemoryLedger
 
     point, seen = next(p for p in POINTS if p.key == "tt-h100-8-eager"), []

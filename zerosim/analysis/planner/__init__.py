@@ -2,7 +2,6 @@
 step of each takes — one meta-backend step per configuration, placed in time by the timeline.
 
     _plan.py             plan: stage × checkpointing strategy × micro-batch, what fits, ranked by step time
-    _collector.py        how often the garbage collector looks while the memory runs make their objects
     _sweep.py            one meta step per (N, stage, link); a step of K micro-steps (step_time); the crossover
     _strategy_sweep.py   FULL_SHARD against HSDP, MiCS and hpZ over N, on nodes of G GPUs
     _validate.py         zerosim against published runs: predicted vs measured, the error (zerosim validate)

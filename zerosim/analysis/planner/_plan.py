@@ -26,7 +26,7 @@ import contextlib
 import math
 from dataclasses import field, replace
 
-from zerosim.analysis.planner._collector import fewer_collections
+from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second

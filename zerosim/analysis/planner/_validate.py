@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from statistics import median
 
+from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import (
     ALLOCATOR_RESERVE,
@@ -32,7 +33,6 @@ from zerosim.analysis.costs import (
     reserved,
     tokens_per_s_per_gpu,
 )
-from zerosim.analysis.planner._collector import fewer_collections
 from zerosim.analysis.planner._sweep import meta_step, run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel
 

@@ -18,7 +18,6 @@ The step, one file per piece (read _engine.py first: `step` + `_micro_step` name
     _batches.py       a step's micro-batches, checked on every rank
     _hooks.py         the named pieces a learner may replace (the exercises plug in there)
     _comm_schedule.py CommSchedule: bucket sizes and prefetch under DeepSpeed's and FSDP's names
-    _collector.py     how often CPython's cyclic garbage collector looks while a step runs
 
 and five folders, each an idea of its own:
 

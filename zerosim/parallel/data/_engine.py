@@ -31,6 +31,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.cluster import Cluster, Handle, StepBoundary, check_fits, gb
 from zerosim.models import passes_of, schedule
@@ -42,7 +43,6 @@ from zerosim.parallel.data import muon, recipes, zeropp
 from zerosim.parallel.data._batches import micro_batches
 from zerosim.parallel.data._buckets import grad_buckets
 from zerosim.parallel.data._carried import carry
-from zerosim.parallel.data._collector import fewer_collections
 from zerosim.parallel.data._comm_schedule import get_comm_schedule
 from zerosim.parallel.data._compute import compute, runs
 from zerosim.parallel.data._context import Context
@@ -255,7 +255,7 @@ class ZeroEngine:
     def stepping(self):
         """One step's frame, yielding its iteration number i: its `StepBoundary` events, and every buffer the step
         allocated freed at its end, whether it ends or raises (refused: no "end" boundary); the cyclic collector
-        looking less often meanwhile (_collector.py: the thousands of records a step keeps a while)."""
+        looking less often meanwhile (zerosim/_collector.py: the thousands of records a step keeps a while)."""
         i, trace = self.iteration + 1, self.cluster.trace
         with fewer_collections():
             trace.record(StepBoundary(i, "begin", self.accumulation_steps))
