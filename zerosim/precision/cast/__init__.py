@@ -7,6 +7,7 @@ that refuses what CuPy refuses, so the device path is checked without a GPU.
     cast(x, "fp16", rounding="stochastic", seed=0)  # each element's own uniform (counter-based)
 
     _cast.py            `cast`, the fast twin: whole-array kernels (nearest, saturate), `to_float64`
+    _fp16.py            float32/float64 into float16 with astype's bits, without its slow subnormals (cast's fp16 path)
     _reference.py       `cast_reference`, the naive twin it is tested against, bit for bit, on every pattern
     _inputs.py          the front door both twins share: what `cast` accepts, the checks before rounding
     _stochastic.py      stochastic rounding with integer operations on the bit pattern

@@ -26,12 +26,14 @@ from functools import lru_cache
 import numpy as np
 
 from zerosim.precision._formats import _ML_DTYPES, FORMATS, Format, get_format
+from zerosim.precision.cast._fp16 import to_fp16
 from zerosim.precision.cast._inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
 from zerosim.precision.cast._reference import nearest_reference, saturate_reference
 
 __all__ = ["ROUNDINGS", "cast", "has_values", "to_float64"]
 
 _F32_FRACTION_BITS = 23
+_FLOAT16 = np.dtype(np.float16)
 
 
 def _midpoint_suspects(y: np.ndarray, f: Format) -> np.ndarray:
@@ -73,7 +75,7 @@ def _float64_to_narrow(a: np.ndarray, f: Format) -> np.ndarray:
         # NumPy converts float64 -> float16 directly with one rounding to nearest even
         # (numpy/_core/src/multiarray/lowlevel_strided_loops.c.src casts with npy_doublebits_to_halfbits,
         # numpy/_core/src/common/half_private.hpp FromDoubleBits; or the hardware's vcvtpd2ph).
-        out = a.astype(np.float16)
+        out = to_fp16(a)  # astype's bits, its subnormals made faster (_fp16.py)
         # NOTE: it keeps a signalling NaN's payload as it is, where float32 first quiets it; the
         # naive twin goes through float32, and NaNs are rare: let it decide them, so every bit agrees.
         nan = np.isnan(a)
@@ -168,7 +170,7 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
             return x.copy()
         if how == "quiet":
             with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the format's defined answer
-                return x.astype(to)
+                return to_fp16(x) if to == _FLOAT16 else x.astype(to)
     return cast_with(FAST_KERNELS, x, fmt, rounding, rng, saturate, uniforms)
 
 
