@@ -70,8 +70,9 @@ def test_float64_on_and_beside_every_tie_below_the_smallest_normal():
              (1023.5 * 2.0**-24, 0x0400),  # halfway between the largest subnormal and 2**-14: to 1024, the even
              (-1022.5 * 2.0**-24, 0x83FE),  # a negative tie: to 1022, the sign kept
              (-0.0, 0x8000)]  # -0 stays -0
-    values = np.array([v for v, _ in table] * 40)  # long enough to take the adding path
-    np.testing.assert_array_equal(bits16(to_fp16(values)), np.array([b for _, b in table] * 40, np.uint16))
+    values = np.array([v for v, _ in table] * 100)  # long enough to take the adding path (`_SAMPLE_FROM`)
+    assert not _mostly_normal(values)
+    np.testing.assert_array_equal(bits16(to_fp16(values)), np.array([b for _, b in table] * 100, np.uint16))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
