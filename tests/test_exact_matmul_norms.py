@@ -24,6 +24,16 @@ from zerosim.precision.arithmetic._twice_precise import twice_precise_sums
 pytestmark = pytest.mark.pinned  # bits that must be the same on every machine
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _through_the_blocks():
+    """Every product here made through the blocks, dead lines, bitmaps and groups of rows that a product of more
+    than `_SMALL` elements takes, whatever its size (these tests make small ones, to read and to sum exactly): the
+    small ones' own path is tests/test_exact_matmul_small.py's."""
+    small, _norm_bound._SMALL = _norm_bound._SMALL, 0
+    yield
+    _norm_bound._SMALL = small
+
+
 class Spy:
     """Counts the calls of `module.name` while installed."""
 

@@ -34,6 +34,10 @@ hold, and in rows of a few the zeros whose row and column share no nonzero are t
 become suspects (`_short_product`). So one GEMM and four passes over c (c - E rounded into the output, c + E rounded,
 their comparison, the suspects found), in place of two GEMMs and a dozen.
 
+A product of at most `_SMALL` elements (a tiny GPT's, a learner's) is made, rounded and tested whole, each element
+against its own E_ij = per_term·||a_i||·||b_j|| (`_small_product`): in a dozen NumPy calls, where the blocks, dead
+lines, bitmaps and groups of rows, which spare passes over a large c, cost more Python than its whole arithmetic.
+
 A long K is summed in pieces (`_in_pieces`): P GEMMs of at most L = ⌈K/P⌉ terms each (`_PIECE`), their float64 sums
 added in turn. Each piece's sum lies within γ(L-1)·Σ_p |a_ik·b_kj| of its exact sum, in any order, and adding the P
 piece sums rounds within γ(P-1)·Σ_p |c_p|, |c_p| <= (1 + γ(L-1))·Σ_p|...|; since γ(j) + γ(l) + γ(j)·γ(l) <= γ(j + l)
@@ -74,6 +78,9 @@ _FEW_DEAD = 16  # dead columns of b up to one in this many: set apart by their i
 # whole (107 -> 113 ms), and left 4-10 times fewer suspects; shorter pieces add a pass over c each, and the bound
 # tightens less and less (P = 16 at K = 2,560: 284 suspects a step against 403 for P = 8)
 _PIECE = 256
+_SMALL = 1 << 14  # elements of c up to which a product is made and tested whole (`_small_product`): a (16, 96) @
+# (96, 64) fp32 product ~100 -> ~50 µs, a (96, 16) @ (16, 64) one 119 -> 61, (4, 64, 64) @ (4, 64, 64) 218 -> 147;
+# past it the blocks' fewer passes over c pay (a (64, 512) @ (512, 256) product: 727 µs in blocks, 923 whole)
 
 
 def _per_term(k: int) -> float:
@@ -147,6 +154,8 @@ def rounded_by_norms(a64, b64, out=None, in_pieces: bool = True):
     shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
     out = np.empty(shape, np.float32) if out is None else out
     with np.errstate(over="ignore"):  # past float32's range: inf, as the exact sum rounds there too
+        if pieces == 1 and math.prod(shape) <= _SMALL:
+            return _small_product(a64, b64, out, rows, columns, per_term)
         if len(shape) == 2 and k <= SHORT_K:
             found, bitmaps = _short_product(a64, b64, out, error, columns)
         else:
@@ -156,6 +165,30 @@ def rounded_by_norms(a64, b64, out=None, in_pieces: bool = True):
     flat, y = np.concatenate([f for f, _ in found]), np.concatenate([y for _, y in found])  # by flat index
     flat, y = without_disjoint_zeros(flat, y, a64, b64, shape, bitmaps)
     return out, _own_norms(flat, y, rows, columns, shape, per_term) if len(y) else None
+
+
+def _small_product(a64, b64, out, rows, columns, per_term) -> tuple:
+    """`rounded_by_norms` of a product of at most `_SMALL` elements (one GEMM, K summed whole): c made, rounded and
+    tested whole, each element against its own E_ij = per_term·||a_i||·||b_j|| (the bound `_own_norms` tries every
+    suspect against next), in a dozen NumPy calls, where the blocks, dead lines, bitmaps and groups of rows that
+    spare passes over a large c cost ~100 µs of Python (a tiny GPT's products: notebook 11). An element whose E_ij is
+    0 has a row or a column all zero, every product 0: its c, made +0, is the exact sum."""
+    shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
+    c = _scratch(shape, 2)
+    _gemm(a64, b64, out=c)  # float64, summed in the machine's order
+    c += 0.0  # -0 becomes +0
+    error = rows[..., :, None] * (columns[..., None, :] * per_term)  # (..., M, N) E_ij
+    out = np.empty(shape, np.float32) if out is None else out
+    high = _scratch(shape, 4, np.float32)
+    np.subtract(c, error, out=out, dtype=np.float64, casting="unsafe")  # c - E rounded: the answer where c + E
+    np.add(c, error, out=high, dtype=np.float64, casting="unsafe")  # rounds alike, as the exact sum then does
+    doubt = out.view(np.uint32) != high.view(np.uint32)
+    if not doubt.any():
+        return out, None
+    where = np.nonzero(doubt)
+    y = c[where]
+    out[where] = y  # c rounded, as the suspects' settling assumes
+    return out, (where, y)
 
 
 def _whole_product(a64, b64, out, error, rows, columns, pieces: int) -> list:
