@@ -96,6 +96,7 @@ def test_arrays_that_mix_small_normal_zero_inf_nan_and_overflow_keep_astypes_bit
     assert got.shape == x.shape and got.dtype == np.float16
     np.testing.assert_array_equal(bits16(got), bits16(want))
     np.testing.assert_array_equal(bits16(transposed), bits16(want.transpose(2, 0, 1)))
+    assert transposed.strides == want.transpose(2, 0, 1).strides  # astype's layout kept (order "K")
     small = (np.abs(x) < 2.0**-14) & ~np.isnan(x)
     np.testing.assert_array_equal(bits16(got)[small], reference_bits(x[small]))
 

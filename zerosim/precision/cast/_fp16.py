@@ -37,13 +37,13 @@ _FEW = 4  # of them small, at most, for `astype` to take the whole array (one in
 
 
 def to_fp16(x: np.ndarray) -> np.ndarray:
-    """`x.astype(np.float16)` for a float32 or float64 NumPy array `x`: the same bits, NaN, inf and -0 included (the
-    module docstring says how, and why)."""
-    if x.size <= _SAMPLE_FROM or _mostly_normal(x):
+    """`x.astype(np.float16)` for a float32 or float64 NumPy array `x`: the same bits, NaN, inf and -0 included, in the
+    same layout (the module docstring says how, and why)."""
+    if x.size <= _SAMPLE_FROM or not x.flags.c_contiguous or _mostly_normal(x):  # (astype keeps a layout's order)
         return x.astype(np.float16)
     wide, whole, normal_bits, magic = ((np.uint32, _F32_ABS, _F32_NORMAL_BITS, _F32_MAGIC) if x.dtype == np.float32
                                        else (np.uint64, _F64_ABS, _F64_NORMAL_BITS, _F64_MAGIC))
-    flat = np.ascontiguousarray(x).reshape(-1)
+    flat = x.reshape(-1)
     bits = flat.view(wide)
     magnitude = np.bitwise_and(bits, whole)
     small = np.flatnonzero(magnitude - wide(1) < normal_bits - wide(1))  # 0 < |x| < 2**-14 (0 wraps to the top)
