@@ -15,6 +15,12 @@ receiver gets its own copy (a GPU's receive buffer is its own memory). The trace
 tier; the call's tier is the slowest its sends cross. It knows nothing of pipelines: a pipeline stage hands its
 activation on with it (parallel/pipeline/_communication.py), and so could anything else that pairs ranks.
 
+On the meta backend a process hosting a representative records the sends of the ranks it stands for too (`_stood_for`):
+inside a `Trace.within` block (a pipeline's send takes part on its two stages' blocks of ranks) each range holding a
+sender hosted here stands for its ranks not hosted, each sending what the range's first hosted sender sends, to the
+rank as far from that sender's peer as it is from the sender (a stage's ranks each to the next stage's rank at its
+place). Outside such a block no rank is stood for: nothing says whom a rank not hosted would pair with.
+
 `naive_send_pairs` is its twin: every rank's array in one list, each receiver's copy read from it by index.
 """
 
@@ -46,13 +52,18 @@ def send_pairs(cluster, tensors, send_to, recv_from, tag: str = "") -> Collected
     everyone = [d for part in cluster.backend.all_meta([described]) for d in part]  # every rank's, on every rank
     _check_pairs(everyone)
     like = {src: what for src, _, _, what in everyone if what is not None}  # sender -> (shape, dtype, format)
+    stood_for = [] if cluster.backend.holds_values else _stood_for(cluster, me, send_to, arrays)
     tiers = {cluster.tier(src, dst) for src, dst, _, _ in everyone if dst is not None}
+    tiers.update(cluster.tier(r, dst) for r, dst, _ in stood_for)
     largest = max((_elements(shape) for shape, _, _ in like.values()), default=0)
     wire = next(iter(like.values()))[2] if like else ""
     call = cluster.trace.begin("send_recv", "pairs", 2, largest, wire, tag, tier=INTER if INTER in tiers else INTRA)
     sends = [arrays[i][0].reshape(-1) if i in arrays else None for i in range(n)]
     for i, (a, fmt) in arrays.items():
         cluster.trace.hop(call, 0, me[i], send_to[i], -1, _elements(a.shape), fmt.itemsize, fmt.name, sends[i])
+    for r, dst, i in stood_for:  # the meta backend: the ranks its senders stand for send alike
+        a, fmt = arrays[i]
+        cluster.trace.hop(call, 0, r, dst, -1, _elements(a.shape), fmt.itemsize, fmt.name)
     recv_like = [None if src is None else (_elements(like[src][0]), like[src][1]) for src in recv_from]
     received = cluster.backend.exchange(sends, [send_to[i] if i in arrays else None for i in range(n)],
                                         list(recv_from), recv_like=recv_like)
@@ -66,6 +77,23 @@ def send_pairs(cluster, tensors, send_to, recv_from, tag: str = "") -> Collected
         else:  # the sender's array itself where sends are references: the receiver's own copy
             out.append(np.array(got).reshape(like[src][0]))
     return Collected(out, cluster.trace.handle(call))
+
+
+def _stood_for(cluster, me: list, send_to: list, arrays: dict) -> list:
+    """[(rank, its peer, the local rank it sends as)]: the sends of the ranks not hosted here that a sender hosted here
+    stands for (see the module docstring), in rank order: inside the `Trace.within` block's ranges (a pipeline's two
+    stages'), each range's ranks not hosted send as its first hosted sender does, `peer - sender` ranks on."""
+    scope = cluster.trace.scope
+    if scope is None or not arrays:
+        return []
+    hosted, out = set(me), []
+    for lo, hi in scope:
+        first = next((i for i in sorted(arrays) if lo <= me[i] < hi), None)
+        if first is None:
+            continue
+        shift = send_to[first] - me[first]
+        out.extend((r, r + shift, first) for r in range(lo, hi) if r not in hosted)
+    return out
 
 
 def _elements(shape: tuple) -> int:
