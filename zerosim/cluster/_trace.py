@@ -53,6 +53,11 @@ class Handle(tuple):
         return handle
 
     def __add__(self, other) -> "Handle":
+        if type(other) is Handle:  # an empty side adds nothing: the other, where its generation is the later
+            if not other and other.generation <= self.generation:  # (a step joins ~120,000 handles, most to one
+                return self                                         # side empty: `sum(handles, Handle())`)
+            if not self and self.generation <= other.generation:
+                return other
         return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
 
     def __getnewargs__(self):
@@ -515,7 +520,7 @@ class Trace:
         """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
             c = self.call(call)
-            alike = self._placed_alike(call)
+            alike = self._placed_alike(call) if self._alike else ()
             for src, (elements, nbytes, tier) in sorted(self._pending.items()):
                 self._events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
                                          None, tier))
