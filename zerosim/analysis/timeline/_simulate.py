@@ -373,8 +373,8 @@ def _senders(sent: dict, whole: list, log) -> dict:
 
 def _busiest_bytes(sent: dict, whole: list, ring_calls: dict) -> dict:
     """{call: the most bytes any one rank sent in it} from {(call, rank): bytes} (`_sent_in_calls`: the trace's
-    per-rank summaries or hops) and [(call, ranks, the most one sent)], or from its closed-form ring summaries (the meta backend's representative rank): the
-    rank that skips the smallest chunk sends the most."""
+    per-rank summaries or hops) and [(call, ranks, the most one sent)], or from its closed-form ring summaries (the
+    meta backend's representative rank): the rank that skips the smallest chunk sends the most."""
     busiest, of_form = {}, {}  # of_form: a closed form's id -> its bytes (the trace holds its forms: ids stay)
     for call, form in ring_calls.items():  # a pipeline's actions written again (_repeat.py) share their calls' forms
         most = of_form.get(id(form))
