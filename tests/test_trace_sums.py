@@ -161,12 +161,13 @@ def test_the_phases_a_summary_counts_for_later_add_to_the_rings_sums(monkeypatch
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), nodes=st.booleans())
-def test_sends_alike_recorded_whole_equal_a_hop_each(data, nodes):
+@given(data=st.data(), nodes=st.booleans(), granularity=st.sampled_from(["call", "hop"]))
+def test_sends_alike_recorded_whole_equal_a_hop_each(data, nodes, granularity):
     """`Trace.hops_alike` (the sends of the ranks a meta backend's representative stands for, collectives/_p2p.py)
     against `hop` per send: the same summaries in rank order, where the record's ranks follow the call's other senders
     (placed after their summaries) and where they do not (its sends added to theirs), one record a call or two; and
-    what `sent_in_calls` says of each call (its busiest rank, its senders) is what the events say."""
+    what `sent_in_calls` says of each call (its busiest rank, its senders) is what the events say. At "hop"
+    granularity every send is its own event either way."""
     n, calls = 12, []
     for _ in range(data.draw(st.integers(1, 4))):
         hosted = data.draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
@@ -176,7 +177,7 @@ def test_sends_alike_recorded_whole_equal_a_hop_each(data, nodes):
         calls.append(([(r, data.draw(st.integers(0, 9))) for r in hosted], records, data.draw(st.integers(0, 9))))
 
     def run(whole: bool):
-        trace = Trace("call", gpus_per_node=4 if nodes else None, world_size=n)
+        trace = Trace(granularity, gpus_per_node=4 if nodes else None, world_size=n)
         for k, (hosted, records, elements) in enumerate(calls):
             call = trace.begin("send_recv", "pairs", 2, elements, "bf16", f"stage {k}")
             for src, count in hosted:
