@@ -18,7 +18,7 @@ from test_trace_hops import _ring_only  # noqa: E402 (tests/ is on the path)
 from test_trace_hops import _run as _collectives  # the four collectives, each with its own tag, purpose and wire
 
 from zerosim import MLP, Adam, Cluster, Groups, ZeroEngine
-from zerosim.cluster import Call
+from zerosim.cluster import Call, Trace
 from zerosim.models import make_regression
 
 WIDTHS = [5, 7, 3]  # 66 parameters: stages 2 and 3 cut them unevenly over 4 ranks (17, 17, 8, 0 and 0, 0, 9, 15)
@@ -158,3 +158,53 @@ def test_the_phases_a_summary_counts_for_later_add_to_the_rings_sums(monkeypatch
         assert np.array_equal(got, want) and a.events == b.events > 0
         assert list(a.sent_items()) == list(b.sent_items()) and list(a.received_items()) == list(b.received_items())
         assert _answers(fast.trace, 4) == _answers(slow.trace, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), nodes=st.booleans(), granularity=st.sampled_from(["call", "hop"]))
+def test_sends_alike_recorded_whole_equal_a_hop_each(data, nodes, granularity):
+    """`Trace.hops_alike` (the sends of the ranks a meta backend's representative stands for, collectives/_p2p.py)
+    against `hop` per send: the same summaries in rank order, where the record's ranks follow the call's other senders
+    (placed after their summaries) and where they do not (its sends added to theirs), one record a call or two; and
+    what `sent_in_calls` says of each call (its busiest rank, its senders) is what the events say. At "hop"
+    granularity every send is its own event either way."""
+    n, calls = 12, []
+    for _ in range(data.draw(st.integers(1, 4))):
+        hosted = data.draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
+        alike = sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True)))  # some hosted too
+        cut = data.draw(st.integers(0, len(alike) - 1))  # two records where cut > 0, the second's ranks first
+        records = [alike[cut:], alike[:cut]] if cut else [alike]
+        calls.append(([(r, data.draw(st.integers(0, 9))) for r in hosted], records, data.draw(st.integers(0, 9))))
+
+    def run(whole: bool):
+        trace = Trace(granularity, gpus_per_node=4 if nodes else None, world_size=n)
+        for k, (hosted, records, elements) in enumerate(calls):
+            call = trace.begin("send_recv", "pairs", 2, elements, "bf16", f"stage {k}")
+            for src, count in hosted:
+                trace.hop(call, 0, src, (src + 5) % n, -1, count, 2, "bf16")
+            for ranks in records:
+                peers = tuple((r + 5) % n for r in ranks)
+                if whole:
+                    trace.hops_alike(call, tuple(ranks), peers, elements, 2, "bf16")
+                else:
+                    for r, p in zip(ranks, peers):
+                        trace.hop(call, 0, r, p, -1, elements, 2, "bf16")
+            trace.end(call)
+        return trace
+
+    recorded, hop_each = run(True), run(False)
+    assert _per_call(*recorded.sent_in_calls()) == _per_call(*hop_each.sent_in_calls())
+    assert not hop_each.sent_in_calls()[1]  # nothing recorded whole: every send an event
+    assert _answers(recorded, n) == _answers(hop_each, n)
+
+
+def _per_call(sent: dict, whole: list) -> tuple:
+    """({call: the most bytes one rank sent}, {call: the ranks that sent}) from `Trace.sent_in_calls`."""
+    most, senders = {}, {}
+    for (call, src), b in sent.items():
+        most[call] = max(most.get(call, -1), b)
+        senders.setdefault(call, set()).add(src)
+    for call, ranks, b in whole:
+        most[call] = max(most.get(call, -1), b)
+        senders.setdefault(call, set()).update(ranks)
+    return most, senders

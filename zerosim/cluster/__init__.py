@@ -30,7 +30,7 @@ _NAMES = {
     "._events": ("Compute", "ComputeFields", "Fp8ScaleUpdate", "GradClip", "LossScaleUpdate", "OptimizerStep",
                  "StepBoundary", "optimizer_step_event"),
     "._ledger": ("Buffer", "LedgerError", "LedgerEvent", "MemoryLedger", "adopt_ranks", "free_ranks"),
-    "._mesh": ("INTER", "INTRA", "TIERS", "Groups", "Mesh"),
+    "._mesh": ("INTER", "INTRA", "TIERS", "Groups", "Mesh", "hop_tier"),
     "._rank": ("Rank",),
     "._recording": ("Recording",),
     "._runs": ("RunBounds", "RunCounts"),

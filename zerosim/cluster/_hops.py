@@ -15,7 +15,10 @@ two give the same events, field for field.
 At "call" granularity the trace shows a phase as one summary per rank, what it sent over the n-1 steps: every chunk
 but (p - lag + 1) mod n, the one step n-1 would send, all to its ring's next rank. The same record, made `whole`,
 stands for those summaries (`sums`): the trace shows them as the `Event`s `Trace.hop` and `Trace.end` make for them
-one rank at a time (the ring's own way, and the meta backend's); tests/test_trace_sums.py checks that too.
+one rank at a time (the ring's own way, and the meta backend's); tests/test_trace_sums.py checks that too. A
+point-to-point send is the one step of a ring of two whose sender sends its whole chunk: the sends of the ranks a meta
+backend's representative stands for are recorded so (`Trace.hops_alike`: chunk sizes (elements, 0), every sender at
+position 0), tests/test_pipeline_representative.py holding them to the events of a run that hosts every rank.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ class RingHops:
         n, sizes, lag, total = len(self.sizes), self.sizes, self.lag, sum(self.sizes)
         return [(src, dst, total - sizes[(p - lag + 1) % n]) for src, p, dst in zip(self.ranks, self.positions,
                                                                                      self.sends_to)]
+
+    def most(self) -> int:
+        """The most bytes one rank sent over the phase: the largest of `sums`, times the itemsize."""
+        n, sizes, lag = len(self.sizes), self.sizes, self.lag
+        return (sum(sizes) - min(sizes[(p - lag + 1) % n] for p in set(self.positions))) * self.itemsize
 
     def hops(self) -> list:
         """[(step k, src, dst, chunk c, elements)] of every send, in the ring's order: step by step, rank by rank."""

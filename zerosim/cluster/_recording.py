@@ -105,8 +105,10 @@ class Recording:
         self.forms = {c: t.ring_calls[c] for c in range(self.first_call, self.end_call) if c in t.ring_calls}
         self.groups = {c: t.call_groups[c] for c in range(self.first_call, self.end_call) if c in t.call_groups}
         self.ledgers = self.watch.deltas
+        # sends recorded whole (_hops.py) are not written again: `replay` moves the ends of each Event
         self.usable = all(type(e) in (Call, ComputeFields) for e in self.log) and all(
-            self._refers(e[9]) for e in self.log if type(e) is ComputeFields)
+            self._refers(e[9]) for e in self.log if type(e) is ComputeFields) and all(
+            type(e) is Event for e in self.events)
         return False
 
     def _refers(self, needs) -> bool:

@@ -53,6 +53,11 @@ class Handle(tuple):
         return handle
 
     def __add__(self, other) -> "Handle":
+        if type(other) is Handle:  # an empty side adds nothing: the other, where its generation is the later
+            if not other and other.generation <= self.generation:  # (a step joins ~120,000 handles, most to one
+                return self                                         # side empty: `sum(handles, Handle())`)
+            if not self and self.generation <= other.generation:
+                return other
         return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
 
     def __getnewargs__(self):
@@ -147,6 +152,7 @@ class Trace:
         self._folded = 0  # events they stand for, beyond one entry each
         self._summed = 0  # of those, the summaries of "call" granularity's records (`_entries_held` says why)
         self._pending = defaultdict(lambda: [0, 0, INTRA])  # src -> [elements, bytes, tier], for "call" granularity
+        self._alike = []  # the call's sends alike recorded whole (`hops_alike`), for `end` to place
         self._about = {}  # what the calls being made now are for (see `about`)
         # call -> (chunk sizes, itemsize, lag): a ring phase recorded in closed form (see ring_summary)
         self.ring_calls = {}
@@ -367,6 +373,20 @@ class Trace:
             acc[1] += elements * itemsize
             acc[2] = tier
 
+    def hops_alike(self, call: int, ranks: tuple, sends_to: tuple, elements: int, itemsize: int, dtype: str) -> None:
+        """Record a send of `elements` from each rank of `ranks` (in increasing order) to its rank of `sends_to`, as
+        `hop` records each (no values kept); at "call" granularity as one record until `events` is read (`end` places
+        it): the sends of the ranks a meta backend's representative stands for (collectives/_p2p.py), ~64 a call in
+        thousands of calls of a planner's pipeline step. A point-to-point send is the one step of a ring of two (its
+        call's world_size 2) whose sender, at position 0, sends its whole chunk: the record is that ring phase's
+        (_hops.py `RingHops`, chunk sizes (elements, 0), lag 0), each rank's summary `elements` to its peer."""
+        if self.granularity == "hop":
+            for src, dst in zip(ranks, sends_to):
+                self.hop(call, 0, src, dst, -1, elements, itemsize, dtype)
+            return
+        self._alike.append(RingHops(call, (elements, 0), itemsize, dtype, 0, ranks, (0,) * len(ranks), sends_to,
+                                    True))
+
     def ring_hops(self, call: int, sizes: tuple, itemsize: int, dtype: str, lag: int, ranks, positions,
                   sends_to) -> None:
         """Record a whole ring phase of `call` (every rank in this process; no values kept): at step k the
@@ -445,6 +465,39 @@ class Trace:
                 totals[ranks] -= less * count
         return (totals + base).tolist()
 
+    def sent_in_calls(self) -> tuple:
+        """What the timeline reads of each call's sends (its busiest rank, its senders) over the sends held (`events`:
+        the window's), copies between memory tiers included: ({(call, rank): bytes it sent in that call}, [(call, the
+        ranks that sent, the most one of them sent)]). A ring phase or sends alike recorded whole whose ranks send
+        nothing else in its call is the second kind, read from its record (`RingHops.most`) without making its events;
+        else each rank's bytes are added to the rest it sent (`RingHops.sums`)."""
+        sent, records = defaultdict(int), []
+        for e in self._events:
+            if type(e) is RingHops:
+                records.append(e)
+            else:
+                sent[e.call, e.src] += e.bytes
+        if not records:
+            return sent, []
+        seen, crowded = set(), set()  # calls of more than one record
+        for hops in records:
+            if hops.call in seen:
+                crowded.add(hops.call)
+            seen.add(hops.call)
+        others = defaultdict(set)  # a record's call -> the ranks its events name
+        for call, src in sent:
+            if call in seen:
+                others[call].add(src)
+        whole = []
+        for hops in records:
+            call = hops.call
+            if call in crowded or not others[call].isdisjoint(hops.ranks):
+                for src, _, n in hops.sums():
+                    sent[hops.call, src] += n * hops.itemsize
+            else:
+                whole.append((hops.call, hops.ranks, hops.most()))
+        return sent, whole
+
     def bytes_by_tier(self, call: int | None = None) -> dict:
         """{tier: bytes all ranks sent over links of that tier} ("intra-node", "inter-node"), over the whole trace
         or one call: every event by its own tier, and a closed-form call by each rank's send to its ring neighbour."""
@@ -467,10 +520,36 @@ class Trace:
         """Close a call (at "call" granularity: write one summary event per sender)."""
         if self.granularity == "call":
             c = self.call(call)
+            alike = self._placed_alike(call) if self._alike else ()
             for src, (elements, nbytes, tier) in sorted(self._pending.items()):
                 self._events.append(Event(call, c.collective, -1, src, -1, -1, elements, nbytes, c.dtype, c.tag,
                                          None, tier))
             self._pending.clear()
+            for hops in alike:  # each rank's summary in rank order, as the Events above: after them, when read
+                self._events.append(hops)
+                self._records += 1
+                self._folded += hops.count - 1
+                self._summed += hops.count - 1
+
+    def _placed_alike(self, call: int) -> list:
+        """The call's sends alike (`hops_alike`) to append after its summaries, where their ranks follow those ranks
+        in order (a pipeline's: its stage's representative first, then the ranks it stands for); else none, their
+        sends added to the summaries one by one instead (the same summaries, in rank order)."""
+        alike, self._alike = self._alike, []
+        last = max(self._pending, default=-1)
+        for hops in alike:  # each record's ranks in increasing order (`hops_alike`): its first after those before it
+            if hops.ranks[0] <= last:
+                break
+            last = hops.ranks[-1]
+        else:
+            return alike
+        for hops in alike:
+            for src, dst, n in hops.sums():
+                acc = self._pending[src]
+                acc[0] += n
+                acc[1] += n * hops.itemsize
+                acc[2] = self._tier(call, src, dst)
+        return []
 
     # -- questions -------------------------------------------------------------------------------
     def select(self, collective: str | None = None, call: int | None = None, tag: str | None = None) -> list:
@@ -596,6 +675,7 @@ class Trace:
         self.call_groups.clear()
         self.call_ranks.clear()
         self._pending.clear()
+        self._alike.clear()
         self.folded = Summary()
         self._step_ends.clear()
         self._written = 0

@@ -48,16 +48,22 @@ def check_inputs(cluster, tensors, what: str, flat: bool = True) -> list:
 
 
 def _alike(tensors, flat: bool):
-    """The one format of `tensors` when every one is a host array (1-D where `flat`) of one dtype that a format was
-    read from so far (`known_format`); else None, and `check_inputs` looks rank by rank (the same answer, or its
-    error). Sets built at C speed: two passes over the list instead of a Python step per rank."""
-    if set(map(type, tensors)) != {np.ndarray}:
+    """The one format of `tensors` when every one is a host array, or every one a data-less (meta) array, (1-D where
+    `flat`) of one dtype that a format was read from so far (`known_format`); else None, and `check_inputs` looks rank
+    by rank (the same answer, or its error). Sets built at C speed: two passes over the list instead of a Python step
+    per rank."""
+    kinds = set(map(type, tensors))
+    # a data-less array's class says so (`MetaArray.is_meta`): its module is not imported by a first script's names
+    if kinds != _HOST and (len(kinds) != 1 or not getattr(next(iter(kinds)), "is_meta", False)):
         return None
     kinds = {(t.ndim == 1 or not flat, t.dtype) for t in tensors}
     if len(kinds) != 1:
         return None
     ((ok, dtype),) = kinds
     return known_format(dtype) if ok else None
+
+
+_HOST = {np.ndarray}
 
 
 def _indices(cluster) -> list:

@@ -15,16 +15,23 @@ receiver gets its own copy (a GPU's receive buffer is its own memory). The trace
 tier; the call's tier is the slowest its sends cross. It knows nothing of pipelines: a pipeline stage hands its
 activation on with it (parallel/pipeline/_communication.py), and so could anything else that pairs ranks.
 
+On the meta backend a process hosting a representative records the sends of the ranks it stands for too (`_stood_for`):
+inside a `Trace.within` block (a pipeline's send takes part on its two stages' blocks of ranks) each range holding a
+sender hosted here stands for its ranks not hosted, each sending what the range's first hosted sender sends, to the
+rank as far from that sender's peer as it is from the sender (a stage's ranks each to the next stage's rank at its
+place). Outside such a block no rank is stood for: nothing says whom a rank not hosted would pair with.
+
 `naive_send_pairs` is its twin: every rank's array in one list, each receiver's copy read from it by index.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from zerosim.cluster import INTER, INTRA
+from zerosim.cluster import INTER, INTRA, hop_tier
 from zerosim.collectives._checks import check_inputs
 from zerosim.collectives._staging import Collected
 
@@ -46,13 +53,20 @@ def send_pairs(cluster, tensors, send_to, recv_from, tag: str = "") -> Collected
     everyone = [d for part in cluster.backend.all_meta([described]) for d in part]  # every rank's, on every rank
     _check_pairs(everyone)
     like = {src: what for src, _, _, what in everyone if what is not None}  # sender -> (shape, dtype, format)
+    stood_for = () if cluster.backend.holds_values or cluster.trace.scope is None else _stood_for(
+        cluster.trace.scope, tuple(me), tuple((me[i], send_to[i]) for i in arrays), cluster.gpus_per_node)
     tiers = {cluster.tier(src, dst) for src, dst, _, _ in everyone if dst is not None}
+    for _, _, _, crossed in stood_for:
+        tiers |= crossed
     largest = max((_elements(shape) for shape, _, _ in like.values()), default=0)
     wire = next(iter(like.values()))[2] if like else ""
     call = cluster.trace.begin("send_recv", "pairs", 2, largest, wire, tag, tier=INTER if INTER in tiers else INTRA)
     sends = [arrays[i][0].reshape(-1) if i in arrays else None for i in range(n)]
     for i, (a, fmt) in arrays.items():
         cluster.trace.hop(call, 0, me[i], send_to[i], -1, _elements(a.shape), fmt.itemsize, fmt.name, sends[i])
+    for sender, ranks, peers, _ in stood_for:  # the meta backend: the ranks a sender stands for send alike
+        a, fmt = arrays[me.index(sender)]
+        cluster.trace.hops_alike(call, ranks, peers, _elements(a.shape), fmt.itemsize, fmt.name)
     recv_like = [None if src is None else (_elements(like[src][0]), like[src][1]) for src in recv_from]
     received = cluster.backend.exchange(sends, [send_to[i] if i in arrays else None for i in range(n)],
                                         list(recv_from), recv_like=recv_like)
@@ -66,6 +80,27 @@ def send_pairs(cluster, tensors, send_to, recv_from, tag: str = "") -> Collected
         else:  # the sender's array itself where sends are references: the receiver's own copy
             out.append(np.array(got).reshape(like[src][0]))
     return Collected(out, cluster.trace.handle(call))
+
+
+@functools.lru_cache(maxsize=256)
+def _stood_for(scope: tuple, hosted: tuple, senders: tuple, gpus_per_node) -> tuple:
+    """((sender, ranks, their peers, {the tiers they cross}), ...): the sends of the ranks not `hosted` here
+    that a sender of `senders` ((rank, peer), ...) stands for (see the module docstring), in rank order: inside the
+    `Trace.within` block's ranges `scope` (a pipeline's two stages'), each range's ranks not hosted send as its first
+    hosted sender does, `peer - sender` ranks on. A pipeline's step makes thousands of these calls over a few pairs of
+    stages, each range ~64 ranks at the planner's sizes: found once."""
+    out, hosted = [], set(hosted)
+    for lo, hi in scope:
+        first = min((pair for pair in senders if lo <= pair[0] < hi), default=None)
+        if first is None:
+            continue
+        shift = first[1] - first[0]
+        ranks = tuple(r for r in range(lo, hi) if r not in hosted)
+        if not ranks:  # the range is hosted whole
+            continue
+        peers = tuple(r + shift for r in ranks)
+        out.append((first[0], ranks, peers, frozenset(map(hop_tier, ranks, peers, [gpus_per_node] * len(ranks)))))
+    return tuple(out)
 
 
 def _elements(shape: tuple) -> int:

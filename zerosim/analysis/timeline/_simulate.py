@@ -57,6 +57,7 @@ block units: ~205k events in ~0.5 s; the engine's own step that writes them take
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import repeat
 
 from zerosim.analysis.timeline._cost import (
     compute_time,
@@ -76,7 +77,7 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
     """Place every event of `trace` in time on `hardware`; returns a `Timeline`.
 
     Args:
-        trace: a `zerosim.Trace` (its `log`, and its `events` for each rank's bytes per call), or a
+        trace: a `zerosim.Trace` (its `log`, and each rank's bytes per call: `Trace.sent_in_calls`), or a
             list of log events (Call, Compute, OptimizerStep; others are skipped), in which case each
             call's bytes are those of N equal chunks of its `elements`.
         hardware: device, link and compute format (default `Hardware()`: H100 SXM, NVLink 4, fp16).
@@ -90,14 +91,14 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
         raise TypeError(f"hardware must be a zerosim.analysis.timeline.Hardware, got {hardware!r}")
     if not isinstance(overlap, bool):
         raise TypeError(f"overlap must be True or False, got {overlap!r}")
-    log, events = _log_and_events(trace)
+    log, per_rank, whole = _log_and_sent(trace)
     folded = getattr(getattr(trace, "folded", None), "calls", 0)  # calls of steps folded out of a long run's window
     n = getattr(trace, "world_size", None) or _world_size(log)
-    busiest = _busiest_bytes(events, getattr(trace, "ring_calls", {}))
+    busiest = _busiest_bytes(per_rank, whole, getattr(trace, "ring_calls", {}))
     rate, hbm = hw.device.rate(hw.compute), hw.device.hbm
     param_bytes = get_format(hw.compute).bits // 8
     states = {}  # optimizer name -> number of fp32 state buffers
-    senders = _senders(events)  # point-to-point call -> the ranks that sent in it
+    senders = _senders(per_rank, whole, log)  # point-to-point call -> the ranks that sent in it
     sending = {}  # rank -> when its last point-to-point send is done
     scopes = getattr(trace, "call_ranks", {})  # call -> the ranges of ranks taking part (a pipeline stage's own)
     within = _Within(scopes.values())  # the latest end of a compute in each such range
@@ -170,13 +171,13 @@ def simulate(trace, hardware: Hardware | None = None, overlap: bool = True, cost
                 dpu = True
         elif kind is Call and ev.op == "pairs":  # point to point (send_pairs): when its senders made what they send
             who = senders.get(ev.call) or range(n)
-            start = max(max(ready[r] for r in who), max(sending.get(r, 0.0) for r in who))
+            start = max(max(map(ready.__getitem__, who)), max(map(sending.get, who, repeat(0.0))))
             sent = busiest.get(ev.call, 0)
             end = start + p2p_time(ev, sent, hw)
             call_end[ev.call], call_dtype[ev.call] = end, ev.dtype
-            for r in who:
-                sending[r] = end
-                if not overlap:
+            sending.update(dict.fromkeys(who, end))
+            if not overlap:
+                for r in who:
                     ready[r] = end
             latest = max(latest, end) if not overlap else latest
             call_rows.append((start, end, at, ev.step, sent, ev.call, scopes.get(ev.call)))
@@ -318,12 +319,19 @@ def _float_bytes(dtype: str, default: int) -> int:
         return default
 
 
-def _log_and_events(trace):
-    if hasattr(trace, "log") and hasattr(trace, "events"):  # a long run's lists past its window: the entries held
-        log, events = trace.log, trace.events  # (a cluster's Tail counts absolutely; the timeline counts what it has)
-        return getattr(log, "held", log), getattr(events, "held", events)
+def _log_and_sent(trace) -> tuple:
+    """(the log, {(call, rank): bytes it sent in that call}, [(call, ranks, the most one of them sent)]) of what
+    `simulate` takes: a long run's past its window, the entries held (a cluster's Tail counts absolutely; the timeline
+    counts what it has); a Trace's sends recorded whole read from their records, none of their events made
+    (`Trace.sent_in_calls`)."""
+    if hasattr(trace, "sent_in_calls"):  # (asked first: `hasattr(trace, "events")` would make them)
+        log = trace.log
+        return (getattr(log, "held", log), *trace.sent_in_calls())
+    if hasattr(trace, "log") and hasattr(trace, "events"):
+        log, events = trace.log, trace.events
+        return getattr(log, "held", log), _sent_in_calls(getattr(events, "held", events)), []
     if isinstance(trace, (list, tuple)):
-        return list(trace), ()
+        return list(trace), {}, []
     raise TypeError("simulate needs a zerosim.Trace (cluster.trace) or a list of log events, got "
                     f"{type(trace).__name__}")
 
@@ -339,22 +347,34 @@ def _world_size(log) -> int:
     return max(ranks) + 1 if ranks else 0
 
 
-def _senders(events) -> dict:
-    """{point-to-point call: the ranks that sent in it}."""
-    out = defaultdict(set)
-    for e in events:
-        if e.collective == "send_recv":
-            out[e.call].add(e.src)
-    return out
-
-
-def _busiest_bytes(events, ring_calls: dict) -> dict:
-    """{call: the most bytes any one rank sent in it} from the trace's per-rank summaries or hops, or from
-    its closed-form ring summaries (the meta backend's representative rank): the rank that skips the
-    smallest chunk sends the most."""
+def _sent_in_calls(events) -> dict:
+    """{(call, rank): bytes it sent in that call}, from `events` (`Trace.sent_in_calls` answers a trace's from its
+    records)."""
     sent = defaultdict(int)
     for e in events:
         sent[(e.call, e.src)] += e.bytes
+    return sent
+
+
+def _senders(sent: dict, whole: list, log) -> dict:
+    """{point-to-point call: the ranks that sent in it}, from {(call, rank): bytes} (`_sent_in_calls`) and
+    [(call, ranks, bytes)] (`Trace.sent_in_calls`)."""
+    pairs = {ev.call for ev in log if type(ev) is Call and ev.op == "pairs"}
+    out = defaultdict(set)
+    if pairs:
+        for call, src in sent:
+            if call in pairs:
+                out[call].add(src)
+        for call, ranks, _ in whole:
+            if call in pairs:
+                out[call].update(ranks)
+    return out
+
+
+def _busiest_bytes(sent: dict, whole: list, ring_calls: dict) -> dict:
+    """{call: the most bytes any one rank sent in it} from {(call, rank): bytes} (`_sent_in_calls`: the trace's
+    per-rank summaries or hops) and [(call, ranks, the most one sent)], or from its closed-form ring summaries (the
+    meta backend's representative rank): the rank that skips the smallest chunk sends the most."""
     busiest, of_form = {}, {}  # of_form: a closed form's id -> its bytes (the trace holds its forms: ids stay)
     for call, form in ring_calls.items():  # a pipeline's actions written again (_repeat.py) share their calls' forms
         most = of_form.get(id(form))
@@ -363,6 +383,9 @@ def _busiest_bytes(events, ring_calls: dict) -> dict:
             most = of_form[id(form)] = busiest_bytes(sizes, itemsize)
         busiest[call] = most
     for (call, _), b in sent.items():
+        if b > busiest.get(call, -1):
+            busiest[call] = b
+    for call, _, b in whole:
         if b > busiest.get(call, -1):
             busiest[call] = b
     return busiest

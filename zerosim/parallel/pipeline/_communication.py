@@ -6,7 +6,8 @@ Every rank of a stage sends to the rank of the next (or previous) stage with its
 coordinates: the pp group's next member (parallel/_dims.py: `groups("pp")`). An activation made of parts (tensor
 parallelism's residual stream beside the value, parallel/tensor/_bundle.py) crosses part by part; a part that is
 the same array as another (the gradient a norm hands back to both, `Bundle(dx, dx)`) crosses once, as Megatron's
-one hidden-state tensor does.
+one hidden-state tensor does. On the meta backend hosting one rank a stage, `send_pairs` records the sends of the
+ranks it stands for too, from the two stages' blocks the call is made within (the engine's `_send`).
 """
 
 from __future__ import annotations

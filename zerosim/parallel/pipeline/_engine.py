@@ -39,8 +39,12 @@ micro-batch's backward. Sequence parallelism runs inside each stage: its norms' 
 the stage's own flat vector (`_TensorStage.end_of_backward`).
 
 On the meta backend one rank a stage may stand for its stage (`Cluster(N, backend="meta", hosted=...)`): its ledger is
-every rank's of that stage; the ring's bytes in closed form are counted as if every stage ran each stage's call
-(the closed form knows no stage), so read a pipeline's bytes from a run that hosts every rank.
+every rank's of that stage, and its sends are recorded for every rank it stands for (a CP ring's inside the stage,
+collectives/_send_recv.py; the activations and gradients handed between stages, collectives/_p2p.py), as a run that
+hosts every rank records them (tests/test_pipeline_representative.py). Hosting one rank a stage or every rank, a
+stage's ring collectives (ZeRO's, TP's) are counted in closed form as if every stage ran each stage's call (the
+closed form knows no stage): a rank's total holds every stage's calls of them; a call's own ranks
+(`Trace.call_ranks`) say whose bytes of it are real.
 """
 
 from __future__ import annotations
