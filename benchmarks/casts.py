@@ -95,8 +95,8 @@ def main(argv=None) -> int:
     print(f"median of {args.repeats} turns; ratios within one run: nearest / astype (target <= {NEAREST_TARGET:g}), "
           f"stochastic / nearest (target <= {STOCHASTIC_TARGET:g})")
     ref_cols = f" {'twin/fast nearest':>17} {'twin/fast sr':>12}" if args.reference else ""
-    print(f"{'size':>6} {'scale':>5} {'from':>4} {'to':>8} {'astype ms':>10} {'nearest/astype':>14} {'sr/nearest':>10}  ok "
-          f"{ref_cols}")
+    print(f"{'size':>6} {'scale':>5} {'from':>4} {'to':>8} {'astype ms':>10} {'nearest/astype':>14} "
+          f"{'sr/nearest':>10}  ok {ref_cols}")
     rng = np.random.default_rng(args.seed)
     for k, scale in ((k, scale) for k in args.log2_sizes for scale in args.scales):
         x64 = rng.standard_normal(2**k) * 2.0**scale  # (n,) float64

@@ -26,7 +26,6 @@ from functools import lru_cache
 import numpy as np
 
 from zerosim.precision._formats import _ML_DTYPES, FORMATS, Format, get_format
-from zerosim.precision.cast._fp16 import to_fp16
 from zerosim.precision.cast._inputs import ROUNDINGS, CastKernels, as_float_array, cast_with, has_values
 from zerosim.precision.cast._reference import nearest_reference, saturate_reference
 
@@ -75,7 +74,7 @@ def _float64_to_narrow(a: np.ndarray, f: Format) -> np.ndarray:
         # NumPy converts float64 -> float16 directly with one rounding to nearest even
         # (numpy/_core/src/multiarray/lowlevel_strided_loops.c.src casts with npy_doublebits_to_halfbits,
         # numpy/_core/src/common/half_private.hpp FromDoubleBits; or the hardware's vcvtpd2ph).
-        out = to_fp16(a)  # astype's bits, its subnormals made faster (_fp16.py)
+        out = _fp16().to_fp16(a)  # astype's bits, its subnormals made faster (_fp16.py)
         # NOTE: it keeps a signalling NaN's payload as it is, where float32 first quiets it; the
         # naive twin goes through float32, and NaNs are rare: let it decide them, so every bit agrees.
         nan = np.isnan(a)
@@ -88,6 +87,19 @@ def _float64_to_narrow(a: np.ndarray, f: Format) -> np.ndarray:
     if suspects.any():
         out[suspects] = nearest_reference(a[suspects], f)  # round to odd, then to nearest: once
     return out
+
+
+def _fp16():
+    """_fp16.py, imported by the first cast into fp16: an fp32 or bf16 run never loads it (`import zerosim`'s first
+    names load the engine's modules only: tests/test_import_graph.py)."""
+    if not _FP16:
+        from zerosim.precision.cast import _fp16
+
+        _FP16.append(_fp16)
+    return _FP16[0]
+
+
+_FP16 = []  # the module, once imported (`_fp16`: a look-up here costs a tenth of an import statement's)
 
 
 def saturate_fast(a: np.ndarray, out: np.ndarray, f: Format) -> np.ndarray:
@@ -170,7 +182,7 @@ def cast(x, fmt, rounding: str = "nearest", rng: np.random.Generator | None = No
             return x.copy()
         if how == "quiet":
             with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the format's defined answer
-                return to_fp16(x) if to == _FLOAT16 else x.astype(to)
+                return _fp16().to_fp16(x) if to == _FLOAT16 else x.astype(to)
     return cast_with(FAST_KERNELS, x, fmt, rounding, rng, saturate, uniforms)
 
 

@@ -13,8 +13,9 @@ in the last place is 2**-24 (0.5 in float32, 2**28 in float64) rounds it to such
 to even, and the sum's low bits then hold the count: the IEEE answer, which `astype` gives too. The arithmetic meets
 no subnormal result (the sum is normal), and a subnormal input rounds to a count of 0 whether the machine flushes it
 or not. Every other element (|x| >= 2**-14, inf, NaN: their payloads are `astype`'s business) goes through `astype`
-itself, with the small ones set to 0 first (zeros stay: they are exact, and cost `astype` nothing). tests/test_cast_fp16.py holds the two to `astype`'s bits and to a float64
-reference, every float32 of the binades concerned.
+itself, with the small ones set to 0 first (zeros stay: they are exact, and cost `astype` nothing).
+tests/test_cast_fp16.py holds the two to `astype`'s bits and to a float64 reference, every float32 of the binades
+concerned. An fp32 or bf16 run never imports this module (`cast` asks for it at its first cast into fp16).
 
 Where few elements are that small, or the array is small, the flags cost less than setting them apart, and `astype`
 takes the whole array: a sample of the array decides (`_mostly_normal`); both ways give the same bits.
