@@ -105,3 +105,11 @@ def test_cast_into_fp16_takes_it_and_keeps_the_bits():
     x = binade(-20)[::64]  # small: the adding path
     np.testing.assert_array_equal(bits16(cast(x, "fp16")), reference_bits(x))
     np.testing.assert_array_equal(bits16(cast(x.astype(np.float64), "fp16")), reference_bits(x))
+
+
+def test_other_dtypes_and_small_arrays_are_astypes_own():
+    halves = np.arange(1, 1200, dtype=np.uint16).view(np.float16)  # float16 subnormals: astype's copy, not an addition
+    assert not _mostly_normal(halves)
+    np.testing.assert_array_equal(bits16(to_fp16(halves)), bits16(halves))
+    tiny = binade(-20)[:100]  # small values, but few: astype takes them whole
+    np.testing.assert_array_equal(bits16(to_fp16(tiny)), reference_bits(tiny))

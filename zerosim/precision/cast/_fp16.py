@@ -38,9 +38,10 @@ _FEW = 4  # of them small, at most, for `astype` to take the whole array (one in
 
 
 def to_fp16(x: np.ndarray) -> np.ndarray:
-    """`x.astype(np.float16)` for a float32 or float64 NumPy array `x`: the same bits, NaN, inf and -0 included, in the
-    same layout (the module docstring says how, and why)."""
-    if x.size <= _SAMPLE_FROM or not x.flags.c_contiguous or _mostly_normal(x):  # (astype keeps a layout's order)
+    """`x.astype(np.float16)` for a NumPy array `x`: the same bits, NaN, inf and -0 included, in the same layout; a
+    float32 or float64 one's small values made by an addition (the module docstring says how, and why)."""
+    if (x.size <= _SAMPLE_FROM or x.dtype.char not in "fd" or not x.flags.c_contiguous  # (astype keeps a layout)
+            or _mostly_normal(x)):
         return x.astype(np.float16)
     wide, whole, normal_bits, magic = ((np.uint32, _F32_ABS, _F32_NORMAL_BITS, _F32_MAGIC) if x.dtype == np.float32
                                        else (np.uint64, _F64_ABS, _F64_NORMAL_BITS, _F64_MAGIC))
