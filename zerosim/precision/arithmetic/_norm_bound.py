@@ -168,18 +168,17 @@ def rounded_by_norms(a64, b64, out=None, in_pieces: bool = True):
 
 
 def _small_product(a64, b64, out, rows, columns, per_term) -> tuple:
-    """`rounded_by_norms` of a product of at most `_SMALL` elements (one GEMM, K summed whole): c made, rounded and
+    """`rounded_by_norms` of a product of at most `_SMALL` elements (one GEMM, K summed whole) into `out` (a float32
+    array of its shape, any strides, as `rounded_by_norms` makes or is given it): c made, rounded and
     tested whole, each element against its own E_ij = per_term·||a_i||·||b_j|| (the bound `_own_norms` tries every
     suspect against next), in a dozen NumPy calls, where the blocks, dead lines, bitmaps and groups of rows that
     spare passes over a large c cost ~100 µs of Python (a tiny GPT's products: notebook 11). An element whose E_ij is
     0 has a row or a column all zero, every product 0: its c, made +0, is the exact sum."""
-    shape = np.broadcast_shapes(a64.shape[:-2], b64.shape[:-2]) + (a64.shape[-2], b64.shape[-1])
-    c = _scratch(shape, 2)
+    c = _scratch(out.shape, 2)
     _gemm(a64, b64, out=c)  # float64, summed in the machine's order
     c += 0.0  # -0 becomes +0
     error = rows[..., :, None] * (columns[..., None, :] * per_term)  # (..., M, N) E_ij
-    out = np.empty(shape, np.float32) if out is None else out
-    high = _scratch(shape, 4, np.float32)
+    high = _scratch(out.shape, 4, np.float32)
     np.subtract(c, error, out=out, dtype=np.float64, casting="unsafe")  # c - E rounded: the answer where c + E
     np.add(c, error, out=high, dtype=np.float64, casting="unsafe")  # rounds alike, as the exact sum then does
     doubt = out.view(np.uint32) != high.view(np.uint32)
