@@ -93,3 +93,21 @@ def test_a_meta_trace_answers_every_byte_question_as_the_hosted_one(n, seed, hos
     assert rep.sent_totals(n) == other.sent_totals(n)
     assert rep.bytes_by_tier() == other.bytes_by_tier() and rep.volume_by_collective() == other.volume_by_collective()
     assert [rep.bytes_sent(r) for r in range(n)] == [other.bytes_sent(r) for r in range(n)]
+
+
+@given(case=ranges(), lag=st.sampled_from([0, 1]), rings=st.lists(st.booleans(), min_size=3, max_size=3),
+       gpus_per_node=st.sampled_from([None, 1, 2, 3]))
+def test_a_call_inside_a_scope_counts_its_own_ranks_alone(case, lag, rings, gpus_per_node):
+    # three rings of n side by side (rank r in ring r // n, as a pipeline's stages lie); the call ran on the rings
+    # marked True (`Trace.within`'s ranges): the others' ranks sent nothing in it
+    a, b, shard, n = case
+    group, world = Groups.blocks(3 * n, n), 3 * n
+    scope = tuple((g * n, (g + 1) * n) for g in range(3) if rings[g])
+    for sizes in (RunCounts.of_range(*case), naive_counts(*case)):
+        want = [bytes_ if rings[r // n] else 0 for r, bytes_ in enumerate(per_rank(sizes, 2, lag, group, world))]
+        assert closed.sent_by_every_rank(sizes, 2, lag, group, world, scope).tolist() == want
+        assert [closed.sent_by_one_rank(sizes, 2, lag, group, r, scope) for r in range(world)] == want
+        assert closed.volume(sizes, 2, lag, group, world, scope) == sum(want)
+        node = (lambda r: r // gpus_per_node) if gpus_per_node else (lambda r: 0)
+        inter = sum(w for r, w in enumerate(want) if node(r) != node(group.next(r)))
+        assert closed.bytes_by_tier(sizes, 2, lag, group, world, gpus_per_node, scope) == (sum(want) - inter, inter)

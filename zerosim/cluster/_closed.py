@@ -8,7 +8,9 @@ the last to reach it; collectives/_ring.py). So rank r sends
 
     base − w · c_{(p(r) − lag + 1) mod n},   base = w · Σ_k c_k
 
-and only the ranks whose skipped chunk is not empty send less than `base`. With the chunk sizes run-length encoded
+and only the ranks whose skipped chunk is not empty send less than `base`. A call made inside `Trace.within` (a
+pipeline stage's ZeRO or TP ring: `Trace.call_ranks`, its `scope`, ranges of ranks) runs on the rings of the scope's
+ranks alone: a rank outside it sends nothing in that call, however many rings its group has beside it. With the chunk sizes run-length encoded
 (`RunCounts`: a flat range's counts are zeros, a head, whole shards, a tail, zeros) those ranks come as a few ranges
 of positions, so a question about every rank costs O(runs) in Python and O(those ranks) in NumPy: no (N,) vector per
 call. `Trace` keeps `(sizes, w, lag)` per call and asks here.
@@ -50,28 +52,46 @@ def shortfalls(sizes, itemsize: int, lag: int, group, world_size: int) -> list:
     return [(np.arange(world_size), s[(position - lag + 1) % n] * itemsize)]
 
 
-def sent_by_every_rank(sizes, itemsize: int, lag: int, group, world_size: int) -> np.ndarray:
-    """(N,) int64: the bytes each rank sent."""
+def in_scope(scope, world_size: int) -> np.ndarray:
+    """(N,) bool: True at the ranks of `scope` ((lo, hi) ranges: ranks lo..hi-1, `Trace.call_ranks`' value)."""
+    mask = np.zeros(world_size, dtype=bool)
+    for lo, hi in scope:
+        mask[lo:hi] = True
+    return mask
+
+
+def sent_by_every_rank(sizes, itemsize: int, lag: int, group, world_size: int, scope=None) -> np.ndarray:
+    """(N,) int64: the bytes each rank sent (0 outside `scope`, where it is not None)."""
     sent = np.full(world_size, base_bytes(sizes, itemsize), dtype=np.int64)
     for ranks, less in shortfalls(sizes, itemsize, lag, group, world_size):
         sent[ranks] -= less
+    if scope is not None:
+        sent[~in_scope(scope, world_size)] = 0
     return sent
 
 
-def sent_by_one_rank(sizes, itemsize: int, lag: int, group, rank: int) -> int:
-    """The bytes `rank` sent: base less its skipped chunk, in O(runs)."""
+def sent_by_one_rank(sizes, itemsize: int, lag: int, group, rank: int, scope=None) -> int:
+    """The bytes `rank` sent: base less its skipped chunk, in O(runs); 0 outside `scope`, where it is not None."""
+    if scope is not None and not any(lo <= rank < hi for lo, hi in scope):
+        return 0
     n = len(sizes)
     p = rank if group is None else group.position(rank)
     return base_bytes(sizes, itemsize) - sizes[(p - lag + 1) % n] * itemsize
 
 
-def bytes_by_tier(sizes, itemsize: int, lag: int, group, world_size: int, gpus_per_node: int | None) -> tuple:
-    """(intra-node bytes, inter-node bytes) all ranks sent: each rank's send to its ring's next rank crosses a node
-    or not (`Groups.send_tiers`)."""
+def bytes_by_tier(sizes, itemsize: int, lag: int, group, world_size: int, gpus_per_node: int | None,
+                  scope=None) -> tuple:
+    """(intra-node bytes, inter-node bytes) all ranks sent (those of `scope`, where it is not None): each rank's send
+    to its ring's next rank crosses a node or not (`Groups.send_tiers`)."""
     from zerosim.cluster._mesh import Groups
 
     ring = group if group is not None else Groups.world(world_size)
-    crosses, across = ring.send_tiers(gpus_per_node), ring.crossing_count(gpus_per_node)
+    crosses = ring.send_tiers(gpus_per_node)
+    if scope is not None:  # a stage's call: every rank's bytes, those outside it none (O(N), a pipeline's calls)
+        sent = sent_by_every_rank(sizes, itemsize, lag, group, world_size, scope)
+        inter = int(sent[crosses].sum())
+        return int(sent.sum()) - inter, inter
+    across = ring.crossing_count(gpus_per_node)
     base = base_bytes(sizes, itemsize)
     inter, intra = base * across, base * (world_size - across)  # then less what each short rank did not send
     for ranks, less in shortfalls(sizes, itemsize, lag, group, world_size):
@@ -81,7 +101,10 @@ def bytes_by_tier(sizes, itemsize: int, lag: int, group, world_size: int, gpus_p
     return int(intra), int(inter)
 
 
-def volume(sizes, itemsize: int, group) -> int:
-    """Bytes all ranks sent: every ring's n−1 senders of each chunk, the rings side by side."""
+def volume(sizes, itemsize: int, lag: int, group, world_size: int, scope=None) -> int:
+    """Bytes all ranks sent (those of `scope`, where it is not None): every ring's n−1 senders of each chunk, the
+    rings side by side."""
+    if scope is not None:
+        return int(sent_by_every_rank(sizes, itemsize, lag, group, world_size, scope).sum())
     rings = group.count if group is not None else 1
     return rings * (len(sizes) - 1) * base_bytes(sizes, itemsize)

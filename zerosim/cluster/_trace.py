@@ -432,7 +432,13 @@ class Trace:
     def _closed_form(self, call: int):
         """(N,) int64 bytes every rank sent in closed-form call `call` (numpy; _closed.py)."""
         sizes, itemsize, lag = self.ring_calls[call]
-        return closed.sent_by_every_rank(sizes, itemsize, lag, self.call_groups.get(call), self._ring_size(call))
+        return closed.sent_by_every_rank(sizes, itemsize, lag, self.call_groups.get(call), self._ring_size(call),
+                                         self.call_ranks.get(call))
+
+    def _volume(self, call: int) -> int:
+        """Bytes all ranks sent in closed-form call `call` (its own ranks', inside `within`)."""
+        return closed.volume(*self.ring_calls[call], self.call_groups.get(call), self._ring_size(call),
+                             self.call_ranks.get(call))
 
     def sent_by_rank(self, call: int) -> dict:
         """{rank: bytes it sent} in one call, from its events or its closed-form summary."""
@@ -457,9 +463,13 @@ class Trace:
             if collective not in TRANSFERS:
                 totals[rank] += b
         base = 0  # every rank of a closed-form call sends its base but for the skipped chunk: added once, at the end
-        held = [(form, self.call_groups.get(c), self._ring_size(c)) for c, form in self.ring_calls.items()]
-        folded = [(form, group, n, count) for _, _, form, group, n, count in self.folded.closed.values()]
-        for (sizes, itemsize, lag), group, n, count in [(*h, 1) for h in held] + folded:  # count: calls alike
+        held = [(form, self.call_groups.get(c), self._ring_size(c), 1, self.call_ranks.get(c))
+                for c, form in self.ring_calls.items()]
+        folded = [(form, group, n, count, scope) for _, _, form, group, n, count, scope in self.folded.closed.values()]
+        for (sizes, itemsize, lag), group, n, count, scope in held + folded:  # count: calls alike
+            if scope is not None:  # a stage's call: its own ranks' bytes alone
+                totals[:n] += closed.sent_by_every_rank(sizes, itemsize, lag, group, n, scope) * count
+                continue
             base += closed.base_bytes(sizes, itemsize) * count
             for ranks, less in closed.shortfalls(sizes, itemsize, lag, group, n):
                 totals[ranks] -= less * count
@@ -511,7 +521,7 @@ class Trace:
             out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
             intra, inter = closed.bytes_by_tier(*self.ring_calls[c], self.call_groups.get(c), self._ring_size(c),
-                                                self.gpus_per_node)
+                                                self.gpus_per_node, self.call_ranks.get(c))
             out[TIERS[0]] += intra
             out[TIERS[1]] += inter
         return out
@@ -574,15 +584,15 @@ class Trace:
             self.call(call)  # a folded call: a clear error
         from_events = sum(e.bytes for e in self.select(collective, call, tag)
                           if e.src == rank and (collective is not None or e.collective not in TRANSFERS))
-        held = sum(closed.sent_by_one_rank(*self.ring_calls[c], self.call_groups.get(c), rank)
+        held = sum(closed.sent_by_one_rank(*self.ring_calls[c], self.call_groups.get(c), rank, self.call_ranks.get(c))
                    for c in self._closed(collective, call, tag))
         if call is not None:
             return from_events + held
         folded = sum(b for (r, coll, t), b in self.folded.sent_items() if r == rank
                      and (coll == collective if collective is not None else coll not in TRANSFERS)
                      and (tag is None or t == tag))
-        folded += sum(closed.sent_by_one_rank(*form, group, rank) * count
-                      for coll, t, form, group, _, count in self.folded.closed.values()
+        folded += sum(closed.sent_by_one_rank(*form, group, rank, scope) * count
+                      for coll, t, form, group, _, count, scope in self.folded.closed.values()
                       if (collective is None or coll == collective) and (tag is None or t == tag))
         return from_events + held + folded
 
@@ -621,8 +631,8 @@ class Trace:
         out = defaultdict(int, self.folded.by_collective)  # the steps folded out of the window, then the rest
         for e in self.events:
             out[e.collective] += e.bytes
-        for c, (sizes, itemsize, _) in self.ring_calls.items():
-            out[self.call(c).collective] += closed.volume(sizes, itemsize, self.call_groups.get(c))
+        for c in self.ring_calls:
+            out[self.call(c).collective] += self._volume(c)
         return dict(out)
 
     def summary(self) -> dict:
@@ -632,8 +642,8 @@ class Trace:
         for e in self.events:
             if e.collective not in TRANSFERS:
                 by_step[self.call(e.call).step] += e.bytes
-        for c, (sizes, itemsize, _) in self.ring_calls.items():
-            by_step[self.call(c).step] += closed.volume(sizes, itemsize, self.call_groups.get(c))
+        for c in self.ring_calls:
+            by_step[self.call(c).step] += self._volume(c)
         return {"by_collective": self.volume_by_collective(), "by_tier": self.bytes_by_tier(),
                 "by_step": dict(sorted(by_step.items())), "calls": self.folded.calls + len(self._calls),
                 "folded_calls": self.folded.calls}

@@ -176,17 +176,18 @@ class StepRuns:
 
 class ClosedCalls(dict):
     """The closed-form calls folded (the meta backend's), counted by what their bytes depend on: {(collective, tag,
-    form, group): [collective, tag, (sizes, itemsize, lag), group, n, count]}. A step's calls recur every step with
+    form, group, scope): [collective, tag, (sizes, itemsize, lag), group, n, count, scope]} (scope: the ranks a
+    pipeline stage's call ran on, `Trace.call_ranks`; None: every rank). A step's calls recur every step with
     the same forms, so the folded calls cost O(one step's), not O(steps); a question multiplies by the count. A form's
     run-length sizes key by their runs (a RunCounts hashes as its whole tuple: O(N)); a group by its identity (the
     entry holds it, so the identity stays its own)."""
 
-    def add(self, call, form: tuple, group, n: int) -> None:
+    def add(self, call, form: tuple, group, n: int, scope=None) -> None:
         sizes = form[0]
-        key = (call.collective, call.tag, getattr(sizes, "runs", sizes), form[1], form[2], id(group), n)
+        key = (call.collective, call.tag, getattr(sizes, "runs", sizes), form[1], form[2], id(group), n, scope)
         entry = self.get(key)
         if entry is None:
-            self[key] = [call.collective, call.tag, form, group, n, 1]
+            self[key] = [call.collective, call.tag, form, group, n, 1, scope]
         else:
             entry[5] += 1
 
@@ -393,14 +394,14 @@ def _fold_closed(trace, calls: list) -> None:
     for c in calls:  # closed-form calls (the meta backend's representative): kept small, counted
         form = trace.ring_calls.pop(c.call, None)
         group = trace.call_groups.pop(c.call, None)
-        trace.call_ranks.pop(c.call, None)
+        scope = trace.call_ranks.pop(c.call, None)
         if form is not None:
             n = group.world_size if group is not None else len(form[0])
-            summary.closed.add(c, form, group, n)
-            moved = closed.volume(form[0], form[1], group)
+            summary.closed.add(c, form, group, n, scope)
+            moved = closed.volume(*form, group, n, scope)
             summary.by_collective[c.collective] += moved
             summary.folding[c.step] += moved
-            intra, inter = closed.bytes_by_tier(*form, group, n, trace.gpus_per_node)
+            intra, inter = closed.bytes_by_tier(*form, group, n, trace.gpus_per_node, scope)
             summary.by_tier["intra-node"] += intra
             summary.by_tier["inter-node"] += inter
 

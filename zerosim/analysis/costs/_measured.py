@@ -119,8 +119,8 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
         row["pipeline"] = stage_rows(engine)
         if engine.engines[0].plan.name != mesh.plan.name:  # what the stage's framework runs beside a pipeline
             row["beside_pipeline"] = engine.engines[0].plan.name  # (parallel/pipeline/_beside.py)
-    if totals and spec.pp > 1:  # NOTE: the closed form counts a call for every rank, not its stage's alone
-        row["sent"], row["tiers"] = None, None  # (parallel/pipeline/_engine.py): not measured here
+    if totals and spec.pp > 1:  # NOTE: the trace counts each rank's bytes (tests/test_pipeline_closed_form.py), but
+        row["sent"], row["tiers"] = None, None  # the formula beside them (comm_volume) knows no stages' sends yet
     elif totals:
         row["sent"] = max(cluster.trace.sent_totals(ranks))  # every rank's, in closed form where the trace summarised
         row["tiers"] = {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()}

@@ -42,9 +42,9 @@ On the meta backend one rank a stage may stand for its stage (`Cluster(N, backen
 every rank's of that stage, and its sends are recorded for every rank it stands for (a CP ring's inside the stage,
 collectives/_send_recv.py; the activations and gradients handed between stages, collectives/_p2p.py), as a run that
 hosts every rank records them (tests/test_pipeline_representative.py). Hosting one rank a stage or every rank, a
-stage's ring collectives (ZeRO's, TP's) are counted in closed form as if every stage ran each stage's call (the
-closed form knows no stage): a rank's total holds every stage's calls of them; a call's own ranks
-(`Trace.call_ranks`) say whose bytes of it are real.
+stage's ring collectives (ZeRO's, TP's) are counted in closed form on the stage's own ranks (`Trace.call_ranks`,
+cluster/_closed.py): every rank's bytes, by collective, tier and step, are those the NumPy backend's rings send
+(tests/test_pipeline_closed_form.py).
 """
 
 from __future__ import annotations
