@@ -1,5 +1,5 @@
-"""A GPT's ops run once for every rank, their sequences stacked (models/_stacked.py), give the loop's bits, log and
-ledgers.
+"""A GPT's (and a Llama's) ops run once for every rank, their sequences stacked (models/_stacked.py), give the loop's
+bits, log and ledgers.
 
 Yardsticks: the same engine run rank by rank (`Cluster(N, stack_ranks=False)`, the naive twin: each rank's `Pass.run`
 on its own micro-batch), every rank's state bit for bit, the whole log pickled to bytes and every ledger's timeline;
@@ -25,8 +25,16 @@ from zerosim.cluster import MemoryLedger
 from zerosim.models import passes_of, schedule
 from zerosim.models.gpt import GPT, AttentionBlock, Embedding, FFNBlock, LMHead, TransformerBlock
 from zerosim.models.gpt._embedding import embedding_backward
-from zerosim.models.layers import LMCrossEntropy, layernorm_backward, layernorm_forward, row_sums, \
-    tokens_linear_backward
+from zerosim.models.layers import (
+    LMCrossEntropy,
+    layernorm_backward,
+    layernorm_forward,
+    rmsnorm_backward,
+    rmsnorm_forward,
+    row_sums,
+    tokens_linear_backward,
+)
+from zerosim.models.llama import Llama, LlamaAttention, LlamaBlock, LlamaHead, SwiGLUFFN, TokenEmbedding
 
 # (stage, GPT options, precision, ranks, sequences per rank, length, micro-steps): each a path a GPT's stacked ops take
 CASES = [
@@ -44,14 +52,21 @@ CASES = [
     (2, {"d_model": 32, "n_layers": 1}, "fp32", 2, 16, 8, 1),
     (1, {"d_model": 32, "n_layers": 1}, "fp32", 2, 16, 8, 1),
 ]
+# the Llama's units on the same helpers: grouped-query attention, fused Q/K/V and gate/up gradients cut per rank
+LLAMA_CASES = [
+    (3, {"llama": True, "n_kv_heads": 1, "qkv_bias": True, "o_bias": True}, "bf16-mixed", 3, 2, 5, 1),
+    (2, {"llama": True, "unit": "sublayer", "attention": "flash", "flash_block": 2}, "fp16-mixed", 2, 2, 6, 2),
+    (1, {"llama": True, "checkpoint": "block", "attention": "selective"}, "fp32", 3, 1, 6, 1),
+    (0, {"llama": True, "d_model": 32, "n_layers": 1, "qkv_bias": True}, "fp32", 2, 16, 8, 1),  # dW a list per rank
+]
 VOCAB = 11
 
 
 def _run(case, stack: bool, steps: int = 2):
     stage, options, precision, n, B, L, k = case
     options = {"d_model": 16, "n_layers": 2, **options}
-    d, layers = options.pop("d_model"), options.pop("n_layers")
-    gpt = GPT(VOCAB, d, 2, layers, 8, **options)
+    d, layers, family = options.pop("d_model"), options.pop("n_layers"), Llama if options.pop("llama", 0) else GPT
+    gpt = family(VOCAB, d, 2, layers, 8, **options)
     engine = ZeroEngine(gpt, Cluster(n, stack_ranks=stack), stage, get_optimizer("adam", lr=1e-2), precision,
                         params=gpt.init_params(np.random.default_rng(3)), accumulation_steps=k)
     rng = np.random.default_rng(5)
@@ -86,7 +101,7 @@ def _same_runs(a, la, b, lb):
         assert x.ledger.timeline == y.ledger.timeline and x.ledger.peak_by_kind() == y.ledger.peak_by_kind()
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}x{c[4]}x{c[5]}-k{c[6]}-"
+@pytest.mark.parametrize("case", CASES + LLAMA_CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}x{c[4]}x{c[5]}-k{c[6]}-"
                          + ("-".join(f"{k}={v}" for k, v in c[1].items()) or "plain"))
 def test_a_gpts_stacked_step_gives_the_loops_bits_log_and_ledgers(case, monkeypatch):
     landed = _landed(monkeypatch)
@@ -97,8 +112,13 @@ def test_a_gpts_stacked_step_gives_the_loops_bits_log_and_ledgers(case, monkeypa
     assert len(landed) == count  # never with stack_ranks=False
     _same_runs(stacked, stacked_losses, loop, loop_losses)
     # every unit's forward and backward, and the loss, ran once for every rank
-    units = {"AttentionBlock", "FFNBlock"} if case[1].get("unit") == "sublayer" else {"TransformerBlock"}
-    for name in units | {"Embedding", "LMHead"}:
+    if case[1].get("llama"):
+        units = {"LlamaAttention", "SwiGLUFFN"} if case[1].get("unit") == "sublayer" else {"LlamaBlock"}
+        units |= {"TokenEmbedding", "LlamaHead"}
+    else:
+        units = {"AttentionBlock", "FFNBlock"} if case[1].get("unit") == "sublayer" else {"TransformerBlock"}
+        units |= {"Embedding", "LMHead"}
+    for name in units:
         assert {("forward", name), ("backward", name)} <= kinds, name
     assert ("loss", "LMCrossEntropy") in kinds
     if "checkpoint" in case[1]:
@@ -231,6 +251,20 @@ def test_each_ranks_row_sums_and_layernorm_gradients_are_its_own(case, d):
             assert same(dx[part], dx_r) and same(dg[r], dg_r) and same(db[r], db_r)
 
 
+@given(sequences(), st.integers(1, 5))
+def test_each_ranks_rmsnorm_gradients_are_its_own(case, d):
+    fmt, n, B, L, array = case
+    f = get_precision(PRESETS[fmt]).compute_format
+    x, dy, w = array((n * B, L, d)), array((n * B, L, d)), array((d,))
+    with np.errstate(all="ignore"):
+        _, cache = rmsnorm_forward(x, w, f)
+        dx, dw = rmsnorm_backward(dy, cache, w, f, n)
+        for r, part in enumerate(_mine(n, B)):
+            _, cache_r = rmsnorm_forward(x[part], w, f)
+            dx_r, dw_r = rmsnorm_backward(dy[part], cache_r, w, f)
+            assert same(dx[part], dx_r) and same(dw[r], dw_r)
+
+
 @given(sequences(), st.integers(1, 4), st.integers(1, 3))
 def test_each_ranks_token_linear_gradients_are_its_own(case, d_in, d_out):
     fmt, n, B, L, array = case
@@ -292,6 +326,11 @@ def test_each_ranks_lm_loss_over_many_tokens_is_its_own(tokens, fmt):
 
 
 UNITS = [
+    lambda: TokenEmbedding(VOCAB, 16),
+    lambda: LlamaBlock(16, 4, 2, 4, 24, attention="flash", block=2, qkv_bias=True, o_bias=True),
+    lambda: LlamaAttention(16, 2, 1, attention="selective"),
+    lambda: SwiGLUFFN(16, 24),
+    lambda: LlamaHead(16, VOCAB),
     lambda: Embedding(VOCAB, 8, 16),
     lambda: TransformerBlock(16, 2),
     lambda: TransformerBlock(16, 2, attention="flash", block=2),
@@ -301,7 +340,7 @@ UNITS = [
 ]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(deadline=None)
 @given(st.sampled_from(range(len(UNITS))), st.sampled_from(sorted(FORMATS)), st.integers(2, 4), st.integers(1, 3),
        st.integers(1, 6), st.integers(0, 2**16))
 def test_each_gpt_units_stacked_forward_and_backward_are_each_ranks_own(which, fmt, n, B, L, seed):
@@ -310,7 +349,7 @@ def test_each_gpt_units_stacked_forward_and_backward_are_each_ranks_own(which, f
     p = {k: v.astype(f.dtype) for k, v in layer.init(rng).items()}
     for k in p:  # biases and gains off their initial zeros and ones
         p[k] = (p[k].astype(np.float32) + 0.1 * rng.standard_normal(p[k].shape).astype(np.float32)).astype(f.dtype)
-    if isinstance(layer, Embedding):
+    if isinstance(layer, (Embedding, TokenEmbedding)):
         x = rng.integers(0, 3, (n * B, L))  # few tokens: repeated
     else:
         x = rng.standard_normal((n * B, L, 16)).astype(f.dtype)

@@ -27,6 +27,15 @@ def tokens_linear_backward(dy: np.ndarray, x: np.ndarray, w: np.ndarray, fmt, n:
     return dx.reshape(x.shape), dw, db
 
 
+def weight_rows(dw, start: int, stop: int):
+    """Rows [start, stop) of a fused weight's gradient (one GEMM's dW cut into its weights: Q/K/V, gate/up): of one
+    (D_out, D_in) array, of n ranks' (n, D_out, D_in) array alike, or of each rank's in a list of n
+    (`tokens_linear_backward` with `n`); views, no copy."""
+    if type(dw) is list:
+        return [w[start:stop] for w in dw]
+    return dw[..., start:stop, :]
+
+
 def linear_flops(rows: int, d_in: int, d_out: int, kind: str, bias: bool = True) -> int:
     """As layers.Linear.flops: x @ w.T is 2·rows·D_in·D_out forward; dx and dw twice that backward;
     a bias adds one add per output forward and one per output (db's sum) backward."""
