@@ -8,9 +8,10 @@ treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU; `Loss.rows_apart`: ha
 rows apart (`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives
 rank r's rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the
 Python a layer costs per call is paid once, not n times (docs/speed.md, section 1, item 13). What sums over one rank's
-rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. A GPT's units and its LM
-loss (`rows_apart_nd`) treat each sequence of a (B, L, ...) activation apart: their rows are the sequences, along
-axis 0, and their weight gradients (the Linears', LayerNorm's, the embedding's scatter) each rank's own sums.
+rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. A GPT's and a Llama's
+units and their LM loss (`rows_apart_nd`) treat each sequence of a (B, L, ...) activation apart: their rows are the
+sequences, along axis 0, and their weight gradients (the Linears', the norms', the embeddings' scatter) each rank's own
+sums.
 
     stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made): a
                                       forward (one that keeps its block's checkpoint too), a recompute (one that
