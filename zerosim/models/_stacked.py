@@ -8,7 +8,10 @@ treats rows apart (`Layer.rows_apart`: Linear, ReLU, GELU; `Loss.rows_apart`: ha
 rows apart (`Arithmetic.rows_apart`: the portable kernels, each element its own exact dot product rounded once), gives
 rank r's rows of one (n·B, D) batch the bits that rank's own (B, D) run gives. So one call serves n ranks, and the
 Python a layer costs per call is paid once, not n times (docs/speed.md, section 1, item 13). What sums over one rank's
-rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows.
+rows (a Linear's dW and db) comes from `Layer.backward_ranks`, over each rank's block of rows. A GPT's and a Llama's
+units and their LM loss (`rows_apart_nd`) treat each sequence of a (B, L, ...) activation apart: their rows are the
+sequences, along axis 0, and their weight gradients (the Linears', the norms', the embeddings' scatter) each rank's own
+sums.
 
     stacks(passes, op, model)         whether `run_stacked` may serve `op` (checked before anything is made): a
                                       forward (one that keeps its block's checkpoint too), a recompute (one that
@@ -52,22 +55,27 @@ def _input(work, op):
 def stacks(passes: list, op, model) -> bool:
     """Whether `op` may run as one computation over `passes`: two or more passes, a forward, recompute or backward
     of a `rows_apart` layer (or the loss of a `rows_apart` loss) on `rows_apart` kernels, no values kept for
-    narration, and every pass's tensor in flight (its block's checkpoint, for a recompute that starts from one) a 2-D
-    host array of one shape and dtype (with its saved tensors at hand, for a backward; its target alike and one loss
-    scale, for the loss). A checkpoint under op-level selective checkpointing keeps the loop (`Pass._selective`
-    decides what it keeps, or refuses)."""
+    narration, and every pass's tensor in flight (its block's checkpoint, for a recompute that starts from one) a
+    host array of one shape and dtype, 2-D (or of any rank, rows along axis 0, for a `rows_apart_nd` layer or loss),
+    with its saved tensors at hand, for a backward; for the loss, its target alike (a host array with a row for each
+    of the prediction's, the rest of its shape `Loss.check_target`'s to vouch for: `Loss.checks_rows`) and one loss
+    scale. A checkpoint under op-level selective checkpointing keeps the loop (`Pass._selective` decides what it
+    keeps, or refuses)."""
     if len(passes) < 2 or op.kind not in KINDS:
         return False
     if op.checkpoint and getattr(model, "checkpoint", None) == "op-sac":
         return False
     loss = op.kind == "loss"
-    if not (model.loss if loss else model.layers[op.layer]).stacks_rows():
+    unit = model.loss if loss else model.layers[op.layer]
+    if not unit.stacks_rows() or (loss and not unit.checks_rows()):
         return False
     first, backward = passes[0], op.kind == "backward"
     if first.keep_values or not arithmetic_of(first.fmt).rows_apart:
         return False
     x, t = first.dy if backward else _input(first, op), first.target
-    if type(x) is not np.ndarray or x.ndim != 2 or (loss and (type(t) is not np.ndarray or t.shape != x.shape)):
+    if type(x) is not np.ndarray or not (x.ndim == 2 or (x.ndim > 2 and unit.rows_apart_nd)):
+        return False
+    if loss and (type(t) is not np.ndarray or t.shape[:1] != x.shape[:1]):
         return False
     shape, dtype, fmt, scale, unledgered = x.shape, x.dtype, first.fmt, first.loss_scale, first.saved.ledger is None
     for work in passes:
@@ -95,10 +103,11 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
         y0 = passes[0].a  # (B, D_out)
         rows = y0.shape[0]
         y = _stack(passes, "a", [work.a for work in passes])  # (n·B, D_out)
-        target = np.concatenate([work.target for work in passes])  # (n·B, D_out)
-        losses, cache = model.loss.forward_ranks(y, target, f, n)  # [n floats], {what: (n·B, ...)}
+        target = np.concatenate([work.target for work in passes])  # (n·B, ...)
+        # [n floats], {what: (n·R, ...)}: each rank's R rows a block (R = B, or B·L for an LM's tokens)
+        losses, cache = model.loss.forward_ranks(y, target, f, n)
         dy = model.loss.backward_ranks(cache, f, n, scale=passes[0].loss_scale)  # (n·B, D_out) fmt
-        if len(losses) != n or not _rows_of(n * rows, dy, *cache.values()):
+        if len(losses) != n or not _rows_of(n * rows, dy) or not all(_blocks_of(n, a) for a in cache.values()):
             return None
         made = done(None, model.loss.flops(y0.shape), int(y0.nbytes), int(dy[:rows].nbytes))
         return Landing(made, _land_loss(passes, rows, losses, cache, dy))
@@ -128,11 +137,11 @@ def run_stacked(passes: list, op, model, params: dict, grads_out: dict | None = 
     dy = _stack(passes, "dy", [work.dy for work in passes])  # (n·B, D_out)
     with used_once(dy, *cache.values()):
         dx, grads = layer.backward_ranks(params, dy, cache, f, n, grads_out)  # (n·B, D_in), {name: n ranks' (...)}
-    if not _rows_of(n * rows, dx) or any(len(g) != n for g in grads.values()):
-        return None
+    if not (dx is None or _rows_of(n * rows, dx)) or any(len(g) != n for g in grads.values()):
+        return None  # (dx None: the embedding's, no gradient for integer ids)
     x_shape = next(iter(first.values())).shape if first else dy0.shape
     read = weights + int(dy0.nbytes) + sum(int(a.nbytes) for a in first.values())
-    written = int(dx[:rows].nbytes) + sum(int(g[0].nbytes) for g in grads.values())
+    written = (0 if dx is None else int(dx[:rows].nbytes)) + sum(int(g[0].nbytes) for g in grads.values())
     made = done(None, layer.flops(x_shape, "backward"), read, written)
     return Landing(made, _land_backward(passes, op, rows, dx), grads)
 
@@ -150,6 +159,11 @@ def _alike(saved: list) -> bool:
 
 def _rows_of(rows: int, *arrays) -> bool:
     return all(getattr(a, "ndim", 0) >= 1 and a.shape[0] == rows for a in arrays)
+
+
+def _blocks_of(n: int, a) -> bool:
+    """Whether `a`'s leading axis splits into n blocks of one length (the loss's cache: each rank's rows a block)."""
+    return getattr(a, "ndim", 0) >= 1 and a.shape[0] % n == 0
 
 
 def _stack(passes: list, key, arrays: list):
@@ -233,7 +247,7 @@ def _land_forward(passes, op, name: str, rows: int, out, cache: dict) -> list:
 def _land_loss(passes, rows: int, losses: list, cache: dict, dy) -> list:
     """Every pass's landing of the loss: its cache adopted and freed, its loss and gradient set."""
     n, saves = len(passes), [work.saved for work in passes]
-    events = put_ranks(saves, "loss", "loss", tuple(cache), [_each_pass(a, n, rows) for a in cache.values()])
+    events = put_ranks(saves, "loss", "loss", tuple(cache), [_each_pass(a, n, a.shape[0] // n) for a in cache.values()])
     events += drop_ranks(saves, "loss")
     for work, loss, d in zip(passes, losses, _cut(passes, "dy", dy, n, rows)):
         work.loss, work.dy = loss, d  # (B, D_out)
@@ -244,6 +258,11 @@ def _land_backward(passes, op, rows: int, dx) -> list:
     """Every pass's landing of a backward: its saved tensors freed (`Pass.run` frees them before the layer's
     backward; read already: `peek`), its gradient in flight replaced."""
     events = drop_ranks([work.saved for work in passes], op.layer)
+    if dx is None:  # no gradient to hand on (the embedding's: integer ids), as each pass's own backward gives
+        passes[0].stacks.pop("dy", None)
+        for work in passes:
+            work.dy = None
+        return events
     for work, d in zip(passes, _cut(passes, "dy", dx, len(passes), rows)):
         work.dy = d  # (B, D_in)
     return events

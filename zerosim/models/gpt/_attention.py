@@ -51,6 +51,7 @@ from zerosim.models.layers import (
     split_heads,
     tokens_linear_backward,
     tokens_linear_forward,
+    written_into,
 )
 from zerosim.precision import get_format
 
@@ -84,12 +85,14 @@ def attention_block_forward(p: dict, x: np.ndarray, heads: int, fmt, mode: str =
 
 
 def attention_block_backward(p: dict, dy: np.ndarray, cache: dict, heads: int, fmt, mode: str = "standard",
-                             block: int = BLOCK) -> tuple[np.ndarray, dict]:
-    """(dx (B, L, d), grads by parameter name), all in fmt; reads only this sub-block's cache keys."""
+                             block: int = BLOCK, n: int | None = None) -> tuple[np.ndarray, dict]:
+    """(dx (B, L, d), grads by parameter name), all in fmt; reads only this sub-block's cache keys. `n`: n ranks'
+    micro-batches stacked along axis 0 (models/_stacked.py), each gradient n ranks' own, rank r's at [r]: every
+    sequence's attention is its own, and only the weight gradients sum over a rank's sequences."""
     f = get_format(fmt)
     x, o = cache["block input"], cache["attention output"]
     q, k, v = cache["Q"], cache["K"], cache["V"]
-    do, dw_o, db_o = tokens_linear_backward(dy, o, p["w_o"], f)  # the residual passes dy on unchanged
+    do, dw_o, db_o = tokens_linear_backward(dy, o, p["w_o"], f, n)  # the residual passes dy on unchanged
     do_heads = split_heads(do, heads)
     if mode == "flash":
         dq, dk, dv = flash_attention_backward(do_heads, (q, k, v, split_heads(o, heads), cache["LSE"]), f, block)
@@ -97,7 +100,8 @@ def attention_block_backward(p: dict, dy: np.ndarray, cache: dict, heads: int, f
         dq, dk, dv = attention_backward(do_heads, (q, k, v, cache.get("P")), f)
     dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, L, 3d) fmt
     ln_cache = (x, cache["LN1 mean"], cache["LN1 rstd"])
-    dx, dg, db, dw_qkv, db_qkv = prenorm_residual_backward(dqkv, dy, ln_cache, p["ln1.g"], p["ln1.b"], p["w_qkv"], f)
+    dx, dg, db, dw_qkv, db_qkv = prenorm_residual_backward(dqkv, dy, ln_cache, p["ln1.g"], p["ln1.b"], p["w_qkv"], f,
+                                                           n)
     return dx, {"ln1.g": dg, "ln1.b": db, "w_qkv": dw_qkv, "b_qkv": db_qkv, "w_o": dw_o, "b_o": db_o}
 
 
@@ -148,6 +152,7 @@ class AttentionBlock(Layer):
     """
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own (standard, selective and flash attention alike)
 
     def __init__(self, d: int, heads: int, attention: str = "standard", n_layers: int = 1,
                  block: int = BLOCK, name: str = "attn"):
@@ -161,6 +166,10 @@ class AttentionBlock(Layer):
 
     def backward(self, p, dy, cache, fmt):
         return attention_block_backward(p, dy, cache, self.heads, fmt, self.attention, self.block)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = attention_block_backward(p, dy, cache, self.heads, fmt, self.attention, self.block, n)
+        return dx, written_into(out, grads)
 
     def saved_spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} of what forward saves for an input of x_shape = (B, L, d)."""

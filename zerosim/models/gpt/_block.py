@@ -33,14 +33,16 @@ from zerosim.models.gpt._mlp import (
     ffn_block_spec,
     ffn_param_shapes,
     init_ffn,
+    stacks_sequences,
 )
-from zerosim.models.layers import BLOCK, Layer
+from zerosim.models.layers import BLOCK, Layer, written_into
 
 
 class TransformerBlock(Layer):
     """Attention sub-block + FFN sub-block: one unit (FSDP's usual wrap: one transformer block per unit)."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own (`stacks_sequences`: GELU's only)
 
     def __init__(self, d: int, heads: int, activation: str = "gelu", attention: str = "standard", n_layers: int = 1,
                  block: int = BLOCK, name: str = "block"):
@@ -59,6 +61,14 @@ class TransformerBlock(Layer):
         dh, ffn_grads = ffn_block_backward(p, dy, cache, fmt, self.activation)
         dx, attn_grads = attention_block_backward(p, dh, cache, self.heads, fmt, self.attention, self.block)
         return dx, {**attn_grads, **ffn_grads}
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dh, ffn_grads = ffn_block_backward(p, dy, cache, fmt, self.activation, n)
+        dx, attn_grads = attention_block_backward(p, dh, cache, self.heads, fmt, self.attention, self.block, n)
+        return dx, written_into(out, {**attn_grads, **ffn_grads})
+
+    def stacks_rows(self):
+        return stacks_sequences(self)
 
     def saved_spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} of what forward saves for an input of x_shape = (B, L, d)."""

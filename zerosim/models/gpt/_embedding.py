@@ -17,7 +17,7 @@ import numpy as np
 
 from zerosim.models._decoder import INIT_STD
 from zerosim.models._spaces import zeros_like_space
-from zerosim.models.layers import Layer, acc_dtype
+from zerosim.models.layers import Layer, acc_dtype, written_into
 from zerosim.precision import cast, get_format
 
 
@@ -33,22 +33,33 @@ def embedding_forward(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, fmt,
 
 
 def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, fmt,
-                       positions=None) -> tuple[np.ndarray, np.ndarray]:
-    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe no token sits at get exact zeros."""
+                       positions=None, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(dwte (V, d), dwpe (L_max, d)) in fmt; rows of wpe no token sits at get exact zeros. `n`: dy and the ids hold
+    n ranks' micro-batches stacked along axis 0 (models/_stacked.py), and the tables are each rank's own, (n, V, d)
+    and (n, L_max, d): every rank's tokens scattered into its own table, in its own (b, t) order."""
     f = get_format(fmt)
     acc = acc_dtype(f)
     (ids,) = cache
     B, L, d = dy.shape
+    ranks = () if n is None else (n,)
     dy_acc = dy.astype(acc)
-    dwte = zeros_like_space(dy, (vocab, d), acc)  # (V, d) acc, where dy lives
+    tokens = ids.reshape(-1)  # (B·L,) in (b, t) order: rank by rank where stacked
+    dwte = zeros_like_space(dy, (*ranks, vocab, d), acc)  # ((n,) V, d) acc, where dy lives
     if isinstance(dwte, np.ndarray):
-        np.add.at(dwte, ids.reshape(-1), dy_acc.reshape(-1, d))  # tokens in (b, t) order, like a sequential scatter
+        # tokens in (b, t) order, like a sequential scatter (np.add.at adds one index after another, unbuffered);
+        # stacked, each at (its rank, its token): rank r's table meets its own tokens alone, in their order
+        at = tokens if n is None else (np.arange(n).repeat(tokens.size // n), tokens)
+        np.add.at(dwte, at, dy_acc.reshape(-1, d))
     else:  # a device: the same adds in the same order (its atomic scatter-add would add in any order)
         rows = dy_acc.reshape(-1, d)
-        for j, token in enumerate(ids.reshape(-1).get().tolist()):
-            dwte[token] += rows[j]
-    dwpe = zeros_like_space(dy, (max_len, d), acc)  # (L_max, d) acc
-    dwpe[slice(0, L) if positions is None else positions] = dy_acc.sum(axis=0, dtype=acc)
+        for j, token in enumerate(tokens.get().tolist()):
+            dwte[token if n is None else (j * n // tokens.size, token)] += rows[j]
+    dwpe = zeros_like_space(dy, (*ranks, max_len, d), acc)  # ((n,) L_max, d) acc
+    at = slice(0, L) if positions is None else positions
+    if n is None:
+        dwpe[at] = dy_acc.sum(axis=0, dtype=acc)
+    else:  # each rank's sum over its own sequences, row after row as its own call adds them
+        dwpe[:, at] = dy_acc.reshape(n, -1, L, d).sum(axis=1, dtype=acc)
     return cast(dwte, f), cast(dwpe, f)
 
 
@@ -56,6 +67,8 @@ class Embedding(Layer):
     """Token table "wte" (V, d) and learned position table "wpe" (L_max, d), GPT-2 style."""
 
     saves_input_only = True  # cache == {"input": ids}
+    rows_apart = True  # each sequence's tokens alone; ids (B, L) are 2-D, a context-parallel rank's wrapped (the loop)
+    rows_apart_nd = True
 
     def __init__(self, vocab: int, max_len: int, d: int, name: str = "embed"):
         super().__init__(name)
@@ -73,6 +86,12 @@ class Embedding(Layer):
         dwte, dwpe = embedding_backward(dy, (getattr(x, "value", x),), self.vocab, self.max_len, fmt,
                                         getattr(x, "positions", None))
         return None, {"wte": dwte, "wpe": dwpe}
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        x = cache["input"]
+        dwte, dwpe = embedding_backward(dy, (getattr(x, "value", x),), self.vocab, self.max_len, fmt,
+                                        getattr(x, "positions", None), n)
+        return None, written_into(out, {"wte": dwte, "wpe": dwpe})
 
     def saved_spec(self, x_shape, fmt, ids_dtype=np.int64) -> dict:
         """{"input": ((B, L), ids_dtype)}: the ids as given (the driver passes integers uncast)."""

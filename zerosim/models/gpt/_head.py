@@ -24,6 +24,7 @@ from zerosim.models.layers import (
     linear_flops,
     tokens_linear_backward,
     tokens_linear_forward,
+    written_into,
 )
 from zerosim.precision import get_format
 
@@ -32,6 +33,7 @@ class LMHead(Layer):
     """Final LayerNorm ("lnf.g", "lnf.b") and the untied head "w_head" (V, d)."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own
 
     def __init__(self, d: int, vocab: int, name: str = "head"):
         super().__init__(name)
@@ -45,11 +47,19 @@ class LMHead(Layer):
         return logits, {"final LN input": x, "LN mean": mean, "LN rstd": rstd}
 
     def backward(self, p, dy, cache, fmt):
+        return self._backward(p, dy, cache, fmt)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = self._backward(p, dy, cache, fmt, n)
+        return dx, written_into(out, grads)
+
+    def _backward(self, p, dy, cache, fmt, n=None):
+        """`backward`; with `n`, n ranks' micro-batches stacked along axis 0 and each gradient n ranks' own."""
         f = get_format(fmt)
         ln_cache = (cache["final LN input"], cache["LN mean"], cache["LN rstd"])
         ln = layernorm_output(ln_cache, p["lnf.g"], p["lnf.b"], f)  # W_head's input, bitwise the forward's
-        dln, dw, _ = tokens_linear_backward(dy, ln, p["w_head"], f)
-        dx, dg, db = layernorm_backward(dln, ln_cache, p["lnf.g"], f)
+        dln, dw, _ = tokens_linear_backward(dy, ln, p["w_head"], f, n)
+        dx, dg, db = layernorm_backward(dln, ln_cache, p["lnf.g"], f, n)
         return dx, {"lnf.g": dg, "lnf.b": db, "w_head": dw}
 
     def saved_spec(self, x_shape, fmt) -> dict:

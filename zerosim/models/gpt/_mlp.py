@@ -45,6 +45,7 @@ from zerosim.models.layers import (
     residual_add,
     tokens_linear_backward,
     tokens_linear_forward,
+    written_into,
 )
 from zerosim.precision import cast, get_format
 
@@ -84,18 +85,20 @@ def ffn_block_forward(p: dict, x: np.ndarray, fmt, activation: str = "gelu") -> 
     return residual_add(x, out, f), cache
 
 
-def ffn_block_backward(p: dict, dy: np.ndarray, cache: dict, fmt, activation: str = "gelu") -> tuple[np.ndarray, dict]:
-    """(dx (B, L, d), grads by parameter name), all in fmt; reads only this sub-block's cache keys."""
+def ffn_block_backward(p: dict, dy: np.ndarray, cache: dict, fmt, activation: str = "gelu",
+                       n: int | None = None) -> tuple[np.ndarray, dict]:
+    """(dx (B, L, d), grads by parameter name), all in fmt; reads only this sub-block's cache keys. `n`: n ranks'
+    micro-batches stacked along axis 0 (models/_stacked.py), each gradient n ranks' own, rank r's at [r]."""
     f = get_format(fmt)
     x, x2 = cache["pre-FFN input"], cache["x2"]
-    dx2, dw2, db2 = tokens_linear_backward(dy, x2, p["w2"], f)
+    dx2, dw2, db2 = tokens_linear_backward(dy, x2, p["w2"], f, n)
     if activation == "gelu":
         dx1 = gelu_backward(dx2, (cache["x1"],), f)
     else:
         dx1 = cast(dx2, f)  # ReLU's backward selects, never rounds
         dx1[~unpack_mask(cache["ReLU mask"], dx2.shape)] = 0
     ln_cache = (x, cache["LN2 mean"], cache["LN2 rstd"])
-    dx, dg, db, dw1, db1 = prenorm_residual_backward(dx1, dy, ln_cache, p["ln2.g"], p["ln2.b"], p["w1"], f)
+    dx, dg, db, dw1, db1 = prenorm_residual_backward(dx1, dy, ln_cache, p["ln2.g"], p["ln2.b"], p["w1"], f, n)
     return dx, {"ln2.g": dg, "ln2.b": db, "w1": dw1, "b1": db1, "w2": dw2, "b2": db2}
 
 
@@ -127,6 +130,12 @@ def ffn_block_flops(x_shape: tuple, kind: str, activation: str = "gelu") -> int:
     )
 
 
+def stacks_sequences(layer) -> bool:
+    """`Layer.stacks_rows` of a unit holding the FFN: with GELU only. ReLU's saved mask packs the bits of the whole
+    micro-batch in one (⌈BLF/8⌉,) array, not one row per sequence: n ranks' stack is no n blocks of it."""
+    return layer.activation == "gelu" and Layer.stacks_rows(layer)
+
+
 def check_activation(activation: str) -> str:
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -146,6 +155,7 @@ class FFNBlock(Layer):
     """LN2 + W1 + GELU/ReLU + W2 + residual: one ZeRO unit."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own (`stacks_sequences`: GELU's only)
 
     def __init__(self, d: int, activation: str = "gelu", n_layers: int = 1, name: str = "ffn"):
         super().__init__(name)
@@ -157,6 +167,13 @@ class FFNBlock(Layer):
 
     def backward(self, p, dy, cache, fmt):
         return ffn_block_backward(p, dy, cache, fmt, self.activation)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = ffn_block_backward(p, dy, cache, fmt, self.activation, n)
+        return dx, written_into(out, grads)
+
+    def stacks_rows(self):
+        return stacks_sequences(self)
 
     def saved_spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} of what forward saves for an input of x_shape = (B, L, d)."""

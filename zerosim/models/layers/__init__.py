@@ -28,16 +28,16 @@ _NAMES = {
     "._attention_merge": ("accumulate", "correct_out", "merge_lse"),
     "._basic": (
         "GELU", "Layer", "Linear", "ReLU", "acc_dtype", "gelu_backward", "gelu_forward", "linear_backward",
-        "linear_forward", "relu_backward", "relu_forward", "rounded",
+        "linear_forward", "relu_backward", "relu_forward", "rounded", "written_into",
     ),
     "._flash_attention": ("BLOCK", "flash_attention_backward", "flash_attention_flops", "flash_attention_forward"),
-    "._layernorm": ("layernorm_backward", "layernorm_flops", "layernorm_forward", "layernorm_output"),
+    "._layernorm": ("layernorm_backward", "layernorm_flops", "layernorm_forward", "layernorm_output", "row_sums"),
     "._lm_loss": ("LMCrossEntropy",),
     "._losses": ("LOSSES", "HalfMSE", "Loss", "SoftmaxCrossEntropy", "get_loss"),
     "._prenorm": ("prenorm_linear_forward", "prenorm_residual_backward", "prenorm_residual_flops", "residual_add"),
     "._rmsnorm": ("RMS_EPS", "rmsnorm_backward", "rmsnorm_flops", "rmsnorm_forward", "rmsnorm_output"),
     "._rotary": ("ROPE_THETA", "rope_backward", "rope_flops", "rope_forward", "rope_tables"),
-    "._token_linear": ("linear_flops", "tokens_linear_backward", "tokens_linear_forward"),
+    "._token_linear": ("linear_flops", "tokens_linear_backward", "tokens_linear_forward", "weight_rows"),
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 

@@ -116,11 +116,21 @@ def linear_backward_ranks(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt, n: i
     db = rounded(dy_r.astype(acc, copy=False).sum(axis=1, dtype=acc), f)  # (n, D_out)
     if out is None:
         return dx, dw, db
-    for name, made in (("w", dw), ("b", db)):
+    grads = written_into(out, {"w": dw, "b": db})
+    return dx, grads["w"], grads["b"]
+
+
+def written_into(out: dict | None, grads: dict) -> dict:
+    """`grads` ({name: n ranks' arrays, rank r's at [r]}) with each one `out` names ({name: an (n, ...) array, or a
+    list of each rank's array}: `Layer.backward_ranks`' `out`) copied there, rank by rank, and named by it instead
+    (one made there already stays as it is); `grads` itself where there is no `out`."""
+    if out is None:
+        return grads
+    for name, made in grads.items():
         if name in out and made is not out[name]:
             for r, into_r in enumerate(out[name]):  # rank r's (an (n, ...) array's row, or the list's array r)
                 into_r[...] = made[r]
-    return dx, out["w"], out.get("b", db)
+    return {name: out.get(name, made) for name, made in grads.items()}
 
 
 # elements of one rank's dy and x below which fp32 dW are one batched product: where the portable kernel proves a
@@ -240,6 +250,9 @@ class Layer:
     # where the arithmetic's products are rows apart too. A layer with weights then gives `backward_ranks` for the
     # weight gradients, which sum over each rank's rows.
     rows_apart: bool = False
+    # `rows_apart` holds for activations of any rank, its rows the slices along axis 0 (a GPT's (B, L, d): each
+    # sequence alone, attention and LayerNorm included); else for 2-D ones only (a Linear's backward transposes dy)
+    rows_apart_nd: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -59,20 +59,31 @@ def layernorm_output(cache: tuple, g: np.ndarray, b: np.ndarray, fmt) -> np.ndar
     return cast(_normalized(x, mean, rstd) * g.astype(acc) + b.astype(acc), get_format(fmt))
 
 
-def layernorm_backward(dy: np.ndarray, cache: tuple, g: np.ndarray, fmt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx (..., d), dg (d,), db (d,)) in fmt; the sums over rows run in acc."""
+def layernorm_backward(dy: np.ndarray, cache: tuple, g: np.ndarray, fmt,
+                       n: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx (..., d), dg (d,), db (d,)) in fmt; the sums over rows run in acc. `n`: dy and x hold n ranks' micro-
+    batches stacked along axis 0 (models/_stacked.py), and dg, db are (n, d), each rank's sum over its own rows."""
     x, mean, rstd = cache
     f, acc = get_format(fmt), mean.dtype
     xhat = _normalized(x, mean, rstd)  # (..., d) acc
     dy_acc = dy.astype(acc)
-    rows = tuple(range(dy.ndim - 1))
-    dg = (dy_acc * xhat).sum(axis=rows, dtype=acc)
-    db = dy_acc.sum(axis=rows, dtype=acc)
+    dg = row_sums(dy_acc * xhat, n)
+    db = row_sums(dy_acc, n)
     dxhat = dy_acc * g.astype(acc)
     m1 = dxhat.mean(axis=-1, keepdims=True, dtype=acc)
     m2 = (dxhat * xhat).mean(axis=-1, keepdims=True, dtype=acc)
     dx = rstd[..., None] * (dxhat - m1 - xhat * m2)
     return cast(dx, f), cast(dg, f), cast(db, f)
+
+
+def row_sums(a: np.ndarray, n: int | None = None) -> np.ndarray:
+    """The sum of `a` (..., d) over every axis but the last, in a's dtype: (d,); with `n`, where `a` holds n ranks'
+    rows stacked along axis 0, each rank's own sum over its own rows: (n, d). NumPy adds a contiguous array's rows
+    one after another, in order, for each element (its leading axes taken as one), so rank r's sum over its block is
+    the one its own call makes (tests/test_stacked_gpt.py: rank by rank, bit for bit)."""
+    if n is None:
+        return a.sum(axis=tuple(range(a.ndim - 1)), dtype=a.dtype)
+    return a.reshape(n, -1, a.shape[-1]).sum(axis=1, dtype=a.dtype)
 
 
 def layernorm_flops(rows: int, d: int, kind: str) -> int:

@@ -19,6 +19,8 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
     """L = mean over the B·L positions of −log softmax(logits[b, t])[target[b, t]]; targets (B, L) integers."""
 
     name = "lm-xent"
+    rows_apart = rows_apart_nd = True  # each sequence's tokens alone: `forward_ranks`, `backward_ranks`
+    targets_rows_apart = True  # (batch, L) integers in [0, V): each sequence's own
 
     def check_target(self, target, batch, outputs):
         """`batch` is B and `outputs` is V here; the target's length must be checked against the input's
@@ -40,6 +42,21 @@ class LMCrossEntropy(SoftmaxCrossEntropy):
         labels = cache["labels"]  # (B, L): its shape gives dy's
         dy = super().backward({"probabilities": cache["probabilities"], "labels": labels.reshape(-1)}, fmt, scale)
         return dy.reshape(*labels.shape, dy.shape[-1])  # (B, L, V) fmt
+
+    def forward_ranks(self, y, target, fmt, n):
+        """Each rank's loss, the mean over its own B·L tokens as its `forward` takes it (NumPy sums each row of the
+        (n, B·L) token losses as it sums one rank's (B·L,) alone: tests/test_stacked_gpt.py); the cache of the
+        n·B·L rows, rank r's B·L rows the r-th block of each."""
+        B, L, V = y.shape
+        terms, cache = self.row_losses(y.reshape(B * L, V), target.reshape(B * L), fmt)  # (n·B·L,) acc
+        losses = np.mean(terms.reshape(n, -1), axis=1, dtype=terms.dtype)  # (n,) acc
+        return losses.tolist(), {"probabilities": cache["probabilities"], "labels": cache["labels"].reshape(B, L)}
+
+    def backward_ranks(self, cache, fmt, n, scale=1.0):
+        """dy of each rank's mean: (softmax − onehot) / (its own B·L tokens), elementwise."""
+        labels = cache["labels"]  # (n·B, L)
+        dy = self._scaled(cache["probabilities"], labels.reshape(-1), labels.size // n, fmt, scale)
+        return dy.reshape(*labels.shape, dy.shape[-1])  # (n·B, L, V) fmt
 
     def saved_spec(self, y_shape, y_dtype) -> dict:
         """{name: (shape, dtype)} of exactly what forward keeps for logits of y_shape = (B, L, V) in y_dtype."""

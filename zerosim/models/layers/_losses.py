@@ -34,6 +34,9 @@ class Loss:
     # n ranks' predictions may go through as one batch of their rows (models/_stacked.py): `forward_ranks` gives each
     # rank's loss as its own forward does, `backward_ranks` each row's dy
     rows_apart: bool = False
+    # `rows_apart` holds for predictions of any rank, its rows the slices along axis 0 (an LM's (B, L, V) logits); else
+    # for 2-D ones only
+    rows_apart_nd: bool = False
     # `check_target` decides row by row: a (batch, ...) target passes exactly where each of its rows would, so n ranks'
     # targets of one shape and dtype pass where their stack does (parallel/data/_batches.py asks the stack once)
     targets_rows_apart: bool = False
@@ -145,6 +148,12 @@ class SoftmaxCrossEntropy(Loss):
             raise ValueError(f"class labels must lie in [0, {outputs}), got {t.min()}..{t.max()}")
 
     def forward(self, y, target, fmt=None):
+        terms, cache = self.row_losses(y, target, fmt)
+        return float(np.mean(terms, dtype=_acc_of(y))), cache
+
+    def row_losses(self, y, target, fmt=None) -> tuple:
+        """(each row's −log softmax(y)[label] (B,) in acc, the cache): `forward`'s loss before its mean over the rows,
+        each row's its own (a max, a sum and a log over that row alone)."""
         acc, ops = _acc_of(y), arithmetic_of(format_of(y) if fmt is None else get_format(fmt))
         t = target if hasattr(target, "astype") else np.asarray(target)  # an array stays where it lives (a device)
         labels = t.astype(np.int64).reshape(y.shape[0])  # (B,)
@@ -153,14 +162,19 @@ class SoftmaxCrossEntropy(Loss):
         e = ops.exp(z)  # (B, C)
         s = e.sum(axis=1, keepdims=True, dtype=acc)  # (B, 1)
         rows = space_of(z).arange(y.shape[0])  # made where z lives (a device indexes with its own arrays)
-        loss = np.mean(ops.log(s[:, 0]) - z[rows, labels], dtype=acc)
-        return float(loss), {"probabilities": e / s, "labels": labels}  # (B, C) in acc, (B,) int64
+        return ops.log(s[:, 0]) - z[rows, labels], {"probabilities": e / s, "labels": labels}  # (B, C) acc, (B,) int64
 
     def backward(self, cache, fmt, scale=1.0):
-        p, labels = cache["probabilities"], cache["labels"]
-        g = p.copy()  # dL/dy = (softmax(y) - onehot(label)) / B
+        p = cache["probabilities"]
+        return self._scaled(p, cache["labels"], p.shape[0], fmt, scale)
+
+    @staticmethod
+    def _scaled(p, labels, rows: int, fmt, scale: float):
+        """dy = cast(scale · (softmax(y) − onehot(label)) / rows, fmt): the mean's gradient over `rows` rows (a rank's
+        own, where p holds several ranks' rows), elementwise in acc."""
+        g = p.copy()
         g[space_of(g).arange(len(labels)), labels] -= 1
-        g = g / p.dtype.type(p.shape[0])
+        g = g / p.dtype.type(rows)
         return cast(g * p.dtype.type(scale), get_format(fmt))
 
 

@@ -28,11 +28,13 @@ def residual_add(x: np.ndarray, out: np.ndarray, fmt) -> np.ndarray:
     return cast(x.astype(acc) + out.astype(acc), fmt)
 
 
-def prenorm_residual_backward(dz: np.ndarray, dy: np.ndarray, ln_cache: tuple, g, b, w, fmt) -> tuple:
-    """From dz = dL/dz and the block's dy: (dx, dg, db, dW, dbias), all in fmt."""
+def prenorm_residual_backward(dz: np.ndarray, dy: np.ndarray, ln_cache: tuple, g, b, w, fmt,
+                              n: int | None = None) -> tuple:
+    """From dz = dL/dz and the block's dy: (dx, dg, db, dW, dbias), all in fmt. `n`: n ranks' micro-batches stacked
+    along axis 0, the weight gradients each rank's own (`tokens_linear_backward`, `layernorm_backward`)."""
     ln = layernorm_output(ln_cache, g, b, fmt)  # W's input, bitwise the forward's
-    dln, dw, dbias = tokens_linear_backward(dz, ln, w, fmt)
-    dx_ln, dg, db = layernorm_backward(dln, ln_cache, g, fmt)
+    dln, dw, dbias = tokens_linear_backward(dz, ln, w, fmt, n)
+    dx_ln, dg, db = layernorm_backward(dln, ln_cache, g, fmt, n)
     return residual_add(dy, dx_ln, fmt), dg, db, dw, dbias  # the residual's two gradient paths, summed once
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models.layers._basic import acc_dtype
+from zerosim.models.layers._layernorm import row_sums
 from zerosim.precision import cast, get_format
 
 RMS_EPS = 1e-6  # LlamaRMSNorm's default eps (the configs' rms_norm_eps; Llama 2 and 3 ship 1e-5)
@@ -58,14 +59,15 @@ def rmsnorm_output(cache: tuple, w: np.ndarray, fmt) -> np.ndarray:
     return cast(w.astype(rstd.dtype) * xhat, f)
 
 
-def rmsnorm_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt) -> tuple[np.ndarray, np.ndarray]:
-    """(dx (..., d), dw (d,)) in fmt; the sums run in acc."""
+def rmsnorm_backward(dy: np.ndarray, cache: tuple, w: np.ndarray, fmt,
+                     n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(dx (..., d), dw (d,)) in fmt; the sums run in acc. `n`: dy and x hold n ranks' micro-batches stacked along
+    axis 0 (models/_stacked.py), and dw is (n, d), each rank's sum over its own rows (`row_sums`)."""
     x, rstd = cache
     f, acc = get_format(fmt), rstd.dtype
     xhat = _normalized(x, rstd)  # (..., d) acc
     dy_acc = dy.astype(acc)
-    rows = tuple(range(dy.ndim - 1))
-    dw = (dy_acc * cast(xhat, f).astype(acc)).sum(axis=rows, dtype=acc)  # the weight multiplied the rounded x̂
+    dw = row_sums(dy_acc * cast(xhat, f).astype(acc), n)  # the weight multiplied the rounded x̂
     g = dy_acc * w.astype(acc)
     m = (g * xhat).mean(axis=-1, keepdims=True, dtype=acc)
     dx = rstd[..., None] * (g - xhat * m)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zerosim.models.layers._basic import linear_backward, linear_forward
+from zerosim.models.layers._basic import linear_backward, linear_backward_ranks, linear_forward
 
 
 def tokens_linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fmt) -> np.ndarray:
@@ -18,10 +18,22 @@ def tokens_linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, fm
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
-def tokens_linear_backward(dy: np.ndarray, x: np.ndarray, w: np.ndarray, fmt) -> tuple:
-    """(dx (..., D_in), dw (D_out, D_in), db (D_out,)) of y = x @ w.T + b, all in fmt."""
-    dx, dw, db = linear_backward(dy.reshape(-1, dy.shape[-1]), (x.reshape(-1, x.shape[-1]),), w, fmt)
+def tokens_linear_backward(dy: np.ndarray, x: np.ndarray, w: np.ndarray, fmt, n: int | None = None) -> tuple:
+    """(dx (..., D_in), dw (D_out, D_in), db (D_out,)) of y = x @ w.T + b, all in fmt. `n`: dy and x hold n ranks'
+    micro-batches stacked along axis 0 (models/_stacked.py), and dw, db are each rank's own, over its own tokens
+    (`linear_backward_ranks`: n ranks' (D_out, D_in) and an (n, D_out) array)."""
+    dy2, x2 = dy.reshape(-1, dy.shape[-1]), (x.reshape(-1, x.shape[-1]),)  # (tokens, D_out), (tokens, D_in)
+    dx, dw, db = linear_backward(dy2, x2, w, fmt) if n is None else linear_backward_ranks(dy2, x2, w, fmt, n)
     return dx.reshape(x.shape), dw, db
+
+
+def weight_rows(dw, start: int, stop: int):
+    """Rows [start, stop) of a fused weight's gradient (one GEMM's dW cut into its weights: Q/K/V, gate/up): of one
+    (D_out, D_in) array, of n ranks' (n, D_out, D_in) array alike, or of each rank's in a list of n
+    (`tokens_linear_backward` with `n`); views, no copy."""
+    if type(dw) is list:
+        return [w[start:stop] for w in dw]
+    return dw[..., start:stop, :]
 
 
 def linear_flops(rows: int, d_in: int, d_out: int, kind: str, bias: bool = True) -> int:

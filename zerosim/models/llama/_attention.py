@@ -55,6 +55,8 @@ from zerosim.models.layers import (
     linear_flops,
     merge_heads,
     residual_add,
+    weight_rows,
+    written_into,
     rmsnorm_backward,
     rmsnorm_flops,
     rmsnorm_forward,
@@ -133,21 +135,24 @@ def norm_qkv_forward(p, x, heads: int, kv_heads: int, qkv_bias: bool, eps: float
     return q, k, v, rstd
 
 
-def norm_qkv_backward(p, dq, dk, dv, x, rstd, qkv_bias: bool, cos, sin, fmt) -> tuple:
+def norm_qkv_backward(p, dq, dk, dv, x, rstd, qkv_bias: bool, cos, sin, fmt, n: int | None = None) -> tuple:
     """The first half's backward from dQ (B, H, L, d_h) and dK, dV (B, G, L, d_h, K/V heads summed already): (dx
-    through the norm alone, {norm1.w, q/k/v_proj (and biases): grads})."""
+    through the norm alone, {norm1.w, q/k/v_proj (and biases): grads}). `n`: n ranks' micro-batches stacked along
+    axis 0 (models/_stacked.py), each gradient n ranks' own."""
     f = get_format(fmt)
     dq, dk = rope_backward(dq, cos, sin, f), rope_backward(dk, cos, sin, f)
     dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, L, (H+2G)·d_h)
     norm_cache = (x, rstd)
     ln = rmsnorm_output(norm_cache, p["norm1.w"], f)  # the GEMM's input, bitwise the forward's
     w = np.concatenate([p["q_proj"], p["k_proj"], p["v_proj"]])
-    dln, dw, db = tokens_linear_backward(dqkv, ln, w, f)
-    dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f)
+    dln, dw, db = tokens_linear_backward(dqkv, ln, w, f, n)
+    dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm1.w"], f, n)
     wq, wkv = dq.shape[1] * dq.shape[3], dk.shape[1] * dk.shape[3]
-    grads = {"norm1.w": dw_norm, "q_proj": dw[:wq], "k_proj": dw[wq : wq + wkv], "v_proj": dw[wq + wkv :]}
+    end = wq + 2 * wkv
+    grads = {"norm1.w": dw_norm, "q_proj": weight_rows(dw, 0, wq), "k_proj": weight_rows(dw, wq, wq + wkv),
+             "v_proj": weight_rows(dw, wq + wkv, end)}
     if qkv_bias:
-        grads |= {"q_bias": db[:wq], "k_bias": db[wq : wq + wkv], "v_bias": db[wq + wkv :]}
+        grads |= {"q_bias": db[..., :wq], "k_bias": db[..., wq : wq + wkv], "v_bias": db[..., wq + wkv :]}
     return dx_norm, grads
 
 
@@ -158,6 +163,7 @@ class LlamaAttention(Layer):
     """
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own (standard, selective and flash attention alike)
 
     def __init__(
         self,
@@ -214,9 +220,17 @@ class LlamaAttention(Layer):
         return residual_add(x, out, f), cache
 
     def backward(self, p, dy, cache, fmt):
+        return self._backward(p, dy, cache, fmt)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = self._backward(p, dy, cache, fmt, n)
+        return dx, written_into(out, grads)
+
+    def _backward(self, p, dy, cache, fmt, n=None):
+        """`backward`; with `n`, n ranks' micro-batches stacked along axis 0 and each gradient n ranks' own."""
         f = get_format(fmt)
         x, o, q, k, v = cache["block input"], cache["attention output"], cache["Q"], cache["K"], cache["V"]
-        do, dw_o, db_o = tokens_linear_backward(dy, o, p["o_proj"], f)  # the residual passes dy on unchanged
+        do, dw_o, db_o = tokens_linear_backward(dy, o, p["o_proj"], f, n)  # the residual passes dy on unchanged
         do_heads = split_heads(do, self.heads)
         k_rep, v_rep = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)
         if self.attention == "flash":
@@ -227,7 +241,7 @@ class LlamaAttention(Layer):
             dq, dk_rep, dv_rep = attention_backward(do_heads, (q, k_rep, v_rep, cache.get("P")), f)
         cos, sin = rope_tables(x.shape[1], self.head_dim, self.rope_theta, f)  # the forward's tables, rebuilt
         dk, dv = repeat_kv_backward(dk_rep, self.n_rep, f), repeat_kv_backward(dv_rep, self.n_rep, f)
-        dx_norm, grads = norm_qkv_backward(p, dq, dk, dv, x, cache["norm1 rstd"], self.qkv_bias, cos, sin, f)
+        dx_norm, grads = norm_qkv_backward(p, dq, dk, dv, x, cache["norm1 rstd"], self.qkv_bias, cos, sin, f, n)
         grads["o_proj"] = dw_o
         if self.o_bias:
             grads["o_bias"] = db_o

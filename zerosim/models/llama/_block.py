@@ -14,7 +14,7 @@ For 16-bit activations, standard attention, H query heads and G key/value heads 
 
 from __future__ import annotations
 
-from zerosim.models.layers import BLOCK, RMS_EPS, ROPE_THETA, Layer
+from zerosim.models.layers import BLOCK, RMS_EPS, ROPE_THETA, Layer, written_into
 from zerosim.models.llama._attention import LlamaAttention
 from zerosim.models.llama._mlp import SwiGLUFFN
 
@@ -23,6 +23,7 @@ class LlamaBlock(Layer):
     """LlamaAttention + SwiGLUFFN: one unit (FSDP's usual wrap: one decoder layer per unit)."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own (`stacks_rows`: its sub-blocks' too)
 
     def __init__(
         self,
@@ -68,6 +69,15 @@ class LlamaBlock(Layer):
         dh, ffn_grads = self.ffn.backward(p, dy, cache, fmt)
         dx, attn_grads = self.attn.backward(p, dh, cache, fmt)
         return dx, {**attn_grads, **ffn_grads}
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dh, ffn_grads = self.ffn.backward_ranks(p, dy, cache, fmt, n)
+        dx, attn_grads = self.attn.backward_ranks(p, dh, cache, fmt, n)
+        return dx, written_into(out, {**attn_grads, **ffn_grads})
+
+    def stacks_rows(self):
+        """Its own methods as declared, and its two sub-blocks' (a patched one runs rank by rank, as in `backward`)."""
+        return Layer.stacks_rows(self) and self.attn.stacks_rows() and self.ffn.stacks_rows()
 
     def saved_spec(self, x_shape, fmt) -> dict:
         """{name: (shape, dtype)} of what forward saves for an input of x_shape = (B, L, d)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers import Layer, acc_dtype
+from zerosim.models.layers import Layer, acc_dtype, written_into
 from zerosim.precision import cast, get_format
 
 
@@ -20,12 +20,16 @@ def token_embedding_forward(ids: np.ndarray, wte: np.ndarray, fmt) -> np.ndarray
     return cast(wte[ids], fmt)
 
 
-def token_embedding_backward(dy: np.ndarray, ids: np.ndarray, vocab: int, fmt) -> np.ndarray:
-    """dwte (V, d) in fmt: a scatter-add of dy (B, L, d) in acc over tokens in (b, t) order, rounded once."""
+def token_embedding_backward(dy: np.ndarray, ids: np.ndarray, vocab: int, fmt, n: int | None = None) -> np.ndarray:
+    """dwte (V, d) in fmt: a scatter-add of dy (B, L, d) in acc over tokens in (b, t) order, rounded once. `n`: dy
+    and the ids hold n ranks' micro-batches stacked along axis 0, and dwte is (n, V, d), each rank's own table (its
+    tokens alone, in their order: np.add.at at (rank, token), as the GPT's embedding scatters)."""
     acc = acc_dtype(get_format(fmt))
     d = dy.shape[-1]
-    dwte = np.zeros((vocab, d), acc)  # (V, d) acc
-    np.add.at(dwte, ids.reshape(-1), dy.astype(acc).reshape(-1, d))
+    tokens = ids.reshape(-1)
+    dwte = np.zeros((vocab, d) if n is None else (n, vocab, d), acc)  # ((n,) V, d) acc
+    np.add.at(dwte, tokens if n is None else (np.arange(n).repeat(tokens.size // n), tokens),
+              dy.astype(acc).reshape(-1, d))
     return cast(dwte, fmt)
 
 
@@ -33,6 +37,7 @@ class TokenEmbedding(Layer):
     """ "embed_tokens" (V, d): token ids (B, L) -> (B, L, d). Saves the ids."""
 
     saves_input_only = True  # cache == {"input": ids}
+    rows_apart = rows_apart_nd = True  # each sequence's tokens alone; a context-parallel rank's ids wrapped (the loop)
 
     def __init__(self, vocab: int, d: int, name: str = "embed"):
         super().__init__(name)
@@ -44,6 +49,10 @@ class TokenEmbedding(Layer):
 
     def backward(self, p, dy, cache, fmt):
         return None, {"embed_tokens": token_embedding_backward(dy, cache["input"], self.vocab, fmt)}
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        return None, written_into(out, {"embed_tokens": token_embedding_backward(dy, cache["input"], self.vocab, fmt,
+                                                                                 n)})
 
     def saved_spec(self, x_shape, fmt, ids_dtype=np.int64) -> dict:
         """{"input": ((B, L), ids_dtype)}: the ids as given (the driver passes integers uncast)."""

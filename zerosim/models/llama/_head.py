@@ -28,6 +28,7 @@ from zerosim.models.layers import (
     rmsnorm_output,
     tokens_linear_backward,
     tokens_linear_forward,
+    written_into,
 )
 from zerosim.precision import get_format
 
@@ -36,6 +37,7 @@ class LlamaHead(Layer):
     """The final RMSNorm ("norm.w") and the untied head "lm_head" (V, d)."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own
 
     def __init__(self, d: int, vocab: int, rms_eps: float = RMS_EPS, name: str = "head"):
         super().__init__(name)
@@ -49,11 +51,19 @@ class LlamaHead(Layer):
         return logits, {"final norm input": x, "final norm rstd": rstd}
 
     def backward(self, p, dy, cache, fmt):
+        return self._backward(p, dy, cache, fmt)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = self._backward(p, dy, cache, fmt, n)
+        return dx, written_into(out, grads)
+
+    def _backward(self, p, dy, cache, fmt, n=None):
+        """`backward`; with `n`, n ranks' micro-batches stacked along axis 0 and each gradient n ranks' own."""
         f = get_format(fmt)
         norm_cache = (cache["final norm input"], cache["final norm rstd"])
         ln = rmsnorm_output(norm_cache, p["norm.w"], f)  # lm_head's input, bitwise the forward's
-        dln, dw, _ = tokens_linear_backward(dy, ln, p["lm_head"], f)
-        dx, dg = rmsnorm_backward(dln, norm_cache, p["norm.w"], f)
+        dln, dw, _ = tokens_linear_backward(dy, ln, p["lm_head"], f, n)
+        dx, dg = rmsnorm_backward(dln, norm_cache, p["norm.w"], f, n)
         return dx, {"norm.w": dg, "lm_head": dw}
 
     def saved_spec(self, x_shape, fmt) -> dict:

@@ -46,6 +46,8 @@ from zerosim.models.layers import (
     rmsnorm_output,
     tokens_linear_backward,
     tokens_linear_forward,
+    weight_rows,
+    written_into,
 )
 from zerosim.precision import cast, get_format
 from zerosim.precision.arithmetic import arithmetic_of
@@ -84,6 +86,7 @@ class SwiGLUFFN(Layer):
     """RMSNorm + gate/up + SiLU·up + down_proj + residual: one ZeRO unit."""
 
     saves_input_only = False
+    rows_apart = rows_apart_nd = True  # each sequence its own
 
     def __init__(self, d: int, ffn: int, n_layers: int = 1, rms_eps: float = RMS_EPS, name: str = "ffn"):
         super().__init__(name)
@@ -106,17 +109,26 @@ class SwiGLUFFN(Layer):
         return residual_add(x, tokens_linear_forward(h, p["down_proj"], None, f), f), cache
 
     def backward(self, p, dy, cache, fmt):
+        return self._backward(p, dy, cache, fmt)
+
+    def backward_ranks(self, p, dy, cache, fmt, n, out=None):
+        dx, grads = self._backward(p, dy, cache, fmt, n)
+        return dx, written_into(out, grads)
+
+    def _backward(self, p, dy, cache, fmt, n=None):
+        """`backward`; with `n`, n ranks' micro-batches stacked along axis 0 and each gradient n ranks' own."""
         f = get_format(fmt)
         x, gate, up = cache["pre-FFN input"], cache["gate"], cache["up"]
-        dh, dw_down, _ = tokens_linear_backward(dy, cache["h"], p["down_proj"], f)
+        dh, dw_down, _ = tokens_linear_backward(dy, cache["h"], p["down_proj"], f, n)
         dgate, dup = swiglu_backward(dh, gate, up, f)
         norm_cache = (x, cache["norm2 rstd"])
         ln = rmsnorm_output(norm_cache, p["norm2.w"], f)  # the GEMM's input, bitwise the forward's
         dln, dw_gu, _ = tokens_linear_backward(
-            np.concatenate([dgate, dup], axis=-1), ln, np.concatenate([p["gate_proj"], p["up_proj"]]), f
+            np.concatenate([dgate, dup], axis=-1), ln, np.concatenate([p["gate_proj"], p["up_proj"]]), f, n
         )
-        dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm2.w"], f)
-        grads = {"norm2.w": dw_norm, "gate_proj": dw_gu[: self.ffn], "up_proj": dw_gu[self.ffn :], "down_proj": dw_down}
+        dx_norm, dw_norm = rmsnorm_backward(dln, norm_cache, p["norm2.w"], f, n)
+        grads = {"norm2.w": dw_norm, "gate_proj": weight_rows(dw_gu, 0, self.ffn),
+                 "up_proj": weight_rows(dw_gu, self.ffn, 2 * self.ffn), "down_proj": dw_down}
         return residual_add(dy, dx_norm, f), grads
 
     def saved_spec(self, x_shape, fmt) -> dict:
