@@ -233,6 +233,7 @@ def _mine(n, B):
     return [slice(r * B, (r + 1) * B) for r in range(n)]
 
 
+@pytest.mark.pinned  # NumPy's order of adds, kernel-independent by construction: CI reruns it under other SIMD builds
 @given(sequences(), st.integers(1, 5))
 def test_each_ranks_row_sums_and_layernorm_gradients_are_its_own(case, d):
     fmt, n, B, L, array = case
@@ -311,6 +312,7 @@ def test_each_ranks_lm_loss_and_its_gradient_are_its_own(case, scale, data):
         assert same(dy[part], loss.backward(cache_r, f, scale))
 
 
+@pytest.mark.pinned  # NumPy's pairwise sums, kernel-independent by construction: CI reruns it under other SIMD builds
 @pytest.mark.parametrize("tokens", [(8, 16), (16, 32), (4, 160)])  # a rank's (B, L): sums of 128 to 640 terms
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])
 def test_each_ranks_lm_loss_over_many_tokens_is_its_own(tokens, fmt):

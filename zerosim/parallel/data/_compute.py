@@ -8,13 +8,13 @@ keeps them (reduce.keep_grads: its arithmetic, `stage_grads`, on the workers wit
 concurrently when k > 1, each rank's arithmetic unchanged); what they record reaches the log rank by rank, so
 it reads as each rank's program in order, whatever the workers' order.
 
-With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU, the half-MSE loss, under the
-portable kernels) runs once for every rank instead, their micro-batches stacked row by row (models/_stacked.py), when
-every rank reads the same weights' bits (_gather.py `shared_unit`, asked once per layer in a run: `shared_units`);
-each rank's rows come back to its `Pass`, every rank's ledger events made in one call per tensor, its `Compute` events
-in one go, its gradients kept in one call (cluster/_ledger.py `adopt_ranks`), and the log written in rank order at the
-end, each rank's events together, as the loop makes them (cluster/_trace.py `Trace.record_ranks`;
-tests/test_stacked_ranks.py).
+With one worker (the default), an op whose layer treats rows apart (Linear, ReLU, GELU, the half-MSE loss; a GPT's
+and a Llama's units and LM loss, each sequence apart; under the portable kernels) runs once for every rank instead,
+their micro-batches stacked row by row (models/_stacked.py), when every rank reads the same weights' bits (_gather.py
+`shared_unit`, asked once per layer in a run: `shared_units`); each rank's rows come back to its `Pass`, every rank's
+ledger events made in one call per tensor, its `Compute` events in one go, its gradients kept in one call
+(cluster/_ledger.py `adopt_ranks`), and the log written in rank order at the end, each rank's events together, as the
+loop makes them (cluster/_trace.py `Trace.record_ranks`; tests/test_stacked_ranks.py).
 `Cluster(N, stack_ranks=False)` keeps the loop.
 """
 
