@@ -10,10 +10,11 @@ the last to reach it; collectives/_ring.py). So rank r sends
 
 and only the ranks whose skipped chunk is not empty send less than `base`. A call made inside `Trace.within` (a
 pipeline stage's ZeRO or TP ring: `Trace.call_ranks`, its `scope`, ranges of ranks) runs on the rings of the scope's
-ranks alone: a rank outside it sends nothing in that call, however many rings its group has beside it. With the chunk sizes run-length encoded
-(`RunCounts`: a flat range's counts are zeros, a head, whole shards, a tail, zeros) those ranks come as a few ranges
-of positions, so a question about every rank costs O(runs) in Python and O(those ranks) in NumPy: no (N,) vector per
-call. `Trace` keeps `(sizes, w, lag)` per call and asks here.
+ranks alone: a rank outside it sends nothing in that call, however many rings its group has beside it (an (N,)
+vector a question: a pipeline's calls). With the chunk sizes run-length encoded (`RunCounts`: a flat range's counts
+are zeros, a head, whole shards, a tail, zeros) those ranks come as a few ranges of positions, so a question about
+every rank of a call outside any scope costs O(runs) in Python and O(those ranks) in NumPy: no (N,) vector per call.
+`Trace` keeps `(sizes, w, lag)` per call, and `Trace.call_ranks` its scope, and asks here.
 """
 
 from __future__ import annotations
