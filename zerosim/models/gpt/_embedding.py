@@ -17,7 +17,7 @@ import numpy as np
 
 from zerosim.models._decoder import INIT_STD
 from zerosim.models._spaces import zeros_like_space
-from zerosim.models.layers import Layer, acc_dtype, written_into
+from zerosim.models.layers import Layer, acc_dtype, token_places, written_into
 from zerosim.precision import cast, get_format
 
 
@@ -48,8 +48,7 @@ def embedding_backward(dy: np.ndarray, cache: tuple, vocab: int, max_len: int, f
     if isinstance(dwte, np.ndarray):
         # tokens in (b, t) order, like a sequential scatter (np.add.at adds one index after another, unbuffered);
         # stacked, each at (its rank, its token): rank r's table meets its own tokens alone, in their order
-        at = tokens if n is None else (np.arange(n).repeat(tokens.size // n), tokens)
-        np.add.at(dwte, at, dy_acc.reshape(-1, d))
+        np.add.at(dwte, token_places(ids, n), dy_acc.reshape(-1, d))
     else:  # a device: the same adds in the same order (its atomic scatter-add would add in any order)
         rows = dy_acc.reshape(-1, d)
         for j, token in enumerate(tokens.get().tolist()):

@@ -37,7 +37,8 @@ _NAMES = {
     "._prenorm": ("prenorm_linear_forward", "prenorm_residual_backward", "prenorm_residual_flops", "residual_add"),
     "._rmsnorm": ("RMS_EPS", "rmsnorm_backward", "rmsnorm_flops", "rmsnorm_forward", "rmsnorm_output"),
     "._rotary": ("ROPE_THETA", "rope_backward", "rope_flops", "rope_forward", "rope_tables"),
-    "._token_linear": ("linear_flops", "tokens_linear_backward", "tokens_linear_forward", "weight_rows"),
+    "._token_linear": ("linear_flops", "tokens_linear_backward", "tokens_linear_forward", "token_places",
+                      "weight_rows"),
 }
 __getattr__, __dir__ = lazy_face(__name__, _NAMES)
 

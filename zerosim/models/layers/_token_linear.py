@@ -27,6 +27,15 @@ def tokens_linear_backward(dy: np.ndarray, x: np.ndarray, w: np.ndarray, fmt, n:
     return dx.reshape(x.shape), dw, db
 
 
+def token_places(ids: np.ndarray, n: int | None = None):
+    """Where each token's gradient row adds in an embedding table's scatter (`np.add.at`, one index after another,
+    in (b, t) order): its token id; with `n`, where the ids hold n ranks' micro-batches stacked along axis 0 and the
+    tables are each rank's own (n, V, d), (its rank, its token), so rank r's table meets its own tokens alone, in
+    their order."""
+    tokens = ids.reshape(-1)  # (B·L,) in (b, t) order: rank by rank where stacked
+    return tokens if n is None else (np.arange(n).repeat(tokens.size // n), tokens)
+
+
 def weight_rows(dw, start: int, stop: int):
     """Rows [start, stop) of a fused weight's gradient (one GEMM's dW cut into its weights: Q/K/V, gate/up): of one
     (D_out, D_in) array, of n ranks' (n, D_out, D_in) array alike, or of each rank's in a list of n

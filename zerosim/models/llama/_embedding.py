@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerosim.models._decoder import INIT_STD
-from zerosim.models.layers import Layer, acc_dtype, written_into
+from zerosim.models.layers import Layer, acc_dtype, token_places, written_into
 from zerosim.precision import cast, get_format
 
 
@@ -26,10 +26,8 @@ def token_embedding_backward(dy: np.ndarray, ids: np.ndarray, vocab: int, fmt, n
     tokens alone, in their order: np.add.at at (rank, token), as the GPT's embedding scatters)."""
     acc = acc_dtype(get_format(fmt))
     d = dy.shape[-1]
-    tokens = ids.reshape(-1)
     dwte = np.zeros((vocab, d) if n is None else (n, vocab, d), acc)  # ((n,) V, d) acc
-    np.add.at(dwte, tokens if n is None else (np.arange(n).repeat(tokens.size // n), tokens),
-              dy.astype(acc).reshape(-1, d))
+    np.add.at(dwte, token_places(ids, n), dy.astype(acc).reshape(-1, d))
     return cast(dwte, fmt)
 
 
