@@ -53,11 +53,16 @@ def shortfalls(sizes, itemsize: int, lag: int, group, world_size: int) -> list:
     return [(np.arange(world_size), s[(position - lag + 1) % n] * itemsize)]
 
 
+def scope_ranks(scope) -> list | None:
+    """The ranks of `scope` ((lo, hi) ranges: ranks lo..hi-1, as a `within` block took them: `Trace.scope`,
+    `Trace.call_ranks`' value), in order; None: every rank."""
+    return None if scope is None else [r for lo, hi in scope for r in range(lo, hi)]
+
+
 def in_scope(scope, world_size: int) -> np.ndarray:
-    """(N,) bool: True at the ranks of `scope` ((lo, hi) ranges: ranks lo..hi-1, `Trace.call_ranks`' value)."""
+    """(N,) bool: True at the ranks of `scope` (`scope_ranks`)."""
     mask = np.zeros(world_size, dtype=bool)
-    for lo, hi in scope:
-        mask[lo:hi] = True
+    mask[scope_ranks(scope)] = True
     return mask
 
 

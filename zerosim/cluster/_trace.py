@@ -255,10 +255,7 @@ class Trace:
         """The ranges of the `within` block being recorded now, or None (every rank)."""
         return self._within
 
-    @staticmethod
-    def scope_ranks(scope) -> list | None:
-        """The ranks of `scope` (ranges a `within` block took, as `scope` gives them), in order; None: every rank."""
-        return None if scope is None else [r for lo, hi in scope for r in range(lo, hi)]
+    scope_ranks = staticmethod(closed.scope_ranks)  # the ranks of a `scope`, in order; None: every rank
 
     def labels(self) -> dict:
         """What `about` labels the calls begun now with (step, micro, purpose, ...): a copy, for events made by hand."""
