@@ -47,7 +47,15 @@ def test_memory_shows_each_pipeline_ranks_layers_and_peaks_the_first_holding_the
         assert first["params"] == WTE + WPE + 6 * BLOCK and last["params"] == 6 * BLOCK + 2 * 768  # + ln_f; tied head
         assert (first["in_flight"], last["in_flight"]) == (2, 1)  # 1F1B: min(P − r, M)
         assert row["peak"] == max(first["peak"], last["peak"]) and first["peak"] >= last["peak"]
-        assert row["sent"] is None  # the closed form counts a call for every rank, not its stage's: not measured
+        # the bytes each rank sent, by hand: ZeRO's rings over dp = 4 ((dp − 1)/dp of Ψ_r in bf16, 1.5·Ψ_r bytes a
+        # phase: stage 0's all-reduce 2 phases, stage 1's reduce-scatter and refresh 1 each, stage 2's reduce-scatter
+        # each of the M = 2 micro-steps + its refresh, stage 3's 2 gathers and a reduce-scatter each micro-step), and
+        # each micro-batch's hidden states (B·L·d bf16) on from the first rank, their gradient back from the last
+        phases = {0: 2, 1: 2, 2: 3, 3: 6}[row["stage"]]
+        hidden = 2 * 2 * 256 * 768 * 2
+        want = [phases * 3 * psi_r // 2 + hidden for psi_r in (first["params"], last["params"])]
+        assert [first["sent"], last["sent"]] == [first["sent_formula"], last["sent_formula"]] == want
+        assert row["sent"] == row["sent_formula"] == max(want)
     # ZeRO-1 on the first rank by hand: bf16 params and grads whole (2 + 2 bytes), fp32 master and Adam's m, v over
     # its dp = 4 ranks (Ψ_0 divides by 4: no padding)
     psi = WTE + WPE + 6 * BLOCK

@@ -24,6 +24,11 @@ def format_report(r: dict) -> str:
     lines += _table(r) + pp_rank_lines(r)
     lines += [
         "",
+        "peak: the most one rank held at once during the step. sent: the most bytes one rank put on the wire in the",
+        "step (trace), beside the most the formula gives a pipeline rank (the table below).",
+        "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
+    ] if pp is not None else [
+        "",
         "peak: the most one rank held at once during the step (adds the fp32 gradient 'grad32': the shard, the",
         "whole buffer at stage 0; at stages 2-3 one unit's gathered params and gradients). sent: bytes one rank put on",
         "the wire in the step (trace), beside the formula 2Ψ or 3Ψ times (N−1)/N times the wire format's bytes.",
@@ -107,8 +112,7 @@ def _table(r: dict) -> list:
         cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
         same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
         added = f"{row['activations'] / GB:9.3f} {row['total'] / GB:9.3f} | " if act else ""
-        sent = (f"{'—':>9s} {'—':>9s}" if row["sent"] is None else  # beside a pipeline: not measured
-                f"{row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}")
+        sent = f"{row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}"
         lines.append(
             f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | {added}"
             f"{row['peak'] / GB:9.3f} {sent}{same}"

@@ -56,9 +56,30 @@ def pp_rank_lines(r: dict) -> list:
         "in flight: the most micro-batch chunks whose activations the rank holds at once (GPipe M, 1F1B P − r,",
         "interleaved 2(P − 1 − r) + (V − 1)·m + 1: zerosim/parallel/pipeline/_costs.py), so the first rank peaks "
         "highest;",
-        "activ.: its activations' peak. The bytes each rank sends are not measured beside a pipeline (sent: —).",
+        "activ.: its activations' peak.",
     ]
-    return lines
+    return lines + _sent_lines(rows)
+
+
+def _sent_lines(rows: list) -> list:
+    """Each pipeline rank's bytes sent in the step at each ZeRO stage, the trace's beside the formula."""
+    lines = [
+        "",
+        "GB each pipeline rank sent in the step (the trace's), beside the formula (zerosim.analysis.reports pp_sent):",
+        f"  {'rank':>4s} " + " ".join(f"{'ZeRO-' + str(row['stage']):>8s} {'formula':>8s}" for row in rows),
+    ]
+    for p in range(len(rows[0]["pipeline"])):
+        lines.append(f"  {p:>4d} " + " ".join(f"{row['pipeline'][p]['sent'] / GB:8.2f} "
+                                             f"{row['pipeline'][p]['sent_formula'] / GB:8.2f}" for row in rows))
+    return lines + [
+        "formula: ZeRO's collectives of the rank's parameters over its dp ranks (stage 2's reduce-scatter and stage "
+        "3's",
+        "gathers each micro-step, the rest once a step), plus TP's over its blocks (the embedding on the first stage,",
+        "the head on the last), plus each micro-batch's hidden states on and its gradient back at every stage "
+        "boundary",
+        "the rank sits at (B·L·d, / T under SP, / C under CP). At stage 3 the trace also counts the gathers again for",
+        "each recomputed unit.",
+    ]
 
 
 def pp_step_lines(pp: dict) -> list:

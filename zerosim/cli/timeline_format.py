@@ -63,8 +63,7 @@ def format_one(r: dict) -> str:
     if r["inter_link"] is not None:
         lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
         for tier, v in r["tiers"].items():
-            sent = "  (bytes not measured beside a pipeline)" if v["bytes_per_rank"] is None else \
-                f"{v['bytes_per_rank'] / GB:10.2f} GB sent"
+            sent = f"{v['bytes_per_rank'] / GB:10.2f} GB sent"
             lines.append(f"  {tier:11s} {v['link']:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  {sent}")
     lines += offload_timeline_lines(r)  # with offload: the host's streams and what the device waited for
     lines += pp_step_lines(r["pipeline_parallel"]) if r.get("pipeline_parallel") else []

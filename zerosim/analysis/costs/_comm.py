@@ -15,6 +15,16 @@ fp16); 4 if gradients are reduced in fp32. fp32 master weights and optimizer sta
 The table is not typed in: `stage_collectives` reads it from each stage's `Plan` (parallel/data/_plan.py), the
 plan the engine runs, so a plan of stage 3 that keeps each unit gathered until its backward (FSDP2's
 reshard_after_forward=False: "no_reshard") gathers once, 2Ψ(N−1)/N.
+
+A step of K micro-steps (gradient accumulation; a pipeline's M micro-batches) runs again, each micro-step, what the
+plan does during forward and backward, and once what it does at the step's end (`Collective.each_micro_step`):
+
+    each micro-step   the gathers (but a plan that keeps its units gathered for the whole step: FSDP2 beside a
+                      pipeline, "no_reshard_no_sync"), the gradients reduce-scattered unit by unit (stages 2, 3)
+    once a step       the gradients' collective after backward (stage 0's all-reduce, stage 1's reduce-scatter: the
+                      gradients accumulate until the last micro-step), the refresh after the update
+
+so stage 2 sends (K + 1)Ψ(N−1)/N and stage 3 3KΨ(N−1)/N, stages 0 and 1 2Ψ(N−1)/N whatever K.
 NOTE: seed 001's stage-1 prose all-reduces the gradients before the all-gather (that would be 3Ψ);
 its own volume section, the paper and the engines here reduce-scatter them (2Ψ).
 """
@@ -35,6 +45,7 @@ class Collective:
     buffer: str  # what travels: "grads" or "params"
     wire_bytes: int  # bytes per element on the wire
     phases: int  # ring phases: 2 for all-reduce, 1 otherwise
+    each_micro_step: bool = False  # run again each micro-step of a step of K (the module docstring); else once
 
 
 PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}  # ring phases of each collective
@@ -49,11 +60,14 @@ def stage_collectives(stage, grad_wire_bytes: int = 2, param_wire_bytes: int = 2
     if plan.uses_groups:  # its collectives run over groups of S (and replicas), not over all N: not one ring
         raise ValueError(f"{plan.label} runs its collectives over groups: its volume is the engine's trace's "
                          "(zerosim memory --strategy), not one ring over every rank")
-    gather = Collective("all_gather", "params", param_wire_bytes, PHASES["all_gather"])
+    gather = Collective("all_gather", "params", param_wire_bytes, PHASES["all_gather"],
+                        each_micro_step=not plan.reshard.keeps_for_step)
     reduction = plan.end_of_backward or "reduce_scatter"  # stages 2/3: reduce-scattered unit by unit
     gathers = (gather,) * (0 if not plan.gathers_params else 1 if plan.reshard.keeps_whole else 2)
-    grads = Collective(reduction, "grads", grad_wire_bytes, PHASES[reduction])
-    return gathers + (grads,) + ((gather,) if plan.refresh_after_update else ())
+    grads = Collective(reduction, "grads", grad_wire_bytes, PHASES[reduction],
+                       each_micro_step=plan.end_of_backward is None)
+    refresh = Collective("all_gather", "params", param_wire_bytes, PHASES["all_gather"])  # once, after the update
+    return gathers + (grads,) + ((refresh,) if plan.refresh_after_update else ())
 
 
 def _plan_of(stage) -> Plan:
@@ -73,13 +87,17 @@ def sent_bytes(c: Collective, params: int, ranks: int, padded: bool = False):
 
 
 def comm_volume(params, ranks: int, stage: int, grad_wire_bytes: int = 2, param_wire_bytes: int = 2,
-                padded: bool = False):
-    """Bytes one rank sends per step: 2Ψ(N−1)/N·bytes at stages 0-2, 3Ψ(N−1)/N·bytes at stage 3."""
+                padded: bool = False, micro_steps: int = 1):
+    """Bytes one rank sends per step: 2Ψ(N−1)/N·bytes at stages 0-2, 3Ψ(N−1)/N·bytes at stage 3; in a step of
+    `micro_steps` K, what each micro-step runs K times (the module docstring: stage 2 (K + 1)Ψ, stage 3 3KΨ)."""
     params, ranks = check_count(params, "params", 0), check_count(ranks, "ranks")
+    K = check_count(micro_steps, "micro_steps")
     cs = stage_collectives(stage, grad_wire_bytes, param_wire_bytes)
+    times = [K if c.each_micro_step else 1 for c in cs]
     if padded:
-        return sum(sent_bytes(c, params, ranks, padded=True) for c in cs)
-    return sum(c.phases * c.wire_bytes for c in cs) * (ranks - 1) * int(params) / ranks  # one rounding
+        return sum(t * sent_bytes(c, params, ranks, padded=True) for c, t in zip(cs, times))
+    whole = sum(t * c.phases * c.wire_bytes for c, t in zip(cs, times)) * (ranks - 1) * int(params)  # exact int
+    return whole / ranks  # one rounding
 
 
 @dataclass(frozen=True)

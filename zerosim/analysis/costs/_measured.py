@@ -119,11 +119,12 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
         row["pipeline"] = stage_rows(engine)
         if engine.engines[0].plan.name != mesh.plan.name:  # what the stage's framework runs beside a pipeline
             row["beside_pipeline"] = engine.engines[0].plan.name  # (parallel/pipeline/_beside.py)
-    if totals and spec.pp > 1:  # NOTE: the trace counts each rank's bytes (tests/test_pipeline_closed_form.py), but
-        row["sent"], row["tiers"] = None, None  # the formula beside them (comm_volume) knows no stages' sends yet
-    elif totals:
-        row["sent"] = max(cluster.trace.sent_totals(ranks))  # every rank's, in closed form where the trace summarised
+    if totals:
+        sent = cluster.trace.sent_totals(ranks)  # every rank's, in closed form where the trace summarised (a pipeline
+        row["sent"] = max(sent)  # stage's calls on its own ranks: tests/test_pipeline_closed_form.py)
         row["tiers"] = {tier: b / ranks for tier, b in cluster.trace.bytes_by_tier().items()}
+        for x in row.get("pipeline", ()):  # each pipeline rank's: its block's first GPU's (they send alike)
+            x["sent"] = sent[x["gpus"][0]]
     if parallelisms:  # offload's tiers: what rank `top` holds on its host and NVMe, at rest and at most
         for tier in ("host", "nvme"):
             ledger = cluster.ranks[top].ledger_of(tier)

@@ -9,6 +9,8 @@ the command's `--json` (the command itself only reads flags, calls these and pri
     _memory.py     MemoryReport, memory_report; StrategyMemoryReport, strategy_memory_report (zerosim memory)
     _plan.py       PlanReport, plan_report: the planner's rows with MFU and the commands that reproduce the top one
     _tensor.py     beside tensor parallelism: one TP rank's slice, its activations against Megatron's formulas
+    _context.py    beside context parallelism: one CP rank's activations, the K/V's bytes by hand
+    _pipeline.py   beside pipeline parallelism: the bytes each pipeline rank sends in a step, by hand
 """
 
 from zerosim.analysis.reports._fit import fit_lines, judge, verdict_word

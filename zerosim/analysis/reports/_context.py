@@ -11,7 +11,7 @@ ring held (Transformer Engine saves `p2p_comm_buffers[-1]`), the same size as it
 them.
 
 The K/V's bytes, per layer and pass, as parallel/context/_communication.py sends them (w bytes an element, piece =
-B·G·L_r·d_h: one rank's K or V):
+B·G/T·L_r·d_h: one rank's K or V, of its G/T key-value heads beside tensor parallelism of degree T):
 
     ring        forward (and the recompute, with checkpointing) C − 1 messages of K and V; backward C − 1 of K and V
                 and C − 1 of dK and dV: 2·piece·(C − 1)·(forward passes + 2)·w
@@ -22,15 +22,15 @@ B·G·L_r·d_h: one rank's K or V):
 from __future__ import annotations
 
 
-def cp_sent(model, micro: tuple, spec, width: int) -> float:
+def cp_sent(model, micro: tuple, spec, width: int, layers: int | None = None) -> float:
     """Context parallelism's bytes one rank sends in one micro-step, by hand (module docstring); `model` the whole
-    model's twin, `micro` (B, L) the whole sequences."""
+    model's twin, `micro` (B, L) the whole sequences; `layers`: a pipeline rank's blocks (None: the model's)."""
     B, L = micro
     H = model.n_heads
     G, dh = getattr(model, "n_kv_heads", H), getattr(model, "head_dim", None) or model.d_model // H
-    piece = B * G * (L // spec.cp) * dh
+    piece = B * (G // spec.tp) * (L // spec.cp) * dh  # a TP rank's heads
     passes = 2 if getattr(model, "checkpointing", False) else 1  # a checkpointed block's forward runs again
-    return model.n_layers * 2 * piece * (spec.cp - 1) * (passes + 2) * width
+    return (model.n_layers if layers is None else layers) * 2 * piece * (spec.cp - 1) * (passes + 2) * width
 
 
 def cp_activations(model, micro: tuple, checkpoint: str, precision, spec) -> dict:

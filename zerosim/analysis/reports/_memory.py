@@ -19,6 +19,7 @@ from dataclasses import replace
 from zerosim._dataclass import dataclass
 from zerosim.analysis.reports._context import cp_activations, cp_sent
 from zerosim.analysis.reports._fit import judge
+from zerosim.analysis.reports._pipeline import pp_sent
 from zerosim.analysis.reports._step import Report, optional
 from zerosim.analysis.reports._tensor import local_params, padded_vocab, tp_activations, tp_sent
 
@@ -69,7 +70,8 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     `micro_batches` M a data-parallel rank (default P), one representative rank a pipeline stage, each row's
     "pipeline" holding every pipeline rank's units, parameters, peaks and chunks in flight, its "peak" and resting
     states the largest rank's (the first: it holds the most micro-batches in flight) beside the formula for that
-    rank's parameters over its N / (T·P) data-parallel ranks; the bytes sent are not measured (None)."""
+    rank's parameters over its N / (T·P) data-parallel ranks; each pipeline rank's bytes sent (the trace's) beside
+    its formula (_pipeline.py), the row's the most of them."""
     from zerosim.parallel import ParallelSpec
     from zerosim.parallel.data import get_plan
 
@@ -109,11 +111,17 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
         ).total
         row["ledger_total"] = sum(row["resting"].values())
         bytes_ = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
-        row["sent_formula"] = None if row["sent"] is None else comm_volume(
-            local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
-        if tp > 1 and row["sent"] is not None:  # and TP's activations' collectives, on the TP group (tensor/_costs.py)
-            row["sent_formula"] += tp_sent(model, micro, tp, sp, bytes_)
-        if spec.cp > 1 and row["sent"] is not None:  # and the K/V's, on the CP group (_context.py)
+        if spec.pp > 1:  # each pipeline rank's, by hand (_pipeline.py); the most of them
+            by_rank = pp_sent(model, micro, spec, bytes_, pipeline_summary(spec, N, micro_batches)["micro_batches"],
+                              plan, dp, [x["params"] for x in row["pipeline"]])
+            for x, formula in zip(row["pipeline"], by_rank):
+                x["sent_formula"] = formula
+            row["sent_formula"] = max(by_rank)
+        else:
+            row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+        if tp > 1 and spec.pp == 1:  # and TP's activations' collectives (tensor/_costs.py), a CP rank's L / C tokens
+            row["sent_formula"] += tp_sent(model, spec.micro(*micro), tp, sp, bytes_)
+        if spec.cp > 1 and spec.pp == 1:  # and the K/V's, on the CP group (_context.py)
             row["sent_formula"] += cp_sent(model, micro, spec, bytes_)
         if micro is not None:  # seed 001 §6: model states + activations (every rank holds its own micro-batch's)
             row["activations"] = row["peak_by_kind"].get("activations", 0)

@@ -125,7 +125,7 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     return StepReport(
         strategy=plan.name or None, shard_group=mesh.group, gpus_per_node=mesh.gpus_per_node,
         inter_link=None if hardware.inter_link is None else hardware.inter_link.name,
-        tiers=tier_summary(result, engine.cluster, spec.pp > 1), model=work.model.name, params=work.model.num_params,
+        tiers=tier_summary(result, engine.cluster), model=work.model.name, params=work.model.num_params,
         units=len(engine.model.layers), ranks=n,
         tensor_parallel=None if tp == 1 else {"tp": tp, "sp": sp, "dp": n // (tp * spec.pp),
                                               "local_params": engine.model.num_params, "async": async_tp,
@@ -248,15 +248,14 @@ def link_model(hw) -> str:
                            " (NCCL's ring: nodes − 1 steps at its α)")
 
 
-def tier_summary(result, cluster, pipeline: bool = False) -> dict:
+def tier_summary(result, cluster) -> dict:
     """{tier: {"link", "calls", "seconds" (its calls' time, summed), "bytes_per_rank" (sent, the ranks' average)}};
-    beside a `pipeline` the bytes are not measured (None: the meta backend's closed form counts a call for every rank,
-    not its stage's alone: parallel/pipeline/_engine.py)."""
+    beside a pipeline every stage's calls counted on its own ranks (tests/test_pipeline_closed_form.py)."""
     from zerosim.cluster import TIERS
 
     hw, sent = result.hardware, cluster.trace.bytes_by_tier()
     out = {t: {"link": hw.link_of(t).name, "calls": 0, "seconds": 0.0,
-               "bytes_per_rank": None if pipeline else sent[t] / cluster.world_size} for t in TIERS}
+               "bytes_per_rank": sent[t] / cluster.world_size} for t in TIERS}
     for iv in result.track(0, "comm"):
         row = out[iv.event.tier if hw.inter_link is not None else TIERS[0]]
         row["calls"] += 1

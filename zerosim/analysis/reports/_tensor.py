@@ -30,14 +30,17 @@ def padded_vocab(model, tp: int) -> int:
     return padded_model(model, tp).vocab
 
 
-def tp_sent(model, micro: tuple, tp: int, sp: bool, width: int) -> float:
-    """TP's bytes a rank sends in one micro-step by hand (zerosim.parallel.tensor's tp_bytes_per_micro_step)."""
+def tp_sent(model, micro: tuple, tp: int, sp: bool, width: int, layers: int | None = None, embedding: bool = True,
+            head: bool = True) -> float:
+    """TP's bytes a rank sends in one micro-step by hand (zerosim.parallel.tensor's tp_bytes_per_micro_step): of the
+    whole model, or of a pipeline rank's `layers` blocks, with the `embedding` and the `head` where it holds them."""
     from zerosim.models.llama import MetaLlama
     from zerosim.parallel.tensor import tp_bytes_per_micro_step
 
     B, L = micro
-    return tp_bytes_per_micro_step(model.n_layers, B, L, model.d_model, tp, sp, model.checkpointing,
-                                   gpt=not isinstance(model, MetaLlama), width=width)
+    return tp_bytes_per_micro_step(model.n_layers if layers is None else layers, B, L, model.d_model, tp, sp,
+                                   model.checkpointing, gpt=not isinstance(model, MetaLlama), width=width,
+                                   embedding=embedding, head=head)
 
 
 def tp_activations(

@@ -20,14 +20,15 @@ Its files, the algorithm apart from its communication:
     _repeat.py          on the meta backend, alike actions written again from a record instead of run
     _beside.py          what a framework's data parallelism becomes beside a pipeline (torchtitan's FSDP2: gathered
                         once a step, reduce-scattered once)
-    _costs.py           by hand: the activations each schedule holds in flight (GPipe M, 1F1B P - r, ...), the bubble
+    _costs.py           by hand: the activations each schedule holds in flight (GPipe M, 1F1B P - r, ...), the bubble,
+                        the messages a rank sends between stages
 
 The oracle is zerosim.reference's PipelineReference; docs/explanation/adding-a-parallelism.md says why the pipeline
 drives the data-parallel step's phases instead of being one more set of its hooks.
 """
 
 from zerosim.parallel.pipeline._beside import BESIDE_PIPELINE, PIPELINE_STRATEGIES, plan_beside_pipeline
-from zerosim.parallel.pipeline._costs import BUBBLE_FORMULA, bubble_fraction, in_flight
+from zerosim.parallel.pipeline._costs import BUBBLE_FORMULA, bubble_fraction, in_flight, stage_messages
 from zerosim.parallel.pipeline._engine import PipelineEngine, check_beside
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, SCHEDULES, Schedule, get_schedule, make_table
 from zerosim.parallel.pipeline._stages import RULES, Pieces, StageModel, StageSplit, pieces, split
@@ -37,4 +38,4 @@ from zerosim.parallel.pipeline._views import StageCluster
 __all__ = ["ACTION_KINDS", "Action", "BESIDE_PIPELINE", "BUBBLE_FORMULA", "DEFAULT_SCHEDULE", "PIPELINE_STRATEGIES",
            "PipelineEngine", "Pieces", "RULES", "SCHEDULES", "Schedule", "StageCluster", "StageModel", "StageSplit",
            "Table", "bubble_fraction", "check_beside", "get_schedule", "in_flight", "make_table", "pieces",
-           "plan_beside_pipeline", "split"]
+           "plan_beside_pipeline", "split", "stage_messages"]

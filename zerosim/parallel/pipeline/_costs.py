@@ -38,6 +38,19 @@ T_W), communication free. The ideal time is M·(T_F + T_B [+ T_W]); a rank idles
                                                            with V chunks a rank divides it by V (where T_W ≤ T_B)
 
 tests/test_pipeline_timeline.py places a run's events on the timeline and finds these exact fractions.
+
+The bytes between stages: stage j = v·P + r (rank r's chunk v) sends each micro-batch's activation on to stage j + 1
+unless it is the last, and its gradient back to stage j − 1 unless it is the first: one message each (torch 2.13
+distributed/pipelining/stage.py `get_fwd_send_ops`, `get_bwd_send_ops`; Megatron-Core core_v0.19.0
+pipeline_parallel/p2p_communication.py `P2PCommunicator.send_forward`, `send_backward`). So rank r sends
+
+    forward    M·#{v < V : v·P + r < P·V − 1}     (M·V, but the last rank M·(V − 1))
+    backward   M·#{v < V : v·P + r > 0}           (M·V, but the first rank M·(V − 1))
+
+messages of a micro-batch's hidden states, B·L'·d elements of the compute format: L' = L / C, a context-parallel
+rank's tokens, and / T again under sequence parallelism; without it every TP rank sends the whole B·L/C·d
+(Megatron-Core core_v0.19.0 pipeline_parallel/schedules.py `get_tensor_shapes`: seq_length // cp_group.size(), then
+// tp_group.size() only with `sequence_parallel`).
 """
 
 from __future__ import annotations
@@ -78,3 +91,12 @@ def bubble_fraction(schedule: str, P: int, M: int, V: int, t_f, t_b, t_w=0) -> F
     fill = {"gpipe": t_f + t_b, "1f1b": t_f + t_b, "interleaved-1f1b": t_f + t_b, "zero-bubble": t_f + t_b - 2 * t_w}
     idle = (P - 1) * fill[schedule] / V
     return idle / (M * (t_f + t_b) + idle)
+
+
+def stage_messages(P: int, V: int, M: int, r: int) -> tuple:
+    """(forward, backward): the activations rank r sends on and the gradients it sends back in a step of M
+    micro-batches, by hand (the module docstring)."""
+    last = P * V - 1
+    chunks = [v * P + r for v in range(V)]
+    return M * sum(j < last for j in chunks), M * sum(j > 0 for j in chunks)
+

@@ -144,16 +144,17 @@ PHASES = {  # (sequence parallel) -> {part: phases}
 
 
 def tp_bytes_per_micro_step(layers: int, b: int, s: int, h: int, t: int, sp: bool, recompute: bool = False,
-                            gpt: bool = False, width: int = 2) -> float:
+                            gpt: bool = False, width: int = 2, embedding: bool = True, head: bool = True) -> float:
     """Bytes one rank sends in TP's collectives in one micro-step: the activations' phases (PHASES; the GPT's
     embedding all-reduces under SP too, 2 phases, and is recomputed with the blocks) and the loss's three fp32
-    all-reduces of b·s statistics. Not counted: SP's all-reduce of the norms' gradients (at most (2·layers + 1)·h
-    elements, once a step)."""
+    all-reduces of b·s statistics. `layers` blocks, with the `embedding` and the `head` (and the loss): a pipeline
+    rank holds some blocks, the first the embedding, the last the head. Not counted: SP's all-reduce of the norms'
+    gradients (at most (2·layers + 1)·h elements, once a step)."""
     p = PHASES[sp]
     block = p["block forward"] * (2 if recompute else 1) + p["block backward"]
     forward = 2 if gpt and sp else p["embedding forward"]
-    embedding = forward * (2 if recompute and gpt else 1) + p["embedding backward"]
-    head = p["head forward"] * (2 if recompute else 1) + p["head backward"]
+    first = forward * (2 if recompute and gpt else 1) + p["embedding backward"] if embedding else 0
+    last = p["head forward"] * (2 if recompute else 1) + p["head backward"] if head else 0
     X = b * s * h * width
-    loss = 3 * 2 * (t - 1) * math.ceil(b * s / t) * 4
-    return (layers * block + embedding + head) * X * (t - 1) / t + loss
+    loss = 3 * 2 * (t - 1) * math.ceil(b * s / t) * 4 if head else 0
+    return (layers * block + first + last) * X * (t - 1) / t + loss
