@@ -91,6 +91,17 @@ def test_timeline_shows_the_bubble_and_the_one_throughput():
     assert "= pp 4 x tp 2 x dp 8" in text and "Pipeline: 4 ranks, 1f1b, M = 8" in text and "27.3 %" in text
 
 
+def test_timeline_counts_each_tiers_bytes_beside_a_pipeline_by_hand():
+    """pp 2 × dp 4 on nodes of 4: ZeRO-1's rings stay in a stage's node, the hidden states cross between the nodes.
+    By hand, the ranks' average: each first-stage rank sends M = 2 micro-batches' hidden states (B·L·d bf16) on, each
+    last-stage rank their gradients back; ZeRO-1's reduce-scatter and refresh each send 3/4 of Ψ_r in bf16, 3·Ψ_r
+    bytes in all. Until 2026-11-27 both read "not measured beside a pipeline"."""
+    r = as_json("timeline", *GPT2, "--ranks", "8", "--gpus-per-node", "4", "--pp", "2", "--stage", "1")
+    psi = (WTE + WPE + 6 * BLOCK, 6 * BLOCK + 2 * 768)
+    assert r["tiers"]["inter-node"]["bytes_per_rank"] == 2 * (2 * 256 * 768 * 2)
+    assert r["tiers"]["intra-node"]["bytes_per_rank"] == (3 * psi[0] + 3 * psi[1]) / 2
+
+
 @pytest.mark.slow  # four ZeRO stages of a 4-stage pipeline of Llama 3 8B beside TP 2, and the same built by hand: ~3 s
 def test_memory_is_the_pipeline_engine_built_as_the_python_api_builds_it():
     """`memory --pp` reads the ledgers of the same PipelineEngine a user builds by hand (docs/pipeline-parallelism.md's
