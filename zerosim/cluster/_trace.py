@@ -463,13 +463,16 @@ class Trace:
         held = [(form, self.call_groups.get(c), self._ring_size(c), 1, self.call_ranks.get(c))
                 for c, form in self.ring_calls.items()]
         folded = [(form, group, n, count, scope) for _, _, form, group, n, count, scope in self.folded.closed.values()]
+        scoped = _alike()  # a stage's calls: one (N,) vector for each kind (every micro-batch's are alike)
         for (sizes, itemsize, lag), group, n, count, scope in held + folded:  # count: calls alike
             if scope is not None:  # a stage's call: its own ranks' bytes alone
-                totals[:n] += closed.sent_by_every_rank(sizes, itemsize, lag, group, n, scope) * count
+                scoped.add((sizes, itemsize, lag), group, n, scope, count)
                 continue
             base += closed.base_bytes(sizes, itemsize) * count
             for ranks, less in closed.shortfalls(sizes, itemsize, lag, group, n):
                 totals[ranks] -= less * count
+        for (sizes, itemsize, lag), group, n, scope, count in scoped.kinds():
+            totals[:n] += closed.sent_by_every_rank(sizes, itemsize, lag, group, n, scope) * count
         return (totals + base).tolist()
 
     def sent_in_calls(self) -> tuple:
@@ -516,11 +519,19 @@ class Trace:
             self.call(call)  # a folded call: a clear error
         for e in self.events if call is None else self.select(call=call):
             out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
+        scoped = _alike()  # a stage's calls: an (N,) vector for each kind (every micro-batch's are alike)
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
-            intra, inter = closed.bytes_by_tier(*self.ring_calls[c], self.call_groups.get(c), self._ring_size(c),
-                                                self.gpus_per_node, self.call_ranks.get(c))
+            group, n, scope = self.call_groups.get(c), self._ring_size(c), self.call_ranks.get(c)
+            if scope is not None:
+                scoped.add(self.ring_calls[c], group, n, scope, 1)
+                continue
+            intra, inter = closed.bytes_by_tier(*self.ring_calls[c], group, n, self.gpus_per_node)
             out[TIERS[0]] += intra
             out[TIERS[1]] += inter
+        for form, group, n, scope, count in scoped.kinds():
+            intra, inter = closed.bytes_by_tier(*form, group, n, self.gpus_per_node, scope)
+            out[TIERS[0]] += intra * count
+            out[TIERS[1]] += inter * count
         return out
 
     def end(self, call: int) -> None:
@@ -708,3 +719,24 @@ class _About:
     def __exit__(self, *exc) -> bool:
         self.trace._about = self.previous
         return False
+
+
+class _alike:
+    """Closed-form calls counted by kind: the same (sizes, itemsize, lag) form on the same ring group, world and scope
+    answer alike, so a question over a trace's calls is asked once a kind (a pipeline's stages repeat each unit's
+    calls every micro-batch). `kinds()`: (form, group, n, scope, count) in the order each kind was first added."""
+
+    def __init__(self):
+        self._counts = {}
+
+    def add(self, form, group, n: int, scope, count: int) -> None:
+        key = (form, id(group), n, scope)  # the group by identity: a trace's calls share its Groups objects
+        entry = self._counts.get(key)
+        if entry is None:
+            self._counts[key] = [form, group, n, scope, count]
+        else:
+            entry[4] += count
+
+    def kinds(self):
+        return (tuple(entry) for entry in self._counts.values())
+
