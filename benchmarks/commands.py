@@ -39,6 +39,10 @@ COMMANDS = {  # name -> the command's arguments: the README's and the longest te
     "timeline": ["timeline"],
     "memory": ["memory"],
     "diff": ["diff", "--a", "--stage 2", "--b", "--stage 3"],
+    # a pipeline beside TP, every ZeRO stage (`zerosim memory --help`'s example): the pipeline's whole step of M
+    "memory-pp": ["memory", "--model", "llama-3-8b", "--ranks", "64", "--gpus-per-node", "8", "--tp", "2", "--pp", "4",
+                  "--seq-len", "4096", "--batch", "1", "--checkpoint", "block", "--precision", "bf16-mixed",
+                  "--accumulation-steps", "8"],
 }
 
 

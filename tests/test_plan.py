@@ -14,7 +14,6 @@ import pytest
 from zerosim import Cluster, ZeroEngine
 from zerosim.cluster import Compute, MemoryLedger
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_preset, measure_stage, runtime_overheads
-from zerosim.analysis.costs._measured import at_peak_by_kind
 from zerosim.analysis.planner import meta_step, plan, step_time
 from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.timeline import Hardware, simulate
@@ -279,23 +278,24 @@ def test_bad_plans_are_clear_errors(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_what_was_live_at_the_peak_is_read_from_the_timeline_as_recorded():
+@pytest.mark.parametrize("timeline", [True, False])
+def test_what_was_live_at_the_peak_is_kept_as_the_ledger_runs(timeline):
     # Hand-built: x (10 B params) and y (6 B grads) make 16; y freed, z (3 B activations) makes 13, w (20 B comm) 33,
-    # the peak; w freed and v (20 B grads) made: 33 again, not its first moment. At the peak x, z and w were live. The
-    # timeline read half way (its first events made LedgerEvents, the rest still the tuples they are recorded as)
-    # gives the same running sums.
-    led = MemoryLedger(rank=0)
+    # the peak; w freed and v (20 B grads) made: 33 again, not its first moment. At the peak x, z and w were live,
+    # whether or not the ledger keeps a timeline. After reset_peaks the peak starts again from what is live then.
+    led = MemoryLedger(rank=0, keep_timeline=timeline)
     led.alloc("x", 10, np.uint8, "params")
     led.alloc("y", 6, np.uint8, "grads").free()
-    assert len(led.timeline) == 3
     led.alloc("z", 3, np.uint8, "activations")
     w = led.alloc("w", 20, np.uint8, "comm")
     w.free()
-    led.alloc("v", 20, np.uint8, "grads")
-    assert at_peak_by_kind(led) == {"params": 10, "activations": 3, "comm": 20}
-    assert list(led.totals()) == [("params", 10, 10), ("grads", 16, 6), ("grads", 10, 0), ("activations", 13, 3),
-                                  ("comm", 33, 20), ("comm", 13, 0), ("grads", 33, 20)]
-    assert list(led.totals()) == [(e.kind, e.total, e.kind_total) for e in led.timeline]
+    v = led.alloc("v", 20, np.uint8, "grads")
+    assert led.at_peak() == {"params": 10, "activations": 3, "comm": 20} and led.peak() == 33
+    v.free()
+    led.reset_peaks()  # x and z live: 13
+    assert led.at_peak() == {"params": 10, "activations": 3} and led.peak() == 13
+    led.alloc("u", 1, np.uint8, "grads")
+    assert led.at_peak() == {"params": 10, "activations": 3, "grads": 1} and led.peak() == 14
 
 
 def test_the_planner_leaves_none_of_its_memory_runs_ledgers_to_the_collector():

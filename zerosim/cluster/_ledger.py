@@ -123,6 +123,7 @@ def _noted(ledger, action: str, name: str, kind: str, nbytes: int):
             peak[kind] = kind_total  # max(peak so far or 0, kind_total)
         if total > ledger._peak_total:
             ledger._peak_total = total
+            ledger._at_peak = dict(current)  # the kinds at the first moment of the peak (`at_peak`)
     elif action == "alloc" and kind not in ledger._peak:  # an empty buffer's kind has a peak, of 0 at least
         ledger._peak[kind] = max(kind_total, 0)
     seq = ledger._seq = ledger._seq + 1
@@ -197,6 +198,7 @@ class MemoryLedger:
     _peak: dict = field(default_factory=dict)  # kind -> bytes
     _total: int = 0
     _peak_total: int = 0
+    _at_peak: dict = field(default_factory=dict)  # kind -> bytes live at the first moment the total peaked
     _seq: int = 0
 
     # -- allocation ------------------------------------------------------------------------------
@@ -341,13 +343,6 @@ class MemoryLedger:
             return Tail(held, self.timeline_folded, "timeline")
         return held
 
-    def totals(self):
-        """(kind, total, kind_total) of every alloc and free held, in order: the timeline's running sums, read from
-        the plain tuples it is recorded as without making each its `LedgerEvent` (`timeline`; a 70B plan's memory
-        runs hold ~85,000 events, and the peak's moment is all they are read for)."""
-        for e in self._held:
-            yield (e[3], e[5], e[6]) if type(e) is tuple else (e.kind, e.total, e.kind_total)
-
     # -- questions -------------------------------------------------------------------------------
     def current(self, kind: str | None = None) -> int:
         """Bytes live now, of one kind or (kind=None) in total."""
@@ -363,6 +358,12 @@ class MemoryLedger:
 
     def peak_by_kind(self) -> dict:
         return dict(self._peak)
+
+    def at_peak(self) -> dict:
+        """{kind: bytes live at the first moment the total reached `peak()`}, kinds with nothing live left out: what a
+        bar of the peak stacks (each kind's own peak, `peak_by_kind`, comes at its own moment: stacking those
+        overstates the peak). Kept as the ledger runs (no timeline needed); it sums to `peak()`."""
+        return {k: v for k, v in self._at_peak.items() if v}
 
     def by_phase(self, since: int = 0) -> list:
         """[(phase, peak total bytes within it, {kind: bytes live at its end})] in timeline order.
@@ -422,3 +423,4 @@ class MemoryLedger:
         """Start peak tracking afresh from what is live now (e.g. after initialisation)."""
         self._peak = dict(self._current)
         self._peak_total = self._total
+        self._at_peak = dict(self._current)

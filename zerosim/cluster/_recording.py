@@ -41,6 +41,7 @@ class _LedgerDelta:
 
     peaks: dict  # {kind: most bytes of the kind at an allocation, minus the kind's bytes at the start}
     total_peak: int | None  # the most bytes in all at an allocation, minus the start's; None: nothing allocated
+    at_peak: dict  # {kind: bytes at the first moment of total_peak minus at the start} (MemoryLedger.at_peak)
     current: dict  # {kind: bytes at the end minus at the start} for every kind it touched
     total: int
     events: int  # allocations and frees: the ledger's sequence numbers it used
@@ -55,21 +56,24 @@ class _LedgerWatch:
     def __enter__(self):
         self.start = []
         for led in self.ledgers:
-            self.start.append((led._peak, led._peak_total, dict(led._current), led._total, led._seq))
+            self.start.append((led._peak, led._peak_total, dict(led._current), led._total, led._seq, led._at_peak))
             led._peak, led._peak_total = {}, -1  # each alloc now writes its own running sum: the maxima from here
         return self
 
     def __exit__(self, *exc):
         self.deltas = []
-        for led, (peak, peak_total, current, total, seq) in zip(self.ledgers, self.start):
+        for led, (peak, peak_total, current, total, seq, at_peak) in zip(self.ledgers, self.start):
             mine, mine_total = led._peak, led._peak_total
             touched = set(mine) | {k for k, v in led._current.items() if current.get(k) != v}
             self.deltas.append(_LedgerDelta({k: v - current.get(k, 0) for k, v in mine.items()},
                                             None if mine_total < 0 else mine_total - total,
+                                            {} if mine_total < 0 else _less(led._at_peak, current),
                                             {k: led._current.get(k, 0) - current.get(k, 0) for k in touched},
                                             led._total - total, led._seq - seq))
             for k, v in mine.items():  # MemoryLedger.adopt: peak = max(peak so far, running sum) at each alloc
                 peak[k] = max(peak.get(k, 0), v)
+            if mine_total <= peak_total:  # the peak's first moment came before the action: its kinds then
+                led._at_peak = at_peak
             led._peak, led._peak_total = peak, max(peak_total, mine_total)
         return False
 
@@ -228,9 +232,16 @@ def _apply(led, d: _LedgerDelta) -> None:
     current, peak = led._current, led._peak
     for k, v in d.peaks.items():
         peak[k] = max(peak.get(k, 0), current.get(k, 0) + v)
-    if d.total_peak is not None:
-        led._peak_total = max(led._peak_total, led._total + d.total_peak)
+    if d.total_peak is not None and led._total + d.total_peak > led._peak_total:  # a new peak: its first moment's
+        led._peak_total = led._total + d.total_peak
+        led._at_peak = {k: current.get(k, 0) + d.at_peak.get(k, 0) for k in current.keys() | d.at_peak.keys()}
     for k, v in d.current.items():
         current[k] = current.get(k, 0) + v
     led._total += d.total
     led._seq += d.events
+
+
+def _less(kinds: dict, start: dict) -> dict:
+    """{kind: bytes in `kinds` minus at the `start`}: a moment's kinds apart from where the action started."""
+    return {k: kinds.get(k, 0) - start.get(k, 0) for k in kinds.keys() | start.keys()}
+

@@ -57,7 +57,7 @@ def measure_by_stage(model, ranks: int, optimizer: str = "adam", precision="fp16
         out.append(measure_stage(model, ranks, stage, optimizer, precision, step, micro_batch, comm, clip_grad,
                                  wire if stage == 3 else None, gpus_per_node, tp=tp, sp=sp, layout=layout,
                                  parallelisms=parallelisms(stage) if parallelisms else (), spec=spec,
-                                 micro_batches=micro_batches)[0])
+                                 micro_batches=micro_batches, timeline=False)[0])  # the rows alone: no timeline
     return out
 
 
@@ -65,7 +65,8 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
                   micro_batch: tuple | None = None, comm=None, clip_grad: float | None = None, wire=None,
                   gpus_per_node: int | None = None, shard_group: int | None = None, tp: int = 1,
                   sp: bool = False, mesh=None, recipe=None, parallelisms=(), totals: bool = True,
-                  layout: str | None = None, spec=None, micro_batches: int | None = None) -> tuple:
+                  layout: str | None = None, spec=None, micro_batches: int | None = None,
+                  timeline: bool = True) -> tuple:
     """One stage of `measure_by_stage`: (its row, the meta Cluster, the engine) — the cluster's trace holds the
     step's events, so the same run can be placed in time (zerosim.analysis.timeline._simulate). `stage` may be a
     strategy for many nodes by name ("hsdp", "mics", "hpz", ...: parallel/data/_plan.py STRATEGIES) with its
@@ -82,7 +83,10 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     `layout`, with context parallelism (its degree the mesh's cp; `micro_batch` the whole sequences, each rank then
     running its L / C tokens of them), or pipeline parallelism (pp > 1: the pipeline's engine, one representative
     rank a stage (_pipeline.py), the whole step of `micro_batches` M a data-parallel rank, default P, its peaks those
-    of every micro-batch in flight; the row's "pipeline" holds each pipeline rank's, its "peak" the largest)."""
+    of every micro-batch in flight; the row's "pipeline" holds each pipeline rank's, its "peak" the largest).
+    `timeline`: each hosted rank's ledger keeps its allocations and frees in order, for a caller that reads the
+    cluster's (what was live when, by name); the row needs none (its "at_peak" is the ledger's `at_peak`), and without
+    it a pipeline writes its alike actions again instead of running them (parallel/pipeline/_repeat.py)."""
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout)
     mesh = mesh if mesh is not None else DataMesh.of(stage, ranks, gpus_per_node, shard_group, tp=spec.tp, cp=spec.cp,
                                                      pp=spec.pp)
@@ -90,11 +94,11 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     ranks = mesh.dims.world_size
     if spec.pp > 1:  # a pipeline: its engine, one representative a stage, the whole step of M micro-batches
         cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, micro_batches, comm,
-                                       clip_grad, wire, recipe, parallelisms, step=step, keep_timeline=True)
+                                       clip_grad, wire, recipe, parallelisms, step=step, keep_timeline=timeline)
     else:
         cluster = Cluster(ranks, backend="meta", trace="call", timeline=False, gpus_per_node=mesh.gpus_per_node)
-        for r in cluster.ranks:  # each hosted rank's alloc/free order (not in the trace): what was live at the peak
-            r.ledger.keep_timeline = True
+        for r in cluster.ranks:  # each hosted rank's alloc/free order (not in the trace), where the caller reads it
+            r.ledger.keep_timeline = timeline
         model, beside = parallel_model(model, spec)
         engine = ZeroEngine(model, cluster, mesh.plan, get_optimizer(optimizer), precision,
                             checkpoint=getattr(model, "checkpointing", False), comm=comm, clip_grad=clip_grad,
@@ -113,7 +117,7 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
         "ranks_agree": spec.pp > 1 or all(r == resting[0] for r in resting),
         "peak": peaks[top],
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
-        "at_peak": at_peak_by_kind(cluster.ranks[top].ledger),
+        "at_peak": cluster.ranks[top].ledger.at_peak(),
     }
     if spec.pp > 1:  # each pipeline rank: its units, parameters, peaks, chunks in flight (the first holds the most)
         row["pipeline"] = stage_rows(engine)
@@ -158,15 +162,6 @@ def positions_of(parallelisms, cluster, dims):
     return next((p.position_of(cluster, dims) for p in parallelisms if hasattr(p, "position_of")), None)
 
 
-def at_peak_by_kind(ledger) -> dict:
-    """{kind: bytes} live at the first moment the ledger's total peaked, from its timeline: what a bar of the peak
-    stacks (each kind's own peak, `peak_by_kind`, comes at its own moment: stacking those overstates the peak)."""
-    live, best, most = {}, {}, -1
-    for kind, total, kind_total in ledger.totals():
-        live[kind] = kind_total
-        if total > most:
-            most, best = total, {k: v for k, v in live.items() if v}
-    return best
 
 
 @dataclass(frozen=True)

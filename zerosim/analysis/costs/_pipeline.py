@@ -40,7 +40,7 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
     """(the meta Cluster, the PipelineEngine) of `model` (a data-less twin) on `mesh` (a DataMesh: the ZeRO stage,
     N and the nodes) beside `spec` (a ParallelSpec with pp > 1, and TP), after `steps` steps of M = `micro_batches`
     micro-batches (default P) of `micro_batch` = (B, L) sequences (or `tokens` rows of a MetaModel) a data-parallel
-    rank (none when not `step`). `keep_timeline`: each ledger keeps its alloc/free order (what was live at the peak).
+    rank (none when not `step`). `keep_timeline`: each ledger keeps its alloc/free order (which buffer was live when).
     What the pipeline does not run beside it is refused here, by name: clipping and offload (their decisions and
     copies span every stage), ZeRO++'s `wire` (its collectives span every rank), a strategy for many nodes. The stage
     runs what its framework runs beside a pipeline (parallel/pipeline/_beside.py: ZeRO-3 with FSDP's `comm` becomes

@@ -421,7 +421,8 @@ class _Trial:
         M = K if points is None else points[0]
         run = {"micro_batch": (B, self.seq_len), "comm": self.schedule, "mesh": mesh, "parallelisms": more,
                "spec": spec, "micro_batches": M if pipeline else None,
-               "totals": False}  # a row reads memory; the bytes sent are not printed
+               "totals": False,  # a row reads memory; the bytes sent are not printed
+               "timeline": False}  # nor which buffer was live when (its bars: the ledger's `at_peak`)
         if first and not pipeline:
             with let_go(measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)) as made:
                 resting = sum(made[0]["resting"].values())

@@ -88,7 +88,8 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     model, micro, N = work.model, work.micro, ranks
     if mesh is not None:  # one stage on nodes (qgZ): its own mesh
         measured = [measure_stage(model, None, None, work.optimizer, work.precision, step=step, micro_batch=micro,
-                                  comm=work.comm, clip_grad=work.clip_grad, wire=wire, mesh=mesh, recipe=recipe)[0]]
+                                  comm=work.comm, clip_grad=work.clip_grad, wire=wire, mesh=mesh, recipe=recipe,
+                                  timeline=False)[0]]
     else:
         measured = measure_by_stage(model, N, work.optimizer, work.precision, step=step, stages=stages,
                                     show_progress=show_progress, micro_batch=micro, comm=work.comm,
