@@ -56,7 +56,7 @@ def what_a_user_reads(cluster) -> dict:
         "bytes by tier": trace.bytes_by_tier(),
         "sent by rank": list(trace.sent_totals(cluster.world_size)),
         "peaks": [(r.ledger.peak(), r.ledger.peak_by_kind()) for r in cluster.ranks],
-        "at the peak": [r.ledger.at_peak() for r in cluster.ranks],  # what was live then, by kind (a plan's bars)
+        "at the peak": [list(r.ledger.at_peak().items()) for r in cluster.ranks],  # by kind, in order (plan bars)
         "now": [(r.ledger.current(), dict(r.ledger._current), r.ledger._seq) for r in cluster.ranks],
         "step time": timeline.step_time,
         "per rank": (timeline.compute_busy.tolist(), timeline.exposed_comm.tolist()),
@@ -104,7 +104,7 @@ def written_again_is_run(schedule, V, stage, recipe, tp, cp=1, style="ring"):
     again, yardstick = what_a_user_reads(written), what_a_user_reads(ran)
     for key in yardstick:
         assert again[key] == yardstick[key], key
-    assert [sum(kinds.values()) for kinds in again["at the peak"]] == [peak for peak, _ in again["peaks"]]
+    assert [sum(b for _, b in kinds) for kinds in again["at the peak"]] == [peak for peak, _ in again["peaks"]]
 
 
 def test_records_cross_to_a_rank_of_the_same_make():

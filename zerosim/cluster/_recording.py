@@ -234,7 +234,7 @@ def _apply(led, d: _LedgerDelta) -> None:
         peak[k] = max(peak.get(k, 0), current.get(k, 0) + v)
     if d.total_peak is not None and led._total + d.total_peak > led._peak_total:  # a new peak: its first moment's
         led._peak_total = led._total + d.total_peak
-        led._at_peak = {k: current.get(k, 0) + d.at_peak.get(k, 0) for k in current.keys() | d.at_peak.keys()}
+        led._at_peak = {k: current.get(k, 0) + d.at_peak.get(k, 0) for k in _in_order(current, d.at_peak)}
     for k, v in d.current.items():
         current[k] = current.get(k, 0) + v
     led._total += d.total
@@ -243,5 +243,11 @@ def _apply(led, d: _LedgerDelta) -> None:
 
 def _less(kinds: dict, start: dict) -> dict:
     """{kind: bytes in `kinds` minus at the `start`}: a moment's kinds apart from where the action started."""
-    return {k: kinds.get(k, 0) - start.get(k, 0) for k in kinds.keys() | start.keys()}
+    return {k: kinds.get(k, 0) - start.get(k, 0) for k in _in_order(kinds, start)}
+
+
+def _in_order(first: dict, then: dict) -> list:
+    """The keys of `first`, then those of `then` it lacks, each in its dict's order (a set's order would follow the
+    strings' hashes, which change from process to process: the kinds' order is printed)."""
+    return [*first, *(k for k in then if k not in first)]
 

@@ -162,8 +162,6 @@ def positions_of(parallelisms, cluster, dims):
     return next((p.position_of(cluster, dims) for p in parallelisms if hasattr(p, "position_of")), None)
 
 
-
-
 @dataclass(frozen=True)
 class ActivationsMeasured:
     """One rank's activations for one micro-batch of a `MetaGPT`, read from a ledger's timeline."""
