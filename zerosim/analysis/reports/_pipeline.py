@@ -14,8 +14,8 @@ A pipeline rank r sends, in a step of M micro-batches a data-parallel rank:
               (parallel/pipeline stage_messages), B·L/C·d elements (/ T under sequence parallelism) of the
               compute format
 
-As the data-parallel report's formula, ZeRO's is the textbook volume: a ZeRO-3 unit gathered again for its
-recompute is counted once (`sent` in the trace holds it).
+As in the data-parallel report's formula, ZeRO's part is the textbook volume: a ZeRO-3 unit's gathers for forward and
+backward, not the one more a checkpointed unit makes for its recompute (the trace's `sent` holds it too).
 """
 
 from __future__ import annotations
