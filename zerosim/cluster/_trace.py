@@ -463,7 +463,7 @@ class Trace:
         held = [(form, self.call_groups.get(c), self._ring_size(c), 1, self.call_ranks.get(c))
                 for c, form in self.ring_calls.items()]
         folded = [(form, group, n, count, scope) for _, _, form, group, n, count, scope in self.folded.closed.values()]
-        scoped = _alike()  # a stage's calls: one (N,) vector for each kind (every micro-batch's are alike)
+        scoped = _Alike()  # a stage's calls: one (N,) vector for each kind (every micro-batch's are alike)
         for (sizes, itemsize, lag), group, n, count, scope in held + folded:  # count: calls alike
             if scope is not None:  # a stage's call: its own ranks' bytes alone
                 scoped.add((sizes, itemsize, lag), group, n, scope, count)
@@ -519,7 +519,7 @@ class Trace:
             self.call(call)  # a folded call: a clear error
         for e in self.events if call is None else self.select(call=call):
             out[e.tier] = out.get(e.tier, 0) + e.bytes  # offload's copies add "pcie" and "nvme"
-        scoped = _alike()  # a stage's calls: an (N,) vector for each kind (every micro-batch's are alike)
+        scoped = _Alike()  # a stage's calls: an (N,) vector for each kind (every micro-batch's are alike)
         for c in self.ring_calls if call is None else [c for c in self.ring_calls if c == call]:
             group, n, scope = self.call_groups.get(c), self._ring_size(c), self.call_ranks.get(c)
             if scope is not None:
@@ -721,7 +721,7 @@ class _About:
         return False
 
 
-class _alike:
+class _Alike:
     """Closed-form calls counted by kind: the same (sizes, itemsize, lag) form on the same ring group, world and scope
     answer alike, so a question over a trace's calls is asked once a kind (a pipeline's stages repeat each unit's
     calls every micro-batch). `kinds()`: (form, group, n, scope, count) in the order each kind was first added."""
