@@ -128,3 +128,23 @@ def test_memory_counts_the_quantized_gathers_bytes_and_what_lands(capsys):
 def test_memory_wire_flags_refused_clearly(capsys, argv, message):
     code, _, err = run(capsys, "memory", "--params", "1e6", "--ranks", "4", *argv)
     assert code == 2 and message in err
+
+
+def test_memory_without_a_step_prints_no_bytes_sent(capsys):
+    """--no-step runs no step: nothing was sent, so the table and the per-pipeline-rank table print a dash (JSON null)
+    beside the formula, which is what one step would send, and the header says when the ledgers were read."""
+    _, out, _ = run(capsys, "memory", "--params", "7e9", "--ranks", "8", "--no-step")
+    rows = [line for line in out.splitlines() if line[:1].isdigit()]
+    # stage | ledger formula | peak sent 2Ψ-or-3Ψ: 2Ψ·(N−1)/N = 2·7e9·2 B·7/8 = 24.5 GB; 3Ψ at stage 3, 36.75 GB
+    assert [row.split("|")[2].split()[1:] for row in rows] == [["—", "24.500"]] * 3 + [["—", "36.750"]]
+    assert "after initialisation" in out and "No step was run (--no-step)" in out
+    _, out, _ = run(capsys, "memory", "--params", "7e9", "--ranks", "8", "--no-step", "--json")
+    assert [row["sent"] for row in json.loads(out)["stages"]] == [None] * 4
+    _, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--pp", "2", "--no-step")
+    ranks = out[out.index("GB each pipeline rank sent"):].splitlines()[2:4]
+    assert [line.split()[1::2] for line in ranks] == [["—"] * 4] * 2  # rank, then (sent, formula) per ZeRO stage
+    assert "recorded them after initialisation" in out
+    _, out, _ = run(capsys, "memory", "--params", "7e9", "--ranks", "8")  # a step: the trace's bytes, as the formula
+    assert [row.split("|")[2].split()[1:] for row in out.splitlines() if row[:1].isdigit()] == \
+        [["24.500", "24.500"]] * 3 + [["36.750", "36.750"]]
+    assert "No step was run" not in out

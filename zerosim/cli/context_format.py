@@ -3,6 +3,8 @@ tokens long, beside the unsplit layer's (the numbers: zerosim.analysis.reports, 
 
 from __future__ import annotations
 
+from zerosim.cli.cells import when_measured
+
 MB = 1e6
 
 
@@ -15,7 +17,8 @@ def cp_header(r: dict, cp: dict) -> list:
         "every sequence, and ZeRO shards its",
         f"states over all {r['ranks']} GPUs (dp × cp, torchtitan's \"fsdp\" mesh). Per-rank model states in GB (1e9 "
         "bytes), as the",
-        "ledgers recorded them after one step; 'formula' is zerosim.analysis.costs, padded as the engines hold them.",
+        f"ledgers recorded them {when_measured(r)}; 'formula' is zerosim.analysis.costs, padded as the engines hold "
+        "them.",
         "",
     ]
 

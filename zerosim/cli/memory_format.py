@@ -8,6 +8,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
+from zerosim.cli.cells import gb_or_dash, when_measured
 from zerosim.cli.context_format import cp_activation_lines, cp_header
 from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.pipeline_format import pp_header, pp_rank_lines
@@ -46,6 +47,10 @@ def format_report(r: dict) -> str:
         "activations over the TP group (zerosim.parallel.tensor, tp_bytes_per_micro_step; not the norms' tiny SP sum).",
         "The words: docs/glossary.md (params, grads, grad32, master, optim:*, activations).",
     ]
+    lines += [] if r["step"] else [
+        "No step was run (--no-step): peak is the most held during initialisation, sent reads '—', and the formula",
+        "beside it is what one step would send.",
+    ]
     lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     lines += _wire_lines(r) if r.get("wire") else []
     lines += (cp_activation_lines(act) if cp is not None else _activation_lines(act) if tp is None else
@@ -76,7 +81,7 @@ def _header(r: dict) -> list:
         + f"), N = {r['ranks']} ranks, "
         f"{r['optimizer']}, {r['precision']}",
         "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"
-        + (" after one step" if r["step"] else " after initialisation")
+        + f" {when_measured(r)}"
         + ";",
         "'formula' is zerosim.analysis.costs with every flat buffer padded to N·ceil(Ψ/N), as the engines hold them.",
         "",
@@ -93,8 +98,8 @@ def _tp_header(r: dict, tp: dict) -> list:
            "tp),"] if tp["vocab_padded"] else []),
         f"and ZeRO shards that slice over the dp = {tp['dp']} ranks holding it. Per-rank model states in GB (1e9 "
         "bytes), as the ledgers recorded",
-        "them after one step; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the engines "
-        "hold them.",
+        f"them {when_measured(r)}; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the "
+        "engines hold them.",
         "",
     ]
 
@@ -112,7 +117,7 @@ def _table(r: dict) -> list:
         cells = " ".join(f"{row['resting'].get(k, 0) / GB:10.3f}" for k in kinds)
         same = "" if row["ledger_total"] == row["formula_total"] and row["ranks_agree"] else "  (differs: see note)"
         added = f"{row['activations'] / GB:9.3f} {row['total'] / GB:9.3f} | " if act else ""
-        sent = f"{row['sent'] / GB:9.3f} {row['sent_formula'] / GB:9.3f}"
+        sent = f"{gb_or_dash(row['sent'], 9, 3)} {row['sent_formula'] / GB:9.3f}"
         lines.append(
             f"{row['stage']:<5d} {cells} | {row['ledger_total'] / GB:9.3f} {row['formula_total'] / GB:9.3f} | {added}"
             f"{row['peak'] / GB:9.3f} {sent}{same}"

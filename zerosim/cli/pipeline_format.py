@@ -4,7 +4,7 @@ are the reports' (zerosim.analysis.reports: pipeline_summary, each row's "pipeli
 
 from __future__ import annotations
 
-GB = 1e9
+from zerosim.cli.cells import GB, gb_or_dash, when_measured
 
 
 def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> list:
@@ -23,8 +23,8 @@ def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> lis
         "each pipeline rank holds its stages' layers" + (" (one TP rank's slice of them)" if tp else "")
         + f" and ZeRO shards them over {shards}",
         *sequence,
-        "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them after "
-        "one step;",
+        "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them "
+        f"{when_measured(r)};",
         "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",
         *(f"ZeRO-{row['stage']} runs as {row['beside_pipeline']} beside the pipeline, as its framework runs it there "
           "(parallel/pipeline/_beside.py): gathered once a step, gradients whole until one reduce-scatter."
@@ -69,7 +69,7 @@ def _sent_lines(rows: list) -> list:
         f"  {'rank':>4s} " + " ".join(f"{'ZeRO-' + str(row['stage']):>8s} {'formula':>8s}" for row in rows),
     ]
     for p in range(len(rows[0]["pipeline"])):
-        lines.append(f"  {p:>4d} " + " ".join(f"{row['pipeline'][p]['sent'] / GB:8.2f} "
+        lines.append(f"  {p:>4d} " + " ".join(f"{gb_or_dash(row['pipeline'][p]['sent'], 8, 2)} "
                                              f"{row['pipeline'][p]['sent_formula'] / GB:8.2f}" for row in rows))
     return lines + [
         "formula: ZeRO's collectives of the rank's parameters over its dp ranks (stage 2's reduce-scatter and stage "

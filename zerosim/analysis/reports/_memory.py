@@ -111,6 +111,10 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
             local, dp, plan, MemoryConfig.for_precision(name, optimizer=work.optimizer, padding="none")
         ).total
         row["ledger_total"] = sum(row["resting"].values())
+        if not step:  # no step, nothing sent: null, not a 0 that reads as a mismatch beside a step's formula
+            row["sent"] = None
+            for x in row.get("pipeline", ()):
+                x["sent"] = None
         bytes_ = config.param_bytes  # the compute format travels: 2 bytes, or 4 in pure fp32
         if spec.pp > 1:  # each pipeline rank's, by hand (_pipeline.py); the most of them
             by_rank = pp_sent(model, micro, spec, bytes_, pipeline_summary(spec, N, micro_batches)["micro_batches"],
