@@ -66,7 +66,9 @@ def test_memory_bad_arguments_are_clear_errors(capsys, argv, message):
 
 @pytest.mark.slow
 def test_figures_writes_the_memory_png(capsys, tmp_path):
-    code, out, _ = run(capsys, "figures", "--out", str(tmp_path))
+    # its own figure alone: every figure at once (~10 s) is the docs' `zerosim figures`, run by CI's heavy lane
+    # (tests/test_readme_commands.py HEAVY)
+    code, out, _ = run(capsys, "figures", "--out", str(tmp_path), "--only", "memory_by_stage")
     path = tmp_path / "memory_by_stage.png"
     assert code == 0 and str(path) in out
     data = path.read_bytes()
