@@ -150,3 +150,29 @@ def test_memory_without_a_step_prints_no_bytes_sent(capsys):
     assert [row.split("|")[2].split()[1:] for row in out.splitlines() if row[:1].isdigit()] == \
         [["24.500", "24.500"]] * 3 + [["36.750", "36.750"]]
     assert "No step was run" not in out
+
+
+def test_stage_3s_sent_beside_3_psi_says_by_how_much_and_why(capsys):
+    """GPT-2 small on 8 ranks, Ψ = 124,439,808 = 8 · 15,554,976 (s), the flat vector sharded rank by rank; 3Ψ sends
+    3 · Ψ · 7/8 · 2 B = 653,308,992 a rank. Under each schedule, stage 3 with block checkpointing:
+      seed 004's (a gather for every use): the units after the embedding (blocks and head, the flat range
+      [39,383,808, Ψ): 85,056,000 elements) are gathered again for their recompute; a ring all-gather of a window
+      sends from rank r all of it but rank r+1's part, and ranks 0 and 1 own none of that range, so ranks 7 and 0
+      send all of it: 85,056,000 · 2 B = 170,112,000 more than 3Ψ, 0.78 of one gather of Ψ (217,769,664 below);
+      DeepSpeed's (a unit used again within stage3_max_reuse_distance = 1e9 elements stays gathered): every unit is
+      gathered once, for forward: one gather of Ψ less, 124,439,808 · 2 B · 7/8 = 217,769,664 (0.218 GB);
+      FSDP's: 3Ψ (resharded after forward; the recompute's gather serves the backward): no line."""
+    lines = {}
+    for comm in ("seed", "deepspeed", "fsdp"):
+        _, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint",
+                        "block", "--comm", comm)
+        lines[comm] = " ".join(out[out.index("At stage 3"):].split("\n\n")[0].split()) if "At stage 3" in out else None
+    assert lines["seed"].startswith("At stage 3 the busiest rank sent 0.170 GB more than 3Ψ (0.78 of one gather of "
+                                    "Ψ): each unit its recompute reads is gathered again"), lines["seed"]
+    assert lines["deepspeed"].startswith("At stage 3 the busiest rank sent 0.218 GB less than 3Ψ (1.00 of one "
+                                         "gather of Ψ): a unit kept gathered"), lines["deepspeed"]
+    assert lines["fsdp"] is None
+    _, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint",
+                    "block", "--json")
+    three = json.loads(out)["stages"][3]
+    assert (three["sent"], three["sent_formula"]) == (653_308_992 + 170_112_000, 653_308_992)

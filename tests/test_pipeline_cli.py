@@ -103,6 +103,19 @@ def test_timeline_counts_each_tiers_bytes_beside_a_pipeline_by_hand():
 
 
 @pytest.mark.slow  # four ZeRO stages of a 4-stage pipeline of Llama 3 8B beside TP 2, and the same built by hand: ~3 s
+def test_memory_says_why_zero_3s_trace_exceeds_the_formula_only_where_it_does():
+    """With block checkpointing under seed 004's schedule (a gather for every use), stage 3 gathers each recomputed
+    unit again: the trace exceeds the formula on both pipeline ranks, and the note says why; without checkpointing
+    the two are equal and no note is printed."""
+    with_ckpt = as_json("memory", *GPT2, "--ranks", "8", "--pp", "2", "--checkpoint", "block")["stages"][3]
+    assert all(x["sent"] > x["sent_formula"] for x in with_ckpt["pipeline"])
+    assert "At ZeRO-3 the trace counts more" in text_of("memory", *GPT2, "--ranks", "8", "--pp", "2", "--checkpoint",
+                                                         "block")
+    plain = as_json("memory", *GPT2, "--ranks", "8", "--pp", "2")["stages"][3]
+    assert all(x["sent"] == x["sent_formula"] for x in plain["pipeline"])
+    assert "At ZeRO-3 the trace" not in text_of("memory", *GPT2, "--ranks", "8", "--pp", "2")
+
+
 def test_memory_is_the_pipeline_engine_built_as_the_python_api_builds_it():
     """`memory --pp` reads the ledgers of the same PipelineEngine a user builds by hand (docs/pipeline-parallelism.md's
     405B example, at Llama 3 8B's size): every pipeline rank's peak, byte for byte."""

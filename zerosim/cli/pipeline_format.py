@@ -77,9 +77,23 @@ def _sent_lines(rows: list) -> list:
         "gathers each micro-step, the rest once a step), plus TP's over its blocks (the embedding on the first stage,",
         "the head on the last), plus each micro-batch's hidden states on and its gradient back at every stage "
         "boundary",
-        "the rank sits at (B·L·d, / T under SP, / C under CP). At stage 3 the trace also counts the gathers again for",
-        "each recomputed unit.",
-    ]
+        "the rank sits at (B·L·d, / T under SP, / C under CP).",
+    ] + _stage3_note(rows)
+
+
+def _stage3_note(rows: list) -> list:
+    """Why a pipeline rank's trace differs from the formula at ZeRO-3, where it does: the one cause that sends more
+    (a schedule that gathers for every use gathers a recomputed unit again) and the one that sends less (a unit
+    kept gathered until its next use)."""
+    off = [x["sent"] - x["sent_formula"] for row in rows if row["stage"] == 3 for x in row["pipeline"]
+           if x["sent"] is not None]
+    if any(d > 0 for d in off):
+        return ["At ZeRO-3 the trace counts more: a schedule that gathers a unit for every use gathers each unit its",
+                "recompute reads again (checkpointing; the formula counts a forward's and a backward's gathers)."]
+    if any(d < 0 for d in off):
+        return ["At ZeRO-3 the trace counts less: a unit kept gathered from its forward to its backward is not",
+                "gathered again."]
+    return []
 
 
 def pp_step_lines(pp: dict) -> list:
