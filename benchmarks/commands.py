@@ -43,6 +43,10 @@ COMMANDS = {  # name -> the command's arguments: the README's and the longest te
     "memory-pp": ["memory", "--model", "llama-3-8b", "--ranks", "64", "--gpus-per-node", "8", "--tp", "2", "--pp", "4",
                   "--seq-len", "4096", "--batch", "1", "--checkpoint", "block", "--precision", "bf16-mixed",
                   "--accumulation-steps", "8"],
+    # the planner beside pipelines of 1, 2 and 4 ranks (~15 s): a row that fits runs its memory step and a second
+    # step for its line (analysis/costs line_points), the second writing the first's records again
+    "plan-pp": ["plan", "--model", "llama-3-8b", "--gpus", "64", "--gpus-per-node", "8", "--gpu", "h100-80gb",
+                "--seq-len", "4096", "--global-batch", "512", "--pp", "1,2,4"],
 }
 
 

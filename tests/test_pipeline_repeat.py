@@ -26,7 +26,7 @@ P, M, SEQ = 4, 6, 16
 
 
 def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, steps: int = 2, cp: int = 1,
-        style: str = "ring"):
+        style: str = "ring", micro_batches: int = M, records_from=None):
     """A PipelineEngine's meta run, as analysis/costs `pipeline_run` builds one (`ParallelSpec.build`): with `cp` > 1
     the CP rank's twin (flash attention, cut at its ring or all-gather: `style`) on SEQ / cp tokens a rank."""
     model = Llama(vocab=256, d_model=64, n_heads=4, n_layers=10, seq_len=SEQ, d_ff=128, n_kv_heads=2,
@@ -38,11 +38,12 @@ def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, s
     tensor = TensorParallel(MetaLlama(model), tp) if tp > 1 else None
     context = ContextParallel(MetaLlama(model), cp, style, tensor=tensor) if cp > 1 else None
     whole = context.model if context is not None else MetaLlama(model) if tensor is None else tensor.model
-    engine = PipelineEngine(whole, cluster, stage, Adam(), "bf16-mixed", pp=P, micro_batches=M, schedule=schedule,
-                            virtual_stages=V, tensor=tensor, recipe=recipe, repeat=repeat, context=context)
+    engine = PipelineEngine(whole, cluster, stage, Adam(), "bf16-mixed", pp=P, micro_batches=micro_batches,
+                            schedule=schedule, virtual_stages=V, tensor=tensor, recipe=recipe, repeat=repeat,
+                            context=context, records_from=records_from)
     ids = cluster.backend.empty((1, SEQ // cp), np.int64)
     for _ in range(steps):
-        engine.step([[(ids, ids)] * M for _ in range(dims.dp)])
+        engine.step([[(ids, ids)] * micro_batches for _ in range(dims.dp)])
     return engine, cluster
 
 
@@ -105,6 +106,63 @@ def written_again_is_run(schedule, V, stage, recipe, tp, cp=1, style="ring"):
     for key in yardstick:
         assert again[key] == yardstick[key], key
     assert [sum(b for _, b in kinds) for kinds in again["at the peak"]] == [peak for peak, _ in again["peaks"]]
+
+
+@pytest.mark.parametrize("schedule, V, stage, recipe, tp, cp, style", [
+    ("1f1b", 1, 1, "seeds", 2, 1, "ring"),  # Megatron's distributed optimizer beside TP (its last micro-batch special)
+    ("1f1b", 1, 3, "fsdp2", 1, 2, "ring"),  # torchtitan's FSDP beside CP's ring
+    ("interleaved-1f1b", 2, "no_reshard_no_sync", "seeds", 1, 1, "ring"),
+    ("zero-bubble", 2, 1, "seeds", 1, 1, "ring"),
+])
+def test_records_carried_from_a_run_of_other_micro_batches_change_nothing(schedule, V, stage, recipe, tp, cp, style):
+    """The planner's two steps on a pipeline's line differ only in M (analysis/costs `line_points`): the second's
+    first step writes every middle action again from the first run's records, recording none anew, and every number a
+    user reads over two steps (the second records its own) is what running every action of M = 10 gives."""
+    first, _ = run(schedule, V, stage, recipe, tp, True, steps=1, cp=cp, style=style)  # M = 6
+    once, _ = run(schedule, V, stage, recipe, tp, True, steps=1, cp=cp, style=style, micro_batches=10,
+                  records_from=first)
+    plan = Counter(once._records.plan.values())
+    assert plan["record"] == 0 and plan["write again"] > plan["run"], plan
+    _, carried = run(schedule, V, stage, recipe, tp, True, cp=cp, style=style, micro_batches=10, records_from=first)
+    _, ran = run(schedule, V, stage, recipe, tp, False, cp=cp, style=style, micro_batches=10)
+    again, yardstick = what_a_user_reads(carried), what_a_user_reads(ran)
+    for key in yardstick:
+        assert again[key] == yardstick[key], key
+
+
+def test_records_are_carried_only_between_runs_of_one_job():
+    """analysis/costs `pipeline_run` carries an earlier run's records only where every argument but M is the same
+    (another ZeRO stage's, another micro-batch's, another model's are not read); the engine itself carries none from
+    a run of other makes or after more than one step."""
+    from zerosim.analysis.costs import pipeline_run
+    from zerosim.models.gpt import MetaGPT
+    from zerosim.parallel import ParallelSpec
+    from zerosim.parallel.data.multinode import DataMesh
+
+    from zerosim.models.hf import read_hf_config, shipped_config
+
+    config = read_hf_config(shipped_config("gpt2-small"))
+    model = MetaGPT.from_config(config, 32)
+    spec = ParallelSpec(pp=2)
+
+    def carried(first, stage=1, B=1, twin=model) -> int:
+        _, engine = pipeline_run(twin, DataMesh.of(stage, 8, 4, pp=2), spec, "adam", "bf16-mixed", (B, 32), 6,
+                                 records_from=first)
+        return Counter(engine._records.plan.values())["record"] == 0
+
+    _, first = pipeline_run(model, DataMesh.of(1, 8, 4, pp=2), spec, "adam", "bf16-mixed", (1, 32), 4)
+    assert carried(first)
+    assert not carried(first, stage=3) and not carried(first, B=2)
+    assert not carried(first, twin=MetaGPT.from_config(config, 32))  # another model object, though alike
+    twice, _ = run("1f1b", 1, 1, "seeds", 1, True, steps=2)
+    later, _ = run("1f1b", 1, 1, "seeds", 1, True, steps=1, micro_batches=10, records_from=twice)
+    assert Counter(later._records.plan.values())["record"] > 0
+    small = Llama(vocab=256, d_model=64, n_heads=4, n_layers=6, seq_len=SEQ, d_ff=128, n_kv_heads=2)
+    cluster = Cluster(16, backend="meta", hosted=ParallelDims(16, pp=P).groups("pp").group_of(0), trace="call",
+                      timeline=False, gpus_per_node=4)
+    other = PipelineEngine(MetaLlama(small), cluster, 1, Adam(), "bf16-mixed", pp=P, micro_batches=10,
+                           records_from=twice)  # 6 blocks over 4 ranks: other makes than 10 blocks'
+    assert other._records.carried == {}
 
 
 def test_records_cross_to_a_rank_of_the_same_make():

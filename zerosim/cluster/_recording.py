@@ -125,11 +125,12 @@ class Recording:
         self.usable = self.usable and self._refers(handle)
 
     # -- writing it again ---------------------------------------------------------------------------------
-    def replay(self, micro: int, waited: Handle, ranks, names: tuple) -> Handle:
+    def replay(self, micro: int, waited: Handle, ranks, names: tuple, trace=None) -> Handle:
         """Write the record again as micro-batch `micro`'s action on `ranks` (local ranks, in place of the recorded
         ones by position) holding units `names` (likewise), having waited for `waited` (the handle received now, in
-        place of the recorded one). Returns the action's handle, as the run returned it."""
-        t = self.trace
+        place of the recorded one), into `trace` (default the one it was recorded in; another run's of the same
+        shapes: its calls numbered from there). Returns the action's handle, as the run returned it."""
+        t = self.trace if trace is None else trace
         shift = t.folded.calls + len(t._calls) - self.first_call
         waited = tuple(waited)
         if len(waited) != len(self.waited):

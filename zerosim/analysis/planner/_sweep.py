@@ -67,7 +67,7 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
               sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=(),
-              layout: str | None = None, spec=None):
+              layout: str | None = None, spec=None, records_from=None):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -82,7 +82,9 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     `layout` what a TP rank keeps (parallel/tensor LAYOUTS; None: the library's default).
     `parallelisms`: others beside data parallelism (offload: its copies and CPU step on their own streams). `spec`: a
     ParallelSpec in place of `tp`, `sp`, `async_tp` and `layout`, with context parallelism (`micro_batch` the whole
-    sequences; each rank runs its L / C tokens, the time model charges each hop its rank's block)."""
+    sequences; each rank runs its L / C tokens, the time model charges each hop its rank's block). `records_from`:
+    beside a pipeline, the engine of a run of the same job but M, whose records this step's alike actions are
+    written from (analysis/costs `pipeline_run`)."""
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout, async_tp)
@@ -91,7 +93,8 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     spec.check_mesh(mesh)
     if spec.pp > 1:  # a pipeline: its engine, every micro-batch of the step (analysis/costs pipeline_run)
         cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
-                                       clip_grad, wire, recipe, parallelisms, steps, tokens)
+                                       clip_grad, wire, recipe, parallelisms, steps, tokens,
+                                       records_from=records_from)
         costs = None if time_model is None else time_model.costs(  # a CP rank's L / C tokens, its hops' blocks
             engine.model, None if micro_batch is None else spec.micro(*micro_batch), hardware,
             positions_of(engine.parallelisms.members, cluster, engine.dims))

@@ -90,12 +90,14 @@ class PipelineEngine:
         checkpoint, comm, recipe, shard_group: each stage's ZeroEngine's.
         repeat: on the meta backend, write micro-batches 2 .. M - 2's actions again from micro-batch 1's instead of
             running them (_repeat.py: the same events, peaks and bytes); False runs every action.
+        records_from: a PipelineEngine of the same job but for its micro-batches a step, after its one step: its
+            records stand for this engine's first step's (`Records`' `carried`: none recorded anew).
     """
 
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
                  DEFAULT_SCHEDULE, micro_batches: int | None = None, virtual_stages: int | None = None,
                  split_rule: str = "torchtitan", layers=None, tensor=None, params=None, checkpoint=None, comm=None,
-                 recipe=None, shard_group=None, repeat: bool = True, context=None):
+                 recipe=None, shard_group=None, repeat: bool = True, context=None, records_from=None):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         tp = 1 if tensor is None else tensor.tp
@@ -140,8 +142,8 @@ class PipelineEngine:
         self._names = [tuple(u.name for u in part.layers) for part in self.stage_models]
         on = bool(repeat) and applies(cluster)  # the meta backend: actions alike written again (_repeat.py)
         self._records = Records(on, self.table.order(), [make_of(p, e.layout) for p, e in zip(self.stage_models,
-                                self.engines)], P, M, lambda r, k: self.engines[r].special_micro_step(k)) if on \
-            else Records(False)
+                                self.engines)], P, M, lambda r, k: self.engines[r].special_micro_step(k),
+                                None if records_from is None else records_from._records) if on else Records(False)
 
     @property
     def parallelisms(self) -> Parallelisms:
@@ -195,7 +197,7 @@ class PipelineEngine:
             ins, needs = self._inputs(a, micro, inbox)
             if what == REPLAY:
                 again = self._records.find(a)
-                again.replay(k, needs, ranks, names)
+                again.replay(k, needs, ranks, names, self.cluster.trace)
                 passes[(a.stage, k)] = _WRITTEN_AGAIN
                 out, made = again.handed_on(ranks), again.losses
             else:
@@ -215,7 +217,7 @@ class PipelineEngine:
             got, needs = inbox.pop((a.stage, "grad", k))
         if what == REPLAY:
             again = self._records.find(a)
-            last[r] = again.replay(k, needs, ranks, names) or last[r]
+            last[r] = again.replay(k, needs, ranks, names, self.cluster.trace) or last[r]
             sent = again.handed_on(ranks)
         else:
             if a.kind != WEIGHT and not self.table.is_last(a.stage):

@@ -65,13 +65,13 @@ def make_of(part, layout) -> tuple:
     return units, part.first, part.last, layout.padded, layout.shard_size
 
 
-def plan(order, makes: list, pp: int, micro_batches: int, special) -> dict:
+def plan(order, makes: list, pp: int, micro_batches: int, special, held=()) -> dict:
     """{action: RUN, RECORD or REPLAY} for the actions in the engine's `order`, rank r's actions alike another's
     where `makes[r]` are equal; `special(r, k)`: whether micro-batch k runs on rank r whatever (the module
-    docstring)."""
+    docstring); `held`: the keys recorded already (by an earlier run of the same job: `Records`' `carried`)."""
     forced = set()  # (stage, micro) whose forward must run: a backward of theirs would find no record
     while True:
-        out, recorded, again, missing = {}, set(), set(), None
+        out, recorded, again, missing = {}, set(held), set(), None
         for a in order:
             key, mine = (makes[a.rank], a.stage // pp, a.kind), (a.stage, a.micro)
             if a.micro == 0 or special(a.rank, a.micro):
@@ -102,16 +102,36 @@ def _numbered(makes) -> list:
 
 
 class Records:
-    """One step's records by (make, chunk, kind), and the plan of which action runs, records or is written again."""
+    """One step's records by (make, chunk, kind), and the plan of which action runs, records or is written again.
 
-    def __init__(self, on: bool, order=(), makes=(), pp: int = 1, micro_batches: int = 1, special=None):
-        self.on = on
-        self.makes, self.pp = _numbered(makes), pp
-        self.plan = plan(order, self.makes, pp, micro_batches, special) if on else {}
-        self.held = {}
+    `carried`: the Records of an earlier run of the same job but for its micro-batches a step (another M: the
+    planner's two steps on a pipeline's line, analysis/costs `line_points`), after its first step; where its ranks'
+    makes are these, its records stand for this run's first step, whose middle actions are then all written again
+    (none recorded anew). A record is made of shapes alone (the module docstring), and a middle action does not
+    depend on M (the table runs it between the same neighbours); micro-batch 0 and the special last ones run here
+    as ever, making this run's own buffers. Later steps record their own."""
+
+    def __init__(self, on: bool, order=(), makes=(), pp: int = 1, micro_batches: int = 1, special=None,
+                 carried: "Records | None" = None):
+        self.on, self.order, self.micro_batches, self.special = on, tuple(order), micro_batches, special
+        self.raw, self.makes, self.pp = tuple(makes), _numbered(makes), pp
+        self.carried = carried.held if on and carried is not None and carried.on and carried.raw == self.raw \
+            and carried.pp == pp and carried.steps == 1 else {}
+        self.steps, self.held, self.plan, self._own = 0, {}, {}, None
 
     def clear(self) -> None:
-        self.held = {}
+        """A step begins: its records (the carried ones for the first step) and its plan (the one with nothing
+        recorded yet made once)."""
+        self.held, self.carried = self.carried, {}
+        self.steps += 1
+        if not self.on:
+            return
+        if self.held:
+            self.plan = plan(self.order, self.makes, self.pp, self.micro_batches, self.special, tuple(self.held))
+            return
+        if self._own is None:
+            self._own = plan(self.order, self.makes, self.pp, self.micro_batches, self.special)
+        self.plan = self._own
 
     def what(self, a) -> str:
         return self.plan.get(a, RUN)
