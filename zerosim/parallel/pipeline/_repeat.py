@@ -34,6 +34,11 @@ written again where a record of its make will exist by then, recorded where none
 all where one of its backwards would find no record. A record that names a call made before its action (other than
 what it waited for), or holds events besides calls and compute, is not written again.
 
+Records carry from one run to another of the same job but for M (`Records`' `carried`: the planner's two steps on
+a pipeline's line, analysis/costs `line_points`; `pipeline_run` checks every other argument): the second run's first
+step writes every middle action again from the first's records and records none, its micro-batch 0 and special last
+ones still run (they make its own buffers).
+
 Where it applies (`applies`): a cluster without values (the meta backend), a trace of calls (granularity "call"),
 ledgers without a timeline (their events carry names and positions). Every other run runs every action.
 tests/test_pipeline_repeat.py compares the two event by event, peak by peak and on the timeline, for every schedule,
