@@ -1,6 +1,8 @@
 """`zerosim memory` and `zerosim figures`: the numbers printed are the ledgers', beside the formulas."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -172,6 +174,11 @@ def test_stage_3s_sent_beside_3_psi_says_by_how_much_and_why(capsys):
     assert lines["deepspeed"].startswith("At stage 3 the busiest rank sent 0.218 GB less than 3Ψ (1.00 of one "
                                          "gather of Ψ): a unit kept gathered"), lines["deepspeed"]
     assert lines["fsdp"] is None
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "explanation" / "memory.md").read_text().split())
+    for comm, said in (("seed", "{} more on the busiest rank"), ("deepspeed", "one gather of Ψ less on a model that "
+                                                                           "small ({})")):
+        gb = re.search(r"sent ([\d.]+ GB)", lines[comm]).group(1)  # what the command prints, the page quotes
+        assert said.format(gb) in page, (comm, gb)
     _, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint",
                     "block", "--json")
     three = json.loads(out)["stages"][3]
