@@ -142,7 +142,7 @@ class PipelineEngine:
         self._names = [tuple(u.name for u in part.layers) for part in self.stage_models]
         on = bool(repeat) and applies(cluster)  # the meta backend: actions alike written again (_repeat.py)
         self._records = Records(on, self.table.order(), [make_of(p, e.layout) for p, e in zip(self.stage_models,
-                                self.engines)], P, M, lambda r, k: self.engines[r].special_micro_step(k),
+                                self.engines)], P, M, _Special(self.engines),
                                 None if records_from is None else records_from._records) if on else Records(False)
 
     @property
@@ -312,6 +312,18 @@ class PipelineEngine:
         for part, mine in zip(self.stage_models, parts):
             part.join(out, mine)
         return out
+
+
+class _Special:
+    """Whether micro-batch k is special on pipeline rank r (`ZeroEngine.special_micro_step`), for the records' plan:
+    the stage engines alone, not the PipelineEngine (a lambda over `self` made a cycle, so a finished meta run of
+    ~10^5 objects waited for the cyclic collector)."""
+
+    def __init__(self, engines: list):
+        self.engines = engines
+
+    def __call__(self, r: int, k: int) -> bool:
+        return self.engines[r].special_micro_step(k)
 
 
 def _chunk_ops(ops, part: StageModel, stages: int) -> list:
