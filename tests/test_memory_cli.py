@@ -183,3 +183,20 @@ def test_stage_3s_sent_beside_3_psi_says_by_how_much_and_why(capsys):
                     "block", "--json")
     three = json.loads(out)["stages"][3]
     assert (three["sent"], three["sent_formula"]) == (653_308_992 + 170_112_000, 653_308_992)
+
+
+def test_stage_3s_note_beside_tensor_parallelism_reads_the_formula_whole(capsys):
+    """Beside TP the formula adds TP's activations to ZeRO's 3Ψ of a rank's slice: the note gives the difference from
+    the formula (the trace's bytes less the formula's, as --json gives them) and the same causes, no share of Ψ."""
+    argv = ("memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint", "block", "--tp", "2")
+    for comm, word in (("seed", "more"), ("deepspeed", "less"), ("fsdp", None)):
+        _, out, _ = run(capsys, *argv, "--comm", comm)
+        _, js, _ = run(capsys, *argv, "--comm", comm, "--json")
+        three = json.loads(js)["stages"][3]
+        note = " ".join(out[out.index("At stage 3"):].split()) if "At stage 3" in out else None
+        if word is None:
+            assert note is None and three["sent"] == three["sent_formula"]
+            continue
+        gb = abs(three["sent"] - three["sent_formula"]) / 1e9
+        assert note.startswith(f"At stage 3 the busiest rank sent {gb:.3f} GB {word} than its formula"), note
+        assert "of one gather of Ψ" not in note.split(":")[0]

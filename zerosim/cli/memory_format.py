@@ -51,7 +51,7 @@ def format_report(r: dict) -> str:
         "No step was run (--no-step): peak is the most held during initialisation, sent reads '—', and the formula",
         "beside it is what one step would send.",
     ]
-    lines += _stage3_lines(r) if tp is None and cp is None and pp is None and not r.get("wire") else []
+    lines += _stage3_lines(r, plain=tp is None and cp is None) if pp is None and not r.get("wire") else []
     lines += offload_lines(r)  # the host and NVMe tiers, with offload (cli/offload_args.py)
     lines += _wire_lines(r) if r.get("wire") else []
     lines += (cp_activation_lines(act) if cp is not None else _activation_lines(act) if tp is None else
@@ -211,26 +211,28 @@ def _activation_lines(a: dict) -> list:
     return lines
 
 
-def _stage3_lines(r: dict) -> list:
-    """Why stage 3's 'sent' differs from 3Ψ, where it does (data-parallel ranks, 16-bit wire): by how much, in
-    gathers of Ψ, and the one cause that sends more and the one that sends less. A schedule that gathers a unit for
-    every use (seed 004's) gathers it again for checkpointing's recompute; one that keeps a unit gathered until its
-    next use (DeepSpeed's stage3_max_reuse_distance) gathers it once for forward and backward. FSDP reshards after
-    forward and keeps the recompute's gather for the backward: 3Ψ either way."""
+def _stage3_lines(r: dict, plain: bool = True) -> list:
+    """Why stage 3's 'sent' differs from its formula, where it does (16-bit wire): by how much (and, on data-parallel
+    ranks alone, `plain`, in gathers of Ψ: beside TP and CP the formula adds their own terms), and the one cause that
+    sends more and the one that sends less. A schedule that gathers a unit for every use (seed 004's) gathers it again
+    for checkpointing's recompute; one that keeps a unit gathered until its next use (DeepSpeed's
+    stage3_max_reuse_distance) gathers it once for forward and backward. FSDP reshards after forward and keeps the
+    recompute's gather for the backward: 3Ψ either way."""
     three = next((row for row in r["stages"] if row["stage"] == 3), None)
     if three is None or three["sent"] is None or three["sent"] == three["sent_formula"]:
         return []
-    gather = three["sent_formula"] / 3  # one all-gather of Ψ: Ψ·(N−1)/N·bytes
-    off = (three["sent"] - three["sent_formula"]) / gather  # the busiest rank's: a ZeRO-3 unit is gathered from the
-    # ranks whose shards of the flat vector it spans, so gathering some units again sends more from some ranks
-    if off > 0:
+    diff = three["sent"] - three["sent_formula"]  # the busiest rank's: a ZeRO-3 unit is gathered from the ranks whose
+    # shards of the flat vector it spans, so gathering some units again sends more from some ranks
+    if diff > 0:
         why = ("each unit its recompute reads is gathered again (a schedule that gathers for every use, seed 004's: "
                "a checkpointed block's recompute and backward are two uses)")
     else:
         why = ("a unit kept gathered from its forward to its backward is not gathered again (DeepSpeed keeps a unit "
                "used again within stage3_max_reuse_distance elements, up to stage3_max_live_parameters)")
-    return textwrap.wrap(f"At stage 3 the busiest rank sent {abs(three['sent'] - three['sent_formula']) / GB:.3f} GB "
-                         f"{'more' if off > 0 else 'less'} than 3Ψ ({abs(off):.2f} of one gather of Ψ): {why}.", 110)
+    than = (f"than 3Ψ ({abs(diff) / (three['sent_formula'] / 3):.2f} of one gather of Ψ)" if plain else  # Ψ·(N−1)/N·B
+            "than its formula (ZeRO's 3Ψ of the rank's parameters with the other terms)")
+    return textwrap.wrap(f"At stage 3 the busiest rank sent {abs(diff) / GB:.3f} GB {'more' if diff > 0 else 'less'} "
+                         f"{than}: {why}.", 110)
 
 
 def _config_lines(r: dict) -> list:
