@@ -8,7 +8,7 @@ import textwrap
 
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
-from zerosim.cli.cells import gb_or_dash, when_measured
+from zerosim.cli.cells import gb_or_dash, stage3_cause, when_measured
 from zerosim.cli.context_format import cp_activation_lines, cp_header
 from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.pipeline_format import pp_header, pp_rank_lines
@@ -213,26 +213,17 @@ def _activation_lines(a: dict) -> list:
 
 def _stage3_lines(r: dict, plain: bool = True) -> list:
     """Why stage 3's 'sent' differs from its formula, where it does (16-bit wire): by how much (and, on data-parallel
-    ranks alone, `plain`, in gathers of Ψ: beside TP and CP the formula adds their own terms), and the one cause that
-    sends more and the one that sends less. A schedule that gathers a unit for every use (seed 004's) gathers it again
-    for checkpointing's recompute; one that keeps a unit gathered until its next use (DeepSpeed's
-    stage3_max_reuse_distance) gathers it once for forward and backward. FSDP reshards after forward and keeps the
-    recompute's gather for the backward: 3Ψ either way."""
+    ranks alone, `plain`, in gathers of Ψ: beside TP and CP the formula adds their own terms), and why (cells.py
+    `stage3_cause`)."""
     three = next((row for row in r["stages"] if row["stage"] == 3), None)
     if three is None or three["sent"] is None or three["sent"] == three["sent_formula"]:
         return []
     diff = three["sent"] - three["sent_formula"]  # the busiest rank's: a ZeRO-3 unit is gathered from the ranks whose
     # shards of the flat vector it spans, so gathering some units again sends more from some ranks
-    if diff > 0:
-        why = ("each unit its recompute reads is gathered again (a schedule that gathers for every use, seed 004's: "
-               "a checkpointed block's recompute and backward are two uses)")
-    else:
-        why = ("a unit kept gathered from its forward to its backward is not gathered again (DeepSpeed keeps a unit "
-               "used again within stage3_max_reuse_distance elements, up to stage3_max_live_parameters)")
     than = (f"than 3Ψ ({abs(diff) / (three['sent_formula'] / 3):.2f} of one gather of Ψ)" if plain else  # Ψ·(N−1)/N·B
             "than its formula (ZeRO's 3Ψ of the rank's parameters with the other terms)")
     return textwrap.wrap(f"At stage 3 the busiest rank sent {abs(diff) / GB:.3f} GB {'more' if diff > 0 else 'less'} "
-                         f"{than}: {why}.", 110)
+                         f"{than}: {stage3_cause(diff > 0)}.", 110)
 
 
 def _config_lines(r: dict) -> list:

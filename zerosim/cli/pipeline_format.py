@@ -4,7 +4,9 @@ are the reports' (zerosim.analysis.reports: pipeline_summary, each row's "pipeli
 
 from __future__ import annotations
 
-from zerosim.cli.cells import GB, gb_or_dash, when_measured
+import textwrap
+
+from zerosim.cli.cells import GB, gb_or_dash, stage3_cause, when_measured
 
 
 def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> list:
@@ -82,18 +84,13 @@ def _sent_lines(rows: list) -> list:
 
 
 def _stage3_note(rows: list) -> list:
-    """Why a pipeline rank's trace differs from the formula at ZeRO-3, where it does: the one cause that sends more
-    (a schedule that gathers for every use gathers a recomputed unit again) and the one that sends less (a unit
-    kept gathered until its next use)."""
+    """Why a pipeline rank's trace differs from the formula at ZeRO-3, where it does (cells.py `stage3_cause`)."""
     off = [x["sent"] - x["sent_formula"] for row in rows if row["stage"] == 3 for x in row["pipeline"]
            if x["sent"] is not None]
-    if any(d > 0 for d in off):
-        return ["At ZeRO-3 the trace counts more: a schedule that gathers a unit for every use gathers each unit its",
-                "recompute reads again (checkpointing; the formula counts a forward's and a backward's gathers)."]
-    if any(d < 0 for d in off):
-        return ["At ZeRO-3 the trace counts less: a unit kept gathered from its forward to its backward is not",
-                "gathered again."]
-    return []
+    if not any(off):
+        return []
+    more = any(d > 0 for d in off)
+    return textwrap.wrap(f"At ZeRO-3 the trace counts {'more' if more else 'less'}: {stage3_cause(more)}.", 110)
 
 
 def pp_step_lines(pp: dict) -> list:
