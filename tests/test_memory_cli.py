@@ -163,7 +163,8 @@ def test_stage_3s_sent_beside_3_psi_says_by_how_much_and_why(capsys):
       send all of it: 85,056,000 · 2 B = 170,112,000 more than 3Ψ, 0.78 of one gather of Ψ (217,769,664 below);
       DeepSpeed's (a unit used again within stage3_max_reuse_distance = 1e9 elements stays gathered): every unit is
       gathered once, for forward: one gather of Ψ less, 124,439,808 · 2 B · 7/8 = 217,769,664 (0.218 GB);
-      FSDP's: 3Ψ (resharded after forward; the recompute's gather serves the backward): no line."""
+      FSDP's: 3Ψ (a unit freed after each use, but the next prefetched: a recompute and its backward share one
+      gather): no line."""
     lines = {}
     for comm in ("seed", "deepspeed", "fsdp"):
         _, out, _ = run(capsys, "memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint",

@@ -21,8 +21,8 @@ def stage3_cause(more: bool) -> str:
     """Why ZeRO-3's trace sends more (`more`) or less than its formula (3Ψ: a forward's and a backward's gathers and
     the reduce-scatter): a schedule that gathers a unit for every use (seed 004's) gathers it again for
     checkpointing's recompute; one that keeps a unit gathered until its next use (DeepSpeed's
-    stage3_max_reuse_distance) gathers it once for forward and backward. (FSDP reshards after forward and keeps the
-    recompute's gather for the backward: 3Ψ either way.)"""
+    stage3_max_reuse_distance) gathers it once for forward and backward. (FSDP's frees a unit after each use but
+    prefetches the next, so a recompute and its backward share one gather: 3Ψ either way. parallel/data/_fetch.py.)"""
     if more:
         return ("each unit its recompute reads is gathered again (a schedule that gathers for every use, seed 004's: "
                 "a checkpointed block's recompute and backward are two uses)")
