@@ -163,6 +163,8 @@ def test_records_are_carried_only_between_runs_of_one_job():
     other = PipelineEngine(MetaLlama(small), cluster, 1, Adam(), "bf16-mixed", pp=P, micro_batches=10,
                            records_from=twice)  # 6 blocks over 4 ranks: other makes than 10 blocks'
     assert other._records.carried == {}
+    with pytest.raises(TypeError, match="records_from must be a PipelineEngine"):
+        PipelineEngine(MetaLlama(small), cluster, 1, Adam(), "bf16-mixed", pp=P, micro_batches=10, records_from="run")
 
 
 def test_records_cross_to_a_rank_of_the_same_make():

@@ -100,6 +100,8 @@ class PipelineEngine:
                  recipe=None, shard_group=None, repeat: bool = True, context=None, records_from=None):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
+        if records_from is not None and not isinstance(records_from, PipelineEngine):
+            raise TypeError(f"records_from must be a PipelineEngine that ran one step, got {records_from!r}")
         tp = 1 if tensor is None else tensor.tp
         cp = 1 if context is None else context.cp
         self.dims = ParallelDims(cluster.world_size, pp=pp, tp=tp, cp=cp)  # every degree checked once, there
