@@ -120,7 +120,7 @@ class Records:
                  carried: "Records | None" = None):
         self.on, self.order, self.micro_batches, self.special = on, tuple(order), micro_batches, special
         self.raw, self.makes, self.pp = tuple(makes), _numbered(makes), pp
-        self.carried = carried.held if on and carried is not None and carried.on and carried.raw == self.raw \
+        self.carried = dict(carried.held) if on and carried is not None and carried.on and carried.raw == self.raw \
             and carried.pp == pp and carried.steps == 1 else {}
         self.steps, self.held, self.plan, self._own = 0, {}, {}, None
 
