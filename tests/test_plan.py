@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zerosim import Cluster, ZeroEngine
-from zerosim.cluster import Compute, MemoryLedger
+from zerosim.cluster import Call, Compute, MemoryLedger
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_preset, measure_stage, runtime_overheads
 from zerosim.analysis.planner import meta_step, plan, step_time
 from zerosim.analysis.planner._repeat import repeats, twice
@@ -116,15 +116,48 @@ def test_the_second_micro_step_is_written_alike_in_every_precision(stage, optimi
 def test_the_second_micro_step_is_not_written_where_it_differs(stage):
     # At stages 0/1 the gradients go in buckets during the last micro-step only: a step of two micro-steps is not its
     # first written twice (the log would differ), so `repeats` refuses it and the planner runs it; so it does beside
-    # an offload and tensor parallelism.
+    # an offload and context parallelism (neither says its micro-steps are alike: `Parallelism.micro_steps_alike`),
+    # and beside tensor parallelism with context parallelism.
     model, run = small("block"), {"micro_batch": (2, 256), "comm": SCHEDULES["deepspeed"]}
     _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
     assert not repeats(engine)
     _, ran = meta_step(model, 16, stage, Hardware(), precision="bf16-mixed", accumulation_steps=2, **run)
     assert twice(cluster.trace) is None or twice(cluster.trace).log != ran.cluster.trace.log
-    for beside in ({"parallelisms": (Offload("cpu"),)}, {"spec": ParallelSpec(tp=2), "gpus_per_node": 4}):
-        _, _, engine = measure_stage(model, 16, 3, "adam", "bf16-mixed", totals=False, **run, **beside)
-        assert not repeats(engine)
+    for beside, strategy in (({"parallelisms": (Offload("cpu"),)}, "block"),
+                             ({"spec": ParallelSpec(cp=2), "gpus_per_node": 4}, "flash"),
+                             ({"spec": ParallelSpec(tp=2, cp=2), "gpus_per_node": 4}, "flash")):
+        _, _, engine = measure_stage(small(strategy), 16, 3, "adam", "bf16-mixed", totals=False, **run, **beside)
+        assert engine.parallelisms.members and not repeats(engine)
+
+
+@pytest.mark.parametrize("stage, sp, layout",
+                         list(itertools.product((2, 3), (False, True), ("megatron", "torchtitan"))))
+def test_the_second_micro_step_is_written_beside_tensor_parallelism(stage, sp, layout):
+    # Beside tensor parallelism each micro-step makes TP's calls again alike (its conjugate operators, the vocabulary
+    # loss's statistics, SP's input gathered again), and its one call a step, the sequence-parallel gradients'
+    # all-reduce (Megatron's `_allreduce_non_tensor_model_parallel_grads`), comes after the micro-steps, as recorded:
+    # the written log must be, event by event, the one a step of two micro-steps records (with SP, that call last but
+    # the optimizer's and the refresh's), and its timeline the same to the bit; async TP too, every schedule.
+    hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
+    for strategy, schedule, async_tp in zip(("none", "block", "selective", "flash"), itertools.cycle(SCHEDULES),
+                                            (False, True, False, True)):
+        spec = ParallelSpec(tp=2, sp=sp, tp_layout=layout, async_tp=async_tp)
+        model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": 4,
+                                       "spec": spec}
+        _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
+        assert repeats(engine)
+        written = twice(cluster.trace, engine.parallelisms.members)
+        full, ran = meta_step(model, 16, stage, hw, precision="bf16-mixed", accumulation_steps=2, **run)
+        trace = ran.cluster.trace
+        assert written is not None and sum(type(e) is Call and e.purpose == "tensor parallel" and e.micro == 1
+                                           for e in trace.log) > 10
+        assert sp == any(type(e) is Call and e.tag == "sequence-parallel grads" for e in trace.log)
+        assert written.log == trace.log, strategy
+        assert (written.events, written.ring_calls, written.call_groups) == (trace.events, trace.ring_calls,
+                                                                             trace.call_groups)
+        mine = simulate(written, hw, overlap=engine.comm.overlap_comm)
+        assert (mine.step_time, list(mine.compute_busy), list(mine.exposed_comm)) == (
+            full.step_time, list(full.compute_busy), list(full.exposed_comm))
 
 
 @pytest.mark.parametrize("stage, accumulate", list(itertools.product((0, 1, 2, 3), (None, "fp32"))))

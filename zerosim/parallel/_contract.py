@@ -55,6 +55,12 @@ class Parallelism:
     degrees: dict = {}  # the mesh dims it takes, {dim: degree} (tensor parallelism: {"tp": T}); none by default
     # the parallelisms it does not run beside, {their name: why} (checked by `Parallelisms` before the step is built)
     refuses: dict = {}
+    # On the meta backend, whether every micro-step of a step makes this parallelism's calls (its `name` their
+    # purpose) again alike, and the tags of the calls it makes once a step, after the micro-steps (`end_of_backward`,
+    # `after_update`): where they are, the planner writes a step's second micro-step from its first instead of running
+    # it (analysis/planner/_repeat.py). Neither is assumed of a parallelism that does not say so.
+    micro_steps_alike: bool = False
+    step_end_tags: tuple = ()
 
     @property
     def active(self) -> bool:

@@ -14,23 +14,29 @@ event, the log of a step of one with its micro-step written twice:
     micro-step 0                   as recorded
     micro-step 1                   micro-step 0's calls and compute events again: each call number c + n, each handle
                                    a compute waited for moved alike, `micro` 1
-    the step's end                 the optimizer step (its handles c + n), the refresh of stages 1/2 (c + n, `micro`
-                                   K − 1 = 1, as `ZeroEngine.finish` labels it), StepBoundary "end" with micro_steps 2
+    the step's end                 a parallelism's once-a-step calls (c + n, `micro` as recorded: SP's
+                                   gradients' all-reduce), the optimizer step (its handles c + n), the refresh of
+                                   stages 1/2 (c + n, `micro` K − 1 = 1, as `ZeroEngine.finish` labels it),
+                                   StepBoundary "end" with micro_steps 2
 
 and each call's closed-form ring (`Trace.ring_calls`: the meta backend records no sends one by one) and group
 (`call_groups`) go with its new number. That is what `simulate` reads, so its Timeline is the second step's to the bit.
 
 Where it applies (`repeats`): a meta engine's first step of one micro-step, its ledgers' timelines aside, at a plan
 that reduces unit by unit with nothing to agree across replicas (no HSDP, MiCS) and nothing gathered for the whole
-step (`keeps_for_step`) or a piece kept over it (hpZ), with no parallelism beside (offload, TP, CP, PP), ZeRO++'s
-wire or values; and `twice` refuses (None) a log holding anything else than the calls and computes of a micro-step
-("gather params", "reduce grads") before the optimizer, or at its end anything but the optimizer steps, the refresh
-and the boundary. Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of
+step (`keeps_for_step`) or a piece kept over it (hpZ), with no parallelism beside but those whose micro-steps are
+alike (`Parallelism.micro_steps_alike`: tensor parallelism, whose calls between units depend on shapes alone, and
+whose one call a step, SP's gradients, follows the micro-steps; not offload, CP or PP), and no ZeRO++ wire or values;
+and `twice` refuses (None) a log holding anything else than the calls and computes of a micro-step ("gather params",
+"reduce grads", and those of the parallelisms beside, by their names) before the optimizer, or at its end anything
+but the parallelisms' once-a-step calls (`Parallelism.step_end_tags`), the optimizer steps, the refresh and the
+boundary. Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of
 two micro-steps records, event by event, and its timeline to the bit, for every checkpointing strategy at stages 2
 and 3 under three schedules (the seed's, FSDP's, DeepSpeed's with buckets and prefetch), bf16 and fp16, on one node
-and on four, and over the pure, stochastic-rounding and fp32 precisions, fp32 accumulation, SGD and AdamW (Muon's
-step ends in its own calls and products, which are not written again); `cluster/_recording.py` writes a pipeline's
-repeated actions the same way (call numbers moved by the calls made since).
+and on four, over the pure, stochastic-rounding and fp32 precisions, fp32 accumulation, SGD and AdamW (Muon's step
+ends in its own calls and products, which are not written again), and beside tensor parallelism (with and without
+SP, async, both layouts); `cluster/_recording.py` writes a pipeline's repeated actions the same way (call numbers
+moved by the calls made since).
 """
 
 from __future__ import annotations
@@ -66,23 +72,28 @@ def repeats(engine) -> bool:
     return (not cluster.backend.holds_values and trace.granularity == "call" and not trace.keep_values
             and trace.folded.calls == 0 and not trace.call_ranks and engine.accumulation_steps == 1
             and engine.iteration == 1 and plan.reduces_per_unit and plan.replicate is None
-            and plan.after_forward in ("free", "keep") and not engine.parallelisms.members
+            and plan.after_forward in ("free", "keep") and all(m.micro_steps_alike for m in engine.parallelisms.members)
             and engine.ctx.wire is None)
 
 
-def twice(trace) -> StepLog | None:
+def twice(trace, beside=()) -> StepLog | None:
     """The trace of a step of two micro-steps, written from `trace` (one step of one micro-step, of an engine that
     `repeats`); None where its log holds what is not written again here, or it holds sends one by one (the meta
-    backend's calls are rings in closed form: `ring_calls`)."""
+    backend's calls are rings in closed form: `ring_calls`). `beside`: the engine's parallelisms (each one whose
+    micro-steps are alike: tensor parallelism), whose calls of a micro-step are written again as data parallelism's,
+    and whose calls once a step (`Parallelism.step_end_tags`) stand at its end as recorded."""
     log = trace.log
     begin = log[0] if log else None
     if trace.events or type(begin) is not StepBoundary or begin.what != "begin" or begin.micro_steps != 1:
         return None
+    purposes = (*MICRO_STEP, *(m.name for m in beside))
+    once = {tag for m in beside for tag in m.step_end_tags}
     end = 1
-    while end < len(log) and (type(log[end]) is Compute or type(log[end]) is Call and log[end].purpose in MICRO_STEP):
+    while end < len(log) and (type(log[end]) is Compute or type(log[end]) is Call and log[end].purpose in purposes
+                              and log[end].tag not in once):
         end += 1
     micro, tail = log[1:end], log[end:]
-    if not micro or any(e.micro != 0 for e in micro) or not _step_end(tail):
+    if not micro or any(e.micro != 0 for e in micro) or not _step_end(tail, once):
         return None
     lo = sum(type(e) is Call for e in micro)  # calls 0 .. n - 1 are micro-step 0's; the step's end follows
     if any(type(e) is Call and e.call >= lo for e in micro) or any(e.call < lo for e in tail if type(e) is Call):
@@ -95,8 +106,8 @@ def twice(trace) -> StepLog | None:
         if type(e) is StepBoundary:
             return StepBoundary(e.step, e.what, 2)
         copy = _new(type(e))
-        if type(e) is Call:
-            copy.__dict__.update(e.__dict__, call=e.call + lo, micro=1 if relabel else e.micro)
+        if type(e) is Call:  # the refresh is labelled the last micro-step's; a parallelism's once-a-step call is not
+            copy.__dict__.update(e.__dict__, call=e.call + lo, micro=1 if relabel and e.tag not in once else e.micro)
         elif type(e) is Compute:
             copy.__dict__.update(e.__dict__, needs=type(e.needs)(moved(e.needs)), micro=1)
         else:  # an OptimizerStep: it waits for the last micro-step's reductions
@@ -108,13 +119,13 @@ def twice(trace) -> StepLog | None:
                    trace.world_size)
 
 
-def _step_end(tail) -> bool:
-    """Whether `tail` (the log after the micro-step) is what a step's end writes again here: the optimizer steps and
-    the refresh's calls, then the "end" boundary."""
+def _step_end(tail, once=()) -> bool:
+    """Whether `tail` (the log after the micro-step) is what a step's end writes again here: the optimizer steps, the
+    refresh's calls and the parallelisms' calls tagged `once`, then the "end" boundary."""
     if not tail or type(tail[-1]) is not StepBoundary or tail[-1].what != "end" or tail[-1].micro_steps != 1:
         return False
-    return all(type(e) is OptimizerStep and e.where == "device" or type(e) is Call and e.purpose in STEP_END
-               for e in tail[:-1])
+    return all(type(e) is OptimizerStep and e.where == "device"
+               or type(e) is Call and (e.purpose in STEP_END or e.tag in once) for e in tail[:-1])
 
 
 def _both(by_call: dict, lo: int) -> dict:

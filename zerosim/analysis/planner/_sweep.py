@@ -188,7 +188,7 @@ def written_second(engine, hardware: Hardware, costs=None) -> StepTime | None:
     its log instead of run (_repeat.py `twice`: the second step's timeline to the bit) and simulated with the `costs`
     the first was (`run_costs`; the same object keeps its kernel times); None where its step does not repeat
     (`repeats`). What `step_time` takes as `second`."""
-    written = twice(engine.cluster.trace) if repeats(engine) else None
+    written = twice(engine.cluster.trace, engine.parallelisms.members) if repeats(engine) else None
     if written is None:
         return None
     return step_time_of(simulate(written, hardware, overlap=engine.comm.overlap_comm, costs=costs), 2)

@@ -52,6 +52,10 @@ CONJUGATES = {c.name: c for c in (
 )}
 
 
+PURPOSE = "tensor parallel"  # every TP call's purpose in the trace (TensorParallel's name)
+SP_GRADS = "sequence-parallel grads"  # the tag of the one TP call a step makes after its micro-steps (SP's grads)
+
+
 def _meta(x) -> bool:
     return getattr(x, "is_meta", False)
 
@@ -112,13 +116,13 @@ SIDES = {  # what one side of an operator does to every local rank's tensor: (ne
 def run_side(side: str, cluster, group, xs: list, tag: str) -> tuple:
     """One side ("identity", "all-reduce", ...) over the TP `group` on every local rank's tensor (B, L, d):
     (their results, the handle of the calls it made)."""
-    with cluster.trace.about(purpose="tensor parallel"):
+    with cluster.trace.about(purpose=PURPOSE):
         return SIDES[side](cluster, group, xs, tag)
 
 
 def all_reduce_statistic(cluster, group, xs: list, op: str, tag: str) -> tuple:
     """The vocabulary-parallel loss's all-reduce of (M,) fp32 statistics ("max" or "sum") over the TP group."""
-    with cluster.trace.about(purpose="tensor parallel"):
+    with cluster.trace.about(purpose=PURPOSE):
         out = all_reduce(cluster, list(xs), op=op, tag=tag, group=group)
     return list(out), out.handle
 
@@ -126,7 +130,7 @@ def all_reduce_statistic(cluster, group, xs: list, op: str, tag: str) -> tuple:
 def all_reduce_sequence_parallel_grads(cluster, group, xs: list, tag: str) -> tuple:
     """The sum over the TP group of the gradients each rank made on its sequence shard (norms, row-parallel biases):
     Megatron's `_allreduce_non_tensor_model_parallel_grads` (core/distributed/finalize_model_grads.py)."""
-    with cluster.trace.about(purpose="tensor parallel"):
+    with cluster.trace.about(purpose=PURPOSE):
         out = all_reduce(cluster, list(xs), tag=tag, group=group)
     return list(out), out.handle
 
@@ -140,5 +144,5 @@ def fp8_wire(call) -> bool:
     output's gradient before the Shard -> Replicate all-gather backward); Transformer Engine quantizes first too
     (2.18: module/linear.py `gather_along_first_dim(inputmat, tp_group, quantizer=...)`, module/base.py
     `grad_output_preprocess`). The reduce-scatters and all-reduces sum partial outputs in 16 bits in both."""
-    return (call.purpose == "tensor parallel" and call.collective == "all_gather"
+    return (call.purpose == PURPOSE and call.collective == "all_gather"
             and call.tag.split(".", 1)[0].startswith("block"))

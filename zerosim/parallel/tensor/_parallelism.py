@@ -73,7 +73,10 @@ class TensorParallel(Parallelism):
         engine = ZeroEngine(tp.model, Cluster(4, gpus_per_node=2), 3, Adam(), "bf16-mixed", parallelisms=(tp,))
     """
 
-    name = "tensor parallel"
+    name = comm.PURPOSE
+    # on the meta backend every micro-step makes its calls again alike, and the step's end only SP's grads: the
+    # planner writes a step's second micro-step from its first (analysis/planner/_repeat.py)
+    micro_steps_alike, step_end_tags = True, (comm.SP_GRADS,)
 
     def __init__(self, model, tp: int, sequence_parallel: bool = False, params=None, async_tp: bool = False,
                  layout: str = DEFAULT_LAYOUT):
@@ -215,7 +218,7 @@ class TensorParallel(Parallelism):
             sends.append(pack(region, pieces, size))
             places.append(pieces)
         summed, handle = comm.all_reduce_sequence_parallel_grads(ctx.cluster, ctx.mesh.dims.groups("tp"), sends,
-                                                                 "sequence-parallel grads")
+                                                                 comm.SP_GRADS)
         for region, pieces, total in zip(reduced, places, summed):
             unpack(total, pieces, region)
         return handle
