@@ -69,6 +69,17 @@ def test_a_step_of_k_micro_steps_is_the_line_through_one_and_two(stage, schedule
         assert line.exposed == pytest.approx(float(full.exposed_comm[0]), rel=LINE_TOL, abs=1e-15)
 
 
+def assert_written_is_ran(written, trace, full, engine, hw, label):
+    """The written log (`twice`) is, event by event, the `trace` a step of two micro-steps recorded (the calls'
+    closed forms and groups too), and its timeline `full`'s to the bit."""
+    assert written.log == trace.log, label
+    assert (written.events, written.ring_calls, written.call_groups) == (trace.events, trace.ring_calls,
+                                                                         trace.call_groups)
+    mine = simulate(written, hw, overlap=engine.comm.overlap_comm)
+    assert (mine.step_time, list(mine.compute_busy), list(mine.exposed_comm)) == (
+        full.step_time, list(full.compute_busy), list(full.exposed_comm))
+
+
 @pytest.mark.parametrize(
     "stage, schedule, precision",
     list(itertools.product((2, 3), SCHEDULES, ("bf16-mixed", "fp16-mixed"))),
@@ -86,12 +97,7 @@ def test_the_second_micro_step_written_from_the_first_is_the_one_the_engine_runs
         full, ran = meta_step(model, 16, stage, hw, precision=precision, accumulation_steps=2, **run)
         trace = ran.cluster.trace
         assert written is not None and sum(type(e) is Compute and e.micro == 1 for e in trace.log) > 10
-        assert written.log == trace.log, strategy
-        assert (written.events, written.ring_calls, written.call_groups) == (trace.events, trace.ring_calls,
-                                                                             trace.call_groups)
-        mine = simulate(written, hw, overlap=engine.comm.overlap_comm)
-        assert (mine.step_time, list(mine.compute_busy), list(mine.exposed_comm)) == (
-            full.step_time, list(full.compute_busy), list(full.exposed_comm))
+        assert_written_is_ran(written, trace, full, engine, hw, strategy)
 
 
 @pytest.mark.parametrize("stage, optimizer", list(itertools.product((2, 3), ("sgd", "adamw", "muon"))))
@@ -152,12 +158,7 @@ def test_the_second_micro_step_is_written_beside_tensor_parallelism(stage, sp, l
         assert written is not None and sum(type(e) is Call and e.purpose == "tensor parallel" and e.micro == 1
                                            for e in trace.log) > 10
         assert sp == any(type(e) is Call and e.tag == "sequence-parallel grads" for e in trace.log)
-        assert written.log == trace.log, strategy
-        assert (written.events, written.ring_calls, written.call_groups) == (trace.events, trace.ring_calls,
-                                                                             trace.call_groups)
-        mine = simulate(written, hw, overlap=engine.comm.overlap_comm)
-        assert (mine.step_time, list(mine.compute_busy), list(mine.exposed_comm)) == (
-            full.step_time, list(full.compute_busy), list(full.exposed_comm))
+        assert_written_is_ran(written, trace, full, engine, hw, strategy)
 
 
 @pytest.mark.parametrize("stage, accumulate", list(itertools.product((0, 1, 2, 3), (None, "fp32"))))
