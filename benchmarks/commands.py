@@ -47,6 +47,10 @@ COMMANDS = {  # name -> the command's arguments: the README's and the longest te
     # step for its line (analysis/costs line_points), the second writing the first's records again
     "plan-pp": ["plan", "--model", "llama-3-8b", "--gpus", "64", "--gpus-per-node", "8", "--gpu", "h100-80gb",
                 "--seq-len", "4096", "--global-batch", "512", "--pp", "1,2,4"],
+    # the planner beside tensor parallelism (`zerosim plan --help`'s 70B example): a row's line through K = 1 and 2,
+    # the second point written from the first's log where TP's micro-steps are alike (analysis/planner/_repeat.py)
+    "plan-tp": ["plan", "--model", "llama-3-70b", "--gpus", "256", "--gpu", "h100-80gb", "--seq-len", "8192",
+                "--global-batch", "512", "--tp", "1,2,4,8", "--sp", "--stages", "3", "--strategies", "block,flash"],
 }
 
 

@@ -60,7 +60,8 @@ class ShardLayout:
         return stop - start
 
     def real_sizes(self) -> list:
-        return [self.real_size(r) for r in range(self.world_size)]
+        """Every shard's real elements, rank by rank (asked for once or twice a collective: cached per layout)."""
+        return list(_real_sizes(self.length, self.world_size))
 
     def pad(self, flat: np.ndarray) -> np.ndarray:
         """A new array of `padded` elements: `flat` followed by zeros, in flat's dtype."""
@@ -101,6 +102,13 @@ def chunk_bounds(layout: ShardLayout, counts) -> tuple:
 def counts_total(counts) -> int:
     """sum(counts), in O(1) for a RunCounts."""
     return counts.total if isinstance(counts, RunCounts) else sum(counts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_sizes(length: int, n: int) -> tuple:
+    """`ShardLayout(length, n).real_sizes()`, each rank's `real_size`, as a tuple."""
+    layout = ShardLayout(length, n)
+    return tuple(layout.real_size(r) for r in range(n))
 
 
 @functools.lru_cache(maxsize=4096)
