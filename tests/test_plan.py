@@ -122,18 +122,38 @@ def test_the_second_micro_step_is_written_alike_in_every_precision(stage, optimi
 def test_the_second_micro_step_is_not_written_where_it_differs(stage):
     # At stages 0/1 the gradients go in buckets during the last micro-step only: a step of two micro-steps is not its
     # first written twice (the log would differ), so `repeats` refuses it and the planner runs it; so it does beside
-    # an offload and context parallelism (neither says its micro-steps are alike: `Parallelism.micro_steps_alike`),
-    # and beside tensor parallelism with context parallelism.
+    # an offload (which does not say its micro-steps are alike: `Parallelism.micro_steps_alike`), and beside tensor
+    # parallelism at stage 1.
     model, run = small("block"), {"micro_batch": (2, 256), "comm": SCHEDULES["deepspeed"]}
     _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
     assert not repeats(engine)
     _, ran = meta_step(model, 16, stage, Hardware(), precision="bf16-mixed", accumulation_steps=2, **run)
     assert twice(cluster.trace) is None or twice(cluster.trace).log != ran.cluster.trace.log
-    for beside, strategy in (({"parallelisms": (Offload("cpu"),)}, "block"),
-                             ({"spec": ParallelSpec(cp=2), "gpus_per_node": 4}, "flash"),
-                             ({"spec": ParallelSpec(tp=2, cp=2), "gpus_per_node": 4}, "flash")):
-        _, _, engine = measure_stage(small(strategy), 16, 3, "adam", "bf16-mixed", totals=False, **run, **beside)
+    for beside, at in (({"parallelisms": (Offload("cpu"),)}, 3), ({"spec": ParallelSpec(tp=2), "gpus_per_node": 4},
+                                                                  stage)):
+        _, _, engine = measure_stage(model, 16, at, "adam", "bf16-mixed", totals=False, **run, **beside)
         assert engine.parallelisms.members and not repeats(engine)
+
+
+@pytest.mark.parametrize("stage, style, tp", list(itertools.product((2, 3), ("ring", "allgather"), (1, 2))))
+def test_the_second_micro_step_is_written_beside_context_parallelism(stage, style, tp):
+    # Beside context parallelism (and TP with it) each micro-step makes CP's calls again alike: the ring's K, V hops,
+    # point-to-point sends recorded one by one (`Trace.events`, written again with their calls' numbers moved), or
+    # the all-gathers of K and V; none comes once a step. The written log, sends and timeline are a step of two's.
+    hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
+    for strategy, split, schedule in zip(("flash", "block-flash"), ("zigzag", "contiguous"), ("seed", "deepspeed")):
+        spec = ParallelSpec(tp=tp, cp=2, cp_style=style, cp_split=split)
+        model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": 4,
+                                       "spec": spec}
+        _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
+        assert repeats(engine)
+        written = twice(cluster.trace, engine.parallelisms.members)
+        full, ran = meta_step(model, 16, stage, hw, precision="bf16-mixed", accumulation_steps=2, **run)
+        trace = ran.cluster.trace
+        assert written is not None and sum(type(e) is Call and e.purpose == "context parallel" and e.micro == 1
+                                           for e in trace.log) > 4
+        assert (style == "ring") == (len(trace.events) > 100)  # the hops' sends, one by one
+        assert_written_is_ran(written, trace, full, engine, hw, strategy)
 
 
 @pytest.mark.parametrize("stage, sp, layout",

@@ -19,31 +19,32 @@ event, the log of a step of one with its micro-step written twice:
                                    stages 1/2 (c + n, `micro` K − 1 = 1, as `ZeroEngine.finish` labels it),
                                    StepBoundary "end" with micro_steps 2
 
-and each call's closed-form ring (`Trace.ring_calls`: the meta backend records no sends one by one) and group
-(`call_groups`) go with its new number. That is what `simulate` reads, so its Timeline is the second step's to the bit.
+and each call's closed-form ring (`Trace.ring_calls`: the meta backend records no ring's sends one by one), group
+(`call_groups`) and point-to-point sends (`Trace.events`: context parallelism's ring hops) go with its new number. That
+is what `simulate` reads, so its Timeline is the second step's to the bit.
 
-Where it applies (`repeats`): a meta engine's first step of one micro-step, its ledgers' timelines aside, at a plan
-that reduces unit by unit with nothing to agree across replicas (no HSDP, MiCS) and nothing gathered for the whole
-step (`keeps_for_step`) or a piece kept over it (hpZ), with no parallelism beside but those whose micro-steps are
-alike (`Parallelism.micro_steps_alike`: tensor parallelism, whose calls between units depend on shapes alone, and
-whose one call a step, SP's gradients, follows the micro-steps; not offload, CP or PP), and no ZeRO++ wire or values;
-and `twice` refuses (None) a log holding anything else than the calls and computes of a micro-step ("gather params",
-"reduce grads", and those of the parallelisms beside, by their names) before the optimizer, or at its end anything
-but the parallelisms' once-a-step calls (`Parallelism.step_end_tags`), the optimizer steps, the refresh and the
-boundary. Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of
-two micro-steps records, event by event, and its timeline to the bit, for every checkpointing strategy at stages 2
-and 3 under three schedules (the seed's, FSDP's, DeepSpeed's with buckets and prefetch), bf16 and fp16, on one node
-and on four, over the pure, stochastic-rounding and fp32 precisions, fp32 accumulation, SGD and AdamW (Muon's step
-ends in its own calls and products, which are not written again), and beside tensor parallelism (with and without
-SP, async, both layouts); `cluster/_recording.py` writes a pipeline's repeated actions the same way (call numbers
-moved by the calls made since).
+Where it applies (`repeats`): a meta engine's first step of one micro-step, its ledgers' timelines aside, at a plan that
+reduces unit by unit with nothing to agree across replicas (no HSDP, MiCS) and nothing gathered for the whole step
+(`keeps_for_step`) or a piece kept over it (hpZ), with no parallelism beside but those whose micro-steps are alike
+(`Parallelism.micro_steps_alike`: tensor and context parallelism, whose calls between units depend on shapes alone, and
+TP's one call a step, SP's gradients, follows the micro-steps; not offload or PP), and no ZeRO++ wire or values; and
+`twice` refuses (None) a log holding anything else than the calls and computes of a micro-step ("gather params", "reduce
+grads", and those of the parallelisms beside, by their names) before the optimizer, or at its end anything but the
+parallelisms' once-a-step calls (`Parallelism.step_end_tags`), the optimizer steps, the refresh and the boundary.
+Anything else runs its second step. tests/test_plan.py holds the written log to the one a step of two micro-steps
+records, event by event, and its timeline to the bit, for every checkpointing strategy at stages 2 and 3 under three
+schedules (the seed's, FSDP's, DeepSpeed's with buckets and prefetch), bf16 and fp16, on one node and on four, over the
+pure, stochastic-rounding and fp32 precisions, fp32 accumulation, SGD and AdamW (Muon's step ends in its own calls and
+products, which are not written again), and beside tensor parallelism (with and without SP, async, both layouts) and
+context parallelism (ring and all-gather, with TP); `cluster/_recording.py` writes a pipeline's repeated actions the
+same way (call numbers moved by the calls made since).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zerosim.cluster import Call, Compute, OptimizerStep, StepBoundary
+from zerosim.cluster import Call, Compute, Event, OptimizerStep, StepBoundary
 
 _new = object.__new__
 MICRO_STEP = ("gather params", "reduce grads")  # the purposes of the calls a micro-step makes at stages 2/3
@@ -78,13 +79,12 @@ def repeats(engine) -> bool:
 
 def twice(trace, beside=()) -> StepLog | None:
     """The trace of a step of two micro-steps, written from `trace` (one step of one micro-step, of an engine that
-    `repeats`); None where its log holds what is not written again here, or it holds sends one by one (the meta
-    backend's calls are rings in closed form: `ring_calls`). `beside`: the engine's parallelisms (each one whose
-    micro-steps are alike: tensor parallelism), whose calls of a micro-step are written again as data parallelism's,
-    and whose calls once a step (`Parallelism.step_end_tags`) stand at its end as recorded."""
+    `repeats`); None where its log holds what is not written again here. `beside`: the engine's parallelisms (each one
+    whose micro-steps are alike: tensor and context parallelism), whose calls of a micro-step are written again as
+    data parallelism's, and whose calls once a step (`Parallelism.step_end_tags`) stand at its end as recorded."""
     log = trace.log
     begin = log[0] if log else None
-    if trace.events or type(begin) is not StepBoundary or begin.what != "begin" or begin.micro_steps != 1:
+    if type(begin) is not StepBoundary or begin.what != "begin" or begin.micro_steps != 1:
         return None
     purposes = (*MICRO_STEP, *(m.name for m in beside))
     once = {tag for m in beside for tag in m.step_end_tags}
@@ -114,9 +114,23 @@ def twice(trace, beside=()) -> StepLog | None:
             copy.__dict__.update(e.__dict__, needs=moved(e.needs))
         return copy
 
+    if any(type(e) is not Event for e in trace.events):  # a record of sends alike (a pipeline's), not written here
+        return None
     written = [again(log[0], False), *micro, *(again(e, True) for e in micro), *(again(e, True) for e in tail)]
-    return StepLog(written, [], _both(trace.ring_calls, lo), _both(trace.call_groups, lo), trace.gpus_per_node,
-                   trace.world_size)
+    return StepLog(written, _sends_twice(trace.events, lo), _both(trace.ring_calls, lo), _both(trace.call_groups, lo),
+                   trace.gpus_per_node, trace.world_size)
+
+
+def _sends_twice(events: list, lo: int) -> list:
+    """The sends recorded one by one (point-to-point calls: context parallelism's ring) of the step of two
+    micro-steps: micro-step 0's as recorded, then every one moved by n (micro-step 1's, the step's end's after), in
+    the order the calls were made."""
+    def moved(e):
+        copy = _new(type(e))
+        copy.__dict__.update(e.__dict__, call=e.call + lo)
+        return copy
+
+    return [*(e for e in events if e.call < lo), *(moved(e) for e in events)]
 
 
 def _step_end(tail, once=()) -> bool:

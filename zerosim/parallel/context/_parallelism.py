@@ -65,7 +65,10 @@ class ContextParallel(Parallelism):
         engine.step(cp.batches(engine.dims, [(x0, t0), (x1, t1)]))      # one (x, target) per data-parallel rank
     """
 
-    name = "context parallel"
+    name = comm.PURPOSE
+    # on the meta backend every micro-step makes its calls again alike (its hops' sends, or its K, V all-gathers), and
+    # none once a step: the planner writes a step's second micro-step from its first (analysis/planner/_repeat.py)
+    micro_steps_alike = True
 
     def __init__(self, model, cp: int, style: str = "ring", split: str = "zigzag", causal: bool = True,
                  tensor=None):
