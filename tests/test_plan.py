@@ -135,6 +135,16 @@ def test_the_second_micro_step_is_not_written_where_it_differs(stage):
         assert engine.parallelisms.members and not repeats(engine)
 
 
+def written_and_ran(model, stage, comm, spec, hw) -> tuple:
+    """Beside the parallelisms of `spec`, on 16 ranks of 4 a node: (the step of two micro-steps `twice` writes from a
+    step of one, the trace and timeline a step of two records, the engine of the step of one), which `repeats`."""
+    run = {"micro_batch": (2, 256), "comm": comm, "gpus_per_node": 4, "spec": spec}
+    _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
+    assert repeats(engine)
+    full, ran = meta_step(model, 16, stage, hw, precision="bf16-mixed", accumulation_steps=2, **run)
+    return twice(cluster.trace, engine.parallelisms.members), ran.cluster.trace, full, engine
+
+
 @pytest.mark.parametrize("stage, style, tp", list(itertools.product((2, 3), ("ring", "allgather"), (1, 2))))
 def test_the_second_micro_step_is_written_beside_context_parallelism(stage, style, tp):
     # Beside context parallelism (and TP with it) each micro-step makes CP's calls again alike: the ring's K, V hops,
@@ -143,13 +153,7 @@ def test_the_second_micro_step_is_written_beside_context_parallelism(stage, styl
     hw = Hardware("h100", "nvlink4", "bf16", inter_link="ib_ndr")
     for strategy, split, schedule in zip(("flash", "block-flash"), ("zigzag", "contiguous"), ("seed", "deepspeed")):
         spec = ParallelSpec(tp=tp, cp=2, cp_style=style, cp_split=split)
-        model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": 4,
-                                       "spec": spec}
-        _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
-        assert repeats(engine)
-        written = twice(cluster.trace, engine.parallelisms.members)
-        full, ran = meta_step(model, 16, stage, hw, precision="bf16-mixed", accumulation_steps=2, **run)
-        trace = ran.cluster.trace
+        written, trace, full, engine = written_and_ran(small(strategy), stage, SCHEDULES[schedule], spec, hw)
         assert written is not None and sum(type(e) is Call and e.purpose == "context parallel" and e.micro == 1
                                            for e in trace.log) > 4
         assert (style == "ring") == (len(trace.events) > 100)  # the hops' sends, one by one
@@ -168,13 +172,7 @@ def test_the_second_micro_step_is_written_beside_tensor_parallelism(stage, sp, l
     for strategy, schedule, async_tp in zip(("none", "block", "selective", "flash"), itertools.cycle(SCHEDULES),
                                             (False, True, False, True)):
         spec = ParallelSpec(tp=2, sp=sp, tp_layout=layout, async_tp=async_tp)
-        model, run = small(strategy), {"micro_batch": (2, 256), "comm": SCHEDULES[schedule], "gpus_per_node": 4,
-                                       "spec": spec}
-        _, cluster, engine = measure_stage(model, 16, stage, "adam", "bf16-mixed", totals=False, **run)
-        assert repeats(engine)
-        written = twice(cluster.trace, engine.parallelisms.members)
-        full, ran = meta_step(model, 16, stage, hw, precision="bf16-mixed", accumulation_steps=2, **run)
-        trace = ran.cluster.trace
+        written, trace, full, engine = written_and_ran(small(strategy), stage, SCHEDULES[schedule], spec, hw)
         assert written is not None and sum(type(e) is Call and e.purpose == "tensor parallel" and e.micro == 1
                                            for e in trace.log) > 10
         assert sp == any(type(e) is Call and e.tag == "sequence-parallel grads" for e in trace.log)
