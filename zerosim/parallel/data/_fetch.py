@@ -15,9 +15,10 @@ a gathered unit is the same bits whenever it is gathered.
     FSDP (units ahead)        the next k units of this pass, before the     always (reshard after
                               compute (or after it: BACKWARD_POST)          forward)
 
-A unit prefetched for a later use is not freed before that use (DeepSpeed's `__params_to_release`
-checks `__most_recent_step_id_param_fetched_for`). Everything still gathered is freed when the
-micro-step ends (DeepSpeed's `release_and_reset_all`).
+A unit prefetched for a later use is not freed before that use (DeepSpeed v0.19.5,
+deepspeed/runtime/zero/partitioned_param_coordinator.py: `PartitionedParameterCoordinator.__params_to_release`
+checks `__most_recent_step_id_param_fetched_for`). Everything still gathered is freed when the micro-step ends
+(the same file's `release_and_reset_all`).
 
 After its forward use the plan decides (`plan.after_forward`): "free" (FSDP2's reshard_after_forward=True),
 "keep" it gathered until its backward use (reshard_after_forward=False: FSDP2's `post_forward` skips the
@@ -132,10 +133,10 @@ class ParamFetcher:
                 self._prefetch_by_units(u, depth)
 
     def _prefetch_by_elements(self, u: int) -> None:
-        """DeepSpeed (partitioned_param_coordinator.py, `_fetch_sub_module_impl`): walk the trace queue from
-        the use after this one, gathering units not yet live, until min(max_live - live, prefetch_bucket)
-        elements are on the way (the unit that crosses the limit is still gathered); live units passed on
-        the way are marked needed for that use. The queue is consumed: no use is considered twice."""
+        """DeepSpeed (v0.19.5, deepspeed/runtime/zero/partitioned_param_coordinator.py, `_fetch_sub_module_impl`): walk
+        the trace queue from the use after this one, gathering units not yet live, until min(max_live - live,
+        prefetch_bucket) elements are on the way (the unit that crosses the limit is still gathered); live units
+        passed on the way are marked needed for that use. The queue is consumed: no use is considered twice."""
         comm = self.comm
         live = sum(self.size[layer] for layer in self.live)
         budget = (
@@ -176,8 +177,9 @@ class ParamFetcher:
                     self.live[layer] = gather(self.ctx, layer)
 
     def _reused_soon(self, u: int, layer: int) -> bool:
-        """DeepSpeed's `__params_to_release`: keep the unit if it is used again before max_reuse_distance
-        elements of upcoming uses have been passed. None: never kept (FSDP, seed 004)."""
+        """DeepSpeed's `__params_to_release` (v0.19.5, partitioned_param_coordinator.py): keep the unit if it is used
+        again before max_reuse_distance elements of upcoming uses have been passed. None: never kept (FSDP, seed
+        004)."""
         limit = self.comm.max_reuse_distance
         if limit is None:
             return False
