@@ -186,18 +186,47 @@ def test_stage_3s_sent_beside_3_psi_says_by_how_much_and_why(capsys):
     assert (three["sent"], three["sent_formula"]) == (653_308_992 + 170_112_000, 653_308_992)
 
 
-def test_stage_3s_note_beside_tensor_parallelism_reads_the_formula_whole(capsys):
+# GPT-2 small's parameters on one rank of TP 2, by hand (Megatron's layout: column-parallel weights and biases cut in
+# two, row-parallel weights cut, their biases and the LayerNorms whole; the vocabulary padded to 128·tp):
+TP2_RANK = (
+    50_432 * 768 // 2  # wte, vocabulary-parallel: 50,257 padded to 50,432 (a multiple of 256), half the rows
+    + 1_024 * 768  # wpe, whole
+    + 12 * (
+        2 * 768  # ln_1's weight and bias
+        + 768 * 2_304 // 2 + 2_304 // 2  # c_attn: column-parallel Q, K, V and their bias
+        + 768 * 768 // 2 + 768  # attention's c_proj: row-parallel, its bias whole
+        + 2 * 768  # ln_2
+        + 768 * 3_072 // 2 + 3_072 // 2  # c_fc: column-parallel, and its bias
+        + 3_072 * 768 // 2 + 768  # the MLP's c_proj: row-parallel, its bias whole
+    )
+    + 2 * 768  # ln_f
+)  # = 62,708,736
+
+
+def test_stage_3s_note_beside_tensor_parallelism_counts_gathers_of_the_ranks_slice(capsys):
     """Beside TP the formula adds TP's activations to ZeRO's 3Ψ of a rank's slice: the note gives the difference from
-    the formula (the trace's bytes less the formula's, as --json gives them) and the same causes, no share of Ψ."""
+    the formula (the trace's bytes less the formula's, as --json gives them) in GB and in gathers of that slice, and
+    the same causes. GPT-2 small on 8 GPUs, TP 2 (dp 4), block checkpointing: one gather of the slice is its
+    62,708,736 elements · 3/4 · 2 B = 94,063,104 B a rank. DeepSpeed keeps every unit gathered from forward to
+    backward (the model is under stage3_max_reuse_distance): one gather less. The seed's schedule gathers the blocks
+    again for the recompute, and rank 2's shard (elements 31,354,368 to 47,031,552) lies wholly in the blocks
+    (20,152,320 to 62,707,200): it sends its whole shard again, one gather more."""
     argv = ("memory", "--model", "gpt2-small", "--ranks", "8", "--seq-len", "64", "--checkpoint", "block", "--tp", "2")
+    one_gather = TP2_RANK * 3 // 4 * 2
+    assert (TP2_RANK, one_gather) == (62_708_736, 94_063_104)
     for comm, word in (("seed", "more"), ("deepspeed", "less"), ("fsdp", None)):
         _, out, _ = run(capsys, *argv, "--comm", comm)
         _, js, _ = run(capsys, *argv, "--comm", comm, "--json")
         three = json.loads(js)["stages"][3]
+        assert three["sent_formula_zero"] == 3 * one_gather
         note = " ".join(out[out.index("At stage 3"):].split()) if "At stage 3" in out else None
         if word is None:
             assert note is None and three["sent"] == three["sent_formula"]
             continue
+        assert three["sent"] - three["sent_formula"] == (one_gather if word == "more" else -one_gather)
         gb = abs(three["sent"] - three["sent_formula"]) / 1e9
         assert note.startswith(f"At stage 3 the busiest rank sent {gb:.3f} GB {word} than its formula"), note
-        assert "of one gather of Ψ" not in note.split(":")[0]
+        assert "1.00 of one gather of the rank's Ψ" in note.split("):")[0], note
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "explanation" / "memory.md").read_text().split())
+    assert ("with `--tp 2` the same GPT-2 small sends one gather of a TP rank's slice more under seed 004's schedule"
+            in page and "and one less under DeepSpeed's" in page)  # what the page says of it

@@ -212,16 +212,18 @@ def _activation_lines(a: dict) -> list:
 
 
 def _stage3_lines(r: dict, plain: bool = True) -> list:
-    """Why stage 3's 'sent' differs from its formula, where it does (16-bit wire): by how much (and, on data-parallel
-    ranks alone, `plain`, in gathers of Ψ: beside TP and CP the formula adds their own terms), and why (cells.py
-    `stage3_cause`)."""
+    """Why stage 3's 'sent' differs from its formula, where it does (16-bit wire): by how much, in gathers of Ψ (of a
+    TP rank's slice beside TP and CP, where the formula adds their own terms to ZeRO's 3Ψ: `plain` False), and why
+    (cells.py `stage3_cause`)."""
     three = next((row for row in r["stages"] if row["stage"] == 3), None)
     if three is None or three["sent"] is None or three["sent"] == three["sent_formula"]:
         return []
     diff = three["sent"] - three["sent_formula"]  # the busiest rank's: a ZeRO-3 unit is gathered from the ranks whose
     # shards of the flat vector it spans, so gathering some units again sends more from some ranks
-    than = (f"than 3Ψ ({abs(diff) / (three['sent_formula'] / 3):.2f} of one gather of Ψ)" if plain else  # Ψ·(N−1)/N·B
-            "than its formula (ZeRO's 3Ψ of the rank's parameters with the other terms)")
+    gathers = abs(diff) / (three["sent_formula_zero"] / 3)  # one gather of Ψ: Ψ·(N−1)/N·B, a third of ZeRO's 3Ψ
+    than = (f"than 3Ψ ({gathers:.2f} of one gather of Ψ)" if plain else
+            f"than its formula (ZeRO's 3Ψ of the rank's parameters with the other terms; {gathers:.2f} of one gather "
+            "of the rank's Ψ)")
     return textwrap.wrap(f"At stage 3 the busiest rank sent {abs(diff) / GB:.3f} GB {'more' if diff > 0 else 'less'} "
                          f"{than}: {stage3_cause(diff > 0)}.", 110)
 

@@ -122,8 +122,9 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
             for x, formula in zip(row["pipeline"], by_rank):
                 x["sent_formula"] = formula
             row["sent_formula"] = max(by_rank)
-        else:
-            row["sent_formula"] = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+        else:  # ZeRO's own (3Ψ at stage 3, of a TP rank's slice over its dp ranks), then the other parallelisms'
+            zero = comm_volume(local, dp, row["stage"], grad_wire_bytes=bytes_, param_wire_bytes=bytes_)
+            row["sent_formula"] = row["sent_formula_zero"] = zero
         if tp > 1 and spec.pp == 1:  # and TP's activations' collectives (tensor/_costs.py), a CP rank's L / C tokens
             row["sent_formula"] += tp_sent(model, spec.micro(*micro), tp, sp, bytes_)
         if spec.cp > 1 and spec.pp == 1:  # and the K/V's, on the CP group (_context.py)
