@@ -28,6 +28,9 @@ from where ranks hold different parts of the model (tensor parallelism: each TP 
 parallelism that moves buffers off the device, offload, returns the plan with its placement, which the helpers that
 allocate read as data). Once the gradient recipe is chosen, `check_recipe(recipe)` lets a parallelism refuse one it
 does not run beside, still before anything is allocated (offload: one framework's offload under the other's recipe).
+Two more are for the planner alone: `micro_steps_alike` and `step_end_tags` say that on the meta backend its calls
+are the same in every micro-step, and which it makes once a step, so a step's second micro-step is written from the
+first instead of run (analysis/planner/_repeat.py; tensor and context parallelism say so, offload does not).
 
 A hook takes the step's frozen `Context` (ctx: the cluster, the plan, the layout, the formats), the ranks' micro-
 batches in flight where it runs between units (`passes[i]`: local rank i's `models.Pass`, whose `a` is the
