@@ -73,6 +73,27 @@ def test_one_micro_step_is_the_plain_step():
     assert np.array_equal(bits(a.full_master()), bits(b.full_master()))
 
 
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_the_steps_end_is_labelled_the_last_micro_step(stage):
+    # What a step does after its last micro-step's backward (stages 0/1's gradient reduction, the overflow check, the
+    # norm's all-reduce with clipping, stages 1/2's refresh; stages 2/3's last bucket too) belongs to micro-step K - 1,
+    # as a reader of the timeline or its Chrome trace takes the label: found by its place in the log (after the last
+    # compute), not by its purpose.
+    widths, n, k = [4, 6, 3], 3, 3
+    cluster = Cluster(n, trace="call")
+    engine = ZeroEngine(MLP(widths), cluster, stage, Adam(lr=1e-2), "fp16-mixed", clip_grad=1.0,
+                        accumulation_steps=k)
+    engine.step(micro_batches(np.random.default_rng(0), n, k, 2, widths))
+    log = cluster.trace.log
+    last_compute = max(i for i, e in enumerate(log) if isinstance(e, Compute))
+    assert {e.micro for e in log if isinstance(e, Compute)} == set(range(k))
+    after = [e for e in log[last_compute:] if type(e).__name__ == "Call"]
+    purposes = [e.purpose for e in after]
+    assert purposes.count("check") == 2  # the overflow flag's all-reduce, then the norm's
+    assert ("reduce grads" in purposes or stage > 1) and ("refresh params" in purposes) == (stage in (1, 2))
+    assert {e.micro for e in after} == {k - 1}
+
+
 # ---------------------------------------------------------------- the gradient buffer across micro-steps
 
 WIDTHS = [8, 32, 32, 8]  # P = 8*32+32 + 32*32+32 + 32*8+8 = 1608; largest layer window 1056

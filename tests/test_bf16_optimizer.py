@@ -65,7 +65,7 @@ def test_one_all_reduce_of_the_aligned_fp32_buffer_at_the_end_of_backward(allred
     engine.step([data[2 * r : 2 * r + 2] for r in range(3)])
     grads = [c for c in cluster.trace.calls if c.purpose == "reduce grads"]
     assert {c.elements for c in grads} == {36} and {c.dtype for c in grads} == {"bf16"}
-    assert len({c.micro for c in grads}) == 1  # every phase of the one all-reduce in the same (last) micro-step
+    assert {c.micro for c in grads} == {1}  # every phase of the one all-reduce in the last micro-step
 
 
 def test_the_meta_backend_records_what_the_numpy_engine_records():

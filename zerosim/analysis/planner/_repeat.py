@@ -14,9 +14,9 @@ event, the log of a step of one with its micro-step written twice:
     micro-step 0                   as recorded
     micro-step 1                   micro-step 0's calls and compute events again: each call number c + n, each handle
                                    a compute waited for moved alike, `micro` 1
-    the step's end                 a parallelism's once-a-step calls (c + n, `micro` as recorded: SP's
-                                   gradients' all-reduce), the optimizer step (its handles c + n), the refresh of
-                                   stages 1/2 (c + n, `micro` K − 1 = 1, as `ZeroEngine.finish` labels it),
+    the step's end                 a parallelism's once-a-step calls (c + n: SP's gradients' all-reduce), the
+                                   optimizer step (its handles c + n), the refresh of stages 1/2 (c + n), every
+                                   call `micro` K − 1 = 1 (as `ZeroEngine.reduce` and `finish` label them),
                                    StepBoundary "end" with micro_steps 2
 
 and each call's closed-form ring (`Trace.ring_calls`: the meta backend records no ring's sends one by one), group
@@ -81,7 +81,7 @@ def twice(trace, beside=()) -> StepLog | None:
     """The trace of a step of two micro-steps, written from `trace` (one step of one micro-step, of an engine that
     `repeats`); None where its log holds what is not written again here. `beside`: the engine's parallelisms (each one
     whose micro-steps are alike: tensor and context parallelism), whose calls of a micro-step are written again as
-    data parallelism's, and whose calls once a step (`Parallelism.step_end_tags`) stand at its end as recorded."""
+    data parallelism's, and whose calls once a step (`Parallelism.step_end_tags`) stand at its end."""
     log = trace.log
     begin = log[0] if log else None
     if type(begin) is not StepBoundary or begin.what != "begin" or begin.micro_steps != 1:
@@ -102,12 +102,12 @@ def twice(trace, beside=()) -> StepLog | None:
     def moved(needs) -> tuple:
         return tuple([c + lo for c in needs])
 
-    def again(e, relabel: bool):
+    def again(e):
         if type(e) is StepBoundary:
             return StepBoundary(e.step, e.what, 2)
         copy = _new(type(e))
-        if type(e) is Call:  # the refresh is labelled the last micro-step's; a parallelism's once-a-step call is not
-            copy.__dict__.update(e.__dict__, call=e.call + lo, micro=1 if relabel and e.tag not in once else e.micro)
+        if type(e) is Call:  # the step's end is labelled the last micro-step's (ZeroEngine.reduce and finish)
+            copy.__dict__.update(e.__dict__, call=e.call + lo, micro=1)
         elif type(e) is Compute:
             copy.__dict__.update(e.__dict__, needs=type(e.needs)(moved(e.needs)), micro=1)
         else:  # an OptimizerStep: it waits for the last micro-step's reductions
@@ -116,7 +116,7 @@ def twice(trace, beside=()) -> StepLog | None:
 
     if any(type(e) is not Event for e in trace.events):  # a record of sends alike (a pipeline's), not written here
         return None
-    written = [again(log[0], False), *micro, *(again(e, True) for e in micro), *(again(e, True) for e in tail)]
+    written = [again(log[0]), *micro, *(again(e) for e in micro), *(again(e) for e in tail)]
     return StepLog(written, _sends_twice(trace.events, lo), _both(trace.ring_calls, lo), _both(trace.call_groups, lo),
                    trace.gpus_per_node, trace.world_size)
 

@@ -303,14 +303,14 @@ class ZeroEngine:
             return grads.flush() if grads is not None else Handle()
 
     def reduce(self, last: Handle) -> "Reduced":
-        """After the last micro-step's backward (`last`: its last gradient reduction): the gradients reduced (stage 0:
-        all-reduce, stage 1: reduce-scatter; stages 2/3: done already), the overflow all-reduce and the loss scaler's
-        decision, the average and, with clipping, the norm's all-reduce."""
+        """After the last micro-step's backward (`last`: its last gradient reduction), labelled that micro-step's like
+        `finish`: stage 0's all-reduce or 1's reduce-scatter, the overflow check, the average, the norm to clip by."""
         ctx, phase, i, K = self.ctx, self.cluster.phase, self.iteration + 1, self.accumulation_steps
-        with phase("reduce gradients"):
+        last_micro = self.cluster.trace.about(micro=K - 1)  # the calls of the step's end (the scaler's decision too)
+        with phase("reduce gradients"), last_micro:
             waits, reduced = reduce_gradients(ctx, self.end_reduction, self._bucketed(K - 1), last)
             waits += self.parallelisms.end_of_backward(ctx, reduced)  # e.g. offload: the shard to host
-        with phase("optimizer step"):
+        with phase("optimizer step"), last_micro:
             decision, checked = all_reduce_overflow(ctx, reduced, self.scaler, i, self.t)
             grads32 = None
             if not decision.skip:
