@@ -241,3 +241,24 @@ def test_the_405b_rows_keep_a_tp_ranks_sequence_shard_and_the_stage_gathered():
     assert shards <= first["activations"] < 8 * 15 * 4 * 8192 * 16384 * 2  # a shard each, not the whole input
     assert f"{first['activations'] / 2**30:.1f}" == "18.6" and "18.6 GiB of activations" in PAGE
     assert row["resting"]["grads"] == 2 * first["params"]  # the stage's bf16 gradient whole (no_reshard_no_sync)
+
+
+@pytest.mark.slow  # NeMo's 175B pipeline step of 64 micro-batches whole (~1.5 s), beside its prediction (~1.3 s)
+def test_a_pipeline_point_on_its_line_is_its_whole_step(monkeypatch):
+    # docs/validation.md: NeMo's step of 64 micro-batches on 8 stages is predicted on the line through the whole
+    # steps of 16 and 24 micro-batches, as the planner times a pipeline's row; the step of 64 simulated whole (the
+    # run taken at all 64: memory_point made M itself) gives the same time, compute and memory
+    from zerosim.analysis.costs import line_points
+    from zerosim.analysis.planner import _validate
+    from zerosim.analysis.planner._validate import predict, spec_of
+
+    point = next(p for p in POINTS if p.key == "nemo-h100-512-gpt3-175b")
+    assert line_points(spec_of(point), point.accumulation) == (16, 24)
+    line = predict(point)
+    monkeypatch.setattr(_validate, "memory_point", lambda spec, M: M)
+    whole = predict(point)
+    assert line.step_s == pytest.approx(whole.step_s, rel=1e-12)
+    assert line.compute_s == pytest.approx(whole.compute_s, rel=1e-12)
+    assert line.exposed_s == pytest.approx(whole.exposed_s, rel=1e-9)
+    assert line.allocated == whole.allocated
+

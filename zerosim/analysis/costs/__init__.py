@@ -97,7 +97,7 @@ from zerosim.analysis.costs._overheads import (
                                           fit,
                                           runtime_overheads,
 )
-from zerosim.analysis.costs._pipeline import line_points, pipeline_run, stage_rows
+from zerosim.analysis.costs._pipeline import line_points, memory_point, pipeline_run, stage_rows
 from zerosim.analysis.costs._presets import PRESETS, ModelPreset, get_preset, preset_from_config
 from zerosim.analysis.costs._rates import EFFICIENCY, LATENCY_US, LINK_GB_S, check_flag_range, check_rate
 from zerosim.analysis.costs._reserve import reserved
@@ -117,7 +117,8 @@ __all__ = [
     "LONG_CONTEXT", "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
-    "line_points", "parallel_model", "pipeline_run", "positions_of", "stage_rows", "strategy_costs", "tensor_parallel",
+    "line_points", "memory_point", "parallel_model", "pipeline_run", "positions_of", "stage_rows", "strategy_costs",
+    "tensor_parallel",
     "GB",
     "GPU",
     "Retained", "SecondOrder", "lifetimes", "recompute_table", "second_order_memory", "seed001_p_multiply_adds",

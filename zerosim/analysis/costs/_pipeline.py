@@ -111,6 +111,14 @@ def line_points(spec, micro_batches: int) -> tuple | None:
     return (first, first + P) if M > first + P else None
 
 
+def memory_point(spec, micro_batches: int) -> int:
+    """The micro-batches M' of the run a pipeline's step of M = `micro_batches` is read from: its memory, and its
+    time with the line's second point (`line_points`; planner step_time). The line's first point M1 where the step
+    lies on a line, the micro-batches in flight saturating by then; M itself where it does not, or for GPipe, which
+    holds all M. The planner's rows and `zerosim validate`'s points both take it."""
+    points = None if spec.pp_schedule == "gpipe" else line_points(spec, micro_batches)
+    return micro_batches if points is None else points[0]
+
 def stage_rows(engine) -> list:
     """Per pipeline rank p of `engine` (a PipelineEngine on the meta backend, one representative a stage): {"rank",
     "gpus" (its block [lo, hi)), "units" (its first and last unit's names), "layers", "params" (its stages' parameters,

@@ -28,7 +28,7 @@ from dataclasses import field, replace
 
 from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, line_points, positions_of, runtime_overheads
+from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, memory_point, positions_of, runtime_overheads
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
@@ -417,8 +417,7 @@ class _Trial:
         tp = spec.tp
         pipeline = spec.pp > 1  # a pipeline's memory and time: its whole step's, or its line's first point's
         K = per_rank // B
-        points = line_points(spec, K) if pipeline and spec.pp_schedule != "gpipe" else None  # (GPipe holds all K)
-        M = K if points is None else points[0]
+        M = memory_point(spec, K) if pipeline else K  # the line's first point, or K itself (GPipe holds all K)
         run = {"micro_batch": (B, self.seq_len), "comm": self.schedule, "mesh": mesh, "parallelisms": more,
                "spec": spec, "micro_batches": M if pipeline else None,
                "totals": False,  # a row reads memory; the bytes sent are not printed

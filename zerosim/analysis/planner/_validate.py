@@ -28,6 +28,7 @@ from zerosim.analysis.costs import (
     TREND,
     config_of,
     get_gpu,
+    memory_point,
     mfu,
     model_flops_per_token,
     reserved,
@@ -96,20 +97,21 @@ def predict(point, framework: float | None = None, reserve: float = ALLOCATOR_RE
     per_node = point.gpus_per_node if nodes else None
     micro, comm = (point.micro_batch, point.seq_len), get_comm_schedule(point.comm)
     spec = spec_of(point)
-    # a pipeline's step is run whole, its K = M micro-batches in it (analysis/costs pipeline_run); the data-parallel
-    # step's one micro-step, then the line through K = 1 and 2 (sweep.step_time)
-    K = point.accumulation if spec.pp > 1 else 1
+    # as the planner's rows: a pipeline's step of M micro-batches run at its line's first point (or whole: costs
+    # memory_point), its second point writing this run's records again; the data-parallel step's one micro-step, then
+    # the line through K = 1 and 2 (sweep.step_time), K = 2 written from the K = 1 run where its micro-step repeats
+    pipeline = spec.pp > 1
+    K = memory_point(spec, point.accumulation) if pipeline else 1
     result, engine = meta_step(model, point.gpus, point.stage, hw, comm, precision, optimizer="adamw",
                                micro_batch=micro, accumulation_steps=K, wire=wire, gpus_per_node=per_node,
                                time_model=time_model, spec=spec)
     allocated = max(r.ledger.peak() for r in engine.cluster.ranks)  # a pipeline's: its largest stage's
-    # K = 2 written from the K = 1 run where its micro-step repeats (as the planner's memory runs): not run again
     two = (written_second(engine, hw, run_costs(engine, time_model, hw, spec.micro(*micro)))
-           if K < point.accumulation else None)
-    engine.cluster.let_go()  # its peak read: the run goes with its last reference (_plan.py `let_go`)
+           if not pipeline and K < point.accumulation else None)
     t = step_time(model, point.gpus, point.stage, hw, comm, precision, "adamw", micro, point.accumulation,
                   first=step_time_of(result, K), time_model=time_model, gpus_per_node=per_node, wire=wire, spec=spec,
-                  second=two)
+                  second=two, **({"records_from": engine} if pipeline else {}))
+    engine.cluster.let_go()  # its peak and records read: the run goes with its last reference (_plan.py `let_go`)
     # the one definition (costs/_throughput.py): a TP (and pipeline) group's GPUs share a batch rank's B·L·K tokens
     tps = tokens_per_s_per_gpu(spec.dims(point.gpus), point.micro_batch * point.seq_len * point.accumulation, t.step)
     peak = hw.device.rate("bf16")
