@@ -7,7 +7,7 @@
         --stages 3 --strategies block,flash
     zerosim plan --model llama-3-8b --gpus 8 --gpu h100-80gb --seq-len 8192 --global-batch 8 --cp 1,2,4 --stages 3
     zerosim plan --model llama-3-8b --gpus 16 --gpu h100-80gb --seq-len 4096 --global-batch 32 --pp 1,2,4 \
-        --pp-schedule 1f1b,interleaved-1f1b --stages 1,3 --strategies block
+        --pp-schedule 1f1b,interleaved-1f1b --stages 1,3 --strategies block --jobs auto
 
 For each stage × strategy × micro-batch that splits the global batch, one micro-step of the model's data-less
 twin runs on the meta backend (its memory, from rank 0's ledger: model states, activations by name, gathered
@@ -23,7 +23,8 @@ left out with the reason, and each one's strategies CP cannot run (not flash). W
 gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's step of K micro-batches
 run and timed with its bubble (past twice its warm-up, on the line through two shorter steps its repeating schedule
 draws), and the micro-batches its schedule refuses (1F1B with K < PP, the interleaved schedules' rounds) or a stage it
-refuses beside it left out with the reason.
+refuses beside it left out with the reason. --jobs N measures the stages on N worker processes (auto: every
+core), byte for byte the plan one process makes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 from dataclasses import replace
 
 from zerosim.cli import choices
+from zerosim.cli.jobs_args import add_jobs_argument
 from zerosim.cli.parallel_args import add_parallel_arguments, specs_of
 
 HELP = "which stage, checkpointing and micro-batch fit your GPUs, ranked by simulated step time"
@@ -43,6 +45,7 @@ def add_arguments(p) -> None:
     _add_search_arguments(p)
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_jobs_argument(p, "each measuring a stage beside a combination of degrees at a time")
     p.add_argument(
         "--figure", default=None, metavar="OUT.png", help="draw memory by kind and step time per configuration"
     )
@@ -157,7 +160,7 @@ def report(args):
     from zerosim.cli.strategy_args import flags
     from zerosim.progress import progress
 
-    config, micro = _check_flags(args)
+    config, micro, jobs = _check_flags(args)
     from zerosim.analysis.costs import get_gpu
     from zerosim.cli.efficiency_args import kernels_of, link_flags, links_from_args, loss_of, time_model_from_args
     from zerosim.cli.offload_args import host_from_args, offload_flags, offload_hardware, plan_offloads
@@ -193,6 +196,7 @@ def report(args):
         host=host,
         specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp, --cp, --pp
         spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
+        jobs=jobs,
     )
     if bar is not None:
         bar.close()
@@ -204,8 +208,10 @@ def report(args):
 
 
 def _check_flags(args) -> tuple:
-    """(the model's DecoderConfig, the micro-batches to try or None): every flag checked before any twin is built."""
+    """(the model's DecoderConfig, the micro-batches to try or None, the worker processes): every flag checked before
+    any twin is built."""
     from zerosim.analysis.costs import get_preset
+    from zerosim.cli.jobs_args import jobs_from_args
     from zerosim.cli.work_budget import check_units
     from zerosim.models.hf import read_hf_config
     from zerosim.outputs import check_file
@@ -226,7 +232,7 @@ def _check_flags(args) -> tuple:
     micro = _ints(args.micro_batches, "--micro-batches") if args.micro_batches else None
     if micro is not None and min(micro) < 1:
         raise ValueError(f"--micro-batches must be at least 1, got {args.micro_batches!r}")
-    return config, micro
+    return config, micro, jobs_from_args(args)
 
 
 def run(args) -> int:

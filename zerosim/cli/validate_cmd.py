@@ -3,6 +3,7 @@
     zerosim validate                  # the table: conditions, source, measured, predicted, error; then the statistics
     zerosim validate --fit            # refit the framework factors on the calibration points alone, and print them
     zerosim validate --only tt-h100-8-eager,foundry-h100-7b-8 --json
+    zerosim validate --jobs auto      # the points on every core: the same table in less wall time
 
 Each point (analysis/costs/_validation_points.py) is a published run — torchtitan's Llama 3 / 3.1 tables on H100,
 H200 and A100, llm-foundry's MPT tables on H100 and A100 — with its file and commit. zerosim runs the step at the
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 
+from zerosim.cli.jobs_args import add_jobs_argument
+
 ROLE = {"calibration": "calib", "held-out": "held"}
 HELP = "predicted vs measured on published runs (torchtitan, llm-foundry): the error of every point"
 
@@ -27,6 +30,7 @@ def add_arguments(p) -> None:
                         "shipped ones (zerosim/analysis/costs/_calibration.py)")
     p.add_argument("--only", default=None, metavar="KEY,...", help="run these points only (keys as printed)")
     p.add_argument("--json", action="store_true", help="print the rows and the statistics as JSON")
+    add_jobs_argument(p, "each predicting a point at a time")
 
 
 def _points(only):
@@ -112,18 +116,20 @@ def format_table(rows: list, stats: dict) -> str:
 def run(args) -> int:
     from zerosim.analysis.costs import FRAMEWORK
     from zerosim.analysis.planner import fit_framework as fit
-    from zerosim.analysis.planner import predict, summary
+    from zerosim.analysis.planner import summary, validate
+    from zerosim.cli.jobs_args import jobs_from_args
     from zerosim.progress import progress
 
-    points = _points(args.only)
+    points, jobs = _points(args.only), jobs_from_args(args)
     if args.fit:
         factors = fit()
         out = {"fitted": factors, "shipped": FRAMEWORK}
         print(json.dumps(out, indent=1) if args.json else "\n".join(
             f"{k}: fitted {v:.5f}, shipped {FRAMEWORK[k]:.3f}" for k, v in factors.items()))
         return 0
-    bar = progress(points, "validating", enabled=None if not args.json else False, unit="point")
-    predictions = [predict(p, FRAMEWORK[p.preset]) for p in bar]
+    bar = progress(desc="validating", total=len(points), enabled=None if not args.json else False, unit="point")
+    predictions = validate(points, jobs=jobs, progress=lambda point: bar.update(1))
+    bar.close()
     rows, stats = [row_of(r) for r in predictions], summary(predictions)
     print(json.dumps({"rows": rows, "statistics": stats}, indent=1) if args.json else format_table(rows, stats))
     return 0

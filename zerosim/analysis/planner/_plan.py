@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import field, replace
 
 from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, memory_point, positions_of, runtime_overheads
+from zerosim.analysis.planner._jobs import check_jobs, in_order
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
@@ -146,9 +148,12 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
          reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
-         spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None) -> Plan:
+         spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
-    docstring); `progress(done_label)` is called after each configuration measured. `time_model`: what a compute
+    docstring); `progress(done_label)` is called after each configuration measured (with several `jobs`, as each
+    stage's come back). `jobs`: the worker processes the stages are measured on, each stage beside each combination of
+    degrees a piece of its own (_jobs.py: the same plan, byte for byte, in less wall time; "auto": every core; 1, the
+    default: this process). `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
     `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
     `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
@@ -178,6 +183,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     g = get_gpu(gpu)
     specs = _tp_specs(tps, sp, layout) if specs is None else tuple(specs)
     tried = _check(config, ranks, gpus_per_node, seq_len, global_batch, specs, spelling, optimizer)
+    jobs = check_jobs(jobs)
     strategies = tuple(strategies or ALL_STRATEGIES)
     left_out, runs = _left_out(strategies, tried, seq_len, kernels)
     tps = tuple(dict.fromkeys(spec.tp for spec, _ in runs))
@@ -185,8 +191,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
     host = HOSTS["dgx-h100"] if host is None else get_host(host)
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
-                   reserve, progress, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
-    rows, pruned, pruned_offload, done = [], [], [], set()
+                   reserve, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
+    work, done = [], set()  # each stage's `_Trial.stage` arguments: stage, strategies, batches, spec, per_rank, ...
     for spec, mine in runs:
         alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
         per_rank = global_batch // spec.dims(ranks).dp  # sequences a data-parallel rank (a TP/CP group) takes a step
@@ -202,17 +208,30 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 if (spec, stage, label) in done:  # (DeepSpeed runs several offload keys alike at stages 1/2)
                     continue
                 done.add((spec, stage, label))
-                stage_rows, states = trial.stage(stage, mine, batches, spec, per_rank, label, more)
-                rows += stage_rows
-                if states is None:
-                    continue
-                if label != "none":  # the device's model states alone: this placement cannot fit this stage
-                    pruned_offload.append((stage, states, label))
-                else:
-                    pruned.append((stage, states) if alone else (stage, states, spec.degrees))
+                work.append((stage, mine, batches, spec, per_rank, label, more))
+    rows, pruned, pruned_offload, refused = [], [], [], []
+    me = os.getpid()
+
+    def piece(i):  # each configuration told as it is measured in this process; a worker's come back with its rows
+        return trial.stage(*work[i], tell=progress if os.getpid() == me else None)
+
+    # each stage beside each combination measured apart (on `jobs` processes: _jobs.py), its rows taken in order
+    for (stage, _, _, spec, _, label, _), (stage_rows, states, refusals, untold) in zip(
+            work, in_order(piece, len(work), jobs)):
+        for done_label in untold if progress is not None else ():
+            progress(done_label)
+        rows += stage_rows
+        refused += [r for r in refusals if r not in refused]  # a pipeline's micro-batches refused, once each
+        if states is None:
+            continue
+        if label != "none":  # the device's model states alone: this placement cannot fit this stage
+            pruned_offload.append((stage, states, label))
+        else:
+            alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
+            pruned.append((stage, states) if alone else (stage, states, spec.degrees))
     fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp,
                                                                         r.cp, r.pp)))
-    left_out += tuple(trial.refused)  # a pipeline's micro-batches its schedule or the frameworks refuse, by reason
+    left_out += tuple(refused)  # a pipeline's micro-batches its schedule or the frameworks refuse, by reason
     cps = tuple(dict.fromkeys(spec.cp for spec, _ in runs))
     pps = tuple(dict.fromkeys(spec.pp for spec, _ in runs))
     pipeline = {} if pps == (1,) else {
@@ -337,7 +356,6 @@ class _Trial:
     optimizer: str
     schedule: object
     reserve: float
-    progress: object
     time_model: object
     hardware: object
     kernels: str
@@ -345,15 +363,15 @@ class _Trial:
     host: object  # a costs.Host: a node's DRAM and NVMe, which offloaded rows must fit
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
-    # (({degree: value}, None, why), ...): a pipeline's micro-batches its schedule or the frameworks refuse
-    refused: list = field(default_factory=list, compare=False, repr=False)
 
     def stage(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
-              more: tuple = ()) -> tuple:
+              more: tuple = (), tell=None) -> tuple:
         """(every PlanRow tried at `stage` beside the parallelisms of `spec` (a ParallelSpec), its model states'
-        bytes when they alone exceed the GPU, else None). Each strategy's micro-batches are tried smallest first, up
-        to the first that does not fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`,
-        `more`: the offload placement and its parallelisms ("none", ())."""
+        bytes when they alone exceed the GPU, else None, the (({degree: value}, None, why), ...) a pipeline's
+        schedule or the frameworks refuse of it, each configuration measured by name unless `tell(name)` was told
+        it as it was measured). Each strategy's micro-batches are tried smallest first, up to the first that does
+        not fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`, `more`: the offload
+        placement and its parallelisms ("none", ())."""
         from zerosim.models.gpt import MetaGPT, strategy_options
         from zerosim.models.llama import MetaLlama
         from zerosim.parallel.data.multinode import DataMesh
@@ -362,8 +380,10 @@ class _Trial:
         beside = spec.tp > 1 or spec.cp > 1 or spec.pp > 1
         mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or beside else None, tp=spec.tp,
                            cp=spec.cp, pp=spec.pp)
+        refused, untold = [], []
+        tell = untold.append if tell is None else tell
         if spec.pp > 1:  # the micro-batches whose K = per_rank / B the schedule and the frameworks run
-            batches = self.pipeline_batches(spec, stage, batches, per_rank)
+            batches, refused = self.pipeline_batches(spec, stage, batches, per_rank)
         twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
@@ -373,23 +393,25 @@ class _Trial:
             model = self.twins[strategy]
             for B in batches:
                 row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more, first=not rows)
+                tell(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
+                     + ("" if label == "none" else f" {label}"))
                 if states is not None:
-                    return rows, states
+                    return rows, states, refused, untold
                 rows.append(row)
                 if not row.fits:
                     break  # a larger micro-batch only holds more activations
-        return rows, None
+        return rows, None, refused, untold
 
     def pipeline_batches(self, spec, stage: int, batches: tuple, per_rank: int) -> tuple:
         """The micro-batches B whose K = per_rank / B micro-batches a step `spec`'s pipeline runs at `stage`
         (ParallelSpec.pipeline_check: 1F1B refuses K < P, the interleaved schedules' rounds, a recipe or buckets a
-        pipeline refuses); the others left out, one line for the combination with the first reason."""
+        pipeline refuses), and the others left out: (({degree: value}, None, why),), one line for the combination
+        with the first reason, or ()."""
         degrees = {**spec.degrees, "pp_schedule": spec.pp_schedule}
         try:  # the stage beside the pipeline (K = P always runs: every schedule's table takes it)
             spec.pipeline_check(spec.pp, stage, self.precision, None, self.schedule, PLAN_WORDS)
         except ValueError as e:
-            self.refused.append((degrees, None, f"ZeRO-{stage}: {e}"))
-            return ()
+            return (), [(degrees, None, f"ZeRO-{stage}: {e}")]
         ok, refused = [], []
         for B in batches:
             try:
@@ -400,9 +422,8 @@ class _Trial:
         if refused:
             why = (f"micro-batch {', '.join(str(B) for B, _ in refused)} ({per_rank} sequences a data-parallel rank: "
                    f"K = {per_rank} / B): {refused[0][1]}")
-            if (degrees, None, why) not in self.refused:
-                self.refused.append((degrees, None, why))
-        return tuple(ok)
+            return tuple(ok), [(degrees, None, why)]
+        return tuple(ok), []
 
     def measure(self, mesh, spec, model, strategy: str, B: int, per_rank: int, label: str = "none",
                 more: tuple = (), first: bool = False):
@@ -426,7 +447,6 @@ class _Trial:
             with let_go(measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)) as made:
                 resting = sum(made[0]["resting"].values())
             if fit(resting, self.gpu).total > self.gpu.capacity:
-                self.tried(mesh.plan.stage, strategy, B, spec, label)
                 return None, resting
         with let_go(measure_stage(model, None, None, self.optimizer, self.precision, **run)) as made:
             (m, cluster, engine), stage = made, mesh.plan.stage
@@ -441,7 +461,6 @@ class _Trial:
                 node = host_fit(tiers, self.ranks, self.host, self.gpus_per_node)
                 row = replace(row, offload=label, host_peak=tiers["host"], nvme_peak=tiers["nvme"],
                               host_fits=node["host"]["fits"] and node["nvme"]["fits"])
-            self.tried(stage, strategy, B, spec, label)
             if fit(resting, self.gpu).total > self.gpu.capacity:
                 return row, resting
             if not row.fits:
@@ -465,9 +484,3 @@ class _Trial:
                           (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
                           parallelisms=more, spec=spec, second=two)
             return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
-
-    def tried(self, stage: int, strategy: str, B: int, spec, label: str) -> None:
-        """The caller's `progress`, told of one configuration measured."""
-        if self.progress is not None:
-            self.progress(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
-                          + ("" if label == "none" else f" {label}"))

@@ -34,6 +34,7 @@ from zerosim.analysis.costs import (
     reserved,
     tokens_per_s_per_gpu,
 )
+from zerosim.analysis.planner._jobs import check_jobs, in_order
 from zerosim.analysis.planner._sweep import meta_step, run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel
 
@@ -132,10 +133,18 @@ def spec_of(point):
                         pp_split=point.pp_split)
 
 
-def validate(points=POINTS, factors: dict | None = None) -> list:
-    """A Prediction for every point, with the calibrated framework factors (or `factors`, by preset)."""
-    factors = FRAMEWORK if factors is None else factors
-    return [predict(p, factors[p.preset]) for p in points]
+def validate(points=POINTS, factors: dict | None = None, jobs=1, progress=None) -> list:
+    """A Prediction for every point, with the calibrated framework factors (or `factors`, by preset). `jobs`: the
+    worker processes the points are predicted on, each point a piece of its own (_jobs.py: the same predictions in less
+    wall time; "auto": every core; 1, the default: this process); `progress(point)` after each, in order."""
+    factors, points = FRAMEWORK if factors is None else factors, tuple(points)
+    out = []
+    for point, made in zip(points, in_order(lambda i: predict(points[i], factors[points[i].preset]), len(points),
+                                            check_jobs(jobs))):
+        out.append(made)
+        if progress is not None:
+            progress(point)
+    return out
 
 
 def fit(points=POINTS, low: float = 0.2, high: float = 1.5, tolerance: float = 1e-4) -> dict:

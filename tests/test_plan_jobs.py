@@ -1,0 +1,114 @@
+"""The planner on several worker processes (analysis/planner/_jobs.py): the same plan, byte for byte, as one process.
+
+`plan(..., jobs=k)` measures each stage beside each combination of degrees in one of k forked workers and takes their
+rows back in order. Whatever ran where, the Plan (every row, the fitting ones' order, the pruned stages, the
+pipeline's refused micro-batches, what was left out), the progress it reports and the CLI's text and JSON are the ones
+a single process makes; an exception a piece raises is the one the loop would raise.
+"""
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import pytest
+
+from zerosim.analysis.costs import get_preset
+from zerosim.analysis.planner import check_jobs, plan
+from zerosim.analysis.planner._jobs import in_order
+from zerosim.cli.main import main
+from zerosim.models.hf import read_hf_config
+from zerosim.parallel import ParallelSpec
+from zerosim.parallel.offload import Offload
+
+SMALL = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "intermediate_size": 768, "num_hidden_layers": 4, "vocab_size": 8000, "max_position_embeddings": 4096}
+
+
+def _cpu_offload(stage: int) -> tuple:
+    """The optimizer on the host where DeepSpeed runs it (stages 1-3), as the CLI's --offload says it (`plan`)."""
+    if stage == 0:
+        raise ValueError("DeepSpeed offloads through its ZeRO optimizers, stages 1-3")
+    return "optimizer-cpu", (Offload("cpu"),)
+
+
+def test_a_plan_on_two_workers_is_the_plan_of_one(tmp_path):
+    # A small Llama on 8 RTX 3090s: stages 0 and 3, TP 1 and 2 beside pipelines of 1 and 2 (1F1B refuses K < 2:
+    # micro-batches left out with the reason, once per combination), an offload beside TP 1, the whole search in
+    # twelve pieces; every field of the Plan and every configuration reported, in order
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SMALL))
+    config = read_hf_config(str(path))
+    specs = tuple((ParallelSpec(tp=t, pp=p), None) for t in (1, 2) for p in (1, 2))
+    offloads = (("cpu", _cpu_offload),)
+    made, told = {}, {}
+    for jobs in (1, 2):
+        told[jobs] = []
+        made[jobs] = plan(config, 8, 8, "rtx3090", 2048, 32, stages=(0, 3), strategies=("none", "block"),
+                          specs=specs, offloads=offloads, progress=told[jobs].append, jobs=jobs)
+    one, two = made[1], made[2]
+    assert two == one and told[2] == told[1]
+    assert repr(two) == repr(one)  # the fitting rows in the same order, the floats to the last bit
+    assert {(r.tp, r.pp) for r in one.rows} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    assert any(r.offload == "optimizer-cpu" for r in one.rows)
+    assert any(degrees.get("pp") == 2 and "K = " in why for degrees, _, why in one.left_out)
+    assert len(told[1]) == len(one.rows) + len(one.pruned) + len(one.pruned_offload) > 20
+
+
+def printed_on_one_and_two(argv: list) -> tuple:
+    """(what `zerosim argv --jobs 1` prints, what `--jobs 2` prints), as text and as --json."""
+    out = []
+    for extra in ([], ["--json"]):
+        for jobs in ("1", "2"):
+            buf = io.StringIO()
+            with redirect_stdout(buf):
+                assert main([*argv, *extra, "--jobs", jobs]) == 0
+            out.append(buf.getvalue())
+    return out[0::2], out[1::2]
+
+
+def test_the_cli_prints_the_same_bytes_on_two_workers():
+    one, two = printed_on_one_and_two(["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb",
+                                       "--seq-len", "1024", "--global-batch", "16", "--stages", "1,3",
+                                       "--strategies", "block", "--pp", "1,2"])
+    assert two == one and "PP" in one[0]
+
+
+def test_validate_prints_the_same_bytes_on_two_workers():
+    # three published points (eager and compiled, one beside TP 8 + SP), predicted one a worker
+    one, two = printed_on_one_and_two(["validate", "--only", "tt-h100-8-eager,foundry-h100-7b-8,tt-h100-256-70b-2d"])
+    assert two == one and "tt-h100-256-70b-2d" in one[0]
+
+
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("command", [["validate", "--only", "tt-h100-8-eager"],
+                                     ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb",
+                                      "--seq-len", "1024", "--global-batch", "8"]])
+@pytest.mark.parametrize("jobs", ["0", "two"])
+def test_a_bad_jobs_flag_is_named_before_anything_runs(capsys, command, jobs):
+    assert main([*command, "--jobs", jobs]) == 2
+    err = capsys.readouterr()
+    assert "--jobs is the worker processes to run on" in err.err and err.out == ""
+
+
+def _piece(i):
+    if i == 3:
+        raise ValueError(f"piece {i} refused")
+    return i * i
+
+
+def test_pieces_come_back_in_order_and_the_first_failure_is_raised_in_its_turn():
+    assert list(in_order(lambda i: i * i, 7, 3)) == [i * i for i in range(7)]
+    got = []
+    with pytest.raises(ValueError, match="piece 3 refused"):
+        for x in in_order(_piece, 7, 2):
+            got.append(x)
+    assert got == [0, 1, 4]  # the pieces before it, as the loop hands them on
+
+
+@pytest.mark.bad_input("planner")
+@pytest.mark.parametrize("jobs", [0, -2, 1.5, True, "many"])
+def test_jobs_must_be_a_count_of_workers_or_auto(jobs):
+    with pytest.raises(ValueError, match="jobs is the worker processes to run on"):
+        plan(get_preset("gpt2-small").config, 8, 8, "h100-80gb", 1024, 8, stages=(3,), strategies=("block",),
+             jobs=jobs)
+    assert check_jobs("auto") >= 1 and check_jobs(3) == 3
