@@ -8,9 +8,12 @@ a single process makes; an exception a piece raises is the one the loop would ra
 
 import io
 import json
+import os
+import threading
 from contextlib import redirect_stdout
 
 import pytest
+from helpers import HANG_TIMEOUT
 
 from zerosim.analysis.costs import get_preset
 from zerosim.analysis.planner import check_jobs, plan
@@ -103,6 +106,33 @@ def test_pieces_come_back_in_order_and_the_first_failure_is_raised_in_its_turn()
         for x in in_order(_piece, 7, 2):
             got.append(x)
     assert got == [0, 1, 4]  # the pieces before it, as the loop hands them on
+
+
+def _dies(i):
+    if i == 2:
+        os._exit(3)  # as a worker the kernel kills (out of memory) ends: without a word
+    return i
+
+
+def _unsendable(i):
+    return (lambda: i) if i == 1 else i  # a function: it does not pickle
+
+
+def test_a_worker_that_dies_or_cannot_answer_is_an_error_naming_its_piece_not_a_wait():
+    raised = []
+
+    def run():  # on a thread, so that a wait for ever (multiprocessing.Pool's, for a dead worker) fails, not hangs
+        try:
+            list(in_order(_dies, 5, 2))
+        except ChildProcessError as e:
+            raised.append(str(e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_TIMEOUT)
+    assert not thread.is_alive() and len(raised) == 1 and "exit status 3) while it ran piece 3 of 5" in raised[0]
+    with pytest.raises(RuntimeError, match="piece 2's result could not be sent back from its worker"):
+        list(in_order(_unsendable, 4, 2))
 
 
 @pytest.mark.bad_input("planner")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+from multiprocessing import connection
 
 _WORK = None  # the work of the `in_order` running now, which its forked workers inherit
 
@@ -46,21 +48,66 @@ def check_jobs(jobs, name: str = "jobs") -> int:
 
 def in_order(work, n: int, jobs: int = 1):
     """work(i) for i = 0 .. n - 1, yielded in order: in this process with one job (or one piece), else on min(jobs, n)
-    forked workers (the module docstring). An exception a piece raises is raised here when its turn comes, as the
-    loop would raise it; the workers are stopped whenever the caller stops reading."""
+    forked workers, each handed the next piece as it finishes one (the module docstring). An exception a piece raises
+    is raised here when its turn comes, as the loop would raise it; a worker that dies (killed, out of memory) is a
+    ChildProcessError naming its piece, not a wait for ever; the workers are stopped when the caller stops reading."""
     global _WORK
     if jobs <= 1 or n < 2:
         for i in range(n):
             yield work(i)
         return
-    previous, _WORK = _WORK, work
+    ctx, previous, _WORK = multiprocessing.get_context("fork"), _WORK, work
+    workers, busy, results, handed = [], {}, {}, 0  # busy: a worker's pipe -> (its piece, its process)
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, n)) as pool:
-            yield from pool.imap(_run, range(n))
+        for _ in range(min(jobs, n)):
+            mine, theirs = ctx.Pipe()
+            process = ctx.Process(target=_serve, args=(theirs,), daemon=True)
+            process.start()
+            theirs.close()  # the worker holds its end: one that dies closes it, and `recv` here says so
+            workers.append((process, mine))
+            mine.send(handed)
+            busy[mine], handed = (handed, process), handed + 1
+        for i in range(n):
+            while i not in results:
+                for conn in connection.wait(list(busy)):
+                    piece, process = busy.pop(conn)
+                    try:
+                        results[piece] = conn.recv()
+                    except (EOFError, OSError):
+                        process.join(timeout=5)
+                        raise ChildProcessError(f"a worker process ended (exit status {process.exitcode}) while it ran "
+                                                f"piece {piece + 1} of {n}: killed, or out of memory? Run with fewer "
+                                                "jobs") from None
+                    if handed < n:
+                        conn.send(handed)
+                        busy[conn], handed = (handed, process), handed + 1
+            ok, value = results.pop(i)
+            if not ok:
+                raise value
+            yield value
     finally:
         _WORK = previous
+        for process, conn in workers:
+            process.kill()  # idle, or running a piece no one will read
+            process.join(timeout=5)
+            conn.close()
 
 
-def _run(i: int):
-    """Piece i of the work the worker was forked with."""
-    return _WORK(i)
+def _serve(conn) -> None:
+    """A worker: piece after piece of the work it was forked with, each sent back as (True, result) or (False, the
+    exception it raised), until its pipe closes. Ctrl-C is the caller's to answer (it stops the workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            i = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            out = (True, _WORK(i))
+        except Exception as e:  # raised in the caller, in its turn
+            out = (False, e)
+        try:
+            conn.send(out)
+        except Exception as e:  # a result or an exception that does not pickle: said, not lost
+            conn.send((False, RuntimeError(f"piece {i + 1}'s {'result' if out[0] else 'error'} could not be sent "
+                                           f"back from its worker: {e}")))
