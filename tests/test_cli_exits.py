@@ -212,11 +212,12 @@ def test_long_runs_show_progress_on_a_terminal_and_nothing_otherwise():
 
 PLAN = ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "1024", "--global-batch",
         "32", "--strategies", "block", "--stages", "3"]
-# what a plan without --tp, --cp or --pp, piped, has no use for: the bar's tqdm, the other parallelisms' modules, and
-# the MPI and CuPy backends (the command line asks only whether it runs under mpiexec and names CuPy's error)
+# what a plan without --tp, --cp or --pp, piped, has no use for: the bar's tqdm, the other parallelisms' modules, the
+# MPI and CuPy backends (the command line asks only whether it runs under mpiexec and names CuPy's error), and the
+# worker processes of --jobs (one job, the default, runs in this process)
 NOT_LOADED = ("tqdm", "zerosim.parallel.tensor", "zerosim.parallel.context", "zerosim.parallel.pipeline",
               "zerosim.backends.mpi._backend", "zerosim.backends.mpi._failure", "zerosim.backends.cupy._backend",
-              "zerosim.backends.cupy._sim")
+              "zerosim.backends.cupy._sim", "multiprocessing")
 
 
 @pytest.mark.slow

@@ -16,10 +16,7 @@ process, as before.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
-from multiprocessing import connection
 
 _WORK = None  # the work of the `in_order` running now, which its forked workers inherit
 
@@ -36,11 +33,11 @@ def check_jobs(jobs, name: str = "jobs") -> int:
     """`jobs` as a count of worker processes (an integer >= 1; "auto": `cores()`, or 1 where the platform cannot
     fork), else a ValueError naming `name` (the caller's spelling: "--jobs")."""
     if jobs == "auto":  # every core this process may use, where it may fork
-        return cores() if "fork" in multiprocessing.get_all_start_methods() else 1
+        return cores() if _forks() else 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"{name} is the worker processes to run on, an integer of at least 1 or 'auto', got "
                          f"{jobs!r}")
-    if jobs > 1 and "fork" not in multiprocessing.get_all_start_methods():
+    if jobs > 1 and not _forks():
         raise ValueError(f"{name} {jobs}: more than one job forks worker processes, which this platform cannot; "
                          f"run with {name} 1")
     return jobs
@@ -56,6 +53,9 @@ def in_order(work, n: int, jobs: int = 1):
         for i in range(n):
             yield work(i)
         return
+    import multiprocessing  # here: one job (the default) never needs it (~25 ms of a fresh process's imports)
+    from multiprocessing import connection
+
     ctx, previous, _WORK = multiprocessing.get_context("fork"), _WORK, work
     workers, busy, results, handed = [], {}, {}, 0  # busy: a worker's pipe -> (its piece, its process)
     try:
@@ -96,6 +96,8 @@ def in_order(work, n: int, jobs: int = 1):
 def _serve(conn) -> None:
     """A worker: piece after piece of the work it was forked with, each sent back as (True, result) or (False, the
     exception it raised), until its pipe closes. Ctrl-C is the caller's to answer (it stops the workers)."""
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
@@ -111,3 +113,10 @@ def _serve(conn) -> None:
         except Exception as e:  # a result or an exception that does not pickle: said, not lost
             conn.send((False, RuntimeError(f"piece {i + 1}'s {'result' if out[0] else 'error'} could not be sent "
                                            f"back from its worker: {e}")))
+
+
+def _forks() -> bool:
+    """Whether this platform can fork a worker (not Windows)."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
