@@ -142,3 +142,16 @@ def test_jobs_must_be_a_count_of_workers_or_auto(jobs):
         plan(get_preset("gpt2-small").config, 8, 8, "h100-80gb", 1024, 8, stages=(3,), strategies=("block",),
              jobs=jobs)
     assert check_jobs("auto") >= 1 and check_jobs(3) == 3
+
+
+@pytest.mark.bad_input("planner")
+def test_where_no_worker_may_be_forked_one_job_runs_and_more_are_refused(monkeypatch):
+    # Windows has no fork, and macOS's system libraries are not safe in a forked child: auto is one job there, and
+    # more than one is refused, by the flag's name, before anything runs
+    from zerosim.analysis.planner import _jobs
+
+    monkeypatch.setattr(_jobs, "_forks", lambda: False)
+    assert check_jobs("auto", "--jobs") == 1 and check_jobs(1, "--jobs") == 1
+    with pytest.raises(ValueError, match="--jobs 2: more than one job forks worker processes, which this platform"):
+        check_jobs(2, "--jobs")
+

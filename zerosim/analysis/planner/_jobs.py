@@ -6,8 +6,8 @@ Each piece (one stage beside one combination of parallel degrees: `plan`; one pu
 meta-backend steps and reads nothing another piece writes. The workers are forked from the caller, so a piece's
 closure (the model's config, the GPU, the settings, the twins built so far) reaches them as the caller holds it, with
 nothing pickled on the way there; only each piece's result (rows, predictions: plain dataclasses) travels back. Where
-the platform cannot fork (Windows), more than one job is refused with the reason; one job runs the pieces in this
-process, as before.
+a fork is not to be had (Windows) or not safe (macOS), more than one job is refused with the reason and `auto` is one;
+one job runs the pieces in this process, as before.
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
@@ -30,16 +30,17 @@ def cores() -> int:
 
 
 def check_jobs(jobs, name: str = "jobs") -> int:
-    """`jobs` as a count of worker processes (an integer >= 1; "auto": `cores()`, or 1 where the platform cannot
-    fork), else a ValueError naming `name` (the caller's spelling: "--jobs")."""
+    """`jobs` as a count of worker processes (an integer >= 1; "auto": `cores()`, or 1 where no worker may be forked:
+    `_forks`), else a ValueError naming `name` (the caller's spelling: "--jobs")."""
     if jobs == "auto":  # every core this process may use, where it may fork
         return cores() if _forks() else 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"{name} is the worker processes to run on, an integer of at least 1 or 'auto', got "
                          f"{jobs!r}")
     if jobs > 1 and not _forks():
-        raise ValueError(f"{name} {jobs}: more than one job forks worker processes, which this platform cannot; "
-                         f"run with {name} 1")
+        raise ValueError(f"{name} {jobs}: more than one job forks worker processes, which this platform cannot do "
+                         f"safely (Windows has no fork; macOS's system libraries are not safe in a forked child); run "
+                         f"with {name} 1")
     return jobs
 
 
@@ -116,7 +117,9 @@ def _serve(conn) -> None:
 
 
 def _forks() -> bool:
-    """Whether this platform can fork a worker (not Windows)."""
+    """Whether a worker may be forked here: not on Windows (no fork), nor on macOS, where Apple's system libraries are
+    not safe in a forked child (Python's own default there is "spawn", since 3.8, for that reason)."""
     import multiprocessing
+    import sys
 
-    return "fork" in multiprocessing.get_all_start_methods()
+    return sys.platform != "darwin" and "fork" in multiprocessing.get_all_start_methods()
