@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
                         "shipped ones (zerosim/analysis/costs/_calibration.py)")
     p.add_argument("--only", default=None, metavar="KEY,...", help="run these points only (keys as printed)")
     p.add_argument("--json", action="store_true", help="print the rows and the statistics as JSON")
-    add_jobs_argument(p, "each predicting a point at a time")
+    add_jobs_argument(p, "each predicting a point of the table at a time (--fit runs in this process)")
 
 
 def _points(only):

@@ -119,6 +119,7 @@ def memory_point(spec, micro_batches: int) -> int:
     points = None if spec.pp_schedule == "gpipe" else line_points(spec, micro_batches)
     return micro_batches if points is None else points[0]
 
+
 def stage_rows(engine) -> list:
     """Per pipeline rank p of `engine` (a PipelineEngine on the meta backend, one representative a stage): {"rank",
     "gpus" (its block [lo, hi)), "units" (its first and last unit's names), "layers", "params" (its stages' parameters,
