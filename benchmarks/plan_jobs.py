@@ -1,7 +1,8 @@
 """What `zerosim plan --jobs N` saves a user waiting at the prompt: wall time of the same plan on N worker processes
 against one, in turns, each run a fresh process.
 
-The yardstick is the same command with --jobs 1: the same pieces (each stage beside each combination of degrees),
+The yardstick is the same command with --jobs 1: the same pieces (each strategy of a stage beside each combination
+of degrees, a pipeline's stage whole),
 measured one after the other in one process. Both print the same bytes (checked every run); the ratio is wall time,
 which is what --jobs changes. The CPU of every process (the command's and its workers', read from the children's
 resource usage) is printed beside it: the workers' forks and each one's twins built again cost a little more CPU in
@@ -10,8 +11,8 @@ all, which is the price of the wall time.
     python benchmarks/plan_jobs.py [--command plan-pp] [--jobs 2] [--repeats 3]
 
 Its commands are benchmarks/commands.py's (`COMMANDS`, one place): plan-pp (Llama 3 8B on 64 GPUs beside pipelines
-of 1, 2 and 4: twelve pieces), plan-tp (the 70B TP example: four pieces), plan (the README's: four stages, three of
-them pruned at once). A plan of k pieces gains at most min(N, k)-fold, less where one piece is most of the work.
+of 1, 2 and 4), plan-tp (the 70B TP example), plan (the README's: three stages pruned on their model states at once,
+ten strategies at ZeRO-3). A plan of k pieces gains at most min(N, k)-fold, less where one piece is most of the work.
 """
 
 import os

@@ -51,10 +51,27 @@ def test_a_plan_on_two_workers_is_the_plan_of_one(tmp_path):
     one, two = made[1], made[2]
     assert two == one and told[2] == told[1]
     assert repr(two) == repr(one)  # the fitting rows in the same order, the floats to the last bit
+    assert one.settings["stages"] == (0, 3) and one.settings["strategies"] == ("none", "block")  # as asked
     assert {(r.tp, r.pp) for r in one.rows} == {(1, 1), (1, 2), (2, 1), (2, 2)}
     assert any(r.offload == "optimizer-cpu" for r in one.rows)
     assert any(degrees.get("pp") == 2 and "K = " in why for degrees, _, why in one.left_out)
     assert len(told[1]) == len(one.rows) + len(one.pruned) + len(one.pruned_offload) > 20
+
+
+def test_stages_pruned_on_their_model_states_are_told_in_their_turn_on_any_number_of_workers():
+    # Llama 2 7B on 8 RTX 3090s (24 GB): ZeRO-0 and ZeRO-1's model states alone exceed the GPU (read before any step,
+    # one configuration told each); ZeRO-2 and ZeRO-3 run, a strategy a piece. By hand: 16Ψ = 108 GB at ZeRO-0, and
+    # 4Ψ + 12Ψ/8 = 37 GB at ZeRO-1, over 24 GB; 2Ψ + 14Ψ/8 = 25.3 GB at ZeRO-2, under the 3090's 25.8 GB (24,576 MiB)
+    made, told = {}, {}
+    for jobs in (1, 2):
+        told[jobs] = []
+        made[jobs] = plan(get_preset("llama-2-7b").config, 8, 8, "rtx3090", 2048, 32, strategies=("block", "flash"),
+                          micro_batches=(1, 2), progress=told[jobs].append, jobs=jobs)
+    assert made[2] == made[1] and told[2] == told[1]
+    P = 6_738_415_616  # Llama 2 7B's parameters (the Hub's safetensors metadata)
+    assert made[1].pruned == ((0, 16 * P), (1, 4 * P + 12 * P // 8))
+    assert {r.resting for r in made[1].rows if r.stage == 2} == {2 * P + 14 * P // 8}
+    assert told[1][:3] == ["ZeRO-0 block B=1", "ZeRO-1 block B=1", "ZeRO-2 block B=1"]
 
 
 def printed_on_one_and_two(argv: list) -> tuple:

@@ -1,5 +1,5 @@
-"""The flag that spreads a long command's independent pieces over worker processes; `zerosim plan` (each stage beside
-each combination of degrees) and `zerosim validate` (each published point) call these.
+"""The flag that spreads a long command's independent pieces over worker processes; `zerosim plan` (each strategy of a
+stage beside each combination of degrees) and `zerosim validate` (each published point) call these.
 
     --jobs N        N worker processes (analysis/planner/_jobs.py): the same output, byte for byte, in less wall time
     --jobs auto     one a core this process may run on; 1, the default: this process alone
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def add_jobs_argument(p, pieces: str) -> None:
-    """--jobs, whose help names what `pieces` of the command's work the workers take ("a stage each at a time")."""
+    """--jobs, whose help names what `pieces` of the command's work the workers take ("each predicting a point ...")."""
     p.add_argument("--jobs", default="1", metavar="N",
                    help=f"worker processes to run on, {pieces}: the same output in less wall time (default 1; auto: "
                         "every core)")

@@ -23,7 +23,7 @@ left out with the reason, and each one's strategies CP cannot run (not flash). W
 gpus / (tp · cp · pp), K the micro-batches a step on each data-parallel rank, the pipeline's step of K micro-batches
 run and timed with its bubble (past twice its warm-up, on the line through two shorter steps its repeating schedule
 draws), and the micro-batches its schedule refuses (1F1B with K < PP, the interleaved schedules' rounds) or a stage it
-refuses beside it left out with the reason. --jobs N measures the stages on N worker processes (auto: every
+refuses beside it left out with the reason. --jobs N measures the strategies on N worker processes (auto: every
 core), byte for byte the plan one process makes.
 """
 
@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
     _add_search_arguments(p)
     p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    add_jobs_argument(p, "each measuring a stage beside a combination of degrees at a time")
+    add_jobs_argument(p, "each measuring a strategy of a stage beside a combination of degrees at a time")
     p.add_argument(
         "--figure", default=None, metavar="OUT.png", help="draw memory by kind and step time per configuration"
     )

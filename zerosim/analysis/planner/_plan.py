@@ -23,6 +23,7 @@ ranked by step time.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 from dataclasses import field, replace
@@ -35,6 +36,12 @@ from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, 
 from zerosim.analysis.timeline import Hardware, TimeModel, simulate
 
 PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
+
+
+def _label(stage: int, strategy: str, B: int, spec, label: str) -> str:
+    """One configuration by name, as `plan` tells its `progress`: "ZeRO-3 block B=2 tp 2 pp 4 optimizer-cpu"."""
+    return (f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
+            + ("" if label == "none" else f" {label}"))
 
 
 @dataclass(frozen=True)
@@ -151,8 +158,9 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured (with several `jobs`, as each
-    stage's come back). `jobs`: the worker processes the stages are measured on, each stage beside each combination of
-    degrees a piece of its own (_jobs.py: the same plan, byte for byte, in less wall time; "auto": every core; 1, the
+    stage's come back). `jobs`: the worker processes the configurations are measured on, each strategy of a stage
+    beside each combination of degrees a piece of its own (a pipeline's stage one piece), once each stage's model
+    states were read here (_jobs.py: the same plan, byte for byte, in less wall time; "auto": every core; 1, the
     default: this process). `time_model`: what a compute
     costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
     `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
@@ -209,26 +217,40 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                     continue
                 done.add((spec, stage, label))
                 work.append((stage, mine, batches, spec, per_rank, label, more))
-    rows, pruned, pruned_offload, refused = [], [], [], []
+    # a stage's model states alone are read first, before any step (`_Trial.too_big`): a stage they do not fit is
+    # pruned at once; the others' strategies are a piece each (a pipeline's stage one piece: the rank that peaks is
+    # known only once its step ran), measured on `jobs` processes (_jobs.py), their rows taken in order
+    pieces, tried_stages = [], []  # `_Trial.rows` arguments; (stage, spec, label, pieces, states or None, a label)
+    for stage, mine, batches, spec, per_rank, label, more in work:
+        states = None if spec.pp > 1 else trial.too_big(stage, mine[0], batches[0], spec, per_rank, more)
+        cut = () if states is not None else (mine,) if spec.pp > 1 else tuple((s,) for s in mine)
+        tried_stages.append((stage, spec, label, len(cut), states, _label(stage, mine[0], batches[0], spec, label)))
+        pieces += [(stage, strategies, batches, spec, per_rank, label, more) for strategies in cut]
     me = os.getpid()
 
     def piece(i):  # each configuration told as it is measured in this process; a worker's come back with its rows
-        return trial.stage(*work[i], tell=progress if os.getpid() == me else None)
+        return trial.rows(*pieces[i], tell=progress if os.getpid() == me else None)
 
-    # each stage beside each combination measured apart (on `jobs` processes: _jobs.py), its rows taken in order
-    for (stage, _, _, spec, _, label, _), (stage_rows, states, refusals, untold) in zip(
-            work, in_order(piece, len(work), jobs)):
-        for done_label in untold if progress is not None else ():
-            progress(done_label)
-        rows += stage_rows
-        refused += [r for r in refusals if r not in refused]  # a pipeline's micro-batches refused, once each
-        if states is None:
-            continue
-        if label != "none":  # the device's model states alone: this placement cannot fit this stage
-            pruned_offload.append((stage, states, label))
-        else:
-            alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
-            pruned.append((stage, states) if alone else (stage, states, spec.degrees))
+    rows, pruned, pruned_offload, refused = [], [], [], []
+    with contextlib.closing(in_order(piece, len(pieces), jobs)) as results:
+        for stage, spec, label, count, states, first in tried_stages:
+            if states is not None and progress is not None:
+                progress(first)  # pruned on its model states alone
+            for stage_rows, found, refusals, untold in itertools.islice(results, count):
+                if states is not None:  # a step found the states too big: the stage's later strategies dropped
+                    continue
+                for done_label in untold if progress is not None else ():
+                    progress(done_label)
+                rows += stage_rows
+                refused += [r for r in refusals if r not in refused]  # a pipeline's micro-batches refused, once each
+                states = found
+            if states is None:
+                continue
+            if label != "none":  # the device's model states alone: this placement cannot fit this stage
+                pruned_offload.append((stage, states, label))
+            else:
+                alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
+                pruned.append((stage, states) if alone else (stage, states, spec.degrees))
     fitting = tuple(sorted((r for r in rows if r.fits), key=lambda r: (r.step_s, r.stage, r.micro_batch, r.tp,
                                                                         r.cp, r.pp)))
     left_out += tuple(refused)  # a pipeline's micro-batches its schedule or the frameworks refuse, by reason
@@ -364,43 +386,71 @@ class _Trial:
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def stage(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
-              more: tuple = (), tell=None) -> tuple:
-        """(every PlanRow tried at `stage` beside the parallelisms of `spec` (a ParallelSpec), its model states'
-        bytes when they alone exceed the GPU, else None, the (({degree: value}, None, why), ...) a pipeline's
-        schedule or the frameworks refuse of it, each configuration measured by name unless `tell(name)` was told
-        it as it was measured). Each strategy's micro-batches are tried smallest first, up to the first that does
-        not fit; `per_rank`: the sequences a data-parallel rank takes per step; `label`, `more`: the offload
-        placement and its parallelisms ("none", ())."""
-        from zerosim.models.gpt import MetaGPT, strategy_options
-        from zerosim.models.llama import MetaLlama
-        from zerosim.parallel.data.multinode import DataMesh
-
-        # the stage on the job's ranks and nodes (beside TP, CP or PP the ranks sit on nodes even within one)
-        beside = spec.tp > 1 or spec.cp > 1 or spec.pp > 1
-        mesh = DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or beside else None, tp=spec.tp,
-                           cp=spec.cp, pp=spec.pp)
-        refused, untold = [], []
+    def rows(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
+             more: tuple = (), tell=None) -> tuple:
+        """(every PlanRow tried at `stage` beside the parallelisms of `spec` (a ParallelSpec) for `strategies`, in
+        order, the model states' bytes where a step found they alone exceed the GPU (the stage pruned there; else
+        None), the (({degree: value}, None, why), ...) a pipeline's schedule or the frameworks refuse of it, each
+        configuration measured by name unless `tell(name)` was told it as it was measured). Each strategy's
+        micro-batches are tried smallest first, up to the first that does not fit; `per_rank`: the sequences a
+        data-parallel rank takes per step; `label`, `more`: the offload placement and its parallelisms ("none", ()).
+        A stage that is not a pipeline's had its model states read before any step (`too_big`)."""
+        mesh, refused, untold = self.mesh(stage, spec), [], []
         tell = untold.append if tell is None else tell
         if spec.pp > 1:  # the micro-batches whose K = per_rank / B the schedule and the frameworks run
             batches, refused = self.pipeline_batches(spec, stage, batches, per_rank)
-        twin = MetaLlama if self.config.layout == "llama" else MetaGPT
         rows = []
         for strategy in strategies:
-            if strategy not in self.twins:
-                self.twins[strategy] = twin.from_config(self.config, self.seq_len, kernels=self.kernels,
-                                                        loss=self.loss, **strategy_options(strategy))
-            model = self.twins[strategy]
+            model = self.twin(strategy)
             for B in batches:
-                row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more, first=not rows)
-                tell(f"ZeRO-{stage} {strategy} B={B}" + "".join(f" {d} {v}" for d, v in spec.degrees.items())
-                     + ("" if label == "none" else f" {label}"))
+                row, states = self.measure(mesh, spec, model, strategy, B, per_rank, label, more)
+                tell(_label(stage, strategy, B, spec, label))
                 if states is not None:
                     return rows, states, refused, untold
                 rows.append(row)
                 if not row.fits:
                     break  # a larger micro-batch only holds more activations
         return rows, None, refused, untold
+
+    def too_big(self, stage: int, strategy: str, B: int, spec, per_rank: int, more: tuple = ()) -> int | None:
+        """The model states' bytes at `stage` beside `spec` where they alone exceed the GPU, else None: read from the
+        engine before any step (a step leaves a rank's as the engine made them, tests/test_plan.py), so a stage they
+        do not fit is pruned without one. Not for a pipeline's stage: its rank that peaks is known once its step ran."""
+        from zerosim.analysis.costs import measure_stage
+
+        run = self.run_of(self.mesh(stage, spec), spec, B, per_rank, more)
+        with let_go(measure_stage(self.twin(strategy), None, None, self.optimizer, self.precision, step=False,
+                                  **run)) as made:
+            resting = sum(made[0]["resting"].values())
+        return resting if fit(resting, self.gpu).total > self.gpu.capacity else None
+
+    def mesh(self, stage: int, spec):
+        """The stage on the job's ranks and nodes (beside TP, CP or PP the ranks sit on nodes even within one)."""
+        from zerosim.parallel.data.multinode import DataMesh
+
+        beside = spec.tp > 1 or spec.cp > 1 or spec.pp > 1
+        return DataMesh.of(stage, self.ranks, self.gpus_per_node if self.nodes or beside else None, tp=spec.tp,
+                           cp=spec.cp, pp=spec.pp)
+
+    def twin(self, strategy: str):
+        """The model's data-less twin under `strategy`: built once, measured at every degree, offload and stage."""
+        from zerosim.models.gpt import MetaGPT, strategy_options
+        from zerosim.models.llama import MetaLlama
+
+        if strategy not in self.twins:
+            twin = MetaLlama if self.config.layout == "llama" else MetaGPT
+            self.twins[strategy] = twin.from_config(self.config, self.seq_len, kernels=self.kernels, loss=self.loss,
+                                                    **strategy_options(strategy))
+        return self.twins[strategy]
+
+    def run_of(self, mesh, spec, B: int, per_rank: int, more: tuple) -> dict:
+        """`measure_stage`'s arguments for one micro-batch B (a pipeline's: its step of K = per_rank / B at the
+        line's first point, or K itself: costs `memory_point`), reading memory alone."""
+        pipeline, K = spec.pp > 1, per_rank // B
+        return {"micro_batch": (B, self.seq_len), "comm": self.schedule, "mesh": mesh, "parallelisms": more,
+                "spec": spec, "micro_batches": memory_point(spec, K) if pipeline else None,
+                "totals": False,  # a row reads memory; the bytes sent are not printed
+                "timeline": False}  # nor which buffer was live when (its bars: the ledger's `at_peak`)
 
     def pipeline_batches(self, spec, stage: int, batches: tuple, per_rank: int) -> tuple:
         """The micro-batches B whose K = per_rank / B micro-batches a step `spec`'s pipeline runs at `stage`
@@ -426,28 +476,16 @@ class _Trial:
         return tuple(ok), []
 
     def measure(self, mesh, spec, model, strategy: str, B: int, per_rank: int, label: str = "none",
-                more: tuple = (), first: bool = False):
+                more: tuple = ()):
         """(the PlanRow of one micro-step at micro-batch B, timed when it fits; the model states' bytes when they
         alone exceed the GPU, else None). With an offload `label`, the row holds the host's and NVMe's peaks and
-        whether a node's ranks fit its host. `first`: the stage's first configuration, whose model states are read
-        before its step is run — a step leaves a rank's as the engine made them (tests/test_plan.py), so a stage they
-        alone do not fit is pruned without one (the row is then None); a pipeline's row reads the rank that peaks,
-        known only once the step ran."""
+        whether a node's ranks fit its host. A pipeline's row reads the rank that peaks."""
         from zerosim.analysis.costs import host_fit, measure_stage
 
         tp = spec.tp
         pipeline = spec.pp > 1  # a pipeline's memory and time: its whole step's, or its line's first point's
-        K = per_rank // B
-        M = memory_point(spec, K) if pipeline else K  # the line's first point, or K itself (GPipe holds all K)
-        run = {"micro_batch": (B, self.seq_len), "comm": self.schedule, "mesh": mesh, "parallelisms": more,
-               "spec": spec, "micro_batches": M if pipeline else None,
-               "totals": False,  # a row reads memory; the bytes sent are not printed
-               "timeline": False}  # nor which buffer was live when (its bars: the ledger's `at_peak`)
-        if first and not pipeline:
-            with let_go(measure_stage(model, None, None, self.optimizer, self.precision, step=False, **run)) as made:
-                resting = sum(made[0]["resting"].values())
-            if fit(resting, self.gpu).total > self.gpu.capacity:
-                return None, resting
+        run = self.run_of(mesh, spec, B, per_rank, more)
+        M = run["micro_batches"]  # a pipeline's run: the line's first point, or K itself (GPipe holds all K)
         with let_go(measure_stage(model, None, None, self.optimizer, self.precision, **run)) as made:
             (m, cluster, engine), stage = made, mesh.plan.stage
             resting = sum(m["resting"].values())
@@ -473,8 +511,8 @@ class _Trial:
                 one = step_time_of(
                     simulate(cluster.trace, hw, overlap=engine.engines[0].comm.overlap_comm, costs=costs), M)
                 t = step_time(model, self.ranks, stage, hw, self.schedule, self.precision, self.optimizer,
-                              (B, self.seq_len), K, first=one, time_model=time_model, mesh=mesh, spec=spec,
-                              records_from=engine)  # the line's second point writes this run's records again
+                              (B, self.seq_len), row.accumulation, first=one, time_model=time_model, mesh=mesh,
+                              spec=spec, records_from=engine)  # the line's second point writes these records again
                 return replace(row, step_s=t.step, compute_s=t.compute, exposed_s=t.exposed), None
             costs = run_costs(engine, time_model, hw, spec.micro(B, self.seq_len))
             one = step_time_of(simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm, costs=costs))
