@@ -158,7 +158,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured (with several `jobs`, as each
-    stage's come back). `jobs`: the worker processes the configurations are measured on, each strategy of a stage
+    piece comes back). `jobs`: the worker processes the configurations are measured on, each strategy of a stage
     beside each combination of degrees a piece of its own (a pipeline's stage one piece), once each stage's model
     states were read here (_jobs.py: the same plan, byte for byte, in less wall time; "auto": every core; 1, the
     default: this process). `time_model`: what a compute
@@ -200,7 +200,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     host = HOSTS["dgx-h100"] if host is None else get_host(host)
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
                    reserve, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
-    work, done = [], set()  # each stage's `_Trial.stage` arguments: stage, strategies, batches, spec, per_rank, ...
+    work, done = [], set()  # each stage tried: (stage, strategies, batches, spec, per_rank, label, more)
     for spec, mine in runs:
         alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
         per_rank = global_batch // spec.dims(ranks).dp  # sequences a data-parallel rank (a TP/CP group) takes a step
