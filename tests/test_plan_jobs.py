@@ -18,6 +18,7 @@ from helpers import HANG_TIMEOUT
 from zerosim.analysis.costs import get_preset
 from zerosim.analysis.planner import check_jobs, plan
 from zerosim.analysis.planner._jobs import in_order
+from zerosim.analysis.planner._plan import _Trial
 from zerosim.cli.main import main
 from zerosim.models.hf import read_hf_config
 from zerosim.parallel import ParallelSpec
@@ -72,6 +73,51 @@ def test_stages_pruned_on_their_model_states_are_told_in_their_turn_on_any_numbe
     assert made[1].pruned == ((0, 16 * P), (1, 4 * P + 12 * P // 8))
     assert {r.resting for r in made[1].rows if r.stage == 2} == {2 * P + 14 * P // 8}
     assert told[1][:3] == ["ZeRO-0 block B=1", "ZeRO-1 block B=1", "ZeRO-2 block B=1"]
+
+
+def _pp_plan(jobs: int, told: list):
+    """Llama 2 7B on 8 RTX 3090s as two pipeline stages: ZeRO-0's states on a stage, 16Ψ / 2 = 54 GB, exceed the
+    GPU, which only the first strategy's step finds (a pipeline's stage has no read before a step); ZeRO-3 fits."""
+    return plan(get_preset("llama-2-7b").config, 8, 8, "rtx3090", 2048, 32, stages=(0, 3),
+                strategies=("block", "flash"), micro_batches=(1, 2), specs=((ParallelSpec(pp=2), None),),
+                progress=told.append, jobs=jobs)
+
+
+def test_a_pipeline_stage_pruned_by_its_first_strategy_drops_the_others_run_on_workers(monkeypatch):
+    # on two workers each strategy of a pipeline's stage is a piece; where the first one's step prunes the stage, the
+    # second one's rows, its progress and even its exception (flash at ZeRO-0, raised here on purpose) are dropped,
+    # as one process, which stops at the first, never made them
+    real = _Trial.rows
+
+    def rows(self, stage, strategies, *args, **kwargs):
+        if strategies == ("flash",) and stage == 0:
+            raise ValueError("flash at ZeRO-0 was run")
+        return real(self, stage, strategies, *args, **kwargs)
+
+    monkeypatch.setattr(_Trial, "rows", rows)
+    made, told = {}, {1: [], 2: []}
+    for jobs in (1, 2):
+        made[jobs] = _pp_plan(jobs, told[jobs])
+    assert made[2] == made[1] and repr(made[2]) == repr(made[1]) and told[2] == told[1]
+    P = 6_738_415_616  # Llama 2 7B's parameters; a stage holds half the layers, one of them the embedding
+    assert [(stage, degrees) for stage, _, degrees in made[1].pruned] == [(0, {"pp": 2})]
+    assert 16 * P / 2 < made[1].pruned[0][1] < 16 * P * 0.6
+    assert told[1][0] == "ZeRO-0 block B=1 pp 2" and not any(t.startswith("ZeRO-0 flash") for t in told[1])
+    assert {r.strategy for r in made[1].rows if r.stage == 3} == {"block", "flash"}
+
+
+def test_an_exception_of_a_pipeline_stage_that_runs_is_raised_on_workers_as_in_one_process(monkeypatch):
+    real = _Trial.rows
+
+    def rows(self, stage, strategies, *args, **kwargs):
+        if "flash" in strategies and stage == 3:
+            raise ValueError("flash at ZeRO-3 refused")
+        return real(self, stage, strategies, *args, **kwargs)
+
+    monkeypatch.setattr(_Trial, "rows", rows)
+    for jobs in (1, 2):
+        with pytest.raises(ValueError, match="flash at ZeRO-3 refused"):
+            _pp_plan(jobs, [])
 
 
 def printed_on_one_and_two(argv: list) -> tuple:

@@ -2,8 +2,8 @@
 work(n - 1) in that order, each run in one of `jobs` worker processes, so what the caller makes of them is what one
 process makes, byte for byte, in less wall time.
 
-Each piece (one checkpointing strategy at one stage beside one combination of parallel degrees, or a pipeline's stage
-whole: `plan`; one published point: `validate`) runs its own meta-backend steps and reads nothing another piece
+Each piece (one checkpointing strategy at one stage beside one combination of parallel degrees: `plan`; one
+published point: `validate`) runs its own meta-backend steps and reads nothing another piece
 writes. The workers are forked from the caller, so a piece's
 closure (the model's config, the GPU, the settings, the twins built so far) reaches them as the caller holds it, with
 nothing pickled on the way there; only each piece's result (rows, predictions: plain dataclasses) travels back. Where

@@ -159,22 +159,21 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured (with several `jobs`, as each
     piece comes back). `jobs`: the worker processes the configurations are measured on, each strategy of a stage
-    beside each combination of degrees a piece of its own (a pipeline's stage one piece), once each stage's model
-    states were read here (_jobs.py: the same plan, byte for byte, in less wall time; "auto": every core; 1, the
-    default: this process). `time_model`: what a compute
-    costs (a timeline TimeModel; None: the datasheet roofline); `links`: (within a node, between nodes);
-    `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
-    `hardware(hw)`: a function that adjusts the Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees
-    to try beside every stage (each dividing `ranks`: the data-parallel degree is ranks / tp, each TP group training
-    on its data-parallel rank's micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes
-    of `gpus_per_node`, TP's rings within a node and the data-parallel ones across nodes, a rank keeping what `layout`
-    says (parallel/tensor LAYOUTS; None: the library's default). Strategies TP's units cannot run are not tried
-    beside it (`left_out`, with the reason). Or `specs`: the combinations of parallel degrees to try, as data —
-    ((ParallelSpec, None) or ({degree: value}, why it is refused), ...), the product of each degree's list (the
-    CLI's `specs_of`): each tried beside every stage, a refused one left out with its reason, and each strategy a
-    combination cannot run (TP's checkpointing rules, CP's flash attention: ParallelSpec.model_check) left out beside
-    it. `spelling`: how the caller
-    names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names).
+    beside each combination of degrees a piece of its own, once each stage's model states were read here (a
+    pipeline's stage's: from its first strategy's step) (_jobs.py: the same plan, byte for byte, in less wall time;
+    "auto": every core; 1, the default: this process). `time_model`: what a compute costs (a timeline TimeModel;
+    None: the datasheet roofline); `links`: (within a node, between nodes); `kernels` and `loss`: what the
+    activations and the loss keep (models.meta KERNELS, LOSSES); `hardware(hw)`: a function that adjusts the
+    Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees to try beside every stage (each dividing
+    `ranks`: the data-parallel degree is ranks / tp, each TP group training on its data-parallel rank's
+    micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes of `gpus_per_node`, TP's
+    rings within a node and the data-parallel ones across nodes, a rank keeping what `layout` says (parallel/tensor
+    LAYOUTS; None: the library's default). Strategies TP's units cannot run are not tried beside it (`left_out`,
+    with the reason). Or `specs`: the combinations of parallel degrees to try, as data — ((ParallelSpec, None) or
+    ({degree: value}, why it is refused), ...), the product of each degree's list (the CLI's `specs_of`): each tried
+    beside every stage, a refused one left out with its reason, and each strategy a combination cannot run (TP's
+    checkpointing rules, CP's flash attention: ParallelSpec.model_check) left out beside it. `spelling`: how the
+    caller names `ranks` and `gpus_per_node` in errors (a multinode.Spelling; default these arguments' names).
 
     `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
     returns (label, parallelisms): what runs there (parallel/offload's Offload and its placement's name), or raises
@@ -218,27 +217,36 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
                 done.add((spec, stage, label))
                 work.append((stage, mine, batches, spec, per_rank, label, more))
     # a stage's model states alone are read first, before any step (`_Trial.too_big`): a stage they do not fit is
-    # pruned at once; the others' strategies are a piece each (a pipeline's stage one piece: the rank that peaks is
-    # known only once its step ran), measured on `jobs` processes (_jobs.py), their rows taken in order
+    # pruned at once; the others' strategies are a piece each, measured on `jobs` processes (_jobs.py), their rows
+    # taken in order. A pipeline's stage is read from its steps (the rank that peaks is known only once a step ran):
+    # in this process one piece, which stops at the strategy whose step finds the states too big; on workers a piece a
+    # strategy, the ones after that strategy measured for nothing and dropped here, as if never run
     pieces, tried_stages = [], []  # `_Trial.rows` arguments; (stage, spec, label, pieces, states or None, a label)
     for stage, mine, batches, spec, per_rank, label, more in work:
         states = None if spec.pp > 1 else trial.too_big(stage, mine[0], batches[0], spec, per_rank, more)
-        cut = () if states is not None else (mine,) if spec.pp > 1 else tuple((s,) for s in mine)
+        whole = spec.pp > 1 and jobs == 1
+        cut = () if states is not None else (mine,) if whole else tuple((s,) for s in mine)
         tried_stages.append((stage, spec, label, len(cut), states, _label(stage, mine[0], batches[0], spec, label)))
         pieces += [(stage, strategies, batches, spec, per_rank, label, more) for strategies in cut]
     me = os.getpid()
 
     def piece(i):  # each configuration told as it is measured in this process; a worker's come back with its rows
-        return trial.rows(*pieces[i], tell=progress if os.getpid() == me else None)
+        try:
+            return trial.rows(*pieces[i], tell=progress if os.getpid() == me else None)
+        except Exception as e:  # raised in its turn below, unless its stage was pruned before it (never run alone)
+            return e
 
     rows, pruned, pruned_offload, refused = [], [], [], []
     with contextlib.closing(in_order(piece, len(pieces), jobs)) as results:
         for stage, spec, label, count, states, first in tried_stages:
             if states is not None and progress is not None:
                 progress(first)  # pruned on its model states alone
-            for stage_rows, found, refusals, untold in itertools.islice(results, count):
+            for result in itertools.islice(results, count):
                 if states is not None:  # a step found the states too big: the stage's later strategies dropped
                     continue
+                if isinstance(result, Exception):
+                    raise result
+                stage_rows, found, refusals, untold = result
                 for done_label in untold if progress is not None else ():
                     progress(done_label)
                 rows += stage_rows
