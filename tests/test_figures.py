@@ -361,6 +361,24 @@ def test_figures_only_writes_the_named_figures(tmp_path, capsys):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in tmp_path.iterdir())
 
 
+def test_figures_on_two_workers_write_the_same_files_and_say_the_same(tmp_path, capsys):
+    # --jobs 2: each figure drawn on a worker and saved to bytes there, every file written here; a slides figure's
+    # stage frames too (PNG: the same bytes whoever draws it; an SVG's date and ids differ from run to run anyway)
+    made = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        assert main(["figures", "--out", str(out), "--style", "slides", "--only", "memory_by_stage", "--only",
+                     "ring_steps", "--jobs", jobs]) == 0
+        made[jobs] = ({p.name: p.read_bytes() for p in out.iterdir()},
+                      capsys.readouterr().out.replace(str(out), "OUT"))
+    assert made["2"] == made["1"]
+    files, said = made["1"]
+    assert sorted(files) == ["memory_by_stage.png", *(f"memory_by_stage_stage{k}.png" for k in range(4)),
+                             "ring_steps.png"]
+    assert said == ("wrote OUT/memory_by_stage.png\n  and 4 frames, one stage more each: memory_by_stage_stage0 .. "
+                    "memory_by_stage_stage3\nwrote OUT/ring_steps.png\n")
+
+
 @pytest.mark.bad_input("command line")
 def test_figures_unknown_name_is_a_clear_error(capsys):
     with pytest.raises(SystemExit):

@@ -146,7 +146,7 @@ def test_validate_prints_the_same_bytes_on_two_workers():
 
 
 @pytest.mark.bad_input("command line")
-@pytest.mark.parametrize("command", [["validate", "--only", "tt-h100-8-eager"],
+@pytest.mark.parametrize("command", [["validate", "--only", "tt-h100-8-eager"], ["figures", "--only", "spacing"],
                                      ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb",
                                       "--seq-len", "1024", "--global-batch", "8"]])
 @pytest.mark.parametrize("jobs", ["0", "two"])

@@ -4,6 +4,7 @@
     zerosim figures --only ring_steps        # one of them (repeat --only for several)
     zerosim figures --model gpt3-175b --ranks 1024 --out /tmp/figs   # memory_by_stage for another model
     zerosim figures --format svg --style slides --out slides   # for a lecture: large text, one stage per frame
+    zerosim figures --jobs auto              # a figure a core: the same files in less wall time
 
     memory_by_stage   per-rank model states by stage, stacked by kind (the ZeRO paper's Figure 1): the meta
                       backend's ledgers after one step, for Ψ = 7.5B on N = 64 with Adam unless told otherwise;
@@ -37,6 +38,7 @@ import contextlib
 import os
 import sys
 
+from zerosim.cli.jobs_args import add_jobs_argument
 from zerosim.cli.model_args import add_model_arguments, model_from_args
 
 HELP = "draw every seed figure (PNG) from live runs into figures/"
@@ -308,33 +310,57 @@ def add_arguments(p) -> None:
     p.add_argument("--style", choices=("paper", "slides"), default="paper",
                    help="slides: text of 14 points or more (kept as text in SVG/PDF), and a figure with stages also "
                         "as one frame per stage, NAME_stage0 .. NAME_stage3")
+    add_jobs_argument(p, "each drawing a figure")
 
 
 def run(args) -> int:
     import matplotlib
 
     matplotlib.use("Agg")  # this command writes files; the figure functions themselves never pick a backend
-    import matplotlib.pyplot as plt
-
+    from zerosim.analysis.planner import in_order
+    from zerosim.cli.jobs_args import jobs_from_args
     from zerosim.outputs import check_folder, write_atomic
-    from zerosim.viz import enlarge_text, slides_style, stage_frames
 
     names = args.only or list(FIGURES)
+    jobs = jobs_from_args(args)
     check_folder(args.out, "--out")  # before drawing (zerosim/outputs.py)
-    slides = args.style == "slides"
-    for name in names:
-        with slides_style() if slides else contextlib.nullcontext():
-            fig = FIGURES[name](args)
-            path = os.path.join(args.out, f"{name}.{args.format}")
-            if slides:
-                enlarge_text(fig)
-            write_atomic(path, lambda tmp: fig.savefig(tmp, format=args.format,
-                                                       **({"bbox_inches": "tight"} if slides else {})), "--out")
-            print(f"wrote {path}")
-            if slides and name in STAGED and not args.log:
-                for k, frame in stage_frames(fig, STAGED[name]):
-                    write_atomic(os.path.join(args.out, f"{name}_stage{k}.{args.format}"),
-                                 lambda tmp: frame.savefig(tmp, format=args.format, bbox_inches="tight"), "--out")
-                print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{k}")
-        plt.close(fig)
+    for name, (files, frames) in zip(names, in_order(lambda i: _drawn(names[i], args), len(names), jobs)):
+        for k, (file, data) in enumerate(files):  # drawn here or on a worker; every file written here
+            path = write_atomic(os.path.join(args.out, file), lambda tmp: _write_bytes(tmp, data), "--out")
+            if not k:
+                print(f"wrote {path}")
+        if frames:
+            print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{frames - 1}")
     return 0
+
+
+def _drawn(name: str, args) -> tuple:
+    """(((file name, its bytes), ...), the stage frames among them): figure `name` in `args.format`, and with the
+    slides style its frames (NAME_stage0 ..), each saved to bytes for `run` to write (with --jobs, on a worker)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from zerosim.viz import enlarge_text, slides_style, stage_frames
+
+    def saved(figure, **options) -> bytes:
+        out = io.BytesIO()
+        figure.savefig(out, format=args.format, **options)
+        return out.getvalue()
+
+    slides = args.style == "slides"
+    with slides_style() if slides else contextlib.nullcontext():
+        fig = FIGURES[name](args)
+        if slides:
+            enlarge_text(fig)
+        files = [(f"{name}.{args.format}", saved(fig, **({"bbox_inches": "tight"} if slides else {})))]
+        if slides and name in STAGED and not args.log:
+            files += [(f"{name}_stage{k}.{args.format}", saved(frame, bbox_inches="tight"))
+                      for k, frame in stage_frames(fig, STAGED[name])]
+    plt.close(fig)
+    return files, len(files) - 1
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)

@@ -1,5 +1,6 @@
 """The flag that spreads a long command's independent pieces over worker processes; `zerosim plan` (each strategy of a
-stage beside each combination of degrees) and `zerosim validate` (each published point) call these.
+stage beside each combination of degrees), `zerosim validate` (each published point) and `zerosim figures` (each
+figure) call these.
 
     --jobs N        N worker processes (analysis/planner/_jobs.py): the same output, byte for byte, in less wall time
     --jobs auto     one a core this process may run on; 1, the default: this process alone

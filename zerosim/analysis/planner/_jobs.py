@@ -3,12 +3,12 @@ work(n - 1) in that order, each run in one of `jobs` worker processes, so what t
 process makes, byte for byte, in less wall time.
 
 Each piece (one checkpointing strategy at one stage beside one combination of parallel degrees: `plan`; one
-published point: `validate`) runs its own meta-backend steps and reads nothing another piece
-writes. The workers are forked from the caller, so a piece's
-closure (the model's config, the GPU, the settings, the twins built so far) reaches them as the caller holds it, with
-nothing pickled on the way there; only each piece's result (rows, predictions: plain dataclasses) travels back. Where
-a fork is not to be had (Windows) or not safe (macOS), more than one job is refused with the reason and `auto` is one;
-one job runs the pieces in this process, as before.
+published point: `validate`; one figure, drawn and saved to bytes for the caller to write: `zerosim figures`) runs its
+own steps and reads nothing another piece writes. The workers are forked from the caller, so a piece's closure (the
+model's config, the GPU, the settings, the twins built so far) reaches them as the caller holds it, with nothing
+pickled on the way there; only each piece's result (rows, predictions: plain dataclasses; a figure's bytes) travels
+back, and any file is written by the caller. Where a fork is not to be had (Windows) or not safe (macOS), more than
+one job is refused with the reason and `auto` is one; one job runs the pieces in this process, as before.
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
