@@ -10,6 +10,7 @@ import io
 import json
 import os
 import threading
+import time
 from contextlib import redirect_stdout
 
 import pytest
@@ -169,6 +170,23 @@ def test_pieces_come_back_in_order_and_the_first_failure_is_raised_in_its_turn()
         for x in in_order(_piece, 7, 2):
             got.append(x)
     assert got == [0, 1, 4]  # the pieces before it, as the loop hands them on
+
+
+def _started(i):
+    return i, os.getpid(), time.monotonic()  # which worker ran piece i, and when it began
+
+
+def test_the_pieces_named_first_are_handed_out_first_and_still_yielded_in_order():
+    # on two workers the pieces handed out first are 4 and 3, one to each worker: the first each worker ran
+    got = list(in_order(_started, 6, 2, first=[4, 3]))
+    assert [i for i, _, _ in got] == list(range(6))
+    by_worker = {}
+    for i, pid, began in got:
+        by_worker.setdefault(pid, []).append((began, i))
+    assert len(by_worker) == 2 and {min(ran)[1] for ran in by_worker.values()} == {3, 4}
+    assert [i for i, _, _ in in_order(_started, 6, 1, first=[4, 3])] == list(range(6))  # one job: in order, here
+    with pytest.raises(ValueError, match="first names pieces 0 .. 5"):
+        list(in_order(_started, 6, 2, first=[6]))
 
 
 def _dies(i):

@@ -12,7 +12,8 @@ one job is refused with the reason and `auto` is one; one job runs the pieces in
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
-    k > 1   min(k, n) forked workers, each taking the next piece as it finishes one; results handed on in order
+    k > 1   min(k, n) forked workers, each taking the next piece as it finishes one (the caller's longest first: a
+            pipeline's); results handed on in order
 """
 
 from __future__ import annotations
@@ -45,16 +46,23 @@ def check_jobs(jobs, name: str = "jobs") -> int:
     return jobs
 
 
-def in_order(work, n: int, jobs: int = 1):
+def in_order(work, n: int, jobs: int = 1, first=()):
     """work(i) for i = 0 .. n - 1, yielded in order: in this process with one job (or one piece), else on min(jobs, n)
-    forked workers, each handed the next piece as it finishes one (the module docstring). An exception a piece raises
-    is raised here when its turn comes, as the loop would raise it; a worker that dies (killed, out of memory) is a
+    forked workers, each handed the next piece as it finishes one (the module docstring), the pieces `first` names
+    (the caller's longest, as it guesses them) handed out before the others, so that none of them starts last and
+    leaves the other workers idle; the order they are yielded in is the same. An exception a piece raises is raised
+    here when its turn comes, as the loop would raise it; a worker that dies (killed, out of memory) is a
     ChildProcessError naming its piece, not a wait for ever; the workers are stopped when the caller stops reading."""
     global _WORK
     if jobs <= 1 or n < 2:
         for i in range(n):
             yield work(i)
         return
+    first = list(dict.fromkeys(first))
+    chosen = set(first)
+    queue = first + [i for i in range(n) if i not in chosen]  # the order the pieces are handed out in
+    if sorted(queue) != list(range(n)):
+        raise ValueError(f"first names pieces 0 .. {n - 1}, got {first!r}")
     import multiprocessing  # here: one job (the default) never needs it (~25 ms of a fresh process's imports)
     from multiprocessing import connection
 
@@ -67,8 +75,8 @@ def in_order(work, n: int, jobs: int = 1):
             process.start()
             theirs.close()  # the worker holds its end: one that dies closes it, and `recv` here says so
             workers.append((process, mine))
-            mine.send(handed)
-            busy[mine], handed = (handed, process), handed + 1
+            mine.send(queue[handed])
+            busy[mine], handed = (queue[handed], process), handed + 1
         for i in range(n):
             while i not in results:
                 for conn in connection.wait(list(busy)):
@@ -81,8 +89,8 @@ def in_order(work, n: int, jobs: int = 1):
                                                 f"piece {piece + 1} of {n}: killed, or out of memory? Run with fewer "
                                                 "jobs") from None
                     if handed < n:
-                        conn.send(handed)
-                        busy[conn], handed = (handed, process), handed + 1
+                        conn.send(queue[handed])
+                        busy[conn], handed = (queue[handed], process), handed + 1
             ok, value = results.pop(i)
             if not ok:
                 raise value
