@@ -377,6 +377,9 @@ def test_figures_on_two_workers_write_the_same_files_and_say_the_same(tmp_path, 
                              "ring_steps.png"]
     assert said == ("wrote OUT/memory_by_stage.png\n  and 4 frames, one stage more each: memory_by_stage_stage0 .. "
                     "memory_by_stage_stage3\nwrote OUT/ring_steps.png\n")
+    from zerosim.cli.figures_cmd import FIGURES, LONGEST
+
+    assert set(LONGEST) <= set(FIGURES)  # the figures handed to workers first are figures (a renamed one: not lost)
 
 
 @pytest.mark.bad_input("command line")

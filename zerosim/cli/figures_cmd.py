@@ -220,6 +220,8 @@ def _plan(args):
     return plan_figure(p, top=8)
 
 
+# the figures that take longest to draw (0.7-1.2 s of CPU each, 2026-11-27): with --jobs, handed to workers first
+LONGEST = ("timeline_sweep", "plan", "many_nodes", "pipeline_schedules")
 STAGED = {"memory_by_stage": 4, "peak_by_stage": 4}  # figures whose first axes draw stage i at x = i: slide frames
 MANY_NODES = (("full_shard", None), ("hpz", 8), ("mics", 64), ("hsdp", 32), ("hsdp", 64), ("hsdp", 128))
 
@@ -324,7 +326,10 @@ def run(args) -> int:
     names = args.only or list(FIGURES)
     jobs = jobs_from_args(args)
     check_folder(args.out, "--out")  # before drawing (zerosim/outputs.py)
-    for name, (files, frames) in zip(names, in_order(lambda i: _drawn(names[i], args), len(names), jobs)):
+    if jobs > 1:  # pyplot and its fonts loaded once, here, for every worker forked from this process
+        import matplotlib.pyplot  # noqa: F401
+    longest = [i for i, name in enumerate(names) if name in LONGEST]
+    for name, (files, frames) in zip(names, in_order(lambda i: _drawn(names[i], args), len(names), jobs, longest)):
         for k, (file, data) in enumerate(files):  # drawn here or on a worker; every file written here
             path = write_atomic(os.path.join(args.out, file), lambda tmp: _write_bytes(tmp, data), "--out")
             if not k:
