@@ -12,8 +12,8 @@ one job is refused with the reason and `auto` is one; one job runs the pieces in
 
     jobs    what runs the pieces
     1       this process, one after the other (the default)
-    k > 1   min(k, n) forked workers, each taking the next piece as it finishes one (the caller's longest first: a
-            pipeline's); results handed on in order
+    k > 1   min(k, n) forked workers, each taking the next piece as it finishes one (the few the caller names first:
+            its longest); results handed on in order
 """
 
 from __future__ import annotations
@@ -47,12 +47,15 @@ def check_jobs(jobs, name: str = "jobs") -> int:
 
 
 def in_order(work, n: int, jobs: int = 1, first=()):
-    """work(i) for i = 0 .. n - 1, yielded in order: in this process with one job (or one piece), else on min(jobs, n)
-    forked workers, each handed the next piece as it finishes one (the module docstring), the pieces `first` names
-    (the caller's longest, as it guesses them) handed out before the others, so that none of them starts last and
-    leaves the other workers idle; the order they are yielded in is the same. An exception a piece raises is raised
-    here when its turn comes, as the loop would raise it; a worker that dies (killed, out of memory) is a
-    ChildProcessError naming its piece, not a wait for ever; the workers are stopped when the caller stops reading."""
+    """work(i) for i = 0 .. n - 1, yielded in order: in this process with one job (or one piece), else on min(jobs,
+    n) forked workers, each handed the next piece as it finishes one (the module docstring), the pieces `first`
+    names (the caller's few longest, as it guesses them) handed out before the others, so that none of them starts
+    last and leaves the other workers idle; the order they are yielded in is the same, so a result (and the progress
+    a caller reports from it) waits for those. `validate` names its pipelines' points (a third of its CPU),
+    `figures` its four longest figures; `plan` none: its pipelines' pieces are most of its pieces, and its progress
+    would wait for all. An exception a piece raises is raised here when its turn comes, as the loop would raise it;
+    a worker that dies (killed, out of memory) is a ChildProcessError naming its piece, not a wait for ever; the
+    workers are stopped when the caller stops reading."""
     global _WORK
     if jobs <= 1 or n < 2:
         for i in range(n):

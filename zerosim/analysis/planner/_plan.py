@@ -237,8 +237,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
             return e
 
     rows, pruned, pruned_offload, refused = [], [], [], []
-    longest = [i for i, (_, _, _, spec, *_) in enumerate(pieces) if spec.pp > 1]  # a pipeline's, handed out first
-    with contextlib.closing(in_order(piece, len(pieces), jobs, first=longest)) as results:
+    with contextlib.closing(in_order(piece, len(pieces), jobs)) as results:
         for stage, spec, label, count, states, first in tried_stages:
             if states is not None and progress is not None:
                 progress(first)  # pruned on its model states alone
