@@ -233,8 +233,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     def piece(i):  # each configuration told as it is measured in this process; a worker's come back with its rows
         try:
             return trial.rows(*pieces[i], tell=progress if os.getpid() == me else None)
-        except Exception as e:  # raised in its turn below, unless its stage was pruned before it (never run alone)
-            return e
+        except Exception as e:  # raised in its turn below, unless an earlier strategy's step pruned its stage: one
+            return e  # process, which stops at that step, never ran it
 
     rows, pruned, pruned_offload, refused = [], [], [], []
     with contextlib.closing(in_order(piece, len(pieces), jobs)) as results:

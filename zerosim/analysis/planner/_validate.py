@@ -139,7 +139,7 @@ def validate(points=POINTS, factors: dict | None = None, jobs=1, progress=None) 
     wall time; "auto": every core; 1, the default: this process); `progress(point)` after each, in order."""
     factors, points = FRAMEWORK if factors is None else factors, tuple(points)
     out = []
-    longest = [i for i, point in enumerate(points) if point.pp > 1]  # a pipeline's point: up to 1/3 of the CPU
+    longest = [i for i, point in enumerate(points) if point.pp > 1]  # the pipelines': a third of the CPU, listed last
     for point, made in zip(points, in_order(lambda i: predict(points[i], factors[points[i].preset]), len(points),
                                             check_jobs(jobs), first=longest)):
         out.append(made)
