@@ -51,6 +51,9 @@ COMMANDS = {  # name -> the command's arguments: the README's and the longest te
     # the second point written from the first's log where TP's micro-steps are alike (analysis/planner/_repeat.py)
     "plan-tp": ["plan", "--model", "llama-3-70b", "--gpus", "256", "--gpu", "h100-80gb", "--seq-len", "8192",
                 "--global-batch", "512", "--tp", "1,2,4,8", "--sp", "--stages", "3", "--strategies", "block,flash"],
+    # the slowest published point (docs/validation.md's long-context table): Llama 3.1 405B on 512 H100s, TP 8, CP 8,
+    # PP 8, a CP ring inside every pipeline stage whose ranks one representative stands for
+    "validate-cp": ["validate", "--only", "tt-h100-512-405b-4d-cp8"],
     # the planner beside context parallelism (`zerosim plan --help`'s CP example), its second point written alike
     "plan-cp": ["plan", "--model", "llama-3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "8192",
                 "--global-batch", "8", "--cp", "1,2,4", "--stages", "3"],

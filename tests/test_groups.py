@@ -36,6 +36,17 @@ def test_a_2_by_4_mesh_lists_its_groups_as_torch_lays_them_out():
     assert Groups.world(4).is_world and not mesh.groups("gpu").is_world
 
 
+def test_shifted_is_the_rank_k_places_on_along_each_ring():
+    # groups listed by hand, each ring in its own order: (0, 4, 1, 5) then (2, 6, 3, 7); k places on is k steps of
+    # next (back: of prev), every group's ring closing on itself
+    g = Groups("hand", ((0, 4, 1, 5), (2, 6, 3, 7)))
+    assert g.shifted(1) == (4, 5, 6, 7, 1, 0, 3, 2)  # rank r's next: 0 -> 4, 1 -> 5, 2 -> 6, 3 -> 7, 4 -> 1, ...
+    assert g.shifted(-1) == (5, 4, 7, 6, 0, 1, 2, 3)  # its prev: 0 <- 5, 1 <- 4, ...
+    assert g.shifted(2) == (1, 0, 3, 2, 5, 4, 7, 6) == g.shifted(-2)  # half a ring of 4, either way
+    assert g.shifted(0) == g.shifted(4) == g.shifted(-8) == tuple(range(8))  # whole turns
+    assert g.shifted(5) == g.shifted(1) and g.shifted(1) is g.shifted(1)  # made once a shift
+
+
 def test_a_groups_tier_is_its_slowest_hop():
     # G = 4: the node groups' rings hop between nodes; the gpu groups' stay inside one; the world crosses twice
     mesh, G = Mesh((2, 4), ("node", "gpu")), 4

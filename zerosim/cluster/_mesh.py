@@ -125,6 +125,21 @@ class Groups:
         g = self.group_of(rank)
         return g[(self.position(rank) - 1) % len(g)]
 
+    def shifted(self, shift: int) -> tuple:
+        """(N,) the rank each rank reaches `shift` places on along its ring (negative: back; `next` for 1, `prev` for
+        -1), made once a shift: a context-parallel ring's send/recv asks it of every rank a meta representative
+        stands for, in thousands of calls a step (collectives/_send_recv.py)."""
+        made = self._shifts.get(shift)
+        if made is None:
+            made = self._shifts[shift] = tuple(g[(p + shift) % len(g)] for g, p in zip(
+                map(self.group_of, range(self.world_size)), self._where[1].tolist()))
+        return made
+
+    @functools.cached_property
+    def _shifts(self) -> dict:
+        """shift -> `shifted(shift)`, as each is first asked for."""
+        return {}
+
     @functools.cached_property
     def positions(self) -> np.ndarray:
         """(N,) every rank's position in its group (read-only)."""

@@ -13,10 +13,10 @@ number of the handle the work waited for becomes the number at its place in `wai
 event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name,
 then a space or a colon: "block2.attn g", "block2.attn.hop0: K, V to the next rank") those given now, and a send's
 ends the ranks at their places in the `Trace.within` block it is written in (the ranks a meta backend's
-representative stands for send too: collectives/_send_recv.py). The ledgers keep only what their questions read:
-per kind the bytes the work ended with and the most it held above where it started (MemoryLedger's peaks are maxima
-of running sums: the same allocations and frees from another start give that start plus the same maxima), and the
-count of events; a buffer it made is never in `live`.
+representative stands for send too, their sends one record: collectives/_send_recv.py, `Trace.hops_alike`). The
+ledgers keep only what their questions read: per kind the bytes the work ended with and the most it held above where
+it started (MemoryLedger's peaks are maxima of running sums: the same allocations and frees from another start give
+that start plus the same maxima), and the count of events; a buffer it made is never in `live`.
 So it writes again only what ran on a backend without values, with a trace of calls and ledgers without a timeline
 (whose events carry names), and refuses (`usable` False) a record that holds other events or names a call made
 before it other than those it waited for.
@@ -25,9 +25,11 @@ before it other than those it waited for.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
+from zerosim.cluster._hops import RingHops
 from zerosim.cluster._trace import Call, Event, Handle
 
 _new = object.__new__
@@ -109,10 +111,11 @@ class Recording:
         self.forms = {c: t.ring_calls[c] for c in range(self.first_call, self.end_call) if c in t.ring_calls}
         self.groups = {c: t.call_groups[c] for c in range(self.first_call, self.end_call) if c in t.call_groups}
         self.ledgers = self.watch.deltas
-        # sends recorded whole (_hops.py) are not written again: `replay` moves the ends of each Event
+        # `replay` moves the ends of each Event, and of each record of sends alike at "call" granularity (a context
+        # ring's stood-for ranks: collectives/_send_recv.py); a ring phase recorded whole in steps is not written again
         self.usable = all(type(e) in (Call, ComputeFields) for e in self.log) and all(
             self._refers(e[9]) for e in self.log if type(e) is ComputeFields) and all(
-            type(e) is Event for e in self.events)
+            type(e) is Event or type(e) is RingHops and e.whole for e in self.events)
         return False
 
     def _refers(self, needs) -> bool:
@@ -168,6 +171,10 @@ class Recording:
         for c, group in self.groups.items():
             t.call_groups[c + shift] = group
         for e in self.events:
+            if type(e) is RingHops:  # each rank's summary, as `Trace.end` placed the record (its ranks in order)
+                t.place_whole(replace(e, call=e.call + shift, ranks=tuple(ends.get(r, r) for r in e.ranks),
+                                      sends_to=tuple(ends.get(r, r) for r in e.sends_to)))
+                continue
             event = _new(Event)
             event.__dict__.update(e.__dict__, call=e.call + shift, src=ends.get(e.src, e.src),
                                   dst=ends.get(e.dst, e.dst))

@@ -544,10 +544,16 @@ class Trace:
                                          None, tier))
             self._pending.clear()
             for hops in alike:  # each rank's summary in rank order, as the Events above: after them, when read
-                self._events.append(hops)
-                self._records += 1
-                self._folded += hops.count - 1
-                self._summed += hops.count - 1
+                self.place_whole(hops)
+
+    def place_whole(self, hops: RingHops) -> None:
+        """Append a record of whole sends (each rank's summary at "call" granularity: `hops_alike`), counted as the
+        summaries it stands for: where `end` places one, and where a recorded action is written again
+        (cluster/_recording.py)."""
+        self._events.append(hops)
+        self._records += 1
+        self._folded += hops.count - 1
+        self._summed += hops.count - 1
 
     def _placed_alike(self, call: int) -> list:
         """The call's sends alike (`hops_alike`) to append after its summaries, where their ranks follow those ranks

@@ -11,7 +11,10 @@ on the CP ring; transformer_engine/pytorch/attention/dot_product_attention/conte
 _attention.py, 2.13: destination (p + 1) mod g). NCCL runs such a step as grouped ncclSend/ncclRecv pairs. The
 trace records one call over the groups (world_size g) and one hop per rank: p to (p + shift) mod g, every element.
 On the meta backend a process hosting a representative records the sends of the ranks it stands for too: every rank
-the call takes part on (a pipeline stage's, inside its `Trace.within` block; else the world's).
+the call takes part on (a pipeline stage's, inside its `Trace.within` block; else the world's), as one record of
+sends alike (`Trace.hops_alike`, as point-to-point's `send_pairs` records them), which the trace shows as the hops one
+by one would be (a 405B step on 512 GPUs, a CP ring of 8 in each pipeline stage: thousands of calls, each for the
+64 ranks of its stage).
 
 Any shape and format; every rank passes the same shape and dtype (both ends know what arrives, as a receive buffer
 does). `naive_send_recv` is the naive twin: the same permutation by indexing, in one place.
@@ -42,8 +45,8 @@ def send_recv(cluster, tensors, group=None, shift: int = 1, tag: str = "") -> li
     count = math.prod(shape)
     call = cluster.trace.begin("send_recv", "copy", n, count, fmt.name, tag, group)
     me = [rank.index for rank in cluster.ranks]
-    dst = [_member(group, r, shift) for r in me]
-    src = [_member(group, r, -shift) for r in me]
+    to, back = group.shifted(shift), group.shifted(-shift)
+    dst, src = [to[r] for r in me], [back[r] for r in me]
     sends = [a for (_, a, _) in arrays]
     if shift % n == 0:  # a ring of one, or a whole turn: every buffer stays where it is
         out = [a.copy() for a in sends]
@@ -52,8 +55,10 @@ def send_recv(cluster, tensors, group=None, shift: int = 1, tag: str = "") -> li
             cluster.trace.hop(call, 0, r, dst[i], -1, count, fmt.itemsize, fmt.name, sends[i])
         if not cluster.backend.holds_values:  # the meta backend: what arrives, by shape (its peers are not here) ...
             out = [cluster.backend.empty(shape, a.dtype) for a in sends]
-            for r in sorted(set(_taking_part(cluster)) - set(me)):  # ... and their sends, the same as its own
-                cluster.trace.hop(call, 0, r, _member(group, r, shift), -1, count, fmt.itemsize, fmt.name)
+            stood_for = tuple(sorted(set(_taking_part(cluster)) - set(me)))  # ... and their sends, as its own
+            if stood_for:  # one record for all, each rank's send to its peer (Trace.hops_alike, as send_pairs's)
+                cluster.trace.hops_alike(call, stood_for, tuple(to[r] for r in stood_for), count, fmt.itemsize,
+                                         fmt.name)
         else:
             received = cluster.backend.exchange(sends, dst, src, recv_like=[(count, fmt.dtype)] * len(me))
             out = [x.copy() for x in received]  # the receive buffer is the receiver's own
@@ -66,15 +71,6 @@ def _taking_part(cluster):
     another stage's ranks run their own ring at their own times), else every rank of the world."""
     ranks = cluster.trace.scope_ranks(cluster.trace.scope)
     return range(cluster.world_size) if ranks is None else ranks
-
-
-def _member(group, rank: int, shift: int) -> int:
-    """The rank `shift` places after `rank` on its group's ring."""
-    step = group.next if shift > 0 else group.prev
-    r = rank
-    for _ in range(abs(shift) % group.size):
-        r = step(r)
-    return r
 
 
 def naive_send_recv(tensors, groups=None, shift: int = 1) -> list:
