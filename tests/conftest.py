@@ -50,8 +50,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # `@pytest.mark.bad_input("category")` marks a test whose cases feed bad input and check the clear error;
 # `unchanged=True` when the test also checks that nothing changed (state, files) before the error.
 # tests/test_bad_input_table.py counts every collected case per category (parametrized cases each count).
-# -- heavy tests: over the 20 s a test of the README's command may take (a 405B step on thousands of GPUs and its
-# timeline). The README's command skips them, saying so; .ci/heavy runs them in CI (`pytest --heavy -m heavy`).
+# -- heavy tests: over the 20 s a test of the README's command may take (the README's `zerosim figures`, every figure
+# at once). The README's command skips them, saying so; .ci/heavy runs them in CI (`pytest --heavy -m heavy`).
 def pytest_addoption(parser):
     parser.addoption("--heavy", action="store_true",
                      help="run the tests marked heavy (each over 20 s on a busy 2-core machine; CI's .ci/heavy)")
