@@ -25,7 +25,6 @@ before it other than those it waited for.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from zerosim._dataclass import dataclass
 from zerosim.cluster._events import ComputeFields
@@ -170,10 +169,13 @@ class Recording:
             t.ring_calls[c + shift] = form
         for c, group in self.groups.items():
             t.call_groups[c + shift] = group
+        now = {}  # a record's ranks (or peers) -> the ranks at their places now: the same few tuples, call after call
         for e in self.events:
             if type(e) is RingHops:  # each rank's summary, as `Trace.end` placed the record (its ranks in order)
-                t.place_whole(replace(e, call=e.call + shift, ranks=tuple(ends.get(r, r) for r in e.ranks),
-                                      sends_to=tuple(ends.get(r, r) for r in e.sends_to)))
+                hops = _new(RingHops)  # `replace` without the frozen dataclass's checks: thousands an action
+                hops.__dict__.update(e.__dict__, call=e.call + shift, ranks=_moved(e.ranks, ends, now),
+                                     sends_to=_moved(e.sends_to, ends, now))
+                t.place_whole(hops)
                 continue
             event = _new(Event)
             event.__dict__.update(e.__dict__, call=e.call + shift, src=ends.get(e.src, e.src),
@@ -225,6 +227,15 @@ class Recording:
     def handed_on(self, ranks) -> dict:
         """What the action sent on ({local rank: activation or gradient}), for `ranks` in place of the recorded."""
         return {b.index: self.sent[a.index] for a, b in zip(self.ranks, ranks)}
+
+
+def _moved(ranks: tuple, ends: dict, now: dict) -> tuple:
+    """`ranks` at their places now (`ends`: rank then -> rank now; one not in it stays), each tuple moved once a
+    replay (`now`)."""
+    moved = now.get(ranks)
+    if moved is None:
+        moved = now[ranks] = tuple(ends.get(r, r) for r in ranks)
+    return moved
 
 
 def _fields(e, **changed) -> dict:
