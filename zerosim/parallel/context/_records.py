@@ -24,15 +24,39 @@ import numpy as np
 from zerosim._dataclass import dataclass
 
 
+_FIELDS: dict = {}  # record class -> its fields' names, read once (`fields` builds its tuple at every call)
+
+
+def _names(record) -> tuple:
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 def _arrays(record) -> list:
     out = []
-    for f in fields(record):
-        v = getattr(record, f.name)
+    for name in _names(record):
+        v = getattr(record, name)
         if hasattr(v, "nbytes") and hasattr(v, "dtype"):
-            out.append((f.name, v))
+            out.append((name, v))
         elif isinstance(v, tuple):
-            out += [(f"{f.name}[{i}]", x) for i, x in enumerate(_flat(v)) if hasattr(x, "nbytes")]
+            out += [(f"{name}[{i}]", x) for i, x in enumerate(_flat(v)) if hasattr(x, "nbytes")]
     return out
+
+
+def _bytes(record) -> int:
+    """The bytes of every array part of `record`: `_arrays`' parts summed, without naming them (the step asks a
+    record's nbytes at every op of a context-parallel region, ~17,000 times in the 405B CP 8 point's validation)."""
+    total = 0
+    for name in _names(record):
+        v = getattr(record, name)
+        if hasattr(v, "nbytes") and hasattr(v, "dtype"):
+            total += int(v.nbytes)
+        elif isinstance(v, tuple):
+            total += sum(int(x.nbytes) for x in _flat(v) if hasattr(x, "nbytes"))
+    return total
 
 
 def _flat(t):
@@ -46,7 +70,7 @@ def _flat(t):
 class _Record:
     @property
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for _, a in _arrays(self))
+        return _bytes(self)
 
     @property
     def dtype(self):
