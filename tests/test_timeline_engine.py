@@ -114,3 +114,25 @@ def test_meta_backend_stage3_simulates():
     lone = Cluster(64, backend="meta", timeline=False)
     ZeroEngine(model, lone, 3, Adam()).step(model.batches(lone, batch=512))
     assert simulate(lone.trace, Hardware("h100", "ib_ndr")).step_time == result.step_time
+
+
+def test_the_arithmetic_moves_no_time():
+    # A time comes from each event's FLOPs and bytes, never from its values: notebook 05 runs its ZeRO-2 step's
+    # products on the machine's sgemm (arithmetic="native") and prints the portable default's times. Its setup, smaller.
+    from zerosim.models import make_regression
+    from zerosim.precision import get_precision
+
+    def timed(precision):
+        widths = [64, 256, 256, 64]
+        cluster = Cluster(4, trace="call")
+        engine = ZeroEngine(MLP(widths), cluster, 2, Adam(lr=1e-3), precision)
+        engine.step(make_regression(np.random.default_rng(0), 4, 128, widths))
+        return simulate(cluster.trace, Hardware("h100", "nvlink4", "bf16")), engine.master_shards()
+
+    portable, masters = timed(get_precision("bf16-mixed"))
+    native, other = timed(get_precision("bf16-mixed").with_(arithmetic="native"))
+    assert portable.span == native.span and portable.step_time == native.step_time
+    for got, want in ((native.compute_busy, portable.compute_busy), (native.comm_busy, portable.comm_busy),
+                      (native.exposed_comm, portable.exposed_comm)):
+        assert list(got) == list(want)
+    assert any(not np.array_equal(a, b) for a, b in zip(masters, other))  # the values did part: not a no-op
