@@ -56,3 +56,29 @@ def test_train_losses_are_the_oracles(stage, k, grad_accum):
 def test_json_output_is_only_json():
     out = cli_losses("--steps", "2")  # json.loads of the whole stdout: no header before it
     assert len(out["losses"]) == 2
+
+
+def test_train_draws_a_bar_where_asked_and_nothing_where_no_one_watches(monkeypatch, capsys):
+    # zerosim.train's own bar (a learner's notebook cell): on where asked, off under pytest (stderr a pipe, no kernel)
+    import zerosim.progress
+    from zerosim.train import TrainConfig, train
+
+    monkeypatch.setattr(zerosim.progress, "DELAY", 0)  # at once: whether it shows must not hang on the machine's speed
+    config = TrainConfig(steps=3, ranks=2)
+    quiet = train(config)
+    assert capsys.readouterr().err == ""
+    shown = train(config, show_progress=True)
+    err = capsys.readouterr().err
+    assert "training" in err and "0/3 [" in err and "step/s" in err, err  # drawn, of 3 steps (then cleared)
+    assert shown.losses == quiet.losses  # the bar changes nothing of the run
+    assert train(config, show_progress=False).losses == quiet.losses and capsys.readouterr().err == ""
+
+
+def test_zerosim_train_on_a_terminal_draws_one_bar_its_own():
+    # `zerosim train` draws its bar with the losses and tells zerosim.train to draw none: a second bar would sit on a
+    # line of its own, tqdm moving the cursor up to it ("\x1b[A") at every step
+    from test_cli_exits import ZEROSIM, _run_with_terminal_stderr
+
+    code, terminal = _run_with_terminal_stderr([*ZEROSIM, "train", "--steps", "3"])
+    assert code == 0 and "3/3" in terminal and "loss=" in terminal, terminal
+    assert "\x1b[A" not in terminal, terminal

@@ -175,7 +175,7 @@ def run(args) -> int:
         total=args.steps, desc="training", unit="step", enabled=talk and not args.json and sys.stderr.isatty()
     )
     out = _Printer(args, config, precision, widths, bar, talk and not args.json)
-    result = train(config, out.on_step, out.on_start, out.on_eval)
+    result = train(config, out.on_step, out.on_start, out.on_eval, show_progress=False)  # its own bar, above
     bar.close()
     if talk:
         _print_result(args, config, precision, result)

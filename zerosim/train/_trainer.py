@@ -31,6 +31,7 @@ from zerosim.models.layers import MODES as ATTENTIONS
 from zerosim.optim import SHARDINGS, get_optimizer
 from zerosim.parallel.data import CommSchedule, ZeroEngine, check_engine_fits, get_plan
 from zerosim.precision import get_precision
+from zerosim.progress import progress, watched
 
 TASKS = ("regression", "classification")  # the MLP's; the GPT's are SEQUENCE_TASKS: copy, reverse, sort
 MODELS = ("mlp", "gpt", "llama")  # gpt and llama: decoders over token ids that learn the sequence tasks
@@ -390,10 +391,15 @@ def answer_accuracy(model, engine, held_out, fmt, tensor=None) -> float | None:
     return float(np.mean(guess[:, answer] == target[:, answer]))
 
 
-def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observer=None) -> TrainResult:
+def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observer=None,
+          show_progress: bool | None = None) -> TrainResult:
     """Run up to step `config.steps`; `on_start(num_params, first_step)` is called once every check has
     passed, before the first step, and `on_step(step, mean_loss, StepInfo)` after each (headers, progress bars);
     for a GPT, `on_eval(step, accuracy)` after the steps its answer accuracy is measured at.
+
+    `show_progress`: a bar of the steps (zerosim.progress: a widget in Jupyter, on stderr in a terminal, drawn once
+    the run has taken a second); None shows it where someone is watching, from the process hosting rank 0 (`zerosim
+    train` draws its own, beside the losses, and passes False).
 
     `observer` (None: nothing is recorded, the run as it is) watches the run from outside the engine, as
     `zerosim.diff` does: its `cluster_options` (a dict) go to the Cluster (e.g. a trace that keeps values), then
@@ -421,7 +427,9 @@ def train(config: TrainConfig, on_step=None, on_start=None, on_eval=None, observ
     if observer is not None:
         observer.start(engine, tensor)
     losses, accuracy, scales, skipped, norms = [], [], [], [], []
-    for step in range(engine.iteration + 1, config.steps + 1):  # steps the loss scaler skips count too, as in DeepSpeed
+    shown = (watched() if show_progress is None else show_progress) and cluster.ranks[0].index == 0
+    steps = range(engine.iteration + 1, config.steps + 1)  # steps the loss scaler skips count too, as in DeepSpeed
+    for step in progress(steps, "training", enabled=shown, unit="step"):  # (the bar closes as the loop ends)
         ids, mine = _step_batches(engine, cluster, context, pool, ((step - 1) * per_step) % pool_size, n, k)
         scales.append(engine.scaler.scale)
         t, since = engine.t, cluster.trace.logged  # an absolute log position: the steps before may fold
