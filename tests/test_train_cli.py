@@ -84,3 +84,13 @@ def test_zerosim_train_on_a_terminal_draws_one_bar_its_own():
     code, terminal = _run_with_terminal_stderr([*ZEROSIM, "train", "--steps", "3"])
     assert code == 0 and "3/3" in terminal and "loss=" in terminal, terminal
     assert "\x1b[A" not in terminal, terminal
+
+
+def test_zerosim_diff_json_on_a_terminal_draws_no_bar():
+    # --json is for machines: no bar even on a terminal (tests/test_cli_exits.py holds `memory` to it); diff's two runs
+    # are zerosim.train's, told to draw none
+    from test_cli_exits import ZEROSIM, _run_with_terminal_stderr
+
+    argv = ["diff", "--a", "--stage 2", "--b", "--stage 3", "--steps", "2", "--json"]
+    code, terminal = _run_with_terminal_stderr([*ZEROSIM, *argv])
+    assert code == 0 and terminal == "", terminal

@@ -48,7 +48,7 @@ def run(name: str, config: TrainConfig, full: bool = True) -> Side:
     """Train `config` with a recorder watching (`full`: every logical tensor; else the weights after each step)."""
     recorder = Recorder(full)
     start = time.perf_counter()
-    result = train(config, observer=recorder)
+    result = train(config, observer=recorder, show_progress=False)  # a report's run: `zerosim diff --json` stays quiet
     return Side(name, config, recorder, facts_of(config, recorder.engine), result.losses,
                 time.perf_counter() - start)
 
