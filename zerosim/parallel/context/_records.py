@@ -35,28 +35,21 @@ def _names(record) -> tuple:
     return names
 
 
+def _parts(record):
+    """(field name, place, array) for every array part of `record`, in field order: a field's own array (place None),
+    or each array among a tuple field's flattened items (place: its index among them)."""
+    for name in _names(record):
+        v = getattr(record, name)
+        if hasattr(v, "nbytes") and hasattr(v, "dtype"):
+            yield name, None, v
+        elif isinstance(v, tuple):
+            for i, x in enumerate(_flat(v)):
+                if hasattr(x, "nbytes"):
+                    yield name, i, x
+
+
 def _arrays(record) -> list:
-    out = []
-    for name in _names(record):
-        v = getattr(record, name)
-        if hasattr(v, "nbytes") and hasattr(v, "dtype"):
-            out.append((name, v))
-        elif isinstance(v, tuple):
-            out += [(f"{name}[{i}]", x) for i, x in enumerate(_flat(v)) if hasattr(x, "nbytes")]
-    return out
-
-
-def _bytes(record) -> int:
-    """The bytes of every array part of `record`: `_arrays`' parts summed, without naming them (the step asks a
-    record's nbytes at every op of a context-parallel region, ~17,000 times in the 405B CP 8 point's validation)."""
-    total = 0
-    for name in _names(record):
-        v = getattr(record, name)
-        if hasattr(v, "nbytes") and hasattr(v, "dtype"):
-            total += int(v.nbytes)
-        elif isinstance(v, tuple):
-            total += sum(int(x.nbytes) for x in _flat(v) if hasattr(x, "nbytes"))
-    return total
+    return [(name if i is None else f"{name}[{i}]", a) for name, i, a in _parts(record)]
 
 
 def _flat(t):
@@ -70,7 +63,7 @@ def _flat(t):
 class _Record:
     @property
     def nbytes(self) -> int:
-        return _bytes(self)
+        return sum(int(a.nbytes) for _, _, a in _parts(self))
 
     @property
     def dtype(self):
