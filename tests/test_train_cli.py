@@ -7,7 +7,6 @@ same micro-batches in the same order, without the engine, the ring or the traine
 
 import io
 import json
-import sys
 from contextlib import redirect_stdout
 
 import numpy as np
@@ -65,7 +64,6 @@ def test_train_draws_a_bar_where_asked_and_nothing_where_no_one_watches(monkeypa
     from zerosim.train import TrainConfig, train
 
     monkeypatch.setattr(zerosim.progress, "DELAY", 0)  # at once: whether it shows must not hang on the machine's speed
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)  # a test before, in this worker, may have loaded it
     config = TrainConfig(steps=3, ranks=2)
     quiet = train(config)
     assert capsys.readouterr().err == ""

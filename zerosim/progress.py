@@ -20,8 +20,15 @@ DELAY = float(os.environ.get("ZEROSIM_PROGRESS_DELAY", "1.0"))
 
 
 def watched() -> bool:
-    """True when a person is likely watching: stderr is a terminal, or this is a Jupyter kernel."""
-    return sys.stderr.isatty() or "ipykernel" in sys.modules
+    """True when a person is likely watching: stderr is a terminal, or this is a Jupyter kernel. A process that only
+    imported ipykernel (a test runner's worker, after a test that did) is no kernel: IPython's shell there is none."""
+    if sys.stderr.isatty():
+        return True
+    if "ipykernel" not in sys.modules:  # (no kernel can run without it: IPython is not imported for nothing)
+        return False
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def progress(iterable=None, desc: str = "", total: int | None = None, enabled: bool | None = None, unit: str = "it"):

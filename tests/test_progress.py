@@ -1,0 +1,53 @@
+"""zerosim.progress.watched: whether someone is likely watching, so that a bar is drawn (`progress`, and
+zerosim.train's bar). A terminal or a Jupyter kernel is; a pipe is not, nor a process that only imported ipykernel (a
+test runner's worker, once a test before imported it: CI drew bars into captured stderr then)."""
+
+import sys
+import types
+
+import pytest
+
+from zerosim import progress
+
+
+class _Pipe:
+    """A stderr that is no terminal."""
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class _Terminal(_Pipe):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_pipe_is_not_watched_and_a_terminal_is(monkeypatch):
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(sys, "stderr", _Pipe())
+    assert progress.watched() is False
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert progress.watched() is True
+
+
+def test_a_process_that_only_imported_ipykernel_is_not_watched(monkeypatch):
+    pytest.importorskip("ipykernel")  # the notebooks extra
+    monkeypatch.setattr(sys, "stderr", _Pipe())
+    assert "ipykernel" in sys.modules
+    assert progress.watched() is False  # IPython's shell: none in this process
+
+
+def test_a_kernel_is_watched(monkeypatch):
+    ipython = pytest.importorskip("IPython")
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    monkeypatch.setattr(sys, "stderr", _Pipe())
+    monkeypatch.setattr(ipython, "get_ipython", lambda: types.SimpleNamespace(kernel=object()))  # a kernel's shell
+    assert progress.watched() is True
+    monkeypatch.setattr(ipython, "get_ipython", lambda: types.SimpleNamespace())  # IPython in a terminal, piped
+    assert progress.watched() is False
