@@ -3,9 +3,9 @@ nested tuples of them too, counted by hand below. The step logs them as the byte
 (models/_run.py `Pass.run`), so a part left out would quietly cheapen a hop's memory traffic."""
 
 import numpy as np
+from ml_dtypes import bfloat16 as BF16
 
 from zerosim.parallel.context import Ring, RingGrad
-from ml_dtypes import bfloat16 as BF16
 from zerosim.precision.cast import MetaArray
 
 
