@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zerosim.precision import cast
-from zerosim.precision.cast._fp16 import _mostly_normal, to_fp16
+from zerosim.precision.cast._fp16 import _by_bits, _mostly_normal, to_fp16
 
 
 def reference_bits(x) -> np.ndarray:
@@ -113,3 +113,39 @@ def test_other_dtypes_and_small_arrays_are_astypes_own():
     np.testing.assert_array_equal(bits16(to_fp16(halves)), bits16(halves))
     tiny = binade(-20)[:100]  # small values, but few: astype takes them whole
     np.testing.assert_array_equal(bits16(to_fp16(tiny)), reference_bits(tiny))
+
+
+@pytest.mark.parametrize("exponent", [-14, 0, 15, 16])
+def test_every_float32_of_a_normal_binade_rounded_from_its_bits_is_astypes(exponent):
+    # -14: [2**-14, 2**-13), float16's first normal binade (the exponent rebiased to 1); 0: [1, 2), ties at 2**-11
+    # apart; 15: [2**15, 2**16), the last binade, from 65,520 on rounded up to inf; 16: [2**16, 2**17), all inf
+    x = binade(exponent)
+    with np.errstate(over="ignore"):
+        want = bits16(x.astype(np.float16))
+    np.testing.assert_array_equal(bits16(_by_bits(x)), want)
+    np.testing.assert_array_equal(bits16(_by_bits(x.astype(np.float64))), want)  # float32's values are float64's too
+
+
+def test_float64_ties_at_float16s_last_place_and_a_hand_table():
+    rng = np.random.default_rng(64)
+    exponents = np.repeat(np.arange(-14, 16), 256).astype(np.uint64) + np.uint64(1023)
+    kept = rng.integers(0, 2**10, len(exponents), dtype=np.uint64) << np.uint64(42)  # a float16 mantissa
+    ties = (exponents << np.uint64(52)) | kept | np.uint64(2**41)  # exactly half a float16 place above it
+    bits = np.concatenate([ties, ties - np.uint64(1), ties + np.uint64(1)])
+    x = np.concatenate([bits, bits | np.uint64(2**63)]).view(np.float64)
+    np.testing.assert_array_equal(bits16(_by_bits(x)), bits16(x.astype(np.float16)))
+    table = [(1.0 + 2.0**-11, 0x3C00),  # halfway between 1 and 1 + 2**-10: to 1, the even mantissa
+             (1.0 + 3 * 2.0**-11, 0x3C02),  # halfway between 1 + 2**-10 and 1 + 2**-9: up, to the even one
+             (float(np.nextafter(np.float32(1.0 + 2.0**-11), np.float32(2.0))), 0x3C01),  # just past the tie: up
+             (-2.0, 0xC000),  # the sign kept, the exponent rebiased: (1 + 15) << 10
+             (2.0**-14, 0x0400),  # float16's smallest normal
+             (65504.0, 0x7BFF),  # its largest
+             (65519.0, 0x7BFF),  # below the tie with 65,536: down
+             (65520.0, 0x7C00),  # the tie: to the even mantissa, which carries into inf
+             (1e6, 0x7C00),  # past the range: inf
+             (-np.inf, 0xFC00),
+             (-0.0, 0x8000)]
+    values = np.array([v for v, _ in table])  # each a float32 too
+    want = np.array([b for _, b in table], np.uint16)
+    np.testing.assert_array_equal(bits16(_by_bits(values)), want)
+    np.testing.assert_array_equal(bits16(_by_bits(values.astype(np.float32))), want)
