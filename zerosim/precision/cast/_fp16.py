@@ -51,8 +51,9 @@ _F64 = (np.uint64, _F64_ABS, _F64_NORMAL_BITS, _F64_MAGIC, np.uint64(42), np.uin
 _SAMPLE_FROM = 512  # elements up to which `astype` takes the array unlooked at: a sample costs ~3 µs, its flags at
 # most ~33 (the casts of a GPT's fp16 run: 0.245 s against 0.413 for `astype` alone, alike from 256 to 1,024)
 _SAMPLE = 64  # elements of an array looked at to decide (`_mostly_normal`)
-_FEW = 4  # of them small, at most, for `astype` to take the whole array (one in 16: the flag's ~65 ns an element
-# against ~4 ns an element of setting them apart, measured on the casts of a GPT's fp16 run)
+_FEW = 4  # of them small, at most, for `astype` to take the whole array: one in 16, between where `_by_bits` and
+# `astype` cost alike, one small element in 8 at 4,096 elements and one in 32 at 65,536 (the flag's ~65 ns a small
+# element against a dozen calls over every element: benchmarks/README.md, the twenty-second round)
 
 
 def to_fp16(x: np.ndarray) -> np.ndarray:
