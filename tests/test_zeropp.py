@@ -73,6 +73,16 @@ def test_all_to_all_equals_its_naive_twin(n, per, g, seed):
     assert all(c.trace.bytes_sent(r) == (g - 1) * per * 2 for r in range(n))  # (g-1)/g of the buffer, fp16
 
 
+@pytest.mark.parametrize("second", [np.zeros(4, np.float32), np.zeros(2, np.float16)],
+                         ids=["another dtype", "another length"])
+def test_all_to_all_refuses_ranks_that_pass_another_length_or_dtype(second):
+    # rank 0 passes 4 fp16; rank 1 the same length in fp32, or 2 fp16: each refused before anything is sent
+    c = Cluster(2)
+    with pytest.raises(ValueError, match="every rank must pass the same length and dtype"):
+        all_to_all(c, [np.zeros(4, np.float16), second])
+    assert not c.trace.calls
+
+
 @pytest.mark.slow  # Hypothesis over many shapes: over a second
 @given(nodes=st.integers(2, 3), d=st.sampled_from([1, 2, 4]), rows=st.sampled_from([4, 8, 16]),
        seed=st.integers(0, 999))
