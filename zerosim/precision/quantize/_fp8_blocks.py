@@ -64,10 +64,22 @@ def mxfp8_quantize(x, fmt="fp8_e4m3") -> tuple:
     return cast(y, f, saturate=True), e
 
 
-def mxfp8_dequantize(q, e, out_format="fp32") -> np.ndarray:
-    """q · 2^(e - 127), rounded once to `out_format` (the product is exact in float64)."""
+def mxfp8_dequantize(q, e, out_format="fp32", block_of=None) -> np.ndarray:
+    """q · 2^(e - 127), rounded once to `out_format` (the product is exact in float64). `block_of`: each element's
+    block, an index into e (a receiver's buffer of several pieces, each in blocks of its own: `block_index`);
+    default the consecutive blocks of 32 of one piece."""
     q = np.asarray(q)
     scale = np.ldexp(1.0, np.asarray(e, np.int64) - 127)  # (blocks,) float64, exact
-    n = q.size
-    per = np.repeat(scale, BLOCK)[:n]
+    per = np.repeat(scale, BLOCK)[: q.size] if block_of is None else scale[block_of]
     return cast(q.astype(np.float64) * per, get_format(out_format))
+
+
+def block_index(counts) -> np.ndarray:
+    """(Σ m_r,) int64: each element's block in pieces of `counts` elements laid end to end, each piece in blocks of
+    32 of its own (its last one cut at its end), the blocks numbered in order: where the E8M0 byte of a gathered
+    element sits among the gathered scales."""
+    out, first = [], 0
+    for m in counts:
+        out.append(first + np.arange(m, dtype=np.int64) // BLOCK)
+        first += -(-m // BLOCK)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
