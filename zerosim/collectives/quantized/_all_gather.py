@@ -29,9 +29,9 @@ from zerosim.collectives._staging import Collected, phases
 from zerosim.collectives._wire import wire_of
 from zerosim.precision import cast, get_format
 from zerosim.precision.quantize import (
-    BLOCK,
     Quantized,
     amax_of,
+    block_count,
     block_index,
     deepspeed_groups,
     dequantize,
@@ -168,7 +168,7 @@ def mxfp8_all_gather(cluster, pieces, counts=None, out_format="bf16", tag: str =
     backend, n = cluster.backend, cluster.world_size
     sizes = backend.all_meta([int(np.shape(p)[0]) for p in pieces])
     counts = tuple(counts) if counts is not None else (tuple(sizes) if len(sizes) == n else (sizes[0],) * n)
-    nblocks = [-(-m // BLOCK) for m in counts]
+    nblocks = [block_count(m) for m in counts]
     if backend.holds_values:
         made = [mxfp8_quantize(p) for p in pieces]
         q, e = [m[0] for m in made], [m[1] for m in made]

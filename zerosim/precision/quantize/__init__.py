@@ -11,7 +11,7 @@ from zerosim._lazy import lazy_face, names_of
 
 # each name of the face and the module that defines it, imported the first time it is asked for (zerosim/_lazy.py)
 _NAMES = {
-    "._fp8_blocks": ("BLOCK", "block_index", "mxfp8_dequantize", "mxfp8_quantize"),
+    "._fp8_blocks": ("BLOCK", "block_count", "block_index", "mxfp8_dequantize", "mxfp8_quantize"),
     "._fp8_recipes": (
         "FP8_RECIPES", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "TorchaoAmaxToScale",
         "TorchaoDynamic", "get_fp8_recipe",

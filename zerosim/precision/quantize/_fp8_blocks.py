@@ -25,6 +25,11 @@ from zerosim.precision.quantize._fp8_scaling import fp8_format
 BLOCK = 32  # MXFP8BlockScaling: "Each group of 32 consecutive values is scaled together"
 
 
+def block_count(m: int) -> int:
+    """The blocks (and E8M0 scale bytes) of a piece of m elements: ceil(m / 32), a last partial block its own."""
+    return -(-m // BLOCK)
+
+
 def float_to_e8m0(val: np.ndarray) -> np.ndarray:
     """ptx::float_to_e8m0's software path on fp32 values >= 0: the biased exponent, rounded up (uint8)."""
     v = np.asarray(val, np.float32)
@@ -52,7 +57,7 @@ def mxfp8_quantize(x, fmt="fp8_e4m3") -> tuple:
     f = fp8_format(fmt)
     x32 = np.asarray(x).astype(np.float32).reshape(-1)
     n = x32.size
-    blocks = -(-n // BLOCK)
+    blocks = block_count(n)
     padded = np.zeros(blocks * BLOCK, np.float32)
     padded[:n] = x32
     amax = np.abs(padded.reshape(blocks, BLOCK)).max(axis=1) if blocks else np.zeros(0, np.float32)
@@ -81,5 +86,5 @@ def block_index(counts) -> np.ndarray:
     out, first = [], 0
     for m in counts:
         out.append(first + np.arange(m, dtype=np.int64) // BLOCK)
-        first += -(-m // BLOCK)
+        first += block_count(m)
     return np.concatenate(out) if out else np.zeros(0, np.int64)

@@ -218,14 +218,14 @@ def _receive_buffers(ledger, wire: Wire, counts) -> list:
     AllGatherCoalescedHandle.wait); torchao's fp8 all-gather lands in an fp8 buffer before its cast
     (float8/fsdp_utils.py: fsdp_post_all_gather). Counted, not written: the collective returns its own arrays."""
     from zerosim.collectives.quantized import group_count, padded_count
-    from zerosim.precision.quantize import BLOCK
+    from zerosim.precision.quantize import block_count
 
     if wire.zero_quantized_weights:
         g = wire.weight_groups
         sizes = [("int8", sum(padded_count(m, g) for m in counts), np.int8),
                  ("scales", sum(group_count(m, g) if m or g == "deepspeed" else 0 for m in counts), np.float32)]
     elif wire.fp8_all_gather == "mxfp8":
-        sizes = [("fp8", sum(counts), np.uint8), ("e8m0 scales", sum(-(-m // BLOCK) for m in counts), np.uint8)]
+        sizes = [("fp8", sum(counts), np.uint8), ("e8m0 scales", sum(block_count(m) for m in counts), np.uint8)]
     else:
         sizes = [("fp8", sum(counts), np.uint8)]
     return [ledger.alloc(f"gather {what} {RECEIVED}", n, dtype, "comm") for what, n, dtype in sizes]
