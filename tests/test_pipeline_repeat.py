@@ -26,7 +26,7 @@ P, M, SEQ = 4, 6, 16
 
 
 def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, steps: int = 2, cp: int = 1,
-        style: str = "ring", micro_batches: int = M, records_from=None):
+        style: str = "ring", micro_batches: int = M, records_from=None, time_only: bool = False):
     """A PipelineEngine's meta run, as analysis/costs `pipeline_run` builds one (`ParallelSpec.build`): with `cp` > 1
     the CP rank's twin (flash attention, cut at its ring or all-gather: `style`) on SEQ / cp tokens a rank."""
     model = Llama(vocab=256, d_model=64, n_heads=4, n_layers=10, seq_len=SEQ, d_ff=128, n_kv_heads=2,
@@ -40,7 +40,7 @@ def run(schedule: str, V: int, stage: int, recipe: str, tp: int, repeat: bool, s
     whole = context.model if context is not None else MetaLlama(model) if tensor is None else tensor.model
     engine = PipelineEngine(whole, cluster, stage, Adam(), "bf16-mixed", pp=P, micro_batches=micro_batches,
                             schedule=schedule, virtual_stages=V, tensor=tensor, recipe=recipe, repeat=repeat,
-                            context=context, records_from=records_from)
+                            context=context, records_from=records_from, time_only=time_only)
     ids = cluster.backend.empty((1, SEQ // cp), np.int64)
     for _ in range(steps):
         engine.step([[(ids, ids)] * micro_batches for _ in range(dims.dp)])
@@ -128,6 +128,43 @@ def test_records_carried_from_a_run_of_other_micro_batches_change_nothing(schedu
     again, yardstick = what_a_user_reads(carried), what_a_user_reads(ran)
     for key in yardstick:
         assert again[key] == yardstick[key], key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule, V, stage, recipe, tp, cp, style", [
+    ("1f1b", 1, 1, "seeds", 2, 1, "ring"),  # Megatron's distributed optimizer beside TP (its last micro-batch special)
+    ("1f1b", 1, 3, "fsdp2", 1, 2, "ring"),  # torchtitan's FSDP beside CP's ring
+    ("gpipe", 1, 3, "fsdp2", 1, 1, "ring"),
+    ("interleaved-1f1b", 2, 1, "seeds", 2, 1, "ring"),
+    ("interleaved-1f1b", 2, "no_reshard_no_sync", "seeds", 1, 1, "ring"),  # FSDP2 beside PP: its last micro-batch
+    ("1f1b", 1, "no_reshard_no_sync", "seeds", 2, 1, "ring"),
+    ("zero-bubble", 2, 1, "seeds", 1, 1, "ring"),
+    ("1f1b", 1, 1, "seeds", 1, 4, "allgather"),
+])
+def test_a_step_read_for_its_time_is_written_whole_from_the_records_it_carries(schedule, V, stage, recipe, tp, cp,
+                                                                                style):
+    """The planner's second point on a pipeline's line is read for its time alone (`time_only`): a first run of
+    M = 6 keeps its special actions' records and each stage's step end too, and the run of M = 10 writes every action
+    and every step end again from them, running none; its log, its calls' closed forms, groups and bytes, and its
+    timeline are those of the run that runs every action of M = 10."""
+    first, _ = run(schedule, V, stage, recipe, tp, True, steps=1, cp=cp, style=style)  # M = 6
+    once, written = run(schedule, V, stage, recipe, tp, True, steps=1, cp=cp, style=style, micro_batches=10,
+                        records_from=first, time_only=True)
+    assert once._records.written and set(once._records.plan.values()) == {"write again"}
+    _, ran = run(schedule, V, stage, recipe, tp, False, steps=1, cp=cp, style=style, micro_batches=10)
+    again, yardstick = what_a_user_reads(written), what_a_user_reads(ran)
+    for key in ("log", "closed forms", "groups", "bytes by tier", "sent by rank", "step time", "per rank"):
+        assert again[key] == yardstick[key], key
+
+
+def test_a_step_read_for_its_time_runs_where_its_records_are_not_whole():
+    """Without records of every action and step end (none carried, or carried from a run of two steps, which keeps
+    none of its own), a run read for its time runs as ever: its plan runs and records."""
+    alone, _ = run("1f1b", 1, 1, "seeds", 1, True, steps=1, micro_batches=10, time_only=True)
+    twice, _ = run("1f1b", 1, 1, "seeds", 1, True, steps=2)
+    later, _ = run("1f1b", 1, 1, "seeds", 1, True, steps=1, micro_batches=10, records_from=twice, time_only=True)
+    for engine in (alone, later):
+        assert not engine._records.written and Counter(engine._records.plan.values())["run"] > 0
 
 
 def test_records_are_carried_only_between_runs_of_one_job():

@@ -1,7 +1,7 @@
-"""A span of a run recorded, to be written again: the calls, compute events and ledger changes a block of work made
-on some local ranks, written into the trace and the ledgers again as if the same work ran again later, on the same
-ranks or on others of the same make, another micro-batch. The meta backend's pipeline uses it for actions that repeat
-(parallel/pipeline/_repeat.py says when that holds).
+"""A span of a run recorded, to be written again: the calls, compute events, optimizer steps and ledger changes a
+block of work made on some local ranks, written into the trace and the ledgers again as if the same work ran again
+later, on the same ranks or on others of the same make, another micro-batch. The meta backend's pipeline uses it for
+actions that repeat, and for a whole step read for its time (parallel/pipeline/_repeat.py says when that holds).
 
     with Recording(trace, ranks, names, waited) as rec:    the work, waiting for the handle `waited`
         ...
@@ -9,17 +9,17 @@ ranks or on others of the same make, another micro-batch. The meta backend's pip
                                                             relabelled; the ledgers moved as the work moved them
 
 What `replay` writes anew: each call number moves by (the first free call number now) - (the recorded first call); a
-number of the handle the work waited for becomes the number at its place in `waited_now`; every call and compute
-event takes `micro`; the ranks and the units' names (`names`, by position; a call's tag starts with its unit's name,
-then a space or a colon: "block2.attn g", "block2.attn.hop0: K, V to the next rank") those given now, and a send's
-ends the ranks at their places in the `Trace.within` block it is written in (the ranks a meta backend's
-representative stands for send too, their sends one record: collectives/_send_recv.py, `Trace.hops_alike`). The
-ledgers keep only what their questions read: per kind the bytes the work ended with and the most it held above where
-it started (MemoryLedger's peaks are maxima of running sums: the same allocations and frees from another start give
-that start plus the same maxima), and the count of events; a buffer it made is never in `live`.
-So it writes again only what ran on a backend without values, with a trace of calls and ledgers without a timeline
-(whose events carry names), and refuses (`usable` False) a record that holds other events or names a call made
-before it other than those it waited for.
+number of the handle the work waited for becomes the number at its place in `waited_now`; every call and compute event
+takes `micro` (an optimizer step has none: its rank and the handle it waited for move); the ranks and the units' names
+(`names`, by position; a call's tag starts with its unit's name, then a space or a colon: "block2.attn g",
+"block2.attn.hop0: K, V to the next rank") those given now, and a send's ends the ranks at their places in the
+`Trace.within` block it is written in (the ranks a meta backend's representative stands for send too, their sends one
+record: collectives/_send_recv.py, `Trace.hops_alike`). The ledgers keep only what their questions read: per kind the
+bytes the work ended with and the most it held above where it started (MemoryLedger's peaks are maxima of running sums:
+the same allocations and frees from another start give that start plus the same maxima), and the count of events; a
+buffer it made is never in `live`. So it writes again only what ran on a backend without values, with a trace of calls
+and ledgers without a timeline (whose events carry names), and refuses (`usable` False) a record that holds other events
+or names a call made before it other than those it waited for.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from __future__ import annotations
 import re
 
 from zerosim._dataclass import dataclass
-from zerosim.cluster._events import ComputeFields
+from zerosim.cluster._events import ComputeFields, OptimizerStep, optimizer_step_event
 from zerosim.cluster._hops import RingHops
 from zerosim.cluster._trace import Call, Event, Handle
 
 _new = object.__new__
 _UNIT_END = re.compile("[ :]")  # where the unit's name a call's tag starts with ends
-_CALL, _OWN, _COMPUTE = "call", "compute waiting for its own calls", "compute"  # a log entry, as `_relabelled` marks it
+# a log entry, as `_relabelled` marks it
+_CALL, _OWN, _COMPUTE, _STEP = "call", "compute waiting for its own calls", "compute", "optimizer step"
 
 
 @dataclass
@@ -112,8 +113,9 @@ class Recording:
         self.ledgers = self.watch.deltas
         # `replay` moves the ends of each Event, and of each record of sends alike at "call" granularity (a context
         # ring's stood-for ranks: collectives/_send_recv.py); a ring phase recorded whole in steps is not written again
-        self.usable = all(type(e) in (Call, ComputeFields) for e in self.log) and all(
+        self.usable = all(type(e) in (Call, ComputeFields, OptimizerStep) for e in self.log) and all(
             self._refers(e[9]) for e in self.log if type(e) is ComputeFields) and all(
+            self._refers(e.needs) for e in self.log if type(e) is OptimizerStep) and all(
             type(e) is Event or type(e) is RingHops and e.whole for e in self.events)
         return False
 
@@ -152,6 +154,10 @@ class Recording:
 
         log, calls, scope = t._log, t._calls, t.scope
         for what, e, head, body, fields in self._relabelled(rank, names):
+            if what is _STEP:  # a step's end written again (parallel/pipeline/_repeat.py): its rank and needs moved
+                log.append(optimizer_step_event(rank.get(e.rank, e.rank), e.step, e.start, e.stop, e.optimizer,
+                                                moved(e.needs), None, e.where))
+                continue
             if what is not _CALL:  # (rank, op, micro, kind, unit, ...fields, needs, ...rest): micro, needs anew
                 needs = (Handle(tuple(c + shift for c in e[9]), generation) if what is _OWN  # its own calls only
                          else moved(e[9]))
@@ -208,7 +214,8 @@ class Recording:
 
         made = self._places[key] = [
             (what(e[9]), e, (rank[e[0]], e[1]), (e[3], unit.get(e[4], e[4])) + e[5:9], e[10:])
-            if type(e) is ComputeFields else (_CALL, e, _fields(e, tag=tag(e.tag) if unit else e.tag), None, None)
+            if type(e) is ComputeFields else (_STEP, e, None, None, None) if type(e) is OptimizerStep
+            else (_CALL, e, _fields(e, tag=tag(e.tag) if unit else e.tag), None, None)
             for e in self.log]
         return made
 

@@ -36,14 +36,16 @@ from zerosim.optim import get_optimizer
 def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tuple | None = None,
                  micro_batches: int | None = None, comm=None, clip_grad: float | None = None, wire=None, recipe=None,
                  parallelisms: tuple = (), steps: int = 1, tokens: int = 2048, step: bool = True,
-                 keep_timeline: bool = False, records_from=None) -> tuple:
+                 keep_timeline: bool = False, records_from=None, time_only: bool = False) -> tuple:
     """(the meta Cluster, the PipelineEngine) of `model` (a data-less twin) on `mesh` (a DataMesh: the ZeRO stage,
     N and the nodes) beside `spec` (a ParallelSpec with pp > 1, and TP), after `steps` steps of M = `micro_batches`
     micro-batches (default P) of `micro_batch` = (B, L) sequences (or `tokens` rows of a MetaModel) a data-parallel
     rank (none when not `step`). `keep_timeline`: each ledger keeps its alloc/free order (which buffer was live when).
     `records_from`: the engine an earlier `pipeline_run` returned for the same job (every argument the same, the same
     `model` object) but M, after its one step: its records of alike actions stand for this step's (none recorded
-    anew: parallel/pipeline/_repeat.py `Records`); an engine of another job is not read.
+    anew: parallel/pipeline/_repeat.py `Records`); an engine of another job is not read. `time_only`: the run is read
+    for its trace alone (its time): with such records, every action and each stage's step end is written again from
+    them and none runs (its ledgers are not the run's).
     What the pipeline does not run beside it is refused here, by name: clipping and offload (their decisions and
     copies span every stage), ZeRO++'s `wire` (its collectives span every rank), a strategy for many nodes. The stage
     runs what its framework runs beside a pipeline (parallel/pipeline/_beside.py: ZeRO-3 with FSDP's `comm` becomes
@@ -82,7 +84,8 @@ def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tupl
                             schedule=spec.pp_schedule, micro_batches=M, virtual_stages=spec.virtual_stages,
                             split_rule=spec.pp_split,
                             tensor=tensor, context=context, checkpoint=getattr(whole, "checkpointing", False),
-                            comm=comm, recipe=recipe, records_from=records_from if same else None)
+                            comm=comm, recipe=recipe, records_from=records_from if same else None,
+                            time_only=time_only)
     engine.run_of = (model, job)  # what a later run of the same job but M checks before it reads its records
     if step:
         pair = (whole.batches(cluster, batch=tokens) if micro_batch is None else

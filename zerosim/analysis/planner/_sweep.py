@@ -67,7 +67,7 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
               sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=(),
-              layout: str | None = None, spec=None, records_from=None):
+              layout: str | None = None, spec=None, records_from=None, time_only: bool = False):
     """Run `steps` steps of `model` on `ranks` meta ranks and simulate them; returns (Timeline, engine). One step
     holds everything a step does, its closing refresh included.
 
@@ -84,7 +84,8 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     ParallelSpec in place of `tp`, `sp`, `async_tp` and `layout`, with context parallelism (`micro_batch` the whole
     sequences; each rank runs its L / C tokens, the time model charges each hop its rank's block). `records_from`:
     beside a pipeline, the engine of a run of the same job but M, whose records this step's alike actions are
-    written from (analysis/costs `pipeline_run`)."""
+    written from (analysis/costs `pipeline_run`); with `time_only` (the Timeline alone is read: not the engine's
+    ledgers), every action and the step's end are, where those records hold them all."""
     if type(tokens) is not int or tokens < 1:
         raise ValueError(f"tokens per rank must be a positive integer, got {tokens!r}")
     spec = ParallelSpec.of(spec, mesh.dims.tp if mesh is not None else tp, sp, layout, async_tp)
@@ -94,7 +95,7 @@ def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, pr
     if spec.pp > 1:  # a pipeline: its engine, every micro-batch of the step (analysis/costs pipeline_run)
         cluster, engine = pipeline_run(model, mesh, spec, optimizer, precision, micro_batch, accumulation_steps, comm,
                                        clip_grad, wire, recipe, parallelisms, steps, tokens,
-                                       records_from=records_from)
+                                       records_from=records_from, time_only=time_only)
         costs = None if time_model is None else time_model.costs(  # a CP rank's L / C tokens, its hops' blocks
             engine.model, None if micro_batch is None else spec.micro(*micro_batch), hardware,
             positions_of(engine.parallelisms.members, cluster, engine.dims))
@@ -141,9 +142,10 @@ def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, prec
     it is known already (the planner writes its log from the memory run's: _repeat.py); `beside`: meta_step's
     gpus_per_node, wire, tp, sp, parallelisms, or a `mesh` (a DataMesh) saying `ranks`, `stage`, the nodes and tp at
     once."""
-    def run(K):
+    def run(K):  # its times alone are read: a pipeline's step written from the records it carries (`time_only`)
         result, engine = meta_step(model, ranks, stage, hardware, comm, precision, tokens, optimizer,
-                                   micro_batch=micro_batch, accumulation_steps=K, time_model=time_model, **beside)
+                                   micro_batch=micro_batch, accumulation_steps=K, time_model=time_model,
+                                   time_only=True, **beside)
         engine.cluster.let_go()  # its times read: the run goes with its last reference (_plan.py `let_go`)
         return StepTime(result.step_time, float(result.compute_busy[0]), float(result.exposed_comm[0]), (K,))
 

@@ -92,12 +92,17 @@ class PipelineEngine:
             running them (_repeat.py: the same events, peaks and bytes); False runs every action.
         records_from: a PipelineEngine of the same job but for its micro-batches a step, after its one step: its
             records stand for this engine's first step's (`Records`' `carried`: none recorded anew).
+        time_only: this run is read for its trace alone (its time: the planner's second point on a pipeline's line):
+            where `records_from` kept a record of every action of its make, of its special ones and of each stage's
+            step end, the first step writes them all again and runs none (_repeat.py); its ledgers are then not the
+            run's (no buffer is made), nor its losses' values.
     """
 
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
                  DEFAULT_SCHEDULE, micro_batches: int | None = None, virtual_stages: int | None = None,
                  split_rule: str = "torchtitan", layers=None, tensor=None, params=None, checkpoint=None, comm=None,
-                 recipe=None, shard_group=None, repeat: bool = True, context=None, records_from=None):
+                 recipe=None, shard_group=None, repeat: bool = True, context=None, records_from=None,
+                 time_only: bool = False):
         if not isinstance(cluster, Cluster):
             raise TypeError(f"cluster must be a zerosim Cluster (e.g. Cluster(4)), got {cluster!r}")
         if records_from is not None and not isinstance(records_from, PipelineEngine):
@@ -145,7 +150,8 @@ class PipelineEngine:
         on = bool(repeat) and applies(cluster)  # the meta backend: actions alike written again (_repeat.py)
         self._records = Records(on, self.table.order(), [make_of(p, e.layout) for p, e in zip(self.stage_models,
                                 self.engines)], P, M, _Special(self.engines),
-                                None if records_from is None else records_from._records) if on else Records(False)
+                                None if records_from is None else records_from._records, time_only) if on \
+            else Records(False)
 
     @property
     def parallelisms(self) -> Parallelisms:
@@ -180,12 +186,12 @@ class PipelineEngine:
                     with within(self._blocks[a.rank]):
                         self._act(a, micro, passes, inbox, losses, last)
                 reduced = []
-                for e, h, block in zip(self.engines, last, self._blocks):
+                for r, (h, block) in enumerate(zip(last, self._blocks)):
                     with within(block):
-                        reduced.append(e.reduce(h))
-            for e, red, block in zip(self.engines, reduced, self._blocks):
+                        reduced.append(self._step_end("reduce", r, h))
+            for r, (red, block) in enumerate(zip(reduced, self._blocks)):
                 with within(block):
-                    e.finish(red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
+                    self._step_end("finish", r, red)  # each stage's optimizer and refresh, as ZeroEngine.step ends
         return self._mean_losses(losses)
 
     def _act(self, a, micro, passes: dict, inbox: dict, losses: dict, last: list) -> None:
@@ -236,6 +242,21 @@ class PipelineEngine:
             self._send(a, sent, inbox, -1)
         if a.kind != INPUT:
             del passes[(a.stage, k)]
+
+    def _step_end(self, part: str, r: int, waited):
+        """Pipeline rank r's ZeroEngine's `reduce(waited)` (the last gradient reduction's handle) or `finish(waited)`
+        (what `reduce` returned), run, or written again from the run whose records this one carries (_repeat.py
+        `Records.written`: then `reduce` returns the handle its record's `finish` waited for, in place of a Reduced)."""
+        engine, records = self.engines[r], self._records
+        ranks, names, trace = engine.cluster.ranks, self._names[r], self.cluster.trace
+        if records.written:
+            return records.ended(part, r).replay(self.table.micro_batches - 1, waited, ranks, names, trace)
+        after = waited if part == "reduce" else waited.waits
+        with records.end(part, r, trace, ranks, names, after) or _nothing() as rec:
+            made = engine.reduce(waited) if part == "reduce" else engine.finish(waited)
+        if rec is not None and part == "reduce":
+            rec.returned(made.waits)
+        return made
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _inputs(self, a, micro, inbox) -> tuple:

@@ -39,6 +39,18 @@ a pipeline's line, analysis/costs `line_points`; `pipeline_run` checks every oth
 step writes every middle action again from the first's records and records none, its micro-batch 0 and special last
 ones still run (they make its own buffers).
 
+A run read for its time alone (`time_only`: the line's second point, whose ledgers no one reads) runs none of them.
+A first step keeps its own records of what it ran whatever (`Records.kept`, by pipeline rank): each special action
+(its micro-batch 0's, its special last one's) and each stage's step end (`STEP_END`: ZeroEngine.reduce, then
+finish: the reductions, checks, optimizer steps and refresh), whose calls and events depend on the shapes alone, as
+an action's do. Carried to the run of the same job but M, they and the middle records write its step whole
+(`written`): every action again, each stage's `reduce` from the handle its last backward returned and its `finish`
+from the handle that reduce returned, every call of the step's end labelled micro-batch M − 1, as the run labels
+them. No buffer is made, so nothing a run's ledgers or losses hold is read of it; where any record is missing or
+names a call outside its action, the step runs as above. tests/test_pipeline_repeat.py holds such a step's log,
+closed forms, groups, bytes and timeline to the run of every action, for every schedule, ZeRO stage 1 and 3, TP 1
+and 2, and CP 2 and 4.
+
 Where it applies (`applies`): a cluster without values (the meta backend), a trace of calls (granularity "call"),
 ledgers without a timeline (their events carry names and positions). Every other run runs every action.
 tests/test_pipeline_repeat.py compares the two event by event, peak by peak and on the timeline, for every schedule,
@@ -52,6 +64,8 @@ import re
 from zerosim.cluster import Handle, Recording
 
 RUN, RECORD, REPLAY = "run", "record", "write again"
+FIRST, LAST = "first", "last"  # a special action's micro-batch: 0, or the last where it differs (`special`)
+STEP_END = ("reduce", "finish")  # the parts of a stage's step end (ZeroEngine.reduce, ZeroEngine.finish)
 _NUMBER = re.compile(r"\d+")
 
 
@@ -117,19 +131,31 @@ class Records:
     as ever, making this run's own buffers. Later steps record their own."""
 
     def __init__(self, on: bool, order=(), makes=(), pp: int = 1, micro_batches: int = 1, special=None,
-                 carried: "Records | None" = None):
+                 carried: "Records | None" = None, time_only: bool = False):
         self.on, self.order, self.micro_batches, self.special = on, tuple(order), micro_batches, special
         self.raw, self.makes, self.pp = tuple(makes), _numbered(makes), pp
-        self.carried = dict(carried.held) if on and carried is not None and carried.on and carried.raw == self.raw \
-            and carried.pp == pp and carried.steps == 1 else {}
-        self.steps, self.held, self.plan, self._own = 0, {}, {}, None
+        same = on and carried is not None and carried.on and carried.raw == self.raw and carried.pp == pp \
+            and carried.steps == 1
+        self.carried = dict(carried.held) if same else {}
+        # each rank's own records, by rank: its special actions' (micro-batch 0's, the special last one's) and its
+        # step's end (`end`), kept by a first step that runs them, for a run read for its time alone (`time_only`)
+        self.carried_kept = dict(carried.kept) if same else {}
+        self.time_only, self.written = time_only, False
+        self.steps, self.held, self.kept, self.plan, self._own = 0, {}, {}, {}, None
 
     def clear(self) -> None:
         """A step begins: its records (the carried ones for the first step) and its plan (the one with nothing
-        recorded yet made once)."""
+        recorded yet made once). A first step read for its time alone (`time_only`) whose carried records hold every
+        action's and every rank's step end writes them all again (`written`): none runs."""
         self.held, self.carried = self.carried, {}
+        kept, self.carried_kept, self.kept = self.carried_kept, {}, {}
         self.steps += 1
+        self.written = False
         if not self.on:
+            return
+        if self.time_only and self.steps == 1 and self._complete(kept):
+            self.kept, self.written = kept, True
+            self.plan = dict.fromkeys(self.order, REPLAY)
             return
         if self.held:
             self.plan = plan(self.order, self.makes, self.pp, self.micro_batches, self.special, tuple(self.held))
@@ -138,6 +164,37 @@ class Records:
             self._own = plan(self.order, self.makes, self.pp, self.micro_batches, self.special)
         self.plan = self._own
 
+    def _role(self, a) -> str | None:
+        """FIRST for micro-batch 0's action, LAST for the special last one's (`special`), else None (a middle one)."""
+        return FIRST if a.micro == 0 else LAST if self.special(a.rank, a.micro) else None
+
+    def _kept_key(self, a) -> tuple:
+        return a.rank, a.stage // self.pp, a.kind, self._role(a)
+
+    def _complete(self, kept: dict) -> bool:
+        """Whether `kept` and the records held write this step whole: every action's record, usable, and each pipeline
+        rank's step end (`end`)."""
+        if not kept:
+            return False
+        for a in self.order:
+            rec = kept.get(self._kept_key(a)) if self._role(a) is not None else self.held.get(self.key(a))
+            if rec is None or not rec.usable:
+                return False
+        return all(kept.get((part, r)) is not None and kept[(part, r)].usable for r in range(self.pp)
+                   for part in STEP_END)
+
+    def end(self, part: str, r: int, trace, ranks, names: tuple, waited: Handle):
+        """A `Recording` to run pipeline rank r's step's end `part` ("reduce", "finish") inside, where a first step
+        keeps its own records; else None."""
+        if not self.on or self.steps != 1 or self.written:
+            return None
+        rec = self.kept[(part, r)] = Recording(trace, ranks, names, waited)
+        return rec
+
+    def ended(self, part: str, r: int):
+        """The record pipeline rank r's step's end `part` is written from (`written`)."""
+        return self.kept[(part, r)]
+
     def what(self, a) -> str:
         return self.plan.get(a, RUN)
 
@@ -145,15 +202,20 @@ class Records:
         return self.makes[a.rank], a.stage // self.pp, a.kind
 
     def record(self, a, trace, ranks, names: tuple, waited: Handle):
-        """A `Recording` to run action `a` inside, where the plan records it; else None."""
-        if self.what(a) != RECORD:
-            return None
-        rec = self.held[self.key(a)] = Recording(trace, ranks, names, waited)
-        return rec
+        """A `Recording` to run action `a` inside, where the plan records it, or where a first step keeps a special
+        action's own (`kept`); else None."""
+        if self.what(a) == RECORD:
+            rec = self.held[self.key(a)] = Recording(trace, ranks, names, waited)
+            return rec
+        if self.on and self.steps == 1 and not self.written and self._role(a) is not None:
+            rec = self.kept[self._kept_key(a)] = Recording(trace, ranks, names, waited)
+            return rec
+        return None
 
     def find(self, a):
         """The record action `a` is written from (the plan says it is)."""
-        rec = self.held.get(self.key(a))
+        rec = self.kept.get(self._kept_key(a)) if self.written and self._role(a) is not None else \
+            self.held.get(self.key(a))
         if rec is None or not rec.usable:
             raise RuntimeError(f"{a}: planned to be written again, but its record "
                                f"{'is missing' if rec is None else 'names calls outside its action'}")
