@@ -151,6 +151,8 @@ def test_a_step_read_for_its_time_is_written_whole_from_the_records_it_carries(s
     once, written = run(schedule, V, stage, recipe, tp, True, steps=1, cp=cp, style=style, micro_batches=10,
                         records_from=first, time_only=True)
     assert once._records.written and set(once._records.plan.values()) == {"write again"}
+    with pytest.raises(RuntimeError, match="written from another run's records"):  # its stages never ran
+        once.step([[None] * 10 for _ in range(once.dims.dp)])
     _, ran = run(schedule, V, stage, recipe, tp, False, steps=1, cp=cp, style=style, micro_batches=10)
     again, yardstick = what_a_user_reads(written), what_a_user_reads(ran)
     for key in ("log", "closed forms", "groups", "bytes by tier", "sent by rank", "step time", "per rank"):

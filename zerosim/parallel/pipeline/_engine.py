@@ -95,7 +95,7 @@ class PipelineEngine:
         time_only: this run is read for its trace alone (its time: the planner's second point on a pipeline's line):
             where `records_from` kept a record of every action of its make, of its special ones and of each stage's
             step end, the first step writes them all again and runs none (_repeat.py); its ledgers are then not the
-            run's (no buffer is made), nor its losses' values.
+            run's (no buffer is made), nor its losses' values, and it takes no later step (its stages never ran).
     """
 
     def __init__(self, model, cluster, stage, optimizer, precision="fp16-mixed", *, pp: int, schedule: str =
@@ -167,6 +167,9 @@ class PipelineEngine:
         """One step: `batches[d]` is data-parallel rank d's M micro-batches [(x, target), ...] (every rank of its
         pipeline and TP group reads them: the first stage the inputs, the last the targets). Returns each data-
         parallel rank's loss, the mean over its micro-batches (as the last stage computed them)."""
+        if self.dims.pp > 1 and self._records.written:  # its first step was written from records: nothing ran
+            raise RuntimeError("this engine's step was written from another run's records (time_only): its stages "
+                               "never ran, so it takes no later step; build an engine without time_only to train on")
         micro = self._check_batches(batches)
         if self.dims.pp == 1:  # one stage: every schedule runs the micro-steps in order (F0 B0 F1 B1 ... for 1F1B;
             # GPipe's F0 F1 .. B0 B1 .. accumulates in the same order, so no bit differs): the data-parallel step's
