@@ -6,8 +6,8 @@ resource usage. With --tree DIR, another tree's command runs beside each of this
 order each round (this, that, that, this, ...), every run a fresh process: the tenth round of issue 63 found that a
 worker process kept for a whole benchmark can run 20-50 % slow for its life (benchmarks/trees.py `workers_apart`), so
 no process here outlives one command. The two trees' stdout must be the same bytes (a speed-up changes no text); a
-difference is printed beside the times. Round 0 warms up (the page cache; each tree's compiled bytecode, which the
-commands write even where PYTHONDONTWRITEBYTECODE is set: `ENV`), untimed.
+difference is printed beside the times. Round 0 warms up (the page cache; each tree's compiled bytecode, in a
+temporary folder of this run's even where PYTHONDONTWRITEBYTECODE is set: trees.py `compiled_child`), untimed.
 
     python benchmarks/commands.py [--repeats 5] [--only validate,plan] [--tree DIR]
 
@@ -29,7 +29,7 @@ import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/trees.py, however this file is run
 from plan import ARGV as PLAN  # noqa: E402  (the README's plan, one place)
-from trees import quartiles, rounds, source_tree  # noqa: E402
+from trees import compiled_child, quartiles, rounds, source_tree  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this source tree
 COMMANDS = {  # name -> the command's arguments: the README's and the longest text commands
@@ -60,16 +60,13 @@ COMMANDS = {  # name -> the command's arguments: the README's and the longest te
 }
 
 
-# the commands' environment: this one's, but Python writes its bytecode (the untimed first round writes each tree's).
-# Where PYTHONDONTWRITEBYTECODE is set, a tree without __pycache__ (a fresh worktree) compiled every module in every
-# timed process, ~0.5 s a command, which no change of its code made (benchmarks/README.md, the twenty-fourth round)
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+PYTHON, ENV = compiled_child()  # each tree's bytecode compiled once, by the untimed first round (trees.py)
 
 
 def run(tree: str, args: list) -> tuple:
     """(CPU seconds, stdout bytes) of `python -m zerosim.cli.main args` started in `tree`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "zerosim.cli.main", *args], cwd=tree, capture_output=True, env=ENV)
+    done = subprocess.run([*PYTHON, "-m", "zerosim.cli.main", *args], cwd=tree, capture_output=True, env=ENV)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise SystemExit(f"{tree}: zerosim {' '.join(args)} exited {done.returncode}:\n{done.stderr.decode()[-2000:]}")

@@ -39,10 +39,10 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 from machine import cpu_name  # benchmarks/machine.py, beside this script
+from trees import compiled_child  # benchmarks/trees.py
 
 CONTENDERS = {"zerosim": "import zerosim", "numpy": "import numpy", "zerosim + ZeroEngine": "from zerosim import "
               "ZeroEngine", "a first script's names": "from zerosim import MLP, Adam, Cluster, ZeroEngine"}
@@ -56,10 +56,8 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if type(sys.modules
 HELP = "from zerosim.cli.main import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
 
 
-CACHE = tempfile.mkdtemp(prefix="zerosim-pycache-")  # compiled bytecode for every child (module docstring)
-ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-       "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # BLAS pinned (docstring)
-PYTHON = [sys.executable, "-X", f"pycache_prefix={CACHE}"]
+PYTHON, ENV = compiled_child()  # compiled bytecode for every child (module docstring; trees.py)
+ENV.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # BLAS pinned (docstring)
 
 
 def top_level(code: str) -> dict:
