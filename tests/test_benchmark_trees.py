@@ -232,3 +232,21 @@ def test_a_run_says_when_the_same_code_reads_apart_in_its_two_workers(ratio, sai
     assert (warning is not None) == said
     if said:
         assert f"native steps, the same code in both trees, read {ratio:.3f} apart" in warning
+
+
+@pytest.mark.slow  # two processes of their own
+def test_a_child_reads_a_trees_modules_compiled_once_even_where_bytecode_is_not_to_be_written(tmp_path, monkeypatch):
+    """`compiled_child`: a child started with it writes a tree's bytecode into the run's own cache (not into the tree),
+    even with PYTHONDONTWRITEBYTECODE set around it, and a second child reads it from there: a fresh worktree is not
+    timed compiling its modules in every process (benchmarks/README.md, the twenty-fourth round)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(trees, "_CACHE", [])
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "probe_module.py").write_text("VALUE = 7\n")
+    python, env = trees.compiled_child()
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    ask = "import probe_module, sys; print(probe_module.__cached__, 'probe_module' in sys.modules)"
+    cached = [subprocess.run([*python, "-c", ask], cwd=tmp_path / "tree", env=env, capture_output=True, text=True,
+                             check=True).stdout.split()[0] for _ in range(2)]
+    assert cached[0] == cached[1] and Path(cached[0]).exists()
+    assert Path(cached[0]).is_relative_to(trees._CACHE[0]) and not (tmp_path / "tree" / "__pycache__").exists()
