@@ -31,6 +31,7 @@ PUBLISHED = [
 def test_shipped_configs_count_the_published_parameters(name, published, source):
     config = read_hf_config(shipped_config(name))
     assert config.num_params == published
+    assert sum(n for _, n in config.layers) == published  # module by module (DeepSpeed's listing) as in closed form
     assert get_preset(name).total == published  # the preset is that config, not a hand-typed shape
     twin = (MetaLlama if config.layout == "llama" else MetaGPT).from_config(config, seq_len=128)
     assert twin.num_params == published  # and the data-less model's flat layout holds exactly as many

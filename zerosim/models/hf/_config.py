@@ -223,40 +223,49 @@ class DecoderConfig:
     def layers(self) -> tuple:
         """((module name, parameters), ...) in forward order, one per module as DeepSpeed counts them
         (`parameters(recurse=False)`: weight and bias together); a tied head is not listed (counted once)."""
-        d, V, F = self.d_model, self.vocab, self.d_ff
-        if self.layout == "gpt2":
-            out = [("wte", V * d), ("wpe", self.max_positions * d)]
-            for i in range(self.n_layers):
-                out += [
-                    (f"h.{i}.ln_1", 2 * d),
-                    (f"h.{i}.attn.c_attn", d * 3 * d + 3 * d),
-                    (f"h.{i}.attn.c_proj", d * d + d),
-                    (f"h.{i}.ln_2", 2 * d),
-                    (f"h.{i}.mlp.c_fc", d * F + F),
-                    (f"h.{i}.mlp.c_proj", F * d + d),
-                ]
-            return tuple(out + [("ln_f", 2 * d)] + ([] if self.tied else [("lm_head", V * d)]))
-        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        out = [("embed_tokens", V * d)]
-        for i in range(self.n_layers):
-            a = f"layers.{i}.self_attn"
-            out += [
-                (f"layers.{i}.input_layernorm", d),
-                (f"{a}.q_proj", q * d + q * self.qkv_bias),
-                (f"{a}.k_proj", kv * d + kv * self.qkv_bias),
-                (f"{a}.v_proj", kv * d + kv * self.qkv_bias),
-                (f"{a}.o_proj", q * d + d * self.o_bias),
-                (f"layers.{i}.post_attention_layernorm", d),
-                (f"layers.{i}.mlp.gate_proj", d * F),
-                (f"layers.{i}.mlp.up_proj", d * F),
-                (f"layers.{i}.mlp.down_proj", F * d),
-            ]
-        return tuple(out + [("norm", d)] + ([] if self.tied else [("lm_head", V * d)]))
+        front, back = self._ends()
+        return (*front, *(module for i in range(self.n_layers) for module in self._block(i)), *back)
 
     @property
     def num_params(self) -> int:
-        """Ψ: every parameter, a tied head once (as `sum(p.numel() for p in model.parameters())`)."""
-        return sum(n for _, n in self.layers)
+        """Ψ: every parameter, a tied head once (as `sum(p.numel() for p in model.parameters())`): the ends', and
+        n_layers times one block's (every block the same modules; a config of 10**6 layers is counted at once, not
+        module by module, before the commands refuse it: cli/work_budget.py)."""
+        front, back = self._ends()
+        return sum(n for _, n in (*front, *back)) + self.n_layers * sum(n for _, n in self._block(0))
+
+    def _ends(self) -> tuple:
+        """(the modules before the first block, those after the last): ((name, parameters), ...) each."""
+        d, V = self.d_model, self.vocab
+        head = () if self.tied else (("lm_head", V * d),)
+        if self.layout == "gpt2":
+            return (("wte", V * d), ("wpe", self.max_positions * d)), (("ln_f", 2 * d), *head)
+        return (("embed_tokens", V * d),), (("norm", d), *head)
+
+    def _block(self, i: int) -> tuple:
+        """Block i's modules, ((name, parameters), ...) in forward order."""
+        d, F = self.d_model, self.d_ff
+        if self.layout == "gpt2":
+            return (
+                (f"h.{i}.ln_1", 2 * d),
+                (f"h.{i}.attn.c_attn", d * 3 * d + 3 * d),
+                (f"h.{i}.attn.c_proj", d * d + d),
+                (f"h.{i}.ln_2", 2 * d),
+                (f"h.{i}.mlp.c_fc", d * F + F),
+                (f"h.{i}.mlp.c_proj", F * d + d),
+            )
+        q, kv, a = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, f"layers.{i}.self_attn"
+        return (
+            (f"layers.{i}.input_layernorm", d),
+            (f"{a}.q_proj", q * d + q * self.qkv_bias),
+            (f"{a}.k_proj", kv * d + kv * self.qkv_bias),
+            (f"{a}.v_proj", kv * d + kv * self.qkv_bias),
+            (f"{a}.o_proj", q * d + d * self.o_bias),
+            (f"layers.{i}.post_attention_layernorm", d),
+            (f"layers.{i}.mlp.gate_proj", d * F),
+            (f"layers.{i}.mlp.up_proj", d * F),
+            (f"layers.{i}.mlp.down_proj", F * d),
+        )
 
     def with_(self, **changes) -> "DecoderConfig":
         return replace(self, **changes)
