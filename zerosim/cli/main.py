@@ -141,6 +141,7 @@ def _run(args) -> int:
     except (
         ValueError,
         TypeError,
+        NotImplementedError,  # what a backend or a combination does not model yet: one line, not a traceback
         FloatingPointError,
         OverflowError,
         OSError,

@@ -68,7 +68,7 @@ from zerosim.cli.parallel_args import (
     add_parallel_arguments,
     check_pipeline,
     layout_of,
-    refuse_beside_pipeline,
+    refuse_beside,
     spec_of,
 )
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
@@ -128,7 +128,7 @@ def report(args):
     if args.accumulation_steps is not None and spec.pp == 1:
         raise ValueError("--accumulation-steps counts a pipeline's micro-batches (with --pp); the data-parallel "
                          "step's peak does not depend on it (every micro-step holds the same): drop it, or add --pp")
-    refuse_beside_pipeline(spec, names, wire_from_args(args))
+    refuse_beside(spec, args.ranks, names, wire_from_args(args), s.clip_grad)
     if (tp > 1 or spec.cp > 1) and s.micro is None:
         raise ValueError(f"{'--tp' if tp > 1 else '--cp'} splits a transformer's "
                          + ("heads, columns and vocabulary" if tp > 1 else "sequences") + ": give its shape and work, "

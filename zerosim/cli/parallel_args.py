@@ -163,9 +163,25 @@ def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
                          "(Megatron's distributed optimizer; torchtitan's FSDP: ZeRO-3 with --comm fsdp, which runs "
                          "no_reshard_no_sync beside --pp)")
     if wire is not None:
-        raise ValueError("--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients beside --pp are "
+        raise ValueError(f"{WIRE_FLAGS} beside --pp are "
                          "not modelled: ZeRO++'s and torchao's quantized collectives run over every rank, not a "
                          "stage's")
+
+
+WIRE_FLAGS = "--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients"
+
+
+def refuse_beside(spec, ranks: int, strategies: tuple, wire, clip_grad=None) -> None:
+    """What is refused beside --tp, --cp and --pp, in the flags' words, before any work: with --pp a --strategy for
+    many nodes and ZeRO++'s quantized collectives (`refuse_beside_pipeline`; its clipping: `check_pipeline`); beside
+    --tp or --cp those collectives (`wire`) and clipping (`clip_grad`: a DeepSpeed config's gradient_clipping), by the
+    engine's own rule (parallel/data/multinode `refuse_beside`) on the `ranks` GPUs."""
+    refuse_beside_pipeline(spec, strategies, wire)
+    if spec.pp == 1:
+        from zerosim.parallel.data.multinode import refuse_beside as rule
+
+        rule(spec.dims(ranks), clip_grad, wire, f"the DeepSpeed config's gradient_clipping ({clip_grad})",
+             f"the quantized collectives {WIRE_FLAGS} ask for")
 
 
 def check_pipeline(spec, work, stages, recipe=None, ranks_flag: str = "--ranks") -> None:

@@ -70,7 +70,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
     strategy_recipe,
 )
-from zerosim.cli.parallel_args import add_parallel_arguments, check_pipeline, refuse_beside_pipeline, spec_of
+from zerosim.cli.parallel_args import add_parallel_arguments, check_pipeline, refuse_beside, spec_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
 from zerosim.cli.work_budget import check_passes, check_sweep
 from zerosim.outputs import check_file, write_atomic
@@ -188,7 +188,7 @@ def _check(args) -> None:
     if spec.pp > 1 and args.sweep:
         raise ValueError("--pp times one step of a pipeline; --sweep times the data-parallel stages over many N: "
                          "drop one")
-    refuse_beside_pipeline(spec, names, wire_from_args(args))
+    refuse_beside(spec, args.ranks, names, wire_from_args(args))
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
@@ -248,6 +248,7 @@ def one_report(args, s):
                          kernels=getattr(s.model, "kernels", None))
     recipe = strategy_recipe(names[0]) if names else qgz_recipe(args)
     check_pipeline(spec, s, (stage,), recipe)  # --pp: its schedule's table for K = M, what is refused beside it
+    refuse_beside(spec, args.ranks, (), None, s.clip_grad)  # a DeepSpeed config's clipping beside --tp or --cp
     req = offload_request(args, s.ds)  # the optimizer (and params) on the host or NVMe (cli/offload_args.py)
     if req and (spec.tp > 1 or spec.sp):
         raise ValueError("offload beside tensor parallelism is not modelled: drop --tp/--sp or the offload flags")

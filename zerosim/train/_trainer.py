@@ -249,6 +249,10 @@ class TrainConfig:
 
         spec = ParallelSpec(tp=self.tp, sp=self.sp, cp=self.cp, cp_style=self.cp_style, cp_split=self.cp_split)
         spec.check(self.ranks if self.backend == "numpy" else None)
+        if self.clip_grad is not None and (self.tp > 1 or self.cp > 1) and self.backend == "numpy":
+            from zerosim.parallel.data.multinode import refuse_beside  # the engine's own rule, in the field's words
+
+            refuse_beside(spec.dims(self.ranks), self.clip_grad, clip_words=f"clip_grad {self.clip_grad} (--clip-grad)")
         if self.cp == 1:
             return
         why = ("context parallelism cuts a transformer's sequences: use model 'gpt' or 'llama'" if self.model == "mlp"

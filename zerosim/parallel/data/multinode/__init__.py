@@ -16,7 +16,7 @@ _NAMES = {
     "._group_layout": ("GroupLayout",),
     "._groups": (
         "FRAMEWORK_RECIPES", "MeshGroups", "check_matrix_optimizer", "check_recipe", "check_sub_mesh", "default_recipe",
-        "default_size", "mesh_groups",
+        "default_size", "mesh_groups", "refuse_beside",
     ),
     "._replicate": ("AGREEMENTS", "PARTIAL", "replicate_op"),
 }

@@ -126,9 +126,8 @@ def default_recipe(plan, policy, recipe=None):
 def check_sub_mesh(dims, recipe, optimizer, clip_grad, wire) -> None:
     """Beside another parallelism (`dims` has a degree > 1 outside the data dims), refuse what would still run over
     the whole world or read one data-parallel group as the whole model: NCCL's and gloo's all-reduce chunk maps (one
-    ring of every rank), a matrix optimizer (Muon would orthogonalise a TP slice), clipping (the global norm also sums
-    the other TP ranks' slices, counting their replicated parameters once: not modelled yet) and ZeRO++'s quantized
-    gathers (over the world)."""
+    ring of every rank), a matrix optimizer (Muon would orthogonalise a TP slice), and clipping and ZeRO++'s quantized
+    gathers (`refuse_beside`)."""
     beside = _beside(dims)
     if not beside:
         return
@@ -136,13 +135,25 @@ def check_sub_mesh(dims, recipe, optimizer, clip_grad, wire) -> None:
         raise ValueError(f"allreduce={recipe.allreduce!r} maps one all-reduce over every rank; beside {beside} the "
                          "data-parallel ranks reduce in groups over the ring's map: use allreduce='ring'")
     check_matrix_optimizer(dims, optimizer)
+    refuse_beside(dims, clip_grad, wire)
+
+
+def refuse_beside(dims, clip_grad=None, wire=None, clip_words: str = "clip_grad",
+                  wire_words: str = "ZeRO++'s quantized gathers and reductions") -> None:
+    """Clipping (`clip_grad`) and ZeRO++'s or torchao's quantized collectives (`wire`, a zeropp Wire) beside another
+    parallelism (`dims` has a degree above 1 outside the data dims): neither is modelled there yet, refused with a
+    ValueError that names them as the caller asked for them (`clip_words`, `wire_words`: the engine's arguments by
+    default, a command's flags or a DeepSpeed config's key). The one rule: ZeroEngine applies it (`check_sub_mesh`),
+    and the commands before any work (cli/parallel_args.py `refuse_beside`, TrainConfig)."""
+    beside = _beside(dims)
+    if not beside:
+        return
     if clip_grad is not None:
-        raise NotImplementedError(f"clip_grad beside {beside}: the global norm sums every TP rank's slice (their "
-                                  "replicated parameters once, as Megatron's get_grad_norm_fp32 filters duplicates); "
-                                  "not modelled yet")
+        raise ValueError(f"{clip_words} beside {beside}: the global norm sums every rank's slice of the model, the "
+                         "parameters those ranks replicate once (as Megatron's get_grad_norm_fp32 filters duplicates); "
+                         "not modelled yet")
     if wire is not None:
-        raise NotImplementedError(f"ZeRO++'s quantized gathers and reductions run over every rank; beside {beside} "
-                                  "they are not modelled")
+        raise ValueError(f"{wire_words} run over every rank; beside {beside} they are not modelled")
 
 
 def _beside(dims) -> str:
