@@ -73,7 +73,7 @@ def test_what_does_not_compose_with_tp_yet_is_refused(options, said):
     stage, optimizer = options.pop("stage", 2), options.pop("optimizer", "adam")
     if options.get("params") == "given":
         options["params"] = tp.model.init_params()
-    with pytest.raises((ValueError, NotImplementedError)) as e:
+    with pytest.raises(ValueError) as e:  # the CLI's one line (cli/main.py), as every bad argument is
         ZeroEngine(tp.model, Cluster(4), stage, get_optimizer(optimizer), options.pop("precision", "bf16-mixed"),
                    parallelisms=(tp,), **options)
     assert said in str(e.value)
