@@ -97,3 +97,19 @@ def test_muon_plans_at_tp_1():
     r = plan_json(*EIGHT_B, "--optimizer", "muon", "--stages", "3", "--strategies", "flash")
     assert r["fitting"] and r["settings"]["optimizer"] == "muon"
     check_printed_commands_agree(r)  # Muon's Newton-Schulz is timed as GEMM FLOPs on the timeline too
+
+
+def test_a_degree_whose_data_parallel_ranks_do_not_split_the_batch_is_left_out_and_the_others_planned():
+    # 16 sequences on 32 GPUs: at TP 1 the 32 data-parallel ranks cannot share them, at TP 2 its 16 take one each. The
+    # planner once handed its report the refused combination's spec where the report reads {degree: value}: a
+    # traceback (found by a random walk over plan's flags)
+    out = zerosim("plan", "--model", "llama-3-8b", "--gpus", "32", "--gpu", "h100-80gb", "--seq-len", "1024",
+                  "--global-batch", "16", "--tp", "1,2", "--strategies", "block", "--stages", "3")
+    assert out.returncode == 0, out.stderr
+    assert "16 sequences of 1,024 tokens per step = 0.5 per GPU" in out.stdout  # a TP pair's GPUs share one
+    assert ("Left out: TP 1 (a global batch of 16 sequences does not split over 32 ranks (each rank takes "
+            "micro-batch × accumulation sequences per step))") in out.stdout
+    r = plan_json("--model", "llama-3-8b", "--gpus", "32", "--gpu", "h100-80gb", "--seq-len", "1024",
+                  "--global-batch", "16", "--tp", "1,2", "--strategies", "block", "--stages", "3")
+    assert [row["tp"] for row in r["fitting"]] == [2]
+    assert [(x["tp"], x["strategies"]) for x in r["left_out"]] == [([1], [])]

@@ -36,10 +36,12 @@ def _asked(s: dict, link_model: str) -> list:
     """What was asked: the model, the GPUs, the batch, the precision, the kernels, where the times come from."""
     across = s["ranks"]
     link = "the rings cross nodes" if across > s["gpus_per_node"] else "one node"
+    each = s["global_batch"] / across  # a GPU's share (a TP group's GPUs share theirs: 0.5 each beside TP 2)
     return [
         f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
         f"({s['gpus_per_node']} per node; {link})",
-        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = {s['per_rank']} per GPU; "
+        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = "
+        f"{f'{each:,.0f}' if each.is_integer() else f'{each:.3g}'} per GPU; "
         f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
         f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}"
         + (f"; beside TP, {s['tp_layout']}'s activation layout (--tp-layout" + (
