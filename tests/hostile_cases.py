@@ -378,6 +378,11 @@ def cases() -> list:
     # ---------------------------------------------------------------------------------------------- planner
     p = list(PLAN)
     c += [
+        # Muon beside a pipeline: its ranks hold whole matrices, but the sharded update over their data-parallel
+        # groups is not modelled (the message once said a rank holds slices, which only TP's do)
+        Case("planner", "--optimizer muon beside --pp", (*p, "--optimizer", "muon", "--pp", "2", "--stages", "3",
+                                                           "--strategies", "block"),
+             ("muon", "pp 2", "whole matrices, but", "not modelled")),
         Case("planner", "--gpus 0", (*p[:4], "0", *p[5:]), ("--gpus",)),
         Case("planner", "--gpus -8", (*p[:4], "-8", *p[5:]), ("--gpus",)),
         Case("planner", "--gpus 12 on nodes of 8", (*p[:4], "12", *p[5:-1], "24", "--gpus-per-node", "8"),

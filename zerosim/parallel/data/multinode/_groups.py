@@ -163,12 +163,16 @@ def _beside(dims) -> str:
 
 def check_matrix_optimizer(dims, optimizer) -> None:
     """A matrix optimizer (Muon: `optimizer.elementwise` False) orthogonalises whole weight matrices; beside tensor
-    (or context, pipeline) parallelism a rank holds a slice of each: refused (what the planner asks before it
-    measures anything, and the engine before it builds)."""
+    parallelism a rank holds a slice of each, and beside context or pipeline parallelism (whose ranks hold whole
+    matrices) its sharded update over the data-parallel groups is not modelled yet: refused (what the planner asks
+    before it measures anything, and the engine before it builds)."""
     beside = _beside(dims)
     if beside and not optimizer.elementwise:
-        raise ValueError(f"{optimizer.name} updates whole matrices; beside {beside} a rank holds a slice of each: use "
-                         "an elementwise optimizer (adam, adamw, sgd, lion, adan)")
+        why = ("a rank holds a slice of each" if dims.tp > 1 else
+               "the ranks hold whole matrices, but its sharded update over the data-parallel groups is not modelled "
+               "yet")
+        raise ValueError(f"{optimizer.name} updates whole matrices; beside {beside} {why}: use an elementwise "
+                         "optimizer (adam, adamw, sgd, lion, adan)")
 
 
 def check_recipe(plan, recipe) -> None:
