@@ -337,7 +337,7 @@ def _left_out(strategies: tuple, specs: tuple, seq_len: int, kernels: str) -> tu
     return tuple(out), tuple(runs)
 
 
-def _asked(spec) -> dict:
+def _degrees_of(spec) -> dict:
     """A combination of degrees as a left-out line names it: {degree: value} of its degrees above 1, and a
     pipeline's schedule."""
     return {**spec.degrees, **({"pp_schedule": spec.pp_schedule} if spec.pp > 1 else {})}
@@ -368,7 +368,7 @@ def _check(config, ranks, gpus_per_node, seq_len, global_batch, specs, spelling,
                            f"(each rank takes micro-batch × accumulation sequences per step)")
                 if len(specs) == 1:
                     raise ValueError(message)
-                spec, why = _asked(spec), message  # left out as the other refused combinations are: by its degrees
+                spec, why = _degrees_of(spec), message  # left out as the other refused combinations are: by its degrees
         out.append((spec, why))
     if seq_len > config.max_positions:
         raise ValueError(f"--seq-len {seq_len} is longer than {config.name}'s {config.max_positions} positions")
@@ -471,7 +471,7 @@ class _Trial:
         (ParallelSpec.pipeline_check: 1F1B refuses K < P, the interleaved schedules' rounds, a recipe or buckets a
         pipeline refuses), and the others left out: (({degree: value}, None, why),), one line for the combination
         with the first reason, or ()."""
-        degrees = _asked(spec)
+        degrees = _degrees_of(spec)
         try:  # the stage beside the pipeline (K = P always runs: every schedule's table takes it)
             spec.pipeline_check(spec.pp, stage, self.precision, None, self.schedule, PLAN_WORDS)
         except ValueError as e:
