@@ -1,6 +1,7 @@
 """Any mix of `memory`'s, `timeline`'s and `plan`'s parallel, precision and quantized-collective flags is run or
 refused in one line: a drawn walk over them, each command line answered by exit status 0, or 2 with one
-`zerosim CMD: error: ...` line (an argparse usage block above it allowed), never a traceback.
+`zerosim CMD: error: ...` line, never a traceback (every value is one of its flag's choices: argparse accepts each
+line, the commands judge it).
 
 A random walk over these flags (2026-11-28) found four combinations that reached the user as a traceback: ZeRO++'s and
 torchao's quantized collectives beside --tp or --cp, a DeepSpeed config's gradient_clipping beside them, train's
@@ -11,13 +12,9 @@ small's shapes at 64 tokens, so a line that is accepted runs well under a second
 needs --tp, --cp-style needs --cp) get it, so that most lines reach the engines rather than argparse.
 """
 
-import io
-from contextlib import redirect_stderr, redirect_stdout
-
+from helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from zerosim.cli.main import main
 
 FLAGS = {  # flag -> its values (None: a switch)
     "--precision": ("fp16-mixed", "bf16-mixed", "fp32"),
@@ -77,13 +74,7 @@ def line(command: str, chosen: dict) -> list:
 def test_every_mix_of_flags_runs_or_is_refused_in_one_line(command, chosen, tmp_path_factory, monkeypatch):
     monkeypatch.chdir(tmp_path_factory.mktemp("walk"))  # nothing here writes a file; if one did, not in the project
     argv = line(command, chosen)
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code
-    said = err.getvalue()
+    code, _, said = run_cli(*argv)
     assert "Traceback" not in said, (argv, said)
     assert code in (0, 2), (argv, code, said)
     if code == 2:
