@@ -153,6 +153,9 @@ def micro_batches_of(args) -> int:
     return pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
 
 
+WIRE_FLAGS = "--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients"  # ZeRO++'s, torchao's
+
+
 def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
     """With --pp: a --strategy for many nodes or ZeRO++'s quantized collectives (`wire`: --zero-quantized-weights,
     --fp8-all-gather, --zero-quantized-gradients) beside it, refused by name."""
@@ -166,9 +169,6 @@ def refuse_beside_pipeline(spec, strategies: tuple, wire) -> None:
         raise ValueError(f"{WIRE_FLAGS} beside --pp are "
                          "not modelled: ZeRO++'s and torchao's quantized collectives run over every rank, not a "
                          "stage's")
-
-
-WIRE_FLAGS = "--zero-quantized-weights, --fp8-all-gather and --zero-quantized-gradients"
 
 
 def refuse_beside(spec, ranks: int, strategies: tuple, wire, clip_grad=None) -> None:
