@@ -719,6 +719,9 @@ def cases() -> list:
     c += [
         Case("training", "--muon-sharding at stage 0", (*TRAIN, "--stage", "0", "--optimizer", "muon",
                                                          "--muon-sharding", "owner"), ("--muon-sharding",)),
+        # a Muon sharding with the default optimizer (Adam) was "adam has no hyperparameter(s) ['sharding']"
+        Case("training", "--muon-sharding without Muon", (*TRAIN, "--stage", "2", "--muon-sharding", "owner"),
+             ("--muon-sharding", "--optimizer muon")),
         Case("training", "--tp 0", (*TRAIN, "--tp", "0"), ("--tp",)),
         Case("training", "--model gpt --layers 100000", ("train", "--model", "gpt", "--ranks", "2", "--steps", "1",
                                                           "--layers", "100000"), ("--layers",)),

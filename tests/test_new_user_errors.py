@@ -74,7 +74,7 @@ def cli(*argv):
     (["train", "--lr", "-1"], "--lr must be a finite number >= 0, got -1.0"),
     (["train", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["train", "--accumulation-steps", "0"], "--accumulation-steps must be at least 1, got 0"),
-    (["train", "--optimizer", "adam", "--muon-sharding", "owner"], "adam has no hyperparameter(s) ['sharding']"),
+    (["train", "--optimizer", "adam", "--muon-sharding", "owner"], "'adam' is not Muon: give --optimizer muon"),
     (["train", "--widths", "16"], "--widths needs at least an input and an output size"),
     (["memory", "--params", "1e30"], "--params 1e+30 is more than 1e+15 parameters"),
     (["memory", "--params", "7e9", "--unit", "module"], "--unit chooses how a --model preset is cut into units"),

@@ -28,7 +28,7 @@ from zerosim.models import GPT, MLP, answer_positions, make_sequence_task, predi
 from zerosim.models.data import TASKS as SEQUENCE_TASKS
 from zerosim.models.data import make_classification, make_regression
 from zerosim.models.layers import MODES as ATTENTIONS
-from zerosim.optim import SHARDINGS, get_optimizer
+from zerosim.optim import OPTIMIZERS, SHARDINGS, get_optimizer
 from zerosim.parallel.data import CommSchedule, ZeroEngine, check_engine_fits, get_plan
 from zerosim.precision import get_precision
 from zerosim.progress import progress, watched
@@ -204,6 +204,11 @@ class TrainConfig:
             raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how ZeRO stages 1-3 bring "
                              f"Muon's sharded matrices together; at stage {self.stage} every rank holds them whole, so "
                              "it would change nothing: drop it, or give stage 1, 2 or 3")
+        takes = [name for name, cls in OPTIMIZERS.items() if "sharding" in cls.__dataclass_fields__]
+        if self.muon_sharding is not None and str(self.optimizer).lower() not in takes:
+            raise ValueError(f"muon_sharding (--muon-sharding {self.muon_sharding}) says how Muon's matrices are "
+                             f"brought together; optimizer {self.optimizer!r} is not Muon: give --optimizer "
+                             f"{' or '.join(takes)}, or drop it")
         if self.offload is not None:
             from zerosim.parallel.offload import Offload
 
