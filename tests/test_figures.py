@@ -389,6 +389,38 @@ def test_figures_unknown_name_is_a_clear_error(capsys):
     assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.bad_input("command line")
+def test_a_bad_model_flag_is_refused_before_any_figure_is_written(tmp_path, capsys):
+    # memory_by_stage reads the model's flags; drawn after ring_steps, its --ranks 0 was refused once ring_steps.png
+    # had been written. Now read before the first figure: no folder, no file.
+    out = tmp_path / "figs"
+    argv = ["figures", "--out", str(out), "--only", "ring_steps", "--only", "memory_by_stage", "--ranks", "0"]
+    assert main(argv) == 2
+    assert "--ranks must be at least 1, got 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("flags, named", [
+    (("--params", "-5"), "--params"),  # a bad value nothing reads was accepted in silence
+    (("--ranks", "1024", "--log"), "--ranks, --log"),
+    (("--model", "gpt3-175b", "--precision", "bf16-mixed"), "--model, --precision"),
+])
+def test_model_flags_without_memory_by_stage_are_refused(flags, named, tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert main(["figures", "--out", str(out), "--only", "spacing", *flags]) == 2
+    assert f"{named} only change(s) memory_by_stage, which --only leaves out" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_log_keeps_the_stage_frames_of_the_figures_it_does_not_draw(tmp_path, capsys):
+    # --log draws memory_by_stage as points (no frames); peak_by_stage beside it keeps its four
+    assert main(["figures", "--out", str(tmp_path), "--only", "memory_by_stage", "--only", "peak_by_stage", "--log",
+                 "--style", "slides", "--params", "1e9", "--ranks", "4"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory_by_stage.png", "peak_by_stage.png",
+                                                          *(f"peak_by_stage_stage{k}.png" for k in range(4))]
+
+
 # -- seed 001 §5: the L² term and the checkpointing strategies, from the meta ledgers -------------------
 
 def test_l_squared_figure_draws_the_ledgers_bytes_and_its_labels_never_meet(seed001_lengths):

@@ -325,6 +325,7 @@ def run(args) -> int:
 
     names = args.only or list(FIGURES)
     jobs = jobs_from_args(args)
+    _check_model_flags(args, names)
     check_folder(args.out, "--out")  # before drawing (zerosim/outputs.py)
     if jobs > 1:  # pyplot and its fonts loaded once, here, for every worker forked from this process
         import matplotlib.pyplot  # noqa: F401
@@ -337,6 +338,26 @@ def run(args) -> int:
         if frames:
             print(f"  and {STAGED[name]} frames, one stage more each: {name}_stage0 .. {name}_stage{frames - 1}")
     return 0
+
+
+MODEL_FLAGS = ("params", "model", "config", "layers", "ranks", "optimizer", "precision", "unit", "log")
+
+
+def _check_model_flags(args, names) -> None:
+    """The model's flags (MODEL_FLAGS) size memory_by_stage alone: read them before any figure is drawn or written,
+    and refuse them where --only leaves that figure out (they would change nothing)."""
+    if "memory_by_stage" in names:
+        model_from_args(args)  # a bad value refused here, not after the figures before it were written
+        return
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = parser.parse_args([])
+    given = [f"--{name}" for name in MODEL_FLAGS if getattr(args, name) != getattr(defaults, name)]
+    if given:
+        raise ValueError(f"{', '.join(given)} only change(s) memory_by_stage, which --only leaves out: add --only "
+                         "memory_by_stage, or drop them")
 
 
 def _drawn(name: str, args) -> tuple:
@@ -359,7 +380,7 @@ def _drawn(name: str, args) -> tuple:
         if slides:
             enlarge_text(fig)
         files = [(f"{name}.{args.format}", saved(fig, **({"bbox_inches": "tight"} if slides else {})))]
-        if slides and name in STAGED and not args.log:
+        if slides and name in STAGED and not (args.log and name == "memory_by_stage"):  # --log draws points
             files += [(f"{name}_stage{k}.{args.format}", saved(frame, bbox_inches="tight"))
                       for k, frame in stage_frames(fig, STAGED[name])]
     plt.close(fig)
