@@ -220,9 +220,9 @@ def test_a_manifest_of_another_format_is_refused(checkpoint, edit, match):
 
 @pytest.mark.bad_input("checkpoint files", unchanged=True)
 @pytest.mark.parametrize("other, match", [
-    (MLP([4, 6, 2]), r"saved from another model: its parameter count differ \(saved 51, this model 44\)"),
-    (MLP([4, 6, 3], activation="gelu"), r"layers \(names, windows and kinds\) differ \(saved \['act0', 30, 30, "
-                                        r"'ReLU'\], this model \['act0', 30, 30, 'GELU'\]\)"),
+    (MLP([4, 6, 2]), r"saved from another model: its parameter count 51, this model's 44"),
+    (MLP([4, 6, 3], activation="gelu"), r"its layers \(names, windows and kinds\) \['act0', 30, 30, 'ReLU'\], "
+                                        r"this model's \['act0', 30, 30, 'GELU'\]"),
 ])
 def test_a_checkpoint_of_another_model_is_refused(checkpoint, other, match):
     directory, _, model = checkpoint

@@ -17,7 +17,7 @@ from zerosim.cli.main import main
 from zerosim.train import TrainConfig, train
 
 SAVED = ["--stage", "3", "--ranks", "2", "--precision", "fp16-mixed", "--optimizer", "lion", "--lr", "1e-3",
-         "--accumulation-steps", "2", "--widths", "8,16,4", "--seed", "3"]
+         "--accumulation-steps", "2", "--widths", "8,16,4", "--seed", "3", "--batch", "5", "--task", "classification"]
 
 
 def run(*argv) -> tuple:
@@ -40,17 +40,20 @@ def saved(tmp_path_factory):
 
 def test_a_resume_that_leaves_everything_out_continues_the_saved_run(saved):
     directory, whole = saved
-    code, resumed = run("--resume", directory, "--steps", "4", "--widths", "8,16,4", "--seed", "3")
+    # the model's shape is not the run's: given again; the rest (the data's seed, batch and task among it) is saved.
+    # A --batch left out was filled with the default 16 by the command and refused beside the saved batch.
+    code, resumed = run("--resume", directory, "--steps", "4", "--widths", "8,16,4")
     assert code == 0 and resumed["first_step"] == 3
-    assert resumed["losses"] == whole[2:]  # stage 3, 2 ranks, fp16-mixed, lion at 1e-3, K = 2: bit for bit
+    assert resumed["losses"] == whole[2:]  # stage 3, 2 ranks, fp16-mixed, lion at 1e-3, K = 2, B = 5: bit for bit
     assert len(resumed["ranks"]) == 2  # not the default 4
 
 
 def test_the_python_config_follows_the_same_rule(saved):
     directory, whole = saved
-    config = TrainConfig(widths=(8, 16, 4), seed=3, steps=4, resume=directory)
-    settings = (config.stage, config.ranks, config.optimizer, config.lr, config.accumulation_steps)
-    assert settings == (3, 2, "lion", 1e-3, 2)
+    config = TrainConfig(widths=(8, 16, 4), steps=4, resume=directory)
+    settings = (config.stage, config.ranks, config.optimizer, config.lr, config.accumulation_steps, config.seed,
+                config.batch, config.task)
+    assert settings == (3, 2, "lion", 1e-3, 2, 3, 5, "classification")
     assert config.precision.compute == "fp16"
     assert train(config).losses == whole[2:]
     fresh = TrainConfig()  # no resume: the defaults
@@ -87,3 +90,22 @@ def test_another_precision_or_optimizer_is_refused(saved, flags, words, capsys):
     err = capsys.readouterr().err
     assert code == 2 and words in err and err.count("\n") == 1, err
     assert {p: p.read_bytes() for p in Path(directory).rglob("*") if p.is_file()} == before
+
+
+def test_the_help_says_the_defaults_the_config_fills():
+    # `zerosim train --help` types each default; TrainConfig fills them (RUN_DEFAULTS), and the command leaves them
+    # unset so that a resume takes the saved run's instead (a batch the command filled itself broke that rule)
+    import argparse
+    import re
+
+    from zerosim.cli import train_cmd
+    from zerosim.train import RUN_DEFAULTS
+
+    parser = argparse.ArgumentParser()
+    train_cmd.add_arguments(parser)
+    said = {action.dest: re.search(r"\(default ([^;)]+)", action.help).group(1)
+            for action in parser._actions if action.dest in RUN_DEFAULTS}
+    assert set(said) == set(RUN_DEFAULTS)
+    for name, value in RUN_DEFAULTS.items():
+        assert type(value)(said[name]) == value, name
+        assert parser.get_default(name) is None, name  # unset: TrainConfig's default, or the saved run's

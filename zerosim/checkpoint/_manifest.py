@@ -160,7 +160,7 @@ def check_model(manifest: dict, model, path: str) -> None:
                 "params": "parameter shapes",
             }[key]
             a, b = (saved[key], here[key]) if key == "num_params" else (_first_diff(saved[key], here[key]))
-            raise CheckpointError(f"{path}: saved from another model: its {what} differ (saved {a}, this model {b})")
+            raise CheckpointError(f"{path}: saved from another model: its {what} {a}, this model's {b}")
 
 
 def _first_diff(a: list, b: list) -> tuple:

@@ -30,7 +30,6 @@ from zerosim.cli.choices import (MAX_SIMULATED_RANKS, OPTIMIZERS, PRECISION_PRES
                                  STAGES)
 
 MLP_WIDTHS = "16,64,64,4"
-BATCH = 16  # samples per micro-batch, unless --batch or a DeepSpeed config says
 
 HELP = "train an MLP, a GPT or a Llama on a synthetic task (stage, ranks, precision, optimizer, steps)"
 
@@ -112,7 +111,7 @@ def _add_run_arguments(p) -> None:
     p.add_argument("--task", choices=("regression", "classification", *SEQUENCE_TASKS), default=None,
                    help="synthetic task (default regression; with --model gpt: copy, reverse or sort, default copy)")
     p.add_argument("--batch", type=int, default=None,
-                   help=f"samples per micro-batch (default {BATCH}; with --resume the saved one)")
+                   help="samples per micro-batch (default 16; with --resume the saved one)")
     p.add_argument("--accumulation-steps", type=int, default=None,
                    help="K micro-batches per rank per step, gradients accumulated (default 1; with --resume the "
                         "saved K)")
@@ -331,7 +330,7 @@ def _train_config(args, widths: list, ranks) -> tuple:
     config = TrainConfig(widths=tuple(widths), task=args.task, stage=args.stage, ranks=ranks, backend=args.backend,
                          backend_options={"native": True} if args.native else {}, precision=precision,
                          optimizer=args.optimizer, muon_sharding=args.muon_sharding, lr=args.lr, steps=args.steps,
-                         batch=args.batch if args.batch is not None else BATCH, comm=None if ds is None else ds.comm,
+                         batch=args.batch, comm=None if ds is None else ds.comm,
                          optimizer_options=options,
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
