@@ -195,6 +195,16 @@ def _python_training_cases() -> list:
              call=lambda folder: module("zerosim.train", "TrainConfig")(widths=(4, 0, 3))),
         Case("training", "TrainConfig(lr=nan)", words=("lr",),
              call=lambda folder: module("zerosim.train", "TrainConfig")(lr=nan)),
+        # an MLP's run left its GPT fields, tp_layout and backend_options unread: a wrong one was accepted in silence
+        # (a random walk over TrainConfig's fields), and backend_options a list was Cluster's raw TypeError at run
+        Case("training", "TrainConfig(eval_every=-1) of an MLP", words=("eval_every",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(eval_every=-1)),
+        Case("training", "TrainConfig(d_model='x') of an MLP", words=("d_model",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(d_model="x")),
+        Case("training", "TrainConfig(tp_layout='nope')", words=("tp_layout", "megatron"),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(model="gpt", tp=2, ranks=2, tp_layout="nope")),
+        Case("training", "TrainConfig(backend_options=[])", words=("backend_options",),
+             call=lambda folder: module("zerosim.train", "TrainConfig")(backend_options=[])),
         Case("training", "make_regression of 10^30 micro-batches", words=("micro-batches",),
              call=lambda folder: module("zerosim.models", "make_regression")(
                  __import__("numpy").random.default_rng(0), 10**30, 3, [4, 3])),

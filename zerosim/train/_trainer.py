@@ -149,9 +149,8 @@ class TrainConfig:
             raise ValueError(f"task must be one of {tasks} for model {self.model!r}, got {self.task!r} ({other})")
 
     def _check_transformer(self) -> None:
-        """A GPT's or Llama's sizes: positive, a vocabulary of 3 at least, not too many blocks."""
-        if self.model not in ("gpt", "llama"):
-            return
+        """A GPT's or Llama's sizes: positive, a vocabulary of 3 at least, not too many blocks (an MLP's run holds
+        them too: a wrong one is refused, not left unread)."""
         for name in ("vocab", "length", "d_model", "heads", "layers", "eval_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -281,6 +280,8 @@ class TrainConfig:
         get_plan(self.stage)  # a stage (0-3) or a strategy's name, else a ValueError naming them
         get_optimizer(self.optimizer)  # a known name, else a ValueError naming them
         get_precision(self.precision)
+        from zerosim.parallel.tensor import LAYOUTS
+
         for name, value, ok, want in (
             ("lr", self.lr, _real(self.lr) and math.isfinite(self.lr) and self.lr >= 0, "a finite number >= 0"),
             ("clip_grad", self.clip_grad, self.clip_grad is None or (_real(self.clip_grad) and math.isfinite(
@@ -289,6 +290,9 @@ class TrainConfig:
                 self.kv_heads, (int, np.integer)) and self.kv_heads >= 1), "None or an integer >= 1"),
             ("attention", self.attention, self.attention in ATTENTIONS, f"one of {ATTENTIONS}"),
             ("backend", self.backend, self.backend in BACKENDS, f"one of {BACKENDS}"),
+            ("backend_options", self.backend_options, isinstance(self.backend_options, dict), "a dict"),
+            ("tp_layout", self.tp_layout, isinstance(self.tp_layout, str) and self.tp_layout in LAYOUTS,
+             f"one of {tuple(LAYOUTS)}"),
             ("muon_sharding", self.muon_sharding, self.muon_sharding is None or self.muon_sharding in SHARDINGS,
              f"None or one of {SHARDINGS}"),
         ):
