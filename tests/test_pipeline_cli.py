@@ -166,6 +166,27 @@ def test_a_zero_bubble_backward_costs_on_the_time_model_what_a_fused_backward_co
         assert b["compute_s"] == pytest.approx(a["compute_s"], rel=1e-9)
 
 
+def test_memory_and_timeline_read_the_peak_of_the_pipeline_rank_that_peaks_highest():
+    # Llama 2 7B in 2 stages as torchtitan cuts it (34 layers with the embedding and the head, 17 a stage): the first
+    # holds the embedding and 16 blocks, the last 16 blocks, the final norm (d = 4,096) and the head, so at ZeRO-1
+    # with block checkpointing (little activation memory) the last rank peaks highest. Until 2026-11-28 `timeline`
+    # read rank 0's ledger (and judged the fit on it) where `memory` and `plan` read the highest: the commands `plan`
+    # printed to reproduce its row said two peaks 32,768 bytes apart.
+    argv = ["--model", "llama-2-7b", "--ranks", "8", "--seq-len", "2048", "--batch", "1", "--checkpoint", "block",
+            "--gpu", "a100-80gb", "--precision", "bf16-mixed", "--pp", "2", "--accumulation-steps", "4"]
+    memory = as_json("memory", *argv)
+    row = next(x for x in memory["stages"] if x["stage"] == 1)
+    first, last = row["pipeline"]
+    assert last["params"] - first["params"] == 4096  # the final norm's weight
+    # its bytes at ZeRO-1 on dp = 4, by hand: bf16 param and grad whole (2 + 2), fp32 master, Adam's m, v and the
+    # fp32 gradient a quarter each (16 / 4): docs/pipeline-parallelism.md's 32,768 bytes
+    assert last["peak"] - first["peak"] == 4096 * (2 + 2) + 4096 * 16 // 4 == 32768
+    timeline = as_json("timeline", *argv, "--stage", "1")
+    assert timeline["pipeline_parallel"]["peak_rank"] == 1
+    assert timeline["peak"] == row["peak"] == last["peak"] == timeline["fit"]["measured"]
+    assert "memory: the highest peak, pipeline rank 1's (GPU 4): 26.95 GB" in text_of("timeline", *argv, "--stage", "1")
+
+
 PLAN = ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "256", "--global-batch",
         "16", "--strategies", "block"]
 
@@ -191,7 +212,7 @@ def test_plan_ranks_pipeline_degrees_and_schedules_in_one_table_and_its_commands
     memory = as_json(*memory_cmd.split()[1:])
     assert next(x for x in memory["stages"] if x["stage"] == top["stage"])["peak"] == top["peak"]
     timeline = as_json(*timeline_cmd.split()[1:])
-    assert timeline["step_s"] == pytest.approx(top["step_s"], rel=1e-9)
+    assert timeline["step_s"] == pytest.approx(top["step_s"], rel=1e-9) and timeline["peak"] == top["peak"]
     assert timeline["tokens_per_s_per_gpu"] == pytest.approx(top["tokens_per_s_per_gpu"], rel=1e-9)
     text = text_of(*PLAN, "--pp", "1,2", "--stages", "1")
     assert "Left out: PP 2 (1f1b) (micro-batch 4" in text and "PP: the pipeline's degree and schedule" in text

@@ -25,8 +25,8 @@ With --gpus-per-node G the ranks fill nodes of G: a collective whose rings stay 
 
 Without --seq-len the model is its layers' parameter counts and --tokens sets the work (6Ψ FLOPs per token);
 with --seq-len it is zerosim's GPT or Llama at the model's shape: its attention, its checkpointing's recompute
-and its activations are in the step. --gpu judges rank 0's peak against the GPU (and picks its compute rates);
-the sweep marks every configuration that would not fit instead of plotting it as if it ran.
+and its activations are in the step. --gpu judges rank 0's peak (a pipeline's highest) against the GPU (and picks
+its compute rates); the sweep marks every configuration that would not fit instead of plotting it as if it ran.
 
 With --cp C (--cp-style, --cp-split) each rank runs L / C tokens of every sequence: the K/V's sends on the CP group's
 own stream beside each hop's block of attention (or their all-gathers), each hop charged for its rank's block; rank 0

@@ -107,10 +107,13 @@ def _throughput_line(r: dict) -> str:
 
 
 def _memory_lines(r: dict) -> list:
-    """Rank 0's peak and, with a GPU, the verdict."""
+    """The peak (rank 0's; beside a pipeline, the pipeline rank's that peaks highest) and, with a GPU, the verdict."""
+    pp = r.get("pipeline_parallel")
+    whose = "rank 0's peak" if pp is None else (f"the highest peak, pipeline rank {pp['peak_rank']}'s (GPU "
+                                                f"{pp['ranks'][pp['peak_rank']]['gpu']}):")
     lines = [
         "",
-        f"memory: rank 0's peak {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
+        f"memory: {whose} {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
         "(prefetch raises it: gathered units wait in memory)",
     ]
     if r["fit"] is not None:

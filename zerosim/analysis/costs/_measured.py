@@ -109,7 +109,7 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
                for r in cluster.ranks]
     peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
-    top = max(range(len(peaks)), key=peaks.__getitem__)
+    top = peak_rank(cluster)
     row = {
         "stage": mesh.plan.name or mesh.plan.stage,  # a stage number, or a strategy by name
         "resting": resting[top if spec.pp > 1 else 0],  # a pipeline's: the rank that peaks (its stage's states)
@@ -134,6 +134,13 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
             ledger = cluster.ranks[top].ledger_of(tier)
             row[tier] = {"resting": {k: v for k, v in ledger.by_kind().items() if v}, "peak": ledger.peak()}
     return row, cluster, engine
+
+
+def peak_rank(cluster) -> int:
+    """The position in `cluster.ranks` of the hosted rank whose ledger peaks highest (the first of equals): the rank
+    a report's peak, resting states and fit are read from (a pipeline's stages peak apart; alike ranks, the first)."""
+    peaks = [r.ledger.peak() for r in cluster.ranks]
+    return max(range(len(peaks)), key=peaks.__getitem__)
 
 
 def tensor_parallel(model, tp: int = 1, sp: bool = False, async_tp: bool = False, layout: str | None = None) -> tuple:

@@ -69,9 +69,9 @@ def memory_report(work, ranks: int, stages=(0, 1, 2, 3), wire=None, step: bool =
     "fsdp" mesh does; or pipeline parallelism: each ZeRO stage then runs the pipeline's engine for a whole step of
     `micro_batches` M a data-parallel rank (default P), one representative rank a pipeline stage, each row's
     "pipeline" holding every pipeline rank's units, parameters, peaks and chunks in flight, its "peak" and resting
-    states the largest rank's (the first: it holds the most micro-batches in flight) beside the formula for that
-    rank's parameters over its N / (T·P) data-parallel ranks; each pipeline rank's bytes sent (the trace's) beside
-    its formula (_pipeline.py), the row's the most of them."""
+    states the largest rank's (costs `peak_rank`: mostly the first, which holds the most micro-batches in flight)
+    beside the formula for that rank's parameters over its N / (T·P) data-parallel ranks; each pipeline rank's bytes
+    sent (the trace's) beside its formula (_pipeline.py), the row's the most of them."""
     from zerosim.parallel import ParallelSpec
     from zerosim.parallel.data import get_plan
 

@@ -104,6 +104,7 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     pipeline's engine runs the step's K = M micro-batches a data-parallel rank, one representative rank a stage; rank
     0 is the first stage's, and each pipeline rank's compute and idle share of the step stand beside the bubble's
     closed form)."""
+    from zerosim.analysis.costs import peak_rank
     from zerosim.analysis.planner import meta_step
     from zerosim.parallel import ParallelSpec
 
@@ -117,7 +118,8 @@ def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_mode
     sp, async_tp = spec.sp, spec.async_tp
     per_micro = work.tokens_per_micro_step or tokens
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
-    exposed, ledger = float(result.exposed_comm[0]), engine.cluster.ranks[0].ledger
+    exposed, top = float(result.exposed_comm[0]), peak_rank(engine.cluster)  # a pipeline's stages peak apart
+    ledger = engine.cluster.ranks[top].ledger  # the memory report's rank (costs measure_stage): the one that peaks
     peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
     tps = tokens_per_s_per_gpu(mesh.dims, per_micro * K, step)  # the job's degrees: dp = N / (T·C·P)
     flops = mfu(tps, work.config if work.micro else None, work.micro[1] if work.micro else 0,
@@ -195,8 +197,10 @@ def context_summary(spec, dims, micro, engine) -> dict:
 def pipeline_timing(spec, ranks: int, result, engine) -> dict:
     """What a step beside pipeline parallelism says of it (analysis/reports pipeline_summary's record, and): each
     pipeline rank's compute on the timeline and the share of the step it did not compute (its bubble, and the
-    communication it waited for); the bubble's closed form with every stage costing the first rank's forward,
+    communication it waited for); the pipeline rank whose memory peaks highest (the report's peak); the bubble's
+    closed form with every stage costing the first rank's forward,
     backward and backward-weight a micro-batch and the links free (parallel/pipeline bubble_fraction)."""
+    from zerosim.analysis.costs import peak_rank
     from zerosim.analysis.reports._memory import pipeline_summary
     from zerosim.parallel.pipeline import BUBBLE_FORMULA, bubble_fraction
 
@@ -214,7 +218,7 @@ def pipeline_timing(spec, ranks: int, result, engine) -> dict:
     M = table.micro_batches
     closed = bubble_fraction(table.name, table.pp, M, table.virtual, t_f / M, t_b / M, t_w / M) if t_f + t_b else 0
     return {**pipeline_summary(spec, ranks, M), "ranks": out, "bubble_closed_form": float(closed),
-            "bubble_formula": BUBBLE_FORMULA[table.name]}
+            "bubble_formula": BUBBLE_FORMULA[table.name], "peak_rank": peak_rank(engine.cluster)}
 
 
 def by_purpose(result) -> dict:
