@@ -12,6 +12,7 @@ from zerosim.cli.pipeline_format import pp_step_lines
 def format_one(r: dict) -> str:
     pct = lambda x: f"{100 * x / r['step_s']:.0f} %" if r["step_s"] else "-"  # noqa: E731
     unit = lambda s: f"{s * 1e3:10.2f} ms" if s < 1 else f"{s:10.3f} s "  # noqa: E731
+    overlaid = sum(v["seconds"] for v in r["by_purpose"].values()) - r["comm_s"]  # calls on streams at once
     mb = r["micro_batch"]
     work = (
         f"{r['tokens_per_rank']:,} tokens per rank"
@@ -49,7 +50,9 @@ def format_one(r: dict) -> str:
         "",
         f"step time        {unit(r['step_s'])}",
         f"  compute        {unit(r['compute_s'])}  ({pct(r['compute_s'])} of the step: rank 0's compute stream)",
-        f"  communication  {unit(r['comm_s'])}  (the communication stream, the same on every rank)",
+        f"  communication  {unit(r['comm_s'])}  ("
+        + ("the communication stream" if overlaid < 1e-9 else "the time some stream was busy, streams at once "
+           "counted once") + ", the same on every rank)",
         f"    hidden       {unit(r['overlapped_s'])}  (ran while compute ran)",
         f"    exposed      {unit(r['exposed_comm_s'])}  ({pct(r['exposed_comm_s'])} of the step: "
         "compute waited for it)",
@@ -60,6 +63,10 @@ def format_one(r: dict) -> str:
     for purpose, v in r["by_purpose"].items():
         lines.append(f"  {purpose:15s} {v['calls']:6,d} calls  {unit(v['seconds'])}  exposed {unit(v['exposed'])}")
         lines += [f"      {line}" for line in _wrapped(why.get(purpose, ""))]
+    if overlaid >= 1e-9:  # the rows' sum is not the headline's: say why, rather than leave a sum that does not add up
+        lines += [f"  {line}" for line in _wrapped(
+            f"(the rows add to {unit(r['comm_s'] + overlaid).strip()}: {unit(overlaid).strip()} of calls on different "
+            "streams ran at once, counted once above; each row's exposed time is its own calls')")]
     if r["inter_link"] is not None:
         lines += ["", "communication by link tier (each tier its own stream; bytes: one rank's, the ranks' average):"]
         for tier, v in r["tiers"].items():
