@@ -68,6 +68,31 @@ def test_the_trace_log_inside_the_folder_the_run_saves_into_is_refused(tmp_path)
     assert not (tmp_path / "N").exists()
 
 
+@pytest.mark.bad_input("command line", unchanged=True)
+@pytest.mark.parametrize("argv, words", [
+    (("--steps", "3", "--save", "{B}"), "holds the checkpoints of another run"),
+    (("--steps", "2", "--resume", "{B}"), "is at step 2; --steps 2 asks for no more"),
+], ids=["another run's --save", "a resume at its last step"])
+def test_a_run_refused_after_its_ranks_exist_leaves_the_last_log_as_it_was(run_b, tmp_path, argv, words):
+    # the trace's log file was made (an earlier log emptied) as the Cluster was built, before these two refusals: a
+    # refused run left an empty log where the last run's had been (a random walk over train's output flags found it)
+    log = tmp_path / "trace.log"
+    log.write_text("the last run's log\n")
+    before = files_of(run_b)
+    code, _, err = run_cli(*TRAIN[:-4], *(str(run_b) if a == "{B}" else a for a in argv), "--trace-log", log)
+    assert code == 2 and words in err and err.count("\n") == 1, err
+    assert log.read_text() == "the last run's log\n" and files_of(run_b) == before
+
+
+def test_a_trace_log_is_written_in_a_folder_made_for_it(tmp_path):
+    # the folders on its way are made, as every other output's are (outputs.py write_atomic); it was refused as
+    # "log_to .../t.log: could not be written (No such file or directory)"
+    log = tmp_path / "logs" / "today" / "t.log"
+    code, _, err = run_cli(*TRAIN, "--trace-log", log)
+    assert code == 0, err
+    assert log.read_text().startswith("StepBoundary(step=1, what='begin', micro_steps=1)\n")
+
+
 def _read_only(folder):
     path = folder / "ro.log"
     path.write_text("the user's file\n")

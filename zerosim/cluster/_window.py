@@ -29,6 +29,7 @@ run passes `WINDOW` steps the lists are plain lists, as they always were.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import field
@@ -294,19 +295,24 @@ class Summary:
 
 class LogFile:
     """Where a trace streams its log when asked (`log_to`): one line per log entry (its repr), each call's sends
-    (its events) below it, indented by two spaces; written as steps fold, and the rest by `Trace.flush_log`."""
+    (its events) below it, indented by two spaces; written as steps fold, and the rest by `Trace.flush_log`. The path
+    is checked here; the file is made (emptied, and the folders on its way made, as `write_atomic` makes them) at
+    the first write, so that a run refused after its Cluster was built (a checkpoint of another run in its --save
+    folder, a resume at its last step) leaves an earlier log as it was."""
 
     def __init__(self, path, flag: str = "log_to"):
-        from zerosim.outputs import check_file, open_output
+        from zerosim.outputs import check_file
 
         self.path, self.flag = check_file(path, flag), flag  # never into a checkpoint, nor through a link
-        with open_output(self.path, "w", flag):
-            pass  # a fresh file: a rerun does not append to the last run's log
+        self._fresh = True  # the first write empties the file: a rerun does not append to the last run's log
 
     def write(self, lines) -> None:
         from zerosim.outputs import open_output
 
-        with open_output(self.path, "a", self.flag) as f:
+        if self._fresh:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open_output(self.path, "w" if self._fresh else "a", self.flag) as f:
+            self._fresh = False
             for line in lines:
                 f.write(line + "\n")
 
