@@ -136,3 +136,18 @@ def test_the_purposes_that_ran_on_two_streams_at_once_say_why_they_add_to_more(c
     assert main(["timeline", "--model", "llama-2-7b", "--ranks", "32", "--seq-len", "1024"]) == 0
     text = capsys.readouterr().out
     assert "(the communication stream, the same on every rank)" in text and "the rows add to" not in text
+
+
+def test_the_help_says_the_tokens_the_library_takes():
+    # --tokens' default is the library's (analysis/costs TOKENS: every planner and report signature takes it); the
+    # help types it, as it must (a command's --help loads no NumPy)
+    import argparse
+    import re
+
+    from zerosim.analysis.costs import TOKENS
+    from zerosim.cli import timeline_cmd
+
+    parser = argparse.ArgumentParser()
+    timeline_cmd.add_arguments(parser)
+    action = next(a for a in parser._actions if a.dest == "tokens")
+    assert int(re.search(r"\(default (\d+)\)", action.help).group(1)) == TOKENS and action.default is None

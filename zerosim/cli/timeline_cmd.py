@@ -159,6 +159,10 @@ def _check(args) -> None:
             "--tokens sets the work of a model without shapes; with --seq-len the work is "
             "--batch × --seq-len × --accumulation-steps tokens per rank: drop --tokens"
         )
+    if args.tokens is None:  # the library's default (with --seq-len the micro-batch's tokens are the work instead)
+        from zerosim.analysis.costs import TOKENS
+
+        args.tokens = TOKENS
     if args.accumulation_steps is not None and args.accumulation_steps < 1:
         raise ValueError(f"--accumulation-steps must be at least 1, got {args.accumulation_steps}")
     for path, flag, ext in ((args.trace, "--trace", ".json"), (args.figure, "--figure", ".png")):
@@ -260,7 +264,7 @@ def one_report(args, s):
     if req:
         host = host_from_args(args, s.gpu)
         hw = offload_hardware(args, hw, host, min(args.ranks, mesh.gpus_per_node or host.gpus))
-    report = timeline_step(s, mesh, hw, args.tokens or 2048, wire_from_args(args), time_model_from_args(args),
+    report = timeline_step(s, mesh, hw, args.tokens, wire_from_args(args), time_model_from_args(args),
                            recipe, parallelisms=() if offload is None else (offload,), spec=spec,
                            steps=offload_steps(req))
     if offload is None:
@@ -321,7 +325,7 @@ def _run_strategy_sweep(args, s, names) -> int:
         check_nodes(n, g, "--sweep-ranks")
     bar = progress(total=len(names) * len(ranks), desc="strategy sweep", enabled=None if not args.json else False)
     parts, skipped = each_strategy(args, names, lambda name: strategy_sweep_report(  # all: less what does not apply
-        s, ranks, (name,), g, device, args.shard_group, args.hpz_group, args.tokens or 2048, time_model_from_args(args),
+        s, ranks, (name,), g, device, args.shard_group, args.hpz_group, args.tokens, time_model_from_args(args),
         lambda done, total: bar.update(1)))
     bar.close()
     report = replace(parts[0], rows=[row for p in parts for row in p.rows],
@@ -343,7 +347,7 @@ def _run_sweep(args, s) -> int:
     ranks = sweep_ranks(args)
     bar = progress(total=len(ranks) * len(SWEEP_LINKS) * len(SWEEP_STAGES), desc="timeline sweep",
                    enabled=None if not args.json else False)
-    report = stages_sweep(s, ranks, device_for(args, s.gpu), args.tokens or 2048, time_model_from_args(args),
+    report = stages_sweep(s, ranks, device_for(args, s.gpu), args.tokens, time_model_from_args(args),
                           lambda done, total: bar.update(1))
     bar.close()
     r = report.to_dict()

@@ -105,7 +105,7 @@ from zerosim.analysis.costs._reserve import reserved
 from zerosim.analysis.costs._retention import Retained, lifetimes, recompute_table, seed001_p_multiply_adds
 from zerosim.analysis.costs._second_order import SecondOrder, second_order_memory
 from zerosim.analysis.costs._tensor_work import tp_unit_work
-from zerosim.analysis.costs._throughput import mfu, model_flops_per_token, tokens_per_s_per_gpu, tokens_per_step
+from zerosim.analysis.costs._throughput import TOKENS, mfu, model_flops_per_token, tokens_per_s_per_gpu, tokens_per_step
 from zerosim.analysis.costs._validation_points import LONG_CONTEXT, POINTS, TREND, Point, config_of
 
 __all__ = [
@@ -114,7 +114,7 @@ __all__ = [
     "EFFICIENCY", "LATENCY_US", "LINK_GB_S", "check_flag_range", "check_rate",
     "EFFICIENCY_PRESETS", "KERNEL_RATES", "Efficiency", "KernelRates", "parse_efficiency", "wave_efficiency",
     "Work", "loss_work", "unit_work", "FRAMEWORK", "mfu", "model_flops_per_token", "reserved", "fsdp2_peak",
-    "tokens_per_s_per_gpu", "tokens_per_step",
+    "TOKENS", "tokens_per_s_per_gpu", "tokens_per_step",
     "LONG_CONTEXT", "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
     "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",

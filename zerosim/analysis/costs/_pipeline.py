@@ -28,6 +28,7 @@ M, and 1F1B refuses M < P).
 
 from __future__ import annotations
 
+from zerosim.analysis.costs._throughput import TOKENS
 from zerosim.cluster import Cluster
 from zerosim.parallel.data import get_comm_schedule
 from zerosim.optim import get_optimizer
@@ -35,7 +36,7 @@ from zerosim.optim import get_optimizer
 
 def pipeline_run(model, mesh, spec, optimizer: str, precision, micro_batch: tuple | None = None,
                  micro_batches: int | None = None, comm=None, clip_grad: float | None = None, wire=None, recipe=None,
-                 parallelisms: tuple = (), steps: int = 1, tokens: int = 2048, step: bool = True,
+                 parallelisms: tuple = (), steps: int = 1, tokens: int = TOKENS, step: bool = True,
                  keep_timeline: bool = False, records_from=None, time_only: bool = False) -> tuple:
     """(the meta Cluster, the PipelineEngine) of `model` (a data-less twin) on `mesh` (a DataMesh: the ZeRO stage,
     N and the nodes) beside `spec` (a ParallelSpec with pp > 1, and TP), after `steps` steps of M = `micro_batches`

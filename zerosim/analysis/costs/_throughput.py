@@ -24,6 +24,9 @@ num_flop_per_token · tps / gpu_peak_flops, the peak the bf16 dense one even whe
 
 from __future__ import annotations
 
+TOKENS = 2048  # tokens a rank computes a micro-step where the model has no micro-batch (a parameter count: 6Ψ FLOPs
+#                a token); the library's default and `zerosim timeline --tokens`'s
+
 
 def tokens_per_step(dims, tokens_per_batch_rank: int) -> int:
     """The job's tokens per step: each of the `dims.dp` batch ranks' B·L·K (`dims`: a ParallelDims; the GPUs of a

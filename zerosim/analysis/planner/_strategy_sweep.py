@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from zerosim._dataclass import dataclass
+from zerosim.analysis.costs import TOKENS
 from zerosim.analysis.planner._sweep import meta_step
 from zerosim.analysis.timeline import Hardware
 
@@ -84,7 +85,7 @@ def recipe_of(strategy: str) -> str:
 
 
 def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
-                      comm=None, precision: str = "fp16-mixed", tokens: int = 2048, time_model=None) -> tuple:
+                      comm=None, precision: str = "fp16-mixed", tokens: int = TOKENS, time_model=None) -> tuple:
     """(Timeline, engine, Hardware, S): one meta step of `strategy` on NVLink within nodes of `gpus_per_node` and
     InfiniBand across (when there is more than one node), with its framework's recipe; `time_model`: what a
     compute costs (kernel_time.TimeModel; None: the datasheet roofline)."""
@@ -103,7 +104,7 @@ def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, grou
 
 
 def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
-                  comm=None, precision: str = "fp16-mixed", tokens: int = 2048, time_model=None) -> StrategyRow:
+                  comm=None, precision: str = "fp16-mixed", tokens: int = TOKENS, time_model=None) -> StrategyRow:
     """One step of `strategy` on `ranks` meta ranks (nodes of `gpus_per_node`), simulated on two link tiers."""
     result, engine, hw, size = strategy_timeline(model, ranks, strategy, gpus_per_node, group, device, comm,
                                                  precision, tokens, time_model)
@@ -120,7 +121,7 @@ def strategy_step(model, ranks: int, strategy: str, gpus_per_node: int, group: i
 
 def strategy_sweep(model, ranks_list=RANKS, strategies=STRATEGIES, gpus_per_node: int = 8,
                    shard_group: int | None = None, hpz_group: int | None = None, device: str = "h100", comm=None,
-                   precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
+                   precision: str = "fp16-mixed", tokens: int = TOKENS, progress=None, time_model=None) -> list:
     """[StrategyRow] for every (strategy, N). S defaults to `fitting_shard_group`, S' to a node."""
     from zerosim.parallel.data import get_plan
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import line_points, parallel_model, pipeline_run, positions_of
+from zerosim.analysis.costs import TOKENS, line_points, parallel_model, pipeline_run, positions_of
 from zerosim.analysis.planner._repeat import repeats, twice
 from zerosim.analysis.timeline import Hardware, simulate
 from zerosim.cluster import Cluster
@@ -63,7 +63,7 @@ def micro_batches(model, cluster, tokens: int, micro_batch: tuple | None, accumu
 
 
 def meta_step(model, ranks: int | None, stage, hardware: Hardware, comm=None, precision="fp16-mixed",
-              tokens: int = 2048, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
+              tokens: int = TOKENS, optimizer: str = "adam", steps: int = 1, micro_batch: tuple | None = None,
               accumulation_steps: int = 1, clip_grad: float | None = None, wire=None,
               gpus_per_node: int | None = None, shard_group: int | None = None, time_model=None, tp: int = 1,
               sp: bool = False, async_tp: bool = False, mesh=None, recipe=None, parallelisms=(),
@@ -127,7 +127,7 @@ class StepTime:
 
 def step_time(model, ranks: int, stage: int, hardware: Hardware, comm=None, precision="fp16-mixed",
               optimizer: str = "adam", micro_batch: tuple | None = None, accumulation_steps: int = 1,
-              tokens: int = 2048, first: StepTime | None = None, time_model=None, second: StepTime | None = None,
+              tokens: int = TOKENS, first: StepTime | None = None, time_model=None, second: StepTime | None = None,
               **beside) -> StepTime:
     """A step of K micro-steps: simulated for K = 1 and 2, and for K > 2 the line through them.
 
@@ -205,7 +205,7 @@ def row_of(result, ranks: int, stage: int, link: str, peak: int = 0) -> SweepRow
 
 
 def sweep(model, ranks_list, stages=(1, 2, 3), links=("nvlink4", "ib_ndr"), device: str = "h100", comm=None,
-          precision: str = "fp16-mixed", tokens: int = 2048, progress=None, time_model=None) -> list:
+          precision: str = "fp16-mixed", tokens: int = TOKENS, progress=None, time_model=None) -> list:
     """SweepRows for every (link, stage, N), each with rank 0's peak memory. `progress(done, total)` after each."""
     from zerosim.precision import get_precision
 

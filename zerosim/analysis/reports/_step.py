@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import field, fields
 
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import mfu, tokens_per_s_per_gpu
+from zerosim.analysis.costs import TOKENS, mfu, tokens_per_s_per_gpu
 from zerosim.analysis.reports._exposure import exposure
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.timeline import TimeModel
@@ -90,7 +90,7 @@ class StepReport(Report):
     engine: object = kept()  # the meta engine that ran the step
 
 
-def timeline_step(work, mesh, hardware, tokens: int = 2048, wire=None, time_model=None, recipe=None, sp: bool = False,
+def timeline_step(work, mesh, hardware, tokens: int = TOKENS, wire=None, time_model=None, recipe=None, sp: bool = False,
                   async_tp: bool = False, parallelisms: tuple = (), steps: int = 1,
                   layout: str | None = None, spec=None) -> StepReport:
     """One step of `work` (a Workload) on `mesh` (a DataMesh) over `hardware`, simulated (see the module docstring).

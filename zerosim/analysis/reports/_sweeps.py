@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 from zerosim._dataclass import dataclass
+from zerosim.analysis.costs import TOKENS
 from zerosim.analysis.reports._fit import judge
 from zerosim.analysis.reports._step import Report, describe_comm, kept
 from zerosim.analysis.timeline import Hardware, TimeModel
@@ -54,7 +55,7 @@ class SweepReport(Report):
     fits: list = kept()  # whether each of them fits
 
 
-def stages_sweep(work, ranks, device: str, tokens: int = 2048, time_model=None, progress=None) -> SweepReport:
+def stages_sweep(work, ranks, device: str, tokens: int = TOKENS, time_model=None, progress=None) -> SweepReport:
     """The stages' sweep of `work` over `ranks` on `device` (see the module docstring); `progress(done, total)` after
     each step."""
     from zerosim.analysis.planner import crossover, latency_bound_ranks, sweep
@@ -103,7 +104,7 @@ class StrategySweepReport(Report):
 
 
 def strategy_sweep_report(work, ranks, names, gpus_per_node: int, device: str, shard_group: int | None = None,
-                          hpz_group: int | None = None, tokens: int = 2048, time_model=None,
+                          hpz_group: int | None = None, tokens: int = TOKENS, time_model=None,
                           progress=None) -> StrategySweepReport:
     """The strategies `names` over `ranks` on nodes of `gpus_per_node` (see the module docstring). S defaults to the
     smallest G·2^k whose model states take at most half the GPU (`fitting_shard_group`), S' to a node."""
