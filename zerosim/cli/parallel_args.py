@@ -256,9 +256,10 @@ def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
 def _pipelines(args) -> tuple:
     """((schedule, virtual stages or None), ...) of plan's --pp-schedule and --virtual-stages lists: each schedule
     that runs several stages a rank with each count (None: its default), one that runs one with None."""
+    from zerosim.parallel import ParallelSpec
     from zerosim.parallel.pipeline import SCHEDULES
 
-    text = getattr(args, "pp_schedule", None) or "1f1b"
+    text = getattr(args, "pp_schedule", None) or ParallelSpec().pp_schedule
     schedules = tuple(dict.fromkeys(x.strip() for x in text.split(",")))
     unknown = [x for x in schedules if x not in SCHEDULES]
     if unknown:
@@ -272,14 +273,15 @@ def _pipelines(args) -> tuple:
     return tuple((x, v) for x in schedules for v in (virtuals if x in looped else (None,)))
 
 
-def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int, pp: int = 1, pp_schedule: str = "1f1b",
+def _plan_spec(args, ranks, ranks_flag, tp: int, cp: int, pp: int = 1, pp_schedule: str | None = None,
                virtual_stages: int | None = None):
-    """One combination's spec: the options where their degree is above 1 (--sp beside TP only)."""
+    """One combination's spec: the options given where their degree is above 1 (--sp beside TP only), ParallelSpec's
+    defaults for the rest."""
     from zerosim.parallel import ParallelSpec
 
-    spec = ParallelSpec(tp=tp, sp=args.sp and tp > 1, tp_layout=layout_of(args) if tp > 1 else None, cp=cp,
-                        cp_style=(args.cp_style or "ring") if cp > 1 else "ring",
-                        cp_split=(args.cp_split or "zigzag") if cp > 1 else "zigzag", pp=pp,
-                        pp_schedule=pp_schedule, virtual_stages=virtual_stages,
-                        pp_split=(getattr(args, "pp_split", None) or "torchtitan") if pp > 1 else "torchtitan")
+    given = {"cp_style": args.cp_style, "cp_split": args.cp_split} if cp > 1 else {}
+    if pp > 1:
+        given |= {"pp_schedule": pp_schedule, "pp_split": getattr(args, "pp_split", None)}
+    spec = ParallelSpec(tp=tp, sp=args.sp and tp > 1, tp_layout=layout_of(args) if tp > 1 else None, cp=cp, pp=pp,
+                        virtual_stages=virtual_stages, **{k: v for k, v in given.items() if v is not None})
     return spec.check(ranks, _names(ranks_flag))

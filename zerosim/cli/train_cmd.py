@@ -335,10 +335,9 @@ def _train_config(args, widths: list, ranks) -> tuple:
                          accumulation_steps=args.accumulation_steps, seed=args.seed, checkpoint=args.checkpoint,
                          save=args.save, save_every=args.save_every, resume=args.resume, clip_grad=args.clip_grad,
                          trace_log=args.trace_log, overwrite=args.overwrite, offload=offload,
-                         tp=1 if args.tp is None else args.tp, sp=args.sp, tp_layout=layout_of(args),
-                         cp=1 if args.cp is None else args.cp, cp_style=args.cp_style or "ring",
-                         cp_split=args.cp_split or "zigzag",
-                         **gpt_options(args))
+                         sp=args.sp, tp_layout=layout_of(args), **gpt_options(args),
+                         **{name: value for name in ("tp", "cp", "cp_style", "cp_split")  # unset: TrainConfig's
+                            if (value := getattr(args, name)) is not None})
     return config, precision
 
 
