@@ -117,3 +117,24 @@ def test_a_deepspeed_config_train_does_not_run_is_linted_as_deepspeed_runs_it(tm
 def test_a_negative_measure_is_refused(capsys):
     assert main(["lint", "--measure", "-1"]) == 2
     assert "--measure must be 0 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config, ds_run, said", [
+    (TrainConfig(ranks=1), None, None),  # one rank sums nothing: no wire rounds a sum (it said "the ring's 0 hops")
+    (TrainConfig(model="gpt", ranks=2, tp=2), None, None),  # N / T = 1 data-parallel rank
+    (TrainConfig(ranks=2), None, "the ring's one hop rounds the partial sum to bf16"),
+    (TrainConfig(ranks=4), None, "each of the ring's 3 hops rounds the partial sum to bf16"),  # N − 1 hops
+    # a DeepSpeed config train does not run (stage 0) on the world it was read for, 4 ranks (it said 0 hops: one rank)
+    (None, ds(zero_optimization={"stage": 0}, bf16={"enabled": True}), "each of the ring's 3 hops"),
+])
+def test_the_reduction_rules_count_the_ranks_a_gradient_is_summed_over(config, ds_run, said):
+    found = {f.rule: f.message for f in lint(config, ds_run)}
+    if said is None:
+        assert "reduce-dtype-below-params" not in found
+    else:
+        assert said in found["reduce-dtype-below-params"]
+
+
+def test_a_bucket_all_reduce_on_one_rank_moves_no_sum():
+    rules = {f.rule for f in lint(TrainConfig(ranks=1, precision=BF16.with_(reduction="deepspeed-zero12")))}
+    assert "bucket-size-changes-the-sum" not in rules and "long-accumulation-in-16-bit" not in rules

@@ -58,8 +58,10 @@ def _configuration(args) -> tuple:
     ds = None
     if args.ds_config is not None:
         from zerosim.frameworks.deepspeed import TrainerArgs, read_ds_config
+        from zerosim.train import run_defaults
 
-        ds = read_ds_config(args.ds_config, args.ranks or 4, train_cmd.hidden_size(args),
+        ranks = args.ranks if args.ranks is not None else run_defaults(args.resume)["ranks"]  # as train reads it
+        ds = read_ds_config(args.ds_config, ranks, train_cmd.hidden_size(args),
                             TrainerArgs(per_device_train_batch_size=args.batch,
                                         gradient_accumulation_steps=args.accumulation_steps,
                                         max_grad_norm=args.clip_grad))

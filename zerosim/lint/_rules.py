@@ -41,6 +41,12 @@ def _sixteen(fmt: str) -> bool:
     return _bits(fmt) == 16
 
 
+def _summed(s) -> int:
+    """The ranks a gradient is summed over: the data-parallel ranks (with CP's, which ZeRO shards over), N / T; with
+    one, nothing is summed and no wire format or bucket bound can round a sum."""
+    return s.ranks // s.tp
+
+
 UNIT = {"bf16": "2^-9", "fp16": "2^-12"}  # half an ulp at 1, relative: each rounding's largest error
 
 RULES = (
@@ -82,9 +88,12 @@ RULES = (
          "https://github.com/deepspeedai/DeepSpeed/issues/1488 (loss discrepancy among ZeRO-0, 1, 2, 3 when gradient "
          "accumulates multiple steps)",
          fix={"grad_accum": "fp32"}),
-    Rule("reduce-dtype-below-params", "info", lambda s: _bits(s.reduce) < _bits(s.master or s.compute),
-         lambda s: f"gradients are summed in {s.reduce} while the weights they update are {s.master}: each of the "
-                   f"ring's {max(s.ranks // s.tp - 1, 0)} hops rounds the partial sum to {s.reduce}; reduce in fp32 "
+    Rule("reduce-dtype-below-params", "info",
+         lambda s: _bits(s.reduce) < _bits(s.master or s.compute) and _summed(s) > 1,
+         lambda s: f"gradients are summed in {s.reduce} while the weights they update are {s.master}: "
+                   + ("the ring's one hop rounds" if _summed(s) == 2 else
+                      f"each of the ring's {_summed(s) - 1} hops rounds")
+                   + f" the partial sum to {s.reduce}; reduce in fp32 "
                    f"(FSDP2's MixedPrecisionPolicy(reduce_dtype=torch.float32), DeepSpeed's "
                    f"communication_data_type fp32) to keep them",
          "torch 2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy: reduce_dtype None "
@@ -139,7 +148,7 @@ RULES = (
          "loss is then not divided by gradient_accumulation_steps (fixed by PR #35438)",
          "https://github.com/huggingface/transformers/pull/35438 (Pass correct num_items_in_batch value into the "
          "training_step function: the loss for gradient_accumulation_steps=2 doubled in 4.47.0)"),
-    Rule("bucket-size-changes-the-sum", "info", lambda s: s.collective == "bucket all-reduce",
+    Rule("bucket-size-changes-the-sum", "info", lambda s: s.collective == "bucket all-reduce" and _summed(s) > 1,
          lambda s: f"recipe {s.recipe} all-reduces each gradient bucket whole: an element's ring chunk — the rank its "
                    f"sum starts on — follows the bucket's bounds, so two runs with another reduce_bucket_size (or "
                    f"bucket_cap_mb), rank count or stage part at step 1 in the last bits (zerosim diff shows where)",

@@ -47,7 +47,8 @@ def setup_of(config, ds=None) -> Setup:
     return Setup(compute=policy.compute_format.name, master=None if policy.master_format is None else
                  policy.master_format.name, state=policy.state_format.name, reduce=policy.reduce_format.name,
                  accumulate=averaging.accum_format(policy, False, recipe).name, K=k, loss_scale=policy.loss_scale,
-                 optimizer=optimizer, stage=stage, ranks=config.ranks if config is not None else 1,
+                 optimizer=optimizer, stage=stage, ranks=config.ranks if config is not None else
+                 ds.train_batch_size // (ds.micro_batch * ds.accumulation_steps),  # the world size DeepSpeed reads
                  tp=config.tp if config is not None else 1, recipe=name,
                  collective=recipe.rules.collective if name != "ddp" else "bucket all-reduce", bucket=bucket,
                  deepspeed=ds is not None)
