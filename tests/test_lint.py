@@ -138,3 +138,16 @@ def test_the_reduction_rules_count_the_ranks_a_gradient_is_summed_over(config, d
 def test_a_bucket_all_reduce_on_one_rank_moves_no_sum():
     rules = {f.rule for f in lint(TrainConfig(ranks=1, precision=BF16.with_(reduction="deepspeed-zero12")))}
     assert "bucket-size-changes-the-sum" not in rules and "long-accumulation-in-16-bit" not in rules
+
+
+def test_a_16_bit_state_is_a_trap_only_where_the_optimizer_keeps_one():
+    # SGD without momentum keeps no state between steps: its trap and its way out trained to the same bits (the
+    # warning said "Adam's m and v" of it); with momentum it keeps b, and Lion keeps m
+    def said(**config):
+        return {f.rule: f.message for f in lint(TrainConfig(precision=BF16.with_(optim_state="fp16"), **config))}
+
+    assert "optimizer-state-16-bit" not in said(optimizer="sgd")
+    assert "(sgd's b) is stored in fp16" in said(optimizer="sgd", optimizer_options={"momentum": 0.9})[
+        "optimizer-state-16-bit"]
+    assert "(lion's m) is stored in fp16" in said(optimizer="lion")["optimizer-state-16-bit"]
+    assert "(adan's m, v, n and g_prev) is stored in fp16" in said(optimizer="adan")["optimizer-state-16-bit"]

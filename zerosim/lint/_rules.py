@@ -41,6 +41,11 @@ def _sixteen(fmt: str) -> bool:
     return _bits(fmt) == 16
 
 
+def _listed(names) -> str:
+    """("m", "v", "n") -> "m, v and n"."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
 def _summed(s) -> int:
     """The ranks a gradient is summed over: the data-parallel ranks (with CP's, which ZeRO shards over), N / T; with
     one, nothing is summed and no wire format or bucket bound can round a sum."""
@@ -62,10 +67,10 @@ RULES = (
          "gradients can silently underflow to zero)",
          fix={"loss_scale": 1024.0}),  # a static power of two: exact, and no step skipped (a dynamic scaler
     #                                  starting at 2^16 skips its first steps, which a few measured steps would show)
-    Rule("optimizer-state-16-bit", "warning", lambda s: _sixteen(s.state),
-         lambda s: f"the optimizer's state (Adam's m and v) is stored in {s.state}: every step rounds each element "
-                   f"on store, up to {UNIT.get(s.state, '2^-9')} relative, and v's small increments can be lost "
-                   f"outright; a bf16 state plateaued the loss about 3x higher in the thread",
+    Rule("optimizer-state-16-bit", "warning", lambda s: _sixteen(s.state) and bool(s.kept),
+         lambda s: f"the optimizer's state ({s.optimizer}'s {_listed(s.kept)}) is stored in {s.state}: every step "
+                   f"rounds each element on store, up to {UNIT.get(s.state, '2^-9')} relative, and small increments "
+                   f"(Adam's v) can be lost outright; a bf16 state plateaued the loss about 3x higher in the thread",
          "torch 2.13.0 torch/optim/adam.py Adam._init_group: state['exp_avg'] = torch.zeros_like(p, "
          "memory_format=torch.preserve_format) — the state takes the parameter's dtype (bf16 parameters, bf16 m and v)",
          "https://github.com/areal-project/AReaL/issues/1292 (FSDP engine: torch.optim.AdamW inherits bf16 dtype from "
