@@ -451,3 +451,35 @@ def test_stochastic_rounding_same_seed_same_result_and_seed_matters():
 def test_stochastic_rounding_needs_a_generator(rng):
     with pytest.raises(ValueError, match="rng"):
         cast([1.1], "bf16", rounding="stochastic", rng=rng)
+
+
+@pytest.mark.parametrize("name, e, n", [("fp16", 24, 1024), ("bf16", 133, 128), ("fp8_e4m3", 9, 8),
+                                         ("fp8_e5m2", 16, 4)])  # spacing 2**-e, n subnormals (the normals' start)
+def test_stochastic_rounding_into_the_subnormals_is_the_definition_in_exact_rationals(name, e, n):
+    # SR by its definition, with nothing of zerosim's or NumPy's rounding: below the smallest normal n·2**-e a
+    # format's values are the whole multiples k·2**-e, so |x|'s neighbours are lo = floor(|x|·2**e)·2**-e and
+    # hi = lo + 2**-e (up to the smallest normal too); |x| rounds up iff u < (|x| − lo) / (hi − lo), in Fractions.
+    # Inputs across the subnormals, below the smallest (down to zero or up to 2**-e) and just under the smallest
+    # normal (up to it), each with uniforms at the threshold, an ulp either side, 0 and random ones; both signs,
+    # float64 and float32 (exact: at most 20 significant bits, and float32's own subnormals reach 2**-149).
+    from zerosim.precision import get_format
+
+    f = get_format(name)
+    assert f.smallest_subnormal == 2.0**-e and f.smallest_normal == n * 2.0**-e
+    rng = np.random.default_rng(63)
+    ks = np.unique(np.concatenate([np.arange(0, min(n, 16)), np.arange(max(n - 8, 0), n), rng.integers(0, n, 20)]))
+    where = np.array([1 / 1024, 0.25, 0.5, 0.75, 1 - 1 / 1024])  # between lo and hi
+    x64 = ((ks[:, None] + where[None, :]) * 2.0**-e).ravel()
+    x64 = np.concatenate([x64, -x64])
+    for x in (x64, x64.astype(np.float32)):
+        assert np.array_equal(x.astype(np.float64), x64)
+        exact = [Fraction(float(v)) for v in np.abs(x64)]
+        p = [v * 2**e - int(v * 2**e) for v in exact]  # (|x| − lo) / (hi − lo): the spacing is 2**-e throughout
+        thresholds = np.array([float(q) for q in p])  # exact: each p is k/1024, k/4
+        for u in (thresholds, np.nextafter(thresholds, 0.0), np.nextafter(thresholds, 1.0), np.zeros(x.size),
+                  rng.random(x.size)):
+            got = cast(x, name, "stochastic", uniforms=u)
+            k = [int(v * 2**e) + (Fraction(float(ui)) < q) for v, q, ui in zip(exact, p, u)]  # up iff u < p
+            want = [Fraction(ki, 2**e) * (-1 if neg else 1) for ki, neg in zip(k, np.signbit(x64))]
+            assert [Fraction(float(g)) for g in got.astype(np.float64)] == want
+            assert np.array_equal(np.signbit(got.astype(np.float64)), np.signbit(x64))  # -0 where x < 0 rounds to 0

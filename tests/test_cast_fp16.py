@@ -150,29 +150,3 @@ def test_float64_ties_at_float16s_last_place_and_a_hand_table():
     np.testing.assert_array_equal(bits16(_by_bits(values)), want)
     np.testing.assert_array_equal(bits16(_by_bits(values.astype(np.float32))), want)
 
-
-def test_stochastic_rounding_into_the_subnormals_is_the_definition_in_exact_rationals():
-    # SR by its definition, with nothing of zerosim's or NumPy's rounding: below 2**-14 float16's values are the whole
-    # multiples k·2**-24, so |x|'s neighbours are lo = floor(|x|·2**24)·2**-24 and hi = lo + 2**-24 (up to 2**-14,
-    # the smallest normal, the subnormals' spacing still); |x| rounds up iff u < (|x| − lo) / (hi − lo), computed in
-    # Fractions. float32 inputs across the subnormals, below the smallest subnormal (down to zero or up to 2**-24)
-    # and just under 2**-14 (up to the smallest normal), each with uniforms at the threshold, an ulp either side, 0,
-    # and random ones; both signs, and float64 inputs between those values.
-    from fractions import Fraction
-
-    rng = np.random.default_rng(63)
-    ks = np.concatenate([np.arange(0, 16), np.arange(1000, 1024), rng.integers(0, 1024, 40)])  # lo = k·2**-24
-    fractions_ = np.array([1 / 1024, 0.25, 0.5, 0.75, 1 - 1 / 1024])  # where between lo and hi
-    x64 = ((ks[:, None] + fractions_[None, :]) * 2.0**-24).ravel()  # exact in float64 (and in float32: ≤ 21 bits)
-    x64 = np.concatenate([x64, -x64])
-    for x in (x64, x64.astype(np.float32)):
-        assert np.array_equal(x.astype(np.float64), x64)
-        exact = [Fraction(float(v)) for v in np.abs(x64)]
-        p = [v * 2**24 - int(v * 2**24) for v in exact]  # (|x| − lo) / (hi − lo): the spacing is 2**-24 throughout
-        thresholds = np.array([float(q) for q in p])  # p's float64 nearest, p itself when dyadic (every one here)
-        for u in (thresholds, np.nextafter(thresholds, 0.0), np.nextafter(thresholds, 1.0), np.zeros(x.size),
-                  rng.random(x.size)):
-            got = cast(x, "fp16", "stochastic", uniforms=u)
-            want_k = [int(v * 2**24) + (Fraction(float(ui)) < q) for v, q, ui in zip(exact, p, u)]  # up iff u < p
-            want = np.array(want_k, np.uint16) | np.where(np.signbit(x64), np.uint16(0x8000), np.uint16(0))
-            np.testing.assert_array_equal(bits16(got), want)
