@@ -68,3 +68,42 @@ def test_the_library_planner_refuses_what_a_cluster_refuses():
 
     with pytest.raises(ValueError, match=r"ranks=12 does not fill nodes of gpus_per_node=8: give a multiple of 8"):
         plan(get_preset("gpt2-small").config, 12, 8, "h100-80gb", 128, 24)
+
+
+def _json(argv) -> dict:
+    code, out, err = run([*argv, "--json"])
+    assert code == 0, err
+    import json
+
+    return json.loads(out)
+
+
+# plan's top row beside each parallel degree, and the two commands it prints to reproduce it: the same peak (memory's
+# row for that stage, timeline's), the same step, tokens/s and MFU (timeline's). The pipeline case is one whose last
+# stage peaks highest, where timeline read rank 0's peak until 2026-11-28 (a random walk over plan's flags found it).
+REPRODUCED = {
+    "tp": ["--model", "gpt2-small", "--gpus", "8", "--seq-len", "512", "--global-batch", "16", "--tp", "2",
+           "--strategies", "block"],
+    "cp": ["--model", "gpt2-small", "--gpus", "8", "--seq-len", "512", "--global-batch", "16", "--cp", "2",
+           "--strategies", "flash"],
+    "pp": ["--model", "llama-2-7b", "--gpus", "8", "--gpu", "a100-80gb", "--seq-len", "2048", "--global-batch", "32",
+           "--pp", "2", "--strategies", "block", "--stages", "1", "--micro-batches", "1"],
+    "offload": ["--model", "gpt2-small", "--gpus", "8", "--seq-len", "512", "--global-batch", "16",
+                "--offload-optimizer", "cpu", "--strategies", "none", "--stages", "2"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPRODUCED))
+def test_the_commands_plan_prints_say_its_rows_numbers(case):
+    argv = ["plan", "--gpus-per-node", "8", *REPRODUCED[case]]
+    if "--gpu" not in argv:
+        argv += ["--gpu", "h100-80gb"]
+    r = _json(argv)
+    top = r["fitting"][0]
+    memory_cmd, timeline_cmd = r["reproduce"]
+    memory = _json(shlex.split(memory_cmd)[1:])
+    timeline = _json(shlex.split(timeline_cmd)[1:])
+    row = next(x for x in memory["stages"] if x["stage"] == top["stage"])
+    assert row["peak"] == timeline["peak"] == top["peak"]
+    for key in ("step_s", "tokens_per_s_per_gpu", "mfu"):
+        assert timeline[key] == pytest.approx(top[key], rel=1e-12), key
