@@ -89,3 +89,15 @@ def test_a_host_too_small_is_said_not_to_fit():
     r = _memory("--offload-optimizer", "cpu", "--host-memory", "100")  # a 100 GB node: the 260 GB peak does not fit
     fit = r["stages"][1]["offload"]["fit"]["host"]
     assert not fit["fits"] and fit["capacity"] == 100 * 10**9 and fit["margin"] == 100 * 10**9 - 260 * 10**9
+
+
+def test_the_library_planner_takes_the_host_whose_gpus_it_plans_for():
+    # `plan(...)` with an offload and no host took the DGX H100's DRAM, NVMe and PCIe 5.0 for any GPU, where the
+    # commands take the GPU's own (costs host_of: an A100 80GB's DGX A100, PCIe 4.0)
+    from zerosim.analysis.costs import get_preset, host_of
+    from zerosim.analysis.planner import plan
+    from zerosim.parallel.offload import Offload
+
+    p = plan(get_preset("gpt2-small").config, 8, 8, "a100-80gb", 512, 8, stages=(2,), strategies=("none",),
+             micro_batches=(1,), offloads=(("cpu", lambda stage: ("optimizer-cpu", (Offload("cpu"),))),))
+    assert host_of("a100-80gb").key == "dgx-a100" and p.settings["host"] == "dgx-a100"

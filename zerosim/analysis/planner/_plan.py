@@ -178,10 +178,10 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     `offloads`: ((name, at), ...) offload configurations tried beside none, each at the stages it runs at: `at(stage)`
     returns (label, parallelisms): what runs there (parallel/offload's Offload and its placement's name), or raises
     ValueError where nothing does; a label tried at a stage already is not tried again.
-    Their rows fit when the device does and the ranks of a node fit its `host` (a costs.Host; default the DGX H100's
-    DRAM and NVMe per node), and are timed with their copies and CPU step on the timeline; they are tried at tp = 1
-    only (offload beside tensor parallelism is not modelled)."""
-    from zerosim.analysis.costs import HOSTS, get_host
+    Their rows fit when the device does and the ranks of a node fit its `host` (a costs.Host; default the host whose
+    GPUs are `gpu`, costs `host_of`, as the commands take it), and are timed with their copies and CPU step on the
+    timeline; they are tried at tp = 1 only (offload beside tensor parallelism is not modelled)."""
+    from zerosim.analysis.costs import get_host, host_of
     from zerosim.models.gpt import ALL_STRATEGIES
     from zerosim.models.meta import LOSS_OF
     from zerosim.parallel.data import get_comm_schedule
@@ -196,7 +196,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     tps = tuple(dict.fromkeys(spec.tp for spec, _ in runs))
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
-    host = HOSTS["dgx-h100"] if host is None else get_host(host)
+    host = host_of(g) if host is None else get_host(host)  # the host whose GPUs are `gpu`, as the commands read it
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
                    reserve, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
     work, done = [], set()  # each stage tried: (stage, strategies, batches, spec, per_rank, label, more)
