@@ -108,14 +108,13 @@ def measure_stage(model, ranks: int | None, stage, optimizer: str = "adam", prec
                                                                                           *spec.micro(*micro_batch)))
     resting = [{k: v for k, v in r.ledger.by_kind().items() if k in MODEL_STATES or k.startswith("optim:")}
                for r in cluster.ranks]
-    peaks = [r.ledger.peak() for r in cluster.ranks]  # the ranks hosted: all, or the representative
-    top = peak_rank(cluster)
+    top = peak_rank(cluster)  # of the ranks hosted: all, or the representative (a pipeline's: one a stage)
     row = {
         "stage": mesh.plan.name or mesh.plan.stage,  # a stage number, or a strategy by name
         "resting": resting[top if spec.pp > 1 else 0],  # a pipeline's: the rank that peaks (its stage's states)
         # padded buffers: every rank holds the same (the hosted ones; a pipeline's stages hold their own layers)
         "ranks_agree": spec.pp > 1 or all(r == resting[0] for r in resting),
-        "peak": peaks[top],
+        "peak": cluster.ranks[top].ledger.peak(),
         "peak_by_kind": {k: v for k, v in cluster.ranks[top].ledger.peak_by_kind().items() if v},
         "at_peak": cluster.ranks[top].ledger.at_peak(),
     }

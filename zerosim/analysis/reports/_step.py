@@ -198,8 +198,8 @@ def pipeline_timing(spec, ranks: int, result, engine) -> dict:
     """What a step beside pipeline parallelism says of it (analysis/reports pipeline_summary's record, and): each
     pipeline rank's compute on the timeline and the share of the step it did not compute (its bubble, and the
     communication it waited for); the pipeline rank whose memory peaks highest (the report's peak); the bubble's
-    closed form with every stage costing the first rank's forward,
-    backward and backward-weight a micro-batch and the links free (parallel/pipeline bubble_fraction)."""
+    closed form with every stage costing the first rank's forward, backward and backward-weight a micro-batch and the
+    links free (parallel/pipeline bubble_fraction)."""
     from zerosim.analysis.costs import peak_rank
     from zerosim.analysis.reports._memory import pipeline_summary
     from zerosim.parallel.pipeline import BUBBLE_FORMULA, bubble_fraction
