@@ -52,6 +52,19 @@ def test_handles_join_and_a_cleared_trace_forgets_them():
     assert c.trace.live(again) == (0,)
 
 
+def test_handles_joined_at_once_are_the_handles_added_one_by_one():
+    # Handle.joined (what a loop over many buckets gathers its handles with) against the fold of + it replaces:
+    # every mix of empty and full handles, of old and new generations, in every order
+    import itertools
+
+    parts = [Handle(), Handle((), 2), Handle((3,)), Handle((4, 5), 1), Handle((6,), 2)]
+    for k in range(len(parts) + 1):
+        for mix in itertools.permutations(parts, k):
+            folded = sum(mix, Handle())
+            joined = Handle.joined(mix)
+            assert type(joined) is Handle and joined == folded and joined.generation == folded.generation, mix
+
+
 def test_a_stage_3_step_names_its_handles():
     # MLP [3, 4, 2] on 2 ranks, a dynamic scaler (so the overflow flag is all-reduced) and clipping (the norm)
     model = MLP([3, 4, 2])

@@ -152,6 +152,14 @@ def config_with(tmp_path, layers) -> Path:
     (["plan", "--config", "DEEP", *PLAN[3:]], "(1,000,000 layers) has 1,000,003 units"),
     (["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", ",".join(str(2**k) for k in range(21))],
      "zerosim sweeps at most 1,048,576"),
+    # Ψ // 1,000 = 124,439 all-gathers a step (was: run, ~18 s here, minutes before the refresh joined its handles
+    # in one go); the least size that passes is ceil(124,439,808 / 100,000) = 1,245
+    ([*TIMELINE, "--stage", "2", "--allgather-bucket-size", "1000"], "into 124,439 all-gathers a step (Ψ / size), "
+     "more than the 100,000 zerosim runs in one command (each a call on every rank): give at least 1,245 elements"),
+    (["memory", "--model", "gpt2-small", "--ranks", "8", "--allgather-bucket-size", "1000"], "124,439 all-gathers"),
+    # the stages' sweep: 12,443 all-gathers × 3 stages × 3 N = 111,987 over 9 meta steps
+    (["timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "8,16,32", "--allgather-bucket-size", "10000"],
+     "into 111,987 all-gathers over 9 meta steps"),
 ])
 def test_sizes_that_explode_are_refused_at_once_with_their_cost(argv, words, tmp_path, no_work):
     argv = [str(config_with(tmp_path, 10**6)) if a == "DEEP" else a for a in argv]

@@ -14,7 +14,7 @@ import math
 
 from zerosim.cli import choices
 from zerosim.cli.schedule_args import comm_from_args, ds_config_from_args
-from zerosim.cli.work_budget import check_units
+from zerosim.cli.work_budget import check_refresh, check_units
 
 ELEMENTWISE = choices.OPTIMIZERS  # every stage shards them all (Muon's matrices by its plans: parallel/data/muon)
 
@@ -259,10 +259,13 @@ def setup(args):
     if reserve is not None and not 0 <= reserve < 1:
         raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
     micro = micro_batch_from_args(args)
+    comm = ds.comm if ds else comm_from_args(args)
+    check_refresh(model.num_params, comm.allgather_bucket_size, "--allgather-bucket-size")  # (a DeepSpeed config's
+    # allgather_bucket_size is ignored, as DeepSpeed ignores it: frameworks/deepspeed/_keys.py)
     return Workload(
         model,
         micro,
-        ds.comm if ds else comm_from_args(args),
+        comm,
         ds.precision if ds else args.precision,
         args.precision,
         args.optimizer,

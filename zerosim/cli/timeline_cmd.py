@@ -72,7 +72,7 @@ from zerosim.cli.strategy_args import (
 )
 from zerosim.cli.parallel_args import add_parallel_arguments, check_pipeline, refuse_beside, spec_of
 from zerosim.cli.wire_args import add_wire_arguments, check_qgz_model, qgz_recipe, wire_from_args
-from zerosim.cli.work_budget import check_passes, check_sweep
+from zerosim.cli.work_budget import check_passes, check_refresh, check_sweep
 from zerosim.outputs import check_file, write_atomic
 
 HELP = "time of a step at real scale: compute vs communication, overlap, bucketing, prefetch (meta backend)"
@@ -227,6 +227,8 @@ def _check_work(args, s) -> None:
         runs = len(names) if names else 3  # a meta step per strategy, or per stage 1-3 (the links share it)
         check_sweep(ranks, runs, "--sweep")
         check_passes(units, 1, runs * len(ranks), "--sweep", "give fewer --sweep-ranks")
+        check_refresh(s.model.num_params, s.comm.allgather_bucket_size, "--sweep with --allgather-bucket-size",
+                      runs * len(ranks))
     else:
         check_passes(units, s.accumulation, 1, f"a step of K = {s.accumulation:,} micro-steps",
                      "past K = 2 a step's time is linear in K (zerosim plan times K = 1 and 2 and extends the line, "

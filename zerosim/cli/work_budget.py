@@ -11,6 +11,9 @@ say what each count took on one core of the 2-core machine this was written on (
                  small's 15 units: 15,000 passes, ~4 s)
     RANK_STEPS   ranks summed over a sweep's meta steps (every meta step keeps one record per rank per collective;
                  the default sweep, 64 to 4096 ranks, sums 8,128)
+    REFRESH_CALLS  all-gathers of the stage 1/2 refresh over a command's meta steps: an `allgather_bucket_size` cuts
+                 it into Ψ / size calls a step (GPT-2 small's 124M parameters in buckets of 1,000 elements: 124,439
+                 calls, ~18 s)
 
 (`zerosim train` counts its own: TrainConfig refuses a step of more than MAX_STEP_MICRO_BATCHES micro-batches.)
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 UNIT_PASSES = 200_000
 RANK_STEPS = 1 << 20
+REFRESH_CALLS = 100_000
 
 
 def check_units(units: int, what: str) -> None:
@@ -50,3 +54,18 @@ def check_sweep(ranks, runs_per_size: int, what: str) -> None:
                          f"{max(ranks):,} ranks, {total:,} ranks in all; zerosim sweeps at most {RANK_STEPS:,}: "
                          "drop the largest --sweep-ranks")
 
+
+
+def check_refresh(params: int, size: int | None, what: str, steps: int = 1) -> None:
+    """Refuse a stage 1/2 refresh cut into more than REFRESH_CALLS all-gathers over `steps` meta steps: `size` is the
+    allgather bucket (elements; None: one call), `params` the model's Ψ (parallel/data allgather_pieces: Ψ // size
+    pieces a step, every rank sending the same piece of its shard)."""
+    if size is None:
+        return
+    calls = max(1, params // size) * steps
+    if calls > REFRESH_CALLS:
+        least = -(-params * steps // REFRESH_CALLS)
+        over = f" over {steps:,} meta steps" if steps > 1 else " a step"
+        raise ValueError(f"{what} {size:,} cuts the stage 1/2 refresh of {params:,} parameters into {calls:,} "
+                         f"all-gathers{over} (Ψ / size), more than the {REFRESH_CALLS:,} zerosim runs in one command "
+                         f"(each a call on every rank): give at least {least:,} elements")

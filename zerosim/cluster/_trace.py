@@ -60,6 +60,16 @@ class Handle(tuple):
                 return other
         return Handle(tuple(self) + tuple(other), max(self.generation, getattr(other, "generation", 0)))
 
+    @classmethod
+    def joined(cls, handles) -> "Handle":
+        """`handles` joined with + in one go: the calls in order, the latest generation (a loop of `+=` over many
+        buckets copies the growing tuple each time)."""
+        calls, generation = [], 0
+        for h in handles:
+            calls.extend(h)
+            generation = max(generation, getattr(h, "generation", 0))
+        return cls(tuple(calls), generation)
+
     def __getnewargs__(self):
         return (tuple(self), self.generation)
 

@@ -218,17 +218,17 @@ def refresh(ctx, allgather_bucket_size: int | None = None) -> Handle:
     step 4): one call, or with an `allgather_bucket_size` one call per piece, every rank sending the same piece
     of its shard (comm_schedule.allgather_pieces, as DeepSpeed's `all_gather_dp_groups`)."""
     cluster, layout, ranks = ctx.cluster, ctx.layout, ctx.ranks
-    s, n, handle, group = layout.shard_size, ctx.mesh.world.size, Handle(), ctx.mesh.world  # the data-parallel ranks
+    s, n, handles, group = layout.shard_size, ctx.mesh.world.size, [], ctx.mesh.world  # the data-parallel ranks
     pieces = allgather_pieces(s, n, allgather_bucket_size)
     for lo, hi in pieces:
         own = [rank.params.array[layout.own(rank.index)][lo:hi] for rank in ranks]
         with cluster.trace.about(purpose="refresh params", layers=()):
             if len(pieces) == 1:  # straight into each rank's (Ψ,) params: no N fresh copies of the model
-                handle += all_gather(cluster, own, tag="params", out=[rank.params.array for rank in ranks],
-                                     group=group).handle
+                handles.append(all_gather(cluster, own, tag="params", out=[rank.params.array for rank in ranks],
+                                          group=group).handle)
                 continue
             full = all_gather(cluster, own, tag=f"params [{lo}:{hi}) of each shard", group=group)
-        handle += full.handle
+        handles.append(full.handle)
         for rank, f in zip(ranks, full):  # (N*(hi-lo),) rank r's piece goes to [r*s + lo, r*s + hi)
             rank.params.array.reshape(n, s)[:, lo:hi] = f.reshape(n, hi - lo)
-    return handle
+    return Handle.joined(handles)
