@@ -195,6 +195,48 @@ def test_a_resume_that_names_the_saved_data_or_none_goes_on(saved_run, tmp_path)
     assert np.isfinite(TrainConfig().lr)
 
 
+SWEEP = ("timeline", "--model", "gpt2-small", "--sweep", "--sweep-ranks", "8,16")
+STRATEGY_SWEEP = (*SWEEP, "--strategy", "full_shard,hsdp", "--gpus-per-node", "8")
+
+
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("sweep", [SWEEP, STRATEGY_SWEEP], ids=["stages", "strategies"])
+@pytest.mark.parametrize("flag, words", [
+    # was: rc 0 and the same table, byte for byte, as without the flag (a walk adding each flag to both sweeps)
+    (("--link", "pcie5"), "--link: its links are NVLink 4 within a node and InfiniBand NDR across"),
+    (("--inter-link", "ib_hdr"), "--inter-link: its links"), (("--link-bandwidth", "100"), "--link-bandwidth: its"),
+    (("--link-alpha", "10"), "--link-alpha: its"), (("--inter-link-bandwidth", "10"), "--inter-link-bandwidth: its"),
+    (("--inter-link-alpha", "30"), "--inter-link-alpha: its"), (("--call-latency", "50"), "--call-latency: its"),
+    (("--optimizer", "sgd"), "--optimizer: it keeps Adam's states"),
+    (("--zero-quantized-weights",), "--zero-quantized-weights: its collectives carry the recipe's own formats"),
+    (("--zero-quantized-gradients",), "--zero-quantized-gradients: its"), (("--fp8-all-gather",), "--fp8-all-gather"),
+    (("--accumulation-steps", "2"), "--accumulation-steps: each cell is one micro-batch"),
+    (("--offload-optimizer", "cpu"), "--offload-optimizer: nothing is offloaded"),
+], ids=lambda x: x[0] if isinstance(x, tuple) else "")
+def test_flags_a_sweep_does_not_read_are_refused(sweep, flag, words):
+    refused((*sweep, *flag), "--sweep does not read " + flag[0], words, "drop it, or time one step without --sweep")
+
+
+@pytest.mark.bad_input("command line")
+@pytest.mark.parametrize("flag, words", [
+    (("--stage", "2"), "--stage: it runs stages 1, 2 and 3 itself"),  # was: rc 0, the same table
+    (("--gpus-per-node", "4"), "--gpus-per-node: every N runs on one link; nodes are --strategy's sweep"),
+])
+def test_flags_the_stages_sweep_does_not_read_are_refused(flag, words):
+    refused((*SWEEP, *flag), words)
+    refused((*SWEEP, *flag, "--optimizer", "sgd"), "--sweep does not read --optimizer, " + flag[0], "drop them")
+
+
+def test_what_the_sweeps_read_still_changes_them():
+    # the flags left to a sweep each change its table (the walk's other half): the refusals took nothing it reads
+    base = {name: run_cli(*argv, "--json")[1] for name, argv in (("stages", SWEEP), ("strategies", STRATEGY_SWEEP))}
+    for flag in (("--comm", "fsdp"), ("--precision", "bf16-mixed"), ("--efficiency", "peak"), ("--tokens", "4096"),
+                 ("--gpu", "a100-80gb")):
+        for name, argv in (("stages", SWEEP), ("strategies", STRATEGY_SWEEP)):
+            code, out, err = run_cli(*argv, *flag, "--json")
+            assert code == 0 and out != base[name], (name, flag, err)
+
+
 # ------------------------------------------------------------------ found by probing every flag (issue 56, item 7)
 @pytest.mark.bad_input("command line")
 @pytest.mark.parametrize("argv, words", [

@@ -192,7 +192,38 @@ def _check(args) -> None:
     if spec.pp > 1 and args.sweep:
         raise ValueError("--pp times one step of a pipeline; --sweep times the data-parallel stages over many N: "
                          "drop one")
+    if args.sweep:
+        _refuse_unread_by_sweep(args, names)
     refuse_beside(spec, args.ranks, names, wire_from_args(args))
+
+
+# what a sweep's cells do not read: each is one meta step per N on its own links (analysis/reports/_sweeps.py LINKS:
+# NVLink 4 within a node, InfiniBand NDR across), Adam's states, the recipe's own wires, one micro-batch, on device
+SWEEP_FIXES = (
+    (("link", "inter_link", "link_bandwidth", "link_alpha", "inter_link_bandwidth", "inter_link_alpha",
+      "call_latency"), "its links are NVLink 4 within a node and InfiniBand NDR across"),
+    (("optimizer",), "it keeps Adam's states"),
+    (("zero_quantized_weights", "weight_groups", "zero_quantized_gradients", "fp8_all_gather"),
+     "its collectives carry the recipe's own formats"),
+    (("accumulation_steps",), "each cell is one micro-batch"),
+    (("offload_optimizer", "offload_params", "offload_policy", "dpu"), "nothing is offloaded"),
+)
+
+
+def _refuse_unread_by_sweep(args, strategies) -> None:
+    """Refuse the flags `--sweep` would run without reading (they changed nothing: found by a walk that adds each flag
+    to a sweep and compares the output), naming each and why."""
+    why = [(f"--{a.replace('_', '-')}", reason) for attrs, reason in SWEEP_FIXES for a in attrs
+           if getattr(args, a, None) not in (None, False)]
+    if not strategies:  # the stages' sweep runs every stage on one tier of link
+        why += [(flag, reason) for flag, v, reason in (
+            ("--stage", args.stage, "it runs stages 1, 2 and 3 itself"),
+            ("--gpus-per-node", args.gpus_per_node, "every N runs on one link; nodes are --strategy's sweep"))
+            if v is not None]
+    if why:
+        said = "; ".join(f"{flag}: {reason}" for flag, reason in why)
+        raise ValueError(f"--sweep does not read {', '.join(f for f, _ in why)} ({said}): drop "
+                         f"{'it' if len(why) == 1 else 'them'}, or time one step without --sweep")
 
 
 def save_figure(fig, path: str, flag: str = "--figure") -> None:
