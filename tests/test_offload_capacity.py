@@ -14,9 +14,39 @@ TIB = 2**40
 
 HOST_TABLE = [  # (key, DRAM per node, NVMe for data per node, GPUs, host link, DRAM peak bytes/s), from the datasheets
     ("dgx-2", 1.5 * TIB, 8 * 3.84e12, 16, "pcie3", 2 * 6 * 2666e6 * 8),  # 1.5 TB DDR4, 30 TB NVMe; 2x 6ch DDR4-2666
+    ("dgx-a100-320gb", 1 * TIB, 4 * 3.84e12, 8, "pcie4", 2 * 8 * 3200e6 * 8),  # the May 2020 launch: 1 TB, 15 TB
     ("dgx-a100", 2 * TIB, 8 * 3.84e12, 8, "pcie4", 2 * 8 * 3200e6 * 8),  # 2 TB, 30 TB; 2x EPYC 7742, 8ch DDR4-3200
     ("dgx-h100", 2 * TIB, 8 * 3.84e12, 8, "pcie5", 2 * 8 * 4800e6 * 8),  # 2 TB DDR5, 8x 3.84 TB U.2; 8ch DDR5-4800
+    ("dgx-h200", 2 * TIB, 8 * 3.84e12, 8, "pcie5", 2 * 8 * 4800e6 * 8),  # the same host (DGX BasePOD RA, H200 and H100)
 ]
+
+HOST_OF = [  # (GPU, the host a run takes without --host, the link its copies run over), by hand
+    ("v100-32gb", "dgx-2", "pcie3"),  # the DGX-2's V100s: PCIe 3.0 both ends
+    ("a100-40gb", "dgx-a100-320gb", "pcie4"),  # the 320GB DGX A100 carries the 40GB A100
+    ("a100-80gb", "dgx-a100", "pcie4"),  # the 640GB one, the 80GB A100
+    ("h100-80gb", "dgx-h100", "pcie5"),
+    ("h200", "dgx-h200", "pcie5"),
+    ("rtx3090", "dgx-h100", "pcie4"),  # no DGX: the DGX H100's host, but the card trains its link at PCIe 4.0
+    ("h100-hbm2e", "dgx-h100", "pcie5"),  # Grand Teton's host is not published: the DGX H100's
+]
+
+
+@pytest.mark.parametrize("gpu, host, link", HOST_OF)
+def test_a_gpu_takes_its_own_machine_and_the_slower_pcie_of_the_two(gpu, host, link):
+    from zerosim.analysis.costs import host_link, host_of
+
+    assert host_of(gpu).key == host and host_link(host_of(gpu), gpu) == link
+    assert host_link(get_host("dgx-2"), gpu) == "pcie3"  # any GPU in a PCIe 3.0 host copies at 3.0
+    assert host_link(get_host("dgx-h100"), gpu) == get_gpu(gpu).pcie  # a PCIe 5.0 host: the GPU's own
+
+
+def test_an_a100_in_a_pcie5_host_copies_at_pcie4():
+    from zerosim.analysis.timeline import Hardware
+
+    hw = Hardware("a100-40gb").on_host(get_host("dgx-h100"), 8, "a100-40gb")
+    assert hw.pcie.name == "PCIe 4.0 x16" and hw.host_bandwidth == 2 * 8 * 4800e6 * 8 / 8
+    assert Hardware().on_host(get_host("dgx-h100"), 4, "a100-40gb", pcie="pcie5", host_bandwidth=9e9).pcie.name == \
+        "PCIe 5.0 x16"  # --pcie names the link outright
 
 
 @pytest.mark.parametrize("key, memory, nvme, gpus, pcie, dram", HOST_TABLE)
@@ -25,7 +55,7 @@ def test_host_presets_are_the_datasheets(key, memory, nvme, gpus, pcie, dram):
     assert (h.memory, h.nvme, h.gpus, h.pcie) == (int(memory), int(nvme), gpus, pcie)
     assert h.dram_bandwidth == pytest.approx(dram, rel=1e-15) and h.source
     assert h.cpu_bandwidth(gpus) == pytest.approx(dram / gpus, rel=1e-15)  # the node's DRAM shared by its ranks
-    assert set(HOSTS) == {row[0] for row in HOST_TABLE}
+    assert set(HOSTS) == {row[0] for row in HOST_TABLE} == {row[1] for row in HOST_OF}
 
 
 def test_a_node_fits_when_its_ranks_together_fit():
@@ -101,3 +131,23 @@ def test_the_library_planner_takes_the_host_whose_gpus_it_plans_for():
     p = plan(get_preset("gpt2-small").config, 8, 8, "a100-80gb", 512, 8, stages=(2,), strategies=("none",),
              micro_batches=(1,), offloads=(("cpu", lambda stage: ("optimizer-cpu", (Offload("cpu"),))),))
     assert host_of("a100-80gb").key == "dgx-a100" and p.settings["host"] == "dgx-a100"
+
+
+@pytest.mark.parametrize("gpu", ["h100-80gb", "a100-40gb"])
+def test_the_library_planner_times_an_offload_as_the_command_does(gpu):
+    # `plan(...)` without `hardware` timed every offload's copies at the Hardware defaults (PCIe 4.0, 25 GB/s of CPU
+    # bandwidth) whatever the host, where `zerosim plan` takes the host's: the H100's offload row took 25.2 ms in the
+    # library and 9.39 ms on the command line. The library's time model: the datasheet's peaks, fused kernels
+    from zerosim.analysis.costs import get_preset
+    from zerosim.analysis.planner import plan
+    from zerosim.parallel.offload import Offload
+
+    p = plan(get_preset("gpt2-small").config, 8, 8, gpu, 512, 8, stages=(2,), strategies=("none",),
+             micro_batches=(1,), offloads=(("cpu", lambda stage: ("optimizer-cpu", (Offload("cpu"),))),))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", gpu, "--seq-len", "512",
+                     "--global-batch", "8", "--stages", "2", "--strategies", "none", "--micro-batches", "1",
+                     "--offload-optimizer", "cpu", "--efficiency", "peak", "--kernels", "fused", "--json"]) == 0
+    cli = [(r["offload"], r["step_s"]) for r in json.loads(out.getvalue())["fitting"]]
+    assert cli == [(r.offload, r.step_s) for r in p.rows] and len(cli) == 2  # none, and the optimizer on the CPU

@@ -203,7 +203,7 @@ STRATEGY_SWEEP = (*SWEEP, "--strategy", "full_shard,hsdp", "--gpus-per-node", "8
 @pytest.mark.parametrize("sweep", [SWEEP, STRATEGY_SWEEP], ids=["stages", "strategies"])
 @pytest.mark.parametrize("flag, words", [
     # was: rc 0 and the same table, byte for byte, as without the flag (a walk adding each flag to both sweeps)
-    (("--link", "pcie5"), "--link: its links are NVLink 4 within a node and InfiniBand NDR across"),
+    (("--link", "pcie5"), "--link: its links are its own (NVLink within a node, InfiniBand NDR across)"),
     (("--inter-link", "ib_hdr"), "--inter-link: its links"), (("--link-bandwidth", "100"), "--link-bandwidth: its"),
     (("--link-alpha", "10"), "--link-alpha: its"), (("--inter-link-bandwidth", "10"), "--inter-link-bandwidth: its"),
     (("--inter-link-alpha", "30"), "--inter-link-alpha: its"), (("--call-latency", "50"), "--call-latency: its"),

@@ -171,3 +171,23 @@ def test_unknown_device_link_and_format_are_refused():
 def test_hardware_resolves_names():
     hw = Hardware("a100", "ib_ndr", "bf16")
     assert hw.device is A100_80GB_SXM and hw.link is LINKS["ib_ndr"] and hw.compute == "bf16"
+
+
+@pytest.mark.parametrize("gpu, link", [("a100-40gb", "NVLink 3"), ("a100-80gb", "NVLink 3"), ("h100-80gb", "NVLink 4"),
+                                       ("h200", "NVLink 4")])
+def test_every_command_rings_a_node_over_the_gpus_own_nvlink(gpu, link):
+    # the A100's NVLink 3 (600 GB/s bidirectional, the A100 datasheet) was plan's default alone: timeline, its
+    # strategy sweep and the explorer rang an A100's node over NVLink 4 (900 GB/s). One fact now: Device.link
+    import json
+
+    from helpers import run_cli
+
+    from zerosim.analysis.costs import get_gpu
+    from zerosim.analysis.timeline import Hardware
+
+    assert Hardware(get_gpu(gpu).device).link.name == link
+    code, out, _ = run_cli("timeline", "--model", "gpt2-small", "--ranks", "8", "--gpu", gpu, "--json")
+    assert code == 0 and json.loads(out)["link"] == link
+    code, out, _ = run_cli("plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", gpu, "--seq-len", "128",
+                           "--global-batch", "8", "--stages", "3", "--strategies", "none", "--json")
+    assert code == 0 and f"--link {link.lower().replace(' ', '')}" in json.loads(out)["reproduce"][1]

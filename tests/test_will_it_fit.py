@@ -171,7 +171,8 @@ def test_timeline_judges_its_step_and_takes_the_gpus_compute_rates():
     )
     # 16 ranks on nodes of 8: NVLink inside a node, InfiniBand across; the flat ring leaves each node, so every call
     # runs at its slowest hop, on the inter-node tier
-    assert r["device"] == "A100 40GB SXM" and r["link"] == "NVLink 4" and r["inter_link"].startswith("InfiniBand")
+    # the A100's own NVLink 3 within a node (timeline Device.link; NVLink 4 until 2026-11-28, where plan took 3)
+    assert r["device"] == "A100 40GB SXM" and r["link"] == "NVLink 3" and r["inter_link"].startswith("InfiniBand")
     assert r["tiers"]["inter-node"]["calls"] == sum(v["calls"] for v in r["by_purpose"].values()) > 0
     assert r["fit"]["measured"] == r["peak"] and r["fit"]["capacity"] == 40_960 * MIB
 

@@ -3,6 +3,11 @@
 
     python tools/compile_explorer.py            # 87 minutes on 2 busy cores (17,280 settings, 6,912 memory runs)
     python tools/compile_explorer.py --jobs 16  # a worker per core of a bigger machine
+    python tools/compile_explorer.py --where gpu=a100-40gb --where offload=cpu   # only the settings a change moved
+
+`--where AXIS=VALUE` (repeated: all of them) compiles again only the settings with those values and keeps the shipped
+grid's numbers for the rest: what a full compile writes when nothing else moved (tests/test_explore_page.py samples
+the whole grid against the commands either way).
 
 Run it when a number the commands print changes (tests/test_explore_page.py says so: it runs the CLI again at sampled
 settings and compares with the shipped grid).
@@ -17,7 +22,11 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from zerosim.cli.explore_cmd import cli_json
-from zerosim.explore._grid import MEMORY, argv, compile_grid, pack, points
+from zerosim.explore._grid import AXES, MEMORY, NAMES, argv, compile_grid, pack, points, unpack
+
+
+def str_values(name: str) -> list:
+    return [str(v) for v in next(a for a in AXES if a.name == name).values]
 
 
 def _part(todo):
@@ -27,13 +36,21 @@ def _part(todo):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per core)")
-    jobs = p.parse_args().jobs
+    p.add_argument("--where", action="append", default=[], metavar="AXIS=VALUE",
+                   help="compile only the settings with this value (repeat for several axes); keep the rest")
+    a = p.parse_args()
+    jobs, where = a.jobs, dict(w.split("=", 1) for w in a.where)
+    unknown = {k: v for k, v in where.items() if k not in NAMES or v not in str_values(k)}
+    if unknown:
+        p.error(f"--where {unknown}: not an axis and one of its values ({', '.join(NAMES)})")
     out = Path(__file__).resolve().parent.parent / "zerosim" / "explore" / "grid.json"
+    numbers = unpack(json.loads(out.read_text())) if where else {}
     groups = {}  # the points one memory run answers stay in one part, so that it runs once
     for point in points():
-        groups.setdefault(tuple(argv(point, MEMORY)), []).append(point)
+        if all(str(point[k]) == v for k, v in where.items()):
+            groups.setdefault(tuple(argv(point, MEMORY)), []).append(point)
     parts = list(groups.values())
-    started, numbers = time.monotonic(), {}
+    started = time.monotonic()
     with get_context("spawn").Pool(jobs) as pool:
         for n, done in enumerate(pool.imap_unordered(_part, parts, chunksize=4), 1):
             numbers.update(done)

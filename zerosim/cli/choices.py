@@ -17,7 +17,7 @@ MODEL_PRESETS = ("gpt2-large", "gpt2-medium", "gpt2-small", "gpt2-xl", "gpt3-175
 CONFIG_PRESETS = tuple(name for name in MODEL_PRESETS if name != "zero-paper-7.5b")  # zero-paper-7.5b: Ψ alone
 GPUS = ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h100-hbm2e", "v100-32gb", "h200")
 ALLOCATOR_RESERVE = 0.05
-HOSTS = ("dgx-2", "dgx-a100", "dgx-h100")
+HOSTS = ("dgx-2", "dgx-a100-320gb", "dgx-a100", "dgx-h100", "dgx-h200")
 MEMORY_PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")
 LINKS = ("100gbe", "ib_hdr", "ib_ndr", "nvlink3", "nvlink4", "nvme", "pcie3", "pcie4", "pcie5")
 # zerosim.analysis.timeline: sorted(DEVICES)

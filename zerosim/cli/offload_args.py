@@ -8,8 +8,8 @@ the host they offload to; `zerosim memory`, `timeline`, `plan` and `train` call 
                                     optimizer on the host (stage 3)
     --dpu [WARMUP]                  the ZeRO-Offload paper's one-step delayed parameter update (timeline, train)
     --host NAME                     the machine type: host DRAM and NVMe per node, its GPUs' host link, its DRAM
-                                    bandwidth (analysis/costs/_hosts.py: dgx-2, dgx-a100, dgx-h100; default the one
-                                    whose GPU is --gpu, else dgx-h100)
+                                    bandwidth (analysis/costs/_hosts.py: dgx-2, dgx-a100-320gb, dgx-a100, dgx-h100,
+                                    dgx-h200; default the one whose GPU is --gpu, else dgx-h100)
     --host-memory GB, --host-nvme GB  set the node's DRAM / NVMe (what `free -b` and `df` say on yours)
     --pcie LINK, --host-bandwidth GB/s  the copies' link and one rank's CPU-optimizer bandwidth (timeline, plan)
 
@@ -57,7 +57,9 @@ def add_offload_arguments(p, dpu: bool = False, times: bool = False, several: bo
                    help="host DRAM per node, GB (1e9 bytes): what your nodes have (`free -b`)")
     g.add_argument("--host-nvme", type=float, default=None, metavar="GB", help="NVMe for data per node, GB")
     if times:
-        g.add_argument("--pcie", choices=PCIE, default=None, help="the device <-> host link (default the host's)")
+        g.add_argument("--pcie", choices=PCIE, default=None,
+                       help="the device <-> host link (default the slower PCIe of --gpu and the host's: a link trains "
+                            "at the fastest generation both ends support)")
         g.add_argument("--host-bandwidth", type=float, default=None, metavar="GB/s",
                        help="host memory bandwidth one rank's CPU optimizer streams at (default: the host's DRAM peak "
                             "shared by the ranks of a node; set it from a measured DeepSpeedCPUAdam step)")
@@ -172,16 +174,16 @@ def host_from_args(args, gpu=None):
                             None if args.host_nvme is None else args.host_nvme * 1e9)
 
 
-def offload_hardware(args, hardware, host, ranks_per_node: int):
-    """`hardware` with the host's link (--pcie, else the host's) and one rank's CPU bandwidth (--host-bandwidth GB/s,
-    else the host's DRAM peak shared by `ranks_per_node`)."""
+def offload_hardware(args, hardware, host, ranks_per_node: int, gpu=None):
+    """`hardware` on `host` (Hardware.on_host): the copies over --pcie, else the slower PCIe of `gpu` and the host;
+    one rank's CPU bandwidth --host-bandwidth GB/s, else the host's DRAM peak shared by `ranks_per_node`."""
     from zerosim.analysis.costs import LINK_GB_S, check_flag_range
 
     bandwidth = getattr(args, "host_bandwidth", None)
     if bandwidth is not None:  # physical bounds, each end said (analysis/costs/_rates.py)
         check_flag_range(bandwidth, "--host-bandwidth", LINK_GB_S)
-    return replace(hardware, pcie=getattr(args, "pcie", None) or host.pcie,
-                   host_bandwidth=bandwidth * 1e9 if bandwidth is not None else host.cpu_bandwidth(ranks_per_node))
+    return hardware.on_host(host, ranks_per_node, gpu, pcie=getattr(args, "pcie", None),
+                            host_bandwidth=None if bandwidth is None else bandwidth * 1e9)
 
 
 # -- zerosim memory -----------------------------------------------------------------------------------------------

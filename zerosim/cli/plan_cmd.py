@@ -68,7 +68,7 @@ def _add_job_arguments(p) -> None:
         help="GPUs per node (default 8): more ranks than this put the rings across nodes, over --inter-link",
     )
     p.add_argument("--link", choices=("nvlink4", "nvlink3", "pcie5"), default=None,
-                   help="the link within a node (default nvlink3 on an A100, nvlink4 otherwise)")
+                   help="the link within a node (default the GPU's NVLink: nvlink3 on an A100, nvlink4 otherwise)")
     p.add_argument("--inter-link", choices=("ib_ndr", "ib_hdr", "100gbe"), default="ib_ndr",
                    help="the link between nodes, one NIC per GPU (default ib_ndr: 400 Gb/s)")
     p.add_argument("--gpu", choices=choices.GPUS, required=True, help="the GPU: its capacity and compute rates")
@@ -162,11 +162,12 @@ def report(args):
 
     config, micro, jobs = _check_flags(args)
     from zerosim.analysis.costs import get_gpu
+    from zerosim.analysis.timeline import get_device
     from zerosim.cli.efficiency_args import kernels_of, link_flags, links_from_args, loss_of, time_model_from_args
     from zerosim.cli.offload_args import host_from_args, offload_flags, offload_hardware, plan_offloads
 
     time_model = time_model_from_args(args)
-    intra = args.link or ("nvlink3" if get_gpu(args.gpu).device.startswith("a100") else "nvlink4")
+    intra = args.link or get_device(get_gpu(args.gpu).device).link  # the GPU's own NVLink (timeline Device.link)
     offloads, host = plan_offloads(args), host_from_args(args, get_gpu(args.gpu))
     on_node = min(args.gpus, args.gpus_per_node)
     # a bar only where someone watches: piped or --json, no tqdm is imported for it (~0.03 s of the command's CPU)
@@ -191,7 +192,7 @@ def report(args):
         links=(intra, args.inter_link),
         kernels=kernels_of(args),
         loss=loss_of(args),
-        hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node),
+        hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node, args.gpu),
         offloads=offloads,
         host=host,
         specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp, --cp, --pp

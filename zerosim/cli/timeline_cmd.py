@@ -92,7 +92,8 @@ def add_arguments(p) -> None:
         "--link",
         choices=LINKS,
         default=None,
-        help="the ring's link, within a node with --gpus-per-node (default nvlink4)",
+        help="the ring's link, within a node with --gpus-per-node (default the GPU's NVLink: nvlink3 on an A100, "
+             "nvlink4 otherwise)",
     )
     p.add_argument(
         "--inter-link",
@@ -124,15 +125,16 @@ def add_arguments(p) -> None:
 
 
 def hardware_for(args, device: str, compute: str, ranks: int):
-    """The Hardware of one run: --link (default nvlink4) and, when --gpus-per-node places the ranks on more than one
-    node, --inter-link (default ib_ndr) between them, each call costed on the tier its rings use."""
+    """The Hardware of one run: --link (default the device's NVLink, Device.link) and, when --gpus-per-node places
+    the ranks on more than one node, --inter-link (default ib_ndr) between them, each call costed on the tier its
+    rings use."""
     from zerosim.analysis.timeline import Hardware
 
     g = check_nodes(ranks, args.gpus_per_node)
     if args.inter_link is not None and (g is None or g == ranks):
         raise ValueError("--inter-link is the link between nodes: add --gpus-per-node G with more ranks than G")
     inter = (args.inter_link or "ib_ndr") if g is not None and g < ranks else None
-    return Hardware(device, args.link or "nvlink4", compute, inter_link=inter)
+    return Hardware(device, args.link, compute, inter_link=inter)  # no --link: the device's own NVLink
 
 
 def device_for(args, gpu) -> str:
@@ -197,11 +199,12 @@ def _check(args) -> None:
     refuse_beside(spec, args.ranks, names, wire_from_args(args))
 
 
-# what a sweep's cells do not read: each is one meta step per N on its own links (analysis/reports/_sweeps.py LINKS:
-# NVLink 4 within a node, InfiniBand NDR across), Adam's states, the recipe's own wires, one micro-batch, on device
+# what a sweep's cells do not read: each is one meta step per N on its own links (the stages' sweep compares NVLink 4
+# with InfiniBand NDR, analysis/reports/_sweeps.py LINKS; the strategies' runs the GPU's NVLink within a node and
+# InfiniBand NDR across), Adam's states, the recipe's own wires, one micro-batch, on device
 SWEEP_FIXES = (
     (("link", "inter_link", "link_bandwidth", "link_alpha", "inter_link_bandwidth", "inter_link_alpha",
-      "call_latency"), "its links are NVLink 4 within a node and InfiniBand NDR across"),
+      "call_latency"), "its links are its own (NVLink within a node, InfiniBand NDR across)"),
     (("optimizer",), "it keeps Adam's states"),
     (("zero_quantized_weights", "weight_groups", "zero_quantized_gradients", "fp8_all_gather"),
      "its collectives carry the recipe's own formats"),
@@ -296,7 +299,7 @@ def one_report(args, s):
     offload, notes = req.offload(req.configs[0], stage) if req else (None, ())
     if req:
         host = host_from_args(args, s.gpu)
-        hw = offload_hardware(args, hw, host, min(args.ranks, mesh.gpus_per_node or host.gpus))
+        hw = offload_hardware(args, hw, host, min(args.ranks, mesh.gpus_per_node or host.gpus), s.gpu)
     report = timeline_step(s, mesh, hw, args.tokens, wire_from_args(args), time_model_from_args(args),
                            recipe, parallelisms=() if offload is None else (offload,), spec=spec,
                            steps=offload_steps(req))

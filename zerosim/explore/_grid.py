@@ -204,6 +204,14 @@ def pack(numbers: dict) -> dict:
     return {"axes": list(NAMES), **tables, "points": points}
 
 
+def unpack(grid: dict) -> dict:
+    """`pack`'s inverse: {index: (memory, time)}, each a record or its refusal (a str)."""
+    def record(table, k):
+        return grid["errors"][-1 - k] if k < 0 else grid[table][k]
+
+    return {int(i): (record("memory", m), record("time", t)) for i, (m, t) in grid["points"].items()}
+
+
 def compile_grid(run_json, todo=None, show_progress: bool | None = None) -> dict:
     """{index: (memory, time)} of every canonical point (or of `todo`'s), a memory run shared by the points it
     answers. tools/compile_explorer.py runs this in parts, one per core, and `pack`s the whole."""

@@ -92,8 +92,8 @@ def _step_time(s: Settings, model, cluster, engine, gpu, host, nodes: bool, offl
     from zerosim.analysis.timeline import Hardware, TimeModel, simulate, step_window
     from zerosim.precision import get_precision
 
-    hw = Hardware(gpu.device, "nvlink4", get_precision(s.precision).compute, inter_link="ib_ndr" if nodes else None,
-                  pcie=host.pcie, host_bandwidth=host.cpu_bandwidth(min(s.ranks, GPUS_PER_NODE)))
+    hw = Hardware(gpu.device, None, get_precision(s.precision).compute,  # the GPU's own NVLink, as the commands
+                  inter_link="ib_ndr" if nodes else None).on_host(host, min(s.ranks, GPUS_PER_NODE), gpu)
     # the datasheet roofline and zerosim's own (fused) kernels, which the notebooks teach with; `zerosim timeline
     # --efficiency peak --kernels fused` prints the same (its defaults, eager kernels at achieved rates, are slower)
     time_model = TimeModel(None)

@@ -10,7 +10,7 @@ measured by one meta-backend step of the real engine.
     _presets.py      models by layer sizes, read from the shipped config.json files (GPT-2, GPT-3, Llama 1/2/3,
                      Mistral, Qwen2.5) and the ZeRO paper's 7.5B
     _gpus.py         GPU capacities (driver totals beside datasheets)
-    _hosts.py        host DRAM and NVMe per node (machine types: DGX-2, DGX A100, DGX H100), what offload fills
+    _hosts.py        host DRAM and NVMe per node (machine types: DGX-2, A100, H100, H200), what offload fills
     _overheads.py    what no ledger sees (CUDA context, NCCL, DeepSpeed's buckets, the allocator), as labelled
                      estimates; the fits / does-not-fit verdict
     _measured.py     the same quantities measured: one step of the real engine on the meta backend, its ledgers
@@ -61,7 +61,7 @@ from zerosim.analysis.costs._efficiency import KERNEL_RATES, Efficiency, KernelR
 from zerosim.analysis.costs._efficiency import PRESETS as EFFICIENCY_PRESETS
 from zerosim.analysis.costs._fsdp2_view import fsdp2_peak
 from zerosim.analysis.costs._gpus import GPU, GPUS, get_gpu
-from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_of
+from zerosim.analysis.costs._hosts import HOSTS, Host, get_host, host_fit, host_link, host_of
 from zerosim.analysis.costs._kernel_work import Work, loss_work, unit_work, weights
 from zerosim.analysis.costs._links import NCCL_RELEASE, base_latency, ring_latency, step_latency
 from zerosim.analysis.costs._measured import (
@@ -128,6 +128,7 @@ __all__ = [
     "Host",
     "get_host",
     "host_fit",
+    "host_link",
     "host_of",
     "Fit",
     "Overhead",

@@ -4,21 +4,29 @@ A node's host DRAM and its data NVMe are shared by the ranks on it, so offload f
 together hold no more than the node has: host bytes per rank × ranks per node <= `memory`, and the same for `nvme`.
 Each preset is one machine type, with the GPUs it carries and the host link they copy over (the timeline's `pcie`):
 
-  name       datasheet                                             memory per node    NVMe for data  GPUs  link   DRAM
-  dgx-2      DGX-2: 16x V100 32GB, 1.5 TB DDR4, 30 TB NVMe           1.5 TiB (1.65e12)  30.72e12       16    pcie3  256
-  dgx-a100   DGX A100 640GB: 8x A100 80GB, 2 TB DDR4, 30 TB NVMe     2 TiB (2.20e12)    30.72e12        8    pcie4  410
-  dgx-h100   DGX H100: 8x H100 80GB, 2 TB DDR5, 8x 3.84 TB U.2 NVMe  2 TiB (2.20e12)    30.72e12        8    pcie5  614
+  name            datasheet                                             DRAM per node      NVMe      GPUs  link   GB/s
+  dgx-2           DGX-2: 16x V100 32GB, 1.5 TB DDR4, 30 TB NVMe           1.5 TiB (1.65e12)  30.72e12  16    pcie3  256
+  dgx-a100-320gb  DGX A100 320GB: 8x A100 40GB, 1 TB DDR4, 15 TB NVMe     1 TiB (1.10e12)    15.36e12   8    pcie4  410
+  dgx-a100        DGX A100 640GB: 8x A100 80GB, 2 TB DDR4, 30 TB NVMe     2 TiB (2.20e12)    30.72e12   8    pcie4  410
+  dgx-h100        DGX H100: 8x H100 80GB, 2 TB DDR5, 8x 3.84 TB U.2 NVMe  2 TiB (2.20e12)    30.72e12   8    pcie5  614
+  dgx-h200        DGX H200: 8x H200 141GB, the DGX H100's host            2 TiB (2.20e12)    30.72e12   8    pcie5  614
 
-DRAM: the node's peak memory bandwidth in GB/s, its two CPUs' channels × transfer rate × 8 bytes (vendors' CPU
-specifications: the DGX-2's Xeon Platinum 8168, 6 channels of DDR4-2666 each; the DGX A100's EPYC 7742, 8 of
-DDR4-3200; the DGX H100's Xeon Platinum 8480C, 8 of DDR5-4800). A peak, as the GPUs' are: DeepSpeedCPUAdam is
-memory-bound and reaches a fraction of it; the ranks of a node share it (`cpu_bandwidth`).
+A GPU no preset carries (the RTX 3090, the Grand Teton H100) is given the DGX H100's host (`host_of`), its copies at
+the slower of the two ends' PCIe (`host_link`): set `--host`, `--host-memory`, `--host-nvme` to yours.
+
+NVMe: the node's NVMe for data, bytes. GB/s: the node's peak DRAM bandwidth, its two CPUs' channels × transfer rate
+× 8 bytes (vendors' CPU specifications: the DGX-2's Xeon Platinum 8168, 6 channels of DDR4-2666 each; the DGX A100's
+EPYC 7742 (both memory sizes), 8 of DDR4-3200; the DGX H100's and H200's Xeon Platinum 8480C, 8 of DDR5-4800). A
+peak, as the GPUs' are: DeepSpeedCPUAdam is memory-bound and reaches a fraction of it; the ranks of a node share
+it (`cpu_bandwidth`).
 
 Sources: the DGX-2 as NVIDIA announced it (16 V100 32GB HBM2, "1.5 TB" of system memory, "30 TB NVMe": AnandTech's
 and DCD's reports of the GTC 2018 launch; the ZeRO-Offload paper trains on this machine); NVIDIA's DGX A100
-datasheet (640GB system: 2 TB system memory, 30 TB internal storage); NVIDIA's DGX BasePOD reference architecture,
-"NVIDIA DGX H200 and H100 Systems" (2 TB of DDR5 system memory, eight 3.84 TB U.2 NVMe drives for storage/cache;
-the two 1.92 TB M.2 drives hold the OS and are left out). DRAM sizes count in binary units (64 GB DIMMs hold 64 GiB),
+datasheet (640GB system: 2 TB system memory, 30 TB internal storage); the DGX A100 as launched in May 2020, the
+320GB system (8 A100 40GB, two EPYC 7742, "1TB of DDR4 memory", "15TB" of internal NVMe: Hardware Times' launch
+report; the 640GB system doubled both); NVIDIA's DGX BasePOD reference architecture, "NVIDIA DGX H200 and H100
+Systems" (2 TB of DDR5 system memory, eight 3.84 TB U.2 NVMe drives for storage/cache, the one host of both; the two
+1.92 TB M.2 drives hold the OS and are left out). DRAM sizes count in binary units (64 GB DIMMs hold 64 GiB),
 so "2 TB" is taken as 2 TiB; NVMe sizes are decimal (3.84 TB = 3.84e12 bytes). The OS and its page cache keep some
 of the DRAM: what one process can pin is less (set `memory` from `free -b` on your nodes: `with_memory`).
 """
@@ -28,6 +36,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from zerosim._dataclass import dataclass
+from zerosim.analysis.costs._comm import LINKS
+from zerosim.analysis.costs._gpus import get_gpu
 
 TIB = 1 << 40
 
@@ -65,10 +75,16 @@ HOSTS = {
     for h in (
         Host("dgx-2", "DGX-2 (16x V100 32GB)", 3 * TIB // 2, 8 * 3_840 * 10**9, 16, "v100-32gb", "pcie3",
              2 * 6 * 2666e6 * 8, "NVIDIA DGX-2 as launched at GTC 2018: 1.5 TB DDR4, 30 TB NVMe (AnandTech, DCD)"),
+        Host("dgx-a100-320gb", "DGX A100 320GB (8x A100 40GB)", 1 * TIB, 4 * 3_840 * 10**9, 8, "a100-40gb", "pcie4",
+             2 * 8 * 3200e6 * 8, "the DGX A100 as launched (May 2020, 320GB system): 1 TB DDR4, 15 TB internal NVMe "
+             "(Hardware Times' launch report)"),
         Host("dgx-a100", "DGX A100 640GB (8x A100 80GB)", 2 * TIB, 8 * 3_840 * 10**9, 8, "a100-80gb", "pcie4",
              2 * 8 * 3200e6 * 8, "NVIDIA DGX A100 datasheet (640GB system): 2 TB system memory, 30 TB internal "
              "storage"),
         Host("dgx-h100", "DGX H100 (8x H100 80GB)", 2 * TIB, 8 * 3_840 * 10**9, 8, "h100-80gb", "pcie5",
+             2 * 8 * 4800e6 * 8, "NVIDIA DGX BasePOD reference architecture, DGX H200 and H100 systems: 2 TB DDR5, "
+             "8x 3.84 TB U.2 NVMe"),
+        Host("dgx-h200", "DGX H200 (8x H200 141GB)", 2 * TIB, 8 * 3_840 * 10**9, 8, "h200", "pcie5",
              2 * 8 * 4800e6 * 8, "NVIDIA DGX BasePOD reference architecture, DGX H200 and H100 systems: 2 TB DDR5, "
              "8x 3.84 TB U.2 NVMe"),
     )
@@ -76,7 +92,7 @@ HOSTS = {
 
 
 def get_host(host) -> Host:
-    """A `Host`, or one of HOSTS by key ("dgx-2", "dgx-a100", "dgx-h100")."""
+    """A `Host`, or one of HOSTS by key ("dgx-2", "dgx-a100-320gb", "dgx-a100", "dgx-h100", "dgx-h200")."""
     if isinstance(host, Host):
         return host
     if isinstance(host, str) and host.lower() in HOSTS:
@@ -88,6 +104,14 @@ def host_of(gpu) -> Host:
     """The host whose GPUs are `gpu` (a GPUS key or a GPU), else the DGX H100's: 2 TB per 8-GPU node."""
     key = getattr(gpu, "key", gpu)
     return next((h for h in HOSTS.values() if h.gpu == key), HOSTS["dgx-h100"])
+
+
+def host_link(host: Host, gpu=None) -> str:
+    """The LINKS key an offload's copies run over between `gpu` (a GPUS key or a GPU; None: the host's own) and
+    `host`: a PCIe link trains at the fastest generation both ends support, so the slower of the two."""
+    if gpu is None:
+        return host.pcie
+    return min(host.pcie, get_gpu(gpu).pcie, key=lambda k: LINKS[k].bandwidth)
 
 
 def host_fit(per_rank: dict, ranks: int, host: Host, gpus_per_node: int | None = None) -> dict:

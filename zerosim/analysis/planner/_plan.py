@@ -33,7 +33,7 @@ from zerosim._dataclass import dataclass
 from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, memory_point, positions_of, runtime_overheads
 from zerosim.analysis.planner._jobs import check_jobs, in_order
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
-from zerosim.analysis.timeline import Hardware, TimeModel, simulate
+from zerosim.analysis.timeline import Hardware, TimeModel, get_device, simulate
 
 PLAN_WORDS = {"micro_batches": "K =", "pp": "PP", "pp_schedule": "schedule", "stage": "ZeRO stage"}  # the plan's
 
@@ -153,7 +153,7 @@ def let_go(measured: tuple):
 @fewer_collections()  # the memory runs' ~4 M short-lived objects
 def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str = "bf16-mixed",
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
-         reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = ("nvlink4", "ib_ndr"),
+         reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = (None, "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
          spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
@@ -162,8 +162,9 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     beside each combination of degrees a piece of its own, once each stage's model states were read here (a
     pipeline's stage's: from its first strategy's step) (_jobs.py: the same plan, byte for byte, in less wall time;
     "auto": every core; 1, the default: this process). `time_model`: what a compute costs (a timeline TimeModel;
-    None: the datasheet roofline); `links`: (within a node, between nodes); `kernels` and `loss`: what the
-    activations and the loss keep (models.meta KERNELS, LOSSES); `hardware(hw)`: a function that adjusts the
+    None: the datasheet roofline); `links`: (within a node, None: the GPU's NVLink (timeline Device.link); between
+    nodes); `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
+    `hardware(hw)`: a function that adjusts the
     Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees to try beside every stage (each dividing
     `ranks`: the data-parallel degree is ranks / tp, each TP group training on its data-parallel rank's
     micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes of `gpus_per_node`, TP's
@@ -195,10 +196,12 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     left_out, runs = _left_out(strategies, tried, seq_len, kernels)
     tps = tuple(dict.fromkeys(spec.tp for spec, _ in runs))
     nodes = ranks > gpus_per_node  # two tiers: the rings that leave a node cross it over the inter link
+    links = (links[0] or get_device(g.device).link, links[1])  # within a node, by default the GPU's own NVLink
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
     host = host_of(g) if host is None else get_host(host)  # the host whose GPUs are `gpu`, as the commands read it
+    hw = hw.on_host(host, min(ranks, gpus_per_node), g) if hardware is None else hardware(hw)  # offload's links
     trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
-                   reserve, time_model, hw if hardware is None else hardware(hw), kernels, loss, host)
+                   reserve, time_model, hw, kernels, loss, host)
     work, done = [], set()  # each stage tried: (stage, strategies, batches, spec, per_rank, label, more)
     for spec, mine in runs:
         alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1

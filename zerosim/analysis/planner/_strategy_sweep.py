@@ -86,14 +86,14 @@ def recipe_of(strategy: str) -> str:
 
 def strategy_timeline(model, ranks: int, strategy: str, gpus_per_node: int, group: int | None, device: str = "h100",
                       comm=None, precision: str = "fp16-mixed", tokens: int = TOKENS, time_model=None) -> tuple:
-    """(Timeline, engine, Hardware, S): one meta step of `strategy` on NVLink within nodes of `gpus_per_node` and
-    InfiniBand across (when there is more than one node), with its framework's recipe; `time_model`: what a
-    compute costs (kernel_time.TimeModel; None: the datasheet roofline)."""
+    """(Timeline, engine, Hardware, S): one meta step of `strategy` on the device's NVLink within nodes of
+    `gpus_per_node` and InfiniBand across (when there is more than one node), with its framework's recipe;
+    `time_model`: what a compute costs (kernel_time.TimeModel; None: the datasheet roofline)."""
     from zerosim.parallel.data import STRATEGIES
     from zerosim.parallel.data.multinode import DataMesh
     from zerosim.precision import get_precision
 
-    hw = Hardware(device, "nvlink4", get_precision(precision).compute,
+    hw = Hardware(device, None, get_precision(precision).compute,  # the device's own NVLink within a node
                   inter_link="ib_ndr" if ranks > gpus_per_node else None)
     plan = STRATEGIES[strategy]  # a group (capped at the world) only for the strategies that have one
     mesh = DataMesh.of(plan, ranks, gpus_per_node, min(group, ranks) if plan.uses_groups else None)

@@ -14,10 +14,10 @@ Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5) and a rank's
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import LINKS, Link, check_rate
+from zerosim.analysis.costs import LINKS, Link, check_rate, host_link
 from zerosim.cluster import INTER, INTRA
 from zerosim.precision import get_format
 
@@ -35,6 +35,10 @@ class Device:
     fp8: float | None  # FP8 tensor cores, dense; None where the device has none (fp8 then runs at the 16-bit rate)
     hbm: float  # bytes/s, peak memory bandwidth
     source: str
+    # the LINKS key its ranks ring over within a node by default: its NVLink through NVSwitch (A100: NVLink 3, 600 GB/s
+    # bidirectional; H100 and H200: NVLink 4, 900 GB/s). The V100's NVLink 2 and the RTX 3090's PCIe (no NVSwitch)
+    # have no preset here: they take NVLink 4, and a run on them should name its --link
+    link: str = "nvlink4"
 
     def __post_init__(self):  # where a device's rates are born: every time divides by them (costs/_rates.py)
         for name in ("fp64", "fp32", "fp16", "fp8", "hbm"):
@@ -57,7 +61,7 @@ class Device:
 # "A100 80GB SXM": FP64 Tensor Core 19.5 TF, FP32 19.5 TF, FP16/BF16 Tensor Core 312 TF (the datasheet's
 # 624 is "with sparsity"), GPU memory bandwidth 2,039 GB/s. No FP8 on Ampere.
 A100_80GB_SXM = Device("A100 80GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, None, 2039e9,
-                       "NVIDIA A100 datasheet (80GB SXM column), dense, no sparsity")
+                       "NVIDIA A100 datasheet (80GB SXM column), dense, no sparsity", link="nvlink3")
 
 # NVIDIA H100 Tensor Core GPU Architecture whitepaper (the H100 SXM5 column of its GPU comparison table):
 # FP64 Tensor Core 66.9 TF, FP32 66.9 TF, FP16/BF16 Tensor Core 989.4 TF dense, FP8 1,978.9 TF dense.
@@ -68,7 +72,7 @@ H100_SXM = Device("H100 SXM", 66.9 * TERA, 66.9 * TERA, 989.4 * TERA, 1978.9 * T
 
 # The same datasheet's "A100 40GB SXM" column: the 80GB card's rates, GPU memory bandwidth 1,555 GB/s.
 A100_40GB_SXM = Device("A100 40GB SXM", 19.5 * TERA, 19.5 * TERA, 312 * TERA, None, 1555e9,
-                       "NVIDIA A100 datasheet (40GB SXM column), dense, no sparsity")
+                       "NVIDIA A100 datasheet (40GB SXM column), dense, no sparsity", link="nvlink3")
 
 # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): FP64 Tensor Core 67 TF, FP32 67 TF, FP16/BF16 Tensor Core 1,979 TF
 # and FP8 3,958 TF "with sparsity" (half dense: H100 SXM's 989.4 and 1,978.9, the same GH100 die and clocks), GPU memory
@@ -128,7 +132,7 @@ class Hardware:
     leave a node over `inter_link` (InfiniBand), each tier its own communication stream (_simulate.py)."""
 
     device: Device | str = "h100"  # a key of DEVICES: "a100", "h100", "a100-40gb", "h200", "rtx3090"
-    link: Link | str = "nvlink4"  # within a node; "ib_ndr" across nodes
+    link: Link | str | None = None  # within a node (None: the device's own, `Device.link`); "ib_ndr" across nodes
     compute: str = "fp16"  # the format forward/backward run in (the engine's precision.compute)
     inter_link: Link | str | None = None  # across nodes ("ib_ndr"); None: every call runs over `link` (one tier)
     # -- offload (parallel/offload): the host's links and its CPU optimizer; none of them is used without offload --
@@ -140,13 +144,21 @@ class Hardware:
 
     def __post_init__(self):
         object.__setattr__(self, "device", get_device(self.device))
-        object.__setattr__(self, "link", get_link(self.link))
+        object.__setattr__(self, "link", get_link(self.link or self.device.link))
         object.__setattr__(self, "compute", get_format(self.compute).name)
         if self.inter_link is not None:
             object.__setattr__(self, "inter_link", get_link(self.inter_link))
         object.__setattr__(self, "pcie", get_link(self.pcie))
         object.__setattr__(self, "nvme", get_link(self.nvme))
         check_rate(self.host_bandwidth, "host_bandwidth (bytes/s)")
+
+    def on_host(self, host, ranks_per_node: int, gpu=None, pcie=None, host_bandwidth: float | None = None):
+        """This hardware with `host`'s side (a costs.Host), what an offload's copies and CPU step run on: the copies
+        over `pcie` (a LINKS key), else the slower PCIe of `gpu` (a GPUS key or GPU) and the host (costs
+        `host_link`); one rank's CPU bandwidth `host_bandwidth` (bytes/s), else the host's DRAM peak shared by
+        `ranks_per_node`. The one place the commands, the planner and the explorer take a host's links from."""
+        return replace(self, pcie=pcie or host_link(host, gpu),
+                       host_bandwidth=host.cpu_bandwidth(ranks_per_node) if host_bandwidth is None else host_bandwidth)
 
     def transfer_link(self, tier: str) -> Link:
         """The link an offload copy of `tier` ("pcie" or "nvme", cluster/_trace.py TRANSFERS) runs over."""
