@@ -247,9 +247,20 @@ def test_what_the_sweeps_read_still_changes_them():
     ((*TL, "--layers", "4"), "--layers sizes a --params model"),
     ((*TL, "--sweep-ranks", "0"), "--sweep-ranks lists the rank counts of --sweep"),  # was: rc 0, one step on --ranks
     ((*TL, "--tokens", "99999999999999999999"), "--tokens 99,999,999,999,999,999,999 is more than 2,147,483,647"),
+    # was: rc 0 and the same output: the reserve is read only by the verdict against a --gpu (2026-11-28 walk)
+    ((*MEM, "--reserve", "0.3"), "--reserve estimates the allocator's reserve in the verdict against a GPU, and "
+     "without --gpu there is none: add --gpu"),
+    ((*TL, "--reserve", "0.3"), "without --gpu there is none"),
 ])
 def test_flags_found_silent_by_probing_are_refused(argv, words):
     refused(argv, words)
+
+
+@pytest.mark.parametrize("command", [MEM, TL], ids=["memory", "timeline"])
+def test_the_reserve_moves_the_verdict_against_a_gpu(command):
+    # the other half of the --reserve rule: with a --gpu it is read (the verdict's estimates grow with it)
+    outs = [run_cli(*command, "--gpu", "h100-80gb", *extra, "--json") for extra in ((), ("--reserve", "0.3"))]
+    assert all(code == 0 for code, _, _ in outs) and outs[0][1] != outs[1][1]
 
 
 @pytest.mark.bad_input("engine arguments")

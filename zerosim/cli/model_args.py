@@ -103,9 +103,10 @@ def add_gpu_arguments(p) -> None:
     p.add_argument(
         "--reserve",
         type=float,
-        default=choices.ALLOCATOR_RESERVE,
+        default=None,  # None: ALLOCATOR_RESERVE; given without a --gpu verdict (nothing reads it) it is refused
         metavar="FRACTION",
-        help=f"allocator reserve estimated as this fraction of the measured peak (default {choices.ALLOCATOR_RESERVE})",
+        help=f"with --gpu: allocator reserve estimated as this fraction of the measured peak (default "
+             f"{choices.ALLOCATOR_RESERVE})",
     )
 
 
@@ -248,7 +249,7 @@ def model_from_args(args, config=None):
 
 def setup(args):
     """Read every shared flag once into a Workload (see the module docstring)."""
-    from zerosim.analysis.costs import get_gpu
+    from zerosim.analysis.costs import ALLOCATOR_RESERVE, get_gpu
     from zerosim.analysis.reports import Workload
     from zerosim.cli.parallel_args import micro_batches_of
 
@@ -258,6 +259,9 @@ def setup(args):
     reserve = getattr(args, "reserve", None)
     if reserve is not None and not 0 <= reserve < 1:
         raise ValueError(f"--reserve is a fraction of the measured peak in [0, 1), got {reserve!r}")
+    if reserve is not None and getattr(args, "gpu", None) is None and not getattr(args, "sweep", False):
+        raise ValueError("--reserve estimates the allocator's reserve in the verdict against a GPU, and without --gpu "
+                         "there is none: add --gpu (e.g. h100-80gb), or drop --reserve")  # (a sweep judges its GPU)
     micro = micro_batch_from_args(args)
     comm = ds.comm if ds else comm_from_args(args)
     check_refresh(model.num_params, comm.allgather_bucket_size, "--allgather-bucket-size")  # (a DeepSpeed config's
@@ -274,6 +278,6 @@ def setup(args):
         config,
         ds,
         get_gpu(args.gpu) if getattr(args, "gpu", None) else None,
-        reserve if reserve is not None else 0.05,
+        reserve if reserve is not None else ALLOCATOR_RESERVE,
         (getattr(args, "checkpoint", None) or "none") if micro else None,
     )
