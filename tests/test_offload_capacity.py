@@ -151,3 +151,22 @@ def test_the_library_planner_times_an_offload_as_the_command_does(gpu):
                      "--offload-optimizer", "cpu", "--efficiency", "peak", "--kernels", "fused", "--json"]) == 0
     cli = [(r["offload"], r["step_s"]) for r in json.loads(out.getvalue())["fitting"]]
     assert cli == [(r.offload, r.step_s) for r in p.rows] and len(cli) == 2  # none, and the optimizer on the CPU
+
+
+def test_plan_says_the_node_its_rows_were_judged_on():
+    # plan's text re-read the host preset by its key and printed the DGX H100's 2.20 TB and 30.72 TB beside
+    # --host-memory 100 --host-nvme 5, which its rows were judged on (a walk adding each flag to plan found the
+    # line the same); its --json had only the key
+    argv = ["plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", "h100-80gb", "--seq-len", "256",
+            "--global-batch", "16", "--stages", "2", "--strategies", "none", "--offload-optimizer", "cpu",
+            "--host-memory", "100", "--host-nvme", "5"]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(argv) == 0
+    assert "on DGX H100 (8x H100 80GB) (set) nodes (100 GB DRAM, 5 GB NVMe; 8 ranks a node)" in \
+        " ".join(out.getvalue().split())
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main([*argv, "--json"]) == 0
+    node = json.loads(out.getvalue())["settings"]["host_node"]
+    assert (node["memory"], node["nvme"]) == (100 * 10**9, 5 * 10**9)

@@ -343,15 +343,17 @@ def offload_flags(placement: str, args) -> str:
 
 def offload_plan_lines(r: dict, top: int) -> list:
     """Below the planner's table, with offload tried: the host and NVMe bytes of its printed offload rows."""
-    from zerosim.analysis.costs import GB, get_host
+    from zerosim.analysis.costs import GB
+    from zerosim.cluster import gb
 
     s = r["settings"]
     if "offloads" not in s:
         return []
-    host, rows = get_host(s["host"]), [(i, x) for i, x in enumerate(r["fitting"][:top], 1) if x["offload"] != "none"]
+    # the node the rows were judged on, --host-memory / --host-nvme set (the preset's key alone would lose them)
+    host, rows = s["host_node"], [(i, x) for i, x in enumerate(r["fitting"][:top], 1) if x["offload"] != "none"]
     per_node = min(s["ranks"], s["gpus_per_node"])
-    lines = ["", *textwrap.wrap(f"Offload tried beside none: {', '.join(s['offloads'])}, on {host.name} nodes "
-                                f"({host.memory / 1e12:.2f} TB DRAM, {host.nvme / 1e12:.2f} TB NVMe; {per_node} "
+    lines = ["", *textwrap.wrap(f"Offload tried beside none: {', '.join(s['offloads'])}, on {host['name']} nodes "
+                                f"({gb(host['memory'])} DRAM, {gb(host['nvme'])} NVMe; {per_node} "
                                 "ranks a node). Host and NVMe per rank at their peaks:", 116)]
     lines += [f"{i:>2d}  host {x['host_peak'] / GB:8.2f} GB   NVMe {x['nvme_peak'] / GB:8.2f} GB" for i, x in rows]
     # each placement's fastest row, where the printed ones hold none of it: offload against more GPUs at a glance

@@ -284,7 +284,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         "micro_batches": batches if len(runs) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
-        **({"offloads": tuple(name for name, _ in offloads), "host": host.key} if offloads else {}),
+        **({"offloads": tuple(name for name, _ in offloads), "host": host.key,  # and what the rows were judged on
+            "host_node": {"name": host.name, "memory": host.memory, "nvme": host.nvme}} if offloads else {}),
     }
     return Plan(tuple(rows), fitting, tuple(pruned), settings, links[1] if nodes else links[0], tuple(pruned_offload),
                 left_out)
