@@ -251,9 +251,15 @@ def test_what_the_sweeps_read_still_changes_them():
     ((*MEM, "--reserve", "0.3"), "--reserve estimates the allocator's reserve in the verdict against a GPU, and "
      "without --gpu there is none: add --gpu"),
     ((*TL, "--reserve", "0.3"), "without --gpu there is none"),
+    # was: rc 0, the flag dropped (lint's measured runs set their own steps and write nothing): no file at --save
+    (("lint", "--widths", "4,6,3", "--ranks", "2", "--save", "SCRATCH"), "--save: lint trains no run of its own"),
+    (("lint", "--trace-log", "SCRATCH.log"), "--trace-log: lint trains no run of its own to save, log or print"),
+    (("lint", "--steps", "7"), "--steps: lint trains no run"), (("lint", "--overwrite"), "--overwrite: lint"),
+    (("lint", "--save-every", "2", "--print-every", "3"), "--print-every, --save-every: lint trains no run"),
 ])
-def test_flags_found_silent_by_probing_are_refused(argv, words):
-    refused(argv, words)
+def test_flags_found_silent_by_probing_are_refused(argv, words, tmp_path):
+    refused([str(tmp_path / a) if a.startswith("SCRATCH") else a for a in argv], words)
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 @pytest.mark.parametrize("command", [MEM, TL], ids=["memory", "timeline"])

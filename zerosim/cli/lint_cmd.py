@@ -18,12 +18,17 @@ import json
 HELP = "name the silent numerics traps in a training configuration, each with its framework source and a user thread"
 
 MEASURE = 5  # steps each measured trap trains beside its way out
+UNREAD = ("steps", "print_every", "save", "save_every", "trace_log", "overwrite")  # train's run flags, not read here
 
 
 def add_arguments(p) -> None:
     from zerosim.cli import train_cmd
 
     train_cmd.add_arguments(p)  # train's flags, --json and --ds-config among them, mean what they mean there
+    # the run's own flags lint does not read (a measured trap trains its own steps and writes nothing): None here, so
+    # that one given is seen and refused; train's defaults kept for the configuration it lints
+    p.set_defaults(train_defaults={f: p.get_default(f) for f in ("steps", "print_every")},
+                   **{f: None for f in UNREAD})
     p.add_argument("--measure", type=int, default=MEASURE, metavar="STEPS",
                    help=f"train each trap beside its way out for STEPS steps and say how far apart they end (default "
                         f"{MEASURE}; 0: do not train)")
@@ -34,6 +39,14 @@ def run(args) -> int:
 
     if args.measure < 0:
         raise ValueError(f"--measure must be 0 or more steps, got {args.measure}")
+    given = [f"--{f.replace('_', '-')}" for f in UNREAD if getattr(args, f) not in (None, False)]
+    if given:  # was: accepted and dropped, a --save or --trace-log never written (a walk over lint's flags)
+        raise ValueError(f"{', '.join(given)}: lint trains no run of its own to save, log or print; each measured "
+                         "trap trains --measure S steps beside its way out and writes nothing: drop "
+                         f"{'it' if len(given) == 1 else 'them'} (or run zerosim train)")
+    for f, v in args.train_defaults.items():  # the configuration linted is train's with its defaults
+        setattr(args, f, v)
+    args.save_every, args.overwrite = 0, False
     config, ds = _configuration(args)
     findings = lint(config, ds, measure=args.measure if config is not None else 0)
     if args.json:
