@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
     train_cmd.add_arguments(p)  # train's flags, --json and --ds-config among them, mean what they mean there
     # the run's own flags lint does not read (a measured trap trains its own steps and writes nothing): None here, so
     # that one given is seen and refused; train's defaults kept for the configuration it lints
-    p.set_defaults(train_defaults={f: p.get_default(f) for f in ("steps", "print_every")},
+    p.set_defaults(train_defaults={f: p.get_default(f) for f in UNREAD},
                    **{f: None for f in UNREAD})
     p.add_argument("--measure", type=int, default=MEASURE, metavar="STEPS",
                    help=f"train each trap beside its way out for STEPS steps and say how far apart they end (default "
@@ -46,7 +46,6 @@ def run(args) -> int:
                          f"{'it' if len(given) == 1 else 'them'} (or run zerosim train)")
     for f, v in args.train_defaults.items():  # the configuration linted is train's with its defaults
         setattr(args, f, v)
-    args.save_every, args.overwrite = 0, False
     config, ds = _configuration(args)
     findings = lint(config, ds, measure=args.measure if config is not None else 0)
     if args.json:
