@@ -120,3 +120,24 @@ def test_each_answer_is_the_runs_and_each_misconception_is_a_different_number():
     assert QUESTIONS["ring-2048"].value() == 2052 and QUESTIONS["seed004-fp16-w1"].value() == 2.099609375
     assert QUESTIONS["ddp-aggregate"].value() == pytest.approx(896, abs=0.01)  # seed 001 §7
     assert QUESTIONS["zero-paper-stage1"].value() == pytest.approx(31.4, abs=0.05)  # the ZeRO paper's Figure 1
+
+
+def test_the_fp32_slowdown_is_the_commands_on_the_a100s_own_nvlink_and_the_seeds_page_quotes_it(capsys):
+    """Notebook 05's question times Llama-2-7B on 8 A100 80GB at peak rates: the ratio `zerosim timeline --gpu
+    a100-80gb --efficiency peak` prints (the command picks the A100's own link, NVLink 3, from its device preset), and
+    the one docs/seeds.md's row 002.11 quotes. It once rang the A100s over NVLink 4, 13.9× against the command's
+    13.2×."""
+    from zerosim.cli.main import main
+
+    steps = {}
+    for precision in ("bf16-mixed", "fp32"):
+        main(["timeline", "--model", "llama-2-7b", "--ranks", "8", "--stage", "3", "--precision", precision,
+              "--seq-len", "4096", "--batch", "1", "--gpu", "a100-80gb", "--checkpoint", "block", "--efficiency",
+              "peak", "--json"])
+        report = json.loads(capsys.readouterr().out)
+        assert report["link"] == "NVLink 3"
+        steps[precision] = report["step_s"]
+    ratio = steps["fp32"] / steps["bf16-mixed"]
+    assert QUESTIONS["fp32-slowdown"].value() == pytest.approx(ratio, rel=1e-12)
+    seeds = (Path(__file__).resolve().parent.parent / "docs" / "seeds.md").read_text()
+    assert f"the simulated step is {ratio:.1f}×" in seeds and f"{ratio:.1f}" == "13.2"

@@ -59,8 +59,9 @@ def _states(params: float, ranks: int, stage: int) -> float:
 
 @lru_cache(maxsize=4)
 def _decoder_step(preset: str, ranks: int, stage: int, precision: str, seq_len: int, checkpoint: str, gpu: str):
-    """One meta-backend step of a preset's decoder, as `zerosim memory --seq-len` / `zerosim timeline` run it:
-    (its row, its timeline on the GPU's device, one link: NVLink 4 within a node of 8, InfiniBand beyond)."""
+    """One meta-backend step of a preset's decoder, as `zerosim memory --seq-len` / `zerosim timeline --efficiency
+    peak` run it: (its row, its timeline on the GPU's device at peak rates, one link: the device's own NVLink within a
+    node of 8 (`Device.link`: NVLink 3 on an A100, 4 on an H100), InfiniBand beyond)."""
     from zerosim.analysis.costs import get_gpu, get_preset, measure_stage
     from zerosim.analysis.timeline import Hardware, simulate
     from zerosim.models.gpt import MetaGPT, strategy_options
@@ -71,7 +72,7 @@ def _decoder_step(preset: str, ranks: int, stage: int, precision: str, seq_len: 
     twin = MetaLlama if config.layout == "llama" else MetaGPT
     model = twin.from_config(config, seq_len, **strategy_options(checkpoint))
     row, cluster, engine = measure_stage(model, ranks, stage, "adam", precision, micro_batch=(1, seq_len))
-    hw = Hardware(get_gpu(gpu).device, "ib_ndr" if ranks > 8 else "nvlink4", get_precision(precision).compute)
+    hw = Hardware(get_gpu(gpu).device, "ib_ndr" if ranks > 8 else None, get_precision(precision).compute)
     return row, simulate(cluster.trace, hw, overlap=engine.comm.overlap_comm)
 
 
@@ -331,7 +332,7 @@ QUESTIONS = {q.name: q for q in (
              "the simulated step in fp32 than in bf16?", "x", _fp32_slowdown,
              "The A100's plain FP32 runs at 19.5 TFLOP/s against 312 for its 16-bit tensor cores (16×); the "
              "memory-bound parts (the optimizer, the norms) and the communication do not speed up with the format, "
-             "so the step is about 14× longer. Seed 002's '2× end to end' is a measured whole run: data loading, "
+             "so the step is about 13× longer. Seed 002's '2× end to end' is a measured whole run: data loading, "
              "memory-bound kernels, and TF32 tensor cores, which PyTorch may use for fp32 matmuls, none of which is "
              "in this roofline at peak rates.",
              tolerance=0.1,  # the answer is a simulated ratio; 10 % tells a right reasoning from a wrong one
