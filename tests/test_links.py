@@ -27,7 +27,10 @@ def test_nccls_ring_constants():
 PRESETS = [
     ("nvlink4", 450e9, 3.4 * US),  # 18 links × 25 GB/s each way (the H100 datasheet's 900 GB/s both ways)
     ("nvlink3", 300e9, 3.4 * US),  # 12 links × 25 GB/s each way (the A100 datasheet's 600 GB/s)
-    ("pcie5", 64e9, 5.7 * US),  # NCCL's PCI figure
+    ("nvlink2", 150e9, 3.4 * US),  # 6 links × 25 GB/s each way (the V100 datasheet's 300 GB/s)
+    ("pcie5", 64e9, 5.7 * US),  # 32 GT/s × 16 lanes × 128/130 ÷ 8 ≈ 63 (seed 001's 64); NCCL's PCI figure
+    ("pcie4", 31.5e9, 5.7 * US),  # 16 GT/s: half of PCIe 5 (the RTX 3090's ring, the A100's host copies)
+    ("pcie3", 15.75e9, 5.7 * US),  # 8 GT/s × 16 × 128/130 ÷ 8 (the V100's host copies)
     ("ib_ndr", 50e9, 14 * US),  # 400 Gb/s per NIC; NCCL's network figure
     ("ib_hdr", 25e9, 14 * US),  # 200 Gb/s per NIC
     ("100gbe", 12.5e9, 14 * US),

@@ -173,11 +173,18 @@ def test_hardware_resolves_names():
     assert hw.device is A100_80GB_SXM and hw.link is LINKS["ib_ndr"] and hw.compute == "bf16"
 
 
-@pytest.mark.parametrize("gpu, link", [("a100-40gb", "NVLink 3"), ("a100-80gb", "NVLink 3"), ("h100-80gb", "NVLink 4"),
-                                       ("h200", "NVLink 4")])
-def test_every_command_rings_a_node_over_the_gpus_own_nvlink(gpu, link):
+@pytest.mark.parametrize("gpu, link", [
+    ("a100-40gb", "NVLink 3"),  # the A100 datasheet: 600 GB/s bidirectional
+    ("a100-80gb", "NVLink 3"),
+    ("h100-80gb", "NVLink 4"),  # 900 GB/s
+    ("h200", "NVLink 4"),
+    ("v100-32gb", "NVLink 2"),  # the V100 datasheet: 300 GB/s (the DGX-2's NVSwitch)
+    ("rtx3090", "PCIe 4.0 x16"),  # no NVSwitch: a box of RTX 3090s rings over its PCIe 4.0 (the GA102 whitepaper)
+])
+def test_every_command_rings_a_node_over_the_gpus_own_link(gpu, link):
     # the A100's NVLink 3 (600 GB/s bidirectional, the A100 datasheet) was plan's default alone: timeline, its
-    # strategy sweep and the explorer rang an A100's node over NVLink 4 (900 GB/s). One fact now: Device.link
+    # strategy sweep and the explorer rang an A100's node over NVLink 4 (900 GB/s). One fact now: Device.link. The
+    # V100 and the RTX 3090 rang over NVLink 4 until 2026-11-28 (3× and 14× their own links)
     import json
 
     from helpers import run_cli
@@ -190,4 +197,5 @@ def test_every_command_rings_a_node_over_the_gpus_own_nvlink(gpu, link):
     assert code == 0 and json.loads(out)["link"] == link
     code, out, _ = run_cli("plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", gpu, "--seq-len", "128",
                            "--global-batch", "8", "--stages", "3", "--strategies", "none", "--json")
-    assert code == 0 and f"--link {link.lower().replace(' ', '')}" in json.loads(out)["reproduce"][1]
+    key = {"PCIe 4.0 x16": "pcie4"}.get(link, link.lower().replace(" ", ""))
+    assert code == 0 and f"--link {key}" in json.loads(out)["reproduce"][1]

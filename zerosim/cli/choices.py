@@ -19,7 +19,7 @@ GPUS = ("rtx3090", "a100-40gb", "a100-80gb", "h100-80gb", "h100-hbm2e", "v100-32
 ALLOCATOR_RESERVE = 0.05
 HOSTS = ("dgx-2", "dgx-a100-320gb", "dgx-a100", "dgx-h100", "dgx-h200")
 MEMORY_PRECISIONS = ("fp16-mixed", "bf16-mixed", "fp32")
-LINKS = ("100gbe", "ib_hdr", "ib_ndr", "nvlink3", "nvlink4", "nvme", "pcie3", "pcie4", "pcie5")
+LINKS = ("100gbe", "ib_hdr", "ib_ndr", "nvlink2", "nvlink3", "nvlink4", "nvme", "pcie3", "pcie4", "pcie5")
 # zerosim.analysis.timeline: sorted(DEVICES)
 DEVICES = ("a100", "a100-40gb", "h100", "h100-hbm2e", "h200", "rtx3090", "v100")
 # zerosim.optim: tuple(OPTIMIZERS) (in their table's order), SHARDINGS

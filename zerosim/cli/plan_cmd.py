@@ -67,8 +67,9 @@ def _add_job_arguments(p) -> None:
         default=8,
         help="GPUs per node (default 8): more ranks than this put the rings across nodes, over --inter-link",
     )
-    p.add_argument("--link", choices=("nvlink4", "nvlink3", "pcie5"), default=None,
-                   help="the link within a node (default the GPU's NVLink: nvlink3 on an A100, nvlink4 otherwise)")
+    p.add_argument("--link", choices=("nvlink4", "nvlink3", "nvlink2", "pcie5", "pcie4"), default=None,
+                   help="the link within a node (default the GPU's own: nvlink2 on a V100, nvlink3 on an A100, "
+                        "pcie4 on an RTX 3090, nvlink4 otherwise)")
     p.add_argument("--inter-link", choices=("ib_ndr", "ib_hdr", "100gbe"), default="ib_ndr",
                    help="the link between nodes, one NIC per GPU (default ib_ndr: 400 Gb/s)")
     p.add_argument("--gpu", choices=choices.GPUS, required=True, help="the GPU: its capacity and compute rates")

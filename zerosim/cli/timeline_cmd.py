@@ -92,8 +92,8 @@ def add_arguments(p) -> None:
         "--link",
         choices=LINKS,
         default=None,
-        help="the ring's link, within a node with --gpus-per-node (default the GPU's NVLink: nvlink3 on an A100, "
-             "nvlink4 otherwise)",
+        help="the ring's link, within a node with --gpus-per-node (default the GPU's own: nvlink2 on a V100, nvlink3 "
+             "on an A100, pcie4 on an RTX 3090, nvlink4 otherwise)",
     )
     p.add_argument(
         "--inter-link",

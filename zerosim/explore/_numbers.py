@@ -24,11 +24,6 @@ from zerosim.explore._settings import Settings, check, model_for
 GPUS_PER_NODE = 8  # a ring over more ranks than this crosses nodes, over ib_ndr
 
 
-def link_for(ranks: int) -> str:
-    """The slowest link a ring of N ranks crosses, nodes of 8 GPUs (as `zerosim timeline --gpus-per-node 8`)."""
-    return "ib_ndr" if ranks > GPUS_PER_NODE else "nvlink4"
-
-
 @lru_cache(maxsize=512)
 def explore(s: Settings) -> dict:
     """Every number the explorer shows for `s` (see the module docstring); bytes and seconds.

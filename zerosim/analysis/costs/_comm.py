@@ -132,16 +132,23 @@ LINKS = {
     "nvlink3": Link("NVLink 3", 300e9, step_latency("nvlink"),
                     "600 GB/s bidirectional (A100 datasheet) = 300 GB/s per direction; α 3.4 µs + 8.4 µs a call "
                     "(NCCL)", _SIMPLE),
-    # 32 GT/s × 16 lanes × 128/130 ÷ 8 ≈ 63 GB/s in EACH direction. Seed 001 labels 64 GB/s "bidirectional";
-    # that figure is the per-direction rate, so we use it per direction.
+    # V100 SXM2: 6 NVLink 2 links × 25 GB/s per direction = 150 GB/s (300 GB/s, the V100 datasheet's "NVLink 300
+    # GB/s", bidirectional), through NVSwitch on a DGX-2 (16 V100s)
+    "nvlink2": Link("NVLink 2", 150e9, step_latency("nvlink"),
+                    "300 GB/s bidirectional (V100 datasheet) = 150 GB/s per direction; α 3.4 µs + 8.4 µs a call "
+                    "(NCCL)", _SIMPLE),
+    # PCIe x16, per direction: 8 / 16 / 32 GT/s × 16 lanes × 128/130 ÷ 8 = 15.75 / 31.5 / 63 GB/s (seed 001 labels
+    # PCIe 5's 64 GB/s "bidirectional"; it is the per-direction rate, so we use it per direction). One fact each, two
+    # uses: a ring over PCIe (no NVSwitch: a box of RTX 3090s) pays NCCL's PCI step, 5.7 µs, and 8.4 µs a call; an
+    # offload's copy (cudaMemcpy over the host link: the V100's PCIe 3, the A100's 4, the H100's 5) pays the same
+    # α once a copy (assumed) and no per-call base, which is NCCL's alone (timeline/_simulate.py)
+    "pcie3": Link("PCIe 3.0 x16", 15.75e9, step_latency("pci"),
+                  "15.75 GB/s per direction (8 GT/s x 16, 128b/130b); α 5.7 µs + 8.4 µs a call (NCCL's PCI)", _SIMPLE),
+    "pcie4": Link("PCIe 4.0 x16", 31.5e9, step_latency("pci"),
+                  "31.5 GB/s per direction (16 GT/s x 16); α 5.7 µs + 8.4 µs a call (NCCL's PCI)", _SIMPLE),
     "pcie5": Link("PCIe 5.0 x16", 64e9, step_latency("pci"),
                   "64 GB/s per direction (seed 001 says bidirectional); α 5.7 µs + 8.4 µs a call (NCCL's PCI)",
                   _SIMPLE),
-    # Host links for offload's copies (cudaMemcpy, not NCCL: no per-call base): α assumed.
-    # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 / 8 = 15.75 GB/s each way (the V100's host link, ZeRO-Offload's paper)
-    "pcie3": Link("PCIe 3.0 x16", 15.75e9, 5e-6, "15.75 GB/s per direction (8 GT/s x 16, 128b/130b); α ≈ 5 µs assumed"),
-    # PCIe 4.0 x16: twice PCIe 3 (A100's host link)
-    "pcie4": Link("PCIe 4.0 x16", 31.5e9, 5e-6, "31.5 GB/s per direction (16 GT/s x 16); α ≈ 5 µs assumed"),
     # one rank's share of a node's NVMe: ZeRO-Infinity's DGX-2 runs read and write at about 25 GB/s over the node's
     # drives (the paper's aggregate), so about 3 GB/s for each of 8 GPUs; α: a submission's latency, assumed
     "nvme": Link("NVMe (a rank's share)", 3.0e9, 20e-6, "≈ 25 GB/s per 8-GPU node, shared; α ≈ 20 µs assumed"),

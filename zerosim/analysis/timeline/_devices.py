@@ -5,11 +5,12 @@ timeline charges every recorded event to it (_cost.py). Every number is a vendor
 roofline's ceiling, which real kernels reach only a fraction of (say so, or derate a device with
 `dataclasses.replace`, when comparing with a measured run).
 
-Links are `zerosim.analysis.costs._comm`'s presets (NVLink 3 and 4, PCIe 5, InfiniBand HDR and NDR, 100 GbE),
-already per direction (B), with NCCL's own latencies (src/graph/tuning.cc, ring + Simple protocol, the protocol for
-large messages: zerosim/analysis/costs/_links.py): per ring step NVLink 3.4 µs, PCI 5.7 µs, network 14 µs, plus a
-base latency of 8.4 µs per call. Pass any `Link` (e.g. `Link("NDR, LL128", 50e9, 4e-6, "", 14e-6)`) to try others.
-Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5) and a rank's share of NVMe (`nvme`), α assumed.
+Links are `zerosim.analysis.costs._comm`'s presets (NVLink 2, 3 and 4, PCIe 3, 4 and 5, InfiniBand HDR and NDR,
+100 GbE), already per direction (B), with NCCL's own latencies (src/graph/tuning.cc, ring + Simple protocol, the
+protocol for large messages: zerosim/analysis/costs/_links.py): per ring step NVLink 3.4 µs, PCI 5.7 µs, network
+14 µs, plus a base latency of 8.4 µs per call. Pass any `Link` (e.g. `Link("NDR, LL128", 50e9, 4e-6, "", 14e-6)`) to
+try others. Offload's copies run over a host link (`pcie`: pcie3, pcie4, pcie5; its α once a copy, no per-call base)
+and a rank's share of NVMe (`nvme`), α assumed.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ class Device:
     fp8: float | None  # FP8 tensor cores, dense; None where the device has none (fp8 then runs at the 16-bit rate)
     hbm: float  # bytes/s, peak memory bandwidth
     source: str
-    # the LINKS key its ranks ring over within a node by default: its NVLink through NVSwitch (A100: NVLink 3, 600 GB/s
-    # bidirectional; H100 and H200: NVLink 4, 900 GB/s). The V100's NVLink 2 and the RTX 3090's PCIe (no NVSwitch)
-    # have no preset here: they take NVLink 4, and a run on them should name its --link
+    # the LINKS key its ranks ring over within a node by default: its NVLink through NVSwitch (V100: NVLink 2, 300 GB/s
+    # bidirectional, the DGX-2's; A100: NVLink 3, 600 GB/s; H100 and H200: NVLink 4, 900 GB/s), or PCIe where a box
+    # has no NVSwitch (RTX 3090: PCIe 4.0; its NVLink bridge joins two cards only)
     link: str = "nvlink4"
 
     def __post_init__(self):  # where a device's rates are born: every time divides by them (costs/_rates.py)
@@ -93,13 +94,13 @@ H100_HBM2E = Device("H100 HBM2e 500 W (Grand Teton)", 63.45 * TERA, 63.45 * TERA
 # accumulate 71 (142 with sparsity; the 142/284 "FP16 accumulate" figures do not apply to mixed precision, which
 # accumulates in FP32), peak FP32 35.6 TFLOPS, FP64 1/64 of FP32 (0.56), GDDR6X bandwidth 936 GB/s. No FP8.
 RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None, 936e9,
-                  "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense")
+                  "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense", link="pcie4")
 
 # NVIDIA Tesla V100 GPU Accelerator datasheet, V100 SXM2 column: Double-Precision 7.8 TF, Single-Precision 15.7 TF,
 # Tensor Performance 125 TF (fp16 inputs, fp32 accumulate), HBM2 bandwidth 900 GB/s. No BF16 units on Volta (a bf16
 # step here is charged at the fp16 rate, which no V100 reaches in bf16) and no FP8. Its host link is PCIe 3.0.
 V100_SXM2 = Device("Tesla V100 SXM2", 7.8 * TERA, 15.7 * TERA, 125 * TERA, None, 900e9,
-                   "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16")
+                   "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16", link="nvlink2")
 
 DEVICES = {"v100": V100_SXM2, "a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM,
            "rtx3090": RTX_3090, "h100-hbm2e": H100_HBM2E}
