@@ -87,7 +87,11 @@ def test_the_float64_values_are_the_float64_runs():
     ("--no-such-flag", "", 1, "--a '--no-such-flag': unrecognized arguments"),
     ("", "--stage 7", 1, "--b '--stage 7'"),
     ("--steps 3", "", 1, "give --steps to diff itself"),
-    ("--save out", "", 1, "--save is not for diff"),
+    ("--save out", "", 1, "--a '--save out': --save: what a run writes and prints is not for diff"),
+    ("", "--print-every 2", 1, "--b '--print-every 2': --print-every: what a run writes and prints is not for diff"),
+    ("--json", "", 1, "--a '--json': --json: what a run writes and prints is not for diff"),  # was taken, dropped
+    ("", "--save-every 2 --overwrite", 1, "--save-every, --overwrite: what a run"),  # was: give a --save (refused)
+    ("--resume ckpt --trace-log t.log", "", 1, "--trace-log, --resume: what a run"),
     ("--widths 4,8,3", "--widths 4,6,3", 1, "different models"),
     ("'unclosed", "", 1, "--a"),
     ("", "", 0, "--steps must be at least 1"),

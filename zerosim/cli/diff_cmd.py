@@ -7,7 +7,8 @@ which event in each run made them part, why, and how far each run is from a floa
 
 Each of --a and --b is a string of `zerosim train` flags, read by train's own parser (a flag means what it means
 there; a DeepSpeed config through --ds-config); what a string leaves out is train's default. --steps is diff's own
-(10 by default) and applies to both runs.
+(10 by default) and applies to both runs; what a run writes and prints (--save, --resume, --trace-log, --print-every,
+--json inside a string) is refused: both runs train in memory and diff prints one report.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def config_from_flags(text: str, which: str):
     train_cmd.add_arguments(parser)
     try:
         args = parser.parse_args(words)
+        given = [flag for dest, flag in train_cmd.output_flags().items()
+                 if getattr(args, dest) != parser.get_default(dest)]
+        if given:  # was: --print-every and --json taken and dropped; --save-every asked for a --save diff refuses
+            raise ValueError(f"{', '.join(given)}: what a run writes and prints is not for diff, which trains both "
+                             "runs in memory from the start and prints one report (--json: give it to diff itself)")
         return train_cmd.config_from_args(args)[0]
     except ValueError as e:
         raise ValueError(f"--{which.lower()} {text!r}: {e}") from None

@@ -127,6 +127,16 @@ def _add_run_arguments(p) -> None:
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
 
 
+def output_flags() -> dict:
+    """{dest: flag} of what a run writes and prints (`_add_output_arguments`): the flags a command that takes train's
+    flags but runs no run of its own (`zerosim diff`) refuses."""
+    import argparse
+
+    p = argparse.ArgumentParser(add_help=False)
+    _add_output_arguments(p)
+    return {a.dest: a.option_strings[0] for a in p._actions}
+
+
 def _add_output_arguments(p) -> None:
     """What the run writes and prints: checkpoints (save, resume, overwrite), the trace log, the losses."""
     p.add_argument("--save", metavar="DIR", default=None,
