@@ -36,6 +36,7 @@ TABLES = {
         f"{n} ({p.release.split(' (')[0]})" if p.release else n for n, p in m.STRATEGIES.items())),
     "MAX_SIMULATED_RANKS": ("zerosim.train", lambda m: m.MAX_SIMULATED_RANKS),
     "MAX_REPLAY_STEPS": ("zerosim.replay", lambda m: m.MAX_STEPS),
+    "SEED_LR": ("zerosim.replay", lambda m: m.SEED_LR),
     "EXERCISES": ("zerosim.teaching.exercises", lambda m: tuple(m.EXERCISES)),
 }
 

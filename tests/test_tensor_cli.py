@@ -89,6 +89,10 @@ def test_plan_ranks_tp_degrees_with_the_stages():
     # --strategy chooses --mesh's strategy: beside --tp it was taken and never used
     (["replay", "--tp", "2", "--strategy", "hsdp"],
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy"),
+    # a layer's forward and backward, and one hop of ring attention, take no optimizer step: --lr was taken and the
+    # output byte for byte the same (a walk adding each flag alone)
+    (["replay", "--tp", "2", "--lr", "0.2"], "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
+    (["replay", "--cp", "2", "--lr", "0.2"], "it takes --precision and --json, not --tp, --pp, --mesh, --strategy, --lr"),
 ])
 def test_bad_tp_flags_are_clear_errors(argv, said):
     out = zerosim(*argv)
@@ -102,3 +106,12 @@ def test_memory_strategies_beside_tp_count_data_parallel_ranks():
     assert rows["full_shard"]["replicas"] == 1  # FULL_SHARD over all 8 data-parallel ranks
     assert (rows["hsdp"]["group"], rows["hsdp"]["replicas"]) == (4, 2)  # 16 GPUs / tp 2 = 4 x 2
     assert all(r["resting_total"] == r["formula_total"] for r in rows.values())
+
+
+@pytest.mark.parametrize("narrow", [("--mesh", "2x2"), ("--pp", "2"), ()])
+def test_the_replays_that_step_an_optimizer_take_lr_and_default_to_the_seeds(narrow):
+    # seed 004's Adam steps at lr 0.1 (its worked example); the replays that take a step read --lr, and leaving it
+    # out is giving 0.1
+    default, seeds, other = (zerosim("replay", *narrow, *lr, "--json") for lr in ((), ("--lr", "0.1"), ("--lr", "0.2")))
+    assert default.returncode == seeds.returncode == other.returncode == 0
+    assert default.stdout == seeds.stdout != other.stdout

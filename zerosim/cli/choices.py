@@ -47,5 +47,6 @@ MESH_STRATEGIES = ("full_shard", "no_reshard", "reshard_to_group", "hpz", "no_re
 # zerosim.train: MAX_SIMULATED_RANKS; zerosim.replay: MAX_STEPS
 MAX_SIMULATED_RANKS = 4096
 MAX_REPLAY_STEPS = 1000
+SEED_LR = 0.1
 # zerosim.teaching.exercises: list(EXERCISES)
 EXERCISES = ("ring_chunk", "shard_offset", "stage2_free", "refresh_params", "average_dtype", "unscale_once")

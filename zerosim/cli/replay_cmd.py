@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
                                                                               "first)")
     p.add_argument("--precision", choices=choices.PRECISION_PRESETS, default=None,
                    help="mixed-precision preset (default fp16-mixed; bf16-mixed with --cp)")
-    p.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (default 0.1, the article's)")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"Adam learning rate (default {choices.SEED_LR}, the article's)")
     p.add_argument("--steps", type=int, default=1,
                    help=f"training steps on the same two samples, 1..{choices.MAX_REPLAY_STEPS} (default 1; a bar on "
                         "a terminal from 50)")
@@ -55,6 +56,7 @@ def add_arguments(p) -> None:
 # tell it was given (the defaults are the article's one step: stage 1, checkpointing, no loss scale)
 _GIVEN = {"--tp": lambda a: a.tp is not None, "--cp": lambda a: a.cp is not None, "--pp": lambda a: a.pp is not None,
           "--mesh": lambda a: a.mesh is not None, "--strategy": lambda a: a.strategy is not None,
+          "--lr": lambda a: a.lr is not None,
           "--stage": lambda a: a.stage != 1, "--steps": lambda a: a.steps != 1,
           "--no-checkpoint": lambda a: a.no_checkpoint, "--loss-scale": lambda a: a.loss_scale is not None,
           "--exact": lambda a: a.exact}
@@ -68,12 +70,19 @@ def _alone(args, what: str, takes: str, own: tuple) -> None:
         raise ValueError(f"{what}; it takes {takes}, not {', '.join(others[:-1])} or {others[-1]}")
 
 
+def _lr(args) -> float:
+    """--lr, else seed 004's (zerosim.replay.SEED_LR)."""
+    from zerosim.replay import SEED_LR
+
+    return SEED_LR if args.lr is None else args.lr
+
+
 def _run_mesh(args) -> int:
     from zerosim.replay import mesh_replay, narrate_mesh
 
     _alone(args, "--mesh replays one step of --strategy (hsdp or mics)", "--precision, --lr and --json",
-           ("--mesh", "--strategy"))
-    result = mesh_replay(args.strategy or "hsdp", args.precision, args.lr)
+           ("--mesh", "--strategy", "--lr"))
+    result = mesh_replay(args.strategy or "hsdp", args.precision, _lr(args))
     print(json.dumps(result, indent=1) if args.json else narrate_mesh(result))
     return 0
 
@@ -95,8 +104,8 @@ def _run_pipeline(args) -> int:
 
     if args.pp != 2:
         raise ValueError(f"--pp replays seed 004's two layers as 2 pipeline stages: give --pp 2, got {args.pp}")
-    _alone(args, "--pp 2 replays one 1F1B step of 2 micro-batches", "--precision, --lr and --json", ("--pp",))
-    result = pipeline_replay(args.precision, args.lr)
+    _alone(args, "--pp 2 replays one 1F1B step of 2 micro-batches", "--precision, --lr and --json", ("--pp", "--lr"))
+    result = pipeline_replay(args.precision, _lr(args))
     print(json.dumps(result, indent=1) if args.json else narrate_pipeline(result))
     return 0
 
@@ -146,7 +155,7 @@ def run(args) -> int:
     result = replay(
         stage=args.stage,
         precision=args.precision,
-        lr=args.lr,
+        lr=_lr(args),
         steps=args.steps,
         checkpoint=not args.no_checkpoint,
         show_progress=not args.json and sys.stderr.isatty() and args.steps >= 50,

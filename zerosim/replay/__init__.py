@@ -15,9 +15,9 @@ fp16 or bf16, with loss scaling) and the same four weights on a 2 × 2 mesh (HSD
 from zerosim.replay._context import cp_replay, narrate_cp
 from zerosim.replay._mesh import mesh_replay, narrate_mesh
 from zerosim.replay._pipeline import narrate_pipeline, pipeline_replay
-from zerosim.replay._run import MAX_STEPS, replay, replay_live
+from zerosim.replay._run import MAX_STEPS, SEED_LR, replay, replay_live
 from zerosim.replay._tensor import narrate_tensor, tensor_replay
 from zerosim.replay._text import narrate
 
-__all__ = ["MAX_STEPS", "cp_replay", "mesh_replay", "narrate", "narrate_cp", "narrate_mesh", "narrate_pipeline",
-           "narrate_tensor", "pipeline_replay", "replay", "replay_live", "tensor_replay"]
+__all__ = ["MAX_STEPS", "SEED_LR", "cp_replay", "mesh_replay", "narrate", "narrate_cp", "narrate_mesh",
+           "narrate_pipeline", "narrate_tensor", "pipeline_replay", "replay", "replay_live", "tensor_replay"]

@@ -26,6 +26,7 @@ from zerosim.models.mlp import TinyNet
 from zerosim.optim import Adam
 from zerosim.parallel.data import ZeroEngine
 from zerosim.parallel.data.recipes import fsdp2_divide_factors
+from zerosim.replay._run import SEED_LR
 
 PURPOSES = ("reduce grads", "replicate grads")
 
@@ -40,7 +41,7 @@ def mesh_batches() -> list:
     return [a, b, b, a]
 
 
-def mesh_replay(strategy: str = "hsdp", precision: str = "fp16-mixed", lr: float = 0.1) -> dict:
+def mesh_replay(strategy: str = "hsdp", precision: str = "fp16-mixed", lr: float = SEED_LR) -> dict:
     """One step of seed 004's TinyNet on 2 nodes × 2 GPUs with `strategy` ("hsdp"; "mics" reduces the same way at
     the boundary); returns every number the narration tells (JSON-ready)."""
     if strategy not in ("hsdp", "mics"):

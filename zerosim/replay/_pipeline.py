@@ -23,6 +23,7 @@ from zerosim.cluster import Cluster, Compute
 from zerosim.models import HalfMSE, Linear, Model, ReLU, TinyNet
 from zerosim.optim import Adam
 from zerosim.parallel.pipeline import PipelineEngine
+from zerosim.replay._run import SEED_LR
 
 PP, MICRO = 2, 2
 
@@ -37,7 +38,7 @@ def seed_model() -> Model:
                  HalfMSE())
 
 
-def pipeline_replay(precision: str = "fp16-mixed", lr: float = 0.1) -> dict:
+def pipeline_replay(precision: str = "fp16-mixed", lr: float = SEED_LR) -> dict:
     """One 1F1B step of seed 004's network over 2 pipeline stages, its two samples as two micro-batches (module
     docstring); every number the narration tells (JSON-ready)."""
     model = seed_model()
@@ -120,9 +121,9 @@ def narrate_pipeline(r: dict) -> str:
         f"The step's end: each stage averages its weights' gradients over the 2 micro-batches and runs Adam "
         f"(lr {g(r['lr'])}) on them:",
         f"  masters [w1, w2 | w3, w4] = [{g(m[0])}, {g(m[1])} | {g(m[2])}, {g(m[3])}]"
-        + (", seed 004's: its two GPUs averaged" if r["lr"] == 0.1 else ""),
+        + (", seed 004's: its two GPUs averaged" if r["lr"] == SEED_LR else ""),
         *(["  two samples' gradients by a reduce-scatter; here each stage sums two micro-batches' on the GPU that "
-           "holds the weights."] if r["lr"] == 0.1 else []),
+           "holds the weights."] if r["lr"] == SEED_LR else []),
         f"  loss (the mean over the micro-batches, from the last stage) = {g(r['loss'])}",
         f"  activations held at the peak: GPU 0 {r['peak_activations'][0]} B (both micro-batches in flight: 1F1B's "
         f"P - r = 2), GPU 1 {r['peak_activations'][1]} B (one)",

@@ -140,10 +140,11 @@ def _unscaled_grads(model, params, batches) -> list:
 
 # The replay keeps every hop's values and every ledger event, and narrates each step from them: 1000 steps take
 # ~20 s and print ~60,000 lines; 100,000 steps ran for hours, silently when stdout was a pipe. Refused past this.
+SEED_LR = 0.1  # seed 004's Adam learning rate: every replay's default
 MAX_STEPS = 1000
 
 
-def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
+def replay(stage: int = 1, precision="fp16-mixed", lr: float = SEED_LR, steps: int = 1, checkpoint: bool = True,
            betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False, loss_scale=None) -> dict:
     """Run seed 004's example (TinyNet, 2 GPUs, Adam) for `steps` steps at ZeRO `stage`; return every number.
 
@@ -152,7 +153,7 @@ def replay(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int =
     return replay_live(stage, precision, lr, steps, checkpoint, betas, eps, show_progress, loss_scale)[1]
 
 
-def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = 0.1, steps: int = 1, checkpoint: bool = True,
+def replay_live(stage: int = 1, precision="fp16-mixed", lr: float = SEED_LR, steps: int = 1, checkpoint: bool = True,
                 betas=(0.9, 0.999), eps: float = 1e-8, show_progress: bool | None = False, loss_scale=None) -> tuple:
     """(engine, numbers): the replay's live engine (its cluster, trace and ledgers) and every number it narrates.
 
