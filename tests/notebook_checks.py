@@ -410,7 +410,7 @@ assert rows["ZeRO-Offload"][1]["fits"]
 assert same and device == offloaded and delayed[:10] == device[:10] and delayed != device
 assert device[-1] < device[0] / 5 and delayed[-1] < delayed[0] / 5  # both train
 '''),
-        ('hw = Hardware("v100", "nvlink4", "fp16", pcie=dgx2.pcie, host_bandwidth=dgx2.cpu_bandwidth(1))', '''\
+        ('hw = Hardware("v100", compute="fp16", pcie=dgx2.pcie, host_bandwidth=dgx2.cpu_bandwidth(1))', '''\
 assert plain.uncovered["cpu"] == plain.busy["cpu"]  # exposed: the device waits for the whole CPU step
 assert plain.duration - dpu.duration >= 0.99 * plain.busy["cpu"]  # DPU hides it
 assert dpu.idle < plain.idle and dpu.uncovered["pcie"] > 0  # what remains is PCIe

@@ -91,8 +91,10 @@ def test_plan_ranks_tp_degrees_with_the_stages():
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy"),
     # a layer's forward and backward, and one hop of ring attention, take no optimizer step: --lr was taken and the
     # output byte for byte the same (a walk adding each flag alone)
-    (["replay", "--tp", "2", "--lr", "0.2"], "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
-    (["replay", "--cp", "2", "--lr", "0.2"], "it takes --precision and --json, not --tp, --pp, --mesh, --strategy, --lr"),
+    (["replay", "--tp", "2", "--lr", "0.2"],
+     "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
+    (["replay", "--cp", "2", "--lr", "0.2"],
+     "it takes --precision and --json, not --tp, --pp, --mesh, --strategy, --lr"),
 ])
 def test_bad_tp_flags_are_clear_errors(argv, said):
     out = zerosim(*argv)

@@ -199,3 +199,39 @@ def test_every_command_rings_a_node_over_the_gpus_own_link(gpu, link):
                            "--global-batch", "8", "--stages", "3", "--strategies", "none", "--json")
     key = {"PCIe 4.0 x16": "pcie4"}.get(link, link.lower().replace(" ", ""))
     assert code == 0 and f"--link {key}" in json.loads(out)["reproduce"][1]
+
+
+@pytest.mark.parametrize("gpu, bf16", [
+    ("v100-32gb", False),  # Volta: the V100 datasheet's Tensor Performance is fp16 alone
+    ("rtx3090", True),  # Ampere GA102: the whitepaper's Peak BF16 Tensor TFLOPS
+    ("a100-40gb", True),
+    ("a100-80gb", True),  # the A100 datasheet's BF16 Tensor Core 312 TF
+    ("h100-80gb", True),
+    ("h100-hbm2e", True),
+    ("h200", True),
+])
+def test_a_bf16_step_is_timed_only_on_a_gpu_with_bf16_units(gpu, bf16):
+    # a V100's bf16 step was charged at its fp16 tensor-core rate (125 TF), which no V100 reaches in bf16; and plan's
+    # default precision, bf16-mixed, planned every V100 job in it
+    import json
+
+    from helpers import run_cli
+
+    from zerosim.analysis.costs import get_gpu
+    from zerosim.analysis.timeline import Hardware
+
+    device = get_gpu(gpu).device
+    assert Hardware(device, compute="fp16").device.rate("fp16") > 0
+    code, out, err = run_cli("timeline", "--model", "gpt2-small", "--ranks", "8", "--gpu", gpu, "--precision",
+                             "bf16-mixed", "--json")
+    code_plan, plan_out, _ = run_cli("plan", "--model", "gpt2-small", "--gpus", "8", "--gpu", gpu, "--seq-len", "128",
+                                     "--global-batch", "8", "--stages", "3", "--strategies", "none", "--json")
+    assert code_plan == 0
+    if bf16:
+        assert code == 0 and Hardware(device, compute="bf16").compute == "bf16"
+        assert json.loads(plan_out)["settings"]["precision"] == "bf16-mixed"
+    else:
+        with pytest.raises(ValueError, match="the Tesla V100 SXM2 has no bf16 units"):
+            Hardware(device, compute="bf16")
+        assert code == 2 and out == "" and "has no bf16 units" in err and "--precision" in err
+        assert json.loads(plan_out)["settings"]["precision"] == "fp16-mixed"  # plan's default, a V100's format

@@ -84,8 +84,8 @@ def _add_job_arguments(p) -> None:
     p.add_argument(
         "--precision",
         choices=("bf16-mixed", "fp16-mixed", "fp32"),
-        default="bf16-mixed",
-        help="mixed-precision preset (default bf16-mixed)",
+        default=None,
+        help="mixed-precision preset (default bf16-mixed; fp16-mixed on a V100, which has no bf16 units)",
     )
     p.add_argument(
         "--optimizer",

@@ -3,7 +3,8 @@
     from zerosim.explore import MemoryExplorer
     MemoryExplorer()                     # in a notebook: the controls and the figure
     MemoryExplorer(model="gpt3-175b", ranks=1024, stage=3)
-    MemoryExplorer(model="llama-2-13b", ranks=1, stage=2, gpu="v100-32gb", offload="optimizer-cpu")
+    MemoryExplorer(model="llama-2-13b", ranks=1, stage=2, gpu="v100-32gb", precision="fp16-mixed",
+                   offload="optimizer-cpu")     # a V100 has no bf16 units: its step is timed in fp16
 
 `explorer_figure(numbers)` draws one setting's numbers (_numbers.py `explore`) with no front end at all: left,
 what rank 0 holds at the moment of its peak, stacked by memory kind (one colour per kind, viz/_palette.py),

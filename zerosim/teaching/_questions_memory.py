@@ -153,7 +153,7 @@ def _offload_cpu_exposed() -> float:
     from zerosim.parallel.offload import Offload
 
     dgx2 = get_host("dgx-2")
-    hw = Hardware("v100", "nvlink4", "fp16", pcie=dgx2.pcie, host_bandwidth=dgx2.cpu_bandwidth(1))
+    hw = Hardware("v100", compute="fp16", pcie=dgx2.pcie, host_bandwidth=dgx2.cpu_bandwidth(1))
     result, _ = meta_step(MetaModel.from_params(13_000_000_000, layers=40), 1, 2, hw, tokens=16384, steps=2,
                           parallelisms=(Offload("cpu"),))
     w = step_window(result)

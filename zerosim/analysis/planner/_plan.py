@@ -131,6 +131,12 @@ class Plan:
                             pp_split=s.get("pp_split", "torchtitan") if row.pp > 1 else "torchtitan")
 
 
+def default_precision(gpu) -> str:
+    """The precision a plan on `gpu` (a GPUS key or GPU) runs when none is given: bf16-mixed, or fp16-mixed on a GPU
+    without bf16 units (the V100: timeline `Device.bf16`)."""
+    return "bf16-mixed" if get_device(get_gpu(gpu).device).bf16 else "fp16-mixed"
+
+
 def divisors(n: int) -> tuple:
     """Every divisor of n, ascending (pairs d, n // d up to √n: a billion-sequence batch is not a billion tries)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -151,7 +157,7 @@ def let_go(measured: tuple):
 
 
 @fewer_collections()  # the memory runs' ~4 M short-lived objects
-def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str = "bf16-mixed",
+def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch: int, precision: str | None = None,
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
          reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = (None, "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
@@ -164,6 +170,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     "auto": every core; 1, the default: this process). `time_model`: what a compute costs (a timeline TimeModel;
     None: the datasheet roofline); `links`: (within a node, None: the GPU's NVLink (timeline Device.link); between
     nodes); `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
+    `precision`: a preset name (None: `default_precision(gpu)`, bf16-mixed where the GPU has bf16 units);
     `hardware(hw)`: a function that adjusts the
     Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees to try beside every stage (each dividing
     `ranks`: the data-parallel degree is ranks / tp, each TP group training on its data-parallel rank's
@@ -189,6 +196,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     from zerosim.precision import get_precision
 
     g = get_gpu(gpu)
+    precision = precision or default_precision(g)
     specs = _tp_specs(tps, sp, layout) if specs is None else tuple(specs)
     tried = _check(config, ranks, gpus_per_node, seq_len, global_batch, specs, spelling, optimizer)
     jobs = check_jobs(jobs)

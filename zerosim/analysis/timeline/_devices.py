@@ -40,6 +40,9 @@ class Device:
     # bidirectional, the DGX-2's; A100: NVLink 3, 600 GB/s; H100 and H200: NVLink 4, 900 GB/s), or PCIe where a box
     # has no NVSwitch (RTX 3090: PCIe 4.0; its NVLink bridge joins two cards only)
     link: str = "nvlink4"
+    # bf16 tensor cores (Ampere and after); the V100's take fp16 alone (its datasheet's "Tensor Performance" is fp16),
+    # so zerosim has no rate to time a bf16 GEMM on it at: refused, not charged at the fp16 rate
+    bf16: bool = True
 
     def __post_init__(self):  # where a device's rates are born: every time divides by them (costs/_rates.py)
         for name in ("fp64", "fp32", "fp16", "fp8", "hbm"):
@@ -47,8 +50,12 @@ class Device:
                 check_rate(getattr(self, name), f"the {name} rate of device {self.name!r}")
 
     def rate(self, fmt) -> float:
-        """Peak FLOP/s for matrix work in `fmt` (a format name or `Format`)."""
+        """Peak FLOP/s for matrix work in `fmt` (a format name or `Format`); a ValueError for bf16 on a device without
+        bf16 units (the V100)."""
         f = get_format(fmt)
+        if f.name == "bf16" and not self.bf16:
+            raise ValueError(f"the {self.name} has no bf16 units (its tensor cores take fp16 alone): zerosim has no "
+                             "rate to time bf16 at on it; time fp16-mixed or fp32 (--precision)")
         if f.bits == 64:
             return self.fp64
         if f.bits == 32:
@@ -98,9 +105,9 @@ RTX_3090 = Device("GeForce RTX 3090", 0.556 * TERA, 35.6 * TERA, 71 * TERA, None
 
 # NVIDIA Tesla V100 GPU Accelerator datasheet, V100 SXM2 column: Double-Precision 7.8 TF, Single-Precision 15.7 TF,
 # Tensor Performance 125 TF (fp16 inputs, fp32 accumulate), HBM2 bandwidth 900 GB/s. No BF16 units on Volta (a bf16
-# step here is charged at the fp16 rate, which no V100 reaches in bf16) and no FP8. Its host link is PCIe 3.0.
+# step is refused: `Device.bf16`) and no FP8. Its host link is PCIe 3.0.
 V100_SXM2 = Device("Tesla V100 SXM2", 7.8 * TERA, 15.7 * TERA, 125 * TERA, None, 900e9,
-                   "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16", link="nvlink2")
+                   "NVIDIA Tesla V100 datasheet (SXM2), tensor cores fp16", link="nvlink2", bf16=False)
 
 DEVICES = {"v100": V100_SXM2, "a100": A100_80GB_SXM, "h100": H100_SXM, "a100-40gb": A100_40GB_SXM, "h200": H200_SXM,
            "rtx3090": RTX_3090, "h100-hbm2e": H100_HBM2E}
@@ -147,6 +154,7 @@ class Hardware:
         object.__setattr__(self, "device", get_device(self.device))
         object.__setattr__(self, "link", get_link(self.link or self.device.link))
         object.__setattr__(self, "compute", get_format(self.compute).name)
+        self.device.rate(self.compute)  # a format the device cannot compute in is refused here, before any step
         if self.inter_link is not None:
             object.__setattr__(self, "inter_link", get_link(self.inter_link))
         object.__setattr__(self, "pcie", get_link(self.pcie))
