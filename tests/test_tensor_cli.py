@@ -91,6 +91,11 @@ def test_plan_ranks_tp_degrees_with_the_stages():
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy"),
     # a layer's forward and backward, and one hop of ring attention, take no optimizer step: --lr was taken and the
     # output byte for byte the same (a walk adding each flag alone)
+    # Megatron's layout keeps Megatron's fused kernels' tensors and its vocabulary-parallel loss whatever was asked:
+    # memory took --kernels and --loss and printed the same (a walk adding each flag alone)
+    (["memory", *LLAMA_8B, "--tp", "2", "--kernels", "eager"],
+     "--kernels eager: beside --tp 2 in Megatron's layout every layer runs Megatron's own fused kernels"),
+    (["timeline", *LLAMA_8B, "--tp", "2", "--loss", "chunked"], "--loss chunked: beside --tp 2 in Megatron's layout"),
     (["replay", "--tp", "2", "--lr", "0.2"],
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
     (["replay", "--cp", "2", "--lr", "0.2"],
@@ -117,3 +122,17 @@ def test_the_replays_that_step_an_optimizer_take_lr_and_default_to_the_seeds(nar
     default, seeds, other = (zerosim("replay", *narrow, *lr, "--json") for lr in ((), ("--lr", "0.1"), ("--lr", "0.2")))
     assert default.returncode == seeds.returncode == other.returncode == 0
     assert default.stdout == seeds.stdout != other.stdout
+
+
+def test_beside_megatrons_tp_the_kernels_are_megatrons_fused_ones_and_torchtitans_layout_takes_eager():
+    # Megatron-LM's layers run its own fused kernels: a step beside --tp in its layout is timed as fused (the compiled
+    # preset), as the twin keeps (parallel/tensor/_meta.py); it was timed as torch eager's while its memory was fused
+    def step(*flags):
+        out = zerosim("timeline", *LLAMA_8B, "--tp", "2", "--stage", "3", *flags, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["step_s"]
+
+    default, fused = step(), step("--kernels", "fused", "--loss", "probabilities")
+    assert default == fused == step("--efficiency", "compiled")
+    assert step("--tp-layout", "torchtitan", "--kernels", "eager") != step("--tp-layout", "torchtitan", "--kernels",
+                                                                           "fused")

@@ -18,7 +18,8 @@ def add_kernel_arguments(p) -> None:
         choices=("eager", "fused"),
         default=None,
         help="eager (the default: plain PyTorch and HF Transformers, every op its own kernel, autograd keeping each "
-        "op's inputs) or fused (torch.compile / fused kernels: zerosim's own units)",
+        "op's inputs) or fused (torch.compile / fused kernels: zerosim's own units; the default beside --cp, and "
+        "beside --tp in Megatron's layout, whose own fused kernels are the only ones it runs)",
     )
     p.add_argument(
         "--loss",
@@ -60,20 +61,28 @@ def add_efficiency_arguments(p) -> None:
 
 def kernels_of(args) -> str:
     """--kernels; else the --efficiency preset's (compiled: fused); else fused beside --cp (context parallelism's
-    twin runs zerosim's units, as Transformer Engine's fused attention and torchtitan's compiled CP runs do); else
-    eager, what a user of plain PyTorch or HF Transformers runs (torch.compile is opt-in)."""
+    twin runs zerosim's units, as Transformer Engine's fused attention and torchtitan's compiled CP runs do) and
+    beside --tp in Megatron's layout (Megatron-LM's layers run its own fused kernels: what tensor/_meta.py keeps);
+    else eager, what a user of plain PyTorch or HF Transformers runs (torch.compile is opt-in)."""
     if getattr(args, "kernels", None):
         return args.kernels
     preset = str(getattr(args, "efficiency", None) or "").partition(":")[0]
-    return {v: k for k, v in KERNEL_PRESET.items()}.get(preset, "fused" if _beside_cp(args) else "eager")
+    fused = _beside(args, "cp") or (_beside(args, "tp") and _layout(args) == "megatron")
+    return {v: k for k, v in KERNEL_PRESET.items()}.get(preset, "fused" if fused else "eager")
 
 
-def _beside_cp(args) -> bool:
-    """--cp above 1 (a degree, or any of plan's list)."""
-    cp = getattr(args, "cp", None)
-    if isinstance(cp, str):
-        return any(x.strip() not in ("", "1") for x in cp.split(","))
-    return isinstance(cp, int) and cp > 1
+def _beside(args, degree: str) -> bool:
+    """--cp (or --tp) above 1: a degree, or any of plan's list."""
+    value = getattr(args, degree, None)
+    if isinstance(value, str):
+        return any(x.strip() not in ("", "1") for x in value.split(","))
+    return isinstance(value, int) and value > 1
+
+
+def _layout(args) -> str:
+    from zerosim.cli.parallel_args import layout_of
+
+    return layout_of(args)
 
 
 def time_model_from_args(args):

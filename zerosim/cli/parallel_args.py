@@ -124,7 +124,16 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
     given = {k for k, v in options.items() if v not in (None, False)}
     asked = ParallelSpec(tp=tp, cp=cp, pp=pp, **{k: v for k, v in options.items() if v is not None})
     asked.check(ranks, _names(ranks_flag), given)
-    return replace(asked, tp_layout=layout_of(args) if tp > 1 else None)
+    layout = layout_of(args) if tp > 1 else None
+    chosen = [f"{flag} {getattr(args, name)}" for flag, name, megatrons in (("--kernels", "kernels", "fused"),
+                                                                           ("--loss", "loss", "probabilities"))
+              if getattr(args, name, None) not in (None, megatrons)]
+    if layout == "megatron" and chosen:  # was: taken and never read (tensor/_meta.py keeps Megatron's tensors)
+        raise ValueError(f"{' and '.join(chosen)}: beside --tp {tp} in Megatron's layout every layer runs Megatron's "
+                         "own fused kernels (--kernels fused) and the loss its vocabulary-parallel cross-entropy, the "
+                         "fp32 softmax of the rank's V/T columns (--loss probabilities); torch's eager kernels and "
+                         "other losses run in torchtitan's layout: add --tp-layout torchtitan, or drop them")
+    return replace(asked, tp_layout=layout)
 
 
 def _names(ranks_flag: str) -> dict:
