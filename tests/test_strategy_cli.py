@@ -80,12 +80,14 @@ def test_timeline_one_step_of_a_flat_ring_over_two_nodes_runs_on_infiniband(caps
 
 
 def test_the_strategy_sweep_rows_are_the_single_steps(capsys):
-    common = ("--model", "gpt2-small", "--gpus-per-node", "4", "--shard-group", "4", "--tokens", "1024")
-    r = run_json(capsys, "timeline", "--sweep", "--sweep-ranks", "4,16", "--strategy", "full_shard,hsdp,hpz", *common)
+    common = ("--model", "gpt2-small", "--gpus-per-node", "4", "--tokens", "1024")
+    r = run_json(capsys, "timeline", "--sweep", "--sweep-ranks", "4,16", "--strategy", "full_shard,hsdp,hpz", *common,
+                 "--shard-group", "4")
     rows = {(x["strategy"], x["ranks"]): x for x in r["rows"]}
     assert len(rows) == 6 and r["shard_group"] == 4 and r["hpz_group"] == 4
-    for name in ("full_shard", "hsdp", "hpz"):
-        one = run_json(capsys, "timeline", "--ranks", "16", "--strategy", name, *common)
+    for name in ("full_shard", "hsdp", "hpz"):  # each with the group flag it reads (hpZ's: a node, its default)
+        one = run_json(capsys, "timeline", "--ranks", "16", "--strategy", name, *common,
+                       *(("--shard-group", "4") if name == "hsdp" else ()))
         assert rows[name, 16]["step_s"] == one["step_s"]  # the same engine, recipe and hardware
         assert rows[name, 16]["inter_bytes"] == one["tiers"]["inter-node"]["bytes_per_rank"]
     # on one node (N = 4 = G) nothing crosses, and HSDP with S = N is FULL_SHARD
@@ -120,6 +122,11 @@ def test_the_strategy_sweep_prints_a_table(capsys):
      "--sweep-ranks 12 does not fill nodes"),
     (["timeline", "--sweep", "--gpus-per-node", "8", "--strategy", "hsdp", "--figure", "s.png"],
      "--sweep --strategy prints its table"),
+    # a group flag no named strategy reads: was run, and printed the same (a walk adding each flag alone)
+    (["timeline", "--ranks", "16", "--gpus-per-node", "8", "--strategy", "hsdp", "--hpz-group", "4"],
+     "--hpz-group sizes the group of reshard_to_group or hpz; --strategy hsdp names none of them"),
+    (["memory", "--ranks", "16", "--gpus-per-node", "8", "--strategy", "full_shard,hpz", "--shard-group", "4"],
+     "--shard-group sizes the group of hsdp or hsdp_no_sync or mics or mics_hierarchical; --strategy full_shard,hpz"),
 ])
 def test_bad_mesh_flags_are_named_in_one_line(argv, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

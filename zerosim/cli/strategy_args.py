@@ -65,7 +65,26 @@ def strategies_of(args, several: bool) -> tuple:
     if unknown:
         raise ValueError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}"
                          + (" or 'all'" if several else ""))
+    _check_groups_read(args, names)
     return names
+
+
+def _check_groups_read(args, names: tuple) -> None:
+    """Refuse --shard-group or --hpz-group where none of the strategies `names` sizes its group with it (each
+    strategy reads one, or none: mesh_of); was: `--strategy hsdp --hpz-group 4` ran and printed the same."""
+    from zerosim.parallel.data import STRATEGIES, get_plan
+
+    spelling = flags()
+
+    def reads(name: str) -> str | None:
+        plan = get_plan(name)
+        return spelling.group(plan) if plan.uses_groups else None
+
+    for flag, value in (("--shard-group", args.shard_group), ("--hpz-group", args.hpz_group)):
+        if value is not None and all(reads(n) != flag for n in names):
+            users = " or ".join(n for n in STRATEGIES if reads(n) == flag)
+            raise ValueError(f"{flag} sizes the group of {users}; --strategy {','.join(names)} names none of them: add "
+                             f"one, or drop {flag}")
 
 
 def each_strategy(args, names, make) -> tuple:
