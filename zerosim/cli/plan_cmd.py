@@ -163,12 +163,10 @@ def report(args):
 
     config, micro, jobs = _check_flags(args)
     from zerosim.analysis.costs import get_gpu
-    from zerosim.analysis.timeline import get_device
     from zerosim.cli.efficiency_args import kernels_of, link_flags, links_from_args, loss_of, time_model_from_args
     from zerosim.cli.offload_args import host_from_args, offload_flags, offload_hardware, plan_offloads
 
     time_model = time_model_from_args(args)
-    intra = args.link or get_device(get_gpu(args.gpu).device).link  # the GPU's own NVLink (timeline Device.link)
     offloads, host = plan_offloads(args), host_from_args(args, get_gpu(args.gpu))
     on_node = min(args.gpus, args.gpus_per_node)
     # a bar only where someone watches: piped or --json, no tqdm is imported for it (~0.03 s of the command's CPU)
@@ -190,7 +188,7 @@ def report(args):
         args.reserve,
         progress=None if bar is None else lambda label: bar.update(1),
         time_model=time_model,
-        links=(intra, args.inter_link),
+        links=(args.link, args.inter_link),  # None within a node: the GPU's own link, the planner's to pick
         kernels=kernels_of(args),
         loss=loss_of(args),
         hardware=lambda hw: offload_hardware(args, links_from_args(args, hw), host, on_node, args.gpu),
@@ -203,7 +201,8 @@ def report(args):
     if bar is not None:
         bar.close()
     flag = f"--config {args.config}" if args.config else f"--model {args.model}"
-    links = f"--link {intra}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node else "")
+    links = f"--link {p.settings['links'][0]}" + (f" --inter-link {args.inter_link}" if args.gpus > args.gpus_per_node
+                                                   else "")
     r = plan_report(p, config, flag, " ".join(x for x in (links, link_flags(args)) if x), args.top)
     off = offload_flags(p.fitting[0].offload, args) if p.fitting else ""  # "" without offload
     return replace(r, reproduce=[c + off for c in r.reproduce]) if off else r
