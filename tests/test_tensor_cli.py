@@ -96,6 +96,9 @@ def test_plan_ranks_tp_degrees_with_the_stages():
     (["memory", *LLAMA_8B, "--tp", "2", "--kernels", "eager"],
      "--kernels eager: beside --tp 2 in Megatron's layout every layer runs Megatron's own fused kernels"),
     (["timeline", *LLAMA_8B, "--tp", "2", "--loss", "chunked"], "--loss chunked: beside --tp 2 in Megatron's layout"),
+    # a plan's TP rows are reproduced by `timeline --tp`, which refuses them: the plan refuses them first
+    (["plan", "--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-80gb", "--seq-len", "1024", "--global-batch",
+      "32", "--tp", "1,2", "--kernels", "eager"], "--kernels eager: beside --tp 2 in Megatron's layout"),
     (["replay", "--tp", "2", "--lr", "0.2"],
      "it takes --precision and --json, not --cp, --pp, --mesh, --strategy, --lr"),
     (["replay", "--cp", "2", "--lr", "0.2"],

@@ -124,16 +124,21 @@ def spec_of(args, ranks: int | None, ranks_flag: str = "--ranks"):
     given = {k for k, v in options.items() if v not in (None, False)}
     asked = ParallelSpec(tp=tp, cp=cp, pp=pp, **{k: v for k, v in options.items() if v is not None})
     asked.check(ranks, _names(ranks_flag), given)
-    layout = layout_of(args) if tp > 1 else None
+    _check_megatron_kernels(args, tp)
+    return replace(asked, tp_layout=layout_of(args) if tp > 1 else None)
+
+
+def _check_megatron_kernels(args, tp: int) -> None:
+    """Refuse --kernels or --loss other than Megatron's beside --tp `tp` > 1 (a degree, or plan's largest) in
+    Megatron's layout, where they were taken and never read (parallel/tensor/_meta.py keeps Megatron's tensors)."""
     chosen = [f"{flag} {getattr(args, name)}" for flag, name, megatrons in (("--kernels", "kernels", "fused"),
                                                                            ("--loss", "loss", "probabilities"))
               if getattr(args, name, None) not in (None, megatrons)]
-    if layout == "megatron" and chosen:  # was: taken and never read (tensor/_meta.py keeps Megatron's tensors)
+    if tp > 1 and layout_of(args) == "megatron" and chosen:
         raise ValueError(f"{' and '.join(chosen)}: beside --tp {tp} in Megatron's layout every layer runs Megatron's "
                          "own fused kernels (--kernels fused) and the loss its vocabulary-parallel cross-entropy, the "
                          "fp32 softmax of the rank's V/T columns (--loss probabilities); torch's eager kernels and "
                          "other losses run in torchtitan's layout: add --tp-layout torchtitan, or drop them")
-    return replace(asked, tp_layout=layout)
 
 
 def _names(ranks_flag: str) -> dict:
@@ -247,6 +252,7 @@ def specs_of(args, ranks: int, ranks_flag: str = "--gpus") -> tuple:
         given = getattr(args, flag[2:].replace("-", "_"), None)
         if given and max(lists[degree]) == 1:
             raise ValueError(f"{flag} {what}: give --{degree} degrees above 1 with it")
+    _check_megatron_kernels(args, max(lists["tp"]))  # every row of the plan is timed with one kernels choice
     # read (and the pipeline's schedules imported) only where a --pp degree is above 1: the flags that need one were
     # refused above without it
     pipelines = _pipelines(args) if max(lists["pp"]) > 1 else ()
