@@ -138,9 +138,10 @@ def _unscaled_grads(model, params, batches) -> list:
     return [_f(loss_and_grad(model, params.astype(np.float64), x, t, "fp64")[1]) for x, t in batches]
 
 
+SEED_LR = 0.1  # seed 004's Adam learning rate: every replay's default
+
 # The replay keeps every hop's values and every ledger event, and narrates each step from them: 1000 steps take
 # ~20 s and print ~60,000 lines; 100,000 steps ran for hours, silently when stdout was a pipe. Refused past this.
-SEED_LR = 0.1  # seed 004's Adam learning rate: every replay's default
 MAX_STEPS = 1000
 
 
