@@ -85,6 +85,19 @@ def test_validate_prints_each_point_beside_its_measurement(capsys):
     assert "calib tt-h100-8-eager" in text and "framework factors (calibrated)" in text
 
 
+@pytest.mark.bad_input("command line", unchanged="nothing runs: refused before the fit")
+@pytest.mark.parametrize("flags, said", [
+    (["--only", "tt-h100-8-eager"], "--only: --fit refits the framework factors on every calibration point"),
+    (["--jobs", "2"], "--jobs: --fit refits"),
+])
+def test_fit_refuses_the_flags_it_does_not_read(flags, said, capsys):
+    # --fit refits on the calibration points alone, in this process: --only and --jobs were taken, and the same factors
+    # printed (a walk adding each flag alone)
+    assert main(["validate", "--fit", *flags]) == 2
+    err = capsys.readouterr()
+    assert said in err.err and err.out == ""
+
+
 def test_a_point_of_many_micro_steps_writes_its_second_step_as_running_it_does(monkeypatch):
     """Where a point's micro-step repeats, predict writes its K = 2 step from the K = 1 run's log (sweep.py
     `written_second`, planner/_repeat.py `twice`) instead of running it: every number of the prediction is, to the bit,

@@ -121,6 +121,11 @@ def run(args) -> int:
     from zerosim.progress import progress
 
     points, jobs = _points(args.only), jobs_from_args(args)
+    given = [flag for flag, on in (("--only", args.only is not None), ("--jobs", args.jobs != "1")) if on]
+    if args.fit and given:  # was: taken and dropped, the same factors printed (a walk adding each flag alone)
+        raise ValueError(f"{', '.join(given)}: --fit refits the framework factors on every calibration point, in this "
+                         "process (_calibration.py); drop " + ("it" if len(given) == 1 else "them")
+                         + ", or drop --fit to predict the points")
     if args.fit:
         factors = fit()
         out = {"fitted": factors, "shipped": FRAMEWORK}
