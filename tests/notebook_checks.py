@@ -269,7 +269,7 @@ assert a100["fits_measured_only"] and not a100["fits"]
 '''),
         ('plans = {g.key: plan(config, N, 8, g.key, L, 64) for g in GPUS}', '''\
 # the only way in: ZeRO-3 and checkpointing
-assert (top["rtx3090"].stage, top["rtx3090"].strategy) == (3, "subblock")
+assert (top["rtx3090"].stage, top["rtx3090"].strategy) == (3, "block")
 # H100-class compute beats A100 beats GA102
 assert top["h200"].step_s < top["a100-80gb"].step_s < top["rtx3090"].step_s
 '''),

@@ -295,6 +295,7 @@ def test_latency_makes_hiding_impossible():
 def test_names_give_the_presets():
     assert get_comm_schedule(None) == CommSchedule() == get_comm_schedule("seed")
     assert get_comm_schedule("deepspeed") == CommSchedule(
+        framework="deepspeed",  # whose defaults: a memory report reads it for DeepSpeed's bucket buffers
         reduce_bucket_size=500_000_000,
         prefetch_bucket_size=50_000_000,
         max_live_parameters=1_000_000_000,

@@ -192,7 +192,9 @@ TAUGHT = {  # notebook -> text its outputs must print (each number from the seed
         "  K                       8.389 MB",  # B·G·L·d_h·2 at 8 key/value heads: a quarter of Q
         "block     3        20.08         fits         fits         fits",  # the only way onto an RTX 3090
         "A100 80GB, ZeRO-2, no checkpointing: 82.72 GB measured + 5.48 GB estimated = 88.20 GB of 85.90: does not fit",
-        "   ZeRO-3 subblock  B = 1 × K = 8   step  32.59 s     25.1 GB of 25.8",  # the planner's answer for the 3090
+        # the planner's answer for the 3090: block checkpointing, 25.4 GB with DeepSpeed's 1 GB gradient bucket;
+        # sub-block (faster) does not fit: 22.62 GB peak + 0.29 CUDA + 1.06 NCCL + 1.00 bucket + 1.13 reserve = 26.10
+        "   ZeRO-3 block     B = 1 × K = 8   step  32.69 s     25.4 GB of 25.8",
     ],
     "10_fewer_bits.ipynb": [
         # one int8 group by hand: s = 256 / (2·1) = 128; 1.0 -> 128 clamps to 127; 0.3 (fp16 0.29993) -> 38.39 -> 38

@@ -14,12 +14,14 @@ from zerosim.analysis.costs import (
     NCCL_BUFFERS,
     DeepSpeedBuckets,
     deepspeed_bucket_bytes,
+    deepspeed_buckets,
     fit,
     get_gpu,
     runtime_overheads,
 )
 from zerosim.cli.main import main
 from zerosim.models.hf import read_hf_config, shipped_config
+from zerosim.parallel.data import CommSchedule
 
 MIB = 2**20
 
@@ -75,6 +77,49 @@ def test_the_estimates_are_rows_of_their_own_with_their_basis():
 )
 def test_deepspeed_bucket_buffers(stage, overlap, contiguous, copies):
     assert deepspeed_bucket_bytes(stage, DeepSpeedBuckets(10**6, contiguous, overlap)) == copies * 10**6 * 2
+
+
+SCHEDULE_BUCKETS = [
+    # (schedule, precision, the buffers DeepSpeed would allocate: (reduce_bucket_size, overlap_comm, bytes an element))
+    (CommSchedule(), "bf16-mixed", None),  # seed 004's: no DeepSpeed optimizer, no buffer
+    (CommSchedule(reduce_bucket_size=5 * 10**8), "bf16-mixed", None),  # zerosim's own buckets: no flat buffer either
+    (CommSchedule.fsdp(), "bf16-mixed", None),  # FSDP reduce-scatters each unit's own gradient
+    (CommSchedule.megatron(), "bf16-mixed", None),  # Megatron's grad buffer is its ledger's (not DeepSpeed's IPG)
+    (CommSchedule.deepspeed(), "bf16-mixed", (5 * 10**8, True, 2)),  # DeepSpeed's defaults: 5e8 16-bit elements
+    (CommSchedule.deepspeed(), "fp16-mixed", (5 * 10**8, True, 2)),
+    (CommSchedule.deepspeed(), "fp32", (5 * 10**8, True, 4)),  # the IPG buffer holds the parameters' dtype
+    (CommSchedule.deepspeed(10**6, overlap_comm=False), "bf16-mixed", (10**6, False, 2)),  # --reduce-bucket-size 1e6
+    (CommSchedule.deepspeed().with_(reduce_bucket_size=7), "bf16-mixed", (7, True, 2)),  # a knob changed: still DS
+]
+
+
+@pytest.mark.parametrize("schedule, precision, expected", SCHEDULE_BUCKETS)
+def test_deepspeeds_schedule_holds_its_bucket_buffers(schedule, precision, expected):
+    b = deepspeed_buckets(schedule, precision)
+    got = None if b is None else (b.reduce_bucket_size, b.overlap_comm, b.element_bytes)
+    assert got == expected
+    assert b is None or b.contiguous_gradients  # DeepSpeed's default
+
+
+def test_memory_and_timeline_count_deepspeeds_buckets_under_its_schedule():
+    """`--comm deepspeed` (plan's default schedule) holds DeepSpeed's gradient buffers: none at stage 0, buf_0 and buf_1
+    at stages 1-2 with overlap_comm (5e8 bf16 elements each: 1 GB), one at stage 3; --no-overlap drops buf_1; seed
+    004's schedule holds none. memory and timeline read one estimate."""
+    base = ("--params", "1e9", "--ranks", "8", "--gpu", "h100-80gb")
+
+    def buckets(command, *flags, stage=None):
+        r = run_json(command, *base, *flags, *(() if stage is None else ("--stage", str(stage))))
+        verdicts = r["gpu"]["by_stage"] if command == "memory" else [r["fit"]]
+        return [sum(o["bytes"] for o in v["overheads"] if o["name"] == "DeepSpeed gradient buckets") for v in verdicts]
+
+    assert buckets("memory", "--comm", "deepspeed") == [0, 2 * 10**9, 2 * 10**9, 10**9]
+    assert buckets("memory", "--comm", "deepspeed", "--no-overlap") == [0, 10**9, 10**9, 10**9]
+    smaller = buckets("memory", "--comm", "deepspeed", "--reduce-bucket-size", "1e8")
+    assert smaller == [0, 4 * 10**8, 4 * 10**8, 2 * 10**8]
+    assert buckets("memory") == [0, 0, 0, 0]  # seed 004's schedule
+    assert buckets("memory", "--comm", "fsdp") == [0, 0, 0, 0]
+    for stage, expected in ((1, 2 * 10**9), (3, 10**9)):
+        assert buckets("timeline", "--comm", "deepspeed", stage=stage) == [expected]
 
 
 def test_the_verdict_is_peak_plus_estimates_against_the_capacity():

@@ -126,7 +126,9 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> lis
     )
     lines = [
         "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = reserved, with the",
-        "allocator's reserve; +est. = CUDA context, NCCL and the allocator's reserve over the peak):",
+        "allocator's reserve; +est. = CUDA context, NCCL"
+        + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
+        + " and the allocator's reserve over the peak):",
         head,
     ]
     for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):

@@ -127,10 +127,17 @@ def _memory_lines(r: dict) -> list:
         f = r["fit"]
         lines.append(
             f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
-            f"{f['overheads_total'] / GB:.2f} GB estimated (CUDA, NCCL, allocator) = {f['total'] / GB:.2f} GB: "
+            f"{f['overheads_total'] / GB:.2f} GB estimated ({_estimate_names(f)}) = {f['total'] / GB:.2f} GB: "
             f"{verdict_word(f)}"
         )
     return lines
+
+
+def _estimate_names(fit: dict) -> str:
+    """The estimates' rows in a few words: "CUDA, NCCL, allocator", with DeepSpeed's buckets where counted."""
+    short = {"CUDA context": "CUDA", "NCCL buffers": "NCCL", "DeepSpeed gradient buckets": "DeepSpeed's buckets",
+             "allocator reserve": "allocator"}
+    return ", ".join(short.get(o["name"], o["name"]) for o in fit["overheads"])
 
 
 def format_sweep(r: dict) -> str:

@@ -255,7 +255,7 @@ QUESTIONS_MEMORY = (
     Question("planner-3090-stage", "The planner, Llama-3-8B on 8 RTX 3090s (24 GB), sequences of 4,096, a global "
              "batch of 64: which ZeRO stage does its fastest configuration that fits use?", "",
              _planner_3090_stage,
-             "ZeRO-3 (with sub-block checkpointing): below stage 3 every GPU holds the whole bf16 model, 16 GB of its "
+             "ZeRO-3 (with block checkpointing): below stage 3 every GPU holds the whole bf16 model, 16 GB of its "
              "24, and the optimizer's shards and the activations do not fit beside it. On a larger GPU the planner "
              "would pick a lower stage, which communicates less.",
              wrong=((2, "ZeRO-2: it keeps the whole 16 GB of bf16 weights on every 24 GB GPU."),

@@ -41,6 +41,8 @@ def _memory_panel(mem, plan, rows, y, labels) -> None:
     """Each row's per-GPU memory stacked by kind, the estimates hatched beside it, and the GPU's capacity a line."""
     GB = 1e9
     kinds = kind_order({k for r in rows for k in r.at_peak})
+    estimates = ("estimates (CUDA, NCCL, DeepSpeed's buckets, allocator)" if plan.settings.get("buckets")
+                 else "estimates (CUDA, NCCL, allocator)")
     for yi, r in zip(y, rows):
         left = 0.0
         for k in kinds:
@@ -66,7 +68,7 @@ def _memory_panel(mem, plan, rows, y, labels) -> None:
             hatch="///",
             edgecolor="white",
             height=0.7,
-            label="estimates (CUDA, NCCL, allocator)" if yi == y[0] else None,
+            label=estimates if yi == y[0] else None,
         )
         if not r.fits:
             mem.text(left + r.overheads / GB, yi, f"  {r.total / GB:.0f} GB: does not fit", va="center", fontsize=8)

@@ -95,6 +95,7 @@ from zerosim.analysis.costs._overheads import (
                                           Fit,
                                           Overhead,
                                           deepspeed_bucket_bytes,
+                                          deepspeed_buckets,
                                           fit,
                                           runtime_overheads,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "TOKENS", "tokens_per_s_per_gpu", "tokens_per_step",
     "LONG_CONTEXT", "POINTS", "TREND", "Point", "config_of",
     "ALLOCATOR_RESERVE", "CUDA_CONTEXT", "DeepSpeedBuckets", "NCCL_BUFFERS", "deepspeed_bucket_bytes",
+    "deepspeed_buckets",
     "measure_activations", "measure_by_stage", "measure_rank_activations", "measure_stage", "measure_tp_activations",
     "line_points", "memory_point", "parallel_model", "peak_rank", "pipeline_run", "positions_of", "stage_rows",
     "strategy_costs", "tensor_parallel",

@@ -11,12 +11,14 @@ most common complaint about estimators is that the real job used more than the e
                                             all-to-all (NVIDIA/nccl#1685); a buffer set per channel and peer is
                                             LL 0.5 MiB + LL128 4.7 MB + Simple 4 MiB (src/init.cc, computeBuffSizes),
                                             so it grows with channels (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS shrink it)
-    DeepSpeed buckets     from the config       stage 1/2 with contiguous_gradients: reduce_bucket_size 16-bit
-                                            elements, twice with overlap_comm (deepspeed/runtime/zero/
-                                            stage_1_and_2.py, setup_buckets: buf_0, and buf_1 "to avoid data access
-                                            conflict when overlap_comm is enabled"); stage 3: one such buffer
-                                            (stage3.py, the IPG bucket). HF's DeepSpeed guide quotes a larger rule,
-                                            overlap_comm "uses 4.5x" the bucket sizes (9 GB at 5e8)
+    DeepSpeed buckets     its schedule's        wherever DeepSpeed's schedule runs (`deepspeed_buckets`: --comm
+                                            deepspeed, plan's default, or a DeepSpeed config): stage 1/2 with
+                                            contiguous_gradients: reduce_bucket_size 16-bit elements, twice with
+                                            overlap_comm (deepspeed/runtime/zero/stage_1_and_2.py, setup_buckets:
+                                            buf_0, and buf_1 "to avoid data access conflict when overlap_comm is
+                                            enabled"); stage 3: one such buffer (stage3.py, the IPG bucket). HF's
+                                            DeepSpeed guide quotes a larger rule, overlap_comm "uses 4.5x" the
+                                            bucket sizes (9 GB at 5e8)
     allocator reserve     5 % of the peak       an assumption: the caching allocator keeps freed blocks and splits
                                             segments, so it reserves more than it allocates, by an amount that
                                             depends on the workload (2.4 % "reserved but unallocated" at a 78 GiB
@@ -54,6 +56,19 @@ class DeepSpeedBuckets:
     contiguous_gradients: bool = True  # DeepSpeed's default
     overlap_comm: bool = False  # DeepSpeed's default is True at stage 3 only (config.py, overlap_comm_valid)
     element_bytes: int = 2  # the buffers hold the parameters' dtype: 2 (fp16/bf16), 4 in fp32 training
+    source: str = "the config"  # where the settings were read: the report's basis column names it
+
+
+def deepspeed_buckets(comm, precision_name: str) -> DeepSpeedBuckets | None:
+    """The gradient bucket buffers DeepSpeed allocates under `comm` (a CommSchedule), or None where the schedule is not
+    DeepSpeed's (`CommSchedule.deepspeed`: framework "deepspeed"; seed 004's, FSDP's and Megatron's hold no such
+    buffer). Its reduce_bucket_size and overlap_comm are the schedule's, so the buffers follow the schedule the timeline
+    times (--reduce-bucket-size, --no-overlap); contiguous_gradients is DeepSpeed's default (True). A DeepSpeed config
+    gives its own (frameworks/deepspeed/_config.py, `DeepSpeedRun.buckets`: its contiguous_gradients too)."""
+    if getattr(comm, "framework", None) != "deepspeed" or comm.reduce_bucket_size is None:
+        return None
+    return DeepSpeedBuckets(comm.reduce_bucket_size, True, comm.overlap_comm, 4 if precision_name == "fp32" else 2,
+                            "DeepSpeed's schedule")
 
 
 def deepspeed_bucket_bytes(stage: int, buckets: DeepSpeedBuckets) -> int:
@@ -79,7 +94,7 @@ def runtime_overheads(
             Overhead(
                 "DeepSpeed gradient buckets",
                 deepspeed_bucket_bytes(stage, b),
-                f"from the config: reduce_bucket_size {b.reduce_bucket_size:,} x {b.element_bytes} B"
+                f"from {b.source}: reduce_bucket_size {b.reduce_bucket_size:,} x {b.element_bytes} B"
                 + (" x 2 (overlap_comm)" if stage in (1, 2) and b.overlap_comm and b.contiguous_gradients else "")
                 + ("" if b.contiguous_gradients else " (off: contiguous_gradients false)"),
             )

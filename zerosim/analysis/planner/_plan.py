@@ -26,11 +26,12 @@ import contextlib
 import itertools
 import math
 import os
-from dataclasses import field, replace
+from dataclasses import asdict, field, replace
 
 from zerosim._collector import fewer_collections
 from zerosim._dataclass import dataclass
-from zerosim.analysis.costs import ALLOCATOR_RESERVE, fit, get_gpu, memory_point, positions_of, runtime_overheads
+from zerosim.analysis.costs import (ALLOCATOR_RESERVE, deepspeed_buckets, fit, get_gpu, memory_point, positions_of,
+                                    runtime_overheads)
 from zerosim.analysis.planner._jobs import check_jobs, in_order
 from zerosim.analysis.planner._sweep import run_costs, step_time, step_time_of, written_second
 from zerosim.analysis.timeline import Hardware, TimeModel, get_device, simulate
@@ -292,6 +293,7 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         "micro_batches": batches if len(runs) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
+        "buckets": None if trial.buckets is None else asdict(trial.buckets),  # DeepSpeed's, in each row's estimates
         **({"offloads": tuple(name for name, _ in offloads), "host": host.key,  # and what the rows were judged on
             "host_node": {"name": host.name, "memory": host.memory, "nvme": host.nvme}} if offloads else {}),
     }
@@ -412,6 +414,11 @@ class _Trial:
     # strategy -> the model's data-less twin: built once, measured at every degree, offload and stage
     twins: dict = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def buckets(self):
+        """DeepSpeed's gradient bucket buffers under the planner's schedule (costs.deepspeed_buckets), or None."""
+        return deepspeed_buckets(self.schedule, self.precision)
+
     def rows(self, stage: int, strategies: tuple, batches: tuple, spec, per_rank: int, label: str = "none",
              more: tuple = (), tell=None) -> tuple:
         """(every PlanRow tried at `stage` beside the parallelisms of `spec` (a ParallelSpec) for `strategies`, in
@@ -515,7 +522,7 @@ class _Trial:
         with let_go(measure_stage(model, None, None, self.optimizer, self.precision, **run)) as made:
             (m, cluster, engine), stage = made, mesh.plan.stage
             resting = sum(m["resting"].values())
-            extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, None, self.reserve))
+            extra = sum(o.bytes for o in runtime_overheads(m["peak"], self.ranks, stage, self.buckets, self.reserve))
             row = PlanRow(stage, strategy, B, per_rank // B, m["peak"], m["at_peak"], resting, extra,
                           self.gpu.capacity, tp=tp, cp=spec.cp, pp=spec.pp,
                           pp_schedule=spec.pp_schedule if pipeline else None,

@@ -56,14 +56,30 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
     lines.append("allocator's reserve on top (max_memory_reserved, what torchtitan logs; costs/_reserve.py); "
                  "the estimates include it.")
     lines += ["estimates (not measured; rows of their own, never in the ledgers above), per rank:"]
-    for o in verdicts[0]["overheads"]:
-        size = (
-            "varies by stage" if o["name"] == "allocator reserve" and len(verdicts) > 1 else f"{o['bytes'] / GB:.3f} GB"
-        )
-        if o["name"] == "DeepSpeed gradient buckets":
-            size = f"{o['bytes'] / GB:.3f} GB"
-        lines.append(f"  {o['name']:<27s} {size:>16s}   {o['basis']}")
+    for name, size, basis in _estimate_rows(verdicts):
+        lines.append(f"  {name:<27s} {size:>16s}   {basis}")
     lines.append("  (sources: zerosim/analysis/costs/_overheads.py; --reserve sets the allocator's share)")
     if not any(v["fits"] for v in verdicts) and hint:
         lines.append(hint)
     return lines
+
+
+def _estimate_rows(verdicts: list) -> list:
+    """(name, size, basis) per estimate, in the order the verdicts list them: one row where every stage has the same,
+    the allocator's reserve as "varies by stage", and a row per size where stages differ, naming its stages
+    (DeepSpeed's buckets: none at stage 0, two buffers at stages 1-2 with overlap_comm, one at stage 3)."""
+    groups = {}  # name -> {(bytes, basis): [stages]}
+    for v in verdicts:
+        for o in v["overheads"]:
+            groups.setdefault(o["name"], {}).setdefault((o["bytes"], o["basis"]), []).append(v["stage"])
+    fullest = [o["name"] for o in max((v["overheads"] for v in verdicts), key=len)]  # stage 3's: every estimate
+    rows = []
+    for name, sizes in sorted(groups.items(), key=lambda g: fullest.index(g[0]) if g[0] in fullest else len(fullest)):
+        if name == "allocator reserve" and len(verdicts) > 1:
+            rows.append((name, "varies by stage", next(iter(sizes))[1]))
+            continue
+        for (size, basis), stages in sizes.items():
+            where = "" if len(stages) == len(verdicts) else \
+                f" (stage{'s' if len(stages) > 1 else ''} {', '.join(str(st) for st in stages)})"
+            rows.append((name, f"{size / GB:.3f} GB", basis + where))
+    return rows

@@ -166,7 +166,7 @@ def pipeline_summary(spec, ranks: int, micro_batches: int | None) -> dict:
 def _gpu(work, measured: list, ranks: int) -> dict | None:
     if work.gpu is None:
         return None
-    g, buckets = work.gpu, work.ds.buckets if work.ds else None
+    g, buckets = work.gpu, work.buckets
     return {"key": g.key, "name": g.name, "capacity": g.capacity, "datasheet": g.datasheet,
             "by_stage": [judge(row["peak"], row["stage"], ranks, g, work.reserve, buckets) for row in measured]}
 

@@ -148,8 +148,7 @@ def timeline_step(work, mesh, hardware, tokens: int = TOKENS, wire=None, time_mo
                   if k in purposes},
         params_peak_gb=ledger.peak("params") / 1e9, peak_gb=peak / 1e9, peak=peak,
         peak_by_kind={k: v for k, v in ledger.peak_by_kind().items() if v},
-        fit=None if work.gpu is None else judge(peak, plan.stage, n, work.gpu, work.reserve,
-                                                work.ds.buckets if work.ds else None),
+        fit=None if work.gpu is None else judge(peak, plan.stage, n, work.gpu, work.reserve, work.buckets),
         offload=None, timeline=result, engine=engine,
     )
 

@@ -67,7 +67,7 @@ def stages_sweep(work, ranks, device: str, tokens: int = TOKENS, time_model=None
                  time_model=time_model)
     compute = get_precision(work.precision).compute
     rate = time_model.gemm_rate(Hardware(device, "nvlink4", compute))  # what a large GEMM runs at
-    fits = [judge(r.peak, r.stage, r.ranks, gpu, work.reserve) for r in rows]
+    fits = [judge(r.peak, r.stage, r.ranks, gpu, work.reserve, work.buckets) for r in rows]
     return SweepReport(
         model=model.name, params=model.num_params, largest_unit=model.largest_layer, device=device,
         device_name=Hardware(device).device.name, gpu=gpu.name, capacity=gpu.capacity, precision=work.precision_name,
@@ -123,6 +123,6 @@ def strategy_sweep_report(work, ranks, names, gpus_per_node: int, device: str, s
         tokens_per_rank=tokens, time_model=time_model.describe(),
         rows=[{"strategy": r.strategy, "ranks": r.ranks, "group": r.group, "step_s": r.step, "compute_s": r.compute,
                "exposed_comm_s": r.exposed, "peak": r.peak, "intra_bytes": r.intra, "inter_bytes": r.inter,
-               "fits": judge(r.peak, 3, r.ranks, gpu, work.reserve)["fits"]} for r in rows],
+               "fits": judge(r.peak, 3, r.ranks, gpu, work.reserve, work.buckets)["fits"]} for r in rows],
         exposed_over_compute={name: crossover(rows, name) for name in names},
     )

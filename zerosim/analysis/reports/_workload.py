@@ -30,6 +30,14 @@ class Workload:
     checkpointing: str | None = None  # with `micro`: the activation checkpointing strategy's name ("none", "block")
 
     @property
+    def buckets(self):
+        """DeepSpeed's gradient bucket buffers a rank holds beside the ledger: the DeepSpeed config's, else those of
+        DeepSpeed's schedule (costs.deepspeed_buckets), else None (every report judges memory with these)."""
+        from zerosim.analysis.costs import deepspeed_buckets
+
+        return self.ds.buckets if self.ds is not None else deepspeed_buckets(self.comm, self.precision_name)
+
+    @property
     def tokens_per_micro_step(self) -> int | None:
         """B·L per rank per micro-step (None without a micro-batch)."""
         return None if self.micro is None else self.micro[0] * self.micro[1]

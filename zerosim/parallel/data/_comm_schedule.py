@@ -88,8 +88,9 @@ class CommSchedule:
     overlap_comm: bool = True
     bucket_cap_mb: float | None = None
     first_bucket_mb: float | None = None
-    framework: str | None = None  # whose defaults these are ("fsdp", "megatron"; None: the seed's, DeepSpeed's or the
-    #                               user's): a pipeline reads it for its framework's plan there (pipeline/_beside.py)
+    framework: str | None = None  # whose defaults these are ("deepspeed", "fsdp", "megatron"; None: the seed's or the
+    #                               user's): a pipeline reads it for its framework's plan there (pipeline/_beside.py),
+    #                               a memory report for DeepSpeed's bucket buffers (costs/_overheads.py)
 
     def __post_init__(self):
         DDPBuckets(self.bucket_cap_mb, self.first_bucket_mb)  # checks them
@@ -132,6 +133,7 @@ class CommSchedule:
             return v
 
         return cls(
+            framework="deepspeed",
             reduce_bucket_size=whole("reduce_bucket_size", reduce_bucket_size),
             allgather_bucket_size=None
             if allgather_bucket_size is None
