@@ -18,7 +18,7 @@ from zerosim.analysis.costs import Link
 from zerosim.analysis.timeline import Device, Hardware, simulate
 from zerosim.cluster import Compute
 from zerosim.models import make_regression
-from zerosim.parallel.data import CommSchedule, get_comm_schedule
+from zerosim.parallel.data import CommSchedule, get_comm_schedule, get_plan
 from zerosim.parallel.data._buckets import GradBucket
 from zerosim.parallel.data._comm_schedule import allgather_pieces
 from zerosim.precision import get_precision
@@ -292,10 +292,27 @@ def test_latency_makes_hiding_impossible():
 
 # ------------------------------------------------------------------------------------ names and errors
 
+@pytest.mark.parametrize("stage, overlap", [
+    (0, False),  # DeepSpeedZeroConfig.overlap_comm_valid: `stage == ZeroStageEnum.weights` when the key is absent
+    (1, False),  # stage_1_and_2.py reduces each bucket on the compute stream (reduce_ipg_grads) without overlap_comm
+    (2, False),
+    (3, True),  # stage3.py: the reduce-scatters on their own stream
+])
+def test_deepspeeds_overlap_comm_follows_the_stage_as_its_config_does(stage, overlap):
+    plan = get_plan(stage)
+    assert CommSchedule.deepspeed().under(plan).overlap_comm is overlap
+    assert ZeroEngine(MLP([4, 8, 4]), Cluster(2), stage=stage, optimizer=Adam(lr=1e-3),
+                      comm=CommSchedule.deepspeed()).comm.overlap_comm is overlap  # the engine runs it so
+    for said in (True, False):  # a schedule that says it is taken as it says, at every stage
+        assert CommSchedule.deepspeed(overlap_comm=said).under(plan).overlap_comm is said
+        assert CommSchedule(overlap_comm=said).under(plan).overlap_comm is said
+
+
 def test_names_give_the_presets():
     assert get_comm_schedule(None) == CommSchedule() == get_comm_schedule("seed")
     assert get_comm_schedule("deepspeed") == CommSchedule(
         framework="deepspeed",  # whose defaults: a memory report reads it for DeepSpeed's bucket buffers
+        overlap_comm=None,  # DeepSpeed's default by stage: on at stage 3 only (DeepSpeedZeroConfig.overlap_comm_valid)
         reduce_bucket_size=500_000_000,
         prefetch_bucket_size=50_000_000,
         max_live_parameters=1_000_000_000,
@@ -311,7 +328,8 @@ def test_names_give_the_presets():
     (lambda: CommSchedule(reduce_bucket_size=0), "reduce_bucket_size must be a positive integer"),
     (lambda: CommSchedule(allgather_bucket_size=2.5), "allgather_bucket_size must be a positive integer"),
     (lambda: CommSchedule(prefetch_forward=-1), "prefetch_forward must be a number of units"),
-    (lambda: CommSchedule(overlap_comm="yes"), "overlap_comm must be True or False"),
+    (lambda: CommSchedule(overlap_comm="yes"), "overlap_comm must be True, False or None"),
+    (lambda: CommSchedule(prefetch_after_compute=None), "prefetch_after_compute must be True or False"),
     (lambda: CommSchedule.fsdp(backward_prefetch="BACKWARD_SOON"), "backward_prefetch must be one of"),
     (lambda: CommSchedule.deepspeed(reduce_bucket_size=5.5e3 + 0.5), "reduce_bucket_size must be a whole number"),
     (lambda: get_comm_schedule("nemo"), "one of 'seed', 'deepspeed', 'fsdp', 'megatron'"),

@@ -71,6 +71,8 @@ def test_the_estimates_are_rows_of_their_own_with_their_basis():
         (0, True, True, 0),  # stage 0: DeepSpeed's ZeRO optimizer is not used
         (1, False, True, 1),  # buf_0 (stage_1_and_2.py, setup_buckets)
         (2, True, True, 2),  # buf_0 and buf_1 "to avoid data access conflict when overlap_comm is enabled"
+        (2, None, True, 1),  # overlap_comm left to DeepSpeed: off below stage 3 (overlap_comm_valid), buf_0 alone
+        (3, None, True, 1),
         (2, True, False, 0),  # contiguous_gradients false: no IPG buffer
         (3, True, True, 1),  # stage3.py: one IPG bucket buffer per dtype, overlap or not
     ],
@@ -85,11 +87,13 @@ SCHEDULE_BUCKETS = [
     (CommSchedule(reduce_bucket_size=5 * 10**8), "bf16-mixed", None),  # zerosim's own buckets: no flat buffer either
     (CommSchedule.fsdp(), "bf16-mixed", None),  # FSDP reduce-scatters each unit's own gradient
     (CommSchedule.megatron(), "bf16-mixed", None),  # Megatron's grad buffer is its ledger's (not DeepSpeed's IPG)
-    (CommSchedule.deepspeed(), "bf16-mixed", (5 * 10**8, True, 2)),  # DeepSpeed's defaults: 5e8 16-bit elements
-    (CommSchedule.deepspeed(), "fp16-mixed", (5 * 10**8, True, 2)),
-    (CommSchedule.deepspeed(), "fp32", (5 * 10**8, True, 4)),  # the IPG buffer holds the parameters' dtype
+    # DeepSpeed's defaults: 5e8 16-bit elements, overlap_comm by stage (None: on at stage 3 only)
+    (CommSchedule.deepspeed(), "bf16-mixed", (5 * 10**8, None, 2)),
+    (CommSchedule.deepspeed(), "fp16-mixed", (5 * 10**8, None, 2)),
+    (CommSchedule.deepspeed(), "fp32", (5 * 10**8, None, 4)),  # the IPG buffer holds the parameters' dtype
+    (CommSchedule.deepspeed(overlap_comm=True), "bf16-mixed", (5 * 10**8, True, 2)),  # a config's "overlap_comm": true
     (CommSchedule.deepspeed(10**6, overlap_comm=False), "bf16-mixed", (10**6, False, 2)),  # --reduce-bucket-size 1e6
-    (CommSchedule.deepspeed().with_(reduce_bucket_size=7), "bf16-mixed", (7, True, 2)),  # a knob changed: still DS
+    (CommSchedule.deepspeed().with_(reduce_bucket_size=7), "bf16-mixed", (7, None, 2)),  # a knob changed: still DS
 ]
 
 
@@ -102,9 +106,10 @@ def test_deepspeeds_schedule_holds_its_bucket_buffers(schedule, precision, expec
 
 
 def test_memory_and_timeline_count_deepspeeds_buckets_under_its_schedule():
-    """`--comm deepspeed` (plan's default schedule) holds DeepSpeed's gradient buffers: none at stage 0, buf_0 and buf_1
-    at stages 1-2 with overlap_comm (5e8 bf16 elements each: 1 GB), one at stage 3; --no-overlap drops buf_1; seed
-    004's schedule holds none. memory and timeline read one estimate."""
+    """`--comm deepspeed` (plan's default schedule) holds DeepSpeed's gradient buffers: none at stage 0, buf_0 (5e8
+    bf16 elements: 1 GB) at stages 1-2, where DeepSpeed's overlap_comm is off by default (buf_1 comes with it: a
+    DeepSpeed config's "overlap_comm": true, tests/test_ds_config.py), one at stage 3; seed 004's schedule holds none.
+    memory and timeline read one estimate."""
     base = ("--params", "1e9", "--ranks", "8", "--gpu", "h100-80gb")
 
     def buckets(command, *flags, stage=None):
@@ -112,13 +117,13 @@ def test_memory_and_timeline_count_deepspeeds_buckets_under_its_schedule():
         verdicts = r["gpu"]["by_stage"] if command == "memory" else [r["fit"]]
         return [sum(o["bytes"] for o in v["overheads"] if o["name"] == "DeepSpeed gradient buckets") for v in verdicts]
 
-    assert buckets("memory", "--comm", "deepspeed") == [0, 2 * 10**9, 2 * 10**9, 10**9]
+    assert buckets("memory", "--comm", "deepspeed") == [0, 10**9, 10**9, 10**9]
     assert buckets("memory", "--comm", "deepspeed", "--no-overlap") == [0, 10**9, 10**9, 10**9]
     smaller = buckets("memory", "--comm", "deepspeed", "--reduce-bucket-size", "1e8")
-    assert smaller == [0, 4 * 10**8, 4 * 10**8, 2 * 10**8]
+    assert smaller == [0, 2 * 10**8, 2 * 10**8, 2 * 10**8]
     assert buckets("memory") == [0, 0, 0, 0]  # seed 004's schedule
     assert buckets("memory", "--comm", "fsdp") == [0, 0, 0, 0]
-    for stage, expected in ((1, 2 * 10**9), (3, 10**9)):
+    for stage, expected in ((1, 10**9), (3, 10**9)):
         assert buckets("timeline", "--comm", "deepspeed", stage=stage) == [expected]
 
 

@@ -256,8 +256,9 @@ QUESTIONS_MEMORY = (
              "batch of 64: which ZeRO stage does its fastest configuration that fits use?", "",
              _planner_3090_stage,
              "ZeRO-3 (with block checkpointing): below stage 3 every GPU holds the whole bf16 model, 16 GB of its "
-             "24, and the optimizer's shards and the activations do not fit beside it. On a larger GPU the planner "
-             "would pick a lower stage, which communicates less.",
+             "24, and the optimizer's shards and the activations do not fit beside it. On a larger GPU lower stages "
+             "fit too (ZeRO-1 on an H200) and communicate less, but under DeepSpeed's defaults backward waits for "
+             "their gradient reductions (overlap_comm is on at ZeRO-3 only), so ZeRO-3 still comes first there.",
              wrong=((2, "ZeRO-2: it keeps the whole 16 GB of bf16 weights on every 24 GB GPU."),
                     (0, "plain data parallel: 16 bytes a parameter, 128 GB a GPU."))),
     # -- notebook 14: offload --

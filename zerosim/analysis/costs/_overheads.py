@@ -54,7 +54,7 @@ class DeepSpeedBuckets:
 
     reduce_bucket_size: int  # elements
     contiguous_gradients: bool = True  # DeepSpeed's default
-    overlap_comm: bool = False  # DeepSpeed's default is True at stage 3 only (config.py, overlap_comm_valid)
+    overlap_comm: bool | None = False  # None: DeepSpeed's default, True at stage 3 only (config.py, overlap_comm_valid)
     element_bytes: int = 2  # the buffers hold the parameters' dtype: 2 (fp16/bf16), 4 in fp32 training
     source: str = "the config"  # where the settings were read: the report's basis column names it
 

@@ -119,6 +119,7 @@ def timeline_step(work, mesh, hardware, tokens: int = TOKENS, wire=None, time_mo
     per_micro = work.tokens_per_micro_step or tokens
     step, compute, comm = result.step_time, float(result.compute_busy[0]), float(result.comm_busy[0])
     exposed, top = float(result.exposed_comm[0]), peak_rank(engine.cluster)  # a pipeline's stages peak apart
+    ran = work.comm.under(plan)  # the schedule as the engine ran it (DeepSpeed's overlap_comm by stage)
     ledger = engine.cluster.ranks[top].ledger  # the memory report's rank (costs measure_stage): the one that peaks
     peak, n, tp = ledger.peak(), mesh.dims.world_size, mesh.dims.tp
     tps = tokens_per_s_per_gpu(mesh.dims, per_micro * K, step)  # the job's degrees: dp = N / (T·C·P)
@@ -138,7 +139,7 @@ def timeline_step(work, mesh, hardware, tokens: int = TOKENS, wire=None, time_mo
         optimizer=work.optimizer, device=hardware.device.name, link=hardware.link.name, link_note=hardware.link.note,
         micro_batch=None if work.micro is None else {"batch": work.micro[0], "seq_len": work.micro[1]},
         checkpoint=work.checkpointing if work.micro else None, accumulation_steps=K, tokens_per_rank=per_micro * K,
-        comm=describe_comm(work.comm), overlap=work.comm.overlap_comm,
+        comm=describe_comm(ran), overlap=ran.overlap_comm,
         time_model=time_model.describe() + _beside_tp(time_model, tp, sp, async_tp) + _beside_cp(time_model, spec),
         link_model=link_model(hardware), step_s=step, tokens_per_s_per_gpu=tps, mfu=flops,
         compute_s=compute, comm_s=comm, exposed_comm_s=exposed, overlapped_s=comm - exposed,
@@ -235,6 +236,8 @@ def describe_comm(comm) -> str:
     parts = [
         f"{f}={getattr(comm, f):,}"
         if isinstance(getattr(comm, f), int) and not isinstance(getattr(comm, f), bool)
+        else "overlap_comm on at stage 3 only (DeepSpeed's default)"
+        if f == "overlap_comm" and comm.overlap_comm is None
         else f"{f}={getattr(comm, f)}"
         for f in comm.__dataclass_fields__
         if f != "framework" and getattr(comm, f) != getattr(CommSchedule(), f)  # its knobs (not whose defaults)

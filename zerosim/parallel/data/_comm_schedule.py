@@ -20,6 +20,7 @@ bucket size can change bits (_param_buckets.py, _ddp_reduce.py, _bucket_allreduc
     prefetch_after_compute       -                                                 BACKWARD_POST (True) / BACKWARD_PRE
     max_gathered_units           -                                                 limit_all_gathers (2)
     overlap_comm                 overlap_comm                    True at stage 3   (always on)
+                                                                 only
 
 DeepSpeed reads allgather_bucket_size only where torch has no all_gather_into_tensor (deepspeed/runtime/
 utils.py, `all_gather_dp_groups`); with current torch it gathers each rank's whole partition in one call,
@@ -70,7 +71,8 @@ class CommSchedule:
         prefetch_after_compute: in backward, issue the prefetch after the unit's gradient computation
             (FSDP's BACKWARD_POST, before its reduce-scatter) instead of before it (BACKWARD_PRE).
         max_gathered_units: ZeRO-3 never holds more gathered units than this (FSDP's limit_all_gathers).
-        overlap_comm: communication on its own stream (the timeline reads this).
+        overlap_comm: communication on its own stream (the timeline reads this); None: the framework's default at
+            the engine's stage, which the engine reads in (`under`): DeepSpeed's is on at stage 3 only.
         bucket_cap_mb, first_bucket_mb: DDP's bucket caps for the `ddp` recipe (_param_buckets.py `DDPBuckets`: None
             is torch's 25 MiB with a 1 MiB first bucket). DDP's buckets change bits (each is its own all-reduce
             with its own chunk map), unlike the knobs above.
@@ -85,7 +87,7 @@ class CommSchedule:
     prefetch_backward: int = 0
     prefetch_after_compute: bool = False
     max_gathered_units: int | None = None
-    overlap_comm: bool = True
+    overlap_comm: bool | None = True
     bucket_cap_mb: float | None = None
     first_bucket_mb: float | None = None
     framework: str | None = None  # whose defaults these are ("deepspeed", "fsdp", "megatron"; None: the seed's or the
@@ -105,9 +107,12 @@ class CommSchedule:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"CommSchedule.{name} must be a number of units >= 0, got {v!r}")
-        for name in ("prefetch_after_compute", "overlap_comm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"CommSchedule.{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.prefetch_after_compute, bool):
+            raise ValueError(f"CommSchedule.prefetch_after_compute must be True or False, got "
+                             f"{self.prefetch_after_compute!r}")
+        if self.overlap_comm is not None and not isinstance(self.overlap_comm, bool):
+            raise ValueError(f"CommSchedule.overlap_comm must be True, False or None (the framework's default at the "
+                             f"stage), got {self.overlap_comm!r}")
 
     @property
     def ddp(self) -> DDPBuckets:
@@ -117,14 +122,17 @@ class CommSchedule:
     @classmethod
     def deepspeed(cls, reduce_bucket_size: int = DS_REDUCE_BUCKET, allgather_bucket_size: int | None = None,
                   stage3_prefetch_bucket_size: int = DS_PREFETCH_BUCKET, stage3_max_live_parameters: int = DS_MAX_LIVE,
-                  stage3_max_reuse_distance: int = DS_MAX_REUSE, overlap_comm: bool = True) -> "CommSchedule":
+                  stage3_max_reuse_distance: int = DS_MAX_REUSE, overlap_comm: bool | None = None) -> "CommSchedule":
         """DeepSpeed's knobs and defaults (deepspeed/runtime/zero/config.py). The ZeRO-3 rules follow
         deepspeed/runtime/zero/partitioned_param_coordinator.py, `PartitionedParameterCoordinator`:
         `fetch_sub_module` gathers the unit needed now, then prefetches from the trace of upcoming uses
         while fewer than min(max_live - live, prefetch_bucket) elements are on the way; `__params_to_release`
         keeps a unit used again within max_reuse_distance elements. NOTE: with the default 1e9, a model under
         a billion parameters keeps every unit it will use again, so ZeRO-3's parameter memory saving waits
-        for larger models, on GPUs as here. (DeepSpeed defaults overlap_comm to True only at stage 3.)"""
+        for larger models, on GPUs as here. `overlap_comm` None is DeepSpeed's default, on at stage 3 only
+        (DeepSpeed 0.19.8, deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig.overlap_comm_valid): at stages 1/2
+        stage_1_and_2.py reduces each bucket on the compute stream (`reduce_ipg_grads`: the reduction stream only
+        with overlap_comm), so backward waits for it."""
         def whole(name, v):
             if isinstance(v, float) and v.is_integer():
                 v = int(v)  # the configs write 5e8
@@ -176,6 +184,12 @@ class CommSchedule:
         if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
             raise ValueError(f"dp must be a positive integer (the data-parallel ranks), got {dp!r}")
         return cls(framework="megatron", reduce_bucket_size=max(40_000_000, 1_000_000 * dp))
+
+    def under(self, plan) -> "CommSchedule":
+        """This schedule as an engine with `plan` (a parallel.data Plan) runs it: overlap_comm None (the framework's
+        default) read in as DeepSpeed's rule, on where the parameters are sharded (`stage == ZeroStageEnum.weights`,
+        stage 3); a schedule that says True or False is returned as it is."""
+        return self if self.overlap_comm is not None else replace(self, overlap_comm=plan.shards("params"))
 
     def with_(self, **changes) -> "CommSchedule":
         """A copy with some knobs changed (validated again)."""

@@ -140,7 +140,7 @@ class ZeroEngine:
         """The schedule, clipping, formats, gradient recipe and groups, each checked against the plan, the other
         parallelisms and each other before anything is allocated."""
         plan, optimizer, cluster = self.plan, self.optimizer, self.cluster
-        self.comm = get_comm_schedule(comm)
+        self.comm = get_comm_schedule(comm).under(plan)  # the framework's overlap default read in
         self.clip_grad, self.clip_norm = clipping.check_max_norm(clip_grad), clipping.check_norm(clip_norm)
         if self.clip_norm == "torch" and plan.sharded:
             raise ValueError(f"clip_norm='torch' is clip_grad_norm_ on a whole gradient, which only stage 0 holds on a "
