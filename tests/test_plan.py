@@ -283,6 +283,20 @@ def test_the_top_row_is_what_memory_and_timeline_print():
     assert p.link == "ib_ndr"  # 16 GPUs, 8 per node: the ring crosses nodes
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_zero_1_or_2_row_is_reproduced_under_deepspeeds_defaults(stage):
+    """Below ZeRO-3 DeepSpeed's default config leaves overlap_comm off (DeepSpeedZeroConfig.overlap_comm_valid) and
+    holds one gradient bucket buffer (buf_0: 5e8 bf16 elements): the planner's row, `memory` and `timeline` agree."""
+    p = plan(get_preset("llama-3-8b").config, 16, 8, "h100-80gb", 4096, 256, stages=(stage,),
+             strategies=("selective",))
+    top, verdict, time = reproduce(p, "--model llama-3-8b")
+    check_reproduced(top, verdict, time)
+    assert top.stage == stage and time["overlap"] is False
+    buckets = [o for o in verdict["overheads"] if o["name"] == "DeepSpeed gradient buckets"]
+    assert [o["bytes"] for o in buckets] == [5 * 10**8 * 2] == [o["bytes"] for o in time["fit"]["overheads"]
+                                                               if o["name"] == "DeepSpeed gradient buckets"]
+
+
 @pytest.mark.slow
 def test_llama_3_70b_on_64_h100s_top_row_is_reproduced():
     # Issue 23's plan: 64 H100s, 8 per node, 4,096 tokens, 1,024 sequences per step (16 per GPU), with the command's
