@@ -264,6 +264,31 @@ def test_deepspeeds_refusal_of_zero_2_beside_a_pipeline_is_quoted(tmp_path):
     assert ("--stage 2 beside --pp 2 with DeepSpeed's recipe 'deepspeed-zero12': DeepSpeed refuses it: 'ZeRO-2 and "
             "ZeRO-3 are incompatible with pipeline parallelism' (DeepSpeed 0.19.8 runtime/pipe/engine.py") in err
 
+@pytest.mark.bad_input("command line", unchanged="nothing runs: refused before the engine is built")
+def test_deepspeeds_schedule_runs_zero_0_and_1_beside_a_pipeline_as_its_engine_does():
+    """DeepSpeed's pipeline engine asserts the ZeRO stage is below gradients (0.19.8 runtime/pipe/engine.py,
+    PipelineEngine.__init__), whatever its recipe: under DeepSpeed's schedule (--comm deepspeed, plan's default) ZeRO-2
+    and ZeRO-3 beside --pp are what DeepSpeed refuses. `timeline` asked for one refuses it; `memory` and `plan` leave
+    them out saying why; seed 004's schedule and FSDP's (torchtitan's ZeRO-3 beside a pipeline) still run them."""
+    code, _, err = run_cli("timeline", *GPT2, "--ranks", "8", "--pp", "2", "--stage", "3", "--comm", "deepspeed")
+    assert code == 2 and ("--stage 3 beside --pp 2 with DeepSpeed's schedule: DeepSpeed refuses it: 'ZeRO-2 and "
+                          "ZeRO-3 are incompatible with pipeline parallelism'") in err, err
+    r = as_json("memory", *GPT2, "--ranks", "8", "--pp", "2", "--comm", "deepspeed")
+    assert [x["stage"] for x in r["stages"]] == [0, 1]
+    assert r["pipeline_parallel"]["left_out"]["stages"] == [2, 3]
+    assert "ZeRO-2, ZeRO-3 left out: DeepSpeed's schedule beside a pipeline" in text_of(
+        "memory", *GPT2, "--ranks", "8", "--pp", "2", "--comm", "deepspeed")
+    for comm in ("seed", "fsdp"):  # zerosim's own ZeRO-3, torchtitan's FSDP beside a pipeline: all four stages
+        r = as_json("memory", *GPT2, "--ranks", "8", "--pp", "2", "--comm", comm)
+        assert [x["stage"] for x in r["stages"]] == [0, 1, 2, 3] and "left_out" not in r["pipeline_parallel"]
+    plan = as_json(*PLAN, "--pp", "2", "--stages", "1,2,3")
+    assert {x["stage"] for x in plan["fitting"]} == {1}
+    assert any(x["pp"] == [2] and "ZeRO-2: ZeRO stage 2 beside PP 2 with DeepSpeed's schedule" in x["why"]
+               for x in plan["left_out"]), plan["left_out"]
+    assert {x["stage"] for x in as_json(*PLAN, "--pp", "2", "--stages", "1,2,3", "--comm", "fsdp")["fitting"]} == \
+        {1, 2, 3}
+
+
 MEM = ["memory", *GPT2]
 
 

@@ -65,6 +65,7 @@ from zerosim.cli.strategy_args import (
     strategies_of,
 )
 from zerosim.cli.parallel_args import (
+    beside_pipeline,
     add_parallel_arguments,
     check_pipeline,
     layout_of,
@@ -153,6 +154,7 @@ def report(args):
     stages = stages if offload is None else offload.stages(offload.configs[0], stages)  # where it runs
     quantized = wire_from_args(args)  # stage 3's weight gathers in fewer bits, or None
     check_qgz_model(args, s.model)
+    stages, left_out = beside_pipeline(spec, s, stages, qgz_recipe(args))  # DeepSpeed's: ZeRO-0/1 beside a pipeline
     check_pipeline(spec, s, stages, qgz_recipe(args))  # --pp: its schedule's table, what is refused beside it
     if quantized is not None and 3 not in stages:
         raise ValueError(f"--zero-quantized-weights and --fp8-all-gather quantize ZeRO-3's weight gathers; the "
@@ -164,6 +166,8 @@ def report(args):
                       show_progress=not args.json and sys.stderr.isatty(), spec=spec,
                       gpus_per_node=args.gpus_per_node, micro_batches=s.accumulation if spec.pp > 1 else None,
                       parallelisms=offload and (lambda st: (offload.offload(offload.configs[0], st)[0],)))
+    if left_out:
+        r = replace(r, pipeline_parallel={**r.pipeline_parallel, "left_out": left_out})
     if offload is None:
         return r
     hosted = offload_memory_rows(r.stages, offload, r.params, r.ranks, r.precision, r.optimizer,

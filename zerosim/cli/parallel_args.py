@@ -198,6 +198,24 @@ def refuse_beside(spec, ranks: int, strategies: tuple, wire, clip_grad=None) -> 
              f"the quantized collectives {WIRE_FLAGS} ask for")
 
 
+def beside_pipeline(spec, work, stages, recipe=None) -> tuple:
+    """(the ZeRO stages of `stages` whose framework runs them beside --pp, {"stages", "why"} of those left out or
+    None): DeepSpeed's schedule runs ZeRO-0/1 only (parallel.pipeline refused_beside); a DeepSpeed config's own stage
+    is never left out (check_pipeline refuses it, naming the config's stage). Without --pp, `stages` as given."""
+    from zerosim.parallel.pipeline import refused_beside
+
+    if spec.pp == 1 or work.ds is not None:
+        return tuple(stages), None
+    whose = {st: refused_beside(st, work.precision, recipe, work.comm) for st in stages}
+    kept = tuple(st for st in stages if whose[st] is None)
+    if not kept or len(kept) == len(stages):
+        return tuple(stages), None  # all kept, or none: check_pipeline says why
+    out = [st for st in stages if whose[st] is not None]
+    return kept, {"stages": out, "why": f"{whose[out[0]]} beside a pipeline: DeepSpeed's pipeline engine runs ZeRO "
+                  "below stage 2 only (DeepSpeed 0.19.8 runtime/pipe/engine.py, PipelineEngine.__init__); --comm "
+                  "fsdp runs ZeRO-3 beside it as torchtitan does"}
+
+
 def check_pipeline(spec, work, stages, recipe=None, ranks_flag: str = "--ranks") -> None:
     """With --pp: the schedule's table for the run's micro-batches (`work.accumulation`, --accumulation-steps or a
     DeepSpeed config's) and what is refused beside a pipeline at each ZeRO stage of `stages` with the run's precision,

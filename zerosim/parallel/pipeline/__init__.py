@@ -29,7 +29,7 @@ drives the data-parallel step's phases instead of being one more set of its hook
 
 from zerosim.parallel.pipeline._beside import BESIDE_PIPELINE, PIPELINE_STRATEGIES, plan_beside_pipeline
 from zerosim.parallel.pipeline._costs import BUBBLE_FORMULA, bubble_fraction, in_flight, stage_messages
-from zerosim.parallel.pipeline._engine import PipelineEngine, check_beside
+from zerosim.parallel.pipeline._engine import PipelineEngine, check_beside, refused_beside
 from zerosim.parallel.pipeline._schedules import DEFAULT_SCHEDULE, SCHEDULES, Schedule, get_schedule, make_table
 from zerosim.parallel.pipeline._stages import RULES, Pieces, StageModel, StageSplit, pieces, split
 from zerosim.parallel.pipeline._table import ACTION_KINDS, Action, Table
@@ -38,4 +38,4 @@ from zerosim.parallel.pipeline._views import StageCluster
 __all__ = ["ACTION_KINDS", "Action", "BESIDE_PIPELINE", "BUBBLE_FORMULA", "DEFAULT_SCHEDULE", "PIPELINE_STRATEGIES",
            "PipelineEngine", "Pieces", "RULES", "SCHEDULES", "Schedule", "StageCluster", "StageModel", "StageSplit",
            "Table", "bubble_fraction", "check_beside", "get_schedule", "in_flight", "make_table", "pieces",
-           "plan_beside_pipeline", "split", "stage_messages"]
+           "plan_beside_pipeline", "refused_beside", "split", "stage_messages"]

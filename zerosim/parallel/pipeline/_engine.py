@@ -442,12 +442,27 @@ class _ContextStage(_InsideStage):
         return replace(op, layer=self.part.units[op.layer], kind=kind)
 
 
+def refused_beside(stage, precision, recipe=None, comm=None) -> str | None:
+    """Whose code refuses ZeRO `stage` beside a pipeline with `recipe` (a name, a GradientRecipe or None: the policy's
+    for `precision`) and `comm` (a CommSchedule, a name or None), in words ("DeepSpeed's schedule"), or None where it
+    runs: DeepSpeed's pipeline engine asserts the stage is below gradients, so DeepSpeed's recipes and DeepSpeed's
+    schedule (its ZeRO optimizer) run at stages 0/1 only."""
+    comm = get_comm_schedule(comm) if isinstance(comm, str) else comm
+    name = GradientRecipe.of(get_precision(precision), recipe).reduction  # the recipe given, or the policy's
+    if not get_plan(stage).shards("grads"):  # DeepSpeed: `< ZeroStageEnum.gradients` asserted
+        return None
+    if name.startswith("deepspeed"):
+        return f"DeepSpeed's recipe {name!r}"
+    return "DeepSpeed's schedule" if getattr(comm, "framework", None) == "deepspeed" else None
+
+
 def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who: str | None = None) -> None:
     """What a pipeline refuses beside it at ZeRO `stage` (0-3) with `precision`, `recipe` (a recipe's name, a
     GradientRecipe or None: the policy's), `comm` (a CommSchedule or None) and `virtual` stages a rank, a ValueError
     quoting who refuses it (`who`: how the caller names the stage, e.g. the command line's flags):
 
-      DeepSpeed's recipes ("deepspeed-*") at stages 2 and 3: its pipeline engine asserts the stage is below gradients
+      DeepSpeed's recipes ("deepspeed-*") or DeepSpeed's schedule (CommSchedule.deepspeed) at stages 2 and 3: its
+          pipeline engine asserts the stage is below gradients (`refused_beside`)
       a loss scaler that skips steps: the overflow decision spans every stage (Megatron all-reduces found_inf over the
           pipeline group too); not modelled yet
       DDP's and DeepSpeed ZeRO-1's buckets of parameters at stages 0/1 with virtual stages: a bucket would span the
@@ -455,12 +470,13 @@ def check_beside(stage, precision, recipe=None, comm=None, virtual: int = 1, who
     """
     plan = get_plan(stage)
     name = GradientRecipe.of(get_precision(precision), recipe).reduction  # the recipe given, or the policy's
-    if name.startswith("deepspeed") and plan.shards("grads"):  # DeepSpeed: `< ZeroStageEnum.gradients` asserted
-        who = (f"recipe {name!r} at stage {plan.stage} beside pipeline parallelism" if who is None else
-               f"{who} with DeepSpeed's recipe {name!r}")
+    whose = refused_beside(stage, precision, recipe, comm)
+    if whose is not None:
+        who = f"{whose} at stage {plan.stage} beside pipeline parallelism" if who is None else f"{who} with {whose}"
         raise ValueError(f"{who}: DeepSpeed refuses it: '{DEEPSPEED_REFUSES}' (DeepSpeed 0.19.8 "
                          "runtime/pipe/engine.py, PipelineEngine.__init__, line 77); Megatron's distributed "
-                         "optimizer (stage 1) and torchtitan's FSDP (stage 3, recipe 'fsdp2') run beside it")
+                         "optimizer (stage 1) and torchtitan's FSDP (stage 3 with FSDP's schedule: --comm fsdp, "
+                         "CommSchedule.fsdp()) run beside it")
     if skips_steps(get_precision(precision).make_scaler()):
         raise ValueError("a loss scaler that skips steps beside pipeline parallelism: the overflow decision spans "
                          "every stage (Megatron all-reduces found_inf over the pipeline group too); not modelled yet: "
