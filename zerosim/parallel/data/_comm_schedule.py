@@ -131,8 +131,8 @@ class CommSchedule:
         a billion parameters keeps every unit it will use again, so ZeRO-3's parameter memory saving waits
         for larger models, on GPUs as here. `overlap_comm` None is DeepSpeed's default, on at stage 3 only
         (DeepSpeed 0.19.8, deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig.overlap_comm_valid): at stages 1/2
-        stage_1_and_2.py reduces each bucket on the compute stream (`reduce_ipg_grads`: the reduction stream only
-        with overlap_comm), so backward waits for it."""
+        stage_1_and_2.py reduces each bucket on the compute stream (`average_tensor`, which `reduce_ipg_grads` calls:
+        the reduction stream only with overlap_comm), so backward waits for it."""
         def whole(name, v):
             if isinstance(v, float) and v.is_integer():
                 v = int(v)  # the configs write 5e8
