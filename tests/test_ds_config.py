@@ -425,6 +425,8 @@ def test_memory_runs_the_config_s_stage_batch_and_buckets(tmp_path):
         (("--precision", "fp16-mixed"), "--precision fp16-mixed vs the config's bf16-mixed"),
         (("--batch", "4"), "--batch 4 vs train_micro_batch_size_per_gpu 1"),
         (("--comm", "fsdp"), "--comm and --ds-config both set the schedule"),
+        (("--overlap-comm", "on"), "--overlap-comm and --ds-config both set the schedule"),
+        (("--no-overlap",), "--overlap-comm and --ds-config both set the schedule"),  # its shorthand
     ],
 )
 def test_flags_that_contradict_the_config_are_refused(tmp_path, capsys, flags, message):

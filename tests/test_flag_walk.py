@@ -36,6 +36,7 @@ FLAGS = {  # flag -> its values (None: a switch)
     "--offload-optimizer": ("cpu",),
     "--strategy": ("hsdp", "mics", "full_shard"),
     "--no-overlap": None,
+    "--overlap-comm": ("on", "off"),
 }
 NEEDS = {"--sp": "--tp", "--tp-layout": "--tp", "--cp-style": "--cp", "--cp-split": "--cp",
          "--pp-schedule": "--pp"}  # a flag that says how a degree runs, and that degree (2)
@@ -47,7 +48,7 @@ COMMANDS = {
              "--stages", "3", "--strategies", "block"),
 }
 PLAN_TAKES = {"--precision", "--optimizer", "--comm", "--tp", "--sp", "--tp-layout", "--cp", "--cp-style",
-              "--cp-split", "--pp", "--pp-schedule"}  # the flags of FLAGS plan has
+              "--cp-split", "--pp", "--pp-schedule", "--overlap-comm"}  # the flags of FLAGS plan has
 
 
 def line(command: str, chosen: dict) -> list:

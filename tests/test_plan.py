@@ -297,6 +297,20 @@ def test_a_zero_1_or_2_row_is_reproduced_under_deepspeeds_defaults(stage):
                                                                if o["name"] == "DeepSpeed gradient buckets"]
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_overlap_comm_on_below_zero_3_is_planned_and_reproduced(stage):
+    """`plan --overlap-comm on` (what most published DeepSpeed configs set at stages 1/2) ranks rows with overlap on
+    and two bucket buffers (buf_0 and buf_1: 2 × 5e8 bf16 elements), and its commands say --overlap-comm on."""
+    p = plan(get_preset("llama-3-8b").config, 16, 8, "h100-80gb", 4096, 256, stages=(stage,),
+             strategies=("selective",), overlap_comm=True)
+    assert "--overlap-comm on" in p.commands(p.fitting[0], "--model llama-3-8b")[1]
+    top, verdict, time = reproduce(p, "--model llama-3-8b")
+    check_reproduced(top, verdict, time)
+    assert top.stage == stage and time["overlap"] is True
+    buckets = [o for o in verdict["overheads"] if o["name"] == "DeepSpeed gradient buckets"]
+    assert [o["bytes"] for o in buckets] == [2 * 5 * 10**8 * 2]
+
+
 @pytest.mark.slow
 def test_llama_3_70b_on_64_h100s_top_row_is_reproduced():
     # Issue 23's plan: 64 H100s, 8 per node, 4,096 tokens, 1,024 sequences per step (16 per GPU), with the command's

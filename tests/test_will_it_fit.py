@@ -119,6 +119,8 @@ def test_memory_and_timeline_count_deepspeeds_buckets_under_its_schedule():
 
     assert buckets("memory", "--comm", "deepspeed") == [0, 10**9, 10**9, 10**9]
     assert buckets("memory", "--comm", "deepspeed", "--no-overlap") == [0, 10**9, 10**9, 10**9]
+    assert buckets("memory", "--comm", "deepspeed", "--overlap-comm", "off") == [0, 10**9, 10**9, 10**9]
+    assert buckets("memory", "--comm", "deepspeed", "--overlap-comm", "on") == [0, 2 * 10**9, 2 * 10**9, 10**9]
     smaller = buckets("memory", "--comm", "deepspeed", "--reduce-bucket-size", "1e8")
     assert smaller == [0, 2 * 10**8, 2 * 10**8, 2 * 10**8]
     assert buckets("memory") == [0, 0, 0, 0]  # seed 004's schedule

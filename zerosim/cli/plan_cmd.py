@@ -99,6 +99,9 @@ def _add_job_arguments(p) -> None:
         default="deepspeed",
         help="the schedule: DeepSpeed's defaults (buckets, prefetch; the default), FSDP's, or seed 004's",
     )
+    from zerosim.cli.schedule_args import add_overlap_argument
+
+    add_overlap_argument(p)
 
 
 def _add_search_arguments(p) -> None:
@@ -165,6 +168,7 @@ def report(args):
     from zerosim.analysis.costs import get_gpu
     from zerosim.cli.efficiency_args import kernels_of, link_flags, links_from_args, loss_of, time_model_from_args
     from zerosim.cli.offload_args import host_from_args, offload_flags, offload_hardware, plan_offloads
+    from zerosim.cli.schedule_args import overlap_of
 
     time_model = time_model_from_args(args)
     offloads, host = plan_offloads(args), host_from_args(args, get_gpu(args.gpu))
@@ -197,6 +201,7 @@ def report(args):
         specs=specs_of(args, args.gpus),  # the parallel degrees as data: every combination of --tp, --cp, --pp
         spelling=flags("--gpus"),  # the nodes checked by the one rule `memory` and `timeline` follow, in flags
         jobs=jobs,
+        overlap_comm=overlap_of(args),
     )
     if bar is not None:
         bar.close()

@@ -32,6 +32,11 @@ def format_plan(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _overlap(s: dict) -> str:
+    """--overlap-comm where given (the schedule's own default otherwise)."""
+    return "" if s.get("overlap_comm") is None else f" (overlap_comm {'on' if s['overlap_comm'] else 'off'})"
+
+
 def _asked(s: dict, link_model: str) -> list:
     """What was asked: the model, the GPUs, the batch, the precision, the kernels, where the times come from."""
     across = s["ranks"]
@@ -42,7 +47,8 @@ def _asked(s: dict, link_model: str) -> list:
         f"({s['gpus_per_node']} per node; {link})",
         f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = "
         f"{f'{each:,.0f}' if each.is_integer() else f'{each:.3g}'} per GPU; "
-        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule; capacity {s['capacity'] / GB:.2f} GB per GPU",
+        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule{_overlap(s)}; "
+        f"capacity {s['capacity'] / GB:.2f} GB per GPU",
         f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}"
         + (f"; beside TP, {s['tp_layout']}'s activation layout (--tp-layout" + (
             "; Megatron's own kernels and vocabulary-parallel loss: --kernels and --loss apply to torchtitan's)"

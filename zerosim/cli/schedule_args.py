@@ -43,7 +43,25 @@ def add_schedule_arguments(p, stage: bool = False) -> None:
         default=None,
         help="FSDP limit_all_gathers (at most 2 gathered units)",
     )
-    k.add_argument("--no-overlap", action="store_true", help="DeepSpeed overlap_comm=False: one stream per rank")
+    add_overlap_argument(k)
+    k.add_argument("--no-overlap", dest="overlap_comm", action="store_const", const="off",
+                   help="the same as --overlap-comm off")
+
+
+def add_overlap_argument(p) -> None:
+    """--overlap-comm: DeepSpeed's overlap_comm, which `memory`, `timeline` and `plan` take alike."""
+    p.add_argument(
+        "--overlap-comm",
+        choices=("on", "off"),
+        default=None,
+        help="DeepSpeed overlap_comm: reduce and gather on a stream of their own (on) or on the compute stream, one "
+        "thing at a time (off); default the schedule's own (DeepSpeed's: on at ZeRO-3 only; seed's and FSDP's: on)",
+    )
+
+
+def overlap_of(args) -> bool | None:
+    """--overlap-comm as CommSchedule.overlap_comm takes it (None: the schedule's own default)."""
+    return None if getattr(args, "overlap_comm", None) is None else args.overlap_comm == "on"
 
 
 # What 0 would mean for these knobs is not "off": DeepSpeed's reduce_bucket_size 0 sends each parameter on its own
@@ -87,8 +105,8 @@ def comm_from_args(args):
         changes["prefetch_after_compute"] = args.backward_prefetch == "post"
     if args.limit_all_gathers is not None:
         changes["max_gathered_units"] = 2 if args.limit_all_gathers == "on" else None
-    if args.no_overlap:
-        changes["overlap_comm"] = False
+    if overlap_of(args) is not None:
+        changes["overlap_comm"] = overlap_of(args)
     if changes.get("max_reuse_distance", 1) is None:
         changes["max_reuse_distance"] = 0  # DeepSpeed's 0: free after every use
     return comm.with_(**changes) if changes else comm
@@ -106,12 +124,11 @@ def _knobs_given(args) -> list:
             "max_reuse_distance",
             "backward_prefetch",
             "limit_all_gathers",
+            "overlap_comm",
         )
         if getattr(args, f, None) is not None
     ]
-    return flags + [
-        f for f, on in (("--forward-prefetch", args.forward_prefetch), ("--no-overlap", args.no_overlap)) if on
-    ]
+    return flags + (["--forward-prefetch"] if args.forward_prefetch else [])
 
 
 def ds_config_from_args(args, config):

@@ -107,6 +107,8 @@ class Plan:
             f"--checkpoint {row.strategy} --gpu {s['gpu']} --precision {s['precision']} --optimizer {s['optimizer']} "
             f"--comm {s['comm']} --kernels {s['kernels']} --loss {s['loss']}"
         )
+        if s.get("overlap_comm") is not None:  # the schedule's own default otherwise, as the commands read it
+            common += f" --overlap-comm {'on' if s['overlap_comm'] else 'off'}"
         beside = row.tp > 1 or row.cp > 1 or row.pp > 1
         if beside:
             common += " " + self.spec_of(row).flags() + f" --gpus-per-node {s['gpus_per_node']}"
@@ -162,7 +164,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
          optimizer: str = "adam", comm: str = "deepspeed", stages=(0, 1, 2, 3), strategies=None, micro_batches=None,
          reserve: float = ALLOCATOR_RESERVE, progress=None, time_model=None, links: tuple = (None, "ib_ndr"),
          kernels: str = "fused", loss: str | None = None, hardware=None, tps=(1,), sp: bool = False,
-         spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1) -> Plan:
+         spelling=None, offloads: tuple = (), host=None, layout: str | None = None, specs=None, jobs=1,
+         overlap_comm: bool | None = None) -> Plan:
     """Try every stage × strategy × micro-batch for `config` (a DecoderConfig) on `ranks` GPUs (see the module
     docstring); `progress(done_label)` is called after each configuration measured (with several `jobs`, as each
     piece comes back). `jobs`: the worker processes the configurations are measured on, each strategy of a stage
@@ -172,7 +175,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     None: the datasheet roofline); `links`: (within a node, None: the GPU's NVLink (timeline Device.link); between
     nodes); `kernels` and `loss`: what the activations and the loss keep (models.meta KERNELS, LOSSES);
     `precision`: a preset name (None: `default_precision(gpu)`, bf16-mixed where the GPU has bf16 units);
-    `hardware(hw)`: a function that adjusts the
+    `comm`: a schedule's name (parallel.data get_comm_schedule), with `overlap_comm` (None: the schedule's own default,
+    DeepSpeed's on at stage 3 only); `hardware(hw)`: a function that adjusts the
     Hardware (the CLI's link flags). `tps`: the tensor-parallel degrees to try beside every stage (each dividing
     `ranks`: the data-parallel degree is ranks / tp, each TP group training on its data-parallel rank's
     micro-batches), with sequence parallelism when `sp`; with TP the ranks sit on nodes of `gpus_per_node`, TP's
@@ -209,8 +213,10 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
     hw = Hardware(g.device, links[0], get_precision(precision).compute, inter_link=links[1] if nodes else None)
     host = host_of(g) if host is None else get_host(host)  # the host whose GPUs are `gpu`, as the commands read it
     hw = hw.on_host(host, min(ranks, gpus_per_node), g) if hardware is None else hardware(hw)  # offload's links
-    trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, get_comm_schedule(comm),
-                   reserve, time_model, hw, kernels, loss, host)
+    schedule = get_comm_schedule(comm)
+    schedule = schedule if overlap_comm is None else schedule.with_(overlap_comm=overlap_comm)
+    trial = _Trial(config, ranks, gpus_per_node, nodes, g, seq_len, precision, optimizer, schedule, reserve,
+                   time_model, hw, kernels, loss, host)
     work, done = [], set()  # each stage tried: (stage, strategies, batches, spec, per_rank, label, more)
     for spec, mine in runs:
         alone = spec.tp == 1 and spec.cp == 1 and spec.pp == 1
@@ -289,7 +295,8 @@ def plan(config, ranks: int, gpus_per_node: int, gpu, seq_len: int, global_batch
         **({"tps": tps, "sp": any(s.sp for s, _ in runs), "tp_layout": next(s.tp_layout for s, _ in runs
                                                                                if s.tp > 1)} if tps != (1,) else {}),
         **context, **pipeline,
-        "precision": precision, "optimizer": optimizer, "comm": comm, "reserve": reserve, "strategies": strategies,
+        "precision": precision, "optimizer": optimizer, "comm": comm, "overlap_comm": overlap_comm, "reserve": reserve,
+        "strategies": strategies,
         "micro_batches": batches if len(runs) == 1 else micro_batches, "stages": tuple(stages),
         "time_model": (time_model or TimeModel()).describe(), "time_flags": (time_model or TimeModel()).flags(),
         "links": tuple(links), "hardware": trial.hardware, "kernels": kernels, "loss": loss or LOSS_OF[kernels],
