@@ -28,9 +28,9 @@ def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> lis
         "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them "
         f"{when_measured(r)};",
         "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",
-        *([] if not pp.get("left_out") else [
+        *([] if not pp.get("left_out") else textwrap.wrap(
             f"ZeRO-{', ZeRO-'.join(str(st) for st in pp['left_out']['stages'])} left out: "
-            f"{pp['left_out']['why']}."]),
+            f"{pp['left_out']['why']}.", 116, subsequent_indent="  ")),
         *(f"ZeRO-{row['stage']} runs as {row['beside_pipeline']} beside the pipeline, as its framework runs it there "
           "(parallel/pipeline/_beside.py): gathered once a step, gradients whole until one reduce-scatter."
           for row in r["stages"] if row.get("beside_pipeline")),
