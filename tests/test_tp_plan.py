@@ -81,6 +81,20 @@ def test_llama_3_70b_plans_tp_1_2_4_8_and_its_commands_run_as_printed():
     check_printed_commands_agree(r)
 
 
+def test_configurations_that_did_not_fit_line_up_with_and_without_tp(capsys):
+    """Rows beside TP 2 and rows without it in one column: each line's "B =" where the others' is (the label used to
+    be padded to the strategy's width alone, so "TP 2" pushed its rows to the right)."""
+    from zerosim.cli.main import main
+
+    assert main(["plan", "--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-80gb", "--seq-len", "4096",
+                 "--global-batch", "256", "--strategies", "flash", "--tp", "1,2", "--stages", "3",
+                 "--micro-batches", "4,8"]) == 0
+    text = capsys.readouterr().out
+    rows = text.split("Tried and did not fit")[1].split("\n\n")[0].splitlines()[1:]
+    assert [r.split(" B = ")[0].strip() for r in rows] == ["ZeRO-3 flash", "ZeRO-3 TP 2 flash"]
+    assert len({r.index(" B = ") for r in rows}) == 1
+
+
 @pytest.mark.bad_input("planner")
 def test_muon_beside_tp_is_refused_by_name_before_anything_is_measured():
     measured = []

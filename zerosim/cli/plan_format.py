@@ -154,19 +154,24 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> lis
         lines.append(f"    ... {more} more that fit (--top, or --json for all)")
     if r["did_not_fit"]:
         lines += ["", "Tried and did not fit (each strategy stops at its first micro-batch that does not):"]
-        lines += [_line(x) for x in r["did_not_fit"]]
+        width = max(len(_who(x)) for x in r["did_not_fit"])  # one column, with or without degrees beside
+        lines += [_line(x, width) for x in r["did_not_fit"]]
     return lines
 
 
-def _line(x: dict) -> str:
+def _who(x: dict) -> str:
+    """A configuration that did not fit by name: its stage, the degrees beside it, its strategy."""
+    return (f"ZeRO-{x['stage']}" + "".join(f" {d.upper()} {x[d]}" for d in ("tp", "cp", "pp") if x.get(d, 1) > 1)
+            + (f" ({x['pp_schedule']})" if x.get("pp_schedule") else "") + f" {x['strategy']}")
+
+
+def _line(x: dict, width: int) -> str:
     if not x.get("host_fits", True):  # offload: the device fits, a node's host DRAM or NVMe does not
-        return (f"  ZeRO-{x['stage']} {x['strategy']:14s} B = {x['micro_batch']:<3d} with {x['offload']}: a node's "
+        return (f"  {_who(x):{width}s} B = {x['micro_batch']:<3d} with {x['offload']}: a node's "
                 f"host or NVMe is too small (host {x['host_peak'] / GB:.1f} GB, NVMe {x['nvme_peak'] / GB:.1f} GB "
                 "per rank)")
     return (
-        f"  ZeRO-{x['stage']}" + "".join(f" {d.upper()} {x[d]}" for d in ("tp", "cp", "pp") if x.get(d, 1) > 1)
-        + (f" ({x['pp_schedule']})" if x.get("pp_schedule") else "")
-        + f" {x['strategy']:14s} B = "
+        f"  {_who(x):{width}s} B = "
         f"{x['micro_batch']:<3d}" + (f" with {x['offload']}" if x.get("offload", "none") != "none" else "")
         + f" needs {x['total'] / GB:7.1f} GB "
         f"({x['peak'] / GB:.1f} measured, of which activations {x['by_group']['activ.'] / GB:.1f}): "
