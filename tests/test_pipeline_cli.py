@@ -216,6 +216,10 @@ def test_plan_ranks_pipeline_degrees_and_schedules_in_one_table_and_its_commands
     assert timeline["tokens_per_s_per_gpu"] == pytest.approx(top["tokens_per_s_per_gpu"], rel=1e-9)
     text = text_of(*PLAN, "--pp", "1,2", "--stages", "1")
     assert "Left out: PP 2 (1f1b) (micro-batch 4" in text and "PP: the pipeline's degree and schedule" in text
+    # the words around the table wrap at the page's width (the left-out reason and the legend were single long lines)
+    table = ("  zerosim ", "  time from", "  links", " #", "  kernels")  # commands, settings, the table's head
+    words = [x for x in text.splitlines() if not x.startswith(table) and not x[:3].strip().isdigit()]
+    assert max(map(len, words)) <= 120, max(words, key=len)
 
 
 @pytest.mark.parametrize("schedule, V, stage, Ms", [

@@ -4,6 +4,8 @@ that reproduce the top row."""
 
 from __future__ import annotations
 
+import textwrap
+
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import KINDS
 from zerosim.cli.offload_args import offload_plan_lines
@@ -73,32 +75,34 @@ def _skipped(r: dict) -> list:
     for x in r["left_out"]:  # strategies TP's or CP's units cannot run, or a combination refused, with the reason
         at = " × ".join(f"{d.upper()} {', '.join(map(str, x[d]))}" for d in ("tp", "cp", "pp") if d in x)
         at += f" ({', '.join(x['pp_schedule'])})" if x.get("pp_schedule") else ""
-        lines += [f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})" if x["strategies"] else
-                  f"Left out: {at} ({x['why']})", ""]
+        lines += [*textwrap.wrap(f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})"
+                                 if x["strategies"] else f"Left out: {at} ({x['why']})", 116,
+                                 subsequent_indent="  ", break_on_hyphens=False), ""]
     return lines
 
 
 def _legend(r: dict, tp: bool, cp: bool, pp: bool) -> list:
     """The columns in words, what MFU counts, and the two commands that measure the top row."""
     top = r["fitting"][0]
+    shared = ("TP group's" if tp else "CP group's") + " GPUs share theirs" + (
+        "" if tp else ", each its L / CP tokens of every sequence")
+    degrees = ("TP, CP: the tensor- and context-parallel degrees, the data-parallel degree is GPUs / (TP · CP)."
+               if tp and cp else "TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP." if tp
+               else "CP: the context-parallel degree, the data-parallel degree is GPUs / CP.")
+    paragraphs = [
+        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step (a "
+        "shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
+        "B × K: micro-batch × accumulation steps per GPU" + (f" (a {shared}); {degrees}" if tp or cp else "."),
+        *(["PP: the pipeline's degree and schedule (V: stages a rank); beside it K is the micro-batches a step on each "
+           "data-parallel rank, GPUs / (TP · CP · PP) of them; a pipeline's step is simulated with its bubble (past "
+           "twice its warm-up, on the line through two shorter steps its repeating schedule draws)."] if pp else []),
+        f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
+        "torchtitan's and PaLM's) × tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such "
+        "predictions were off on published runs: zerosim validate (docs/validation.md).",
+    ]
     return [
         "",
-        "W, G, OS: params, grads, optimizer states with the fp32 master; grad32: the fp32 gradient of the step",
-        "(a shard; the whole at stage 0); activ.: saved for backward (docs/glossary.md).",
-        "B × K: micro-batch × accumulation steps per GPU"
-        + (" (a TP group's GPUs share" if tp else " (a CP group's GPUs share" if cp else "."),
-        *(["theirs); TP, CP: the tensor- and context-parallel degrees, the data-parallel degree is GPUs / (TP · CP)."]
-          if tp and cp else ["theirs); TP: the tensor-parallel degree, the data-parallel degree is GPUs / TP."] if tp
-          else ["theirs, each its L / CP tokens of every sequence); CP: the context-parallel degree, the data-parallel "
-                "degree is GPUs / CP."] if cp else []),
-        *(["PP: the pipeline's degree and schedule (V: stages a rank); beside it K is the micro-batches a step on each "
-           "data-parallel rank,", "GPUs / (TP · CP · PP) of them; a pipeline's step is simulated with its bubble "
-           "(past twice its warm-up, on the line", "through two shorter steps its repeating schedule draws)."]
-          if pp else []),
-        f"MFU: model FLOPs per token ({r['model_flops_per_token']:.3g}: 6·(Ψ − embedding) + 12·layers·H·d_h·L, "
-        "torchtitan's and PaLM's)",
-        "× tokens/s per GPU / the GPU's dense peak; recompute not counted. How far such predictions were off on",
-        "published runs: zerosim validate (docs/validation.md).",
+        *(line for text in paragraphs for line in textwrap.wrap(text, 116, break_on_hyphens=False)),
         "",
         f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
         + _beside(top) + ", is what these two commands measure:",
@@ -112,35 +116,37 @@ def _beside(x: dict) -> str:
     return f" beside {at}" if at else ""
 
 
-def _pp_cell(x: dict) -> str:
+def _pp_text(x: dict) -> str:
     """A row's PP column: its degree and schedule (and virtual stages), or 1."""
     if x.get("pp", 1) == 1:
-        return f"{1:<22d} "
+        return "1"
     v = f" V{x['virtual_stages']}" if x.get("virtual_stages") else ""
-    return f"{x['pp']:<2d} {x['pp_schedule'] + v:<19s} "
+    return f"{x['pp']:<2d} {x['pp_schedule'] + v}"
 
 
 def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> list:
     """The rows that fit, fastest first (the first --top of them), then those tried that did not."""
     s = r["settings"]
+    shown = r["fitting"][: s.get("top", 10)]
+    width = max((len(_pp_text(x)) for x in shown), default=2)  # the PP column as wide as its widest row shown
     head = (
-        f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "") + (f"{'PP':22s} " if pp else "")
+        f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "") + (f"{'PP':{width}s} " if pp else "")
         + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
         f"{'tok/s/GPU':>10s} {'MFU':>5s}  "
         f"{'peak GB':>8s} {'resv.':>6s} {'+est.':>6s} {'margin':>7s}   " + " ".join(f"{k:>6s}" for k, _ in KINDS)
         + ("   offload" if "offloads" in s else "")
     )
     lines = [
-        "Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = reserved, with the",
-        "allocator's reserve; +est. = CUDA context, NCCL"
-        + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
-        + " and the allocator's reserve over the peak):",
+        *textwrap.wrap("Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = "
+                       "reserved, with the allocator's reserve; +est. = CUDA context, NCCL"
+                       + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
+                       + " and the allocator's reserve over the peak):", 116, break_on_hyphens=False),
         head,
     ]
-    for i, x in enumerate(r["fitting"][: s.get("top", 10)], 1):
+    for i, x in enumerate(shown, 1):
         lines.append(
             f"{i:>2d}  " + (f"{x.get('tp', 1):<2d} " if tp else "") + (f"{x.get('cp', 1):<2d} " if cp else "")
-            + (_pp_cell(x) if pp else "")
+            + (f"{_pp_text(x):{width}s} " if pp else "")
             + f"{x['stage']:<5d} {x['strategy']:14s} "
             f"{x['micro_batch']:>3d} × {x['accumulation']:<3d} "
             f"{x['step_s']:9.2f}s {x['tokens_per_s_per_gpu']:10,.0f} {100 * x['mfu']:4.0f}%  "
