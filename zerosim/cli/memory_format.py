@@ -189,11 +189,10 @@ def _activation_lines(a: dict) -> list:
         count = f"seed 001's {seed}: {a['seed001_per_layer'] / MB:.3f}"
     lines += [
         f"    {'one block':<24s} {a['per_block_total'] / MB:12.3f}   ({count})",
-        f"    {'outside the blocks':<24s} {sum(b for _, b in outside) / MB:12.3f}   ("
-        + ", ".join(f"{k} {v / MB:.3f}" for k, v in outside[:3])
-        + ",",
     ]
-    lines += ["    " + " " * 41 + ", ".join(f"{k} {v / MB:.3f}" for k, v in outside[3:]) + ")"] if outside[3:] else []
+    named = _wrapped(f"    {'outside the blocks':<24s} {sum(b for _, b in outside) / MB:12.3f}   (",
+                     [f"{k} {v / MB:.3f}" for k, v in outside])
+    lines += named[:-1] + [named[-1] + ")"] if named else []
     if llama:
         lines += [
             "K and V are kept at the G key/value heads (repeat_kv's copies are rebuilt); the RMSNorm outputs are",

@@ -77,7 +77,7 @@ def format_one(r: dict) -> str:
     lines += _memory_lines(r)
     lines += [
         "",
-        _throughput_line(r),
+        *_wrapped(_throughput_line(r), 116, "  "),
         f"time from: {r['time_model']}",
         f"links: {r['link_model']}",
         "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
@@ -87,14 +87,14 @@ def format_one(r: dict) -> str:
     return "\n".join(line for line in lines if line is not None)
 
 
-def _wrapped(text: str, width: int = 100) -> list:
-    """`text` in lines of at most `width` characters, broken between words."""
+def _wrapped(text: str, width: int = 100, indent: str = "") -> list:
+    """`text` in lines of at most `width` characters, broken between words, the lines after the first indented."""
     lines = []
     for word in text.split():
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
-            lines.append(word)
+            lines.append((indent if lines else "") + word)
     return lines
 
 
@@ -120,16 +120,15 @@ def _memory_lines(r: dict) -> list:
                                                 f"{pp['ranks'][pp['peak_rank']]['gpu']}):")
     lines = [
         "",
-        f"memory: {whose} {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
-        "(prefetch raises it: gathered units wait in memory)",
+        *_wrapped(f"memory: {whose} {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
+                  "(prefetch raises it: gathered units wait in memory)", 116, "  "),
     ]
     if r["fit"] is not None:
         f = r["fit"]
-        lines.append(
-            f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
-            f"{f['overheads_total'] / GB:.2f} GB estimated ({_estimate_names(f)}) = {f['total'] / GB:.2f} GB: "
-            f"{verdict_word(f)}"
-        )
+        sum_up = (f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
+                  f"{f['overheads_total'] / GB:.2f} GB estimated ({_estimate_names(f)}) = {f['total'] / GB:.2f} GB:")
+        verdict = verdict_word(f)  # whole, on the sum's line where it fits in 116 columns, else on its own
+        lines += [f"{sum_up} {verdict}"] if len(sum_up) + 1 + len(verdict) <= 116 else [sum_up, f"    {verdict}"]
     return lines
 
 
