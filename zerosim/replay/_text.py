@@ -8,6 +8,8 @@ step in full.
 
 from __future__ import annotations
 
+import textwrap
+
 from zerosim.replay._legend import fp32, half_gap, is_lost, legend, num, vec
 from zerosim.replay._scaling import say_skip, say_unscale
 
@@ -59,6 +61,11 @@ class _Teller:
     def say(self, line: str) -> None:
         self.out.append(line)
 
+    def say_wrapped(self, line: str, indent: str) -> None:
+        """`line` in lines of at most 116 columns, broken between words, the ones after the first at `indent`."""
+        self.out += textwrap.wrap(line, 116, subsequent_indent=indent, break_on_hyphens=False,
+                                  break_long_words=False)
+
     def upd(self, x: float) -> str:
         """A value in the update format (fp32 with a master or the fp32 optimizer math): short, or with its twin."""
         return fp32(x, self.exact) if self.r["update"] == "fp32" else num(x)
@@ -70,15 +77,16 @@ class _Teller:
             key = "callN.staged" if name.endswith(".staged") else name
             if words and key not in self.explained:
                 self.explained.add(key)
-                self.say(f"{indent}({name}: {words})")
+                self.say_wrapped(f"{indent}({name}: {words})", indent + " ")
 
 
 def _say_setup(t: _Teller) -> None:
     r = t.r
     names, stage, compute, upd = r["weights"], r["stage"], r["compute"], r["update"]
-    t.say(f"zerosim replay: {r['example']}; ZeRO stage {stage}, {r['precision']}, "
-          f"Adam lr {r['optimizer']['lr']}, betas {tuple(r['optimizer']['betas'])}, eps {r['optimizer']['eps']}, "
-          f"activation checkpointing {'on' if r['checkpoint'] else 'off'}")
+    t.say(f"zerosim replay: {r['example']}")
+    t.say_wrapped(f"  ZeRO stage {stage}, {r['precision']}, Adam lr {r['optimizer']['lr']}, betas "
+                  f"{tuple(r['optimizer']['betas'])}, eps {r['optimizer']['eps']}, activation checkpointing "
+                  f"{'on' if r['checkpoint'] else 'off'}", "  ")
     t.say("")
     t.say("Setup")
     t.say("  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2")
@@ -94,8 +102,8 @@ def _say_setup(t: _Teller) -> None:
     for inp in r["inputs"]:
         t.say(f"  GPU {inp['gpu']} gets x = {vec(inp['x'])}, t = {num(inp['target'])}")
     if not t.exact and upd == "fp32":
-        t.say("  fp32 values print as fp32 prints them (2.1); `--exact` adds each one's exact value "
-              "(2.0999999046325684) and tells every step in full")
+        t.say_wrapped("  fp32 values print as fp32 prints them (2.1); `--exact` adds each one's exact value "
+                      "(2.0999999046325684) and tells every step in full", "    ")
 
 
 def _gather_line(hops: list) -> str:
@@ -255,8 +263,8 @@ def _say_memory(t: _Teller, s: dict) -> None:
             holds = ", ".join(f"{k} {v} B" for k, v in p["holds"].items()) or "nothing"
             t.say(f"    {p['phase']:<18} peak {p['peak_bytes']:>4} B; holds at the end: {holds}")
         top = max(phases, key=lambda p: p["peak_bytes"])
-        t.say(f"    the {top['peak_bytes']} B peak ({top['phase']}) is: "
-              + ", ".join(f"{b['name']} {b['bytes']} B" for b in top["at_peak"]))
+        t.say_wrapped(f"    the {top['peak_bytes']} B peak ({top['phase']}) is: "
+                      + ", ".join(f"{b['name']} {b['bytes']} B" for b in top["at_peak"]), "      ")
         t.explain([b["name"] for b in top["at_peak"]], s["calls"], "      ")
     t.say("  bytes sent this step: " + ", ".join(f"GPU {g} {b} B" for g, b in enumerate(s["bytes_sent"])))
     if stage == 3 and len(set(s["bytes_sent"])) > 1:
