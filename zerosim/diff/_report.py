@@ -5,6 +5,7 @@ JSON (`identical`, and when the runs part `first_step`, `tensor`, `index`, `even
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import numpy as np
 
@@ -138,22 +139,32 @@ class DiffReport:
         if p.index is not None:
             lines += [f"  run A  {_show(v.a):>24}    float64 {_show(v.float64_a)}",
                       f"  run B  {_show(v.b):>24}    float64 {_show(v.float64_b)}"]
+        # each event on one line (a record to grep for); the words around them wrapped at 116 columns
         lines += [f"event in run A: {self.event_a.text if self.event_a else '(none)'}",
                   f"event in run B: {self.event_b.text if self.event_b else '(none)'}",
-                  f"cause ({self.rule}): {self.cause}", "",
-                  "how it grows (the update-format weights after each step; ulps: the median distance of the "
-                  "weights that differ, in units of the last place):",
+                  *_wrapped(f"cause ({self.rule}): {self.cause}"), "",
+                  *_wrapped("how it grows (the update-format weights after each step; ulps: the median distance of "
+                            "the weights that differ, in units of the last place):"),
                   f"{'step':>5} {'loss A':>12} {'loss B':>12} {'ulps':>9} {'differ':>7} {'A vs B':>9} "
                   f"{'A-float64':>10} {'B-float64':>10}"]
         for g in _shown(self.growth):
-            lines.append(f"{g.step:>5} {g.loss_a:>12.7g} {g.loss_b:>12.7g} {g.ulps:>9.4g} {g.differing:>7} "
+            lines.append(f"{g.step:>5} {g.loss_a:>12.7g} {g.loss_b:>12.7g} {_ulps(g.ulps):>9} {g.differing:>7,} "
                          f"{g.rel_error:>9.2e} {g.a_to_float64:>10.2e} {g.b_to_float64:>10.2e}")
         last = self.growth[-1] if self.growth else None
         if last is not None:
-            lines += ["", f"neither is wrong: after step {last.step} run A is {last.a_to_float64:.2e} and run B "
-                          f"{last.b_to_float64:.2e} from the float64 run (relative L2 of the weights); they are "
-                          f"{last.rel_error:.2e} apart"]
+            lines += ["", *_wrapped(f"neither is wrong: after step {last.step} run A is {last.a_to_float64:.2e} and "
+                                    f"run B {last.b_to_float64:.2e} from the float64 run (relative L2 of the weights); "
+                                    f"they are {last.rel_error:.2e} apart")]
         return "\n".join(lines)
+
+
+def _wrapped(text: str) -> list:
+    return textwrap.wrap(text, 116, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+
+
+def _ulps(x: float) -> str:
+    """A median distance in ulps: whole with thousands' commas from 1,000 on (a float's 1.285e+04 reads as 12,850)."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
 
 
 def _shape(p) -> tuple:
