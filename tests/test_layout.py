@@ -73,10 +73,10 @@ def test_every_module_behind_a_face_is_private():
     package = REPO / "zerosim"
     public_files = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py")
                           if not p.name.startswith("_") and p.parent != package / "cli")
-    # progress.py and outputs.py are one-file faces (tqdm's bars as zerosim draws them; where a command may write);
-    # nano.py is the reading unit a learner opens and imports by name (STYLE.md item 19); the CLI's modules are the
-    # command's own
-    assert public_files == ["nano.py", "outputs.py", "progress.py"]
+    # progress.py, outputs.py and prose.py are one-file faces (tqdm's bars as zerosim draws them; where a command may
+    # write; the width its words wrap at); nano.py is the reading unit a learner opens and imports by name (STYLE.md
+    # item 19); the CLI's modules are the command's own
+    assert public_files == ["nano.py", "outputs.py", "progress.py", "prose.py"]
 
 
 @pytest.mark.parametrize("old", sorted(_compat.MOVED))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
+from zerosim.prose import wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
 from zerosim.cli.cells import gb_or_dash, stage3_cause, when_measured
@@ -76,11 +77,10 @@ UNITS = {"block": "units: its blocks and the layers outside them", "module": "mo
 
 def _header(r: dict) -> list:
     return [
-        f"zerosim memory: Ψ = {r['params']:,} parameters ("
-        + (r["model"] if r["unit"] == "layer"
-           else f"{r['model']}, {r['layers']} {UNITS.get(r['unit'], r['unit'] + 's')}")
-        + f"), N = {r['ranks']} ranks, "
-        f"{r['optimizer']}, {r['precision']}",
+        *wrap(f"zerosim memory: Ψ = {r['params']:,} parameters ("
+              + (r["model"] if r["unit"] == "layer"
+                 else f"{r['model']}, {r['layers']} {UNITS.get(r['unit'], r['unit'] + 's')}")
+              + f"), N = {r['ranks']} ranks, {r['optimizer']}, {r['precision']}", "  "),
         "Per-rank model states in GB (1e9 bytes), as the meta backend's ledgers recorded them"
         + f" {when_measured(r)}"
         + ";",
@@ -91,16 +91,16 @@ def _header(r: dict) -> list:
 
 def _tp_header(r: dict, tp: dict) -> list:
     return [
-        f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = tp {tp['tp']} x "
-        f"dp {tp['dp']}" + (" with sequence parallelism" if tp["sp"] else "") + f", {r['optimizer']}, {r['precision']}",
-        f"Each GPU holds one TP rank's slice, Ψ_tp = {tp['local_params']:,} parameters (heads, columns and vocabulary "
-        f"cut by {tp['tp']}, norms whole),",
-        *([f"the vocabulary padded to {tp['vocab']:,} tokens as Megatron pads it (make_vocab_size_divisible_by 128 × "
-           "tp),"] if tp["vocab_padded"] else []),
-        f"and ZeRO shards that slice over the dp = {tp['dp']} ranks holding it. Per-rank model states in GB (1e9 "
-        "bytes), as the ledgers recorded",
-        f"them {when_measured(r)}; 'formula' is zerosim.analysis.costs with Ψ = Ψ_tp and N = dp, padded as the "
-        "engines hold them.",
+        *wrap(f"zerosim memory: Ψ = {r['params']:,} parameters ({r['model']}), N = {r['ranks']} GPUs = tp {tp['tp']} "
+              f"x dp {tp['dp']}" + (" with sequence parallelism" if tp["sp"] else "")
+              + f", {r['optimizer']}, {r['precision']}", "  "),
+        *wrap(f"Each GPU holds one TP rank's slice, Ψ_tp = {tp['local_params']:,} parameters (heads, columns and "
+              f"vocabulary cut by {tp['tp']}, norms whole),"
+              + (f" the vocabulary padded to {tp['vocab']:,} tokens as Megatron pads it (make_vocab_size_divisible_by "
+                 "128 × tp)," if tp["vocab_padded"] else "")
+              + f" and ZeRO shards that slice over the dp = {tp['dp']} ranks holding it. Per-rank model states in GB "
+              f"(1e9 bytes), as the ledgers recorded them {when_measured(r)}; 'formula' is zerosim.analysis.costs "
+              "with Ψ = Ψ_tp and N = dp, padded as the engines hold them."),
         "",
     ]
 
@@ -176,9 +176,9 @@ def _activation_lines(a: dict) -> list:
         "keeps its",
         "own micro-batch's. total: the model states plus these activations, as seed 001 §6 adds them up.",
         "",
-        f"What one decoder layer saves for backward, by name (MB = 1e6 bytes; {shape}):"
-        if llama
-        else f"What one transformer block saves for backward, by seed 001 §5e's names (MB = 1e6 bytes; {shape}):",
+        *wrap(f"What one decoder layer saves for backward, by name (MB = 1e6 bytes; {shape}):" if llama
+              else f"What one transformer block saves for backward, by seed 001 §5e's names (MB = 1e6 bytes; {shape}):",
+              "  "),
     ]
     lines += [f"    {name:<24s} {nbytes / MB:12.3f}" for name, nbytes in a["per_block"].items()]
     if llama:
@@ -239,8 +239,8 @@ def _config_lines(r: dict) -> list:
         modelled, no_effect = keys.get("modelled", []), keys.get("no effect", [])
         lines += [
             "",
-            f"{title}: {len(modelled)} keys modelled, {len(no_effect)} with no effect on memory or time, "
-            f"{len(keys.get('not modelled', []))} not modelled (--json lists every key with a note).",
+            *wrap(f"{title}: {len(modelled)} keys modelled, {len(no_effect)} with no effect on memory or time, "
+                  f"{len(keys.get('not modelled', []))} not modelled (--json lists every key with a note).", "  "),
         ]
         lines += _wrapped("  modelled: ", [k["key"] for k in modelled])
         lines += _wrapped("  no effect: ", [k["key"] for k in no_effect])

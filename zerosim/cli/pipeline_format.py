@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
+from zerosim.prose import wrap
 from zerosim.cli.cells import GB, gb_or_dash, stage3_cause, when_measured
 
 
@@ -28,13 +29,12 @@ def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> lis
         "Per-rank model states in GB (1e9 bytes) of the pipeline rank that peaks, as the ledgers recorded them "
         f"{when_measured(r)};",
         "'formula' is zerosim.analysis.costs for that rank's parameters over dp, padded as the engines hold them.",
-        *([] if not pp.get("left_out") else textwrap.wrap(
+        *([] if not pp.get("left_out") else wrap(
             f"ZeRO-{', ZeRO-'.join(str(st) for st in pp['left_out']['stages'])} left out: "
-            f"{pp['left_out']['why']}.", 116, subsequent_indent="  ")),
-        *(line for row in r["stages"] if row.get("beside_pipeline") for line in textwrap.wrap(
+            f"{pp['left_out']['why']}.", "  ")),
+        *(line for row in r["stages"] if row.get("beside_pipeline") for line in wrap(
             f"ZeRO-{row['stage']} runs as {row['beside_pipeline']} beside the pipeline, as its framework runs it there "
-            "(parallel/pipeline/_beside.py): gathered once a step, gradients whole until one reduce-scatter.", 116,
-            subsequent_indent="  ", break_on_hyphens=False)),
+            "(parallel/pipeline/_beside.py): gathered once a step, gradients whole until one reduce-scatter.", "  ")),
         "",
     ]
 
@@ -108,10 +108,10 @@ def pp_step_lines(pp: dict) -> list:
     ]
     for x in pp["ranks"]:
         lines.append(f"  {x['rank']:>4d} {x['compute_s']:10.3f} {100 * x['idle']:6.1f}%")
-    lines += textwrap.wrap(
+    lines += wrap(
         f"idle: the part of the step the rank does not compute (its bubble, and what communication it waits for); the "
         f"closed form with equal stages and free links: {100 * pp['bubble_closed_form']:.1f} % "
-        f"({pp['bubble_formula']}, zerosim/parallel/pipeline/_costs.py).", 116, break_on_hyphens=False)
+        f"({pp['bubble_formula']}, zerosim/parallel/pipeline/_costs.py).")
     return lines
 
 

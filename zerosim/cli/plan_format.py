@@ -4,8 +4,7 @@ that reproduce the top row."""
 
 from __future__ import annotations
 
-import textwrap
-
+from zerosim.prose import wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import KINDS
 from zerosim.cli.offload_args import offload_plan_lines
@@ -47,17 +46,17 @@ def _asked(s: dict, link_model: str) -> list:
     return [
         f"zerosim plan: {s['model']} (Ψ = {s['params']:,}) on {across} × {s['gpu_name']} "
         f"({s['gpus_per_node']} per node; {link})",
-        f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = "
-        f"{f'{each:,.0f}' if each.is_integer() else f'{each:.3g}'} per GPU; "
-        f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule{_overlap(s)}; "
-        f"capacity {s['capacity'] / GB:.2f} GB per GPU",
-        f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}"
-        + (f"; beside TP, {s['tp_layout']}'s activation layout (--tp-layout" + (
-            "; Megatron's own kernels and vocabulary-parallel loss: --kernels and --loss apply to torchtitan's)"
-            if s["tp_layout"] == "megatron" else ")")
-           if s.get("tp_layout") else ""),
-        f"  time from: {s['time_model']}",
-        f"  links: {link_model}",
+        *wrap(f"  {s['global_batch']:,} sequences of {s['seq_len']:,} tokens per step = "
+              f"{f'{each:,.0f}' if each.is_integer() else f'{each:.3g}'} per GPU; "
+              f"{s['precision']}, {s['optimizer']}, {s['comm']}'s schedule{_overlap(s)}; "
+              f"capacity {s['capacity'] / GB:.2f} GB per GPU", "    "),
+        *wrap(f"  kernels: {s['kernels']} (activations as {KERNEL_WORDS[s['kernels']]} keeps them); loss: {s['loss']}"
+              + (f"; beside TP, {s['tp_layout']}'s activation layout (--tp-layout" + (
+                  "; Megatron's own kernels and vocabulary-parallel loss: --kernels and --loss apply to torchtitan's)"
+                  if s["tp_layout"] == "megatron" else ")")
+                 if s.get("tp_layout") else ""), "    "),
+        *wrap(f"  time from: {s['time_model']}", "    "),
+        *wrap(f"  links: {link_model}", "    "),
         "",
     ]
 
@@ -75,9 +74,8 @@ def _skipped(r: dict) -> list:
     for x in r["left_out"]:  # strategies TP's or CP's units cannot run, or a combination refused, with the reason
         at = " × ".join(f"{d.upper()} {', '.join(map(str, x[d]))}" for d in ("tp", "cp", "pp") if d in x)
         at += f" ({', '.join(x['pp_schedule'])})" if x.get("pp_schedule") else ""
-        lines += [*textwrap.wrap(f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})"
-                                 if x["strategies"] else f"Left out: {at} ({x['why']})", 116,
-                                 subsequent_indent="  ", break_on_hyphens=False), ""]
+        lines += [*wrap(f"Left out beside {at}: {', '.join(x['strategies'])} ({x['why']})" if x["strategies"]
+                        else f"Left out: {at} ({x['why']})", "  "), ""]
     return lines
 
 
@@ -102,7 +100,7 @@ def _legend(r: dict, tp: bool, cp: bool, pp: bool) -> list:
     ]
     return [
         "",
-        *(line for text in paragraphs for line in textwrap.wrap(text, 116, break_on_hyphens=False)),
+        *(line for text in paragraphs for line in wrap(text)),
         "",
         f"The top row, ZeRO-{top['stage']} with '{top['strategy']}' at {top['micro_batch']} × {top['accumulation']}"
         + _beside(top) + ", is what these two commands measure:",
@@ -137,10 +135,10 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> lis
         + ("   offload" if "offloads" in s else "")
     )
     lines = [
-        *textwrap.wrap("Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = "
+        *wrap("Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = "
                        "reserved, with the allocator's reserve; +est. = CUDA context, NCCL"
                        + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
-                       + " and the allocator's reserve over the peak):", 116, break_on_hyphens=False),
+                       + " and the allocator's reserve over the peak):"),
         head,
     ]
     for i, x in enumerate(shown, 1):

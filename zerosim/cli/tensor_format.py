@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+from zerosim.prose import wrap
+
 MB = 1e6
 
 
@@ -13,9 +15,9 @@ def tp_activation_lines(a: dict) -> list:
     sp = " with sequence parallelism" if a["sp"] else ""
     when = "when the loss runs" if a["peak_at"].startswith("loss.") else f"saving {a['peak_at']!r}"
     lines = [
-        f"activ.: the most activation bytes one TP rank held at once, {when}: B = {a['batch']} sequences of",
-        f"L = {a['seq_len']} tokens per data-parallel rank (each TP group trains on one micro-batch), checkpoint "
-        f"{a['checkpoint']!r}, attention {a['attention']!r}.",
+        *wrap(f"activ.: the most activation bytes one TP rank held at once, {when}: B = {a['batch']} sequences of "
+              f"L = {a['seq_len']} tokens per data-parallel rank (each TP group trains on one micro-batch), checkpoint "
+              f"{a['checkpoint']!r}, attention {a['attention']!r}."),
         "",
         f"What one layer saves on one of tp = {a['tp']} ranks{sp}, by name (MB = 1e6 bytes), in {a['tp_layout']}'s "
         "layout (--tp-layout):",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from zerosim.prose import WIDTH, wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import verdict_word
 from zerosim.cli.offload_args import offload_timeline_lines
@@ -42,10 +43,10 @@ def format_one(r: dict) -> str:
     links = (f"  {r['device']} over {r['link']} ({r['link_note']})" if r["inter_link"] is None else
              f"  {r['device']}; within a node {r['link']}, across nodes {r['inter_link']}")
     lines = [
-        f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} ranks{nodes}, "
-        f"{what}, {r['precision']}",
-        f"  {work}",
-        links,
+        *wrap(f"zerosim timeline: {r['model']} (Ψ = {r['params']:,}, {r['units']} units), N = {r['ranks']:,} "
+              f"ranks{nodes}, {what}, {r['precision']}", "  "),
+        *wrap(f"  {work}", "    "),
+        *wrap(links, "    "),
         f"  schedule: {r['comm']}" + ("" if r["overlap"] else "; no overlap: one stream per rank"),
         "",
         f"step time        {unit(r['step_s'])}",
@@ -77,9 +78,9 @@ def format_one(r: dict) -> str:
     lines += _memory_lines(r)
     lines += [
         "",
-        *_wrapped(_throughput_line(r), 116, "  "),
-        f"time from: {r['time_model']}",
-        f"links: {r['link_model']}",
+        *wrap(_throughput_line(r), "  "),
+        *wrap(f"time from: {r['time_model']}", "  "),
+        *wrap(f"links: {r['link_model']}", "  "),
         "(what is left out: contention between streams, NCCL's tree/NVLS algorithms, CPU issue delays:",
         "zerosim.analysis.timeline, simulate; how far such predictions were off on published runs: zerosim validate)",
         "the words (exposed, hidden, phase, prefetch, unit): docs/glossary.md",
@@ -87,14 +88,14 @@ def format_one(r: dict) -> str:
     return "\n".join(line for line in lines if line is not None)
 
 
-def _wrapped(text: str, width: int = 100, indent: str = "") -> list:
-    """`text` in lines of at most `width` characters, broken between words, the lines after the first indented."""
+def _wrapped(text: str, width: int = 100) -> list:
+    """`text` in lines of at most `width` characters, broken between words."""
     lines = []
     for word in text.split():
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
-            lines.append((indent if lines else "") + word)
+            lines.append(word)
     return lines
 
 
@@ -120,15 +121,15 @@ def _memory_lines(r: dict) -> list:
                                                 f"{pp['ranks'][pp['peak_rank']]['gpu']}):")
     lines = [
         "",
-        *_wrapped(f"memory: {whose} {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
-                  "(prefetch raises it: gathered units wait in memory)", 116, "  "),
+        *wrap(f"memory: {whose} {r['peak_gb']:.2f} GB, of which params {r['params_peak_gb']:.2f} GB "
+              "(prefetch raises it: gathered units wait in memory)", "  "),
     ]
     if r["fit"] is not None:
         f = r["fit"]
         sum_up = (f"  on one {f['gpu']} ({f['capacity'] / GB:.2f} GB): {f['measured'] / GB:.2f} GB measured + "
                   f"{f['overheads_total'] / GB:.2f} GB estimated ({_estimate_names(f)}) = {f['total'] / GB:.2f} GB:")
-        verdict = verdict_word(f)  # whole, on the sum's line where it fits in 116 columns, else on its own
-        lines += [f"{sum_up} {verdict}"] if len(sum_up) + 1 + len(verdict) <= 116 else [sum_up, f"    {verdict}"]
+        verdict = verdict_word(f)  # whole, on the sum's line where it fits the page's width, else on its own
+        lines += [f"{sum_up} {verdict}"] if len(sum_up) + 1 + len(verdict) <= WIDTH else [sum_up, f"    {verdict}"]
     return lines
 
 

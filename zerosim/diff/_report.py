@@ -5,10 +5,10 @@ JSON (`identical`, and when the runs part `first_step`, `tensor`, `index`, `even
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 
 import numpy as np
 
+from zerosim.prose import wrap
 from zerosim._dataclass import dataclass
 from zerosim.diff._facts import LABELS
 from zerosim.diff._names import AFTER, BEFORE
@@ -159,7 +159,7 @@ class DiffReport:
 
 
 def _wrapped(text: str) -> list:
-    return textwrap.wrap(text, 116, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+    return wrap(text, "  ")
 
 
 def _ulps(x: float) -> str:

@@ -8,8 +8,7 @@ step in full.
 
 from __future__ import annotations
 
-import textwrap
-
+from zerosim.prose import wrap
 from zerosim.replay._legend import fp32, half_gap, is_lost, legend, num, vec
 from zerosim.replay._scaling import say_skip, say_unscale
 
@@ -62,9 +61,8 @@ class _Teller:
         self.out.append(line)
 
     def say_wrapped(self, line: str, indent: str) -> None:
-        """`line` in lines of at most 116 columns, broken between words, the ones after the first at `indent`."""
-        self.out += textwrap.wrap(line, 116, subsequent_indent=indent, break_on_hyphens=False,
-                                  break_long_words=False)
+        """`line` at the page's width (zerosim/prose.py), the lines after the first at `indent`."""
+        self.out += wrap(line, indent)
 
     def upd(self, x: float) -> str:
         """A value in the update format (fp32 with a master or the fp32 optimizer math): short, or with its twin."""

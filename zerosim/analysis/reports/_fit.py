@@ -5,8 +5,7 @@ thing the same way.
 
 from __future__ import annotations
 
-import textwrap
-
+from zerosim.prose import wrap
 from zerosim.analysis.costs import GB, fit, reserved, runtime_overheads
 
 
@@ -62,7 +61,7 @@ def fit_lines(verdicts: list, gpu, hint: str = "") -> list:
         lines.append(f"  {name:<27s} {size:>16s}   {basis}")
     lines.append("  (sources: zerosim/analysis/costs/_overheads.py; --reserve sets the allocator's share)")
     if not any(v["fits"] for v in verdicts) and hint:
-        lines += textwrap.wrap(hint, 116, break_on_hyphens=False)
+        lines += wrap(hint)
     return lines
 
 
