@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import textwrap
 
-from zerosim.prose import wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import fit_lines
 from zerosim.cli.cells import gb_or_dash, stage3_cause, when_measured
@@ -14,6 +13,7 @@ from zerosim.cli.context_format import cp_activation_lines, cp_header
 from zerosim.cli.offload_args import offload_lines
 from zerosim.cli.pipeline_format import pp_header, pp_rank_lines
 from zerosim.cli.tensor_format import tp_activation_lines
+from zerosim.prose import wrap
 
 
 def format_report(r: dict) -> str:

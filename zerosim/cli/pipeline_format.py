@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
-from zerosim.prose import wrap
 from zerosim.cli.cells import GB, gb_or_dash, stage3_cause, when_measured
+from zerosim.prose import wrap
 
 
 def pp_header(r: dict, pp: dict, tp: dict | None, cp: dict | None = None) -> list:

@@ -4,10 +4,10 @@ that reproduce the top row."""
 
 from __future__ import annotations
 
-from zerosim.prose import wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import KINDS
 from zerosim.cli.offload_args import offload_plan_lines
+from zerosim.prose import wrap
 
 KERNEL_WORDS = {"eager": "plain PyTorch / HF Transformers", "fused": "fused kernels / torch.compile"}
 
@@ -126,7 +126,7 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> lis
     """The rows that fit, fastest first (the first --top of them), then those tried that did not."""
     s = r["settings"]
     shown = r["fitting"][: s.get("top", 10)]
-    width = max((len(_pp_text(x)) for x in shown), default=2)  # the PP column as wide as its widest row shown
+    width = max([len("PP")] + [len(_pp_text(x)) for x in shown])  # the PP column as wide as its widest row shown
     head = (
         f"{'#':>2s}  " + ("TP " if tp else "") + ("CP " if cp else "") + (f"{'PP':{width}s} " if pp else "")
         + f"{'stage':5s} {'strategy':14s} {'B × K':>7s}  {'step time':>10s} "
@@ -135,10 +135,10 @@ def _fitting_lines(r: dict, tp: bool, cp: bool = False, pp: bool = False) -> lis
         + ("   offload" if "offloads" in s else "")
     )
     lines = [
-        *wrap("Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = "
-                       "reserved, with the allocator's reserve; +est. = CUDA context, NCCL"
-                       + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
-                       + " and the allocator's reserve over the peak):"),
+        *wrap("Fits, fastest first (per GPU; GB = 1e9 bytes; peak = allocated, the ledger's; resv. = reserved, with "
+              "the allocator's reserve; +est. = CUDA context, NCCL"
+              + (", DeepSpeed's gradient buckets" if s.get("buckets") else "")
+              + " and the allocator's reserve over the peak):"),
         head,
     ]
     for i, x in enumerate(shown, 1):

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from zerosim.prose import WIDTH, wrap
 from zerosim.analysis.costs import GB
 from zerosim.analysis.reports import verdict_word
 from zerosim.cli.offload_args import offload_timeline_lines
 from zerosim.cli.pipeline_format import pp_step_lines
+from zerosim.prose import WIDTH, wrap
 
 
 def format_one(r: dict) -> str:

@@ -8,11 +8,11 @@ import dataclasses
 
 import numpy as np
 
-from zerosim.prose import wrap
 from zerosim._dataclass import dataclass
 from zerosim.diff._facts import LABELS
 from zerosim.diff._names import AFTER, BEFORE
 from zerosim.precision import get_format, ulp
+from zerosim.prose import wrap
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ thing the same way.
 
 from __future__ import annotations
 
-from zerosim.prose import wrap
 from zerosim.analysis.costs import GB, fit, reserved, runtime_overheads
+from zerosim.prose import wrap
 
 
 def judge(peak: int, stage: int, ranks: int, gpu, reserve: float, buckets=None) -> dict:
