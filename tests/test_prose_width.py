@@ -15,6 +15,12 @@ COMMANDS = [
     "replay",
     "replay --stage 3",
     "replay --exact",
+    "replay --precision fp16-pure --lr 1e-5 --steps 3",  # the lost update, beside half an ulp
+    "replay --loss-scale torch --steps 3",  # the overflow, and the scale that fits
+    "replay --mesh 2x2",
+    "replay --tp 2",
+    "replay --cp 2",
+    "replay --pp 2",
     f"memory {LLAMA} --gpu h100-80gb",  # the estimates, the activations by name, the config's keys
     f"memory {LLAMA} --tp 2 --gpu h100-80gb",
     f"memory {LLAMA} --cp 2 --checkpoint flash --gpu h100-80gb",
@@ -27,8 +33,9 @@ COMMANDS = [
     "--stages 1,3 --micro-batches 2,4 --pp 1,2 --cp 1,2",  # left-out reasons, a PP column, every legend
     "diff --a '--ranks 2 --accumulation-steps 2' --b '--ranks 4' --steps 3",
 ]
-# a hop of the replay's ring; a weight's values with their exact twins (--exact: one weight a line); a diff's event
-RECORDS = (" -> GPU ", "(exactly ", "event in run ")
+# a hop of the replay's ring; a pipeline's send; a weight's values with their exact twins (--exact: one weight a
+# line); a diff's event
+RECORDS = (" -> GPU ", "-> sends ", "(exactly ", "event in run ")
 
 
 def prose(line: str) -> bool:

@@ -51,7 +51,7 @@ def half_ulp(w: float, toward: float) -> float:
 
 
 def test_a_lost_update_is_printed_beside_half_an_ulp_of_its_weight():
-    text = replay_text("--precision", "fp16-pure", "--lr", "1e-5", "--steps", "3")
+    text = " ".join(replay_text("--precision", "fp16-pure", "--lr", "1e-5", "--steps", "3").split())  # (wrapped)
     # seed 004: every weight's gradient is negative, so Adam's update w - lr * m_hat / (sqrt(v_hat) + eps) moves
     # each weight up by 1e-05 (fp32 of lr * 5.5 / (5.5 + 1e-8) prints as 1e-05)
     for w in (2.0, -3.0, 1.0, 0.5):
@@ -67,7 +67,7 @@ def test_a_lost_update_is_printed_beside_half_an_ulp_of_its_weight():
 
 
 def test_the_loss_scalers_overflow_is_shown_as_numbers():
-    text = replay_text("--loss-scale", "torch", "--steps", "5")
+    text = " ".join(replay_text("--loss-scale", "torch", "--steps", "5").split())  # its words wrap at 116 columns
     assert "np.float64" not in text and "nan" in text  # 0 x inf in GPU 0's backward, printed as a number would be
     biggest, top = 11, float(np.finfo(np.float16).max)  # seed 004: GPU 1's local gradient for w1 is -11; 65504
     assert f"GPU 1's gradient for w1 is -{biggest}" in text

@@ -26,6 +26,7 @@ from zerosim.models.mlp import TinyNet
 from zerosim.optim import Adam
 from zerosim.parallel.data import ZeroEngine
 from zerosim.parallel.data.recipes import fsdp2_divide_factors
+from zerosim.prose import wrap
 from zerosim.replay._run import SEED_LR
 
 PURPOSES = ("reduce grads", "replicate grads")
@@ -110,15 +111,15 @@ def narrate_mesh(result: dict) -> str:
                    f"{', '.join(result['owns'][s['gpu']])}")
     if any(set(owned) == {"padding"} for owned in result["owns"]):  # why a GPU holds no weight at all
         shapes = ", ".join(str(tuple(s.shape)) for s in TinyNet().specs)
-        out.append(f"  (why padding: FSDP2 cuts each parameter along its first dimension, Shard(0); seed 004's weights "
-                   f"are {shapes},")
-        out.append("   one row each, so the first GPU of each shard group owns them all and the second padding only)")
+        out += wrap(f"  (why padding: FSDP2 cuts each parameter along its first dimension, Shard(0); seed 004's "
+                    f"weights are {shapes}, one row each, so the first GPU of each shard group owns them all and the "
+                    "second padding only)", "   ")
     out.append("Backward: each GPU's own gradients")
     for r, layers in result["local_grads"].items():
         out.append(f"  GPU {r}: " + "   ".join(f"{name} {_vec(g)}" for name, g in layers.items()))
     if result["pre_divide"]:
-        out.append(f"Each GPU divides its gradients by {result['pre_divide']:g} before sending (FSDP2's fp16 "
-                   f"pre-divide), and by {result['post_divide']:g} after the all-reduce: 4 GPUs in all")
+        out += wrap(f"Each GPU divides its gradients by {result['pre_divide']:g} before sending (FSDP2's fp16 "
+                    f"pre-divide), and by {result['post_divide']:g} after the all-reduce: 4 GPUs in all", "  ")
     for h in result["hops"]:
         what = {"add": f"GPU {h['dst']} adds it to its own chunk", "gather": f"GPU {h['dst']} keeps it: the sum"}
         step = "reduce-scatter" if h["collective"] == "reduce_scatter" else \

@@ -23,6 +23,7 @@ from zerosim.cluster import Cluster, Compute
 from zerosim.models import HalfMSE, Linear, Model, ReLU, TinyNet
 from zerosim.optim import Adam
 from zerosim.parallel.pipeline import PipelineEngine
+from zerosim.prose import wrap
 from zerosim.replay._run import SEED_LR
 
 PP, MICRO = 2, 2
@@ -98,8 +99,8 @@ def narrate_pipeline(r: dict) -> str:
         "  model: h = w1*x1 + w2*x2, a = ReLU(h), y = w3*a + w4, loss = 0.5*(y - t)^2",
         f"  GPU 0, stage 0: {', '.join(r['stages'][0])} (w1 = {g(w[0])}, w2 = {g(w[1])})   "
         f"GPU 1, stage 1: {', '.join(r['stages'][1])} and the loss (w3 = {g(w[2])}, w4 = {g(w[3])})",
-        "  one data-parallel rank, 2 micro-batches (Megatron's num_microbatches): seed 004's samples "
-        + ", ".join(f"x = {_vec(s['x'])}, t = {_vec(s['t'])}" for s in r["samples"]),
+        *wrap("  one data-parallel rank, 2 micro-batches (Megatron's num_microbatches): seed 004's samples "
+              + ", ".join(f"x = {_vec(s['x'])}, t = {_vec(s['t'])}" for s in r["samples"]), "    "),
         "  the schedule's table (torch 2.13 Schedule1F1B; 0F1 is stage 0's forward of micro-batch 1, -- an idle time "
         "step):",
         *[f"    GPU {k}: {' '.join(a or '--' for a in row)}" for k, row in enumerate(r["table"])],

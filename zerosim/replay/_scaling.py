@@ -7,6 +7,7 @@ dynamic scaler skips, which S x g passed the 16-bit format's largest value (from
 from __future__ import annotations
 
 from zerosim.precision import get_format
+from zerosim.prose import wrap
 from zerosim.replay._legend import num, vec
 
 _SCALERS = {"torch": "torch's GradScaler", "deepspeed": "DeepSpeed's DynamicLossScaler", "static": "the static scale"}
@@ -44,15 +45,15 @@ def _overflow_why(t, s: dict, ls: dict) -> list:
     if found is None:
         return []
     g, j, big = found
-    lines = [f"  Why: GPU {g}'s gradient for {t.r['weights'][j]} is {num(s['unscaled_grads'][g][j])} (float64, "
-             f"before scaling), and {num(big)} x {num(S)} = {num(big * S)} > {num(fmt.max)}, {fmt.name}'s largest "
-             f"finite value: backward in {fmt.name} made it inf."]
+    lines = wrap(f"  Why: GPU {g}'s gradient for {t.r['weights'][j]} is {num(s['unscaled_grads'][g][j])} (float64, "
+                 f"before scaling), and {num(big)} x {num(S)} = {num(big * S)} > {num(fmt.max)}, {fmt.name}'s largest "
+                 f"finite value: backward in {fmt.name} made it inf.", "    ")
     if ls["scale_after"] == S / 2:  # a halving scaler: how many skips until the largest gradient fits
         fit = S
         while big * fit > fmt.max:
             fit /= 2
-        lines.append(f"  Halving S each skipped step, the first S that fits is {num(fit)}: {num(big)} x {num(fit)} = "
-                     f"{num(big * fit)} <= {num(fmt.max)}.")
+        lines += wrap(f"  Halving S each skipped step, the first S that fits is {num(fit)}: {num(big)} x {num(fit)} = "
+                      f"{num(big * fit)} <= {num(fmt.max)}.", "    ")
     return lines
 
 

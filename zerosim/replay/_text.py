@@ -204,10 +204,10 @@ def _say_update(t: _Teller, s: dict) -> None:
     how = (f", in {upd}" if r["has_master"] or compute == upd else
            f": its {compute} weights widened to {upd}, m and v in {upd}, the result rounded straight back to "
            f"{compute} (no {upd} master is kept)")
-    t.say(
+    t.say_wrapped(
         "3. Each GPU updates "
-        f"{'every weight (the same update everywhere)' if r['stage'] == 0 else 'only its own weights'} with Adam{how}"
-    )
+        f"{'every weight (the same update everywhere)' if r['stage'] == 0 else 'only its own weights'} with Adam{how}",
+        "   ")
     for g in s["gpus"]:
         a = g["adam"]
         for j, name in enumerate(g["owns"]):
@@ -217,7 +217,7 @@ def _say_update(t: _Teller, s: dict) -> None:
                 t.say(f"       new {r['update']} master = {t.upd(g['master'][j])}; its {r['compute']} copy is really "
                       f"{num(g['compute_shard'][j])}")
             else:
-                t.say(f"       {_weight_words(t, s, g, j)}")
+                t.say_wrapped(f"       {_weight_words(t, s, g, j)}", "         ")
 
 
 def _say_refresh(t: _Teller, s: dict) -> None:
