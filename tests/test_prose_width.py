@@ -32,6 +32,9 @@ COMMANDS = [
     "plan --model llama-3-8b --gpus 16 --gpu h100-80gb --seq-len 4096 --global-batch 256 --strategies flash "
     "--stages 1,3 --micro-batches 2,4 --pp 1,2 --cp 1,2",  # left-out reasons, a PP column, every legend
     "diff --a '--ranks 2 --accumulation-steps 2' --b '--ranks 4' --steps 3",
+    "timeline --sweep --sweep-ranks 64,128",  # the sweep's legend and where hiding stops
+    "memory --strategy all --gpus-per-node 8 --ranks 32",  # a strategy skipped, with its reason
+    "timeline --strategy all --sweep --gpus-per-node 8 --sweep-ranks 64,128",
 ]
 # a hop of the replay's ring; a pipeline's send; a weight's values with their exact twins (--exact: one weight a
 # line); a diff's event

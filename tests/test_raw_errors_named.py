@@ -75,7 +75,9 @@ def test_strategy_all_skips_a_strategy_that_does_not_apply_and_says_why():
     rows = [line.split()[0] for line in out.splitlines() if line[:1].isalpha() and line.split()[0] in (
         "full_shard", "hsdp", "hsdp_no_sync", "mics", "mics_hierarchical", "hpz", "no_reshard", "reshard_to_group")]
     assert "mics_hierarchical" not in rows and {"full_shard", "hsdp", "mics", "hpz"} <= set(rows)
-    assert out.rstrip().splitlines()[-1].startswith("skipped mics_hierarchical: mics_hierarchical gathers across")
+    last = out.rstrip().split("\nskipped ")[-1]  # what was skipped comes last, its reason wrapped under it
+    assert last.startswith("mics_hierarchical: mics_hierarchical gathers across")
+    assert all(x.startswith("  ") for x in last.splitlines()[1:]), last
     code, out, _ = run_cli(*argv, "--json")
     r = json.loads(out)
     assert [s["strategy"] for s in r["skipped"]] == ["mics_hierarchical"]

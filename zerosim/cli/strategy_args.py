@@ -106,7 +106,9 @@ def each_strategy(args, names, make) -> tuple:
 
 def skipped_lines(skipped: list) -> list:
     """The lines that say which strategies --strategy all left out, and why."""
-    return [f"skipped {s['strategy']}: {s['why']}" for s in skipped]
+    from zerosim.prose import wrap
+
+    return [line for s in skipped for line in wrap(f"skipped {s['strategy']}: {s['why']}", "  ")]
 
 
 def flags(ranks_flag: str = "--ranks"):

@@ -165,23 +165,19 @@ def format_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: the share of the step that is exposed communication (compute waiting), rank 0;",
-        f"time from: {r['time_model']} (R = {r['gemm_rate'] / 1e12:.0f} TFLOP/s for the model's GEMMs);",
-        f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
-        f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.",
+        *wrap(f"time from: {r['time_model']} (R = {r['gemm_rate'] / 1e12:.0f} TFLOP/s for the model's GEMMs);", "  "),
+        *wrap(f"✗ NNN GB: a rank would need that much (measured peak + estimates) on one {r['gpu']} of "
+              f"{r['capacity'] / 1e9:.1f} GB: it does not fit, so no such step could run.", "  "),
         "",
     ]
     for link in ("nvlink4", "ib_ndr"):
         need, n = r["bandwidth_tokens"][link], r["hiding_fails_at"][link]
         if n is None:
-            lines.append(
-                f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank (R/β), "
-                f"this run has {r['tokens_per_rank']:,}."
-            )
+            lines += wrap(f"{link}: no N hides ZeRO-3's gathers: bandwidth alone needs {need:,.0f} tokens per rank "
+                          f"(R/β), this run has {r['tokens_per_rank']:,}.", "  ")
         else:
-            lines.append(
-                f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the largest unit "
-                "(zerosim.analysis.planner, sweep)."
-            )
+            lines += wrap(f"{link}: ZeRO-3's gathers stop hiding past N ≈ {n:,.0f}: 1 + 2Φ(T/R − 1/β)/α with Φ the "
+                          "largest unit (zerosim.analysis.planner, sweep).", "  ")
         over = [
             k.split()[-1] + ":" + (f"{v:,}" if v else "none")
             for k, v in r["exposed_over_half"].items()
@@ -215,10 +211,10 @@ def format_strategy_sweep(r: dict) -> str:
     lines += [
         "",
         "Each cell: rank 0's simulated step time (α-β rings, NVLink within a node, InfiniBand across);",
-        f"time from: {r['time_model']};",
+        *wrap(f"time from: {r['time_model']};", "  "),
         f"✗ NNN: a rank's measured peak (GB) does not fit one {r['gpu']} of {r['capacity'] / GB:.1f} GB with the",
         "runtime estimates. Rings of S ranks (HSDP, MiCS) stop growing with N; FULL_SHARD's and hpZ's forward",
         "gathers span the world (zerosim.analysis.planner, strategy_sweep, derives where each crossover moves).",
-        f"first N where exposed communication exceeds compute: {over}",
+        *wrap(f"first N where exposed communication exceeds compute: {over}", "  "),
     ]
     return "\n".join(lines)
